@@ -1,0 +1,101 @@
+# fp8train — build, test, demo.
+#   make            build/libfp8train.a, build/fp8train (with the CUDA backend when nvcc exists)
+#   make test       install missing packages, build, run the whole CPU test suite
+#   make demo       train `tiny` in BF16 then FP8 on the synthetic corpus and compare
+#   make gpu-test   CUDA backend against the CPU backend (needs an NVIDIA Hopper GPU)
+#   make test-sanitize   the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make bench      CPU benchmarks (bench/)
+
+CC      ?= gcc
+CXX     ?= g++
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+BUILD   ?= build
+OPT     ?= -O2 -march=x86-64-v2 -mtune=native
+SAN     ?=
+CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -fopenmp -Iinclude -Isrc -D_GNU_SOURCE $(SAN)
+CXXFLAGS+= -std=c++17 $(OPT) -g -Wall -Wextra -fopenmp -Iinclude -Isrc $(SAN)
+LDLIBS  += -lopenblas -lcjson -lm -fopenmp $(SAN)
+NVFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
+           -Xcompiler -Wall,-Wextra -lineinfo
+CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+
+LIB_SRC  := $(wildcard src/numerics/*.c src/io/*.c src/backend/*.c src/backend/cpu/*.c \
+                       src/model/*.c src/train/*.c src/debug/*.c)
+CLI_SRC  := $(wildcard src/cli/*.c)
+CU_SRC   := $(wildcard src/backend/cuda/*.cu)
+TEST_C   := $(wildcard tests/test_*.c)
+TEST_CXX := $(wildcard tests/test_*.cpp)
+TEST_SH  := $(wildcard tests/test_*.sh)
+BENCH_C  := $(wildcard bench/*.c)
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)
+TEST_BIN := $(TEST_C:tests/%.c=$(BUILD)/tests/%) $(TEST_CXX:tests/%.cpp=$(BUILD)/tests/%)
+BENCH_BIN:= $(BENCH_C:bench/%.c=$(BUILD)/bench/%)
+
+ifneq ($(NVCC),)
+ifeq ($(NO_CUDA),)
+HAVE_CUDA := 1
+endif
+endif
+
+ifeq ($(HAVE_CUDA),1)
+FP8TRAIN_LINK = $(CU_OBJ) $(CUDA_LIBS)
+CLI_DEPS = $(CU_OBJ)
+endif
+
+DEPS_STAMP := $(BUILD)/.deps-ok
+
+.PHONY: all deps test test-sanitize demo demo-debug gpu-test bench clean report-screenshot
+all: $(BUILD)/libfp8train.a $(BUILD)/fp8train
+
+$(DEPS_STAMP): scripts/install-deps.sh
+	@mkdir -p $(BUILD)
+	@scripts/install-deps.sh
+	@touch $@
+deps: $(DEPS_STAMP)
+
+$(BUILD)/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/src/backend/cuda/%.o: src/backend/cuda/%.cu $(wildcard src/backend/cuda/*.cuh) include/fp8train/backend.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/libfp8train.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/fp8train: $(CLI_OBJ) $(BUILD)/libfp8train.a $(CLI_DEPS)
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libfp8train.a $(FP8TRAIN_LINK) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libfp8train.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libfp8train.a $(LDLIBS)
+
+# C++ tests may use the CUDA toolkit's host-side headers (cuda_fp8.h) as a reference.
+$(BUILD)/tests/%: tests/%.cpp tests/test.h $(BUILD)/libfp8train.a
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(BUILD)/libfp8train.a $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libfp8train.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libfp8train.a $(LDLIBS)
+
+test: $(DEPS_STAMP) $(BUILD)/fp8train $(TEST_BIN)
+	@FP8TRAIN_BIN=$(abspath $(BUILD)/fp8train) tests/run.sh $(TEST_BIN) $(TEST_SH)
+
+# The same suite built with ASan + UBSan in build-san/ (CPU only).
+test-sanitize:
+	$(MAKE) BUILD=build-san NO_CUDA=1 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+bench: $(BENCH_BIN) $(BUILD)/fp8train
+	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+
+clean:
+	rm -rf build build-san

@@ -1,0 +1,179 @@
+/* fp8train — the backend op table.
+ *
+ * The model's forward and backward are written ONCE against this table (src/model/). A backend
+ * (src/backend/cpu, src/backend/cuda) implements every op. Rules every op follows:
+ *  - All tensor pointers are backend ("device") memory obtained from ops->malloc. The CPU
+ *    backend's device memory is host memory; the model never dereferences a device pointer.
+ *  - Row-major layouts. Outputs come first in the argument list, then inputs, then sizes.
+ *  - Ops are asynchronous on the backend's single stream; only to_host / synchronize wait.
+ *  - "acc" outputs accumulate (+=), the others overwrite. Each op's comment says which.
+ *  - Scalars the GPU must not wait for (scales, amaxes) are passed as device pointers.
+ *  - Precision: activations, gradients and master weights are FP32 tensors. A GEMM's
+ *    precision decides what its operands are rounded to (BF16, or FP8 codes + scale).
+ */
+#ifndef FP8TRAIN_BACKEND_H
+#define FP8TRAIN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp8train/fp8.h"
+#include "fp8train/recipe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fp8t_backend fp8t_backend;
+
+/* An FP8 operand: codes plus the device pointer to its scale_inv (value = code * scale_inv). */
+typedef struct {
+    const uint8_t *data;   /* [rows, cols] row-major codes */
+    const uint8_t *data_t; /* [cols, rows] transposed codes, or NULL (see fp8_wants_transpose) */
+    const float *scale_inv;/* device pointer to 1 float */
+    fp8_format fmt;
+    int rows, cols;
+} fp8t_fp8_operand;
+
+typedef struct fp8t_backend_ops {
+    /* ---- memory ---- */
+    void *(*malloc)(fp8t_backend *b, size_t bytes); /* zeroed; aborts with a message on OOM */
+    void (*free)(fp8t_backend *b, void *p);
+    void (*to_device)(fp8t_backend *b, void *dst, const void *src_host, size_t bytes);
+    void (*to_host)(fp8t_backend *b, void *dst_host, const void *src, size_t bytes); /* waits */
+    void (*copy)(fp8t_backend *b, void *dst, const void *src, size_t bytes);
+    void (*zero)(fp8t_backend *b, void *dst, size_t bytes);
+    void (*synchronize)(fp8t_backend *b);
+
+    /* ---- GEMMs: C[M,N] (=, or += when acc) op(A)[M,K] · op(B)[K,N], row-major.
+     * transA: A is stored [K,M] instead of [M,K]; transB: B is stored [N,K] instead of [K,N].
+     * The linear layer uses: Fprop Y=X·Wᵀ (transB), Dgrad dX=dY·W, Wgrad dW=dYᵀ·X (transA). */
+    void (*gemm_f32)(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
+                     int K, int transA, int transB, int acc);
+    /* operands rounded to BF16 (round to nearest even), products accumulated in FP32 */
+    void (*gemm_bf16)(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
+                      int K, int transA, int transB, int acc);
+    /* FP8 operands; C = (A_codes·B_codes) * scale_inv_A * scale_inv_B, accumulated in FP32.
+     * A->rows/cols and B->rows/cols describe the stored (untransposed) layout. fast_accum is a
+     * hint (Hopper's reduced-precision accumulation); the CPU ignores it. Optionally records
+     * amax of the result into *amax_out (device pointer, max-accumulate) when non-NULL. */
+    void (*gemm_fp8)(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
+                     const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
+                     int acc, int fast_accum, float *amax_out);
+
+    /* ---- quantization ---- */
+    /* *amax_out = max(*amax_out, amax(x)); NaN propagates (device pointer) */
+    void (*amax)(fp8t_backend *b, float *amax_out, const float *x, size_t n);
+    /* codes = fp8(x * *scale) saturating; codes_t (if non-NULL) = transposed [cols,rows];
+     * *amax_out max-accumulated with amax(x) when non-NULL. Fused: one pass over x. */
+    void (*quantize)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                     const float *x, int rows, int cols, fp8_format fmt, const float *scale);
+    /* current scaling from an amax on the device: scale, scale_inv (device pointers) */
+    void (*compute_scale)(fp8t_backend *b, float *scale, float *scale_inv, const float *amax,
+                          float fmt_max, float epsilon, int pow2);
+    /* out = dequant(quant(x * *scale)) / *scale (saturating); out may alias x */
+    void (*fake_quantize)(fp8t_backend *b, float *out, const float *x, size_t n,
+                          fp8_format fmt, const float *scale);
+    /* out = x quantized per tile_r x tile_c block (block scaling), dequantized; emulation
+     * around a higher-precision GEMM. out may alias x. */
+    void (*block_fake_quantize)(fp8t_backend *b, float *out, const float *x, int rows, int cols,
+                                int tile_r, int tile_c, fp8_format fmt);
+    /* out = x quantized as MXFP8 (32-element row blocks, E8M0 scales), dequantized */
+    void (*mxfp8_fake_quantize)(fp8t_backend *b, float *out, const float *x, int rows,
+                                int cols);
+    /* out = bf16 rounding of x; out may alias x */
+    void (*bf16_round)(fp8t_backend *b, float *out, const float *x, size_t n);
+    /* delayed-scaling update of every tensor of the flat recipe state (one launch, no sync).
+     * state is the device copy of the fp8t_recipe_state layout for (n, len). */
+    void (*delayed_update)(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
+                           int margin);
+
+    /* ---- model ops (N = rows = B*T tokens, C = channels) ---- */
+    /* out[N,C] = wte[tok] + (wpe ? wpe[t] : 0), t = i % T */
+    void (*embedding_forward)(fp8t_backend *b, float *out, const int *tokens, const float *wte,
+                              const float *wpe, int B, int T, int C);
+    /* dwte[tok] += dout; dwpe[t] += dout (dwpe may be NULL) — deterministic order */
+    void (*embedding_backward)(fp8t_backend *b, float *dwte, float *dwpe, const float *dout,
+                               const int *tokens, int B, int T, int C);
+    /* out = (x-mean)*rstd*w + bias; saves mean[N], rstd[N] */
+    void (*layernorm_forward)(fp8t_backend *b, float *out, float *mean, float *rstd,
+                              const float *x, const float *w, const float *bias, int N, int C,
+                              float eps);
+    /* dx += ..., dw += ..., dbias += ... */
+    void (*layernorm_backward)(fp8t_backend *b, float *dx, float *dw, float *dbias,
+                               const float *dout, const float *x, const float *w,
+                               const float *mean, const float *rstd, int N, int C);
+    /* out = x * rstd * w, rstd = 1/sqrt(mean(x^2)+eps); saves rstd[N] */
+    void (*rmsnorm_forward)(fp8t_backend *b, float *out, float *rstd, const float *x,
+                            const float *w, int N, int C, float eps);
+    /* dx += ..., dw += ... */
+    void (*rmsnorm_backward)(fp8t_backend *b, float *dx, float *dw, const float *dout,
+                             const float *x, const float *w, const float *rstd, int N, int C);
+    /* out[N,OC] += bias[OC] broadcast */
+    void (*bias_add)(fp8t_backend *b, float *out, const float *bias, int N, int OC);
+    /* dbias[OC] += sum over rows of dout[N,OC] */
+    void (*bias_backward)(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);
+    /* GELU, tanh approximation: out = gelu(x) */
+    void (*gelu_forward)(fp8t_backend *b, float *out, const float *x, size_t n);
+    /* dx = gelu'(x) * dout (overwrite; dx may alias dout) */
+    void (*gelu_backward)(fp8t_backend *b, float *dx, const float *x, const float *dout,
+                          size_t n);
+    /* out = silu(gate) * up */
+    void (*swiglu_forward)(fp8t_backend *b, float *out, const float *gate, const float *up,
+                           size_t n);
+    /* dgate, dup overwritten */
+    void (*swiglu_backward)(fp8t_backend *b, float *dgate, float *dup, const float *dout,
+                            const float *gate, const float *up, size_t n);
+    /* Causal multi-head self-attention. qkv[B,T,3C] holds q|k|v, each [NH, HS] per token.
+     * If rope_theta > 0, RoPE (rotate-half pairs (i, i+HS/2), base rope_theta) is applied to q
+     * and k inside the op. out[B,T,C]; lse[B,NH,T] saves the softmax log-sum-exp for the
+     * backward (flash-attention style: no [T,T] matrix is kept). Scale 1/sqrt(HS). */
+    void (*attention_forward)(fp8t_backend *b, float *out, float *lse, const float *qkv, int B,
+                              int T, int NH, int HS, float rope_theta);
+    /* dqkv[B,T,3C] overwritten, from dout, the inputs and the saved out/lse */
+    void (*attention_backward)(fp8t_backend *b, float *dqkv, const float *dout,
+                               const float *qkv, const float *out, const float *lse, int B,
+                               int T, int NH, int HS, float rope_theta);
+    /* Fused softmax + cross-entropy over logits[N,V] with targets[N] (target < 0: ignored,
+     * zero loss and zero gradient). losses[N] = -log softmax[target].
+     * If dlogits != NULL: dlogits = (softmax - onehot) * dloss (dlogits may alias logits). */
+    void (*softmax_xent)(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
+                         const int *targets, int N, int V, float dloss);
+    /* out = a + c (out may alias a or c) */
+    void (*add)(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
+    /* out += x */
+    void (*accumulate)(fp8t_backend *b, float *out, const float *x, size_t n);
+    /* out *= s */
+    void (*scale)(fp8t_backend *b, float *out, float s, size_t n);
+    /* *out += sum(x^2) in FP32 per block / double on CPU; device pointer */
+    void (*sumsq)(fp8t_backend *b, float *out, const float *x, size_t n);
+    /* *out += sum(x) (deterministic) */
+    void (*sum)(fp8t_backend *b, float *out, const float *x, size_t n);
+    /* AdamW on n params: g = grad * grad_scale (clipping/accumulation factor);
+     * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mhat = m/(1-b1^t); vhat = v/(1-b2^t);
+     * p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p). t is the 1-based step. */
+    void (*adamw)(fp8t_backend *b, float *params, float *m, float *v, const float *grads,
+                  size_t n, float lr, float beta1, float beta2, float eps, float wd, int t,
+                  float grad_scale);
+} fp8t_backend_ops;
+
+struct fp8t_backend {
+    const fp8t_backend_ops *ops;
+    const char *name;         /* "cpu", "cuda" */
+    int fp8_wants_transpose;  /* gemm_fp8 needs data_t for K-major access (Hopper TN) */
+    void *impl;               /* backend-private state */
+};
+
+/* Create a backend by name ("cpu" or "cuda"). On failure returns NULL and writes a message
+ * naming the cause and the fix into err. */
+fp8t_backend *fp8t_backend_create(const char *name, char *err, size_t errlen);
+void fp8t_backend_destroy(fp8t_backend *b);
+
+/* Implementations (the CUDA one exists only in builds with nvcc). */
+fp8t_backend *fp8t_cpu_backend_create(char *err, size_t errlen);
+fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,158 @@
+/* fp8train — the transformer model, written once over the backend op table.
+ *
+ * GPT-2 style: LayerNorm, GELU(tanh), learned positions, biases, tied head.
+ * Llama style: RMSNorm, SwiGLU, RoPE, no biases, tied head.
+ * Every linear layer runs its three GEMMs (Fprop, Dgrad, Wgrad) in the precision the policy
+ * resolves for it, and the amax of its input X, weight W and output gradient dY is recorded
+ * into the FP8 recipe state in every precision (BF16 too), so a run can switch precision at
+ * any step without a jolt.
+ */
+#ifndef FP8TRAIN_MODEL_H
+#define FP8TRAIN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp8train/backend.h"
+#include "fp8train/policy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { FP8T_ARCH_GPT2 = 0, FP8T_ARCH_LLAMA = 1 } fp8t_arch;
+
+typedef struct {
+    fp8t_arch arch;
+    int n_layer;
+    int n_embd;      /* C */
+    int n_head;      /* NH; head size C/NH */
+    int seq_len;     /* max T */
+    int vocab_size;  /* V */
+    int mlp_hidden;  /* fc1 out (GPT-2, 4C) or gate/up out (Llama) */
+    float rope_theta;/* Llama only (10000) */
+    float norm_eps;  /* 1e-5 */
+} fp8t_model_config;
+
+/* Presets: tiny, tiny-llama, gpt2-124m, gpt2-350m, gpt2-1.5b, llama-1b. 0 ok, -1 unknown. */
+int fp8t_model_preset(fp8t_model_config *cfg, const char *name);
+const char *fp8t_model_preset_names(void); /* "tiny, tiny-llama, ..." for help texts */
+/* 0 if valid; else -1 and err says which field is wrong and why. */
+int fp8t_model_config_check(const fp8t_model_config *cfg, char *err, size_t errlen);
+const char *fp8t_arch_name(fp8t_arch a);
+
+/* ---- parameters: one FP32 buffer carved into named tensors ---- */
+#define FP8T_MAX_PARAM_TENSORS 4096
+typedef struct {
+    char name[64];     /* "wte", "wpe", "h.3.qkv.w", "h.3.qkv.b", "lnf.w", ... */
+    int ndim;          /* 1 or 2 */
+    int shape[2];      /* [out, in] for linear weights (row-major) */
+    size_t offset;     /* in floats from the start of the parameter buffer */
+    size_t numel;
+    int layer;         /* -1 for embeddings / final norm */
+    int decay;         /* AdamW weight decay applies (2-D weights) */
+} fp8t_param_info;
+
+/* Fill info (may be NULL) and return the number of parameter tensors; *total gets the
+ * number of floats. Pure function of the config (the checkpoint/export layout). */
+int fp8t_model_param_table(const fp8t_model_config *cfg, fp8t_param_info *info, size_t *total);
+
+/* ---- linear layers and FP8 metadata ----
+ * Linear index lin: layer l, module slot s -> lin = l * modules_per_layer + s; the head is
+ * the last (lin = n_layer * modules_per_layer). FP8 tensor index = lin * 3 + role. */
+typedef enum { FP8T_ROLE_X = 0, FP8T_ROLE_W = 1, FP8T_ROLE_DY = 2 } fp8t_fp8_role;
+int fp8t_model_modules_per_layer(const fp8t_model_config *cfg); /* 4 (gpt2) or 5 (llama) */
+fp8t_module fp8t_model_module_of_slot(const fp8t_model_config *cfg, int slot);
+int fp8t_model_num_linears(const fp8t_model_config *cfg);
+
+/* ---- tensors seen by debug hooks ---- */
+typedef enum {
+    FP8T_T_INPUT = 0,   /* X, before quantization (Fprop operand, Wgrad operand) */
+    FP8T_T_WEIGHT,      /* W (read-only for hooks) */
+    FP8T_T_GRAD_OUTPUT, /* dY, before quantization (Dgrad and Wgrad operand) */
+    FP8T_T_OUTPUT,      /* Y = Fprop result */
+    FP8T_T_DGRAD,       /* dX = Dgrad result */
+    FP8T_T_WGRAD,       /* dW of this micro-batch (before accumulation) */
+    FP8T_T_COUNT
+} fp8t_tensor_kind;
+const char *fp8t_tensor_kind_name(fp8t_tensor_kind k);
+
+typedef struct {
+    int layer;            /* -1 for the head */
+    fp8t_module module;
+    int lin;              /* linear index */
+    fp8t_gemm_kind gemm;  /* the GEMM this tensor belongs to */
+    fp8t_tensor_kind kind;
+    int fp8_index;        /* FP8 meta index of this tensor (X/W/dY), -1 for results */
+    fp8t_precision precision; /* resolved precision of that GEMM */
+    fp8_format fmt;       /* the FP8 format this tensor is cast to */
+    int rows, cols;
+} fp8t_tensor_site;
+
+struct fp8t_model;
+/* Called for every GEMM operand (before quantization) and result (after the GEMM), in
+ * execution order, when set. x is a device pointer; a hook may modify operands of kind
+ * INPUT / GRAD_OUTPUT and results (fault injection), never WEIGHT. */
+typedef void (*fp8t_tensor_hook)(void *ctx, struct fp8t_model *m, const fp8t_tensor_site *site,
+                                 float *x);
+
+typedef struct fp8t_model fp8t_model;
+
+/* Create the model for micro-batches of B sequences of T tokens (T <= seq_len) on backend be.
+ * All memory (params, grads, AdamW moments, activations, FP8 state, scratch) is allocated here.
+ * NULL + err on failure. */
+fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
+                              const fp8t_policy *policy, int B, int T, char *err,
+                              size_t errlen);
+void fp8t_model_destroy(fp8t_model *m);
+
+const fp8t_model_config *fp8t_model_get_config(const fp8t_model *m);
+fp8t_backend *fp8t_model_backend(fp8t_model *m);
+const fp8t_policy *fp8t_model_get_policy(const fp8t_model *m);
+/* Change the policy (recovery experiments, shadow BF16, fallback). FP8 state is kept. */
+void fp8t_model_set_policy(fp8t_model *m, const fp8t_policy *policy);
+/* Resolved precision of one GEMM of linear lin. */
+fp8t_precision fp8t_model_gemm_precision(const fp8t_model *m, int lin, fp8t_gemm_kind g);
+
+/* GPT-2 init: N(0, 0.02), residual projections (proj, fc2/down) scaled by 1/sqrt(2 L),
+ * biases 0, norm weights 1. Deterministic in seed. */
+void fp8t_model_init_weights(fp8t_model *m, uint64_t seed);
+
+/* Device buffers, each of fp8t_model_num_params floats, laid out per fp8t_model_param_table. */
+size_t fp8t_model_num_params(const fp8t_model *m);
+float *fp8t_model_params(fp8t_model *m);
+float *fp8t_model_grads(fp8t_model *m);
+float *fp8t_model_adam_m(fp8t_model *m);
+float *fp8t_model_adam_v(fp8t_model *m);
+
+/* Forward on tokens[B*T] (host). With targets (host, [B*T]) computes the loss and returns
+ * the mean loss over non-ignored targets (waits for the device); with targets NULL returns 0
+ * and leaves logits [B*T, V] readable through fp8t_model_logits. */
+float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets);
+const float *fp8t_model_logits(fp8t_model *m); /* device [B*T, V] */
+/* Per-position losses of the last forward with targets: device [B*T]. */
+const float *fp8t_model_losses(fp8t_model *m);
+/* Backward of the last forward (which must have had targets); gradients are ACCUMULATED,
+ * scaled by dloss (1/grad_accum_steps). */
+void fp8t_model_backward(fp8t_model *m, float dloss);
+void fp8t_model_zero_grad(fp8t_model *m);
+/* Global L2 norm of the gradients (waits). */
+float fp8t_model_grad_norm(fp8t_model *m);
+/* AdamW step t (1-based) with gradient clipping at grad_clip (<=0: off) given the norm. */
+void fp8t_model_adamw(fp8t_model *m, float lr, float beta1, float beta2, float eps,
+                      float weight_decay, int t, float grad_clip, float grad_norm);
+/* End of an optimizer step: delayed-scaling update of every FP8 tensor (one op, no host sync)
+ * and invalidation of the cached FP8 weight copies. */
+void fp8t_model_end_step(fp8t_model *m);
+
+/* FP8 recipe state (device), layout fp8t_recipe_state over n = 3 * num_linears tensors. */
+float *fp8t_model_fp8_state(fp8t_model *m);
+int fp8t_model_fp8_count(const fp8t_model *m);
+int fp8t_model_fp8_history_len(const fp8t_model *m);
+
+void fp8t_model_set_hook(fp8t_model *m, fp8t_tensor_hook hook, void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every test program given on the command line, prints their output, and ends with the
+# line "N passed, N failed". A program that crashes or exits nonzero without a FAIL line
+# counts as one failure. Exit status: 0 only if nothing failed.
+set -u
+passed=0; failed=0; crashed=()
+for t in "$@"; do
+  name=$(basename "$t")
+  echo "== $name"
+  start=$(date +%s)
+  out=$("$t" 2>&1); rc=$?
+  echo "$out"
+  p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
+  passed=$((passed + p)); failed=$((failed + f))
+  if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
+    echo "FAIL $name: exited with status $rc"; failed=$((failed + 1)); crashed+=("$name")
+  fi
+  echo "   ($name: $(( $(date +%s) - start ))s)"
+done
+[ ${#crashed[@]} -gt 0 ] && echo "crashed: ${crashed[*]}"
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
