@@ -44,6 +44,7 @@ typedef struct fp8t_backend_ops {
     void (*copy)(fp8t_backend *b, void *dst, const void *src, size_t bytes);
     void (*zero)(fp8t_backend *b, void *dst, size_t bytes);
     void (*synchronize)(fp8t_backend *b);
+    void (*destroy)(fp8t_backend *b); /* frees the backend itself (fp8t_backend_destroy) */
 
     /* ---- GEMMs: C[M,N] (=, or += when acc) op(A)[M,K] · op(B)[K,N], row-major.
      * transA: A is stored [K,M] instead of [M,K]; transB: B is stored [N,K] instead of [K,N].

@@ -22,3 +22,7 @@ fp8t_backend *fp8t_backend_create(const char *name, char *err, size_t errlen) {
     snprintf(err, errlen, "unknown device '%s' (expected cpu or cuda)", name);
     return NULL;
 }
+
+void fp8t_backend_destroy(fp8t_backend *b) {
+    if (b) b->ops->destroy(b);
+}
