@@ -1,0 +1,74 @@
+/* fp8train — debugging instruments that ride on a training run. The trainer installs ONE model
+ * hook (fp8t_model_set_hook) that calls, for every GEMM tensor site in execution order:
+ *   fp8t_injector_observe  (may perturb the tensor: fault injection)
+ *   fp8t_nan_tracker_observe (remembers the first non-finite tensor of the step)
+ *   fp8t_inspector_observe (statistics -> stats.jsonl, dumps -> .npy)
+ * Each *_begin_step/end_step pair brackets one optimizer step (all its micro-batches). */
+#ifndef FP8TRAIN_DEBUG_H
+#define FP8TRAIN_DEBUG_H
+
+#include <stdio.h>
+#include "fp8train/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- inspect ----
+ * spec: comma-separated key=value, e.g.
+ *   "every=10,start=0,end=1000,layers=0-3,modules=qkv+fc2,gemms=fprop+dgrad,
+ *    tensors=input+weight+grad_output+output+dgrad+wgrad,block=128,dump=1"
+ * Missing keys select everything; every defaults to 1. Writes OUT/stats.jsonl (one JSON object
+ * per tensor site per selected step) and, with dump=1, OUT/dumps/step_NNNNNN/<site>.npy (FP32
+ * values) and <site>.fp8.npy (uint8 codes) + <site>.scale_inv.npy. */
+typedef struct fp8t_inspector fp8t_inspector;
+fp8t_inspector *fp8t_inspector_create(const char *spec, const char *out_dir, char *err,
+                                      size_t errlen);
+void fp8t_inspector_destroy(fp8t_inspector *in);
+void fp8t_inspector_begin_step(fp8t_inspector *in, int step);
+void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
+                            float *x);
+void fp8t_inspector_end_step(fp8t_inspector *in, int step);
+
+/* ---- NaN/Inf provenance ---- */
+typedef struct fp8t_nan_tracker fp8t_nan_tracker;
+fp8t_nan_tracker *fp8t_nan_tracker_create(void);
+void fp8t_nan_tracker_destroy(fp8t_nan_tracker *t);
+void fp8t_nan_tracker_begin_step(fp8t_nan_tracker *t, int step);
+void fp8t_nan_tracker_observe(fp8t_nan_tracker *t, fp8t_model *m, const fp8t_tensor_site *site,
+                              float *x);
+/* 1 if a non-finite tensor was seen this step; describes the first one into buf
+ * ("layer 2 fc2 fprop output (forward)"). */
+int fp8t_nan_tracker_first(const fp8t_nan_tracker *t, char *buf, size_t len);
+
+/* ---- fault injection ----
+ * spec: "layer=2,module=fc2,gemm=dgrad,tensor=grad_output,kind=scale:64|outliers:1e4|stale-amax|nan,from=50[,to=80]"
+ * (tensor defaults to the GEMM's first operand: input for fprop, grad_output for dgrad/wgrad;
+ *  layer may be a range A-B). */
+typedef struct fp8t_injector fp8t_injector;
+fp8t_injector *fp8t_injector_create(const char *spec, char *err, size_t errlen);
+void fp8t_injector_destroy(fp8t_injector *inj);
+void fp8t_injector_begin_step(fp8t_injector *inj, int step);
+void fp8t_injector_observe(fp8t_injector *inj, fp8t_model *m, const fp8t_tensor_site *site,
+                           float *x);
+/* After the step's backward, before fp8t_model_end_step: amax faults edit the FP8 state. */
+void fp8t_injector_before_scale_update(fp8t_injector *inj, fp8t_model *m, int step);
+
+/* ---- detectors on a metric series ---- */
+typedef struct {
+    int window;       /* samples in the robust window (median / MAD) */
+    double z;         /* robust z-score threshold */
+} fp8t_spike_cfg;
+typedef struct {
+    int is_spike;
+    double zscore;        /* (x - median) / (1.4826 MAD) */
+    double median;
+} fp8t_spike_verdict;
+/* Judge sample x against the previous `n` samples hist[0..n-1] (oldest first). */
+fp8t_spike_verdict fp8t_spike_check(const fp8t_spike_cfg *cfg, const double *hist, int n,
+                                    double x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
