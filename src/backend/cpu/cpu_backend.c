@@ -1,0 +1,136 @@
+/* CPU backend — memory, scratch buffers, the op table, create/destroy.
+ * "Device" memory is host memory: 64-byte aligned (whole cache lines, aligned SIMD loads) and
+ * zeroed, like the CUDA backend's cudaMalloc + memset. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+void *cpu_alloc_or_die(size_t bytes, const char *file, int line) {
+    /* aligned_alloc wants a nonzero size that is a multiple of the alignment */
+    size_t padded = bytes == 0 ? 64 : (bytes + 63) & ~(size_t)63;
+    void *p = padded >= bytes ? aligned_alloc(64, padded) : NULL; /* padded < bytes: overflow */
+    if (!p) {
+        fprintf(stderr, "fp8train: out of memory allocating %zu bytes (%s:%d)\n", bytes, file,
+                line);
+        exit(1);
+    }
+    memset(p, 0, padded);
+    return p;
+}
+
+void *cpu_scratch(fp8t_backend *b, int slot, size_t bytes) {
+    cpu_state *s = cpu_of(b);
+    if (s->scratch_bytes[slot] < bytes) {
+        free(s->scratch[slot]);
+        /* grow geometrically so a sequence of slightly larger requests does not thrash */
+        size_t want = bytes + bytes / 4;
+        s->scratch[slot] = CPU_ZALLOC(want);
+        s->scratch_bytes[slot] = want;
+    }
+    return s->scratch[slot];
+}
+
+/* ---- memory ops ---- */
+
+static void *cpu_malloc(fp8t_backend *b, size_t bytes) {
+    (void)b;
+    return CPU_ZALLOC(bytes);
+}
+
+static void cpu_free(fp8t_backend *b, void *p) {
+    (void)b;
+    free(p);
+}
+
+static void cpu_to_device(fp8t_backend *b, void *dst, const void *src_host, size_t bytes) {
+    (void)b;
+    if (bytes) memmove(dst, src_host, bytes);
+}
+
+static void cpu_to_host(fp8t_backend *b, void *dst_host, const void *src, size_t bytes) {
+    (void)b;
+    if (bytes) memmove(dst_host, src, bytes);
+}
+
+static void cpu_copy(fp8t_backend *b, void *dst, const void *src, size_t bytes) {
+    (void)b;
+    if (bytes) memmove(dst, src, bytes);
+}
+
+static void cpu_zero(fp8t_backend *b, void *dst, size_t bytes) {
+    (void)b;
+    if (bytes) memset(dst, 0, bytes);
+}
+
+static void cpu_synchronize(fp8t_backend *b) { (void)b; /* every op is synchronous */ }
+
+static void cpu_destroy(fp8t_backend *b) {
+    if (!b) return;
+    cpu_state *s = cpu_of(b);
+    if (s) {
+        for (int i = 0; i < CPU_SCRATCH_COUNT; i++) free(s->scratch[i]);
+        free(s);
+    }
+    free(b);
+}
+
+static const fp8t_backend_ops cpu_ops = {
+    .malloc = cpu_malloc,
+    .free = cpu_free,
+    .to_device = cpu_to_device,
+    .to_host = cpu_to_host,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .synchronize = cpu_synchronize,
+    .destroy = cpu_destroy,
+    .gemm_f32 = cpu_gemm_f32,
+    .gemm_bf16 = cpu_gemm_bf16,
+    .gemm_fp8 = cpu_gemm_fp8,
+    .amax = cpu_amax,
+    .quantize = cpu_quantize,
+    .compute_scale = cpu_compute_scale,
+    .fake_quantize = cpu_fake_quantize,
+    .block_fake_quantize = cpu_block_fake_quantize,
+    .mxfp8_fake_quantize = cpu_mxfp8_fake_quantize,
+    .bf16_round = cpu_bf16_round,
+    .delayed_update = cpu_delayed_update,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .bias_add = cpu_bias_add,
+    .bias_backward = cpu_bias_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .softmax_xent = cpu_softmax_xent,
+    .add = cpu_add,
+    .accumulate = cpu_accumulate,
+    .scale = cpu_scale,
+    .sumsq = cpu_sumsq,
+    .sum = cpu_sum,
+    .adamw = cpu_adamw,
+};
+
+fp8t_backend *fp8t_cpu_backend_create(char *err, size_t errlen) {
+    (void)err;
+    (void)errlen; /* the CPU backend cannot fail short of OOM, which exits with a message */
+    fp8t_backend *b = CPU_ZALLOC(sizeof(fp8t_backend));
+    cpu_state *s = CPU_ZALLOC(sizeof(cpu_state));
+    for (int code = 0; code < 256; code++) {
+        s->fp8_table[FP8_E4M3][code] = fp8_decode((uint8_t)code, FP8_E4M3);
+        s->fp8_table[FP8_E5M2][code] = fp8_decode((uint8_t)code, FP8_E5M2);
+    }
+    b->ops = &cpu_ops;
+    b->name = "cpu";
+    b->fp8_wants_transpose = 0;
+    b->impl = s;
+    return b;
+}

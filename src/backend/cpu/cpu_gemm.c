@@ -1,0 +1,90 @@
+/* CPU backend — GEMMs through OpenBLAS (FP32 accumulation in every precision).
+ * BF16: both operands are rounded to BF16 into backend scratch, then multiplied in FP32, which
+ * is what a BF16 tensor-core GEMM with FP32 accumulation computes up to summation order.
+ * FP8: the codes are decoded exactly to float, multiplied in FP32, and the product scaled by
+ * scale_inv_A * scale_inv_B (the alpha of the GEMM, as cuBLASLt applies it). */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+/* C[M,N] = alpha * op(A)·op(B) + (acc ? C : 0) */
+static void sgemm_rowmajor(float *C, const float *A, const float *B, int M, int N, int K,
+                           int transA, int transB, int acc, float alpha) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) { /* empty sum: the product is zero */
+        if (!acc)
+            for (size_t i = 0; i < (size_t)M * N; i++) C[i] = 0.0f;
+        return;
+    }
+    int lda = transA ? M : K; /* A stored [K,M] or [M,K] */
+    int ldb = transB ? K : N; /* B stored [N,K] or [K,N] */
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb,
+                acc ? 1.0f : 0.0f, C, N);
+}
+
+void cpu_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N, int K,
+                  int transA, int transB, int acc) {
+    (void)b;
+    sgemm_rowmajor(C, A, B, M, N, K, transA, transB, acc, 1.0f);
+}
+
+void cpu_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
+                   int K, int transA, int transB, int acc) {
+    if (M <= 0 || N <= 0) return;
+    size_t na = (size_t)M * K, nb = (size_t)K * N;
+    float *a16 = cpu_scratch(b, CPU_SCRATCH_GEMM_A, (na ? na : 1) * sizeof(float)); /* op(A) */
+    float *b16 = cpu_scratch(b, CPU_SCRATCH_GEMM_B, (nb ? nb : 1) * sizeof(float)); /* op(B) */
+    bf16_round(a16, A, na);
+    bf16_round(b16, B, nb);
+    sgemm_rowmajor(C, a16, b16, M, N, K, transA, transB, acc, 1.0f);
+}
+
+/* Decode an FP8 operand into float scratch. op(X) is want_rows x want_cols; X->rows/cols is
+ * the stored layout (its transpose when trans). Returns the transpose flag that goes with the
+ * decoded buffer: when only data_t ([cols, rows] of the stored layout) is present it is
+ * decoded instead, with the flag flipped. */
+static int decode_operand(float *out, const fp8t_fp8_operand *op, int trans, const float *table,
+                          const char *name, int want_rows, int want_cols) {
+    int need_rows = trans ? want_cols : want_rows, need_cols = trans ? want_rows : want_cols;
+    if (op->rows != need_rows || op->cols != need_cols) {
+        fprintf(stderr,
+                "fp8train: gemm_fp8: operand %s is stored %dx%d but the GEMM (trans%s=%d) needs "
+                "%dx%d (%s:%d)\n",
+                name, op->rows, op->cols, name, trans, need_rows, need_cols, __FILE__, __LINE__);
+        exit(1);
+    }
+    const uint8_t *codes = op->data;
+    if (!codes) {
+        codes = op->data_t;
+        trans = !trans;
+    }
+    if (!codes) {
+        fprintf(stderr, "fp8train: gemm_fp8: operand %s has neither data nor data_t (%s:%d)\n",
+                name, __FILE__, __LINE__);
+        exit(1);
+    }
+    size_t n = (size_t)op->rows * op->cols;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) out[i] = table[codes[i]];
+    return trans;
+}
+
+void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
+                  const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
+                  int acc, int fast_accum, float *amax_out) {
+    (void)fast_accum; /* CPU accumulation is always full FP32 */
+    if (M <= 0 || N <= 0) return;
+    cpu_state *s = cpu_of(b);
+    size_t na = (size_t)M * K, nb = (size_t)K * N;
+    float *af = cpu_scratch(b, CPU_SCRATCH_GEMM_A, (na ? na : 1) * sizeof(float));
+    float *bf = cpu_scratch(b, CPU_SCRATCH_GEMM_B, (nb ? nb : 1) * sizeof(float));
+    int ta = decode_operand(af, A, transA, s->fp8_table[A->fmt == FP8_E5M2], "A", M, K);
+    int tb = decode_operand(bf, B, transB, s->fp8_table[B->fmt == FP8_E5M2], "B", K, N);
+    float alpha = (*A->scale_inv) * (*B->scale_inv);
+    sgemm_rowmajor(C, af, bf, M, N, K, ta, tb, acc, alpha);
+    if (amax_out) cpu_amax(b, amax_out, C, (size_t)M * N);
+}

@@ -1,0 +1,251 @@
+/* CPU backend — embedding, bias, activations, fused softmax + cross-entropy, elementwise ops,
+ * deterministic reductions and AdamW. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+/* Elementwise loops go parallel only when the work pays for the thread wake-up. */
+#define PAR_MIN 32768
+
+/* Columns per work item of the column-parallel (row-order) reductions. */
+enum { COL_BLOCK = 64 };
+
+/* Elements per chunk of sum/sumsq: fixed, so the summation tree depends on n only. */
+enum { SUM_CHUNK = 16384 };
+
+/* ---- embedding ---- */
+
+void cpu_embedding_forward(fp8t_backend *b, float *out, const int *tokens, const float *wte,
+                           const float *wpe, int B, int T, int C) {
+    (void)b;
+    int N = B * T;
+#pragma omp parallel for schedule(static) if ((long)N * C > PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const float *we = wte + (size_t)tokens[i] * C;           /* [C] */
+        const float *pe = wpe ? wpe + (size_t)(i % T) * C : NULL; /* [C] */
+        float *o = out + (size_t)i * C;                           /* [C] */
+        for (int c = 0; c < C; c++) o[c] = we[c] + (pe ? pe[c] : 0.0f);
+    }
+}
+
+void cpu_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const float *dout,
+                            const int *tokens, int B, int T, int C) {
+    (void)b;
+    int N = B * T;
+    int nblocks = (C + COL_BLOCK - 1) / COL_BLOCK;
+    /* Parallel over column blocks; within a block the positions are added in order, so a
+     * token that appears several times accumulates in the same order on every run. */
+#pragma omp parallel for schedule(static) if ((long)N * C > PAR_MIN)
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * COL_BLOCK, c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
+        for (int i = 0; i < N; i++) {
+            const float *d = dout + (size_t)i * C;              /* [C] */
+            float *dw = dwte + (size_t)tokens[i] * C;           /* [C] */
+            float *dp = dwpe ? dwpe + (size_t)(i % T) * C : NULL; /* [C] */
+            for (int c = c0; c < c1; c++) dw[c] += d[c];
+            if (dp)
+                for (int c = c0; c < c1; c++) dp[c] += d[c];
+        }
+    }
+}
+
+/* ---- bias ---- */
+
+void cpu_column_sums(float *colsum, const float *x, int rows, int cols, int ld) {
+    int nblocks = (cols + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(static) if ((long)rows * cols > PAR_MIN)
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * COL_BLOCK, nc = cols - c0 < COL_BLOCK ? cols - c0 : COL_BLOCK;
+        double acc[COL_BLOCK] = {0};
+        for (int r = 0; r < rows; r++) {
+            const float *xr = x + (size_t)r * ld + c0;
+            for (int j = 0; j < nc; j++) acc[j] += xr[j];
+        }
+        for (int j = 0; j < nc; j++) colsum[c0 + j] += (float)acc[j];
+    }
+}
+
+void cpu_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC) {
+    (void)b;
+#pragma omp parallel for schedule(static) if ((long)N * OC > PAR_MIN)
+    for (int r = 0; r < N; r++) {
+        float *o = out + (size_t)r * OC; /* [OC] */
+        for (int c = 0; c < OC; c++) o[c] += bias[c];
+    }
+}
+
+void cpu_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC) {
+    (void)b;
+    cpu_column_sums(dbias, dout, N, OC, OC);
+}
+
+/* ---- activations ---- */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+void cpu_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n) {
+    (void)b;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        float u = GELU_K * (v + GELU_C * v * v * v);
+        out[i] = 0.5f * v * (1.0f + tanhf(u));
+    }
+}
+
+void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,
+                       size_t n) {
+    (void)b;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i], d = dout[i]; /* read both before writing: dx may alias dout */
+        float u = GELU_K * (v + GELU_C * v * v * v);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th; /* = 1/cosh^2(u), without cosh overflow */
+        float grad = 0.5f * (1.0f + th) + 0.5f * v * sech2 * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+        dx[i] = grad * d;
+    }
+}
+
+static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void cpu_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const float *up,
+                        size_t n) {
+    (void)b;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g * sigmoidf(g) * up[i];
+    }
+}
+
+void cpu_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,
+                         const float *gate, const float *up, size_t n) {
+    (void)b;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i], u = up[i], d = dout[i]; /* all reads before the writes */
+        float s = sigmoidf(g);
+        float silu = g * s;
+        float dsilu = s * (1.0f + g * (1.0f - s)); /* d/dg of g*sigmoid(g) */
+        dgate[i] = d * u * dsilu;
+        dup[i] = d * silu;
+    }
+}
+
+/* ---- fused softmax + cross-entropy ---- */
+
+void cpu_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
+                      const int *targets, int N, int V, float dloss) {
+    (void)b;
+    for (int r = 0; r < N; r++)
+        if (targets[r] >= V) {
+            fprintf(stderr,
+                    "fp8train: softmax_xent: target %d at row %d is outside the vocabulary "
+                    "(V = %d); check the data's token ids against the model's vocab_size "
+                    "(%s:%d)\n",
+                    targets[r], r, V, __FILE__, __LINE__);
+            exit(1);
+        }
+#pragma omp parallel for schedule(static) if ((long)N * V > PAR_MIN)
+    for (int r = 0; r < N; r++) {
+        const float *lr = logits + (size_t)r * V;         /* [V] */
+        float *dr = dlogits ? dlogits + (size_t)r * V : NULL; /* [V], may alias lr */
+        int tgt = targets[r];
+        if (tgt < 0) { /* ignored position: no loss, no gradient */
+            if (losses) losses[r] = 0.0f;
+            if (dr)
+                for (int v = 0; v < V; v++) dr[v] = 0.0f;
+            continue;
+        }
+        float mx = -INFINITY;
+        for (int v = 0; v < V; v++) mx = lr[v] > mx ? lr[v] : mx;
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) sum += expf(lr[v] - mx);
+        double log_sum = log(sum);
+        if (losses) losses[r] = (float)(log_sum - ((double)lr[tgt] - mx));
+        if (dr) {
+            float inv_sum = (float)(1.0 / sum);
+            for (int v = 0; v < V; v++) {
+                float p = expf(lr[v] - mx) * inv_sum;
+                dr[v] = (p - (v == tgt ? 1.0f : 0.0f)) * dloss;
+            }
+        }
+    }
+}
+
+/* ---- elementwise ---- */
+
+void cpu_add(fp8t_backend *b, float *out, const float *a, const float *c, size_t n) {
+    (void)b;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + c[i];
+}
+
+void cpu_accumulate(fp8t_backend *b, float *out, const float *x, size_t n) {
+    (void)b;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] += x[i];
+}
+
+void cpu_scale(fp8t_backend *b, float *out, float s, size_t n) {
+    (void)b;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] *= s;
+}
+
+/* ---- deterministic reductions: chunk partials in double, combined in chunk order ---- */
+
+static double chunked_sum(const float *x, size_t n, int squares) {
+    if (n == 0) return 0.0;
+    size_t nchunks = (n + SUM_CHUNK - 1) / SUM_CHUNK;
+    double stack_partials[64];
+    double *partials = nchunks <= 64 ? stack_partials : CPU_ZALLOC(nchunks * sizeof(double));
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t i0 = k * SUM_CHUNK, i1 = i0 + SUM_CHUNK < n ? i0 + SUM_CHUNK : n;
+        double s = 0.0;
+        if (squares)
+            for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        else
+            for (size_t i = i0; i < i1; i++) s += x[i];
+        partials[k] = s;
+    }
+    double total = 0.0;
+    for (size_t k = 0; k < nchunks; k++) total += partials[k];
+    if (partials != stack_partials) free(partials);
+    return total;
+}
+
+void cpu_sumsq(fp8t_backend *b, float *out, const float *x, size_t n) {
+    (void)b;
+    *out += (float)chunked_sum(x, n, 1);
+}
+
+void cpu_sum(fp8t_backend *b, float *out, const float *x, size_t n) {
+    (void)b;
+    *out += (float)chunked_sum(x, n, 0);
+}
+
+/* ---- optimizer ---- */
+
+void cpu_adamw(fp8t_backend *b, float *params, float *m, float *v, const float *grads, size_t n,
+               float lr, float beta1, float beta2, float eps, float wd, int t,
+               float grad_scale) {
+    (void)b;
+    float bc1 = 1.0f - powf(beta1, (float)t); /* bias corrections */
+    float bc2 = 1.0f - powf(beta2, (float)t);
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        float mhat = mi / bc1, vhat = vi / bc2;
+        m[i] = mi;
+        v[i] = vi;
+        params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * params[i]);
+    }
+}

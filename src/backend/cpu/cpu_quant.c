@@ -1,0 +1,112 @@
+/* CPU backend — quantization ops. The numerics themselves (encoders, scaling formulas, block
+ * and MXFP8 layouts) live in src/numerics; these ops only arrange the passes over memory. */
+#include <math.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "fp8train/fp8.h"
+#include "fp8train/recipe.h"
+
+/* max |x|; NaN (canonical) if any element is NaN; 0 for n == 0. Order-independent, so any
+ * thread split gives the same bits. */
+float cpu_amax_of(const float *x, size_t n) {
+    float m = 0.0f;
+    int has_nan = 0;
+#pragma omp parallel for schedule(static) reduction(max : m) reduction(| : has_nan) \
+    if (n > 65536)
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a != a) has_nan = 1;
+        else if (a > m) m = a;
+    }
+    return has_nan ? NAN : m;
+}
+
+void cpu_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n) {
+    (void)b;
+    *amax_out = cpu_amax_merge(*amax_out, cpu_amax_of(x, n));
+}
+
+/* Fused cast (+ transpose) (+ amax): one pass over x in 32x32 tiles, so both the row-major
+ * codes and the transposed codes are written in cache-line sized runs. */
+enum { QTILE = 32 };
+
+void cpu_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                  const float *x, int rows, int cols, fp8_format fmt, const float *scale) {
+    (void)b;
+    const float s = *scale;
+    const int row_tiles = (rows + QTILE - 1) / QTILE;
+    float m = 0.0f;
+    int has_nan = 0;
+#pragma omp parallel for schedule(static) reduction(max : m) reduction(| : has_nan) \
+    if ((long)rows * cols > 65536)
+    for (int rt = 0; rt < row_tiles; rt++) {
+        uint8_t tile[QTILE][QTILE]; /* [col in tile][row in tile] */
+        int r0 = rt * QTILE, r1 = r0 + QTILE < rows ? r0 + QTILE : rows;
+        for (int c0 = 0; c0 < cols; c0 += QTILE) {
+            int c1 = c0 + QTILE < cols ? c0 + QTILE : cols;
+            for (int r = r0; r < r1; r++) {
+                const float *xr = x + (size_t)r * cols;
+                for (int c = c0; c < c1; c++) {
+                    float a = fabsf(xr[c]);
+                    if (a != a) has_nan = 1;
+                    else if (a > m) m = a;
+                    uint8_t q = fp8_encode(xr[c] * s, fmt, 1);
+                    if (codes) codes[(size_t)r * cols + c] = q;
+                    tile[c - c0][r - r0] = q;
+                }
+            }
+            if (codes_t)
+                for (int c = c0; c < c1; c++) {
+                    uint8_t *dst = codes_t + (size_t)c * rows + r0;
+                    for (int r = r0; r < r1; r++) dst[r - r0] = tile[c - c0][r - r0];
+                }
+        }
+    }
+    if (amax_out) *amax_out = cpu_amax_merge(*amax_out, has_nan ? NAN : m);
+}
+
+void cpu_compute_scale(fp8t_backend *b, float *scale, float *scale_inv, const float *amax,
+                       float fmt_max, float epsilon, int pow2) {
+    (void)b;
+    float s = fp8t_current_scale(*amax, fmt_max, epsilon, pow2);
+    *scale = s;
+    *scale_inv = 1.0f / s;
+}
+
+void cpu_fake_quantize(fp8t_backend *b, float *out, const float *x, size_t n, fp8_format fmt,
+                       const float *scale) {
+    (void)b;
+    fp8_fake_quantize(out, x, n, *scale, fmt);
+}
+
+void cpu_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows, int cols,
+                             int tile_r, int tile_c, fp8_format fmt) {
+    if (rows <= 0 || cols <= 0) return;
+    size_t nblocks = (size_t)((rows + tile_r - 1) / tile_r) * ((cols + tile_c - 1) / tile_c);
+    uint8_t *codes = cpu_scratch(b, CPU_SCRATCH_CODES, (size_t)rows * cols); /* [rows, cols] */
+    float *scales = cpu_scratch(b, CPU_SCRATCH_SCALES, nblocks * sizeof(float)); /* [blocks] */
+    fp8t_block_quantize(codes, scales, x, rows, cols, tile_r, tile_c, fmt);
+    fp8t_block_dequantize(out, codes, scales, rows, cols, tile_r, tile_c, fmt);
+}
+
+void cpu_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    size_t nscales = (size_t)rows * ((cols + 31) / 32);
+    uint8_t *codes = cpu_scratch(b, CPU_SCRATCH_CODES, (size_t)rows * cols); /* [rows, cols] */
+    uint8_t *e8m0 = cpu_scratch(b, CPU_SCRATCH_SCALES, nscales); /* [rows, ceil(cols/32)] */
+    fp8t_mxfp8_quantize(codes, e8m0, x, rows, cols);
+    fp8t_mxfp8_dequantize(out, codes, e8m0, rows, cols);
+}
+
+void cpu_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n) {
+    (void)b;
+    bf16_round(out, x, n);
+}
+
+void cpu_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
+                        int margin) {
+    (void)b;
+    fp8t_recipe_state st;
+    fp8t_recipe_state_view(&st, state, n, len);
+    fp8t_delayed_update(&st, algo, margin);
+}
