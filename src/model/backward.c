@@ -1,0 +1,118 @@
+/* The backward pass, the forward's mirror image. Gradients of parameters ACCUMULATE (+=) so
+ * micro-batches add up; activation gradients live in one layer's worth of scratch:
+ *   dres [N, C]  gradient of the residual stream, carried from block to block
+ *   dc1, dc2 [N, C], dqkv [N, 3C], dh1..dh3 [N, H]  gradients inside one block */
+#include <math.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
+    const fp8t_backend_ops *ops = m->ops;
+    fp8t_backend *be = m->be;
+    const fp8t_model_config *c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, C = c->n_embd, H = c->mlp_hidden;
+    const int NH = c->n_head, HS = C / NH, lin0 = l * fp8t_model_modules_per_layer(c);
+    const size_t NC = (size_t)N * C, NH_ = (size_t)N * H;
+    const layer_tensors *p = &m->p.layer[l], *g = &m->g.layer[l];
+    activations *a = &m->a;
+    float *ln1 = a->ln1 + l * NC;
+    float *ln1_mean = a->ln1_mean + (size_t)l * N, *ln1_rstd = a->ln1_rstd + (size_t)l * N;
+    float *qkv = a->qkv + l * 3 * NC;
+    float *atty = a->atty + l * NC;
+    float *lse = a->lse + (size_t)l * N * NH;
+    float *res2 = a->res2 + l * NC;
+    float *ln2 = a->ln2 + l * NC;
+    float *ln2_mean = a->ln2_mean + (size_t)l * N, *ln2_rstd = a->ln2_rstd + (size_t)l * N;
+    float *fch = a->fch + l * NH_;
+    float *fch_gelu = a->fch_act + l * NH_;
+
+    /* MLP: dres holds d(res3) = d(fc2 output) */
+    linear_backward(m, lin0 + 3, a->dh1, g->fc2_w, g->fc2_b, a->dres, fch_gelu, p->fc2_w, N, H,
+                    C);
+    ops->gelu_backward(be, a->dh2, fch, a->dh1, NH_);
+    linear_backward(m, lin0 + 2, a->dc1, g->fc1_w, g->fc1_b, a->dh2, ln2, p->fc1_w, N, C, H);
+    /* dres becomes d(res2): the skip path plus the norm's contribution */
+    ops->layernorm_backward(be, a->dres, g->ln2_w, g->ln2_b, a->dc1, res2, p->ln2_w, ln2_mean,
+                            ln2_rstd, N, C);
+    /* attention */
+    linear_backward(m, lin0 + 1, a->dc1, g->proj_w, g->proj_b, a->dres, atty, p->proj_w, N, C,
+                    C);
+    ops->attention_backward(be, a->dqkv, a->dc1, qkv, atty, lse, B, T, NH, HS, 0.0f);
+    linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, g->qkv_b, a->dqkv, ln1, p->qkv_w, N, C,
+                    3 * C);
+    ops->layernorm_backward(be, a->dres, g->ln1_w, g->ln1_b, a->dc1, res_in, p->ln1_w, ln1_mean,
+                            ln1_rstd, N, C);
+}
+
+static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
+    const fp8t_backend_ops *ops = m->ops;
+    fp8t_backend *be = m->be;
+    const fp8t_model_config *c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, C = c->n_embd, H = c->mlp_hidden;
+    const int NH = c->n_head, HS = C / NH, lin0 = l * fp8t_model_modules_per_layer(c);
+    const size_t NC = (size_t)N * C, NH_ = (size_t)N * H;
+    const layer_tensors *p = &m->p.layer[l], *g = &m->g.layer[l];
+    activations *a = &m->a;
+    float *ln1 = a->ln1 + l * NC;
+    float *ln1_rstd = a->ln1_rstd + (size_t)l * N;
+    float *qkv = a->qkv + l * 3 * NC;
+    float *atty = a->atty + l * NC;
+    float *lse = a->lse + (size_t)l * N * NH;
+    float *res2 = a->res2 + l * NC;
+    float *ln2 = a->ln2 + l * NC;
+    float *ln2_rstd = a->ln2_rstd + (size_t)l * N;
+    float *gate = a->fch + l * NH_;
+    float *up = a->up + l * NH_;
+    float *act = a->fch_act + l * NH_;
+
+    /* SwiGLU MLP: dres holds d(res3) = d(down output) */
+    linear_backward(m, lin0 + 4, a->dh1, g->down_w, NULL, a->dres, act, p->down_w, N, H, C);
+    ops->swiglu_backward(be, a->dh2, a->dh3, a->dh1, gate, up, NH_);
+    linear_backward(m, lin0 + 2, a->dc1, g->gate_w, NULL, a->dh2, ln2, p->gate_w, N, C, H);
+    linear_backward(m, lin0 + 3, a->dc2, g->up_w, NULL, a->dh3, ln2, p->up_w, N, C, H);
+    ops->add(be, a->dc1, a->dc1, a->dc2, NC); /* ln2 feeds both gate and up */
+    ops->rmsnorm_backward(be, a->dres, g->ln2_w, a->dc1, res2, p->ln2_w, ln2_rstd, N, C);
+    /* attention with RoPE */
+    linear_backward(m, lin0 + 1, a->dc1, g->proj_w, NULL, a->dres, atty, p->proj_w, N, C, C);
+    ops->attention_backward(be, a->dqkv, a->dc1, qkv, atty, lse, B, T, NH, HS, c->rope_theta);
+    linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, NULL, a->dqkv, ln1, p->qkv_w, N, C, 3 * C);
+    ops->rmsnorm_backward(be, a->dres, g->ln1_w, a->dc1, res_in, p->ln1_w, ln1_rstd, N, C);
+}
+
+void fp8t_model_backward(fp8t_model *m, float dloss) {
+    const fp8t_backend_ops *ops = m->ops;
+    fp8t_backend *be = m->be;
+    const fp8t_model_config *c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, C = c->n_embd, V = c->vocab_size;
+    const size_t NC = (size_t)N * C;
+    activations *a = &m->a;
+    if (!m->have_targets) {
+        fprintf(stderr, "fp8t_model_backward: the last forward had no targets (or failed); "
+                        "call fp8t_model_forward with targets before each backward\n");
+        return;
+    }
+    m->have_targets = 0; /* the logits are overwritten by their gradient below */
+
+    /* loss = mean over the valid targets, so each position's gradient is dloss / count */
+    float d = m->n_valid_targets > 0 ? dloss / (float)m->n_valid_targets : 0.0f;
+    ops->softmax_xent(be, a->losses, a->logits, a->logits, m->targets, N, V, d);
+    /* tied head: dlnf = dlogits·wte, dwte += dlogitsᵀ·lnf */
+    linear_backward(m, m->n_lin - 1, a->dc1, m->g.wte, NULL, a->logits, a->lnf, m->p.wte, N, C,
+                    V);
+    ops->zero(be, a->dres, NC * sizeof(float));
+    const float *res = model_final_residual(m);
+    if (c->arch == FP8T_ARCH_GPT2)
+        ops->layernorm_backward(be, a->dres, m->g.lnf_w, m->g.lnf_b, a->dc1, res, m->p.lnf_w,
+                                a->lnf_mean, a->lnf_rstd, N, C);
+    else
+        ops->rmsnorm_backward(be, a->dres, m->g.lnf_w, a->dc1, res, m->p.lnf_w, a->lnf_rstd, N,
+                              C);
+    for (int l = c->n_layer - 1; l >= 0; l--) {
+        const float *res_in = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * NC;
+        if (c->arch == FP8T_ARCH_GPT2) gpt2_block_backward(m, l, res_in);
+        else llama_block_backward(m, l, res_in);
+    }
+    ops->embedding_backward(be, m->g.wte, c->arch == FP8T_ARCH_GPT2 ? m->g.wpe : NULL, a->dres,
+                            m->tokens, B, T, C);
+}

@@ -1,0 +1,154 @@
+/* The forward pass, llm.c style: embedding, L blocks, final norm, tied LM head, loss.
+ *
+ * GPT-2 block:  ln1 = LN(x); qkv = ln1·Wqkvᵀ+b; atty = attn(qkv); x2 = x + atty·Wprojᵀ+b;
+ *               ln2 = LN(x2); fch = ln2·Wfc1ᵀ+b; x3 = x2 + gelu(fch)·Wfc2ᵀ+b
+ * Llama block:  ln1 = RMS(x); qkv = ln1·Wqkvᵀ; atty = attn_rope(qkv); x2 = x + atty·Wprojᵀ;
+ *               ln2 = RMS(x2); x3 = x2 + (silu(ln2·Wgateᵀ) * ln2·Wupᵀ)·Wdownᵀ
+ * Every matrix product is a linear layer (linear.c), so the precision policy, the amax
+ * tracking and the debug hooks see all of them, the head included. */
+#include <math.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+static void gpt2_block_forward(fp8t_model *m, int l, const float *res_in) {
+    const fp8t_backend_ops *ops = m->ops;
+    fp8t_backend *be = m->be;
+    const fp8t_model_config *c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, C = c->n_embd, H = c->mlp_hidden;
+    const int NH = c->n_head, HS = C / NH, lin0 = l * fp8t_model_modules_per_layer(c);
+    const size_t NC = (size_t)N * C, NH_ = (size_t)N * H;
+    const layer_tensors *p = &m->p.layer[l];
+    activations *a = &m->a;
+    float *ln1 = a->ln1 + l * NC;             /* [N, C] */
+    float *ln1_mean = a->ln1_mean + (size_t)l * N, *ln1_rstd = a->ln1_rstd + (size_t)l * N;
+    float *qkv = a->qkv + l * 3 * NC;         /* [N, 3C] */
+    float *atty = a->atty + l * NC;           /* [N, C] */
+    float *lse = a->lse + (size_t)l * N * NH; /* [B, NH, T] */
+    float *res2 = a->res2 + l * NC;           /* [N, C] */
+    float *ln2 = a->ln2 + l * NC;             /* [N, C] */
+    float *ln2_mean = a->ln2_mean + (size_t)l * N, *ln2_rstd = a->ln2_rstd + (size_t)l * N;
+    float *fch = a->fch + l * NH_;            /* [N, H] */
+    float *fch_gelu = a->fch_act + l * NH_;   /* [N, H] */
+    float *res3 = a->res3 + l * NC;           /* [N, C] */
+
+    ops->layernorm_forward(be, ln1, ln1_mean, ln1_rstd, res_in, p->ln1_w, p->ln1_b, N, C,
+                           c->norm_eps);
+    linear_forward(m, lin0 + 0, qkv, ln1, p->qkv_w, p->qkv_b, N, C, 3 * C);
+    ops->attention_forward(be, atty, lse, qkv, B, T, NH, HS, 0.0f);
+    linear_forward(m, lin0 + 1, a->out_c, atty, p->proj_w, p->proj_b, N, C, C);
+    ops->add(be, res2, res_in, a->out_c, NC);
+    ops->layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2, p->ln2_w, p->ln2_b, N, C,
+                           c->norm_eps);
+    linear_forward(m, lin0 + 2, fch, ln2, p->fc1_w, p->fc1_b, N, C, H);
+    ops->gelu_forward(be, fch_gelu, fch, NH_);
+    linear_forward(m, lin0 + 3, a->out_c, fch_gelu, p->fc2_w, p->fc2_b, N, H, C);
+    ops->add(be, res3, res2, a->out_c, NC);
+}
+
+static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
+    const fp8t_backend_ops *ops = m->ops;
+    fp8t_backend *be = m->be;
+    const fp8t_model_config *c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, C = c->n_embd, H = c->mlp_hidden;
+    const int NH = c->n_head, HS = C / NH, lin0 = l * fp8t_model_modules_per_layer(c);
+    const size_t NC = (size_t)N * C, NH_ = (size_t)N * H;
+    const layer_tensors *p = &m->p.layer[l];
+    activations *a = &m->a;
+    float *ln1 = a->ln1 + l * NC;             /* [N, C] */
+    float *ln1_rstd = a->ln1_rstd + (size_t)l * N;
+    float *qkv = a->qkv + l * 3 * NC;         /* [N, 3C] */
+    float *atty = a->atty + l * NC;           /* [N, C] */
+    float *lse = a->lse + (size_t)l * N * NH; /* [B, NH, T] */
+    float *res2 = a->res2 + l * NC;           /* [N, C] */
+    float *ln2 = a->ln2 + l * NC;             /* [N, C] */
+    float *ln2_rstd = a->ln2_rstd + (size_t)l * N;
+    float *gate = a->fch + l * NH_;           /* [N, H] */
+    float *up = a->up + l * NH_;              /* [N, H] */
+    float *act = a->fch_act + l * NH_;        /* [N, H] silu(gate) * up */
+    float *res3 = a->res3 + l * NC;           /* [N, C] */
+
+    ops->rmsnorm_forward(be, ln1, ln1_rstd, res_in, p->ln1_w, N, C, c->norm_eps);
+    linear_forward(m, lin0 + 0, qkv, ln1, p->qkv_w, NULL, N, C, 3 * C);
+    ops->attention_forward(be, atty, lse, qkv, B, T, NH, HS, c->rope_theta);
+    linear_forward(m, lin0 + 1, a->out_c, atty, p->proj_w, NULL, N, C, C);
+    ops->add(be, res2, res_in, a->out_c, NC);
+    ops->rmsnorm_forward(be, ln2, ln2_rstd, res2, p->ln2_w, N, C, c->norm_eps);
+    linear_forward(m, lin0 + 2, gate, ln2, p->gate_w, NULL, N, C, H);
+    linear_forward(m, lin0 + 3, up, ln2, p->up_w, NULL, N, C, H);
+    ops->swiglu_forward(be, act, gate, up, NH_);
+    linear_forward(m, lin0 + 4, a->out_c, act, p->down_w, NULL, N, H, C);
+    ops->add(be, res3, res2, a->out_c, NC);
+}
+
+/* Tokens must index the vocabulary; targets too, or be negative (ignored). */
+static int check_inputs(const fp8t_model *m, const int *tokens, const int *targets) {
+    const int N = m->B * m->T, V = m->cfg.vocab_size;
+    if (!tokens) {
+        fprintf(stderr, "fp8t_model_forward: tokens is NULL\n");
+        return -1;
+    }
+    for (int i = 0; i < N; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V) {
+            fprintf(stderr,
+                    "fp8t_model_forward: token %d at position %d is outside the vocabulary "
+                    "[0, %d); check the data's tokenizer against the model's vocab_size\n",
+                    tokens[i], i, V);
+            return -1;
+        }
+        if (targets && targets[i] >= V) {
+            fprintf(stderr,
+                    "fp8t_model_forward: target %d at position %d is outside the vocabulary "
+                    "[0, %d) (negative targets are ignored)\n",
+                    targets[i], i, V);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+const float *model_final_residual(const fp8t_model *m) {
+    const size_t NC = (size_t)m->B * m->T * m->cfg.n_embd;
+    return m->cfg.n_layer > 0 ? m->a.res3 + (size_t)(m->cfg.n_layer - 1) * NC : m->a.encoded;
+}
+
+float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
+    const fp8t_backend_ops *ops = m->ops;
+    fp8t_backend *be = m->be;
+    const fp8t_model_config *c = &m->cfg;
+    const int B = m->B, T = m->T, N = B * T, C = c->n_embd, V = c->vocab_size;
+    const size_t NC = (size_t)N * C;
+    activations *a = &m->a;
+    m->have_targets = 0;
+    if (check_inputs(m, tokens, targets) != 0) return NAN;
+
+    ops->to_device(be, m->tokens, tokens, (size_t)N * sizeof(int));
+    ops->embedding_forward(be, a->encoded, m->tokens, m->p.wte,
+                           c->arch == FP8T_ARCH_GPT2 ? m->p.wpe : NULL, B, T, C);
+    for (int l = 0; l < c->n_layer; l++) {
+        const float *res_in = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * NC;
+        if (c->arch == FP8T_ARCH_GPT2) gpt2_block_forward(m, l, res_in);
+        else llama_block_forward(m, l, res_in);
+    }
+    const float *res = model_final_residual(m);
+    if (c->arch == FP8T_ARCH_GPT2)
+        ops->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->p.lnf_w,
+                               m->p.lnf_b, N, C, c->norm_eps);
+    else
+        ops->rmsnorm_forward(be, a->lnf, a->lnf_rstd, res, m->p.lnf_w, N, C, c->norm_eps);
+    /* tied head: logits[N, V] = lnf[N, C] · wteᵀ */
+    linear_forward(m, m->n_lin - 1, a->logits, a->lnf, m->p.wte, NULL, N, C, V);
+    if (!targets) return 0.0f;
+
+    int count = 0;
+    for (int i = 0; i < N; i++) count += targets[i] >= 0;
+    ops->to_device(be, m->targets, targets, (size_t)N * sizeof(int));
+    ops->softmax_xent(be, a->losses, NULL, a->logits, m->targets, N, V, 0.0f);
+    ops->zero(be, m->scalars, sizeof(float));
+    ops->sum(be, m->scalars, a->losses, (size_t)N);
+    float loss_sum = 0.0f;
+    ops->to_host(be, &loss_sum, m->scalars, sizeof(float));
+    m->have_targets = 1;
+    m->n_valid_targets = count;
+    return count > 0 ? loss_sum / (float)count : 0.0f;
+}

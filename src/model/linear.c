@@ -1,0 +1,252 @@
+/* The linear layer: Y = X·Wᵀ (+ bias) with its three GEMMs, each in the precision the policy
+ * resolved for it.
+ *
+ *   Fprop  Y  = X ·Wᵀ    X [N, IN], W [OUT, IN]  -> Y  [N, OUT]   K = IN
+ *   Dgrad  dX = dY·W     dY [N, OUT], W [OUT, IN] -> dX [N, IN]   K = OUT
+ *   Wgrad  dW += dYᵀ·X   dY [N, OUT], X [N, IN]   -> dW [OUT, IN]  K = N
+ *
+ * Precisions (the operands stay FP32 tensors; what changes is what the GEMM sees):
+ *   fp32     gemm_f32 on the FP32 operands
+ *   bf16     gemm_bf16 (operands rounded to BF16, FP32 accumulation)
+ *   delayed  FP8 codes with the recipe state's scale (from earlier steps' amaxes), gemm_fp8
+ *   current  FP8 codes with a scale from this tensor's own amax, gemm_fp8
+ *   fake     current-scaled quantize-dequantize of each operand, then gemm_bf16
+ *   block    1x128 tiles along K for X/dY, 128x128 blocks for W (DeepSeek-V3), dequantized,
+ *            gemm_f32 — an emulation: no hardware block-scaled GEMM is called
+ *   mxfp8    32-element row blocks with E8M0 scales, dequantized, gemm_f32 — an emulation;
+ *            the blocks run along the stored rows of each operand, which is the reduction
+ *            dimension for Fprop only
+ *
+ * In every precision the amax of X and W (forward) and dY (backward) is recorded into slot 0
+ * of the recipe state's history, so a run can switch to delayed FP8 at any step.
+ * The weight is quantized once per optimizer step (delayed and current): its codes are cached
+ * until fp8t_model_end_step, and reused by every micro-batch and by the Dgrad.
+ */
+#include <string.h>
+
+#include "model/model_internal.h"
+
+/* One operand of one GEMM, as stored. */
+typedef struct {
+    float *x;          /* device [rows, cols] */
+    int rows, cols;
+    int role;          /* FP8T_ROLE_X / _W / _DY */
+    int record;        /* record amax(x) into history slot 0 during this GEMM */
+    int tile_r, tile_c;/* block-scaling tile: along K for activations, 128x128 for weights */
+    int pos;           /* 0: GEMM operand A, 1: operand B (selects the scratch buffers) */
+} operand;
+
+/* What a GEMM consumes after preparation: FP32 values or FP8 codes. */
+typedef struct {
+    const float *f;
+    fp8t_fp8_operand q;
+} prepared;
+
+static int fp8_index(int lin, int role) { return lin * 3 + role; }
+
+static void call_hook(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_tensor_kind kind, float *x,
+                      int rows, int cols) {
+    if (!m->hook) return;
+    fp8t_tensor_site s;
+    memset(&s, 0, sizeof(s));
+    s.layer = model_lin_layer(m, lin);
+    s.module = model_lin_module(m, lin);
+    s.lin = lin;
+    s.gemm = g;
+    s.kind = kind;
+    s.precision = m->prec[lin][g];
+    int role = -1;
+    switch (kind) {
+    case FP8T_T_INPUT: role = FP8T_ROLE_X; break;
+    case FP8T_T_WEIGHT: role = FP8T_ROLE_W; break;
+    case FP8T_T_GRAD_OUTPUT: role = FP8T_ROLE_DY; break;
+    default: break;
+    }
+    s.fp8_index = role >= 0 ? fp8_index(lin, role) : -1;
+    /* results: the output continues as an activation (E4M3), dX and dW as gradients */
+    s.fmt = model_fp8_format(m, role >= 0 ? role : (kind == FP8T_T_OUTPUT ? FP8T_ROLE_X
+                                                                           : FP8T_ROLE_DY));
+    s.rows = rows;
+    s.cols = cols;
+    m->hook(m->hook_ctx, m, &s, x);
+}
+
+/* amax -> scale -> scale_inv of tensor t from x, into the current-scaling scratch arrays. */
+static void current_scale(fp8t_model *m, int t, const float *x, size_t n, fp8_format fmt) {
+    const fp8t_backend_ops *ops = m->ops;
+    ops->zero(m->be, m->cur_amax + t, sizeof(float));
+    ops->amax(m->be, m->cur_amax + t, x, n);
+    ops->compute_scale(m->be, m->cur_scale + t, m->cur_scale_inv + t, m->cur_amax + t,
+                       fp8_format_max(fmt), m->policy.epsilon, m->policy.pow2_scales);
+}
+
+/* The FP8 codes of a weight for delayed or current scaling, from the per-step cache. */
+static void weight_codes(fp8t_model *m, int lin, const operand *op, fp8t_precision prec,
+                         fp8t_fp8_operand *q) {
+    const fp8t_backend_ops *ops = m->ops;
+    const int t = fp8_index(lin, op->role);
+    const size_t n = (size_t)op->rows * (size_t)op->cols;
+    const fp8_format fmt = model_fp8_format(m, op->role);
+    const int slot = prec == FP8T_PREC_DELAYED ? WCACHE_DELAYED : WCACHE_CURRENT;
+    weight_cache *c = &m->wcache[lin][slot];
+    const float *scale = slot == WCACHE_DELAYED ? m->st.scale + t : m->cur_scale + t;
+    const float *scale_inv = slot == WCACHE_DELAYED ? m->st.scale_inv + t : m->cur_scale_inv + t;
+    if (!c->codes) { /* first use of this slot: allocate once, kept for the model's life */
+        c->codes = ops->malloc(m->be, n);
+        if (m->be->fp8_wants_transpose) c->codes_t = ops->malloc(m->be, n);
+    }
+    if (!c->valid) {
+        if (slot == WCACHE_CURRENT) current_scale(m, t, op->x, n, fmt);
+        ops->quantize(m->be, c->codes, c->codes_t, NULL, op->x, op->rows, op->cols, fmt, scale);
+        c->valid = 1;
+    }
+    q->data = c->codes;
+    q->data_t = c->codes_t;
+    q->scale_inv = scale_inv;
+    q->fmt = fmt;
+    q->rows = op->rows;
+    q->cols = op->cols;
+}
+
+/* Bring one operand into the form the GEMM of precision prec consumes, recording its amax. */
+static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision prec,
+                    prepared *out) {
+    const fp8t_backend_ops *ops = m->ops;
+    fp8t_backend *be = m->be;
+    const int t = fp8_index(lin, op->role);
+    const size_t n = (size_t)op->rows * (size_t)op->cols;
+    const fp8_format fmt = model_fp8_format(m, op->role);
+    float *hist0 = m->st.history + t; /* slot 0 of tensor t */
+    const int is_weight = op->role == FP8T_ROLE_W;
+    memset(out, 0, sizeof(*out));
+    out->f = op->x;
+
+    /* the weight's amax is recorded once per step, whatever the precision */
+    if (is_weight && op->record) ops->amax(be, hist0, op->x, n);
+    const int record_act = op->record && !is_weight;
+
+    switch (prec) {
+    case FP8T_PREC_DELAYED:
+    case FP8T_PREC_CURRENT:
+        if (is_weight) {
+            weight_codes(m, lin, op, prec, &out->q);
+            return;
+        }
+        {
+            uint8_t *codes = model_scratch(m, &m->codes[op->pos], n);
+            uint8_t *codes_t = be->fp8_wants_transpose
+                                   ? model_scratch(m, &m->codes_t[op->pos], n) : NULL;
+            if (prec == FP8T_PREC_DELAYED) {
+                /* one fused pass: codes with the state's scale, amax into the history */
+                ops->quantize(be, codes, codes_t, record_act ? hist0 : NULL, op->x, op->rows,
+                              op->cols, fmt, m->st.scale + t);
+                out->q.scale_inv = m->st.scale_inv + t;
+            } else {
+                current_scale(m, t, op->x, n, fmt);
+                ops->quantize(be, codes, codes_t, NULL, op->x, op->rows, op->cols, fmt,
+                              m->cur_scale + t);
+                if (record_act) ops->amax(be, hist0, m->cur_amax + t, 1);
+                out->q.scale_inv = m->cur_scale_inv + t;
+            }
+            out->q.data = codes;
+            out->q.data_t = codes_t;
+            out->q.fmt = fmt;
+            out->q.rows = op->rows;
+            out->q.cols = op->cols;
+        }
+        return;
+    case FP8T_PREC_FAKE: {
+        float *fq = model_scratch(m, &m->fq[op->pos], n * sizeof(float));
+        current_scale(m, t, op->x, n, fmt);
+        ops->fake_quantize(be, fq, op->x, n, fmt, m->cur_scale + t);
+        if (record_act) ops->amax(be, hist0, m->cur_amax + t, 1);
+        out->f = fq;
+        return;
+    }
+    case FP8T_PREC_BLOCK: {
+        float *fq = model_scratch(m, &m->fq[op->pos], n * sizeof(float));
+        if (record_act) ops->amax(be, hist0, op->x, n);
+        ops->block_fake_quantize(be, fq, op->x, op->rows, op->cols, op->tile_r, op->tile_c, fmt);
+        out->f = fq;
+        return;
+    }
+    case FP8T_PREC_MXFP8: {
+        float *fq = model_scratch(m, &m->fq[op->pos], n * sizeof(float));
+        if (record_act) ops->amax(be, hist0, op->x, n);
+        ops->mxfp8_fake_quantize(be, fq, op->x, op->rows, op->cols);
+        out->f = fq;
+        return;
+    }
+    case FP8T_PREC_BF16:
+    case FP8T_PREC_FP32:
+    default:
+        if (record_act) ops->amax(be, hist0, op->x, n);
+        return;
+    }
+}
+
+/* C[M,N] (= or +=) op(A)·op(B) in precision prec. */
+static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, float *C, const operand *a,
+                     const operand *b, int M, int N, int K, int transA, int transB, int acc) {
+    const fp8t_precision prec = m->prec[lin][g];
+    prepared pa, pb;
+    prepare(m, lin, a, prec, &pa);
+    prepare(m, lin, b, prec, &pb);
+    fp8t_backend *be = m->be;
+    switch (prec) {
+    case FP8T_PREC_DELAYED:
+    case FP8T_PREC_CURRENT: {
+        int fast = g == FP8T_GEMM_FPROP ? m->policy.fast_accum_fprop : m->policy.fast_accum_grad;
+        m->ops->gemm_fp8(be, C, &pa.q, &pb.q, M, N, K, transA, transB, acc, fast, NULL);
+        break;
+    }
+    case FP8T_PREC_FAKE:
+    case FP8T_PREC_BF16:
+        m->ops->gemm_bf16(be, C, pa.f, pb.f, M, N, K, transA, transB, acc);
+        break;
+    default: /* fp32, and block / mxfp8 whose operands are already quantize-dequantized */
+        m->ops->gemm_f32(be, C, pa.f, pb.f, M, N, K, transA, transB, acc);
+        break;
+    }
+}
+
+void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
+                    const float *bias, int N, int IN, int OUT) {
+    float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
+    call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN);
+    call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_WEIGHT, Wm, OUT, IN);
+    operand a = {X, N, IN, FP8T_ROLE_X, 1, 1, 128, 0};
+    operand b = {Wm, OUT, IN, FP8T_ROLE_W, !m->w_amax_done[lin], 128, 128, 1};
+    run_gemm(m, lin, FP8T_GEMM_FPROP, Y, &a, &b, N, OUT, IN, 0, 1, 0);
+    m->w_amax_done[lin] = 1;
+    call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_OUTPUT, Y, N, OUT);
+    if (bias) m->ops->bias_add(m->be, Y, bias, N, OUT);
+}
+
+void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
+                     float *X, const float *W, int N, int IN, int OUT) {
+    float *Wm = (float *)W;
+    /* Dgrad: dX[N,IN] = dY[N,OUT]·W[OUT,IN]; dY's amax is recorded here, once */
+    call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
+    call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, Wm, OUT, IN);
+    operand dy_d = {dY, N, OUT, FP8T_ROLE_DY, 1, 1, 128, 0};
+    operand w_d = {Wm, OUT, IN, FP8T_ROLE_W, 0, 128, 128, 1};
+    run_gemm(m, lin, FP8T_GEMM_DGRAD, dX, &dy_d, &w_d, N, IN, OUT, 0, 0, 0);
+    call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_DGRAD, dX, N, IN);
+
+    /* Wgrad: dW[OUT,IN] += dYᵀ·X, reduction over the N tokens (block tiles 128x1) */
+    call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
+    call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, X, N, IN);
+    operand dy_w = {dY, N, OUT, FP8T_ROLE_DY, 0, 128, 1, 0};
+    operand x_w = {X, N, IN, FP8T_ROLE_X, 0, 128, 1, 1};
+    if (m->hook) {
+        /* the hook sees this micro-batch's dW alone, then it is accumulated */
+        float *tmp = model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float));
+        run_gemm(m, lin, FP8T_GEMM_WGRAD, tmp, &dy_w, &x_w, OUT, IN, N, 1, 0, 0);
+        call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, tmp, OUT, IN);
+        m->ops->accumulate(m->be, dW, tmp, (size_t)OUT * IN);
+    } else {
+        run_gemm(m, lin, FP8T_GEMM_WGRAD, dW, &dy_w, &x_w, OUT, IN, N, 1, 0, 1);
+    }
+    if (dbias) m->ops->bias_backward(m->be, dbias, dY, N, OUT);
+}

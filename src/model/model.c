@@ -1,0 +1,337 @@
+/* Model lifetime and bookkeeping: creation (every buffer carved from one allocation each for
+ * parameters, gradients, AdamW moments, activations), the precision table, the optimizer step
+ * and the end-of-step FP8 update. */
+#include <math.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+/* ---- small helpers shared by the model files ---- */
+
+void *model_scratch(fp8t_model *m, scratch_buf *s, size_t bytes) {
+    if (bytes > s->bytes) {
+        /* grows only while the first step meets ever larger operands (exact sizes, so a
+         * model whose head stays BF16 never pays for an FP8 copy of the [N, V] logits) */
+        if (s->p) m->ops->free(m->be, s->p);
+        s->p = m->ops->malloc(m->be, bytes);
+        s->bytes = bytes;
+    }
+    return s->p;
+}
+
+fp8_format model_fp8_format(const fp8t_model *m, int role) {
+    return (role == FP8T_ROLE_DY && m->policy.hybrid) ? FP8_E5M2 : FP8_E4M3;
+}
+
+int model_lin_layer(const fp8t_model *m, int lin) {
+    int mpl = fp8t_model_modules_per_layer(&m->cfg);
+    return lin >= m->cfg.n_layer * mpl ? -1 : lin / mpl;
+}
+
+fp8t_module model_lin_module(const fp8t_model *m, int lin) {
+    int mpl = fp8t_model_modules_per_layer(&m->cfg);
+    if (lin >= m->cfg.n_layer * mpl) return FP8T_MOD_HEAD;
+    return fp8t_model_module_of_slot(&m->cfg, lin % mpl);
+}
+
+void model_invalidate_weight_caches(fp8t_model *m) {
+    for (int l = 0; l < m->n_lin; l++) {
+        for (int s = 0; s < WCACHE_SLOTS; s++) m->wcache[l][s].valid = 0;
+        m->w_amax_done[l] = 0;
+    }
+}
+
+static void resolve_precisions(fp8t_model *m) {
+    for (int lin = 0; lin < m->n_lin; lin++)
+        for (int g = 0; g < FP8T_GEMM_COUNT; g++)
+            m->prec[lin][g] = fp8t_policy_resolve(&m->policy, m->cfg.n_layer,
+                                                  model_lin_layer(m, lin),
+                                                  model_lin_module(m, lin), (fp8t_gemm_kind)g);
+}
+
+/* Views of one layer's tensors inside a buffer laid out by the parameter table. */
+static void bind_tensors(fp8t_model *m, model_tensors *t, float *base) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        const fp8t_param_info *p = &m->info[i];
+        float *x = base + p->offset;
+        if (p->layer < 0) {
+            if (!strcmp(p->name, "wte")) t->wte = x;
+            else if (!strcmp(p->name, "wpe")) t->wpe = x;
+            else if (!strcmp(p->name, "lnf.w")) t->lnf_w = x;
+            else if (!strcmp(p->name, "lnf.b")) t->lnf_b = x;
+            continue;
+        }
+        layer_tensors *lt = &t->layer[p->layer];
+        const char *n = strchr(p->name + 2, '.') + 1; /* skip "h.<l>." */
+        struct { const char *name; float **slot; } map[] = {
+            {"ln1.w", &lt->ln1_w},   {"ln1.b", &lt->ln1_b},   {"qkv.w", &lt->qkv_w},
+            {"qkv.b", &lt->qkv_b},   {"proj.w", &lt->proj_w}, {"proj.b", &lt->proj_b},
+            {"ln2.w", &lt->ln2_w},   {"ln2.b", &lt->ln2_b},   {"fc1.w", &lt->fc1_w},
+            {"fc1.b", &lt->fc1_b},   {"fc2.w", &lt->fc2_w},   {"fc2.b", &lt->fc2_b},
+            {"gate.w", &lt->gate_w}, {"up.w", &lt->up_w},     {"down.w", &lt->down_w},
+        };
+        for (size_t k = 0; k < sizeof(map) / sizeof(map[0]); k++)
+            if (!strcmp(n, map[k].name)) *map[k].slot = x;
+    }
+}
+
+/* Carve the activation buffers; with base NULL only counts. Returns floats needed. */
+static size_t carve_activations(activations *a, float *base, const fp8t_model_config *c, int B,
+                                int T) {
+    const size_t N = (size_t)B * T, C = c->n_embd, H = c->mlp_hidden, V = c->vocab_size,
+                 L = c->n_layer, NH = c->n_head;
+    const int gpt2 = c->arch == FP8T_ARCH_GPT2, llama = !gpt2;
+    size_t off = 0;
+#define CARVE(field, count)                                                                   \
+    do {                                                                                      \
+        size_t n_ = (count);                                                                  \
+        a->field = (base && n_) ? base + off : NULL;                                          \
+        off += n_;                                                                            \
+    } while (0)
+    CARVE(encoded, N * C);
+    CARVE(ln1, L * N * C);
+    CARVE(ln1_mean, gpt2 ? L * N : 0);
+    CARVE(ln1_rstd, L * N);
+    CARVE(qkv, L * N * 3 * C);
+    CARVE(atty, L * N * C);
+    CARVE(lse, L * N * NH);
+    CARVE(res2, L * N * C);
+    CARVE(ln2, L * N * C);
+    CARVE(ln2_mean, gpt2 ? L * N : 0);
+    CARVE(ln2_rstd, L * N);
+    CARVE(fch, L * N * H);
+    CARVE(fch_act, L * N * H);
+    CARVE(up, llama ? L * N * H : 0);
+    CARVE(res3, L * N * C);
+    CARVE(lnf, N * C);
+    CARVE(lnf_mean, gpt2 ? N : 0);
+    CARVE(lnf_rstd, N);
+    CARVE(logits, N * V);
+    CARVE(losses, N);
+    CARVE(out_c, N * C);
+    CARVE(dres, N * C);
+    CARVE(dc1, N * C);
+    CARVE(dc2, llama ? N * C : 0);
+    CARVE(dqkv, N * 3 * C);
+    CARVE(dh1, N * H);
+    CARVE(dh2, N * H);
+    CARVE(dh3, llama ? N * H : 0);
+#undef CARVE
+    return off;
+}
+
+static int set_err(char *err, size_t errlen, const char *msg) {
+    if (err && errlen) snprintf(err, errlen, "%s", msg);
+    return -1;
+}
+
+fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
+                              const fp8t_policy *policy, int B, int T, char *err,
+                              size_t errlen) {
+    char buf[256];
+    if (!be) { set_err(err, errlen, "fp8t_model_create: no backend"); return NULL; }
+    if (fp8t_model_config_check(cfg, buf, sizeof(buf)) != 0) {
+        set_err(err, errlen, buf);
+        return NULL;
+    }
+    if (B <= 0 || T <= 0 || T > cfg->seq_len) {
+        snprintf(buf, sizeof(buf),
+                 "batch shape B=%d T=%d is invalid: need B >= 1 and 1 <= T <= seq_len (%d)", B, T,
+                 cfg->seq_len);
+        set_err(err, errlen, buf);
+        return NULL;
+    }
+    if ((size_t)B * (size_t)T > (size_t)(1 << 24)) {
+        snprintf(buf, sizeof(buf), "batch B*T = %zu tokens is too large (max %d)",
+                 (size_t)B * T, 1 << 24);
+        set_err(err, errlen, buf);
+        return NULL;
+    }
+    fp8t_model *m = calloc(1, sizeof(*m));
+    MODEL_CHECK(m, "out of host memory");
+    m->be = be;
+    m->ops = be->ops;
+    m->cfg = *cfg;
+    if (policy) m->policy = *policy;
+    else fp8t_policy_default(&m->policy);
+    if (m->policy.history_len < 1) m->policy.history_len = 1;
+    m->B = B;
+    m->T = T;
+    const fp8t_backend_ops *ops = m->ops;
+
+    /* parameters, gradients, moments: one allocation each */
+    m->n_tensors = fp8t_model_param_table(cfg, NULL, &m->num_params);
+    m->info = calloc((size_t)m->n_tensors, sizeof(fp8t_param_info));
+    MODEL_CHECK(m->info, "out of host memory");
+    fp8t_model_param_table(cfg, m->info, NULL);
+    const size_t pbytes = m->num_params * sizeof(float);
+    m->params = ops->malloc(be, pbytes);
+    m->grads = ops->malloc(be, pbytes);
+    m->adam_m = ops->malloc(be, pbytes);
+    m->adam_v = ops->malloc(be, pbytes);
+    m->p.layer = calloc((size_t)cfg->n_layer, sizeof(layer_tensors));
+    m->g.layer = calloc((size_t)cfg->n_layer, sizeof(layer_tensors));
+    MODEL_CHECK(m->p.layer && m->g.layer, "out of host memory");
+    bind_tensors(m, &m->p, m->params);
+    bind_tensors(m, &m->g, m->grads);
+
+    /* activations: one allocation */
+    size_t act_floats = carve_activations(&m->a, NULL, cfg, B, T);
+    m->act_memory = ops->malloc(be, act_floats * sizeof(float));
+    carve_activations(&m->a, m->act_memory, cfg, B, T);
+    const size_t N = (size_t)B * T;
+    m->tokens = ops->malloc(be, 2 * N * sizeof(int));
+    m->targets = m->tokens + N;
+    m->scalars = ops->malloc(be, 4 * sizeof(float));
+
+    /* FP8 state: reset on the host, then copied to the device */
+    m->n_lin = fp8t_model_num_linears(cfg);
+    m->n_fp8 = 3 * m->n_lin;
+    m->hist_len = m->policy.history_len;
+    size_t st_floats = fp8t_recipe_state_floats(m->n_fp8, m->hist_len);
+    float *host_state = malloc(st_floats * sizeof(float));
+    fp8_format *fmts = malloc((size_t)m->n_fp8 * sizeof(fp8_format));
+    MODEL_CHECK(host_state && fmts, "out of host memory");
+    for (int t = 0; t < m->n_fp8; t++) fmts[t] = model_fp8_format(m, t % 3);
+    fp8t_recipe_state hst;
+    fp8t_recipe_state_view(&hst, host_state, m->n_fp8, m->hist_len);
+    fp8t_recipe_state_reset(&hst, fmts);
+    m->fp8_state = ops->malloc(be, st_floats * sizeof(float));
+    ops->to_device(be, m->fp8_state, host_state, st_floats * sizeof(float));
+    fp8t_recipe_state_view(&m->st, m->fp8_state, m->n_fp8, m->hist_len);
+    free(host_state);
+    free(fmts);
+    m->cur = ops->malloc(be, 3 * (size_t)m->n_fp8 * sizeof(float));
+    m->cur_amax = m->cur;
+    m->cur_scale = m->cur + m->n_fp8;
+    m->cur_scale_inv = m->cur + 2 * m->n_fp8;
+
+    m->prec = calloc((size_t)m->n_lin, sizeof(*m->prec));
+    m->wcache = calloc((size_t)m->n_lin, sizeof(*m->wcache));
+    m->w_amax_done = calloc((size_t)m->n_lin, sizeof(int));
+    MODEL_CHECK(m->prec && m->wcache && m->w_amax_done, "out of host memory");
+    resolve_precisions(m);
+    return m;
+}
+
+void fp8t_model_destroy(fp8t_model *m) {
+    if (!m) return;
+    const fp8t_backend_ops *ops = m->ops;
+    fp8t_backend *be = m->be;
+    ops->free(be, m->params);
+    ops->free(be, m->grads);
+    ops->free(be, m->adam_m);
+    ops->free(be, m->adam_v);
+    ops->free(be, m->act_memory);
+    ops->free(be, m->tokens);
+    ops->free(be, m->scalars);
+    ops->free(be, m->fp8_state);
+    ops->free(be, m->cur);
+    for (int l = 0; l < m->n_lin; l++)
+        for (int s = 0; s < WCACHE_SLOTS; s++) {
+            if (m->wcache[l][s].codes) ops->free(be, m->wcache[l][s].codes);
+            if (m->wcache[l][s].codes_t) ops->free(be, m->wcache[l][s].codes_t);
+        }
+    scratch_buf *bufs[] = {&m->codes[0], &m->codes[1], &m->codes_t[0], &m->codes_t[1],
+                           &m->fq[0],    &m->fq[1],    &m->wgrad_tmp};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        if (bufs[i]->p) ops->free(be, bufs[i]->p);
+    free(m->prec);
+    free(m->wcache);
+    free(m->w_amax_done);
+    free(m->p.layer);
+    free(m->g.layer);
+    free(m->info);
+    free(m);
+}
+
+const fp8t_model_config *fp8t_model_get_config(const fp8t_model *m) { return &m->cfg; }
+fp8t_backend *fp8t_model_backend(fp8t_model *m) { return m->be; }
+const fp8t_policy *fp8t_model_get_policy(const fp8t_model *m) { return &m->policy; }
+
+void fp8t_model_set_policy(fp8t_model *m, const fp8t_policy *policy) {
+    fp8t_policy old = m->policy;
+    m->policy = *policy;
+    m->policy.history_len = m->hist_len; /* the state's history length is fixed at create */
+    resolve_precisions(m);
+    /* current-scaled weight codes depend on epsilon / pow2 */
+    if (old.epsilon != m->policy.epsilon || old.pow2_scales != m->policy.pow2_scales)
+        for (int l = 0; l < m->n_lin; l++) m->wcache[l][WCACHE_CURRENT].valid = 0;
+    if (old.hybrid != m->policy.hybrid) {
+        /* dY changes format: switch its fmt_max and carry its scale over to the new range, so
+         * the next step quantizes with the same relative headroom */
+        size_t n = fp8t_recipe_state_floats(m->n_fp8, m->hist_len);
+        float *h = malloc(n * sizeof(float));
+        MODEL_CHECK(h, "out of host memory");
+        m->ops->to_host(m->be, h, m->fp8_state, n * sizeof(float));
+        fp8t_recipe_state hs;
+        fp8t_recipe_state_view(&hs, h, m->n_fp8, m->hist_len);
+        float new_max = fp8_format_max(model_fp8_format(m, FP8T_ROLE_DY));
+        for (int t = FP8T_ROLE_DY; t < m->n_fp8; t += 3) {
+            float ratio = new_max / hs.fmt_max[t];
+            hs.fmt_max[t] = new_max;
+            hs.scale[t] *= ratio;
+            hs.scale_inv[t] = 1.0f / hs.scale[t];
+        }
+        m->ops->to_device(m->be, m->fp8_state, h, n * sizeof(float));
+        free(h);
+    }
+}
+
+fp8t_precision fp8t_model_gemm_precision(const fp8t_model *m, int lin, fp8t_gemm_kind g) {
+    if (lin < 0 || lin >= m->n_lin || g < 0 || g >= FP8T_GEMM_COUNT) return FP8T_PREC_FP32;
+    return m->prec[lin][g];
+}
+
+size_t fp8t_model_num_params(const fp8t_model *m) { return m->num_params; }
+float *fp8t_model_params(fp8t_model *m) { return m->params; }
+float *fp8t_model_grads(fp8t_model *m) { return m->grads; }
+float *fp8t_model_adam_m(fp8t_model *m) { return m->adam_m; }
+float *fp8t_model_adam_v(fp8t_model *m) { return m->adam_v; }
+const float *fp8t_model_logits(fp8t_model *m) { return m->a.logits; }
+const float *fp8t_model_losses(fp8t_model *m) { return m->a.losses; }
+
+void fp8t_model_zero_grad(fp8t_model *m) {
+    m->ops->zero(m->be, m->grads, m->num_params * sizeof(float));
+}
+
+float fp8t_model_grad_norm(fp8t_model *m) {
+    float sumsq = 0.0f;
+    m->ops->zero(m->be, m->scalars + 1, sizeof(float));
+    m->ops->sumsq(m->be, m->scalars + 1, m->grads, m->num_params);
+    m->ops->to_host(m->be, &sumsq, m->scalars + 1, sizeof(float));
+    return sqrtf(sumsq);
+}
+
+void fp8t_model_adamw(fp8t_model *m, float lr, float beta1, float beta2, float eps,
+                      float weight_decay, int t, float grad_clip, float grad_norm) {
+    float grad_scale = 1.0f;
+    if (grad_clip > 0.0f && grad_norm > grad_clip) grad_scale = grad_clip / grad_norm;
+    /* one call per contiguous run of tensors with the same decay flag */
+    int i = 0;
+    while (i < m->n_tensors) {
+        int j = i;
+        while (j + 1 < m->n_tensors && m->info[j + 1].decay == m->info[i].decay) j++;
+        size_t off = m->info[i].offset;
+        size_t n = m->info[j].offset + m->info[j].numel - off;
+        m->ops->adamw(m->be, m->params + off, m->adam_m + off, m->adam_v + off, m->grads + off,
+                      n, lr, beta1, beta2, eps, m->info[i].decay ? weight_decay : 0.0f, t,
+                      grad_scale);
+        i = j + 1;
+    }
+}
+
+void fp8t_model_end_step(fp8t_model *m) {
+    m->ops->delayed_update(m->be, m->fp8_state, m->n_fp8, m->hist_len, m->policy.algo,
+                           m->policy.margin);
+    model_invalidate_weight_caches(m);
+}
+
+float *fp8t_model_fp8_state(fp8t_model *m) { return m->fp8_state; }
+int fp8t_model_fp8_count(const fp8t_model *m) { return m->n_fp8; }
+int fp8t_model_fp8_history_len(const fp8t_model *m) { return m->hist_len; }
+
+void fp8t_model_set_hook(fp8t_model *m, fp8t_tensor_hook hook, void *ctx) {
+    m->hook = hook;
+    m->hook_ctx = ctx;
+}

@@ -1,0 +1,146 @@
+/* The model's private state, shared by the files of src/model/ (and the white-box tests). */
+#ifndef FP8TRAIN_MODEL_INTERNAL_H
+#define FP8TRAIN_MODEL_INTERNAL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fp8train/model.h"
+
+#define MODEL_CHECK(cond, ...)                                                                \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            fprintf(stderr, "fp8train model error (%s:%d): ", __FILE__, __LINE__);            \
+            fprintf(stderr, __VA_ARGS__);                                                     \
+            fprintf(stderr, "\n");                                                            \
+            abort();                                                                          \
+        }                                                                                     \
+    } while (0)
+
+/* Device pointers into the parameter (or gradient) buffer for one layer. Tensors an
+ * architecture does not have are NULL (GPT-2: no gate/up/down; Llama: no biases, no fc1/fc2). */
+typedef struct {
+    float *ln1_w, *ln1_b;     /* [C] */
+    float *qkv_w, *qkv_b;     /* [3C, C], [3C] */
+    float *proj_w, *proj_b;   /* [C, C], [C] */
+    float *ln2_w, *ln2_b;     /* [C] */
+    float *fc1_w, *fc1_b;     /* [H, C], [H] */
+    float *fc2_w, *fc2_b;     /* [C, H], [C] */
+    float *gate_w, *up_w;     /* [H, C] */
+    float *down_w;            /* [C, H] */
+} layer_tensors;
+
+typedef struct {
+    float *wte;               /* [V, C] (also the LM head, tied) */
+    float *wpe;               /* [maxT, C] (GPT-2 only) */
+    float *lnf_w, *lnf_b;     /* [C] */
+    layer_tensors *layer;     /* [L] (host array of device pointers) */
+} model_tensors;
+
+/* Activations of one micro-batch (N = B*T tokens), carved from one allocation. Per-layer
+ * buffers are [L, ...]; the backward scratch holds one layer's gradients at a time. */
+typedef struct {
+    float *encoded;    /* [N, C] embedding output = residual stream into layer 0 */
+    float *ln1;        /* [L, N, C] */
+    float *ln1_mean;   /* [L, N] (GPT-2) */
+    float *ln1_rstd;   /* [L, N] */
+    float *qkv;        /* [L, N, 3C] */
+    float *atty;       /* [L, N, C] attention output (proj input) */
+    float *lse;        /* [L, B, NH, T] softmax log-sum-exp saved for the backward */
+    float *res2;       /* [L, N, C] residual after attention */
+    float *ln2;        /* [L, N, C] */
+    float *ln2_mean;   /* [L, N] (GPT-2) */
+    float *ln2_rstd;   /* [L, N] */
+    float *fch;        /* [L, N, H] fc1 output, pre-GELU (GPT-2) / gate output (Llama) */
+    float *fch_act;    /* [L, N, H] GELU(fch) (GPT-2) / silu(gate)*up (Llama) */
+    float *up;         /* [L, N, H] up output (Llama) */
+    float *res3;       /* [L, N, C] residual after the MLP = input of layer l+1 */
+    float *lnf;        /* [N, C] */
+    float *lnf_mean;   /* [N] (GPT-2) */
+    float *lnf_rstd;   /* [N] */
+    float *logits;     /* [N, V]; holds dlogits after the backward */
+    float *losses;     /* [N] */
+    float *out_c;      /* [N, C] scratch: proj / fc2 / down output before the residual add */
+    /* backward scratch */
+    float *dres;       /* [N, C] gradient of the residual stream */
+    float *dc1;        /* [N, C] gradient of a norm output / attention output */
+    float *dc2;        /* [N, C] second Dgrad contribution (Llama up) */
+    float *dqkv;       /* [N, 3C] */
+    float *dh1;        /* [N, H] gradient of fch_act */
+    float *dh2;        /* [N, H] gradient of fch (gate) */
+    float *dh3;        /* [N, H] gradient of up (Llama) */
+} activations;
+
+/* One cached FP8 copy of a weight (codes made once per optimizer step). */
+typedef struct {
+    uint8_t *codes;   /* [out, in] */
+    uint8_t *codes_t; /* [in, out], only when the backend wants transposed copies */
+    int valid;
+} weight_cache;
+
+enum { WCACHE_DELAYED = 0, WCACHE_CURRENT = 1, WCACHE_SLOTS = 2 };
+
+/* A growable device scratch buffer. */
+typedef struct {
+    void *p;
+    size_t bytes;
+} scratch_buf;
+
+struct fp8t_model {
+    fp8t_backend *be;
+    const fp8t_backend_ops *ops;
+    fp8t_model_config cfg;
+    fp8t_policy policy;
+    int B, T;
+
+    /* parameters */
+    int n_tensors;
+    fp8t_param_info *info; /* [n_tensors] host */
+    size_t num_params;
+    float *params, *grads, *adam_m, *adam_v; /* device, [num_params] each */
+    model_tensors p, g;                      /* views into params and grads */
+
+    /* activations */
+    float *act_memory;
+    activations a;
+    int *tokens, *targets; /* device [N] each (one allocation) */
+    int have_targets;      /* the last forward had targets (backward allowed) */
+    int n_valid_targets;   /* non-ignored targets of the last forward */
+    float *scalars;        /* device [4]: loss sum, sumsq accumulator */
+
+    /* FP8 */
+    int n_lin, n_fp8, hist_len;
+    float *fp8_state;            /* device, fp8t_recipe_state layout over (n_fp8, hist_len) */
+    fp8t_recipe_state st;        /* views into fp8_state (device pointers) */
+    float *cur;                  /* device [3 * n_fp8]: current-scaling amax, scale, scale_inv */
+    float *cur_amax, *cur_scale, *cur_scale_inv; /* views into cur, [n_fp8] each */
+    fp8t_precision (*prec)[FP8T_GEMM_COUNT];     /* [n_lin][3] resolved precisions */
+    weight_cache (*wcache)[WCACHE_SLOTS];        /* [n_lin][2] */
+    int *w_amax_done;            /* [n_lin] host: W amax recorded this step */
+    scratch_buf codes[2], codes_t[2]; /* FP8 codes of the activation operands (A, B) */
+    scratch_buf fq[2];           /* fake/block/MX quantized copies of the operands (A, B) */
+    scratch_buf wgrad_tmp;       /* dW of one micro-batch, handed to the hook */
+
+    fp8t_tensor_hook hook;
+    void *hook_ctx;
+};
+
+/* model.c */
+void *model_scratch(fp8t_model *m, scratch_buf *s, size_t bytes);
+fp8_format model_fp8_format(const fp8t_model *m, int role);
+void model_invalidate_weight_caches(fp8t_model *m);
+int model_lin_layer(const fp8t_model *m, int lin);
+fp8t_module model_lin_module(const fp8t_model *m, int lin);
+
+/* forward.c: the residual stream after the last block, [N, C] */
+const float *model_final_residual(const fp8t_model *m);
+
+/* linear.c — one linear layer Y = X·Wᵀ (+ bias), X [N, IN], W [OUT, IN], Y [N, OUT].
+ * The forward records amax(X), amax(W); the backward records amax(dY) and writes dX
+ * (overwrite) and accumulates dW (+=) and dbias (+=, when non-NULL). */
+void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
+                    const float *bias, int N, int IN, int OUT);
+void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
+                     float *X, const float *W, int N, int IN, int OUT);
+
+#endif
