@@ -1,0 +1,69 @@
+/* fp8train — helpers shared by the file-format readers and writers in src/io (not a public
+ * API). Every writer streams into "<path>.tmp.<pid>" and renames it into place at the end, so
+ * a crash or a full disk never leaves a half-written file under the real name. */
+#ifndef FP8TRAIN_IO_INTERNAL_H
+#define FP8TRAIN_IO_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The formats are little endian; bulk data is copied with memcpy, so the host must be too. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "fp8train io: only little-endian hosts are supported"
+#endif
+
+/* snprintf into err (when err is non-NULL and errlen > 0). */
+void fp8t_io_errorf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* An output file being written under a temporary name. */
+typedef struct {
+    int fd;         /* -1 when closed */
+    char *path;     /* final name (malloc'd copy) */
+    char *tmp_path; /* "<path>.tmp.<pid>" (malloc'd) */
+} fp8t_atomic_file;
+
+/* Create path.tmp.<pid> for writing. On failure nothing is left behind. */
+int fp8t_atomic_open(fp8t_atomic_file *a, const char *path, char *err, size_t errlen);
+/* Write all of data; on failure the temporary file is removed (no commit/abort needed). */
+int fp8t_atomic_write(fp8t_atomic_file *a, const void *data, size_t len, char *err,
+                      size_t errlen);
+/* fsync, close, rename over path, fsync the directory. On failure the temp file is removed. */
+int fp8t_atomic_commit(fp8t_atomic_file *a, char *err, size_t errlen);
+/* Close and remove the temporary file (safe to call after a failed write or twice). */
+void fp8t_atomic_abort(fp8t_atomic_file *a);
+
+/* Read exactly len bytes from fd (retrying short reads and EINTR). Returns the number of
+ * bytes read: less than len only at end of file; -1 on an I/O error (errno set). */
+long long fp8t_read_full(int fd, void *buf, size_t len);
+
+/* Little-endian loads and stores that never make unaligned accesses. */
+static inline uint16_t fp8t_load_le16(const void *p) {
+    const uint8_t *b = (const uint8_t *)p;
+    return (uint16_t)(b[0] | (b[1] << 8));
+}
+static inline uint32_t fp8t_load_le32(const void *p) {
+    const uint8_t *b = (const uint8_t *)p;
+    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) |
+           ((uint32_t)b[3] << 24);
+}
+static inline uint64_t fp8t_load_le64(const void *p) {
+    const uint8_t *b = (const uint8_t *)p;
+    return (uint64_t)fp8t_load_le32(b) | ((uint64_t)fp8t_load_le32(b + 4) << 32);
+}
+static inline void fp8t_store_le16(void *p, uint16_t v) {
+    uint8_t *b = (uint8_t *)p;
+    b[0] = (uint8_t)v;
+    b[1] = (uint8_t)(v >> 8);
+}
+static inline void fp8t_store_le32(void *p, uint32_t v) {
+    uint8_t *b = (uint8_t *)p;
+    for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void fp8t_store_le64(void *p, uint64_t v) {
+    uint8_t *b = (uint8_t *)p;
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+
+#endif
