@@ -26,43 +26,30 @@ void cpu_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n) {
     *amax_out = cpu_amax_merge(*amax_out, cpu_amax_of(x, n));
 }
 
-/* Fused cast (+ transpose) (+ amax): one pass over x in 32x32 tiles, so both the row-major
- * codes and the transposed codes are written in cache-line sized runs. */
+/* Cast (+ amax) in one vectorized pass by the numerics library, then the transpose of the
+ * byte codes (a quarter of the traffic of x) in 32x32 tiles. */
 enum { QTILE = 32 };
 
 void cpu_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                   const float *x, int rows, int cols, fp8_format fmt, const float *scale) {
-    (void)b;
-    const float s = *scale;
+    if (rows <= 0 || cols <= 0) return;
+    size_t n = (size_t)rows * cols;
+    uint8_t *rm = codes ? codes : cpu_scratch(b, CPU_SCRATCH_CODES, n); /* [rows, cols] */
+    float amax = fp8_quantize_amax(rm, x, n, *scale, fmt, 1);
+    if (amax_out) *amax_out = cpu_amax_merge(*amax_out, amax);
+    if (!codes_t) return;
     const int row_tiles = (rows + QTILE - 1) / QTILE;
-    float m = 0.0f;
-    int has_nan = 0;
-#pragma omp parallel for schedule(static) reduction(max : m) reduction(| : has_nan) \
-    if ((long)rows * cols > 65536)
+#pragma omp parallel for schedule(static) if (n > 65536)
     for (int rt = 0; rt < row_tiles; rt++) {
-        uint8_t tile[QTILE][QTILE]; /* [col in tile][row in tile] */
         int r0 = rt * QTILE, r1 = r0 + QTILE < rows ? r0 + QTILE : rows;
         for (int c0 = 0; c0 < cols; c0 += QTILE) {
             int c1 = c0 + QTILE < cols ? c0 + QTILE : cols;
-            for (int r = r0; r < r1; r++) {
-                const float *xr = x + (size_t)r * cols;
-                for (int c = c0; c < c1; c++) {
-                    float a = fabsf(xr[c]);
-                    if (a != a) has_nan = 1;
-                    else if (a > m) m = a;
-                    uint8_t q = fp8_encode(xr[c] * s, fmt, 1);
-                    if (codes) codes[(size_t)r * cols + c] = q;
-                    tile[c - c0][r - r0] = q;
-                }
+            for (int c = c0; c < c1; c++) {
+                uint8_t *dst = codes_t + (size_t)c * rows; /* row c of [cols, rows] */
+                for (int r = r0; r < r1; r++) dst[r] = rm[(size_t)r * cols + c];
             }
-            if (codes_t)
-                for (int c = c0; c < c1; c++) {
-                    uint8_t *dst = codes_t + (size_t)c * rows + r0;
-                    for (int r = r0; r < r1; r++) dst[r - r0] = tile[c - c0][r - r0];
-                }
         }
     }
-    if (amax_out) *amax_out = cpu_amax_merge(*amax_out, has_nan ? NAN : m);
 }
 
 void cpu_compute_scale(fp8t_backend *b, float *scale, float *scale_inv, const float *amax,
