@@ -1,0 +1,827 @@
+/* compare: align two runs' losses by step, measure the gap, classify it (the seeds' problem
+ * classes), and rank the inspected tensors and dumped tensors that differ most. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "fp8train/compare.h"
+#include "fp8train/io.h"
+#include "fp8train/stats.h"
+
+#define SQNR_CAP_DB 200.0  /* exact images (1e300 dB) count as this in means */
+#define MAX_SPIKES 64
+#define MAX_DUMPS 4096
+#define TOP_SITES 10
+
+void fp8t_compare_cfg_default(fp8t_compare_cfg *cfg) {
+    cfg->threshold = 0.01;
+    cfg->window = 0;
+    cfg->spike_window = 50;
+    cfg->spike_z = 6.0;
+    cfg->recover_k = 3.0;
+    cfg->slow_recovery = 0;
+    cfg->cosine_flag = 0.99;
+}
+
+const char *fp8t_compare_class_name(fp8t_compare_class c) {
+    static const char *names[FP8T_CMP_COUNT] = {"match", "spike", "drift", "early-divergence",
+                                                "nan"};
+    return (c >= 0 && c < FP8T_CMP_COUNT) ? names[c] : "?";
+}
+
+static void add_note(fp8t_compare_result *r, const char *fmt, const char *a, const char *b) {
+    if (r->n_notes >= (int)(sizeof(r->notes) / sizeof(r->notes[0]))) return;
+    snprintf(r->notes[r->n_notes++], sizeof(r->notes[0]), fmt, a, b);
+}
+
+static int cmp_double(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return (a > b) - (a < b);
+}
+
+/* ---- loss alignment and gap statistics ---- */
+
+static int align_losses(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b) {
+    int cap = a->n_metrics < b->n_metrics ? a->n_metrics : b->n_metrics;
+    r->steps = malloc(sizeof(int) * (size_t)(cap + 1));
+    r->loss_a = malloc(sizeof(double) * (size_t)(cap + 1));
+    r->loss_b = malloc(sizeof(double) * (size_t)(cap + 1));
+    if (!r->steps || !r->loss_a || !r->loss_b) return -1;
+    int i = 0, j = 0, n = 0;
+    while (i < a->n_metrics && j < b->n_metrics) {
+        const fp8t_metric_row *x = &a->metrics[i], *y = &b->metrics[j];
+        if (!x->has_loss) { i++; continue; }
+        if (!y->has_loss) { j++; continue; }
+        if (x->step < y->step) { i++; continue; }
+        if (y->step < x->step) { j++; continue; }
+        r->steps[n] = x->step;
+        r->loss_a[n] = x->loss;
+        r->loss_b[n] = y->loss;
+        n++;
+        i++;
+        j++;
+    }
+    r->n = n;
+    return 0;
+}
+
+static void step_range(const fp8t_run *run, int *lo, int *hi) {
+    *lo = -1;
+    *hi = -1;
+    for (int i = 0; i < run->n_metrics; i++) {
+        if (!run->metrics[i].has_loss) continue;
+        if (*lo < 0) *lo = run->metrics[i].step;
+        *hi = run->metrics[i].step;
+    }
+}
+
+static void gap_stats(fp8t_compare_result *r) {
+    int n = r->n;
+    r->gap = malloc(sizeof(double) * (size_t)n);
+    r->gap_smooth = malloc(sizeof(double) * (size_t)n);
+    double sum = 0;
+    int cnt = 0;
+    r->max_gap_step = -1;
+    for (int i = 0; i < n; i++) {
+        double a = r->loss_a[i], b = r->loss_b[i];
+        r->gap[i] = (isfinite(a) && isfinite(b) && a != 0) ? (b - a) / fabs(a) : NAN;
+        if (!isfinite(r->gap[i])) continue;
+        double g = fabs(r->gap[i]);
+        sum += g;
+        cnt++;
+        if (g > r->max_abs_gap || r->max_gap_step < 0) {
+            r->max_abs_gap = g;
+            r->max_gap_step = r->steps[i];
+        }
+    }
+    r->mean_abs_gap = cnt ? sum / cnt : NAN;
+    fp8t_drift_detect(r->gap_smooth, r->loss_a, r->loss_b, n, r->window, r->threshold);
+    r->late_gap = n ? r->gap_smooth[n - 1] : NAN;
+    /* From which step the smoothed gap stays above the threshold to the end. */
+    r->drift_step = -1;
+    for (int i = n - 1; i >= 0 && fabs(r->gap_smooth[i]) > r->threshold; i--)
+        r->drift_step = r->steps[i];
+
+    /* early gap: median |gap| over the first 10% (at least 3 samples) */
+    int k = n / 10;
+    if (k < 3) k = n < 3 ? n : 3;
+    double *tmp = malloc(sizeof(double) * (size_t)(k > 0 ? k : 1));
+    int m = 0;
+    for (int i = 0; i < k; i++)
+        if (isfinite(r->gap[i])) tmp[m++] = fabs(r->gap[i]);
+    if (m) {
+        qsort(tmp, (size_t)m, sizeof(double), cmp_double);
+        r->early_gap = (m & 1) ? tmp[m / 2] : 0.5 * (tmp[m / 2 - 1] + tmp[m / 2]);
+    } else {
+        r->early_gap = NAN;
+    }
+    free(tmp);
+
+    /* trend: least-squares slope of |gap| against the step, over the second half */
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int c = 0;
+    for (int i = n / 2; i < n; i++) {
+        if (!isfinite(r->gap[i])) continue;
+        double x = r->steps[i], y = fabs(r->gap[i]);
+        sx += x; sy += y; sxx += x * x; sxy += x * y;
+        c++;
+    }
+    double den = c * sxx - sx * sx;
+    r->trend = (c >= 2 && den > 0) ? (c * sxy - sx * sy) / den : 0.0;
+}
+
+static void val_gap(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b) {
+    r->val_gap = NAN;
+    r->val_step = -1;
+    for (int i = a->n_metrics - 1; i >= 0; i--) {
+        const fp8t_metric_row *x = &a->metrics[i];
+        if (!isfinite(x->val_loss) || x->val_loss == 0) continue;
+        const fp8t_metric_row *y = fp8t_run_metric_at(b, x->step);
+        if (!y || !isfinite(y->val_loss)) continue;
+        r->val_gap = (y->val_loss - x->val_loss) / fabs(x->val_loss);
+        r->val_step = x->step;
+        return;
+    }
+}
+
+/* ---- NaN ---- */
+
+/* First step of run with a non-finite loss or a "nan" event; -1 if none. */
+static int first_nan(const fp8t_run *run, char *where, size_t len) {
+    int step = -1;
+    where[0] = 0;
+    for (int i = 0; i < run->n_metrics; i++)
+        if (run->metrics[i].has_loss && !isfinite(run->metrics[i].loss)) {
+            step = run->metrics[i].step;
+            snprintf(where, len, "non-finite loss");
+            break;
+        }
+    for (int i = 0; i < run->n_events; i++) {
+        const fp8t_event_row *e = &run->events[i];
+        if (strcmp(e->kind, "nan") != 0 && strcmp(e->kind, "inf") != 0) continue;
+        if (step < 0 || (e->step >= 0 && e->step <= step)) {
+            step = e->step;
+            snprintf(where, len, "%s", e->message[0] ? e->message : "NaN event");
+        }
+        break;
+    }
+    return step;
+}
+
+/* ---- spikes ---- */
+
+static void find_spikes(fp8t_compare_result *r, const fp8t_compare_cfg *cfg) {
+    int n = r->n;
+    int w = cfg->spike_window > 0 ? cfg->spike_window : 50;
+    if (w > n / 4) w = n / 4;
+    if (w < 5) w = 5;
+    fp8t_spike_cfg sc = {w, cfg->spike_z > 0 ? cfg->spike_z : 6.0};
+    fp8t_spike_event ev[2][MAX_SPIKES];
+    int ne[2];
+    const double *x[2] = {r->loss_a, r->loss_b};
+    for (int k = 0; k < 2; k++) {
+        ne[k] = fp8t_spike_scan(ev[k], MAX_SPIKES, x[k], n, &sc, r->threshold, cfg->recover_k);
+        if (ne[k] > MAX_SPIKES) ne[k] = MAX_SPIKES;
+    }
+    r->spikes = calloc((size_t)(ne[0] + ne[1] + 1), sizeof(fp8t_spike_report));
+    for (int k = 0; k < 2; k++)
+        for (int e = 0; e < ne[k]; e++) {
+            fp8t_spike_report *s = &r->spikes[r->n_spikes++];
+            const fp8t_spike_event *v = &ev[k][e];
+            s->step = r->steps[v->index];
+            s->run = k;
+            s->size_rel = v->size_rel;
+            s->zscore = v->zscore;
+            s->recovery_steps =
+                v->recovery < 0 ? -1 : r->steps[v->index + v->recovery] - r->steps[v->index];
+            s->slow = s->recovery_steps < 0 || s->recovery_steps > r->slow_recovery;
+            for (int o = 0; o < ne[1 - k]; o++)
+                if (abs(r->steps[ev[1 - k][o].index] - s->step) <= 2) s->in_other_run = 1;
+        }
+}
+
+/* ---- inspection statistics ---- */
+
+typedef struct {
+    int layer;
+    char module[8], gemm[8], tensor[16];
+    int n;
+    double cos, sqnr, under;
+} site_agg;
+
+static int key_cmp(int la, const char *ma, const char *ga, const char *ta, int lb,
+                   const char *mb, const char *gb, const char *tb) {
+    if (la != lb) return (la > lb) - (la < lb);
+    int c = strcmp(ma, mb);
+    if (c) return c;
+    if ((c = strcmp(ga, gb))) return c;
+    return strcmp(ta, tb);
+}
+
+static int cmp_site_key(const void *pa, const void *pb) {
+    const fp8t_stat_row *a = pa, *b = pb;
+    return key_cmp(a->layer, a->module, a->gemm, a->tensor, b->layer, b->module, b->gemm,
+                   b->tensor);
+}
+
+static int has_step(const int *steps, int n, int s) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (steps[mid] == s) return 1;
+        if (steps[mid] < s) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return 0;
+}
+
+static int cmp_int(const void *pa, const void *pb) {
+    int a = *(const int *)pa, b = *(const int *)pb;
+    return (a > b) - (a < b);
+}
+
+/* Sorted distinct steps of a run's stats rows. */
+static int *stat_steps(const fp8t_run *run, int *n) {
+    int *s = malloc(sizeof(int) * (size_t)(run->n_stats + 1));
+    for (int i = 0; i < run->n_stats; i++) s[i] = run->stats[i].step;
+    qsort(s, (size_t)run->n_stats, sizeof(int), cmp_int);
+    int m = 0;
+    for (int i = 0; i < run->n_stats; i++)
+        if (m == 0 || s[m - 1] != s[i]) s[m++] = s[i];
+    *n = m;
+    return s;
+}
+
+/* Mean cosine / SQNR / underflow per operand site over the steps in `steps` (NULL: all). */
+static site_agg *aggregate_sites(const fp8t_run *run, const int *steps, int n_steps, int *n_out) {
+    fp8t_stat_row *rows = malloc(sizeof(fp8t_stat_row) * (size_t)(run->n_stats + 1));
+    int m = 0;
+    for (int i = 0; i < run->n_stats; i++) {
+        const fp8t_stat_row *r = &run->stats[i];
+        if (!r->is_operand || r->micro != 0 || !isfinite(r->cosine)) continue;
+        if (steps && !has_step(steps, n_steps, r->step)) continue;
+        rows[m++] = *r;
+    }
+    qsort(rows, (size_t)m, sizeof(fp8t_stat_row), cmp_site_key);
+    site_agg *out = calloc((size_t)(m + 1), sizeof(site_agg));
+    int k = 0;
+    for (int i = 0; i < m; i++) {
+        if (k == 0 || cmp_site_key(&rows[i], &rows[i - 1]) != 0) {
+            site_agg *s = &out[k++];
+            s->layer = rows[i].layer;
+            memcpy(s->module, rows[i].module, sizeof(s->module));
+            memcpy(s->gemm, rows[i].gemm, sizeof(s->gemm));
+            memcpy(s->tensor, rows[i].tensor, sizeof(s->tensor));
+        }
+        site_agg *s = &out[k - 1];
+        double sq = rows[i].sqnr_db;
+        if (!(sq < SQNR_CAP_DB)) sq = SQNR_CAP_DB; /* exact (1e300) or NaN-free cap */
+        s->cos += rows[i].cosine;
+        s->sqnr += sq;
+        s->under += isfinite(rows[i].underflow_pct) ? rows[i].underflow_pct : 0;
+        s->n++;
+    }
+    for (int i = 0; i < k; i++) {
+        out[i].cos /= out[i].n;
+        out[i].sqnr /= out[i].n;
+        out[i].under /= out[i].n;
+    }
+    free(rows);
+    *n_out = k;
+    return out;
+}
+
+static int cmp_diff_score(const void *pa, const void *pb) {
+    const fp8t_site_diff *a = pa, *b = pb;
+    return (a->score < b->score) - (a->score > b->score); /* descending */
+}
+
+static void fill_diff(fp8t_site_diff *d, const site_agg *s) {
+    d->layer = s->layer;
+    memcpy(d->module, s->module, sizeof(d->module));
+    memcpy(d->gemm, s->gemm, sizeof(d->gemm));
+    memcpy(d->tensor, s->tensor, sizeof(d->tensor));
+    d->n_steps = s->n;
+}
+
+static void compare_stats(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b) {
+    if (a->n_stats == 0 && b->n_stats == 0) return;
+    if (a->n_stats && b->n_stats) {
+        int na, nb;
+        int *sa = stat_steps(a, &na), *sb = stat_steps(b, &nb);
+        int *common = malloc(sizeof(int) * (size_t)(na + 1)), nc = 0;
+        for (int i = 0; i < na; i++)
+            if (has_step(sb, nb, sa[i])) common[nc++] = sa[i];
+        free(sa);
+        free(sb);
+        if (nc == 0) {
+            add_note(r, "stats.jsonl of both runs share no inspected step%s%s: no per-tensor "
+                        "comparison (inspect the same steps in both runs)", "", "");
+            free(common);
+            return;
+        }
+        int ka, kb;
+        site_agg *ga = aggregate_sites(a, common, nc, &ka), *gb = aggregate_sites(b, common, nc, &kb);
+        free(common);
+        fp8t_site_diff *d = calloc((size_t)(ka + 1), sizeof(fp8t_site_diff));
+        int n = 0, i = 0, j = 0;
+        /* both lists are in key order: merge */
+        while (i < ka && j < kb) {
+            int c = key_cmp(ga[i].layer, ga[i].module, ga[i].gemm, ga[i].tensor, gb[j].layer,
+                            gb[j].module, gb[j].gemm, gb[j].tensor);
+            if (c < 0) { i++; continue; }
+            if (c > 0) { j++; continue; }
+            fp8t_site_diff *o = &d[n++];
+            fill_diff(o, &ga[i]);
+            o->n_steps = ga[i].n < gb[j].n ? ga[i].n : gb[j].n;
+            o->cos_a = ga[i].cos; o->cos_b = gb[j].cos;
+            o->sqnr_a = ga[i].sqnr; o->sqnr_b = gb[j].sqnr;
+            o->under_a = ga[i].under; o->under_b = gb[j].under;
+            o->score = o->sqnr_a - o->sqnr_b;
+            i++;
+            j++;
+        }
+        free(ga);
+        free(gb);
+        qsort(d, (size_t)n, sizeof(fp8t_site_diff), cmp_diff_score);
+        r->sites = d;
+        r->n_sites = n < TOP_SITES ? n : TOP_SITES;
+        r->have_stats = 2;
+        return;
+    }
+    /* Only one run was inspected: rank its own sites, worst SQNR first. */
+    const fp8t_run *run = a->n_stats ? a : b;
+    int k;
+    site_agg *g = aggregate_sites(run, NULL, 0, &k);
+    fp8t_site_diff *d = calloc((size_t)(k + 1), sizeof(fp8t_site_diff));
+    for (int i = 0; i < k; i++) {
+        fp8t_site_diff *o = &d[i];
+        fill_diff(o, &g[i]);
+        o->cos_a = o->sqnr_a = o->under_a = o->cos_b = o->sqnr_b = o->under_b = NAN;
+        if (run == a) { o->cos_a = g[i].cos; o->sqnr_a = g[i].sqnr; o->under_a = g[i].under; }
+        else { o->cos_b = g[i].cos; o->sqnr_b = g[i].sqnr; o->under_b = g[i].under; }
+        o->score = -g[i].sqnr;
+    }
+    free(g);
+    qsort(d, (size_t)k, sizeof(fp8t_site_diff), cmp_diff_score);
+    r->sites = d;
+    r->n_sites = k < TOP_SITES ? k : TOP_SITES;
+    r->have_stats = 1;
+}
+
+/* ---- dumps ---- */
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int cmp_dump_cos(const void *pa, const void *pb) {
+    const fp8t_dump_diff *a = pa, *b = pb;
+    if (a->cosine != b->cosine) return (a->cosine > b->cosine) - (a->cosine < b->cosine);
+    return (a->step > b->step) - (a->step < b->step);
+}
+
+static void compare_one_dump(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
+                             const char *stepdir, const char *file, const fp8t_compare_cfg *cfg) {
+    char pa[FP8T_RUN_PATH * 2], pb[FP8T_RUN_PATH * 2], err[512];
+    snprintf(pa, sizeof(pa), "%s/%s/%s", a->dumps_dir, stepdir, file);
+    snprintf(pb, sizeof(pb), "%s/%s/%s", b->dumps_dir, stepdir, file);
+    char da[16], db[16];
+    int ndim_a, ndim_b;
+    int64_t sha[8], shb[8];
+    void *xa = NULL, *xb = NULL;
+    size_t bytes_a, bytes_b;
+    if (fp8t_npy_read(pb, db, &ndim_b, shb, &xb, &bytes_b, err, sizeof(err))) return; /* not in B */
+    if (fp8t_npy_read(pa, da, &ndim_a, sha, &xa, &bytes_a, err, sizeof(err))) {
+        snprintf(r->dump_note, sizeof(r->dump_note), "%.250s", err);
+        free(xb);
+        return;
+    }
+    int same = strcmp(da, "<f4") == 0 && strcmp(db, "<f4") == 0 && bytes_a == bytes_b &&
+               ndim_a == ndim_b;
+    for (int d = 0; same && d < ndim_a; d++) same = sha[d] == shb[d];
+    if (!same) {
+        snprintf(r->dump_note, sizeof(r->dump_note),
+                 "%.180s: dtype or shape differs between the runs (same model and batch?)",
+                 pa);
+    } else if (r->n_dumps < MAX_DUMPS) {
+        size_t n = bytes_a / sizeof(float);
+        fp8t_stats st;
+        fp8t_compare_stats(&st, (const float *)xa, (const float *)xb, n);
+        fp8t_dump_diff *o = &r->dumps[r->n_dumps++];
+        memset(o, 0, sizeof(*o));
+        o->step = atoi(stepdir + 5);
+        snprintf(o->name, sizeof(o->name), "%.*s", (int)(strlen(file) - 4), file);
+        o->numel = n;
+        o->cosine = st.cosine;
+        o->mse = st.mse;
+        o->sqnr_db = st.sqnr_db;
+        o->rel_l2 = st.l2 > 0 ? sqrt(st.mse * (double)n) / st.l2 : (st.mse > 0 ? INFINITY : 0);
+        o->flagged = !(st.cosine >= cfg->cosine_flag);
+        r->n_dumps_flagged += o->flagged;
+    }
+    free(xa);
+    free(xb);
+}
+
+static void compare_dumps(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
+                          const fp8t_compare_cfg *cfg) {
+    if (!a->dumps_dir[0] || !b->dumps_dir[0]) return;
+    DIR *d = opendir(a->dumps_dir);
+    if (!d) return;
+    r->dumps = calloc(MAX_DUMPS, sizeof(fp8t_dump_diff));
+    struct dirent *e;
+    int common_steps = 0;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "step_", 5) != 0) continue;
+        char sub[FP8T_RUN_PATH * 2];
+        snprintf(sub, sizeof(sub), "%s/%s", b->dumps_dir, e->d_name);
+        DIR *db = opendir(sub);
+        if (!db) continue;
+        closedir(db);
+        snprintf(sub, sizeof(sub), "%s/%s", a->dumps_dir, e->d_name);
+        DIR *da = opendir(sub);
+        if (!da) continue;
+        common_steps++;
+        struct dirent *f;
+        while ((f = readdir(da))) {
+            if (!ends_with(f->d_name, ".npy") || ends_with(f->d_name, ".fp8.npy") ||
+                ends_with(f->d_name, ".scale_inv.npy"))
+                continue;
+            compare_one_dump(r, a, b, e->d_name, f->d_name, cfg);
+        }
+        closedir(da);
+    }
+    closedir(d);
+    if (common_steps == 0 && !r->dump_note[0])
+        snprintf(r->dump_note, sizeof(r->dump_note),
+                 "both runs have dumps but of no common step: dump the same steps "
+                 "(--inspect 'start=S,end=S,dump=1') in both");
+    qsort(r->dumps, (size_t)r->n_dumps, sizeof(fp8t_dump_diff), cmp_dump_cos);
+}
+
+/* ---- classification ---- */
+
+static void fmt_pct(char *buf, size_t len, double x) {
+    if (!isfinite(x)) snprintf(buf, len, "n/a");
+    else snprintf(buf, len, "%+.2f%%", 100.0 * x);
+}
+
+static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b) {
+    const fp8t_run *runs[2] = {a, b};
+    char thr[32];
+    snprintf(thr, sizeof(thr), "%.3g%%", 100.0 * r->threshold);
+    if (r->nan_run >= 0) {
+        r->cls = FP8T_CMP_NAN;
+        snprintf(r->verdict, sizeof(r->verdict), "NaN: run %c (%s) went non-finite at step %d: %s",
+                 'A' + r->nan_run, runs[r->nan_run]->label, r->nan_step, r->nan_where);
+        snprintf(r->advice, sizeof(r->advice),
+                 "resume the last good checkpoint before step %d with --inspect "
+                 "'start=%d,tensors=all' to see the amax/scale of the named tensor; put its GEMM "
+                 "in bf16 (--override 'layers=L,module=M,gemm=G,precision=bf16') or current "
+                 "scaling (precision=current) to confirm",
+                 r->nan_step, r->nan_step > 0 ? r->nan_step - 1 : 0);
+        return;
+    }
+    if (isfinite(r->early_gap) && r->early_gap > r->threshold) {
+        char g[32];
+        fmt_pct(g, sizeof(g), r->early_gap);
+        r->cls = FP8T_CMP_EARLY;
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "early divergence: the gap is already %s (median |gap|) over the first 10%% of "
+                 "steps (threshold %s): likely a software bug, not the FP8 recipe",
+                 g + 1, thr);
+        snprintf(r->advice, sizeof(r->advice),
+                 "turn off recently added or risky features (fused and cached paths), check that "
+                 "both runs start from the same weights, data and seed, and check scales and "
+                 "export; then bisect the GEMMs (fp8train bisect)");
+        return;
+    }
+    if (isfinite(r->late_gap) && fabs(r->late_gap) > r->threshold) {
+        char g[32];
+        fmt_pct(g, sizeof(g), r->late_gap);
+        r->cls = FP8T_CMP_DRIFT;
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "drift: the smoothed gap ends at %s (threshold %s), above it since step %d, "
+                 "trend %+.2e/step: the FP8 recipe does not suit this data/model",
+                 g, thr, r->drift_step, r->trend);
+        snprintf(r->advice, sizeof(r->advice),
+                 "recovery experiment: resume run B's last checkpoint with --precision bf16 "
+                 "(loss should return to the baseline); then --precision fake; then one GEMM "
+                 "kind in bf16 at a time (--override 'gemm=dgrad,precision=bf16', fprop, wgrad); "
+                 "narrow to layers; try precision=current for the culprit (fp8train bisect "
+                 "automates this)");
+        return;
+    }
+    /* spikes not shared by the other run */
+    const fp8t_spike_report *big = NULL;
+    int n_own = 0, n_shared = 0;
+    for (int i = 0; i < r->n_spikes; i++) {
+        const fp8t_spike_report *s = &r->spikes[i];
+        if (s->in_other_run) { n_shared++; continue; }
+        n_own++;
+        if (!big || s->slow > big->slow || (s->slow == big->slow && s->size_rel > big->size_rel))
+            big = s;
+    }
+    if (n_shared) {
+        char k[16];
+        snprintf(k, sizeof(k), "%d", n_shared);
+        add_note(r, "%s spike(s) appear in both runs at the same steps: the data, not FP8%s", k,
+                 "");
+    }
+    if (big) {
+        char rec[96];
+        if (big->recovery_steps < 0) snprintf(rec, sizeof(rec), "does not recover before the end");
+        else snprintf(rec, sizeof(rec), "recovers in %d steps", big->recovery_steps);
+        r->cls = FP8T_CMP_SPIKE;
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "spike: run %c (%s) jumps %+.1f%% at step %d (robust z %.1f) and %s%s%s",
+                 'A' + big->run, runs[big->run]->label, 100.0 * big->size_rel, big->step,
+                 big->zscore, rec,
+                 big->slow ? " (slow: the loss differs from the baseline in substance, which "
+                             "points at FP8)"
+                           : " (fast: spikes like this are usually not FP8's fault)",
+                 n_own > 1 ? "; more spikes below" : "");
+        snprintf(r->advice, sizeof(r->advice), "%s",
+                 big->slow ? "treat it as drift: recovery experiment (resume under --precision "
+                             "bf16), then bisect the GEMMs; inspect the steps around the spike "
+                             "(--inspect 'start=S,end=E')"
+                           : "compare with spikes of BF16 runs on the same data; if they look "
+                             "alike, FP8 is not the cause");
+        return;
+    }
+    /* a transient gap that is not a loss spike (e.g. a bump in the baseline) */
+    int first = -1, back = -1;
+    for (int i = 0; i < r->n; i++) {
+        if (first < 0 && fabs(r->gap_smooth[i]) > r->threshold) first = i;
+        else if (first >= 0 && fabs(r->gap_smooth[i]) <= r->threshold) { back = i; break; }
+    }
+    if (first >= 0) {
+        r->cls = FP8T_CMP_SPIKE;
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "spike: a transient gap above %s from step %d, back within it at step %d",
+                 thr, r->steps[first], back >= 0 ? r->steps[back] : -1);
+        snprintf(r->advice, sizeof(r->advice),
+                 "inspect the steps of the excursion in both runs (--inspect 'start=S,end=E')");
+        return;
+    }
+    char mg[32], xg[32];
+    fmt_pct(mg, sizeof(mg), r->mean_abs_gap);
+    fmt_pct(xg, sizeof(xg), r->max_abs_gap);
+    r->cls = FP8T_CMP_MATCH;
+    snprintf(r->verdict, sizeof(r->verdict),
+             "match: mean |gap| %s, max %s at step %d, end %+.2f%% (threshold %s)", mg + 1,
+             xg + 1, r->max_gap_step, 100.0 * r->late_gap, thr);
+    snprintf(r->advice, sizeof(r->advice),
+             "nothing to do; if downstream evaluation still differs, check the export and its "
+             "scales first");
+}
+
+int fp8t_compare_runs(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
+                      const fp8t_compare_cfg *cfg_in, char *err, size_t errlen) {
+    fp8t_compare_cfg cfg;
+    if (cfg_in) cfg = *cfg_in;
+    else fp8t_compare_cfg_default(&cfg);
+    memset(r, 0, sizeof(*r));
+    r->nan_run = -1;
+    r->nan_step = -1;
+    r->drift_step = -1;
+    r->val_gap = NAN;
+    if (!(cfg.threshold > 0 && cfg.threshold < 10)) {
+        snprintf(err, errlen, "--threshold %g: expected a relative gap in (0, 10), e.g. 0.01",
+                 cfg.threshold);
+        return -1;
+    }
+    r->threshold = cfg.threshold;
+    if (align_losses(r, a, b)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (r->n == 0) {
+        int alo, ahi, blo, bhi;
+        step_range(a, &alo, &ahi);
+        step_range(b, &blo, &bhi);
+        snprintf(err, errlen,
+                 "%s (steps %d..%d) and %s (steps %d..%d) share no step with a loss: compare "
+                 "runs over the same steps (the same --steps, or resume from a common checkpoint)",
+                 a->metrics_path, alo, ahi, b->metrics_path, blo, bhi);
+        fp8t_compare_result_free(r);
+        return -1;
+    }
+    r->window = cfg.window > 0 ? cfg.window : r->n / 10;
+    if (cfg.window <= 0) {
+        if (r->window < 3) r->window = 3;
+        if (r->window > 50) r->window = 50;
+    }
+    if (r->window > r->n) r->window = r->n;
+    int span = r->steps[r->n - 1] - r->steps[0];
+    r->slow_recovery = cfg.slow_recovery > 0 ? cfg.slow_recovery : (span / 10 > 10 ? span / 10 : 10);
+
+    gap_stats(r);
+    val_gap(r, a, b);
+    char where[2][256];
+    int ns[2] = {first_nan(a, where[0], sizeof(where[0])), first_nan(b, where[1], sizeof(where[1]))};
+    for (int k = 1; k >= 0; k--) /* B (the run under test) first */
+        if (ns[k] >= 0 && r->nan_run < 0) {
+            r->nan_run = k;
+            r->nan_step = ns[k];
+            snprintf(r->nan_where, sizeof(r->nan_where), "%.250s", where[k]);
+        }
+    if (ns[0] >= 0 && ns[1] >= 0)
+        add_note(r, "both runs went non-finite (baseline %s at its step too)%s", a->label, "");
+    find_spikes(r, &cfg);
+    compare_stats(r, a, b);
+    compare_dumps(r, a, b, &cfg);
+    classify(r, a, b);
+    int a_lo, a_hi, b_lo, b_hi;
+    step_range(a, &a_lo, &a_hi);
+    step_range(b, &b_lo, &b_hi);
+    if (a_hi != b_hi) {
+        char x[64], y[64];
+        snprintf(x, sizeof(x), "A ends at step %d, B at %d", a_hi, b_hi);
+        snprintf(y, sizeof(y), "%d", r->n);
+        add_note(r, "the runs have different lengths (%s); compared over their %s common steps",
+                 x, y);
+    }
+    return 0;
+}
+
+void fp8t_compare_result_free(fp8t_compare_result *r) {
+    if (!r) return;
+    free(r->steps);
+    free(r->loss_a);
+    free(r->loss_b);
+    free(r->gap);
+    free(r->gap_smooth);
+    free(r->spikes);
+    free(r->sites);
+    free(r->dumps);
+    r->steps = NULL;
+    r->loss_a = r->loss_b = r->gap = r->gap_smooth = NULL;
+    r->spikes = NULL;
+    r->sites = NULL;
+    r->dumps = NULL;
+}
+
+int fp8t_compare_exit_code(const fp8t_compare_result *r) {
+    return r->cls == FP8T_CMP_MATCH ? 0 : 1;
+}
+
+/* ---- output ---- */
+
+static void site_label(char *buf, size_t len, int layer, const char *module, const char *gemm,
+                       const char *tensor) {
+    if (layer < 0) snprintf(buf, len, "head %s %s", gemm, tensor);
+    else snprintf(buf, len, "L%d %s %s %s", layer, module, gemm, tensor);
+}
+
+void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
+                        const fp8t_compare_result *r) {
+    fprintf(f, "A (baseline): %s  [%s]\n", a->label, a->metrics_path);
+    fprintf(f, "B (test):     %s  [%s]\n", b->label, b->metrics_path);
+    fprintf(f, "aligned: %d steps (%d..%d); gap = (loss_B - loss_A) / |loss_A|\n", r->n,
+            r->steps[0], r->steps[r->n - 1]);
+    fprintf(f, "gap: mean |gap| %.3f%%  max %.3f%% (step %d)  early %.3f%%  end %+.3f%%  "
+               "trend %+.2e/step",
+            100 * r->mean_abs_gap, 100 * r->max_abs_gap, r->max_gap_step, 100 * r->early_gap,
+            100 * r->late_gap, r->trend);
+    if (isfinite(r->val_gap)) fprintf(f, "  val %+.3f%% (step %d)", 100 * r->val_gap, r->val_step);
+    fprintf(f, "\n");
+    fprintf(f, "\nverdict: %s\n", r->verdict);
+    fprintf(f, "next:    %s\n", r->advice);
+    for (int i = 0; i < r->n_notes; i++) fprintf(f, "note:    %s\n", r->notes[i]);
+    if (r->n_spikes) {
+        fprintf(f, "\nspikes:\n  %-4s %8s %9s %7s %10s  %s\n", "run", "step", "size", "z",
+                "recovery", "");
+        for (int i = 0; i < r->n_spikes; i++) {
+            const fp8t_spike_report *s = &r->spikes[i];
+            char rec[24];
+            if (s->recovery_steps < 0) snprintf(rec, sizeof(rec), "never");
+            else snprintf(rec, sizeof(rec), "%d", s->recovery_steps);
+            fprintf(f, "  %-4c %8d %+8.1f%% %7.1f %10s  %s%s\n", 'A' + s->run, s->step,
+                    100 * s->size_rel, s->zscore, rec, s->slow ? "slow" : "fast",
+                    s->in_other_run ? ", in both runs" : "");
+        }
+    }
+    if (r->have_stats == 2) {
+        fprintf(f, "\ntensors whose FP8 error differs most (mean over %s steps inspected in both):\n",
+                "the");
+        fprintf(f, "  %-28s %9s %9s %10s %10s %8s %8s\n", "site", "SQNR A", "SQNR B", "cos A",
+                "cos B", "uflow A", "uflow B");
+        for (int i = 0; i < r->n_sites; i++) {
+            const fp8t_site_diff *d = &r->sites[i];
+            char name[64];
+            site_label(name, sizeof(name), d->layer, d->module, d->gemm, d->tensor);
+            fprintf(f, "  %-28s %8.1fdB %8.1fdB %10.6f %10.6f %7.3f%% %7.3f%%\n", name, d->sqnr_a,
+                    d->sqnr_b, d->cos_a, d->cos_b, d->under_a, d->under_b);
+        }
+    } else if (r->have_stats == 1) {
+        int in_a = a->n_stats > 0;
+        fprintf(f, "\ntensors with the largest FP8 error in run %c (only it was inspected):\n",
+                in_a ? 'A' : 'B');
+        fprintf(f, "  %-28s %9s %10s %8s\n", "site", "SQNR", "cosine", "uflow");
+        for (int i = 0; i < r->n_sites; i++) {
+            const fp8t_site_diff *d = &r->sites[i];
+            char name[64];
+            site_label(name, sizeof(name), d->layer, d->module, d->gemm, d->tensor);
+            fprintf(f, "  %-28s %8.1fdB %10.6f %7.3f%%\n", name, in_a ? d->sqnr_a : d->sqnr_b,
+                    in_a ? d->cos_a : d->cos_b, in_a ? d->under_a : d->under_b);
+        }
+    }
+    if (r->n_dumps) {
+        fprintf(f, "\ndumped tensors, B against A (%d compared, %d with cosine < 0.99):\n",
+                r->n_dumps, r->n_dumps_flagged);
+        fprintf(f, "  %8s  %-32s %12s %12s %10s\n", "step", "tensor", "cosine", "rel L2", "SQNR");
+        int shown = 0;
+        for (int i = 0; i < r->n_dumps && shown < 20; i++, shown++) {
+            const fp8t_dump_diff *d = &r->dumps[i];
+            fprintf(f, "  %8d  %-32s %12.6f %12.3e %8.1fdB%s\n", d->step, d->name, d->cosine,
+                    d->rel_l2, d->sqnr_db > 1e299 ? INFINITY : d->sqnr_db,
+                    d->flagged ? "  <- quantization error too large" : "");
+        }
+        if (r->n_dumps > shown) fprintf(f, "  ... %d more\n", r->n_dumps - shown);
+    }
+    if (r->dump_note[0]) fprintf(f, "dumps: %s\n", r->dump_note);
+}
+
+static cJSON *num_or_null(double x) { return isfinite(x) ? cJSON_CreateNumber(x) : cJSON_CreateNull(); }
+
+char *fp8t_compare_to_json(const fp8t_run *a, const fp8t_run *b, const fp8t_compare_result *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "class", fp8t_compare_class_name(r->cls));
+    cJSON_AddNumberToObject(o, "exit_code", fp8t_compare_exit_code(r));
+    cJSON_AddStringToObject(o, "verdict", r->verdict);
+    cJSON_AddStringToObject(o, "advice", r->advice);
+    cJSON_AddStringToObject(o, "run_a", a->metrics_path);
+    cJSON_AddStringToObject(o, "run_b", b->metrics_path);
+    cJSON_AddNumberToObject(o, "threshold", r->threshold);
+    cJSON_AddNumberToObject(o, "aligned_steps", r->n);
+    cJSON_AddNumberToObject(o, "first_step", r->steps[0]);
+    cJSON_AddNumberToObject(o, "last_step", r->steps[r->n - 1]);
+    cJSON_AddItemToObject(o, "mean_abs_gap", num_or_null(r->mean_abs_gap));
+    cJSON_AddItemToObject(o, "max_abs_gap", num_or_null(r->max_abs_gap));
+    cJSON_AddNumberToObject(o, "max_gap_step", r->max_gap_step);
+    cJSON_AddItemToObject(o, "early_gap", num_or_null(r->early_gap));
+    cJSON_AddItemToObject(o, "end_gap", num_or_null(r->late_gap));
+    cJSON_AddItemToObject(o, "trend_per_step", num_or_null(r->trend));
+    cJSON_AddNumberToObject(o, "drift_step", r->drift_step);
+    cJSON_AddItemToObject(o, "val_gap", num_or_null(r->val_gap));
+    cJSON_AddNumberToObject(o, "smoothing_window", r->window);
+    if (r->nan_run >= 0) {
+        cJSON *n = cJSON_AddObjectToObject(o, "nan");
+        cJSON_AddStringToObject(n, "run", r->nan_run ? "B" : "A");
+        cJSON_AddNumberToObject(n, "step", r->nan_step);
+        cJSON_AddStringToObject(n, "where", r->nan_where);
+    }
+    cJSON *sp = cJSON_AddArrayToObject(o, "spikes");
+    for (int i = 0; i < r->n_spikes; i++) {
+        const fp8t_spike_report *s = &r->spikes[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "run", s->run ? "B" : "A");
+        cJSON_AddNumberToObject(e, "step", s->step);
+        cJSON_AddItemToObject(e, "size_rel", num_or_null(s->size_rel));
+        cJSON_AddItemToObject(e, "zscore", num_or_null(s->zscore));
+        cJSON_AddNumberToObject(e, "recovery_steps", s->recovery_steps);
+        cJSON_AddBoolToObject(e, "slow", s->slow);
+        cJSON_AddBoolToObject(e, "in_both_runs", s->in_other_run);
+        cJSON_AddItemToArray(sp, e);
+    }
+    cJSON *st = cJSON_AddArrayToObject(o, "tensors");
+    for (int i = 0; i < r->n_sites; i++) {
+        const fp8t_site_diff *d = &r->sites[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "layer", d->layer);
+        cJSON_AddStringToObject(e, "module", d->module);
+        cJSON_AddStringToObject(e, "gemm", d->gemm);
+        cJSON_AddStringToObject(e, "tensor", d->tensor);
+        cJSON_AddItemToObject(e, "sqnr_a", num_or_null(d->sqnr_a));
+        cJSON_AddItemToObject(e, "sqnr_b", num_or_null(d->sqnr_b));
+        cJSON_AddItemToObject(e, "cosine_a", num_or_null(d->cos_a));
+        cJSON_AddItemToObject(e, "cosine_b", num_or_null(d->cos_b));
+        cJSON_AddItemToObject(e, "underflow_pct_a", num_or_null(d->under_a));
+        cJSON_AddItemToObject(e, "underflow_pct_b", num_or_null(d->under_b));
+        cJSON_AddItemToArray(st, e);
+    }
+    cJSON *du = cJSON_AddArrayToObject(o, "dumps");
+    for (int i = 0; i < r->n_dumps; i++) {
+        const fp8t_dump_diff *d = &r->dumps[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "step", d->step);
+        cJSON_AddStringToObject(e, "tensor", d->name);
+        cJSON_AddItemToObject(e, "cosine", num_or_null(d->cosine));
+        cJSON_AddItemToObject(e, "rel_l2", num_or_null(d->rel_l2));
+        cJSON_AddItemToObject(e, "sqnr_db", num_or_null(d->sqnr_db));
+        cJSON_AddBoolToObject(e, "flagged", d->flagged);
+        cJSON_AddItemToArray(du, e);
+    }
+    cJSON *nt = cJSON_AddArrayToObject(o, "notes");
+    for (int i = 0; i < r->n_notes; i++) cJSON_AddItemToArray(nt, cJSON_CreateString(r->notes[i]));
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    return s;
+}

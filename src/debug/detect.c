@@ -1,0 +1,157 @@
+/* Detectors over metric series: robust z-score spikes, spike recovery, drift against a
+ * baseline. Robust statistics (median, MAD) so one spike does not hide the next one. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8train/compare.h"
+#include "fp8train/debug.h"
+
+/* Samples needed before a judgement: fewer say nothing about the spread. */
+#define SPIKE_MIN_HISTORY 5
+
+static int cmp_double(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return (a > b) - (a < b);
+}
+
+/* Median of v[0..n-1] (sorts v). n > 0. */
+static double median_sorted_inplace(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return (n & 1) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double fp8t_robust_sigma(const double *x, int n, double *median) {
+    double *v = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); /* [n] finite samples */
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(x[i])) v[m++] = x[i];
+    if (m == 0) {
+        free(v);
+        if (median) *median = NAN;
+        return NAN;
+    }
+    double med = median_sorted_inplace(v, m);
+    double mean_ad = 0;
+    for (int i = 0; i < m; i++) {
+        v[i] = fabs(v[i] - med);
+        mean_ad += v[i];
+    }
+    mean_ad /= m;
+    double mad = median_sorted_inplace(v, m);
+    free(v);
+    if (median) *median = med;
+    /* 1.4826 MAD estimates sigma of a normal; when more than half the samples equal the
+     * median MAD is 0 and 1.2533 * mean absolute deviation takes over (same normalization);
+     * a constant series gets a tiny floor so a jump still counts as one. */
+    if (mad > 0) return 1.4826 * mad;
+    if (mean_ad > 0) return 1.2533 * mean_ad;
+    double fl = 1e-6 * fabs(med);
+    return fl > 1e-12 ? fl : 1e-12;
+}
+
+fp8t_spike_verdict fp8t_spike_check(const fp8t_spike_cfg *cfg, const double *hist, int n,
+                                    double x) {
+    fp8t_spike_verdict v = {0, 0.0, NAN};
+    int w = (cfg && cfg->window > 0 && cfg->window < n) ? cfg->window : n;
+    double zthr = (cfg && cfg->z > 0) ? cfg->z : 6.0;
+    if (n <= 0 || !hist) return v;
+    const double *h = hist + (n - w); /* the last w samples */
+    int finite = 0;
+    for (int i = 0; i < w; i++) finite += isfinite(h[i]) != 0;
+    double med;
+    double sigma = fp8t_robust_sigma(h, w, &med);
+    v.median = med;
+    /* A non-finite sample is the NaN detector's business, not a spike. */
+    if (finite == 0 || !isfinite(x)) {
+        v.zscore = NAN;
+        return v;
+    }
+    v.zscore = (x - med) / sigma;
+    /* One-sided: losses and gradient norms spike upward; a sudden drop is not an alarm. */
+    v.is_spike = finite >= SPIKE_MIN_HISTORY && v.zscore > zthr;
+    return v;
+}
+
+int fp8t_spike_recovery(const double *x, int n, int at, int window, double k) {
+    if (at < 0 || at >= n) return -1;
+    int lo = window > 0 ? at - window : 0;
+    if (lo < 0) lo = 0;
+    if (at - lo <= 0) return -1;
+    double med;
+    double sigma = fp8t_robust_sigma(x + lo, at - lo, &med);
+    if (!isfinite(med)) return -1;
+    double limit = med + k * sigma;
+    for (int j = at + 1; j < n; j++)
+        if (isfinite(x[j]) && x[j] <= limit) return j - at;
+    return -1;
+}
+
+int fp8t_spike_scan(fp8t_spike_event *out, int max, const double *x, int n,
+                    const fp8t_spike_cfg *cfg, double min_rel, double k_recover) {
+    int window = cfg && cfg->window > 0 ? cfg->window : 50;
+    int found = 0;
+    for (int i = SPIKE_MIN_HISTORY; i < n; i++) {
+        int lo = i - window < 0 ? 0 : i - window;
+        fp8t_spike_verdict v = fp8t_spike_check(cfg, x + lo, i - lo, x[i]);
+        if (!v.is_spike) continue;
+        if (!(x[i] - v.median > min_rel * fabs(v.median))) continue;
+        int rec = fp8t_spike_recovery(x, n, i, window, k_recover);
+        int end = rec < 0 ? n : i + rec; /* first recovered sample (exclusive end) */
+        int peak = i;
+        for (int j = i; j < end; j++)
+            if (isfinite(x[j]) && x[j] > x[peak]) peak = j;
+        if (found < max && out) {
+            fp8t_spike_event *e = &out[found];
+            e->index = i;
+            e->peak_index = peak;
+            e->zscore = v.zscore;
+            e->median = v.median;
+            e->size_rel = (x[peak] - v.median) / fabs(v.median);
+            e->recovery = rec;
+        }
+        found++;
+        if (rec < 0) break; /* never came back: the rest of the series is one excursion */
+        i = end;            /* continue after the recovered sample */
+    }
+    return found;
+}
+
+static double rel_gap(double base, double test) {
+    if (!isfinite(base) || !isfinite(test) || base == 0) return NAN;
+    return (test - base) / fabs(base);
+}
+
+int fp8t_drift_detect(double *smoothed, const double *base, const double *test, int n,
+                      int window, double threshold) {
+    if (window < 1) window = 1;
+    double *g = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); /* [n] relative gaps */
+    for (int i = 0; i < n; i++) g[i] = rel_gap(base[i], test[i]);
+    int first = -1;
+    double sum = 0, prev = 0;
+    int cnt = 0;
+    /* Trailing mean over the last `window` samples, skipping non-finite ones (a NaN pair
+     * carries the previous value instead of poisoning the mean). */
+    for (int i = 0; i < n; i++) {
+        if (isfinite(g[i])) { sum += g[i]; cnt++; }
+        int out = i - window;
+        if (out >= 0 && isfinite(g[out])) { sum -= g[out]; cnt--; }
+        double s = cnt > 0 ? sum / cnt : prev;
+        prev = s;
+        if (smoothed) smoothed[i] = s;
+        if (first < 0 && fabs(s) > threshold) first = i;
+    }
+    free(g);
+    return first;
+}
+
+double fp8t_drift_gap(const double *base, const double *test, int n, int window) {
+    if (window < 1) window = 1;
+    double sum = 0;
+    int cnt = 0;
+    for (int i = n - 1; i >= 0 && cnt < window; i--) {
+        double g = rel_gap(base[i], test[i]);
+        if (isfinite(g)) { sum += g; cnt++; }
+    }
+    return cnt ? sum / cnt : 0.0;
+}
