@@ -1,0 +1,250 @@
+/* fp8train — tensor statistics against a straightforward double-precision loop written here,
+ * plus hand-worked small cases, self-cosine, per-block stats and non-finite counting. */
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "fp8train/stats.h"
+#include "test.h"
+
+#define RTOL 1e-10
+
+/* ---- the straightforward reference ---- */
+typedef struct {
+    size_t n_nan, n_inf, n_zero, n_fin, n_nz, n_under, n_sat;
+    double min, max, mean, std, l1, l2, amax, minnz, mse, cosine, sqnr;
+} ref_stats;
+
+/* q == NULL: x alone. Otherwise q is the image; sat_scale > 0 counts saturation. */
+static ref_stats reference(const float *x, const float *q, size_t n, float sat_scale, float fmt_max) {
+    ref_stats r;
+    memset(&r, 0, sizeof r);
+    r.min = INFINITY, r.max = -INFINITY, r.minnz = INFINITY;
+    double sum = 0, sxx = 0, sqq = 0, sxq = 0, see = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(x[i])) { r.n_nan++; continue; }
+        if (isinf(x[i])) { r.n_inf++; continue; }
+        const double v = x[i];
+        r.n_fin++;
+        r.n_zero += v == 0;
+        r.min = fmin(r.min, v), r.max = fmax(r.max, v), r.amax = fmax(r.amax, fabs(v));
+        if (v != 0) r.minnz = fmin(r.minnz, fabs(v));
+        sum += v, r.l1 += fabs(v), sxx += v * v;
+        if (q) {
+            const double w = q[i];
+            if (v != 0) r.n_nz++, r.n_under += w == 0;
+            if (sat_scale > 0 && fabsf(x[i] * sat_scale) > fmt_max) r.n_sat++;
+            see += (w - v) * (w - v), sxq += v * w, sqq += w * w;
+        }
+    }
+    r.mean = r.n_fin ? sum / (double)r.n_fin : 0;
+    double dev = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(x[i])) dev += ((double)x[i] - r.mean) * ((double)x[i] - r.mean);
+    r.std = r.n_fin ? sqrt(dev / (double)r.n_fin) : 0;
+    r.l2 = sqrt(sxx);
+    r.mse = r.n_fin ? see / (double)r.n_fin : 0;
+    r.cosine = sxx == 0 && sqq == 0 ? 1 : sxq / sqrt(sxx * sqq);
+    r.sqnr = see == 0 ? 1e300 : 10 * log10(sxx / see);
+    return r;
+}
+
+static void check_against_reference(const fp8t_stats *s, const ref_stats *r, size_t n, int with_q) {
+    T_CHECK(s->n == n && s->n_nan == r->n_nan && s->n_inf == r->n_inf && s->n_zero == r->n_zero,
+            "counts n=%zu nan=%zu inf=%zu zero=%zu vs %zu %zu %zu", s->n, s->n_nan, s->n_inf,
+            s->n_zero, r->n_nan, r->n_inf, r->n_zero);
+    T_CHECK(s->min == r->min && s->max == r->max && s->amax == r->amax, "min/max/amax");
+    T_CLOSE(s->mean, r->mean, 1e-300, RTOL);
+    T_CLOSE(s->std, r->std, 1e-300, RTOL);
+    T_CLOSE(s->l1, r->l1, 0, RTOL);
+    T_CLOSE(s->l2, r->l2, 0, RTOL);
+    T_CLOSE(s->dynamic_range, log2(r->amax) - log2(r->minnz), 1e-12, 0);
+    if (!with_q) {
+        T_CHECK(s->mse == 0 && s->cosine == 0 && s->sqnr_db == 0 && s->underflow_pct == 0 &&
+                    s->saturation_pct == 0,
+                "comparison fields stay 0 without a comparison");
+        return;
+    }
+    T_CLOSE(s->underflow_pct, 100.0 * (double)r->n_under / (double)r->n_nz, 1e-12, 0);
+    T_CLOSE(s->mse, r->mse, 0, RTOL);
+    T_CLOSE(s->cosine, r->cosine, 1e-12, 0);
+    T_CLOSE(s->sqnr_db, r->sqnr, 1e-9, 0);
+}
+
+/* ---- data ---- */
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static double uniform(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+/* magnitudes from 2^-30 to 2^12 so that FP8 both underflows and saturates */
+static void fill(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const double m = 1 + uniform(), e = floor(uniform() * 42) - 30;
+        x[i] = (float)(ldexp(m, (int)e) * (uniform() < 0.5 ? -1 : 1));
+        if (i % 101 == 3) x[i] = 0;
+    }
+}
+
+/* {1, -2, 3, NaN, Inf, 0}: finite 1, -2, 3, 0 -> mean 0.5; deviations .5 -2.5 2.5 -.5,
+ * squares sum 13 -> std sqrt(13/4); l1 6; l2 sqrt(14); amax 3; range log2(3/1). */
+static void test_hand_small(void) {
+    const float x[6] = {1, -2, 3, NAN, INFINITY, 0};
+    fp8t_stats s;
+    fp8t_tensor_stats(&s, x, 6);
+    T_CHECK(s.n == 6 && s.n_nan == 1 && s.n_inf == 1 && s.n_zero == 1, "counts");
+    T_CHECK(s.min == -2 && s.max == 3 && s.mean == 0.5 && s.amax == 3, "min max mean amax");
+    T_CLOSE(s.std, sqrt(3.25), 0, 1e-15);
+    T_CHECK(s.l1 == 6, "l1 %g", s.l1);
+    T_CLOSE(s.l2, sqrt(14.0), 0, 1e-15);
+    T_CLOSE(s.dynamic_range, log2(3.0), 1e-15, 0);
+    /* FP8 image at scale 1 in E4M3: 1, -2, 3 and 0 are exact -> error 0 */
+    fp8t_fp8_stats(&s, x, 6, 1.0f, FP8_E4M3);
+    T_CHECK(s.mse == 0 && s.cosine == 1 && s.sqnr_db == 1e300 && s.underflow_pct == 0 &&
+                s.saturation_pct == 0,
+            "exact image: mse %g cos %g sqnr %g", s.mse, s.cosine, s.sqnr_db);
+    /* scale 200: 3*200 = 600 > 448 saturates (1 of 4 finite = 25%) -> image 448/200 = 2.24;
+     * 1*200 = 200 is the midpoint of 192 (m=4) and 208 (m=5) -> 192 -> image 0.96;
+     * -2*200 = -400 is the midpoint of -384 (m=4) and -416 -> -384 -> image -1.92. */
+    fp8t_fp8_stats(&s, x, 6, 200.0f, FP8_E4M3);
+    T_CLOSE(s.saturation_pct, 25.0, 1e-12, 0);
+    const double e1 = 0.96f - 1.0, e2 = -1.92f + 2.0, e3 = 2.24f - 3.0;
+    T_CLOSE(s.mse, (e1 * e1 + e2 * e2 + e3 * e3) / 4, 0, 1e-7);
+}
+
+static void test_tensor_stats_vs_reference(void) {
+    const size_t n = 250001; /* several chunks, threaded, partial last chunk */
+    float *x = malloc(n * sizeof *x);
+    T_ASSERT(x, "out of memory");
+    fill(x, n);
+    x[17] = NAN, x[40000] = -INFINITY, x[n - 1] = INFINITY, x[123456] = NAN;
+    fp8t_stats s;
+    fp8t_tensor_stats(&s, x, n);
+    const ref_stats r = reference(x, NULL, n, 0, 0);
+    check_against_reference(&s, &r, n, 0);
+    T_CHECK(s.n_nan == 2 && s.n_inf == 2, "non-finite counted: nan %zu inf %zu", s.n_nan, s.n_inf);
+    free(x);
+}
+
+static void test_fp8_stats_vs_reference(void) {
+    const size_t n = 100003;
+    float *x = malloc(n * sizeof *x), *q = malloc(n * sizeof *q);
+    T_ASSERT(x && q, "out of memory");
+    fill(x, n);
+    x[99] = NAN;
+    const float scales[2] = {0.25f, 64.0f};
+    for (int fm = 0; fm < 2; fm++)
+        for (int k = 0; k < 2; k++) {
+            const float sc = scales[k];
+            for (size_t i = 0; i < n; i++)
+                q[i] = fp8_decode(fp8_encode(x[i] * sc, (fp8_format)fm, 1), (fp8_format)fm) / sc;
+            fp8t_stats s;
+            fp8t_fp8_stats(&s, x, n, sc, (fp8_format)fm);
+            const ref_stats r = reference(x, q, n, sc, fp8_format_max((fp8_format)fm));
+            check_against_reference(&s, &r, n, 1);
+            T_CLOSE(s.saturation_pct, 100.0 * (double)r.n_sat / (double)r.n_fin, 1e-12, 0);
+            /* the data reach 2^13: only E5M2 at scale 0.25 stays below its max */
+            const int can_saturate = fm == FP8_E4M3 || k == 1;
+            T_CHECK((r.n_sat > 0) == can_saturate && r.n_under > 0,
+                    "the data must exercise both (sat %zu under %zu)", r.n_sat, r.n_under);
+        }
+    free(x), free(q);
+}
+
+static void test_compare_and_self_cosine(void) {
+    const size_t n = 1000000;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    T_ASSERT(x && y, "out of memory");
+    fill(x, n);
+    fp8t_stats s;
+    fp8t_compare_stats(&s, x, x, n);
+    T_CHECK(fabs(s.cosine - 1.0) <= 1e-12, "cos(x, x) = %.17g", s.cosine);
+    T_CHECK(s.mse == 0 && s.sqnr_db == 1e300 && s.underflow_pct == 0, "x vs x is exact");
+    for (size_t i = 0; i < n; i++) y[i] = x[i] * (1.0f + (float)((i % 7) - 3) * 1e-3f);
+    fp8t_compare_stats(&s, x, y, n);
+    const ref_stats r = reference(x, y, n, 0, 0);
+    check_against_reference(&s, &r, n, 1);
+    T_CHECK(s.saturation_pct == 0, "no saturation in a plain comparison");
+    /* orthogonal and opposite */
+    const float a[2] = {1, 0}, b[2] = {0, 1}, c[2] = {-1, 0}, z[2] = {0, 0};
+    fp8t_compare_stats(&s, a, b, 2);
+    T_CHECK(s.cosine == 0 && s.mse == 1 && s.sqnr_db == 10 * log10(0.5), "orthogonal");
+    fp8t_compare_stats(&s, a, c, 2);
+    T_CHECK(s.cosine == -1 && s.mse == 2, "opposite");
+    fp8t_compare_stats(&s, z, z, 2);
+    T_CHECK(s.cosine == 1 && s.sqnr_db == 1e300 && s.dynamic_range == 0, "all zero");
+    fp8t_compare_stats(&s, a, z, 2);
+    T_CHECK(s.cosine == 0 && s.underflow_pct == 100, "image all zero");
+    free(x), free(y);
+}
+
+static void test_block_stats(void) {
+    const size_t n = 1000, block = 128, nb = 8; /* last block 104 */
+    float x[1000];
+    fill(x, n);
+    x[130] = NAN, x[999] = INFINITY;
+    fp8t_stats bs[8];
+    fp8t_block_fp8_stats(bs, x, n, block, 64.0f, FP8_E4M3);
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * block, len = n - lo < block ? n - lo : block;
+        float q[128];
+        for (size_t i = 0; i < len; i++)
+            q[i] = fp8_decode(fp8_encode(x[lo + i] * 64.0f, FP8_E4M3, 1), FP8_E4M3) / 64.0f;
+        const ref_stats r = reference(x + lo, q, len, 64.0f, 448.0f);
+        check_against_reference(&bs[b], &r, len, 1);
+        T_CLOSE(bs[b].saturation_pct, 100.0 * (double)r.n_sat / (double)r.n_fin, 1e-12, 0);
+    }
+    T_CHECK(bs[1].n_nan == 1 && bs[7].n_inf == 1 && bs[7].n == 104, "per-block counts");
+}
+
+static void test_precision_large_offset(void) {
+    /* mean 1e4 with spread ~1e-3: a one-pass sum-of-squares std would lose every digit */
+    const size_t n = 200000;
+    float *x = malloc(n * sizeof *x);
+    T_ASSERT(x, "out of memory");
+    for (size_t i = 0; i < n; i++) x[i] = 10000.0f + (float)((int)(i % 5) - 2) * 0.0009765625f;
+    fp8t_stats s;
+    fp8t_tensor_stats(&s, x, n);
+    /* exactly: offsets -2..2 units of 2^-10, uniform: mean 1e4, var = 2 units^2 */
+    T_CLOSE(s.mean, 10000.0, 0, 1e-15);
+    T_CLOSE(s.std, sqrt(2.0) * 0.0009765625, 0, 1e-9);
+    free(x);
+}
+
+static void test_deterministic_across_threads(void) {
+    const size_t n = 300000;
+    float *x = malloc(n * sizeof *x);
+    T_ASSERT(x, "out of memory");
+    fill(x, n);
+    fp8t_stats a, b;
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    fp8t_fp8_stats(&a, x, n, 2.0f, FP8_E5M2);
+    omp_set_num_threads(2);
+    fp8t_fp8_stats(&b, x, n, 2.0f, FP8_E5M2);
+    omp_set_num_threads(saved);
+    T_CHECK(!memcmp(&a, &b, sizeof a), "stats depend on the thread count");
+    free(x);
+}
+
+static void test_empty(void) {
+    fp8t_stats s;
+    fp8t_tensor_stats(&s, NULL, 0);
+    T_CHECK(s.n == 0 && s.mean == 0 && s.std == 0 && s.amax == 0 && s.dynamic_range == 0, "n=0");
+    const float nan1[1] = {NAN};
+    fp8t_tensor_stats(&s, nan1, 1);
+    T_CHECK(s.n_nan == 1 && s.min == 0 && s.max == 0 && s.mean == 0, "no finite element");
+}
+
+int main(void) {
+    t_suite = "stats";
+    T_RUN(test_hand_small);
+    T_RUN(test_tensor_stats_vs_reference);
+    T_RUN(test_fp8_stats_vs_reference);
+    T_RUN(test_compare_and_self_cosine);
+    T_RUN(test_block_stats);
+    T_RUN(test_precision_large_offset);
+    T_RUN(test_deterministic_across_threads);
+    T_RUN(test_empty);
+    T_MAIN_END();
+}
