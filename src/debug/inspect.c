@@ -374,7 +374,11 @@ static void block_image_stats(fp8t_inspector *in, fp8t_stats *st, const fp8t_ten
         fp8t_mxfp8_quantize(in->codes, e8m0, in->x, s->rows, s->cols);
         fp8t_mxfp8_dequantize(in->img, in->codes, e8m0, s->rows, s->cols);
     } else {
-        int tr = s->kind == FP8T_T_WEIGHT ? BLOCK_TILE : 1, tc = BLOCK_TILE;
+        /* the model's tiles: weights 128x128; activations and gradients 1x128 along the
+         * reduction dimension, which for Wgrad is the token dimension (128x1) */
+        int tr = 1, tc = BLOCK_TILE;
+        if (s->kind == FP8T_T_WEIGHT) tr = BLOCK_TILE;
+        else if (s->gemm == FP8T_GEMM_WGRAD) { tr = BLOCK_TILE; tc = 1; }
         size_t nb = (size_t)((s->rows + tr - 1) / tr) * (size_t)((s->cols + tc - 1) / tc);
         if (grow_buf((void **)&in->bscales, &in->bscales_cap, nb, sizeof(float))) return;
         fp8t_block_quantize(in->codes, in->bscales, in->x, s->rows, s->cols, tr, tc, s->fmt);
