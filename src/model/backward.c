@@ -69,8 +69,9 @@ static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
     /* SwiGLU MLP: dres holds d(res3) = d(down output) */
     linear_backward(m, lin0 + 4, a->dh1, g->down_w, NULL, a->dres, act, p->down_w, N, H, C);
     ops->swiglu_backward(be, a->dh2, a->dh3, a->dh1, gate, up, NH_);
-    linear_backward(m, lin0 + 2, a->dc1, g->gate_w, NULL, a->dh2, ln2, p->gate_w, N, C, H);
-    linear_backward(m, lin0 + 3, a->dc2, g->up_w, NULL, a->dh3, ln2, p->up_w, N, C, H);
+    /* reverse execution order: up, then gate */
+    linear_backward(m, lin0 + 3, a->dc1, g->up_w, NULL, a->dh3, ln2, p->up_w, N, C, H);
+    linear_backward(m, lin0 + 2, a->dc2, g->gate_w, NULL, a->dh2, ln2, p->gate_w, N, C, H);
     ops->add(be, a->dc1, a->dc1, a->dc2, NC); /* ln2 feeds both gate and up */
     ops->rmsnorm_backward(be, a->dres, g->ln2_w, a->dc1, res2, p->ln2_w, ln2_rstd, N, C);
     /* attention with RoPE */
