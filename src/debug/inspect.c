@@ -11,11 +11,10 @@
  * micro=all writes one row per micro-batch (dumps stay first-micro-batch only). */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <cjson/cJSON.h>
 
 #include "fp8train/debug.h"
 #include "fp8train/io.h"
@@ -395,10 +394,72 @@ static void block_image_stats(fp8t_inspector *in, fp8t_stats *st, const fp8t_ten
     st->saturation_pct = 0.0;
 }
 
-static void add_num(cJSON *o, const char *k, double v) { cJSON_AddNumberToObject(o, k, v); }
+/* ---- one JSON line, numbers printed so that they read back bit-exact ---- */
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+} line_buf;
+
+static void lb_put(line_buf *b, const char *text, size_t len) {
+    if (b->n + len + 1 > b->cap) {
+        size_t nc = (b->cap ? 2 * b->cap : 1024) + len;
+        char *p = realloc(b->s, nc);
+        if (!p) return;
+        b->s = p;
+        b->cap = nc;
+    }
+    memcpy(b->s + b->n, text, len);
+    b->n += len;
+    b->s[b->n] = 0;
+}
+
+static void lb_key(line_buf *b, const char *k) {
+    lb_put(b, b->n > 1 ? ",\"" : "\"", b->n > 1 ? 2 : 1);
+    lb_put(b, k, strlen(k));
+    lb_put(b, "\":", 2);
+}
+
+/* The shortest %.Ng that parses back to the same double; non-finite values are null. */
+static void lb_number(line_buf *b, double v) {
+    char t[40];
+    if (!isfinite(v)) { lb_put(b, "null", 4); return; }
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(t, sizeof(t), "%.*g", prec, v);
+        if (strtod(t, NULL) == v) break;
+    }
+    lb_put(b, t, strlen(t));
+}
+
+static void add_num(line_buf *b, const char *k, double v) {
+    lb_key(b, k);
+    lb_number(b, v);
+}
+
+/* Values are our own identifiers (module, gemm, tensor, precision and format names): no
+ * character needs escaping. */
+static void add_str(line_buf *b, const char *k, const char *v) {
+    lb_key(b, k);
+    lb_put(b, "\"", 1);
+    lb_put(b, v, strlen(v));
+    lb_put(b, "\"", 1);
+}
+
+static void add_array(line_buf *b, const char *k, const fp8t_stats *blocks, size_t nb,
+                      size_t field_offset) {
+    lb_key(b, k);
+    lb_put(b, "[", 1);
+    for (size_t i = 0; i < nb; i++) {
+        if (i) lb_put(b, ",", 1);
+        lb_number(b, *(const double *)((const char *)&blocks[i] + field_offset));
+    }
+    lb_put(b, "]", 1);
+}
+
 
 /* Per-block statistics of the per-tensor quantization, summarized (and listed if asked). */
-static void add_block_stats(fp8t_inspector *in, cJSON *o, size_t n, float scale, fp8_format fmt) {
+static void add_block_stats(fp8t_inspector *in, line_buf *o, size_t n, float scale,
+                            fp8_format fmt) {
     size_t bs = (size_t)in->block;
     size_t nb = (n + bs - 1) / bs;
     if (nb == 0 || grow_buf((void **)&in->blocks, &in->blocks_cap, nb, sizeof(fp8t_stats)))
@@ -425,14 +486,9 @@ static void add_block_stats(fp8t_inspector *in, cJSON *o, size_t n, float scale,
     add_num(o, "blocks_with_underflow_pct", 100.0 * (double)with_under / (double)nb);
     add_num(o, "block_underflow_max_pct", under_max);
     if (in->block_list) {
-        cJSON *am = cJSON_AddArrayToObject(o, "block_amax");
-        cJSON *sq = cJSON_AddArrayToObject(o, "block_sqnr_db");
-        cJSON *uf = cJSON_AddArrayToObject(o, "block_underflow_pct");
-        for (size_t b = 0; b < nb; b++) {
-            cJSON_AddItemToArray(am, cJSON_CreateNumber(in->blocks[b].amax));
-            cJSON_AddItemToArray(sq, cJSON_CreateNumber(in->blocks[b].sqnr_db));
-            cJSON_AddItemToArray(uf, cJSON_CreateNumber(in->blocks[b].underflow_pct));
-        }
+        add_array(o, "block_amax", in->blocks, nb, offsetof(fp8t_stats, amax));
+        add_array(o, "block_sqnr_db", in->blocks, nb, offsetof(fp8t_stats, sqnr_db));
+        add_array(o, "block_underflow_pct", in->blocks, nb, offsetof(fp8t_stats, underflow_pct));
     }
 }
 
@@ -510,15 +566,16 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
         fp8t_tensor_stats(&st, in->x, n);
     }
 
-    cJSON *o = cJSON_CreateObject();
+    line_buf lb = {0}, *o = &lb;
+    lb_put(o, "{", 1);
     add_num(o, "step", in->step);
     add_num(o, "micro", micro);
     add_num(o, "layer", site->layer);
-    cJSON_AddStringToObject(o, "module", fp8t_module_name(site->module));
-    cJSON_AddStringToObject(o, "gemm", fp8t_gemm_name(site->gemm));
-    cJSON_AddStringToObject(o, "tensor", fp8t_tensor_kind_name(site->kind));
-    cJSON_AddStringToObject(o, "precision", fp8t_precision_name(site->precision));
-    cJSON_AddStringToObject(o, "fmt", fp8_format_name(site->fmt));
+    add_str(o, "module", fp8t_module_name(site->module));
+    add_str(o, "gemm", fp8t_gemm_name(site->gemm));
+    add_str(o, "tensor", fp8t_tensor_kind_name(site->kind));
+    add_str(o, "precision", fp8t_precision_name(site->precision));
+    add_str(o, "fmt", fp8_format_name(site->fmt));
     add_num(o, "rows", site->rows);
     add_num(o, "cols", site->cols);
     add_num(o, "min", st.min);
@@ -540,15 +597,11 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     add_num(o, "amax_history_max", hist_max);
     add_num(o, "n_nan", (double)st.n_nan);
     add_num(o, "n_inf", (double)st.n_inf);
-    if (scale_source) cJSON_AddStringToObject(o, "scale_source", scale_source);
+    if (scale_source) add_str(o, "scale_source", scale_source);
     if (is_operand && in->block > 0) add_block_stats(in, o, n, scale, site->fmt);
-    char *line = cJSON_PrintUnformatted(o);
-    if (line) {
-        fputs(line, in->stats);
-        fputc('\n', in->stats);
-        free(line);
-    }
-    cJSON_Delete(o);
+    lb_put(o, "}\n", 2);
+    if (lb.s) fputs(lb.s, in->stats);
+    free(lb.s);
 
     if (in->dump && micro == 0) write_dumps(in, site, scale, scale_inv, is_operand);
 }

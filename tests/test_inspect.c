@@ -1,0 +1,448 @@
+/* The inspector and the NaN tracker on a real model (tiny GPT-2 on the CPU backend):
+ * selection by step/layer/module/GEMM/tensor, statistics equal to the numerics library's on
+ * the dumped data, scales from the recipe state, .npy dumps that parse and round-trip, block
+ * statistics, micro-batches, and NaN/Inf provenance with a hook that poisons one tensor. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "fp8train/debug.h"
+#include "fp8train/fp8.h"
+#include "fp8train/io.h"
+#include "fp8train/model.h"
+#include "fp8train/recipe.h"
+#include "fp8train/stats.h"
+#include "test.h"
+
+#define B 2
+#define T 16
+
+static char g_root[256];
+
+typedef struct {
+    fp8t_backend *be;
+    fp8t_model *m;
+    int tokens[B * T], targets[B * T];
+} tiny;
+
+static int tiny_open(tiny *t) {
+    char err[512];
+    memset(t, 0, sizeof(*t));
+    t->be = fp8t_backend_create("cpu", err, sizeof(err));
+    if (!t->be) { printf("  backend: %s\n", err); return -1; }
+    fp8t_model_config cfg;
+    fp8t_model_preset(&cfg, "tiny");
+    cfg.n_layer = 3;
+    fp8t_policy pol;
+    fp8t_policy_default(&pol);
+    pol.history_len = 16;
+    t->m = fp8t_model_create(t->be, &cfg, &pol, B, T, err, sizeof(err));
+    if (!t->m) { printf("  model: %s\n", err); fp8t_backend_destroy(t->be); return -1; }
+    fp8t_model_init_weights(t->m, 1234);
+    for (int i = 0; i < B * T; i++) {
+        t->tokens[i] = (i * 37 + 11) % cfg.vocab_size;
+        t->targets[i] = (i * 53 + 7) % cfg.vocab_size;
+    }
+    return 0;
+}
+
+static void tiny_close(tiny *t) {
+    fp8t_model_destroy(t->m);
+    fp8t_backend_destroy(t->be);
+}
+
+/* One optimizer step of `micro` micro-batches (no weight update: the statistics are what
+ * matters here, and the delayed scales still move through fp8t_model_end_step). */
+static float tiny_step(tiny *t, int micro) {
+    float loss = 0;
+    fp8t_model_zero_grad(t->m);
+    for (int k = 0; k < micro; k++) {
+        loss += fp8t_model_forward(t->m, t->tokens, t->targets) / micro;
+        fp8t_model_backward(t->m, 1.0f / micro);
+    }
+    fp8t_model_end_step(t->m);
+    return loss;
+}
+
+/* ---- inspector ---- */
+
+typedef struct {
+    fp8t_inspector *in;
+    int step;
+    /* what the test itself reads from the recipe state for layer 1 fc2 fprop input */
+    float expect_scale[8];
+    double expect_hist_max[8];
+} inspect_ctx;
+
+static void inspect_hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
+    inspect_ctx *c = vctx;
+    if (s->layer == 1 && s->module == FP8T_MOD_FC2 && s->gemm == FP8T_GEMM_FPROP &&
+        s->kind == FP8T_T_INPUT && c->step < 8) {
+        int n = fp8t_model_fp8_count(m), len = fp8t_model_fp8_history_len(m);
+        size_t floats = fp8t_recipe_state_floats(n, len);
+        float *st = malloc(floats * sizeof(float));
+        fp8t_backend *be = fp8t_model_backend(m);
+        be->ops->to_host(be, st, fp8t_model_fp8_state(m), floats * sizeof(float));
+        fp8t_recipe_state rs;
+        fp8t_recipe_state_view(&rs, st, n, len);
+        if (c->expect_scale[c->step] == 0) { /* first micro-batch */
+            c->expect_scale[c->step] = rs.scale[s->fp8_index];
+            c->expect_hist_max[c->step] = fp8t_recipe_history_max(&rs, s->fp8_index);
+        }
+        free(st);
+    }
+    fp8t_inspector_observe(c->in, m, s, x);
+}
+
+static cJSON **read_rows(const char *path, int *n) {
+    char *text, err[256];
+    size_t len;
+    *n = 0;
+    if (fp8t_read_file(path, &text, &len, err, sizeof(err))) return NULL;
+    cJSON **rows = malloc(sizeof(cJSON *) * 4096);
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line && *n < 4096;
+         line = strtok_r(NULL, "\n", &save))
+        rows[(*n)++] = cJSON_Parse(line);
+    free(text);
+    return rows;
+}
+
+static void free_rows(cJSON **rows, int n) {
+    for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
+    free(rows);
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *it = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(it) ? it->valuedouble : NAN;
+}
+static const char *str(const cJSON *o, const char *k) {
+    const cJSON *it = cJSON_GetObjectItem(o, k);
+    return cJSON_IsString(it) ? it->valuestring : "";
+}
+
+/* Parse a .npy header by hand (not through fp8t_npy_read) and return the data offset. */
+static long npy_header(const unsigned char *buf, size_t len, char *dict, size_t dlen) {
+    if (len < 10 || memcmp(buf, "\x93NUMPY", 6) != 0 || buf[6] != 1 || buf[7] != 0) return -1;
+    size_t hl = (size_t)buf[8] | (size_t)buf[9] << 8;
+    if (10 + hl > len || ((10 + hl) % 16 != 0 && (10 + hl) % 64 != 0)) return -1;
+    snprintf(dict, dlen, "%.*s", (int)hl, (const char *)buf + 10);
+    return (long)(10 + hl);
+}
+
+static int exact(double a, double b) { return a == b || (isnan(a) && isnan(b)); }
+
+static void check_stats_equal(const cJSON *row, const fp8t_stats *s, int operand,
+                              const char *what) {
+    const char *keys[] = {"min", "max", "mean", "std", "l1", "l2", "amax", "dynamic_range"};
+    double vals[] = {s->min, s->max, s->mean, s->std, s->l1, s->l2, s->amax, s->dynamic_range};
+    for (int k = 0; k < 8; k++)
+        T_CHECK(exact(num(row, keys[k]), vals[k]), "%s %s: json %.17g numerics %.17g", what,
+                keys[k], num(row, keys[k]), vals[k]);
+    if (operand) {
+        const char *ek[] = {"underflow_pct", "saturation_pct", "mse", "cosine", "sqnr_db"};
+        double ev[] = {s->underflow_pct, s->saturation_pct, s->mse, s->cosine, s->sqnr_db};
+        for (int k = 0; k < 5; k++)
+            T_CHECK(exact(num(row, ek[k]), ev[k]), "%s %s: json %.17g numerics %.17g", what, ek[k],
+                    num(row, ek[k]), ev[k]);
+    } else {
+        T_CHECK(cJSON_IsNull(cJSON_GetObjectItem(row, "cosine")) &&
+                    cJSON_IsNull(cJSON_GetObjectItem(row, "scale")),
+                "%s: a result has error statistics", what);
+    }
+    T_CHECK(num(row, "n_nan") == (double)s->n_nan && num(row, "n_inf") == (double)s->n_inf,
+            "%s: non-finite counts", what);
+}
+
+static void test_inspect_selection_stats_and_dumps(void) {
+    tiny t;
+    T_ASSERT(tiny_open(&t) == 0, "model");
+    char out[400], err[512];
+    snprintf(out, sizeof(out), "%s/inspect1", g_root);
+    inspect_ctx c = {0};
+    c.in = fp8t_inspector_create("every=2,start=1,end=3,layers=1+head,modules=fc2+head,"
+                                 "gemms=fprop+dgrad,tensors=input+grad_output+output,dump=1,"
+                                 "block=32",
+                                 out, err, sizeof(err));
+    T_ASSERT(c.in, "create: %s", err);
+    fp8t_model_set_hook(t.m, inspect_hook, &c);
+    for (int step = 0; step < 5; step++) {
+        c.step = step;
+        fp8t_inspector_begin_step(c.in, step);
+        tiny_step(&t, 2);
+        fp8t_inspector_end_step(c.in, step);
+    }
+    fp8t_inspector_destroy(c.in);
+
+    char path[600];
+    snprintf(path, sizeof(path), "%s/stats.jsonl", out);
+    int n;
+    cJSON **rows = read_rows(path, &n);
+    T_ASSERT(rows, "no stats.jsonl");
+    /* steps 1 and 3; sites per step: (layer 1 fc2, head) x (fprop input, fprop output,
+     * dgrad grad_output) = 6; first micro-batch only */
+    T_CHECK(n == 12, "%d rows, expected 12", n);
+    int per_step[5] = {0}, checked_operands = 0, checked_results = 0;
+    for (int i = 0; i < n; i++) {
+        const cJSON *r = rows[i];
+        T_ASSERT(r, "row %d does not parse", i);
+        int step = (int)num(r, "step"), layer = (int)num(r, "layer");
+        if (step >= 0 && step < 5) per_step[step]++;
+        T_CHECK(num(r, "micro") == 0, "micro %g", num(r, "micro"));
+        const char *module = str(r, "module"), *gemm = str(r, "gemm"), *tensor = str(r, "tensor");
+        T_CHECK((layer == 1 && !strcmp(module, "fc2")) || (layer == -1 && !strcmp(module, "head")),
+                "site layer %d %s", layer, module);
+        T_CHECK(strcmp(gemm, "wgrad") != 0 && strcmp(tensor, "weight") != 0 &&
+                    strcmp(tensor, "dgrad") != 0,
+                "unselected %s %s", gemm, tensor);
+        /* the dump of this site */
+        char name[128], f[900];
+        snprintf(name, sizeof(name), "%s.%s.%s.%s", layer < 0 ? "head" : "1", module, gemm, tensor);
+        snprintf(f, sizeof(f), "%s/dumps/step_%06d/%s.npy", out, step, name);
+        char *raw;
+        size_t rawlen;
+        T_ASSERT(fp8t_read_file(f, &raw, &rawlen, err, sizeof(err)) == 0, "%s", err);
+        char dict[256];
+        long off = npy_header((const unsigned char *)raw, rawlen, dict, sizeof(dict));
+        int rows_ = (int)num(r, "rows"), cols = (int)num(r, "cols");
+        char shape[64];
+        snprintf(shape, sizeof(shape), "'shape': (%d, %d)", rows_, cols);
+        T_CHECK(off > 0 && strstr(dict, "'descr': '<f4'") && strstr(dict, "'fortran_order': False") &&
+                    strstr(dict, shape) && (size_t)off + (size_t)rows_ * cols * 4 == rawlen,
+                "%s header: %s", name, dict);
+        char descr[16];
+        int ndim;
+        int64_t sh[8];
+        void *data;
+        size_t nbytes;
+        T_ASSERT(fp8t_npy_read(f, descr, &ndim, sh, &data, &nbytes, err, sizeof(err)) == 0, "%s", err);
+        T_CHECK(ndim == 2 && sh[0] == rows_ && sh[1] == cols && !strcmp(descr, "<f4") &&
+                    nbytes == (size_t)rawlen - (size_t)off && !memcmp(data, raw + off, nbytes),
+                "%s: npy round trip", name);
+        const float *x = data;
+        size_t count = (size_t)rows_ * cols;
+        int operand = strcmp(tensor, "output") != 0;
+        fp8t_stats s;
+        if (operand) {
+            float scale = (float)num(r, "scale");
+            fp8_format fmt = !strcmp(str(r, "fmt"), "e5m2") ? FP8_E5M2 : FP8_E4M3;
+            T_CHECK(!strcmp(tensor, "grad_output") == (fmt == FP8_E5M2), "hybrid format %s",
+                    str(r, "fmt"));
+            fp8t_fp8_stats(&s, x, count, scale, fmt);
+            check_stats_equal(r, &s, 1, name);
+            /* raw codes and scale_inv */
+            snprintf(f, sizeof(f), "%s/dumps/step_%06d/%s.fp8.npy", out, step, name);
+            void *codes;
+            T_ASSERT(fp8t_npy_read(f, descr, &ndim, sh, &codes, &nbytes, err, sizeof(err)) == 0, "%s", err);
+            uint8_t *expect = malloc(count);
+            fp8_quantize(expect, x, count, scale, fmt, 1);
+            T_CHECK(!strcmp(descr, "|u1") && nbytes == count && !memcmp(codes, expect, count),
+                    "%s: fp8 codes", name);
+            free(expect);
+            free(codes);
+            snprintf(f, sizeof(f), "%s/dumps/step_%06d/%s.scale_inv.npy", out, step, name);
+            void *si;
+            T_ASSERT(fp8t_npy_read(f, descr, &ndim, sh, &si, &nbytes, err, sizeof(err)) == 0, "%s", err);
+            T_CHECK(nbytes == 4 && ndim == 1 && sh[0] == 1 && *(float *)si == (float)num(r, "scale_inv"),
+                    "%s: scale_inv", name);
+            free(si);
+            /* block statistics: worst block SQNR equals the numerics library's */
+            size_t nb = (count + 31) / 32;
+            fp8t_stats *bs = malloc(nb * sizeof(fp8t_stats));
+            fp8t_block_fp8_stats(bs, x, count, 32, scale, fmt);
+            double worst = INFINITY;
+            for (size_t k = 0; k < nb; k++) worst = fmin(worst, bs[k].sqnr_db);
+            T_CHECK(num(r, "n_blocks") == (double)nb && exact(num(r, "block_sqnr_min_db"), worst),
+                    "%s: blocks %g worst %g vs %g", name, num(r, "n_blocks"),
+                    num(r, "block_sqnr_min_db"), worst);
+            free(bs);
+            /* the scale is the recipe state's (delayed) for layer 1 fc2, bf16 head too */
+            T_CHECK(!strcmp(str(r, "scale_source"), "delayed"), "scale source %s",
+                    str(r, "scale_source"));
+            if (layer == 1 && !strcmp(gemm, "fprop")) {
+                T_CHECK((float)num(r, "scale") == c.expect_scale[step] &&
+                            exact(num(r, "amax_history_max"), c.expect_hist_max[step]),
+                        "step %d scale %g vs state %g, hist %g vs %g", step, num(r, "scale"),
+                        c.expect_scale[step], num(r, "amax_history_max"), c.expect_hist_max[step]);
+                if (step == 3)
+                    T_CHECK(num(r, "scale") != 1.0 && num(r, "amax_history_max") > 0,
+                            "step 3 scale still the initial one: %g", num(r, "scale"));
+            }
+            checked_operands++;
+        } else {
+            fp8t_tensor_stats(&s, x, count);
+            check_stats_equal(r, &s, 0, name);
+            checked_results++;
+        }
+        T_CHECK(!strcmp(str(r, "precision"), layer < 0 ? "bf16" : "delayed"), "precision %s",
+                str(r, "precision"));
+        free(data);
+        free(raw);
+    }
+    T_CHECK(per_step[0] == 0 && per_step[1] == 6 && per_step[2] == 0 && per_step[3] == 6 &&
+                per_step[4] == 0,
+            "rows per step %d %d %d %d %d", per_step[0], per_step[1], per_step[2], per_step[3],
+            per_step[4]);
+    T_CHECK(checked_operands == 8 && checked_results == 4, "operands %d results %d",
+            checked_operands, checked_results);
+    snprintf(path, sizeof(path), "%s/dumps/step_000002", out);
+    T_CHECK(access(path, F_OK) != 0, "dumps of an unselected step");
+    free_rows(rows, n);
+    tiny_close(&t);
+}
+
+static void hook_observe_only(void *ctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
+    fp8t_inspector_observe((fp8t_inspector *)ctx, m, s, x);
+}
+
+static void test_inspect_micro_all_and_current_scaling(void) {
+    tiny t;
+    T_ASSERT(tiny_open(&t) == 0, "model");
+    fp8t_policy pol = *fp8t_model_get_policy(t.m);
+    char err[512], out[400];
+    T_ASSERT(fp8t_policy_add_overrides(&pol, "layers=0,module=qkv,gemm=fprop,precision=current",
+                                       err, sizeof(err)) == 0, "%s", err);
+    fp8t_model_set_policy(t.m, &pol);
+    snprintf(out, sizeof(out), "%s/inspect2", g_root);
+    fp8t_inspector *in = fp8t_inspector_create(
+        "micro=all,layers=0,modules=qkv,gemms=fprop,tensors=input", out, err, sizeof(err));
+    T_ASSERT(in, "%s", err);
+    fp8t_model_set_hook(t.m, hook_observe_only, in);
+    fp8t_inspector_begin_step(in, 0);
+    tiny_step(&t, 3);
+    fp8t_inspector_end_step(in, 0);
+    fp8t_inspector_destroy(in);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/stats.jsonl", out);
+    int n;
+    cJSON **rows = read_rows(path, &n);
+    T_ASSERT(rows && n == 3, "%d rows, expected one per micro-batch", n);
+    for (int i = 0; i < n; i++) {
+        T_CHECK(num(rows[i], "micro") == i, "micro %g", num(rows[i], "micro"));
+        T_CHECK(!strcmp(str(rows[i], "precision"), "current") &&
+                    !strcmp(str(rows[i], "scale_source"), "current"),
+                "precision %s source %s", str(rows[i], "precision"), str(rows[i], "scale_source"));
+        /* current scaling: scale = 448 / amax of this tensor */
+        T_CLOSE(num(rows[i], "scale"), fp8t_current_scale((float)num(rows[i], "amax"), 448.0f, 0, 0),
+                0, 1e-7);
+        T_CHECK(num(rows[i], "saturation_pct") == 0, "current scaling saturated");
+    }
+    free_rows(rows, n);
+    tiny_close(&t);
+}
+
+static void test_inspect_off_and_spec_errors(void) {
+    char err[512], out[400];
+    snprintf(out, sizeof(out), "%s/inspect3", g_root);
+    const char *bad[] = {"bogus=1", "every=0", "layers=3-1", "modules=fc9", "gemms=fwd",
+                         "tensors=x", "end=2,start=5", "micro=some", "dump"};
+    const char *word[] = {"bogus", "every", "layers", "fc9", "fwd", "'x'", "before", "micro",
+                          "key=value"};
+    for (int i = 0; i < 9; i++) {
+        err[0] = 0;
+        fp8t_inspector *in = fp8t_inspector_create(bad[i], out, err, sizeof(err));
+        T_CHECK(!in && strstr(err, word[i]), "spec '%s': %s", bad[i], err);
+        fp8t_inspector_destroy(in);
+    }
+    /* outside the selected steps nothing is computed or written */
+    tiny t;
+    T_ASSERT(tiny_open(&t) == 0, "model");
+    fp8t_inspector *in = fp8t_inspector_create("start=5", out, err, sizeof(err));
+    T_ASSERT(in, "%s", err);
+    fp8t_model_set_hook(t.m, hook_observe_only, in);
+    for (int step = 0; step < 2; step++) {
+        fp8t_inspector_begin_step(in, step);
+        tiny_step(&t, 1);
+        fp8t_inspector_end_step(in, step);
+    }
+    fp8t_inspector_destroy(in);
+    char path[600], *text;
+    size_t len;
+    snprintf(path, sizeof(path), "%s/stats.jsonl", out);
+    T_CHECK(fp8t_read_file(path, &text, &len, err, sizeof(err)) == 0 && len == 0, "%zu bytes", len);
+    free(text);
+    /* a NULL inspector is a no-op */
+    fp8t_inspector_begin_step(NULL, 0);
+    fp8t_inspector_end_step(NULL, 0);
+    tiny_close(&t);
+}
+
+/* ---- NaN provenance ---- */
+
+typedef struct {
+    fp8t_nan_tracker *tr;
+    int layer;
+    fp8t_module module;
+    fp8t_gemm_kind gemm;
+    fp8t_tensor_kind kind;
+    float value;    /* NaN or Inf */
+    int armed;
+} nan_ctx;
+
+static void nan_hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
+    nan_ctx *c = vctx;
+    if (c->armed && s->layer == c->layer && s->module == c->module && s->gemm == c->gemm &&
+        s->kind == c->kind) {
+        fp8t_backend *be = fp8t_model_backend(m);
+        be->ops->to_device(be, x + 5, &c->value, sizeof(float));
+        c->armed = 0;
+    }
+    fp8t_nan_tracker_observe(c->tr, m, s, x);
+}
+
+static void nan_case(tiny *t, int layer, fp8t_module mod, fp8t_gemm_kind g, fp8t_tensor_kind k,
+                     float value, const char *expect) {
+    nan_ctx c = {fp8t_nan_tracker_create(), layer, mod, g, k, value, 1};
+    fp8t_model_set_hook(t->m, nan_hook, &c);
+    fp8t_nan_tracker_begin_step(c.tr, 7);
+    tiny_step(t, 1);
+    char buf[160];
+    int found = fp8t_nan_tracker_first(c.tr, buf, sizeof(buf));
+    T_CHECK(found && !strcmp(buf, expect), "expected '%s', got %d '%s'", expect, found, buf);
+    /* the next step starts clean */
+    fp8t_nan_tracker_begin_step(c.tr, 8);
+    T_CHECK(!fp8t_nan_tracker_first(c.tr, buf, sizeof(buf)) && buf[0] == 0, "not reset");
+    fp8t_model_set_hook(t->m, NULL, NULL);
+    fp8t_nan_tracker_destroy(c.tr);
+}
+
+static void test_nan_tracker_names_the_poisoned_tensor(void) {
+    tiny t;
+    T_ASSERT(tiny_open(&t) == 0, "model");
+    /* a clean step: nothing */
+    nan_ctx c = {fp8t_nan_tracker_create(), 0, 0, 0, 0, 0, 0};
+    fp8t_model_set_hook(t.m, nan_hook, &c);
+    fp8t_nan_tracker_begin_step(c.tr, 0);
+    tiny_step(&t, 1);
+    char buf[160] = "x";
+    T_CHECK(!fp8t_nan_tracker_first(c.tr, buf, sizeof(buf)) && !buf[0], "clean step: %s", buf);
+    fp8t_nan_tracker_destroy(c.tr);
+    nan_case(&t, 2, FP8T_MOD_FC1, FP8T_GEMM_FPROP, FP8T_T_INPUT, NAN,
+             "layer 2 fc1 fprop input (forward)");
+    nan_case(&t, 0, FP8T_MOD_QKV, FP8T_GEMM_FPROP, FP8T_T_OUTPUT, INFINITY,
+             "layer 0 qkv fprop output (forward)");
+    nan_case(&t, 1, FP8T_MOD_PROJ, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, NAN,
+             "layer 1 proj dgrad grad_output (backward)");
+    nan_case(&t, 1, FP8T_MOD_FC2, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, -INFINITY,
+             "layer 1 fc2 wgrad wgrad (backward)");
+    nan_case(&t, -1, FP8T_MOD_HEAD, FP8T_GEMM_FPROP, FP8T_T_INPUT, NAN,
+             "head fprop input (forward)");
+    tiny_close(&t);
+}
+
+int main(void) {
+    t_suite = "inspect";
+    snprintf(g_root, sizeof(g_root), "/tmp/fp8t_test_inspect_XXXXXX");
+    if (!mkdtemp(g_root)) { perror("mkdtemp"); return 1; }
+    T_RUN(test_inspect_selection_stats_and_dumps);
+    T_RUN(test_inspect_micro_all_and_current_scaling);
+    T_RUN(test_inspect_off_and_spec_errors);
+    T_RUN(test_nan_tracker_names_the_poisoned_tensor);
+    if (!getenv("FP8T_KEEP_TEST_FILES")) fp8t_rmtree(g_root);
+    else printf("kept %s\n", g_root);
+    T_MAIN_END();
+}
