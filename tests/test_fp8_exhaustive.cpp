@@ -173,6 +173,7 @@ static failures sweep(unsigned stride) {
     {
         failures f;
         std::vector<float> x(BLOCK), xr(BLOCK);            /* [BLOCK] inputs, bf16_round out */
+        std::vector<float> fq(2 * (size_t)BLOCK);          /* [fmt][BLOCK] fake_quantize out */
         std::vector<uint8_t> q(4 * (size_t)BLOCK);         /* [fmt*2+sat][BLOCK] bulk codes */
 #pragma omp for schedule(dynamic, 16)
         for (unsigned b = 0; b < NBLOCKS; b += stride) {
@@ -192,6 +193,8 @@ static failures sweep(unsigned stride) {
                     if (!ok) f.n[5]++, report(5, base, fm, s, 0, 0);
                 }
             bf16_round(xr.data(), x.data(), BLOCK);
+            for (int fm = 0; fm < 2; fm++)
+                fp8_fake_quantize(&fq[(size_t)fm * BLOCK], x.data(), BLOCK, 1.0f, (fp8_format)fm);
             for (uint32_t i = 0; i < BLOCK; i++) {
                 const uint32_t u = base + i;
                 const float xi = x[i];
@@ -202,6 +205,9 @@ static failures sweep(unsigned stride) {
                         if (got != cuda) f.n[0]++, report(0, u, fm, s, got, cuda);
                         const unsigned bulk = q[(size_t)(fm * 2 + s) * BLOCK + i];
                         if (bulk != got) f.n[2]++, report(2, u, fm, s, bulk, got);
+                        /* fake quantize (saturating) = decode of the saturating code, bit exact */
+                        if (s == 1 && u_of(fq[(size_t)fm * BLOCK + i]) != u_of(fp8_decode(got, (fp8_format)fm)))
+                            f.n[2]++, report(2, u, fm, s, u_of(fq[(size_t)fm * BLOCK + i]) >> 24, got);
                         double val = 0;
                         int nan_code = 0;
                         const int kind = ref_fp8(FMTS[fm], GRID[fm], xi, s, &val, &nan_code);
