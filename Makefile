@@ -99,3 +99,16 @@ bench: $(BENCH_BIN) $(BUILD)/fp8train
 
 clean:
 	rm -rf build build-san
+
+# Render an HTML report (fp8train compare --report FILE) in headless Chromium and save a PNG,
+# to look at what a browser shows: make report-screenshot REPORT=runs/report.html
+# [PNG=report.png] [HEIGHT=2400]. Installs Debian's chromium if missing.
+REPORT ?=
+PNG    ?= $(basename $(REPORT)).png
+HEIGHT ?= 2400
+report-screenshot:
+	@test -n "$(REPORT)" && test -f "$(REPORT)" || { echo "usage: make report-screenshot REPORT=path/to/report.html [PNG=out.png] [HEIGHT=2400] (write one with: fp8train compare RUN_A RUN_B --report FILE)"; exit 2; }
+	@scripts/install-deps.sh --with-browser
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --force-device-scale-factor=1 \
+	  --screenshot=$(abspath $(PNG)) --window-size=1200,$(HEIGHT) file://$(abspath $(REPORT))
+	@echo "screenshot: $(PNG)"

@@ -108,14 +108,16 @@ typedef struct {
 int fp8t_spike_scan(fp8t_spike_event *out, int max, const double *x, int n,
                     const fp8t_spike_cfg *cfg, double min_rel, double k_recover);
 
-/* Drift of `test` against the aligned `base`: g[i] = (test[i] - base[i]) / |base[i]|
- * (non-finite pairs carry the previous smoothed value), smoothed[i] = mean of g over the
- * last `window` samples ending at i. smoothed (may be NULL) gets n values. Returns the first
- * index where |smoothed| > threshold, or -1. */
+/* Drift of `test` against the aligned `base`: g[i] = (test[i] - base[i]) / |base[i]|,
+ * smoothed[i] = median of the finite g over the last `window` samples ending at i (a median,
+ * so a one-step spike does not read as drift; with no finite sample the previous value
+ * carries on). smoothed (may be NULL) gets n values. Returns the first index where
+ * |smoothed| > threshold, or -1. */
 int fp8t_drift_detect(double *smoothed, const double *base, const double *test, int n,
                       int window, double threshold);
-/* Online form: the smoothed relative gap at the end of the aligned series (the mean of g over
- * the last `window` finite pairs; 0 if none). A trainer compares |value| with its threshold. */
+/* Online form: the smoothed relative gap at the end of the aligned series (the median of g
+ * over the last `window` finite pairs; 0 if none). A trainer compares |value| with its
+ * threshold. */
 double fp8t_drift_gap(const double *base, const double *test, int n, int window);
 
 /* ---- compare ---- */
@@ -144,9 +146,11 @@ void fp8t_compare_cfg_default(fp8t_compare_cfg *cfg);
 typedef struct {
     int step;            /* step of the spike's first sample */
     int run;             /* 0 = A, 1 = B */
-    double size_rel;     /* peak over the window median, relative */
+    double size_rel;     /* peak of loss_run / loss_other over its window median, minus 1
+                            (for spikes in both runs: the raw loss jump) */
     double zscore;
-    int recovery_steps;  /* -1: did not recover before the end */
+    int recovery_steps;  /* steps until back to the other run's level (median + k sigma of the
+                            ratio); -1: did not recover before the end */
     int slow;            /* recovery slower than cfg.slow_recovery (or never) */
     int in_other_run;    /* the other run spikes within 2 steps too (data, not FP8) */
 } fp8t_spike_report;
@@ -181,7 +185,7 @@ typedef struct {
     int *steps;            /* [n] */
     double *loss_a, *loss_b; /* [n] */
     double *gap;           /* [n] (B - A) / |A|, NaN where either is non-finite */
-    double *gap_smooth;    /* [n] trailing mean over `window` */
+    double *gap_smooth;    /* [n] trailing median over `window` (fp8t_drift_detect) */
     int window;
     double mean_abs_gap, max_abs_gap; int max_gap_step;
     double early_gap;      /* median |gap| over the first 10% (at least 3 samples) */

@@ -125,33 +125,37 @@ static double rel_gap(double base, double test) {
 int fp8t_drift_detect(double *smoothed, const double *base, const double *test, int n,
                       int window, double threshold) {
     if (window < 1) window = 1;
-    double *g = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); /* [n] relative gaps */
+    double *g = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));      /* [n] relative gaps */
+    double *w = malloc(sizeof(double) * (size_t)window);               /* [window] scratch */
     for (int i = 0; i < n; i++) g[i] = rel_gap(base[i], test[i]);
     int first = -1;
-    double sum = 0, prev = 0;
-    int cnt = 0;
-    /* Trailing mean over the last `window` samples, skipping non-finite ones (a NaN pair
-     * carries the previous value instead of poisoning the mean). */
+    double prev = 0;
+    /* Trailing median over the last `window` samples: a drift moves it, a one-step spike
+     * does not (a mean would turn every spike into a window-long plateau). Non-finite gaps
+     * are skipped; with none left the previous value carries on. */
     for (int i = 0; i < n; i++) {
-        if (isfinite(g[i])) { sum += g[i]; cnt++; }
-        int out = i - window;
-        if (out >= 0 && isfinite(g[out])) { sum -= g[out]; cnt--; }
-        double s = cnt > 0 ? sum / cnt : prev;
+        int m = 0;
+        for (int j = i - window + 1 < 0 ? 0 : i - window + 1; j <= i; j++)
+            if (isfinite(g[j])) w[m++] = g[j];
+        double s = m ? median_sorted_inplace(w, m) : prev;
         prev = s;
         if (smoothed) smoothed[i] = s;
         if (first < 0 && fabs(s) > threshold) first = i;
     }
+    free(w);
     free(g);
     return first;
 }
 
 double fp8t_drift_gap(const double *base, const double *test, int n, int window) {
     if (window < 1) window = 1;
-    double sum = 0;
+    double *w = malloc(sizeof(double) * (size_t)window); /* [window] */
     int cnt = 0;
     for (int i = n - 1; i >= 0 && cnt < window; i--) {
         double g = rel_gap(base[i], test[i]);
-        if (isfinite(g)) { sum += g; cnt++; }
+        if (isfinite(g)) w[cnt++] = g;
     }
-    return cnt ? sum / cnt : 0.0;
+    double s = cnt ? median_sorted_inplace(w, cnt) : 0.0;
+    free(w);
+    return s;
 }

@@ -24,7 +24,7 @@ static const char *CSS =
     "'Segoe UI',Roboto,'DejaVu Sans',Helvetica,Arial,sans-serif}"
     "main{max-width:1180px;margin:0 auto;padding:24px 28px 40px}"
     "header h1{font-size:22px;margin:0 0 4px;letter-spacing:-.01em}"
-    "header .runs{color:var(--muted);font-size:13px}"
+    "header .runs{color:var(--muted);font-size:13px;line-height:1.9}"
     ".sw{display:inline-block;width:11px;height:11px;border-radius:2px;margin:0 5px 0 0;"
     "vertical-align:-1px}"
     "section{background:var(--card);border:1px solid var(--line);border-radius:10px;"
@@ -219,7 +219,7 @@ static void gap_chart(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
     pct(thr, sizeof(thr), r->threshold, 0);
     rb_printf(b, "<div class=\"legend\"><span><i class=\"sw\" style=\"background:#fdba74\"></i>"
                  "gap per step (B&#8722;A)/|A|</span><span><i class=\"sw\" style=\"background:#9a3412\">"
-                 "</i>smoothed over %d steps</span><span><i class=\"sw\" style=\"background:#dcfce7;"
+                 "</i>trailing median over %d steps</span><span><i class=\"sw\" style=\"background:#dcfce7;"
                  "border:1px dashed #16a34a\"></i>within &#177;%s</span></div>\n",
               r->window, thr);
     chart_open(b, 310);
@@ -280,7 +280,28 @@ static int index_of(const int *v, int n, int x) {
     return -1;
 }
 
-static void run_heatmaps(rpt_buf *b, const fp8t_run *run, char which) {
+/* Color domains shared by both runs' heatmaps, so equal colors mean equal values. Underflow
+ * spans at least 0..1% (a few hundredths of a percent is no alarm and stays pale). */
+typedef struct {
+    double under_hi, sqnr_lo, sqnr_hi;
+} heat_domain;
+
+static heat_domain heat_domain_of(const fp8t_run *a, const fp8t_run *bb) {
+    heat_domain d = {1.0, INFINITY, -INFINITY};
+    const fp8t_run *runs[2] = {a, bb};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < runs[k]->n_stats; i++) {
+            const fp8t_stat_row *s = &runs[k]->stats[i];
+            if (!s->is_operand || s->micro != 0) continue;
+            if (isfinite(s->underflow_pct)) d.under_hi = fmax(d.under_hi, s->underflow_pct);
+            double q = s->sqnr_db > SQNR_CAP_DB ? SQNR_CAP_DB : s->sqnr_db;
+            if (isfinite(q)) { d.sqnr_lo = fmin(d.sqnr_lo, q); d.sqnr_hi = fmax(d.sqnr_hi, q); }
+        }
+    if (!isfinite(d.sqnr_lo)) { d.sqnr_lo = 0; d.sqnr_hi = 1; }
+    return d;
+}
+
+static void run_heatmaps(rpt_buf *b, const fp8t_run *run, char which, const heat_domain *dom) {
     int n = run->n_stats;
     int *layers = malloc(sizeof(int) * (size_t)(n + 1)), *steps = malloc(sizeof(int) * (size_t)(n + 1));
     int nl = 0, ns = 0;
@@ -308,7 +329,6 @@ static void run_heatmaps(rpt_buf *b, const fp8t_run *run, char which) {
     }
     for (int c = 0; c < cols; c++) col_steps[c] = steps[(int)((long)c * ns / cols)];
     /* worst tensor of the layer: max underflow, min SQNR */
-    double umax = 0, smin = INFINITY, smax = -INFINITY;
     for (int i = 0; i < n; i++) {
         const fp8t_stat_row *s = &run->stats[i];
         if (!s->is_operand || s->micro != 0) continue;
@@ -324,10 +344,6 @@ static void run_heatmaps(rpt_buf *b, const fp8t_run *run, char which) {
             sqnr[k] = q;
             sqnr_src[k] = i;
         }
-    }
-    for (size_t c = 0; c < cells; c++) {
-        if (isfinite(under[c])) umax = fmax(umax, under[c]);
-        if (isfinite(sqnr[c])) { smin = fmin(smin, sqnr[c]); smax = fmax(smax, sqnr[c]); }
     }
     char **row_labels = malloc(sizeof(char *) * (size_t)nl);
     for (int l = 0; l < nl; l++) {
@@ -355,12 +371,12 @@ static void run_heatmaps(rpt_buf *b, const fp8t_run *run, char which) {
     rb_printf(b, "</h3>\n");
     snprintf(title, sizeof(title), "underflow %% (nonzero values that become 0), worst tensor of the layer");
     rpt_heatmap h = {title, "%", nl, cols, under, (const char *const *)row_labels, col_steps,
-                     (const char *const *)tips_u, 0, umax > 0 ? umax : 1, rpt_color_heat, 0};
+                     (const char *const *)tips_u, 0, dom->under_hi, rpt_color_heat, 0};
     rpt_heatmap_svg(b, &h, CHART_W);
     snprintf(title, sizeof(title), "SQNR dB of the FP8 image, worst tensor of the layer (low = bad)");
     rpt_heatmap hs = {title, " dB", nl, cols, sqnr, (const char *const *)row_labels, col_steps,
-                      (const char *const *)tips_s, isfinite(smin) ? smin : 0,
-                      isfinite(smax) ? smax : 1, rpt_color_viridis, 0};
+                      (const char *const *)tips_s, dom->sqnr_lo, dom->sqnr_hi, rpt_color_viridis,
+                      0};
     rpt_heatmap_svg(b, &hs, CHART_W);
     for (size_t c = 0; c < cells; c++) { free(tips_u[c]); free(tips_s[c]); }
     for (int l = 0; l < nl; l++) free(row_labels[l]);
@@ -434,8 +450,9 @@ static void tables(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
                      "<p class=\"muted\">From stats.jsonl (--inspect): each cell is the worst "
                      "quantized operand (input, weight, grad_output) of the layer at that step; "
                      "hover a cell for the tensor.</p>\n");
-        if (a->n_stats) run_heatmaps(b, a, 'A');
-        if (bb->n_stats) run_heatmaps(b, bb, 'B');
+        heat_domain dom = heat_domain_of(a, bb);
+        if (a->n_stats) run_heatmaps(b, a, 'A', &dom);
+        if (bb->n_stats) run_heatmaps(b, bb, 'B', &dom);
         if (r->have_stats == 2)
             rb_printf(b, "<h3>Tensors whose FP8 error differs most between the runs</h3>"
                          "<p class=\"muted\">Mean over the steps inspected in both runs, ranked "
@@ -444,7 +461,8 @@ static void tables(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
             rb_printf(b, "<h3>Tensors with the largest FP8 error (only run %c was inspected)</h3>\n",
                       a->n_stats ? 'A' : 'B');
         rb_printf(b, "<table><tr><th>layer</th><th>module</th><th>GEMM</th><th>tensor</th>"
-                     "<th class=\"n\">SQNR A</th><th class=\"n\">SQNR B</th><th class=\"n\">"
+                     "<th class=\"n\">SQNR A</th><th class=\"n\">SQNR B</th><th class=\"n\">&#916; SQNR</th>"
+                     "<th class=\"n\">"
                      "cosine A</th><th class=\"n\">cosine B</th><th class=\"n\">underflow A</th>"
                      "<th class=\"n\">underflow B</th></tr>\n");
         for (int i = 0; i < r->n_sites; i++) {
@@ -453,6 +471,10 @@ static void tables(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
             site_cell(b, d);
             num_cell(b, "%.1f dB", d->sqnr_a);
             num_cell(b, "%.1f dB", d->sqnr_b);
+            if (r->have_stats == 2 && d->score > 3)
+                rb_printf(b, "<td class=\"n bad\"><b>%+.1f dB</b></td>", -d->score);
+            else
+                num_cell(b, "%+.1f dB", r->have_stats == 2 ? -d->score : NAN);
             num_cell(b, "%.6f", d->cos_a);
             num_cell(b, "%.6f", d->cos_b);
             num_cell(b, "%.3f%%", d->under_a);
@@ -494,16 +516,17 @@ int fp8t_report_html_write(const char *path, const fp8t_run *a, const fp8t_run *
     rb_printf(&b, " vs ");
     rb_esc(&b, bb->label);
     rb_printf(&b, "</title>\n<style>%s</style>\n</head>\n<body>\n<main>\n", CSS);
-    rb_printf(&b, "<header><h1>fp8train compare</h1><div class=\"runs\"><i class=\"sw\" "
-                  "style=\"background:" COLOR_A "\"></i><b>A</b> (baseline) ");
+    rb_printf(&b, "<header><h1>fp8train compare</h1><div class=\"runs\"><div><i class=\"sw\" "
+                  "style=\"background:" COLOR_A "\"></i><b>A</b> baseline <b>");
     rb_esc(&b, a->label);
-    rb_printf(&b, " <code>");
+    rb_printf(&b, "</b> <code>");
     rb_esc(&b, a->metrics_path);
-    rb_printf(&b, "</code> &#160; <i class=\"sw\" style=\"background:" COLOR_B "\"></i><b>B</b> ");
+    rb_printf(&b, "</code></div><div><i class=\"sw\" style=\"background:" COLOR_B "\"></i><b>B</b> "
+                  "under test <b>");
     rb_esc(&b, bb->label);
-    rb_printf(&b, " <code>");
+    rb_printf(&b, "</b> <code>");
     rb_esc(&b, bb->metrics_path);
-    rb_printf(&b, "</code></div></header>\n");
+    rb_printf(&b, "</code></div></div></header>\n");
 
     /* verdict */
     rb_printf(&b, "<section class=\"verdict\" style=\"--vc:%s\"><div class=\"badge\">%s</div><div>"
@@ -535,7 +558,7 @@ int fp8t_report_html_write(const char *path, const fp8t_run *a, const fp8t_run *
     pct(v, sizeof(v), r->early_gap, 0);
     card(&b, "early gap", v, "median, first 10% of steps", r->early_gap > r->threshold);
     pct(v, sizeof(v), r->late_gap, 1);
-    snprintf(s, sizeof(s), "smoothed over %d steps", r->window);
+    snprintf(s, sizeof(s), "trailing median of %d steps", r->window);
     card(&b, "gap at the end", v, s, fabs(r->late_gap) > r->threshold);
     snprintf(v, sizeof(v), "%+.2e", r->trend);
     card(&b, "trend of |gap|", v, "per step, second half", 0);
