@@ -1,6 +1,7 @@
 /* Model lifetime and bookkeeping: creation (every buffer carved from one allocation each for
  * parameters, gradients, AdamW moments, activations), the precision table, the optimizer step
  * and the end-of-step FP8 update. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -271,6 +272,7 @@ void fp8t_model_set_policy(fp8t_model *m, const fp8t_policy *policy) {
             float ratio = new_max / hs.fmt_max[t];
             hs.fmt_max[t] = new_max;
             hs.scale[t] *= ratio;
+            if (!isfinite(hs.scale[t])) hs.scale[t] = FLT_MAX; /* as the delayed update does */
             hs.scale_inv[t] = 1.0f / hs.scale[t];
         }
         m->ops->to_device(m->be, m->fp8_state, h, n * sizeof(float));
