@@ -212,11 +212,45 @@ static void hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, float *x)
     }
 }
 
-/* Runs `steps` optimizer steps of two micro-batches under policy pol; returns via T_* checks. */
-static void run_policy(fp8t_arch arch, const fp8t_policy *pol, const char *label) {
+/* A CPU backend that asks for transposed FP8 copies (as Hopper does) and checks, in every
+ * gemm_fp8, that data_t is the transpose of data before running the CPU GEMM. */
+static fp8t_backend_ops transpose_ops;
+static const fp8t_backend_ops *cpu_ops;
+static int n_fp8_gemms, n_bad_transposes;
+
+static int transposed_ok(const fp8t_fp8_operand *o) {
+    if (!o->data || !o->data_t) return 0;
+    for (int r = 0; r < o->rows; r++)
+        for (int c = 0; c < o->cols; c++)
+            if (o->data[(size_t)r * o->cols + c] != o->data_t[(size_t)c * o->rows + r]) return 0;
+    return 1;
+}
+
+static void checking_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
+                              const fp8t_fp8_operand *B, int M, int N, int K, int transA,
+                              int transB, int acc, int fast_accum, float *amax_out) {
+    n_fp8_gemms++;
+    if (!transposed_ok(A) || !transposed_ok(B)) n_bad_transposes++;
+    cpu_ops->gemm_fp8(b, C, A, B, M, N, K, transA, transB, acc, fast_accum, amax_out);
+}
+
+/* Runs `steps` optimizer steps of two micro-batches under policy pol; returns via T_* checks.
+ * With transpose, the model runs on the transposed-copies backend above. */
+static void run_policy_on(fp8t_arch arch, const fp8t_policy *pol, const char *label,
+                          int transpose) {
     char err[256];
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
-    T_ASSERT(be, "%s", err);
+    fp8t_backend *cpu = fp8t_backend_create("cpu", err, sizeof(err));
+    T_ASSERT(cpu, "%s", err);
+    fp8t_backend wrapped = *cpu, *be = cpu;
+    if (transpose) {
+        cpu_ops = cpu->ops;
+        transpose_ops = *cpu->ops;
+        transpose_ops.gemm_fp8 = checking_gemm_fp8;
+        wrapped.ops = &transpose_ops;
+        wrapped.fp8_wants_transpose = 1;
+        be = &wrapped;
+        n_fp8_gemms = n_bad_transposes = 0;
+    }
     /* sizes chosen so block tiles (128) and MX blocks (32) have full and partial blocks */
     fp8t_model_config cfg = {arch, 1, 32, 2, 48, 160, 192, 10000.0f, 1e-5f};
     const int B = 3, T = 48, N = B * T, steps = 3;
@@ -296,12 +330,21 @@ static void run_policy(fp8t_arch arch, const fp8t_policy *pol, const char *label
     free(c.b);
     free(c.ref_mem);
     fp8t_model_destroy(m);
-    fp8t_backend_destroy(be);
+    fp8t_backend_destroy(cpu);
+    if (transpose) {
+        T_CHECK(n_fp8_gemms > 0, "%s: no FP8 GEMM ran", label);
+        T_CHECK(n_bad_transposes == 0, "%s: %d of %d FP8 GEMMs got data_t that is not the "
+                "transpose of data", label, n_bad_transposes, n_fp8_gemms);
+    }
     /* the control: results of a quantizing precision must not also match plain FP32 */
     if (pol->default_precision != FP8T_PREC_FP32)
         T_CHECK(c.n_fp32_match < c.n_results / 4,
                 "%s: %d of %d results equal the FP32 GEMM: quantization did not happen?", label,
                 c.n_fp32_match, c.n_results);
+}
+
+static void run_policy(fp8t_arch arch, const fp8t_policy *pol, const char *label) {
+    run_policy_on(arch, pol, label, 0);
 }
 
 static void run_precision(fp8t_precision p) {
@@ -352,6 +395,18 @@ static void linear_mixed(void) {
     run_policy(FP8T_ARCH_LLAMA, &pol, "llama mixed per-gemm");
 }
 
+/* delayed and current on a backend that wants transposed FP8 copies (Hopper's TN layout) */
+static void linear_transposed_copies(void) {
+    fp8t_policy pol;
+    fp8t_policy_default(&pol);
+    pol.history_len = 2;
+    pol.head_precision = FP8T_PREC_FP8;
+    char err[256];
+    T_ASSERT(fp8t_policy_add_overrides(&pol, "gemm=dgrad,precision=current", err,
+                                       sizeof(err)) == 0, "%s", err);
+    run_policy_on(FP8T_ARCH_GPT2, &pol, "gpt2 fp8, transposed copies", 1);
+}
+
 int main(void) {
     t_suite = "linear";
     T_RUN(linear_delayed);
@@ -363,5 +418,6 @@ int main(void) {
     T_RUN(linear_block);
     T_RUN(linear_mxfp8);
     T_RUN(linear_mixed);
+    T_RUN(linear_transposed_copies);
     T_MAIN_END();
 }
