@@ -251,7 +251,11 @@ fp8t_backend *fp8t_model_backend(fp8t_model *m) { return m->be; }
 const fp8t_policy *fp8t_model_get_policy(const fp8t_model *m) { return &m->policy; }
 
 void fp8t_model_set_policy(fp8t_model *m, const fp8t_policy *policy) {
-    fp8t_policy old = m->policy;
+    fp8t_policy old = m->policy, def;
+    if (!policy) { /* NULL: the defaults, as at create */
+        fp8t_policy_default(&def);
+        policy = &def;
+    }
     m->policy = *policy;
     m->policy.history_len = m->hist_len; /* the state's history length is fixed at create */
     resolve_precisions(m);
