@@ -3,6 +3,8 @@
 # line "N passed, N failed". A program that crashes or exits nonzero without a FAIL line
 # counts as one failure. Exit status: 0 only if nothing failed.
 set -u
+# Tests share 2 cores with each other and with builds: idle OpenMP threads must not spin.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 passed=0; failed=0; crashed=()
 for t in "$@"; do
   name=$(basename "$t")
