@@ -177,7 +177,9 @@ static void test_spike_in_both_runs_is_a_match(void) {
     T_ASSERT(c.ok, "compare failed");
     T_CHECK(c.r.cls == FP8T_CMP_MATCH, "class %s: %s", fp8t_compare_class_name(c.r.cls),
             c.r.verdict);
-    T_CHECK(c.r.n_spikes == 1 && c.r.spikes[0].in_other_run && c.r.spikes[0].step == 200,
+    T_CHECK(c.r.n_spikes == 2 && c.r.spikes[0].in_other_run && c.r.spikes[1].in_other_run &&
+                c.r.spikes[0].step == 200 && c.r.spikes[1].step == 200 &&
+                c.r.spikes[0].run != c.r.spikes[1].run,
             "spikes %d", c.r.n_spikes);
     T_CHECK(c.r.n_notes >= 1 && strstr(c.r.notes[0], "both runs"), "note missing");
     free_case(&c);

@@ -173,12 +173,12 @@ static int first_nan(const fp8t_run *run, char *where, size_t len) {
 }
 
 /* ---- spikes ----
- * A loss spike of one run shows in the ratio of the two losses, which has no training trend
- * (a falling loss makes the window median lag above the current level and hides how slowly a
- * spike decays). So spikes of B are found in loss_B / loss_A and spikes of A in
- * loss_A / loss_B, and recovery means "back to the other run", as the seeds read it. Spikes
- * both runs share cancel in the ratio; they are found in the raw losses and reported as
- * "in both runs". */
+ * A spike is a jump of one run's own loss (robust z-score over its own window, and larger
+ * than the threshold relative to the window median). How long it takes to recover is
+ * measured on the ratio loss_run / loss_other: it has no training trend (in a falling raw
+ * loss the window median lags above the current level and hides how slowly a spike decays),
+ * and "back to the other run" is what the seeds mean by recovered. A spike the other run
+ * has too (within 2 steps) is the data's, not FP8's. */
 
 static void spike_cfg(fp8t_spike_cfg *sc, const fp8t_compare_cfg *cfg, int n) {
     int w = cfg->spike_window > 0 ? cfg->spike_window : 50;
@@ -188,75 +188,40 @@ static void spike_cfg(fp8t_spike_cfg *sc, const fp8t_compare_cfg *cfg, int n) {
     sc->z = cfg->spike_z > 0 ? cfg->spike_z : 6.0;
 }
 
-static fp8t_spike_report *add_spike(fp8t_compare_result *r, int *cap) {
-    if (r->n_spikes == *cap) {
-        int nc = *cap ? 2 * *cap : 16;
-        fp8t_spike_report *p = realloc(r->spikes, sizeof(fp8t_spike_report) * (size_t)nc);
-        if (!p) return NULL;
-        r->spikes = p;
-        *cap = nc;
-    }
-    fp8t_spike_report *s = &r->spikes[r->n_spikes++];
-    memset(s, 0, sizeof(*s));
-    return s;
-}
-
 static void find_spikes(fp8t_compare_result *r, const fp8t_compare_cfg *cfg) {
-    int n = r->n, cap = 0;
+    int n = r->n;
     fp8t_spike_cfg sc;
     spike_cfg(&sc, cfg, n);
-    fp8t_spike_event ev[MAX_SPIKES], raw[2][MAX_SPIKES];
+    fp8t_spike_event raw[2][MAX_SPIKES];
     int nraw[2];
     const double *x[2] = {r->loss_a, r->loss_b};
-    /* raw spikes of each run, to recognize the shared ones */
     for (int k = 0; k < 2; k++) {
         nraw[k] = fp8t_spike_scan(raw[k], MAX_SPIKES, x[k], n, &sc, r->threshold, cfg->recover_k);
         if (nraw[k] > MAX_SPIKES) nraw[k] = MAX_SPIKES;
     }
+    r->spikes = calloc((size_t)(nraw[0] + nraw[1] + 1), sizeof(fp8t_spike_report));
     double *ratio = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); /* [n] */
+    if (!r->spikes || !ratio) { free(ratio); return; }
     for (int k = 0; k < 2; k++) {
         const double *num = x[k], *den = x[1 - k];
         for (int i = 0; i < n; i++)
             ratio[i] = (isfinite(num[i]) && isfinite(den[i]) && den[i] != 0) ? num[i] / den[i]
                                                                               : NAN;
-        int ne = fp8t_spike_scan(ev, MAX_SPIKES, ratio, n, &sc, r->threshold, cfg->recover_k);
-        if (ne > MAX_SPIKES) ne = MAX_SPIKES;
-        for (int e = 0; e < ne; e++) {
-            fp8t_spike_report *s = add_spike(r, &cap);
-            if (!s) break;
-            const fp8t_spike_event *v = &ev[e];
+        for (int e = 0; e < nraw[k]; e++) {
+            const fp8t_spike_event *v = &raw[k][e];
+            fp8t_spike_report *s = &r->spikes[r->n_spikes++];
             s->step = r->steps[v->index];
             s->run = k;
             s->size_rel = v->size_rel;
             s->zscore = v->zscore;
-            s->recovery_steps =
-                v->recovery < 0 ? -1 : r->steps[v->index + v->recovery] - r->steps[v->index];
-            s->slow = s->recovery_steps < 0 || s->recovery_steps > r->slow_recovery;
             for (int o = 0; o < nraw[1 - k]; o++)
                 if (abs(r->steps[raw[1 - k][o].index] - s->step) <= 2) s->in_other_run = 1;
+            int rec = fp8t_spike_recovery(ratio, n, v->index, sc.window, cfg->recover_k);
+            s->recovery_steps = rec < 0 ? -1 : r->steps[v->index + rec] - r->steps[v->index];
+            s->slow = s->recovery_steps < 0 || s->recovery_steps > r->slow_recovery;
         }
     }
     free(ratio);
-    /* shared raw spikes the ratio did not report */
-    for (int e = 0; e < nraw[1]; e++) {
-        int step = r->steps[raw[1][e].index], shared = 0, known = 0;
-        for (int o = 0; o < nraw[0]; o++)
-            if (abs(r->steps[raw[0][o].index] - step) <= 2) shared = 1;
-        for (int i = 0; i < r->n_spikes; i++)
-            if (abs(r->spikes[i].step - step) <= 2) known = 1;
-        if (!shared || known) continue;
-        fp8t_spike_report *s = add_spike(r, &cap);
-        if (!s) break;
-        const fp8t_spike_event *v = &raw[1][e];
-        s->step = step;
-        s->run = 1;
-        s->size_rel = v->size_rel;
-        s->zscore = v->zscore;
-        s->recovery_steps =
-            v->recovery < 0 ? -1 : r->steps[v->index + v->recovery] - r->steps[v->index];
-        s->slow = 0; /* the baseline spiked too: its recovery is not B's problem */
-        s->in_other_run = 1;
-    }
 }
 
 /* ---- inspection statistics ---- */
