@@ -1,8 +1,9 @@
 /* CPU backend — causal multi-head self-attention, flash-attention style.
  *
- * Forward, per (batch, head): q (RoPE'd, pre-multiplied by 1/sqrt(HS)), k (RoPE'd, stored
- * transposed) and v are gathered into contiguous per-head buffers; query rows are processed in
- * blocks of ATT_QB: scores S = q·kᵀ over the causal keys, softmax per row, out = P·v. Only the
+ * Forward: one pass over qkv makes head-major copies of rope(q), rope(k) and v; then per
+ * (batch, head) query rows are processed in blocks of ATT_QB: scores
+ * S = scale * q·kᵀ over the keys up to the block's last row (GEMM), softmax per row with the
+ * keys after the row's position masked, out = P·v (GEMM, written in place). Only the
  * log-sum-exp of each row is saved (lse[B,NH,T]); no [T,T] matrix survives the op.
  *
  * Backward recomputes P row-block by row-block from q, k and lse (P = exp(S - lse)) and uses
@@ -12,13 +13,17 @@
  *
  * RoPE (rotate-half): for i < HS/2, angle = t * theta^(-2i/HS);
  *   x'[i] = x[i] cos - x[i+HS/2] sin,  x'[i+HS/2] = x[i+HS/2] cos + x[i] sin. */
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
 
-enum { ATT_QB = 32 }; /* query rows per block */
+/* Query rows per block: the score block [ATT_QB, T] stays in L2, and the GEMMs on it are large
+ * enough for OpenBLAS to run near its peak. */
+enum { ATT_QB = 64 };
 
 /* cos/sin tables [T, HS/2] of the RoPE angles, computed in double; NULL when RoPE is off. */
 static float *rope_tables(int T, int HS, float theta) {
@@ -74,111 +79,109 @@ static inline void rope_grad(float *dst, const float *g, const float *tab, int t
     }
 }
 
-/* S[nq][lds] rows: S[qi][j] = sum_d Q[qi][d] * Kt[d][j] for j <= t0+qi (causal) */
-static void scores_block(float *S, int lds, const float *Q, const float *Kt, int ldk, int nq,
-                         int t0, int HS) {
-    for (int qi = 0; qi < nq; qi++) {
-        float *srow = S + (size_t)qi * lds;
-        const float *qrow = Q + (size_t)qi * HS;
-        int nk = t0 + qi + 1;
-        for (int j = 0; j < nk; j++) srow[j] = 0.0f;
-        for (int d = 0; d < HS; d++) {
-            float a = qrow[d];
-            const float *kt = Kt + (size_t)d * ldk;
+
+/* ---- row kernels of the softmax (vectorized: these loops are most of the non-GEMM time) */
+
+static float row_max(const float *x, int n) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
+/* x = exp(x - sub); returns the sum (in a fixed, compile-time order) */
+static float row_exp_sum(float *x, int n, float sub) {
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) {
+        float e = cpu_expf(x[j] - sub);
+        x[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+static void row_scale(float *x, int n, float s) {
 #pragma omp simd
-            for (int j = 0; j < nk; j++) srow[j] += a * kt[j];
-        }
+    for (int j = 0; j < n; j++) x[j] *= s;
+}
+
+/* p = exp(s - lse) from the scores in p; ds = p * (dp - D) from dP in ds */
+static void row_probs_dscores(float *p, float *ds, int n, float lse, float D) {
+#pragma omp simd
+    for (int j = 0; j < n; j++) {
+        float pj = cpu_expf(p[j] - lse);
+        p[j] = pj;
+        ds[j] = pj * (ds[j] - D);
     }
 }
 
-/* O[nq][HS] = P[nq][lds] · V[keys][HS] over the causal keys of each row (overwrite) */
-static void pv_block(float *O, const float *P, int lds, const float *V, int nq, int t0, int HS) {
-    for (int qi = 0; qi < nq; qi++) {
-        float *orow = O + (size_t)qi * HS;
-        const float *prow = P + (size_t)qi * lds;
-        for (int d = 0; d < HS; d++) orow[d] = 0.0f;
-        for (int j = 0; j <= t0 + qi; j++) {
-            float p = prow[j];
-            const float *vrow = V + (size_t)j * HS;
-#pragma omp simd
-            for (int d = 0; d < HS; d++) orow[d] += p * vrow[d];
-        }
-    }
+/* Row-major single-threaded GEMM on the per-head buffers. Called inside the OpenMP parallel
+ * region, where OpenBLAS (OpenMP build) runs on the calling thread only, so each (batch, head)
+ * work item is computed the same way whatever the number of threads. */
+static inline void gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* G[j][HS] += sum_qi W[qi][j] * X[qi][HS] for keys j <= t0+nq-1 (rows with t0+qi >= j) */
-static void wtx_block(float *G, const float *W, int lds, const float *X, int nq, int t0,
-                      int HS) {
-    int kend = t0 + nq;
-    for (int j = 0; j < kend; j++) {
-        float *grow = G + (size_t)j * HS;
-        int q_first = j > t0 ? j - t0 : 0; /* causal: only queries at or after key j */
-        for (int qi = q_first; qi < nq; qi++) {
-            float w = W[(size_t)qi * lds + j];
-            const float *xrow = X + (size_t)qi * HS;
-#pragma omp simd
-            for (int d = 0; d < HS; d++) grow[d] += w * xrow[d];
+/* Head-major copies of q (rotated), k (rotated) and v: Q/K/V[B][NH][T][HS], made by one pass
+ * over qkv in token order. Reading qkv sequentially streams from memory; gathering one head's
+ * rows (stride 3C) inside each work item instead stalls on every row. */
+static void split_heads(float *Q, float *K, float *V, const float *qkv, int B, int T, int NH,
+                        int HS, const float *tab) {
+    const int C = NH * HS, C3 = 3 * C;
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int bi = bt / T, t = bt % T;
+        const float *tok = qkv + (size_t)bt * C3;
+        for (int h = 0; h < NH; h++) {
+            size_t dst = (((size_t)bi * NH + h) * T + t) * HS;
+            rope_apply(Q + dst, tok + h * HS, tab, t, HS, 1.0f);
+            rope_apply(K + dst, tok + C + h * HS, tab, t, HS, 1.0f);
+            memcpy(V + dst, tok + 2 * C + h * HS, (size_t)HS * sizeof(float));
         }
     }
 }
 
 void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, const float *qkv, int B,
                            int T, int NH, int HS, float rope_theta) {
-    (void)b;
-    const int C = NH * HS, C3 = 3 * C;
+    const int C = NH * HS;
     const float scale = 1.0f / sqrtf((float)HS);
+    const size_t nhead = (size_t)B * T * C; /* floats of one head-major copy */
     float *tab = rope_tables(T, HS, rope_theta);
+    float *Qall = cpu_scratch(b, CPU_SCRATCH_ATTN, 3 * nhead * sizeof(float)); /* [B][NH][T][HS] */
+    float *Kall = Qall + nhead, *Vall = Kall + nhead;
+    split_heads(Qall, Kall, Vall, qkv, B, T, NH, HS, tab);
 #pragma omp parallel
     {
-        float *Q = CPU_ZALLOC((size_t)T * HS * sizeof(float));       /* [T][HS] rope(q)*scale */
-        float *Kt = CPU_ZALLOC((size_t)HS * T * sizeof(float));      /* [HS][T] rope(k)ᵀ */
-        float *V = CPU_ZALLOC((size_t)T * HS * sizeof(float));       /* [T][HS] */
-        float *S = CPU_ZALLOC((size_t)ATT_QB * T * sizeof(float));   /* [QB][T] scores/probs */
-        float *O = CPU_ZALLOC((size_t)ATT_QB * HS * sizeof(float));  /* [QB][HS] */
-        float *krow = CPU_ZALLOC((size_t)HS * sizeof(float));        /* [HS] */
+        float *S = CPU_ZALLOC((size_t)ATT_QB * T * sizeof(float)); /* [QB][T] scores, probs */
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * NH; bh++) {
             int bi = bh / NH, h = bh % NH;
-            const float *base = qkv + (size_t)bi * T * C3 + (size_t)h * HS;
-            for (int t = 0; t < T; t++) {
-                const float *tok = base + (size_t)t * C3;
-                rope_apply(Q + (size_t)t * HS, tok, tab, t, HS, scale);
-                rope_apply(krow, tok + C, tab, t, HS, 1.0f);
-                for (int d = 0; d < HS; d++) Kt[(size_t)d * T + t] = krow[d];
-                for (int d = 0; d < HS; d++) V[(size_t)t * HS + d] = tok[2 * C + d];
-            }
-            float *lse_bh = lse + (size_t)bh * T; /* [T] */
+            const float *Q = Qall + (size_t)bh * T * HS; /* [T][HS] */
+            const float *K = Kall + (size_t)bh * T * HS; /* [T][HS] */
+            const float *V = Vall + (size_t)bh * T * HS; /* [T][HS] */
+            float *lse_bh = lse + (size_t)bh * T;         /* [T] */
             for (int t0 = 0; t0 < T; t0 += ATT_QB) {
-                int nq = T - t0 < ATT_QB ? T - t0 : ATT_QB;
-                scores_block(S, T, Q + (size_t)t0 * HS, Kt, T, nq, t0, HS);
+                int nq = T - t0 < ATT_QB ? T - t0 : ATT_QB, kend = t0 + nq;
+                /* S[nq][kend] = scale * Q_blk · K[0:kend]ᵀ */
+                gemm(0, 1, nq, kend, HS, scale, Q + (size_t)t0 * HS, HS, K, HS, 0.0f, S, kend);
                 for (int qi = 0; qi < nq; qi++) {
-                    float *srow = S + (size_t)qi * T;
-                    int nk = t0 + qi + 1;
-                    float mx = -INFINITY;
-                    for (int j = 0; j < nk; j++) mx = srow[j] > mx ? srow[j] : mx;
-                    float sum = 0.0f;
-                    for (int j = 0; j < nk; j++) {
-                        float e = expf(srow[j] - mx);
-                        srow[j] = e;
-                        sum += e;
-                    }
-                    float inv = 1.0f / sum;
-                    for (int j = 0; j < nk; j++) srow[j] *= inv;
+                    float *srow = S + (size_t)qi * kend;
+                    int nk = t0 + qi + 1; /* causal: keys 0..t */
+                    float mx = row_max(srow, nk);
+                    float sum = row_exp_sum(srow, nk, mx);
+                    row_scale(srow, nk, 1.0f / sum);
+                    for (int j = nk; j < kend; j++) srow[j] = 0.0f;
                     lse_bh[t0 + qi] = mx + logf(sum);
                 }
-                pv_block(O, S, T, V, nq, t0, HS);
-                for (int qi = 0; qi < nq; qi++) {
-                    float *dst = out + ((size_t)bi * T + t0 + qi) * C + (size_t)h * HS;
-                    for (int d = 0; d < HS; d++) dst[d] = O[(size_t)qi * HS + d];
-                }
+                /* out[t0:t0+nq] = P · V[0:kend], written in place with the row stride C */
+                float *dst = out + ((size_t)bi * T + t0) * C + (size_t)h * HS;
+                gemm(0, 0, nq, HS, kend, 1.0f, S, kend, V, HS, 0.0f, dst, C);
             }
         }
-        free(Q);
-        free(Kt);
-        free(V);
         free(S);
-        free(O);
-        free(krow);
     }
     free(tab);
 }
@@ -186,91 +189,75 @@ void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, const float 
 void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, const float *qkv,
                             const float *out, const float *lse, int B, int T, int NH, int HS,
                             float rope_theta) {
-    (void)b;
     const int C = NH * HS, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);
+    const size_t nhead = (size_t)B * T * C;
     float *tab = rope_tables(T, HS, rope_theta);
+    /* head-major Q, K, V, dO [B][NH][T][HS] and D [B][NH][T] */
+    float *Qall = cpu_scratch(b, CPU_SCRATCH_ATTN, (4 * nhead + (size_t)B * NH * T) * sizeof(float));
+    float *Kall = Qall + nhead, *Vall = Kall + nhead, *dOall = Vall + nhead;
+    float *Dall = dOall + nhead;
+    split_heads(Qall, Kall, Vall, qkv, B, T, NH, HS, tab);
+    /* dO per head, and D = sum(dout * out) per (token, head) in double */
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int bi = bt / T, t = bt % T;
+        const float *dtok = dout + (size_t)bt * C, *otok = out + (size_t)bt * C;
+        for (int h = 0; h < NH; h++) {
+            size_t row = ((size_t)bi * NH + h) * T + t;
+            memcpy(dOall + row * HS, dtok + h * HS, (size_t)HS * sizeof(float));
+            double D = 0.0;
+            for (int d = 0; d < HS; d++) D += (double)dtok[h * HS + d] * otok[h * HS + d];
+            Dall[row] = (float)D;
+        }
+    }
 #pragma omp parallel
     {
         size_t th = (size_t)T * HS * sizeof(float);
-        float *Q = CPU_ZALLOC(th);   /* [T][HS] rope(q)*scale */
-        float *K = CPU_ZALLOC(th);   /* [T][HS] rope(k) */
-        float *Kt = CPU_ZALLOC(th);  /* [HS][T] */
-        float *Vt = CPU_ZALLOC(th);  /* [HS][T] */
-        float *dO = CPU_ZALLOC(th);  /* [T][HS] */
-        float *dQ = CPU_ZALLOC(th);  /* [T][HS] gradient wrt Q (scaled, rotated) */
-        float *dK = CPU_ZALLOC(th);  /* [T][HS] gradient wrt rope(k) */
-        float *dV = CPU_ZALLOC(th);  /* [T][HS] */
-        float *Dv = CPU_ZALLOC((size_t)T * sizeof(float));          /* [T] sum(dout*out) */
+        float *dQ = CPU_ZALLOC(th); /* [T][HS] gradient wrt rope(q) */
+        float *dK = CPU_ZALLOC(th); /* [T][HS] gradient wrt rope(k) */
+        float *dV = CPU_ZALLOC(th); /* [T][HS] */
         float *P = CPU_ZALLOC((size_t)ATT_QB * T * sizeof(float));  /* [QB][T] */
-        float *dS = CPU_ZALLOC((size_t)ATT_QB * T * sizeof(float)); /* [QB][T] */
-        float *tmp = CPU_ZALLOC((size_t)HS * sizeof(float));        /* [HS] */
+        float *dS = CPU_ZALLOC((size_t)ATT_QB * T * sizeof(float)); /* [QB][T] dP, then dS */
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * NH; bh++) {
             int bi = bh / NH, h = bh % NH;
-            const float *base = qkv + (size_t)bi * T * C3 + (size_t)h * HS;
-            const float *lse_bh = lse + (size_t)bh * T;
-            for (int t = 0; t < T; t++) {
-                const float *tok = base + (size_t)t * C3;
-                rope_apply(Q + (size_t)t * HS, tok, tab, t, HS, scale);
-                rope_apply(K + (size_t)t * HS, tok + C, tab, t, HS, 1.0f);
-                const float *kr = K + (size_t)t * HS, *vr = tok + 2 * C;
-                for (int d = 0; d < HS; d++) {
-                    Kt[(size_t)d * T + t] = kr[d];
-                    Vt[(size_t)d * T + t] = vr[d];
-                }
-                size_t row = ((size_t)bi * T + t) * C + (size_t)h * HS;
-                double D = 0.0;
-                for (int d = 0; d < HS; d++) {
-                    dO[(size_t)t * HS + d] = dout[row + d];
-                    D += (double)dout[row + d] * out[row + d];
-                }
-                Dv[t] = (float)D;
-            }
-            for (size_t i = 0; i < (size_t)T * HS; i++) dK[i] = dV[i] = 0.0f;
+            const float *Q = Qall + (size_t)bh * T * HS, *K = Kall + (size_t)bh * T * HS;
+            const float *V = Vall + (size_t)bh * T * HS, *dO = dOall + (size_t)bh * T * HS;
+            const float *Dv = Dall + (size_t)bh * T, *lse_bh = lse + (size_t)bh * T;
+            memset(dK, 0, th);
+            memset(dV, 0, th);
             for (int t0 = 0; t0 < T; t0 += ATT_QB) {
-                int nq = T - t0 < ATT_QB ? T - t0 : ATT_QB;
-                /* P = exp(S - lse), recomputed */
-                scores_block(P, T, Q + (size_t)t0 * HS, Kt, T, nq, t0, HS);
+                int nq = T - t0 < ATT_QB ? T - t0 : ATT_QB, kend = t0 + nq;
+                const float *Qb = Q + (size_t)t0 * HS, *dOb = dO + (size_t)t0 * HS;
+                /* P = exp(scale * Q_blk·Kᵀ - lse), recomputed; 0 above the diagonal */
+                gemm(0, 1, nq, kend, HS, scale, Qb, HS, K, HS, 0.0f, P, kend);
+                /* dP = dO_blk · V[0:kend]ᵀ */
+                gemm(0, 1, nq, kend, HS, 1.0f, dOb, HS, V, HS, 0.0f, dS, kend);
                 for (int qi = 0; qi < nq; qi++) {
-                    float *prow = P + (size_t)qi * T;
-                    float l = lse_bh[t0 + qi];
-                    for (int j = 0; j <= t0 + qi; j++) prow[j] = expf(prow[j] - l);
+                    float *prow = P + (size_t)qi * kend, *srow = dS + (size_t)qi * kend;
+                    int nk = t0 + qi + 1;
+                    row_probs_dscores(prow, srow, nk, lse_bh[t0 + qi], Dv[t0 + qi]);
+                    for (int j = nk; j < kend; j++) prow[j] = srow[j] = 0.0f;
                 }
-                /* dP = dO·vᵀ, then dS = P * (dP - D) */
-                scores_block(dS, T, dO + (size_t)t0 * HS, Vt, T, nq, t0, HS);
-                for (int qi = 0; qi < nq; qi++) {
-                    float *srow = dS + (size_t)qi * T;
-                    const float *prow = P + (size_t)qi * T;
-                    float D = Dv[t0 + qi];
-                    for (int j = 0; j <= t0 + qi; j++) srow[j] = prow[j] * (srow[j] - D);
-                }
-                pv_block(dQ + (size_t)t0 * HS, dS, T, K, nq, t0, HS); /* dQ = dS·K */
-                wtx_block(dK, dS, T, Q + (size_t)t0 * HS, nq, t0, HS); /* dK += dSᵀ·Q */
-                wtx_block(dV, P, T, dO + (size_t)t0 * HS, nq, t0, HS); /* dV += Pᵀ·dO */
+                /* dQ_blk = scale * dS · K;  dK += scale * dSᵀ · Q_blk;  dV += Pᵀ · dO_blk */
+                gemm(0, 0, nq, HS, kend, scale, dS, kend, K, HS, 0.0f, dQ + (size_t)t0 * HS, HS);
+                gemm(1, 0, kend, HS, nq, scale, dS, kend, Qb, HS, 1.0f, dK, HS);
+                gemm(1, 0, kend, HS, nq, 1.0f, P, kend, dOb, HS, 1.0f, dV, HS);
             }
-            /* S = Q·Kᵀ with Q = rope(q)*scale: dq = scale * rope⁻¹(dQ), while dK = dSᵀ·Q
-             * already carries the scale, so dk = rope⁻¹(dK). */
+            /* back through the rotation (its transpose) into dq and dk; dv as is */
             for (int t = 0; t < T; t++) {
                 float *dtok = dqkv + ((size_t)bi * T + t) * C3 + (size_t)h * HS;
-                rope_grad(dtok, dQ + (size_t)t * HS, tab, t, HS, scale);
-                rope_grad(tmp, dK + (size_t)t * HS, tab, t, HS, 1.0f);
-                for (int d = 0; d < HS; d++) dtok[C + d] = tmp[d];
-                for (int d = 0; d < HS; d++) dtok[2 * C + d] = dV[(size_t)t * HS + d];
+                rope_grad(dtok, dQ + (size_t)t * HS, tab, t, HS, 1.0f);
+                rope_grad(dtok + C, dK + (size_t)t * HS, tab, t, HS, 1.0f);
+                memcpy(dtok + 2 * C, dV + (size_t)t * HS, (size_t)HS * sizeof(float));
             }
         }
-        free(Q);
-        free(K);
-        free(Kt);
-        free(Vt);
-        free(dO);
         free(dQ);
         free(dK);
         free(dV);
-        free(Dv);
         free(P);
         free(dS);
-        free(tmp);
     }
     free(tab);
 }

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "fp8train/backend.h"
 
@@ -20,6 +21,7 @@ enum {
     CPU_SCRATCH_GEMM_B,
     CPU_SCRATCH_CODES,      /* block / mxfp8 fake quantization codes */
     CPU_SCRATCH_SCALES,     /* block scales / e8m0 exponents */
+    CPU_SCRATCH_ATTN,       /* attention's head-major copies of q, k, v, dout */
     CPU_SCRATCH_COUNT
 };
 
@@ -42,6 +44,50 @@ static inline float cpu_amax_merge(float acc, float v) {
     if (acc != acc || v != v) return acc != acc ? acc : v;
     float a = v < 0 ? -v : v;
     return a > acc ? a : acc;
+}
+
+/* exp(x) for float, within 2 ulp of the exact value over the whole range (overflow to Inf,
+ * gradual underflow to 0, NaN in gives NaN out), written without calls or branches so a
+ * `#pragma omp simd` loop around it vectorizes (glibc's expf is a scalar call). Deterministic:
+ * it does not depend on the ISA of the machine beyond IEEE float arithmetic. */
+static inline float cpu_expf(float x) {
+    /* Clamp to [-104, 89], where 2^n stays representable, on the bit pattern with masks:
+     * float compares may trap, so gcc keeps them as branches and will not vectorize the
+     * loop; integer masks are straight-line code. NaNs (patterns above +-Inf) pass through.
+     * Range tests are one unsigned compare: u in (lo, hi] <=> u - lo - 1 <= hi - lo - 1. */
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    /* below: x in [-Inf, -104); above: x in (89, +Inf] (all-ones masks) */
+    uint32_t below = 0u - (uint32_t)(u - 0xC2D00001u <= 0xFF800000u - 0xC2D00001u);
+    uint32_t above = 0u - (uint32_t)(u - 0x42B20001u <= 0x7F800000u - 0x42B20001u);
+    u = (u & ~(below | above)) | (0xC2D00000u & below) | (0x42B20000u & above);
+    float xc;
+    memcpy(&xc, &u, sizeof xc);
+    /* n = round(x / ln 2) with the 1.5*2^23 trick: n sits in the low mantissa bits */
+    const float magic = 12582912.0f;
+    float kf = xc * 1.44269504088896341f + magic;
+    float k = kf - magic;
+    /* r = x - n ln 2 in two steps (ln2_hi has few bits, so k * ln2_hi is exact) */
+    float r = xc - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    /* e^r on |r| <= 0.35: Taylor to degree 7 (truncation 5e-9, below half an ulp) */
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    /* times 2^n as two normal powers of two, so subnormal results round only once */
+    uint32_t kbits;
+    memcpy(&kbits, &kf, sizeof kbits);
+    int32_t n = (int32_t)(kbits - 0x4B400000u), n1 = n / 2, n2 = n - n1;
+    uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(n2 + 127) << 23;
+    float s1, s2;
+    memcpy(&s1, &b1, sizeof s1);
+    memcpy(&s2, &b2, sizeof s2);
+    return (p * s1) * s2;
 }
 
 /* Op implementations, grouped by file. */
