@@ -1,0 +1,99 @@
+/* llm.c's GPT-2 tokenizer file (gpt2_tokenizer.bin, written by llm.c's train_gpt2.py):
+ * header 256 x uint32 (magic 20240328, version 1 or 2, vocab size, EOT id in version 2), then
+ * for each token one length byte (1..255) and that many bytes. Decoding only: tokens -> bytes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8train/eval.h"
+#include "fp8train/io.h"
+
+#define TOKENIZER_MAGIC 20240328u
+
+void fp8t_tokenizer_free(fp8t_tokenizer *t) {
+    if (!t) return;
+    for (int i = 0; t->piece && i < t->vocab_size; i++) free(t->piece[i]);
+    free(t->piece);
+    free(t->piece_len);
+    memset(t, 0, sizeof(*t));
+}
+
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t errlen) {
+    memset(t, 0, sizeof(*t));
+    char *data = NULL;
+    size_t len = 0;
+    char e[512];
+    if (fp8t_read_file(path, &data, &len, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "tokenizer: %s", e);
+        return -1;
+    }
+    const uint8_t *b = (const uint8_t *)data;
+    int rc = -1;
+    if (len < 1024) {
+        snprintf(err, errlen, "%s: truncated (%zu bytes; the header is 1024): not an llm.c "
+                 "tokenizer file", path, len);
+        goto done;
+    }
+    uint32_t magic = rd32(b), version = rd32(b + 4), vocab = rd32(b + 8);
+    if (magic != TOKENIZER_MAGIC) {
+        snprintf(err, errlen, "%s: bad magic %u; an llm.c tokenizer file (gpt2_tokenizer.bin) "
+                 "starts with %u", path, magic, TOKENIZER_MAGIC);
+        goto done;
+    }
+    if (version != 1 && version != 2) {
+        snprintf(err, errlen, "%s: tokenizer version %u is not supported (1 or 2)", path, version);
+        goto done;
+    }
+    if (vocab < 1 || vocab > (1u << 20)) {
+        snprintf(err, errlen, "%s: vocabulary size %u is not plausible", path, vocab);
+        goto done;
+    }
+    /* version 1 predates the EOT field: GPT-2's <|endoftext|> */
+    uint32_t eot = version == 2 ? rd32(b + 12) : 50256u;
+    if (eot >= vocab) eot = vocab - 1;
+    t->vocab_size = (int)vocab;
+    t->eot = (int)eot;
+    t->piece = calloc(vocab, sizeof(char *));
+    t->piece_len = calloc(vocab, sizeof(int));
+    if (!t->piece || !t->piece_len) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        goto done;
+    }
+    size_t off = 1024;
+    for (uint32_t i = 0; i < vocab; i++) {
+        if (off >= len) {
+            snprintf(err, errlen, "%s: truncated at token %u of %u", path, i, vocab);
+            goto done;
+        }
+        unsigned n = b[off++];
+        if (n == 0 || n > len - off) {
+            snprintf(err, errlen, "%s: token %u has %s", path, i,
+                     n == 0 ? "length 0 (every token has at least one byte)"
+                            : "bytes past the end of the file (truncated)");
+            goto done;
+        }
+        t->piece[i] = malloc(n + 1);
+        if (!t->piece[i]) {
+            snprintf(err, errlen, "%s: out of memory", path);
+            goto done;
+        }
+        memcpy(t->piece[i], b + off, n);
+        t->piece[i][n] = 0;
+        t->piece_len[i] = (int)n;
+        off += n;
+    }
+    if (off != len) {
+        snprintf(err, errlen, "%s: %zu bytes after the last token (wrong vocabulary size in the "
+                 "header?)", path, len - off);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(data);
+    if (rc != 0) fp8t_tokenizer_free(t);
+    return rc;
+}

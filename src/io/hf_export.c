@@ -1,0 +1,361 @@
+/* Export: a Hugging Face directory (config.json + model.safetensors) in FP32, BF16 or FP8
+ * E4M3 with per-tensor scales, and llm.c GPT-2 checkpoints.
+ *
+ * FP8 layout, per linear weight "<m>.weight" (m = e.g. model.layers.0.mlp.up_proj):
+ *   <m>.weight            F8_E4M3, the Hugging Face shape (GPT-2 Conv1D: [in, out])
+ *   <m>.weight_scale_inv  F32 [1]  weight ≈ float(fp8) * weight_scale_inv; the scale comes from
+ *                                  the weight's own amax (current scaling: 448 / amax)
+ *   <m>.input_scale       F32 [1]  x_fp8 = x / input_scale: the activation scale learned in
+ *                                  training, max(amax history of the layer's input) / 448
+ * Per-tensor scales do not depend on the orientation, so the transposed Conv1D matrix holds
+ * exactly the codes of our [out, in] matrix, transposed. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8train/export.h"
+#include "fp8train/fp8.h"
+#include "fp8train/io.h"
+#include "fp8train/recipe.h"
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* The parameter table of w, after checking that w's buffer matches its config. */
+static fp8t_param_info *checked_table(const fp8t_weights *w, int *count, char *err,
+                                      size_t errlen) {
+    char e[256];
+    if (!w || !w->params) {
+        fail(err, errlen, "export: no weights given");
+        return NULL;
+    }
+    if (fp8t_model_config_check(&w->model, e, sizeof(e)) != 0) {
+        fail(err, errlen, "export: invalid model config: %s", e);
+        return NULL;
+    }
+    size_t total;
+    int n = fp8t_model_param_table(&w->model, NULL, &total);
+    if (total != w->num_params) {
+        fail(err, errlen, "export: the model config needs %zu parameters but %zu were given",
+             total, w->num_params);
+        return NULL;
+    }
+    fp8t_param_info *info = calloc((size_t)n, sizeof(*info));
+    if (!info) {
+        fail(err, errlen, "export: out of memory");
+        return NULL;
+    }
+    fp8t_model_param_table(&w->model, info, NULL);
+    /* a NaN or Inf would be exported silently and poison every consumer */
+    for (int i = 0; i < n; i++) {
+        const float *x = w->params + info[i].offset;
+        for (size_t j = 0; j < info[i].numel; j++) {
+            if (!isfinite(x[j])) {
+                fail(err, errlen, "export: parameter '%s' holds a non-finite value (%g at "
+                     "element %zu); export a checkpoint from before the run diverged", info[i].name,
+                     (double)x[j], j);
+                free(info);
+                return NULL;
+            }
+        }
+    }
+    *count = n;
+    return info;
+}
+
+/* The Hugging Face tensor t as FP32 in its Hugging Face layout, into out. */
+static void gather(float *out, const fp8t_hf_tensor *t, const fp8t_param_info *p,
+                   const float *params) {
+    const float *src = params + p->offset;
+    if (t->transform == FP8T_HF_TRANSPOSE) {
+        const int R = p->shape[0], Cc = p->shape[1]; /* ours [R, Cc] -> HF [Cc, R] */
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < Cc; c++) out[(size_t)c * R + r] = src[(size_t)r * Cc + c];
+    } else if (t->transform == FP8T_HF_ROWS) {
+        const size_t cols = (size_t)p->shape[1];
+        memcpy(out, src + (size_t)t->row0 * cols, (size_t)t->rows * cols * sizeof(float));
+    } else {
+        memcpy(out, src, p->numel * sizeof(float));
+    }
+}
+
+static size_t numel_of(const fp8t_hf_tensor *t) {
+    return (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+}
+
+/* The learned input scale of linear `lin`: max(amax history of its X) / 448, or the state's
+ * scale_inv when the history is empty (counted as a fallback). */
+static float input_scale(const fp8t_weights *w, int lin, int *fallback) {
+    const int n_lin = fp8t_model_num_linears(&w->model);
+    if (!w->fp8_state || w->fp8_n != 3 * n_lin || w->fp8_len < 1) {
+        *fallback = 1;
+        return 1.0f;
+    }
+    fp8t_recipe_state st;
+    fp8t_recipe_state_view(&st, w->fp8_state, w->fp8_n, w->fp8_len);
+    const int t = lin * 3 + FP8T_ROLE_X;
+    float hmax = fp8t_recipe_history_max(&st, t);
+    if (hmax > 0.0f && isfinite(hmax)) {
+        *fallback = 0;
+        return hmax / FP8_E4M3_MAX;
+    }
+    *fallback = 1;
+    float si = st.scale_inv[t];
+    return (si > 0.0f && isfinite(si)) ? si : 1.0f;
+}
+
+static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
+    const fp8t_model_config *c = &w->model;
+    cJSON *o = cJSON_CreateObject();
+    const char *torch_dtype = dtype == FP8T_EXPORT_FP32 ? "float32" : "bfloat16";
+    /* GPT-2's tokenizer has <|endoftext|> = 50256; other vocabularies have no known EOS */
+    const int gpt2_vocab = c->vocab_size == 50257;
+    if (c->arch == FP8T_ARCH_GPT2) {
+        cJSON *a = cJSON_AddArrayToObject(o, "architectures");
+        cJSON_AddItemToArray(a, cJSON_CreateString("GPT2LMHeadModel"));
+        cJSON_AddStringToObject(o, "model_type", "gpt2");
+        cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+        cJSON_AddNumberToObject(o, "n_positions", c->seq_len);
+        cJSON_AddNumberToObject(o, "n_ctx", c->seq_len);
+        cJSON_AddNumberToObject(o, "n_embd", c->n_embd);
+        cJSON_AddNumberToObject(o, "n_layer", c->n_layer);
+        cJSON_AddNumberToObject(o, "n_head", c->n_head);
+        cJSON_AddNumberToObject(o, "n_inner", c->mlp_hidden);
+        cJSON_AddStringToObject(o, "activation_function", "gelu_new");
+        cJSON_AddNumberToObject(o, "layer_norm_epsilon", c->norm_eps);
+        cJSON_AddNumberToObject(o, "resid_pdrop", 0);
+        cJSON_AddNumberToObject(o, "embd_pdrop", 0);
+        cJSON_AddNumberToObject(o, "attn_pdrop", 0);
+        cJSON_AddBoolToObject(o, "scale_attn_weights", 1);
+        cJSON_AddBoolToObject(o, "scale_attn_by_inverse_layer_idx", 0);
+        cJSON_AddBoolToObject(o, "reorder_and_upcast_attn", 0);
+        cJSON_AddNumberToObject(o, "initializer_range", 0.02);
+    } else {
+        cJSON *a = cJSON_AddArrayToObject(o, "architectures");
+        cJSON_AddItemToArray(a, cJSON_CreateString("LlamaForCausalLM"));
+        cJSON_AddStringToObject(o, "model_type", "llama");
+        cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+        cJSON_AddNumberToObject(o, "hidden_size", c->n_embd);
+        cJSON_AddNumberToObject(o, "intermediate_size", c->mlp_hidden);
+        cJSON_AddNumberToObject(o, "num_hidden_layers", c->n_layer);
+        cJSON_AddNumberToObject(o, "num_attention_heads", c->n_head);
+        cJSON_AddNumberToObject(o, "num_key_value_heads", c->n_head);
+        cJSON_AddNumberToObject(o, "head_dim", c->n_embd / c->n_head);
+        cJSON_AddNumberToObject(o, "max_position_embeddings", c->seq_len);
+        cJSON_AddNumberToObject(o, "rms_norm_eps", c->norm_eps);
+        cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
+        cJSON_AddNullToObject(o, "rope_scaling");
+        cJSON_AddStringToObject(o, "hidden_act", "silu");
+        cJSON_AddBoolToObject(o, "attention_bias", 0);
+        cJSON_AddBoolToObject(o, "mlp_bias", 0);
+        cJSON_AddNumberToObject(o, "attention_dropout", 0);
+        cJSON_AddNumberToObject(o, "pretraining_tp", 1);
+        cJSON_AddNumberToObject(o, "initializer_range", 0.02);
+    }
+    if (gpt2_vocab) {
+        cJSON_AddNumberToObject(o, "bos_token_id", 50256);
+        cJSON_AddNumberToObject(o, "eos_token_id", 50256);
+    } else {
+        cJSON_AddNullToObject(o, "bos_token_id");
+        cJSON_AddNullToObject(o, "eos_token_id");
+    }
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
+    cJSON_AddBoolToObject(o, "use_cache", 1);
+    cJSON_AddStringToObject(o, "torch_dtype", torch_dtype);
+    if (dtype == FP8T_EXPORT_FP8) {
+        cJSON *q = cJSON_AddObjectToObject(o, "quantization_config");
+        cJSON_AddStringToObject(q, "quant_method", "fp8");
+        cJSON_AddStringToObject(q, "fmt", "e4m3");
+        cJSON_AddStringToObject(q, "activation_scheme", "static");
+        cJSON_AddStringToObject(q, "weight_scheme", "per-tensor");
+        cJSON_AddNullToObject(q, "weight_block_size");
+        cJSON_AddStringToObject(q, "weight_scale_name", "weight_scale_inv");
+        cJSON_AddStringToObject(q, "weight_scale_semantics",
+                                "weight = float(fp8) * weight_scale_inv; scale from the weight's "
+                                "own amax (current scaling)");
+        cJSON_AddStringToObject(q, "input_scale_semantics",
+                                "x_fp8 = x / input_scale; input_scale = max(training amax "
+                                "history) / 448 (delayed scaling)");
+        if (c->arch == FP8T_ARCH_GPT2)
+            cJSON_AddStringToObject(q, "weight_orientation",
+                                    "Conv1D [in, out], as transformers stores GPT-2 weights");
+        cJSON *skip = cJSON_AddArrayToObject(q, "modules_to_not_convert");
+        cJSON_AddItemToArray(skip, cJSON_CreateString("lm_head"));
+    }
+    cJSON *f = cJSON_AddObjectToObject(o, "fp8train");
+    cJSON_AddStringToObject(f, "arch", fp8t_arch_name(c->arch));
+    cJSON_AddStringToObject(f, "export_dtype", fp8t_export_dtype_name(dtype));
+    cJSON_AddNumberToObject(f, "step", w->step);
+    if (w->source[0]) cJSON_AddStringToObject(f, "source", w->source);
+    return o;
+}
+
+int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
+                   fp8t_export_report *rep, char *err, size_t errlen) {
+    fp8t_export_report r;
+    memset(&r, 0, sizeof(r));
+    r.min_input_scale = INFINITY;
+    r.max_input_scale = 0.0f;
+    if (dtype != FP8T_EXPORT_BF16 && dtype != FP8T_EXPORT_FP8 && dtype != FP8T_EXPORT_FP32)
+        return fail(err, errlen, "export: unknown dtype %d (bf16, fp8 or fp32)", (int)dtype);
+    if (!dir || !*dir) return fail(err, errlen, "export: no output directory given (--to DIR)");
+    int n_info;
+    fp8t_param_info *info = checked_table(w, &n_info, err, errlen);
+    if (!info) return -1;
+    int n = fp8t_hf_tensor_map(&w->model, NULL);
+    fp8t_hf_tensor *map = n > 0 ? calloc((size_t)n, sizeof(*map)) : NULL;
+    fp8t_st_writer *wr = fp8t_st_writer_new();
+    float *buf = NULL;
+    void *enc = NULL;
+    char *text = NULL;
+    int rc = -1;
+    if (!map || !wr) {
+        fail(err, errlen, "export: out of memory");
+        goto done;
+    }
+    fp8t_hf_tensor_map(&w->model, map);
+    size_t maxn = 0;
+    for (int i = 0; i < n; i++) maxn = numel_of(&map[i]) > maxn ? numel_of(&map[i]) : maxn;
+    buf = malloc(maxn * sizeof(float));  /* [maxn] one tensor in the HF layout */
+    enc = malloc(maxn * sizeof(uint16_t)); /* [maxn] its BF16 bits or FP8 codes */
+    if (!buf || !enc) {
+        fail(err, errlen, "export: out of memory (%zu-element tensor)", maxn);
+        goto done;
+    }
+    if (fp8t_mkdirs(dir, err, errlen) != 0) goto done;
+
+    for (int i = 0; i < n; i++) {
+        const fp8t_hf_tensor *t = &map[i];
+        const size_t numel = numel_of(t);
+        gather(buf, t, &info[t->param], w->params);
+        if (dtype == FP8T_EXPORT_FP32) {
+            fp8t_st_writer_add(wr, t->name, FP8T_ST_F32, t->ndim, t->shape, buf);
+        } else if (dtype == FP8T_EXPORT_FP8 && t->lin >= 0) {
+            float amax = fp8_amax(buf, numel);
+            float scale = fp8t_current_scale(amax, FP8_E4M3_MAX, 0.0f, 0);
+            float scale_inv = 1.0f / scale;
+            fp8_quantize((uint8_t *)enc, buf, numel, scale, FP8_E4M3, 1);
+            fp8t_st_writer_add(wr, t->name, FP8T_ST_F8_E4M3, t->ndim, t->shape, enc);
+            char name[160];
+            const int64_t one = 1;
+            snprintf(name, sizeof(name), "%s.weight_scale_inv", t->module);
+            fp8t_st_writer_add(wr, name, FP8T_ST_F32, 1, &one, &scale_inv);
+            int fb;
+            float is = input_scale(w, t->lin, &fb);
+            snprintf(name, sizeof(name), "%s.input_scale", t->module);
+            fp8t_st_writer_add(wr, name, FP8T_ST_F32, 1, &one, &is);
+            r.n_fp8++;
+            r.n_act_fallback += fb;
+            r.min_input_scale = is < r.min_input_scale ? is : r.min_input_scale;
+            r.max_input_scale = is > r.max_input_scale ? is : r.max_input_scale;
+        } else {
+            uint16_t *bits = enc;
+            for (size_t j = 0; j < numel; j++) bits[j] = bf16_encode(buf[j]);
+            fp8t_st_writer_add(wr, t->name, FP8T_ST_BF16, t->ndim, t->shape, bits);
+        }
+    }
+    /* Llama q/k/v share one input: the same input_scale appears three times (one per module,
+     * as the per-module layout wants); counted once per matrix above. */
+    fp8t_st_writer_metadata(wr, "format", "pt");
+    fp8t_st_writer_metadata(wr, "fp8train_export_dtype", fp8t_export_dtype_name(dtype));
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    if (fp8t_st_writer_save(wr, path, err, errlen) != 0) goto done;
+    {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            fseek(f, 0, SEEK_END);
+            long sz = ftell(f);
+            r.bytes = sz > 0 ? (size_t)sz : 0;
+            fclose(f);
+        }
+    }
+    r.n_tensors = n + 2 * r.n_fp8;
+    cJSON *cj = config_json(w, dtype);
+    text = cJSON_Print(cj);
+    cJSON_Delete(cj);
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    if (!text || fp8t_write_file_atomic(path, text, strlen(text), err, errlen) != 0) {
+        if (!text) fail(err, errlen, "export: out of memory");
+        goto done;
+    }
+    if (r.n_fp8 == 0) r.min_input_scale = 0.0f;
+    if (rep) *rep = r;
+    rc = 0;
+done:
+    free(text);
+    free(buf);
+    free(enc);
+    free(map);
+    free(info);
+    fp8t_st_writer_free(wr);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- llm.c */
+
+int fp8t_export_llmc(const fp8t_weights *w, const char *path, int version, char *err,
+                     size_t errlen) {
+    int n_info;
+    fp8t_param_info *info = checked_table(w, &n_info, err, errlen);
+    if (!info) return -1;
+    const fp8t_model_config *c = &w->model;
+    if (c->arch != FP8T_ARCH_GPT2 || c->mlp_hidden != 4 * c->n_embd) {
+        free(info);
+        return fail(err, errlen, "export to llm.c: only GPT-2 models with mlp_hidden = 4 * n_embd "
+                    "fit llm.c's format (this model: %s, n_embd %d, mlp_hidden %d); export to a "
+                    "Hugging Face directory instead", fp8t_arch_name(c->arch), c->n_embd,
+                    c->mlp_hidden);
+    }
+    const size_t C = (size_t)c->n_embd, L = (size_t)c->n_layer, V = (size_t)c->vocab_size,
+                 maxT = (size_t)c->seq_len;
+    const size_t Vp = (V + 127) / 128 * 128; /* llm.c pads to a multiple of 128 */
+    fp8t_llmc_gpt2 ck;
+    memset(&ck, 0, sizeof(ck));
+    ck.max_seq_len = (int)maxT;
+    ck.vocab_size = (int)V;
+    ck.padded_vocab_size = (int)Vp;
+    ck.num_layers = (int)L;
+    ck.num_heads = c->n_head;
+    ck.channels = (int)C;
+    ck.num_params = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C;
+    ck.params = calloc(ck.num_params, sizeof(float)); /* zero: the padding rows */
+    if (!ck.params) {
+        free(info);
+        return fail(err, errlen, "export to llm.c: out of memory");
+    }
+    /* llm.c order: wte wpe, then each per-layer tensor stacked over layers, then lnf */
+    float *dst = ck.params;
+    const float *P = w->params;
+    memcpy(dst, P + info[0].offset, V * C * sizeof(float)); /* wte */
+    dst += Vp * C;
+    memcpy(dst, P + info[1].offset, maxT * C * sizeof(float)); /* wpe */
+    dst += maxT * C;
+    /* our per-layer tensors are 12 consecutive table entries starting at index 2, in the same
+     * order llm.c stacks them: ln1w ln1b qkvw qkvb projw projb ln2w ln2b fcw fcb fcprojw fcprojb */
+    for (int k = 0; k < 12; k++) {
+        for (size_t l = 0; l < L; l++) {
+            const fp8t_param_info *p = &info[2 + l * 12 + (size_t)k];
+            memcpy(dst, P + p->offset, p->numel * sizeof(float));
+            dst += p->numel;
+        }
+    }
+    memcpy(dst, P + info[n_info - 2].offset, C * sizeof(float)); /* lnf.w */
+    dst += C;
+    memcpy(dst, P + info[n_info - 1].offset, C * sizeof(float)); /* lnf.b */
+    int rc = fp8t_llmc_gpt2_write(path, &ck, version, err, errlen);
+    free(ck.params);
+    free(info);
+    return rc;
+}
