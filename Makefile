@@ -95,6 +95,27 @@ test-sanitize:
 bench: $(BENCH_BIN) $(BUILD)/fp8train
 	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
 
+# gpu-test: the CUDA backend against the CPU backend, op by op and whole training steps
+# (tests/gpu/; needs an NVIDIA Hopper GPU). `make gpu-test GPU_TEST_ARGS=--quick` skips the
+# exhaustive 2^32-input conversion check.
+GPU_TEST_C   := $(wildcard tests/gpu/*.c)
+GPU_TEST_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard tests/gpu/*.cu))
+ifeq ($(HAVE_CUDA),1)
+$(BUILD)/tests/gpu/%.o: tests/gpu/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/gpu_test: $(GPU_TEST_C) $(GPU_TEST_OBJ) $(BUILD)/libfp8train.a $(CU_OBJ)
+	$(CC) $(CFLAGS) -o $@ $(GPU_TEST_C) $(GPU_TEST_OBJ) $(BUILD)/libfp8train.a $(CU_OBJ) \
+	    $(CUDA_LIBS) $(LDLIBS)
+
+gpu-test: $(BUILD)/gpu_test
+	$(BUILD)/gpu_test $(GPU_TEST_ARGS)
+else
+gpu-test:
+	@echo "gpu-test needs the CUDA toolkit (nvcc) and an NVIDIA Hopper GPU"; exit 1
+endif
+
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 
 clean:

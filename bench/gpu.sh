@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# GPU training-step benchmark: GPT-2 124M (32x1024) and 1.5B (16x1024) in bf16, fp8 delayed
+# and fp8 current scaling on the CUDA backend; prints one table per model (tokens/s, step time,
+# device memory, MFU). Needs nvcc and a Hopper GPU.
+#
+#   bench/gpu.sh                 both models, default batch sizes
+#   bench/gpu.sh --quick         124M only, batch 8, fewer steps (a smoke run)
+#   bench/gpu.sh -- ARGS...      one run of gpu_bench with ARGS (see gpu_bench --help)
+# Environment: BUILD (build directory, default build), GPU_BENCH_BIN (use this prebuilt binary
+# instead of building), FP8TRAIN_CUDA_PLAIN=1 etc. pass through to the backend.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+BIN=${GPU_BENCH_BIN:-}
+if [ -z "$BIN" ]; then
+  NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)}
+  if [ -z "$NVCC" ]; then
+    echo "bench/gpu.sh: nvcc not found; install the CUDA toolkit or set NVCC" >&2
+    exit 1
+  fi
+  CUDA_HOME=${CUDA_HOME:-${NVCC%/bin/nvcc}}
+  make -s BUILD="$BUILD" -j"$(nproc)" "$BUILD/fp8train"
+  mkdir -p "$BUILD/bench"
+  BIN=$BUILD/bench/gpu_bench_cuda
+  ${CC:-gcc} -std=c11 -O2 -g -Wall -Wextra -fopenmp -Iinclude -Isrc -D_GNU_SOURCE \
+    -o "$BIN" bench/gpu_bench.c "$BUILD/libfp8train.a" "$BUILD"/src/backend/cuda/*.o \
+    -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcublasLt -lcublas -lcudart -lstdc++ \
+    -lopenblas -lcjson -lm -fopenmp
+fi
+if [ "${1:-}" = "--" ]; then
+  shift
+  exec "$BIN" "$@"
+fi
+if [ "${1:-}" = "--quick" ]; then
+  "$BIN" --model gpt2-124m --batch 8 --seq 1024 --warmup 2 --steps 5
+  exit
+fi
+"$BIN" --model gpt2-124m --batch 32 --seq 1024 --warmup 3 --steps 10
+echo
+"$BIN" --model gpt2-1.5b --batch 16 --seq 1024 --warmup 2 --steps 4

@@ -1,0 +1,312 @@
+/* CUDA backend — create/destroy, memory ops, scratch buffers, the op table.
+ * Hopper (sm_90a) only: the FP8 GEMMs need its tensor cores, and the build targets it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+#define CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace (Hopper recommends 32 MiB) */
+
+static int env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
+    cuda_state *s = cuda_of(b);
+    if (s->scratch_bytes[slot] < bytes) {
+        /* the old buffer may still be in use by queued kernels */
+        CUDA_CHECK(cudaStreamSynchronize(s->stream));
+        if (s->scratch[slot]) {
+            CUDA_CHECK(cudaFree(s->scratch[slot]));
+            s->bytes_in_use -= s->scratch_bytes[slot];
+        }
+        /* grow geometrically so slightly larger requests do not thrash */
+        size_t want = align_up(bytes + bytes / 4, 256);
+        void *p = NULL;
+        cudaError_t e = cudaMalloc(&p, want);
+        if (e != cudaSuccess) {
+            size_t free_b = 0, total_b = 0;
+            cudaGetLastError();
+            cudaMemGetInfo(&free_b, &total_b);
+            fprintf(stderr,
+                    "fp8train: out of GPU memory growing scratch buffer %d to %zu bytes (%zu of "
+                    "%zu bytes free): use a smaller --batch or model (%s:%d)\n",
+                    slot, want, free_b, total_b, __FILE__, __LINE__);
+            exit(1);
+        }
+        s->scratch[slot] = p;
+        s->scratch_bytes[slot] = want;
+        s->bytes_in_use += want;
+        if (s->bytes_in_use > s->bytes_peak) s->bytes_peak = s->bytes_in_use;
+    }
+    return s->scratch[slot];
+}
+
+/* ---- memory ops ---- */
+
+/* Allocation sizes are remembered so bytes_in_use stays right; cudaMalloc's own bookkeeping is
+ * not queryable per pointer. A small open-addressing table keyed by pointer. */
+typedef struct {
+    void *p;
+    size_t bytes;
+} alloc_rec;
+static alloc_rec *g_allocs = NULL;
+static size_t g_allocs_cap = 0, g_allocs_n = 0;
+
+static size_t alloc_slot(void *p, size_t cap) {
+    uintptr_t h = (uintptr_t)p >> 8;
+    h ^= h >> 17;
+    h *= 0x9E3779B97F4A7C15ull;
+    return (size_t)(h % cap);
+}
+
+static void alloc_insert(void *p, size_t bytes);
+static void alloc_grow(void) {
+    size_t old_cap = g_allocs_cap;
+    alloc_rec *old = g_allocs;
+    g_allocs_cap = old_cap ? old_cap * 2 : 1024;
+    g_allocs = (alloc_rec *)calloc(g_allocs_cap, sizeof(alloc_rec));
+    if (!g_allocs) {
+        fprintf(stderr, "fp8train: out of host memory (%s:%d)\n", __FILE__, __LINE__);
+        exit(1);
+    }
+    g_allocs_n = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].p) alloc_insert(old[i].p, old[i].bytes);
+    free(old);
+}
+static void alloc_insert(void *p, size_t bytes) {
+    if ((g_allocs_n + 1) * 2 > g_allocs_cap) alloc_grow();
+    size_t i = alloc_slot(p, g_allocs_cap);
+    while (g_allocs[i].p) i = (i + 1) % g_allocs_cap;
+    g_allocs[i].p = p;
+    g_allocs[i].bytes = bytes;
+    g_allocs_n++;
+}
+static size_t alloc_remove(void *p) {
+    if (!g_allocs_cap) return 0;
+    size_t i = alloc_slot(p, g_allocs_cap);
+    while (g_allocs[i].p && g_allocs[i].p != p) i = (i + 1) % g_allocs_cap;
+    if (!g_allocs[i].p) return 0;
+    size_t bytes = g_allocs[i].bytes;
+    g_allocs[i].p = NULL;
+    g_allocs_n--;
+    /* re-insert the rest of the cluster so lookups keep working */
+    for (size_t j = (i + 1) % g_allocs_cap; g_allocs[j].p; j = (j + 1) % g_allocs_cap) {
+        alloc_rec r = g_allocs[j];
+        g_allocs[j].p = NULL;
+        g_allocs_n--;
+        alloc_insert(r.p, r.bytes);
+    }
+    return bytes;
+}
+
+static void *cuda_malloc(fp8t_backend *b, size_t bytes) {
+    cuda_state *s = cuda_of(b);
+    /* never hand out NULL, even for 0 bytes; round up so vector loads at the end stay inside */
+    size_t padded = align_up(bytes ? bytes : 1, 256);
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, padded);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError(); /* clear the sticky-free error state */
+        cudaMemGetInfo(&free_b, &total_b);
+        fprintf(stderr,
+                "fp8train: out of GPU memory allocating %zu bytes (%zu of %zu bytes free, %zu in "
+                "use by fp8train): use a smaller --batch, --seq-len or model (%s:%d)\n",
+                bytes, free_b, total_b, s->bytes_in_use, __FILE__, __LINE__);
+        exit(1);
+    }
+    CUDA_CHECK(cudaMemsetAsync(p, 0, padded, s->stream));
+    alloc_insert(p, padded);
+    s->bytes_in_use += padded;
+    if (s->bytes_in_use > s->bytes_peak) s->bytes_peak = s->bytes_in_use;
+    return p;
+}
+
+static void cuda_free(fp8t_backend *b, void *p) {
+    if (!p) return;
+    cuda_state *s = cuda_of(b);
+    /* cudaFree waits for the device, so queued kernels that still read p finish first */
+    CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    CUDA_CHECK(cudaFree(p));
+    s->bytes_in_use -= alloc_remove(p);
+}
+
+static void cuda_to_device(fp8t_backend *b, void *dst, const void *src_host, size_t bytes) {
+    if (!bytes) return;
+    cuda_state *s = cuda_of(b);
+    /* From pageable memory the copy is staged before the call returns, so the caller may reuse
+     * src_host at once; it is ordered after every earlier op on the stream. */
+    CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, s->stream));
+    if (s->sync_each_op) CUDA_CHECK(cudaStreamSynchronize(s->stream));
+}
+
+static void cuda_to_host(fp8t_backend *b, void *dst_host, const void *src, size_t bytes) {
+    cuda_state *s = cuda_of(b);
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, s->stream));
+    CUDA_CHECK(cudaStreamSynchronize(s->stream));
+}
+
+static void cuda_copy(fp8t_backend *b, void *dst, const void *src, size_t bytes) {
+    if (!bytes || dst == src) return;
+    cuda_state *s = cuda_of(b);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s->stream));
+    if (s->sync_each_op) CUDA_CHECK(cudaStreamSynchronize(s->stream));
+}
+
+static void cuda_zero(fp8t_backend *b, void *dst, size_t bytes) {
+    if (!bytes) return;
+    cuda_state *s = cuda_of(b);
+    CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s->stream));
+    if (s->sync_each_op) CUDA_CHECK(cudaStreamSynchronize(s->stream));
+}
+
+static void cuda_synchronize(fp8t_backend *b) {
+    cuda_state *s = cuda_of(b);
+    CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    CUDA_CHECK(cudaGetLastError());
+}
+
+static void cuda_destroy(fp8t_backend *b) {
+    if (!b) return;
+    cuda_state *s = cuda_of(b);
+    if (s) {
+        cudaStreamSynchronize(s->stream);
+        for (int i = 0; i < SCR_COUNT; i++)
+            if (s->scratch[i]) cudaFree(s->scratch[i]);
+        if (s->rope_cos) cudaFree(s->rope_cos);
+        if (s->rope_sin) cudaFree(s->rope_sin);
+        if (s->workspace) cudaFree(s->workspace);
+        if (s->lt) cublasLtDestroy(s->lt);
+        if (s->stream) cudaStreamDestroy(s->stream);
+        free(s);
+    }
+    free(b);
+}
+
+static const fp8t_backend_ops cuda_ops = {
+    /* .malloc = */ cuda_malloc,
+    /* .free = */ cuda_free,
+    /* .to_device = */ cuda_to_device,
+    /* .to_host = */ cuda_to_host,
+    /* .copy = */ cuda_copy,
+    /* .zero = */ cuda_zero,
+    /* .synchronize = */ cuda_synchronize,
+    /* .destroy = */ cuda_destroy,
+    /* .gemm_f32 = */ cuda_gemm_f32,
+    /* .gemm_bf16 = */ cuda_gemm_bf16,
+    /* .gemm_fp8 = */ cuda_gemm_fp8,
+    /* .amax = */ cuda_amax,
+    /* .quantize = */ cuda_quantize,
+    /* .compute_scale = */ cuda_compute_scale,
+    /* .fake_quantize = */ cuda_fake_quantize,
+    /* .block_fake_quantize = */ cuda_block_fake_quantize,
+    /* .mxfp8_fake_quantize = */ cuda_mxfp8_fake_quantize,
+    /* .bf16_round = */ cuda_bf16_round,
+    /* .delayed_update = */ cuda_delayed_update,
+    /* .embedding_forward = */ cuda_embedding_forward,
+    /* .embedding_backward = */ cuda_embedding_backward,
+    /* .layernorm_forward = */ cuda_layernorm_forward,
+    /* .layernorm_backward = */ cuda_layernorm_backward,
+    /* .rmsnorm_forward = */ cuda_rmsnorm_forward,
+    /* .rmsnorm_backward = */ cuda_rmsnorm_backward,
+    /* .bias_add = */ cuda_bias_add,
+    /* .bias_backward = */ cuda_bias_backward,
+    /* .gelu_forward = */ cuda_gelu_forward,
+    /* .gelu_backward = */ cuda_gelu_backward,
+    /* .swiglu_forward = */ cuda_swiglu_forward,
+    /* .swiglu_backward = */ cuda_swiglu_backward,
+    /* .attention_forward = */ cuda_attention_forward,
+    /* .attention_backward = */ cuda_attention_backward,
+    /* .softmax_xent = */ cuda_softmax_xent,
+    /* .add = */ cuda_add,
+    /* .accumulate = */ cuda_accumulate,
+    /* .scale = */ cuda_scale,
+    /* .sumsq = */ cuda_sumsq,
+    /* .sum = */ cuda_sum,
+    /* .adamw = */ cuda_adamw,
+};
+
+extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        snprintf(err, errlen,
+                 "no CUDA device visible (%s): check nvidia-smi and CUDA_VISIBLE_DEVICES, or use "
+                 "--device cpu",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0");
+        cudaGetLastError();
+        return NULL;
+    }
+    cudaDeviceProp prop;
+    e = cudaGetDeviceProperties(&prop, 0);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cannot query CUDA device 0: %s", cudaGetErrorString(e));
+        return NULL;
+    }
+    if (prop.major != 9) {
+        snprintf(err, errlen,
+                 "CUDA device 0 (%s) has compute capability %d.%d; this build of fp8train targets "
+                 "Hopper (sm_90a: H100/H200) only. Use --device cpu, or rebuild with NVFLAGS for "
+                 "your GPU (FP8 GEMMs need sm_89 or newer)",
+                 prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    e = cudaSetDevice(0);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cudaSetDevice(0) failed: %s", cudaGetErrorString(e));
+        return NULL;
+    }
+    cuda_state *s = (cuda_state *)calloc(1, sizeof(cuda_state));
+    fp8t_backend *b = (fp8t_backend *)calloc(1, sizeof(fp8t_backend));
+    if (!s || !b) {
+        free(s);
+        free(b);
+        snprintf(err, errlen, "out of host memory creating the CUDA backend");
+        return NULL;
+    }
+    s->device = 0;
+    s->num_sms = prop.multiProcessorCount;
+    s->plain = env_flag("FP8TRAIN_CUDA_PLAIN");
+    const char *attn = getenv("FP8TRAIN_CUDA_ATTN");
+    s->attn_simple = s->plain || (attn && strcmp(attn, "simple") == 0);
+    s->sync_each_op = env_flag("FP8TRAIN_CUDA_SYNC");
+    s->no_lt_fp8 = env_flag("FP8TRAIN_CUDA_NO_LT_FP8");
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasLtCreate(&s->lt));
+    s->workspace_bytes = CUDA_WORKSPACE_BYTES;
+    e = cudaMalloc(&s->workspace, s->workspace_bytes);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "cannot allocate the %zu-byte cuBLASLt workspace on %s: %s",
+                 s->workspace_bytes, prop.name, cudaGetErrorString(e));
+        cublasLtDestroy(s->lt);
+        cudaStreamDestroy(s->stream);
+        free(s);
+        free(b);
+        return NULL;
+    }
+    s->bytes_in_use = s->bytes_peak = s->workspace_bytes;
+    b->ops = &cuda_ops;
+    b->name = "cuda";
+    b->fp8_wants_transpose = 1; /* Hopper FP8 tensor cores read both operands K-major (TN) */
+    b->impl = s;
+    return b;
+}
+
+/* Device memory accounting for benchmarks (weakly referenced by bench/gpu_bench.c):
+ * bytes fp8train holds now and at most so far (params, activations, scratch, workspace), and
+ * the device's free/total as cudaMemGetInfo reports. 0 ok, -1 if b is not a CUDA backend. */
+extern "C" int fp8t_cuda_memory_info(fp8t_backend *b, size_t *in_use, size_t *peak,
+                                     size_t *dev_free, size_t *dev_total) {
+    if (!b || !b->name || strcmp(b->name, "cuda") != 0) return -1;
+    cuda_state *s = cuda_of(b);
+    if (in_use) *in_use = s->bytes_in_use;
+    if (peak) *peak = s->bytes_peak;
+    size_t f = 0, t = 0;
+    CUDA_CHECK(cudaMemGetInfo(&f, &t));
+    if (dev_free) *dev_free = f;
+    if (dev_total) *dev_total = t;
+    return 0;
+}

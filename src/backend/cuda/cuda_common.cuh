@@ -1,0 +1,308 @@
+/* CUDA backend — private declarations shared by the .cu files of src/backend/cuda.
+ *
+ * Every op runs on the backend's single stream; nothing waits for the device except to_host,
+ * synchronize, free and scratch growth. Determinism: no op uses floating-point atomics; every
+ * reduction cuts its input into pieces that depend on the sizes only and combines the partial
+ * results in a fixed order, so two runs on the same GPU give bit-identical results.
+ *
+ * Switches (read once at create, see cuda_backend.cu):
+ *   FP8TRAIN_CUDA_PLAIN=1  every fused or cached path falls back to its plain version: the
+ *                          simple attention kernels, separate amax/cast/transpose kernels for
+ *                          quantize, no cuBLASLt algorithm cache, no RoPE table cache.
+ *   FP8TRAIN_CUDA_ATTN=simple|tiled   the attention kernels alone (default tiled).
+ *   FP8TRAIN_CUDA_SYNC=1   synchronize and check for errors after every op (slow; names the
+ *                          op that failed instead of a later one).
+ *   FP8TRAIN_CUDA_NO_LT_FP8=1  FP8 GEMMs through the decode + FP32 GEMM fallback instead of
+ *                          cuBLASLt's FP8 kernels (isolates cuBLASLt in a bisection). */
+#ifndef FP8TRAIN_CUDA_COMMON_CUH
+#define FP8TRAIN_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fp8train/backend.h"
+
+/* ---- error checks: print the call, file and line, then exit (a CUDA error leaves the
+ * context unusable, so there is nothing sensible to continue with) ---- */
+#define CUDA_CHECK(call)                                                                      \
+    do {                                                                                      \
+        cudaError_t cuda_check_err_ = (call);                                                 \
+        if (cuda_check_err_ != cudaSuccess) {                                                 \
+            fprintf(stderr, "fp8train: CUDA error %s (%s) in %s at %s:%d\n",                  \
+                    cudaGetErrorName(cuda_check_err_), cudaGetErrorString(cuda_check_err_),   \
+                    #call, __FILE__, __LINE__);                                               \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+#define CUBLAS_CHECK(call)                                                                    \
+    do {                                                                                      \
+        cublasStatus_t cublas_check_st_ = (call);                                             \
+        if (cublas_check_st_ != CUBLAS_STATUS_SUCCESS) {                                      \
+            fprintf(stderr, "fp8train: cuBLAS error %d (%s) in %s at %s:%d\n",                \
+                    (int)cublas_check_st_, cublasLtGetStatusString(cublas_check_st_), #call,  \
+                    __FILE__, __LINE__);                                                      \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+/* After a kernel launch: launch-configuration errors now, execution errors at the next sync
+ * (or right away with FP8TRAIN_CUDA_SYNC=1). */
+#define CUDA_LAUNCH_CHECK(s)                                                                  \
+    do {                                                                                      \
+        CUDA_CHECK(cudaGetLastError());                                                       \
+        if ((s)->sync_each_op) CUDA_CHECK(cudaStreamSynchronize((s)->stream));                \
+    } while (0)
+
+/* Scratch buffers owned by the backend; each grows as needed and is reused across calls. Two
+ * buffers used by the same op are always different slots. */
+enum {
+    SCR_GEMM_A = 0, /* bf16 / transposed fp8 / decoded copies of GEMM operand A */
+    SCR_GEMM_B,     /* ... of operand B */
+    SCR_REDUCE,     /* block partials of reductions (sums, norm weight grads, bias grads) */
+    SCR_ATTN,       /* attention: rotated q/k/v per head, D = rowsum(dout*out), dq/dk/dv */
+    SCR_SORT,       /* embedding backward: sorted tokens/positions + CUB temp storage */
+    SCR_QUANT,      /* block / mxfp8 scales */
+    SCR_COUNT
+};
+
+#define LT_CACHE_SIZE 64
+typedef struct {
+    int valid;
+    int m, n, k, ta, tb, type_a, type_b, acc, fast;
+    int lda, ldb, ldc;
+    int al_a, al_b, al_c; /* pointer alignments the algorithm was chosen for */
+    int ok; /* 0: cuBLASLt has no algorithm for this problem (use the fallback) */
+    cublasLtMatmulAlgo_t algo;
+} lt_cache_entry;
+
+typedef struct {
+    int device;
+    int num_sms;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *workspace; /* cuBLASLt workspace */
+    size_t workspace_bytes;
+    void *scratch[SCR_COUNT];
+    size_t scratch_bytes[SCR_COUNT];
+    /* switches */
+    int plain;           /* FP8TRAIN_CUDA_PLAIN */
+    int attn_simple;     /* simple attention kernels */
+    int sync_each_op;    /* FP8TRAIN_CUDA_SYNC */
+    int no_lt_fp8;       /* FP8TRAIN_CUDA_NO_LT_FP8 */
+    /* cuBLASLt algorithm cache (off with plain) */
+    lt_cache_entry lt_cache[LT_CACHE_SIZE];
+    int lt_cache_next;
+    /* RoPE cos/sin tables [T][HS/2], computed on the host exactly as the CPU backend does */
+    float *rope_cos, *rope_sin;
+    int rope_T, rope_half;
+    float rope_theta;
+    /* accounting */
+    size_t bytes_in_use, bytes_peak;
+    long n_fp8_lt, n_fp8_fallback; /* gemm_fp8 calls by path (fp8t_cuda_gemm_counts) */
+} cuda_state;
+
+static inline cuda_state *cuda_of(fp8t_backend *b) { return (cuda_state *)b->impl; }
+
+/* A scratch buffer of at least `bytes` (contents undefined). Growing waits for the stream. */
+void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes);
+
+/* ---- small device helpers ---- */
+static inline unsigned cdiv_u(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+static inline size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+__device__ __forceinline__ uint8_t fp8_enc_dev(float x, fp8_format fmt) {
+    /* __NV_SATFINITE: finite overflow clamps to +-max; NaN stays NaN. On sm_89+ this is the
+     * hardware cvt.rn.satfinite instruction, which the test checks against the toolkit's
+     * emulation (what the CPU fp8_encode matches) on every float32 input. */
+    return (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE,
+                                          fmt == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+__device__ __forceinline__ float fp8_dec_dev(uint8_t c, fp8_format fmt) {
+    /* exact: every E4M3 and E5M2 value is a half */
+    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c,
+                                           fmt == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
+    return __half2float(__half(h));
+}
+
+__device__ __forceinline__ float bf16_round_dev(float x) {
+    return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+/* NaN-propagating max of |v| into acc (acc is a running amax: >= 0 or NaN). */
+__device__ __forceinline__ float amax_merge_dev(float acc, float v) {
+    if (acc != acc) return acc;
+    if (v != v) return v;
+    float a = fabsf(v);
+    return a > acc ? a : acc;
+}
+
+/* *addr = amax_merge(*addr, v) atomically, v >= 0 or NaN. Max is order-independent, so this
+ * is deterministic. A NaN already there stays; a NaN arriving wins. */
+__device__ __forceinline__ void atomic_amax_merge(float *addr, float v) {
+    unsigned int *ua = (unsigned int *)addr;
+    unsigned int old = *(volatile unsigned int *)ua;
+    for (;;) {
+        float of = __uint_as_float(old);
+        if (of != of) return; /* NaN is absorbing */
+        float nv = (v != v) ? v : (v > of ? v : of);
+        if (__float_as_uint(nv) == old) return;
+        unsigned int prev = atomicCAS(ua, old, __float_as_uint(nv));
+        if (prev == old) return;
+        old = prev;
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float warp_amax(float acc) {
+    for (int o = 16; o > 0; o >>= 1) acc = amax_merge_dev(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+    return acc;
+}
+
+/* Block-wide amax of per-thread running amaxes; result valid in thread 0. blockDim.x must be
+ * a multiple of 32 and at most 1024. */
+__device__ __forceinline__ float block_amax(float acc) {
+    __shared__ float sh_amax[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    acc = warp_amax(acc);
+    __syncthreads(); /* sh_amax may still be read by a previous call */
+    if (lane == 0) sh_amax[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+        int nw = blockDim.x >> 5;
+        acc = lane < nw ? sh_amax[lane] : 0.0f;
+        acc = warp_amax(acc);
+    }
+    return acc;
+}
+
+/* Block-wide sum in a fixed tree order; result valid in thread 0. */
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float sh_sum[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh_sum[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        int nw = blockDim.x >> 5;
+        v = lane < nw ? sh_sum[lane] : 0.0f;
+        v = warp_sum(v);
+    }
+    return v;
+}
+
+/* Current-scaling formula, on the device: the same steps as fp8t_current_scale (recipe.c). */
+__device__ __forceinline__ float current_scale_dev(float amax, float fmt_max, float epsilon,
+                                                   int pow2) {
+    if (isnan(amax)) return 1.0f; /* first: max(NaN, eps) would hide the NaN */
+    if (amax < epsilon) amax = epsilon;
+    if (!(amax > 0.0f) || isinf(amax)) return 1.0f;
+    float s = fmt_max / amax;
+    if (isinf(s)) s = 3.402823466e38f; /* FLT_MAX */
+    if (pow2 && s > 0.0f) {
+        /* largest power of two <= s: normal keeps sign and exponent; subnormal keeps its
+         * highest set bit */
+        unsigned int u = __float_as_uint(s);
+        if (u >= 0x00800000u) u &= 0xff800000u;
+        else u = 1u << (31 - __clz(u));
+        s = __uint_as_float(u);
+    }
+    return s;
+}
+
+/* NaN-wins max of two non-negative values (amax histories). */
+__device__ __forceinline__ float max_nan_wins_dev(float a, float b) {
+    if (isnan(a) || isnan(b)) return __int_as_float(0x7fc00000);
+    return a > b ? a : b;
+}
+
+/* ---- op implementations, grouped by file ---- */
+/* cuda_gemm.cu */
+void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
+                   int K, int transA, int transB, int acc);
+void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
+                    int K, int transA, int transB, int acc);
+void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
+                   const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
+                   int acc, int fast_accum, float *amax_out);
+/* cuda_quant.cu */
+void cuda_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n);
+void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                   const float *x, int rows, int cols, fp8_format fmt, const float *scale);
+void cuda_compute_scale(fp8t_backend *b, float *scale, float *scale_inv, const float *amax,
+                        float fmt_max, float epsilon, int pow2);
+void cuda_fake_quantize(fp8t_backend *b, float *out, const float *x, size_t n, fp8_format fmt,
+                        const float *scale);
+void cuda_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows, int cols,
+                              int tile_r, int tile_c, fp8_format fmt);
+void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows,
+                              int cols);
+void cuda_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n);
+void cuda_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
+                         int margin);
+/* helpers used by the GEMMs: codes [rows, cols] -> codes_t [cols, rows]; floats -> bf16;
+ * fp8 codes -> floats times *scale_inv */
+void cuda_transpose_u8(fp8t_backend *b, uint8_t *out, const uint8_t *in, int rows, int cols);
+void cuda_to_bf16(fp8t_backend *b, __nv_bfloat16 *out, const float *x, size_t n);
+void cuda_fp8_decode(fp8t_backend *b, float *out, const uint8_t *codes, size_t n,
+                     fp8_format fmt, const float *scale_inv);
+/* cuda_norm.cu */
+void cuda_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd,
+                            const float *x, const float *w, const float *bias, int N, int C,
+                            float eps);
+void cuda_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
+                             const float *dout, const float *x, const float *w,
+                             const float *mean, const float *rstd, int N, int C);
+void cuda_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x,
+                          const float *w, int N, int C, float eps);
+void cuda_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *dout,
+                           const float *x, const float *w, const float *rstd, int N, int C);
+/* Deterministic column sums: colsum[c] += sum_r x[r*C + c] (bias_backward; the norms use the
+ * same two-pass scheme). */
+void cuda_column_sums(fp8t_backend *b, float *colsum, const float *x, int rows, int cols);
+/* cuda_attention.cu */
+void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, const float *qkv, int B,
+                            int T, int NH, int HS, float rope_theta);
+void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
+                             const float *qkv, const float *out, const float *lse, int B,
+                             int T, int NH, int HS, float rope_theta);
+/* cuda_misc.cu */
+void cuda_embedding_forward(fp8t_backend *b, float *out, const int *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C);
+void cuda_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const float *dout,
+                             const int *tokens, int B, int T, int C);
+void cuda_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC);
+void cuda_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);
+void cuda_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n);
+void cuda_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,
+                        size_t n);
+void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const float *up,
+                         size_t n);
+void cuda_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,
+                          const float *gate, const float *up, size_t n);
+void cuda_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
+                       const int *targets, int N, int V, float dloss);
+void cuda_add(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
+void cuda_accumulate(fp8t_backend *b, float *out, const float *x, size_t n);
+void cuda_scale(fp8t_backend *b, float *out, float s, size_t n);
+void cuda_sumsq(fp8t_backend *b, float *out, const float *x, size_t n);
+void cuda_sum(fp8t_backend *b, float *out, const float *x, size_t n);
+void cuda_adamw(fp8t_backend *b, float *params, float *m, float *v, const float *grads,
+                size_t n, float lr, float beta1, float beta2, float eps, float wd, int t,
+                float grad_scale);
+
+#endif

@@ -1,0 +1,267 @@
+/* CUDA backend — GEMMs through cuBLASLt.
+ *
+ * Layout mapping. The op table is row-major: C[M,N] (=|+=) op(A)[M,K] · op(B)[K,N]. cuBLASLt
+ * is column-major, and a row-major [R,S] matrix is the same memory as a column-major [S,R]
+ * one. So the row-major product is computed as the column-major product
+ *     Cᵀ[N,M] = op(B)ᵀ[N,K] · op(A)ᵀ[K,M]
+ * i.e. cuBLAS "A" is our B and cuBLAS "B" is our A, with m = N, n = M, k = K, ldc = N:
+ *   our B stored [K,N] (transB=0) = col-major [N,K], ld N -> cuBLAS op N
+ *   our B stored [N,K] (transB=1) = col-major [K,N], ld K -> cuBLAS op T
+ *   our A stored [M,K] (transA=0) = col-major [K,M], ld K -> cuBLAS op N
+ *   our A stored [K,M] (transA=1) = col-major [M,K], ld M -> cuBLAS op T
+ * Hopper's FP8 kernels only exist for cuBLAS "TN" (op T on its A, op N on its B, both operands
+ * K-major), which is our transB=1, transA=0: A as [M,K] and B as [N,K]. gemm_fp8 therefore
+ * picks data or data_t of each operand to get that orientation, and transposes into scratch
+ * when the needed copy is missing.
+ *
+ * Precision: CUBLAS_COMPUTE_32F everywhere (no TF32): gemm_f32 is exact FP32 arithmetic,
+ * gemm_bf16 rounds operands to BF16 (round to nearest even, as bf16_encode) and accumulates in
+ * FP32, gemm_fp8 multiplies codes with FP32 accumulation (or Hopper's fast accumulation when
+ * asked) and scales by scale_inv_A * scale_inv_B.
+ *
+ * Fallback: when cuBLASLt has no algorithm for a problem (FP8 needs 16-byte aligned pointers
+ * and leading dimensions that are multiples of 16; E5M2 x E5M2 does not exist), the operands
+ * are decoded to FP32 (exactly: every FP8 and BF16 value is a float) and the FP32 GEMM runs.
+ * The result is the same up to accumulation order. */
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+static int ptr_align(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    int a = 1;
+    while (a < 256 && (u % (uintptr_t)(a * 2)) == 0) a *= 2;
+    return a;
+}
+
+/* Column-major cuBLASLt matmul: C[m,n] (=|+=) op(A)[m,k] · op(B)[k,n], C and D FP32, scale
+ * pointers (device, may be NULL) multiply the product. 0 ok, -1 if cuBLASLt has no algorithm
+ * (nothing was launched). */
+static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
+                     cublasOperation_t tb, cudaDataType_t type_a, const void *A, int lda,
+                     cudaDataType_t type_b, const void *B, int ldb, float *C, int ldc, int acc,
+                     const float *scale_a, const float *scale_b, int fast_accum) {
+    int al_a = ptr_align(A), al_b = ptr_align(B), al_c = ptr_align(C);
+    lt_cache_entry *hit = NULL;
+    if (!s->plain) {
+        for (int i = 0; i < LT_CACHE_SIZE; i++) {
+            lt_cache_entry *e = &s->lt_cache[i];
+            if (e->valid && e->m == m && e->n == n && e->k == k && e->ta == (int)ta &&
+                e->tb == (int)tb && e->type_a == (int)type_a && e->type_b == (int)type_b &&
+                e->acc == acc && e->fast == fast_accum && e->lda == lda && e->ldb == ldb &&
+                e->ldc == ldc && e->al_a == al_a && e->al_b == al_b && e->al_c == al_c) {
+                hit = e;
+                break;
+            }
+        }
+        if (hit && !hit->ok) return -1;
+    }
+
+    cublasLtMatmulDesc_t op;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    if (scale_a)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                    &scale_a, sizeof(scale_a)));
+    if (scale_b)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                    &scale_b, sizeof(scale_b)));
+    int is_fp8 = type_a == CUDA_R_8F_E4M3 || type_a == CUDA_R_8F_E5M2;
+    if (is_fp8) {
+        int8_t fa = fast_accum ? 1 : 0;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fa,
+                                                    sizeof(fa)));
+    }
+    cublasLtMatrixLayout_t la, lb, lc;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type_a, ta == CUBLAS_OP_N ? m : k,
+                                            ta == CUBLAS_OP_N ? k : m, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type_b, tb == CUBLAS_OP_N ? k : n,
+                                            tb == CUBLAS_OP_N ? n : k, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc));
+
+    int ok = 1;
+    cublasLtMatmulAlgo_t algo;
+    if (hit) {
+        algo = hit->algo;
+    } else {
+        cublasLtMatmulPreference_t pref;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &s->workspace_bytes,
+            sizeof(s->workspace_bytes)));
+        uint32_t ua = (uint32_t)al_a, ub = (uint32_t)al_b, uc = (uint32_t)al_c;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &ua, sizeof(ua)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ub, sizeof(ub)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &uc, sizeof(uc)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &uc, sizeof(uc)));
+        cublasLtMatmulHeuristicResult_t heur;
+        memset(&heur, 0, sizeof(heur));
+        int nres = 0;
+        cublasStatus_t st =
+            cublasLtMatmulAlgoGetHeuristic(s->lt, op, la, lb, lc, lc, pref, 1, &heur, &nres);
+        cublasLtMatmulPreferenceDestroy(pref);
+        if (st != CUBLAS_STATUS_SUCCESS || nres == 0 || heur.state != CUBLAS_STATUS_SUCCESS)
+            ok = 0;
+        else
+            algo = heur.algo;
+        if (!s->plain) {
+            lt_cache_entry *e = &s->lt_cache[s->lt_cache_next];
+            s->lt_cache_next = (s->lt_cache_next + 1) % LT_CACHE_SIZE;
+            e->valid = 1;
+            e->m = m, e->n = n, e->k = k, e->ta = (int)ta, e->tb = (int)tb;
+            e->type_a = (int)type_a, e->type_b = (int)type_b, e->acc = acc, e->fast = fast_accum;
+            e->lda = lda, e->ldb = ldb, e->ldc = ldc;
+            e->al_a = al_a, e->al_b = al_b, e->al_c = al_c;
+            e->ok = ok;
+            if (ok) e->algo = algo;
+        }
+    }
+    if (ok) {
+        float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
+        CUBLAS_CHECK(cublasLtMatmul(s->lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &algo,
+                                    s->workspace, s->workspace_bytes, s->stream));
+        if (s->sync_each_op) CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    }
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+    return ok ? 0 : -1;
+}
+
+/* The row-major product through the column-major library (see the top of the file). */
+static int rowmajor_matmul(cuda_state *s, float *C, cudaDataType_t type_a, const void *A,
+                           cudaDataType_t type_b, const void *B, int M, int N, int K, int transA,
+                           int transB, int acc, const float *scale_a, const float *scale_b,
+                           int fast_accum) {
+    cublasOperation_t op_b = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int ld_b = transB ? K : N;
+    cublasOperation_t op_a = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int ld_a = transA ? M : K;
+    return lt_matmul(s, N, M, K, op_b, op_a, type_b, B, ld_b, type_a, A, ld_a, C, N, acc,
+                     scale_b, scale_a, fast_accum);
+}
+
+/* Degenerate sizes: nothing to multiply. K == 0 gives C = 0 (or C unchanged when acc). */
+static int gemm_trivial(fp8t_backend *b, float *C, int M, int N, int K, int acc) {
+    if (M <= 0 || N <= 0) return 1;
+    if (K <= 0) {
+        if (!acc) CUDA_CHECK(cudaMemsetAsync(C, 0, (size_t)M * N * sizeof(float), cuda_of(b)->stream));
+        return 1;
+    }
+    return 0;
+}
+
+void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
+                   int K, int transA, int transB, int acc) {
+    if (gemm_trivial(b, C, M, N, K, acc)) return;
+    if (rowmajor_matmul(cuda_of(b), C, CUDA_R_32F, A, CUDA_R_32F, B, M, N, K, transA, transB,
+                        acc, NULL, NULL, 0) != 0) {
+        fprintf(stderr, "fp8train: cuBLASLt found no FP32 algorithm for M=%d N=%d K=%d (%s:%d)\n",
+                M, N, K, __FILE__, __LINE__);
+        exit(1);
+    }
+}
+
+void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
+                    int K, int transA, int transB, int acc) {
+    if (gemm_trivial(b, C, M, N, K, acc)) return;
+    cuda_state *s = cuda_of(b);
+    size_t na = (size_t)M * K, nb = (size_t)K * N;
+    __nv_bfloat16 *a16 = (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_A, na * 2);
+    __nv_bfloat16 *b16 = (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_B, nb * 2);
+    cuda_to_bf16(b, a16, A, na);
+    cuda_to_bf16(b, b16, B, nb);
+    if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, K, transA, transB, acc,
+                        NULL, NULL, 0) == 0)
+        return;
+    /* no BF16 algorithm (odd sizes): the same BF16-rounded operands as floats, FP32 GEMM */
+    float *af = (float *)cuda_scratch(b, SCR_GEMM_A, na * 4);
+    float *bf = (float *)cuda_scratch(b, SCR_GEMM_B, nb * 4);
+    cuda_bf16_round(b, af, A, na);
+    cuda_bf16_round(b, bf, B, nb);
+    cuda_gemm_f32(b, C, af, bf, M, N, K, transA, transB, acc);
+}
+
+static void check_operand(const char *name, const fp8t_fp8_operand *o, int rows, int cols,
+                          int trans) {
+    if (o->rows != rows || o->cols != cols || (!o->data && !o->data_t) || !o->scale_inv) {
+        fprintf(stderr,
+                "fp8train: gemm_fp8: operand %s is stored [%d,%d] (data %p, data_t %p, scale_inv "
+                "%p) but the GEMM (trans%s=%d) needs it stored as [%d,%d] with data or data_t "
+                "and scale_inv set (%s:%d)\n",
+                name, o->rows, o->cols, (const void *)o->data, (const void *)o->data_t,
+                (const void *)o->scale_inv, name, trans, rows, cols, __FILE__, __LINE__);
+        exit(1);
+    }
+}
+
+static cudaDataType_t fp8_cuda_type(fp8_format f) {
+    return f == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
+                   const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
+                   int acc, int fast_accum, float *amax_out) {
+    check_operand("A", A, transA ? K : M, transA ? M : K, transA);
+    check_operand("B", B, transB ? N : K, transB ? K : N, transB);
+    if (gemm_trivial(b, C, M, N, K, acc)) {
+        if (amax_out && M > 0 && N > 0) cuda_amax(b, amax_out, C, (size_t)M * N);
+        return;
+    }
+    cuda_state *s = cuda_of(b);
+    int done = 0;
+    /* cuBLASLt has no E5M2 x E5M2 kernel; everything else goes to the FP8 tensor cores */
+    if (!s->no_lt_fp8 && !(A->fmt == FP8_E5M2 && B->fmt == FP8_E5M2)) {
+        /* A as [M,K] row-major (K-major): data when stored so, else data_t; transposed into
+         * scratch when that copy is missing */
+        const uint8_t *a_mk = transA ? A->data_t : A->data;
+        if (!a_mk) {
+            const uint8_t *a_km = transA ? A->data : A->data_t; /* [K,M] */
+            uint8_t *t = (uint8_t *)cuda_scratch(b, SCR_GEMM_A, (size_t)M * K);
+            cuda_transpose_u8(b, t, a_km, K, M);
+            a_mk = t;
+        }
+        /* B as [N,K] row-major (K-major) */
+        const uint8_t *b_nk = transB ? B->data : B->data_t;
+        if (!b_nk) {
+            const uint8_t *b_kn = transB ? B->data_t : B->data; /* [K,N] */
+            uint8_t *t = (uint8_t *)cuda_scratch(b, SCR_GEMM_B, (size_t)N * K);
+            cuda_transpose_u8(b, t, b_kn, K, N);
+            b_nk = t;
+        }
+        done = rowmajor_matmul(s, C, fp8_cuda_type(A->fmt), a_mk, fp8_cuda_type(B->fmt), b_nk,
+                               M, N, K, 0, 1, acc, A->scale_inv, B->scale_inv, fast_accum) == 0;
+    }
+    if (done) s->n_fp8_lt++;
+    else s->n_fp8_fallback++;
+    if (!done) {
+        /* decode codes * scale_inv exactly into floats, FP32 GEMM; data_t (the transpose of the
+         * stored layout) is used with the transpose flag flipped when data is missing */
+        float *af = (float *)cuda_scratch(b, SCR_GEMM_A, (size_t)M * K * 4);
+        float *bf = (float *)cuda_scratch(b, SCR_GEMM_B, (size_t)K * N * 4);
+        int ta = A->data ? transA : !transA, tb = B->data ? transB : !transB;
+        cuda_fp8_decode(b, af, A->data ? A->data : A->data_t, (size_t)M * K, A->fmt,
+                        A->scale_inv);
+        cuda_fp8_decode(b, bf, B->data ? B->data : B->data_t, (size_t)K * N, B->fmt,
+                        B->scale_inv);
+        cuda_gemm_f32(b, C, af, bf, M, N, K, ta, tb, acc);
+    }
+    if (amax_out) cuda_amax(b, amax_out, C, (size_t)M * N);
+}
+
+/* How many gemm_fp8 calls ran on cuBLASLt's FP8 kernels and how many on the decode + FP32
+ * fallback (tests and benchmarks report it: the fallback is correct but slow). 0 ok, -1 if b
+ * is not a CUDA backend. */
+extern "C" int fp8t_cuda_gemm_counts(fp8t_backend *b, long *fp8_lt, long *fp8_fallback) {
+    if (!b || !b->name || strcmp(b->name, "cuda") != 0) return -1;
+    cuda_state *s = cuda_of(b);
+    if (fp8_lt) *fp8_lt = s->n_fp8_lt;
+    if (fp8_fallback) *fp8_fallback = s->n_fp8_fallback;
+    return 0;
+}

@@ -1,0 +1,413 @@
+/* CUDA backend — quantization: amax, fused cast + transpose + amax, scales, fake quantization
+ * (per-tensor, block, MXFP8), BF16 rounding, the delayed-scaling update.
+ *
+ * Encoding is __nv_cvt_float_to_fp8(.., __NV_SATFINITE, ..) (see fp8_enc_dev), bit-identical
+ * to fp8_encode(x, fmt, 1); the product x * scale is one IEEE multiply, as on the CPU. */
+#include "backend/cuda/cuda_common.cuh"
+
+#define EW_THREADS 256
+
+static unsigned ew_blocks(cuda_state *s, size_t n, size_t per_thread) {
+    size_t want = (n + EW_THREADS * per_thread - 1) / (EW_THREADS * per_thread);
+    size_t cap = (size_t)s->num_sms * 16;
+    if (want < 1) want = 1;
+    return (unsigned)(want < cap ? want : cap);
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* ---------------------------------------------------------------------------------------- */
+/* amax */
+
+__global__ void amax_kernel(float *amax_out, const float *__restrict__ x, size_t n, int vec) {
+    float acc = 0.0f;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if (vec) {
+        const float4 *x4 = (const float4 *)x;
+        size_t n4 = n / 4;
+        for (size_t i = i0; i < n4; i += stride) {
+            float4 v = x4[i];
+            acc = amax_merge_dev(acc, v.x);
+            acc = amax_merge_dev(acc, v.y);
+            acc = amax_merge_dev(acc, v.z);
+            acc = amax_merge_dev(acc, v.w);
+        }
+        done = n4 * 4;
+    }
+    for (size_t i = done + i0; i < n; i += stride) acc = amax_merge_dev(acc, x[i]);
+    acc = block_amax(acc);
+    if (threadIdx.x == 0) atomic_amax_merge(amax_out, acc);
+}
+
+void cuda_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n) {
+    if (n == 0) return; /* amax of nothing is 0: max(*amax_out, 0) changes nothing */
+    cuda_state *s = cuda_of(b);
+    amax_kernel<<<ew_blocks(s, n, 8), EW_THREADS, 0, s->stream>>>(amax_out, x, n, aligned16(x));
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* quantize: codes = fp8(x * scale), optional transposed codes, optional amax */
+
+/* Row-major cast (no transpose): 4 elements per thread with 16-byte loads when aligned. */
+__global__ void cast_fp8_kernel(uint8_t *codes, float *amax_out, const float *__restrict__ x,
+                                size_t n, fp8_format fmt, const float *scale_p, int vec) {
+    float scale = *scale_p;
+    float acc = 0.0f;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if (vec) {
+        const float4 *x4 = (const float4 *)x;
+        uchar4 *c4 = (uchar4 *)codes;
+        size_t n4 = n / 4;
+        for (size_t i = i0; i < n4; i += stride) {
+            float4 v = x4[i];
+            acc = amax_merge_dev(acc, v.x);
+            acc = amax_merge_dev(acc, v.y);
+            acc = amax_merge_dev(acc, v.z);
+            acc = amax_merge_dev(acc, v.w);
+            if (codes) {
+                uchar4 c;
+                c.x = fp8_enc_dev(v.x * scale, fmt);
+                c.y = fp8_enc_dev(v.y * scale, fmt);
+                c.z = fp8_enc_dev(v.z * scale, fmt);
+                c.w = fp8_enc_dev(v.w * scale, fmt);
+                c4[i] = c;
+            }
+        }
+        done = n4 * 4;
+    }
+    for (size_t i = done + i0; i < n; i += stride) {
+        float v = x[i];
+        acc = amax_merge_dev(acc, v);
+        if (codes) codes[i] = fp8_enc_dev(v * scale, fmt);
+    }
+    if (amax_out) {
+        acc = block_amax(acc);
+        if (threadIdx.x == 0) atomic_amax_merge(amax_out, acc);
+    }
+}
+
+/* Fused cast + transpose + amax: one 32x32 tile per block of 32x8 threads. Reads x once
+ * (coalesced along rows), writes codes (row-major) and codes_t (row-major [cols, rows]) through
+ * a shared-memory tile so both writes are coalesced. */
+#define QT_TILE 32
+#define QT_ROWS 8
+__global__ void cast_transpose_fp8_kernel(uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                                          const float *__restrict__ x, int rows, int cols,
+                                          fp8_format fmt, const float *scale_p) {
+    __shared__ uint8_t tile[QT_TILE][QT_TILE + 4];
+    float scale = *scale_p;
+    int c0 = blockIdx.x * QT_TILE, r0 = blockIdx.y * QT_TILE;
+    int tx = threadIdx.x, ty = threadIdx.y;
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < QT_TILE / QT_ROWS; i++) {
+        int r = r0 + ty + i * QT_ROWS, c = c0 + tx;
+        if (r < rows && c < cols) {
+            float v = x[(size_t)r * cols + c];
+            acc = amax_merge_dev(acc, v);
+            uint8_t code = fp8_enc_dev(v * scale, fmt);
+            if (codes) codes[(size_t)r * cols + c] = code;
+            tile[ty + i * QT_ROWS][tx] = code;
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < QT_TILE / QT_ROWS; i++) {
+        int c = c0 + ty + i * QT_ROWS, r = r0 + tx; /* codes_t[c][r] = codes[r][c] */
+        if (r < rows && c < cols) codes_t[(size_t)c * rows + r] = tile[tx][ty + i * QT_ROWS];
+    }
+    if (amax_out) {
+        /* block_amax wants a 1-D thread index */
+        __shared__ float sh[QT_TILE * QT_ROWS / 32];
+        int lin = ty * QT_TILE + tx;
+        acc = warp_amax(acc);
+        if ((lin & 31) == 0) sh[lin >> 5] = acc;
+        __syncthreads();
+        if (lin == 0) {
+            float a = sh[0];
+            for (int w = 1; w < QT_TILE * QT_ROWS / 32; w++) a = amax_merge_dev(a, sh[w]);
+            atomic_amax_merge(amax_out, a);
+        }
+    }
+}
+
+/* Plain transpose of byte matrices: in [rows, cols] -> out [cols, rows]. */
+__global__ void transpose_u8_kernel(uint8_t *out, const uint8_t *__restrict__ in, int rows,
+                                    int cols) {
+    __shared__ uint8_t tile[QT_TILE][QT_TILE + 4];
+    int c0 = blockIdx.x * QT_TILE, r0 = blockIdx.y * QT_TILE;
+    int tx = threadIdx.x, ty = threadIdx.y;
+#pragma unroll
+    for (int i = 0; i < QT_TILE / QT_ROWS; i++) {
+        int r = r0 + ty + i * QT_ROWS, c = c0 + tx;
+        if (r < rows && c < cols) tile[ty + i * QT_ROWS][tx] = in[(size_t)r * cols + c];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < QT_TILE / QT_ROWS; i++) {
+        int c = c0 + ty + i * QT_ROWS, r = r0 + tx;
+        if (r < rows && c < cols) out[(size_t)c * rows + r] = tile[tx][ty + i * QT_ROWS];
+    }
+}
+
+void cuda_transpose_u8(fp8t_backend *b, uint8_t *out, const uint8_t *in, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    dim3 grid(cdiv_u(cols, QT_TILE), cdiv_u(rows, QT_TILE)), block(QT_TILE, QT_ROWS);
+    transpose_u8_kernel<<<grid, block, 0, s->stream>>>(out, in, rows, cols);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                   const float *x, int rows, int cols, fp8_format fmt, const float *scale) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    size_t n = (size_t)rows * cols;
+    if (!codes_t || s->plain) {
+        /* row-major codes (+ amax) in one pass; plain mode transposes the codes afterwards
+         * (through scratch when only codes_t is wanted) */
+        uint8_t *rm = codes;
+        if (!rm && codes_t) rm = (uint8_t *)cuda_scratch(b, SCR_QUANT, n);
+        int vec = aligned16(x) && (!rm || aligned16(rm)) ? 1 : 0;
+        cast_fp8_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(rm, amax_out, x, n,
+                                                                         fmt, scale, vec);
+        CUDA_LAUNCH_CHECK(s);
+        if (codes_t) cuda_transpose_u8(b, codes_t, rm, rows, cols);
+        return;
+    }
+    dim3 grid(cdiv_u(cols, QT_TILE), cdiv_u(rows, QT_TILE)), block(QT_TILE, QT_ROWS);
+    cast_transpose_fp8_kernel<<<grid, block, 0, s->stream>>>(codes, codes_t, amax_out, x, rows,
+                                                            cols, fmt, scale);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* scales */
+
+__global__ void compute_scale_kernel(float *scale, float *scale_inv, const float *amax,
+                                     float fmt_max, float epsilon, int pow2) {
+    float sc = current_scale_dev(*amax, fmt_max, epsilon, pow2);
+    *scale = sc;
+    *scale_inv = 1.0f / sc;
+}
+
+void cuda_compute_scale(fp8t_backend *b, float *scale, float *scale_inv, const float *amax,
+                        float fmt_max, float epsilon, int pow2) {
+    cuda_state *s = cuda_of(b);
+    compute_scale_kernel<<<1, 1, 0, s->stream>>>(scale, scale_inv, amax, fmt_max, epsilon, pow2);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* Delayed-scaling update (recipe.h), one thread per tensor over its history column. The
+ * history is [len][n], so neighbouring threads touch neighbouring floats. */
+__global__ void delayed_update_kernel(float *state, int n, int len, int algo, int margin) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    float *hist = state;
+    float *scale = state + (size_t)len * n;
+    float *scale_inv = scale + n;
+    const float *fmt_max = scale_inv + n;
+    float amax;
+    if (algo == FP8T_AMAX_MOST_RECENT) {
+        amax = hist[t];
+    } else {
+        amax = 0.0f;
+        for (int i = 0; i < len; i++) amax = max_nan_wins_dev(amax, hist[(size_t)i * n + t]);
+    }
+    /* fp8t_delayed_scale: amax 0, negative, Inf or NaN keeps the previous scale */
+    float sc = scale[t];
+    if (amax > 0.0f && !isinf(amax)) {
+        sc = (fmt_max[t] / amax) / ldexpf(1.0f, margin);
+        if (isinf(sc)) sc = 3.402823466e38f; /* FLT_MAX */
+    }
+    scale[t] = sc;
+    scale_inv[t] = 1.0f / sc;
+    /* roll: new[i] = old[i+1], new[len-1] = old[0], then new[0] = 0 */
+    float first = hist[t];
+    for (int i = 0; i + 1 < len; i++) hist[(size_t)i * n + t] = hist[(size_t)(i + 1) * n + t];
+    hist[(size_t)(len - 1) * n + t] = first;
+    hist[t] = 0.0f;
+}
+
+void cuda_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
+                         int margin) {
+    if (n <= 0 || len <= 0) return;
+    cuda_state *s = cuda_of(b);
+    delayed_update_kernel<<<cdiv_u(n, 128), 128, 0, s->stream>>>(state, n, len, (int)algo,
+                                                                 margin);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* fake quantization and rounding (elementwise; out may alias x) */
+
+__global__ void fake_quantize_kernel(float *out, const float *x, size_t n, fp8_format fmt,
+                                     const float *scale_p) {
+    float scale = *scale_p;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        out[i] = fp8_dec_dev(fp8_enc_dev(x[i] * scale, fmt), fmt) / scale;
+}
+
+void cuda_fake_quantize(fp8t_backend *b, float *out, const float *x, size_t n, fp8_format fmt,
+                        const float *scale) {
+    if (n == 0) return;
+    cuda_state *s = cuda_of(b);
+    fake_quantize_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(out, x, n, fmt, scale);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+__global__ void bf16_round_kernel(float *out, const float *x, size_t n) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        out[i] = bf16_round_dev(x[i]);
+}
+
+void cuda_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n) {
+    if (n == 0) return;
+    cuda_state *s = cuda_of(b);
+    bf16_round_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(out, x, n);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+__global__ void to_bf16_kernel(__nv_bfloat16 *out, const float *__restrict__ x, size_t n,
+                               int vec) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if (vec) {
+        const float4 *x4 = (const float4 *)x;
+        __nv_bfloat162 *o2 = (__nv_bfloat162 *)out;
+        size_t n4 = n / 4;
+        for (size_t i = i0; i < n4; i += stride) {
+            float4 v = x4[i];
+            o2[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+            o2[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+        }
+        done = n4 * 4;
+    }
+    for (size_t i = done + i0; i < n; i += stride) out[i] = __float2bfloat16_rn(x[i]);
+}
+
+void cuda_to_bf16(fp8t_backend *b, __nv_bfloat16 *out, const float *x, size_t n) {
+    if (n == 0) return;
+    cuda_state *s = cuda_of(b);
+    int vec = aligned16(x) && (((uintptr_t)out & 7u) == 0);
+    to_bf16_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(out, x, n, vec);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+__global__ void fp8_decode_kernel(float *out, const uint8_t *__restrict__ codes, size_t n,
+                                  fp8_format fmt, const float *scale_inv_p) {
+    float si = *scale_inv_p;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        out[i] = fp8_dec_dev(codes[i], fmt) * si;
+}
+
+void cuda_fp8_decode(fp8t_backend *b, float *out, const uint8_t *codes, size_t n,
+                     fp8_format fmt, const float *scale_inv) {
+    if (n == 0) return;
+    cuda_state *s = cuda_of(b);
+    fp8_decode_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(out, codes, n, fmt,
+                                                                       scale_inv);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* block scaling: one thread block per tile_r x tile_c block (edge blocks partial). Pass 1:
+ * the block's amax; pass 2: quantize with the current-scaling scale of that amax and
+ * dequantize. Reads of pass 2 hit L1/L2 (a 128x128 tile is 64 KiB). */
+__global__ void block_fake_quantize_kernel(float *out, const float *x, int rows, int cols,
+                                           int tile_r, int tile_c, fp8_format fmt,
+                                           float fmt_max) {
+    int nbc = (cols + tile_c - 1) / tile_c;
+    int br = (int)(blockIdx.x / nbc), bc = (int)(blockIdx.x % nbc);
+    int r0 = br * tile_r, c0 = bc * tile_c;
+    int nr = min(tile_r, rows - r0), nc = min(tile_c, cols - c0);
+    int cnt = nr * nc;
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
+        int r = r0 + i / nc, c = c0 + i % nc;
+        acc = amax_merge_dev(acc, x[(size_t)r * cols + c]);
+    }
+    acc = block_amax(acc);
+    __shared__ float sh_scale;
+    if (threadIdx.x == 0) sh_scale = current_scale_dev(acc, fmt_max, 0.0f, 0);
+    __syncthreads();
+    float scale = sh_scale;
+    for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
+        int r = r0 + i / nc, c = c0 + i % nc;
+        size_t k = (size_t)r * cols + c;
+        out[k] = fp8_dec_dev(fp8_enc_dev(x[k] * scale, fmt), fmt) / scale;
+    }
+}
+
+void cuda_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows, int cols,
+                              int tile_r, int tile_c, fp8_format fmt) {
+    if (rows <= 0 || cols <= 0) return;
+    if (tile_r <= 0 || tile_c <= 0) {
+        fprintf(stderr, "fp8train: block_fake_quantize: tile %dx%d must be positive (%s:%d)\n",
+                tile_r, tile_c, __FILE__, __LINE__);
+        exit(1);
+    }
+    cuda_state *s = cuda_of(b);
+    /* 1-D grid over blocks (row-major), so any number of block rows fits */
+    unsigned grid = cdiv_u(cols, tile_c) * cdiv_u(rows, tile_r);
+    float fmt_max = fmt == FP8_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX;
+    int threads = tile_r * tile_c >= 1024 ? 256 : 128;
+    block_fake_quantize_kernel<<<grid, threads, 0, s->stream>>>(out, x, rows, cols, tile_r,
+                                                                tile_c, fmt, fmt_max);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* MXFP8: a warp per 32-element row block, lane = element. The biased E8M0 exponent is that
+ * of the smallest 2^e with amax / 2^e <= 448, found exactly in double as the CPU does
+ * (mx_scale_exponent in recipe.c); clamped to [-127, 127]; 0xFF (every element NaN) for a
+ * non-finite amax. */
+__device__ __forceinline__ int mx_biased_exponent(float amax) {
+    if (isnan(amax) || isinf(amax)) return 0xFF;
+    if (amax == 0.0f) return 127;
+    int e;
+    (void)frexp((double)amax / 448.0, &e);
+    e -= 2;
+    while (448.0 * ldexp(1.0, e) < (double)amax) e++;
+    e = max(-127, min(127, e));
+    return e + 127;
+}
+
+__global__ void mxfp8_fake_quantize_kernel(float *out, const float *x, int rows, int cols) {
+    int nblk = (cols + 31) / 32;
+    size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= (size_t)rows * nblk) return; /* whole warps leave together */
+    int r = (int)(warp / nblk), bk = (int)(warp % nblk);
+    int c = bk * 32 + lane;
+    size_t k = (size_t)r * cols + c;
+    float v = c < cols ? x[k] : 0.0f;
+    float a = warp_amax(amax_merge_dev(0.0f, v));
+    int eb = mx_biased_exponent(a);
+    if (c >= cols) return;
+    if (eb == 0xFF) {
+        out[k] = __int_as_float(0x7fc00000);
+        return;
+    }
+    float inv = ldexpf(1.0f, 127 - eb); /* 2^-e, exact */
+    uint8_t code = fp8_enc_dev(v * inv, FP8_E4M3);
+    /* in double, so a result in the float subnormal range is rounded once (as the CPU) */
+    out[k] = (float)((double)fp8_dec_dev(code, FP8_E4M3) * ldexp(1.0, eb - 127));
+}
+
+void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows,
+                              int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    size_t warps = (size_t)rows * ((cols + 31) / 32);
+    mxfp8_fake_quantize_kernel<<<cdiv_u(warps * 32, 256), 256, 0, s->stream>>>(out, x, rows, cols);
+    CUDA_LAUNCH_CHECK(s);
+}

@@ -1,0 +1,1235 @@
+/* gpu_test — the CUDA backend against the CPU backend (the reference), op by op, then whole
+ * training steps. Needs an NVIDIA Hopper GPU; built and run by `make gpu-test`.
+ *
+ * For every op: fresh random inputs (seeded from the clock unless FP8TRAIN_TEST_SEED is set;
+ * the seed is printed so a failure can be replayed), several sizes including ones that are not
+ * multiples of any tile size, the same inputs uploaded to both backends, outputs poisoned
+ * (NaN, or distinct byte patterns for codes) before the op so an element the GPU never writes
+ * shows up, and a comparison:
+ *   - relative error ||gpu - cpu|| / ||cpu|| against a per-op tolerance, and no non-finite
+ *     GPU value where the CPU one is finite (NaN never passes);
+ *   - bit-exact where both sides do the same scalar arithmetic (quantization codes, amax,
+ *     scales, fake quantization, copies).
+ * Reductions are also run twice on the GPU and must give bit-identical results.
+ * The op suite runs on two CUDA backends: the default one and FP8TRAIN_CUDA_PLAIN=1 (every
+ * fused or cached path switched to its plain version).
+ * Then the training-step checks: the same model, weights and batch on both backends; the loss
+ * and every gradient tensor compared, for fp32 / bf16 / fp8 delayed / fp8 current; and two GPU
+ * runs of 5 steps must agree bit for bit.
+ * Output: one table row per check (op, size, error, tolerance, PASS/FAIL), then
+ * "N passed, N failed". Exit status 0 only if nothing failed.
+ *
+ * Tolerances, and why:
+ *   1e-5  FP32 ops: both sides compute the same formula in FP32 (the CPU partly in double);
+ *         only summation order and fused multiply-adds differ (~1e-7 per operation).
+ *   1e-5  BF16 and FP8 GEMMs with FP32 accumulation: the operands are rounded identically, so
+ *         only the accumulation order differs.
+ *   2e-3  FP8 GEMMs with Hopper fast accumulation (partial sums kept in reduced precision).
+ *   0     quantization codes, amax, scales, fake quantization, BF16 rounding, copies.
+ *   model: the per-op differences above compound through layers, and a last-bit difference in
+ *         an operand occasionally flips its BF16/FP8 rounding (one element moves by an ulp of
+ *         BF16 = 2^-8, of E4M3 = 2^-3 relative); see model_tolerances(). */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fp8train/backend.h"
+#include "fp8train/fp8.h"
+#include "fp8train/model.h"
+#include "fp8train/policy.h"
+#include "fp8train/recipe.h"
+
+/* src/backend/cuda/cuda_gemm.cu: gemm_fp8 calls by path */
+int fp8t_cuda_gemm_counts(fp8t_backend *b, long *fp8_lt, long *fp8_fallback);
+
+/* tests/gpu/gpu_exhaustive.cu */
+int gpu_check_conversions_exhaustive(unsigned long long counts[3], unsigned int first_bad[3],
+                                     char *err, size_t errlen);
+
+static fp8t_backend *CPU, *GPU;
+static const char *gpu_variant = "cuda";
+static int n_pass, n_fail;
+static uint64_t rng_state;
+
+/* ---------------------------------------------------------------------------------------- */
+/* random numbers (splitmix64) */
+
+static uint64_t rnd_u64(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * (1.0 / 9007199254740992.0); }
+static float rnd_normal(void) {
+    double u1 = rnd_unit(), u2 = rnd_unit();
+    if (u1 < 1e-300) u1 = 1e-300;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+static int rnd_int(int n) { return (int)(rnd_u64() % (uint64_t)n); }
+
+static float *host_normal(size_t n, float std) {
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = rnd_normal() * std;
+    return x;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* report */
+
+static void row(const char *op, const char *shape, double err, double tol, int ok,
+                const char *note) {
+    char opname[96];
+    snprintf(opname, sizeof(opname), "%s", op);
+    printf("%-34s %-24s %10.3e %9.1e  %s%s%s\n", opname, shape, err, tol, ok ? "PASS" : "FAIL",
+           note && *note ? "  " : "", note ? note : "");
+    fflush(stdout);
+    if (ok) n_pass++;
+    else n_fail++;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* a tensor on both backends: p[0] on the CPU backend, p[1] on the CUDA backend */
+
+typedef struct {
+    void *p[2];
+    size_t bytes;
+} dpair;
+
+#define SIDES 2
+static fp8t_backend *side(int s) { return s == 0 ? CPU : GPU; }
+/* run a statement once per backend with be / F(x) / U8(x) / I(x) naming that side */
+#define FOR_BOTH for (int s_ = 0; s_ < SIDES; s_++)
+#define be_ (side(s_))
+#define F(x) ((float *)(x).p[s_])
+#define U8(x) ((uint8_t *)(x).p[s_])
+#define I(x) ((int *)(x).p[s_])
+
+static dpair dp_alloc(size_t bytes) {
+    dpair d;
+    d.bytes = bytes;
+    for (int s = 0; s < SIDES; s++) d.p[s] = side(s)->ops->malloc(side(s), bytes);
+    return d;
+}
+static dpair dp_from(const void *host, size_t bytes) {
+    dpair d = dp_alloc(bytes);
+    for (int s = 0; s < SIDES; s++) side(s)->ops->to_device(side(s), d.p[s], host, bytes);
+    return d;
+}
+static dpair dp_floats(const float *host, size_t n) { return dp_from(host, n * sizeof(float)); }
+/* NaN floats on both (0xFF bytes), or distinct byte patterns for codes */
+static void dp_poison(dpair d, int codes) {
+    unsigned char *h = malloc(d.bytes ? d.bytes : 1);
+    for (int s = 0; s < SIDES; s++) {
+        memset(h, codes ? (s == 0 ? 0xCD : 0xAB) : 0xFF, d.bytes);
+        side(s)->ops->to_device(side(s), d.p[s], h, d.bytes);
+    }
+    side(1)->ops->synchronize(side(1));
+    free(h);
+}
+static void dp_free(dpair d) {
+    for (int s = 0; s < SIDES; s++) side(s)->ops->free(side(s), d.p[s]);
+}
+static void *dl(int s, const void *dptr, size_t bytes) {
+    void *h = malloc(bytes ? bytes : 1);
+    side(s)->ops->to_host(side(s), h, dptr, bytes);
+    return h;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* comparisons */
+
+/* relative L2 error of out against ref; *bad counts elements where out is not finite but ref
+ * is, or where ref is non-finite and out differs from it (NaN must stay NaN, Inf stay Inf) */
+static double rel_err(const float *out, const float *ref, size_t n, size_t *bad, size_t *first) {
+    double num = 0.0, den = 0.0;
+    *bad = 0;
+    *first = (size_t)-1;
+    for (size_t i = 0; i < n; i++) {
+        float o = out[i], r = ref[i];
+        if (isfinite(r)) {
+            if (!isfinite(o)) {
+                if ((*bad)++ == 0) *first = i;
+                continue;
+            }
+            double d = (double)o - r;
+            num += d * d;
+            den += (double)r * r;
+        } else if (!(isnan(r) ? isnan(o) : o == r)) {
+            if ((*bad)++ == 0) *first = i;
+        }
+    }
+    if (den == 0.0) return sqrt(num); /* reference all zero: absolute error */
+    return sqrt(num / den);
+}
+
+/* compare n floats of a pair; a row; returns ok */
+static int check_f(const char *op, const char *shape, dpair d, size_t n, double tol) {
+    float *ref = dl(0, d.p[0], n * sizeof(float));
+    float *out = dl(1, d.p[1], n * sizeof(float));
+    size_t bad, first;
+    double err = rel_err(out, ref, n, &bad, &first);
+    char note[160] = "";
+    if (bad)
+        snprintf(note, sizeof(note), "%zu non-finite/mismatched specials, first at %zu: gpu %g cpu %g",
+                 bad, first, (double)out[first], (double)ref[first]);
+    int ok = bad == 0 && err <= tol;
+    if (!ok && !bad) {
+        /* name the worst element to help debugging */
+        size_t worst = 0;
+        double wd = -1;
+        for (size_t i = 0; i < n; i++) {
+            double dd = fabs((double)out[i] - ref[i]);
+            if (dd > wd) wd = dd, worst = i;
+        }
+        snprintf(note, sizeof(note), "worst at %zu: gpu %.9g cpu %.9g", worst,
+                 (double)out[worst], (double)ref[worst]);
+    }
+    row(op, shape, err, tol, ok, note);
+    free(ref);
+    free(out);
+    return ok;
+}
+
+/* bitwise comparison of `bytes` bytes; nan_equal: float data where any NaN equals any NaN */
+static int check_bits(const char *op, const char *shape, dpair d, size_t bytes, int nan_equal) {
+    unsigned char *ref = dl(0, d.p[0], bytes), *out = dl(1, d.p[1], bytes);
+    size_t mism = 0, first = (size_t)-1, units = nan_equal ? bytes / 4 : bytes;
+    for (size_t i = 0; i < units; i++) {
+        int differ;
+        if (nan_equal) {
+            float a, b;
+            memcpy(&a, ref + 4 * i, 4);
+            memcpy(&b, out + 4 * i, 4);
+            differ = memcmp(ref + 4 * i, out + 4 * i, 4) != 0 && !(isnan(a) && isnan(b));
+        } else {
+            differ = ref[i] != out[i];
+        }
+        if (differ && mism++ == 0) first = i;
+    }
+    char note[160] = "";
+    if (mism) {
+        if (nan_equal) {
+            float a, b;
+            memcpy(&a, ref + 4 * first, 4);
+            memcpy(&b, out + 4 * first, 4);
+            snprintf(note, sizeof(note), "%zu of %zu differ, first at %zu: gpu %.9g cpu %.9g", mism,
+                     units, first, (double)b, (double)a);
+        } else {
+            snprintf(note, sizeof(note), "%zu of %zu differ, first at %zu: gpu 0x%02x cpu 0x%02x",
+                     mism, units, first, out[first], ref[first]);
+        }
+    }
+    row(op, shape, units ? (double)mism / (double)units : 0.0, 0.0, mism == 0, note);
+    free(ref);
+    free(out);
+    return mism == 0;
+}
+
+/* two GPU results must be bit-identical */
+static void check_same_bits(const char *op, const char *shape, const void *a_dev,
+                            const void *b_dev, size_t bytes) {
+    unsigned char *a = dl(1, a_dev, bytes), *b = dl(1, b_dev, bytes);
+    size_t mism = 0;
+    for (size_t i = 0; i < bytes; i++) mism += a[i] != b[i];
+    char name[96], note[96] = "";
+    snprintf(name, sizeof(name), "determinism %s", op);
+    if (mism) snprintf(note, sizeof(note), "%zu of %zu bytes differ between two runs", mism, bytes);
+    row(name, shape, (double)mism, 0.0, mism == 0, note);
+    free(a);
+    free(b);
+}
+
+/* a GPU-side copy of a pair's GPU buffer (to rerun an op and compare) */
+static void *gpu_clone(dpair d) {
+    void *p = GPU->ops->malloc(GPU, d.bytes);
+    GPU->ops->copy(GPU, p, d.p[1], d.bytes);
+    return p;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* GEMMs */
+
+static void test_gemm_float(int bf16) {
+    static const int sizes[][3] = {{1, 1, 1},     {3, 5, 7},       {16, 16, 16},
+                                   {64, 48, 32},  {100, 257, 129}, {256, 768, 384},
+                                   {513, 130, 771}};
+    const char *name = bf16 ? "gemm_bf16" : "gemm_f32";
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        int M = sizes[si][0], N = sizes[si][1], K = sizes[si][2];
+        for (int combo = 0; combo < 8; combo++) {
+            int ta = combo & 1, tb = (combo >> 1) & 1, acc = (combo >> 2) & 1;
+            float *ha = host_normal((size_t)M * K, 1.0f), *hb = host_normal((size_t)K * N, 1.0f);
+            float *hc = host_normal((size_t)M * N, 1.0f);
+            dpair A = dp_floats(ha, (size_t)M * K), B = dp_floats(hb, (size_t)K * N);
+            dpair Cm = dp_floats(hc, (size_t)M * N);
+            if (!acc) dp_poison(Cm, 0);
+            FOR_BOTH {
+                if (bf16) be_->ops->gemm_bf16(be_, F(Cm), F(A), F(B), M, N, K, ta, tb, acc);
+                else be_->ops->gemm_f32(be_, F(Cm), F(A), F(B), M, N, K, ta, tb, acc);
+            }
+            char op[64], shape[64];
+            snprintf(op, sizeof(op), "%s tA%d tB%d%s", name, ta, tb, acc ? " acc" : "");
+            snprintf(shape, sizeof(shape), "%dx%dx%d", M, N, K);
+            check_f(op, shape, Cm, (size_t)M * N, 1e-5);
+            dp_free(A), dp_free(B), dp_free(Cm);
+            free(ha), free(hb), free(hc);
+        }
+    }
+}
+
+/* FP8 codes of random normal data at a scale that uses the format's range */
+static uint8_t *host_codes(size_t n, fp8_format fmt, float *scale_inv) {
+    float *x = host_normal(n, 1.0f);
+    float scale = fp8_format_max(fmt) / 6.0f; /* ~6 sigma at the top of the range */
+    uint8_t *c = malloc(n ? n : 1);
+    fp8_quantize(c, x, n, scale, fmt, 1);
+    *scale_inv = 1.0f / scale * (0.5f + (float)rnd_unit());
+    free(x);
+    return c;
+}
+
+static uint8_t *host_transpose_u8(const uint8_t *c, int rows, int cols) {
+    uint8_t *t = malloc((size_t)rows * cols + 1);
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < cols; k++) t[(size_t)k * rows + r] = c[(size_t)r * cols + k];
+    return t;
+}
+
+/* layout: 0 data only, 1 data + data_t, 2 data_t only */
+static void gemm_fp8_case(int M, int N, int K, int ta, int tb, fp8_format fa, fp8_format fb,
+                          int layout, int acc, int fast) {
+    int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    float sa, sb;
+    uint8_t *ca = host_codes((size_t)ar * ac, fa, &sa), *cb = host_codes((size_t)br * bc, fb, &sb);
+    uint8_t *ca_t = host_transpose_u8(ca, ar, ac), *cb_t = host_transpose_u8(cb, br, bc);
+    dpair dA = dp_from(ca, (size_t)ar * ac), dB = dp_from(cb, (size_t)br * bc);
+    dpair dAt = dp_from(ca_t, (size_t)ar * ac), dBt = dp_from(cb_t, (size_t)br * bc);
+    dpair dsa = dp_floats(&sa, 1), dsb = dp_floats(&sb, 1);
+    float *hc = host_normal((size_t)M * N, 1.0f);
+    dpair Cm = dp_floats(hc, (size_t)M * N);
+    if (!acc) dp_poison(Cm, 0);
+    float amax0 = 0.5f;
+    dpair amax = dp_floats(&amax0, 1);
+    FOR_BOTH {
+        fp8t_fp8_operand A = {layout == 2 ? NULL : U8(dA), layout >= 1 ? U8(dAt) : NULL, F(dsa),
+                              fa, ar, ac};
+        fp8t_fp8_operand B = {layout == 2 ? NULL : U8(dB), layout >= 1 ? U8(dBt) : NULL, F(dsb),
+                              fb, br, bc};
+        be_->ops->gemm_fp8(be_, F(Cm), &A, &B, M, N, K, ta, tb, acc, fast, F(amax));
+    }
+    static const char *lay[] = {"data", "data+t", "t only"};
+    char op[96], shape[64];
+    snprintf(op, sizeof(op), "gemm_fp8 %s*%s tA%d tB%d %s%s%s", fa == FP8_E4M3 ? "e4" : "e5",
+             fb == FP8_E4M3 ? "e4" : "e5", ta, tb, lay[layout], acc ? " acc" : "",
+             fast ? " fast" : "");
+    snprintf(shape, sizeof(shape), "%dx%dx%d", M, N, K);
+    double tol = fast ? 2e-3 : 1e-5;
+    check_f(op, shape, Cm, (size_t)M * N, tol);
+    snprintf(op, sizeof(op), "gemm_fp8 amax_out%s", fast ? " fast" : "");
+    check_f(op, shape, amax, 1, tol);
+    dp_free(dA), dp_free(dB), dp_free(dAt), dp_free(dBt), dp_free(dsa), dp_free(dsb);
+    dp_free(Cm), dp_free(amax);
+    free(ca), free(cb), free(ca_t), free(cb_t), free(hc);
+}
+
+static void test_gemm_fp8(void) {
+    /* every orientation and layout, E4M3 x E4M3, on a size cuBLASLt's FP8 kernels take
+     * (multiples of 16) and one they do not (fallback) */
+    static const int sizes[][3] = {{64, 96, 128}, {33, 17, 50}};
+    for (int si = 0; si < 2; si++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int layout = 0; layout < 3; layout++)
+                    gemm_fp8_case(sizes[si][0], sizes[si][1], sizes[si][2], ta, tb, FP8_E4M3,
+                                  FP8_E4M3, layout, 0, 0);
+    /* the linear layer's three GEMMs in hybrid formats, plus E5M2 x E5M2 (fallback) */
+    static const int lsizes[][3] = {{256, 384, 512}, {128, 64, 48}, {31, 47, 33}};
+    for (int si = 0; si < 3; si++) {
+        int M = lsizes[si][0], N = lsizes[si][1], K = lsizes[si][2];
+        gemm_fp8_case(M, N, K, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 0); /* fprop */
+        gemm_fp8_case(M, N, K, 0, 0, FP8_E5M2, FP8_E4M3, 1, 0, 0); /* dgrad */
+        gemm_fp8_case(M, N, K, 1, 0, FP8_E5M2, FP8_E4M3, 1, 1, 0); /* wgrad, accumulating */
+        gemm_fp8_case(M, N, K, 0, 1, FP8_E4M3, FP8_E5M2, 1, 0, 0);
+        gemm_fp8_case(M, N, K, 0, 1, FP8_E5M2, FP8_E5M2, 1, 0, 0);
+        gemm_fp8_case(M, N, K, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 1); /* fast accumulation */
+    }
+    gemm_fp8_case(1024, 768, 3072, 0, 1, FP8_E4M3, FP8_E4M3, 1, 1, 0);
+    gemm_fp8_case(1024, 768, 3072, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 1);
+    /* the aligned sizes must have run on the FP8 tensor cores, not the fallback */
+    long before_lt = 0, before_fb = 0, lt = 0, fb = 0;
+    fp8t_cuda_gemm_counts(GPU, &before_lt, &before_fb);
+    gemm_fp8_case(256, 384, 512, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 0);
+    gemm_fp8_case(256, 384, 512, 1, 0, FP8_E5M2, FP8_E4M3, 0, 1, 0);
+    fp8t_cuda_gemm_counts(GPU, &lt, &fb);
+    char note[96];
+    snprintf(note, sizeof(note), "%ld of 2 on cuBLASLt FP8, %ld on the fallback (all calls: %ld/%ld)",
+             lt - before_lt, fb - before_fb, lt, fb);
+    row("gemm_fp8 uses the FP8 tensor cores", "256x384x512", (double)(fb - before_fb), 0,
+        lt - before_lt == 2, note);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* quantization */
+
+/* random data with outliers and, optionally, special values (Inf, huge, subnormal, zeros) */
+static float *host_quant_data(size_t n, int specials) {
+    float *x = host_normal(n, 1.0f);
+    for (size_t i = 0; i < n; i++) {
+        int r = rnd_int(100);
+        if (r == 0) x[i] *= 1000.0f;                 /* outliers: saturate */
+        else if (r == 1) x[i] *= 1e-6f;              /* underflow */
+        else if (specials && r == 2) x[i] = (rnd_int(2) ? 1 : -1) * INFINITY;
+        else if (specials && r == 3) x[i] = (float)rnd_normal() * 1e-40f; /* float subnormal */
+        else if (specials && r == 4) x[i] = rnd_int(2) ? 0.0f : -0.0f;
+    }
+    return x;
+}
+
+static void test_quantize(void) {
+    static const int sizes[][2] = {{1, 1}, {3, 7}, {32, 32}, {33, 65}, {128, 768}, {1000, 1001}};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        int rows = sizes[si][0], cols = sizes[si][1];
+        size_t n = (size_t)rows * cols;
+        for (int variant = 0; variant < 4; variant++) {
+            fp8_format fmt = (variant & 1) ? FP8_E5M2 : FP8_E4M3;
+            int with_t = variant < 2, with_amax = variant != 3;
+            float *x = host_quant_data(n, variant == 1);
+            float scale = (float)(0.5 + rnd_unit()) * fp8_format_max(fmt) / 4.0f;
+            float amax0 = 0.25f;
+            dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), da = dp_floats(&amax0, 1);
+            dpair dc = dp_alloc(n), dct = dp_alloc(n);
+            dp_poison(dc, 1), dp_poison(dct, 1);
+            FOR_BOTH be_->ops->quantize(be_, U8(dc), with_t ? U8(dct) : NULL,
+                                        with_amax ? F(da) : NULL, F(dx), rows, cols, fmt, F(ds));
+            char op[64], shape[32];
+            snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+            snprintf(op, sizeof(op), "quantize %s codes%s", fp8_format_name(fmt),
+                     variant == 1 ? " +inf/subn" : "");
+            check_bits(op, shape, dc, n, 0);
+            if (with_t) {
+                snprintf(op, sizeof(op), "quantize %s codes_t", fp8_format_name(fmt));
+                check_bits(op, shape, dct, n, 0);
+            }
+            if (with_amax) {
+                snprintf(op, sizeof(op), "quantize %s amax", fp8_format_name(fmt));
+                check_bits(op, shape, da, 4, 1);
+            }
+            dp_free(dx), dp_free(ds), dp_free(da), dp_free(dc), dp_free(dct);
+            free(x);
+        }
+    }
+    /* only the transposed codes (codes NULL) */
+    {
+        int rows = 70, cols = 45;
+        size_t n = (size_t)rows * cols;
+        float *x = host_quant_data(n, 0);
+        float scale = 37.5f;
+        dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), dct = dp_alloc(n);
+        dp_poison(dct, 1);
+        FOR_BOTH be_->ops->quantize(be_, NULL, U8(dct), NULL, F(dx), rows, cols, FP8_E4M3, F(ds));
+        check_bits("quantize codes_t only", "70x45", dct, n, 0);
+        dp_free(dx), dp_free(ds), dp_free(dct);
+        free(x);
+    }
+    /* NaN in the data: NaN codes and a NaN amax on both */
+    {
+        int rows = 40, cols = 50;
+        size_t n = (size_t)rows * cols;
+        float *x = host_quant_data(n, 0);
+        x[777] = NAN;
+        float scale = 1.0f, amax0 = 0.0f;
+        dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), da = dp_floats(&amax0, 1);
+        dpair dc = dp_alloc(n), dct = dp_alloc(n);
+        FOR_BOTH be_->ops->quantize(be_, U8(dc), U8(dct), F(da), F(dx), rows, cols, FP8_E4M3,
+                                    F(ds));
+        check_bits("quantize NaN codes", "40x50", dc, n, 0);
+        float a = NAN;
+        GPU->ops->to_host(GPU, &a, da.p[1], 4);
+        row("quantize NaN amax is NaN", "40x50", isnan(a) ? 0.0 : 1.0, 0.0, isnan(a) != 0, "");
+        dp_free(dx), dp_free(ds), dp_free(da), dp_free(dc), dp_free(dct);
+        free(x);
+    }
+}
+
+static void test_amax(void) {
+    static const size_t ns[] = {1, 5, 1000, 1u << 20, 3000001};
+    for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+        for (int variant = 0; variant < 3; variant++) {
+            size_t n = ns[ni];
+            float *x = host_quant_data(n + 1, 0);
+            if (variant == 2) x[n / 2] = NAN;
+            float amax0 = variant == 1 ? 1e9f : 0.1f;
+            dpair dx = dp_floats(x, n + 1), da = dp_floats(&amax0, 1);
+            /* variant 1 reads from a pointer 4 bytes past a 16-byte boundary */
+            FOR_BOTH be_->ops->amax(be_, F(da), F(dx) + (variant == 1), n);
+            char op[64], shape[32];
+            snprintf(op, sizeof(op), "amax%s", variant == 1 ? " (misaligned, big prior)"
+                                               : variant == 2 ? " (NaN)" : "");
+            snprintf(shape, sizeof(shape), "%zu", n);
+            check_bits(op, shape, da, 4, 1);
+            if (variant == 2) {
+                float a = 0;
+                GPU->ops->to_host(GPU, &a, da.p[1], 4);
+                row("amax NaN propagates", shape, isnan(a) ? 0 : 1, 0, isnan(a) != 0, "");
+            }
+            dp_free(dx), dp_free(da);
+            free(x);
+        }
+    }
+}
+
+static void test_compute_scale(void) {
+    static const float amaxes[] = {0.0f, 1e-45f, 1e-38f, 1e-30f, 3e-5f, 0.5f, 1.0f, 447.0f,
+                                   448.0f, 1e30f, FLT_MAX, INFINITY, NAN, -1.0f, 6.1e-5f};
+    static const float eps[] = {0.0f, 1e-12f, 1.0f};
+    static const float fmax[] = {FP8_E4M3_MAX, FP8_E5M2_MAX};
+    int cases = 0, bad = 0;
+    char note[160] = "";
+    for (size_t a = 0; a < sizeof(amaxes) / sizeof(amaxes[0]); a++)
+        for (int e = 0; e < 3; e++)
+            for (int f = 0; f < 2; f++)
+                for (int p2 = 0; p2 < 2; p2++) {
+                    float am = amaxes[a];
+                    dpair da = dp_floats(&am, 1), ds = dp_alloc(4), dsi = dp_alloc(4);
+                    dp_poison(ds, 0), dp_poison(dsi, 0);
+                    FOR_BOTH be_->ops->compute_scale(be_, F(ds), F(dsi), F(da), fmax[f], eps[e],
+                                                     p2);
+                    float r[2][2];
+                    for (int s = 0; s < 2; s++) {
+                        side(s)->ops->to_host(side(s), &r[s][0], ds.p[s], 4);
+                        side(s)->ops->to_host(side(s), &r[s][1], dsi.p[s], 4);
+                    }
+                    cases++;
+                    if (memcmp(r[0], r[1], sizeof(r[0])) != 0) {
+                        if (bad++ == 0)
+                            snprintf(note, sizeof(note),
+                                     "first: amax %g eps %g max %g pow2 %d: gpu %g/%g cpu %g/%g",
+                                     (double)am, (double)eps[e], (double)fmax[f], p2,
+                                     (double)r[1][0], (double)r[1][1], (double)r[0][0],
+                                     (double)r[0][1]);
+                    }
+                    dp_free(da), dp_free(ds), dp_free(dsi);
+                }
+    char shape[32];
+    snprintf(shape, sizeof(shape), "%d cases", cases);
+    row("compute_scale (bitwise)", shape, (double)bad, 0, bad == 0, note);
+}
+
+static void test_fake_quantize(void) {
+    static const size_t ns[] = {1, 1001, 1u << 18};
+    static const float scales[] = {1.0f, 37.5f, 1e-3f};
+    for (size_t ni = 0; ni < 3; ni++)
+        for (int si = 0; si < 3; si++)
+            for (int f = 0; f < 2; f++) {
+                size_t n = ns[ni];
+                fp8_format fmt = f ? FP8_E5M2 : FP8_E4M3;
+                float *x = host_quant_data(n, 1);
+                float sc = scales[si];
+                dpair dx = dp_floats(x, n), ds = dp_floats(&sc, 1), dout = dp_alloc(n * 4);
+                dp_poison(dout, 0);
+                int alias = ni == 1;
+                FOR_BOTH be_->ops->fake_quantize(be_, alias ? F(dx) : F(dout), F(dx), n, fmt,
+                                                 F(ds));
+                char op[64], shape[48];
+                snprintf(op, sizeof(op), "fake_quantize %s%s", fp8_format_name(fmt),
+                         alias ? " (out=x)" : "");
+                snprintf(shape, sizeof(shape), "%zu scale %g", n, (double)sc);
+                check_bits(op, shape, alias ? dx : dout, n * 4, 1);
+                dp_free(dx), dp_free(ds), dp_free(dout);
+                free(x);
+            }
+}
+
+static void test_block_fake_quantize(void) {
+    static const int cases[][4] = {{1, 1, 1, 128},     {5, 300, 1, 128}, {130, 260, 128, 128},
+                                   {256, 256, 128, 128}, {7, 9, 4, 4},    {64, 1024, 1, 128}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+        for (int f = 0; f < 2; f++) {
+            int rows = cases[ci][0], cols = cases[ci][1], tr = cases[ci][2], tc = cases[ci][3];
+            size_t n = (size_t)rows * cols;
+            fp8_format fmt = f ? FP8_E5M2 : FP8_E4M3;
+            float *x = host_quant_data(n, 0);
+            dpair dx = dp_floats(x, n), dout = dp_alloc(n * 4);
+            dp_poison(dout, 0);
+            FOR_BOTH be_->ops->block_fake_quantize(be_, F(dout), F(dx), rows, cols, tr, tc, fmt);
+            char op[64], shape[48];
+            snprintf(op, sizeof(op), "block_fake_quantize %s %dx%d", fp8_format_name(fmt), tr, tc);
+            snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+            check_bits(op, shape, dout, n * 4, 1);
+            dp_free(dx), dp_free(dout);
+            free(x);
+        }
+}
+
+static void test_mxfp8(void) {
+    static const int cases[][2] = {{1, 1}, {3, 100}, {64, 256}, {5, 33}, {17, 1000}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+        for (int special = 0; special < 2; special++) {
+            int rows = cases[ci][0], cols = cases[ci][1];
+            size_t n = (size_t)rows * cols;
+            float *x = host_quant_data(n, 0);
+            /* powers of two times 448 sit exactly on the exponent boundaries */
+            for (size_t i = 0; i < n; i += 7) x[i] = ldexpf(448.0f, rnd_int(40) - 20);
+            if (special) {
+                x[n / 2] = NAN;
+                x[0] = INFINITY;
+                if (n > 40) x[40] = 1e-42f;
+            }
+            dpair dx = dp_floats(x, n), dout = dp_alloc(n * 4);
+            dp_poison(dout, 0);
+            FOR_BOTH be_->ops->mxfp8_fake_quantize(be_, F(dout), F(dx), rows, cols);
+            char shape[48];
+            snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+            check_bits(special ? "mxfp8_fake_quantize (NaN/Inf)" : "mxfp8_fake_quantize", shape,
+                       dout, n * 4, 1);
+            dp_free(dx), dp_free(dout);
+            free(x);
+        }
+}
+
+static void test_bf16_round(void) {
+    static const size_t ns[] = {1, 1001, 1u << 20};
+    for (size_t ni = 0; ni < 3; ni++) {
+        size_t n = ns[ni];
+        float *x = host_quant_data(n, 1);
+        for (size_t i = 0; i < n; i += 97) x[i] = NAN;
+        for (size_t i = 3; i < n; i += 101) { /* exact ties: round to even */
+            uint32_t u = (uint32_t)rnd_u64() & 0x3fff0000u;
+            u |= 0x8000u;
+            memcpy(&x[i], &u, 4);
+        }
+        dpair dx = dp_floats(x, n), dout = dp_alloc(n * 4);
+        dp_poison(dout, 0);
+        int alias = ni == 1;
+        FOR_BOTH be_->ops->bf16_round(be_, alias ? F(dx) : F(dout), F(dx), n);
+        char shape[32];
+        snprintf(shape, sizeof(shape), "%zu", n);
+        check_bits(alias ? "bf16_round (out=x)" : "bf16_round", shape, alias ? dx : dout, n * 4, 1);
+        dp_free(dx), dp_free(dout);
+        free(x);
+    }
+}
+
+static void test_delayed_update(void) {
+    static const int cases[][2] = {{1, 1}, {5, 16}, {300, 4}, {1000, 1024}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+        for (int algo = 0; algo < 2; algo++)
+            for (int margin = 0; margin <= 2; margin += 2) {
+                int n = cases[ci][0], len = cases[ci][1];
+                size_t nf = fp8t_recipe_state_floats(n, len);
+                float *st = malloc(nf * sizeof(float));
+                fp8t_recipe_state v;
+                fp8t_recipe_state_view(&v, st, n, len);
+                for (int t = 0; t < n; t++) {
+                    int kind = rnd_int(10);
+                    for (int i = 0; i < len; i++) {
+                        float a = fabsf(rnd_normal()) * powf(10.0f, (float)(rnd_int(8) - 4));
+                        if (kind == 0) a = 0.0f;                           /* never seen data */
+                        if (kind == 1 && i == len / 2) a = NAN;            /* a broken step */
+                        if (kind == 2 && i == 0) a = INFINITY;
+                        if (kind == 3) a = 1e-44f;                         /* subnormal amax */
+                        if (rnd_int(4) == 0) a = 0.0f;
+                        v.history[(size_t)i * n + t] = a;
+                    }
+                    v.scale[t] = (float)(0.1 + rnd_unit() * 100.0);
+                    v.scale_inv[t] = 1.0f / v.scale[t];
+                    v.fmt_max[t] = rnd_int(2) ? FP8_E4M3_MAX : FP8_E5M2_MAX;
+                }
+                dpair d = dp_floats(st, nf);
+                FOR_BOTH be_->ops->delayed_update(be_, F(d), n, len, (fp8t_amax_algo)algo, margin);
+                /* twice, so the rolled history is used too */
+                FOR_BOTH be_->ops->delayed_update(be_, F(d), n, len, (fp8t_amax_algo)algo, margin);
+                char op[64], shape[48];
+                snprintf(op, sizeof(op), "delayed_update %s m%d", algo ? "most_recent" : "max",
+                         margin);
+                snprintf(shape, sizeof(shape), "n=%d len=%d", n, len);
+                check_bits(op, shape, d, nf * 4, 1);
+                dp_free(d);
+                free(st);
+            }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* model ops */
+
+static void test_embedding(void) {
+    static const int cases[][4] = {{2, 5, 7, 50}, {4, 64, 128, 300}, {1, 1, 1, 1}, {8, 128, 96, 10}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+        for (int with_pe = 0; with_pe < 2; with_pe++) {
+            int B = cases[ci][0], T = cases[ci][1], C = cases[ci][2], V = cases[ci][3];
+            size_t N = (size_t)B * T;
+            int *tok = malloc(N * sizeof(int));
+            for (size_t i = 0; i < N; i++) tok[i] = rnd_int(V);
+            float *wte = host_normal((size_t)V * C, 1.0f), *wpe = host_normal((size_t)T * C, 1.0f);
+            dpair dtok = dp_from(tok, N * sizeof(int)), dwte = dp_floats(wte, (size_t)V * C);
+            dpair dwpe = dp_floats(wpe, (size_t)T * C), dout = dp_alloc(N * C * 4);
+            dp_poison(dout, 0);
+            FOR_BOTH be_->ops->embedding_forward(be_, F(dout), I(dtok), F(dwte),
+                                                 with_pe ? F(dwpe) : NULL, B, T, C);
+            char shape[48];
+            snprintf(shape, sizeof(shape), "B%d T%d C%d V%d", B, T, C, V);
+            check_bits(with_pe ? "embedding_forward" : "embedding_forward (no wpe)", shape, dout,
+                       N * C * 4, 0);
+            /* backward: accumulate onto random gradients */
+            float *g = host_normal(N * C, 1.0f);
+            dpair dg = dp_floats(g, N * C);
+            void *wte0 = gpu_clone(dwte), *wpe0 = gpu_clone(dwpe);
+            FOR_BOTH be_->ops->embedding_backward(be_, F(dwte), with_pe ? F(dwpe) : NULL, F(dg),
+                                                  I(dtok), B, T, C);
+            check_f("embedding_backward dwte", shape, dwte, (size_t)V * C, 1e-6);
+            if (with_pe) check_f("embedding_backward dwpe", shape, dwpe, (size_t)T * C, 1e-6);
+            /* determinism: the same backward from the same start */
+            GPU->ops->embedding_backward(GPU, wte0, with_pe ? wpe0 : NULL, dg.p[1], dtok.p[1], B, T,
+                                         C);
+            check_same_bits("embedding_backward", shape, wte0, dwte.p[1], (size_t)V * C * 4);
+            GPU->ops->free(GPU, wte0), GPU->ops->free(GPU, wpe0);
+            dp_free(dtok), dp_free(dwte), dp_free(dwpe), dp_free(dout), dp_free(dg);
+            free(tok), free(wte), free(wpe), free(g);
+        }
+}
+
+static void test_norms(void) {
+    static const int cases[][2] = {{1, 1}, {7, 33}, {300, 768}, {64, 1600}, {1000, 64}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+        for (int rms = 0; rms < 2; rms++) {
+            int N = cases[ci][0], C = cases[ci][1];
+            size_t n = (size_t)N * C;
+            int no_bias = ci == 1;
+            float *x = host_normal(n, 2.0f), *w = host_normal(C, 1.0f), *bs = host_normal(C, 1.0f);
+            for (size_t i = 0; i < n; i++) x[i] += 0.5f; /* a nonzero mean */
+            dpair dx = dp_floats(x, n), dw = dp_floats(w, C), db = dp_floats(bs, C);
+            dpair dout = dp_alloc(n * 4), dmean = dp_alloc(N * 4), drstd = dp_alloc(N * 4);
+            dp_poison(dout, 0), dp_poison(dmean, 0), dp_poison(drstd, 0);
+            const char *nm = rms ? "rmsnorm" : "layernorm";
+            char op[64], shape[32];
+            snprintf(shape, sizeof(shape), "N%d C%d", N, C);
+            FOR_BOTH {
+                if (rms) be_->ops->rmsnorm_forward(be_, F(dout), F(drstd), F(dx), F(dw), N, C, 1e-5f);
+                else be_->ops->layernorm_forward(be_, F(dout), F(dmean), F(drstd), F(dx), F(dw),
+                                                 no_bias ? NULL : F(db), N, C, 1e-5f);
+            }
+            snprintf(op, sizeof(op), "%s_forward out%s", nm, !rms && no_bias ? " (no bias)" : "");
+            check_f(op, shape, dout, n, 1e-5);
+            if (!rms) {
+                snprintf(op, sizeof(op), "%s_forward mean", nm);
+                check_f(op, shape, dmean, N, 1e-5);
+            }
+            snprintf(op, sizeof(op), "%s_forward rstd", nm);
+            check_f(op, shape, drstd, N, 1e-5);
+            /* backward onto random accumulators, with the CPU's saved statistics on both sides
+             * (so the backward is compared on identical inputs) */
+            float *hm = dl(0, dmean.p[0], N * 4), *hr = dl(0, drstd.p[0], N * 4);
+            GPU->ops->to_device(GPU, dmean.p[1], hm, N * 4);
+            GPU->ops->to_device(GPU, drstd.p[1], hr, N * 4);
+            float *gout = host_normal(n, 1.0f), *gx = host_normal(n, 1.0f);
+            float *gw = host_normal(C, 1.0f), *gb = host_normal(C, 1.0f);
+            dpair dgo = dp_floats(gout, n), dgx = dp_floats(gx, n), dgw = dp_floats(gw, C);
+            dpair dgb = dp_floats(gb, C);
+            void *gw0 = gpu_clone(dgw), *gb0 = gpu_clone(dgb), *gx0 = gpu_clone(dgx);
+            FOR_BOTH {
+                if (rms) be_->ops->rmsnorm_backward(be_, F(dgx), F(dgw), F(dgo), F(dx), F(dw),
+                                                    F(drstd), N, C);
+                else be_->ops->layernorm_backward(be_, F(dgx), F(dgw), no_bias ? NULL : F(dgb),
+                                                  F(dgo), F(dx), F(dw), F(dmean), F(drstd), N, C);
+            }
+            snprintf(op, sizeof(op), "%s_backward dx", nm);
+            check_f(op, shape, dgx, n, 1e-5);
+            snprintf(op, sizeof(op), "%s_backward dw", nm);
+            check_f(op, shape, dgw, C, 1e-5);
+            if (!rms && !no_bias) check_f("layernorm_backward dbias", shape, dgb, C, 1e-5);
+            if (!rms) {
+                GPU->ops->layernorm_backward(GPU, gx0, gw0, no_bias ? NULL : gb0, dgo.p[1], dx.p[1],
+                                             dw.p[1], dmean.p[1], drstd.p[1], N, C);
+            } else {
+                GPU->ops->rmsnorm_backward(GPU, gx0, gw0, dgo.p[1], dx.p[1], dw.p[1], drstd.p[1],
+                                           N, C);
+            }
+            snprintf(op, sizeof(op), "%s_backward dw", nm);
+            check_same_bits(op, shape, gw0, dgw.p[1], (size_t)C * 4);
+            GPU->ops->free(GPU, gw0), GPU->ops->free(GPU, gb0), GPU->ops->free(GPU, gx0);
+            dp_free(dx), dp_free(dw), dp_free(db), dp_free(dout), dp_free(dmean), dp_free(drstd);
+            dp_free(dgo), dp_free(dgx), dp_free(dgw), dp_free(dgb);
+            free(x), free(w), free(bs), free(hm), free(hr), free(gout), free(gx), free(gw), free(gb);
+        }
+}
+
+static void test_bias(void) {
+    static const int cases[][2] = {{1, 1}, {7, 33}, {300, 768}, {5000, 64}, {2048, 2304}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int N = cases[ci][0], OC = cases[ci][1];
+        size_t n = (size_t)N * OC;
+        float *o = host_normal(n, 1.0f), *bs = host_normal(OC, 1.0f), *db = host_normal(OC, 1.0f);
+        dpair dout = dp_floats(o, n), dbias = dp_floats(bs, OC), ddb = dp_floats(db, OC);
+        char shape[32];
+        snprintf(shape, sizeof(shape), "N%d OC%d", N, OC);
+        FOR_BOTH be_->ops->bias_add(be_, F(dout), F(dbias), N, OC);
+        check_bits("bias_add", shape, dout, n * 4, 0);
+        void *db0 = gpu_clone(ddb);
+        FOR_BOTH be_->ops->bias_backward(be_, F(ddb), F(dout), N, OC);
+        check_f("bias_backward", shape, ddb, OC, 1e-6);
+        GPU->ops->bias_backward(GPU, db0, dout.p[1], N, OC);
+        check_same_bits("bias_backward", shape, db0, ddb.p[1], (size_t)OC * 4);
+        GPU->ops->free(GPU, db0);
+        dp_free(dout), dp_free(dbias), dp_free(ddb);
+        free(o), free(bs), free(db);
+    }
+}
+
+static void test_activations(void) {
+    static const size_t ns[] = {1, 1001, 1u << 20};
+    for (size_t ni = 0; ni < 3; ni++) {
+        size_t n = ns[ni];
+        char shape[32];
+        snprintf(shape, sizeof(shape), "%zu", n);
+        float *x = host_normal(n, 3.0f), *g = host_normal(n, 1.0f), *u = host_normal(n, 2.0f);
+        dpair dx = dp_floats(x, n), dg = dp_floats(g, n), du = dp_floats(u, n);
+        dpair dout = dp_alloc(n * 4), d2 = dp_alloc(n * 4);
+        dp_poison(dout, 0);
+        FOR_BOTH be_->ops->gelu_forward(be_, F(dout), F(dx), n);
+        check_f("gelu_forward", shape, dout, n, 1e-5);
+        dp_poison(dout, 0);
+        FOR_BOTH be_->ops->gelu_backward(be_, F(dout), F(dx), F(dg), n);
+        check_f("gelu_backward", shape, dout, n, 1e-5);
+        /* dx aliasing dout */
+        dpair dg2 = dp_floats(g, n);
+        FOR_BOTH be_->ops->gelu_backward(be_, F(dg2), F(dx), F(dg2), n);
+        check_f("gelu_backward (dx=dout)", shape, dg2, n, 1e-5);
+        dp_poison(dout, 0);
+        FOR_BOTH be_->ops->swiglu_forward(be_, F(dout), F(dx), F(du), n);
+        check_f("swiglu_forward", shape, dout, n, 1e-5);
+        dp_poison(dout, 0), dp_poison(d2, 0);
+        FOR_BOTH be_->ops->swiglu_backward(be_, F(dout), F(d2), F(dg), F(dx), F(du), n);
+        check_f("swiglu_backward dgate", shape, dout, n, 1e-5);
+        check_f("swiglu_backward dup", shape, d2, n, 1e-5);
+        dp_free(dx), dp_free(dg), dp_free(du), dp_free(dout), dp_free(d2), dp_free(dg2);
+        free(x), free(g), free(u);
+    }
+}
+
+static void test_attention(void) {
+    /* B, T, NH, HS, rope */
+    static const struct {
+        int B, T, NH, HS;
+        float rope;
+    } cases[] = {{1, 1, 1, 32, 0},     {2, 17, 3, 32, 1e4f},  {2, 64, 2, 64, 0},
+                 {1, 130, 2, 64, 1e4f}, {1, 100, 2, 128, 5e5f}, {2, 33, 2, 24, 0},
+                 {1, 70, 1, 16, 1e4f},  {1, 200, 3, 64, 1e4f},  {4, 256, 4, 64, 0},
+                 {1, 1024, 2, 64, 1e4f}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int B = cases[ci].B, T = cases[ci].T, NH = cases[ci].NH, HS = cases[ci].HS;
+        float rope = cases[ci].rope;
+        int C = NH * HS;
+        size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+        float *qkv = host_normal(nqkv, 1.0f), *g = host_normal(nout, 1.0f);
+        dpair dqkv = dp_floats(qkv, nqkv), dout = dp_alloc(nout * 4), dlse = dp_alloc(nlse * 4);
+        dp_poison(dout, 0), dp_poison(dlse, 0);
+        FOR_BOTH be_->ops->attention_forward(be_, F(dout), F(dlse), F(dqkv), B, T, NH, HS, rope);
+        char shape[64];
+        snprintf(shape, sizeof(shape), "B%d T%d NH%d HS%d%s", B, T, NH, HS, rope > 0 ? " rope" : "");
+        check_f("attention_forward out", shape, dout, nout, 1e-5);
+        check_f("attention_forward lse", shape, dlse, nlse, 1e-5);
+        /* backward on identical saved tensors (the CPU's out and lse on both sides) */
+        float *ho = dl(0, dout.p[0], nout * 4), *hl = dl(0, dlse.p[0], nlse * 4);
+        GPU->ops->to_device(GPU, dout.p[1], ho, nout * 4);
+        GPU->ops->to_device(GPU, dlse.p[1], hl, nlse * 4);
+        dpair dg = dp_floats(g, nout), dd = dp_alloc(nqkv * 4);
+        dp_poison(dd, 0);
+        FOR_BOTH be_->ops->attention_backward(be_, F(dd), F(dg), F(dqkv), F(dout), F(dlse), B, T,
+                                              NH, HS, rope);
+        check_f("attention_backward dqkv", shape, dd, nqkv, 1e-5);
+        void *dd2 = GPU->ops->malloc(GPU, nqkv * 4);
+        GPU->ops->attention_backward(GPU, dd2, dg.p[1], dqkv.p[1], dout.p[1], dlse.p[1], B, T, NH,
+                                     HS, rope);
+        check_same_bits("attention_backward", shape, dd2, dd.p[1], nqkv * 4);
+        GPU->ops->free(GPU, dd2);
+        dp_free(dqkv), dp_free(dout), dp_free(dlse), dp_free(dg), dp_free(dd);
+        free(qkv), free(g), free(ho), free(hl);
+    }
+}
+
+static void test_softmax_xent(void) {
+    static const int cases[][2] = {{1, 1}, {4, 5}, {33, 257}, {8, 50257}, {64, 512}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+        for (int alias = 0; alias < 2; alias++) {
+            int N = cases[ci][0], V = cases[ci][1];
+            size_t n = (size_t)N * V;
+            float *lg = host_normal(n, 4.0f);
+            int *tg = malloc(N * sizeof(int));
+            for (int i = 0; i < N; i++) tg[i] = rnd_int(7) == 0 ? -1 : rnd_int(V);
+            dpair dlg = dp_floats(lg, n), dtg = dp_from(tg, N * sizeof(int));
+            dpair dloss = dp_alloc(N * 4), ddl = dp_alloc(n * 4);
+            dp_poison(dloss, 0), dp_poison(ddl, 0);
+            FOR_BOTH be_->ops->softmax_xent(be_, F(dloss), alias ? F(dlg) : F(ddl), F(dlg), I(dtg),
+                                            N, V, 0.37f);
+            char shape[32];
+            snprintf(shape, sizeof(shape), "N%d V%d", N, V);
+            check_f(alias ? "softmax_xent losses (aliased)" : "softmax_xent losses", shape, dloss,
+                    N, 1e-5);
+            check_f(alias ? "softmax_xent dlogits (=logits)" : "softmax_xent dlogits", shape,
+                    alias ? dlg : ddl, n, 1e-5);
+            if (!alias) {
+                void *l2 = GPU->ops->malloc(GPU, N * 4);
+                GPU->ops->softmax_xent(GPU, l2, NULL, dlg.p[1], dtg.p[1], N, V, 0.37f);
+                check_same_bits("softmax_xent losses", shape, l2, dloss.p[1], (size_t)N * 4);
+                GPU->ops->free(GPU, l2);
+            }
+            dp_free(dlg), dp_free(dtg), dp_free(dloss), dp_free(ddl);
+            free(lg), free(tg);
+        }
+}
+
+static void test_elementwise(void) {
+    static const size_t ns[] = {1, 3, 1001, 1u << 20};
+    for (size_t ni = 0; ni < 4; ni++) {
+        size_t n = ns[ni];
+        char shape[32];
+        snprintf(shape, sizeof(shape), "%zu", n);
+        float *a = host_normal(n + 1, 1.0f), *c = host_normal(n + 1, 1.0f);
+        dpair da = dp_floats(a, n + 1), dc = dp_floats(c, n + 1), dout = dp_alloc((n + 1) * 4);
+        dp_poison(dout, 0);
+        FOR_BOTH be_->ops->add(be_, F(dout), F(da), F(dc), n);
+        check_bits("add", shape, dout, n * 4, 0);
+        /* misaligned (offset one float) and aliased: out = a */
+        FOR_BOTH be_->ops->add(be_, F(da) + 1, F(da) + 1, F(dc) + 1, n);
+        check_bits("add (out=a, +1 float offset)", shape, da, (n + 1) * 4, 0);
+        FOR_BOTH be_->ops->accumulate(be_, F(dc), F(da), n);
+        check_bits("accumulate", shape, dc, (n + 1) * 4, 0);
+        FOR_BOTH be_->ops->scale(be_, F(dc), 0.3f, n);
+        check_bits("scale", shape, dc, (n + 1) * 4, 0);
+        dp_free(da), dp_free(dc), dp_free(dout);
+        free(a), free(c);
+    }
+}
+
+static void test_sums(void) {
+    static const size_t ns[] = {1, 1000, 1u << 20, 5000001};
+    for (size_t ni = 0; ni < 4; ni++) {
+        size_t n = ns[ni];
+        char shape[32];
+        snprintf(shape, sizeof(shape), "%zu", n);
+        float *x = host_normal(n, 1.0f);
+        for (size_t i = 0; i < n; i++) x[i] += 0.1f;
+        float init = 1.5f;
+        dpair dx = dp_floats(x, n), ds = dp_floats(&init, 1), dss = dp_floats(&init, 1);
+        FOR_BOTH be_->ops->sum(be_, F(ds), F(dx), n);
+        FOR_BOTH be_->ops->sumsq(be_, F(dss), F(dx), n);
+        check_f("sum", shape, ds, 1, 1e-6);
+        check_f("sumsq", shape, dss, 1, 1e-6);
+        void *s2 = GPU->ops->malloc(GPU, 4);
+        GPU->ops->to_device(GPU, s2, &init, 4);
+        GPU->ops->sumsq(GPU, s2, dx.p[1], n);
+        check_same_bits("sumsq", shape, s2, dss.p[1], 4);
+        GPU->ops->free(GPU, s2);
+        dp_free(dx), dp_free(ds), dp_free(dss);
+        free(x);
+    }
+}
+
+static void test_adamw(void) {
+    static const size_t ns[] = {1, 1001, 1u << 20};
+    for (size_t ni = 0; ni < 3; ni++)
+        for (int t = 1; t <= 10; t += 9) {
+            size_t n = ns[ni];
+            float *p = host_normal(n, 1.0f), *g = host_normal(n, 0.1f);
+            float *m = host_normal(n, 0.01f), *v = host_normal(n, 0.001f);
+            for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+            dpair dp_ = dp_floats(p, n), dg = dp_floats(g, n), dm = dp_floats(m, n);
+            dpair dv = dp_floats(v, n);
+            FOR_BOTH be_->ops->adamw(be_, F(dp_), F(dm), F(dv), F(dg), n, 3e-4f, 0.9f, 0.95f, 1e-8f,
+                                     0.1f, t, 0.5f);
+            char shape[32];
+            snprintf(shape, sizeof(shape), "%zu t=%d", n, t);
+            check_f("adamw params", shape, dp_, n, 1e-6);
+            check_f("adamw m", shape, dm, n, 1e-6);
+            check_f("adamw v", shape, dv, n, 1e-6);
+            dp_free(dp_), dp_free(dg), dp_free(dm), dp_free(dv);
+            free(p), free(g), free(m), free(v);
+        }
+}
+
+static void test_memory_ops(void) {
+    size_t n = 12345;
+    float *x = host_normal(n, 1.0f);
+    dpair a = dp_floats(x, n), b = dp_alloc(n * 4);
+    dp_poison(b, 0);
+    FOR_BOTH be_->ops->copy(be_, F(b), F(a), n * 4);
+    check_bits("copy", "12345", b, n * 4, 0);
+    FOR_BOTH be_->ops->zero(be_, F(b) + 1, (n - 2) * 4);
+    check_bits("zero (offset)", "12343", b, n * 4, 0);
+    /* malloc returns zeroed memory */
+    dpair z = dp_alloc(1000 * 4 + 3);
+    check_bits("malloc is zeroed", "4003 bytes", z, 4003, 0);
+    dp_free(a), dp_free(b), dp_free(z);
+    free(x);
+}
+
+static void run_op_suite(void) {
+    test_memory_ops();
+    test_gemm_float(0);
+    test_gemm_float(1);
+    test_gemm_fp8();
+    test_amax();
+    test_quantize();
+    test_compute_scale();
+    test_fake_quantize();
+    test_block_fake_quantize();
+    test_mxfp8();
+    test_bf16_round();
+    test_delayed_update();
+    test_embedding();
+    test_norms();
+    test_bias();
+    test_activations();
+    test_attention();
+    test_softmax_xent();
+    test_elementwise();
+    test_sums();
+    test_adamw();
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* training steps */
+
+typedef struct {
+    const char *name;
+    fp8t_precision prec;
+    double loss_tol, grad_tol;
+} prec_case;
+
+/* loss / per-tensor gradient tolerances per precision (see the top of the file) */
+static const prec_case PRECS[] = {
+    {"fp32", FP8T_PREC_FP32, 1e-5, 1e-4},
+    {"bf16", FP8T_PREC_BF16, 1e-4, 2e-3},
+    {"fp8-delayed", FP8T_PREC_DELAYED, 1e-3, 1e-2},
+    {"fp8-current", FP8T_PREC_CURRENT, 1e-3, 1e-2},
+};
+
+static fp8t_model *make_model(fp8t_backend *be, const fp8t_model_config *cfg,
+                              fp8t_precision prec, int B, int T) {
+    fp8t_policy p;
+    fp8t_policy_default(&p);
+    p.default_precision = prec;
+    p.history_len = 16;
+    if (prec == FP8T_PREC_FP32 || prec == FP8T_PREC_BF16) p.head_precision = prec;
+    char err[256];
+    fp8t_model *m = fp8t_model_create(be, cfg, &p, B, T, err, sizeof(err));
+    if (!m) {
+        printf("  model create on %s failed: %s\n", be->name, err);
+        return NULL;
+    }
+    fp8t_model_init_weights(m, 1234);
+    return m;
+}
+
+static void make_batch(int *tok, int *tgt, int N, int V) {
+    for (int i = 0; i < N; i++) {
+        tok[i] = rnd_int(V);
+        tgt[i] = rnd_int(13) == 0 ? -1 : rnd_int(V);
+    }
+}
+
+static float step(fp8t_model *m, const int *tok, const int *tgt, int t) {
+    fp8t_model_zero_grad(m);
+    float loss = fp8t_model_forward(m, tok, tgt);
+    fp8t_model_backward(m, 1.0f);
+    float norm = fp8t_model_grad_norm(m);
+    fp8t_model_adamw(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f, norm);
+    fp8t_model_end_step(m);
+    return loss;
+}
+
+static void model_compare(const char *cname, const fp8t_model_config *cfg, int B, int T) {
+    int N = B * T;
+    for (size_t pi = 0; pi < sizeof(PRECS) / sizeof(PRECS[0]); pi++) {
+        const prec_case *pc = &PRECS[pi];
+        fp8t_model *mc = make_model(CPU, cfg, pc->prec, B, T);
+        fp8t_model *mg = make_model(GPU, cfg, pc->prec, B, T);
+        char op[96], shape[64];
+        snprintf(shape, sizeof(shape), "%s B%d T%d", cname, B, T);
+        if (!mc || !mg) {
+            snprintf(op, sizeof(op), "model create %s", pc->name);
+            row(op, shape, 1, 0, 0, "model could not be created");
+            if (mc) fp8t_model_destroy(mc);
+            if (mg) fp8t_model_destroy(mg);
+            continue;
+        }
+        int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int));
+        make_batch(tok, tgt, N, cfg->vocab_size);
+        /* step 1: forward loss and every gradient tensor */
+        fp8t_model_zero_grad(mc), fp8t_model_zero_grad(mg);
+        float lc = fp8t_model_forward(mc, tok, tgt), lg = fp8t_model_forward(mg, tok, tgt);
+        double lerr = fabs((double)lg - lc) / fabs((double)lc);
+        char note[128];
+        snprintf(note, sizeof(note), "gpu %.7f cpu %.7f", (double)lg, (double)lc);
+        snprintf(op, sizeof(op), "model %s loss", pc->name);
+        row(op, shape, lerr, pc->loss_tol, isfinite(lg) && lerr <= pc->loss_tol, note);
+        fp8t_model_backward(mc, 1.0f), fp8t_model_backward(mg, 1.0f);
+        size_t np = fp8t_model_num_params(mc);
+        float *gc = malloc(np * 4), *gg = malloc(np * 4);
+        CPU->ops->to_host(CPU, gc, fp8t_model_grads(mc), np * 4);
+        GPU->ops->to_host(GPU, gg, fp8t_model_grads(mg), np * 4);
+        int nt = fp8t_model_param_table(cfg, NULL, NULL);
+        fp8t_param_info *info = malloc(nt * sizeof(*info));
+        fp8t_model_param_table(cfg, info, NULL);
+        double worst = 0;
+        int worst_i = 0, nbad = 0;
+        for (int i = 0; i < nt; i++) {
+            size_t bad, first;
+            double e = rel_err(gg + info[i].offset, gc + info[i].offset, info[i].numel, &bad,
+                               &first);
+            if (bad) e = INFINITY;
+            if (e > pc->grad_tol) nbad++;
+            if (e > worst || i == 0) worst = e, worst_i = i;
+        }
+        snprintf(note, sizeof(note), "%d tensors, worst %s%s", nt, info[worst_i].name,
+                 nbad ? " (some over tolerance)" : "");
+        snprintf(op, sizeof(op), "model %s grads (per tensor)", pc->name);
+        row(op, shape, worst, pc->grad_tol, nbad == 0, note);
+        /* a few optimizer steps: the losses keep agreeing */
+        float norm_c = fp8t_model_grad_norm(mc), norm_g = fp8t_model_grad_norm(mg);
+        snprintf(op, sizeof(op), "model %s grad norm", pc->name);
+        double nerr = fabs((double)norm_g - norm_c) / fabs((double)norm_c);
+        row(op, shape, nerr, pc->grad_tol, isfinite(norm_g) && nerr <= pc->grad_tol, "");
+        fp8t_model_adamw(mc, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, norm_c);
+        fp8t_model_adamw(mg, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, norm_g);
+        fp8t_model_end_step(mc), fp8t_model_end_step(mg);
+        double worst_l = 0;
+        for (int t = 2; t <= 4; t++) {
+            make_batch(tok, tgt, N, cfg->vocab_size);
+            float a = step(mc, tok, tgt, t), b = step(mg, tok, tgt, t);
+            double e = isfinite(b) ? fabs((double)b - a) / fabs((double)a) : INFINITY;
+            if (e > worst_l) worst_l = e;
+        }
+        snprintf(op, sizeof(op), "model %s loss, steps 2-4", pc->name);
+        row(op, shape, worst_l, pc->loss_tol * 3, worst_l <= pc->loss_tol * 3, "");
+        free(info), free(gc), free(gg), free(tok), free(tgt);
+        fp8t_model_destroy(mc), fp8t_model_destroy(mg);
+    }
+}
+
+/* two GPU runs of 5 steps from the same start: bit-identical losses and parameters */
+static void model_determinism(const char *cname, const fp8t_model_config *cfg, int B, int T,
+                              fp8t_precision prec, const char *pname) {
+    int N = B * T;
+    float losses[2][5];
+    float *params[2] = {NULL, NULL};
+    size_t np = 0;
+    uint64_t seed = rnd_u64();
+    for (int run = 0; run < 2; run++) {
+        fp8t_model *m = make_model(GPU, cfg, prec, B, T);
+        if (!m) {
+            row("model determinism", cname, 1, 0, 0, "model could not be created");
+            return;
+        }
+        uint64_t saved = rng_state;
+        rng_state = seed;
+        int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int));
+        for (int t = 1; t <= 5; t++) {
+            make_batch(tok, tgt, N, cfg->vocab_size);
+            losses[run][t - 1] = step(m, tok, tgt, t);
+        }
+        rng_state = saved;
+        np = fp8t_model_num_params(m);
+        params[run] = malloc(np * 4);
+        GPU->ops->to_host(GPU, params[run], fp8t_model_params(m), np * 4);
+        free(tok), free(tgt);
+        fp8t_model_destroy(m);
+    }
+    size_t pdiff = 0;
+    for (size_t i = 0; i < np; i++) pdiff += memcmp(&params[0][i], &params[1][i], 4) != 0;
+    int ldiff = memcmp(losses[0], losses[1], sizeof(losses[0])) != 0;
+    char op[96], shape[64], note[128];
+    snprintf(op, sizeof(op), "determinism model %s 5 steps", pname);
+    snprintf(shape, sizeof(shape), "%s B%d T%d", cname, B, T);
+    snprintf(note, sizeof(note), "losses %s, %zu of %zu params differ, last loss %.6f",
+             ldiff ? "DIFFER" : "identical", pdiff, np, (double)losses[0][4]);
+    row(op, shape, (double)(pdiff + ldiff), 0, !ldiff && pdiff == 0, note);
+    free(params[0]), free(params[1]);
+}
+
+static void run_model_suite(void) {
+    fp8t_model_config tiny, tiny_llama, small;
+    fp8t_model_preset(&tiny, "tiny");
+    fp8t_model_preset(&tiny_llama, "tiny-llama");
+    /* GPT-2 shaped, small: 2 layers, C=256, 4 heads of 64, T=128, V=512 */
+    small = tiny;
+    small.n_layer = 2, small.n_embd = 256, small.n_head = 4, small.seq_len = 128;
+    small.vocab_size = 512, small.mlp_hidden = 1024;
+    model_compare("tiny", &tiny, 4, 64);
+    model_compare("tiny-llama", &tiny_llama, 4, 64);
+    model_compare("gpt2-small-ish", &small, 4, 128);
+    model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_BF16, "bf16");
+    model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_DELAYED, "fp8-delayed");
+    model_determinism("tiny-llama", &tiny_llama, 4, 64, FP8T_PREC_CURRENT, "fp8-current");
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+    int skip_exhaustive = 0, ops_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) skip_exhaustive = 1;
+        else if (!strcmp(argv[i], "--ops-only")) ops_only = 1;
+        else {
+            fprintf(stderr, "usage: %s [--quick] [--ops-only]\n"
+                            "  --quick     skip the exhaustive 2^32-input conversion check\n"
+                            "  --ops-only  skip the training-step checks\n", argv[0]);
+            return 2;
+        }
+    }
+    const char *seed_env = getenv("FP8TRAIN_TEST_SEED");
+    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
+    printf("gpu_test: seed %llu (replay with FP8TRAIN_TEST_SEED=%llu)\n",
+           (unsigned long long)seed, (unsigned long long)seed);
+    char err[512];
+    CPU = fp8t_backend_create("cpu", err, sizeof(err));
+    if (!CPU) {
+        fprintf(stderr, "gpu_test: cannot create the CPU backend: %s\n", err);
+        return 1;
+    }
+    printf("%-34s %-24s %10s %9s  %s\n", "op", "size", "rel err", "tol", "result");
+    printf("%.*s\n", 90, "------------------------------------------------------------------"
+                         "------------------------------------------");
+    if (!skip_exhaustive) {
+        unsigned long long counts[3];
+        unsigned int first[3];
+        if (gpu_check_conversions_exhaustive(counts, first, err, sizeof(err)) != 0) {
+            row("hw conversions vs emulation", "2^32", 1, 0, 0, err);
+        } else {
+            static const char *names[3] = {"hw cvt e4m3 == emulation", "hw cvt e5m2 == emulation",
+                                           "hw cvt bf16 == emulation"};
+            for (int k = 0; k < 3; k++) {
+                char note[64] = "";
+                if (counts[k]) snprintf(note, sizeof(note), "first input 0x%08x", first[k]);
+                row(names[k], "all 2^32 floats", (double)counts[k], 0, counts[k] == 0, note);
+            }
+        }
+    }
+    for (int variant = 0; variant < 2; variant++) {
+        if (variant == 1) setenv("FP8TRAIN_CUDA_PLAIN", "1", 1);
+        GPU = fp8t_backend_create("cuda", err, sizeof(err));
+        if (!GPU) {
+            fprintf(stderr, "gpu_test: cannot create the CUDA backend: %s\n", err);
+            return 1;
+        }
+        gpu_variant = variant ? "cuda (FP8TRAIN_CUDA_PLAIN=1)" : "cuda";
+        printf("== %s vs cpu: ops\n", gpu_variant);
+        rng_state = seed + (uint64_t)variant * 1000003u;
+        run_op_suite();
+        if (!ops_only) {
+            printf("== %s vs cpu: training steps\n", gpu_variant);
+            run_model_suite();
+        }
+        fp8t_backend_destroy(GPU);
+        GPU = NULL;
+    }
+    unsetenv("FP8TRAIN_CUDA_PLAIN");
+    fp8t_backend_destroy(CPU);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
