@@ -92,6 +92,10 @@ test: $(DEPS_STAMP) $(BUILD)/fp8train $(TEST_BIN)
 test-sanitize:
 	$(MAKE) BUILD=build-san NO_CUDA=1 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
+# BF16 then FP8 on the synthetic language, curves side by side (scripts/demo.sh).
+demo: $(DEPS_STAMP) $(BUILD)/fp8train
+	@scripts/demo.sh $(BUILD)/fp8train
+
 bench: $(BENCH_BIN) $(BUILD)/fp8train
 	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
 

@@ -1,0 +1,200 @@
+/* `fp8train curves RUN_A [RUN_B ...]`: the runs' training loss side by side — a table of
+ * sampled steps, an ASCII plot, and the final gap of each run against the first. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8train/compare.h"
+
+#define MAX_RUNS 6
+static const char MARKS[MAX_RUNS] = {'o', '*', '+', 'x', '#', '@'};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: fp8train curves RUN_A [RUN_B ...] [--rows N] [--width N] [--height N]\n\n"
+               "Prints the training loss of up to %d runs (directories or metrics.jsonl files)\n"
+               "side by side: N sampled steps (default 12), an ASCII plot (default 64x16), and\n"
+               "each run's final loss (mean over the last 10%% of its steps) and its gap to\n"
+               "RUN_A. Exit status: 0, or 2 on bad input.\n", MAX_RUNS);
+}
+
+static int parse_pos(const char *opt, const char *v, int lo, int hi, int *out) {
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "fp8train curves: %s needs an integer in %d..%d\n", opt, lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* Loss of run r at `step` (NaN when it has no finite loss there). */
+static double loss_at(const fp8t_run *r, int step) {
+    const fp8t_metric_row *m = fp8t_run_metric_at(r, step);
+    return m && m->has_loss ? m->loss : NAN;
+}
+
+/* Mean finite training loss over the last 10% of the run's loss rows (at least one). */
+static double tail_mean(const fp8t_run *r, int *from_step) {
+    int n_loss = 0;
+    for (int i = 0; i < r->n_metrics; i++) n_loss += r->metrics[i].has_loss;
+    int tail = n_loss / 10 > 0 ? n_loss / 10 : 1, seen = 0, cnt = 0;
+    double sum = 0;
+    *from_step = -1;
+    for (int i = r->n_metrics - 1; i >= 0 && seen < tail; i--) {
+        if (!r->metrics[i].has_loss) continue;
+        seen++;
+        *from_step = r->metrics[i].step;
+        if (isfinite(r->metrics[i].loss)) {
+            sum += r->metrics[i].loss;
+            cnt++;
+        }
+    }
+    return cnt ? sum / cnt : NAN;
+}
+
+static void plot(const fp8t_run *runs, int n, int lo, int hi, int width, int height) {
+    double ymin = INFINITY, ymax = -INFINITY;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < runs[r].n_metrics; i++) {
+            const fp8t_metric_row *m = &runs[r].metrics[i];
+            if (m->has_loss && isfinite(m->loss) && m->step >= lo && m->step <= hi) {
+                if (m->loss < ymin) ymin = m->loss;
+                if (m->loss > ymax) ymax = m->loss;
+            }
+        }
+    if (!isfinite(ymin) || !isfinite(ymax)) return;
+    if (ymax - ymin < 1e-9) ymax = ymin + 1e-9;
+    char *grid = malloc((size_t)width * height);
+    if (!grid) return;
+    memset(grid, ' ', (size_t)width * height);
+    for (int r = 0; r < n; r++) {
+        for (int c = 0; c < width; c++) {
+            /* the mean loss of the steps falling into column c */
+            int s0 = lo + (int)((double)(hi - lo + 1) * c / width);
+            int s1 = lo + (int)((double)(hi - lo + 1) * (c + 1) / width) - 1;
+            if (s1 < s0) s1 = s0;
+            double sum = 0;
+            int cnt = 0;
+            for (int s = s0; s <= s1; s++) {
+                double v = loss_at(&runs[r], s);
+                if (isfinite(v)) {
+                    sum += v;
+                    cnt++;
+                }
+            }
+            if (!cnt) continue;
+            double y = sum / cnt;
+            int row = (int)lround((ymax - y) / (ymax - ymin) * (height - 1));
+            char *cell = &grid[(size_t)row * width + c];
+            *cell = (*cell == ' ' || *cell == MARKS[r]) ? MARKS[r] : '=';
+        }
+    }
+    for (int row = 0; row < height; row++) {
+        double y = ymax - (ymax - ymin) * row / (height - 1);
+        printf("%8.3f |%.*s\n", y, width, grid + (size_t)row * width);
+    }
+    printf("%8s +", "");
+    for (int c = 0; c < width; c++) putchar('-');
+    printf("\n%8s  step %d%*s%d\n", "", lo, width - 12 > 0 ? width - 12 : 1, "", hi);
+    printf("%8s  ", "");
+    for (int r = 0; r < n; r++) printf("%c %s   ", MARKS[r], runs[r].label);
+    printf("('=' where curves overlap)\n");
+    free(grid);
+}
+
+int fp8t_cmd_curves(int argc, char **argv) {
+    const char *paths[MAX_RUNS];
+    int n = 0, rows = 12, width = 64, height = 16;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--rows")) {
+            if (parse_pos(a, v, 2, 1000, &rows)) return 2;
+            i++;
+        } else if (!strcmp(a, "--width")) {
+            if (parse_pos(a, v, 16, 400, &width)) return 2;
+            i++;
+        } else if (!strcmp(a, "--height")) {
+            if (parse_pos(a, v, 4, 200, &height)) return 2;
+            i++;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "fp8train curves: unknown option '%s' (expected --rows, --width, "
+                    "--height)\n", a);
+            return 2;
+        } else if (n < MAX_RUNS) {
+            paths[n++] = a;
+        } else {
+            fprintf(stderr, "fp8train curves: at most %d runs\n", MAX_RUNS);
+            return 2;
+        }
+    }
+    if (n < 1) {
+        usage(stderr);
+        return 2;
+    }
+    fp8t_run runs[MAX_RUNS];
+    char err[1024];
+    for (int r = 0; r < n; r++) {
+        if (fp8t_run_load(&runs[r], paths[r], err, sizeof(err)) != 0) {
+            fprintf(stderr, "fp8train curves: %s\n", err);
+            for (int k = 0; k < r; k++) fp8t_run_free(&runs[k]);
+            return 2;
+        }
+    }
+    /* the steps every run covers */
+    int lo = -1, hi = -1;
+    for (int r = 0; r < n; r++) {
+        int a = -1, b = -1;
+        for (int i = 0; i < runs[r].n_metrics; i++)
+            if (runs[r].metrics[i].has_loss) {
+                if (a < 0) a = runs[r].metrics[i].step;
+                b = runs[r].metrics[i].step;
+            }
+        if (a < 0) {
+            fprintf(stderr, "fp8train curves: %s has no training loss\n", runs[r].metrics_path);
+            for (int k = 0; k < n; k++) fp8t_run_free(&runs[k]);
+            return 2;
+        }
+        lo = r == 0 || a > lo ? a : lo;
+        hi = r == 0 || b < hi ? b : hi;
+    }
+    int status = 0;
+    if (lo > hi) {
+        fprintf(stderr, "fp8train curves: the runs share no steps\n");
+        status = 2;
+        goto done;
+    }
+    printf("%8s", "step");
+    for (int r = 0; r < n; r++) printf("  %12.12s", runs[r].label);
+    if (n > 1) printf("  %9s", "gap");
+    printf("\n");
+    for (int k = 0; k < rows; k++) {
+        int step = lo + (int)((double)(hi - lo) * k / (rows - 1) + 0.5);
+        if (k > 0 && step == lo + (int)((double)(hi - lo) * (k - 1) / (rows - 1) + 0.5)) continue;
+        printf("%8d", step);
+        for (int r = 0; r < n; r++) printf("  %12.4f", loss_at(&runs[r], step));
+        if (n > 1) {
+            double a = loss_at(&runs[0], step), b = loss_at(&runs[n - 1], step);
+            printf("  %+8.2f%%", 100 * (b - a) / fabs(a));
+        }
+        printf("\n");
+    }
+    printf("\n");
+    plot(runs, n, lo, hi, width, height);
+    printf("\nfinal loss (mean of the last 10%% of steps):\n");
+    int from;
+    double base = tail_mean(&runs[0], &from);
+    for (int r = 0; r < n; r++) {
+        double v = tail_mean(&runs[r], &from);
+        printf("  %-24s %.4f (steps %d..)", runs[r].label, v, from);
+        if (r > 0) printf("  gap vs %s: %+.2f%%", runs[0].label, 100 * (v - base) / fabs(base));
+        printf("\n");
+    }
+done:
+    for (int k = 0; k < n; k++) fp8t_run_free(&runs[k]);
+    return status;
+}

@@ -1,0 +1,552 @@
+/* Checkpoints: write a directory atomically, read it back validating every file. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fp8train/checkpoint.h"
+#include "fp8train/io.h"
+#include "fp8train/recipe.h"
+#include "train/train_internal.h"
+
+#define CKPT_FORMAT "fp8train-checkpoint"
+#define FP8T_CKPT_PATH_MAX_INTERNAL FP8T_TRAIN_PATH_BUF
+
+void fp8t_checkpoint_dir(char *buf, size_t len, const char *out_dir, int step) {
+    snprintf(buf, len, "%s/checkpoints/step_%06d", out_dir, step);
+}
+
+/* Split "a/b/c" into parent "a/b" and base "c" (parent "." when there is no slash). */
+static void split_path(const char *path, char *parent, size_t plen, char *base, size_t blen) {
+    char tmp[FP8T_CKPT_PATH_MAX_INTERNAL];
+    fp8t_fmt(tmp, sizeof(tmp), "%s", path);
+    size_t n = strlen(tmp);
+    while (n > 1 && tmp[n - 1] == '/') tmp[--n] = 0; /* "dir/" -> "dir" */
+    char *slash = strrchr(tmp, '/');
+    if (!slash) {
+        snprintf(parent, plen, ".");
+        snprintf(base, blen, "%s", tmp);
+    } else if (slash == tmp) {
+        snprintf(parent, plen, "/");
+        snprintf(base, blen, "%s", slash + 1);
+    } else {
+        *slash = 0;
+        snprintf(parent, plen, "%s", tmp);
+        snprintf(base, blen, "%s", slash + 1);
+    }
+}
+
+static void fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+static int path_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* ---------------------------------------------------------------- save */
+
+static fp8t_param_info *param_table(const fp8t_model_config *m, int *count, size_t *total) {
+    fp8t_param_info *info = calloc(FP8T_MAX_PARAM_TENSORS, sizeof(*info));
+    if (!info) return NULL;
+    *count = fp8t_model_param_table(m, info, total);
+    return info;
+}
+
+static void add_params(fp8t_st_writer *w, const char *prefix, const fp8t_param_info *info,
+                       int count, const float *base) {
+    for (int i = 0; i < count; i++) {
+        char name[128];
+        snprintf(name, sizeof(name), "%s%s", prefix, info[i].name);
+        int64_t shape[2] = {info[i].shape[0], info[i].shape[1]};
+        fp8t_st_writer_add(w, name, FP8T_ST_F32, info[i].ndim, shape, base + info[i].offset);
+    }
+}
+
+static char *state_json(const fp8t_checkpoint *ck) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", CKPT_FORMAT);
+    cJSON_AddNumberToObject(o, "version", FP8T_CKPT_VERSION);
+    cJSON_AddNumberToObject(o, "step", ck->step);
+    if (isfinite(ck->loss)) cJSON_AddNumberToObject(o, "loss", ck->loss);
+    char num[32];
+    cJSON *data = cJSON_AddObjectToObject(o, "data");
+    /* 64-bit integers as decimal strings: JSON numbers are doubles for most readers */
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)ck->data_position);
+    cJSON_AddStringToObject(data, "position", num);
+    cJSON *rng = cJSON_AddObjectToObject(o, "rng");
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)ck->seed);
+    cJSON_AddStringToObject(rng, "seed", num);
+    char *mj = fp8t_model_config_to_json(&ck->model);
+    cJSON_AddItemToObject(o, "model", cJSON_Parse(mj));
+    free(mj);
+    cJSON *fp8 = cJSON_AddObjectToObject(o, "fp8");
+    cJSON_AddNumberToObject(fp8, "n", ck->fp8_n);
+    cJSON_AddNumberToObject(fp8, "history_len", ck->fp8_len);
+    if (ck->policy_json) {
+        cJSON *p = cJSON_Parse(ck->policy_json);
+        cJSON_AddItemToObject(o, "policy", p ? p : cJSON_CreateString(ck->policy_json));
+    }
+    if (ck->config_json) {
+        cJSON *c = cJSON_Parse(ck->config_json);
+        cJSON_AddItemToObject(o, "config", c ? c : cJSON_CreateString(ck->config_json));
+    }
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static int write_files(const char *tmp, const fp8t_checkpoint *ck, char *err, size_t errlen) {
+    int count;
+    size_t total;
+    fp8t_param_info *info = param_table(&ck->model, &count, &total);
+    if (!info) {
+        snprintf(err, errlen, "out of memory writing checkpoint %s", tmp);
+        return -1;
+    }
+    if (count <= 0 || total != ck->num_params) {
+        snprintf(err, errlen, "checkpoint: the model config gives %zu parameters but %zu were "
+                 "given", total, ck->num_params);
+        free(info);
+        return -1;
+    }
+    char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64], num[32];
+    int rc = -1;
+    char *mj = fp8t_model_config_to_json(&ck->model);
+    snprintf(num, sizeof(num), "%d", ck->step);
+
+    fp8t_st_writer *w = fp8t_st_writer_new();
+    add_params(w, "", info, count, ck->params);
+    fp8t_st_writer_metadata(w, "format", "fp8train");
+    fp8t_st_writer_metadata(w, "model_config", mj);
+    fp8t_st_writer_metadata(w, "step", num);
+    fp8t_fmt(path, sizeof(path), "%s/model.safetensors", tmp);
+    if (fp8t_st_writer_save(w, path, err, errlen) != 0) goto fail;
+    fp8t_st_writer_free(w);
+
+    w = fp8t_st_writer_new();
+    add_params(w, "exp_avg.", info, count, ck->adam_m);
+    add_params(w, "exp_avg_sq.", info, count, ck->adam_v);
+    int64_t one = 1, step64 = ck->step;
+    fp8t_st_writer_add(w, "step", FP8T_ST_I64, 1, &one, &step64);
+    fp8t_st_writer_metadata(w, "format", "fp8train");
+    fp8t_st_writer_metadata(w, "optimizer", "adamw");
+    fp8t_fmt(path, sizeof(path), "%s/optimizer.safetensors", tmp);
+    if (fp8t_st_writer_save(w, path, err, errlen) != 0) goto fail;
+    fp8t_st_writer_free(w);
+
+    w = fp8t_st_writer_new();
+    int64_t nfl = (int64_t)fp8t_recipe_state_floats(ck->fp8_n, ck->fp8_len);
+    fp8t_st_writer_add(w, "recipe_state", FP8T_ST_F32, 1, &nfl, ck->fp8_state);
+    snprintf(num, sizeof(num), "%d", ck->fp8_n);
+    fp8t_st_writer_metadata(w, "n", num);
+    snprintf(num, sizeof(num), "%d", ck->fp8_len);
+    fp8t_st_writer_metadata(w, "history_len", num);
+    fp8t_st_writer_metadata(w, "layout", "history[len][n], scale[n], scale_inv[n], fmt_max[n]; "
+                            "tensor t = linear*3 + role (0 x, 1 w, 2 dy)");
+    fp8t_fmt(path, sizeof(path), "%s/fp8_meta.safetensors", tmp);
+    if (fp8t_st_writer_save(w, path, err, errlen) != 0) goto fail;
+    fp8t_st_writer_free(w);
+    w = NULL;
+
+    char *sj = state_json(ck);
+    fp8t_fmt(path, sizeof(path), "%s/state.json", tmp);
+    rc = fp8t_write_file_atomic(path, sj, strlen(sj), err, errlen);
+    free(sj);
+fail:
+    fp8t_st_writer_free(w);
+    free(mj);
+    free(info);
+    return rc;
+}
+
+int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, size_t errlen) {
+    if (strlen(dir) >= FP8T_CKPT_PATH_MAX_INTERNAL - 64) {
+        snprintf(err, errlen, "checkpoint path too long: %s", dir);
+        return -1;
+    }
+    char parent[FP8T_CKPT_PATH_MAX_INTERNAL], base[FP8T_CKPT_PATH_MAX_INTERNAL];
+    char tmp[FP8T_CKPT_PATH_MAX_INTERNAL * 2], old[FP8T_CKPT_PATH_MAX_INTERNAL * 2];
+    split_path(dir, parent, sizeof(parent), base, sizeof(base));
+    if (fp8t_mkdirs(parent, err, errlen) != 0) return -1;
+    fp8t_fmt(tmp, sizeof(tmp), "%s/.tmp.%s.%ld", parent, base, (long)getpid());
+    fp8t_fmt(old, sizeof(old), "%s/.old.%s.%ld", parent, base, (long)getpid());
+    fp8t_rmtree(tmp);
+    if (mkdir(tmp, 0777) != 0) {
+        snprintf(err, errlen, "cannot create checkpoint directory %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    if (write_files(tmp, ck, err, errlen) != 0) {
+        fp8t_rmtree(tmp);
+        return -1;
+    }
+    fsync_dir(tmp);
+    /* replace an existing checkpoint of the same name: move it aside first, so that at every
+     * moment `dir` is either the old complete checkpoint or the new complete one */
+    int had_old = path_exists(dir);
+    if (had_old && rename(dir, old) != 0) {
+        snprintf(err, errlen, "cannot move the old checkpoint %s aside: %s", dir, strerror(errno));
+        fp8t_rmtree(tmp);
+        return -1;
+    }
+    if (rename(tmp, dir) != 0) {
+        snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, dir, strerror(errno));
+        if (had_old) (void)rename(old, dir);
+        fp8t_rmtree(tmp);
+        return -1;
+    }
+    fsync_dir(parent);
+    if (had_old) fp8t_rmtree(old);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- load */
+
+void fp8t_checkpoint_free(fp8t_checkpoint *ck) {
+    free(ck->params);
+    free(ck->adam_m);
+    free(ck->adam_v);
+    free(ck->fp8_state);
+    free(ck->config_json);
+    free(ck->policy_json);
+    memset(ck, 0, sizeof(*ck));
+}
+
+static int parse_u64(const cJSON *v, uint64_t *out) {
+    if (cJSON_IsString(v)) {
+        char *end;
+        errno = 0;
+        unsigned long long x = strtoull(v->valuestring, &end, 10);
+        if (errno || end == v->valuestring || *end) return -1;
+        *out = x;
+        return 0;
+    }
+    if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 9007199254740992.0 &&
+        v->valuedouble == floor(v->valuedouble)) {
+        *out = (uint64_t)v->valuedouble;
+        return 0;
+    }
+    return -1;
+}
+
+#define DAMAGED "the checkpoint is damaged or was not written by fp8train; resume from another " \
+                "checkpoint (ls the checkpoints directory) or start fresh without --resume"
+
+int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, size_t errlen) {
+    memset(ck, 0, sizeof(*ck));
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "checkpoint '%s' is not a directory; pass a checkpoint directory "
+                 "such as RUN/checkpoints/step_000100", dir);
+        return -1;
+    }
+    char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64];
+    fp8t_fmt(path, sizeof(path), "%s/state.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    char e[512];
+    if (fp8t_read_file(path, &text, &len, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "%s: cannot read (%s); %s", path, e, DAMAGED);
+        return -1;
+    }
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    int rc = -1;
+    if (!cJSON_IsObject(o)) {
+        snprintf(err, errlen, "%s: not valid JSON; %s", path, DAMAGED);
+        goto done;
+    }
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(o, "version");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CKPT_FORMAT) != 0) {
+        snprintf(err, errlen, "%s: \"format\" is not \"%s\"; %s", path, CKPT_FORMAT, DAMAGED);
+        goto done;
+    }
+    if (!cJSON_IsNumber(ver) || ver->valuedouble != FP8T_CKPT_VERSION) {
+        snprintf(err, errlen, "%s: checkpoint format version %g, this fp8train reads version %d; "
+                 "use the fp8train that wrote it", path, cJSON_IsNumber(ver) ? ver->valuedouble : -1.0,
+                 FP8T_CKPT_VERSION);
+        goto done;
+    }
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
+    if (!cJSON_IsNumber(step) || step->valuedouble < 0 || step->valuedouble > 1e9 ||
+        step->valuedouble != floor(step->valuedouble)) {
+        snprintf(err, errlen, "%s: \"step\" is missing or not a non-negative integer; %s", path,
+                 DAMAGED);
+        goto done;
+    }
+    ck->step = (int)step->valuedouble;
+    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(o, "loss");
+    ck->loss = cJSON_IsNumber(loss) ? (float)loss->valuedouble : NAN;
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(o, "data");
+    if (parse_u64(cJSON_GetObjectItemCaseSensitive(data, "position"), &ck->data_position) != 0) {
+        snprintf(err, errlen, "%s: \"data.position\" is missing or not an integer; %s", path,
+                 DAMAGED);
+        goto done;
+    }
+    const cJSON *rng = cJSON_GetObjectItemCaseSensitive(o, "rng");
+    if (parse_u64(cJSON_GetObjectItemCaseSensitive(rng, "seed"), &ck->seed) != 0) {
+        snprintf(err, errlen, "%s: \"rng.seed\" is missing or not an integer; %s", path, DAMAGED);
+        goto done;
+    }
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
+    char *mj = model ? cJSON_PrintUnformatted(model) : NULL;
+    if (!mj || fp8t_model_config_from_json(&ck->model, mj, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "%s: \"model\": %s; %s", path, mj ? e : "missing", DAMAGED);
+        free(mj);
+        goto done;
+    }
+    free(mj);
+    const cJSON *fp8 = cJSON_GetObjectItemCaseSensitive(o, "fp8");
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(fp8, "n");
+    const cJSON *fl = cJSON_GetObjectItemCaseSensitive(fp8, "history_len");
+    if (!cJSON_IsNumber(fn) || !cJSON_IsNumber(fl) || fn->valuedouble < 0 || fl->valuedouble < 1 ||
+        fn->valuedouble > 1e7 || fl->valuedouble > 1e6) {
+        snprintf(err, errlen, "%s: \"fp8\" {n, history_len} is missing or invalid; %s", path,
+                 DAMAGED);
+        goto done;
+    }
+    ck->fp8_n = (int)fn->valuedouble;
+    ck->fp8_len = (int)fl->valuedouble;
+    const cJSON *pol = cJSON_GetObjectItemCaseSensitive(o, "policy");
+    if (pol) ck->policy_json = cJSON_PrintUnformatted(pol);
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(o, "config");
+    if (cfg) ck->config_json = cJSON_PrintUnformatted(cfg);
+    rc = 0;
+done:
+    cJSON_Delete(o);
+    if (rc != 0) fp8t_checkpoint_free(ck);
+    return rc;
+}
+
+static void format_shape(char *buf, size_t len, int ndim, const int64_t *shape) {
+    size_t o = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < ndim && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < len) snprintf(buf + o, len - o, "]");
+}
+
+/* Open a safetensors file of the checkpoint with an error that names it and the fix. */
+static fp8t_st_file *open_st(const char *dir, const char *file, char *err, size_t errlen) {
+    char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64], e[768];
+    fp8t_fmt(path, sizeof(path), "%s/%s", dir, file);
+    fp8t_st_file *f = NULL;
+    if (!path_exists(path)) {
+        snprintf(err, errlen, "%s is missing; %s", path, DAMAGED);
+        return NULL;
+    }
+    if (fp8t_st_open(&f, path, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "%s; %s", e, DAMAGED);
+        return NULL;
+    }
+    return f;
+}
+
+/* Read every parameter tensor `prefix<name>` into base, checking dtype and shape. */
+static int read_params(fp8t_st_file *f, const char *path, const char *prefix,
+                       const fp8t_param_info *info, int count, float *base, char *err,
+                       size_t errlen) {
+    for (int i = 0; i < count; i++) {
+        char name[128];
+        snprintf(name, sizeof(name), "%s%s", prefix, info[i].name);
+        const fp8t_st_tensor *t = fp8t_st_find(f, name);
+        if (!t) {
+            snprintf(err, errlen, "%s: tensor '%s' is missing; the file does not match the model "
+                     "in state.json; %s", path, name, DAMAGED);
+            return -1;
+        }
+        int64_t want[2] = {info[i].shape[0], info[i].shape[1]};
+        int same = t->ndim == info[i].ndim && t->dtype == FP8T_ST_F32;
+        for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == want[d];
+        if (!same) {
+            char got[96], exp[96];
+            format_shape(got, sizeof(got), t->ndim, t->shape);
+            format_shape(exp, sizeof(exp), info[i].ndim, want);
+            snprintf(err, errlen, "%s: tensor '%s' is %s %s but the model config in state.json "
+                     "needs F32 %s; the checkpoint was written for another model, or is damaged",
+                     path, name, fp8t_st_dtype_name(t->dtype), got, exp);
+            return -1;
+        }
+        if (fp8t_st_read_f32(f, name, base + info[i].offset, info[i].numel, err, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int fp8t_checkpoint_load(const char *dir, const fp8t_model_config *expect, fp8t_checkpoint *ck,
+                         char *err, size_t errlen) {
+    if (strlen(dir) >= FP8T_CKPT_PATH_MAX_INTERNAL - 64) {
+        snprintf(err, errlen, "checkpoint path too long: %s", dir);
+        return -1;
+    }
+    if (fp8t_checkpoint_read_state(dir, ck, err, errlen) != 0) return -1;
+    char e[512];
+    if (expect && fp8t_model_config_diff(&ck->model, expect, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "checkpoint %s was written for another model: %s; resume with the "
+                 "model options of the run that wrote it (see its state.json \"model\")", dir, e);
+        fp8t_checkpoint_free(ck);
+        return -1;
+    }
+    int count;
+    size_t total;
+    fp8t_param_info *info = param_table(&ck->model, &count, &total);
+    fp8t_st_file *f = NULL;
+    char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64];
+    int rc = -1;
+    if (!info) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    ck->num_params = total;
+    ck->params = malloc(total * sizeof(float));
+    ck->adam_m = malloc(total * sizeof(float));
+    ck->adam_v = malloc(total * sizeof(float));
+    size_t nfl = fp8t_recipe_state_floats(ck->fp8_n, ck->fp8_len);
+    ck->fp8_state = malloc((nfl ? nfl : 1) * sizeof(float));
+    if (!ck->params || !ck->adam_m || !ck->adam_v || !ck->fp8_state) {
+        snprintf(err, errlen, "out of memory loading checkpoint %s (%zu parameters)", dir, total);
+        goto done;
+    }
+
+    /* model.safetensors */
+    fp8t_fmt(path, sizeof(path), "%s/model.safetensors", dir);
+    if (!(f = open_st(dir, "model.safetensors", err, errlen))) goto done;
+    if (fp8t_st_count(f) != count) {
+        snprintf(err, errlen, "%s holds %d tensors but the model in state.json has %d; %s", path,
+                 fp8t_st_count(f), count, DAMAGED);
+        goto done;
+    }
+    if (read_params(f, path, "", info, count, ck->params, err, errlen) != 0) goto done;
+    fp8t_st_close(f);
+
+    /* optimizer.safetensors */
+    fp8t_fmt(path, sizeof(path), "%s/optimizer.safetensors", dir);
+    if (!(f = open_st(dir, "optimizer.safetensors", err, errlen))) goto done;
+    if (read_params(f, path, "exp_avg.", info, count, ck->adam_m, err, errlen) != 0 ||
+        read_params(f, path, "exp_avg_sq.", info, count, ck->adam_v, err, errlen) != 0)
+        goto done;
+    const fp8t_st_tensor *st = fp8t_st_find(f, "step");
+    if (!st || st->dtype != FP8T_ST_I64 || st->numel != 1) {
+        snprintf(err, errlen, "%s: tensor 'step' (I64 [1]) is missing; %s", path, DAMAGED);
+        goto done;
+    }
+    int64_t ostep;
+    memcpy(&ostep, fp8t_st_data(f, st), sizeof(ostep));
+    if (ostep != ck->step) {
+        snprintf(err, errlen, "%s: optimizer step %lld does not match state.json step %d; files of "
+                 "different checkpoints were mixed; %s", path, (long long)ostep, ck->step, DAMAGED);
+        goto done;
+    }
+    fp8t_st_close(f);
+
+    /* fp8_meta.safetensors */
+    fp8t_fmt(path, sizeof(path), "%s/fp8_meta.safetensors", dir);
+    if (!(f = open_st(dir, "fp8_meta.safetensors", err, errlen))) goto done;
+    const char *mn = fp8t_st_metadata(f, "n"), *ml = fp8t_st_metadata(f, "history_len");
+    if (!mn || !ml || atoi(mn) != ck->fp8_n || atoi(ml) != ck->fp8_len) {
+        snprintf(err, errlen, "%s: metadata n/history_len (%s/%s) do not match state.json "
+                 "(%d/%d); %s", path, mn ? mn : "missing", ml ? ml : "missing", ck->fp8_n,
+                 ck->fp8_len, DAMAGED);
+        goto done;
+    }
+    if (fp8t_st_read_f32(f, "recipe_state", ck->fp8_state, nfl, err, errlen) != 0) goto done;
+    rc = 0;
+done:
+    fp8t_st_close(f);
+    free(info);
+    if (rc != 0) fp8t_checkpoint_free(ck);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- listing */
+
+static int parse_step_name(const char *name) {
+    if (strncmp(name, "step_", 5) != 0) return -1;
+    const char *p = name + 5;
+    if (!*p) return -1;
+    long v = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9' || v > 100000000) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return (int)v;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Steps of the complete checkpoints under OUT/checkpoints, sorted ascending (malloc'd). */
+static int list_steps(const char *out_dir, int **steps) {
+    char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64];
+    fp8t_fmt(path, sizeof(path), "%s/checkpoints", out_dir);
+    *steps = NULL;
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int s = parse_step_name(e->d_name);
+        if (s < 0) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int *p = realloc(*steps, (size_t)cap * sizeof(int));
+            if (!p) break;
+            *steps = p;
+        }
+        (*steps)[n++] = s;
+    }
+    closedir(d);
+    if (n) qsort(*steps, (size_t)n, sizeof(int), cmp_int);
+    return n;
+}
+
+int fp8t_checkpoint_latest(const char *out_dir, char *buf, size_t len) {
+    int *steps;
+    int n = list_steps(out_dir, &steps);
+    int best = n ? steps[n - 1] : -1;
+    free(steps);
+    if (best >= 0) fp8t_checkpoint_dir(buf, len, out_dir, best);
+    return best;
+}
+
+int fp8t_checkpoint_prune(const char *out_dir, int keep) {
+    int removed = 0;
+    char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2];
+    /* temporaries of this process are in use only inside fp8t_checkpoint_save; any other
+     * ".tmp." or ".old." entry is left over from a crash */
+    fp8t_fmt(path, sizeof(path), "%s/checkpoints", out_dir);
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strncmp(e->d_name, ".tmp.", 5) == 0 || strncmp(e->d_name, ".old.", 5) == 0) {
+                char p[FP8T_CKPT_PATH_MAX_INTERNAL * 3];
+                fp8t_fmt(p, sizeof(p), "%s/%s", path, e->d_name);
+                fp8t_rmtree(p);
+            }
+        }
+        closedir(d);
+    }
+    if (keep <= 0) return 0;
+    int *steps;
+    int n = list_steps(out_dir, &steps);
+    for (int i = 0; i < n - keep; i++) {
+        fp8t_checkpoint_dir(path, sizeof(path), out_dir, steps[i]);
+        if (fp8t_rmtree(path) == 0) removed++;
+    }
+    free(steps);
+    return removed;
+}

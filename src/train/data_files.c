@@ -1,0 +1,192 @@
+/* Token corpora from files: byte-level text files and llm.c token shards. Everything is read
+ * and checked when the stream is opened (existence, length, shard headers, token < vocab), so
+ * a bad input fails before a run writes anything. */
+#include <errno.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8train/io.h"
+#include "train/data_internal.h"
+
+int data_source_is_shards(const char *source) {
+    size_t n = strlen(source);
+    if (strpbrk(source, "*?[")) return 1;
+    return n >= 4 && strcmp(source + n - 4, ".bin") == 0;
+}
+
+static int corpus_add_owned(data_corpus *c, uint16_t *buf) {
+    uint16_t **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof(*o));
+    if (!o) return -1;
+    c->owned = o;
+    c->owned[c->n_owned++] = buf;
+    return 0;
+}
+
+static int corpus_add_segment(data_corpus *c, const uint16_t *tokens, size_t len) {
+    data_segment *s = realloc(c->seg, (size_t)(c->n_seg + 1) * sizeof(*s));
+    if (!s) return -1;
+    c->seg = s;
+    c->seg[c->n_seg].tokens = tokens;
+    c->seg[c->n_seg].len = len;
+    c->n_seg++;
+    c->n_tokens += len;
+    return 0;
+}
+
+/* Cut a loaded file of n tokens into the requested part: the split point is at 90%. */
+static void part_range(size_t n, int part, size_t *lo, size_t *hi) {
+    size_t cut = n - n / 10;
+    *lo = part == 2 ? cut : 0;
+    *hi = part == 1 ? cut : n;
+}
+
+static int check_vocab(const uint16_t *tok, size_t n, int vocab, const char *path, int *max_token,
+                       char *err, size_t errlen) {
+    for (size_t i = 0; i < n; i++) {
+        if (tok[i] > *max_token) *max_token = tok[i];
+        if ((int)tok[i] >= vocab) {
+            snprintf(err, errlen,
+                     "%s: token %d at position %zu is outside the model's vocabulary of %d; "
+                     "use a model with --vocab %d or more (or data made for this vocabulary)",
+                     path, (int)tok[i], i, vocab, (int)tok[i] + 1);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int load_text(data_corpus *c, const char *path, int part, int T, int vocab, char *err,
+                     size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot open data file '%s': %s (pass --data synthetic, a text "
+                 "file, or 'dir/*.bin' llm.c shards)", path, strerror(errno));
+        return -1;
+    }
+    if (fseek(f, 0, SEEK_END) != 0) {
+        snprintf(err, errlen, "data file '%s' is not a regular file (cannot seek)", path);
+        fclose(f);
+        return -1;
+    }
+    long size = ftell(f);
+    rewind(f);
+    if (size <= 0) {
+        snprintf(err, errlen, "data file '%s' is empty; give a text file with at least %d bytes",
+                 path, part ? 10 * (T + 1) + 10 : T + 1);
+        fclose(f);
+        return -1;
+    }
+    size_t n = (size_t)size;
+    unsigned char *bytes = malloc(n);
+    uint16_t *tok = malloc(n * sizeof(uint16_t));
+    if (!bytes || !tok || fread(bytes, 1, n, f) != n) {
+        snprintf(err, errlen, "cannot read data file '%s' (%zu bytes)", path, n);
+        free(bytes);
+        free(tok);
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    for (size_t i = 0; i < n; i++) tok[i] = bytes[i];
+    free(bytes);
+    if (corpus_add_owned(c, tok) != 0) {
+        free(tok);
+        snprintf(err, errlen, "out of memory loading '%s'", path);
+        return -1;
+    }
+    if (check_vocab(tok, n, vocab, path, &c->max_token, err, errlen) != 0) return -1;
+    size_t lo, hi;
+    part_range(n, part, &lo, &hi);
+    if (hi - lo < (size_t)T + 1) {
+        if (part)
+            snprintf(err, errlen,
+                     "data file '%s' is too short: %zu bytes, of which %zu are the %s split, but "
+                     "a sequence needs %d (seq-len + 1); use a file of at least %d bytes, a "
+                     "smaller --seq-len, or a separate --val-data",
+                     path, n, hi - lo, part == 1 ? "training (first 90%)" : "validation (last 10%)",
+                     T + 1, 10 * (T + 1) + 10);
+        else
+            snprintf(err, errlen,
+                     "data file '%s' is too short: %zu bytes, but a sequence needs %d "
+                     "(seq-len + 1); use a longer file or a smaller --seq-len",
+                     path, n, T + 1);
+        return -1;
+    }
+    snprintf(c->what, sizeof(c->what), "text file '%s' (%zu bytes)", path, n);
+    return corpus_add_segment(c, tok + lo, hi - lo);
+}
+
+static int load_shards(data_corpus *c, const char *pattern, int part, int T, int vocab,
+                       char *err, size_t errlen) {
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g);
+    if (rc != 0) {
+        snprintf(err, errlen, "no llm.c token shards match '%s' (expected files made by llm.c's "
+                 "data scripts, e.g. 'data/fineweb_train_*.bin')", pattern);
+        if (rc != GLOB_NOMATCH) globfree(&g);
+        return -1;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        const char *path = g.gl_pathv[i];
+        uint16_t *tok = NULL;
+        size_t n = 0;
+        char e[512];
+        if (fp8t_shard_read(path, &tok, &n, e, sizeof(e)) != 0) {
+            snprintf(err, errlen, "bad token shard: %s", e);
+            globfree(&g);
+            return -1;
+        }
+        if (corpus_add_owned(c, tok) != 0) {
+            free(tok);
+            snprintf(err, errlen, "out of memory loading '%s'", path);
+            globfree(&g);
+            return -1;
+        }
+        if (check_vocab(tok, n, vocab, path, &c->max_token, err, errlen) != 0) {
+            globfree(&g);
+            return -1;
+        }
+        size_t lo, hi;
+        part_range(n, part, &lo, &hi);
+        total += n;
+        /* a shard part too short for one window contributes nothing */
+        if (hi - lo >= (size_t)T + 1 && corpus_add_segment(c, tok + lo, hi - lo) != 0) {
+            snprintf(err, errlen, "out of memory loading '%s'", path);
+            globfree(&g);
+            return -1;
+        }
+    }
+    snprintf(c->what, sizeof(c->what), "%zu llm.c shard%s '%s' (%zu tokens)", g.gl_pathc,
+             g.gl_pathc == 1 ? "" : "s", pattern, total);
+    if (c->n_seg == 0) {
+        snprintf(err, errlen,
+                 "token shards '%s' hold %zu tokens, too few for one sequence of %d (seq-len + "
+                 "1) in the %s split; use more data, a smaller --seq-len, or --val-data",
+                 pattern, total, T + 1,
+                 part == 1 ? "training (first 90% of each shard)"
+                 : part == 2 ? "validation (last 10% of each shard)" : "");
+        globfree(&g);
+        return -1;
+    }
+    globfree(&g);
+    return 0;
+}
+
+int data_corpus_load(data_corpus *c, const char *source, int part, int T, int vocab, char *err,
+                     size_t errlen) {
+    memset(c, 0, sizeof(*c));
+    int rc = data_source_is_shards(source) ? load_shards(c, source, part, T, vocab, err, errlen)
+                                           : load_text(c, source, part, T, vocab, err, errlen);
+    if (rc != 0) data_corpus_free(c);
+    return rc;
+}
+
+void data_corpus_free(data_corpus *c) {
+    for (int i = 0; i < c->n_owned; i++) free(c->owned[i]);
+    free(c->owned);
+    free(c->seg);
+    memset(c, 0, sizeof(*c));
+}

@@ -1,0 +1,783 @@
+/* The options of `fp8train train`: one table drives the command line, --config JSON files,
+ * config.json and the help text, so the three can never disagree. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8train/checkpoint.h"
+#include "fp8train/inject.h"
+#include "fp8train/io.h"
+#include "fp8train/train_options.h"
+
+typedef enum { OT_INT, OT_FLOAT, OT_U64, OT_STR, OT_FLAG, OT_BOOL, OT_SPECIAL } opt_type;
+
+typedef int (*opt_setter)(fp8t_train_config *c, const char *v, char *err, size_t errlen);
+typedef void (*opt_getter)(const fp8t_train_config *c, char *buf, size_t len);
+
+typedef struct {
+    const char *name;  /* command-line spelling without "--" */
+    const char *arg;   /* metavariable, NULL for flags */
+    const char *help;
+    const char *group;
+    opt_type type;
+    size_t off, size;  /* field offset in fp8t_train_config; size of a string field */
+    double lo, hi;     /* inclusive range of numeric values */
+    opt_setter set;    /* OT_SPECIAL */
+    opt_getter get;    /* OT_SPECIAL */
+    int in_object;     /* written inside "model" / "policy" in config.json, not as a key */
+    int is_model;      /* sets the model config (decides --resume's model adoption) */
+} opt;
+
+#define FIELD(f) offsetof(fp8t_train_config, f), sizeof(((fp8t_train_config *)0)->f)
+
+/* ---------------------------------------------------------------- special options */
+
+static int fail(char *err, size_t errlen, const char *name, const char *v, const char *expect) {
+    snprintf(err, errlen, "--%s: bad value '%s' (expected %s)", name, v, expect);
+    return -1;
+}
+
+static int set_preset(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    fp8t_model_config m;
+    if (fp8t_model_preset(&m, v) != 0) return fail(err, errlen, "preset", v, fp8t_model_preset_names());
+    if (strlen(v) >= sizeof(c->preset)) return fail(err, errlen, "preset", v, "a shorter name");
+    strcpy(c->preset, v);
+    c->model = m;
+    return 0;
+}
+static void get_preset(const fp8t_train_config *c, char *b, size_t n) { snprintf(b, n, "%s", c->preset); }
+
+static int set_arch(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    if (strcmp(v, "gpt2") == 0) c->model.arch = FP8T_ARCH_GPT2;
+    else if (strcmp(v, "llama") == 0) c->model.arch = FP8T_ARCH_LLAMA;
+    else return fail(err, errlen, "arch", v, "gpt2 or llama");
+    return 0;
+}
+static void get_arch(const fp8t_train_config *c, char *b, size_t n) {
+    snprintf(b, n, "%s", fp8t_arch_name(c->model.arch));
+}
+
+#define PRECISIONS "fp8, delayed, current, block, mxfp8, fake, bf16 or fp32"
+static int set_precision(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    fp8t_precision p;
+    if (fp8t_precision_parse(&p, v) != 0) return fail(err, errlen, "precision", v, PRECISIONS);
+    c->policy.default_precision = p;
+    return 0;
+}
+static void get_precision(const fp8t_train_config *c, char *b, size_t n) {
+    snprintf(b, n, "%s", fp8t_precision_name(c->policy.default_precision));
+}
+
+static int set_head_precision(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    fp8t_precision p;
+    if (fp8t_precision_parse(&p, v) != 0) return fail(err, errlen, "head-precision", v, PRECISIONS);
+    c->policy.head_precision = p;
+    return 0;
+}
+static void get_head_precision(const fp8t_train_config *c, char *b, size_t n) {
+    snprintf(b, n, "%s", fp8t_precision_name(c->policy.head_precision));
+}
+
+static int set_recipe(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    if (strcmp(v, "delayed") == 0) c->policy.recipe = FP8T_PREC_DELAYED;
+    else if (strcmp(v, "current") == 0) c->policy.recipe = FP8T_PREC_CURRENT;
+    else return fail(err, errlen, "recipe", v, "delayed or current");
+    return 0;
+}
+static void get_recipe(const fp8t_train_config *c, char *b, size_t n) {
+    snprintf(b, n, "%s", c->policy.recipe == FP8T_PREC_CURRENT ? "current" : "delayed");
+}
+
+static int set_format(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    if (strcmp(v, "hybrid") == 0) c->policy.hybrid = 1;
+    else if (strcmp(v, "e4m3") == 0) c->policy.hybrid = 0;
+    else return fail(err, errlen, "format", v, "hybrid (E4M3 forward, E5M2 gradients) or e4m3");
+    return 0;
+}
+static void get_format(const fp8t_train_config *c, char *b, size_t n) {
+    snprintf(b, n, "%s", c->policy.hybrid ? "hybrid" : "e4m3");
+}
+
+static int set_amax_algo(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    if (strcmp(v, "max") == 0) c->policy.algo = FP8T_AMAX_MAX;
+    else if (strcmp(v, "most_recent") == 0 || strcmp(v, "most-recent") == 0)
+        c->policy.algo = FP8T_AMAX_MOST_RECENT;
+    else return fail(err, errlen, "amax-algo", v, "max or most_recent");
+    return 0;
+}
+static void get_amax_algo(const fp8t_train_config *c, char *b, size_t n) {
+    snprintf(b, n, "%s", c->policy.algo == FP8T_AMAX_MOST_RECENT ? "most_recent" : "max");
+}
+
+static int set_override(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    char e[512];
+    if (fp8t_policy_add_overrides(&c->policy, v, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "--override '%s': %s", v, e);
+        return -1;
+    }
+    return 0;
+}
+static void get_override(const fp8t_train_config *c, char *b, size_t n) {
+    size_t o = 0;
+    b[0] = 0;
+    for (int i = 0; i < c->policy.n_overrides && o < n; i++) {
+        char one[256];
+        fp8t_override_format(&c->policy.overrides[i], one, sizeof(one));
+        o += (size_t)snprintf(b + o, n - o, "%s%s", i ? ";" : "", one);
+    }
+}
+
+static int set_device(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) return fail(err, errlen, "device", v, "cpu or cuda");
+    strcpy(c->device, v);
+    return 0;
+}
+static void get_device(const fp8t_train_config *c, char *b, size_t n) { snprintf(b, n, "%s", c->device); }
+
+int fp8t_shadow_action_parse(const char *s, int *fallback_steps) {
+    if (fallback_steps) *fallback_steps = 0;
+    if (strcmp(s, "warn") == 0) return 0;
+    if (strcmp(s, "rollback") == 0) return 2;
+    if (strncmp(s, "fallback:", 9) == 0) {
+        char *end;
+        errno = 0;
+        long m = strtol(s + 9, &end, 10);
+        if (errno || end == s + 9 || *end || m < 1 || m > 1000000000) return -1;
+        if (fallback_steps) *fallback_steps = (int)m;
+        return 1;
+    }
+    return -1;
+}
+static int set_shadow_action(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    if (fp8t_shadow_action_parse(v, NULL) < 0 || strlen(v) >= sizeof(c->shadow_action))
+        return fail(err, errlen, "shadow-action", v, "warn, fallback:M (M >= 1 steps in BF16) or rollback");
+    strcpy(c->shadow_action, v);
+    return 0;
+}
+static void get_shadow_action(const fp8t_train_config *c, char *b, size_t n) {
+    snprintf(b, n, "%s", c->shadow_action);
+}
+
+/* ---------------------------------------------------------------- the table */
+
+#define G_MODEL "Model"
+#define G_DATA "Data"
+#define G_OPT "Optimizer"
+#define G_PREC "Precision"
+#define G_RUN "Run"
+#define G_CKPT "Checkpoints"
+#define G_DEBUG "Debugging"
+
+#define NUM(name_, arg_, type_, field_, lo_, hi_, group_, help_)                               \
+    {name_, arg_, help_, group_, type_, FIELD(field_), lo_, hi_, NULL, NULL, 0, 0}
+#define MODEL_INT(name_, field_, help_)                                                        \
+    {name_, "N", help_, G_MODEL, OT_INT, FIELD(field_), 1, 1 << 20, NULL, NULL, 1, 1}
+#define POLICY_NUM(name_, arg_, type_, field_, lo_, hi_, help_)                                \
+    {name_, arg_, help_, G_PREC, type_, FIELD(field_), lo_, hi_, NULL, NULL, 1, 0}
+#define SPECIAL(name_, arg_, set_, get_, group_, in_obj_, model_, help_)                       \
+    {name_, arg_, help_, group_, OT_SPECIAL, 0, 0, 0, 0, set_, get_, in_obj_, model_}
+#define STR(name_, arg_, field_, group_, help_)                                                \
+    {name_, arg_, help_, group_, OT_STR, FIELD(field_), 0, 0, NULL, NULL, 0, 0}
+
+static const opt OPTIONS[] = {
+    SPECIAL("preset", "NAME", set_preset, get_preset, G_MODEL, 0, 1,
+            "model preset: tiny, tiny-llama, gpt2-124m, gpt2-350m, gpt2-1.5b, llama-1b"),
+    SPECIAL("arch", "gpt2|llama", set_arch, get_arch, G_MODEL, 1, 1,
+            "architecture (GPT-2: LayerNorm, GELU, biases; Llama: RMSNorm, SwiGLU, RoPE)"),
+    MODEL_INT("layers", model.n_layer, "transformer layers"),
+    MODEL_INT("dim", model.n_embd, "model width C"),
+    MODEL_INT("heads", model.n_head, "attention heads (must divide --dim)"),
+    MODEL_INT("vocab", model.vocab_size, "vocabulary size (>= the data's largest token + 1)"),
+    MODEL_INT("mlp-hidden", model.mlp_hidden, "MLP hidden size (fc1 / gate / up outputs)"),
+    MODEL_INT("max-seq-len", model.seq_len, "the model's maximum sequence length (positions)"),
+
+    STR("data", "SRC", data, G_DATA,
+        "synthetic | a text file (bytes) | 'dir/x_*.bin' llm.c token shards"),
+    STR("val-data", "SRC", val_data, G_DATA,
+        "separate validation data (default: the last 10% of --data)"),
+    NUM("batch", "N", OT_INT, batch, 1, 1 << 20, G_DATA, "sequences per micro-batch (B)"),
+    NUM("seq-len", "N", OT_INT, seq_len, 0, 1 << 20, G_DATA,
+        "tokens per sequence (T; 0 = the model's maximum)"),
+    NUM("grad-accum", "N", OT_INT, grad_accum, 1, 1 << 20, G_DATA,
+        "micro-batches per optimizer step"),
+    NUM("steps", "N", OT_INT, steps, 1, 1e9, G_DATA,
+        "optimizer steps to reach (absolute: a resumed run stops where the original would)"),
+
+    NUM("lr", "X", OT_FLOAT, lr, 1e-12, 1e3, G_OPT, "peak learning rate"),
+    NUM("min-lr-frac", "X", OT_FLOAT, min_lr_frac, 0, 1, G_OPT,
+        "cosine decay ends at lr * this at --steps"),
+    NUM("warmup", "N", OT_INT, warmup, 0, 1e9, G_OPT, "linear warmup steps"),
+    NUM("weight-decay", "X", OT_FLOAT, weight_decay, 0, 1e3, G_OPT,
+        "AdamW decoupled weight decay (2-D weights only)"),
+    NUM("beta1", "X", OT_FLOAT, beta1, 0, 0.999999, G_OPT, "AdamW beta1"),
+    NUM("beta2", "X", OT_FLOAT, beta2, 0, 0.99999999, G_OPT, "AdamW beta2"),
+    NUM("adam-eps", "X", OT_FLOAT, adam_eps, 1e-30, 1, G_OPT, "AdamW epsilon"),
+    NUM("grad-clip", "X", OT_FLOAT, grad_clip, 0, 1e9, G_OPT,
+        "clip the global gradient norm to this (0 = off)"),
+    NUM("seed", "N", OT_U64, seed, 0, 0, G_OPT, "seed of the init and of the data order"),
+
+    SPECIAL("precision", "P", set_precision, get_precision, G_PREC, 1, 0,
+            "GEMM precision: fp8 (the --recipe), delayed, current, block, mxfp8, fake, bf16, fp32"),
+    SPECIAL("recipe", "delayed|current", set_recipe, get_recipe, G_PREC, 1, 0,
+            "what 'fp8' means: delayed or current per-tensor scaling"),
+    SPECIAL("format", "hybrid|e4m3", set_format, get_format, G_PREC, 1, 0,
+            "hybrid: E4M3 forward, E5M2 gradients; e4m3: E4M3 everywhere"),
+    POLICY_NUM("amax-history", "N", OT_INT, policy.history_len, 1, 1 << 20,
+               "delayed scaling: amax history length"),
+    SPECIAL("amax-algo", "max|most_recent", set_amax_algo, get_amax_algo, G_PREC, 1, 0,
+            "delayed scaling: amax from the history's max or the most recent step"),
+    POLICY_NUM("margin", "N", OT_INT, policy.margin, -64, 64,
+               "delayed scaling: scale /= 2^margin"),
+    POLICY_NUM("pow2-scales", NULL, OT_FLAG, policy.pow2_scales, 0, 1,
+               "current scaling: round scales down to powers of two"),
+    POLICY_NUM("amax-epsilon", "X", OT_FLOAT, policy.epsilon, 0, 1e30,
+               "current scaling: amax floor"),
+    SPECIAL("head-precision", "P", set_head_precision, get_head_precision, G_PREC, 1, 0,
+            "precision of the LM head GEMMs"),
+    POLICY_NUM("fast-accum-fprop", "0|1", OT_BOOL, policy.fast_accum_fprop, 0, 1,
+               "Hopper fast accumulation for Fprop GEMMs"),
+    POLICY_NUM("fast-accum-grad", "0|1", OT_BOOL, policy.fast_accum_grad, 0, 1,
+               "Hopper fast accumulation for Dgrad/Wgrad GEMMs"),
+    SPECIAL("override", "SPEC", set_override, get_override, G_PREC, 1, 0,
+            "per-layer/module/GEMM precision, repeatable, e.g. 'gemm=dgrad,precision=bf16' or "
+            "'layers=0-1,module=fc2,precision=current'"),
+
+    SPECIAL("device", "cpu|cuda", set_device, get_device, G_RUN, 0, 0, "backend"),
+    STR("out", "DIR", out_dir, G_RUN,
+        "run directory: config.json, metrics.jsonl, events.jsonl, checkpoints/"),
+    NUM("val-every", "N", OT_INT, val_every, 0, 1e9, G_RUN,
+        "validation every N steps and at the end (0 = no validation)"),
+    NUM("val-batches", "N", OT_INT, val_batches, 1, 1e6, G_RUN,
+        "micro-batches per validation (the same ones every time)"),
+    NUM("progress-every", "N", OT_INT, progress_every, 1, 1e9, G_RUN,
+        "print a progress line every N steps"),
+    NUM("quiet", NULL, OT_FLAG, quiet, 0, 1, G_RUN, "no progress lines"),
+
+    NUM("ckpt-every", "N", OT_INT, ckpt_every, 0, 1e9, G_CKPT,
+        "checkpoint every N steps (0 = only at the end)"),
+    NUM("keep-ckpts", "K", OT_INT, keep_ckpts, 0, 1e9, G_CKPT,
+        "keep the last K checkpoints (0 = all)"),
+    STR("resume", "DIR", resume, G_CKPT,
+        "resume from a checkpoint directory (weights, optimizer, FP8 state, data position)"),
+    NUM("reset-fp8", NULL, OT_FLAG, resume_reset_fp8, 0, 1, G_CKPT,
+        "on --resume, start the FP8 scaling state fresh"),
+
+    STR("inspect", "SPEC", inspect, G_DEBUG,
+        "tensor statistics to OUT/stats.jsonl, e.g. 'every=10,layers=0-1,gemms=fprop,dump=1'"),
+    STR("inject", "SPEC", inject, G_DEBUG,
+        "fault injection, e.g. 'layer=1,module=fc2,gemm=dgrad,kind=scale:64,from=50'"),
+    STR("baseline", "RUN", baseline, G_DEBUG,
+        "baseline run directory for the drift detector (its metrics.jsonl)"),
+    NUM("drift-threshold", "X", OT_FLOAT, drift_threshold, 0, 1e9, G_DEBUG,
+        "relative loss gap vs --baseline that raises a drift event"),
+    NUM("spike-window", "N", OT_INT, spike_window, 3, 1e6, G_DEBUG,
+        "loss spike detector: robust z-score window"),
+    NUM("spike-z", "X", OT_FLOAT, spike_z, 0.1, 1e9, G_DEBUG, "loss spike detector: z threshold"),
+    NUM("detect-nan", "0|1", OT_BOOL, detect_nan, 0, 1, G_DEBUG,
+        "stop on a non-finite loss and name the first non-finite tensor"),
+    NUM("shadow-every", "K", OT_INT, shadow_every, 0, 1e9, G_DEBUG,
+        "every K steps recompute the loss in BF16 on the same batch (0 = off)"),
+    SPECIAL("shadow-action", "A", set_shadow_action, get_shadow_action, G_DEBUG, 0, 0,
+            "above the threshold: warn | fallback:M (M steps in BF16) | rollback"),
+    NUM("shadow-threshold", "X", OT_FLOAT, shadow_threshold, 0, 1e9, G_DEBUG,
+        "relative |loss - loss_bf16| / loss_bf16 that triggers the shadow action"),
+};
+#define N_OPTIONS ((int)(sizeof(OPTIONS) / sizeof(OPTIONS[0])))
+
+static const opt *find_option(const char *name) {
+    while (*name == '-') name++;
+    char canon[64];
+    size_t n = strlen(name);
+    if (n >= sizeof(canon)) return NULL;
+    for (size_t i = 0; i <= n; i++) canon[i] = name[i] == '_' ? '-' : name[i];
+    for (int i = 0; i < N_OPTIONS; i++)
+        if (strcmp(OPTIONS[i].name, canon) == 0) return &OPTIONS[i];
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- set / get */
+
+static int parse_bool(const char *v, int *out) {
+    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on")) *out = 1;
+    else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off")) *out = 0;
+    else return -1;
+    return 0;
+}
+
+static int opt_set(const opt *o, fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    char *base = (char *)c + o->off;
+    char expect[128];
+    switch (o->type) {
+    case OT_INT: {
+        char *end;
+        errno = 0;
+        long x = strtol(v, &end, 10);
+        snprintf(expect, sizeof(expect), "an integer in %.0f..%.0f", o->lo, o->hi);
+        if (errno || end == v || *end || x < o->lo || x > o->hi)
+            return fail(err, errlen, o->name, v, expect);
+        *(int *)base = (int)x;
+        return 0;
+    }
+    case OT_FLOAT: {
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        snprintf(expect, sizeof(expect), "a number in [%g, %g]", o->lo, o->hi);
+        if (errno || end == v || *end || !isfinite(x) || x < o->lo || x > o->hi)
+            return fail(err, errlen, o->name, v, expect);
+        *(float *)base = (float)x;
+        return 0;
+    }
+    case OT_U64: {
+        char *end;
+        errno = 0;
+        if (*v == '-') return fail(err, errlen, o->name, v, "a non-negative integer");
+        unsigned long long x = strtoull(v, &end, 10);
+        if (errno || end == v || *end) return fail(err, errlen, o->name, v, "a non-negative integer");
+        *(uint64_t *)base = x;
+        return 0;
+    }
+    case OT_STR:
+        if (strlen(v) >= o->size) {
+            snprintf(err, errlen, "--%s: value too long (at most %zu characters)", o->name, o->size - 1);
+            return -1;
+        }
+        strcpy(base, v);
+        return 0;
+    case OT_FLAG:
+    case OT_BOOL: {
+        int b;
+        if (parse_bool(v, &b) != 0) return fail(err, errlen, o->name, v, "0 or 1");
+        *(int *)base = b;
+        return 0;
+    }
+    case OT_SPECIAL:
+        return o->set(c, v, err, errlen);
+    }
+    return -1;
+}
+
+static void opt_get(const opt *o, const fp8t_train_config *c, char *buf, size_t len) {
+    const char *base = (const char *)c + o->off;
+    switch (o->type) {
+    case OT_INT: snprintf(buf, len, "%d", *(const int *)base); break;
+    case OT_FLOAT: snprintf(buf, len, "%g", (double)*(const float *)base); break;
+    case OT_U64: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)base); break;
+    case OT_STR: snprintf(buf, len, "%s", base); break;
+    case OT_FLAG:
+    case OT_BOOL: snprintf(buf, len, "%d", *(const int *)base); break;
+    case OT_SPECIAL: o->get(c, buf, len); break;
+    }
+}
+
+int fp8t_train_option_set(fp8t_train_config *c, const char *name, const char *value, char *err,
+                          size_t errlen) {
+    const opt *o = find_option(name);
+    if (!o) {
+        snprintf(err, errlen, "unknown option '%s' (see fp8train train --help)", name);
+        return -1;
+    }
+    return opt_set(o, c, value, err, errlen);
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+/* A JSON value as the option string it stands for. */
+static int json_value_string(const cJSON *v, char *buf, size_t len) {
+    if (cJSON_IsString(v)) snprintf(buf, len, "%s", v->valuestring);
+    else if (cJSON_IsBool(v)) snprintf(buf, len, "%d", cJSON_IsTrue(v) ? 1 : 0);
+    else if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        if (d == floor(d) && fabs(d) < 9007199254740992.0) snprintf(buf, len, "%.0f", d);
+        else snprintf(buf, len, "%.17g", d);
+    } else return -1;
+    return 0;
+}
+
+/* Apply one key of a config object. Handles the whole-object keys "model" and "policy" and
+ * the list form of "override"/"overrides". */
+static int apply_json_key(fp8t_train_config *c, const cJSON *it, int *model_set, char *err,
+                          size_t errlen) {
+    const char *key = it->string;
+    char e[768];
+    if (!strcmp(key, "version") || !strcmp(key, "policy_description") ||
+        !strcmp(key, "fp8train_version") || !strcmp(key, "config"))
+        return 0; /* informational keys of a written config.json */
+    if (!strcmp(key, "model")) {
+        char *s = cJSON_PrintUnformatted(it);
+        int rc = fp8t_model_config_from_json(&c->model, s, e, sizeof(e));
+        free(s);
+        if (rc != 0) {
+            snprintf(err, errlen, "\"model\": %s", e);
+            return -1;
+        }
+        *model_set = 1;
+        return 0;
+    }
+    if (!strcmp(key, "policy")) {
+        char *s = cJSON_PrintUnformatted(it);
+        int rc = fp8t_policy_from_json(&c->policy, s, e, sizeof(e));
+        free(s);
+        if (rc != 0) {
+            snprintf(err, errlen, "\"policy\": %s", e);
+            return -1;
+        }
+        return 0;
+    }
+    const opt *o = find_option(!strcmp(key, "overrides") ? "override" : key);
+    if (!o) {
+        snprintf(err, errlen, "unknown key \"%s\" (keys are the option names of fp8train train "
+                 "--help, e.g. \"precision\", \"seq_len\", \"overrides\")", key);
+        return -1;
+    }
+    if (o->is_model) *model_set = 1;
+    if (cJSON_IsArray(it)) {
+        if (o->set != set_override) {
+            snprintf(err, errlen, "\"%s\": a list is only allowed for \"overrides\"", key);
+            return -1;
+        }
+        const cJSON *x;
+        cJSON_ArrayForEach(x, it) {
+            if (!cJSON_IsString(x)) {
+                snprintf(err, errlen, "\"%s\": every element must be a string like "
+                         "\"layers=0,precision=bf16\"", key);
+                return -1;
+            }
+            if (opt_set(o, c, x->valuestring, err, errlen) != 0) return -1;
+        }
+        return 0;
+    }
+    char v[FP8T_PATH_MAX + 64];
+    if (json_value_string(it, v, sizeof(v)) != 0) {
+        snprintf(err, errlen, "\"%s\": expected a string, number or boolean", key);
+        return -1;
+    }
+    if (o->set == set_override && !*v) return 0; /* "" = no overrides */
+    return opt_set(o, c, v, err, errlen);
+}
+
+/* preset first (it resets the model), then "policy" and "model" (whole objects), then the
+ * remaining keys in file order. */
+static int apply_json_object(fp8t_train_config *c, const cJSON *obj, int skip_preset,
+                             int *model_set, char *err, size_t errlen) {
+    const cJSON *it;
+    if (!skip_preset) {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(obj, "preset");
+        if (p) {
+            char v[128];
+            if (json_value_string(p, v, sizeof(v)) != 0 || set_preset(c, v, err, errlen) != 0) {
+                if (!cJSON_IsString(p)) snprintf(err, errlen, "\"preset\": expected a string");
+                return -1;
+            }
+            *model_set = 1;
+        }
+    }
+    static const char *first[] = {"policy", "model"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, first[k]);
+        if (x && apply_json_key(c, x, model_set, err, errlen) != 0) return -1;
+    }
+    cJSON_ArrayForEach(it, obj) {
+        if (!strcmp(it->string, "preset") || !strcmp(it->string, "policy") ||
+            !strcmp(it->string, "model"))
+            continue;
+        if (apply_json_key(c, it, model_set, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+int fp8t_train_config_apply_json(fp8t_train_config *c, const char *json, char *err,
+                                 size_t errlen) {
+    cJSON *obj = cJSON_Parse(json);
+    if (!cJSON_IsObject(obj)) {
+        snprintf(err, errlen, "not a JSON object");
+        cJSON_Delete(obj);
+        return -1;
+    }
+    int model_set = 0;
+    int rc = apply_json_object(c, obj, 0, &model_set, err, errlen);
+    cJSON_Delete(obj);
+    return rc;
+}
+
+char *fp8t_train_config_to_json(const fp8t_train_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "fp8train_version", FP8T_VERSION);
+    char buf[FP8T_PATH_MAX + 64];
+    for (int i = 0; i < N_OPTIONS; i++) {
+        const opt *p = &OPTIONS[i];
+        if (p->in_object) continue;
+        char key[64];
+        snprintf(key, sizeof(key), "%s", p->name);
+        for (char *k = key; *k; k++)
+            if (*k == '-') *k = '_';
+        const char *base = (const char *)c + p->off;
+        switch (p->type) {
+        case OT_INT: cJSON_AddNumberToObject(o, key, *(const int *)base); break;
+        case OT_FLOAT: cJSON_AddNumberToObject(o, key, *(const float *)base); break;
+        case OT_U64: {
+            uint64_t x = *(const uint64_t *)base;
+            if (x < (1ULL << 53)) cJSON_AddNumberToObject(o, key, (double)x);
+            else {
+                opt_get(p, c, buf, sizeof(buf));
+                cJSON_AddStringToObject(o, key, buf);
+            }
+            break;
+        }
+        case OT_FLAG: cJSON_AddBoolToObject(o, key, *(const int *)base); break;
+        case OT_BOOL: cJSON_AddNumberToObject(o, key, *(const int *)base); break;
+        case OT_STR:
+        case OT_SPECIAL:
+            opt_get(p, c, buf, sizeof(buf));
+            cJSON_AddStringToObject(o, key, buf);
+            break;
+        }
+    }
+    char *mj = fp8t_model_config_to_json(&c->model);
+    cJSON_AddItemToObject(o, "model", cJSON_Parse(mj));
+    free(mj);
+    char *pj = fp8t_policy_to_json(&c->policy);
+    cJSON *pol = pj ? cJSON_Parse(pj) : NULL;
+    cJSON_AddItemToObject(o, "policy", pol ? pol : cJSON_CreateNull());
+    free(pj);
+    char desc[8192];
+    fp8t_policy_describe(&c->policy, desc, sizeof(desc));
+    cJSON_AddStringToObject(o, "policy_description", desc);
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* ---------------------------------------------------------------- validation */
+
+int fp8t_train_config_check(fp8t_train_config *c, char *err, size_t errlen) {
+    char e[512];
+    if (fp8t_model_config_check(&c->model, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "impossible model (from --preset %s and --layers/--dim/--heads/"
+                 "--vocab/--mlp-hidden/--max-seq-len): %s", c->preset, e);
+        return -1;
+    }
+    if (c->seq_len == 0) c->seq_len = c->model.seq_len;
+    if (c->seq_len < 1 || c->seq_len > c->model.seq_len) {
+        snprintf(err, errlen, "--seq-len %d is more than the model's maximum sequence length %d; "
+                 "use --seq-len <= %d or a model with --max-seq-len >= %d", c->seq_len,
+                 c->model.seq_len, c->model.seq_len, c->seq_len);
+        return -1;
+    }
+    if (c->batch < 1 || c->grad_accum < 1 || c->steps < 1) {
+        snprintf(err, errlen, "--batch, --grad-accum and --steps must be at least 1");
+        return -1;
+    }
+    if (!(c->lr > 0) || !isfinite(c->lr) || !(c->min_lr_frac >= 0 && c->min_lr_frac <= 1)) {
+        snprintf(err, errlen, "--lr must be positive and --min-lr-frac in [0, 1]");
+        return -1;
+    }
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) || !(c->adam_eps > 0)) {
+        snprintf(err, errlen, "--beta1/--beta2 must be in [0, 1) and --adam-eps positive");
+        return -1;
+    }
+    if (c->warmup < 0 || c->ckpt_every < 0 || c->keep_ckpts < 0 || c->val_every < 0 ||
+        c->val_batches < 1 || c->shadow_every < 0 || c->progress_every < 1 || c->spike_window < 3 ||
+        !(c->grad_clip >= 0) || !(c->weight_decay >= 0)) {
+        snprintf(err, errlen, "a count option is out of range (see fp8train train --help)");
+        return -1;
+    }
+    if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0) {
+        snprintf(err, errlen, "--device: bad value '%s' (expected cpu or cuda)", c->device);
+        return -1;
+    }
+    if (fp8t_shadow_action_parse(c->shadow_action, NULL) < 0) {
+        snprintf(err, errlen, "--shadow-action: bad value '%s' (expected warn, fallback:M or "
+                 "rollback)", c->shadow_action);
+        return -1;
+    }
+    if (c->policy.history_len < 1) {
+        snprintf(err, errlen, "--amax-history must be at least 1");
+        return -1;
+    }
+    if (c->policy.default_precision < 0 || c->policy.default_precision >= FP8T_PREC_COUNT) {
+        snprintf(err, errlen, "--precision: invalid");
+        return -1;
+    }
+    if (!c->out_dir[0]) {
+        snprintf(err, errlen, "--out must name a directory");
+        return -1;
+    }
+    if (c->inject[0] && fp8t_injector_check(c->inject, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "--inject: %s", e);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- command line */
+
+typedef struct {
+    const opt *o;
+    const char *value;
+} arg_pair;
+
+static int adopt_checkpoint_model(fp8t_train_config *c, char *err, size_t errlen) {
+    fp8t_checkpoint ck;
+    char e[1024];
+    if (fp8t_checkpoint_read_state(c->resume, &ck, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "--resume: %s", e);
+        return -1;
+    }
+    c->model = ck.model;
+    if (ck.config_json) {
+        cJSON *cfg = cJSON_Parse(ck.config_json);
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(cfg, "preset");
+        if (cJSON_IsString(p) && strlen(p->valuestring) < sizeof(c->preset))
+            strcpy(c->preset, p->valuestring);
+        cJSON_Delete(cfg);
+    }
+    fp8t_checkpoint_free(&ck);
+    return 0;
+}
+
+int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err,
+                          size_t errlen) {
+    fp8t_train_config_default(c);
+    arg_pair *pairs = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*pairs));
+    const char *config_path = NULL;
+    int n_pairs = 0, rc = -1, model_set = 0;
+    char *text = NULL;
+    cJSON *json = NULL;
+    if (!pairs) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    /* pass 1: split into (option, value) pairs, checking names and missing values */
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            rc = 1;
+            goto done;
+        }
+        if (strncmp(a, "--", 2) != 0 || !a[2]) {
+            snprintf(err, errlen, "unexpected argument '%s' (options start with --; see "
+                     "fp8train train --help)", a);
+            goto done;
+        }
+        char name[64];
+        const char *eq = strchr(a, '=');
+        size_t nlen = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        snprintf(name, sizeof(name), "%.*s", (int)(nlen < 63 ? nlen : 63), a + 2);
+        const char *value = eq ? eq + 1 : NULL;
+        if (!strcmp(name, "config")) {
+            if (!value) {
+                if (i + 1 >= argc) {
+                    snprintf(err, errlen, "--config needs a value: a JSON file of options");
+                    goto done;
+                }
+                value = argv[++i];
+            }
+            config_path = value;
+            continue;
+        }
+        const opt *o = find_option(name);
+        if (!o || strchr(name, '_')) {
+            snprintf(err, errlen, "unknown option '--%s' for fp8train train (see fp8train train "
+                     "--help for the list)", name);
+            goto done;
+        }
+        if (!value) {
+            if (!o->arg) value = "1"; /* a flag */
+            else if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)) {
+                snprintf(err, errlen, "--%s needs a value (%s: %s)", o->name, o->arg, o->help);
+                goto done;
+            } else value = argv[++i];
+        }
+        pairs[n_pairs].o = o;
+        pairs[n_pairs].value = value;
+        n_pairs++;
+    }
+    /* the preset, from the command line or else the config file, comes before any tweak */
+    const arg_pair *preset = NULL;
+    for (int i = 0; i < n_pairs; i++)
+        if (pairs[i].o->set == set_preset) preset = &pairs[i];
+    if (config_path) {
+        size_t len;
+        char e[768];
+        if (fp8t_read_file(config_path, &text, &len, e, sizeof(e)) != 0) {
+            snprintf(err, errlen, "--config: %s", e);
+            goto done;
+        }
+        json = cJSON_Parse(text);
+        if (!cJSON_IsObject(json)) {
+            snprintf(err, errlen, "--config %s: not a JSON object (expected e.g. {\"precision\": "
+                     "\"fp8\", \"overrides\": [\"layers=0,precision=bf16\"]})", config_path);
+            goto done;
+        }
+    }
+    if (preset) {
+        if (set_preset(c, preset->value, err, errlen) != 0) goto done;
+        model_set = 1;
+    }
+    if (json) {
+        char e[768];
+        if (apply_json_object(c, json, preset != NULL, &model_set, e, sizeof(e)) != 0) {
+            snprintf(err, errlen, "--config %s: %s", config_path, e);
+            goto done;
+        }
+    }
+    {
+        char e[512];
+        if (fp8t_policy_apply_env(&c->policy, e, sizeof(e)) != 0) {
+            snprintf(err, errlen, "environment: %s", e);
+            goto done;
+        }
+    }
+    for (int i = 0; i < n_pairs; i++) {
+        if (pairs[i].o->set == set_preset) continue;
+        if (pairs[i].o->is_model) model_set = 1;
+        if (opt_set(pairs[i].o, c, pairs[i].value, err, errlen) != 0) goto done;
+    }
+    if (c->resume[0] && !model_set && adopt_checkpoint_model(c, err, errlen) != 0) goto done;
+    rc = fp8t_train_config_check(c, err, errlen);
+done:
+    cJSON_Delete(json);
+    free(text);
+    free(pairs);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- help */
+
+void fp8t_train_options_help(FILE *f) {
+    fp8t_train_config d;
+    fp8t_train_config_default(&d);
+    const char *group = NULL;
+    fprintf(f, "usage: fp8train train [options]\n\n"
+               "Trains a model and writes OUT/config.json, metrics.jsonl, events.jsonl and\n"
+               "checkpoints/step_NNNNNN/. Options may also come from --config FILE (a JSON\n"
+               "object with the same names, e.g. {\"precision\": \"fp8\", \"overrides\":\n"
+               "[\"layers=0,precision=bf16\"]}; a run's config.json is one) and from the\n"
+               "environment (FP8TRAIN_PRECISION, FP8TRAIN_FPROP/_DGRAD/_WGRAD=bf16|...).\n"
+               "Precedence: config file < environment < command line.\n");
+    for (int i = 0; i < N_OPTIONS; i++) {
+        const opt *o = &OPTIONS[i];
+        if (!group || strcmp(o->group, group) != 0) {
+            group = o->group;
+            fprintf(f, "\n%s:\n", group);
+            if (!strcmp(group, G_MODEL))
+                fprintf(f, "  %-28s %s\n", "--config FILE", "JSON file of options (see above)");
+        }
+        char lhs[64], def[256];
+        snprintf(lhs, sizeof(lhs), "--%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+        opt_get(o, &d, def, sizeof(def));
+        if (o->type == OT_FLAG) snprintf(def, sizeof(def), "off");
+        else if (!def[0]) snprintf(def, sizeof(def), "none");
+        if (o->set == set_override) snprintf(def, sizeof(def), "none");
+        if (strlen(lhs) > 28) fprintf(f, "  %s\n  %-28s %s (default %s)\n", lhs, "", o->help, def);
+        else fprintf(f, "  %-28s %s (default %s)\n", lhs, o->help, def);
+    }
+    fprintf(f, "\nModel options after --preset change the preset's values; --seq-len must not\n"
+               "exceed the model's --max-seq-len. With --resume and no model option, the model\n"
+               "is the checkpoint's. Exit status: 0 done, 2 bad usage, 3 stopped by a NaN/Inf.\n");
+}

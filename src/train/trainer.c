@@ -1,0 +1,580 @@
+/* The training loop: setup (everything that can fail is checked before anything is written),
+ * then per optimizer step: grad_accum micro-batches of forward + backward, gradient norm,
+ * AdamW with clipping on the warmup + cosine schedule, the FP8 scale update, validation,
+ * metrics, detectors (NaN, spike, drift, shadow BF16) and checkpoints. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "fp8train/checkpoint.h"
+#include "fp8train/io.h"
+#include "fp8train/train_options.h"
+#include "train/trainer_internal.h"
+
+#define MAX_ROLLBACKS 10
+
+double trainer_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- the model hook */
+
+/* The one hook: fault injection first (it may change the tensor the others then see), NaN
+ * provenance, then statistics. */
+static void trainer_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *site, float *x) {
+    trainer *t = ctx;
+    if (t->injector) fp8t_injector_observe(t->injector, m, site, x);
+    if (t->track_nan) fp8t_nan_tracker_observe(t->nan, m, site, x);
+    if (t->inspector && t->hook_inspect) fp8t_inspector_observe(t->inspector, m, site, x);
+}
+
+/* Install the hook only while something listens: a hooked model takes a slower Wgrad path. */
+static void update_hook(trainer *t) {
+    int on = t->injector || (t->inspector && t->hook_inspect) || t->track_nan;
+    fp8t_model_set_hook(t->model, on ? trainer_hook : NULL, t);
+}
+
+/* ---------------------------------------------------------------- evaluation model */
+
+/* Point the evaluation model at the trained model's current weights and FP8 state, running
+ * `policy`. Its own amax recording and weight caches stay its own. */
+static int eval_prepare(trainer *t, const fp8t_policy *policy, char *err, size_t errlen) {
+    if (!t->eval) {
+        t->eval = fp8t_model_create(t->be, &t->cfg.model, policy, t->B, t->T, err, errlen);
+        if (!t->eval) return -1;
+    }
+    fp8t_model_end_step(t->eval); /* drops its cached FP8 weights; its state is replaced below */
+    fp8t_model_set_policy(t->eval, policy);
+    const fp8t_backend_ops *ops = t->be->ops;
+    ops->copy(t->be, fp8t_model_params(t->eval), fp8t_model_params(t->model),
+              fp8t_model_num_params(t->model) * sizeof(float));
+    size_t nst = fp8t_recipe_state_floats(fp8t_model_fp8_count(t->model),
+                                          fp8t_model_fp8_history_len(t->model));
+    ops->copy(t->be, fp8t_model_fp8_state(t->eval), fp8t_model_fp8_state(t->model),
+              nst * sizeof(float));
+    return 0;
+}
+
+/* Mean loss over the fixed validation micro-batches 0..val_batches-1. */
+static float validate(trainer *t, char *err, size_t errlen) {
+    if (eval_prepare(t, fp8t_model_get_policy(t->model), err, errlen) != 0) return NAN;
+    const size_t n = (size_t)t->B * t->T;
+    int *tok = malloc(2 * n * sizeof(int)); /* [B*T] tokens, then [B*T] targets */
+    if (!tok) return NAN;
+    double sum = 0;
+    for (int j = 0; j < t->cfg.val_batches; j++) {
+        fp8t_data_batch(t->val, tok, tok + n, (uint64_t)j);
+        sum += fp8t_model_forward(t->eval, tok, tok + n);
+    }
+    free(tok);
+    return (float)(sum / t->cfg.val_batches);
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+static int save_checkpoint(trainer *t, int step, float loss, char *err, size_t errlen) {
+    fp8t_checkpoint ck;
+    memset(&ck, 0, sizeof(ck));
+    const fp8t_backend_ops *ops = t->be->ops;
+    ck.step = step;
+    ck.data_position = fp8t_data_position(t->train);
+    ck.seed = t->cfg.seed;
+    ck.loss = loss;
+    ck.model = t->cfg.model;
+    ck.num_params = fp8t_model_num_params(t->model);
+    ck.fp8_n = fp8t_model_fp8_count(t->model);
+    ck.fp8_len = fp8t_model_fp8_history_len(t->model);
+    size_t nst = fp8t_recipe_state_floats(ck.fp8_n, ck.fp8_len);
+    size_t pbytes = ck.num_params * sizeof(float);
+    ck.params = malloc(pbytes);
+    ck.adam_m = malloc(pbytes);
+    ck.adam_v = malloc(pbytes);
+    ck.fp8_state = malloc(nst * sizeof(float));
+    int rc = -1;
+    if (!ck.params || !ck.adam_m || !ck.adam_v || !ck.fp8_state) {
+        snprintf(err, errlen, "out of memory writing a checkpoint");
+        goto done;
+    }
+    ops->to_host(t->be, ck.params, fp8t_model_params(t->model), pbytes);
+    ops->to_host(t->be, ck.adam_m, fp8t_model_adam_m(t->model), pbytes);
+    ops->to_host(t->be, ck.adam_v, fp8t_model_adam_v(t->model), pbytes);
+    ops->to_host(t->be, ck.fp8_state, fp8t_model_fp8_state(t->model), nst * sizeof(float));
+    ck.config_json = fp8t_train_config_to_json(&t->cfg);
+    ck.policy_json = fp8t_policy_to_json(&t->run_policy);
+    char dir[FP8T_TRAIN_PATH_BUF];
+    fp8t_checkpoint_dir(dir, sizeof(dir), t->cfg.out_dir, step);
+    if (fp8t_checkpoint_save(dir, &ck, err, errlen) != 0) goto done;
+    fp8t_checkpoint_prune(t->cfg.out_dir, t->cfg.keep_ckpts);
+    snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", dir);
+    rc = 0;
+done:
+    fp8t_checkpoint_free(&ck);
+    return rc;
+}
+
+/* Did the checkpoint's state use the hybrid format (E5M2 gradients)? Read from fmt_max of the
+ * first dY tensor, which the state carries. */
+static int checkpoint_hybrid(const fp8t_checkpoint *ck) {
+    if (ck->fp8_n < 3) return -1;
+    const float *fmt_max = ck->fp8_state + (size_t)(ck->fp8_len + 2) * ck->fp8_n;
+    return fmt_max[FP8T_ROLE_DY] == FP8_E5M2_MAX;
+}
+
+/* Can the checkpoint's FP8 state be loaded into this run's model as it is? */
+static int fp8_state_compatible(const trainer *t, const fp8t_checkpoint *ck) {
+    return !t->cfg.resume_reset_fp8 && ck->fp8_len == t->cfg.policy.history_len &&
+           ck->fp8_n == 3 * fp8t_model_num_linears(&t->cfg.model) && checkpoint_hybrid(ck) >= 0;
+}
+
+/* Copy a loaded checkpoint into the model (whose weight caches must be invalid: a fresh model
+ * or one right after fp8t_model_end_step). */
+static void load_into_model(trainer *t, const fp8t_checkpoint *ck, int with_fp8) {
+    const fp8t_backend_ops *ops = t->be->ops;
+    size_t pbytes = ck->num_params * sizeof(float);
+    ops->to_device(t->be, fp8t_model_params(t->model), ck->params, pbytes);
+    ops->to_device(t->be, fp8t_model_adam_m(t->model), ck->adam_m, pbytes);
+    ops->to_device(t->be, fp8t_model_adam_v(t->model), ck->adam_v, pbytes);
+    if (with_fp8)
+        ops->to_device(t->be, fp8t_model_fp8_state(t->model), ck->fp8_state,
+                       fp8t_recipe_state_floats(ck->fp8_n, ck->fp8_len) * sizeof(float));
+    ops->synchronize(t->be);
+    fp8t_data_set_position(t->train, ck->data_position);
+}
+
+/* Shadow rollback: back to the newest checkpoint of this run. */
+static int rollback(trainer *t, int *step, char *err, size_t errlen) {
+    fp8t_checkpoint ck;
+    if (fp8t_checkpoint_load(t->last_ckpt, &t->cfg.model, &ck, err, errlen) != 0) return -1;
+    fp8t_model_end_step(t->model); /* invalidates the weight caches before the weights change */
+    load_into_model(t, &ck, ck.fp8_len == fp8t_model_fp8_history_len(t->model));
+    *step = ck.step;
+    fp8t_checkpoint_free(&ck);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- NaN / Inf */
+
+/* The step's loss or gradients went non-finite before the optimizer update, so the weights
+ * are still those the step started from: re-run its micro-batches with the NaN tracker in the
+ * hook to name the first GEMM tensor that went non-finite. */
+static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro, float bad_loss) {
+    char where[256] = "";
+    t->track_nan = 1;
+    int inspect = t->hook_inspect;
+    t->hook_inspect = 0; /* the statistics of this step were written on the first pass */
+    update_hook(t);
+    fp8t_nan_tracker_begin_step(t->nan, step);
+    if (t->injector) fp8t_injector_begin_step(t->injector, step);
+    fp8t_data_set_position(t->train, pos0);
+    fp8t_model_zero_grad(t->model);
+    int last = bad_micro >= 0 ? bad_micro : t->accum - 1;
+    for (int j = 0; j <= last; j++) {
+        fp8t_data_next(t->train, t->tokens, t->targets);
+        fp8t_model_forward(t->model, t->tokens, t->targets);
+        if (fp8t_nan_tracker_first(t->nan, where, sizeof(where))) break;
+        fp8t_model_backward(t->model, 1.0f / (float)t->accum);
+        if (fp8t_nan_tracker_first(t->nan, where, sizeof(where))) break;
+    }
+    t->track_nan = 0;
+    t->hook_inspect = inspect;
+    update_hook(t);
+    char msg[768], extra[FP8T_TRAIN_PATH_BUF + 128];
+    const char *what = bad_micro >= 0 ? "loss" : "gradient norm";
+    if (where[0])
+        snprintf(msg, sizeof(msg), "non-finite %s at step %d; first non-finite tensor: %s", what,
+                 step, where);
+    else
+        snprintf(msg, sizeof(msg), "non-finite %s at step %d; every GEMM tensor was finite, so it "
+                 "arose outside the linear layers (softmax / cross-entropy, a norm, attention or "
+                 "the embedding)", what, step);
+    if (t->last_ckpt[0])
+        snprintf(extra, sizeof(extra), ",\"micro_batch\":%d,\"tensor\":\"%s\",\"last_checkpoint\":\"%s\"",
+                 bad_micro, where, t->last_ckpt);
+    else
+        snprintf(extra, sizeof(extra), ",\"micro_batch\":%d,\"tensor\":\"%s\"", bad_micro, where);
+    runlog_event(t, step, "nan", msg, extra);
+    (void)bad_loss;
+    if (t->last_ckpt[0])
+        fprintf(stderr, "fp8train: stopped; the last good checkpoint is %s (resume it, e.g. with "
+                "--precision bf16, for a recovery experiment)\n", t->last_ckpt);
+    else
+        fprintf(stderr, "fp8train: stopped; no checkpoint was written before the NaN "
+                "(use --ckpt-every N)\n");
+}
+
+/* ---------------------------------------------------------------- progress */
+
+static void format_duration(char *buf, size_t len, double s) {
+    if (!isfinite(s) || s < 0) s = 0;
+    long sec = (long)(s + 0.5);
+    if (sec >= 3600) snprintf(buf, len, "%ldh%02ldm", sec / 3600, (sec / 60) % 60);
+    else snprintf(buf, len, "%ldm%02lds", sec / 60, sec % 60);
+}
+
+static void print_progress(trainer *t, const step_record *r) {
+    char eta[32], val[32] = "";
+    int done = r->step - t->start_step, left = t->cfg.steps - r->step;
+    double per_step = done > 0 ? (trainer_now() - t->t0) / done : 0;
+    format_duration(eta, sizeof(eta), per_step * left);
+    if (isfinite(t->last_val)) snprintf(val, sizeof(val), " | val %.4f", t->last_val);
+    printf("step %*d/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.3f s/step | ETA %s%s\n",
+           (int)snprintf(NULL, 0, "%d", t->cfg.steps), r->step, t->cfg.steps, r->loss, val, r->lr,
+           r->tokens_per_s, per_step, eta, r->fallback ? " | BF16 fallback" : "");
+    fflush(stdout);
+}
+
+static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_note) {
+    const fp8t_model_config *m = &t->cfg.model;
+    printf("fp8train %s: training %s (%s, %d layers, C=%d, %d heads, V=%d, %.2fM parameters) "
+           "on %s\n", FP8T_VERSION, t->cfg.preset, fp8t_arch_name(m->arch), m->n_layer, m->n_embd,
+           m->n_head, m->vocab_size, fp8t_model_num_params(t->model) / 1e6, t->be->name);
+    printf("data: %s\n", fp8t_data_describe(t->train));
+    printf("batch: B=%d T=%d grad_accum=%d (%d tokens per step), steps %d..%d, lr %g "
+           "(warmup %d, cosine to %g)\n", t->B, t->T, t->accum, t->B * t->T * t->accum,
+           t->start_step + 1, t->cfg.steps, t->cfg.lr, t->cfg.warmup,
+           t->cfg.lr * t->cfg.min_lr_frac);
+    char desc[8192];
+    fp8t_policy_describe(&t->run_policy, desc, sizeof(desc));
+    printf("precision policy:\n%s%s", desc, desc[0] && desc[strlen(desc) - 1] == '\n' ? "" : "\n");
+    if (ck) printf("resumed from %s at step %d; %s\n", t->cfg.resume, ck->step, fp8_note);
+    printf("out: %s\n", t->cfg.out_dir);
+    fflush(stdout);
+}
+
+/* ---------------------------------------------------------------- setup / teardown */
+
+static void trainer_free(trainer *t) {
+    runlog_close(t);
+    /* the instruments hold backend memory: before the backend goes */
+    fp8t_inspector_destroy(t->inspector);
+    fp8t_injector_destroy(t->injector);
+    fp8t_nan_tracker_destroy(t->nan);
+    fp8t_model_destroy(t->eval);
+    fp8t_model_destroy(t->model);
+    fp8t_backend_destroy(t->be);
+    fp8t_data_close(t->train);
+    fp8t_data_close(t->val);
+    free(t->tokens);
+    free(t->targets);
+    spike_free(&t->spike);
+    drift_free(&t->drift);
+}
+
+/* A fresh run owns its directory: logs and checkpoints of an earlier run there would be mixed
+ * with this one's. */
+static void clear_previous_run(const char *out_dir) {
+    char p[FP8T_TRAIN_PATH_BUF];
+    if (fp8t_fmt(p, sizeof(p), "%s/checkpoints", out_dir) == 0) {
+        struct stat st;
+        if (stat(p, &st) == 0) {
+            fprintf(stderr, "fp8train: removing checkpoints of an earlier run in %s\n", p);
+            fp8t_rmtree(p);
+        }
+    }
+    if (fp8t_fmt(p, sizeof(p), "%s/stats.jsonl", out_dir) == 0) remove(p);
+}
+
+static int write_config(trainer *t, char *err, size_t errlen) {
+    char path[FP8T_TRAIN_PATH_BUF];
+    if (fp8t_fmt(path, sizeof(path), "%s/config.json", t->cfg.out_dir) != 0) {
+        snprintf(err, errlen, "--out path too long");
+        return -1;
+    }
+    char *json = fp8t_train_config_to_json(&t->cfg);
+    int rc = fp8t_write_file_atomic(path, json, strlen(json), err, errlen);
+    free(json);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the run */
+
+int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *err,
+                   size_t errlen) {
+    trainer *t = calloc(1, sizeof(*t));
+    fp8t_checkpoint ck;
+    memset(&ck, 0, sizeof(ck));
+    int have_ck = 0, rc = -1;
+    memset(res, 0, sizeof(*res));
+    res->reason = FP8T_STOP_ERROR;
+    res->last_loss = res->last_val_loss = NAN;
+    if (!t) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    t->cfg = *cfg;
+    t->last_val = NAN;
+    if (fp8t_train_config_check(&t->cfg, err, errlen) != 0) goto done;
+    t->B = t->cfg.batch;
+    t->T = t->cfg.seq_len;
+    t->accum = t->cfg.grad_accum;
+    t->run_policy = t->cfg.policy;
+    t->bf16_policy = t->cfg.policy;
+    t->bf16_policy.default_precision = FP8T_PREC_BF16;
+    t->bf16_policy.head_precision = FP8T_PREC_BF16;
+    t->bf16_policy.n_overrides = 0;
+    t->shadow_action = fp8t_shadow_action_parse(t->cfg.shadow_action, &t->fallback_steps);
+    spike_init(&t->spike, t->cfg.spike_window, t->cfg.spike_z);
+
+    /* 1. everything that can be wrong with the inputs, before anything is written */
+    const int V = t->cfg.model.vocab_size;
+    t->train = fp8t_data_open(t->cfg.data, t->cfg.val_data, FP8T_SPLIT_TRAIN, t->B, t->T, V,
+                              t->cfg.seed, err, errlen);
+    if (!t->train) goto done;
+    if (t->cfg.val_every > 0) {
+        t->val = fp8t_data_open(t->cfg.data, t->cfg.val_data, FP8T_SPLIT_VAL, t->B, t->T, V,
+                                t->cfg.seed, err, errlen);
+        if (!t->val) goto done;
+    }
+    if (t->cfg.inject[0]) {
+        char e[768];
+        t->injector = fp8t_injector_create(t->cfg.inject, e, sizeof(e));
+        if (!t->injector) {
+            snprintf(err, errlen, "--inject: %s", e);
+            goto done;
+        }
+    }
+    if (t->cfg.resume[0]) {
+        char e[1536];
+        if (fp8t_checkpoint_load(t->cfg.resume, &t->cfg.model, &ck, e, sizeof(e)) != 0) {
+            snprintf(err, errlen, "--resume: %s", e);
+            goto done;
+        }
+        have_ck = 1;
+        if (ck.step >= t->cfg.steps) {
+            snprintf(err, errlen, "--resume %s is at step %d, but --steps %d is not beyond it "
+                     "(--steps counts from the start of training)", t->cfg.resume, ck.step,
+                     t->cfg.steps);
+            goto done;
+        }
+        t->start_step = ck.step;
+    }
+    if (t->cfg.baseline[0] &&
+        drift_load(&t->drift, t->cfg.baseline, t->start_step + 1, err, errlen) != 0)
+        goto done;
+    t->be = fp8t_backend_create(t->cfg.device, err, errlen);
+    if (!t->be) goto done;
+    /* A checkpoint's FP8 state is loaded in the format it was written in; set_policy then
+     * converts it when this run uses the other format (a recovery experiment may change it). */
+    const int load_fp8 = have_ck && fp8_state_compatible(t, &ck);
+    fp8t_policy create_policy = t->run_policy;
+    if (load_fp8) create_policy.hybrid = checkpoint_hybrid(&ck);
+    {
+        char e[768];
+        t->model = fp8t_model_create(t->be, &t->cfg.model, &create_policy, t->B, t->T, e, sizeof(e));
+        if (!t->model) {
+            snprintf(err, errlen, "cannot create the model: %s", e);
+            goto done;
+        }
+    }
+    t->tokens = malloc((size_t)t->B * t->T * sizeof(int));
+    t->targets = malloc((size_t)t->B * t->T * sizeof(int));
+    t->nan = fp8t_nan_tracker_create();
+    if (!t->tokens || !t->targets || !t->nan) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+
+    /* 2. the run directory */
+    if (!have_ck) clear_previous_run(t->cfg.out_dir);
+    if (t->cfg.inspect[0]) {
+        char e[768];
+        t->inspector = fp8t_inspector_create(t->cfg.inspect, t->cfg.out_dir, e, sizeof(e));
+        if (!t->inspector) {
+            snprintf(err, errlen, "--inspect: %s", e);
+            goto done;
+        }
+        t->hook_inspect = 1;
+    }
+    if (fp8t_mkdirs(t->cfg.out_dir, err, errlen) != 0 || write_config(t, err, errlen) != 0 ||
+        runlog_open(t, t->start_step, err, errlen) != 0)
+        goto done;
+
+    /* 3. weights: fresh or from the checkpoint */
+    const char *fp8_note = "";
+    char note[512];
+    if (have_ck) {
+        load_into_model(t, &ck, load_fp8);
+        if (load_fp8) {
+            fp8t_model_set_policy(t->model, &t->run_policy);
+            fp8_note = "FP8 scaling state restored";
+        } else if (t->cfg.resume_reset_fp8) {
+            fp8_note = "FP8 scaling state reset (--reset-fp8)";
+        } else {
+            snprintf(note, sizeof(note), "FP8 scaling state reset: the checkpoint's amax history "
+                     "has length %d and this run's --amax-history is %d (resume with "
+                     "--amax-history %d to carry it over)", ck.fp8_len,
+                     t->cfg.policy.history_len, ck.fp8_len);
+            fp8_note = note;
+            fprintf(stderr, "fp8train: %s\n", note);
+        }
+        snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", t->cfg.resume);
+    } else {
+        fp8t_model_init_weights(t->model, t->cfg.seed);
+    }
+    if (!t->cfg.quiet) print_banner(t, have_ck ? &ck : NULL, fp8_note);
+    if (have_ck) {
+        fp8t_checkpoint_free(&ck);
+        have_ck = 0;
+    }
+    update_hook(t);
+
+    /* 4. the loop */
+    res->reason = FP8T_STOP_DONE;
+    t->t0 = trainer_now();
+    const double tokens_per_step = (double)t->B * t->T * t->accum;
+    for (int step = t->start_step + 1; step <= t->cfg.steps; step++) {
+        /* precision of this step: the policy, or BF16 after a shadow alarm */
+        int want_bf16 = t->fallback_left > 0 || step <= t->bf16_until;
+        if (want_bf16 != t->in_bf16) {
+            fp8t_model_set_policy(t->model, want_bf16 ? &t->bf16_policy : &t->run_policy);
+            t->in_bf16 = want_bf16;
+            if (!want_bf16)
+                runlog_event(t, step, "fallback", "back to the configured precision policy", "");
+        }
+        if (t->injector) fp8t_injector_begin_step(t->injector, step);
+        if (t->inspector) fp8t_inspector_begin_step(t->inspector, step);
+        const double ts = trainer_now();
+        const uint64_t pos0 = fp8t_data_position(t->train);
+        const float lr = fp8t_lr_at(&t->cfg, step);
+        const int shadow_now = t->cfg.shadow_every > 0 && step % t->cfg.shadow_every == 0 &&
+                               !t->in_bf16;
+        float loss0 = NAN, shadow_loss = NAN;
+        double loss_sum = 0;
+        int bad_micro = -1;
+        fp8t_model_zero_grad(t->model);
+        for (int j = 0; j < t->accum; j++) {
+            fp8t_data_next(t->train, t->tokens, t->targets);
+            float l = fp8t_model_forward(t->model, t->tokens, t->targets);
+            if (!isfinite(l) && t->cfg.detect_nan) {
+                bad_micro = j;
+                break;
+            }
+            if (j == 0) {
+                loss0 = l;
+                if (shadow_now) {
+                    /* the same batch and weights, all GEMMs in BF16, on the evaluation model */
+                    if (eval_prepare(t, &t->bf16_policy, err, errlen) != 0) {
+                        res->reason = FP8T_STOP_ERROR;
+                        goto done;
+                    }
+                    shadow_loss = fp8t_model_forward(t->eval, t->tokens, t->targets);
+                }
+            }
+            fp8t_model_backward(t->model, 1.0f / (float)t->accum);
+            loss_sum += l;
+        }
+        float norm = bad_micro < 0 ? fp8t_model_grad_norm(t->model) : NAN;
+        if (t->cfg.detect_nan && (bad_micro >= 0 || !isfinite(norm))) {
+            if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
+            nan_stop(t, step, pos0, bad_micro, NAN);
+            step_record r = {.step = step, .loss = NAN, .nonfinite = 1, .lr = lr,
+                             .grad_norm = norm, .tokens_per_s = NAN,
+                             .elapsed_s = trainer_now() - t->t0, .val_loss = NAN,
+                             .shadow_loss = NAN, .shadow_gap = NAN, .drift_gap = NAN,
+                             .fallback = t->in_bf16,
+                             .precision = fp8t_precision_name(
+                                 fp8t_model_get_policy(t->model)->default_precision)};
+            runlog_metrics(t, &r);
+            res->reason = FP8T_STOP_NAN;
+            res->last_step = step - 1;
+            break;
+        }
+        fp8t_model_adamw(t->model, lr, t->cfg.beta1, t->cfg.beta2, t->cfg.adam_eps,
+                         t->cfg.weight_decay, step, t->cfg.grad_clip, norm);
+        if (t->injector) fp8t_injector_before_scale_update(t->injector, t->model, step);
+        fp8t_model_end_step(t->model);
+        if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
+        const float loss = (float)(loss_sum / t->accum);
+        const double step_s = trainer_now() - ts;
+        t->train_seconds += step_s;
+        t->tokens_done += tokens_per_step;
+
+        step_record r = {.step = step, .loss = loss, .nonfinite = !isfinite(loss), .lr = lr,
+                         .grad_norm = norm, .tokens_per_s = tokens_per_step / step_s,
+                         .val_loss = NAN, .shadow_loss = shadow_loss, .shadow_gap = NAN,
+                         .drift_gap = NAN, .fallback = t->in_bf16,
+                         .precision = fp8t_precision_name(
+                             fp8t_model_get_policy(t->model)->default_precision)};
+        if (t->val && (step % t->cfg.val_every == 0 || step == t->cfg.steps)) {
+            r.val_loss = validate(t, err, errlen);
+            t->last_val = r.val_loss;
+            res->last_val_loss = r.val_loss;
+        }
+        if (isfinite(shadow_loss)) r.shadow_gap = fabsf(loss0 - shadow_loss) / shadow_loss;
+        r.drift_gap = drift_observe(t, step, loss);
+        r.elapsed_s = trainer_now() - t->t0;
+        runlog_metrics(t, &r);
+        spike_observe(t, step, loss);
+        res->last_step = step;
+        res->last_loss = loss;
+
+        /* shadow BF16 judgement */
+        int do_rollback = 0;
+        if (isfinite(r.shadow_gap) && r.shadow_gap > t->cfg.shadow_threshold) {
+            char msg[FP8T_TRAIN_PATH_BUF + 512], extra[160];
+            snprintf(extra, sizeof(extra), ",\"loss\":%.9g,\"shadow_loss\":%.9g,\"gap\":%.6g",
+                     loss0, shadow_loss, r.shadow_gap);
+            snprintf(msg, sizeof(msg), "FP8 loss %.4f vs BF16 %.4f on the same batch: gap %.2f%% "
+                     "> %.2f%%", loss0, shadow_loss, 100 * r.shadow_gap,
+                     100 * t->cfg.shadow_threshold);
+            if (t->shadow_action == 1) {
+                t->fallback_left = t->fallback_steps;
+                size_t n = strlen(msg);
+                snprintf(msg + n, sizeof(msg) - n, "; running the next %d steps in BF16",
+                         t->fallback_steps);
+                runlog_event(t, step, "fallback", msg, extra);
+            } else if (t->shadow_action == 2 && t->last_ckpt[0] && t->rollbacks < MAX_ROLLBACKS) {
+                size_t n = strlen(msg);
+                snprintf(msg + n, sizeof(msg) - n, "; rolling back to %s and re-running up to "
+                         "step %d in BF16", t->last_ckpt, step);
+                runlog_event(t, step, "rollback", msg, extra);
+                do_rollback = 1;
+            } else {
+                if (t->shadow_action == 2) {
+                    size_t n = strlen(msg);
+                    snprintf(msg + n, sizeof(msg) - n, t->last_ckpt[0]
+                             ? "; too many rollbacks, only warning now"
+                             : "; no checkpoint to roll back to yet (use --ckpt-every)");
+                }
+                runlog_event(t, step, "shadow", msg, extra);
+            }
+        } else if (t->in_bf16 && t->fallback_left > 0) {
+            t->fallback_left--;
+        }
+
+        if ((t->cfg.ckpt_every > 0 && step % t->cfg.ckpt_every == 0) || step == t->cfg.steps) {
+            if (save_checkpoint(t, step, loss, err, errlen) != 0) {
+                res->reason = FP8T_STOP_ERROR;
+                goto done;
+            }
+        }
+        if (!t->cfg.quiet && (step % t->cfg.progress_every == 0 || step == t->cfg.steps ||
+                              step == t->start_step + 1))
+            print_progress(t, &r);
+        if (do_rollback) {
+            int back;
+            if (rollback(t, &back, err, errlen) != 0) {
+                res->reason = FP8T_STOP_ERROR;
+                goto done;
+            }
+            t->rollbacks++;
+            t->bf16_until = step;
+            t->fallback_left = 0;
+            step = back; /* the loop continues at back + 1 */
+        }
+    }
+    res->tokens_per_s = t->train_seconds > 0 ? t->tokens_done / t->train_seconds : 0;
+    rc = 0;
+done:
+    if (rc != 0 && res->reason != FP8T_STOP_ERROR) res->reason = FP8T_STOP_ERROR;
+    res->n_events = t->n_events;
+    if (have_ck) fp8t_checkpoint_free(&ck);
+    trainer_free(t);
+    free(t);
+    return rc;
+}

@@ -1,0 +1,115 @@
+/* The trainer's private state and the pieces it is made of (src/train/trainer*.c, runlog_write.c,
+ * online_detectors.c, schedule.c). */
+#ifndef FP8TRAIN_TRAINER_INTERNAL_H
+#define FP8TRAIN_TRAINER_INTERNAL_H
+
+#include <stdio.h>
+
+#include "fp8train/data.h"
+#include "fp8train/debug.h"
+#include "fp8train/train.h"
+#include "train/train_internal.h"
+
+/* ---- learning rate (schedule.c) ---- */
+/* LR of optimizer step t (1-based): linear warmup over `warmup` steps, then cosine from lr to
+ * lr * min_lr_frac at step `steps`. */
+float fp8t_lr_at(const fp8t_train_config *c, int t);
+
+/* ---- one metrics.jsonl row ---- */
+typedef struct {
+    int step;
+    float loss;            /* training loss (mean over the micro-batches) */
+    int nonfinite;         /* loss or gradient non-finite: "loss": null */
+    float lr, grad_norm;
+    double tokens_per_s, elapsed_s;
+    float val_loss;        /* NaN: not evaluated this step */
+    float shadow_loss, shadow_gap; /* NaN: no shadow this step */
+    double drift_gap;      /* NaN: no baseline at this step */
+    int fallback;          /* the step ran in BF16 because of a shadow fallback */
+    const char *precision; /* "fp8", "bf16", ... */
+} step_record;
+
+/* ---- online detectors (online_detectors.c) ---- */
+typedef struct {
+    fp8t_spike_cfg cfg;
+    double *hist;          /* [cap] last losses, oldest first */
+    int n, cap;
+    int in_spike, spike_step;
+    double recover_below;  /* median + margin of the window before the spike */
+} spike_state;
+
+typedef struct {
+    int n_base;            /* baseline: steps and losses sorted by step */
+    int *base_step;
+    double *base_loss;
+    double *a, *b;         /* aligned baseline / run losses seen so far */
+    int n, cap;
+    int window;
+    int above;             /* currently above the threshold */
+    int first_step;        /* first step of the run (for early / late) */
+} drift_state;
+
+/* ---- the trainer ---- */
+typedef struct {
+    fp8t_train_config cfg;     /* resolved */
+    int B, T, accum;
+    fp8t_backend *be;
+    fp8t_model *model;         /* the model being trained */
+    fp8t_model *eval;          /* validation and shadow forwards: a second model fed copies of
+                                  the weights and FP8 state, so evaluating never touches the
+                                  trained model's amax history or weight caches */
+    fp8t_data *train, *val;
+    int *tokens, *targets;     /* [B*T] host */
+    fp8t_policy run_policy;    /* the configured policy */
+    fp8t_policy bf16_policy;   /* everything in BF16 (shadow, fallback, rollback) */
+    int in_bf16;               /* the model currently runs bf16_policy */
+    /* debugging instruments and the one model hook that drives them */
+    fp8t_inspector *inspector;
+    fp8t_injector *injector;
+    fp8t_nan_tracker *nan;
+    int track_nan;             /* the NaN tracker observes (only while re-running a bad step) */
+    int hook_inspect;          /* the inspector observes */
+    /* logs */
+    FILE *metrics, *events;
+    int n_events;
+    /* detectors */
+    spike_state spike;
+    drift_state drift;
+    int shadow_action, fallback_steps;
+    int fallback_left;         /* steps left to run in BF16 after a shadow alarm */
+    int bf16_until;            /* after a rollback: BF16 up to and including this step */
+    int rollbacks;
+    /* progress */
+    int start_step;            /* 0 or the resumed step */
+    double t0;                 /* wall clock at the first step */
+    double train_seconds;      /* time in training steps (not validation / checkpoints) */
+    double tokens_done;
+    char last_ckpt[FP8T_TRAIN_PATH_BUF]; /* newest good checkpoint ("" none) */
+    float last_val;
+} trainer;
+
+double trainer_now(void);
+
+/* runlog_write.c: metrics.jsonl / events.jsonl. On a fresh run both are emptied; on a resume
+ * into the same directory, the rows after the resumed step are dropped (they belong to the
+ * future the resumed run recomputes) and their losses seed the spike detector. */
+int runlog_open(trainer *t, int resume_step, char *err, size_t errlen);
+void runlog_close(trainer *t);
+void runlog_metrics(trainer *t, const step_record *r);
+/* kind: nan | spike | drift | shadow | fallback | rollback; extra: "" or ",\"key\":value..." */
+void runlog_event(trainer *t, int step, const char *kind, const char *message, const char *extra);
+
+/* online_detectors.c */
+void spike_init(spike_state *s, int window, double z);
+void spike_free(spike_state *s);
+void spike_push(spike_state *s, double loss); /* history only (no judgement) */
+/* Judge and push one step's loss; writes events. */
+void spike_observe(trainer *t, int step, double loss);
+/* Load the baseline run (a directory or its metrics.jsonl). 0 ok, -1 + err. */
+int drift_load(drift_state *d, const char *baseline, int first_step, char *err, size_t errlen);
+void drift_free(drift_state *d);
+/* Smoothed relative gap at this step (NaN when the baseline has no row for it); writes an
+ * event when it crosses the threshold either way. */
+double drift_observe(trainer *t, int step, double loss);
+
+#endif

@@ -1,0 +1,323 @@
+/* Checkpoint files: exact round trip, atomic replacement, pruning, and a clear error (naming
+ * the file) for every kind of damage: missing, truncated or corrupt files, bad JSON, a model
+ * that does not match, files of different checkpoints mixed. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "fp8train/checkpoint.h"
+#include "fp8train/io.h"
+#include "fp8train/recipe.h"
+#include "test.h"
+
+static char root[256];
+
+static fp8t_model_config small_config(void) {
+    fp8t_model_config c = {FP8T_ARCH_GPT2, 2, 16, 2, 8, 32, 64, 10000.0f, 1e-5f};
+    return c;
+}
+
+/* A checkpoint with recognizable contents. */
+static void make_ck(fp8t_checkpoint *ck, int step) {
+    memset(ck, 0, sizeof(*ck));
+    ck->model = small_config();
+    fp8t_model_param_table(&ck->model, NULL, &ck->num_params);
+    ck->step = step;
+    ck->data_position = 123456789012345ULL; /* beyond 2^32: must survive JSON */
+    ck->seed = 18446744073709551557ULL;     /* beyond 2^53 */
+    ck->loss = 3.25f;
+    ck->params = malloc(ck->num_params * sizeof(float));
+    ck->adam_m = malloc(ck->num_params * sizeof(float));
+    ck->adam_v = malloc(ck->num_params * sizeof(float));
+    for (size_t i = 0; i < ck->num_params; i++) {
+        ck->params[i] = (float)i * 1e-3f - 0.5f + (float)step;
+        ck->adam_m[i] = -(float)i * 1e-4f;
+        ck->adam_v[i] = (float)i * 1e-6f + 1e-30f;
+    }
+    ck->fp8_n = 3 * fp8t_model_num_linears(&ck->model);
+    ck->fp8_len = 4;
+    size_t nst = fp8t_recipe_state_floats(ck->fp8_n, ck->fp8_len);
+    ck->fp8_state = malloc(nst * sizeof(float));
+    for (size_t i = 0; i < nst; i++) ck->fp8_state[i] = 0.5f + (float)i;
+    ck->config_json = strdup("{\"precision\":\"fp8\",\"steps\":100}");
+    ck->policy_json = strdup("{\"default\":\"fp8\"}");
+}
+
+static int count_entries(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, prefix, strlen(prefix))) n++;
+    closedir(d);
+    return n;
+}
+
+static void path_of(char *buf, size_t len, const char *dir, const char *file) {
+    snprintf(buf, len, "%s/%s", dir, file);
+}
+
+static void test_round_trip(void) {
+    fp8t_checkpoint ck, back;
+    make_ck(&ck, 7);
+    char dir[512], err[1024];
+    fp8t_checkpoint_dir(dir, sizeof(dir), root, 7);
+    T_ASSERT(fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) == 0, "save: %s", err);
+    fp8t_model_config expect = small_config();
+    T_ASSERT(fp8t_checkpoint_load(dir, &expect, &back, err, sizeof(err)) == 0, "load: %s", err);
+    T_CHECK(back.step == 7 && back.data_position == ck.data_position && back.seed == ck.seed,
+            "step %d position %llu seed %llu", back.step, (unsigned long long)back.data_position,
+            (unsigned long long)back.seed);
+    T_CHECK(back.loss == 3.25f, "loss %g", back.loss);
+    T_CHECK(back.num_params == ck.num_params, "num_params");
+    T_CHECK(!memcmp(back.params, ck.params, ck.num_params * 4) &&
+                !memcmp(back.adam_m, ck.adam_m, ck.num_params * 4) &&
+                !memcmp(back.adam_v, ck.adam_v, ck.num_params * 4),
+            "tensors differ after the round trip");
+    T_CHECK(back.fp8_n == ck.fp8_n && back.fp8_len == 4 &&
+                !memcmp(back.fp8_state, ck.fp8_state,
+                        fp8t_recipe_state_floats(ck.fp8_n, 4) * sizeof(float)),
+            "FP8 state differs");
+    T_CHECK(back.config_json && strstr(back.config_json, "\"steps\":100"), "config: %s", back.config_json);
+    T_CHECK(back.policy_json && strstr(back.policy_json, "fp8"), "policy: %s", back.policy_json);
+    /* the safetensors files are readable with their documented names */
+    char p[600];
+    path_of(p, sizeof(p), dir, "model.safetensors");
+    fp8t_st_file *f;
+    T_ASSERT(fp8t_st_open(&f, p, err, sizeof(err)) == 0, "%s", err);
+    const fp8t_st_tensor *t = fp8t_st_find(f, "h.1.fc1.w");
+    T_CHECK(t && t->ndim == 2 && t->shape[0] == 64 && t->shape[1] == 16, "h.1.fc1.w shape");
+    fp8t_st_close(f);
+    path_of(p, sizeof(p), dir, "optimizer.safetensors");
+    T_ASSERT(fp8t_st_open(&f, p, err, sizeof(err)) == 0, "%s", err);
+    T_CHECK(fp8t_st_find(f, "exp_avg.wte") && fp8t_st_find(f, "exp_avg_sq.lnf.b") && fp8t_st_find(f, "step"),
+            "optimizer tensor names");
+    fp8t_st_close(f);
+    fp8t_checkpoint_free(&back);
+    fp8t_checkpoint_free(&ck);
+}
+
+static void test_replace_is_atomic(void) {
+    fp8t_checkpoint ck, back;
+    char dir[512], parent[512], err[1024];
+    make_ck(&ck, 9);
+    fp8t_checkpoint_dir(dir, sizeof(dir), root, 9);
+    T_ASSERT(fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) == 0, "%s", err);
+    ck.params[0] = 42.0f;
+    T_ASSERT(fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) == 0, "second save: %s", err);
+    T_ASSERT(fp8t_checkpoint_load(dir, NULL, &back, err, sizeof(err)) == 0, "%s", err);
+    T_CHECK(back.params[0] == 42.0f, "the replaced checkpoint was not written");
+    fp8t_checkpoint_free(&back);
+    snprintf(parent, sizeof(parent), "%s/checkpoints", root);
+    T_CHECK(count_entries(parent, ".tmp.") == 0 && count_entries(parent, ".old.") == 0,
+            "temporaries left behind");
+    /* a failed save (inconsistent sizes) leaves neither a step dir nor a temporary */
+    ck.num_params -= 1;
+    fp8t_checkpoint_dir(dir, sizeof(dir), root, 10);
+    T_CHECK(fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) != 0, "inconsistent save accepted");
+    ck.num_params += 1;
+    struct stat st;
+    T_CHECK(stat(dir, &st) != 0, "a failed save left %s", dir);
+    T_CHECK(count_entries(parent, ".tmp.") == 0, "a failed save left a temporary");
+    /* a parent that cannot be created */
+    char blocked[600];
+    snprintf(blocked, sizeof(blocked), "%s/file", root);
+    FILE *fp = fopen(blocked, "w");
+    fclose(fp);
+    snprintf(dir, sizeof(dir), "%s/file/checkpoints/step_000001", root);
+    T_CHECK(fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) != 0 && strlen(err) > 0,
+            "save under a file succeeded");
+    fp8t_checkpoint_free(&ck);
+}
+
+/* Save a fresh checkpoint at step, damage it with `damage`, expect an error containing both
+ * needles. */
+static void expect_damage(int step, void (*damage)(const char *dir), const char *n1,
+                          const char *n2) {
+    fp8t_checkpoint ck, back;
+    char dir[512], err[1536] = "";
+    make_ck(&ck, step);
+    fp8t_checkpoint_dir(dir, sizeof(dir), root, step);
+    if (fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) != 0) {
+        T_FAIL("save: %s", err);
+        fp8t_checkpoint_free(&ck);
+        return;
+    }
+    damage(dir);
+    fp8t_model_config expect = small_config();
+    int rc = fp8t_checkpoint_load(dir, &expect, &back, err, sizeof(err));
+    T_CHECK(rc != 0, "damaged checkpoint loaded");
+    if (getenv("SHOW_ERRORS")) printf("    %s\n", err);
+    T_CHECK(strstr(err, n1) && (!n2 || strstr(err, n2)), "error lacks '%s'/'%s': %s", n1,
+            n2 ? n2 : "", err);
+    T_CHECK(back.params == NULL, "buffers left after a failed load");
+    fp8t_checkpoint_free(&ck);
+}
+
+static void rm_optimizer(const char *dir) {
+    char p[600];
+    path_of(p, sizeof(p), dir, "optimizer.safetensors");
+    remove(p);
+}
+static void rm_state(const char *dir) {
+    char p[600];
+    path_of(p, sizeof(p), dir, "state.json");
+    remove(p);
+}
+static void truncate_model(const char *dir) {
+    char p[600];
+    path_of(p, sizeof(p), dir, "model.safetensors");
+    struct stat st;
+    stat(p, &st);
+    if (truncate(p, st.st_size / 2) != 0) perror("truncate");
+}
+static void corrupt_fp8_header(const char *dir) {
+    char p[600];
+    path_of(p, sizeof(p), dir, "fp8_meta.safetensors");
+    FILE *f = fopen(p, "r+b");
+    fseek(f, 8, SEEK_SET);
+    fwrite("#garbage#", 1, 9, f);
+    fclose(f);
+}
+static void bad_json(const char *dir) {
+    char p[600];
+    path_of(p, sizeof(p), dir, "state.json");
+    FILE *f = fopen(p, "w");
+    fputs("{\"format\": \"fp8train-checkpoint\", \"step\": ", f);
+    fclose(f);
+}
+/* model.safetensors of another model (wider) under the same state.json */
+static void other_model(const char *dir) {
+    fp8t_checkpoint ck;
+    make_ck(&ck, 1);
+    ck.model.n_embd = 32;
+    ck.model.mlp_hidden = 128;
+    free(ck.params);
+    free(ck.adam_m);
+    free(ck.adam_v);
+    fp8t_model_param_table(&ck.model, NULL, &ck.num_params);
+    ck.params = calloc(ck.num_params, sizeof(float));
+    ck.adam_m = calloc(ck.num_params, sizeof(float));
+    ck.adam_v = calloc(ck.num_params, sizeof(float));
+    char other[600], err[512], src[700], dst[700];
+    snprintf(other, sizeof(other), "%s/other_model", root);
+    if (fp8t_checkpoint_save(other, &ck, err, sizeof(err)) != 0) printf("save: %s\n", err);
+    snprintf(src, sizeof(src), "%s/model.safetensors", other);
+    snprintf(dst, sizeof(dst), "%s/model.safetensors", dir);
+    rename(src, dst);
+    fp8t_rmtree(other);
+    fp8t_checkpoint_free(&ck);
+}
+/* optimizer.safetensors of another step */
+static void other_step(const char *dir) {
+    fp8t_checkpoint ck;
+    make_ck(&ck, 3);
+    char other[600], err[512], src[700], dst[700];
+    snprintf(other, sizeof(other), "%s/other_step", root);
+    if (fp8t_checkpoint_save(other, &ck, err, sizeof(err)) != 0) printf("save: %s\n", err);
+    snprintf(src, sizeof(src), "%s/optimizer.safetensors", other);
+    snprintf(dst, sizeof(dst), "%s/optimizer.safetensors", dir);
+    rename(src, dst);
+    fp8t_rmtree(other);
+    fp8t_checkpoint_free(&ck);
+}
+
+static void test_missing_file(void) { expect_damage(20, rm_optimizer, "optimizer.safetensors", "missing"); }
+static void test_missing_state(void) { expect_damage(21, rm_state, "state.json", "cannot read"); }
+static void test_truncated(void) { expect_damage(22, truncate_model, "model.safetensors", "resume from another"); }
+static void test_corrupt_header(void) { expect_damage(23, corrupt_fp8_header, "fp8_meta.safetensors", NULL); }
+static void test_bad_json(void) { expect_damage(24, bad_json, "state.json", "not valid JSON"); }
+static void test_shape_mismatch(void) { expect_damage(25, other_model, "tensor 'wte' is F32 [32, 32]", "needs F32 [32, 16]"); }
+static void test_mixed_files(void) { expect_damage(26, other_step, "optimizer step 3", "state.json step 26"); }
+
+static void test_model_mismatch_and_missing_dir(void) {
+    fp8t_checkpoint ck, back;
+    char dir[512], err[1536];
+    make_ck(&ck, 30);
+    fp8t_checkpoint_dir(dir, sizeof(dir), root, 30);
+    T_ASSERT(fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) == 0, "%s", err);
+    fp8t_model_config other = small_config();
+    other.n_layer = 3;
+    T_CHECK(fp8t_checkpoint_load(dir, &other, &back, err, sizeof(err)) != 0, "wrong model accepted");
+    T_CHECK(strstr(err, "n_layer") && strstr(err, "--layers") && strstr(err, "checkpoint"), "%s", err);
+    char missing[600];
+    snprintf(missing, sizeof(missing), "%s/checkpoints/step_999999", root);
+    T_CHECK(fp8t_checkpoint_load(missing, NULL, &back, err, sizeof(err)) != 0 &&
+                strstr(err, "step_999999") && strstr(err, "not a directory"),
+            "missing dir: %s", err);
+    fp8t_checkpoint_free(&ck);
+}
+
+static void test_prune_and_latest(void) {
+    char out[512], dir[600], err[512];
+    snprintf(out, sizeof(out), "%s/prune", root);
+    fp8t_checkpoint ck;
+    make_ck(&ck, 0);
+    int steps[] = {5, 10, 15, 20, 100};
+    for (int i = 0; i < 5; i++) {
+        ck.step = steps[i];
+        fp8t_checkpoint_dir(dir, sizeof(dir), out, steps[i]);
+        T_ASSERT(fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) == 0, "%s", err);
+    }
+    /* a temporary left by a crash */
+    snprintf(dir, sizeof(dir), "%s/checkpoints/.tmp.step_000200.99999", out);
+    fp8t_mkdirs(dir, err, sizeof(err));
+    char latest[700];
+    T_CHECK(fp8t_checkpoint_latest(out, latest, sizeof(latest)) == 100 &&
+                strstr(latest, "step_000100"),
+            "latest: %s", latest);
+    int removed = fp8t_checkpoint_prune(out, 2);
+    T_CHECK(removed == 3, "removed %d", removed);
+    snprintf(dir, sizeof(dir), "%s/checkpoints", out);
+    T_CHECK(count_entries(dir, "step_") == 2 && count_entries(dir, ".tmp.") == 0, "after prune");
+    fp8t_checkpoint_dir(latest, sizeof(latest), out, 20);
+    struct stat st;
+    T_CHECK(stat(latest, &st) == 0, "step 20 pruned");
+    T_CHECK(fp8t_checkpoint_latest("/nonexistent/dir", latest, sizeof(latest)) == -1, "latest of nothing");
+    fp8t_checkpoint_free(&ck);
+}
+
+static void test_model_config_json(void) {
+    fp8t_model_config c = small_config(), d;
+    c.arch = FP8T_ARCH_LLAMA;
+    c.rope_theta = 500000.0f;
+    char *j = fp8t_model_config_to_json(&c), err[512];
+    T_ASSERT(fp8t_model_config_from_json(&d, j, err, sizeof(err)) == 0, "%s", err);
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) == 0, "round trip differs: %s", err);
+    free(j);
+    T_CHECK(fp8t_model_config_from_json(&d, "{\"arch\":\"gpt3\"}", err, sizeof(err)) != 0 &&
+                strstr(err, "gpt3"),
+            "bad arch: %s", err);
+    T_CHECK(fp8t_model_config_from_json(&d, "{\"arch\":\"gpt2\",\"n_layer\":2}", err, sizeof(err)) != 0 &&
+                strstr(err, "n_embd"),
+            "missing field: %s", err);
+    d = c;
+    d.n_head = 4;
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "--heads"), "%s", err);
+}
+
+int main(void) {
+    t_suite = "checkpoint";
+    snprintf(root, sizeof(root), "/tmp/fp8t_test_ckpt_%d", (int)getpid());
+    fp8t_rmtree(root);
+    mkdir(root, 0777);
+    T_RUN(test_round_trip);
+    T_RUN(test_replace_is_atomic);
+    T_RUN(test_missing_file);
+    T_RUN(test_missing_state);
+    T_RUN(test_truncated);
+    T_RUN(test_corrupt_header);
+    T_RUN(test_bad_json);
+    T_RUN(test_shape_mismatch);
+    T_RUN(test_mixed_files);
+    T_RUN(test_model_mismatch_and_missing_dir);
+    T_RUN(test_prune_and_latest);
+    T_RUN(test_model_config_json);
+    fp8t_rmtree(root);
+    T_MAIN_END();
+}
