@@ -82,13 +82,6 @@ static inline void rope_grad(float *dst, const float *g, const float *tab, int t
 
 /* ---- row kernels of the softmax (vectorized: these loops are most of the non-GEMM time) */
 
-static float row_max(const float *x, int n) {
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-    return mx;
-}
-
 /* x = exp(x - sub); returns the sum (in a fixed, compile-time order) */
 static float row_exp_sum(float *x, int n, float sub) {
     float sum = 0.0f;
@@ -170,7 +163,7 @@ void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, const float 
                 for (int qi = 0; qi < nq; qi++) {
                     float *srow = S + (size_t)qi * kend;
                     int nk = t0 + qi + 1; /* causal: keys 0..t */
-                    float mx = row_max(srow, nk);
+                    float mx = cpu_row_max(srow, nk);
                     float sum = row_exp_sum(srow, nk, mx);
                     row_scale(srow, nk, 1.0f / sum);
                     for (int j = nk; j < kend; j++) srow[j] = 0.0f;

@@ -9,6 +9,7 @@
 #define FP8TRAIN_CPU_INTERNAL_H
 
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -88,6 +89,26 @@ static inline float cpu_expf(float x) {
     memcpy(&s1, &b1, sizeof s1);
     memcpy(&s2, &b2, sizeof s2);
     return (p * s1) * s2;
+}
+
+/* max of x[0..n) (-Inf for n == 0; NaNs are skipped, they reach the result through the
+ * exp that follows). GCC vector extensions keep the running max in a register: gcc lowers
+ * `omp simd reduction(max)` through a stack slot, which is several times slower. */
+typedef float cpu_v4f __attribute__((vector_size(16)));
+typedef int32_t cpu_v4i __attribute__((vector_size(16)));
+static inline float cpu_row_max(const float *x, int n) {
+    cpu_v4f m = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        cpu_v4f v;
+        memcpy(&v, x + j, sizeof v);
+        cpu_v4i gt = v > m;
+        m = (cpu_v4f)(((cpu_v4i)v & gt) | ((cpu_v4i)m & ~gt));
+    }
+    float mx = m[0];
+    for (int l = 1; l < 4; l++) mx = m[l] > mx ? m[l] : mx;
+    for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    return mx;
 }
 
 /* Op implementations, grouped by file. */

@@ -165,9 +165,7 @@ void cpu_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const floa
             if (dr) memset(dr, 0, (size_t)V * sizeof(float));
             continue;
         }
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int v = 0; v < V; v++) mx = lr[v] > mx ? lr[v] : mx;
+        float mx = cpu_row_max(lr, V);
         float logit_t = lr[tgt]; /* read before dr (possibly lr itself) is overwritten */
         double sum = 0.0;
         if (dr) { /* one exp per element: keep exp(l - max) in dr for the gradient pass */
