@@ -1,6 +1,8 @@
 /* CPU backend — quantization ops. The numerics themselves (encoders, scaling formulas, block
  * and MXFP8 layouts) live in src/numerics; these ops only arrange the passes over memory. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "backend/cpu/cpu_internal.h"
 #include "fp8train/fp8.h"
@@ -69,6 +71,13 @@ void cpu_fake_quantize(fp8t_backend *b, float *out, const float *x, size_t n, fp
 void cpu_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows, int cols,
                              int tile_r, int tile_c, fp8_format fmt) {
     if (rows <= 0 || cols <= 0) return;
+    if (tile_r <= 0 || tile_c <= 0) {
+        fprintf(stderr,
+                "fp8train: block_fake_quantize: tile %dx%d must be positive (block scaling uses "
+                "1x128 or 128x128) (%s:%d)\n",
+                tile_r, tile_c, __FILE__, __LINE__);
+        exit(1);
+    }
     size_t nblocks = (size_t)((rows + tile_r - 1) / tile_r) * ((cols + tile_c - 1) / tile_c);
     uint8_t *codes = cpu_scratch(b, CPU_SCRATCH_CODES, (size_t)rows * cols); /* [rows, cols] */
     float *scales = cpu_scratch(b, CPU_SCRATCH_SCALES, nblocks * sizeof(float)); /* [blocks] */
