@@ -40,7 +40,8 @@ int main(int argc, char **argv) {
         ops->attention_forward(be, out, lse, qkv, B, T, NH, HS, theta); /* warm up */
         int reps = 3;
         double t0 = now(), c0 = cpu_now();
-        for (int r = 0; r < reps; r++) ops->attention_forward(be, out, lse, qkv, B, T, NH, HS, theta);
+        for (int r = 0; r < reps; r++)
+            ops->attention_forward(be, out, lse, qkv, B, T, NH, HS, theta);
         double tf = (now() - t0) / reps, cf = (cpu_now() - c0) / reps;
         t0 = now();
         c0 = cpu_now();
@@ -65,6 +66,32 @@ int main(int argc, char **argv) {
     double tg16 = now() - t0;
     printf("gemm %dx%dx%d: f32 %.1f ms (%.1f GFLOP/s, cpu %.1f ms), bf16 %.1f ms\n", M, N, K,
            tg * 1e3, 2.0 * M * N * K / tg * 1e-9, cg * 1e3, tg16 * 1e3);
+    /* the other row-wise hot spots of a GPT-2 step: the LM-head softmax + cross-entropy, GELU */
+    {
+        int Nx = B * T, V = 50257;
+        float *logits = ops->malloc(be, (size_t)Nx * V * 4), *losses = ops->malloc(be, Nx * 4);
+        int *tg = ops->malloc(be, Nx * sizeof(int));
+        for (size_t i = 0; i < (size_t)Nx * V; i++) logits[i] = (float)(i % 977) * 0.01f;
+        for (int i = 0; i < Nx; i++) tg[i] = (i * 131) % V;
+        t0 = now();
+        c0 = cpu_now();
+        ops->softmax_xent(be, losses, logits, logits, tg, Nx, V, 1.0f / Nx);
+        printf("softmax_xent %dx%d (loss + in-place dlogits): %.1f ms (cpu %.1f ms)\n", Nx, V,
+               (now() - t0) * 1e3, (cpu_now() - c0) * 1e3);
+        size_t ng = (size_t)Nx * 4 * C;
+        float *gx = ops->malloc(be, ng * 4), *gy = ops->malloc(be, ng * 4);
+        t0 = now();
+        c0 = cpu_now();
+        ops->gelu_forward(be, gy, gx, ng);
+        ops->gelu_backward(be, gy, gx, gy, ng);
+        printf("gelu forward + backward, %zu elements: %.1f ms (cpu %.1f ms)\n", ng,
+               (now() - t0) * 1e3, (cpu_now() - c0) * 1e3);
+        ops->free(be, logits);
+        ops->free(be, losses);
+        ops->free(be, tg);
+        ops->free(be, gx);
+        ops->free(be, gy);
+    }
     ops->free(be, qkv);
     ops->free(be, out);
     ops->free(be, lse);

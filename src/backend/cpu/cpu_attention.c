@@ -79,7 +79,6 @@ static inline void rope_grad(float *dst, const float *g, const float *tab, int t
     }
 }
 
-
 /* ---- row kernels of the softmax (vectorized: these loops are most of the non-GEMM time) */
 
 /* x = exp(x - sub); returns the sum (in a fixed, compile-time order) */
@@ -143,7 +142,8 @@ void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, const float 
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t nhead = (size_t)B * T * C; /* floats of one head-major copy */
     float *tab = rope_tables(T, HS, rope_theta);
-    float *Qall = cpu_scratch(b, CPU_SCRATCH_ATTN, 3 * nhead * sizeof(float)); /* [B][NH][T][HS] */
+    /* head-major Q, K, V [B][NH][T][HS] */
+    float *Qall = cpu_scratch(b, CPU_SCRATCH_ATTN, 3 * nhead * sizeof(float));
     float *Kall = Qall + nhead, *Vall = Kall + nhead;
     split_heads(Qall, Kall, Vall, qkv, B, T, NH, HS, tab);
 #pragma omp parallel
@@ -155,7 +155,7 @@ void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, const float 
             const float *Q = Qall + (size_t)bh * T * HS; /* [T][HS] */
             const float *K = Kall + (size_t)bh * T * HS; /* [T][HS] */
             const float *V = Vall + (size_t)bh * T * HS; /* [T][HS] */
-            float *lse_bh = lse + (size_t)bh * T;         /* [T] */
+            float *lse_bh = lse ? lse + (size_t)bh * T : NULL; /* [T]; NULL: not kept */
             for (int t0 = 0; t0 < T; t0 += ATT_QB) {
                 int nq = T - t0 < ATT_QB ? T - t0 : ATT_QB, kend = t0 + nq;
                 /* S[nq][kend] = scale * Q_blk · K[0:kend]ᵀ */
@@ -167,7 +167,7 @@ void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, const float 
                     float sum = row_exp_sum(srow, nk, mx);
                     row_scale(srow, nk, 1.0f / sum);
                     for (int j = nk; j < kend; j++) srow[j] = 0.0f;
-                    lse_bh[t0 + qi] = mx + logf(sum);
+                    if (lse_bh) lse_bh[t0 + qi] = mx + logf(sum);
                 }
                 /* out[t0:t0+nq] = P · V[0:kend], written in place with the row stride C */
                 float *dst = out + ((size_t)bi * T + t0) * C + (size_t)h * HS;
@@ -187,7 +187,8 @@ void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, con
     const size_t nhead = (size_t)B * T * C;
     float *tab = rope_tables(T, HS, rope_theta);
     /* head-major Q, K, V, dO [B][NH][T][HS] and D [B][NH][T] */
-    float *Qall = cpu_scratch(b, CPU_SCRATCH_ATTN, (4 * nhead + (size_t)B * NH * T) * sizeof(float));
+    size_t scratch_floats = 4 * nhead + (size_t)B * NH * T;
+    float *Qall = cpu_scratch(b, CPU_SCRATCH_ATTN, scratch_floats * sizeof(float));
     float *Kall = Qall + nhead, *Vall = Kall + nhead, *dOall = Vall + nhead;
     float *Dall = dOall + nhead;
     split_heads(Qall, Kall, Vall, qkv, B, T, NH, HS, tab);

@@ -110,7 +110,8 @@ void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *
         float u = GELU_K * (v + GELU_C * v * v * v);
         float th = tanh_via_exp(u);
         float sech2 = 1.0f - th * th; /* = 1/cosh^2(u), without cosh overflow */
-        float grad = 0.5f * (1.0f + th) + 0.5f * v * sech2 * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+        float du_dv = GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+        float grad = 0.5f * (1.0f + th) + 0.5f * v * sech2 * du_dv;
         dx[i] = grad * d;
     }
 }
