@@ -115,6 +115,17 @@ static float input_scale(const fp8t_weights *w, int lin, int *fallback) {
     return (si > 0.0f && isfinite(si)) ? si : 1.0f;
 }
 
+/* A float as the shortest decimal that reads back as it (1e-05, not 9.99999974737875e-06). */
+static double clean(float x) {
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%.9g", (double)x);
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof(buf), "%.*g", prec, (double)x);
+        if ((float)strtod(buf, NULL) == x) break;
+    }
+    return strtod(buf, NULL);
+}
+
 static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
     const fp8t_model_config *c = &w->model;
     cJSON *o = cJSON_CreateObject();
@@ -133,7 +144,7 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
         cJSON_AddNumberToObject(o, "n_head", c->n_head);
         cJSON_AddNumberToObject(o, "n_inner", c->mlp_hidden);
         cJSON_AddStringToObject(o, "activation_function", "gelu_new");
-        cJSON_AddNumberToObject(o, "layer_norm_epsilon", c->norm_eps);
+        cJSON_AddNumberToObject(o, "layer_norm_epsilon", clean(c->norm_eps));
         cJSON_AddNumberToObject(o, "resid_pdrop", 0);
         cJSON_AddNumberToObject(o, "embd_pdrop", 0);
         cJSON_AddNumberToObject(o, "attn_pdrop", 0);
@@ -153,8 +164,8 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
         cJSON_AddNumberToObject(o, "num_key_value_heads", c->n_head);
         cJSON_AddNumberToObject(o, "head_dim", c->n_embd / c->n_head);
         cJSON_AddNumberToObject(o, "max_position_embeddings", c->seq_len);
-        cJSON_AddNumberToObject(o, "rms_norm_eps", c->norm_eps);
-        cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
+        cJSON_AddNumberToObject(o, "rms_norm_eps", clean(c->norm_eps));
+        cJSON_AddNumberToObject(o, "rope_theta", clean(c->rope_theta));
         cJSON_AddNullToObject(o, "rope_scaling");
         cJSON_AddStringToObject(o, "hidden_act", "silu");
         cJSON_AddBoolToObject(o, "attention_bias", 0);

@@ -1,0 +1,147 @@
+/* `fp8train export WEIGHTS --to DIR`: a Hugging Face directory (GPT2LMHeadModel /
+ * LlamaForCausalLM layout) in BF16, FP8 E4M3 with scales, or FP32; or an llm.c GPT-2 .bin.
+ * Exit status: 0 ok, 1 failed while writing, 2 bad input or usage. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cmd_weights_common.h"
+#include "fp8train/backend.h"
+#include "fp8train/eval.h"
+#include "fp8train/export.h"
+
+#define CMD "export"
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: fp8train export WEIGHTS --to DIR [options]\n"
+        "  Export WEIGHTS (usually a checkpoint, RUN/checkpoints/step_N) for other tools.\n"
+        "options:\n"
+        "  --to DIR              output directory (config.json + model.safetensors), or the\n"
+        "                        .bin file with --format llmc\n"
+        "  --dtype D             bf16 (default) | fp8 | fp32\n"
+        "                        fp8: linear weights F8_E4M3 + <module>.weight_scale_inv (F32 [1],\n"
+        "                        weight = fp8 * weight_scale_inv, from the weight's own amax) +\n"
+        "                        <module>.input_scale (F32 [1], the activation scale learned in\n"
+        "                        training: max of the FP8 amax history / 448); embeddings, norms,\n"
+        "                        biases BF16; config.json gets a quantization_config (docs/export.md)\n"
+        "  --format F            hf (default) | llmc (llm.c GPT-2 checkpoint; --dtype fp32 -> v3,\n"
+        "                        bf16 -> v5)\n"
+        "  --calib-data SRC      data to calibrate FP8 input scales on when the weights carry no\n"
+        "                        amax history (default: the run's data, else synthetic)\n"
+        "  --calib-batches N     calibration micro-batches (default 4)\n"
+        "  --device cpu|cuda     backend used for calibration (default cpu)\n"
+        "exit status: 0 ok, 1 failed while writing, 2 bad input\n");
+}
+
+int fp8t_cmd_export(int argc, char **argv) {
+    if (argc > 0 && !strcmp(argv[0], "export")) { argc--; argv++; }
+    const char *weights = NULL, *to = NULL, *format = "hf", *calib_data = NULL, *device = "cpu";
+    fp8t_export_dtype dtype = FP8T_EXPORT_BF16;
+    int calib_batches = 4;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (a[0] != '-' || !a[1]) {
+            if (weights) {
+                fprintf(stderr, "fp8train export: one WEIGHTS argument expected, got '%s' and '%s'\n",
+                        weights, a);
+                return 2;
+            }
+            weights = a;
+            continue;
+        }
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!strcmp(a, "--to")) to = v;
+        else if (!strcmp(a, "--format")) format = v;
+        else if (!strcmp(a, "--calib-data")) calib_data = v;
+        else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--calib-batches")) { if (cli_int(CMD, a, v, 1, 100000, &calib_batches)) return 2; }
+        else if (!strcmp(a, "--dtype")) {
+            if (fp8t_export_dtype_parse(&dtype, v) != 0) {
+                fprintf(stderr, "fp8train export: --dtype '%s': expected bf16, fp8 or fp32\n", v);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "fp8train export: unknown option '%s' (see fp8train export --help)\n", a);
+            return 2;
+        }
+    }
+    if (!weights || !to) {
+        fprintf(stderr, "fp8train export: need WEIGHTS and --to DIR (see fp8train export --help)\n");
+        return 2;
+    }
+    const int llmc = !strcmp(format, "llmc");
+    if (!llmc && strcmp(format, "hf") != 0) {
+        fprintf(stderr, "fp8train export: --format '%s': expected hf or llmc\n", format);
+        return 2;
+    }
+    if (llmc && dtype == FP8T_EXPORT_FP8) {
+        fprintf(stderr, "fp8train export: llm.c checkpoints hold fp32 (v3) or bf16 (v5) weights, "
+                "not fp8\n");
+        return 2;
+    }
+    char err[2048], desc[512];
+    fp8t_weights w;
+    if (fp8t_weights_load(weights, &w, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fp8train export: %s\n", err);
+        return 2;
+    }
+    int status = 2;
+    fp8t_backend *be = NULL;
+    fp8t_evaluator *ev = NULL;
+    cli_describe_weights(desc, sizeof(desc), &w);
+    printf("weights: %s (%s)\n", weights, desc);
+    if (llmc) {
+        if (fp8t_export_llmc(&w, to, dtype == FP8T_EXPORT_FP32 ? 3 : 5, err, sizeof(err)) != 0) {
+            fprintf(stderr, "fp8train export: %s\n", err);
+            status = 1;
+            goto done;
+        }
+        printf("wrote %s (llm.c GPT-2 checkpoint, version %d, %s)\n", to,
+               dtype == FP8T_EXPORT_FP32 ? 3 : 5, dtype == FP8T_EXPORT_FP32 ? "fp32" : "bf16");
+        status = 0;
+        goto done;
+    }
+    if (dtype == FP8T_EXPORT_FP8) {
+        /* input scales need an amax history; weights that never ran a step get one here */
+        cli_run_defaults def;
+        cli_run_defaults_from(&w, &def);
+        if (!(be = fp8t_backend_create(device, err, sizeof(err)))) {
+            fprintf(stderr, "fp8train export: --device %s: %s\n", device, err);
+            goto done;
+        }
+        if (!(ev = fp8t_evaluator_create(be, &w, def.batch, def.seq_len, err, sizeof(err)))) {
+            fprintf(stderr, "fp8train export: %s\n", err);
+            goto done;
+        }
+        if (cli_calibrate(ev, &w, calib_data ? calib_data : def.data, calib_data ? "" : def.val_data,
+                          def.seed, calib_batches, 0, err, sizeof(err)) < 0) {
+            fprintf(stderr, "fp8train export: %s\n", err);
+            goto done;
+        }
+    }
+    fp8t_export_report rep;
+    if (fp8t_export_hf(&w, to, dtype, &rep, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fp8train export: %s\n", err);
+        status = 1;
+        goto done;
+    }
+    printf("wrote %s/model.safetensors (%d tensors, %.2f MB, %s) and %s/config.json (%s)\n", to,
+           rep.n_tensors, rep.bytes / 1e6, fp8t_export_dtype_name(dtype), to,
+           w.model.arch == FP8T_ARCH_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM");
+    if (dtype == FP8T_EXPORT_FP8) {
+        printf("fp8: %d weight matrices in E4M3 with per-tensor weight_scale_inv; input_scale in "
+               "[%.4g, %.4g]\n", rep.n_fp8, (double)rep.min_input_scale, (double)rep.max_input_scale);
+        if (rep.n_act_fallback)
+            fprintf(stderr, "fp8train export: warning: %d linear layers had no amax history; their "
+                    "input_scale is the state's scale_inv\n", rep.n_act_fallback);
+    }
+    printf("check it: fp8train eval %s --check-export %s\n", weights, to);
+    status = 0;
+done:
+    fp8t_evaluator_destroy(ev);
+    fp8t_backend_destroy(be);
+    fp8t_weights_free(&w);
+    return status;
+}

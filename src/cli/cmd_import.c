@@ -1,0 +1,78 @@
+/* `fp8train import SRC --to CKPT_DIR`: llm.c GPT-2 checkpoints and Hugging Face GPT-2/Llama
+ * directories (including our own BF16/FP8 exports) as a training checkpoint at step 0 that
+ * `fp8train train --resume CKPT_DIR` continues from. Exit status: 0 ok, 1 failed while
+ * writing, 2 bad input or usage. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cmd_weights_common.h"
+#include "fp8train/export.h"
+
+#define CMD "import"
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: fp8train import SRC --to CKPT_DIR [--seed S]\n"
+        "  SRC: an llm.c GPT-2 checkpoint (gpt2_124M.bin fp32 v3 or gpt2_124M_bf16.bin v5; the\n"
+        "  vocabulary padding rows Vp > V are dropped), or a Hugging Face directory with\n"
+        "  config.json and model.safetensors (GPT2LMHeadModel or LlamaForCausalLM with tied\n"
+        "  embeddings and full multi-head attention; F32/F16/BF16, or FP8 E4M3 dequantized with\n"
+        "  weight_scale_inv; input_scale seeds the FP8 activation scales).\n"
+        "  Writes a checkpoint at step 0 with zero AdamW moments and data position 0.\n"
+        "options:\n"
+        "  --to CKPT_DIR         the checkpoint directory to write (replaced if it exists)\n"
+        "  --seed S              the seed recorded in the checkpoint (data order of a resumed run;\n"
+        "                        default 1337, fp8train train's default)\n"
+        "then: fp8train train --resume CKPT_DIR --steps N --out RUN [--data ...]\n");
+}
+
+int fp8t_cmd_import(int argc, char **argv) {
+    if (argc > 0 && !strcmp(argv[0], "import")) { argc--; argv++; }
+    const char *src = NULL, *to = NULL;
+    uint64_t seed = 1337;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (a[0] != '-' || !a[1]) {
+            if (src) {
+                fprintf(stderr, "fp8train import: one SRC argument expected, got '%s' and '%s'\n",
+                        src, a);
+                return 2;
+            }
+            src = a;
+            continue;
+        }
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!strcmp(a, "--to")) to = v;
+        else if (!strcmp(a, "--seed")) { if (cli_u64(CMD, a, v, &seed)) return 2; }
+        else {
+            fprintf(stderr, "fp8train import: unknown option '%s' (see fp8train import --help)\n", a);
+            return 2;
+        }
+    }
+    if (!src || !to) {
+        fprintf(stderr, "fp8train import: need SRC and --to CKPT_DIR (see fp8train import --help)\n");
+        return 2;
+    }
+    char err[2048], desc[512];
+    fp8t_weights w;
+    if (fp8t_weights_load(src, &w, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fp8train import: %s\n", err);
+        return 2;
+    }
+    cli_describe_weights(desc, sizeof(desc), &w);
+    printf("read %s (%s)\n", src, desc);
+    if (w.notes[0]) printf("  %s\n", w.notes);
+    int status = 0;
+    if (fp8t_weights_save_checkpoint(&w, to, seed, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fp8train import: %s\n", err);
+        status = 1;
+    } else {
+        printf("wrote checkpoint %s: step 0, %zu parameters, zero AdamW moments, %s FP8 state\n",
+               to, w.num_params, w.fp8_state ? "seeded" : "fresh");
+        printf("continue training: fp8train train --resume %s --steps N --out RUN\n", to);
+    }
+    fp8t_weights_free(&w);
+    return status;
+}

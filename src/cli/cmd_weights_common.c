@@ -1,0 +1,127 @@
+/* Helpers shared by eval, generate, export and import (see cmd_weights_common.h). */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cmd_weights_common.h"
+#include "fp8train/recipe.h"
+
+int cli_int(const char *cmd, const char *opt, const char *v, long lo, long hi, int *out) {
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "fp8train %s: %s needs an integer in %ld..%ld (got '%s')\n", cmd, opt, lo,
+                hi, v ? v : "");
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+int cli_u64(const char *cmd, const char *opt, const char *v, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long x = v ? strtoull(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || v[0] == '-') {
+        fprintf(stderr, "fp8train %s: %s needs a non-negative integer (got '%s')\n", cmd, opt,
+                v ? v : "");
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int cli_float(const char *cmd, const char *opt, const char *v, double lo, double hi, float *out) {
+    char *end;
+    errno = 0;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || errno || end == v || *end || !isfinite(x) || x < lo || x > hi) {
+        fprintf(stderr, "fp8train %s: %s needs a number in [%g, %g] (got '%s')\n", cmd, opt, lo, hi,
+                v ? v : "");
+        return -1;
+    }
+    *out = (float)x;
+    return 0;
+}
+
+const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "fp8train %s: %s needs a value (see fp8train %s --help)\n", cmd, argv[*i],
+                cmd);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+void cli_run_defaults_from(const fp8t_weights *w, cli_run_defaults *d) {
+    memset(d, 0, sizeof(*d));
+    snprintf(d->data, sizeof(d->data), "synthetic");
+    d->batch = 8;
+    d->seq_len = w->model.seq_len < 256 ? w->model.seq_len : 256;
+    d->val_batches = 10;
+    d->seed = w->step || !strcmp(w->kind, "checkpoint") ? w->seed : 1337;
+    snprintf(d->device, sizeof(d->device), "cpu");
+    cJSON *c = w->config_json ? cJSON_Parse(w->config_json) : NULL;
+    if (!c) return;
+    const cJSON *v;
+    if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(c, "data")) && v->valuestring[0])
+        snprintf(d->data, sizeof(d->data), "%s", v->valuestring);
+    if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(c, "val_data")))
+        snprintf(d->val_data, sizeof(d->val_data), "%s", v->valuestring);
+    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "batch")) && v->valuedouble >= 1 &&
+        v->valuedouble <= 1 << 20)
+        d->batch = (int)v->valuedouble;
+    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "seq_len")) && v->valuedouble >= 1 &&
+        v->valuedouble <= w->model.seq_len)
+        d->seq_len = (int)v->valuedouble;
+    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "val_batches")) &&
+        v->valuedouble >= 1 && v->valuedouble <= 1e6)
+        d->val_batches = (int)v->valuedouble;
+    if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(c, "device")) &&
+        strlen(v->valuestring) < sizeof(d->device))
+        snprintf(d->device, sizeof(d->device), "%s", v->valuestring);
+    cJSON_Delete(c);
+}
+
+void cli_describe_weights(char *buf, size_t len, const fp8t_weights *w) {
+    const fp8t_model_config *c = &w->model;
+    int n = snprintf(buf, len, "%s, %s %d layers x %d wide (%d heads), vocab %d", w->kind,
+                     fp8t_arch_name(c->arch), c->n_layer, c->n_embd, c->n_head, c->vocab_size);
+    if (n < 0 || (size_t)n >= len) return;
+    if (!strcmp(w->kind, "checkpoint")) snprintf(buf + n, len - (size_t)n, ", step %d", w->step);
+    else snprintf(buf + n, len - (size_t)n, ", %s weights", fp8t_export_dtype_name(w->stored_dtype));
+}
+
+int cli_calibrate(fp8t_evaluator *ev, fp8t_weights *w, const char *data, const char *val_data,
+                  uint64_t seed, int batches, int quiet, char *err, size_t errlen) {
+    if (!fp8t_evaluator_needs_calibration(ev)) return 0;
+    char e[1024];
+    fp8t_data *d = fp8t_data_open(data, val_data, FP8T_SPLIT_TRAIN, fp8t_evaluator_B(ev),
+                                  fp8t_evaluator_T(ev), w->model.vocab_size, seed, e, sizeof(e));
+    if (!d) {
+        snprintf(err, errlen, "FP8 calibration data: %s", e);
+        return -1;
+    }
+    fp8t_evaluator_calibrate(ev, d, batches);
+    fp8t_data_close(d);
+    int n = 3 * fp8t_model_num_linears(&w->model), len = fp8t_model_fp8_history_len(fp8t_evaluator_model(ev));
+    float *st = malloc(fp8t_recipe_state_floats(n, len) * sizeof(float));
+    if (!st) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    fp8t_evaluator_fp8_state(ev, st, &n, &len);
+    free(w->fp8_state);
+    w->fp8_state = st;
+    w->fp8_n = n;
+    w->fp8_len = len;
+    if (!quiet)
+        fprintf(stderr, "fp8train: the weights carry no FP8 amax history (%s); FP8 scales were "
+                "calibrated on %d training micro-batch%s of %s\n", w->kind, batches,
+                batches == 1 ? "" : "es", data);
+    return 1;
+}

@@ -1,0 +1,40 @@
+/* Helpers shared by the weight-handling subcommands (eval, generate, export, import): option
+ * values, the defaults a checkpoint's run config suggests, FP8 calibration of weights. */
+#ifndef FP8TRAIN_CMD_WEIGHTS_COMMON_H
+#define FP8TRAIN_CMD_WEIGHTS_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp8train/eval.h"
+#include "fp8train/export.h"
+
+/* Parse an option's value; on failure print "fp8train CMD: OPT needs ..." and return -1. */
+int cli_int(const char *cmd, const char *opt, const char *v, long lo, long hi, int *out);
+int cli_u64(const char *cmd, const char *opt, const char *v, uint64_t *out);
+int cli_float(const char *cmd, const char *opt, const char *v, double lo, double hi, float *out);
+/* The value after option argv[*i] (advancing *i), or NULL with a message when it is missing. */
+const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+
+/* What the run that wrote a checkpoint used (its config in state.json), or general defaults
+ * for other weights: data "synthetic", batch 8, seq_len min(model's, 256), 10 validation
+ * micro-batches, seed 1337, device cpu. */
+typedef struct {
+    char data[1024], val_data[1024];
+    int batch, seq_len, val_batches;
+    uint64_t seed;
+    char device[16];
+} cli_run_defaults;
+void cli_run_defaults_from(const fp8t_weights *w, cli_run_defaults *d);
+
+/* One line describing w: "checkpoint, gpt2 4x128 (4 heads), vocab 256, step 300". */
+void cli_describe_weights(char *buf, size_t len, const fp8t_weights *w);
+
+/* If ev's FP8 state never saw an amax, calibrate it on `batches` micro-batches of the TRAIN
+ * split of data/val_data (never the data it is evaluated on) and store the new state in w, so
+ * later evaluators built from w share it. Prints what it did unless quiet. Returns 1
+ * calibrated, 0 not needed, -1 error (err filled). */
+int cli_calibrate(fp8t_evaluator *ev, fp8t_weights *w, const char *data, const char *val_data,
+                  uint64_t seed, int batches, int quiet, char *err, size_t errlen);
+
+#endif
