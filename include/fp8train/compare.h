@@ -191,6 +191,7 @@ typedef struct {
     double early_gap;      /* median |gap| over the first 10% (at least 3 samples) */
     double late_gap;       /* smoothed gap at the end (signed) */
     double trend;          /* least-squares slope of |gap| over the second half, per step */
+    double gap_noise;      /* robust sigma of gap - gap_smooth: the per-step noise of the gap */
     int drift_step;        /* step from which the smoothed |gap| stays above threshold; -1 */
     double val_gap;        /* relative gap of the last common val_loss; NaN if none */
     int val_step;

@@ -132,6 +132,23 @@ static void gap_stats(fp8t_compare_result *r) {
     }
     double den = c * sxx - sx * sx;
     r->trend = (c >= 2 && den > 0) ? (c * sxy - sx * sy) / den : 0.0;
+
+    double *res = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); /* [n] gap - smoothed */
+    for (int i = 0; i < n; i++) res[i] = r->gap[i] - r->gap_smooth[i];
+    r->gap_noise = fp8t_robust_sigma(res, n, NULL);
+    free(res);
+}
+
+/* Say so when the threshold is within the noise of the smoothed gap (a median of `window`
+ * samples has about 1.25 sigma / sqrt(window) of noise). */
+static void noise_note(fp8t_compare_result *r) {
+    double smooth_noise = 1.2533 * r->gap_noise / sqrt((double)r->window);
+    if (!(3 * smooth_noise > r->threshold)) return;
+    char a[64], b[96];
+    snprintf(a, sizeof(a), "%.2f%% per step, %.2f%%", 100 * r->gap_noise, 100 * smooth_noise);
+    snprintf(b, sizeof(b), "%.2f%%", 300 * smooth_noise);
+    add_note(r, "the gap is noisy (%.40s after smoothing): a gap under ~%.12s is within the "
+                "noise; use longer or larger-batch runs, a larger --window or --threshold", a, b);
 }
 
 static void val_gap(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b) {
@@ -508,7 +525,14 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
                  r->nan_step, r->nan_step > 0 ? r->nan_step - 1 : 0);
         return;
     }
-    if (isfinite(r->early_gap) && r->early_gap > r->threshold) {
+    /* A gap present from the start that shrinks to under half by the end is closing, not a
+     * bug: a recovery experiment that works (an FP8 checkpoint resumed in BF16) reads so. */
+    int early = isfinite(r->early_gap) && r->early_gap > r->threshold;
+    int closes = early && isfinite(r->late_gap) && fabs(r->late_gap) < 0.5 * r->early_gap;
+    char eg[32], lg[32];
+    fmt_pct(eg, sizeof(eg), r->early_gap);
+    fmt_pct(lg, sizeof(lg), r->late_gap);
+    if (early && !closes) {
         char g[32];
         fmt_pct(g, sizeof(g), r->early_gap);
         r->cls = FP8T_CMP_EARLY;
@@ -521,6 +545,24 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
                  "both runs start from the same weights, data and seed, and check scales and "
                  "export; then bisect the GEMMs (fp8train bisect)");
         return;
+    }
+    if (closes && fabs(r->late_gap) > r->threshold) {
+        r->cls = FP8T_CMP_DRIFT;
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "drift: the gap closes, from %s over the first 10%% of steps to %s at the end, "
+                 "but stays above the threshold %s",
+                 eg + 1, lg, thr);
+        snprintf(r->advice, sizeof(r->advice),
+                 "run longer to see whether it closes; if B is a recovery experiment (an FP8 "
+                 "checkpoint resumed in BF16), a gap that closes means the FP8 recipe, not the "
+                 "weights, caused it: bisect the GEMMs next (fp8train bisect)");
+        return;
+    }
+    if (closes) {
+        char note[160];
+        snprintf(note, sizeof(note), "%s over the first 10%% of steps, %s at the end", eg + 1, lg);
+        add_note(r, "the gap closes: %s (a recovery experiment that works looks like this)%s",
+                 note, "");
     }
     if (isfinite(r->late_gap) && fabs(r->late_gap) > r->threshold) {
         char g[32];
@@ -577,7 +619,7 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
     }
     /* a transient gap that is not a loss spike (e.g. a bump in the baseline) */
     int first = -1, back = -1;
-    for (int i = 0; i < r->n; i++) {
+    for (int i = 0; i < r->n && !closes; i++) {
         if (first < 0 && fabs(r->gap_smooth[i]) > r->threshold) first = i;
         else if (first >= 0 && fabs(r->gap_smooth[i]) <= r->threshold) { back = i; break; }
     }
@@ -655,6 +697,7 @@ int fp8t_compare_runs(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run 
     if (ns[0] >= 0 && ns[1] >= 0)
         add_note(r, "both runs went non-finite (baseline %s at its step too)%s", a->label, "");
     find_spikes(r, &cfg);
+    noise_note(r);
     compare_stats(r, a, b);
     compare_dumps(r, a, b, &cfg);
     classify(r, a, b);
@@ -707,9 +750,9 @@ void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
     fprintf(f, "aligned: %d steps (%d..%d); gap = (loss_B - loss_A) / |loss_A|\n", r->n,
             r->steps[0], r->steps[r->n - 1]);
     fprintf(f, "gap: mean |gap| %.3f%%  max %.3f%% (step %d)  early %.3f%%  end %+.3f%%  "
-               "trend %+.2e/step",
+               "trend %+.2e/step  noise %.2f%%/step",
             100 * r->mean_abs_gap, 100 * r->max_abs_gap, r->max_gap_step, 100 * r->early_gap,
-            100 * r->late_gap, r->trend);
+            100 * r->late_gap, r->trend, 100 * r->gap_noise);
     if (isfinite(r->val_gap)) fprintf(f, "  val %+.3f%% (step %d)", 100 * r->val_gap, r->val_step);
     fprintf(f, "\n");
     fprintf(f, "\nverdict: %s\n", r->verdict);
@@ -789,6 +832,7 @@ char *fp8t_compare_to_json(const fp8t_run *a, const fp8t_run *b, const fp8t_comp
     cJSON_AddItemToObject(o, "early_gap", num_or_null(r->early_gap));
     cJSON_AddItemToObject(o, "end_gap", num_or_null(r->late_gap));
     cJSON_AddItemToObject(o, "trend_per_step", num_or_null(r->trend));
+    cJSON_AddItemToObject(o, "gap_noise", num_or_null(r->gap_noise));
     cJSON_AddNumberToObject(o, "drift_step", r->drift_step);
     cJSON_AddItemToObject(o, "val_gap", num_or_null(r->val_gap));
     cJSON_AddNumberToObject(o, "smoothing_window", r->window);
