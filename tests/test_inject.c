@@ -179,6 +179,7 @@ static void test_spec_parsing(void) {
         "layer=1-2,module=fc2,gemm=dgrad,kind=outliers:1e4,from=50,to=80",
         "layer=0,gemm=fprop,tensor=output,kind=nan",
         "layers=all,module=mlp,gemm=wgrad,tensor=input,kind=scale:0.5,when=always",
+        "layer=1,gemm=dgrad,kind=outliers:10,when=delayed",
         "module=head,gemm=fprop,tensor=weight,kind=stale-amax,from=3",
         "gemm=dgrad,kind=corrupt-amax:1e6;layer=1,gemm=fprop,kind=nan,seed=7,frac=0.01",
     };
@@ -304,6 +305,23 @@ static void test_when_fp8(void) {
             "a BF16 Fprop is not perturbed");
     run_log_free(&g);
     run_log_free(&f);
+
+    /* when=delayed: not under fake quantization (current scaling), yes under delayed */
+    run_log dl;
+    T_ASSERT(run(&dl, FP8T_ARCH_GPT2, &fake,
+                 "layer=1,module=fc2,gemm=dgrad,kind=scale:64,from=1,to=2,when=delayed", 3) == 0,
+             "when=delayed run");
+    T_CHECK(bit_equal(dl.r->rec[i_dy].x, clean.r->rec[i_dy].x, numel(e)),
+            "when=delayed does not fire under fake quantization");
+    run_log_free(&dl);
+    fp8t_policy del = policy_of(FP8T_PREC_BF16, "layers=1,module=fc2,gemm=dgrad,precision=delayed");
+    T_ASSERT(run(&dl, FP8T_ARCH_GPT2, &del,
+                 "layer=1,module=fc2,gemm=dgrad,kind=scale:64,from=1,to=2,when=delayed", 3) == 0,
+             "when=delayed run");
+    scaled = 1;
+    for (size_t k = 0; k < numel(e); k++) scaled &= dl.r->rec[i_dy].x[k] == 64.0f * c->x[k];
+    T_CHECK(scaled, "when=delayed fires under delayed scaling");
+    run_log_free(&dl);
 
     /* delayed FP8 everywhere but that Dgrad in BF16: nothing fires there either */
     fp8t_policy d = policy_of(FP8T_PREC_FP8, "layers=1,module=fc2,gemm=dgrad,precision=bf16");

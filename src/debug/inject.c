@@ -13,7 +13,9 @@
  * when=fp8 (default) fires a value fault only while the GEMM runs in an FP8 precision, and an
  * amax fault only while it runs in delayed scaling (the one recipe that reads the history): the
  * fault behaves like a broken cast or scale and goes away when the GEMM is put back in BF16
- * (or, for amax faults, in current scaling) — exactly what bisect must discover. */
+ * (or, for amax faults, in current scaling) — exactly what bisect must discover. when=delayed
+ * confines a value fault to delayed scaling too (a bug in the delayed-scaling path), and
+ * when=always fires in every precision (then it is no FP8 problem at all). */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -26,6 +28,7 @@
 #include "fp8train/inject.h"
 
 typedef enum { F_SCALE, F_OUTLIERS, F_NAN, F_STALE_AMAX, F_CORRUPT_AMAX } fault_kind;
+typedef enum { WHEN_FP8 = 0, WHEN_DELAYED, WHEN_ALWAYS } fault_when;
 
 typedef struct {
     int layer_lo, layer_hi;   /* inclusive; ignored for the head */
@@ -35,7 +38,7 @@ typedef struct {
     fault_kind kind;
     float value;              /* S for scale, V for outliers / corrupt-amax */
     int from, to;             /* inclusive step window */
-    int always;               /* when=always */
+    int when;                 /* WHEN_FP8, WHEN_DELAYED, WHEN_ALWAYS */
     uint64_t seed;
     double frac;              /* outliers: fraction of positions */
     /* stale-amax: slot-0 values captured at the first step >= from, per FP8 tensor */
@@ -51,7 +54,7 @@ typedef struct {
     size_t n;
     int lin;
     fp8t_gemm_kind gemm;
-    float *saved;             /* device copy of the clean values, [cap] */
+    float *saved;             /* host copy of the clean values, [cap] */
     size_t cap;
     int active;
 } pending_restore;
@@ -63,11 +66,10 @@ struct fp8t_injector {
     fault *f;
     int step;
     long fired;
-    fp8t_backend *be;         /* the backend of the model seen first (owns saved / staging) */
+    fp8t_backend *be;         /* the backend of the model being observed */
     pending_restore pend[INJ_MAX_PENDING];
-    float *stage_dev;         /* device staging of outlier values, [stage_cap] */
-    float *stage_host;        /* host staging, [stage_cap] */
-    size_t stage_cap;
+    float *work;              /* host copy of a tensor being edited (outliers, nan), [work_cap] */
+    size_t work_cap;
 };
 
 static const char *TENSOR_NAMES[FP8T_T_COUNT] = {"input",  "weight", "grad_output",
@@ -95,12 +97,14 @@ const char *fp8t_injector_help(void) {
            "                             value at step `from`: the scale stops following data\n"
            "       corrupt-amax:V        set slot 0 of the tensor's amax history to V\n"
            "  from=S,to=E                first and last step, inclusive (default 0 .. end)\n"
-           "  when=fp8 | always          fp8 (default): fire only while that GEMM runs in an\n"
+           "  when=fp8|delayed|always    fp8 (default): fire only while that GEMM runs in an\n"
            "                             FP8 precision (delayed, current, block, mxfp8, fake;\n"
            "                             amax faults: delayed only, the one recipe that reads\n"
            "                             the history) -- the fault acts like a broken FP8 cast\n"
-           "                             or scale and vanishes when the GEMM goes to BF16, so\n"
-           "                             bisect can find it; always: in every precision\n"
+           "                             and vanishes when the GEMM goes to BF16, so bisect can\n"
+           "                             find it; delayed: only in delayed scaling (a broken\n"
+           "                             delayed-scaling path: current scaling avoids it too);\n"
+           "                             always: in every precision (not an FP8 problem)\n"
            "  seed=N, frac=F             outlier / NaN positions\n"
            "  Operands are perturbed before quantization and restored after their GEMM, so a\n"
            "  buffer shared with another GEMM (X: Fprop+Wgrad, dY: Dgrad+Wgrad) stays clean\n"
@@ -181,7 +185,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
     int have_kind = 0;
     char buf[1024];
     if (strlen(spec) >= sizeof buf) {
-        snprintf(err, errlen, "--inject: spec too long (%zu characters)", strlen(spec));
+        snprintf(err, errlen, "spec too long (%zu characters)", strlen(spec));
         return -1;
     }
     snprintf(buf, sizeof buf, "%s", spec);
@@ -190,7 +194,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
         while (*item == ' ') item++;
         char *eq = strchr(item, '=');
         if (!eq) {
-            snprintf(err, errlen, "--inject: '%s' is not key=value; %s", item, SYNTAX);
+            snprintf(err, errlen, "'%s' is not key=value; %s", item, SYNTAX);
             return -1;
         }
         *eq = 0;
@@ -228,8 +232,9 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
         } else if (strcmp(key, "to") == 0) {
             bad = parse_int(val, &f->to) || f->to < 0;
         } else if (strcmp(key, "when") == 0) {
-            if (strcmp(val, "fp8") == 0) f->always = 0;
-            else if (strcmp(val, "always") == 0) f->always = 1;
+            if (strcmp(val, "fp8") == 0) f->when = WHEN_FP8;
+            else if (strcmp(val, "delayed") == 0) f->when = WHEN_DELAYED;
+            else if (strcmp(val, "always") == 0) f->when = WHEN_ALWAYS;
             else bad = 1;
         } else if (strcmp(key, "seed") == 0) {
             char *end;
@@ -242,7 +247,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
             f->frac = v;
         } else {
             snprintf(err, errlen,
-                     "--inject: unknown key '%s' (keys: layer, module, gemm, tensor, kind, "
+                     "unknown key '%s' (keys: layer, module, gemm, tensor, kind, "
                      "from, to, when, seed, frac); %s",
                      key, SYNTAX);
             return -1;
@@ -256,22 +261,22 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
                     ? "tensor is input | weight | grad_output | output | dgrad | wgrad"
                 : strcmp(key, "module") == 0
                     ? "module is qkv|proj|fc1|fc2|gate|up|down|head joined by '+', or mlp/attn"
-                : strcmp(key, "when") == 0 ? "when is fp8 | always"
+                : strcmp(key, "when") == 0 ? "when is fp8 | delayed | always"
                 : strcmp(key, "frac") == 0 ? "frac is a fraction in (0, 1]"
                 : strcmp(key, "layer") == 0 || strcmp(key, "layers") == 0
                     ? "layer is N, A-B (A <= B) or all"
                     : "expected a non-negative integer";
-            snprintf(err, errlen, "--inject: bad value '%s' for %s: %s", val, key, hint);
+            snprintf(err, errlen, "bad value '%s' for %s: %s", val, key, hint);
             return -1;
         }
     }
     if (f->gemm == FP8T_GEMM_COUNT) {
-        snprintf(err, errlen, "--inject: gemm= is required (fprop | dgrad | wgrad); %s", SYNTAX);
+        snprintf(err, errlen, "gemm= is required (fprop | dgrad | wgrad); %s", SYNTAX);
         return -1;
     }
     if (!have_kind) {
         snprintf(err, errlen,
-                 "--inject: kind= is required (scale:S | outliers:V | nan | stale-amax | "
+                 "kind= is required (scale:S | outliers:V | nan | stale-amax | "
                  "corrupt-amax:V); %s",
                  SYNTAX);
         return -1;
@@ -279,7 +284,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
     if (f->tensor == FP8T_T_COUNT)
         f->tensor = f->gemm == FP8T_GEMM_FPROP ? FP8T_T_INPUT : FP8T_T_GRAD_OUTPUT;
     if (f->to < f->from) {
-        snprintf(err, errlen, "--inject: to=%d is before from=%d", f->to, f->from);
+        snprintf(err, errlen, "to=%d is before from=%d", f->to, f->from);
         return -1;
     }
     /* The tensor must belong to the GEMM: Fprop reads X and W and writes Y; Dgrad reads dY
@@ -291,7 +296,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
     };
     if (!(tensors_of[f->gemm] & (1u << f->tensor))) {
         snprintf(err, errlen,
-                 "--inject: tensor=%s is not a tensor of the %s GEMM (fprop: input, weight, "
+                 "tensor=%s is not a tensor of the %s GEMM (fprop: input, weight, "
                  "output; dgrad: grad_output, weight, dgrad; wgrad: grad_output, input, wgrad)",
                  TENSOR_NAMES[f->tensor], fp8t_gemm_name(f->gemm));
         return -1;
@@ -299,7 +304,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
     if (is_amax_fault(f) && f->tensor != FP8T_T_INPUT && f->tensor != FP8T_T_WEIGHT &&
         f->tensor != FP8T_T_GRAD_OUTPUT) {
         snprintf(err, errlen,
-                 "--inject: %s needs a tensor with an amax history (input, weight or "
+                 "%s needs a tensor with an amax history (input, weight or "
                  "grad_output), not %s",
                  f->kind == F_STALE_AMAX ? "stale-amax" : "corrupt-amax",
                  TENSOR_NAMES[f->tensor]);
@@ -307,7 +312,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
     }
     if (!is_amax_fault(f) && f->tensor == FP8T_T_WEIGHT) {
         snprintf(err, errlen,
-                 "--inject: weights are read-only in the model hook; use tensor=input / "
+                 "weights are read-only in the model hook; use tensor=input / "
                  "grad_output / a result, or an amax fault (stale-amax, corrupt-amax) on the "
                  "weight");
         return -1;
@@ -319,7 +324,7 @@ static int parse_spec(const char *spec, fault **out, int *n_out, char *err, size
     *out = NULL;
     *n_out = 0;
     if (!spec || !*spec) {
-        snprintf(err, errlen, "--inject: empty spec; %s", SYNTAX);
+        snprintf(err, errlen, "empty spec; %s", SYNTAX);
         return -1;
     }
     size_t len = strlen(spec);
@@ -327,7 +332,7 @@ static int parse_spec(const char *spec, fault **out, int *n_out, char *err, size
     fault *f = calloc(len / 2 + 2, sizeof *f); /* a fault needs at least 2 characters */
     if (!buf || !f) {
         free(buf), free(f);
-        snprintf(err, errlen, "--inject: out of memory");
+        snprintf(err, errlen, "out of memory");
         return -1;
     }
     memcpy(buf, spec, len + 1);
@@ -345,7 +350,7 @@ static int parse_spec(const char *spec, fault **out, int *n_out, char *err, size
     free(buf);
     if (n == 0) {
         free(f);
-        snprintf(err, errlen, "--inject: empty spec; %s", SYNTAX);
+        snprintf(err, errlen, "empty spec; %s", SYNTAX);
         return -1;
     }
     *out = f;
@@ -364,7 +369,7 @@ int fp8t_injector_check(const char *spec, char *err, size_t errlen) {
 fp8t_injector *fp8t_injector_create(const char *spec, char *err, size_t errlen) {
     fp8t_injector *inj = calloc(1, sizeof *inj);
     if (!inj) {
-        snprintf(err, errlen, "--inject: out of memory");
+        snprintf(err, errlen, "out of memory");
         return NULL;
     }
     if (parse_spec(spec, &inj->f, &inj->n, err, errlen) != 0) {
@@ -379,12 +384,9 @@ void fp8t_injector_destroy(fp8t_injector *inj) {
     if (!inj) return;
     for (int i = 0; i < inj->n; i++) free(inj->f[i].stale), free(inj->f[i].captured);
     free(inj->f);
-    if (inj->be) {
-        for (int i = 0; i < INJ_MAX_PENDING; i++)
-            if (inj->pend[i].saved) inj->be->ops->free(inj->be, inj->pend[i].saved);
-        if (inj->stage_dev) inj->be->ops->free(inj->be, inj->stage_dev);
-    }
-    free(inj->stage_host);
+    /* host memory only: the injector may outlive the backend */
+    for (int i = 0; i < INJ_MAX_PENDING; i++) free(inj->pend[i].saved);
+    free(inj->work);
     free(inj);
 }
 
@@ -417,6 +419,16 @@ static int is_fp8_precision(fp8t_precision p) {
            p == FP8T_PREC_BLOCK || p == FP8T_PREC_MXFP8 || p == FP8T_PREC_FAKE;
 }
 
+/* Value faults: when=fp8 fires in any FP8 precision, when=delayed only in delayed scaling
+ * (a broken delayed-scaling path: current scaling and BF16 avoid it), when=always always. */
+static int fires_in(const fault *f, fp8t_precision p) {
+    switch (f->when) {
+    case WHEN_ALWAYS: return 1;
+    case WHEN_DELAYED: return p == FP8T_PREC_DELAYED;
+    default: return is_fp8_precision(p);
+    }
+}
+
 static fp8t_tensor_kind result_of(fp8t_gemm_kind g) {
     return g == FP8T_GEMM_FPROP ? FP8T_T_OUTPUT : g == FP8T_GEMM_DGRAD ? FP8T_T_DGRAD
                                                                        : FP8T_T_WGRAD;
@@ -439,17 +451,16 @@ static uint64_t position_seed(const fault *f, int step, const fp8t_tensor_site *
     return s;
 }
 
-static void ensure_stage(fp8t_injector *inj, size_t k) {
-    if (k <= inj->stage_cap) return;
-    if (inj->stage_dev) inj->be->ops->free(inj->be, inj->stage_dev);
-    free(inj->stage_host);
-    inj->stage_dev = inj->be->ops->malloc(inj->be, k * sizeof(float));
-    inj->stage_host = malloc(k * sizeof(float));
-    if (!inj->stage_host) {
+static float *grow(float *p, size_t *cap, size_t n) {
+    if (n <= *cap) return p;
+    free(p);
+    p = malloc(n * sizeof(float));
+    if (!p) {
         fprintf(stderr, "fp8train: out of memory (%s:%d)\n", __FILE__, __LINE__);
         exit(1);
     }
-    inj->stage_cap = k;
+    *cap = n;
+    return p;
 }
 
 /* Save x (an operand about to be perturbed) once per GEMM, to restore at its result site. */
@@ -468,12 +479,8 @@ static void save_operand(fp8t_injector *inj, const fp8t_tensor_site *site, float
         free_slot = 0;
     }
     pending_restore *p = &inj->pend[free_slot];
-    if (p->cap < n) {
-        if (p->saved) be->ops->free(be, p->saved);
-        p->saved = be->ops->malloc(be, n * sizeof(float));
-        p->cap = n;
-    }
-    be->ops->copy(be, p->saved, x, n * sizeof(float));
+    p->saved = grow(p->saved, &p->cap, n);
+    be->ops->to_host(be, p->saved, x, n * sizeof(float));
     p->x = x;
     p->n = n;
     p->lin = site->lin;
@@ -485,7 +492,7 @@ static void restore_operands(fp8t_injector *inj, const fp8t_tensor_site *site) {
     for (int i = 0; i < INJ_MAX_PENDING; i++) {
         pending_restore *p = &inj->pend[i];
         if (p->active && p->lin == site->lin && p->gemm == site->gemm) {
-            inj->be->ops->copy(inj->be, p->x, p->saved, p->n * sizeof(float));
+            inj->be->ops->to_device(inj->be, p->x, p->saved, p->n * sizeof(float));
             p->active = 0;
         }
     }
@@ -504,22 +511,21 @@ static void apply_value_fault(fp8t_injector *inj, const fault *f, const fp8t_ten
         double want = f->frac * (double)n + 0.5;
         k = want < 1 ? 1 : want > (double)n ? n : (size_t)want;
     }
-    ensure_stage(inj, k);
+    /* edit a host copy: a round trip per perturbation is fine for a debugging feature */
+    inj->work = grow(inj->work, &inj->work_cap, n);
+    be->ops->to_host(be, inj->work, x, n * sizeof(float));
     for (size_t i = 0; i < k; i++) {
         uint64_t r = splitmix64(&s);
-        inj->stage_host[i] = f->kind == F_NAN ? NAN : (r & 1) ? f->value : -f->value;
-    }
-    be->ops->to_device(be, inj->stage_dev, inj->stage_host, k * sizeof(float));
-    for (size_t i = 0; i < k; i++) {
         size_t pos = (size_t)(splitmix64(&s) % n);
-        be->ops->copy(be, x + pos, inj->stage_dev + i, sizeof(float));
+        inj->work[pos] = f->kind == F_NAN ? NAN : (r & 1) ? f->value : -f->value;
     }
+    be->ops->to_device(be, x, inj->work, n * sizeof(float));
 }
 
 void fp8t_injector_observe(fp8t_injector *inj, fp8t_model *m, const fp8t_tensor_site *site,
                            float *x) {
     if (!inj || !site || !x) return;
-    if (!inj->be) inj->be = fp8t_model_backend(m);
+    inj->be = fp8t_model_backend(m);
     /* A GEMM result means the GEMM has consumed its operands: put back what we perturbed. */
     if (site->kind == result_of(site->gemm)) restore_operands(inj, site);
     size_t n = (size_t)site->rows * (size_t)site->cols;
@@ -529,7 +535,7 @@ void fp8t_injector_observe(fp8t_injector *inj, fp8t_model *m, const fp8t_tensor_
         if (is_amax_fault(f) || !in_window(f, inj->step)) continue;
         if (site->gemm != f->gemm || site->kind != f->tensor) continue;
         if (!matches_place(f, site->layer, site->module)) continue;
-        if (!f->always && !is_fp8_precision(site->precision)) continue;
+        if (!fires_in(f, site->precision)) continue;
         if (site->kind == FP8T_T_INPUT || site->kind == FP8T_T_GRAD_OUTPUT)
             save_operand(inj, site, x, n);
         apply_value_fault(inj, f, site, x, n);
@@ -546,7 +552,6 @@ static fp8t_fp8_role role_of(fp8t_tensor_kind t) {
 void fp8t_injector_before_scale_update(fp8t_injector *inj, fp8t_model *m, int step) {
     if (!inj || !m) return;
     fp8t_backend *be = fp8t_model_backend(m);
-    if (!inj->be) inj->be = be;
     const fp8t_model_config *cfg = fp8t_model_get_config(m);
     int mpl = fp8t_model_modules_per_layer(cfg);
     int n_fp8 = fp8t_model_fp8_count(m);
@@ -574,7 +579,8 @@ void fp8t_injector_before_scale_update(fp8t_injector *inj, fp8t_model *m, int st
             matched = 1;
             int t = lin * 3 + (int)role_of(f->tensor);
             if (t >= n_fp8) continue;
-            int fire = f->always || fp8t_model_gemm_precision(m, lin, f->gemm) == FP8T_PREC_DELAYED;
+            int fire = f->when == WHEN_ALWAYS ||
+                       fp8t_model_gemm_precision(m, lin, f->gemm) == FP8T_PREC_DELAYED;
             if (f->kind == F_STALE_AMAX) {
                 if (!f->captured[t]) {
                     /* The first step of the window: remember this step's amax; from now on
