@@ -138,6 +138,11 @@ expect_usage damaged_checkpoint "optimizer.safetensors" --resume "$TMP/damaged" 
 if [ $rc -eq 3 ] && grep -q "layer 0 qkv fprop" "$TMP/err" && grep -q '"kind":"nan"' "$TMP/nan/events.jsonl"; then
   pass nan_exit_status; else fail nan_exit_status "rc $rc: $(head -c 300 "$TMP/err")"; fi
 
+# --- inspect: statistics through the trainer's hook
+"$BIN" train "${SMALL[@]}" --steps 2 --inspect 'every=1,layers=0,gemms=fprop' --out "$TMP/insp" >/dev/null 2>"$TMP/err"; rc=$?
+if [ $rc -eq 0 ] && [ -s "$TMP/insp/stats.jsonl" ] && grep -q '"step":2' "$TMP/insp/stats.jsonl"; then pass inspect
+else fail inspect "rc $rc: $(head -c 300 "$TMP/err")"; fi
+
 # --- curves
 "$BIN" train "${SMALL[@]}" --steps 3 --precision bf16 --out "$TMP/run_bf16" >/dev/null 2>&1
 "$BIN" curves "$TMP/run_bf16" "$TMP/run" >"$TMP/curves" 2>"$TMP/err"; rc=$?

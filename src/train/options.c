@@ -198,7 +198,7 @@ static const opt OPTIONS[] = {
     STR("data", "SRC", data, G_DATA,
         "synthetic | a text file (bytes) | 'dir/x_*.bin' llm.c token shards"),
     STR("val-data", "SRC", val_data, G_DATA,
-        "separate validation data (default: the last 10% of --data)"),
+        "separate validation data; without it the last 10% of --data is held out"),
     NUM("batch", "N", OT_INT, batch, 1, 1 << 20, G_DATA, "sequences per micro-batch (B)"),
     NUM("seq-len", "N", OT_INT, seq_len, 0, 1 << 20, G_DATA,
         "tokens per sequence (T; 0 = the model's maximum)"),
