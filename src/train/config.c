@@ -13,7 +13,7 @@ void fp8t_train_config_default(fp8t_train_config *c) {
     c->seq_len = 0; /* 0: the model's seq_len (resolved by fp8t_train_config_check) */
     c->grad_accum = 1;
     c->steps = 500;
-    c->lr = 3e-3f;
+    c->lr = 2e-3f;
     c->min_lr_frac = 0.1f;
     c->warmup = 20;
     c->weight_decay = 0.1f;

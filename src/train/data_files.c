@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fp8train/io.h"
 #include "train/data_internal.h"
@@ -59,6 +60,12 @@ static int check_vocab(const uint16_t *tok, size_t n, int vocab, const char *pat
 
 static int load_text(data_corpus *c, const char *path, int part, int T, int vocab, char *err,
                      size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "data '%s' is not a regular file (a directory? for llm.c shards "
+                 "pass a pattern such as '%s/x_*.bin')", path, path);
+        return -1;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "cannot open data file '%s': %s (pass --data synthetic, a text "

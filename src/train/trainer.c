@@ -183,7 +183,7 @@ static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro, float b
     t->track_nan = 0;
     t->hook_inspect = inspect;
     update_hook(t);
-    char msg[768], extra[FP8T_TRAIN_PATH_BUF + 128];
+    char msg[768], extra[FP8T_TRAIN_PATH_BUF + 512];
     const char *what = bad_micro >= 0 ? "loss" : "gradient norm";
     if (where[0])
         snprintf(msg, sizeof(msg), "non-finite %s at step %d; first non-finite tensor: %s", what,
