@@ -138,6 +138,12 @@ expect_usage damaged_checkpoint "optimizer.safetensors" --resume "$TMP/damaged" 
 if [ $rc -eq 3 ] && grep -q "layer 0 qkv fprop" "$TMP/err" && grep -q '"kind":"nan"' "$TMP/nan/events.jsonl"; then
   pass nan_exit_status; else fail nan_exit_status "rc $rc: $(head -c 300 "$TMP/err")"; fi
 
+# --- a byte-level text file and llm.c-style shards as data
+for i in $(seq 1 400); do echo "line $i: the quick brown fox jumps over the lazy dog ($((i % 7)))"; done >"$TMP/text.txt"
+"$BIN" train "${SMALL[@]}" --steps 2 --val-every 2 --data "$TMP/text.txt" --out "$TMP/text" >/dev/null 2>"$TMP/err"; rc=$?
+if [ $rc -eq 0 ] && grep -q '"val_loss"' "$TMP/text/metrics.jsonl" && grep -q 'text.txt' "$TMP/text/config.json"; then pass text_data
+else fail text_data "rc $rc: $(head -c 300 "$TMP/err")"; fi
+
 # --- inspect: statistics through the trainer's hook
 "$BIN" train "${SMALL[@]}" --steps 2 --inspect 'every=1,layers=0,gemms=fprop' --out "$TMP/insp" >/dev/null 2>"$TMP/err"; rc=$?
 if [ $rc -eq 0 ] && [ -s "$TMP/insp/stats.jsonl" ] && grep -q '"step":2' "$TMP/insp/stats.jsonl"; then pass inspect
