@@ -96,6 +96,11 @@ test-sanitize:
 demo: $(DEPS_STAMP) $(BUILD)/fp8train
 	@scripts/demo.sh $(BUILD)/fp8train
 
+# The seeds' case study: a Dgrad fault injected into layers 1-2 of tiny, found by
+# `fp8train bisect` (scripts/demo-debug.sh; report in runs/demo-debug/bisect/).
+demo-debug: $(DEPS_STAMP) $(BUILD)/fp8train
+	@scripts/demo-debug.sh $(BUILD)/fp8train
+
 bench: $(BENCH_BIN) $(BUILD)/fp8train
 	@for b in $(BENCH_BIN); do echo "== $$b"; $$b || exit 1; done
 

@@ -49,8 +49,8 @@ static const char *take_value(int argc, char **argv, int *i, const char *name, i
     if (strncmp(a, name, n) != 0) return NULL;
     if (a[n] == '=') return a + n + 1;
     if (a[n] != 0) return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
+    if (*i + 1 >= argc || strncmp(argv[*i + 1], "--", 2) == 0) {
+        *missing = 1; /* "--threshold --out DIR": the value was forgotten */
         return NULL;
     }
     return argv[++*i];

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# `fp8train bisect` from the outside: help, bad usage (exit 2 with a message naming the
+# option), a clean run (exit 0, "no FP8 problem", stops after two experiments) and the seeds'
+# case (a Dgrad fault in layers 1-2 that only delayed scaling suffers): exit 0, the culprit,
+# a ready-to-paste override that a fresh `fp8train train` confirms, bisect.json, report.html.
+set -u
+BIN=${FP8TRAIN_BIN:-build/fp8train}
+SUITE=bisect_cli
+TMP=$(mktemp -d /tmp/fp8t_bisect_cli.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# the model of tests/test_bisect.c: 4 layers so the span search has something to narrow
+SMALL=(--layers 4 --dim 64 --heads 2 --mlp-hidden 256 --max-seq-len 32 --seq-len 32 --batch 4
+       --warmup 5 --lr 1e-3 --seed 7)
+
+pass() { echo "PASS $SUITE: $1"; }
+fail() { echo "FAIL $SUITE: $1: $2"; }
+
+# expect_usage NAME NEEDLE ARGS...: exit status 2, stderr contains NEEDLE, nothing written
+expect_usage() {
+  local name=$1 needle=$2; shift 2
+  local out="$TMP/never_$name"
+  "$BIN" bisect "$@" --out "$out" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [ $rc -ne 2 ]; then fail "$name" "exit status $rc, expected 2 ($(head -c 300 "$TMP/err"))"; return; fi
+  if ! grep -qF -- "$needle" "$TMP/err"; then fail "$name" "stderr lacks '$needle': $(head -c 300 "$TMP/err")"; return; fi
+  if [ -e "$out/bisect/bf16" ]; then fail "$name" "an experiment ran"; return; fi
+  pass "$name"
+}
+
+# --- help
+"$BIN" bisect --help >"$TMP/h"; rc=$?
+if [ $rc -eq 0 ] && grep -q -- "--threshold" "$TMP/h" && grep -q -- "--steps" "$TMP/h" &&
+   grep -q -- "--preset" "$TMP/h"; then pass help; else fail help "rc $rc"; fi
+"$BIN" bisect --help-inject >"$TMP/h"; rc=$?
+if [ $rc -eq 0 ] && grep -q "when=fp8" "$TMP/h" && grep -q "stale-amax" "$TMP/h"; then pass help_inject
+else fail help_inject "rc $rc"; fi
+if "$BIN" help bisect | grep -q -- "--threshold"; then pass help_via_main; else fail help_via_main "fp8train help bisect"; fi
+
+# --- bad usage
+expect_usage no_steps "--steps N is required" "${SMALL[@]}"
+expect_usage bad_threshold "--threshold" "${SMALL[@]}" --steps 10 --threshold 2
+expect_usage bad_threshold_word "--threshold" "${SMALL[@]}" --steps 10 --threshold lots
+expect_usage no_threshold_value "--threshold needs a value" "${SMALL[@]}" --steps 10 --threshold
+expect_usage bad_tail "--tail" "${SMALL[@]}" --steps 10 --tail 0
+expect_usage bad_inject "kind" "${SMALL[@]}" --steps 10 --inject "layer=1,gemm=dgrad,kind=explode"
+expect_usage bad_option "--frobnicate" "${SMALL[@]}" --steps 10 --frobnicate 3
+expect_usage short_steps "--steps must be at least 2" "${SMALL[@]}" --steps 1
+expect_usage missing_resume "no/such/ckpt" "${SMALL[@]}" --steps 10 --resume "$TMP/no/such/ckpt"
+
+# --- a clean run: no FP8 problem, two experiments, exit 0
+"$BIN" bisect "${SMALL[@]}" --steps 40 --out "$TMP/clean" >"$TMP/clean.out" 2>&1; rc=$?
+n=$(ls "$TMP/clean/bisect" 2>/dev/null | grep -cv '\.')
+if [ $rc -eq 0 ] && grep -q "no FP8 problem found" "$TMP/clean.out" && [ "$n" -eq 2 ] &&
+   grep -q '"outcome":[[:space:]]*"no_problem"' "$TMP/clean/bisect/bisect.json"; then pass clean
+else fail clean "rc $rc, $n experiment dirs: $(tail -5 "$TMP/clean.out")"; fi
+
+# --- the seeds' case: Dgrad of layers 1-2 broken in delayed scaling
+FAULT="layer=1-2,module=fc2,gemm=dgrad,kind=scale:64,from=3,when=delayed"
+"$BIN" bisect "${SMALL[@]}" --steps 40 --inject "$FAULT" --out "$TMP/dgrad" >"$TMP/dgrad.out" 2>&1; rc=$?
+ov=$(sed -n "s/^  --override '\(.*\)'$/\1/p" "$TMP/dgrad.out")
+if [ $rc -eq 0 ] && grep -q "culprit: dgrad of layers 1-2" "$TMP/dgrad.out" &&
+   [ "$ov" = "layers=1-2,gemm=dgrad,precision=current" ]; then pass seeds_case
+else fail seeds_case "rc $rc, override '$ov': $(tail -8 "$TMP/dgrad.out")"; fi
+if grep -q "ETA" "$TMP/dgrad.out" && grep -qE "^fake .*matches" "$TMP/dgrad.out" &&
+   grep -qE "^dgrad-bf16 .*closes the gap" "$TMP/dgrad.out"; then pass evidence_table
+else fail evidence_table "$(grep -E '^(fake|dgrad-bf16)' "$TMP/dgrad.out")"; fi
+J="$TMP/dgrad/bisect/bisect.json"
+if [ -f "$J" ] && grep -q '"outcome":[[:space:]]*"found"' "$J" &&
+   grep -qE "\"override\":[[:space:]]*\"$ov\"" "$J" &&
+   grep -q '"precision":[[:space:]]*"current"' "$J"; then pass bisect_json; else fail bisect_json "$(head -c 400 "$J" 2>/dev/null)"; fi
+H="$TMP/dgrad/bisect/report.html"
+if [ -f "$H" ] && grep -q "<table" "$H" && grep -q "<svg" "$H" && grep -qF "$ov" "$H" &&
+   grep -q "</html>" "$H"; then pass report_html; else fail report_html "missing or incomplete"; fi
+
+# the printed override, pasted into fp8train train, closes the gap against the bisect baseline
+if [ -n "$ov" ]; then
+  "$BIN" train "${SMALL[@]}" --steps 40 --val-every 0 --quiet --inject "$FAULT" --override "$ov" \
+    --out "$TMP/confirm" >/dev/null 2>&1
+  # median over the last 5 steps of the relative loss difference, as bisect judges it
+  loss_at() { sed -n 's/.*"step":\([0-9]*\),"loss":\([-0-9.e+]*\).*/\1 \2/p' "$1"; }
+  gap=$(join <(loss_at "$TMP/dgrad/bisect/bf16/metrics.jsonl" | sort -k1,1) \
+             <(loss_at "$TMP/confirm/metrics.jsonl" | sort -k1,1) |
+        awk '$1 >= 36 && $1 <= 40 { d = ($3 - $2) / $2; print (d < 0 ? -d : d) }' | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR == 5) print v[3]; else print "missing" }')
+  if awk -v g="$gap" 'BEGIN { exit !(g != "missing" && g + 0 < 0.01) }'; then pass override_confirms
+  else fail override_confirms "gap $gap"; fi
+else
+  fail override_confirms "no override printed"
+fi
