@@ -359,7 +359,7 @@ static void test_generate(void) {
 static void test_tokenizer_file(void) {
     char path[700], err[512];
     snprintf(path, sizeof(path), "%s/tok.bin", g_root);
-    uint8_t buf[1024 + 16] = {0};
+    uint8_t buf[1024 + 64] = {0};
     uint32_t hdr[4] = {20240328, 2, 3, 2};
     memcpy(buf, hdr, sizeof(hdr));
     size_t o = 1024;

@@ -474,7 +474,7 @@ static void test_import_to_checkpoint(void) {
 /* Copy the FP32 GPT-2 export to a fresh dir, apply a config edit, import, expect an error
  * containing `expect`. */
 static int import_with_config_edit(const char *tag, void (*edit)(cJSON *), const char *expect) {
-    char src[700], dir[700], cmd[1600], err[1024], path[800];
+    char src[700], dir[700], cmd[4096], err[1024], path[800];
     snprintf(src, sizeof(src), "%s/export_layout", g_root);
     snprintf(dir, sizeof(dir), "%s/bad_%s", g_root, tag);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -r '%s' '%s'", dir, src, dir);
@@ -536,7 +536,7 @@ static void llama_rope(cJSON *o) {
 static void llama_untied(cJSON *o) { cJSON_ReplaceItemInObject(o, "tie_word_embeddings", cJSON_CreateFalse()); }
 
 static int llama_edit(const char *tag, void (*edit)(cJSON *), const char *expect) {
-    char src[700], dir[700], cmd[1600], err[1024], path[800];
+    char src[700], dir[700], cmd[4096], err[1024], path[800];
     snprintf(src, sizeof(src), "%s/export_bf16_llama", g_root);
     snprintf(dir, sizeof(dir), "%s/bad_%s", g_root, tag);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -r '%s' '%s'", dir, src, dir);
@@ -571,7 +571,7 @@ static void test_malformed_llama_config(void) {
 /* Hand-written safetensors: an FP8 weight without scale, a truncated file, an integer weight,
  * the Hub's unprefixed GPT-2 names with attention-mask buffers (accepted). */
 static void test_malformed_tensors(void) {
-    char err[1024], dir[700], path[800], cmd[1600];
+    char err[1024], dir[700], path[800], cmd[4096];
     fp8t_weights w;
     T_ASSERT(fp8t_weights_load(g_ckpt_gpt2, &w, err, sizeof(err)) == 0, "%s", err);
     int n = fp8t_hf_tensor_map(&w.model, NULL);

@@ -208,7 +208,11 @@ static int tensors_open(tensor_set *s, const char *dir, char *err, size_t errlen
     memset(s, 0, sizeof(*s));
     char path[PATH_BUF];
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    if (file_exists(path)) return tensors_add_file(s, path, err, errlen);
+    if (file_exists(path)) {
+        int rc = tensors_add_file(s, path, err, errlen);
+        if (rc != 0) tensors_close(s);
+        return rc;
+    }
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
     if (!file_exists(path))
         return fail(err, errlen, "%s: neither model.safetensors nor model.safetensors.index.json "
