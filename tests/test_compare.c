@@ -222,6 +222,46 @@ static void test_early_divergence(void) {
     free_case(&c);
 }
 
+/* Write steps first..N_STEPS of loss into RUN/metrics.jsonl (a run resumed at `first`). */
+static void write_run_from(char *dir_out, const char *name, const double *loss, int first) {
+    snprintf(dir_out, 512, "%s/%s", g_root, name);
+    mkdir(dir_out, 0755);
+    char p[600];
+    snprintf(p, sizeof(p), "%s/metrics.jsonl", dir_out);
+    FILE *f = fopen(p, "w");
+    for (int i = first - 1; i < N_STEPS; i++)
+        fprintf(f, "{\"step\": %d, \"loss\": %.9g}\n", i + 1, loss[i]);
+    fclose(f);
+}
+
+static void test_recovery_that_closes_and_one_that_does_not(void) {
+    double b[N_STEPS];
+    char d[512];
+    series(b, 111);
+    /* resumed at step 151, 8% off, back to the baseline within ~40 steps */
+    for (int i = 150; i < N_STEPS; i++) b[i] *= 1 + 0.08 * exp(-(i - 150) / 10.0);
+    write_run_from(d, "recovers", b, 151);
+    cmp_case c;
+    run_compare(&c, g_base, d);
+    T_ASSERT(c.ok, "compare failed");
+    T_CHECK(c.r.cls == FP8T_CMP_MATCH && c.r.steps[0] == 151, "class %s: %s",
+            fp8t_compare_class_name(c.r.cls), c.r.verdict);
+    T_CHECK(c.r.early_gap > 0.03, "early gap %g", c.r.early_gap);
+    int noted = 0;
+    for (int i = 0; i < c.r.n_notes; i++) noted |= strstr(c.r.notes[i], "gap closes") != NULL;
+    T_CHECK(noted, "no 'gap closes' note");
+    free_case(&c);
+    /* resumed and stays 8% off: early divergence, worded for a resumed run */
+    series(b, 112);
+    for (int i = 150; i < N_STEPS; i++) b[i] *= 1.08;
+    write_run_from(d, "stays_off", b, 151);
+    run_compare(&c, g_base, d);
+    T_ASSERT(c.ok, "compare failed");
+    T_CHECK(c.r.cls == FP8T_CMP_EARLY && strstr(c.r.verdict, "resumed"), "class %s: %s",
+            fp8t_compare_class_name(c.r.cls), c.r.verdict);
+    free_case(&c);
+}
+
 static void test_nan_loss(void) {
     double b[N_STEPS];
     char d[512];
@@ -583,6 +623,7 @@ int main(void) {
     T_RUN(test_spike_in_both_runs_is_a_match);
     T_RUN(test_drift);
     T_RUN(test_early_divergence);
+    T_RUN(test_recovery_that_closes_and_one_that_does_not);
     T_RUN(test_nan_loss);
     T_RUN(test_nan_event);
     T_RUN(test_bad_input);

@@ -532,6 +532,23 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
     char eg[32], lg[32];
     fmt_pct(eg, sizeof(eg), r->early_gap);
     fmt_pct(lg, sizeof(lg), r->late_gap);
+    int a_lo, a_hi, b_lo, b_hi;
+    step_range(a, &a_lo, &a_hi);
+    step_range(b, &b_lo, &b_hi);
+    if (early && !closes && b_lo > a_lo + 1) {
+        /* B begins mid-run: resumed from a checkpoint */
+        r->cls = FP8T_CMP_EARLY;
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "early divergence: run B starts at step %d (resumed) already %s off the "
+                 "baseline and the gap does not close (%s at the end, threshold %s)",
+                 b_lo, eg + 1, lg, thr);
+        snprintf(r->advice, sizeof(r->advice),
+                 "if B is a recovery experiment (an FP8 checkpoint resumed in BF16), its weights "
+                 "are damaged beyond quick repair: repeat it from an earlier checkpoint; if B "
+                 "just switched to FP8 there, suspect a software bug (check the restored scales "
+                 "and amax history, try --reset-fp8)");
+        return;
+    }
     if (early && !closes) {
         char g[32];
         fmt_pct(g, sizeof(g), r->early_gap);
@@ -617,20 +634,19 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
                              "alike, FP8 is not the cause");
         return;
     }
-    /* a transient gap that is not a loss spike (e.g. a bump in the baseline) */
+    /* A stretch where the smoothed gap left the threshold and came back without a loss
+     * spike in either run is a wander of two chaotic trajectories, not one of the seeds'
+     * classes: a note, not a verdict. */
     int first = -1, back = -1;
     for (int i = 0; i < r->n && !closes; i++) {
         if (first < 0 && fabs(r->gap_smooth[i]) > r->threshold) first = i;
         else if (first >= 0 && fabs(r->gap_smooth[i]) <= r->threshold) { back = i; break; }
     }
-    if (first >= 0) {
-        r->cls = FP8T_CMP_SPIKE;
-        snprintf(r->verdict, sizeof(r->verdict),
-                 "spike: a transient gap above %s from step %d, back within it at step %d",
-                 thr, r->steps[first], back >= 0 ? r->steps[back] : -1);
-        snprintf(r->advice, sizeof(r->advice),
-                 "inspect the steps of the excursion in both runs (--inspect 'start=S,end=E')");
-        return;
+    if (first >= 0 && back >= 0) {
+        char x[64];
+        snprintf(x, sizeof(x), "from step %d to step %d", r->steps[first], r->steps[back]);
+        add_note(r, "the smoothed gap left the threshold %s and came back, with no loss spike%s",
+                 x, "");
     }
     char mg[32], xg[32];
     fmt_pct(mg, sizeof(mg), r->mean_abs_gap);
