@@ -144,6 +144,10 @@ static void gap_stats(fp8t_compare_result *r) {
 static void noise_note(fp8t_compare_result *r) {
     double smooth_noise = 1.2533 * r->gap_noise / sqrt((double)r->window);
     if (!(3 * smooth_noise > r->threshold)) return;
+    /* only where it can change the verdict: end or early gap near the threshold */
+    int near_end = fabs(fabs(r->late_gap) - r->threshold) < 3 * smooth_noise;
+    int near_early = fabs(r->early_gap - r->threshold) < 3 * smooth_noise;
+    if (!near_end && !near_early) return;
     char a[64], b[96];
     snprintf(a, sizeof(a), "%.2f%% per step, %.2f%%", 100 * r->gap_noise, 100 * smooth_noise);
     snprintf(b, sizeof(b), "%.2f%%", 300 * smooth_noise);

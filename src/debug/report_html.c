@@ -194,24 +194,27 @@ static void loss_chart(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
 static void gap_chart(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
                       const fp8t_compare_result *r) {
     int n = r->n;
-    double m = 2.5 * r->threshold;
-    for (int i = 0; i < n; i++)
-        if (isfinite(r->gap_smooth[i])) m = fmax(m, 1.15 * fabs(r->gap_smooth[i]));
-    /* the raw gap widens the range only up to its 98th percentile, so one spike does not
-     * squash everything else */
+    /* Each side of zero reaches at least 2.5 thresholds, the smoothed gap, and the raw gap's
+     * 98th percentile on that side (one spike must not squash everything else). */
+    double ext[2] = {2.5 * r->threshold, 2.5 * r->threshold}; /* [below 0, above 0] */
     double *tmp = malloc(sizeof(double) * (size_t)n);
-    int k = 0;
-    for (int i = 0; i < n; i++)
-        if (isfinite(r->gap[i])) tmp[k++] = fabs(r->gap[i]);
-    if (k) {
-        for (int i = 1; i < k; i++) /* insertion sort is fine for a report */
-            for (int j = i; j > 0 && tmp[j - 1] > tmp[j]; j--) {
-                double t = tmp[j]; tmp[j] = tmp[j - 1]; tmp[j - 1] = t;
-            }
-        m = fmax(m, 1.1 * tmp[(int)(0.98 * (k - 1))]);
+    for (int side = 0; side < 2; side++) {
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            double g = side ? r->gap[i] : -r->gap[i], sm = side ? r->gap_smooth[i] : -r->gap_smooth[i];
+            if (isfinite(sm)) ext[side] = fmax(ext[side], 1.15 * sm);
+            if (isfinite(g) && g > 0) tmp[k++] = g;
+        }
+        if (k) {
+            for (int i = 1; i < k; i++) /* insertion sort is fine for a report */
+                for (int j = i; j > 0 && tmp[j - 1] > tmp[j]; j--) {
+                    double t = tmp[j]; tmp[j] = tmp[j - 1]; tmp[j - 1] = t;
+                }
+            ext[side] = fmax(ext[side], 1.1 * tmp[(int)(0.98 * (k - 1))]);
+        }
     }
     free(tmp);
-    double lo = -m, hi = m, ystep, xstep, xlo = r->steps[0], xhi = r->steps[n - 1];
+    double lo = -ext[0], hi = ext[1], ystep, xstep, xlo = r->steps[0], xhi = r->steps[n - 1];
     rpt_nice_range(&lo, &hi, &ystep, 6);
     rpt_nice_range(&xlo, &xhi, &xstep, 10);
     rpt_frame f = {78, 30, CHART_W - 78 - 24, 230, xlo, xhi, lo, hi};
