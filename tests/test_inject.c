@@ -291,11 +291,12 @@ static void test_when_fp8(void) {
     int i_dy = find(&f, 1, LIN(1, FC2), FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT);
     T_ASSERT(i_dy >= 0, "site");
     const site_rec *e = &f.r->rec[i_dy], *c = &clean.r->rec[i_dy];
+    const size_t n_dy = numel(e);
     int scaled = 1;
-    for (size_t k = 0; k < numel(e); k++) scaled &= e->x[k] == 64.0f * c->x[k];
+    for (size_t k = 0; k < n_dy; k++) scaled &= e->x[k] == 64.0f * c->x[k];
     T_CHECK(scaled, "fires under fake quantization");
     int i_dy0 = find(&f, 0, LIN(1, FC2), FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT);
-    T_CHECK(bit_equal(f.r->rec[i_dy0].x, clean.r->rec[i_dy0].x, numel(e)), "not before from");
+    T_CHECK(bit_equal(f.r->rec[i_dy0].x, clean.r->rec[i_dy0].x, n_dy), "not before from");
     /* the same spec on fprop of that linear, whose Fprop is BF16 here: nothing */
     run_log g;
     T_ASSERT(run(&g, FP8T_ARCH_GPT2, &fake, "layer=1,module=fc2,gemm=fprop,kind=scale:64", 2) == 0,
@@ -311,7 +312,7 @@ static void test_when_fp8(void) {
     T_ASSERT(run(&dl, FP8T_ARCH_GPT2, &fake,
                  "layer=1,module=fc2,gemm=dgrad,kind=scale:64,from=1,to=2,when=delayed", 3) == 0,
              "when=delayed run");
-    T_CHECK(bit_equal(dl.r->rec[i_dy].x, clean.r->rec[i_dy].x, numel(e)),
+    T_CHECK(bit_equal(dl.r->rec[i_dy].x, clean.r->rec[i_dy].x, n_dy),
             "when=delayed does not fire under fake quantization");
     run_log_free(&dl);
     fp8t_policy del = policy_of(FP8T_PREC_BF16, "layers=1,module=fc2,gemm=dgrad,precision=delayed");
@@ -319,7 +320,7 @@ static void test_when_fp8(void) {
                  "layer=1,module=fc2,gemm=dgrad,kind=scale:64,from=1,to=2,when=delayed", 3) == 0,
              "when=delayed run");
     scaled = 1;
-    for (size_t k = 0; k < numel(e); k++) scaled &= dl.r->rec[i_dy].x[k] == 64.0f * c->x[k];
+    for (size_t k = 0; k < n_dy; k++) scaled &= dl.r->rec[i_dy].x[k] == 64.0f * c->x[k];
     T_CHECK(scaled, "when=delayed fires under delayed scaling");
     run_log_free(&dl);
 
