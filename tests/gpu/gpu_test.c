@@ -22,13 +22,15 @@
  * Tolerances, and why:
  *   1e-5  FP32 ops: both sides compute the same formula in FP32 (the CPU partly in double);
  *         only summation order and fused multiply-adds differ (~1e-7 per operation).
- *   1e-5  BF16 and FP8 GEMMs with FP32 accumulation: the operands are rounded identically, so
- *         only the accumulation order differs.
- *   2e-3  FP8 GEMMs with Hopper fast accumulation (partial sums kept in reduced precision).
+ *   1e-5  BF16 GEMMs, and FP8 GEMMs on the exact fallback: the operands are rounded
+ *         identically, so only the accumulation order differs.
+ *   5e-4  FP8 GEMMs on Hopper's FP8 tensor cores (cuBLASLt): each 32-deep chunk of products is
+ *         summed with ~14 bits of precision before promotion to FP32 (measured 1.2e-4).
+ *   2e-3  ... with fast accumulation (no promotion).
  *   0     quantization codes, amax, scales, fake quantization, BF16 rounding, copies.
  *   model: the per-op differences above compound through layers, and a last-bit difference in
  *         an operand occasionally flips its BF16/FP8 rounding (one element moves by an ulp of
- *         BF16 = 2^-8, of E4M3 = 2^-3 relative); see model_tolerances(). */
+ *         BF16 = 2^-8, of E4M3 = 2^-3 relative); see PRECS. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -300,7 +302,8 @@ static uint8_t *host_transpose_u8(const uint8_t *c, int rows, int cols) {
     return t;
 }
 
-/* layout: 0 data only, 1 data + data_t, 2 data_t only */
+/* layout: 0 data only, 1 data + data_t, 2 data_t only, 3 like 1 with scale_inv pointers that
+ * are not 16-byte aligned (as the model's, which point into the recipe state) */
 static void gemm_fp8_case(int M, int N, int K, int ta, int tb, fp8_format fa, fp8_format fb,
                           int layout, int acc, int fast) {
     int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
@@ -309,26 +312,42 @@ static void gemm_fp8_case(int M, int N, int K, int ta, int tb, fp8_format fa, fp
     uint8_t *ca_t = host_transpose_u8(ca, ar, ac), *cb_t = host_transpose_u8(cb, br, bc);
     dpair dA = dp_from(ca, (size_t)ar * ac), dB = dp_from(cb, (size_t)br * bc);
     dpair dAt = dp_from(ca_t, (size_t)ar * ac), dBt = dp_from(cb_t, (size_t)br * bc);
-    dpair dsa = dp_floats(&sa, 1), dsb = dp_floats(&sb, 1);
+    float sa2[2] = {-1.0f, sa}, sb2[2] = {-1.0f, sb};
+    dpair dsa = dp_floats(sa2, 2), dsb = dp_floats(sb2, 2);
     float *hc = host_normal((size_t)M * N, 1.0f);
     dpair Cm = dp_floats(hc, (size_t)M * N);
     if (!acc) dp_poison(Cm, 0);
     float amax0 = 0.5f;
     dpair amax = dp_floats(&amax0, 1);
+    long lt0 = 0, fb0 = 0, lt1 = 0, fb1 = 0;
+    fp8t_cuda_gemm_counts(GPU, &lt0, &fb0);
     FOR_BOTH {
-        fp8t_fp8_operand A = {layout == 2 ? NULL : U8(dA), layout >= 1 ? U8(dAt) : NULL, F(dsa),
-                              fa, ar, ac};
-        fp8t_fp8_operand B = {layout == 2 ? NULL : U8(dB), layout >= 1 ? U8(dBt) : NULL, F(dsb),
-                              fb, br, bc};
+        fp8t_fp8_operand A = {layout == 2 ? NULL : U8(dA), layout >= 1 ? U8(dAt) : NULL,
+                              F(dsa) + 1, fa, ar, ac};
+        fp8t_fp8_operand B = {layout == 2 ? NULL : U8(dB), layout >= 1 ? U8(dBt) : NULL,
+                              F(dsb) + 1, fb, br, bc};
+        if (layout == 3) {
+            /* the same values at 4-byte offsets: copy them one float further */
+            be_->ops->copy(be_, F(dsa), F(dsa) + 1, 4);
+            be_->ops->copy(be_, F(dsb), F(dsb) + 1, 4);
+            A.scale_inv = F(dsa), B.scale_inv = F(dsb);
+        }
         be_->ops->gemm_fp8(be_, F(Cm), &A, &B, M, N, K, ta, tb, acc, fast, F(amax));
     }
-    static const char *lay[] = {"data", "data+t", "t only"};
+    fp8t_cuda_gemm_counts(GPU, &lt1, &fb1);
+    int on_lt = lt1 > lt0;
+    static const char *lay[] = {"data", "data+t", "t only", "scales unaligned"};
     char op[96], shape[64];
     snprintf(op, sizeof(op), "gemm_fp8 %s*%s tA%d tB%d %s%s%s", fa == FP8_E4M3 ? "e4" : "e5",
              fb == FP8_E4M3 ? "e4" : "e5", ta, tb, lay[layout], acc ? " acc" : "",
              fast ? " fast" : "");
     snprintf(shape, sizeof(shape), "%dx%dx%d", M, N, K);
-    double tol = fast ? 2e-3 : 1e-5;
+    /* The fallback decodes exactly and accumulates in FP32: 1e-5. Hopper's FP8 tensor cores
+     * add each 32-deep product chunk with ~14 bits of precision before cuBLASLt promotes the
+     * partial sum to FP32 (DeepSeek-V3 report, section 3.3.2), measured 1.2e-4 here: 5e-4.
+     * Fast accumulation skips the promotion: 2e-3. */
+    double tol = !on_lt ? 1e-5 : fast ? 2e-3 : 5e-4;
+    snprintf(op + strlen(op), sizeof(op) - strlen(op), " %s", on_lt ? "[lt]" : "[fb]");
     check_f(op, shape, Cm, (size_t)M * N, tol);
     snprintf(op, sizeof(op), "gemm_fp8 amax_out%s", fast ? " fast" : "");
     check_f(op, shape, amax, 1, tol);
@@ -344,7 +363,7 @@ static void test_gemm_fp8(void) {
     for (int si = 0; si < 2; si++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
-                for (int layout = 0; layout < 3; layout++)
+                for (int layout = 0; layout < 4; layout++)
                     gemm_fp8_case(sizes[si][0], sizes[si][1], sizes[si][2], ta, tb, FP8_E4M3,
                                   FP8_E4M3, layout, 0, 0);
     /* the linear layer's three GEMMs in hybrid formats, plus E5M2 x E5M2 (fallback) */
@@ -357,6 +376,7 @@ static void test_gemm_fp8(void) {
         gemm_fp8_case(M, N, K, 0, 1, FP8_E4M3, FP8_E5M2, 1, 0, 0);
         gemm_fp8_case(M, N, K, 0, 1, FP8_E5M2, FP8_E5M2, 1, 0, 0);
         gemm_fp8_case(M, N, K, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 1); /* fast accumulation */
+        gemm_fp8_case(M, N, K, 1, 0, FP8_E5M2, FP8_E4M3, 3, 1, 0); /* model-like scales */
     }
     gemm_fp8_case(1024, 768, 3072, 0, 1, FP8_E4M3, FP8_E4M3, 1, 1, 0);
     gemm_fp8_case(1024, 768, 3072, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 1);
@@ -998,15 +1018,22 @@ static void run_op_suite(void) {
 typedef struct {
     const char *name;
     fp8t_precision prec;
-    double loss_tol, grad_tol;
+    double loss_tol, grad_tol, all_grad_tol;
 } prec_case;
 
-/* loss / per-tensor gradient tolerances per precision (see the top of the file) */
+/* Tolerances per precision: loss; gradient per tensor (worst tensor); all gradients as one
+ * vector. fp32 certifies the ops end to end (measured: loss identical, grads 7e-7). In bf16
+ * and fp8 both backends round the same operands, but a last-bit difference in an operand
+ * sometimes flips its rounding (one element moves by 2^-8 in BF16, 2^-3 to 2^-2 in FP8), and
+ * Hopper's FP8 tensor cores accumulate in reduced precision (fast accumulation in Fprop by
+ * default); these differences compound through the layers and are largest, relative to their
+ * size, in small tensors such as layer 0's LayerNorm bias (measured bf16: worst tensor 3.6e-3,
+ * loss 2e-6). */
 static const prec_case PRECS[] = {
-    {"fp32", FP8T_PREC_FP32, 1e-5, 1e-4},
-    {"bf16", FP8T_PREC_BF16, 1e-4, 2e-3},
-    {"fp8-delayed", FP8T_PREC_DELAYED, 1e-3, 1e-2},
-    {"fp8-current", FP8T_PREC_CURRENT, 1e-3, 1e-2},
+    {"fp32", FP8T_PREC_FP32, 1e-5, 1e-4, 1e-5},
+    {"bf16", FP8T_PREC_BF16, 1e-4, 1e-2, 1e-3},
+    {"fp8-delayed", FP8T_PREC_DELAYED, 2e-3, 5e-2, 1e-2},
+    {"fp8-current", FP8T_PREC_CURRENT, 2e-3, 5e-2, 1e-2},
 };
 
 static fp8t_model *make_model(fp8t_backend *be, const fp8t_model_config *cfg,
@@ -1086,15 +1113,19 @@ static void model_compare(const char *cname, const fp8t_model_config *cfg, int B
             if (e > pc->grad_tol) nbad++;
             if (e > worst || i == 0) worst = e, worst_i = i;
         }
-        snprintf(note, sizeof(note), "%d tensors, worst %s%s", nt, info[worst_i].name,
-                 nbad ? " (some over tolerance)" : "");
+        snprintf(note, sizeof(note), "%d tensors, worst %s, %d over tolerance", nt,
+                 info[worst_i].name, nbad);
         snprintf(op, sizeof(op), "model %s grads (per tensor)", pc->name);
         row(op, shape, worst, pc->grad_tol, nbad == 0, note);
+        size_t bad_all, first_all;
+        double all = rel_err(gg, gc, np, &bad_all, &first_all);
+        snprintf(op, sizeof(op), "model %s grads (all)", pc->name);
+        row(op, shape, all, pc->all_grad_tol, bad_all == 0 && all <= pc->all_grad_tol, "");
         /* a few optimizer steps: the losses keep agreeing */
         float norm_c = fp8t_model_grad_norm(mc), norm_g = fp8t_model_grad_norm(mg);
         snprintf(op, sizeof(op), "model %s grad norm", pc->name);
         double nerr = fabs((double)norm_g - norm_c) / fabs((double)norm_c);
-        row(op, shape, nerr, pc->grad_tol, isfinite(norm_g) && nerr <= pc->grad_tol, "");
+        row(op, shape, nerr, pc->all_grad_tol, isfinite(norm_g) && nerr <= pc->all_grad_tol, "");
         fp8t_model_adamw(mc, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, norm_c);
         fp8t_model_adamw(mg, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, norm_g);
         fp8t_model_end_step(mc), fp8t_model_end_step(mg);

@@ -179,6 +179,7 @@ static void cuda_destroy(fp8t_backend *b) {
         if (s->rope_cos) cudaFree(s->rope_cos);
         if (s->rope_sin) cudaFree(s->rope_sin);
         if (s->workspace) cudaFree(s->workspace);
+        if (s->fp8_scales) cudaFree(s->fp8_scales);
         if (s->lt) cublasLtDestroy(s->lt);
         if (s->stream) cudaStreamDestroy(s->stream);
         free(s);
@@ -287,6 +288,7 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
         free(b);
         return NULL;
     }
+    CUDA_CHECK(cudaMalloc(&s->fp8_scales, 8 * sizeof(float)));
     s->bytes_in_use = s->bytes_peak = s->workspace_bytes;
     b->ops = &cuda_ops;
     b->name = "cuda";

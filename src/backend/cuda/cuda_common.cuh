@@ -105,6 +105,8 @@ typedef struct {
     /* accounting */
     size_t bytes_in_use, bytes_peak;
     long n_fp8_lt, n_fp8_fallback; /* gemm_fp8 calls by path (fp8t_cuda_gemm_counts) */
+    int warned_lt_reject;          /* cuBLASLt refused a problem its heuristic offered */
+    float *fp8_scales;             /* [8] 16-byte aligned copies of FP8 scale_inv pointers */
 } cuda_state;
 
 static inline cuda_state *cuda_of(fp8t_backend *b) { return (cuda_state *)b->impl; }

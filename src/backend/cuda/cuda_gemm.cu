@@ -123,8 +123,36 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
     }
     if (ok) {
         float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
-        CUBLAS_CHECK(cublasLtMatmul(s->lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &algo,
-                                    s->workspace, s->workspace_bytes, s->stream));
+        cublasStatus_t st = cublasLtMatmul(s->lt, op, &alpha, A, la, B, lb, &beta, C, lc, C, lc,
+                                           &algo, s->workspace, s->workspace_bytes, s->stream);
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+            /* the heuristic offered an algorithm that the matmul then refused: remember the
+             * problem as unsupported and let the caller take its fallback */
+            if (!s->warned_lt_reject) {
+                fprintf(stderr,
+                        "fp8train: cuBLASLt refused a %s GEMM its heuristic accepted (%s): m=%d "
+                        "n=%d k=%d op=%c%c lda=%d ldb=%d ldc=%d align=%d/%d/%d scales=%p/%p; "
+                        "using the fallback for such GEMMs (reported once)\n",
+                        is_fp8 ? "FP8" : "BF16/FP32", cublasLtGetStatusString(st), m, n, k,
+                        ta == CUBLAS_OP_T ? 'T' : 'N', tb == CUBLAS_OP_T ? 'T' : 'N', lda, ldb,
+                        ldc, al_a, al_b, al_c, (const void *)scale_a, (const void *)scale_b);
+                s->warned_lt_reject = 1;
+            }
+            ok = 0;
+            if (!s->plain) {
+                for (int i = 0; i < LT_CACHE_SIZE; i++) {
+                    lt_cache_entry *e = &s->lt_cache[i];
+                    if (e->valid && e->m == m && e->n == n && e->k == k && e->ta == (int)ta &&
+                        e->tb == (int)tb && e->type_a == (int)type_a &&
+                        e->type_b == (int)type_b && e->acc == acc && e->fast == fast_accum &&
+                        e->lda == lda && e->ldb == ldb && e->ldc == ldc && e->al_a == al_a &&
+                        e->al_b == al_b && e->al_c == al_c)
+                        e->ok = 0;
+                }
+            }
+        } else {
+            CUBLAS_CHECK(st);
+        }
         if (s->sync_each_op) CUDA_CHECK(cudaStreamSynchronize(s->stream));
     }
     cublasLtMatrixLayoutDestroy(la);
@@ -201,6 +229,11 @@ static void check_operand(const char *name, const fp8t_fp8_operand *o, int rows,
     }
 }
 
+__global__ void copy_scales_kernel(float *dst, const float *a, const float *b) {
+    dst[0] = *a;
+    dst[4] = *b;
+}
+
 static cudaDataType_t fp8_cuda_type(fp8_format f) {
     return f == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
 }
@@ -235,8 +268,18 @@ void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
             cuda_transpose_u8(b, t, b_kn, K, N);
             b_nk = t;
         }
+        /* cuBLASLt wants 16-byte aligned pointers; scale_inv usually points into the middle of
+         * the recipe state, so misaligned scales are copied into an aligned pair first (stream
+         * ordered: the pair is free again once the previous GEMM has run) */
+        const float *sa = A->scale_inv, *sb = B->scale_inv;
+        if (((uintptr_t)sa & 15u) || ((uintptr_t)sb & 15u)) {
+            copy_scales_kernel<<<1, 1, 0, s->stream>>>(s->fp8_scales, sa, sb);
+            CUDA_LAUNCH_CHECK(s);
+            sa = s->fp8_scales;
+            sb = s->fp8_scales + 4;
+        }
         done = rowmajor_matmul(s, C, fp8_cuda_type(A->fmt), a_mk, fp8_cuda_type(B->fmt), b_nk,
-                               M, N, K, 0, 1, acc, A->scale_inv, B->scale_inv, fast_accum) == 0;
+                               M, N, K, 0, 1, acc, sa, sb, fast_accum) == 0;
     }
     if (done) s->n_fp8_lt++;
     else s->n_fp8_fallback++;
