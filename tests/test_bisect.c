@@ -222,6 +222,42 @@ static void test_clean(void) {
     }
 }
 
+/* From a checkpoint: every experiment continues the same checkpoint for --steps more steps
+ * (here 20 -> 50), the recovery experiment resumes the FP8 run's own midpoint. */
+static void test_resume(void) {
+    fp8t_bisect_config bc;
+    base_config(&bc, "resume", NULL);
+    fp8t_train_config *t = malloc(sizeof *t);
+    *t = bc.train;
+    t->steps = 20;
+    t->quiet = 1;
+    t->val_every = 0;
+    snprintf(t->out_dir, sizeof t->out_dir, "%s/pretrain", g_root);
+    fp8t_train_result tr;
+    char err[1024];
+    T_ASSERT(fp8t_train_run(t, &tr, err, sizeof err) == 0, "pretrain: %s", err);
+    snprintf(bc.train.resume, sizeof bc.train.resume, "%s/pretrain/checkpoints/step_000020",
+             g_root);
+    free(t);
+    snprintf(bc.train.inject, sizeof bc.train.inject,
+             "layer=1-2,module=fc2,gemm=dgrad,kind=scale:64,when=delayed");
+    bc.steps = 30;
+    fp8t_bisect_result *res = malloc(sizeof *res);
+    T_ASSERT(fp8t_bisect_run(&bc, res, err, sizeof err) == 0, "bisect: %s", err);
+    T_CHECK(res->outcome == FP8T_BISECT_FOUND && res->culprit_gemms == 1u << FP8T_GEMM_DGRAD,
+            "outcome %d, culprit %#x: %s", res->outcome, res->culprit_gemms, res->conclusion);
+    T_CHECK(res->layer_lo >= 1 && res->layer_hi <= 2, "span %d-%d inside the faulty 1-2",
+            res->layer_lo, res->layer_hi);
+    const fp8t_bisect_exp *fp8 = find_exp(res, "fp8"), *rec = find_exp(res, "recovery");
+    T_CHECK(fp8 && fp8->first_step == 21 && fp8->last_step == 50, "fp8 ran steps %d-%d",
+            fp8 ? fp8->first_step : -1, fp8 ? fp8->last_step : -1);
+    T_CHECK(rec && rec->first_step > 21 && rec->first_step < 50 && rec->last_step == 50,
+            "recovery continued the FP8 run's checkpoint: steps %d-%d",
+            rec ? rec->first_step : -1, rec ? rec->last_step : -1);
+    if (t_cur_failed) fp8t_bisect_print(stdout, res, bc.threshold);
+    free(res);
+}
+
 static void test_bad_input(void) {
     fp8t_bisect_config bc;
     fp8t_bisect_result *res = malloc(sizeof *res);
@@ -255,6 +291,7 @@ int main(void) {
     T_RUN(test_nan_wgrad);
     T_RUN(test_corrupt_amax_head);
     T_RUN(test_stale_amax_head);
+    T_RUN(test_resume);
     if (!getenv("FP8T_TEST_KEEP")) nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     else printf("kept %s\n", g_root);
     T_MAIN_END();

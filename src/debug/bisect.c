@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "debug/bisect_internal.h"
 #include "fp8train/checkpoint.h"
@@ -519,6 +520,37 @@ static const fp8t_bisect_exp *find_by_override(const fp8t_bisect_result *res, co
     return NULL;
 }
 
+/* A new bisect owns OUT/bisect/: the run directories of an earlier one (other experiment
+ * names) would otherwise sit beside this one's and confuse its evidence. Only entries that are
+ * run directories (config.json or metrics.jsonl inside) and bisect's own files are removed. */
+static int clear_previous_bisect(bisect_ctx *c) {
+    DIR *d = opendir(c->root);
+    if (!d) {
+        snprintf(c->err, c->errlen, "bisect: cannot read %s: %s", c->root, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    for (struct dirent *de; rc == 0 && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        char path[BPATH], probe[BPATH + 32];
+        snprintf(path, sizeof path, "%s/%s", c->root, de->d_name);
+        if (!strcmp(de->d_name, "bisect.json") || !strcmp(de->d_name, "report.html")) {
+            rc = remove(path);
+            continue;
+        }
+        snprintf(probe, sizeof probe, "%s/config.json", path);
+        int is_run = access(probe, F_OK) == 0;
+        snprintf(probe, sizeof probe, "%s/metrics.jsonl", path);
+        is_run |= access(probe, F_OK) == 0;
+        if (is_run) rc = rm_tree(path);
+    }
+    closedir(d);
+    if (rc != 0)
+        snprintf(c->err, c->errlen, "bisect: cannot clear the previous bisect in %s: %s", c->root,
+                 strerror(errno));
+    return rc;
+}
+
 int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char *err,
                     size_t errlen) {
     memset(res, 0, sizeof *res);
@@ -551,6 +583,7 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
                  n < 0 || (size_t)n >= sizeof c->root - 128 ? "path too long" : strerror(errno));
         return -1;
     }
+    if (clear_previous_bisect(c) != 0) return -1;
     /* bf16, fp8, recovery, fake, 3 kinds, the span search, current */
     c->planned = 7 + (c->n_pos > 1 ? 2 * ceil_log2(c->n_pos) : 0) + 1;
 
