@@ -217,7 +217,8 @@ int bisect_write_html(bisect_ctx *c) {
                "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;"
                "font-size:13px}th{background:#f3f3f3}tr.ok td{background:#eefbea}"
                "tr.bad td{background:#fdeeee}td.num{text-align:right;font-family:monospace}"
-               "pre{background:#f6f6f6;padding:10px}code{background:#f6f6f6}td code{white-space:nowrap}.legend{font-size:12px}"
+               "pre{background:#f6f6f6;padding:10px}code{background:#f6f6f6}"
+               "td code{white-space:nowrap}.legend{font-size:12px}"
                "</style></head><body>\n<h1>FP8 bisection</h1>\n");
     fprintf(f, "<p>%d steps per experiment from %s. Tail loss: the mean training loss of the "
                "last %d steps; gap: the median over those steps of the relative loss "
