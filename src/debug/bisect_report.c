@@ -271,13 +271,18 @@ int bisect_write_html(bisect_ctx *c) {
 
 void fp8t_bisect_print(FILE *f, const fp8t_bisect_result *res, double threshold) {
     if (!f) return;
-    fprintf(f, "\n%-28s %10s %10s  %s\n", "experiment", "tail loss", "gap", "verdict");
+    int w = 24; /* the name column fits the longest name */
+    for (int i = 0; i < res->n_exp; i++)
+        if ((int)strlen(res->exp[i].name) > w) w = (int)strlen(res->exp[i].name);
+    fprintf(f, "\n%-*s %10s %10s %9s  %s\n", w, "experiment", "final loss", "tail loss", "gap",
+            "verdict");
     for (int i = 0; i < res->n_exp; i++) {
         const fp8t_bisect_exp *e = &res->exp[i];
         char gap[32];
         if (isfinite(e->gap)) snprintf(gap, sizeof gap, "%+.2f%%", 100 * e->gap);
         else snprintf(gap, sizeof gap, "inf");
-        fprintf(f, "%-28s %10.4f %10s  %s\n", e->name, e->tail_loss, gap, e->verdict);
+        fprintf(f, "%-*s %10.4f %10.4f %9s  %s\n", w, e->name, e->final_loss, e->tail_loss, gap,
+                e->verdict);
     }
     fprintf(f, "(tail loss: mean training loss of the last %d steps; gap: median over those "
                "steps of the relative loss difference vs BF16 on the same batch; threshold "
