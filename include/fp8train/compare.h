@@ -146,11 +146,10 @@ void fp8t_compare_cfg_default(fp8t_compare_cfg *cfg);
 typedef struct {
     int step;            /* step of the spike's first sample */
     int run;             /* 0 = A, 1 = B */
-    double size_rel;     /* peak of loss_run / loss_other over its window median, minus 1
-                            (for spikes in both runs: the raw loss jump) */
+    double size_rel;     /* (peak - median) / |median| of the run's own loss over the window */
     double zscore;
-    int recovery_steps;  /* steps until back to the other run's level (median + k sigma of the
-                            ratio); -1: did not recover before the end */
+    int recovery_steps;  /* steps until loss_run / loss_other is back within median + k sigma
+                            of its window (back to the other run); -1: not before the end */
     int slow;            /* recovery slower than cfg.slow_recovery (or never) */
     int in_other_run;    /* the other run spikes within 2 steps too (data, not FP8) */
 } fp8t_spike_report;
