@@ -456,7 +456,6 @@ static void add_array(line_buf *b, const char *k, const fp8t_stats *blocks, size
     lb_put(b, "]", 1);
 }
 
-
 /* Per-block statistics of the per-tensor quantization, summarized (and listed if asked). */
 static void add_block_stats(fp8t_inspector *in, line_buf *o, size_t n, float scale,
                             fp8_format fmt) {
