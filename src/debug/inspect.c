@@ -333,9 +333,9 @@ static int next_micro(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site 
     return in->seen[idx]++;
 }
 
-/* Host copy of the recipe state, taken at the first inspected site of the step, i.e. before
- * this step's amaxes reach the history: amax_history_max is then the max over the steps the
- * current scale came from. */
+/* Host copy of the recipe state, taken at the first hook call of an inspected step, i.e.
+ * before this step's amaxes reach the history: amax_history_max is then the max over the
+ * steps the current scale came from. */
 static const float *state_snapshot(fp8t_inspector *in, fp8t_model *m) {
     if (in->have_state) return in->state;
     int n = fp8t_model_fp8_count(m), len = fp8t_model_fp8_history_len(m);
@@ -518,6 +518,9 @@ static void write_dumps(fp8t_inspector *in, const fp8t_tensor_site *s, float sca
 void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
                             float *x) {
     if (!in || !in->active || !site || !x) return;
+    /* the recipe state as it was when the step began: the first hook call of a step comes
+     * before any of its amaxes is recorded, whatever the selection */
+    if (!in->have_state) state_snapshot(in, m);
     if (!layer_selected(in, site->layer) || !(in->module_mask >> site->module & 1u) ||
         !(in->gemm_mask >> site->gemm & 1u) || !(in->tensor_mask >> site->kind & 1u))
         return;
