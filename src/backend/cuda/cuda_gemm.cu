@@ -16,8 +16,10 @@
  *
  * Precision: CUBLAS_COMPUTE_32F everywhere (no TF32): gemm_f32 is exact FP32 arithmetic,
  * gemm_bf16 rounds operands to BF16 (round to nearest even, as bf16_encode) and accumulates in
- * FP32, gemm_fp8 multiplies codes with FP32 accumulation (or Hopper's fast accumulation when
- * asked) and scales by scale_inv_A * scale_inv_B.
+ * FP32, gemm_fp8 multiplies codes and scales by scale_inv_A * scale_inv_B. Hopper's FP8 tensor
+ * cores sum each 32-deep chunk of products with ~14 bits of precision; without fast
+ * accumulation cuBLASLt promotes the partial sums to FP32 regularly (measured on an H200: 1.2e-4
+ * relative to an exact FP32 sum; with fast accumulation up to 1.1e-3 at K=3072).
  *
  * Fallback: when cuBLASLt has no algorithm for a problem (FP8 needs 16-byte aligned pointers
  * and leading dimensions that are multiples of 16; E5M2 x E5M2 does not exist), the operands
