@@ -1274,6 +1274,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpu_test: cannot create the CPU backend: %s\n", err);
         return 1;
     }
+    /* a GPU first: without one there is nothing to test, say so once */
+    GPU = fp8t_backend_create("cuda", err, sizeof(err));
+    if (!GPU) {
+        fprintf(stderr, "gpu_test: cannot create the CUDA backend: %s\n", err);
+        fp8t_backend_destroy(CPU);
+        return 1;
+    }
+    fp8t_backend_destroy(GPU);
+    GPU = NULL;
     printf("%-34s %-24s %10s %9s  %s\n", "op", "size", "rel err", "tol", "result");
     printf("%.*s\n", 90, "------------------------------------------------------------------"
                          "------------------------------------------");
