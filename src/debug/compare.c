@@ -1,21 +1,15 @@
-/* compare: align two runs' losses by step, measure the gap, classify it (the seeds' problem
- * classes), and rank the inspected tensors and dumped tensors that differ most. */
-#include <dirent.h>
+/* compare: align two runs' losses by step, measure the gap, find spikes and NaNs, and classify
+ * it (the seeds' problem classes). The tensor tables are in compare_tensors.c, the text and
+ * JSON output in compare_print.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "fp8train/compare.h"
-#include "fp8train/io.h"
-#include "fp8train/stats.h"
+#include "debug/compare_internal.h"
 
-#define SQNR_CAP_DB 200.0  /* exact images (1e300 dB) count as this in means */
 #define MAX_SPIKES 64
-#define MAX_DUMPS 4096
-#define TOP_SITES 10
 
 void fp8t_compare_cfg_default(fp8t_compare_cfg *cfg) {
     cfg->threshold = 0.01;
@@ -33,7 +27,7 @@ const char *fp8t_compare_class_name(fp8t_compare_class c) {
     return (c >= 0 && c < FP8T_CMP_COUNT) ? names[c] : "?";
 }
 
-static void add_note(fp8t_compare_result *r, const char *fmt, const char *a, const char *b) {
+void compare_add_note(fp8t_compare_result *r, const char *fmt, const char *a, const char *b) {
     if (r->n_notes >= (int)(sizeof(r->notes) / sizeof(r->notes[0]))) return;
     snprintf(r->notes[r->n_notes++], sizeof(r->notes[0]), fmt, a, b);
 }
@@ -144,14 +138,12 @@ static void gap_stats(fp8t_compare_result *r) {
 static void noise_note(fp8t_compare_result *r) {
     double smooth_noise = 1.2533 * r->gap_noise / sqrt((double)r->window);
     if (!(3 * smooth_noise > r->threshold)) return;
-    /* only where it can change the verdict: end or early gap near the threshold */
-    int near_end = fabs(fabs(r->late_gap) - r->threshold) < 3 * smooth_noise;
-    int near_early = fabs(r->early_gap - r->threshold) < 3 * smooth_noise;
-    if (!near_end && !near_early) return;
+    /* only where it can change the verdict: the end gap near the threshold */
+    if (!(fabs(fabs(r->late_gap) - r->threshold) < 3 * smooth_noise)) return;
     char a[64], b[96];
     snprintf(a, sizeof(a), "%.2f%% per step, %.2f%%", 100 * r->gap_noise, 100 * smooth_noise);
     snprintf(b, sizeof(b), "%.2f%%", 300 * smooth_noise);
-    add_note(r, "the gap is noisy (%.40s after smoothing): a gap under ~%.12s is within the "
+    compare_add_note(r, "the gap is noisy (%.40s after smoothing): a gap under ~%.12s is within the "
                 "noise; use longer or larger-batch runs, a larger --window or --threshold", a, b);
 }
 
@@ -245,267 +237,6 @@ static void find_spikes(fp8t_compare_result *r, const fp8t_compare_cfg *cfg) {
     free(ratio);
 }
 
-/* ---- inspection statistics ---- */
-
-typedef struct {
-    int layer;
-    char module[8], gemm[8], tensor[16];
-    int n;
-    double cos, sqnr, under;
-} site_agg;
-
-static int key_cmp(int la, const char *ma, const char *ga, const char *ta, int lb,
-                   const char *mb, const char *gb, const char *tb) {
-    if (la != lb) return (la > lb) - (la < lb);
-    int c = strcmp(ma, mb);
-    if (c) return c;
-    if ((c = strcmp(ga, gb))) return c;
-    return strcmp(ta, tb);
-}
-
-static int cmp_site_key(const void *pa, const void *pb) {
-    const fp8t_stat_row *a = pa, *b = pb;
-    return key_cmp(a->layer, a->module, a->gemm, a->tensor, b->layer, b->module, b->gemm,
-                   b->tensor);
-}
-
-static int has_step(const int *steps, int n, int s) {
-    int lo = 0, hi = n - 1;
-    while (lo <= hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (steps[mid] == s) return 1;
-        if (steps[mid] < s) lo = mid + 1;
-        else hi = mid - 1;
-    }
-    return 0;
-}
-
-static int cmp_int(const void *pa, const void *pb) {
-    int a = *(const int *)pa, b = *(const int *)pb;
-    return (a > b) - (a < b);
-}
-
-/* Sorted distinct steps of a run's stats rows. */
-static int *stat_steps(const fp8t_run *run, int *n) {
-    int *s = malloc(sizeof(int) * (size_t)(run->n_stats + 1));
-    for (int i = 0; i < run->n_stats; i++) s[i] = run->stats[i].step;
-    qsort(s, (size_t)run->n_stats, sizeof(int), cmp_int);
-    int m = 0;
-    for (int i = 0; i < run->n_stats; i++)
-        if (m == 0 || s[m - 1] != s[i]) s[m++] = s[i];
-    *n = m;
-    return s;
-}
-
-/* Mean cosine / SQNR / underflow per operand site over the steps in `steps` (NULL: all). */
-static site_agg *aggregate_sites(const fp8t_run *run, const int *steps, int n_steps, int *n_out) {
-    fp8t_stat_row *rows = malloc(sizeof(fp8t_stat_row) * (size_t)(run->n_stats + 1));
-    int m = 0;
-    for (int i = 0; i < run->n_stats; i++) {
-        const fp8t_stat_row *r = &run->stats[i];
-        if (!r->is_operand || r->micro != 0 || !isfinite(r->cosine)) continue;
-        if (steps && !has_step(steps, n_steps, r->step)) continue;
-        rows[m++] = *r;
-    }
-    qsort(rows, (size_t)m, sizeof(fp8t_stat_row), cmp_site_key);
-    site_agg *out = calloc((size_t)(m + 1), sizeof(site_agg));
-    int k = 0;
-    for (int i = 0; i < m; i++) {
-        if (k == 0 || cmp_site_key(&rows[i], &rows[i - 1]) != 0) {
-            site_agg *s = &out[k++];
-            s->layer = rows[i].layer;
-            memcpy(s->module, rows[i].module, sizeof(s->module));
-            memcpy(s->gemm, rows[i].gemm, sizeof(s->gemm));
-            memcpy(s->tensor, rows[i].tensor, sizeof(s->tensor));
-        }
-        site_agg *s = &out[k - 1];
-        double sq = rows[i].sqnr_db;
-        if (!(sq < SQNR_CAP_DB)) sq = SQNR_CAP_DB; /* exact (1e300) or NaN-free cap */
-        s->cos += rows[i].cosine;
-        s->sqnr += sq;
-        s->under += isfinite(rows[i].underflow_pct) ? rows[i].underflow_pct : 0;
-        s->n++;
-    }
-    for (int i = 0; i < k; i++) {
-        out[i].cos /= out[i].n;
-        out[i].sqnr /= out[i].n;
-        out[i].under /= out[i].n;
-    }
-    free(rows);
-    *n_out = k;
-    return out;
-}
-
-static int cmp_diff_score(const void *pa, const void *pb) {
-    const fp8t_site_diff *a = pa, *b = pb;
-    return (a->score < b->score) - (a->score > b->score); /* descending */
-}
-
-static void fill_diff(fp8t_site_diff *d, const site_agg *s) {
-    d->layer = s->layer;
-    memcpy(d->module, s->module, sizeof(d->module));
-    memcpy(d->gemm, s->gemm, sizeof(d->gemm));
-    memcpy(d->tensor, s->tensor, sizeof(d->tensor));
-    d->n_steps = s->n;
-}
-
-static void compare_stats(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b) {
-    if (a->n_stats == 0 && b->n_stats == 0) return;
-    if (a->n_stats && b->n_stats) {
-        int na, nb;
-        int *sa = stat_steps(a, &na), *sb = stat_steps(b, &nb);
-        int *common = malloc(sizeof(int) * (size_t)(na + 1)), nc = 0;
-        for (int i = 0; i < na; i++)
-            if (has_step(sb, nb, sa[i])) common[nc++] = sa[i];
-        free(sa);
-        free(sb);
-        if (nc == 0) {
-            add_note(r, "stats.jsonl of both runs share no inspected step%s%s: no per-tensor "
-                        "comparison (inspect the same steps in both runs)", "", "");
-            free(common);
-            return;
-        }
-        int ka, kb;
-        site_agg *ga = aggregate_sites(a, common, nc, &ka), *gb = aggregate_sites(b, common, nc, &kb);
-        free(common);
-        fp8t_site_diff *d = calloc((size_t)(ka + 1), sizeof(fp8t_site_diff));
-        int n = 0, i = 0, j = 0;
-        /* both lists are in key order: merge */
-        while (i < ka && j < kb) {
-            int c = key_cmp(ga[i].layer, ga[i].module, ga[i].gemm, ga[i].tensor, gb[j].layer,
-                            gb[j].module, gb[j].gemm, gb[j].tensor);
-            if (c < 0) { i++; continue; }
-            if (c > 0) { j++; continue; }
-            fp8t_site_diff *o = &d[n++];
-            fill_diff(o, &ga[i]);
-            o->n_steps = ga[i].n < gb[j].n ? ga[i].n : gb[j].n;
-            o->cos_a = ga[i].cos; o->cos_b = gb[j].cos;
-            o->sqnr_a = ga[i].sqnr; o->sqnr_b = gb[j].sqnr;
-            o->under_a = ga[i].under; o->under_b = gb[j].under;
-            o->score = o->sqnr_a - o->sqnr_b;
-            i++;
-            j++;
-        }
-        free(ga);
-        free(gb);
-        qsort(d, (size_t)n, sizeof(fp8t_site_diff), cmp_diff_score);
-        r->sites = d;
-        r->n_sites = n < TOP_SITES ? n : TOP_SITES;
-        r->have_stats = 2;
-        return;
-    }
-    /* Only one run was inspected: rank its own sites, worst SQNR first. */
-    const fp8t_run *run = a->n_stats ? a : b;
-    int k;
-    site_agg *g = aggregate_sites(run, NULL, 0, &k);
-    fp8t_site_diff *d = calloc((size_t)(k + 1), sizeof(fp8t_site_diff));
-    for (int i = 0; i < k; i++) {
-        fp8t_site_diff *o = &d[i];
-        fill_diff(o, &g[i]);
-        o->cos_a = o->sqnr_a = o->under_a = o->cos_b = o->sqnr_b = o->under_b = NAN;
-        if (run == a) { o->cos_a = g[i].cos; o->sqnr_a = g[i].sqnr; o->under_a = g[i].under; }
-        else { o->cos_b = g[i].cos; o->sqnr_b = g[i].sqnr; o->under_b = g[i].under; }
-        o->score = -g[i].sqnr;
-    }
-    free(g);
-    qsort(d, (size_t)k, sizeof(fp8t_site_diff), cmp_diff_score);
-    r->sites = d;
-    r->n_sites = k < TOP_SITES ? k : TOP_SITES;
-    r->have_stats = 1;
-}
-
-/* ---- dumps ---- */
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-static int cmp_dump_cos(const void *pa, const void *pb) {
-    const fp8t_dump_diff *a = pa, *b = pb;
-    if (a->cosine != b->cosine) return (a->cosine > b->cosine) - (a->cosine < b->cosine);
-    return (a->step > b->step) - (a->step < b->step);
-}
-
-static void compare_one_dump(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
-                             const char *stepdir, const char *file, const fp8t_compare_cfg *cfg) {
-    char pa[FP8T_RUN_PATH * 2], pb[FP8T_RUN_PATH * 2], err[512];
-    snprintf(pa, sizeof(pa), "%s/%s/%s", a->dumps_dir, stepdir, file);
-    snprintf(pb, sizeof(pb), "%s/%s/%s", b->dumps_dir, stepdir, file);
-    char da[16], db[16];
-    int ndim_a, ndim_b;
-    int64_t sha[8], shb[8];
-    void *xa = NULL, *xb = NULL;
-    size_t bytes_a, bytes_b;
-    if (fp8t_npy_read(pb, db, &ndim_b, shb, &xb, &bytes_b, err, sizeof(err))) return; /* not in B */
-    if (fp8t_npy_read(pa, da, &ndim_a, sha, &xa, &bytes_a, err, sizeof(err))) {
-        snprintf(r->dump_note, sizeof(r->dump_note), "%.250s", err);
-        free(xb);
-        return;
-    }
-    int same = strcmp(da, "<f4") == 0 && strcmp(db, "<f4") == 0 && bytes_a == bytes_b &&
-               ndim_a == ndim_b;
-    for (int d = 0; same && d < ndim_a; d++) same = sha[d] == shb[d];
-    if (!same) {
-        snprintf(r->dump_note, sizeof(r->dump_note),
-                 "%.180s: dtype or shape differs between the runs (same model and batch?)",
-                 pa);
-    } else if (r->n_dumps < MAX_DUMPS) {
-        size_t n = bytes_a / sizeof(float);
-        fp8t_stats st;
-        fp8t_compare_stats(&st, (const float *)xa, (const float *)xb, n);
-        fp8t_dump_diff *o = &r->dumps[r->n_dumps++];
-        memset(o, 0, sizeof(*o));
-        o->step = atoi(stepdir + 5);
-        snprintf(o->name, sizeof(o->name), "%.*s", (int)(strlen(file) - 4), file);
-        o->numel = n;
-        o->cosine = st.cosine;
-        o->mse = st.mse;
-        o->sqnr_db = st.sqnr_db;
-        o->rel_l2 = st.l2 > 0 ? sqrt(st.mse * (double)n) / st.l2 : (st.mse > 0 ? INFINITY : 0);
-        o->flagged = !(st.cosine >= cfg->cosine_flag);
-        r->n_dumps_flagged += o->flagged;
-    }
-    free(xa);
-    free(xb);
-}
-
-static void compare_dumps(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
-                          const fp8t_compare_cfg *cfg) {
-    if (!a->dumps_dir[0] || !b->dumps_dir[0]) return;
-    DIR *d = opendir(a->dumps_dir);
-    if (!d) return;
-    r->dumps = calloc(MAX_DUMPS, sizeof(fp8t_dump_diff));
-    struct dirent *e;
-    int common_steps = 0;
-    while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "step_", 5) != 0) continue;
-        char sub[FP8T_RUN_PATH * 2];
-        snprintf(sub, sizeof(sub), "%s/%s", b->dumps_dir, e->d_name);
-        DIR *db = opendir(sub);
-        if (!db) continue;
-        closedir(db);
-        snprintf(sub, sizeof(sub), "%s/%s", a->dumps_dir, e->d_name);
-        DIR *da = opendir(sub);
-        if (!da) continue;
-        common_steps++;
-        struct dirent *f;
-        while ((f = readdir(da))) {
-            if (!ends_with(f->d_name, ".npy") || ends_with(f->d_name, ".fp8.npy") ||
-                ends_with(f->d_name, ".scale_inv.npy"))
-                continue;
-            compare_one_dump(r, a, b, e->d_name, f->d_name, cfg);
-        }
-        closedir(da);
-    }
-    closedir(d);
-    if (common_steps == 0 && !r->dump_note[0])
-        snprintf(r->dump_note, sizeof(r->dump_note),
-                 "both runs have dumps but of no common step: dump the same steps "
-                 "(--inspect 'start=S,end=S,dump=1') in both");
-    qsort(r->dumps, (size_t)r->n_dumps, sizeof(fp8t_dump_diff), cmp_dump_cos);
-}
-
 /* ---- classification ---- */
 
 static void fmt_pct(char *buf, size_t len, double x) {
@@ -582,7 +313,7 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
     if (closes) {
         char note[160];
         snprintf(note, sizeof(note), "%s over the first 10%% of steps, %s at the end", eg + 1, lg);
-        add_note(r, "the gap closes: %s (a recovery experiment that works looks like this)%s",
+        compare_add_note(r, "the gap closes: %s (a recovery experiment that works looks like this)%s",
                  note, "");
     }
     if (isfinite(r->late_gap) && fabs(r->late_gap) > r->threshold) {
@@ -614,7 +345,7 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
     if (n_shared) {
         char k[16];
         snprintf(k, sizeof(k), "%d", n_shared);
-        add_note(r, "%s spike(s) appear in both runs at the same steps: the data, not FP8%s", k,
+        compare_add_note(r, "%s spike(s) appear in both runs at the same steps: the data, not FP8%s", k,
                  "");
     }
     if (big) {
@@ -649,7 +380,7 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
     if (first >= 0 && back >= 0) {
         char x[64];
         snprintf(x, sizeof(x), "from step %d to step %d", r->steps[first], r->steps[back]);
-        add_note(r, "the smoothed gap left the threshold %s and came back, with no loss spike%s",
+        compare_add_note(r, "the smoothed gap left the threshold %s and came back, with no loss spike%s",
                  x, "");
     }
     char mg[32], xg[32];
@@ -715,7 +446,7 @@ int fp8t_compare_runs(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run 
             snprintf(r->nan_where, sizeof(r->nan_where), "%.250s", where[k]);
         }
     if (ns[0] >= 0 && ns[1] >= 0)
-        add_note(r, "both runs went non-finite (baseline %s at its step too)%s", a->label, "");
+        compare_add_note(r, "both runs went non-finite (baseline %s at its step too)%s", a->label, "");
     find_spikes(r, &cfg);
     noise_note(r);
     compare_stats(r, a, b);
@@ -728,7 +459,7 @@ int fp8t_compare_runs(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run 
         char x[64], y[64];
         snprintf(x, sizeof(x), "A ends at step %d, B at %d", a_hi, b_hi);
         snprintf(y, sizeof(y), "%d", r->n);
-        add_note(r, "the runs have different lengths (%s); compared over their %s common steps",
+        compare_add_note(r, "the runs have different lengths (%s); compared over their %s common steps",
                  x, y);
     }
     return 0;
@@ -753,159 +484,4 @@ void fp8t_compare_result_free(fp8t_compare_result *r) {
 
 int fp8t_compare_exit_code(const fp8t_compare_result *r) {
     return r->cls == FP8T_CMP_MATCH ? 0 : 1;
-}
-
-/* ---- output ---- */
-
-static void site_label(char *buf, size_t len, int layer, const char *module, const char *gemm,
-                       const char *tensor) {
-    if (layer < 0) snprintf(buf, len, "head %s %s", gemm, tensor);
-    else snprintf(buf, len, "L%d %s %s %s", layer, module, gemm, tensor);
-}
-
-void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
-                        const fp8t_compare_result *r) {
-    fprintf(f, "A (baseline): %s  [%s]\n", a->label, a->metrics_path);
-    fprintf(f, "B (test):     %s  [%s]\n", b->label, b->metrics_path);
-    fprintf(f, "aligned: %d steps (%d..%d); gap = (loss_B - loss_A) / |loss_A|\n", r->n,
-            r->steps[0], r->steps[r->n - 1]);
-    fprintf(f, "gap: mean |gap| %.3f%%  max %.3f%% (step %d)  early %.3f%%  end %+.3f%%  "
-               "trend %+.2e/step  noise %.2f%%/step",
-            100 * r->mean_abs_gap, 100 * r->max_abs_gap, r->max_gap_step, 100 * r->early_gap,
-            100 * r->late_gap, r->trend, 100 * r->gap_noise);
-    if (isfinite(r->val_gap)) fprintf(f, "  val %+.3f%% (step %d)", 100 * r->val_gap, r->val_step);
-    fprintf(f, "\n");
-    fprintf(f, "\nverdict: %s\n", r->verdict);
-    fprintf(f, "next:    %s\n", r->advice);
-    for (int i = 0; i < r->n_notes; i++) fprintf(f, "note:    %s\n", r->notes[i]);
-    if (r->n_spikes) {
-        fprintf(f, "\nspikes:\n  %-4s %8s %9s %7s %10s  %s\n", "run", "step", "size", "z",
-                "recovery", "");
-        for (int i = 0; i < r->n_spikes; i++) {
-            const fp8t_spike_report *s = &r->spikes[i];
-            char rec[24];
-            if (s->recovery_steps < 0) snprintf(rec, sizeof(rec), "never");
-            else snprintf(rec, sizeof(rec), "%d", s->recovery_steps);
-            fprintf(f, "  %-4c %8d %+8.1f%% %7.1f %10s  %s%s\n", 'A' + s->run, s->step,
-                    100 * s->size_rel, s->zscore, rec, s->slow ? "slow" : "fast",
-                    s->in_other_run ? ", in both runs" : "");
-        }
-    }
-    if (r->have_stats == 2) {
-        fprintf(f, "\ntensors whose FP8 error differs most (mean over %s steps inspected in both):\n",
-                "the");
-        fprintf(f, "  %-28s %9s %9s %10s %10s %8s %8s\n", "site", "SQNR A", "SQNR B", "cos A",
-                "cos B", "uflow A", "uflow B");
-        for (int i = 0; i < r->n_sites; i++) {
-            const fp8t_site_diff *d = &r->sites[i];
-            char name[64];
-            site_label(name, sizeof(name), d->layer, d->module, d->gemm, d->tensor);
-            fprintf(f, "  %-28s %8.1fdB %8.1fdB %10.6f %10.6f %7.3f%% %7.3f%%\n", name, d->sqnr_a,
-                    d->sqnr_b, d->cos_a, d->cos_b, d->under_a, d->under_b);
-        }
-    } else if (r->have_stats == 1) {
-        int in_a = a->n_stats > 0;
-        fprintf(f, "\ntensors with the largest FP8 error in run %c (only it was inspected):\n",
-                in_a ? 'A' : 'B');
-        fprintf(f, "  %-28s %9s %10s %8s\n", "site", "SQNR", "cosine", "uflow");
-        for (int i = 0; i < r->n_sites; i++) {
-            const fp8t_site_diff *d = &r->sites[i];
-            char name[64];
-            site_label(name, sizeof(name), d->layer, d->module, d->gemm, d->tensor);
-            fprintf(f, "  %-28s %8.1fdB %10.6f %7.3f%%\n", name, in_a ? d->sqnr_a : d->sqnr_b,
-                    in_a ? d->cos_a : d->cos_b, in_a ? d->under_a : d->under_b);
-        }
-    }
-    if (r->n_dumps) {
-        fprintf(f, "\ndumped tensors, B against A (%d compared, %d with cosine < 0.99):\n",
-                r->n_dumps, r->n_dumps_flagged);
-        fprintf(f, "  %8s  %-32s %12s %12s %10s\n", "step", "tensor", "cosine", "rel L2", "SQNR");
-        int shown = 0;
-        for (int i = 0; i < r->n_dumps && shown < 20; i++, shown++) {
-            const fp8t_dump_diff *d = &r->dumps[i];
-            fprintf(f, "  %8d  %-32s %12.6f %12.3e %8.1fdB%s\n", d->step, d->name, d->cosine,
-                    d->rel_l2, d->sqnr_db > 1e299 ? INFINITY : d->sqnr_db,
-                    d->flagged ? "  <- quantization error too large" : "");
-        }
-        if (r->n_dumps > shown) fprintf(f, "  ... %d more\n", r->n_dumps - shown);
-    }
-    if (r->dump_note[0]) fprintf(f, "dumps: %s\n", r->dump_note);
-}
-
-static cJSON *num_or_null(double x) { return isfinite(x) ? cJSON_CreateNumber(x) : cJSON_CreateNull(); }
-
-char *fp8t_compare_to_json(const fp8t_run *a, const fp8t_run *b, const fp8t_compare_result *r) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "class", fp8t_compare_class_name(r->cls));
-    cJSON_AddNumberToObject(o, "exit_code", fp8t_compare_exit_code(r));
-    cJSON_AddStringToObject(o, "verdict", r->verdict);
-    cJSON_AddStringToObject(o, "advice", r->advice);
-    cJSON_AddStringToObject(o, "run_a", a->metrics_path);
-    cJSON_AddStringToObject(o, "run_b", b->metrics_path);
-    cJSON_AddNumberToObject(o, "threshold", r->threshold);
-    cJSON_AddNumberToObject(o, "aligned_steps", r->n);
-    cJSON_AddNumberToObject(o, "first_step", r->steps[0]);
-    cJSON_AddNumberToObject(o, "last_step", r->steps[r->n - 1]);
-    cJSON_AddItemToObject(o, "mean_abs_gap", num_or_null(r->mean_abs_gap));
-    cJSON_AddItemToObject(o, "max_abs_gap", num_or_null(r->max_abs_gap));
-    cJSON_AddNumberToObject(o, "max_gap_step", r->max_gap_step);
-    cJSON_AddItemToObject(o, "early_gap", num_or_null(r->early_gap));
-    cJSON_AddItemToObject(o, "end_gap", num_or_null(r->late_gap));
-    cJSON_AddItemToObject(o, "trend_per_step", num_or_null(r->trend));
-    cJSON_AddItemToObject(o, "gap_noise", num_or_null(r->gap_noise));
-    cJSON_AddNumberToObject(o, "drift_step", r->drift_step);
-    cJSON_AddItemToObject(o, "val_gap", num_or_null(r->val_gap));
-    cJSON_AddNumberToObject(o, "smoothing_window", r->window);
-    if (r->nan_run >= 0) {
-        cJSON *n = cJSON_AddObjectToObject(o, "nan");
-        cJSON_AddStringToObject(n, "run", r->nan_run ? "B" : "A");
-        cJSON_AddNumberToObject(n, "step", r->nan_step);
-        cJSON_AddStringToObject(n, "where", r->nan_where);
-    }
-    cJSON *sp = cJSON_AddArrayToObject(o, "spikes");
-    for (int i = 0; i < r->n_spikes; i++) {
-        const fp8t_spike_report *s = &r->spikes[i];
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "run", s->run ? "B" : "A");
-        cJSON_AddNumberToObject(e, "step", s->step);
-        cJSON_AddItemToObject(e, "size_rel", num_or_null(s->size_rel));
-        cJSON_AddItemToObject(e, "zscore", num_or_null(s->zscore));
-        cJSON_AddNumberToObject(e, "recovery_steps", s->recovery_steps);
-        cJSON_AddBoolToObject(e, "slow", s->slow);
-        cJSON_AddBoolToObject(e, "in_both_runs", s->in_other_run);
-        cJSON_AddItemToArray(sp, e);
-    }
-    cJSON *st = cJSON_AddArrayToObject(o, "tensors");
-    for (int i = 0; i < r->n_sites; i++) {
-        const fp8t_site_diff *d = &r->sites[i];
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "layer", d->layer);
-        cJSON_AddStringToObject(e, "module", d->module);
-        cJSON_AddStringToObject(e, "gemm", d->gemm);
-        cJSON_AddStringToObject(e, "tensor", d->tensor);
-        cJSON_AddItemToObject(e, "sqnr_a", num_or_null(d->sqnr_a));
-        cJSON_AddItemToObject(e, "sqnr_b", num_or_null(d->sqnr_b));
-        cJSON_AddItemToObject(e, "cosine_a", num_or_null(d->cos_a));
-        cJSON_AddItemToObject(e, "cosine_b", num_or_null(d->cos_b));
-        cJSON_AddItemToObject(e, "underflow_pct_a", num_or_null(d->under_a));
-        cJSON_AddItemToObject(e, "underflow_pct_b", num_or_null(d->under_b));
-        cJSON_AddItemToArray(st, e);
-    }
-    cJSON *du = cJSON_AddArrayToObject(o, "dumps");
-    for (int i = 0; i < r->n_dumps; i++) {
-        const fp8t_dump_diff *d = &r->dumps[i];
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "step", d->step);
-        cJSON_AddStringToObject(e, "tensor", d->name);
-        cJSON_AddItemToObject(e, "cosine", num_or_null(d->cosine));
-        cJSON_AddItemToObject(e, "rel_l2", num_or_null(d->rel_l2));
-        cJSON_AddItemToObject(e, "sqnr_db", num_or_null(d->sqnr_db));
-        cJSON_AddBoolToObject(e, "flagged", d->flagged);
-        cJSON_AddItemToArray(du, e);
-    }
-    cJSON *nt = cJSON_AddArrayToObject(o, "notes");
-    for (int i = 0; i < r->n_notes; i++) cJSON_AddItemToArray(nt, cJSON_CreateString(r->notes[i]));
-    char *s = cJSON_Print(o);
-    cJSON_Delete(o);
-    return s;
 }

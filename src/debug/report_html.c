@@ -9,12 +9,12 @@
 
 #include "fp8train/compare.h"
 #include "fp8train/io.h"
+#include "debug/compare_internal.h"
 #include "debug/report_internal.h"
 
 #define COLOR_A "#2563eb"
 #define COLOR_B "#ea580c"
 #define CHART_W 1100.0
-#define SQNR_CAP_DB 200.0
 #define HEAT_MAX_COLS 240  /* wider step ranges are binned (worst value per bin) */
 
 static const char *CSS =

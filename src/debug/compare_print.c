@@ -1,0 +1,161 @@
+/* compare output: the human-readable summary with its tables, and the same as JSON. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cjson/cJSON.h>
+
+#include "fp8train/compare.h"
+
+static void site_label(char *buf, size_t len, int layer, const char *module, const char *gemm,
+                       const char *tensor) {
+    if (layer < 0) snprintf(buf, len, "head %s %s", gemm, tensor);
+    else snprintf(buf, len, "L%d %s %s %s", layer, module, gemm, tensor);
+}
+
+void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
+                        const fp8t_compare_result *r) {
+    fprintf(f, "A (baseline): %s  [%s]\n", a->label, a->metrics_path);
+    fprintf(f, "B (test):     %s  [%s]\n", b->label, b->metrics_path);
+    fprintf(f, "aligned: %d steps (%d..%d); gap = (loss_B - loss_A) / |loss_A|\n", r->n,
+            r->steps[0], r->steps[r->n - 1]);
+    fprintf(f, "gap: mean |gap| %.3f%%  max %.3f%% (step %d)  early %.3f%%  end %+.3f%%  "
+               "trend %+.2e/step  noise %.2f%%/step",
+            100 * r->mean_abs_gap, 100 * r->max_abs_gap, r->max_gap_step, 100 * r->early_gap,
+            100 * r->late_gap, r->trend, 100 * r->gap_noise);
+    if (isfinite(r->val_gap)) fprintf(f, "  val %+.3f%% (step %d)", 100 * r->val_gap, r->val_step);
+    fprintf(f, "\n");
+    fprintf(f, "\nverdict: %s\n", r->verdict);
+    fprintf(f, "next:    %s\n", r->advice);
+    for (int i = 0; i < r->n_notes; i++) fprintf(f, "note:    %s\n", r->notes[i]);
+    if (r->n_spikes) {
+        fprintf(f, "\nspikes:\n  %-4s %8s %9s %7s %10s  %s\n", "run", "step", "size", "z",
+                "recovery", "");
+        for (int i = 0; i < r->n_spikes; i++) {
+            const fp8t_spike_report *s = &r->spikes[i];
+            char rec[24];
+            if (s->recovery_steps < 0) snprintf(rec, sizeof(rec), "never");
+            else snprintf(rec, sizeof(rec), "%d", s->recovery_steps);
+            fprintf(f, "  %-4c %8d %+8.1f%% %7.1f %10s  %s%s\n", 'A' + s->run, s->step,
+                    100 * s->size_rel, s->zscore, rec, s->slow ? "slow" : "fast",
+                    s->in_other_run ? ", in both runs" : "");
+        }
+    }
+    if (r->have_stats == 2) {
+        fprintf(f, "\ntensors whose FP8 error differs most (mean over %s steps inspected in both):\n",
+                "the");
+        fprintf(f, "  %-28s %9s %9s %10s %10s %8s %8s\n", "site", "SQNR A", "SQNR B", "cos A",
+                "cos B", "uflow A", "uflow B");
+        for (int i = 0; i < r->n_sites; i++) {
+            const fp8t_site_diff *d = &r->sites[i];
+            char name[64];
+            site_label(name, sizeof(name), d->layer, d->module, d->gemm, d->tensor);
+            fprintf(f, "  %-28s %8.1fdB %8.1fdB %10.6f %10.6f %7.3f%% %7.3f%%\n", name, d->sqnr_a,
+                    d->sqnr_b, d->cos_a, d->cos_b, d->under_a, d->under_b);
+        }
+    } else if (r->have_stats == 1) {
+        int in_a = a->n_stats > 0;
+        fprintf(f, "\ntensors with the largest FP8 error in run %c (only it was inspected):\n",
+                in_a ? 'A' : 'B');
+        fprintf(f, "  %-28s %9s %10s %8s\n", "site", "SQNR", "cosine", "uflow");
+        for (int i = 0; i < r->n_sites; i++) {
+            const fp8t_site_diff *d = &r->sites[i];
+            char name[64];
+            site_label(name, sizeof(name), d->layer, d->module, d->gemm, d->tensor);
+            fprintf(f, "  %-28s %8.1fdB %10.6f %7.3f%%\n", name, in_a ? d->sqnr_a : d->sqnr_b,
+                    in_a ? d->cos_a : d->cos_b, in_a ? d->under_a : d->under_b);
+        }
+    }
+    if (r->n_dumps) {
+        fprintf(f, "\ndumped tensors, B against A (%d compared, %d with cosine < 0.99):\n",
+                r->n_dumps, r->n_dumps_flagged);
+        fprintf(f, "  %8s  %-32s %12s %12s %10s\n", "step", "tensor", "cosine", "rel L2", "SQNR");
+        int shown = 0;
+        for (int i = 0; i < r->n_dumps && shown < 20; i++, shown++) {
+            const fp8t_dump_diff *d = &r->dumps[i];
+            fprintf(f, "  %8d  %-32s %12.6f %12.3e %8.1fdB%s\n", d->step, d->name, d->cosine,
+                    d->rel_l2, d->sqnr_db > 1e299 ? INFINITY : d->sqnr_db,
+                    d->flagged ? "  <- quantization error too large" : "");
+        }
+        if (r->n_dumps > shown) fprintf(f, "  ... %d more\n", r->n_dumps - shown);
+    }
+    if (r->dump_note[0]) fprintf(f, "dumps: %s\n", r->dump_note);
+}
+
+static cJSON *num_or_null(double x) { return isfinite(x) ? cJSON_CreateNumber(x) : cJSON_CreateNull(); }
+
+char *fp8t_compare_to_json(const fp8t_run *a, const fp8t_run *b, const fp8t_compare_result *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "class", fp8t_compare_class_name(r->cls));
+    cJSON_AddNumberToObject(o, "exit_code", fp8t_compare_exit_code(r));
+    cJSON_AddStringToObject(o, "verdict", r->verdict);
+    cJSON_AddStringToObject(o, "advice", r->advice);
+    cJSON_AddStringToObject(o, "run_a", a->metrics_path);
+    cJSON_AddStringToObject(o, "run_b", b->metrics_path);
+    cJSON_AddNumberToObject(o, "threshold", r->threshold);
+    cJSON_AddNumberToObject(o, "aligned_steps", r->n);
+    cJSON_AddNumberToObject(o, "first_step", r->steps[0]);
+    cJSON_AddNumberToObject(o, "last_step", r->steps[r->n - 1]);
+    cJSON_AddItemToObject(o, "mean_abs_gap", num_or_null(r->mean_abs_gap));
+    cJSON_AddItemToObject(o, "max_abs_gap", num_or_null(r->max_abs_gap));
+    cJSON_AddNumberToObject(o, "max_gap_step", r->max_gap_step);
+    cJSON_AddItemToObject(o, "early_gap", num_or_null(r->early_gap));
+    cJSON_AddItemToObject(o, "end_gap", num_or_null(r->late_gap));
+    cJSON_AddItemToObject(o, "trend_per_step", num_or_null(r->trend));
+    cJSON_AddItemToObject(o, "gap_noise", num_or_null(r->gap_noise));
+    cJSON_AddNumberToObject(o, "drift_step", r->drift_step);
+    cJSON_AddItemToObject(o, "val_gap", num_or_null(r->val_gap));
+    cJSON_AddNumberToObject(o, "smoothing_window", r->window);
+    if (r->nan_run >= 0) {
+        cJSON *n = cJSON_AddObjectToObject(o, "nan");
+        cJSON_AddStringToObject(n, "run", r->nan_run ? "B" : "A");
+        cJSON_AddNumberToObject(n, "step", r->nan_step);
+        cJSON_AddStringToObject(n, "where", r->nan_where);
+    }
+    cJSON *sp = cJSON_AddArrayToObject(o, "spikes");
+    for (int i = 0; i < r->n_spikes; i++) {
+        const fp8t_spike_report *s = &r->spikes[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "run", s->run ? "B" : "A");
+        cJSON_AddNumberToObject(e, "step", s->step);
+        cJSON_AddItemToObject(e, "size_rel", num_or_null(s->size_rel));
+        cJSON_AddItemToObject(e, "zscore", num_or_null(s->zscore));
+        cJSON_AddNumberToObject(e, "recovery_steps", s->recovery_steps);
+        cJSON_AddBoolToObject(e, "slow", s->slow);
+        cJSON_AddBoolToObject(e, "in_both_runs", s->in_other_run);
+        cJSON_AddItemToArray(sp, e);
+    }
+    cJSON *st = cJSON_AddArrayToObject(o, "tensors");
+    for (int i = 0; i < r->n_sites; i++) {
+        const fp8t_site_diff *d = &r->sites[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "layer", d->layer);
+        cJSON_AddStringToObject(e, "module", d->module);
+        cJSON_AddStringToObject(e, "gemm", d->gemm);
+        cJSON_AddStringToObject(e, "tensor", d->tensor);
+        cJSON_AddItemToObject(e, "sqnr_a", num_or_null(d->sqnr_a));
+        cJSON_AddItemToObject(e, "sqnr_b", num_or_null(d->sqnr_b));
+        cJSON_AddItemToObject(e, "cosine_a", num_or_null(d->cos_a));
+        cJSON_AddItemToObject(e, "cosine_b", num_or_null(d->cos_b));
+        cJSON_AddItemToObject(e, "underflow_pct_a", num_or_null(d->under_a));
+        cJSON_AddItemToObject(e, "underflow_pct_b", num_or_null(d->under_b));
+        cJSON_AddItemToArray(st, e);
+    }
+    cJSON *du = cJSON_AddArrayToObject(o, "dumps");
+    for (int i = 0; i < r->n_dumps; i++) {
+        const fp8t_dump_diff *d = &r->dumps[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "step", d->step);
+        cJSON_AddStringToObject(e, "tensor", d->name);
+        cJSON_AddItemToObject(e, "cosine", num_or_null(d->cosine));
+        cJSON_AddItemToObject(e, "rel_l2", num_or_null(d->rel_l2));
+        cJSON_AddItemToObject(e, "sqnr_db", num_or_null(d->sqnr_db));
+        cJSON_AddBoolToObject(e, "flagged", d->flagged);
+        cJSON_AddItemToArray(du, e);
+    }
+    cJSON *nt = cJSON_AddArrayToObject(o, "notes");
+    for (int i = 0; i < r->n_notes; i++) cJSON_AddItemToArray(nt, cJSON_CreateString(r->notes[i]));
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    return s;
+}

@@ -1,0 +1,276 @@
+/* compare, the micro half: the inspected operand sites whose FP8 error differs most between
+ * two runs (stats.jsonl), and dumped tensors of the same step compared one by one (.npy). */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8train/compare.h"
+#include "fp8train/io.h"
+#include "fp8train/stats.h"
+#include "debug/compare_internal.h"
+
+#define MAX_DUMPS 4096
+#define TOP_SITES 10
+
+/* ---- inspection statistics ---- */
+
+typedef struct {
+    int layer;
+    char module[8], gemm[8], tensor[16];
+    int n;
+    double cos, sqnr, under;
+} site_agg;
+
+static int key_cmp(int la, const char *ma, const char *ga, const char *ta, int lb,
+                   const char *mb, const char *gb, const char *tb) {
+    if (la != lb) return (la > lb) - (la < lb);
+    int c = strcmp(ma, mb);
+    if (c) return c;
+    if ((c = strcmp(ga, gb))) return c;
+    return strcmp(ta, tb);
+}
+
+static int cmp_site_key(const void *pa, const void *pb) {
+    const fp8t_stat_row *a = pa, *b = pb;
+    return key_cmp(a->layer, a->module, a->gemm, a->tensor, b->layer, b->module, b->gemm,
+                   b->tensor);
+}
+
+static int has_step(const int *steps, int n, int s) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (steps[mid] == s) return 1;
+        if (steps[mid] < s) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return 0;
+}
+
+static int cmp_int(const void *pa, const void *pb) {
+    int a = *(const int *)pa, b = *(const int *)pb;
+    return (a > b) - (a < b);
+}
+
+/* Sorted distinct steps of a run's stats rows. */
+static int *stat_steps(const fp8t_run *run, int *n) {
+    int *s = malloc(sizeof(int) * (size_t)(run->n_stats + 1));
+    for (int i = 0; i < run->n_stats; i++) s[i] = run->stats[i].step;
+    qsort(s, (size_t)run->n_stats, sizeof(int), cmp_int);
+    int m = 0;
+    for (int i = 0; i < run->n_stats; i++)
+        if (m == 0 || s[m - 1] != s[i]) s[m++] = s[i];
+    *n = m;
+    return s;
+}
+
+/* Mean cosine / SQNR / underflow per operand site over the steps in `steps` (NULL: all). */
+static site_agg *aggregate_sites(const fp8t_run *run, const int *steps, int n_steps, int *n_out) {
+    fp8t_stat_row *rows = malloc(sizeof(fp8t_stat_row) * (size_t)(run->n_stats + 1));
+    int m = 0;
+    for (int i = 0; i < run->n_stats; i++) {
+        const fp8t_stat_row *r = &run->stats[i];
+        if (!r->is_operand || r->micro != 0 || !isfinite(r->cosine)) continue;
+        if (steps && !has_step(steps, n_steps, r->step)) continue;
+        rows[m++] = *r;
+    }
+    qsort(rows, (size_t)m, sizeof(fp8t_stat_row), cmp_site_key);
+    site_agg *out = calloc((size_t)(m + 1), sizeof(site_agg));
+    int k = 0;
+    for (int i = 0; i < m; i++) {
+        if (k == 0 || cmp_site_key(&rows[i], &rows[i - 1]) != 0) {
+            site_agg *s = &out[k++];
+            s->layer = rows[i].layer;
+            memcpy(s->module, rows[i].module, sizeof(s->module));
+            memcpy(s->gemm, rows[i].gemm, sizeof(s->gemm));
+            memcpy(s->tensor, rows[i].tensor, sizeof(s->tensor));
+        }
+        site_agg *s = &out[k - 1];
+        double sq = rows[i].sqnr_db;
+        if (!(sq < SQNR_CAP_DB)) sq = SQNR_CAP_DB; /* exact (1e300) or NaN-free cap */
+        s->cos += rows[i].cosine;
+        s->sqnr += sq;
+        s->under += isfinite(rows[i].underflow_pct) ? rows[i].underflow_pct : 0;
+        s->n++;
+    }
+    for (int i = 0; i < k; i++) {
+        out[i].cos /= out[i].n;
+        out[i].sqnr /= out[i].n;
+        out[i].under /= out[i].n;
+    }
+    free(rows);
+    *n_out = k;
+    return out;
+}
+
+static int cmp_diff_score(const void *pa, const void *pb) {
+    const fp8t_site_diff *a = pa, *b = pb;
+    return (a->score < b->score) - (a->score > b->score); /* descending */
+}
+
+static void fill_diff(fp8t_site_diff *d, const site_agg *s) {
+    d->layer = s->layer;
+    memcpy(d->module, s->module, sizeof(d->module));
+    memcpy(d->gemm, s->gemm, sizeof(d->gemm));
+    memcpy(d->tensor, s->tensor, sizeof(d->tensor));
+    d->n_steps = s->n;
+}
+
+void compare_stats(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b) {
+    if (a->n_stats == 0 && b->n_stats == 0) return;
+    if (a->n_stats && b->n_stats) {
+        int na, nb;
+        int *sa = stat_steps(a, &na), *sb = stat_steps(b, &nb);
+        int *common = malloc(sizeof(int) * (size_t)(na + 1)), nc = 0;
+        for (int i = 0; i < na; i++)
+            if (has_step(sb, nb, sa[i])) common[nc++] = sa[i];
+        free(sa);
+        free(sb);
+        if (nc == 0) {
+            compare_add_note(r, "stats.jsonl of both runs share no inspected step%s%s: no per-tensor "
+                        "comparison (inspect the same steps in both runs)", "", "");
+            free(common);
+            return;
+        }
+        int ka, kb;
+        site_agg *ga = aggregate_sites(a, common, nc, &ka), *gb = aggregate_sites(b, common, nc, &kb);
+        free(common);
+        fp8t_site_diff *d = calloc((size_t)(ka + 1), sizeof(fp8t_site_diff));
+        int n = 0, i = 0, j = 0;
+        /* both lists are in key order: merge */
+        while (i < ka && j < kb) {
+            int c = key_cmp(ga[i].layer, ga[i].module, ga[i].gemm, ga[i].tensor, gb[j].layer,
+                            gb[j].module, gb[j].gemm, gb[j].tensor);
+            if (c < 0) { i++; continue; }
+            if (c > 0) { j++; continue; }
+            fp8t_site_diff *o = &d[n++];
+            fill_diff(o, &ga[i]);
+            o->n_steps = ga[i].n < gb[j].n ? ga[i].n : gb[j].n;
+            o->cos_a = ga[i].cos; o->cos_b = gb[j].cos;
+            o->sqnr_a = ga[i].sqnr; o->sqnr_b = gb[j].sqnr;
+            o->under_a = ga[i].under; o->under_b = gb[j].under;
+            o->score = o->sqnr_a - o->sqnr_b;
+            i++;
+            j++;
+        }
+        free(ga);
+        free(gb);
+        qsort(d, (size_t)n, sizeof(fp8t_site_diff), cmp_diff_score);
+        r->sites = d;
+        r->n_sites = n < TOP_SITES ? n : TOP_SITES;
+        r->have_stats = 2;
+        return;
+    }
+    /* Only one run was inspected: rank its own sites, worst SQNR first. */
+    const fp8t_run *run = a->n_stats ? a : b;
+    int k;
+    site_agg *g = aggregate_sites(run, NULL, 0, &k);
+    fp8t_site_diff *d = calloc((size_t)(k + 1), sizeof(fp8t_site_diff));
+    for (int i = 0; i < k; i++) {
+        fp8t_site_diff *o = &d[i];
+        fill_diff(o, &g[i]);
+        o->cos_a = o->sqnr_a = o->under_a = o->cos_b = o->sqnr_b = o->under_b = NAN;
+        if (run == a) { o->cos_a = g[i].cos; o->sqnr_a = g[i].sqnr; o->under_a = g[i].under; }
+        else { o->cos_b = g[i].cos; o->sqnr_b = g[i].sqnr; o->under_b = g[i].under; }
+        o->score = -g[i].sqnr;
+    }
+    free(g);
+    qsort(d, (size_t)k, sizeof(fp8t_site_diff), cmp_diff_score);
+    r->sites = d;
+    r->n_sites = k < TOP_SITES ? k : TOP_SITES;
+    r->have_stats = 1;
+}
+
+/* ---- dumps ---- */
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int cmp_dump_cos(const void *pa, const void *pb) {
+    const fp8t_dump_diff *a = pa, *b = pb;
+    if (a->cosine != b->cosine) return (a->cosine > b->cosine) - (a->cosine < b->cosine);
+    return (a->step > b->step) - (a->step < b->step);
+}
+
+static void compare_one_dump(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
+                             const char *stepdir, const char *file, const fp8t_compare_cfg *cfg) {
+    char pa[FP8T_RUN_PATH * 2], pb[FP8T_RUN_PATH * 2], err[512];
+    snprintf(pa, sizeof(pa), "%s/%s/%s", a->dumps_dir, stepdir, file);
+    snprintf(pb, sizeof(pb), "%s/%s/%s", b->dumps_dir, stepdir, file);
+    char da[16], db[16];
+    int ndim_a, ndim_b;
+    int64_t sha[8], shb[8];
+    void *xa = NULL, *xb = NULL;
+    size_t bytes_a, bytes_b;
+    if (fp8t_npy_read(pb, db, &ndim_b, shb, &xb, &bytes_b, err, sizeof(err))) return; /* not in B */
+    if (fp8t_npy_read(pa, da, &ndim_a, sha, &xa, &bytes_a, err, sizeof(err))) {
+        snprintf(r->dump_note, sizeof(r->dump_note), "%.250s", err);
+        free(xb);
+        return;
+    }
+    int same = strcmp(da, "<f4") == 0 && strcmp(db, "<f4") == 0 && bytes_a == bytes_b &&
+               ndim_a == ndim_b;
+    for (int d = 0; same && d < ndim_a; d++) same = sha[d] == shb[d];
+    if (!same) {
+        snprintf(r->dump_note, sizeof(r->dump_note),
+                 "%.180s: dtype or shape differs between the runs (same model and batch?)",
+                 pa);
+    } else if (r->n_dumps < MAX_DUMPS) {
+        size_t n = bytes_a / sizeof(float);
+        fp8t_stats st;
+        fp8t_compare_stats(&st, (const float *)xa, (const float *)xb, n);
+        fp8t_dump_diff *o = &r->dumps[r->n_dumps++];
+        memset(o, 0, sizeof(*o));
+        o->step = atoi(stepdir + 5);
+        snprintf(o->name, sizeof(o->name), "%.*s", (int)(strlen(file) - 4), file);
+        o->numel = n;
+        o->cosine = st.cosine;
+        o->mse = st.mse;
+        o->sqnr_db = st.sqnr_db;
+        o->rel_l2 = st.l2 > 0 ? sqrt(st.mse * (double)n) / st.l2 : (st.mse > 0 ? INFINITY : 0);
+        o->flagged = !(st.cosine >= cfg->cosine_flag);
+        r->n_dumps_flagged += o->flagged;
+    }
+    free(xa);
+    free(xb);
+}
+
+void compare_dumps(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
+                          const fp8t_compare_cfg *cfg) {
+    if (!a->dumps_dir[0] || !b->dumps_dir[0]) return;
+    DIR *d = opendir(a->dumps_dir);
+    if (!d) return;
+    r->dumps = calloc(MAX_DUMPS, sizeof(fp8t_dump_diff));
+    struct dirent *e;
+    int common_steps = 0;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "step_", 5) != 0) continue;
+        char sub[FP8T_RUN_PATH * 2];
+        snprintf(sub, sizeof(sub), "%s/%s", b->dumps_dir, e->d_name);
+        DIR *db = opendir(sub);
+        if (!db) continue;
+        closedir(db);
+        snprintf(sub, sizeof(sub), "%s/%s", a->dumps_dir, e->d_name);
+        DIR *da = opendir(sub);
+        if (!da) continue;
+        common_steps++;
+        struct dirent *f;
+        while ((f = readdir(da))) {
+            if (!ends_with(f->d_name, ".npy") || ends_with(f->d_name, ".fp8.npy") ||
+                ends_with(f->d_name, ".scale_inv.npy"))
+                continue;
+            compare_one_dump(r, a, b, e->d_name, f->d_name, cfg);
+        }
+        closedir(da);
+    }
+    closedir(d);
+    if (common_steps == 0 && !r->dump_note[0])
+        snprintf(r->dump_note, sizeof(r->dump_note),
+                 "both runs have dumps but of no common step: dump the same steps "
+                 "(--inspect 'start=S,end=S,dump=1') in both");
+    qsort(r->dumps, (size_t)r->n_dumps, sizeof(fp8t_dump_diff), cmp_dump_cos);
+}
