@@ -1,6 +1,7 @@
 /* The model: presets and their parameter counts, config validation, the parameter table,
  * initialization, training steps in each precision, determinism, amax tracking in every
- * precision, the hook sites, gradient accumulation and bad input. */
+ * precision, frozen forwards that leave the training state alone, the hook sites, gradient
+ * accumulation and bad input. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -378,6 +379,196 @@ static void model_set_policy_hybrid(void) {
     fp8t_model_destroy(m);
 }
 
+/* ---- frozen forwards (validation and shadow BF16 on the trained model) ---- */
+
+typedef struct {
+    float *params, *grads, *state; /* host copies */
+    size_t np, ns;
+} model_snapshot;
+
+static void snapshot(model_snapshot *s, fp8t_model *m) {
+    s->np = fp8t_model_num_params(m);
+    s->ns = fp8t_recipe_state_floats(fp8t_model_fp8_count(m), fp8t_model_fp8_history_len(m));
+    s->params = malloc(s->np * sizeof(float));
+    s->grads = malloc(s->np * sizeof(float));
+    s->state = malloc(s->ns * sizeof(float));
+    be->ops->to_host(be, s->params, fp8t_model_params(m), s->np * sizeof(float));
+    be->ops->to_host(be, s->grads, fp8t_model_grads(m), s->np * sizeof(float));
+    be->ops->to_host(be, s->state, fp8t_model_fp8_state(m), s->ns * sizeof(float));
+}
+
+static void snapshot_free(model_snapshot *s) {
+    free(s->params);
+    free(s->grads);
+    free(s->state);
+}
+
+/* bit-for-bit equality of the parts of two snapshots (params, grads, FP8 state) */
+static int same_params(const model_snapshot *a, const model_snapshot *b) {
+    return !memcmp(a->params, b->params, a->np * sizeof(float));
+}
+static int same_grads(const model_snapshot *a, const model_snapshot *b) {
+    return !memcmp(a->grads, b->grads, a->np * sizeof(float));
+}
+static int same_state(const model_snapshot *a, const model_snapshot *b) {
+    return !memcmp(a->state, b->state, a->ns * sizeof(float));
+}
+
+/* A policy as far from p as a detour can be: all BF16, the other dY format, another epsilon
+ * and power-of-two scales (which invalidate the current-scaled weight caches). */
+static fp8t_policy detour_policy(const fp8t_policy *p) {
+    fp8t_policy d = *p;
+    d.default_precision = FP8T_PREC_BF16;
+    d.head_precision = FP8T_PREC_BF16;
+    d.n_overrides = 0;
+    d.hybrid = !p->hybrid;
+    d.epsilon = 1e-3f;
+    d.pow2_scales = !p->pow2_scales;
+    return d;
+}
+
+/* While frozen, a forward leaves the FP8 state, the gradients and the weights as they are,
+ * gives the loss an unfrozen forward gives, and every training call is refused. */
+static void model_frozen_forward(void) {
+    const int B = 2, T = 16, N = B * T;
+    fp8t_model *m = make("tiny", FP8T_PREC_FP8, B, T);
+    T_ASSERT(m, "create");
+    int tok[32], tgt[32];
+    for (int t = 1; t <= 2; t++) { /* real scales and a filled history */
+        batch(tok, tgt, N, 256, (uint64_t)t);
+        train_step(m, tok, tgt, t);
+    }
+    /* accumulated gradients (and recorded amaxes) of a first micro-batch */
+    batch(tok, tgt, N, 256, 16);
+    fp8t_model_zero_grad(m);
+    fp8t_model_forward(m, tok, tgt);
+    fp8t_model_backward(m, 0.5f);
+    batch(tok, tgt, N, 256, 17);
+    model_snapshot s0, s1;
+    snapshot(&s0, m);
+
+    T_CHECK(!fp8t_model_is_frozen(m), "a new model is frozen");
+    fp8t_model_set_frozen(m, 1);
+    T_CHECK(fp8t_model_is_frozen(m), "set_frozen(1) did not freeze");
+    float frozen_loss = fp8t_model_forward(m, tok, tgt);
+    /* a shadow-BF16 detour: another policy (dY format too) and back, forward in between */
+    fp8t_policy run = *fp8t_model_get_policy(m), detour = detour_policy(&run);
+    fp8t_model_set_policy(m, &detour);
+    float bf16_loss = fp8t_model_forward(m, tok, tgt);
+    fp8t_model_set_policy(m, &run);
+    /* every training call is refused while frozen */
+    printf("  (expected refusals follow)\n");
+    fflush(stdout);
+    fp8t_model_backward(m, 1.0f);
+    fp8t_model_zero_grad(m);
+    fp8t_model_adamw(m, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 3, 1.0f, 1.0f);
+    fp8t_model_end_step(m);
+    snapshot(&s1, m);
+    T_CHECK(same_state(&s0, &s1), "a frozen forward (or the policy detour) changed the FP8 state");
+    T_CHECK(same_grads(&s0, &s1), "a backward or zero_grad ran on a frozen model");
+    T_CHECK(same_params(&s0, &s1), "adamw ran on a frozen model");
+    snapshot_free(&s1);
+    fp8t_model_set_frozen(m, 0);
+    T_CHECK(!fp8t_model_is_frozen(m), "set_frozen(0) did not unfreeze");
+    snapshot(&s1, m);
+    T_CHECK(same_state(&s0, &s1), "unfreezing after a detour and back changed the FP8 state");
+    snapshot_free(&s1);
+    /* the last forward was frozen: no backward from it */
+    fp8t_model_backward(m, 1.0f);
+    snapshot(&s1, m);
+    T_CHECK(same_grads(&s0, &s1), "a backward ran after a frozen forward");
+    snapshot_free(&s1);
+
+    /* the frozen forward computed what a training forward computes with the same state */
+    float train_loss = fp8t_model_forward(m, tok, tgt);
+    T_CHECK(frozen_loss == train_loss, "frozen loss %.9g vs training loss %.9g", frozen_loss,
+            train_loss);
+    T_CHECK(isfinite(bf16_loss) && bf16_loss != frozen_loss && fabsf(bf16_loss - frozen_loss) <
+                0.05f * bf16_loss, "BF16 detour loss %.9g vs FP8 %.9g", bf16_loss, frozen_loss);
+    snapshot(&s1, m);
+    T_CHECK(!same_state(&s0, &s1), "an unfrozen forward recorded no amax");
+    snapshot_free(&s1);
+    fp8t_model_backward(m, 0.5f); /* the step goes on as if nothing had happened */
+    snapshot(&s1, m);
+    T_CHECK(!same_grads(&s0, &s1), "no backward after a training forward");
+    snapshot_free(&s1);
+
+    /* a format change made while frozen that stays is applied at the unfreeze */
+    fp8t_model_set_frozen(m, 1);
+    fp8t_policy e4m3 = run;
+    e4m3.hybrid = 0;
+    fp8t_model_set_policy(m, &e4m3);
+    snapshot(&s1, m);
+    fp8t_recipe_state v;
+    int n = fp8t_model_fp8_count(m), len = fp8t_model_fp8_history_len(m);
+    fp8t_recipe_state_view(&v, s1.state, n, len);
+    T_CHECK(v.fmt_max[FP8T_ROLE_DY] == 57344.0f, "the dY format changed while frozen");
+    snapshot_free(&s1);
+    fp8t_model_set_frozen(m, 0);
+    snapshot(&s1, m);
+    fp8t_recipe_state_view(&v, s1.state, n, len);
+    T_CHECK(v.fmt_max[FP8T_ROLE_DY] == 448.0f, "the dY format change was not applied at the "
+            "unfreeze: fmt_max %g", v.fmt_max[FP8T_ROLE_DY]);
+    snapshot_free(&s1);
+    snapshot_free(&s0);
+    fp8t_model_destroy(m);
+}
+
+/* Two models trained alike, one with frozen forwards between its steps (validation) and a
+ * frozen all-BF16 forward on each step's batch before its first training forward (shadow):
+ * losses, weights, moments' effect and FP8 state stay bit-identical, in delayed scaling with
+ * an FP8 head and in current scaling. */
+static void model_frozen_keeps_trajectory(void) {
+    const int B = 2, T = 16, N = B * T, steps = 4;
+    const char *what[2] = {"delayed, fp8 head", "current"};
+    for (int v = 0; v < 2; v++) {
+        fp8t_model *m[2];
+        float loss[2][4];
+        model_snapshot s[2];
+        for (int k = 0; k < 2; k++) {
+            m[k] = make("tiny", FP8T_PREC_FP8, B, T);
+            T_ASSERT(m[k], "create");
+            fp8t_policy p = *fp8t_model_get_policy(m[k]);
+            if (v == 0) p.head_precision = FP8T_PREC_DELAYED;
+            else p.recipe = FP8T_PREC_CURRENT;
+            fp8t_model_set_policy(m[k], &p);
+        }
+        for (int t = 1; t <= steps; t++) {
+            int tok[32], tgt[32], vtok[32], vtgt[32];
+            batch(tok, tgt, N, 256, (uint64_t)t * 5);
+            batch(vtok, vtgt, N, 256, 1000);
+            for (int k = 0; k < 2; k++) {
+                if (k == 1) {
+                    fp8t_policy run = *fp8t_model_get_policy(m[k]), d = detour_policy(&run);
+                    fp8t_model_set_frozen(m[k], 1);
+                    fp8t_model_forward(m[k], vtok, vtgt);         /* validation */
+                    fp8t_model_set_policy(m[k], &d);
+                    fp8t_model_forward(m[k], tok, tgt);           /* shadow BF16 */
+                    fp8t_model_set_policy(m[k], &run);
+                    fp8t_model_set_frozen(m[k], 0);
+                }
+                loss[k][t - 1] = train_step(m[k], tok, tgt, t);
+                if (k == 1) { /* validation between steps, with the fresh scales */
+                    fp8t_model_set_frozen(m[k], 1);
+                    fp8t_model_forward(m[k], vtok, vtgt);
+                    fp8t_model_forward(m[k], vtok, NULL);
+                    fp8t_model_set_frozen(m[k], 0);
+                }
+            }
+        }
+        for (int k = 0; k < 2; k++) snapshot(&s[k], m[k]);
+        T_CHECK(!memcmp(loss[0], loss[1], sizeof(loss[0])), "%s: losses differ: %.9g vs %.9g",
+                what[v], loss[0][steps - 1], loss[1][steps - 1]);
+        T_CHECK(same_params(&s[0], &s[1]) && same_grads(&s[0], &s[1]),
+                "%s: weights or gradients differ", what[v]);
+        T_CHECK(same_state(&s[0], &s[1]), "%s: FP8 state differs", what[v]);
+        for (int k = 0; k < 2; k++) {
+            snapshot_free(&s[k]);
+            fp8t_model_destroy(m[k]);
+        }
+    }
+}
+
 /* gradients accumulate: two backwards with dloss 0.5 equal one with dloss 1 (FP32: exact) */
 static void model_grad_accumulation(void) {
     const int B = 2, T = 16, N = B * T;
@@ -555,6 +746,8 @@ int main(void) {
     T_RUN(model_amax_tracked);
     T_RUN(model_switch_without_jolt);
     T_RUN(model_set_policy_hybrid);
+    T_RUN(model_frozen_forward);
+    T_RUN(model_frozen_keeps_trajectory);
     T_RUN(model_grad_accumulation);
     T_RUN(model_logits_and_adamw);
     T_RUN(model_hook_sites);

@@ -109,8 +109,25 @@ void fp8t_model_destroy(fp8t_model *m);
 const fp8t_model_config *fp8t_model_get_config(const fp8t_model *m);
 fp8t_backend *fp8t_model_backend(fp8t_model *m);
 const fp8t_policy *fp8t_model_get_policy(const fp8t_model *m);
-/* Change the policy (recovery experiments, shadow BF16, fallback). FP8 state is kept. */
+/* Change the policy (recovery experiments, shadow BF16, fallback). FP8 state is kept; when
+ * the dY format changes (hybrid on/off) the dY scales are carried over to the new range (while
+ * frozen: deferred to the unfreeze, see below). */
 void fp8t_model_set_policy(fp8t_model *m, const fp8t_policy *policy);
+
+/* Frozen: forwards that leave the training state untouched (validation, shadow BF16), so they
+ * can run on the trained model itself, between steps or before a step's first forward.
+ * While frozen:
+ *   - a forward records no amax (X, W) into the FP8 recipe state and does not count as the
+ *     step's weight-amax recording; it may reuse or fill the cached FP8 weight codes, which
+ *     depend only on the weights and the scales and so stay valid for training;
+ *   - fp8t_model_set_policy changes precisions but never the FP8 state: a dY format change is
+ *     applied at the unfreeze if the policy then still differs, so a switch to another policy
+ *     and back while frozen leaves the state bit for bit;
+ *   - backward, zero_grad, adamw and end_step are refused (a message on stderr, no effect);
+ *     a backward after unfreezing needs a forward run unfrozen.
+ * Hooks still run on frozen forwards; a hook can ask fp8t_model_is_frozen. */
+void fp8t_model_set_frozen(fp8t_model *m, int frozen);
+int fp8t_model_is_frozen(const fp8t_model *m);
 /* Resolved precision of one GEMM of linear lin. */
 fp8t_precision fp8t_model_gemm_precision(const fp8t_model *m, int lin, fp8t_gemm_kind g);
 

@@ -120,6 +120,7 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     const size_t NC = (size_t)N * C;
     activations *a = &m->a;
     m->have_targets = 0;
+    m->last_forward_frozen = m->frozen;
     if (check_inputs(m, tokens, targets) != 0) return NAN;
 
     ops->to_device(be, m->tokens, tokens, (size_t)N * sizeof(int));
@@ -148,7 +149,7 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     ops->sum(be, m->scalars, a->losses, (size_t)N);
     float loss_sum = 0.0f;
     ops->to_host(be, &loss_sum, m->scalars, sizeof(float));
-    m->have_targets = 1;
+    m->have_targets = !m->frozen; /* a frozen forward recorded no amax: no backward from it */
     m->n_valid_targets = count;
     return count > 0 ? loss_sum / (float)count : 0.0f;
 }

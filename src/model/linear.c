@@ -18,7 +18,8 @@
  *            dimension for Fprop only
  *
  * In every precision the amax of X and W (forward) and dY (backward) is recorded into slot 0
- * of the recipe state's history, so a run can switch to delayed FP8 at any step.
+ * of the recipe state's history, so a run can switch to delayed FP8 at any step; a frozen
+ * model (fp8t_model_set_frozen) records nothing.
  * The weight is quantized once per optimizer step (delayed and current): its codes are cached
  * until fp8t_model_end_step, and reused by every micro-batch and by the Dgrad.
  */
@@ -215,10 +216,13 @@ void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
     float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
     call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN);
     call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_WEIGHT, Wm, OUT, IN);
-    operand a = {X, N, IN, FP8T_ROLE_X, 1, 1, 128, 0};
-    operand b = {Wm, OUT, IN, FP8T_ROLE_W, !m->w_amax_done[lin], 128, 128, 1};
+    /* frozen (validation, shadow): no amax, and the step's W amax is still to be recorded by
+     * its first training forward */
+    const int record = !m->frozen;
+    operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0};
+    operand b = {Wm, OUT, IN, FP8T_ROLE_W, record && !m->w_amax_done[lin], 128, 128, 1};
     run_gemm(m, lin, FP8T_GEMM_FPROP, Y, &a, &b, N, OUT, IN, 0, 1, 0);
-    m->w_amax_done[lin] = 1;
+    if (record) m->w_amax_done[lin] = 1;
     call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_OUTPUT, Y, N, OUT);
     if (bias) m->ops->bias_add(m->be, Y, bias, N, OUT);
 }

@@ -189,6 +189,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->n_lin = fp8t_model_num_linears(cfg);
     m->n_fp8 = 3 * m->n_lin;
     m->hist_len = m->policy.history_len;
+    m->state_hybrid = m->policy.hybrid != 0;
     size_t st_floats = fp8t_recipe_state_floats(m->n_fp8, m->hist_len);
     float *host_state = malloc(st_floats * sizeof(float));
     fp8_format *fmts = malloc((size_t)m->n_fp8 * sizeof(fp8_format));
@@ -250,6 +251,37 @@ const fp8t_model_config *fp8t_model_get_config(const fp8t_model *m) { return &m-
 fp8t_backend *fp8t_model_backend(fp8t_model *m) { return m->be; }
 const fp8t_policy *fp8t_model_get_policy(const fp8t_model *m) { return &m->policy; }
 
+int model_refuse_if_frozen(const fp8t_model *m, const char *fn) {
+    if (!m->frozen) return 0;
+    fprintf(stderr, "%s: the model is frozen (fp8t_model_set_frozen), so the training state may "
+                    "not change; call fp8t_model_set_frozen(m, 0) first\n", fn);
+    return 1;
+}
+
+/* Bring the dY entries of the FP8 state to the policy's format: switch their fmt_max and carry
+ * their scale over to the new range, so the next step quantizes with the same relative
+ * headroom. A no-op when the state is already in that format. */
+static void convert_dy_format(fp8t_model *m) {
+    if (m->state_hybrid == (m->policy.hybrid != 0)) return;
+    size_t n = fp8t_recipe_state_floats(m->n_fp8, m->hist_len);
+    float *h = malloc(n * sizeof(float));
+    MODEL_CHECK(h, "out of host memory");
+    m->ops->to_host(m->be, h, m->fp8_state, n * sizeof(float));
+    fp8t_recipe_state hs;
+    fp8t_recipe_state_view(&hs, h, m->n_fp8, m->hist_len);
+    float new_max = fp8_format_max(model_fp8_format(m, FP8T_ROLE_DY));
+    for (int t = FP8T_ROLE_DY; t < m->n_fp8; t += 3) {
+        float ratio = new_max / hs.fmt_max[t];
+        hs.fmt_max[t] = new_max;
+        hs.scale[t] *= ratio;
+        if (!isfinite(hs.scale[t])) hs.scale[t] = FLT_MAX; /* as the delayed update does */
+        hs.scale_inv[t] = 1.0f / hs.scale[t];
+    }
+    m->ops->to_device(m->be, m->fp8_state, h, n * sizeof(float));
+    free(h);
+    m->state_hybrid = m->policy.hybrid != 0;
+}
+
 void fp8t_model_set_policy(fp8t_model *m, const fp8t_policy *policy) {
     fp8t_policy old = m->policy, def;
     if (!policy) { /* NULL: the defaults, as at create */
@@ -259,30 +291,21 @@ void fp8t_model_set_policy(fp8t_model *m, const fp8t_policy *policy) {
     m->policy = *policy;
     m->policy.history_len = m->hist_len; /* the state's history length is fixed at create */
     resolve_precisions(m);
-    /* current-scaled weight codes depend on epsilon / pow2 */
+    /* current-scaled weight codes depend on epsilon / pow2 (delayed ones on the weights and
+     * the state's W scales only, which no policy change touches: W is always E4M3) */
     if (old.epsilon != m->policy.epsilon || old.pow2_scales != m->policy.pow2_scales)
         for (int l = 0; l < m->n_lin; l++) m->wcache[l][WCACHE_CURRENT].valid = 0;
-    if (old.hybrid != m->policy.hybrid) {
-        /* dY changes format: switch its fmt_max and carry its scale over to the new range, so
-         * the next step quantizes with the same relative headroom */
-        size_t n = fp8t_recipe_state_floats(m->n_fp8, m->hist_len);
-        float *h = malloc(n * sizeof(float));
-        MODEL_CHECK(h, "out of host memory");
-        m->ops->to_host(m->be, h, m->fp8_state, n * sizeof(float));
-        fp8t_recipe_state hs;
-        fp8t_recipe_state_view(&hs, h, m->n_fp8, m->hist_len);
-        float new_max = fp8_format_max(model_fp8_format(m, FP8T_ROLE_DY));
-        for (int t = FP8T_ROLE_DY; t < m->n_fp8; t += 3) {
-            float ratio = new_max / hs.fmt_max[t];
-            hs.fmt_max[t] = new_max;
-            hs.scale[t] *= ratio;
-            if (!isfinite(hs.scale[t])) hs.scale[t] = FLT_MAX; /* as the delayed update does */
-            hs.scale_inv[t] = 1.0f / hs.scale[t];
-        }
-        m->ops->to_device(m->be, m->fp8_state, h, n * sizeof(float));
-        free(h);
-    }
+    /* a frozen forward never quantizes dY, so a frozen model keeps its state as it is: a
+     * switch to another format and back leaves no rounding of the dY scales behind */
+    if (!m->frozen) convert_dy_format(m);
 }
+
+void fp8t_model_set_frozen(fp8t_model *m, int frozen) {
+    m->frozen = frozen != 0;
+    if (!m->frozen) convert_dy_format(m); /* a format change made while frozen, if it stayed */
+}
+
+int fp8t_model_is_frozen(const fp8t_model *m) { return m->frozen; }
 
 fp8t_precision fp8t_model_gemm_precision(const fp8t_model *m, int lin, fp8t_gemm_kind g) {
     if (lin < 0 || lin >= m->n_lin || g < 0 || g >= FP8T_GEMM_COUNT) return FP8T_PREC_FP32;
@@ -298,6 +321,7 @@ const float *fp8t_model_logits(fp8t_model *m) { return m->a.logits; }
 const float *fp8t_model_losses(fp8t_model *m) { return m->a.losses; }
 
 void fp8t_model_zero_grad(fp8t_model *m) {
+    if (model_refuse_if_frozen(m, "fp8t_model_zero_grad")) return;
     m->ops->zero(m->be, m->grads, m->num_params * sizeof(float));
 }
 
@@ -311,6 +335,7 @@ float fp8t_model_grad_norm(fp8t_model *m) {
 
 void fp8t_model_adamw(fp8t_model *m, float lr, float beta1, float beta2, float eps,
                       float weight_decay, int t, float grad_clip, float grad_norm) {
+    if (model_refuse_if_frozen(m, "fp8t_model_adamw")) return;
     float grad_scale = 1.0f;
     if (grad_clip > 0.0f && grad_norm > grad_clip) grad_scale = grad_clip / grad_norm;
     /* one call per contiguous run of tensors with the same decay flag */
@@ -328,6 +353,7 @@ void fp8t_model_adamw(fp8t_model *m, float lr, float beta1, float beta2, float e
 }
 
 void fp8t_model_end_step(fp8t_model *m) {
+    if (model_refuse_if_frozen(m, "fp8t_model_end_step")) return;
     m->ops->delayed_update(m->be, m->fp8_state, m->n_fp8, m->hist_len, m->policy.algo,
                            m->policy.margin);
     model_invalidate_weight_caches(m);

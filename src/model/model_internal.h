@@ -104,12 +104,16 @@ struct fp8t_model {
     float *act_memory;
     activations a;
     int *tokens, *targets; /* device [N] each (one allocation) */
-    int have_targets;      /* the last forward had targets (backward allowed) */
+    int have_targets;      /* the last forward had targets and ran unfrozen (backward allowed) */
     int n_valid_targets;   /* non-ignored targets of the last forward */
+    int frozen;            /* fp8t_model_set_frozen: forwards leave the training state alone */
+    int last_forward_frozen; /* the last forward ran frozen (a backward is refused) */
     float *scalars;        /* device [4]: loss sum, sumsq accumulator */
 
     /* FP8 */
     int n_lin, n_fp8, hist_len;
+    int state_hybrid;            /* dY format of fp8_state (1: E5M2); policy.hybrid may differ
+                                    only while frozen (the conversion waits for the unfreeze) */
     float *fp8_state;            /* device, fp8t_recipe_state layout over (n_fp8, hist_len) */
     fp8t_recipe_state st;        /* views into fp8_state (device pointers) */
     float *cur;                  /* device [3 * n_fp8]: current-scaling amax, scale, scale_inv */
@@ -129,6 +133,8 @@ struct fp8t_model {
 void *model_scratch(fp8t_model *m, scratch_buf *s, size_t bytes);
 fp8_format model_fp8_format(const fp8t_model *m, int role);
 void model_invalidate_weight_caches(fp8t_model *m);
+/* 1 (after a message naming fn) when the model is frozen and fn must not run */
+int model_refuse_if_frozen(const fp8t_model *m, const char *fn);
 int model_lin_layer(const fp8t_model *m, int lin);
 fp8t_module model_lin_module(const fp8t_model *m, int lin);
 
