@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cjson/cJSON.h>
 
 #include "fp8train/checkpoint.h"
@@ -107,6 +109,34 @@ static int run(const fp8t_train_config *c, fp8t_train_result *res) {
     return rc;
 }
 
+/* run() with stderr going to the file `path` (the quiet contract: errors only) and stdout
+ * (banner, progress) to /dev/null */
+static int run_stderr_to(const fp8t_train_config *c, fp8t_train_result *res, const char *path) {
+    fflush(stdout);
+    fflush(stderr);
+    int saved_out = dup(1), saved_err = dup(2);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644), null = open("/dev/null", O_WRONLY);
+    int ok = saved_out >= 0 && saved_err >= 0 && fd >= 0 && null >= 0;
+    if (ok) {
+        dup2(null, 1);
+        dup2(fd, 2);
+    }
+    char err[2048] = "";
+    int rc = ok ? fp8t_train_run(c, res, err, sizeof(err)) : -1;
+    fflush(stdout);
+    fflush(stderr);
+    if (ok) {
+        dup2(saved_out, 1);
+        dup2(saved_err, 2);
+    }
+    int fds[4] = {saved_out, saved_err, fd, null};
+    for (int i = 0; i < 4; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    if (!ok) printf("    cannot redirect stderr to %s\n", path);
+    else if (rc != 0) printf("    fp8t_train_run: %s\n", err);
+    return rc;
+}
+
 static void test_lr_schedule(void) {
     fp8t_train_config c;
     fp8t_train_config_default(&c);
@@ -190,29 +220,100 @@ static void test_exact_resume(void) {
     T_CHECK(mr.n == 14 && loss_at(&mr, 12) == loss_at(&mf, 12), "rows %d after an in-place resume", mr.n);
 }
 
-/* Validation and shadow forwards run on a separate evaluation model: the training losses are
- * bit-identical with and without them. */
-static void test_eval_has_no_side_effects(void) {
-    fp8t_train_config a, b;
-    fp8t_train_result r;
-    small_config(&a, "plain");
-    small_config(&b, "observed");
-    b.val_every = 2;
-    b.shadow_every = 3;
-    b.shadow_threshold = 1e9f; /* never acts */
-    T_ASSERT(run(&a, &r) == 0 && run(&b, &r) == 0, "run");
-    T_CHECK(isfinite(r.last_val_loss), "no validation loss");
-    metrics ma, mb;
-    read_metrics(&ma, a.out_dir);
-    read_metrics(&mb, b.out_dir);
-    int same = ma.n == mb.n, vals = 0, shadows = 0;
-    for (int i = 0; i < ma.n && i < mb.n; i++) {
-        same &= ma.loss[i] == mb.loss[i];
-        vals += mb.has_val[i];
-        shadows += mb.has_shadow[i];
+/* Two checkpoints hold the same weights, AdamW moments and FP8 state, bit for bit. */
+static int same_checkpoint(const char *dir_a, const char *dir_b) {
+    fp8t_checkpoint a, b;
+    char err[1024];
+    if (fp8t_checkpoint_load(dir_a, NULL, &a, err, sizeof(err)) != 0) {
+        printf("    %s\n", err);
+        return 0;
     }
-    T_CHECK(same, "validation/shadow changed the training losses");
-    T_CHECK(vals == 6 && shadows == 4, "%d val rows, %d shadow rows", vals, shadows);
+    if (fp8t_checkpoint_load(dir_b, NULL, &b, err, sizeof(err)) != 0) {
+        printf("    %s\n", err);
+        fp8t_checkpoint_free(&a);
+        return 0;
+    }
+    size_t pb = a.num_params * sizeof(float);
+    int same = a.num_params == b.num_params && a.fp8_n == b.fp8_n && a.fp8_len == b.fp8_len &&
+               !memcmp(a.params, b.params, pb) && !memcmp(a.adam_m, b.adam_m, pb) &&
+               !memcmp(a.adam_v, b.adam_v, pb) &&
+               !memcmp(a.fp8_state, b.fp8_state,
+                       fp8t_recipe_state_floats(a.fp8_n, a.fp8_len) * sizeof(float));
+    fp8t_checkpoint_free(&a);
+    fp8t_checkpoint_free(&b);
+    return same;
+}
+
+static int same_file(const char *pa, const char *pb) {
+    char *ta, *tb, err[256];
+    size_t la, lb;
+    if (fp8t_read_file(pa, &ta, &la, err, sizeof(err)) != 0) return 0;
+    if (fp8t_read_file(pb, &tb, &lb, err, sizeof(err)) != 0) {
+        free(ta);
+        return 0;
+    }
+    int same = la == lb && la > 0 && !memcmp(ta, tb, la);
+    free(ta);
+    free(tb);
+    return same;
+}
+
+/* Validation and shadow BF16 run frozen forwards on the trained model itself: the training
+ * losses (logged to 9 digits: every float exactly), the final weights, AdamW moments and FP8
+ * state are bit-identical with and without them, in delayed scaling with an FP8 head, in
+ * current scaling, and with a fault injector and the inspector riding along (they observe the
+ * training GEMMs only, so their effects and records are the same too). */
+static void test_eval_has_no_side_effects(void) {
+    const char *what[3] = {"delayed", "current", "instruments"};
+    for (int k = 0; k < 3; k++) {
+        fp8t_train_config a, b;
+        fp8t_train_result ra, rb;
+        char name[64];
+        fmt(name, sizeof(name), "plain_%s", what[k]);
+        small_config(&a, name);
+        fmt(name, sizeof(name), "observed_%s", what[k]);
+        small_config(&b, name);
+        for (int j = 0; j < 2; j++) {
+            fp8t_train_config *c = j ? &b : &a;
+            if (k == 0) c->policy.head_precision = FP8T_PREC_DELAYED;
+            if (k == 1) c->policy.recipe = FP8T_PREC_CURRENT;
+            if (k == 2) {
+                fmt(c->inject, sizeof(c->inject), "layer=1,module=fc1,gemm=fprop,kind=scale:64,from=3");
+                fmt(c->inspect, sizeof(c->inspect), "every=2,layers=1,modules=fc1");
+            }
+        }
+        b.val_every = 2;
+        b.shadow_every = 3;
+        b.shadow_threshold = 1e9f; /* never acts */
+        T_ASSERT(run(&a, &ra) == 0 && run(&b, &rb) == 0, "%s: run", what[k]);
+        T_CHECK(isfinite(rb.last_val_loss) && isnan(ra.last_val_loss), "%s: validation loss %g %g",
+                what[k], rb.last_val_loss, ra.last_val_loss);
+        metrics ma, mb;
+        read_metrics(&ma, a.out_dir);
+        read_metrics(&mb, b.out_dir);
+        T_CHECK(ma.n == 12 && mb.n == 12, "%s: %d and %d rows", what[k], ma.n, mb.n);
+        int same = ma.n == mb.n, vals = 0, shadows = 0;
+        for (int i = 0; i < ma.n && i < mb.n; i++) {
+            if (ma.loss[i] != mb.loss[i] || !isfinite(ma.loss[i])) {
+                if (same) printf("    %s step %d: %.9g vs %.9g\n", what[k], ma.step[i], ma.loss[i],
+                                 mb.loss[i]);
+                same = 0;
+            }
+            vals += mb.has_val[i];
+            shadows += mb.has_shadow[i];
+        }
+        T_CHECK(same, "%s: validation/shadow changed the training losses", what[k]);
+        T_CHECK(vals == 6 && shadows == 4, "%s: %d val rows, %d shadow rows", what[k], vals, shadows);
+        char pa[600], pb[600];
+        fmt(pa, sizeof(pa), "%s/checkpoints/step_000012", a.out_dir);
+        fmt(pb, sizeof(pb), "%s/checkpoints/step_000012", b.out_dir);
+        T_CHECK(same_checkpoint(pa, pb), "%s: final weights, moments or FP8 state differ", what[k]);
+        if (k == 2) {
+            fmt(pa, sizeof(pa), "%s/stats.jsonl", a.out_dir);
+            fmt(pb, sizeof(pb), "%s/stats.jsonl", b.out_dir);
+            T_CHECK(same_file(pa, pb), "the inspector's stats.jsonl differs (or is empty)");
+        }
+    }
 }
 
 /* Resuming with --reset-fp8 changes the losses (so the normal resume really restores the FP8
@@ -252,12 +353,18 @@ static void test_nan_stop(void) {
     small_config(&c, "nan");
     c.ckpt_every = 2;
     fmt(c.inject, sizeof(c.inject), "layer=1,module=fc2,gemm=fprop,kind=nan,from=6");
-    T_ASSERT(run(&c, &r) == 0, "run");
+    char p[600], errp[600];
+    fmt(errp, sizeof(errp), "%s/nan_stderr.txt", root);
+    T_ASSERT(run_stderr_to(&c, &r, errp) == 0, "run");
     T_CHECK(r.reason == FP8T_STOP_NAN && r.last_step == 5, "reason %d last step %d", r.reason, r.last_step);
-    char p[600];
     fmt(p, sizeof(p), "%s/events.jsonl", c.out_dir);
     T_CHECK(file_contains(p, "\"kind\":\"nan\"") && file_contains(p, "layer 1 fc2 fprop input"),
             "NaN event does not name layer 1 fc2 fprop input");
+    /* quiet: the error on stderr, the advice in events.jsonl only */
+    T_CHECK(file_contains(errp, "layer 1 fc2 fprop input") && !file_contains(errp, "stopped;"),
+            "quiet stderr: want the NaN error and no advice");
+    T_CHECK(file_contains(p, "\"advice\":\"stopped; the last good checkpoint is"),
+            "the advice is not in events.jsonl");
     T_CHECK(file_contains(p, "step_000004"), "event does not name the last good checkpoint");
     fmt(p, sizeof(p), "%s/checkpoints/step_000004", c.out_dir);
     T_CHECK(exists(p), "last good checkpoint missing");
@@ -274,6 +381,25 @@ static void test_nan_stop(void) {
     fmt(rec.inject, sizeof(rec.inject), "%s", c.inject); /* fires only in FP8 GEMMs */
     T_CHECK(run(&rec, &r) == 0 && r.reason == FP8T_STOP_DONE && r.last_step == 12,
             "BF16 recovery from the last good checkpoint: reason %d step %d", r.reason, r.last_step);
+    /* no checkpoint yet, quiet, over an earlier run's checkpoints: errors only on stderr */
+    small_config(&c, "nan");
+    c.steps = 7;
+    fmt(c.inject, sizeof(c.inject), "layer=0,module=qkv,gemm=fprop,kind=nan,from=2");
+    T_ASSERT(run_stderr_to(&c, &r, errp) == 0, "run");
+    T_CHECK(r.reason == FP8T_STOP_NAN && r.last_step == 1, "reason %d last step %d", r.reason,
+            r.last_step);
+    T_CHECK(file_contains(errp, "layer 0 qkv fprop input"), "quiet stderr lacks the NaN error");
+    T_CHECK(!file_contains(errp, "stopped;") && !file_contains(errp, "removing checkpoints"),
+            "quiet stderr has more than the error");
+    fmt(p, sizeof(p), "%s/events.jsonl", c.out_dir);
+    T_CHECK(file_contains(p, "no checkpoint was written before the NaN"),
+            "the no-checkpoint advice is not in events.jsonl");
+    /* not quiet: the advice on stderr too */
+    c.quiet = 0;
+    fmt(errp, sizeof(errp), "%s/nan_stderr_loud.txt", root);
+    T_ASSERT(run_stderr_to(&c, &r, errp) == 0, "run");
+    T_CHECK(file_contains(errp, "stopped; no checkpoint was written before the NaN"),
+            "the advice is missing from stderr without --quiet");
 }
 
 static void test_shadow_fallback(void) {

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "fp8train/checkpoint.h"
 #include "fp8train/io.h"
 #include "fp8train/train_options.h"
@@ -39,40 +41,48 @@ static void update_hook(trainer *t) {
     fp8t_model_set_hook(t->model, on ? trainer_hook : NULL, t);
 }
 
-/* ---------------------------------------------------------------- evaluation model */
+/* ---------------------------------------------------------------- frozen forwards */
 
-/* Point the evaluation model at the trained model's current weights and FP8 state, running
- * `policy`. Its own amax recording and weight caches stay its own. */
-static int eval_prepare(trainer *t, const fp8t_policy *policy, char *err, size_t errlen) {
-    if (!t->eval) {
-        t->eval = fp8t_model_create(t->be, &t->cfg.model, policy, t->B, t->T, err, errlen);
-        if (!t->eval) return -1;
-    }
-    fp8t_model_end_step(t->eval); /* drops its cached FP8 weights; its state is replaced below */
-    fp8t_model_set_policy(t->eval, policy);
-    const fp8t_backend_ops *ops = t->be->ops;
-    ops->copy(t->be, fp8t_model_params(t->eval), fp8t_model_params(t->model),
-              fp8t_model_num_params(t->model) * sizeof(float));
-    size_t nst = fp8t_recipe_state_floats(fp8t_model_fp8_count(t->model),
-                                          fp8t_model_fp8_history_len(t->model));
-    ops->copy(t->be, fp8t_model_fp8_state(t->eval), fp8t_model_fp8_state(t->model),
-              nst * sizeof(float));
-    return 0;
+/* Validation and the shadow BF16 loss run on the trained model itself, frozen: no amax reaches
+ * the FP8 recipe state and the step's bookkeeping stays as it was (fp8t_model_set_frozen), so
+ * the training trajectory is bit-identical with or without them. The hook is off meanwhile:
+ * the injector, the NaN tracker and the inspector observe training GEMMs only (a fault fired or
+ * a statistic taken here would change the run or its record). */
+static void freeze(trainer *t) {
+    fp8t_model_set_hook(t->model, NULL, NULL);
+    fp8t_model_set_frozen(t->model, 1);
 }
 
-/* Mean loss over the fixed validation micro-batches 0..val_batches-1. */
-static float validate(trainer *t, char *err, size_t errlen) {
-    if (eval_prepare(t, fp8t_model_get_policy(t->model), err, errlen) != 0) return NAN;
-    const size_t n = (size_t)t->B * t->T;
-    int *tok = malloc(2 * n * sizeof(int)); /* [B*T] tokens, then [B*T] targets */
-    if (!tok) return NAN;
+static void unfreeze(trainer *t) {
+    fp8t_model_set_frozen(t->model, 0);
+    update_hook(t);
+}
+
+/* Mean loss over the fixed validation micro-batches 0..val_batches-1, between steps (the
+ * host token buffers are free then), in the precision the model currently runs. */
+static float validate(trainer *t) {
     double sum = 0;
+    freeze(t);
     for (int j = 0; j < t->cfg.val_batches; j++) {
-        fp8t_data_batch(t->val, tok, tok + n, (uint64_t)j);
-        sum += fp8t_model_forward(t->eval, tok, tok + n);
+        fp8t_data_batch(t->val, t->tokens, t->targets, (uint64_t)j);
+        sum += fp8t_model_forward(t->model, t->tokens, t->targets);
     }
-    free(tok);
+    unfreeze(t);
     return (float)(sum / t->cfg.val_batches);
+}
+
+/* The loss of the batch in t->tokens with every GEMM in BF16 and the same weights: a frozen
+ * forward under the all-BF16 policy, before the step's own forward of that batch (so its
+ * backward sees its own activations). The policy comes back as it was, with no change to the
+ * FP8 state even if the two differ in the dY format. */
+static float shadow_forward(trainer *t) {
+    const fp8t_policy keep = *fp8t_model_get_policy(t->model);
+    freeze(t);
+    fp8t_model_set_policy(t->model, &t->bf16_policy);
+    float loss = fp8t_model_forward(t->model, t->tokens, t->targets);
+    fp8t_model_set_policy(t->model, &keep);
+    unfreeze(t);
+    return loss;
 }
 
 /* ---------------------------------------------------------------- checkpoints */
@@ -183,7 +193,7 @@ static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro, float b
     t->track_nan = 0;
     t->hook_inspect = inspect;
     update_hook(t);
-    char msg[768], extra[FP8T_TRAIN_PATH_BUF + 512];
+    char msg[768], advice[FP8T_TRAIN_PATH_BUF + 160];
     const char *what = bad_micro >= 0 ? "loss" : "gradient norm";
     if (where[0])
         snprintf(msg, sizeof(msg), "non-finite %s at step %d; first non-finite tensor: %s", what,
@@ -193,18 +203,28 @@ static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro, float b
                  "arose outside the linear layers (softmax / cross-entropy, a norm, attention or "
                  "the embedding)", what, step);
     if (t->last_ckpt[0])
-        snprintf(extra, sizeof(extra), ",\"micro_batch\":%d,\"tensor\":\"%s\",\"last_checkpoint\":\"%s\"",
-                 bad_micro, where, t->last_ckpt);
+        snprintf(advice, sizeof(advice), "stopped; the last good checkpoint is %s (resume it, e.g. "
+                 "with --precision bf16, for a recovery experiment)", t->last_ckpt);
     else
-        snprintf(extra, sizeof(extra), ",\"micro_batch\":%d,\"tensor\":\"%s\"", bad_micro, where);
-    runlog_event(t, step, "nan", msg, extra);
+        snprintf(advice, sizeof(advice), "stopped; no checkpoint was written before the NaN (use "
+                 "--ckpt-every N)");
+    /* the event's extra keys, escaped by cJSON (a checkpoint path may hold any character) */
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "micro_batch", bad_micro);
+    cJSON_AddStringToObject(o, "tensor", where);
+    if (t->last_ckpt[0]) cJSON_AddStringToObject(o, "last_checkpoint", t->last_ckpt);
+    cJSON_AddStringToObject(o, "advice", advice);
+    char *json = cJSON_PrintUnformatted(o); /* {"micro_batch":..} -> ,"micro_batch":.. */
+    if (json && json[0] == '{' && json[strlen(json) - 1] == '}') {
+        json[0] = ',';
+        json[strlen(json) - 1] = 0;
+    }
+    runlog_event(t, step, "nan", msg, json ? json : "");
+    free(json);
+    cJSON_Delete(o);
     (void)bad_loss;
-    if (t->last_ckpt[0])
-        fprintf(stderr, "fp8train: stopped; the last good checkpoint is %s (resume it, e.g. with "
-                "--precision bf16, for a recovery experiment)\n", t->last_ckpt);
-    else
-        fprintf(stderr, "fp8train: stopped; no checkpoint was written before the NaN "
-                "(use --ckpt-every N)\n");
+    /* the event above is the error; the advice is in events.jsonl, and on stderr unless quiet */
+    if (!t->cfg.quiet) fprintf(stderr, "fp8train: %s\n", advice);
 }
 
 /* ---------------------------------------------------------------- progress */
@@ -250,11 +270,11 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
 
 static void trainer_free(trainer *t) {
     runlog_close(t);
-    /* the instruments hold backend memory: before the backend goes */
+    /* the instruments first: they observe the model and may hold backend memory (the NaN
+     * tracker's device scalar), so they go before the model and the backend */
     fp8t_inspector_destroy(t->inspector);
     fp8t_injector_destroy(t->injector);
     fp8t_nan_tracker_destroy(t->nan);
-    fp8t_model_destroy(t->eval);
     fp8t_model_destroy(t->model);
     fp8t_backend_destroy(t->be);
     fp8t_data_close(t->train);
@@ -267,12 +287,13 @@ static void trainer_free(trainer *t) {
 
 /* A fresh run owns its directory: logs and checkpoints of an earlier run there would be mixed
  * with this one's. */
-static void clear_previous_run(const char *out_dir) {
+static void clear_previous_run(const char *out_dir, int quiet) {
     char p[FP8T_TRAIN_PATH_BUF];
     if (fp8t_fmt(p, sizeof(p), "%s/checkpoints", out_dir) == 0) {
         struct stat st;
         if (stat(p, &st) == 0) {
-            fprintf(stderr, "fp8train: removing checkpoints of an earlier run in %s\n", p);
+            if (!quiet)
+                fprintf(stderr, "fp8train: removing checkpoints of an earlier run in %s\n", p);
             fp8t_rmtree(p);
         }
     }
@@ -380,7 +401,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
     }
 
     /* 2. the run directory */
-    if (!have_ck) clear_previous_run(t->cfg.out_dir);
+    if (!have_ck) clear_previous_run(t->cfg.out_dir, t->cfg.quiet);
     if (t->cfg.inspect[0]) {
         char e[768];
         t->inspector = fp8t_inspector_create(t->cfg.inspect, t->cfg.out_dir, e, sizeof(e));
@@ -410,7 +431,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
                      "--amax-history %d to carry it over)", ck.fp8_len,
                      t->cfg.policy.history_len, ck.fp8_len);
             fp8_note = note;
-            fprintf(stderr, "fp8train: %s\n", note);
+            if (!t->cfg.quiet) fprintf(stderr, "fp8train: %s\n", note);
         }
         snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", t->cfg.resume);
     } else {
@@ -449,22 +470,13 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         fp8t_model_zero_grad(t->model);
         for (int j = 0; j < t->accum; j++) {
             fp8t_data_next(t->train, t->tokens, t->targets);
+            if (j == 0 && shadow_now) shadow_loss = shadow_forward(t);
             float l = fp8t_model_forward(t->model, t->tokens, t->targets);
             if (!isfinite(l) && t->cfg.detect_nan) {
                 bad_micro = j;
                 break;
             }
-            if (j == 0) {
-                loss0 = l;
-                if (shadow_now) {
-                    /* the same batch and weights, all GEMMs in BF16, on the evaluation model */
-                    if (eval_prepare(t, &t->bf16_policy, err, errlen) != 0) {
-                        res->reason = FP8T_STOP_ERROR;
-                        goto done;
-                    }
-                    shadow_loss = fp8t_model_forward(t->eval, t->tokens, t->targets);
-                }
-            }
+            if (j == 0) loss0 = l;
             fp8t_model_backward(t->model, 1.0f / (float)t->accum);
             loss_sum += l;
         }
@@ -501,7 +513,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
                          .precision = fp8t_precision_name(
                              fp8t_model_get_policy(t->model)->default_precision)};
         if (t->val && (step % t->cfg.val_every == 0 || step == t->cfg.steps)) {
-            r.val_loss = validate(t, err, errlen);
+            r.val_loss = validate(t);
             t->last_val = r.val_loss;
             res->last_val_loss = r.val_loss;
         }

@@ -54,10 +54,8 @@ typedef struct {
     fp8t_train_config cfg;     /* resolved */
     int B, T, accum;
     fp8t_backend *be;
-    fp8t_model *model;         /* the model being trained */
-    fp8t_model *eval;          /* validation and shadow forwards: a second model fed copies of
-                                  the weights and FP8 state, so evaluating never touches the
-                                  trained model's amax history or weight caches */
+    fp8t_model *model;         /* the model being trained; validation and shadow BF16 run
+                                  frozen forwards on it (fp8t_model_set_frozen) */
     fp8t_data *train, *val;
     int *tokens, *targets;     /* [B*T] host */
     fp8t_policy run_policy;    /* the configured policy */
