@@ -278,7 +278,8 @@ static void test_eval_has_no_side_effects(void) {
             if (k == 0) c->policy.head_precision = FP8T_PREC_DELAYED;
             if (k == 1) c->policy.recipe = FP8T_PREC_CURRENT;
             if (k == 2) {
-                fmt(c->inject, sizeof(c->inject), "layer=1,module=fc1,gemm=fprop,kind=scale:64,from=3");
+                fmt(c->inject, sizeof(c->inject),
+                    "layer=1,module=fc1,gemm=fprop,kind=scale:64,from=3");
                 fmt(c->inspect, sizeof(c->inspect), "every=2,layers=1,modules=fc1");
             }
         }
@@ -303,7 +304,8 @@ static void test_eval_has_no_side_effects(void) {
             shadows += mb.has_shadow[i];
         }
         T_CHECK(same, "%s: validation/shadow changed the training losses", what[k]);
-        T_CHECK(vals == 6 && shadows == 4, "%s: %d val rows, %d shadow rows", what[k], vals, shadows);
+        T_CHECK(vals == 6 && shadows == 4, "%s: %d val rows, %d shadow rows", what[k], vals,
+                shadows);
         char pa[600], pb[600];
         fmt(pa, sizeof(pa), "%s/checkpoints/step_000012", a.out_dir);
         fmt(pb, sizeof(pb), "%s/checkpoints/step_000012", b.out_dir);
