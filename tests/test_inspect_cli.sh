@@ -40,9 +40,12 @@ for o in spec out compare-bf16 precision override inject data data-position batc
   grep -q -- "--$o\b" "$TMP/h" || missing="$missing --$o"
 done
 if [ $rc -eq 0 ] && [ -z "$missing" ]; then pass help; else fail help "rc $rc, missing:$missing"; fi
-if "$BIN" help inspect | grep -q -- "--compare-bf16"; then pass help_via_main; else fail help_via_main "fp8train help inspect"; fi
-if "$BIN" inspect --help-inject | grep -q "outliers:V"; then pass help_inject; else fail help_inject "no fault syntax"; fi
-if "$BIN" --help | grep -E "^  inspect " | grep -qv "not built"; then pass listed_as_built; else fail listed_as_built "fp8train --help"; fi
+if "$BIN" help inspect | grep -q -- "--compare-bf16"; then pass help_via_main
+else fail help_via_main "fp8train help inspect"; fi
+if "$BIN" inspect --help-inject | grep -q "outliers:V"; then pass help_inject
+else fail help_inject "no fault syntax"; fi
+if "$BIN" --help | grep -E "^  inspect " | grep -qv "not built"; then pass listed_as_built
+else fail listed_as_built "fp8train --help"; fi
 
 # --- a run to inspect: checkpoint at step 2; the run itself inspects step 3 (layer 1 operands)
 RUN="$TMP/run"
@@ -80,7 +83,9 @@ if [ "$(grep -c . "$S1")" -eq 24 ]; then pass rerun_replaces; else fail rerun_re
 D="$TMP/dump"
 "$BIN" inspect "$CK" --spec 'layers=0,modules=fc1,gemms=fprop,dump=1' --out "$D" >/dev/null 2>"$TMP/err"; rc=$?
 DD="$D/dumps/step_000003"
-want="0.fc1.fprop.input.fp8.npy 0.fc1.fprop.input.npy 0.fc1.fprop.input.scale_inv.npy 0.fc1.fprop.output.npy 0.fc1.fprop.weight.fp8.npy 0.fc1.fprop.weight.npy 0.fc1.fprop.weight.scale_inv.npy"
+P=0.fc1.fprop
+want="$P.input.fp8.npy $P.input.npy $P.input.scale_inv.npy $P.output.npy $P.weight.fp8.npy"
+want="$want $P.weight.npy $P.weight.scale_inv.npy"
 got=$(ls "$DD" 2>/dev/null | sort | tr '\n' ' ' | sed 's/ $//')
 if [ $rc -eq 0 ] && [ "$got" = "$want" ]; then pass dump_files; else fail dump_files "rc $rc, files: $got"; fi
 if [ $HAVE_PY -eq 1 ]; then
@@ -155,7 +160,8 @@ assert s[0]["cosine"] < 0.99 and s[0]["saturation_pct"] > 0, s
 assert "1.fc2.fprop.input" in d and "1.fc2.fprop.output" in d, d
 ' "$F/inspect.json" 2>"$TMP/err"; then pass inspect_json; else fail inspect_json "$(tail -2 "$TMP/err")"; fi
   "$BIN" inspect "$CK" --spec "$SEL" --json --out "$TMP/j" >"$TMP/j.out" 2>&1; rc=$?
-  if [ $rc -eq 0 ] && python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert len(j["sites"])==24 and j["step"]==3' "$TMP/j.out" 2>/dev/null
+  if [ $rc -eq 0 ] && python3 -c 'import json, sys
+j = json.load(open(sys.argv[1])); assert len(j["sites"]) == 24 and j["step"] == 3' "$TMP/j.out" 2>/dev/null
   then pass json_stdout; else fail json_stdout "rc $rc: $(head -c 300 "$TMP/j.out")"; fi
 fi
 # the same fault under --precision bf16: when=fp8 faults skip BF16 GEMMs, nothing is flagged
@@ -175,7 +181,8 @@ else fail override "rc $rc: $(grep -E '^1 ' "$TMP/ov.out" | head -3)"; fi
 if "$BIN" export "$RUN/checkpoints/step_000004" --to "$TMP/hf" >/dev/null 2>&1; then
   "$BIN" inspect "$TMP/hf" --batch 4 --seq-len 16 --spec 'tensors=operands' --out "$TMP/hfi" \
     >"$TMP/hf.out" 2>"$TMP/err"; rc=$?
-  if [ $rc -eq 0 ] && grep -q "calibrated" "$TMP/err" && grep -q "^0 of [0-9]* tensor sites flagged" "$TMP/hf.out"; then
+  if [ $rc -eq 0 ] && grep -q "calibrated" "$TMP/err" &&
+     grep -q "^0 of [0-9]* tensor sites flagged" "$TMP/hf.out"; then
     pass import_calibrated
   else fail import_calibrated "rc $rc: $(head -c 300 "$TMP/err") $(grep flagged "$TMP/hf.out")"; fi
 else fail import_calibrated "fp8train export failed"; fi

@@ -37,15 +37,16 @@ static void usage(FILE *f) {
         "  (its data position); rows are labelled step S+1, like `train --resume CKPT --inspect`.\n"
         "options:\n"
         "  --spec SPEC           what to inspect and dump (the --inspect syntax of train), e.g.\n"
-        "                        'layers=0-1,gemms=fprop+dgrad,tensors=input+output,block=128,dump=1'\n"
+        "                        'layers=0-1,gemms=fprop+dgrad,tensors=input+output,dump=1'\n"
         "                        (default: every GEMM tensor, no dumps)\n"
         "  --out DIR             stats.jsonl, dumps/, bf16/ and inspect.json (default:\n"
         "                        RUN/inspect/step_N for a checkpoint, else ./inspect_out)\n"
         "  --compare-bf16        also run the micro-batches with every GEMM in BF16 (into\n"
         "                        OUT/bf16) and compare the dumped tensors one by one (cosine,\n"
-        "                        relative error); implies dump=1\n"
-        "  --precision P         every GEMM in P: fp8 | delayed | current | block | mxfp8 | fake |\n"
-        "                        bf16 | fp32 (replaces the checkpoint's policy and its overrides)\n"
+        "                        relative error); implies dump=1 (dumps: the first micro-batch)\n"
+        "  --precision P         every GEMM in P: fp8 | delayed | current | block | mxfp8 |\n"
+        "                        fake | bf16 | fp32 (replaces the checkpoint's policy and its\n"
+        "                        overrides)\n"
         "  --override SPEC       per-layer/module/GEMM precision on top (repeatable), e.g.\n"
         "                        'layers=1,gemm=dgrad,precision=bf16'\n"
         "  --inject SPEC         a fault during the passes (the train syntax, --help-inject);\n"
@@ -54,7 +55,8 @@ static void usage(FILE *f) {
         "  --data-position N     index of the first training micro-batch (default: the\n"
         "                        checkpoint's data position with its data, else 0)\n"
         "  --batches N           micro-batches (default: the run's --grad-accum, else 1)\n"
-        "  --batch B --seq-len T micro-batch shape (default: the run's, else 8 and min(seq_len, 256))\n"
+        "  --batch B --seq-len T micro-batch shape (default: the run's, else 8 and\n"
+        "                        min(seq_len, 256))\n"
         "  --seed S              data seed (default: the checkpoint's, else 1337)\n"
         "  --cosine-flag X       flag below this cosine (default %.2f)\n"
         "  --sort site|sqnr|cosine  row order: model order (default) or worst first\n"
@@ -118,21 +120,28 @@ static int parse_args(inspect_opts *o, int argc, char **argv) {
             else if (!strcmp(v, "sqnr")) o->sort = SORT_SQNR;
             else if (!strcmp(v, "cosine")) o->sort = SORT_COSINE;
             else {
-                fprintf(stderr, "fp8train inspect: --sort '%s': expected site, sqnr or cosine\n", v);
+                fprintf(stderr, "fp8train inspect: --sort '%s': expected site, sqnr or cosine\n",
+                        v);
                 return -1;
             }
-        } else if (!strcmp(a, "--batches")) { if (cli_int(CMD, a, v, 1, 100000, &o->batches)) return -1; }
+        } else if (!strcmp(a, "--batches")) {
+            if (cli_int(CMD, a, v, 1, 100000, &o->batches)) return -1;
+        }
         else if (!strcmp(a, "--batch")) { if (cli_int(CMD, a, v, 1, 1 << 20, &o->B)) return -1; }
         else if (!strcmp(a, "--seq-len")) { if (cli_int(CMD, a, v, 1, 1 << 20, &o->T)) return -1; }
         else if (!strcmp(a, "--top")) { if (cli_int(CMD, a, v, 1, 1 << 30, &o->top)) return -1; }
-        else if (!strcmp(a, "--seed")) { if (cli_u64(CMD, a, v, &o->seed)) return -1; o->have_seed = 1; }
+        else if (!strcmp(a, "--seed")) {
+            if (cli_u64(CMD, a, v, &o->seed)) return -1;
+            o->have_seed = 1;
+        }
         else if (!strcmp(a, "--data-position")) {
             if (cli_u64(CMD, a, v, &o->position)) return -1;
             o->have_position = 1;
         } else if (!strcmp(a, "--cosine-flag")) {
             if (cli_float(CMD, a, v, 0, 1, &o->cosine_flag)) return -1;
         } else {
-            fprintf(stderr, "fp8train inspect: unknown option '%s' (see fp8train inspect --help)\n", a);
+            fprintf(stderr, "fp8train inspect: unknown option '%s' (see fp8train inspect --help)\n",
+                    a);
             return -1;
         }
     }
@@ -478,7 +487,8 @@ int fp8t_cmd_inspect(int argc, char **argv) {
     fp8t_inspect_pass_result main_res, ref_res;
     memset(&ref_res, 0, sizeof(ref_res));
     ref_res.loss = NAN;
-    if (run_pass(s.ev, s.d, &pol, s.spec, out, o.inject, step, first, batches, &main_res)) goto done;
+    if (run_pass(s.ev, s.d, &pol, s.spec, out, o.inject, step, first, batches, &main_res))
+        goto done;
     snprintf(path, sizeof(path), "%s/stats.jsonl", out);
     int n_sites = 0;
     if (fp8t_inspect_sites_read(&s.sites, &n_sites, path, step, o.cosine_flag, err, sizeof(err))) {
@@ -541,7 +551,8 @@ int fp8t_cmd_inspect(int argc, char **argv) {
     }
     cJSON_AddBoolToObject(s.js, "calibrated", calibrated);
     json_num(s.js, "loss", main_res.loss);
-    if (main_res.nonfinite) cJSON_AddStringToObject(s.js, "first_nonfinite", main_res.first_nonfinite);
+    if (main_res.nonfinite)
+        cJSON_AddStringToObject(s.js, "first_nonfinite", main_res.first_nonfinite);
     json_num(s.js, "cosine_flag", o.cosine_flag);
     cJSON_AddNumberToObject(s.js, "flagged_sites", n_flagged);
     cJSON_AddItemToObject(s.js, "sites", sites_json(s.sites, n_sites));
@@ -556,7 +567,8 @@ int fp8t_cmd_inspect(int argc, char **argv) {
     char *text = cJSON_Print(s.js);
     snprintf(path, sizeof(path), "%s/inspect.json", out);
     if (!text || fp8t_write_file_atomic(path, text, strlen(text), err, sizeof(err)) != 0)
-        fprintf(stderr, "fp8train inspect: cannot write %s: %s\n", path, text ? err : "out of memory");
+        fprintf(stderr, "fp8train inspect: cannot write %s: %s\n", path,
+                text ? err : "out of memory");
     free(text);
     if (o.json) {
         char *line = cJSON_PrintUnformatted(s.js);

@@ -36,7 +36,8 @@ static void pass_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *site, fl
 /* Host copy of the evaluator's FP8 recipe state (malloc'd), NULL when out of memory. */
 static float *save_fp8_state(fp8t_evaluator *ev, int *n, int *len) {
     fp8t_model *m = fp8t_evaluator_model(ev);
-    size_t floats = fp8t_recipe_state_floats(fp8t_model_fp8_count(m), fp8t_model_fp8_history_len(m));
+    size_t floats =
+        fp8t_recipe_state_floats(fp8t_model_fp8_count(m), fp8t_model_fp8_history_len(m));
     float *st = malloc(floats * sizeof(float)); /* [(len + 3) * n] */
     if (st) fp8t_evaluator_fp8_state(ev, st, n, len);
     return st;
@@ -71,7 +72,8 @@ int fp8t_inspect_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_inspect
         snprintf(err, errlen, "inspect pass: out of memory");
         goto done;
     }
-    if (cfg->inject && cfg->inject[0] && !(h.inj = fp8t_injector_create(cfg->inject, e, sizeof(e)))) {
+    if (cfg->inject && cfg->inject[0] &&
+        !(h.inj = fp8t_injector_create(cfg->inject, e, sizeof(e)))) {
         snprintf(err, errlen, "--inject: %s", e);
         goto done;
     }
@@ -273,7 +275,8 @@ int fp8t_inspect_sites_read(fp8t_inspect_site **sites, int *n, const char *stats
     int m = 0;
     for (int i = 0; i < nr; i++)
         if (step < 0 || rows[i].step == step) rows[m++] = rows[i];
-    if (m > 1) qsort(rows, (size_t)m, sizeof(fp8t_stat_row), cmp_row_site); /* rows NULL when m = 0 */
+    /* rows is NULL when the file had none */
+    if (m > 1) qsort(rows, (size_t)m, sizeof(fp8t_stat_row), cmp_row_site);
     fp8t_inspect_site *out = calloc((size_t)m + 1, sizeof(fp8t_inspect_site));
     if (!out) {
         free(rows);
