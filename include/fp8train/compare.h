@@ -224,6 +224,18 @@ void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
 char *fp8t_compare_to_json(const fp8t_run *a, const fp8t_run *b,
                            const fp8t_compare_result *res);
 
+/* The dumps of two inspections compared tensor by tensor, as fp8t_compare_runs compares two
+ * runs' dumps: every FP32 dump (<name>.npy, not its .fp8 / .scale_inv companions) of a step
+ * directory step_NNNNNN/ present in both dumps_a and dumps_b (directories as the inspector
+ * writes under OUT/dumps) with the dump of the same name in the other: cosine, MSE, SQNR and
+ * relative L2 error of B against A, flagged below cosine_flag. *diffs malloc'd (may be NULL
+ * when *n is 0), sorted worst cosine first; note (may be NULL) gets a remark about the inputs
+ * ("" none: shapes that differ, no common step). 0 ok; -1 with err when a directory cannot be
+ * read. */
+int fp8t_compare_dump_dirs(fp8t_dump_diff **diffs, int *n, int *n_flagged, const char *dumps_a,
+                           const char *dumps_b, double cosine_flag, char *note, size_t notelen,
+                           char *err, size_t errlen);
+
 /* ---- HTML report: one self-contained file (inline CSS + SVG, no scripts, no network) ---- */
 int fp8t_report_html_write(const char *path, const fp8t_run *a, const fp8t_run *b,
                            const fp8t_compare_result *res, char *err, size_t errlen);

@@ -5,8 +5,9 @@
  * an llm.c file, with its FP8 state) under a chosen precision policy, with the tensor inspector
  * of debug.h attached: OUT/stats.jsonl and, with dump=1, OUT/dumps/step_NNNNNN/. A second pass
  * of the same micro-batches with every GEMM in BF16 into another directory, then
- * fp8t_inspect_compare_dumps, is the seeds' "dump tensors and compare them with BF16" step:
- * a tensor whose cosine against BF16 is below 0.99 carries too much quantization error.
+ * fp8t_compare_dump_dirs (compare.h) on the two dump directories, is the seeds' "dump tensors
+ * and compare them with BF16" step: a tensor whose cosine against BF16 is below 0.99 carries
+ * too much quantization error.
  *
  * Selection of the GEMM sites, statistics and dump layout: fp8t_inspector_create (debug.h). */
 #ifndef FP8TRAIN_INSPECT_CHECKPOINT_H
@@ -15,7 +16,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fp8train/compare.h"
 #include "fp8train/data.h"
 #include "fp8train/eval.h"
 #include "fp8train/policy.h"
@@ -96,16 +96,6 @@ typedef struct {
  * *sites malloc'd (may be NULL when *n is 0). 0 ok; -1 with err. */
 int fp8t_inspect_sites_read(fp8t_inspect_site **sites, int *n, const char *stats_path, int step,
                             double cosine_flag, char *err, size_t errlen);
-
-/* Compare every FP32 dump of test_dumps with the dump of the same name and step in ref_dumps
- * (directories of step_NNNNNN/ subdirectories, as the inspector writes under OUT/dumps):
- * cosine, MSE, SQNR and relative L2 error of test against ref, flagged below cosine_flag.
- * Uses the dump comparison of `fp8train compare`. *diffs malloc'd, sorted worst cosine first;
- * note gets a remark about the inputs ("" none: shapes that differ, no common step). 0 ok; -1
- * with err when a directory cannot be read. */
-int fp8t_inspect_compare_dumps(fp8t_dump_diff **diffs, int *n, int *n_flagged,
-                               const char *ref_dumps, const char *test_dumps, double cosine_flag,
-                               char *note, size_t notelen, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include "cli/cmd_weights_common.h"
 #include "fp8train/backend.h"
 #include "fp8train/checkpoint.h"
+#include "fp8train/compare.h"
 #include "fp8train/inject.h"
 #include "fp8train/inspect_checkpoint.h"
 #include "fp8train/io.h"
@@ -514,8 +515,8 @@ int fp8t_cmd_inspect(int argc, char **argv) {
             goto done;
         snprintf(ref_dumps, sizeof(ref_dumps), "%s/dumps", ref_out);
         snprintf(test_dumps, sizeof(test_dumps), "%s/dumps", out);
-        if (fp8t_inspect_compare_dumps(&s.dumps, &n_dumps, &n_dumps_flagged, ref_dumps, test_dumps,
-                                       o.cosine_flag, note, sizeof(note), err, sizeof(err))) {
+        if (fp8t_compare_dump_dirs(&s.dumps, &n_dumps, &n_dumps_flagged, ref_dumps, test_dumps,
+                                   o.cosine_flag, note, sizeof(note), err, sizeof(err))) {
             fprintf(stderr, "fp8train inspect: --compare-bf16: %s\n", err);
             goto done;
         }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fp8train/compare.h"
 #include "fp8train/io.h"
@@ -196,11 +197,13 @@ static int cmp_dump_cos(const void *pa, const void *pb) {
     return (a->step > b->step) - (a->step < b->step);
 }
 
-static void compare_one_dump(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
-                             const char *stepdir, const char *file, const fp8t_compare_cfg *cfg) {
+/* dir_a/stepdir/file against dir_b/stepdir/file, appended to r->dumps when both are FP32 of
+ * the same shape. */
+static void compare_one_dump(fp8t_compare_result *r, const char *dir_a, const char *dir_b,
+                             const char *stepdir, const char *file, double cosine_flag) {
     char pa[FP8T_RUN_PATH * 2], pb[FP8T_RUN_PATH * 2], err[512];
-    snprintf(pa, sizeof(pa), "%s/%s/%s", a->dumps_dir, stepdir, file);
-    snprintf(pb, sizeof(pb), "%s/%s/%s", b->dumps_dir, stepdir, file);
+    snprintf(pa, sizeof(pa), "%s/%s/%s", dir_a, stepdir, file);
+    snprintf(pb, sizeof(pb), "%s/%s/%s", dir_b, stepdir, file);
     char da[16], db[16];
     int ndim_a, ndim_b;
     int64_t sha[8], shb[8];
@@ -232,17 +235,18 @@ static void compare_one_dump(fp8t_compare_result *r, const fp8t_run *a, const fp
         o->mse = st.mse;
         o->sqnr_db = st.sqnr_db;
         o->rel_l2 = st.l2 > 0 ? sqrt(st.mse * (double)n) / st.l2 : (st.mse > 0 ? INFINITY : 0);
-        o->flagged = !(st.cosine >= cfg->cosine_flag);
+        o->flagged = !(st.cosine >= cosine_flag);
         r->n_dumps_flagged += o->flagged;
     }
     free(xa);
     free(xb);
 }
 
-void compare_dumps(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
-                          const fp8t_compare_cfg *cfg) {
-    if (!a->dumps_dir[0] || !b->dumps_dir[0]) return;
-    DIR *d = opendir(a->dumps_dir);
+/* Every step_NNNNNN/ of dir_a that dir_b has too, FP32 dumps one by one: r->dumps (sorted worst
+ * cosine first), n_dumps, n_dumps_flagged, dump_note. Nothing when dir_a cannot be opened. */
+static void compare_dump_dirs(fp8t_compare_result *r, const char *dir_a, const char *dir_b,
+                              double cosine_flag) {
+    DIR *d = opendir(dir_a);
     if (!d) return;
     r->dumps = calloc(MAX_DUMPS, sizeof(fp8t_dump_diff));
     struct dirent *e;
@@ -250,11 +254,11 @@ void compare_dumps(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, "step_", 5) != 0) continue;
         char sub[FP8T_RUN_PATH * 2];
-        snprintf(sub, sizeof(sub), "%s/%s", b->dumps_dir, e->d_name);
+        snprintf(sub, sizeof(sub), "%s/%s", dir_b, e->d_name);
         DIR *db = opendir(sub);
         if (!db) continue;
         closedir(db);
-        snprintf(sub, sizeof(sub), "%s/%s", a->dumps_dir, e->d_name);
+        snprintf(sub, sizeof(sub), "%s/%s", dir_a, e->d_name);
         DIR *da = opendir(sub);
         if (!da) continue;
         common_steps++;
@@ -263,7 +267,7 @@ void compare_dumps(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
             if (!ends_with(f->d_name, ".npy") || ends_with(f->d_name, ".fp8.npy") ||
                 ends_with(f->d_name, ".scale_inv.npy"))
                 continue;
-            compare_one_dump(r, a, b, e->d_name, f->d_name, cfg);
+            compare_one_dump(r, dir_a, dir_b, e->d_name, f->d_name, cosine_flag);
         }
         closedir(da);
     }
@@ -273,4 +277,38 @@ void compare_dumps(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
                  "both runs have dumps but of no common step: dump the same steps "
                  "(--inspect 'start=S,end=S,dump=1') in both");
     qsort(r->dumps, (size_t)r->n_dumps, sizeof(fp8t_dump_diff), cmp_dump_cos);
+}
+
+void compare_dumps(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
+                   const fp8t_compare_cfg *cfg) {
+    if (!a->dumps_dir[0] || !b->dumps_dir[0]) return;
+    compare_dump_dirs(r, a->dumps_dir, b->dumps_dir, cfg->cosine_flag);
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int fp8t_compare_dump_dirs(fp8t_dump_diff **diffs, int *n, int *n_flagged, const char *dumps_a,
+                           const char *dumps_b, double cosine_flag, char *note, size_t notelen,
+                           char *err, size_t errlen) {
+    *diffs = NULL;
+    *n = *n_flagged = 0;
+    if (note && notelen) note[0] = 0;
+    const char *dirs[2] = {dumps_a, dumps_b};
+    for (int i = 0; i < 2; i++)
+        if (!dirs[i] || !is_dir(dirs[i]) || strlen(dirs[i]) >= FP8T_RUN_PATH) {
+            snprintf(err, errlen, "%s: not a readable dump directory (inspect with dump=1 writes "
+                     "OUT/dumps)", dirs[i] ? dirs[i] : "(null)");
+            return -1;
+        }
+    fp8t_compare_result r;
+    memset(&r, 0, sizeof(r));
+    compare_dump_dirs(&r, dumps_a, dumps_b, cosine_flag);
+    *diffs = r.dumps;
+    *n = r.n_dumps;
+    *n_flagged = r.n_dumps_flagged;
+    if (note && notelen) snprintf(note, notelen, "%s", r.dump_note);
+    return 0;
 }

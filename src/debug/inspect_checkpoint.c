@@ -1,7 +1,6 @@
 /* Inspecting trained weights without training them: forward + backward passes with the tensor
  * inspector attached (no optimizer update, no scale update), the merged per-site table of the
- * stats they write, and the tensor-by-tensor comparison of two passes' dumps. See
- * include/fp8train/inspect_checkpoint.h. */
+ * stats they write. See include/fp8train/inspect_checkpoint.h. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,12 +8,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fp8train/compare.h"
 #include "fp8train/debug.h"
 #include "fp8train/inject.h"
 #include "fp8train/inspect_checkpoint.h"
 #include "fp8train/io.h"
 #include "fp8train/recipe.h"
-#include "debug/compare_internal.h"
 
 /* ---------------------------------------------------------------- one pass */
 
@@ -315,52 +314,5 @@ int fp8t_inspect_sites_read(fp8t_inspect_site **sites, int *n, const char *stats
     free(rows);
     *sites = out;
     *n = k;
-    return 0;
-}
-
-/* ---------------------------------------------------------------- dumps against dumps */
-
-static int readable_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-int fp8t_inspect_compare_dumps(fp8t_dump_diff **diffs, int *n, int *n_flagged,
-                               const char *ref_dumps, const char *test_dumps, double cosine_flag,
-                               char *note, size_t notelen, char *err, size_t errlen) {
-    *diffs = NULL;
-    *n = *n_flagged = 0;
-    if (note && notelen) note[0] = 0;
-    const char *dirs[2] = {ref_dumps, test_dumps};
-    for (int i = 0; i < 2; i++)
-        if (!dirs[i] || !readable_dir(dirs[i]) || strlen(dirs[i]) >= FP8T_RUN_PATH) {
-            snprintf(err, errlen, "%s: not a readable dump directory (inspect with dump=1 writes "
-                     "OUT/dumps)", dirs[i] ? dirs[i] : "(null)");
-            return -1;
-        }
-    /* compare's dump comparison works on runs; these runs are only their dump directories */
-    fp8t_run *ref = calloc(1, sizeof(fp8t_run)), *test = calloc(1, sizeof(fp8t_run));
-    fp8t_compare_result r;
-    memset(&r, 0, sizeof(r));
-    if (!ref || !test) {
-        free(ref);
-        free(test);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    snprintf(ref->dumps_dir, sizeof(ref->dumps_dir), "%s", ref_dumps);
-    snprintf(test->dumps_dir, sizeof(test->dumps_dir), "%s", test_dumps);
-    fp8t_compare_cfg cfg;
-    fp8t_compare_cfg_default(&cfg);
-    cfg.cosine_flag = cosine_flag;
-    compare_dumps(&r, ref, test, &cfg);
-    *diffs = r.dumps;
-    *n = r.n_dumps;
-    *n_flagged = r.n_dumps_flagged;
-    r.dumps = NULL;
-    if (note && notelen) snprintf(note, notelen, "%s", r.dump_note);
-    fp8t_compare_result_free(&r);
-    free(ref);
-    free(test);
     return 0;
 }
