@@ -156,12 +156,25 @@ static void load_into_model(trainer *t, const fp8t_checkpoint *ck, int with_fp8)
     fp8t_data_set_position(t->train, ck->data_position);
 }
 
-/* Shadow rollback: back to the newest checkpoint of this run. */
+/* Shadow rollback: back to the newest checkpoint of this run (never one of the alarmed step:
+ * the loop does not save that one), whose state is then re-run from in BF16. The checkpoint's
+ * FP8 state goes in as a resume loads it: in the format it was written in (the run may have
+ * been resumed from a checkpoint of the other format), then converted to this run's format by
+ * the switch to the BF16 policy. */
 static int rollback(trainer *t, int *step, char *err, size_t errlen) {
     fp8t_checkpoint ck;
     if (fp8t_checkpoint_load(t->last_ckpt, &t->cfg.model, &ck, err, errlen) != 0) return -1;
     fp8t_model_end_step(t->model); /* invalidates the weight caches before the weights change */
-    load_into_model(t, &ck, ck.fp8_len == fp8t_model_fp8_history_len(t->model));
+    const int with_fp8 = ck.fp8_len == fp8t_model_fp8_history_len(t->model) &&
+                         ck.fp8_n == fp8t_model_fp8_count(t->model) && checkpoint_hybrid(&ck) >= 0;
+    if (with_fp8) {
+        fp8t_policy as_saved = t->bf16_policy;
+        as_saved.hybrid = checkpoint_hybrid(&ck);
+        fp8t_model_set_policy(t->model, &as_saved);
+    }
+    load_into_model(t, &ck, with_fp8);
+    fp8t_model_set_policy(t->model, &t->bf16_policy);
+    t->in_bf16 = 1;
     *step = ck.step;
     fp8t_checkpoint_free(&ck);
     return 0;
@@ -559,7 +572,10 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             t->fallback_left--;
         }
 
-        if ((t->cfg.ckpt_every > 0 && step % t->cfg.ckpt_every == 0) || step == t->cfg.steps) {
+        /* not the state a rollback is about to undo: as the newest checkpoint it would be the
+         * one reloaded, and nothing re-run (and --keep-ckpts could prune the good one) */
+        if (!do_rollback &&
+            ((t->cfg.ckpt_every > 0 && step % t->cfg.ckpt_every == 0) || step == t->cfg.steps)) {
             if (save_checkpoint(t, step, loss, err, errlen) != 0) {
                 res->reason = FP8T_STOP_ERROR;
                 goto done;
