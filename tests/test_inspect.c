@@ -434,6 +434,32 @@ static void test_nan_tracker_names_the_poisoned_tensor(void) {
     tiny_close(&t);
 }
 
+/* fp8t_inspector_spec_check judges a spec as fp8t_inspector_create does, in the same words
+ * (which name the key, not an option). */
+static void test_spec_check_matches_create(void) {
+    char out[400], e_check[512], e_create[512];
+    snprintf(out, sizeof(out), "%s/inspect_check", g_root);
+    const char *bad[] = {"bogus=1", "every=0", "layers=3-1", "modules=fc9", "gemms=fwd",
+                         "tensors=x", "end=2,start=5", "micro=some", "dump", "layers=x"};
+    for (int i = 0; i < 10; i++) {
+        e_check[0] = e_create[0] = 0;
+        int rc = fp8t_inspector_spec_check(bad[i], e_check, sizeof(e_check));
+        fp8t_inspector *in = fp8t_inspector_create(bad[i], out, e_create, sizeof(e_create));
+        T_CHECK(rc == -1 && !in && e_check[0] && !strcmp(e_check, e_create),
+                "spec '%s': check %d '%s', create '%s'", bad[i], rc, e_check, e_create);
+        T_CHECK(strncmp(e_check, "--", 2) != 0, "spec '%s': message names an option: %s",
+                bad[i], e_check);
+        fp8t_inspector_destroy(in);
+    }
+    const char *good[] = {NULL, "", "every=2,start=1,end=3,layers=1+head,modules=fc2+head",
+                          "gemms=fprop+dgrad,tensors=operands,block=128,dump=1,micro=all"};
+    for (int i = 0; i < 4; i++) {
+        e_check[0] = 0;
+        T_CHECK(fp8t_inspector_spec_check(good[i], e_check, sizeof(e_check)) == 0,
+                "spec '%s': %s", good[i] ? good[i] : "(null)", e_check);
+    }
+}
+
 int main(void) {
     t_suite = "inspect";
     snprintf(g_root, sizeof(g_root), "/tmp/fp8t_test_inspect_XXXXXX");
@@ -441,6 +467,7 @@ int main(void) {
     T_RUN(test_inspect_selection_stats_and_dumps);
     T_RUN(test_inspect_micro_all_and_current_scaling);
     T_RUN(test_inspect_off_and_spec_errors);
+    T_RUN(test_spec_check_matches_create);
     T_RUN(test_nan_tracker_names_the_poisoned_tensor);
     if (!getenv("FP8T_KEEP_TEST_FILES")) fp8t_rmtree(g_root);
     else printf("kept %s\n", g_root);

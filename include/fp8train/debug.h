@@ -20,10 +20,15 @@ extern "C" {
  *    tensors=input+weight+grad_output+output+dgrad+wgrad,block=128,dump=1"
  * Missing keys select everything; every defaults to 1. Writes OUT/stats.jsonl (one JSON object
  * per tensor site per selected step) and, with dump=1, OUT/dumps/step_NNNNNN/<site>.npy (FP32
- * values) and <site>.fp8.npy (uint8 codes) + <site>.scale_inv.npy. */
+ * values) and <site>.fp8.npy (uint8 codes) + <site>.scale_inv.npy.
+ * Errors (err) name the key at fault, not an option: the caller prefixes the option the spec
+ * came from ("--inspect: layers=x: expected ..."). */
 typedef struct fp8t_inspector fp8t_inspector;
+/* NULL with err on a bad spec, no out_dir, or OUT/stats.jsonl that cannot be opened. */
 fp8t_inspector *fp8t_inspector_create(const char *spec, const char *out_dir, char *err,
                                       size_t errlen);
+/* 0 if spec (NULL: "") parses; else -1 with err. Writes nothing, needs no model. */
+int fp8t_inspector_spec_check(const char *spec, char *err, size_t errlen);
 void fp8t_inspector_destroy(fp8t_inspector *in);
 void fp8t_inspector_begin_step(fp8t_inspector *in, int step);
 void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,

@@ -62,10 +62,6 @@ int fp8t_inspect_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_inspect
 int fp8t_inspect_calibrate(fp8t_evaluator *ev, const fp8t_data *d, uint64_t first_batch,
                            int batches);
 
-/* 0 if spec is a valid inspector selection (debug.h syntax); else -1 and err says what is
- * wrong. Nothing is written where the inspection will go. */
-int fp8t_inspect_spec_check(const char *spec, char *err, size_t errlen);
-
 /* Make dir ready for an inspection: create it; refuse (-1 with err) a training run directory
  * (it holds metrics.jsonl) or a directory holding stats.jsonl or dumps/ that an inspection did
  * not write (no inspect.json); remove the stats.jsonl, dumps/ and bf16/ of an earlier

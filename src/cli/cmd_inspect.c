@@ -17,6 +17,7 @@
 #include "fp8train/backend.h"
 #include "fp8train/checkpoint.h"
 #include "fp8train/compare.h"
+#include "fp8train/debug.h"
 #include "fp8train/inject.h"
 #include "fp8train/inspect_checkpoint.h"
 #include "fp8train/io.h"
@@ -154,12 +155,8 @@ static int parse_args(inspect_opts *o, int argc, char **argv) {
     }
     if (o->spec) {
         char e[768];
-        if (fp8t_inspect_spec_check(o->spec, e, sizeof(e)) != 0) {
-            /* the inspector names its spec after train's option; here it came from --spec */
-            const char *prefix = "--inspect:";
-            int ours = !strncmp(e, prefix, strlen(prefix));
-            fprintf(stderr, "fp8train inspect: %s%s\n", ours ? "--spec:" : "",
-                    ours ? e + strlen(prefix) : e);
+        if (fp8t_inspector_spec_check(o->spec, e, sizeof(e)) != 0) {
+            fprintf(stderr, "fp8train inspect: --spec: %s\n", e);
             return -1;
         }
     }

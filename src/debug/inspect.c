@@ -24,16 +24,19 @@
 #define MAX_LAYER_RANGES 32
 #define BLOCK_TILE 128 /* DeepSeek-V3 tiles: 1x128 activations/gradients, 128x128 weights */
 
-struct fp8t_inspector {
-    /* selection */
+/* What a spec selects and asks for (the debug.h syntax), as parse_spec reads it. */
+typedef struct {
     int every, start, end;         /* end < 0: no end */
     int n_ranges;                  /* 0: every layer (and the head) */
     int range_lo[MAX_LAYER_RANGES], range_hi[MAX_LAYER_RANGES];
     int head;                      /* the LM head (layer -1) explicitly selected */
     unsigned module_mask, gemm_mask, tensor_mask;
     int all_micro;
-    /* outputs */
-    int block, block_list, dump;
+    int block, block_list, dump;   /* outputs */
+} inspect_spec;
+
+struct fp8t_inspector {
+    inspect_spec sel;
     char out_dir[1024];
     FILE *stats;                   /* OUT/stats.jsonl */
     /* per step */
@@ -56,27 +59,29 @@ struct fp8t_inspector {
     size_t bscales_cap;
 };
 
-/* ---- spec parsing ---- */
+/* ---- spec parsing ----
+ * Messages name the key, not the option: the caller says which option the spec came from
+ * (train's --inspect, inspect's --spec). */
 
 static int parse_int(int *out, const char *v, int lo, const char *key, char *err, size_t errlen) {
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > 1000000000L) {
-        snprintf(err, errlen, "--inspect: %s=%s: expected an integer >= %d", key, v, lo);
+        snprintf(err, errlen, "%s=%s: expected an integer >= %d", key, v, lo);
         return -1;
     }
     *out = (int)x;
     return 0;
 }
 
-static int parse_layers(fp8t_inspector *in, const char *v, char *err, size_t errlen) {
+static int parse_layers(inspect_spec *sp, const char *v, char *err, size_t errlen) {
     char buf[512];
     snprintf(buf, sizeof(buf), "%s", v);
     for (char *save = NULL, *tok = strtok_r(buf, "+", &save); tok;
          tok = strtok_r(NULL, "+", &save)) {
-        if (strcmp(tok, "all") == 0) { in->n_ranges = 0; in->head = 0; return 0; }
-        if (strcmp(tok, "head") == 0) { in->head = 1; continue; }
+        if (strcmp(tok, "all") == 0) { sp->n_ranges = 0; sp->head = 0; return 0; }
+        if (strcmp(tok, "head") == 0) { sp->head = 1; continue; }
         char *end;
         long a = strtol(tok, &end, 10), b = a;
         if (end != tok && *end == '-') {
@@ -87,21 +92,21 @@ static int parse_layers(fp8t_inspector *in, const char *v, char *err, size_t err
         }
         if (end == tok || *end || a < 0 || b < a || b > 1000000) {
             snprintf(err, errlen,
-                     "--inspect: layers=%s: expected layers like 3, 0-3, 0+2+5-7, head or all",
+                     "layers=%s: expected layers like 3, 0-3, 0+2+5-7, head or all",
                      v);
             return -1;
         }
-        if (in->n_ranges == MAX_LAYER_RANGES) {
-            snprintf(err, errlen, "--inspect: layers=%s: at most %d ranges", v,
+        if (sp->n_ranges == MAX_LAYER_RANGES) {
+            snprintf(err, errlen, "layers=%s: at most %d ranges", v,
                      MAX_LAYER_RANGES);
             return -1;
         }
-        in->range_lo[in->n_ranges] = (int)a;
-        in->range_hi[in->n_ranges] = (int)b;
-        in->n_ranges++;
+        sp->range_lo[sp->n_ranges] = (int)a;
+        sp->range_hi[sp->n_ranges] = (int)b;
+        sp->n_ranges++;
     }
     /* "head" alone: only the head. */
-    if (in->n_ranges == 0 && in->head) { in->range_lo[0] = 1; in->range_hi[0] = 0; in->n_ranges = 1; }
+    if (sp->n_ranges == 0 && sp->head) { sp->range_lo[0] = 1; sp->range_hi[0] = 0; sp->n_ranges = 1; }
     return 0;
 }
 
@@ -120,7 +125,7 @@ static int parse_modules(unsigned *mask, const char *v, char *err, size_t errlen
         else if (fp8t_module_parse(&m, tok) == 0) *mask |= 1u << m;
         else {
             snprintf(err, errlen,
-                     "--inspect: modules=%s: unknown module '%s' (expected qkv, proj, fc1, fc2, "
+                     "modules=%s: unknown module '%s' (expected qkv, proj, fc1, fc2, "
                      "gate, up, down, head, attn, mlp or all, joined by '+')",
                      v, tok);
             return -1;
@@ -141,7 +146,7 @@ static int parse_gemms(unsigned *mask, const char *v, char *err, size_t errlen) 
             if (strcmp(tok, fp8t_gemm_name((fp8t_gemm_kind)g)) == 0) { *mask |= 1u << g; found = 1; }
         if (!found) {
             snprintf(err, errlen,
-                     "--inspect: gemms=%s: unknown GEMM '%s' (expected fprop, dgrad, wgrad or "
+                     "gemms=%s: unknown GEMM '%s' (expected fprop, dgrad, wgrad or "
                      "all, joined by '+')",
                      v, tok);
             return -1;
@@ -173,7 +178,7 @@ static int parse_tensors(unsigned *mask, const char *v, char *err, size_t errlen
             }
         if (!found) {
             snprintf(err, errlen,
-                     "--inspect: tensors=%s: unknown tensor '%s' (expected input, weight, "
+                     "tensors=%s: unknown tensor '%s' (expected input, weight, "
                      "grad_output, output, dgrad, wgrad, operands, results or all, joined by '+')",
                      v, tok);
             return -1;
@@ -182,10 +187,16 @@ static int parse_tensors(unsigned *mask, const char *v, char *err, size_t errlen
     return 0;
 }
 
-static int parse_spec(fp8t_inspector *in, const char *spec, char *err, size_t errlen) {
+/* Fill *sp from spec (NULL or "": everything, every step, no dumps). 0 ok; -1 with err. */
+static int parse_spec(inspect_spec *sp, const char *spec, char *err, size_t errlen) {
+    memset(sp, 0, sizeof(*sp));
+    sp->every = 1;
+    sp->end = -1;
+    sp->module_mask = sp->gemm_mask = sp->tensor_mask = ~0u;
+    if (!spec) spec = "";
     char buf[2048];
     if (strlen(spec) >= sizeof(buf)) {
-        snprintf(err, errlen, "--inspect: spec too long (%zu characters)", strlen(spec));
+        snprintf(err, errlen, "spec too long (%zu characters)", strlen(spec));
         return -1;
     }
     snprintf(buf, sizeof(buf), "%s", spec);
@@ -196,7 +207,7 @@ static int parse_spec(fp8t_inspector *in, const char *spec, char *err, size_t er
         char *eq = strchr(kv, '=');
         if (!eq || eq == kv || !eq[1]) {
             snprintf(err, errlen,
-                     "--inspect: '%s' is not key=value (e.g. \"every=10,layers=0-3,"
+                     "'%s' is not key=value (e.g. \"every=10,layers=0-3,"
                      "tensors=input+grad_output,dump=1\")",
                      kv);
             return -1;
@@ -204,54 +215,56 @@ static int parse_spec(fp8t_inspector *in, const char *spec, char *err, size_t er
         *eq = 0;
         const char *k = kv, *v = eq + 1;
         int rc;
-        if (strcmp(k, "every") == 0) rc = parse_int(&in->every, v, 1, k, err, errlen);
-        else if (strcmp(k, "start") == 0) rc = parse_int(&in->start, v, 0, k, err, errlen);
-        else if (strcmp(k, "end") == 0) rc = parse_int(&in->end, v, 0, k, err, errlen);
-        else if (strcmp(k, "layers") == 0) rc = parse_layers(in, v, err, errlen);
+        if (strcmp(k, "every") == 0) rc = parse_int(&sp->every, v, 1, k, err, errlen);
+        else if (strcmp(k, "start") == 0) rc = parse_int(&sp->start, v, 0, k, err, errlen);
+        else if (strcmp(k, "end") == 0) rc = parse_int(&sp->end, v, 0, k, err, errlen);
+        else if (strcmp(k, "layers") == 0) rc = parse_layers(sp, v, err, errlen);
         else if (strcmp(k, "modules") == 0 || strcmp(k, "module") == 0)
-            rc = parse_modules(&in->module_mask, v, err, errlen);
+            rc = parse_modules(&sp->module_mask, v, err, errlen);
         else if (strcmp(k, "gemms") == 0 || strcmp(k, "gemm") == 0)
-            rc = parse_gemms(&in->gemm_mask, v, err, errlen);
+            rc = parse_gemms(&sp->gemm_mask, v, err, errlen);
         else if (strcmp(k, "tensors") == 0 || strcmp(k, "tensor") == 0)
-            rc = parse_tensors(&in->tensor_mask, v, err, errlen);
-        else if (strcmp(k, "block") == 0) rc = parse_int(&in->block, v, 1, k, err, errlen);
-        else if (strcmp(k, "block_list") == 0) rc = parse_int(&in->block_list, v, 0, k, err, errlen);
-        else if (strcmp(k, "dump") == 0) rc = parse_int(&in->dump, v, 0, k, err, errlen);
+            rc = parse_tensors(&sp->tensor_mask, v, err, errlen);
+        else if (strcmp(k, "block") == 0) rc = parse_int(&sp->block, v, 1, k, err, errlen);
+        else if (strcmp(k, "block_list") == 0) rc = parse_int(&sp->block_list, v, 0, k, err, errlen);
+        else if (strcmp(k, "dump") == 0) rc = parse_int(&sp->dump, v, 0, k, err, errlen);
         else if (strcmp(k, "micro") == 0) {
             rc = 0;
-            if (strcmp(v, "all") == 0) in->all_micro = 1;
-            else if (strcmp(v, "first") == 0) in->all_micro = 0;
+            if (strcmp(v, "all") == 0) sp->all_micro = 1;
+            else if (strcmp(v, "first") == 0) sp->all_micro = 0;
             else {
-                snprintf(err, errlen, "--inspect: micro=%s: expected first or all", v);
+                snprintf(err, errlen, "micro=%s: expected first or all", v);
                 rc = -1;
             }
         } else {
             snprintf(err, errlen,
-                     "--inspect: unknown key '%s' (keys: every, start, end, layers, modules, "
+                     "unknown key '%s' (keys: every, start, end, layers, modules, "
                      "gemms, tensors, block, block_list, dump, micro)",
                      k);
             rc = -1;
         }
         if (rc) return -1;
     }
-    if (in->end >= 0 && in->end < in->start) {
-        snprintf(err, errlen, "--inspect: end=%d is before start=%d", in->end, in->start);
+    if (sp->end >= 0 && sp->end < sp->start) {
+        snprintf(err, errlen, "end=%d is before start=%d", sp->end, sp->start);
         return -1;
     }
     return 0;
 }
 
+int fp8t_inspector_spec_check(const char *spec, char *err, size_t errlen) {
+    inspect_spec sp;
+    return parse_spec(&sp, spec, err, errlen);
+}
+
 fp8t_inspector *fp8t_inspector_create(const char *spec, const char *out_dir, char *err,
                                       size_t errlen) {
     fp8t_inspector *in = calloc(1, sizeof(*in));
-    if (!in) { snprintf(err, errlen, "--inspect: out of memory"); return NULL; }
-    in->every = 1;
-    in->end = -1;
-    in->module_mask = in->gemm_mask = in->tensor_mask = ~0u;
+    if (!in) { snprintf(err, errlen, "out of memory"); return NULL; }
     in->step = -1;
-    if (parse_spec(in, spec ? spec : "", err, errlen)) goto fail;
+    if (parse_spec(&in->sel, spec, err, errlen)) goto fail;
     if (!out_dir || !*out_dir || strlen(out_dir) > 900) {
-        snprintf(err, errlen, "--inspect: needs an output directory (--out DIR)");
+        snprintf(err, errlen, "needs an output directory (--out DIR)");
         goto fail;
     }
     snprintf(in->out_dir, sizeof(in->out_dir), "%s", out_dir);
@@ -261,7 +274,7 @@ fp8t_inspector *fp8t_inspector_create(const char *spec, const char *out_dir, cha
     /* Appending: a resumed run continues the file of the run it resumes. */
     in->stats = fopen(path, "a");
     if (!in->stats) {
-        snprintf(err, errlen, "--inspect: cannot open %s for writing: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot open %s for writing: %s", path, strerror(errno));
         goto fail;
     }
     return in;
@@ -286,8 +299,8 @@ void fp8t_inspector_destroy(fp8t_inspector *in) {
 void fp8t_inspector_begin_step(fp8t_inspector *in, int step) {
     if (!in) return;
     in->step = step;
-    in->active = step >= in->start && (in->end < 0 || step <= in->end) &&
-                 (step - in->start) % in->every == 0;
+    in->active = step >= in->sel.start && (in->sel.end < 0 || step <= in->sel.end) &&
+                 (step - in->sel.start) % in->sel.every == 0;
     in->have_state = 0;
     if (in->seen) memset(in->seen, 0, in->seen_n * sizeof(int));
 }
@@ -300,10 +313,10 @@ void fp8t_inspector_end_step(fp8t_inspector *in, int step) {
 }
 
 static int layer_selected(const fp8t_inspector *in, int layer) {
-    if (in->n_ranges == 0) return 1;
-    if (layer < 0) return in->head;
-    for (int i = 0; i < in->n_ranges; i++)
-        if (layer >= in->range_lo[i] && layer <= in->range_hi[i]) return 1;
+    if (in->sel.n_ranges == 0) return 1;
+    if (layer < 0) return in->sel.head;
+    for (int i = 0; i < in->sel.n_ranges; i++)
+        if (layer >= in->sel.range_lo[i] && layer <= in->sel.range_hi[i]) return 1;
     return 0;
 }
 
@@ -459,7 +472,7 @@ static void add_array(line_buf *b, const char *k, const fp8t_stats *blocks, size
 /* Per-block statistics of the per-tensor quantization, summarized (and listed if asked). */
 static void add_block_stats(fp8t_inspector *in, line_buf *o, size_t n, float scale,
                             fp8_format fmt) {
-    size_t bs = (size_t)in->block;
+    size_t bs = (size_t)in->sel.block;
     size_t nb = (n + bs - 1) / bs;
     if (nb == 0 || grow_buf((void **)&in->blocks, &in->blocks_cap, nb, sizeof(fp8t_stats)))
         return;
@@ -484,7 +497,7 @@ static void add_block_stats(fp8t_inspector *in, line_buf *o, size_t n, float sca
     add_num(o, "block_amax_ratio", isfinite(amax_min_nz) ? amax_max / amax_min_nz : NAN);
     add_num(o, "blocks_with_underflow_pct", 100.0 * (double)with_under / (double)nb);
     add_num(o, "block_underflow_max_pct", under_max);
-    if (in->block_list) {
+    if (in->sel.block_list) {
         add_array(o, "block_amax", in->blocks, nb, offsetof(fp8t_stats, amax));
         add_array(o, "block_sqnr_db", in->blocks, nb, offsetof(fp8t_stats, sqnr_db));
         add_array(o, "block_underflow_pct", in->blocks, nb, offsetof(fp8t_stats, underflow_pct));
@@ -521,11 +534,11 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     /* the recipe state as it was when the step began: the first hook call of a step comes
      * before any of its amaxes is recorded, whatever the selection */
     if (!in->have_state) state_snapshot(in, m);
-    if (!layer_selected(in, site->layer) || !(in->module_mask >> site->module & 1u) ||
-        !(in->gemm_mask >> site->gemm & 1u) || !(in->tensor_mask >> site->kind & 1u))
+    if (!layer_selected(in, site->layer) || !(in->sel.module_mask >> site->module & 1u) ||
+        !(in->sel.gemm_mask >> site->gemm & 1u) || !(in->sel.tensor_mask >> site->kind & 1u))
         return;
     int micro = next_micro(in, m, site);
-    if (micro > 0 && !in->all_micro) return;
+    if (micro > 0 && !in->sel.all_micro) return;
     if (site->rows <= 0 || site->cols <= 0) return;
     size_t n = (size_t)site->rows * (size_t)site->cols;
     if (grow_buf((void **)&in->x, &in->x_cap, n, sizeof(float))) {
@@ -600,10 +613,10 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     add_num(o, "n_nan", (double)st.n_nan);
     add_num(o, "n_inf", (double)st.n_inf);
     if (scale_source) add_str(o, "scale_source", scale_source);
-    if (is_operand && in->block > 0) add_block_stats(in, o, n, scale, site->fmt);
+    if (is_operand && in->sel.block > 0) add_block_stats(in, o, n, scale, site->fmt);
     lb_put(o, "}\n", 2);
     if (lb.s) fputs(lb.s, in->stats);
     free(lb.s);
 
-    if (in->dump && micro == 0) write_dumps(in, site, scale, scale_inv, is_operand);
+    if (in->sel.dump && micro == 0) write_dumps(in, site, scale, scale_inv, is_operand);
 }

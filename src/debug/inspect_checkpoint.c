@@ -76,8 +76,8 @@ int fp8t_inspect_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_inspect
         snprintf(err, errlen, "--inject: %s", e);
         goto done;
     }
-    if (!(h.insp = fp8t_inspector_create(cfg->spec ? cfg->spec : "", cfg->out_dir, e, sizeof(e)))) {
-        snprintf(err, errlen, "%s", e);
+    if (!(h.insp = fp8t_inspector_create(cfg->spec, cfg->out_dir, e, sizeof(e)))) {
+        snprintf(err, errlen, "inspector: %s", e);
         goto done;
     }
     if (!(h.nan = fp8t_nan_tracker_create())) {
@@ -149,23 +149,6 @@ int fp8t_inspect_calibrate(fp8t_evaluator *ev, const fp8t_data *d, uint64_t firs
 }
 
 /* ---------------------------------------------------------------- the output directory */
-
-/* The inspector parses its spec in fp8t_inspector_create, which also opens OUT/stats.jsonl:
- * parse it into a throwaway directory. */
-int fp8t_inspect_spec_check(const char *spec, char *err, size_t errlen) {
-    const char *tmp = getenv("TMPDIR");
-    char dir[512];
-    snprintf(dir, sizeof(dir), "%.480s/fp8t_spec.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        snprintf(err, errlen, "cannot create a temporary directory to check --spec: %s",
-                 strerror(errno));
-        return -1;
-    }
-    fp8t_inspector *in = fp8t_inspector_create(spec ? spec : "", dir, err, errlen);
-    fp8t_inspector_destroy(in);
-    fp8t_rmtree(dir);
-    return in ? 0 : -1;
-}
 
 static int path_exists(const char *dir, const char *name) {
     char p[1200];
