@@ -20,8 +20,8 @@ NVFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc 
            -Xcompiler -Wall,-Wextra -lineinfo
 CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 
-LIB_SRC  := $(wildcard src/numerics/*.c src/io/*.c src/backend/*.c src/backend/cpu/*.c \
-                       src/model/*.c src/train/*.c src/debug/*.c)
+LIB_SRC  := $(wildcard src/util/*.c src/numerics/*.c src/io/*.c src/backend/*.c \
+                       src/backend/cpu/*.c src/model/*.c src/train/*.c src/debug/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)
 CU_SRC   := $(wildcard src/backend/cuda/*.cu)
 TEST_C   := $(wildcard tests/test_*.c)

@@ -1,5 +1,6 @@
 /* fp8train — file formats: atomic writes, safetensors, .npy, llm.c shards and checkpoints.
  * Round trips compare bytes; golden byte strings pin the exact layout other tools read. */
+#include "fp8train/error.h"
 #include "fp8train/fp8.h"
 #include "fp8train/io.h"
 #include "test.h"
@@ -580,6 +581,18 @@ static void test_gpt2_124m_param_count(void) {
             "%s", err);
 }
 
+/* fp8t_errorf formats, truncates to the buffer, tolerates no buffer, and returns -1. */
+static void test_errorf(void) {
+    char e[16];
+    memset(e, 'x', sizeof(e));
+    T_CHECK(fp8t_errorf(e, sizeof(e), "%s: %d", "abc", 42) == -1 && !strcmp(e, "abc: 42"),
+            "got '%s'", e);
+    T_CHECK(fp8t_errorf(e, 8, "%s", "0123456789") == -1 && !strcmp(e, "0123456"), "got '%s'", e);
+    memset(e, 'x', sizeof(e));
+    T_CHECK(fp8t_errorf(e, 0, "%s", "lost") == -1 && e[0] == 'x', "wrote with errlen 0");
+    T_CHECK(fp8t_errorf(NULL, 64, "%s", "lost") == -1, "NULL err");
+}
+
 int main(void) {
     t_suite = "io";
     snprintf(g_dir, sizeof g_dir, "/tmp/fp8t_test_io_XXXXXX");
@@ -587,6 +600,7 @@ int main(void) {
         perror("mkdtemp");
         return 1;
     }
+    T_RUN(test_errorf);
     T_RUN(test_atomic_write_replaces_whole_file);
     T_RUN(test_atomic_write_failures_leave_nothing);
     T_RUN(test_mkdirs_and_rmtree);

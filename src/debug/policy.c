@@ -3,13 +3,13 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
+#include "fp8train/error.h"
 #include "fp8train/policy.h"
 
 #define OVERRIDE_SYNTAX                                                                       \
@@ -100,16 +100,6 @@ int fp8t_module_parse(fp8t_module *out, const char *s) {
     return module_parse_n(out, s, strlen(s));
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* strict non-negative decimal integer in s[0..n) */
 static int parse_uint_n(const char *s, size_t n, int *out) {
     if (n == 0 || n > 9) return -1;
@@ -131,35 +121,42 @@ static int parse_layers(fp8t_override *o, const char *v, size_t n, const char *r
     }
     if (n > 6 && word_eq(v, 6, "first:")) {
         if (parse_uint_n(v + 6, n - 6, &a) != 0 || a < 1)
-            return fail(err, errlen, "bad layers value '%.*s' in override '%s': first:N needs "
-                        "a positive layer count N; " OVERRIDE_SYNTAX, (int)n, v, rule);
+            return fp8t_errorf(err, errlen,
+                               "bad layers value '%.*s' in override '%s': first:N needs "
+                               "a positive layer count N; " OVERRIDE_SYNTAX,
+                               (int)n, v, rule);
         o->layer_lo = o->layer_hi = FP8T_LAYER_FIRST_BASE - a;
         return 0;
     }
     if (n > 5 && word_eq(v, 5, "last:")) {
         if (parse_uint_n(v + 5, n - 5, &a) != 0 || a < 1)
-            return fail(err, errlen, "bad layers value '%.*s' in override '%s': last:N needs "
-                        "a positive layer count N; " OVERRIDE_SYNTAX, (int)n, v, rule);
+            return fp8t_errorf(err, errlen,
+                               "bad layers value '%.*s' in override '%s': last:N needs "
+                               "a positive layer count N; " OVERRIDE_SYNTAX,
+                               (int)n, v, rule);
         o->layer_lo = o->layer_hi = FP8T_LAYER_LAST_BASE - a;
         return 0;
     }
     const char *dash = memchr(v, '-', n);
     if (!dash) {
         if (parse_uint_n(v, n, &a) != 0)
-            return fail(err, errlen, "bad layers value '%.*s' in override '%s' (expected a "
-                        "layer index A, a range A-B, first:N, last:N or all); " OVERRIDE_SYNTAX,
-                        (int)n, v, rule);
+            return fp8t_errorf(
+                err, errlen,
+                "bad layers value '%.*s' in override '%s' (expected a "
+                "layer index A, a range A-B, first:N, last:N or all); " OVERRIDE_SYNTAX,
+                (int)n, v, rule);
         o->layer_lo = o->layer_hi = a;
         return 0;
     }
     size_t na = (size_t)(dash - v);
     if (parse_uint_n(v, na, &a) != 0 || parse_uint_n(dash + 1, n - na - 1, &b) != 0)
-        return fail(err, errlen, "bad layers value '%.*s' in override '%s' (expected a layer "
-                    "index A, a range A-B, first:N, last:N or all); " OVERRIDE_SYNTAX,
-                    (int)n, v, rule);
+        return fp8t_errorf(err, errlen,
+                           "bad layers value '%.*s' in override '%s' (expected a layer "
+                           "index A, a range A-B, first:N, last:N or all); " OVERRIDE_SYNTAX,
+                           (int)n, v, rule);
     if (b < a)
-        return fail(err, errlen, "bad layers range '%.*s' in override '%s': the range A-B "
-                    "needs A <= B", (int)n, v, rule);
+        return fp8t_errorf(err, errlen, "bad layers range '%.*s' in override '%s': the range A-B "
+                           "needs A <= B", (int)n, v, rule);
     o->layer_lo = a;
     o->layer_hi = b;
     return 0;
@@ -176,16 +173,19 @@ static int parse_modules(fp8t_override *o, const char *v, size_t n, const char *
         size_t wn = j - i;
         fp8t_module mod;
         if (wn == 0)
-            return fail(err, errlen, "empty module name in '%.*s' of override '%s'; "
-                        OVERRIDE_SYNTAX, (int)n, v, rule);
+            return fp8t_errorf(err, errlen, "empty module name in '%.*s' of override '%s'; "
+                               OVERRIDE_SYNTAX, (int)n, v, rule);
         if (module_parse_n(&mod, w, wn) == 0) mask |= 1u << mod;
         else if (word_eq(w, wn, "attn")) mask |= MASK_ATTN;
         else if (word_eq(w, wn, "mlp")) mask |= MASK_MLP;
         else if (word_eq(w, wn, "all")) mask |= MASK_ALL_BUT_HEAD;
         else
-            return fail(err, errlen, "unknown module '%.*s' in override '%s' (expected "
-                        "qkv, proj, fc1, fc2, gate, up, down, head, attn, mlp or all, joined "
-                        "by '+')", (int)wn, w, rule);
+            return fp8t_errorf(
+                err, errlen,
+                "unknown module '%.*s' in override '%s' (expected "
+                "qkv, proj, fc1, fc2, gate, up, down, head, attn, mlp or all, joined "
+                "by '+')",
+                (int)wn, w, rule);
         i = j + 1;
     }
     o->module_mask = mask;
@@ -207,8 +207,8 @@ static int parse_gemms(fp8t_override *o, const char *v, size_t n, const char *ru
         if (found >= 0) mask |= 1u << found;
         else if (word_eq(w, wn, "all")) mask |= MASK_ALL_GEMMS;
         else
-            return fail(err, errlen, "unknown gemm '%.*s' in override '%s' (expected fprop, "
-                        "dgrad, wgrad or all, joined by '+')", (int)wn, w, rule);
+            return fp8t_errorf(err, errlen, "unknown gemm '%.*s' in override '%s' (expected fprop, "
+                               "dgrad, wgrad or all, joined by '+')", (int)wn, w, rule);
         i = j + 1;
     }
     o->gemm_mask = mask == MASK_ALL_GEMMS ? 0 : mask;
@@ -235,48 +235,51 @@ static int parse_one(fp8t_override *o, const char *s, size_t n, char *err, size_
         if (kvn == 0) { i = j + 1; continue; }
         const char *eq = memchr(kv, '=', kvn);
         if (!eq)
-            return fail(err, errlen, "'%.*s' in override '%s' is not key=value; "
-                        OVERRIDE_SYNTAX, (int)kvn, kv, rule);
+            return fp8t_errorf(err, errlen, "'%.*s' in override '%s' is not key=value; "
+                               OVERRIDE_SYNTAX, (int)kvn, kv, rule);
         size_t kn = (size_t)(eq - kv), vn = kvn - kn - 1;
         const char *v = eq + 1;
         if (vn == 0)
-            return fail(err, errlen, "key '%.*s' in override '%s' has an empty value; "
-                        OVERRIDE_SYNTAX, (int)kn, kv, rule);
+            return fp8t_errorf(err, errlen, "key '%.*s' in override '%s' has an empty value; "
+                               OVERRIDE_SYNTAX, (int)kn, kv, rule);
         int rc;
         if (word_eq(kv, kn, "layers") || word_eq(kv, kn, "layer")) {
             if (seen_layers++)
-                return fail(err, errlen, "key 'layers' given twice in override '%s'", rule);
+                return fp8t_errorf(err, errlen, "key 'layers' given twice in override '%s'", rule);
             rc = parse_layers(o, v, vn, rule, err, errlen);
         } else if (word_eq(kv, kn, "module") || word_eq(kv, kn, "modules")) {
             if (seen_module++)
-                return fail(err, errlen, "key 'module' given twice in override '%s'", rule);
+                return fp8t_errorf(err, errlen, "key 'module' given twice in override '%s'", rule);
             rc = parse_modules(o, v, vn, rule, err, errlen);
         } else if (word_eq(kv, kn, "gemm") || word_eq(kv, kn, "gemms")) {
             if (seen_gemm++)
-                return fail(err, errlen, "key 'gemm' given twice in override '%s'", rule);
+                return fp8t_errorf(err, errlen, "key 'gemm' given twice in override '%s'", rule);
             rc = parse_gemms(o, v, vn, rule, err, errlen);
         } else if (word_eq(kv, kn, "precision")) {
             if (have_prec++)
-                return fail(err, errlen, "key 'precision' given twice in override '%s'", rule);
+                return fp8t_errorf(err, errlen, "key 'precision' given twice in override '%s'",
+                                   rule);
             rc = precision_parse_n(&o->precision, v, vn) == 0
                      ? 0
-                     : fail(err, errlen, "unknown precision '%.*s' in override '%s' (expected "
-                            "fp8, delayed, current, block, mxfp8, fake, bf16 or fp32)",
-                            (int)vn, v, rule);
+                     : fp8t_errorf(err, errlen,
+                                   "unknown precision '%.*s' in override '%s' (expected "
+                                   "fp8, delayed, current, block, mxfp8, fake, bf16 or fp32)",
+                                   (int)vn, v, rule);
         } else {
-            rc = fail(err, errlen, "unknown key '%.*s' in override '%s'; " OVERRIDE_SYNTAX,
-                      (int)kn, kv, rule);
+            rc = fp8t_errorf(err, errlen, "unknown key '%.*s' in override '%s'; " OVERRIDE_SYNTAX,
+                             (int)kn, kv, rule);
         }
         if (rc) return rc;
         i = j + 1;
     }
     if (!have_prec)
-        return fail(err, errlen, "override '%s' has no precision=...; " OVERRIDE_SYNTAX, rule);
+        return fp8t_errorf(err, errlen, "override '%s' has no precision=...; " OVERRIDE_SYNTAX,
+                           rule);
     return 0;
 }
 
 int fp8t_policy_add_overrides(fp8t_policy *p, const char *spec, char *err, size_t errlen) {
-    if (!spec) return fail(err, errlen, "override spec is NULL");
+    if (!spec) return fp8t_errorf(err, errlen, "override spec is NULL");
     /* parse everything first so a bad rule leaves the policy untouched */
     fp8t_override parsed[FP8T_MAX_OVERRIDES];
     int n = 0;
@@ -288,8 +291,8 @@ int fp8t_policy_add_overrides(fp8t_policy *p, const char *spec, char *err, size_
         while (k < len && isspace((unsigned char)s[k])) k++;
         if (k < len) {
             if (p->n_overrides + n >= FP8T_MAX_OVERRIDES)
-                return fail(err, errlen, "too many precision overrides (at most %d)",
-                            FP8T_MAX_OVERRIDES);
+                return fp8t_errorf(err, errlen, "too many precision overrides (at most %d)",
+                                   FP8T_MAX_OVERRIDES);
             if (parse_one(&parsed[n], s, len, err, errlen) != 0) return -1;
             n++;
         }
@@ -297,7 +300,7 @@ int fp8t_policy_add_overrides(fp8t_policy *p, const char *spec, char *err, size_
         s = semi + 1;
     }
     if (n == 0)
-        return fail(err, errlen, "empty override spec '%s'; " OVERRIDE_SYNTAX, spec);
+        return fp8t_errorf(err, errlen, "empty override spec '%s'; " OVERRIDE_SYNTAX, spec);
     memcpy(&p->overrides[p->n_overrides], parsed, (size_t)n * sizeof(parsed[0]));
     p->n_overrides += n;
     return 0;
@@ -308,9 +311,12 @@ int fp8t_policy_apply_env(fp8t_policy *p, char *err, size_t errlen) {
     if (v && *v) {
         fp8t_precision prec;
         if (fp8t_precision_parse(&prec, v) != 0)
-            return fail(err, errlen, "environment variable FP8TRAIN_PRECISION='%s' is not a "
-                        "precision (expected fp8, delayed, current, block, mxfp8, fake, bf16, "
-                        "fp32, 0 or 1)", v);
+            return fp8t_errorf(
+                err, errlen,
+                "environment variable FP8TRAIN_PRECISION='%s' is not a "
+                "precision (expected fp8, delayed, current, block, mxfp8, fake, bf16, "
+                "fp32, 0 or 1)",
+                v);
         p->default_precision = prec;
     }
     static const char *vars[FP8T_GEMM_COUNT] = {"FP8TRAIN_FPROP", "FP8TRAIN_DGRAD",
@@ -320,12 +326,12 @@ int fp8t_policy_apply_env(fp8t_policy *p, char *err, size_t errlen) {
         if (!v || !*v) continue;
         fp8t_override o = {FP8T_LAYER_ALL, FP8T_LAYER_ALL, 0, 1u << g, FP8T_PREC_FP8};
         if (fp8t_precision_parse(&o.precision, v) != 0)
-            return fail(err, errlen, "environment variable %s='%s' is not a precision "
-                        "(expected fp8, delayed, current, fake, bf16, fp32, block, mxfp8, "
-                        "0 = bf16 or 1 = fp8)", vars[g], v);
+            return fp8t_errorf(err, errlen, "environment variable %s='%s' is not a precision "
+                               "(expected fp8, delayed, current, fake, bf16, fp32, block, mxfp8, "
+                               "0 = bf16 or 1 = fp8)", vars[g], v);
         if (p->n_overrides >= FP8T_MAX_OVERRIDES)
-            return fail(err, errlen, "too many precision overrides (at most %d) to add %s",
-                        FP8T_MAX_OVERRIDES, vars[g]);
+            return fp8t_errorf(err, errlen, "too many precision overrides (at most %d) to add %s",
+                               FP8T_MAX_OVERRIDES, vars[g]);
         p->overrides[p->n_overrides++] = o;
     }
     return 0;
@@ -452,8 +458,8 @@ char *fp8t_policy_to_json(const fp8t_policy *p) {
 static int json_precision(fp8t_precision *out, const cJSON *v, const char *key, char *err,
                           size_t errlen) {
     if (!cJSON_IsString(v) || fp8t_precision_parse(out, v->valuestring) != 0)
-        return fail(err, errlen, "policy JSON: \"%s\" must be a precision string (fp8, "
-                    "delayed, current, block, mxfp8, fake, bf16 or fp32)", key);
+        return fp8t_errorf(err, errlen, "policy JSON: \"%s\" must be a precision string (fp8, "
+                           "delayed, current, block, mxfp8, fake, bf16 or fp32)", key);
     return 0;
 }
 
@@ -461,7 +467,7 @@ static int json_bool(int *out, const cJSON *v, const char *key, char *err, size_
     if (cJSON_IsBool(v)) *out = cJSON_IsTrue(v);
     else if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1))
         *out = v->valuedouble != 0;
-    else return fail(err, errlen, "policy JSON: \"%s\" must be true or false", key);
+    else return fp8t_errorf(err, errlen, "policy JSON: \"%s\" must be true or false", key);
     return 0;
 }
 
@@ -469,20 +475,20 @@ static int json_int(int *out, const cJSON *v, const char *key, int lo, int hi, c
                     size_t errlen) {
     if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble ||
         v->valuedouble < lo || v->valuedouble > hi)
-        return fail(err, errlen, "policy JSON: \"%s\" must be an integer in %d..%d", key, lo,
-                    hi);
+        return fp8t_errorf(err, errlen, "policy JSON: \"%s\" must be an integer in %d..%d", key, lo,
+                           hi);
     *out = (int)v->valuedouble;
     return 0;
 }
 
 int fp8t_policy_from_json(fp8t_policy *out, const char *json, char *err, size_t errlen) {
-    if (!json) return fail(err, errlen, "policy JSON is NULL");
+    if (!json) return fp8t_errorf(err, errlen, "policy JSON is NULL");
     cJSON *o = cJSON_Parse(json);
     if (!o || !cJSON_IsObject(o)) {
         const char *at = cJSON_GetErrorPtr();
         cJSON_Delete(o);
-        return fail(err, errlen, "policy JSON is not a JSON object (error near '%.20s')",
-                    at ? at : "");
+        return fp8t_errorf(err, errlen, "policy JSON is not a JSON object (error near '%.20s')",
+                           at ? at : "");
     }
     fp8t_policy p;
     fp8t_policy_default(&p); /* keys left out keep their defaults */
@@ -494,7 +500,7 @@ int fp8t_policy_from_json(fp8t_policy *out, const char *json, char *err, size_t 
         else if (!strcmp(k, "recipe")) {
             rc = json_precision(&p.recipe, v, k, err, errlen);
             if (!rc && p.recipe != FP8T_PREC_DELAYED && p.recipe != FP8T_PREC_CURRENT)
-                rc = fail(err, errlen, "policy JSON: \"recipe\" must be delayed or current");
+                rc = fp8t_errorf(err, errlen, "policy JSON: \"recipe\" must be delayed or current");
         } else if (!strcmp(k, "hybrid")) rc = json_bool(&p.hybrid, v, k, err, errlen);
         else if (!strcmp(k, "history_len"))
             rc = json_int(&p.history_len, v, k, 1, 1 << 20, err, errlen);
@@ -502,13 +508,13 @@ int fp8t_policy_from_json(fp8t_policy *out, const char *json, char *err, size_t 
             if (cJSON_IsString(v) && !strcmp(v->valuestring, "max")) p.algo = FP8T_AMAX_MAX;
             else if (cJSON_IsString(v) && !strcmp(v->valuestring, "most_recent"))
                 p.algo = FP8T_AMAX_MOST_RECENT;
-            else rc = fail(err, errlen, "policy JSON: \"amax_algo\" must be \"max\" or "
-                           "\"most_recent\"");
+            else rc = fp8t_errorf(err, errlen, "policy JSON: \"amax_algo\" must be \"max\" or "
+                                  "\"most_recent\"");
         } else if (!strcmp(k, "margin")) rc = json_int(&p.margin, v, k, -64, 64, err, errlen);
         else if (!strcmp(k, "pow2_scales")) rc = json_bool(&p.pow2_scales, v, k, err, errlen);
         else if (!strcmp(k, "epsilon")) {
             if (cJSON_IsNumber(v) && v->valuedouble >= 0) p.epsilon = (float)v->valuedouble;
-            else rc = fail(err, errlen, "policy JSON: \"epsilon\" must be a number >= 0");
+            else rc = fp8t_errorf(err, errlen, "policy JSON: \"epsilon\" must be a number >= 0");
         } else if (!strcmp(k, "head")) rc = json_precision(&p.head_precision, v, k, err, errlen);
         else if (!strcmp(k, "fast_accum_fprop"))
             rc = json_bool(&p.fast_accum_fprop, v, k, err, errlen);
@@ -516,27 +522,30 @@ int fp8t_policy_from_json(fp8t_policy *out, const char *json, char *err, size_t 
             rc = json_bool(&p.fast_accum_grad, v, k, err, errlen);
         else if (!strcmp(k, "overrides")) {
             if (!cJSON_IsArray(v)) {
-                rc = fail(err, errlen, "policy JSON: \"overrides\" must be an array of rule "
-                          "strings such as \"layers=0,gemm=dgrad,precision=bf16\"");
+                rc = fp8t_errorf(err, errlen, "policy JSON: \"overrides\" must be an array of rule "
+                                 "strings such as \"layers=0,gemm=dgrad,precision=bf16\"");
             } else {
                 const cJSON *r;
                 cJSON_ArrayForEach(r, v) {
                     if (!cJSON_IsString(r)) {
-                        rc = fail(err, errlen, "policy JSON: every entry of \"overrides\" must "
-                                  "be a rule string");
+                        rc = fp8t_errorf(err, errlen,
+                                         "policy JSON: every entry of \"overrides\" must "
+                                         "be a rule string");
                         break;
                     }
                     char e2[512];
                     if (fp8t_policy_add_overrides(&p, r->valuestring, e2, sizeof(e2)) != 0) {
-                        rc = fail(err, errlen, "policy JSON: %s", e2);
+                        rc = fp8t_errorf(err, errlen, "policy JSON: %s", e2);
                         break;
                     }
                 }
             }
         } else {
-            rc = fail(err, errlen, "policy JSON: unknown key \"%s\" (expected default, recipe, "
-                      "hybrid, history_len, amax_algo, margin, pow2_scales, epsilon, head, "
-                      "fast_accum_fprop, fast_accum_grad, overrides)", k);
+            rc = fp8t_errorf(err, errlen,
+                             "policy JSON: unknown key \"%s\" (expected default, recipe, "
+                             "hybrid, history_len, amax_algo, margin, pow2_scales, epsilon, head, "
+                             "fast_accum_fprop, fast_accum_grad, overrides)",
+                             k);
         }
         if (rc) break;
     }

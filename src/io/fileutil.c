@@ -6,20 +6,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-void fp8t_io_errorf(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 long long fp8t_read_full(int fd, void *buf, size_t len) {
     size_t got = 0;
@@ -41,24 +32,24 @@ int fp8t_atomic_open(fp8t_atomic_file *a, const char *path, char *err, size_t er
     a->fd = -1;
     a->path = a->tmp_path = NULL;
     if (!path || !*path) {
-        fp8t_io_errorf(err, errlen, "cannot write a file with an empty path");
+        fp8t_errorf(err, errlen, "cannot write a file with an empty path");
         return -1;
     }
     size_t n = strlen(path) + 32;
     a->path = strdup(path);
     a->tmp_path = malloc(n);
     if (!a->path || !a->tmp_path) {
-        fp8t_io_errorf(err, errlen, "%s: out of memory", path);
+        fp8t_errorf(err, errlen, "%s: out of memory", path);
         fp8t_atomic_abort(a);
         return -1;
     }
     snprintf(a->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
     a->fd = open(a->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (a->fd < 0) {
-        fp8t_io_errorf(err, errlen,
-                       "cannot create %s (temporary file for %s): %s (does the directory "
-                       "exist and is it writable?)",
-                       a->tmp_path, path, strerror(errno));
+        fp8t_errorf(err, errlen,
+                    "cannot create %s (temporary file for %s): %s (does the directory "
+                    "exist and is it writable?)",
+                    a->tmp_path, path, strerror(errno));
         free(a->path);
         free(a->tmp_path);
         a->path = a->tmp_path = NULL;
@@ -79,8 +70,8 @@ void fp8t_atomic_abort(fp8t_atomic_file *a) {
 int fp8t_atomic_write(fp8t_atomic_file *a, const void *data, size_t len, char *err,
                       size_t errlen) {
     if (a->fd < 0) {
-        fp8t_io_errorf(err, errlen, "%s: write to a file that is not open",
-                       a->path ? a->path : "(unknown)");
+        fp8t_errorf(err, errlen, "%s: write to a file that is not open",
+                    a->path ? a->path : "(unknown)");
         return -1;
     }
     const char *p = (const char *)data;
@@ -88,7 +79,7 @@ int fp8t_atomic_write(fp8t_atomic_file *a, const void *data, size_t len, char *e
         ssize_t n = write(a->fd, p, len);
         if (n < 0) {
             if (errno == EINTR) continue;
-            fp8t_io_errorf(err, errlen, "cannot write %s: %s", a->tmp_path, strerror(errno));
+            fp8t_errorf(err, errlen, "cannot write %s: %s", a->tmp_path, strerror(errno));
             fp8t_atomic_abort(a);
             return -1;
         }
@@ -117,26 +108,26 @@ static void fsync_parent_dir(const char *path) {
 
 int fp8t_atomic_commit(fp8t_atomic_file *a, char *err, size_t errlen) {
     if (a->fd < 0) {
-        fp8t_io_errorf(err, errlen, "%s: commit of a file that is not open",
-                       a->path ? a->path : "(unknown)");
+        fp8t_errorf(err, errlen, "%s: commit of a file that is not open",
+                    a->path ? a->path : "(unknown)");
         fp8t_atomic_abort(a);
         return -1;
     }
     if (fsync(a->fd) != 0) {
-        fp8t_io_errorf(err, errlen, "cannot fsync %s: %s", a->tmp_path, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot fsync %s: %s", a->tmp_path, strerror(errno));
         fp8t_atomic_abort(a);
         return -1;
     }
     int rc = close(a->fd);
     a->fd = -1;
     if (rc != 0) {
-        fp8t_io_errorf(err, errlen, "cannot close %s: %s", a->tmp_path, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot close %s: %s", a->tmp_path, strerror(errno));
         fp8t_atomic_abort(a);
         return -1;
     }
     if (rename(a->tmp_path, a->path) != 0) {
-        fp8t_io_errorf(err, errlen, "cannot rename %s to %s: %s", a->tmp_path, a->path,
-                       strerror(errno));
+        fp8t_errorf(err, errlen, "cannot rename %s to %s: %s", a->tmp_path, a->path,
+                    strerror(errno));
         fp8t_atomic_abort(a);
         return -1;
     }
@@ -150,8 +141,8 @@ int fp8t_atomic_commit(fp8t_atomic_file *a, char *err, size_t errlen) {
 int fp8t_write_file_atomic(const char *path, const void *data, size_t len, char *err,
                            size_t errlen) {
     if (!data && len > 0) {
-        fp8t_io_errorf(err, errlen, "%s: no data given for %zu bytes", path ? path : "(null)",
-                       len);
+        fp8t_errorf(err, errlen, "%s: no data given for %zu bytes", path ? path : "(null)",
+                    len);
         return -1;
     }
     fp8t_atomic_file a;
@@ -164,28 +155,28 @@ int fp8t_write_file_atomic(const char *path, const void *data, size_t len, char 
 
 int fp8t_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen) {
     if (!data || !len) {
-        fp8t_io_errorf(err, errlen, "fp8t_read_file: data and len must not be NULL");
+        fp8t_errorf(err, errlen, "fp8t_read_file: data and len must not be NULL");
         return -1;
     }
     *data = NULL;
     *len = 0;
     if (!path || !*path) {
-        fp8t_io_errorf(err, errlen, "cannot read a file with an empty path");
+        fp8t_errorf(err, errlen, "cannot read a file with an empty path");
         return -1;
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        fp8t_io_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        fp8t_io_errorf(err, errlen, "cannot stat %s: %s", path, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot stat %s: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     if (S_ISDIR(st.st_mode)) {
-        fp8t_io_errorf(err, errlen, "cannot read %s: it is a directory", path);
+        fp8t_errorf(err, errlen, "cannot read %s: it is a directory", path);
         close(fd);
         return -1;
     }
@@ -195,7 +186,7 @@ int fp8t_read_file(const char *path, char **data, size_t *len, char *err, size_t
     size_t used = 0;
     for (;;) {
         if (!buf) {
-            fp8t_io_errorf(err, errlen, "%s: out of memory reading %zu bytes", path, cap);
+            fp8t_errorf(err, errlen, "%s: out of memory reading %zu bytes", path, cap);
             close(fd);
             return -1;
         }
@@ -209,7 +200,7 @@ int fp8t_read_file(const char *path, char **data, size_t *len, char *err, size_t
         ssize_t n = read(fd, buf + used, cap - 1 - used);
         if (n < 0) {
             if (errno == EINTR) continue;
-            fp8t_io_errorf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+            fp8t_errorf(err, errlen, "cannot read %s: %s", path, strerror(errno));
             free(buf);
             close(fd);
             return -1;
@@ -232,22 +223,22 @@ static int mkdir_one(const char *dir, const char *full, char *err, size_t errlen
     struct stat st;
     if (e == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
     if (e == EEXIST)
-        fp8t_io_errorf(err, errlen, "cannot create directory %s: %s exists and is not a directory",
-                       full, dir);
+        fp8t_errorf(err, errlen, "cannot create directory %s: %s exists and is not a directory",
+                    full, dir);
     else
-        fp8t_io_errorf(err, errlen, "cannot create directory %s: mkdir %s: %s", full, dir,
-                       strerror(e));
+        fp8t_errorf(err, errlen, "cannot create directory %s: mkdir %s: %s", full, dir,
+                    strerror(e));
     return -1;
 }
 
 int fp8t_mkdirs(const char *path, char *err, size_t errlen) {
     if (!path || !*path) {
-        fp8t_io_errorf(err, errlen, "cannot create a directory with an empty path");
+        fp8t_errorf(err, errlen, "cannot create a directory with an empty path");
         return -1;
     }
     char *buf = strdup(path);
     if (!buf) {
-        fp8t_io_errorf(err, errlen, "%s: out of memory", path);
+        fp8t_errorf(err, errlen, "%s: out of memory", path);
         return -1;
     }
     /* Create every prefix that ends just before a '/', then the whole path. */

@@ -11,49 +11,38 @@
  * exactly the codes of our [out, in] matrix, transposed. */
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "fp8train/export.h"
 #include "fp8train/fp8.h"
 #include "fp8train/io.h"
 #include "fp8train/recipe.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* The parameter table of w, after checking that w's buffer matches its config. */
 static fp8t_param_info *checked_table(const fp8t_weights *w, int *count, char *err,
                                       size_t errlen) {
     char e[256];
     if (!w || !w->params) {
-        fail(err, errlen, "export: no weights given");
+        fp8t_errorf(err, errlen, "export: no weights given");
         return NULL;
     }
     if (fp8t_model_config_check(&w->model, e, sizeof(e)) != 0) {
-        fail(err, errlen, "export: invalid model config: %s", e);
+        fp8t_errorf(err, errlen, "export: invalid model config: %s", e);
         return NULL;
     }
     size_t total;
     int n = fp8t_model_param_table(&w->model, NULL, &total);
     if (total != w->num_params) {
-        fail(err, errlen, "export: the model config needs %zu parameters but %zu were given",
-             total, w->num_params);
+        fp8t_errorf(err, errlen, "export: the model config needs %zu parameters but %zu were given",
+                    total, w->num_params);
         return NULL;
     }
     fp8t_param_info *info = calloc((size_t)n, sizeof(*info));
     if (!info) {
-        fail(err, errlen, "export: out of memory");
+        fp8t_errorf(err, errlen, "export: out of memory");
         return NULL;
     }
     fp8t_model_param_table(&w->model, info, NULL);
@@ -62,9 +51,10 @@ static fp8t_param_info *checked_table(const fp8t_weights *w, int *count, char *e
         const float *x = w->params + info[i].offset;
         for (size_t j = 0; j < info[i].numel; j++) {
             if (!isfinite(x[j])) {
-                fail(err, errlen, "export: parameter '%s' holds a non-finite value (%g at "
-                     "element %zu); export a checkpoint from before the run diverged", info[i].name,
-                     (double)x[j], j);
+                fp8t_errorf(err, errlen,
+                            "export: parameter '%s' holds a non-finite value (%g at "
+                            "element %zu); export a checkpoint from before the run diverged",
+                            info[i].name, (double)x[j], j);
                 free(info);
                 return NULL;
             }
@@ -219,8 +209,9 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
     r.min_input_scale = INFINITY;
     r.max_input_scale = 0.0f;
     if (dtype != FP8T_EXPORT_BF16 && dtype != FP8T_EXPORT_FP8 && dtype != FP8T_EXPORT_FP32)
-        return fail(err, errlen, "export: unknown dtype %d (bf16, fp8 or fp32)", (int)dtype);
-    if (!dir || !*dir) return fail(err, errlen, "export: no output directory given (--to DIR)");
+        return fp8t_errorf(err, errlen, "export: unknown dtype %d (bf16, fp8 or fp32)", (int)dtype);
+    if (!dir || !*dir)
+        return fp8t_errorf(err, errlen, "export: no output directory given (--to DIR)");
     int n_info;
     fp8t_param_info *info = checked_table(w, &n_info, err, errlen);
     if (!info) return -1;
@@ -232,7 +223,7 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
     char *text = NULL;
     int rc = -1;
     if (!map || !wr) {
-        fail(err, errlen, "export: out of memory");
+        fp8t_errorf(err, errlen, "export: out of memory");
         goto done;
     }
     fp8t_hf_tensor_map(&w->model, map);
@@ -241,7 +232,7 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
     buf = malloc(maxn * sizeof(float));  /* [maxn] one tensor in the HF layout */
     enc = malloc(maxn * sizeof(uint16_t)); /* [maxn] its BF16 bits or FP8 codes */
     if (!buf || !enc) {
-        fail(err, errlen, "export: out of memory (%zu-element tensor)", maxn);
+        fp8t_errorf(err, errlen, "export: out of memory (%zu-element tensor)", maxn);
         goto done;
     }
     if (fp8t_mkdirs(dir, err, errlen) != 0) goto done;
@@ -298,7 +289,7 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
     cJSON_Delete(cj);
     snprintf(path, sizeof(path), "%s/config.json", dir);
     if (!text || fp8t_write_file_atomic(path, text, strlen(text), err, errlen) != 0) {
-        if (!text) fail(err, errlen, "export: out of memory");
+        if (!text) fp8t_errorf(err, errlen, "export: out of memory");
         goto done;
     }
     if (r.n_fp8 == 0) r.min_input_scale = 0.0f;
@@ -324,10 +315,12 @@ int fp8t_export_llmc(const fp8t_weights *w, const char *path, int version, char 
     const fp8t_model_config *c = &w->model;
     if (c->arch != FP8T_ARCH_GPT2 || c->mlp_hidden != 4 * c->n_embd) {
         free(info);
-        return fail(err, errlen, "export to llm.c: only GPT-2 models with mlp_hidden = 4 * n_embd "
-                    "fit llm.c's format (this model: %s, n_embd %d, mlp_hidden %d); export to a "
-                    "Hugging Face directory instead", fp8t_arch_name(c->arch), c->n_embd,
-                    c->mlp_hidden);
+        return fp8t_errorf(
+            err, errlen,
+            "export to llm.c: only GPT-2 models with mlp_hidden = 4 * n_embd "
+            "fit llm.c's format (this model: %s, n_embd %d, mlp_hidden %d); export to a "
+            "Hugging Face directory instead",
+            fp8t_arch_name(c->arch), c->n_embd, c->mlp_hidden);
     }
     const size_t C = (size_t)c->n_embd, L = (size_t)c->n_layer, V = (size_t)c->vocab_size,
                  maxT = (size_t)c->seq_len;
@@ -344,7 +337,7 @@ int fp8t_export_llmc(const fp8t_weights *w, const char *path, int version, char 
     ck.params = calloc(ck.num_params, sizeof(float)); /* zero: the padding rows */
     if (!ck.params) {
         free(info);
-        return fail(err, errlen, "export to llm.c: out of memory");
+        return fp8t_errorf(err, errlen, "export to llm.c: out of memory");
     }
     /* llm.c order: wte wpe, then each per-layer tensor stacked over layers, then lnf */
     float *dst = ck.params;

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "fp8train/checkpoint.h"
+#include "fp8train/error.h"
 #include "fp8train/export.h"
 #include "fp8train/fp8.h"
 #include "fp8train/io.h"
@@ -18,17 +19,6 @@
 #include "fp8train/recipe.h"
 
 #define PATH_BUF 4200
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* Append to w->notes ("; "-separated). */
 static void note(fp8t_weights *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -57,12 +47,13 @@ void fp8t_weights_free(fp8t_weights *w) {
 static int alloc_params(fp8t_weights *w, char *err, size_t errlen) {
     char e[256];
     if (fp8t_model_config_check(&w->model, e, sizeof(e)) != 0)
-        return fail(err, errlen, "%s: the model it describes is not valid for fp8train: %s",
-                    w->source, e);
+        return fp8t_errorf(err, errlen, "%s: the model it describes is not valid for fp8train: %s",
+                           w->source, e);
     fp8t_model_param_table(&w->model, NULL, &w->num_params);
     w->params = calloc(w->num_params ? w->num_params : 1, sizeof(float));
     if (!w->params)
-        return fail(err, errlen, "%s: out of memory for %zu parameters", w->source, w->num_params);
+        return fp8t_errorf(err, errlen, "%s: out of memory for %zu parameters", w->source,
+                           w->num_params);
     return 0;
 }
 
@@ -133,7 +124,7 @@ int fp8t_import_llmc(const char *path, fp8t_weights *w, char *err, size_t errlen
     if (!info) {
         fp8t_llmc_gpt2_free(&ck);
         fp8t_weights_free(w);
-        return fail(err, errlen, "%s: out of memory", path);
+        return fp8t_errorf(err, errlen, "%s: out of memory", path);
     }
     fp8t_model_param_table(c, info, NULL);
     const size_t C = (size_t)c->n_embd, L = (size_t)c->n_layer, V = (size_t)c->vocab_size,
@@ -182,10 +173,10 @@ static void tensors_close(tensor_set *s) {
 
 static int tensors_add_file(tensor_set *s, const char *path, char *err, size_t errlen) {
     fp8t_st_file **nf = realloc(s->files, (size_t)(s->n_files + 1) * sizeof(*nf));
-    if (!nf) return fail(err, errlen, "out of memory");
+    if (!nf) return fp8t_errorf(err, errlen, "out of memory");
     s->files = nf;
     char **nu = realloc(s->used, (size_t)(s->n_files + 1) * sizeof(*nu));
-    if (!nu) return fail(err, errlen, "out of memory");
+    if (!nu) return fp8t_errorf(err, errlen, "out of memory");
     s->used = nu;
     fp8t_st_file *f;
     if (fp8t_st_open(&f, path, err, errlen) != 0) return -1;
@@ -193,7 +184,7 @@ static int tensors_add_file(tensor_set *s, const char *path, char *err, size_t e
     s->used[s->n_files] = calloc((size_t)(cnt > 0 ? cnt : 1), 1);
     if (!s->used[s->n_files]) {
         fp8t_st_close(f);
-        return fail(err, errlen, "out of memory");
+        return fp8t_errorf(err, errlen, "out of memory");
     }
     s->files[s->n_files++] = f;
     return 0;
@@ -215,10 +206,12 @@ static int tensors_open(tensor_set *s, const char *dir, char *err, size_t errlen
     }
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
     if (!file_exists(path))
-        return fail(err, errlen, "%s: neither model.safetensors nor model.safetensors.index.json "
-                    "is there; a Hugging Face directory needs its weights in safetensors (convert "
-                    "pytorch_model.bin with transformers' save_pretrained(safe_serialization=True))",
-                    dir);
+        return fp8t_errorf(
+            err, errlen,
+            "%s: neither model.safetensors nor model.safetensors.index.json "
+            "is there; a Hugging Face directory needs its weights in safetensors (convert "
+            "pytorch_model.bin with transformers' save_pretrained(safe_serialization=True))",
+            dir);
     char *text = NULL;
     size_t len;
     if (fp8t_read_file(path, &text, &len, err, errlen) != 0) return -1;
@@ -227,7 +220,8 @@ static int tensors_open(tensor_set *s, const char *dir, char *err, size_t errlen
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(o, "weight_map");
     if (!cJSON_IsObject(map)) {
         cJSON_Delete(o);
-        return fail(err, errlen, "%s: not a safetensors index (no \"weight_map\" object)", path);
+        return fp8t_errorf(err, errlen, "%s: not a safetensors index (no \"weight_map\" object)",
+                           path);
     }
     /* open each distinct shard once */
     const cJSON *e;
@@ -236,8 +230,9 @@ static int tensors_open(tensor_set *s, const char *dir, char *err, size_t errlen
     int n_names = 0;
     cJSON_ArrayForEach(e, map) {
         if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || !*e->valuestring) {
-            rc = fail(err, errlen, "%s: weight_map[\"%s\"] must be a file name in the directory",
-                      path, e->string ? e->string : "?");
+            rc = fp8t_errorf(err, errlen,
+                             "%s: weight_map[\"%s\"] must be a file name in the directory", path,
+                             e->string ? e->string : "?");
             break;
         }
         int seen = 0;
@@ -245,7 +240,7 @@ static int tensors_open(tensor_set *s, const char *dir, char *err, size_t errlen
         if (seen) continue;
         char **nn = realloc(names, (size_t)(n_names + 1) * sizeof(*nn));
         if (!nn) {
-            rc = fail(err, errlen, "out of memory");
+            rc = fp8t_errorf(err, errlen, "out of memory");
             break;
         }
         names = nn;
@@ -256,7 +251,8 @@ static int tensors_open(tensor_set *s, const char *dir, char *err, size_t errlen
     }
     free(names);
     cJSON_Delete(o);
-    if (rc == 0 && s->n_files == 0) rc = fail(err, errlen, "%s: the weight_map is empty", path);
+    if (rc == 0 && s->n_files == 0)
+        rc = fp8t_errorf(err, errlen, "%s: the weight_map is empty", path);
     if (rc != 0) tensors_close(s);
     return rc;
 }
@@ -324,11 +320,12 @@ static int cfg_int(cfg_reader *r, const char *key, int def, int *out) {
             *out = def;
             return 0;
         }
-        return fail(r->err, r->errlen, "%s: \"%s\" is missing; %s", r->path, key, r->needs);
+        return fp8t_errorf(r->err, r->errlen, "%s: \"%s\" is missing; %s", r->path, key, r->needs);
     }
     if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > (1 << 30) ||
         v->valuedouble != floor(v->valuedouble))
-        return fail(r->err, r->errlen, "%s: \"%s\" must be a positive integer", r->path, key);
+        return fp8t_errorf(r->err, r->errlen, "%s: \"%s\" must be a positive integer", r->path,
+                           key);
     *out = (int)v->valuedouble;
     return 0;
 }
@@ -340,7 +337,7 @@ static int cfg_float(cfg_reader *r, const char *key, double def, float *out) {
         return 0;
     }
     if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
-        return fail(r->err, r->errlen, "%s: \"%s\" must be a positive number", r->path, key);
+        return fp8t_errorf(r->err, r->errlen, "%s: \"%s\" must be a positive number", r->path, key);
     *out = (float)v->valuedouble;
     return 0;
 }
@@ -350,10 +347,10 @@ static int cfg_bool_must(cfg_reader *r, const char *key, int want, const char *w
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->o, key);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsBool(v))
-        return fail(r->err, r->errlen, "%s: \"%s\" must be true or false", r->path, key);
+        return fp8t_errorf(r->err, r->errlen, "%s: \"%s\" must be true or false", r->path, key);
     if (cJSON_IsTrue(v) != want)
-        return fail(r->err, r->errlen, "%s: \"%s\": %s is not supported: %s", r->path, key,
-                    want ? "false" : "true", why);
+        return fp8t_errorf(r->err, r->errlen, "%s: \"%s\": %s is not supported: %s", r->path, key,
+                           want ? "false" : "true", why);
     return 0;
 }
 
@@ -363,12 +360,13 @@ static int cfg_string_in(cfg_reader *r, const char *key, const char *def, const 
     const char *s = def;
     if (v && !cJSON_IsNull(v)) {
         if (!cJSON_IsString(v))
-            return fail(r->err, r->errlen, "%s: \"%s\" must be a string", r->path, key);
+            return fp8t_errorf(r->err, r->errlen, "%s: \"%s\" must be a string", r->path, key);
         s = v->valuestring;
     }
     for (int i = 0; ok[i]; i++)
         if (strcmp(s, ok[i]) == 0) return 0;
-    return fail(r->err, r->errlen, "%s: \"%s\" = \"%s\" is not supported: %s", r->path, key, s, why);
+    return fp8t_errorf(r->err, r->errlen, "%s: \"%s\" = \"%s\" is not supported: %s", r->path, key,
+                       s, why);
 }
 
 static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *c, int *tied,
@@ -377,11 +375,13 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
     cfg_reader r = {path, o, err, errlen, ""};
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "model_type");
     if (!cJSON_IsString(mt))
-        return fail(err, errlen, "%s: \"model_type\" is missing; fp8train imports model_type "
-                    "\"gpt2\" or \"llama\"", path);
+        return fp8t_errorf(err, errlen,
+                           "%s: \"model_type\" is missing; fp8train imports model_type "
+                           "\"gpt2\" or \"llama\"",
+                           path);
     const cJSON *tw = cJSON_GetObjectItemCaseSensitive(o, "tie_word_embeddings");
     if (tw && !cJSON_IsNull(tw) && !cJSON_IsBool(tw))
-        return fail(err, errlen, "%s: \"tie_word_embeddings\" must be true or false", path);
+        return fp8t_errorf(err, errlen, "%s: \"tie_word_embeddings\" must be true or false", path);
     if (!strcmp(mt->valuestring, "gpt2")) {
         r.needs = "a GPT-2 config needs n_embd, n_layer, n_head, n_positions and vocab_size";
         c->arch = FP8T_ARCH_GPT2;
@@ -417,16 +417,23 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
         int kv, hd;
         if (cfg_int(&r, "num_key_value_heads", c->n_head, &kv)) return -1;
         if (kv != c->n_head)
-            return fail(err, errlen, "%s: num_key_value_heads = %d differs from "
-                        "num_attention_heads = %d: grouped-query attention is not supported by "
-                        "fp8train's model (full multi-head attention only)", path, kv, c->n_head);
+            return fp8t_errorf(
+                err, errlen,
+                "%s: num_key_value_heads = %d differs from "
+                "num_attention_heads = %d: grouped-query attention is not supported by "
+                "fp8train's model (full multi-head attention only)",
+                path, kv, c->n_head);
         if (c->n_embd % c->n_head != 0)
-            return fail(err, errlen, "%s: hidden_size %d is not divisible by num_attention_heads "
-                        "%d", path, c->n_embd, c->n_head);
+            return fp8t_errorf(err, errlen,
+                               "%s: hidden_size %d is not divisible by num_attention_heads "
+                               "%d",
+                               path, c->n_embd, c->n_head);
         if (cfg_int(&r, "head_dim", c->n_embd / c->n_head, &hd)) return -1;
         if (hd != c->n_embd / c->n_head)
-            return fail(err, errlen, "%s: head_dim = %d differs from hidden_size / "
-                        "num_attention_heads = %d: not supported", path, hd, c->n_embd / c->n_head);
+            return fp8t_errorf(err, errlen,
+                               "%s: head_dim = %d differs from hidden_size / "
+                               "num_attention_heads = %d: not supported",
+                               path, hd, c->n_embd / c->n_head);
         if (cfg_float(&r, "rms_norm_eps", 1e-6, &c->norm_eps) ||
             cfg_float(&r, "rope_theta", 10000.0, &c->rope_theta))
             return -1;
@@ -436,9 +443,10 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
             if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
             int plain = cJSON_IsString(ty) && !strcmp(ty->valuestring, "default");
             if (!plain)
-                return fail(err, errlen, "%s: \"rope_scaling\" (%s) is not supported: fp8train's "
-                            "RoPE is the plain rotary embedding with base rope_theta", path,
-                            cJSON_IsString(ty) ? ty->valuestring : "set");
+                return fp8t_errorf(err, errlen,
+                                   "%s: \"rope_scaling\" (%s) is not supported: fp8train's "
+                                   "RoPE is the plain rotary embedding with base rope_theta",
+                                   path, cJSON_IsString(ty) ? ty->valuestring : "set");
         }
         static const char *const acts[] = {"silu", "swish", NULL};
         if (cfg_string_in(&r, "hidden_act", "silu", acts, "fp8train's Llama MLP is SwiGLU (silu)") ||
@@ -447,9 +455,9 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
             return -1;
         *tied = tw && cJSON_IsTrue(tw); /* LlamaConfig default: untied */
     } else {
-        return fail(err, errlen, "%s: model_type \"%s\" is not supported; fp8train imports "
-                    "\"gpt2\" (GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)", path,
-                    mt->valuestring);
+        return fp8t_errorf(err, errlen, "%s: model_type \"%s\" is not supported; fp8train imports "
+                           "\"gpt2\" (GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)", path,
+                           mt->valuestring);
     }
     return 0;
 }
@@ -474,14 +482,17 @@ static int read_scale(tensor_set *s, const char *module, const char *what, float
     snprintf(name, sizeof(name), "%s.%s", module, what);
     if (!tensors_find_exact(s, name, ft)) return 1;
     if (!is_float_dtype(ft->t->dtype) || ft->t->numel == 0 || ft->t->numel > cap)
-        return fail(err, errlen, "%s: scale tensor '%s' must be a floating-point tensor with 1 "
-                    "to %zu elements (it is %s with %zu)", dir, name, cap,
-                    fp8t_st_dtype_name(ft->t->dtype), ft->t->numel);
+        return fp8t_errorf(err, errlen,
+                           "%s: scale tensor '%s' must be a floating-point tensor with 1 "
+                           "to %zu elements (it is %s with %zu)",
+                           dir, name, cap, fp8t_st_dtype_name(ft->t->dtype), ft->t->numel);
     if (fp8t_st_read_f32(ft->file, name, out, ft->t->numel, err, errlen) != 0) return -1;
     for (size_t i = 0; i < ft->t->numel; i++)
         if (!(out[i] > 0.0f) || !isfinite(out[i]))
-            return fail(err, errlen, "%s: scale tensor '%s' holds %g at element %zu; scales must be "
-                        "positive and finite", dir, name, (double)out[i], i);
+            return fp8t_errorf(err, errlen,
+                               "%s: scale tensor '%s' holds %g at element %zu; scales must be "
+                               "positive and finite",
+                               dir, name, (double)out[i], i);
     return 0;
 }
 
@@ -505,9 +516,11 @@ static int dequantize(float *buf, int R, int Cc, const float *sc, const fp8t_st_
     }
     char got[64];
     shape_str(got, sizeof(got), st->ndim, st->shape);
-    return fail(err, errlen, "%s: the scale of FP8 tensor '%s' has shape %s: expected one value "
-                "(per tensor) or [ceil(%d/b0), ceil(%d/b1)] with quantization_config."
-                "weight_block_size [b0, b1]", dir, name, got, R, Cc);
+    return fp8t_errorf(err, errlen,
+                       "%s: the scale of FP8 tensor '%s' has shape %s: expected one value "
+                       "(per tensor) or [ceil(%d/b0), ceil(%d/b1)] with quantization_config."
+                       "weight_block_size [b0, b1]",
+                       dir, name, got, R, Cc);
 }
 
 int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
@@ -519,13 +532,13 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
     size_t len;
     char e[1024];
     if (fp8t_read_file(cpath, &text, &len, e, sizeof(e)) != 0)
-        return fail(err, errlen, "%s: cannot read config.json (%s); a Hugging Face model "
-                    "directory holds config.json and model.safetensors", dir, e);
+        return fp8t_errorf(err, errlen, "%s: cannot read config.json (%s); a Hugging Face model "
+                           "directory holds config.json and model.safetensors", dir, e);
     cJSON *cfg = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(cfg)) {
         cJSON_Delete(cfg);
-        return fail(err, errlen, "%s: not a JSON object", cpath);
+        return fp8t_errorf(err, errlen, "%s: not a JSON object", cpath);
     }
     int tied = 1;
     if (parse_hf_config(cpath, cfg, &w->model, &tied, err, errlen) != 0) {
@@ -538,9 +551,9 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
         const cJSON *qm = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
         const char *qms = cJSON_IsString(qm) ? qm->valuestring : "";
         if (strcmp(qms, "fp8") != 0) {
-            int rc = fail(err, errlen, "%s: quantization_config.quant_method \"%s\" is not "
-                          "supported (only \"fp8\": F8_E4M3 weights with weight_scale_inv)",
-                          cpath, qms);
+            int rc = fp8t_errorf(err, errlen, "%s: quantization_config.quant_method \"%s\" is not "
+                                 "supported (only \"fp8\": F8_E4M3 weights with weight_scale_inv)",
+                                 cpath, qms);
             cJSON_Delete(cfg);
             return rc;
         }
@@ -577,7 +590,7 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
     float *buf = NULL, *sc = NULL;
     int rc = -1, n_fp8 = 0, n_inscale = 0, n_dtype[FP8T_ST_DTYPE_COUNT] = {0};
     if (!info || !map || !lin_x_scale || !lin_w_amax) {
-        fail(err, errlen, "out of memory");
+        fp8t_errorf(err, errlen, "out of memory");
         goto done;
     }
     fp8t_model_param_table(c, info, NULL);
@@ -590,16 +603,19 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
     buf = malloc(maxn * sizeof(float)); /* [maxn] one tensor in the HF layout */
     sc = malloc(maxn * sizeof(float));  /* [maxn] its scales (at most one per element) */
     if (!buf || !sc) {
-        fail(err, errlen, "out of memory (%zu-element tensor)", maxn);
+        fp8t_errorf(err, errlen, "out of memory (%zu-element tensor)", maxn);
         goto done;
     }
     for (int i = 0; i < n_map; i++) {
         const fp8t_hf_tensor *ht = &map[i];
         found_tensor ft;
         if (!tensors_find(&s, ht->name, &ft)) {
-            fail(err, errlen, "%s: tensor '%s' is missing; the %s config in config.json (%d "
-                 "layers, n_embd %d) needs it: the weights do not match the config, or the file "
-                 "is incomplete", dir, ht->name, fp8t_arch_name(c->arch), c->n_layer, c->n_embd);
+            fp8t_errorf(
+                err, errlen,
+                "%s: tensor '%s' is missing; the %s config in config.json (%d "
+                "layers, n_embd %d) needs it: the weights do not match the config, or the file "
+                "is incomplete",
+                dir, ht->name, fp8t_arch_name(c->arch), c->n_layer, c->n_embd);
             goto done;
         }
         const fp8t_st_tensor *t = ft.t;
@@ -612,14 +628,15 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
             const char *hint = ht->transform == FP8T_HF_TRANSPOSE
                                    ? " (GPT-2 Conv1D weights are [in, out]: a transposed "
                                      "nn.Linear layout would cause this)" : "";
-            fail(err, errlen, "%s: tensor '%s' has shape %s but config.json implies %s%s", dir,
-                 ft.name, got, want, hint);
+            fp8t_errorf(err, errlen, "%s: tensor '%s' has shape %s but config.json implies %s%s",
+                        dir, ft.name, got, want, hint);
             goto done;
         }
         if (!is_float_dtype(t->dtype)) {
-            fail(err, errlen, "%s: tensor '%s' has dtype %s; weights must be F32, F16, BF16 or "
-                 "F8_E4M3/F8_E5M2 (with weight_scale_inv)", dir, ft.name,
-                 fp8t_st_dtype_name(t->dtype));
+            fp8t_errorf(err, errlen,
+                        "%s: tensor '%s' has dtype %s; weights must be F32, F16, BF16 or "
+                        "F8_E4M3/F8_E5M2 (with weight_scale_inv)",
+                        dir, ft.name, fp8t_st_dtype_name(t->dtype));
             goto done;
         }
         const size_t numel = t->numel;
@@ -633,8 +650,10 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
         const int is_fp8 = t->dtype == FP8T_ST_F8_E4M3 || t->dtype == FP8T_ST_F8_E5M2;
         if (is_fp8) {
             if (ht->lin < 0) {
-                fail(err, errlen, "%s: tensor '%s' is FP8 but only linear-layer weights may be "
-                     "(embeddings, norms and biases must be F32/F16/BF16)", dir, ft.name);
+                fp8t_errorf(err, errlen,
+                            "%s: tensor '%s' is FP8 but only linear-layer weights may be "
+                            "(embeddings, norms and biases must be F32/F16/BF16)",
+                            dir, ft.name);
                 goto done;
             }
             found_tensor fs;
@@ -644,8 +663,10 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
             if (r == 1) r = read_scale(&s, module, "weight_scale", sc, maxn, &fs, dir, err, errlen);
             if (r < 0) goto done;
             if (r == 1) {
-                fail(err, errlen, "%s: FP8 tensor '%s' has no '%s.weight_scale_inv' to dequantize "
-                     "it with", dir, ft.name, module);
+                fp8t_errorf(err, errlen,
+                            "%s: FP8 tensor '%s' has no '%s.weight_scale_inv' to dequantize "
+                            "it with",
+                            dir, ft.name, module);
                 goto done;
             }
             const int R = (int)ht->shape[0], Cc = ht->ndim == 2 ? (int)ht->shape[1] : 1;
@@ -667,8 +688,9 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
         }
         for (size_t j = 0; j < numel; j++)
             if (!isfinite(buf[j])) {
-                fail(err, errlen, "%s: tensor '%s' holds a non-finite value (%g at element %zu)",
-                     dir, ft.name, (double)buf[j], j);
+                fp8t_errorf(err, errlen,
+                            "%s: tensor '%s' holds a non-finite value (%g at element %zu)", dir,
+                            ft.name, (double)buf[j], j);
                 goto done;
             }
         /* scatter into our layout */
@@ -701,15 +723,20 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
                 diff += head[j] != w->params[wte->offset + j];
             free(head);
             if (!ok || diff) {
-                fail(err, errlen, "%s: lm_head.weight differs from the token embedding (%s): "
-                     "fp8train's model ties the LM head to the embedding, so untied models cannot "
-                     "be imported", dir, ok ? "values differ" : "shape or dtype differs");
+                fp8t_errorf(
+                    err, errlen,
+                    "%s: lm_head.weight differs from the token embedding (%s): "
+                    "fp8train's model ties the LM head to the embedding, so untied models cannot "
+                    "be imported",
+                    dir, ok ? "values differ" : "shape or dtype differs");
                 goto done;
             }
             note(w, "lm_head.weight equals the embedding (tied)");
         } else if (!tied) {
-            fail(err, errlen, "%s: config.json says tie_word_embeddings is false but there is no "
-                 "lm_head.weight; fp8train's model ties the head to the embedding", dir);
+            fp8t_errorf(err, errlen,
+                        "%s: config.json says tie_word_embeddings is false but there is no "
+                        "lm_head.weight; fp8train's model ties the head to the embedding",
+                        dir);
             goto done;
         }
     }
@@ -733,9 +760,11 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
             }
         }
         if (n_unknown) {
-            fail(err, errlen, "%s: %d tensor(s) do not belong to the %s model that config.json "
-                 "describes: %s%s; check n_layer/num_hidden_layers and the architecture", dir,
-                 n_unknown, fp8t_arch_name(c->arch), unknown, n_unknown > 4 ? ", ..." : "");
+            fp8t_errorf(err, errlen,
+                        "%s: %d tensor(s) do not belong to the %s model that config.json "
+                        "describes: %s%s; check n_layer/num_hidden_layers and the architecture",
+                        dir, n_unknown, fp8t_arch_name(c->arch), unknown,
+                        n_unknown > 4 ? ", ..." : "");
             goto done;
         }
         if (n_skipped) note(w, "ignored %d attention-mask/rotary buffers", n_skipped);
@@ -752,7 +781,7 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
         w->fp8_len = pol.history_len;
         w->fp8_state = malloc(fp8t_recipe_state_floats(w->fp8_n, w->fp8_len) * sizeof(float));
         if (!w->fp8_state) {
-            fail(err, errlen, "out of memory");
+            fp8t_errorf(err, errlen, "out of memory");
             goto done;
         }
         default_state(w->fp8_state, c, w->fp8_n, w->fp8_len);
@@ -793,11 +822,13 @@ static int is_dir(const char *p) {
 
 int fp8t_weights_load(const char *src, fp8t_weights *w, char *err, size_t errlen) {
     memset(w, 0, sizeof(*w));
-    if (!src || !*src) return fail(err, errlen, "no weights source given");
+    if (!src || !*src) return fp8t_errorf(err, errlen, "no weights source given");
     struct stat st;
     if (stat(src, &st) != 0)
-        return fail(err, errlen, "%s does not exist; give a checkpoint directory (RUN/checkpoints/"
-                    "step_N), a Hugging Face directory or an llm.c .bin checkpoint", src);
+        return fp8t_errorf(err, errlen,
+                           "%s does not exist; give a checkpoint directory (RUN/checkpoints/"
+                           "step_N), a Hugging Face directory or an llm.c .bin checkpoint",
+                           src);
     char path[PATH_BUF];
     if (S_ISDIR(st.st_mode)) {
         snprintf(path, sizeof(path), "%s/state.json", src);
@@ -806,10 +837,12 @@ int fp8t_weights_load(const char *src, fp8t_weights *w, char *err, size_t errlen
         if (file_exists(path)) return fp8t_import_hf(src, w, err, errlen);
         snprintf(path, sizeof(path), "%s/checkpoints", src);
         if (is_dir(path))
-            return fail(err, errlen, "%s is a run directory; give one of its checkpoints, e.g. "
-                        "%s/checkpoints/step_N (ls %s/checkpoints)", src, src, src);
-        return fail(err, errlen, "%s holds neither state.json (fp8train checkpoint) nor "
-                    "config.json (Hugging Face model)", src);
+            return fp8t_errorf(err, errlen,
+                               "%s is a run directory; give one of its checkpoints, e.g. "
+                               "%s/checkpoints/step_N (ls %s/checkpoints)",
+                               src, src, src);
+        return fp8t_errorf(err, errlen, "%s holds neither state.json (fp8train checkpoint) nor "
+                           "config.json (Hugging Face model)", src);
     }
     /* a file inside a Hugging Face directory stands for the directory */
     size_t n = strlen(src);
@@ -831,7 +864,7 @@ int fp8t_weights_save_checkpoint(const fp8t_weights *w, const char *dir, uint64_
     size_t total;
     fp8t_model_param_table(&w->model, NULL, &total);
     if (!w->params || total != w->num_params)
-        return fail(err, errlen, "import: the weights do not match their model config");
+        return fp8t_errorf(err, errlen, "import: the weights do not match their model config");
     fp8t_checkpoint ck;
     memset(&ck, 0, sizeof(ck));
     ck.step = 0;
@@ -859,7 +892,8 @@ int fp8t_weights_save_checkpoint(const fp8t_weights *w, const char *dir, uint64_
         ck.fp8_state = fresh;
     }
     int rc;
-    if (!ck.adam_m || !ck.adam_v || !ck.fp8_state) rc = fail(err, errlen, "import: out of memory");
+    if (!ck.adam_m || !ck.adam_v || !ck.fp8_state)
+        rc = fp8t_errorf(err, errlen, "import: out of memory");
     else rc = fp8t_checkpoint_save(dir, &ck, err, errlen);
     free(ck.adam_m);
     free(ck.adam_v);

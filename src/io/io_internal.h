@@ -8,14 +8,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fp8train/error.h" /* fp8t_errorf, for every reader and writer here */
+
 /* The formats are little endian; bulk data is copied with memcpy, so the host must be too. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "fp8train io: only little-endian hosts are supported"
 #endif
-
-/* snprintf into err (when err is non-NULL and errlen > 0). */
-void fp8t_io_errorf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* An output file being written under a temporary name. */
 typedef struct {

@@ -47,32 +47,32 @@ static const char *magic_hint(int32_t magic) {
 static int open_with_header(const char *path, const char *what, uint8_t hdr[LLMC_HEADER_BYTES],
                             uint64_t *size, char *err, size_t errlen) {
     if (!path || !*path) {
-        fp8t_io_errorf(err, errlen, "cannot read an %s with an empty path", what);
+        fp8t_errorf(err, errlen, "cannot read an %s with an empty path", what);
         return -1;
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        fp8t_io_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fp8t_io_errorf(err, errlen, "cannot read %s: not a regular file", path);
+        fp8t_errorf(err, errlen, "cannot read %s: not a regular file", path);
         close(fd);
         return -1;
     }
     *size = (uint64_t)st.st_size;
     if (*size < LLMC_HEADER_BYTES) {
-        fp8t_io_errorf(err, errlen,
-                       "%s is not an %s: %llu bytes, smaller than the %d-byte header", path, what,
-                       (unsigned long long)*size, LLMC_HEADER_BYTES);
+        fp8t_errorf(err, errlen,
+                    "%s is not an %s: %llu bytes, smaller than the %d-byte header", path, what,
+                    (unsigned long long)*size, LLMC_HEADER_BYTES);
         close(fd);
         return -1;
     }
     long long got = fp8t_read_full(fd, hdr, LLMC_HEADER_BYTES);
     if (got != LLMC_HEADER_BYTES) {
-        fp8t_io_errorf(err, errlen, "cannot read the header of %s: %s", path,
-                       got < 0 ? strerror(errno) : "file shrank");
+        fp8t_errorf(err, errlen, "cannot read the header of %s: %s", path,
+                    got < 0 ? strerror(errno) : "file shrank");
         close(fd);
         return -1;
     }
@@ -85,7 +85,7 @@ static int open_with_header(const char *path, const char *what, uint8_t hdr[LLMC
 
 int fp8t_shard_read(const char *path, uint16_t **tokens, size_t *n, char *err, size_t errlen) {
     if (!tokens || !n) {
-        fp8t_io_errorf(err, errlen, "fp8t_shard_read: tokens and n must not be NULL");
+        fp8t_errorf(err, errlen, "fp8t_shard_read: tokens and n must not be NULL");
         return -1;
     }
     *tokens = NULL;
@@ -96,44 +96,44 @@ int fp8t_shard_read(const char *path, uint16_t **tokens, size_t *n, char *err, s
     if (fd < 0) return -1;
     int32_t magic = header_int(hdr, 0), version = header_int(hdr, 1), count = header_int(hdr, 2);
     if (magic != LLMC_SHARD_MAGIC) {
-        fp8t_io_errorf(err, errlen, "%s is not an llm.c token shard (magic %d, expected %d)%s",
-                       path, magic, LLMC_SHARD_MAGIC, magic_hint(magic));
+        fp8t_errorf(err, errlen, "%s is not an llm.c token shard (magic %d, expected %d)%s",
+                    path, magic, LLMC_SHARD_MAGIC, magic_hint(magic));
         goto fail;
     }
     if (version != LLMC_SHARD_VERSION) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: llm.c token shard version %d is not supported (expected %d)", path,
-                       version, LLMC_SHARD_VERSION);
+        fp8t_errorf(err, errlen,
+                    "%s: llm.c token shard version %d is not supported (expected %d)", path,
+                    version, LLMC_SHARD_VERSION);
         goto fail;
     }
     if (count < 0) {
-        fp8t_io_errorf(err, errlen, "%s: corrupt llm.c token shard: negative token count %d",
-                       path, count);
+        fp8t_errorf(err, errlen, "%s: corrupt llm.c token shard: negative token count %d",
+                    path, count);
         goto fail;
     }
     uint64_t body = size - LLMC_HEADER_BYTES;
     if (body != 2 * (uint64_t)count) {
         if (body < 2 * (uint64_t)count)
-            fp8t_io_errorf(err, errlen, "%s: truncated: header says %d tokens, file holds %llu%s",
-                           path, count, (unsigned long long)(body / 2),
-                           body % 2 ? " and a half" : "");
+            fp8t_errorf(err, errlen, "%s: truncated: header says %d tokens, file holds %llu%s",
+                        path, count, (unsigned long long)(body / 2),
+                        body % 2 ? " and a half" : "");
         else
-            fp8t_io_errorf(err, errlen,
-                           "%s: header says %d tokens, file holds %llu bytes of tokens (%llu "
-                           "bytes too many)",
-                           path, count, (unsigned long long)body,
-                           (unsigned long long)(body - 2 * (uint64_t)count));
+            fp8t_errorf(err, errlen,
+                        "%s: header says %d tokens, file holds %llu bytes of tokens (%llu "
+                        "bytes too many)",
+                        path, count, (unsigned long long)body,
+                        (unsigned long long)(body - 2 * (uint64_t)count));
         goto fail;
     }
     uint16_t *buf = malloc(count ? (size_t)count * sizeof(uint16_t) : 1);
     if (!buf) {
-        fp8t_io_errorf(err, errlen, "%s: out of memory for %d tokens", path, count);
+        fp8t_errorf(err, errlen, "%s: out of memory for %d tokens", path, count);
         goto fail;
     }
     long long got = fp8t_read_full(fd, buf, (size_t)count * sizeof(uint16_t));
     if (got != (long long)count * 2) {
-        fp8t_io_errorf(err, errlen, "cannot read the tokens of %s: %s", path,
-                       got < 0 ? strerror(errno) : "file shrank");
+        fp8t_errorf(err, errlen, "cannot read the tokens of %s: %s", path,
+                    got < 0 ? strerror(errno) : "file shrank");
         free(buf);
         goto fail;
     }
@@ -150,13 +150,13 @@ int fp8t_shard_write(const char *path, const uint16_t *tokens, size_t n, char *e
                      size_t errlen) {
     const char *p = path ? path : "(null)";
     if (n > (size_t)INT32_MAX) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: %zu tokens do not fit one llm.c shard (at most %d; split them)", p, n,
-                       INT32_MAX);
+        fp8t_errorf(err, errlen,
+                    "%s: %zu tokens do not fit one llm.c shard (at most %d; split them)", p, n,
+                    INT32_MAX);
         return -1;
     }
     if (n > 0 && !tokens) {
-        fp8t_io_errorf(err, errlen, "%s: no tokens given for a shard of %zu", p, n);
+        fp8t_errorf(err, errlen, "%s: no tokens given for a shard of %zu", p, n);
         return -1;
     }
     uint8_t hdr[LLMC_HEADER_BYTES] = {0};
@@ -218,7 +218,7 @@ void fp8t_llmc_gpt2_free(fp8t_llmc_gpt2 *ck) {
 
 int fp8t_llmc_gpt2_read(const char *path, fp8t_llmc_gpt2 *out, char *err, size_t errlen) {
     if (!out) {
-        fp8t_io_errorf(err, errlen, "fp8t_llmc_gpt2_read: out must not be NULL");
+        fp8t_errorf(err, errlen, "fp8t_llmc_gpt2_read: out must not be NULL");
         return -1;
     }
     memset(out, 0, sizeof(*out));
@@ -232,42 +232,42 @@ int fp8t_llmc_gpt2_read(const char *path, fp8t_llmc_gpt2 *out, char *err, size_t
     float *params = NULL;
     uint16_t *chunk = NULL;
     if (magic != LLMC_GPT2_MAGIC) {
-        fp8t_io_errorf(err, errlen,
-                       "%s is not an llm.c GPT-2 checkpoint (magic %d, expected %d)%s", path,
-                       magic, LLMC_GPT2_MAGIC, magic_hint(magic));
+        fp8t_errorf(err, errlen,
+                    "%s is not an llm.c GPT-2 checkpoint (magic %d, expected %d)%s", path,
+                    magic, LLMC_GPT2_MAGIC, magic_hint(magic));
         goto fail;
     }
     if (version != 3 && version != 5) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: llm.c GPT-2 checkpoint version %d is not supported (3 = fp32, 5 = "
-                       "bf16)",
-                       path, version);
+        fp8t_errorf(err, errlen,
+                    "%s: llm.c GPT-2 checkpoint version %d is not supported (3 = fp32, 5 = "
+                    "bf16)",
+                    path, version);
         goto fail;
     }
     uint64_t count;
     const char *why;
     if (gpt2_param_count(maxT, V, L, NH, C, Vp, &count, &why) != 0) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: invalid GPT-2 config in the header (maxT=%d V=%d L=%d NH=%d C=%d "
-                       "Vp=%d): %s",
-                       path, maxT, V, L, NH, C, Vp, why);
+        fp8t_errorf(err, errlen,
+                    "%s: invalid GPT-2 config in the header (maxT=%d V=%d L=%d NH=%d C=%d "
+                    "Vp=%d): %s",
+                    path, maxT, V, L, NH, C, Vp, why);
         goto fail;
     }
     size_t elem = version == 3 ? 4 : 2;
     uint64_t want = count * elem, body = size - LLMC_HEADER_BYTES;
     if (body != want) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: %s: the header config (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d) needs "
-                       "%llu %s parameters = %llu bytes, the file holds %llu",
-                       path, body < want ? "truncated" : "size mismatch", maxT, V, L, NH, C, Vp,
-                       (unsigned long long)count, version == 3 ? "fp32" : "bf16",
-                       (unsigned long long)want, (unsigned long long)body);
+        fp8t_errorf(err, errlen,
+                    "%s: %s: the header config (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d) needs "
+                    "%llu %s parameters = %llu bytes, the file holds %llu",
+                    path, body < want ? "truncated" : "size mismatch", maxT, V, L, NH, C, Vp,
+                    (unsigned long long)count, version == 3 ? "fp32" : "bf16",
+                    (unsigned long long)want, (unsigned long long)body);
         goto fail;
     }
     params = malloc(count ? (size_t)count * sizeof(float) : 1);
     if (!params) {
-        fp8t_io_errorf(err, errlen, "%s: out of memory for %llu parameters", path,
-                       (unsigned long long)count);
+        fp8t_errorf(err, errlen, "%s: out of memory for %llu parameters", path,
+                    (unsigned long long)count);
         goto fail;
     }
     errno = 0; /* a short read (file shrank) leaves it 0 */
@@ -276,7 +276,7 @@ int fp8t_llmc_gpt2_read(const char *path, fp8t_llmc_gpt2 *out, char *err, size_t
     } else {
         chunk = malloc(LLMC_CHUNK * sizeof(uint16_t)); /* [LLMC_CHUNK] bf16 bits */
         if (!chunk) {
-            fp8t_io_errorf(err, errlen, "%s: out of memory", path);
+            fp8t_errorf(err, errlen, "%s: out of memory", path);
             goto fail;
         }
         for (uint64_t i = 0; i < count; i += LLMC_CHUNK) {
@@ -299,8 +299,8 @@ int fp8t_llmc_gpt2_read(const char *path, fp8t_llmc_gpt2 *out, char *err, size_t
     out->num_params = (size_t)count;
     return 0;
 io_fail:
-    fp8t_io_errorf(err, errlen, "cannot read the parameters of %s: %s", path,
-                   errno ? strerror(errno) : "file shrank");
+    fp8t_errorf(err, errlen, "cannot read the parameters of %s: %s", path,
+                errno ? strerror(errno) : "file shrank");
 fail:
     free(params);
     free(chunk);
@@ -312,31 +312,31 @@ int fp8t_llmc_gpt2_write(const char *path, const fp8t_llmc_gpt2 *ck, int version
                          size_t errlen) {
     const char *p = path ? path : "(null)";
     if (!ck) {
-        fp8t_io_errorf(err, errlen, "%s: no checkpoint given", p);
+        fp8t_errorf(err, errlen, "%s: no checkpoint given", p);
         return -1;
     }
     if (version != 3 && version != 5) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: llm.c GPT-2 checkpoint version %d cannot be written (3 = fp32, 5 = "
-                       "bf16)",
-                       p, version);
+        fp8t_errorf(err, errlen,
+                    "%s: llm.c GPT-2 checkpoint version %d cannot be written (3 = fp32, 5 = "
+                    "bf16)",
+                    p, version);
         return -1;
     }
     uint64_t count;
     const char *why;
     if (gpt2_param_count(ck->max_seq_len, ck->vocab_size, ck->num_layers, ck->num_heads,
                          ck->channels, ck->padded_vocab_size, &count, &why) != 0) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: invalid GPT-2 config (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d): %s", p,
-                       ck->max_seq_len, ck->vocab_size, ck->num_layers, ck->num_heads,
-                       ck->channels, ck->padded_vocab_size, why);
+        fp8t_errorf(err, errlen,
+                    "%s: invalid GPT-2 config (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d): %s", p,
+                    ck->max_seq_len, ck->vocab_size, ck->num_layers, ck->num_heads,
+                    ck->channels, ck->padded_vocab_size, why);
         return -1;
     }
     if (ck->num_params != count || !ck->params) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: the config needs %llu parameters but the checkpoint has %zu%s", p,
-                       (unsigned long long)count, ck->num_params,
-                       ck->params ? "" : " and no parameter buffer");
+        fp8t_errorf(err, errlen,
+                    "%s: the config needs %llu parameters but the checkpoint has %zu%s", p,
+                    (unsigned long long)count, ck->num_params,
+                    ck->params ? "" : " and no parameter buffer");
         return -1;
     }
     uint8_t hdr[LLMC_HEADER_BYTES] = {0};
@@ -358,7 +358,7 @@ int fp8t_llmc_gpt2_write(const char *path, const fp8t_llmc_gpt2 *ck, int version
     }
     uint16_t *chunk = malloc(LLMC_CHUNK * sizeof(uint16_t)); /* [LLMC_CHUNK] bf16 bits */
     if (!chunk) {
-        fp8t_io_errorf(err, errlen, "%s: out of memory", p);
+        fp8t_errorf(err, errlen, "%s: out of memory", p);
         fp8t_atomic_abort(&a);
         return -1;
     }

@@ -69,29 +69,29 @@ int fp8t_npy_write(const char *path, const char *descr, int ndim, const int64_t 
                    const void *data, char *err, size_t errlen) {
     const char *p = path ? path : "(null)";
     if (!descr) {
-        fp8t_io_errorf(err, errlen, "%s: no dtype given", p);
+        fp8t_errorf(err, errlen, "%s: no dtype given", p);
         return -1;
     }
     char canon[16];
     size_t elem;
     const char *why;
     if (npy_parse_descr(descr, canon, &elem, &why) != 0) {
-        fp8t_io_errorf(err, errlen, "%s: dtype '%.16s': %s", p, descr, why);
+        fp8t_errorf(err, errlen, "%s: dtype '%.16s': %s", p, descr, why);
         return -1;
     }
     if (ndim < 0 || ndim > NPY_MAX_DIMS || (ndim > 0 && !shape)) {
-        fp8t_io_errorf(err, errlen, "%s: ndim %d invalid (0..%d, with a shape)", p, ndim,
-                       NPY_MAX_DIMS);
+        fp8t_errorf(err, errlen, "%s: ndim %d invalid (0..%d, with a shape)", p, ndim,
+                    NPY_MAX_DIMS);
         return -1;
     }
     uint64_t bytes;
     if (npy_numel(shape, ndim, elem, &bytes) != 0) {
-        fp8t_io_errorf(err, errlen, "%s: shape has a negative dimension or overflows", p);
+        fp8t_errorf(err, errlen, "%s: shape has a negative dimension or overflows", p);
         return -1;
     }
     if (bytes > 0 && !data) {
-        fp8t_io_errorf(err, errlen, "%s: no data given for %llu bytes", p,
-                       (unsigned long long)bytes);
+        fp8t_errorf(err, errlen, "%s: no data given for %llu bytes", p,
+                    (unsigned long long)bytes);
         return -1;
     }
     /* 10-byte prefix, then the dict; at most 8 dims of 19 digits, so 512 bytes is plenty. */
@@ -189,7 +189,7 @@ static int parse_shape(cursor *c, int64_t shape[NPY_MAX_DIMS], int *ndim) {
 int fp8t_npy_read(const char *path, char descr[16], int *ndim, int64_t shape[8], void **data,
                   size_t *nbytes, char *err, size_t errlen) {
     if (!descr || !ndim || !shape || !data || !nbytes) {
-        fp8t_io_errorf(err, errlen, "fp8t_npy_read: output pointers must not be NULL");
+        fp8t_errorf(err, errlen, "fp8t_npy_read: output pointers must not be NULL");
         return -1;
     }
     *data = NULL;
@@ -197,19 +197,19 @@ int fp8t_npy_read(const char *path, char descr[16], int *ndim, int64_t shape[8],
     *ndim = 0;
     descr[0] = '\0';
     if (!path || !*path) {
-        fp8t_io_errorf(err, errlen, "cannot read a .npy file with an empty path");
+        fp8t_errorf(err, errlen, "cannot read a .npy file with an empty path");
         return -1;
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        fp8t_io_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return -1;
     }
     char *header = NULL;
     void *buf = NULL;
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fp8t_io_errorf(err, errlen, "cannot read %s: not a regular file", path);
+        fp8t_errorf(err, errlen, "cannot read %s: not a regular file", path);
         goto fail;
     }
     uint64_t size = (uint64_t)st.st_size;
@@ -217,46 +217,46 @@ int fp8t_npy_read(const char *path, char descr[16], int *ndim, int64_t shape[8],
     long long got = fp8t_read_full(fd, pre, 8);
     if (got < 0) goto io_error;
     if (got < 8 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-        fp8t_io_errorf(err, errlen, "%s is not a .npy file (no \\x93NUMPY magic)", path);
+        fp8t_errorf(err, errlen, "%s is not a .npy file (no \\x93NUMPY magic)", path);
         goto fail;
     }
     int major = pre[6], minor = pre[7];
     if (major < 1 || major > 3 || minor != 0) {
-        fp8t_io_errorf(err, errlen, "%s: .npy format version %d.%d is not supported (1.0, 2.0, 3.0)",
-                       path, major, minor);
+        fp8t_errorf(err, errlen, "%s: .npy format version %d.%d is not supported (1.0, 2.0, 3.0)",
+                    path, major, minor);
         goto fail;
     }
     size_t len_bytes = major == 1 ? 2 : 4;
     got = fp8t_read_full(fd, pre + 8, len_bytes);
     if (got < 0) goto io_error;
     if ((size_t)got < len_bytes) {
-        fp8t_io_errorf(err, errlen, "%s: truncated .npy file (%llu bytes, no header length)",
-                       path, (unsigned long long)size);
+        fp8t_errorf(err, errlen, "%s: truncated .npy file (%llu bytes, no header length)",
+                    path, (unsigned long long)size);
         goto fail;
     }
     uint64_t prefix_len = 8 + len_bytes;
     uint64_t hlen = major == 1 ? fp8t_load_le16(pre + 8) : fp8t_load_le32(pre + 8);
     if (hlen > size - prefix_len) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: .npy header length %llu exceeds the %llu bytes in the file "
-                       "(truncated?)",
-                       path, (unsigned long long)hlen, (unsigned long long)(size - prefix_len));
+        fp8t_errorf(err, errlen,
+                    "%s: .npy header length %llu exceeds the %llu bytes in the file "
+                    "(truncated?)",
+                    path, (unsigned long long)hlen, (unsigned long long)(size - prefix_len));
         goto fail;
     }
     if (hlen > NPY_MAX_HEADER) {
-        fp8t_io_errorf(err, errlen, "%s: .npy header length %llu is absurd (corrupt file?)", path,
-                       (unsigned long long)hlen);
+        fp8t_errorf(err, errlen, "%s: .npy header length %llu is absurd (corrupt file?)", path,
+                    (unsigned long long)hlen);
         goto fail;
     }
     header = malloc((size_t)hlen + 1);
     if (!header) {
-        fp8t_io_errorf(err, errlen, "%s: out of memory", path);
+        fp8t_errorf(err, errlen, "%s: out of memory", path);
         goto fail;
     }
     got = fp8t_read_full(fd, header, (size_t)hlen);
     if (got < 0) goto io_error;
     if ((uint64_t)got != hlen) {
-        fp8t_io_errorf(err, errlen, "%s: truncated .npy header", path);
+        fp8t_errorf(err, errlen, "%s: truncated .npy header", path);
         goto fail;
     }
     header[hlen] = '\0';
@@ -305,8 +305,8 @@ int fp8t_npy_read(const char *path, char descr[16], int *ndim, int64_t shape[8],
             }
             have_shape = 1;
         } else {
-            fp8t_io_errorf(err, errlen, "%s: .npy header: unexpected or repeated key '%s'", path,
-                           key);
+            fp8t_errorf(err, errlen, "%s: .npy header: unexpected or repeated key '%s'", path,
+                        key);
             goto fail;
         }
         if (!accept_char(&c, ',')) {
@@ -325,42 +325,42 @@ int fp8t_npy_read(const char *path, char descr[16], int *ndim, int64_t shape[8],
         goto bad_header;
     }
     if (fortran) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: Fortran-order arrays are not supported (save with "
-                       "np.ascontiguousarray)",
-                       path);
+        fp8t_errorf(err, errlen,
+                    "%s: Fortran-order arrays are not supported (save with "
+                    "np.ascontiguousarray)",
+                    path);
         goto fail;
     }
     size_t elem;
     const char *why;
     if (npy_parse_descr(dval, descr, &elem, &why) != 0) {
-        fp8t_io_errorf(err, errlen, "%s: dtype '%s': %s", path, dval, why);
+        fp8t_errorf(err, errlen, "%s: dtype '%s': %s", path, dval, why);
         goto fail;
     }
     uint64_t bytes;
     if (npy_numel(shp, nd, elem, &bytes) != 0) {
-        fp8t_io_errorf(err, errlen, "%s: .npy shape overflows", path);
+        fp8t_errorf(err, errlen, "%s: .npy shape overflows", path);
         goto fail;
     }
     uint64_t avail = size - prefix_len - hlen;
     if (avail != bytes) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: the shape and dtype need %llu bytes of data but the file holds "
-                       "%llu (%s)",
-                       path, (unsigned long long)bytes, (unsigned long long)avail,
-                       avail < bytes ? "truncated" : "trailing bytes");
+        fp8t_errorf(err, errlen,
+                    "%s: the shape and dtype need %llu bytes of data but the file holds "
+                    "%llu (%s)",
+                    path, (unsigned long long)bytes, (unsigned long long)avail,
+                    avail < bytes ? "truncated" : "trailing bytes");
         goto fail;
     }
     buf = malloc(bytes ? (size_t)bytes : 1);
     if (!buf) {
-        fp8t_io_errorf(err, errlen, "%s: out of memory for %llu bytes", path,
-                       (unsigned long long)bytes);
+        fp8t_errorf(err, errlen, "%s: out of memory for %llu bytes", path,
+                    (unsigned long long)bytes);
         goto fail;
     }
     got = fp8t_read_full(fd, buf, (size_t)bytes);
     if (got < 0) goto io_error;
     if ((uint64_t)got != bytes) {
-        fp8t_io_errorf(err, errlen, "%s: file shrank while being read", path);
+        fp8t_errorf(err, errlen, "%s: file shrank while being read", path);
         goto fail;
     }
     close(fd);
@@ -372,10 +372,10 @@ int fp8t_npy_read(const char *path, char descr[16], int *ndim, int64_t shape[8],
     return 0;
 
 bad_header:
-    fp8t_io_errorf(err, errlen, "%s: malformed .npy header: %s", path, bad);
+    fp8t_errorf(err, errlen, "%s: malformed .npy header: %s", path, bad);
     goto fail;
 io_error:
-    fp8t_io_errorf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    fp8t_errorf(err, errlen, "cannot read %s: %s", path, strerror(errno));
 fail:
     descr[0] = '\0';
     free(header);

@@ -151,35 +151,35 @@ static const cJSON *json_unique_field(const cJSON *obj, const char *key, int *du
 
 static int st_parse_metadata(fp8t_st_file *f, const cJSON *meta, char *err, size_t errlen) {
     if (!cJSON_IsObject(meta)) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: \"__metadata__\" must be an object of string values, got %s",
-                       f->path, json_kind(meta));
+        fp8t_errorf(err, errlen,
+                    "%s: \"__metadata__\" must be an object of string values, got %s",
+                    f->path, json_kind(meta));
         return -1;
     }
     int n = cJSON_GetArraySize(meta);
     f->meta_keys = calloc((size_t)n + 1, sizeof(char *));
     f->meta_values = calloc((size_t)n + 1, sizeof(char *));
     if (!f->meta_keys || !f->meta_values) {
-        fp8t_io_errorf(err, errlen, "%s: out of memory", f->path);
+        fp8t_errorf(err, errlen, "%s: out of memory", f->path);
         return -1;
     }
     for (const cJSON *c = meta->child; c; c = c->next) {
         if (!cJSON_IsString(c) || !c->valuestring) {
-            fp8t_io_errorf(err, errlen, "%s: __metadata__[\"%.200s\"] must be a string, got %s",
-                           f->path, c->string ? c->string : "", json_kind(c));
+            fp8t_errorf(err, errlen, "%s: __metadata__[\"%.200s\"] must be a string, got %s",
+                        f->path, c->string ? c->string : "", json_kind(c));
             return -1;
         }
         for (int i = 0; i < f->meta_count; i++)
             if (strcmp(f->meta_keys[i], c->string) == 0) {
-                fp8t_io_errorf(err, errlen, "%s: __metadata__ key \"%.200s\" appears twice",
-                               f->path, c->string);
+                fp8t_errorf(err, errlen, "%s: __metadata__ key \"%.200s\" appears twice",
+                            f->path, c->string);
                 return -1;
             }
         f->meta_keys[f->meta_count] = strdup(c->string);
         f->meta_values[f->meta_count] = strdup(c->valuestring);
         f->meta_count++;
         if (!f->meta_keys[f->meta_count - 1] || !f->meta_values[f->meta_count - 1]) {
-            fp8t_io_errorf(err, errlen, "%s: out of memory", f->path);
+            fp8t_errorf(err, errlen, "%s: out of memory", f->path);
             return -1;
         }
     }
@@ -192,17 +192,17 @@ static int st_parse_tensor(const fp8t_st_file *f, const cJSON *e, fp8t_st_tensor
     const char *name = e->string ? e->string : "";
     const char *path = f->path;
     if (strlen(name) > (size_t)ST_NAME_MAX) {
-        fp8t_io_errorf(err, errlen, "%s: tensor name \"%.64s...\" is %zu bytes long (at most %d)",
-                       path, name, strlen(name), ST_NAME_MAX);
+        fp8t_errorf(err, errlen, "%s: tensor name \"%.64s...\" is %zu bytes long (at most %d)",
+                    path, name, strlen(name), ST_NAME_MAX);
         return -1;
     }
     memset(t, 0, sizeof(*t));
     memcpy(t->name, name, strlen(name) + 1);
     if (!cJSON_IsObject(e)) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: tensor '%s': header entry must be an object with dtype, shape and "
-                       "data_offsets, got %s",
-                       path, name, json_kind(e));
+        fp8t_errorf(err, errlen,
+                    "%s: tensor '%s': header entry must be an object with dtype, shape and "
+                    "data_offsets, got %s",
+                    path, name, json_kind(e));
         return -1;
     }
     int dup;
@@ -214,26 +214,26 @@ static int st_parse_tensor(const fp8t_st_file *f, const cJSON *e, fp8t_st_tensor
     if (dup) goto duplicate_field;
 
     if (!cJSON_IsString(dtype) || !dtype->valuestring) {
-        fp8t_io_errorf(err, errlen, "%s: tensor '%s': \"dtype\" must be a string, got %s", path,
-                       name, json_kind(dtype));
+        fp8t_errorf(err, errlen, "%s: tensor '%s': \"dtype\" must be a string, got %s", path,
+                    name, json_kind(dtype));
         return -1;
     }
     if (st_dtype_from_name(dtype->valuestring, &t->dtype) != 0) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: tensor '%s': dtype \"%.32s\" is not supported (supported: " ST_DTYPE_LIST
-                       ")",
-                       path, name, dtype->valuestring);
+        fp8t_errorf(err, errlen,
+                    "%s: tensor '%s': dtype \"%.32s\" is not supported (supported: " ST_DTYPE_LIST
+                    ")",
+                    path, name, dtype->valuestring);
         return -1;
     }
     if (!cJSON_IsArray(shape)) {
-        fp8t_io_errorf(err, errlen, "%s: tensor '%s': \"shape\" must be an array, got %s", path,
-                       name, json_kind(shape));
+        fp8t_errorf(err, errlen, "%s: tensor '%s': \"shape\" must be an array, got %s", path,
+                    name, json_kind(shape));
         return -1;
     }
     int ndim = cJSON_GetArraySize(shape);
     if (ndim > FP8T_ST_MAX_DIMS) {
-        fp8t_io_errorf(err, errlen, "%s: tensor '%s': shape has %d dimensions (at most %d)", path,
-                       name, ndim, FP8T_ST_MAX_DIMS);
+        fp8t_errorf(err, errlen, "%s: tensor '%s': shape has %d dimensions (at most %d)", path,
+                    name, ndim, FP8T_ST_MAX_DIMS);
         return -1;
     }
     t->ndim = ndim;
@@ -241,53 +241,53 @@ static int st_parse_tensor(const fp8t_st_file *f, const cJSON *e, fp8t_st_tensor
     for (const cJSON *c = shape->child; c; c = c->next, d++) {
         uint64_t v;
         if (json_to_u64(c, &v) != 0 || v > (uint64_t)INT64_MAX) {
-            fp8t_io_errorf(err, errlen,
-                           "%s: tensor '%s': shape[%d] must be a non-negative integer, got %s%s",
-                           path, name, d, json_kind(c),
-                           cJSON_IsNumber(c) ? " that is negative, fractional or too large" : "");
+            fp8t_errorf(err, errlen,
+                        "%s: tensor '%s': shape[%d] must be a non-negative integer, got %s%s",
+                        path, name, d, json_kind(c),
+                        cJSON_IsNumber(c) ? " that is negative, fractional or too large" : "");
             return -1;
         }
         t->shape[d] = (int64_t)v;
     }
     uint64_t numel, bytes;
     if (shape_numel(t->shape, ndim, st_dtypes[t->dtype].size, &numel, &bytes) != 0) {
-        fp8t_io_errorf(err, errlen, "%s: tensor '%s': shape overflows (too many elements)", path,
-                       name);
+        fp8t_errorf(err, errlen, "%s: tensor '%s': shape overflows (too many elements)", path,
+                    name);
         return -1;
     }
     t->numel = (size_t)numel;
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: tensor '%s': \"data_offsets\" must be an array [begin, end], got %s",
-                       path, name, json_kind(offs));
+        fp8t_errorf(err, errlen,
+                    "%s: tensor '%s': \"data_offsets\" must be an array [begin, end], got %s",
+                    path, name, json_kind(offs));
         return -1;
     }
     if (json_to_u64(offs->child, &t->begin) != 0 || json_to_u64(offs->child->next, &t->end) != 0) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: tensor '%s': data_offsets must be non-negative integers", path, name);
+        fp8t_errorf(err, errlen,
+                    "%s: tensor '%s': data_offsets must be non-negative integers", path, name);
         return -1;
     }
     if (t->begin > t->end || t->end > f->data_len) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: tensor '%s': data_offsets [%llu, %llu] out of bounds: the data "
-                       "section holds %llu bytes (truncated file?)",
-                       path, name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                       (unsigned long long)f->data_len);
+        fp8t_errorf(err, errlen,
+                    "%s: tensor '%s': data_offsets [%llu, %llu] out of bounds: the data "
+                    "section holds %llu bytes (truncated file?)",
+                    path, name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                    (unsigned long long)f->data_len);
         return -1;
     }
     if (t->end - t->begin != bytes) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: tensor '%s': data_offsets [%llu, %llu] span %llu bytes but %s shape "
-                       "with %llu elements needs %llu",
-                       path, name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                       (unsigned long long)(t->end - t->begin), st_dtypes[t->dtype].name,
-                       (unsigned long long)numel, (unsigned long long)bytes);
+        fp8t_errorf(err, errlen,
+                    "%s: tensor '%s': data_offsets [%llu, %llu] span %llu bytes but %s shape "
+                    "with %llu elements needs %llu",
+                    path, name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                    (unsigned long long)(t->end - t->begin), st_dtypes[t->dtype].name,
+                    (unsigned long long)numel, (unsigned long long)bytes);
         return -1;
     }
     return 0;
 duplicate_field:
-    fp8t_io_errorf(err, errlen, "%s: tensor '%s': a field appears twice in its header entry",
-                   path, name);
+    fp8t_errorf(err, errlen, "%s: tensor '%s': a field appears twice in its header entry",
+                path, name);
     return -1;
 }
 
@@ -300,14 +300,14 @@ static int st_parse_header(fp8t_st_file *f, const char *json, size_t n, char *er
                            size_t errlen) {
     const char *path = f->path;
     if (!utf8_valid((const unsigned char *)json, n)) {
-        fp8t_io_errorf(err, errlen, "%s: safetensors header is not valid UTF-8 (corrupt file?)",
-                       path);
+        fp8t_errorf(err, errlen, "%s: safetensors header is not valid UTF-8 (corrupt file?)",
+                    path);
         return -1;
     }
     /* cJSON wants a NUL-terminated buffer; the mapped header is not one. */
     char *buf = malloc(n + 1);
     if (!buf) {
-        fp8t_io_errorf(err, errlen, "%s: out of memory for a %zu-byte header", path, n);
+        fp8t_errorf(err, errlen, "%s: out of memory for a %zu-byte header", path, n);
         return -1;
     }
     memcpy(buf, json, n);
@@ -316,20 +316,20 @@ static int st_parse_header(fp8t_st_file *f, const char *json, size_t n, char *er
     cJSON *root = cJSON_ParseWithLengthOpts(buf, n, &end, 0);
     if (!root) {
         size_t at = end && end >= buf ? (size_t)(end - buf) : 0;
-        fp8t_io_errorf(err, errlen,
-                       "%s: safetensors header is not valid JSON (error at byte %zu of %zu; not a "
-                       "safetensors file, or corrupt)",
-                       path, at, n);
+        fp8t_errorf(err, errlen,
+                    "%s: safetensors header is not valid JSON (error at byte %zu of %zu; not a "
+                    "safetensors file, or corrupt)",
+                    path, at, n);
         free(buf);
         return -1;
     }
     /* Only padding may follow the JSON object (writers pad with spaces). */
     for (const char *p = end; p < buf + n; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            fp8t_io_errorf(err, errlen,
-                           "%s: safetensors header has trailing bytes after the JSON object "
-                           "(byte %zu of %zu)",
-                           path, (size_t)(p - buf), n);
+            fp8t_errorf(err, errlen,
+                        "%s: safetensors header has trailing bytes after the JSON object "
+                        "(byte %zu of %zu)",
+                        path, (size_t)(p - buf), n);
             cJSON_Delete(root);
             free(buf);
             return -1;
@@ -338,22 +338,22 @@ static int st_parse_header(fp8t_st_file *f, const char *json, size_t n, char *er
     free(buf);
     int rc = -1;
     if (!cJSON_IsObject(root)) {
-        fp8t_io_errorf(err, errlen, "%s: safetensors header must be a JSON object, got %s", path,
-                       json_kind(root));
+        fp8t_errorf(err, errlen, "%s: safetensors header must be a JSON object, got %s", path,
+                    json_kind(root));
         goto done;
     }
     int n_entries = cJSON_GetArraySize(root);
     f->tensors = calloc((size_t)n_entries + 1, sizeof(fp8t_st_tensor));
     f->by_name = calloc((size_t)n_entries + 1, sizeof(int));
     if (!f->tensors || !f->by_name) {
-        fp8t_io_errorf(err, errlen, "%s: out of memory for %d tensors", path, n_entries);
+        fp8t_errorf(err, errlen, "%s: out of memory for %d tensors", path, n_entries);
         goto done;
     }
     int seen_meta = 0;
     for (const cJSON *e = root->child; e; e = e->next) {
         if (e->string && strcmp(e->string, "__metadata__") == 0) {
             if (seen_meta++) {
-                fp8t_io_errorf(err, errlen, "%s: \"__metadata__\" appears twice", path);
+                fp8t_errorf(err, errlen, "%s: \"__metadata__\" appears twice", path);
                 goto done;
             }
             if (st_parse_metadata(f, e, err, errlen) != 0) goto done;
@@ -368,7 +368,7 @@ static int st_parse_header(fp8t_st_file *f, const char *json, size_t n, char *er
     for (int i = 1; i < f->count; i++) {
         const char *a = f->tensors[f->by_name[i - 1]].name, *b = f->tensors[f->by_name[i]].name;
         if (strcmp(a, b) == 0) {
-            fp8t_io_errorf(err, errlen, "%s: tensor '%s' appears twice in the header", path, a);
+            fp8t_errorf(err, errlen, "%s: tensor '%s' appears twice in the header", path, a);
             goto done;
         }
     }
@@ -395,37 +395,37 @@ void fp8t_st_close(fp8t_st_file *f) {
 
 int fp8t_st_open(fp8t_st_file **out, const char *path, char *err, size_t errlen) {
     if (!out) {
-        fp8t_io_errorf(err, errlen, "fp8t_st_open: out must not be NULL");
+        fp8t_errorf(err, errlen, "fp8t_st_open: out must not be NULL");
         return -1;
     }
     *out = NULL;
     if (!path || !*path) {
-        fp8t_io_errorf(err, errlen, "cannot open a safetensors file with an empty path");
+        fp8t_errorf(err, errlen, "cannot open a safetensors file with an empty path");
         return -1;
     }
     fp8t_st_file *f = calloc(1, sizeof(*f));
     if (!f || !(f->path = strdup(path))) {
         free(f);
-        fp8t_io_errorf(err, errlen, "%s: out of memory", path);
+        fp8t_errorf(err, errlen, "%s: out of memory", path);
         return -1;
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        fp8t_io_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         goto fail;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fp8t_io_errorf(err, errlen, "cannot read %s: not a regular file", path);
+        fp8t_errorf(err, errlen, "cannot read %s: not a regular file", path);
         close(fd);
         goto fail;
     }
     uint64_t size = (uint64_t)st.st_size;
     if (size < 8) {
-        fp8t_io_errorf(err, errlen,
-                       "%s is not a safetensors file: %llu bytes, less than the 8-byte header "
-                       "length",
-                       path, (unsigned long long)size);
+        fp8t_errorf(err, errlen,
+                    "%s is not a safetensors file: %llu bytes, less than the 8-byte header "
+                    "length",
+                    path, (unsigned long long)size);
         close(fd);
         goto fail;
     }
@@ -433,31 +433,31 @@ int fp8t_st_open(fp8t_st_file **out, const char *path, char *err, size_t errlen)
     void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
-        fp8t_io_errorf(err, errlen, "cannot mmap %s (%llu bytes): %s", path,
-                       (unsigned long long)size, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot mmap %s (%llu bytes): %s", path,
+                    (unsigned long long)size, strerror(errno));
         goto fail;
     }
     f->map = map;
     f->map_len = (size_t)size;
     uint64_t n = fp8t_load_le64(f->map);
     if (n > size - 8) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: safetensors header length %llu exceeds the %llu bytes after it "
-                       "(truncated, or not a safetensors file)",
-                       path, (unsigned long long)n, (unsigned long long)(size - 8));
+        fp8t_errorf(err, errlen,
+                    "%s: safetensors header length %llu exceeds the %llu bytes after it "
+                    "(truncated, or not a safetensors file)",
+                    path, (unsigned long long)n, (unsigned long long)(size - 8));
         goto fail;
     }
     if (n > ST_MAX_HEADER_BYTES) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: safetensors header length %llu is above the %llu-byte limit (corrupt "
-                       "file?)",
-                       path, (unsigned long long)n, ST_MAX_HEADER_BYTES);
+        fp8t_errorf(err, errlen,
+                    "%s: safetensors header length %llu is above the %llu-byte limit (corrupt "
+                    "file?)",
+                    path, (unsigned long long)n, ST_MAX_HEADER_BYTES);
         goto fail;
     }
     if (n < 2) {
-        fp8t_io_errorf(err, errlen,
-                       "%s: safetensors header length %llu cannot hold a JSON object", path,
-                       (unsigned long long)n);
+        fp8t_errorf(err, errlen,
+                    "%s: safetensors header length %llu cannot hold a JSON object", path,
+                    (unsigned long long)n);
         goto fail;
     }
     f->data = f->map + 8 + n;
@@ -532,26 +532,26 @@ static void format_shape(char *buf, size_t n, const fp8t_st_tensor *t) {
 int fp8t_st_read_f32(const fp8t_st_file *f, const char *name, float *out, size_t numel,
                      char *err, size_t errlen) {
     if (!f || !name) {
-        fp8t_io_errorf(err, errlen, "fp8t_st_read_f32: no file or no tensor name given");
+        fp8t_errorf(err, errlen, "fp8t_st_read_f32: no file or no tensor name given");
         return -1;
     }
     const fp8t_st_tensor *t = fp8t_st_find(f, name);
     if (!t) {
-        fp8t_io_errorf(err, errlen, "%s: tensor '%s' not found (the file holds %d tensors)",
-                       f->path, name, f->count);
+        fp8t_errorf(err, errlen, "%s: tensor '%s' not found (the file holds %d tensors)",
+                    f->path, name, f->count);
         return -1;
     }
     if (t->numel != numel) {
         char shp[160];
         format_shape(shp, sizeof shp, t);
-        fp8t_io_errorf(err, errlen,
-                       "%s: tensor '%s' has %zu elements (shape %s) but %zu were expected "
-                       "(model config does not match the file?)",
-                       f->path, name, t->numel, shp, numel);
+        fp8t_errorf(err, errlen,
+                    "%s: tensor '%s' has %zu elements (shape %s) but %zu were expected "
+                    "(model config does not match the file?)",
+                    f->path, name, t->numel, shp, numel);
         return -1;
     }
     if (!out && numel > 0) {
-        fp8t_io_errorf(err, errlen, "fp8t_st_read_f32: no output buffer for tensor '%s'", name);
+        fp8t_errorf(err, errlen, "fp8t_st_read_f32: no output buffer for tensor '%s'", name);
         return -1;
     }
     const uint8_t *src = f->data + t->begin;
@@ -579,10 +579,10 @@ int fp8t_st_read_f32(const fp8t_st_file *f, const char *name, float *out, size_t
         for (size_t i = 0; i < numel; i++) out[i] = fp8_decode(src[i], FP8_E5M2);
         break;
     default:
-        fp8t_io_errorf(err, errlen,
-                       "%s: tensor '%s' has integer dtype %s; only floating-point tensors are "
-                       "read as FP32",
-                       f->path, name, st_dtypes[t->dtype].name);
+        fp8t_errorf(err, errlen,
+                    "%s: tensor '%s' has integer dtype %s; only floating-point tensors are "
+                    "read as FP32",
+                    f->path, name, st_dtypes[t->dtype].name);
         return -1;
     }
     return 0;
@@ -797,15 +797,15 @@ static void sb_json_string(strbuf *b, const char *s) {
 
 int fp8t_st_writer_save(fp8t_st_writer *w, const char *path, char *err, size_t errlen) {
     if (!path || !*path) {
-        fp8t_io_errorf(err, errlen, "cannot save safetensors: empty path");
+        fp8t_errorf(err, errlen, "cannot save safetensors: empty path");
         return -1;
     }
     if (!w) {
-        fp8t_io_errorf(err, errlen, "cannot save %s: no writer (out of memory?)", path);
+        fp8t_errorf(err, errlen, "cannot save %s: no writer (out of memory?)", path);
         return -1;
     }
     if (w->err[0]) {
-        fp8t_io_errorf(err, errlen, "cannot save %s: %s", path, w->err);
+        fp8t_errorf(err, errlen, "cannot save %s: %s", path, w->err);
         return -1;
     }
     /* Data layout: largest element size first (stable within a size), so every tensor starts
@@ -813,7 +813,7 @@ int fp8t_st_writer_save(fp8t_st_writer *w, const char *path, char *err, size_t e
      * lists tensors in insertion order; readers order by offsets. */
     int *order = malloc(((size_t)w->count + 1) * sizeof(int));
     if (!order) {
-        fp8t_io_errorf(err, errlen, "cannot save %s: out of memory", path);
+        fp8t_errorf(err, errlen, "cannot save %s: out of memory", path);
         return -1;
     }
     int k = 0;
@@ -866,7 +866,7 @@ int fp8t_st_writer_save(fp8t_st_writer *w, const char *path, char *err, size_t e
     if (h.oom) {
         free(h.s);
         free(order);
-        fp8t_io_errorf(err, errlen, "cannot save %s: out of memory for the header", path);
+        fp8t_errorf(err, errlen, "cannot save %s: out of memory for the header", path);
         return -1;
     }
     uint8_t len8[8];
