@@ -199,6 +199,45 @@ static void test_st_roundtrip(void) {
 
 /* The exact bytes for a tiny file, as Python's safetensors writes them (modulo its key order):
  * a reader elsewhere depends on this layout. */
+/* add copies the data at the call; add_ref borrows it until save: both write the same bytes for
+ * the same data, and a change made between add and save reaches the file only through add_ref. */
+static void test_st_add_ref_borrows(void) {
+    char err[512] = "";
+    float a[4] = {1, 2, 3, 4}, b[3] = {-1, 0.5f, 7};
+    int64_t sa[1] = {4}, sb[1] = {3};
+    const char *pc = tpath("copied.safetensors"), *pr = tpath("borrowed.safetensors");
+    fp8t_st_writer *wc = fp8t_st_writer_new(), *wr = fp8t_st_writer_new();
+    T_ASSERT(wc && wr, "writer_new");
+    fp8t_st_writer_add(wc, "a", FP8T_ST_F32, 1, sa, a);
+    fp8t_st_writer_add(wc, "b", FP8T_ST_F32, 1, sb, b);
+    fp8t_st_writer_add_ref(wr, "a", FP8T_ST_F32, 1, sa, a);
+    fp8t_st_writer_add_ref(wr, "b", FP8T_ST_F32, 1, sb, b);
+    T_ASSERT(fp8t_st_writer_save(wc, pc, err, sizeof err) == 0, "%s", err);
+    T_ASSERT(fp8t_st_writer_save(wr, pr, err, sizeof err) == 0, "%s", err);
+    char *dc = NULL, *dr = NULL;
+    size_t nc = 0, nr = 0;
+    T_ASSERT(fp8t_read_file(pc, &dc, &nc, err, sizeof err) == 0, "%s", err);
+    T_ASSERT(fp8t_read_file(pr, &dr, &nr, err, sizeof err) == 0, "%s", err);
+    T_CHECK(nc == nr && memcmp(dc, dr, nc) == 0, "add and add_ref wrote different files");
+    free(dc), free(dr);
+    /* change the source after adding: only the borrowing writer sees it */
+    b[1] = 42;
+    T_ASSERT(fp8t_st_writer_save(wc, pc, err, sizeof err) == 0, "%s", err);
+    T_ASSERT(fp8t_st_writer_save(wr, pr, err, sizeof err) == 0, "%s", err);
+    fp8t_st_writer_free(wc);
+    fp8t_st_writer_free(wr);
+    float got[3];
+    fp8t_st_file *f = NULL;
+    T_ASSERT(fp8t_st_open(&f, pc, err, sizeof err) == 0, "%s", err);
+    T_CHECK(fp8t_st_read_f32(f, "b", got, 3, err, sizeof err) == 0 && got[1] == 0.5f,
+            "the copying writer saw a later change: %g", got[1]);
+    fp8t_st_close(f);
+    T_ASSERT(fp8t_st_open(&f, pr, err, sizeof err) == 0, "%s", err);
+    T_CHECK(fp8t_st_read_f32(f, "b", got, 3, err, sizeof err) == 0 && got[1] == 42.0f,
+            "the borrowing writer did not write the buffer as it was at save: %g", got[1]);
+    fp8t_st_close(f);
+}
+
 static void test_st_golden_bytes(void) {
     char err[512] = "";
     const char *p = tpath("golden.safetensors");
@@ -605,6 +644,7 @@ int main(void) {
     T_RUN(test_atomic_write_failures_leave_nothing);
     T_RUN(test_mkdirs_and_rmtree);
     T_RUN(test_st_roundtrip);
+    T_RUN(test_st_add_ref_borrows);
     T_RUN(test_st_golden_bytes);
     T_RUN(test_st_read_f32_conversions);
     T_RUN(test_st_writer_rejects_bad_input);

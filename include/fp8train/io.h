@@ -63,6 +63,10 @@ fp8t_st_writer *fp8t_st_writer_new(void);
 /* data is copied. */
 void fp8t_st_writer_add(fp8t_st_writer *w, const char *name, fp8t_st_dtype dtype, int ndim,
                         const int64_t *shape, const void *data);
+/* Like fp8t_st_writer_add, but borrows data: it must stay valid and unchanged until
+ * fp8t_st_writer_save returns. Saves a copy of every tensor (checkpoints of large models). */
+void fp8t_st_writer_add_ref(fp8t_st_writer *w, const char *name, fp8t_st_dtype dtype, int ndim,
+                            const int64_t *shape, const void *data);
 void fp8t_st_writer_metadata(fp8t_st_writer *w, const char *key, const char *value);
 /* Written atomically. */
 int fp8t_st_writer_save(fp8t_st_writer *w, const char *path, char *err, size_t errlen);

@@ -594,7 +594,8 @@ int fp8t_st_read_f32(const fp8t_st_file *f, const char *name, float *out, size_t
 
 typedef struct {
     fp8t_st_tensor info;
-    void *data; /* [bytes] owned copy */
+    const void *data; /* [bytes] an owned copy, or the caller's buffer (borrowed) */
+    int owned;
     uint64_t bytes;
 } st_entry;
 
@@ -610,7 +611,8 @@ fp8t_st_writer *fp8t_st_writer_new(void) { return calloc(1, sizeof(fp8t_st_write
 
 void fp8t_st_writer_free(fp8t_st_writer *w) {
     if (!w) return;
-    for (int i = 0; i < w->count; i++) free(w->entries[i].data);
+    for (int i = 0; i < w->count; i++)
+        if (w->entries[i].owned) free((void *)w->entries[i].data);
     free(w->entries);
     for (int i = 0; i < w->meta_count; i++) {
         free(w->meta_keys[i]);
@@ -630,8 +632,9 @@ __attribute__((format(printf, 2, 3))) static void writer_fail(fp8t_st_writer *w,
     va_end(ap);
 }
 
-void fp8t_st_writer_add(fp8t_st_writer *w, const char *name, fp8t_st_dtype dtype, int ndim,
-                        const int64_t *shape, const void *data) {
+/* Shared by add (copies the data) and add_ref (borrows it). */
+static void writer_add(fp8t_st_writer *w, const char *name, fp8t_st_dtype dtype, int ndim,
+                       const int64_t *shape, const void *data, int copy) {
     if (!w) return;
     if (!name) {
         writer_fail(w, "tensor with a NULL name");
@@ -693,14 +696,30 @@ void fp8t_st_writer_add(fp8t_st_writer *w, const char *name, fp8t_st_dtype dtype
     for (int i = 0; i < ndim; i++) e->info.shape[i] = shape[i];
     e->info.numel = (size_t)numel;
     e->bytes = bytes;
-    e->data = malloc(bytes ? (size_t)bytes : 1);
-    if (!e->data) {
-        writer_fail(w, "out of memory copying tensor '%s' (%llu bytes)", name,
-                    (unsigned long long)bytes);
-        return;
+    if (copy) {
+        void *buf = malloc(bytes ? (size_t)bytes : 1);
+        if (!buf) {
+            writer_fail(w, "out of memory copying tensor '%s' (%llu bytes)", name,
+                        (unsigned long long)bytes);
+            return;
+        }
+        if (bytes) memcpy(buf, data, (size_t)bytes);
+        e->data = buf;
+        e->owned = 1;
+    } else {
+        e->data = data;
     }
-    if (bytes) memcpy(e->data, data, (size_t)bytes);
     w->count++;
+}
+
+void fp8t_st_writer_add(fp8t_st_writer *w, const char *name, fp8t_st_dtype dtype, int ndim,
+                        const int64_t *shape, const void *data) {
+    writer_add(w, name, dtype, ndim, shape, data, 1);
+}
+
+void fp8t_st_writer_add_ref(fp8t_st_writer *w, const char *name, fp8t_st_dtype dtype, int ndim,
+                            const int64_t *shape, const void *data) {
+    writer_add(w, name, dtype, ndim, shape, data, 0);
 }
 
 void fp8t_st_writer_metadata(fp8t_st_writer *w, const char *key, const char *value) {

@@ -64,13 +64,15 @@ static fp8t_param_info *param_table(const fp8t_model_config *m, int *count, size
     return info;
 }
 
+/* The tensors are borrowed (add_ref): ck outlives each save, and a copy of every weight and
+ * moment would double the host memory a checkpoint of a large model needs. */
 static void add_params(fp8t_st_writer *w, const char *prefix, const fp8t_param_info *info,
                        int count, const float *base) {
     for (int i = 0; i < count; i++) {
         char name[128];
         snprintf(name, sizeof(name), "%s%s", prefix, info[i].name);
         int64_t shape[2] = {info[i].shape[0], info[i].shape[1]};
-        fp8t_st_writer_add(w, name, FP8T_ST_F32, info[i].ndim, shape, base + info[i].offset);
+        fp8t_st_writer_add_ref(w, name, FP8T_ST_F32, info[i].ndim, shape, base + info[i].offset);
     }
 }
 
@@ -148,7 +150,7 @@ static int write_files(const char *tmp, const fp8t_checkpoint *ck, char *err, si
 
     w = fp8t_st_writer_new();
     int64_t nfl = (int64_t)fp8t_recipe_state_floats(ck->fp8_n, ck->fp8_len);
-    fp8t_st_writer_add(w, "recipe_state", FP8T_ST_F32, 1, &nfl, ck->fp8_state);
+    fp8t_st_writer_add_ref(w, "recipe_state", FP8T_ST_F32, 1, &nfl, ck->fp8_state);
     snprintf(num, sizeof(num), "%d", ck->fp8_n);
     fp8t_st_writer_metadata(w, "n", num);
     snprintf(num, sizeof(num), "%d", ck->fp8_len);
