@@ -10,75 +10,57 @@
 static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
-    const fp8t_model_config *c = &m->cfg;
-    const int B = m->B, T = m->T, N = B * T, C = c->n_embd, H = c->mlp_hidden;
-    const int NH = c->n_head, HS = C / NH, lin0 = l * fp8t_model_modules_per_layer(c);
-    const size_t NC = (size_t)N * C, NH_ = (size_t)N * H;
     const layer_tensors *p = &m->p.layer[l], *g = &m->g.layer[l];
     activations *a = &m->a;
-    float *ln1 = a->ln1 + l * NC;
-    float *ln1_mean = a->ln1_mean + (size_t)l * N, *ln1_rstd = a->ln1_rstd + (size_t)l * N;
-    float *qkv = a->qkv + l * 3 * NC;
-    float *atty = a->atty + l * NC;
-    float *lse = a->lse + (size_t)l * N * NH;
-    float *res2 = a->res2 + l * NC;
-    float *ln2 = a->ln2 + l * NC;
-    float *ln2_mean = a->ln2_mean + (size_t)l * N, *ln2_rstd = a->ln2_rstd + (size_t)l * N;
-    float *fch = a->fch + l * NH_;
-    float *fch_gelu = a->fch_act + l * NH_;
+    layer_view v;
+    model_layer_view(&v, m, l);
+    const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
 
     /* MLP: dres holds d(res3) = d(fc2 output) */
-    linear_backward(m, lin0 + 3, a->dh1, g->fc2_w, g->fc2_b, a->dres, fch_gelu, p->fc2_w, N, H,
+    linear_backward(m, lin0 + 3, a->dh1, g->fc2_w, g->fc2_b, a->dres, v.fch_act, p->fc2_w, N, H,
                     C);
-    ops->gelu_backward(be, a->dh2, fch, a->dh1, NH_);
-    linear_backward(m, lin0 + 2, a->dc1, g->fc1_w, g->fc1_b, a->dh2, ln2, p->fc1_w, N, C, H);
+    ops->gelu_backward(be, a->dh2, v.fch, a->dh1, v.NH_);
+    linear_backward(m, lin0 + 2, a->dc1, g->fc1_w, g->fc1_b, a->dh2, v.ln2, p->fc1_w, N, C, H);
     /* dres becomes d(res2): the skip path plus the norm's contribution */
-    ops->layernorm_backward(be, a->dres, g->ln2_w, g->ln2_b, a->dc1, res2, p->ln2_w, ln2_mean,
-                            ln2_rstd, N, C);
+    ops->layernorm_backward(be, a->dres, g->ln2_w, g->ln2_b, a->dc1, v.res2, p->ln2_w,
+                            v.ln2_mean, v.ln2_rstd, N, C);
     /* attention */
-    linear_backward(m, lin0 + 1, a->dc1, g->proj_w, g->proj_b, a->dres, atty, p->proj_w, N, C,
+    linear_backward(m, lin0 + 1, a->dc1, g->proj_w, g->proj_b, a->dres, v.atty, p->proj_w, N, C,
                     C);
-    ops->attention_backward(be, a->dqkv, a->dc1, qkv, atty, lse, B, T, NH, HS, 0.0f);
-    linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, g->qkv_b, a->dqkv, ln1, p->qkv_w, N, C,
+    ops->attention_backward(be, a->dqkv, a->dc1, v.qkv, v.atty, v.lse, v.B, v.T, v.NH, v.HS,
+                            0.0f);
+    linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, g->qkv_b, a->dqkv, v.ln1, p->qkv_w, N, C,
                     3 * C);
-    ops->layernorm_backward(be, a->dres, g->ln1_w, g->ln1_b, a->dc1, res_in, p->ln1_w, ln1_mean,
-                            ln1_rstd, N, C);
+    ops->layernorm_backward(be, a->dres, g->ln1_w, g->ln1_b, a->dc1, res_in, p->ln1_w,
+                            v.ln1_mean, v.ln1_rstd, N, C);
 }
 
 static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
     const fp8t_model_config *c = &m->cfg;
-    const int B = m->B, T = m->T, N = B * T, C = c->n_embd, H = c->mlp_hidden;
-    const int NH = c->n_head, HS = C / NH, lin0 = l * fp8t_model_modules_per_layer(c);
-    const size_t NC = (size_t)N * C, NH_ = (size_t)N * H;
     const layer_tensors *p = &m->p.layer[l], *g = &m->g.layer[l];
     activations *a = &m->a;
-    float *ln1 = a->ln1 + l * NC;
-    float *ln1_rstd = a->ln1_rstd + (size_t)l * N;
-    float *qkv = a->qkv + l * 3 * NC;
-    float *atty = a->atty + l * NC;
-    float *lse = a->lse + (size_t)l * N * NH;
-    float *res2 = a->res2 + l * NC;
-    float *ln2 = a->ln2 + l * NC;
-    float *ln2_rstd = a->ln2_rstd + (size_t)l * N;
-    float *gate = a->fch + l * NH_;
-    float *up = a->up + l * NH_;
-    float *act = a->fch_act + l * NH_;
+    layer_view v;
+    model_layer_view(&v, m, l);
+    const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
+    float *gate = v.fch; /* [N, H] */
 
     /* SwiGLU MLP: dres holds d(res3) = d(down output) */
-    linear_backward(m, lin0 + 4, a->dh1, g->down_w, NULL, a->dres, act, p->down_w, N, H, C);
-    ops->swiglu_backward(be, a->dh2, a->dh3, a->dh1, gate, up, NH_);
+    linear_backward(m, lin0 + 4, a->dh1, g->down_w, NULL, a->dres, v.fch_act, p->down_w, N, H,
+                    C);
+    ops->swiglu_backward(be, a->dh2, a->dh3, a->dh1, gate, v.up, v.NH_);
     /* reverse execution order: up, then gate */
-    linear_backward(m, lin0 + 3, a->dc1, g->up_w, NULL, a->dh3, ln2, p->up_w, N, C, H);
-    linear_backward(m, lin0 + 2, a->dc2, g->gate_w, NULL, a->dh2, ln2, p->gate_w, N, C, H);
-    ops->add(be, a->dc1, a->dc1, a->dc2, NC); /* ln2 feeds both gate and up */
-    ops->rmsnorm_backward(be, a->dres, g->ln2_w, a->dc1, res2, p->ln2_w, ln2_rstd, N, C);
+    linear_backward(m, lin0 + 3, a->dc1, g->up_w, NULL, a->dh3, v.ln2, p->up_w, N, C, H);
+    linear_backward(m, lin0 + 2, a->dc2, g->gate_w, NULL, a->dh2, v.ln2, p->gate_w, N, C, H);
+    ops->add(be, a->dc1, a->dc1, a->dc2, v.NC); /* ln2 feeds both gate and up */
+    ops->rmsnorm_backward(be, a->dres, g->ln2_w, a->dc1, v.res2, p->ln2_w, v.ln2_rstd, N, C);
     /* attention with RoPE */
-    linear_backward(m, lin0 + 1, a->dc1, g->proj_w, NULL, a->dres, atty, p->proj_w, N, C, C);
-    ops->attention_backward(be, a->dqkv, a->dc1, qkv, atty, lse, B, T, NH, HS, c->rope_theta);
-    linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, NULL, a->dqkv, ln1, p->qkv_w, N, C, 3 * C);
-    ops->rmsnorm_backward(be, a->dres, g->ln1_w, a->dc1, res_in, p->ln1_w, ln1_rstd, N, C);
+    linear_backward(m, lin0 + 1, a->dc1, g->proj_w, NULL, a->dres, v.atty, p->proj_w, N, C, C);
+    ops->attention_backward(be, a->dqkv, a->dc1, v.qkv, v.atty, v.lse, v.B, v.T, v.NH, v.HS,
+                            c->rope_theta);
+    linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, NULL, a->dqkv, v.ln1, p->qkv_w, N, C, 3 * C);
+    ops->rmsnorm_backward(be, a->dres, g->ln1_w, a->dc1, res_in, p->ln1_w, v.ln1_rstd, N, C);
 }
 
 void fp8t_model_backward(fp8t_model *m, float dloss) {

@@ -15,70 +15,48 @@ static void gpt2_block_forward(fp8t_model *m, int l, const float *res_in) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
     const fp8t_model_config *c = &m->cfg;
-    const int B = m->B, T = m->T, N = B * T, C = c->n_embd, H = c->mlp_hidden;
-    const int NH = c->n_head, HS = C / NH, lin0 = l * fp8t_model_modules_per_layer(c);
-    const size_t NC = (size_t)N * C, NH_ = (size_t)N * H;
     const layer_tensors *p = &m->p.layer[l];
-    activations *a = &m->a;
-    float *ln1 = a->ln1 + l * NC;             /* [N, C] */
-    float *ln1_mean = a->ln1_mean + (size_t)l * N, *ln1_rstd = a->ln1_rstd + (size_t)l * N;
-    float *qkv = a->qkv + l * 3 * NC;         /* [N, 3C] */
-    float *atty = a->atty + l * NC;           /* [N, C] */
-    float *lse = a->lse + (size_t)l * N * NH; /* [B, NH, T] */
-    float *res2 = a->res2 + l * NC;           /* [N, C] */
-    float *ln2 = a->ln2 + l * NC;             /* [N, C] */
-    float *ln2_mean = a->ln2_mean + (size_t)l * N, *ln2_rstd = a->ln2_rstd + (size_t)l * N;
-    float *fch = a->fch + l * NH_;            /* [N, H] */
-    float *fch_gelu = a->fch_act + l * NH_;   /* [N, H] */
-    float *res3 = a->res3 + l * NC;           /* [N, C] */
+    float *out_c = m->a.out_c; /* [N, C] */
+    layer_view v;
+    model_layer_view(&v, m, l);
+    const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
 
-    ops->layernorm_forward(be, ln1, ln1_mean, ln1_rstd, res_in, p->ln1_w, p->ln1_b, N, C,
+    ops->layernorm_forward(be, v.ln1, v.ln1_mean, v.ln1_rstd, res_in, p->ln1_w, p->ln1_b, N, C,
                            c->norm_eps);
-    linear_forward(m, lin0 + 0, qkv, ln1, p->qkv_w, p->qkv_b, N, C, 3 * C);
-    ops->attention_forward(be, atty, lse, qkv, B, T, NH, HS, 0.0f);
-    linear_forward(m, lin0 + 1, a->out_c, atty, p->proj_w, p->proj_b, N, C, C);
-    ops->add(be, res2, res_in, a->out_c, NC);
-    ops->layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2, p->ln2_w, p->ln2_b, N, C,
+    linear_forward(m, lin0 + 0, v.qkv, v.ln1, p->qkv_w, p->qkv_b, N, C, 3 * C);
+    ops->attention_forward(be, v.atty, v.lse, v.qkv, v.B, v.T, v.NH, v.HS, 0.0f);
+    linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, p->proj_b, N, C, C);
+    ops->add(be, v.res2, res_in, out_c, v.NC);
+    ops->layernorm_forward(be, v.ln2, v.ln2_mean, v.ln2_rstd, v.res2, p->ln2_w, p->ln2_b, N, C,
                            c->norm_eps);
-    linear_forward(m, lin0 + 2, fch, ln2, p->fc1_w, p->fc1_b, N, C, H);
-    ops->gelu_forward(be, fch_gelu, fch, NH_);
-    linear_forward(m, lin0 + 3, a->out_c, fch_gelu, p->fc2_w, p->fc2_b, N, H, C);
-    ops->add(be, res3, res2, a->out_c, NC);
+    linear_forward(m, lin0 + 2, v.fch, v.ln2, p->fc1_w, p->fc1_b, N, C, H);
+    ops->gelu_forward(be, v.fch_act, v.fch, v.NH_);
+    linear_forward(m, lin0 + 3, out_c, v.fch_act, p->fc2_w, p->fc2_b, N, H, C);
+    ops->add(be, v.res3, v.res2, out_c, v.NC);
 }
 
 static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
     const fp8t_model_config *c = &m->cfg;
-    const int B = m->B, T = m->T, N = B * T, C = c->n_embd, H = c->mlp_hidden;
-    const int NH = c->n_head, HS = C / NH, lin0 = l * fp8t_model_modules_per_layer(c);
-    const size_t NC = (size_t)N * C, NH_ = (size_t)N * H;
     const layer_tensors *p = &m->p.layer[l];
-    activations *a = &m->a;
-    float *ln1 = a->ln1 + l * NC;             /* [N, C] */
-    float *ln1_rstd = a->ln1_rstd + (size_t)l * N;
-    float *qkv = a->qkv + l * 3 * NC;         /* [N, 3C] */
-    float *atty = a->atty + l * NC;           /* [N, C] */
-    float *lse = a->lse + (size_t)l * N * NH; /* [B, NH, T] */
-    float *res2 = a->res2 + l * NC;           /* [N, C] */
-    float *ln2 = a->ln2 + l * NC;             /* [N, C] */
-    float *ln2_rstd = a->ln2_rstd + (size_t)l * N;
-    float *gate = a->fch + l * NH_;           /* [N, H] */
-    float *up = a->up + l * NH_;              /* [N, H] */
-    float *act = a->fch_act + l * NH_;        /* [N, H] silu(gate) * up */
-    float *res3 = a->res3 + l * NC;           /* [N, C] */
+    float *out_c = m->a.out_c; /* [N, C] */
+    layer_view v;
+    model_layer_view(&v, m, l);
+    const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
+    float *gate = v.fch; /* [N, H] */
 
-    ops->rmsnorm_forward(be, ln1, ln1_rstd, res_in, p->ln1_w, N, C, c->norm_eps);
-    linear_forward(m, lin0 + 0, qkv, ln1, p->qkv_w, NULL, N, C, 3 * C);
-    ops->attention_forward(be, atty, lse, qkv, B, T, NH, HS, c->rope_theta);
-    linear_forward(m, lin0 + 1, a->out_c, atty, p->proj_w, NULL, N, C, C);
-    ops->add(be, res2, res_in, a->out_c, NC);
-    ops->rmsnorm_forward(be, ln2, ln2_rstd, res2, p->ln2_w, N, C, c->norm_eps);
-    linear_forward(m, lin0 + 2, gate, ln2, p->gate_w, NULL, N, C, H);
-    linear_forward(m, lin0 + 3, up, ln2, p->up_w, NULL, N, C, H);
-    ops->swiglu_forward(be, act, gate, up, NH_);
-    linear_forward(m, lin0 + 4, a->out_c, act, p->down_w, NULL, N, H, C);
-    ops->add(be, res3, res2, a->out_c, NC);
+    ops->rmsnorm_forward(be, v.ln1, v.ln1_rstd, res_in, p->ln1_w, N, C, c->norm_eps);
+    linear_forward(m, lin0 + 0, v.qkv, v.ln1, p->qkv_w, NULL, N, C, 3 * C);
+    ops->attention_forward(be, v.atty, v.lse, v.qkv, v.B, v.T, v.NH, v.HS, c->rope_theta);
+    linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, NULL, N, C, C);
+    ops->add(be, v.res2, res_in, out_c, v.NC);
+    ops->rmsnorm_forward(be, v.ln2, v.ln2_rstd, v.res2, p->ln2_w, N, C, c->norm_eps);
+    linear_forward(m, lin0 + 2, gate, v.ln2, p->gate_w, NULL, N, C, H);
+    linear_forward(m, lin0 + 3, v.up, v.ln2, p->up_w, NULL, N, C, H);
+    ops->swiglu_forward(be, v.fch_act, gate, v.up, v.NH_);
+    linear_forward(m, lin0 + 4, out_c, v.fch_act, p->down_w, NULL, N, H, C);
+    ops->add(be, v.res3, v.res2, out_c, v.NC);
 }
 
 /* Tokens must index the vocabulary; targets too, or be negative (ignored). */

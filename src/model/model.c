@@ -76,6 +76,39 @@ static void bind_tensors(fp8t_model *m, model_tensors *t, float *base) {
     }
 }
 
+/* base + off, or NULL for a buffer the architecture does not have */
+static float *slice(float *base, size_t off) { return base ? base + off : NULL; }
+
+void model_layer_view(layer_view *v, const fp8t_model *m, int l) {
+    const fp8t_model_config *c = &m->cfg;
+    const activations *a = &m->a;
+    v->B = m->B;
+    v->T = m->T;
+    v->N = m->B * m->T;
+    v->C = c->n_embd;
+    v->H = c->mlp_hidden;
+    v->NH = c->n_head;
+    v->HS = v->C / v->NH;
+    v->lin0 = l * fp8t_model_modules_per_layer(c);
+    v->NC = (size_t)v->N * v->C;
+    v->NH_ = (size_t)v->N * v->H;
+    const size_t L = (size_t)l, NC = v->NC, NH_ = v->NH_, N = (size_t)v->N;
+    v->ln1 = slice(a->ln1, L * NC);
+    v->ln1_mean = slice(a->ln1_mean, L * N);
+    v->ln1_rstd = slice(a->ln1_rstd, L * N);
+    v->qkv = slice(a->qkv, L * 3 * NC);
+    v->atty = slice(a->atty, L * NC);
+    v->lse = slice(a->lse, L * N * (size_t)v->NH);
+    v->res2 = slice(a->res2, L * NC);
+    v->ln2 = slice(a->ln2, L * NC);
+    v->ln2_mean = slice(a->ln2_mean, L * N);
+    v->ln2_rstd = slice(a->ln2_rstd, L * N);
+    v->fch = slice(a->fch, L * NH_);
+    v->fch_act = slice(a->fch_act, L * NH_);
+    v->up = slice(a->up, L * NH_);
+    v->res3 = slice(a->res3, L * NC);
+}
+
 /* Carve the activation buffers; with base NULL only counts. Returns floats needed. */
 static size_t carve_activations(activations *a, float *base, const fp8t_model_config *c, int B,
                                 int T) {

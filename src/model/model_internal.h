@@ -71,6 +71,29 @@ typedef struct {
     float *dh3;        /* [N, H] gradient of up (Llama) */
 } activations;
 
+/* Layer l of one micro-batch: the dimensions of its GEMMs and its slices of the per-layer
+ * activation buffers, which the block's forward writes and its backward reads. Slices of
+ * buffers the architecture does not have are NULL. */
+typedef struct {
+    int B, T, N, C, H, NH, HS; /* N = B*T tokens, H = MLP hidden, HS = C / NH */
+    int lin0;                  /* index of the layer's first linear layer */
+    size_t NC, NH_;            /* N * C, N * H */
+    float *ln1;                /* [N, C] */
+    float *ln1_mean;           /* [N] (GPT-2) */
+    float *ln1_rstd;           /* [N] */
+    float *qkv;                /* [N, 3C] */
+    float *atty;               /* [N, C] */
+    float *lse;                /* [B, NH, T] */
+    float *res2;               /* [N, C] */
+    float *ln2;                /* [N, C] */
+    float *ln2_mean;           /* [N] (GPT-2) */
+    float *ln2_rstd;           /* [N] */
+    float *fch;                /* [N, H] fc1 output (GPT-2) / gate output (Llama) */
+    float *fch_act;            /* [N, H] GELU(fch) (GPT-2) / silu(gate)*up (Llama) */
+    float *up;                 /* [N, H] up output (Llama) */
+    float *res3;               /* [N, C] */
+} layer_view;
+
 /* One cached FP8 copy of a weight (codes made once per optimizer step). */
 typedef struct {
     uint8_t *codes;   /* [out, in] */
@@ -136,6 +159,7 @@ void model_invalidate_weight_caches(fp8t_model *m);
 /* 1 (after a message naming fn) when the model is frozen and fn must not run */
 int model_refuse_if_frozen(const fp8t_model *m, const char *fn);
 int model_lin_layer(const fp8t_model *m, int lin);
+void model_layer_view(layer_view *v, const fp8t_model *m, int l);
 fp8t_module model_lin_module(const fp8t_model *m, int lin);
 
 /* forward.c: the residual stream after the last block, [N, C] */
