@@ -106,83 +106,61 @@ static int parse_layers(inspect_spec *sp, const char *v, char *err, size_t errle
         sp->n_ranges++;
     }
     /* "head" alone: only the head. */
-    if (sp->n_ranges == 0 && sp->head) { sp->range_lo[0] = 1; sp->range_hi[0] = 0; sp->n_ranges = 1; }
+    if (sp->n_ranges == 0 && sp->head) {
+        sp->range_lo[0] = 1;
+        sp->range_hi[0] = 0;
+        sp->n_ranges = 1;
+    }
     return 0;
 }
 
-static int parse_modules(unsigned *mask, const char *v, char *err, size_t errlen) {
+/* The bits of one word of a '+'-joined list (modules=, gemms=, tensors=), 0 if unknown. */
+typedef unsigned (*word_bits_fn)(const char *word);
+
+static unsigned module_bits(const char *w) {
+    fp8t_module m;
+    if (strcmp(w, "all") == 0) return (1u << FP8T_MOD_COUNT) - 1;
+    if (strcmp(w, "attn") == 0) return 1u << FP8T_MOD_QKV | 1u << FP8T_MOD_PROJ;
+    if (strcmp(w, "mlp") == 0)
+        return 1u << FP8T_MOD_FC1 | 1u << FP8T_MOD_FC2 | 1u << FP8T_MOD_GATE |
+               1u << FP8T_MOD_UP | 1u << FP8T_MOD_DOWN;
+    return fp8t_module_parse(&m, w) == 0 ? 1u << m : 0;
+}
+
+static unsigned gemm_bits(const char *w) {
+    if (strcmp(w, "all") == 0) return (1u << FP8T_GEMM_COUNT) - 1;
+    for (int g = 0; g < FP8T_GEMM_COUNT; g++)
+        if (strcmp(w, fp8t_gemm_name((fp8t_gemm_kind)g)) == 0) return 1u << g;
+    return 0;
+}
+
+static unsigned tensor_bits(const char *w) {
+    if (strcmp(w, "all") == 0) return (1u << FP8T_T_COUNT) - 1;
+    if (strcmp(w, "operands") == 0)
+        return 1u << FP8T_T_INPUT | 1u << FP8T_T_WEIGHT | 1u << FP8T_T_GRAD_OUTPUT;
+    if (strcmp(w, "results") == 0)
+        return 1u << FP8T_T_OUTPUT | 1u << FP8T_T_DGRAD | 1u << FP8T_T_WGRAD;
+    for (int k = 0; k < FP8T_T_COUNT; k++)
+        if (strcmp(w, fp8t_tensor_kind_name((fp8t_tensor_kind)k)) == 0) return 1u << k;
+    return 0;
+}
+
+/* *mask = the union of the bits of the '+'-joined words of v; -1 with err at an unknown word.
+ * key and what name the list and its words in the message, expected lists the words. */
+static int parse_list(unsigned *mask, const char *v, word_bits_fn bits, const char *key,
+                      const char *what, const char *expected, char *err, size_t errlen) {
     char buf[512];
     snprintf(buf, sizeof(buf), "%s", v);
     *mask = 0;
     for (char *save = NULL, *tok = strtok_r(buf, "+", &save); tok;
          tok = strtok_r(NULL, "+", &save)) {
-        fp8t_module m;
-        if (strcmp(tok, "all") == 0) *mask |= (1u << FP8T_MOD_COUNT) - 1;
-        else if (strcmp(tok, "attn") == 0) *mask |= 1u << FP8T_MOD_QKV | 1u << FP8T_MOD_PROJ;
-        else if (strcmp(tok, "mlp") == 0)
-            *mask |= 1u << FP8T_MOD_FC1 | 1u << FP8T_MOD_FC2 | 1u << FP8T_MOD_GATE |
-                     1u << FP8T_MOD_UP | 1u << FP8T_MOD_DOWN;
-        else if (fp8t_module_parse(&m, tok) == 0) *mask |= 1u << m;
-        else {
-            snprintf(err, errlen,
-                     "modules=%s: unknown module '%s' (expected qkv, proj, fc1, fc2, "
-                     "gate, up, down, head, attn, mlp or all, joined by '+')",
-                     v, tok);
+        unsigned b = bits(tok);
+        if (!b) {
+            snprintf(err, errlen, "%s=%s: unknown %s '%s' (expected %s, joined by '+')", key, v,
+                     what, tok, expected);
             return -1;
         }
-    }
-    return 0;
-}
-
-static int parse_gemms(unsigned *mask, const char *v, char *err, size_t errlen) {
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", v);
-    *mask = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, "+", &save); tok;
-         tok = strtok_r(NULL, "+", &save)) {
-        int found = 0;
-        if (strcmp(tok, "all") == 0) { *mask |= (1u << FP8T_GEMM_COUNT) - 1; continue; }
-        for (int g = 0; g < FP8T_GEMM_COUNT; g++)
-            if (strcmp(tok, fp8t_gemm_name((fp8t_gemm_kind)g)) == 0) { *mask |= 1u << g; found = 1; }
-        if (!found) {
-            snprintf(err, errlen,
-                     "gemms=%s: unknown GEMM '%s' (expected fprop, dgrad, wgrad or "
-                     "all, joined by '+')",
-                     v, tok);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static int parse_tensors(unsigned *mask, const char *v, char *err, size_t errlen) {
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", v);
-    *mask = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, "+", &save); tok;
-         tok = strtok_r(NULL, "+", &save)) {
-        int found = 0;
-        if (strcmp(tok, "all") == 0) { *mask |= (1u << FP8T_T_COUNT) - 1; continue; }
-        if (strcmp(tok, "operands") == 0) {
-            *mask |= 1u << FP8T_T_INPUT | 1u << FP8T_T_WEIGHT | 1u << FP8T_T_GRAD_OUTPUT;
-            continue;
-        }
-        if (strcmp(tok, "results") == 0) {
-            *mask |= 1u << FP8T_T_OUTPUT | 1u << FP8T_T_DGRAD | 1u << FP8T_T_WGRAD;
-            continue;
-        }
-        for (int k = 0; k < FP8T_T_COUNT; k++)
-            if (strcmp(tok, fp8t_tensor_kind_name((fp8t_tensor_kind)k)) == 0) {
-                *mask |= 1u << k;
-                found = 1;
-            }
-        if (!found) {
-            snprintf(err, errlen,
-                     "tensors=%s: unknown tensor '%s' (expected input, weight, "
-                     "grad_output, output, dgrad, wgrad, operands, results or all, joined by '+')",
-                     v, tok);
-            return -1;
-        }
+        *mask |= b;
     }
     return 0;
 }
@@ -220,13 +198,19 @@ static int parse_spec(inspect_spec *sp, const char *spec, char *err, size_t errl
         else if (strcmp(k, "end") == 0) rc = parse_int(&sp->end, v, 0, k, err, errlen);
         else if (strcmp(k, "layers") == 0) rc = parse_layers(sp, v, err, errlen);
         else if (strcmp(k, "modules") == 0 || strcmp(k, "module") == 0)
-            rc = parse_modules(&sp->module_mask, v, err, errlen);
+            rc = parse_list(&sp->module_mask, v, module_bits, "modules", "module",
+                            "qkv, proj, fc1, fc2, gate, up, down, head, attn, mlp or all", err,
+                            errlen);
         else if (strcmp(k, "gemms") == 0 || strcmp(k, "gemm") == 0)
-            rc = parse_gemms(&sp->gemm_mask, v, err, errlen);
+            rc = parse_list(&sp->gemm_mask, v, gemm_bits, "gemms", "GEMM",
+                            "fprop, dgrad, wgrad or all", err, errlen);
         else if (strcmp(k, "tensors") == 0 || strcmp(k, "tensor") == 0)
-            rc = parse_tensors(&sp->tensor_mask, v, err, errlen);
+            rc = parse_list(&sp->tensor_mask, v, tensor_bits, "tensors", "tensor",
+                            "input, weight, grad_output, output, dgrad, wgrad, operands, "
+                            "results or all", err, errlen);
         else if (strcmp(k, "block") == 0) rc = parse_int(&sp->block, v, 1, k, err, errlen);
-        else if (strcmp(k, "block_list") == 0) rc = parse_int(&sp->block_list, v, 0, k, err, errlen);
+        else if (strcmp(k, "block_list") == 0)
+            rc = parse_int(&sp->block_list, v, 0, k, err, errlen);
         else if (strcmp(k, "dump") == 0) rc = parse_int(&sp->dump, v, 0, k, err, errlen);
         else if (strcmp(k, "micro") == 0) {
             rc = 0;
