@@ -12,6 +12,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+int fp8t_open_regular(const char *path, uint64_t *size, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fp8t_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fp8t_errorf(err, errlen, "cannot read %s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    *size = (uint64_t)st.st_size;
+    return fd;
+}
+
 long long fp8t_read_full(int fd, void *buf, size_t len) {
     size_t got = 0;
     while (got < len) {

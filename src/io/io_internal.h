@@ -32,6 +32,10 @@ int fp8t_atomic_commit(fp8t_atomic_file *a, char *err, size_t errlen);
 /* Close and remove the temporary file (safe to call after a failed write or twice). */
 void fp8t_atomic_abort(fp8t_atomic_file *a);
 
+/* Open path read-only, refusing anything but a regular file: the fd, with *size its size in
+ * bytes; or -1 with err ("cannot open PATH: why" / "cannot read PATH: not a regular file"). */
+int fp8t_open_regular(const char *path, uint64_t *size, char *err, size_t errlen);
+
 /* Read exactly len bytes from fd (retrying short reads and EINTR). Returns the number of
  * bytes read: less than len only at end of file; -1 on an I/O error (errno set). */
 long long fp8t_read_full(int fd, void *buf, size_t len);

@@ -10,11 +10,9 @@
 #include "io/io_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define LLMC_HEADER_INTS 256
@@ -50,18 +48,8 @@ static int open_with_header(const char *path, const char *what, uint8_t hdr[LLMC
         fp8t_errorf(err, errlen, "cannot read an %s with an empty path", what);
         return -1;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fp8t_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fp8t_errorf(err, errlen, "cannot read %s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
-    *size = (uint64_t)st.st_size;
+    int fd = fp8t_open_regular(path, size, err, errlen);
+    if (fd < 0) return -1;
     if (*size < LLMC_HEADER_BYTES) {
         fp8t_errorf(err, errlen,
                     "%s is not an %s: %llu bytes, smaller than the %d-byte header", path, what,

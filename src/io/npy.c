@@ -8,11 +8,9 @@
 #include "io/io_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define NPY_MAX_DIMS 8
@@ -200,19 +198,11 @@ int fp8t_npy_read(const char *path, char descr[16], int *ndim, int64_t shape[8],
         fp8t_errorf(err, errlen, "cannot read a .npy file with an empty path");
         return -1;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fp8t_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return -1;
-    }
+    uint64_t size;
+    int fd = fp8t_open_regular(path, &size, err, errlen);
+    if (fd < 0) return -1;
     char *header = NULL;
     void *buf = NULL;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fp8t_errorf(err, errlen, "cannot read %s: not a regular file", path);
-        goto fail;
-    }
-    uint64_t size = (uint64_t)st.st_size;
     uint8_t pre[12];
     long long got = fp8t_read_full(fd, pre, 8);
     if (got < 0) goto io_error;

@@ -10,13 +10,11 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* The reference implementation refuses headers above 100 MB; so do we (a corrupt length
@@ -409,18 +407,9 @@ int fp8t_st_open(fp8t_st_file **out, const char *path, char *err, size_t errlen)
         fp8t_errorf(err, errlen, "%s: out of memory", path);
         return -1;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fp8t_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        goto fail;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fp8t_errorf(err, errlen, "cannot read %s: not a regular file", path);
-        close(fd);
-        goto fail;
-    }
-    uint64_t size = (uint64_t)st.st_size;
+    uint64_t size;
+    int fd = fp8t_open_regular(path, &size, err, errlen);
+    if (fd < 0) goto fail;
     if (size < 8) {
         fp8t_errorf(err, errlen,
                     "%s is not a safetensors file: %llu bytes, less than the 8-byte header "
