@@ -7,6 +7,7 @@
 
 #include "fp8train/eval.h"
 #include "fp8train/io.h"
+#include "util/le.h"
 
 #define TOKENIZER_MAGIC 20240328u
 
@@ -16,10 +17,6 @@ void fp8t_tokenizer_free(fp8t_tokenizer *t) {
     free(t->piece);
     free(t->piece_len);
     memset(t, 0, sizeof(*t));
-}
-
-static uint32_t rd32(const uint8_t *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
 int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t errlen) {
@@ -38,7 +35,8 @@ int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t e
                  "tokenizer file", path, len);
         goto done;
     }
-    uint32_t magic = rd32(b), version = rd32(b + 4), vocab = rd32(b + 8);
+    uint32_t magic = fp8t_load_le32(b), version = fp8t_load_le32(b + 4);
+    uint32_t vocab = fp8t_load_le32(b + 8);
     if (magic != TOKENIZER_MAGIC) {
         snprintf(err, errlen, "%s: bad magic %u; an llm.c tokenizer file (gpt2_tokenizer.bin) "
                  "starts with %u", path, magic, TOKENIZER_MAGIC);
@@ -53,7 +51,7 @@ int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t e
         goto done;
     }
     /* version 1 predates the EOT field: GPT-2's <|endoftext|> */
-    uint32_t eot = version == 2 ? rd32(b + 12) : 50256u;
+    uint32_t eot = version == 2 ? fp8t_load_le32(b + 12) : 50256u;
     if (eot >= vocab) eot = vocab - 1;
     t->vocab_size = (int)vocab;
     t->eot = (int)eot;

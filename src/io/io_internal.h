@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fp8train/error.h" /* fp8t_errorf, for every reader and writer here */
+#include "util/le.h"        /* fp8t_load_le32, fp8t_store_le32, ... */
 
 /* The formats are little endian; bulk data is copied with memcpy, so the host must be too. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -39,33 +40,5 @@ int fp8t_open_regular(const char *path, uint64_t *size, char *err, size_t errlen
 /* Read exactly len bytes from fd (retrying short reads and EINTR). Returns the number of
  * bytes read: less than len only at end of file; -1 on an I/O error (errno set). */
 long long fp8t_read_full(int fd, void *buf, size_t len);
-
-/* Little-endian loads and stores that never make unaligned accesses. */
-static inline uint16_t fp8t_load_le16(const void *p) {
-    const uint8_t *b = (const uint8_t *)p;
-    return (uint16_t)(b[0] | (b[1] << 8));
-}
-static inline uint32_t fp8t_load_le32(const void *p) {
-    const uint8_t *b = (const uint8_t *)p;
-    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) |
-           ((uint32_t)b[3] << 24);
-}
-static inline uint64_t fp8t_load_le64(const void *p) {
-    const uint8_t *b = (const uint8_t *)p;
-    return (uint64_t)fp8t_load_le32(b) | ((uint64_t)fp8t_load_le32(b + 4) << 32);
-}
-static inline void fp8t_store_le16(void *p, uint16_t v) {
-    uint8_t *b = (uint8_t *)p;
-    b[0] = (uint8_t)v;
-    b[1] = (uint8_t)(v >> 8);
-}
-static inline void fp8t_store_le32(void *p, uint32_t v) {
-    uint8_t *b = (uint8_t *)p;
-    for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void fp8t_store_le64(void *p, uint64_t v) {
-    uint8_t *b = (uint8_t *)p;
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
 
 #endif

@@ -12,14 +12,10 @@
 #include "fp8train/eval.h"
 #include "fp8train/io.h"
 #include "train/eval_internal.h"
+#include "util/le.h"
 
 #define TASK_HEADER_INTS 256
 #define TASK_START 65535
-
-static uint32_t le32(const uint8_t *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-static unsigned le16(const uint8_t *p) { return (unsigned)p[0] | ((unsigned)p[1] << 8); }
 
 void fp8t_task_free(fp8t_task *t) {
     if (!t) return;
@@ -87,7 +83,8 @@ int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen) {
         free(data);
         return -1;
     }
-    uint32_t magic = le32(b), version = le32(b + 4), count = le32(b + 8);
+    uint32_t magic = fp8t_load_le32(b), version = fp8t_load_le32(b + 4);
+    uint32_t count = fp8t_load_le32(b + 8);
     if (magic != FP8T_TASK_MAGIC) {
         snprintf(err, errlen, "%s: bad magic %u (an llm.c eval file has %d%s)", path, magic,
                  FP8T_TASK_MAGIC, magic == 20240520 ? "; this is a token shard: use it with --data"
@@ -111,8 +108,9 @@ int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen) {
         bad_example = (int)i;
         if (len - off < 12) { why = "the file ends inside the example header (truncated)"; break; }
         const uint8_t *p = b + off;
-        unsigned start = le16(p), nbytes = le16(p + 2), index = le16(p + 4);
-        unsigned label = le16(p + 6), ncomp = le16(p + 8), ctx_len = le16(p + 10);
+        unsigned start = fp8t_load_le16(p), nbytes = fp8t_load_le16(p + 2);
+        unsigned index = fp8t_load_le16(p + 4), label = fp8t_load_le16(p + 6);
+        unsigned ncomp = fp8t_load_le16(p + 8), ctx_len = fp8t_load_le16(p + 10);
         if (start != TASK_START) { why = "missing the start delimiter 65535 (corrupt file)"; break; }
         if (index != (i & 0xFFFFu)) { why = "its index does not match its position"; break; }
         if (nbytes % 2 || nbytes < 14 || nbytes > len - off) {
@@ -131,16 +129,17 @@ int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen) {
         free(ctx);
         ctx = malloc(n16 * sizeof(int)); /* [n16] every token of the example, decoded */
         if (!ctx) { why = "out of memory"; break; }
-        for (unsigned k = 0; k < ctx_len; k++) ctx[k] = (int)le16(p + 2 * (6 + k));
+        for (unsigned k = 0; k < ctx_len; k++) ctx[k] = (int)fp8t_load_le16(p + 2 * (6 + k));
         size_t filled = ctx_len;
         for (unsigned c = 0; c < ncomp && !why; c++) {
             if (pos >= n16) { why = "a completion runs past its byte count"; break; }
-            unsigned cl = le16(p + 2 * pos);
+            unsigned cl = fp8t_load_le16(p + 2 * pos);
             pos++;
             if (cl < 1 || pos + cl > n16) { why = "a completion length is 0 or runs past its byte count"; break; }
             comp[c] = ctx + filled;
             comp_len[c] = (int)cl;
-            for (unsigned k = 0; k < cl; k++) ctx[filled + k] = (int)le16(p + 2 * (pos + k));
+            for (unsigned k = 0; k < cl; k++)
+                ctx[filled + k] = (int)fp8t_load_le16(p + 2 * (pos + k));
             filled += cl;
             pos += cl;
         }
