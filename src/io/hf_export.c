@@ -116,6 +116,15 @@ static double clean(float x) {
     return strtod(buf, NULL);
 }
 
+/* How both architectures' config.json begin: the transformers class, model_type and
+ * vocab_size. */
+static void add_model_kind(cJSON *o, const char *cls, const char *model_type, int vocab_size) {
+    cJSON *a = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(cls));
+    cJSON_AddStringToObject(o, "model_type", model_type);
+    cJSON_AddNumberToObject(o, "vocab_size", vocab_size);
+}
+
 static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
     const fp8t_model_config *c = &w->model;
     cJSON *o = cJSON_CreateObject();
@@ -123,10 +132,7 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
     /* GPT-2's tokenizer has <|endoftext|> = 50256; other vocabularies have no known EOS */
     const int gpt2_vocab = c->vocab_size == 50257;
     if (c->arch == FP8T_ARCH_GPT2) {
-        cJSON *a = cJSON_AddArrayToObject(o, "architectures");
-        cJSON_AddItemToArray(a, cJSON_CreateString("GPT2LMHeadModel"));
-        cJSON_AddStringToObject(o, "model_type", "gpt2");
-        cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+        add_model_kind(o, "GPT2LMHeadModel", "gpt2", c->vocab_size);
         cJSON_AddNumberToObject(o, "n_positions", c->seq_len);
         cJSON_AddNumberToObject(o, "n_ctx", c->seq_len);
         cJSON_AddNumberToObject(o, "n_embd", c->n_embd);
@@ -141,12 +147,8 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
         cJSON_AddBoolToObject(o, "scale_attn_weights", 1);
         cJSON_AddBoolToObject(o, "scale_attn_by_inverse_layer_idx", 0);
         cJSON_AddBoolToObject(o, "reorder_and_upcast_attn", 0);
-        cJSON_AddNumberToObject(o, "initializer_range", 0.02);
     } else {
-        cJSON *a = cJSON_AddArrayToObject(o, "architectures");
-        cJSON_AddItemToArray(a, cJSON_CreateString("LlamaForCausalLM"));
-        cJSON_AddStringToObject(o, "model_type", "llama");
-        cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+        add_model_kind(o, "LlamaForCausalLM", "llama", c->vocab_size);
         cJSON_AddNumberToObject(o, "hidden_size", c->n_embd);
         cJSON_AddNumberToObject(o, "intermediate_size", c->mlp_hidden);
         cJSON_AddNumberToObject(o, "num_hidden_layers", c->n_layer);
@@ -162,8 +164,8 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
         cJSON_AddBoolToObject(o, "mlp_bias", 0);
         cJSON_AddNumberToObject(o, "attention_dropout", 0);
         cJSON_AddNumberToObject(o, "pretraining_tp", 1);
-        cJSON_AddNumberToObject(o, "initializer_range", 0.02);
     }
+    cJSON_AddNumberToObject(o, "initializer_range", 0.02);
     if (gpt2_vocab) {
         cJSON_AddNumberToObject(o, "bos_token_id", 50256);
         cJSON_AddNumberToObject(o, "eos_token_id", 50256);
@@ -200,6 +202,15 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
     cJSON_AddNumberToObject(f, "step", w->step);
     if (w->source[0]) cJSON_AddStringToObject(f, "source", w->source);
     return o;
+}
+
+/* "<module>.<what>": one FP32 value, shape [1] (the scales beside an FP8 weight) */
+static void add_module_scalar(fp8t_st_writer *wr, const char *module, const char *what,
+                              float value) {
+    char name[160];
+    const int64_t one = 1;
+    snprintf(name, sizeof(name), "%s.%s", module, what);
+    fp8t_st_writer_add(wr, name, FP8T_ST_F32, 1, &one, &value);
 }
 
 int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
@@ -249,14 +260,10 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
             float scale_inv = 1.0f / scale;
             fp8_quantize((uint8_t *)enc, buf, numel, scale, FP8_E4M3, 1);
             fp8t_st_writer_add(wr, t->name, FP8T_ST_F8_E4M3, t->ndim, t->shape, enc);
-            char name[160];
-            const int64_t one = 1;
-            snprintf(name, sizeof(name), "%s.weight_scale_inv", t->module);
-            fp8t_st_writer_add(wr, name, FP8T_ST_F32, 1, &one, &scale_inv);
+            add_module_scalar(wr, t->module, "weight_scale_inv", scale_inv);
             int fb;
             float is = input_scale(w, t->lin, &fb);
-            snprintf(name, sizeof(name), "%s.input_scale", t->module);
-            fp8t_st_writer_add(wr, name, FP8T_ST_F32, 1, &one, &is);
+            add_module_scalar(wr, t->module, "input_scale", is);
             r.n_fp8++;
             r.n_act_fallback += fb;
             r.min_input_scale = is < r.min_input_scale ? is : r.min_input_scale;
