@@ -119,6 +119,20 @@ static void fill_diff(fp8t_site_diff *d, const site_agg *s) {
     d->n_steps = s->n;
 }
 
+/* Run `side`'s (0: A, 1: B) means of a site into d's columns. */
+static void set_side(fp8t_site_diff *d, int side, const site_agg *s) {
+    if (side == 0) { d->cos_a = s->cos; d->sqnr_a = s->sqnr; d->under_a = s->under; }
+    else { d->cos_b = s->cos; d->sqnr_b = s->sqnr; d->under_b = s->under; }
+}
+
+/* d[0..n) sorted worst score first into r, of which the TOP_SITES first are reported. */
+static void keep_sites(fp8t_compare_result *r, fp8t_site_diff *d, int n, int have_stats) {
+    qsort(d, (size_t)n, sizeof(fp8t_site_diff), cmp_diff_score);
+    r->sites = d;
+    r->n_sites = n < TOP_SITES ? n : TOP_SITES;
+    r->have_stats = have_stats;
+}
+
 void compare_stats(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b) {
     if (a->n_stats == 0 && b->n_stats == 0) return;
     if (a->n_stats && b->n_stats) {
@@ -149,19 +163,15 @@ void compare_stats(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b)
             fp8t_site_diff *o = &d[n++];
             fill_diff(o, &ga[i]);
             o->n_steps = ga[i].n < gb[j].n ? ga[i].n : gb[j].n;
-            o->cos_a = ga[i].cos; o->cos_b = gb[j].cos;
-            o->sqnr_a = ga[i].sqnr; o->sqnr_b = gb[j].sqnr;
-            o->under_a = ga[i].under; o->under_b = gb[j].under;
+            set_side(o, 0, &ga[i]);
+            set_side(o, 1, &gb[j]);
             o->score = o->sqnr_a - o->sqnr_b;
             i++;
             j++;
         }
         free(ga);
         free(gb);
-        qsort(d, (size_t)n, sizeof(fp8t_site_diff), cmp_diff_score);
-        r->sites = d;
-        r->n_sites = n < TOP_SITES ? n : TOP_SITES;
-        r->have_stats = 2;
+        keep_sites(r, d, n, 2);
         return;
     }
     /* Only one run was inspected: rank its own sites, worst SQNR first. */
@@ -173,15 +183,11 @@ void compare_stats(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b)
         fp8t_site_diff *o = &d[i];
         fill_diff(o, &g[i]);
         o->cos_a = o->sqnr_a = o->under_a = o->cos_b = o->sqnr_b = o->under_b = NAN;
-        if (run == a) { o->cos_a = g[i].cos; o->sqnr_a = g[i].sqnr; o->under_a = g[i].under; }
-        else { o->cos_b = g[i].cos; o->sqnr_b = g[i].sqnr; o->under_b = g[i].under; }
+        set_side(o, run == a ? 0 : 1, &g[i]);
         o->score = -g[i].sqnr;
     }
     free(g);
-    qsort(d, (size_t)k, sizeof(fp8t_site_diff), cmp_diff_score);
-    r->sites = d;
-    r->n_sites = k < TOP_SITES ? k : TOP_SITES;
-    r->have_stats = 1;
+    keep_sites(r, d, k, 1);
 }
 
 /* ---- dumps ---- */
