@@ -297,6 +297,7 @@ static void policy_errors(void) {
     expect_error("module=fc3,precision=bf16", "fc3", 0);               /* unknown module */
     expect_error("module=fc1+,precision=bf16", "module", 1);           /* empty module */
     expect_error("gemm=backward,precision=bf16", "backward", 0);       /* unknown gemm */
+    expect_error("gemm=fprop++wgrad,precision=bf16", "empty gemm", 1); /* empty gemm */
     expect_error("layers=0-2,precision=fp16", "fp16", 0);              /* unknown precision */
     expect_error("layers=0-2,module=fc1", "precision", 1);             /* precision missing */
     expect_error("layers=3-1,precision=bf16", "3-1", 0);               /* reversed range */

@@ -201,6 +201,9 @@ static int parse_gemms(fp8t_override *o, const char *v, size_t n, const char *ru
         while (j < n && v[j] != '+') j++;
         const char *w = v + i;
         size_t wn = j - i;
+        if (wn == 0)
+            return fp8t_errorf(err, errlen, "empty gemm name in '%.*s' of override '%s'; "
+                               OVERRIDE_SYNTAX, (int)n, v, rule);
         int found = -1;
         for (int g = 0; g < FP8T_GEMM_COUNT; g++)
             if (word_eq(w, wn, GEMM_NAMES[g])) found = g;
