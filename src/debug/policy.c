@@ -162,59 +162,45 @@ static int parse_layers(fp8t_override *o, const char *v, size_t n, const char *r
     return 0;
 }
 
-static int parse_modules(fp8t_override *o, const char *v, size_t n, const char *rule, char *err,
-                         size_t errlen) {
-    unsigned mask = 0;
-    size_t i = 0;
-    while (i <= n) {
-        size_t j = i;
-        while (j < n && v[j] != '+') j++;
-        const char *w = v + i;
-        size_t wn = j - i;
-        fp8t_module mod;
-        if (wn == 0)
-            return fp8t_errorf(err, errlen, "empty module name in '%.*s' of override '%s'; "
-                               OVERRIDE_SYNTAX, (int)n, v, rule);
-        if (module_parse_n(&mod, w, wn) == 0) mask |= 1u << mod;
-        else if (word_eq(w, wn, "attn")) mask |= MASK_ATTN;
-        else if (word_eq(w, wn, "mlp")) mask |= MASK_MLP;
-        else if (word_eq(w, wn, "all")) mask |= MASK_ALL_BUT_HEAD;
-        else
-            return fp8t_errorf(
-                err, errlen,
-                "unknown module '%.*s' in override '%s' (expected "
-                "qkv, proj, fc1, fc2, gate, up, down, head, attn, mlp or all, joined "
-                "by '+')",
-                (int)wn, w, rule);
-        i = j + 1;
-    }
-    o->module_mask = mask;
+/* The bits of one word of a '+'-joined list (module=, gemm=), 0 if unknown. */
+typedef unsigned (*word_bits_fn)(const char *w, size_t n);
+
+static unsigned module_bits(const char *w, size_t n) {
+    fp8t_module mod;
+    if (module_parse_n(&mod, w, n) == 0) return 1u << mod;
+    if (word_eq(w, n, "attn")) return MASK_ATTN;
+    if (word_eq(w, n, "mlp")) return MASK_MLP;
+    if (word_eq(w, n, "all")) return MASK_ALL_BUT_HEAD;
     return 0;
 }
 
-static int parse_gemms(fp8t_override *o, const char *v, size_t n, const char *rule, char *err,
-                       size_t errlen) {
-    unsigned mask = 0;
-    size_t i = 0;
-    while (i <= n) {
+static unsigned gemm_bits(const char *w, size_t n) {
+    for (int g = 0; g < FP8T_GEMM_COUNT; g++)
+        if (word_eq(w, n, GEMM_NAMES[g])) return 1u << g;
+    return word_eq(w, n, "all") ? MASK_ALL_GEMMS : 0;
+}
+
+/* *mask = the union of the bits of the '+'-joined words of v[0..n); -1 with err at an empty or
+ * unknown word. what names the words in the message, expected lists them. */
+static int parse_list(unsigned *mask, const char *v, size_t n, word_bits_fn bits,
+                      const char *what, const char *expected, const char *rule, char *err,
+                      size_t errlen) {
+    *mask = 0;
+    for (size_t i = 0; i <= n;) {
         size_t j = i;
         while (j < n && v[j] != '+') j++;
         const char *w = v + i;
         size_t wn = j - i;
         if (wn == 0)
-            return fp8t_errorf(err, errlen, "empty gemm name in '%.*s' of override '%s'; "
-                               OVERRIDE_SYNTAX, (int)n, v, rule);
-        int found = -1;
-        for (int g = 0; g < FP8T_GEMM_COUNT; g++)
-            if (word_eq(w, wn, GEMM_NAMES[g])) found = g;
-        if (found >= 0) mask |= 1u << found;
-        else if (word_eq(w, wn, "all")) mask |= MASK_ALL_GEMMS;
-        else
-            return fp8t_errorf(err, errlen, "unknown gemm '%.*s' in override '%s' (expected fprop, "
-                               "dgrad, wgrad or all, joined by '+')", (int)wn, w, rule);
+            return fp8t_errorf(err, errlen, "empty %s name in '%.*s' of override '%s'; "
+                               OVERRIDE_SYNTAX, what, (int)n, v, rule);
+        unsigned b = bits(w, wn);
+        if (!b)
+            return fp8t_errorf(err, errlen, "unknown %s '%.*s' in override '%s' (expected %s, "
+                               "joined by '+')", what, (int)wn, w, rule, expected);
+        *mask |= b;
         i = j + 1;
     }
-    o->gemm_mask = mask == MASK_ALL_GEMMS ? 0 : mask;
     return 0;
 }
 
@@ -253,11 +239,15 @@ static int parse_one(fp8t_override *o, const char *s, size_t n, char *err, size_
         } else if (word_eq(kv, kn, "module") || word_eq(kv, kn, "modules")) {
             if (seen_module++)
                 return fp8t_errorf(err, errlen, "key 'module' given twice in override '%s'", rule);
-            rc = parse_modules(o, v, vn, rule, err, errlen);
+            rc = parse_list(&o->module_mask, v, vn, module_bits, "module",
+                            "qkv, proj, fc1, fc2, gate, up, down, head, attn, mlp or all", rule,
+                            err, errlen);
         } else if (word_eq(kv, kn, "gemm") || word_eq(kv, kn, "gemms")) {
             if (seen_gemm++)
                 return fp8t_errorf(err, errlen, "key 'gemm' given twice in override '%s'", rule);
-            rc = parse_gemms(o, v, vn, rule, err, errlen);
+            rc = parse_list(&o->gemm_mask, v, vn, gemm_bits, "gemm", "fprop, dgrad, wgrad or all",
+                            rule, err, errlen);
+            if (o->gemm_mask == MASK_ALL_GEMMS) o->gemm_mask = 0; /* 0: every GEMM */
         } else if (word_eq(kv, kn, "precision")) {
             if (have_prec++)
                 return fp8t_errorf(err, errlen, "key 'precision' given twice in override '%s'",
