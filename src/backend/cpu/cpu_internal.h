@@ -121,7 +121,6 @@ void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                   const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                   int acc, int fast_accum, float *amax_out);
 /* cpu_quant.c */
-float cpu_amax_of(const float *x, size_t n); /* max abs, NaN if any NaN */
 void cpu_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n);
 void cpu_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                   const float *x, int rows, int cols, fp8_format fmt, const float *scale);

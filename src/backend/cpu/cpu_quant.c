@@ -8,24 +8,9 @@
 #include "fp8train/fp8.h"
 #include "fp8train/recipe.h"
 
-/* max |x|; NaN (canonical) if any element is NaN; 0 for n == 0. Order-independent, so any
- * thread split gives the same bits. */
-float cpu_amax_of(const float *x, size_t n) {
-    float m = 0.0f;
-    int has_nan = 0;
-#pragma omp parallel for schedule(static) reduction(max : m) reduction(| : has_nan) \
-    if (n > 65536)
-    for (size_t i = 0; i < n; i++) {
-        float a = fabsf(x[i]);
-        if (a != a) has_nan = 1;
-        else if (a > m) m = a;
-    }
-    return has_nan ? NAN : m;
-}
-
 void cpu_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n) {
     (void)b;
-    *amax_out = cpu_amax_merge(*amax_out, cpu_amax_of(x, n));
+    *amax_out = cpu_amax_merge(*amax_out, fp8_amax(x, n)); /* NaN if any element is NaN */
 }
 
 /* Cast (+ amax) in one vectorized pass by the numerics library, then the transpose of the
