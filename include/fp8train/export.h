@@ -120,6 +120,13 @@ typedef struct {
  * non-NULL; map needs room for the count: call once with NULL to size it). */
 int fp8t_hf_tensor_map(const fp8t_model_config *cfg, fp8t_hf_tensor *map);
 
+/* llm.c's GPT-2 parameter order (io.h): offset[i] is where our parameter tensor i (the
+ * fp8t_model_param_table index) starts among llm.c's parameters, wte holding the first V of
+ * padded_vocab rows. Returns llm.c's parameter count (0: out of memory). GPT-2 configs only;
+ * offset needs room for the table's count. */
+size_t fp8t_llmc_param_offsets(const fp8t_model_config *cfg, size_t padded_vocab,
+                               size_t *offset);
+
 #ifdef __cplusplus
 }
 #endif

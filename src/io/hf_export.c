@@ -329,44 +329,29 @@ int fp8t_export_llmc(const fp8t_weights *w, const char *path, int version, char 
             "Hugging Face directory instead",
             fp8t_arch_name(c->arch), c->n_embd, c->mlp_hidden);
     }
-    const size_t C = (size_t)c->n_embd, L = (size_t)c->n_layer, V = (size_t)c->vocab_size,
-                 maxT = (size_t)c->seq_len;
+    const size_t V = (size_t)c->vocab_size;
     const size_t Vp = (V + 127) / 128 * 128; /* llm.c pads to a multiple of 128 */
     fp8t_llmc_gpt2 ck;
     memset(&ck, 0, sizeof(ck));
-    ck.max_seq_len = (int)maxT;
+    ck.max_seq_len = c->seq_len;
     ck.vocab_size = (int)V;
     ck.padded_vocab_size = (int)Vp;
-    ck.num_layers = (int)L;
+    ck.num_layers = c->n_layer;
     ck.num_heads = c->n_head;
-    ck.channels = (int)C;
-    ck.num_params = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C;
-    ck.params = calloc(ck.num_params, sizeof(float)); /* zero: the padding rows */
+    ck.channels = c->n_embd;
+    size_t *at = malloc((size_t)n_info * sizeof(*at)); /* [n_info] llm.c offset of each tensor */
+    ck.num_params = at ? fp8t_llmc_param_offsets(c, Vp, at) : 0;
+    ck.params = ck.num_params ? calloc(ck.num_params, sizeof(float)) : NULL; /* zero: padding */
     if (!ck.params) {
+        free(at);
         free(info);
         return fp8t_errorf(err, errlen, "export to llm.c: out of memory");
     }
-    /* llm.c order: wte wpe, then each per-layer tensor stacked over layers, then lnf */
-    float *dst = ck.params;
-    const float *P = w->params;
-    memcpy(dst, P + info[0].offset, V * C * sizeof(float)); /* wte */
-    dst += Vp * C;
-    memcpy(dst, P + info[1].offset, maxT * C * sizeof(float)); /* wpe */
-    dst += maxT * C;
-    /* our per-layer tensors are 12 consecutive table entries starting at index 2, in the same
-     * order llm.c stacks them: ln1w ln1b qkvw qkvb projw projb ln2w ln2b fcw fcb fcprojw fcprojb */
-    for (int k = 0; k < 12; k++) {
-        for (size_t l = 0; l < L; l++) {
-            const fp8t_param_info *p = &info[2 + l * 12 + (size_t)k];
-            memcpy(dst, P + p->offset, p->numel * sizeof(float));
-            dst += p->numel;
-        }
-    }
-    memcpy(dst, P + info[n_info - 2].offset, C * sizeof(float)); /* lnf.w */
-    dst += C;
-    memcpy(dst, P + info[n_info - 1].offset, C * sizeof(float)); /* lnf.b */
+    for (int i = 0; i < n_info; i++)
+        memcpy(ck.params + at[i], w->params + info[i].offset, info[i].numel * sizeof(float));
     int rc = fp8t_llmc_gpt2_write(path, &ck, version, err, errlen);
     free(ck.params);
+    free(at);
     free(info);
     return rc;
 }

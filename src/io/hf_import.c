@@ -121,32 +121,22 @@ int fp8t_import_llmc(const char *path, fp8t_weights *w, char *err, size_t errlen
     }
     int n = fp8t_model_param_table(c, NULL, NULL);
     fp8t_param_info *info = calloc((size_t)n, sizeof(*info));
-    if (!info) {
+    size_t *at = malloc((size_t)n * sizeof(*at)); /* [n] llm.c offset of each tensor */
+    const size_t V = (size_t)c->vocab_size, Vp = (size_t)ck.padded_vocab_size;
+    if (!info || !at || fp8t_llmc_param_offsets(c, Vp, at) == 0) {
+        free(info);
+        free(at);
         fp8t_llmc_gpt2_free(&ck);
         fp8t_weights_free(w);
         return fp8t_errorf(err, errlen, "%s: out of memory", path);
     }
     fp8t_model_param_table(c, info, NULL);
-    const size_t C = (size_t)c->n_embd, L = (size_t)c->n_layer, V = (size_t)c->vocab_size,
-                 Vp = (size_t)ck.padded_vocab_size, maxT = (size_t)c->seq_len;
-    const float *src = ck.params;
-    memcpy(w->params + info[0].offset, src, V * C * sizeof(float)); /* wte: first V of Vp rows */
-    src += Vp * C;
-    memcpy(w->params + info[1].offset, src, maxT * C * sizeof(float));
-    src += maxT * C;
-    /* llm.c stacks each per-layer tensor over layers, in our per-layer table order */
-    for (int k = 0; k < 12; k++) {
-        for (size_t l = 0; l < L; l++) {
-            const fp8t_param_info *p = &info[2 + l * 12 + (size_t)k];
-            memcpy(w->params + p->offset, src, p->numel * sizeof(float));
-            src += p->numel;
-        }
-    }
-    memcpy(w->params + info[n - 2].offset, src, C * sizeof(float));
-    memcpy(w->params + info[n - 1].offset, src + C, C * sizeof(float));
+    for (int i = 0; i < n; i++) /* wte: the first V of the Vp rows */
+        memcpy(w->params + info[i].offset, ck.params + at[i], info[i].numel * sizeof(float));
     if (Vp > V) note(w, "dropped llm.c's %zu vocabulary padding rows (Vp %zu -> vocab %zu)", Vp - V,
                      Vp, V);
     free(info);
+    free(at);
     fp8t_llmc_gpt2_free(&ck);
     return 0;
 }

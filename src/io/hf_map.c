@@ -123,6 +123,34 @@ int fp8t_hf_tensor_map(const fp8t_model_config *cfg, fp8t_hf_tensor *map) {
     return b.count;
 }
 
+size_t fp8t_llmc_param_offsets(const fp8t_model_config *cfg, size_t padded_vocab,
+                               size_t *offset) {
+    int n = fp8t_model_param_table(cfg, NULL, NULL);
+    fp8t_param_info *info = calloc((size_t)n, sizeof(*info));
+    if (!info) return 0;
+    fp8t_model_param_table(cfg, info, NULL);
+    /* our table: wte, wpe, 12 tensors per layer in the order llm.c stacks them (ln1w ln1b qkvw
+     * qkvb projw projb ln2w ln2b fcw fcb fcprojw fcprojb), lnf.w, lnf.b */
+    const size_t C = (size_t)cfg->n_embd, L = (size_t)cfg->n_layer;
+    size_t at = 0;
+    offset[0] = at; /* wte: the first V of llm.c's Vp rows */
+    at += padded_vocab * C;
+    offset[1] = at;
+    at += info[1].numel;
+    for (size_t k = 0; k < 12; k++) {
+        for (size_t l = 0; l < L; l++) {
+            offset[2 + l * 12 + k] = at;
+            at += info[2 + l * 12 + k].numel;
+        }
+    }
+    offset[n - 2] = at;
+    at += info[n - 2].numel;
+    offset[n - 1] = at;
+    at += info[n - 1].numel;
+    free(info);
+    return at;
+}
+
 const char *fp8t_export_dtype_name(fp8t_export_dtype d) {
     switch (d) {
     case FP8T_EXPORT_BF16: return "bf16";
