@@ -124,10 +124,6 @@ fp8t_backend *fp8t_cpu_backend_create(char *err, size_t errlen) {
     (void)errlen; /* the CPU backend cannot fail short of OOM, which exits with a message */
     fp8t_backend *b = CPU_ZALLOC(sizeof(fp8t_backend));
     cpu_state *s = CPU_ZALLOC(sizeof(cpu_state));
-    for (int code = 0; code < 256; code++) {
-        s->fp8_table[FP8_E4M3][code] = fp8_decode((uint8_t)code, FP8_E4M3);
-        s->fp8_table[FP8_E5M2][code] = fp8_decode((uint8_t)code, FP8_E5M2);
-    }
     b->ops = &cpu_ops;
     b->name = "cpu";
     b->fp8_wants_transpose = 0;

@@ -47,8 +47,8 @@ void cpu_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, in
  * the stored layout (its transpose when trans). Returns the transpose flag that goes with the
  * decoded buffer: when only data_t ([cols, rows] of the stored layout) is present it is
  * decoded instead, with the flag flipped. */
-static int decode_operand(float *out, const fp8t_fp8_operand *op, int trans, const float *table,
-                          const char *name, int want_rows, int want_cols) {
+static int decode_operand(float *out, const fp8t_fp8_operand *op, int trans, const char *name,
+                          int want_rows, int want_cols) {
     int need_rows = trans ? want_cols : want_rows, need_cols = trans ? want_rows : want_cols;
     if (op->rows != need_rows || op->cols != need_cols) {
         fprintf(stderr,
@@ -67,9 +67,8 @@ static int decode_operand(float *out, const fp8t_fp8_operand *op, int trans, con
                 name, __FILE__, __LINE__);
         exit(1);
     }
-    size_t n = (size_t)op->rows * op->cols;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) out[i] = table[codes[i]];
+    /* exact decode; the scales go into the GEMM's alpha */
+    fp8_dequantize(out, codes, (size_t)op->rows * op->cols, 1.0f, op->fmt);
     return trans;
 }
 
@@ -78,12 +77,11 @@ void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                   int acc, int fast_accum, float *amax_out) {
     (void)fast_accum; /* CPU accumulation is always full FP32 */
     if (M <= 0 || N <= 0) return;
-    cpu_state *s = cpu_of(b);
     size_t na = (size_t)M * K, nb = (size_t)K * N;
     float *af = cpu_scratch(b, CPU_SCRATCH_GEMM_A, (na ? na : 1) * sizeof(float));
     float *bf = cpu_scratch(b, CPU_SCRATCH_GEMM_B, (nb ? nb : 1) * sizeof(float));
-    int ta = decode_operand(af, A, transA, s->fp8_table[A->fmt == FP8_E5M2], "A", M, K);
-    int tb = decode_operand(bf, B, transB, s->fp8_table[B->fmt == FP8_E5M2], "B", K, N);
+    int ta = decode_operand(af, A, transA, "A", M, K);
+    int tb = decode_operand(bf, B, transB, "B", K, N);
     float alpha = (*A->scale_inv) * (*B->scale_inv);
     sgemm_rowmajor(C, af, bf, M, N, K, ta, tb, acc, alpha);
     if (amax_out) cpu_amax(b, amax_out, C, (size_t)M * N);

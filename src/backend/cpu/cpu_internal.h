@@ -29,7 +29,6 @@ enum {
 typedef struct {
     void *scratch[CPU_SCRATCH_COUNT];
     size_t scratch_bytes[CPU_SCRATCH_COUNT];
-    float fp8_table[2][256]; /* fp8_decode of every code, per format */
 } cpu_state;
 
 static inline cpu_state *cpu_of(fp8t_backend *b) { return (cpu_state *)b->impl; }
