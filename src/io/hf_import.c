@@ -58,7 +58,7 @@ static int alloc_params(fp8t_weights *w, char *err, size_t errlen) {
 }
 
 /* The formats of the FP8 tensors of a model (X, W: E4M3; dY: E5M2 with the default hybrid). */
-static void default_state(float *state, const fp8t_model_config *cfg, int n, int len) {
+static void default_state(float *state, int n, int len) {
     fp8t_policy pol;
     fp8t_policy_default(&pol);
     fp8_format *fmts = malloc((size_t)n * sizeof(fp8_format));
@@ -68,7 +68,6 @@ static void default_state(float *state, const fp8t_model_config *cfg, int n, int
     fp8t_recipe_state_view(&st, state, n, len);
     fp8t_recipe_state_reset(&st, fmts);
     free(fmts);
-    (void)cfg;
 }
 
 /* ================================================================ fp8train checkpoint */
@@ -774,7 +773,7 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
             fp8t_errorf(err, errlen, "out of memory");
             goto done;
         }
-        default_state(w->fp8_state, c, w->fp8_n, w->fp8_len);
+        default_state(w->fp8_state, w->fp8_n, w->fp8_len);
         fp8t_recipe_state st;
         fp8t_recipe_state_view(&st, w->fp8_state, w->fp8_n, w->fp8_len);
         for (int l = 0; l < n_lin; l++) {
@@ -878,7 +877,7 @@ int fp8t_weights_save_checkpoint(const fp8t_weights *w, const char *dir, uint64_
         ck.fp8_n = n_fp8;
         ck.fp8_len = pol.history_len;
         fresh = malloc(fp8t_recipe_state_floats(ck.fp8_n, ck.fp8_len) * sizeof(float));
-        if (fresh) default_state(fresh, &w->model, ck.fp8_n, ck.fp8_len);
+        if (fresh) default_state(fresh, ck.fp8_n, ck.fp8_len);
         ck.fp8_state = fresh;
     }
     int rc;
