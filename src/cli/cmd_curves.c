@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli_args.h"
 #include "fp8train/compare.h"
 
 #define MAX_RUNS 6
@@ -16,17 +17,6 @@ static void usage(FILE *f) {
                "side by side: N sampled steps (default 12), an ASCII plot (default 64x16), and\n"
                "each run's final loss (mean over the last 10%% of its steps) and its gap to\n"
                "RUN_A. Exit status: 0, or 2 on bad input.\n", MAX_RUNS);
-}
-
-static int parse_pos(const char *opt, const char *v, int lo, int hi, int *out) {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "fp8train curves: %s needs an integer in %d..%d\n", opt, lo, hi);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
 }
 
 /* Loss of run r at `step` (NaN when it has no finite loss there). */
@@ -113,13 +103,13 @@ int fp8t_cmd_curves(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--rows")) {
-            if (parse_pos(a, v, 2, 1000, &rows)) return 2;
+            if (cli_int("curves", a, v, 2, 1000, &rows)) return 2;
             i++;
         } else if (!strcmp(a, "--width")) {
-            if (parse_pos(a, v, 16, 400, &width)) return 2;
+            if (cli_int("curves", a, v, 16, 400, &width)) return 2;
             i++;
         } else if (!strcmp(a, "--height")) {
-            if (parse_pos(a, v, 4, 200, &height)) return 2;
+            if (cli_int("curves", a, v, 4, 200, &height)) return 2;
             i++;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "fp8train curves: unknown option '%s' (expected --rows, --width, "

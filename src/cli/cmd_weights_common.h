@@ -1,20 +1,14 @@
-/* Helpers shared by the weight-handling subcommands (eval, generate, export, import): option
- * values, the defaults a checkpoint's run config suggests, FP8 calibration of weights. */
+/* Helpers shared by the weight-handling subcommands (eval, generate, export, import): the
+ * defaults a checkpoint's run config suggests, FP8 calibration of weights. */
 #ifndef FP8TRAIN_CMD_WEIGHTS_COMMON_H
 #define FP8TRAIN_CMD_WEIGHTS_COMMON_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cli/cli_args.h" /* cli_int, cli_u64, cli_float, cli_value */
 #include "fp8train/eval.h"
 #include "fp8train/export.h"
-
-/* Parse an option's value; on failure print "fp8train CMD: OPT needs ..." and return -1. */
-int cli_int(const char *cmd, const char *opt, const char *v, long lo, long hi, int *out);
-int cli_u64(const char *cmd, const char *opt, const char *v, uint64_t *out);
-int cli_float(const char *cmd, const char *opt, const char *v, double lo, double hi, float *out);
-/* The value after option argv[*i] (advancing *i), or NULL with a message when it is missing. */
-const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
 /* What the run that wrote a checkpoint used (its config in state.json), or general defaults
  * for other weights: data "synthetic", batch 8, seq_len min(model's, 256), 10 validation
