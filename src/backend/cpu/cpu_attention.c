@@ -25,8 +25,11 @@
  * enough for OpenBLAS to run near its peak. */
 enum { ATT_QB = 64 };
 
-/* cos/sin tables [T, HS/2] of the RoPE angles, computed in double; NULL when RoPE is off. */
-static float *rope_tables(int T, int HS, float theta) {
+/* cos/sin table [T][cos half | sin half] of the RoPE angles, computed in double; NULL when
+ * RoPE is off. Every layer's forward and backward of every step asks for the same table, so
+ * it is kept in the backend per (HS, theta) and only recomputed for a longer T (a row depends
+ * on t only, so a table for a longer T serves shorter ones). */
+static const float *rope_tables(fp8t_backend *b, int T, int HS, float theta) {
     if (theta <= 0.0f) return NULL;
     if (HS % 2) {
         fprintf(stderr,
@@ -35,7 +38,10 @@ static float *rope_tables(int T, int HS, float theta) {
                 HS, __FILE__, __LINE__);
         exit(1);
     }
+    cpu_state *s = cpu_of(b);
+    if (s->rope && s->rope_T >= T && s->rope_HS == HS && s->rope_theta == theta) return s->rope;
     int half = HS / 2;
+    free(s->rope);
     float *tab = CPU_ZALLOC((size_t)T * HS * sizeof(float)); /* [T][cos half | sin half] */
     for (int t = 0; t < T; t++)
         for (int i = 0; i < half; i++) {
@@ -44,36 +50,35 @@ static float *rope_tables(int T, int HS, float theta) {
             tab[(size_t)t * HS + i] = (float)cos(ang);
             tab[(size_t)t * HS + half + i] = (float)sin(ang);
         }
+    s->rope = tab, s->rope_T = T, s->rope_HS = HS, s->rope_theta = theta;
     return tab;
 }
 
-/* dst[HS] = rope(src[HS]) * mul at position t (tab NULL: no rotation) */
-static inline void rope_apply(float *dst, const float *src, const float *tab, int t, int HS,
-                              float mul) {
+/* dst[HS] = rope(src[HS]) at position t (tab NULL: no rotation) */
+static inline void rope_apply(float *dst, const float *src, const float *tab, int t, int HS) {
     if (!tab) {
-        for (int i = 0; i < HS; i++) dst[i] = src[i] * mul;
+        memcpy(dst, src, (size_t)HS * sizeof(float));
         return;
     }
     int half = HS / 2;
     const float *c = tab + (size_t)t * HS, *s = c + half;
     for (int i = 0; i < half; i++) {
         float x1 = src[i], x2 = src[i + half];
-        dst[i] = (x1 * c[i] - x2 * s[i]) * mul;
-        dst[i + half] = (x2 * c[i] + x1 * s[i]) * mul;
+        dst[i] = x1 * c[i] - x2 * s[i];
+        dst[i + half] = x2 * c[i] + x1 * s[i];
     }
 }
 
-/* dst[HS] = rope⁻¹ applied to a gradient: the transpose of the rotation, times mul */
-static inline void rope_grad(float *dst, const float *g, const float *tab, int t, int HS,
-                             float mul) {
+/* dst[HS] = rope⁻¹ applied to a gradient: the transpose of the rotation */
+static inline void rope_grad(float *dst, const float *g, const float *tab, int t, int HS) {
     if (!tab) {
-        for (int i = 0; i < HS; i++) dst[i] = g[i] * mul;
+        memcpy(dst, g, (size_t)HS * sizeof(float));
         return;
     }
     int half = HS / 2;
     const float *c = tab + (size_t)t * HS, *s = c + half;
     for (int i = 0; i < half; i++) {
-        float g1 = g[i] * mul, g2 = g[i + half] * mul;
+        float g1 = g[i], g2 = g[i + half];
         dst[i] = g1 * c[i] + g2 * s[i];
         dst[i + half] = g2 * c[i] - g1 * s[i];
     }
@@ -129,8 +134,8 @@ static void split_heads(float *Q, float *K, float *V, const float *qkv, int B, i
         const float *tok = qkv + (size_t)bt * C3;
         for (int h = 0; h < NH; h++) {
             size_t dst = (((size_t)bi * NH + h) * T + t) * HS;
-            rope_apply(Q + dst, tok + h * HS, tab, t, HS, 1.0f);
-            rope_apply(K + dst, tok + C + h * HS, tab, t, HS, 1.0f);
+            rope_apply(Q + dst, tok + h * HS, tab, t, HS);
+            rope_apply(K + dst, tok + C + h * HS, tab, t, HS);
             memcpy(V + dst, tok + 2 * C + h * HS, (size_t)HS * sizeof(float));
         }
     }
@@ -141,7 +146,7 @@ void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, const float 
     const int C = NH * HS;
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t nhead = (size_t)B * T * C; /* floats of one head-major copy */
-    float *tab = rope_tables(T, HS, rope_theta);
+    const float *tab = rope_tables(b, T, HS, rope_theta);
     /* head-major Q, K, V [B][NH][T][HS] */
     float *Qall = cpu_scratch(b, CPU_SCRATCH_ATTN, 3 * nhead * sizeof(float));
     float *Kall = Qall + nhead, *Vall = Kall + nhead;
@@ -176,7 +181,6 @@ void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, const float 
         }
         free(S);
     }
-    free(tab);
 }
 
 void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, const float *qkv,
@@ -185,7 +189,7 @@ void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, con
     const int C = NH * HS, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t nhead = (size_t)B * T * C;
-    float *tab = rope_tables(T, HS, rope_theta);
+    const float *tab = rope_tables(b, T, HS, rope_theta);
     /* head-major Q, K, V, dO [B][NH][T][HS] and D [B][NH][T] */
     size_t scratch_floats = 4 * nhead + (size_t)B * NH * T;
     float *Qall = cpu_scratch(b, CPU_SCRATCH_ATTN, scratch_floats * sizeof(float));
@@ -242,8 +246,8 @@ void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, con
             /* back through the rotation (its transpose) into dq and dk; dv as is */
             for (int t = 0; t < T; t++) {
                 float *dtok = dqkv + ((size_t)bi * T + t) * C3 + (size_t)h * HS;
-                rope_grad(dtok, dQ + (size_t)t * HS, tab, t, HS, 1.0f);
-                rope_grad(dtok + C, dK + (size_t)t * HS, tab, t, HS, 1.0f);
+                rope_grad(dtok, dQ + (size_t)t * HS, tab, t, HS);
+                rope_grad(dtok + C, dK + (size_t)t * HS, tab, t, HS);
                 memcpy(dtok + 2 * C, dV + (size_t)t * HS, (size_t)HS * sizeof(float));
             }
         }
@@ -253,5 +257,4 @@ void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, con
         free(P);
         free(dS);
     }
-    free(tab);
 }

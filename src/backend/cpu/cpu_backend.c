@@ -71,6 +71,7 @@ static void cpu_destroy(fp8t_backend *b) {
     cpu_state *s = cpu_of(b);
     if (s) {
         for (int i = 0; i < CPU_SCRATCH_COUNT; i++) free(s->scratch[i]);
+        free(s->rope);
         free(s);
     }
     free(b);

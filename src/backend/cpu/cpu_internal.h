@@ -29,6 +29,10 @@ enum {
 typedef struct {
     void *scratch[CPU_SCRATCH_COUNT];
     size_t scratch_bytes[CPU_SCRATCH_COUNT];
+    /* RoPE cos/sin cache of attention (cpu_attention.c): [rope_T][cos half | sin half] */
+    float *rope;
+    int rope_T, rope_HS;
+    float rope_theta;
 } cpu_state;
 
 static inline cpu_state *cpu_of(fp8t_backend *b) { return (cpu_state *)b->impl; }
