@@ -49,6 +49,8 @@ int fp8t_st_open(fp8t_st_file **out, const char *path, char *err, size_t errlen)
 void fp8t_st_close(fp8t_st_file *f);
 int fp8t_st_count(const fp8t_st_file *f);
 const fp8t_st_tensor *fp8t_st_get(const fp8t_st_file *f, int i);
+/* by name (binary search; names are unique). The tensors are one array in header order: the
+ * result minus fp8t_st_get(f, 0) is its index. */
 const fp8t_st_tensor *fp8t_st_find(const fp8t_st_file *f, const char *name);
 const void *fp8t_st_data(const fp8t_st_file *f, const fp8t_st_tensor *t);
 /* __metadata__ value for key, or NULL. */

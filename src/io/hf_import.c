@@ -254,16 +254,13 @@ typedef struct {
 
 static int tensors_find_exact(tensor_set *s, const char *name, found_tensor *out) {
     for (int f = 0; f < s->n_files; f++) {
-        int cnt = fp8t_st_count(s->files[f]);
-        for (int i = 0; i < cnt; i++) {
-            const fp8t_st_tensor *t = fp8t_st_get(s->files[f], i);
-            if (strcmp(t->name, name) == 0) {
-                s->used[f][i] = 1;
-                out->file = s->files[f];
-                out->t = t;
-                snprintf(out->name, sizeof(out->name), "%s", name);
-                return 1;
-            }
+        const fp8t_st_tensor *t = fp8t_st_find(s->files[f], name);
+        if (t) {
+            s->used[f][t - fp8t_st_get(s->files[f], 0)] = 1; /* its header index */
+            out->file = s->files[f];
+            out->t = t;
+            snprintf(out->name, sizeof(out->name), "%s", name);
+            return 1;
         }
     }
     return 0;
