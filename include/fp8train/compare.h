@@ -81,6 +81,9 @@ void fp8t_run_free(fp8t_run *run);
 const fp8t_metric_row *fp8t_run_metric_at(const fp8t_run *run, int step);
 
 /* ---- detectors over series (fp8t_spike_check is in debug.h) ---- */
+/* Median of v[0..n-1], n > 0; sorts v in place. */
+double fp8t_median_inplace(double *v, int n);
+
 /* Robust spread of x[0..n-1] ignoring non-finite values: returns sigma = 1.4826 * MAD, or
  * when MAD is 0 the mean absolute deviation * 1.2533, or when that is 0 too a floor of
  * 1e-6 * |median| (at least 1e-12) so a constant history still judges a jump. *median gets the

@@ -113,11 +113,6 @@ static int losses_of(double *out, const char *run_dir, int lo, int hi, char *err
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int fp8t_bisect_gap(double *gap, const char *run_dir, const char *base_dir, int last_step,
                     int tail_steps, char *err, size_t errlen) {
     if (tail_steps < 1) tail_steps = 1;
@@ -142,9 +137,7 @@ int fp8t_bisect_gap(double *gap, const char *run_dir, const char *base_dir, int 
         /* a run that stopped (NaN) before the end, or went non-finite, is infinitely off */
         run[i] = isfinite(run[i]) ? (run[i] - base[i]) / fabs(base[i]) : INFINITY;
     }
-    qsort(run, (size_t)tail_steps, sizeof(double), cmp_double);
-    *gap = tail_steps % 2 ? run[tail_steps / 2]
-                          : 0.5 * (run[tail_steps / 2 - 1] + run[tail_steps / 2]);
+    *gap = fp8t_median_inplace(run, tail_steps);
     free(run);
     return 0;
 }

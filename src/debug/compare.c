@@ -32,11 +32,6 @@ void compare_add_note(fp8t_compare_result *r, const char *fmt, const char *a, co
     snprintf(r->notes[r->n_notes++], sizeof(r->notes[0]), fmt, a, b);
 }
 
-static int cmp_double(const void *pa, const void *pb) {
-    double a = *(const double *)pa, b = *(const double *)pb;
-    return (a > b) - (a < b);
-}
-
 /* ---- loss alignment and gap statistics ---- */
 
 static int align_losses(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b) {
@@ -107,12 +102,7 @@ static void gap_stats(fp8t_compare_result *r) {
     int m = 0;
     for (int i = 0; i < k; i++)
         if (isfinite(r->gap[i])) tmp[m++] = fabs(r->gap[i]);
-    if (m) {
-        qsort(tmp, (size_t)m, sizeof(double), cmp_double);
-        r->early_gap = (m & 1) ? tmp[m / 2] : 0.5 * (tmp[m / 2 - 1] + tmp[m / 2]);
-    } else {
-        r->early_gap = NAN;
-    }
+    r->early_gap = m ? fp8t_median_inplace(tmp, m) : NAN;
     free(tmp);
 
     /* trend: least-squares slope of |gap| against the step, over the second half */

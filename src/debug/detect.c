@@ -15,8 +15,7 @@ static int cmp_double(const void *pa, const void *pb) {
     return (a > b) - (a < b);
 }
 
-/* Median of v[0..n-1] (sorts v). n > 0. */
-static double median_sorted_inplace(double *v, int n) {
+double fp8t_median_inplace(double *v, int n) {
     qsort(v, (size_t)n, sizeof(double), cmp_double);
     return (n & 1) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -31,14 +30,14 @@ double fp8t_robust_sigma(const double *x, int n, double *median) {
         if (median) *median = NAN;
         return NAN;
     }
-    double med = median_sorted_inplace(v, m);
+    double med = fp8t_median_inplace(v, m);
     double mean_ad = 0;
     for (int i = 0; i < m; i++) {
         v[i] = fabs(v[i] - med);
         mean_ad += v[i];
     }
     mean_ad /= m;
-    double mad = median_sorted_inplace(v, m);
+    double mad = fp8t_median_inplace(v, m);
     free(v);
     if (median) *median = med;
     /* 1.4826 MAD estimates sigma of a normal; when more than half the samples equal the
@@ -137,7 +136,7 @@ int fp8t_drift_detect(double *smoothed, const double *base, const double *test, 
         int m = 0;
         for (int j = i - window + 1 < 0 ? 0 : i - window + 1; j <= i; j++)
             if (isfinite(g[j])) w[m++] = g[j];
-        double s = m ? median_sorted_inplace(w, m) : prev;
+        double s = m ? fp8t_median_inplace(w, m) : prev;
         prev = s;
         if (smoothed) smoothed[i] = s;
         if (first < 0 && fabs(s) > threshold) first = i;
@@ -155,7 +154,7 @@ double fp8t_drift_gap(const double *base, const double *test, int n, int window)
         double g = rel_gap(base[i], test[i]);
         if (isfinite(g)) w[cnt++] = g;
     }
-    double s = cnt ? median_sorted_inplace(w, cnt) : 0.0;
+    double s = cnt ? fp8t_median_inplace(w, cnt) : 0.0;
     free(w);
     return s;
 }
