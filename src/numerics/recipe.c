@@ -3,10 +3,11 @@
  * docs/numerics.md; the tests in tests/test_recipe.c spell out expected values by hand. */
 #include "fp8train/recipe.h"
 
-#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "numerics/scaling_hd.h" /* the formulas, shared with the CUDA kernels */
 
 /* ---- recipe state ---- */
 
@@ -37,77 +38,27 @@ void fp8t_recipe_state_reset(fp8t_recipe_state *st, const fp8_format *fmts) {
 /* ---- scalar formulas ---- */
 
 float fp8t_delayed_scale(float amax, float prev_scale, float fmt_max, int margin) {
-    /* amax 0, negative, Inf or NaN says nothing about the data's range: keep the old scale. */
-    if (!(amax > 0.0f) || isinf(amax)) return prev_scale;
-    float scale = (fmt_max / amax) / ldexpf(1.0f, margin);
-    /* A subnormal amax makes fmt_max/amax overflow; the largest finite scale is the best we
-     * can do (the tensor is ~0 anyway). */
-    if (isinf(scale)) scale = FLT_MAX;
-    return scale;
-}
-
-/* Largest power of two <= v for finite v > 0 (normal or subnormal). */
-static float pow2_floor(float v) {
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    if (u >= 0x00800000u) {
-        u &= 0xFF800000u; /* normal: drop the mantissa */
-    } else {
-        uint32_t top = 1; /* subnormal: keep only the highest set bit */
-        while ((u >> 1) >= top) top <<= 1;
-        u = top;
-    }
-    float r;
-    memcpy(&r, &u, sizeof r);
-    return r;
+    return fp8t_delayed_scale_of(amax, prev_scale, fmt_max, margin);
 }
 
 float fp8t_current_scale(float amax, float fmt_max, float epsilon, int pow2) {
-    if (isnan(amax)) return 1.0f; /* checked first: max(NaN, eps) would hide the NaN */
-    if (amax < epsilon) amax = epsilon;
-    if (!(amax > 0.0f) || isinf(amax)) return 1.0f;
-    float scale = fmt_max / amax;
-    if (isinf(scale)) scale = FLT_MAX;
-    if (pow2 && scale > 0.0f) scale = pow2_floor(scale);
-    return scale;
+    return fp8t_current_scale_of(amax, fmt_max, epsilon, pow2);
 }
 
 /* ---- delayed scaling over the whole state ---- */
 
-/* max that lets a NaN through (fmaxf would drop it and hide a broken step) */
-static float max_nan_wins(float a, float b) {
-    if (isnan(a) || isnan(b)) return NAN;
-    return a > b ? a : b;
-}
-
 void fp8t_recipe_record_amax(fp8t_recipe_state *st, int t, float amax) {
-    st->history[t] = max_nan_wins(st->history[t], amax);
+    st->history[t] = fp8t_max_nan_wins(st->history[t], amax);
 }
 
 float fp8t_recipe_history_max(const fp8t_recipe_state *st, int t) {
-    float m = 0.0f;
-    for (int i = 0; i < st->len; i++) m = max_nan_wins(m, st->history[(size_t)i * st->n + t]);
-    return m;
+    return fp8t_history_max(st->history, st->n, st->len, t);
 }
 
 void fp8t_delayed_update(fp8t_recipe_state *st, fp8t_amax_algo algo, int margin) {
-    const int n = st->n, len = st->len;
-    for (int t = 0; t < n; t++) {
-        const float amax =
-            algo == FP8T_AMAX_MOST_RECENT ? st->history[t] : fp8t_recipe_history_max(st, t);
-        st->scale[t] = fp8t_delayed_scale(amax, st->scale[t], st->fmt_max[t], margin);
-        st->scale_inv[t] = 1.0f / st->scale[t];
-    }
-    /* roll: new[i] = old[i+1], new[len-1] = old[0], new[0] = 0 (rows of n floats) */
-    if (len > 1) {
-        float *h = st->history;
-        for (int t = 0; t < n; t++) {
-            const float first = h[t];
-            for (int i = 0; i + 1 < len; i++) h[(size_t)i * n + t] = h[(size_t)(i + 1) * n + t];
-            h[(size_t)(len - 1) * n + t] = first;
-        }
-    }
-    for (int t = 0; t < n; t++) st->history[t] = 0.0f;
+    for (int t = 0; t < st->n; t++)
+        fp8t_delayed_update_tensor(st->history, st->scale, st->scale_inv, st->fmt_max, st->n,
+                                   st->len, t, (int)algo, margin);
 }
 
 /* ---- block scaling ---- */
@@ -135,7 +86,7 @@ void fp8t_block_quantize(uint8_t *codes, float *scales, const float *x, int rows
         float amax = 0.0f;
         for (int r = r0; r < r1; r++) {
             const float a = fp8_amax(x + (size_t)r * cols + c0, (size_t)w);
-            amax = max_nan_wins(amax, a);
+            amax = fp8t_max_nan_wins(amax, a);
         }
         const float scale = fp8t_current_scale(amax, fmt_max, 0.0f, 0);
         scales[b] = scale;
@@ -166,21 +117,6 @@ void fp8t_block_dequantize(float *out, const uint8_t *codes, const float *scales
 
 #define MX_BLOCK 32
 
-/* Biased E8M0 exponent of the smallest power of two 2^e with amax / 2^e <= 448, i.e.
- * e = ceil(log2(amax / 448)), found exactly (448 * 2^e is exact in double) rather than through
- * a rounded log2. Clamped to the E8M0 range [2^-127, 2^127]; 0xFF (NaN) for Inf/NaN amax. */
-static uint8_t mx_scale_exponent(float amax) {
-    if (!isfinite(amax)) return 0xFF;
-    if (amax == 0.0f) return 127;
-    int e;
-    (void)frexp((double)amax / 448.0, &e); /* amax/448 in [2^(e-1), 2^e), up to rounding */
-    e -= 2;
-    while (448.0 * ldexp(1.0, e) < (double)amax) e++; /* at most a few steps */
-    if (e < -127) e = -127;
-    if (e > 127) e = 127;
-    return (uint8_t)(e + 127);
-}
-
 void fp8t_mxfp8_quantize(uint8_t *codes, uint8_t *e8m0, const float *x, int rows, int cols) {
     if (!block_args_ok(__func__, rows, cols, 1, MX_BLOCK)) return;
     const int nb = ceil_div(cols, MX_BLOCK);
@@ -190,7 +126,7 @@ void fp8t_mxfp8_quantize(uint8_t *codes, uint8_t *e8m0, const float *x, int rows
             const int c0 = b * MX_BLOCK;
             const int w = (c0 + MX_BLOCK < cols ? c0 + MX_BLOCK : cols) - c0;
             const size_t off = (size_t)r * cols + c0;
-            const uint8_t eb = mx_scale_exponent(fp8_amax(x + off, (size_t)w));
+            const uint8_t eb = fp8t_mx_scale_exponent(fp8_amax(x + off, (size_t)w));
             e8m0[(size_t)r * nb + b] = eb;
             if (eb == 0xFF) { /* non-finite block: every element NaN, as the MX spec says */
                 memset(codes + off, 0x7F, (size_t)w);

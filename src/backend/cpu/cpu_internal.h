@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "fp8train/backend.h"
+#include "numerics/scaling_hd.h" /* fp8t_amax_merge */
 
 /* Scratch buffers owned by the backend; each grows as needed and is reused across calls
  * (ops run one at a time on the backend's single "stream"). */
@@ -42,13 +43,6 @@ void *cpu_alloc_or_die(size_t bytes, const char *file, int line);
 #define CPU_ZALLOC(bytes) cpu_alloc_or_die((bytes), __FILE__, __LINE__)
 /* A scratch buffer of at least `bytes` (contents undefined). */
 void *cpu_scratch(fp8t_backend *b, int slot, size_t bytes);
-
-/* NaN-propagating max of absolute values: any NaN makes the result NaN. */
-static inline float cpu_amax_merge(float acc, float v) {
-    if (acc != acc || v != v) return acc != acc ? acc : v;
-    float a = v < 0 ? -v : v;
-    return a > acc ? a : acc;
-}
 
 /* exp(x) for float, within 2 ulp of the exact value over the whole range (overflow to Inf,
  * gradual underflow to 0, NaN in gives NaN out), written without calls or branches so a

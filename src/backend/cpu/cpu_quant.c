@@ -10,7 +10,7 @@
 
 void cpu_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n) {
     (void)b;
-    *amax_out = cpu_amax_merge(*amax_out, fp8_amax(x, n)); /* NaN if any element is NaN */
+    *amax_out = fp8t_amax_merge(*amax_out, fp8_amax(x, n)); /* NaN if any element is NaN */
 }
 
 /* Cast (+ amax) in one vectorized pass by the numerics library, then the transpose of the
@@ -23,7 +23,7 @@ void cpu_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax
     size_t n = (size_t)rows * cols;
     uint8_t *rm = codes ? codes : cpu_scratch(b, CPU_SCRATCH_CODES, n); /* [rows, cols] */
     float amax = fp8_quantize_amax(rm, x, n, *scale, fmt, 1);
-    if (amax_out) *amax_out = cpu_amax_merge(*amax_out, amax);
+    if (amax_out) *amax_out = fp8t_amax_merge(*amax_out, amax);
     if (!codes_t) return;
     const int row_tiles = (rows + QTILE - 1) / QTILE;
 #pragma omp parallel for schedule(static) if (n > 65536)
