@@ -240,6 +240,18 @@ static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro, float b
     if (!t->cfg.quiet) fprintf(stderr, "fp8train: %s\n", advice);
 }
 
+/* ---------------------------------------------------------------- metrics rows */
+
+/* A metrics row of this step with nothing measured yet (NaN: not evaluated), in the precision
+ * the model runs now. */
+static step_record new_record(const trainer *t, int step, float lr, float grad_norm) {
+    return (step_record){.step = step, .loss = NAN, .lr = lr, .grad_norm = grad_norm,
+                         .tokens_per_s = NAN, .val_loss = NAN, .shadow_loss = NAN,
+                         .shadow_gap = NAN, .drift_gap = NAN, .fallback = t->in_bf16,
+                         .precision = fp8t_precision_name(
+                             fp8t_model_get_policy(t->model)->default_precision)};
+}
+
 /* ---------------------------------------------------------------- progress */
 
 static void format_duration(char *buf, size_t len, double s) {
@@ -497,13 +509,9 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         if (t->cfg.detect_nan && (bad_micro >= 0 || !isfinite(norm))) {
             if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
             nan_stop(t, step, pos0, bad_micro, NAN);
-            step_record r = {.step = step, .loss = NAN, .nonfinite = 1, .lr = lr,
-                             .grad_norm = norm, .tokens_per_s = NAN,
-                             .elapsed_s = trainer_now() - t->t0, .val_loss = NAN,
-                             .shadow_loss = NAN, .shadow_gap = NAN, .drift_gap = NAN,
-                             .fallback = t->in_bf16,
-                             .precision = fp8t_precision_name(
-                                 fp8t_model_get_policy(t->model)->default_precision)};
+            step_record r = new_record(t, step, lr, norm);
+            r.nonfinite = 1;
+            r.elapsed_s = trainer_now() - t->t0;
             runlog_metrics(t, &r);
             res->reason = FP8T_STOP_NAN;
             res->last_step = step - 1;
@@ -519,12 +527,11 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         t->train_seconds += step_s;
         t->tokens_done += tokens_per_step;
 
-        step_record r = {.step = step, .loss = loss, .nonfinite = !isfinite(loss), .lr = lr,
-                         .grad_norm = norm, .tokens_per_s = tokens_per_step / step_s,
-                         .val_loss = NAN, .shadow_loss = shadow_loss, .shadow_gap = NAN,
-                         .drift_gap = NAN, .fallback = t->in_bf16,
-                         .precision = fp8t_precision_name(
-                             fp8t_model_get_policy(t->model)->default_precision)};
+        step_record r = new_record(t, step, lr, norm);
+        r.loss = loss;
+        r.nonfinite = !isfinite(loss);
+        r.tokens_per_s = tokens_per_step / step_s;
+        r.shadow_loss = shadow_loss;
         if (t->val && (step % t->cfg.val_every == 0 || step == t->cfg.steps)) {
             r.val_loss = validate(t);
             t->last_val = r.val_loss;
