@@ -1,6 +1,7 @@
 /* Detectors over metric series: robust z-score spikes, spike recovery, drift against a
  * baseline. Robust statistics (median, MAD) so one spike does not hide the next one. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,13 +16,26 @@ static int cmp_double(const void *pa, const void *pb) {
     return (a > b) - (a < b);
 }
 
+/* The detectors' scratch is a window of doubles; running out of memory there is not
+ * recoverable in any useful way, so say where and stop (as the CPU backend does). */
+#define DETECT_ALLOC(count) detect_alloc((size_t)(count), __FILE__, __LINE__)
+static double *detect_alloc(size_t count, const char *file, int line) {
+    double *p = malloc(sizeof(double) * (count ? count : 1));
+    if (!p) {
+        fprintf(stderr, "fp8train: out of memory allocating %zu doubles (%s:%d)\n", count, file,
+                line);
+        exit(1);
+    }
+    return p;
+}
+
 double fp8t_median_inplace(double *v, int n) {
     qsort(v, (size_t)n, sizeof(double), cmp_double);
     return (n & 1) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 double fp8t_robust_sigma(const double *x, int n, double *median) {
-    double *v = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); /* [n] finite samples */
+    double *v = DETECT_ALLOC(n > 0 ? n : 1); /* [n] finite samples */
     int m = 0;
     for (int i = 0; i < n; i++)
         if (isfinite(x[i])) v[m++] = x[i];
@@ -124,8 +138,8 @@ static double rel_gap(double base, double test) {
 int fp8t_drift_detect(double *smoothed, const double *base, const double *test, int n,
                       int window, double threshold) {
     if (window < 1) window = 1;
-    double *g = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));      /* [n] relative gaps */
-    double *w = malloc(sizeof(double) * (size_t)window);               /* [window] scratch */
+    double *g = DETECT_ALLOC(n > 0 ? n : 1); /* [n] relative gaps */
+    double *w = DETECT_ALLOC(window);        /* [window] scratch */
     for (int i = 0; i < n; i++) g[i] = rel_gap(base[i], test[i]);
     int first = -1;
     double prev = 0;
@@ -148,7 +162,7 @@ int fp8t_drift_detect(double *smoothed, const double *base, const double *test, 
 
 double fp8t_drift_gap(const double *base, const double *test, int n, int window) {
     if (window < 1) window = 1;
-    double *w = malloc(sizeof(double) * (size_t)window); /* [window] */
+    double *w = DETECT_ALLOC(window); /* [window] */
     int cnt = 0;
     for (int i = n - 1; i >= 0 && cnt < window; i--) {
         double g = rel_gap(base[i], test[i]);
