@@ -185,7 +185,7 @@ static int rollback(trainer *t, int *step, char *err, size_t errlen) {
 /* The step's loss or gradients went non-finite before the optimizer update, so the weights
  * are still those the step started from: re-run its micro-batches with the NaN tracker in the
  * hook to name the first GEMM tensor that went non-finite. */
-static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro, float bad_loss) {
+static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro) {
     char where[256] = "";
     t->track_nan = 1;
     int inspect = t->hook_inspect;
@@ -235,7 +235,6 @@ static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro, float b
     runlog_event(t, step, "nan", msg, json ? json : "");
     free(json);
     cJSON_Delete(o);
-    (void)bad_loss;
     /* the event above is the error; the advice is in events.jsonl, and on stderr unless quiet */
     if (!t->cfg.quiet) fprintf(stderr, "fp8train: %s\n", advice);
 }
@@ -508,7 +507,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         float norm = bad_micro < 0 ? fp8t_model_grad_norm(t->model) : NAN;
         if (t->cfg.detect_nan && (bad_micro >= 0 || !isfinite(norm))) {
             if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
-            nan_stop(t, step, pos0, bad_micro, NAN);
+            nan_stop(t, step, pos0, bad_micro);
             step_record r = new_record(t, step, lr, norm);
             r.nonfinite = 1;
             r.elapsed_s = trainer_now() - t->t0;
