@@ -39,7 +39,8 @@ int fp8t_model_preset(fp8t_model_config *cfg, const char *name);
 const char *fp8t_model_preset_names(void); /* "tiny, tiny-llama, ..." for help texts */
 /* 0 if valid; else -1 and err says which field is wrong and why. */
 int fp8t_model_config_check(const fp8t_model_config *cfg, char *err, size_t errlen);
-const char *fp8t_arch_name(fp8t_arch a);
+const char *fp8t_arch_name(fp8t_arch a); /* "gpt2", "llama" */
+int fp8t_arch_parse(fp8t_arch *out, const char *s); /* fp8t_arch_name back; 0 ok, -1 unknown */
 
 /* ---- parameters: one FP32 buffer carved into named tensors ---- */
 #define FP8T_MAX_PARAM_TENSORS 4096

@@ -46,6 +46,16 @@ const char *fp8t_arch_name(fp8t_arch a) {
     return "unknown";
 }
 
+int fp8t_arch_parse(fp8t_arch *out, const char *s) {
+    const fp8t_arch all[] = {FP8T_ARCH_GPT2, FP8T_ARCH_LLAMA};
+    for (size_t i = 0; s && i < sizeof(all) / sizeof(all[0]); i++)
+        if (strcmp(s, fp8t_arch_name(all[i])) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
+}
+
 const char *fp8t_tensor_kind_name(fp8t_tensor_kind k) {
     static const char *names[FP8T_T_COUNT] = {"input", "weight", "grad_output",
                                               "output", "dgrad", "wgrad"};

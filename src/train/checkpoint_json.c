@@ -61,9 +61,7 @@ int fp8t_model_config_from_json(fp8t_model_config *c, const char *json, char *er
         snprintf(err, errlen, "model config: 'arch' is missing (expected \"gpt2\" or \"llama\")");
         goto done;
     }
-    if (strcmp(arch->valuestring, "gpt2") == 0) m.arch = FP8T_ARCH_GPT2;
-    else if (strcmp(arch->valuestring, "llama") == 0) m.arch = FP8T_ARCH_LLAMA;
-    else {
+    if (fp8t_arch_parse(&m.arch, arch->valuestring) != 0) {
         snprintf(err, errlen, "model config: arch '%s' is unknown (expected gpt2 or llama)",
                  arch->valuestring);
         goto done;

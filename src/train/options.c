@@ -52,9 +52,7 @@ static int set_preset(fp8t_train_config *c, const char *v, char *err, size_t err
 static void get_preset(const fp8t_train_config *c, char *b, size_t n) { snprintf(b, n, "%s", c->preset); }
 
 static int set_arch(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
-    if (strcmp(v, "gpt2") == 0) c->model.arch = FP8T_ARCH_GPT2;
-    else if (strcmp(v, "llama") == 0) c->model.arch = FP8T_ARCH_LLAMA;
-    else return fail(err, errlen, "arch", v, "gpt2 or llama");
+    if (fp8t_arch_parse(&c->model.arch, v) != 0) return fail(err, errlen, "arch", v, "gpt2 or llama");
     return 0;
 }
 static void get_arch(const fp8t_train_config *c, char *b, size_t n) {
