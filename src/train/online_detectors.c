@@ -136,9 +136,13 @@ double drift_observe(trainer *t, int step, double loss) {
     int i = find_step(d, step);
     if (i < 0 || !isfinite(d->base_loss[i]) || !isfinite(loss)) return NAN;
     if (d->n == d->cap) {
-        d->cap = d->cap ? 2 * d->cap : 256;
-        d->a = realloc(d->a, (size_t)d->cap * sizeof(double));
-        d->b = realloc(d->b, (size_t)d->cap * sizeof(double));
+        int cap = d->cap ? 2 * d->cap : 256;
+        double *a = realloc(d->a, (size_t)cap * sizeof(double));
+        if (a) d->a = a;
+        double *b = a ? realloc(d->b, (size_t)cap * sizeof(double)) : NULL;
+        if (b) d->b = b;
+        if (!a || !b) return NAN; /* out of memory: no drift judgement, the run goes on */
+        d->cap = cap;
     }
     d->a[d->n] = d->base_loss[i];
     d->b[d->n] = loss;
