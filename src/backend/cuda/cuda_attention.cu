@@ -691,7 +691,7 @@ static void check_attention_args(int HS, float rope_theta) {
 }
 
 static int use_tiled(cuda_state *s, int HS) {
-    return !s->attn_simple && (HS == 32 || HS == 64 || HS == 128);
+    return s->attn_mode != ATTN_SIMPLE && (HS == 32 || HS == 64 || HS == 128);
 }
 
 static unsigned prep_blocks(cuda_state *s, size_t n) {
@@ -714,6 +714,12 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, const float
                                                                   T, NH, HS);
     CUDA_LAUNCH_CHECK(s);
     float scale = 1.0f / sqrtf((float)HS);
+    if (s->attn_mode == ATTN_FLASH &&
+        cuda_attn_flash_fwd(b, out, lse, q, k, v, B, T, NH, HS, scale) == 0)
+        return;
+    if (s->attn_mode == ATTN_GEMM &&
+        cuda_attn_gemm_fwd(b, out, lse, q, k, v, B, T, NH, HS, scale) == 0)
+        return;
     if (use_tiled(s, HS)) {
         if (HS == 32) fwd_tiled<32>(s, out, lse, q, k, v, B, T, NH, scale);
         else if (HS == 64) fwd_tiled<64>(s, out, lse, q, k, v, B, T, NH, scale);
@@ -747,7 +753,16 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
                                                                      HS);
     CUDA_LAUNCH_CHECK(s);
     float scale = 1.0f / sqrtf((float)HS);
-    if (use_tiled(s, HS)) {
+    int done = 0;
+    if (s->attn_mode == ATTN_FLASH)
+        done = cuda_attn_flash_bwd(b, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, HS,
+                                   scale) == 0;
+    else if (s->attn_mode == ATTN_GEMM)
+        done = cuda_attn_gemm_bwd(b, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, HS,
+                                  scale) == 0;
+    if (done) {
+        /* the tensor-core core wrote dq, dk, dv; the scatter below is shared */
+    } else if (use_tiled(s, HS)) {
         if (HS == 32) bwd_tiled<32>(s, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, scale);
         else if (HS == 64) bwd_tiled<64>(s, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, scale);
         else bwd_tiled<128>(s, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, scale);

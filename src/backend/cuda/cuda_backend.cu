@@ -272,7 +272,22 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
     s->num_sms = prop.multiProcessorCount;
     s->plain = env_flag("FP8TRAIN_CUDA_PLAIN");
     const char *attn = getenv("FP8TRAIN_CUDA_ATTN");
-    s->attn_simple = s->plain || (attn && strcmp(attn, "simple") == 0);
+    s->attn_mode = ATTN_TILED;
+    if (attn && *attn) {
+        if (!strcmp(attn, "tiled")) s->attn_mode = ATTN_TILED;
+        else if (!strcmp(attn, "simple")) s->attn_mode = ATTN_SIMPLE;
+        else if (!strcmp(attn, "flash")) s->attn_mode = ATTN_FLASH;
+        else if (!strcmp(attn, "gemm")) s->attn_mode = ATTN_GEMM;
+        else {
+            snprintf(err, errlen,
+                     "FP8TRAIN_CUDA_ATTN=%s is not an attention implementation; use one of "
+                     "flash, gemm, tiled, simple (or unset it)", attn);
+            free(s);
+            free(b);
+            return NULL;
+        }
+    }
+    if (s->plain) s->attn_mode = ATTN_SIMPLE;
     s->sync_each_op = env_flag("FP8TRAIN_CUDA_SYNC");
     s->no_lt_fp8 = env_flag("FP8TRAIN_CUDA_NO_LT_FP8");
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));

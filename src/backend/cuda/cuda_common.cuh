@@ -9,7 +9,11 @@
  *   FP8TRAIN_CUDA_PLAIN=1  every fused or cached path falls back to its plain version: the
  *                          simple attention kernels, separate amax/cast/transpose kernels for
  *                          quantize, no cuBLASLt algorithm cache, no RoPE table cache.
- *   FP8TRAIN_CUDA_ATTN=simple|tiled   the attention kernels alone (default tiled).
+ *   FP8TRAIN_CUDA_ATTN=simple|tiled|flash|gemm   the attention kernels alone: simple and
+ *                          tiled are FP32 (exact up to summation order); flash (BF16 tensor-core
+ *                          flash attention) and gemm (cuBLAS batched BF16 GEMMs over a [T,T]
+ *                          score matrix) round q, k, v, P, dout and dS to BF16 and accumulate
+ *                          in FP32.
  *   FP8TRAIN_CUDA_SYNC=1   synchronize and check for errors after every op (slow; names the
  *                          op that failed instead of a later one).
  *   FP8TRAIN_CUDA_NO_LT_FP8=1  FP8 GEMMs through the decode + FP32 GEMM fallback instead of
@@ -68,6 +72,7 @@ enum {
     SCR_ATTN,       /* attention: rotated q/k/v per head, D = rowsum(dout*out), dq/dk/dv */
     SCR_SORT,       /* embedding backward: sorted tokens/positions + CUB temp storage */
     SCR_QUANT,      /* block / mxfp8 scales */
+    SCR_ATTN2,      /* attention, tensor-core variants: bf16 copies, [T,T] score/prob blocks */
     SCR_COUNT
 };
 
@@ -92,7 +97,7 @@ typedef struct {
     size_t scratch_bytes[SCR_COUNT];
     /* switches */
     int plain;           /* FP8TRAIN_CUDA_PLAIN */
-    int attn_simple;     /* simple attention kernels */
+    int attn_mode;       /* ATTN_* (FP8TRAIN_CUDA_ATTN) */
     int sync_each_op;    /* FP8TRAIN_CUDA_SYNC */
     int no_lt_fp8;       /* FP8TRAIN_CUDA_NO_LT_FP8 */
     /* cuBLASLt algorithm cache (off with plain) */
@@ -108,6 +113,9 @@ typedef struct {
     int warned_lt_reject;          /* cuBLASLt refused a problem its heuristic offered */
     float *fp8_scales;             /* [8] 16-byte aligned copies of FP8 scale_inv pointers */
 } cuda_state;
+
+/* attention implementations (FP8TRAIN_CUDA_ATTN) */
+enum { ATTN_TILED = 0, ATTN_SIMPLE, ATTN_FLASH, ATTN_GEMM };
 
 static inline cuda_state *cuda_of(fp8t_backend *b) { return (cuda_state *)b->impl; }
 
@@ -282,6 +290,25 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, const float
 void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
                              const float *qkv, const float *out, const float *lse, int B,
                              int T, int NH, int HS, float rope_theta);
+/* Tensor-core attention cores. Inputs are the prep kernel's per-head FP32 layouts
+ * q, k, v [B*NH, T, HS] (RoPE already applied); scale = 1/sqrt(HS).
+ *   fwd: out [B, T, NH*HS] (the op's output layout), lse [B*NH, T] (natural log).
+ *   bwd: dq, dk, dv [B*NH, T, HS] overwritten, from dout [B, T, NH*HS], lse and
+ *        Dv [B*NH, T] = rowsum(dout * out) (FP32, computed by the caller).
+ * Each returns 0 when it handled the problem, -1 when the shape is unsupported (nothing
+ * launched; the caller falls back to the FP32 tiled/simple kernels). */
+/* cuda_attention_flash.cu */
+int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, const float *q, const float *k,
+                        const float *v, int B, int T, int NH, int HS, float scale);
+int cuda_attn_flash_bwd(fp8t_backend *b, float *dq, float *dk, float *dv, const float *q,
+                        const float *k, const float *v, const float *dout, const float *lse,
+                        const float *Dv, int B, int T, int NH, int HS, float scale);
+/* cuda_attention_gemm.cu */
+int cuda_attn_gemm_fwd(fp8t_backend *b, float *out, float *lse, const float *q, const float *k,
+                       const float *v, int B, int T, int NH, int HS, float scale);
+int cuda_attn_gemm_bwd(fp8t_backend *b, float *dq, float *dk, float *dv, const float *q,
+                       const float *k, const float *v, const float *dout, const float *lse,
+                       const float *Dv, int B, int T, int NH, int HS, float scale);
 /* cuda_misc.cu */
 void cuda_embedding_forward(fp8t_backend *b, float *out, const int *tokens, const float *wte,
                             const float *wpe, int B, int T, int C);
