@@ -84,9 +84,24 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
     }
     m->have_targets = 0; /* the logits are overwritten by their gradient below */
 
-    /* loss = mean over the valid targets, so each position's gradient is dloss / count */
-    float d = m->n_valid_targets > 0 ? dloss / (float)m->n_valid_targets : 0.0f;
-    ops->softmax_xent(be, a->losses, a->logits, a->logits, m->targets, N, V, d);
+    /* loss = mean over the valid targets, so each position's gradient is dloss / count.
+     * A fused forward already wrote it with xent_dloss in place of dloss: nothing to do when
+     * they agree; otherwise the logits are rebuilt (head GEMM again) for the plain pass, so the
+     * gradient has the plain path's bits; only when that is impossible (the weights or scales
+     * changed in between) is the fused gradient rescaled, which may round differently. */
+    if (m->xent_fused && dloss != m->xent_dloss && model_restore_logits(m) != 0) {
+        ops->scale(be, a->logits, dloss / m->xent_dloss, (size_t)N * V);
+        m->xent_fused = 0;
+    } else if (!m->xent_fused) {
+        float d = m->n_valid_targets > 0 ? dloss / (float)m->n_valid_targets : 0.0f;
+        ops->softmax_xent(be, a->losses, a->logits, a->logits, m->targets, N, V, d);
+    }
+    m->xent_fused = 0;
+    /* the dloss to fold into the next training forward (the trainer's is the same each time) */
+    if (isfinite(dloss) && dloss != 0.0f) {
+        m->xent_dloss = dloss;
+        m->xent_dloss_known = 1;
+    }
     /* tied head: dlnf = dlogits·wte, dwte += dlogitsᵀ·lnf */
     linear_backward(m, m->n_lin - 1, a->dc1, m->g.wte, NULL, a->logits, a->lnf, m->p.wte, N, C,
                     V);

@@ -90,6 +90,16 @@ const float *model_final_residual(const fp8t_model *m) {
     return m->cfg.n_layer > 0 ? m->a.res3 + (size_t)(m->cfg.n_layer - 1) * NC : m->a.encoded;
 }
 
+int model_restore_logits(fp8t_model *m) {
+    if (!m->xent_fused) return 0;
+    if (m->xent_epoch != m->epoch) return -1;
+    const int N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    /* tied head, as in the forward: logits[N, V] = lnf[N, C] · wteᵀ */
+    linear_forward_replay(m, m->n_lin - 1, m->a.logits, m->a.lnf, m->p.wte, NULL, N, C, V);
+    m->xent_fused = 0;
+    return 0;
+}
+
 float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
@@ -98,6 +108,7 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     const size_t NC = (size_t)N * C;
     activations *a = &m->a;
     m->have_targets = 0;
+    m->xent_fused = 0; /* a->logits is about to be rewritten */
     m->last_forward_frozen = m->frozen;
     if (check_inputs(m, tokens, targets) != 0) return NAN;
 
@@ -122,7 +133,21 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     int count = 0;
     for (int i = 0; i < N; i++) count += targets[i] >= 0;
     ops->to_device(be, m->targets, targets, (size_t)N * sizeof(int));
-    ops->softmax_xent(be, a->losses, NULL, a->logits, m->targets, N, V, 0.0f);
+    /* A training forward computes the loss and, in the same pass, the gradient the backward
+     * will want: (softmax - onehot) * dloss / count, in place, with the dloss of the previous
+     * backward (the exact float the plain backward would pass, so the bits are the same).
+     * Not before a first backward (dloss unknown; models that only evaluate keep reading-only
+     * passes), not frozen (no backward may follow), not with a hook (debug runs stay on the
+     * plain path, so a replay of the head GEMM reproduces the logits exactly). */
+    const int fuse = !m->frozen && !m->hook && !m->no_fused_xent && m->xent_dloss_known;
+    if (fuse) {
+        float d = count > 0 ? m->xent_dloss / (float)count : 0.0f;
+        ops->softmax_xent(be, a->losses, a->logits, a->logits, m->targets, N, V, d);
+        m->xent_fused = 1;
+        m->xent_epoch = m->epoch;
+    } else {
+        ops->softmax_xent(be, a->losses, NULL, a->logits, m->targets, N, V, 0.0f);
+    }
     ops->zero(be, m->scalars, sizeof(float));
     ops->sum(be, m->scalars, a->losses, (size_t)N);
     float loss_sum = 0.0f;

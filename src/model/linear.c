@@ -21,7 +21,9 @@
  * of the recipe state's history, so a run can switch to delayed FP8 at any step; a frozen
  * model (fp8t_model_set_frozen) records nothing.
  * The weight is quantized once per optimizer step (delayed and current): its codes are cached
- * until fp8t_model_end_step, and reused by every micro-batch and by the Dgrad.
+ * until fp8t_model_end_step, and reused by every micro-batch and by the Dgrad. dY is quantized
+ * once per backward when its Dgrad and Wgrad share an FP8 precision (reuse_dy_codes; off with
+ * FP8TRAIN_NO_CODE_REUSE=1).
  */
 #include <string.h>
 
@@ -186,12 +188,18 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     }
 }
 
-/* C[M,N] (= or +=) op(A)·op(B) in precision prec. */
+/* C[M,N] (= or +=) op(A)·op(B) in precision prec. A's prepared form is copied to *keep_a
+ * when keep_a is non-NULL; when reuse_a is non-NULL it is used instead of preparing A (the
+ * caller vouches that it is what prepare would make now: same tensor, precision, format and
+ * scale, and scratch codes[0] / codes_t[0] untouched since). */
 static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, float *C, const operand *a,
-                     const operand *b, int M, int N, int K, int transA, int transB, int acc) {
+                     const operand *b, int M, int N, int K, int transA, int transB, int acc,
+                     prepared *keep_a, const prepared *reuse_a) {
     const fp8t_precision prec = m->prec[lin][g];
     prepared pa, pb;
-    prepare(m, lin, a, prec, &pa);
+    if (reuse_a) pa = *reuse_a;
+    else prepare(m, lin, a, prec, &pa);
+    if (keep_a) *keep_a = pa;
     prepare(m, lin, b, prec, &pb);
     fp8t_backend *be = m->be;
     switch (prec) {
@@ -211,20 +219,44 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, float *C, const o
     }
 }
 
-void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
-                    const float *bias, int N, int IN, int OUT) {
+/* replay: linear_forward_replay (no hooks, nothing recorded) */
+static void fprop(fp8t_model *m, int lin, float *Y, float *X, const float *W, const float *bias,
+                  int N, int IN, int OUT, int replay) {
     float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
-    call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN);
-    call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_WEIGHT, Wm, OUT, IN);
+    if (!replay) {
+        call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN);
+        call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_WEIGHT, Wm, OUT, IN);
+    }
     /* frozen (validation, shadow): no amax, and the step's W amax is still to be recorded by
      * its first training forward */
-    const int record = !m->frozen;
+    const int record = !m->frozen && !replay;
     operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0};
     operand b = {Wm, OUT, IN, FP8T_ROLE_W, record && !m->w_amax_done[lin], 128, 128, 1};
-    run_gemm(m, lin, FP8T_GEMM_FPROP, Y, &a, &b, N, OUT, IN, 0, 1, 0);
+    run_gemm(m, lin, FP8T_GEMM_FPROP, Y, &a, &b, N, OUT, IN, 0, 1, 0, NULL, NULL);
     if (record) m->w_amax_done[lin] = 1;
-    call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_OUTPUT, Y, N, OUT);
+    if (!replay) call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_OUTPUT, Y, N, OUT);
     if (bias) m->ops->bias_add(m->be, Y, bias, N, OUT);
+}
+
+void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
+                    const float *bias, int N, int IN, int OUT) {
+    fprop(m, lin, Y, X, W, bias, N, IN, OUT, 0);
+}
+
+void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,
+                           const float *bias, int N, int IN, int OUT) {
+    fprop(m, lin, Y, X, W, bias, N, IN, OUT, 1);
+}
+
+/* The Wgrad may take the Dgrad's FP8 codes of dY instead of quantizing dY a second time: both
+ * GEMMs quantize the same tensor (no hook can change it in between) in the same precision, so
+ * with the same format (dY's role) and the same scale (the state's for delayed; for current,
+ * the one just computed from this dY) the codes are the same bytes. dY is operand A of both
+ * GEMMs (scratch slot 0); the Wgrad's X is operand B (slot 1), so it cannot overwrite them. */
+static int reuse_dy_codes(const fp8t_model *m, int lin) {
+    const fp8t_precision d = m->prec[lin][FP8T_GEMM_DGRAD], w = m->prec[lin][FP8T_GEMM_WGRAD];
+    return !m->no_code_reuse && !m->hook && d == w &&
+           (d == FP8T_PREC_DELAYED || d == FP8T_PREC_CURRENT);
 }
 
 void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
@@ -235,7 +267,10 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, Wm, OUT, IN);
     operand dy_d = {dY, N, OUT, FP8T_ROLE_DY, 1, 1, 128, 0};
     operand w_d = {Wm, OUT, IN, FP8T_ROLE_W, 0, 128, 128, 1};
-    run_gemm(m, lin, FP8T_GEMM_DGRAD, dX, &dy_d, &w_d, N, IN, OUT, 0, 0, 0);
+    const int reuse = reuse_dy_codes(m, lin);
+    prepared dy_q; /* dY's FP8 codes, kept for the Wgrad when reuse */
+    run_gemm(m, lin, FP8T_GEMM_DGRAD, dX, &dy_d, &w_d, N, IN, OUT, 0, 0, 0,
+             reuse ? &dy_q : NULL, NULL);
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_DGRAD, dX, N, IN);
 
     /* Wgrad: dW[OUT,IN] += dYᵀ·X, reduction over the N tokens (block tiles 128x1) */
@@ -246,11 +281,12 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     if (m->hook) {
         /* the hook sees this micro-batch's dW alone, then it is accumulated */
         float *tmp = model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float));
-        run_gemm(m, lin, FP8T_GEMM_WGRAD, tmp, &dy_w, &x_w, OUT, IN, N, 1, 0, 0);
+        run_gemm(m, lin, FP8T_GEMM_WGRAD, tmp, &dy_w, &x_w, OUT, IN, N, 1, 0, 0, NULL, NULL);
         call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, tmp, OUT, IN);
         m->ops->accumulate(m->be, dW, tmp, (size_t)OUT * IN);
     } else {
-        run_gemm(m, lin, FP8T_GEMM_WGRAD, dW, &dy_w, &x_w, OUT, IN, N, 1, 0, 1);
+        run_gemm(m, lin, FP8T_GEMM_WGRAD, dW, &dy_w, &x_w, OUT, IN, N, 1, 0, 1, NULL,
+                 reuse ? &dy_q : NULL);
     }
     if (dbias) m->ops->bias_backward(m->be, dbias, dY, N, OUT);
 }

@@ -20,6 +20,11 @@ void *model_scratch(fp8t_model *m, scratch_buf *s, size_t bytes) {
     return s->p;
 }
 
+int model_env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 fp8_format model_fp8_format(const fp8t_model *m, int role) {
     return (role == FP8T_ROLE_DY && m->policy.hybrid) ? FP8_E5M2 : FP8_E4M3;
 }
@@ -246,6 +251,9 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->w_amax_done = calloc((size_t)m->n_lin, sizeof(int));
     MODEL_CHECK(m->prec && m->wcache && m->w_amax_done, "out of host memory");
     resolve_precisions(m);
+    /* switches back to the plain paths, read once (fused paths are bit-identical to them) */
+    m->no_fused_xent = model_env_flag("FP8TRAIN_NO_FUSED_XENT");
+    m->no_code_reuse = model_env_flag("FP8TRAIN_NO_CODE_REUSE");
     return m;
 }
 
@@ -324,6 +332,7 @@ void fp8t_model_set_policy(fp8t_model *m, const fp8t_policy *policy) {
     m->policy = *policy;
     m->policy.history_len = m->hist_len; /* the state's history length is fixed at create */
     resolve_precisions(m);
+    m->epoch++; /* the head may now run in another precision */
     /* current-scaled weight codes depend on epsilon / pow2 (delayed ones on the weights and
      * the state's W scales only, which no policy change touches: W is always E4M3) */
     if (old.epsilon != m->policy.epsilon || old.pow2_scales != m->policy.pow2_scales)
@@ -350,7 +359,15 @@ float *fp8t_model_params(fp8t_model *m) { return m->params; }
 float *fp8t_model_grads(fp8t_model *m) { return m->grads; }
 float *fp8t_model_adam_m(fp8t_model *m) { return m->adam_m; }
 float *fp8t_model_adam_v(fp8t_model *m) { return m->adam_v; }
-const float *fp8t_model_logits(fp8t_model *m) { return m->a.logits; }
+/* After a fused training forward the buffer holds dlogits: the logits are rebuilt first. */
+const float *fp8t_model_logits(fp8t_model *m) {
+    if (m->xent_fused && model_restore_logits(m) != 0)
+        fprintf(stderr, "fp8t_model_logits: the last forward replaced the logits by their "
+                        "gradient (fused cross-entropy) and the weights, FP8 scales or policy "
+                        "changed since, so they cannot be rebuilt: run the forward again, or "
+                        "set FP8TRAIN_NO_FUSED_XENT=1\n");
+    return m->a.logits;
+}
 const float *fp8t_model_losses(fp8t_model *m) { return m->a.losses; }
 
 void fp8t_model_zero_grad(fp8t_model *m) {
@@ -371,6 +388,7 @@ void fp8t_model_adamw(fp8t_model *m, float lr, float beta1, float beta2, float e
     if (model_refuse_if_frozen(m, "fp8t_model_adamw")) return;
     float grad_scale = 1.0f;
     if (grad_clip > 0.0f && grad_norm > grad_clip) grad_scale = grad_clip / grad_norm;
+    m->epoch++; /* the weights move */
     /* one call per contiguous run of tensors with the same decay flag */
     int i = 0;
     while (i < m->n_tensors) {
@@ -390,6 +408,7 @@ void fp8t_model_end_step(fp8t_model *m) {
     m->ops->delayed_update(m->be, m->fp8_state, m->n_fp8, m->hist_len, m->policy.algo,
                            m->policy.margin);
     model_invalidate_weight_caches(m);
+    m->epoch++; /* new delayed scales, weight codes to be remade */
 }
 
 float *fp8t_model_fp8_state(fp8t_model *m) { return m->fp8_state; }

@@ -150,12 +150,31 @@ struct fp8t_model {
 
     fp8t_tensor_hook hook;
     void *hook_ctx;
+
+    /* Fused softmax + cross-entropy (forward.c, backward.c): a training forward writes the
+     * losses AND dlogits = (softmax - onehot) * xent_dloss / count into a->logits in one pass,
+     * and the backward skips its own pass when its dloss is xent_dloss. xent_dloss is the
+     * dloss of the previous backward (the trainer's 1/accum is the same every micro-batch), so
+     * fusion starts after a model's first backward and the result is bit-identical to the
+     * plain path. */
+    int no_fused_xent;     /* FP8TRAIN_NO_FUSED_XENT=1 at create: always the plain path */
+    int xent_fused;        /* a->logits holds the last forward's dlogits, not its logits */
+    int xent_dloss_known;  /* a backward has run with a finite, nonzero dloss */
+    float xent_dloss;      /* that dloss, folded into the next fused forward */
+    unsigned epoch;        /* bumped by whatever changes the head GEMM's result: adamw,
+                              end_step, set_policy (so a stale replay is never trusted) */
+    unsigned xent_epoch;   /* epoch of the fused forward */
+    /* FP8TRAIN_NO_CODE_REUSE=1 at create: the Wgrad quantizes dY again instead of reusing the
+     * Dgrad's codes (linear.c) */
+    int no_code_reuse;
 };
 
 /* model.c */
 void *model_scratch(fp8t_model *m, scratch_buf *s, size_t bytes);
 fp8_format model_fp8_format(const fp8t_model *m, int role);
 void model_invalidate_weight_caches(fp8t_model *m);
+/* 1 when environment variable name is set to something other than "" or "0" */
+int model_env_flag(const char *name);
 /* 1 (after a message naming fn) when the model is frozen and fn must not run */
 int model_refuse_if_frozen(const fp8t_model *m, const char *fn);
 int model_lin_layer(const fp8t_model *m, int lin);
@@ -164,6 +183,11 @@ fp8t_module model_lin_module(const fp8t_model *m, int lin);
 
 /* forward.c: the residual stream after the last block, [N, C] */
 const float *model_final_residual(const fp8t_model *m);
+/* forward.c: after a fused forward, put the logits back into a->logits (the head GEMM again,
+ * without hooks or amax recording: the same inputs give the same bits) and clear xent_fused.
+ * 0 done (or nothing to do); -1 when the weights, scales or policy changed since that forward
+ * (the logits cannot be rebuilt; a->logits keeps the gradient). */
+int model_restore_logits(fp8t_model *m);
 
 /* linear.c — one linear layer Y = X·Wᵀ (+ bias), X [N, IN], W [OUT, IN], Y [N, OUT].
  * The forward records amax(X), amax(W); the backward records amax(dY) and writes dX
@@ -172,5 +196,9 @@ void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                     const float *bias, int N, int IN, int OUT);
 void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
                      float *X, const float *W, int N, int IN, int OUT);
+/* The Fprop of linear_forward again, to rebuild an output that was overwritten: no hooks, no
+ * amax recording, the step's weight codes from the cache. */
+void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,
+                           const float *bias, int N, int IN, int OUT);
 
 #endif

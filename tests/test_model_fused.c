@@ -1,0 +1,393 @@
+/* The model's two memory-traffic savings against their switches back to the plain paths:
+ *  - fused softmax + cross-entropy (one pass per micro-batch, FP8TRAIN_NO_FUSED_XENT=1 off):
+ *    losses and gradients bit for bit, with dloss 1 and with gradient accumulation, with a
+ *    dloss that changes, with the logits read after a training forward;
+ *  - dY quantized once per linear backward (FP8TRAIN_NO_CODE_REUSE=1 off): delayed and
+ *    current FP8 runs bit for bit, and the backend's quantize op called once fewer per linear.
+ * Two models run side by side on a CPU backend whose op table is wrapped to count calls. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8train/backend.h"
+#include "fp8train/model.h"
+#include "test.h"
+
+static fp8t_backend *cpu;        /* the real backend */
+static fp8t_backend counted;     /* a copy whose op table counts the calls below */
+static fp8t_backend_ops counted_ops;
+static long n_quantize, n_xent;
+
+static void count_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                           const float *x, int rows, int cols, fp8_format fmt,
+                           const float *scale) {
+    n_quantize++;
+    cpu->ops->quantize(b, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
+}
+
+static void count_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
+                       const int *targets, int N, int V, float dloss) {
+    n_xent++;
+    cpu->ops->softmax_xent(b, losses, dlogits, logits, targets, N, V, dloss);
+}
+
+enum { PLAIN_XENT = 1, NO_REUSE = 2 };
+
+/* A model on the counting backend; switches = PLAIN_XENT | NO_REUSE set the environment
+ * variables for the create (they are read there, once). */
+static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T,
+                        int switches) {
+    fp8t_model_config c;
+    fp8t_model_preset(&c, preset);
+    if (switches & PLAIN_XENT) setenv("FP8TRAIN_NO_FUSED_XENT", "1", 1);
+    if (switches & NO_REUSE) setenv("FP8TRAIN_NO_CODE_REUSE", "1", 1);
+    char err[256];
+    fp8t_model *m = fp8t_model_create(&counted, &c, pol, B, T, err, sizeof(err));
+    unsetenv("FP8TRAIN_NO_FUSED_XENT");
+    unsetenv("FP8TRAIN_NO_CODE_REUSE");
+    if (!m) printf("  create %s: %s\n", preset, err);
+    else fp8t_model_init_weights(m, 4321);
+    return m;
+}
+
+static fp8t_policy policy(fp8t_precision prec) {
+    fp8t_policy p;
+    fp8t_policy_default(&p);
+    p.default_precision = prec;
+    p.history_len = 8;
+    return p;
+}
+
+/* Micro-batch k: a learnable pattern with a few ignored targets. */
+static void batch(int *tok, int *tgt, int N, int V, int k) {
+    for (int i = 0; i < N; i++) {
+        tok[i] = (k * 13 + i * 7) % V;
+        tgt[i] = i % 11 == 5 ? -1 : (k * 13 + (i + 1) * 7 + (i % 3)) % V;
+    }
+}
+
+/* Device buffer -> host copy (malloc'd). */
+static void *host(const void *dev, size_t bytes) {
+    void *h = malloc(bytes);
+    if (h) cpu->ops->to_host(cpu, h, dev, bytes);
+    return h;
+}
+
+/* Number of buffers of a and b that differ by bits (gradients, parameters, FP8 recipe
+ * state); prints the first difference. */
+static int diff_state(fp8t_model *a, fp8t_model *b, const char *when) {
+    const size_t np = fp8t_model_num_params(a);
+    const size_t st = fp8t_recipe_state_floats(fp8t_model_fp8_count(a),
+                                               fp8t_model_fp8_history_len(a));
+    struct { const char *name; const float *pa, *pb; size_t n; } bufs[3] = {
+        {"grads", fp8t_model_grads(a), fp8t_model_grads(b), np},
+        {"params", fp8t_model_params(a), fp8t_model_params(b), np},
+        {"fp8 state", fp8t_model_fp8_state(a), fp8t_model_fp8_state(b), st},
+    };
+    int ndiff = 0;
+    for (int i = 0; i < 3; i++) {
+        const size_t n = bufs[i].n;
+        float *ha = host(bufs[i].pa, n * sizeof(float)), *hb = host(bufs[i].pb, n * sizeof(float));
+        if (!ha || !hb) {
+            ndiff++;
+        } else if (memcmp(ha, hb, n * sizeof(float)) != 0) {
+            size_t k = 0;
+            while (k < n && !memcmp(&ha[k], &hb[k], sizeof(float))) k++;
+            if (!ndiff) printf("  %s: %s differ at %zu: %.9g vs %.9g\n", when, bufs[i].name, k,
+                               ha[k], hb[k]);
+            ndiff++;
+        }
+        free(ha);
+        free(hb);
+    }
+    return ndiff;
+}
+
+static int same_losses(fp8t_model *a, fp8t_model *b, int n) {
+    float *la = host(fp8t_model_losses(a), (size_t)n * sizeof(float));
+    float *lb = host(fp8t_model_losses(b), (size_t)n * sizeof(float));
+    int same = la && lb && !memcmp(la, lb, (size_t)n * sizeof(float));
+    free(la);
+    free(lb);
+    return same;
+}
+
+static int same_bits(float a, float b) { return !memcmp(&a, &b, sizeof(float)); }
+
+/* Train a (fused/reusing) and b (plain) side by side for `steps` steps of `accum`
+ * micro-batches, micro-batch j of a step with backward dloss[j % n_dloss]; every loss and
+ * every gradient must agree bit for bit. Returns the calls of softmax_xent / quantize made by
+ * each model. */
+typedef struct { long xent[2], quant[2], quant_bwd[2]; } calls;
+
+static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
+                     int accum, const float *dloss, int n_dloss, calls *out) {
+    const int N = B * T, V = fp8t_model_get_config(a)->vocab_size;
+    int *tok = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));
+    fp8t_model *m[2] = {a, b};
+    memset(out, 0, sizeof(*out));
+    int bad_loss = 0, bad_state = 0, bad_pos = 0;
+    char when[128];
+    for (int s = 1; s <= steps; s++) {
+        for (int k = 0; k < 2; k++) fp8t_model_zero_grad(m[k]);
+        for (int j = 0; j < accum; j++) {
+            batch(tok, tgt, N, V, s * accum + j);
+            float loss[2];
+            for (int k = 0; k < 2; k++) {
+                long x0 = n_xent, q0 = n_quantize;
+                loss[k] = fp8t_model_forward(m[k], tok, tgt);
+                long q1 = n_quantize;
+                fp8t_model_backward(m[k], dloss[j % n_dloss]);
+                out->xent[k] += n_xent - x0;
+                out->quant[k] += n_quantize - q0;
+                out->quant_bwd[k] += n_quantize - q1;
+            }
+            if (!same_bits(loss[0], loss[1]) && !bad_loss++)
+                printf("  %s step %d micro %d: loss %.9g vs %.9g\n", what, s, j, loss[0],
+                       loss[1]);
+            if (!same_losses(a, b, N) && !bad_pos++)
+                printf("  %s step %d micro %d: per-position losses differ\n", what, s, j);
+            snprintf(when, sizeof(when), "%s step %d micro %d", what, s, j);
+            if (diff_state(a, b, when)) bad_state++;
+        }
+        for (int k = 0; k < 2; k++) {
+            float norm = fp8t_model_grad_norm(m[k]);
+            fp8t_model_adamw(m[k], 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, s, 1.0f, norm);
+            fp8t_model_end_step(m[k]);
+        }
+    }
+    snprintf(when, sizeof(when), "%s after the last step", what);
+    T_CHECK(!bad_loss, "%s: %d micro-batches with different losses", what, bad_loss);
+    T_CHECK(!bad_pos, "%s: %d micro-batches with different per-position losses", what, bad_pos);
+    T_CHECK(!bad_state, "%s: %d micro-batches with different gradients/state", what, bad_state);
+    T_CHECK(diff_state(a, b, when) == 0, "%s: params or FP8 state differ at the end", what);
+    free(tok);
+    free(tgt);
+}
+
+/* ---- fused softmax + cross-entropy ---- */
+
+static void xent_case(const char *preset, fp8t_precision prec, int accum, const float *dloss,
+                      int n_dloss, long want_fused_xent) {
+    const int B = 2, T = 16, steps = 3;
+    fp8t_policy p = policy(prec);
+    fp8t_model *f = make(preset, &p, B, T, 0), *q = make(preset, &p, B, T, PLAIN_XENT);
+    if (!f || !q) {
+        T_FAIL("create %s", preset);
+        fp8t_model_destroy(f);
+        fp8t_model_destroy(q);
+        return;
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "%s %s accum %d", preset, fp8t_precision_name(prec), accum);
+    calls c;
+    lockstep(what, f, q, B, T, steps, accum, dloss, n_dloss, &c);
+    /* plain: a loss pass and a gradient pass per micro-batch */
+    T_CHECK(c.xent[1] == 2L * steps * accum, "%s: plain path made %ld xent passes", what,
+            c.xent[1]);
+    T_CHECK(c.xent[0] == want_fused_xent, "%s: fused path made %ld xent passes, expected %ld",
+            what, c.xent[0], want_fused_xent);
+    fp8t_model_destroy(f);
+    fp8t_model_destroy(q);
+}
+
+static void xent_dloss_one(void) {
+    const float one = 1.0f;
+    /* the first micro-batch of a model runs plain (its dloss is learnt by that backward),
+     * every later one makes a single pass */
+    xent_case("tiny", FP8T_PREC_BF16, 1, &one, 1, 3 + 1);
+    xent_case("tiny-llama", FP8T_PREC_FP8, 1, &one, 1, 3 + 1);
+    xent_case("tiny", FP8T_PREC_FP32, 2, &one, 1, 6 + 1);
+}
+
+static void xent_grad_accumulation(void) {
+    /* the trainer's 1/accum, not a power of two: folded into the forward's d, so no
+     * rescaling rounds differently */
+    const float third = 1.0f / 3.0f;
+    xent_case("tiny", FP8T_PREC_FP8, 3, &third, 1, 9 + 1);
+    xent_case("tiny-llama", FP8T_PREC_BF16, 3, &third, 1, 9 + 1);
+}
+
+static void xent_dloss_changes(void) {
+    /* a dloss that differs from the previous backward's: the logits are rebuilt by the head
+     * GEMM and the plain pass runs (2 extra passes each time dloss changes) */
+    const float d[3] = {0.25f, 0.7f, 0.7f};
+    /* 3 steps x 3 micro-batches: 2 passes for the first (plain), 1 for each of the other 8,
+     * plus 1 for each of the 5 later dloss changes (0.25 -> 0.7 -> 0.7 -> 0.25 -> ...) */
+    xent_case("tiny", FP8T_PREC_BF16, 3, d, 3, 2 + 8 + 5);
+    /* an FP8 head (current scaling) is rebuilt exactly too */
+    const int B = 2, T = 16;
+    fp8t_policy p = policy(FP8T_PREC_CURRENT);
+    p.head_precision = FP8T_PREC_CURRENT;
+    fp8t_model *f = make("tiny-llama", &p, B, T, 0), *q = make("tiny-llama", &p, B, T, PLAIN_XENT);
+    T_ASSERT(f && q, "create");
+    calls c;
+    lockstep("tiny-llama fp8 head, changing dloss", f, q, B, T, 2, 3, d, 3, &c);
+    fp8t_model_destroy(f);
+    fp8t_model_destroy(q);
+}
+
+/* The logits of a training forward stay readable: fp8t_model_logits rebuilds them. */
+static void xent_logits_readable(void) {
+    const int B = 2, T = 16;
+    fp8t_precision heads[2] = {FP8T_PREC_BF16, FP8T_PREC_DELAYED};
+    for (int h = 0; h < 2; h++) {
+        fp8t_policy p = policy(FP8T_PREC_FP8);
+        p.head_precision = heads[h];
+        fp8t_model *f = make("tiny", &p, B, T, 0), *q = make("tiny", &p, B, T, PLAIN_XENT);
+        T_ASSERT(f && q, "create");
+        const int N = B * T, V = fp8t_model_get_config(f)->vocab_size;
+        const size_t nl = (size_t)N * V;
+        int tok[32], tgt[32];
+        fp8t_model *m[2] = {f, q};
+        float *lg[2][2];
+        for (int k = 0; k < 2; k++) {
+            batch(tok, tgt, N, V, 1);
+            fp8t_model_forward(m[k], tok, tgt);
+            fp8t_model_backward(m[k], 1.0f); /* f fuses from now on */
+            fp8t_model_zero_grad(m[k]);
+            batch(tok, tgt, N, V, 2);
+            fp8t_model_forward(m[k], tok, NULL);
+            lg[k][0] = host(fp8t_model_logits(m[k]), nl * sizeof(float));
+            long x0 = n_xent;
+            fp8t_model_forward(m[k], tok, tgt);
+            lg[k][1] = host(fp8t_model_logits(m[k]), nl * sizeof(float));
+            fp8t_model_backward(m[k], 1.0f);
+            if (k == 0) T_CHECK(n_xent - x0 == 2, "head %s: %ld xent passes after a logits read",
+                                fp8t_precision_name(heads[h]), n_xent - x0);
+        }
+        int ok = 1;
+        for (int k = 0; k < 2; k++) ok &= lg[k][0] && lg[k][1] && !memcmp(lg[k][0], lg[k][1], nl * 4);
+        T_CHECK(ok, "head %s: logits after a forward with targets differ from those without",
+                fp8t_precision_name(heads[h]));
+        T_CHECK(lg[0][1] && lg[1][1] && !memcmp(lg[0][1], lg[1][1], nl * 4),
+                "head %s: fused and plain logits differ", fp8t_precision_name(heads[h]));
+        T_CHECK(diff_state(f, q, "after a logits read") == 0, "head %s: gradients differ",
+                fp8t_precision_name(heads[h]));
+        for (int k = 0; k < 2; k++) free(lg[k][0]), free(lg[k][1]);
+        fp8t_model_destroy(f);
+        fp8t_model_destroy(q);
+    }
+}
+
+/* Frozen forwards (validation) and hooked models keep the plain path. */
+static void noop_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
+    (void)ctx, (void)m, (void)s, (void)x;
+}
+
+static void xent_not_fused_when_frozen_or_hooked(void) {
+    const int B = 2, T = 16;
+    fp8t_policy p = policy(FP8T_PREC_BF16);
+    fp8t_model *f = make("tiny", &p, B, T, 0);
+    T_ASSERT(f, "create");
+    const int N = B * T, V = fp8t_model_get_config(f)->vocab_size;
+    int tok[32], tgt[32];
+    batch(tok, tgt, N, V, 3);
+    fp8t_model_forward(f, tok, tgt);
+    fp8t_model_backward(f, 1.0f);
+    const size_t nl = (size_t)N * V;
+    fp8t_model_set_frozen(f, 1);
+    fp8t_model_forward(f, tok, NULL);
+    float *l0 = host(fp8t_model_logits(f), nl * sizeof(float));
+    long x0 = n_xent;
+    fp8t_model_forward(f, tok, tgt);
+    T_CHECK(n_xent - x0 == 1, "frozen forward: %ld xent passes", n_xent - x0);
+    float *l1 = host(fp8t_model_logits(f), nl * sizeof(float));
+    T_CHECK(n_xent - x0 == 1 && l0 && l1 && !memcmp(l0, l1, nl * 4),
+            "a frozen forward changed the logits");
+    fp8t_model_set_frozen(f, 0);
+    fp8t_model_set_hook(f, noop_hook, NULL);
+    x0 = n_xent;
+    fp8t_model_forward(f, tok, tgt);
+    fp8t_model_backward(f, 1.0f);
+    T_CHECK(n_xent - x0 == 2, "hooked model: %ld xent passes (plain path: 2)", n_xent - x0);
+    free(l0);
+    free(l1);
+    fp8t_model_destroy(f);
+}
+
+/* ---- dY quantized once per linear backward ---- */
+
+/* Linears whose Dgrad and Wgrad share a per-tensor FP8 precision: the quantize calls saved
+ * per backward. */
+static long reusable(const fp8t_model *m) {
+    long n = 0;
+    for (int lin = 0; lin < fp8t_model_num_linears(fp8t_model_get_config(m)); lin++) {
+        fp8t_precision d = fp8t_model_gemm_precision(m, lin, FP8T_GEMM_DGRAD);
+        fp8t_precision w = fp8t_model_gemm_precision(m, lin, FP8T_GEMM_WGRAD);
+        n += d == w && (d == FP8T_PREC_DELAYED || d == FP8T_PREC_CURRENT);
+    }
+    return n;
+}
+
+static void reuse_case(const char *preset, fp8t_precision prec, const char *overrides,
+                       int hooked) {
+    const int B = 2, T = 16, steps = 3, accum = 2;
+    fp8t_policy p = policy(prec);
+    char err[256];
+    if (overrides) T_ASSERT(fp8t_policy_add_overrides(&p, overrides, err, sizeof(err)) == 0, "%s", err);
+    fp8t_model *r = make(preset, &p, B, T, 0), *q = make(preset, &p, B, T, NO_REUSE);
+    T_ASSERT(r && q, "create");
+    if (hooked) {
+        fp8t_model_set_hook(r, noop_hook, NULL);
+        fp8t_model_set_hook(q, noop_hook, NULL);
+    }
+    char what[160];
+    snprintf(what, sizeof(what), "%s %s%s%s%s", preset, fp8t_precision_name(prec),
+             overrides ? " " : "", overrides ? overrides : "", hooked ? " hooked" : "");
+    const float d = 1.0f / accum;
+    calls c;
+    lockstep(what, r, q, B, T, steps, accum, &d, 1, &c);
+    const long saved = hooked ? 0 : reusable(r) * steps * accum;
+    T_CHECK(c.quant_bwd[1] - c.quant_bwd[0] == saved,
+            "%s: backward quantize calls %ld (reuse) vs %ld (plain), expected %ld fewer", what,
+            c.quant_bwd[0], c.quant_bwd[1], saved);
+    T_CHECK(c.quant[1] - c.quant[0] == saved, "%s: forward quantize calls changed", what);
+    if (!hooked && !overrides)
+        T_CHECK(saved > 0, "%s: nothing to reuse (%ld linears)", what, reusable(r));
+    fp8t_model_destroy(r);
+    fp8t_model_destroy(q);
+}
+
+static void reuse_delayed(void) {
+    reuse_case("tiny", FP8T_PREC_DELAYED, NULL, 0);
+    reuse_case("tiny-llama", FP8T_PREC_DELAYED, NULL, 0);
+}
+
+static void reuse_current(void) {
+    reuse_case("tiny", FP8T_PREC_CURRENT, NULL, 0);
+    reuse_case("tiny-llama", FP8T_PREC_CURRENT, NULL, 0);
+}
+
+static void reuse_only_when_allowed(void) {
+    /* Dgrad delayed, Wgrad current: different scales, no reuse; BF16 Wgrad in some layers */
+    reuse_case("tiny", FP8T_PREC_DELAYED, "gemm=wgrad,precision=current", 0);
+    reuse_case("tiny-llama", FP8T_PREC_CURRENT, "layers=0,gemm=wgrad,precision=bf16", 0);
+    /* a hook may change dY between the two GEMMs */
+    reuse_case("tiny", FP8T_PREC_DELAYED, NULL, 1);
+}
+
+int main(void) {
+    t_suite = "model_fused";
+    char err[256];
+    cpu = fp8t_backend_create("cpu", err, sizeof(err));
+    if (!cpu) {
+        printf("FAIL model_fused: cpu backend: %s\n", err);
+        return 1;
+    }
+    counted_ops = *cpu->ops;
+    counted_ops.quantize = count_quantize;
+    counted_ops.softmax_xent = count_xent;
+    counted = *cpu;
+    counted.ops = &counted_ops;
+    T_RUN(xent_dloss_one);
+    T_RUN(xent_grad_accumulation);
+    T_RUN(xent_dloss_changes);
+    T_RUN(xent_logits_readable);
+    T_RUN(xent_not_fused_when_frozen_or_hooked);
+    T_RUN(reuse_delayed);
+    T_RUN(reuse_current);
+    T_RUN(reuse_only_when_allowed);
+    fp8t_backend_destroy(cpu);
+    T_MAIN_END();
+}
