@@ -2,7 +2,10 @@
  * tokens/s, step time, device memory and MFU for each precision, on one model shape.
  *
  *   gpu_bench [--model gpt2-124m] [--batch 32] [--seq 1024] [--warmup 3] [--steps 10]
- *             [--prec bf16,fp8-delayed,fp8-current]
+ *             [--prec bf16,fp8-delayed,fp8-current] [--profile]
+ *
+ * --profile times every op of the timed steps (the device is synchronized around each op, so
+ * the step time it prints is longer than an unprofiled run's) and prints where the time goes.
  *
  * A step is what the trainer does per optimizer step without data loading: zero_grad,
  * forward with targets (waits for the loss), backward, grad norm (waits), AdamW, end_step.
@@ -21,6 +24,7 @@
 #include "fp8train/backend.h"
 #include "fp8train/model.h"
 #include "fp8train/policy.h"
+#include "fp8train/profile.h"
 
 /* from src/backend/cuda (weak: absent in CPU-only builds) */
 extern int fp8t_cuda_memory_info(fp8t_backend *b, size_t *in_use, size_t *peak,
@@ -58,18 +62,27 @@ static int parse_prec(const char *name, fp8t_policy *p) {
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--model NAME] [--batch B] [--seq T] [--warmup N] [--steps N] "
-            "[--prec LIST]\n"
+            "[--prec LIST] [--profile]\n"
             "  --model  a preset: %s (default gpt2-124m)\n"
             "  --prec   comma-separated: bf16, fp8-delayed, fp8-current, fp32\n"
-            "           (default bf16,fp8-delayed,fp8-current)\n",
+            "           (default bf16,fp8-delayed,fp8-current)\n"
+            "  --profile  per-op time table of the timed steps (synchronizes around each op)\n",
             argv0, fp8t_model_preset_names());
 }
 
 int main(int argc, char **argv) {
     const char *model = "gpt2-124m", *precs = "bf16,fp8-delayed,fp8-current";
-    int B = 32, T = 1024, warmup = 3, steps = 10;
+    int B = 32, T = 1024, warmup = 3, steps = 10, profile = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(argv[0]);
+            return 0;
+        }
+        if (!strcmp(a, "--profile")) {
+            profile = 1;
+            continue;
+        }
         if (!v) {
             usage(argv[0]);
             return 2;
@@ -106,6 +119,14 @@ int main(int argc, char **argv) {
         printf("gpu_bench: skipped: %s\n", err);
         return 0;
     }
+    fp8t_backend *cuda = be; /* the unwrapped backend, for the memory and GEMM-path queries */
+    if (profile) {
+        be = fp8t_profile_wrap(cuda);
+        if (!be) {
+            fprintf(stderr, "gpu_bench: out of memory\n");
+            return 1;
+        }
+    }
     size_t nparams = 0;
     fp8t_model_param_table(&cfg, NULL, &nparams);
     printf("gpu_bench: %s (%.1fM params), B=%d T=%d, %d warmup + %d timed steps\n", model,
@@ -141,12 +162,13 @@ int main(int argc, char **argv) {
         }
         fp8t_model_init_weights(m, 42);
         long lt0 = 0, fb0 = 0, lt1 = 0, fb1 = 0;
-        if (fp8t_cuda_gemm_counts) fp8t_cuda_gemm_counts(be, &lt0, &fb0);
+        if (fp8t_cuda_gemm_counts) fp8t_cuda_gemm_counts(cuda, &lt0, &fb0);
         float loss = 0;
         double t0 = 0;
         for (int s = 1; s <= warmup + steps; s++) {
             if (s == warmup + 1) {
                 be->ops->synchronize(be);
+                if (profile) fp8t_profile_reset(be);
                 t0 = now_s();
             }
             fp8t_model_zero_grad(m);
@@ -161,12 +183,14 @@ int main(int argc, char **argv) {
         double tps = (double)N / dt;
         double mfu = 6.0 * (double)nparams * tps / PEAK_BF16_FLOPS;
         size_t in_use = 0, peak = 0, dfree = 0, dtotal = 0;
-        if (fp8t_cuda_memory_info) fp8t_cuda_memory_info(be, &in_use, &peak, &dfree, &dtotal);
-        if (fp8t_cuda_gemm_counts) fp8t_cuda_gemm_counts(be, &lt1, &fb1);
+        if (fp8t_cuda_memory_info)
+            fp8t_cuda_memory_info(cuda, &in_use, &peak, &dfree, &dtotal);
+        if (fp8t_cuda_gemm_counts) fp8t_cuda_gemm_counts(cuda, &lt1, &fb1);
         (void)peak;
         printf("%-12s %10.1f %12.0f %7.1f%% %10.2f %10.2f %8.4f  %ld/%ld\n", name, dt * 1e3, tps,
                100.0 * mfu, (double)in_use / (1 << 30), (double)(dtotal - dfree) / (1 << 30),
                (double)loss, lt1 - lt0, fb1 - fb0);
+        if (profile) fp8t_profile_report(be, stdout, steps);
         fflush(stdout);
         fp8t_model_destroy(m);
     }

@@ -1,0 +1,328 @@
+/* A backend that times every op of another one (see include/fp8train/profile.h).
+ *
+ * Each op: synchronize inner, read the clock, run the op, synchronize, read the clock. The time
+ * is charged to the op (and, for GEMMs, to its shape and precision, with the FLOPs it did), so
+ * the report says which ops and which GEMM shapes a step spends its time in. Memory ops that
+ * wait anyway (to_host, synchronize) are timed too; malloc/free are not ops of a step. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fp8train/profile.h"
+
+enum {
+    P_TO_DEVICE, P_TO_HOST, P_COPY, P_ZERO, P_SYNC,
+    P_GEMM_F32, P_GEMM_BF16, P_GEMM_FP8,
+    P_AMAX, P_QUANTIZE, P_COMPUTE_SCALE, P_FAKE_QUANT, P_BLOCK_FAKE_QUANT, P_MXFP8_FAKE_QUANT,
+    P_BF16_ROUND, P_DELAYED_UPDATE,
+    P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
+    P_GELU_FWD, P_GELU_BWD, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT,
+    P_ADD, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
+    P_COUNT
+};
+
+static const char *const op_names[P_COUNT] = {
+    "to_device", "to_host", "copy", "zero", "synchronize",
+    "gemm_f32", "gemm_bf16", "gemm_fp8",
+    "amax", "quantize", "compute_scale", "fake_quantize", "block_fake_quantize",
+    "mxfp8_fake_quantize", "bf16_round", "delayed_update",
+    "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
+    "rmsnorm_forward", "rmsnorm_backward", "bias_add", "bias_backward",
+    "gelu_forward", "gelu_backward", "swiglu_forward", "swiglu_backward",
+    "attention_forward", "attention_backward", "softmax_xent",
+    "add", "accumulate", "scale", "sumsq", "sum", "adamw",
+};
+
+#define MAX_SHAPES 128
+
+typedef struct {
+    int op, M, N, K, transA, transB; /* GEMM shape (op: P_GEMM_*) */
+    long calls;
+    double seconds, flops;
+} shape_stat;
+
+typedef struct {
+    fp8t_backend *inner;
+    fp8t_backend_ops ops; /* this wrapper's table */
+    long calls[P_COUNT];
+    double seconds[P_COUNT], flops[P_COUNT];
+    shape_stat shapes[MAX_SHAPES];
+    int n_shapes;
+} profiler;
+
+static profiler *prof(fp8t_backend *b) { return (profiler *)b->impl; }
+static fp8t_backend *in(fp8t_backend *b) { return prof(b)->inner; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Time one statement that calls the inner backend (`ib`) as op `id`. */
+#define TIMED(id, stmt)                                                                       \
+    do {                                                                                      \
+        fp8t_backend *ib = in(b);                                                             \
+        ib->ops->synchronize(ib);                                                             \
+        double t0_ = now_s();                                                                 \
+        stmt;                                                                                 \
+        ib->ops->synchronize(ib);                                                             \
+        double dt_ = now_s() - t0_;                                                           \
+        prof(b)->calls[id]++;                                                                 \
+        prof(b)->seconds[id] += dt_;                                                          \
+        last_dt = dt_;                                                                        \
+    } while (0)
+
+static double last_dt; /* the last TIMED op's seconds (GEMM shape accounting) */
+
+static void gemm_account(fp8t_backend *b, int op, int M, int N, int K, int ta, int tb) {
+    profiler *p = prof(b);
+    double fl = 2.0 * M * N * (double)K;
+    p->flops[op] += fl;
+    for (int i = 0; i < p->n_shapes; i++) {
+        shape_stat *s = &p->shapes[i];
+        if (s->op == op && s->M == M && s->N == N && s->K == K && s->transA == ta &&
+            s->transB == tb) {
+            s->calls++, s->seconds += last_dt, s->flops += fl;
+            return;
+        }
+    }
+    if (p->n_shapes == MAX_SHAPES) return; /* the per-op totals still count it */
+    shape_stat *s = &p->shapes[p->n_shapes++];
+    *s = (shape_stat){op, M, N, K, ta, tb, 1, last_dt, fl};
+}
+
+/* ---- memory (malloc/free untimed) ---- */
+static void *w_malloc(fp8t_backend *b, size_t n) { return in(b)->ops->malloc(in(b), n); }
+static void w_free(fp8t_backend *b, void *p) { in(b)->ops->free(in(b), p); }
+static void w_to_device(fp8t_backend *b, void *d, const void *s, size_t n) {
+    TIMED(P_TO_DEVICE, ib->ops->to_device(ib, d, s, n));
+}
+static void w_to_host(fp8t_backend *b, void *d, const void *s, size_t n) {
+    TIMED(P_TO_HOST, ib->ops->to_host(ib, d, s, n));
+}
+static void w_copy(fp8t_backend *b, void *d, const void *s, size_t n) {
+    TIMED(P_COPY, ib->ops->copy(ib, d, s, n));
+}
+static void w_zero(fp8t_backend *b, void *d, size_t n) { TIMED(P_ZERO, ib->ops->zero(ib, d, n)); }
+static void w_synchronize(fp8t_backend *b) { TIMED(P_SYNC, (void)0); }
+static void w_destroy(fp8t_backend *b) {
+    fp8t_backend *inner = in(b);
+    inner->ops->destroy(inner);
+    free(b->impl);
+    free(b);
+}
+
+/* ---- GEMMs ---- */
+static void w_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
+                       int K, int ta, int tb, int acc) {
+    TIMED(P_GEMM_F32, ib->ops->gemm_f32(ib, C, A, B, M, N, K, ta, tb, acc));
+    gemm_account(b, P_GEMM_F32, M, N, K, ta, tb);
+}
+static void w_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
+                        int K, int ta, int tb, int acc) {
+    TIMED(P_GEMM_BF16, ib->ops->gemm_bf16(ib, C, A, B, M, N, K, ta, tb, acc));
+    gemm_account(b, P_GEMM_BF16, M, N, K, ta, tb);
+}
+static void w_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
+                       const fp8t_fp8_operand *B, int M, int N, int K, int ta, int tb, int acc,
+                       int fast, float *amax_out) {
+    TIMED(P_GEMM_FP8, ib->ops->gemm_fp8(ib, C, A, B, M, N, K, ta, tb, acc, fast, amax_out));
+    gemm_account(b, P_GEMM_FP8, M, N, K, ta, tb);
+}
+
+/* ---- quantization ---- */
+static void w_amax(fp8t_backend *b, float *o, const float *x, size_t n) {
+    TIMED(P_AMAX, ib->ops->amax(ib, o, x, n));
+}
+static void w_quantize(fp8t_backend *b, uint8_t *c, uint8_t *ct, float *am, const float *x,
+                       int r, int cols, fp8_format f, const float *s) {
+    TIMED(P_QUANTIZE, ib->ops->quantize(ib, c, ct, am, x, r, cols, f, s));
+}
+static void w_compute_scale(fp8t_backend *b, float *s, float *si, const float *a, float mx,
+                            float eps, int pow2) {
+    TIMED(P_COMPUTE_SCALE, ib->ops->compute_scale(ib, s, si, a, mx, eps, pow2));
+}
+static void w_fake_quantize(fp8t_backend *b, float *o, const float *x, size_t n, fp8_format f,
+                            const float *s) {
+    TIMED(P_FAKE_QUANT, ib->ops->fake_quantize(ib, o, x, n, f, s));
+}
+static void w_block_fake_quantize(fp8t_backend *b, float *o, const float *x, int r, int c,
+                                  int tr, int tc, fp8_format f) {
+    TIMED(P_BLOCK_FAKE_QUANT, ib->ops->block_fake_quantize(ib, o, x, r, c, tr, tc, f));
+}
+static void w_mxfp8_fake_quantize(fp8t_backend *b, float *o, const float *x, int r, int c) {
+    TIMED(P_MXFP8_FAKE_QUANT, ib->ops->mxfp8_fake_quantize(ib, o, x, r, c));
+}
+static void w_bf16_round(fp8t_backend *b, float *o, const float *x, size_t n) {
+    TIMED(P_BF16_ROUND, ib->ops->bf16_round(ib, o, x, n));
+}
+static void w_delayed_update(fp8t_backend *b, float *st, int n, int len, fp8t_amax_algo a,
+                             int margin) {
+    TIMED(P_DELAYED_UPDATE, ib->ops->delayed_update(ib, st, n, len, a, margin));
+}
+
+/* ---- model ops ---- */
+static void w_embedding_forward(fp8t_backend *b, float *o, const int *t, const float *wte,
+                                const float *wpe, int B, int T, int C) {
+    TIMED(P_EMB_FWD, ib->ops->embedding_forward(ib, o, t, wte, wpe, B, T, C));
+}
+static void w_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const float *d,
+                                 const int *t, int B, int T, int C) {
+    TIMED(P_EMB_BWD, ib->ops->embedding_backward(ib, dwte, dwpe, d, t, B, T, C));
+}
+static void w_layernorm_forward(fp8t_backend *b, float *o, float *mean, float *rstd,
+                                const float *x, const float *w, const float *bias, int N, int C,
+                                float eps) {
+    TIMED(P_LN_FWD, ib->ops->layernorm_forward(ib, o, mean, rstd, x, w, bias, N, C, eps));
+}
+static void w_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *db,
+                                 const float *d, const float *x, const float *w,
+                                 const float *mean, const float *rstd, int N, int C) {
+    TIMED(P_LN_BWD, ib->ops->layernorm_backward(ib, dx, dw, db, d, x, w, mean, rstd, N, C));
+}
+static void w_rmsnorm_forward(fp8t_backend *b, float *o, float *rstd, const float *x,
+                              const float *w, int N, int C, float eps) {
+    TIMED(P_RMS_FWD, ib->ops->rmsnorm_forward(ib, o, rstd, x, w, N, C, eps));
+}
+static void w_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *d,
+                               const float *x, const float *w, const float *rstd, int N, int C) {
+    TIMED(P_RMS_BWD, ib->ops->rmsnorm_backward(ib, dx, dw, d, x, w, rstd, N, C));
+}
+static void w_bias_add(fp8t_backend *b, float *o, const float *bias, int N, int OC) {
+    TIMED(P_BIAS_ADD, ib->ops->bias_add(ib, o, bias, N, OC));
+}
+static void w_bias_backward(fp8t_backend *b, float *db, const float *d, int N, int OC) {
+    TIMED(P_BIAS_BWD, ib->ops->bias_backward(ib, db, d, N, OC));
+}
+static void w_gelu_forward(fp8t_backend *b, float *o, const float *x, size_t n) {
+    TIMED(P_GELU_FWD, ib->ops->gelu_forward(ib, o, x, n));
+}
+static void w_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *d,
+                            size_t n) {
+    TIMED(P_GELU_BWD, ib->ops->gelu_backward(ib, dx, x, d, n));
+}
+static void w_swiglu_forward(fp8t_backend *b, float *o, const float *g, const float *u,
+                             size_t n) {
+    TIMED(P_SWIGLU_FWD, ib->ops->swiglu_forward(ib, o, g, u, n));
+}
+static void w_swiglu_backward(fp8t_backend *b, float *dg, float *du, const float *d,
+                              const float *g, const float *u, size_t n) {
+    TIMED(P_SWIGLU_BWD, ib->ops->swiglu_backward(ib, dg, du, d, g, u, n));
+}
+static void w_attention_forward(fp8t_backend *b, float *o, float *lse, const float *qkv, int B,
+                                int T, int NH, int HS, float rope) {
+    TIMED(P_ATTN_FWD, ib->ops->attention_forward(ib, o, lse, qkv, B, T, NH, HS, rope));
+}
+static void w_attention_backward(fp8t_backend *b, float *dqkv, const float *d, const float *qkv,
+                                 const float *o, const float *lse, int B, int T, int NH, int HS,
+                                 float rope) {
+    TIMED(P_ATTN_BWD, ib->ops->attention_backward(ib, dqkv, d, qkv, o, lse, B, T, NH, HS, rope));
+}
+static void w_softmax_xent(fp8t_backend *b, float *l, float *dl, const float *lg, const int *t,
+                           int N, int V, float dloss) {
+    TIMED(P_XENT, ib->ops->softmax_xent(ib, l, dl, lg, t, N, V, dloss));
+}
+static void w_add(fp8t_backend *b, float *o, const float *a, const float *c, size_t n) {
+    TIMED(P_ADD, ib->ops->add(ib, o, a, c, n));
+}
+static void w_accumulate(fp8t_backend *b, float *o, const float *x, size_t n) {
+    TIMED(P_ACCUMULATE, ib->ops->accumulate(ib, o, x, n));
+}
+static void w_scale(fp8t_backend *b, float *o, float s, size_t n) {
+    TIMED(P_SCALE, ib->ops->scale(ib, o, s, n));
+}
+static void w_sumsq(fp8t_backend *b, float *o, const float *x, size_t n) {
+    TIMED(P_SUMSQ, ib->ops->sumsq(ib, o, x, n));
+}
+static void w_sum(fp8t_backend *b, float *o, const float *x, size_t n) {
+    TIMED(P_SUM, ib->ops->sum(ib, o, x, n));
+}
+static void w_adamw(fp8t_backend *b, float *p, float *m, float *v, const float *g, size_t n,
+                    float lr, float b1, float b2, float eps, float wd, int t, float gs) {
+    TIMED(P_ADAMW, ib->ops->adamw(ib, p, m, v, g, n, lr, b1, b2, eps, wd, t, gs));
+}
+
+static const fp8t_backend_ops wrapper_ops = {
+    w_malloc, w_free, w_to_device, w_to_host, w_copy, w_zero, w_synchronize, w_destroy,
+    w_gemm_f32, w_gemm_bf16, w_gemm_fp8,
+    w_amax, w_quantize, w_compute_scale, w_fake_quantize, w_block_fake_quantize,
+    w_mxfp8_fake_quantize, w_bf16_round, w_delayed_update,
+    w_embedding_forward, w_embedding_backward, w_layernorm_forward, w_layernorm_backward,
+    w_rmsnorm_forward, w_rmsnorm_backward, w_bias_add, w_bias_backward,
+    w_gelu_forward, w_gelu_backward, w_swiglu_forward, w_swiglu_backward,
+    w_attention_forward, w_attention_backward, w_softmax_xent,
+    w_add, w_accumulate, w_scale, w_sumsq, w_sum, w_adamw,
+};
+
+fp8t_backend *fp8t_profile_wrap(fp8t_backend *inner) {
+    if (!inner) return NULL;
+    profiler *p = calloc(1, sizeof(*p));
+    fp8t_backend *b = calloc(1, sizeof(*b));
+    if (!p || !b) {
+        free(p);
+        free(b);
+        return NULL;
+    }
+    p->inner = inner;
+    b->ops = &wrapper_ops;
+    b->name = inner->name; /* the model keys nothing on the name; queries go to the inner one */
+    b->fp8_wants_transpose = inner->fp8_wants_transpose;
+    b->impl = p;
+    return b;
+}
+
+fp8t_backend *fp8t_profile_inner(fp8t_backend *w) { return w ? in(w) : NULL; }
+
+void fp8t_profile_reset(fp8t_backend *w) {
+    profiler *p = prof(w);
+    memset(p->calls, 0, sizeof(p->calls));
+    memset(p->seconds, 0, sizeof(p->seconds));
+    memset(p->flops, 0, sizeof(p->flops));
+    p->n_shapes = 0;
+}
+
+static const profiler *sort_ctx;
+static int by_op_time(const void *a, const void *b) {
+    double ta = sort_ctx->seconds[*(const int *)a], tb = sort_ctx->seconds[*(const int *)b];
+    return ta < tb ? 1 : ta > tb ? -1 : 0;
+}
+static int by_shape_time(const void *a, const void *b) {
+    double ta = ((const shape_stat *)a)->seconds, tb = ((const shape_stat *)b)->seconds;
+    return ta < tb ? 1 : ta > tb ? -1 : 0;
+}
+
+void fp8t_profile_report(fp8t_backend *w, FILE *out, int steps) {
+    profiler *p = prof(w);
+    if (steps < 1) steps = 1;
+    int order[P_COUNT];
+    double total = 0;
+    for (int i = 0; i < P_COUNT; i++) order[i] = i, total += p->seconds[i];
+    sort_ctx = p;
+    qsort(order, P_COUNT, sizeof(int), by_op_time);
+    fprintf(out, "per-op time (device synchronized around each op), %d step(s), %.1f ms/step\n",
+            steps, 1e3 * total / steps);
+    fprintf(out, "  %-22s %8s %12s %7s %10s\n", "op", "calls", "ms/step", "share", "TFLOP/s");
+    for (int j = 0; j < P_COUNT; j++) {
+        int i = order[j];
+        if (!p->calls[i]) continue;
+        fprintf(out, "  %-22s %8ld %12.3f %6.1f%%", op_names[i], p->calls[i],
+                1e3 * p->seconds[i] / steps, total > 0 ? 100.0 * p->seconds[i] / total : 0.0);
+        if (p->flops[i] > 0 && p->seconds[i] > 0)
+            fprintf(out, " %10.1f", p->flops[i] / p->seconds[i] / 1e12);
+        fputc('\n', out);
+    }
+    qsort(p->shapes, (size_t)p->n_shapes, sizeof(shape_stat), by_shape_time);
+    if (p->n_shapes) {
+        fprintf(out, "  GEMM shapes (C[M,N] = op(A)[M,K] op(B)[K,N]), most expensive first\n");
+        fprintf(out, "  %-10s %7s %7s %7s %3s %6s %12s %10s\n", "precision", "M", "N", "K", "tr",
+                "calls", "ms/step", "TFLOP/s");
+    }
+    for (int i = 0; i < p->n_shapes && i < 12; i++) {
+        const shape_stat *s = &p->shapes[i];
+        fprintf(out, "  %-10s %7d %7d %7d %c%c %6ld %12.3f %10.1f\n", op_names[s->op] + 5, s->M,
+                s->N, s->K, s->transA ? 'T' : 'N', s->transB ? 'T' : 'N', s->calls,
+                1e3 * s->seconds / steps, s->seconds > 0 ? s->flops / s->seconds / 1e12 : 0.0);
+    }
+}
