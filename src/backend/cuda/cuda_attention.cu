@@ -714,12 +714,14 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, const float
                                                                   T, NH, HS);
     CUDA_LAUNCH_CHECK(s);
     float scale = 1.0f / sqrtf((float)HS);
-    if (s->attn_mode == ATTN_FLASH &&
-        cuda_attn_flash_fwd(b, out, lse, q, k, v, B, T, NH, HS, scale) == 0)
+    if ((s->attn_mode == ATTN_FLASH &&
+         cuda_attn_flash_fwd(b, out, lse, q, k, v, B, T, NH, HS, scale) == 0) ||
+        (s->attn_mode == ATTN_GEMM &&
+         cuda_attn_gemm_fwd(b, out, lse, q, k, v, B, T, NH, HS, scale) == 0)) {
+        s->n_attn_tc++;
         return;
-    if (s->attn_mode == ATTN_GEMM &&
-        cuda_attn_gemm_fwd(b, out, lse, q, k, v, B, T, NH, HS, scale) == 0)
-        return;
+    }
+    s->n_attn_fp32++;
     if (use_tiled(s, HS)) {
         if (HS == 32) fwd_tiled<32>(s, out, lse, q, k, v, B, T, NH, scale);
         else if (HS == 64) fwd_tiled<64>(s, out, lse, q, k, v, B, T, NH, scale);
@@ -760,6 +762,8 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
     else if (s->attn_mode == ATTN_GEMM)
         done = cuda_attn_gemm_bwd(b, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, HS,
                                   scale) == 0;
+    if (done) s->n_attn_tc++;
+    else s->n_attn_fp32++;
     if (done) {
         /* the tensor-core core wrote dq, dk, dv; the scatter below is shared */
     } else if (use_tiled(s, HS)) {
@@ -778,4 +782,15 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
     attn_post_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(dqkv, dq, dk, dv, cosv, sinv,
                                                                   B, T, NH, HS);
     CUDA_LAUNCH_CHECK(s);
+}
+
+/* How many attention calls (forward and backward) ran on a tensor-core core (flash, gemm) and
+ * how many on the FP32 kernels; tests use it to see that a requested fast path really ran.
+ * 0 ok, -1 if b is not a CUDA backend. */
+extern "C" int fp8t_cuda_attention_counts(fp8t_backend *b, long *tensor_core, long *fp32) {
+    if (!b || !b->name || strcmp(b->name, "cuda") != 0) return -1;
+    cuda_state *s = cuda_of(b);
+    if (tensor_core) *tensor_core = s->n_attn_tc;
+    if (fp32) *fp32 = s->n_attn_fp32;
+    return 0;
 }

@@ -72,6 +72,7 @@ enum {
     SCR_ATTN,       /* attention: rotated q/k/v per head, D = rowsum(dout*out), dq/dk/dv */
     SCR_SORT,       /* embedding backward: sorted tokens/positions + CUB temp storage */
     SCR_QUANT,      /* block / mxfp8 scales */
+    SCR_GEMM_C,     /* a GEMM result with 16-byte aligned rows, copied out to the packed C */
     SCR_ATTN2,      /* attention, tensor-core variants: bf16 copies, [T,T] score/prob blocks */
     SCR_COUNT
 };
@@ -82,6 +83,7 @@ typedef struct {
     int m, n, k, ta, tb, type_a, type_b, acc, fast;
     int lda, ldb, ldc;
     int al_a, al_b, al_c; /* pointer alignments the algorithm was chosen for */
+    int compute;          /* cublasComputeType_t */
     int ok; /* 0: cuBLASLt has no algorithm for this problem (use the fallback) */
     cublasLtMatmulAlgo_t algo;
 } lt_cache_entry;
@@ -108,6 +110,7 @@ typedef struct {
     int rope_T, rope_half;
     float rope_theta;
     /* accounting */
+    long n_attn_tc, n_attn_fp32;   /* attention calls by path (fp8t_cuda_attention_counts) */
     size_t bytes_in_use, bytes_peak;
     long n_fp8_lt, n_fp8_fallback; /* gemm_fp8 calls by path (fp8t_cuda_gemm_counts) */
     int warned_lt_reject;          /* cuBLASLt refused a problem its heuristic offered */
@@ -268,6 +271,9 @@ void cuda_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_ama
  * fp8 codes -> floats times *scale_inv */
 void cuda_transpose_u8(fp8t_backend *b, uint8_t *out, const uint8_t *in, int rows, int cols);
 void cuda_to_bf16(fp8t_backend *b, __nv_bfloat16 *out, const float *x, size_t n);
+/* x [rows, cols] packed -> out [rows, cols] with row stride ld_out >= cols (padding untouched) */
+void cuda_to_bf16_pitched(fp8t_backend *b, __nv_bfloat16 *out, int ld_out, const float *x,
+                          int rows, int cols);
 void cuda_fp8_decode(fp8t_backend *b, float *out, const uint8_t *codes, size_t n,
                      fp8_format fmt, const float *scale_inv);
 /* cuda_norm.cu */

@@ -42,7 +42,8 @@ static int ptr_align(const void *p) {
 static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
                      cublasOperation_t tb, cudaDataType_t type_a, const void *A, int lda,
                      cudaDataType_t type_b, const void *B, int ldb, float *C, int ldc, int acc,
-                     const float *scale_a, const float *scale_b, int fast_accum) {
+                     const float *scale_a, const float *scale_b, int fast_accum,
+                     cublasComputeType_t compute) {
     int al_a = ptr_align(A), al_b = ptr_align(B), al_c = ptr_align(C);
     lt_cache_entry *hit = NULL;
     if (!s->plain) {
@@ -51,7 +52,8 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
             if (e->valid && e->m == m && e->n == n && e->k == k && e->ta == (int)ta &&
                 e->tb == (int)tb && e->type_a == (int)type_a && e->type_b == (int)type_b &&
                 e->acc == acc && e->fast == fast_accum && e->lda == lda && e->ldb == ldb &&
-                e->ldc == ldc && e->al_a == al_a && e->al_b == al_b && e->al_c == al_c) {
+                e->ldc == ldc && e->al_a == al_a && e->al_b == al_b && e->al_c == al_c &&
+                e->compute == (int)compute) {
                 hit = e;
                 break;
             }
@@ -60,7 +62,7 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
     }
 
     cublasLtMatmulDesc_t op;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     if (scale_a)
@@ -119,6 +121,7 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
             e->type_a = (int)type_a, e->type_b = (int)type_b, e->acc = acc, e->fast = fast_accum;
             e->lda = lda, e->ldb = ldb, e->ldc = ldc;
             e->al_a = al_a, e->al_b = al_b, e->al_c = al_c;
+            e->compute = (int)compute;
             e->ok = ok;
             if (ok) e->algo = algo;
         }
@@ -148,7 +151,7 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
                         e->tb == (int)tb && e->type_a == (int)type_a &&
                         e->type_b == (int)type_b && e->acc == acc && e->fast == fast_accum &&
                         e->lda == lda && e->ldb == ldb && e->ldc == ldc && e->al_a == al_a &&
-                        e->al_b == al_b && e->al_c == al_c)
+                        e->al_b == al_b && e->al_c == al_c && e->compute == (int)compute)
                         e->ok = 0;
                 }
             }
@@ -164,17 +167,20 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
     return ok ? 0 : -1;
 }
 
-/* The row-major product through the column-major library (see the top of the file). */
+/* The row-major product through the column-major library (see the top of the file). lda, ldb,
+ * ldc: row strides (elements) of A, B and C as stored; 0 means packed (the stored column
+ * count). */
 static int rowmajor_matmul(cuda_state *s, float *C, cudaDataType_t type_a, const void *A,
                            cudaDataType_t type_b, const void *B, int M, int N, int K, int transA,
                            int transB, int acc, const float *scale_a, const float *scale_b,
-                           int fast_accum) {
+                           int fast_accum, cublasComputeType_t compute, int lda, int ldb,
+                           int ldc) {
     cublasOperation_t op_b = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int ld_b = transB ? K : N;
+    int ld_b = ldb ? ldb : (transB ? K : N);
     cublasOperation_t op_a = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int ld_a = transA ? M : K;
-    return lt_matmul(s, N, M, K, op_b, op_a, type_b, B, ld_b, type_a, A, ld_a, C, N, acc,
-                     scale_b, scale_a, fast_accum);
+    int ld_a = lda ? lda : (transA ? M : K);
+    return lt_matmul(s, N, M, K, op_b, op_a, type_b, B, ld_b, type_a, A, ld_a, C,
+                     ldc ? ldc : N, acc, scale_b, scale_a, fast_accum, compute);
 }
 
 /* Degenerate sizes: nothing to multiply. K == 0 gives C = 0 (or C unchanged when acc). */
@@ -191,26 +197,78 @@ void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, in
                    int K, int transA, int transB, int acc) {
     if (gemm_trivial(b, C, M, N, K, acc)) return;
     if (rowmajor_matmul(cuda_of(b), C, CUDA_R_32F, A, CUDA_R_32F, B, M, N, K, transA, transB,
-                        acc, NULL, NULL, 0) != 0) {
+                        acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, 0, 0, 0) != 0) {
         fprintf(stderr, "fp8train: cuBLASLt found no FP32 algorithm for M=%d N=%d K=%d (%s:%d)\n",
                 M, N, K, __FILE__, __LINE__);
         exit(1);
     }
 }
 
+/* Row stride, in elements, that makes every row of a [*, cols] matrix of elem_bytes-sized
+ * elements start 16-byte aligned (cuBLASLt's fast kernels want it: the GPT-2 head has
+ * V = 50257 columns, and an unaligned [N, V] operand or result runs ~4x slower). */
+static int aligned_ld(int cols, int elem_bytes) {
+    int per = 16 / elem_bytes;
+    return (cols + per - 1) / per * per;
+}
+
 void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                     int K, int transA, int transB, int acc) {
     if (gemm_trivial(b, C, M, N, K, acc)) return;
     cuda_state *s = cuda_of(b);
-    size_t na = (size_t)M * K, nb = (size_t)K * N;
-    __nv_bfloat16 *a16 = (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_A, na * 2);
-    __nv_bfloat16 *b16 = (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_B, nb * 2);
-    cuda_to_bf16(b, a16, A, na);
-    cuda_to_bf16(b, b16, B, nb);
-    if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, K, transA, transB, acc,
-                        NULL, NULL, 0) == 0)
-        return;
+    /* stored shapes: A [M,K] or [K,M] (transA), B [K,N] or [N,K] (transB) */
+    const int rows_a = transA ? K : M, cols_a = transA ? M : K;
+    const int rows_b = transB ? N : K, cols_b = transB ? K : N;
+    /* the BF16 copies get 16-byte aligned rows for free (the conversion writes them anyway);
+     * an unaligned FP32 result goes through an aligned scratch copy. Plain mode: packed. */
+    const int lda = s->plain ? cols_a : aligned_ld(cols_a, 2);
+    const int ldb = s->plain ? cols_b : aligned_ld(cols_b, 2);
+    const int ldc = s->plain ? N : aligned_ld(N, 4);
+    __nv_bfloat16 *a16 =
+        (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_A, (size_t)rows_a * lda * 2);
+    __nv_bfloat16 *b16 =
+        (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_B, (size_t)rows_b * ldb * 2);
+    cuda_to_bf16_pitched(b, a16, lda, A, rows_a, cols_a);
+    cuda_to_bf16_pitched(b, b16, ldb, B, rows_b, cols_b);
+    if (ldc == N) {
+        if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, K, transA, transB,
+                            acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, 0) == 0)
+            return;
+    } else {
+        /* unaligned result rows: chunks of rows through an aligned scratch (at most ~512 MiB,
+         * not a second copy of a [N, V] logits tensor); a row offset r0 moves A's pointer by
+         * r0 rows ([M,K]) or r0 columns ([K,M]); r0 is a multiple of 64, so it stays aligned */
+        size_t cap_rows = ((size_t)512 << 20) / ((size_t)ldc * sizeof(float));
+        int chunk = (int)(cap_rows < (size_t)M ? cap_rows : (size_t)M);
+        if (chunk < M) chunk = chunk >= 64 ? chunk / 64 * 64 : 64;
+        float *Cg = (float *)cuda_scratch(b, SCR_GEMM_C, (size_t)chunk * ldc * sizeof(float));
+        for (int r0 = 0; r0 < M; r0 += chunk) {
+            int mr = M - r0 < chunk ? M - r0 : chunk;
+            const __nv_bfloat16 *ar = transA ? a16 + r0 : a16 + (size_t)r0 * lda;
+            if (acc)
+                CUDA_CHECK(cudaMemcpy2DAsync(Cg, (size_t)ldc * 4, C + (size_t)r0 * N,
+                                             (size_t)N * 4, (size_t)N * 4, (size_t)mr,
+                                             cudaMemcpyDeviceToDevice, s->stream));
+            if (rowmajor_matmul(s, Cg, CUDA_R_16BF, ar, CUDA_R_16BF, b16, mr, N, K, transA,
+                                transB, acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb,
+                                ldc) != 0) {
+                if (r0 == 0) break; /* nothing written yet: the fallback below does it all */
+                /* earlier chunks are already in C (accumulated when acc): no clean way back */
+                fprintf(stderr,
+                        "fp8train: cuBLASLt has a BF16 algorithm for the first %d rows of a "
+                        "M=%d N=%d K=%d GEMM but not for rows %d..%d (%s:%d); rerun with "
+                        "FP8TRAIN_CUDA_PLAIN=1\n", r0, M, N, K, r0, r0 + mr - 1, __FILE__,
+                        __LINE__);
+                exit(1);
+            }
+            CUDA_CHECK(cudaMemcpy2DAsync(C + (size_t)r0 * N, (size_t)N * 4, Cg, (size_t)ldc * 4,
+                                         (size_t)N * 4, (size_t)mr, cudaMemcpyDeviceToDevice,
+                                         s->stream));
+            if (r0 + mr == M) return;
+        }
+    }
     /* no BF16 algorithm (odd sizes): the same BF16-rounded operands as floats, FP32 GEMM */
+    size_t na = (size_t)M * K, nb = (size_t)K * N;
     float *af = (float *)cuda_scratch(b, SCR_GEMM_A, na * 4);
     float *bf = (float *)cuda_scratch(b, SCR_GEMM_B, nb * 4);
     cuda_bf16_round(b, af, A, na);
@@ -281,7 +339,8 @@ void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
             sb = s->fp8_scales + 4;
         }
         done = rowmajor_matmul(s, C, fp8_cuda_type(A->fmt), a_mk, fp8_cuda_type(B->fmt), b_nk,
-                               M, N, K, 0, 1, acc, sa, sb, fast_accum) == 0;
+                               M, N, K, 0, 1, acc, sa, sb, fast_accum,
+                               CUBLAS_COMPUTE_32F, 0, 0, 0) == 0;
     }
     if (done) s->n_fp8_lt++;
     else s->n_fp8_fallback++;
