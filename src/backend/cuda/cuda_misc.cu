@@ -159,23 +159,22 @@ void cuda_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N,
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
+/* The sigmoid form of the tanh approximation (see cpu_misc.c): no cancellation for v < 0. */
 __global__ void gelu_forward_kernel(float *out, const float *x, size_t n) {
     GRID_STRIDE(i, n) {
         float v = x[i];
-        float cube = 0.044715f * v * v * v;
-        out[i] = 0.5f * v * (1.0f + tanhf(GELU_SCALE * (v + cube)));
+        float u = GELU_SCALE * (v + 0.044715f * v * v * v);
+        out[i] = v * (1.0f / (1.0f + expf(-2.0f * u)));
     }
 }
 
 __global__ void gelu_backward_kernel(float *dx, const float *x, const float *dout, size_t n) {
     GRID_STRIDE(i, n) {
         float v = x[i];
-        float cube = 0.044715f * v * v * v;
-        float t = tanhf(GELU_SCALE * (v + cube));
-        float sech2 = 1.0f - t * t;
-        float local = 0.5f * (1.0f + t) +
-                      v * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * v * v);
-        dx[i] = local * dout[i];
+        float u = GELU_SCALE * (v + 0.044715f * v * v * v);
+        float sg = 1.0f / (1.0f + expf(-2.0f * u));
+        float du_dv = GELU_SCALE * (1.0f + 3.0f * 0.044715f * v * v);
+        dx[i] = (sg + 2.0f * v * sg * (1.0f - sg) * du_dv) * dout[i];
     }
 }
 
