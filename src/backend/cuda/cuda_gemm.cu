@@ -206,69 +206,114 @@ void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, in
 
 /* Row stride, in elements, that makes every row of a [*, cols] matrix of elem_bytes-sized
  * elements start 16-byte aligned (cuBLASLt's fast kernels want it: the GPT-2 head has
- * V = 50257 columns, and an unaligned [N, V] operand or result runs ~4x slower). */
+ * V = 50257 columns, and an unaligned [N, V] operand or result runs 3-5x slower). */
 static int aligned_ld(int cols, int elem_bytes) {
     int per = 16 / elem_bytes;
     return (cols + per - 1) / per * per;
+}
+
+/* x [rows, cols] packed FP32 -> out [rows_out, ld_out] BF16 (round to nearest even), with zeros
+ * in rows >= rows and columns >= cols: the zero rows/columns pad the reduction dimension K to a
+ * multiple of 8 (a zero product adds nothing to an FP32 sum). One block per row: rows of x start
+ * unaligned when cols is odd, so the loads stay scalar (still coalesced). */
+__global__ void to_bf16_padded_kernel(__nv_bfloat16 *out, int ld_out, int rows_out,
+                                      const float *__restrict__ x, int rows, int cols) {
+    for (int r = blockIdx.x; r < rows_out; r += gridDim.x) {
+        __nv_bfloat16 *o = out + (size_t)r * ld_out;
+        if (r < rows) {
+            const float *xr = x + (size_t)r * cols;
+            for (int c = threadIdx.x; c < ld_out; c += blockDim.x)
+                o[c] = __float2bfloat16_rn(c < cols ? xr[c] : 0.0f);
+        } else {
+            for (int c = threadIdx.x; c < ld_out; c += blockDim.x) o[c] = __float2bfloat16_rn(0.0f);
+        }
+    }
+}
+
+static void to_bf16_padded(cuda_state *s, __nv_bfloat16 *out, int ld_out, int rows_out,
+                           const float *x, int rows, int cols) {
+    unsigned grid = (unsigned)(rows_out < s->num_sms * 64 ? rows_out : s->num_sms * 64);
+    to_bf16_padded_kernel<<<grid, 256, 0, s->stream>>>(out, ld_out, rows_out, x, rows, cols);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* C[r, c] (= or +=) Cg[r, c] for r < rows, c < cols: from the aligned scratch result (row stride
+ * ldg, 16-byte aligned rows: float4 loads) into the packed C (row stride cols, unaligned rows:
+ * scalar stores). Accumulating here instead of in the GEMM's epilogue (beta = 1) gives the same
+ * bits: both add the FP32-rounded product sum to C with one rounding. */
+__global__ void copy_out_kernel(float *C, const float *__restrict__ Cg, int ldg, int rows, int cols,
+                                int acc) {
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *g = Cg + (size_t)r * ldg;
+        float *c = C + (size_t)r * cols;
+        for (int j = threadIdx.x; j < cols; j += blockDim.x) c[j] = acc ? c[j] + g[j] : g[j];
+    }
 }
 
 void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                     int K, int transA, int transB, int acc) {
     if (gemm_trivial(b, C, M, N, K, acc)) return;
     cuda_state *s = cuda_of(b);
-    /* stored shapes: A [M,K] or [K,M] (transA), B [K,N] or [N,K] (transB) */
-    const int rows_a = transA ? K : M, cols_a = transA ? M : K;
-    const int rows_b = transB ? N : K, cols_b = transB ? K : N;
-    /* the BF16 copies get 16-byte aligned rows for free (the conversion writes them anyway);
-     * an unaligned FP32 result goes through an aligned scratch copy. Plain mode: packed. */
-    const int lda = s->plain ? cols_a : aligned_ld(cols_a, 2);
-    const int ldb = s->plain ? cols_b : aligned_ld(cols_b, 2);
-    const int ldc = s->plain ? N : aligned_ld(N, 4);
-    __nv_bfloat16 *a16 =
-        (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_A, (size_t)rows_a * lda * 2);
-    __nv_bfloat16 *b16 =
-        (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_B, (size_t)rows_b * ldb * 2);
-    cuda_to_bf16_pitched(b, a16, lda, A, rows_a, cols_a);
-    cuda_to_bf16_pitched(b, b16, ldb, B, rows_b, cols_b);
-    if (ldc == N) {
+    size_t na = (size_t)M * K, nb = (size_t)K * N;
+    if (s->plain) {
+        /* plain: packed BF16 copies, the result straight into C */
+        __nv_bfloat16 *a16 = (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_A, na * 2);
+        __nv_bfloat16 *b16 = (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_B, nb * 2);
+        cuda_to_bf16(b, a16, A, na);
+        cuda_to_bf16(b, b16, B, nb);
         if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, K, transA, transB,
-                            acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, 0) == 0)
+                            acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, 0, 0, 0) == 0)
             return;
     } else {
-        /* unaligned result rows: chunks of rows through an aligned scratch (at most ~512 MiB,
-         * not a second copy of a [N, V] logits tensor); a row offset r0 moves A's pointer by
-         * r0 rows ([M,K]) or r0 columns ([K,M]); r0 is a multiple of 64, so it stays aligned */
-        size_t cap_rows = ((size_t)512 << 20) / ((size_t)ldc * sizeof(float));
-        int chunk = (int)(cap_rows < (size_t)M ? cap_rows : (size_t)M);
-        if (chunk < M) chunk = chunk >= 64 ? chunk / 64 * 64 : 64;
-        float *Cg = (float *)cuda_scratch(b, SCR_GEMM_C, (size_t)chunk * ldc * sizeof(float));
-        for (int r0 = 0; r0 < M; r0 += chunk) {
-            int mr = M - r0 < chunk ? M - r0 : chunk;
-            const __nv_bfloat16 *ar = transA ? a16 + r0 : a16 + (size_t)r0 * lda;
-            if (acc)
-                CUDA_CHECK(cudaMemcpy2DAsync(Cg, (size_t)ldc * 4, C + (size_t)r0 * N,
-                                             (size_t)N * 4, (size_t)N * 4, (size_t)mr,
-                                             cudaMemcpyDeviceToDevice, s->stream));
-            if (rowmajor_matmul(s, Cg, CUDA_R_16BF, ar, CUDA_R_16BF, b16, mr, N, K, transA,
-                                transB, acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb,
-                                ldc) != 0) {
-                if (r0 == 0) break; /* nothing written yet: the fallback below does it all */
-                /* earlier chunks are already in C (accumulated when acc): no clean way back */
-                fprintf(stderr,
-                        "fp8train: cuBLASLt has a BF16 algorithm for the first %d rows of a "
-                        "M=%d N=%d K=%d GEMM but not for rows %d..%d (%s:%d); rerun with "
-                        "FP8TRAIN_CUDA_PLAIN=1\n", r0, M, N, K, r0, r0 + mr - 1, __FILE__,
-                        __LINE__);
-                exit(1);
+        /* BF16 copies with 16-byte aligned rows and K padded with zeros to a multiple of 8
+         * (stored shapes: A [M,K] or [K,M] (transA), B [K,N] or [N,K] (transB)); an unaligned
+         * FP32 result goes through an aligned scratch, in row chunks of at most ~512 MiB */
+        const int Kp = aligned_ld(K, 2);
+        const int lda = transA ? aligned_ld(M, 2) : Kp, ldb = transB ? Kp : aligned_ld(N, 2);
+        const int rows_a = transA ? Kp : M, rows_b = transB ? N : Kp;
+        __nv_bfloat16 *a16 =
+            (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_A, (size_t)rows_a * lda * 2);
+        __nv_bfloat16 *b16 =
+            (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_B, (size_t)rows_b * ldb * 2);
+        if (transA) to_bf16_padded(s, a16, lda, Kp, A, K, M);
+        else to_bf16_padded(s, a16, lda, M, A, M, K);
+        if (transB) to_bf16_padded(s, b16, ldb, N, B, N, K);
+        else to_bf16_padded(s, b16, ldb, Kp, B, K, N);
+        const int ldc = aligned_ld(N, 4);
+        if (ldc == N) {
+            if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, Kp, transA,
+                                transB, acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, 0) == 0)
+                return;
+        } else {
+            size_t cap_rows = ((size_t)512 << 20) / ((size_t)ldc * sizeof(float));
+            int chunk = (int)(cap_rows < (size_t)M ? cap_rows : (size_t)M);
+            if (chunk < M) chunk = chunk >= 64 ? chunk / 64 * 64 : 64;
+            float *Cg = (float *)cuda_scratch(b, SCR_GEMM_C, (size_t)chunk * ldc * sizeof(float));
+            for (int r0 = 0; r0 < M; r0 += chunk) {
+                int mr = M - r0 < chunk ? M - r0 : chunk;
+                /* r0 rows further down A: r0 rows of [M,K], or r0 columns of [K,M] (r0 is a
+                 * multiple of 64, so the pointer stays 16-byte aligned) */
+                const __nv_bfloat16 *ar = transA ? a16 + r0 : a16 + (size_t)r0 * lda;
+                if (rowmajor_matmul(s, Cg, CUDA_R_16BF, ar, CUDA_R_16BF, b16, mr, N, Kp, transA,
+                                    transB, 0, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb,
+                                    ldc) != 0) {
+                    if (r0 == 0) break; /* nothing written: the fallback below does it all */
+                    fprintf(stderr,
+                            "fp8train: cuBLASLt has a BF16 algorithm for the first %d rows of a "
+                            "M=%d N=%d K=%d GEMM but not for rows %d..%d (%s:%d); rerun with "
+                            "FP8TRAIN_CUDA_PLAIN=1\n", r0, M, N, K, r0, r0 + mr - 1, __FILE__,
+                            __LINE__);
+                    exit(1);
+                }
+                unsigned grid = (unsigned)(mr < s->num_sms * 64 ? mr : s->num_sms * 64);
+                copy_out_kernel<<<grid, 256, 0, s->stream>>>(C + (size_t)r0 * N, Cg, ldc, mr, N,
+                                                             acc);
+                CUDA_LAUNCH_CHECK(s);
+                if (r0 + mr == M) return;
             }
-            CUDA_CHECK(cudaMemcpy2DAsync(C + (size_t)r0 * N, (size_t)N * 4, Cg, (size_t)ldc * 4,
-                                         (size_t)N * 4, (size_t)mr, cudaMemcpyDeviceToDevice,
-                                         s->stream));
-            if (r0 + mr == M) return;
         }
     }
     /* no BF16 algorithm (odd sizes): the same BF16-rounded operands as floats, FP32 GEMM */
-    size_t na = (size_t)M * K, nb = (size_t)K * N;
     float *af = (float *)cuda_scratch(b, SCR_GEMM_A, na * 4);
     float *bf = (float *)cuda_scratch(b, SCR_GEMM_B, nb * 4);
     cuda_bf16_round(b, af, A, na);

@@ -102,10 +102,13 @@ __global__ void layernorm_backward_dx_kernel(float *dx, const float *__restrict_
     float dn_mean = warp_sum(s_dn) / (float)C;
     float dnn_mean = warp_sum(s_dnn) / (float)C;
     float *o = dx + (size_t)row * C;
+    /* the CPU backend's exact operation order, without FMA contraction: the differences of
+     * nearly equal terms here are multiplied by rstd, which amplifies a contracted rounding */
     for (int c = lane; c < C; c += 32) {
-        float n = (xr[c] - m) * rs;
-        float dn = dr[c] * w[c];
-        o[c] += (dn - dn_mean - n * dnn_mean) * rs;
+        float n = __fmul_rn(__fsub_rn(xr[c], m), rs);
+        float dn = __fmul_rn(w[c], dr[c]);
+        float t = __fsub_rn(__fsub_rn(dn, dn_mean), __fmul_rn(n, dnn_mean));
+        o[c] = __fadd_rn(o[c], __fmul_rn(t, rs));
     }
 }
 
