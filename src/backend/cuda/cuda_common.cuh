@@ -9,11 +9,12 @@
  *   FP8TRAIN_CUDA_PLAIN=1  every fused or cached path falls back to its plain version: the
  *                          simple attention kernels, separate amax/cast/transpose kernels for
  *                          quantize, no cuBLASLt algorithm cache, no RoPE table cache.
- *   FP8TRAIN_CUDA_ATTN=simple|tiled|flash|gemm   the attention kernels alone: simple and
- *                          tiled are FP32 (exact up to summation order); flash (BF16 tensor-core
- *                          flash attention) and gemm (cuBLAS batched BF16 GEMMs over a [T,T]
- *                          score matrix) round q, k, v, P, dout and dS to BF16 and accumulate
- *                          in FP32.
+ *   FP8TRAIN_CUDA_ATTN=flash|gemm|tiled|simple   the attention kernels alone. flash (the
+ *                          default; head sizes 64 and 128, others fall back to tiled/simple):
+ *                          BF16 tensor-core flash attention; gemm: cuBLASLt batched BF16 GEMMs
+ *                          over [T,T] score blocks. Both round q, k, v, P, dout and dS to BF16
+ *                          and accumulate in FP32. tiled and simple are FP32 (the CPU backend's
+ *                          arithmetic up to summation order): the exact reference.
  *   FP8TRAIN_CUDA_SYNC=1   synchronize and check for errors after every op (slow; names the
  *                          op that failed instead of a later one).
  *   FP8TRAIN_CUDA_NO_LT_FP8=1  FP8 GEMMs through the decode + FP32 GEMM fallback instead of
