@@ -1,7 +1,7 @@
 /* CUDA backend — attention core: BF16 tensor-core flash attention (FP8TRAIN_CUDA_ATTN=flash).
  *
  * Inputs are the prep kernel's FP32 per-head layouts q, k, v [B*NH, T, HS] (RoPE applied);
- * head sizes 64 and 128. Numerics (the contract in cuda_common.cuh):
+ * head sizes 32, 64 and 128. Numerics (the contract in cuda_common.cuh):
  *   - q, k, v (and dout) are rounded to BF16 (round-to-nearest-even) by a conversion kernel
  *     that writes padded copies [B*NH, Tp, HS], Tp = T rounded up to 64, rows >= T zero, into
  *     scratch slot SCR_ATTN2; the tile loads then need no bounds checks.
@@ -585,7 +585,7 @@ static void flash_setup(void) {
 }
 
 static int flash_supported(int B, int T, int NH, int HS) {
-    if (HS != 64 && HS != 128) return 0;
+    if (HS != 32 && HS != 64 && HS != 128) return 0;
     if (B <= 0 || T <= 0 || NH <= 0) return 0;
     if ((T + FL_TILE - 1) / FL_TILE > 65535) return 0; /* grid.y */
     if ((long long)B * NH > 2147483647LL) return 0;    /* grid.x */
@@ -608,6 +608,30 @@ static void to_bf16_padded(cuda_state *s, uint16_t *dst, const float *src, int B
     CUDA_LAUNCH_CHECK(s);
 }
 
+template <int D>
+static void fwd_launch(cuda_state *s, dim3 grid, float *out, float *lse, const uint16_t *qh,
+                       const uint16_t *kh, const uint16_t *vh, int T, int Tp, int NH,
+                       float scale_log2) {
+    flash_setup<D>();
+    flash_fwd_kernel<D><<<grid, FL_THREADS, fwd_smem(D), s->stream>>>(out, lse, qh, kh, vh, T,
+                                                                     Tp, NH, scale_log2);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+template <int D>
+static void bwd_launch(cuda_state *s, dim3 grid, float *dq, float *dk, float *dv,
+                       const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
+                       const uint16_t *doh, const float *lse, const float *Dv, int T, int Tp,
+                       float scale, float scale_log2) {
+    flash_setup<D>();
+    flash_bwd_dkdv_kernel<D><<<grid, FL_THREADS, dkdv_smem(D), s->stream>>>(
+        dk, dv, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
+    CUDA_LAUNCH_CHECK(s);
+    flash_bwd_dq_kernel<D><<<grid, FL_THREADS, dq_smem(D), s->stream>>>(
+        dq, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
+    CUDA_LAUNCH_CHECK(s);
+}
+
 int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, const float *q, const float *k,
                         const float *v, int B, int T, int NH, int HS, float scale) {
     if (!flash_supported(B, T, NH, HS)) return -1;
@@ -621,15 +645,9 @@ int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, const float *q,
     to_bf16_padded(s, vh, v, B, T, Tp, NH, HS, 0);
     float scale_log2 = scale * FL_LOG2E;
     dim3 grid(BH, nT);
-    if (HS == 64) {
-        flash_setup<64>();
-        flash_fwd_kernel<64><<<grid, FL_THREADS, fwd_smem(64), s->stream>>>(
-            out, lse, qh, kh, vh, T, Tp, NH, scale_log2);
-    } else {
-        flash_setup<128>();
-        flash_fwd_kernel<128><<<grid, FL_THREADS, fwd_smem(128), s->stream>>>(
-            out, lse, qh, kh, vh, T, Tp, NH, scale_log2);
-    }
+    if (HS == 32) fwd_launch<32>(s, grid, out, lse, qh, kh, vh, T, Tp, NH, scale_log2);
+    else if (HS == 64) fwd_launch<64>(s, grid, out, lse, qh, kh, vh, T, Tp, NH, scale_log2);
+    else fwd_launch<128>(s, grid, out, lse, qh, kh, vh, T, Tp, NH, scale_log2);
     CUDA_LAUNCH_CHECK(s);
     return 0;
 }
@@ -649,21 +667,11 @@ int cuda_attn_flash_bwd(fp8t_backend *b, float *dq, float *dk, float *dv, const 
     to_bf16_padded(s, doh, dout, B, T, Tp, NH, HS, 1);
     float scale_log2 = scale * FL_LOG2E;
     dim3 grid(BH, nT);
-    if (HS == 64) {
-        flash_setup<64>();
-        flash_bwd_dkdv_kernel<64><<<grid, FL_THREADS, dkdv_smem(64), s->stream>>>(
-            dk, dv, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
-        CUDA_LAUNCH_CHECK(s);
-        flash_bwd_dq_kernel<64><<<grid, FL_THREADS, dq_smem(64), s->stream>>>(
-            dq, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
-    } else {
-        flash_setup<128>();
-        flash_bwd_dkdv_kernel<128><<<grid, FL_THREADS, dkdv_smem(128), s->stream>>>(
-            dk, dv, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
-        CUDA_LAUNCH_CHECK(s);
-        flash_bwd_dq_kernel<128><<<grid, FL_THREADS, dq_smem(128), s->stream>>>(
-            dq, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
-    }
-    CUDA_LAUNCH_CHECK(s);
+    if (HS == 32)
+        bwd_launch<32>(s, grid, dq, dk, dv, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
+    else if (HS == 64)
+        bwd_launch<64>(s, grid, dq, dk, dv, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
+    else
+        bwd_launch<128>(s, grid, dq, dk, dv, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
     return 0;
 }

@@ -10,7 +10,7 @@
  *                          simple attention kernels, separate amax/cast/transpose kernels for
  *                          quantize, no cuBLASLt algorithm cache, no RoPE table cache.
  *   FP8TRAIN_CUDA_ATTN=flash|gemm|tiled|simple   the attention kernels alone. flash (the
- *                          default; head sizes 64 and 128, others fall back to tiled/simple):
+ *                          default; head sizes 32, 64, 128, others fall back to tiled/simple):
  *                          BF16 tensor-core flash attention; gemm: cuBLASLt batched BF16 GEMMs
  *                          over [T,T] score blocks. Both round q, k, v, P, dout and dS to BF16
  *                          and accumulate in FP32. tiled and simple are FP32 (the CPU backend's
