@@ -2,7 +2,8 @@
  * (per-tensor, block, MXFP8), BF16 rounding, the delayed-scaling update.
  *
  * Encoding is __nv_cvt_float_to_fp8(.., __NV_SATFINITE, ..) (see fp8_enc_dev), bit-identical
- * to fp8_encode(x, fmt, 1); the product x * scale is one IEEE multiply, as on the CPU. */
+ * to fp8_encode(x, fmt, 1), or its two-value form __nv_cvt_float2_to_fp8x2 (the same
+ * instruction); the product x * scale is one IEEE multiply, as on the CPU. */
 #include "backend/cuda/cuda_common.cuh"
 
 #define EW_THREADS 256
@@ -91,47 +92,213 @@ __global__ void cast_fp8_kernel(uint8_t *codes, float *amax_out, const float *__
     }
 }
 
-/* Fused cast + transpose + amax: one 32x32 tile per block of 32x8 threads. Reads x once
- * (coalesced along rows), writes codes (row-major) and codes_t (row-major [cols, rows]) through
- * a shared-memory tile so both writes are coalesced. */
-#define QT_TILE 32
-#define QT_ROWS 8
-__global__ void cast_transpose_fp8_kernel(uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                                          const float *__restrict__ x, int rows, int cols,
-                                          fp8_format fmt, const float *scale_p) {
-    __shared__ uint8_t tile[QT_TILE][QT_TILE + 4];
-    float scale = *scale_p;
-    int c0 = blockIdx.x * QT_TILE, r0 = blockIdx.y * QT_TILE;
-    int tx = threadIdx.x, ty = threadIdx.y;
-    float acc = 0.0f;
+/* ---- fused paths (not with FP8TRAIN_CUDA_PLAIN=1) ----
+ *
+ * amax as an unsigned max over |x| bit patterns: for non-NaN floats the order of the patterns
+ * is the order of the magnitudes and every NaN pattern lies above +Inf's, so the max is a NaN
+ * pattern exactly when some element is NaN (the rule of amax_merge_dev and of the CPU's
+ * fp8_amax). Any NaN is merged as the canonical 0x7FC00000, so the result does not depend on
+ * which NaN a block saw first. */
+__device__ __forceinline__ unsigned abs_bits_dev(float v) {
+    return __float_as_uint(v) & 0x7fffffffu;
+}
+
+__device__ __forceinline__ unsigned abs_bits4_dev(unsigned m, float4 v) {
+    m = max(m, abs_bits_dev(v.x));
+    m = max(m, abs_bits_dev(v.y));
+    m = max(m, abs_bits_dev(v.z));
+    return max(m, abs_bits_dev(v.w));
+}
+
+/* Block-wide max of each thread's m, merged into *amax_out. Every thread of the (1-D) block
+ * must call it; blockDim.x a multiple of 32. */
+__device__ __forceinline__ void block_amax_bits_merge(float *amax_out, unsigned m) {
+    __shared__ unsigned sh_m[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    m = __reduce_max_sync(0xffffffffu, m);
+    if (lane == 0) sh_m[warp] = m;
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < (int)(blockDim.x >> 5) ? sh_m[lane] : 0u;
+        m = __reduce_max_sync(0xffffffffu, m);
+        if (lane == 0)
+            atomic_amax_merge(amax_out, __uint_as_float(m > 0x7f800000u ? 0x7fc00000u : m));
+    }
+}
+
+/* Four codes packed little-endian (byte 0 = a): two cvt.rn.satfinite.{e4m3,e5m2}x2.f32, the
+ * instruction fp8_enc_dev issues for one value, so the bits are the same. */
+template <fp8_format FMT>
+__device__ __forceinline__ uint32_t fp8x4_enc_dev(float a, float b, float c, float d) {
+    const __nv_fp8_interpretation_t it = FMT == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2;
+    uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, it);
+    uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, it);
+    return lo | (hi << 16);
+}
+
+/* Row-major cast (+ amax), no transpose: each thread loads CAST_UNROLL float4 spaced a block
+ * apart (every warp load is 512 contiguous bytes, and 4 of them are in flight per thread
+ * before the first use) and stores 4 codes per float4 (a warp store is 128 contiguous bytes).
+ * Needs x 16-byte and codes 4-byte aligned; codes may be NULL (amax only). One block per
+ * CAST_THREADS * CAST_UNROLL float4; block 0 also does the last n % 4 elements. */
+#define CAST_THREADS 256
+#define CAST_UNROLL 4
+template <fp8_format FMT>
+__global__ void __launch_bounds__(CAST_THREADS)
+    cast_fp8_vec_kernel(uint8_t *codes, float *amax_out, const float *__restrict__ x, size_t n,
+                        const float *scale_p) {
+    const float scale = *scale_p;
+    const size_t n4 = n / 4;
+    const float4 *x4 = (const float4 *)x;
+    uint32_t *c4 = (uint32_t *)codes;
+    const size_t base = (size_t)blockIdx.x * (CAST_THREADS * CAST_UNROLL) + threadIdx.x;
+    float4 v[CAST_UNROLL];
 #pragma unroll
-    for (int i = 0; i < QT_TILE / QT_ROWS; i++) {
-        int r = r0 + ty + i * QT_ROWS, c = c0 + tx;
-        if (r < rows && c < cols) {
-            float v = x[(size_t)r * cols + c];
-            acc = amax_merge_dev(acc, v);
-            uint8_t code = fp8_enc_dev(v * scale, fmt);
-            if (codes) codes[(size_t)r * cols + c] = code;
-            tile[ty + i * QT_ROWS][tx] = code;
-        }
+    for (int u = 0; u < CAST_UNROLL; u++) {
+        size_t i = base + (size_t)u * CAST_THREADS;
+        v[u] = i < n4 ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    unsigned m = 0; /* zeros for missing elements leave the max alone */
+#pragma unroll
+    for (int u = 0; u < CAST_UNROLL; u++) {
+        size_t i = base + (size_t)u * CAST_THREADS;
+        m = abs_bits4_dev(m, v[u]);
+        if (codes && i < n4)
+            c4[i] = fp8x4_enc_dev<FMT>(v[u].x * scale, v[u].y * scale, v[u].z * scale,
+                                       v[u].w * scale);
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) {
+        size_t i = n4 * 4 + threadIdx.x;
+        float xi = x[i];
+        m = max(m, abs_bits_dev(xi));
+        if (codes) codes[i] = fp8_enc_dev(xi * scale, FMT);
+    }
+    if (amax_out) block_amax_bits_merge(amax_out, m);
+}
+
+/* Fused cast + transpose + amax over full 64x64 tiles, one tile per block of 256 threads.
+ *   load:  thread (mc = tid % 16, mr = tid / 16) owns the 4x4 micro-block at rows
+ *          r0 + 4mr .. +3, cols c0 + 4mc .. +3: four float4 loads (a warp reads 2 rows x 256
+ *          contiguous bytes per load); the row-major codes go out as one 4-byte store per row
+ *          (a warp writes 2 x 64 contiguous bytes).
+ *   transpose: six byte permutes turn the 4 row words into 4 column words (byte i = row i);
+ *          each goes to shared memory, laid out as codes_t's tile: column c holds 64 bytes =
+ *          4 groups of 16 rows; group g of column c sits at slot g ^ ((c >> 3) & 3), and the
+ *          thread writes its 4 columns rotated by mc, which keeps the writes to 2-way bank
+ *          conflicts and the reads conflict-free (dev/cuda/quantize_ladder.cu checks this
+ *          layout on the host: every word written once, read back in row order, banks).
+ *   store: thread (c = tid / 4, k = tid % 4) writes rows r0 + 16k .. +15 of codes_t row c0 + c
+ *          as one 16-byte store (a warp writes 8 x 64 contiguous bytes).
+ * Needs cols % 4 == 0, x 16-byte aligned, codes 4-byte aligned (or NULL), rows % 16 == 0 and
+ * codes_t 16-byte aligned. Tiles are numbered column-fastest so neighbouring blocks read
+ * neighbouring parts of the same x rows. */
+#define QT2_R 64 /* tile rows (contiguous within a codes_t row) */
+#define QT2_C 64 /* tile columns */
+#define QT2_THREADS 256
+template <fp8_format FMT>
+__global__ void __launch_bounds__(QT2_THREADS)
+    cast_transpose_fp8_tiled_kernel(uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                                    const float *__restrict__ x, int rows, int cols,
+                                    int tiles_c, const float *scale_p) {
+    __shared__ uint4 sm_t[QT2_C * QT2_R / 16]; /* [64 cols][4 groups of 16 row bytes] */
+    uint32_t *sm_w = (uint32_t *)sm_t;         /* word (c, g, q) at c*16 + 4*(g^swz(c)) + q */
+    const float scale = *scale_p;
+    const int tid = threadIdx.x;
+    const int r0 = (int)(blockIdx.x / tiles_c) * QT2_R, c0 = (int)(blockIdx.x % tiles_c) * QT2_C;
+    const int mc = tid & 15, mr = tid >> 4;
+
+    const float *xp = x + (size_t)(r0 + 4 * mr) * cols + c0 + 4 * mc;
+    float4 v[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = *(const float4 *)(xp + (size_t)i * cols);
+    unsigned m = 0;
+    uint32_t rw[4]; /* rw[i]: codes of row 4mr+i, byte j = column 4mc+j */
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        m = abs_bits4_dev(m, v[i]);
+        rw[i] = fp8x4_enc_dev<FMT>(v[i].x * scale, v[i].y * scale, v[i].z * scale,
+                                   v[i].w * scale);
+    }
+    if (codes) {
+        uint8_t *cp = codes + (size_t)(r0 + 4 * mr) * cols + c0 + 4 * mc;
+#pragma unroll
+        for (int i = 0; i < 4; i++) *(uint32_t *)(cp + (size_t)i * cols) = rw[i];
+    }
+    /* 4x4 byte transpose: cw[j] byte i = rw[i] byte j */
+    uint32_t a01 = __byte_perm(rw[0], rw[1], 0x5140); /* r0b0 r1b0 r0b1 r1b1 */
+    uint32_t a23 = __byte_perm(rw[2], rw[3], 0x5140); /* r2b0 r3b0 r2b1 r3b1 */
+    uint32_t b01 = __byte_perm(rw[0], rw[1], 0x7362); /* r0b2 r1b2 r0b3 r1b3 */
+    uint32_t b23 = __byte_perm(rw[2], rw[3], 0x7362); /* r2b2 r3b2 r2b3 r3b3 */
+    uint32_t cw0 = __byte_perm(a01, a23, 0x5410), cw1 = __byte_perm(a01, a23, 0x7632);
+    uint32_t cw2 = __byte_perm(b01, b23, 0x5410), cw3 = __byte_perm(b01, b23, 0x7632);
+    const int g = mr >> 2, q = mr & 3;
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        int j = (t + mc) & 3;
+        uint32_t w = j == 0 ? cw0 : j == 1 ? cw1 : j == 2 ? cw2 : cw3;
+        int c = 4 * mc + j;
+        sm_w[c * 16 + 4 * (g ^ ((c >> 3) & 3)) + q] = w;
     }
     __syncthreads();
+    {
+        const int c = tid >> 2, k = tid & 3;
+        uint4 o = sm_t[c * 4 + (k ^ ((c >> 3) & 3))];
+        *(uint4 *)(codes_t + (size_t)(c0 + c) * rows + r0 + 16 * k) = o;
+    }
+    if (amax_out) block_amax_bits_merge(amax_out, m);
+}
+
+/* Generic fused cast + transpose + amax over the region rows [r_begin, r_end) x cols
+ * [c_begin, c_end) of x [rows, cols]: one 32x32 tile per block of 32x8 threads, any shape or
+ * alignment (the edges the 64x64 kernel leaves, or everything when its conditions fail).
+ * Reads x once (coalesced along rows), writes codes (row-major, when non-NULL) and codes_t
+ * through a shared-memory tile so both writes are coalesced. Tile rows are a loop over
+ * blockIdx.y, so any number of rows fits the grid. */
+#define QT_TILE 32
+#define QT_ROWS 8
+__global__ void cast_transpose_fp8_region_kernel(uint8_t *codes, uint8_t *codes_t,
+                                                 float *amax_out, const float *__restrict__ x,
+                                                 int rows, int cols, int r_begin, int r_end,
+                                                 int c_begin, int c_end, fp8_format fmt,
+                                                 const float *scale_p) {
+    __shared__ uint8_t tile[QT_TILE][QT_TILE + 4];
+    const float scale = *scale_p;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c0 = c_begin + blockIdx.x * QT_TILE;
+    unsigned m = 0;
+    /* 64-bit loop counter: r0 + the grid stride may pass INT_MAX on the last step */
+    for (long long rl = r_begin + (long long)blockIdx.y * QT_TILE; rl < r_end;
+         rl += (long long)gridDim.y * QT_TILE) {
+        const int r0 = (int)rl;
 #pragma unroll
-    for (int i = 0; i < QT_TILE / QT_ROWS; i++) {
-        int c = c0 + ty + i * QT_ROWS, r = r0 + tx; /* codes_t[c][r] = codes[r][c] */
-        if (r < rows && c < cols) codes_t[(size_t)c * rows + r] = tile[tx][ty + i * QT_ROWS];
+        for (int i = 0; i < QT_TILE / QT_ROWS; i++) {
+            int r = r0 + ty + i * QT_ROWS, c = c0 + tx;
+            if (r < r_end && c < c_end) {
+                float v = x[(size_t)r * cols + c];
+                m = max(m, abs_bits_dev(v));
+                uint8_t code = fp8_enc_dev(v * scale, fmt);
+                if (codes) codes[(size_t)r * cols + c] = code;
+                tile[ty + i * QT_ROWS][tx] = code;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < QT_TILE / QT_ROWS; i++) {
+            int c = c0 + ty + i * QT_ROWS, r = r0 + tx; /* codes_t[c][r] = codes[r][c] */
+            if (r < r_end && c < c_end) codes_t[(size_t)c * rows + r] = tile[tx][ty + i * QT_ROWS];
+        }
+        __syncthreads(); /* the tile is rewritten by the next iteration */
     }
     if (amax_out) {
-        /* block_amax wants a 1-D thread index */
-        __shared__ float sh[QT_TILE * QT_ROWS / 32];
+        /* block_amax_bits_merge wants a 1-D block: the same steps on the linear index */
+        __shared__ unsigned sh_m[QT_TILE * QT_ROWS / 32];
         int lin = ty * QT_TILE + tx;
-        acc = warp_amax(acc);
-        if ((lin & 31) == 0) sh[lin >> 5] = acc;
+        m = __reduce_max_sync(0xffffffffu, m);
+        if ((lin & 31) == 0) sh_m[lin >> 5] = m;
         __syncthreads();
         if (lin == 0) {
-            float a = sh[0];
-            for (int w = 1; w < QT_TILE * QT_ROWS / 32; w++) a = amax_merge_dev(a, sh[w]);
-            atomic_amax_merge(amax_out, a);
+            for (int w = 1; w < QT_TILE * QT_ROWS / 32; w++) m = max(m, sh_m[w]);
+            atomic_amax_merge(amax_out, __uint_as_float(m > 0x7f800000u ? 0x7fc00000u : m));
         }
     }
 }
@@ -163,14 +330,28 @@ void cuda_transpose_u8(fp8t_backend *b, uint8_t *out, const uint8_t *in, int row
     CUDA_LAUNCH_CHECK(s);
 }
 
+static void launch_region(cuda_state *s, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                          const float *x, int rows, int cols, int r_begin, int r_end,
+                          int c_begin, int c_end, fp8_format fmt, const float *scale) {
+    if (r_end <= r_begin || c_end <= c_begin) return;
+    unsigned tiles_r = cdiv_u((size_t)(r_end - r_begin), QT_TILE);
+    dim3 grid(cdiv_u((size_t)(c_end - c_begin), QT_TILE), tiles_r < 65535u ? tiles_r : 65535u);
+    dim3 block(QT_TILE, QT_ROWS);
+    cast_transpose_fp8_region_kernel<<<grid, block, 0, s->stream>>>(
+        codes, codes_t, amax_out, x, rows, cols, r_begin, r_end, c_begin, c_end, fmt, scale);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+static int aligned4(const void *p) { return ((uintptr_t)p & 3u) == 0; }
+
 void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                    const float *x, int rows, int cols, fp8_format fmt, const float *scale) {
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
     size_t n = (size_t)rows * cols;
-    if (!codes_t || s->plain) {
-        /* row-major codes (+ amax) in one pass; plain mode transposes the codes afterwards
-         * (through scratch when only codes_t is wanted) */
+    if (s->plain) {
+        /* separate kernels: row-major codes (+ amax) in one pass, then the transpose of the
+         * codes (through scratch when only codes_t is wanted) */
         uint8_t *rm = codes;
         if (!rm && codes_t) rm = (uint8_t *)cuda_scratch(b, SCR_QUANT, n);
         int vec = aligned16(x) && (!rm || aligned16(rm)) ? 1 : 0;
@@ -180,10 +361,44 @@ void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *ama
         if (codes_t) cuda_transpose_u8(b, codes_t, rm, rows, cols);
         return;
     }
-    dim3 grid(cdiv_u(cols, QT_TILE), cdiv_u(rows, QT_TILE)), block(QT_TILE, QT_ROWS);
-    cast_transpose_fp8_kernel<<<grid, block, 0, s->stream>>>(codes, codes_t, amax_out, x, rows,
-                                                            cols, fmt, scale);
+    if (!codes && !codes_t && !amax_out) return; /* nothing asked for */
+    if (!codes_t) {
+        if (aligned16(x) && (!codes || aligned4(codes))) {
+            size_t blocks = (n / 4 + CAST_THREADS * CAST_UNROLL - 1) / (CAST_THREADS * CAST_UNROLL);
+            unsigned grid = (unsigned)(blocks > 0 ? blocks : 1);
+            if (fmt == FP8_E4M3)
+                cast_fp8_vec_kernel<FP8_E4M3><<<grid, CAST_THREADS, 0, s->stream>>>(
+                    codes, amax_out, x, n, scale);
+            else
+                cast_fp8_vec_kernel<FP8_E5M2><<<grid, CAST_THREADS, 0, s->stream>>>(
+                    codes, amax_out, x, n, scale);
+        } else {
+            cast_fp8_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(
+                codes, amax_out, x, n, fmt, scale, 0);
+        }
+        CUDA_LAUNCH_CHECK(s);
+        return;
+    }
+    /* full 64x64 tiles through the tiled kernel, the right and bottom edges through the
+     * generic one (each element is in exactly one launch, so each code is written once) */
+    int rows_f = rows / QT2_R * QT2_R, cols_f = cols / QT2_C * QT2_C;
+    int tiled_ok = cols % 4 == 0 && rows % 16 == 0 && aligned16(x) && aligned16(codes_t) &&
+                   (!codes || aligned4(codes)) && rows_f > 0 && cols_f > 0;
+    if (!tiled_ok) {
+        launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows, 0, cols, fmt, scale);
+        return;
+    }
+    int tiles_c = cols_f / QT2_C;
+    unsigned tiles = (unsigned)((size_t)(rows_f / QT2_R) * tiles_c);
+    if (fmt == FP8_E4M3)
+        cast_transpose_fp8_tiled_kernel<FP8_E4M3><<<tiles, QT2_THREADS, 0, s->stream>>>(
+            codes, codes_t, amax_out, x, rows, cols, tiles_c, scale);
+    else
+        cast_transpose_fp8_tiled_kernel<FP8_E5M2><<<tiles, QT2_THREADS, 0, s->stream>>>(
+            codes, codes_t, amax_out, x, rows, cols, tiles_c, scale);
     CUDA_LAUNCH_CHECK(s);
+    launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale);
+    launch_region(s, codes, codes_t, amax_out, x, rows, cols, rows_f, rows, 0, cols, fmt, scale);
 }
 
 /* ---------------------------------------------------------------------------------------- */
