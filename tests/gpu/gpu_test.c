@@ -433,7 +433,9 @@ static float *host_quant_data(size_t n, int specials) {
 }
 
 static void test_quantize(void) {
-    static const int sizes[][2] = {{1, 1}, {3, 7}, {32, 32}, {33, 65}, {128, 768}, {1000, 1001}};
+    /* 144x200 and 208x1600: the 64x64 fast tiles together with edge tiles */
+    static const int sizes[][2] = {{1, 1},     {3, 7},      {32, 32},    {33, 65},
+                                   {128, 768}, {144, 200},  {208, 1600}, {1000, 1001}};
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         int rows = sizes[si][0], cols = sizes[si][1];
         size_t n = (size_t)rows * cols;
@@ -465,16 +467,18 @@ static void test_quantize(void) {
             free(x);
         }
     }
-    /* only the transposed codes (codes NULL) */
-    {
-        int rows = 70, cols = 45;
+    /* only the transposed codes (codes NULL): an edge-only shape and a fast-tile one */
+    for (int k = 0; k < 2; k++) {
+        int rows = k ? 208 : 70, cols = k ? 1600 : 45;
         size_t n = (size_t)rows * cols;
         float *x = host_quant_data(n, 0);
         float scale = 37.5f;
         dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), dct = dp_alloc(n);
         dp_poison(dct, 1);
         FOR_BOTH be_->ops->quantize(be_, NULL, U8(dct), NULL, F(dx), rows, cols, FP8_E4M3, F(ds));
-        check_bits("quantize codes_t only", "70x45", dct, n, 0);
+        char shape[32];
+        snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+        check_bits("quantize codes_t only", shape, dct, n, 0);
         dp_free(dx), dp_free(ds), dp_free(dct);
         free(x);
     }
