@@ -272,9 +272,6 @@ void cuda_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_ama
  * fp8 codes -> floats times *scale_inv */
 void cuda_transpose_u8(fp8t_backend *b, uint8_t *out, const uint8_t *in, int rows, int cols);
 void cuda_to_bf16(fp8t_backend *b, __nv_bfloat16 *out, const float *x, size_t n);
-/* x [rows, cols] packed -> out [rows, cols] with row stride ld_out >= cols (padding untouched) */
-void cuda_to_bf16_pitched(fp8t_backend *b, __nv_bfloat16 *out, int ld_out, const float *x,
-                          int rows, int cols);
 void cuda_fp8_decode(fp8t_backend *b, float *out, const uint8_t *codes, size_t n,
                      fp8_format fmt, const float *scale_inv);
 /* cuda_norm.cu */

@@ -517,30 +517,6 @@ void cuda_to_bf16(fp8t_backend *b, __nv_bfloat16 *out, const float *x, size_t n)
     CUDA_LAUNCH_CHECK(s);
 }
 
-/* one block per row (grid-stride over rows): row starts of x are unaligned when cols is odd,
- * so the loads stay scalar; consecutive threads still read consecutive floats */
-__global__ void to_bf16_pitched_kernel(__nv_bfloat16 *out, int ld_out, const float *__restrict__ x,
-                                       int rows, int cols) {
-    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *xr = x + (size_t)r * cols;
-        __nv_bfloat16 *orow = out + (size_t)r * ld_out;
-        for (int c = threadIdx.x; c < cols; c += blockDim.x) orow[c] = __float2bfloat16_rn(xr[c]);
-    }
-}
-
-void cuda_to_bf16_pitched(fp8t_backend *b, __nv_bfloat16 *out, int ld_out, const float *x,
-                          int rows, int cols) {
-    if (ld_out == cols) {
-        cuda_to_bf16(b, out, x, (size_t)rows * cols);
-        return;
-    }
-    if (rows <= 0 || cols <= 0) return;
-    cuda_state *s = cuda_of(b);
-    unsigned grid = (unsigned)(rows < s->num_sms * 64 ? rows : s->num_sms * 64);
-    to_bf16_pitched_kernel<<<grid, EW_THREADS, 0, s->stream>>>(out, ld_out, x, rows, cols);
-    CUDA_LAUNCH_CHECK(s);
-}
-
 __global__ void fp8_decode_kernel(float *out, const uint8_t *__restrict__ codes, size_t n,
                                   fp8_format fmt, const float *scale_inv_p) {
     float si = *scale_inv_p;
