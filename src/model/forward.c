@@ -5,7 +5,10 @@
  * Llama block:  ln1 = RMS(x); qkv = ln1·Wqkvᵀ; atty = attn_rope(qkv); x2 = x + atty·Wprojᵀ;
  *               ln2 = RMS(x2); x3 = x2 + (silu(ln2·Wgateᵀ) * ln2·Wupᵀ)·Wdownᵀ
  * Every matrix product is a linear layer (linear.c), so the precision policy, the amax
- * tracking and the debug hooks see all of them, the head included. */
+ * tracking and the debug hooks see all of them, the head included.
+ * ln1, ln2 and fch_act (v.ln1, ...) are per-layer buffers only where a Wgrad will read them in
+ * FP32; elsewhere they share one layer's scratch, and the Wgrad reads the FP8 codes of them
+ * its linear's Fprop saved (model_save_plan). */
 #include <math.h>
 #include <string.h>
 
@@ -111,6 +114,8 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     m->xent_fused = 0; /* a->logits is about to be rewritten */
     m->last_forward_frozen = m->frozen;
     if (check_inputs(m, tokens, targets) != 0) return NAN;
+    /* which linears keep X's FP8 codes for their Wgrad, and where each X lives */
+    model_save_plan(m);
 
     ops->to_device(be, m->tokens, tokens, (size_t)N * sizeof(int));
     ops->embedding_forward(be, a->encoded, m->tokens, m->p.wte,

@@ -23,7 +23,10 @@
  * The weight is quantized once per optimizer step (delayed and current): its codes are cached
  * until fp8t_model_end_step, and reused by every micro-batch and by the Dgrad. dY is quantized
  * once per backward when its Dgrad and Wgrad share an FP8 precision (reuse_dy_codes; off with
- * FP8TRAIN_NO_CODE_REUSE=1).
+ * FP8TRAIN_NO_CODE_REUSE=1). X is quantized once per micro-batch when its Fprop and Wgrad
+ * share one (model_save_plan): the Fprop's quantize also writes the codes the Wgrad reads into
+ * m->xq[lin], and the forward keeps no FP32 copy of X for the Wgrad (off with
+ * FP8TRAIN_NO_FP8_SAVE=1).
  */
 #include <string.h>
 
@@ -37,6 +40,9 @@ typedef struct {
     int record;        /* record amax(x) into history slot 0 during this GEMM */
     int tile_r, tile_c;/* block-scaling tile: along K for activations, 128x128 for weights */
     int pos;           /* 0: GEMM operand A, 1: operand B (selects the scratch buffers) */
+    uint8_t *save;     /* Fprop X whose codes the Wgrad will read: the layout it reads (data,
+                          or data_t when the backend wants transposed copies) goes here
+                          instead of into scratch; NULL otherwise */
 } operand;
 
 /* What a GEMM consumes after preparation: FP32 values or FP8 codes. */
@@ -136,9 +142,16 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
             return;
         }
         {
-            uint8_t *codes = model_scratch(m, &m->codes[op->pos], n);
-            uint8_t *codes_t = be->fp8_wants_transpose
-                                   ? model_scratch(m, &m->codes_t[op->pos], n) : NULL;
+            /* the Wgrad's X is operand B stored [N, IN] (transB = 0): a backend that wants
+             * transposed copies reads data_t there, any other reads data, the Fprop's layout */
+            uint8_t *codes, *codes_t = NULL;
+            if (op->save && !be->fp8_wants_transpose) {
+                codes = op->save;
+            } else {
+                codes = model_scratch(m, &m->codes[op->pos], n);
+                if (be->fp8_wants_transpose)
+                    codes_t = op->save ? op->save : model_scratch(m, &m->codes_t[op->pos], n);
+            }
             if (prec == FP8T_PREC_DELAYED) {
                 /* one fused pass: codes with the state's scale, amax into the history */
                 ops->quantize(be, codes, codes_t, record_act ? hist0 : NULL, op->x, op->rows,
@@ -189,18 +202,19 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
 }
 
 /* C[M,N] (= or +=) op(A)·op(B) in precision prec. A's prepared form is copied to *keep_a
- * when keep_a is non-NULL; when reuse_a is non-NULL it is used instead of preparing A (the
- * caller vouches that it is what prepare would make now: same tensor, precision, format and
- * scale, and scratch codes[0] / codes_t[0] untouched since). */
-static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, float *C, const operand *a,
-                     const operand *b, int M, int N, int K, int transA, int transB, int acc,
-                     prepared *keep_a, const prepared *reuse_a) {
-    const fp8t_precision prec = m->prec[lin][g];
+ * when keep_a is non-NULL; when given_a / given_b is non-NULL it is used instead of preparing
+ * that operand (the caller vouches that it is what prepare would make now: same tensor,
+ * precision, format and scale, and its codes untouched since). */
+static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision prec, float *C,
+                     const operand *a, const operand *b, int M, int N, int K, int transA,
+                     int transB, int acc, prepared *keep_a, const prepared *given_a,
+                     const prepared *given_b) {
     prepared pa, pb;
-    if (reuse_a) pa = *reuse_a;
+    if (given_a) pa = *given_a;
     else prepare(m, lin, a, prec, &pa);
     if (keep_a) *keep_a = pa;
-    prepare(m, lin, b, prec, &pb);
+    if (given_b) pb = *given_b;
+    else prepare(m, lin, b, prec, &pb);
     fp8t_backend *be = m->be;
     switch (prec) {
     case FP8T_PREC_DELAYED:
@@ -230,9 +244,19 @@ static void fprop(fp8t_model *m, int lin, float *Y, float *X, const float *W, co
     /* frozen (validation, shadow): no amax, and the step's W amax is still to be recorded by
      * its first training forward */
     const int record = !m->frozen && !replay;
-    operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0};
-    operand b = {Wm, OUT, IN, FP8T_ROLE_W, record && !m->w_amax_done[lin], 128, 128, 1};
-    run_gemm(m, lin, FP8T_GEMM_FPROP, Y, &a, &b, N, OUT, IN, 0, 1, 0, NULL, NULL);
+    /* a training forward that model_save_plan chose to keep X's codes for the Wgrad */
+    x_codes *xq = &m->xq[lin];
+    const int save = record && xq->saved;
+    if (save && !xq->codes) xq->codes = m->ops->malloc(m->be, (size_t)N * (size_t)IN);
+    const fp8t_precision prec = m->prec[lin][FP8T_GEMM_FPROP];
+    operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0, save ? xq->codes : NULL};
+    operand b = {Wm, OUT, IN, FP8T_ROLE_W, record && !m->w_amax_done[lin], 128, 128, 1, NULL};
+    prepared pa;
+    run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, &a, &b, N, OUT, IN, 0, 1, 0, &pa, NULL, NULL);
+    if (save) {
+        xq->scale_inv = pa.q.scale_inv;
+        xq->prec = prec;
+    }
     if (record) m->w_amax_done[lin] = 1;
     if (!replay) call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_OUTPUT, Y, N, OUT);
     if (bias) m->ops->bias_add(m->be, Y, bias, N, OUT);
@@ -253,40 +277,67 @@ void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const flo
  * with the same format (dY's role) and the same scale (the state's for delayed; for current,
  * the one just computed from this dY) the codes are the same bytes. dY is operand A of both
  * GEMMs (scratch slot 0); the Wgrad's X is operand B (slot 1), so it cannot overwrite them. */
-static int reuse_dy_codes(const fp8t_model *m, int lin) {
-    const fp8t_precision d = m->prec[lin][FP8T_GEMM_DGRAD], w = m->prec[lin][FP8T_GEMM_WGRAD];
+static int reuse_dy_codes(const fp8t_model *m, int lin, fp8t_precision w) {
+    const fp8t_precision d = m->prec[lin][FP8T_GEMM_DGRAD];
     return !m->no_code_reuse && !m->hook && d == w &&
            (d == FP8T_PREC_DELAYED || d == FP8T_PREC_CURRENT);
+}
+
+/* The Wgrad's X from the codes the forward saved: data or data_t as prepare wrote them. */
+static void saved_x(const fp8t_model *m, int lin, int N, int IN, prepared *out) {
+    const x_codes *xq = &m->xq[lin];
+    memset(out, 0, sizeof(*out));
+    if (m->be->fp8_wants_transpose) out->q.data_t = xq->codes;
+    else out->q.data = xq->codes;
+    out->q.scale_inv = xq->scale_inv;
+    out->q.fmt = model_fp8_format(m, FP8T_ROLE_X);
+    out->q.rows = N;
+    out->q.cols = IN;
 }
 
 void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
                      float *X, const float *W, int N, int IN, int OUT) {
     float *Wm = (float *)W;
+    /* X as the forward left it: FP8 codes (then X itself is gone, and the Wgrad runs in the
+     * precision that made them) or FP32 */
+    const int from_codes = m->xq[lin].saved;
+    const fp8t_precision wprec = from_codes ? m->xq[lin].prec : m->prec[lin][FP8T_GEMM_WGRAD];
+    if (from_codes && (m->hook || wprec != m->prec[lin][FP8T_GEMM_WGRAD]) && !m->warned_saved) {
+        fprintf(stderr, "fp8t_model_backward: a hook was set or the precision policy changed "
+                        "between the forward and this backward; the Wgrads whose forward kept "
+                        "FP8 codes of X instead of X run from those codes in the forward's "
+                        "precision and show no X to the hook (the change applies from the next "
+                        "forward; FP8TRAIN_NO_FP8_SAVE=1 keeps every X)\n");
+        m->warned_saved = 1;
+    }
     /* Dgrad: dX[N,IN] = dY[N,OUT]·W[OUT,IN]; dY's amax is recorded here, once */
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, Wm, OUT, IN);
-    operand dy_d = {dY, N, OUT, FP8T_ROLE_DY, 1, 1, 128, 0};
-    operand w_d = {Wm, OUT, IN, FP8T_ROLE_W, 0, 128, 128, 1};
-    const int reuse = reuse_dy_codes(m, lin);
+    operand dy_d = {dY, N, OUT, FP8T_ROLE_DY, 1, 1, 128, 0, NULL};
+    operand w_d = {Wm, OUT, IN, FP8T_ROLE_W, 0, 128, 128, 1, NULL};
+    const int reuse = reuse_dy_codes(m, lin, wprec);
     prepared dy_q; /* dY's FP8 codes, kept for the Wgrad when reuse */
-    run_gemm(m, lin, FP8T_GEMM_DGRAD, dX, &dy_d, &w_d, N, IN, OUT, 0, 0, 0,
-             reuse ? &dy_q : NULL, NULL);
+    run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, &dy_d, &w_d, N, IN, OUT,
+             0, 0, 0, reuse ? &dy_q : NULL, NULL, NULL);
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_DGRAD, dX, N, IN);
 
     /* Wgrad: dW[OUT,IN] += dYᵀ·X, reduction over the N tokens (block tiles 128x1) */
     call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
-    call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, X, N, IN);
-    operand dy_w = {dY, N, OUT, FP8T_ROLE_DY, 0, 128, 1, 0};
-    operand x_w = {X, N, IN, FP8T_ROLE_X, 0, 128, 1, 1};
+    if (!from_codes) call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, X, N, IN);
+    operand dy_w = {dY, N, OUT, FP8T_ROLE_DY, 0, 128, 1, 0, NULL};
+    operand x_w = {X, N, IN, FP8T_ROLE_X, 0, 128, 1, 1, NULL};
+    prepared x_q; /* X's codes from the forward, when from_codes */
+    if (from_codes) saved_x(m, lin, N, IN, &x_q);
     if (m->hook) {
         /* the hook sees this micro-batch's dW alone, then it is accumulated */
         float *tmp = model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float));
-        run_gemm(m, lin, FP8T_GEMM_WGRAD, tmp, &dy_w, &x_w, OUT, IN, N, 1, 0, 0, NULL, NULL);
+        run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, tmp, &dy_w, &x_w, OUT, IN, N, 1, 0, 0, NULL,
+                 NULL, from_codes ? &x_q : NULL);
         call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, tmp, OUT, IN);
         m->ops->accumulate(m->be, dW, tmp, (size_t)OUT * IN);
     } else {
-        run_gemm(m, lin, FP8T_GEMM_WGRAD, dW, &dy_w, &x_w, OUT, IN, N, 1, 0, 1, NULL,
-                 reuse ? &dy_q : NULL);
+        run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, dW, &dy_w, &x_w, OUT, IN, N, 1, 0, 1, NULL,
+                 reuse ? &dy_q : NULL, from_codes ? &x_q : NULL);
     }
     if (dbias) m->ops->bias_backward(m->be, dbias, dY, N, OUT);
 }

@@ -1,6 +1,7 @@
 /* Model lifetime and bookkeeping: creation (every buffer carved from one allocation each for
  * parameters, gradients, AdamW moments, activations), the precision table, the optimizer step
- * and the end-of-step FP8 update. */
+ * and the end-of-step FP8 update. The inputs only a Wgrad reads again are the exception:
+ * allocated per layer when a forward first needs them in FP32 (model_save_plan). */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -84,6 +85,65 @@ static void bind_tensors(fp8t_model *m, model_tensors *t, float *base) {
 /* base + off, or NULL for a buffer the architecture does not have */
 static float *slice(float *base, size_t off) { return base ? base + off : NULL; }
 
+/* ---- inputs read again only by a Wgrad: FP32 layer copies or FP8 codes ---- */
+
+/* Which Wgrad-only input linear lin reads, or -1. */
+static int wgrad_input_of(const fp8t_model *m, int lin) {
+    if (model_lin_layer(m, lin) < 0) return -1; /* head: lnf is [N, C] once, always kept */
+    switch (model_lin_module(m, lin)) {
+    case FP8T_MOD_QKV: return WX_LN1;
+    case FP8T_MOD_FC1:
+    case FP8T_MOD_GATE:
+    case FP8T_MOD_UP: return WX_LN2;
+    case FP8T_MOD_FC2:
+    case FP8T_MOD_DOWN: return WX_FCH_ACT;
+    default: return -1; /* proj: atty is read by the attention backward too */
+    }
+}
+
+/* Layer l's copy of input k, or the one-layer scratch when the layer has none. */
+static float *wgrad_input_ptr(const fp8t_model *m, int l, int k) {
+    return m->wx[l][k] ? m->wx[l][k] : m->wx_scratch;
+}
+
+/* The Wgrad can take the Fprop's FP8 codes of X: both quantize the same X (no hook can change
+ * it in between) per tensor, in the same precision, with X's format and X's scale. */
+static int can_save_codes(const fp8t_model *m, int lin) {
+    const fp8t_precision f = m->prec[lin][FP8T_GEMM_FPROP], w = m->prec[lin][FP8T_GEMM_WGRAD];
+    return !m->no_fp8_save && !m->hook && f == w &&
+           (f == FP8T_PREC_DELAYED || f == FP8T_PREC_CURRENT);
+}
+
+void model_save_plan(fp8t_model *m) {
+    const fp8t_model_config *c = &m->cfg;
+    const size_t N = (size_t)m->B * m->T;
+    if (!m->frozen)
+        for (int lin = 0; lin < m->n_lin; lin++) m->xq[lin].saved = can_save_codes(m, lin);
+    /* A layer copy is needed when a linear reading it keeps X in FP32 for its Wgrad. A frozen
+     * forward has no backward: it writes the copies that exist, else the scratch. */
+    int need_scratch = 0;
+    for (int l = 0; l < c->n_layer; l++) {
+        for (int k = 0; k < WX_COUNT; k++) {
+            if (m->wx[l][k]) continue;
+            int need = 0;
+            for (int s = 0; !m->frozen && s < fp8t_model_modules_per_layer(c); s++) {
+                const int lin = l * fp8t_model_modules_per_layer(c) + s;
+                need |= wgrad_input_of(m, lin) == k && !m->xq[lin].saved;
+            }
+            if (need) {
+                const size_t cols = k == WX_FCH_ACT ? (size_t)c->mlp_hidden : (size_t)c->n_embd;
+                m->wx[l][k] = m->ops->malloc(m->be, N * cols * sizeof(float));
+            } else {
+                need_scratch = 1;
+            }
+        }
+    }
+    if (need_scratch && !m->wx_scratch) {
+        const size_t cols = (size_t)(c->mlp_hidden > c->n_embd ? c->mlp_hidden : c->n_embd);
+        m->wx_scratch = m->ops->malloc(m->be, N * cols * sizeof(float));
+    }
+}
+
 void model_layer_view(layer_view *v, const fp8t_model *m, int l) {
     const fp8t_model_config *c = &m->cfg;
     const activations *a = &m->a;
@@ -98,28 +158,29 @@ void model_layer_view(layer_view *v, const fp8t_model *m, int l) {
     v->NC = (size_t)v->N * v->C;
     v->NH_ = (size_t)v->N * v->H;
     const size_t L = (size_t)l, NC = v->NC, NH_ = v->NH_, N = (size_t)v->N;
-    v->ln1 = slice(a->ln1, L * NC);
+    v->ln1 = wgrad_input_ptr(m, l, WX_LN1);
     v->ln1_mean = slice(a->ln1_mean, L * N);
     v->ln1_rstd = slice(a->ln1_rstd, L * N);
     v->qkv = slice(a->qkv, L * 3 * NC);
     v->atty = slice(a->atty, L * NC);
     v->lse = slice(a->lse, L * N * (size_t)v->NH);
     v->res2 = slice(a->res2, L * NC);
-    v->ln2 = slice(a->ln2, L * NC);
+    v->ln2 = wgrad_input_ptr(m, l, WX_LN2);
     v->ln2_mean = slice(a->ln2_mean, L * N);
     v->ln2_rstd = slice(a->ln2_rstd, L * N);
     v->fch = slice(a->fch, L * NH_);
-    v->fch_act = slice(a->fch_act, L * NH_);
+    v->fch_act = wgrad_input_ptr(m, l, WX_FCH_ACT);
     v->up = slice(a->up, L * NH_);
     v->res3 = slice(a->res3, L * NC);
 }
 
 /* Carve the activation buffers; with base NULL only counts. Returns floats needed. */
 static size_t carve_activations(activations *a, float *base, const fp8t_model_config *c, int B,
-                                int T) {
+                                int T, int carve_wgrad_inputs) {
     const size_t N = (size_t)B * T, C = c->n_embd, H = c->mlp_hidden, V = c->vocab_size,
                  L = c->n_layer, NH = c->n_head;
     const int gpt2 = c->arch == FP8T_ARCH_GPT2, llama = !gpt2;
+    const size_t wx = carve_wgrad_inputs ? L : 0; /* ln1, ln2, fch_act: see activations */
     size_t off = 0;
 #define CARVE(field, count)                                                                   \
     do {                                                                                      \
@@ -128,18 +189,18 @@ static size_t carve_activations(activations *a, float *base, const fp8t_model_co
         off += n_;                                                                            \
     } while (0)
     CARVE(encoded, N * C);
-    CARVE(ln1, L * N * C);
+    CARVE(ln1, wx * N * C);
     CARVE(ln1_mean, gpt2 ? L * N : 0);
     CARVE(ln1_rstd, L * N);
     CARVE(qkv, L * N * 3 * C);
     CARVE(atty, L * N * C);
     CARVE(lse, L * N * NH);
     CARVE(res2, L * N * C);
-    CARVE(ln2, L * N * C);
+    CARVE(ln2, wx * N * C);
     CARVE(ln2_mean, gpt2 ? L * N : 0);
     CARVE(ln2_rstd, L * N);
     CARVE(fch, L * N * H);
-    CARVE(fch_act, L * N * H);
+    CARVE(fch_act, wx * N * H);
     CARVE(up, llama ? L * N * H : 0);
     CARVE(res3, L * N * C);
     CARVE(lnf, N * C);
@@ -214,11 +275,23 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     bind_tensors(m, &m->p, m->params);
     bind_tensors(m, &m->g, m->grads);
 
-    /* activations: one allocation */
-    size_t act_floats = carve_activations(&m->a, NULL, cfg, B, T);
+    /* activations: one allocation (the Wgrad-only inputs too, under FP8TRAIN_NO_FP8_SAVE=1;
+     * otherwise model_save_plan allocates the layer copies a forward needs) */
+    m->no_fp8_save = model_env_flag("FP8TRAIN_NO_FP8_SAVE");
+    size_t act_floats = carve_activations(&m->a, NULL, cfg, B, T, m->no_fp8_save);
     m->act_memory = ops->malloc(be, act_floats * sizeof(float));
-    carve_activations(&m->a, m->act_memory, cfg, B, T);
+    carve_activations(&m->a, m->act_memory, cfg, B, T, m->no_fp8_save);
     const size_t N = (size_t)B * T;
+    m->wx = calloc((size_t)(cfg->n_layer > 0 ? cfg->n_layer : 1), sizeof(*m->wx));
+    MODEL_CHECK(m->wx, "out of host memory");
+    if (m->no_fp8_save) {
+        const size_t NC = N * (size_t)cfg->n_embd, NH_ = N * (size_t)cfg->mlp_hidden;
+        for (int l = 0; l < cfg->n_layer; l++) {
+            m->wx[l][WX_LN1] = m->a.ln1 + (size_t)l * NC;
+            m->wx[l][WX_LN2] = m->a.ln2 + (size_t)l * NC;
+            m->wx[l][WX_FCH_ACT] = m->a.fch_act + (size_t)l * NH_;
+        }
+    }
     m->tokens = ops->malloc(be, 2 * N * sizeof(int));
     m->targets = m->tokens + N;
     m->scalars = ops->malloc(be, 4 * sizeof(float));
@@ -249,11 +322,13 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->prec = calloc((size_t)m->n_lin, sizeof(*m->prec));
     m->wcache = calloc((size_t)m->n_lin, sizeof(*m->wcache));
     m->w_amax_done = calloc((size_t)m->n_lin, sizeof(int));
-    MODEL_CHECK(m->prec && m->wcache && m->w_amax_done, "out of host memory");
+    m->xq = calloc((size_t)m->n_lin, sizeof(*m->xq));
+    MODEL_CHECK(m->prec && m->wcache && m->w_amax_done && m->xq, "out of host memory");
     resolve_precisions(m);
     /* switches back to the plain paths, read once (fused paths are bit-identical to them) */
     m->no_fused_xent = model_env_flag("FP8TRAIN_NO_FUSED_XENT");
     m->no_code_reuse = model_env_flag("FP8TRAIN_NO_CODE_REUSE");
+    /* (FP8TRAIN_NO_FP8_SAVE is read above, with the activations it shapes) */
     return m;
 }
 
@@ -275,6 +350,13 @@ void fp8t_model_destroy(fp8t_model *m) {
             if (m->wcache[l][s].codes) ops->free(be, m->wcache[l][s].codes);
             if (m->wcache[l][s].codes_t) ops->free(be, m->wcache[l][s].codes_t);
         }
+    for (int l = 0; l < m->n_lin; l++)
+        if (m->xq[l].codes) ops->free(be, m->xq[l].codes);
+    if (!m->no_fp8_save) /* else slices of act_memory */
+        for (int l = 0; l < m->cfg.n_layer; l++)
+            for (int k = 0; k < WX_COUNT; k++)
+                if (m->wx[l][k]) ops->free(be, m->wx[l][k]);
+    if (m->wx_scratch) ops->free(be, m->wx_scratch);
     scratch_buf *bufs[] = {&m->codes[0], &m->codes[1], &m->codes_t[0], &m->codes_t[1],
                            &m->fq[0],    &m->fq[1],    &m->wgrad_tmp};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
@@ -282,6 +364,8 @@ void fp8t_model_destroy(fp8t_model *m) {
     free(m->prec);
     free(m->wcache);
     free(m->w_amax_done);
+    free(m->xq);
+    free(m->wx);
     free(m->p.layer);
     free(m->g.layer);
     free(m->info);

@@ -38,21 +38,25 @@ typedef struct {
 } model_tensors;
 
 /* Activations of one micro-batch (N = B*T tokens), carved from one allocation. Per-layer
- * buffers are [L, ...]; the backward scratch holds one layer's gradients at a time. */
+ * buffers are [L, ...]; the backward scratch holds one layer's gradients at a time.
+ * ln1, ln2 and fch_act are read again only by a Wgrad: they are carved here only under
+ * FP8TRAIN_NO_FP8_SAVE=1; otherwise they are NULL and the model keeps them per layer only
+ * where a Wgrad needs them in FP32 (wgrad_input, below). */
 typedef struct {
     float *encoded;    /* [N, C] embedding output = residual stream into layer 0 */
-    float *ln1;        /* [L, N, C] */
+    float *ln1;        /* [L, N, C] (FP8TRAIN_NO_FP8_SAVE=1 only) */
     float *ln1_mean;   /* [L, N] (GPT-2) */
     float *ln1_rstd;   /* [L, N] */
     float *qkv;        /* [L, N, 3C] */
     float *atty;       /* [L, N, C] attention output (proj input) */
     float *lse;        /* [L, B, NH, T] softmax log-sum-exp saved for the backward */
     float *res2;       /* [L, N, C] residual after attention */
-    float *ln2;        /* [L, N, C] */
+    float *ln2;        /* [L, N, C] (FP8TRAIN_NO_FP8_SAVE=1 only) */
     float *ln2_mean;   /* [L, N] (GPT-2) */
     float *ln2_rstd;   /* [L, N] */
     float *fch;        /* [L, N, H] fc1 output, pre-GELU (GPT-2) / gate output (Llama) */
-    float *fch_act;    /* [L, N, H] GELU(fch) (GPT-2) / silu(gate)*up (Llama) */
+    float *fch_act;    /* [L, N, H] GELU(fch) (GPT-2) / silu(gate)*up (Llama)
+                          (FP8TRAIN_NO_FP8_SAVE=1 only) */
     float *up;         /* [L, N, H] up output (Llama) */
     float *res3;       /* [L, N, C] residual after the MLP = input of layer l+1 */
     float *lnf;        /* [N, C] */
@@ -102,6 +106,31 @@ typedef struct {
 } weight_cache;
 
 enum { WCACHE_DELAYED = 0, WCACHE_CURRENT = 1, WCACHE_SLOTS = 2 };
+
+/* The inputs X that only their linear's Wgrad reads again (the norms' backward takes the
+ * norm's input, GELU/SwiGLU's backward fch/gate/up; proj's input atty is also read by the
+ * attention backward and the head's lnf is [N, C] once, so both stay in `activations`). */
+typedef enum {
+    WX_LN1 = 0,     /* qkv input, [N, C] */
+    WX_LN2 = 1,     /* fc1 (GPT-2) / gate and up (Llama) input, [N, C] */
+    WX_FCH_ACT = 2, /* fc2 / down input, [N, H] */
+    WX_COUNT
+} wgrad_input;
+
+/* The FP8 codes of a linear's input X that its Wgrad reads, made by the Fprop's quantize
+ * (model_save_plan). Valid until the next forward: the scale they were made with does not
+ * change before the backward (delayed: the recipe state's scale_inv, rewritten only by
+ * fp8t_model_end_step; current: cur_scale_inv of this linear's X, written only by this
+ * linear's X quantization from the same X). */
+typedef struct {
+    uint8_t *codes;         /* device [N, IN] codes, or [IN, N] when the backend wants
+                               transposed copies (the layout the Wgrad's gemm_fp8 reads);
+                               allocated at the first save, kept */
+    const float *scale_inv; /* device: the scale_inv they were made with */
+    fp8t_precision prec;    /* delayed or current */
+    int saved;              /* the last training forward saved codes here instead of
+                               keeping X in FP32 for the Wgrad */
+} x_codes;
 
 /* A growable device scratch buffer. */
 typedef struct {
@@ -167,6 +196,20 @@ struct fp8t_model {
     /* FP8TRAIN_NO_CODE_REUSE=1 at create: the Wgrad quantizes dY again instead of reusing the
      * Dgrad's codes (linear.c) */
     int no_code_reuse;
+
+    /* FP8 codes of X kept for the Wgrad (model_save_plan): a linear whose Fprop and Wgrad
+     * share a per-tensor FP8 precision, with no hook, keeps the codes its Fprop made (1 byte
+     * per element) instead of its FP32 input, and its Wgrad does not quantize X again. */
+    int no_fp8_save;       /* FP8TRAIN_NO_FP8_SAVE=1 at create: keep every X in FP32, as the
+                              carved [L, ...] buffers, and re-quantize it for the Wgrad */
+    x_codes *xq;           /* [n_lin] */
+    float *(*wx)[WX_COUNT];/* [L][WX_COUNT] device [N, C] / [N, H]: layer l's FP32 copy of a
+                              Wgrad-only input, NULL until a training forward first needs it
+                              (then kept); slices of act_memory under no_fp8_save */
+    float *wx_scratch;     /* device [N, max(C, H)]: the one-layer home of a Wgrad-only input
+                              whose layer copy is not allocated (it lives from its norm or
+                              activation to its Fprop); allocated when first needed */
+    int warned_saved;      /* the backward's note on a hook/policy change was printed */
 };
 
 /* model.c */
@@ -179,6 +222,10 @@ int model_env_flag(const char *name);
 int model_refuse_if_frozen(const fp8t_model *m, const char *fn);
 int model_lin_layer(const fp8t_model *m, int lin);
 void model_layer_view(layer_view *v, const fp8t_model *m, int l);
+/* At the start of a forward: decide per linear whether this forward saves X's FP8 codes for
+ * the Wgrad (a training forward; a frozen one changes nothing, no backward follows it), and
+ * allocate the layer copies and the one-layer scratch the forward will write. */
+void model_save_plan(fp8t_model *m);
 fp8t_module model_lin_module(const fp8t_model *m, int lin);
 
 /* forward.c: the residual stream after the last block, [N, C] */
