@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
     ops->gemm_f32(be, Y, X, W, M, N, K, 0, 1, 0);
     double tg = now() - t0, cg = cpu_now() - c0;
     t0 = now();
-    ops->gemm_bf16(be, Y, X, W, M, N, K, 0, 1, 0);
+    ops->gemm_bf16(be, Y, X, W, M, N, K, 0, 1, 0, NULL, NULL);
     double tg16 = now() - t0;
     printf("gemm %dx%dx%d: f32 %.1f ms (%.1f GFLOP/s, cpu %.1f ms), bf16 %.1f ms\n", M, N, K,
            tg * 1e3, 2.0 * M * N * K / tg * 1e-9, cg * 1e3, tg16 * 1e3);

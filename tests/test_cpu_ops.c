@@ -265,7 +265,14 @@ static void test_gemm_bf16(void) {
             cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
                         tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, Ar, ta ? M : K, Br,
                         tb ? K : N, acc ? 1.0f : 0.0f, Cw, N);
-            OPS->gemm_bf16(be, C, A, B, M, N, K, ta, tb, acc);
+            /* amaxes recorded by the GEMM: max-accumulated into the running values (the
+             * starting value wins when larger) */
+            float am[2] = {0.5f, 100.0f}, ea = 0.5f, eb = 100.0f;
+            for (size_t i = 0; i < na; i++) ea = fmaxf(ea, fabsf(A[i]));
+            for (size_t i = 0; i < nb; i++) eb = fmaxf(eb, fabsf(B[i]));
+            OPS->gemm_bf16(be, C, A, B, M, N, K, ta, tb, acc, &am[0], &am[1]);
+            T_CHECK(am[0] == ea && am[1] == eb, "gemm_bf16 amax %g %g, expected %g %g", am[0],
+                    am[1], ea, eb);
             char what[96];
             snprintf(what, sizeof what, "gemm_bf16 %dx%dx%d transA=%d transB=%d acc=%d", M, N,
                      K, ta, tb, acc);
@@ -1137,8 +1144,8 @@ static void test_determinism_repeat(void) {
     int M = 70, N = 90, K = 110;
     float *A = dev_rand((size_t)M * K, -1, 1), *B = dev_rand((size_t)N * K, -1, 1);
     float *C1 = dev_floats((size_t)M * N), *C2 = dev_floats((size_t)M * N);
-    OPS->gemm_bf16(be, C1, A, B, M, N, K, 0, 1, 0);
-    OPS->gemm_bf16(be, C2, A, B, M, N, K, 0, 1, 0);
+    OPS->gemm_bf16(be, C1, A, B, M, N, K, 0, 1, 0, NULL, NULL);
+    OPS->gemm_bf16(be, C2, A, B, M, N, K, 0, 1, 0, NULL, NULL);
     T_CHECK(bits_equal(C1, C2, (size_t)M * N * 4), "gemm_bf16 not repeatable");
     int Bt = 2, T = 65, NH = 2, HS = 32, Cc = NH * HS;
     size_t nq = (size_t)Bt * T * 3 * Cc, no = (size_t)Bt * T * Cc;

@@ -51,9 +51,12 @@ typedef struct fp8t_backend_ops {
      * The linear layer uses: Fprop Y=X·Wᵀ (transB), Dgrad dX=dY·W, Wgrad dW=dYᵀ·X (transA). */
     void (*gemm_f32)(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                      int K, int transA, int transB, int acc);
-    /* operands rounded to BF16 (round to nearest even), products accumulated in FP32 */
+    /* operands rounded to BF16 (round to nearest even), products accumulated in FP32.
+     * amax_a / amax_b (device pointers, may be NULL): max-accumulated with amax(A) / amax(B)
+     * (NaN propagates), taken by the pass that rounds the operands (a BF16 run records its
+     * amaxes without reading the operands again). */
     void (*gemm_bf16)(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
-                      int K, int transA, int transB, int acc);
+                      int K, int transA, int transB, int acc, float *amax_a, float *amax_b);
     /* FP8 operands; C = (A_codes·B_codes) * scale_inv_A * scale_inv_B, accumulated in FP32.
      * A->rows/cols and B->rows/cols describe the stored (untransposed) layout. fast_accum is a
      * hint (Hopper's reduced-precision accumulation); the CPU ignores it. Optionally records

@@ -121,8 +121,8 @@ static void w_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B
     gemm_account(b, P_GEMM_F32, M, N, K, ta, tb);
 }
 static void w_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
-                        int K, int ta, int tb, int acc) {
-    TIMED(P_GEMM_BF16, ib->ops->gemm_bf16(ib, C, A, B, M, N, K, ta, tb, acc));
+                        int K, int ta, int tb, int acc, float *amax_a, float *amax_b) {
+    TIMED(P_GEMM_BF16, ib->ops->gemm_bf16(ib, C, A, B, M, N, K, ta, tb, acc, amax_a, amax_b));
     gemm_account(b, P_GEMM_BF16, M, N, K, ta, tb);
 }
 static void w_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,

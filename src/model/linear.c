@@ -49,6 +49,7 @@ typedef struct {
 typedef struct {
     const float *f;
     fp8t_fp8_operand q;
+    float *amax; /* history slot the BF16 GEMM records amax(f) into while rounding, or NULL */
 } prepared;
 
 static int fp8_index(int lin, int role) { return lin * 3 + role; }
@@ -130,8 +131,12 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     memset(out, 0, sizeof(*out));
     out->f = op->x;
 
-    /* the weight's amax is recorded once per step, whatever the precision */
-    if (is_weight && op->record) ops->amax(be, hist0, op->x, n);
+    /* the weight's amax is recorded once per step, whatever the precision; a BF16 GEMM takes
+     * it (as the activations' below) in the pass that rounds its operands */
+    if (is_weight && op->record) {
+        if (prec == FP8T_PREC_BF16) out->amax = hist0;
+        else ops->amax(be, hist0, op->x, n);
+    }
     const int record_act = op->record && !is_weight;
 
     switch (prec) {
@@ -194,6 +199,8 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
         return;
     }
     case FP8T_PREC_BF16:
+        if (record_act) out->amax = hist0;
+        return;
     case FP8T_PREC_FP32:
     default:
         if (record_act) ops->amax(be, hist0, op->x, n);
@@ -225,7 +232,7 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     }
     case FP8T_PREC_FAKE:
     case FP8T_PREC_BF16:
-        m->ops->gemm_bf16(be, C, pa.f, pb.f, M, N, K, transA, transB, acc);
+        m->ops->gemm_bf16(be, C, pa.f, pb.f, M, N, K, transA, transB, acc, pa.amax, pb.amax);
         break;
     default: /* fp32, and block / mxfp8 whose operands are already quantize-dequantized */
         m->ops->gemm_f32(be, C, pa.f, pb.f, M, N, K, transA, transB, acc);

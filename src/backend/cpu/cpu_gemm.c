@@ -33,9 +33,13 @@ void cpu_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int
 }
 
 void cpu_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
-                   int K, int transA, int transB, int acc) {
+                   int K, int transA, int transB, int acc, float *amax_a, float *amax_b) {
+    size_t na = (size_t)(M > 0 ? M : 0) * (size_t)(K > 0 ? K : 0);
+    size_t nb = (size_t)(K > 0 ? K : 0) * (size_t)(N > 0 ? N : 0);
+    /* the reference: a separate pass (the CUDA backend fuses it into its BF16 conversion) */
+    if (amax_a) cpu_amax(b, amax_a, A, na);
+    if (amax_b) cpu_amax(b, amax_b, B, nb);
     if (M <= 0 || N <= 0) return;
-    size_t na = (size_t)M * K, nb = (size_t)K * N;
     float *a16 = cpu_scratch(b, CPU_SCRATCH_GEMM_A, (na ? na : 1) * sizeof(float)); /* op(A) */
     float *b16 = cpu_scratch(b, CPU_SCRATCH_GEMM_B, (nb ? nb : 1) * sizeof(float)); /* op(B) */
     bf16_round(a16, A, na);

@@ -113,7 +113,7 @@ static inline float cpu_row_max(const float *x, int n) {
 void cpu_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N, int K,
                   int transA, int transB, int acc);
 void cpu_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
-                   int K, int transA, int transB, int acc);
+                   int K, int transA, int transB, int acc, float *amax_a, float *amax_b);
 void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                   const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                   int acc, int fast_accum, float *amax_out);

@@ -249,7 +249,7 @@ __device__ __forceinline__ float max_nan_wins_dev(float a, float b) {
 void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                    int K, int transA, int transB, int acc);
 void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
-                    int K, int transA, int transB, int acc);
+                    int K, int transA, int transB, int acc, float *amax_a, float *amax_b);
 void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                    const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                    int acc, int fast_accum, float *amax_out);

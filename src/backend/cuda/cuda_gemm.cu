@@ -215,25 +215,37 @@ static int aligned_ld(int cols, int elem_bytes) {
 /* x [rows, cols] packed FP32 -> out [rows_out, ld_out] BF16 (round to nearest even), with zeros
  * in rows >= rows and columns >= cols: the zero rows/columns pad the reduction dimension K to a
  * multiple of 8 (a zero product adds nothing to an FP32 sum). One block per row: rows of x start
- * unaligned when cols is odd, so the loads stay scalar (still coalesced). */
+ * unaligned when cols is odd, so the loads stay scalar (still coalesced). When amax_out is
+ * non-NULL, *amax_out is max-accumulated with amax(x) (NaN propagates; max is order-independent,
+ * so the result is deterministic) from the same loads. */
 __global__ void to_bf16_padded_kernel(__nv_bfloat16 *out, int ld_out, int rows_out,
-                                      const float *__restrict__ x, int rows, int cols) {
+                                      const float *__restrict__ x, int rows, int cols,
+                                      float *amax_out) {
+    float am = 0.0f;
     for (int r = blockIdx.x; r < rows_out; r += gridDim.x) {
         __nv_bfloat16 *o = out + (size_t)r * ld_out;
         if (r < rows) {
             const float *xr = x + (size_t)r * cols;
-            for (int c = threadIdx.x; c < ld_out; c += blockDim.x)
-                o[c] = __float2bfloat16_rn(c < cols ? xr[c] : 0.0f);
+            for (int c = threadIdx.x; c < ld_out; c += blockDim.x) {
+                float v = c < cols ? xr[c] : 0.0f;
+                am = amax_merge_dev(am, v);
+                o[c] = __float2bfloat16_rn(v);
+            }
         } else {
             for (int c = threadIdx.x; c < ld_out; c += blockDim.x) o[c] = __float2bfloat16_rn(0.0f);
         }
     }
+    if (amax_out) {
+        am = block_amax(am);
+        if (threadIdx.x == 0) atomic_amax_merge(amax_out, am);
+    }
 }
 
 static void to_bf16_padded(cuda_state *s, __nv_bfloat16 *out, int ld_out, int rows_out,
-                           const float *x, int rows, int cols) {
+                           const float *x, int rows, int cols, float *amax_out) {
     unsigned grid = (unsigned)(rows_out < s->num_sms * 64 ? rows_out : s->num_sms * 64);
-    to_bf16_padded_kernel<<<grid, 256, 0, s->stream>>>(out, ld_out, rows_out, x, rows, cols);
+    to_bf16_padded_kernel<<<grid, 256, 0, s->stream>>>(out, ld_out, rows_out, x, rows, cols,
+                                                       amax_out);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -251,10 +263,16 @@ __global__ void copy_out_kernel(float *C, const float *__restrict__ Cg, int ldg,
 }
 
 void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
-                    int K, int transA, int transB, int acc) {
-    if (gemm_trivial(b, C, M, N, K, acc)) return;
+                    int K, int transA, int transB, int acc, float *amax_a, float *amax_b) {
     cuda_state *s = cuda_of(b);
-    size_t na = (size_t)M * K, nb = (size_t)K * N;
+    size_t na = (size_t)(M > 0 ? M : 0) * (size_t)(K > 0 ? K : 0);
+    size_t nb = (size_t)(K > 0 ? K : 0) * (size_t)(N > 0 ? N : 0);
+    if (s->plain || M <= 0 || N <= 0 || K <= 0) {
+        /* plain (and degenerate sizes): the amaxes in their own pass */
+        if (amax_a) cuda_amax(b, amax_a, A, na);
+        if (amax_b) cuda_amax(b, amax_b, B, nb);
+    }
+    if (gemm_trivial(b, C, M, N, K, acc)) return;
     if (s->plain) {
         /* plain: packed BF16 copies, the result straight into C */
         __nv_bfloat16 *a16 = (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_A, na * 2);
@@ -268,18 +286,22 @@ void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, i
         /* BF16 copies with 16-byte aligned rows and K padded with zeros to a multiple of 8
          * (stored shapes: A [M,K] or [K,M] (transA), B [K,N] or [N,K] (transB)); an unaligned
          * FP32 result goes through an aligned scratch, in row chunks of at most ~512 MiB */
+        /* an unaligned N goes through the scratch path below; there N is also padded, to Np
+         * (a multiple of 8) with zero columns of B, so that every GEMM dimension but M is a
+         * multiple of 8 (measured on the GPT-2 head: N = 50257 kept odd ran at ~70 TFLOP/s) */
         const int Kp = aligned_ld(K, 2);
-        const int lda = transA ? aligned_ld(M, 2) : Kp, ldb = transB ? Kp : aligned_ld(N, 2);
-        const int rows_a = transA ? Kp : M, rows_b = transB ? N : Kp;
+        const int Np = aligned_ld(N, 4) == N ? N : aligned_ld(N, 2);
+        const int lda = transA ? aligned_ld(M, 2) : Kp, ldb = transB ? Kp : aligned_ld(Np, 2);
+        const int rows_a = transA ? Kp : M, rows_b = transB ? Np : Kp;
         __nv_bfloat16 *a16 =
             (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_A, (size_t)rows_a * lda * 2);
         __nv_bfloat16 *b16 =
             (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_B, (size_t)rows_b * ldb * 2);
-        if (transA) to_bf16_padded(s, a16, lda, Kp, A, K, M);
-        else to_bf16_padded(s, a16, lda, M, A, M, K);
-        if (transB) to_bf16_padded(s, b16, ldb, N, B, N, K);
-        else to_bf16_padded(s, b16, ldb, Kp, B, K, N);
-        const int ldc = aligned_ld(N, 4);
+        if (transA) to_bf16_padded(s, a16, lda, Kp, A, K, M, amax_a);
+        else to_bf16_padded(s, a16, lda, M, A, M, K, amax_a);
+        if (transB) to_bf16_padded(s, b16, ldb, Np, B, N, K, amax_b);
+        else to_bf16_padded(s, b16, ldb, Kp, B, K, N, amax_b);
+        const int ldc = Np;
         if (ldc == N) {
             if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, Kp, transA,
                                 transB, acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, 0) == 0)
@@ -294,7 +316,7 @@ void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, i
                 /* r0 rows further down A: r0 rows of [M,K], or r0 columns of [K,M] (r0 is a
                  * multiple of 64, so the pointer stays 16-byte aligned) */
                 const __nv_bfloat16 *ar = transA ? a16 + r0 : a16 + (size_t)r0 * lda;
-                if (rowmajor_matmul(s, Cg, CUDA_R_16BF, ar, CUDA_R_16BF, b16, mr, N, Kp, transA,
+                if (rowmajor_matmul(s, Cg, CUDA_R_16BF, ar, CUDA_R_16BF, b16, mr, Np, Kp, transA,
                                     transB, 0, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb,
                                     ldc) != 0) {
                     if (r0 == 0) break; /* nothing written: the fallback below does it all */

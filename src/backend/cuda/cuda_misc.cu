@@ -417,15 +417,19 @@ void cuda_sum(fp8t_backend *b, float *out, const float *x, size_t n) {
 __global__ void adamw_kernel(float *params, float *m, float *v, const float *__restrict__ grads,
                              size_t n, float lr, float beta1, float beta2, float eps, float wd,
                              float bc1, float bc2, float grad_scale) {
+    /* the CPU backend's operations in its order, without FMA contraction (_rn intrinsics), so
+     * both backends take the same optimizer step bit for bit */
+    const float omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
     GRID_STRIDE(i, n) {
-        float g = grads[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        float g = __fmul_rn(grads[i], grad_scale);
+        float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(omb1, g));
+        float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(omb2, g), g));
         m[i] = mi;
         v[i] = vi;
-        float mhat = mi / bc1, vhat = vi / bc2;
+        float mhat = __fdiv_rn(mi, bc1), vhat = __fdiv_rn(vi, bc2);
         float p = params[i];
-        params[i] = p - lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
+        float upd = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)), __fmul_rn(wd, p));
+        params[i] = __fsub_rn(p, __fmul_rn(lr, upd));
     }
 }
 
