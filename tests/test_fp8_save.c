@@ -20,6 +20,7 @@
 
 #include "fp8train/backend.h"
 #include "fp8train/model.h"
+#include "model_state_util.h"
 #include "test.h"
 
 static fp8t_backend *cpu;          /* the real backend */
@@ -98,50 +99,6 @@ static void batch(int *tok, int *tgt, int N, int V, int k) {
     }
 }
 
-static void *host(const void *dev, size_t bytes) {
-    void *h = malloc(bytes);
-    if (h) cpu->ops->to_host(cpu, h, dev, bytes);
-    return h;
-}
-
-/* Number of buffers of a and b that differ by bits (gradients, parameters, FP8 recipe
- * state); prints the first difference. */
-static int diff_state(fp8t_model *a, fp8t_model *b, const char *when) {
-    const size_t np = fp8t_model_num_params(a);
-    const size_t st = fp8t_recipe_state_floats(fp8t_model_fp8_count(a),
-                                               fp8t_model_fp8_history_len(a));
-    struct { const char *name; const float *pa, *pb; size_t n; } bufs[3] = {
-        {"grads", fp8t_model_grads(a), fp8t_model_grads(b), np},
-        {"params", fp8t_model_params(a), fp8t_model_params(b), np},
-        {"fp8 state", fp8t_model_fp8_state(a), fp8t_model_fp8_state(b), st},
-    };
-    int ndiff = 0;
-    for (int i = 0; i < 3; i++) {
-        const size_t n = bufs[i].n;
-        float *ha = host(bufs[i].pa, n * sizeof(float)), *hb = host(bufs[i].pb, n * sizeof(float));
-        if (!ha || !hb) {
-            ndiff++;
-        } else if (memcmp(ha, hb, n * sizeof(float)) != 0) {
-            size_t k = 0;
-            while (k < n && !memcmp(&ha[k], &hb[k], sizeof(float))) k++;
-            if (!ndiff) printf("  %s: %s differ at %zu: %.9g vs %.9g\n", when, bufs[i].name, k,
-                               ha[k], hb[k]);
-            ndiff++;
-        }
-        free(ha);
-        free(hb);
-    }
-    return ndiff;
-}
-
-static int same_losses(fp8t_model *a, fp8t_model *b, int n) {
-    float *la = host(fp8t_model_losses(a), (size_t)n * sizeof(float));
-    float *lb = host(fp8t_model_losses(b), (size_t)n * sizeof(float));
-    int same = la && lb && !memcmp(la, lb, (size_t)n * sizeof(float));
-    free(la);
-    free(lb);
-    return same;
-}
 
 /* Linears whose Fprop and Wgrad share a per-tensor FP8 precision: each saves one quantize of
  * X per micro-batch. */
@@ -209,10 +166,10 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
             if (memcmp(&loss[0], &loss[1], sizeof(float)) && !bad_loss++)
                 printf("  %s step %d micro %d: loss %.9g vs %.9g\n", what, s, j, loss[0],
                        loss[1]);
-            if (!same_losses(a, b, N) && !bad_pos++)
+            if (!same_model_losses(cpu, a, b, N) && !bad_pos++)
                 printf("  %s step %d micro %d: per-position losses differ\n", what, s, j);
             snprintf(when, sizeof(when), "%s step %d micro %d", what, s, j);
-            if (diff_state(a, b, when)) bad_state++;
+            if (diff_model_state(cpu, a, b, when)) bad_state++;
         }
         for (int k = 0; k < 2; k++) {
             float norm = fp8t_model_grad_norm(m[k]);
@@ -224,7 +181,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
     T_CHECK(!bad_loss, "%s: %d micro-batches with different losses", what, bad_loss);
     T_CHECK(!bad_pos, "%s: %d micro-batches with different per-position losses", what, bad_pos);
     T_CHECK(!bad_state, "%s: %d micro-batches with different gradients/state", what, bad_state);
-    T_CHECK(diff_state(a, b, when) == 0, "%s: params or FP8 state differ at the end", what);
+    T_CHECK(diff_model_state(cpu, a, b, when) == 0, "%s: params or FP8 state differ at the end", what);
     free(tok);
     free(tgt);
     free(vtok);
@@ -400,10 +357,10 @@ static void x_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *s, float *x
     const size_t n = (size_t)s->rows * s->cols;
     if (s->gemm == FP8T_GEMM_FPROP) {
         free(h->fprop_x[s->lin]);
-        h->fprop_x[s->lin] = host(x, n * sizeof(float));
+        h->fprop_x[s->lin] = host_copy(cpu, x, n * sizeof(float));
         h->fprop_n[s->lin] = n;
     } else if (s->gemm == FP8T_GEMM_WGRAD) {
-        float *w = host(x, n * sizeof(float));
+        float *w = host_copy(cpu, x, n * sizeof(float));
         h->wgrad_inputs++;
         if (!w || !h->fprop_x[s->lin] || h->fprop_n[s->lin] != n ||
             memcmp(w, h->fprop_x[s->lin], n * sizeof(float)))
@@ -440,7 +397,7 @@ static void hooked_case(const char *preset, int hook_from_step) {
                 fp8t_model_backward(m[k], 0.5f);
             }
             hooked_micro += st >= hook_from_step;
-            if (diff_state(s, q, preset)) bad++;
+            if (diff_model_state(cpu, s, q, preset)) bad++;
         }
         for (int k = 0; k < 2; k++) {
             fp8t_model_adamw(m[k], 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, st, 1.0f,
@@ -494,7 +451,7 @@ static void hook_set_before_backward(void) {
     fp8t_model_set_hook(a, x_hook, &h);
     fp8t_model_backward(a, 1.0f);
     fp8t_model_backward(b, 1.0f);
-    T_CHECK(diff_state(a, b, "hook set before the backward") == 0,
+    T_CHECK(diff_model_state(cpu, a, b, "hook set before the backward") == 0,
             "gradients differ from the unhooked model's");
     /* only the BF16 head kept its X in FP32 (and its Fprop ran unhooked: no copy to compare) */
     T_CHECK(n_saving == n_lin - 1 && h.wgrad_inputs == n_lin - n_saving,

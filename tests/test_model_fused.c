@@ -11,6 +11,7 @@
 
 #include "fp8train/backend.h"
 #include "fp8train/model.h"
+#include "model_state_util.h"
 #include "test.h"
 
 static fp8t_backend *cpu;        /* the real backend */
@@ -66,51 +67,6 @@ static void batch(int *tok, int *tgt, int N, int V, int k) {
     }
 }
 
-/* Device buffer -> host copy (malloc'd). */
-static void *host(const void *dev, size_t bytes) {
-    void *h = malloc(bytes);
-    if (h) cpu->ops->to_host(cpu, h, dev, bytes);
-    return h;
-}
-
-/* Number of buffers of a and b that differ by bits (gradients, parameters, FP8 recipe
- * state); prints the first difference. */
-static int diff_state(fp8t_model *a, fp8t_model *b, const char *when) {
-    const size_t np = fp8t_model_num_params(a);
-    const size_t st = fp8t_recipe_state_floats(fp8t_model_fp8_count(a),
-                                               fp8t_model_fp8_history_len(a));
-    struct { const char *name; const float *pa, *pb; size_t n; } bufs[3] = {
-        {"grads", fp8t_model_grads(a), fp8t_model_grads(b), np},
-        {"params", fp8t_model_params(a), fp8t_model_params(b), np},
-        {"fp8 state", fp8t_model_fp8_state(a), fp8t_model_fp8_state(b), st},
-    };
-    int ndiff = 0;
-    for (int i = 0; i < 3; i++) {
-        const size_t n = bufs[i].n;
-        float *ha = host(bufs[i].pa, n * sizeof(float)), *hb = host(bufs[i].pb, n * sizeof(float));
-        if (!ha || !hb) {
-            ndiff++;
-        } else if (memcmp(ha, hb, n * sizeof(float)) != 0) {
-            size_t k = 0;
-            while (k < n && !memcmp(&ha[k], &hb[k], sizeof(float))) k++;
-            if (!ndiff) printf("  %s: %s differ at %zu: %.9g vs %.9g\n", when, bufs[i].name, k,
-                               ha[k], hb[k]);
-            ndiff++;
-        }
-        free(ha);
-        free(hb);
-    }
-    return ndiff;
-}
-
-static int same_losses(fp8t_model *a, fp8t_model *b, int n) {
-    float *la = host(fp8t_model_losses(a), (size_t)n * sizeof(float));
-    float *lb = host(fp8t_model_losses(b), (size_t)n * sizeof(float));
-    int same = la && lb && !memcmp(la, lb, (size_t)n * sizeof(float));
-    free(la);
-    free(lb);
-    return same;
-}
 
 static int same_bits(float a, float b) { return !memcmp(&a, &b, sizeof(float)); }
 
@@ -145,10 +101,10 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
             if (!same_bits(loss[0], loss[1]) && !bad_loss++)
                 printf("  %s step %d micro %d: loss %.9g vs %.9g\n", what, s, j, loss[0],
                        loss[1]);
-            if (!same_losses(a, b, N) && !bad_pos++)
+            if (!same_model_losses(cpu, a, b, N) && !bad_pos++)
                 printf("  %s step %d micro %d: per-position losses differ\n", what, s, j);
             snprintf(when, sizeof(when), "%s step %d micro %d", what, s, j);
-            if (diff_state(a, b, when)) bad_state++;
+            if (diff_model_state(cpu, a, b, when)) bad_state++;
         }
         for (int k = 0; k < 2; k++) {
             float norm = fp8t_model_grad_norm(m[k]);
@@ -160,7 +116,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
     T_CHECK(!bad_loss, "%s: %d micro-batches with different losses", what, bad_loss);
     T_CHECK(!bad_pos, "%s: %d micro-batches with different per-position losses", what, bad_pos);
     T_CHECK(!bad_state, "%s: %d micro-batches with different gradients/state", what, bad_state);
-    T_CHECK(diff_state(a, b, when) == 0, "%s: params or FP8 state differ at the end", what);
+    T_CHECK(diff_model_state(cpu, a, b, when) == 0, "%s: params or FP8 state differ at the end", what);
     free(tok);
     free(tgt);
 }
@@ -248,10 +204,10 @@ static void xent_logits_readable(void) {
             fp8t_model_zero_grad(m[k]);
             batch(tok, tgt, N, V, 2);
             fp8t_model_forward(m[k], tok, NULL);
-            lg[k][0] = host(fp8t_model_logits(m[k]), nl * sizeof(float));
+            lg[k][0] = host_copy(cpu, fp8t_model_logits(m[k]), nl * sizeof(float));
             long x0 = n_xent;
             fp8t_model_forward(m[k], tok, tgt);
-            lg[k][1] = host(fp8t_model_logits(m[k]), nl * sizeof(float));
+            lg[k][1] = host_copy(cpu, fp8t_model_logits(m[k]), nl * sizeof(float));
             fp8t_model_backward(m[k], 1.0f);
             if (k == 0) T_CHECK(n_xent - x0 == 2, "head %s: %ld xent passes after a logits read",
                                 fp8t_precision_name(heads[h]), n_xent - x0);
@@ -262,7 +218,7 @@ static void xent_logits_readable(void) {
                 fp8t_precision_name(heads[h]));
         T_CHECK(lg[0][1] && lg[1][1] && !memcmp(lg[0][1], lg[1][1], nl * 4),
                 "head %s: fused and plain logits differ", fp8t_precision_name(heads[h]));
-        T_CHECK(diff_state(f, q, "after a logits read") == 0, "head %s: gradients differ",
+        T_CHECK(diff_model_state(cpu, f, q, "after a logits read") == 0, "head %s: gradients differ",
                 fp8t_precision_name(heads[h]));
         for (int k = 0; k < 2; k++) free(lg[k][0]), free(lg[k][1]);
         fp8t_model_destroy(f);
@@ -288,11 +244,11 @@ static void xent_not_fused_when_frozen_or_hooked(void) {
     const size_t nl = (size_t)N * V;
     fp8t_model_set_frozen(f, 1);
     fp8t_model_forward(f, tok, NULL);
-    float *l0 = host(fp8t_model_logits(f), nl * sizeof(float));
+    float *l0 = host_copy(cpu, fp8t_model_logits(f), nl * sizeof(float));
     long x0 = n_xent;
     fp8t_model_forward(f, tok, tgt);
     T_CHECK(n_xent - x0 == 1, "frozen forward: %ld xent passes", n_xent - x0);
-    float *l1 = host(fp8t_model_logits(f), nl * sizeof(float));
+    float *l1 = host_copy(cpu, fp8t_model_logits(f), nl * sizeof(float));
     T_CHECK(n_xent - x0 == 1 && l0 && l1 && !memcmp(l0, l1, nl * 4),
             "a frozen forward changed the logits");
     fp8t_model_set_frozen(f, 0);
