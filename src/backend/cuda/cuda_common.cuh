@@ -8,7 +8,8 @@
  * Switches (read once at create, see cuda_backend.cu):
  *   FP8TRAIN_CUDA_PLAIN=1  every fused or cached path falls back to its plain version: the
  *                          simple attention kernels, separate amax/cast/transpose kernels for
- *                          quantize, no cuBLASLt algorithm cache, no RoPE table cache.
+ *                          quantize, packed BF16 GEMM operands with a separate amax pass, no
+ *                          cuBLASLt algorithm cache, no RoPE table cache.
  *   FP8TRAIN_CUDA_ATTN=flash|gemm|tiled|simple   the attention kernels alone. flash (the
  *                          default; head sizes 32, 64, 128, others fall back to tiled/simple):
  *                          BF16 tensor-core flash attention; gemm: cuBLASLt batched BF16 GEMMs
