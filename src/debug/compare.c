@@ -285,7 +285,10 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
         snprintf(r->advice, sizeof(r->advice),
                  "turn off recently added or risky features (fused and cached paths), check that "
                  "both runs start from the same weights, data and seed, and check scales and "
-                 "export; then bisect the GEMMs (fp8train bisect)");
+                 "export; then bisect the GEMMs (fp8train bisect). One recipe effect looks alike: "
+                 "delayed scaling runs its first step with scale 1 (no amax recorded yet); if a "
+                 "--recipe current run stays under the threshold early, that cold start, not a "
+                 "bug, is the likely cause");
         return;
     }
     if (closes && fabs(r->late_gap) > r->threshold) {
