@@ -44,12 +44,14 @@ endif
 ifeq ($(HAVE_CUDA),1)
 FP8TRAIN_LINK = $(CU_OBJ) $(CUDA_LIBS)
 CLI_DEPS = $(CU_OBJ)
+# dev/cuda: kernel ladders (standalone, CUDA runtime only), built so they keep compiling
+DEV_CU_BIN := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/cuda/%,$(wildcard dev/cuda/*.cu))
 endif
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .PHONY: all deps test test-sanitize demo demo-debug gpu-test bench clean report-screenshot
-all: $(BUILD)/libfp8train.a $(BUILD)/fp8train
+all: $(BUILD)/libfp8train.a $(BUILD)/fp8train $(DEV_CU_BIN)
 
 $(DEPS_STAMP): scripts/install-deps.sh
 	@mkdir -p $(BUILD)
@@ -64,6 +66,10 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 $(BUILD)/src/backend/cuda/%.o: src/backend/cuda/%.cu $(wildcard src/backend/cuda/*.cuh) include/fp8train/backend.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/dev/cuda/%: dev/cuda/%.cu $(wildcard src/backend/cuda/*.cu*)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -o $@ $<
 
 $(BUILD)/libfp8train.a: $(LIB_OBJ)
 	@rm -f $@

@@ -3,9 +3,11 @@
 #   here (no GPU):  scripts/gpu-session.sh prepare      builds build-gpu/ and .gpulibs/
 #   there:          scripts/gpu-session.sh run
 #                   carry only: build-gpu/gpu_test, build-gpu/fp8train,
-#                   build-gpu/bench/gpu_bench_cuda, .gpulibs (≈51 MB of the 64 MB a call may carry)
+#                   build-gpu/bench/gpu_bench_cuda, build-gpu/dev/cuda/quantize_ladder, .gpulibs
+#                   (≈56 MB of the 64 MB a call may carry)
 # `run` executes make gpu-test's binary, a compute-sanitizer memcheck pass over a short
-# training run, and bench/gpu.sh, writing logs under $OUT (or ./gpu-out) and a summary last.
+# training run, the quantize kernel ladder (dev/cuda) and bench/gpu.sh, writing logs under $OUT
+# (or ./gpu-out) and a summary last.
 # The runtime libraries (OpenBLAS, cJSON, gfortran/quadmath/gomp) travel in .gpulibs/ because
 # the device image lacks them; CUDA's own libraries are there.
 set -euo pipefail
@@ -20,7 +22,7 @@ prepare)
     cp -L "$l" .gpulibs/
   done
   BUILD=build-gpu bench/gpu.sh -- --help >/dev/null  # builds build-gpu/bench/gpu_bench_cuda
-  echo "prepared: carry build-gpu and .gpulibs; run: scripts/gpu-session.sh run"
+  echo "prepared: carry build-gpu/{gpu_test,fp8train,bench/gpu_bench_cuda,dev/cuda/quantize_ladder} and .gpulibs; run: scripts/gpu-session.sh run"
   ;;
 run)
   export LD_LIBRARY_PATH=$PWD/.gpulibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -31,6 +33,7 @@ run)
   build-gpu/gpu_test ${GPU_TEST_ARGS:-} >"$out/gpu_test.log" 2>&1; t=$?
   compute-sanitizer --tool memcheck build-gpu/fp8train train --device cuda --preset tiny \
     --steps 3 --val-every 0 --quiet --out /tmp/cs >"$out/memcheck.log" 2>&1; c=$?
+  build-gpu/dev/cuda/quantize_ladder >"$out/ladder.log" 2>&1; q=$?
   GPU_BENCH_BIN=${GPU_BENCH_BIN:-build-gpu/bench/gpu_bench_cuda} bench/gpu.sh \
     >"$out/bench.log" 2>&1; b=$?
   set -e
@@ -38,6 +41,7 @@ run)
   tail -n 1 "$out/gpu_test.log"; echo "gpu_test exit $t"
   grep -E 'ERROR SUMMARY' "$out/memcheck.log" || tail -n 3 "$out/memcheck.log"
   echo "memcheck exit $c"
+  grep -E '^checks:' "$out/ladder.log"; echo "quantize ladder exit $q"
   tail -n 15 "$out/bench.log"; echo "bench exit $b"
   ;;
 *)
