@@ -111,6 +111,10 @@ static void expect_found_cfg(const char *name, const char *inject, fp8t_gemm_kin
     T_CHECK(fabs(res->fix_gap) < bc.threshold, "%s: fix gap %g", name, res->fix_gap);
     T_CHECK(strstr(res->override, fp8t_gemm_name(gemm)) != NULL, "%s: override '%s'", name,
             res->override);
+    /* a planted fault stands well clear of the noise of these short runs */
+    T_CHECK(res->reliable && res->noise <= bc.threshold &&
+                !strstr(res->conclusion, "UNCONFIRMED"),
+            "%s: reliable (noise %g)", name, res->noise);
     /* the procedure's evidence is there */
     const fp8t_bisect_exp *fp8 = find_exp(res, "fp8");
     T_CHECK(find_exp(res, "bf16") && fp8 && find_exp(res, "fake") &&
@@ -200,6 +204,7 @@ static void test_clean(void) {
                 res->conclusion);
         T_CHECK(fabs(res->fp8_gap) < bc.threshold, "gap %g", res->fp8_gap);
         T_CHECK(fp8t_bisect_exit_code(res) == 0, "exit code 0");
+        T_CHECK(res->reliable, "case %d: a gap under the threshold is never flagged as noise", i);
         /* bisect.json says the same */
         char path[2048];
         snprintf(path, sizeof path, "%s/bisect/bisect.json", bc.out_dir);
@@ -215,6 +220,9 @@ static void test_clean(void) {
         T_CHECK(cJSON_IsString(o) && !strcmp(o->valuestring, "no_problem"), "json outcome");
         T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(j, "experiments")) == 2, "2 experiments");
         T_CHECK(cJSON_IsNull(cJSON_GetObjectItem(j, "fix")), "no fix");
+        T_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(j, "reliable")) &&
+                    cJSON_IsNull(cJSON_GetObjectItem(j, "warning")),
+                "json: reliable, no warning");
         cJSON_Delete(j);
         snprintf(path, sizeof path, "%s/bisect/report.html", bc.out_dir);
         T_CHECK(access(path, R_OK) == 0, "report.html written");
@@ -254,7 +262,183 @@ static void test_resume(void) {
     T_CHECK(rec && rec->first_step > 21 && rec->first_step < 50 && rec->last_step == 50,
             "recovery continued the FP8 run's checkpoint: steps %d-%d",
             rec ? rec->first_step : -1, rec ? rec->last_step : -1);
+    T_CHECK(res->reliable, "resumed past the start-up: reliable (noise %g)", res->noise);
     if (t_cur_failed) fp8t_bisect_print(stdout, res, bc.threshold);
+    free(res);
+}
+
+/* The whole of a file, NUL-terminated (NULL if unreadable); the caller frees it. */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (buf) buf[got] = 0;
+    return buf;
+}
+
+/* What fp8t_bisect_print writes for res (caller frees). */
+static char *print_to_string(const fp8t_bisect_result *res, double threshold) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    fp8t_bisect_print(f, res, threshold);
+    fclose(f);
+    return text;
+}
+
+static void add_exp(fp8t_bisect_result *r, const char *name, double gap, int ran) {
+    fp8t_bisect_exp *e = &r->exp[r->n_exp++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->ran = ran;
+    e->finished = ran && isfinite(gap);
+    e->gap = gap;
+    e->final_loss = e->tail_loss = 3.0 * (1 + (isfinite(gap) ? gap : 0));
+}
+
+/* The noise judgement on a synthetic result: the largest amount by which an experiment other
+ * than the baseline ends below it; over the threshold the result is unreliable and the
+ * printed summary starts with a WARNING naming that experiment. */
+static void test_noise_judgement(void) {
+    fp8t_bisect_result *r = calloc(1, sizeof *r);
+    T_ASSERT(r, "alloc");
+    snprintf(r->conclusion, sizeof r->conclusion, "culprit: dgrad of layers 0-8");
+    int which = 7;
+    /* nothing below the baseline: no noise, reliable */
+    add_exp(r, "bf16", 0, 1);
+    add_exp(r, "fp8", 0.0247, 1);
+    add_exp(r, "recovery", 0.0240, 1);
+    add_exp(r, "wgrad-bf16", INFINITY, 1); /* a run that blew up is not "below" anything */
+    T_CHECK(fp8t_bisect_noise(r, &which) == 0 && which == -1, "no noise: %g, which %d",
+            fp8t_bisect_noise(r, NULL), which);
+    T_CHECK(fp8t_bisect_judge_noise(r, 0.01) == 1 && r->reliable && r->noise == 0 &&
+                r->noise_exp == -1,
+            "reliable with no noise: reliable %d noise %g exp %d", r->reliable, r->noise,
+            r->noise_exp);
+    char *out = print_to_string(r, 0.01);
+    T_CHECK(out && !strstr(out, "WARNING"), "no warning printed: %s", out ? out : "(null)");
+    free(out);
+
+    /* one at -0.5% under a 1% threshold: noise 0.5%, still reliable */
+    add_exp(r, "fake", -0.005, 1);
+    T_CLOSE(fp8t_bisect_noise(r, &which), 0.005, 1e-15, 0);
+    T_CHECK(which == 4, "fake sets the noise (which %d)", which);
+    T_CHECK(fp8t_bisect_judge_noise(r, 0.01) == 1 && r->reliable && r->noise_exp == 4,
+            "-0.5%% under a 1%% threshold is reliable (reliable %d)", r->reliable);
+    T_CHECK(fp8t_bisect_judge_noise(r, 0.004) == 0 && !r->reliable,
+            "the same -0.5%% under a 0.4%% threshold is not");
+    /* the boundary: noise equal to the threshold still passes */
+    T_CHECK(fp8t_bisect_judge_noise(r, 0.005) == 1, "noise == threshold is reliable");
+
+    /* the baseline itself and experiments that did not run are ignored, whatever their gap */
+    r->exp[0].gap = -0.5;
+    add_exp(r, "skipped", -0.2, 0);
+    T_CLOSE(fp8t_bisect_noise(r, &which), 0.005, 1e-15, 0);
+    T_CHECK(which == 4, "baseline and skipped runs ignored (which %d)", which);
+
+    /* one at -3%: unreliable, named, and the largest wins over the -0.5% */
+    add_exp(r, "layers-6-11-dgrad-bf16", -0.03, 1);
+    add_exp(r, "layers-0-5-dgrad-bf16", -0.01, 1);
+    T_CHECK(fp8t_bisect_judge_noise(r, 0.01) == 0 && !r->reliable, "-3%% is unreliable");
+    T_CLOSE(r->noise, 0.03, 1e-15, 0);
+    T_CHECK(r->noise_exp == 6 && !strcmp(r->exp[r->noise_exp].name, "layers-6-11-dgrad-bf16"),
+            "named: exp %d", r->noise_exp);
+    out = print_to_string(r, 0.01);
+    T_ASSERT(out, "print");
+    const char *first = out;
+    while (*first == '\n') first++;
+    T_CHECK(!strncmp(first, "WARNING: unreliable", 19), "the summary starts with the warning: %.80s",
+            first);
+    const char *warn = strstr(out, "WARNING"), *table = strstr(out, "experiment ");
+    T_CHECK(warn && table && warn < table, "warning before the table");
+    T_CHECK(strstr(out, "layers-6-11-dgrad-bf16 ends 3% BELOW") && strstr(out, "gap -3%"),
+            "names the experiment and its gap: %.200s", first);
+    T_CHECK(strstr(out, "\u00b13%") && strstr(out, "under ~6%"), "the spread and 2x it");
+    T_CHECK(strstr(out, "--lr") && strstr(out, "--warmup") && strstr(out, "--resume") &&
+                strstr(out, "--steps") && strstr(out, "--threshold 0.06 or more"),
+            "what to do about it");
+    T_CHECK(strstr(out, "culprit: dgrad of layers 0-8"), "the conclusion follows");
+    free(out);
+    /* a threshold above the noise silences it */
+    out = print_to_string(r, 0.031);
+    T_CHECK(out && !strstr(out, "WARNING"), "threshold 3.1%%: no warning");
+    free(out);
+    /* noise so large that no threshold under 1 helps: said so, not a bad suggestion */
+    add_exp(r, "fprop-bf16", -0.7, 1);
+    out = print_to_string(r, 0.01);
+    T_CHECK(out && strstr(out, "no --threshold under 1") && !strstr(out, "--threshold 1.4"),
+            "huge noise: %s", out ? out : "(null)");
+    free(out);
+    free(r);
+}
+
+/* End to end: the clean tiny run at a threshold far below what separates runs that differ
+ * only by rounding (0.01%): some experiment ends below the baseline by more than that, and
+ * the printed summary, bisect.json and report.html say the result is unreliable. */
+static void test_noise_end_to_end(void) {
+    fp8t_bisect_config bc;
+    base_config(&bc, "noise", NULL);
+    bc.threshold = 1e-4;
+    char logpath[512];
+    snprintf(logpath, sizeof logpath, "%s/noise.log", g_root);
+    bc.log = fopen(logpath, "w");
+    T_ASSERT(bc.log, "open %s", logpath);
+    fp8t_bisect_result *res = malloc(sizeof *res);
+    char err[1024];
+    int rc = fp8t_bisect_run(&bc, res, err, sizeof err);
+    fclose(bc.log);
+    T_ASSERT(rc == 0, "bisect failed: %s", err);
+    /* the premise: an experiment other than the baseline ends below it by over the threshold */
+    int below = -1;
+    for (int i = 0; i < res->n_exp; i++)
+        if (strcmp(res->exp[i].name, "bf16") && res->exp[i].ran && isfinite(res->exp[i].gap) &&
+            -res->exp[i].gap > bc.threshold && (below < 0 || res->exp[i].gap < res->exp[below].gap))
+            below = i;
+    T_ASSERT(below >= 0, "premise: some experiment ends more than %g below the baseline "
+                         "(%d experiments, outcome %d)", bc.threshold, res->n_exp, res->outcome);
+    T_CHECK(!res->reliable && res->noise_exp == below && res->noise == -res->exp[below].gap,
+            "unreliable, noise %g from exp %d (want %d, %s)", res->noise, res->noise_exp, below,
+            res->exp[below].name);
+    T_CHECK(res->outcome == FP8T_BISECT_NO_PROBLEM || strstr(res->conclusion, "UNCONFIRMED"),
+            "the conclusion is labelled: %s", res->conclusion);
+    T_CHECK(fp8t_bisect_exit_code(res) == (res->outcome == FP8T_BISECT_NO_FIX),
+            "exit status rules unchanged");
+    char *log = slurp(logpath), needle[256];
+    T_ASSERT(log, "read %s", logpath);
+    snprintf(needle, sizeof needle, "\nWARNING: unreliable, these experiments are too noisy to "
+                                    "trust: %s ends ", res->exp[below].name);
+    const char *warn = strstr(log, needle), *table = strstr(log, "\nexperiment ");
+    T_CHECK(warn && table && warn < table, "printed: the warning naming %s opens the summary",
+            res->exp[below].name);
+    free(log);
+    char path[2048];
+    snprintf(path, sizeof path, "%s/bisect/bisect.json", bc.out_dir);
+    char *text = slurp(path);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    T_ASSERT(j, "%s parses", path);
+    cJSON *rel = cJSON_GetObjectItem(j, "reliable"), *noise = cJSON_GetObjectItem(j, "noise"),
+          *ne = cJSON_GetObjectItem(j, "noise_experiment"), *w = cJSON_GetObjectItem(j, "warning");
+    T_CHECK(cJSON_IsFalse(rel), "json: reliable false");
+    T_CHECK(cJSON_IsNumber(noise) && fabs(noise->valuedouble - res->noise) <= 1e-12,
+            "json: noise %g", cJSON_IsNumber(noise) ? noise->valuedouble : NAN);
+    T_CHECK(cJSON_IsString(ne) && !strcmp(ne->valuestring, res->exp[below].name),
+            "json: noise_experiment");
+    T_CHECK(cJSON_IsString(w) && strstr(w->valuestring, "WARNING: unreliable"), "json: warning");
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s/bisect/report.html", bc.out_dir);
+    char *html = slurp(path);
+    T_ASSERT(html, "read %s", path);
+    const char *box = strstr(html, "class=\"warn\""), *h2 = strstr(html, "<h2>Conclusion");
+    T_CHECK(box && h2 && box < h2 && strstr(box, res->exp[below].name),
+            "report.html: a warning box above the conclusion");
+    free(html);
     free(res);
 }
 
@@ -284,6 +468,7 @@ int main(void) {
         perror("mkdtemp");
         return 1;
     }
+    T_RUN(test_noise_judgement);
     T_RUN(test_bad_input);
     T_RUN(test_clean);
     T_RUN(test_scale_dgrad);
@@ -292,6 +477,7 @@ int main(void) {
     T_RUN(test_corrupt_amax_head);
     T_RUN(test_stale_amax_head);
     T_RUN(test_resume);
+    T_RUN(test_noise_end_to_end);
     if (!getenv("FP8T_TEST_KEEP")) nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     else printf("kept %s\n", g_root);
     T_MAIN_END();

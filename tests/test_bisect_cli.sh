@@ -3,6 +3,9 @@
 # option), a clean run (exit 0, "no FP8 problem", stops after two experiments) and the seeds'
 # case (a Dgrad fault in layers 1-2 that only delayed scaling suffers): exit 0, the culprit,
 # a ready-to-paste override that a fresh `fp8train train` confirms, bisect.json, report.html.
+# Then the noise check: the clean run judged at a threshold (0.01%) below the spread of runs
+# that differ only by rounding must be reported unreliable (WARNING first, UNCONFIRMED
+# culprit, "reliable": false) with the usual exit status.
 set -u
 BIN=${FP8TRAIN_BIN:-build/fp8train}
 SUITE=bisect_cli
@@ -36,6 +39,7 @@ if [ $rc -eq 0 ] && grep -q -- "--threshold" "$TMP/h" && grep -q -- "--steps" "$
 if [ $rc -eq 0 ] && grep -q "when=fp8" "$TMP/h" && grep -q "stale-amax" "$TMP/h"; then pass help_inject
 else fail help_inject "rc $rc"; fi
 if "$BIN" help bisect | grep -q -- "--threshold"; then pass help_via_main; else fail help_via_main "fp8train help bisect"; fi
+if "$BIN" bisect --help | grep -q '"reliable": false'; then pass help_noise; else fail help_noise "no word on noise"; fi
 
 # --- bad usage
 expect_usage no_steps "--steps N is required" "${SMALL[@]}"
@@ -52,7 +56,8 @@ expect_usage missing_resume "no/such/ckpt" "${SMALL[@]}" --steps 10 --resume "$T
 "$BIN" bisect "${SMALL[@]}" --steps 40 --out "$TMP/clean" >"$TMP/clean.out" 2>&1; rc=$?
 n=$(ls "$TMP/clean/bisect" 2>/dev/null | grep -cv '\.')
 if [ $rc -eq 0 ] && grep -q "no FP8 problem found" "$TMP/clean.out" && [ "$n" -eq 2 ] &&
-   grep -q '"outcome":[[:space:]]*"no_problem"' "$TMP/clean/bisect/bisect.json"; then pass clean
+   grep -q '"outcome":[[:space:]]*"no_problem"' "$TMP/clean/bisect/bisect.json" &&
+   grep -q '"reliable":[[:space:]]*true' "$TMP/clean/bisect/bisect.json"; then pass clean
 else fail clean "rc $rc, $n experiment dirs: $(tail -5 "$TMP/clean.out")"; fi
 
 # --- the seeds' case: Dgrad of layers 1-2 broken in delayed scaling
@@ -68,7 +73,9 @@ else fail evidence_table "$(grep -E '^(fake|dgrad-bf16)' "$TMP/dgrad.out")"; fi
 J="$TMP/dgrad/bisect/bisect.json"
 if [ -f "$J" ] && grep -q '"outcome":[[:space:]]*"found"' "$J" &&
    grep -qE "\"override\":[[:space:]]*\"$ov\"" "$J" &&
-   grep -q '"precision":[[:space:]]*"current"' "$J"; then pass bisect_json; else fail bisect_json "$(head -c 400 "$J" 2>/dev/null)"; fi
+   grep -q '"precision":[[:space:]]*"current"' "$J" && grep -q '"reliable":[[:space:]]*true' "$J" &&
+   ! grep -q "WARNING\|UNCONFIRMED" "$TMP/dgrad.out"; then pass bisect_json
+else fail bisect_json "$(head -c 400 "$J" 2>/dev/null)"; fi
 H="$TMP/dgrad/bisect/report.html"
 if [ -f "$H" ] && grep -q "<table" "$H" && grep -q "<svg" "$H" && grep -qF "$ov" "$H" &&
    grep -q "</html>" "$H"; then pass report_html; else fail report_html "missing or incomplete"; fi
@@ -88,3 +95,28 @@ if [ -n "$ov" ]; then
 else
   fail override_confirms "no override printed"
 fi
+
+# --- too noisy to trust: the clean run at threshold 0.01%. Some experiment that only adds FP8
+# rounding ends more than 0.01% below BF16 (asserted: the premise), so the result is flagged.
+"$BIN" bisect "${SMALL[@]}" --steps 40 --threshold 0.0001 --out "$TMP/noise" >"$TMP/noise.out" 2>&1; rc=$?
+J="$TMP/noise/bisect/bisect.json"
+# gaps of the experiments (the "gap" keys; the baseline's is 0), lowest first
+lowest=$(grep -oE '"gap":[[:space:]]*[-0-9.e+]+' "$J" 2>/dev/null | sed 's/.*:[[:space:]]*//' | sort -g | head -1)
+if awk -v g="$lowest" 'BEGIN { exit !(g != "" && g + 0 < -0.0001) }'; then pass noise_premise
+else fail noise_premise "no experiment ends more than 0.01% below BF16 (lowest gap '$lowest')"; fi
+name=$(sed -n 's/^[[:space:]]*"noise_experiment":[[:space:]]*"\([^"]*\)".*/\1/p' "$J")
+outcome=$(sed -n 's/^[[:space:]]*"outcome":[[:space:]]*"\([^"]*\)".*/\1/p' "$J")
+want_rc=0; [ "$outcome" = no_fix ] && want_rc=1
+warn_line=$(grep -n "^WARNING: unreliable" "$TMP/noise.out" | head -1 | cut -d: -f1)
+table_line=$(grep -n "^experiment " "$TMP/noise.out" | head -1 | cut -d: -f1)
+if [ $rc -eq $want_rc ] && [ -n "$name" ] && [ -n "$warn_line" ] && [ -n "$table_line" ] &&
+   [ "$warn_line" -lt "$table_line" ] &&
+   grep -q "^WARNING: unreliable, these experiments are too noisy to trust: $name ends " "$TMP/noise.out" &&
+   grep -q "UNCONFIRMED" "$TMP/noise.out" && grep -q -- "--threshold [0-9.]* or more" "$TMP/noise.out"; then
+  pass noise_printed
+else fail noise_printed "rc $rc (want $want_rc), noise_experiment '$name': $(grep -A2 WARNING "$TMP/noise.out" | head -3)"; fi
+if grep -q '"reliable":[[:space:]]*false' "$J" && grep -qE '"noise":[[:space:]]*(0\.[0-9]|[1-9])' "$J" &&
+   grep -q '"warning":[[:space:]]*"WARNING: unreliable' "$J"; then pass noise_json
+else fail noise_json "$(grep -E '"(reliable|noise|noise_experiment)"' "$J")"; fi
+H="$TMP/noise/bisect/report.html"
+if grep -q 'class="warn"' "$H" && grep -q "UNCONFIRMED" "$H"; then pass noise_html; else fail noise_html "no warning box"; fi

@@ -19,7 +19,9 @@
  * the same batch, +Inf where the run has no finite loss. A median of per-step differences,
  * not a difference of means, because one hard batch can make one run's loss jump (seen on the
  * synthetic corpus: +16% at one step, every other step within 0.3%). A run "closes the gap"
- * when |gap| < threshold. Every experiment is an ordinary run directory OUT/bisect/<name>/;
+ * when |gap| < threshold. An experiment that ends below the baseline measures the noise of the
+ * setup (fp8t_bisect_noise); when that exceeds the threshold the result is flagged unreliable.
+ * Every experiment is an ordinary run directory OUT/bisect/<name>/;
  * OUT/bisect/bisect.json and OUT/bisect/report.html summarize them.
  */
 #ifndef FP8TRAIN_BISECT_H
@@ -91,6 +93,14 @@ typedef struct {
     fp8t_precision fix_precision; /* FP8T_PREC_CURRENT or FP8T_PREC_BF16 */
     char override[256];       /* the cheapest closing override, ready for --override '...' */
     double fix_gap;           /* gap of the run with that override */
+    /* How far runs that differ only by rounding spread here (fp8t_bisect_noise): every
+     * experiment only replaces BF16 GEMMs of the baseline by FP8, fake-quantized or
+     * current-scaled ones, so one that ends BELOW the baseline does so by chance. */
+    double noise;             /* max over the experiments other than the baseline of -gap;
+                                 0 when none ends below it */
+    int noise_exp;            /* index in exp[] of the experiment that set it; -1 if none */
+    int reliable;             /* noise <= threshold; 0: the gaps cannot be told apart from
+                                 noise, the culprit and fix are unconfirmed best guesses */
     char conclusion[1024];    /* a few lines for people */
     int n_exp;
     fp8t_bisect_exp exp[FP8T_BISECT_MAX_EXP];
@@ -100,9 +110,19 @@ typedef struct {
  * or a failed experiment, with err naming the cause (exit code 2). */
 int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char *err,
                     size_t errlen);
-/* 0 for NO_PROBLEM and FOUND, 1 for NO_FIX. */
+/* 0 for NO_PROBLEM and FOUND, 1 for NO_FIX, whether reliable or not (a script that must
+ * not act on an unconfirmed culprit reads "reliable" in bisect.json). */
 int fp8t_bisect_exit_code(const fp8t_bisect_result *res);
-/* The evidence table and the conclusion (what fp8t_bisect_run prints at the end). */
+/* The noise of a bisect: the largest amount by which an experiment that ran, other than the
+ * baseline (the one named "bf16"), ends below the baseline, i.e. the max of -gap over them; 0
+ * when none does (non-finite gaps are ignored). *which (may be NULL) gets the index in
+ * r->exp of that experiment, -1 when the noise is 0. Pure. */
+double fp8t_bisect_noise(const fp8t_bisect_result *r, int *which);
+/* Sets r->noise, r->noise_exp and r->reliable (noise <= threshold) from r's experiments;
+ * returns r->reliable. fp8t_bisect_run calls it once the experiments are done. */
+int fp8t_bisect_judge_noise(fp8t_bisect_result *r, double threshold);
+/* The evidence table and the conclusion (what fp8t_bisect_run prints at the end), preceded
+ * by a WARNING paragraph when fp8t_bisect_noise(res) exceeds threshold. */
 void fp8t_bisect_print(FILE *f, const fp8t_bisect_result *res, double threshold);
 /* Mean training loss of RUN/metrics.jsonl over the steps after last_step - tail_steps (at
  * least the last logged step); *last gets the last step's loss. 0 ok (a non-finite loss in the

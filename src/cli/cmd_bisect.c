@@ -3,7 +3,9 @@
  * the model, data, seed, FP8 policy, --inject and --resume of the run under investigation;
  * --steps is the length of every experiment, counted from the start point.
  * Exit: 0 conclusion reached (a fix, or no FP8 problem), 1 no override closes the gap,
- * 2 bad input or a failed experiment. */
+ * 2 bad input or a failed experiment. A result too noisy to trust (an experiment ends further
+ * below the BF16 baseline than the threshold) keeps these statuses: it is printed with a
+ * WARNING and an UNCONFIRMED culprit, and bisect.json says "reliable": false. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +37,17 @@ static void usage(FILE *f) {
             "                     (default 0.1)\n"
             "  --out DIR          where OUT/bisect/ goes (default runs)\n"
             "  --help-inject      the --inject fault syntax (to try bisect on a known fault)\n"
+            "\n"
+            "Noise: every experiment only adds FP8 rounding to the BF16 baseline, so one that ends\n"
+            "BELOW it measures how far runs differing only by rounding spread. When that exceeds\n"
+            "--threshold the result is unreliable: a WARNING opens the summary, the culprit and\n"
+            "fix are labelled UNCONFIRMED, and bisect.json has \"reliable\": false (with \"noise\"\n"
+            "and \"noise_experiment\"). Calm the setup (lower --lr, longer --warmup, --resume past\n"
+            "the unstable phase), add --steps, or raise --threshold to 2x the noise.\n"
+            "\n"
             "exit status: 0 conclusion reached (a fix, or no FP8 problem), 1 no override\n"
-            "closes the gap, 2 bad input\n"
+            "closes the gap, 2 bad input; the same whether reliable or not (check \"reliable\"\n"
+            "in bisect.json before acting on the override from a script)\n"
             "\n"
             "train options (see fp8train train --help):\n");
 }

@@ -34,6 +34,36 @@ int fp8t_bisect_exit_code(const fp8t_bisect_result *res) {
     return res->outcome == FP8T_BISECT_NO_FIX ? 1 : 0;
 }
 
+/* ---------------------------------------------------------------- noise */
+
+/* Every experiment other than the baseline is the baseline with some of its BF16 GEMMs
+ * replaced by FP8, fake-quantized (FP8 values, BF16 GEMM) or current-scaled ones (the policy
+ * as configured, minus some of its FP8), or, for the recovery run, continued from an FP8
+ * checkpoint: each only ADDS rounding error to the BF16 run. Rounding does not make training
+ * better by a measurable amount, so an experiment that ends BELOW the baseline does so by
+ * chance: the same chance (one data order, an early phase that amplifies any difference)
+ * moves every gap by as much in either direction. How far the lowest one went is therefore a
+ * lower bound on the spread of runs that differ only by rounding, and gaps within it prove
+ * nothing. (A policy that runs some GEMM in FP32 could beat BF16 legitimately, but by far
+ * less than a threshold of ~1%.) */
+double fp8t_bisect_noise(const fp8t_bisect_result *r, int *which) {
+    double noise = 0;
+    int arg = -1;
+    for (int i = 0; i < r->n_exp; i++) {
+        const fp8t_bisect_exp *e = &r->exp[i];
+        if (!e->ran || !strcmp(e->name, "bf16") || !isfinite(e->gap)) continue;
+        if (-e->gap > noise) noise = -e->gap, arg = i;
+    }
+    if (which) *which = arg;
+    return noise;
+}
+
+int fp8t_bisect_judge_noise(fp8t_bisect_result *r, double threshold) {
+    r->noise = fp8t_bisect_noise(r, &r->noise_exp);
+    r->reliable = r->noise <= threshold;
+    return r->reliable;
+}
+
 /* ---------------------------------------------------------------- files */
 
 static int mkdir_p(const char *path) {
@@ -552,6 +582,8 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
     res->layer_lo = res->layer_hi = -1;
     res->fix_precision = FP8T_PREC_BF16;
     res->fix_gap = NAN;
+    res->noise_exp = -1;
+    res->reliable = 1;
     res->tail_steps = fp8t_bisect_tail_steps(cfg);
     bisect_ctx ctx, *c = &ctx;
     memset(c, 0, sizeof ctx);
@@ -673,11 +705,13 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
     if (culprit < 0) return -1;
     if (culprit == 0) {
         res->outcome = FP8T_BISECT_NO_FIX;
+        fp8t_bisect_judge_noise(res, cfg->threshold);
         snprintf(res->conclusion, sizeof res->conclusion,
-                 "FP8 is off by %+.2f%% but no BF16 override of the FP8 GEMMs closes the gap: "
+                 "FP8 is off by %+.2f%%%s but no BF16 override of the FP8 GEMMs closes the gap: "
                  "look outside them (non-GEMM code, data, the optimizer), or compare tensors "
                  "with --inspect",
-                 100 * fp8->gap);
+                 100 * fp8->gap,
+                 res->reliable ? "" : " (UNCONFIRMED: within the noise, see the WARNING)");
         goto done;
     }
     res->culprit_gemms = (unsigned)culprit;
@@ -708,6 +742,8 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
         }
     }
     res->outcome = FP8T_BISECT_FOUND;
+    /* still the best guess when the noise swamps the gaps, but labelled as such */
+    fp8t_bisect_judge_noise(res, cfg->threshold);
     {
         char g[32], words[96];
         bisect_gemm_set_name(g, sizeof g, res->culprit_gemms);
@@ -716,19 +752,22 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
         if (fp8->finished) snprintf(detail, sizeof detail, "%+.2f%%", 100 * fp8->gap);
         else snprintf(detail, sizeof detail, "NaN/Inf at step %d", fp8->last_step);
         snprintf(res->conclusion, sizeof res->conclusion,
-                 "culprit: %s of %s (FP8 %s%s%s)\n"
-                 "cheapest fix: %s for those GEMMs (gap %+.2f%%)\n"
+                 "culprit%s: %s of %s (FP8 %s%s%s)\n"
+                 "%s: %s for those GEMMs (gap %+.2f%%)\n"
                  "  --override '%s'",
-                 g, words, fp8->finished ? "gap " : "", detail,
+                 res->reliable ? "" : " (UNCONFIRMED: within the noise, see the WARNING)", g,
+                 words, fp8->finished ? "gap " : "", detail,
                  res->recovered == 1   ? "; recovers when continued in BF16"
                  : res->recovered == 0 ? "; not recovered when continued in BF16"
                                        : "",
+                 res->reliable ? "cheapest fix" : "best guess for a fix (UNCONFIRMED)",
                  res->fix_precision == FP8T_PREC_CURRENT ? "current scaling (keeps FP8)"
                                                          : "BF16",
                  100 * res->fix_gap, res->override);
     }
 
 done:
+    fp8t_bisect_judge_noise(res, cfg->threshold);
     fp8t_bisect_print(cfg->log, res, cfg->threshold);
     if (bisect_write_json(c) != 0 || bisect_write_html(c) != 0) return -1;
     logf_(c, "bisect: %.0fs in %d experiments; summary %s/bisect.json, report %s/report.html\n",

@@ -22,6 +22,43 @@ static cJSON *num_or_null(double v) {
 }
 static cJSON *tristate(int v) { return v < 0 ? cJSON_CreateNull() : cJSON_CreateBool(v); }
 
+/* --threshold to suggest against a noise: 2x the noise rounded up to two significant digits
+ * (0.0614 -> 0.13), so gaps that pass it cannot be noise alone. */
+static double threshold_for_noise(double noise) {
+    double v = 2 * noise;
+    double step = pow(10, floor(log10(v)) - 1);
+    return ceil(v / step - 1e-6) * step;
+}
+
+/* The WARNING paragraph of a bisect whose noise (fp8t_bisect_noise) exceeds the threshold,
+ * lines ending in '\n'; "" and 0 when the result is reliable. */
+static int noise_warning(char *buf, size_t len, const fp8t_bisect_result *res,
+                         double threshold) {
+    int which;
+    double noise = fp8t_bisect_noise(res, &which);
+    buf[0] = 0;
+    if (!(noise > threshold) || which < 0) return 0;
+    double suggest = threshold_for_noise(noise);
+    char fix[96];
+    if (suggest < 1) snprintf(fix, sizeof fix, "--threshold %g or more", suggest);
+    else snprintf(fix, sizeof fix, "(no --threshold under 1 is above 2x this noise)");
+    snprintf(buf, len,
+             "WARNING: unreliable, these experiments are too noisy to trust: %s ends %.3g%% "
+             "BELOW the BF16 baseline (gap %+.3g%%).\n"
+             "  It only adds FP8 rounding to the BF16 run, and rounding does not make training "
+             "better by that much:\n"
+             "  runs that differ only by rounding spread by about \u00b1%.3g%% here, so gaps "
+             "under ~%.3g%% (2x the noise)\n"
+             "  cannot be told apart from noise (threshold %.3g%%). The conclusion below is an "
+             "UNCONFIRMED best guess.\n"
+             "  For a trustworthy answer: a calmer setup (lower --lr, longer --warmup, or "
+             "--resume from a checkpoint\n"
+             "  past the unstable phase), more --steps, or %s.\n",
+             res->exp[which].name, 100 * noise, 100 * res->exp[which].gap, 100 * noise,
+             200 * noise, 100 * threshold, fix);
+    return 1;
+}
+
 static int write_text(bisect_ctx *c, const char *path, const char *text) {
     char tmp[BPATH];
     snprintf(tmp, sizeof tmp, "%.*s.tmp", FP8T_PATH_MAX + 256, path);
@@ -52,6 +89,19 @@ int bisect_write_json(bisect_ctx *c) {
     cJSON_AddItemToObject(root, "fp8_gap", num_or_null(res->fp8_gap));
     cJSON_AddItemToObject(root, "recovered", tristate(res->recovered));
     cJSON_AddItemToObject(root, "fake_matches", tristate(res->fake_matches));
+    /* the noise judgement (fp8t_bisect_noise): reliable false = the culprit is unconfirmed */
+    {
+        int which;
+        double noise = fp8t_bisect_noise(res, &which);
+        char warning[1024];
+        int warn = noise_warning(warning, sizeof warning, res, c->cfg->threshold);
+        cJSON_AddNumberToObject(root, "noise", noise);
+        cJSON_AddBoolToObject(root, "reliable", !warn);
+        if (which >= 0) cJSON_AddStringToObject(root, "noise_experiment", res->exp[which].name);
+        else cJSON_AddNullToObject(root, "noise_experiment");
+        if (warn) cJSON_AddStringToObject(root, "warning", warning);
+        else cJSON_AddNullToObject(root, "warning");
+    }
     if (res->culprit_gemms) {
         cJSON *cu = cJSON_AddObjectToObject(root, "culprit");
         cJSON *g = cJSON_AddArrayToObject(cu, "gemms");
@@ -219,7 +269,16 @@ int bisect_write_html(bisect_ctx *c) {
                "tr.bad td{background:#fdeeee}td.num{text-align:right;font-family:monospace}"
                "pre{background:#f6f6f6;padding:10px}code{background:#f6f6f6}"
                "td code{white-space:nowrap}.legend{font-size:12px}"
+               ".warn{border:2px solid #d62728;background:#fff4e5;padding:8px 14px;"
+               "margin:12px 0}.warn pre{background:none;white-space:pre-wrap;padding:0}"
                "</style></head><body>\n<h1>FP8 bisection</h1>\n");
+    char warning[1024];
+    int warn = noise_warning(warning, sizeof warning, res, c->cfg->threshold);
+    if (warn) {
+        fprintf(f, "<div class=\"warn\" id=\"noise-warning\"><pre>");
+        html_escape(f, warning);
+        fprintf(f, "</pre></div>\n");
+    }
     fprintf(f, "<p>%d steps per experiment from %s. Tail loss: the mean training loss of the "
                "last %d steps; gap: the median over those steps of the relative loss "
                "difference against the BF16 baseline on the same batch (a median, so one "
@@ -231,7 +290,8 @@ int bisect_write_html(bisect_ctx *c) {
         html_escape(f, c->cfg->train.inject);
         fprintf(f, "</code>.");
     }
-    fprintf(f, "</p>\n<h2>Conclusion: %s</h2>\n<pre>", outcome_name(res->outcome));
+    fprintf(f, "</p>\n<h2>Conclusion: %s%s</h2>\n<pre>", outcome_name(res->outcome),
+            warn ? " (UNCONFIRMED: within the noise, see the warning above)" : "");
     html_escape(f, res->conclusion);
     fprintf(f, "</pre>\n<h2>Evidence</h2>\n<table><tr><th>#</th><th>experiment</th>"
                "<th>what</th><th>override</th><th>final loss</th><th>tail loss</th>"
@@ -271,6 +331,9 @@ int bisect_write_html(bisect_ctx *c) {
 
 void fp8t_bisect_print(FILE *f, const fp8t_bisect_result *res, double threshold) {
     if (!f) return;
+    /* the warning first: it qualifies everything that follows */
+    char warning[1024];
+    if (noise_warning(warning, sizeof warning, res, threshold)) fprintf(f, "\n%s", warning);
     int w = 24; /* the name column fits the longest name */
     for (int i = 0; i < res->n_exp; i++)
         if ((int)strlen(res->exp[i].name) > w) w = (int)strlen(res->exp[i].name);
