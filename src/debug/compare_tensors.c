@@ -5,12 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "fp8train/compare.h"
 #include "fp8train/io.h"
 #include "fp8train/stats.h"
 #include "debug/compare_internal.h"
+#include "util/fs.h"
 
 #define MAX_DUMPS 4096
 #define TOP_SITES 10
@@ -291,11 +291,6 @@ void compare_dumps(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
     compare_dump_dirs(r, a->dumps_dir, b->dumps_dir, cfg->cosine_flag);
 }
 
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 int fp8t_compare_dump_dirs(fp8t_dump_diff **diffs, int *n, int *n_flagged, const char *dumps_a,
                            const char *dumps_b, double cosine_flag, char *note, size_t notelen,
                            char *err, size_t errlen) {
@@ -304,7 +299,7 @@ int fp8t_compare_dump_dirs(fp8t_dump_diff **diffs, int *n, int *n_flagged, const
     if (note && notelen) note[0] = 0;
     const char *dirs[2] = {dumps_a, dumps_b};
     for (int i = 0; i < 2; i++)
-        if (!dirs[i] || !is_dir(dirs[i]) || strlen(dirs[i]) >= FP8T_RUN_PATH) {
+        if (!dirs[i] || !fp8t_is_dir(dirs[i]) || strlen(dirs[i]) >= FP8T_RUN_PATH) {
             snprintf(err, errlen, "%s: not a readable dump directory (inspect with dump=1 writes "
                      "OUT/dumps)", dirs[i] ? dirs[i] : "(null)");
             return -1;

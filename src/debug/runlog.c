@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
 #include "fp8train/compare.h"
+#include "util/fs.h"
 
 /* ---- JSONL iteration ---- */
 
@@ -355,15 +355,6 @@ int fp8t_stats_read(fp8t_stat_row **rows, int *n, const char *path, char *err, s
 
 /* ---- a run ---- */
 
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-static int is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* Last path component of dir (trailing slashes ignored) into out. */
 static void base_name(char *out, size_t len, const char *dir) {
     size_t n = strlen(dir);
@@ -387,17 +378,17 @@ int fp8t_run_load(fp8t_run *run, const char *path, char *err, size_t errlen) {
         snprintf(err, errlen, "%.80s...: path too long", path);
         return -1;
     }
-    if (is_dir(path)) {
+    if (fp8t_is_dir(path)) {
         snprintf(run->dir, sizeof(run->dir), "%s", path);
         snprintf(run->metrics_path, sizeof(run->metrics_path), "%s/metrics.jsonl", path);
-        if (!is_file(run->metrics_path)) {
+        if (!fp8t_is_regular_file(run->metrics_path)) {
             snprintf(err, errlen,
                      "%s: no metrics.jsonl in this directory; pass a run directory written "
                      "by `fp8train train --out DIR` or the path of a metrics.jsonl",
                      path);
             return -1;
         }
-    } else if (is_file(path)) {
+    } else if (fp8t_is_regular_file(path)) {
         snprintf(run->metrics_path, sizeof(run->metrics_path), "%s", path);
         const char *slash = strrchr(path, '/');
         if (slash)
@@ -412,7 +403,7 @@ int fp8t_run_load(fp8t_run *run, const char *path, char *err, size_t errlen) {
                  path);
         return -1;
     }
-    base_name(run->label, sizeof(run->label), is_dir(path) ? path : run->dir);
+    base_name(run->label, sizeof(run->label), fp8t_is_dir(path) ? path : run->dir);
 
     if (fp8t_metrics_read(&run->metrics, &run->n_metrics, run->metrics_path, err, errlen))
         goto fail;
@@ -428,17 +419,17 @@ int fp8t_run_load(fp8t_run *run, const char *path, char *err, size_t errlen) {
 
     char p[FP8T_RUN_PATH + 32];
     snprintf(p, sizeof(p), "%s/events.jsonl", run->dir);
-    if (is_file(p) && fp8t_events_read(&run->events, &run->n_events, p, err, errlen))
+    if (fp8t_is_regular_file(p) && fp8t_events_read(&run->events, &run->n_events, p, err, errlen))
         goto fail;
 
     const char *stats_cands[] = {"stats.jsonl", "inspect/stats.jsonl"};
     const char *dump_cands[] = {"dumps", "inspect/dumps"};
     for (int k = 0; k < 2; k++) {
         snprintf(p, sizeof(p), "%s/%s", run->dir, stats_cands[k]);
-        if (!run->stats_path[0] && is_file(p))
+        if (!run->stats_path[0] && fp8t_is_regular_file(p))
             snprintf(run->stats_path, FP8T_RUN_PATH, "%.1000s", p);
         snprintf(p, sizeof(p), "%s/%s", run->dir, dump_cands[k]);
-        if (!run->dumps_dir[0] && is_dir(p))
+        if (!run->dumps_dir[0] && fp8t_is_dir(p))
             snprintf(run->dumps_dir, FP8T_RUN_PATH, "%.1000s", p);
     }
     if (run->stats_path[0] &&

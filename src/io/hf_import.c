@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "fp8train/checkpoint.h"
 #include "fp8train/error.h"
@@ -17,6 +16,7 @@
 #include "fp8train/io.h"
 #include "fp8train/policy.h"
 #include "fp8train/recipe.h"
+#include "util/fs.h"
 
 #define PATH_BUF 4200
 
@@ -179,22 +179,17 @@ static int tensors_add_file(tensor_set *s, const char *path, char *err, size_t e
     return 0;
 }
 
-static int file_exists(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 static int tensors_open(tensor_set *s, const char *dir, char *err, size_t errlen) {
     memset(s, 0, sizeof(*s));
     char path[PATH_BUF];
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    if (file_exists(path)) {
+    if (fp8t_is_regular_file(path)) {
         int rc = tensors_add_file(s, path, err, errlen);
         if (rc != 0) tensors_close(s);
         return rc;
     }
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
-    if (!file_exists(path))
+    if (!fp8t_is_regular_file(path))
         return fp8t_errorf(
             err, errlen,
             "%s: neither model.safetensors nor model.safetensors.index.json "
@@ -801,28 +796,22 @@ done:
 
 /* ================================================================ dispatch */
 
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 int fp8t_weights_load(const char *src, fp8t_weights *w, char *err, size_t errlen) {
     memset(w, 0, sizeof(*w));
     if (!src || !*src) return fp8t_errorf(err, errlen, "no weights source given");
-    struct stat st;
-    if (stat(src, &st) != 0)
+    if (!fp8t_path_exists(src))
         return fp8t_errorf(err, errlen,
                            "%s does not exist; give a checkpoint directory (RUN/checkpoints/"
                            "step_N), a Hugging Face directory or an llm.c .bin checkpoint",
                            src);
     char path[PATH_BUF];
-    if (S_ISDIR(st.st_mode)) {
+    if (fp8t_is_dir(src)) {
         snprintf(path, sizeof(path), "%s/state.json", src);
-        if (file_exists(path)) return fp8t_weights_from_checkpoint(src, w, err, errlen);
+        if (fp8t_is_regular_file(path)) return fp8t_weights_from_checkpoint(src, w, err, errlen);
         snprintf(path, sizeof(path), "%s/config.json", src);
-        if (file_exists(path)) return fp8t_import_hf(src, w, err, errlen);
+        if (fp8t_is_regular_file(path)) return fp8t_import_hf(src, w, err, errlen);
         snprintf(path, sizeof(path), "%s/checkpoints", src);
-        if (is_dir(path))
+        if (fp8t_is_dir(path))
             return fp8t_errorf(err, errlen,
                                "%s is a run directory; give one of its checkpoints, e.g. "
                                "%s/checkpoints/step_N (ls %s/checkpoints)",

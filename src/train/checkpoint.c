@@ -14,6 +14,7 @@
 #include "fp8train/io.h"
 #include "fp8train/recipe.h"
 #include "train/train_internal.h"
+#include "util/fs.h"
 
 #define CKPT_FORMAT "fp8train-checkpoint"
 #define FP8T_CKPT_PATH_MAX_INTERNAL FP8T_TRAIN_PATH_BUF
@@ -48,11 +49,6 @@ static void fsync_dir(const char *dir) {
         (void)fsync(fd);
         close(fd);
     }
-}
-
-static int path_exists(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0;
 }
 
 /* ---------------------------------------------------------------- save */
@@ -196,7 +192,7 @@ int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, 
     fsync_dir(tmp);
     /* replace an existing checkpoint of the same name: move it aside first, so that at every
      * moment `dir` is either the old complete checkpoint or the new complete one */
-    int had_old = path_exists(dir);
+    int had_old = fp8t_path_exists(dir);
     if (had_old && rename(dir, old) != 0) {
         snprintf(err, errlen, "cannot move the old checkpoint %s aside: %s", dir, strerror(errno));
         fp8t_rmtree(tmp);
@@ -247,8 +243,7 @@ static int parse_u64(const cJSON *v, uint64_t *out) {
 
 int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, size_t errlen) {
     memset(ck, 0, sizeof(*ck));
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (!fp8t_is_dir(dir)) {
         snprintf(err, errlen, "checkpoint '%s' is not a directory; pass a checkpoint directory "
                  "such as RUN/checkpoints/step_000100", dir);
         return -1;
@@ -344,7 +339,7 @@ static fp8t_st_file *open_st(const char *dir, const char *file, char *err, size_
     char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64], e[768];
     fp8t_fmt(path, sizeof(path), "%s/%s", dir, file);
     fp8t_st_file *f = NULL;
-    if (!path_exists(path)) {
+    if (!fp8t_path_exists(path)) {
         snprintf(err, errlen, "%s is missing; %s", path, DAMAGED);
         return NULL;
     }
