@@ -199,7 +199,16 @@ static int tensors_open(tensor_set *s, const char *dir, char *err, size_t errlen
     char *text = NULL;
     size_t len;
     if (fp8t_read_file(path, &text, &len, err, errlen) != 0) return -1;
-    cJSON *o = cJSON_Parse(text);
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    if (!o) {
+        const char *at = cJSON_GetErrorPtr();
+        long off = at && at >= text && at <= text + len ? (long)(at - text) : -1;
+        free(text);
+        return fp8t_errorf(err, errlen,
+                           "%s: not valid JSON (truncated or damaged near byte %ld of %zu); "
+                           "copy the model's index file again",
+                           path, off, len);
+    }
     free(text);
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(o, "weight_map");
     if (!cJSON_IsObject(map)) {
@@ -207,7 +216,8 @@ static int tensors_open(tensor_set *s, const char *dir, char *err, size_t errlen
         return fp8t_errorf(err, errlen, "%s: not a safetensors index (no \"weight_map\" object)",
                            path);
     }
-    /* open each distinct shard once */
+    /* open each distinct shard once (names[i] is s->files[i]) and hold the index to its word:
+     * every tensor it lists is in the shard it names, as transformers' loader expects */
     const cJSON *e;
     int rc = 0;
     char **names = NULL;
@@ -219,19 +229,33 @@ static int tensors_open(tensor_set *s, const char *dir, char *err, size_t errlen
                              e->string ? e->string : "?");
             break;
         }
-        int seen = 0;
-        for (int i = 0; i < n_names && !seen; i++) seen = strcmp(names[i], e->valuestring) == 0;
-        if (seen) continue;
-        char **nn = realloc(names, (size_t)(n_names + 1) * sizeof(*nn));
-        if (!nn) {
-            rc = fp8t_errorf(err, errlen, "out of memory");
+        int at = 0;
+        while (at < n_names && strcmp(names[at], e->valuestring) != 0) at++;
+        if (at == n_names) {
+            char **nn = realloc(names, (size_t)(n_names + 1) * sizeof(*nn));
+            if (!nn) {
+                rc = fp8t_errorf(err, errlen, "out of memory");
+                break;
+            }
+            names = nn;
+            names[n_names++] = e->valuestring;
+            char shard[PATH_BUF];
+            snprintf(shard, sizeof(shard), "%s/%s", dir, e->valuestring);
+            char why[PATH_BUF + 256];
+            if (tensors_add_file(s, shard, why, sizeof(why)) != 0) {
+                rc = fp8t_errorf(err, errlen, "%s lists the shard %s, which cannot be read: %s",
+                                 path, e->valuestring, why);
+                break;
+            }
+        }
+        if (!fp8t_st_find(s->files[at], e->string)) {
+            rc = fp8t_errorf(err, errlen,
+                             "%s: weight_map puts tensor '%s' in %s, but %s/%s does not hold it; "
+                             "the index does not belong to these shard files (copy the model "
+                             "directory again, or save it again with save_pretrained)",
+                             path, e->string, e->valuestring, dir, e->valuestring);
             break;
         }
-        names = nn;
-        names[n_names++] = e->valuestring;
-        char shard[PATH_BUF];
-        snprintf(shard, sizeof(shard), "%s/%s", dir, e->valuestring);
-        if ((rc = tensors_add_file(s, shard, err, errlen)) != 0) break;
     }
     free(names);
     cJSON_Delete(o);
