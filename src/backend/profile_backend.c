@@ -60,8 +60,9 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Time one statement that calls the inner backend (`ib`) as op `id`. */
-#define TIMED(id, stmt)                                                                       \
+/* Time one statement that calls the inner backend (`ib`) as op `id`; the seconds it took are
+ * left in dt_ for the statements in `after` (the GEMMs' per-shape accounting). */
+#define TIMED_THEN(id, stmt, after)                                                           \
     do {                                                                                      \
         fp8t_backend *ib = in(b);                                                             \
         ib->ops->synchronize(ib);                                                             \
@@ -71,12 +72,12 @@ static double now_s(void) {
         double dt_ = now_s() - t0_;                                                           \
         prof(b)->calls[id]++;                                                                 \
         prof(b)->seconds[id] += dt_;                                                          \
-        last_dt = dt_;                                                                        \
+        after;                                                                                \
     } while (0)
+#define TIMED(id, stmt) TIMED_THEN(id, stmt, (void)dt_)
 
-static double last_dt; /* the last TIMED op's seconds (GEMM shape accounting) */
-
-static void gemm_account(fp8t_backend *b, int op, int M, int N, int K, int ta, int tb) {
+static void gemm_account(fp8t_backend *b, int op, int M, int N, int K, int ta, int tb,
+                         double dt) {
     profiler *p = prof(b);
     double fl = 2.0 * M * N * (double)K;
     p->flops[op] += fl;
@@ -84,13 +85,13 @@ static void gemm_account(fp8t_backend *b, int op, int M, int N, int K, int ta, i
         shape_stat *s = &p->shapes[i];
         if (s->op == op && s->M == M && s->N == N && s->K == K && s->transA == ta &&
             s->transB == tb) {
-            s->calls++, s->seconds += last_dt, s->flops += fl;
+            s->calls++, s->seconds += dt, s->flops += fl;
             return;
         }
     }
     if (p->n_shapes == MAX_SHAPES) return; /* the per-op totals still count it */
     shape_stat *s = &p->shapes[p->n_shapes++];
-    *s = (shape_stat){op, M, N, K, ta, tb, 1, last_dt, fl};
+    *s = (shape_stat){op, M, N, K, ta, tb, 1, dt, fl};
 }
 
 /* ---- memory (malloc/free untimed) ---- */
@@ -117,19 +118,21 @@ static void w_destroy(fp8t_backend *b) {
 /* ---- GEMMs ---- */
 static void w_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                        int K, int ta, int tb, int acc) {
-    TIMED(P_GEMM_F32, ib->ops->gemm_f32(ib, C, A, B, M, N, K, ta, tb, acc));
-    gemm_account(b, P_GEMM_F32, M, N, K, ta, tb);
+    TIMED_THEN(P_GEMM_F32, ib->ops->gemm_f32(ib, C, A, B, M, N, K, ta, tb, acc),
+               gemm_account(b, P_GEMM_F32, M, N, K, ta, tb, dt_));
 }
 static void w_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                         int K, int ta, int tb, int acc, float *amax_a, float *amax_b) {
-    TIMED(P_GEMM_BF16, ib->ops->gemm_bf16(ib, C, A, B, M, N, K, ta, tb, acc, amax_a, amax_b));
-    gemm_account(b, P_GEMM_BF16, M, N, K, ta, tb);
+    TIMED_THEN(P_GEMM_BF16,
+               ib->ops->gemm_bf16(ib, C, A, B, M, N, K, ta, tb, acc, amax_a, amax_b),
+               gemm_account(b, P_GEMM_BF16, M, N, K, ta, tb, dt_));
 }
 static void w_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                        const fp8t_fp8_operand *B, int M, int N, int K, int ta, int tb, int acc,
                        int fast, float *amax_out) {
-    TIMED(P_GEMM_FP8, ib->ops->gemm_fp8(ib, C, A, B, M, N, K, ta, tb, acc, fast, amax_out));
-    gemm_account(b, P_GEMM_FP8, M, N, K, ta, tb);
+    TIMED_THEN(P_GEMM_FP8,
+               ib->ops->gemm_fp8(ib, C, A, B, M, N, K, ta, tb, acc, fast, amax_out),
+               gemm_account(b, P_GEMM_FP8, M, N, K, ta, tb, dt_));
 }
 
 /* ---- quantization ---- */

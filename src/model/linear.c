@@ -286,8 +286,7 @@ void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const flo
  * GEMMs (scratch slot 0); the Wgrad's X is operand B (slot 1), so it cannot overwrite them. */
 static int reuse_dy_codes(const fp8t_model *m, int lin, fp8t_precision w) {
     const fp8t_precision d = m->prec[lin][FP8T_GEMM_DGRAD];
-    return !m->no_code_reuse && !m->hook && d == w &&
-           (d == FP8T_PREC_DELAYED || d == FP8T_PREC_CURRENT);
+    return !m->no_code_reuse && !m->hook && d == w && model_prec_has_codes(d);
 }
 
 /* The Wgrad's X from the codes the forward saved: data or data_t as prepare wrote them. */

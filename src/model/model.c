@@ -110,8 +110,7 @@ static float *wgrad_input_ptr(const fp8t_model *m, int l, int k) {
  * it in between) per tensor, in the same precision, with X's format and X's scale. */
 static int can_save_codes(const fp8t_model *m, int lin) {
     const fp8t_precision f = m->prec[lin][FP8T_GEMM_FPROP], w = m->prec[lin][FP8T_GEMM_WGRAD];
-    return !m->no_fp8_save && !m->hook && f == w &&
-           (f == FP8T_PREC_DELAYED || f == FP8T_PREC_CURRENT);
+    return !m->no_fp8_save && !m->hook && f == w && model_prec_has_codes(f);
 }
 
 void model_save_plan(fp8t_model *m) {

@@ -212,6 +212,12 @@ struct fp8t_model {
     int warned_saved;      /* the backward's note on a hook/policy change was printed */
 };
 
+/* The precisions whose GEMM operands are per-tensor FP8 codes (delayed, current): the ones
+ * whose codes one GEMM can hand to another (dY Dgrad -> Wgrad, X Fprop -> Wgrad). */
+static inline int model_prec_has_codes(fp8t_precision p) {
+    return p == FP8T_PREC_DELAYED || p == FP8T_PREC_CURRENT;
+}
+
 /* model.c */
 void *model_scratch(fp8t_model *m, scratch_buf *s, size_t bytes);
 fp8_format model_fp8_format(const fp8t_model *m, int role);
