@@ -200,6 +200,18 @@ static void check_bulk_matches_scalar(size_t n) {
     bad = 0;
     for (size_t i = 0; i < n; i++) bad += u_of(y[i]) != ((uint32_t)bf16_encode(x[i]) << 16);
     T_CHECK(bad == 0, "bf16_round in place: %zu differ", bad);
+    /* bf16_encode_n / bf16_decode_n against the scalar conversions */
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    T_ASSERT(h, "out of memory");
+    bf16_encode_n(h, x, n);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[i] != bf16_encode(x[i]);
+    T_CHECK(bad == 0, "bf16_encode_n n=%zu: %zu differ", n, bad);
+    bf16_decode_n(y, h, n);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += u_of(y[i]) != u_of(bf16_decode(h[i]));
+    T_CHECK(bad == 0, "bf16_decode_n n=%zu: %zu differ", n, bad);
+    free(h);
     free(x), free(q), free(y);
 }
 

@@ -3,7 +3,11 @@
  *    losses and gradients bit for bit, with dloss 1 and with gradient accumulation, with a
  *    dloss that changes, with the logits read after a training forward;
  *  - dY quantized once per linear backward (FP8TRAIN_NO_CODE_REUSE=1 off): delayed and
- *    current FP8 runs bit for bit, and the backend's quantize op called once fewer per linear.
+ *    current FP8 runs bit for bit, and the backend's quantize op called once fewer per linear;
+ *  - BF16 operands (FP8TRAIN_NO_BF16_OPERANDS=1 off): BF16 runs (all-BF16, mixed with FP32 and
+ *    FP8, hooked, fake quantization) bit for bit against gemm_bf16 on the FP32 operands, with
+ *    to_bf16 called once per weight per step and once per X and dY per micro-batch, and the
+ *    biases added in the GEMM (no bias_add) unless a hook must see the output without them.
  * Two models run side by side on a CPU backend whose op table is wrapped to count calls. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,7 +21,7 @@
 static fp8t_backend *cpu;        /* the real backend */
 static fp8t_backend counted;     /* a copy whose op table counts the calls below */
 static fp8t_backend_ops counted_ops;
-static long n_quantize, n_xent;
+static long n_quantize, n_xent, n_to_bf16, n_bias_add;
 
 static void count_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                            const float *x, int rows, int cols, fp8_format fmt,
@@ -32,7 +36,18 @@ static void count_xent(fp8t_backend *b, float *losses, float *dlogits, const flo
     cpu->ops->softmax_xent(b, losses, dlogits, logits, targets, N, V, dloss);
 }
 
-enum { PLAIN_XENT = 1, NO_REUSE = 2 };
+static void count_to_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
+                          int rows, int cols) {
+    n_to_bf16++;
+    cpu->ops->to_bf16(b, out, amax_out, x, rows, cols);
+}
+
+static void count_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC) {
+    n_bias_add++;
+    cpu->ops->bias_add(b, out, bias, N, OC);
+}
+
+enum { PLAIN_XENT = 1, NO_REUSE = 2, NO_BF16_OPERANDS = 4 };
 
 /* A model on the counting backend; switches = PLAIN_XENT | NO_REUSE set the environment
  * variables for the create (they are read there, once). */
@@ -42,10 +57,12 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     fp8t_model_preset(&c, preset);
     if (switches & PLAIN_XENT) setenv("FP8TRAIN_NO_FUSED_XENT", "1", 1);
     if (switches & NO_REUSE) setenv("FP8TRAIN_NO_CODE_REUSE", "1", 1);
+    if (switches & NO_BF16_OPERANDS) setenv("FP8TRAIN_NO_BF16_OPERANDS", "1", 1);
     char err[256];
     fp8t_model *m = fp8t_model_create(&counted, &c, pol, B, T, err, sizeof(err));
     unsetenv("FP8TRAIN_NO_FUSED_XENT");
     unsetenv("FP8TRAIN_NO_CODE_REUSE");
+    unsetenv("FP8TRAIN_NO_BF16_OPERANDS");
     if (!m) printf("  create %s: %s\n", preset, err);
     else fp8t_model_init_weights(m, 4321);
     return m;
@@ -74,7 +91,7 @@ static int same_bits(float a, float b) { return !memcmp(&a, &b, sizeof(float)); 
  * micro-batches, micro-batch j of a step with backward dloss[j % n_dloss]; every loss and
  * every gradient must agree bit for bit. Returns the calls of softmax_xent / quantize made by
  * each model. */
-typedef struct { long xent[2], quant[2], quant_bwd[2]; } calls;
+typedef struct { long xent[2], quant[2], quant_bwd[2], to_bf16[2], bias_add[2]; } calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
                      int accum, const float *dloss, int n_dloss, calls *out) {
@@ -90,10 +107,12 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
             batch(tok, tgt, N, V, s * accum + j);
             float loss[2];
             for (int k = 0; k < 2; k++) {
-                long x0 = n_xent, q0 = n_quantize;
+                long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add;
                 loss[k] = fp8t_model_forward(m[k], tok, tgt);
                 long q1 = n_quantize;
                 fp8t_model_backward(m[k], dloss[j % n_dloss]);
+                out->to_bf16[k] += n_to_bf16 - h0;
+                out->bias_add[k] += n_bias_add - b0;
                 out->xent[k] += n_xent - x0;
                 out->quant[k] += n_quantize - q0;
                 out->quant_bwd[k] += n_quantize - q1;
@@ -323,6 +342,65 @@ static void reuse_only_when_allowed(void) {
     reuse_case("tiny", FP8T_PREC_DELAYED, NULL, 1);
 }
 
+/* ---- BF16 operands: rounded once, shared, cached; the bias in the GEMM ---- */
+
+static void bf16_case(const char *preset, fp8t_precision prec, const char *overrides,
+                      int hooked) {
+    const int B = 2, T = 16, steps = 3, accum = 2;
+    fp8t_policy p = policy(prec);
+    char err[256];
+    if (overrides) T_ASSERT(fp8t_policy_add_overrides(&p, overrides, err, sizeof(err)) == 0, "%s", err);
+    fp8t_model *r = make(preset, &p, B, T, 0), *q = make(preset, &p, B, T, NO_BF16_OPERANDS);
+    T_ASSERT(r && q, "create");
+    if (hooked) {
+        fp8t_model_set_hook(r, noop_hook, NULL);
+        fp8t_model_set_hook(q, noop_hook, NULL);
+    }
+    char what[160];
+    snprintf(what, sizeof(what), "%s %s%s%s%s bf16 operands", preset, fp8t_precision_name(prec),
+             overrides ? " " : "", overrides ? overrides : "", hooked ? " hooked" : "");
+    const float d = 1.0f / accum;
+    calls c;
+    lockstep(what, r, q, B, T, steps, accum, &d, 1, &c);
+    T_CHECK(c.to_bf16[1] == 0, "%s: the plain path called to_bf16 %ld times", what, c.to_bf16[1]);
+    const fp8t_model_config *cfg = fp8t_model_get_config(r);
+    const int n_lin = fp8t_model_num_linears(cfg);
+    if (prec == FP8T_PREC_BF16 && !overrides) {
+        /* every GEMM BF16: the weights once per step; X once per micro-batch (the Wgrad takes
+         * the Fprop's operand unless hooked) and dY once (twice when hooked) */
+        const long per_micro = hooked ? 4L * n_lin : 2L * n_lin;
+        const long want = (long)steps * (n_lin + accum * per_micro);
+        T_CHECK(c.to_bf16[0] == want, "%s: to_bf16 called %ld times, expected %ld", what,
+                c.to_bf16[0], want);
+        /* GPT-2's layer linears have biases: added in the GEMM unless a hook watches */
+        const long biases = cfg->arch == FP8T_ARCH_GPT2 ? 4L * cfg->n_layer : 0;
+        T_CHECK(c.bias_add[1] == (long)steps * accum * biases,
+                "%s: the plain path added %ld biases, expected %ld", what, c.bias_add[1],
+                (long)steps * accum * biases);
+        T_CHECK(c.bias_add[0] == (hooked ? c.bias_add[1] : 0),
+                "%s: bias_add called %ld times (plain %ld)", what, c.bias_add[0], c.bias_add[1]);
+    } else {
+        T_CHECK(c.to_bf16[0] > 0, "%s: no BF16 operand made (the head is BF16)", what);
+    }
+    fp8t_model_destroy(r);
+    fp8t_model_destroy(q);
+}
+
+static void bf16_operands(void) {
+    bf16_case("tiny", FP8T_PREC_BF16, NULL, 0);
+    bf16_case("tiny-llama", FP8T_PREC_BF16, NULL, 0);
+    bf16_case("tiny", FP8T_PREC_BF16, NULL, 1);
+}
+
+static void bf16_operands_mixed(void) {
+    /* BF16 Fprop with an FP32 Wgrad: X is not kept as BF16; FP8 layers around BF16 ones and
+     * the BF16 head; fake quantization (its GEMM stays gemm_bf16) */
+    bf16_case("tiny", FP8T_PREC_BF16, "gemm=wgrad,precision=fp32", 0);
+    bf16_case("tiny-llama", FP8T_PREC_DELAYED, "layers=1-2,precision=bf16", 0);
+    bf16_case("tiny", FP8T_PREC_CURRENT, "layers=0,gemm=dgrad,precision=bf16", 0);
+    bf16_case("tiny", FP8T_PREC_FAKE, NULL, 0);
+}
+
 int main(void) {
     t_suite = "model_fused";
     char err[256];
@@ -334,6 +412,8 @@ int main(void) {
     counted_ops = *cpu->ops;
     counted_ops.quantize = count_quantize;
     counted_ops.softmax_xent = count_xent;
+    counted_ops.to_bf16 = count_to_bf16;
+    counted_ops.bias_add = count_bias_add;
     counted = *cpu;
     counted.ops = &counted_ops;
     T_RUN(xent_dloss_one);
@@ -344,6 +424,8 @@ int main(void) {
     T_RUN(reuse_delayed);
     T_RUN(reuse_current);
     T_RUN(reuse_only_when_allowed);
+    T_RUN(bf16_operands);
+    T_RUN(bf16_operands_mixed);
     fp8t_backend_destroy(cpu);
     T_MAIN_END();
 }

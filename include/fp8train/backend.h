@@ -35,6 +35,24 @@ typedef struct {
     int rows, cols;
 } fp8t_fp8_operand;
 
+/* A BF16 operand made by to_bf16: the [rows, cols] values rounded to BF16 (round to nearest
+ * even; raw bits), stored with fp8t_bf16_pad(cols) elements per row and fp8t_bf16_pad(rows)
+ * rows, the padding zero. The padding lets a GEMM round any of its dimensions up to a multiple
+ * of 8 (tensor-core tiles; a zero product adds nothing to an FP32 sum) without another copy.
+ * One copy serves every GEMM that reads the tensor in the same stored layout: X is operand A
+ * of its Fprop and operand B of its Wgrad, dY operand A of its Dgrad and (transposed) of its
+ * Wgrad, W operand B of its Fprop and of its Dgrad. */
+typedef struct {
+    const uint16_t *data; /* [fp8t_bf16_pad(rows), fp8t_bf16_pad(cols)] */
+    int rows, cols;
+} fp8t_bf16_operand;
+
+static inline int fp8t_bf16_pad(int n) { return (n + 7) / 8 * 8; }
+/* bytes of a BF16 operand of [rows, cols] (padding included) */
+static inline size_t fp8t_bf16_bytes(int rows, int cols) {
+    return (size_t)fp8t_bf16_pad(rows) * (size_t)fp8t_bf16_pad(cols) * 2u;
+}
+
 typedef struct fp8t_backend_ops {
     /* ---- memory ---- */
     void *(*malloc)(fp8t_backend *b, size_t bytes); /* zeroed; aborts with a message on OOM */
@@ -57,6 +75,14 @@ typedef struct fp8t_backend_ops {
      * amaxes without reading the operands again). */
     void (*gemm_bf16)(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                       int K, int transA, int transB, int acc, float *amax_a, float *amax_b);
+    /* the BF16 GEMM on operands already rounded by to_bf16 (A, B: stored layouts, as for
+     * gemm_fp8). bias (may be NULL; only with acc = 0): C[i,j] = product + bias[j], one FP32
+     * rounding as in bias_add after the product (a GPU adds it in the GEMM's epilogue, where
+     * the library may pick a kernel that sums the products in another order).
+     * gemm_bf16(A, B) computes to_bf16(A), to_bf16(B), then this without bias. */
+    void (*gemm_bf16_rounded)(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
+                              const fp8t_bf16_operand *B, int M, int N, int K, int transA,
+                              int transB, int acc, const float *bias);
     /* FP8 operands; C = (A_codes·B_codes) * scale_inv_A * scale_inv_B, accumulated in FP32.
      * A->rows/cols and B->rows/cols describe the stored (untransposed) layout. fast_accum is a
      * hint (Hopper's reduced-precision accumulation); the CPU ignores it. Optionally records
@@ -87,6 +113,10 @@ typedef struct fp8t_backend_ops {
                                 int cols);
     /* out = bf16 rounding of x; out may alias x */
     void (*bf16_round)(fp8t_backend *b, float *out, const float *x, size_t n);
+    /* out = x [rows, cols] as a BF16 operand (layout: fp8t_bf16_operand, padding zeroed);
+     * *amax_out max-accumulated with amax(x) when non-NULL (NaN propagates), same pass */
+    void (*to_bf16)(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
+                    int cols);
     /* delayed-scaling update of every tensor of the flat recipe state (one launch, no sync).
      * state is the device copy of the fp8t_recipe_state layout for (n, len). */
     void (*delayed_update)(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,

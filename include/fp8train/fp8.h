@@ -36,7 +36,8 @@ const char *fp8_format_name(fp8_format fmt); /* "e4m3" / "e5m2" */
  * quantize_amax: quantize and return amax of x in one pass
  * fake_quantize: out[i] = fp8_decode(fp8_encode(x[i]*scale, fmt, 1), fmt) / scale
  *             (quantize-dequantize, saturating); out may alias x
- * bf16_round: out[i] = bf16_decode(bf16_encode(x[i])); out may alias x */
+ * bf16_round: out[i] = bf16_decode(bf16_encode(x[i])); out may alias x
+ * bf16_encode_n / bf16_decode_n: the scalar conversions over n elements */
 void fp8_quantize(uint8_t *out, const float *x, size_t n, float scale, fp8_format fmt,
                   int saturate);
 void fp8_dequantize(float *out, const uint8_t *codes, size_t n, float scale_inv,
@@ -46,6 +47,8 @@ float fp8_quantize_amax(uint8_t *out, const float *x, size_t n, float scale, fp8
                         int saturate);
 void fp8_fake_quantize(float *out, const float *x, size_t n, float scale, fp8_format fmt);
 void bf16_round(float *out, const float *x, size_t n);
+void bf16_encode_n(uint16_t *out, const float *x, size_t n);
+void bf16_decode_n(float *out, const uint16_t *bits, size_t n);
 
 #ifdef __cplusplus
 }

@@ -13,9 +13,9 @@
 
 enum {
     P_TO_DEVICE, P_TO_HOST, P_COPY, P_ZERO, P_SYNC,
-    P_GEMM_F32, P_GEMM_BF16, P_GEMM_FP8,
+    P_GEMM_F32, P_GEMM_BF16, P_GEMM_BF16_ROUNDED, P_GEMM_FP8,
     P_AMAX, P_QUANTIZE, P_COMPUTE_SCALE, P_FAKE_QUANT, P_BLOCK_FAKE_QUANT, P_MXFP8_FAKE_QUANT,
-    P_BF16_ROUND, P_DELAYED_UPDATE,
+    P_BF16_ROUND, P_TO_BF16, P_DELAYED_UPDATE,
     P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
     P_GELU_FWD, P_GELU_BWD, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT,
     P_ADD, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
@@ -24,9 +24,9 @@ enum {
 
 static const char *const op_names[P_COUNT] = {
     "to_device", "to_host", "copy", "zero", "synchronize",
-    "gemm_f32", "gemm_bf16", "gemm_fp8",
+    "gemm_f32", "gemm_bf16", "gemm_bf16_rounded", "gemm_fp8",
     "amax", "quantize", "compute_scale", "fake_quantize", "block_fake_quantize",
-    "mxfp8_fake_quantize", "bf16_round", "delayed_update",
+    "mxfp8_fake_quantize", "bf16_round", "to_bf16", "delayed_update",
     "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
     "rmsnorm_forward", "rmsnorm_backward", "bias_add", "bias_backward",
     "gelu_forward", "gelu_backward", "swiglu_forward", "swiglu_backward",
@@ -127,6 +127,13 @@ static void w_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *
                ib->ops->gemm_bf16(ib, C, A, B, M, N, K, ta, tb, acc, amax_a, amax_b),
                gemm_account(b, P_GEMM_BF16, M, N, K, ta, tb, dt_));
 }
+static void w_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
+                                const fp8t_bf16_operand *B, int M, int N, int K, int ta, int tb,
+                                int acc, const float *bias) {
+    TIMED_THEN(P_GEMM_BF16_ROUNDED,
+               ib->ops->gemm_bf16_rounded(ib, C, A, B, M, N, K, ta, tb, acc, bias),
+               gemm_account(b, P_GEMM_BF16_ROUNDED, M, N, K, ta, tb, dt_));
+}
 static void w_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                        const fp8t_fp8_operand *B, int M, int N, int K, int ta, int tb, int acc,
                        int fast, float *amax_out) {
@@ -160,6 +167,9 @@ static void w_mxfp8_fake_quantize(fp8t_backend *b, float *o, const float *x, int
 }
 static void w_bf16_round(fp8t_backend *b, float *o, const float *x, size_t n) {
     TIMED(P_BF16_ROUND, ib->ops->bf16_round(ib, o, x, n));
+}
+static void w_to_bf16(fp8t_backend *b, uint16_t *o, float *am, const float *x, int r, int c) {
+    TIMED(P_TO_BF16, ib->ops->to_bf16(ib, o, am, x, r, c));
 }
 static void w_delayed_update(fp8t_backend *b, float *st, int n, int len, fp8t_amax_algo a,
                              int margin) {
@@ -249,9 +259,9 @@ static void w_adamw(fp8t_backend *b, float *p, float *m, float *v, const float *
 
 static const fp8t_backend_ops wrapper_ops = {
     w_malloc, w_free, w_to_device, w_to_host, w_copy, w_zero, w_synchronize, w_destroy,
-    w_gemm_f32, w_gemm_bf16, w_gemm_fp8,
+    w_gemm_f32, w_gemm_bf16, w_gemm_bf16_rounded, w_gemm_fp8,
     w_amax, w_quantize, w_compute_scale, w_fake_quantize, w_block_fake_quantize,
-    w_mxfp8_fake_quantize, w_bf16_round, w_delayed_update,
+    w_mxfp8_fake_quantize, w_bf16_round, w_to_bf16, w_delayed_update,
     w_embedding_forward, w_embedding_backward, w_layernorm_forward, w_layernorm_backward,
     w_rmsnorm_forward, w_rmsnorm_backward, w_bias_add, w_bias_backward,
     w_gelu_forward, w_gelu_backward, w_swiglu_forward, w_swiglu_backward,

@@ -7,7 +7,9 @@
  *
  * Precisions (the operands stay FP32 tensors; what changes is what the GEMM sees):
  *   fp32     gemm_f32 on the FP32 operands
- *   bf16     gemm_bf16 (operands rounded to BF16, FP32 accumulation)
+ *   bf16     operands rounded to BF16 (to_bf16, recording the amax in the same pass), then
+ *            gemm_bf16_rounded (FP32 accumulation; the bias added in its epilogue when no hook
+ *            must see the output without it)
  *   delayed  FP8 codes with the recipe state's scale (from earlier steps' amaxes), gemm_fp8
  *   current  FP8 codes with a scale from this tensor's own amax, gemm_fp8
  *   fake     current-scaled quantize-dequantize of each operand, then gemm_bf16
@@ -27,6 +29,10 @@
  * share one (model_save_plan): the Fprop's quantize also writes the codes the Wgrad reads into
  * m->xq[lin], and the forward keeps no FP32 copy of X for the Wgrad (off with
  * FP8TRAIN_NO_FP8_SAVE=1).
+ * BF16 operands follow the same plan: the weight's BF16 copy is cached per optimizer step, dY
+ * is rounded once for its Dgrad and Wgrad, X once for its Fprop and Wgrad (kept in
+ * m->xq[lin].bf16, 2 bytes per element instead of 4). All of it is off with
+ * FP8TRAIN_NO_BF16_OPERANDS=1 (gemm_bf16 on the FP32 operands, bit-identical on the CPU).
  */
 #include <string.h>
 
@@ -40,16 +46,19 @@ typedef struct {
     int record;        /* record amax(x) into history slot 0 during this GEMM */
     int tile_r, tile_c;/* block-scaling tile: along K for activations, 128x128 for weights */
     int pos;           /* 0: GEMM operand A, 1: operand B (selects the scratch buffers) */
-    uint8_t *save;     /* Fprop X whose codes the Wgrad will read: the layout it reads (data,
-                          or data_t when the backend wants transposed copies) goes here
-                          instead of into scratch; NULL otherwise */
+    void *save;        /* Fprop X that the Wgrad will read again, FP8 codes (the layout it
+                          reads: data, or data_t when the backend wants transposed copies) or
+                          a BF16 operand: written here instead of into scratch; NULL
+                          otherwise */
 } operand;
 
-/* What a GEMM consumes after preparation: FP32 values or FP8 codes. */
+/* What a GEMM consumes after preparation: FP32 values, FP8 codes or a BF16 operand. */
 typedef struct {
     const float *f;
     fp8t_fp8_operand q;
-    float *amax; /* history slot the BF16 GEMM records amax(f) into while rounding, or NULL */
+    fp8t_bf16_operand h;
+    float *amax; /* history slot gemm_bf16 records amax(f) into while rounding, or NULL
+                    (FP8TRAIN_NO_BF16_OPERANDS) */
 } prepared;
 
 static int fp8_index(int lin, int role) { return lin * 3 + role; }
@@ -118,6 +127,24 @@ static void weight_codes(fp8t_model *m, int lin, const operand *op, fp8t_precisi
     q->cols = op->cols;
 }
 
+/* The BF16 copy of a weight, from the per-step cache; its amax recorded when asked (by the
+ * rounding pass when this call makes the copy). */
+static void weight_bf16(fp8t_model *m, int lin, const operand *op, fp8t_bf16_operand *h) {
+    const fp8t_backend_ops *ops = m->ops;
+    float *hist0 = m->st.history + fp8_index(lin, op->role);
+    weight_cache *c = &m->wcache[lin][WCACHE_BF16];
+    if (!c->bf16) c->bf16 = ops->malloc(m->be, fp8t_bf16_bytes(op->rows, op->cols));
+    if (!c->valid) {
+        ops->to_bf16(m->be, c->bf16, op->record ? hist0 : NULL, op->x, op->rows, op->cols);
+        c->valid = 1;
+    } else if (op->record) { /* made by a frozen forward, which records nothing */
+        ops->amax(m->be, hist0, op->x, (size_t)op->rows * (size_t)op->cols);
+    }
+    h->data = c->bf16;
+    h->rows = op->rows;
+    h->cols = op->cols;
+}
+
 /* Bring one operand into the form the GEMM of precision prec consumes, recording its amax. */
 static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision prec,
                     prepared *out) {
@@ -131,12 +158,9 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     memset(out, 0, sizeof(*out));
     out->f = op->x;
 
-    /* the weight's amax is recorded once per step, whatever the precision; a BF16 GEMM takes
-     * it (as the activations' below) in the pass that rounds its operands */
-    if (is_weight && op->record) {
-        if (prec == FP8T_PREC_BF16) out->amax = hist0;
-        else ops->amax(be, hist0, op->x, n);
-    }
+    /* the weight's amax is recorded once per step, whatever the precision; BF16 takes it (as
+     * the activations' below) in the pass that rounds the operand */
+    if (is_weight && op->record && prec != FP8T_PREC_BF16) ops->amax(be, hist0, op->x, n);
     const int record_act = op->record && !is_weight;
 
     switch (prec) {
@@ -199,7 +223,23 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
         return;
     }
     case FP8T_PREC_BF16:
-        if (record_act) out->amax = hist0;
+        if (m->no_bf16_operands) { /* gemm_bf16 rounds (and takes the amaxes) itself */
+            if (op->record) out->amax = hist0;
+            return;
+        }
+        if (is_weight) {
+            weight_bf16(m, lin, op, &out->h);
+            return;
+        }
+        {
+            uint16_t *h = op->save ? op->save
+                                   : model_scratch(m, &m->h16[op->pos],
+                                                   fp8t_bf16_bytes(op->rows, op->cols));
+            ops->to_bf16(be, h, record_act ? hist0 : NULL, op->x, op->rows, op->cols);
+            out->h.data = h;
+            out->h.rows = op->rows;
+            out->h.cols = op->cols;
+        }
         return;
     case FP8T_PREC_FP32:
     default:
@@ -208,14 +248,20 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     }
 }
 
+/* Whether run_gemm adds a bias itself (in the BF16 GEMM's epilogue) for precision prec. */
+static int gemm_takes_bias(const fp8t_model *m, fp8t_precision prec) {
+    return prec == FP8T_PREC_BF16 && !m->no_bf16_operands;
+}
+
 /* C[M,N] (= or +=) op(A)·op(B) in precision prec. A's prepared form is copied to *keep_a
  * when keep_a is non-NULL; when given_a / given_b is non-NULL it is used instead of preparing
  * that operand (the caller vouches that it is what prepare would make now: same tensor,
- * precision, format and scale, and its codes untouched since). */
+ * precision, format and scale, and its codes untouched since). bias [N] (only when
+ * gemm_takes_bias, acc = 0) is added to every row. */
 static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision prec, float *C,
                      const operand *a, const operand *b, int M, int N, int K, int transA,
                      int transB, int acc, prepared *keep_a, const prepared *given_a,
-                     const prepared *given_b) {
+                     const prepared *given_b, const float *bias) {
     prepared pa, pb;
     if (given_a) pa = *given_a;
     else prepare(m, lin, a, prec, &pa);
@@ -230,9 +276,13 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
         m->ops->gemm_fp8(be, C, &pa.q, &pb.q, M, N, K, transA, transB, acc, fast, NULL);
         break;
     }
-    case FP8T_PREC_FAKE:
     case FP8T_PREC_BF16:
-        m->ops->gemm_bf16(be, C, pa.f, pb.f, M, N, K, transA, transB, acc, pa.amax, pb.amax);
+    case FP8T_PREC_FAKE:
+        if (prec == FP8T_PREC_BF16 && !m->no_bf16_operands)
+            m->ops->gemm_bf16_rounded(be, C, &pa.h, &pb.h, M, N, K, transA, transB, acc, bias);
+        else /* fake's quantize-dequantized floats; bf16 under FP8TRAIN_NO_BF16_OPERANDS */
+            m->ops->gemm_bf16(be, C, pa.f, pb.f, M, N, K, transA, transB, acc, pa.amax,
+                              pb.amax);
         break;
     default: /* fp32, and block / mxfp8 whose operands are already quantize-dequantized */
         m->ops->gemm_f32(be, C, pa.f, pb.f, M, N, K, transA, transB, acc);
@@ -254,19 +304,29 @@ static void fprop(fp8t_model *m, int lin, float *Y, float *X, const float *W, co
     /* a training forward that model_save_plan chose to keep X's codes for the Wgrad */
     x_codes *xq = &m->xq[lin];
     const int save = record && xq->saved;
-    if (save && !xq->codes) xq->codes = m->ops->malloc(m->be, (size_t)N * (size_t)IN);
     const fp8t_precision prec = m->prec[lin][FP8T_GEMM_FPROP];
-    operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0, save ? xq->codes : NULL};
+    void *save_buf = NULL;
+    if (save && prec == FP8T_PREC_BF16) {
+        if (!xq->bf16) xq->bf16 = m->ops->malloc(m->be, fp8t_bf16_bytes(N, IN));
+        save_buf = xq->bf16;
+    } else if (save) {
+        if (!xq->codes) xq->codes = m->ops->malloc(m->be, (size_t)N * (size_t)IN);
+        save_buf = xq->codes;
+    }
+    operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0, save_buf};
     operand b = {Wm, OUT, IN, FP8T_ROLE_W, record && !m->w_amax_done[lin], 128, 128, 1, NULL};
+    /* the bias goes into the GEMM unless a hook must see the output without it */
+    const int fuse_bias = bias && gemm_takes_bias(m, prec) && (replay || !m->hook);
     prepared pa;
-    run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, &a, &b, N, OUT, IN, 0, 1, 0, &pa, NULL, NULL);
+    run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, &a, &b, N, OUT, IN, 0, 1, 0, &pa, NULL, NULL,
+             fuse_bias ? bias : NULL);
     if (save) {
         xq->scale_inv = pa.q.scale_inv;
         xq->prec = prec;
     }
     if (record) m->w_amax_done[lin] = 1;
     if (!replay) call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_OUTPUT, Y, N, OUT);
-    if (bias) m->ops->bias_add(m->be, Y, bias, N, OUT);
+    if (bias && !fuse_bias) m->ops->bias_add(m->be, Y, bias, N, OUT);
 }
 
 void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
@@ -279,20 +339,28 @@ void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const flo
     fprop(m, lin, Y, X, W, bias, N, IN, OUT, 1);
 }
 
-/* The Wgrad may take the Dgrad's FP8 codes of dY instead of quantizing dY a second time: both
- * GEMMs quantize the same tensor (no hook can change it in between) in the same precision, so
- * with the same format (dY's role) and the same scale (the state's for delayed; for current,
- * the one just computed from this dY) the codes are the same bytes. dY is operand A of both
- * GEMMs (scratch slot 0); the Wgrad's X is operand B (slot 1), so it cannot overwrite them. */
+/* The Wgrad may take the Dgrad's FP8 codes (or BF16 operand) of dY instead of rounding dY a
+ * second time: both GEMMs round the same tensor (no hook can change it in between) in the same
+ * precision, so with the same format (dY's role) and the same scale (the state's for delayed;
+ * for current, the one just computed from this dY) the codes are the same bytes. dY is operand
+ * A of both GEMMs (scratch slot 0); the Wgrad's X is operand B (slot 1), so it cannot
+ * overwrite them. */
 static int reuse_dy_codes(const fp8t_model *m, int lin, fp8t_precision w) {
     const fp8t_precision d = m->prec[lin][FP8T_GEMM_DGRAD];
-    return !m->no_code_reuse && !m->hook && d == w && model_prec_has_codes(d);
+    return !m->no_code_reuse && !m->hook && d == w && model_prec_shares_operands(m, d);
 }
 
-/* The Wgrad's X from the codes the forward saved: data or data_t as prepare wrote them. */
+/* The Wgrad's X from what the forward saved: the BF16 operand, or the codes (data or data_t as
+ * prepare wrote them). */
 static void saved_x(const fp8t_model *m, int lin, int N, int IN, prepared *out) {
     const x_codes *xq = &m->xq[lin];
     memset(out, 0, sizeof(*out));
+    if (xq->prec == FP8T_PREC_BF16) {
+        out->h.data = xq->bf16;
+        out->h.rows = N;
+        out->h.cols = IN;
+        return;
+    }
     if (m->be->fp8_wants_transpose) out->q.data_t = xq->codes;
     else out->q.data = xq->codes;
     out->q.scale_inv = xq->scale_inv;
@@ -324,7 +392,7 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     const int reuse = reuse_dy_codes(m, lin, wprec);
     prepared dy_q; /* dY's FP8 codes, kept for the Wgrad when reuse */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, &dy_d, &w_d, N, IN, OUT,
-             0, 0, 0, reuse ? &dy_q : NULL, NULL, NULL);
+             0, 0, 0, reuse ? &dy_q : NULL, NULL, NULL, NULL);
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_DGRAD, dX, N, IN);
 
     /* Wgrad: dW[OUT,IN] += dYᵀ·X, reduction over the N tokens (block tiles 128x1) */
@@ -338,12 +406,12 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
         /* the hook sees this micro-batch's dW alone, then it is accumulated */
         float *tmp = model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float));
         run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, tmp, &dy_w, &x_w, OUT, IN, N, 1, 0, 0, NULL,
-                 NULL, from_codes ? &x_q : NULL);
+                 NULL, from_codes ? &x_q : NULL, NULL);
         call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, tmp, OUT, IN);
         m->ops->accumulate(m->be, dW, tmp, (size_t)OUT * IN);
     } else {
         run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, dW, &dy_w, &x_w, OUT, IN, N, 1, 0, 1, NULL,
-                 reuse ? &dy_q : NULL, from_codes ? &x_q : NULL);
+                 reuse ? &dy_q : NULL, from_codes ? &x_q : NULL, NULL);
     }
     if (dbias) m->ops->bias_backward(m->be, dbias, dY, N, OUT);
 }

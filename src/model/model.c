@@ -106,11 +106,12 @@ static float *wgrad_input_ptr(const fp8t_model *m, int l, int k) {
     return m->wx[l][k] ? m->wx[l][k] : m->wx_scratch;
 }
 
-/* The Wgrad can take the Fprop's FP8 codes of X: both quantize the same X (no hook can change
- * it in between) per tensor, in the same precision, with X's format and X's scale. */
+/* The Wgrad can take the Fprop's FP8 codes (or BF16 operand) of X: both round the same X (no
+ * hook can change it in between) per tensor, in the same precision, with X's format and X's
+ * scale. */
 static int can_save_codes(const fp8t_model *m, int lin) {
     const fp8t_precision f = m->prec[lin][FP8T_GEMM_FPROP], w = m->prec[lin][FP8T_GEMM_WGRAD];
-    return !m->no_fp8_save && !m->hook && f == w && model_prec_has_codes(f);
+    return !m->no_fp8_save && !m->hook && f == w && model_prec_shares_operands(m, f);
 }
 
 void model_save_plan(fp8t_model *m) {
@@ -327,6 +328,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     /* switches back to the plain paths, read once (fused paths are bit-identical to them) */
     m->no_fused_xent = model_env_flag("FP8TRAIN_NO_FUSED_XENT");
     m->no_code_reuse = model_env_flag("FP8TRAIN_NO_CODE_REUSE");
+    m->no_bf16_operands = model_env_flag("FP8TRAIN_NO_BF16_OPERANDS");
     /* (FP8TRAIN_NO_FP8_SAVE is read above, with the activations it shapes) */
     return m;
 }
@@ -348,16 +350,20 @@ void fp8t_model_destroy(fp8t_model *m) {
         for (int s = 0; s < WCACHE_SLOTS; s++) {
             if (m->wcache[l][s].codes) ops->free(be, m->wcache[l][s].codes);
             if (m->wcache[l][s].codes_t) ops->free(be, m->wcache[l][s].codes_t);
+            if (m->wcache[l][s].bf16) ops->free(be, m->wcache[l][s].bf16);
         }
-    for (int l = 0; l < m->n_lin; l++)
+    for (int l = 0; l < m->n_lin; l++) {
         if (m->xq[l].codes) ops->free(be, m->xq[l].codes);
+        if (m->xq[l].bf16) ops->free(be, m->xq[l].bf16);
+    }
     if (!m->no_fp8_save) /* else slices of act_memory */
         for (int l = 0; l < m->cfg.n_layer; l++)
             for (int k = 0; k < WX_COUNT; k++)
                 if (m->wx[l][k]) ops->free(be, m->wx[l][k]);
     if (m->wx_scratch) ops->free(be, m->wx_scratch);
     scratch_buf *bufs[] = {&m->codes[0], &m->codes[1], &m->codes_t[0], &m->codes_t[1],
-                           &m->fq[0],    &m->fq[1],    &m->wgrad_tmp};
+                           &m->h16[0],   &m->h16[1],   &m->fq[0],      &m->fq[1],
+                           &m->wgrad_tmp};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i]->p) ops->free(be, bufs[i]->p);
     free(m->prec);
@@ -484,6 +490,10 @@ void fp8t_model_adamw(fp8t_model *m, float lr, float beta1, float beta2, float e
                       grad_scale);
         i = j + 1;
     }
+    /* the cached weight copies are stale now (end_step also invalidates them; this keeps a
+     * forward between the two from reading the old weights) */
+    for (int l = 0; l < m->n_lin; l++)
+        for (int s = 0; s < WCACHE_SLOTS; s++) m->wcache[l][s].valid = 0;
 }
 
 void fp8t_model_end_step(fp8t_model *m) {

@@ -98,14 +98,16 @@ typedef struct {
     float *res3;               /* [N, C] */
 } layer_view;
 
-/* One cached FP8 copy of a weight (codes made once per optimizer step). */
+/* One cached low-precision copy of a weight (made once per optimizer step): FP8 codes
+ * (delayed / current slots) or a BF16 operand (bf16 slot). */
 typedef struct {
     uint8_t *codes;   /* [out, in] */
     uint8_t *codes_t; /* [in, out], only when the backend wants transposed copies */
+    uint16_t *bf16;   /* BF16 operand of [out, in] (fp8t_bf16_operand layout) */
     int valid;
 } weight_cache;
 
-enum { WCACHE_DELAYED = 0, WCACHE_CURRENT = 1, WCACHE_SLOTS = 2 };
+enum { WCACHE_DELAYED = 0, WCACHE_CURRENT = 1, WCACHE_BF16 = 2, WCACHE_SLOTS = 3 };
 
 /* The inputs X that only their linear's Wgrad reads again (the norms' backward takes the
  * norm's input, GELU/SwiGLU's backward fch/gate/up; proj's input atty is also read by the
@@ -125,9 +127,12 @@ typedef enum {
 typedef struct {
     uint8_t *codes;         /* device [N, IN] codes, or [IN, N] when the backend wants
                                transposed copies (the layout the Wgrad's gemm_fp8 reads);
-                               allocated at the first save, kept */
-    const float *scale_inv; /* device: the scale_inv they were made with */
-    fp8t_precision prec;    /* delayed or current */
+                               allocated at the first FP8 save, kept */
+    uint16_t *bf16;         /* device BF16 operand of [N, IN] (a BF16 Fprop and Wgrad: the
+                               Fprop's operand A is the Wgrad's operand B); allocated at the
+                               first BF16 save, kept */
+    const float *scale_inv; /* device: the scale_inv the codes were made with */
+    fp8t_precision prec;    /* delayed, current or bf16 */
     int saved;              /* the last training forward saved codes here instead of
                                keeping X in FP32 for the Wgrad */
 } x_codes;
@@ -174,6 +179,7 @@ struct fp8t_model {
     weight_cache (*wcache)[WCACHE_SLOTS];        /* [n_lin][2] */
     int *w_amax_done;            /* [n_lin] host: W amax recorded this step */
     scratch_buf codes[2], codes_t[2]; /* FP8 codes of the activation operands (A, B) */
+    scratch_buf h16[2];          /* BF16 operands of the activations (A, B) */
     scratch_buf fq[2];           /* fake/block/MX quantized copies of the operands (A, B) */
     scratch_buf wgrad_tmp;       /* dW of one micro-batch, handed to the hook */
 
@@ -196,6 +202,10 @@ struct fp8t_model {
     /* FP8TRAIN_NO_CODE_REUSE=1 at create: the Wgrad quantizes dY again instead of reusing the
      * Dgrad's codes (linear.c) */
     int no_code_reuse;
+    /* FP8TRAIN_NO_BF16_OPERANDS=1 at create: a BF16 GEMM rounds its FP32 operands itself
+     * (gemm_bf16) every time, as before the BF16 operands existed: no cached BF16 weights, no
+     * BF16 X kept for the Wgrad, no dY shared by Dgrad and Wgrad, the bias added on its own */
+    int no_bf16_operands;
 
     /* FP8 codes of X kept for the Wgrad (model_save_plan): a linear whose Fprop and Wgrad
      * share a per-tensor FP8 precision, with no hook, keeps the codes its Fprop made (1 byte
@@ -212,10 +222,15 @@ struct fp8t_model {
     int warned_saved;      /* the backward's note on a hook/policy change was printed */
 };
 
-/* The precisions whose GEMM operands are per-tensor FP8 codes (delayed, current): the ones
- * whose codes one GEMM can hand to another (dY Dgrad -> Wgrad, X Fprop -> Wgrad). */
+/* The precisions whose GEMM operands are per-tensor FP8 codes (delayed, current). */
 static inline int model_prec_has_codes(fp8t_precision p) {
     return p == FP8T_PREC_DELAYED || p == FP8T_PREC_CURRENT;
+}
+
+/* The precisions whose prepared operand one GEMM can hand to another (dY Dgrad -> Wgrad,
+ * X Fprop -> Wgrad): FP8 codes, and BF16 operands unless FP8TRAIN_NO_BF16_OPERANDS. */
+static inline int model_prec_shares_operands(const fp8t_model *m, fp8t_precision p) {
+    return model_prec_has_codes(p) || (p == FP8T_PREC_BF16 && !m->no_bf16_operands);
 }
 
 /* model.c */

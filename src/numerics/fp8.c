@@ -370,6 +370,32 @@ FP8_HOT static void bf16_round_kernel(float *out, const float *x, size_t n) {
         out[i] = f32_from_bits((uint32_t)bf16_encode_bits(f32_bits(x[i])) << 16);
 }
 
+FP8_HOT static void bf16_encode_kernel(uint16_t *out, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = bf16_encode_bits(f32_bits(x[i]));
+}
+
+FP8_HOT static void bf16_decode_kernel(float *out, const uint16_t *bits, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = f32_from_bits((uint32_t)bits[i] << 16);
+}
+
+void bf16_encode_n(uint16_t *out, const float *x, size_t n) {
+    const size_t nchunks = (n + FP8_CHUNK - 1) / FP8_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= FP8_OMP_MIN_N)
+    for (size_t ch = 0; ch < nchunks; ch++) {
+        const size_t lo = ch * FP8_CHUNK, len = n - lo < FP8_CHUNK ? n - lo : FP8_CHUNK;
+        bf16_encode_kernel(out + lo, x + lo, len);
+    }
+}
+
+void bf16_decode_n(float *out, const uint16_t *bits, size_t n) {
+    const size_t nchunks = (n + FP8_CHUNK - 1) / FP8_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= FP8_OMP_MIN_N)
+    for (size_t ch = 0; ch < nchunks; ch++) {
+        const size_t lo = ch * FP8_CHUNK, len = n - lo < FP8_CHUNK ? n - lo : FP8_CHUNK;
+        bf16_decode_kernel(out + lo, bits + lo, len);
+    }
+}
+
 void bf16_round(float *out, const float *x, size_t n) {
     const size_t nchunks = (n + FP8_CHUNK - 1) / FP8_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= FP8_OMP_MIN_N)

@@ -47,6 +47,49 @@ void cpu_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, in
     sgemm_rowmajor(C, a16, b16, M, N, K, transA, transB, acc, 1.0f);
 }
 
+/* The BF16 operand's stored [rows, cols] values, decoded (exactly) into a packed float
+ * buffer out [rows, cols]. */
+static void decode_bf16_operand(float *out, const fp8t_bf16_operand *op) {
+    const size_t ld = (size_t)fp8t_bf16_pad(op->cols);
+    if (ld == (size_t)op->cols) { /* no padding columns: one (parallel) pass */
+        bf16_decode_n(out, op->data, (size_t)op->rows * ld);
+        return;
+    }
+    for (int r = 0; r < op->rows; r++)
+        bf16_decode_n(out + (size_t)r * op->cols, op->data + (size_t)r * ld, (size_t)op->cols);
+}
+
+/* A GEMM's operand must be stored as the shape the GEMM reads (rows x cols of its stored
+ * layout): a mismatch is a caller bug, reported with the shapes. */
+static void check_bf16_shape(const char *name, const fp8t_bf16_operand *op, int rows, int cols) {
+    if (op->rows != rows || op->cols != cols || (!op->data && rows > 0 && cols > 0)) {
+        fprintf(stderr,
+                "fp8train: gemm_bf16_rounded: operand %s is stored %dx%d (data %p) but the GEMM "
+                "needs %dx%d (%s:%d)\n",
+                name, op->rows, op->cols, (const void *)op->data, rows, cols, __FILE__,
+                __LINE__);
+        exit(1);
+    }
+}
+
+void cpu_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
+                           const fp8t_bf16_operand *B, int M, int N, int K, int transA,
+                           int transB, int acc, const float *bias) {
+    if (M <= 0 || N <= 0) return;
+    const int k = K > 0 ? K : 0;
+    check_bf16_shape("A", A, transA ? k : M, transA ? M : k);
+    check_bf16_shape("B", B, transB ? N : k, transB ? k : N);
+    size_t na = (size_t)M * (size_t)k, nb = (size_t)k * (size_t)N;
+    float *af = cpu_scratch(b, CPU_SCRATCH_GEMM_A, (na ? na : 1) * sizeof(float)); /* op(A) */
+    float *bf = cpu_scratch(b, CPU_SCRATCH_GEMM_B, (nb ? nb : 1) * sizeof(float)); /* op(B) */
+    if (k > 0) {
+        decode_bf16_operand(af, A);
+        decode_bf16_operand(bf, B);
+    }
+    sgemm_rowmajor(C, af, bf, M, N, K, transA, transB, acc, 1.0f);
+    if (bias) cpu_bias_add(b, C, bias, M, N);
+}
+
 /* Decode an FP8 operand into float scratch. op(X) is want_rows x want_cols; X->rows/cols is
  * the stored layout (its transpose when trans). Returns the transpose flag that goes with the
  * decoded buffer: when only data_t ([cols, rows] of the stored layout) is present it is

@@ -114,6 +114,9 @@ void cpu_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int
                   int transA, int transB, int acc);
 void cpu_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                    int K, int transA, int transB, int acc, float *amax_a, float *amax_b);
+void cpu_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
+                           const fp8t_bf16_operand *B, int M, int N, int K, int transA,
+                           int transB, int acc, const float *bias);
 void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                   const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                   int acc, int fast_accum, float *amax_out);
@@ -129,6 +132,8 @@ void cpu_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int ro
                              int tile_r, int tile_c, fp8_format fmt);
 void cpu_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows, int cols);
 void cpu_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n);
+void cpu_to_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
+                 int cols);
 void cpu_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
                         int margin);
 /* cpu_norm.c */

@@ -79,6 +79,26 @@ void cpu_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int ro
     fp8t_mxfp8_dequantize(out, codes, e8m0, rows, cols);
 }
 
+/* Row by row into the padded layout (fp8t_bf16_operand); the amax from the numerics
+ * library's vectorized pass, as the amax op takes it. */
+void cpu_to_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
+                 int cols) {
+    if (rows < 0 || cols < 0) return;
+    const size_t ld = (size_t)fp8t_bf16_pad(cols), n = (size_t)rows * (size_t)cols;
+    if (amax_out) cpu_amax(b, amax_out, x, n);
+    if (ld == (size_t)cols) { /* no padding columns: one (parallel) pass */
+        bf16_encode_n(out, x, n);
+    } else {
+        for (int r = 0; r < rows; r++) {
+            uint16_t *o = out + (size_t)r * ld; /* [ld] */
+            bf16_encode_n(o, x + (size_t)r * cols, (size_t)cols);
+            memset(o + cols, 0, (ld - (size_t)cols) * sizeof(uint16_t));
+        }
+    }
+    memset(out + (size_t)rows * ld, 0,
+           ((size_t)fp8t_bf16_pad(rows) - (size_t)rows) * ld * sizeof(uint16_t));
+}
+
 void cpu_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n) {
     (void)b;
     bf16_round(out, x, n);

@@ -76,6 +76,8 @@ enum {
     SCR_QUANT,      /* block / mxfp8 scales */
     SCR_GEMM_C,     /* a GEMM result with 16-byte aligned rows, copied out to the packed C */
     SCR_ATTN2,      /* attention, tensor-core variants: bf16 copies, [T,T] score/prob blocks */
+    SCR_BF16_A,     /* gemm_bf16: the BF16 operand copy of A (gemm_bf16_rounded's input) */
+    SCR_BF16_B,     /* ... of B */
     SCR_COUNT
 };
 
@@ -86,6 +88,7 @@ typedef struct {
     int lda, ldb, ldc;
     int al_a, al_b, al_c; /* pointer alignments the algorithm was chosen for */
     int compute;          /* cublasComputeType_t */
+    int bias;             /* with the bias epilogue */
     int ok; /* 0: cuBLASLt has no algorithm for this problem (use the fallback) */
     cublasLtMatmulAlgo_t algo;
 } lt_cache_entry;
@@ -251,6 +254,9 @@ void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, in
                    int K, int transA, int transB, int acc);
 void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                     int K, int transA, int transB, int acc, float *amax_a, float *amax_b);
+void cuda_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
+                            const fp8t_bf16_operand *B, int M, int N, int K, int transA,
+                            int transB, int acc, const float *bias);
 void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                    const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                    int acc, int fast_accum, float *amax_out);
@@ -267,12 +273,13 @@ void cuda_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
 void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows,
                               int cols);
 void cuda_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n);
+void cuda_to_bf16_operand(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
+                          int rows, int cols);
 void cuda_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
                          int margin);
-/* helpers used by the GEMMs: codes [rows, cols] -> codes_t [cols, rows]; floats -> bf16;
+/* helpers used by the GEMMs: codes [rows, cols] -> codes_t [cols, rows];
  * fp8 codes -> floats times *scale_inv */
 void cuda_transpose_u8(fp8t_backend *b, uint8_t *out, const uint8_t *in, int rows, int cols);
-void cuda_to_bf16(fp8t_backend *b, __nv_bfloat16 *out, const float *x, size_t n);
 void cuda_fp8_decode(fp8t_backend *b, float *out, const uint8_t *codes, size_t n,
                      fp8_format fmt, const float *scale_inv);
 /* cuda_norm.cu */

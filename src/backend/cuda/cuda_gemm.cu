@@ -37,14 +37,16 @@ static int ptr_align(const void *p) {
 }
 
 /* Column-major cuBLASLt matmul: C[m,n] (=|+=) op(A)[m,k] · op(B)[k,n], C and D FP32, scale
- * pointers (device, may be NULL) multiply the product. 0 ok, -1 if cuBLASLt has no algorithm
- * (nothing was launched). */
+ * pointers (device, may be NULL) multiply the product; bias (device [m], may be NULL) is added
+ * to every column in the epilogue (FP32: product + bias[i], one rounding, as a separate add).
+ * 0 ok, -1 if cuBLASLt has no algorithm (nothing was launched). */
 static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
                      cublasOperation_t tb, cudaDataType_t type_a, const void *A, int lda,
                      cudaDataType_t type_b, const void *B, int ldb, float *C, int ldc, int acc,
                      const float *scale_a, const float *scale_b, int fast_accum,
-                     cublasComputeType_t compute) {
+                     cublasComputeType_t compute, const float *bias) {
     int al_a = ptr_align(A), al_b = ptr_align(B), al_c = ptr_align(C);
+    const int has_bias = bias != NULL;
     lt_cache_entry *hit = NULL;
     if (!s->plain) {
         for (int i = 0; i < LT_CACHE_SIZE; i++) {
@@ -53,7 +55,7 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
                 e->tb == (int)tb && e->type_a == (int)type_a && e->type_b == (int)type_b &&
                 e->acc == acc && e->fast == fast_accum && e->lda == lda && e->ldb == ldb &&
                 e->ldc == ldc && e->al_a == al_a && e->al_b == al_b && e->al_c == al_c &&
-                e->compute == (int)compute) {
+                e->compute == (int)compute && e->bias == has_bias) {
                 hit = e;
                 break;
             }
@@ -71,6 +73,16 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
     if (scale_b)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                                     &scale_b, sizeof(scale_b)));
+    if (has_bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bias_type = CUDA_R_32F;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                    sizeof(epi)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                    &bias_type, sizeof(bias_type)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                    sizeof(bias)));
+    }
     int is_fp8 = type_a == CUDA_R_8F_E4M3 || type_a == CUDA_R_8F_E5M2;
     if (is_fp8) {
         int8_t fa = fast_accum ? 1 : 0;
@@ -122,6 +134,7 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
             e->lda = lda, e->ldb = ldb, e->ldc = ldc;
             e->al_a = al_a, e->al_b = al_b, e->al_c = al_c;
             e->compute = (int)compute;
+            e->bias = has_bias;
             e->ok = ok;
             if (ok) e->algo = algo;
         }
@@ -151,7 +164,8 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
                         e->tb == (int)tb && e->type_a == (int)type_a &&
                         e->type_b == (int)type_b && e->acc == acc && e->fast == fast_accum &&
                         e->lda == lda && e->ldb == ldb && e->ldc == ldc && e->al_a == al_a &&
-                        e->al_b == al_b && e->al_c == al_c && e->compute == (int)compute)
+                        e->al_b == al_b && e->al_c == al_c && e->compute == (int)compute &&
+                        e->bias == has_bias)
                         e->ok = 0;
                 }
             }
@@ -174,13 +188,13 @@ static int rowmajor_matmul(cuda_state *s, float *C, cudaDataType_t type_a, const
                            cudaDataType_t type_b, const void *B, int M, int N, int K, int transA,
                            int transB, int acc, const float *scale_a, const float *scale_b,
                            int fast_accum, cublasComputeType_t compute, int lda, int ldb,
-                           int ldc) {
+                           int ldc, const float *bias) {
     cublasOperation_t op_b = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     int ld_b = ldb ? ldb : (transB ? K : N);
     cublasOperation_t op_a = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
     int ld_a = lda ? lda : (transA ? M : K);
     return lt_matmul(s, N, M, K, op_b, op_a, type_b, B, ld_b, type_a, A, ld_a, C,
-                     ldc ? ldc : N, acc, scale_b, scale_a, fast_accum, compute);
+                     ldc ? ldc : N, acc, scale_b, scale_a, fast_accum, compute, bias);
 }
 
 /* Degenerate sizes: nothing to multiply. K == 0 gives C = 0 (or C unchanged when acc). */
@@ -197,30 +211,21 @@ void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, in
                    int K, int transA, int transB, int acc) {
     if (gemm_trivial(b, C, M, N, K, acc)) return;
     if (rowmajor_matmul(cuda_of(b), C, CUDA_R_32F, A, CUDA_R_32F, B, M, N, K, transA, transB,
-                        acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, 0, 0, 0) != 0) {
+                        acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, 0, 0, 0, NULL) != 0) {
         fprintf(stderr, "fp8train: cuBLASLt found no FP32 algorithm for M=%d N=%d K=%d (%s:%d)\n",
                 M, N, K, __FILE__, __LINE__);
         exit(1);
     }
 }
 
-/* Row stride, in elements, that makes every row of a [*, cols] matrix of elem_bytes-sized
- * elements start 16-byte aligned (cuBLASLt's fast kernels want it: the GPT-2 head has
- * V = 50257 columns, and an unaligned [N, V] operand or result runs 3-5x slower). */
-static int aligned_ld(int cols, int elem_bytes) {
-    int per = 16 / elem_bytes;
-    return (cols + per - 1) / per * per;
-}
-
-/* x [rows, cols] packed FP32 -> out [rows_out, ld_out] BF16 (round to nearest even), with zeros
- * in rows >= rows and columns >= cols: the zero rows/columns pad the reduction dimension K to a
- * multiple of 8 (a zero product adds nothing to an FP32 sum). One block per row: rows of x start
- * unaligned when cols is odd, so the loads stay scalar (still coalesced). When amax_out is
- * non-NULL, *amax_out is max-accumulated with amax(x) (NaN propagates; max is order-independent,
- * so the result is deterministic) from the same loads. */
-__global__ void to_bf16_padded_kernel(__nv_bfloat16 *out, int ld_out, int rows_out,
-                                      const float *__restrict__ x, int rows, int cols,
-                                      float *amax_out) {
+/* x [rows, cols] packed FP32 -> out, a BF16 operand ([pad8(rows), pad8(cols)], zero padding,
+ * round to nearest even), the general case: one block per row (rows of x start unaligned when
+ * cols is odd, so the loads stay scalar; still coalesced). When amax_out is non-NULL,
+ * *amax_out is max-accumulated with amax(x) (NaN propagates; max is order-independent, so the
+ * result is deterministic) from the same loads. */
+__global__ void to_bf16_rows_kernel(__nv_bfloat16 *out, int ld_out, int rows_out,
+                                    const float *__restrict__ x, int rows, int cols,
+                                    float *amax_out) {
     float am = 0.0f;
     for (int r = blockIdx.x; r < rows_out; r += gridDim.x) {
         __nv_bfloat16 *o = out + (size_t)r * ld_out;
@@ -241,106 +246,189 @@ __global__ void to_bf16_padded_kernel(__nv_bfloat16 *out, int ld_out, int rows_o
     }
 }
 
-static void to_bf16_padded(cuda_state *s, __nv_bfloat16 *out, int ld_out, int rows_out,
-                           const float *x, int rows, int cols, float *amax_out) {
-    unsigned grid = (unsigned)(rows_out < s->num_sms * 64 ? rows_out : s->num_sms * 64);
-    to_bf16_padded_kernel<<<grid, 256, 0, s->stream>>>(out, ld_out, rows_out, x, rows, cols,
-                                                       amax_out);
+/* The common case, cols a multiple of 8 and x 16-byte aligned (then the operand has no padding
+ * columns): 8 elements per thread, two 16-byte loads and one 16-byte store; rows beyond rows
+ * (up to pad8(rows)) are written as zeros. n8 = pad8(rows) * cols / 8 vectors. */
+__global__ void to_bf16_vec8_kernel(uint4 *out, const float4 *__restrict__ x, size_t n8_data,
+                                    size_t n8, float *amax_out) {
+    float am = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint4 o = make_uint4(0u, 0u, 0u, 0u);
+        if (i < n8_data) {
+            float4 a = x[2 * i], c = x[2 * i + 1];
+            am = amax_merge_dev(am, a.x), am = amax_merge_dev(am, a.y);
+            am = amax_merge_dev(am, a.z), am = amax_merge_dev(am, a.w);
+            am = amax_merge_dev(am, c.x), am = amax_merge_dev(am, c.y);
+            am = amax_merge_dev(am, c.z), am = amax_merge_dev(am, c.w);
+            __nv_bfloat162 p0 = __floats2bfloat162_rn(a.x, a.y), p1 = __floats2bfloat162_rn(a.z, a.w);
+            __nv_bfloat162 p2 = __floats2bfloat162_rn(c.x, c.y), p3 = __floats2bfloat162_rn(c.z, c.w);
+            o.x = *(unsigned *)&p0, o.y = *(unsigned *)&p1;
+            o.z = *(unsigned *)&p2, o.w = *(unsigned *)&p3;
+        }
+        out[i] = o;
+    }
+    if (amax_out) {
+        am = block_amax(am);
+        if (threadIdx.x == 0) atomic_amax_merge(amax_out, am);
+    }
+}
+
+void cuda_to_bf16_operand(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
+                          int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    const int rows_out = fp8t_bf16_pad(rows), ld = fp8t_bf16_pad(cols);
+    if (!s->plain && cols % 8 == 0 && ((uintptr_t)x & 15u) == 0) {
+        size_t n8 = (size_t)rows_out * cols / 8, n8_data = (size_t)rows * cols / 8;
+        size_t blocks = (n8 + 255) / 256, cap = (size_t)s->num_sms * 16;
+        to_bf16_vec8_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s->stream>>>(
+            (uint4 *)out, (const float4 *)x, n8_data, n8, amax_out);
+    } else {
+        unsigned grid = (unsigned)(rows_out < s->num_sms * 64 ? rows_out : s->num_sms * 64);
+        to_bf16_rows_kernel<<<grid, 256, 0, s->stream>>>((__nv_bfloat16 *)out, ld, rows_out, x,
+                                                         rows, cols, amax_out);
+    }
     CUDA_LAUNCH_CHECK(s);
 }
 
-/* C[r, c] (= or +=) Cg[r, c] for r < rows, c < cols: from the aligned scratch result (row stride
- * ldg, 16-byte aligned rows: float4 loads) into the packed C (row stride cols, unaligned rows:
- * scalar stores). Accumulating here instead of in the GEMM's epilogue (beta = 1) gives the same
- * bits: both add the FP32-rounded product sum to C with one rounding. */
+/* C[r, c] (= or +=) Cg[r, c] (+ bias[c]) for r < rows, c < cols: from the aligned scratch
+ * result (row stride ldg) into the packed C (row stride cols, unaligned rows: scalar stores).
+ * Accumulating here instead of in the GEMM's epilogue (beta = 1) gives the same bits: both add
+ * the FP32-rounded product sum to C with one rounding; so does the bias (only with acc = 0). */
 __global__ void copy_out_kernel(float *C, const float *__restrict__ Cg, int ldg, int rows, int cols,
-                                int acc) {
+                                int acc, const float *__restrict__ bias) {
     for (int r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *g = Cg + (size_t)r * ldg;
         float *c = C + (size_t)r * cols;
-        for (int j = threadIdx.x; j < cols; j += blockDim.x) c[j] = acc ? c[j] + g[j] : g[j];
+        for (int j = threadIdx.x; j < cols; j += blockDim.x)
+            c[j] = acc ? c[j] + g[j] : bias ? g[j] + bias[j] : g[j];
     }
 }
 
+/* A BF16 operand decoded into packed floats out [rows, cols] (exact). */
+__global__ void bf16_operand_decode_kernel(float *out, const __nv_bfloat16 *__restrict__ in,
+                                           int ld, int rows, int cols) {
+    for (int r = blockIdx.x; r < rows; r += gridDim.x)
+        for (int c = threadIdx.x; c < cols; c += blockDim.x)
+            out[(size_t)r * cols + c] = __bfloat162float(in[(size_t)r * ld + c]);
+}
+
+static void check_bf16_operand(const char *name, const fp8t_bf16_operand *o, int rows, int cols) {
+    if (o->rows != rows || o->cols != cols || !o->data) {
+        fprintf(stderr,
+                "fp8train: gemm_bf16_rounded: operand %s is stored [%d,%d] (data %p) but the GEMM "
+                "needs it stored as [%d,%d] (%s:%d)\n",
+                name, o->rows, o->cols, (const void *)o->data, rows, cols, __FILE__, __LINE__);
+        exit(1);
+    }
+}
+
+/* The product C (= or +=) op(A)·op(B) (+ bias) on the padded operands. Every GEMM dimension but
+ * M is rounded up to a multiple of 8 with the operands' zero padding (measured on the GPT-2
+ * head: N = 50257 kept odd ran at ~70 TFLOP/s); an N that is not a multiple of 4 leaves the
+ * FP32 result rows unaligned, so that result goes through an aligned scratch in row chunks of
+ * at most ~512 MiB. Returns 0, or -1 when cuBLASLt has no algorithm (nothing written). */
+static int bf16_rounded_lt(fp8t_backend *b, float *C, const __nv_bfloat16 *a16,
+                           const __nv_bfloat16 *b16, int M, int N, int K, int transA, int transB,
+                           int acc, const float *bias) {
+    cuda_state *s = cuda_of(b);
+    const int Kp = fp8t_bf16_pad(K);
+    const int lda = transA ? fp8t_bf16_pad(M) : Kp, ldb = transB ? Kp : fp8t_bf16_pad(N);
+    if (s->plain) { /* the true sizes, the bias in its own pass */
+        if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, K, transA, transB,
+                            acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, 0, NULL) != 0)
+            return -1;
+        if (bias) cuda_bias_add(b, C, bias, M, N);
+        return 0;
+    }
+    if (N % 4 == 0) {
+        if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, Kp, transA, transB,
+                            acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, 0, bias) == 0)
+            return 0;
+        /* no algorithm with the bias epilogue: the product, then the bias */
+        if (!bias || rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, Kp, transA,
+                                     transB, acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, 0,
+                                     NULL) != 0)
+            return -1;
+        cuda_bias_add(b, C, bias, M, N);
+        return 0;
+    }
+    const int Np = fp8t_bf16_pad(N), ldc = Np;
+    size_t cap_rows = ((size_t)512 << 20) / ((size_t)ldc * sizeof(float));
+    int chunk = (int)(cap_rows < (size_t)M ? cap_rows : (size_t)M);
+    if (chunk < M) chunk = chunk >= 64 ? chunk / 64 * 64 : 64;
+    float *Cg = (float *)cuda_scratch(b, SCR_GEMM_C, (size_t)chunk * ldc * sizeof(float));
+    for (int r0 = 0; r0 < M; r0 += chunk) {
+        int mr = M - r0 < chunk ? M - r0 : chunk;
+        /* r0 rows further down A: r0 rows of [M,K], or r0 columns of [K,M] (r0 is a multiple
+         * of 64, so the pointer stays 16-byte aligned) */
+        const __nv_bfloat16 *ar = transA ? a16 + r0 : a16 + (size_t)r0 * lda;
+        if (rowmajor_matmul(s, Cg, CUDA_R_16BF, ar, CUDA_R_16BF, b16, mr, Np, Kp, transA, transB,
+                            0, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, ldc, NULL) != 0) {
+            if (r0 == 0) return -1; /* nothing written: the caller's fallback does it all */
+            fprintf(stderr,
+                    "fp8train: cuBLASLt has a BF16 algorithm for the first %d rows of a M=%d N=%d "
+                    "K=%d GEMM but not for rows %d..%d (%s:%d); rerun with FP8TRAIN_CUDA_PLAIN=1\n",
+                    r0, M, N, K, r0, r0 + mr - 1, __FILE__, __LINE__);
+            exit(1);
+        }
+        unsigned grid = (unsigned)(mr < s->num_sms * 64 ? mr : s->num_sms * 64);
+        copy_out_kernel<<<grid, 256, 0, s->stream>>>(C + (size_t)r0 * N, Cg, ldc, mr, N, acc,
+                                                     bias);
+        CUDA_LAUNCH_CHECK(s);
+    }
+    return 0;
+}
+
+void cuda_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
+                            const fp8t_bf16_operand *B, int M, int N, int K, int transA,
+                            int transB, int acc, const float *bias) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        gemm_trivial(b, C, M, N, K, acc);
+        if (bias && !acc) cuda_bias_add(b, C, bias, M, N);
+        return;
+    }
+    check_bf16_operand("A", A, transA ? K : M, transA ? M : K);
+    check_bf16_operand("B", B, transB ? N : K, transB ? K : N);
+    const __nv_bfloat16 *a16 = (const __nv_bfloat16 *)A->data;
+    const __nv_bfloat16 *b16 = (const __nv_bfloat16 *)B->data;
+    if (bf16_rounded_lt(b, C, a16, b16, M, N, K, transA, transB, acc, bias) == 0) return;
+    /* no BF16 algorithm (odd sizes): the same BF16 values as floats, FP32 GEMM */
+    cuda_state *s = cuda_of(b);
+    float *af = (float *)cuda_scratch(b, SCR_GEMM_A, (size_t)M * K * 4);
+    float *bf = (float *)cuda_scratch(b, SCR_GEMM_B, (size_t)K * N * 4);
+    int ra = transA ? K : M, ca = transA ? M : K, rb = transB ? N : K, cb = transB ? K : N;
+    bf16_operand_decode_kernel<<<(unsigned)(ra < 65535 ? ra : 65535), 256, 0, s->stream>>>(
+        af, a16, fp8t_bf16_pad(ca), ra, ca);
+    CUDA_LAUNCH_CHECK(s);
+    bf16_operand_decode_kernel<<<(unsigned)(rb < 65535 ? rb : 65535), 256, 0, s->stream>>>(
+        bf, b16, fp8t_bf16_pad(cb), rb, cb);
+    CUDA_LAUNCH_CHECK(s);
+    cuda_gemm_f32(b, C, af, bf, M, N, K, transA, transB, acc);
+    if (bias && !acc) cuda_bias_add(b, C, bias, M, N);
+}
+
+/* to_bf16 of both operands into their own scratch, then the GEMM on the rounded operands: the
+ * same bits as the model's cached path (linear.c), which makes the copies itself. */
 void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                     int K, int transA, int transB, int acc, float *amax_a, float *amax_b) {
     cuda_state *s = cuda_of(b);
-    size_t na = (size_t)(M > 0 ? M : 0) * (size_t)(K > 0 ? K : 0);
-    size_t nb = (size_t)(K > 0 ? K : 0) * (size_t)(N > 0 ? N : 0);
+    const int ra = transA ? K : M, ca = transA ? M : K, rb = transB ? N : K, cb = transB ? K : N;
     if (s->plain || M <= 0 || N <= 0 || K <= 0) {
         /* plain (and degenerate sizes): the amaxes in their own pass */
-        if (amax_a) cuda_amax(b, amax_a, A, na);
-        if (amax_b) cuda_amax(b, amax_b, B, nb);
+        if (amax_a) cuda_amax(b, amax_a, A, (size_t)(M > 0 ? M : 0) * (size_t)(K > 0 ? K : 0));
+        if (amax_b) cuda_amax(b, amax_b, B, (size_t)(K > 0 ? K : 0) * (size_t)(N > 0 ? N : 0));
+        amax_a = amax_b = NULL;
     }
     if (gemm_trivial(b, C, M, N, K, acc)) return;
-    if (s->plain) {
-        /* plain: packed BF16 copies, the result straight into C */
-        __nv_bfloat16 *a16 = (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_A, na * 2);
-        __nv_bfloat16 *b16 = (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_B, nb * 2);
-        cuda_to_bf16(b, a16, A, na);
-        cuda_to_bf16(b, b16, B, nb);
-        if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, K, transA, transB,
-                            acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, 0, 0, 0) == 0)
-            return;
-    } else {
-        /* BF16 copies with 16-byte aligned rows and K padded with zeros to a multiple of 8
-         * (stored shapes: A [M,K] or [K,M] (transA), B [K,N] or [N,K] (transB)); an unaligned
-         * FP32 result goes through an aligned scratch, in row chunks of at most ~512 MiB */
-        /* an unaligned N goes through the scratch path below; there N is also padded, to Np
-         * (a multiple of 8) with zero columns of B, so that every GEMM dimension but M is a
-         * multiple of 8 (measured on the GPT-2 head: N = 50257 kept odd ran at ~70 TFLOP/s) */
-        const int Kp = aligned_ld(K, 2);
-        const int Np = aligned_ld(N, 4) == N ? N : aligned_ld(N, 2);
-        const int lda = transA ? aligned_ld(M, 2) : Kp, ldb = transB ? Kp : aligned_ld(Np, 2);
-        const int rows_a = transA ? Kp : M, rows_b = transB ? Np : Kp;
-        __nv_bfloat16 *a16 =
-            (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_A, (size_t)rows_a * lda * 2);
-        __nv_bfloat16 *b16 =
-            (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_B, (size_t)rows_b * ldb * 2);
-        if (transA) to_bf16_padded(s, a16, lda, Kp, A, K, M, amax_a);
-        else to_bf16_padded(s, a16, lda, M, A, M, K, amax_a);
-        if (transB) to_bf16_padded(s, b16, ldb, Np, B, N, K, amax_b);
-        else to_bf16_padded(s, b16, ldb, Kp, B, K, N, amax_b);
-        const int ldc = Np;
-        if (ldc == N) {
-            if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, Kp, transA,
-                                transB, acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, 0) == 0)
-                return;
-        } else {
-            size_t cap_rows = ((size_t)512 << 20) / ((size_t)ldc * sizeof(float));
-            int chunk = (int)(cap_rows < (size_t)M ? cap_rows : (size_t)M);
-            if (chunk < M) chunk = chunk >= 64 ? chunk / 64 * 64 : 64;
-            float *Cg = (float *)cuda_scratch(b, SCR_GEMM_C, (size_t)chunk * ldc * sizeof(float));
-            for (int r0 = 0; r0 < M; r0 += chunk) {
-                int mr = M - r0 < chunk ? M - r0 : chunk;
-                /* r0 rows further down A: r0 rows of [M,K], or r0 columns of [K,M] (r0 is a
-                 * multiple of 64, so the pointer stays 16-byte aligned) */
-                const __nv_bfloat16 *ar = transA ? a16 + r0 : a16 + (size_t)r0 * lda;
-                if (rowmajor_matmul(s, Cg, CUDA_R_16BF, ar, CUDA_R_16BF, b16, mr, Np, Kp, transA,
-                                    transB, 0, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb,
-                                    ldc) != 0) {
-                    if (r0 == 0) break; /* nothing written: the fallback below does it all */
-                    fprintf(stderr,
-                            "fp8train: cuBLASLt has a BF16 algorithm for the first %d rows of a "
-                            "M=%d N=%d K=%d GEMM but not for rows %d..%d (%s:%d); rerun with "
-                            "FP8TRAIN_CUDA_PLAIN=1\n", r0, M, N, K, r0, r0 + mr - 1, __FILE__,
-                            __LINE__);
-                    exit(1);
-                }
-                unsigned grid = (unsigned)(mr < s->num_sms * 64 ? mr : s->num_sms * 64);
-                copy_out_kernel<<<grid, 256, 0, s->stream>>>(C + (size_t)r0 * N, Cg, ldc, mr, N,
-                                                             acc);
-                CUDA_LAUNCH_CHECK(s);
-                if (r0 + mr == M) return;
-            }
-        }
-    }
-    /* no BF16 algorithm (odd sizes): the same BF16-rounded operands as floats, FP32 GEMM */
-    float *af = (float *)cuda_scratch(b, SCR_GEMM_A, na * 4);
-    float *bf = (float *)cuda_scratch(b, SCR_GEMM_B, nb * 4);
-    cuda_bf16_round(b, af, A, na);
-    cuda_bf16_round(b, bf, B, nb);
-    cuda_gemm_f32(b, C, af, bf, M, N, K, transA, transB, acc);
+    uint16_t *a16 = (uint16_t *)cuda_scratch(b, SCR_BF16_A, fp8t_bf16_bytes(ra, ca));
+    uint16_t *b16 = (uint16_t *)cuda_scratch(b, SCR_BF16_B, fp8t_bf16_bytes(rb, cb));
+    cuda_to_bf16_operand(b, a16, amax_a, A, ra, ca);
+    cuda_to_bf16_operand(b, b16, amax_b, B, rb, cb);
+    fp8t_bf16_operand qa = {a16, ra, ca}, qb = {b16, rb, cb};
+    cuda_gemm_bf16_rounded(b, C, &qa, &qb, M, N, K, transA, transB, acc, NULL);
 }
 
 static void check_operand(const char *name, const fp8t_fp8_operand *o, int rows, int cols,
@@ -407,7 +495,7 @@ void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
         }
         done = rowmajor_matmul(s, C, fp8_cuda_type(A->fmt), a_mk, fp8_cuda_type(B->fmt), b_nk,
                                M, N, K, 0, 1, acc, sa, sb, fast_accum,
-                               CUBLAS_COMPUTE_32F, 0, 0, 0) == 0;
+                               CUBLAS_COMPUTE_32F, 0, 0, 0, NULL) == 0;
     }
     if (done) s->n_fp8_lt++;
     else s->n_fp8_fallback++;

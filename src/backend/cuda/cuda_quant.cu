@@ -490,33 +490,6 @@ void cuda_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n) {
     CUDA_LAUNCH_CHECK(s);
 }
 
-__global__ void to_bf16_kernel(__nv_bfloat16 *out, const float *__restrict__ x, size_t n,
-                               int vec) {
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t done = 0;
-    if (vec) {
-        const float4 *x4 = (const float4 *)x;
-        __nv_bfloat162 *o2 = (__nv_bfloat162 *)out;
-        size_t n4 = n / 4;
-        for (size_t i = i0; i < n4; i += stride) {
-            float4 v = x4[i];
-            o2[2 * i] = __floats2bfloat162_rn(v.x, v.y);
-            o2[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
-        }
-        done = n4 * 4;
-    }
-    for (size_t i = done + i0; i < n; i += stride) out[i] = __float2bfloat16_rn(x[i]);
-}
-
-void cuda_to_bf16(fp8t_backend *b, __nv_bfloat16 *out, const float *x, size_t n) {
-    if (n == 0) return;
-    cuda_state *s = cuda_of(b);
-    int vec = aligned16(x) && (((uintptr_t)out & 7u) == 0);
-    to_bf16_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(out, x, n, vec);
-    CUDA_LAUNCH_CHECK(s);
-}
-
 __global__ void fp8_decode_kernel(float *out, const uint8_t *__restrict__ codes, size_t n,
                                   fp8_format fmt, const float *scale_inv_p) {
     float si = *scale_inv_p;
