@@ -10,7 +10,9 @@
  *     GPU value where the CPU one is finite (NaN never passes);
  *   - bit-exact where both sides do the same scalar arithmetic (quantization codes, amax,
  *     scales, fake quantization, copies).
- * Reductions are also run twice on the GPU and must give bit-identical results.
+ * Reductions are also run twice on the GPU and must give bit-identical results, and ops the op
+ * table defines as compositions of others must give the composition's bits on the GPU
+ * (gemm_bf16_rounded on to_bf16 operands == gemm_bf16, with a bias == gemm_bf16 + bias_add).
  * The op suite runs on two CUDA backends: the default one and FP8TRAIN_CUDA_PLAIN=1 (every
  * fused or cached path switched to its plain version).
  * Then the training-step checks: the same model, weights and batch on both backends; the loss
@@ -27,7 +29,8 @@
  *   5e-4  FP8 GEMMs on Hopper's FP8 tensor cores (cuBLASLt): each 32-deep chunk of products is
  *         summed with ~14 bits of precision before promotion to FP32 (measured 1.2e-4).
  *   4e-3  ... with fast accumulation (no promotion; grows with K, 2.1e-3 seen at K=3072).
- *   0     quantization codes, amax, scales, fake quantization, BF16 rounding, copies.
+ *   0     quantization codes, amax, scales, fake quantization, BF16 rounding and BF16
+ *         operands (to_bf16, padding included), copies.
  *   model: the per-op differences above compound through layers, and a last-bit difference in
  *         an operand occasionally flips its BF16/FP8 rounding (one element moves by an ulp of
  *         BF16 = 2^-8, of E4M3 = 2^-3 relative); see PRECS. */
@@ -112,6 +115,7 @@ static fp8t_backend *side(int s) { return s == 0 ? CPU : GPU; }
 #define F(x) ((float *)(x).p[s_])
 #define U8(x) ((uint8_t *)(x).p[s_])
 #define I(x) ((int *)(x).p[s_])
+#define U16(x) ((uint16_t *)(x).p[s_])
 
 static dpair dp_alloc(size_t bytes) {
     dpair d;
@@ -267,18 +271,70 @@ static int check_bits(const char *op, const char *shape, dpair d, size_t bytes, 
     return mism == 0;
 }
 
-/* two GPU results must be bit-identical */
-static void check_same_bits(const char *op, const char *shape, const void *a_dev,
-                            const void *b_dev, size_t bytes) {
+/* two GPU buffers must hold the same bytes; name is the row's op column, why says what the two
+ * buffers are (in the note of a failure) */
+static void check_gpu_identical(const char *name, const char *shape, const void *a_dev,
+                                const void *b_dev, size_t bytes, const char *why) {
     unsigned char *a = dl(1, a_dev, bytes), *b = dl(1, b_dev, bytes);
-    size_t mism = 0;
-    for (size_t i = 0; i < bytes; i++) mism += a[i] != b[i];
-    char name[96], note[96] = "";
-    snprintf(name, sizeof(name), "determinism %s", op);
-    if (mism) snprintf(note, sizeof(note), "%zu of %zu bytes differ between two runs", mism, bytes);
+    size_t mism = 0, first = 0;
+    for (size_t i = 0; i < bytes; i++)
+        if (a[i] != b[i] && mism++ == 0) first = i;
+    char note[160] = "";
+    if (mism)
+        snprintf(note, sizeof(note), "%zu of %zu bytes differ %s, first at byte %zu", mism, bytes,
+                 why, first);
     row(name, shape, (double)mism, 0.0, mism == 0, note);
     free(a);
     free(b);
+}
+
+/* two GPU results must be bit-identical */
+static void check_same_bits(const char *op, const char *shape, const void *a_dev,
+                            const void *b_dev, size_t bytes) {
+    char name[96];
+    snprintf(name, sizeof(name), "determinism %s", op);
+    check_gpu_identical(name, shape, a_dev, b_dev, bytes, "between two runs");
+}
+
+/* A BF16 operand pair made by to_bf16 from x [rows, cols]: over the whole padded buffer
+ * [fp8t_bf16_pad(rows), fp8t_bf16_pad(cols)] the GPU's words must equal the CPU's, the GPU's
+ * padding must be zero and every other GPU word must be bf16_encode(x) (the host encoder, itself
+ * checked on all 2^32 inputs). The buffers are poisoned with different bytes on the two sides
+ * before the op, so a word either side leaves unwritten differs. NaN is compared bit for bit
+ * too: both encoders make every NaN the canonical 0x7FFF. */
+static int check_bf16_operand(const char *op, const char *shape, dpair d, const float *x,
+                              int rows, int cols) {
+    size_t ld = (size_t)fp8t_bf16_pad(cols), prow = (size_t)fp8t_bf16_pad(rows);
+    size_t words = ld * prow, bytes = fp8t_bf16_bytes(rows, cols);
+    uint16_t *ref = dl(0, d.p[0], bytes), *out = dl(1, d.p[1], bytes);
+    size_t mism = 0, pad_bad = 0, enc_bad = 0, first = 0, first_pad = 0, first_enc = 0;
+    for (size_t r = 0; r < prow; r++)
+        for (size_t c = 0; c < ld; c++) {
+            size_t i = r * ld + c;
+            int inside = r < (size_t)rows && c < (size_t)cols;
+            if (out[i] != ref[i] && mism++ == 0) first = i;
+            if (!inside && out[i] != 0 && pad_bad++ == 0) first_pad = i;
+            if (inside && out[i] != bf16_encode(x[r * (size_t)cols + c]) && enc_bad++ == 0)
+                first_enc = i;
+        }
+    char note[200] = "";
+    if (mism)
+        snprintf(note, sizeof(note), "%zu of %zu words differ, first at [%zu,%zu]%s: gpu 0x%04x "
+                 "cpu 0x%04x", mism, words, first / ld, first % ld,
+                 first / ld >= (size_t)rows || first % ld >= (size_t)cols ? " (padding)" : "",
+                 out[first], ref[first]);
+    else if (pad_bad)
+        snprintf(note, sizeof(note), "%zu padding words not zero (on both), first at [%zu,%zu]: "
+                 "0x%04x", pad_bad, first_pad / ld, first_pad % ld, out[first_pad]);
+    else if (enc_bad)
+        snprintf(note, sizeof(note), "%zu words are not bf16_encode(x) (on both), first at "
+                 "[%zu,%zu]: 0x%04x, want 0x%04x", enc_bad, first_enc / ld, first_enc % ld,
+                 out[first_enc], bf16_encode(x[first_enc / ld * (size_t)cols + first_enc % ld]));
+    int ok = mism == 0 && pad_bad == 0 && enc_bad == 0;
+    row(op, shape, (double)(mism + pad_bad + enc_bad) / (double)words, 0.0, ok, note);
+    free(ref);
+    free(out);
+    return ok;
 }
 
 /* a GPU-side copy of a pair's GPU buffer (to rerun an op and compare) */
@@ -349,6 +405,70 @@ static void test_gemm_float(int bf16) {
         dp_free(A), dp_free(B), dp_free(Cm);
         free(ha), free(hb), free(hc);
     }
+}
+
+/* gemm_bf16_rounded on operands made by to_bf16 on each backend: C (=, += with acc, or = with
+ * bias) against the CPU (1e-5: the operands are the same BF16 values, only the accumulation
+ * order differs); then on the GPU alone, the same bits as gemm_bf16 on the FP32 operands
+ * (followed by bias_add when there is a bias), which the op table promises: gemm_bf16 is
+ * to_bf16 of both operands and then this op, and the bias rides in the epilogue with the
+ * rounding of a separate add. */
+static void gemm_bf16_rounded_case(int M, int N, int K, int ta, int tb, int acc, int with_bias,
+                                   const char *shape_note) {
+    int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N; /* stored layouts */
+    float *ha = host_normal((size_t)M * K, 1.0f), *hb = host_normal((size_t)K * N, 1.0f);
+    float *hc = host_normal((size_t)M * N, 1.0f), *hbias = host_normal((size_t)N, 1.0f);
+    dpair A = dp_floats(ha, (size_t)M * K), B = dp_floats(hb, (size_t)K * N); /* [ar,ac] [br,bc] */
+    dpair bias = dp_floats(hbias, (size_t)N);                                   /* [N] */
+    dpair A16 = dp_alloc(fp8t_bf16_bytes(ar, ac)), B16 = dp_alloc(fp8t_bf16_bytes(br, bc));
+    dp_poison(A16, 1), dp_poison(B16, 1); /* to_bf16 must write the padding the GEMM reads */
+    dpair Cm = dp_floats(hc, (size_t)M * N);                                    /* [M, N] */
+    if (!acc) dp_poison(Cm, 0);
+    /* the GPU's gemm_bf16 (+ bias_add) result, from the same starting C */
+    void *Cref = gpu_clone(Cm);
+    FOR_BOTH {
+        be_->ops->to_bf16(be_, U16(A16), NULL, F(A), ar, ac);
+        be_->ops->to_bf16(be_, U16(B16), NULL, F(B), br, bc);
+        fp8t_bf16_operand oa = {U16(A16), ar, ac}, ob = {U16(B16), br, bc};
+        be_->ops->gemm_bf16_rounded(be_, F(Cm), &oa, &ob, M, N, K, ta, tb, acc,
+                                    with_bias ? F(bias) : NULL);
+    }
+    GPU->ops->gemm_bf16(GPU, Cref, A.p[1], B.p[1], M, N, K, ta, tb, acc, NULL, NULL);
+    if (with_bias) GPU->ops->bias_add(GPU, Cref, bias.p[1], M, N);
+    char op[96], shape[64];
+    const char *mode = with_bias ? " bias" : acc ? " acc" : "";
+    snprintf(shape, sizeof(shape), "%dx%dx%d%s", M, N, K, shape_note);
+    snprintf(op, sizeof(op), "gemm_bf16_rounded tA%d tB%d%s", ta, tb, mode);
+    check_f(op, shape, Cm, (size_t)M * N, 1e-5);
+    snprintf(op, sizeof(op), "rounded == gemm_bf16%s tA%d tB%d%s", with_bias ? "+bias" : "",
+             ta, tb, acc ? " acc" : "");
+    check_gpu_identical(op, shape, Cm.p[1], Cref, (size_t)M * N * 4,
+                        with_bias ? "from gemm_bf16 + bias_add on the GPU"
+                                  : "from gemm_bf16 on the GPU");
+    GPU->ops->free(GPU, Cref);
+    dp_free(A), dp_free(B), dp_free(bias), dp_free(A16), dp_free(B16), dp_free(Cm);
+    free(ha), free(hb), free(hc), free(hbias);
+}
+
+static void test_gemm_bf16_rounded(void) {
+    /* odd M, N, K (padding in every dimension), N odd and large-ish, and the GPT-2 MLP's shape */
+    static const int sizes[][3] = {{1, 1, 1},      {3, 5, 7},       {37, 5, 13},
+                                   {16, 16, 16},   {64, 1001, 96},  {100, 257, 129},
+                                   {513, 130, 771}, {256, 768, 3072}};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+        for (int combo = 0; combo < 4; combo++)
+            for (int mode = 0; mode < 3; mode++) /* plain, bias (acc = 0 only), acc */
+                gemm_bf16_rounded_case(sizes[si][0], sizes[si][1], sizes[si][2], combo & 1,
+                                       combo >> 1, mode == 2, mode == 1, "");
+    /* K = 0, an empty sum: C zeroed, or left alone with acc, or the bias alone */
+    for (int ta = 0; ta < 2; ta++)
+        for (int mode = 0; mode < 3; mode++)
+            gemm_bf16_rounded_case(5, 7, 0, ta, !ta, mode == 2, mode == 1, "");
+    /* the GPT-2 head's shape class, as in test_gemm_float: a vocabulary-sized odd N whose
+     * result is larger than any aligned scratch (fwd: tB=1; Wgrad-like: tA=1) */
+    gemm_bf16_rounded_case(2700, 50257, 64, 0, 1, 0, 1, " chunked");
+    gemm_bf16_rounded_case(2700, 50257, 64, 0, 1, 1, 0, " chunked");
+    gemm_bf16_rounded_case(2700, 50257, 64, 1, 0, 0, 0, " chunked");
 }
 
 /* FP8 codes of random normal data at a scale that uses the format's range */
@@ -705,6 +825,97 @@ static void test_bf16_round(void) {
         dp_free(dx), dp_free(dout);
         free(x);
     }
+}
+
+/* Inputs for to_bf16. kind 0: finite (normal data with outliers and underflow, exact BF16
+ * rounding ties, one-below and one-above ties, subnormals incl. subnormal ties, both zeros),
+ * magnitudes below 2^25 so an amax prior of 1e30 stays; kind 1: also +-Inf and huge values
+ * around the BF16 overflow threshold (0x7F7F8000 is a tie with an odd last kept bit: rounds up
+ * to Inf; 0x7F7F7FFF rounds down to the largest finite BF16); kind 2: also NaNs (quiet,
+ * signalling, negative, payloads), one of them in the middle. */
+static float *host_bf16_data(size_t n, int kind) {
+    float *x = host_quant_data(n, kind >= 1);
+    for (size_t i = 0; i < n; i++) {
+        int r = rnd_int(16);
+        uint32_t sign = rnd_int(2) ? 0x80000000u : 0u;
+        /* biased exponent 102..151: |x| in [2^-25, 2^25) for kind 0; any finite one else */
+        uint32_t expo = kind == 0 ? 102u + (uint32_t)rnd_int(50) : 1u + (uint32_t)rnd_int(254);
+        uint32_t kept = (uint32_t)rnd_u64() & 0x007F0000u; /* the 7 mantissa bits BF16 keeps */
+        static const uint32_t low[] = {0x8000u, 0x8000u, 0x7FFFu, 0x8001u, 0x0001u, 0xFFFFu};
+        uint32_t u;
+        if (r == 0 || r == 1) u = sign | expo << 23 | kept | low[rnd_int(6)];
+        else if (r == 2) u = sign | kept | low[rnd_int(6)]; /* subnormal, exponent 0 */
+        else continue;
+        memcpy(&x[i], &u, 4);
+    }
+    if (kind >= 1) {
+        static const uint32_t huge[] = {0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F7F8000u, 0xFF7F8000u,
+                                        0x7F7F7FFFu, 0x7F7E8000u, 0x7F7F8001u, 0x7F800000u};
+        for (size_t i = 5, k = 0; i < n; i += 211, k++) memcpy(&x[i], &huge[k % 8], 4);
+    }
+    if (kind == 2) {
+        static const uint32_t nans[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu,
+                                        0x7FBFFFFFu, 0x7F808000u, 0xFF800001u, 0x7FFF8000u};
+        for (size_t i = 2, k = 0; i < n; i += 97, k++) memcpy(&x[i], &nans[k % 8], 4);
+        x[n / 2] = NAN;
+    }
+    return x;
+}
+
+/* to_bf16: the whole padded operand (padding zeros included) and the max-accumulated amax
+ * bit for bit, on shapes whose rows and columns are and are not multiples of 8 */
+static void test_to_bf16(void) {
+    /* cols a multiple of 8 with rows that are not (13x64) or are: the CUDA backend's
+     * vectorized path, its row-padding tail, and its per-row path for odd cols */
+    static const int shapes[][2] = {{1, 1},     {3, 5},    {7, 13},    {8, 8},
+                                    {13, 64},   {37, 1001}, {64, 768}, {128, 3072}};
+    static const struct {
+        int kind;       /* host_bf16_data */
+        int with_amax;
+        float amax0;    /* the prior value of *amax_out */
+        int x_offset;   /* x read one float past the 16-byte aligned start */
+        const char *name;
+    } variants[] = {{0, 1, 0.25f, 0, "to_bf16"},
+                    {0, 0, 0.0f, 1, "to_bf16 (no amax, x +1 float)"},
+                    {0, 1, 1e30f, 0, "to_bf16 (prior 1e30)"},
+                    {1, 1, 0.5f, 0, "to_bf16 inf/huge/subn"},
+                    {2, 1, 1.0f, 0, "to_bf16 NaN"}};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
+            int rows = shapes[si][0], cols = shapes[si][1], off = variants[v].x_offset;
+            size_t n = (size_t)rows * cols;
+            float *x = host_bf16_data(n + 1, variants[v].kind); /* x + off: n elements */
+            if (variants[v].kind == 2) x[off + n / 2] = NAN;   /* a NaN in the read range */
+            float amax0 = variants[v].amax0;
+            dpair dx = dp_floats(x, n + 1), da = dp_floats(&amax0, 1);
+            dpair dout = dp_alloc(fp8t_bf16_bytes(rows, cols));
+            dp_poison(dout, 1); /* 0xCD.. on the CPU, 0xAB.. on the GPU: unwritten words differ */
+            FOR_BOTH be_->ops->to_bf16(be_, U16(dout), variants[v].with_amax ? F(da) : NULL,
+                                       F(dx) + off, rows, cols);
+            char op[64], shape[32];
+            snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+            check_bf16_operand(variants[v].name, shape, dout, x + off, rows, cols);
+            if (variants[v].with_amax) {
+                snprintf(op, sizeof(op), "%s amax", variants[v].name);
+                check_bits(op, shape, da, 4, 1);
+                /* and against the host: max(prior, max |x|), NaN if any x is NaN */
+                float want = amax0, got = 0;
+                for (size_t i = 0; i < n; i++) {
+                    float a = fabsf(x[off + i]);
+                    if (isnan(a) || isnan(want)) want = NAN;
+                    else if (a > want) want = a;
+                }
+                GPU->ops->to_host(GPU, &got, da.p[1], 4);
+                int ok = isnan(want) ? isnan(got) != 0 : memcmp(&got, &want, 4) == 0;
+                char note[96] = "";
+                if (!ok) snprintf(note, sizeof(note), "gpu %.9g, host max(prior, |x|) %.9g",
+                                  (double)got, (double)want);
+                snprintf(op, sizeof(op), "%s amax == host", variants[v].name);
+                row(op, shape, ok ? 0.0 : 1.0, 0.0, ok, note);
+            }
+            dp_free(dx), dp_free(da), dp_free(dout);
+            free(x);
+        }
 }
 
 static void test_delayed_update(void) {
@@ -1079,6 +1290,8 @@ static void run_op_suite(void) {
     test_memory_ops();
     test_gemm_float(0);
     test_gemm_float(1);
+    test_to_bf16(); /* before the GEMM on its operands */
+    test_gemm_bf16_rounded();
     test_gemm_fp8();
     test_amax();
     test_quantize();
