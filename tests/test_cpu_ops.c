@@ -347,7 +347,7 @@ static void test_gemm_fp8(void) {
             float *C = dev_rand(nc, -5, 5), *C0 = dev_copy(C, nc);
             float *amax = dev_floats(1);
             *amax = 1e-3f;
-            OPS->gemm_fp8(be, C, &A, &B, M, N, K, ta, tb, acc, combo & 1, amax);
+            OPS->gemm_fp8(be, C, &A, &B, M, N, K, ta, tb, acc, combo & 1, amax, NULL);
             char what[128];
             snprintf(what, sizeof what,
                      "gemm_fp8 %dx%dx%d transA=%d transB=%d acc=%d data_t_only=%d %s*%s", M, N,
@@ -388,7 +388,7 @@ static void test_gemm_fp8_composition(void) {
     *sw = 1.0f / ws;
     *amax = 1e6f;
     fp8t_fp8_operand A = {xc, NULL, sx, FP8_E4M3, M, K}, B = {wc, NULL, sw, FP8_E4M3, N, K};
-    OPS->gemm_fp8(be, Y, &A, &B, M, N, K, 0, 1, 0, 0, amax); /* Fprop Y = X·Wᵀ */
+    OPS->gemm_fp8(be, Y, &A, &B, M, N, K, 0, 1, 0, 0, amax, NULL); /* Fprop Y = X·Wᵀ */
     T_CHECK(*amax == 1e6f, "amax_out must max-accumulate, got %g", *amax);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {

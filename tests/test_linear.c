@@ -228,10 +228,11 @@ static int transposed_ok(const fp8t_fp8_operand *o) {
 
 static void checking_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                               const fp8t_fp8_operand *B, int M, int N, int K, int transA,
-                              int transB, int acc, int fast_accum, float *amax_out) {
+                              int transB, int acc, int fast_accum, float *amax_out,
+                              const float *bias) {
     n_fp8_gemms++;
     if (!transposed_ok(A) || !transposed_ok(B)) n_bad_transposes++;
-    cpu_ops->gemm_fp8(b, C, A, B, M, N, K, transA, transB, acc, fast_accum, amax_out);
+    cpu_ops->gemm_fp8(b, C, A, B, M, N, K, transA, transB, acc, fast_accum, amax_out, bias);
 }
 
 /* Runs `steps` optimizer steps of two micro-batches under policy pol; returns via T_* checks.

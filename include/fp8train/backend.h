@@ -86,10 +86,12 @@ typedef struct fp8t_backend_ops {
     /* FP8 operands; C = (A_codes·B_codes) * scale_inv_A * scale_inv_B, accumulated in FP32.
      * A->rows/cols and B->rows/cols describe the stored (untransposed) layout. fast_accum is a
      * hint (Hopper's reduced-precision accumulation); the CPU ignores it. Optionally records
-     * amax of the result into *amax_out (device pointer, max-accumulate) when non-NULL. */
+     * amax of the result into *amax_out (device pointer, max-accumulate) when non-NULL. bias
+     * (may be NULL; only with acc = 0): bias[j] added to every row of the result, as bias_add
+     * after the product (a GPU may add it in the GEMM's epilogue, rounding once). */
     void (*gemm_fp8)(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                      const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
-                     int acc, int fast_accum, float *amax_out);
+                     int acc, int fast_accum, float *amax_out, const float *bias);
 
     /* ---- quantization ---- */
     /* *amax_out = max(*amax_out, amax(x)); NaN propagates (device pointer) */

@@ -136,9 +136,9 @@ static void w_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_opera
 }
 static void w_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                        const fp8t_fp8_operand *B, int M, int N, int K, int ta, int tb, int acc,
-                       int fast, float *amax_out) {
+                       int fast, float *amax_out, const float *bias) {
     TIMED_THEN(P_GEMM_FP8,
-               ib->ops->gemm_fp8(ib, C, A, B, M, N, K, ta, tb, acc, fast, amax_out),
+               ib->ops->gemm_fp8(ib, C, A, B, M, N, K, ta, tb, acc, fast, amax_out, bias),
                gemm_account(b, P_GEMM_FP8, M, N, K, ta, tb, dt_));
 }
 

@@ -11,6 +11,7 @@
  *            gemm_bf16_rounded (FP32 accumulation; the bias added in its epilogue when no hook
  *            must see the output without it)
  *   delayed  FP8 codes with the recipe state's scale (from earlier steps' amaxes), gemm_fp8
+ *            (which, like the BF16 one, takes the Fprop's bias)
  *   current  FP8 codes with a scale from this tensor's own amax, gemm_fp8
  *   fake     current-scaled quantize-dequantize of each operand, then gemm_bf16
  *   block    1x128 tiles along K for X/dY, 128x128 blocks for W (DeepSeek-V3), dequantized,
@@ -248,9 +249,10 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     }
 }
 
-/* Whether run_gemm adds a bias itself (in the BF16 GEMM's epilogue) for precision prec. */
+/* Whether run_gemm adds a bias itself (in the GEMM's epilogue, on a GPU) for precision prec:
+ * the BF16-operand and the FP8 GEMMs take one. */
 static int gemm_takes_bias(const fp8t_model *m, fp8t_precision prec) {
-    return prec == FP8T_PREC_BF16 && !m->no_bf16_operands;
+    return (prec == FP8T_PREC_BF16 && !m->no_bf16_operands) || model_prec_has_codes(prec);
 }
 
 /* C[M,N] (= or +=) op(A)·op(B) in precision prec. A's prepared form is copied to *keep_a
@@ -273,7 +275,7 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     case FP8T_PREC_DELAYED:
     case FP8T_PREC_CURRENT: {
         int fast = g == FP8T_GEMM_FPROP ? m->policy.fast_accum_fprop : m->policy.fast_accum_grad;
-        m->ops->gemm_fp8(be, C, &pa.q, &pb.q, M, N, K, transA, transB, acc, fast, NULL);
+        m->ops->gemm_fp8(be, C, &pa.q, &pb.q, M, N, K, transA, transB, acc, fast, NULL, bias);
         break;
     }
     case FP8T_PREC_BF16:

@@ -490,9 +490,10 @@ static uint8_t *host_transpose_u8(const uint8_t *c, int rows, int cols) {
 }
 
 /* layout: 0 data only, 1 data + data_t, 2 data_t only, 3 like 1 with scale_inv pointers that
- * are not 16-byte aligned (as the model's, which point into the recipe state) */
+ * are not 16-byte aligned (as the model's, which point into the recipe state); with_bias: a
+ * bias [N] added to every row (the Fprop's, acc = 0) */
 static void gemm_fp8_case(int M, int N, int K, int ta, int tb, fp8_format fa, fp8_format fb,
-                          int layout, int acc, int fast) {
+                          int layout, int acc, int fast, int with_bias) {
     int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
     float sa, sb;
     uint8_t *ca = host_codes((size_t)ar * ac, fa, &sa), *cb = host_codes((size_t)br * bc, fb, &sb);
@@ -506,6 +507,8 @@ static void gemm_fp8_case(int M, int N, int K, int ta, int tb, fp8_format fa, fp
     if (!acc) dp_poison(Cm, 0);
     float amax0 = 0.5f;
     dpair amax = dp_floats(&amax0, 1);
+    float *hbias = host_normal((size_t)N, 1.0f);
+    dpair bias = dp_floats(hbias, (size_t)N);
     long lt0 = 0, fb0 = 0, lt1 = 0, fb1 = 0;
     fp8t_cuda_gemm_counts(GPU, &lt0, &fb0);
     FOR_BOTH {
@@ -519,7 +522,8 @@ static void gemm_fp8_case(int M, int N, int K, int ta, int tb, fp8_format fa, fp
             be_->ops->copy(be_, F(dsb), F(dsb) + 1, 4);
             A.scale_inv = F(dsa), B.scale_inv = F(dsb);
         }
-        be_->ops->gemm_fp8(be_, F(Cm), &A, &B, M, N, K, ta, tb, acc, fast, F(amax));
+        be_->ops->gemm_fp8(be_, F(Cm), &A, &B, M, N, K, ta, tb, acc, fast, F(amax),
+                           with_bias ? F(bias) : NULL);
     }
     fp8t_cuda_gemm_counts(GPU, &lt1, &fb1);
     int on_lt = lt1 > lt0;
@@ -528,6 +532,7 @@ static void gemm_fp8_case(int M, int N, int K, int ta, int tb, fp8_format fa, fp
     snprintf(op, sizeof(op), "gemm_fp8 %s*%s tA%d tB%d %s%s%s", fa == FP8_E4M3 ? "e4" : "e5",
              fb == FP8_E4M3 ? "e4" : "e5", ta, tb, lay[layout], acc ? " acc" : "",
              fast ? " fast" : "");
+    if (with_bias) snprintf(op + strlen(op), sizeof(op) - strlen(op), " +bias");
     snprintf(shape, sizeof(shape), "%dx%dx%d", M, N, K);
     /* The fallback decodes exactly and accumulates in FP32: 1e-5. Hopper's FP8 tensor cores
      * add each 32-deep product chunk with ~14 bits of precision before cuBLASLt promotes the
@@ -540,8 +545,8 @@ static void gemm_fp8_case(int M, int N, int K, int ta, int tb, fp8_format fa, fp
     snprintf(op, sizeof(op), "gemm_fp8 amax_out%s", fast ? " fast" : "");
     check_f(op, shape, amax, 1, tol);
     dp_free(dA), dp_free(dB), dp_free(dAt), dp_free(dBt), dp_free(dsa), dp_free(dsb);
-    dp_free(Cm), dp_free(amax);
-    free(ca), free(cb), free(ca_t), free(cb_t), free(hc);
+    dp_free(Cm), dp_free(amax), dp_free(bias);
+    free(ca), free(cb), free(ca_t), free(cb_t), free(hc), free(hbias);
 }
 
 static void test_gemm_fp8(void) {
@@ -553,26 +558,33 @@ static void test_gemm_fp8(void) {
             for (int tb = 0; tb < 2; tb++)
                 for (int layout = 0; layout < 4; layout++)
                     gemm_fp8_case(sizes[si][0], sizes[si][1], sizes[si][2], ta, tb, FP8_E4M3,
-                                  FP8_E4M3, layout, 0, 0);
+                                  FP8_E4M3, layout, 0, 0, 0);
     /* the linear layer's three GEMMs in hybrid formats, plus E5M2 x E5M2 (fallback) */
     static const int lsizes[][3] = {{256, 384, 512}, {128, 64, 48}, {31, 47, 33}};
     for (int si = 0; si < 3; si++) {
         int M = lsizes[si][0], N = lsizes[si][1], K = lsizes[si][2];
-        gemm_fp8_case(M, N, K, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 0); /* fprop */
-        gemm_fp8_case(M, N, K, 0, 0, FP8_E5M2, FP8_E4M3, 1, 0, 0); /* dgrad */
-        gemm_fp8_case(M, N, K, 1, 0, FP8_E5M2, FP8_E4M3, 1, 1, 0); /* wgrad, accumulating */
-        gemm_fp8_case(M, N, K, 0, 1, FP8_E4M3, FP8_E5M2, 1, 0, 0);
-        gemm_fp8_case(M, N, K, 0, 1, FP8_E5M2, FP8_E5M2, 1, 0, 0);
-        gemm_fp8_case(M, N, K, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 1); /* fast accumulation */
-        gemm_fp8_case(M, N, K, 1, 0, FP8_E5M2, FP8_E4M3, 3, 1, 0); /* model-like scales */
+        gemm_fp8_case(M, N, K, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 0, 0); /* fprop */
+        gemm_fp8_case(M, N, K, 0, 0, FP8_E5M2, FP8_E4M3, 1, 0, 0, 0); /* dgrad */
+        gemm_fp8_case(M, N, K, 1, 0, FP8_E5M2, FP8_E4M3, 1, 1, 0, 0); /* wgrad, accumulating */
+        gemm_fp8_case(M, N, K, 0, 1, FP8_E4M3, FP8_E5M2, 1, 0, 0, 0);
+        gemm_fp8_case(M, N, K, 0, 1, FP8_E5M2, FP8_E5M2, 1, 0, 0, 0);
+        gemm_fp8_case(M, N, K, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 1, 0); /* fast accumulation */
+        gemm_fp8_case(M, N, K, 1, 0, FP8_E5M2, FP8_E4M3, 3, 1, 0, 0); /* model-like scales */
     }
-    gemm_fp8_case(1024, 768, 3072, 0, 1, FP8_E4M3, FP8_E4M3, 1, 1, 0);
-    gemm_fp8_case(1024, 768, 3072, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 1);
+    gemm_fp8_case(1024, 768, 3072, 0, 1, FP8_E4M3, FP8_E4M3, 1, 1, 0, 0);
+    gemm_fp8_case(1024, 768, 3072, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 1, 0);
+    /* the Fprop's bias (in the cuBLASLt epilogue when it has such a kernel; the fallback and
+     * the unaligned size add it in its own pass) */
+    gemm_fp8_case(256, 384, 512, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 0, 1);
+    gemm_fp8_case(256, 384, 512, 0, 1, FP8_E4M3, FP8_E4M3, 3, 0, 1, 1);
+    gemm_fp8_case(1024, 768, 3072, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 1, 1);
+    gemm_fp8_case(31, 47, 33, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 0, 1);
+    gemm_fp8_case(64, 96, 128, 0, 1, FP8_E5M2, FP8_E5M2, 1, 0, 0, 1);
     /* the aligned sizes must have run on the FP8 tensor cores, not the fallback */
     long before_lt = 0, before_fb = 0, lt = 0, fb = 0;
     fp8t_cuda_gemm_counts(GPU, &before_lt, &before_fb);
-    gemm_fp8_case(256, 384, 512, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 0);
-    gemm_fp8_case(256, 384, 512, 1, 0, FP8_E5M2, FP8_E4M3, 0, 1, 0);
+    gemm_fp8_case(256, 384, 512, 0, 1, FP8_E4M3, FP8_E4M3, 1, 0, 0, 0);
+    gemm_fp8_case(256, 384, 512, 1, 0, FP8_E5M2, FP8_E4M3, 0, 1, 0, 0);
     fp8t_cuda_gemm_counts(GPU, &lt, &fb);
     char note[96];
     snprintf(note, sizeof(note), "%ld of 2 on cuBLASLt FP8, %ld on the fallback (all calls: %ld/%ld)",

@@ -121,7 +121,7 @@ static int decode_operand(float *out, const fp8t_fp8_operand *op, int trans, con
 
 void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                   const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
-                  int acc, int fast_accum, float *amax_out) {
+                  int acc, int fast_accum, float *amax_out, const float *bias) {
     (void)fast_accum; /* CPU accumulation is always full FP32 */
     if (M <= 0 || N <= 0) return;
     size_t na = (size_t)M * K, nb = (size_t)K * N;
@@ -131,5 +131,6 @@ void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
     int tb = decode_operand(bf, B, transB, "B", K, N);
     float alpha = (*A->scale_inv) * (*B->scale_inv);
     sgemm_rowmajor(C, af, bf, M, N, K, ta, tb, acc, alpha);
+    if (bias) cpu_bias_add(b, C, bias, M, N);
     if (amax_out) cpu_amax(b, amax_out, C, (size_t)M * N);
 }

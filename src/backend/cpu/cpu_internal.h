@@ -119,7 +119,7 @@ void cpu_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A
                            int transB, int acc, const float *bias);
 void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                   const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
-                  int acc, int fast_accum, float *amax_out);
+                  int acc, int fast_accum, float *amax_out, const float *bias);
 /* cpu_quant.c */
 void cpu_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n);
 void cpu_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,

@@ -704,20 +704,24 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, const float
     if (B <= 0 || T <= 0 || NH <= 0) return;
     check_attention_args(HS, rope_theta);
     cuda_state *s = cuda_of(b);
+    const float *cosv, *sinv;
+    rope_tables(b, T, HS, rope_theta, &cosv, &sinv);
+    float scale = 1.0f / sqrtf((float)HS);
+    /* flash reads qkv itself */
+    if (s->attn_mode == ATTN_FLASH &&
+        cuda_attn_flash_fwd(b, out, lse, qkv, cosv, sinv, B, T, NH, HS, scale) == 0) {
+        s->n_attn_tc++;
+        return;
+    }
     size_t per = (size_t)B * NH * T * HS;
     float *q = (float *)cuda_scratch(b, SCR_ATTN, 3 * per * sizeof(float));
     float *k = q + per, *v = k + per;
-    const float *cosv, *sinv;
-    rope_tables(b, T, HS, rope_theta, &cosv, &sinv);
     size_t pairs = (size_t)B * T * NH * ((HS + 1) / 2);
     attn_prep_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(q, k, v, qkv, cosv, sinv, B,
                                                                   T, NH, HS);
     CUDA_LAUNCH_CHECK(s);
-    float scale = 1.0f / sqrtf((float)HS);
-    if ((s->attn_mode == ATTN_FLASH &&
-         cuda_attn_flash_fwd(b, out, lse, q, k, v, B, T, NH, HS, scale) == 0) ||
-        (s->attn_mode == ATTN_GEMM &&
-         cuda_attn_gemm_fwd(b, out, lse, q, k, v, B, T, NH, HS, scale) == 0)) {
+    if (s->attn_mode == ATTN_GEMM &&
+        cuda_attn_gemm_fwd(b, out, lse, q, k, v, B, T, NH, HS, scale) == 0) {
         s->n_attn_tc++;
         return;
     }
@@ -742,24 +746,37 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
     cuda_state *s = cuda_of(b);
     size_t per = (size_t)B * NH * T * HS;
     size_t rows = (size_t)B * NH * T;
-    float *q = (float *)cuda_scratch(b, SCR_ATTN, (6 * per + rows) * sizeof(float));
-    float *k = q + per, *v = k + per, *dq = v + per, *dk = dq + per, *dv = dk + per;
-    float *Dv = dv + per;
     const float *cosv, *sinv;
     rope_tables(b, T, HS, rope_theta, &cosv, &sinv);
+    /* scratch: per-head dq, dk, dv (not needed by flash without RoPE), q, k, v (the prep
+     * kernel's, not needed by flash), then Dv */
+    const int flash = s->attn_mode == ATTN_FLASH && cuda_attn_flash_supported(B, T, NH, HS);
+    const size_t nbuf = flash ? (cosv ? 3 : 0) : 6;
+    float *dq = (float *)cuda_scratch(b, SCR_ATTN, (nbuf * per + rows) * sizeof(float));
+    float *dk = dq + per, *dv = dk + per, *q = dv + per, *k = q + per, *v = k + per;
+    float *Dv = dq + nbuf * per;
     size_t pairs = (size_t)B * T * NH * ((HS + 1) / 2);
-    attn_prep_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(q, k, v, qkv, cosv, sinv, B,
-                                                                  T, NH, HS);
-    CUDA_LAUNCH_CHECK(s);
     attn_rowdot_kernel<<<cdiv_u(rows * 32, 256), 256, 0, s->stream>>>(Dv, dout, out, B, T, NH,
                                                                      HS);
     CUDA_LAUNCH_CHECK(s);
     float scale = 1.0f / sqrtf((float)HS);
+    /* flash reads qkv itself; with no RoPE to undo it also writes dqkv itself */
+    if (flash) {
+        cuda_attn_flash_bwd(b, cosv ? NULL : dqkv, dq, dk, dv, qkv, cosv, sinv, dout, lse, Dv, B,
+                            T, NH, HS, scale);
+        s->n_attn_tc++;
+        if (cosv) {
+            attn_post_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(
+                dqkv, dq, dk, dv, cosv, sinv, B, T, NH, HS);
+            CUDA_LAUNCH_CHECK(s);
+        }
+        return;
+    }
+    attn_prep_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(q, k, v, qkv, cosv, sinv, B,
+                                                                  T, NH, HS);
+    CUDA_LAUNCH_CHECK(s);
     int done = 0;
-    if (s->attn_mode == ATTN_FLASH)
-        done = cuda_attn_flash_bwd(b, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, HS,
-                                   scale) == 0;
-    else if (s->attn_mode == ATTN_GEMM)
+    if (s->attn_mode == ATTN_GEMM)
         done = cuda_attn_gemm_bwd(b, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, HS,
                                   scale) == 0;
     if (done) s->n_attn_tc++;

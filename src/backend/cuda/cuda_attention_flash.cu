@@ -1,10 +1,13 @@
 /* CUDA backend — attention core: BF16 tensor-core flash attention (FP8TRAIN_CUDA_ATTN=flash).
  *
- * Inputs are the prep kernel's FP32 per-head layouts q, k, v [B*NH, T, HS] (RoPE applied);
- * head sizes 32, 64 and 128. Numerics (the contract in cuda_common.cuh):
- *   - q, k, v (and dout) are rounded to BF16 (round-to-nearest-even) by a conversion kernel
- *     that writes padded copies [B*NH, Tp, HS], Tp = T rounded up to 64, rows >= T zero, into
- *     scratch slot SCR_ATTN2; the tile loads then need no bounds checks.
+ * Inputs come straight from the op's qkv [B, T, 3C] (FP32); head sizes 32, 64 and 128.
+ * Numerics (the contract in cuda_common.cuh):
+ *   - q, k, v are rounded to BF16 (round-to-nearest-even), RoPE applied first in FP32 when
+ *     asked (the prep kernel's arithmetic), by one conversion kernel that writes padded copies
+ *     [B*NH, Tp, HS], Tp = T rounded up to 64, rows >= T zero, into scratch slot SCR_ATTN2
+ *     (dout likewise from its token-major layout); the tile loads then need no bounds checks.
+ *   - dq, dk, dv are written through a row layout (fl_out): straight into dqkv [B, T, 3C]
+ *     when there is no RoPE to undo, else per head for the caller's post kernel.
  *   - S = q k^T on tensor cores (mma.sync m16n8k16 BF16 x BF16 -> FP32 accumulate); online
  *     softmax in FP32; P rounded to BF16 for P V; O accumulated in FP32; lse in FP32.
  *     Exponentials are computed base 2 (exp2f of S * scale * log2(e) minus a base-2 max),
@@ -125,6 +128,78 @@ __global__ void flash_to_bf16_kernel(uint16_t *dst, const float *__restrict__ sr
         o.w = pack_bf16x2(x[6], x[7]);
         *reinterpret_cast<uint4 *>(dst + row * D + 8 * c) = o;
     }
+}
+
+/* q, k, v [BH, Tp, HS] BF16 from qkv [B, T, 3C] FP32 (q | k | v, each [NH, HS] per token,
+ * C = NH * HS); when cosv is non-NULL q and k are first rotated in FP32 (rotate-half pairs
+ * (i, i + HS/2), the arithmetic of attn_prep_kernel); rows t >= T are zero. One thread per
+ * (head row, 8 dims i..i+7 of the first half): it also does the partners i + HS/2.., so every
+ * load and store is 16 bytes (vec: qkv 16-byte aligned) or scalar loads. */
+__global__ void flash_qkv_to_bf16_kernel(uint16_t *qh, uint16_t *kh, uint16_t *vh,
+                                         const float *__restrict__ qkv,
+                                         const float *__restrict__ cosv,
+                                         const float *__restrict__ sinv, int BH, int T, int Tp,
+                                         int NH, int HS, int vec) {
+    const int half = HS / 2, H8 = half / 8;
+    const size_t C = (size_t)NH * HS;
+    size_t n = (size_t)BH * Tp * H8;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int c = (int)(i % H8);
+        size_t row = i / H8; /* bh * Tp + t */
+        int t = (int)(row % Tp);
+        int bh = (int)(row / Tp);
+        const int d0 = 8 * c, d1 = half + 8 * c;
+        float x[6][8]; /* q lo, q hi, k lo, k hi, v lo, v hi */
+        for (int a = 0; a < 6; a++)
+            for (int e = 0; e < 8; e++) x[a][e] = 0.f;
+        if (t < T) {
+            const float *src = qkv + ((size_t)(bh / NH) * T + t) * 3 * C + (size_t)(bh % NH) * HS;
+            for (int a = 0; a < 6; a++) {
+                const float *p = src + (size_t)(a / 2) * C + (a & 1 ? d1 : d0);
+                if (vec) {
+                    float4 u = *reinterpret_cast<const float4 *>(p);
+                    float4 w = *reinterpret_cast<const float4 *>(p + 4);
+                    x[a][0] = u.x, x[a][1] = u.y, x[a][2] = u.z, x[a][3] = u.w;
+                    x[a][4] = w.x, x[a][5] = w.y, x[a][6] = w.z, x[a][7] = w.w;
+                } else {
+                    for (int e = 0; e < 8; e++) x[a][e] = p[e];
+                }
+            }
+            if (cosv) {
+                for (int e = 0; e < 8; e++) {
+                    float cs = cosv[(size_t)t * half + d0 + e], sn = sinv[(size_t)t * half + d0 + e];
+                    float q1 = x[0][e], q2 = x[1][e], k1 = x[2][e], k2 = x[3][e];
+                    x[0][e] = q1 * cs - q2 * sn;
+                    x[1][e] = q2 * cs + q1 * sn;
+                    x[2][e] = k1 * cs - k2 * sn;
+                    x[3][e] = k2 * cs + k1 * sn;
+                }
+            }
+        }
+        uint16_t *dst[3] = {qh, kh, vh};
+        for (int a = 0; a < 6; a++) {
+            uint4 o;
+            o.x = pack_bf16x2(x[a][0], x[a][1]);
+            o.y = pack_bf16x2(x[a][2], x[a][3]);
+            o.z = pack_bf16x2(x[a][4], x[a][5]);
+            o.w = pack_bf16x2(x[a][6], x[a][7]);
+            *reinterpret_cast<uint4 *>(dst[a / 2] + row * HS + (a & 1 ? d1 : d0)) = o;
+        }
+    }
+}
+
+/* Where a backward kernel writes head bh's row t of dq, dk or dv (HS contiguous FP32 values):
+ * p + (bh / NH) * sB + (bh % NH) * sH + t * sT. Per head [BH, T, HS]: sB = NH*T*HS, sH = T*HS,
+ * sT = HS; into dqkv [B, T, 3C]: sB = 3*T*C, sH = HS, sT = 3C (p offset by 0, C, 2C). */
+struct fl_out {
+    float *p;
+    size_t sB, sH, sT;
+    int NH;
+};
+
+__device__ __forceinline__ float *fl_row(const fl_out &o, int bh, int t) {
+    return o.p + (size_t)(bh / o.NH) * o.sB + (size_t)(bh % o.NH) * o.sH + (size_t)t * o.sT;
 }
 
 /* Rows [0, 64) of a BF16 [.., D] row-major matrix at g (row stride D) into shared s[64][D + 8]
@@ -352,7 +427,7 @@ __global__ void __launch_bounds__(FL_THREADS)
  * dS = P (dP - Dv), dq += dS K (K as [k = key][n = d], ldmatrix.trans). */
 template <int D>
 __global__ void __launch_bounds__(FL_THREADS)
-    flash_bwd_dq_kernel(float *dq, const uint16_t *__restrict__ q,
+    flash_bwd_dq_kernel(fl_out dq, const uint16_t *__restrict__ q,
                         const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
                         const uint16_t *__restrict__ dout, const float *__restrict__ lse,
                         const float *__restrict__ Dv, int T, int Tp, float scale,
@@ -424,14 +499,14 @@ __global__ void __launch_bounds__(FL_THREADS)
     }
 
     if (row0 < T) {
-        float *o = dq + ((size_t)bh * T + row0) * D + 2 * t;
+        float *o = fl_row(dq, bh, row0) + 2 * t;
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
             *reinterpret_cast<float2 *>(o + 8 * n) =
                 make_float2(acc[n][0] * scale, acc[n][1] * scale);
     }
     if (row1 < T) {
-        float *o = dq + ((size_t)bh * T + row1) * D + 2 * t;
+        float *o = fl_row(dq, bh, row1) + 2 * t;
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
             *reinterpret_cast<float2 *>(o + 8 * n) =
@@ -447,7 +522,7 @@ __global__ void __launch_bounds__(FL_THREADS)
  * Q, dO [2][64][LDT], lse * log2e and Dv of the query tile [2][64] FP32. */
 template <int D>
 __global__ void __launch_bounds__(FL_THREADS)
-    flash_bwd_dkdv_kernel(float *dk, float *dv, const uint16_t *__restrict__ q,
+    flash_bwd_dkdv_kernel(fl_out dk, fl_out dv, const uint16_t *__restrict__ q,
                           const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
                           const uint16_t *__restrict__ dout, const float *__restrict__ lse,
                           const float *__restrict__ Dv, int T, int Tp, float scale,
@@ -537,8 +612,8 @@ __global__ void __launch_bounds__(FL_THREADS)
 
     int key0 = kt * FL_TILE + lkey0, key1 = key0 + 8;
     if (key0 < T) {
-        float *ok = dk + ((size_t)bh * T + key0) * D + 2 * t;
-        float *ov = dv + ((size_t)bh * T + key0) * D + 2 * t;
+        float *ok = fl_row(dk, bh, key0) + 2 * t;
+        float *ov = fl_row(dv, bh, key0) + 2 * t;
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
             *reinterpret_cast<float2 *>(ok + 8 * n) =
@@ -547,8 +622,8 @@ __global__ void __launch_bounds__(FL_THREADS)
         }
     }
     if (key1 < T) {
-        float *ok = dk + ((size_t)bh * T + key1) * D + 2 * t;
-        float *ov = dv + ((size_t)bh * T + key1) * D + 2 * t;
+        float *ok = fl_row(dk, bh, key1) + 2 * t;
+        float *ov = fl_row(dv, bh, key1) + 2 * t;
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
             *reinterpret_cast<float2 *>(ok + 8 * n) =
@@ -584,7 +659,7 @@ static void flash_setup(void) {
     done = 1;
 }
 
-static int flash_supported(int B, int T, int NH, int HS) {
+int cuda_attn_flash_supported(int B, int T, int NH, int HS) {
     if (HS != 32 && HS != 64 && HS != 128) return 0;
     if (B <= 0 || T <= 0 || NH <= 0) return 0;
     if ((T + FL_TILE - 1) / FL_TILE > 65535) return 0; /* grid.y */
@@ -592,19 +667,29 @@ static int flash_supported(int B, int T, int NH, int HS) {
     return 1;
 }
 
-/* BF16 copy [BH, Tp, HS] of an FP32 tensor (per-head [BH, T, HS], or token-major
- * [B, T, NH*HS] when token_major), rows >= T zero. */
-static void to_bf16_padded(cuda_state *s, uint16_t *dst, const float *src, int B, int T, int Tp,
-                           int NH, int HS, int token_major) {
-    size_t sB, sH, sT;
-    if (token_major) sB = (size_t)T * NH * HS, sH = HS, sT = (size_t)NH * HS;
-    else sB = (size_t)NH * T * HS, sH = (size_t)T * HS, sT = HS;
+/* BF16 copy [BH, Tp, HS] of the token-major FP32 dout [B, T, NH*HS], rows >= T zero. */
+static void dout_to_bf16(cuda_state *s, uint16_t *dst, const float *src, int B, int T, int Tp,
+                         int NH, int HS) {
+    size_t sB = (size_t)T * NH * HS, sH = HS, sT = (size_t)NH * HS;
     int vec = ((uintptr_t)src & 15) == 0; /* row offsets are multiples of HS (8 floats) */
     size_t n = (size_t)B * NH * Tp * (HS / 8);
     size_t want = (n + 255) / 256, cap = (size_t)s->num_sms * 32;
     unsigned blocks = (unsigned)(want < cap ? want : cap);
     flash_to_bf16_kernel<<<blocks, 256, 0, s->stream>>>(dst, src, B * NH, T, Tp, NH, HS, sB, sH,
                                                         sT, vec);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* q, k, v as padded BF16 [BH, Tp, HS] from qkv (RoPE applied when cosv is non-NULL). */
+static void qkv_to_bf16(cuda_state *s, uint16_t *qh, uint16_t *kh, uint16_t *vh,
+                        const float *qkv, const float *cosv, const float *sinv, int B, int T,
+                        int Tp, int NH, int HS) {
+    int vec = ((uintptr_t)qkv & 15) == 0; /* C = NH * HS is a multiple of 32 */
+    size_t n = (size_t)B * NH * Tp * (HS / 16);
+    size_t want = (n + 255) / 256, cap = (size_t)s->num_sms * 32;
+    unsigned blocks = (unsigned)(want < cap ? want : cap);
+    flash_qkv_to_bf16_kernel<<<blocks, 256, 0, s->stream>>>(qh, kh, vh, qkv, cosv, sinv, B * NH,
+                                                            T, Tp, NH, HS, vec);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -619,7 +704,7 @@ static void fwd_launch(cuda_state *s, dim3 grid, float *out, float *lse, const u
 }
 
 template <int D>
-static void bwd_launch(cuda_state *s, dim3 grid, float *dq, float *dk, float *dv,
+static void bwd_launch(cuda_state *s, dim3 grid, fl_out dq, fl_out dk, fl_out dv,
                        const uint16_t *qh, const uint16_t *kh, const uint16_t *vh,
                        const uint16_t *doh, const float *lse, const float *Dv, int T, int Tp,
                        float scale, float scale_log2) {
@@ -632,46 +717,54 @@ static void bwd_launch(cuda_state *s, dim3 grid, float *dq, float *dk, float *dv
     CUDA_LAUNCH_CHECK(s);
 }
 
-int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, const float *q, const float *k,
-                        const float *v, int B, int T, int NH, int HS, float scale) {
-    if (!flash_supported(B, T, NH, HS)) return -1;
+int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, const float *qkv,
+                        const float *cosv, const float *sinv, int B, int T, int NH, int HS,
+                        float scale) {
+    if (!cuda_attn_flash_supported(B, T, NH, HS)) return -1;
     cuda_state *s = cuda_of(b);
     int nT = (T + FL_TILE - 1) / FL_TILE, Tp = nT * FL_TILE, BH = B * NH;
     size_t per = (size_t)BH * Tp * HS; /* BF16 elements of one padded copy */
     uint16_t *qh = (uint16_t *)cuda_scratch(b, SCR_ATTN2, 3 * per * sizeof(uint16_t));
     uint16_t *kh = qh + per, *vh = kh + per;
-    to_bf16_padded(s, qh, q, B, T, Tp, NH, HS, 0);
-    to_bf16_padded(s, kh, k, B, T, Tp, NH, HS, 0);
-    to_bf16_padded(s, vh, v, B, T, Tp, NH, HS, 0);
+    qkv_to_bf16(s, qh, kh, vh, qkv, cosv, sinv, B, T, Tp, NH, HS);
     float scale_log2 = scale * FL_LOG2E;
     dim3 grid(BH, nT);
     if (HS == 32) fwd_launch<32>(s, grid, out, lse, qh, kh, vh, T, Tp, NH, scale_log2);
     else if (HS == 64) fwd_launch<64>(s, grid, out, lse, qh, kh, vh, T, Tp, NH, scale_log2);
     else fwd_launch<128>(s, grid, out, lse, qh, kh, vh, T, Tp, NH, scale_log2);
-    CUDA_LAUNCH_CHECK(s);
     return 0;
 }
 
-int cuda_attn_flash_bwd(fp8t_backend *b, float *dq, float *dk, float *dv, const float *q,
-                        const float *k, const float *v, const float *dout, const float *lse,
-                        const float *Dv, int B, int T, int NH, int HS, float scale) {
-    if (!flash_supported(B, T, NH, HS)) return -1;
+int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, float *dv,
+                        const float *qkv, const float *cosv, const float *sinv,
+                        const float *dout, const float *lse, const float *Dv, int B, int T,
+                        int NH, int HS, float scale) {
+    if (!cuda_attn_flash_supported(B, T, NH, HS)) return -1;
     cuda_state *s = cuda_of(b);
     int nT = (T + FL_TILE - 1) / FL_TILE, Tp = nT * FL_TILE, BH = B * NH;
     size_t per = (size_t)BH * Tp * HS;
     uint16_t *qh = (uint16_t *)cuda_scratch(b, SCR_ATTN2, 4 * per * sizeof(uint16_t));
     uint16_t *kh = qh + per, *vh = kh + per, *doh = vh + per;
-    to_bf16_padded(s, qh, q, B, T, Tp, NH, HS, 0);
-    to_bf16_padded(s, kh, k, B, T, Tp, NH, HS, 0);
-    to_bf16_padded(s, vh, v, B, T, Tp, NH, HS, 0);
-    to_bf16_padded(s, doh, dout, B, T, Tp, NH, HS, 1);
+    qkv_to_bf16(s, qh, kh, vh, qkv, cosv, sinv, B, T, Tp, NH, HS);
+    dout_to_bf16(s, doh, dout, B, T, Tp, NH, HS);
+    const size_t C = (size_t)NH * HS;
+    fl_out oq, ok, ov;
+    if (dqkv) { /* token-major, straight into the op's result */
+        oq = {dqkv, 3 * (size_t)T * C, (size_t)HS, 3 * C, NH};
+        ok = oq, ov = oq;
+        ok.p = dqkv + C, ov.p = dqkv + 2 * C;
+    } else { /* per head [BH, T, HS] */
+        oq = {dq, (size_t)NH * T * HS, (size_t)T * HS, (size_t)HS, NH};
+        ok = oq, ov = oq;
+        ok.p = dk, ov.p = dv;
+    }
     float scale_log2 = scale * FL_LOG2E;
     dim3 grid(BH, nT);
     if (HS == 32)
-        bwd_launch<32>(s, grid, dq, dk, dv, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
+        bwd_launch<32>(s, grid, oq, ok, ov, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
     else if (HS == 64)
-        bwd_launch<64>(s, grid, dq, dk, dv, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
+        bwd_launch<64>(s, grid, oq, ok, ov, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
     else
-        bwd_launch<128>(s, grid, dq, dk, dv, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
+        bwd_launch<128>(s, grid, oq, ok, ov, qh, kh, vh, doh, lse, Dv, T, Tp, scale, scale_log2);
     return 0;
 }

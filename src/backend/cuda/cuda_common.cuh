@@ -119,6 +119,7 @@ typedef struct {
     size_t bytes_in_use, bytes_peak;
     long n_fp8_lt, n_fp8_fallback; /* gemm_fp8 calls by path (fp8t_cuda_gemm_counts) */
     int warned_lt_reject;          /* cuBLASLt refused a problem its heuristic offered */
+    int warned_fp8_bias;           /* no FP8 kernel with the bias epilogue (reported once) */
     float *fp8_scales;             /* [8] 16-byte aligned copies of FP8 scale_inv pointers */
 } cuda_state;
 
@@ -259,7 +260,7 @@ void cuda_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *
                             int transB, int acc, const float *bias);
 void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                    const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
-                   int acc, int fast_accum, float *amax_out);
+                   int acc, int fast_accum, float *amax_out, const float *bias);
 /* cuda_quant.cu */
 void cuda_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n);
 void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
@@ -302,19 +303,26 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, const float
 void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
                              const float *qkv, const float *out, const float *lse, int B,
                              int T, int NH, int HS, float rope_theta);
-/* Tensor-core attention cores. Inputs are the prep kernel's per-head FP32 layouts
- * q, k, v [B*NH, T, HS] (RoPE already applied); scale = 1/sqrt(HS).
+/* Tensor-core attention cores. The gemm core's inputs are the prep kernel's per-head FP32
+ * layouts q, k, v [B*NH, T, HS] (RoPE already applied); scale = 1/sqrt(HS).
  *   fwd: out [B, T, NH*HS] (the op's output layout), lse [B*NH, T] (natural log).
  *   bwd: dq, dk, dv [B*NH, T, HS] overwritten, from dout [B, T, NH*HS], lse and
  *        Dv [B*NH, T] = rowsum(dout * out) (FP32, computed by the caller).
  * Each returns 0 when it handled the problem, -1 when the shape is unsupported (nothing
  * launched; the caller falls back to the FP32 tiled/simple kernels). */
-/* cuda_attention_flash.cu */
-int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, const float *q, const float *k,
-                        const float *v, int B, int T, int NH, int HS, float scale);
-int cuda_attn_flash_bwd(fp8t_backend *b, float *dq, float *dk, float *dv, const float *q,
-                        const float *k, const float *v, const float *dout, const float *lse,
-                        const float *Dv, int B, int T, int NH, int HS, float scale);
+/* cuda_attention_flash.cu: the flash core reads the op's qkv [B, T, 3C] itself (one pass
+ * that applies RoPE when cosv/sinv are given and rounds to BF16), so no prep kernel runs.
+ *   fwd: out [B, T, NH*HS], lse [B*NH, T].
+ *   bwd: with dqkv non-NULL (no RoPE to undo) dq | dk | dv go straight into dqkv [B, T, 3C];
+ *        else into dq, dk, dv [B*NH, T, HS] for the caller's post kernel. */
+int cuda_attn_flash_supported(int B, int T, int NH, int HS); /* head sizes 32/64/128 */
+int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, const float *qkv,
+                        const float *cosv, const float *sinv, int B, int T, int NH, int HS,
+                        float scale);
+int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, float *dv,
+                        const float *qkv, const float *cosv, const float *sinv,
+                        const float *dout, const float *lse, const float *Dv, int B, int T,
+                        int NH, int HS, float scale);
 /* cuda_attention_gemm.cu */
 int cuda_attn_gemm_fwd(fp8t_backend *b, float *out, float *lse, const float *q, const float *k,
                        const float *v, int B, int T, int NH, int HS, float scale);
