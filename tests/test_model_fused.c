@@ -6,8 +6,9 @@
  *    current FP8 runs bit for bit, and the backend's quantize op called once fewer per linear;
  *  - BF16 operands (FP8TRAIN_NO_BF16_OPERANDS=1 off): BF16 runs (all-BF16, mixed with FP32 and
  *    FP8, hooked, fake quantization) bit for bit against gemm_bf16 on the FP32 operands, with
- *    to_bf16 called once per weight per step and once per X and dY per micro-batch, and the
- *    biases added in the GEMM (no bias_add) unless a hook must see the output without them.
+ *    to_bf16 called once per weight per step and once per X and dY per micro-batch (GPT-2's
+ *    fc2 input rounded by gelu_forward_bf16 instead), and the biases added in the GEMM (no
+ *    bias_add) unless a hook must see the output without them.
  * Two models run side by side on a CPU backend whose op table is wrapped to count calls. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,7 +22,7 @@
 static fp8t_backend *cpu;        /* the real backend */
 static fp8t_backend counted;     /* a copy whose op table counts the calls below */
 static fp8t_backend_ops counted_ops;
-static long n_quantize, n_xent, n_to_bf16, n_bias_add;
+static long n_quantize, n_xent, n_to_bf16, n_bias_add, n_gelu16;
 
 static void count_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                            const float *x, int rows, int cols, fp8_format fmt,
@@ -40,6 +41,12 @@ static void count_to_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const
                           int rows, int cols) {
     n_to_bf16++;
     cpu->ops->to_bf16(b, out, amax_out, x, rows, cols);
+}
+
+static void count_gelu16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
+                         int rows, int cols) {
+    n_gelu16++;
+    cpu->ops->gelu_forward_bf16(b, out, amax_out, x, rows, cols);
 }
 
 static void count_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC) {
@@ -91,7 +98,9 @@ static int same_bits(float a, float b) { return !memcmp(&a, &b, sizeof(float)); 
  * micro-batches, micro-batch j of a step with backward dloss[j % n_dloss]; every loss and
  * every gradient must agree bit for bit. Returns the calls of softmax_xent / quantize made by
  * each model. */
-typedef struct { long xent[2], quant[2], quant_bwd[2], to_bf16[2], bias_add[2]; } calls;
+typedef struct {
+    long xent[2], quant[2], quant_bwd[2], to_bf16[2], bias_add[2], gelu16[2];
+} calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
                      int accum, const float *dloss, int n_dloss, calls *out) {
@@ -107,12 +116,14 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
             batch(tok, tgt, N, V, s * accum + j);
             float loss[2];
             for (int k = 0; k < 2; k++) {
-                long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add;
+                long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add,
+                     g0 = n_gelu16;
                 loss[k] = fp8t_model_forward(m[k], tok, tgt);
                 long q1 = n_quantize;
                 fp8t_model_backward(m[k], dloss[j % n_dloss]);
                 out->to_bf16[k] += n_to_bf16 - h0;
                 out->bias_add[k] += n_bias_add - b0;
+                out->gelu16[k] += n_gelu16 - g0;
                 out->xent[k] += n_xent - x0;
                 out->quant[k] += n_quantize - q0;
                 out->quant_bwd[k] += n_quantize - q1;
@@ -363,15 +374,37 @@ static void bf16_case(const char *preset, fp8t_precision prec, const char *overr
     calls c;
     lockstep(what, r, q, B, T, steps, accum, &d, 1, &c);
     T_CHECK(c.to_bf16[1] == 0, "%s: the plain path called to_bf16 %ld times", what, c.to_bf16[1]);
+    /* a frozen (validation) forward: its operands go to scratch, nothing is recorded */
+    {
+        const int N = B * T, V = fp8t_model_get_config(r)->vocab_size;
+        int *tok = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));
+        batch(tok, tgt, N, V, 99);
+        fp8t_model_set_frozen(r, 1);
+        fp8t_model_set_frozen(q, 1);
+        float lr = fp8t_model_forward(r, tok, tgt), lq = fp8t_model_forward(q, tok, tgt);
+        T_CHECK(same_bits(lr, lq) && same_model_losses(cpu, r, q, N),
+                "%s: frozen forward loss %.9g vs plain %.9g", what, lr, lq);
+        fp8t_model_set_frozen(r, 0);
+        fp8t_model_set_frozen(q, 0);
+        T_CHECK(diff_model_state(cpu, r, q, "after a frozen forward") == 0,
+                "%s: a frozen forward changed the state differently", what);
+        free(tok);
+        free(tgt);
+    }
     const fp8t_model_config *cfg = fp8t_model_get_config(r);
     const int n_lin = fp8t_model_num_linears(cfg);
     if (prec == FP8T_PREC_BF16 && !overrides) {
         /* every GEMM BF16: the weights once per step; X once per micro-batch (the Wgrad takes
-         * the Fprop's operand unless hooked) and dY once (twice when hooked) */
+         * the Fprop's operand unless hooked) and dY once (twice when hooked); GPT-2's fc2
+         * input comes rounded from GELU itself unless hooked */
         const long per_micro = hooked ? 4L * n_lin : 2L * n_lin;
-        const long want = (long)steps * (n_lin + accum * per_micro);
+        const long gelu16 = cfg->arch == FP8T_ARCH_GPT2 && !hooked ? (long)cfg->n_layer : 0;
+        const long want = (long)steps * (n_lin + accum * (per_micro - gelu16));
         T_CHECK(c.to_bf16[0] == want, "%s: to_bf16 called %ld times, expected %ld", what,
                 c.to_bf16[0], want);
+        T_CHECK(c.gelu16[0] == (long)steps * accum * gelu16 && c.gelu16[1] == 0,
+                "%s: gelu_forward_bf16 called %ld times (plain %ld), expected %ld", what,
+                c.gelu16[0], c.gelu16[1], (long)steps * accum * gelu16);
         /* GPT-2's layer linears have biases: added in the GEMM unless a hook watches */
         const long biases = cfg->arch == FP8T_ARCH_GPT2 ? 4L * cfg->n_layer : 0;
         T_CHECK(c.bias_add[1] == (long)steps * accum * biases,
@@ -414,6 +447,7 @@ int main(void) {
     counted_ops.softmax_xent = count_xent;
     counted_ops.to_bf16 = count_to_bf16;
     counted_ops.bias_add = count_bias_add;
+    counted_ops.gelu_forward_bf16 = count_gelu16;
     counted = *cpu;
     counted.ops = &counted_ops;
     T_RUN(xent_dloss_one);

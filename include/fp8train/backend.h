@@ -151,6 +151,11 @@ typedef struct fp8t_backend_ops {
     void (*bias_backward)(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);
     /* GELU, tanh approximation: out = gelu(x) */
     void (*gelu_forward)(fp8t_backend *b, float *out, const float *x, size_t n);
+    /* out = the BF16 operand (to_bf16 layout) of gelu(x [rows, cols]), in one pass: the FP32
+     * result is not written; *amax_out max-accumulated with its amax when non-NULL. The same
+     * bits as gelu_forward then to_bf16 (the linear after GELU takes it as its input X). */
+    void (*gelu_forward_bf16)(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
+                              int rows, int cols);
     /* dx = gelu'(x) * dout (overwrite; dx may alias dout) */
     void (*gelu_backward)(fp8t_backend *b, float *dx, const float *x, const float *dout,
                           size_t n);

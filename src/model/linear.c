@@ -292,9 +292,10 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     }
 }
 
-/* replay: linear_forward_replay (no hooks, nothing recorded) */
-static void fprop(fp8t_model *m, int lin, float *Y, float *X, const float *W, const float *bias,
-                  int N, int IN, int OUT, int replay) {
+/* replay: linear_forward_replay (no hooks, nothing recorded). x16: X's BF16 operand, already
+ * made where linear_bf16_input said (X itself is NULL then). */
+static void fprop(fp8t_model *m, int lin, float *Y, float *X, const uint16_t *x16,
+                  const float *W, const float *bias, int N, int IN, int OUT, int replay) {
     float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
     if (!replay) {
         call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN);
@@ -319,9 +320,15 @@ static void fprop(fp8t_model *m, int lin, float *Y, float *X, const float *W, co
     operand b = {Wm, OUT, IN, FP8T_ROLE_W, record && !m->w_amax_done[lin], 128, 128, 1, NULL};
     /* the bias goes into the GEMM unless a hook must see the output without it */
     const int fuse_bias = bias && gemm_takes_bias(m, prec) && (replay || !m->hook);
-    prepared pa;
-    run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, &a, &b, N, OUT, IN, 0, 1, 0, &pa, NULL, NULL,
-             fuse_bias ? bias : NULL);
+    prepared pa, given;
+    if (x16) {
+        memset(&given, 0, sizeof(given));
+        given.h.data = x16;
+        given.h.rows = N;
+        given.h.cols = IN;
+    }
+    run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, &a, &b, N, OUT, IN, 0, 1, 0, &pa,
+             x16 ? &given : NULL, NULL, fuse_bias ? bias : NULL);
     if (save) {
         xq->scale_inv = pa.q.scale_inv;
         xq->prec = prec;
@@ -333,12 +340,31 @@ static void fprop(fp8t_model *m, int lin, float *Y, float *X, const float *W, co
 
 void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                     const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, X, W, bias, N, IN, OUT, 0);
+    fprop(m, lin, Y, X, NULL, W, bias, N, IN, OUT, 0);
 }
 
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                            const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, X, W, bias, N, IN, OUT, 1);
+    fprop(m, lin, Y, X, NULL, W, bias, N, IN, OUT, 1);
+}
+
+uint16_t *linear_bf16_input(fp8t_model *m, int lin, int N, int IN, float **amax) {
+    /* the Fprop must take a BF16 operand, no hook may want X in FP32, and no Wgrad may read X
+     * in FP32 later (a training forward saves the operand; a frozen one has no backward) */
+    if (m->no_bf16_operands || m->hook || m->prec[lin][FP8T_GEMM_FPROP] != FP8T_PREC_BF16)
+        return NULL;
+    x_codes *xq = &m->xq[lin];
+    if (!m->frozen && !xq->saved) return NULL;
+    /* where prepare would write it, with the amax it would record */
+    *amax = m->frozen ? NULL : m->st.history + fp8_index(lin, FP8T_ROLE_X);
+    if (m->frozen) return model_scratch(m, &m->h16[0], fp8t_bf16_bytes(N, IN));
+    if (!xq->bf16) xq->bf16 = m->ops->malloc(m->be, fp8t_bf16_bytes(N, IN));
+    return xq->bf16;
+}
+
+void linear_forward_bf16_input(fp8t_model *m, int lin, float *Y, const uint16_t *x16,
+                               const float *W, const float *bias, int N, int IN, int OUT) {
+    fprop(m, lin, Y, NULL, x16, W, bias, N, IN, OUT, 0);
 }
 
 /* The Wgrad may take the Dgrad's FP8 codes (or BF16 operand) of dY instead of rounding dY a

@@ -264,6 +264,16 @@ void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                     const float *bias, int N, int IN, int OUT);
 void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
                      float *X, const float *W, int N, int IN, int OUT);
+/* When linear lin's Fprop takes X as a BF16 operand that nothing else needs in FP32 (BF16
+ * Fprop, no hook, X saved for the Wgrad or a frozen forward): the buffer where the op that
+ * produces X may write that operand directly ([N, IN], fp8t_bf16_operand layout), and in
+ * *amax the history slot its amax goes to (NULL: not recorded). NULL when X must be made in
+ * FP32 (then call linear_forward). */
+uint16_t *linear_bf16_input(fp8t_model *m, int lin, int N, int IN, float **amax);
+/* linear_forward with X given as that operand (written by the producer into the buffer
+ * linear_bf16_input returned, in this forward). */
+void linear_forward_bf16_input(fp8t_model *m, int lin, float *Y, const uint16_t *x16,
+                               const float *W, const float *bias, int N, int IN, int OUT);
 /* The Fprop of linear_forward again, to rebuild an output that was overwritten: no hooks, no
  * amax recording, the step's weight codes from the cache. */
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,

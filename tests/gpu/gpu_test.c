@@ -1095,6 +1095,60 @@ static void test_bias(void) {
     }
 }
 
+/* gelu_forward_bf16: GELU written straight as a BF16 operand. On the GPU it must be the bytes
+ * of gelu_forward followed by to_bf16 (the same device expression), amax included; against the
+ * CPU, whose exp may differ in the last bit of an FP32 value (which can move a BF16 rounding),
+ * the decoded values within one BF16 step (2^-8 relative) and the padding zero on both. */
+static void test_gelu_bf16(void) {
+    static const int shapes[][2] = {{1, 1}, {13, 64}, {37, 1001}, {64, 3072}, {7, 13}};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (int offset = 0; offset < 2; offset++) { /* x one float past an aligned address */
+            int rows = shapes[si][0], cols = shapes[si][1];
+            size_t n = (size_t)rows * cols, bytes = fp8t_bf16_bytes(rows, cols);
+            char shape[48];
+            snprintf(shape, sizeof(shape), "%dx%d%s", rows, cols, offset ? " x+1" : "");
+            float *x = host_normal(n + 1, 3.0f);
+            x[offset + n / 2] = 40.0f; /* a large value: the amax */
+            float am0[2] = {0.25f, 0.25f};
+            dpair dx = dp_floats(x, n + 1), d16 = dp_alloc(bytes), damax = dp_floats(am0, 2);
+            dp_poison(d16, 1);
+            FOR_BOTH be_->ops->gelu_forward_bf16(be_, U16(d16), F(damax), F(dx) + offset, rows,
+                                                 cols);
+            /* GPU: the two-op path into fresh buffers */
+            void *y = GPU->ops->malloc(GPU, n * 4), *r16 = GPU->ops->malloc(GPU, bytes);
+            void *ram = GPU->ops->malloc(GPU, 4);
+            GPU->ops->to_device(GPU, ram, am0, 4);
+            GPU->ops->gelu_forward(GPU, (float *)y, (const float *)dx.p[1] + offset, n);
+            GPU->ops->to_bf16(GPU, (uint16_t *)r16, (float *)ram, (const float *)y, rows, cols);
+            check_gpu_identical("gelu_forward_bf16 == gelu_forward + to_bf16", shape, d16.p[1],
+                                r16, bytes, "from the two-op path");
+            check_gpu_identical("gelu_forward_bf16 amax == to_bf16 amax", shape, damax.p[1], ram,
+                                4, "from the two-op path");
+            /* against the CPU */
+            uint16_t *hc = dl(0, d16.p[0], bytes), *hg = dl(1, d16.p[1], bytes);
+            size_t ld = (size_t)fp8t_bf16_pad(cols), words = bytes / 2, pad_bad = 0;
+            double worst = 0.0;
+            for (size_t i = 0; i < words; i++) {
+                size_t r = i / ld, c = i % ld;
+                if (r >= (size_t)rows || c >= (size_t)cols) {
+                    pad_bad += hc[i] != 0 || hg[i] != 0;
+                    continue;
+                }
+                double a = bf16_decode(hc[i]), g = bf16_decode(hg[i]);
+                double e = fabs(a - g) / (fabs(a) > 1e-3 ? fabs(a) : 1e-3);
+                if (!(e <= worst)) worst = e; /* NaN counts as the worst */
+            }
+            char note[96] = "";
+            if (pad_bad) snprintf(note, sizeof(note), "%zu padding words not zero", pad_bad);
+            row("gelu_forward_bf16", shape, worst, 1.0 / 256, worst <= 1.0 / 256 && !pad_bad,
+                note);
+            check_f("gelu_forward_bf16 amax", shape, damax, 1, 1e-5);
+            GPU->ops->free(GPU, y), GPU->ops->free(GPU, r16), GPU->ops->free(GPU, ram);
+            dp_free(dx), dp_free(d16), dp_free(damax);
+            free(x), free(hc), free(hg);
+        }
+}
+
 static void test_activations(void) {
     static const size_t ns[] = {1, 1001, 1u << 20};
     for (size_t ni = 0; ni < 3; ni++) {
@@ -1317,6 +1371,7 @@ static void run_op_suite(void) {
     test_norms();
     test_bias();
     test_activations();
+    test_gelu_bf16();
     test_attention();
     test_softmax_xent();
     test_elementwise();

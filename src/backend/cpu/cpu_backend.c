@@ -108,6 +108,7 @@ static const fp8t_backend_ops cpu_ops = {
     .bias_add = cpu_bias_add,
     .bias_backward = cpu_bias_backward,
     .gelu_forward = cpu_gelu_forward,
+    .gelu_forward_bf16 = cpu_gelu_forward_bf16,
     .gelu_backward = cpu_gelu_backward,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,

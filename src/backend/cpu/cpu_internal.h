@@ -24,6 +24,7 @@ enum {
     CPU_SCRATCH_CODES,      /* block / mxfp8 fake quantization codes */
     CPU_SCRATCH_SCALES,     /* block scales / e8m0 exponents */
     CPU_SCRATCH_ATTN,       /* attention's head-major copies of q, k, v, dout */
+    CPU_SCRATCH_ACT,        /* gelu_forward_bf16's FP32 result before the rounding */
     CPU_SCRATCH_COUNT
 };
 
@@ -159,6 +160,8 @@ void cpu_embedding_forward(fp8t_backend *b, float *out, const int *tokens, const
 void cpu_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const float *dout,
                             const int *tokens, int B, int T, int C);
 void cpu_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC);
+void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
+                           int rows, int cols);
 void cpu_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);
 void cpu_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n);
 void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,

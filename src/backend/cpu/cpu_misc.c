@@ -103,6 +103,17 @@ void cpu_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n) {
     }
 }
 
+/* The reference: the FP32 result in scratch, then to_bf16 (the CUDA backend does both in one
+ * kernel). */
+void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
+                           int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    size_t n = (size_t)rows * (size_t)cols;
+    float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
+    cpu_gelu_forward(b, y, x, n);
+    cpu_to_bf16(b, out, amax_out, y, rows, cols);
+}
+
 void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,
                        size_t n) {
     (void)b;

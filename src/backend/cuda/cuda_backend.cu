@@ -218,6 +218,7 @@ static const fp8t_backend_ops cuda_ops = {
     /* .bias_add = */ cuda_bias_add,
     /* .bias_backward = */ cuda_bias_backward,
     /* .gelu_forward = */ cuda_gelu_forward,
+    /* .gelu_forward_bf16 = */ cuda_gelu_forward_bf16,
     /* .gelu_backward = */ cuda_gelu_backward,
     /* .swiglu_forward = */ cuda_swiglu_forward,
     /* .swiglu_backward = */ cuda_swiglu_backward,

@@ -154,6 +154,13 @@ __device__ __forceinline__ float bf16_round_dev(float x) {
     return __bfloat162float(__float2bfloat16_rn(x));
 }
 
+/* GELU, the sigmoid form of the tanh approximation (see cpu_misc.c: no cancellation for
+ * v < 0): gelu_forward and gelu_forward_bf16 both evaluate exactly this expression. */
+__device__ __forceinline__ float gelu_dev(float v) {
+    float u = 0.7978845608028654f * (v + 0.044715f * v * v * v); /* sqrt(2/pi) (v + .. v^3) */
+    return v * (1.0f / (1.0f + expf(-2.0f * u)));
+}
+
 /* NaN-propagating max of |v| into acc (acc is a running amax: >= 0 or NaN). */
 __device__ __forceinline__ float amax_merge_dev(float acc, float v) {
     if (acc != acc) return acc;
@@ -274,8 +281,11 @@ void cuda_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
 void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows,
                               int cols);
 void cuda_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n);
+/* cuda_bf16_operand.cu */
 void cuda_to_bf16_operand(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
                           int rows, int cols);
+void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
+                            int rows, int cols);
 void cuda_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
                          int margin);
 /* helpers used by the GEMMs: codes [rows, cols] -> codes_t [cols, rows];

@@ -1,0 +1,150 @@
+/* CUDA backend — BF16 GEMM operands (fp8t_bf16_operand: [pad8(rows), pad8(cols)] BF16, zero
+ * padding): to_bf16 from FP32, and gelu_forward_bf16, which writes GELU's output straight into
+ * that layout for the linear that follows (the FP32 activation is never written).
+ * Amaxes are max-accumulated from the same loads (NaN propagates; max is order-independent, so
+ * the result is deterministic). */
+#include "backend/cuda/cuda_common.cuh"
+
+/* x [rows, cols] packed FP32 -> out, a BF16 operand ([pad8(rows), pad8(cols)], zero padding,
+ * round to nearest even), the general case: one block per row (rows of x start unaligned when
+ * cols is odd, so the loads stay scalar; still coalesced). When amax_out is non-NULL,
+ * *amax_out is max-accumulated with amax(x) (NaN propagates; max is order-independent, so the
+ * result is deterministic) from the same loads. */
+__global__ void to_bf16_rows_kernel(__nv_bfloat16 *out, int ld_out, int rows_out,
+                                    const float *__restrict__ x, int rows, int cols,
+                                    float *amax_out) {
+    float am = 0.0f;
+    for (int r = blockIdx.x; r < rows_out; r += gridDim.x) {
+        __nv_bfloat16 *o = out + (size_t)r * ld_out;
+        if (r < rows) {
+            const float *xr = x + (size_t)r * cols;
+            for (int c = threadIdx.x; c < ld_out; c += blockDim.x) {
+                float v = c < cols ? xr[c] : 0.0f;
+                am = amax_merge_dev(am, v);
+                o[c] = __float2bfloat16_rn(v);
+            }
+        } else {
+            for (int c = threadIdx.x; c < ld_out; c += blockDim.x) o[c] = __float2bfloat16_rn(0.0f);
+        }
+    }
+    if (amax_out) {
+        am = block_amax(am);
+        if (threadIdx.x == 0) atomic_amax_merge(amax_out, am);
+    }
+}
+
+/* The common case, cols a multiple of 8 and x 16-byte aligned (then the operand has no padding
+ * columns): 8 elements per thread, two 16-byte loads and one 16-byte store; rows beyond rows
+ * (up to pad8(rows)) are written as zeros. n8 = pad8(rows) * cols / 8 vectors. */
+__global__ void to_bf16_vec8_kernel(uint4 *out, const float4 *__restrict__ x, size_t n8_data,
+                                    size_t n8, float *amax_out) {
+    float am = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint4 o = make_uint4(0u, 0u, 0u, 0u);
+        if (i < n8_data) {
+            float4 a = x[2 * i], c = x[2 * i + 1];
+            am = amax_merge_dev(am, a.x), am = amax_merge_dev(am, a.y);
+            am = amax_merge_dev(am, a.z), am = amax_merge_dev(am, a.w);
+            am = amax_merge_dev(am, c.x), am = amax_merge_dev(am, c.y);
+            am = amax_merge_dev(am, c.z), am = amax_merge_dev(am, c.w);
+            __nv_bfloat162 p0 = __floats2bfloat162_rn(a.x, a.y), p1 = __floats2bfloat162_rn(a.z, a.w);
+            __nv_bfloat162 p2 = __floats2bfloat162_rn(c.x, c.y), p3 = __floats2bfloat162_rn(c.z, c.w);
+            o.x = *(unsigned *)&p0, o.y = *(unsigned *)&p1;
+            o.z = *(unsigned *)&p2, o.w = *(unsigned *)&p3;
+        }
+        out[i] = o;
+    }
+    if (amax_out) {
+        am = block_amax(am);
+        if (threadIdx.x == 0) atomic_amax_merge(amax_out, am);
+    }
+}
+
+void cuda_to_bf16_operand(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
+                          int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    const int rows_out = fp8t_bf16_pad(rows), ld = fp8t_bf16_pad(cols);
+    if (!s->plain && cols % 8 == 0 && ((uintptr_t)x & 15u) == 0) {
+        size_t n8 = (size_t)rows_out * cols / 8, n8_data = (size_t)rows * cols / 8;
+        size_t blocks = (n8 + 255) / 256, cap = (size_t)s->num_sms * 16;
+        to_bf16_vec8_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s->stream>>>(
+            (uint4 *)out, (const float4 *)x, n8_data, n8, amax_out);
+    } else {
+        unsigned grid = (unsigned)(rows_out < s->num_sms * 64 ? rows_out : s->num_sms * 64);
+        to_bf16_rows_kernel<<<grid, 256, 0, s->stream>>>((__nv_bfloat16 *)out, ld, rows_out, x,
+                                                         rows, cols, amax_out);
+    }
+    CUDA_LAUNCH_CHECK(s);
+}
+
+
+/* gelu(x) [rows, cols] -> out, a BF16 operand: the GELU of gelu_forward (gelu_dev, the same
+ * expression), rounded to nearest even; amax of the GELU values into *amax_out. 8 elements per
+ * thread when cols % 8 == 0 and x is 16-byte aligned, else one block per row. */
+__global__ void gelu_bf16_vec8_kernel(uint4 *out, const float4 *__restrict__ x, size_t n8_data,
+                                      size_t n8, float *amax_out) {
+    float am = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint4 o = make_uint4(0u, 0u, 0u, 0u);
+        if (i < n8_data) {
+            float4 a = x[2 * i], c = x[2 * i + 1];
+            float y[8] = {gelu_dev(a.x), gelu_dev(a.y), gelu_dev(a.z), gelu_dev(a.w),
+                          gelu_dev(c.x), gelu_dev(c.y), gelu_dev(c.z), gelu_dev(c.w)};
+            unsigned w[4];
+            for (int e = 0; e < 4; e++) {
+                am = amax_merge_dev(am, y[2 * e]);
+                am = amax_merge_dev(am, y[2 * e + 1]);
+                __nv_bfloat162 p = __floats2bfloat162_rn(y[2 * e], y[2 * e + 1]);
+                w[e] = *(unsigned *)&p;
+            }
+            o = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+        out[i] = o;
+    }
+    if (amax_out) {
+        am = block_amax(am);
+        if (threadIdx.x == 0) atomic_amax_merge(amax_out, am);
+    }
+}
+
+__global__ void gelu_bf16_rows_kernel(__nv_bfloat16 *out, int ld_out, int rows_out,
+                                      const float *__restrict__ x, int rows, int cols,
+                                      float *amax_out) {
+    float am = 0.0f;
+    for (int r = blockIdx.x; r < rows_out; r += gridDim.x) {
+        __nv_bfloat16 *o = out + (size_t)r * ld_out;
+        for (int c = threadIdx.x; c < ld_out; c += blockDim.x) {
+            float v = 0.0f;
+            if (r < rows && c < cols) {
+                v = gelu_dev(x[(size_t)r * cols + c]);
+                am = amax_merge_dev(am, v);
+            }
+            o[c] = __float2bfloat16_rn(v);
+        }
+    }
+    if (amax_out) {
+        am = block_amax(am);
+        if (threadIdx.x == 0) atomic_amax_merge(amax_out, am);
+    }
+}
+
+void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
+                            int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    const int rows_out = fp8t_bf16_pad(rows), ld = fp8t_bf16_pad(cols);
+    if (!s->plain && cols % 8 == 0 && ((uintptr_t)x & 15u) == 0) {
+        size_t n8 = (size_t)rows_out * cols / 8, n8_data = (size_t)rows * cols / 8;
+        size_t blocks = (n8 + 255) / 256, cap = (size_t)s->num_sms * 16;
+        gelu_bf16_vec8_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s->stream>>>(
+            (uint4 *)out, (const float4 *)x, n8_data, n8, amax_out);
+    } else {
+        unsigned grid = (unsigned)(rows_out < s->num_sms * 64 ? rows_out : s->num_sms * 64);
+        gelu_bf16_rows_kernel<<<grid, 256, 0, s->stream>>>((__nv_bfloat16 *)out, ld, rows_out, x,
+                                                           rows, cols, amax_out);
+    }
+    CUDA_LAUNCH_CHECK(s);
+}
