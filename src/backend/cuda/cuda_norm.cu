@@ -1,15 +1,56 @@
 /* CUDA backend — LayerNorm and RMSNorm, forward and backward, and deterministic column sums.
  *
- * Forward and the dx part of backward: one warp per row (rows are short: C floats, a few KiB,
- * so the repeated passes over a row hit L1). Weight/bias gradients are column sums over all
- * rows; they are computed without atomics in two fixed-order passes: each block sums a fixed
- * chunk of COL_CHUNK rows per column into partial[chunk][c], then one thread per column adds
- * the partials in chunk order. The result depends only on N and C. */
+ * Fast paths (C a multiple of 4, every row pointer 16-byte aligned; the common case):
+ *   - forward: one warp per row, the row held in registers (V float4 per lane), so x is read
+ *     from memory once with 16-byte loads and the output is written with 16-byte stores;
+ *     C <= 4096.
+ *   - backward: one block per chunk of rows, the block's threads spread over one row at a
+ *     time (V float4 per thread, at most 256 threads). Each row is read once: x and dout feed
+ *     both the dx sums (a block reduction in a fixed order) and the thread's running column
+ *     sums for dw/dbias, which are written as one partial per chunk; a second kernel adds the
+ *     partials in a fixed tree. The separate column-sum pass over x and dout is gone; C <= 4096.
+ *   - column sums (bias_backward): float4 loads, 128-row partials, the same finishing kernel.
+ * Everything else (other C, unaligned pointers) takes the original kernels below, which work
+ * for every shape: forward and dx one warp per row with scalar loads (rows are short, so the
+ * repeated passes over a row hit L1); column sums in two fixed-order passes: each block sums
+ * a fixed chunk of COL_CHUNK rows per column into partial[chunk][c], then one thread per
+ * column adds the partials in chunk order.
+ *
+ * Determinism: no atomics. Every reduction is cut into pieces that depend on N and C only
+ * (rows per chunk from N, threads per row from C, never from the GPU's SM count) and the
+ * pieces are combined in a fixed order, so results depend only on N and C. The formulas and
+ * the operation order of each element are the original kernels' (the LayerNorm dx without
+ * FMA contraction, as the CPU computes it). */
 #include "backend/cuda/cuda_common.cuh"
 
 #define NORM_THREADS 256 /* 8 warps = 8 rows per block */
 #define COL_CHUNK 64     /* rows per column-sum partial */
 #define COL_THREADS 128
+
+/* fast paths */
+#define FWD_VEC_THREADS 128 /* forward: 4 warps = 4 rows per block */
+#define FWD_VEC_MAX_V 32    /* float4 per lane: C <= 32 * 32 * 4 = 4096 */
+#define BWD_VEC_MAX_THREADS 256
+#define BWD_VEC_MAX_V 4 /* float4 per thread: C <= 256 * 4 * 4 = 4096 */
+#define CS_COLS4 32     /* column sums: float4 columns per block (128 columns) */
+#define CS_LANES 8      /* ... rows summed side by side per block */
+#define CS_ROWS_PER_LANE 16
+#define CS_CHUNK (CS_LANES * CS_ROWS_PER_LANE) /* 128 rows per partial */
+#define FIN_COLS4 8  /* finishing: float4 columns per block */
+#define FIN_LANES 32 /* ... partials summed side by side (a power of 2) */
+
+enum { NORM_LN = 0, NORM_RMS = 1 };
+
+static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* float4 <-> four consecutive floats of a register array (indices are compile-time constants
+ * after unrolling, so the arrays stay in registers) */
+__device__ __forceinline__ void f4_unpack(float *dst, float4 v) {
+    dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+}
+__device__ __forceinline__ float4 f4_pack(const float *src) {
+    return make_float4(src[0], src[1], src[2], src[3]);
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* forward */
@@ -44,17 +85,6 @@ __global__ void layernorm_forward_kernel(float *out, float *mean_out, float *rst
     }
 }
 
-void cuda_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd,
-                            const float *x, const float *w, const float *bias, int N, int C,
-                            float eps) {
-    if (N <= 0 || C <= 0) return;
-    cuda_state *s = cuda_of(b);
-    int rows_per_block = NORM_THREADS / 32;
-    layernorm_forward_kernel<<<cdiv_u(N, rows_per_block), NORM_THREADS, 0, s->stream>>>(
-        out, mean, rstd, x, w, bias, N, C, eps);
-    CUDA_LAUNCH_CHECK(s);
-}
-
 __global__ void rmsnorm_forward_kernel(float *out, float *rstd_out, const float *__restrict__ x,
                                        const float *__restrict__ w, int N, int C, float eps) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -69,13 +99,133 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd_out, const float 
     if (lane == 0 && rstd_out) rstd_out[row] = rstd;
 }
 
+/* Fast forward, LayerNorm (MODE NORM_LN) or RMSNorm (NORM_RMS): one warp per row; lane l
+ * holds the row's float4 columns l, l + 32, ..., l + 32 (V-1) in registers. The statistics
+ * and the output are the original kernels' formulas (two-pass variance, from registers). */
+template <int V, int MODE>
+__global__ void __launch_bounds__(FWD_VEC_THREADS)
+    norm_forward_vec_kernel(float *out, float *mean_out, float *rstd_out,
+                            const float *__restrict__ x, const float *__restrict__ w,
+                            const float *__restrict__ bias, int N, int C, float eps) {
+    int row = blockIdx.x * (FWD_VEC_THREADS / 32) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const int C4 = C >> 2;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)row * C); /* [C4] */
+    float v[4 * V];                                                            /* the row */
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        int q = lane + 32 * i;
+        f4_unpack(v + 4 * i, q < C4 ? x4[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+    }
+    float mean = 0.0f, rstd;
+    if (MODE == NORM_LN) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            if (lane + 32 * i < C4)
+#pragma unroll
+                for (int k = 0; k < 4; k++) sum += v[4 * i + k];
+        mean = warp_sum(sum) / (float)C;
+        float var = 0.0f;
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            if (lane + 32 * i < C4)
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    float d = v[4 * i + k] - mean;
+                    var += d * d;
+                }
+        var = warp_sum(var) / (float)C;
+        rstd = 1.0f / sqrtf(var + eps);
+    } else {
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            if (lane + 32 * i < C4)
+#pragma unroll
+                for (int k = 0; k < 4; k++) ss += v[4 * i + k] * v[4 * i + k];
+        rstd = 1.0f / sqrtf(warp_sum(ss) / (float)C + eps);
+    }
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);    /* [C4] */
+    const float4 *b4 = reinterpret_cast<const float4 *>(bias); /* [C4] or NULL */
+    float4 *o4 = reinterpret_cast<float4 *>(out + (size_t)row * C);
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        int q = lane + 32 * i;
+        if (q < C4) {
+            float wk[4], bk[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o[4];
+            f4_unpack(wk, w4[q]);
+            if (MODE == NORM_LN && b4) f4_unpack(bk, b4[q]);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                if (MODE == NORM_LN) {
+                    float n = (v[4 * i + k] - mean) * rstd;
+                    o[k] = n * wk[k] + bk[k];
+                } else {
+                    o[k] = v[4 * i + k] * rstd * wk[k];
+                }
+            }
+            o4[q] = f4_pack(o);
+        }
+    }
+    if (lane == 0) {
+        if (MODE == NORM_LN && mean_out) mean_out[row] = mean;
+        if (rstd_out) rstd_out[row] = rstd;
+    }
+}
+
+/* Launches the fast forward when the shape allows it; returns 0 (nothing launched) otherwise. */
+template <int MODE>
+static int norm_forward_vec(cudaStream_t st, float *out, float *mean, float *rstd,
+                            const float *x, const float *w, const float *bias, int N, int C,
+                            float eps) {
+    if (C % 4 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(w) ||
+        (bias && !aligned16(bias)))
+        return 0;
+    int per_lane = (int)cdiv_u((size_t)(C / 4), 32); /* float4 per lane */
+    unsigned grid = cdiv_u((size_t)N, FWD_VEC_THREADS / 32);
+#define FWD_VEC_CASE(V)                                                                       \
+    if (per_lane <= (V)) {                                                                    \
+        norm_forward_vec_kernel<V, MODE>                                                      \
+            <<<grid, FWD_VEC_THREADS, 0, st>>>(out, mean, rstd, x, w, bias, N, C, eps);       \
+        return 1;                                                                             \
+    }
+    FWD_VEC_CASE(1)
+    FWD_VEC_CASE(2)
+    FWD_VEC_CASE(4)
+    FWD_VEC_CASE(6)
+    FWD_VEC_CASE(8)
+    FWD_VEC_CASE(12)
+    FWD_VEC_CASE(16)
+    FWD_VEC_CASE(24)
+    FWD_VEC_CASE(FWD_VEC_MAX_V)
+#undef FWD_VEC_CASE
+    return 0;
+}
+
+void cuda_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd,
+                            const float *x, const float *w, const float *bias, int N, int C,
+                            float eps) {
+    if (N <= 0 || C <= 0) return;
+    cuda_state *s = cuda_of(b);
+    if (!norm_forward_vec<NORM_LN>(s->stream, out, mean, rstd, x, w, bias, N, C, eps)) {
+        int rows_per_block = NORM_THREADS / 32;
+        layernorm_forward_kernel<<<cdiv_u(N, rows_per_block), NORM_THREADS, 0, s->stream>>>(
+            out, mean, rstd, x, w, bias, N, C, eps);
+    }
+    CUDA_LAUNCH_CHECK(s);
+}
+
 void cuda_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x,
                           const float *w, int N, int C, float eps) {
     if (N <= 0 || C <= 0) return;
     cuda_state *s = cuda_of(b);
-    int rows_per_block = NORM_THREADS / 32;
-    rmsnorm_forward_kernel<<<cdiv_u(N, rows_per_block), NORM_THREADS, 0, s->stream>>>(
-        out, rstd, x, w, N, C, eps);
+    if (!norm_forward_vec<NORM_RMS>(s->stream, out, NULL, rstd, x, w, NULL, N, C, eps)) {
+        int rows_per_block = NORM_THREADS / 32;
+        rmsnorm_forward_kernel<<<cdiv_u(N, rows_per_block), NORM_THREADS, 0, s->stream>>>(
+            out, rstd, x, w, N, C, eps);
+    }
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -206,8 +356,271 @@ static void column_sums(fp8t_backend *b, float *out0, float *out1, const float *
     CUDA_LAUNCH_CHECK(s);
 }
 
+/* ---- fast paths (C % 4 == 0, 16-byte aligned rows) ---- */
+
+/* out0[c] += sum_k part0[k][c] and out1 likewise (either output may be NULL; part1 is read
+ * only for out1): each column's nchunks partials are summed in double by FIN_LANES threads
+ * (thread l takes partials l, l + FIN_LANES, ...), whose sums are then added in a fixed tree.
+ * The order depends on nchunks alone. part0/part1 [nchunks, C4] float4, out0/out1 [4 * C4]. */
+__global__ void __launch_bounds__(FIN_COLS4 * FIN_LANES)
+    colsum_finish_vec_kernel(float *out0, float *out1, const float4 *__restrict__ part0,
+                             const float4 *__restrict__ part1, int nchunks, int C4) {
+    __shared__ double sh[2][FIN_LANES][4 * FIN_COLS4];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int q = blockIdx.x * FIN_COLS4 + tx;
+    double s0[4] = {0.0, 0.0, 0.0, 0.0}, s1[4] = {0.0, 0.0, 0.0, 0.0};
+    if (q < C4) {
+#pragma unroll 4
+        for (int k = ty; k < nchunks; k += FIN_LANES) {
+            if (out0) {
+                float4 v = part0[(size_t)k * C4 + q];
+                s0[0] += v.x, s0[1] += v.y, s0[2] += v.z, s0[3] += v.w;
+            }
+            if (out1) {
+                float4 v = part1[(size_t)k * C4 + q];
+                s1[0] += v.x, s1[1] += v.y, s1[2] += v.z, s1[3] += v.w;
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) sh[0][ty][4 * tx + k] = s0[k], sh[1][ty][4 * tx + k] = s1[k];
+    __syncthreads();
+    for (int half = FIN_LANES / 2; half > 0; half >>= 1) {
+        if (ty < half) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                sh[0][ty][4 * tx + k] += sh[0][ty + half][4 * tx + k];
+                sh[1][ty][4 * tx + k] += sh[1][ty + half][4 * tx + k];
+            }
+        }
+        __syncthreads();
+    }
+    if (ty == 0 && q < C4) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (out0) out0[4 * q + k] += (float)sh[0][0][4 * tx + k];
+            if (out1) out1[4 * q + k] += (float)sh[1][0][4 * tx + k];
+        }
+    }
+}
+
+static void colsum_finish_vec(cuda_state *s, float *out0, float *out1, const float *part0,
+                              const float *part1, int nchunks, int C4) {
+    colsum_finish_vec_kernel<<<cdiv_u((size_t)C4, FIN_COLS4), dim3(FIN_COLS4, FIN_LANES), 0,
+                               s->stream>>>(out0, out1, reinterpret_cast<const float4 *>(part0),
+                                            reinterpret_cast<const float4 *>(part1), nchunks,
+                                            C4);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* part[chunk][c] = sum of a[r][c] over the chunk's CS_CHUNK rows: thread (tx, ty) sums rows
+ * r0 + ty, r0 + ty + CS_LANES, ... of float4 column q in order (all its loads issued before
+ * the first add), then the CS_LANES sums are added in lane order. a [N, 4 * C4],
+ * part [nchunks, C4] float4. */
+__global__ void __launch_bounds__(CS_COLS4 * CS_LANES)
+    colsum_vec_partials_kernel(float4 *part, const float4 *__restrict__ a, int N, int C4) {
+    __shared__ float4 sh[CS_LANES][CS_COLS4];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int q = blockIdx.x * CS_COLS4 + tx;
+    int chunk = blockIdx.y, r0 = chunk * CS_CHUNK;
+    float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (q < C4) {
+        float4 v[CS_ROWS_PER_LANE];
+#pragma unroll
+        for (int j = 0; j < CS_ROWS_PER_LANE; j++) {
+            int r = r0 + ty + CS_LANES * j;
+            v[j] = r < N ? a[(size_t)r * C4 + q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int j = 0; j < CS_ROWS_PER_LANE; j++)
+            s.x += v[j].x, s.y += v[j].y, s.z += v[j].z, s.w += v[j].w;
+    }
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && q < C4) {
+        float4 t = sh[0][tx];
+#pragma unroll
+        for (int l = 1; l < CS_LANES; l++) {
+            float4 u = sh[l][tx];
+            t.x += u.x, t.y += u.y, t.z += u.z, t.w += u.w;
+        }
+        part[(size_t)chunk * C4 + q] = t;
+    }
+}
+
+/* Rows per chunk of the fused backward: about 512..1024 chunks (enough blocks to fill the
+ * GPU, few partials to add up), 8..256 rows. A function of N alone. */
+static int bwd_chunk_rows(int N) {
+    int rows = 32;
+    while (rows < 256 && N / rows > 1024) rows *= 2;
+    while (rows > 8 && N / rows < 512) rows /= 2;
+    return rows;
+}
+
+/* Fused backward of LayerNorm (MODE NORM_LN) or RMSNorm (NORM_RMS) over one chunk of rows
+ * [blockIdx.x * chunk_rows, +chunk_rows): the block's threads share one row at a time, thread
+ * t holding float4 columns t, t + T, ..., t + (V-1) T (T = blockDim.x, a multiple of 32,
+ * T * V >= C/4).
+ *   dx (if non-NULL): dx += the original dx kernels' formula (LN: same operations, no FMA
+ *     contraction in the final expression); the two row sums are each thread's partial sum,
+ *     a warp butterfly, then the warps' sums in warp order.
+ *   part_w (if non-NULL): part_w[chunk][c] = sum over the chunk's rows, in order, of
+ *     dout * norm (the original column-sum kernels' terms); part_b (LN, if non-NULL) likewise
+ *     of dout.
+ * dout, x, dx [N, C]; w [C]; mean (LN), rstd [N]; part_w, part_b [nchunks, C]. */
+template <int V, int MODE>
+__global__ void __launch_bounds__(BWD_VEC_MAX_THREADS)
+    norm_backward_vec_kernel(float *dx, float *part_w, float *part_b,
+                             const float *__restrict__ dout, const float *__restrict__ x,
+                             const float *__restrict__ w, const float *__restrict__ mean,
+                             const float *__restrict__ rstd, int N, int C, int chunk_rows) {
+    /* per-warp row sums, two buffers used by alternate rows: the one __syncthreads per row
+     * also orders a buffer's reads (row k) before its next writes (row k + 2) */
+    __shared__ float2 red[2][BWD_VEC_MAX_THREADS / 32];
+    const int C4 = C >> 2, T = blockDim.x, tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5, nwarps = T >> 5;
+    const int r0 = blockIdx.x * chunk_rows, r1 = min(N, r0 + chunk_rows);
+    const float4 *w4 = reinterpret_cast<const float4 *>(w); /* [C4] */
+    float acc_w[4 * V], acc_b[4 * V];                        /* this thread's column sums */
+#pragma unroll
+    for (int j = 0; j < 4 * V; j++) acc_w[j] = 0.0f, acc_b[j] = 0.0f;
+    int buf = 0;
+    for (int r = r0; r < r1; r++) {
+        const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)r * C);    /* [C4] */
+        const float4 *d4 = reinterpret_cast<const float4 *>(dout + (size_t)r * C); /* [C4] */
+        float4 *o4 = dx ? reinterpret_cast<float4 *>(dx + (size_t)r * C) : NULL;  /* [C4] */
+        /* every load of the row first (x, dout, w and the dx accumulator), then the math */
+        float xv[4 * V], dv[4 * V], wv[4 * V], ov[4 * V];
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            int q = tid + T * i;
+            float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            f4_unpack(xv + 4 * i, q < C4 ? x4[q] : zero);
+            f4_unpack(dv + 4 * i, q < C4 ? d4[q] : zero);
+            f4_unpack(wv + 4 * i, o4 && q < C4 ? w4[q] : zero);
+            f4_unpack(ov + 4 * i, o4 && q < C4 ? o4[q] : zero);
+        }
+        const float m = MODE == NORM_LN ? mean[r] : 0.0f, rs = rstd[r];
+        float s_dn = 0.0f, s_dnn = 0.0f;
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            if (tid + T * i >= C4) continue;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int j = 4 * i + k;
+                /* norm: (x - mean) * rstd is a subtraction then a product, so nothing can
+                 * be contracted and it equals the __rn form the LN dx formula uses */
+                float n = MODE == NORM_LN ? __fmul_rn(__fsub_rn(xv[j], m), rs) : xv[j] * rs;
+                if (part_w) {
+                    acc_w[j] += dv[j] * n;
+                    if (MODE == NORM_LN) acc_b[j] += dv[j];
+                }
+                /* LN: the rounded product, as the dx formula below needs it */
+                float dn = MODE == NORM_LN ? __fmul_rn(wv[j], dv[j]) : dv[j] * wv[j];
+                s_dn += dn;
+                s_dnn += dn * n;
+                xv[j] = n, dv[j] = dn; /* kept for the dx pass */
+            }
+        }
+        if (!o4) continue; /* uniform over the block */
+        float a = MODE == NORM_LN ? warp_sum(s_dn) : 0.0f, c = warp_sum(s_dnn);
+        if (nwarps > 1) {
+            if (lane == 0) red[buf][warp] = make_float2(a, c);
+            __syncthreads();
+            float2 t = red[buf][0];
+            a = t.x, c = t.y;
+            for (int k = 1; k < nwarps; k++) {
+                t = red[buf][k];
+                a += t.x, c += t.y;
+            }
+            buf ^= 1;
+        }
+        const float dn_mean = a / (float)C, dnn_mean = c / (float)C;
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            int q = tid + T * i;
+            if (q >= C4) continue;
+            float o[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int j = 4 * i + k;
+                if (MODE == NORM_LN) {
+                    /* the CPU backend's exact operation order, without FMA contraction (see
+                     * layernorm_backward_dx_kernel) */
+                    float t = __fsub_rn(__fsub_rn(dv[j], dn_mean), __fmul_rn(xv[j], dnn_mean));
+                    o[k] = __fadd_rn(ov[j], __fmul_rn(t, rs));
+                } else {
+                    o[k] = ov[j] + (dv[j] - xv[j] * dnn_mean) * rs;
+                }
+            }
+            o4[q] = f4_pack(o);
+        }
+    }
+    if (!part_w) return;
+    float4 *pw = reinterpret_cast<float4 *>(part_w + (size_t)blockIdx.x * C);
+    float4 *pb = part_b ? reinterpret_cast<float4 *>(part_b + (size_t)blockIdx.x * C) : NULL;
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        int q = tid + T * i;
+        if (q >= C4) continue;
+        pw[q] = f4_pack(acc_w + 4 * i);
+        if (MODE == NORM_LN && pb) pb[q] = f4_pack(acc_b + 4 * i);
+    }
+}
+
+/* Fast backward (dx += ..., dw += ..., dbias += ..., LN only for dbias); returns 0 (nothing
+ * launched) when the shape or the pointers do not allow it. */
+template <int MODE>
+static int norm_backward_vec(fp8t_backend *b, float *dx, float *dw, float *dbias,
+                             const float *dout, const float *x, const float *w,
+                             const float *mean, const float *rstd, int N, int C) {
+    if (C % 4 != 0) return 0;
+    const int C4 = C / 4;
+    const int V = C4 <= BWD_VEC_MAX_THREADS ? 1 : C4 <= 2 * BWD_VEC_MAX_THREADS ? 2
+                  : C4 <= BWD_VEC_MAX_V * BWD_VEC_MAX_THREADS                ? BWD_VEC_MAX_V
+                                                                              : 0;
+    if (!V || !aligned16(dout) || !aligned16(x) || (dx && (!aligned16(dx) || !aligned16(w))))
+        return 0;
+    if (MODE == NORM_RMS) dbias = NULL;
+    cuda_state *s = cuda_of(b);
+    const int want_cols = dw || dbias;
+    if (!dx && !want_cols) return 1;
+    const int threads = (int)align_up(cdiv_u((size_t)C4, (size_t)V), 32);
+    const int chunk_rows = bwd_chunk_rows(N);
+    const int nchunks = (int)cdiv_u((size_t)N, (size_t)chunk_rows);
+    float *part_w = NULL, *part_b = NULL;
+    if (want_cols) {
+        size_t per = (size_t)nchunks * C;
+        part_w = (float *)cuda_scratch(b, SCR_REDUCE, per * (dbias ? 2 : 1) * sizeof(float));
+        part_b = dbias ? part_w + per : NULL;
+    }
+#define BWD_VEC_LAUNCH(VV)                                                                    \
+    norm_backward_vec_kernel<VV, MODE><<<nchunks, threads, 0, s->stream>>>(                  \
+        dx, part_w, part_b, dout, x, w, mean, rstd, N, C, chunk_rows)
+    if (V == 1) BWD_VEC_LAUNCH(1);
+    else if (V == 2) BWD_VEC_LAUNCH(2);
+    else BWD_VEC_LAUNCH(BWD_VEC_MAX_V);
+#undef BWD_VEC_LAUNCH
+    CUDA_LAUNCH_CHECK(s);
+    /* dw NULL: its partials are computed and dropped */
+    if (want_cols) colsum_finish_vec(s, dw, dbias, part_w, part_b, nchunks, C4);
+    return 1;
+}
+
 void cuda_column_sums(fp8t_backend *b, float *colsum, const float *x, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
+    int nchunks = (int)cdiv_u((size_t)rows, CS_CHUNK);
+    if (cols % 4 == 0 && aligned16(x) && nchunks <= 65535) {
+        cuda_state *s = cuda_of(b);
+        int C4 = cols / 4;
+        float *part = (float *)cuda_scratch(b, SCR_REDUCE, (size_t)nchunks * cols * sizeof(float));
+        dim3 grid(cdiv_u((size_t)C4, CS_COLS4), nchunks);
+        colsum_vec_partials_kernel<<<grid, dim3(CS_COLS4, CS_LANES), 0, s->stream>>>(
+            reinterpret_cast<float4 *>(part), reinterpret_cast<const float4 *>(x), rows, C4);
+        CUDA_LAUNCH_CHECK(s);
+        colsum_finish_vec(s, colsum, NULL, part, NULL, nchunks, C4);
+        return;
+    }
     column_sums<COLSUM_PLAIN>(b, colsum, NULL, x, NULL, NULL, NULL, rows, cols);
 }
 
@@ -215,6 +628,7 @@ void cuda_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias
                              const float *dout, const float *x, const float *w,
                              const float *mean, const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
+    if (norm_backward_vec<NORM_LN>(b, dx, dw, dbias, dout, x, w, mean, rstd, N, C)) return;
     cuda_state *s = cuda_of(b);
     if (dx) {
         int rows_per_block = NORM_THREADS / 32;
@@ -233,6 +647,7 @@ void cuda_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias
 void cuda_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *dout,
                            const float *x, const float *w, const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
+    if (norm_backward_vec<NORM_RMS>(b, dx, dw, NULL, dout, x, w, NULL, rstd, N, C)) return;
     cuda_state *s = cuda_of(b);
     if (dx) {
         int rows_per_block = NORM_THREADS / 32;
