@@ -22,7 +22,7 @@
 static fp8t_backend *cpu;        /* the real backend */
 static fp8t_backend counted;     /* a copy whose op table counts the calls below */
 static fp8t_backend_ops counted_ops;
-static long n_quantize, n_xent, n_to_bf16, n_bias_add, n_gelu16;
+static long n_quantize, n_xent, n_to_bf16, n_bias_add, n_gelu16, n_qgelu;
 
 static void count_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                            const float *x, int rows, int cols, fp8_format fmt,
@@ -49,12 +49,18 @@ static void count_gelu16(fp8t_backend *b, uint16_t *out, float *amax_out, const 
     cpu->ops->gelu_forward_bf16(b, out, amax_out, x, rows, cols);
 }
 
+static void count_qgelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                        const float *x, int rows, int cols, fp8_format fmt, const float *scale) {
+    n_qgelu++;
+    cpu->ops->quantize_gelu(b, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
+}
+
 static void count_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC) {
     n_bias_add++;
     cpu->ops->bias_add(b, out, bias, N, OC);
 }
 
-enum { PLAIN_XENT = 1, NO_REUSE = 2, NO_BF16_OPERANDS = 4 };
+enum { PLAIN_XENT = 1, NO_REUSE = 2, NO_BF16_OPERANDS = 4, NO_GELU_FUSION = 8 };
 
 /* A model on the counting backend; switches = PLAIN_XENT | NO_REUSE set the environment
  * variables for the create (they are read there, once). */
@@ -65,11 +71,13 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     if (switches & PLAIN_XENT) setenv("FP8TRAIN_NO_FUSED_XENT", "1", 1);
     if (switches & NO_REUSE) setenv("FP8TRAIN_NO_CODE_REUSE", "1", 1);
     if (switches & NO_BF16_OPERANDS) setenv("FP8TRAIN_NO_BF16_OPERANDS", "1", 1);
+    if (switches & NO_GELU_FUSION) setenv("FP8TRAIN_NO_GELU_FUSION", "1", 1);
     char err[256];
     fp8t_model *m = fp8t_model_create(&counted, &c, pol, B, T, err, sizeof(err));
     unsetenv("FP8TRAIN_NO_FUSED_XENT");
     unsetenv("FP8TRAIN_NO_CODE_REUSE");
     unsetenv("FP8TRAIN_NO_BF16_OPERANDS");
+    unsetenv("FP8TRAIN_NO_GELU_FUSION");
     if (!m) printf("  create %s: %s\n", preset, err);
     else fp8t_model_init_weights(m, 4321);
     return m;
@@ -99,7 +107,7 @@ static int same_bits(float a, float b) { return !memcmp(&a, &b, sizeof(float)); 
  * every gradient must agree bit for bit. Returns the calls of softmax_xent / quantize made by
  * each model. */
 typedef struct {
-    long xent[2], quant[2], quant_bwd[2], to_bf16[2], bias_add[2], gelu16[2];
+    long xent[2], quant[2], quant_bwd[2], to_bf16[2], bias_add[2], gelu16[2], qgelu[2];
 } calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
@@ -117,13 +125,14 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
             float loss[2];
             for (int k = 0; k < 2; k++) {
                 long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add,
-                     g0 = n_gelu16;
+                     g0 = n_gelu16, qg0 = n_qgelu;
                 loss[k] = fp8t_model_forward(m[k], tok, tgt);
                 long q1 = n_quantize;
                 fp8t_model_backward(m[k], dloss[j % n_dloss]);
                 out->to_bf16[k] += n_to_bf16 - h0;
                 out->bias_add[k] += n_bias_add - b0;
                 out->gelu16[k] += n_gelu16 - g0;
+                out->qgelu[k] += n_qgelu - qg0;
                 out->xent[k] += n_xent - x0;
                 out->quant[k] += n_quantize - q0;
                 out->quant_bwd[k] += n_quantize - q1;
@@ -434,6 +443,46 @@ static void bf16_operands_mixed(void) {
     bf16_case("tiny", FP8T_PREC_FAKE, NULL, 0);
 }
 
+/* ---- GELU applied by fc2's rounding pass ---- */
+
+static void gelu_case(const char *overrides, fp8t_precision prec, int hooked, long want_per_micro) {
+    const int B = 2, T = 16, steps = 3, accum = 2;
+    fp8t_policy p = policy(prec);
+    char err[256];
+    if (overrides) T_ASSERT(fp8t_policy_add_overrides(&p, overrides, err, sizeof(err)) == 0, "%s", err);
+    fp8t_model *r = make("tiny", &p, B, T, 0), *q = make("tiny", &p, B, T, NO_GELU_FUSION);
+    T_ASSERT(r && q, "create");
+    if (hooked) {
+        fp8t_model_set_hook(r, noop_hook, NULL);
+        fp8t_model_set_hook(q, noop_hook, NULL);
+    }
+    char what[160];
+    snprintf(what, sizeof(what), "tiny %s%s%s%s gelu fusion", fp8t_precision_name(prec),
+             overrides ? " " : "", overrides ? overrides : "", hooked ? " hooked" : "");
+    const float d = 1.0f / accum;
+    calls c;
+    lockstep(what, r, q, B, T, steps, accum, &d, 1, &c);
+    const long fused = c.gelu16[0] + c.qgelu[0], want = (long)steps * accum * want_per_micro;
+    T_CHECK(fused == want && c.gelu16[1] + c.qgelu[1] == 0,
+            "%s: fc2 applied GELU %ld times (plain %ld), expected %ld", what, fused,
+            c.gelu16[1] + c.qgelu[1], want);
+    fp8t_model_destroy(r);
+    fp8t_model_destroy(q);
+}
+
+static void gelu_fusion(void) {
+    const long L = 4; /* tiny's layers */
+    gelu_case(NULL, FP8T_PREC_BF16, 0, L);
+    gelu_case(NULL, FP8T_PREC_DELAYED, 0, L);
+    /* current scaling needs the amax of GELU's output before its pass: not fused */
+    gelu_case(NULL, FP8T_PREC_CURRENT, 0, 0);
+    /* a hook sees GELU's output; an FP32 Wgrad reads it: not fused */
+    gelu_case(NULL, FP8T_PREC_DELAYED, 1, 0);
+    gelu_case("module=fc2,gemm=wgrad,precision=fp32", FP8T_PREC_DELAYED, 0, 0);
+    /* mixed: fc2 of layers 0-1 delayed, 2-3 BF16 */
+    gelu_case("layers=2-3,precision=bf16", FP8T_PREC_DELAYED, 0, L);
+}
+
 int main(void) {
     t_suite = "model_fused";
     char err[256];
@@ -448,6 +497,7 @@ int main(void) {
     counted_ops.to_bf16 = count_to_bf16;
     counted_ops.bias_add = count_bias_add;
     counted_ops.gelu_forward_bf16 = count_gelu16;
+    counted_ops.quantize_gelu = count_qgelu;
     counted = *cpu;
     counted.ops = &counted_ops;
     T_RUN(xent_dloss_one);
@@ -460,6 +510,7 @@ int main(void) {
     T_RUN(reuse_only_when_allowed);
     T_RUN(bf16_operands);
     T_RUN(bf16_operands_mixed);
+    T_RUN(gelu_fusion);
     fp8t_backend_destroy(cpu);
     T_MAIN_END();
 }

@@ -100,6 +100,11 @@ typedef struct fp8t_backend_ops {
      * *amax_out max-accumulated with amax(x) when non-NULL. Fused: one pass over x. */
     void (*quantize)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                      const float *x, int rows, int cols, fp8_format fmt, const float *scale);
+    /* quantize of gelu(x) (gelu_forward's values) in one pass: codes, codes_t and the amax of
+     * gelu(x), the same bits as gelu_forward then quantize; the FP32 result is not written */
+    void (*quantize_gelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                          const float *x, int rows, int cols, fp8_format fmt,
+                          const float *scale);
     /* current scaling from an amax on the device: scale, scale_inv (device pointers) */
     void (*compute_scale)(fp8t_backend *b, float *scale, float *scale_inv, const float *amax,
                           float fmt_max, float epsilon, int pow2);

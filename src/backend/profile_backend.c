@@ -14,7 +14,7 @@
 enum {
     P_TO_DEVICE, P_TO_HOST, P_COPY, P_ZERO, P_SYNC,
     P_GEMM_F32, P_GEMM_BF16, P_GEMM_BF16_ROUNDED, P_GEMM_FP8,
-    P_AMAX, P_QUANTIZE, P_COMPUTE_SCALE, P_FAKE_QUANT, P_BLOCK_FAKE_QUANT, P_MXFP8_FAKE_QUANT,
+    P_AMAX, P_QUANTIZE, P_QUANTIZE_GELU, P_COMPUTE_SCALE, P_FAKE_QUANT, P_BLOCK_FAKE_QUANT, P_MXFP8_FAKE_QUANT,
     P_BF16_ROUND, P_TO_BF16, P_DELAYED_UPDATE,
     P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
     P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT,
@@ -25,7 +25,7 @@ enum {
 static const char *const op_names[P_COUNT] = {
     "to_device", "to_host", "copy", "zero", "synchronize",
     "gemm_f32", "gemm_bf16", "gemm_bf16_rounded", "gemm_fp8",
-    "amax", "quantize", "compute_scale", "fake_quantize", "block_fake_quantize",
+    "amax", "quantize", "quantize_gelu", "compute_scale", "fake_quantize", "block_fake_quantize",
     "mxfp8_fake_quantize", "bf16_round", "to_bf16", "delayed_update",
     "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
     "rmsnorm_forward", "rmsnorm_backward", "bias_add", "bias_backward",
@@ -150,6 +150,10 @@ static void w_quantize(fp8t_backend *b, uint8_t *c, uint8_t *ct, float *am, cons
                        int r, int cols, fp8_format f, const float *s) {
     TIMED(P_QUANTIZE, ib->ops->quantize(ib, c, ct, am, x, r, cols, f, s));
 }
+static void w_quantize_gelu(fp8t_backend *b, uint8_t *c, uint8_t *ct, float *am, const float *x,
+                            int r, int cols, fp8_format f, const float *s) {
+    TIMED(P_QUANTIZE_GELU, ib->ops->quantize_gelu(ib, c, ct, am, x, r, cols, f, s));
+}
 static void w_compute_scale(fp8t_backend *b, float *s, float *si, const float *a, float mx,
                             float eps, int pow2) {
     TIMED(P_COMPUTE_SCALE, ib->ops->compute_scale(ib, s, si, a, mx, eps, pow2));
@@ -264,7 +268,7 @@ static void w_adamw(fp8t_backend *b, float *p, float *m, float *v, const float *
 static const fp8t_backend_ops wrapper_ops = {
     w_malloc, w_free, w_to_device, w_to_host, w_copy, w_zero, w_synchronize, w_destroy,
     w_gemm_f32, w_gemm_bf16, w_gemm_bf16_rounded, w_gemm_fp8,
-    w_amax, w_quantize, w_compute_scale, w_fake_quantize, w_block_fake_quantize,
+    w_amax, w_quantize, w_quantize_gelu, w_compute_scale, w_fake_quantize, w_block_fake_quantize,
     w_mxfp8_fake_quantize, w_bf16_round, w_to_bf16, w_delayed_update,
     w_embedding_forward, w_embedding_backward, w_layernorm_forward, w_layernorm_backward,
     w_rmsnorm_forward, w_rmsnorm_backward, w_bias_add, w_bias_backward,

@@ -33,16 +33,8 @@ static void gpt2_block_forward(fp8t_model *m, int l, const float *res_in) {
     ops->layernorm_forward(be, v.ln2, v.ln2_mean, v.ln2_rstd, v.res2, p->ln2_w, p->ln2_b, N, C,
                            c->norm_eps);
     linear_forward(m, lin0 + 2, v.fch, v.ln2, p->fc1_w, p->fc1_b, N, C, H);
-    /* a BF16 fc2 takes GELU's output straight as its BF16 operand: no FP32 fch_act pass */
-    float *amax16 = NULL;
-    uint16_t *act16 = linear_bf16_input(m, lin0 + 3, N, H, &amax16);
-    if (act16) {
-        ops->gelu_forward_bf16(be, act16, amax16, v.fch, N, H);
-        linear_forward_bf16_input(m, lin0 + 3, out_c, act16, p->fc2_w, p->fc2_b, N, H, C);
-    } else {
-        ops->gelu_forward(be, v.fch_act, v.fch, v.NH_);
-        linear_forward(m, lin0 + 3, out_c, v.fch_act, p->fc2_w, p->fc2_b, N, H, C);
-    }
+    /* fc2 of gelu(fch): its rounding pass applies GELU where it can (no FP32 fch_act) */
+    linear_forward_gelu(m, lin0 + 3, out_c, v.fch_act, v.fch, p->fc2_w, p->fc2_b, N, H, C);
     ops->add(be, v.res3, v.res2, out_c, v.NC);
 }
 

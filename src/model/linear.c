@@ -51,6 +51,9 @@ typedef struct {
                           reads: data, or data_t when the backend wants transposed copies) or
                           a BF16 operand: written here instead of into scratch; NULL
                           otherwise */
+    int gelu;          /* the operand is gelu(x): x is GELU's input, and the rounding pass
+                          applies GELU itself (gelu_forward_bf16, quantize_gelu), so GELU's
+                          FP32 output is never written (linear_forward_gelu) */
 } operand;
 
 /* What a GEMM consumes after preparation: FP32 values, FP8 codes or a BF16 operand. */
@@ -184,8 +187,12 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
             }
             if (prec == FP8T_PREC_DELAYED) {
                 /* one fused pass: codes with the state's scale, amax into the history */
-                ops->quantize(be, codes, codes_t, record_act ? hist0 : NULL, op->x, op->rows,
-                              op->cols, fmt, m->st.scale + t);
+                if (op->gelu)
+                    ops->quantize_gelu(be, codes, codes_t, record_act ? hist0 : NULL, op->x,
+                                       op->rows, op->cols, fmt, m->st.scale + t);
+                else
+                    ops->quantize(be, codes, codes_t, record_act ? hist0 : NULL, op->x,
+                                  op->rows, op->cols, fmt, m->st.scale + t);
                 out->q.scale_inv = m->st.scale_inv + t;
             } else {
                 current_scale(m, t, op->x, n, fmt);
@@ -236,7 +243,11 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
             uint16_t *h = op->save ? op->save
                                    : model_scratch(m, &m->h16[op->pos],
                                                    fp8t_bf16_bytes(op->rows, op->cols));
-            ops->to_bf16(be, h, record_act ? hist0 : NULL, op->x, op->rows, op->cols);
+            if (op->gelu)
+                ops->gelu_forward_bf16(be, h, record_act ? hist0 : NULL, op->x, op->rows,
+                                       op->cols);
+            else
+                ops->to_bf16(be, h, record_act ? hist0 : NULL, op->x, op->rows, op->cols);
             out->h.data = h;
             out->h.rows = op->rows;
             out->h.cols = op->cols;
@@ -292,10 +303,10 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     }
 }
 
-/* replay: linear_forward_replay (no hooks, nothing recorded). x16: X's BF16 operand, already
- * made where linear_bf16_input said (X itself is NULL then). */
-static void fprop(fp8t_model *m, int lin, float *Y, float *X, const uint16_t *x16,
-                  const float *W, const float *bias, int N, int IN, int OUT, int replay) {
+/* replay: linear_forward_replay (no hooks, nothing recorded). gelu: X is GELU's input and the
+ * operand is made of gelu(X) (only where gelu_fusable). */
+static void fprop(fp8t_model *m, int lin, float *Y, float *X, int gelu, const float *W,
+                  const float *bias, int N, int IN, int OUT, int replay) {
     float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
     if (!replay) {
         call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN);
@@ -316,19 +327,13 @@ static void fprop(fp8t_model *m, int lin, float *Y, float *X, const uint16_t *x1
         if (!xq->codes) xq->codes = m->ops->malloc(m->be, (size_t)N * (size_t)IN);
         save_buf = xq->codes;
     }
-    operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0, save_buf};
-    operand b = {Wm, OUT, IN, FP8T_ROLE_W, record && !m->w_amax_done[lin], 128, 128, 1, NULL};
+    operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0, save_buf, gelu};
+    operand b = {Wm, OUT, IN, FP8T_ROLE_W, record && !m->w_amax_done[lin], 128, 128, 1, NULL, 0};
     /* the bias goes into the GEMM unless a hook must see the output without it */
     const int fuse_bias = bias && gemm_takes_bias(m, prec) && (replay || !m->hook);
-    prepared pa, given;
-    if (x16) {
-        memset(&given, 0, sizeof(given));
-        given.h.data = x16;
-        given.h.rows = N;
-        given.h.cols = IN;
-    }
-    run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, &a, &b, N, OUT, IN, 0, 1, 0, &pa,
-             x16 ? &given : NULL, NULL, fuse_bias ? bias : NULL);
+    prepared pa;
+    run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, &a, &b, N, OUT, IN, 0, 1, 0, &pa, NULL, NULL,
+             fuse_bias ? bias : NULL);
     if (save) {
         xq->scale_inv = pa.q.scale_inv;
         xq->prec = prec;
@@ -340,31 +345,33 @@ static void fprop(fp8t_model *m, int lin, float *Y, float *X, const uint16_t *x1
 
 void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                     const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, X, NULL, W, bias, N, IN, OUT, 0);
+    fprop(m, lin, Y, X, 0, W, bias, N, IN, OUT, 0);
 }
 
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                            const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, X, NULL, W, bias, N, IN, OUT, 1);
+    fprop(m, lin, Y, X, 0, W, bias, N, IN, OUT, 1);
 }
 
-uint16_t *linear_bf16_input(fp8t_model *m, int lin, int N, int IN, float **amax) {
-    /* the Fprop must take a BF16 operand, no hook may want X in FP32, and no Wgrad may read X
-     * in FP32 later (a training forward saves the operand; a frozen one has no backward) */
-    if (m->no_bf16_operands || m->hook || m->prec[lin][FP8T_GEMM_FPROP] != FP8T_PREC_BF16)
-        return NULL;
-    x_codes *xq = &m->xq[lin];
-    if (!m->frozen && !xq->saved) return NULL;
-    /* where prepare would write it, with the amax it would record */
-    *amax = m->frozen ? NULL : m->st.history + fp8_index(lin, FP8T_ROLE_X);
-    if (m->frozen) return model_scratch(m, &m->h16[0], fp8t_bf16_bytes(N, IN));
-    if (!xq->bf16) xq->bf16 = m->ops->malloc(m->be, fp8t_bf16_bytes(N, IN));
-    return xq->bf16;
+/* The Fprop can round gelu(X) itself when its operand is a BF16 one or delayed-scaled FP8
+ * codes (whose scale is known before the pass), no hook wants GELU's output in FP32, and no
+ * Wgrad reads it in FP32 later (a training forward keeps the operand or codes for the Wgrad; a
+ * frozen one has no backward). */
+static int gelu_fusable(const fp8t_model *m, int lin) {
+    const fp8t_precision p = m->prec[lin][FP8T_GEMM_FPROP];
+    if (m->hook || !(p == FP8T_PREC_DELAYED || (p == FP8T_PREC_BF16 && !m->no_bf16_operands)))
+        return 0;
+    return m->frozen || m->xq[lin].saved;
 }
 
-void linear_forward_bf16_input(fp8t_model *m, int lin, float *Y, const uint16_t *x16,
-                               const float *W, const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, NULL, x16, W, bias, N, IN, OUT, 0);
+void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, const float *pre,
+                         const float *W, const float *bias, int N, int IN, int OUT) {
+    if (gelu_fusable(m, lin) && !m->no_gelu_fusion) {
+        fprop(m, lin, Y, (float *)pre, 1, W, bias, N, IN, OUT, 0);
+        return;
+    }
+    m->ops->gelu_forward(m->be, act, pre, (size_t)N * (size_t)IN);
+    fprop(m, lin, Y, act, 0, W, bias, N, IN, OUT, 0);
 }
 
 /* The Wgrad may take the Dgrad's FP8 codes (or BF16 operand) of dY instead of rounding dY a
@@ -415,8 +422,8 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     /* Dgrad: dX[N,IN] = dY[N,OUT]·W[OUT,IN]; dY's amax is recorded here, once */
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, Wm, OUT, IN);
-    operand dy_d = {dY, N, OUT, FP8T_ROLE_DY, 1, 1, 128, 0, NULL};
-    operand w_d = {Wm, OUT, IN, FP8T_ROLE_W, 0, 128, 128, 1, NULL};
+    operand dy_d = {dY, N, OUT, FP8T_ROLE_DY, 1, 1, 128, 0, NULL, 0};
+    operand w_d = {Wm, OUT, IN, FP8T_ROLE_W, 0, 128, 128, 1, NULL, 0};
     const int reuse = reuse_dy_codes(m, lin, wprec);
     prepared dy_q; /* dY's FP8 codes, kept for the Wgrad when reuse */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, &dy_d, &w_d, N, IN, OUT,
@@ -426,8 +433,8 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     /* Wgrad: dW[OUT,IN] += dYᵀ·X, reduction over the N tokens (block tiles 128x1) */
     call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
     if (!from_codes) call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, X, N, IN);
-    operand dy_w = {dY, N, OUT, FP8T_ROLE_DY, 0, 128, 1, 0, NULL};
-    operand x_w = {X, N, IN, FP8T_ROLE_X, 0, 128, 1, 1, NULL};
+    operand dy_w = {dY, N, OUT, FP8T_ROLE_DY, 0, 128, 1, 0, NULL, 0};
+    operand x_w = {X, N, IN, FP8T_ROLE_X, 0, 128, 1, 1, NULL, 0};
     prepared x_q; /* X's codes from the forward, when from_codes */
     if (from_codes) saved_x(m, lin, N, IN, &x_q);
     if (m->hook) {

@@ -206,6 +206,9 @@ struct fp8t_model {
      * (gemm_bf16) every time, as before the BF16 operands existed: no cached BF16 weights, no
      * BF16 X kept for the Wgrad, no dY shared by Dgrad and Wgrad, the bias added on its own */
     int no_bf16_operands;
+    /* FP8TRAIN_NO_GELU_FUSION=1 at create: GELU writes its FP32 output and fc2 rounds it
+     * (linear_forward_gelu) */
+    int no_gelu_fusion;
 
     /* FP8 codes of X kept for the Wgrad (model_save_plan): a linear whose Fprop and Wgrad
      * share a per-tensor FP8 precision, with no hook, keeps the codes its Fprop made (1 byte
@@ -264,16 +267,12 @@ void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                     const float *bias, int N, int IN, int OUT);
 void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
                      float *X, const float *W, int N, int IN, int OUT);
-/* When linear lin's Fprop takes X as a BF16 operand that nothing else needs in FP32 (BF16
- * Fprop, no hook, X saved for the Wgrad or a frozen forward): the buffer where the op that
- * produces X may write that operand directly ([N, IN], fp8t_bf16_operand layout), and in
- * *amax the history slot its amax goes to (NULL: not recorded). NULL when X must be made in
- * FP32 (then call linear_forward). */
-uint16_t *linear_bf16_input(fp8t_model *m, int lin, int N, int IN, float **amax);
-/* linear_forward with X given as that operand (written by the producer into the buffer
- * linear_bf16_input returned, in this forward). */
-void linear_forward_bf16_input(fp8t_model *m, int lin, float *Y, const uint16_t *x16,
-                               const float *W, const float *bias, int N, int IN, int OUT);
+/* linear_forward of X = gelu(pre), pre [N, IN]: where the Fprop rounds its input itself (BF16
+ * operands, delayed FP8) and nothing needs gelu(pre) in FP32, the rounding pass applies GELU
+ * (gelu_forward_bf16 / quantize_gelu) and act is left alone; otherwise act = gelu(pre) [N, IN]
+ * and linear_forward(act). Off with FP8TRAIN_NO_GELU_FUSION=1. */
+void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, const float *pre,
+                         const float *W, const float *bias, int N, int IN, int OUT);
 /* The Fprop of linear_forward again, to rebuild an output that was overwritten: no hooks, no
  * amax recording, the step's weight codes from the cache. */
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,

@@ -610,6 +610,70 @@ static float *host_quant_data(size_t n, int specials) {
     return x;
 }
 
+/* quantize_gelu: codes of gelu(x) in one pass. On the GPU the same bytes (codes, codes_t,
+ * amax) as gelu_forward followed by quantize; against the CPU (whose exp may differ in the last
+ * bit, which can move a code across a rounding boundary) decoded codes within one code step
+ * (2^-3 relative for E4M3, 2^-2 for E5M2; absolute at the subnormal end) at no more than
+ * 1 in 1000 elements, and the amax within 1e-6. */
+static void test_quantize_gelu(void) {
+    static const int sizes[][2] = {{3, 7}, {128, 768}, {144, 200}, {208, 1600}};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+        for (int variant = 0; variant < 3; variant++) {
+            int rows = sizes[si][0], cols = sizes[si][1];
+            size_t n = (size_t)rows * cols;
+            fp8_format fmt = variant == 1 ? FP8_E5M2 : FP8_E4M3;
+            int with_t = variant != 2;
+            float *x = host_normal(n, 3.0f);
+            float scale = fp8_format_max(fmt) / 8.0f, amax0 = 0.25f;
+            dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), da = dp_floats(&amax0, 1);
+            dpair dc = dp_alloc(n), dct = dp_alloc(n);
+            dp_poison(dc, 1), dp_poison(dct, 1);
+            FOR_BOTH be_->ops->quantize_gelu(be_, U8(dc), with_t ? U8(dct) : NULL, F(da), F(dx),
+                                             rows, cols, fmt, F(ds));
+            char op[80], shape[32];
+            snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+            /* GPU: the two-op path */
+            void *y = GPU->ops->malloc(GPU, n * 4), *c2 = GPU->ops->malloc(GPU, n);
+            void *ct2 = GPU->ops->malloc(GPU, n), *a2 = GPU->ops->malloc(GPU, 4);
+            GPU->ops->to_device(GPU, a2, &amax0, 4);
+            GPU->ops->gelu_forward(GPU, (float *)y, (const float *)dx.p[1], n);
+            GPU->ops->quantize(GPU, (uint8_t *)c2, with_t ? (uint8_t *)ct2 : NULL, (float *)a2,
+                               (const float *)y, rows, cols, fmt, (const float *)ds.p[1]);
+            snprintf(op, sizeof(op), "quantize_gelu %s == gelu + quantize codes",
+                     fp8_format_name(fmt));
+            check_gpu_identical(op, shape, dc.p[1], c2, n, "from the two-op path");
+            if (with_t) {
+                snprintf(op, sizeof(op), "quantize_gelu %s == gelu + quantize codes_t",
+                         fp8_format_name(fmt));
+                check_gpu_identical(op, shape, dct.p[1], ct2, n, "from the two-op path");
+            }
+            snprintf(op, sizeof(op), "quantize_gelu %s amax == gelu + quantize",
+                     fp8_format_name(fmt));
+            check_gpu_identical(op, shape, da.p[1], a2, 4, "from the two-op path");
+            /* against the CPU */
+            uint8_t *hc = dl(0, dc.p[0], n), *hg = dl(1, dc.p[1], n);
+            double step = fmt == FP8_E4M3 ? 0.125 : 0.25, tiny = 1.0 / scale / 64.0;
+            size_t diff = 0, far = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (hc[i] == hg[i]) continue;
+                diff++;
+                double a = fp8_decode(hc[i], fmt), g = fp8_decode(hg[i], fmt);
+                if (!(fabs(a - g) <= step * fabs(a) + tiny * scale)) far++;
+            }
+            snprintf(op, sizeof(op), "quantize_gelu %s codes vs cpu", fp8_format_name(fmt));
+            char note[96] = "";
+            if (diff) snprintf(note, sizeof(note), "%zu of %zu codes differ, %zu by more than a step",
+                               diff, n, far);
+            row(op, shape, (double)diff / (double)n, 1e-3, diff * 1000 <= n && far == 0, note);
+            snprintf(op, sizeof(op), "quantize_gelu %s amax vs cpu", fp8_format_name(fmt));
+            check_f(op, shape, da, 1, 1e-6);
+            GPU->ops->free(GPU, y), GPU->ops->free(GPU, c2), GPU->ops->free(GPU, ct2);
+            GPU->ops->free(GPU, a2);
+            dp_free(dx), dp_free(ds), dp_free(da), dp_free(dc), dp_free(dct);
+            free(x), free(hc), free(hg);
+        }
+}
+
 static void test_quantize(void) {
     /* 144x200 and 208x1600: the 64x64 fast tiles together with edge tiles */
     static const int sizes[][2] = {{1, 1},     {3, 7},      {32, 32},    {33, 65},
@@ -1361,6 +1425,7 @@ static void run_op_suite(void) {
     test_gemm_fp8();
     test_amax();
     test_quantize();
+    test_quantize_gelu();
     test_compute_scale();
     test_fake_quantize();
     test_block_fake_quantize();

@@ -92,6 +92,7 @@ static const fp8t_backend_ops cpu_ops = {
     .gemm_fp8 = cpu_gemm_fp8,
     .amax = cpu_amax,
     .quantize = cpu_quantize,
+    .quantize_gelu = cpu_quantize_gelu,
     .compute_scale = cpu_compute_scale,
     .fake_quantize = cpu_fake_quantize,
     .block_fake_quantize = cpu_block_fake_quantize,

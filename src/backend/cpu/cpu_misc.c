@@ -114,6 +114,15 @@ void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, cons
     cpu_to_bf16(b, out, amax_out, y, rows, cols);
 }
 
+void cpu_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                       const float *x, int rows, int cols, fp8_format fmt, const float *scale) {
+    if (rows <= 0 || cols <= 0) return;
+    size_t n = (size_t)rows * (size_t)cols;
+    float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
+    cpu_gelu_forward(b, y, x, n);
+    cpu_quantize(b, codes, codes_t, amax_out, y, rows, cols, fmt, scale);
+}
+
 void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,
                        size_t n) {
     (void)b;

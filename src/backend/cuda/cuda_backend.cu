@@ -202,6 +202,7 @@ static const fp8t_backend_ops cuda_ops = {
     /* .gemm_fp8 = */ cuda_gemm_fp8,
     /* .amax = */ cuda_amax,
     /* .quantize = */ cuda_quantize,
+    /* .quantize_gelu = */ cuda_quantize_gelu,
     /* .compute_scale = */ cuda_compute_scale,
     /* .fake_quantize = */ cuda_fake_quantize,
     /* .block_fake_quantize = */ cuda_block_fake_quantize,

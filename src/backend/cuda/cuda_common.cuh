@@ -78,6 +78,7 @@ enum {
     SCR_ATTN2,      /* attention, tensor-core variants: bf16 copies, [T,T] score/prob blocks */
     SCR_BF16_A,     /* gemm_bf16: the BF16 operand copy of A (gemm_bf16_rounded's input) */
     SCR_BF16_B,     /* ... of B */
+    SCR_ACT,        /* quantize_gelu's FP32 GELU output, where it is not fused */
     SCR_COUNT
 };
 
@@ -272,6 +273,8 @@ void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
 void cuda_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n);
 void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                    const float *x, int rows, int cols, fp8_format fmt, const float *scale);
+void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                        const float *x, int rows, int cols, fp8_format fmt, const float *scale);
 void cuda_compute_scale(fp8t_backend *b, float *scale, float *scale_inv, const float *amax,
                         float fmt_max, float epsilon, int pow2);
 void cuda_fake_quantize(fp8t_backend *b, float *out, const float *x, size_t n, fp8_format fmt,

@@ -195,7 +195,8 @@ __global__ void __launch_bounds__(CAST_THREADS)
 #define QT2_R 64 /* tile rows (contiguous within a codes_t row) */
 #define QT2_C 64 /* tile columns */
 #define QT2_THREADS 256
-template <fp8_format FMT>
+/* GELU: the values quantized are gelu_dev(x) (quantize_gelu), x being GELU's input */
+template <fp8_format FMT, bool GELU>
 __global__ void __launch_bounds__(QT2_THREADS)
     cast_transpose_fp8_tiled_kernel(uint8_t *codes, uint8_t *codes_t, float *amax_out,
                                     const float *__restrict__ x, int rows, int cols,
@@ -210,7 +211,12 @@ __global__ void __launch_bounds__(QT2_THREADS)
     const float *xp = x + (size_t)(r0 + 4 * mr) * cols + c0 + 4 * mc;
     float4 v[4];
 #pragma unroll
-    for (int i = 0; i < 4; i++) v[i] = *(const float4 *)(xp + (size_t)i * cols);
+    for (int i = 0; i < 4; i++) {
+        v[i] = *(const float4 *)(xp + (size_t)i * cols);
+        if (GELU)
+            v[i] = make_float4(gelu_dev(v[i].x), gelu_dev(v[i].y), gelu_dev(v[i].z),
+                               gelu_dev(v[i].w));
+    }
     unsigned m = 0;
     uint32_t rw[4]; /* rw[i]: codes of row 4mr+i, byte j = column 4mc+j */
 #pragma unroll
@@ -260,7 +266,7 @@ __global__ void cast_transpose_fp8_region_kernel(uint8_t *codes, uint8_t *codes_
                                                  float *amax_out, const float *__restrict__ x,
                                                  int rows, int cols, int r_begin, int r_end,
                                                  int c_begin, int c_end, fp8_format fmt,
-                                                 const float *scale_p) {
+                                                 const float *scale_p, int gelu) {
     __shared__ uint8_t tile[QT_TILE][QT_TILE + 4];
     const float scale = *scale_p;
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -275,6 +281,7 @@ __global__ void cast_transpose_fp8_region_kernel(uint8_t *codes, uint8_t *codes_
             int r = r0 + ty + i * QT_ROWS, c = c0 + tx;
             if (r < r_end && c < c_end) {
                 float v = x[(size_t)r * cols + c];
+                if (gelu) v = gelu_dev(v);
                 m = max(m, abs_bits_dev(v));
                 uint8_t code = fp8_enc_dev(v * scale, fmt);
                 if (codes) codes[(size_t)r * cols + c] = code;
@@ -332,13 +339,15 @@ void cuda_transpose_u8(fp8t_backend *b, uint8_t *out, const uint8_t *in, int row
 
 static void launch_region(cuda_state *s, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                           const float *x, int rows, int cols, int r_begin, int r_end,
-                          int c_begin, int c_end, fp8_format fmt, const float *scale) {
+                          int c_begin, int c_end, fp8_format fmt, const float *scale,
+                          int gelu = 0) {
     if (r_end <= r_begin || c_end <= c_begin) return;
     unsigned tiles_r = cdiv_u((size_t)(r_end - r_begin), QT_TILE);
     dim3 grid(cdiv_u((size_t)(c_end - c_begin), QT_TILE), tiles_r < 65535u ? tiles_r : 65535u);
     dim3 block(QT_TILE, QT_ROWS);
     cast_transpose_fp8_region_kernel<<<grid, block, 0, s->stream>>>(
-        codes, codes_t, amax_out, x, rows, cols, r_begin, r_end, c_begin, c_end, fmt, scale);
+        codes, codes_t, amax_out, x, rows, cols, r_begin, r_end, c_begin, c_end, fmt, scale,
+        gelu);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -391,14 +400,58 @@ void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *ama
     int tiles_c = cols_f / QT2_C;
     unsigned tiles = (unsigned)((size_t)(rows_f / QT2_R) * tiles_c);
     if (fmt == FP8_E4M3)
-        cast_transpose_fp8_tiled_kernel<FP8_E4M3><<<tiles, QT2_THREADS, 0, s->stream>>>(
+        cast_transpose_fp8_tiled_kernel<FP8_E4M3, false><<<tiles, QT2_THREADS, 0, s->stream>>>(
             codes, codes_t, amax_out, x, rows, cols, tiles_c, scale);
     else
-        cast_transpose_fp8_tiled_kernel<FP8_E5M2><<<tiles, QT2_THREADS, 0, s->stream>>>(
+        cast_transpose_fp8_tiled_kernel<FP8_E5M2, false><<<tiles, QT2_THREADS, 0, s->stream>>>(
             codes, codes_t, amax_out, x, rows, cols, tiles_c, scale);
     CUDA_LAUNCH_CHECK(s);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, rows_f, rows, 0, cols, fmt, scale);
+}
+
+/* y = gelu(x) (gelu_dev, as gelu_forward): quantize_gelu's unfused path */
+__global__ void gelu_scratch_kernel(float *y, const float *__restrict__ x, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = gelu_dev(x[i]);
+}
+
+/* quantize(gelu(x)) in one pass where the cast-transpose kernels run (codes_t wanted, the fused
+ * path): they apply GELU to what they load. Otherwise (plain, or only row-major codes wanted)
+ * GELU's output goes through scratch and cuda_quantize, which gives the same codes. */
+void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                        const float *x, int rows, int cols, fp8_format fmt, const float *scale) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    size_t n = (size_t)rows * cols;
+    if (s->plain || !codes_t) {
+        float *y = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
+        gelu_scratch_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(y, x, n);
+        CUDA_LAUNCH_CHECK(s);
+        cuda_quantize(b, codes, codes_t, amax_out, y, rows, cols, fmt, scale);
+        return;
+    }
+    int rows_f = rows / QT2_R * QT2_R, cols_f = cols / QT2_C * QT2_C;
+    int tiled_ok = cols % 4 == 0 && rows % 16 == 0 && aligned16(x) && aligned16(codes_t) &&
+                   (!codes || aligned4(codes)) && rows_f > 0 && cols_f > 0;
+    if (!tiled_ok) {
+        launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows, 0, cols, fmt, scale, 1);
+        return;
+    }
+    int tiles_c = cols_f / QT2_C;
+    unsigned tiles = (unsigned)((size_t)(rows_f / QT2_R) * tiles_c);
+    if (fmt == FP8_E4M3)
+        cast_transpose_fp8_tiled_kernel<FP8_E4M3, true><<<tiles, QT2_THREADS, 0, s->stream>>>(
+            codes, codes_t, amax_out, x, rows, cols, tiles_c, scale);
+    else
+        cast_transpose_fp8_tiled_kernel<FP8_E5M2, true><<<tiles, QT2_THREADS, 0, s->stream>>>(
+            codes, codes_t, amax_out, x, rows, cols, tiles_c, scale);
+    CUDA_LAUNCH_CHECK(s);
+    launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale,
+                  1);
+    launch_region(s, codes, codes_t, amax_out, x, rows, cols, rows_f, rows, 0, cols, fmt, scale,
+                  1);
 }
 
 /* ---------------------------------------------------------------------------------------- */
