@@ -8,7 +8,10 @@
  *    FP8, hooked, fake quantization) bit for bit against gemm_bf16 on the FP32 operands, with
  *    to_bf16 called once per weight per step and once per X and dY per micro-batch (GPT-2's
  *    fc2 input rounded by gelu_forward_bf16 instead), and the biases added in the GEMM (no
- *    bias_add) unless a hook must see the output without them.
+ *    bias_add) unless a hook must see the output without them;
+ *  - GELU applied by fc2's rounding pass (FP8TRAIN_NO_GELU_FUSION=1 off) and the bias
+ *    gradients taken by the Dgrad's pass over dY (FP8TRAIN_NO_BIAS_GRAD_FUSION=1 off): bit for
+ *    bit, with the fused ops called where they apply and not where they do not.
  * Two models run side by side on a CPU backend whose op table is wrapped to count calls. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,7 +25,8 @@
 static fp8t_backend *cpu;        /* the real backend */
 static fp8t_backend counted;     /* a copy whose op table counts the calls below */
 static fp8t_backend_ops counted_ops;
-static long n_quantize, n_xent, n_to_bf16, n_bias_add, n_gelu16, n_qgelu;
+static long n_quantize, n_xent, n_to_bf16, n_bias_add, n_gelu16, n_qgelu, n_h16cs, n_qcs,
+    n_bias_bwd;
 
 static void count_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                            const float *x, int rows, int cols, fp8_format fmt,
@@ -55,12 +59,36 @@ static void count_qgelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
     cpu->ops->quantize_gelu(b, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
 }
 
+static void count_h16cs(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
+                        const float *x, int rows, int cols) {
+    n_h16cs++;
+    cpu->ops->to_bf16_colsum(b, out, amax_out, colsum, x, rows, cols);
+}
+
+static void count_qcs(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                      float *colsum, const float *x, int rows, int cols, fp8_format fmt,
+                      const float *scale) {
+    n_qcs++;
+    cpu->ops->quantize_colsum(b, codes, codes_t, amax_out, colsum, x, rows, cols, fmt, scale);
+}
+
+static void count_bias_bwd(fp8t_backend *b, float *dbias, const float *dout, int N, int OC) {
+    n_bias_bwd++;
+    cpu->ops->bias_backward(b, dbias, dout, N, OC);
+}
+
 static void count_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC) {
     n_bias_add++;
     cpu->ops->bias_add(b, out, bias, N, OC);
 }
 
-enum { PLAIN_XENT = 1, NO_REUSE = 2, NO_BF16_OPERANDS = 4, NO_GELU_FUSION = 8 };
+enum {
+    PLAIN_XENT = 1,
+    NO_REUSE = 2,
+    NO_BF16_OPERANDS = 4,
+    NO_GELU_FUSION = 8,
+    NO_BIAS_GRAD_FUSION = 16
+};
 
 /* A model on the counting backend; switches = PLAIN_XENT | NO_REUSE set the environment
  * variables for the create (they are read there, once). */
@@ -72,12 +100,14 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     if (switches & NO_REUSE) setenv("FP8TRAIN_NO_CODE_REUSE", "1", 1);
     if (switches & NO_BF16_OPERANDS) setenv("FP8TRAIN_NO_BF16_OPERANDS", "1", 1);
     if (switches & NO_GELU_FUSION) setenv("FP8TRAIN_NO_GELU_FUSION", "1", 1);
+    if (switches & NO_BIAS_GRAD_FUSION) setenv("FP8TRAIN_NO_BIAS_GRAD_FUSION", "1", 1);
     char err[256];
     fp8t_model *m = fp8t_model_create(&counted, &c, pol, B, T, err, sizeof(err));
     unsetenv("FP8TRAIN_NO_FUSED_XENT");
     unsetenv("FP8TRAIN_NO_CODE_REUSE");
     unsetenv("FP8TRAIN_NO_BF16_OPERANDS");
     unsetenv("FP8TRAIN_NO_GELU_FUSION");
+    unsetenv("FP8TRAIN_NO_BIAS_GRAD_FUSION");
     if (!m) printf("  create %s: %s\n", preset, err);
     else fp8t_model_init_weights(m, 4321);
     return m;
@@ -108,6 +138,7 @@ static int same_bits(float a, float b) { return !memcmp(&a, &b, sizeof(float)); 
  * each model. */
 typedef struct {
     long xent[2], quant[2], quant_bwd[2], to_bf16[2], bias_add[2], gelu16[2], qgelu[2];
+    long h16cs[2], qcs[2], bias_bwd[2]; /* to_bf16_colsum, quantize_colsum, bias_backward */
 } calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
@@ -125,7 +156,8 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
             float loss[2];
             for (int k = 0; k < 2; k++) {
                 long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add,
-                     g0 = n_gelu16, qg0 = n_qgelu;
+                     g0 = n_gelu16, qg0 = n_qgelu, hc0 = n_h16cs, qc0 = n_qcs,
+                     bb0 = n_bias_bwd;
                 loss[k] = fp8t_model_forward(m[k], tok, tgt);
                 long q1 = n_quantize;
                 fp8t_model_backward(m[k], dloss[j % n_dloss]);
@@ -133,6 +165,9 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
                 out->bias_add[k] += n_bias_add - b0;
                 out->gelu16[k] += n_gelu16 - g0;
                 out->qgelu[k] += n_qgelu - qg0;
+                out->h16cs[k] += n_h16cs - hc0;
+                out->qcs[k] += n_qcs - qc0;
+                out->bias_bwd[k] += n_bias_bwd - bb0;
                 out->xent[k] += n_xent - x0;
                 out->quant[k] += n_quantize - q0;
                 out->quant_bwd[k] += n_quantize - q1;
@@ -409,8 +444,9 @@ static void bf16_case(const char *preset, fp8t_precision prec, const char *overr
         const long per_micro = hooked ? 4L * n_lin : 2L * n_lin;
         const long gelu16 = cfg->arch == FP8T_ARCH_GPT2 && !hooked ? (long)cfg->n_layer : 0;
         const long want = (long)steps * (n_lin + accum * (per_micro - gelu16));
-        T_CHECK(c.to_bf16[0] == want, "%s: to_bf16 called %ld times, expected %ld", what,
-                c.to_bf16[0], want);
+        T_CHECK(c.to_bf16[0] + c.h16cs[0] == want,
+                "%s: to_bf16 (+ to_bf16_colsum) called %ld (+ %ld) times, expected %ld", what,
+                c.to_bf16[0], c.h16cs[0], want);
         T_CHECK(c.gelu16[0] == (long)steps * accum * gelu16 && c.gelu16[1] == 0,
                 "%s: gelu_forward_bf16 called %ld times (plain %ld), expected %ld", what,
                 c.gelu16[0], c.gelu16[1], (long)steps * accum * gelu16);
@@ -421,6 +457,12 @@ static void bf16_case(const char *preset, fp8t_precision prec, const char *overr
                 (long)steps * accum * biases);
         T_CHECK(c.bias_add[0] == (hooked ? c.bias_add[1] : 0),
                 "%s: bias_add called %ld times (plain %ld)", what, c.bias_add[0], c.bias_add[1]);
+        /* and their gradients come from the Dgrad's rounding pass over dY */
+        T_CHECK(c.bias_bwd[1] == (long)steps * accum * biases &&
+                    c.bias_bwd[0] == (hooked ? c.bias_bwd[1] : 0) &&
+                    c.h16cs[0] == (hooked ? 0 : (long)steps * accum * biases),
+                "%s: bias_backward %ld (plain %ld), to_bf16_colsum %ld", what, c.bias_bwd[0],
+                c.bias_bwd[1], c.h16cs[0]);
     } else {
         T_CHECK(c.to_bf16[0] > 0, "%s: no BF16 operand made (the head is BF16)", what);
     }
@@ -483,6 +525,43 @@ static void gelu_fusion(void) {
     gelu_case("layers=2-3,precision=bf16", FP8T_PREC_DELAYED, 0, L);
 }
 
+/* ---- bias gradients from the Dgrad's pass over dY ---- */
+
+static void colsum_case(const char *preset, fp8t_precision prec, int hooked) {
+    const int B = 2, T = 16, steps = 3, accum = 2;
+    fp8t_policy p = policy(prec);
+    fp8t_model *r = make(preset, &p, B, T, 0), *q = make(preset, &p, B, T, NO_BIAS_GRAD_FUSION);
+    T_ASSERT(r && q, "create");
+    if (hooked) {
+        fp8t_model_set_hook(r, noop_hook, NULL);
+        fp8t_model_set_hook(q, noop_hook, NULL);
+    }
+    char what[160];
+    snprintf(what, sizeof(what), "%s %s%s bias-grad fusion", preset, fp8t_precision_name(prec),
+             hooked ? " hooked" : "");
+    const float d = 1.0f / accum;
+    calls c;
+    lockstep(what, r, q, B, T, steps, accum, &d, 1, &c);
+    const fp8t_model_config *cfg = fp8t_model_get_config(r);
+    const long biases = cfg->arch == FP8T_ARCH_GPT2 ? 4L * cfg->n_layer : 0;
+    const long fused = hooked ? 0 : (long)steps * accum * biases;
+    T_CHECK(c.qcs[0] + c.h16cs[0] == fused && c.qcs[1] + c.h16cs[1] == 0,
+            "%s: fused column sums %ld (plain %ld), expected %ld", what, c.qcs[0] + c.h16cs[0],
+            c.qcs[1] + c.h16cs[1], fused);
+    T_CHECK(c.bias_bwd[1] - c.bias_bwd[0] == fused, "%s: bias_backward %ld vs plain %ld", what,
+            c.bias_bwd[0], c.bias_bwd[1]);
+    fp8t_model_destroy(r);
+    fp8t_model_destroy(q);
+}
+
+static void bias_grad_fusion(void) {
+    colsum_case("tiny", FP8T_PREC_DELAYED, 0);
+    colsum_case("tiny", FP8T_PREC_CURRENT, 0);
+    colsum_case("tiny", FP8T_PREC_BF16, 0);
+    colsum_case("tiny", FP8T_PREC_DELAYED, 1);
+    colsum_case("tiny-llama", FP8T_PREC_DELAYED, 0); /* no biases: nothing to fuse */
+}
+
 int main(void) {
     t_suite = "model_fused";
     char err[256];
@@ -498,6 +577,9 @@ int main(void) {
     counted_ops.bias_add = count_bias_add;
     counted_ops.gelu_forward_bf16 = count_gelu16;
     counted_ops.quantize_gelu = count_qgelu;
+    counted_ops.to_bf16_colsum = count_h16cs;
+    counted_ops.quantize_colsum = count_qcs;
+    counted_ops.bias_backward = count_bias_bwd;
     counted = *cpu;
     counted.ops = &counted_ops;
     T_RUN(xent_dloss_one);
@@ -511,6 +593,7 @@ int main(void) {
     T_RUN(bf16_operands);
     T_RUN(bf16_operands_mixed);
     T_RUN(gelu_fusion);
+    T_RUN(bias_grad_fusion);
     fp8t_backend_destroy(cpu);
     T_MAIN_END();
 }

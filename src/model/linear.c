@@ -54,6 +54,9 @@ typedef struct {
     int gelu;          /* the operand is gelu(x): x is GELU's input, and the rounding pass
                           applies GELU itself (gelu_forward_bf16, quantize_gelu), so GELU's
                           FP32 output is never written (linear_forward_gelu) */
+    float *colsum;     /* the Dgrad's dY with a bias: its rounding pass also adds the column
+                          sums of dY into colsum (the bias gradient; to_bf16_colsum,
+                          quantize_colsum); NULL otherwise */
 } operand;
 
 /* What a GEMM consumes after preparation: FP32 values, FP8 codes or a BF16 operand. */
@@ -63,6 +66,7 @@ typedef struct {
     fp8t_bf16_operand h;
     float *amax; /* history slot gemm_bf16 records amax(f) into while rounding, or NULL
                     (FP8TRAIN_NO_BF16_OPERANDS) */
+    int colsum_done; /* the operand's colsum was added by its rounding pass */
 } prepared;
 
 static int fp8_index(int lin, int role) { return lin * 3 + role; }
@@ -190,17 +194,26 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
                 if (op->gelu)
                     ops->quantize_gelu(be, codes, codes_t, record_act ? hist0 : NULL, op->x,
                                        op->rows, op->cols, fmt, m->st.scale + t);
+                else if (op->colsum)
+                    ops->quantize_colsum(be, codes, codes_t, record_act ? hist0 : NULL,
+                                         op->colsum, op->x, op->rows, op->cols, fmt,
+                                         m->st.scale + t);
                 else
                     ops->quantize(be, codes, codes_t, record_act ? hist0 : NULL, op->x,
                                   op->rows, op->cols, fmt, m->st.scale + t);
                 out->q.scale_inv = m->st.scale_inv + t;
             } else {
                 current_scale(m, t, op->x, n, fmt);
-                ops->quantize(be, codes, codes_t, NULL, op->x, op->rows, op->cols, fmt,
-                              m->cur_scale + t);
+                if (op->colsum)
+                    ops->quantize_colsum(be, codes, codes_t, NULL, op->colsum, op->x, op->rows,
+                                         op->cols, fmt, m->cur_scale + t);
+                else
+                    ops->quantize(be, codes, codes_t, NULL, op->x, op->rows, op->cols, fmt,
+                                  m->cur_scale + t);
                 if (record_act) ops->amax(be, hist0, m->cur_amax + t, 1);
                 out->q.scale_inv = m->cur_scale_inv + t;
             }
+            out->colsum_done = op->colsum != NULL;
             out->q.data = codes;
             out->q.data_t = codes_t;
             out->q.fmt = fmt;
@@ -246,8 +259,12 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
             if (op->gelu)
                 ops->gelu_forward_bf16(be, h, record_act ? hist0 : NULL, op->x, op->rows,
                                        op->cols);
+            else if (op->colsum)
+                ops->to_bf16_colsum(be, h, record_act ? hist0 : NULL, op->colsum, op->x,
+                                    op->rows, op->cols);
             else
                 ops->to_bf16(be, h, record_act ? hist0 : NULL, op->x, op->rows, op->cols);
+            out->colsum_done = op->colsum != NULL;
             out->h.data = h;
             out->h.rows = op->rows;
             out->h.cols = op->cols;
@@ -327,8 +344,9 @@ static void fprop(fp8t_model *m, int lin, float *Y, float *X, int gelu, const fl
         if (!xq->codes) xq->codes = m->ops->malloc(m->be, (size_t)N * (size_t)IN);
         save_buf = xq->codes;
     }
-    operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0, save_buf, gelu};
-    operand b = {Wm, OUT, IN, FP8T_ROLE_W, record && !m->w_amax_done[lin], 128, 128, 1, NULL, 0};
+    operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0, save_buf, gelu, NULL};
+    operand b = {Wm, OUT, IN, FP8T_ROLE_W, record && !m->w_amax_done[lin], 128, 128, 1, NULL, 0,
+                 NULL};
     /* the bias goes into the GEMM unless a hook must see the output without it */
     const int fuse_bias = bias && gemm_takes_bias(m, prec) && (replay || !m->hook);
     prepared pa;
@@ -422,19 +440,22 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     /* Dgrad: dX[N,IN] = dY[N,OUT]·W[OUT,IN]; dY's amax is recorded here, once */
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, Wm, OUT, IN);
-    operand dy_d = {dY, N, OUT, FP8T_ROLE_DY, 1, 1, 128, 0, NULL, 0};
-    operand w_d = {Wm, OUT, IN, FP8T_ROLE_W, 0, 128, 128, 1, NULL, 0};
+    /* the bias gradient from the Dgrad's rounding pass over dY, unless a hook may change dY
+     * before the Wgrad (bias_backward reads it after both) */
+    float *colsum = dbias && !m->hook && !m->no_colsum_fusion ? dbias : NULL;
+    operand dy_d = {dY, N, OUT, FP8T_ROLE_DY, 1, 1, 128, 0, NULL, 0, colsum};
+    operand w_d = {Wm, OUT, IN, FP8T_ROLE_W, 0, 128, 128, 1, NULL, 0, NULL};
     const int reuse = reuse_dy_codes(m, lin, wprec);
-    prepared dy_q; /* dY's FP8 codes, kept for the Wgrad when reuse */
+    prepared dy_q; /* dY as the Dgrad took it (codes / operand), for the Wgrad when reuse */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, &dy_d, &w_d, N, IN, OUT,
-             0, 0, 0, reuse ? &dy_q : NULL, NULL, NULL, NULL);
+             0, 0, 0, &dy_q, NULL, NULL, NULL);
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_DGRAD, dX, N, IN);
 
     /* Wgrad: dW[OUT,IN] += dYᵀ·X, reduction over the N tokens (block tiles 128x1) */
     call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
     if (!from_codes) call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, X, N, IN);
-    operand dy_w = {dY, N, OUT, FP8T_ROLE_DY, 0, 128, 1, 0, NULL, 0};
-    operand x_w = {X, N, IN, FP8T_ROLE_X, 0, 128, 1, 1, NULL, 0};
+    operand dy_w = {dY, N, OUT, FP8T_ROLE_DY, 0, 128, 1, 0, NULL, 0, NULL};
+    operand x_w = {X, N, IN, FP8T_ROLE_X, 0, 128, 1, 1, NULL, 0, NULL};
     prepared x_q; /* X's codes from the forward, when from_codes */
     if (from_codes) saved_x(m, lin, N, IN, &x_q);
     if (m->hook) {
@@ -448,5 +469,5 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
         run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, dW, &dy_w, &x_w, OUT, IN, N, 1, 0, 1, NULL,
                  reuse ? &dy_q : NULL, from_codes ? &x_q : NULL, NULL);
     }
-    if (dbias) m->ops->bias_backward(m->be, dbias, dY, N, OUT);
+    if (dbias && !dy_q.colsum_done) m->ops->bias_backward(m->be, dbias, dY, N, OUT);
 }

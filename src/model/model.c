@@ -330,6 +330,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->no_code_reuse = model_env_flag("FP8TRAIN_NO_CODE_REUSE");
     m->no_bf16_operands = model_env_flag("FP8TRAIN_NO_BF16_OPERANDS");
     m->no_gelu_fusion = model_env_flag("FP8TRAIN_NO_GELU_FUSION");
+    m->no_colsum_fusion = model_env_flag("FP8TRAIN_NO_BIAS_GRAD_FUSION");
     /* (FP8TRAIN_NO_FP8_SAVE is read above, with the activations it shapes) */
     return m;
 }

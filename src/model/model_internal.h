@@ -209,6 +209,9 @@ struct fp8t_model {
     /* FP8TRAIN_NO_GELU_FUSION=1 at create: GELU writes its FP32 output and fc2 rounds it
      * (linear_forward_gelu) */
     int no_gelu_fusion;
+    /* FP8TRAIN_NO_BIAS_GRAD_FUSION=1 at create: bias_backward reads dY in its own pass instead
+     * of the Dgrad's rounding pass adding dY's column sums (linear.c) */
+    int no_colsum_fusion;
 
     /* FP8 codes of X kept for the Wgrad (model_save_plan): a linear whose Fprop and Wgrad
      * share a per-tensor FP8 precision, with no hook, keeps the codes its Fprop made (1 byte

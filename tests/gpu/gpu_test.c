@@ -674,6 +674,74 @@ static void test_quantize_gelu(void) {
         }
 }
 
+/* The fused column sums (the Dgrad's dY and its bias gradient in one pass): the operand / codes
+ * the same bytes as to_bf16 / quantize on the GPU, the column sums against the CPU's
+ * bias_backward (accumulated onto a nonzero start), and the same bits when run twice. Shapes
+ * the fused kernels take (cols % 8 == 0 for BF16; whole 64x64 tiles for FP8) and ones they
+ * leave to the separate passes. */
+static void test_colsum_fusion(void) {
+    static const int sizes[][2] = {{256, 768}, {300, 2304}, {128, 4800}, {37, 1001}, {144, 200}};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+        for (int kind = 0; kind < 3; kind++) { /* bf16, fp8 e4m3, fp8 e5m2 */
+            int rows = sizes[si][0], cols = sizes[si][1];
+            size_t n = (size_t)rows * cols;
+            fp8_format fmt = kind == 2 ? FP8_E5M2 : FP8_E4M3;
+            float *x = host_normal(n, 2.0f), *cs0 = host_normal((size_t)cols, 1.0f);
+            float scale = fp8_format_max(fmt) / 8.0f, amax0 = 0.25f;
+            size_t obytes = kind == 0 ? fp8t_bf16_bytes(rows, cols) : n;
+            dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), da = dp_floats(&amax0, 1);
+            dpair dcs = dp_floats(cs0, (size_t)cols), dout = dp_alloc(obytes), dct = dp_alloc(n);
+            dp_poison(dout, 1), dp_poison(dct, 1);
+            FOR_BOTH {
+                if (kind == 0)
+                    be_->ops->to_bf16_colsum(be_, U16(dout), F(da), F(dcs), F(dx), rows, cols);
+                else
+                    be_->ops->quantize_colsum(be_, U8(dout), U8(dct), F(da), F(dcs), F(dx), rows,
+                                              cols, fmt, F(ds));
+            }
+            char op[80], shape[32];
+            snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+            const char *name = kind == 0 ? "to_bf16_colsum" : kind == 1 ? "quantize_colsum e4m3"
+                                                                        : "quantize_colsum e5m2";
+            /* the GPU's separate ops */
+            void *o2 = GPU->ops->malloc(GPU, obytes), *ct2 = GPU->ops->malloc(GPU, n);
+            void *a2 = GPU->ops->malloc(GPU, 4);
+            GPU->ops->to_device(GPU, a2, &amax0, 4);
+            if (kind == 0)
+                GPU->ops->to_bf16(GPU, (uint16_t *)o2, (float *)a2, (const float *)dx.p[1], rows,
+                                  cols);
+            else
+                GPU->ops->quantize(GPU, (uint8_t *)o2, (uint8_t *)ct2, (float *)a2,
+                                   (const float *)dx.p[1], rows, cols, fmt,
+                                   (const float *)ds.p[1]);
+            snprintf(op, sizeof(op), "%s == %s", name, kind == 0 ? "to_bf16" : "quantize codes");
+            check_gpu_identical(op, shape, dout.p[1], o2, obytes, "from the separate op");
+            if (kind) {
+                snprintf(op, sizeof(op), "%s == quantize codes_t", name);
+                check_gpu_identical(op, shape, dct.p[1], ct2, n, "from the separate op");
+            }
+            snprintf(op, sizeof(op), "%s amax", name);
+            check_gpu_identical(op, shape, da.p[1], a2, 4, "from the separate op");
+            snprintf(op, sizeof(op), "%s column sums", name);
+            check_f(op, shape, dcs, (size_t)cols, 1e-6);
+            /* determinism: the column sums again from the same start */
+            void *cs2 = GPU->ops->malloc(GPU, (size_t)cols * 4);
+            GPU->ops->to_device(GPU, cs2, cs0, (size_t)cols * 4);
+            if (kind == 0)
+                GPU->ops->to_bf16_colsum(GPU, (uint16_t *)o2, NULL, (float *)cs2,
+                                         (const float *)dx.p[1], rows, cols);
+            else
+                GPU->ops->quantize_colsum(GPU, (uint8_t *)o2, (uint8_t *)ct2, NULL, (float *)cs2,
+                                          (const float *)dx.p[1], rows, cols, fmt,
+                                          (const float *)ds.p[1]);
+            check_same_bits(name, shape, dcs.p[1], cs2, (size_t)cols * 4);
+            GPU->ops->free(GPU, o2), GPU->ops->free(GPU, ct2), GPU->ops->free(GPU, a2);
+            GPU->ops->free(GPU, cs2);
+            dp_free(dx), dp_free(ds), dp_free(da), dp_free(dcs), dp_free(dout), dp_free(dct);
+            free(x), free(cs0);
+        }
+}
+
 static void test_quantize(void) {
     /* 144x200 and 208x1600: the 64x64 fast tiles together with edge tiles */
     static const int sizes[][2] = {{1, 1},     {3, 7},      {32, 32},    {33, 65},
@@ -1162,7 +1230,8 @@ static void test_bias(void) {
 /* gelu_forward_bf16: GELU written straight as a BF16 operand. On the GPU it must be the bytes
  * of gelu_forward followed by to_bf16 (the same device expression), amax included; against the
  * CPU, whose exp may differ in the last bit of an FP32 value (which can move a BF16 rounding),
- * the decoded values within one BF16 step (2^-8 relative) and the padding zero on both. */
+ * the decoded values within one BF16 step (2^-7 relative at the bottom of a binade; measured
+ * 6.3e-3 on an H200) and the padding zero on both. */
 static void test_gelu_bf16(void) {
     static const int shapes[][2] = {{1, 1}, {13, 64}, {37, 1001}, {64, 3072}, {7, 13}};
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
@@ -1204,7 +1273,7 @@ static void test_gelu_bf16(void) {
             }
             char note[96] = "";
             if (pad_bad) snprintf(note, sizeof(note), "%zu padding words not zero", pad_bad);
-            row("gelu_forward_bf16", shape, worst, 1.0 / 256, worst <= 1.0 / 256 && !pad_bad,
+            row("gelu_forward_bf16", shape, worst, 1.0 / 128, worst <= 1.0 / 128 && !pad_bad,
                 note);
             check_f("gelu_forward_bf16 amax", shape, damax, 1, 1e-5);
             GPU->ops->free(GPU, y), GPU->ops->free(GPU, r16), GPU->ops->free(GPU, ram);
@@ -1247,7 +1316,10 @@ static void test_activations(void) {
 /* Attention tolerances: the FP32 kernels (tiled, simple) agree with the CPU to summation order;
  * the tensor-core ones (FP8TRAIN_CUDA_ATTN=flash|gemm) round q, k, v, P, dout and dS to BF16
  * (2^-9 relative each), which moves the output by a few 1e-3 relative and the gradients by
- * about 1e-2 (dS = P (dP - D) subtracts nearly equal numbers). */
+ * about 1e-2 (dS = P (dP - D) subtracts nearly equal numbers). The lse is checked as an
+ * absolute RMS error: each score moves by up to scale * 2^-8 * sum_i |q_i k_i|, about 1.4e-2
+ * at head size 32 for unit-normal data, and at T = 1 the lse is that one score (measured
+ * 5.3e-3 on an H200): 1e-2. */
 static double attn_tol_out = 1e-5, attn_tol_lse = 1e-5, attn_tol_grad = 1e-5;
 static int attn_expect_tc; /* the variant must run head sizes 32, 64, 128 on tensor cores */
 
@@ -1426,6 +1498,7 @@ static void run_op_suite(void) {
     test_amax();
     test_quantize();
     test_quantize_gelu();
+    test_colsum_fusion();
     test_compute_scale();
     test_fake_quantize();
     test_block_fake_quantize();
@@ -1766,8 +1839,8 @@ int main(int argc, char **argv) {
         const char *env, *value;
         int attention;       /* run the attention rows (else the float GEMM rows) */
         double out, lse, grad;
-    } extra[] = {{"FP8TRAIN_CUDA_ATTN", "flash", 1, 1.5e-2, 5e-3, 3e-2},
-                 {"FP8TRAIN_CUDA_ATTN", "gemm", 1, 1.5e-2, 5e-3, 3e-2}};
+    } extra[] = {{"FP8TRAIN_CUDA_ATTN", "flash", 1, 1.5e-2, 1e-2, 3e-2},
+                 {"FP8TRAIN_CUDA_ATTN", "gemm", 1, 1.5e-2, 1e-2, 3e-2}};
     for (size_t e = 0; e < sizeof(extra) / sizeof(extra[0]); e++) {
         setenv(extra[e].env, extra[e].value, 1);
         GPU = fp8t_backend_create("cuda", err, sizeof(err));

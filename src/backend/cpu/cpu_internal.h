@@ -164,6 +164,11 @@ void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, cons
                            int rows, int cols);
 void cpu_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                        const float *x, int rows, int cols, fp8_format fmt, const float *scale);
+void cpu_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                         float *colsum, const float *x, int rows, int cols, fp8_format fmt,
+                         const float *scale);
+void cpu_to_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
+                        const float *x, int rows, int cols);
 void cpu_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);
 void cpu_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n);
 void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,

@@ -123,6 +123,20 @@ void cpu_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float 
     cpu_quantize(b, codes, codes_t, amax_out, y, rows, cols, fmt, scale);
 }
 
+/* The references of the fused column sums: the op, then bias_backward's sums (the same bits) */
+void cpu_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                         float *colsum, const float *x, int rows, int cols, fp8_format fmt,
+                         const float *scale) {
+    cpu_quantize(b, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
+    if (rows > 0 && cols > 0) cpu_bias_backward(b, colsum, x, rows, cols);
+}
+
+void cpu_to_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
+                        const float *x, int rows, int cols) {
+    cpu_to_bf16(b, out, amax_out, x, rows, cols);
+    if (rows > 0 && cols > 0) cpu_bias_backward(b, colsum, x, rows, cols);
+}
+
 void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,
                        size_t n) {
     (void)b;

@@ -148,3 +148,85 @@ void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, con
     }
     CUDA_LAUNCH_CHECK(s);
 }
+
+/* to_bf16 + column sums (the Dgrad's dY and its bias gradient, from one read). Needs
+ * cols % 8 == 0 and x 16-byte aligned (so the operand has no padding columns). Block: 32 x 8
+ * threads; thread (tx, ty) owns columns 8g .. 8g + 7 (g = blockIdx.x * 32 + tx) of the chunk's
+ * rows r0 + ty, r0 + ty + 8, ... (COLSUM_ROWS rows per chunk, blockIdx.y): it converts and
+ * stores them (padding rows, up to pad8(rows), as zeros) and sums them in row order; the 8 lane
+ * sums are then added in lane order into part[chunk][8g ..]. cuda_column_sums_finish adds the
+ * chunks in order: the result depends only on rows and cols. */
+#define COLSUM_ROWS 128
+#define COLSUM_LANES 8
+__global__ void __launch_bounds__(32 * COLSUM_LANES)
+    to_bf16_colsum_kernel(uint4 *out, float *part, float *amax_out, const float4 *__restrict__ x,
+                          int rows, int rows_out, int G) {
+    __shared__ float sh[COLSUM_LANES][32 * 8];
+    const int tx = threadIdx.x, ty = threadIdx.y, g = blockIdx.x * 32 + tx;
+    const int r0 = blockIdx.y * COLSUM_ROWS;
+    float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, am = 0.0f;
+    if (g < G) {
+        for (int j = 0; j < COLSUM_ROWS / COLSUM_LANES; j++) {
+            const int r = r0 + ty + COLSUM_LANES * j;
+            if (r >= rows_out) break;
+            uint4 o = make_uint4(0u, 0u, 0u, 0u);
+            if (r < rows) {
+                float4 a = x[((size_t)r * G + g) * 2], c = x[((size_t)r * G + g) * 2 + 1];
+                const float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+                unsigned w[4];
+                for (int e = 0; e < 4; e++) {
+                    am = amax_merge_dev(am, v[2 * e]);
+                    am = amax_merge_dev(am, v[2 * e + 1]);
+                    s[2 * e] += v[2 * e];
+                    s[2 * e + 1] += v[2 * e + 1];
+                    __nv_bfloat162 p = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
+                    w[e] = *(unsigned *)&p;
+                }
+                o = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+            out[(size_t)r * G + g] = o;
+        }
+    }
+    for (int e = 0; e < 8; e++) sh[ty][8 * tx + e] = s[e];
+    __syncthreads();
+    if (ty == 0 && g < G) {
+        float t[8];
+        for (int e = 0; e < 8; e++) t[e] = sh[0][8 * tx + e];
+        for (int l = 1; l < COLSUM_LANES; l++)
+            for (int e = 0; e < 8; e++) t[e] += sh[l][8 * tx + e];
+        float4 *pp = (float4 *)(part + (size_t)blockIdx.y * G * 8 + 8 * (size_t)g);
+        pp[0] = make_float4(t[0], t[1], t[2], t[3]);
+        pp[1] = make_float4(t[4], t[5], t[6], t[7]);
+    }
+    if (amax_out) {
+        /* block_amax wants a 1-D block: the same steps on the linear thread index */
+        __shared__ float sh_am[COLSUM_LANES];
+        am = warp_amax(am); /* a warp is one ty row: 32 consecutive tx */
+        if (tx == 0) sh_am[ty] = am;
+        __syncthreads();
+        if (tx == 0 && ty == 0) {
+            for (int l = 1; l < COLSUM_LANES; l++) am = amax_merge_dev(am, sh_am[l]);
+            atomic_amax_merge(amax_out, am);
+        }
+    }
+}
+
+void cuda_to_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
+                         const float *x, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    const int nchunks = (rows + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    if (s->plain || cols % 8 != 0 || ((uintptr_t)x & 15u) != 0 || nchunks > 65535) {
+        cuda_to_bf16_operand(b, out, amax_out, x, rows, cols);
+        cuda_column_sums(b, colsum, x, rows, cols);
+        return;
+    }
+    const int G = cols / 8;
+    float *part = (float *)cuda_scratch(b, SCR_COLSUM, (size_t)nchunks * cols * sizeof(float));
+    dim3 grid((unsigned)((G + 31) / 32), (unsigned)nchunks), block(32, COLSUM_LANES);
+    to_bf16_colsum_kernel<<<grid, block, 0, s->stream>>>((uint4 *)out, part, amax_out,
+                                                         (const float4 *)x, rows,
+                                                         fp8t_bf16_pad(rows), G);
+    CUDA_LAUNCH_CHECK(s);
+    cuda_column_sums_finish(b, colsum, part, nchunks, cols);
+}

@@ -79,6 +79,7 @@ enum {
     SCR_BF16_A,     /* gemm_bf16: the BF16 operand copy of A (gemm_bf16_rounded's input) */
     SCR_BF16_B,     /* ... of B */
     SCR_ACT,        /* quantize_gelu's FP32 GELU output, where it is not fused */
+    SCR_COLSUM,     /* column-sum partials of to_bf16_colsum / quantize_colsum */
     SCR_COUNT
 };
 
@@ -275,6 +276,9 @@ void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *ama
                    const float *x, int rows, int cols, fp8_format fmt, const float *scale);
 void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                         const float *x, int rows, int cols, fp8_format fmt, const float *scale);
+void cuda_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                          float *colsum, const float *x, int rows, int cols, fp8_format fmt,
+                          const float *scale);
 void cuda_compute_scale(fp8t_backend *b, float *scale, float *scale_inv, const float *amax,
                         float fmt_max, float epsilon, int pow2);
 void cuda_fake_quantize(fp8t_backend *b, float *out, const float *x, size_t n, fp8_format fmt,
@@ -289,6 +293,8 @@ void cuda_to_bf16_operand(fp8t_backend *b, uint16_t *out, float *amax_out, const
                           int rows, int cols);
 void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
                             int rows, int cols);
+void cuda_to_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
+                         const float *x, int rows, int cols);
 void cuda_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
                          int margin);
 /* helpers used by the GEMMs: codes [rows, cols] -> codes_t [cols, rows];
@@ -310,6 +316,11 @@ void cuda_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *d
 /* Deterministic column sums: colsum[c] += sum_r x[r*C + c] (bias_backward; the norms use the
  * same two-pass scheme). */
 void cuda_column_sums(fp8t_backend *b, float *colsum, const float *x, int rows, int cols);
+/* colsum[c] += sum over k < nchunks of part[k][c] (in a fixed order; part [nchunks, cols],
+ * cols % 4 == 0, 16-byte aligned): the second pass of a column sum whose first pass another
+ * kernel fused into its own (to_bf16_colsum, quantize_colsum). */
+void cuda_column_sums_finish(fp8t_backend *b, float *colsum, const float *part, int nchunks,
+                             int cols);
 /* cuda_attention.cu */
 void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, const float *qkv, int B,
                             int T, int NH, int HS, float rope_theta);

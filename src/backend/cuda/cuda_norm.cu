@@ -607,6 +607,11 @@ static int norm_backward_vec(fp8t_backend *b, float *dx, float *dw, float *dbias
     return 1;
 }
 
+void cuda_column_sums_finish(fp8t_backend *b, float *colsum, const float *part, int nchunks,
+                             int cols) {
+    colsum_finish_vec(cuda_of(b), colsum, NULL, part, NULL, nchunks, cols / 4);
+}
+
 void cuda_column_sums(fp8t_backend *b, float *colsum, const float *x, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
     int nchunks = (int)cdiv_u((size_t)rows, CS_CHUNK);

@@ -195,12 +195,15 @@ __global__ void __launch_bounds__(CAST_THREADS)
 #define QT2_R 64 /* tile rows (contiguous within a codes_t row) */
 #define QT2_C 64 /* tile columns */
 #define QT2_THREADS 256
-/* GELU: the values quantized are gelu_dev(x) (quantize_gelu), x being GELU's input */
-template <fp8_format FMT, bool GELU>
+/* GELU: the values quantized are gelu_dev(x) (quantize_gelu), x being GELU's input.
+ * COLSUM: part[tile row][c] = the sum of the tile's 64 values of column c (quantize_colsum):
+ * each thread adds its 4 rows in order, then the 16 threads of a column group add theirs in
+ * mr order (a fixed order: the result depends only on the shape). */
+template <fp8_format FMT, bool GELU, bool COLSUM>
 __global__ void __launch_bounds__(QT2_THREADS)
     cast_transpose_fp8_tiled_kernel(uint8_t *codes, uint8_t *codes_t, float *amax_out,
                                     const float *__restrict__ x, int rows, int cols,
-                                    int tiles_c, const float *scale_p) {
+                                    int tiles_c, const float *scale_p, float *part) {
     __shared__ uint4 sm_t[QT2_C * QT2_R / 16]; /* [64 cols][4 groups of 16 row bytes] */
     uint32_t *sm_w = (uint32_t *)sm_t;         /* word (c, g, q) at c*16 + 4*(g^swz(c)) + q */
     const float scale = *scale_p;
@@ -224,6 +227,23 @@ __global__ void __launch_bounds__(QT2_THREADS)
         m = abs_bits4_dev(m, v[i]);
         rw[i] = fp8x4_enc_dev<FMT>(v[i].x * scale, v[i].y * scale, v[i].z * scale,
                                    v[i].w * scale);
+    }
+    if (COLSUM) {
+        __shared__ float4 sm_cs[16][16]; /* [mr][mc] */
+        float4 cs = v[0];
+#pragma unroll
+        for (int i = 1; i < 4; i++)
+            cs = make_float4(cs.x + v[i].x, cs.y + v[i].y, cs.z + v[i].z, cs.w + v[i].w);
+        sm_cs[mr][mc] = cs;
+        __syncthreads();
+        if (mr == 0) {
+            float4 t = sm_cs[0][mc];
+            for (int k = 1; k < 16; k++) {
+                float4 u = sm_cs[k][mc];
+                t = make_float4(t.x + u.x, t.y + u.y, t.z + u.z, t.w + u.w);
+            }
+            *(float4 *)(part + (size_t)(r0 / QT2_R) * cols + c0 + 4 * mc) = t;
+        }
     }
     if (codes) {
         uint8_t *cp = codes + (size_t)(r0 + 4 * mr) * cols + c0 + 4 * mc;
@@ -400,11 +420,13 @@ void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *ama
     int tiles_c = cols_f / QT2_C;
     unsigned tiles = (unsigned)((size_t)(rows_f / QT2_R) * tiles_c);
     if (fmt == FP8_E4M3)
-        cast_transpose_fp8_tiled_kernel<FP8_E4M3, false><<<tiles, QT2_THREADS, 0, s->stream>>>(
-            codes, codes_t, amax_out, x, rows, cols, tiles_c, scale);
+        cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, false>
+            <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
+                                                    tiles_c, scale, NULL);
     else
-        cast_transpose_fp8_tiled_kernel<FP8_E5M2, false><<<tiles, QT2_THREADS, 0, s->stream>>>(
-            codes, codes_t, amax_out, x, rows, cols, tiles_c, scale);
+        cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, false>
+            <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
+                                                    tiles_c, scale, NULL);
     CUDA_LAUNCH_CHECK(s);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, rows_f, rows, 0, cols, fmt, scale);
@@ -442,16 +464,49 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
     int tiles_c = cols_f / QT2_C;
     unsigned tiles = (unsigned)((size_t)(rows_f / QT2_R) * tiles_c);
     if (fmt == FP8_E4M3)
-        cast_transpose_fp8_tiled_kernel<FP8_E4M3, true><<<tiles, QT2_THREADS, 0, s->stream>>>(
-            codes, codes_t, amax_out, x, rows, cols, tiles_c, scale);
+        cast_transpose_fp8_tiled_kernel<FP8_E4M3, true, false>
+            <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
+                                                    tiles_c, scale, NULL);
     else
-        cast_transpose_fp8_tiled_kernel<FP8_E5M2, true><<<tiles, QT2_THREADS, 0, s->stream>>>(
-            codes, codes_t, amax_out, x, rows, cols, tiles_c, scale);
+        cast_transpose_fp8_tiled_kernel<FP8_E5M2, true, false>
+            <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
+                                                    tiles_c, scale, NULL);
     CUDA_LAUNCH_CHECK(s);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale,
                   1);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, rows_f, rows, 0, cols, fmt, scale,
                   1);
+}
+
+/* quantize + column sums of x (the Dgrad's dY: its bias gradient) from the same read, where
+ * the whole matrix is 64x64 tiles (the model's shapes): the tiled kernel writes per-tile column
+ * partials, cuda_column_sums_finish adds them in tile order. Other shapes and plain: quantize,
+ * then cuda_column_sums. */
+void cuda_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                          float *colsum, const float *x, int rows, int cols, fp8_format fmt,
+                          const float *scale) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    int whole = !s->plain && codes_t && rows % QT2_R == 0 && cols % QT2_C == 0 && aligned16(x) &&
+                aligned16(codes_t) && (!codes || aligned4(codes));
+    if (!whole) {
+        cuda_quantize(b, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
+        cuda_column_sums(b, colsum, x, rows, cols);
+        return;
+    }
+    int tiles_r = rows / QT2_R, tiles_c = cols / QT2_C;
+    float *part = (float *)cuda_scratch(b, SCR_COLSUM, (size_t)tiles_r * cols * sizeof(float));
+    unsigned tiles = (unsigned)((size_t)tiles_r * tiles_c);
+    if (fmt == FP8_E4M3)
+        cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, true>
+            <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
+                                                    tiles_c, scale, part);
+    else
+        cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, true>
+            <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
+                                                    tiles_c, scale, part);
+    CUDA_LAUNCH_CHECK(s);
+    cuda_column_sums_finish(b, colsum, part, tiles_r, cols);
 }
 
 /* ---------------------------------------------------------------------------------------- */
