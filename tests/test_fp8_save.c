@@ -44,10 +44,10 @@ static void count_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, fl
 
 /* fc2's quantize of gelu(fch) (GELU fused into the pass) counts as the quantize it replaces */
 static void count_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
-                                float *amax_out, const float *x, int rows, int cols,
-                                fp8_format fmt, const float *scale) {
+                                float *amax_out, const float *x, const float *bias, int rows,
+                                int cols, fp8_format fmt, const float *scale) {
     n_quantize++;
-    cpu->ops->quantize_gelu(b, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
+    cpu->ops->quantize_gelu(b, codes, codes_t, amax_out, x, bias, rows, cols, fmt, scale);
 }
 
 static void *count_malloc(fp8t_backend *b, size_t bytes) {

@@ -53,10 +53,25 @@ static void count_gelu16(fp8t_backend *b, uint16_t *out, float *amax_out, const 
     cpu->ops->gelu_forward_bf16(b, out, amax_out, x, rows, cols);
 }
 
+static long n_qgelu_bias, n_gelu_bwd_bias, n_fp8_bias;
+static void count_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
+                           const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
+                           int acc, int fast, float *amax_out, const float *bias) {
+    n_fp8_bias += bias != NULL;
+    cpu->ops->gemm_fp8(b, C, A, B, M, N, K, transA, transB, acc, fast, amax_out, bias);
+}
 static void count_qgelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                        const float *x, int rows, int cols, fp8_format fmt, const float *scale) {
+                        const float *x, const float *bias, int rows, int cols, fp8_format fmt,
+                        const float *scale) {
     n_qgelu++;
-    cpu->ops->quantize_gelu(b, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
+    n_qgelu_bias += bias != NULL;
+    cpu->ops->quantize_gelu(b, codes, codes_t, amax_out, x, bias, rows, cols, fmt, scale);
+}
+
+static void count_gelu_bwd_bias(fp8t_backend *b, float *dx, const float *x, const float *bias,
+                                const float *dout, int rows, int cols) {
+    n_gelu_bwd_bias++;
+    cpu->ops->gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
 }
 
 static void count_h16cs(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
@@ -139,6 +154,7 @@ static int same_bits(float a, float b) { return !memcmp(&a, &b, sizeof(float)); 
 typedef struct {
     long xent[2], quant[2], quant_bwd[2], to_bf16[2], bias_add[2], gelu16[2], qgelu[2];
     long h16cs[2], qcs[2], bias_bwd[2]; /* to_bf16_colsum, quantize_colsum, bias_backward */
+    long fp8_bias[2];                   /* gemm_fp8 calls given a bias */
 } calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
@@ -157,7 +173,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
             for (int k = 0; k < 2; k++) {
                 long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add,
                      g0 = n_gelu16, qg0 = n_qgelu, hc0 = n_h16cs, qc0 = n_qcs,
-                     bb0 = n_bias_bwd;
+                     bb0 = n_bias_bwd, fb0 = n_fp8_bias;
                 loss[k] = fp8t_model_forward(m[k], tok, tgt);
                 long q1 = n_quantize;
                 fp8t_model_backward(m[k], dloss[j % n_dloss]);
@@ -168,6 +184,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
                 out->h16cs[k] += n_h16cs - hc0;
                 out->qcs[k] += n_qcs - qc0;
                 out->bias_bwd[k] += n_bias_bwd - bb0;
+                out->fp8_bias[k] += n_fp8_bias - fb0;
                 out->xent[k] += n_xent - x0;
                 out->quant[k] += n_quantize - q0;
                 out->quant_bwd[k] += n_quantize - q1;
@@ -487,7 +504,9 @@ static void bf16_operands_mixed(void) {
 
 /* ---- GELU applied by fc2's rounding pass ---- */
 
-static void gelu_case(const char *overrides, fp8t_precision prec, int hooked, long want_per_micro) {
+/* want_bias_per_micro: fc1's bias left to fc2's pass (FP8 fc1, delayed fc2) */
+static void gelu_case(const char *overrides, fp8t_precision prec, int hooked, long want_per_micro,
+                      long want_bias_per_micro) {
     const int B = 2, T = 16, steps = 3, accum = 2;
     fp8t_policy p = policy(prec);
     char err[256];
@@ -503,7 +522,15 @@ static void gelu_case(const char *overrides, fp8t_precision prec, int hooked, lo
              overrides ? " " : "", overrides ? overrides : "", hooked ? " hooked" : "");
     const float d = 1.0f / accum;
     calls c;
+    const long qb0 = n_qgelu_bias, gb0 = n_gelu_bwd_bias;
     lockstep(what, r, q, B, T, steps, accum, &d, 1, &c);
+    const long wb = (long)steps * accum * want_bias_per_micro;
+    T_CHECK(n_qgelu_bias - qb0 == wb && n_gelu_bwd_bias - gb0 == wb,
+            "%s: deferred fc1 biases %ld forward / %ld backward, expected %ld", what,
+            n_qgelu_bias - qb0, n_gelu_bwd_bias - gb0, wb);
+    T_CHECK(c.fp8_bias[1] - c.fp8_bias[0] == wb,
+            "%s: FP8 GEMMs given a bias %ld vs plain %ld, expected %ld fewer", what,
+            c.fp8_bias[0], c.fp8_bias[1], wb);
     const long fused = c.gelu16[0] + c.qgelu[0], want = (long)steps * accum * want_per_micro;
     T_CHECK(fused == want && c.gelu16[1] + c.qgelu[1] == 0,
             "%s: fc2 applied GELU %ld times (plain %ld), expected %ld", what, fused,
@@ -514,15 +541,18 @@ static void gelu_case(const char *overrides, fp8t_precision prec, int hooked, lo
 
 static void gelu_fusion(void) {
     const long L = 4; /* tiny's layers */
-    gelu_case(NULL, FP8T_PREC_BF16, 0, L);
-    gelu_case(NULL, FP8T_PREC_DELAYED, 0, L);
+    /* BF16 fc1 adds its bias in the GEMM: nothing to defer */
+    gelu_case(NULL, FP8T_PREC_BF16, 0, L, 0);
+    gelu_case(NULL, FP8T_PREC_DELAYED, 0, L, L);
     /* current scaling needs the amax of GELU's output before its pass: not fused */
-    gelu_case(NULL, FP8T_PREC_CURRENT, 0, 0);
+    gelu_case(NULL, FP8T_PREC_CURRENT, 0, 0, 0);
     /* a hook sees GELU's output; an FP32 Wgrad reads it: not fused */
-    gelu_case(NULL, FP8T_PREC_DELAYED, 1, 0);
-    gelu_case("module=fc2,gemm=wgrad,precision=fp32", FP8T_PREC_DELAYED, 0, 0);
-    /* mixed: fc2 of layers 0-1 delayed, 2-3 BF16 */
-    gelu_case("layers=2-3,precision=bf16", FP8T_PREC_DELAYED, 0, L);
+    gelu_case(NULL, FP8T_PREC_DELAYED, 1, 0, 0);
+    gelu_case("module=fc2,gemm=wgrad,precision=fp32", FP8T_PREC_DELAYED, 0, 0, 0);
+    /* mixed: layers 0-1 delayed (deferred), 2-3 BF16 */
+    gelu_case("layers=2-3,precision=bf16", FP8T_PREC_DELAYED, 0, L, L / 2);
+    /* current-scaled fc1 into a delayed fc2: deferred */
+    gelu_case("module=fc1,precision=current", FP8T_PREC_DELAYED, 0, L, L);
 }
 
 /* ---- bias gradients from the Dgrad's pass over dY ---- */
@@ -577,6 +607,8 @@ int main(void) {
     counted_ops.bias_add = count_bias_add;
     counted_ops.gelu_forward_bf16 = count_gelu16;
     counted_ops.quantize_gelu = count_qgelu;
+    counted_ops.gelu_backward_bias = count_gelu_bwd_bias;
+    counted_ops.gemm_fp8 = count_gemm_fp8;
     counted_ops.to_bf16_colsum = count_h16cs;
     counted_ops.quantize_colsum = count_qcs;
     counted_ops.bias_backward = count_bias_bwd;

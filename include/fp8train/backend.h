@@ -100,11 +100,13 @@ typedef struct fp8t_backend_ops {
      * *amax_out max-accumulated with amax(x) when non-NULL. Fused: one pass over x. */
     void (*quantize)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                      const float *x, int rows, int cols, fp8_format fmt, const float *scale);
-    /* quantize of gelu(x) (gelu_forward's values) in one pass: codes, codes_t and the amax of
-     * gelu(x), the same bits as gelu_forward then quantize; the FP32 result is not written */
+    /* quantize of gelu(x (+ bias)) (gelu_forward's values) in one pass: codes, codes_t and
+     * the amax of gelu(..), the same bits as bias_add, gelu_forward, then quantize; the FP32
+     * result is not written. bias [cols] may be NULL (the deferred bias of the linear that
+     * made x: then x itself never gets it, and the backward uses gelu_backward_bias) */
     void (*quantize_gelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                          const float *x, int rows, int cols, fp8_format fmt,
-                          const float *scale);
+                          const float *x, const float *bias, int rows, int cols,
+                          fp8_format fmt, const float *scale);
     /* quantize, and colsum[c] += sum over rows of x[r, c] (as bias_backward) from the same
      * read: the Dgrad's dY gives the bias gradient without another pass over it */
     void (*quantize_colsum)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
@@ -172,6 +174,10 @@ typedef struct fp8t_backend_ops {
     /* dx = gelu'(x) * dout (overwrite; dx may alias dout) */
     void (*gelu_backward)(fp8t_backend *b, float *dx, const float *x, const float *dout,
                           size_t n);
+    /* dx = gelu'(x + bias) * dout, x [rows, cols], bias [cols] (the same bits as bias_add on a
+     * copy of x, then gelu_backward); dx may alias dout */
+    void (*gelu_backward_bias)(fp8t_backend *b, float *dx, const float *x, const float *bias,
+                               const float *dout, int rows, int cols);
     /* out = silu(gate) * up */
     void (*swiglu_forward)(fp8t_backend *b, float *out, const float *gate, const float *up,
                            size_t n);

@@ -17,7 +17,7 @@ enum {
     P_AMAX, P_QUANTIZE, P_QUANTIZE_GELU, P_QUANTIZE_COLSUM, P_COMPUTE_SCALE, P_FAKE_QUANT, P_BLOCK_FAKE_QUANT, P_MXFP8_FAKE_QUANT,
     P_BF16_ROUND, P_TO_BF16, P_TO_BF16_COLSUM, P_DELAYED_UPDATE,
     P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
-    P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT,
+    P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT,
     P_ADD, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
     P_COUNT
 };
@@ -29,7 +29,7 @@ static const char *const op_names[P_COUNT] = {
     "mxfp8_fake_quantize", "bf16_round", "to_bf16", "to_bf16_colsum", "delayed_update",
     "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
     "rmsnorm_forward", "rmsnorm_backward", "bias_add", "bias_backward",
-    "gelu_forward", "gelu_forward_bf16", "gelu_backward", "swiglu_forward", "swiglu_backward",
+    "gelu_forward", "gelu_forward_bf16", "gelu_backward", "gelu_backward_bias", "swiglu_forward", "swiglu_backward",
     "attention_forward", "attention_backward", "softmax_xent",
     "add", "accumulate", "scale", "sumsq", "sum", "adamw",
 };
@@ -151,8 +151,8 @@ static void w_quantize(fp8t_backend *b, uint8_t *c, uint8_t *ct, float *am, cons
     TIMED(P_QUANTIZE, ib->ops->quantize(ib, c, ct, am, x, r, cols, f, s));
 }
 static void w_quantize_gelu(fp8t_backend *b, uint8_t *c, uint8_t *ct, float *am, const float *x,
-                            int r, int cols, fp8_format f, const float *s) {
-    TIMED(P_QUANTIZE_GELU, ib->ops->quantize_gelu(ib, c, ct, am, x, r, cols, f, s));
+                            const float *bias, int r, int cols, fp8_format f, const float *s) {
+    TIMED(P_QUANTIZE_GELU, ib->ops->quantize_gelu(ib, c, ct, am, x, bias, r, cols, f, s));
 }
 static void w_quantize_colsum(fp8t_backend *b, uint8_t *c, uint8_t *ct, float *am, float *cs,
                               const float *x, int r, int cols, fp8_format f, const float *s) {
@@ -232,6 +232,10 @@ static void w_gelu_backward(fp8t_backend *b, float *dx, const float *x, const fl
                             size_t n) {
     TIMED(P_GELU_BWD, ib->ops->gelu_backward(ib, dx, x, d, n));
 }
+static void w_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const float *bias,
+                                 const float *d, int r, int c) {
+    TIMED(P_GELU_BWD_BIAS, ib->ops->gelu_backward_bias(ib, dx, x, bias, d, r, c));
+}
 static void w_swiglu_forward(fp8t_backend *b, float *o, const float *g, const float *u,
                              size_t n) {
     TIMED(P_SWIGLU_FWD, ib->ops->swiglu_forward(ib, o, g, u, n));
@@ -280,7 +284,7 @@ static const fp8t_backend_ops wrapper_ops = {
     w_mxfp8_fake_quantize, w_bf16_round, w_to_bf16, w_to_bf16_colsum, w_delayed_update,
     w_embedding_forward, w_embedding_backward, w_layernorm_forward, w_layernorm_backward,
     w_rmsnorm_forward, w_rmsnorm_backward, w_bias_add, w_bias_backward,
-    w_gelu_forward, w_gelu_forward_bf16, w_gelu_backward, w_swiglu_forward, w_swiglu_backward,
+    w_gelu_forward, w_gelu_forward_bf16, w_gelu_backward, w_gelu_backward_bias, w_swiglu_forward, w_swiglu_backward,
     w_attention_forward, w_attention_backward, w_softmax_xent,
     w_add, w_accumulate, w_scale, w_sumsq, w_sum, w_adamw,
 };

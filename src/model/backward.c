@@ -19,7 +19,10 @@ static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
     /* MLP: dres holds d(res3) = d(fc2 output) */
     linear_backward(m, lin0 + 3, a->dh1, g->fc2_w, g->fc2_b, a->dres, v.fch_act, p->fc2_w, N, H,
                     C);
-    ops->gelu_backward(be, a->dh2, v.fch, a->dh1, v.NH_);
+    if (m->gelu_bias_deferred[l]) /* fch was kept without fc1's bias (forward.c) */
+        ops->gelu_backward_bias(be, a->dh2, v.fch, p->fc1_b, a->dh1, N, H);
+    else
+        ops->gelu_backward(be, a->dh2, v.fch, a->dh1, v.NH_);
     linear_backward(m, lin0 + 2, a->dc1, g->fc1_w, g->fc1_b, a->dh2, v.ln2, p->fc1_w, N, C, H);
     /* dres becomes d(res2): the skip path plus the norm's contribution */
     ops->layernorm_backward(be, a->dres, g->ln2_w, g->ln2_b, a->dc1, v.res2, p->ln2_w,

@@ -32,9 +32,13 @@ static void gpt2_block_forward(fp8t_model *m, int l, const float *res_in) {
     ops->add(be, v.res2, res_in, out_c, v.NC);
     ops->layernorm_forward(be, v.ln2, v.ln2_mean, v.ln2_rstd, v.res2, p->ln2_w, p->ln2_b, N, C,
                            c->norm_eps);
-    linear_forward(m, lin0 + 2, v.fch, v.ln2, p->fc1_w, p->fc1_b, N, C, H);
-    /* fc2 of gelu(fch): its rounding pass applies GELU where it can (no FP32 fch_act) */
-    linear_forward_gelu(m, lin0 + 3, out_c, v.fch_act, v.fch, p->fc2_w, p->fc2_b, N, H, C);
+    /* fc2 of gelu(fch): its rounding pass applies GELU where it can (no FP32 fch_act), and
+     * with FP8 fc1 and fc2 fc1's bias too (fch then stays without it; the backward adds it) */
+    const int defer = linear_gelu_takes_bias(m, lin0 + 2, lin0 + 3);
+    m->gelu_bias_deferred[l] = defer;
+    linear_forward(m, lin0 + 2, v.fch, v.ln2, p->fc1_w, defer ? NULL : p->fc1_b, N, C, H);
+    linear_forward_gelu(m, lin0 + 3, out_c, v.fch_act, v.fch, defer ? p->fc1_b : NULL, p->fc2_w,
+                        p->fc2_b, N, H, C);
     ops->add(be, v.res3, v.res2, out_c, v.NC);
 }
 

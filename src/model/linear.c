@@ -57,6 +57,8 @@ typedef struct {
     float *colsum;     /* the Dgrad's dY with a bias: its rounding pass also adds the column
                           sums of dY into colsum (the bias gradient; to_bf16_colsum,
                           quantize_colsum); NULL otherwise */
+    const float *gelu_bias; /* with gelu (FP8 only): GELU's input is x + gelu_bias [cols], the
+                          bias its producer left to this pass (linear_forward_gelu) */
 } operand;
 
 /* What a GEMM consumes after preparation: FP32 values, FP8 codes or a BF16 operand. */
@@ -193,7 +195,8 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
                 /* one fused pass: codes with the state's scale, amax into the history */
                 if (op->gelu)
                     ops->quantize_gelu(be, codes, codes_t, record_act ? hist0 : NULL, op->x,
-                                       op->rows, op->cols, fmt, m->st.scale + t);
+                                       op->gelu_bias, op->rows, op->cols, fmt,
+                                       m->st.scale + t);
                 else if (op->colsum)
                     ops->quantize_colsum(be, codes, codes_t, record_act ? hist0 : NULL,
                                          op->colsum, op->x, op->rows, op->cols, fmt,
@@ -321,9 +324,9 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
 }
 
 /* replay: linear_forward_replay (no hooks, nothing recorded). gelu: X is GELU's input and the
- * operand is made of gelu(X) (only where gelu_fusable). */
-static void fprop(fp8t_model *m, int lin, float *Y, float *X, int gelu, const float *W,
-                  const float *bias, int N, int IN, int OUT, int replay) {
+ * operand is made of gelu(X (+ gelu_bias)) (only where gelu_fusable). */
+static void fprop(fp8t_model *m, int lin, float *Y, float *X, int gelu, const float *gelu_bias,
+                  const float *W, const float *bias, int N, int IN, int OUT, int replay) {
     float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
     if (!replay) {
         call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN);
@@ -344,9 +347,9 @@ static void fprop(fp8t_model *m, int lin, float *Y, float *X, int gelu, const fl
         if (!xq->codes) xq->codes = m->ops->malloc(m->be, (size_t)N * (size_t)IN);
         save_buf = xq->codes;
     }
-    operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0, save_buf, gelu, NULL};
+    operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0, save_buf, gelu, NULL, gelu_bias};
     operand b = {Wm, OUT, IN, FP8T_ROLE_W, record && !m->w_amax_done[lin], 128, 128, 1, NULL, 0,
-                 NULL};
+                 NULL, NULL};
     /* the bias goes into the GEMM unless a hook must see the output without it */
     const int fuse_bias = bias && gemm_takes_bias(m, prec) && (replay || !m->hook);
     prepared pa;
@@ -363,12 +366,12 @@ static void fprop(fp8t_model *m, int lin, float *Y, float *X, int gelu, const fl
 
 void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                     const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, X, 0, W, bias, N, IN, OUT, 0);
+    fprop(m, lin, Y, X, 0, NULL, W, bias, N, IN, OUT, 0);
 }
 
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                            const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, X, 0, W, bias, N, IN, OUT, 1);
+    fprop(m, lin, Y, X, 0, NULL, W, bias, N, IN, OUT, 1);
 }
 
 /* The Fprop can round gelu(X) itself when its operand is a BF16 one or delayed-scaled FP8
@@ -382,14 +385,24 @@ static int gelu_fusable(const fp8t_model *m, int lin) {
     return m->frozen || m->xq[lin].saved;
 }
 
-void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, const float *pre,
-                         const float *W, const float *bias, int N, int IN, int OUT) {
+int linear_gelu_takes_bias(const fp8t_model *m, int prod, int lin) {
+    const fp8t_precision pp = m->prec[prod][FP8T_GEMM_FPROP];
+    return !m->no_gelu_fusion && gelu_fusable(m, lin) &&
+           m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED && model_prec_has_codes(pp);
+}
+
+void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pre,
+                         const float *pre_bias, const float *W, const float *bias, int N, int IN,
+                         int OUT) {
     if (gelu_fusable(m, lin) && !m->no_gelu_fusion) {
-        fprop(m, lin, Y, (float *)pre, 1, W, bias, N, IN, OUT, 0);
+        MODEL_CHECK(!pre_bias || m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED,
+                    "a deferred bias needs a delayed-scaled fc2 (linear_gelu_takes_bias)");
+        fprop(m, lin, Y, pre, 1, pre_bias, W, bias, N, IN, OUT, 0);
         return;
     }
+    MODEL_CHECK(!pre_bias, "a deferred bias without the GELU fusion (linear_gelu_takes_bias)");
     m->ops->gelu_forward(m->be, act, pre, (size_t)N * (size_t)IN);
-    fprop(m, lin, Y, act, 0, W, bias, N, IN, OUT, 0);
+    fprop(m, lin, Y, act, 0, NULL, W, bias, N, IN, OUT, 0);
 }
 
 /* The Wgrad may take the Dgrad's FP8 codes (or BF16 operand) of dY instead of rounding dY a
@@ -443,8 +456,8 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     /* the bias gradient from the Dgrad's rounding pass over dY, unless a hook may change dY
      * before the Wgrad (bias_backward reads it after both) */
     float *colsum = dbias && !m->hook && !m->no_colsum_fusion ? dbias : NULL;
-    operand dy_d = {dY, N, OUT, FP8T_ROLE_DY, 1, 1, 128, 0, NULL, 0, colsum};
-    operand w_d = {Wm, OUT, IN, FP8T_ROLE_W, 0, 128, 128, 1, NULL, 0, NULL};
+    operand dy_d = {dY, N, OUT, FP8T_ROLE_DY, 1, 1, 128, 0, NULL, 0, colsum, NULL};
+    operand w_d = {Wm, OUT, IN, FP8T_ROLE_W, 0, 128, 128, 1, NULL, 0, NULL, NULL};
     const int reuse = reuse_dy_codes(m, lin, wprec);
     prepared dy_q; /* dY as the Dgrad took it (codes / operand), for the Wgrad when reuse */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, &dy_d, &w_d, N, IN, OUT,
@@ -454,8 +467,8 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     /* Wgrad: dW[OUT,IN] += dYᵀ·X, reduction over the N tokens (block tiles 128x1) */
     call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
     if (!from_codes) call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, X, N, IN);
-    operand dy_w = {dY, N, OUT, FP8T_ROLE_DY, 0, 128, 1, 0, NULL, 0, NULL};
-    operand x_w = {X, N, IN, FP8T_ROLE_X, 0, 128, 1, 1, NULL, 0, NULL};
+    operand dy_w = {dY, N, OUT, FP8T_ROLE_DY, 0, 128, 1, 0, NULL, 0, NULL, NULL};
+    operand x_w = {X, N, IN, FP8T_ROLE_X, 0, 128, 1, 1, NULL, 0, NULL, NULL};
     prepared x_q; /* X's codes from the forward, when from_codes */
     if (from_codes) saved_x(m, lin, N, IN, &x_q);
     if (m->hook) {

@@ -212,6 +212,8 @@ struct fp8t_model {
     /* FP8TRAIN_NO_BIAS_GRAD_FUSION=1 at create: bias_backward reads dY in its own pass instead
      * of the Dgrad's rounding pass adding dY's column sums (linear.c) */
     int no_colsum_fusion;
+    int *gelu_bias_deferred; /* [L] host: the last forward left fc1's bias to fc2's fused GELU
+                                pass, so fch holds fc1's output without it (forward.c) */
 
     /* FP8 codes of X kept for the Wgrad (model_save_plan): a linear whose Fprop and Wgrad
      * share a per-tensor FP8 precision, with no hook, keeps the codes its Fprop made (1 byte
@@ -273,9 +275,17 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
 /* linear_forward of X = gelu(pre), pre [N, IN]: where the Fprop rounds its input itself (BF16
  * operands, delayed FP8) and nothing needs gelu(pre) in FP32, the rounding pass applies GELU
  * (gelu_forward_bf16 / quantize_gelu) and act is left alone; otherwise act = gelu(pre) [N, IN]
- * and linear_forward(act). Off with FP8TRAIN_NO_GELU_FUSION=1. */
-void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, const float *pre,
-                         const float *W, const float *bias, int N, int IN, int OUT);
+ * and linear_forward(act). Off with FP8TRAIN_NO_GELU_FUSION=1. pre_bias (only where
+ * linear_gelu_takes_bias said so, else NULL): the bias of the linear that made pre, which it
+ * left out: GELU's input is pre + pre_bias, added by the rounding pass (pre stays without it,
+ * and the backward takes gelu_backward_bias). */
+void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pre,
+                         const float *pre_bias, const float *W, const float *bias, int N, int IN,
+                         int OUT);
+/* Whether linear prod (which makes GELU's input) may leave its bias to linear lin's fused
+ * GELU pass: prod's Fprop is FP8 (whose bias costs a pass of its own over the output: no FP32
+ * bias epilogue for FP8 GEMMs) and lin's is delayed FP8 with the GELU fusion. */
+int linear_gelu_takes_bias(const fp8t_model *m, int prod, int lin);
 /* The Fprop of linear_forward again, to rebuild an output that was overwritten: no hooks, no
  * amax recording, the step's weight codes from the cache. */
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,

@@ -628,17 +628,23 @@ static void test_quantize_gelu(void) {
             dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), da = dp_floats(&amax0, 1);
             dpair dc = dp_alloc(n), dct = dp_alloc(n);
             dp_poison(dc, 1), dp_poison(dct, 1);
+            float *hb = host_normal((size_t)cols, 0.5f);
+            dpair db = dp_floats(hb, (size_t)cols);
+            const int with_bias = variant == 0; /* fc1's deferred bias */
             FOR_BOTH be_->ops->quantize_gelu(be_, U8(dc), with_t ? U8(dct) : NULL, F(da), F(dx),
-                                             rows, cols, fmt, F(ds));
+                                             with_bias ? F(db) : NULL, rows, cols, fmt, F(ds));
             char op[80], shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
             /* GPU: the two-op path */
             void *y = GPU->ops->malloc(GPU, n * 4), *c2 = GPU->ops->malloc(GPU, n);
             void *ct2 = GPU->ops->malloc(GPU, n), *a2 = GPU->ops->malloc(GPU, 4);
             GPU->ops->to_device(GPU, a2, &amax0, 4);
-            GPU->ops->gelu_forward(GPU, (float *)y, (const float *)dx.p[1], n);
+            GPU->ops->copy(GPU, y, dx.p[1], n * 4);
+            if (with_bias) GPU->ops->bias_add(GPU, (float *)y, (const float *)db.p[1], rows, cols);
+            GPU->ops->gelu_forward(GPU, (float *)y, (const float *)y, n);
             GPU->ops->quantize(GPU, (uint8_t *)c2, with_t ? (uint8_t *)ct2 : NULL, (float *)a2,
                                (const float *)y, rows, cols, fmt, (const float *)ds.p[1]);
+            if (with_bias) snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), " +b");
             snprintf(op, sizeof(op), "quantize_gelu %s == gelu + quantize codes",
                      fp8_format_name(fmt));
             check_gpu_identical(op, shape, dc.p[1], c2, n, "from the two-op path");
@@ -669,9 +675,38 @@ static void test_quantize_gelu(void) {
             check_f(op, shape, da, 1, 1e-6);
             GPU->ops->free(GPU, y), GPU->ops->free(GPU, c2), GPU->ops->free(GPU, ct2);
             GPU->ops->free(GPU, a2);
-            dp_free(dx), dp_free(ds), dp_free(da), dp_free(dc), dp_free(dct);
-            free(x), free(hc), free(hg);
+            dp_free(dx), dp_free(ds), dp_free(da), dp_free(dc), dp_free(dct), dp_free(db);
+            free(x), free(hc), free(hg), free(hb);
         }
+    /* gelu_backward_bias: the bytes of bias_add on a copy then gelu_backward on the GPU, and
+     * the CPU's within gelu_backward's tolerance; dx aliasing dout; an unaligned shape */
+    static const int bsizes[][2] = {{64, 3072}, {37, 1001}, {5, 12}};
+    for (size_t si = 0; si < 3; si++) {
+        int rows = bsizes[si][0], cols = bsizes[si][1];
+        size_t n = (size_t)rows * cols;
+        char shape[32];
+        snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+        float *x = host_normal(n, 3.0f), *g = host_normal(n, 1.0f), *hb = host_normal(cols, 0.5f);
+        dpair dx = dp_floats(x, n), dg = dp_floats(g, n), db = dp_floats(hb, (size_t)cols);
+        dpair dd = dp_alloc(n * 4);
+        dp_poison(dd, 0);
+        FOR_BOTH be_->ops->gelu_backward_bias(be_, F(dd), F(dx), F(db), F(dg), rows, cols);
+        check_f("gelu_backward_bias", shape, dd, n, 1e-5);
+        void *y = GPU->ops->malloc(GPU, n * 4), *r = GPU->ops->malloc(GPU, n * 4);
+        GPU->ops->copy(GPU, y, dx.p[1], n * 4);
+        GPU->ops->bias_add(GPU, (float *)y, (const float *)db.p[1], rows, cols);
+        GPU->ops->gelu_backward(GPU, (float *)r, (const float *)y, (const float *)dg.p[1], n);
+        check_gpu_identical("gelu_backward_bias == bias_add + gelu_backward", shape, dd.p[1], r,
+                            n * 4, "from the two-op path");
+        /* dx = dout in place */
+        GPU->ops->copy(GPU, y, dg.p[1], n * 4);
+        GPU->ops->gelu_backward_bias(GPU, (float *)y, (const float *)dx.p[1],
+                                     (const float *)db.p[1], (const float *)y, rows, cols);
+        check_gpu_identical("gelu_backward_bias (dx=dout)", shape, y, r, n * 4, "in place");
+        GPU->ops->free(GPU, y), GPU->ops->free(GPU, r);
+        dp_free(dx), dp_free(dg), dp_free(db), dp_free(dd);
+        free(x), free(g), free(hb);
+    }
 }
 
 /* The fused column sums (the Dgrad's dY and its bias gradient in one pass): the operand / codes

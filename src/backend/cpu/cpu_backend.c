@@ -113,6 +113,7 @@ static const fp8t_backend_ops cpu_ops = {
     .gelu_forward = cpu_gelu_forward,
     .gelu_forward_bf16 = cpu_gelu_forward_bf16,
     .gelu_backward = cpu_gelu_backward,
+    .gelu_backward_bias = cpu_gelu_backward_bias,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
     .attention_forward = cpu_attention_forward,

@@ -163,7 +163,10 @@ void cpu_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC)
 void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
                            int rows, int cols);
 void cpu_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                       const float *x, int rows, int cols, fp8_format fmt, const float *scale);
+                       const float *x, const float *bias, int rows, int cols, fp8_format fmt,
+                       const float *scale);
+void cpu_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const float *bias,
+                            const float *dout, int rows, int cols);
 void cpu_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                          float *colsum, const float *x, int rows, int cols, fp8_format fmt,
                          const float *scale);

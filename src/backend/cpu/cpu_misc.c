@@ -115,10 +115,16 @@ void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, cons
 }
 
 void cpu_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                       const float *x, int rows, int cols, fp8_format fmt, const float *scale) {
+                       const float *x, const float *bias, int rows, int cols, fp8_format fmt,
+                       const float *scale) {
     if (rows <= 0 || cols <= 0) return;
     size_t n = (size_t)rows * (size_t)cols;
     float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
+    if (bias) {
+        memcpy(y, x, n * sizeof(float));
+        cpu_bias_add(b, y, bias, rows, cols);
+        x = y;
+    }
     cpu_gelu_forward(b, y, x, n);
     cpu_quantize(b, codes, codes_t, amax_out, y, rows, cols, fmt, scale);
 }
@@ -135,6 +141,17 @@ void cpu_to_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *
                         const float *x, int rows, int cols) {
     cpu_to_bf16(b, out, amax_out, x, rows, cols);
     if (rows > 0 && cols > 0) cpu_bias_backward(b, colsum, x, rows, cols);
+}
+
+/* x + bias in scratch, then the plain backward (the same bits) */
+void cpu_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const float *bias,
+                            const float *dout, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    size_t n = (size_t)rows * (size_t)cols;
+    float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
+    memcpy(y, x, n * sizeof(float));
+    cpu_bias_add(b, y, bias, rows, cols);
+    cpu_gelu_backward(b, dx, y, dout, n);
 }
 
 void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,

@@ -223,6 +223,7 @@ static const fp8t_backend_ops cuda_ops = {
     /* .gelu_forward = */ cuda_gelu_forward,
     /* .gelu_forward_bf16 = */ cuda_gelu_forward_bf16,
     /* .gelu_backward = */ cuda_gelu_backward,
+    /* .gelu_backward_bias = */ cuda_gelu_backward_bias,
     /* .swiglu_forward = */ cuda_swiglu_forward,
     /* .swiglu_backward = */ cuda_swiglu_backward,
     /* .attention_forward = */ cuda_attention_forward,

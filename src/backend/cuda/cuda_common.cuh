@@ -275,7 +275,8 @@ void cuda_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n);
 void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                    const float *x, int rows, int cols, fp8_format fmt, const float *scale);
 void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                        const float *x, int rows, int cols, fp8_format fmt, const float *scale);
+                        const float *x, const float *bias, int rows, int cols, fp8_format fmt,
+                        const float *scale);
 void cuda_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                           float *colsum, const float *x, int rows, int cols, fp8_format fmt,
                           const float *scale);
@@ -363,6 +364,8 @@ void cuda_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N,
 void cuda_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n);
 void cuda_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,
                         size_t n);
+void cuda_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const float *bias,
+                             const float *dout, int rows, int cols);
 void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const float *up,
                          size_t n);
 void cuda_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,

@@ -294,6 +294,57 @@ void cuda_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float 
     CUDA_LAUNCH_CHECK(s);
 }
 
+/* dx = gelu'(x + bias) * dout over [rows, cols]: threads over columns (float4 when cols % 4 == 0
+ * and every pointer is 16-byte aligned), each loading its bias once and walking rows; x + b is
+ * one FP32 addition, as bias_add, then gelu_grad. dx may alias dout. */
+__global__ void gelu_backward_bias_vec_kernel(float4 *dx, const float4 *__restrict__ x,
+                                              const float4 *__restrict__ bias, const float4 *dout,
+                                              int rows, int C4) {
+    for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < C4; c += gridDim.y * blockDim.x) {
+        const float4 bb = bias[c];
+        for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+            size_t i = (size_t)r * C4 + c;
+            float4 v = x[i], d = dout[i];
+            v = make_float4(v.x + bb.x, v.y + bb.y, v.z + bb.z, v.w + bb.w);
+            dx[i] = make_float4(gelu_grad(v.x, d.x), gelu_grad(v.y, d.y), gelu_grad(v.z, d.z),
+                                gelu_grad(v.w, d.w));
+        }
+    }
+}
+
+__global__ void gelu_backward_bias_kernel(float *dx, const float *__restrict__ x,
+                                          const float *__restrict__ bias, const float *dout,
+                                          int rows, int cols) {
+    for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < cols; c += gridDim.y * blockDim.x) {
+        const float bb = bias[c];
+        for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+            size_t i = (size_t)r * cols + c;
+            dx[i] = gelu_grad(x[i] + bb, dout[i]);
+        }
+    }
+}
+
+void cuda_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const float *bias,
+                             const float *dout, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    const int vec = cols % 4 == 0 && aligned16(dx) && aligned16(x) && aligned16(bias) &&
+                    aligned16(dout);
+    const int units = vec ? cols / 4 : cols;
+    unsigned gy = (unsigned)((units + EW_THREADS - 1) / EW_THREADS);
+    if (gy > 65535u) gy = 65535u;
+    size_t cap = (size_t)s->num_sms * 16 / gy;
+    unsigned gx = (unsigned)((size_t)rows < cap ? (size_t)rows : (cap ? cap : 1));
+    dim3 grid(gx, gy);
+    if (vec)
+        gelu_backward_bias_vec_kernel<<<grid, EW_THREADS, 0, s->stream>>>(
+            as4(dx), as4(x), as4(bias), as4(dout), rows, cols / 4);
+    else
+        gelu_backward_bias_kernel<<<grid, EW_THREADS, 0, s->stream>>>(dx, x, bias, dout, rows,
+                                                                     cols);
+    CUDA_LAUNCH_CHECK(s);
+}
+
 /* silu(g) * u */
 __device__ __forceinline__ float swiglu_value(float g, float u) {
     float sig = 1.0f / (1.0f + expf(-g));

@@ -203,7 +203,8 @@ template <fp8_format FMT, bool GELU, bool COLSUM>
 __global__ void __launch_bounds__(QT2_THREADS)
     cast_transpose_fp8_tiled_kernel(uint8_t *codes, uint8_t *codes_t, float *amax_out,
                                     const float *__restrict__ x, int rows, int cols,
-                                    int tiles_c, const float *scale_p, float *part) {
+                                    int tiles_c, const float *scale_p, float *part,
+                                    const float *__restrict__ gbias) {
     __shared__ uint4 sm_t[QT2_C * QT2_R / 16]; /* [64 cols][4 groups of 16 row bytes] */
     uint32_t *sm_w = (uint32_t *)sm_t;         /* word (c, g, q) at c*16 + 4*(g^swz(c)) + q */
     const float scale = *scale_p;
@@ -216,9 +217,14 @@ __global__ void __launch_bounds__(QT2_THREADS)
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         v[i] = *(const float4 *)(xp + (size_t)i * cols);
-        if (GELU)
+        if (GELU) {
+            if (gbias) { /* the deferred bias: x + b rounded once, as bias_add */
+                float4 bb = *(const float4 *)(gbias + c0 + 4 * mc);
+                v[i] = make_float4(v[i].x + bb.x, v[i].y + bb.y, v[i].z + bb.z, v[i].w + bb.w);
+            }
             v[i] = make_float4(gelu_dev(v[i].x), gelu_dev(v[i].y), gelu_dev(v[i].z),
                                gelu_dev(v[i].w));
+        }
     }
     unsigned m = 0;
     uint32_t rw[4]; /* rw[i]: codes of row 4mr+i, byte j = column 4mc+j */
@@ -286,7 +292,8 @@ __global__ void cast_transpose_fp8_region_kernel(uint8_t *codes, uint8_t *codes_
                                                  float *amax_out, const float *__restrict__ x,
                                                  int rows, int cols, int r_begin, int r_end,
                                                  int c_begin, int c_end, fp8_format fmt,
-                                                 const float *scale_p, int gelu) {
+                                                 const float *scale_p, int gelu,
+                                                 const float *__restrict__ gbias) {
     __shared__ uint8_t tile[QT_TILE][QT_TILE + 4];
     const float scale = *scale_p;
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -301,7 +308,7 @@ __global__ void cast_transpose_fp8_region_kernel(uint8_t *codes, uint8_t *codes_
             int r = r0 + ty + i * QT_ROWS, c = c0 + tx;
             if (r < r_end && c < c_end) {
                 float v = x[(size_t)r * cols + c];
-                if (gelu) v = gelu_dev(v);
+                if (gelu) v = gelu_dev(gbias ? v + gbias[c] : v);
                 m = max(m, abs_bits_dev(v));
                 uint8_t code = fp8_enc_dev(v * scale, fmt);
                 if (codes) codes[(size_t)r * cols + c] = code;
@@ -360,14 +367,14 @@ void cuda_transpose_u8(fp8t_backend *b, uint8_t *out, const uint8_t *in, int row
 static void launch_region(cuda_state *s, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                           const float *x, int rows, int cols, int r_begin, int r_end,
                           int c_begin, int c_end, fp8_format fmt, const float *scale,
-                          int gelu = 0) {
+                          int gelu = 0, const float *gbias = NULL) {
     if (r_end <= r_begin || c_end <= c_begin) return;
     unsigned tiles_r = cdiv_u((size_t)(r_end - r_begin), QT_TILE);
     dim3 grid(cdiv_u((size_t)(c_end - c_begin), QT_TILE), tiles_r < 65535u ? tiles_r : 65535u);
     dim3 block(QT_TILE, QT_ROWS);
     cast_transpose_fp8_region_kernel<<<grid, block, 0, s->stream>>>(
         codes, codes_t, amax_out, x, rows, cols, r_begin, r_end, c_begin, c_end, fmt, scale,
-        gelu);
+        gelu, gbias);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -422,43 +429,49 @@ void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *ama
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, NULL);
+                                                    tiles_c, scale, NULL, NULL);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, NULL);
+                                                    tiles_c, scale, NULL, NULL);
     CUDA_LAUNCH_CHECK(s);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, rows_f, rows, 0, cols, fmt, scale);
 }
 
-/* y = gelu(x) (gelu_dev, as gelu_forward): quantize_gelu's unfused path */
-__global__ void gelu_scratch_kernel(float *y, const float *__restrict__ x, size_t n) {
+/* y = gelu(x (+ bias)) (gelu_dev, as bias_add then gelu_forward): quantize_gelu's unfused
+ * path */
+__global__ void gelu_scratch_kernel(float *y, const float *__restrict__ x,
+                                    const float *__restrict__ bias, int cols, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        y[i] = gelu_dev(x[i]);
+        y[i] = gelu_dev(bias ? x[i] + bias[i % (size_t)cols] : x[i]);
 }
 
 /* quantize(gelu(x)) in one pass where the cast-transpose kernels run (codes_t wanted, the fused
  * path): they apply GELU to what they load. Otherwise (plain, or only row-major codes wanted)
  * GELU's output goes through scratch and cuda_quantize, which gives the same codes. */
 void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                        const float *x, int rows, int cols, fp8_format fmt, const float *scale) {
+                        const float *x, const float *bias, int rows, int cols, fp8_format fmt,
+                        const float *scale) {
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
     size_t n = (size_t)rows * cols;
     if (s->plain || !codes_t) {
         float *y = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
-        gelu_scratch_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(y, x, n);
+        gelu_scratch_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(y, x, bias, cols,
+                                                                             n);
         CUDA_LAUNCH_CHECK(s);
         cuda_quantize(b, codes, codes_t, amax_out, y, rows, cols, fmt, scale);
         return;
     }
     int rows_f = rows / QT2_R * QT2_R, cols_f = cols / QT2_C * QT2_C;
     int tiled_ok = cols % 4 == 0 && rows % 16 == 0 && aligned16(x) && aligned16(codes_t) &&
-                   (!codes || aligned4(codes)) && rows_f > 0 && cols_f > 0;
+                   (!codes || aligned4(codes)) && rows_f > 0 && cols_f > 0 &&
+                   (!bias || aligned16(bias));
     if (!tiled_ok) {
-        launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows, 0, cols, fmt, scale, 1);
+        launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows, 0, cols, fmt, scale, 1,
+                      bias);
         return;
     }
     int tiles_c = cols_f / QT2_C;
@@ -466,16 +479,16 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, true, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, NULL);
+                                                    tiles_c, scale, NULL, bias);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, true, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, NULL);
+                                                    tiles_c, scale, NULL, bias);
     CUDA_LAUNCH_CHECK(s);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale,
-                  1);
+                  1, bias);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, rows_f, rows, 0, cols, fmt, scale,
-                  1);
+                  1, bias);
 }
 
 /* quantize + column sums of x (the Dgrad's dY: its bias gradient) from the same read, where
@@ -500,11 +513,11 @@ void cuda_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, flo
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, true>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, part);
+                                                    tiles_c, scale, part, NULL);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, true>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, part);
+                                                    tiles_c, scale, part, NULL);
     CUDA_LAUNCH_CHECK(s);
     cuda_column_sums_finish(b, colsum, part, tiles_r, cols);
 }
