@@ -124,10 +124,18 @@ static void weight_codes(fp8t_model *m, int lin, const operand *op, fp8t_precisi
         c->codes = ops->malloc(m->be, n);
         if (m->be->fp8_wants_transpose) c->codes_t = ops->malloc(m->be, n);
     }
+    float *hist0 = m->st.history + t;
     if (!c->valid) {
+        /* the step's amax of W, when asked, from the pass that makes the codes (delayed: the
+         * scale is known before it; current scaling took it already, in current_scale) */
         if (slot == WCACHE_CURRENT) current_scale(m, t, op->x, n, fmt);
-        ops->quantize(m->be, c->codes, c->codes_t, NULL, op->x, op->rows, op->cols, fmt, scale);
+        if (slot == WCACHE_CURRENT && op->record) ops->amax(m->be, hist0, m->cur_amax + t, 1);
+        ops->quantize(m->be, c->codes, c->codes_t,
+                      slot == WCACHE_DELAYED && op->record ? hist0 : NULL, op->x, op->rows,
+                      op->cols, fmt, scale);
         c->valid = 1;
+    } else if (op->record) { /* made by a frozen forward, which records nothing */
+        ops->amax(m->be, hist0, op->x, n);
     }
     q->data = c->codes;
     q->data_t = c->codes_t;
@@ -168,9 +176,10 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     memset(out, 0, sizeof(*out));
     out->f = op->x;
 
-    /* the weight's amax is recorded once per step, whatever the precision; BF16 takes it (as
-     * the activations' below) in the pass that rounds the operand */
-    if (is_weight && op->record && prec != FP8T_PREC_BF16) ops->amax(be, hist0, op->x, n);
+    /* the weight's amax is recorded once per step, whatever the precision; BF16 and FP8 take
+     * it (as the activations' below) in the pass that rounds or quantizes the weight */
+    if (is_weight && op->record && prec != FP8T_PREC_BF16 && !model_prec_has_codes(prec))
+        ops->amax(be, hist0, op->x, n);
     const int record_act = op->record && !is_weight;
 
     switch (prec) {
