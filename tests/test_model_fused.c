@@ -353,6 +353,50 @@ static void xent_not_fused_when_frozen_or_hooked(void) {
     fp8t_model_destroy(f);
 }
 
+/* ---- the switch tests' common run ---- */
+
+/* One switch test: r with the defaults and q with `switches` off (the plain path), the same
+ * policy (prec plus overrides), both hooked when asked, trained side by side for PAIR_STEPS
+ * steps of PAIR_ACCUM micro-batches by lockstep (which checks them bit for bit). The caller
+ * checks pr->c and destroys pr->r and pr->q. Returns 0 when a model could not be made. */
+#define PAIR_B 2
+#define PAIR_T 16
+#define PAIR_STEPS 3
+#define PAIR_ACCUM 2
+typedef struct {
+    fp8t_model *r, *q;
+    calls c;
+    char what[200];
+} pair_run;
+
+static int run_pair(pair_run *pr, const char *preset, fp8t_precision prec, const char *overrides,
+                    int hooked, int switches, const char *label) {
+    fp8t_policy p = policy(prec);
+    char err[256];
+    memset(pr, 0, sizeof(*pr));
+    if (overrides && fp8t_policy_add_overrides(&p, overrides, err, sizeof(err)) != 0) {
+        T_CHECK(0, "%s", err);
+        return 0;
+    }
+    pr->r = make(preset, &p, PAIR_B, PAIR_T, 0);
+    pr->q = make(preset, &p, PAIR_B, PAIR_T, switches);
+    if (!pr->r || !pr->q) {
+        T_CHECK(0, "create %s", preset);
+        fp8t_model_destroy(pr->r);
+        fp8t_model_destroy(pr->q);
+        return 0;
+    }
+    if (hooked) {
+        fp8t_model_set_hook(pr->r, noop_hook, NULL);
+        fp8t_model_set_hook(pr->q, noop_hook, NULL);
+    }
+    snprintf(pr->what, sizeof(pr->what), "%s %s%s%s%s %s", preset, fp8t_precision_name(prec),
+             overrides ? " " : "", overrides ? overrides : "", hooked ? " hooked" : "", label);
+    const float d = 1.0f / PAIR_ACCUM;
+    lockstep(pr->what, pr->r, pr->q, PAIR_B, PAIR_T, PAIR_STEPS, PAIR_ACCUM, &d, 1, &pr->c);
+    return 1;
+}
+
 /* ---- dY quantized once per linear backward ---- */
 
 /* Linears whose Dgrad and Wgrad share a per-tensor FP8 precision: the quantize calls saved
@@ -369,22 +413,13 @@ static long reusable(const fp8t_model *m) {
 
 static void reuse_case(const char *preset, fp8t_precision prec, const char *overrides,
                        int hooked) {
-    const int B = 2, T = 16, steps = 3, accum = 2;
-    fp8t_policy p = policy(prec);
-    char err[256];
-    if (overrides) T_ASSERT(fp8t_policy_add_overrides(&p, overrides, err, sizeof(err)) == 0, "%s", err);
-    fp8t_model *r = make(preset, &p, B, T, 0), *q = make(preset, &p, B, T, NO_REUSE);
-    T_ASSERT(r && q, "create");
-    if (hooked) {
-        fp8t_model_set_hook(r, noop_hook, NULL);
-        fp8t_model_set_hook(q, noop_hook, NULL);
-    }
-    char what[160];
-    snprintf(what, sizeof(what), "%s %s%s%s%s", preset, fp8t_precision_name(prec),
-             overrides ? " " : "", overrides ? overrides : "", hooked ? " hooked" : "");
-    const float d = 1.0f / accum;
-    calls c;
-    lockstep(what, r, q, B, T, steps, accum, &d, 1, &c);
+    pair_run pr;
+    if (!run_pair(&pr, preset, prec, overrides, hooked, NO_REUSE, "code reuse")) return;
+    fp8t_model *r = pr.r, *q = pr.q;
+    const calls c = pr.c;
+    const char *what = pr.what;
+    const int steps = PAIR_STEPS, accum = PAIR_ACCUM;
+
     const long saved = hooked ? 0 : reusable(r) * steps * accum;
     T_CHECK(c.quant_bwd[1] - c.quant_bwd[0] == saved,
             "%s: backward quantize calls %ld (reuse) vs %ld (plain), expected %ld fewer", what,
@@ -418,22 +453,13 @@ static void reuse_only_when_allowed(void) {
 
 static void bf16_case(const char *preset, fp8t_precision prec, const char *overrides,
                       int hooked) {
-    const int B = 2, T = 16, steps = 3, accum = 2;
-    fp8t_policy p = policy(prec);
-    char err[256];
-    if (overrides) T_ASSERT(fp8t_policy_add_overrides(&p, overrides, err, sizeof(err)) == 0, "%s", err);
-    fp8t_model *r = make(preset, &p, B, T, 0), *q = make(preset, &p, B, T, NO_BF16_OPERANDS);
-    T_ASSERT(r && q, "create");
-    if (hooked) {
-        fp8t_model_set_hook(r, noop_hook, NULL);
-        fp8t_model_set_hook(q, noop_hook, NULL);
-    }
-    char what[160];
-    snprintf(what, sizeof(what), "%s %s%s%s%s bf16 operands", preset, fp8t_precision_name(prec),
-             overrides ? " " : "", overrides ? overrides : "", hooked ? " hooked" : "");
-    const float d = 1.0f / accum;
-    calls c;
-    lockstep(what, r, q, B, T, steps, accum, &d, 1, &c);
+    pair_run pr;
+    if (!run_pair(&pr, preset, prec, overrides, hooked, NO_BF16_OPERANDS, "bf16 operands")) return;
+    fp8t_model *r = pr.r, *q = pr.q;
+    const calls c = pr.c;
+    const char *what = pr.what;
+    const int B = PAIR_B, T = PAIR_T, steps = PAIR_STEPS, accum = PAIR_ACCUM;
+
     T_CHECK(c.to_bf16[1] == 0, "%s: the plain path called to_bf16 %ld times", what, c.to_bf16[1]);
     /* a frozen (validation) forward: its operands go to scratch, nothing is recorded */
     {
@@ -507,23 +533,15 @@ static void bf16_operands_mixed(void) {
 /* want_bias_per_micro: fc1's bias left to fc2's pass (FP8 fc1, delayed fc2) */
 static void gelu_case(const char *overrides, fp8t_precision prec, int hooked, long want_per_micro,
                       long want_bias_per_micro) {
-    const int B = 2, T = 16, steps = 3, accum = 2;
-    fp8t_policy p = policy(prec);
-    char err[256];
-    if (overrides) T_ASSERT(fp8t_policy_add_overrides(&p, overrides, err, sizeof(err)) == 0, "%s", err);
-    fp8t_model *r = make("tiny", &p, B, T, 0), *q = make("tiny", &p, B, T, NO_GELU_FUSION);
-    T_ASSERT(r && q, "create");
-    if (hooked) {
-        fp8t_model_set_hook(r, noop_hook, NULL);
-        fp8t_model_set_hook(q, noop_hook, NULL);
-    }
-    char what[160];
-    snprintf(what, sizeof(what), "tiny %s%s%s%s gelu fusion", fp8t_precision_name(prec),
-             overrides ? " " : "", overrides ? overrides : "", hooked ? " hooked" : "");
-    const float d = 1.0f / accum;
-    calls c;
+    /* the deferred-bias ops are counted over both models (the plain one never calls them) */
     const long qb0 = n_qgelu_bias, gb0 = n_gelu_bwd_bias;
-    lockstep(what, r, q, B, T, steps, accum, &d, 1, &c);
+    pair_run pr;
+    if (!run_pair(&pr, "tiny", prec, overrides, hooked, NO_GELU_FUSION, "gelu fusion")) return;
+    fp8t_model *r = pr.r, *q = pr.q;
+    const calls c = pr.c;
+    const char *what = pr.what;
+    const int steps = PAIR_STEPS, accum = PAIR_ACCUM;
+
     const long wb = (long)steps * accum * want_bias_per_micro;
     T_CHECK(n_qgelu_bias - qb0 == wb && n_gelu_bwd_bias - gb0 == wb,
             "%s: deferred fc1 biases %ld forward / %ld backward, expected %ld", what,
@@ -558,20 +576,13 @@ static void gelu_fusion(void) {
 /* ---- bias gradients from the Dgrad's pass over dY ---- */
 
 static void colsum_case(const char *preset, fp8t_precision prec, int hooked) {
-    const int B = 2, T = 16, steps = 3, accum = 2;
-    fp8t_policy p = policy(prec);
-    fp8t_model *r = make(preset, &p, B, T, 0), *q = make(preset, &p, B, T, NO_BIAS_GRAD_FUSION);
-    T_ASSERT(r && q, "create");
-    if (hooked) {
-        fp8t_model_set_hook(r, noop_hook, NULL);
-        fp8t_model_set_hook(q, noop_hook, NULL);
-    }
-    char what[160];
-    snprintf(what, sizeof(what), "%s %s%s bias-grad fusion", preset, fp8t_precision_name(prec),
-             hooked ? " hooked" : "");
-    const float d = 1.0f / accum;
-    calls c;
-    lockstep(what, r, q, B, T, steps, accum, &d, 1, &c);
+    pair_run pr;
+    if (!run_pair(&pr, preset, prec, NULL, hooked, NO_BIAS_GRAD_FUSION, "bias-grad fusion")) return;
+    fp8t_model *r = pr.r, *q = pr.q;
+    const calls c = pr.c;
+    const char *what = pr.what;
+    const int steps = PAIR_STEPS, accum = PAIR_ACCUM;
+
     const fp8t_model_config *cfg = fp8t_model_get_config(r);
     const long biases = cfg->arch == FP8T_ARCH_GPT2 ? 4L * cfg->n_layer : 0;
     const long fused = hooked ? 0 : (long)steps * accum * biases;
