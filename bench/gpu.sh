@@ -2,7 +2,7 @@
 # GPU training-step benchmark: GPT-2 124M (32x1024) and 1.5B (16x1024, the shapes) in
 # bf16, fp8 delayed and fp8 current scaling on the CUDA backend; prints one table per model
 # (tokens/s, step time, device memory, MFU). Needs nvcc and a Hopper GPU. 1.5B at 16x1024 holds
-# about 107 GiB in BF16 (FP32 activations), so it needs an H200 (141 GB), not an 80 GB H100:
+# about 97 GiB in BF16 (FP32 activations), so it needs an H200 (141 GB), not an 80 GB H100:
 # there, use `bench/gpu.sh -- --model gpt2-1.5b --batch 8`.
 #
 #   bench/gpu.sh                 both models, default batch sizes
