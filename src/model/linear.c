@@ -356,9 +356,12 @@ static void fprop(fp8t_model *m, int lin, float *Y, float *X, int gelu, const fl
         if (!xq->codes) xq->codes = m->ops->malloc(m->be, (size_t)N * (size_t)IN);
         save_buf = xq->codes;
     }
-    operand a = {X, N, IN, FP8T_ROLE_X, record, 1, 128, 0, save_buf, gelu, NULL, gelu_bias};
-    operand b = {Wm, OUT, IN, FP8T_ROLE_W, record && !m->w_amax_done[lin], 128, 128, 1, NULL, 0,
-                 NULL, NULL};
+    operand a = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .record = record,
+                 .tile_r = 1, .tile_c = 128, .pos = 0, .save = save_buf, .gelu = gelu,
+                 .gelu_bias = gelu_bias};
+    operand b = {.x = Wm, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W,
+                 .record = record && !m->w_amax_done[lin], .tile_r = 128, .tile_c = 128,
+                 .pos = 1};
     /* the bias goes into the GEMM unless a hook must see the output without it */
     const int fuse_bias = bias && gemm_takes_bias(m, prec) && (replay || !m->hook);
     prepared pa;
@@ -389,21 +392,22 @@ void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const flo
  * frozen one has no backward). */
 static int gelu_fusable(const fp8t_model *m, int lin) {
     const fp8t_precision p = m->prec[lin][FP8T_GEMM_FPROP];
-    if (m->hook || !(p == FP8T_PREC_DELAYED || (p == FP8T_PREC_BF16 && !m->no_bf16_operands)))
+    if (m->no_gelu_fusion || m->hook ||
+        !(p == FP8T_PREC_DELAYED || (p == FP8T_PREC_BF16 && !m->no_bf16_operands)))
         return 0;
     return m->frozen || m->xq[lin].saved;
 }
 
 int linear_gelu_takes_bias(const fp8t_model *m, int prod, int lin) {
     const fp8t_precision pp = m->prec[prod][FP8T_GEMM_FPROP];
-    return !m->no_gelu_fusion && gelu_fusable(m, lin) &&
-           m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED && model_prec_has_codes(pp);
+    return gelu_fusable(m, lin) && m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED &&
+           model_prec_has_codes(pp);
 }
 
 void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pre,
                          const float *pre_bias, const float *W, const float *bias, int N, int IN,
                          int OUT) {
-    if (gelu_fusable(m, lin) && !m->no_gelu_fusion) {
+    if (gelu_fusable(m, lin)) {
         MODEL_CHECK(!pre_bias || m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED,
                     "a deferred bias needs a delayed-scaled fc2 (linear_gelu_takes_bias)");
         fprop(m, lin, Y, pre, 1, pre_bias, W, bias, N, IN, OUT, 0);
@@ -465,8 +469,10 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     /* the bias gradient from the Dgrad's rounding pass over dY, unless a hook may change dY
      * before the Wgrad (bias_backward reads it after both) */
     float *colsum = dbias && !m->hook && !m->no_colsum_fusion ? dbias : NULL;
-    operand dy_d = {dY, N, OUT, FP8T_ROLE_DY, 1, 1, 128, 0, NULL, 0, colsum, NULL};
-    operand w_d = {Wm, OUT, IN, FP8T_ROLE_W, 0, 128, 128, 1, NULL, 0, NULL, NULL};
+    operand dy_d = {.x = dY, .rows = N, .cols = OUT, .role = FP8T_ROLE_DY, .record = 1,
+                    .tile_r = 1, .tile_c = 128, .pos = 0, .colsum = colsum};
+    operand w_d = {.x = Wm, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W, .tile_r = 128,
+                   .tile_c = 128, .pos = 1};
     const int reuse = reuse_dy_codes(m, lin, wprec);
     prepared dy_q; /* dY as the Dgrad took it (codes / operand), for the Wgrad when reuse */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, &dy_d, &w_d, N, IN, OUT,
@@ -476,8 +482,10 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     /* Wgrad: dW[OUT,IN] += dYᵀ·X, reduction over the N tokens (block tiles 128x1) */
     call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
     if (!from_codes) call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, X, N, IN);
-    operand dy_w = {dY, N, OUT, FP8T_ROLE_DY, 0, 128, 1, 0, NULL, 0, NULL, NULL};
-    operand x_w = {X, N, IN, FP8T_ROLE_X, 0, 128, 1, 1, NULL, 0, NULL, NULL};
+    operand dy_w = {.x = dY, .rows = N, .cols = OUT, .role = FP8T_ROLE_DY, .tile_r = 128,
+                    .tile_c = 1, .pos = 0};
+    operand x_w = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .tile_r = 128,
+                   .tile_c = 1, .pos = 1};
     prepared x_q; /* X's codes from the forward, when from_codes */
     if (from_codes) saved_x(m, lin, N, IN, &x_q);
     if (m->hook) {
