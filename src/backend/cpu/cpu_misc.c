@@ -114,18 +114,23 @@ void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, cons
     cpu_to_bf16(b, out, amax_out, y, rows, cols);
 }
 
+/* GELU's input x + bias [cols] (the bias its producer left out) into y [rows, cols], the same
+ * bits as bias_add on a copy; x itself when there is no bias. */
+static const float *gelu_input(fp8t_backend *b, float *y, const float *x, const float *bias,
+                               int rows, int cols) {
+    if (!bias) return x;
+    memcpy(y, x, (size_t)rows * (size_t)cols * sizeof(float));
+    cpu_bias_add(b, y, bias, rows, cols);
+    return y;
+}
+
 void cpu_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                        const float *x, const float *bias, int rows, int cols, fp8_format fmt,
                        const float *scale) {
     if (rows <= 0 || cols <= 0) return;
     size_t n = (size_t)rows * (size_t)cols;
     float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
-    if (bias) {
-        memcpy(y, x, n * sizeof(float));
-        cpu_bias_add(b, y, bias, rows, cols);
-        x = y;
-    }
-    cpu_gelu_forward(b, y, x, n);
+    cpu_gelu_forward(b, y, gelu_input(b, y, x, bias, rows, cols), n);
     cpu_quantize(b, codes, codes_t, amax_out, y, rows, cols, fmt, scale);
 }
 
@@ -149,9 +154,7 @@ void cpu_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const fl
     if (rows <= 0 || cols <= 0) return;
     size_t n = (size_t)rows * (size_t)cols;
     float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
-    memcpy(y, x, n * sizeof(float));
-    cpu_bias_add(b, y, bias, rows, cols);
-    cpu_gelu_backward(b, dx, y, dout, n);
+    cpu_gelu_backward(b, dx, gelu_input(b, y, x, bias, rows, cols), dout, n);
 }
 
 void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,
