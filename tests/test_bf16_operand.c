@@ -6,7 +6,10 @@
  *  - gemm_bf16_rounded: bit for bit gemm_bf16 on the same FP32 tensors (the contract: gemm_bf16
  *    is to_bf16 of both operands, then this) in every transA/transB/acc combination, with a
  *    bias bit for bit gemm_bf16 followed by bias_add, and the degenerate sizes (K = 0, M = 0,
- *    N = 0) as gemm_bf16 treats them. */
+ *    N = 0) as gemm_bf16 treats them; with a row stride ldc > N, the same bits in the first N
+ *    columns of each row, the columns past pad8(N) untouched, those in between zero or untouched.
+ *  - softmax_xent_bf16: bit for bit softmax_xent then to_bf16 (losses, operand, amax), logits
+ *    rows with a stride past V, ignored targets, NaN logits, dloss folded in. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -372,7 +375,7 @@ static void check_gemm_rounded(int M, int N, int K, int ta, int tb, int acc, int
     OPS->gemm_bf16(be, dCw, dA, dB, M, N, K, ta, tb, acc, NULL, NULL);
     if (with_bias) OPS->bias_add(be, dCw, dbias, M, N);
     OPS->gemm_bf16_rounded(be, dCg, &a16.op, &b16.op, M, N, K, ta, tb, acc,
-                           with_bias ? dbias : NULL);
+                           with_bias ? dbias : NULL, 0);
     OPS->synchronize(be);
 
     float *Cw = host_download(dCw, cbytes), *Cg = host_download(dCg, cbytes);
@@ -450,6 +453,117 @@ static void test_gemm_bf16_rounded_degenerate(void) {
         }
 }
 
+/* gemm_bf16_rounded into C [M, ldc]: the first N columns of each row bit for bit the packed
+ * result (the same call with ldc = 0), columns [pad8(N), ldc) untouched, [N, pad8(N)) zero or
+ * untouched (with acc: untouched or + 0), for every layout, with and without bias. */
+static void check_gemm_rounded_ld(int M, int N, int K, int ldc, int ta, int tb, int acc,
+                                  int with_bias) {
+    char what[128];
+    snprintf(what, sizeof what, "%dx%dx%d ldc=%d transA=%d transB=%d acc=%d bias=%d", M, N, K,
+             ldc, ta, tb, acc, with_bias);
+    int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N, ns = (size_t)M * ldc;
+    float *A = malloc(na * sizeof(float)), *B = malloc(nb * sizeof(float));
+    float *Cp0 = malloc(nc * sizeof(float)), *Cs0 = malloc(ns * sizeof(float));
+    float *bias = malloc((size_t)N * sizeof(float));
+    for (size_t i = 0; i < na; i++) A[i] = rand_value();
+    for (size_t i = 0; i < nb; i++) B[i] = rand_value();
+    for (int j = 0; j < N; j++) bias[j] = (float)(rng_uniform() * 2.0 - 1.0);
+    for (size_t i = 0; i < ns; i++) Cs0[i] = (float)(rng_uniform() * 8.0 - 4.0);
+    for (int r = 0; r < M; r++) memcpy(Cp0 + (size_t)r * N, Cs0 + (size_t)r * ldc, (size_t)N * 4);
+    float *dA = dev_upload(A, na * 4), *dB = dev_upload(B, nb * 4), *dbias = dev_upload(bias, (size_t)N * 4);
+    float *dCp = dev_upload(Cp0, nc * 4), *dCs = dev_upload(Cs0, ns * 4);
+    bf16_tensor a16 = make_operand(dA, ar, ac), b16 = make_operand(dB, br, bc);
+    const float *bp = with_bias ? dbias : NULL;
+    OPS->gemm_bf16_rounded(be, dCp, &a16.op, &b16.op, M, N, K, ta, tb, acc, bp, 0);
+    OPS->gemm_bf16_rounded(be, dCs, &a16.op, &b16.op, M, N, K, ta, tb, acc, bp, ldc);
+    OPS->synchronize(be);
+    float *Cp = host_download(dCp, nc * 4), *Cs = host_download(dCs, ns * 4);
+    int bad = 0;
+    const int Np = fp8t_bf16_pad(N);
+    for (int r = 0; r < M && !bad; r++)
+        for (int c = 0; c < ldc && !bad; c++) {
+            float got = Cs[(size_t)r * ldc + c], was = Cs0[(size_t)r * ldc + c];
+            if (c < N && f32_bits(got) != f32_bits(Cp[(size_t)r * N + c])) {
+                T_FAIL("%s: C[%d, %d] = %.9g, the packed call gives %.9g", what, r, c, got,
+                       Cp[(size_t)r * N + c]);
+                bad = 1;
+            } else if (c >= Np && f32_bits(got) != f32_bits(was)) {
+                T_FAIL("%s: C[%d, %d] past pad8(N) was written", what, r, c);
+                bad = 1;
+            } else if (c >= N && c < Np && f32_bits(got) != f32_bits(was) &&
+                       !(got == 0.0f && !acc) && !(acc && got == was + 0.0f)) {
+                T_FAIL("%s: C[%d, %d] in the padding = %.9g (was %.9g)", what, r, c, got, was);
+                bad = 1;
+            }
+        }
+    T_CHECK(!bad, "%s: strided result", what);
+    free(A), free(B), free(Cp0), free(Cs0), free(bias), free(Cp), free(Cs);
+    OPS->free(be, dA), OPS->free(be, dB), OPS->free(be, dbias), OPS->free(be, dCp);
+    OPS->free(be, dCs), OPS->free(be, a16.buf), OPS->free(be, b16.buf);
+}
+
+static void test_gemm_bf16_rounded_ldc(void) {
+    const int shapes[][4] = {{5, 7, 3, 8}, {37, 1001, 13, 1008}, {9, 16, 17, 24}, {1, 1, 1, 11},
+                             {13, 17, 19, 17}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int combo = 0; combo < 12; combo++) {
+            int acc = (combo >> 2) == 1, bias = (combo >> 2) == 2;
+            check_gemm_rounded_ld(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                                  combo & 1, (combo >> 1) & 1, acc, bias);
+        }
+}
+
+/* ================================ softmax_xent_bf16 ================================ */
+
+/* softmax_xent_bf16 on logits [N, ld] vs softmax_xent on the packed [N, V] copy then to_bf16:
+ * losses, the whole padded operand and the amax, bit for bit. */
+static void check_xent_bf16(int N, int V, int ld, float dloss, int nan_row) {
+    char what[96];
+    snprintf(what, sizeof what, "N=%d V=%d ld=%d dloss=%g nan_row=%d", N, V, ld, dloss, nan_row);
+    float *lg = malloc((size_t)N * ld * 4), *packed = malloc((size_t)N * V * 4);
+    int *tg = malloc((size_t)N * sizeof(int));
+    for (int r = 0; r < N; r++) {
+        for (int c = 0; c < ld; c++)
+            lg[(size_t)r * ld + c] = c < V ? (float)(rng_uniform() * 20.0 - 10.0) : NAN;
+        tg[r] = r % 5 == 3 ? -1 : rng_int(V); /* some positions ignored */
+    }
+    if (nan_row >= 0) lg[(size_t)nan_row * ld + V / 2] = NAN;
+    for (int r = 0; r < N; r++) memcpy(packed + (size_t)r * V, lg + (size_t)r * ld, (size_t)V * 4);
+    size_t hb = fp8t_bf16_bytes(N, V);
+    float *dlg = dev_upload(lg, (size_t)N * ld * 4), *dpk = dev_upload(packed, (size_t)N * V * 4);
+    int *dtg = dev_upload(tg, (size_t)N * sizeof(int));
+    float *dl1 = dev_filled((size_t)N * 4, 0x7F), *dl2 = dev_filled((size_t)N * 4, 0x7F);
+    uint16_t *h1 = dev_filled(hb, 0xFF), *h2 = dev_filled(hb, 0xFF);
+    float am0 = 0.25f;
+    float *dam1 = dev_upload(&am0, 4), *dam2 = dev_upload(&am0, 4);
+    OPS->softmax_xent_bf16(be, dl1, h1, dam1, dlg, ld, dtg, N, V, dloss);
+    OPS->softmax_xent(be, dl2, dpk, dpk, dtg, N, V, dloss);
+    OPS->to_bf16(be, h2, dam2, dpk, N, V);
+    OPS->synchronize(be);
+    float *l1 = host_download(dl1, (size_t)N * 4), *l2 = host_download(dl2, (size_t)N * 4);
+    uint16_t *o1 = host_download(h1, hb), *o2 = host_download(h2, hb);
+    float am1, am2;
+    OPS->to_host(be, &am1, dam1, 4);
+    OPS->to_host(be, &am2, dam2, 4);
+    T_CHECK(memcmp(l1, l2, (size_t)N * 4) == 0, "%s: losses differ from softmax_xent's", what);
+    T_CHECK(memcmp(o1, o2, hb) == 0, "%s: the operand differs from softmax_xent + to_bf16", what);
+    T_CHECK(f32_bits(am1) == f32_bits(am2), "%s: amax %g, to_bf16 gives %g", what, am1, am2);
+    if (nan_row >= 0) T_CHECK(isnan(am1), "%s: a NaN logit must make the amax NaN", what);
+    free(lg), free(packed), free(tg), free(l1), free(l2), free(o1), free(o2);
+    OPS->free(be, dlg), OPS->free(be, dpk), OPS->free(be, dtg), OPS->free(be, dl1);
+    OPS->free(be, dl2), OPS->free(be, h1), OPS->free(be, h2), OPS->free(be, dam1);
+    OPS->free(be, dam2);
+}
+
+static void test_softmax_xent_bf16(void) {
+    check_xent_bf16(7, 13, 16, 0.125f, -1);
+    check_xent_bf16(16, 257, 264, 1.0f / 3.0f, -1);
+    check_xent_bf16(3, 8, 8, 2.0f, -1);
+    check_xent_bf16(9, 101, 104, 0.5f, 4);
+    check_xent_bf16(1, 1, 8, 1.0f, -1);
+}
+
 int main(void) {
     t_suite = "bf16_operand";
     char err[256] = "";
@@ -471,6 +585,8 @@ int main(void) {
     T_RUN(test_gemm_bf16_rounded);
     T_RUN(test_gemm_bf16_rounded_bias);
     T_RUN(test_gemm_bf16_rounded_degenerate);
+    T_RUN(test_gemm_bf16_rounded_ldc);
+    T_RUN(test_softmax_xent_bf16);
     fp8t_backend_destroy(be);
     T_MAIN_END();
 }

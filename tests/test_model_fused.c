@@ -13,6 +13,7 @@
  *    gradients taken by the Dgrad's pass over dY (FP8TRAIN_NO_BIAS_GRAD_FUSION=1 off): bit for
  *    bit, with the fused ops called where they apply and not where they do not.
  * Two models run side by side on a CPU backend whose op table is wrapped to count calls. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,15 @@ static void count_xent(fp8t_backend *b, float *losses, float *dlogits, const flo
                        const int *targets, int N, int V, float dloss) {
     n_xent++;
     cpu->ops->softmax_xent(b, losses, dlogits, logits, targets, N, V, dloss);
+}
+
+static long n_xent16;
+static void count_xent16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,
+                         const float *logits, int ld, const int *targets, int N, int V,
+                         float dloss) {
+    n_xent++;
+    n_xent16++;
+    cpu->ops->softmax_xent_bf16(b, losses, dlogits, amax_out, logits, ld, targets, N, V, dloss);
 }
 
 static void count_to_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
@@ -102,8 +112,10 @@ enum {
     NO_REUSE = 2,
     NO_BF16_OPERANDS = 4,
     NO_GELU_FUSION = 8,
-    NO_BIAS_GRAD_FUSION = 16
+    NO_BIAS_GRAD_FUSION = 16,
+    NO_BF16_XENT = 32
 };
+static int make_vocab; /* when > 0: the preset's vocab_size replaced (odd sizes pad the logits) */
 
 /* A model on the counting backend; switches = PLAIN_XENT | NO_REUSE set the environment
  * variables for the create (they are read there, once). */
@@ -111,11 +123,13 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
                         int switches) {
     fp8t_model_config c;
     fp8t_model_preset(&c, preset);
+    if (make_vocab > 0) c.vocab_size = make_vocab;
     if (switches & PLAIN_XENT) setenv("FP8TRAIN_NO_FUSED_XENT", "1", 1);
     if (switches & NO_REUSE) setenv("FP8TRAIN_NO_CODE_REUSE", "1", 1);
     if (switches & NO_BF16_OPERANDS) setenv("FP8TRAIN_NO_BF16_OPERANDS", "1", 1);
     if (switches & NO_GELU_FUSION) setenv("FP8TRAIN_NO_GELU_FUSION", "1", 1);
     if (switches & NO_BIAS_GRAD_FUSION) setenv("FP8TRAIN_NO_BIAS_GRAD_FUSION", "1", 1);
+    if (switches & NO_BF16_XENT) setenv("FP8TRAIN_NO_BF16_XENT", "1", 1);
     char err[256];
     fp8t_model *m = fp8t_model_create(&counted, &c, pol, B, T, err, sizeof(err));
     unsetenv("FP8TRAIN_NO_FUSED_XENT");
@@ -123,6 +137,7 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     unsetenv("FP8TRAIN_NO_BF16_OPERANDS");
     unsetenv("FP8TRAIN_NO_GELU_FUSION");
     unsetenv("FP8TRAIN_NO_BIAS_GRAD_FUSION");
+    unsetenv("FP8TRAIN_NO_BF16_XENT");
     if (!m) printf("  create %s: %s\n", preset, err);
     else fp8t_model_init_weights(m, 4321);
     return m;
@@ -155,6 +170,7 @@ typedef struct {
     long xent[2], quant[2], quant_bwd[2], to_bf16[2], bias_add[2], gelu16[2], qgelu[2];
     long h16cs[2], qcs[2], bias_bwd[2]; /* to_bf16_colsum, quantize_colsum, bias_backward */
     long fp8_bias[2];                   /* gemm_fp8 calls given a bias */
+    long xent16[2];                     /* softmax_xent_bf16 (also counted in xent) */
 } calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
@@ -173,7 +189,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
             for (int k = 0; k < 2; k++) {
                 long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add,
                      g0 = n_gelu16, qg0 = n_qgelu, hc0 = n_h16cs, qc0 = n_qcs,
-                     bb0 = n_bias_bwd, fb0 = n_fp8_bias;
+                     bb0 = n_bias_bwd, fb0 = n_fp8_bias, x16 = n_xent16;
                 loss[k] = fp8t_model_forward(m[k], tok, tgt);
                 long q1 = n_quantize;
                 fp8t_model_backward(m[k], dloss[j % n_dloss]);
@@ -186,6 +202,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
                 out->bias_bwd[k] += n_bias_bwd - bb0;
                 out->fp8_bias[k] += n_fp8_bias - fb0;
                 out->xent[k] += n_xent - x0;
+                out->xent16[k] += n_xent16 - x16;
                 out->quant[k] += n_quantize - q0;
                 out->quant_bwd[k] += n_quantize - q1;
             }
@@ -486,7 +503,13 @@ static void bf16_case(const char *preset, fp8t_precision prec, const char *overr
          * input comes rounded from GELU itself unless hooked */
         const long per_micro = hooked ? 4L * n_lin : 2L * n_lin;
         const long gelu16 = cfg->arch == FP8T_ARCH_GPT2 && !hooked ? (long)cfg->n_layer : 0;
-        const long want = (long)steps * (n_lin + accum * (per_micro - gelu16));
+        /* the head's dY comes rounded from softmax_xent_bf16 in every micro-batch but the
+         * model's first (unhooked) */
+        const long xent16 = hooked ? 0 : (long)steps * accum - 1;
+        const long want = (long)steps * (n_lin + accum * (per_micro - gelu16)) - xent16;
+        T_CHECK(c.xent16[0] == xent16 && c.xent16[1] == 0,
+                "%s: softmax_xent_bf16 called %ld times (plain %ld), expected %ld", what,
+                c.xent16[0], c.xent16[1], xent16);
         T_CHECK(c.to_bf16[0] + c.h16cs[0] == want,
                 "%s: to_bf16 (+ to_bf16_colsum) called %ld (+ %ld) times, expected %ld", what,
                 c.to_bf16[0], c.h16cs[0], want);
@@ -603,6 +626,93 @@ static void bias_grad_fusion(void) {
     colsum_case("tiny-llama", FP8T_PREC_DELAYED, 0); /* no biases: nothing to fuse */
 }
 
+/* ---- the head's gradient written as its BF16 operand by the cross-entropy pass ---- */
+
+/* Against FP8TRAIN_NO_BF16_XENT=1 (the FP32 fused pass, then to_bf16 in the backward): bit
+ * for bit, with softmax_xent_bf16 in every micro-batch but the first where the head's three
+ * GEMMs are BF16 (not with an FP8 head or a hook), and one to_bf16 fewer each time. vocab: odd
+ * sizes pad the logits rows (V = 251 -> 256 floats apart). */
+static void bf16_xent_case(const char *preset, int vocab, fp8t_precision prec,
+                           const char *overrides, int hooked, long want) {
+    pair_run pr;
+    make_vocab = vocab;
+    int ok = run_pair(&pr, preset, prec, overrides, hooked, NO_BF16_XENT, "bf16 xent");
+    make_vocab = 0;
+    if (!ok) return;
+    char what[240];
+    snprintf(what, sizeof what, "%s vocab %d", pr.what, vocab);
+    T_CHECK(pr.c.xent16[0] == want && pr.c.xent16[1] == 0,
+            "%s: softmax_xent_bf16 called %ld times (switched off: %ld), expected %ld", what,
+            pr.c.xent16[0], pr.c.xent16[1], want);
+    T_CHECK(pr.c.to_bf16[1] - pr.c.to_bf16[0] == want,
+            "%s: to_bf16 called %ld times vs %ld switched off, expected %ld fewer", what,
+            pr.c.to_bf16[0], pr.c.to_bf16[1], want);
+    T_CHECK(pr.c.xent[0] == pr.c.xent[1], "%s: %ld cross-entropy passes vs %ld", what,
+            pr.c.xent[0], pr.c.xent[1]);
+    fp8t_model_destroy(pr.r);
+    fp8t_model_destroy(pr.q);
+}
+
+static void bf16_xent(void) {
+    const long fused = (long)PAIR_STEPS * PAIR_ACCUM - 1;
+    bf16_xent_case("tiny", 251, FP8T_PREC_BF16, NULL, 0, fused);
+    bf16_xent_case("tiny", 256, FP8T_PREC_BF16, NULL, 0, fused);
+    bf16_xent_case("tiny-llama", 61, FP8T_PREC_DELAYED, NULL, 0, fused); /* the head stays BF16 */
+    bf16_xent_case("tiny", 251, FP8T_PREC_CURRENT, "module=head,precision=current", 0, 0);
+    bf16_xent_case("tiny", 251, FP8T_PREC_BF16, "module=head,gemm=wgrad,precision=fp32", 0, 0);
+    bf16_xent_case("tiny", 251, FP8T_PREC_BF16, NULL, 1, 0);
+}
+
+/* A dloss that changes with an odd vocabulary: the padded logits are rebuilt packed and the
+ * plain pass runs, bit for bit the path without the BF16 gradient. When they cannot be rebuilt
+ * (the weights changed in between), the BF16 gradient is scaled: within BF16 rounding of the
+ * plain path's. */
+static void bf16_xent_dloss_changes(void) {
+    const float d[3] = {0.25f, 0.7f, 0.7f};
+    make_vocab = 251;
+    xent_case("tiny", FP8T_PREC_BF16, 3, d, 3, 2 + 8 + 5);
+    const int B = 2, T = 16;
+    fp8t_policy p = policy(FP8T_PREC_BF16);
+    fp8t_model *f = make("tiny", &p, B, T, 0), *q = make("tiny", &p, B, T, NO_BF16_XENT | PLAIN_XENT);
+    make_vocab = 0;
+    T_ASSERT(f && q, "create");
+    const int N = B * T, V = 251;
+    int tok[32], tgt[32];
+    fp8t_model *m[2] = {f, q};
+    for (int k = 0; k < 2; k++) {
+        batch(tok, tgt, N, V, 1);
+        fp8t_model_forward(m[k], tok, tgt);
+        fp8t_model_backward(m[k], 1.0f); /* f fuses from now on, with dloss 1 */
+        batch(tok, tgt, N, V, 2);
+        fp8t_model_forward(m[k], tok, tgt);
+        /* the weights change between the forward and its backward: no rebuild possible */
+        fp8t_model_adamw(m[k], 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 1.0f, 1.0f);
+        fp8t_model_zero_grad(m[k]);
+        long x0 = n_xent;
+        fp8t_model_backward(m[k], 0.375f);
+        if (k == 0) T_CHECK(n_xent == x0, "the backward made a cross-entropy pass");
+    }
+    size_t np = fp8t_model_num_params(f);
+    float *gf = host_copy(cpu, fp8t_model_grads(f), np * 4), *gq = host_copy(cpu, fp8t_model_grads(q), np * 4);
+    double num = 0, den = 0;
+    int finite = 1;
+    for (size_t i = 0; i < np; i++) {
+        finite &= isfinite(gf[i]) != 0;
+        num += ((double)gf[i] - gq[i]) * ((double)gf[i] - gq[i]);
+        den += (double)gq[i] * gq[i];
+    }
+    /* a BF16 operand carries 2^-9 relative rounding; scaling afterwards moves it by a few
+     * roundings more, far below 1% of the gradient's norm, while a missing scale would be
+     * off by 0.375 / 1 (62%) */
+    T_CHECK(finite && den > 0 && sqrt(num / den) < 1e-2,
+            "rescaled BF16 gradient: relative difference %.3g from the plain path's",
+            den > 0 ? sqrt(num / den) : -1.0);
+    free(gf);
+    free(gq);
+    fp8t_model_destroy(f);
+    fp8t_model_destroy(q);
+}
+
 int main(void) {
     t_suite = "model_fused";
     char err[256];
@@ -614,6 +724,7 @@ int main(void) {
     counted_ops = *cpu->ops;
     counted_ops.quantize = count_quantize;
     counted_ops.softmax_xent = count_xent;
+    counted_ops.softmax_xent_bf16 = count_xent16;
     counted_ops.to_bf16 = count_to_bf16;
     counted_ops.bias_add = count_bias_add;
     counted_ops.gelu_forward_bf16 = count_gelu16;
@@ -637,6 +748,8 @@ int main(void) {
     T_RUN(bf16_operands_mixed);
     T_RUN(gelu_fusion);
     T_RUN(bias_grad_fusion);
+    T_RUN(bf16_xent);
+    T_RUN(bf16_xent_dloss_changes);
     fp8t_backend_destroy(cpu);
     T_MAIN_END();
 }

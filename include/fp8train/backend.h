@@ -79,10 +79,14 @@ typedef struct fp8t_backend_ops {
      * gemm_fp8). bias (may be NULL; only with acc = 0): C[i,j] = product + bias[j], one FP32
      * rounding as in bias_add after the product (a GPU adds it in the GEMM's epilogue, where
      * the library may pick a kernel that sums the products in another order).
-     * gemm_bf16(A, B) computes to_bf16(A), to_bf16(B), then this without bias. */
+     * gemm_bf16(A, B) computes to_bf16(A), to_bf16(B), then this without bias.
+     * ldc: C's row stride in elements (0: packed, N); with ldc >= fp8t_bf16_pad(N) and no
+     * bias, the columns [N, pad(N)) of each row may be written too (zeros, or left as they
+     * were with acc): that lets a GPU pad N without a copy-out of unaligned rows (the GPT-2
+     * head's N = 50257). */
     void (*gemm_bf16_rounded)(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
                               const fp8t_bf16_operand *B, int M, int N, int K, int transA,
-                              int transB, int acc, const float *bias);
+                              int transB, int acc, const float *bias, int ldc);
     /* FP8 operands; C = (A_codes·B_codes) * scale_inv_A * scale_inv_B, accumulated in FP32.
      * A->rows/cols and B->rows/cols describe the stored (untransposed) layout. fast_accum is a
      * hint (Hopper's reduced-precision accumulation); the CPU ignores it. Optionally records
@@ -199,6 +203,14 @@ typedef struct fp8t_backend_ops {
      * If dlogits != NULL: dlogits = (softmax - onehot) * dloss (dlogits may alias logits). */
     void (*softmax_xent)(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
                          const int *targets, int N, int V, float dloss);
+    /* softmax_xent's losses and dlogits, the gradient written as a BF16 operand (to_bf16's
+     * layout and rounding: [pad(N), pad(V)], padding zero) instead of FP32: softmax_xent then
+     * to_bf16 (the same bits on the CPU; a GPU may sum a row in another order) without the FP32
+     * gradient's round trip through memory. logits rows have stride ld >= V (the model pads them to pad(V));
+     * amax_out (may be NULL) is max-accumulated with the FP32 gradient's amax, as to_bf16's. */
+    void (*softmax_xent_bf16)(fp8t_backend *b, float *losses, uint16_t *dlogits,
+                              float *amax_out, const float *logits, int ld, const int *targets,
+                              int N, int V, float dloss);
     /* out = a + c (out may alias a or c) */
     void (*add)(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
     /* out += x */

@@ -17,7 +17,7 @@ enum {
     P_AMAX, P_QUANTIZE, P_QUANTIZE_GELU, P_QUANTIZE_COLSUM, P_COMPUTE_SCALE, P_FAKE_QUANT, P_BLOCK_FAKE_QUANT, P_MXFP8_FAKE_QUANT,
     P_BF16_ROUND, P_TO_BF16, P_TO_BF16_COLSUM, P_DELAYED_UPDATE,
     P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
-    P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT,
+    P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT, P_XENT_BF16,
     P_ADD, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
     P_COUNT
 };
@@ -30,7 +30,7 @@ static const char *const op_names[P_COUNT] = {
     "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
     "rmsnorm_forward", "rmsnorm_backward", "bias_add", "bias_backward",
     "gelu_forward", "gelu_forward_bf16", "gelu_backward", "gelu_backward_bias", "swiglu_forward", "swiglu_backward",
-    "attention_forward", "attention_backward", "softmax_xent",
+    "attention_forward", "attention_backward", "softmax_xent", "softmax_xent_bf16",
     "add", "accumulate", "scale", "sumsq", "sum", "adamw",
 };
 
@@ -129,9 +129,9 @@ static void w_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *
 }
 static void w_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
                                 const fp8t_bf16_operand *B, int M, int N, int K, int ta, int tb,
-                                int acc, const float *bias) {
+                                int acc, const float *bias, int ldc) {
     TIMED_THEN(P_GEMM_BF16_ROUNDED,
-               ib->ops->gemm_bf16_rounded(ib, C, A, B, M, N, K, ta, tb, acc, bias),
+               ib->ops->gemm_bf16_rounded(ib, C, A, B, M, N, K, ta, tb, acc, bias, ldc),
                gemm_account(b, P_GEMM_BF16_ROUNDED, M, N, K, ta, tb, dt_));
 }
 static void w_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
@@ -257,6 +257,11 @@ static void w_softmax_xent(fp8t_backend *b, float *l, float *dl, const float *lg
                            int N, int V, float dloss) {
     TIMED(P_XENT, ib->ops->softmax_xent(ib, l, dl, lg, t, N, V, dloss));
 }
+static void w_softmax_xent_bf16(fp8t_backend *b, float *l, uint16_t *dl, float *amax,
+                                const float *lg, int ld, const int *t, int N, int V,
+                                float dloss) {
+    TIMED(P_XENT_BF16, ib->ops->softmax_xent_bf16(ib, l, dl, amax, lg, ld, t, N, V, dloss));
+}
 static void w_add(fp8t_backend *b, float *o, const float *a, const float *c, size_t n) {
     TIMED(P_ADD, ib->ops->add(ib, o, a, c, n));
 }
@@ -285,7 +290,7 @@ static const fp8t_backend_ops wrapper_ops = {
     w_embedding_forward, w_embedding_backward, w_layernorm_forward, w_layernorm_backward,
     w_rmsnorm_forward, w_rmsnorm_backward, w_bias_add, w_bias_backward,
     w_gelu_forward, w_gelu_forward_bf16, w_gelu_backward, w_gelu_backward_bias, w_swiglu_forward, w_swiglu_backward,
-    w_attention_forward, w_attention_backward, w_softmax_xent,
+    w_attention_forward, w_attention_backward, w_softmax_xent, w_softmax_xent_bf16,
     w_add, w_accumulate, w_scale, w_sumsq, w_sum, w_adamw,
 };
 

@@ -92,22 +92,30 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
      * they agree; otherwise the logits are rebuilt (head GEMM again) for the plain pass, so the
      * gradient has the plain path's bits; only when that is impossible (the weights or scales
      * changed in between) is the fused gradient rescaled, which may round differently. */
-    if (m->xent_fused && dloss != m->xent_dloss && model_restore_logits(m) != 0) {
+    const int head = m->n_lin - 1;
+    const int bf16_dy = m->xent_fused && m->xent_bf16 &&
+                        (dloss == m->xent_dloss || model_restore_logits(m) != 0);
+    if (bf16_dy) {
+        /* the BF16 dlogits the forward wrote (softmax_xent_bf16) and their amax */
+        const float r = dloss == m->xent_dloss ? 1.0f : dloss / m->xent_dloss;
+        const fp8t_bf16_operand dy = {(const uint16_t *)m->h16[0].p, N, V};
+        linear_backward_bf16_dy(m, head, a->dc1, m->g.wte, &dy, m->scalars + 2, a->lnf, m->p.wte,
+                                N, C, V, r);
+    } else if (m->xent_fused && dloss != m->xent_dloss && model_restore_logits(m) != 0) {
         ops->scale(be, a->logits, dloss / m->xent_dloss, (size_t)N * V);
-        m->xent_fused = 0;
     } else if (!m->xent_fused) {
         float d = m->n_valid_targets > 0 ? dloss / (float)m->n_valid_targets : 0.0f;
         ops->softmax_xent(be, a->losses, a->logits, a->logits, m->targets, N, V, d);
     }
-    m->xent_fused = 0;
+    m->xent_fused = m->xent_bf16 = 0;
     /* the dloss to fold into the next training forward (the trainer's is the same each time) */
     if (isfinite(dloss) && dloss != 0.0f) {
         m->xent_dloss = dloss;
         m->xent_dloss_known = 1;
     }
     /* tied head: dlnf = dlogits·wte, dwte += dlogitsᵀ·lnf */
-    linear_backward(m, m->n_lin - 1, a->dc1, m->g.wte, NULL, a->logits, a->lnf, m->p.wte, N, C,
-                    V);
+    if (!bf16_dy)
+        linear_backward(m, head, a->dc1, m->g.wte, NULL, a->logits, a->lnf, m->p.wte, N, C, V);
     ops->zero(be, a->dres, NC * sizeof(float));
     const float *res = model_final_residual(m);
     if (c->arch == FP8T_ARCH_GPT2)

@@ -103,7 +103,7 @@ int model_restore_logits(fp8t_model *m) {
     const int N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     /* tied head, as in the forward: logits[N, V] = lnf[N, C] · wteᵀ */
     linear_forward_replay(m, m->n_lin - 1, m->a.logits, m->a.lnf, m->p.wte, NULL, N, C, V);
-    m->xent_fused = 0;
+    m->xent_fused = m->xent_bf16 = 0;
     return 0;
 }
 
@@ -115,7 +115,7 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     const size_t NC = (size_t)N * C;
     activations *a = &m->a;
     m->have_targets = 0;
-    m->xent_fused = 0; /* a->logits is about to be rewritten */
+    m->xent_fused = m->xent_bf16 = 0; /* a->logits is about to be rewritten */
     m->last_forward_frozen = m->frozen;
     if (check_inputs(m, tokens, targets) != 0) return NAN;
     /* which linears keep X's FP8 codes for their Wgrad, and where each X lives */
@@ -135,28 +135,42 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
                                m->p.lnf_b, N, C, c->norm_eps);
     else
         ops->rmsnorm_forward(be, a->lnf, a->lnf_rstd, res, m->p.lnf_w, N, C, c->norm_eps);
+    /* A training forward computes the loss and, in the same pass, the gradient the backward
+     * will want: (softmax - onehot) * dloss / count, with the dloss of the previous backward
+     * (the exact float the plain backward would pass, so the bits are the same).
+     * Not before a first backward (dloss unknown; models that only evaluate keep reading-only
+     * passes), not frozen (no backward may follow), not with a hook (debug runs stay on the
+     * plain path, so a replay of the head GEMM reproduces the logits exactly).
+     * When the head's GEMMs all take BF16 operands, the gradient is written straight as the
+     * BF16 operand its Dgrad and Wgrad read (softmax_xent_bf16), and the logits rows are
+     * padded to pad(V) floats so that the GEMM writes aligned rows; otherwise it overwrites
+     * the FP32 logits in place. */
+    const int head = m->n_lin - 1, Vp = fp8t_bf16_pad(V);
+    const int fuse = targets && !m->frozen && !m->hook && !m->no_fused_xent &&
+                     m->xent_dloss_known;
+    const int fuse_bf16 = fuse && !m->no_bf16_xent && linear_bf16_dy_fusable(m, head);
     /* tied head: logits[N, V] = lnf[N, C] · wteᵀ */
-    linear_forward(m, m->n_lin - 1, a->logits, a->lnf, m->p.wte, NULL, N, C, V);
+    if (fuse_bf16) linear_forward_ld(m, head, a->logits, Vp, a->lnf, m->p.wte, N, C, V);
+    else linear_forward(m, head, a->logits, a->lnf, m->p.wte, NULL, N, C, V);
     if (!targets) return 0.0f;
 
     int count = 0;
     for (int i = 0; i < N; i++) count += targets[i] >= 0;
     ops->to_device(be, m->targets, targets, (size_t)N * sizeof(int));
-    /* A training forward computes the loss and, in the same pass, the gradient the backward
-     * will want: (softmax - onehot) * dloss / count, in place, with the dloss of the previous
-     * backward (the exact float the plain backward would pass, so the bits are the same).
-     * Not before a first backward (dloss unknown; models that only evaluate keep reading-only
-     * passes), not frozen (no backward may follow), not with a hook (debug runs stay on the
-     * plain path, so a replay of the head GEMM reproduces the logits exactly). */
-    const int fuse = !m->frozen && !m->hook && !m->no_fused_xent && m->xent_dloss_known;
-    if (fuse) {
-        float d = count > 0 ? m->xent_dloss / (float)count : 0.0f;
+    float d = count > 0 ? m->xent_dloss / (float)count : 0.0f;
+    if (fuse_bf16) {
+        uint16_t *dh = model_scratch(m, &m->h16[0], fp8t_bf16_bytes(N, V));
+        ops->zero(be, m->scalars + 2, sizeof(float));
+        ops->softmax_xent_bf16(be, a->losses, dh, m->scalars + 2, a->logits, Vp, m->targets, N,
+                               V, d);
+    } else if (fuse) {
         ops->softmax_xent(be, a->losses, a->logits, a->logits, m->targets, N, V, d);
-        m->xent_fused = 1;
-        m->xent_epoch = m->epoch;
     } else {
         ops->softmax_xent(be, a->losses, NULL, a->logits, m->targets, N, V, 0.0f);
     }
+    m->xent_fused = fuse;
+    m->xent_bf16 = fuse_bf16;
+    m->xent_epoch = m->epoch;
     ops->zero(be, m->scalars, sizeof(float));
     ops->sum(be, m->scalars, a->losses, (size_t)N);
     float loss_sum = 0.0f;

@@ -35,6 +35,7 @@
  * m->xq[lin].bf16, 2 bytes per element instead of 4). All of it is off with
  * FP8TRAIN_NO_BF16_OPERANDS=1 (gemm_bf16 on the FP32 operands, bit-identical on the CPU).
  */
+#include <math.h>
 #include <string.h>
 
 #include "model/model_internal.h"
@@ -295,15 +296,18 @@ static int gemm_takes_bias(const fp8t_model *m, fp8t_precision prec) {
     return (prec == FP8T_PREC_BF16 && !m->no_bf16_operands) || model_prec_has_codes(prec);
 }
 
-/* C[M,N] (= or +=) op(A)·op(B) in precision prec. A's prepared form is copied to *keep_a
+/* C[M,N] (row stride ldc, 0: N; only with BF16 operands) (= or +=) op(A)·op(B) in precision
+ * prec. A's prepared form is copied to *keep_a
  * when keep_a is non-NULL; when given_a / given_b is non-NULL it is used instead of preparing
  * that operand (the caller vouches that it is what prepare would make now: same tensor,
  * precision, format and scale, and its codes untouched since). bias [N] (only when
  * gemm_takes_bias, acc = 0) is added to every row. */
 static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision prec, float *C,
-                     const operand *a, const operand *b, int M, int N, int K, int transA,
+                     int ldc, const operand *a, const operand *b, int M, int N, int K, int transA,
                      int transB, int acc, prepared *keep_a, const prepared *given_a,
                      const prepared *given_b, const float *bias) {
+    MODEL_CHECK(ldc == 0 || (prec == FP8T_PREC_BF16 && !m->no_bf16_operands),
+                "a strided GEMM result needs BF16 operands (linear_bf16_dy_fusable)");
     prepared pa, pb;
     if (given_a) pa = *given_a;
     else prepare(m, lin, a, prec, &pa);
@@ -321,7 +325,8 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     case FP8T_PREC_BF16:
     case FP8T_PREC_FAKE:
         if (prec == FP8T_PREC_BF16 && !m->no_bf16_operands)
-            m->ops->gemm_bf16_rounded(be, C, &pa.h, &pb.h, M, N, K, transA, transB, acc, bias);
+            m->ops->gemm_bf16_rounded(be, C, &pa.h, &pb.h, M, N, K, transA, transB, acc, bias,
+                                      ldc);
         else /* fake's quantize-dequantized floats; bf16 under FP8TRAIN_NO_BF16_OPERANDS */
             m->ops->gemm_bf16(be, C, pa.f, pb.f, M, N, K, transA, transB, acc, pa.amax,
                               pb.amax);
@@ -334,8 +339,9 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
 
 /* replay: linear_forward_replay (no hooks, nothing recorded). gelu: X is GELU's input and the
  * operand is made of gelu(X (+ gelu_bias)) (only where gelu_fusable). */
-static void fprop(fp8t_model *m, int lin, float *Y, float *X, int gelu, const float *gelu_bias,
-                  const float *W, const float *bias, int N, int IN, int OUT, int replay) {
+static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, int gelu,
+                  const float *gelu_bias, const float *W, const float *bias, int N, int IN,
+                  int OUT, int replay) {
     float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
     if (!replay) {
         call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN);
@@ -365,7 +371,7 @@ static void fprop(fp8t_model *m, int lin, float *Y, float *X, int gelu, const fl
     /* the bias goes into the GEMM unless a hook must see the output without it */
     const int fuse_bias = bias && gemm_takes_bias(m, prec) && (replay || !m->hook);
     prepared pa;
-    run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, &a, &b, N, OUT, IN, 0, 1, 0, &pa, NULL, NULL,
+    run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, ldy, &a, &b, N, OUT, IN, 0, 1, 0, &pa, NULL, NULL,
              fuse_bias ? bias : NULL);
     if (save) {
         xq->scale_inv = pa.q.scale_inv;
@@ -378,12 +384,12 @@ static void fprop(fp8t_model *m, int lin, float *Y, float *X, int gelu, const fl
 
 void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                     const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, X, 0, NULL, W, bias, N, IN, OUT, 0);
+    fprop(m, lin, Y, 0, X, 0, NULL, W, bias, N, IN, OUT, 0);
 }
 
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                            const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, X, 0, NULL, W, bias, N, IN, OUT, 1);
+    fprop(m, lin, Y, 0, X, 0, NULL, W, bias, N, IN, OUT, 1);
 }
 
 /* The Fprop can round gelu(X) itself when its operand is a BF16 one or delayed-scaled FP8
@@ -410,12 +416,12 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
     if (gelu_fusable(m, lin)) {
         MODEL_CHECK(!pre_bias || m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED,
                     "a deferred bias needs a delayed-scaled fc2 (linear_gelu_takes_bias)");
-        fprop(m, lin, Y, pre, 1, pre_bias, W, bias, N, IN, OUT, 0);
+        fprop(m, lin, Y, 0, pre, 1, pre_bias, W, bias, N, IN, OUT, 0);
         return;
     }
     MODEL_CHECK(!pre_bias, "a deferred bias without the GELU fusion (linear_gelu_takes_bias)");
     m->ops->gelu_forward(m->be, act, pre, (size_t)N * (size_t)IN);
-    fprop(m, lin, Y, act, 0, NULL, W, bias, N, IN, OUT, 0);
+    fprop(m, lin, Y, 0, act, 0, NULL, W, bias, N, IN, OUT, 0);
 }
 
 /* The Wgrad may take the Dgrad's FP8 codes (or BF16 operand) of dY instead of rounding dY a
@@ -475,8 +481,8 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
                    .tile_c = 128, .pos = 1};
     const int reuse = reuse_dy_codes(m, lin, wprec);
     prepared dy_q; /* dY as the Dgrad took it (codes / operand), for the Wgrad when reuse */
-    run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, &dy_d, &w_d, N, IN, OUT,
-             0, 0, 0, &dy_q, NULL, NULL, NULL);
+    run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, 0, &dy_d, &w_d, N, IN,
+             OUT, 0, 0, 0, &dy_q, NULL, NULL, NULL);
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_DGRAD, dX, N, IN);
 
     /* Wgrad: dW[OUT,IN] += dYᵀ·X, reduction over the N tokens (block tiles 128x1) */
@@ -491,13 +497,69 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     if (m->hook) {
         /* the hook sees this micro-batch's dW alone, then it is accumulated */
         float *tmp = model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float));
-        run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, tmp, &dy_w, &x_w, OUT, IN, N, 1, 0, 0, NULL,
+        run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, tmp, 0, &dy_w, &x_w, OUT, IN, N, 1, 0, 0, NULL,
                  NULL, from_codes ? &x_q : NULL, NULL);
         call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, tmp, OUT, IN);
         m->ops->accumulate(m->be, dW, tmp, (size_t)OUT * IN);
     } else {
-        run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, dW, &dy_w, &x_w, OUT, IN, N, 1, 0, 1, NULL,
+        run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, dW, 0, &dy_w, &x_w, OUT, IN, N, 1, 0, 1, NULL,
                  reuse ? &dy_q : NULL, from_codes ? &x_q : NULL, NULL);
     }
     if (dbias && !dy_q.colsum_done) m->ops->bias_backward(m->be, dbias, dY, N, OUT);
+}
+
+int linear_bf16_dy_fusable(const fp8t_model *m, int lin) {
+    const fp8t_precision *p = m->prec[lin];
+    return !m->hook && p[FP8T_GEMM_FPROP] == FP8T_PREC_BF16 &&
+           p[FP8T_GEMM_WGRAD] == FP8T_PREC_BF16 && reuse_dy_codes(m, lin, FP8T_PREC_BF16);
+}
+
+void linear_forward_ld(fp8t_model *m, int lin, float *Y, int ldy, float *X, const float *W,
+                       int N, int IN, int OUT) {
+    MODEL_CHECK(linear_bf16_dy_fusable(m, lin) && ldy >= fp8t_bf16_pad(OUT),
+                "linear_forward_ld: BF16 operands and ldy >= pad(OUT) only");
+    fprop(m, lin, Y, ldy, X, 0, NULL, W, NULL, N, IN, OUT, 0);
+}
+
+void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
+                             const fp8t_bf16_operand *dy, float *dy_amax, float *X,
+                             const float *W, int N, int IN, int OUT, float r) {
+    const fp8t_precision bf = FP8T_PREC_BF16;
+    if ((m->prec[lin][FP8T_GEMM_DGRAD] != bf || m->prec[lin][FP8T_GEMM_WGRAD] != bf) &&
+        !m->warned_saved) {
+        fprintf(stderr, "fp8t_model_backward: the precision policy changed between the forward "
+                        "and this backward; the head's Dgrad and Wgrad run in BF16 from the "
+                        "gradient the forward rounded (the change applies from the next "
+                        "forward)\n");
+        m->warned_saved = 1;
+    }
+    MODEL_CHECK(dy->rows == N && dy->cols == OUT, "linear_backward_bf16_dy: dY is not [N, OUT]");
+    /* dY's amax into its history slot, as the plain path's rounding pass records it */
+    if (r != 1.0f) m->ops->scale(m->be, dy_amax, fabsf(r), 1);
+    m->ops->amax(m->be, m->st.history + fp8_index(lin, FP8T_ROLE_DY), dy_amax, 1);
+    prepared pdy;
+    memset(&pdy, 0, sizeof(pdy));
+    pdy.h = *dy;
+    const int from_codes = m->xq[lin].saved;
+    MODEL_CHECK(!from_codes || m->xq[lin].prec == bf, "linear_backward_bf16_dy: X kept as codes");
+    operand w_d = {.x = (float *)W, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W, .pos = 1};
+    operand x_w = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .pos = 1};
+    prepared x_q;
+    if (from_codes) saved_x(m, lin, N, IN, &x_q);
+    /* Dgrad dX = dY·W, Wgrad dW += dYᵀ·X on the same operand. With r != 1 (the gradient the
+     * forward folded in used another dloss) both products are scaled by r afterwards: the dW
+     * of this micro-batch goes through scratch so that only it is scaled. */
+    run_gemm(m, lin, FP8T_GEMM_DGRAD, bf, dX, 0, NULL, &w_d, N, IN, OUT, 0, 0, 0, NULL, &pdy,
+             NULL, NULL);
+    if (r == 1.0f) {
+        run_gemm(m, lin, FP8T_GEMM_WGRAD, bf, dW, 0, NULL, &x_w, OUT, IN, N, 1, 0, 1, NULL, &pdy,
+                 from_codes ? &x_q : NULL, NULL);
+        return;
+    }
+    m->ops->scale(m->be, dX, r, (size_t)N * IN);
+    float *tmp = model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float));
+    run_gemm(m, lin, FP8T_GEMM_WGRAD, bf, tmp, 0, NULL, &x_w, OUT, IN, N, 1, 0, 0, NULL, &pdy,
+             from_codes ? &x_q : NULL, NULL);
+    m->ops->scale(m->be, tmp, r, (size_t)OUT * IN);
+    m->ops->accumulate(m->be, dW, tmp, (size_t)OUT * IN);
 }

@@ -206,7 +206,7 @@ static size_t carve_activations(activations *a, float *base, const fp8t_model_co
     CARVE(lnf, N * C);
     CARVE(lnf_mean, gpt2 ? N : 0);
     CARVE(lnf_rstd, N);
-    CARVE(logits, N * V);
+    CARVE(logits, N * (size_t)fp8t_bf16_pad((int)V)); /* rows pad(V) apart in a fused forward */
     CARVE(losses, N);
     CARVE(out_c, N * C);
     CARVE(dres, N * C);
@@ -327,6 +327,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     resolve_precisions(m);
     /* switches back to the plain paths, read once (fused paths are bit-identical to them) */
     m->no_fused_xent = model_env_flag("FP8TRAIN_NO_FUSED_XENT");
+    m->no_bf16_xent = model_env_flag("FP8TRAIN_NO_BF16_XENT");
     m->no_code_reuse = model_env_flag("FP8TRAIN_NO_CODE_REUSE");
     m->no_bf16_operands = model_env_flag("FP8TRAIN_NO_BF16_OPERANDS");
     m->no_gelu_fusion = model_env_flag("FP8TRAIN_NO_GELU_FUSION");

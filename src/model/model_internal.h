@@ -165,7 +165,7 @@ struct fp8t_model {
     int n_valid_targets;   /* non-ignored targets of the last forward */
     int frozen;            /* fp8t_model_set_frozen: forwards leave the training state alone */
     int last_forward_frozen; /* the last forward ran frozen (a backward is refused) */
-    float *scalars;        /* device [4]: loss sum, sumsq accumulator */
+    float *scalars;        /* device [4]: loss sum, sumsq accumulator, dlogits amax */
 
     /* FP8 */
     int n_lin, n_fp8, hist_len;
@@ -194,6 +194,11 @@ struct fp8t_model {
      * plain path. */
     int no_fused_xent;     /* FP8TRAIN_NO_FUSED_XENT=1 at create: always the plain path */
     int xent_fused;        /* a->logits holds the last forward's dlogits, not its logits */
+    /* ... or, when xent_bf16 is also set, a->logits holds the logits with rows pad(V) apart
+     * and the dlogits are the BF16 operand in h16[0], their amax in scalars[2] (the head's
+     * three GEMMs in BF16: linear_bf16_dy_fusable). Off with FP8TRAIN_NO_BF16_XENT=1. */
+    int xent_bf16;
+    int no_bf16_xent;
     int xent_dloss_known;  /* a backward has run with a finite, nonzero dloss */
     float xent_dloss;      /* that dloss, folded into the next fused forward */
     unsigned epoch;        /* bumped by whatever changes the head GEMM's result: adamw,
@@ -286,6 +291,20 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
  * GELU pass: prod's Fprop is FP8 (whose bias costs a pass of its own over the output: no FP32
  * bias epilogue for FP8 GEMMs) and lin's is delayed FP8 with the GELU fusion. */
 int linear_gelu_takes_bias(const fp8t_model *m, int prod, int lin);
+/* Whether lin's GEMMs all take BF16 operands, the Dgrad's dY operand serving the Wgrad, with no
+ * hook: then its dY may come already rounded (softmax_xent_bf16) and its Fprop may write a
+ * strided Y (linear_forward_ld, linear_backward_bf16_dy: the head's fused cross-entropy). */
+int linear_bf16_dy_fusable(const fp8t_model *m, int lin);
+/* linear_forward without bias into Y [N, ldy], ldy >= pad(OUT) (columns >= OUT are written
+ * too, with zeros); only where linear_bf16_dy_fusable. */
+void linear_forward_ld(fp8t_model *m, int lin, float *Y, int ldy, float *X, const float *W,
+                       int N, int IN, int OUT);
+/* linear_backward (no bias) from dY's BF16 operand dy [N, OUT], both GEMMs in BF16, dY's amax
+ * (device scalar dy_amax, the FP32 values' before rounding) recorded into its history; dX,
+ * this micro-batch's dW and the amax scaled by r when r != 1 (dy_amax is overwritten then). */
+void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
+                             const fp8t_bf16_operand *dy, float *dy_amax, float *X,
+                             const float *W, int N, int IN, int OUT, float r);
 /* The Fprop of linear_forward again, to rebuild an output that was overwritten: no hooks, no
  * amax recording, the step's weight codes from the cache. */
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,

@@ -431,7 +431,7 @@ static void gemm_bf16_rounded_case(int M, int N, int K, int ta, int tb, int acc,
         be_->ops->to_bf16(be_, U16(B16), NULL, F(B), br, bc);
         fp8t_bf16_operand oa = {U16(A16), ar, ac}, ob = {U16(B16), br, bc};
         be_->ops->gemm_bf16_rounded(be_, F(Cm), &oa, &ob, M, N, K, ta, tb, acc,
-                                    with_bias ? F(bias) : NULL);
+                                    with_bias ? F(bias) : NULL, 0);
     }
     GPU->ops->gemm_bf16(GPU, Cref, A.p[1], B.p[1], M, N, K, ta, tb, acc, NULL, NULL);
     if (with_bias) GPU->ops->bias_add(GPU, Cref, bias.p[1], M, N);
@@ -469,6 +469,44 @@ static void test_gemm_bf16_rounded(void) {
     gemm_bf16_rounded_case(2700, 50257, 64, 0, 1, 0, 1, " chunked");
     gemm_bf16_rounded_case(2700, 50257, 64, 0, 1, 1, 0, " chunked");
     gemm_bf16_rounded_case(2700, 50257, 64, 1, 0, 0, 0, " chunked");
+}
+
+/* gemm_bf16_rounded into C [M, ldc] (the model's padded logits): the first N columns of each
+ * row against the CPU (1e-5), columns [N, pad8(N)) zero (C starts zero there, so a GPU that
+ * writes the padded product's zero columns and a CPU that leaves them agree), columns past
+ * pad8(N) untouched (a sentinel on both sides). */
+static void gemm_bf16_rounded_ld_case(int M, int N, int K, int ldc, int acc, int with_bias) {
+    const int Np = fp8t_bf16_pad(N);
+    float *ha = host_normal((size_t)M * K, 1.0f), *hb = host_normal((size_t)N * K, 1.0f);
+    float *hbias = host_normal((size_t)N, 1.0f), *hc = host_normal((size_t)M * ldc, 1.0f);
+    for (int r = 0; r < M; r++)
+        for (int c = N; c < ldc; c++) hc[(size_t)r * ldc + c] = c < Np ? 0.0f : 7.0f;
+    dpair A = dp_floats(ha, (size_t)M * K), B = dp_floats(hb, (size_t)N * K); /* [M,K] [N,K] */
+    dpair bias = dp_floats(hbias, (size_t)N), Cm = dp_floats(hc, (size_t)M * ldc);
+    dpair A16 = dp_alloc(fp8t_bf16_bytes(M, K)), B16 = dp_alloc(fp8t_bf16_bytes(N, K));
+    FOR_BOTH {
+        be_->ops->to_bf16(be_, U16(A16), NULL, F(A), M, K);
+        be_->ops->to_bf16(be_, U16(B16), NULL, F(B), N, K);
+        fp8t_bf16_operand oa = {U16(A16), M, K}, ob = {U16(B16), N, K};
+        be_->ops->gemm_bf16_rounded(be_, F(Cm), &oa, &ob, M, N, K, 0, 1, acc,
+                                    with_bias ? F(bias) : NULL, ldc);
+    }
+    char op[64], shape[64];
+    snprintf(shape, sizeof(shape), "%dx%dx%d ldc %d", M, N, K, ldc);
+    snprintf(op, sizeof(op), "gemm_bf16_rounded ldc%s", with_bias ? " bias" : acc ? " acc" : "");
+    check_f(op, shape, Cm, (size_t)M * ldc, 1e-5);
+    dp_free(A), dp_free(B), dp_free(bias), dp_free(Cm), dp_free(A16), dp_free(B16);
+    free(ha), free(hb), free(hbias), free(hc);
+}
+
+static void test_gemm_bf16_rounded_ld(void) {
+    /* the head's class: padded stride (the direct path), a stride with a bias or an odd one
+     * (the copy-out path), a small odd shape */
+    for (int mode = 0; mode < 3; mode++) {
+        gemm_bf16_rounded_ld_case(2700, 50257, 64, 50264, mode == 2, mode == 1);
+        gemm_bf16_rounded_ld_case(37, 13, 19, 21, mode == 2, mode == 1);
+        gemm_bf16_rounded_ld_case(64, 100, 32, 104, mode == 2, mode == 1);
+    }
 }
 
 /* FP8 codes of random normal data at a scale that uses the format's range */
@@ -1438,6 +1476,52 @@ static void test_softmax_xent(void) {
         }
 }
 
+/* softmax_xent_bf16 against the CPU: losses (1e-5), the BF16 gradient decoded (2^-8 relative
+ * L2: a one-step BF16 difference where the FP32 values differ in their last bits), its
+ * padding exactly zero on the GPU, the amax (1e-5); logits rows with a padded stride (the
+ * model's: float4 loads) and packed (odd V: scalar loads). */
+static void test_softmax_xent_bf16(void) {
+    static const int cases[][3] = {{1, 1, 8}, {4, 5, 5}, {33, 257, 264}, {8, 50257, 50264},
+                                   {8, 50257, 50257}, {64, 512, 512}, {3, 100, 104}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        int N = cases[ci][0], V = cases[ci][1], ld = cases[ci][2];
+        const int Np = fp8t_bf16_pad(N), Vp = fp8t_bf16_pad(V);
+        float *lg = host_normal((size_t)N * ld, 4.0f);
+        int *tg = malloc(N * sizeof(int));
+        for (int i = 0; i < N; i++) tg[i] = rnd_int(7) == 0 ? -1 : rnd_int(V);
+        float amax0 = 1e-3f;
+        dpair dlg = dp_floats(lg, (size_t)N * ld), dtg = dp_from(tg, N * sizeof(int));
+        dpair dloss = dp_alloc(N * 4), dh = dp_alloc(fp8t_bf16_bytes(N, V)), da = dp_floats(&amax0, 1);
+        dp_poison(dloss, 0), dp_poison(dh, 1);
+        FOR_BOTH be_->ops->softmax_xent_bf16(be_, F(dloss), U16(dh), F(da), F(dlg), ld, I(dtg),
+                                             N, V, 0.37f);
+        char shape[48];
+        snprintf(shape, sizeof(shape), "N%d V%d ld%d", N, V, ld);
+        check_f("softmax_xent_bf16 losses", shape, dloss, N, 1e-5);
+        check_f("softmax_xent_bf16 amax", shape, da, 1, 1e-5);
+        uint16_t *h[2];
+        for (int s = 0; s < 2; s++) h[s] = dl(s, dh.p[s], fp8t_bf16_bytes(N, V));
+        size_t n = (size_t)Np * Vp, pad_bad = 0;
+        float *f[2];
+        for (int s = 0; s < 2; s++) {
+            f[s] = malloc(n * sizeof(float));
+            for (size_t i = 0; i < n; i++) f[s][i] = bf16_decode(h[s][i]);
+        }
+        for (int r = 0; r < Np; r++)
+            for (int c = 0; c < Vp; c++)
+                if ((r >= N || c >= V) && h[1][(size_t)r * Vp + c] != 0) pad_bad++;
+        size_t bad, first;
+        double err = rel_err(f[1], f[0], n, &bad, &first);
+        char note[96] = "";
+        if (pad_bad) snprintf(note, sizeof(note), "%zu padding elements not zero", pad_bad);
+        row("softmax_xent_bf16 dlogits", shape, err, 1.0 / 256, err <= 1.0 / 256 && !bad && !pad_bad,
+            note);
+        for (int s = 0; s < 2; s++) free(h[s]), free(f[s]);
+        dp_free(dlg), dp_free(dtg), dp_free(dloss), dp_free(dh), dp_free(da);
+        free(lg), free(tg);
+    }
+}
+
 static void test_elementwise(void) {
     static const size_t ns[] = {1, 3, 1001, 1u << 20};
     for (size_t ni = 0; ni < 4; ni++) {
@@ -1529,6 +1613,7 @@ static void run_op_suite(void) {
     test_gemm_float(1);
     test_to_bf16(); /* before the GEMM on its operands */
     test_gemm_bf16_rounded();
+    test_gemm_bf16_rounded_ld();
     test_gemm_fp8();
     test_amax();
     test_quantize();
@@ -1547,6 +1632,7 @@ static void run_op_suite(void) {
     test_gelu_bf16();
     test_attention();
     test_softmax_xent();
+    test_softmax_xent_bf16();
     test_elementwise();
     test_sums();
     test_adamw();

@@ -119,6 +119,7 @@ static const fp8t_backend_ops cpu_ops = {
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .softmax_xent = cpu_softmax_xent,
+    .softmax_xent_bf16 = cpu_softmax_xent_bf16,
     .add = cpu_add,
     .accumulate = cpu_accumulate,
     .scale = cpu_scale,

@@ -7,23 +7,30 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
 
 /* C[M,N] = alpha * op(A)·op(B) + (acc ? C : 0) */
-static void sgemm_rowmajor(float *C, const float *A, const float *B, int M, int N, int K,
-                           int transA, int transB, int acc, float alpha) {
+/* C [M, ldc] (ldc >= N; columns >= N untouched) */
+static void sgemm_rowmajor_ld(float *C, int ldc, const float *A, const float *B, int M, int N,
+                              int K, int transA, int transB, int acc, float alpha) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) { /* empty sum: the product is zero */
         if (!acc)
-            for (size_t i = 0; i < (size_t)M * N; i++) C[i] = 0.0f;
+            for (int r = 0; r < M; r++) memset(C + (size_t)r * ldc, 0, (size_t)N * sizeof(float));
         return;
     }
     int lda = transA ? M : K; /* A stored [K,M] or [M,K] */
     int ldb = transB ? K : N; /* B stored [N,K] or [K,N] */
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
                 transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb,
-                acc ? 1.0f : 0.0f, C, N);
+                acc ? 1.0f : 0.0f, C, ldc);
+}
+
+static void sgemm_rowmajor(float *C, const float *A, const float *B, int M, int N, int K,
+                           int transA, int transB, int acc, float alpha) {
+    sgemm_rowmajor_ld(C, N, A, B, M, N, K, transA, transB, acc, alpha);
 }
 
 void cpu_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N, int K,
@@ -74,8 +81,14 @@ static void check_bf16_shape(const char *name, const fp8t_bf16_operand *op, int 
 
 void cpu_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
                            const fp8t_bf16_operand *B, int M, int N, int K, int transA,
-                           int transB, int acc, const float *bias) {
+                           int transB, int acc, const float *bias, int ldc) {
     if (M <= 0 || N <= 0) return;
+    if (ldc == 0) ldc = N;
+    if (ldc < N) {
+        fprintf(stderr, "fp8train: gemm_bf16_rounded: ldc = %d is less than N = %d (%s:%d)\n", ldc,
+                N, __FILE__, __LINE__);
+        exit(1);
+    }
     const int k = K > 0 ? K : 0;
     check_bf16_shape("A", A, transA ? k : M, transA ? M : k);
     check_bf16_shape("B", B, transB ? N : k, transB ? k : N);
@@ -86,8 +99,10 @@ void cpu_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A
         decode_bf16_operand(af, A);
         decode_bf16_operand(bf, B);
     }
-    sgemm_rowmajor(C, af, bf, M, N, K, transA, transB, acc, 1.0f);
-    if (bias) cpu_bias_add(b, C, bias, M, N);
+    sgemm_rowmajor_ld(C, ldc, af, bf, M, N, K, transA, transB, acc, 1.0f);
+    if (bias && ldc == N) cpu_bias_add(b, C, bias, M, N);
+    else if (bias) /* bias_add's arithmetic, row by row */
+        for (int r = 0; r < M; r++) cpu_bias_add(b, C + (size_t)r * ldc, bias, 1, N);
 }
 
 /* Decode an FP8 operand into float scratch. op(X) is want_rows x want_cols; X->rows/cols is

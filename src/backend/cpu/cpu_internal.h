@@ -117,7 +117,7 @@ void cpu_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, in
                    int K, int transA, int transB, int acc, float *amax_a, float *amax_b);
 void cpu_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
                            const fp8t_bf16_operand *B, int M, int N, int K, int transA,
-                           int transB, int acc, const float *bias);
+                           int transB, int acc, const float *bias, int ldc);
 void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                   const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                   int acc, int fast_accum, float *amax_out, const float *bias);
@@ -182,6 +182,9 @@ void cpu_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float 
                          const float *gate, const float *up, size_t n);
 void cpu_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
                       const int *targets, int N, int V, float dloss);
+void cpu_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,
+                           const float *logits, int ld, const int *targets, int N, int V,
+                           float dloss);
 void cpu_add(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
 void cpu_accumulate(fp8t_backend *b, float *out, const float *x, size_t n);
 void cpu_scale(fp8t_backend *b, float *out, float s, size_t n);

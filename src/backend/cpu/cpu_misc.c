@@ -199,9 +199,7 @@ void cpu_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float 
 
 /* ---- fused softmax + cross-entropy ---- */
 
-void cpu_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
-                      const int *targets, int N, int V, float dloss) {
-    (void)b;
+static void check_targets(const int *targets, int N, int V) {
     for (int r = 0; r < N; r++)
         if (targets[r] >= V) {
             fprintf(stderr,
@@ -211,36 +209,63 @@ void cpu_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const floa
                     targets[r], r, V, __FILE__, __LINE__);
             exit(1);
         }
-#pragma omp parallel for schedule(static) if ((long)N * V > PAR_MIN)
-    for (int r = 0; r < N; r++) {
-        const float *lr = logits + (size_t)r * V;             /* [V] */
-        float *dr = dlogits ? dlogits + (size_t)r * V : NULL; /* [V], may alias lr */
-        int tgt = targets[r];
-        if (tgt < 0) { /* ignored position: no loss, no gradient */
-            if (losses) losses[r] = 0.0f;
-            if (dr) memset(dr, 0, (size_t)V * sizeof(float));
-            continue;
-        }
-        float mx = cpu_row_max(lr, V);
-        float logit_t = lr[tgt]; /* read before dr (possibly lr itself) is overwritten */
-        double sum = 0.0;
-        if (dr) { /* one exp per element: keep exp(l - max) in dr for the gradient pass */
-#pragma omp simd reduction(+ : sum)
-            for (int v = 0; v < V; v++) {
-                float e = cpu_expf(lr[v] - mx);
-                dr[v] = e;
-                sum += e;
-            }
-            float scale = (float)(1.0 / sum) * dloss;
-#pragma omp simd
-            for (int v = 0; v < V; v++) dr[v] *= scale;
-            dr[tgt] -= dloss; /* (softmax - onehot) * dloss */
-        } else {
-#pragma omp simd reduction(+ : sum)
-            for (int v = 0; v < V; v++) sum += cpu_expf(lr[v] - mx);
-        }
-        if (losses) losses[r] = (float)(log(sum) - ((double)logit_t - mx));
+}
+
+/* One row: *loss and (when dr) dr[V] = (softmax - onehot) * dloss; dr may alias lr. */
+static void xent_row(float *loss, float *dr, const float *lr, int V, int tgt, float dloss) {
+    if (tgt < 0) { /* ignored position: no loss, no gradient */
+        if (loss) *loss = 0.0f;
+        if (dr) memset(dr, 0, (size_t)V * sizeof(float));
+        return;
     }
+    float mx = cpu_row_max(lr, V);
+    float logit_t = lr[tgt]; /* read before dr (possibly lr itself) is overwritten */
+    double sum = 0.0;
+    if (dr) { /* one exp per element: keep exp(l - max) in dr for the gradient pass */
+#pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < V; v++) {
+            float e = cpu_expf(lr[v] - mx);
+            dr[v] = e;
+            sum += e;
+        }
+        float scale = (float)(1.0 / sum) * dloss;
+#pragma omp simd
+        for (int v = 0; v < V; v++) dr[v] *= scale;
+        dr[tgt] -= dloss; /* (softmax - onehot) * dloss */
+    } else {
+#pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < V; v++) sum += cpu_expf(lr[v] - mx);
+    }
+    if (loss) *loss = (float)(log(sum) - ((double)logit_t - mx));
+}
+
+void cpu_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
+                      const int *targets, int N, int V, float dloss) {
+    (void)b;
+    check_targets(targets, N, V);
+#pragma omp parallel for schedule(static) if ((long)N * V > PAR_MIN)
+    for (int r = 0; r < N; r++)
+        xent_row(losses ? losses + r : NULL, dlogits ? dlogits + (size_t)r * V : NULL,
+                 logits + (size_t)r * V, V, targets[r], dloss);
+}
+
+/* The reference: softmax_xent's FP32 gradient in scratch, then to_bf16. */
+void cpu_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,
+                           const float *logits, int ld, const int *targets, int N, int V,
+                           float dloss) {
+    if (N <= 0 || V <= 0) return;
+    if (ld < V) {
+        fprintf(stderr, "fp8train: softmax_xent_bf16: ld = %d is less than V = %d (%s:%d)\n", ld,
+                V, __FILE__, __LINE__);
+        exit(1);
+    }
+    check_targets(targets, N, V);
+    float *d = cpu_scratch(b, CPU_SCRATCH_ACT, (size_t)N * V * sizeof(float)); /* [N, V] */
+#pragma omp parallel for schedule(static) if ((long)N * V > PAR_MIN)
+    for (int r = 0; r < N; r++)
+        xent_row(losses ? losses + r : NULL, d + (size_t)r * V, logits + (size_t)r * ld, V,
+                 targets[r], dloss);
+    cpu_to_bf16(b, dlogits, amax_out, d, N, V);
 }
 
 /* ---- elementwise ---- */

@@ -229,6 +229,7 @@ static const fp8t_backend_ops cuda_ops = {
     /* .attention_forward = */ cuda_attention_forward,
     /* .attention_backward = */ cuda_attention_backward,
     /* .softmax_xent = */ cuda_softmax_xent,
+    /* .softmax_xent_bf16 = */ cuda_softmax_xent_bf16,
     /* .add = */ cuda_add,
     /* .accumulate = */ cuda_accumulate,
     /* .scale = */ cuda_scale,

@@ -266,7 +266,7 @@ void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, i
                     int K, int transA, int transB, int acc, float *amax_a, float *amax_b);
 void cuda_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
                             const fp8t_bf16_operand *B, int M, int N, int K, int transA,
-                            int transB, int acc, const float *bias);
+                            int transB, int acc, const float *bias, int ldc);
 void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                    const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                    int acc, int fast_accum, float *amax_out, const float *bias);
@@ -360,6 +360,8 @@ void cuda_embedding_forward(fp8t_backend *b, float *out, const int *tokens, cons
 void cuda_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const float *dout,
                              const int *tokens, int B, int T, int C);
 void cuda_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC);
+/* bias_add on out [N, ld] (ld >= OC; columns >= OC untouched) */
+void cuda_bias_add_ld(fp8t_backend *b, float *out, int ld, const float *bias, int N, int OC);
 void cuda_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);
 void cuda_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n);
 void cuda_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,
@@ -372,6 +374,9 @@ void cuda_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float
                           const float *gate, const float *up, size_t n);
 void cuda_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
                        const int *targets, int N, int V, float dloss);
+void cuda_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,
+                            const float *logits, int ld, const int *targets, int N, int V,
+                            float dloss);
 void cuda_add(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
 void cuda_accumulate(fp8t_backend *b, float *out, const float *x, size_t n);
 void cuda_scale(fp8t_backend *b, float *out, float s, size_t n);

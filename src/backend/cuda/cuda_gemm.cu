@@ -219,14 +219,14 @@ void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, in
 }
 
 /* C[r, c] (= or +=) Cg[r, c] (+ bias[c]) for r < rows, c < cols: from the aligned scratch
- * result (row stride ldg) into the packed C (row stride cols, unaligned rows: scalar stores).
+ * result (row stride ldg) into C (row stride ldc, rows possibly unaligned: scalar stores).
  * Accumulating here instead of in the GEMM's epilogue (beta = 1) gives the same bits: both add
  * the FP32-rounded product sum to C with one rounding; so does the bias (only with acc = 0). */
-__global__ void copy_out_kernel(float *C, const float *__restrict__ Cg, int ldg, int rows, int cols,
-                                int acc, const float *__restrict__ bias) {
+__global__ void copy_out_kernel(float *C, int ldc, const float *__restrict__ Cg, int ldg,
+                                int rows, int cols, int acc, const float *__restrict__ bias) {
     for (int r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *g = Cg + (size_t)r * ldg;
-        float *c = C + (size_t)r * cols;
+        float *c = C + (size_t)r * ldc;
         for (int j = threadIdx.x; j < cols; j += blockDim.x)
             c[j] = acc ? c[j] + g[j] : bias ? g[j] + bias[j] : g[j];
     }
@@ -250,48 +250,54 @@ static void check_bf16_operand(const char *name, const fp8t_bf16_operand *o, int
     }
 }
 
-/* The product C (= or +=) op(A)·op(B) (+ bias) on the padded operands. Every GEMM dimension but
- * M is rounded up to a multiple of 8 with the operands' zero padding (measured on the GPT-2
- * head: N = 50257 kept odd ran at ~70 TFLOP/s); an N that is not a multiple of 4 leaves the
- * FP32 result rows unaligned, so that result goes through an aligned scratch in row chunks of
- * at most ~512 MiB. Returns 0, or -1 when cuBLASLt has no algorithm (nothing written). */
-static int bf16_rounded_lt(fp8t_backend *b, float *C, const __nv_bfloat16 *a16,
+/* The product C (= or +=) op(A)·op(B) (+ bias) on the padded operands, C with row stride ldc.
+ * Every GEMM dimension but M is rounded up to a multiple of 8 with the operands' zero padding
+ * (measured on the GPT-2 head: N = 50257 kept odd ran at ~70 TFLOP/s). The result goes
+ * straight into C when its rows are 16-byte aligned (ldc % 4 == 0): with N padded to Np when
+ * the stride has room for it and there is no bias to read past N, else with N itself when
+ * N % 4 == 0. Otherwise (the packed [M, 50257] logits) it goes through an aligned scratch in row
+ * chunks of at most ~512 MiB and a copy-out. Returns 0, or -1 when cuBLASLt has no algorithm
+ * (nothing written). */
+static int bf16_rounded_lt(fp8t_backend *b, float *C, int ldc, const __nv_bfloat16 *a16,
                            const __nv_bfloat16 *b16, int M, int N, int K, int transA, int transB,
                            int acc, const float *bias) {
     cuda_state *s = cuda_of(b);
-    const int Kp = fp8t_bf16_pad(K);
-    const int lda = transA ? fp8t_bf16_pad(M) : Kp, ldb = transB ? Kp : fp8t_bf16_pad(N);
+    const int Kp = fp8t_bf16_pad(K), Np = fp8t_bf16_pad(N);
+    const int lda = transA ? fp8t_bf16_pad(M) : Kp, ldb = transB ? Kp : Np;
     if (s->plain) { /* the true sizes, the bias in its own pass */
         if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, K, transA, transB,
-                            acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, 0, NULL) != 0)
+                            acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, ldc, NULL) != 0)
             return -1;
-        if (bias) cuda_bias_add(b, C, bias, M, N);
+        if (bias) cuda_bias_add_ld(b, C, ldc, bias, M, N);
         return 0;
     }
-    if (N % 4 == 0) {
-        if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, Kp, transA, transB,
-                            acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, 0, bias) == 0)
+    const int aligned = ldc % 4 == 0 && ((uintptr_t)C & 15u) == 0;
+    const int n_direct = aligned && !bias && ldc >= Np ? Np : aligned && N % 4 == 0 ? N : 0;
+    if (n_direct) {
+        if (rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, n_direct, Kp, transA,
+                            transB, acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, ldc,
+                            bias) == 0)
             return 0;
         /* no algorithm with the bias epilogue: the product, then the bias */
-        if (!bias || rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, N, Kp, transA,
-                                     transB, acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, 0,
-                                     NULL) != 0)
+        if (!bias || rowmajor_matmul(s, C, CUDA_R_16BF, a16, CUDA_R_16BF, b16, M, n_direct, Kp,
+                                     transA, transB, acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda,
+                                     ldb, ldc, NULL) != 0)
             return -1;
-        cuda_bias_add(b, C, bias, M, N);
+        cuda_bias_add_ld(b, C, ldc, bias, M, N);
         return 0;
     }
-    const int Np = fp8t_bf16_pad(N), ldc = Np;
-    size_t cap_rows = ((size_t)512 << 20) / ((size_t)ldc * sizeof(float));
+    const int ldg = Np;
+    size_t cap_rows = ((size_t)512 << 20) / ((size_t)ldg * sizeof(float));
     int chunk = (int)(cap_rows < (size_t)M ? cap_rows : (size_t)M);
     if (chunk < M) chunk = chunk >= 64 ? chunk / 64 * 64 : 64;
-    float *Cg = (float *)cuda_scratch(b, SCR_GEMM_C, (size_t)chunk * ldc * sizeof(float));
+    float *Cg = (float *)cuda_scratch(b, SCR_GEMM_C, (size_t)chunk * ldg * sizeof(float));
     for (int r0 = 0; r0 < M; r0 += chunk) {
         int mr = M - r0 < chunk ? M - r0 : chunk;
         /* r0 rows further down A: r0 rows of [M,K], or r0 columns of [K,M] (r0 is a multiple
          * of 64, so the pointer stays 16-byte aligned) */
         const __nv_bfloat16 *ar = transA ? a16 + r0 : a16 + (size_t)r0 * lda;
         if (rowmajor_matmul(s, Cg, CUDA_R_16BF, ar, CUDA_R_16BF, b16, mr, Np, Kp, transA, transB,
-                            0, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, ldc, NULL) != 0) {
+                            0, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, ldg, NULL) != 0) {
             if (r0 == 0) return -1; /* nothing written: the caller's fallback does it all */
             fprintf(stderr,
                     "fp8train: cuBLASLt has a BF16 algorithm for the first %d rows of a M=%d N=%d "
@@ -300,8 +306,8 @@ static int bf16_rounded_lt(fp8t_backend *b, float *C, const __nv_bfloat16 *a16,
             exit(1);
         }
         unsigned grid = (unsigned)(mr < s->num_sms * 64 ? mr : s->num_sms * 64);
-        copy_out_kernel<<<grid, 256, 0, s->stream>>>(C + (size_t)r0 * N, Cg, ldc, mr, N, acc,
-                                                     bias);
+        copy_out_kernel<<<grid, 256, 0, s->stream>>>(C + (size_t)r0 * ldc, ldc, Cg, ldg, mr, N,
+                                                     acc, bias);
         CUDA_LAUNCH_CHECK(s);
     }
     return 0;
@@ -309,20 +315,28 @@ static int bf16_rounded_lt(fp8t_backend *b, float *C, const __nv_bfloat16 *a16,
 
 void cuda_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
                             const fp8t_bf16_operand *B, int M, int N, int K, int transA,
-                            int transB, int acc, const float *bias) {
+                            int transB, int acc, const float *bias, int ldc) {
     if (M <= 0 || N <= 0) return;
+    if (ldc == 0) ldc = N;
+    if (ldc < N) {
+        fprintf(stderr, "fp8train: gemm_bf16_rounded: ldc = %d is less than N = %d (%s:%d)\n", ldc,
+                N, __FILE__, __LINE__);
+        exit(1);
+    }
+    cuda_state *s = cuda_of(b);
     if (K <= 0) {
-        gemm_trivial(b, C, M, N, K, acc);
-        if (bias && !acc) cuda_bias_add(b, C, bias, M, N);
+        if (!acc) CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0,
+                                               (size_t)N * sizeof(float), (size_t)M, s->stream));
+        if (bias && !acc) cuda_bias_add_ld(b, C, ldc, bias, M, N);
         return;
     }
     check_bf16_operand("A", A, transA ? K : M, transA ? M : K);
     check_bf16_operand("B", B, transB ? N : K, transB ? K : N);
     const __nv_bfloat16 *a16 = (const __nv_bfloat16 *)A->data;
     const __nv_bfloat16 *b16 = (const __nv_bfloat16 *)B->data;
-    if (bf16_rounded_lt(b, C, a16, b16, M, N, K, transA, transB, acc, bias) == 0) return;
-    /* no BF16 algorithm (odd sizes): the same BF16 values as floats, FP32 GEMM */
-    cuda_state *s = cuda_of(b);
+    if (bf16_rounded_lt(b, C, ldc, a16, b16, M, N, K, transA, transB, acc, bias) == 0) return;
+    /* no BF16 algorithm (odd sizes): the same BF16 values as floats, FP32 GEMM (packed, then
+     * copied out when C is strided) */
     float *af = (float *)cuda_scratch(b, SCR_GEMM_A, (size_t)M * K * 4);
     float *bf = (float *)cuda_scratch(b, SCR_GEMM_B, (size_t)K * N * 4);
     int ra = transA ? K : M, ca = transA ? M : K, rb = transB ? N : K, cb = transB ? K : N;
@@ -332,8 +346,16 @@ void cuda_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *
     bf16_operand_decode_kernel<<<(unsigned)(rb < 65535 ? rb : 65535), 256, 0, s->stream>>>(
         bf, b16, fp8t_bf16_pad(cb), rb, cb);
     CUDA_LAUNCH_CHECK(s);
-    cuda_gemm_f32(b, C, af, bf, M, N, K, transA, transB, acc);
-    if (bias && !acc) cuda_bias_add(b, C, bias, M, N);
+    if (ldc == N) {
+        cuda_gemm_f32(b, C, af, bf, M, N, K, transA, transB, acc);
+        if (bias && !acc) cuda_bias_add(b, C, bias, M, N);
+        return;
+    }
+    float *Cg = (float *)cuda_scratch(b, SCR_GEMM_C, (size_t)M * N * 4);
+    cuda_gemm_f32(b, Cg, af, bf, M, N, K, transA, transB, 0);
+    unsigned grid = (unsigned)(M < s->num_sms * 64 ? M : s->num_sms * 64);
+    copy_out_kernel<<<grid, 256, 0, s->stream>>>(C, ldc, Cg, N, M, N, acc, acc ? NULL : bias);
+    CUDA_LAUNCH_CHECK(s);
 }
 
 /* to_bf16 of both operands into their own scratch, then the GEMM on the rounded operands: the
@@ -354,7 +376,7 @@ void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, i
     cuda_to_bf16_operand(b, a16, amax_a, A, ra, ca);
     cuda_to_bf16_operand(b, b16, amax_b, B, rb, cb);
     fp8t_bf16_operand qa = {a16, ra, ca}, qb = {b16, rb, cb};
-    cuda_gemm_bf16_rounded(b, C, &qa, &qb, M, N, K, transA, transB, acc, NULL);
+    cuda_gemm_bf16_rounded(b, C, &qa, &qb, M, N, K, transA, transB, acc, NULL, 0);
 }
 
 static void check_operand(const char *name, const fp8t_fp8_operand *o, int rows, int cols,

@@ -195,22 +195,23 @@ void cuda_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const fl
 /* ---------------------------------------------------------------------------------------- */
 /* bias */
 
-/* out[N, units] += bias[units] per row, V float or float4 (units = OC / 4 groups when OC % 4
- * == 0 and both pointers are 16-byte aligned). Threads x over columns, threads y and blocks y
- * over rows: each thread loads its bias value once and walks its rows, with no division per
- * element (the grid-stride version's k % OC held it at ~2.6 TB/s). */
+/* out[N, units] += bias[units] per row (rows ld units apart), V float or float4 (units = OC / 4
+ * groups when OC % 4 == 0, the row stride too, and both pointers are 16-byte aligned). Threads x
+ * over columns, threads y and blocks y over rows: each thread loads its bias value once and
+ * walks its rows, with no division per element (the grid-stride version's k % OC held it at
+ * ~2.6 TB/s). */
 template <class V>
-__global__ void bias_add_kernel(V *out, const V *__restrict__ bias, int N, int units) {
+__global__ void bias_add_kernel(V *out, size_t ld, const V *__restrict__ bias, int N, int units) {
     unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= (unsigned)units) return;
     V bc = bias[c];
     size_t row_step = (size_t)gridDim.y * blockDim.y;
     for (size_t r = (size_t)blockIdx.y * blockDim.y + threadIdx.y; r < (size_t)N; r += row_step)
-        add_into(out[r * units + c], bc);
+        add_into(out[r * ld + c], bc);
 }
 
 template <class V>
-static void bias_add_launch(cuda_state *s, V *out, const V *bias, int N, int units) {
+static void bias_add_launch(cuda_state *s, V *out, size_t ld, const V *bias, int N, int units) {
     /* a row in as few blocks of <= 256 threads as possible; narrow rows stack several rows
      * of threads in one block */
     int tx = row_threads(units);
@@ -223,17 +224,21 @@ static void bias_add_launch(cuda_state *s, V *out, const V *bias, int N, int uni
     if (cap < 1) cap = 1;
     if (cap > 65535) cap = 65535; /* gridDim.y limit */
     dim3 grid(col_blocks, (unsigned)(row_blocks < cap ? row_blocks : cap));
-    bias_add_kernel<V><<<grid, block, 0, s->stream>>>(out, bias, N, units);
+    bias_add_kernel<V><<<grid, block, 0, s->stream>>>(out, ld, bias, N, units);
+}
+
+void cuda_bias_add_ld(fp8t_backend *b, float *out, int ld, const float *bias, int N, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    cuda_state *s = cuda_of(b);
+    if (OC % 4 == 0 && ld % 4 == 0 && aligned16(out) && aligned16(bias))
+        bias_add_launch<float4>(s, as4(out), (size_t)ld / 4, as4(bias), N, OC / 4);
+    else
+        bias_add_launch<float>(s, out, (size_t)ld, bias, N, OC);
+    CUDA_LAUNCH_CHECK(s);
 }
 
 void cuda_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC) {
-    if (N <= 0 || OC <= 0) return;
-    cuda_state *s = cuda_of(b);
-    if (OC % 4 == 0 && aligned16(out) && aligned16(bias))
-        bias_add_launch<float4>(s, as4(out), as4(bias), N, OC / 4);
-    else
-        bias_add_launch<float>(s, out, bias, N, OC);
-    CUDA_LAUNCH_CHECK(s);
+    cuda_bias_add_ld(b, out, OC, bias, N, OC);
 }
 
 void cuda_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC) {
@@ -480,6 +485,102 @@ void cuda_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const flo
     cuda_state *s = cuda_of(b);
     softmax_xent_kernel<<<N, XENT_THREADS, 0, s->stream>>>(losses, dlogits, logits, targets, V,
                                                           dloss);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* softmax_xent_bf16: one block per row of the BF16 operand [pad(N), Vp = pad(V)] (rows >= N
+ * zero). The logits row (stride ld) is read twice, the second time mostly from L2: once for
+ * (max, sum of exp) merged per group of 4 columns, once for the gradient, written as BF16 four
+ * columns (8 bytes) at a time, zeros past V. float4 loads when ld % 4 == 0 and logits is
+ * 16-byte aligned (the model's padded logits), else scalar. */
+__global__ void softmax_xent_bf16_kernel(float *losses, uint2 *dlogits, float *amax_out,
+                                         const float *logits, int ld, const int *targets, int N,
+                                         int V, float dloss, int vec) {
+    const int row = blockIdx.x, Vp = (V + 7) / 8 * 8, groups = Vp / 4;
+    uint2 *o = dlogits + (size_t)row * groups;
+    if (row >= N) { /* padding row */
+        for (int g = threadIdx.x; g < groups; g += blockDim.x) o[g] = make_uint2(0u, 0u);
+        return;
+    }
+    const float *x = logits + (size_t)row * ld;
+    const int target = targets[row];
+    const int ignored = target < 0 || target >= V;
+    const int full = V / 4; /* groups with all 4 columns < V */
+    float m = -INFINITY, s = 0.0f;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+        float v[4];
+        if (vec && g < full) {
+            float4 q = reinterpret_cast<const float4 *>(x)[g];
+            v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+        } else {
+            for (int e = 0; e < 4; e++) v[e] = 4 * g + e < V ? x[4 * g + e] : -INFINITY;
+        }
+        float gm = fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
+        if (isnan(v[0]) || isnan(v[1]) || isnan(v[2]) || isnan(v[3])) gm = NAN; /* propagates */
+        if (gm == -INFINITY) continue; /* only padding columns (or -inf logits): adds nothing */
+        float gs = 0.0f;
+        for (int e = 0; e < 4; e++) gs += expf(v[e] - gm);
+        lse_merge(m, s, gm, gs);
+    }
+    __shared__ float sh_m[32], sh_s[32];
+    __shared__ float sh_max, sh_sum;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int off = 16; off > 0; off >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        lse_merge(m, s, m2, s2);
+    }
+    if (lane == 0) sh_m[warp] = m, sh_s[warp] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = sh_m[0], S = sh_s[0];
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) lse_merge(M, S, sh_m[w], sh_s[w]);
+        sh_max = M;
+        sh_sum = S;
+        if (losses) losses[row] = ignored ? 0.0f : logf(S) + M - x[target];
+    }
+    __syncthreads();
+    const float M = sh_max, inv_s = 1.0f / sh_sum;
+    float am = 0.0f;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (!ignored) {
+            float v[4];
+            if (vec && g < full) {
+                float4 q = reinterpret_cast<const float4 *>(x)[g];
+                v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+            } else {
+                for (int e = 0; e < 4; e++) v[e] = 4 * g + e < V ? x[4 * g + e] : 0.0f;
+            }
+            for (int e = 0; e < 4; e++) {
+                int c = 4 * g + e;
+                if (c >= V) break;
+                float p = expf(v[e] - M) * inv_s;
+                d[e] = (p - (c == target ? 1.0f : 0.0f)) * dloss;
+                am = amax_merge_dev(am, d[e]);
+            }
+        }
+        __nv_bfloat162 p0 = __floats2bfloat162_rn(d[0], d[1]), p1 = __floats2bfloat162_rn(d[2], d[3]);
+        o[g] = make_uint2(*(unsigned *)&p0, *(unsigned *)&p1);
+    }
+    if (amax_out) {
+        am = block_amax(am);
+        if (threadIdx.x == 0) atomic_amax_merge(amax_out, am);
+    }
+}
+
+void cuda_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,
+                            const float *logits, int ld, const int *targets, int N, int V,
+                            float dloss) {
+    if (N <= 0 || V <= 0) return;
+    if (ld < V) {
+        fprintf(stderr, "fp8train: softmax_xent_bf16: ld = %d is less than V = %d (%s:%d)\n", ld,
+                V, __FILE__, __LINE__);
+        exit(1);
+    }
+    cuda_state *s = cuda_of(b);
+    const int vec = !s->plain && ld % 4 == 0 && aligned16(logits);
+    softmax_xent_bf16_kernel<<<fp8t_bf16_pad(N), XENT_THREADS, 0, s->stream>>>(
+        losses, (uint2 *)dlogits, amax_out, logits, ld, targets, N, V, dloss, vec);
     CUDA_LAUNCH_CHECK(s);
 }
 
