@@ -97,6 +97,25 @@ static void count_qcs(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *
     cpu->ops->quantize_colsum(b, codes, codes_t, amax_out, colsum, x, rows, cols, fmt, scale);
 }
 
+/* The fused GELU backward counts as the column-sum rounding op it extends, and as a consumer
+ * of the deferred fc1 bias when it gets one; n_gbwd counts it alone. */
+static long n_gbwd;
+static void count_gbwd16(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
+                         const float *dout, const float *x, const float *bias, int rows,
+                         int cols) {
+    n_gbwd++, n_h16cs++;
+    n_gelu_bwd_bias += bias != NULL;
+    cpu->ops->gelu_backward_bf16_colsum(b, out, amax_out, colsum, dout, x, bias, rows, cols);
+}
+static void count_gbwdq(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                        float *colsum, const float *dout, const float *x, const float *bias,
+                        int rows, int cols, fp8_format fmt, const float *scale) {
+    n_gbwd++, n_qcs++;
+    n_gelu_bwd_bias += bias != NULL;
+    cpu->ops->gelu_backward_quantize_colsum(b, codes, codes_t, amax_out, colsum, dout, x, bias,
+                                            rows, cols, fmt, scale);
+}
+
 static void count_bias_bwd(fp8t_backend *b, float *dbias, const float *dout, int N, int OC) {
     n_bias_bwd++;
     cpu->ops->bias_backward(b, dbias, dout, N, OC);
@@ -113,7 +132,8 @@ enum {
     NO_BF16_OPERANDS = 4,
     NO_GELU_FUSION = 8,
     NO_BIAS_GRAD_FUSION = 16,
-    NO_BF16_XENT = 32
+    NO_BF16_XENT = 32,
+    NO_GELU_BWD_FUSION = 64
 };
 static int make_vocab; /* when > 0: the preset's vocab_size replaced (odd sizes pad the logits) */
 
@@ -130,6 +150,7 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     if (switches & NO_GELU_FUSION) setenv("FP8TRAIN_NO_GELU_FUSION", "1", 1);
     if (switches & NO_BIAS_GRAD_FUSION) setenv("FP8TRAIN_NO_BIAS_GRAD_FUSION", "1", 1);
     if (switches & NO_BF16_XENT) setenv("FP8TRAIN_NO_BF16_XENT", "1", 1);
+    if (switches & NO_GELU_BWD_FUSION) setenv("FP8TRAIN_NO_GELU_BWD_FUSION", "1", 1);
     char err[256];
     fp8t_model *m = fp8t_model_create(&counted, &c, pol, B, T, err, sizeof(err));
     unsetenv("FP8TRAIN_NO_FUSED_XENT");
@@ -138,6 +159,7 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     unsetenv("FP8TRAIN_NO_GELU_FUSION");
     unsetenv("FP8TRAIN_NO_BIAS_GRAD_FUSION");
     unsetenv("FP8TRAIN_NO_BF16_XENT");
+    unsetenv("FP8TRAIN_NO_GELU_BWD_FUSION");
     if (!m) printf("  create %s: %s\n", preset, err);
     else fp8t_model_init_weights(m, 4321);
     return m;
@@ -171,6 +193,7 @@ typedef struct {
     long h16cs[2], qcs[2], bias_bwd[2]; /* to_bf16_colsum, quantize_colsum, bias_backward */
     long fp8_bias[2];                   /* gemm_fp8 calls given a bias */
     long xent16[2];                     /* softmax_xent_bf16 (also counted in xent) */
+    long gbwd[2];                       /* gelu_backward_{bf16,quantize}_colsum */
 } calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
@@ -189,7 +212,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
             for (int k = 0; k < 2; k++) {
                 long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add,
                      g0 = n_gelu16, qg0 = n_qgelu, hc0 = n_h16cs, qc0 = n_qcs,
-                     bb0 = n_bias_bwd, fb0 = n_fp8_bias, x16 = n_xent16;
+                     bb0 = n_bias_bwd, fb0 = n_fp8_bias, x16 = n_xent16, gw0 = n_gbwd;
                 loss[k] = fp8t_model_forward(m[k], tok, tgt);
                 long q1 = n_quantize;
                 fp8t_model_backward(m[k], dloss[j % n_dloss]);
@@ -203,6 +226,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
                 out->fp8_bias[k] += n_fp8_bias - fb0;
                 out->xent[k] += n_xent - x0;
                 out->xent16[k] += n_xent16 - x16;
+                out->gbwd[k] += n_gbwd - gw0;
                 out->quant[k] += n_quantize - q0;
                 out->quant_bwd[k] += n_quantize - q1;
             }
@@ -713,6 +737,37 @@ static void bf16_xent_dloss_changes(void) {
     fp8t_model_destroy(q);
 }
 
+/* ---- GELU's backward applied by fc1's Dgrad rounding pass ---- */
+
+static void gelu_bwd_case(const char *preset, fp8t_precision prec, const char *overrides,
+                          int hooked, long want_per_micro) {
+    pair_run pr;
+    if (!run_pair(&pr, preset, prec, overrides, hooked, NO_GELU_BWD_FUSION, "gelu bwd fusion"))
+        return;
+    const long want = (long)PAIR_STEPS * PAIR_ACCUM * want_per_micro;
+    T_CHECK(pr.c.gbwd[0] == want && pr.c.gbwd[1] == 0,
+            "%s: fc1's Dgrad applied GELU's backward %ld times (switched off: %ld), expected %ld",
+            pr.what, pr.c.gbwd[0], pr.c.gbwd[1], want);
+    fp8t_model_destroy(pr.r);
+    fp8t_model_destroy(pr.q);
+}
+
+static void gelu_bwd_fusion(void) {
+    const long L = 4; /* tiny's layers */
+    gelu_bwd_case("tiny", FP8T_PREC_BF16, NULL, 0, L);
+    gelu_bwd_case("tiny", FP8T_PREC_DELAYED, NULL, 0, L); /* with the deferred fc1 bias */
+    gelu_bwd_case("tiny", FP8T_PREC_DELAYED, "layers=2-3,precision=bf16", 0, L);
+    /* current scaling needs dY's amax before its pass; a hook sees dY; the Wgrad rounds dY in
+     * another precision; the bias gradient is read from dY in FP32 (colsum switched off is
+     * the bias-grad test's business): not fused */
+    gelu_bwd_case("tiny", FP8T_PREC_CURRENT, NULL, 0, 0);
+    gelu_bwd_case("tiny", FP8T_PREC_DELAYED, NULL, 1, 0);
+    gelu_bwd_case("tiny", FP8T_PREC_DELAYED, "module=fc1,gemm=wgrad,precision=bf16", 0, 0);
+    gelu_bwd_case("tiny", FP8T_PREC_BF16, "layers=0,module=fc1,gemm=dgrad,precision=current", 0,
+                  L - 1);
+    gelu_bwd_case("tiny-llama", FP8T_PREC_DELAYED, NULL, 0, 0); /* SwiGLU: nothing to fuse */
+}
+
 int main(void) {
     t_suite = "model_fused";
     char err[256];
@@ -734,6 +789,8 @@ int main(void) {
     counted_ops.to_bf16_colsum = count_h16cs;
     counted_ops.quantize_colsum = count_qcs;
     counted_ops.bias_backward = count_bias_bwd;
+    counted_ops.gelu_backward_bf16_colsum = count_gbwd16;
+    counted_ops.gelu_backward_quantize_colsum = count_gbwdq;
     counted = *cpu;
     counted.ops = &counted_ops;
     T_RUN(xent_dloss_one);
@@ -750,6 +807,7 @@ int main(void) {
     T_RUN(bias_grad_fusion);
     T_RUN(bf16_xent);
     T_RUN(bf16_xent_dloss_changes);
+    T_RUN(gelu_bwd_fusion);
     fp8t_backend_destroy(cpu);
     T_MAIN_END();
 }

@@ -51,14 +51,24 @@ void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
     return s->scratch[slot];
 }
 
-/* quantize_colsum's column sums live in cuda_norm.cu, which is not linked in: the ladder never
- * calls quantize_colsum, so these only satisfy the linker */
+/* quantize_colsum's column sums live in cuda_norm.cu and the GELU backward in cuda_misc.cu,
+ * which are not linked in: the ladder never calls quantize_colsum or
+ * gelu_backward_quantize_colsum, so these only satisfy the linker */
 void cuda_column_sums(fp8t_backend *, float *, const float *, int, int) {
     fprintf(stderr, "quantize_ladder: cuda_column_sums is not part of the ladder\n");
     exit(1);
 }
 void cuda_column_sums_finish(fp8t_backend *, float *, const float *, int, int) {
     fprintf(stderr, "quantize_ladder: cuda_column_sums_finish is not part of the ladder\n");
+    exit(1);
+}
+void cuda_gelu_backward(fp8t_backend *, float *, const float *, const float *, size_t) {
+    fprintf(stderr, "quantize_ladder: cuda_gelu_backward is not part of the ladder\n");
+    exit(1);
+}
+void cuda_gelu_backward_bias(fp8t_backend *, float *, const float *, const float *,
+                             const float *, int, int) {
+    fprintf(stderr, "quantize_ladder: cuda_gelu_backward_bias is not part of the ladder\n");
     exit(1);
 }
 

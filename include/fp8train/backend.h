@@ -116,6 +116,13 @@ typedef struct fp8t_backend_ops {
     void (*quantize_colsum)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                             float *colsum, const float *x, int rows, int cols, fp8_format fmt,
                             const float *scale);
+    /* quantize_colsum of dx = gelu'(x (+ bias)) * dout (gelu_backward's values, or
+     * gelu_backward_bias's with a bias) in one pass: fc1's dY rounded straight from fc2's dX
+     * and GELU's input; dx itself is not written. colsum may be NULL. */
+    void (*gelu_backward_quantize_colsum)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
+                                          float *amax_out, float *colsum, const float *dout,
+                                          const float *x, const float *bias, int rows, int cols,
+                                          fp8_format fmt, const float *scale);
     /* current scaling from an amax on the device: scale, scale_inv (device pointers) */
     void (*compute_scale)(fp8t_backend *b, float *scale, float *scale_inv, const float *amax,
                           float fmt_max, float epsilon, int pow2);
@@ -138,6 +145,10 @@ typedef struct fp8t_backend_ops {
     /* to_bf16, and colsum[c] += sum over rows of x[r, c] (as bias_backward) from the same read */
     void (*to_bf16_colsum)(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
                            const float *x, int rows, int cols);
+    /* to_bf16_colsum of dx = gelu'(x (+ bias)) * dout, as gelu_backward_quantize_colsum */
+    void (*gelu_backward_bf16_colsum)(fp8t_backend *b, uint16_t *out, float *amax_out,
+                                      float *colsum, const float *dout, const float *x,
+                                      const float *bias, int rows, int cols);
     /* delayed-scaling update of every tensor of the flat recipe state (one launch, no sync).
      * state is the device copy of the fp8t_recipe_state layout for (n, len). */
     void (*delayed_update)(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,

@@ -19,11 +19,10 @@ static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
     /* MLP: dres holds d(res3) = d(fc2 output) */
     linear_backward(m, lin0 + 3, a->dh1, g->fc2_w, g->fc2_b, a->dres, v.fch_act, p->fc2_w, N, H,
                     C);
-    if (m->gelu_bias_deferred[l]) /* fch was kept without fc1's bias (forward.c) */
-        ops->gelu_backward_bias(be, a->dh2, v.fch, p->fc1_b, a->dh1, N, H);
-    else
-        ops->gelu_backward(be, a->dh2, v.fch, a->dh1, v.NH_);
-    linear_backward(m, lin0 + 2, a->dc1, g->fc1_w, g->fc1_b, a->dh2, v.ln2, p->fc1_w, N, C, H);
+    /* GELU's backward, by fc1's Dgrad rounding pass where it can (fch was kept without fc1's
+     * bias when the forward deferred it: forward.c) */
+    linear_backward_gelu(m, lin0 + 2, a->dc1, g->fc1_w, g->fc1_b, a->dh2, a->dh1, v.fch,
+                         m->gelu_bias_deferred[l] ? p->fc1_b : NULL, v.ln2, p->fc1_w, N, C, H);
     /* dres becomes d(res2): the skip path plus the norm's contribution */
     ops->layernorm_backward(be, a->dres, g->ln2_w, g->ln2_b, a->dc1, v.res2, p->ln2_w,
                             v.ln2_mean, v.ln2_rstd, N, C);

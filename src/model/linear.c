@@ -60,6 +60,12 @@ typedef struct {
                           quantize_colsum); NULL otherwise */
     const float *gelu_bias; /* with gelu (FP8 only): GELU's input is x + gelu_bias [cols], the
                           bias its producer left to this pass (linear_forward_gelu) */
+    const float *dgelu_x; /* the Dgrad's dY of the linear after GELU: x is the gradient of
+                          GELU's output, dgelu_x GELU's input (+ dgelu_bias [cols], may be NULL),
+                          and the rounding pass computes dY = gelu'(..) * x itself
+                          (gelu_backward_bf16_colsum, gelu_backward_quantize_colsum), so dY is
+                          never written in FP32 (linear_backward_gelu); NULL otherwise */
+    const float *dgelu_bias;
 } operand;
 
 /* What a GEMM consumes after preparation: FP32 values, FP8 codes or a BF16 operand. */
@@ -176,6 +182,9 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     const int is_weight = op->role == FP8T_ROLE_W;
     memset(out, 0, sizeof(*out));
     out->f = op->x;
+    MODEL_CHECK(!op->dgelu_x || prec == FP8T_PREC_DELAYED ||
+                    (prec == FP8T_PREC_BF16 && !m->no_bf16_operands),
+                "the fused GELU backward needs a delayed-scaled or BF16-operand Dgrad");
 
     /* the weight's amax is recorded once per step, whatever the precision; BF16 and FP8 take
      * it (as the activations' below) in the pass that rounds or quantizes the weight */
@@ -207,6 +216,10 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
                     ops->quantize_gelu(be, codes, codes_t, record_act ? hist0 : NULL, op->x,
                                        op->gelu_bias, op->rows, op->cols, fmt,
                                        m->st.scale + t);
+                else if (op->dgelu_x)
+                    ops->gelu_backward_quantize_colsum(
+                        be, codes, codes_t, record_act ? hist0 : NULL, op->colsum, op->x,
+                        op->dgelu_x, op->dgelu_bias, op->rows, op->cols, fmt, m->st.scale + t);
                 else if (op->colsum)
                     ops->quantize_colsum(be, codes, codes_t, record_act ? hist0 : NULL,
                                          op->colsum, op->x, op->rows, op->cols, fmt,
@@ -272,6 +285,10 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
             if (op->gelu)
                 ops->gelu_forward_bf16(be, h, record_act ? hist0 : NULL, op->x, op->rows,
                                        op->cols);
+            else if (op->dgelu_x)
+                ops->gelu_backward_bf16_colsum(be, h, record_act ? hist0 : NULL, op->colsum,
+                                               op->x, op->dgelu_x, op->dgelu_bias, op->rows,
+                                               op->cols);
             else if (op->colsum)
                 ops->to_bf16_colsum(be, h, record_act ? hist0 : NULL, op->colsum, op->x,
                                     op->rows, op->cols);
@@ -454,13 +471,22 @@ static void saved_x(const fp8t_model *m, int lin, int N, int IN, prepared *out) 
     out->q.cols = IN;
 }
 
-void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
-                     float *X, const float *W, int N, int IN, int OUT) {
+/* The Wgrad's precision: the one that made X's saved codes (or BF16 operand), else the
+ * policy's. */
+static fp8t_precision wgrad_prec(const fp8t_model *m, int lin) {
+    return m->xq[lin].saved ? m->xq[lin].prec : m->prec[lin][FP8T_GEMM_WGRAD];
+}
+
+/* linear_backward; with dgelu_x, dY is gelu'(dgelu_x (+ dgelu_bias)) * dY (linear_backward_gelu:
+ * only where gelu_bwd_fusable, so that nothing reads dY in FP32) */
+static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
+                     const float *dgelu_x, const float *dgelu_bias, float *X, const float *W,
+                     int N, int IN, int OUT) {
     float *Wm = (float *)W;
     /* X as the forward left it: FP8 codes (then X itself is gone, and the Wgrad runs in the
      * precision that made them) or FP32 */
     const int from_codes = m->xq[lin].saved;
-    const fp8t_precision wprec = from_codes ? m->xq[lin].prec : m->prec[lin][FP8T_GEMM_WGRAD];
+    const fp8t_precision wprec = wgrad_prec(m, lin);
     if (from_codes && (m->hook || wprec != m->prec[lin][FP8T_GEMM_WGRAD]) && !m->warned_saved) {
         fprintf(stderr, "fp8t_model_backward: a hook was set or the precision policy changed "
                         "between the forward and this backward; the Wgrads whose forward kept "
@@ -476,10 +502,13 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
      * before the Wgrad (bias_backward reads it after both) */
     float *colsum = dbias && !m->hook && !m->no_colsum_fusion ? dbias : NULL;
     operand dy_d = {.x = dY, .rows = N, .cols = OUT, .role = FP8T_ROLE_DY, .record = 1,
-                    .tile_r = 1, .tile_c = 128, .pos = 0, .colsum = colsum};
+                    .tile_r = 1, .tile_c = 128, .pos = 0, .colsum = colsum,
+                    .dgelu_x = dgelu_x, .dgelu_bias = dgelu_bias};
     operand w_d = {.x = Wm, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W, .tile_r = 128,
                    .tile_c = 128, .pos = 1};
     const int reuse = reuse_dy_codes(m, lin, wprec);
+    MODEL_CHECK(!dgelu_x || (reuse && (colsum || !dbias)),
+                "the fused GELU backward leaves no FP32 dY for the Wgrad or bias_backward");
     prepared dy_q; /* dY as the Dgrad took it (codes / operand), for the Wgrad when reuse */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, 0, &dy_d, &w_d, N, IN,
              OUT, 0, 0, 0, &dy_q, NULL, NULL, NULL);
@@ -506,6 +535,33 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
                  reuse ? &dy_q : NULL, from_codes ? &x_q : NULL, NULL);
     }
     if (dbias && !dy_q.colsum_done) m->ops->bias_backward(m->be, dbias, dY, N, OUT);
+}
+
+void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
+                     float *X, const float *W, int N, int IN, int OUT) {
+    backward(m, lin, dX, dW, dbias, dY, NULL, NULL, X, W, N, IN, OUT);
+}
+
+/* The Dgrad's rounding pass can apply GELU's backward itself when it is one pass with the
+ * scale known before it (BF16 operands, delayed FP8), no hook wants dY in FP32, the Wgrad takes
+ * the Dgrad's dY operand, and the bias gradient comes from the same pass. */
+static int gelu_bwd_fusable(const fp8t_model *m, int lin, int has_bias) {
+    const fp8t_precision d = m->prec[lin][FP8T_GEMM_DGRAD];
+    if (m->no_gelu_bwd_fusion || m->hook || (has_bias && m->no_colsum_fusion)) return 0;
+    if (!(d == FP8T_PREC_DELAYED || (d == FP8T_PREC_BF16 && !m->no_bf16_operands))) return 0;
+    return reuse_dy_codes(m, lin, wgrad_prec(m, lin));
+}
+
+void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
+                          float *dpre, const float *dact, const float *pre, const float *pre_bias,
+                          float *X, const float *W, int N, int IN, int OUT) {
+    if (gelu_bwd_fusable(m, lin, dbias != NULL)) {
+        backward(m, lin, dX, dW, dbias, (float *)dact, pre, pre_bias, X, W, N, IN, OUT);
+        return;
+    }
+    if (pre_bias) m->ops->gelu_backward_bias(m->be, dpre, pre, pre_bias, dact, N, OUT);
+    else m->ops->gelu_backward(m->be, dpre, pre, dact, (size_t)N * (size_t)OUT);
+    backward(m, lin, dX, dW, dbias, dpre, NULL, NULL, X, W, N, IN, OUT);
 }
 
 int linear_bf16_dy_fusable(const fp8t_model *m, int lin) {

@@ -217,6 +217,9 @@ struct fp8t_model {
     /* FP8TRAIN_NO_BIAS_GRAD_FUSION=1 at create: bias_backward reads dY in its own pass instead
      * of the Dgrad's rounding pass adding dY's column sums (linear.c) */
     int no_colsum_fusion;
+    /* FP8TRAIN_NO_GELU_BWD_FUSION=1 at create: gelu_backward writes fc1's dY in FP32 and fc1's
+     * Dgrad rounds it (linear_backward_gelu) */
+    int no_gelu_bwd_fusion;
     int *gelu_bias_deferred; /* [L] host: the last forward left fc1's bias to fc2's fused GELU
                                 pass, so fch holds fc1's output without it (forward.c) */
 
@@ -287,6 +290,16 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
 void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pre,
                          const float *pre_bias, const float *W, const float *bias, int N, int IN,
                          int OUT);
+/* linear_backward of the linear whose input is gelu(pre): its dY = gelu'(pre (+ pre_bias)) *
+ * dact, dact [N, OUT] being the gradient of GELU's output. Where the Dgrad rounds dY itself in
+ * one pass (BF16 operands, delayed FP8) and nothing else reads dY in FP32, that pass computes
+ * it (gelu_backward_bf16_colsum / gelu_backward_quantize_colsum) and dpre is left alone;
+ * otherwise dpre [N, OUT] = dY (gelu_backward / gelu_backward_bias) and linear_backward(dpre).
+ * Off with FP8TRAIN_NO_GELU_BWD_FUSION=1. pre_bias: as linear_forward_gelu's (the deferred
+ * bias of the linear that made pre), or NULL. */
+void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
+                          float *dpre, const float *dact, const float *pre, const float *pre_bias,
+                          float *X, const float *W, int N, int IN, int OUT);
 /* Whether linear prod (which makes GELU's input) may leave its bias to linear lin's fused
  * GELU pass: prod's Fprop is FP8 (whose bias costs a pass of its own over the output: no FP32
  * bias epilogue for FP8 GEMMs) and lin's is delayed FP8 with the GELU fusion. */

@@ -815,6 +815,110 @@ static void test_colsum_fusion(void) {
         }
 }
 
+/* The GELU backward folded into fc1's Dgrad rounding (gelu_backward_bf16_colsum,
+ * gelu_backward_quantize_colsum): on the GPU the same bytes (operand or codes, codes_t, amax,
+ * column sums) as gelu_backward(_bias) into a buffer followed by to_bf16_colsum /
+ * quantize_colsum; against the CPU the column sums and amax within 1e-5 and the operand / codes
+ * as close as GELU's exp allows (BF16: 2^-8 relative L2; FP8: at most 1 in 1000 codes differ,
+ * none by more than a step). Shapes the fused kernels take and one left to the two-op path. */
+static void test_gelu_bwd_fusion(void) {
+    static const int sizes[][2] = {{256, 3072}, {128, 1600}, {37, 1001}};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+        for (int variant = 0; variant < 6; variant++) {
+            const int kind = variant % 3, with_bias = variant >= 3; /* bf16, e4m3, e5m2 */
+            int rows = sizes[si][0], cols = sizes[si][1];
+            size_t n = (size_t)rows * cols;
+            fp8_format fmt = kind == 2 ? FP8_E5M2 : FP8_E4M3;
+            float *x = host_normal(n, 3.0f), *g = host_normal(n, 1.0f);
+            float *hb = host_normal((size_t)cols, 0.5f), *cs0 = host_normal((size_t)cols, 1.0f);
+            float scale = fp8_format_max(fmt) / 4.0f, amax0 = 0.25f;
+            size_t obytes = kind == 0 ? fp8t_bf16_bytes(rows, cols) : n;
+            dpair dx = dp_floats(x, n), dg = dp_floats(g, n), db = dp_floats(hb, (size_t)cols);
+            dpair ds = dp_floats(&scale, 1), da = dp_floats(&amax0, 1);
+            dpair dcs = dp_floats(cs0, (size_t)cols), dout = dp_alloc(obytes), dct = dp_alloc(n);
+            dp_poison(dout, 1), dp_poison(dct, 1);
+            const int bias_on = with_bias;
+            FOR_BOTH {
+                const float *bp = bias_on ? F(db) : NULL;
+                if (kind == 0)
+                    be_->ops->gelu_backward_bf16_colsum(be_, U16(dout), F(da), F(dcs), F(dg),
+                                                        F(dx), bp, rows, cols);
+                else
+                    be_->ops->gelu_backward_quantize_colsum(be_, U8(dout), U8(dct), F(da),
+                                                            F(dcs), F(dg), F(dx), bp, rows, cols,
+                                                            fmt, F(ds));
+            }
+            char op[96], shape[40];
+            snprintf(shape, sizeof(shape), "%dx%d%s", rows, cols, with_bias ? " +b" : "");
+            const char *name = kind == 0 ? "gelu_bwd_bf16_colsum"
+                                         : kind == 1 ? "gelu_bwd_quantize_colsum e4m3"
+                                                     : "gelu_bwd_quantize_colsum e5m2";
+            /* the GPU's two-op path */
+            float *d2 = GPU->ops->malloc(GPU, n * 4);
+            void *o2 = GPU->ops->malloc(GPU, obytes), *ct2 = GPU->ops->malloc(GPU, n);
+            float *a2 = GPU->ops->malloc(GPU, 4), *cs2 = GPU->ops->malloc(GPU, (size_t)cols * 4);
+            GPU->ops->to_device(GPU, a2, &amax0, 4);
+            GPU->ops->to_device(GPU, cs2, cs0, (size_t)cols * 4);
+            if (with_bias)
+                GPU->ops->gelu_backward_bias(GPU, d2, dx.p[1], db.p[1], dg.p[1], rows, cols);
+            else
+                GPU->ops->gelu_backward(GPU, d2, dx.p[1], dg.p[1], n);
+            if (kind == 0)
+                GPU->ops->to_bf16_colsum(GPU, o2, a2, cs2, d2, rows, cols);
+            else
+                GPU->ops->quantize_colsum(GPU, o2, ct2, a2, cs2, d2, rows, cols, fmt, ds.p[1]);
+            snprintf(op, sizeof(op), "%s == two-op %s", name, kind == 0 ? "operand" : "codes");
+            check_gpu_identical(op, shape, dout.p[1], o2, obytes, "from the two-op path");
+            if (kind) {
+                snprintf(op, sizeof(op), "%s == two-op codes_t", name);
+                check_gpu_identical(op, shape, dct.p[1], ct2, n, "from the two-op path");
+            }
+            snprintf(op, sizeof(op), "%s == two-op amax", name);
+            check_gpu_identical(op, shape, da.p[1], a2, 4, "from the two-op path");
+            snprintf(op, sizeof(op), "%s == two-op column sums", name);
+            check_gpu_identical(op, shape, dcs.p[1], cs2, (size_t)cols * 4, "from the two-op path");
+            /* against the CPU */
+            snprintf(op, sizeof(op), "%s amax", name);
+            check_f(op, shape, da, 1, 1e-5);
+            snprintf(op, sizeof(op), "%s column sums", name);
+            check_f(op, shape, dcs, (size_t)cols, 1e-5);
+            unsigned char *hc = dl(0, dout.p[0], obytes), *hg = dl(1, dout.p[1], obytes);
+            if (kind == 0) {
+                size_t m = obytes / 2, bad, first;
+                float *fc = malloc(m * 4), *fg = malloc(m * 4);
+                for (size_t i = 0; i < m; i++) {
+                    fc[i] = bf16_decode(((uint16_t *)hc)[i]);
+                    fg[i] = bf16_decode(((uint16_t *)hg)[i]);
+                }
+                double err = rel_err(fg, fc, m, &bad, &first);
+                snprintf(op, sizeof(op), "%s operand", name);
+                row(op, shape, err, 1.0 / 256, err <= 1.0 / 256 && !bad, "");
+                free(fc), free(fg);
+            } else {
+                double step = fmt == FP8_E4M3 ? 0.125 : 0.25, tiny = 1.0 / scale / 64.0;
+                size_t diff = 0, far = 0;
+                for (size_t i = 0; i < n; i++) {
+                    if (hc[i] == hg[i]) continue;
+                    diff++;
+                    double a = fp8_decode(hc[i], fmt), gg = fp8_decode(hg[i], fmt);
+                    if (!(fabs(a - gg) <= step * fabs(a) + tiny * scale)) far++;
+                }
+                char note[96] = "";
+                if (diff)
+                    snprintf(note, sizeof(note), "%zu of %zu codes differ, %zu by more than a step",
+                             diff, n, far);
+                snprintf(op, sizeof(op), "%s codes vs cpu", name);
+                row(op, shape, (double)diff / (double)n, 1e-3, diff * 1000 <= n && far == 0, note);
+            }
+            free(hc), free(hg);
+            GPU->ops->free(GPU, d2), GPU->ops->free(GPU, o2), GPU->ops->free(GPU, ct2);
+            GPU->ops->free(GPU, a2), GPU->ops->free(GPU, cs2);
+            dp_free(dx), dp_free(dg), dp_free(db), dp_free(ds), dp_free(da), dp_free(dcs);
+            dp_free(dout), dp_free(dct);
+            free(x), free(g), free(hb), free(cs0);
+        }
+}
+
 static void test_quantize(void) {
     /* 144x200 and 208x1600: the 64x64 fast tiles together with edge tiles */
     static const int sizes[][2] = {{1, 1},     {3, 7},      {32, 32},    {33, 65},
@@ -1619,6 +1723,7 @@ static void run_op_suite(void) {
     test_quantize();
     test_quantize_gelu();
     test_colsum_fusion();
+    test_gelu_bwd_fusion();
     test_compute_scale();
     test_fake_quantize();
     test_block_fake_quantize();

@@ -25,6 +25,7 @@ enum {
     CPU_SCRATCH_SCALES,     /* block scales / e8m0 exponents */
     CPU_SCRATCH_ATTN,       /* attention's head-major copies of q, k, v, dout */
     CPU_SCRATCH_ACT,        /* gelu_forward_bf16's FP32 result before the rounding */
+    CPU_SCRATCH_GRAD,       /* the fused GELU-backward ops' FP32 dx before the rounding */
     CPU_SCRATCH_COUNT
 };
 
@@ -172,6 +173,13 @@ void cpu_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, floa
                          const float *scale);
 void cpu_to_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
                         const float *x, int rows, int cols);
+void cpu_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
+                                       float *amax_out, float *colsum, const float *dout,
+                                       const float *x, const float *bias, int rows, int cols,
+                                       fp8_format fmt, const float *scale);
+void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out,
+                                   float *colsum, const float *dout, const float *x,
+                                   const float *bias, int rows, int cols);
 void cpu_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);
 void cpu_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n);
 void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,

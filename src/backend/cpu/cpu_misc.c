@@ -171,6 +171,36 @@ void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *
     }
 }
 
+/* The references of the fused GELU backward: dx into scratch (gelu_backward, or
+ * gelu_backward_bias with a bias), then the rounding op with its column sums. */
+static const float *gelu_backward_scratch(fp8t_backend *b, const float *dout, const float *x,
+                                          const float *bias, int rows, int cols) {
+    size_t n = (size_t)rows * (size_t)cols;
+    float *dx = cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float)); /* [rows, cols] */
+    if (bias) cpu_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
+    else cpu_gelu_backward(b, dx, x, dout, n);
+    return dx;
+}
+
+void cpu_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
+                                       float *amax_out, float *colsum, const float *dout,
+                                       const float *x, const float *bias, int rows, int cols,
+                                       fp8_format fmt, const float *scale) {
+    if (rows <= 0 || cols <= 0) return;
+    const float *dx = gelu_backward_scratch(b, dout, x, bias, rows, cols);
+    cpu_quantize(b, codes, codes_t, amax_out, dx, rows, cols, fmt, scale);
+    if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);
+}
+
+void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out,
+                                   float *colsum, const float *dout, const float *x,
+                                   const float *bias, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    const float *dx = gelu_backward_scratch(b, dout, x, bias, rows, cols);
+    cpu_to_bf16(b, out, amax_out, dx, rows, cols);
+    if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);
+}
+
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + cpu_expf(-x)); }
 
 void cpu_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const float *up,

@@ -155,24 +155,39 @@ void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, con
  * rows r0 + ty, r0 + ty + 8, ... (COLSUM_ROWS rows per chunk, blockIdx.y): it converts and
  * stores them (padding rows, up to pad8(rows), as zeros) and sums them in row order; the 8 lane
  * sums are then added in lane order into part[chunk][8g ..]. cuda_column_sums_finish adds the
- * chunks in order: the result depends only on rows and cols. */
+ * chunks in order: the result depends only on rows and cols.
+ * GBWD (gelu_backward_bf16_colsum): the values are gelu_grad(gx (+ gbias), x), x being the
+ * upstream gradient and gx GELU's input (16-byte aligned; gbias [cols] may be NULL), as
+ * gelu_backward / gelu_backward_bias compute them. */
 #define COLSUM_ROWS 128
 #define COLSUM_LANES 8
+template <bool GBWD>
 __global__ void __launch_bounds__(32 * COLSUM_LANES)
     to_bf16_colsum_kernel(uint4 *out, float *part, float *amax_out, const float4 *__restrict__ x,
+                          const float4 *__restrict__ gx, const float *__restrict__ gbias,
                           int rows, int rows_out, int G) {
     __shared__ float sh[COLSUM_LANES][32 * 8];
     const int tx = threadIdx.x, ty = threadIdx.y, g = blockIdx.x * 32 + tx;
     const int r0 = blockIdx.y * COLSUM_ROWS;
     float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, am = 0.0f;
     if (g < G) {
+        float bb[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (GBWD && gbias)
+            for (int e = 0; e < 8; e++) bb[e] = gbias[8 * g + e];
         for (int j = 0; j < COLSUM_ROWS / COLSUM_LANES; j++) {
             const int r = r0 + ty + COLSUM_LANES * j;
             if (r >= rows_out) break;
             uint4 o = make_uint4(0u, 0u, 0u, 0u);
             if (r < rows) {
-                float4 a = x[((size_t)r * G + g) * 2], c = x[((size_t)r * G + g) * 2 + 1];
-                const float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+                const size_t i = ((size_t)r * G + g) * 2;
+                float4 a = x[i], c = x[i + 1];
+                float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+                if (GBWD) {
+                    float4 ga = gx[i], gc = gx[i + 1];
+                    float u[8] = {ga.x, ga.y, ga.z, ga.w, gc.x, gc.y, gc.z, gc.w};
+                    for (int e = 0; e < 8; e++)
+                        v[e] = gelu_grad(gbias ? u[e] + bb[e] : u[e], v[e]);
+                }
                 unsigned w[4];
                 for (int e = 0; e < 4; e++) {
                     am = amax_merge_dev(am, v[2 * e]);
@@ -211,22 +226,52 @@ __global__ void __launch_bounds__(32 * COLSUM_LANES)
     }
 }
 
+/* Whether the fused column-sum kernel takes x (and gx) [rows, cols] */
+static int colsum_fusable(const cuda_state *s, const float *x, const float *gx, int rows,
+                          int cols) {
+    const int nchunks = (rows + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    return !s->plain && cols % 8 == 0 && ((uintptr_t)x & 15u) == 0 &&
+           ((uintptr_t)gx & 15u) == 0 && nchunks <= 65535;
+}
+
+template <bool GBWD>
+static void to_bf16_colsum_launch(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
+                                  const float *x, const float *gx, const float *gbias, int rows,
+                                  int cols) {
+    cuda_state *s = cuda_of(b);
+    const int nchunks = (rows + COLSUM_ROWS - 1) / COLSUM_ROWS, G = cols / 8;
+    float *part = (float *)cuda_scratch(b, SCR_COLSUM, (size_t)nchunks * cols * sizeof(float));
+    dim3 grid((unsigned)((G + 31) / 32), (unsigned)nchunks), block(32, COLSUM_LANES);
+    to_bf16_colsum_kernel<GBWD><<<grid, block, 0, s->stream>>>(
+        (uint4 *)out, part, amax_out, (const float4 *)x, (const float4 *)gx, gbias, rows,
+        fp8t_bf16_pad(rows), G);
+    CUDA_LAUNCH_CHECK(s);
+    if (colsum) cuda_column_sums_finish(b, colsum, part, nchunks, cols);
+}
+
 void cuda_to_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
                          const float *x, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
-    cuda_state *s = cuda_of(b);
-    const int nchunks = (rows + COLSUM_ROWS - 1) / COLSUM_ROWS;
-    if (s->plain || cols % 8 != 0 || ((uintptr_t)x & 15u) != 0 || nchunks > 65535) {
+    if (!colsum_fusable(cuda_of(b), x, x, rows, cols)) {
         cuda_to_bf16_operand(b, out, amax_out, x, rows, cols);
         cuda_column_sums(b, colsum, x, rows, cols);
         return;
     }
-    const int G = cols / 8;
-    float *part = (float *)cuda_scratch(b, SCR_COLSUM, (size_t)nchunks * cols * sizeof(float));
-    dim3 grid((unsigned)((G + 31) / 32), (unsigned)nchunks), block(32, COLSUM_LANES);
-    to_bf16_colsum_kernel<<<grid, block, 0, s->stream>>>((uint4 *)out, part, amax_out,
-                                                         (const float4 *)x, rows,
-                                                         fp8t_bf16_pad(rows), G);
-    CUDA_LAUNCH_CHECK(s);
-    cuda_column_sums_finish(b, colsum, part, nchunks, cols);
+    to_bf16_colsum_launch<false>(b, out, amax_out, colsum, x, NULL, NULL, rows, cols);
+}
+
+void cuda_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out,
+                                    float *colsum, const float *dout, const float *x,
+                                    const float *bias, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    if (!colsum_fusable(cuda_of(b), dout, x, rows, cols)) {
+        /* dx in scratch (the unfused ops' bits), then its rounding and sums */
+        float *dx = (float *)cuda_scratch(b, SCR_ACT, (size_t)rows * cols * sizeof(float));
+        if (bias) cuda_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
+        else cuda_gelu_backward(b, dx, x, dout, (size_t)rows * cols);
+        cuda_to_bf16_operand(b, out, amax_out, dx, rows, cols);
+        if (colsum) cuda_column_sums(b, colsum, dx, rows, cols);
+        return;
+    }
+    to_bf16_colsum_launch<true>(b, out, amax_out, colsum, dout, x, bias, rows, cols);
 }

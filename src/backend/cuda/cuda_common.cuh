@@ -163,6 +163,17 @@ __device__ __forceinline__ float gelu_dev(float v) {
     return v * (1.0f / (1.0f + expf(-2.0f * u)));
 }
 
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+/* gelu'(v) * d for that form: gelu_backward, gelu_backward_bias and the fused GELU-backward
+ * rounding passes all evaluate exactly this expression */
+__device__ __forceinline__ float gelu_grad(float v, float d) {
+    float u = GELU_SCALE * (v + 0.044715f * v * v * v);
+    float sg = 1.0f / (1.0f + expf(-2.0f * u));
+    float du_dv = GELU_SCALE * (1.0f + 3.0f * 0.044715f * v * v);
+    return (sg + 2.0f * v * sg * (1.0f - sg) * du_dv) * d;
+}
+
 /* NaN-propagating max of |v| into acc (acc is a running amax: >= 0 or NaN). */
 __device__ __forceinline__ float amax_merge_dev(float acc, float v) {
     if (acc != acc) return acc;
@@ -296,6 +307,13 @@ void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, con
                             int rows, int cols);
 void cuda_to_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
                          const float *x, int rows, int cols);
+void cuda_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out,
+                                    float *colsum, const float *dout, const float *x,
+                                    const float *bias, int rows, int cols);
+void cuda_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
+                                        float *amax_out, float *colsum, const float *dout,
+                                        const float *x, const float *bias, int rows, int cols,
+                                        fp8_format fmt, const float *scale);
 void cuda_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
                          int margin);
 /* helpers used by the GEMMs: codes [rows, cols] -> codes_t [cols, rows];

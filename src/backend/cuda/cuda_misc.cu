@@ -246,20 +246,9 @@ void cuda_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N,
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* activations (elementwise; outputs may alias inputs of the same index) */
-
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
-
-/* gelu_forward evaluates gelu_dev (cuda_common.cuh: the sigmoid form of the tanh
- * approximation), the expression the fused GELU kernels share, so their bits agree. */
-
-/* gelu'(v) * d for that form */
-__device__ __forceinline__ float gelu_grad(float v, float d) {
-    float u = GELU_SCALE * (v + 0.044715f * v * v * v);
-    float sg = 1.0f / (1.0f + expf(-2.0f * u));
-    float du_dv = GELU_SCALE * (1.0f + 3.0f * 0.044715f * v * v);
-    return (sg + 2.0f * v * sg * (1.0f - sg) * du_dv) * d;
-}
+/* activations (elementwise; outputs may alias inputs of the same index). gelu_forward and
+ * gelu_backward evaluate gelu_dev and gelu_grad (cuda_common.cuh), the expressions the fused
+ * GELU kernels share, so their bits agree. */
 
 /* [n] each; n4 groups of float4 (see ew_groups) */
 __global__ void gelu_forward_kernel(float *out, const float *x, size_t n, size_t n4) {

@@ -196,15 +196,18 @@ __global__ void __launch_bounds__(CAST_THREADS)
 #define QT2_C 64 /* tile columns */
 #define QT2_THREADS 256
 /* GELU: the values quantized are gelu_dev(x) (quantize_gelu), x being GELU's input.
+ * GBWD: they are gelu_grad(gx (+ gbias), x) (gelu_backward_quantize_colsum), x being the
+ * upstream gradient and gx GELU's input, read with the same layout as x.
  * COLSUM: part[tile row][c] = the sum of the tile's 64 values of column c (quantize_colsum):
  * each thread adds its 4 rows in order, then the 16 threads of a column group add theirs in
  * mr order (a fixed order: the result depends only on the shape). */
-template <fp8_format FMT, bool GELU, bool COLSUM>
+template <fp8_format FMT, bool GELU, bool COLSUM, bool GBWD>
 __global__ void __launch_bounds__(QT2_THREADS)
     cast_transpose_fp8_tiled_kernel(uint8_t *codes, uint8_t *codes_t, float *amax_out,
                                     const float *__restrict__ x, int rows, int cols,
                                     int tiles_c, const float *scale_p, float *part,
-                                    const float *__restrict__ gbias) {
+                                    const float *__restrict__ gbias,
+                                    const float *__restrict__ gx) {
     __shared__ uint4 sm_t[QT2_C * QT2_R / 16]; /* [64 cols][4 groups of 16 row bytes] */
     uint32_t *sm_w = (uint32_t *)sm_t;         /* word (c, g, q) at c*16 + 4*(g^swz(c)) + q */
     const float scale = *scale_p;
@@ -217,6 +220,15 @@ __global__ void __launch_bounds__(QT2_THREADS)
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         v[i] = *(const float4 *)(xp + (size_t)i * cols);
+        if (GBWD) {
+            float4 u = *(const float4 *)(gx + (size_t)(r0 + 4 * mr + i) * cols + c0 + 4 * mc);
+            if (gbias) { /* GELU's input with the deferred bias, as gelu_backward_bias */
+                float4 bb = *(const float4 *)(gbias + c0 + 4 * mc);
+                u = make_float4(u.x + bb.x, u.y + bb.y, u.z + bb.z, u.w + bb.w);
+            }
+            v[i] = make_float4(gelu_grad(u.x, v[i].x), gelu_grad(u.y, v[i].y),
+                               gelu_grad(u.z, v[i].z), gelu_grad(u.w, v[i].w));
+        }
         if (GELU) {
             if (gbias) { /* the deferred bias: x + b rounded once, as bias_add */
                 float4 bb = *(const float4 *)(gbias + c0 + 4 * mc);
@@ -427,13 +439,13 @@ void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *ama
     int tiles_c = cols_f / QT2_C;
     unsigned tiles = (unsigned)((size_t)(rows_f / QT2_R) * tiles_c);
     if (fmt == FP8_E4M3)
-        cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, false>
+        cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, NULL, NULL);
+                                                    tiles_c, scale, NULL, NULL, NULL);
     else
-        cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, false>
+        cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, NULL, NULL);
+                                                    tiles_c, scale, NULL, NULL, NULL);
     CUDA_LAUNCH_CHECK(s);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, rows_f, rows, 0, cols, fmt, scale);
@@ -477,13 +489,13 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
     int tiles_c = cols_f / QT2_C;
     unsigned tiles = (unsigned)((size_t)(rows_f / QT2_R) * tiles_c);
     if (fmt == FP8_E4M3)
-        cast_transpose_fp8_tiled_kernel<FP8_E4M3, true, false>
+        cast_transpose_fp8_tiled_kernel<FP8_E4M3, true, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, NULL, bias);
+                                                    tiles_c, scale, NULL, bias, NULL);
     else
-        cast_transpose_fp8_tiled_kernel<FP8_E5M2, true, false>
+        cast_transpose_fp8_tiled_kernel<FP8_E5M2, true, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, NULL, bias);
+                                                    tiles_c, scale, NULL, bias, NULL);
     CUDA_LAUNCH_CHECK(s);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale,
                   1, bias);
@@ -511,15 +523,51 @@ void cuda_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, flo
     float *part = (float *)cuda_scratch(b, SCR_COLSUM, (size_t)tiles_r * cols * sizeof(float));
     unsigned tiles = (unsigned)((size_t)tiles_r * tiles_c);
     if (fmt == FP8_E4M3)
-        cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, true>
+        cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, true, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, part, NULL);
+                                                    tiles_c, scale, part, NULL, NULL);
     else
-        cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, true>
+        cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, true, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, part, NULL);
+                                                    tiles_c, scale, part, NULL, NULL);
     CUDA_LAUNCH_CHECK(s);
     cuda_column_sums_finish(b, colsum, part, tiles_r, cols);
+}
+
+/* quantize_colsum of gelu_grad(x (+ bias), dout) in one pass where quantize_colsum's tiled
+ * kernel runs (it applies the GELU backward to what it loads); otherwise dx goes through scratch
+ * (the unfused ops' bits) and quantize_colsum. */
+void cuda_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
+                                        float *amax_out, float *colsum, const float *dout,
+                                        const float *x, const float *bias, int rows, int cols,
+                                        fp8_format fmt, const float *scale) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    int whole = !s->plain && codes_t && rows % QT2_R == 0 && cols % QT2_C == 0 &&
+                aligned16(dout) && aligned16(x) && (!bias || aligned16(bias)) &&
+                aligned16(codes_t) && (!codes || aligned4(codes));
+    if (!whole) {
+        float *dx = (float *)cuda_scratch(b, SCR_ACT, (size_t)rows * cols * sizeof(float));
+        if (bias) cuda_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
+        else cuda_gelu_backward(b, dx, x, dout, (size_t)rows * cols);
+        if (colsum) cuda_quantize_colsum(b, codes, codes_t, amax_out, colsum, dx, rows, cols, fmt,
+                                         scale);
+        else cuda_quantize(b, codes, codes_t, amax_out, dx, rows, cols, fmt, scale);
+        return;
+    }
+    int tiles_r = rows / QT2_R, tiles_c = cols / QT2_C;
+    float *part = (float *)cuda_scratch(b, SCR_COLSUM, (size_t)tiles_r * cols * sizeof(float));
+    unsigned tiles = (unsigned)((size_t)tiles_r * tiles_c);
+    if (fmt == FP8_E4M3)
+        cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, true, true>
+            <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, dout, rows, cols,
+                                                    tiles_c, scale, part, bias, x);
+    else
+        cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, true, true>
+            <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, dout, rows, cols,
+                                                    tiles_c, scale, part, bias, x);
+    CUDA_LAUNCH_CHECK(s);
+    if (colsum) cuda_column_sums_finish(b, colsum, part, tiles_r, cols);
 }
 
 /* ---------------------------------------------------------------------------------------- */
