@@ -821,15 +821,19 @@ __device__ __forceinline__ float *fl_row(const fl_out &o, int bh, int t) {
 }
 
 /* Rows [0, R) of a BF16 [.., D] row-major matrix at g (row stride D) into shared s[R][D + 8]
- * with cp.async; every thread of the block takes part. */
+ * with cp.async; every thread of the block takes part. Thread tid copies the 16-byte chunk
+ * tid % CPR of rows tid / CPR + i * (THREADS / CPR): the addresses are one base per thread plus
+ * compile-time offsets (version 1 divides the chunk index for every copy, ~14 integer
+ * instructions per cp.async). */
 template <int D, int R>
 __device__ __forceinline__ void cp_rows(uint16_t *s, const uint16_t *g, int tid) {
-    constexpr int LDT = D + 8, CPR = D / 8; /* 16-byte chunks per row */
+    constexpr int LDT = D + 8, CPR = D / 8, RPP = THREADS / CPR; /* chunks per row, rows per pass */
+    static_assert(THREADS % CPR == 0 && R % RPP == 0, "every thread copies R / RPP chunks");
+    const unsigned r = (unsigned)tid / CPR, cc = (unsigned)tid % CPR;
+    uint16_t *sp = s + r * LDT + 8 * cc;
+    const uint16_t *gp = g + r * D + 8 * cc;
 #pragma unroll
-    for (int c = tid; c < R * CPR; c += THREADS) {
-        int r = c / CPR, cc = c % CPR;
-        cp_async16(s + r * LDT + 8 * cc, g + (size_t)r * D + 8 * cc);
-    }
+    for (int i = 0; i < R / RPP; i++) cp_async16(sp + i * RPP * LDT, gp + i * RPP * D);
 }
 /* n rows, n = R or 64 (a block's last tile when Tp / 64 is odd) */
 template <int D, int R>
