@@ -116,6 +116,13 @@ static void count_gbwdq(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
                                             rows, cols, fmt, scale);
 }
 
+static long n_add_bias;
+static void count_add_bias(fp8t_backend *b, float *out, const float *a, const float *y,
+                           const float *bias, int N, int OC) {
+    n_add_bias++;
+    cpu->ops->add_bias(b, out, a, y, bias, N, OC);
+}
+
 static void count_bias_bwd(fp8t_backend *b, float *dbias, const float *dout, int N, int OC) {
     n_bias_bwd++;
     cpu->ops->bias_backward(b, dbias, dout, N, OC);
@@ -133,7 +140,8 @@ enum {
     NO_GELU_FUSION = 8,
     NO_BIAS_GRAD_FUSION = 16,
     NO_BF16_XENT = 32,
-    NO_GELU_BWD_FUSION = 64
+    NO_GELU_BWD_FUSION = 64,
+    NO_RESIDUAL_BIAS = 128
 };
 static int make_vocab; /* when > 0: the preset's vocab_size replaced (odd sizes pad the logits) */
 
@@ -151,6 +159,7 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     if (switches & NO_BIAS_GRAD_FUSION) setenv("FP8TRAIN_NO_BIAS_GRAD_FUSION", "1", 1);
     if (switches & NO_BF16_XENT) setenv("FP8TRAIN_NO_BF16_XENT", "1", 1);
     if (switches & NO_GELU_BWD_FUSION) setenv("FP8TRAIN_NO_GELU_BWD_FUSION", "1", 1);
+    if (switches & NO_RESIDUAL_BIAS) setenv("FP8TRAIN_NO_RESIDUAL_BIAS", "1", 1);
     char err[256];
     fp8t_model *m = fp8t_model_create(&counted, &c, pol, B, T, err, sizeof(err));
     unsetenv("FP8TRAIN_NO_FUSED_XENT");
@@ -160,6 +169,7 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     unsetenv("FP8TRAIN_NO_BIAS_GRAD_FUSION");
     unsetenv("FP8TRAIN_NO_BF16_XENT");
     unsetenv("FP8TRAIN_NO_GELU_BWD_FUSION");
+    unsetenv("FP8TRAIN_NO_RESIDUAL_BIAS");
     if (!m) printf("  create %s: %s\n", preset, err);
     else fp8t_model_init_weights(m, 4321);
     return m;
@@ -194,6 +204,7 @@ typedef struct {
     long fp8_bias[2];                   /* gemm_fp8 calls given a bias */
     long xent16[2];                     /* softmax_xent_bf16 (also counted in xent) */
     long gbwd[2];                       /* gelu_backward_{bf16,quantize}_colsum */
+    long add_bias[2];
 } calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
@@ -212,7 +223,8 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
             for (int k = 0; k < 2; k++) {
                 long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add,
                      g0 = n_gelu16, qg0 = n_qgelu, hc0 = n_h16cs, qc0 = n_qcs,
-                     bb0 = n_bias_bwd, fb0 = n_fp8_bias, x16 = n_xent16, gw0 = n_gbwd;
+                     bb0 = n_bias_bwd, fb0 = n_fp8_bias, x16 = n_xent16, gw0 = n_gbwd,
+                     ab0 = n_add_bias;
                 loss[k] = fp8t_model_forward(m[k], tok, tgt);
                 long q1 = n_quantize;
                 fp8t_model_backward(m[k], dloss[j % n_dloss]);
@@ -227,6 +239,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
                 out->xent[k] += n_xent - x0;
                 out->xent16[k] += n_xent16 - x16;
                 out->gbwd[k] += n_gbwd - gw0;
+                out->add_bias[k] += n_add_bias - ab0;
                 out->quant[k] += n_quantize - q0;
                 out->quant_bwd[k] += n_quantize - q1;
             }
@@ -542,10 +555,12 @@ static void bf16_case(const char *preset, fp8t_precision prec, const char *overr
                 c.gelu16[0], c.gelu16[1], (long)steps * accum * gelu16);
         /* GPT-2's layer linears have biases: added in the GEMM unless a hook watches */
         const long biases = cfg->arch == FP8T_ARCH_GPT2 ? 4L * cfg->n_layer : 0;
-        T_CHECK(c.bias_add[1] == (long)steps * accum * biases,
+        /* (plain: qkv and fc1 with bias_add; proj and fc2 leave theirs to the residual add) */
+        const long plain_biases = hooked ? biases : biases / 2;
+        T_CHECK(c.bias_add[1] == (long)steps * accum * plain_biases,
                 "%s: the plain path added %ld biases, expected %ld", what, c.bias_add[1],
-                (long)steps * accum * biases);
-        T_CHECK(c.bias_add[0] == (hooked ? c.bias_add[1] : 0),
+                (long)steps * accum * plain_biases);
+        T_CHECK(c.bias_add[0] == (hooked ? (long)steps * accum * biases : 0),
                 "%s: bias_add called %ld times (plain %ld)", what, c.bias_add[0], c.bias_add[1]);
         /* and their gradients come from the Dgrad's rounding pass over dY */
         T_CHECK(c.bias_bwd[1] == (long)steps * accum * biases &&
@@ -768,6 +783,37 @@ static void gelu_bwd_fusion(void) {
     gelu_bwd_case("tiny-llama", FP8T_PREC_DELAYED, NULL, 0, 0); /* SwiGLU: nothing to fuse */
 }
 
+/* ---- proj's and fc2's bias left to the residual add ---- */
+
+/* want_per_micro: add_bias calls per micro-batch; the FP8 GEMMs given a bias and the bias_add
+ * calls drop by as many as add_bias takes over */
+static void residual_bias_case(fp8t_precision prec, const char *overrides, int hooked,
+                               long want_per_micro) {
+    pair_run pr;
+    if (!run_pair(&pr, "tiny", prec, overrides, hooked, NO_RESIDUAL_BIAS, "residual bias"))
+        return;
+    const long want = (long)PAIR_STEPS * PAIR_ACCUM * want_per_micro;
+    const calls c = pr.c;
+    T_CHECK(c.add_bias[0] == want && c.add_bias[1] == 0,
+            "%s: add_bias called %ld times (switched off: %ld), expected %ld", pr.what,
+            c.add_bias[0], c.add_bias[1], want);
+    T_CHECK((c.fp8_bias[1] - c.fp8_bias[0]) + (c.bias_add[1] - c.bias_add[0]) == want,
+            "%s: biases added elsewhere: gemm_fp8 %ld vs %ld, bias_add %ld vs %ld", pr.what,
+            c.fp8_bias[0], c.fp8_bias[1], c.bias_add[0], c.bias_add[1]);
+    fp8t_model_destroy(pr.r);
+    fp8t_model_destroy(pr.q);
+}
+
+static void residual_bias(void) {
+    const long L = 4; /* tiny's layers: proj and fc2 each */
+    residual_bias_case(FP8T_PREC_DELAYED, NULL, 0, 2 * L);
+    residual_bias_case(FP8T_PREC_CURRENT, NULL, 0, 2 * L);
+    residual_bias_case(FP8T_PREC_FP32, NULL, 0, 2 * L);
+    residual_bias_case(FP8T_PREC_BF16, NULL, 0, 0); /* the bias rides in the BF16 epilogue */
+    residual_bias_case(FP8T_PREC_DELAYED, "layers=0-1,precision=bf16", 0, L);
+    residual_bias_case(FP8T_PREC_DELAYED, NULL, 1, 0); /* hooked: the plain path */
+}
+
 int main(void) {
     t_suite = "model_fused";
     char err[256];
@@ -789,6 +835,7 @@ int main(void) {
     counted_ops.to_bf16_colsum = count_h16cs;
     counted_ops.quantize_colsum = count_qcs;
     counted_ops.bias_backward = count_bias_bwd;
+    counted_ops.add_bias = count_add_bias;
     counted_ops.gelu_backward_bf16_colsum = count_gbwd16;
     counted_ops.gelu_backward_quantize_colsum = count_gbwdq;
     counted = *cpu;
@@ -808,6 +855,7 @@ int main(void) {
     T_RUN(bf16_xent);
     T_RUN(bf16_xent_dloss_changes);
     T_RUN(gelu_bwd_fusion);
+    T_RUN(residual_bias);
     fp8t_backend_destroy(cpu);
     T_MAIN_END();
 }

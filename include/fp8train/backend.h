@@ -224,6 +224,10 @@ typedef struct fp8t_backend_ops {
                               int N, int V, float dloss);
     /* out = a + c (out may alias a or c) */
     void (*add)(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
+    /* out[N,OC] = a + (y + bias[OC] broadcast): bias_add on y then add, without writing y (the
+     * residual add taking the bias its linear left out); out may alias a */
+    void (*add_bias)(fp8t_backend *b, float *out, const float *a, const float *y,
+                     const float *bias, int N, int OC);
     /* out += x */
     void (*accumulate)(fp8t_backend *b, float *out, const float *x, size_t n);
     /* out *= s */

@@ -18,7 +18,7 @@ enum {
     P_BF16_ROUND, P_TO_BF16, P_TO_BF16_COLSUM, P_GELU_BWD_BF16_COLSUM, P_DELAYED_UPDATE,
     P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
     P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT, P_XENT_BF16,
-    P_ADD, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
+    P_ADD, P_ADD_BIAS, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
     P_COUNT
 };
 
@@ -31,7 +31,7 @@ static const char *const op_names[P_COUNT] = {
     "rmsnorm_forward", "rmsnorm_backward", "bias_add", "bias_backward",
     "gelu_forward", "gelu_forward_bf16", "gelu_backward", "gelu_backward_bias", "swiglu_forward", "swiglu_backward",
     "attention_forward", "attention_backward", "softmax_xent", "softmax_xent_bf16",
-    "add", "accumulate", "scale", "sumsq", "sum", "adamw",
+    "add", "add_bias", "accumulate", "scale", "sumsq", "sum", "adamw",
 };
 
 #define MAX_SHAPES 128
@@ -278,6 +278,10 @@ static void w_softmax_xent_bf16(fp8t_backend *b, float *l, uint16_t *dl, float *
 static void w_add(fp8t_backend *b, float *o, const float *a, const float *c, size_t n) {
     TIMED(P_ADD, ib->ops->add(ib, o, a, c, n));
 }
+static void w_add_bias(fp8t_backend *b, float *o, const float *a, const float *y,
+                       const float *bias, int N, int OC) {
+    TIMED(P_ADD_BIAS, ib->ops->add_bias(ib, o, a, y, bias, N, OC));
+}
 static void w_accumulate(fp8t_backend *b, float *o, const float *x, size_t n) {
     TIMED(P_ACCUMULATE, ib->ops->accumulate(ib, o, x, n));
 }
@@ -304,7 +308,7 @@ static const fp8t_backend_ops wrapper_ops = {
     w_rmsnorm_forward, w_rmsnorm_backward, w_bias_add, w_bias_backward,
     w_gelu_forward, w_gelu_forward_bf16, w_gelu_backward, w_gelu_backward_bias, w_swiglu_forward, w_swiglu_backward,
     w_attention_forward, w_attention_backward, w_softmax_xent, w_softmax_xent_bf16,
-    w_add, w_accumulate, w_scale, w_sumsq, w_sum, w_adamw,
+    w_add, w_add_bias, w_accumulate, w_scale, w_sumsq, w_sum, w_adamw,
 };
 
 fp8t_backend *fp8t_profile_wrap(fp8t_backend *inner) {

@@ -313,6 +313,13 @@ static int gemm_takes_bias(const fp8t_model *m, fp8t_precision prec) {
     return (prec == FP8T_PREC_BF16 && !m->no_bf16_operands) || model_prec_has_codes(prec);
 }
 
+/* Whether that bias costs no pass of its own: cuBLASLt has a BF16 kernel with an FP32 bias
+ * epilogue, but none for FP8 (there the bias is added in a pass over the output), and the
+ * other precisions add it with bias_add. */
+static int gemm_bias_free(const fp8t_model *m, fp8t_precision prec) {
+    return prec == FP8T_PREC_BF16 && !m->no_bf16_operands;
+}
+
 /* C[M,N] (row stride ldc, 0: N; only with BF16 operands) (= or +=) op(A)·op(B) in precision
  * prec. A's prepared form is copied to *keep_a
  * when keep_a is non-NULL; when given_a / given_b is non-NULL it is used instead of preparing
@@ -419,6 +426,10 @@ static int gelu_fusable(const fp8t_model *m, int lin) {
         !(p == FP8T_PREC_DELAYED || (p == FP8T_PREC_BF16 && !m->no_bf16_operands)))
         return 0;
     return m->frozen || m->xq[lin].saved;
+}
+
+int linear_residual_takes_bias(const fp8t_model *m, int lin) {
+    return !m->no_residual_bias && !m->hook && !gemm_bias_free(m, m->prec[lin][FP8T_GEMM_FPROP]);
 }
 
 int linear_gelu_takes_bias(const fp8t_model *m, int prod, int lin) {

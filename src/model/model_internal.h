@@ -220,6 +220,9 @@ struct fp8t_model {
     /* FP8TRAIN_NO_GELU_BWD_FUSION=1 at create: gelu_backward writes fc1's dY in FP32 and fc1's
      * Dgrad rounds it (linear_backward_gelu) */
     int no_gelu_bwd_fusion;
+    /* FP8TRAIN_NO_RESIDUAL_BIAS=1 at create: proj and fc2 add their bias themselves (in the
+     * GEMM or a pass of its own) instead of the residual add (forward.c) */
+    int no_residual_bias;
     int *gelu_bias_deferred; /* [L] host: the last forward left fc1's bias to fc2's fused GELU
                                 pass, so fch holds fc1's output without it (forward.c) */
 
@@ -300,6 +303,11 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
 void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
                           float *dpre, const float *dact, const float *pre, const float *pre_bias,
                           float *X, const float *W, int N, int IN, int OUT);
+/* Whether linear lin, whose output is added to the residual stream, should leave its bias to
+ * that add (add_bias: the same bits as bias_add then add, without the pass over the output
+ * that an FP8 GEMM's bias costs); not where the bias rides in a BF16 GEMM's epilogue for
+ * free, not with a hook. Off with FP8TRAIN_NO_RESIDUAL_BIAS=1. */
+int linear_residual_takes_bias(const fp8t_model *m, int lin);
 /* Whether linear prod (which makes GELU's input) may leave its bias to linear lin's fused
  * GELU pass: prod's Fprop is FP8 (whose bias costs a pass of its own over the output: no FP32
  * bias epilogue for FP8 GEMMs) and lin's is delayed FP8 with the GELU fusion. */

@@ -1626,6 +1626,38 @@ static void test_softmax_xent_bf16(void) {
     }
 }
 
+/* add_bias (the residual add taking a linear's bias): bit for bit with the CPU (additions in
+ * the same order) and with bias_add then add on the GPU; out aliasing a; float4 and scalar
+ * shapes */
+static void test_add_bias(void) {
+    static const int sizes[][2] = {{256, 768}, {37, 1001}, {5, 12}};
+    for (size_t si = 0; si < 3; si++)
+        for (int alias = 0; alias < 2; alias++) {
+            int rows = sizes[si][0], cols = sizes[si][1];
+            size_t n = (size_t)rows * cols;
+            char shape[40];
+            snprintf(shape, sizeof(shape), "%dx%d%s", rows, cols, alias ? " out=a" : "");
+            float *ha = host_normal(n, 2.0f), *hy = host_normal(n, 1.0f);
+            float *hb = host_normal((size_t)cols, 0.5f);
+            dpair da = dp_floats(ha, n), dy = dp_floats(hy, n), db = dp_floats(hb, (size_t)cols);
+            dpair dout = dp_alloc(n * 4);
+            dp_poison(dout, 0);
+            FOR_BOTH be_->ops->add_bias(be_, alias ? F(da) : F(dout), F(da), F(dy), F(db), rows,
+                                        cols);
+            check_bits("add_bias", shape, alias ? da : dout, n * 4, 1);
+            float *y2 = GPU->ops->malloc(GPU, n * 4), *o2 = GPU->ops->malloc(GPU, n * 4);
+            GPU->ops->to_device(GPU, y2, hy, n * 4);
+            GPU->ops->to_device(GPU, o2, ha, n * 4);
+            GPU->ops->bias_add(GPU, y2, db.p[1], rows, cols);
+            GPU->ops->add(GPU, o2, o2, y2, n);
+            check_gpu_identical("add_bias == bias_add + add", shape, alias ? da.p[1] : dout.p[1],
+                                o2, n * 4, "from the two-op path");
+            GPU->ops->free(GPU, y2), GPU->ops->free(GPU, o2);
+            dp_free(da), dp_free(dy), dp_free(db), dp_free(dout);
+            free(ha), free(hy), free(hb);
+        }
+}
+
 static void test_elementwise(void) {
     static const size_t ns[] = {1, 3, 1001, 1u << 20};
     for (size_t ni = 0; ni < 4; ni++) {
@@ -1739,6 +1771,7 @@ static void run_op_suite(void) {
     test_softmax_xent();
     test_softmax_xent_bf16();
     test_elementwise();
+    test_add_bias();
     test_sums();
     test_adamw();
 }

@@ -123,6 +123,7 @@ static const fp8t_backend_ops cpu_ops = {
     .softmax_xent = cpu_softmax_xent,
     .softmax_xent_bf16 = cpu_softmax_xent_bf16,
     .add = cpu_add,
+    .add_bias = cpu_add_bias,
     .accumulate = cpu_accumulate,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,

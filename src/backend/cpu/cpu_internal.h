@@ -194,6 +194,8 @@ void cpu_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, fl
                            const float *logits, int ld, const int *targets, int N, int V,
                            float dloss);
 void cpu_add(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
+void cpu_add_bias(fp8t_backend *b, float *out, const float *a, const float *y, const float *bias,
+                  int N, int OC);
 void cpu_accumulate(fp8t_backend *b, float *out, const float *x, size_t n);
 void cpu_scale(fp8t_backend *b, float *out, float s, size_t n);
 void cpu_sumsq(fp8t_backend *b, float *out, const float *x, size_t n);

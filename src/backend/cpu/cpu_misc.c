@@ -306,6 +306,16 @@ void cpu_add(fp8t_backend *b, float *out, const float *a, const float *c, size_t
     for (size_t i = 0; i < n; i++) out[i] = a[i] + c[i];
 }
 
+void cpu_add_bias(fp8t_backend *b, float *out, const float *a, const float *y, const float *bias,
+                  int N, int OC) {
+    (void)b;
+#pragma omp parallel for schedule(static) if ((long)N * OC > PAR_MIN)
+    for (int r = 0; r < N; r++) {
+        const size_t o = (size_t)r * OC;
+        for (int c = 0; c < OC; c++) out[o + c] = a[o + c] + (y[o + c] + bias[c]);
+    }
+}
+
 void cpu_accumulate(fp8t_backend *b, float *out, const float *x, size_t n) {
     (void)b;
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)

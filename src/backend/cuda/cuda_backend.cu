@@ -233,6 +233,7 @@ static const fp8t_backend_ops cuda_ops = {
     /* .softmax_xent = */ cuda_softmax_xent,
     /* .softmax_xent_bf16 = */ cuda_softmax_xent_bf16,
     /* .add = */ cuda_add,
+    /* .add_bias = */ cuda_add_bias,
     /* .accumulate = */ cuda_accumulate,
     /* .scale = */ cuda_scale,
     /* .sumsq = */ cuda_sumsq,

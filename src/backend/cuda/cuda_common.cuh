@@ -378,6 +378,8 @@ void cuda_embedding_forward(fp8t_backend *b, float *out, const int *tokens, cons
 void cuda_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const float *dout,
                              const int *tokens, int B, int T, int C);
 void cuda_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC);
+void cuda_add_bias(fp8t_backend *b, float *out, const float *a, const float *y,
+                   const float *bias, int N, int OC);
 /* bias_add on out [N, ld] (ld >= OC; columns >= OC untouched) */
 void cuda_bias_add_ld(fp8t_backend *b, float *out, int ld, const float *bias, int N, int OC);
 void cuda_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);

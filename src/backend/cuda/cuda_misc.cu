@@ -241,6 +241,46 @@ void cuda_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC
     cuda_bias_add_ld(b, out, OC, bias, N, OC);
 }
 
+/* out = a + (y + bias) over [N, units], laid out as bias_add_kernel's threads (each loads its
+ * bias value once and walks rows); out may alias a. */
+template <class V>
+__global__ void add_bias_kernel(V *out, const V *a, const V *__restrict__ y,
+                                const V *__restrict__ bias, int N, int units) {
+    unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= (unsigned)units) return;
+    V bc = bias[c];
+    size_t row_step = (size_t)gridDim.y * blockDim.y;
+    for (size_t r = (size_t)blockIdx.y * blockDim.y + threadIdx.y; r < (size_t)N; r += row_step) {
+        V t = y[r * units + c];
+        add_into(t, bc);
+        add_into(t, a[r * units + c]);
+        out[r * units + c] = t;
+    }
+}
+
+void cuda_add_bias(fp8t_backend *b, float *out, const float *a, const float *y,
+                   const float *bias, int N, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    cuda_state *s = cuda_of(b);
+    const int vec = OC % 4 == 0 && aligned16(out) && aligned16(a) && aligned16(y) &&
+                    aligned16(bias);
+    const int units = vec ? OC / 4 : OC;
+    int tx = row_threads(units);
+    dim3 block((unsigned)tx, (unsigned)(256 / tx));
+    unsigned col_blocks = cdiv_u((size_t)units, (size_t)tx);
+    size_t row_blocks = cdiv_u((size_t)N, block.y);
+    size_t cap = (size_t)s->num_sms * 16 / col_blocks;
+    if (cap < 1) cap = 1;
+    if (cap > 65535) cap = 65535;
+    dim3 grid(col_blocks, (unsigned)(row_blocks < cap ? row_blocks : cap));
+    if (vec)
+        add_bias_kernel<float4><<<grid, block, 0, s->stream>>>(as4(out), as4(a), as4(y), as4(bias),
+                                                               N, units);
+    else
+        add_bias_kernel<float><<<grid, block, 0, s->stream>>>(out, a, y, bias, N, units);
+    CUDA_LAUNCH_CHECK(s);
+}
+
 void cuda_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC) {
     cuda_column_sums(b, dbias, dout, N, OC);
 }
