@@ -52,6 +52,13 @@
  *      more blocks per SM (12 warps instead of 8 at head size 64), but each B fragment feeds
  *      one mma. Versions 3 and 4 are the same kernels at head size 128. Comparing 3 with 4 says
  *      whether shared-memory traffic or occupancy limits the head size 64 kernels.
+ *   5  version 3 with a head-major grid (template argument HM): grid (row blocks, BH) instead
+ *      of (BH, row blocks), so consecutive blocks are the tiles of one head (longest first) and
+ *      the blocks resident at once read the same heads' K, V (forward, dq) or Q, dO (dk/dv),
+ *      which L2 then serves; in version 1's order the ~260 resident blocks stream as many
+ *      different heads (T = 1024, HS = 64: 256 KB of K, V per head, 67 MB > L2), and each
+ *      head's K, V come from DRAM once per query tile. Numerics as version 3. Needs BH <= 65535
+ *      (grid.y).
  *
  * Checks (all of a version's must pass before it is timed; the exit status is non-zero if any
  * fails): on B=2, NH=3 and T = 1, 63, 64, 65, 150, 200, 257 for each head size 32, 64, 128
@@ -791,6 +798,9 @@ constexpr float LN2 = 0.6931471805599453f;
  *                 the exponent (p = 2^(S * scale * log2e - m) as one FFMA + MUFU on the raw
  *                 score; the row max is taken on raw scores and scaled once, the same value by
  *                 monotonic rounding). Not bit-identical: arguments differ by an FP32 rounding.
+ *   HM: head-major grid (ceil(Tp / ROWS), BH) instead of (BH, ceil(Tp / ROWS)): consecutive
+ *       blocks are the tiles of one head (longest first), so the blocks running at once share
+ *       K, V (or Q, dO) in L2 instead of each reading another head's (version 5). BH <= 65535.
  *   MT: m16 tiles per warp, 2 by default for head sizes <= 64 (each B fragment read from
  *       shared memory feeds two mma; more registers: 2 blocks of 4 warps per SM), else 1
  *       (version 4 takes 1 for every head size: 16 rows per warp like version 1, fewer
@@ -1012,11 +1022,11 @@ __device__ __forceinline__ void fwd_tile(float (&o)[MT][D / 8][4], float (&mrow)
     pv_acc<D, MT, 4>(o, s, Vc, lane);
 }
 
-/* Forward. Grid (BH, ceil(Tp / ROWS)), block 128; query block qb = last - blockIdx.y (the
+/* Forward. Grid (BH, ceil(Tp / ROWS)) (HM: transposed), block 128; query block qb = last - blockIdx.y (the
  * longest rows first). Warp w owns query rows qb * ROWS + 16 MT w + [0, 16 MT) (none if that
  * is >= Tp: the block's last 64 rows when Tp / 64 is odd). Shared: Q [ROWS][LDT] (for head
  * sizes <= 64 only read once into registers), K, V [2][64][LDT]. */
-template <int D, bool FAST = false, int MT = default_mt<D>()>
+template <int D, bool FAST = false, int MT = default_mt<D>(), bool HM = false>
 __global__ void __launch_bounds__(THREADS)
     flash_fwd_kernel(float *out, float *lse, const uint16_t *__restrict__ q,
                      const uint16_t *__restrict__ k, const uint16_t *__restrict__ v, int T,
@@ -1027,7 +1037,7 @@ __global__ void __launch_bounds__(THREADS)
     uint16_t *Ks = Qs + BM * LDT;                              /* [2][64][LDT] */
     uint16_t *Vs = Ks + 2 * TILE;                              /* [2][64][LDT] */
     const int nQ = (Tp + BM - 1) / BM;
-    const int bh = blockIdx.x, qb = nQ - 1 - (int)blockIdx.y;
+    const int bh = HM ? blockIdx.y : blockIdx.x, qb = nQ - 1 - (int)(HM ? blockIdx.x : blockIdx.y);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const size_t base = (size_t)bh * Tp * D;
     const uint16_t *kb = k + base, *vb = v + base;
@@ -1156,11 +1166,11 @@ __device__ __forceinline__ void dq_tile(float (&acc)[MT][D / 8][4],
     }
 }
 
-/* dq per query block. Grid (BH, ceil(Tp / ROWS)), qb = last - blockIdx.y; loops over key tiles
+/* dq per query block. Grid (BH, ceil(Tp / ROWS)) (HM: transposed), qb = last - blockIdx.y; loops over key tiles
  * up to the block's last diagonal. Shared: Q, dO [ROWS][LDT] (for head sizes <= 64 read once
  * into registers), K, V [2][64][LDT]. Keys in steps of 32 when a warp holds two m16 tiles
  * (registers), else 64. */
-template <int D, bool FAST = false, int MT = default_mt<D>()>
+template <int D, bool FAST = false, int MT = default_mt<D>(), bool HM = false>
 __global__ void __launch_bounds__(THREADS)
     flash_bwd_dq_kernel(fl_out dq, const uint16_t *__restrict__ q,
                         const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
@@ -1175,7 +1185,7 @@ __global__ void __launch_bounds__(THREADS)
     uint16_t *Ks = dOs + BM * LDT;                             /* [2][64][LDT] */
     uint16_t *Vs = Ks + 2 * TILE;                              /* [2][64][LDT] */
     const int nQ = (Tp + BM - 1) / BM;
-    const int bh = blockIdx.x, qb = nQ - 1 - (int)blockIdx.y;
+    const int bh = HM ? blockIdx.y : blockIdx.x, qb = nQ - 1 - (int)(HM ? blockIdx.x : blockIdx.y);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const size_t base = (size_t)bh * Tp * D;
     const uint16_t *kb = k + base, *vb = v + base;
@@ -1312,12 +1322,12 @@ __device__ __forceinline__ void dkdv_tile(float (&adk)[MT][D / 8][4], float (&ad
     }
 }
 
-/* dk, dv per key block. Grid (BH, ceil(Tp / ROWS)), kb = blockIdx.y (the most query tiles
+/* dk, dv per key block. Grid (BH, ceil(Tp / ROWS)) (HM: transposed), kb = blockIdx.y (the most query tiles
  * first); loops over the query tiles from the block's first diagonal on. Warp w owns keys
  * kb * ROWS + 16 MT w + [0, 16 MT) (none if >= Tp). Shared: K, V [ROWS][LDT] (loaded once),
  * Q, dO [2][64][LDT], lse * log2e and Dv of the query tile [2][64] FP32 (the next tile's loaded
  * into registers while the current one is computed). */
-template <int D, bool FAST = false, int MT = default_mt<D>()>
+template <int D, bool FAST = false, int MT = default_mt<D>(), bool HM = false>
 __global__ void __launch_bounds__(THREADS)
     flash_bwd_dkdv_kernel(fl_out dk, fl_out dv, const uint16_t *__restrict__ q,
                           const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
@@ -1333,7 +1343,7 @@ __global__ void __launch_bounds__(THREADS)
     float *Ls = reinterpret_cast<float *>(dOs + 2 * TILE);     /* [2][64] lse * log2e */
     float *Ds = Ls + 2 * KT;                                   /* [2][64] Dv */
     const int nT = Tp / KT;
-    const int bh = blockIdx.x, kb = (int)blockIdx.y;
+    const int bh = HM ? blockIdx.y : blockIdx.x, kb = (int)(HM ? blockIdx.x : blockIdx.y);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const size_t base = (size_t)bh * Tp * D;
     const uint16_t *qb = q + base, *dob = dout + base;
@@ -1433,21 +1443,25 @@ static size_t dq_smem(int D, int MT) { return (size_t)(2 * 64 * MT + 4 * KT) * (
 static size_t dkdv_smem(int D, int MT) {
     return (size_t)(2 * 64 * MT + 4 * KT) * (D + 8) * 2 + (size_t)4 * KT * sizeof(float);
 }
-/* query blocks (forward, dq) = key blocks (dk/dv): the grid's y dimension */
-static int grid_y(int Tp, int MT) { return (Tp + 64 * MT - 1) / (64 * MT); }
+/* query blocks (forward, dq) = key blocks (dk/dv) */
+static int row_blocks(int Tp, int MT) { return (Tp + 64 * MT - 1) / (64 * MT); }
+/* the grid of every kernel: (BH, row blocks), or (row blocks, BH) head-major */
+static dim3 grid_of(int BH, int Tp, int MT, bool HM) {
+    return HM ? dim3(row_blocks(Tp, MT), BH) : dim3(BH, row_blocks(Tp, MT));
+}
 
 /* Raise the dynamic shared-memory limit of the kernels of a variant, once. */
-template <int D, bool FAST, int MT>
+template <int D, bool FAST, int MT, bool HM>
 static void flash_setup(void) {
     static int done = 0;
     if (done) return;
-    CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_kernel<D, FAST, MT>,
+    CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_kernel<D, FAST, MT, HM>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)fwd_smem(D, MT)));
-    CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_dq_kernel<D, FAST, MT>,
+    CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_dq_kernel<D, FAST, MT, HM>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)dq_smem(D, MT)));
-    CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_dkdv_kernel<D, FAST, MT>,
+    CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_dkdv_kernel<D, FAST, MT, HM>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)dkdv_smem(D, MT)));
     done = 1;
@@ -1457,14 +1471,15 @@ static void flash_setup(void) {
 
 /* ==== the ladder: dispatch, data, CPU reference, checks, timing ==== */
 
-#define N_VERSIONS 4
+#define N_VERSIONS 5
 static const char *const VERSION_NOTE[N_VERSIONS + 1] = {
     "", "shipped (64-row tiles, 16 rows per warp, 32-bit fragment loads)",
     "ldmatrix, 2 m16 tiles per warp (HS <= 64), diagonal-only masks, 32-wide backward steps",
     "v2 + ex2.approx.ftz exponentials, forward scale folded into the exponent's FFMA",
-    "v3 with one m16 tile per warp for every head size (16 rows per warp, 64-row blocks)"};
+    "v3 with one m16 tile per warp for every head size (16 rows per warp, 64-row blocks)",
+    "v3 with a head-major grid (a head's tiles in consecutive blocks: K/V or Q/dO shared in L2)"};
 /* versions whose results must equal version 1's bit for bit (the others: within tolerance) */
-static const int BIT_IDENTICAL[N_VERSIONS + 1] = {1, 1, 1, 0, 0};
+static const int BIT_IDENTICAL[N_VERSIONS + 1] = {1, 1, 1, 0, 0, 0};
 
 /* a dq / dk / dv row layout, converted to each version's fl_out */
 struct layout {
@@ -1492,29 +1507,19 @@ static problem make_problem(int B, int NH, int T, int D) {
     return p;
 }
 
-/* versions 2.. are variants of the v2 kernels (FAST, MT) */
-template <int D, bool FAST, int MT>
-static void fwd_v2(const problem &P, float *out, float *lse, const uint16_t *q, const uint16_t *k,
-                   const uint16_t *v, float scale_log2) {
-    v2::flash_setup<D, FAST, MT>();
-    dim3 grid(P.BH, v2::grid_y(P.Tp, MT));
-    v2::flash_fwd_kernel<D, FAST, MT><<<grid, 128, v2::fwd_smem(D, MT)>>>(out, lse, q, k, v, P.T,
-                                                                         P.Tp, P.NH, scale_log2);
-}
-template <int D, bool FAST, int MT>
-static void bwd_v2(int which, const problem &P, const layout &dq, const layout &dk,
-                   const layout &dv, const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                   const uint16_t *dout, const float *lse, const float *Dv, float scale,
-                   float scale_log2) {
-    v2::flash_setup<D, FAST, MT>();
-    dim3 grid(P.BH, v2::grid_y(P.Tp, MT));
-    if (which & 1)
-        v2::flash_bwd_dkdv_kernel<D, FAST, MT><<<grid, 128, v2::dkdv_smem(D, MT)>>>(
-            as_fl_out<v2::fl_out>(dk), as_fl_out<v2::fl_out>(dv), q, k, v, dout, lse, Dv, P.T,
-            P.Tp, scale, scale_log2);
-    if (which & 2)
-        v2::flash_bwd_dq_kernel<D, FAST, MT><<<grid, 128, v2::dq_smem(D, MT)>>>(
-            as_fl_out<v2::fl_out>(dq), q, k, v, dout, lse, Dv, P.T, P.Tp, scale, scale_log2);
+/* versions 2.. are variants of the v2 kernels: f(variant<FAST, MT, HM>{}) */
+template <bool FAST_, int MT_, bool HM_>
+struct variant {
+    static constexpr bool FAST = FAST_, HM = HM_;
+    static constexpr int MT = MT_;
+};
+template <int D, class F>
+static void with_variant(int ver, F f) {
+    constexpr int M = v2::default_mt<D>();
+    if (ver == 2) f(variant<false, M, false>{});
+    else if (ver == 3) f(variant<true, M, false>{});
+    else if (ver == 4) f(variant<true, 1, false>{});
+    else f(variant<true, M, true>{});
 }
 
 template <int D>
@@ -1526,12 +1531,14 @@ static void fwd_d(int ver, const problem &P, float *out, float *lse, const uint1
         dim3 grid(P.BH, P.Tp / 64);
         v1::flash_fwd_kernel<D><<<grid, 128, v1::fwd_smem(D)>>>(out, lse, q, k, v, P.T, P.Tp,
                                                                  P.NH, scale_log2);
-    } else if (ver == 2) {
-        fwd_v2<D, false, v2::default_mt<D>()>(P, out, lse, q, k, v, scale_log2);
-    } else if (ver == 3) {
-        fwd_v2<D, true, v2::default_mt<D>()>(P, out, lse, q, k, v, scale_log2);
     } else {
-        fwd_v2<D, true, 1>(P, out, lse, q, k, v, scale_log2);
+        with_variant<D>(ver, [&](auto V) {
+            using Var = decltype(V);
+            v2::flash_setup<D, Var::FAST, Var::MT, Var::HM>();
+            v2::flash_fwd_kernel<D, Var::FAST, Var::MT, Var::HM>
+                <<<v2::grid_of(P.BH, P.Tp, Var::MT, Var::HM), 128, v2::fwd_smem(D, Var::MT)>>>(
+                    out, lse, q, k, v, P.T, P.Tp, P.NH, scale_log2);
+        });
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -1552,12 +1559,22 @@ static void bwd_d(int ver, int which, const problem &P, const layout &dq, const 
         if (which & 2)
             v1::flash_bwd_dq_kernel<D><<<grid, 128, v1::dq_smem(D)>>>(
                 as_fl_out<v1::fl_out>(dq), q, k, v, dout, lse, Dv, P.T, P.Tp, scale, scale_log2);
-    } else if (ver == 2) {
-        bwd_v2<D, false, v2::default_mt<D>()>(which, P, dq, dk, dv, q, k, v, dout, lse, Dv, scale, scale_log2);
-    } else if (ver == 3) {
-        bwd_v2<D, true, v2::default_mt<D>()>(which, P, dq, dk, dv, q, k, v, dout, lse, Dv, scale, scale_log2);
     } else {
-        bwd_v2<D, true, 1>(which, P, dq, dk, dv, q, k, v, dout, lse, Dv, scale, scale_log2);
+        with_variant<D>(ver, [&](auto V) {
+            using Var = decltype(V);
+            constexpr int MT = Var::MT;
+            v2::flash_setup<D, Var::FAST, MT, Var::HM>();
+            dim3 grid = v2::grid_of(P.BH, P.Tp, MT, Var::HM);
+            if (which & 1)
+                v2::flash_bwd_dkdv_kernel<D, Var::FAST, MT, Var::HM>
+                    <<<grid, 128, v2::dkdv_smem(D, MT)>>>(as_fl_out<v2::fl_out>(dk),
+                                                          as_fl_out<v2::fl_out>(dv), q, k, v, dout,
+                                                          lse, Dv, P.T, P.Tp, scale, scale_log2);
+            if (which & 2)
+                v2::flash_bwd_dq_kernel<D, Var::FAST, MT, Var::HM>
+                    <<<grid, 128, v2::dq_smem(D, MT)>>>(as_fl_out<v2::fl_out>(dq), q, k, v, dout,
+                                                        lse, Dv, P.T, P.Tp, scale, scale_log2);
+        });
     }
     CUDA_CHECK(cudaGetLastError());
 }
