@@ -116,6 +116,14 @@ static void count_gbwdq(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
                                             rows, cols, fmt, scale);
 }
 
+static long n_ln16;
+static void count_ln16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean, float *rstd,
+                       const float *x, const float *w, const float *bias, int N, int C,
+                       float eps) {
+    n_ln16++;
+    cpu->ops->layernorm_forward_bf16(b, out, amax_out, mean, rstd, x, w, bias, N, C, eps);
+}
+
 static long n_add_bias;
 static void count_add_bias(fp8t_backend *b, float *out, const float *a, const float *y,
                            const float *bias, int N, int OC) {
@@ -141,7 +149,8 @@ enum {
     NO_BIAS_GRAD_FUSION = 16,
     NO_BF16_XENT = 32,
     NO_GELU_BWD_FUSION = 64,
-    NO_RESIDUAL_BIAS = 128
+    NO_RESIDUAL_BIAS = 128,
+    NO_LN_FUSION = 256
 };
 static int make_vocab; /* when > 0: the preset's vocab_size replaced (odd sizes pad the logits) */
 
@@ -160,6 +169,7 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     if (switches & NO_BF16_XENT) setenv("FP8TRAIN_NO_BF16_XENT", "1", 1);
     if (switches & NO_GELU_BWD_FUSION) setenv("FP8TRAIN_NO_GELU_BWD_FUSION", "1", 1);
     if (switches & NO_RESIDUAL_BIAS) setenv("FP8TRAIN_NO_RESIDUAL_BIAS", "1", 1);
+    if (switches & NO_LN_FUSION) setenv("FP8TRAIN_NO_LN_FUSION", "1", 1);
     char err[256];
     fp8t_model *m = fp8t_model_create(&counted, &c, pol, B, T, err, sizeof(err));
     unsetenv("FP8TRAIN_NO_FUSED_XENT");
@@ -170,6 +180,7 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     unsetenv("FP8TRAIN_NO_BF16_XENT");
     unsetenv("FP8TRAIN_NO_GELU_BWD_FUSION");
     unsetenv("FP8TRAIN_NO_RESIDUAL_BIAS");
+    unsetenv("FP8TRAIN_NO_LN_FUSION");
     if (!m) printf("  create %s: %s\n", preset, err);
     else fp8t_model_init_weights(m, 4321);
     return m;
@@ -205,6 +216,7 @@ typedef struct {
     long xent16[2];                     /* softmax_xent_bf16 (also counted in xent) */
     long gbwd[2];                       /* gelu_backward_{bf16,quantize}_colsum */
     long add_bias[2];
+    long ln16[2];                       /* layernorm_forward_bf16 */
 } calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
@@ -224,7 +236,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
                 long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add,
                      g0 = n_gelu16, qg0 = n_qgelu, hc0 = n_h16cs, qc0 = n_qcs,
                      bb0 = n_bias_bwd, fb0 = n_fp8_bias, x16 = n_xent16, gw0 = n_gbwd,
-                     ab0 = n_add_bias;
+                     ab0 = n_add_bias, l0 = n_ln16;
                 loss[k] = fp8t_model_forward(m[k], tok, tgt);
                 long q1 = n_quantize;
                 fp8t_model_backward(m[k], dloss[j % n_dloss]);
@@ -240,6 +252,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
                 out->xent16[k] += n_xent16 - x16;
                 out->gbwd[k] += n_gbwd - gw0;
                 out->add_bias[k] += n_add_bias - ab0;
+                out->ln16[k] += n_ln16 - l0;
                 out->quant[k] += n_quantize - q0;
                 out->quant_bwd[k] += n_quantize - q1;
             }
@@ -543,7 +556,12 @@ static void bf16_case(const char *preset, fp8t_precision prec, const char *overr
         /* the head's dY comes rounded from softmax_xent_bf16 in every micro-batch but the
          * model's first (unhooked) */
         const long xent16 = hooked ? 0 : (long)steps * accum - 1;
-        const long want = (long)steps * (n_lin + accum * (per_micro - gelu16)) - xent16;
+        /* and GPT-2's qkv and fc1 inputs come rounded from their LayerNorm */
+        const long ln16 = cfg->arch == FP8T_ARCH_GPT2 && !hooked ? 2L * cfg->n_layer : 0;
+        const long want = (long)steps * (n_lin + accum * (per_micro - gelu16 - ln16)) - xent16;
+        T_CHECK(c.ln16[0] == (long)steps * accum * ln16 && c.ln16[1] == 0,
+                "%s: layernorm_forward_bf16 called %ld times (plain %ld), expected %ld", what,
+                c.ln16[0], c.ln16[1], (long)steps * accum * ln16);
         T_CHECK(c.xent16[0] == xent16 && c.xent16[1] == 0,
                 "%s: softmax_xent_bf16 called %ld times (plain %ld), expected %ld", what,
                 c.xent16[0], c.xent16[1], xent16);
@@ -814,6 +832,30 @@ static void residual_bias(void) {
     residual_bias_case(FP8T_PREC_DELAYED, NULL, 1, 0); /* hooked: the plain path */
 }
 
+/* ---- LayerNorm writing its output as the next linear's BF16 operand ---- */
+
+static void ln_case(fp8t_precision prec, const char *overrides, int hooked, long want_per_micro) {
+    pair_run pr;
+    if (!run_pair(&pr, "tiny", prec, overrides, hooked, NO_LN_FUSION, "ln fusion")) return;
+    const long want = (long)PAIR_STEPS * PAIR_ACCUM * want_per_micro;
+    T_CHECK(pr.c.ln16[0] == want && pr.c.ln16[1] == 0,
+            "%s: layernorm_forward_bf16 called %ld times (switched off: %ld), expected %ld",
+            pr.what, pr.c.ln16[0], pr.c.ln16[1], want);
+    T_CHECK(pr.c.to_bf16[1] - pr.c.to_bf16[0] == want, "%s: to_bf16 %ld vs %ld", pr.what,
+            pr.c.to_bf16[0], pr.c.to_bf16[1]);
+    fp8t_model_destroy(pr.r);
+    fp8t_model_destroy(pr.q);
+}
+
+static void ln_fusion(void) {
+    const long L = 4; /* tiny's layers: ln1 -> qkv, ln2 -> fc1 */
+    ln_case(FP8T_PREC_BF16, NULL, 0, 2 * L);
+    ln_case(FP8T_PREC_DELAYED, "layers=1-2,precision=bf16", 0, 2 * 2);
+    ln_case(FP8T_PREC_BF16, "module=qkv,gemm=wgrad,precision=fp32", 0, L); /* ln1 kept in FP32 */
+    ln_case(FP8T_PREC_DELAYED, NULL, 0, 0); /* FP8: the plain norm */
+    ln_case(FP8T_PREC_BF16, NULL, 1, 0);    /* hooked */
+}
+
 int main(void) {
     t_suite = "model_fused";
     char err[256];
@@ -836,6 +878,7 @@ int main(void) {
     counted_ops.quantize_colsum = count_qcs;
     counted_ops.bias_backward = count_bias_bwd;
     counted_ops.add_bias = count_add_bias;
+    counted_ops.layernorm_forward_bf16 = count_ln16;
     counted_ops.gelu_backward_bf16_colsum = count_gbwd16;
     counted_ops.gelu_backward_quantize_colsum = count_gbwdq;
     counted = *cpu;
@@ -856,6 +899,7 @@ int main(void) {
     T_RUN(bf16_xent_dloss_changes);
     T_RUN(gelu_bwd_fusion);
     T_RUN(residual_bias);
+    T_RUN(ln_fusion);
     fp8t_backend_destroy(cpu);
     T_MAIN_END();
 }

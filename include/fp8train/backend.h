@@ -165,6 +165,12 @@ typedef struct fp8t_backend_ops {
     void (*layernorm_forward)(fp8t_backend *b, float *out, float *mean, float *rstd,
                               const float *x, const float *w, const float *bias, int N, int C,
                               float eps);
+    /* layernorm_forward with the output written as a BF16 operand (to_bf16's layout, rounding
+     * and amax into *amax_out, which may be NULL) instead of FP32: the Fprop's input rounded
+     * by the norm itself; mean and rstd as layernorm_forward's */
+    void (*layernorm_forward_bf16)(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
+                                   float *rstd, const float *x, const float *w,
+                                   const float *bias, int N, int C, float eps);
     /* dx += ..., dw += ..., dbias += ... */
     void (*layernorm_backward)(fp8t_backend *b, float *dx, float *dw, float *dbias,
                                const float *dout, const float *x, const float *w,

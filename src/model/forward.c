@@ -24,22 +24,23 @@ static void gpt2_block_forward(fp8t_model *m, int l, const float *res_in) {
     model_layer_view(&v, m, l);
     const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
 
-    ops->layernorm_forward(be, v.ln1, v.ln1_mean, v.ln1_rstd, res_in, p->ln1_w, p->ln1_b, N, C,
-                           c->norm_eps);
-    linear_forward(m, lin0 + 0, v.qkv, v.ln1, p->qkv_w, p->qkv_b, N, C, 3 * C);
+    /* the norms write their output straight as qkv's / fc1's operand where they can */
+    const ln_input ln1 = {v.ln1_mean, v.ln1_rstd, p->ln1_w, p->ln1_b, c->norm_eps};
+    linear_forward_ln(m, lin0 + 0, v.qkv, v.ln1, &ln1, (float *)res_in, p->qkv_w, p->qkv_b, N, C,
+                      3 * C);
     ops->attention_forward(be, v.atty, v.lse, v.qkv, v.B, v.T, v.NH, v.HS, 0.0f);
     /* proj and fc2 may leave their bias to the residual add (add_bias) */
     const int proj_defer = linear_residual_takes_bias(m, lin0 + 1);
     linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, proj_defer ? NULL : p->proj_b, N, C, C);
     if (proj_defer) ops->add_bias(be, v.res2, res_in, out_c, p->proj_b, N, C);
     else ops->add(be, v.res2, res_in, out_c, v.NC);
-    ops->layernorm_forward(be, v.ln2, v.ln2_mean, v.ln2_rstd, v.res2, p->ln2_w, p->ln2_b, N, C,
-                           c->norm_eps);
+    const ln_input ln2 = {v.ln2_mean, v.ln2_rstd, p->ln2_w, p->ln2_b, c->norm_eps};
     /* fc2 of gelu(fch): its rounding pass applies GELU where it can (no FP32 fch_act), and
      * with FP8 fc1 and fc2 fc1's bias too (fch then stays without it; the backward adds it) */
     const int defer = linear_gelu_takes_bias(m, lin0 + 2, lin0 + 3);
     m->gelu_bias_deferred[l] = defer;
-    linear_forward(m, lin0 + 2, v.fch, v.ln2, p->fc1_w, defer ? NULL : p->fc1_b, N, C, H);
+    linear_forward_ln(m, lin0 + 2, v.fch, v.ln2, &ln2, v.res2, p->fc1_w, defer ? NULL : p->fc1_b,
+                      N, C, H);
     const int fc2_defer = linear_residual_takes_bias(m, lin0 + 3);
     linear_forward_gelu(m, lin0 + 3, out_c, v.fch_act, v.fch, defer ? p->fc1_b : NULL, p->fc2_w,
                         fc2_defer ? NULL : p->fc2_b, N, H, C);

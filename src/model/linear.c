@@ -66,6 +66,10 @@ typedef struct {
                           (gelu_backward_bf16_colsum, gelu_backward_quantize_colsum), so dY is
                           never written in FP32 (linear_backward_gelu); NULL otherwise */
     const float *dgelu_bias;
+    const ln_input *ln; /* the operand is layernorm(x), x being the norm's input: the rounding
+                          pass is the norm itself (layernorm_forward_bf16), which also writes
+                          the mean and rstd, so the norm's FP32 output is never written
+                          (linear_forward_ln); NULL otherwise */
 } operand;
 
 /* What a GEMM consumes after preparation: FP32 values, FP8 codes or a BF16 operand. */
@@ -185,6 +189,8 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     MODEL_CHECK(!op->dgelu_x || prec == FP8T_PREC_DELAYED ||
                     (prec == FP8T_PREC_BF16 && !m->no_bf16_operands),
                 "the fused GELU backward needs a delayed-scaled or BF16-operand Dgrad");
+    MODEL_CHECK(!op->ln || (prec == FP8T_PREC_BF16 && !m->no_bf16_operands),
+                "the fused LayerNorm needs a BF16-operand Fprop");
 
     /* the weight's amax is recorded once per step, whatever the precision; BF16 and FP8 take
      * it (as the activations' below) in the pass that rounds or quantizes the weight */
@@ -285,6 +291,10 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
             if (op->gelu)
                 ops->gelu_forward_bf16(be, h, record_act ? hist0 : NULL, op->x, op->rows,
                                        op->cols);
+            else if (op->ln)
+                ops->layernorm_forward_bf16(be, h, record_act ? hist0 : NULL, op->ln->mean,
+                                            op->ln->rstd, op->x, op->ln->w, op->ln->b, op->rows,
+                                            op->cols, op->ln->eps);
             else if (op->dgelu_x)
                 ops->gelu_backward_bf16_colsum(be, h, record_act ? hist0 : NULL, op->colsum,
                                                op->x, op->dgelu_x, op->dgelu_bias, op->rows,
@@ -364,8 +374,8 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
 /* replay: linear_forward_replay (no hooks, nothing recorded). gelu: X is GELU's input and the
  * operand is made of gelu(X (+ gelu_bias)) (only where gelu_fusable). */
 static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, int gelu,
-                  const float *gelu_bias, const float *W, const float *bias, int N, int IN,
-                  int OUT, int replay) {
+                  const float *gelu_bias, const ln_input *ln, const float *W, const float *bias,
+                  int N, int IN, int OUT, int replay) {
     float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
     if (!replay) {
         call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN);
@@ -388,7 +398,7 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, int gelu,
     }
     operand a = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .record = record,
                  .tile_r = 1, .tile_c = 128, .pos = 0, .save = save_buf, .gelu = gelu,
-                 .gelu_bias = gelu_bias};
+                 .gelu_bias = gelu_bias, .ln = ln};
     operand b = {.x = Wm, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W,
                  .record = record && !m->w_amax_done[lin], .tile_r = 128, .tile_c = 128,
                  .pos = 1};
@@ -408,12 +418,12 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, int gelu,
 
 void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                     const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, 0, X, 0, NULL, W, bias, N, IN, OUT, 0);
+    fprop(m, lin, Y, 0, X, 0, NULL, NULL, W, bias, N, IN, OUT, 0);
 }
 
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                            const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, 0, X, 0, NULL, W, bias, N, IN, OUT, 1);
+    fprop(m, lin, Y, 0, X, 0, NULL, NULL, W, bias, N, IN, OUT, 1);
 }
 
 /* The Fprop can round gelu(X) itself when its operand is a BF16 one or delayed-scaled FP8
@@ -444,12 +454,31 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
     if (gelu_fusable(m, lin)) {
         MODEL_CHECK(!pre_bias || m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED,
                     "a deferred bias needs a delayed-scaled fc2 (linear_gelu_takes_bias)");
-        fprop(m, lin, Y, 0, pre, 1, pre_bias, W, bias, N, IN, OUT, 0);
+        fprop(m, lin, Y, 0, pre, 1, pre_bias, NULL, W, bias, N, IN, OUT, 0);
         return;
     }
     MODEL_CHECK(!pre_bias, "a deferred bias without the GELU fusion (linear_gelu_takes_bias)");
     m->ops->gelu_forward(m->be, act, pre, (size_t)N * (size_t)IN);
-    fprop(m, lin, Y, 0, act, 0, NULL, W, bias, N, IN, OUT, 0);
+    fprop(m, lin, Y, 0, act, 0, NULL, NULL, W, bias, N, IN, OUT, 0);
+}
+
+/* The Fprop can make its operand from the norm's input itself when it takes BF16 operands, no
+ * hook wants the norm's output in FP32, and no Wgrad reads it in FP32 later (as gelu_fusable). */
+static int ln_fusable(const fp8t_model *m, int lin) {
+    if (m->no_ln_fusion || m->hook || m->prec[lin][FP8T_GEMM_FPROP] != FP8T_PREC_BF16 ||
+        m->no_bf16_operands)
+        return 0;
+    return m->frozen || m->xq[lin].saved;
+}
+
+void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln_input *ln,
+                       float *x, const float *W, const float *bias, int N, int IN, int OUT) {
+    if (ln_fusable(m, lin)) {
+        fprop(m, lin, Y, 0, x, 0, NULL, ln, W, bias, N, IN, OUT, 0);
+        return;
+    }
+    m->ops->layernorm_forward(m->be, ln_out, ln->mean, ln->rstd, x, ln->w, ln->b, N, IN, ln->eps);
+    fprop(m, lin, Y, 0, ln_out, 0, NULL, NULL, W, bias, N, IN, OUT, 0);
 }
 
 /* The Wgrad may take the Dgrad's FP8 codes (or BF16 operand) of dY instead of rounding dY a
@@ -585,7 +614,7 @@ void linear_forward_ld(fp8t_model *m, int lin, float *Y, int ldy, float *X, cons
                        int N, int IN, int OUT) {
     MODEL_CHECK(linear_bf16_dy_fusable(m, lin) && ldy >= fp8t_bf16_pad(OUT),
                 "linear_forward_ld: BF16 operands and ldy >= pad(OUT) only");
-    fprop(m, lin, Y, ldy, X, 0, NULL, W, NULL, N, IN, OUT, 0);
+    fprop(m, lin, Y, ldy, X, 0, NULL, NULL, W, NULL, N, IN, OUT, 0);
 }
 
 void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,

@@ -334,6 +334,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->no_colsum_fusion = model_env_flag("FP8TRAIN_NO_BIAS_GRAD_FUSION");
     m->no_gelu_bwd_fusion = model_env_flag("FP8TRAIN_NO_GELU_BWD_FUSION");
     m->no_residual_bias = model_env_flag("FP8TRAIN_NO_RESIDUAL_BIAS");
+    m->no_ln_fusion = model_env_flag("FP8TRAIN_NO_LN_FUSION");
     m->gelu_bias_deferred = calloc((size_t)(cfg->n_layer > 0 ? cfg->n_layer : 1), sizeof(int));
     MODEL_CHECK(m->gelu_bias_deferred, "out of host memory");
     /* (FP8TRAIN_NO_FP8_SAVE is read above, with the activations it shapes) */

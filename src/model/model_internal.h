@@ -223,6 +223,9 @@ struct fp8t_model {
     /* FP8TRAIN_NO_RESIDUAL_BIAS=1 at create: proj and fc2 add their bias themselves (in the
      * GEMM or a pass of its own) instead of the residual add (forward.c) */
     int no_residual_bias;
+    /* FP8TRAIN_NO_LN_FUSION=1 at create: LayerNorm writes its FP32 output and the next linear
+     * rounds it (linear_forward_ln) */
+    int no_ln_fusion;
     int *gelu_bias_deferred; /* [L] host: the last forward left fc1's bias to fc2's fused GELU
                                 pass, so fch holds fc1's output without it (forward.c) */
 
@@ -293,6 +296,19 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
 void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pre,
                          const float *pre_bias, const float *W, const float *bias, int N, int IN,
                          int OUT);
+/* A LayerNorm whose output is a linear's input: its statistics outputs and parameters */
+typedef struct {
+    float *mean, *rstd;     /* [N] each, written */
+    const float *w, *b;     /* [C] each */
+    float eps;
+} ln_input;
+/* linear_forward of X = layernorm(x) (x [N, IN]): where the Fprop takes BF16 operands and
+ * nothing needs the norm's output in FP32, the norm writes the operand itself
+ * (layernorm_forward_bf16) and ln_out is left alone; otherwise ln_out = layernorm(x) [N, IN]
+ * and linear_forward(ln_out). Either way ln's mean and rstd are written. Off with
+ * FP8TRAIN_NO_LN_FUSION=1. */
+void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln_input *ln,
+                       float *x, const float *W, const float *bias, int N, int IN, int OUT);
 /* linear_backward of the linear whose input is gelu(pre): its dY = gelu'(pre (+ pre_bias)) *
  * dact, dact [N, OUT] being the gradient of GELU's output. Where the Dgrad rounds dY itself in
  * one pass (BF16 operands, delayed FP8) and nothing else reads dY in FP32, that pass computes

@@ -1317,6 +1317,58 @@ static void test_embedding(void) {
         }
 }
 
+/* layernorm_forward_bf16 (the norm writing qkv's / fc1's BF16 operand): on the GPU the same
+ * bytes (operand, amax, mean, rstd) as layernorm_forward then to_bf16; against the CPU the
+ * operand within 2^-8 relative L2 and mean / rstd within 1e-5. Rows not a multiple of 8
+ * (padding rows), and a width the fast kernel leaves to the two-op path (C % 8 != 0). */
+static void test_layernorm_bf16(void) {
+    static const int sizes[][2] = {{256, 768}, {37, 1600}, {5, 12}};
+    for (size_t si = 0; si < 3; si++) {
+        int N = sizes[si][0], C = sizes[si][1];
+        size_t n = (size_t)N * C, hb = fp8t_bf16_bytes(N, C);
+        char shape[32];
+        snprintf(shape, sizeof(shape), "%dx%d", N, C);
+        float *x = host_normal(n, 2.0f), *w = host_normal((size_t)C, 1.0f);
+        float *bb = host_normal((size_t)C, 0.5f), amax0 = 0.25f;
+        dpair dx = dp_floats(x, n), dw = dp_floats(w, (size_t)C), db = dp_floats(bb, (size_t)C);
+        dpair dh = dp_alloc(hb), dm = dp_alloc((size_t)N * 4), dr = dp_alloc((size_t)N * 4);
+        dpair da = dp_floats(&amax0, 1);
+        dp_poison(dh, 1);
+        FOR_BOTH be_->ops->layernorm_forward_bf16(be_, U16(dh), F(da), F(dm), F(dr), F(dx), F(dw),
+                                                  F(db), N, C, 1e-5f);
+        check_f("layernorm_forward_bf16 mean", shape, dm, (size_t)N, 1e-5);
+        check_f("layernorm_forward_bf16 rstd", shape, dr, (size_t)N, 1e-5);
+        check_f("layernorm_forward_bf16 amax", shape, da, 1, 1e-5);
+        /* the GPU's two-op path */
+        float *y = GPU->ops->malloc(GPU, n * 4), *m2 = GPU->ops->malloc(GPU, (size_t)N * 4);
+        float *r2 = GPU->ops->malloc(GPU, (size_t)N * 4), *a2 = GPU->ops->malloc(GPU, 4);
+        uint16_t *h2 = GPU->ops->malloc(GPU, hb);
+        GPU->ops->to_device(GPU, a2, &amax0, 4);
+        GPU->ops->layernorm_forward(GPU, y, m2, r2, dx.p[1], dw.p[1], db.p[1], N, C, 1e-5f);
+        GPU->ops->to_bf16(GPU, h2, a2, y, N, C);
+        check_gpu_identical("layernorm_forward_bf16 == layernorm + to_bf16", shape, dh.p[1], h2, hb,
+                            "from the two-op path");
+        check_gpu_identical("layernorm_forward_bf16 amax == two-op", shape, da.p[1], a2, 4,
+                            "from the two-op path");
+        check_gpu_identical("layernorm_forward_bf16 mean == two-op", shape, dm.p[1], m2,
+                            (size_t)N * 4, "from the two-op path");
+        check_gpu_identical("layernorm_forward_bf16 rstd == two-op", shape, dr.p[1], r2,
+                            (size_t)N * 4, "from the two-op path");
+        /* against the CPU, decoded */
+        uint16_t *hc = dl(0, dh.p[0], hb), *hg = dl(1, dh.p[1], hb);
+        size_t m = hb / 2, bad, first;
+        float *fc = malloc(m * 4), *fg = malloc(m * 4);
+        for (size_t i = 0; i < m; i++) fc[i] = bf16_decode(hc[i]), fg[i] = bf16_decode(hg[i]);
+        double err = rel_err(fg, fc, m, &bad, &first);
+        row("layernorm_forward_bf16 operand", shape, err, 1.0 / 256, err <= 1.0 / 256 && !bad, "");
+        free(fc), free(fg), free(hc), free(hg);
+        GPU->ops->free(GPU, y), GPU->ops->free(GPU, m2), GPU->ops->free(GPU, r2);
+        GPU->ops->free(GPU, a2), GPU->ops->free(GPU, h2);
+        dp_free(dx), dp_free(dw), dp_free(db), dp_free(dh), dp_free(dm), dp_free(dr), dp_free(da);
+        free(x), free(w), free(bb);
+    }
+}
+
 static void test_norms(void) {
     static const int cases[][2] = {{1, 1}, {7, 33}, {300, 768}, {64, 1600}, {1000, 64}};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
@@ -1764,6 +1816,7 @@ static void run_op_suite(void) {
     test_delayed_update();
     test_embedding();
     test_norms();
+    test_layernorm_bf16();
     test_bias();
     test_activations();
     test_gelu_bf16();

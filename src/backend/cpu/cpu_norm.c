@@ -35,6 +35,16 @@ void cpu_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd
     }
 }
 
+/* The reference: the FP32 result in scratch, then to_bf16 */
+void cpu_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
+                                float *rstd, const float *x, const float *w, const float *bias,
+                                int N, int C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    float *y = cpu_scratch(b, CPU_SCRATCH_ACT, (size_t)N * C * sizeof(float)); /* [N, C] */
+    cpu_layernorm_forward(b, y, mean, rstd, x, w, bias, N, C, eps);
+    cpu_to_bf16(b, out, amax_out, y, N, C);
+}
+
 void cpu_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
                             const float *dout, const float *x, const float *w,
                             const float *mean, const float *rstd, int N, int C) {

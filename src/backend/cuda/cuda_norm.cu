@@ -99,26 +99,21 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd_out, const float 
     if (lane == 0 && rstd_out) rstd_out[row] = rstd;
 }
 
-/* Fast forward, LayerNorm (MODE NORM_LN) or RMSNorm (NORM_RMS): one warp per row; lane l
- * holds the row's float4 columns l, l + 32, ..., l + 32 (V-1) in registers. The statistics
- * and the output are the original kernels' formulas (two-pass variance, from registers). */
+/* Lane l's part of row `row` of x [N, C]: float4 columns l, l + 32, ..., l + 32 (V-1) (zeros
+ * past C / 4), and the row's statistics from those registers: the original kernels' formulas
+ * (two-pass variance). */
 template <int V, int MODE>
-__global__ void __launch_bounds__(FWD_VEC_THREADS)
-    norm_forward_vec_kernel(float *out, float *mean_out, float *rstd_out,
-                            const float *__restrict__ x, const float *__restrict__ w,
-                            const float *__restrict__ bias, int N, int C, float eps) {
-    int row = blockIdx.x * (FWD_VEC_THREADS / 32) + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= N) return;
+__device__ __forceinline__ void norm_row_load(float (&v)[4 * V], float &mean, float &rstd,
+                                              const float *__restrict__ x, int row, int C,
+                                              float eps, int lane) {
     const int C4 = C >> 2;
     const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)row * C); /* [C4] */
-    float v[4 * V];                                                            /* the row */
 #pragma unroll
     for (int i = 0; i < V; i++) {
         int q = lane + 32 * i;
         f4_unpack(v + 4 * i, q < C4 ? x4[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f));
     }
-    float mean = 0.0f, rstd;
+    mean = 0.0f;
     if (MODE == NORM_LN) {
         float sum = 0.0f;
 #pragma unroll
@@ -147,6 +142,39 @@ __global__ void __launch_bounds__(FWD_VEC_THREADS)
                 for (int k = 0; k < 4; k++) ss += v[4 * i + k] * v[4 * i + k];
         rstd = 1.0f / sqrtf(warp_sum(ss) / (float)C + eps);
     }
+}
+
+/* The normalized values of float4 column q (w, bias [C]; bias NULL for RMSNorm) */
+template <int MODE>
+__device__ __forceinline__ void norm_out4(float (&o)[4], const float *v, float mean, float rstd,
+                                          const float4 *w4, const float4 *b4, int q) {
+    float wk[4], bk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    f4_unpack(wk, w4[q]);
+    if (MODE == NORM_LN && b4) f4_unpack(bk, b4[q]);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if (MODE == NORM_LN) {
+            float n = (v[k] - mean) * rstd;
+            o[k] = n * wk[k] + bk[k];
+        } else {
+            o[k] = v[k] * rstd * wk[k];
+        }
+    }
+}
+
+/* Fast forward, LayerNorm (MODE NORM_LN) or RMSNorm (NORM_RMS): one warp per row; lane l
+ * holds the row's float4 columns l, l + 32, ..., l + 32 (V-1) in registers. */
+template <int V, int MODE>
+__global__ void __launch_bounds__(FWD_VEC_THREADS)
+    norm_forward_vec_kernel(float *out, float *mean_out, float *rstd_out,
+                            const float *__restrict__ x, const float *__restrict__ w,
+                            const float *__restrict__ bias, int N, int C, float eps) {
+    int row = blockIdx.x * (FWD_VEC_THREADS / 32) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const int C4 = C >> 2;
+    float v[4 * V], mean, rstd; /* the row */
+    norm_row_load<V, MODE>(v, mean, rstd, x, row, C, eps, lane);
     const float4 *w4 = reinterpret_cast<const float4 *>(w);    /* [C4] */
     const float4 *b4 = reinterpret_cast<const float4 *>(bias); /* [C4] or NULL */
     float4 *o4 = reinterpret_cast<float4 *>(out + (size_t)row * C);
@@ -154,24 +182,60 @@ __global__ void __launch_bounds__(FWD_VEC_THREADS)
     for (int i = 0; i < V; i++) {
         int q = lane + 32 * i;
         if (q < C4) {
-            float wk[4], bk[4] = {0.0f, 0.0f, 0.0f, 0.0f}, o[4];
-            f4_unpack(wk, w4[q]);
-            if (MODE == NORM_LN && b4) f4_unpack(bk, b4[q]);
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                if (MODE == NORM_LN) {
-                    float n = (v[4 * i + k] - mean) * rstd;
-                    o[k] = n * wk[k] + bk[k];
-                } else {
-                    o[k] = v[4 * i + k] * rstd * wk[k];
-                }
-            }
+            float o[4];
+            norm_out4<MODE>(o, v + 4 * i, mean, rstd, w4, b4, q);
             o4[q] = f4_pack(o);
         }
     }
     if (lane == 0) {
         if (MODE == NORM_LN && mean_out) mean_out[row] = mean;
         if (rstd_out) rstd_out[row] = rstd;
+    }
+}
+
+/* The same values rounded to BF16 into a BF16 operand out [pad8(N), C] (C % 8 == 0: no padding
+ * columns; rows >= N zero), their amax max-accumulated into *amax_out (may be NULL): the bits
+ * of the FP32 kernel followed by to_bf16. Warps walk rows with a grid stride (a capped grid:
+ * one amax atomic per block). */
+template <int V, int MODE>
+__global__ void __launch_bounds__(FWD_VEC_THREADS)
+    norm_forward_bf16_vec_kernel(uint2 *out, float *amax_out, float *mean_out, float *rstd_out,
+                                 const float *__restrict__ x, const float *__restrict__ w,
+                                 const float *__restrict__ bias, int N, int rows_out, int C,
+                                 float eps) {
+    const int lane = threadIdx.x & 31, C4 = C >> 2;
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);    /* [C4] */
+    const float4 *b4 = reinterpret_cast<const float4 *>(bias); /* [C4] or NULL */
+    float am = 0.0f;
+    for (int row = blockIdx.x * (FWD_VEC_THREADS / 32) + (threadIdx.x >> 5); row < rows_out;
+         row += gridDim.x * (FWD_VEC_THREADS / 32)) {
+        uint2 *o2 = out + (size_t)row * C4; /* 4 BF16 per float4 column */
+        if (row >= N) { /* a padding row */
+            for (int q = lane; q < C4; q += 32) o2[q] = make_uint2(0u, 0u);
+            continue;
+        }
+        float v[4 * V], mean, rstd;
+        norm_row_load<V, MODE>(v, mean, rstd, x, row, C, eps, lane);
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            int q = lane + 32 * i;
+            if (q < C4) {
+                float o[4];
+                norm_out4<MODE>(o, v + 4 * i, mean, rstd, w4, b4, q);
+                for (int k = 0; k < 4; k++) am = amax_merge_dev(am, o[k]);
+                __nv_bfloat162 p0 = __floats2bfloat162_rn(o[0], o[1]);
+                __nv_bfloat162 p1 = __floats2bfloat162_rn(o[2], o[3]);
+                o2[q] = make_uint2(*(unsigned *)&p0, *(unsigned *)&p1);
+            }
+        }
+        if (lane == 0) {
+            if (MODE == NORM_LN && mean_out) mean_out[row] = mean;
+            if (rstd_out) rstd_out[row] = rstd;
+        }
+    }
+    if (amax_out) {
+        am = block_amax(am);
+        if (threadIdx.x == 0) atomic_amax_merge(amax_out, am);
     }
 }
 
@@ -215,6 +279,43 @@ void cuda_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rst
             out, mean, rstd, x, w, bias, N, C, eps);
     }
     CUDA_LAUNCH_CHECK(s);
+}
+
+/* LayerNorm straight into a BF16 operand where the fast kernel takes the shape (C % 8 == 0,
+ * aligned pointers, C <= 4096); otherwise the FP32 result through scratch and to_bf16. */
+void cuda_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
+                                 float *rstd, const float *x, const float *w, const float *bias,
+                                 int N, int C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    cuda_state *s = cuda_of(b);
+    const int per_lane = (int)cdiv_u((size_t)(C / 4), 32); /* float4 per lane */
+    if (s->plain || C % 8 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(w) ||
+        (bias && !aligned16(bias)) || per_lane > FWD_VEC_MAX_V) {
+        float *y = (float *)cuda_scratch(b, SCR_ACT, (size_t)N * C * sizeof(float));
+        cuda_layernorm_forward(b, y, mean, rstd, x, w, bias, N, C, eps);
+        cuda_to_bf16_operand(b, out, amax_out, y, N, C);
+        return;
+    }
+    const int rows_out = fp8t_bf16_pad(N);
+    size_t want = cdiv_u((size_t)rows_out, FWD_VEC_THREADS / 32), cap = (size_t)s->num_sms * 16;
+    unsigned grid = (unsigned)(want < cap ? want : cap);
+#define FWD16_CASE(V)                                                                         \
+    if (per_lane <= (V)) {                                                                    \
+        norm_forward_bf16_vec_kernel<V, NORM_LN><<<grid, FWD_VEC_THREADS, 0, s->stream>>>(     \
+            (uint2 *)out, amax_out, mean, rstd, x, w, bias, N, rows_out, C, eps);             \
+        CUDA_LAUNCH_CHECK(s);                                                                 \
+        return;                                                                               \
+    }
+    FWD16_CASE(1)
+    FWD16_CASE(2)
+    FWD16_CASE(4)
+    FWD16_CASE(6)
+    FWD16_CASE(8)
+    FWD16_CASE(12)
+    FWD16_CASE(16)
+    FWD16_CASE(24)
+    FWD16_CASE(FWD_VEC_MAX_V)
+#undef FWD16_CASE
 }
 
 void cuda_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x,
