@@ -8,8 +8,9 @@
  *   mkdir -p build-flash/dev && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Xcompiler -Wall,-Wextra -o build-flash/dev/flash_ladder dev/cuda/flash_ladder.cu && build-flash/dev/flash_ladder
  *
  * (`make BUILD=build-flash all` builds it as build-flash/dev/cuda/flash_ladder.) Optional
- * arguments: `flash_ladder [iters] [check]` — timed launches per kernel (default 10); `check`
- * runs the checks only.
+ * arguments: `flash_ladder [iters] [check] [-v]` — timed launches per kernel (default 10);
+ * `check` runs the checks only; `-v` prints every passing check too (by default a failing check
+ * prints its own line and each version and shape gets one summary line with its errors).
  *
  * Every version has the shipped interface, so the lead can port one by a copy: inputs q, k, v,
  * dout BF16 padded [BH, Tp, HS] (Tp = T rounded up to 64, rows >= T zero), out FP32 [B, T, C],
@@ -59,6 +60,15 @@
  *      different heads (T = 1024, HS = 64: 256 KB of K, V per head, 67 MB > L2), and each
  *      head's K, V come from DRAM once per query tile. Numerics as version 3. Needs BH <= 65535
  *      (grid.y).
+ *   6  version 4 with version 5's head-major grid (the two changes together, in case both win).
+ *
+ * ptxas (CUDA 13.0, sm_90a): registers, dynamic shared KB, blocks per SM (65536 registers,
+ * 228 KB per SM); no spills in any timed kernel.
+ *            HS 64: fwd     dk/dv        dq           HS 128: fwd   dk/dv        dq
+ *   v1      126 37 4     168 56 3     166 55 3        170 70 2      254 105 2    166 104 2
+ *   v2      254 55 2     251 75 2     254 74 2        145 87 2      242 105 2    166 104 2
+ *   v3, v5  253 55 2     255 75 2     243 74 2        137 87 2      237 105 2    166 104 2
+ *   v4, v6  135 46 3     161 56 3     136 55 3        (v3's kernels)
  *
  * Checks (all of a version's must pass before it is timed; the exit status is non-zero if any
  * fails): on B=2, NH=3 and T = 1, 63, 64, 65, 150, 200, 257 for each head size 32, 64, 128
@@ -68,7 +78,7 @@
  *     to BF16 for the products, 2^-9 relative each), |lse - ref| <= 1e-4; NaN never passes;
  *   - against version 1: bit for bit for version 2 (every output byte, the guard floats after
  *     out, lse and dq|dk|dv included); within 2e-3 (out), 5e-3 (dq|dk|dv, of the max) and 1e-4
- *     absolute (lse) for versions 3 and 4, whose exponentials differ in the last bits;
+ *     absolute (lse) for versions 3 to 6, whose exponentials differ in the last bits;
  *   - guard floats after out, lse and dq|dk|dv never written (all buffers start as NaN, so a
  *     value left unwritten fails the CPU comparison);
  * and on the three timing shapes the same against version 1 plus the CPU reference on the last
@@ -808,8 +818,10 @@ constexpr float LN2 = 0.6931471805599453f;
  *       (forward, dq) or keys (dk/dv). */
 template <bool FAST>
 __device__ __forceinline__ float exp2_v(float x) {
-    if constexpr (FAST) return ex2_ftz(x);
-    else return exp2f(x);
+    if constexpr (FAST)
+        return ex2_ftz(x);
+    else
+        return exp2f(x);
 }
 
 /* the default m16 tiles per warp: two where the accumulators fit in registers */
@@ -848,8 +860,10 @@ __device__ __forceinline__ void cp_rows(uint16_t *s, const uint16_t *g, int tid)
 /* n rows, n = R or 64 (a block's last tile when Tp / 64 is odd) */
 template <int D, int R>
 __device__ __forceinline__ void cp_block_rows(uint16_t *s, const uint16_t *g, int n, int tid) {
-    if (R == KT || n == R) cp_rows<D, R>(s, g, tid);
-    else cp_rows<D, KT>(s, g, tid);
+    if (R == KT || n == R)
+        cp_rows<D, R>(s, g, tid);
+    else
+        cp_rows<D, KT>(s, g, tid);
 }
 
 /* A fragment (16 x 16) of a row-major shared tile at s (its row 0, col 0), row pitch ld */
@@ -936,9 +950,8 @@ __device__ __forceinline__ void pv_acc(float (&acc)[MT][D / 8][4], const float (
 template <int D, int MT, bool DIAG, bool FAST>
 __device__ __forceinline__ void fwd_tile(float (&o)[MT][D / 8][4], float (&mrow)[MT][2],
                                          float (&lsum)[MT][2], const uint32_t (&qf)[MT][D / 16][4],
-                                         const uint16_t *Qw, const uint16_t *Kc,
-                                         const uint16_t *Vc, int lane, int lrow, int kbase, int T,
-                                         float scale_log2) {
+                                         const uint16_t *Qw, const uint16_t *Kc, const uint16_t *Vc,
+                                         int lane, int lrow, int kbase, int T, float scale_log2) {
     const int g = lane >> 2, t = lane & 3;
     float s[MT][8][4];
 #pragma unroll
@@ -1022,28 +1035,28 @@ __device__ __forceinline__ void fwd_tile(float (&o)[MT][D / 8][4], float (&mrow)
     pv_acc<D, MT, 4>(o, s, Vc, lane);
 }
 
-/* Forward. Grid (BH, ceil(Tp / ROWS)) (HM: transposed), block 128; query block qb = last - blockIdx.y (the
- * longest rows first). Warp w owns query rows qb * ROWS + 16 MT w + [0, 16 MT) (none if that
- * is >= Tp: the block's last 64 rows when Tp / 64 is odd). Shared: Q [ROWS][LDT] (for head
- * sizes <= 64 only read once into registers), K, V [2][64][LDT]. */
+/* Forward. Grid (BH, ceil(Tp / ROWS)) (HM: transposed), block 128; query block qb = last -
+ * blockIdx.y (the longest rows first). Warp w owns query rows qb * ROWS + 16 MT w + [0, 16 MT)
+ * (none if that is >= Tp: the block's last 64 rows when Tp / 64 is odd). Shared: Q [ROWS][LDT] (for
+ * head sizes <= 64 only read once into registers), K, V [2][64][LDT]. */
 template <int D, bool FAST = false, int MT = default_mt<D>(), bool HM = false>
 __global__ void __launch_bounds__(THREADS)
     flash_fwd_kernel(float *out, float *lse, const uint16_t *__restrict__ q,
-                     const uint16_t *__restrict__ k, const uint16_t *__restrict__ v, int T,
-                     int Tp, int NH, float scale_log2) {
+                     const uint16_t *__restrict__ k, const uint16_t *__restrict__ v, int T, int Tp,
+                     int NH, float scale_log2) {
     constexpr int BM = 4 * 16 * MT, LDT = D + 8, TILE = KT * LDT;
     extern __shared__ uint4 flash2_smem[];
     uint16_t *Qs = reinterpret_cast<uint16_t *>(flash2_smem); /* [BM][LDT] */
-    uint16_t *Ks = Qs + BM * LDT;                              /* [2][64][LDT] */
-    uint16_t *Vs = Ks + 2 * TILE;                              /* [2][64][LDT] */
+    uint16_t *Ks = Qs + BM * LDT;                             /* [2][64][LDT] */
+    uint16_t *Vs = Ks + 2 * TILE;                             /* [2][64][LDT] */
     const int nQ = (Tp + BM - 1) / BM;
     const int bh = HM ? blockIdx.y : blockIdx.x, qb = nQ - 1 - (int)(HM ? blockIdx.x : blockIdx.y);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const size_t base = (size_t)bh * Tp * D;
     const uint16_t *kb = k + base, *vb = v + base;
     const int q0 = qb * BM, nrows = min(BM, Tp - q0);
-    const int ntiles = (q0 + nrows) / KT;  /* key tiles 0 .. ntiles - 1 */
-    const int wrow = q0 + 16 * MT * warp;  /* the warp's first query row */
+    const int ntiles = (q0 + nrows) / KT; /* key tiles 0 .. ntiles - 1 */
+    const int wrow = q0 + 16 * MT * warp; /* the warp's first query row */
     const bool active = wrow < Tp;
     const int wtile = wrow / KT, lrow = wrow % KT; /* its diagonal key tile, row in that tile */
     const uint16_t *Qw = Qs + 16 * MT * warp * LDT;
@@ -1063,7 +1076,8 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int m = 0; m < MT; m++)
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) lds_a(qf[m][kk], Qw + 16 * m * LDT + 16 * kk, LDT, lane);
+            for (int kk = 0; kk < D / 16; kk++)
+                lds_a(qf[m][kk], Qw + 16 * m * LDT + 16 * kk, LDT, lane);
     }
     float o[MT][D / 8][4], mrow[MT][2], lsum[MT][2];
 #pragma unroll
@@ -1088,10 +1102,10 @@ __global__ void __launch_bounds__(THREADS)
         const uint16_t *Kc = Ks + st * TILE, *Vc = Vs + st * TILE;
         if (active && kt < wtile)
             fwd_tile<D, MT, false, FAST>(o, mrow, lsum, qf, Qw, Kc, Vc, lane, lrow, kt * KT, T,
-                                   scale_log2);
+                                         scale_log2);
         else if (active && kt == wtile)
             fwd_tile<D, MT, true, FAST>(o, mrow, lsum, qf, Qw, Kc, Vc, lane, lrow, kt * KT, T,
-                                  scale_log2);
+                                        scale_log2);
         __syncthreads(); /* the stage is overwritten by the prefetch of iteration kt + 1 */
     }
 
@@ -1127,13 +1141,11 @@ __global__ void __launch_bounds__(THREADS)
  * per-element expressions. DIAG: the warp's diagonal tile (mask keys after the row and keys
  * >= T; a step all of whose keys are masked is skipped: it would add exact zeros). */
 template <int D, int MT, int SW, bool DIAG, bool FAST>
-__device__ __forceinline__ void dq_tile(float (&acc)[MT][D / 8][4],
-                                        const uint32_t (&qf)[MT][D / 16][4],
-                                        const uint32_t (&df)[MT][D / 16][4], const uint16_t *Qw,
-                                        const uint16_t *dOw, const uint16_t *Kc,
-                                        const uint16_t *Vc, const float (&L)[MT][2],
-                                        const float (&Dr)[MT][2], int lane, int lrow, int kbase,
-                                        int T, float scale_log2) {
+__device__ __forceinline__ void
+dq_tile(float (&acc)[MT][D / 8][4], const uint32_t (&qf)[MT][D / 16][4],
+        const uint32_t (&df)[MT][D / 16][4], const uint16_t *Qw, const uint16_t *dOw,
+        const uint16_t *Kc, const uint16_t *Vc, const float (&L)[MT][2], const float (&Dr)[MT][2],
+        int lane, int lrow, int kbase, int T, float scale_log2) {
     constexpr int LDT = D + 8, NJ = SW / 8;
     constexpr bool A_REGS = D <= 64;
     const int g = lane >> 2, t = lane & 3;
@@ -1166,24 +1178,23 @@ __device__ __forceinline__ void dq_tile(float (&acc)[MT][D / 8][4],
     }
 }
 
-/* dq per query block. Grid (BH, ceil(Tp / ROWS)) (HM: transposed), qb = last - blockIdx.y; loops over key tiles
- * up to the block's last diagonal. Shared: Q, dO [ROWS][LDT] (for head sizes <= 64 read once
- * into registers), K, V [2][64][LDT]. Keys in steps of 32 when a warp holds two m16 tiles
+/* dq per query block. Grid (BH, ceil(Tp / ROWS)) (HM: transposed), qb = last - blockIdx.y; loops
+ * over key tiles up to the block's last diagonal. Shared: Q, dO [ROWS][LDT] (for head sizes <= 64
+ * read once into registers), K, V [2][64][LDT]. Keys in steps of 32 when a warp holds two m16 tiles
  * (registers), else 64. */
 template <int D, bool FAST = false, int MT = default_mt<D>(), bool HM = false>
 __global__ void __launch_bounds__(THREADS)
-    flash_bwd_dq_kernel(fl_out dq, const uint16_t *__restrict__ q,
-                        const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
-                        const uint16_t *__restrict__ dout, const float *__restrict__ lse,
-                        const float *__restrict__ Dv, int T, int Tp, float scale,
-                        float scale_log2) {
+    flash_bwd_dq_kernel(fl_out dq, const uint16_t *__restrict__ q, const uint16_t *__restrict__ k,
+                        const uint16_t *__restrict__ v, const uint16_t *__restrict__ dout,
+                        const float *__restrict__ lse, const float *__restrict__ Dv, int T, int Tp,
+                        float scale, float scale_log2) {
     constexpr int BM = 4 * 16 * MT, LDT = D + 8, TILE = KT * LDT;
     constexpr int SW = MT == 2 ? 32 : 64;
     extern __shared__ uint4 flash2_smem[];
     uint16_t *Qs = reinterpret_cast<uint16_t *>(flash2_smem); /* [BM][LDT] */
-    uint16_t *dOs = Qs + BM * LDT;                             /* [BM][LDT] */
-    uint16_t *Ks = dOs + BM * LDT;                             /* [2][64][LDT] */
-    uint16_t *Vs = Ks + 2 * TILE;                              /* [2][64][LDT] */
+    uint16_t *dOs = Qs + BM * LDT;                            /* [BM][LDT] */
+    uint16_t *Ks = dOs + BM * LDT;                            /* [2][64][LDT] */
+    uint16_t *Vs = Ks + 2 * TILE;                             /* [2][64][LDT] */
     const int nQ = (Tp + BM - 1) / BM;
     const int bh = HM ? blockIdx.y : blockIdx.x, qb = nQ - 1 - (int)(HM ? blockIdx.x : blockIdx.y);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -1228,7 +1239,8 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.f;
+        for (int n = 0; n < D / 8; n++)
+            acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.f;
 
     for (int kt = 0; kt < ntiles; kt++) {
         int st = kt & 1;
@@ -1243,11 +1255,11 @@ __global__ void __launch_bounds__(THREADS)
         __syncthreads();
         const uint16_t *Kc = Ks + st * TILE, *Vc = Vs + st * TILE;
         if (active && kt < wtile)
-            dq_tile<D, MT, SW, false, FAST>(acc, qf, df, Qw, dOw, Kc, Vc, L, Dr, lane, lrow, kt * KT, T,
-                                      scale_log2);
+            dq_tile<D, MT, SW, false, FAST>(acc, qf, df, Qw, dOw, Kc, Vc, L, Dr, lane, lrow,
+                                            kt * KT, T, scale_log2);
         else if (active && kt == wtile)
-            dq_tile<D, MT, SW, true, FAST>(acc, qf, df, Qw, dOw, Kc, Vc, L, Dr, lane, lrow, kt * KT, T,
-                                     scale_log2);
+            dq_tile<D, MT, SW, true, FAST>(acc, qf, df, Qw, dOw, Kc, Vc, L, Dr, lane, lrow, kt * KT,
+                                           T, scale_log2);
         __syncthreads();
     }
 
@@ -1278,11 +1290,10 @@ __global__ void __launch_bounds__(THREADS)
  * tile or the last tile (queries before the key or >= T get P = 0; a step all of whose queries
  * are masked is skipped). Lc: lse * log2e, Dc: Dv of the tile's 64 queries. */
 template <int D, int MT, bool MASK, bool FAST>
-__device__ __forceinline__ void dkdv_tile(float (&adk)[MT][D / 8][4], float (&adv)[MT][D / 8][4],
-                                          const uint16_t *Kw, const uint16_t *Vw,
-                                          const uint16_t *Qc, const uint16_t *dOc,
-                                          const float *Lc, const float *Dc, int lane, int wkey,
-                                          int qbase, int T, float scale_log2) {
+__device__ __forceinline__ void
+dkdv_tile(float (&adk)[MT][D / 8][4], float (&adv)[MT][D / 8][4], const uint16_t *Kw,
+          const uint16_t *Vw, const uint16_t *Qc, const uint16_t *dOc, const float *Lc,
+          const float *Dc, int lane, int wkey, int qbase, int T, float scale_log2) {
     constexpr int LDT = D + 8, SW = 32, NJ = SW / 8;
     const int g = lane >> 2, t = lane & 3;
     uint32_t none[MT][D / 16][4]; /* K, V fragments come from shared memory */
@@ -1313,7 +1324,7 @@ __device__ __forceinline__ void dkdv_tile(float (&adk)[MT][D / 8][4], float (&ad
                     float Lv = (e & 1) ? Lq.y : Lq.x, Dvv = (e & 1) ? Dq.y : Dq.x;
                     float p = exp2_v<FAST>(s[m][j][e] * scale_log2 - Lv);
                     if (MASK && (query < key || query >= T)) p = 0.f;
-                    s[m][j][e] = p;                       /* P^T */
+                    s[m][j][e] = p;                        /* P^T */
                     dp[m][j][e] = p * (dp[m][j][e] - Dvv); /* dS^T */
                 }
         }
@@ -1322,11 +1333,11 @@ __device__ __forceinline__ void dkdv_tile(float (&adk)[MT][D / 8][4], float (&ad
     }
 }
 
-/* dk, dv per key block. Grid (BH, ceil(Tp / ROWS)) (HM: transposed), kb = blockIdx.y (the most query tiles
- * first); loops over the query tiles from the block's first diagonal on. Warp w owns keys
- * kb * ROWS + 16 MT w + [0, 16 MT) (none if >= Tp). Shared: K, V [ROWS][LDT] (loaded once),
- * Q, dO [2][64][LDT], lse * log2e and Dv of the query tile [2][64] FP32 (the next tile's loaded
- * into registers while the current one is computed). */
+/* dk, dv per key block. Grid (BH, ceil(Tp / ROWS)) (HM: transposed), kb = blockIdx.y (the most
+ * query tiles first); loops over the query tiles from the block's first diagonal on. Warp w owns
+ * keys kb * ROWS + 16 MT w + [0, 16 MT) (none if >= Tp). Shared: K, V [ROWS][LDT] (loaded once), Q,
+ * dO [2][64][LDT], lse * log2e and Dv of the query tile [2][64] FP32 (the next tile's loaded into
+ * registers while the current one is computed). */
 template <int D, bool FAST = false, int MT = default_mt<D>(), bool HM = false>
 __global__ void __launch_bounds__(THREADS)
     flash_bwd_dkdv_kernel(fl_out dk, fl_out dv, const uint16_t *__restrict__ q,
@@ -1337,11 +1348,11 @@ __global__ void __launch_bounds__(THREADS)
     constexpr int BN = 4 * 16 * MT, LDT = D + 8, TILE = KT * LDT;
     extern __shared__ uint4 flash2_smem[];
     uint16_t *Ks = reinterpret_cast<uint16_t *>(flash2_smem); /* [BN][LDT] */
-    uint16_t *Vs = Ks + BN * LDT;                              /* [BN][LDT] */
-    uint16_t *Qs = Vs + BN * LDT;                              /* [2][64][LDT] */
-    uint16_t *dOs = Qs + 2 * TILE;                             /* [2][64][LDT] */
-    float *Ls = reinterpret_cast<float *>(dOs + 2 * TILE);     /* [2][64] lse * log2e */
-    float *Ds = Ls + 2 * KT;                                   /* [2][64] Dv */
+    uint16_t *Vs = Ks + BN * LDT;                             /* [BN][LDT] */
+    uint16_t *Qs = Vs + BN * LDT;                             /* [2][64][LDT] */
+    uint16_t *dOs = Qs + 2 * TILE;                            /* [2][64][LDT] */
+    float *Ls = reinterpret_cast<float *>(dOs + 2 * TILE);    /* [2][64] lse * log2e */
+    float *Ds = Ls + 2 * KT;                                  /* [2][64] Dv */
     const int nT = Tp / KT;
     const int bh = HM ? blockIdx.y : blockIdx.x, kb = (int)(HM ? blockIdx.x : blockIdx.y);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -1352,7 +1363,7 @@ __global__ void __launch_bounds__(THREADS)
     const int qt0 = k0 / KT;              /* the block's first query tile */
     const int wkey = k0 + 16 * MT * warp; /* the warp's first key */
     const bool active = wkey < Tp;
-    const int wtile = wkey / KT;          /* its diagonal query tile */
+    const int wtile = wkey / KT; /* its diagonal query tile */
     const uint16_t *Kw = Ks + 16 * MT * warp * LDT, *Vw = Vs + 16 * MT * warp * LDT;
 
     cp_block_rows<D, BN>(Ks, k + base + (size_t)k0 * D, nrows, tid);
@@ -1396,11 +1407,11 @@ __global__ void __launch_bounds__(THREADS)
         const float *Lc = Ls + st * KT, *Dc = Ds + st * KT;
         if (active && qt >= wtile) {
             if (qt == wtile || qt == nT - 1)
-                dkdv_tile<D, MT, true, FAST>(adk, adv, Kw, Vw, Qc, dOc, Lc, Dc, lane, wkey, qt * KT, T,
-                                       scale_log2);
+                dkdv_tile<D, MT, true, FAST>(adk, adv, Kw, Vw, Qc, dOc, Lc, Dc, lane, wkey, qt * KT,
+                                             T, scale_log2);
             else
-                dkdv_tile<D, MT, false, FAST>(adk, adv, Kw, Vw, Qc, dOc, Lc, Dc, lane, wkey, qt * KT,
-                                        T, scale_log2);
+                dkdv_tile<D, MT, false, FAST>(adk, adv, Kw, Vw, Qc, dOc, Lc, Dc, lane, wkey,
+                                              qt * KT, T, scale_log2);
         }
         if (qt + 1 < nT && tid < KT) { /* stage nx was last read before the previous barrier */
             Ls[nx * KT + tid] = nextL;
@@ -1438,13 +1449,19 @@ __global__ void __launch_bounds__(THREADS)
 /* ---- v2 host side ---- */
 
 /* shared-memory bytes of each kernel (BF16 rows of pitch D + 8; ROWS = 64 MT) */
-static size_t fwd_smem(int D, int MT) { return (size_t)(64 * MT + 4 * KT) * (D + 8) * 2; }
-static size_t dq_smem(int D, int MT) { return (size_t)(2 * 64 * MT + 4 * KT) * (D + 8) * 2; }
+static size_t fwd_smem(int D, int MT) {
+    return (size_t)(64 * MT + 4 * KT) * (D + 8) * 2;
+}
+static size_t dq_smem(int D, int MT) {
+    return (size_t)(2 * 64 * MT + 4 * KT) * (D + 8) * 2;
+}
 static size_t dkdv_smem(int D, int MT) {
     return (size_t)(2 * 64 * MT + 4 * KT) * (D + 8) * 2 + (size_t)4 * KT * sizeof(float);
 }
 /* query blocks (forward, dq) = key blocks (dk/dv) */
-static int row_blocks(int Tp, int MT) { return (Tp + 64 * MT - 1) / (64 * MT); }
+static int row_blocks(int Tp, int MT) {
+    return (Tp + 64 * MT - 1) / (64 * MT);
+}
 /* the grid of every kernel: (BH, row blocks), or (row blocks, BH) head-major */
 static dim3 grid_of(int BH, int Tp, int MT, bool HM) {
     return HM ? dim3(row_blocks(Tp, MT), BH) : dim3(BH, row_blocks(Tp, MT));
@@ -1471,15 +1488,17 @@ static void flash_setup(void) {
 
 /* ==== the ladder: dispatch, data, CPU reference, checks, timing ==== */
 
-#define N_VERSIONS 5
+#define N_VERSIONS 6
 static const char *const VERSION_NOTE[N_VERSIONS + 1] = {
-    "", "shipped (64-row tiles, 16 rows per warp, 32-bit fragment loads)",
+    "",
+    "shipped (64-row tiles, 16 rows per warp, 32-bit fragment loads)",
     "ldmatrix, 2 m16 tiles per warp (HS <= 64), diagonal-only masks, 32-wide backward steps",
     "v2 + ex2.approx.ftz exponentials, forward scale folded into the exponent's FFMA",
     "v3 with one m16 tile per warp for every head size (16 rows per warp, 64-row blocks)",
-    "v3 with a head-major grid (a head's tiles in consecutive blocks: K/V or Q/dO shared in L2)"};
+    "v3 with a head-major grid (a head's tiles in consecutive blocks: K/V or Q/dO shared in L2)",
+    "v4 with the head-major grid of v5 (one m16 tile per warp, head-major)"};
 /* versions whose results must equal version 1's bit for bit (the others: within tolerance) */
-static const int BIT_IDENTICAL[N_VERSIONS + 1] = {1, 1, 1, 0, 0, 0};
+static const int BIT_IDENTICAL[N_VERSIONS + 1] = {1, 1, 1, 0, 0, 0, 0};
 
 /* a dq / dk / dv row layout, converted to each version's fl_out */
 struct layout {
@@ -1516,10 +1535,16 @@ struct variant {
 template <int D, class F>
 static void with_variant(int ver, F f) {
     constexpr int M = v2::default_mt<D>();
-    if (ver == 2) f(variant<false, M, false>{});
-    else if (ver == 3) f(variant<true, M, false>{});
-    else if (ver == 4) f(variant<true, 1, false>{});
-    else f(variant<true, M, true>{});
+    if (ver == 2)
+        f(variant<false, M, false>{});
+    else if (ver == 3)
+        f(variant<true, M, false>{});
+    else if (ver == 4)
+        f(variant<true, 1, false>{});
+    else if (ver == 5)
+        f(variant<true, M, true>{});
+    else
+        f(variant<true, 1, true>{});
 }
 
 template <int D>
@@ -1529,8 +1554,8 @@ static void fwd_d(int ver, const problem &P, float *out, float *lse, const uint1
     if (ver == 1) {
         v1::flash_setup<D>();
         dim3 grid(P.BH, P.Tp / 64);
-        v1::flash_fwd_kernel<D><<<grid, 128, v1::fwd_smem(D)>>>(out, lse, q, k, v, P.T, P.Tp,
-                                                                 P.NH, scale_log2);
+        v1::flash_fwd_kernel<D>
+            <<<grid, 128, v1::fwd_smem(D)>>>(out, lse, q, k, v, P.T, P.Tp, P.NH, scale_log2);
     } else {
         with_variant<D>(ver, [&](auto V) {
             using Var = decltype(V);
@@ -1581,23 +1606,28 @@ static void bwd_d(int ver, int which, const problem &P, const layout &dq, const 
 
 static void run_fwd(int ver, const problem &P, float *out, float *lse, const uint16_t *q,
                     const uint16_t *k, const uint16_t *v) {
-    if (P.D == 32) fwd_d<32>(ver, P, out, lse, q, k, v);
-    else if (P.D == 64) fwd_d<64>(ver, P, out, lse, q, k, v);
-    else fwd_d<128>(ver, P, out, lse, q, k, v);
+    if (P.D == 32)
+        fwd_d<32>(ver, P, out, lse, q, k, v);
+    else if (P.D == 64)
+        fwd_d<64>(ver, P, out, lse, q, k, v);
+    else
+        fwd_d<128>(ver, P, out, lse, q, k, v);
 }
 static void run_bwd(int ver, int which, const problem &P, const layout *g, const uint16_t *q,
                     const uint16_t *k, const uint16_t *v, const uint16_t *dout, const float *lse,
                     const float *Dv) {
-    if (P.D == 32) bwd_d<32>(ver, which, P, g[0], g[1], g[2], q, k, v, dout, lse, Dv);
-    else if (P.D == 64) bwd_d<64>(ver, which, P, g[0], g[1], g[2], q, k, v, dout, lse, Dv);
-    else bwd_d<128>(ver, which, P, g[0], g[1], g[2], q, k, v, dout, lse, Dv);
+    if (P.D == 32)
+        bwd_d<32>(ver, which, P, g[0], g[1], g[2], q, k, v, dout, lse, Dv);
+    else if (P.D == 64)
+        bwd_d<64>(ver, which, P, g[0], g[1], g[2], q, k, v, dout, lse, Dv);
+    else
+        bwd_d<128>(ver, which, P, g[0], g[1], g[2], q, k, v, dout, lse, Dv);
 }
 
 /* Dv[bh, t] = sum_d dout[bh, t, d] * out[b, t, h * D + d] (FP32, fixed order; the backward's
  * input, computed once per problem from version 1's out so every version gets the same) */
 __global__ void rowdot_kernel(float *Dv, const uint16_t *__restrict__ dout,
-                              const float *__restrict__ out, int BH, int T, int Tp, int NH,
-                              int D) {
+                              const float *__restrict__ out, int BH, int T, int Tp, int NH, int D) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)BH * T) return;
     int bh = (int)(i / T), t = (int)(i % T), b = bh / NH, h = bh % NH;
@@ -1636,7 +1666,8 @@ static void fill_bf16(std::vector<uint16_t> &x, const problem &P, bool is_q) {
         for (int t = 0; t < P.T; t++)
             for (int d = 0; d < P.D; d++) {
                 float u = (rng_u32() >> 8) * (1.0f / 16777216.0f); /* [0, 1) */
-                x[((size_t)bh * P.Tp + t) * P.D + d] = bf16_rne(gain * 1.7320508f * (2.f * u - 1.f));
+                x[((size_t)bh * P.Tp + t) * P.D + d] =
+                    bf16_rne(gain * 1.7320508f * (2.f * u - 1.f));
             }
     }
 }
@@ -1654,15 +1685,15 @@ static void ref_attention(ref_head &r, const problem &P, int bh, const std::vect
     auto at = [&](const std::vector<uint16_t> &x, int t, int d) {
         return (double)bf16_to_f(x[((size_t)bh * P.Tp + t) * D + d]);
     };
-    std::vector<double> qd((size_t)T * D), kd((size_t)T * D), vd((size_t)T * D),
-        dod((size_t)T * D);
+    std::vector<double> qd((size_t)T * D), kd((size_t)T * D), vd((size_t)T * D), dod((size_t)T * D);
     for (int t = 0; t < T; t++)
         for (int d = 0; d < D; d++) {
             qd[(size_t)t * D + d] = at(q, t, d), kd[(size_t)t * D + d] = at(k, t, d);
             vd[(size_t)t * D + d] = at(v, t, d), dod[(size_t)t * D + d] = at(dout, t, d);
         }
     r.out.assign((size_t)T * D, 0.0), r.lse.assign(T, 0.0);
-    r.dq.assign((size_t)T * D, 0.0), r.dk.assign((size_t)T * D, 0.0), r.dv.assign((size_t)T * D, 0.0);
+    r.dq.assign((size_t)T * D, 0.0), r.dk.assign((size_t)T * D, 0.0),
+        r.dv.assign((size_t)T * D, 0.0);
     std::vector<double> p(T), dp(T);
     for (int i = 0; i < T; i++) {
         const double *qi = &qd[(size_t)i * D], *doi = &dod[(size_t)i * D];
@@ -1697,19 +1728,38 @@ static void ref_attention(ref_head &r, const problem &P, int bh, const std::vect
 }
 
 /* ---- checks ---- */
-static int n_pass, n_fail;
+static int n_pass, n_fail, verbose;
 static int version_failed[N_VERSIONS + 1];
+/* the checks of one version on one shape: a failure prints its own line at once (so does a
+ * pass with `verbose`); the passes are summed up in one line by summarize() */
+static int group_pass, group_fail;
+static char group_errs[256];
 
 static void report(int ver, int ok, const char *what, const char *shape, const char *detail) {
-    printf("%s v%d %s [%s]%s%s\n", ok ? "PASS" : "FAIL", ver, what, shape, detail[0] ? ": " : "",
-           detail);
-    if (ok) n_pass++;
-    else n_fail++, version_failed[ver]++;
+    if (!ok || verbose)
+        printf("%s v%d %s [%s]%s%s\n", ok ? "PASS" : "FAIL", ver, what, shape,
+               detail[0] ? ": " : "", detail);
+    if (ok)
+        n_pass++, group_pass++;
+    else
+        n_fail++, group_fail++, version_failed[ver]++;
+}
+static void summarize(int ver, const char *shape) {
+    printf("%s v%d [%s]: %d of %d checks passed;%s\n", group_fail ? "FAIL" : "PASS", ver, shape,
+           group_pass, group_pass + group_fail, group_errs);
+    group_pass = group_fail = 0;
+    group_errs[0] = 0;
+}
+/* a measured error into the summary line */
+static void note_err(const char *label, double err) {
+    size_t n = strlen(group_errs);
+    snprintf(group_errs + n, sizeof(group_errs) - n, " %s %.1e", label, err);
 }
 
-/* max |got - ref| / max |ref| (absolute when abs_tol) over n values; NaN fails */
-static void check_close(int ver, const char *what, const char *shape, const float *got,
-                        const double *ref, size_t n, double tol, int abs_tol) {
+/* max |got - ref| / max |ref| (absolute when abs_tol) over n values; NaN fails. label: the
+ * error's name in the summary line. */
+static void check_close(int ver, const char *what, const char *label, const char *shape,
+                        const float *got, const double *ref, size_t n, double tol, int abs_tol) {
     double maxref = 0, maxerr = 0;
     size_t bad_at = 0, nonfinite = 0;
     for (size_t i = 0; i < n; i++) maxref = fmax(maxref, fabs(ref[i]));
@@ -1726,18 +1776,23 @@ static void check_close(int ver, const char *what, const char *shape, const floa
     snprintf(detail, sizeof(detail), "err %.3g (tol %.3g%s), worst at %zu: %.6g vs %.6g%s", err,
              tol, abs_tol ? " abs" : " of max", bad_at, n ? (double)got[bad_at] : 0.0,
              n ? ref[bad_at] : 0.0, nonfinite ? ", NON-FINITE values" : "");
+    note_err(label, nonfinite ? NAN : err);
     report(ver, !nonfinite && err <= tol, what, shape, detail);
 }
 
-static void check_bits(int ver, const char *what, const char *shape, const void *a,
-                       const void *b, size_t bytes) {
+static void check_bits(int ver, const char *what, const char *label, const char *shape,
+                       const void *a, const void *b, size_t bytes) {
     const unsigned char *x = (const unsigned char *)a, *y = (const unsigned char *)b;
     size_t diff = 0, first = 0;
     for (size_t i = 0; i < bytes; i++)
         if (x[i] != y[i] && !diff++) first = i;
     char detail[96] = "";
-    if (diff) snprintf(detail, sizeof(detail), "%zu bytes differ from v1, first at byte %zu", diff, first);
+    if (diff)
+        snprintf(detail, sizeof(detail), "%zu bytes differ from v1, first at byte %zu", diff,
+                 first);
     report(ver, !diff, what, shape, detail);
+    size_t n = strlen(group_errs);
+    snprintf(group_errs + n, sizeof(group_errs) - n, " %s %s", label, diff ? "DIFFERS" : "same");
 }
 
 #define GUARD_FLOATS 64
@@ -1826,23 +1881,29 @@ static void check_version(int ver, const dev_problem &d, const results &r, const
         int bh = bh0 + i, b = bh / P.NH, h = bh % P.NH;
         for (int t = 0; t < T; t++) {
             for (int e = 0; e < D; e++) {
-                got[i * per + (size_t)t * D + e] = r.out[((size_t)b * T + t) * C + (size_t)h * D + e];
+                got[i * per + (size_t)t * D + e] =
+                    r.out[((size_t)b * T + t) * C + (size_t)h * D + e];
                 ref[i * per + (size_t)t * D + e] = refs[i].out[(size_t)t * D + e];
             }
             gl[(size_t)i * T + t] = r.lse[(size_t)bh * T + t];
             rl[(size_t)i * T + t] = refs[i].lse[t];
         }
     }
-    check_close(ver, "forward out vs CPU", shape, got.data(), ref.data(), got.size(), 1e-2, 0);
-    check_close(ver, "forward lse vs CPU", shape, gl.data(), rl.data(), gl.size(), 1e-4, 1);
+    strcpy(group_errs, " errors vs CPU:");
+    check_close(ver, "forward out vs CPU", "out", shape, got.data(), ref.data(), got.size(), 1e-2,
+                0);
+    check_close(ver, "forward lse vs CPU", "lse", shape, gl.data(), rl.data(), gl.size(), 1e-4, 1);
     static const char *const names[3] = {"backward dq vs CPU", "backward dk vs CPU",
                                          "backward dv vs CPU"};
+    static const char *const labels[3] = {"dq", "dk", "dv"};
     for (int gi = 0; gi < 3; gi++) {
         const layout &L = d.g[gi];
         size_t off0 = (size_t)(L.p - d.grads);
         for (int i = 0; i < nh; i++) {
             int bh = bh0 + i;
-            const std::vector<double> &rg = gi == 0 ? refs[i].dq : gi == 1 ? refs[i].dk : refs[i].dv;
+            const std::vector<double> &rg = gi == 0   ? refs[i].dq
+                                            : gi == 1 ? refs[i].dk
+                                                      : refs[i].dv;
             for (int t = 0; t < T; t++) {
                 size_t at = off0 + (size_t)(bh / L.NH) * L.sB + (size_t)(bh % L.NH) * L.sH +
                             (size_t)t * L.sT;
@@ -1852,7 +1913,7 @@ static void check_version(int ver, const dev_problem &d, const results &r, const
                 }
             }
         }
-        check_close(ver, names[gi], shape, got.data(), ref.data(), got.size(), 2e-2, 0);
+        check_close(ver, names[gi], labels[gi], shape, got.data(), ref.data(), got.size(), 2e-2, 0);
     }
     size_t guard_bad = 0;
     const std::vector<float> *bufs[3] = {&r.out, &r.lse, &r.grads};
@@ -1865,19 +1926,26 @@ static void check_version(int ver, const dev_problem &d, const results &r, const
     report(ver, !guard_bad, "no write past out, lse, dq/dk/dv", shape,
            guard_bad ? "guard floats changed" : "");
     if (ver > 1 && BIT_IDENTICAL[ver]) {
-        check_bits(ver, "forward out == v1", shape, r.out.data(), r1.out.data(), r.out.size() * 4);
-        check_bits(ver, "forward lse == v1", shape, r.lse.data(), r1.lse.data(), r.lse.size() * 4);
-        check_bits(ver, "backward dq|dk|dv|guard == v1", shape, r.grads.data(), r1.grads.data(),
-                   r.grads.size() * 4);
+        strcat(group_errs, "; bits vs v1:");
+        check_bits(ver, "forward out == v1", "out", shape, r.out.data(), r1.out.data(),
+                   r.out.size() * 4);
+        check_bits(ver, "forward lse == v1", "lse", shape, r.lse.data(), r1.lse.data(),
+                   r.lse.size() * 4);
+        check_bits(ver, "backward dq|dk|dv|guard == v1", "grads", shape, r.grads.data(),
+                   r1.grads.data(), r.grads.size() * 4);
     } else if (ver > 1) { /* every value, guards aside (checked above) */
+        strcat(group_errs, "; vs v1:");
         std::vector<double> v1d(r1.out.begin(), r1.out.end() - GUARD_FLOATS);
-        check_close(ver, "forward out vs v1", shape, r.out.data(), v1d.data(), v1d.size(), 2e-3, 0);
+        check_close(ver, "forward out vs v1", "out", shape, r.out.data(), v1d.data(), v1d.size(),
+                    2e-3, 0);
         v1d.assign(r1.lse.begin(), r1.lse.end() - GUARD_FLOATS);
-        check_close(ver, "forward lse vs v1", shape, r.lse.data(), v1d.data(), v1d.size(), 1e-4, 1);
+        check_close(ver, "forward lse vs v1", "lse", shape, r.lse.data(), v1d.data(), v1d.size(),
+                    1e-4, 1);
         v1d.assign(r1.grads.begin(), r1.grads.end() - GUARD_FLOATS);
-        check_close(ver, "backward dq|dk|dv vs v1", shape, r.grads.data(), v1d.data(), v1d.size(),
-                    5e-3, 0);
+        check_close(ver, "backward dq|dk|dv vs v1", "grads", shape, r.grads.data(), v1d.data(),
+                    v1d.size(), 5e-3, 0);
     }
+    summarize(ver, shape);
 }
 
 /* one small problem: every version against the CPU reference on every head, and against v1 */
@@ -1952,12 +2020,10 @@ static void bench_case(const char *name, int B, int NH, int T, int D, int iters,
     for (int ver = 1; ver <= N_VERSIONS; ver++) {
         if (version_failed[ver]) continue;
         ms[ver][0] = time_ms(iters, [&] { run_fwd(ver, P, d.out, d.lse, d.q, d.k, d.v); });
-        ms[ver][1] = time_ms(iters, [&] {
-            run_bwd(ver, 1, P, d.g, d.q, d.k, d.v, d.dout, d.bwd_lse, d.Dv);
-        });
-        ms[ver][2] = time_ms(iters, [&] {
-            run_bwd(ver, 2, P, d.g, d.q, d.k, d.v, d.dout, d.bwd_lse, d.Dv);
-        });
+        ms[ver][1] = time_ms(
+            iters, [&] { run_bwd(ver, 1, P, d.g, d.q, d.k, d.v, d.dout, d.bwd_lse, d.Dv); });
+        ms[ver][2] = time_ms(
+            iters, [&] { run_bwd(ver, 2, P, d.g, d.q, d.k, d.v, d.dout, d.bwd_lse, d.Dv); });
     }
     /* one row per version: ms and TFLOP/s per kernel, then the speedups over version 1 */
     const double flop[4] = {fwd_flop, 4 * product, 3 * product, 5 * product};
@@ -1982,9 +2048,12 @@ static void bench_case(const char *name, int B, int NH, int T, int D, int iters,
 int main(int argc, char **argv) {
     int iters = 10, check_only = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "check")) check_only = 1;
+        if (!strcmp(argv[i], "check"))
+            check_only = 1;
+        else if (!strcmp(argv[i], "-v"))
+            verbose = 1;
         else if ((iters = atoi(argv[i])) < 1) {
-            fprintf(stderr, "usage: %s [iters >= 1] [check]\n", argv[0]);
+            fprintf(stderr, "usage: %s [iters >= 1] [check] [-v]\n", argv[0]);
             return 2;
         }
     }
