@@ -90,7 +90,14 @@
  * products), backward 2.5x that (five products); per backward kernel the products it executes
  * (dk/dv: S, dP, dV, dK = 4; dq: S, dP, dQ = 3), so the two kernels' figures exceed the total.
  * One row per version and shape: ms and TFLOP/s of forward, dk/dv, dq, backward total, and the
- * forward and backward speedups over version 1. */
+ * forward and backward speedups over version 1.
+ *
+ * Status when written: compiled only (no GPU at hand), and every kernel run in a lane-level host
+ * emulation of mma.sync / ldmatrix / cp.async / shuffles driven by this file's own checks (all
+ * pass: version 2 equal to version 1 bit for bit, every version within tolerance of the CPU
+ * reference). The emulation cannot see ptxas's FFMA contraction: if on the GPU only version 2's
+ * "bits vs v1" checks fail while its CPU errors equal version 1's, the compiler fused a
+ * multiply-add differently, not a bug in the arithmetic order. */
 #include "backend/cuda/cuda_common.cuh"
 
 #include <math.h>
