@@ -894,7 +894,7 @@ static void check_attention(int B, int T, int NH, int HS, float theta) {
     int C = NH * HS;
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     float *qkv = dev_rand(nqkv, -1.5f, 1.5f), *out = dev_floats(nout), *lse = dev_floats(nlse);
-    OPS->attention_forward(be, out, lse, qkv, B, T, NH, HS, theta);
+    OPS->attention_forward(be, out, lse, NULL, qkv, B, T, NH, HS, theta);
     att_ctx ctx = {B, T, NH, HS, theta};
     double *in[1] = {to_double(qkv, nqkv)};
     double *ref = calloc(nout, sizeof(double)), *ref_lse = calloc(nlse, sizeof(double));
@@ -908,7 +908,7 @@ static void check_attention(int B, int T, int NH, int HS, float theta) {
     float *dout = dev_floats(nout), *dqkv = dev_floats(nqkv);
     for (size_t i = 0; i < nout; i++) dout[i] = (float)(r[i] = rng_float(-1, 1));
     for (size_t i = 0; i < nqkv; i++) dqkv[i] = NAN; /* overwritten completely */
-    OPS->attention_backward(be, dqkv, dout, qkv, out, lse, B, T, NH, HS, theta);
+    OPS->attention_backward(be, dqkv, dout, qkv, NULL, out, lse, B, T, NH, HS, theta);
     fd_grad(g, att_ref, &ctx, in, 0, nqkv, nout, r);
     snprintf(what, sizeof what, "attention dqkv B%d T%d NH%d HS%d theta %g", B, T, NH, HS, theta);
     check_grad(what, dqkv, NULL, g, nqkv, 1e-4);
@@ -1118,8 +1118,8 @@ static void test_determinism_threads(void) {
         OPS->embedding_backward(be, dwte, dwpe, dout, tok, 8, N / 8, C);
         OPS->sum(be, &sums[0], xb, big);
         OPS->sumsq(be, &sums[1], xb, big);
-        OPS->attention_forward(be, ao, lse, qkv, B, Ta, NH, HS, 10000.0f);
-        OPS->attention_backward(be, dq, adout, qkv, ao, lse, B, Ta, NH, HS, 10000.0f);
+        OPS->attention_forward(be, ao, lse, NULL, qkv, B, Ta, NH, HS, 10000.0f);
+        OPS->attention_backward(be, dq, adout, qkv, NULL, ao, lse, B, Ta, NH, HS, 10000.0f);
     }
     omp_set_num_threads(saved);
     for (int k = 1; k < 4; k++)
@@ -1144,10 +1144,10 @@ static void test_determinism_repeat(void) {
     float *qkv = dev_rand(nq, -1, 1), *o1 = dev_floats(no), *o2 = dev_floats(no);
     float *l1 = dev_floats((size_t)Bt * NH * T), *l2 = dev_floats((size_t)Bt * NH * T);
     float *d = dev_rand(no, -1, 1), *g1 = dev_floats(nq), *g2 = dev_floats(nq);
-    OPS->attention_forward(be, o1, l1, qkv, Bt, T, NH, HS, 0.0f);
-    OPS->attention_forward(be, o2, l2, qkv, Bt, T, NH, HS, 0.0f);
-    OPS->attention_backward(be, g1, d, qkv, o1, l1, Bt, T, NH, HS, 0.0f);
-    OPS->attention_backward(be, g2, d, qkv, o2, l2, Bt, T, NH, HS, 0.0f);
+    OPS->attention_forward(be, o1, l1, NULL, qkv, Bt, T, NH, HS, 0.0f);
+    OPS->attention_forward(be, o2, l2, NULL, qkv, Bt, T, NH, HS, 0.0f);
+    OPS->attention_backward(be, g1, d, qkv, NULL, o1, l1, Bt, T, NH, HS, 0.0f);
+    OPS->attention_backward(be, g2, d, qkv, NULL, o2, l2, Bt, T, NH, HS, 0.0f);
     T_CHECK(bits_equal(o1, o2, no * 4) && bits_equal(l1, l2, (size_t)Bt * NH * T * 4) &&
                 bits_equal(g1, g2, nq * 4),
             "attention not repeatable");

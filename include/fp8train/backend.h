@@ -208,13 +208,21 @@ typedef struct fp8t_backend_ops {
     /* Causal multi-head self-attention. qkv[B,T,3C] holds q|k|v, each [NH, HS] per token.
      * If rope_theta > 0, RoPE (rotate-half pairs (i, i+HS/2), base rope_theta) is applied to q
      * and k inside the op. out[B,T,C]; lse[B,NH,T] saves the softmax log-sum-exp for the
-     * backward (flash-attention style: no [T,T] matrix is kept). Scale 1/sqrt(HS). */
-    void (*attention_forward)(fp8t_backend *b, float *out, float *lse, const float *qkv, int B,
-                              int T, int NH, int HS, float rope_theta);
-    /* dqkv[B,T,3C] overwritten, from dout, the inputs and the saved out/lse */
+     * backward (flash-attention style: no [T,T] matrix is kept). Scale 1/sqrt(HS).
+     * saved (may be NULL): attention_saved_bytes bytes where the forward keeps what its
+     * backward would otherwise rebuild from qkv (the CUDA flash path: the BF16 q, k, v it
+     * rounded, RoPE applied); the backend's own layout. */
+    void (*attention_forward)(fp8t_backend *b, float *out, float *lse, void *saved,
+                              const float *qkv, int B, int T, int NH, int HS, float rope_theta);
+    /* dqkv[B,T,3C] overwritten, from dout, the inputs and the saved out/lse; saved: what the
+     * forward that made out and lse kept there (the same bits as rebuilding it), or NULL */
     void (*attention_backward)(fp8t_backend *b, float *dqkv, const float *dout,
-                               const float *qkv, const float *out, const float *lse, int B,
-                               int T, int NH, int HS, float rope_theta);
+                               const float *qkv, const void *saved, const float *out,
+                               const float *lse, int B, int T, int NH, int HS, float rope_theta);
+    /* bytes attention_forward's saved wants for these sizes; 0 when the backend keeps nothing
+     * (then saved is ignored) */
+    size_t (*attention_saved_bytes)(fp8t_backend *b, int B, int T, int NH, int HS,
+                                    float rope_theta);
     /* Fused softmax + cross-entropy over logits[N,V] with targets[N] (target < 0: ignored,
      * zero loss and zero gradient). losses[N] = -log softmax[target].
      * If dlogits != NULL: dlogits = (softmax - onehot) * dloss (dlogits may alias logits). */

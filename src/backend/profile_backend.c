@@ -263,14 +263,18 @@ static void w_swiglu_backward(fp8t_backend *b, float *dg, float *du, const float
                               const float *g, const float *u, size_t n) {
     TIMED(P_SWIGLU_BWD, ib->ops->swiglu_backward(ib, dg, du, d, g, u, n));
 }
-static void w_attention_forward(fp8t_backend *b, float *o, float *lse, const float *qkv, int B,
-                                int T, int NH, int HS, float rope) {
-    TIMED(P_ATTN_FWD, ib->ops->attention_forward(ib, o, lse, qkv, B, T, NH, HS, rope));
+static void w_attention_forward(fp8t_backend *b, float *o, float *lse, void *sv, const float *qkv,
+                                int B, int T, int NH, int HS, float rope) {
+    TIMED(P_ATTN_FWD, ib->ops->attention_forward(ib, o, lse, sv, qkv, B, T, NH, HS, rope));
 }
 static void w_attention_backward(fp8t_backend *b, float *dqkv, const float *d, const float *qkv,
-                                 const float *o, const float *lse, int B, int T, int NH, int HS,
-                                 float rope) {
-    TIMED(P_ATTN_BWD, ib->ops->attention_backward(ib, dqkv, d, qkv, o, lse, B, T, NH, HS, rope));
+                                 const void *sv, const float *o, const float *lse, int B, int T,
+                                 int NH, int HS, float rope) {
+    TIMED(P_ATTN_BWD,
+          ib->ops->attention_backward(ib, dqkv, d, qkv, sv, o, lse, B, T, NH, HS, rope));
+}
+static size_t w_attention_saved_bytes(fp8t_backend *b, int B, int T, int NH, int HS, float rope) {
+    return in(b)->ops->attention_saved_bytes(in(b), B, T, NH, HS, rope);
 }
 static void w_softmax_xent(fp8t_backend *b, float *l, float *dl, const float *lg, const int *t,
                            int N, int V, float dloss) {
@@ -313,7 +317,7 @@ static const fp8t_backend_ops wrapper_ops = {
     w_embedding_forward, w_embedding_backward, w_layernorm_forward, w_layernorm_forward_bf16, w_layernorm_backward,
     w_rmsnorm_forward, w_rmsnorm_backward, w_bias_add, w_bias_backward,
     w_gelu_forward, w_gelu_forward_bf16, w_gelu_backward, w_gelu_backward_bias, w_swiglu_forward, w_swiglu_backward,
-    w_attention_forward, w_attention_backward, w_softmax_xent, w_softmax_xent_bf16,
+    w_attention_forward, w_attention_backward, w_attention_saved_bytes, w_softmax_xent, w_softmax_xent_bf16,
     w_add, w_add_bias, w_accumulate, w_scale, w_sumsq, w_sum, w_adamw,
 };
 

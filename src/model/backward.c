@@ -7,6 +7,11 @@
 
 #include "model/model_internal.h"
 
+/* What layer l's last training forward kept for this backward (model_attn_saved), or NULL */
+static const void *model_attn_saved_for_backward(const fp8t_model *m, int l) {
+    return m->attn_saved && !m->no_attn_save ? m->attn_saved[l] : NULL;
+}
+
 static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
@@ -29,8 +34,8 @@ static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
     /* attention */
     linear_backward(m, lin0 + 1, a->dc1, g->proj_w, g->proj_b, a->dres, v.atty, p->proj_w, N, C,
                     C);
-    ops->attention_backward(be, a->dqkv, a->dc1, v.qkv, v.atty, v.lse, v.B, v.T, v.NH, v.HS,
-                            0.0f);
+    ops->attention_backward(be, a->dqkv, a->dc1, v.qkv, model_attn_saved_for_backward(m, l),
+                            v.atty, v.lse, v.B, v.T, v.NH, v.HS, 0.0f);
     linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, g->qkv_b, a->dqkv, v.ln1, p->qkv_w, N, C,
                     3 * C);
     ops->layernorm_backward(be, a->dres, g->ln1_w, g->ln1_b, a->dc1, res_in, p->ln1_w,
@@ -59,8 +64,8 @@ static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
     ops->rmsnorm_backward(be, a->dres, g->ln2_w, a->dc1, v.res2, p->ln2_w, v.ln2_rstd, N, C);
     /* attention with RoPE */
     linear_backward(m, lin0 + 1, a->dc1, g->proj_w, NULL, a->dres, v.atty, p->proj_w, N, C, C);
-    ops->attention_backward(be, a->dqkv, a->dc1, v.qkv, v.atty, v.lse, v.B, v.T, v.NH, v.HS,
-                            c->rope_theta);
+    ops->attention_backward(be, a->dqkv, a->dc1, v.qkv, model_attn_saved_for_backward(m, l),
+                            v.atty, v.lse, v.B, v.T, v.NH, v.HS, c->rope_theta);
     linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, NULL, a->dqkv, v.ln1, p->qkv_w, N, C, 3 * C);
     ops->rmsnorm_backward(be, a->dres, g->ln1_w, a->dc1, res_in, p->ln1_w, v.ln1_rstd, N, C);
 }

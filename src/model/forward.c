@@ -14,6 +14,24 @@
 
 #include "model/model_internal.h"
 
+/* Layer l's attention state for its backward, in a training forward (a frozen one keeps
+ * nothing: no backward follows it); allocated on first use. NULL when the backend keeps
+ * nothing. */
+static void *model_attn_saved(fp8t_model *m, int l) {
+    if (m->frozen || m->no_attn_save) return NULL;
+    const fp8t_model_config *c = &m->cfg;
+    const int HS = c->n_embd / c->n_head;
+    const float rope = c->arch == FP8T_ARCH_LLAMA ? c->rope_theta : 0.0f;
+    size_t bytes = m->ops->attention_saved_bytes(m->be, m->B, m->T, c->n_head, HS, rope);
+    if (!bytes) return NULL;
+    if (!m->attn_saved) {
+        m->attn_saved = calloc((size_t)c->n_layer, sizeof(void *));
+        MODEL_CHECK(m->attn_saved, "out of host memory");
+    }
+    if (!m->attn_saved[l]) m->attn_saved[l] = m->ops->malloc(m->be, bytes);
+    return m->attn_saved[l];
+}
+
 static void gpt2_block_forward(fp8t_model *m, int l, const float *res_in) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
@@ -28,7 +46,8 @@ static void gpt2_block_forward(fp8t_model *m, int l, const float *res_in) {
     const ln_input ln1 = {v.ln1_mean, v.ln1_rstd, p->ln1_w, p->ln1_b, c->norm_eps};
     linear_forward_ln(m, lin0 + 0, v.qkv, v.ln1, &ln1, (float *)res_in, p->qkv_w, p->qkv_b, N, C,
                       3 * C);
-    ops->attention_forward(be, v.atty, v.lse, v.qkv, v.B, v.T, v.NH, v.HS, 0.0f);
+    ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, v.B, v.T, v.NH,
+                           v.HS, 0.0f);
     /* proj and fc2 may leave their bias to the residual add (add_bias) */
     const int proj_defer = linear_residual_takes_bias(m, lin0 + 1);
     linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, proj_defer ? NULL : p->proj_b, N, C, C);
@@ -61,7 +80,8 @@ static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
 
     ops->rmsnorm_forward(be, v.ln1, v.ln1_rstd, res_in, p->ln1_w, N, C, c->norm_eps);
     linear_forward(m, lin0 + 0, v.qkv, v.ln1, p->qkv_w, NULL, N, C, 3 * C);
-    ops->attention_forward(be, v.atty, v.lse, v.qkv, v.B, v.T, v.NH, v.HS, c->rope_theta);
+    ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, v.B, v.T, v.NH,
+                           v.HS, c->rope_theta);
     linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, NULL, N, C, C);
     ops->add(be, v.res2, res_in, out_c, v.NC);
     ops->rmsnorm_forward(be, v.ln2, v.ln2_rstd, v.res2, p->ln2_w, N, C, c->norm_eps);

@@ -335,6 +335,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->no_gelu_bwd_fusion = model_env_flag("FP8TRAIN_NO_GELU_BWD_FUSION");
     m->no_residual_bias = model_env_flag("FP8TRAIN_NO_RESIDUAL_BIAS");
     m->no_ln_fusion = model_env_flag("FP8TRAIN_NO_LN_FUSION");
+    m->no_attn_save = model_env_flag("FP8TRAIN_NO_ATTN_SAVE");
     m->gelu_bias_deferred = calloc((size_t)(cfg->n_layer > 0 ? cfg->n_layer : 1), sizeof(int));
     MODEL_CHECK(m->gelu_bias_deferred, "out of host memory");
     /* (FP8TRAIN_NO_FP8_SAVE is read above, with the activations it shapes) */
@@ -379,6 +380,9 @@ void fp8t_model_destroy(fp8t_model *m) {
     free(m->w_amax_done);
     free(m->xq);
     free(m->gelu_bias_deferred);
+    if (m->attn_saved)
+        for (int l = 0; l < m->cfg.n_layer; l++) m->ops->free(m->be, m->attn_saved[l]);
+    free(m->attn_saved);
     free(m->wx);
     free(m->p.layer);
     free(m->g.layer);

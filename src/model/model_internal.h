@@ -226,6 +226,12 @@ struct fp8t_model {
     /* FP8TRAIN_NO_LN_FUSION=1 at create: LayerNorm writes its FP32 output and the next linear
      * rounds it (linear_forward_ln) */
     int no_ln_fusion;
+    /* The backend's attention state kept by each layer's training forward for its backward
+     * (attention_saved_bytes each; the CUDA flash path's BF16 q, k, v), [L] device pointers
+     * allocated by the first training forward that has any; NULL when the backend keeps
+     * nothing or under FP8TRAIN_NO_ATTN_SAVE=1 (the backward rebuilds it from qkv). */
+    void **attn_saved;
+    int no_attn_save;
     int *gelu_bias_deferred; /* [L] host: the last forward left fc1's bias to fc2's fused GELU
                                 pass, so fch holds fc1's output without it (forward.c) */
 

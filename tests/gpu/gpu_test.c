@@ -1571,7 +1571,8 @@ static void test_attention(void) {
         dp_poison(dout, 0), dp_poison(dlse, 0);
         long tc0 = 0, tc1 = 0;
         fp8t_cuda_attention_counts(GPU, &tc0, NULL);
-        FOR_BOTH be_->ops->attention_forward(be_, F(dout), F(dlse), F(dqkv), B, T, NH, HS, rope);
+        FOR_BOTH be_->ops->attention_forward(be_, F(dout), F(dlse), NULL, F(dqkv), B, T, NH, HS,
+                                             rope);
         char shape[64];
         snprintf(shape, sizeof(shape), "B%d T%d NH%d HS%d%s", B, T, NH, HS, rope > 0 ? " rope" : "");
         check_f("attention_forward out", shape, dout, nout, attn_tol_out);
@@ -1584,17 +1585,38 @@ static void test_attention(void) {
         GPU->ops->to_device(GPU, dlse.p[1], hl, nlse * 4);
         dpair dg = dp_floats(g, nout), dd = dp_alloc(nqkv * 4);
         dp_poison(dd, 0);
-        FOR_BOTH be_->ops->attention_backward(be_, F(dd), F(dg), F(dqkv), F(dout), F(dlse), B, T,
-                                              NH, HS, rope);
+        FOR_BOTH be_->ops->attention_backward(be_, F(dd), F(dg), F(dqkv), NULL, F(dout),
+                                              F(dlse), B, T, NH, HS, rope);
         check_f("attention_backward dqkv", shape, dd, nqkv, attn_tol_grad);
         void *dd2 = GPU->ops->malloc(GPU, nqkv * 4);
-        GPU->ops->attention_backward(GPU, dd2, dg.p[1], dqkv.p[1], dout.p[1], dlse.p[1], B, T, NH,
-                                     HS, rope);
+        GPU->ops->attention_backward(GPU, dd2, dg.p[1], dqkv.p[1], NULL, dout.p[1], dlse.p[1], B,
+                                     T, NH, HS, rope);
         check_same_bits("attention_backward", shape, dd2, dd.p[1], nqkv * 4);
         fp8t_cuda_attention_counts(GPU, &tc1, NULL);
         if (attn_expect_tc && (HS == 32 || HS == 64 || HS == 128))
             row("attention ran on tensor cores", shape, (double)(tc1 - tc0), 3,
                 tc1 - tc0 == 3, "calls on the tensor-core path (of 3)");
+        /* what the forward keeps for the backward (the flash path's BF16 q, k, v): the same
+         * out, lse and dqkv bits as without it */
+        size_t sb = GPU->ops->attention_saved_bytes(GPU, B, T, NH, HS, rope);
+        if (sb) {
+            void *sv = GPU->ops->malloc(GPU, sb), *o3 = GPU->ops->malloc(GPU, nout * 4);
+            void *l3 = GPU->ops->malloc(GPU, nlse * 4), *o4 = GPU->ops->malloc(GPU, nout * 4);
+            void *l4 = GPU->ops->malloc(GPU, nlse * 4);
+            GPU->ops->attention_forward(GPU, o3, l3, sv, dqkv.p[1], B, T, NH, HS, rope);
+            GPU->ops->attention_forward(GPU, o4, l4, NULL, dqkv.p[1], B, T, NH, HS, rope);
+            check_same_bits("attention_forward saving q,k,v: out", shape, o3, o4, nout * 4);
+            check_same_bits("attention_forward saving q,k,v: lse", shape, l3, l4, nlse * 4);
+            GPU->ops->attention_backward(GPU, dd2, dg.p[1], dqkv.p[1], sv, dout.p[1], dlse.p[1], B,
+                                         T, NH, HS, rope);
+            check_same_bits("attention_backward from the saved q,k,v", shape, dd2, dd.p[1],
+                            nqkv * 4);
+            GPU->ops->free(GPU, sv), GPU->ops->free(GPU, o3), GPU->ops->free(GPU, l3);
+            GPU->ops->free(GPU, o4), GPU->ops->free(GPU, l4);
+        } else if (attn_expect_tc && (HS == 32 || HS == 64 || HS == 128)) {
+            row("attention keeps q,k,v for the backward", shape, 0, 0, 0,
+                "attention_saved_bytes is 0 on the flash path");
+        }
         GPU->ops->free(GPU, dd2);
         dp_free(dqkv), dp_free(dout), dp_free(dlse), dp_free(dg), dp_free(dd);
         free(qkv), free(g), free(ho), free(hl);

@@ -121,6 +121,7 @@ static const fp8t_backend_ops cpu_ops = {
     .swiglu_backward = cpu_swiglu_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .attention_saved_bytes = cpu_attention_saved_bytes,
     .softmax_xent = cpu_softmax_xent,
     .softmax_xent_bf16 = cpu_softmax_xent_bf16,
     .add = cpu_add,

@@ -153,11 +153,14 @@ void cpu_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *
 void cpu_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *dout,
                           const float *x, const float *w, const float *rstd, int N, int C);
 /* cpu_attention.c */
-void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, const float *qkv, int B,
-                           int T, int NH, int HS, float rope_theta);
+void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved,
+                           const float *qkv, int B, int T, int NH, int HS, float rope_theta);
 void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, const float *qkv,
+                            const void *saved,
                             const float *out, const float *lse, int B, int T, int NH, int HS,
                             float rope_theta);
+size_t cpu_attention_saved_bytes(fp8t_backend *b, int B, int T, int NH, int HS,
+                                 float rope_theta);
 /* cpu_misc.c */
 void cpu_embedding_forward(fp8t_backend *b, float *out, const int *tokens, const float *wte,
                            const float *wpe, int B, int T, int C);

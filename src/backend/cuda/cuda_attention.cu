@@ -699,8 +699,16 @@ static unsigned prep_blocks(cuda_state *s, size_t n) {
     return (unsigned)(want < cap ? (want ? want : 1) : cap);
 }
 
-void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, const float *qkv, int B,
-                            int T, int NH, int HS, float rope_theta) {
+size_t cuda_attention_saved_bytes(fp8t_backend *b, int B, int T, int NH, int HS,
+                                  float rope_theta) {
+    (void)rope_theta;
+    const cuda_state *s = cuda_of(b);
+    if (s->attn_mode != ATTN_FLASH || !cuda_attn_flash_supported(B, T, NH, HS)) return 0;
+    return cuda_attn_flash_saved_bytes(B, T, NH, HS);
+}
+
+void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved,
+                            const float *qkv, int B, int T, int NH, int HS, float rope_theta) {
     if (B <= 0 || T <= 0 || NH <= 0) return;
     check_attention_args(HS, rope_theta);
     cuda_state *s = cuda_of(b);
@@ -709,7 +717,8 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, const float
     float scale = 1.0f / sqrtf((float)HS);
     /* flash reads qkv itself */
     if (s->attn_mode == ATTN_FLASH &&
-        cuda_attn_flash_fwd(b, out, lse, qkv, cosv, sinv, B, T, NH, HS, scale) == 0) {
+        cuda_attn_flash_fwd(b, out, lse, (uint16_t *)saved, qkv, cosv, sinv, B, T, NH, HS,
+                            scale) == 0) {
         s->n_attn_tc++;
         return;
     }
@@ -739,8 +748,8 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, const float
 }
 
 void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
-                             const float *qkv, const float *out, const float *lse, int B,
-                             int T, int NH, int HS, float rope_theta) {
+                             const float *qkv, const void *saved, const float *out,
+                             const float *lse, int B, int T, int NH, int HS, float rope_theta) {
     if (B <= 0 || T <= 0 || NH <= 0) return;
     check_attention_args(HS, rope_theta);
     cuda_state *s = cuda_of(b);
@@ -752,9 +761,11 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
      * kernel's, not needed by flash), then Dv */
     const int flash = s->attn_mode == ATTN_FLASH && cuda_attn_flash_supported(B, T, NH, HS);
     const size_t nbuf = flash ? (cosv ? 3 : 0) : 6;
-    float *dq = (float *)cuda_scratch(b, SCR_ATTN, (nbuf * per + rows) * sizeof(float));
-    float *dk = dq + per, *dv = dk + per, *q = dv + per, *k = q + per, *v = k + per;
-    float *Dv = dq + nbuf * per;
+    float *base = (float *)cuda_scratch(b, SCR_ATTN, (nbuf * per + rows) * sizeof(float));
+    float *dq = NULL, *dk = NULL, *dv = NULL, *q = NULL, *k = NULL, *v = NULL;
+    if (nbuf >= 3) dq = base, dk = dq + per, dv = dk + per;
+    if (nbuf == 6) q = dv + per, k = q + per, v = k + per;
+    float *Dv = base + nbuf * per;
     size_t pairs = (size_t)B * T * NH * ((HS + 1) / 2);
     attn_rowdot_kernel<<<cdiv_u(rows * 32, 256), 256, 0, s->stream>>>(Dv, dout, out, B, T, NH,
                                                                      HS);
@@ -762,8 +773,8 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
     float scale = 1.0f / sqrtf((float)HS);
     /* flash reads qkv itself; with no RoPE to undo it also writes dqkv itself */
     if (flash) {
-        cuda_attn_flash_bwd(b, cosv ? NULL : dqkv, dq, dk, dv, qkv, cosv, sinv, dout, lse, Dv, B,
-                            T, NH, HS, scale);
+        cuda_attn_flash_bwd(b, cosv ? NULL : dqkv, dq, dk, dv, qkv, (const uint16_t *)saved,
+                            cosv, sinv, dout, lse, Dv, B, T, NH, HS, scale);
         s->n_attn_tc++;
         if (cosv) {
             attn_post_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(

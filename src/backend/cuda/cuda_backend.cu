@@ -231,6 +231,7 @@ static const fp8t_backend_ops cuda_ops = {
     /* .swiglu_backward = */ cuda_swiglu_backward,
     /* .attention_forward = */ cuda_attention_forward,
     /* .attention_backward = */ cuda_attention_backward,
+    /* .attention_saved_bytes = */ cuda_attention_saved_bytes,
     /* .softmax_xent = */ cuda_softmax_xent,
     /* .softmax_xent_bf16 = */ cuda_softmax_xent_bf16,
     /* .add = */ cuda_add,

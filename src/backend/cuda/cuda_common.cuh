@@ -344,11 +344,13 @@ void cuda_column_sums(fp8t_backend *b, float *colsum, const float *x, int rows, 
 void cuda_column_sums_finish(fp8t_backend *b, float *colsum, const float *part, int nchunks,
                              int cols);
 /* cuda_attention.cu */
-void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, const float *qkv, int B,
-                            int T, int NH, int HS, float rope_theta);
+void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved,
+                            const float *qkv, int B, int T, int NH, int HS, float rope_theta);
 void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
-                             const float *qkv, const float *out, const float *lse, int B,
-                             int T, int NH, int HS, float rope_theta);
+                             const float *qkv, const void *saved, const float *out,
+                             const float *lse, int B, int T, int NH, int HS, float rope_theta);
+size_t cuda_attention_saved_bytes(fp8t_backend *b, int B, int T, int NH, int HS,
+                                  float rope_theta);
 /* Tensor-core attention cores. The gemm core's inputs are the prep kernel's per-head FP32
  * layouts q, k, v [B*NH, T, HS] (RoPE already applied); scale = 1/sqrt(HS).
  *   fwd: out [B, T, NH*HS] (the op's output layout), lse [B*NH, T] (natural log).
@@ -360,15 +362,18 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
  * that applies RoPE when cosv/sinv are given and rounds to BF16), so no prep kernel runs.
  *   fwd: out [B, T, NH*HS], lse [B*NH, T].
  *   bwd: with dqkv non-NULL (no RoPE to undo) dq | dk | dv go straight into dqkv [B, T, 3C];
- *        else into dq, dk, dv [B*NH, T, HS] for the caller's post kernel. */
+ *        else into dq, dk, dv [B*NH, T, HS] for the caller's post kernel.
+ *   saved (may be NULL): cuda_attn_flash_saved_bytes bytes; the forward writes its BF16 q, k,
+ *   v there, and a backward given them skips rebuilding them from qkv (the same bits). */
 int cuda_attn_flash_supported(int B, int T, int NH, int HS); /* head sizes 32/64/128 */
-int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, const float *qkv,
-                        const float *cosv, const float *sinv, int B, int T, int NH, int HS,
-                        float scale);
-int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, float *dv,
-                        const float *qkv, const float *cosv, const float *sinv,
-                        const float *dout, const float *lse, const float *Dv, int B, int T,
+size_t cuda_attn_flash_saved_bytes(int B, int T, int NH, int HS);
+int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, uint16_t *saved,
+                        const float *qkv, const float *cosv, const float *sinv, int B, int T,
                         int NH, int HS, float scale);
+int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, float *dv,
+                        const float *qkv, const uint16_t *saved, const float *cosv,
+                        const float *sinv, const float *dout, const float *lse, const float *Dv,
+                        int B, int T, int NH, int HS, float scale);
 /* cuda_attention_gemm.cu */
 int cuda_attn_gemm_fwd(fp8t_backend *b, float *out, float *lse, const float *q, const float *k,
                        const float *v, int B, int T, int NH, int HS, float scale);
