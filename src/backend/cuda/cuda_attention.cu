@@ -767,14 +767,12 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
     if (nbuf == 6) q = dv + per, k = q + per, v = k + per;
     float *Dv = base + nbuf * per;
     size_t pairs = (size_t)B * T * NH * ((HS + 1) / 2);
-    attn_rowdot_kernel<<<cdiv_u(rows * 32, 256), 256, 0, s->stream>>>(Dv, dout, out, B, T, NH,
-                                                                     HS);
-    CUDA_LAUNCH_CHECK(s);
     float scale = 1.0f / sqrtf((float)HS);
-    /* flash reads qkv itself; with no RoPE to undo it also writes dqkv itself */
+    /* flash reads qkv itself and takes Dv from its pass over dout; with no RoPE to undo it also
+     * writes dqkv itself */
     if (flash) {
         cuda_attn_flash_bwd(b, cosv ? NULL : dqkv, dq, dk, dv, qkv, (const uint16_t *)saved,
-                            cosv, sinv, dout, lse, Dv, B, T, NH, HS, scale);
+                            cosv, sinv, dout, out, lse, Dv, B, T, NH, HS, scale);
         s->n_attn_tc++;
         if (cosv) {
             attn_post_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(
@@ -783,6 +781,9 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
         }
         return;
     }
+    attn_rowdot_kernel<<<cdiv_u(rows * 32, 256), 256, 0, s->stream>>>(Dv, dout, out, B, T, NH,
+                                                                     HS);
+    CUDA_LAUNCH_CHECK(s);
     attn_prep_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(q, k, v, qkv, cosv, sinv, B,
                                                                   T, NH, HS);
     CUDA_LAUNCH_CHECK(s);

@@ -363,6 +363,7 @@ size_t cuda_attention_saved_bytes(fp8t_backend *b, int B, int T, int NH, int HS,
  *   fwd: out [B, T, NH*HS], lse [B*NH, T].
  *   bwd: with dqkv non-NULL (no RoPE to undo) dq | dk | dv go straight into dqkv [B, T, 3C];
  *        else into dq, dk, dv [B*NH, T, HS] for the caller's post kernel.
+ *   bwd also writes Dv = rowsum(dout * out) [B*NH, T] (scratch), from its pass over dout.
  *   saved (may be NULL): cuda_attn_flash_saved_bytes bytes; the forward writes its BF16 q, k,
  *   v there, and a backward given them skips rebuilding them from qkv (the same bits). */
 int cuda_attn_flash_supported(int B, int T, int NH, int HS); /* head sizes 32/64/128 */
@@ -372,8 +373,8 @@ int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, uint16_t *saved
                         int NH, int HS, float scale);
 int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, float *dv,
                         const float *qkv, const uint16_t *saved, const float *cosv,
-                        const float *sinv, const float *dout, const float *lse, const float *Dv,
-                        int B, int T, int NH, int HS, float scale);
+                        const float *sinv, const float *dout, const float *out,
+                        const float *lse, float *Dv, int B, int T, int NH, int HS, float scale);
 /* cuda_attention_gemm.cu */
 int cuda_attn_gemm_fwd(fp8t_backend *b, float *out, float *lse, const float *q, const float *k,
                        const float *v, int B, int T, int NH, int HS, float scale);
