@@ -124,6 +124,15 @@ static void count_ln16(fp8t_backend *b, uint16_t *out, float *amax_out, float *m
     cpu->ops->layernorm_forward_bf16(b, out, amax_out, mean, rstd, x, w, bias, N, C, eps);
 }
 
+/* the residual add folded into the norm counts as the norm's fusion too */
+static void count_add_ln16(fp8t_backend *b, float *sum, uint16_t *out, float *amax_out,
+                           float *mean, float *rstd, const float *a, const float *c,
+                           const float *w, const float *bias, int N, int C, float eps) {
+    n_ln16++;
+    cpu->ops->add_layernorm_forward_bf16(b, sum, out, amax_out, mean, rstd, a, c, w, bias, N, C,
+                                         eps);
+}
+
 static long n_add_bias;
 static void count_add_bias(fp8t_backend *b, float *out, const float *a, const float *y,
                            const float *bias, int N, int OC) {
@@ -879,6 +888,7 @@ int main(void) {
     counted_ops.bias_backward = count_bias_bwd;
     counted_ops.add_bias = count_add_bias;
     counted_ops.layernorm_forward_bf16 = count_ln16;
+    counted_ops.add_layernorm_forward_bf16 = count_add_ln16;
     counted_ops.gelu_backward_bf16_colsum = count_gbwd16;
     counted_ops.gelu_backward_quantize_colsum = count_gbwdq;
     counted = *cpu;

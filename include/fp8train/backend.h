@@ -171,6 +171,12 @@ typedef struct fp8t_backend_ops {
     void (*layernorm_forward_bf16)(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                                    float *rstd, const float *x, const float *w,
                                    const float *bias, int N, int C, float eps);
+    /* sum = a + c (add's arithmetic), then layernorm_forward_bf16 of sum: the residual add
+     * and the next norm in one pass (sum is still written: the residual stream goes on) */
+    void (*add_layernorm_forward_bf16)(fp8t_backend *b, float *sum, uint16_t *out,
+                                       float *amax_out, float *mean, float *rstd,
+                                       const float *a, const float *c, const float *w,
+                                       const float *bias, int N, int C, float eps);
     /* dx += ..., dw += ..., dbias += ... */
     void (*layernorm_backward)(fp8t_backend *b, float *dx, float *dw, float *dbias,
                                const float *dout, const float *x, const float *w,

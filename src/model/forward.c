@@ -32,7 +32,11 @@ static void *model_attn_saved(fp8t_model *m, int l) {
     return m->attn_saved[l];
 }
 
-static void gpt2_block_forward(fp8t_model *m, int l, const float *res_in) {
+/* Layer l of GPT-2. pend_a: NULL, or the previous layer left its residual add to this layer's
+ * first norm: res_in = pend_a + out_c is written by that norm's pass (add_layernorm_forward_bf16
+ * where it is fused). Returns 1 when this layer leaves its own final add to the next layer the
+ * same way (res3 is then not written yet), 0 when it wrote res3. */
+static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *pend_a) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
     const fp8t_model_config *c = &m->cfg;
@@ -43,17 +47,18 @@ static void gpt2_block_forward(fp8t_model *m, int l, const float *res_in) {
     const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
 
     /* the norms write their output straight as qkv's / fc1's operand where they can */
-    const ln_input ln1 = {v.ln1_mean, v.ln1_rstd, p->ln1_w, p->ln1_b, c->norm_eps};
-    linear_forward_ln(m, lin0 + 0, v.qkv, v.ln1, &ln1, (float *)res_in, p->qkv_w, p->qkv_b, N, C,
-                      3 * C);
+    const ln_input ln1 = {v.ln1_mean, v.ln1_rstd, p->ln1_w, p->ln1_b, c->norm_eps, pend_a,
+                          pend_a ? out_c : NULL};
+    linear_forward_ln(m, lin0 + 0, v.qkv, v.ln1, &ln1, res_in, p->qkv_w, p->qkv_b, N, C, 3 * C);
     ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, v.B, v.T, v.NH,
                            v.HS, 0.0f);
     /* proj and fc2 may leave their bias to the residual add (add_bias) */
     const int proj_defer = linear_residual_takes_bias(m, lin0 + 1);
     linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, proj_defer ? NULL : p->proj_b, N, C, C);
+    /* the residual add: by ln2's pass (below) unless the bias goes in with it */
     if (proj_defer) ops->add_bias(be, v.res2, res_in, out_c, p->proj_b, N, C);
-    else ops->add(be, v.res2, res_in, out_c, v.NC);
-    const ln_input ln2 = {v.ln2_mean, v.ln2_rstd, p->ln2_w, p->ln2_b, c->norm_eps};
+    const ln_input ln2 = {v.ln2_mean, v.ln2_rstd, p->ln2_w, p->ln2_b, c->norm_eps,
+                          proj_defer ? NULL : res_in, proj_defer ? NULL : out_c};
     /* fc2 of gelu(fch): its rounding pass applies GELU where it can (no FP32 fch_act), and
      * with FP8 fc1 and fc2 fc1's bias too (fch then stays without it; the backward adds it) */
     const int defer = linear_gelu_takes_bias(m, lin0 + 2, lin0 + 3);
@@ -63,8 +68,13 @@ static void gpt2_block_forward(fp8t_model *m, int l, const float *res_in) {
     const int fc2_defer = linear_residual_takes_bias(m, lin0 + 3);
     linear_forward_gelu(m, lin0 + 3, out_c, v.fch_act, v.fch, defer ? p->fc1_b : NULL, p->fc2_w,
                         fc2_defer ? NULL : p->fc2_b, N, H, C);
-    if (fc2_defer) ops->add_bias(be, v.res3, v.res2, out_c, p->fc2_b, N, C);
-    else ops->add(be, v.res3, v.res2, out_c, v.NC);
+    if (fc2_defer) {
+        ops->add_bias(be, v.res3, v.res2, out_c, p->fc2_b, N, C);
+        return 0;
+    }
+    if (l + 1 < c->n_layer && !m->no_ln_fusion) return 1; /* the next layer's ln1 adds */
+    ops->add(be, v.res3, v.res2, out_c, v.NC);
+    return 0;
 }
 
 static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
@@ -150,9 +160,12 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     ops->to_device(be, m->tokens, tokens, (size_t)N * sizeof(int));
     ops->embedding_forward(be, a->encoded, m->tokens, m->p.wte,
                            c->arch == FP8T_ARCH_GPT2 ? m->p.wpe : NULL, B, T, C);
+    int pending = 0; /* the previous layer left its final residual add to this one */
     for (int l = 0; l < c->n_layer; l++) {
-        const float *res_in = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * NC;
-        if (c->arch == FP8T_ARCH_GPT2) gpt2_block_forward(m, l, res_in);
+        float *res_in = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * NC;
+        if (c->arch == FP8T_ARCH_GPT2)
+            pending = gpt2_block_forward(m, l, res_in, pending ? a->res2 + (size_t)(l - 1) * NC
+                                                               : NULL);
         else llama_block_forward(m, l, res_in);
     }
     const float *res = model_final_residual(m);

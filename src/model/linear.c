@@ -291,6 +291,11 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
             if (op->gelu)
                 ops->gelu_forward_bf16(be, h, record_act ? hist0 : NULL, op->x, op->rows,
                                        op->cols);
+            else if (op->ln && op->ln->res_a)
+                ops->add_layernorm_forward_bf16(be, op->x, h, record_act ? hist0 : NULL,
+                                                op->ln->mean, op->ln->rstd, op->ln->res_a,
+                                                op->ln->res_c, op->ln->w, op->ln->b, op->rows,
+                                                op->cols, op->ln->eps);
             else if (op->ln)
                 ops->layernorm_forward_bf16(be, h, record_act ? hist0 : NULL, op->ln->mean,
                                             op->ln->rstd, op->x, op->ln->w, op->ln->b, op->rows,
@@ -477,6 +482,7 @@ void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln
         fprop(m, lin, Y, 0, x, 0, NULL, ln, W, bias, N, IN, OUT, 0);
         return;
     }
+    if (ln->res_a) m->ops->add(m->be, x, ln->res_a, ln->res_c, (size_t)N * (size_t)IN);
     m->ops->layernorm_forward(m->be, ln_out, ln->mean, ln->rstd, x, ln->w, ln->b, N, IN, ln->eps);
     fprop(m, lin, Y, 0, ln_out, 0, NULL, NULL, W, bias, N, IN, OUT, 0);
 }

@@ -307,6 +307,8 @@ typedef struct {
     float *mean, *rstd;     /* [N] each, written */
     const float *w, *b;     /* [C] each */
     float eps;
+    const float *res_a, *res_c; /* NULL, or the norm's input x is res_a + res_c [N, C]: the
+                                   residual add, written to x by the norm's pass */
 } ln_input;
 /* linear_forward of X = layernorm(x) (x [N, IN]): where the Fprop takes BF16 operands and
  * nothing needs the norm's output in FP32, the norm writes the operand itself

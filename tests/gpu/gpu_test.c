@@ -1362,6 +1362,22 @@ static void test_layernorm_bf16(void) {
         double err = rel_err(fg, fc, m, &bad, &first);
         row("layernorm_forward_bf16 operand", shape, err, 1.0 / 256, err <= 1.0 / 256 && !bad, "");
         free(fc), free(fg), free(hc), free(hg);
+        /* the residual add folded in (add_layernorm_forward_bf16): the sum bit for bit with
+         * the CPU's add; operand, mean, rstd the same bytes as add then the op above */
+        float *x2 = host_normal(n, 1.0f);
+        dpair dx2 = dp_floats(x2, n), dsum = dp_alloc(n * 4);
+        dp_poison(dsum, 0);
+        FOR_BOTH be_->ops->add_layernorm_forward_bf16(be_, F(dsum), U16(dh), NULL, F(dm), F(dr),
+                                                      F(dx), F(dx2), F(dw), F(db), N, C, 1e-5f);
+        check_bits("add_layernorm_forward_bf16 sum", shape, dsum, n * 4, 1);
+        GPU->ops->add(GPU, y, dx.p[1], dx2.p[1], n);
+        GPU->ops->layernorm_forward_bf16(GPU, h2, NULL, m2, r2, y, dw.p[1], db.p[1], N, C, 1e-5f);
+        check_gpu_identical("add_layernorm_forward_bf16 == add + layernorm_bf16", shape, dh.p[1],
+                            h2, hb, "from the two-op path");
+        check_gpu_identical("add_layernorm_forward_bf16 rstd == two-op", shape, dr.p[1], r2,
+                            (size_t)N * 4, "from the two-op path");
+        dp_free(dx2), dp_free(dsum);
+        free(x2);
         GPU->ops->free(GPU, y), GPU->ops->free(GPU, m2), GPU->ops->free(GPU, r2);
         GPU->ops->free(GPU, a2), GPU->ops->free(GPU, h2);
         dp_free(dx), dp_free(dw), dp_free(db), dp_free(dh), dp_free(dm), dp_free(dr), dp_free(da);

@@ -108,6 +108,7 @@ static const fp8t_backend_ops cpu_ops = {
     .embedding_backward = cpu_embedding_backward,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_forward_bf16 = cpu_layernorm_forward_bf16,
+    .add_layernorm_forward_bf16 = cpu_add_layernorm_forward_bf16,
     .layernorm_backward = cpu_layernorm_backward,
     .rmsnorm_forward = cpu_rmsnorm_forward,
     .rmsnorm_backward = cpu_rmsnorm_backward,

@@ -145,6 +145,10 @@ void cpu_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd
 void cpu_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                                 float *rstd, const float *x, const float *w, const float *bias,
                                 int N, int C, float eps);
+void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out,
+                                    float *amax_out, float *mean, float *rstd, const float *a,
+                                    const float *c, const float *w, const float *bias, int N,
+                                    int C, float eps);
 void cpu_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
                             const float *dout, const float *x, const float *w,
                             const float *mean, const float *rstd, int N, int C);

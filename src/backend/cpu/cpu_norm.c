@@ -45,6 +45,16 @@ void cpu_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out,
     cpu_to_bf16(b, out, amax_out, y, N, C);
 }
 
+/* The reference: add, then layernorm_forward_bf16 */
+void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out,
+                                    float *amax_out, float *mean, float *rstd, const float *a,
+                                    const float *c, const float *w, const float *bias, int N,
+                                    int C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    cpu_add(b, sum, a, c, (size_t)N * C);
+    cpu_layernorm_forward_bf16(b, out, amax_out, mean, rstd, sum, w, bias, N, C, eps);
+}
+
 void cpu_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
                             const float *dout, const float *x, const float *w,
                             const float *mean, const float *rstd, int N, int C) {

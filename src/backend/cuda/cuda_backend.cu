@@ -218,6 +218,7 @@ static const fp8t_backend_ops cuda_ops = {
     /* .embedding_backward = */ cuda_embedding_backward,
     /* .layernorm_forward = */ cuda_layernorm_forward,
     /* .layernorm_forward_bf16 = */ cuda_layernorm_forward_bf16,
+    /* .add_layernorm_forward_bf16 = */ cuda_add_layernorm_forward_bf16,
     /* .layernorm_backward = */ cuda_layernorm_backward,
     /* .rmsnorm_forward = */ cuda_rmsnorm_forward,
     /* .rmsnorm_backward = */ cuda_rmsnorm_backward,

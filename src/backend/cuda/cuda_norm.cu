@@ -105,13 +105,29 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd_out, const float 
 template <int V, int MODE>
 __device__ __forceinline__ void norm_row_load(float (&v)[4 * V], float &mean, float &rstd,
                                               const float *__restrict__ x, int row, int C,
-                                              float eps, int lane) {
+                                              float eps, int lane,
+                                              const float *__restrict__ x2 = nullptr,
+                                              float *sum_out = nullptr) {
     const int C4 = C >> 2;
     const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)row * C); /* [C4] */
 #pragma unroll
     for (int i = 0; i < V; i++) {
         int q = lane + 32 * i;
         f4_unpack(v + 4 * i, q < C4 ? x4[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+    }
+    if (x2) { /* the norm's input is x + x2 (add's arithmetic), written to sum_out */
+        const float4 *y4 = reinterpret_cast<const float4 *>(x2 + (size_t)row * C);
+        float4 *s4 = reinterpret_cast<float4 *>(sum_out + (size_t)row * C);
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            int q = lane + 32 * i;
+            if (q < C4) {
+                float y[4];
+                f4_unpack(y, y4[q]);
+                for (int k = 0; k < 4; k++) v[4 * i + k] = v[4 * i + k] + y[k];
+                s4[q] = f4_pack(v + 4 * i);
+            }
+        }
     }
     mean = 0.0f;
     if (MODE == NORM_LN) {
@@ -195,14 +211,15 @@ __global__ void __launch_bounds__(FWD_VEC_THREADS)
 
 /* The same values rounded to BF16 into a BF16 operand out [pad8(N), C] (C % 8 == 0: no padding
  * columns; rows >= N zero), their amax max-accumulated into *amax_out (may be NULL): the bits
- * of the FP32 kernel followed by to_bf16. Warps walk rows with a grid stride (a capped grid:
+ * of the FP32 kernel followed by to_bf16. With x2, the input is x + x2, also written to
+ * sum_out (add, then the norm). Warps walk rows with a grid stride (a capped grid:
  * one amax atomic per block). */
 template <int V, int MODE>
 __global__ void __launch_bounds__(FWD_VEC_THREADS)
     norm_forward_bf16_vec_kernel(uint2 *out, float *amax_out, float *mean_out, float *rstd_out,
                                  const float *__restrict__ x, const float *__restrict__ w,
                                  const float *__restrict__ bias, int N, int rows_out, int C,
-                                 float eps) {
+                                 float eps, const float *__restrict__ x2, float *sum_out) {
     const int lane = threadIdx.x & 31, C4 = C >> 2;
     const float4 *w4 = reinterpret_cast<const float4 *>(w);    /* [C4] */
     const float4 *b4 = reinterpret_cast<const float4 *>(bias); /* [C4] or NULL */
@@ -215,7 +232,7 @@ __global__ void __launch_bounds__(FWD_VEC_THREADS)
             continue;
         }
         float v[4 * V], mean, rstd;
-        norm_row_load<V, MODE>(v, mean, rstd, x, row, C, eps, lane);
+        norm_row_load<V, MODE>(v, mean, rstd, x, row, C, eps, lane, x2, sum_out);
 #pragma unroll
         for (int i = 0; i < V; i++) {
             int q = lane + 32 * i;
@@ -281,18 +298,21 @@ void cuda_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rst
     CUDA_LAUNCH_CHECK(s);
 }
 
-/* LayerNorm straight into a BF16 operand where the fast kernel takes the shape (C % 8 == 0,
- * aligned pointers, C <= 4096); otherwise the FP32 result through scratch and to_bf16. */
-void cuda_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
-                                 float *rstd, const float *x, const float *w, const float *bias,
-                                 int N, int C, float eps) {
+/* [add, then] LayerNorm straight into a BF16 operand where the fast kernel takes the shape
+ * (C % 8 == 0, aligned pointers, C <= 4096); otherwise the FP32 result through scratch and
+ * to_bf16. x2 (may be NULL): the input is x + x2, written to sum_out. */
+static void layernorm_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
+                           float *rstd, float *sum_out, const float *x, const float *x2,
+                           const float *w, const float *bias, int N, int C, float eps) {
     if (N <= 0 || C <= 0) return;
     cuda_state *s = cuda_of(b);
     const int per_lane = (int)cdiv_u((size_t)(C / 4), 32); /* float4 per lane */
     if (s->plain || C % 8 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(w) ||
-        (bias && !aligned16(bias)) || per_lane > FWD_VEC_MAX_V) {
+        (bias && !aligned16(bias)) || (x2 && (!aligned16(x2) || !aligned16(sum_out))) ||
+        per_lane > FWD_VEC_MAX_V) {
+        if (x2) cuda_add(b, sum_out, x, x2, (size_t)N * C);
         float *y = (float *)cuda_scratch(b, SCR_ACT, (size_t)N * C * sizeof(float));
-        cuda_layernorm_forward(b, y, mean, rstd, x, w, bias, N, C, eps);
+        cuda_layernorm_forward(b, y, mean, rstd, x2 ? sum_out : x, w, bias, N, C, eps);
         cuda_to_bf16_operand(b, out, amax_out, y, N, C);
         return;
     }
@@ -302,7 +322,7 @@ void cuda_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out
 #define FWD16_CASE(V)                                                                         \
     if (per_lane <= (V)) {                                                                    \
         norm_forward_bf16_vec_kernel<V, NORM_LN><<<grid, FWD_VEC_THREADS, 0, s->stream>>>(     \
-            (uint2 *)out, amax_out, mean, rstd, x, w, bias, N, rows_out, C, eps);             \
+            (uint2 *)out, amax_out, mean, rstd, x, w, bias, N, rows_out, C, eps, x2, sum_out); \
         CUDA_LAUNCH_CHECK(s);                                                                 \
         return;                                                                               \
     }
@@ -316,6 +336,19 @@ void cuda_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out
     FWD16_CASE(24)
     FWD16_CASE(FWD_VEC_MAX_V)
 #undef FWD16_CASE
+}
+
+void cuda_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
+                                 float *rstd, const float *x, const float *w, const float *bias,
+                                 int N, int C, float eps) {
+    layernorm_bf16(b, out, amax_out, mean, rstd, NULL, x, NULL, w, bias, N, C, eps);
+}
+
+void cuda_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out,
+                                     float *amax_out, float *mean, float *rstd, const float *a,
+                                     const float *c, const float *w, const float *bias, int N,
+                                     int C, float eps) {
+    layernorm_bf16(b, out, amax_out, mean, rstd, sum, a, c, w, bias, N, C, eps);
 }
 
 void cuda_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x,
