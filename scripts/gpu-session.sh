@@ -2,12 +2,12 @@
 # Everything the GPU checks need, in ONE call on a lent H200 (device time is scarce):
 #   here (no GPU):  scripts/gpu-session.sh prepare      builds build-gpu/ and .gpulibs/
 #   there:          scripts/gpu-session.sh run
-#                   carry only: build-gpu/gpu_test, build-gpu/fp8train,
-#                   build-gpu/bench/gpu_bench_cuda, build-gpu/dev/cuda/quantize_ladder, .gpulibs
-#                   (≈56 MB of the 64 MB a call may carry)
-# `run` executes make gpu-test's binary, a compute-sanitizer memcheck pass over a short
-# training run, the quantize kernel ladder (dev/cuda) and bench/gpu.sh, writing logs under $OUT
-# (or ./gpu-out) and a summary last.
+#                   carry only: build-gpu/gpu_test, build-gpu/bench/gpu_bench_cuda,
+#                   build-gpu/dev/cuda/quantize_ladder, build-gpu/dev/cuda/misc_ladder, .gpulibs
+#                   (≈59 MB of the 64 MB a call may carry; the CLI is not needed there)
+# `run` executes make gpu-test's binary, compute-sanitizer memcheck passes over short training
+# runs (gpu_bench_cuda on tiny and tiny-llama, BF16 and delayed FP8), the kernel ladders
+# (dev/cuda) and bench/gpu.sh, writing logs under $OUT (or ./gpu-out) and a summary last.
 # The runtime libraries (OpenBLAS, cJSON, gfortran/quadmath/gomp) travel in .gpulibs/ because
 # the device image lacks them; CUDA's own libraries are there.
 set -euo pipefail
@@ -22,7 +22,7 @@ prepare)
     cp -L "$l" .gpulibs/
   done
   BUILD=build-gpu bench/gpu.sh -- --help >/dev/null  # builds build-gpu/bench/gpu_bench_cuda
-  echo "prepared: carry build-gpu/{gpu_test,fp8train,bench/gpu_bench_cuda,dev/cuda/quantize_ladder} and .gpulibs; run: scripts/gpu-session.sh run"
+  echo "prepared: carry build-gpu/{gpu_test,bench/gpu_bench_cuda,dev/cuda/quantize_ladder,dev/cuda/misc_ladder} and .gpulibs; run: scripts/gpu-session.sh run"
   ;;
 run)
   export LD_LIBRARY_PATH=$PWD/.gpulibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -31,9 +31,15 @@ run)
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/card.txt"
   set +e
   build-gpu/gpu_test ${GPU_TEST_ARGS:-} >"$out/gpu_test.log" 2>&1; t=$?
-  compute-sanitizer --tool memcheck build-gpu/fp8train train --device cuda --preset tiny \
-    --steps 3 --val-every 0 --quiet --out /tmp/cs >"$out/memcheck.log" 2>&1; c=$?
-  build-gpu/dev/cuda/quantize_ladder >"$out/ladder.log" 2>&1; q=$?
+  c=0
+  for m in tiny tiny-llama; do
+    for p in bf16 fp8-delayed; do
+      echo "== $m $p"
+      compute-sanitizer --tool memcheck build-gpu/bench/gpu_bench_cuda --model $m --batch 2 \
+        --seq 64 --warmup 1 --steps 2 --prec $p || c=1
+    done
+  done >"$out/memcheck.log" 2>&1
+  { build-gpu/dev/cuda/quantize_ladder && build-gpu/dev/cuda/misc_ladder; } >"$out/ladder.log" 2>&1; q=$?
   GPU_BENCH_BIN=${GPU_BENCH_BIN:-build-gpu/bench/gpu_bench_cuda} bench/gpu.sh \
     >"$out/bench.log" 2>&1; b=$?
   set -e
@@ -41,7 +47,7 @@ run)
   tail -n 1 "$out/gpu_test.log"; echo "gpu_test exit $t"
   grep -E 'ERROR SUMMARY' "$out/memcheck.log" || tail -n 3 "$out/memcheck.log"
   echo "memcheck exit $c"
-  grep -E '^checks:' "$out/ladder.log"; echo "quantize ladder exit $q"
+  grep -E 'passed, .* failed' "$out/ladder.log"; echo "ladders exit $q"
   tail -n 15 "$out/bench.log"; echo "bench exit $b"
   ;;
 *)
