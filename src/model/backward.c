@@ -7,9 +7,10 @@
 
 #include "model/model_internal.h"
 
-/* What layer l's last training forward kept for this backward (model_attn_saved), or NULL */
+/* What layer l's last training forward kept for this backward (model_attn_saved, which
+ * allocates nothing under FP8TRAIN_NO_ATTN_SAVE), or NULL */
 static const void *model_attn_saved_for_backward(const fp8t_model *m, int l) {
-    return m->attn_saved && !m->no_attn_save ? m->attn_saved[l] : NULL;
+    return m->attn_saved ? m->attn_saved[l] : NULL;
 }
 
 static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {

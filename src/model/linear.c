@@ -186,10 +186,9 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     const int is_weight = op->role == FP8T_ROLE_W;
     memset(out, 0, sizeof(*out));
     out->f = op->x;
-    MODEL_CHECK(!op->dgelu_x || prec == FP8T_PREC_DELAYED ||
-                    (prec == FP8T_PREC_BF16 && !m->no_bf16_operands),
+    MODEL_CHECK(!op->dgelu_x || model_prec_one_pass(m, prec),
                 "the fused GELU backward needs a delayed-scaled or BF16-operand Dgrad");
-    MODEL_CHECK(!op->ln || (prec == FP8T_PREC_BF16 && !m->no_bf16_operands),
+    MODEL_CHECK(!op->ln || model_prec_bf16_operands(m, prec),
                 "the fused LayerNorm needs a BF16-operand Fprop");
 
     /* the weight's amax is recorded once per step, whatever the precision; BF16 and FP8 take
@@ -325,15 +324,9 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
 /* Whether run_gemm adds a bias itself (in the GEMM's epilogue, on a GPU) for precision prec:
  * the BF16-operand and the FP8 GEMMs take one. */
 static int gemm_takes_bias(const fp8t_model *m, fp8t_precision prec) {
-    return (prec == FP8T_PREC_BF16 && !m->no_bf16_operands) || model_prec_has_codes(prec);
+    return model_prec_shares_operands(m, prec);
 }
 
-/* Whether that bias costs no pass of its own: cuBLASLt has a BF16 kernel with an FP32 bias
- * epilogue, but none for FP8 (there the bias is added in a pass over the output), and the
- * other precisions add it with bias_add. */
-static int gemm_bias_free(const fp8t_model *m, fp8t_precision prec) {
-    return prec == FP8T_PREC_BF16 && !m->no_bf16_operands;
-}
 
 /* C[M,N] (row stride ldc, 0: N; only with BF16 operands) (= or +=) op(A)·op(B) in precision
  * prec. A's prepared form is copied to *keep_a
@@ -345,7 +338,7 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
                      int ldc, const operand *a, const operand *b, int M, int N, int K, int transA,
                      int transB, int acc, prepared *keep_a, const prepared *given_a,
                      const prepared *given_b, const float *bias) {
-    MODEL_CHECK(ldc == 0 || (prec == FP8T_PREC_BF16 && !m->no_bf16_operands),
+    MODEL_CHECK(ldc == 0 || model_prec_bf16_operands(m, prec),
                 "a strided GEMM result needs BF16 operands (linear_bf16_dy_fusable)");
     prepared pa, pb;
     if (given_a) pa = *given_a;
@@ -363,7 +356,7 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     }
     case FP8T_PREC_BF16:
     case FP8T_PREC_FAKE:
-        if (prec == FP8T_PREC_BF16 && !m->no_bf16_operands)
+        if (model_prec_bf16_operands(m, prec))
             m->ops->gemm_bf16_rounded(be, C, &pa.h, &pb.h, M, N, K, transA, transB, acc, bias,
                                       ldc);
         else /* fake's quantize-dequantized floats; bf16 under FP8TRAIN_NO_BF16_OPERANDS */
@@ -438,13 +431,17 @@ void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const flo
 static int gelu_fusable(const fp8t_model *m, int lin) {
     const fp8t_precision p = m->prec[lin][FP8T_GEMM_FPROP];
     if (m->no_gelu_fusion || m->hook ||
-        !(p == FP8T_PREC_DELAYED || (p == FP8T_PREC_BF16 && !m->no_bf16_operands)))
+        !model_prec_one_pass(m, p))
         return 0;
     return m->frozen || m->xq[lin].saved;
 }
 
 int linear_residual_takes_bias(const fp8t_model *m, int lin) {
-    return !m->no_residual_bias && !m->hook && !gemm_bias_free(m, m->prec[lin][FP8T_GEMM_FPROP]);
+    /* a bias is free only in a BF16 GEMM's epilogue: cuBLASLt has no FP8 kernel with an FP32
+     * bias epilogue (gemm_fp8 adds it in a pass over the output), and the other precisions add
+     * it with bias_add */
+    return !m->no_residual_bias && !m->hook &&
+           !model_prec_bf16_operands(m, m->prec[lin][FP8T_GEMM_FPROP]);
 }
 
 int linear_gelu_takes_bias(const fp8t_model *m, int prod, int lin) {
@@ -470,8 +467,8 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
 /* The Fprop can make its operand from the norm's input itself when it takes BF16 operands, no
  * hook wants the norm's output in FP32, and no Wgrad reads it in FP32 later (as gelu_fusable). */
 static int ln_fusable(const fp8t_model *m, int lin) {
-    if (m->no_ln_fusion || m->hook || m->prec[lin][FP8T_GEMM_FPROP] != FP8T_PREC_BF16 ||
-        m->no_bf16_operands)
+    if (m->no_ln_fusion || m->hook ||
+        !model_prec_bf16_operands(m, m->prec[lin][FP8T_GEMM_FPROP]))
         return 0;
     return m->frozen || m->xq[lin].saved;
 }
@@ -594,7 +591,7 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
 static int gelu_bwd_fusable(const fp8t_model *m, int lin, int has_bias) {
     const fp8t_precision d = m->prec[lin][FP8T_GEMM_DGRAD];
     if (m->no_gelu_bwd_fusion || m->hook || (has_bias && m->no_colsum_fusion)) return 0;
-    if (!(d == FP8T_PREC_DELAYED || (d == FP8T_PREC_BF16 && !m->no_bf16_operands))) return 0;
+    if (!model_prec_one_pass(m, d)) return 0;
     return reuse_dy_codes(m, lin, wgrad_prec(m, lin));
 }
 

@@ -255,10 +255,22 @@ static inline int model_prec_has_codes(fp8t_precision p) {
     return p == FP8T_PREC_DELAYED || p == FP8T_PREC_CURRENT;
 }
 
+/* BF16 with BF16 operands (to_bf16, gemm_bf16_rounded), i.e. not FP8TRAIN_NO_BF16_OPERANDS */
+static inline int model_prec_bf16_operands(const fp8t_model *m, fp8t_precision p) {
+    return p == FP8T_PREC_BF16 && !m->no_bf16_operands;
+}
+
 /* The precisions whose prepared operand one GEMM can hand to another (dY Dgrad -> Wgrad,
  * X Fprop -> Wgrad): FP8 codes, and BF16 operands unless FP8TRAIN_NO_BF16_OPERANDS. */
 static inline int model_prec_shares_operands(const fp8t_model *m, fp8t_precision p) {
-    return model_prec_has_codes(p) || (p == FP8T_PREC_BF16 && !m->no_bf16_operands);
+    return model_prec_has_codes(p) || model_prec_bf16_operands(m, p);
+}
+
+/* The precisions whose rounding pass needs nothing of its input beforehand (BF16 operands;
+ * delayed FP8, whose scale is known before the pass), so the op that makes the input can do the
+ * rounding itself (the GELU forward and backward fusions). */
+static inline int model_prec_one_pass(const fp8t_model *m, fp8t_precision p) {
+    return p == FP8T_PREC_DELAYED || model_prec_bf16_operands(m, p);
 }
 
 /* model.c */
