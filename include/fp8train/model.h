@@ -22,6 +22,18 @@ extern "C" {
 
 typedef enum { FP8T_ARCH_GPT2 = 0, FP8T_ARCH_LLAMA = 1 } fp8t_arch;
 
+/* RoPE frequency scaling. DEFAULT: inv_freq_i = theta^(-2i/HS). LLAMA3: Llama 3.1+'s
+ * "llama3" rope_type (frequencies below original_max_pos / low_freq_factor wavelengths are
+ * divided by factor, a smooth blend between the two cut-offs). */
+typedef enum { FP8T_ROPE_DEFAULT = 0, FP8T_ROPE_LLAMA3 = 1 } fp8t_rope_type;
+typedef struct {
+    fp8t_rope_type type;
+    float factor;           /* llama3: 32 for Llama-3.2, 8 for Llama-3.1 */
+    float low_freq_factor;  /* llama3: 1 */
+    float high_freq_factor; /* llama3: 4 */
+    int original_max_pos;   /* llama3: 8192 */
+} fp8t_rope_scaling;
+
 typedef struct {
     fp8t_arch arch;
     int n_layer;
@@ -32,6 +44,12 @@ typedef struct {
     int mlp_hidden;  /* fc1 out (GPT-2, 4C) or gate/up out (Llama) */
     float rope_theta;/* Llama only (10000) */
     float norm_eps;  /* 1e-5 */
+    /* Fields below default to 0 = the behaviour before they existed (positional presets and
+     * older checkpoints stay valid). */
+    int n_kv_head;   /* K/V heads, grouped-query attention (n_head % n_kv_head == 0); 0 = n_head */
+    int untied_head; /* 1: the LM head has its own weight "lm_head.w" [V, C]; 0: tied to wte */
+    int qkv_bias;    /* Llama arch: q, k, v projections carry biases (Qwen2) */
+    fp8t_rope_scaling rope_scaling; /* Llama arch */
 } fp8t_model_config;
 
 /* Presets: tiny, tiny-llama, gpt2-124m, gpt2-350m, gpt2-1.5b, llama-1b. 0 ok, -1 unknown. */
