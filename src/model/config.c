@@ -11,16 +11,21 @@ typedef struct {
     fp8t_model_config cfg;
 } preset;
 
-/* arch, n_layer, n_embd, n_head, seq_len, vocab_size, mlp_hidden, rope_theta, norm_eps */
 static const preset PRESETS[] = {
-    {"tiny", {FP8T_ARCH_GPT2, 4, 128, 4, 128, 256, 512, 10000.0f, 1e-5f}},
+    {"tiny", {.arch = FP8T_ARCH_GPT2, .n_layer = 4, .n_embd = 128, .n_head = 4, .seq_len = 128,
+        .vocab_size = 256, .mlp_hidden = 512, .rope_theta = 10000.0f, .norm_eps = 1e-5f}},
     /* SwiGLU hidden ~ 8C/3 rounded up to a multiple of 128, as Llama does */
-    {"tiny-llama", {FP8T_ARCH_LLAMA, 4, 128, 4, 128, 256, 384, 10000.0f, 1e-5f}},
-    {"gpt2-124m", {FP8T_ARCH_GPT2, 12, 768, 12, 1024, 50257, 3072, 10000.0f, 1e-5f}},
-    {"gpt2-350m", {FP8T_ARCH_GPT2, 24, 1024, 16, 1024, 50257, 4096, 10000.0f, 1e-5f}},
-    {"gpt2-1.5b", {FP8T_ARCH_GPT2, 48, 1600, 25, 1024, 50257, 6400, 10000.0f, 1e-5f}},
+    {"tiny-llama", {.arch = FP8T_ARCH_LLAMA, .n_layer = 4, .n_embd = 128, .n_head = 4, .seq_len = 128,
+        .vocab_size = 256, .mlp_hidden = 384, .rope_theta = 10000.0f, .norm_eps = 1e-5f}},
+    {"gpt2-124m", {.arch = FP8T_ARCH_GPT2, .n_layer = 12, .n_embd = 768, .n_head = 12, .seq_len = 1024,
+        .vocab_size = 50257, .mlp_hidden = 3072, .rope_theta = 10000.0f, .norm_eps = 1e-5f}},
+    {"gpt2-350m", {.arch = FP8T_ARCH_GPT2, .n_layer = 24, .n_embd = 1024, .n_head = 16, .seq_len = 1024,
+        .vocab_size = 50257, .mlp_hidden = 4096, .rope_theta = 10000.0f, .norm_eps = 1e-5f}},
+    {"gpt2-1.5b", {.arch = FP8T_ARCH_GPT2, .n_layer = 48, .n_embd = 1600, .n_head = 25, .seq_len = 1024,
+        .vocab_size = 50257, .mlp_hidden = 6400, .rope_theta = 10000.0f, .norm_eps = 1e-5f}},
     /* Llama 3.2 1B sizes (with full multi-head attention instead of grouped KV heads) */
-    {"llama-1b", {FP8T_ARCH_LLAMA, 16, 2048, 32, 2048, 128256, 8192, 500000.0f, 1e-5f}},
+    {"llama-1b", {.arch = FP8T_ARCH_LLAMA, .n_layer = 16, .n_embd = 2048, .n_head = 32, .seq_len = 2048,
+        .vocab_size = 128256, .mlp_hidden = 8192, .rope_theta = 500000.0f, .norm_eps = 1e-5f}},
 };
 #define N_PRESETS ((int)(sizeof(PRESETS) / sizeof(PRESETS[0])))
 
