@@ -17,7 +17,9 @@
 static char root[256];
 
 static fp8t_model_config small_config(void) {
-    fp8t_model_config c = {FP8T_ARCH_GPT2, 2, 16, 2, 8, 32, 64, 10000.0f, 1e-5f};
+    fp8t_model_config c = {.arch = FP8T_ARCH_GPT2, .n_layer = 2, .n_embd = 16, .n_head = 2,
+                           .seq_len = 8, .vocab_size = 32, .mlp_hidden = 64,
+                           .rope_theta = 10000.0f, .norm_eps = 1e-5f};
     return c;
 }
 

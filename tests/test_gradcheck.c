@@ -188,8 +188,9 @@ static void gradcheck_arch(fp8t_arch arch) {
     char err[256];
     fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
     T_ASSERT(be, "cpu backend: %s", err);
-    fp8t_model_config c = {arch, 2, 16, 2, 8, 32, arch == FP8T_ARCH_GPT2 ? 64 : 48, 10000.0f,
-                           1e-5f};
+    fp8t_model_config c = {.arch = arch, .n_layer = 2, .n_embd = 16, .n_head = 2, .seq_len = 8,
+                           .vocab_size = 32, .mlp_hidden = arch == FP8T_ARCH_GPT2 ? 64 : 48,
+                           .rope_theta = 10000.0f, .norm_eps = 1e-5f};
     const int B = 2, T = 8, N = B * T;
     fp8t_policy pol;
     fp8t_policy_default(&pol);

@@ -61,7 +61,9 @@ static void run_log_free(run_log *L) {
 }
 
 static fp8t_model_config small_cfg(fp8t_arch arch) {
-    fp8t_model_config c = {arch, 2, 32, 2, T, 64, 64, 10000.0f, 1e-5f};
+    fp8t_model_config c = {.arch = arch, .n_layer = 2, .n_embd = 32, .n_head = 2, .seq_len = T,
+                           .vocab_size = 64, .mlp_hidden = 64, .rope_theta = 10000.0f,
+                           .norm_eps = 1e-5f};
     return c;
 }
 

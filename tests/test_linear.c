@@ -253,7 +253,9 @@ static void run_policy_on(fp8t_arch arch, const fp8t_policy *pol, const char *la
         n_fp8_gemms = n_bad_transposes = 0;
     }
     /* sizes chosen so block tiles (128) and MX blocks (32) have full and partial blocks */
-    fp8t_model_config cfg = {arch, 1, 32, 2, 48, 160, 192, 10000.0f, 1e-5f};
+    fp8t_model_config cfg = {.arch = arch, .n_layer = 1, .n_embd = 32, .n_head = 2, .seq_len = 48,
+                             .vocab_size = 160, .mlp_hidden = 192, .rope_theta = 10000.0f,
+                             .norm_eps = 1e-5f};
     const int B = 3, T = 48, N = B * T, steps = 3;
     fp8t_model *m = fp8t_model_create(be, &cfg, pol, B, T, err, sizeof(err));
     T_ASSERT(m, "%s", err);
