@@ -45,6 +45,7 @@ typedef struct {
     int resume_reset_fp8;       /* on resume, start the FP8 state fresh instead of restoring */
     int quiet;                  /* no progress lines (tests, bisect children) */
     int progress_every;         /* print a progress line every N steps */
+    char tensorboard[FP8T_PATH_MAX]; /* --tensorboard DIR: TensorBoard event files; "" = off */
     /* debugging */
     char inspect[FP8T_PATH_MAX];/* --inspect spec (see debug/inspect.h); "" = off */
     char inject[FP8T_PATH_MAX]; /* --inject spec (see debug/inject.h); "" = off */

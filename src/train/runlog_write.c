@@ -85,6 +85,9 @@ void runlog_close(trainer *t) {
     if (t->metrics) fclose(t->metrics);
     if (t->events) fclose(t->events);
     t->metrics = t->events = NULL;
+    char e[16];
+    fp8t_tb_close(t->tb, e, sizeof(e)); /* an error path: a close error adds nothing */
+    t->tb = NULL;
 }
 
 /* Append ,"key":value to buf at *o (floats with 9 significant digits: a float32 round-trips
@@ -130,4 +133,51 @@ void runlog_event(trainer *t, int step, const char *kind, const char *message, c
     free(msg);
     cJSON_Delete(s);
     if (!t->cfg.quiet || !strcmp(kind, "nan")) fprintf(stderr, "fp8train: step %d: %s: %s\n", step, kind, message);
+}
+
+/* ---------------------------------------------------------------- TensorBoard */
+
+/* The inspector's statistics of a step, queued for the step's event as
+ * inspect/<site>/<statistic>: TensorBoard groups tags by their first component, so every
+ * statistic of the run lands in one "inspect" section, and its tag filter selects by site
+ * ("layer03.fc2") or by statistic ("underflow_pct"). */
+static void tb_inspect_sink(void *ctx, int step, const char *site, const char *stat,
+                            double value) {
+    trainer *t = ctx;
+    (void)step; /* queued for the step runlog_tb_step writes next: the same step */
+    char tag[256];
+    if (fp8t_fmt(tag, sizeof(tag), "inspect/%s/%s", site, stat) != 0) return;
+    fp8t_tb_add(t->tb, tag, value); /* out of memory is reported by the step's write */
+}
+
+int runlog_tb_open(trainer *t, char *err, size_t errlen) {
+    if (!t->cfg.tensorboard[0]) return 0;
+    t->tb = fp8t_tb_open(t->cfg.tensorboard, err, errlen);
+    if (!t->tb) return -1;
+    if (t->inspector) fp8t_inspector_set_sink(t->inspector, tb_inspect_sink, t);
+    return 0;
+}
+
+int runlog_tb_step(trainer *t, const step_record *r, char *err, size_t errlen) {
+    if (!t->tb) return 0;
+    /* As metrics.jsonl has them, but what was not measured this step is left out rather than
+     * written as NaN (a chart would show a gap marker at every step without validation). A
+     * non-finite loss or gradient norm is written: that point is the news. */
+    fp8t_tb_add(t->tb, "loss", r->loss);
+    fp8t_tb_add(t->tb, "lr", r->lr);
+    fp8t_tb_add(t->tb, "grad_norm", r->grad_norm);
+    if (isfinite(r->tokens_per_s)) fp8t_tb_add(t->tb, "tokens_per_s", r->tokens_per_s);
+    if (!isnan(r->val_loss)) fp8t_tb_add(t->tb, "val_loss", r->val_loss);
+    if (!isnan(r->shadow_loss)) {
+        fp8t_tb_add(t->tb, "shadow_loss", r->shadow_loss);
+        fp8t_tb_add(t->tb, "shadow_gap", r->shadow_gap);
+    }
+    if (!isnan(r->drift_gap)) fp8t_tb_add(t->tb, "drift_gap", r->drift_gap);
+    return fp8t_tb_write_step(t->tb, r->step, err, errlen);
+}
+
+int runlog_tb_close(trainer *t, char *err, size_t errlen) {
+    int rc = fp8t_tb_close(t->tb, err, errlen);
+    t->tb = NULL;
+    return rc;
 }

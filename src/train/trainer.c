@@ -287,6 +287,8 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
     printf("precision policy:\n%s%s", desc, desc[0] && desc[strlen(desc) - 1] == '\n' ? "" : "\n");
     if (ck) printf("resumed from %s at step %d; %s\n", t->cfg.resume, ck->step, fp8_note);
     printf("out: %s\n", t->cfg.out_dir);
+    if (t->tb) printf("tensorboard: %s (tensorboard --logdir %s)\n", fp8t_tb_path(t->tb),
+                      t->cfg.tensorboard);
     fflush(stdout);
 }
 
@@ -436,7 +438,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         t->hook_inspect = 1;
     }
     if (fp8t_mkdirs(t->cfg.out_dir, err, errlen) != 0 || write_config(t, err, errlen) != 0 ||
-        runlog_open(t, t->start_step, err, errlen) != 0)
+        runlog_open(t, t->start_step, err, errlen) != 0 || runlog_tb_open(t, err, errlen) != 0)
         goto done;
 
     /* 3. weights: fresh or from the checkpoint */
@@ -512,6 +514,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             r.nonfinite = 1;
             r.elapsed_s = trainer_now() - t->t0;
             runlog_metrics(t, &r);
+            if (runlog_tb_step(t, &r, err, errlen) != 0) goto done;
             res->reason = FP8T_STOP_NAN;
             res->last_step = step - 1;
             break;
@@ -540,6 +543,10 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         r.drift_gap = drift_observe(t, step, loss);
         r.elapsed_s = trainer_now() - t->t0;
         runlog_metrics(t, &r);
+        if (runlog_tb_step(t, &r, err, errlen) != 0) {
+            res->reason = FP8T_STOP_ERROR;
+            goto done;
+        }
         spike_observe(t, step, loss);
         res->last_step = step;
         res->last_loss = loss;
@@ -603,6 +610,10 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         }
     }
     res->tokens_per_s = t->train_seconds > 0 ? t->tokens_done / t->train_seconds : 0;
+    if (runlog_tb_close(t, err, errlen) != 0) {
+        res->reason = FP8T_STOP_ERROR;
+        goto done;
+    }
     rc = 0;
 done:
     if (rc != 0 && res->reason != FP8T_STOP_ERROR) res->reason = FP8T_STOP_ERROR;

@@ -7,6 +7,7 @@
 
 #include "fp8train/data.h"
 #include "fp8train/debug.h"
+#include "fp8train/tensorboard.h"
 #include "fp8train/train.h"
 #include "train/train_internal.h"
 
@@ -70,6 +71,7 @@ typedef struct {
     /* logs */
     FILE *metrics, *events;
     int n_events;
+    fp8t_tb_writer *tb;        /* --tensorboard event file (NULL: off) */
     /* detectors */
     spike_state spike;
     drift_state drift;
@@ -94,6 +96,13 @@ double trainer_now(void);
 int runlog_open(trainer *t, int resume_step, char *err, size_t errlen);
 void runlog_close(trainer *t);
 void runlog_metrics(trainer *t, const step_record *r);
+/* --tensorboard: open a new event file in the directory (and send the inspector's statistics
+ * there too), write one step's scalars (its metrics row and the statistics the inspector
+ * queued during the step) as one flushed event, close it. Each returns 0 or -1 with err: a
+ * failed write stops the run. */
+int runlog_tb_open(trainer *t, char *err, size_t errlen);
+int runlog_tb_step(trainer *t, const step_record *r, char *err, size_t errlen);
+int runlog_tb_close(trainer *t, char *err, size_t errlen);
 /* kind: nan | spike | drift | shadow | fallback | rollback; extra: "" or ",\"key\":value..." */
 void runlog_event(trainer *t, int step, const char *kind, const char *message, const char *extra);
 
