@@ -12,6 +12,7 @@
 #include "fp8train/inject.h"
 #include "fp8train/io.h"
 #include "fp8train/train_options.h"
+#include "util/fs.h"
 
 typedef enum { OT_INT, OT_FLOAT, OT_U64, OT_STR, OT_FLAG, OT_BOOL, OT_SPECIAL } opt_type;
 
@@ -606,6 +607,13 @@ int fp8t_train_config_check(fp8t_train_config *c, char *err, size_t errlen) {
     }
     if (!c->out_dir[0]) {
         snprintf(err, errlen, "--out must name a directory");
+        return -1;
+    }
+    /* checked here so that a bad --tensorboard stops the run before its directory is written */
+    if (c->tensorboard[0] && fp8t_path_exists(c->tensorboard) && !fp8t_is_dir(c->tensorboard)) {
+        snprintf(err, errlen, "--tensorboard %s: exists and is not a directory (name a "
+                 "directory for the event files, e.g. --tensorboard %s/tb)", c->tensorboard,
+                 c->out_dir[0] ? c->out_dir : "runs/x");
         return -1;
     }
     if (c->inject[0] && fp8t_injector_check(c->inject, e, sizeof(e)) != 0) {
