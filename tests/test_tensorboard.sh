@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `fp8train train --tensorboard DIR` from the outside: the option in --help, a run that writes
+# an event file next to its logs (and says where), bad values refused with exit status 2 before
+# anything is written, and, when the `tensorboard` Python package is installed, the files read
+# by TensorBoard itself (tests/check_tensorboard.py: its event loader and its HTTP server).
+# Without the package that check prints SKIP (CI has no tensorboard): pip install tensorboard,
+# or point FP8TRAIN_PYTHON at a Python that has it.
+set -u
+BIN=${FP8TRAIN_BIN:-build/fp8train}
+PY=${FP8TRAIN_PYTHON:-python3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+SUITE=tensorboard_cli
+TMP=$(mktemp -d /tmp/fp8t_tensorboard_cli.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+SMALL=(--layers 2 --dim 32 --heads 2 --max-seq-len 16 --mlp-hidden 64 --batch 4 --seq-len 16
+       --progress-every 100)
+
+pass() { echo "PASS $SUITE: $1"; }
+fail() { echo "FAIL $SUITE: $1: $2"; }
+
+"$BIN" train --help >"$TMP/help" 2>&1
+if grep -q -- "--tensorboard DIR" "$TMP/help"; then pass help; else fail help "--tensorboard not in train --help"; fi
+
+# --- a run: event file in DIR, its path in the banner, the usual logs beside it
+run="$TMP/run"
+"$BIN" train "${SMALL[@]}" --steps 10 --val-every 5 --inspect "every=5,layers=1+head,modules=fc2+head" \
+  --out "$run" --tensorboard "$run/tb" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+files=("$run"/tb/events.out.tfevents.*)
+if [ $rc -eq 0 ] && [ ${#files[@]} -eq 1 ] && [ -s "${files[0]}" ]; then
+  pass run_writes_event_file
+else
+  fail run_writes_event_file "exit $rc, files: ${files[*]} ($(head -c 300 "$TMP/err"))"
+fi
+if grep -qF "tensorboard: ${files[0]} (tensorboard --logdir $run/tb)" "$TMP/out"; then
+  pass banner_names_file
+else
+  fail banner_names_file "$(grep -i tensorboard "$TMP/out")"
+fi
+# the config records the option, so `--config run/config.json` repeats it
+if grep -qE "\"tensorboard\":[[:space:]]*\"$run/tb\"" "$run/config.json"; then
+  pass config_json
+else
+  fail config_json "$(grep -o '"tensorboard[^,]*' "$run/config.json")"
+fi
+
+# --- bad values: exit 2, the option named, nothing written
+touch "$TMP/plainfile"
+"$BIN" train "${SMALL[@]}" --steps 2 --out "$TMP/never1" --tensorboard "$TMP/plainfile" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -qF -- "--tensorboard $TMP/plainfile: exists and is not a directory" "$TMP/err" &&
+   [ ! -e "$TMP/never1" ]; then
+  pass file_refused
+else
+  fail file_refused "exit $rc: $(head -c 300 "$TMP/err")"
+fi
+"$BIN" train "${SMALL[@]}" --steps 2 --out "$TMP/never2" --tensorboard >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -qF -- "--tensorboard needs a value" "$TMP/err" && [ ! -e "$TMP/never2" ]; then
+  pass missing_value
+else
+  fail missing_value "exit $rc: $(head -c 300 "$TMP/err")"
+fi
+# a directory that cannot be created (under a regular file: refused even for root): the run
+# stops with an error naming it, and writes no metrics
+"$BIN" train "${SMALL[@]}" --steps 2 --quiet --out "$TMP/run_nodir" --tensorboard "$TMP/plainfile/tb" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -ne 0 ] && grep -qF -- "--tensorboard $TMP/plainfile/tb" "$TMP/err" &&
+   [ ! -s "$TMP/run_nodir/metrics.jsonl" ]; then
+  pass uncreatable_dir
+else
+  fail uncreatable_dir "exit $rc: $(head -c 300 "$TMP/err")"
+fi
+
+# --- TensorBoard itself reads the files (optional)
+if "$PY" -c "import tensorboard" >/dev/null 2>&1; then
+  "$PY" "$HERE/check_tensorboard.py" "$run" "$run/tb" --serve 2>"$TMP/py_err"
+  rc=$?
+  [ $rc -eq 0 ] || fail tensorboard_package "check_tensorboard.py exit $rc ($(tail -c 400 "$TMP/py_err"))"
+else
+  echo "SKIP $SUITE: tensorboard_package (the tensorboard Python package is not installed for $PY; pip install tensorboard, or set FP8TRAIN_PYTHON)"
+fi
