@@ -51,10 +51,18 @@ def check_accumulator(run, tb):
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     series = {t: {e.step: e.value for e in acc.Scalars(t)} for t in tags}
-    for key in ("loss", "lr", "grad_norm", "tokens_per_s", "val_loss"):
-        check(f"tag {key}", key in tags, f"tags: {sorted(tags)[:10]}")
-    bad = []
     rows = jsonl(os.path.join(run, "metrics.jsonl"))
+    keys = ["loss", "lr", "grad_norm", "tokens_per_s"]
+    if any(r.get("val_loss") is not None for r in rows):
+        keys.append("val_loss")
+    for key in keys:
+        check(f"tag {key}", key in tags, f"tags: {sorted(tags)[:10]}")
+    # after a resume into the directory, the steps it re-ran must be there once: TensorBoard
+    # purged the first take (the session START event)
+    loss_steps = [e.step for e in acc.Scalars("loss")] if "loss" in tags else []
+    check("each step once", len(loss_steps) == len(set(loss_steps)),
+          f"steps {loss_steps}")
+    bad = []
     for row in rows:
         for key in ("loss", "lr", "grad_norm", "val_loss"):
             if row.get(key) is None:
@@ -69,12 +77,17 @@ def check_accumulator(run, tb):
     n = 0
     bad = []
     stats_path = os.path.join(run, "stats.jsonl")
-    stats = jsonl(stats_path) if os.path.exists(stats_path) else []
-    for row in stats:
+    if not os.path.exists(stats_path):
+        return
+    # a resumed run appends the rows of the steps it re-runs: the last row of a site wins
+    last = {}
+    for row in jsonl(stats_path):
         if row["micro"] != 0:
             continue
         layer = "head" if row["layer"] < 0 else "layer%02d" % row["layer"]
         site = f"{layer}.{row['module']}.{row['gemm']}.{row['tensor']}"
+        last[(row["step"], site)] = row
+    for (_, site), row in last.items():
         for stat in ("underflow_pct", "saturation_pct", "sqnr_db", "scale", "amax"):
             want = row.get(stat)
             if want is None or not math.isfinite(want):

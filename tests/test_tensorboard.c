@@ -453,9 +453,12 @@ static void test_train_run(void) {
              c.tensorboard);
     event_list l;
     T_ASSERT(read_events(names[0], &l, why, sizeof(why)) == 0, "%s: %s", names[0], why);
-    /* the version, then one event per step, in order */
-    T_CHECK(l.n == 1 + c.steps, "%d events for %d steps", l.n, c.steps);
-    for (int i = 1; i < l.n; i++) T_CHECK(l.ev[i]->step == i, "event %d has step %lld", i,
+    /* the version, the session start at step 1, then one event per step, in order */
+    T_ASSERT(l.n == 2 + c.steps, "%d events for %d steps", l.n, c.steps);
+    T_CHECK(l.ev[1]->what_case == FP8T_TB__EVENT__WHAT_SESSION_LOG && l.ev[1]->step == 1 &&
+            l.ev[1]->session_log->status == FP8T_TB__SESSION_LOG__SESSION_STATUS__START,
+            "no session START at step 1");
+    for (int i = 2; i < l.n; i++) T_CHECK(l.ev[i]->step == i - 1, "event %d has step %lld", i,
                                           (long long)l.ev[i]->step);
     int n = check_against_logs(c.out_dir, &l, 1);
     /* steps 3, 6, 9, 12 inspected; fc2 of layer 1: 3 GEMMs x 3 tensors, 6 of them operands */
@@ -477,8 +480,9 @@ static void test_train_run(void) {
     T_ASSERT(list_event_files(c.tensorboard, names, 4) == 2, "expected 2 event files");
     /* names sort by time; in the same second the resumed one has the ".1" suffix */
     T_ASSERT(read_events(names[1], &l, why, sizeof(why)) == 0, "%s: %s", names[1], why);
-    T_CHECK(l.n == 1 + 6 && l.ev[1]->step == 7 && l.ev[6]->step == 12, "resumed file: %d events",
-            l.n);
+    T_CHECK(l.n == 2 + 6 && l.ev[1]->what_case == FP8T_TB__EVENT__WHAT_SESSION_LOG &&
+            l.ev[1]->step == 7 && l.ev[2]->step == 7 && l.ev[7]->step == 12,
+            "resumed file: %d events, START at 7 then steps 7..12", l.n);
     check_against_logs(c.out_dir, &l, 7);
     events_free(&l);
 }

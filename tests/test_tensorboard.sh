@@ -24,8 +24,8 @@ if grep -q -- "--tensorboard DIR" "$TMP/help"; then pass help; else fail help "-
 
 # --- a run: event file in DIR, its path in the banner, the usual logs beside it
 run="$TMP/run"
-"$BIN" train "${SMALL[@]}" --steps 10 --val-every 5 --inspect "every=5,layers=1+head,modules=fc2+head" \
-  --out "$run" --tensorboard "$run/tb" >"$TMP/out" 2>"$TMP/err"
+"$BIN" train "${SMALL[@]}" --steps 10 --val-every 5 --inspect "every=2,layers=1+head,modules=fc2+head" \
+  --ckpt-every 5 --out "$run" --tensorboard "$run/tb" >"$TMP/out" 2>"$TMP/err"
 rc=$?
 files=("$run"/tb/events.out.tfevents.*)
 if [ $rc -eq 0 ] && [ ${#files[@]} -eq 1 ] && [ -s "${files[0]}" ]; then
@@ -44,6 +44,16 @@ if grep -qE "\"tensorboard\":[[:space:]]*\"$run/tb\"" "$run/config.json"; then
 else
   fail config_json "$(grep -o '"tensorboard[^,]*' "$run/config.json")"
 fi
+
+# --- resumed into the same directories under another precision: a second event file; the
+# re-run steps 6..10 differ from the first take, which TensorBoard must drop (checked below)
+"$BIN" train "${SMALL[@]}" --steps 10 --val-every 5 --inspect "every=2,layers=1+head,modules=fc2+head" \
+  --resume "$run/checkpoints/step_000005" --precision bf16 --out "$run" --tensorboard "$run/tb" \
+  >"$TMP/out2" 2>"$TMP/err2"
+rc=$?
+files=("$run"/tb/events.out.tfevents.*)
+if [ $rc -eq 0 ] && [ ${#files[@]} -eq 2 ]; then pass resume_adds_file
+else fail resume_adds_file "exit $rc, files: ${files[*]} ($(head -c 300 "$TMP/err2"))"; fi
 
 # --- bad values: exit 2, the option named, nothing written
 touch "$TMP/plainfile"

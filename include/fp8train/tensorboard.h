@@ -4,8 +4,9 @@
  *   uint64 length (little-endian), uint32 masked CRC32C of those 8 bytes,
  *   `length` bytes of data, uint32 masked CRC32C of the data,
  * each data a protobuf `Event` (TensorBoard's event.proto; the subset fp8train writes is in
- * src/io/proto/tfevent.proto): the first carries file_version "brain.Event:2", every later one
- * a step and a Summary of scalar (simple_value) values. TensorBoard opens such a directory
+ * src/io/proto/tfevent.proto): the first carries file_version "brain.Event:2", later ones a
+ * step and either a SessionLog START (fp8t_tb_session_start) or a Summary of scalar
+ * (simple_value) values. TensorBoard opens such a directory
  * with `tensorboard --logdir DIR`. */
 #ifndef FP8TRAIN_TENSORBOARD_H
 #define FP8TRAIN_TENSORBOARD_H
@@ -25,6 +26,10 @@ typedef struct fp8t_tb_writer fp8t_tb_writer;
  * events.out.tfevents.<unix time>.<host> (".<n>" appended when a file of that name exists:
  * an existing file is never overwritten), holding the file-version record. NULL with err. */
 fp8t_tb_writer *fp8t_tb_open(const char *dir, char *err, size_t errlen);
+/* Mark that the run (re)starts at `step`: TensorBoard then drops the values of steps >= step
+ * it read before (from this file or an older one in the directory), which a resumed or
+ * rolled-back run is about to write again. 0 ok; -1 with err as fp8t_tb_write_step. */
+int fp8t_tb_session_start(fp8t_tb_writer *w, int64_t step, char *err, size_t errlen);
 /* The file's path. */
 const char *fp8t_tb_path(const fp8t_tb_writer *w);
 /* Queue a scalar for the next fp8t_tb_write_step (tags may repeat across steps, not within

@@ -174,6 +174,18 @@ fp8t_tb_writer *fp8t_tb_open(const char *dir, char *err, size_t errlen) {
     return w;
 }
 
+int fp8t_tb_session_start(fp8t_tb_writer *w, int64_t step, char *err, size_t errlen) {
+    if (!w) return 0;
+    Fp8tTb__SessionLog log = FP8T_TB__SESSION_LOG__INIT;
+    log.status = FP8T_TB__SESSION_LOG__SESSION_STATUS__START;
+    Fp8tTb__Event ev = FP8T_TB__EVENT__INIT;
+    ev.wall_time = wall_time();
+    ev.step = step;
+    ev.what_case = FP8T_TB__EVENT__WHAT_SESSION_LOG;
+    ev.session_log = &log;
+    return write_event(w, &ev, err, errlen);
+}
+
 const char *fp8t_tb_path(const fp8t_tb_writer *w) { return w ? w->path : ""; }
 
 size_t fp8t_tb_pending(const fp8t_tb_writer *w) { return w ? w->nq : 0; }

@@ -154,6 +154,9 @@ int runlog_tb_open(trainer *t, char *err, size_t errlen) {
     if (!t->cfg.tensorboard[0]) return 0;
     t->tb = fp8t_tb_open(t->cfg.tensorboard, err, errlen);
     if (!t->tb) return -1;
+    /* a resume re-runs the steps after its checkpoint, a fresh run all of them: what an earlier
+     * run left in the directory for those steps is superseded */
+    if (fp8t_tb_session_start(t->tb, t->start_step + 1, err, errlen) != 0) return -1;
     if (t->inspector) fp8t_inspector_set_sink(t->inspector, tb_inspect_sink, t);
     return 0;
 }

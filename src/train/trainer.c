@@ -606,6 +606,11 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             t->rollbacks++;
             t->bf16_until = step;
             t->fallback_left = 0;
+            /* the steps after the checkpoint are re-run: TensorBoard drops their first take */
+            if (t->tb && fp8t_tb_session_start(t->tb, back + 1, err, errlen) != 0) {
+                res->reason = FP8T_STOP_ERROR;
+                goto done;
+            }
             step = back; /* the loop continues at back + 1 */
         }
     }

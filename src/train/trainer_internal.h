@@ -96,8 +96,8 @@ double trainer_now(void);
 int runlog_open(trainer *t, int resume_step, char *err, size_t errlen);
 void runlog_close(trainer *t);
 void runlog_metrics(trainer *t, const step_record *r);
-/* --tensorboard: open a new event file in the directory (and send the inspector's statistics
- * there too), write one step's scalars (its metrics row and the statistics the inspector
+/* --tensorboard: open a new event file in the directory (marked as a session starting at the
+ * run's first step, and the inspector's statistics sent there too), write one step's scalars (its metrics row and the statistics the inspector
  * queued during the step) as one flushed event, close it. Each returns 0 or -1 with err: a
  * failed write stops the run. */
 int runlog_tb_open(trainer *t, char *err, size_t errlen);
