@@ -38,7 +38,8 @@ void fp8t_inspector_end_step(fp8t_inspector *in, int step);
  * writes a row of on the step's first micro-batch, fn gets the site as a tag-friendly name
  * ("layer03.fc2.dgrad.grad_output", "head.head.fprop.input") and one call per statistic:
  * "underflow_pct", "saturation_pct", "sqnr_db", "scale" (quantized operands) and "amax" (every
- * site), finite values only (an exact quantization's SQNR is infinite: no call). NULL: none. */
+ * site), values finite as a float only (an exact quantization's SQNR, 1e300: no call).
+ * NULL: none. */
 typedef void (*fp8t_inspect_sink)(void *ctx, int step, const char *site, const char *stat,
                                   double value);
 void fp8t_inspector_set_sink(fp8t_inspector *in, fp8t_inspect_sink fn, void *ctx);

@@ -328,7 +328,9 @@ static void sink_stats(fp8t_inspector *in, const fp8t_tensor_site *site, const f
         {"amax", st->amax, 0},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
-        if ((is_operand || !rows[i].operand_only) && isfinite(rows[i].v))
+        /* float: the sink's consumer (TensorBoard) keeps float32; an exact image's SQNR
+         * (1e300) has no float value and is left out like a non-finite one */
+        if ((is_operand || !rows[i].operand_only) && isfinite((float)rows[i].v))
             in->sink(in->sink_ctx, in->step, name, rows[i].stat, rows[i].v);
 }
 

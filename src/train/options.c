@@ -256,8 +256,8 @@ static const opt OPTIONS[] = {
         "print a progress line every N steps"),
     NUM("quiet", NULL, OT_FLAG, quiet, 0, 1, G_RUN, "no progress lines"),
     STR("tensorboard", "DIR", tensorboard, G_RUN,
-        "also write TensorBoard event files to DIR: loss, val_loss, lr, grad_norm, "
-        "tokens_per_s and the --inspect statistics (tensorboard --logdir DIR)"),
+        "TensorBoard event files in DIR: loss, val_loss, lr, grad_norm, tokens/s, --inspect "
+        "statistics"),
 
     NUM("ckpt-every", "N", OT_INT, ckpt_every, 0, 1e9, G_CKPT,
         "checkpoint every N steps (0 = only at the end)"),
