@@ -153,6 +153,16 @@ static int list_event_files(const char *dir, char names[][512], int max) {
 
 /* ---------------------------------------------------------------- CRC32C */
 
+/* The definition, bit by bit, as a reference for whichever implementation the library has. */
+static uint32_t crc32c_ref(const uint8_t *p, size_t n) {
+    uint32_t crc = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= p[i];
+        for (int k = 0; k < 8; k++) crc = crc & 1u ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+    }
+    return ~crc;
+}
+
 static void test_crc32c_check_values(void) {
     /* the CRC catalogue's check value and RFC 3720 (iSCSI) appendix B.4 */
     T_CHECK(fp8t_crc32c("123456789", 9) == 0xE3069283u, "got %08x", fp8t_crc32c("123456789", 9));
@@ -164,6 +174,15 @@ static void test_crc32c_check_values(void) {
     for (int i = 0; i < 32; i++) b[i] = (uint8_t)i;
     T_CHECK(fp8t_crc32c(b, 32) == 0x46DD794Eu, "0..31: %08x", fp8t_crc32c(b, 32));
     T_CHECK(fp8t_crc32c(b, 0) == 0, "empty: %08x", fp8t_crc32c(b, 0));
+    /* every length and alignment around the 8-byte words of a wide implementation */
+    uint8_t r[300];
+    uint32_t x = 12345;
+    for (size_t i = 0; i < sizeof(r); i++) r[i] = (uint8_t)((x = x * 1103515245u + 12345u) >> 24);
+    int bad = 0;
+    for (size_t off = 0; off < 9; off++)
+        for (size_t n = 0; n + off <= sizeof(r); n++)
+            bad += fp8t_crc32c(r + off, n) != crc32c_ref(r + off, n);
+    T_CHECK(bad == 0, "%d lengths/offsets differ from the bitwise definition", bad);
     /* the mask: rotate right by 15, add the TFRecord constant */
     T_CHECK(fp8t_tfrecord_mask(0) == 0xA282EAD8u, "mask(0) %08x", fp8t_tfrecord_mask(0));
     T_CHECK(fp8t_tfrecord_mask(0x00008000u) == 0xA282EAD9u, "mask(1<<15) %08x",
@@ -199,6 +218,11 @@ static void test_writer_roundtrip(void) {
     T_CHECK(fp8t_tb_write_step(w, (int64_t)1 << 40, err, sizeof(err)) == 0, "%s", err);
     char path_copy[1300];
     fmt(path_copy, sizeof(path_copy), "%s", path);
+    /* what a live TensorBoard sees: every written step is in the file before the close */
+    event_list live;
+    T_CHECK(read_events(path_copy, &live, why, sizeof(why)) == 0 && live.n == 4,
+            "before close: %d events (%s)", live.n, why);
+    events_free(&live);
     T_CHECK(fp8t_tb_close(w, err, sizeof(err)) == 0, "close: %s", err);
 
     event_list l;

@@ -10,6 +10,9 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
 
 #include "fp8train/error.h"
 #include "fp8train/io.h"
@@ -34,8 +37,24 @@ struct fp8t_tb_writer {
 
 /* ---- CRC32C and the TFRecord frame ---- */
 
-/* Bit by bit (reflected Castagnoli polynomial): the records are a few KB per step, so a
- * table buys nothing measurable, and there is no table to initialise or share. */
+#if defined(__SSE4_2__)
+/* SSE4.2's crc32 instruction computes exactly CRC32C (the default -march=x86-64-v2 has it):
+ * with --inspect on every site of a large model a step's record is a few hundred KB, and the
+ * bitwise loop below was then most of the writer's time (measured: 78%). */
+uint32_t fp8t_crc32c(const void *data, size_t n) {
+    const uint8_t *p = data;
+    uint64_t crc = 0xFFFFFFFFu;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t w;
+        memcpy(&w, p, 8); /* little-endian: the bytes in memory order, as the CRC wants */
+        crc = _mm_crc32_u64(crc, w);
+    }
+    uint32_t c = (uint32_t)crc;
+    for (; n > 0; n--, p++) c = _mm_crc32_u8(c, *p);
+    return ~c;
+}
+#else
+/* Bit by bit (reflected Castagnoli polynomial): no table to initialise or share. */
 uint32_t fp8t_crc32c(const void *data, size_t n) {
     const uint8_t *p = data;
     uint32_t crc = 0xFFFFFFFFu;
@@ -45,6 +64,7 @@ uint32_t fp8t_crc32c(const void *data, size_t n) {
     }
     return ~crc;
 }
+#endif
 
 /* TFRecord stores a rotated and offset CRC, so that a CRC computed over data that itself
  * holds CRCs does not degenerate. */
