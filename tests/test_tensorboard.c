@@ -117,7 +117,8 @@ static int find_value(const Fp8tTb__Event *ev, const char *tag, float *v) {
     if (ev->what_case != FP8T_TB__EVENT__WHAT_SUMMARY) return 0;
     for (size_t i = 0; i < ev->summary->n_value; i++) {
         const Fp8tTb__Summary__Value *x = ev->summary->value[i];
-        if (strcmp(x->tag, tag) == 0 && x->value_case == FP8T_TB__SUMMARY__VALUE__VALUE_SIMPLE_VALUE) {
+        if (strcmp(x->tag, tag) == 0 &&
+            x->value_case == FP8T_TB__SUMMARY__VALUE__VALUE_SIMPLE_VALUE) {
             *v = x->simple_value;
             return 1;
         }
