@@ -512,6 +512,59 @@ static void test_train_run(void) {
     events_free(&l);
 }
 
+/* A shadow rollback re-runs steps: a session START at the first re-run step, then the re-run
+ * steps; the summaries, in file order, are metrics.jsonl's rows in order (re-runs included). */
+static void test_train_rollback(void) {
+    fp8t_train_config c;
+    small_config(&c, "rollback");
+    c.inspect[0] = 0;
+    c.val_every = 0;
+    c.shadow_every = 5;
+    c.shadow_threshold = 0; /* every shadow step alarms */
+    snprintf(c.shadow_action, sizeof(c.shadow_action), "rollback");
+    c.ckpt_every = 3;
+    c.keep_ckpts = 0;
+    fp8t_train_result res;
+    char err[2048] = "", why[256] = "";
+    T_ASSERT(fp8t_train_run(&c, &res, err, sizeof(err)) == 0, "train: %s", err);
+    char names[4][512], path[600];
+    T_ASSERT(list_event_files(c.tensorboard, names, 4) == 1, "expected one event file");
+    event_list l;
+    T_ASSERT(read_events(names[0], &l, why, sizeof(why)) == 0, "%s", why);
+    /* alarm at 5 -> back to checkpoint 3, alarm at 10 -> back to 9 (S: session start) */
+    static const int want[] = {-1, 1, 2, 3, 4, 5, -4, 4, 5, 6, 7, 8, 9, 10, -10, 10, 11, 12};
+    const int nw = (int)(sizeof(want) / sizeof(want[0]));
+    T_ASSERT(l.n == 1 + nw, "%d events, expected %d", l.n, 1 + nw);
+    for (int i = 0; i < nw; i++) {
+        const Fp8tTb__Event *ev = l.ev[1 + i];
+        int start = ev->what_case == FP8T_TB__EVENT__WHAT_SESSION_LOG;
+        T_CHECK(start == (want[i] < 0) && ev->step == abs(want[i]), "event %d: %s at %lld, "
+                "expected %s at %d", i + 1, start ? "START" : "summary", (long long)ev->step,
+                want[i] < 0 ? "START" : "summary", abs(want[i]));
+    }
+    fmt(path, sizeof(path), "%s/metrics.jsonl", c.out_dir);
+    cJSON *metrics = read_jsonl(path);
+    T_ASSERT(metrics, "no %s", path);
+    int k = 1;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, metrics) {
+        while (k < l.n && l.ev[k]->what_case != FP8T_TB__EVENT__WHAT_SUMMARY) k++;
+        float v;
+        T_CHECK(k < l.n && l.ev[k]->step == (int)num(row, "step") && find_value(l.ev[k], "loss", &v)
+                && v == (float)num(row, "loss"), "metrics row of step %d: event %d differs",
+                (int)num(row, "step"), k);
+        /* metrics.jsonl prints the gap with 6 significant digits */
+        double gap = num(row, "shadow_gap");
+        T_CHECK(k < l.n && (isnan(gap) ? !find_value(l.ev[k], "shadow_gap", &v)
+                                       : find_value(l.ev[k], "shadow_gap", &v) &&
+                                             fabs(v - gap) <= 1e-5 * fabs(gap)),
+                "step %d: shadow_gap %.9g vs %.9g", (int)num(row, "step"), v, gap);
+        k++;
+    }
+    cJSON_Delete(metrics);
+    events_free(&l);
+}
+
 static void test_train_bad_dir(void) {
     fp8t_train_config c;
     small_config(&c, "bad");
@@ -541,6 +594,7 @@ int main(void) {
     T_RUN(test_corruption_detected);
     T_RUN(test_write_failure);
     T_RUN(test_train_run);
+    T_RUN(test_train_rollback);
     T_RUN(test_train_bad_dir);
     fp8t_rmtree(root);
     T_MAIN_END();
