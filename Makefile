@@ -15,7 +15,7 @@ OPT     ?= -O2 -march=x86-64-v2 -mtune=native
 SAN     ?=
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -fopenmp -Iinclude -Isrc -D_GNU_SOURCE $(SAN)
 CXXFLAGS+= -std=c++17 $(OPT) -g -Wall -Wextra -fopenmp -Iinclude -Isrc $(SAN)
-LDLIBS  += -lopenblas -lcjson -lprotobuf-c -lm -fopenmp $(SAN)
+LDLIBS  += -lopenblas -lcjson -lm -fopenmp $(SAN)
 NVFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
            -Xcompiler -Wall,-Wextra -lineinfo
 CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
@@ -36,6 +36,7 @@ PROTO_SRC:= $(wildcard src/io/proto/*.proto)
 PROTO_H  := $(PROTO_SRC:src/io/proto/%.proto=$(BUILD)/gen/%.pb-c.h)
 PROTO_OBJ:= $(PROTO_SRC:src/io/proto/%.proto=$(BUILD)/gen/%.pb-c.o)
 CFLAGS  += -I$(BUILD)/gen
+LDLIBS  += -lprotobuf-c
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(PROTO_OBJ)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
