@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Re-make the tokenizer fixtures of tests/test_tokenizer.c (tests/data/tokenizer/).
+
+Trains three small byte-level BPE tokenizers with the Hugging Face `tokenizers` library, in
+the shapes of the published ones, and records the ids `tokenizers` itself gives for the two
+test texts, which fp8train's C tokenizer must reproduce exactly:
+
+  gpt2.json    GPT-2 style: ByteLevel pre-tokenizer with its built-in regex, <|endoftext|>,
+               merges written in the legacy "a b" string form (as in GPT-2's own file)
+  llama3.json  Llama-3 style: Split(Llama-3 regex, Isolated) + ByteLevel(use_regex=false),
+               ignore_merges, <|begin_of_text|> ... special tokens appended after the vocab,
+               merges in the [a, b] pair form newer `tokenizers` writes
+  qwen2.json   Qwen2 style: NFC normalizer, Split(Qwen2 regex: single digits) + ByteLevel,
+               <|endoftext|> <|im_start|> <|im_end|>
+
+For every tokenizer and text, NAME.TEXT.ids holds the ids of
+tokenizer.encode(text, add_special_tokens=False) (special tokens inside the text are matched,
+as `tokenizers` does by default), space separated. The texts are shakespeare.txt (a slice of
+tinyshakespeare) and multilingual.txt (scripts, emoji, odd whitespace, inline special tokens).
+
+usage: pip install tokenizers && python3 scripts/make_tokenizer_fixtures.py [TINYSHAKESPEARE]
+(the training corpus: tinyshakespeare, default /work/shared/data/tinyshakespeare.txt, plus
+the multilingual sample). Deterministic for one `tokenizers` version.
+"""
+import json
+import os
+import sys
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import processors, trainers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "..", "tests", "data", "tokenizer")
+
+LLAMA3_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+              r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+             r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train(tok, vocab_size, corpus):
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    return tok
+
+
+def gpt2(corpus):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    train(tok, 1000, corpus)
+    tok.add_special_tokens(["<|endoftext|>"])
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def llama3(corpus):
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PAT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    train(tok, 1200, corpus)
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    tok.add_special_tokens(specials)
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                      pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                      special_tokens=[("<|begin_of_text|>", bos)])])
+    return tok
+
+
+def qwen2(corpus):
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PAT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    train(tok, 1100, corpus)
+    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def main():
+    shakespeare = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data/tinyshakespeare.txt"
+    with open(shakespeare, encoding="utf-8") as f:
+        big = f.read()
+    texts = {}
+    for name in ("shakespeare", "multilingual"):
+        with open(os.path.join(OUT, name + ".txt"), encoding="utf-8", newline="") as f:
+            texts[name] = f.read()
+    # tinyshakespeare's first 300 KB in 2 KB documents, and the multilingual sample
+    corpus = [big[i:i + 2000] for i in range(0, 300000, 2000)] + [texts["multilingual"]] * 3
+    for name, make in (("gpt2", gpt2), ("llama3", llama3), ("qwen2", qwen2)):
+        tok = make(corpus)
+        path = os.path.join(OUT, name + ".json")
+        tok.save(path)
+        if name == "gpt2":  # the legacy merges form: "a b" strings
+            with open(path, encoding="utf-8") as f:
+                j = json.load(f)
+            j["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m
+                                    for m in j["model"]["merges"]]
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(j, f, ensure_ascii=False, indent=1)
+            tok = Tokenizer.from_file(path)  # the ids below come from the file as written
+        for tname, text in texts.items():
+            enc = tok.encode(text, add_special_tokens=False)
+            assert tok.decode(enc.ids, skip_special_tokens=False) == text, (name, tname)
+            with open(os.path.join(OUT, "%s.%s.ids" % (name, tname)), "w") as f:
+                f.write(" ".join(str(i) for i in enc.ids) + "\n")
+            print("%s %s: %d bytes -> %d tokens" % (name, tname, len(text.encode()),
+                                                      len(enc.ids)))
+
+
+if __name__ == "__main__":
+    main()
