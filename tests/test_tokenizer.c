@@ -1,0 +1,267 @@
+/* The tokenizer.json byte-level BPE (src/io/bpe_tokenizer.c) against the `tokenizers` library:
+ * the fixtures in tests/data/tokenizer/ (made by scripts/make_tokenizer_fixtures.py) hold three
+ * small tokenizers in GPT-2, Llama-3 and Qwen2 style and the ids `tokenizers` gives for a
+ * tinyshakespeare slice and a multilingual/emoji sample; the C encoder must give the same ids.
+ * Also: decode(encode(x)) == x (on arbitrary bytes too), special tokens, and bad files. Run
+ * from the repository root (as `make test` does) or set FP8T_TEST_DATA to tests/data. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fp8train/io.h"
+#include "fp8train/tokenizer.h"
+#include "test.h"
+
+static char g_data[512] = "tests/data";
+
+static char *path_of(const char *name) {
+    static char p[1024];
+    snprintf(p, sizeof(p), "%s/tokenizer/%s", g_data, name);
+    return p;
+}
+
+static char *read_text(const char *name, size_t *len) {
+    char *d = NULL, err[512];
+    if (fp8t_read_file(path_of(name), &d, len, err, sizeof(err)) != 0) {
+        printf("  %s\n", err);
+        return NULL;
+    }
+    return d;
+}
+
+/* "1 2 3\n" -> ids */
+static int32_t *read_ids(const char *name, size_t *n) {
+    size_t len;
+    char *d = read_text(name, &len);
+    if (!d) return NULL;
+    int32_t *v = malloc((len / 2 + 1) * sizeof(int32_t));
+    *n = 0;
+    for (char *p = d, *e; v; p = e) {
+        long x = strtol(p, &e, 10);
+        if (e == p) break;
+        v[(*n)++] = (int32_t)x;
+    }
+    free(d);
+    return v;
+}
+
+static fp8t_bpe *load(const char *name) {
+    char err[1024];
+    fp8t_bpe *t = fp8t_bpe_load(path_of(name), err, sizeof(err));
+    if (!t) printf("  %s\n", err);
+    return t;
+}
+
+/* Encode TEXT with TOK and compare with the ids `tokenizers` gave; decode back. */
+static void check_same_ids(const char *tok, const char *text) {
+    char ids_name[128], text_name[128], tok_name[128];
+    snprintf(tok_name, sizeof(tok_name), "%s.json", tok);
+    snprintf(text_name, sizeof(text_name), "%s.txt", text);
+    snprintf(ids_name, sizeof(ids_name), "%s.%s.ids", tok, text);
+    fp8t_bpe *t = load(tok_name);
+    size_t len, n_ref;
+    char *s = read_text(text_name, &len);
+    int32_t *ref = read_ids(ids_name, &n_ref);
+    fp8t_tok_ids ids = {0};
+    T_ASSERT(t && s && ref, "fixtures missing (run from the repository root)");
+    T_ASSERT(fp8t_bpe_encode(t, s, len, &ids) == 0, "encode failed");
+    size_t first = 0;
+    while (first < ids.n && first < n_ref && ids.v[first] == ref[first]) first++;
+    if (ids.n != n_ref || first != n_ref) {
+        size_t k;
+        const char *p = first < ids.n ? fp8t_bpe_piece(t, ids.v[first], &k) : NULL;
+        T_FAIL("%s on %s: %zu ids, `tokenizers` %zu; first difference at %zu: %d ('%.*s') vs %d",
+               tok, text, ids.n, n_ref, first, first < ids.n ? ids.v[first] : -1,
+               p ? (int)k : 0, p ? p : "", first < n_ref ? ref[first] : -1);
+    }
+    /* a second encode runs from the word cache: same ids */
+    fp8t_tok_ids again = {0};
+    T_CHECK(fp8t_bpe_encode(t, s, len, &again) == 0 && again.n == ids.n &&
+                !memcmp(again.v, ids.v, ids.n * sizeof(int32_t)), "cached encode differs");
+    char *dec = NULL;
+    size_t dlen = 0;
+    T_CHECK(fp8t_bpe_decode(t, ids.v, ids.n, &dec, &dlen) == 0 && dlen == len &&
+                !memcmp(dec, s, len), "decode(encode(x)) != x (%zu vs %zu bytes)", dlen, len);
+    free(dec);
+    free(again.v);
+    free(ids.v);
+    free(ref);
+    free(s);
+    fp8t_bpe_free(t);
+}
+
+static void test_gpt2_shakespeare(void) { check_same_ids("gpt2", "shakespeare"); }
+static void test_gpt2_multilingual(void) { check_same_ids("gpt2", "multilingual"); }
+static void test_llama3_shakespeare(void) { check_same_ids("llama3", "shakespeare"); }
+static void test_llama3_multilingual(void) { check_same_ids("llama3", "multilingual"); }
+static void test_qwen2_shakespeare(void) { check_same_ids("qwen2", "shakespeare"); }
+static void test_qwen2_multilingual(void) { check_same_ids("qwen2", "multilingual"); }
+
+/* Any bytes (invalid UTF-8, NULs, lone continuation bytes) survive encode + decode. */
+static void test_roundtrip_random_bytes(void) {
+    const char *toks[] = {"gpt2.json", "llama3.json", "qwen2.json"};
+    for (int k = 0; k < 3; k++) {
+        fp8t_bpe *t = load(toks[k]);
+        T_ASSERT(t, "load %s", toks[k]);
+        uint64_t x = 0x9E3779B97F4A7C15ULL * (uint64_t)(k + 1);
+        for (int trial = 0; trial < 200; trial++) {
+            unsigned char buf[300];
+            size_t n = (size_t)(trial % 7 == 0 ? 0 : 1 + trial % 299);
+            for (size_t i = 0; i < n; i++) {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                /* mostly text-like bytes with some high and control bytes */
+                unsigned r = (unsigned)(x >> 24);
+                buf[i] = r % 4 == 0 ? (unsigned char)(r >> 8)
+                                    : (unsigned char)" aeiouxyz'\n\t0123.!<|>"[r % 22];
+            }
+            fp8t_tok_ids ids = {0};
+            char *dec = NULL;
+            size_t dlen;
+            T_ASSERT(fp8t_bpe_encode(t, (const char *)buf, n, &ids) == 0, "encode");
+            T_ASSERT(fp8t_bpe_decode(t, ids.v, ids.n, &dec, &dlen) == 0, "decode");
+            T_CHECK(dlen == n && !memcmp(dec, buf, n), "%s trial %d: round trip of %zu bytes "
+                    "gave %zu", toks[k], trial, n, dlen);
+            for (size_t i = 0; i < ids.n; i++)
+                T_CHECK(ids.v[i] >= 0 && ids.v[i] < fp8t_bpe_vocab_size(t), "id %d", ids.v[i]);
+            free(dec);
+            free(ids.v);
+        }
+        fp8t_bpe_free(t);
+    }
+}
+
+static void test_special_tokens(void) {
+    fp8t_bpe *t = load("llama3.json");
+    T_ASSERT(t, "load");
+    int bos = fp8t_bpe_token_id(t, "<|begin_of_text|>");
+    int eot = fp8t_bpe_token_id(t, "<|eot_id|>");
+    T_CHECK(bos == 1200 && eot == 1205, "bos %d eot %d", bos, eot);
+    T_CHECK(fp8t_bpe_vocab_size(t) == 1206, "vocab %d", fp8t_bpe_vocab_size(t));
+    /* the post-processor's BOS starts documents */
+    T_CHECK(fp8t_bpe_doc_token(t) == bos, "doc token %d", fp8t_bpe_doc_token(t));
+    const char *s = "<|begin_of_text|>hi<|eot_id|><|eot_id|>x<|begin_of_text";
+    fp8t_tok_ids ids = {0};
+    T_ASSERT(fp8t_bpe_encode(t, s, strlen(s), &ids) == 0, "encode");
+    int n_bos = 0, n_eot = 0;
+    for (size_t i = 0; i < ids.n; i++) {
+        n_bos += ids.v[i] == bos;
+        n_eot += ids.v[i] == eot;
+    }
+    T_CHECK(ids.v[0] == bos && n_bos == 1 && n_eot == 2, "first %d, %d bos, %d eot", ids.v[0],
+            n_bos, n_eot);
+    size_t k;
+    const char *p = fp8t_bpe_piece(t, eot, &k);
+    T_CHECK(p && k == strlen("<|eot_id|>") && !memcmp(p, "<|eot_id|>", k), "piece of eot");
+    free(ids.v);
+    fp8t_bpe_free(t);
+    t = load("gpt2.json");
+    T_ASSERT(t, "load gpt2");
+    T_CHECK(fp8t_bpe_doc_token(t) == fp8t_bpe_token_id(t, "<|endoftext|>") &&
+                fp8t_bpe_doc_token(t) == 1000, "gpt2 doc token %d", fp8t_bpe_doc_token(t));
+    fp8t_bpe_free(t);
+}
+
+/* A hand-made tokenizer: the merge order, leftmost-first ties, ignore_merges, lstrip/rstrip,
+ * add_prefix_space and the pair form of merges. */
+static void test_handmade(void) {
+    const char *base =
+        "{\"added_tokens\": [{\"id\": 9, \"content\": \"<s>\", \"lstrip\": %s, \"rstrip\": %s}],"
+        " \"normalizer\": null,"
+        " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": %s, \"use_regex\": true},"
+        " \"decoder\": {\"type\": \"ByteLevel\"},"
+        " \"model\": {\"type\": \"BPE\", \"ignore_merges\": %s,"
+        "  \"vocab\": {\"a\": 0, \"b\": 1, \"Ġ\": 2, \"ab\": 3, \"aa\": 4, \"Ġa\": 5, \"aab\": 6,"
+        "             \"abb\": 7, \"bb\": 8},"
+        "  \"merges\": [[\"a\", \"b\"], \"a a\", [\"Ġ\", \"a\"], \"aa b\"]}}";
+    char json[2048], err[512];
+    struct { const char *lstrip, *rstrip, *prefix, *ignore, *text, *want; } cases[] = {
+        /* "aab": a+b has rank 0 -> a,ab; then nothing ("a ab" is not a merge) */
+        {"false", "false", "false", "false", "aab", "0 3"},
+        /* ignore_merges: "aab" is in the vocab, taken whole */
+        {"false", "false", "false", "true", "aab", "6"},
+        /* "aaaa": a a at 0 first (leftmost among equal ranks) -> aa aa */
+        {"false", "false", "false", "false", "aaaa", "4 4"},
+        {"false", "false", "false", "false", "aaa", "4 0"},
+        /* " ab": Ġ a b -> a+b rank 0 first -> Ġ ab */
+        {"false", "false", "false", "false", " ab", "2 3"},
+        /* add_prefix_space: "a" -> " a" -> Ġa */
+        {"false", "false", "true", "false", "a", "5"},
+        /* special token, without and with stripping of the spaces next to it */
+        {"false", "false", "false", "false", "a <s> b", "0 2 9 2 1"},
+        {"true", "true", "false", "false", "a <s> b", "0 9 1"},
+        /* b is unknown as "Ġb"? no: Ġ and b are both tokens */
+        {"false", "false", "false", "false", " b", "2 1"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        snprintf(json, sizeof(json), base, cases[c].lstrip, cases[c].rstrip, cases[c].prefix,
+                 cases[c].ignore);
+        fp8t_bpe *t = fp8t_bpe_parse(json, strlen(json), "handmade.json", err, sizeof(err));
+        T_ASSERT(t, "case %zu: %s", c, err);
+        fp8t_tok_ids ids = {0};
+        T_ASSERT(fp8t_bpe_encode(t, cases[c].text, strlen(cases[c].text), &ids) == 0, "encode");
+        char got[256] = "";
+        for (size_t i = 0; i < ids.n; i++)
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%d", i ? " " : "", ids.v[i]);
+        T_CHECK(!strcmp(got, cases[c].want), "case %zu \"%s\": got \"%s\", want \"%s\"", c,
+                cases[c].text, got, cases[c].want);
+        free(ids.v);
+        fp8t_bpe_free(t);
+    }
+}
+
+/* Bad tokenizer.json files: each error names the file and says what is wrong. */
+static void test_bad_files(void) {
+    char err[1024];
+    struct { const char *json, *want; } cases[] = {
+        {"{not json", "not valid JSON"},
+        {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "WordPiece"},
+        {"{\"version\": \"1.0\"}", "no \"model\" object"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]},"
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "not in model.vocab"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"ab\"]},"
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "not two tokens"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+         " \"pre_tokenizer\": {\"type\": \"Metaspace\"}}", "Metaspace"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+         " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"},"
+         " \"behavior\": \"Isolated\"}}", "does not compile"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+         " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"},"
+         " \"behavior\": \"Isolated\"}}", "no ByteLevel"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -3}, \"merges\": []},"
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "not a token id"},
+        {"{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": {}, \"merges\": []}}",
+         "byte_fallback"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+         " \"normalizer\": {\"type\": \"Lowercase\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "normalizer"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        err[0] = 0;
+        fp8t_bpe *t = fp8t_bpe_parse(cases[c].json, strlen(cases[c].json), "bad.json", err,
+                                     sizeof(err));
+        T_CHECK(!t && strstr(err, "bad.json") && strstr(err, cases[c].want),
+                "case %zu: want an error with '%s', got '%s'", c, cases[c].want, err);
+        fp8t_bpe_free(t);
+    }
+    fp8t_bpe *t = fp8t_bpe_load("/nonexistent/tokenizer.json", err, sizeof(err));
+    T_CHECK(!t && strstr(err, "/nonexistent/tokenizer.json"), "missing file: %s", err);
+}
+
+int main(void) {
+    t_suite = "tokenizer";
+    const char *d = getenv("FP8T_TEST_DATA");
+    if (d) snprintf(g_data, sizeof(g_data), "%s", d);
+    T_RUN(test_gpt2_shakespeare);
+    T_RUN(test_gpt2_multilingual);
+    T_RUN(test_llama3_shakespeare);
+    T_RUN(test_llama3_multilingual);
+    T_RUN(test_qwen2_shakespeare);
+    T_RUN(test_qwen2_multilingual);
+    T_RUN(test_roundtrip_random_bytes);
+    T_RUN(test_special_tokens);
+    T_RUN(test_handmade);
+    T_RUN(test_bad_files);
+    T_MAIN_END();
+}
