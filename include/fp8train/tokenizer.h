@@ -57,6 +57,19 @@ const char *fp8t_bpe_piece(const fp8t_bpe *t, int id, size_t *len);
  * nothing. 0 ok, -1 out of memory. */
 int fp8t_bpe_decode(const fp8t_bpe *t, const int32_t *ids, size_t n, char **out, size_t *len);
 
+/* ---- files of text ----
+ * A text file is one document; a JSONL file (name ending in .jsonl or .ndjson) holds one
+ * document per line, the string `field` of each line's object (lines with only whitespace are
+ * skipped). Each document is encoded with the tokenizer's document token first (see
+ * fp8t_bpe_doc_token; none if it has none) and handed to fn with its byte range [start, end)
+ * in the file. fn returns 0 to go on, nonzero to stop (fp8t_bpe_encode_file then returns -1 and
+ * leaves err to fn). Errors name the file (and the line of a JSONL file). */
+typedef int (*fp8t_doc_fn)(void *ctx, const int32_t *ids, size_t n, uint64_t start,
+                           uint64_t end);
+int fp8t_bpe_is_jsonl(const char *path);
+int fp8t_bpe_encode_file(fp8t_bpe *t, const char *path, const char *field, fp8t_doc_fn fn,
+                         void *ctx, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif
