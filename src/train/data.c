@@ -50,6 +50,12 @@ fp8t_data *fp8t_data_open_tok(const char *source, const char *val_source, const 
     d->stream_seed = fp8t_hash3(seed, split == FP8T_SPLIT_VAL ? 0x76616cULL : 0x747261696eULL,
                                 0xDA7AULL);
     const char *split_name = split == FP8T_SPLIT_VAL ? "validation" : "train";
+    if (is_synthetic(src) && tokenizer && *tokenizer) {
+        snprintf(err, errlen, "--tokenizer %s is for text: give --data a text file or a .jsonl "
+                 "file (the synthetic language has its own 256 tokens)", tokenizer);
+        free(d);
+        return NULL;
+    }
     if (is_synthetic(src)) {
         if (vocab < FP8T_SYNTHETIC_VOCAB) {
             snprintf(err, errlen,
