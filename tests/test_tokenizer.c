@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fp8train/data.h"
 #include "fp8train/io.h"
 #include "fp8train/tokenizer.h"
 #include "test.h"
@@ -249,6 +250,56 @@ static void test_bad_files(void) {
     T_CHECK(!t && strstr(err, "/nonexistent/tokenizer.json"), "missing file: %s", err);
 }
 
+/* llm.c's Llama-3 shards (uint32 tokens) written and read back, and read by the data stream
+ * with ids past 65535 intact; a GPT-2 shard reads widened. */
+static void test_shard_u32(void) {
+    char dir[] = "/tmp/fp8t_test_tok_XXXXXX", p32[256], p16[256], err[1024];
+    T_ASSERT(mkdtemp(dir), "mkdtemp");
+    snprintf(p32, sizeof(p32), "%s/train_000000.bin", dir);
+    snprintf(p16, sizeof(p16), "%s/gpt2.bin", dir);
+    enum { N = 5000 };
+    static uint32_t tok[N];
+    static uint16_t tok16[N];
+    for (int i = 0; i < N; i++) {
+        tok[i] = (uint32_t)(i * 7919u) % 128256u;
+        tok16[i] = (uint16_t)i;
+    }
+    T_ASSERT(fp8t_shard_write_u32(p32, tok, N, err, sizeof(err)) == 0, "%s", err);
+    T_ASSERT(fp8t_shard_write(p16, tok16, N, err, sizeof(err)) == 0, "%s", err);
+    uint32_t *back = NULL;
+    size_t n = 0;
+    T_ASSERT(fp8t_shard_read_u32(p32, &back, &n, err, sizeof(err)) == 0, "%s", err);
+    T_CHECK(n == N && !memcmp(back, tok, sizeof(tok)), "32-bit shard round trip");
+    free(back);
+    T_ASSERT(fp8t_shard_read_u32(p16, &back, &n, err, sizeof(err)) == 0, "%s", err);
+    int ok = n == N;
+    for (size_t i = 0; ok && i < n; i++) ok = back[i] == tok16[i];
+    T_CHECK(ok, "16-bit shard widened");
+    free(back);
+    uint16_t *b16 = NULL;
+    T_CHECK(fp8t_shard_read(p32, &b16, &n, err, sizeof(err)) != 0 && strstr(err, "32-bit"),
+            "the 16-bit reader must refuse a 32-bit shard clearly: %s", err);
+    free(b16);
+    /* the data stream: every window of the shard, ids intact */
+    char pat[300];
+    snprintf(pat, sizeof(pat), "%s/train_*.bin", dir);
+    fp8t_data *d = fp8t_data_open(pat, "", FP8T_SPLIT_TRAIN, 2, 8, 128256, 1, err, sizeof(err));
+    T_ASSERT(d, "%s", err);
+    int x[16], y[16], found = 0;
+    fp8t_data_batch(d, x, y, 3);
+    for (int i = 0; i + 8 < N; i++) /* the window must be a stretch of the shard */
+        if ((uint32_t)x[0] == tok[i] && (uint32_t)x[7] == tok[i + 7] && (uint32_t)y[7] == tok[i + 8])
+            found = 1;
+    T_CHECK(found, "a batch of the 32-bit shard is not a window of it");
+    fp8t_data_close(d);
+    d = fp8t_data_open(pat, "", FP8T_SPLIT_TRAIN, 2, 8, 65536, 1, err, sizeof(err));
+    T_CHECK(!d && strstr(err, "outside the model's vocabulary"), "vocab check: %s", err);
+    fp8t_data_close(d);
+    unlink(p32);
+    unlink(p16);
+    rmdir(dir);
+}
+
 int main(void) {
     t_suite = "tokenizer";
     const char *d = getenv("FP8T_TEST_DATA");
@@ -263,5 +314,6 @@ int main(void) {
     T_RUN(test_special_tokens);
     T_RUN(test_handmade);
     T_RUN(test_bad_files);
+    T_RUN(test_shard_u32);
     T_MAIN_END();
 }

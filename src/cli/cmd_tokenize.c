@@ -279,8 +279,8 @@ int fp8t_cmd_tokenize(int argc, char **argv) {
     print_progress(&j, 1);
     double dt = now() - j.t0;
     if (dt < 1e-9) dt = 1e-9;
-    printf("tokenize: %zu documents -> %zu tokens in %.2f s (%.2fM tokens/s, %.1f MB/s)\n",
-           j.docs, j.tokens, dt, j.tokens / dt / 1e6, j.total_bytes / dt / 1e6);
+    printf("tokenize: %zu document%s -> %zu tokens in %.2f s (%.2fM tokens/s, %.1f MB/s)\n",
+           j.docs, j.docs == 1 ? "" : "s", j.tokens, dt, j.tokens / dt / 1e6, j.total_bytes / dt / 1e6);
     printf("  train: %zu tokens in %d shard%s %s/train_*.bin\n", j.train.total, j.train.shards,
            j.train.shards == 1 ? "" : "s", out);
     if (j.val.shards)
