@@ -109,8 +109,9 @@ run train_small 2 "$BIN" train $SMALL --steps 2 --vocab 512 --data "$TD/shakespe
 run train_shards 0 "$BIN" train $SMALL --steps 2 --data "$TMP/t2/train_*.bin" \
   --val-data "$TMP/t2/val_*.bin" --vocab 1001 --out "$TMP/run3"
 
-# 7. generate: a text prompt through the run's tokenizer, decoded text out
+# 7. eval and generate: the run's tokenizer by default; a text prompt, decoded text out
 CK=$TMP/run/checkpoints/step_000002
+run eval_tok 0 "$BIN" eval "$CK" --batches 2 && expect eval_tok "through tokenizer '$TD/gpt2.json'"
 run gen 0 "$BIN" generate "$CK" --prompt "ROMEO: café 😀" --tokens 5 --temperature 0 --print-tokens &&
   expect gen "^ROMEO: café 😀"
 run gen_tok 0 "$BIN" generate "$CK" --prompt "ROMEO:" --tokens 5 --tokenizer "$TD/gpt2.json" &&
