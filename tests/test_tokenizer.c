@@ -164,7 +164,8 @@ static void test_special_tokens(void) {
 }
 
 /* A hand-made tokenizer: the merge order, leftmost-first ties, ignore_merges, lstrip/rstrip,
- * add_prefix_space and the pair form of merges. */
+ * add_prefix_space and the pair form of merges. The expected ids are what `tokenizers` 0.23.3
+ * gives for the same JSON (merges all in pair form there: it refuses a mixed list). */
 static void test_handmade(void) {
     const char *base =
         "{\"added_tokens\": [{\"id\": 9, \"content\": \"<s>\", \"lstrip\": %s, \"rstrip\": %s}],"
@@ -206,6 +207,38 @@ static void test_handmade(void) {
             snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%d", i ? " " : "", ids.v[i]);
         T_CHECK(!strcmp(got, cases[c].want), "case %zu \"%s\": got \"%s\", want \"%s\"", c,
                 cases[c].text, got, cases[c].want);
+        free(ids.v);
+        fp8t_bpe_free(t);
+    }
+}
+
+/* Split with a literal String pattern, behaviours Isolated and Removed, before ByteLevel
+ * (expected ids checked against `tokenizers` 0.23.3). */
+static void test_split_string(void) {
+    const char *base =
+        "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": ["
+        "  {\"type\": \"Split\", \"pattern\": {\"String\": \"-+\"}, \"behavior\": \"%s\"},"
+        "  {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}]},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"-\": 2, \"+\": 3,"
+        "  \"-+\": 4, \"a-\": 5, \"+b\": 6}, \"merges\": [\"- +\", \"a -\", \"+ b\"]}}";
+    struct { const char *behavior, *want; } cases[] = {
+        /* "a-+b": the literal "-+" (not a regex: '+' is no quantifier) is its own piece, so
+         * "a -" and "+ b" never merge across it */
+        {"Isolated", "0 4 1"},
+        {"Removed", "0 1"},
+    };
+    for (size_t c = 0; c < 2; c++) {
+        char json[1024], err[512];
+        snprintf(json, sizeof(json), base, cases[c].behavior);
+        fp8t_bpe *t = fp8t_bpe_parse(json, strlen(json), "split.json", err, sizeof(err));
+        T_ASSERT(t, "%s", err);
+        fp8t_tok_ids ids = {0};
+        T_ASSERT(fp8t_bpe_encode(t, "a-+b", 4, &ids) == 0, "encode");
+        char got[64] = "";
+        for (size_t i = 0; i < ids.n; i++)
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%d", i ? " " : "", ids.v[i]);
+        T_CHECK(!strcmp(got, cases[c].want), "%s: got \"%s\", want \"%s\"", cases[c].behavior,
+                got, cases[c].want);
         free(ids.v);
         fp8t_bpe_free(t);
     }
@@ -313,6 +346,7 @@ int main(void) {
     T_RUN(test_roundtrip_random_bytes);
     T_RUN(test_special_tokens);
     T_RUN(test_handmade);
+    T_RUN(test_split_string);
     T_RUN(test_bad_files);
     T_RUN(test_shard_u32);
     T_MAIN_END();

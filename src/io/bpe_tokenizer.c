@@ -348,7 +348,8 @@ static pcre2_code *compile_re(const char *pat, size_t len, int literal, const ch
                               char *err, size_t errlen) {
     int ec;
     PCRE2_SIZE eo;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
+    /* PCRE2_LITERAL refuses UCP (a literal has no classes to widen) */
+    uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, len, opts, &ec, &eo, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
