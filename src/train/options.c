@@ -199,8 +199,7 @@ static const opt OPTIONS[] = {
     STR("val-data", "SRC", val_data, G_DATA,
         "separate validation data; without it the last 10% of --data is held out"),
     STR("tokenizer", "FILE", tokenizer, G_DATA,
-        "Hugging Face tokenizer.json (byte-level BPE): text/JSONL --data is tokenized with it "
-        "on the fly; the model's vocabulary becomes the tokenizer's unless --vocab is given"),
+        "Hugging Face tokenizer.json: tokenize text/JSONL --data on the fly (vocab from it)"),
     NUM("batch", "N", OT_INT, batch, 1, 1 << 20, G_DATA, "sequences per micro-batch (B)"),
     NUM("seq-len", "N", OT_INT, seq_len, 0, 1 << 20, G_DATA,
         "tokens per sequence (T; 0 = the model's maximum)"),
