@@ -13,6 +13,9 @@ test texts, which fp8train's C tokenizer must reproduce exactly:
   qwen2.json   Qwen2 style: NFC normalizer, Split(Qwen2 regex: single digits) + ByteLevel,
                <|endoftext|> <|im_start|> <|im_end|>
 
+random.bin holds 400 short random strings over a pool of hard cases (NUL after each) and
+NAME.random.ids their ids, one line per string.
+
 For every tokenizer and text, NAME.TEXT.ids holds the ids of
 tokenizer.encode(text, add_special_tokens=False) (special tokens inside the text are matched,
 as `tokenizers` does by default), space separated. The texts are shakespeare.txt (a slice of
@@ -24,6 +27,7 @@ the multilingual sample). Deterministic for one `tokenizers` version.
 """
 import json
 import os
+import random
 import sys
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
@@ -87,6 +91,21 @@ def qwen2(corpus):
     return tok
 
 
+def random_strings(n=400, seed=17):
+    """Short random strings over a pool of hard cases: scripts, emoji sequences, odd spaces,
+    contractions in both cases, special tokens and fragments of them, control bytes."""
+    rng = random.Random(seed)
+    pool = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789     ")
+            + list("\t\n\r\n.,;:!?'\"-_()[]{}<>|/\\@#$%^&*+=~`")
+            + list("éèêëñçåøßÄÖÜЖжщЫΩλ中文字日本語한국어ابتשלוםहिन्दीไทย")
+            + ["😀", "👍🏽", "👩\u200d👩\u200d👧", "🇫🇷", "❤️", "\u00a0", "\u0085", "\u2028",
+               "\u2009", "\u3000", "\u200b", "\x01", "\x7f", "١٢٣", "½", "²"]
+            + ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "<|endoftext|>",
+               "<|begin_of_text|>", "<|im_start|>", "<|eot_id|>", "<|end", "of", "the", " the",
+               " and", "  ", "\n\n", "123456"])
+    return ["".join(rng.choice(pool) for _ in range(rng.randint(0, 40))) for _ in range(n)]
+
+
 def main():
     shakespeare = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data/tinyshakespeare.txt"
     with open(shakespeare, encoding="utf-8") as f:
@@ -95,6 +114,9 @@ def main():
     for name in ("shakespeare", "multilingual"):
         with open(os.path.join(OUT, name + ".txt"), encoding="utf-8", newline="") as f:
             texts[name] = f.read()
+    rnd = random_strings()
+    with open(os.path.join(OUT, "random.bin"), "wb") as f:
+        f.write(b"".join(r.encode("utf-8") + b"\0" for r in rnd))
     # tinyshakespeare's first 300 KB in 2 KB documents, and the multilingual sample
     corpus = [big[i:i + 2000] for i in range(0, 300000, 2000)] + [texts["multilingual"]] * 3
     for name, make in (("gpt2", gpt2), ("llama3", llama3), ("qwen2", qwen2)):
@@ -116,6 +138,10 @@ def main():
                 f.write(" ".join(str(i) for i in enc.ids) + "\n")
             print("%s %s: %d bytes -> %d tokens" % (name, tname, len(text.encode()),
                                                       len(enc.ids)))
+        # random.bin: the strings NUL-separated; NAME.random.ids: one line of ids per string
+        with open(os.path.join(OUT, "%s.random.ids" % name), "w") as f:
+            for r in rnd:
+                f.write(" ".join(str(i) for i in tok.encode(r, add_special_tokens=False).ids) + "\n")
 
 
 if __name__ == "__main__":

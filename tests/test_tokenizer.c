@@ -99,6 +99,47 @@ static void test_llama3_multilingual(void) { check_same_ids("llama3", "multiling
 static void test_qwen2_shakespeare(void) { check_same_ids("qwen2", "shakespeare"); }
 static void test_qwen2_multilingual(void) { check_same_ids("qwen2", "multilingual"); }
 
+/* 400 short random strings over a pool of hard cases (random.bin, NUL after each), one line
+ * of `tokenizers`' ids per string in NAME.random.ids: each string encoded on its own. */
+static void check_random(const char *tok) {
+    char name[64];
+    snprintf(name, sizeof(name), "%s.json", tok);
+    fp8t_bpe *t = load(name);
+    size_t blen, ilen;
+    char *b = read_text("random.bin", &blen);
+    snprintf(name, sizeof(name), "%s.random.ids", tok);
+    char *ids_text = read_text(name, &ilen);
+    T_ASSERT(t && b && ids_text, "fixtures missing");
+    int n_str = 0, bad = 0;
+    char *line = ids_text;
+    for (size_t s = 0, i = 0; i < blen; i++) {
+        if (b[i]) continue;
+        char *nl = strchr(line, '\n');
+        T_ASSERT(nl, "%s has fewer lines than random.bin has strings", name);
+        *nl = 0;
+        fp8t_tok_ids ids = {0};
+        T_ASSERT(fp8t_bpe_encode(t, b + s, i - s, &ids) == 0, "encode");
+        char got[4096] = "";
+        for (size_t k = 0; k < ids.n && strlen(got) < sizeof(got) - 16; k++)
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%d", k ? " " : "", ids.v[k]);
+        if (strcmp(got, line) && bad++ < 3)
+            T_FAIL("%s, string %d (\"%.*s\"): got [%s], `tokenizers` [%s]", tok, n_str,
+                   (int)(i - s), b + s, got, line);
+        free(ids.v);
+        line = nl + 1;
+        s = i + 1;
+        n_str++;
+    }
+    T_CHECK(n_str == 400 && bad == 0, "%d strings, %d differ", n_str, bad);
+    free(b);
+    free(ids_text);
+    fp8t_bpe_free(t);
+}
+
+static void test_gpt2_random(void) { check_random("gpt2"); }
+static void test_llama3_random(void) { check_random("llama3"); }
+static void test_qwen2_random(void) { check_random("qwen2"); }
+
 /* Any bytes (invalid UTF-8, NULs, lone continuation bytes) survive encode + decode. */
 static void test_roundtrip_random_bytes(void) {
     const char *toks[] = {"gpt2.json", "llama3.json", "qwen2.json"};
@@ -343,6 +384,9 @@ int main(void) {
     T_RUN(test_llama3_multilingual);
     T_RUN(test_qwen2_shakespeare);
     T_RUN(test_qwen2_multilingual);
+    T_RUN(test_gpt2_random);
+    T_RUN(test_llama3_random);
+    T_RUN(test_qwen2_random);
     T_RUN(test_roundtrip_random_bytes);
     T_RUN(test_special_tokens);
     T_RUN(test_handmade);
