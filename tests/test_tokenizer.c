@@ -76,10 +76,18 @@ static void check_same_ids(const char *tok, const char *text) {
                tok, text, ids.n, n_ref, first, first < ids.n ? ids.v[first] : -1,
                p ? (int)k : 0, p ? p : "", first < n_ref ? ref[first] : -1);
     }
-    /* a second encode runs from the word cache: same ids */
+    /* a second encode runs from the word cache, a third with a cache emptied every 7 words,
+     * a fourth with none: same ids */
     fp8t_tok_ids again = {0};
     T_CHECK(fp8t_bpe_encode(t, s, len, &again) == 0 && again.n == ids.n &&
                 !memcmp(again.v, ids.v, ids.n * sizeof(int32_t)), "cached encode differs");
+    for (int lim = 7; lim >= 0; lim -= 7) {
+        fp8t_bpe_set_cache_limit(t, (size_t)lim);
+        again.n = 0;
+        T_CHECK(fp8t_bpe_encode(t, s, len, &again) == 0 && again.n == ids.n &&
+                    !memcmp(again.v, ids.v, ids.n * sizeof(int32_t)),
+                "encode with a cache limit of %d differs", lim);
+    }
     char *dec = NULL;
     size_t dlen = 0;
     T_CHECK(fp8t_bpe_decode(t, ids.v, ids.n, &dec, &dlen) == 0 && dlen == len &&

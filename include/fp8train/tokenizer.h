@@ -51,6 +51,9 @@ const char *fp8t_bpe_describe(const fp8t_bpe *t);
 /* Encode len bytes of text, appending ids to out. Not thread-safe (a cache of pre-tokenized
  * words is kept inside t): use one fp8t_bpe per thread. 0 ok, -1 out of memory. */
 int fp8t_bpe_encode(fp8t_bpe *t, const char *text, size_t len, fp8t_tok_ids *out);
+/* At most `entries` words in the cache (default 1M); when full it is emptied. 0 = no cache.
+ * The ids never depend on it (tests use a tiny limit to run the emptying path). */
+void fp8t_bpe_set_cache_limit(fp8t_bpe *t, size_t entries);
 /* The bytes one token decodes to (NULL, *len 0 for an id with no token). */
 const char *fp8t_bpe_piece(const fp8t_bpe *t, int id, size_t *len);
 /* Decode ids to bytes: *out malloc'd (NUL-terminated), *len bytes. Ids with no token decode to

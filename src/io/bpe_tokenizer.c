@@ -230,7 +230,7 @@ struct fp8t_bpe {
     char desc[256];
     /* encode state: the word cache and scratch buffers */
     cache_slot *cache;
-    size_t cache_cap, cache_n;
+    size_t cache_cap, cache_n, cache_limit;
     arena cache_keys;
     int32_t *cache_ids;
     size_t cache_ids_n, cache_ids_cap;
@@ -324,6 +324,8 @@ static int set_piece(fp8t_bpe *t, int id, const char *s, size_t n) {
     t->has_piece[id] = 1;
     return 0;
 }
+
+static void cache_clear(fp8t_bpe *t);
 
 /* ---------------------------------------------------------------- loading */
 
@@ -560,6 +562,7 @@ fp8t_bpe *fp8t_bpe_parse(const char *json, size_t len, const char *name, char *e
     snprintf(t->name, sizeof(t->name), "%s", name);
     t->unk_id = -1;
     t->doc_token = -1;
+    t->cache_limit = CACHE_MAX_ENTRIES;
     byte_level_table(t->byte_char);
     root = cJSON_ParseWithLength(json, len);
     if (!root) {
@@ -755,6 +758,10 @@ void fp8t_bpe_free(fp8t_bpe *t) {
 }
 
 int fp8t_bpe_vocab_size(const fp8t_bpe *t) { return t->vocab_size; }
+void fp8t_bpe_set_cache_limit(fp8t_bpe *t, size_t entries) {
+    t->cache_limit = entries;
+    cache_clear(t);
+}
 int fp8t_bpe_doc_token(const fp8t_bpe *t) { return t->doc_token; }
 const char *fp8t_bpe_describe(const fp8t_bpe *t) { return t->desc; }
 int fp8t_bpe_token_id(const fp8t_bpe *t, const char *s) { return smap_get(&t->vocab, s, strlen(s)); }
@@ -940,7 +947,7 @@ static int bpe_cached(fp8t_bpe *t, const unsigned char *w, size_t n, fp8t_tok_id
     size_t k = out->n - before;
     /* a full cache is emptied rather than evicted piecemeal: simple, and the words of a
      * corpus come back quickly */
-    if (t->cache_n >= CACHE_MAX_ENTRIES) {
+    if (t->cache_n >= t->cache_limit) {
         cache_clear(t);
         return 0;
     }
