@@ -97,6 +97,13 @@ run tok_noout 2 "$BIN" tokenize "$TD/shakespeare.txt" --tokenizer "$TD/gpt2.json
   expect tok_noout "--out DIR is required"
 [ ! -e "$TMP/t6" ] && pass "refused runs create nothing" || fail "a refused run created $TMP/t6"
 
+# --text: the ids of one string, as tokenizers gives them (the multilingual sample ends without
+# a newline, so $(cat) passes it whole)
+run tok_text 0 "$BIN" tokenize --tokenizer "$TD/qwen2.json" --text "$(cat "$TD/multilingual.txt")" &&
+  expect tok_text "^ids: $(cat "$TD/qwen2.multilingual.ids")\$"
+run tok_text2 0 "$BIN" tokenize --tokenizer "$TD/llama3.json" --text "Hi<|eot_id|>" &&
+  expect tok_text2 'pieces: "H" "i" "<|eot_id|>"'
+
 # 6. train on the fly: the vocabulary comes from the tokenizer; a smaller one is refused
 SMALL="--preset tiny --layers 1 --dim 32 --heads 2 --mlp-hidden 64 --batch 2 --seq-len 16 --val-every 0 --quiet"
 run train_tok 0 "$BIN" train $SMALL --steps 2 --data "$TD/shakespeare.txt" \

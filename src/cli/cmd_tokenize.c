@@ -26,6 +26,7 @@
 static void usage(FILE *f) {
     fprintf(f,
         "usage: fp8train tokenize FILES... --tokenizer tokenizer.json --out DIR [options]\n"
+        "       fp8train tokenize --tokenizer tokenizer.json --text STRING   (print its tokens)\n"
         "  Tokenize text files (one document each) and JSONL files (.jsonl/.ndjson: one document\n"
         "  per line, its \"text\" field) with a Hugging Face byte-level BPE tokenizer (GPT-2,\n"
         "  Llama-3, Qwen2 style) into llm.c token shards DIR/train_NNNNNN.bin and\n"
@@ -40,6 +41,8 @@ static void usage(FILE *f) {
         "  --shard-tokens N      tokens per shard (default 100000000, as llm.c)\n"
         "  --field NAME          the JSONL field holding the text (default text)\n"
         "  --quiet               no progress bar\n"
+        "  --text STRING         print the ids and pieces of STRING (no document token, as\n"
+        "                        tokenizers' encode(STRING, add_special_tokens=False)) and exit\n"
         "example:\n"
         "  fp8train tokenize corpus.jsonl --tokenizer llama3/tokenizer.json --out data/tok\n"
         "  fp8train train --data 'data/tok/train_*.bin' --val-data 'data/tok/val_*.bin' ...\n");
@@ -160,6 +163,55 @@ static int on_doc(void *ctx, const int32_t *ids, size_t n, uint64_t start, uint6
     return 0;
 }
 
+/* --text: the ids of one string and the bytes of each (quoted, non-printable bytes escaped),
+ * to compare with another tokenizer by eye or by script. */
+static int print_tokens(const char *tok_path, const char *text, int n_files) {
+    if (!tok_path || n_files) {
+        fprintf(stderr, "fp8train tokenize: --text takes --tokenizer and no FILES\n");
+        return 2;
+    }
+    char err[1024];
+    fp8t_bpe *t = fp8t_bpe_load(tok_path, err, sizeof(err));
+    if (!t) {
+        fprintf(stderr, "fp8train tokenize: --tokenizer: %s\n", err);
+        return 2;
+    }
+    fp8t_tok_ids ids = {0};
+    if (fp8t_bpe_encode(t, text, strlen(text), &ids) != 0) {
+        fprintf(stderr, "fp8train tokenize: out of memory\n");
+        fp8t_bpe_free(t);
+        return 1;
+    }
+    printf("ids:");
+    for (size_t i = 0; i < ids.n; i++) printf(" %d", ids.v[i]);
+    printf("\ntokens: %zu\npieces:", ids.n);
+    for (size_t i = 0; i < ids.n; i++) {
+        size_t k;
+        const unsigned char *p = (const unsigned char *)fp8t_bpe_piece(t, ids.v[i], &k);
+        /* a piece that is whole UTF-8 prints as text; one holding part of a character (byte
+         * tokens) shows its high bytes as \xNN */
+        int utf8 = 1;
+        for (size_t j = 0; j < k && utf8;) {
+            int len = p[j] < 0x80 ? 1 : (p[j] & 0xE0) == 0xC0 ? 2 : (p[j] & 0xF0) == 0xE0 ? 3
+                      : (p[j] & 0xF8) == 0xF0 ? 4 : 0;
+            if (!len || j + (size_t)len > k) utf8 = 0;
+            for (int c = 1; utf8 && c < len; c++) utf8 = (p[j + (size_t)c] & 0xC0) == 0x80;
+            j += (size_t)(len ? len : 1);
+        }
+        printf(" \"");
+        for (size_t j = 0; j < k; j++) {
+            if (p[j] == '"' || p[j] == '\\') printf("\\%c", p[j]);
+            else if (p[j] < 0x20 || p[j] == 0x7f || (p[j] >= 0x80 && !utf8)) printf("\\x%02x", p[j]);
+            else putchar(p[j]);
+        }
+        printf("\"");
+    }
+    printf("\n");
+    free(ids.v);
+    fp8t_bpe_free(t);
+    return 0;
+}
+
 /* Does DIR already hold shards of ours? (Stale ones would join the new ones in a glob.) */
 static const char *existing_shard(const char *dir) {
     static char first[4096];
@@ -179,7 +231,7 @@ static const char *existing_shard(const char *dir) {
 
 int fp8t_cmd_tokenize(int argc, char **argv) {
     if (argc > 0 && !strcmp(argv[0], CMD)) { argc--; argv++; }
-    const char *tok_path = NULL, *out = NULL, *field = "text";
+    const char *tok_path = NULL, *out = NULL, *field = "text", *text = NULL;
     float val_frac = 0.1f;
     uint64_t shard_tokens = 100000000;
     int quiet = 0, n_files = 0;
@@ -194,6 +246,7 @@ int fp8t_cmd_tokenize(int argc, char **argv) {
         if (!strcmp(a, "--tokenizer")) tok_path = v;
         else if (!strcmp(a, "--out")) out = v;
         else if (!strcmp(a, "--field")) field = v;
+        else if (!strcmp(a, "--text")) text = v;
         else if (!strcmp(a, "--val-frac")) {
             if (cli_float(CMD, a, v, 0, 0.99, &val_frac)) { free(files); return 2; }
         } else if (!strcmp(a, "--shard-tokens")) {
@@ -210,6 +263,11 @@ int fp8t_cmd_tokenize(int argc, char **argv) {
             free(files);
             return 2;
         }
+    }
+    if (text) {
+        int rc = print_tokens(tok_path, text, n_files);
+        free(files);
+        return rc;
     }
     if (!n_files || !tok_path || !out) {
         fprintf(stderr, "fp8train tokenize: %s (see fp8train tokenize --help)\n",
