@@ -13,6 +13,8 @@ test texts, which fp8train's C tokenizer must reproduce exactly:
   qwen2.json   Qwen2 style: NFC normalizer, Split(Qwen2 regex: single digits) + ByteLevel,
                <|endoftext|> <|im_start|> <|im_end|>
 
+nfc.bin holds 300 short strings that NFC changes (combining marks in any order, Hangul jamo,
+singletons, excluded composites) and qwen2.nfc.ids their ids under Qwen2's NFC normalizer.
 random.bin holds 400 short random strings over a pool of hard cases (NUL after each) and
 NAME.random.ids their ids, one line per string.
 
@@ -29,6 +31,7 @@ import json
 import os
 import random
 import sys
+import unicodedata
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from tokenizers import processors, trainers
@@ -106,6 +109,21 @@ def random_strings(n=400, seed=17):
     return ["".join(rng.choice(pool) for _ in range(rng.randint(0, 40))) for _ in range(n)]
 
 
+def nfc_strings(n=300, seed=23):
+    """Short strings that NFC changes: bases followed by combining marks in any order, Hangul
+    jamo, singletons (U+212B, U+2126), excluded composites (U+0958), marks that compose
+    (U+3099), and precomposed text NFC keeps."""
+    rng = random.Random(seed)
+    marks = ([chr(c) for c in range(0x300, 0x370)]
+             + ["\u0323", "\u0327", "\u05b0", "\u05bc", "\u0651", "\u093c", "\u094d", "\u09be",
+                "\u0bbe", "\u3099", "\u309a", "\u1161", "\u1162", "\u11a8"])
+    bases = (list("aeiouAEIOUcnsyzC ") + ["\u1100", "\uac00", "\uac01", "\u0915", "\u09c7",
+             "\u0bc6", "\u304b", "\u30cf", "\u212b", "\u2126", "\u0958", "\u0344", "\u00e9",
+             "\u1e9b", "\u0f73", "\u03b1", "\u0435", "\xff"])
+    return ["".join(rng.choice(marks if rng.random() < 0.5 else bases)
+                    for _ in range(rng.randint(1, 12))) for _ in range(n)]
+
+
 def main():
     shakespeare = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data/tinyshakespeare.txt"
     with open(shakespeare, encoding="utf-8") as f:
@@ -114,6 +132,9 @@ def main():
     for name in ("shakespeare", "multilingual"):
         with open(os.path.join(OUT, name + ".txt"), encoding="utf-8", newline="") as f:
             texts[name] = f.read()
+    nfc = nfc_strings()
+    with open(os.path.join(OUT, "nfc.bin"), "wb") as f:
+        f.write(b"".join(r.encode("utf-8") + b"\0" for r in nfc))
     rnd = random_strings()
     with open(os.path.join(OUT, "random.bin"), "wb") as f:
         f.write(b"".join(r.encode("utf-8") + b"\0" for r in rnd))
@@ -142,6 +163,13 @@ def main():
         with open(os.path.join(OUT, "%s.random.ids" % name), "w") as f:
             for r in rnd:
                 f.write(" ".join(str(i) for i in tok.encode(r, add_special_tokens=False).ids) + "\n")
+        if name == "qwen2":  # nfc.bin: the NFC normalizer at work (Qwen2's)
+            with open(os.path.join(OUT, "qwen2.nfc.ids"), "w") as f:
+                for r in nfc:
+                    ids = tok.encode(r, add_special_tokens=False).ids
+                    # tokenizers' NFC (Rust) and Python's agree on every string here
+                    assert tok.decode(ids) == unicodedata.normalize("NFC", r), repr(r)
+                    f.write(" ".join(str(i) for i in ids) + "\n")
 
 
 if __name__ == "__main__":

@@ -107,18 +107,20 @@ static void test_llama3_multilingual(void) { check_same_ids("llama3", "multiling
 static void test_qwen2_shakespeare(void) { check_same_ids("qwen2", "shakespeare"); }
 static void test_qwen2_multilingual(void) { check_same_ids("qwen2", "multilingual"); }
 
-/* 400 short random strings over a pool of hard cases (random.bin, NUL after each), one line
- * of `tokenizers`' ids per string in NAME.random.ids: each string encoded on its own. */
-static void check_random(const char *tok) {
+/* Short strings (SET.bin, NUL after each: random.bin, 400 over a pool of hard cases; nfc.bin,
+ * 300 that NFC changes), one line of `tokenizers`' ids per string in TOK.SET.ids: each string
+ * encoded on its own. */
+static void check_strings(const char *tok, const char *set, int want_n) {
     char name[64];
     snprintf(name, sizeof(name), "%s.json", tok);
     fp8t_bpe *t = load(name);
     size_t blen, ilen;
-    char *b = read_text("random.bin", &blen);
-    snprintf(name, sizeof(name), "%s.random.ids", tok);
+    snprintf(name, sizeof(name), "%s.bin", set);
+    char *b = read_text(name, &blen);
+    snprintf(name, sizeof(name), "%s.%s.ids", tok, set);
     char *ids_text = read_text(name, &ilen);
     T_ASSERT(t && b && ids_text, "fixtures missing");
-    int n_str = 0, bad = 0;
+    int n_str = 0, bad = 0, changed = 0;
     char *line = ids_text;
     for (size_t s = 0, i = 0; i < blen; i++) {
         if (b[i]) continue;
@@ -133,20 +135,30 @@ static void check_random(const char *tok) {
         if (strcmp(got, line) && bad++ < 3)
             T_FAIL("%s, string %d (\"%.*s\"): got [%s], `tokenizers` [%s]", tok, n_str,
                    (int)(i - s), b + s, got, line);
+        char *dec = NULL;
+        size_t dlen = 0;
+        T_ASSERT(fp8t_bpe_decode(t, ids.v, ids.n, &dec, &dlen) == 0, "decode");
+        changed += dlen != i - s || memcmp(dec, b + s, dlen) != 0;
+        free(dec);
         free(ids.v);
         line = nl + 1;
         s = i + 1;
         n_str++;
     }
-    T_CHECK(n_str == 400 && bad == 0, "%d strings, %d differ", n_str, bad);
+    T_CHECK(n_str == want_n && bad == 0, "%d strings, %d differ", n_str, bad);
+    /* decode(encode(x)) is x, except where NFC changed it (nfc.bin: most strings) */
+    if (!strcmp(set, "nfc")) T_CHECK(changed > n_str / 2, "NFC changed only %d of %d", changed, n_str);
+    else T_CHECK(changed == 0, "%d strings do not decode back", changed);
     free(b);
     free(ids_text);
     fp8t_bpe_free(t);
 }
 
-static void test_gpt2_random(void) { check_random("gpt2"); }
-static void test_llama3_random(void) { check_random("llama3"); }
-static void test_qwen2_random(void) { check_random("qwen2"); }
+static void test_gpt2_random(void) { check_strings("gpt2", "random", 400); }
+static void test_llama3_random(void) { check_strings("llama3", "random", 400); }
+static void test_qwen2_random(void) { check_strings("qwen2", "random", 400); }
+/* Qwen2's NFC normalizer on 300 strings that NFC changes */
+static void test_qwen2_nfc(void) { check_strings("qwen2", "nfc", 300); }
 
 /* Any bytes (invalid UTF-8, NULs, lone continuation bytes) survive encode + decode. */
 static void test_roundtrip_random_bytes(void) {
@@ -395,6 +407,7 @@ int main(void) {
     T_RUN(test_gpt2_random);
     T_RUN(test_llama3_random);
     T_RUN(test_qwen2_random);
+    T_RUN(test_qwen2_nfc);
     T_RUN(test_roundtrip_random_bytes);
     T_RUN(test_special_tokens);
     T_RUN(test_handmade);

@@ -3,15 +3,15 @@
  * encode(text, add_special_tokens=False).
  *
  * What is read: added tokens (matched in the raw text first, leftmost-longest, before any
- * pre-tokenization; lstrip/rstrip honoured), the normalizer (none, or NFC, which is taken as
- * the identity: the text is assumed to be NFC already, as nearly all text is), the
+ * pre-tokenization; lstrip/rstrip honoured), the normalizer (none, or NFC: Unicode canonical
+ * composition, from tables of Unicode 14 made by scripts/make_nfc_tables.py), the
  * pre-tokenizer (ByteLevel with or without its built-in GPT-2 regex, Split with a regex or a
  * string and behaviour Isolated/Removed, a Sequence of them; regexes run through PCRE2 with
  * UTF + UCP, so \p{L} and \p{N} are Unicode classes), the BPE model (vocab, merges in the
  * "a b" string form or the [a, b] pair form, ignore_merges) and the ByteLevel decoder.
  * Anything else (WordPiece, Metaspace, byte_fallback, ...) is refused with an error naming the
  * file and the field. Invalid UTF-8 in the text is kept: its bytes become byte tokens, so
- * decode(encode(x)) == x for any bytes. */
+ * decode(encode(x)) == x for any bytes (== NFC(x) with an NFC normalizer, as in `tokenizers`). */
 #ifndef FP8TRAIN_TOKENIZER_H
 #define FP8TRAIN_TOKENIZER_H
 

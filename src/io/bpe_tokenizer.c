@@ -20,6 +20,7 @@
 #include "fp8train/error.h"
 #include "fp8train/io.h"
 #include "fp8train/tokenizer.h"
+#include "io/nfc.h"
 
 #define MAX_STEPS 8          /* pre-tokenizer steps */
 #define MAX_TOKEN_ID (1 << 24)
@@ -210,6 +211,9 @@ struct fp8t_bpe {
     smap vocab;               /* tokenizer.json token string (byte-mapped form) -> id */
     merge_map merges;
     int ignore_merges;
+    int nfc;                  /* the normalizer is NFC */
+    char *nfc_buf;            /* a segment's NFC when it differs */
+    size_t nfc_cap;
     int unk_id;               /* -1: unknown characters are dropped, as `tokenizers` does */
     int byte_id[256];         /* the token of each single byte, -1 if the vocab lacks it */
     uint32_t byte_char[256];  /* ByteLevel: byte -> code point */
@@ -669,7 +673,7 @@ fp8t_bpe *fp8t_bpe_parse(const char *json, size_t len, const char *name, char *e
         t->added_count[f]++;
     }
 
-    /* normalizer: none, or NFC taken as the identity (see the header) */
+    /* normalizer: none or NFC */
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (!is_null_or_missing(norm)) {
         const char *nty = json_type(norm);
@@ -685,6 +689,7 @@ fp8t_bpe *fp8t_bpe_parse(const char *json, size_t len, const char *name, char *e
         if (!ok)
             LOADFAIL("%s: normalizer \"%s\" is not supported (none or NFC, as GPT-2, Llama-3 "
                      "and Qwen2 use)", name, nty ? nty : "?");
+        t->nfc = 1;
     }
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     int have_bl = 0;
@@ -750,6 +755,7 @@ void fp8t_bpe_free(fp8t_bpe *t) {
     free(t->cache_keys.p);
     free(t->cache_ids);
     free(t->buf);
+    free(t->nfc_buf);
     free(t->sym);
     free(t->prev);
     free(t->next);
@@ -1048,6 +1054,18 @@ static const added_token *added_at(const fp8t_bpe *t, const unsigned char *s, si
     return NULL;
 }
 
+/* One stretch of text between added tokens: normalized (as `tokenizers` normalizes each such
+ * stretch on its own), then pre-tokenized and merged. */
+static int encode_segment(fp8t_bpe *t, const unsigned char *s, size_t n, fp8t_tok_ids *out) {
+    if (t->nfc && n) {
+        size_t m;
+        int r = fp8t_nfc((const char *)s, n, &t->nfc_buf, &m, &t->nfc_cap);
+        if (r < 0) return -1;
+        if (r == 1) return pretok(t, 0, (const unsigned char *)t->nfc_buf, m, out);
+    }
+    return pretok(t, 0, s, n, out);
+}
+
 static int is_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 int fp8t_bpe_encode(fp8t_bpe *t, const char *text, size_t len, fp8t_tok_ids *out) {
@@ -1063,8 +1081,8 @@ int fp8t_bpe_encode(fp8t_bpe *t, const char *text, size_t len, fp8t_tok_ids *out
         /* lstrip/rstrip: the token takes the whitespace beside it */
         if (a->lstrip) while (end > seg && is_space(s[end - 1])) end--;
         if (a->rstrip) while (after < len && is_space(s[after])) after++;
-        if (pretok(t, 0, s + seg, end - seg, out) || ids_push(out, a->id)) return -1;
+        if (encode_segment(t, s + seg, end - seg, out) || ids_push(out, a->id)) return -1;
         seg = i = after;
     }
-    return pretok(t, 0, s + seg, len - seg, out);
+    return encode_segment(t, s + seg, len - seg, out);
 }
