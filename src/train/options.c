@@ -195,7 +195,7 @@ static const opt OPTIONS[] = {
     MODEL_INT("max-seq-len", model.seq_len, "the model's maximum sequence length (positions)"),
 
     STR("data", "SRC", data, G_DATA,
-        "synthetic | a text file (bytes) | 'dir/x_*.bin' llm.c token shards"),
+        "synthetic | a text file (bytes; tokens with --tokenizer) | 'dir/x_*.bin' llm.c shards"),
     STR("val-data", "SRC", val_data, G_DATA,
         "separate validation data; without it the last 10% of --data is held out"),
     STR("tokenizer", "FILE", tokenizer, G_DATA,
