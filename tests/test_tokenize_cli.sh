@@ -101,6 +101,11 @@ run tok_noout 2 "$BIN" tokenize "$TD/shakespeare.txt" --tokenizer "$TD/gpt2.json
 # a newline, so $(cat) passes it whole)
 run tok_text 0 "$BIN" tokenize --tokenizer "$TD/qwen2.json" --text "$(cat "$TD/multilingual.txt")" &&
   expect tok_text "^ids: $(cat "$TD/qwen2.multilingual.ids")\$"
+# a model directory stands for its tokenizer.json
+mkdir -p "$TMP/model" && cp "$TD/gpt2.json" "$TMP/model/tokenizer.json"
+run tok_dir 0 "$BIN" tokenize --tokenizer "$TMP/model" --text "x" && expect tok_dir "^ids: 87$"
+run tok_nodir 2 "$BIN" tokenize --tokenizer "$TMP/t1" --text "x" &&
+  expect tok_nodir "cannot open $TMP/t1/tokenizer.json"
 run tok_text2 0 "$BIN" tokenize --tokenizer "$TD/llama3.json" --text "Hi<|eot_id|>" &&
   expect tok_text2 'pieces: "H" "i" "<|eot_id|>"'
 

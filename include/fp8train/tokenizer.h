@@ -30,7 +30,8 @@ typedef struct {
     size_t n, cap;
 } fp8t_tok_ids;
 
-/* Read a tokenizer.json. NULL + err (naming the file and what to do) on any bad input. */
+/* Read a tokenizer.json (path may also be a model directory holding one). NULL + err (naming
+ * the file and what to do) on any bad input. */
 fp8t_bpe *fp8t_bpe_load(const char *path, char *err, size_t errlen);
 /* The same from JSON text; `name` stands for the file in messages. */
 fp8t_bpe *fp8t_bpe_parse(const char *json, size_t len, const char *name, char *err,

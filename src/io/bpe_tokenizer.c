@@ -21,6 +21,7 @@
 #include "fp8train/io.h"
 #include "fp8train/tokenizer.h"
 #include "io/nfc.h"
+#include "util/fs.h"
 
 #define MAX_STEPS 8          /* pre-tokenizer steps */
 #define MAX_TOKEN_ID (1 << 24)
@@ -726,7 +727,11 @@ fail:
 fp8t_bpe *fp8t_bpe_load(const char *path, char *err, size_t errlen) {
     char *data = NULL;
     size_t len = 0;
-    char e[512];
+    char e[512], in_dir[4096];
+    if (fp8t_is_dir(path)) { /* a model directory: its tokenizer.json */
+        snprintf(in_dir, sizeof(in_dir), "%s/tokenizer.json", path);
+        path = in_dir;
+    }
     if (fp8t_read_file(path, &data, &len, e, sizeof(e)) != 0) {
         fp8t_errorf(err, errlen, "tokenizer: %s (pass the tokenizer.json of a Hugging Face "
                     "model directory)", e);
