@@ -126,7 +126,7 @@ CK=$TMP/run/checkpoints/step_000002
 run eval_tok 0 "$BIN" eval "$CK" --batches 2 && expect eval_tok "through tokenizer '$TD/gpt2.json'"
 run gen 0 "$BIN" generate "$CK" --prompt "ROMEO: café 😀" --tokens 5 --temperature 0 --print-tokens &&
   expect gen "^ROMEO: café 😀"
-run gen_tok 0 "$BIN" generate "$CK" --prompt "ROMEO:" --tokens 5 --tokenizer "$TD/gpt2.json" &&
+run gen_tok 0 "$BIN" generate "$CK" --prompt "ROMEO:" --tokens 5 --tokenizer "$TMP/model" &&
   expect gen_tok "^ROMEO:"
 
 echo "tokenize_cli: $fails failed"

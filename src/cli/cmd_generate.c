@@ -13,6 +13,7 @@
 #include "fp8train/backend.h"
 #include "fp8train/eval.h"
 #include "fp8train/tokenizer.h"
+#include "util/fs.h"
 
 #define CMD "generate"
 
@@ -57,10 +58,11 @@ static int parse_ids(const char *s, int **ids, int *n) {
     return *n > 0 ? 0 : -1;
 }
 
-/* A Hugging Face tokenizer.json (named *.json, or JSON inside) rather than llm.c's .bin? */
+/* A Hugging Face tokenizer.json (named *.json, JSON inside, or a model directory holding one)
+ * rather than llm.c's .bin? */
 static int is_tokenizer_json(const char *path) {
     size_t n = strlen(path);
-    if (n >= 5 && !strcmp(path + n - 5, ".json")) return 1;
+    if ((n >= 5 && !strcmp(path + n - 5, ".json")) || fp8t_is_dir(path)) return 1;
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
     int c;
