@@ -15,7 +15,7 @@ OPT     ?= -O2 -march=x86-64-v2 -mtune=native
 SAN     ?=
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -fopenmp -Iinclude -Isrc -D_GNU_SOURCE $(SAN)
 CXXFLAGS+= -std=c++17 $(OPT) -g -Wall -Wextra -fopenmp -Iinclude -Isrc $(SAN)
-LDLIBS  += -lopenblas -lcjson -lm -fopenmp $(SAN)
+LDLIBS  += -lopenblas -lcjson -lpcre2-8 -lm -fopenmp $(SAN)
 NVFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
            -Xcompiler -Wall,-Wextra -lineinfo
 CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++

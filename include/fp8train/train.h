@@ -21,8 +21,10 @@ typedef struct {
     char preset[64];            /* --preset (default "tiny") */
     fp8t_model_config model;    /* resolved from preset (+ --layers/--dim/... tweaks) */
     /* data */
-    char data[FP8T_PATH_MAX];   /* "synthetic" | file.txt (bytes) | 'dir/x_*.bin' (llm.c shards) */
+    char data[FP8T_PATH_MAX];   /* "synthetic" | file.txt (bytes, or via `tokenizer`) | .jsonl
+                                   (via `tokenizer`) | 'dir/x_*.bin' (llm.c shards) */
     char val_data[FP8T_PATH_MAX]; /* optional separate validation data; default: held-out split */
+    char tokenizer[FP8T_PATH_MAX]; /* Hugging Face tokenizer.json for text/JSONL --data ("" = bytes) */
     int batch;                  /* B: sequences per micro-batch */
     int seq_len;                /* T */
     int grad_accum;             /* micro-batches per optimizer step */

@@ -22,6 +22,8 @@ void cli_run_defaults_from(const fp8t_weights *w, cli_run_defaults *d) {
         snprintf(d->data, sizeof(d->data), "%s", v->valuestring);
     if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(c, "val_data")))
         snprintf(d->val_data, sizeof(d->val_data), "%s", v->valuestring);
+    if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(c, "tokenizer")))
+        snprintf(d->tokenizer, sizeof(d->tokenizer), "%s", v->valuestring);
     if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "batch")) && v->valuedouble >= 1 &&
         v->valuedouble <= 1 << 20)
         d->batch = (int)v->valuedouble;
@@ -48,10 +50,17 @@ void cli_describe_weights(char *buf, size_t len, const fp8t_weights *w) {
 
 int cli_calibrate(fp8t_evaluator *ev, fp8t_weights *w, const char *data, const char *val_data,
                   uint64_t seed, int batches, int quiet, char *err, size_t errlen) {
+    return cli_calibrate_tok(ev, w, data, val_data, NULL, seed, batches, quiet, err, errlen);
+}
+
+int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data,
+                      const char *val_data, const char *tokenizer, uint64_t seed, int batches,
+                      int quiet, char *err, size_t errlen) {
     if (!fp8t_evaluator_needs_calibration(ev)) return 0;
     char e[1024];
-    fp8t_data *d = fp8t_data_open(data, val_data, FP8T_SPLIT_TRAIN, fp8t_evaluator_B(ev),
-                                  fp8t_evaluator_T(ev), w->model.vocab_size, seed, e, sizeof(e));
+    fp8t_data *d = fp8t_data_open_tok(data, val_data, tokenizer, FP8T_SPLIT_TRAIN,
+                                      fp8t_evaluator_B(ev), fp8t_evaluator_T(ev),
+                                      w->model.vocab_size, seed, e, sizeof(e));
     if (!d) {
         snprintf(err, errlen, "FP8 calibration data: %s", e);
         return -1;

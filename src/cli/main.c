@@ -22,6 +22,7 @@ WEAK int fp8t_cmd_eval(int argc, char **argv);
 WEAK int fp8t_cmd_generate(int argc, char **argv);
 WEAK int fp8t_cmd_export(int argc, char **argv);
 WEAK int fp8t_cmd_import(int argc, char **argv);
+WEAK int fp8t_cmd_tokenize(int argc, char **argv);
 
 typedef struct {
     const char *name;
@@ -39,6 +40,7 @@ static const command COMMANDS[] = {
     {"generate", fp8t_cmd_generate, "sample text from a checkpoint"},
     {"export", fp8t_cmd_export, "export a checkpoint (Hugging Face layout, BF16 or FP8 + scales)"},
     {"import", fp8t_cmd_import, "import llm.c / Hugging Face weights as a checkpoint"},
+    {"tokenize", fp8t_cmd_tokenize, "text/JSONL -> llm.c token shards with a tokenizer.json"},
 };
 #define N_COMMANDS ((int)(sizeof(COMMANDS) / sizeof(COMMANDS[0])))
 

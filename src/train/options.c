@@ -11,6 +11,7 @@
 #include "fp8train/checkpoint.h"
 #include "fp8train/inject.h"
 #include "fp8train/io.h"
+#include "fp8train/tokenizer.h"
 #include "fp8train/train_options.h"
 #include "util/fs.h"
 
@@ -195,9 +196,11 @@ static const opt OPTIONS[] = {
     MODEL_INT("max-seq-len", model.seq_len, "the model's maximum sequence length (positions)"),
 
     STR("data", "SRC", data, G_DATA,
-        "synthetic | a text file (bytes) | 'dir/x_*.bin' llm.c token shards"),
+        "synthetic | a text file (bytes; tokens with --tokenizer) | 'dir/x_*.bin' llm.c shards"),
     STR("val-data", "SRC", val_data, G_DATA,
         "separate validation data; without it the last 10% of --data is held out"),
+    STR("tokenizer", "FILE", tokenizer, G_DATA,
+        "Hugging Face tokenizer.json: tokenize text/JSONL --data on the fly (vocab from it)"),
     NUM("batch", "N", OT_INT, batch, 1, 1 << 20, G_DATA, "sequences per micro-batch (B)"),
     NUM("seq-len", "N", OT_INT, seq_len, 0, 1 << 20, G_DATA,
         "tokens per sequence (T; 0 = the model's maximum)"),
@@ -748,6 +751,24 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
         if (opt_set(pairs[i].o, c, pairs[i].value, err, errlen) != 0) goto done;
     }
     if (c->resume[0] && !model_set && adopt_checkpoint_model(c, err, errlen) != 0) goto done;
+    /* --tokenizer without --vocab: the model's vocabulary is the tokenizer's. A model given
+     * otherwise (--vocab, a config's "model", --resume's checkpoint) keeps its own, and the data
+     * loader says so if the tokenizer does not fit it. */
+    int vocab_given = (c->resume[0] && !model_set) ||
+                      (json && (cJSON_GetObjectItemCaseSensitive(json, "vocab") ||
+                                cJSON_GetObjectItemCaseSensitive(json, "model")));
+    for (int i = 0; i < n_pairs; i++)
+        if (!strcmp(pairs[i].o->name, "vocab")) vocab_given = 1;
+    if (c->tokenizer[0] && !vocab_given) {
+        char e[1024];
+        fp8t_bpe *t = fp8t_bpe_load(c->tokenizer, e, sizeof(e));
+        if (!t) {
+            snprintf(err, errlen, "--tokenizer: %s", e);
+            goto done;
+        }
+        c->model.vocab_size = fp8t_bpe_vocab_size(t);
+        fp8t_bpe_free(t);
+    }
     rc = fp8t_train_config_check(c, err, errlen);
 done:
     cJSON_Delete(json);

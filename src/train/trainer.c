@@ -369,12 +369,12 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
 
     /* 1. everything that can be wrong with the inputs, before anything is written */
     const int V = t->cfg.model.vocab_size;
-    t->train = fp8t_data_open(t->cfg.data, t->cfg.val_data, FP8T_SPLIT_TRAIN, t->B, t->T, V,
-                              t->cfg.seed, err, errlen);
+    t->train = fp8t_data_open_tok(t->cfg.data, t->cfg.val_data, t->cfg.tokenizer,
+                                  FP8T_SPLIT_TRAIN, t->B, t->T, V, t->cfg.seed, err, errlen);
     if (!t->train) goto done;
     if (t->cfg.val_every > 0) {
-        t->val = fp8t_data_open(t->cfg.data, t->cfg.val_data, FP8T_SPLIT_VAL, t->B, t->T, V,
-                                t->cfg.seed, err, errlen);
+        t->val = fp8t_data_open_tok(t->cfg.data, t->cfg.val_data, t->cfg.tokenizer,
+                                    FP8T_SPLIT_VAL, t->B, t->T, V, t->cfg.seed, err, errlen);
         if (!t->val) goto done;
     }
     if (t->cfg.inject[0]) {
