@@ -6,8 +6,7 @@
  * each data a protobuf `Event` (TensorBoard's event.proto; the subset fp8train writes is in
  * src/io/proto/tfevent.proto): the first carries file_version "brain.Event:2", later ones a
  * step and either a SessionLog START (fp8t_tb_session_start) or a Summary of scalar
- * (simple_value) values. TensorBoard opens such a directory
- * with `tensorboard --logdir DIR`. */
+ * (simple_value) values. TensorBoard opens such a directory with `tensorboard --logdir DIR`. */
 #ifndef FP8TRAIN_TENSORBOARD_H
 #define FP8TRAIN_TENSORBOARD_H
 
