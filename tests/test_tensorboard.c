@@ -27,6 +27,7 @@
 #include "tfevent.pb-c.h"
 
 static char root[256];
+static char g_cli[1024]; /* the fp8train binary ("" when absent: its checks are skipped) */
 
 static void fmt(char *buf, size_t len, const char *f, ...) __attribute__((format(printf, 3, 4)));
 static void fmt(char *buf, size_t len, const char *f, ...) {
@@ -150,6 +151,46 @@ static int list_event_files(const char *dir, char names[][512], int max) {
             memcpy(names[j - 1], t, 512);
         }
     return n;
+}
+
+/* Two events say the same: kind, step, and for summaries the same tags with the same values
+ * (NaN = NaN); tokens_per_s and the shadow / drift gaps within 1e-5 relative, as
+ * metrics.jsonl prints them with 6 digits. 1 same; 0 with why. */
+static int same_event(const Fp8tTb__Event *a, const Fp8tTb__Event *b, char *why, size_t len) {
+    if (a->what_case != b->what_case || a->step != b->step) {
+        fmt(why, len, "kind %d step %lld vs kind %d step %lld", a->what_case,
+            (long long)a->step, b->what_case, (long long)b->step);
+        return 0;
+    }
+    if (a->what_case != FP8T_TB__EVENT__WHAT_SUMMARY) return 1;
+    if (a->summary->n_value != b->summary->n_value) {
+        fmt(why, len, "step %lld: %zu vs %zu values", (long long)a->step, a->summary->n_value,
+            b->summary->n_value);
+        return 0;
+    }
+    for (size_t i = 0; i < a->summary->n_value; i++) {
+        const char *tag = a->summary->value[i]->tag;
+        float va = a->summary->value[i]->simple_value, vb;
+        if (!find_value(b, tag, &vb)) {
+            fmt(why, len, "step %lld: %s missing", (long long)a->step, tag);
+            return 0;
+        }
+        int six = !strcmp(tag, "tokens_per_s") || strstr(tag, "_gap") != NULL;
+        int ok = (isnan(va) && isnan(vb)) || va == vb ||
+                 (six && fabs((double)va - vb) <= 1e-5 * fabs((double)vb));
+        if (!ok) {
+            fmt(why, len, "step %lld: %s %.9g vs %.9g", (long long)a->step, tag, va, vb);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* `fp8train tensorboard RUN --out DIR`; 0 when it succeeded. */
+static int convert(const char *run, const char *dir) {
+    char cmd[3200];
+    fmt(cmd, sizeof(cmd), "'%s' tensorboard '%s' --out '%s' >/dev/null", g_cli, run, dir);
+    return system(cmd);
 }
 
 /* ---------------------------------------------------------------- CRC32C */
@@ -509,6 +550,31 @@ static void test_train_run(void) {
             l.ev[1]->step == 7 && l.ev[2]->step == 7 && l.ev[7]->step == 12,
             "resumed file: %d events, START at 7 then steps 7..12", l.n);
     check_against_logs(c.out_dir, &l, 7);
+
+    /* `fp8train tensorboard` on the finished run: what the two live files say once TensorBoard
+     * has dropped the first take of 7..12 (file 1 below step 7, then file 2), in one file */
+    if (!g_cli[0]) {
+        events_free(&l);
+        return;
+    }
+    event_list first, conv;
+    char conv_dir[600], cnames[2][512];
+    fmt(conv_dir, sizeof(conv_dir), "%s/converted", c.out_dir);
+    T_ASSERT(read_events(names[0], &first, why, sizeof(why)) == 0, "%s", why);
+    T_ASSERT(convert(c.out_dir, conv_dir) == 0, "fp8train tensorboard failed");
+    T_ASSERT(list_event_files(conv_dir, cnames, 2) == 1, "no converted file");
+    T_ASSERT(read_events(cnames[0], &conv, why, sizeof(why)) == 0, "%s", why);
+    const Fp8tTb__Event *want[32];
+    int nw = 0;
+    for (int i = 1; i < first.n && nw < 32; i++)
+        if (first.ev[i]->step < 7) want[nw++] = first.ev[i]; /* START 1, steps 1..6 */
+    for (int i = 2; i < l.n && nw < 32; i++) want[nw++] = l.ev[i];
+    T_CHECK(conv.n == 1 + nw, "converted: %d events, expected %d", conv.n, 1 + nw);
+    for (int i = 0; i < nw && 1 + i < conv.n; i++)
+        T_CHECK(same_event(conv.ev[1 + i], want[i], why, sizeof(why)), "converted event %d: %s",
+                i + 1, why);
+    events_free(&first);
+    events_free(&conv);
     events_free(&l);
 }
 
@@ -562,6 +628,20 @@ static void test_train_rollback(void) {
         k++;
     }
     cJSON_Delete(metrics);
+
+    /* `fp8train tensorboard` on the finished run: the same events, session starts included */
+    if (g_cli[0]) {
+        char conv_dir[600], cnames[2][512];
+        fmt(conv_dir, sizeof(conv_dir), "%s/converted", c.out_dir);
+        event_list conv;
+        T_ASSERT(convert(c.out_dir, conv_dir) == 0, "fp8train tensorboard failed");
+        T_ASSERT(list_event_files(conv_dir, cnames, 2) == 1, "no converted file");
+        T_ASSERT(read_events(cnames[0], &conv, why, sizeof(why)) == 0, "%s", why);
+        T_CHECK(conv.n == l.n, "converted: %d events, live %d", conv.n, l.n);
+        for (int i = 1; i < l.n && i < conv.n; i++)
+            T_CHECK(same_event(conv.ev[i], l.ev[i], why, sizeof(why)), "event %d: %s", i, why);
+        events_free(&conv);
+    }
     events_free(&l);
 }
 
@@ -581,8 +661,25 @@ static void test_train_bad_dir(void) {
     T_CHECK(stat(c.out_dir, &st) != 0, "%s was created", c.out_dir);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
     t_suite = "tensorboard";
+    /* the CLI beside this test's build directory (make test sets FP8TRAIN_BIN) */
+    const char *bin = getenv("FP8TRAIN_BIN");
+    if (bin && *bin) {
+        fmt(g_cli, sizeof(g_cli), "%s", bin);
+    } else {
+        char self[900];
+        fmt(self, sizeof(self), "%s", argv[0]);
+        char *slash = strrchr(self, '/');
+        if (slash) *slash = 0;
+        fmt(g_cli, sizeof(g_cli), "%s/../fp8train", slash ? self : ".");
+    }
+    if (access(g_cli, X_OK) != 0) {
+        printf("  (no fp8train binary at %s: the `fp8train tensorboard` checks are skipped; "
+               "make test builds it)\n", g_cli);
+        g_cli[0] = 0;
+    }
     snprintf(root, sizeof(root), "/tmp/fp8t_tensorboard.XXXXXX");
     if (!mkdtemp(root)) {
         printf("FAIL tensorboard: mkdtemp: %s\n", strerror(errno));
