@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `fp8train train --tensorboard DIR` from the outside: the option in --help, a run that writes
 # an event file next to its logs (and says where), bad values refused with exit status 2 before
-# anything is written, and, when the `tensorboard` Python package is installed, the files read
+# anything is written, `fp8train tensorboard RUN` (the same files after the fact), and, when the `tensorboard` Python package is installed, the files read
 # by TensorBoard itself (tests/check_tensorboard.py: its event loader and its HTTP server).
 # Without the package that check prints SKIP (CI has no tensorboard): pip install tensorboard,
 # or point FP8TRAIN_PYTHON at a Python that has it.
@@ -83,11 +83,38 @@ else
   fail uncreatable_dir "exit $rc: $(head -c 300 "$TMP/err")"
 fi
 
+# --- fp8train tensorboard RUN: event files after the fact (compared event for event with the
+# live ones in test_tensorboard.c); bad input: exit 2 and a message naming the fix
+if "$BIN" tensorboard "$run" --out "$TMP/conv" >"$TMP/out" 2>"$TMP/err" &&
+   grep -q "10 steps, [1-9][0-9]* statistics -> $TMP/conv/events.out.tfevents" "$TMP/out" &&
+   [ -s "$(ls "$TMP"/conv/events.out.tfevents.* | head -1)" ]; then
+  pass convert
+else
+  fail convert "$(cat "$TMP/out" "$TMP/err" | head -c 300)"
+fi
+"$BIN" tensorboard "$TMP/plainfile" >"$TMP/out" 2>"$TMP/err"; rc=$?
+if [ $rc -eq 2 ] && grep -qF "has no metrics.jsonl: name a run directory" "$TMP/err"; then pass convert_not_a_run
+else fail convert_not_a_run "exit $rc: $(head -c 300 "$TMP/err")"; fi
+mkdir -p "$TMP/badrun" && printf '{"step":1,"loss":2}\nnot json\n{"step":2}\n' >"$TMP/badrun/metrics.jsonl"
+"$BIN" tensorboard "$TMP/badrun" >"$TMP/out" 2>"$TMP/err"; rc=$?
+if [ $rc -eq 2 ] && grep -qF "$TMP/badrun/metrics.jsonl:2: not a JSON object" "$TMP/err" &&
+   [ ! -e "$TMP/badrun/tb" ]; then
+  pass convert_bad_metrics
+else
+  fail convert_bad_metrics "exit $rc: $(head -c 300 "$TMP/err")"
+fi
+"$BIN" tensorboard "$run" --bogus >"$TMP/out" 2>"$TMP/err"; rc=$?
+if [ $rc -eq 2 ] && grep -qF "unknown option '--bogus'" "$TMP/err"; then pass convert_bad_option
+else fail convert_bad_option "exit $rc: $(head -c 300 "$TMP/err")"; fi
+
 # --- TensorBoard itself reads the files (optional)
 if "$PY" -c "import tensorboard" >/dev/null 2>&1; then
   "$PY" "$HERE/check_tensorboard.py" "$run" "$run/tb" --serve 2>"$TMP/py_err"
   rc=$?
   [ $rc -eq 0 ] || fail tensorboard_package "check_tensorboard.py exit $rc ($(tail -c 400 "$TMP/py_err"))"
+  "$PY" "$HERE/check_tensorboard.py" "$run" "$TMP/conv" 2>"$TMP/py_err" | sed 's/^\(PASS\|FAIL\) tensorboard_py: /&converted: /'
+  rc=${PIPESTATUS[0]}
+  [ $rc -eq 0 ] || fail tensorboard_package_converted "check_tensorboard.py exit $rc ($(tail -c 400 "$TMP/py_err"))"
 else
   echo "SKIP $SUITE: tensorboard_package (the tensorboard Python package is not installed for $PY; pip install tensorboard, or set FP8TRAIN_PYTHON)"
 fi
