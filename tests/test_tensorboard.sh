@@ -103,6 +103,14 @@ if [ $rc -eq 2 ] && grep -qF "$TMP/badrun/metrics.jsonl:2: not a JSON object" "$
 else
   fail convert_bad_metrics "exit $rc: $(head -c 300 "$TMP/err")"
 fi
+mkdir -p "$TMP/badrun2" && printf '{"step":1,"loss":2}\n{"loss":3}\n' >"$TMP/badrun2/metrics.jsonl"
+"$BIN" tensorboard "$TMP/badrun2" >"$TMP/out" 2>"$TMP/err"; rc=$?
+if [ $rc -eq 2 ] && grep -qF "$TMP/badrun2/metrics.jsonl: row 2 has no step" "$TMP/err" &&
+   [ ! -e "$TMP/badrun2/tb" ]; then
+  pass convert_row_without_step
+else
+  fail convert_row_without_step "exit $rc: $(head -c 300 "$TMP/err")"
+fi
 "$BIN" tensorboard "$run" --bogus >"$TMP/out" 2>"$TMP/err"; rc=$?
 if [ $rc -eq 2 ] && grep -qF "unknown option '--bogus'" "$TMP/err"; then pass convert_bad_option
 else fail convert_bad_option "exit $rc: $(head -c 300 "$TMP/err")"; fi

@@ -215,16 +215,24 @@ int fp8t_cmd_tensorboard(int argc, char **argv) {
         stats = read_jsonl(spath, err, sizeof(err));
         if (!stats || index_stats(stats, &idx, &n_idx, err, sizeof(err)) != 0) goto fail;
     }
+    /* every input checked before anything is written */
+    const cJSON *row;
+    int line = 0;
+    cJSON_ArrayForEach(row, metrics) {
+        double s;
+        line++;
+        if (!num(row, "step", &s) || s < 0 || s > 2e9) {
+            snprintf(err, sizeof(err), "%s: row %d has no step (is this a run's metrics.jsonl?)",
+                     mpath, line);
+            goto fail;
+        }
+    }
     w = fp8t_tb_open(dir, err, sizeof(err));
     if (!w) goto fail;
     int prev = -1;
-    const cJSON *row;
     cJSON_ArrayForEach(row, metrics) {
-        double s;
-        if (!num(row, "step", &s)) {
-            snprintf(err, sizeof(err), "%s: a row without \"step\"", mpath);
-            goto fail;
-        }
+        double s = 0;
+        num(row, "step", &s); /* checked above */
         const int step = (int)s;
         /* the first row, and any row whose step goes back: a (re)start at that step */
         if ((prev < 0 || step <= prev) &&
@@ -240,7 +248,12 @@ int fp8t_cmd_tensorboard(int argc, char **argv) {
     printf("view: tensorboard --logdir %s\n", dir);
     rc = 0;
 fail:
-    if (w && fp8t_tb_close(w, rc == 0 ? err : NULL, rc == 0 ? sizeof(err) : 0) != 0) rc = 2;
+    if (w) {
+        char path[1300];
+        snprintf(path, sizeof(path), "%s", fp8t_tb_path(w));
+        if (fp8t_tb_close(w, rc == 0 ? err : NULL, rc == 0 ? sizeof(err) : 0) != 0) rc = 2;
+        if (rc != 0) remove(path); /* ours, and half written */
+    }
     if (rc != 0) fprintf(stderr, "fp8train " CMD ": %s\n", err);
     free(idx);
     cJSON_Delete(metrics);
