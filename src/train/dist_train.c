@@ -53,8 +53,9 @@ int dp_setup(dp_state *d, fp8t_train_config *cfg, char *err, size_t errlen) {
     d->zero = cfg->zero;
     d->bf16_reduce = cfg->dp_bf16_reduce;
     d->amax_reduce = cfg->amax_reduce;
-    if (cfg->inspect[0] && strstr(cfg->inspect, "ranks=") &&
-        strip_ranks(cfg->inspect, &d->inspect_all, err, errlen) != 0)
+    snprintf(d->inspect_spec, sizeof(d->inspect_spec), "%s", cfg->inspect);
+    if (d->inspect_spec[0] && strstr(d->inspect_spec, "ranks=") &&
+        strip_ranks(d->inspect_spec, &d->inspect_all, err, errlen) != 0)
         return -1;
     if (cfg->grad_accum % d->size != 0) {
         snprintf(err, errlen, "--grad-accum %d is not a multiple of the %d ranks: each rank "

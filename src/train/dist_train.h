@@ -22,10 +22,11 @@ typedef struct dp_state {
     float *scalar;         /* device scratch float (sumsq) */
     float *losses;         /* [accum] host: every micro-batch loss of the step */
     int inspect_all;       /* --inspect ranks=all */
+    char inspect_spec[FP8T_PATH_MAX]; /* --inspect without ranks= (the inspector's spec) */
 } dp_state;
 
 /* Before the backend exists: join the world (MPI), check the batch split (grad_accum a
- * multiple of the world size), parse the inspect spec's ranks=; strips it from cfg->inspect.
+ * multiple of the world size), parse the inspect spec's ranks= (inspect_spec: the rest).
  * Ranks other than 0 turn quiet. 0 ok, -1 with err. */
 int dp_setup(dp_state *d, fp8t_train_config *cfg, char *err, size_t errlen);
 /* After the model exists: the backend joins the world, the shards, ZeRO's moments. */

@@ -454,7 +454,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         if (drc == 0 && t->cfg.inspect[0] && (t->dp.rank == 0 || t->dp.inspect_all)) {
             char e[768];
             if (t->dp.rank != 0) drc = fp8t_mkdirs(idir, err, errlen);
-            if (drc == 0) t->inspector = fp8t_inspector_create(t->cfg.inspect, idir, e, sizeof(e));
+            if (drc == 0) t->inspector = fp8t_inspector_create(t->dp.inspect_spec, idir, e, sizeof(e));
             if (drc == 0 && !t->inspector) {
                 snprintf(err, errlen, "--inspect: %s", e);
                 drc = -1;
