@@ -74,9 +74,31 @@ if [ "$(grep -c '^done:' "$TMP/loud.log")" = 1 ] && grep -q "^data parallel: 2 r
   pass "rank 0 speaks: one banner and one summary"
 else fail "rank 0 speaks: one banner and one summary" "$(cat "$TMP/loud.log")"; fi
 
+# --- amax all-reduce: after step 1 the FP8 state (amax histories, scales) of N = 2 is N = 1's
+# bit for bit (the max of the two ranks' amaxes is the amax of the whole batch); without the
+# reduction rank 0 keeps the amaxes of its own micro-batch
+run1 a1 --steps 1 & run2 a2 --steps 1; wait
+run2 a0 --steps 1 --amax-reduce 0
+M=checkpoints/step_000001/fp8_meta.safetensors
+if cmp -s "$TMP/a1/$M" "$TMP/a2/$M" && [ -f "$TMP/a0/$M" ] && ! cmp -s "$TMP/a1/$M" "$TMP/a0/$M"; then
+  pass "amax all-reduce: N=2 FP8 state == N=1 after step 1; --amax-reduce 0 differs"
+else fail "amax all-reduce" "$(ls -l "$TMP"/a?/$M 2>&1)"; fi
+
 # --- ZeRO-1 == plain data parallel at N = 2
 run2 twoz --steps 50 --zero 1
 metrics "ZeRO-1 == plain DP at N=2" "$TMP/two" "$TMP/twoz" exact
+
+# --- BF16 gradient all-reduce: the rounding shows in the norms, the run stays on course
+run2 b16 --steps 10 --dp-reduce bf16
+python3 - "$TMP/two" "$TMP/b16" <<'PY'
+import json, sys
+A = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")][:10]
+B = [json.loads(l) for l in open(sys.argv[2] + "/metrics.jsonl")]
+gap = max(abs(x["loss"] - y["loss"]) / x["loss"] for x, y in zip(A, B))
+differs = any(x["grad_norm"] != y["grad_norm"] for x, y in zip(A, B))
+ok = len(B) == 10 and differs and gap < 0.02
+print(("PASS" if ok else "FAIL") + f" dp: --dp-reduce bf16 at N=2 (norms differ from FP32: {differs}, max loss gap {gap:.2e})")
+PY
 
 # --- resume: N = 2 from N = 2 (plain, and ZeRO-1 from the plain checkpoint), N = 1 from N = 2
 CK="$TMP/two/checkpoints/step_000025"
