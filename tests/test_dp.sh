@@ -84,6 +84,17 @@ if cmp -s "$TMP/a1/$M" "$TMP/a2/$M" && [ -f "$TMP/a0/$M" ] && ! cmp -s "$TMP/a1/
   pass "amax all-reduce: N=2 FP8 state == N=1 after step 1; --amax-reduce 0 differs"
 else fail "amax all-reduce" "$(ls -l "$TMP"/a?/$M 2>&1)"; fi
 
+# --- validation split over the ranks (batches r, r + N, ...), losses summed in batch order:
+# with lr 1e-12 the weights do not move, so N = 2's validation loss must be N = 1's exactly
+run1 v1 --steps 2 --lr 1e-12 --warmup 0 --val-every 2 --val-batches 3 &
+run2 v2 --steps 2 --lr 1e-12 --warmup 0 --val-every 2 --val-batches 3; wait
+python3 - "$TMP/v1" "$TMP/v2" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(d + "/metrics.jsonl")][-1].get("val_loss") for d in sys.argv[1:3])
+ok = a is not None and a == b
+print(("PASS" if ok else "FAIL") + f" dp: validation split over 2 ranks == one process ({a} vs {b})")
+PY
+
 # --- ZeRO-1 == plain data parallel at N = 2
 run2 twoz --steps 50 --zero 1
 metrics "ZeRO-1 == plain DP at N=2" "$TMP/two" "$TMP/twoz" exact

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "fp8train/checkpoint.h"
+#include "fp8train/dist.h"
 #include "fp8train/io.h"
 #include "fp8train/train_options.h"
 #include "train/trainer_internal.h"
@@ -63,9 +64,23 @@ static void unfreeze(trainer *t) {
 static float validate(trainer *t) {
     double sum = 0;
     freeze(t);
-    for (int j = 0; j < t->cfg.val_batches; j++) {
-        fp8t_data_batch(t->val, t->tokens, t->targets, (uint64_t)j);
-        sum += fp8t_model_forward(t->model, t->tokens, t->targets);
+    if (t->dp.size > 1) {
+        /* data parallel: rank r takes batches r, r + N, ...; the losses are gathered and summed
+         * in batch order, as one process sums them */
+        float *l = calloc((size_t)t->cfg.val_batches, sizeof(float));
+        if (!l) fp8t_dist_abort(1);
+        for (int j = t->dp.rank; j < t->cfg.val_batches; j += t->dp.size) {
+            fp8t_data_batch(t->val, t->tokens, t->targets, (uint64_t)j);
+            l[j] = fp8t_model_forward(t->model, t->tokens, t->targets);
+        }
+        fp8t_dist_allreduce_f32(l, (size_t)t->cfg.val_batches, FP8T_RED_SUM); /* x + 0 = x */
+        for (int j = 0; j < t->cfg.val_batches; j++) sum += l[j];
+        free(l);
+    } else {
+        for (int j = 0; j < t->cfg.val_batches; j++) {
+            fp8t_data_batch(t->val, t->tokens, t->targets, (uint64_t)j);
+            sum += fp8t_model_forward(t->model, t->tokens, t->targets);
+        }
     }
     unfreeze(t);
     return (float)(sum / t->cfg.val_batches);
