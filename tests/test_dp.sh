@@ -160,6 +160,10 @@ if [ -s "$TMP/ia/stats.jsonl" ] && [ -s "$TMP/ia/rank-1/stats.jsonl" ] && [ -s "
    [ ! -e "$TMP/i0/rank-1" ] && grep -q 'ranks=all' "$TMP/ia/config.json"; then
   pass "--inspect ranks=all writes OUT/rank-1/stats.jsonl, ranks=0 (default) does not"
 else fail "--inspect ranks=" "$(tail -3 "$TMP/ia.log" "$TMP/i0.log"; ls -R "$TMP/ia" "$TMP/i0" | head -20)"; fi
+"$BIN" train "${SMALLI[@]}" --inspect 'bogus=1,ranks=all' --out "$TMP/ic" >"$TMP/ic.log" 2>&1
+if [ $? -eq 2 ] && grep -q "unknown key 'bogus'" "$TMP/ic.log" && [ ! -e "$TMP/ic" ]; then
+  pass "a bad --inspect spec is refused before the run directory is made"
+else fail "a bad --inspect spec is refused before the run directory is made" "$(tail -3 "$TMP/ic.log")"; fi
 "${MPIRUN[@]}" "$BIN" train "${SMALLI[@]}" --inspect 'ranks=2' --out "$TMP/ib" >"$TMP/ib.log" 2>&1
 if [ $? -ne 0 ] && grep -q "ranks=2: expected ranks=0" "$TMP/ib.log"; then pass "--inspect ranks=2 refused"
 else fail "--inspect ranks=2 refused" "$(tail -3 "$TMP/ib.log")"; fi

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/debug.h"
 #include "fp8train/dist.h"
 #include "train/dist_train.h"
 
@@ -57,6 +58,13 @@ int dp_setup(dp_state *d, fp8t_train_config *cfg, char *err, size_t errlen) {
     if (d->inspect_spec[0] && strstr(d->inspect_spec, "ranks=") &&
         strip_ranks(d->inspect_spec, &d->inspect_all, err, errlen) != 0)
         return -1;
+    if (d->inspect_spec[0]) { /* a bad spec is refused before the run directory is touched */
+        char e[768];
+        if (fp8t_inspector_spec_check(d->inspect_spec, e, sizeof(e)) != 0) {
+            snprintf(err, errlen, "--inspect: %s", e);
+            return -1;
+        }
+    }
     if (cfg->grad_accum % d->size != 0) {
         snprintf(err, errlen, "--grad-accum %d is not a multiple of the %d ranks: each rank "
                  "runs grad_accum/N micro-batches of the global batch (use --grad-accum %d)",
