@@ -41,6 +41,23 @@ HAVE_CUDA := 1
 endif
 endif
 
+# Data parallel (src/backend/dist.c): MPI when OpenMPI's mpicc is there (NO_MPI=1: a build
+# that runs one process only); NCCL for the CUDA backend's collectives when nccl.h is there.
+MPICC   ?= $(shell command -v mpicc 2>/dev/null)
+ifneq ($(MPICC),)
+ifeq ($(NO_MPI),)
+MPI_CFLAGS := -DFP8T_HAVE_MPI $(shell $(MPICC) --showme:compile 2>/dev/null)
+LDLIBS  += $(shell $(MPICC) --showme:link 2>/dev/null)
+$(BUILD)/src/backend/dist.o: CFLAGS += $(MPI_CFLAGS)
+endif
+endif
+ifeq ($(HAVE_CUDA),1)
+ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h),)
+NVFLAGS   += -DFP8T_HAVE_NCCL
+CUDA_LIBS += -lnccl
+endif
+endif
+
 ifeq ($(HAVE_CUDA),1)
 FP8TRAIN_LINK = $(CU_OBJ) $(CUDA_LIBS)
 CLI_DEPS = $(CU_OBJ)

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages fp8train builds against, if they are missing.
-#   OpenBLAS (OpenMP flavour) for CPU GEMMs, cJSON for JSON.
+#   OpenBLAS (OpenMP flavour) for CPU GEMMs, cJSON for JSON, OpenMPI for data parallel.
 # Optional: --with-browser also installs chromium (used to screenshot HTML reports).
 set -euo pipefail
 need=()
 [ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] || [ -f /usr/include/openblas/cblas.h ] || need+=(libopenblas-openmp-dev)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
+# OpenMPI: data parallel (mpirun -np N fp8train train ...; tests/test_dp.sh runs N = 2)
+command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev openmpi-bin)
 if [ "${1:-}" = "--with-browser" ]; then
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
 fi

@@ -58,6 +58,11 @@ typedef struct {
     int shadow_every;           /* --shadow-every K (0 = off) */
     char shadow_action[64];     /* warn | fallback:M | rollback */
     float shadow_threshold;     /* relative |loss_fp8 - loss_bf16| / loss_bf16 (default 0.02) */
+    /* data parallel (mpirun -np N; docs/parallel.md) */
+    int zero;                   /* 1: ZeRO-1 (AdamW moments sharded across ranks) */
+    int dp_bf16_reduce;         /* gradient all-reduce in BF16 instead of FP32 */
+    int amax_reduce;            /* all-reduce (max) amaxes before the scale update (default 1) */
+    int dp_force;               /* the data-parallel path even in one process (checks) */
 } fp8t_train_config;
 
 /* Defaults for everything (preset tiny, synthetic data, FP8 delayed policy, ...). */

@@ -8,6 +8,7 @@
 #include "fp8train/data.h"
 #include "fp8train/debug.h"
 #include "fp8train/train.h"
+#include "train/dist_train.h"
 #include "train/train_internal.h"
 
 /* ---- learning rate (schedule.c) ---- */
@@ -84,6 +85,7 @@ typedef struct {
     double tokens_done;
     char last_ckpt[FP8T_TRAIN_PATH_BUF]; /* newest good checkpoint ("" none) */
     float last_val;
+    dp_state dp;               /* data parallel (dist_train.c): this rank's place and shards */
 } trainer;
 
 double trainer_now(void);
