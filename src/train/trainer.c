@@ -118,7 +118,19 @@ static int save_checkpoint(trainer *t, int step, float loss, char *err, size_t e
     ck.policy_json = fp8t_policy_to_json(&t->run_policy);
     char dir[FP8T_TRAIN_PATH_BUF];
     fp8t_checkpoint_dir(dir, sizeof(dir), t->cfg.out_dir, step);
-    if (fp8t_checkpoint_save(dir, &ck, err, errlen) != 0) goto done;
+    if (fp8t_checkpoint_save(dir, &ck, err, errlen) != 0) {
+        /* err names the file that failed (a temporary): say which checkpoint, and what is safe */
+        char e[FP8T_TRAIN_PATH_BUF];
+        snprintf(e, sizeof(e), "%s", err);
+        snprintf(err, errlen, "checkpoint %s not written: %s; training stopped at step %d%s%s",
+                 dir, e, step, t->last_ckpt[0] ? " (the last complete checkpoint is " : "",
+                 t->last_ckpt[0] ? t->last_ckpt : "");
+        if (t->last_ckpt[0]) {
+            size_t n = strlen(err);
+            if (n + 1 < errlen) snprintf(err + n, errlen - n, ")");
+        }
+        goto done;
+    }
     fp8t_checkpoint_prune(t->cfg.out_dir, t->cfg.keep_ckpts);
     snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", dir);
     rc = 0;
@@ -294,6 +306,7 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
 
 static void trainer_free(trainer *t) {
     runlog_close(t);
+    rundir_unlock(t);
     /* the instruments first: they observe the model and may hold backend memory (the NaN
      * tracker's device scalar), so they go before the model and the backend */
     fp8t_inspector_destroy(t->inspector);
@@ -307,21 +320,6 @@ static void trainer_free(trainer *t) {
     free(t->targets);
     spike_free(&t->spike);
     drift_free(&t->drift);
-}
-
-/* A fresh run owns its directory: logs and checkpoints of an earlier run there would be mixed
- * with this one's. */
-static void clear_previous_run(const char *out_dir, int quiet) {
-    char p[FP8T_TRAIN_PATH_BUF];
-    if (fp8t_fmt(p, sizeof(p), "%s/checkpoints", out_dir) == 0) {
-        struct stat st;
-        if (stat(p, &st) == 0) {
-            if (!quiet)
-                fprintf(stderr, "fp8train: removing checkpoints of an earlier run in %s\n", p);
-            fp8t_rmtree(p);
-        }
-    }
-    if (fp8t_fmt(p, sizeof(p), "%s/stats.jsonl", out_dir) == 0) remove(p);
 }
 
 static int write_config(trainer *t, char *err, size_t errlen) {
@@ -353,6 +351,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
     }
     t->cfg = *cfg;
     t->last_val = NAN;
+    t->lock_fd = -1;
     if (fp8t_train_config_check(&t->cfg, err, errlen) != 0) goto done;
     t->B = t->cfg.batch;
     t->T = t->cfg.seq_len;
@@ -424,8 +423,8 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         goto done;
     }
 
-    /* 2. the run directory */
-    if (!have_ck) clear_previous_run(t->cfg.out_dir, t->cfg.quiet);
+    /* 2. the run directory: locked, and never another run's unless --overwrite */
+    if (rundir_prepare(t, have_ck ? ck.step : 0, err, errlen) != 0) goto done;
     if (t->cfg.inspect[0]) {
         char e[768];
         t->inspector = fp8t_inspector_create(t->cfg.inspect, t->cfg.out_dir, e, sizeof(e));
@@ -435,8 +434,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         }
         t->hook_inspect = 1;
     }
-    if (fp8t_mkdirs(t->cfg.out_dir, err, errlen) != 0 || write_config(t, err, errlen) != 0 ||
-        runlog_open(t, t->start_step, err, errlen) != 0)
+    if (write_config(t, err, errlen) != 0 || runlog_open(t, t->start_step, err, errlen) != 0)
         goto done;
 
     /* 3. weights: fresh or from the checkpoint */
@@ -578,6 +576,12 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             t->fallback_left--;
         }
 
+        /* a log could not be written (disk full): stop before anything more is lost */
+        if (t->write_err[0]) {
+            snprintf(err, errlen, "%s", t->write_err);
+            res->reason = FP8T_STOP_ERROR;
+            goto done;
+        }
         /* not the state a rollback is about to undo: as the newest checkpoint it would be the
          * one reloaded, and nothing re-run (and --keep-ckpts could prune the good one) */
         if (!do_rollback &&
@@ -601,6 +605,11 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             t->fallback_left = 0;
             step = back; /* the loop continues at back + 1 */
         }
+    }
+    if (t->write_err[0]) { /* the NaN stop's rows, or a fallback event of the last step */
+        snprintf(err, errlen, "%s", t->write_err);
+        res->reason = FP8T_STOP_ERROR;
+        goto done;
     }
     res->tokens_per_s = t->train_seconds > 0 ? t->tokens_done / t->train_seconds : 0;
     rc = 0;
