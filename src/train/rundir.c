@@ -55,11 +55,13 @@ static int run_sign(const char *out_dir, char *what, size_t len) {
 /* flock(2) on OUT/.lock, held until the process ends or trainer_free closes it: the kernel
  * drops it with the process, so a crashed run never leaves a stale lock behind. The file
  * holds the pid of the holder, for the message the next one gets. */
-static int take_lock(trainer *t, char *err, size_t errlen) {
+static int take_lock(trainer *t, int create, char *err, size_t errlen) {
     char path[FP8T_TRAIN_PATH_BUF];
     if (fp8t_fmt(path, sizeof(path), "%s/.lock", t->cfg.out_dir) != 0)
         return fp8t_errorf(err, errlen, "--out path too long");
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0666);
+    /* no lock file (or no directory yet): nobody holds it */
+    if (fd < 0 && !create && (errno == ENOENT || errno == ENOTDIR)) return 0;
     if (fd < 0)
         return fp8t_errorf(err, errlen, "cannot create the run lock %s: %s (is --out %s "
                            "writable?)", path, strerror(errno), t->cfg.out_dir);
@@ -212,23 +214,33 @@ static int move_later_checkpoints(trainer *t, int step, int *moved, char *err, s
 
 /* ---------------------------------------------------------------- the entry */
 
+/* Refuse a directory holding another run, unless --overwrite. 0 may go on, -1 + err. */
+static int check_other_run(trainer *t, char *err, size_t errlen) {
+    const char *out = t->cfg.out_dir;
+    char what[128];
+    if (t->same_run || t->cfg.overwrite || !run_sign(out, what, sizeof(what))) return 0;
+    return fp8t_errorf(err, errlen, "--out %s holds another run (%s/%s); fp8train does not mix "
+                       "two runs in one directory or replace one unasked: give this run a new "
+                       "--out, continue that run with --resume %s/checkpoints/step_NNNNNN, or "
+                       "add --overwrite to replace its logs and checkpoints (files fp8train did "
+                       "not write are kept)", out, out, what, out);
+}
+
 int rundir_prepare(trainer *t, int resume_step, char *err, size_t errlen) {
     const char *out = t->cfg.out_dir;
-    if (fp8t_mkdirs(out, err, errlen) != 0) return -1;
-    if (take_lock(t, err, errlen) != 0) return -1;
     t->same_run = t->cfg.resume[0] && rundir_same_run(out, t->cfg.resume);
     t->aside_dir[0] = 0;
+    /* a refusal writes nothing: a training in progress is named first (its lock file exists
+     * already), then another run's files; only then the directory and its lock are created,
+     * and the check is repeated under the lock (a run may have finished there meanwhile) */
+    if (take_lock(t, 0, err, errlen) != 0 || check_other_run(t, err, errlen) != 0) return -1;
+    if (fp8t_mkdirs(out, err, errlen) != 0) return -1;
+    if (t->lock_fd < 0 && take_lock(t, 1, err, errlen) != 0) return -1;
+    if (check_other_run(t, err, errlen) != 0) return -1;
     if (!t->same_run) {
         char what[128];
         if (!run_sign(out, what, sizeof(what))) return 0;
-        if (!t->cfg.overwrite)
-            return fp8t_errorf(err, errlen, "--out %s holds another run (%s/%s); fp8train does "
-                               "not mix two runs in one directory or replace one unasked: give "
-                               "this run a new --out, continue that run with --resume "
-                               "%s/checkpoints/step_NNNNNN, or add --overwrite to replace its "
-                               "logs and checkpoints (files fp8train did not write are kept)",
-                               out, out, what, out);
-        return clear_own_run(out, t->cfg.quiet, err, errlen);
+        return clear_own_run(out, t->cfg.quiet, err, errlen); /* --overwrite */
     }
     /* the resumed run continues this one: what the old run did after resume_step is moved
      * to OUT/superseded/after_step_N/ (checkpoints here, log rows by runlog_open) */
