@@ -157,6 +157,13 @@ elif [ "$(steps_of "$R/metrics.jsonl")" != "$(seq -s ' ' 1 10)" ]; then
   fail checkpoint_disk_full "went on after the failed checkpoint: $(steps_of "$R/metrics.jsonl")"
 else pass checkpoint_disk_full; fi
 
+# stats.jsonl of --inspect: the same
+R="$TMP/full_stats"
+(trap '' XFSZ; ulimit -f 40; exec "$BIN" train "${SMALL[@]}" --steps 400 --inspect every=1 --out "$R") >/dev/null 2>"$TMP/err"; rc=$?
+if [ $rc -eq 1 ] && grep -q "cannot write $R/stats.jsonl: File too large; training stopped at step" "$TMP/err" &&
+   [ "$(grep -c . "$R/metrics.jsonl")" -lt 400 ]; then pass stats_disk_full
+else fail stats_disk_full "exit status $rc, $(grep -c . "$R/metrics.jsonl") rows: $(cat "$TMP/err")"; fi
+
 # --- 6. import / export --to a non-empty directory
 CK="$TMP/run/checkpoints/step_000005"
 D="$TMP/export_into"

@@ -577,6 +577,10 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         }
 
         /* a log could not be written (disk full): stop before anything more is lost */
+        const char *insp_err = fp8t_inspector_write_error(t->inspector);
+        if (insp_err && !t->write_err[0])
+            snprintf(t->write_err, sizeof(t->write_err), "%s; training stopped at step %d. Free "
+                     "space on that file system (or raise ulimit -f)", insp_err, step);
         if (t->write_err[0]) {
             snprintf(err, errlen, "%s", t->write_err);
             res->reason = FP8T_STOP_ERROR;
