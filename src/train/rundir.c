@@ -252,9 +252,6 @@ int rundir_prepare(trainer *t, int resume_step, char *err, size_t errlen) {
         fp8t_fmt(stats_aside, sizeof(stats_aside), "%s/stats.jsonl", t->aside_dir) != 0)
         return fp8t_errorf(err, errlen, "--out path too long");
     if (runlog_keep_prefix(stats, resume_step, NULL, stats_aside, err, errlen) != 0) return -1;
-    if (moved && !t->cfg.quiet)
-        fprintf(stderr, "fp8train: resuming step %d of the run in %s: its %d later checkpoint%s "
-                "moved to %s (with the log rows after step %d)\n", resume_step, out, moved,
-                moved == 1 ? "" : "s", t->aside_dir, resume_step);
+    t->moved_ckpts = moved; /* said once the log rows have moved too (runlog_open) */
     return 0;
 }

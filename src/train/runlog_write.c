@@ -14,6 +14,7 @@
 #include "fp8train/error.h"
 #include "fp8train/io.h"
 #include "train/trainer_internal.h"
+#include "util/fs.h"
 
 /* Append len bytes to the file `path` (created with its directory), checking every write. */
 static int append_file(const char *path, const char *data, size_t len, char *err, size_t errlen) {
@@ -108,6 +109,11 @@ int runlog_open(trainer *t, int resume_step, char *err, size_t errlen) {
         if (runlog_keep_prefix(mpath, resume_step, &t->spike, maside, err, errlen) != 0 ||
             runlog_keep_prefix(epath, resume_step, NULL, easide, err, errlen) != 0)
             return -1;
+        if (fp8t_is_dir(t->aside_dir) && !t->cfg.quiet)
+            fprintf(stderr, "fp8train: resuming step %d of the run in %s: what it did after "
+                    "step %d (%d checkpoint%s, its log rows) moved to %s\n", resume_step,
+                    t->cfg.out_dir, resume_step, t->moved_ckpts, t->moved_ckpts == 1 ? "" : "s",
+                    t->aside_dir);
     }
     t->metrics = fopen(mpath, keep ? "a" : "w");
     t->events = t->metrics ? fopen(epath, keep ? "a" : "w") : NULL;

@@ -88,6 +88,7 @@ typedef struct {
     int lock_fd;               /* OUT/.lock, flock'ed for the whole run (-1 none) */
     int same_run;              /* resumed from a checkpoint of OUT itself: the run continues */
     char aside_dir[FP8T_TRAIN_PATH_BUF]; /* same_run: where the old run's later steps go */
+    int moved_ckpts;           /* same_run: how many of its checkpoints went there */
     char write_err[2 * FP8T_TRAIN_PATH_BUF + 512]; /* first failed log write ("" none): the loop
                                                   stops with it */
 } trainer;
