@@ -59,7 +59,8 @@ void fp8t_checkpoint_free(fp8t_checkpoint *ck);
 /* OUT/checkpoints/step_NNNNNN */
 void fp8t_checkpoint_dir(char *buf, size_t len, const char *out_dir, int step);
 /* The checkpoint with the highest step under OUT/checkpoints: its step (path into buf), or -1
- * when there is none. Hidden temporaries are ignored. */
+ * when there is none. Only complete checkpoints of fp8train's count (the exact step_NNNNNN
+ * name and a state.json with its format marker); hidden temporaries are ignored. */
 int fp8t_checkpoint_latest(const char *out_dir, char *buf, size_t len);
 /* Keep the `keep` most recent step_* checkpoints of OUT/checkpoints (keep <= 0: all) and
  * remove stale temporaries left by a crash. Returns how many were removed. Only checkpoints
