@@ -118,7 +118,9 @@ else fail resume_into_other_run "exit status $rc: $(cat "$TMP/err")"; fi
 R="$TMP/locked"
 "$BIN" train "${SMALL[@]}" --steps 1000000 --out "$R" >/dev/null 2>&1 &
 BG=$!
-for _ in $(seq 100); do [ -s "$R/metrics.jsonl" ] && break; sleep 0.1; done
+# (a busy machine may take a while to start it; the lock is held from before the first row)
+for _ in $(seq 600); do [ -s "$R/metrics.jsonl" ] && break; sleep 0.1; done
+[ -s "$R/metrics.jsonl" ] || echo "note: the first training wrote no row in 60 s"
 t0=$(date +%s)
 "$BIN" train "${SMALL[@]}" --steps 3 --out "$R" --overwrite >/dev/null 2>"$TMP/err"; rc=$?
 t1=$(date +%s)
@@ -126,7 +128,7 @@ if [ $rc -ne 2 ]; then fail lock "second training: exit status $rc, expected 2 (
 elif ! grep -q "another fp8train (pid $BG) is training into $R" "$TMP/err"; then
   fail lock "message does not name the first run: $(cat "$TMP/err")"
 elif ! kill -0 "$BG" 2>/dev/null; then fail lock "the first training died"
-elif [ $((t1 - t0)) -gt 5 ]; then fail lock "the refusal took $((t1 - t0)) s"
+elif [ $((t1 - t0)) -gt 10 ]; then fail lock "the refusal took $((t1 - t0)) s"
 else pass lock; fi
 # killed (-9): the kernel drops the lock with the process; no stale lock blocks the next run
 kill -9 "$BG" 2>/dev/null
