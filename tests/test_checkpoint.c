@@ -355,6 +355,21 @@ static void test_only_own_checkpoints_removed(void) {
     fp8t_checkpoint_dir(dir, sizeof(dir), out, 4);
     T_CHECK(fp8t_checkpoint_remove(dir, 1) == 0 && stat(dir, &st) != 0, "own checkpoint not removed");
 
+    /* a step_NNNNNN directory of somebody else's holding only a file named like ours: a save
+     * of that step moves it aside (.old.step_000005.<pid>), never deletes it, and a later prune
+     * leaves it too */
+    snprintf(p, sizeof(p), "%s/checkpoints/step_000005", out);
+    mkdir(p, 0777);
+    snprintf(p, sizeof(p), "%s/checkpoints/step_000005/model.safetensors", out);
+    write_text(p, "user's own model");
+    ck.step = 5;
+    fp8t_checkpoint_dir(dir, sizeof(dir), out, 5);
+    T_ASSERT(fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) == 0, "%s", err);
+    fp8t_checkpoint_prune(out, 0);
+    snprintf(p, sizeof(p), "%s/checkpoints/.old.step_000005.%ld/model.safetensors", out,
+             (long)getpid());
+    T_CHECK(stat(p, &st) == 0 && st.st_size == 16, "the user's model.safetensors was deleted");
+
     /* saving into a directory that holds other files: theirs stay, ours load */
     snprintf(dir, sizeof(dir), "%s/user_dir", out);
     mkdir(dir, 0777);

@@ -337,7 +337,12 @@ int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, 
         return -1;
     }
     fsync_dir(parent);
-    if (had_old) remove_ckpt_files(old, 0);
+    /* what was there before: deleted only if it was a checkpoint of fp8train's (a directory of
+     * somebody else's that happened to hold only files named like ours stays, aside) */
+    if (had_old && has_own_state(old)) remove_ckpt_files(old, 0);
+    else if (had_old)
+        fprintf(stderr, "fp8train: %s was not an fp8train checkpoint; its contents were moved to "
+                "%s\n", dir, old);
     return 0;
 }
 
@@ -670,7 +675,9 @@ int fp8t_checkpoint_prune(const char *out_dir, int keep) {
             if (is_own_temporary(e->d_name)) {
                 char p[FP8T_CKPT_PATH_MAX_INTERNAL * 3];
                 fp8t_fmt(p, sizeof(p), "%s/%s", path, e->d_name);
-                (void)remove_ckpt_files(p, 0);
+                /* .tmp.: a checkpoint being written, ours from the start; .old.: what a
+                 * replaced step_NNNNNN held, ours only with our state.json */
+                if (e->d_name[1] == 't' || has_own_state(p)) (void)remove_ckpt_files(p, 0);
             }
         }
         closedir(d);
