@@ -159,6 +159,28 @@ elif [ "$(steps_of "$R/metrics.jsonl")" != "$(seq -s ' ' 1 10)" ]; then
   fail checkpoint_disk_full "went on after the failed checkpoint: $(steps_of "$R/metrics.jsonl")"
 else pass checkpoint_disk_full; fi
 
+# a real full file system: a 48 KiB tmpfs in a private mount namespace (unshare -rm; skipped
+# where user namespaces or tmpfs mounts are not allowed)
+MNT="$TMP/mnt"
+mkdir -p "$MNT"
+if unshare -rm sh -c "mount -t tmpfs -o size=48k tmpfs '$MNT'" 2>/dev/null; then
+  # inside: mount, train, copy the evidence out (the tmpfs vanishes with the namespace)
+  unshare -rm bash -c 'mount -t tmpfs -o size=48k tmpfs "$1" || exit 99
+    mnt=$1 tmp=$2; shift 2
+    "$@" --out "$mnt/run" >/dev/null 2>"$tmp/enospc.err"; rc=$?
+    cp "$mnt/run/metrics.jsonl" "$tmp/enospc_metrics.jsonl"
+    exit $rc' _ "$MNT" "$TMP" "$BIN" train "${SMALL[@]}" --steps 3000; rc=$?
+  rows=$(grep -c . "$TMP/enospc_metrics.jsonl" 2>/dev/null || echo 0)
+  if [ $rc -ne 1 ]; then fail metrics_enospc "exit status $rc, expected 1 ($(cat "$TMP/enospc.err"))"
+  elif ! grep -q "cannot append to .*/run/metrics.jsonl: No space left on device; training stopped" "$TMP/enospc.err"; then
+    fail metrics_enospc "stderr: $(cat "$TMP/enospc.err")"
+  elif ! jsonl_whole "$TMP/enospc_metrics.jsonl" || [ "$rows" -ge 3000 ] || [ "$rows" -lt 10 ]; then
+    fail metrics_enospc "metrics.jsonl: $rows rows, whole lines: $(jsonl_whole "$TMP/enospc_metrics.jsonl" && echo yes || echo no)"
+  else pass metrics_enospc; fi
+else
+  echo "SKIP $SUITE: metrics_enospc: cannot mount a tmpfs in a user namespace here (unshare -rm)"
+fi
+
 # stats.jsonl of --inspect: the same
 R="$TMP/full_stats"
 (trap '' XFSZ; ulimit -f 40; exec "$BIN" train "${SMALL[@]}" --steps 400 --inspect every=1 --out "$R") >/dev/null 2>"$TMP/err"; rc=$?
