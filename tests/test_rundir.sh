@@ -108,6 +108,13 @@ if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ -d "$R/superseded/after_step_000020.2/c
 else
   fail resume_twice "rc $rc1/$rc2: $(ls -R "$R/superseded" | head -20 | tr '\n' ' ') $(cat "$TMP/err")"
 fi
+# resuming a superseded checkpoint of RUN into RUN with --overwrite: the run is replaced, but
+# the checkpoint it resumes from is not deleted under it
+"$BIN" train "${SMALL[@]}" --steps 27 --resume "$A/checkpoints/step_000025" --out "$R" --overwrite \
+  >/dev/null 2>"$TMP/err"; rc=$?
+if [ $rc -eq 0 ] && [ -f "$A/checkpoints/step_000025/state.json" ] && [ ! -e "$A/checkpoints/step_000030" ] &&
+   [ "$(steps_of "$R/metrics.jsonl")" = "26 27" ]; then pass overwrite_spares_resume_source
+else fail overwrite_spares_resume_source "exit status $rc, $(ls -R "$R/superseded" 2>&1 | tr '\n' ' ') $(cat "$TMP/err")"; fi
 # a checkpoint of another directory into a directory holding a run: refused
 "$BIN" train "${SMALL[@]}" --steps 26 --resume "$A/checkpoints/step_000025" --out "$TMP/run" \
   >/dev/null 2>"$TMP/err"; rc=$?

@@ -98,9 +98,17 @@ void rundir_unlock(trainer *t) {
 
 /* ---------------------------------------------------------------- --overwrite */
 
-/* Remove the fp8train checkpoints in dir (step_NNNNNN, each checked), then dir if it is empty.
- * Counts into *removed / *kept. */
-static void remove_own_checkpoints(const char *dir, int quiet, int *removed, int *kept) {
+/* Do a and b name the same existing directory? */
+static int same_dir(const char *a, const char *b) {
+    char ra[PATH_MAX], rb[PATH_MAX];
+    return a && b && a[0] && b[0] && realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb);
+}
+
+/* Remove the fp8train checkpoints in dir (step_NNNNNN, each checked), then dir if it is empty;
+ * never `spare` (the checkpoint this run resumes from, e.g. one under superseded/). Counts
+ * into *removed / *kept. */
+static void remove_own_checkpoints(const char *dir, const char *spare, int quiet, int *removed,
+                                   int *kept) {
     char p[FP8T_TRAIN_PATH_BUF * 2];
     DIR *d = opendir(dir);
     if (!d) return;
@@ -108,6 +116,10 @@ static void remove_own_checkpoints(const char *dir, int quiet, int *removed, int
     while ((e = readdir(d))) {
         if (fp8t_checkpoint_step_of_name(e->d_name) < 0) continue;
         fp8t_fmt(p, sizeof(p), "%s/%s", dir, e->d_name);
+        if (same_dir(p, spare)) {
+            (*kept)++;
+            continue;
+        }
         int r = fp8t_checkpoint_remove(p, quiet);
         *removed += r == 0;
         *kept += r != 0;
@@ -117,7 +129,8 @@ static void remove_own_checkpoints(const char *dir, int quiet, int *removed, int
 }
 
 /* OUT/superseded/after_step_NNNNNN[.K]/ of earlier resumes: their checkpoints and logs. */
-static void clear_superseded(const char *out_dir, int quiet, int *removed, int *kept) {
+static void clear_superseded(const char *out_dir, const char *spare, int quiet, int *removed,
+                             int *kept) {
     char dir[FP8T_TRAIN_PATH_BUF], sub[FP8T_TRAIN_PATH_BUF * 2], p[FP8T_TRAIN_PATH_BUF * 3];
     if (fp8t_fmt(dir, sizeof(dir), "%s/superseded", out_dir) != 0) return;
     DIR *d = opendir(dir);
@@ -132,7 +145,7 @@ static void clear_superseded(const char *out_dir, int quiet, int *removed, int *
             continue;
         fp8t_fmt(sub, sizeof(sub), "%s/%s", dir, e->d_name);
         fp8t_fmt(p, sizeof(p), "%s/checkpoints", sub);
-        remove_own_checkpoints(p, quiet, removed, kept);
+        remove_own_checkpoints(p, spare, quiet, removed, kept);
         for (int i = 0; i < N_RUN_FILES; i++) {
             fp8t_fmt(p, sizeof(p), "%s/%s", sub, RUN_FILES[i]);
             if (strcmp(RUN_FILES[i], "config.json") != 0) (void)unlink(p);
@@ -146,19 +159,20 @@ static void clear_superseded(const char *out_dir, int quiet, int *removed, int *
 /* Remove what a run of fp8train wrote in out_dir that the new run does not rewrite itself:
  * its checkpoints (each checked to be fp8train's), superseded/ and stats.jsonl. config.json, metrics.jsonl
  * and events.jsonl are replaced as they are written. */
-static int clear_own_run(const char *out_dir, int quiet, char *err, size_t errlen) {
+static int clear_own_run(const char *out_dir, const char *spare, int quiet, char *err,
+                         size_t errlen) {
     char dir[FP8T_TRAIN_PATH_BUF], p[FP8T_TRAIN_PATH_BUF * 2];
     int removed = 0, kept = 0;
     if (fp8t_fmt(dir, sizeof(dir), "%s/checkpoints", out_dir) != 0)
         return fp8t_errorf(err, errlen, "--out path too long");
     fp8t_checkpoint_prune(out_dir, 0); /* crash leftovers of ours */
-    remove_own_checkpoints(dir, quiet, &removed, &kept);
-    clear_superseded(out_dir, quiet, &removed, &kept);
+    remove_own_checkpoints(dir, spare, quiet, &removed, &kept);
+    clear_superseded(out_dir, spare, quiet, &removed, &kept);
     if (fp8t_fmt(p, sizeof(p), "%s/stats.jsonl", out_dir) == 0) (void)unlink(p);
     if (!quiet)
         fprintf(stderr, "fp8train: --overwrite: replacing the run in %s (%d checkpoint%s "
                 "removed%s)\n", out_dir, removed, removed == 1 ? "" : "s",
-                kept ? "; directories holding other files were kept" : "");
+                kept ? "; the one resumed from and any holding other files were kept" : "");
     return 0;
 }
 
@@ -240,7 +254,7 @@ int rundir_prepare(trainer *t, int resume_step, char *err, size_t errlen) {
     if (!t->same_run) {
         char what[128];
         if (!run_sign(out, what, sizeof(what))) return 0;
-        return clear_own_run(out, t->cfg.quiet, err, errlen); /* --overwrite */
+        return clear_own_run(out, t->cfg.resume, t->cfg.quiet, err, errlen); /* --overwrite */
     }
     /* the resumed run continues this one: what the old run did after resume_step is moved
      * to OUT/superseded/after_step_N/ (checkpoints here, log rows by runlog_open) */
