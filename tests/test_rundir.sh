@@ -115,6 +115,18 @@ fi
 if [ $rc -eq 0 ] && [ -f "$A/checkpoints/step_000025/state.json" ] && [ ! -e "$A/checkpoints/step_000030" ] &&
    [ "$(steps_of "$R/metrics.jsonl")" = "26 27" ]; then pass overwrite_spares_resume_source
 else fail overwrite_spares_resume_source "exit status $rc, $(ls -R "$R/superseded" 2>&1 | tr '\n' ' ') $(cat "$TMP/err")"; fi
+# --inspect's stats.jsonl rows and dumps after the resumed step move aside too
+R="$TMP/resume_inspect"
+"$BIN" train "${SMALL[@]}" --steps 6 --ckpt-every 3 --inspect every=2,layers=0,dump=1 --out "$R" >/dev/null 2>&1
+"$BIN" train "${SMALL[@]}" --steps 4 --resume "$R/checkpoints/step_000003" --inspect every=2,layers=0,dump=1 \
+  --out "$R" >/dev/null 2>"$TMP/err"; rc=$?
+A2="$R/superseded/after_step_000003"
+if [ $rc -eq 0 ] && [ "$(ls "$R/dumps" | tr '\n' ' ')" = "step_000002 step_000004 " ] &&
+   [ "$(ls "$A2/dumps" | tr '\n' ' ')" = "step_000004 step_000006 " ] &&
+   [ "$(steps_of "$R/stats.jsonl" | tr ' ' '\n' | sort -un | tr '\n' ' ')" = "2 4 " ] &&
+   [ "$(steps_of "$A2/stats.jsonl" | tr ' ' '\n' | sort -un | tr '\n' ' ')" = "4 6 " ]; then
+  pass resume_moves_inspect_output
+else fail resume_moves_inspect_output "exit status $rc: $(ls -R "$R" | tr '\n' ' ' | head -c 600) $(cat "$TMP/err")"; fi
 # a checkpoint of another directory into a directory holding a run: refused
 "$BIN" train "${SMALL[@]}" --steps 26 --resume "$A/checkpoints/step_000025" --out "$TMP/run" \
   >/dev/null 2>"$TMP/err"; rc=$?

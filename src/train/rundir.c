@@ -193,14 +193,16 @@ static int pick_aside_dir(trainer *t, int step, char *err, size_t errlen) {
                        "some away", t->cfg.out_dir, step);
 }
 
-/* Move the run's checkpoints after `step` (the old run's future, which the resumed run
- * recomputes) into ASIDE/checkpoints/. */
-static int move_later_checkpoints(trainer *t, int step, int *moved, char *err, size_t errlen) {
+/* Move the run's step_NNNNNN entries of OUT/<sub> after `step` (the old run's future, which
+ * the resumed run recomputes) into ASIDE/<sub>/: its checkpoints (sub "checkpoints") and its
+ * --inspect dumps (sub "dumps"). */
+static int move_later_steps(trainer *t, const char *sub, int step, int *moved, char *err,
+                            size_t errlen) {
     char dir[FP8T_TRAIN_PATH_BUF], to_dir[FP8T_TRAIN_PATH_BUF];
     char from[FP8T_TRAIN_PATH_BUF * 2], to[FP8T_TRAIN_PATH_BUF * 2];
     *moved = 0;
-    if (fp8t_fmt(dir, sizeof(dir), "%s/checkpoints", t->cfg.out_dir) != 0 ||
-        fp8t_fmt(to_dir, sizeof(to_dir), "%s/checkpoints", t->aside_dir) != 0)
+    if (fp8t_fmt(dir, sizeof(dir), "%s/%s", t->cfg.out_dir, sub) != 0 ||
+        fp8t_fmt(to_dir, sizeof(to_dir), "%s/%s", t->aside_dir, sub) != 0)
         return fp8t_errorf(err, errlen, "--out path too long");
     DIR *d = opendir(dir);
     if (!d) return 0;
@@ -217,7 +219,7 @@ static int move_later_checkpoints(trainer *t, int step, int *moved, char *err, s
         }
         if (rename(from, to) != 0) {
             rc = fp8t_errorf(err, errlen, "cannot move %s to %s: %s (the resumed run would mix "
-                             "with the old run's later checkpoints)", from, to, strerror(errno));
+                             "with the old run's later steps)", from, to, strerror(errno));
             break;
         }
         (*moved)++;
@@ -259,8 +261,10 @@ int rundir_prepare(trainer *t, int resume_step, char *err, size_t errlen) {
     /* the resumed run continues this one: what the old run did after resume_step is moved
      * to OUT/superseded/after_step_N/ (checkpoints here, log rows by runlog_open) */
     if (pick_aside_dir(t, resume_step, err, errlen) != 0) return -1;
-    int moved;
-    if (move_later_checkpoints(t, resume_step, &moved, err, errlen) != 0) return -1;
+    int moved, dumps;
+    if (move_later_steps(t, "checkpoints", resume_step, &moved, err, errlen) != 0 ||
+        move_later_steps(t, "dumps", resume_step, &dumps, err, errlen) != 0)
+        return -1;
     char stats[FP8T_TRAIN_PATH_BUF], stats_aside[FP8T_TRAIN_PATH_BUF];
     if (fp8t_fmt(stats, sizeof(stats), "%s/stats.jsonl", out) != 0 ||
         fp8t_fmt(stats_aside, sizeof(stats_aside), "%s/stats.jsonl", t->aside_dir) != 0)
