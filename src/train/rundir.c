@@ -157,8 +157,8 @@ static void clear_superseded(const char *out_dir, const char *spare, int quiet, 
 }
 
 /* Remove what a run of fp8train wrote in out_dir that the new run does not rewrite itself:
- * its checkpoints (each checked to be fp8train's), superseded/ and stats.jsonl. config.json, metrics.jsonl
- * and events.jsonl are replaced as they are written. */
+ * its checkpoints (each checked to be fp8train's), superseded/ and stats.jsonl. config.json,
+ * metrics.jsonl and events.jsonl are replaced as they are written. */
 static int clear_own_run(const char *out_dir, const char *spare, int quiet, char *err,
                          size_t errlen) {
     char dir[FP8T_TRAIN_PATH_BUF], p[FP8T_TRAIN_PATH_BUF * 2];

@@ -19,7 +19,8 @@
 /* Append len bytes to the file `path` (created with its directory), checking every write. */
 static int append_file(const char *path, const char *data, size_t len, char *err, size_t errlen) {
     char dir[FP8T_TRAIN_PATH_BUF];
-    if (fp8t_fmt(dir, sizeof(dir), "%s", path) != 0) return fp8t_errorf(err, errlen, "path too long: %s", path);
+    if (fp8t_fmt(dir, sizeof(dir), "%s", path) != 0)
+        return fp8t_errorf(err, errlen, "path too long: %s", path);
     char *slash = strrchr(dir, '/');
     if (slash) {
         *slash = 0;
@@ -38,7 +39,8 @@ static int append_file(const char *path, const char *data, size_t len, char *err
         data += n;
         len -= (size_t)n;
     }
-    if (close(fd) != 0) return fp8t_errorf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    if (close(fd) != 0)
+        return fp8t_errorf(err, errlen, "cannot write %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -139,7 +141,9 @@ static void append_line(trainer *t, FILE *f, const char *name, const char *line)
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
             int e = n < 0 ? errno : ENOSPC;
-            if (start >= 0 && ftruncate(fd, start) != 0) { /* the torn line stays; said below */ }
+            /* if even the truncation fails, the part written stays: the reader of metrics
+             * (fp8t_metrics_read) skips a torn last line with a warning */
+            if (start >= 0 && ftruncate(fd, start) != 0) { }
             snprintf(t->write_err, sizeof(t->write_err), "cannot append to %s/%s: %s; training "
                      "stopped (%s ends at its last complete line). Free space on that file "
                      "system (or raise the file size limit, ulimit -f), then %s%s", t->cfg.out_dir,
