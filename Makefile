@@ -5,6 +5,9 @@
 #   make gpu-test   CUDA backend against the CPU backend (needs an NVIDIA Hopper GPU)
 #   make test-sanitize   the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench      CPU benchmarks (bench/)
+#   make deps       check by linking that the libraries the build needs are there; install the
+#                   missing Debian packages, saying which and why (scripts/install-deps.sh --check
+#                   only reports)
 
 CC      ?= gcc
 CXX     ?= g++
@@ -70,9 +73,12 @@ DEPS_STAMP := $(BUILD)/.deps-ok
 .PHONY: all deps test test-sanitize demo demo-debug gpu-test bench clean report-screenshot
 all: $(BUILD)/libfp8train.a $(BUILD)/fp8train $(DEV_CU_BIN)
 
-$(DEPS_STAMP): scripts/install-deps.sh
+# The packages the build links, checked by linking (scripts/install-deps.sh installs what is
+# missing and says why). Checked again when the script or this Makefile (its LDLIBS) changes,
+# with the compiler the build uses; the stamp is written only when the check passed.
+$(DEPS_STAMP): scripts/install-deps.sh Makefile
 	@mkdir -p $(BUILD)
-	@scripts/install-deps.sh
+	@CC="$(CC)" scripts/install-deps.sh
 	@touch $@
 deps: $(DEPS_STAMP)
 

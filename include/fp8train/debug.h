@@ -34,6 +34,8 @@ void fp8t_inspector_begin_step(fp8t_inspector *in, int step);
 void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
                             float *x);
 void fp8t_inspector_end_step(fp8t_inspector *in, int step);
+/* The first failed write of stats.jsonl (disk full), naming the file; NULL while all went in. */
+const char *fp8t_inspector_write_error(const fp8t_inspector *in);
 
 /* ---- NaN/Inf provenance ---- */
 typedef struct fp8t_nan_tracker fp8t_nan_tracker;

@@ -40,6 +40,8 @@ typedef struct {
     /* where */
     char device[16];            /* "cpu" | "cuda" */
     char out_dir[FP8T_PATH_MAX];/* --out */
+    int overwrite;              /* --overwrite: replace the run already in out_dir (its logs and
+                                   checkpoints; never files fp8train did not write) */
     int ckpt_every;             /* 0: only at the end */
     int keep_ckpts;             /* keep the last K checkpoints (0 = all) */
     int val_every, val_batches; /* validation every N steps on val_batches micro-batches */

@@ -261,6 +261,9 @@ static const opt OPTIONS[] = {
     SPECIAL("device", "cpu|cuda", set_device, get_device, G_RUN, 0, 0, "backend"),
     STR("out", "DIR", out_dir, G_RUN,
         "run directory: config.json, metrics.jsonl, events.jsonl, checkpoints/"),
+    NUM("overwrite", NULL, OT_FLAG, overwrite, 0, 1, G_RUN,
+        "--out may hold another run: replace its logs and checkpoints (files fp8train did not "
+        "write are kept)"),
     NUM("val-every", "N", OT_INT, val_every, 0, 1e9, G_RUN,
         "validation every N steps and at the end (0 = no validation)"),
     NUM("val-batches", "N", OT_INT, val_batches, 1, 1e6, G_RUN,
@@ -536,6 +539,9 @@ char *fp8t_train_config_to_json(const fp8t_train_config *c) {
     for (int i = 0; i < N_OPTIONS; i++) {
         const opt *p = &OPTIONS[i];
         if (p->in_object) continue;
+        /* a permission for this invocation, not a property of the run: a --config FILE made
+         * from this config.json must not replace runs unasked */
+        if (p->off == offsetof(fp8t_train_config, overwrite)) continue;
         char key[64];
         snprintf(key, sizeof(key), "%s", p->name);
         for (char *k = key; *k; k++)

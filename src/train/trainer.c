@@ -135,7 +135,20 @@ static int save_checkpoint(trainer *t, int step, float loss, char *err, size_t e
     fp8t_checkpoint_dir(dir, sizeof(dir), t->cfg.out_dir, step);
     /* the state is replicated (weights, FP8 state) or gathered above: rank 0 writes it */
     if (t->dp.rank == 0) {
-        if (fp8t_checkpoint_save(dir, &ck, err, errlen) != 0) goto done;
+        if (fp8t_checkpoint_save(dir, &ck, err, errlen) != 0) {
+            /* err names the file that failed (a temporary): say which checkpoint, and what is
+             * safe */
+            char e[FP8T_TRAIN_PATH_BUF];
+            snprintf(e, sizeof(e), "%s", err);
+            snprintf(err, errlen, "checkpoint %s not written: %s; training stopped at step %d%s%s",
+                     dir, e, step, t->last_ckpt[0] ? " (the last complete checkpoint is " : "",
+                     t->last_ckpt[0] ? t->last_ckpt : "");
+            if (t->last_ckpt[0]) {
+                size_t n = strlen(err);
+                if (n + 1 < errlen) snprintf(err + n, errlen - n, ")");
+            }
+            goto done;
+        }
         fp8t_checkpoint_prune(t->cfg.out_dir, t->cfg.keep_ckpts);
     }
     rc = 0;
@@ -319,6 +332,7 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
 
 static void trainer_free(trainer *t) {
     runlog_close(t);
+    rundir_unlock(t);
     /* the instruments first: they observe the model and may hold backend memory (the NaN
      * tracker's device scalar), so they go before the model and the backend */
     fp8t_inspector_destroy(t->inspector);
@@ -333,21 +347,6 @@ static void trainer_free(trainer *t) {
     free(t->targets);
     spike_free(&t->spike);
     drift_free(&t->drift);
-}
-
-/* A fresh run owns its directory: logs and checkpoints of an earlier run there would be mixed
- * with this one's. */
-static void clear_previous_run(const char *out_dir, int quiet) {
-    char p[FP8T_TRAIN_PATH_BUF];
-    if (fp8t_fmt(p, sizeof(p), "%s/checkpoints", out_dir) == 0) {
-        struct stat st;
-        if (stat(p, &st) == 0) {
-            if (!quiet)
-                fprintf(stderr, "fp8train: removing checkpoints of an earlier run in %s\n", p);
-            fp8t_rmtree(p);
-        }
-    }
-    if (fp8t_fmt(p, sizeof(p), "%s/stats.jsonl", out_dir) == 0) remove(p);
 }
 
 static int write_config(trainer *t, char *err, size_t errlen) {
@@ -379,6 +378,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
     }
     t->cfg = *cfg;
     t->last_val = NAN;
+    t->lock_fd = -1;
     if (fp8t_train_config_check(&t->cfg, err, errlen) != 0) goto done;
     if (dp_setup(&t->dp, &t->cfg, err, errlen) != 0) goto done;
     t->B = t->cfg.batch;
@@ -452,14 +452,11 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         goto done;
     }
 
-    /* 2. the run directory (rank 0's; with --inspect ranks=all each rank's statistics go to
-     * OUT/rank-R/) */
+    /* 2. the run directory (rank 0's): locked, and never another run's unless --overwrite;
+     * with --inspect ranks=all each rank's statistics go to OUT/rank-R/ */
     {
         int drc = 0;
-        if (t->dp.rank == 0) {
-            if (!have_ck) clear_previous_run(t->cfg.out_dir, t->cfg.quiet);
-            drc = fp8t_mkdirs(t->cfg.out_dir, err, errlen);
-        }
+        if (t->dp.rank == 0) drc = rundir_prepare(t, have_ck ? ck.step : 0, err, errlen);
         if (dp_agree(&t->dp, drc, err, errlen) != 0) goto done;
         char idir[FP8T_TRAIN_PATH_BUF];
         snprintf(idir, sizeof(idir), "%s", t->cfg.out_dir);
@@ -636,6 +633,16 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             t->fallback_left--;
         }
 
+        /* a log could not be written (disk full): stop before anything more is lost */
+        const char *insp_err = fp8t_inspector_write_error(t->inspector);
+        if (insp_err && !t->write_err[0])
+            snprintf(t->write_err, sizeof(t->write_err), "%s; training stopped at step %d. Free "
+                     "space on that file system (or raise ulimit -f)", insp_err, step);
+        if (t->write_err[0]) {
+            snprintf(err, errlen, "%s", t->write_err);
+            res->reason = FP8T_STOP_ERROR;
+            goto done;
+        }
         /* not the state a rollback is about to undo: as the newest checkpoint it would be the
          * one reloaded, and nothing re-run (and --keep-ckpts could prune the good one) */
         if (!do_rollback &&
@@ -659,6 +666,11 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             t->fallback_left = 0;
             step = back; /* the loop continues at back + 1 */
         }
+    }
+    if (t->write_err[0]) { /* the NaN stop's rows, or a fallback event of the last step */
+        snprintf(err, errlen, "%s", t->write_err);
+        res->reason = FP8T_STOP_ERROR;
+        goto done;
     }
     res->tokens_per_s = t->train_seconds > 0 ? t->tokens_done / t->train_seconds : 0;
     rc = 0;
