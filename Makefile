@@ -5,6 +5,9 @@
 #   make gpu-test   CUDA backend against the CPU backend (needs an NVIDIA Hopper GPU)
 #   make test-sanitize   the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench      CPU benchmarks (bench/)
+#   make deps       check by linking that the libraries the build needs are there; install the
+#                   missing Debian packages, saying which and why (scripts/install-deps.sh --check
+#                   only reports)
 
 CC      ?= gcc
 CXX     ?= g++
@@ -50,6 +53,23 @@ HAVE_CUDA := 1
 endif
 endif
 
+# Data parallel (src/backend/dist.c): MPI when OpenMPI's mpicc is there (NO_MPI=1: a build
+# that runs one process only); NCCL for the CUDA backend's collectives when nccl.h is there.
+MPICC   ?= $(shell command -v mpicc 2>/dev/null)
+ifneq ($(MPICC),)
+ifeq ($(NO_MPI),)
+MPI_CFLAGS := -DFP8T_HAVE_MPI $(shell $(MPICC) --showme:compile 2>/dev/null)
+LDLIBS  += $(shell $(MPICC) --showme:link 2>/dev/null)
+$(BUILD)/src/backend/dist.o: CFLAGS += $(MPI_CFLAGS)
+endif
+endif
+ifeq ($(HAVE_CUDA),1)
+ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h),)
+NVFLAGS   += -DFP8T_HAVE_NCCL
+CUDA_LIBS += -lnccl
+endif
+endif
+
 ifeq ($(HAVE_CUDA),1)
 FP8TRAIN_LINK = $(CU_OBJ) $(CUDA_LIBS)
 CLI_DEPS = $(CU_OBJ)
@@ -62,9 +82,12 @@ DEPS_STAMP := $(BUILD)/.deps-ok
 .PHONY: all deps test test-sanitize demo demo-debug gpu-test bench clean report-screenshot
 all: $(BUILD)/libfp8train.a $(BUILD)/fp8train $(DEV_CU_BIN)
 
-$(DEPS_STAMP): scripts/install-deps.sh
+# The packages the build links, checked by linking (scripts/install-deps.sh installs what is
+# missing and says why). Checked again when the script or this Makefile (its LDLIBS) changes,
+# with the compiler the build uses; the stamp is written only when the check passed.
+$(DEPS_STAMP): scripts/install-deps.sh Makefile
 	@mkdir -p $(BUILD)
-	@scripts/install-deps.sh
+	@CC="$(CC)" scripts/install-deps.sh
 	@touch $@
 deps: $(DEPS_STAMP)
 

@@ -34,6 +34,8 @@ void fp8t_inspector_begin_step(fp8t_inspector *in, int step);
 void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
                             float *x);
 void fp8t_inspector_end_step(fp8t_inspector *in, int step);
+/* The first failed write of stats.jsonl (disk full), naming the file; NULL while all went in. */
+const char *fp8t_inspector_write_error(const fp8t_inspector *in);
 /* A second destination for the statistics (train --tensorboard). For every site the inspector
  * writes a row of on the step's first micro-batch, fn gets the site as a tag-friendly name
  * ("layer03.fc2.dgrad.grad_output", "head.head.fprop.input") and one call per statistic:

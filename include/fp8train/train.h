@@ -40,6 +40,8 @@ typedef struct {
     /* where */
     char device[16];            /* "cpu" | "cuda" */
     char out_dir[FP8T_PATH_MAX];/* --out */
+    int overwrite;              /* --overwrite: replace the run already in out_dir (its logs and
+                                   checkpoints; never files fp8train did not write) */
     int ckpt_every;             /* 0: only at the end */
     int keep_ckpts;             /* keep the last K checkpoints (0 = all) */
     int val_every, val_batches; /* validation every N steps on val_batches micro-batches */
@@ -59,6 +61,11 @@ typedef struct {
     int shadow_every;           /* --shadow-every K (0 = off) */
     char shadow_action[64];     /* warn | fallback:M | rollback */
     float shadow_threshold;     /* relative |loss_fp8 - loss_bf16| / loss_bf16 (default 0.02) */
+    /* data parallel (mpirun -np N; docs/parallel.md) */
+    int zero;                   /* 1: ZeRO-1 (AdamW moments sharded across ranks) */
+    int dp_bf16_reduce;         /* gradient all-reduce in BF16 instead of FP32 */
+    int amax_reduce;            /* all-reduce (max) amaxes before the scale update (default 1) */
+    int dp_force;               /* the data-parallel path even in one process (checks) */
 } fp8t_train_config;
 
 /* Defaults for everything (preset tiny, synthetic data, FP8 delayed policy, ...). */

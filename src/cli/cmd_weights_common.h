@@ -36,4 +36,11 @@ int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data,
                       const char *val_data, const char *tokenizer, uint64_t seed, int batches,
                       int quiet, char *err, size_t errlen);
 
+/* May `cmd` (import, export) write to --to `to`? A path that does not exist, or an empty
+ * directory: yes. A non-empty directory (dir_target) or an existing file (!dir_target): only
+ * with --overwrite, which then replaces only the files `cmd` writes (`writes`, for the
+ * message); anything else there is never touched. 0 yes; 2 after printing why not. */
+int cli_check_to(const char *cmd, const char *to, int dir_target, int overwrite,
+                 const char *writes);
+
 #endif

@@ -39,6 +39,7 @@ struct fp8t_inspector {
     inspect_spec sel;
     char out_dir[1024];
     FILE *stats;                   /* OUT/stats.jsonl */
+    char write_err[1200];          /* first failed write of stats.jsonl ("" none) */
     /* per step */
     int step, active;
     int *seen;                     /* [num_linears * GEMMS * KINDS] micro-batch counters */
@@ -294,7 +295,10 @@ void fp8t_inspector_begin_step(fp8t_inspector *in, int step) {
 void fp8t_inspector_end_step(fp8t_inspector *in, int step) {
     (void)step;
     if (!in) return;
-    if (in->active) fflush(in->stats);
+    /* a full disk shows at the flush (or as the stream's error flag from an earlier fputs) */
+    if (in->active && (fflush(in->stats) != 0 || ferror(in->stats)) && !in->write_err[0])
+        snprintf(in->write_err, sizeof(in->write_err), "cannot write %s/stats.jsonl: %s",
+                 in->out_dir, strerror(errno ? errno : EIO));
     in->active = 0;
 }
 
@@ -332,6 +336,10 @@ static void sink_stats(fp8t_inspector *in, const fp8t_tensor_site *site, const f
          * (1e300) has no float value and is left out like a non-finite one */
         if ((is_operand || !rows[i].operand_only) && isfinite((float)rows[i].v))
             in->sink(in->sink_ctx, in->step, name, rows[i].stat, rows[i].v);
+}
+
+const char *fp8t_inspector_write_error(const fp8t_inspector *in) {
+    return in && in->write_err[0] ? in->write_err : NULL;
 }
 
 static int layer_selected(const fp8t_inspector *in, int layer) {

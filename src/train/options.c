@@ -162,6 +162,16 @@ static void get_shadow_action(const fp8t_train_config *c, char *b, size_t n) {
     snprintf(b, n, "%s", c->shadow_action);
 }
 
+static int set_dp_reduce(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    if (strcmp(v, "fp32") == 0) c->dp_bf16_reduce = 0;
+    else if (strcmp(v, "bf16") == 0) c->dp_bf16_reduce = 1;
+    else return fail(err, errlen, "dp-reduce", v, "fp32 or bf16");
+    return 0;
+}
+static void get_dp_reduce(const fp8t_train_config *c, char *b, size_t n) {
+    snprintf(b, n, "%s", c->dp_bf16_reduce ? "bf16" : "fp32");
+}
+
 /* ---------------------------------------------------------------- the table */
 
 #define G_MODEL "Model"
@@ -171,6 +181,7 @@ static void get_shadow_action(const fp8t_train_config *c, char *b, size_t n) {
 #define G_RUN "Run"
 #define G_CKPT "Checkpoints"
 #define G_DEBUG "Debugging"
+#define G_DP "Data parallel (mpirun -np N fp8train train ...)"
 
 #define NUM(name_, arg_, type_, field_, lo_, hi_, group_, help_)                               \
     {name_, arg_, help_, group_, type_, FIELD(field_), lo_, hi_, NULL, NULL, 0, 0}
@@ -251,6 +262,9 @@ static const opt OPTIONS[] = {
     SPECIAL("device", "cpu|cuda", set_device, get_device, G_RUN, 0, 0, "backend"),
     STR("out", "DIR", out_dir, G_RUN,
         "run directory: config.json, metrics.jsonl, events.jsonl, checkpoints/"),
+    NUM("overwrite", NULL, OT_FLAG, overwrite, 0, 1, G_RUN,
+        "--out may hold another run: replace its logs and checkpoints (files fp8train did not "
+        "write are kept)"),
     NUM("val-every", "N", OT_INT, val_every, 0, 1e9, G_RUN,
         "validation every N steps and at the end (0 = no validation)"),
     NUM("val-batches", "N", OT_INT, val_batches, 1, 1e6, G_RUN,
@@ -271,8 +285,21 @@ static const opt OPTIONS[] = {
     NUM("reset-fp8", NULL, OT_FLAG, resume_reset_fp8, 0, 1, G_CKPT,
         "on --resume, start the FP8 scaling state fresh"),
 
+    NUM("zero", "0|1", OT_INT, zero, 0, 1, G_DP,
+        "1: ZeRO-1, the AdamW moments sharded across ranks (reduce-scatter of the gradients, "
+        "AdamW on the rank's shard, all-gather of the weights)"),
+    SPECIAL("dp-reduce", "fp32|bf16", set_dp_reduce, get_dp_reduce, G_DP, 0, 0,
+            "precision of the gradient all-reduce"),
+    NUM("amax-reduce", "0|1", OT_BOOL, amax_reduce, 0, 1, G_DP,
+        "all-reduce (max) the amaxes before each scale update so every rank uses the same "
+        "scales (0: per-rank scales, for the debugging procedure)"),
+    NUM("dp-force", NULL, OT_FLAG, dp_force, 0, 1, G_DP,
+        "run the data-parallel path (collectives, shards) in a single process too, to check "
+        "it against the plain path"),
+
     STR("inspect", "SPEC", inspect, G_DEBUG,
-        "tensor statistics to OUT/stats.jsonl, e.g. 'every=10,layers=0-1,gemms=fprop,dump=1'"),
+        "tensor statistics to OUT/stats.jsonl, e.g. 'every=10,layers=0-1,gemms=fprop,dump=1' "
+        "(data parallel: ranks=0 (default) or ranks=all, OUT/rank-R/stats.jsonl per rank)"),
     STR("inject", "SPEC", inject, G_DEBUG,
         "fault injection, e.g. 'layer=1,module=fc2,gemm=dgrad,kind=scale:64,from=50'"),
     STR("baseline", "RUN", baseline, G_DEBUG,
@@ -516,6 +543,9 @@ char *fp8t_train_config_to_json(const fp8t_train_config *c) {
     for (int i = 0; i < N_OPTIONS; i++) {
         const opt *p = &OPTIONS[i];
         if (p->in_object) continue;
+        /* a permission for this invocation, not a property of the run: a --config FILE made
+         * from this config.json must not replace runs unasked */
+        if (p->off == offsetof(fp8t_train_config, overwrite)) continue;
         char key[64];
         snprintf(key, sizeof(key), "%s", p->name);
         for (char *k = key; *k; k++)
