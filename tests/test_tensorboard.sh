@@ -115,11 +115,33 @@ fi
 if [ $rc -eq 2 ] && grep -qF "unknown option '--bogus'" "$TMP/err"; then pass convert_bad_option
 else fail convert_bad_option "exit $rc: $(head -c 300 "$TMP/err")"; fi
 
+# --- data parallel: rank 0 alone writes events (one file, the run's steps once)
+dprun="$TMP/dp"
+if command -v mpirun >/dev/null 2>&1 && ldd "$BIN" 2>/dev/null | grep -q libmpi; then
+  OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none \
+    mpirun --oversubscribe -np 2 "$BIN" train "${SMALL[@]}" --grad-accum 2 --steps 6 --quiet \
+    --val-every 3 --inspect "every=3,layers=1" --out "$dprun" --tensorboard "$dprun/tb" \
+    >"$TMP/dp.log" 2>&1
+  rc=$?
+  files=("$dprun"/tb/*tfevents*)
+  if [ $rc -eq 0 ] && [ ${#files[@]} -eq 1 ] && [ -s "${files[0]}" ]; then pass data_parallel_one_file
+  else fail data_parallel_one_file "exit $rc, files: ${files[*]} ($(tail -c 300 "$TMP/dp.log"))"; fi
+else
+  dprun=""
+  echo "SKIP $SUITE: data_parallel_one_file (no mpirun, or $BIN built without MPI)"
+fi
+
 # --- TensorBoard itself reads the files (optional)
 if "$PY" -c "import tensorboard" >/dev/null 2>&1; then
   "$PY" "$HERE/check_tensorboard.py" "$run" "$run/tb" --serve 2>"$TMP/py_err"
   rc=$?
   [ $rc -eq 0 ] || fail tensorboard_package "check_tensorboard.py exit $rc ($(tail -c 400 "$TMP/py_err"))"
+  if [ -n "$dprun" ]; then
+    "$PY" "$HERE/check_tensorboard.py" "$dprun" "$dprun/tb" 2>"$TMP/py_err" | sed 's/^\(PASS\|FAIL\) tensorboard_py: /&data parallel: /'
+    rc=${PIPESTATUS[0]}
+    [ $rc -eq 0 ] || fail tensorboard_package_dp "check_tensorboard.py exit $rc ($(tail -c 400 "$TMP/py_err"))"
+  fi
   "$PY" "$HERE/check_tensorboard.py" "$run" "$TMP/conv" 2>"$TMP/py_err" | sed 's/^\(PASS\|FAIL\) tensorboard_py: /&converted: /'
   rc=${PIPESTATUS[0]}
   [ $rc -eq 0 ] || fail tensorboard_package_converted "check_tensorboard.py exit $rc ($(tail -c 400 "$TMP/py_err"))"
