@@ -19,6 +19,7 @@
 
 #include "fp8train/fp8.h"
 #include "fp8train/recipe.h"
+#include "fp8train/stats.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -262,6 +263,15 @@ typedef struct fp8t_backend_ops {
     void (*adamw)(fp8t_backend *b, float *params, float *m, float *v, const float *grads,
                   size_t n, float lr, float beta1, float beta2, float eps, float wd, int t,
                   float grad_scale);
+
+    /* ---- statistics (--inspect) ----
+     * *out (device memory, one fp8t_stats_raw) = the statistics of x [rows, cols] and of the
+     * FP8 images req asks for (stats.h), every reduction in a fixed order (the same bits run
+     * to run). req is host memory, read before the op returns; its SCALE images' scale and
+     * its block_list are device pointers. Asynchronous: to_host the struct to read it. The
+     * CPU op is fp8t_stats_raw_compute, the reference. */
+    void (*tensor_stats)(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows,
+                         int cols, const fp8t_stats_req *req);
 } fp8t_backend_ops;
 
 struct fp8t_backend {

@@ -77,6 +77,13 @@ static void cpu_destroy(fp8t_backend *b) {
     free(b);
 }
 
+/* The reference implementation: device memory is host memory here. */
+static void cpu_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows,
+                             int cols, const fp8t_stats_req *req) {
+    (void)b;
+    fp8t_stats_raw_compute(out, x, rows, cols, req);
+}
+
 static const fp8t_backend_ops cpu_ops = {
     .malloc = cpu_malloc,
     .free = cpu_free,
@@ -132,6 +139,7 @@ static const fp8t_backend_ops cpu_ops = {
     .sumsq = cpu_sumsq,
     .sum = cpu_sum,
     .adamw = cpu_adamw,
+    .tensor_stats = cpu_tensor_stats,
 };
 
 fp8t_backend *fp8t_cpu_backend_create(char *err, size_t errlen) {

@@ -242,6 +242,7 @@ static const fp8t_backend_ops cuda_ops = {
     /* .sumsq = */ cuda_sumsq,
     /* .sum = */ cuda_sum,
     /* .adamw = */ cuda_adamw,
+    /* .tensor_stats = */ cuda_tensor_stats,
 };
 
 extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
