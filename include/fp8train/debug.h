@@ -34,6 +34,10 @@ void fp8t_inspector_begin_step(fp8t_inspector *in, int step);
 void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
                             float *x);
 void fp8t_inspector_end_step(fp8t_inspector *in, int step);
+/* After the step's backward, before fp8t_model_end_step (the delayed-scaling update): when
+ * step + 1 is inspected, notes per tensor the amax that update computes the next scale from,
+ * reported as amax_history_max of step + 1. */
+void fp8t_inspector_before_scale_update(fp8t_inspector *in, fp8t_model *m, int step);
 
 /* ---- NaN/Inf provenance ---- */
 typedef struct fp8t_nan_tracker fp8t_nan_tracker;

@@ -519,6 +519,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         fp8t_model_adamw(t->model, lr, t->cfg.beta1, t->cfg.beta2, t->cfg.adam_eps,
                          t->cfg.weight_decay, step, t->cfg.grad_clip, norm);
         if (t->injector) fp8t_injector_before_scale_update(t->injector, t->model, step);
+        if (t->inspector) fp8t_inspector_before_scale_update(t->inspector, t->model, step);
         fp8t_model_end_step(t->model);
         if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
         const float loss = (float)(loss_sum / t->accum);
