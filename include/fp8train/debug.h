@@ -34,6 +34,9 @@ void fp8t_inspector_begin_step(fp8t_inspector *in, int step);
 void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
                             float *x);
 void fp8t_inspector_end_step(fp8t_inspector *in, int step);
+/* 1 while the step begun by fp8t_inspector_begin_step is selected: a caller installs its
+ * model hook only then (a hooked model takes slower, unfused paths). */
+int fp8t_inspector_active(const fp8t_inspector *in);
 /* After the step's backward, before fp8t_model_end_step (the delayed-scaling update): when
  * step + 1 is inspected, notes per tensor the amax that update computes the next scale from,
  * reported as amax_history_max of step + 1. */

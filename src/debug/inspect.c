@@ -301,6 +301,8 @@ void fp8t_inspector_begin_step(fp8t_inspector *in, int step) {
     if (in->seen) memset(in->seen, 0, in->seen_n * sizeof(int));
 }
 
+int fp8t_inspector_active(const fp8t_inspector *in) { return in && in->active; }
+
 void fp8t_inspector_end_step(fp8t_inspector *in, int step) {
     (void)step;
     if (!in) return;

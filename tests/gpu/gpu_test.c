@@ -47,6 +47,7 @@
 #include "fp8train/model.h"
 #include "fp8train/policy.h"
 #include "fp8train/recipe.h"
+#include "fp8train/stats.h"
 
 /* src/backend/cuda/cuda_gemm.cu: gemm_fp8 calls by path */
 int fp8t_cuda_gemm_counts(fp8t_backend *b, long *fp8_lt, long *fp8_fallback);
@@ -1125,6 +1126,118 @@ static void test_mxfp8(void) {
         }
 }
 
+/* tensor_stats: the device statistics against the CPU reference (fp8t_stats_raw_compute) on
+ * the same tensors: every count exact (elements, NaN, Inf, zeros, per image underflows and
+ * clipped values, blocks with underflow, the worst block's index), min / max / amax / smallest
+ * nonzero and the per-tensor scales bit-exact, every sum within 1e-6 relative (both sides sum
+ * in double, in different orders); the per-block list likewise. Two GPU runs give the same
+ * bytes. Images: a delayed scale, current scaling (E4M3; E5M2 with pow2 and epsilon), tiles
+ * 1x128, 128x128, 128x1, MXFP8. */
+static double rel_diff(double a, double b) {
+    if (isnan(a) && isnan(b)) return 0;
+    if (a == b) return 0;
+    double d = fabs(a - b), m = fmax(fabs(a), fabs(b));
+    return m > 0 ? d / m : d;
+}
+
+static void stats_req(fp8t_stats_req *req, const float *scale, int block, fp8t_block_raw *list) {
+    memset(req, 0, sizeof *req);
+    req->n_images = 7;
+    req->img[0] = (fp8t_image_spec){.kind = FP8T_IMG_SCALE, .fmt = FP8_E4M3, .scale = scale};
+    req->img[1] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3};
+    req->img[2] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2, .epsilon = 1e-4f,
+                                    .pow2 = 1};
+    req->img[3] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1,
+                                    .tile_c = 128};
+    req->img[4] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 128,
+                                    .tile_c = 128};
+    req->img[5] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 128,
+                                    .tile_c = 1};
+    req->img[6] = (fp8t_image_spec){.kind = FP8T_IMG_MX};
+    req->block = block, req->block_img = 0;
+    req->block_list = list;
+}
+
+static void test_tensor_stats(void) {
+    static const int shapes[][2] = {{1, 1}, {7, 9}, {37, 300}, {256, 768}, {1024, 1600},
+                                    {4096, 4096}};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (int variant = 0; variant < 2; variant++) {
+            int rows = shapes[si][0], cols = shapes[si][1];
+            size_t n = (size_t)rows * cols;
+            float *x = host_quant_data(n, variant);
+            if (variant && n > 10) x[n / 3] = NAN;
+            float sc = 37.5f;
+            dpair dx = dp_floats(x, n), ds = dp_floats(&sc, 1);
+            dpair draw = dp_alloc(sizeof(fp8t_stats_raw));
+            const int block = 128;
+            size_t nb = (n + block - 1) / block;
+            dpair dlist = dp_alloc(nb * sizeof(fp8t_block_raw));
+            dp_poison(draw, 1);
+            fp8t_stats_req req;
+            FOR_BOTH {
+                stats_req(&req, F(ds), block, (fp8t_block_raw *)dlist.p[s_]);
+                be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx), rows, cols, &req);
+            }
+            fp8t_stats_raw *c = dl(0, draw.p[0], sizeof(fp8t_stats_raw));
+            fp8t_stats_raw *g = dl(1, draw.p[1], sizeof(fp8t_stats_raw));
+            char shape[48], why[160] = "";
+            snprintf(shape, sizeof(shape), "%dx%d%s", rows, cols, variant ? " NaN/Inf" : "");
+            int counts_ok = c->n == g->n && c->n_finite == g->n_finite && c->n_nan == g->n_nan &&
+                            c->n_inf == g->n_inf && c->n_zero == g->n_zero &&
+                            c->n_images == g->n_images && c->n_blocks == g->n_blocks &&
+                            c->blocks_with_underflow == g->blocks_with_underflow &&
+                            c->block_sqnr_min_index == g->block_sqnr_min_index;
+            int exact_ok = c->min == g->min && c->max == g->max && c->amax == g->amax &&
+                           c->min_nonzero == g->min_nonzero && c->block_amax_max == g->block_amax_max &&
+                           c->block_amax_min_nonzero == g->block_amax_min_nonzero &&
+                           c->block_underflow_max_pct == g->block_underflow_max_pct;
+            double err = 0;
+            err = fmax(err, rel_diff(c->sum, g->sum));
+            err = fmax(err, rel_diff(c->sum_abs, g->sum_abs));
+            err = fmax(err, rel_diff(c->sum_sq, g->sum_sq));
+            err = fmax(err, rel_diff(c->dev_sq, g->dev_sq));
+            err = fmax(err, rel_diff(c->block_sqnr_min_db, g->block_sqnr_min_db));
+            for (int k = 0; k < c->n_images && k < FP8T_STATS_MAX_IMAGES; k++) {
+                const fp8t_image_raw *a = &c->img[k], *b = &g->img[k];
+                if (a->n_underflow != b->n_underflow || a->n_sat != b->n_sat) {
+                    counts_ok = 0;
+                    snprintf(why, sizeof(why), "image %d: underflow %llu/%llu clipped %llu/%llu", k,
+                             (unsigned long long)a->n_underflow, (unsigned long long)b->n_underflow,
+                             (unsigned long long)a->n_sat, (unsigned long long)b->n_sat);
+                }
+                if (!(a->scale == b->scale || (isnan(a->scale) && isnan(b->scale)))) {
+                    exact_ok = 0;
+                    snprintf(why, sizeof(why), "image %d: scale %.9g vs %.9g", k, a->scale, b->scale);
+                }
+                err = fmax(err, rel_diff(a->err_sq, b->err_sq));
+                err = fmax(err, rel_diff(a->xq, b->xq));
+                err = fmax(err, rel_diff(a->qq, b->qq));
+            }
+            fp8t_block_raw *cl = dl(0, dlist.p[0], nb * sizeof(fp8t_block_raw));
+            fp8t_block_raw *gl = dl(1, dlist.p[1], nb * sizeof(fp8t_block_raw));
+            size_t list_bad = 0;
+            for (size_t k = 0; k < nb; k++) {
+                if (cl[k].amax != gl[k].amax || cl[k].underflow_pct != gl[k].underflow_pct) list_bad++;
+                err = fmax(err, rel_diff(cl[k].sqnr_db, gl[k].sqnr_db));
+            }
+            if (!counts_ok && !why[0]) snprintf(why, sizeof(why), "a count differs");
+            if (!exact_ok && !why[0]) snprintf(why, sizeof(why), "min/max/amax/scale differ");
+            if (list_bad) snprintf(why, sizeof(why), "%zu blocks differ in amax/underflow", list_bad);
+            row("tensor_stats", shape, err, 1e-6, counts_ok && exact_ok && !list_bad && err <= 1e-6,
+                why);
+            /* the same bytes on a second GPU run */
+            void *again = GPU->ops->malloc(GPU, sizeof(fp8t_stats_raw));
+            stats_req(&req, (const float *)ds.p[1], block, NULL);
+            GPU->ops->tensor_stats(GPU, again, (const float *)dx.p[1], rows, cols, &req);
+            check_same_bits("tensor_stats", shape, again, draw.p[1], sizeof(fp8t_stats_raw));
+            GPU->ops->free(GPU, again);
+            free(c), free(g), free(cl), free(gl);
+            dp_free(dx), dp_free(ds), dp_free(draw), dp_free(dlist);
+            free(x);
+        }
+}
+
 static void test_bf16_round(void) {
     static const size_t ns[] = {1, 1001, 1u << 20};
     for (size_t ni = 0; ni < 3; ni++) {
@@ -1851,6 +1964,7 @@ static void run_op_suite(void) {
     test_fake_quantize();
     test_block_fake_quantize();
     test_mxfp8();
+    test_tensor_stats();
     test_bf16_round();
     test_delayed_update();
     test_embedding();
