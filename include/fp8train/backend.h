@@ -272,6 +272,13 @@ typedef struct fp8t_backend_ops {
      * CPU op is fp8t_stats_raw_compute, the reference. */
     void (*tensor_stats)(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows,
                          int cols, const fp8t_stats_req *req);
+    /* Pinned (page-locked) host memory for to_host_async (the CPU: plain malloc). host_alloc
+     * aborts with a message on OOM; host_free may wait for the device. */
+    void *(*host_alloc)(fp8t_backend *b, size_t bytes);
+    void (*host_free)(fp8t_backend *b, void *p);
+    /* dst_host (from host_alloc) = src, queued on the stream without waiting: the bytes are
+     * there once a later to_host or synchronize has returned (the CPU copies at once). */
+    void (*to_host_async)(fp8t_backend *b, void *dst_host, const void *src, size_t bytes);
 } fp8t_backend_ops;
 
 struct fp8t_backend {

@@ -16,13 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "debug/dump_writer.h"
 #include "fp8train/debug.h"
 #include "fp8train/io.h"
 #include "fp8train/recipe.h"
 #include "fp8train/stats.h"
 
 #define MAX_LAYER_RANGES 32
-#define BLOCK_TILE 128 /* DeepSeek-V3 tiles: 1x128 activations/gradients, 128x128 weights */
+#define BLOCK_TILE 128
+/* dumps: pinned host memory in flight to the writer thread before a dump waits for it */
+#define DUMP_INFLIGHT_BYTES ((size_t)2 << 30) /* DeepSeek-V3 tiles: 1x128 activations/gradients, 128x128 weights */
 
 /* What a spec selects and asks for (the debug.h syntax), as parse_spec reads it. */
 typedef struct {
@@ -57,7 +60,9 @@ struct fp8t_inspector {
     size_t d_blocks_cap;
     fp8t_block_raw *blocks;        /* host copy of the block list */
     size_t blocks_cap;
-    /* host copy of a dumped tensor */
+    dump_writer *writer;           /* dumps: pinned buffers + a background thread */
+    int writer_failed;             /* could not start it: dumps are written synchronously */
+    /* host copy of a dumped tensor (synchronous dumps) */
     float *x;                      /* [rows, cols] */
     size_t x_cap;
     uint8_t *codes;                /* [rows, cols] */
@@ -275,6 +280,10 @@ fail:
 
 void fp8t_inspector_destroy(fp8t_inspector *in) {
     if (!in) return;
+    if (in->writer) {
+        in->be->ops->synchronize(in->be); /* the last copies land before the thread writes */
+        dump_writer_destroy(in->writer);
+    }
     if (in->stats) fclose(in->stats);
     if (in->be) {
         if (in->d_raw) in->be->ops->free(in->be, in->d_raw);
@@ -307,6 +316,11 @@ void fp8t_inspector_end_step(fp8t_inspector *in, int step) {
     (void)step;
     if (!in) return;
     if (in->active) fflush(in->stats);
+    if (dump_writer_pending(in->writer)) {
+        /* hand the step's last dumps to the writer: their copies must have landed */
+        in->be->ops->synchronize(in->be);
+        dump_writer_release(in->writer);
+    }
     in->active = 0;
 }
 
@@ -441,28 +455,35 @@ static void add_block_stats(fp8t_inspector *in, line_buf *o, const fp8t_stats_ra
     }
 }
 
-static void write_dumps(fp8t_inspector *in, const fp8t_tensor_site *s, float scale,
-                        float scale_inv, int is_operand) {
-    char dir[1100], name[96], path[1300], err[512];
-    snprintf(dir, sizeof(dir), "%s/dumps/step_%06d", in->out_dir, in->step);
-    if (fp8t_mkdirs(dir, err, sizeof(err))) {
-        fprintf(stderr, "fp8train: inspect: %s\n", err);
+/* Dump one site: queued to the background writer (the copy lands in a pinned buffer while
+ * the step goes on), or, if the writer could not start, copied and written right here. */
+static void dump_site(fp8t_inspector *in, fp8t_backend *be, const fp8t_tensor_site *s,
+                      const float *x, float scale, float scale_inv, int is_operand) {
+    dump_job job;
+    memset(&job, 0, sizeof job);
+    snprintf(job.dir, sizeof(job.dir), "%s/dumps/step_%06d", in->out_dir, in->step);
+    site_name(job.name, sizeof(job.name), s);
+    job.rows = s->rows, job.cols = s->cols;
+    job.operand = is_operand;
+    job.scale = scale, job.scale_inv = scale_inv;
+    job.fmt = s->fmt;
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
+    if (!in->writer && !in->writer_failed) {
+        in->writer = dump_writer_create(be, DUMP_INFLIGHT_BYTES);
+        in->writer_failed = !in->writer;
+    }
+    if (in->writer) {
+        float *buf = dump_writer_buffer(in->writer, n * sizeof(float));
+        be->ops->to_host_async(be, buf, x, n * sizeof(float));
+        dump_writer_queue(in->writer, &job, buf);
         return;
     }
-    site_name(name, sizeof(name), s);
-    int64_t shape[2] = {s->rows, s->cols};
-    size_t n = (size_t)s->rows * (size_t)s->cols;
-    snprintf(path, sizeof(path), "%s/%s.npy", dir, name);
-    int rc = fp8t_npy_write(path, "<f4", 2, shape, in->x, err, sizeof(err));
-    if (!rc && is_operand && !grow_buf((void **)&in->codes, &in->codes_cap, n, 1)) {
-        fp8_quantize(in->codes, in->x, n, scale, s->fmt, 1);
-        snprintf(path, sizeof(path), "%s/%s.fp8.npy", dir, name);
-        rc = fp8t_npy_write(path, "|u1", 2, shape, in->codes, err, sizeof(err));
-        int64_t one = 1;
-        snprintf(path, sizeof(path), "%s/%s.scale_inv.npy", dir, name);
-        if (!rc) rc = fp8t_npy_write(path, "<f4", 1, &one, &scale_inv, err, sizeof(err));
+    if (grow_buf((void **)&in->x, &in->x_cap, n, sizeof(float))) {
+        fprintf(stderr, "fp8train: inspect: out of memory for a %dx%d dump\n", s->rows, s->cols);
+        return;
     }
-    if (rc) fprintf(stderr, "fp8train: inspect: dump failed: %s\n", err);
+    be->ops->to_host(be, in->x, x, n * sizeof(float));
+    dump_write_files(&job, in->x, &in->codes, &in->codes_cap);
 }
 
 /* The what-if images every operand gets after the one its GEMM uses (image 0): per-tensor
@@ -581,6 +602,7 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     be->ops->tensor_stats(be, in->d_raw, x, site->rows, site->cols, &req);
     fp8t_stats_raw raw;
     be->ops->to_host(be, &raw, in->d_raw, sizeof raw);
+    dump_writer_release(in->writer); /* that waited: earlier dump copies have landed */
     fp8t_stats st;
     fp8t_stats_from_raw(&st, &raw, is_operand ? 0 : -1);
 
@@ -652,13 +674,5 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     if (lb.s) fputs(lb.s, in->stats);
     free(lb.s);
 
-    if (in->sel.dump && micro == 0) {
-        if (grow_buf((void **)&in->x, &in->x_cap, n, sizeof(float))) {
-            fprintf(stderr, "fp8train: inspect: out of memory for a %dx%d dump\n", site->rows,
-                    site->cols);
-            return;
-        }
-        be->ops->to_host(be, in->x, x, n * sizeof(float));
-        write_dumps(in, site, scale, scale_inv, is_operand);
-    }
+    if (in->sel.dump && micro == 0) dump_site(in, be, site, x, scale, scale_inv, is_operand);
 }

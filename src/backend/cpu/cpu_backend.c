@@ -84,6 +84,22 @@ static void cpu_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *
     fp8t_stats_raw_compute(out, x, rows, cols, req);
 }
 
+/* Host memory is all the CPU has: pinned buffers are plain ones, an async copy is a copy. */
+static void *cpu_host_alloc(fp8t_backend *b, size_t bytes) {
+    (void)b;
+    return CPU_ZALLOC(bytes ? bytes : 1);
+}
+
+static void cpu_host_free(fp8t_backend *b, void *p) {
+    (void)b;
+    free(p);
+}
+
+static void cpu_to_host_async(fp8t_backend *b, void *dst_host, const void *src, size_t bytes) {
+    (void)b;
+    if (bytes) memcpy(dst_host, src, bytes);
+}
+
 static const fp8t_backend_ops cpu_ops = {
     .malloc = cpu_malloc,
     .free = cpu_free,
@@ -140,6 +156,9 @@ static const fp8t_backend_ops cpu_ops = {
     .sum = cpu_sum,
     .adamw = cpu_adamw,
     .tensor_stats = cpu_tensor_stats,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .to_host_async = cpu_to_host_async,
 };
 
 fp8t_backend *fp8t_cpu_backend_create(char *err, size_t errlen) {
