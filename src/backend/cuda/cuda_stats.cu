@@ -7,7 +7,8 @@
  *       only), one partial per block into scratch;
  *   A2  one block merges the partials in index order, writes the moments into *out, and the
  *       per-tensor scale of each SCALE / CURRENT image (CURRENT from the amax of A);
- *   T   per TILES / MX image: one block per tile, its amax and scale;
+ *   T   the tile scales: 1x128 tiles (what-ifs, block scaling of activations) and MXFP8
+ *       blocks together in one read (T128), any other tile shape one block per tile;
  *   B   second pass over x: sum (x - mean)^2 and, per image, q = dequant(quant(x)): the
  *       underflow and clipping counts and sum (q-x)^2, sum xq, sum q^2; partials per block;
  *   B2  one block merges them in order into *out;
@@ -201,6 +202,31 @@ __global__ void stats_tiles_kernel(float *tiles, const float *__restrict__ x, in
     }
 }
 
+/* ---- T128: the same for every 1x128 TILES image and the MXFP8 image at once, in one read:
+ * one block of 128 threads per 1x128 row tile; its 4 warps are the tile's 4 MX blocks (a
+ * 1x128 tile starts at a multiple of 128, so it holds whole 1x32 blocks but at a row's end).
+ * mask: bit k set for each 1x128 TILES image k; mx: the MX image's index, or -1. ---- */
+__global__ void __launch_bounds__(128)
+    stats_rowtiles_kernel(img_specs sp, const float *__restrict__ x, int rows, int cols,
+                          unsigned mask, int mx) {
+    int nbc = (cols + 127) / 128;
+    int r = (int)(blockIdx.x / nbc), bc = (int)(blockIdx.x % nbc);
+    int c = bc * 128 + (int)threadIdx.x;
+    float a = amax_merge_dev(0.0f, c < cols ? x[(size_t)r * cols + c] : 0.0f);
+    a = warp_amax(a); /* every lane: the amax of its warp's 32 elements */
+    if (mx >= 0 && (threadIdx.x & 31) == 0 && c < cols) {
+        int eb = mx_exponent_dev(a);
+        sp.tiles[mx][(size_t)r * sp.nbc[mx] + c / ST_MX_BLOCK] =
+            eb == 0xFF ? __int_as_float(0x7fc00000) : ldexpf(1.0f, 127 - eb);
+    }
+    a = block_amax(a);
+    if (threadIdx.x != 0) return;
+    for (int k = 0; k < sp.n; k++)
+        if (mask >> k & 1u)
+            sp.tiles[k][(size_t)r * nbc + bc] =
+                current_scale_dev(a, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, 0);
+}
+
 /* The image value of x at multiplier m: decode(encode(x*m)) / m; MX divides in double and
  * rounds once (as fp8t_mxfp8_dequantize's decode * 2^e: m is a power of two). */
 __device__ __forceinline__ float image_value(float v, float m, int fmt, int mx) {
@@ -214,11 +240,16 @@ __global__ void __launch_bounds__(ST_THREADS)
                         const float *__restrict__ x, size_t n, int cols, img_specs sp) {
     __shared__ img_acc sh[ST_THREADS];
     __shared__ double shd[ST_THREADS];
-    img_acc acc[FP8T_STATS_MAX_IMAGES];
+    /* per-thread accumulators in registers: every index below is a constant after unrolling;
+     * the counts are 32-bit here (a thread sees at most n / (ST_MAX_GRID * ST_THREADS)
+     * elements of a tensor below 2^40 elements) */
+    unsigned under[FP8T_STATS_MAX_IMAGES], sat[FP8T_STATS_MAX_IMAGES];
+    double err[FP8T_STATS_MAX_IMAGES], xq[FP8T_STATS_MAX_IMAGES], qq[FP8T_STATS_MAX_IMAGES];
     float m[FP8T_STATS_MAX_IMAGES];
 #pragma unroll
     for (int k = 0; k < FP8T_STATS_MAX_IMAGES; k++) {
-        img_init(&acc[k]);
+        under[k] = sat[k] = 0;
+        err[k] = xq[k] = qq[k] = 0.0;
         m[k] = k < sp.n ? prm->scale[k] : 0.0f;
     }
     const double mean = prm->mean;
@@ -239,11 +270,11 @@ __global__ void __launch_bounds__(ST_THREADS)
                 mk = sp.tiles[k][(size_t)(r / sp.tr[k]) * sp.nbc[k] + c / sp.tc[k]];
             float q = image_value(v, mk, sp.fmt[k], mx);
             double qv = (double)q, e = qv - dv;
-            acc[k].under += (v != 0.0f && q == 0.0f);
-            acc[k].sat += fp8_overflows_dev(v * mk, sp.fmt[k]);
-            acc[k].err += e * e;
-            acc[k].xq += dv * qv;
-            acc[k].qq += qv * qv;
+            under[k] += (v != 0.0f && q == 0.0f);
+            sat[k] += fp8_overflows_dev(v * mk, sp.fmt[k]);
+            err[k] += e * e;
+            xq[k] += dv * qv;
+            qq[k] += qv * qv;
         }
     }
     shd[threadIdx.x] = dev;
@@ -253,8 +284,12 @@ __global__ void __launch_bounds__(ST_THREADS)
     }
     __syncthreads();
     if (threadIdx.x == 0) dev_part[blockIdx.x] = shd[0];
-    for (int k = 0; k < sp.n; k++) {
-        sh[threadIdx.x] = acc[k];
+#pragma unroll
+    for (int k = 0; k < FP8T_STATS_MAX_IMAGES; k++) {
+        if (k >= sp.n) break; /* uniform over the block: the barriers below stay matched */
+        img_acc a;
+        a.under = under[k], a.sat = sat[k], a.err = err[k], a.xq = xq[k], a.qq = qq[k];
+        sh[threadIdx.x] = a;
         tree_reduce<img_acc, img_merge>(sh);
         if (threadIdx.x == 0) part[(size_t)blockIdx.x * FP8T_STATS_MAX_IMAGES + k] = sh[0];
     }
@@ -448,8 +483,20 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     CUDA_LAUNCH_CHECK(s);
     stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, partA, (int)grid, n, sp);
     CUDA_LAUNCH_CHECK(s);
+    /* 1x128 tiles and MX blocks from one read (the what-ifs always ask for both) */
+    unsigned mask128 = 0;
+    int mx_k = -1;
     for (int k = 0; k < nimg; k++) {
-        if (!ntiles[k]) continue;
+        if (sp.kind[k] == FP8T_IMG_TILES && sp.tr[k] == 1 && sp.tc[k] == 128) mask128 |= 1u << k;
+        else if (sp.kind[k] == FP8T_IMG_MX && mx_k < 0) mx_k = k;
+    }
+    if (mask128 || mx_k >= 0) {
+        stats_rowtiles_kernel<<<(unsigned)((size_t)rows * cdiv_u(cols, 128)), 128, 0,
+                                s->stream>>>(sp, x, rows, cols, mask128, mx_k);
+        CUDA_LAUNCH_CHECK(s);
+    }
+    for (int k = 0; k < nimg; k++) {
+        if (!ntiles[k] || (mask128 >> k & 1u) || k == mx_k) continue;
         int cnt = sp.tr[k] * sp.tc[k];
         stats_tiles_kernel<<<(unsigned)ntiles[k], cnt >= 1024 ? 256 : (cnt > 32 ? 128 : 32), 0,
                              s->stream>>>(sp.tiles[k], x, rows, cols, sp.tr[k], sp.tc[k],
