@@ -15,6 +15,9 @@
  * (gemm_bf16_rounded on to_bf16 operands == gemm_bf16, with a bias == gemm_bf16 + bias_add).
  * The op suite runs on two CUDA backends: the default one and FP8TRAIN_CUDA_PLAIN=1 (every
  * fused or cached path switched to its plain version).
+ * tensor_stats (the device statistics of --inspect) is checked against the CPU reference on the
+ * same tensors: counts exact, sums within 1e-6 relative, two GPU runs the same bytes; and the
+ * inspector end to end (device statistics, what-ifs, async dumps) against its own dumps.
  * Then the training-step checks: the same model, weights and batch on both backends; the loss
  * and every gradient tensor compared, for fp32 / bf16 / fp8 delayed / fp8 current; and two GPU
  * runs of 5 steps must agree bit for bit.
@@ -34,6 +37,8 @@
  *   model: the per-op differences above compound through layers, and a last-bit difference in
  *         an operand occasionally flips its BF16/FP8 rounding (one element moves by an ulp of
  *         BF16 = 2^-8, of E4M3 = 2^-3 relative); see PRECS. */
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -43,6 +48,8 @@
 #include <time.h>
 
 #include "fp8train/backend.h"
+#include "fp8train/debug.h"
+#include "fp8train/io.h"
 #include "fp8train/fp8.h"
 #include "fp8train/model.h"
 #include "fp8train/policy.h"
@@ -2209,6 +2216,169 @@ static void model_determinism(const char *cname, const fp8t_model_config *cfg, i
     free(params[0]), free(params[1]);
 }
 
+/* The inspector end to end on the CUDA backend: two FP8 training steps of a small GPT-2 with
+ * --inspect every=1,dump=1,block=64 (device statistics, what-ifs, async dumps through pinned
+ * buffers), then every stats.jsonl row against the CPU statistics of its own dump (the very
+ * tensor the GPU saw): counts (underflow %, saturation %, n_nan, n_inf, n_zero) and min / max
+ * / amax exact, moments and SQNR within 1e-6 relative (1e-5 dB); the what-if fields likewise
+ * against fp8t_stats_raw_compute. */
+static double num_of(const cJSON *o, const char *k) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(it) ? it->valuedouble : NAN;
+}
+
+static int same_or_close(double a, double b, double rel) {
+    if (isnan(a) && isnan(b)) return 1;
+    return a == b || fabs(a - b) <= rel * fmax(fabs(a), fabs(b));
+}
+
+static void gpu_inspect_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *site, float *x) {
+    fp8t_inspector_observe((fp8t_inspector *)ctx, m, site, x);
+}
+
+static void test_inspect_on_gpu(void) {
+    fp8t_model_config cfg;
+    fp8t_model_preset(&cfg, "tiny");
+    cfg.n_layer = 2, cfg.n_embd = 256, cfg.n_head = 4, cfg.seq_len = 128;
+    cfg.vocab_size = 512, cfg.mlp_hidden = 1024;
+    const int B = 4, T = 128;
+    char dir[256] = "/tmp/fp8t_gpu_inspect_XXXXXX", err[512];
+    if (!mkdtemp(dir)) {
+        row("inspect on the GPU", "mkdtemp", 0, 0, 0, strerror(errno));
+        return;
+    }
+    fp8t_model *m = make_model(GPU, &cfg, FP8T_PREC_DELAYED, B, T);
+    fp8t_inspector *in = fp8t_inspector_create("every=1,dump=1,block=64", dir, err, sizeof(err));
+    if (!m || !in) {
+        row("inspect on the GPU", "create", 0, 0, 0, in ? "model" : err);
+        fp8t_inspector_destroy(in);
+        if (m) fp8t_model_destroy(m);
+        return;
+    }
+    int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
+    make_batch(tok, tgt, B * T, cfg.vocab_size);
+    fp8t_model_set_hook(m, gpu_inspect_hook, in);
+    for (int t = 0; t < 2; t++) {
+        fp8t_inspector_begin_step(in, t);
+        fp8t_model_zero_grad(m);
+        fp8t_model_forward(m, tok, tgt);
+        fp8t_model_backward(m, 1.0f);
+        float norm = fp8t_model_grad_norm(m);
+        fp8t_model_adamw(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t + 1, 1.0f, norm);
+        fp8t_inspector_before_scale_update(in, m, t);
+        fp8t_model_end_step(m);
+        fp8t_inspector_end_step(in, t);
+    }
+    fp8t_inspector_destroy(in); /* joins the dump writer */
+    fp8t_model_destroy(m);
+    free(tok), free(tgt);
+
+    char path[400], *text = NULL;
+    size_t len;
+    snprintf(path, sizeof(path), "%s/stats.jsonl", dir);
+    int rows_n = 0, bad = 0, with_hist = 0;
+    double worst = 0;
+    char why[800] = "";
+    if (fp8t_read_file(path, &text, &len, err, sizeof(err))) {
+        snprintf(why, sizeof(why), "%s", err);
+        bad = 1;
+    }
+    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save)) {
+        cJSON *r = cJSON_Parse(line);
+        if (!r) { bad++; continue; }
+        rows_n++;
+        const char *tensor = cJSON_GetObjectItem(r, "tensor")->valuestring;
+        const char *fmt_s = cJSON_GetObjectItem(r, "fmt")->valuestring;
+        int layer = (int)num_of(r, "layer"), step_i = (int)num_of(r, "step");
+        char name[128], f[700], descr[16], lname[16];
+        if (layer < 0) snprintf(lname, sizeof(lname), "head");
+        else snprintf(lname, sizeof(lname), "%d", layer);
+        snprintf(name, sizeof(name), "%s.%s.%s.%s", lname,
+                 cJSON_GetObjectItem(r, "module")->valuestring,
+                 cJSON_GetObjectItem(r, "gemm")->valuestring, tensor);
+        snprintf(f, sizeof(f), "%s/dumps/step_%06d/%s.npy", dir, step_i, name);
+        int ndim;
+        int64_t sh[8];
+        void *data = NULL;
+        size_t nbytes;
+        if (fp8t_npy_read(f, descr, &ndim, sh, &data, &nbytes, err, sizeof(err))) {
+            bad++;
+            snprintf(why, sizeof(why), "%s", err);
+            cJSON_Delete(r);
+            continue;
+        }
+        const float *x = data;
+        int rows = (int)sh[0], cols = (int)sh[1];
+        size_t n = (size_t)rows * cols;
+        int operand = !cJSON_IsNull(cJSON_GetObjectItem(r, "scale"));
+        fp8t_stats st;
+        float scale = (float)num_of(r, "scale");
+        fp8_format fmt = !strcmp(fmt_s, "e5m2") ? FP8_E5M2 : FP8_E4M3;
+        if (operand) fp8t_fp8_stats(&st, x, n, scale, fmt);
+        else fp8t_tensor_stats(&st, x, n);
+        int ok = num_of(r, "min") == st.min && num_of(r, "max") == st.max &&
+                 num_of(r, "amax") == st.amax && num_of(r, "n_nan") == (double)st.n_nan &&
+                 num_of(r, "n_inf") == (double)st.n_inf && num_of(r, "n_zero") == (double)st.n_zero;
+        const char *keys[] = {"mean", "std", "l1", "l2", "dynamic_range"};
+        const double vals[] = {st.mean, st.std, st.l1, st.l2, st.dynamic_range};
+        for (int k = 0; k < 5; k++) {
+            double a = num_of(r, keys[k]), d = fabs(a - vals[k]) / fmax(fabs(vals[k]), 1e-30);
+            if (vals[k] == 0 && a == 0) d = 0;
+            if (d > worst) worst = d;
+            ok &= d <= 1e-6;
+        }
+        if (operand) {
+            ok &= num_of(r, "underflow_pct") == st.underflow_pct &&
+                  num_of(r, "saturation_pct") == st.saturation_pct &&
+                  fabs(num_of(r, "sqnr_db") - st.sqnr_db) <= 1e-5 &&
+                  same_or_close(num_of(r, "cosine"), st.cosine, 1e-6);
+            with_hist += step_i == 1 && num_of(r, "amax_history_max") > 0;
+            /* the what-ifs against the CPU reference of the same images */
+            fp8t_stats_req req;
+            memset(&req, 0, sizeof req);
+            req.n_images = 5;
+            req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3};
+            req.img[1] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2};
+            req.img[2] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = 128};
+            req.img[3] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 1, .tile_c = 128};
+            req.img[4] = (fp8t_image_spec){.kind = FP8T_IMG_MX};
+            fp8t_stats_raw raw;
+            fp8t_stats_raw_compute(&raw, x, rows, cols, &req);
+            static const char *wn[5] = {"current_e4m3", "current_e5m2", "block128_e4m3",
+                                        "block128_e5m2", "mxfp8"};
+            const cJSON *wi = cJSON_GetObjectItem(r, "whatif");
+            for (int k = 0; k < 5; k++) {
+                const cJSON *w = cJSON_GetObjectItem(wi, wn[k]);
+                double up, sp, sq;
+                fp8t_image_summary(&raw, k, &up, &sp, &sq);
+                if (!w || num_of(w, "underflow_pct") != up || num_of(w, "saturation_pct") != sp ||
+                    !(fabs(num_of(w, "sqnr_db") - sq) <= 1e-5)) {
+                    ok = 0;
+                    snprintf(why, sizeof(why), "%s whatif %s: %g %g %g vs %g %g %g", name, wn[k],
+                             w ? num_of(w, "underflow_pct") : NAN, w ? num_of(w, "saturation_pct") : NAN,
+                             w ? num_of(w, "sqnr_db") : NAN, up, sp, sq);
+                }
+            }
+        }
+        if (!ok) {
+            bad++;
+            if (!why[0]) snprintf(why, sizeof(why), "step %d %s differs from its dump's statistics", step_i, name);
+        }
+        free(data);
+        cJSON_Delete(r);
+    }
+    free(text);
+    if (!bad && with_hist == 0) {
+        bad = 1;
+        snprintf(why, sizeof(why), "no operand of step 1 has amax_history_max");
+    }
+    char shape[64];
+    snprintf(shape, sizeof(shape), "%d rows, 2 steps", rows_n);
+    row("inspect on the GPU vs its dumps", shape, worst, 1e-6, bad == 0 && rows_n > 100, why);
+    fp8t_rmtree(dir);
+}
+
 static void run_model_suite(void) {
     fp8t_model_config tiny, tiny_llama, small;
     fp8t_model_preset(&tiny, "tiny");
@@ -2223,6 +2393,7 @@ static void run_model_suite(void) {
     model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_BF16, "bf16");
     model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_DELAYED, "fp8-delayed");
     model_determinism("tiny-llama", &tiny_llama, 4, 64, FP8T_PREC_CURRENT, "fp8-current");
+    test_inspect_on_gpu();
 }
 
 /* ---------------------------------------------------------------------------------------- */
