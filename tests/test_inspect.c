@@ -199,7 +199,8 @@ static void test_inspect_selection_stats_and_dumps(void) {
     tiny t;
     T_ASSERT(tiny_open(&t) == 0, "model");
     char out[400], err[512];
-    snprintf(out, sizeof(out), "%s/inspect1", g_root);
+    static int run_no; /* run twice (two dump budgets): a fresh directory each */
+    snprintf(out, sizeof(out), "%s/inspect1_%d", g_root, run_no++);
     inspect_ctx c = {0};
     c.in = fp8t_inspector_create("every=2,start=1,end=3,layers=1+head,modules=fc2+head,"
                                  "gemms=fprop+dgrad,tensors=input+grad_output+output,dump=1,"
@@ -596,6 +597,10 @@ int main(void) {
     snprintf(g_root, sizeof(g_root), "/tmp/fp8t_test_inspect_XXXXXX");
     if (!mkdtemp(g_root)) { perror("mkdtemp"); return 1; }
     T_RUN(test_inspect_selection_stats_and_dumps);
+    /* again with a pinned budget below one dump: mid-step flushes and writer back pressure */
+    setenv("FP8TRAIN_INSPECT_DUMP_BUDGET", "1000", 1);
+    T_RUN(test_inspect_selection_stats_and_dumps);
+    unsetenv("FP8TRAIN_INSPECT_DUMP_BUDGET");
     T_RUN(test_inspect_micro_all_and_current_scaling);
     T_RUN(test_inspect_off_and_spec_errors);
     T_RUN(test_spec_check_matches_create);

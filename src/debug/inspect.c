@@ -53,14 +53,22 @@ struct fp8t_inspector {
     float *upd_amax;               /* [upd_n] */
     size_t upd_cap;
     int upd_n, upd_step;           /* upd_step: the step whose scales came from upd_amax */
-    /* device memory (the statistics op's result and block list), from the model's backend */
+    /* device memory (the statistics op's results and block list), from the model's backend */
     fp8t_backend *be;
-    fp8t_stats_raw *d_raw;
+    struct pending_row *rows;      /* [n_rows] sites queued since the last flush */
+    size_t n_rows, rows_cap;
+    fp8t_stats_raw *d_raws;        /* [d_raws_cap] on the device, one per queued site */
+    size_t d_raws_cap;
+    fp8t_stats_raw *h_raws;        /* host copies at the flush */
+    size_t h_raws_cap;
+    float last_scale;              /* the scale of the last row written */
     fp8t_block_raw *d_blocks;
     size_t d_blocks_cap;
     fp8t_block_raw *blocks;        /* host copy of the block list */
     size_t blocks_cap;
     dump_writer *writer;           /* dumps: pinned buffers + a background thread */
+    size_t dump_budget;            /* pinned bytes in flight (FP8TRAIN_INSPECT_DUMP_BUDGET) */
+    size_t pending_dump_bytes;     /* held by the dumps of queued rows */
     int writer_failed;             /* could not start it: dumps are written synchronously */
     /* host copy of a dumped tensor (synchronous dumps) */
     float *x;                      /* [rows, cols] */
@@ -68,6 +76,8 @@ struct fp8t_inspector {
     uint8_t *codes;                /* [rows, cols] */
     size_t codes_cap;
 };
+
+static void flush_rows(fp8t_inspector *in);
 
 /* ---- spec parsing ----
  * Messages name the key, not the option: the caller says which option the spec came from
@@ -257,6 +267,9 @@ fp8t_inspector *fp8t_inspector_create(const char *spec, const char *out_dir, cha
     if (!in) { snprintf(err, errlen, "out of memory"); return NULL; }
     in->step = -1;
     in->upd_step = -1;
+    in->dump_budget = DUMP_INFLIGHT_BYTES;
+    const char *budget = getenv("FP8TRAIN_INSPECT_DUMP_BUDGET"); /* bytes; tests use a tiny one */
+    if (budget && strtoull(budget, NULL, 10) > 0) in->dump_budget = strtoull(budget, NULL, 10);
     if (parse_spec(&in->sel, spec, err, errlen)) goto fail;
     if (!out_dir || !*out_dir || strlen(out_dir) > 900) {
         snprintf(err, errlen, "needs an output directory (--out DIR)");
@@ -280,15 +293,18 @@ fail:
 
 void fp8t_inspector_destroy(fp8t_inspector *in) {
     if (!in) return;
+    if (in->be) flush_rows(in); /* a step that was never ended */
     if (in->writer) {
         in->be->ops->synchronize(in->be); /* the last copies land before the thread writes */
         dump_writer_destroy(in->writer);
     }
     if (in->stats) fclose(in->stats);
     if (in->be) {
-        if (in->d_raw) in->be->ops->free(in->be, in->d_raw);
+        if (in->d_raws) in->be->ops->free(in->be, in->d_raws);
         if (in->d_blocks) in->be->ops->free(in->be, in->d_blocks);
     }
+    free(in->rows);
+    free(in->h_raws);
     free(in->seen);
     free(in->state);
     free(in->upd_amax);
@@ -315,12 +331,8 @@ int fp8t_inspector_active(const fp8t_inspector *in) { return in && in->active; }
 void fp8t_inspector_end_step(fp8t_inspector *in, int step) {
     (void)step;
     if (!in) return;
+    if (in->be) flush_rows(in);
     if (in->active) fflush(in->stats);
-    if (dump_writer_pending(in->writer)) {
-        /* hand the step's last dumps to the writer: their copies must have landed */
-        in->be->ops->synchronize(in->be);
-        dump_writer_release(in->writer);
-    }
     in->active = 0;
 }
 
@@ -455,37 +467,6 @@ static void add_block_stats(fp8t_inspector *in, line_buf *o, const fp8t_stats_ra
     }
 }
 
-/* Dump one site: queued to the background writer (the copy lands in a pinned buffer while
- * the step goes on), or, if the writer could not start, copied and written right here. */
-static void dump_site(fp8t_inspector *in, fp8t_backend *be, const fp8t_tensor_site *s,
-                      const float *x, float scale, float scale_inv, int is_operand) {
-    dump_job job;
-    memset(&job, 0, sizeof job);
-    snprintf(job.dir, sizeof(job.dir), "%s/dumps/step_%06d", in->out_dir, in->step);
-    site_name(job.name, sizeof(job.name), s);
-    job.rows = s->rows, job.cols = s->cols;
-    job.operand = is_operand;
-    job.scale = scale, job.scale_inv = scale_inv;
-    job.fmt = s->fmt;
-    const size_t n = (size_t)s->rows * (size_t)s->cols;
-    if (!in->writer && !in->writer_failed) {
-        in->writer = dump_writer_create(be, DUMP_INFLIGHT_BYTES);
-        in->writer_failed = !in->writer;
-    }
-    if (in->writer) {
-        float *buf = dump_writer_buffer(in->writer, n * sizeof(float));
-        be->ops->to_host_async(be, buf, x, n * sizeof(float));
-        dump_writer_queue(in->writer, &job, buf);
-        return;
-    }
-    if (grow_buf((void **)&in->x, &in->x_cap, n, sizeof(float))) {
-        fprintf(stderr, "fp8train: inspect: out of memory for a %dx%d dump\n", s->rows, s->cols);
-        return;
-    }
-    be->ops->to_host(be, in->x, x, n * sizeof(float));
-    dump_write_files(&job, in->x, &in->codes, &in->codes_cap);
-}
-
 /* The what-if images every operand gets after the one its GEMM uses (image 0): per-tensor
  * current scaling, 1x128 blocks (along the stored rows) in both formats, and MXFP8. */
 #define N_WHATIF 5
@@ -565,60 +546,36 @@ void fp8t_inspector_before_scale_update(fp8t_inspector *in, fp8t_model *m, int s
     in->upd_step = step + 1;
 }
 
-void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
-                            float *x) {
-    if (!in || !in->active || !site || !x) return;
-    if (!layer_selected(in, site->layer) || !(in->sel.module_mask >> site->module & 1u) ||
-        !(in->sel.gemm_mask >> site->gemm & 1u) || !(in->sel.tensor_mask >> site->kind & 1u))
-        return;
-    int micro = next_micro(in, m, site);
-    if (micro > 0 && !in->sel.all_micro) return;
-    if (site->rows <= 0 || site->cols <= 0) return;
-    size_t n = (size_t)site->rows * (size_t)site->cols;
-    fp8t_backend *be = fp8t_model_backend(m);
-    if (!in->be) in->be = be;
-    if (!in->d_raw) in->d_raw = be->ops->malloc(be, sizeof(fp8t_stats_raw));
+/* One inspected site whose statistics are queued on the device, turned into a stats.jsonl
+ * line at the next flush (end of step): the step does not wait for each site's result. */
+typedef struct pending_row {
+    fp8t_tensor_site site;
+    int step, micro, is_operand, scale_img;
+    const char *scale_source;
+    double hist_max;
+    float *dump_buf; /* its dump's pinned buffer (copy queued), or NULL */
+} pending_row;
 
-    /* the statistics on the device; only the fp8t_stats_raw comes back */
-    int is_operand = site->fp8_index >= 0;
-    fp8t_stats_req req;
-    const char *scale_source = NULL;
-    int scale_img = -1;
-    memset(&req, 0, sizeof req);
-    if (is_operand) {
-        scale_img = operand_images(&req, m, site, &scale_source);
-        if (in->sel.block > 0) {
-            req.block = in->sel.block;
-            req.block_img = scale_img;
-            const size_t nb = (n + (size_t)in->sel.block - 1) / (size_t)in->sel.block;
-            if (in->sel.block_list && nb > in->d_blocks_cap) {
-                if (in->d_blocks) be->ops->free(be, in->d_blocks);
-                in->d_blocks = be->ops->malloc(be, nb * sizeof(fp8t_block_raw));
-                in->d_blocks_cap = nb;
-            }
-            req.block_list = in->sel.block_list ? in->d_blocks : NULL;
-        }
-    }
-    be->ops->tensor_stats(be, in->d_raw, x, site->rows, site->cols, &req);
-    fp8t_stats_raw raw;
-    be->ops->to_host(be, &raw, in->d_raw, sizeof raw);
-    dump_writer_release(in->writer); /* that waited: earlier dump copies have landed */
+/* The stats.jsonl line of one site from its raw statistics. */
+static void write_row(fp8t_inspector *in, const pending_row *pr, const fp8t_stats_raw *rawp,
+                      float *scale_out) {
+    const fp8t_tensor_site *site = &pr->site;
+    const fp8t_stats_raw raw = *rawp;
+    const int is_operand = pr->is_operand, micro = pr->micro, scale_img = pr->scale_img;
+    const char *scale_source = pr->scale_source;
+    const double hist_max = pr->hist_max;
     fp8t_stats st;
     fp8t_stats_from_raw(&st, &raw, is_operand ? 0 : -1);
-
     float scale = NAN, scale_inv = NAN;
-    double hist_max = NAN;
     if (is_operand) {
         scale = (float)raw.img[scale_img].scale;
         scale_inv = 1.0f / scale;
-        if (in->upd_step == in->step && site->fp8_index < in->upd_n &&
-            strcmp(scale_source, "delayed") == 0)
-            hist_max = in->upd_amax[site->fp8_index];
     }
+    *scale_out = scale;
 
     line_buf lb = {0}, *o = &lb;
     lb_put(o, "{", 1);
-    add_num(o, "step", in->step);
+    add_num(o, "step", pr->step);
     add_num(o, "micro", micro);
     add_num(o, "layer", site->layer);
     add_str(o, "module", fp8t_module_name(site->module));
@@ -673,6 +630,138 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     lb_put(o, "}\n", 2);
     if (lb.s) fputs(lb.s, in->stats);
     free(lb.s);
+}
 
-    if (in->sel.dump && micro == 0) dump_site(in, be, site, x, scale, scale_inv, is_operand);
+static void dump_job_of(dump_job *job, const fp8t_inspector *in, const pending_row *pr,
+                        float scale) {
+    memset(job, 0, sizeof *job);
+    snprintf(job->dir, sizeof(job->dir), "%s/dumps/step_%06d", in->out_dir, pr->step);
+    site_name(job->name, sizeof(job->name), &pr->site);
+    job->rows = pr->site.rows, job->cols = pr->site.cols;
+    job->operand = pr->is_operand;
+    job->scale = scale, job->scale_inv = 1.0f / scale;
+    job->fmt = pr->site.fmt;
+}
+
+/* Write every queued site: one copy of their raw statistics to the host (which waits for the
+ * device, so the dumps' copies have landed too), then the lines, then the dumps go to the
+ * writer thread with their scales. */
+static void flush_rows(fp8t_inspector *in) {
+    if (in->n_rows == 0) return;
+    fp8t_backend *be = in->be;
+    if (grow_buf((void **)&in->h_raws, &in->h_raws_cap, in->n_rows, sizeof(fp8t_stats_raw))) {
+        fprintf(stderr, "fp8train: inspect: out of memory: %zu rows of step %d lost\n",
+                in->n_rows, in->step);
+        be->ops->synchronize(be);
+        in->n_rows = 0;
+        return;
+    }
+    be->ops->to_host(be, in->h_raws, in->d_raws, in->n_rows * sizeof(fp8t_stats_raw));
+    for (size_t k = 0; k < in->n_rows; k++) {
+        const pending_row *pr = &in->rows[k];
+        float scale;
+        write_row(in, pr, &in->h_raws[k], &scale);
+        in->last_scale = scale;
+        if (pr->dump_buf) {
+            dump_job job;
+            dump_job_of(&job, in, pr, scale);
+            dump_writer_queue(in->writer, &job, pr->dump_buf);
+        }
+    }
+    dump_writer_release(in->writer);
+    in->n_rows = 0;
+    in->pending_dump_bytes = 0;
+}
+
+void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
+                            float *x) {
+    if (!in || !in->active || !site || !x) return;
+    if (!layer_selected(in, site->layer) || !(in->sel.module_mask >> site->module & 1u) ||
+        !(in->sel.gemm_mask >> site->gemm & 1u) || !(in->sel.tensor_mask >> site->kind & 1u))
+        return;
+    int micro = next_micro(in, m, site);
+    if (micro > 0 && !in->sel.all_micro) return;
+    if (site->rows <= 0 || site->cols <= 0) return;
+    size_t n = (size_t)site->rows * (size_t)site->cols;
+    fp8t_backend *be = fp8t_model_backend(m);
+    if (!in->be) in->be = be;
+    int dump = in->sel.dump && micro == 0;
+    if (dump && !in->writer && !in->writer_failed) {
+        in->writer = dump_writer_create(be, in->dump_budget);
+        in->writer_failed = !in->writer;
+    }
+    /* The dumps of queued rows hold pinned buffers the writer cannot have before the flush:
+     * past half the budget, flush now, so that the writer can free buffers and a request for
+     * one never waits on buffers only this thread could hand over. */
+    if (dump && in->writer && in->pending_dump_bytes + n * sizeof(float) > in->dump_budget / 2)
+        flush_rows(in);
+    /* a slot for this site's result on the device, and its bookkeeping on the host */
+    if (in->n_rows == in->d_raws_cap) {
+        size_t cap = in->d_raws_cap ? 2 * in->d_raws_cap : 64;
+        fp8t_stats_raw *d = be->ops->malloc(be, cap * sizeof(fp8t_stats_raw));
+        if (in->d_raws) {
+            be->ops->copy(be, d, in->d_raws, in->n_rows * sizeof(fp8t_stats_raw));
+            be->ops->free(be, in->d_raws);
+        }
+        in->d_raws = d;
+        in->d_raws_cap = cap;
+    }
+    if (grow_buf((void **)&in->rows, &in->rows_cap, in->n_rows + 1, sizeof(pending_row))) {
+        fprintf(stderr, "fp8train: inspect: out of memory\n");
+        return;
+    }
+    pending_row *pr = &in->rows[in->n_rows];
+    memset(pr, 0, sizeof *pr);
+    pr->site = *site;
+    pr->step = in->step;
+    pr->micro = micro;
+    pr->is_operand = site->fp8_index >= 0;
+    pr->scale_img = -1;
+    pr->hist_max = NAN;
+
+    /* the statistics on the device; only the fp8t_stats_raw comes back */
+    fp8t_stats_req req;
+    memset(&req, 0, sizeof req);
+    if (pr->is_operand) {
+        pr->scale_img = operand_images(&req, m, site, &pr->scale_source);
+        if (in->upd_step == in->step && site->fp8_index < in->upd_n &&
+            strcmp(pr->scale_source, "delayed") == 0)
+            pr->hist_max = in->upd_amax[site->fp8_index];
+        if (in->sel.block > 0) {
+            req.block = in->sel.block;
+            req.block_img = pr->scale_img;
+            const size_t nb = (n + (size_t)in->sel.block - 1) / (size_t)in->sel.block;
+            if (in->sel.block_list && nb > in->d_blocks_cap) {
+                if (in->d_blocks) be->ops->free(be, in->d_blocks);
+                in->d_blocks = be->ops->malloc(be, nb * sizeof(fp8t_block_raw));
+                in->d_blocks_cap = nb;
+            }
+            req.block_list = in->sel.block_list ? in->d_blocks : NULL;
+        }
+    }
+    be->ops->tensor_stats(be, in->d_raws + in->n_rows, x, site->rows, site->cols, &req);
+
+    if (dump && in->writer) {
+        /* copied now (later kernels may overwrite x), written after the flush */
+        pr->dump_buf = dump_writer_buffer(in->writer, n * sizeof(float));
+        be->ops->to_host_async(be, pr->dump_buf, x, n * sizeof(float));
+        in->pending_dump_bytes += n * sizeof(float);
+    }
+    in->n_rows++;
+    /* the per-block list has one device buffer: write its row now */
+    if (in->sel.block_list && pr->is_operand) flush_rows(in);
+    if (dump && !in->writer) {
+        /* no writer thread: this site's line first (its scale), then the files, here */
+        dump_job job;
+        const pending_row keep = *pr;
+        flush_rows(in); /* no-op if the block-list flush above wrote it already */
+        dump_job_of(&job, in, &keep, in->last_scale);
+        if (grow_buf((void **)&in->x, &in->x_cap, n, sizeof(float))) {
+            fprintf(stderr, "fp8train: inspect: out of memory for a %dx%d dump\n", site->rows,
+                    site->cols);
+            return;
+        }
+        be->ops->to_host(be, in->x, x, n * sizeof(float));
+        dump_write_files(&job, in->x, &in->codes, &in->codes_cap);
+    }
 }
