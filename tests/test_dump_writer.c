@@ -48,13 +48,16 @@ static int check_dump(const dump_job *job, int seed) {
     return ok;
 }
 
-static void run(size_t budget, const char *sub) {
+/* hold: queue every dump before releasing any (the inspector queues a whole step's dumps and
+ * releases them at its end): the producer then holds all buffers, which must never make it
+ * wait (it did past 64 buffers once: a deadlock), whatever the budget. */
+static void run(size_t budget, const char *sub, int hold) {
     char err[512];
     fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
     T_ASSERT(be, "%s", err);
     dump_writer *w = dump_writer_create(be, budget);
     T_ASSERT(w, "writer thread");
-    enum { N = 24 };
+    enum { N = 100 };
     dump_job jobs[N];
     for (int k = 0; k < N; k++) {
         dump_job *j = &jobs[k];
@@ -62,7 +65,7 @@ static void run(size_t budget, const char *sub) {
         snprintf(j->dir, sizeof(j->dir), "%s/%s/step_%06d", g_root, sub, k % 3);
         snprintf(j->name, sizeof(j->name), "%d.fc1.fprop.input", k);
         j->rows = 10 + k % 5;          /* sizes vary and grow: buffers are reused and replaced */
-        j->cols = 50 + 20 * k;
+        j->cols = 50 + 7 * k;
         j->operand = k % 2;
         j->scale = 8.0f, j->scale_inv = 0.125f;
         j->fmt = k % 4 < 2 ? FP8_E4M3 : FP8_E5M2;
@@ -75,7 +78,7 @@ static void run(size_t budget, const char *sub) {
         dump_writer_queue(w, j, buf);
         T_CHECK(dump_writer_pending(w), "a queued dump is pending until released");
         be->ops->synchronize(be);
-        dump_writer_release(w);
+        if (!hold) dump_writer_release(w);
         be->ops->free(be, dev);
         free(host);
     }
@@ -87,9 +90,11 @@ static void run(size_t budget, const char *sub) {
 }
 
 /* a budget far below one dump: every buffer request waits for the thread's backlog */
-static void test_tiny_budget(void) { run(64, "tiny"); }
+static void test_tiny_budget(void) { run(64, "tiny", 0); }
 /* a roomy budget: the thread lags behind, buffers pile up, all land */
-static void test_large_budget(void) { run((size_t)64 << 20, "large"); }
+static void test_large_budget(void) { run((size_t)64 << 20, "large", 0); }
+static void test_hold_tiny_budget(void) { run(64, "hold_tiny", 1); }
+static void test_hold_large_budget(void) { run((size_t)64 << 20, "hold_large", 1); }
 
 int main(void) {
     t_suite = "dump_writer";
@@ -97,6 +102,8 @@ int main(void) {
     if (!mkdtemp(g_root)) { perror("mkdtemp"); return 1; }
     T_RUN(test_tiny_budget);
     T_RUN(test_large_budget);
+    T_RUN(test_hold_tiny_budget);
+    T_RUN(test_hold_large_budget);
     if (!getenv("FP8T_KEEP_TEST_FILES")) fp8t_rmtree(g_root);
     else printf("kept %s\n", g_root);
     T_MAIN_END();

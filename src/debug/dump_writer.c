@@ -8,25 +8,27 @@
 
 #include "fp8train/io.h"
 
-#define MAX_BUFS 64
+/* A pinned buffer is free, held by the producer (handed out; its job not yet released to the
+ * thread), or with the thread (queued or being written). */
+enum { BUF_FREE = 0, BUF_PRODUCER, BUF_THREAD };
 
 typedef struct {
     float *p;
     size_t cap;
-    int busy; /* handed out, copied into, queued or being written */
+    int state;
 } pinned_buf;
 
 typedef struct job_node {
     dump_job job;
-    int buf;
+    float *buf; /* its pinned buffer */
     struct job_node *next;
 } job_node;
 
 struct dump_writer {
     fp8t_backend *be;
     size_t max_bytes, total_bytes;
-    pinned_buf bufs[MAX_BUFS];
-    int n_bufs;
+    pinned_buf *bufs; /* [n_bufs]; grown by the producer under mu */
+    int n_bufs, bufs_cap;
     job_node *pending, *pending_tail; /* producer only: copies maybe still in flight */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_free;
@@ -67,6 +69,12 @@ void dump_write_files(const dump_job *job, const float *x, uint8_t **codes, size
     if (rc) fprintf(stderr, "fp8train: inspect: dump failed: %s\n", err);
 }
 
+/* under mu */
+static void set_state(dump_writer *w, const float *p, int state) {
+    for (int i = 0; i < w->n_bufs; i++)
+        if (w->bufs[i].p == p) w->bufs[i].state = state;
+}
+
 static void *writer_main(void *arg) {
     dump_writer *w = arg;
     pthread_mutex_lock(&w->mu);
@@ -76,11 +84,10 @@ static void *writer_main(void *arg) {
         if (!j) break; /* quit with nothing left */
         w->ready = j->next;
         if (!w->ready) w->ready_tail = NULL;
-        float *x = w->bufs[j->buf].p;
         pthread_mutex_unlock(&w->mu);
-        dump_write_files(&j->job, x, &w->codes, &w->codes_cap);
+        dump_write_files(&j->job, j->buf, &w->codes, &w->codes_cap);
         pthread_mutex_lock(&w->mu);
-        w->bufs[j->buf].busy = 0;
+        set_state(w, j->buf, BUF_FREE);
         pthread_cond_broadcast(&w->cv_free);
         free(j);
     }
@@ -106,43 +113,51 @@ dump_writer *dump_writer_create(fp8t_backend *be, size_t max_bytes) {
     return w;
 }
 
+/* Over the budget: free the free buffers first; then wait only while the thread has work
+ * that will free more; with nothing in the thread's hands (everything held by the producer,
+ * who releases it only after this call) allocate past the budget rather than wait forever
+ * (the inspector flushes at half the budget, so this stays bounded). */
 float *dump_writer_buffer(dump_writer *w, size_t bytes) {
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        int best = -1, any_busy = 0, any_free = -1;
+        int best = -1, with_thread = 0;
         for (int i = 0; i < w->n_bufs; i++) {
-            if (w->bufs[i].busy) { any_busy = 1; continue; }
-            any_free = i;
-            if (w->bufs[i].cap >= bytes && (best < 0 || w->bufs[i].cap < w->bufs[best].cap))
+            if (w->bufs[i].state == BUF_THREAD) with_thread = 1;
+            if (w->bufs[i].state == BUF_FREE && w->bufs[i].cap >= bytes &&
+                (best < 0 || w->bufs[i].cap < w->bufs[best].cap))
                 best = i;
         }
         if (best >= 0) {
-            w->bufs[best].busy = 1;
+            w->bufs[best].state = BUF_PRODUCER;
             pthread_mutex_unlock(&w->mu);
             return w->bufs[best].p;
         }
-        /* none fits: grow if the budget allows (or nothing is in flight to wait for) */
-        if ((w->total_bytes + bytes <= w->max_bytes || !any_busy) && w->n_bufs < MAX_BUFS) {
-            pthread_mutex_unlock(&w->mu);
-            float *p = w->be->ops->host_alloc(w->be, bytes);
-            pthread_mutex_lock(&w->mu);
-            pinned_buf *b = &w->bufs[w->n_bufs++];
-            b->p = p, b->cap = bytes, b->busy = 1;
-            w->total_bytes += bytes;
-            pthread_mutex_unlock(&w->mu);
-            return p;
+        if (w->total_bytes + bytes > w->max_bytes) {
+            /* drop the free buffers (all too small for this one) */
+            int k = 0;
+            for (int i = 0; i < w->n_bufs; i++) {
+                if (w->bufs[i].state == BUF_FREE) {
+                    w->total_bytes -= w->bufs[i].cap;
+                    w->be->ops->host_free(w->be, w->bufs[i].p);
+                } else {
+                    w->bufs[k++] = w->bufs[i];
+                }
+            }
+            w->n_bufs = k;
         }
-        if (any_free >= 0 && (!any_busy || w->n_bufs == MAX_BUFS)) {
-            /* a free buffer too small for this tensor: replace it */
-            pinned_buf *b = &w->bufs[any_free];
-            float *old = b->p;
-            b->busy = 1;
-            pthread_mutex_unlock(&w->mu);
-            w->be->ops->host_free(w->be, old);
+        if (w->total_bytes + bytes <= w->max_bytes || !with_thread) {
+            if (w->n_bufs == w->bufs_cap) {
+                int cap = w->bufs_cap ? 2 * w->bufs_cap : 16;
+                pinned_buf *nb = realloc(w->bufs, (size_t)cap * sizeof(*nb));
+                if (!nb) {
+                    pthread_mutex_unlock(&w->mu);
+                    return NULL;
+                }
+                w->bufs = nb, w->bufs_cap = cap;
+            }
             float *p = w->be->ops->host_alloc(w->be, bytes);
-            pthread_mutex_lock(&w->mu);
-            w->total_bytes += bytes - b->cap;
-            b->p = p, b->cap = bytes;
+            w->bufs[w->n_bufs++] = (pinned_buf){.p = p, .cap = bytes, .state = BUF_PRODUCER};
+            w->total_bytes += bytes;
             pthread_mutex_unlock(&w->mu);
             return p;
         }
@@ -153,21 +168,15 @@ float *dump_writer_buffer(dump_writer *w, size_t bytes) {
 
 void dump_writer_queue(dump_writer *w, const dump_job *job, float *buf) {
     job_node *j = malloc(sizeof(*j));
-    int idx = -1;
-    for (int i = 0; i < w->n_bufs; i++)
-        if (w->bufs[i].p == buf) idx = i;
-    if (!j || idx < 0) {
+    if (!j) {
         fprintf(stderr, "fp8train: inspect: dump of %s lost (out of memory)\n", job->name);
-        free(j);
-        if (idx >= 0) {
-            pthread_mutex_lock(&w->mu);
-            w->bufs[idx].busy = 0;
-            pthread_mutex_unlock(&w->mu);
-        }
+        pthread_mutex_lock(&w->mu);
+        set_state(w, buf, BUF_FREE);
+        pthread_mutex_unlock(&w->mu);
         return;
     }
     j->job = *job;
-    j->buf = idx;
+    j->buf = buf;
     j->next = NULL;
     if (w->pending_tail) w->pending_tail->next = j;
     else w->pending = j;
@@ -179,6 +188,7 @@ int dump_writer_pending(const dump_writer *w) { return w && w->pending != NULL; 
 void dump_writer_release(dump_writer *w) {
     if (!w || !w->pending) return;
     pthread_mutex_lock(&w->mu);
+    for (job_node *j = w->pending; j; j = j->next) set_state(w, j->buf, BUF_THREAD);
     if (w->ready_tail) w->ready_tail->next = w->pending;
     else w->ready = w->pending;
     w->ready_tail = w->pending_tail;
@@ -196,6 +206,7 @@ void dump_writer_destroy(dump_writer *w) {
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
     for (int i = 0; i < w->n_bufs; i++) w->be->ops->host_free(w->be, w->bufs[i].p);
+    free(w->bufs);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv_work);
     pthread_cond_destroy(&w->cv_free);

@@ -4,7 +4,8 @@
  *
  * Protocol (one producer, the training thread):
  *   buf = dump_writer_buffer(w, bytes);       a free pinned buffer (waits while the in-flight
- *                                             budget is used up by the thread's backlog)
+ *                                             budget is used up by the thread's backlog; NULL
+ *                                             out of memory)
  *   be->ops->to_host_async(be, buf, x, bytes);
  *   dump_writer_queue(w, &job, buf);          pending: the copy may not have landed yet
  *   ... a to_host or synchronize on the backend returns ...

@@ -744,8 +744,13 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     if (dump && in->writer) {
         /* copied now (later kernels may overwrite x), written after the flush */
         pr->dump_buf = dump_writer_buffer(in->writer, n * sizeof(float));
-        be->ops->to_host_async(be, pr->dump_buf, x, n * sizeof(float));
-        in->pending_dump_bytes += n * sizeof(float);
+        if (pr->dump_buf) {
+            be->ops->to_host_async(be, pr->dump_buf, x, n * sizeof(float));
+            in->pending_dump_bytes += n * sizeof(float);
+        } else {
+            fprintf(stderr, "fp8train: inspect: out of memory: dump of a %dx%d tensor lost\n",
+                    site->rows, site->cols);
+        }
     }
     in->n_rows++;
     /* the per-block list has one device buffer: write its row now */
