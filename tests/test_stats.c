@@ -397,6 +397,25 @@ static void test_raw_images(void) {
                 raw.block_amax_max == amax_max && raw.block_underflow_max_pct == under_max &&
                 raw.blocks_with_underflow == with,
             "block summary: worst %llu vs %zu", (unsigned long long)raw.block_sqnr_min_index, wi);
+    /* the images run on separate threads above 65536 elements: one and two threads give the
+     * same bytes */
+    {
+        const int br = 300, bc = 256;
+        float *big = malloc((size_t)br * bc * sizeof(float));
+        T_ASSERT(big, "out of memory");
+        fill(big, (size_t)br * bc);
+        fp8t_stats_raw one, two;
+        req.block_list = NULL;
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(1);
+        fp8t_stats_raw_compute(&one, big, br, bc, &req);
+        omp_set_num_threads(2);
+        fp8t_stats_raw_compute(&two, big, br, bc, &req);
+        omp_set_num_threads(saved);
+        T_CHECK(!memcmp(&one, &two, sizeof one) && one.n_images == 6,
+                "raw statistics depend on the thread count");
+        free(big);
+    }
     /* no request: moments only */
     fp8t_stats_raw_compute(&raw, x, rows, cols, NULL);
     T_CHECK(raw.n_images == 0 && raw.n_blocks == 0 && raw.n_finite == n - 3, "moments only");

@@ -4,8 +4,8 @@
  * The images are built with the library's own quantizers (fp8_fake_quantize,
  * fp8t_block_quantize / _dequantize, fp8t_mxfp8_quantize / _dequantize), so the reference is
  * the recipe definitions themselves, not a second copy of them. Sums are in double with
- * Neumaier compensation, in element order (single-threaded: this runs on small tensors, in
- * the CPU backend and in tests). */
+ * Neumaier compensation, in element order (the images on separate threads, each one
+ * sequential: the same bits for any thread count). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +180,9 @@ void fp8t_stats_raw_compute(fp8t_stats_raw *out, const float *x, int rows, int c
     const float qamax = fp8_amax(x, n);
     const int ni = req->n_images < FP8T_STATS_MAX_IMAGES ? req->n_images : FP8T_STATS_MAX_IMAGES;
     out->n_images = ni > 0 ? ni : 0;
+    /* images are independent and each one's sums run in element order: one thread per image
+     * changes no bit */
+#pragma omp parallel for schedule(dynamic, 1) if (n >= 65536 && out->n_images > 1)
     for (int k = 0; k < out->n_images; k++) {
         const fp8t_image_spec *sp = &req->img[k];
         fp8t_image_raw *ir = &out->img[k];
