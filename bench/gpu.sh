@@ -7,6 +7,11 @@
 #
 #   bench/gpu.sh                 both models, default batch sizes
 #   bench/gpu.sh --quick         124M only, batch 8, fewer steps (a smoke run)
+#   bench/gpu.sh --inspect-cost  the cost of the debugging instruments, FP8 delayed, both
+#                                models: plain vs --inspect every=100 / every=10 / every=1
+#                                (all layers, GEMMs and tensors) vs --shadow-every 100, as
+#                                ratios to the plain step (issue 15's targets: <= 3%, <= 15%,
+#                                <= 2x, <= 2%). --inspect-cost --quick: 124M only.
 #   bench/gpu.sh -- ARGS...      one run of gpu_bench with ARGS (see gpu_bench --help)
 # Environment: BUILD (build directory, default build), GPU_BENCH_BIN (use this prebuilt binary
 # instead of building), FP8TRAIN_CUDA_PLAIN=1 etc. pass through to the backend.
@@ -32,6 +37,17 @@ fi
 if [ "${1:-}" = "--" ]; then
   shift
   exec "$BIN" "$@"
+fi
+if [ "${1:-}" = "--inspect-cost" ]; then
+  COST=(--prec fp8-delayed --warmup 3 --steps 20 --inspect every=100 --inspect every=10
+        --inspect every=1 --shadow-every 100 --inspect-out "${TMPDIR:-/tmp}/gpu_bench_inspect.$$")
+  "$BIN" --model gpt2-124m --batch 32 --seq 1024 "${COST[@]}"
+  if [ "${2:-}" != "--quick" ]; then
+    echo
+    "$BIN" --model gpt2-1.5b --batch 16 --seq 1024 "${COST[@]}"
+  fi
+  rm -rf "${TMPDIR:-/tmp}/gpu_bench_inspect.$$"
+  exit
 fi
 if [ "${1:-}" = "--quick" ]; then
   "$BIN" --model gpt2-124m --batch 8 --seq 1024 --warmup 2 --steps 5

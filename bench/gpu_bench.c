@@ -3,6 +3,18 @@
  *
  *   gpu_bench [--model gpt2-124m] [--batch 32] [--seq 1024] [--warmup 3] [--steps 10]
  *             [--prec bf16,fp8-delayed,fp8-current] [--profile]
+ *             [--inspect SPEC]... [--shadow-every K]... [--inspect-out DIR]
+ *
+ * The cost of the debugging instruments: each --inspect SPEC (the trainer's --inspect syntax)
+ * and each --shadow-every K adds a variant, run after the plain step of each precision on a
+ * fresh model, and printed with its throughput as a ratio to the plain step's, so one call
+ * measures e.g. plain vs every=100 / every=10 / every=1 / shadow-every 100. Timed steps are
+ * numbered 0, 1, ...; a variant runs max(--steps, K) timed steps rounded up to a multiple of
+ * K (K = its every= or shadow period), so every=100 covers one inspected step per 100. As in
+ * the trainer, the model hook is installed on inspected steps only, the scale-update note
+ * (fp8t_inspector_before_scale_update) is taken before each inspected step, and the shadow is
+ * a frozen all-BF16 forward of the step's batch. stats.jsonl goes to --inspect-out
+ * (default /tmp/gpu_bench_inspect)/PRECISION_vN/.
  *
  * --profile times every op of the timed steps (the device is synchronized around each op, so
  * the step time it prints is longer than an unprofiled run's) and prints where the time goes.
@@ -22,6 +34,7 @@
 #include <time.h>
 
 #include "fp8train/backend.h"
+#include "fp8train/debug.h"
 #include "fp8train/model.h"
 #include "fp8train/policy.h"
 #include "fp8train/profile.h"
@@ -59,10 +72,32 @@ static int parse_prec(const char *name, fp8t_policy *p) {
     return 0;
 }
 
+#define MAX_VARIANTS 16
+typedef struct {
+    const char *inspect; /* NULL: none */
+    int shadow_every;    /* 0: none */
+} variant;
+
+static void inspect_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *site, float *x) {
+    fp8t_inspector_observe((fp8t_inspector *)ctx, m, site, x);
+}
+
+/* The period a variant's cost repeats with: its every= (1 if absent) or shadow period. */
+static int variant_period(const variant *v) {
+    if (v->shadow_every > 0) return v->shadow_every;
+    const char *e = v->inspect ? strstr(v->inspect, "every=") : NULL;
+    int k = e ? atoi(e + 6) : 1;
+    return k > 0 ? k : 1;
+}
+
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--model NAME] [--batch B] [--seq T] [--warmup N] [--steps N] "
-            "[--prec LIST] [--profile]\n"
+            "[--prec LIST] [--profile] [--inspect SPEC]... [--shadow-every K]... "
+            "[--inspect-out DIR]\n"
+            "  --inspect SPEC   a variant with the tensor inspector (train's --inspect syntax)\n"
+            "  --shadow-every K a variant with a shadow BF16 forward every K steps\n"
+            "                   (variants print tokens/s as a ratio to the plain step)\n"
             "  --model  a preset: %s (default gpt2-124m)\n"
             "  --prec   comma-separated: bf16, fp8-delayed, fp8-current, fp32\n"
             "           (default bf16,fp8-delayed,fp8-current)\n"
@@ -73,6 +108,10 @@ static void usage(const char *argv0) {
 int main(int argc, char **argv) {
     const char *model = "gpt2-124m", *precs = "bf16,fp8-delayed,fp8-current";
     int B = 32, T = 1024, warmup = 3, steps = 10, profile = 0;
+    variant vars[MAX_VARIANTS];
+    int n_vars = 1; /* vars[0]: the plain step */
+    memset(vars, 0, sizeof vars);
+    const char *inspect_out = "/tmp/gpu_bench_inspect";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -93,7 +132,27 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) warmup = atoi(v);
         else if (!strcmp(a, "--steps")) steps = atoi(v);
         else if (!strcmp(a, "--prec")) precs = v;
-        else {
+        else if (!strcmp(a, "--inspect-out")) inspect_out = v;
+        else if (!strcmp(a, "--inspect") || !strcmp(a, "--shadow-every")) {
+            if (n_vars == MAX_VARIANTS) {
+                fprintf(stderr, "gpu_bench: at most %d variants\n", MAX_VARIANTS - 1);
+                return 2;
+            }
+            if (a[2] == 'i') {
+                char e[512];
+                if (fp8t_inspector_spec_check(v, e, sizeof(e)) != 0) {
+                    fprintf(stderr, "gpu_bench: --inspect: %s\n", e);
+                    return 2;
+                }
+                vars[n_vars++].inspect = v;
+            } else {
+                vars[n_vars].shadow_every = atoi(v);
+                if (vars[n_vars++].shadow_every <= 0) {
+                    fprintf(stderr, "gpu_bench: --shadow-every %s: expected a positive integer\n", v);
+                    return 2;
+                }
+            }
+        } else {
             usage(argv[0]);
             return 2;
         }
@@ -154,45 +213,96 @@ int main(int argc, char **argv) {
             status = 2;
             continue;
         }
-        fp8t_model *m = fp8t_model_create(be, &cfg, &pol, B, T, err, sizeof(err));
-        if (!m) {
-            printf("%-12s model create failed: %s\n", name, err);
-            status = 1;
-            continue;
-        }
-        fp8t_model_init_weights(m, 42);
-        long lt0 = 0, fb0 = 0, lt1 = 0, fb1 = 0;
-        if (fp8t_cuda_gemm_counts) fp8t_cuda_gemm_counts(cuda, &lt0, &fb0);
-        float loss = 0;
-        double t0 = 0;
-        for (int s = 1; s <= warmup + steps; s++) {
-            if (s == warmup + 1) {
-                be->ops->synchronize(be);
-                if (profile) fp8t_profile_reset(be);
-                t0 = now_s();
+        fp8t_policy bf16;
+        parse_prec("bf16", &bf16);
+        double plain_tps = 0;
+        for (int vi = 0; vi < n_vars; vi++) {
+            const variant *var = &vars[vi];
+            fp8t_model *m = fp8t_model_create(be, &cfg, &pol, B, T, err, sizeof(err));
+            if (!m) {
+                printf("%-12s model create failed: %s\n", name, err);
+                status = 1;
+                continue;
             }
-            fp8t_model_zero_grad(m);
-            loss = fp8t_model_forward(m, tok, tgt);
-            fp8t_model_backward(m, 1.0f);
-            float norm = fp8t_model_grad_norm(m);
-            fp8t_model_adamw(m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, s, 1.0f, norm);
-            fp8t_model_end_step(m);
+            fp8t_model_init_weights(m, 42);
+            fp8t_inspector *in = NULL;
+            if (var->inspect) {
+                char dir[600];
+                snprintf(dir, sizeof(dir), "%s/%s_v%d", inspect_out, name, vi);
+                in = fp8t_inspector_create(var->inspect, dir, err, sizeof(err));
+                if (!in) {
+                    printf("%-12s --inspect %s: %s\n", name, var->inspect, err);
+                    status = 1;
+                    fp8t_model_destroy(m);
+                    continue;
+                }
+            }
+            int period = variant_period(var);
+            int nsteps = vi == 0 ? steps : (steps + period - 1) / period * period;
+            int n_inspected = 0, n_shadow = 0;
+            long lt0 = 0, fb0 = 0, lt1 = 0, fb1 = 0;
+            if (fp8t_cuda_gemm_counts) fp8t_cuda_gemm_counts(cuda, &lt0, &fb0);
+            float loss = 0;
+            double t0 = 0;
+            for (int s = 1; s <= warmup + nsteps; s++) {
+                int k = s - warmup - 1; /* timed step index; < 0 during warmup */
+                if (s == warmup + 1) {
+                    be->ops->synchronize(be);
+                    if (profile) fp8t_profile_reset(be);
+                    t0 = now_s();
+                }
+                if (in) {
+                    fp8t_inspector_begin_step(in, k);
+                    n_inspected += fp8t_inspector_active(in);
+                    fp8t_model_set_hook(m, fp8t_inspector_active(in) ? inspect_hook : NULL, in);
+                }
+                fp8t_model_zero_grad(m);
+                if (var->shadow_every > 0 && k >= 0 && k % var->shadow_every == 0) {
+                    /* the trainer's shadow: a frozen all-BF16 forward of the same batch */
+                    fp8t_model_set_frozen(m, 1);
+                    fp8t_model_set_policy(m, &bf16);
+                    (void)fp8t_model_forward(m, tok, tgt);
+                    fp8t_model_set_policy(m, &pol);
+                    fp8t_model_set_frozen(m, 0);
+                    n_shadow++;
+                }
+                loss = fp8t_model_forward(m, tok, tgt);
+                fp8t_model_backward(m, 1.0f);
+                float norm = fp8t_model_grad_norm(m);
+                fp8t_model_adamw(m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, s, 1.0f, norm);
+                if (in) fp8t_inspector_before_scale_update(in, m, k);
+                fp8t_model_end_step(m);
+                if (in) fp8t_inspector_end_step(in, k);
+            }
+            be->ops->synchronize(be);
+            double dt = (now_s() - t0) / nsteps;
+            double tps = (double)N / dt;
+            double mfu = 6.0 * (double)nparams * tps / PEAK_BF16_FLOPS;
+            size_t in_use = 0, peak = 0, dfree = 0, dtotal = 0;
+            if (fp8t_cuda_memory_info)
+                fp8t_cuda_memory_info(cuda, &in_use, &peak, &dfree, &dtotal);
+            if (fp8t_cuda_gemm_counts) fp8t_cuda_gemm_counts(cuda, &lt1, &fb1);
+            (void)peak;
+            printf("%-12s %10.1f %12.0f %7.1f%% %10.2f %10.2f %8.4f  %ld/%ld\n", name, dt * 1e3, tps,
+                   100.0 * mfu, (double)in_use / (1 << 30), (double)(dtotal - dfree) / (1 << 30),
+                   (double)loss, lt1 - lt0, fb1 - fb0);
+            if (vi == 0) {
+                plain_tps = tps;
+            } else {
+                char what[200];
+                if (var->inspect) snprintf(what, sizeof(what), "--inspect %s", var->inspect);
+                else snprintf(what, sizeof(what), "--shadow-every %d", var->shadow_every);
+                /* ratio: tokens/s against the plain step; cost: extra time per step */
+                printf("  %-40s %d timed steps, %d inspected, %d shadow: %.4fx plain tokens/s, "
+                       "cost %+.2f%% step time\n",
+                       what, nsteps, n_inspected, n_shadow, tps / plain_tps,
+                       100.0 * (plain_tps / tps - 1.0));
+            }
+            if (profile) fp8t_profile_report(be, stdout, nsteps);
+            fflush(stdout);
+            fp8t_inspector_destroy(in);
+            fp8t_model_destroy(m);
         }
-        be->ops->synchronize(be);
-        double dt = (now_s() - t0) / steps;
-        double tps = (double)N / dt;
-        double mfu = 6.0 * (double)nparams * tps / PEAK_BF16_FLOPS;
-        size_t in_use = 0, peak = 0, dfree = 0, dtotal = 0;
-        if (fp8t_cuda_memory_info)
-            fp8t_cuda_memory_info(cuda, &in_use, &peak, &dfree, &dtotal);
-        if (fp8t_cuda_gemm_counts) fp8t_cuda_gemm_counts(cuda, &lt1, &fb1);
-        (void)peak;
-        printf("%-12s %10.1f %12.0f %7.1f%% %10.2f %10.2f %8.4f  %ld/%ld\n", name, dt * 1e3, tps,
-               100.0 * mfu, (double)in_use / (1 << 30), (double)(dtotal - dfree) / (1 << 30),
-               (double)loss, lt1 - lt0, fb1 - fb0);
-        if (profile) fp8t_profile_report(be, stdout, steps);
-        fflush(stdout);
-        fp8t_model_destroy(m);
     }
     free(tok), free(tgt);
     fp8t_backend_destroy(be);

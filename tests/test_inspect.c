@@ -23,6 +23,19 @@
 
 static char g_root[256];
 
+/* x [rows, cols] through 1x128 blocks and back (the block quantizer of recipe.h) */
+static void block128_image(float *out, const float *x, int rows, int cols,
+                                         fp8_format fmt) {
+    size_t n = (size_t)rows * cols;
+    uint8_t *codes = malloc(n);
+    float *sc = malloc((size_t)rows * (size_t)((cols + 127) / 128) * sizeof(float));
+    fp8t_block_quantize(codes, sc, x, rows, cols, 1, 128, fmt);
+    fp8t_block_dequantize(out, codes, sc, rows, cols, 1, 128, fmt);
+    free(codes);
+    free(sc);
+}
+static int g_hist_len = 16; /* the amax history length of the next tiny_open */
+
 typedef struct {
     fp8t_backend *be;
     fp8t_model *m;
@@ -39,7 +52,7 @@ static int tiny_open(tiny *t) {
     cfg.n_layer = 3;
     fp8t_policy pol;
     fp8t_policy_default(&pol);
-    pol.history_len = 16;
+    pol.history_len = g_hist_len;
     t->m = fp8t_model_create(t->be, &cfg, &pol, B, T, err, sizeof(err));
     if (!t->m) { printf("  model: %s\n", err); fp8t_backend_destroy(t->be); return -1; }
     fp8t_model_init_weights(t->m, 1234);
@@ -57,16 +70,20 @@ static void tiny_close(tiny *t) {
 
 /* One optimizer step of `micro` micro-batches (no weight update: the statistics are what
  * matters here, and the delayed scales still move through fp8t_model_end_step). */
-static float tiny_step(tiny *t, int micro) {
+static float tiny_step_ex(tiny *t, int micro, void (*before_update)(void *, fp8t_model *),
+                          void *ctx) {
     float loss = 0;
     fp8t_model_zero_grad(t->m);
     for (int k = 0; k < micro; k++) {
         loss += fp8t_model_forward(t->m, t->tokens, t->targets) / micro;
         fp8t_model_backward(t->m, 1.0f / micro);
     }
+    if (before_update) before_update(ctx, t->m);
     fp8t_model_end_step(t->m);
     return loss;
 }
+
+static float tiny_step(tiny *t, int micro) { return tiny_step_ex(t, micro, NULL, NULL); }
 
 /* ---- inspector ---- */
 
@@ -75,7 +92,8 @@ typedef struct {
     int step;
     /* what the test itself reads from the recipe state for layer 1 fc2 fprop input */
     float expect_scale[8];
-    double expect_hist_max[8];
+    double expect_hist_max[8]; /* the amax the step's delayed scale came from */
+    int fp8_index;
 } inspect_ctx;
 
 static void inspect_hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
@@ -91,11 +109,30 @@ static void inspect_hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, f
         fp8t_recipe_state_view(&rs, st, n, len);
         if (c->expect_scale[c->step] == 0) { /* first micro-batch */
             c->expect_scale[c->step] = rs.scale[s->fp8_index];
-            c->expect_hist_max[c->step] = fp8t_recipe_history_max(&rs, s->fp8_index);
+            c->fp8_index = s->fp8_index;
         }
         free(st);
     }
     fp8t_inspector_observe(c->in, m, s, x);
+}
+
+/* Before the scale update of step c->step: the amax the update will compute the scale of the
+ * next step from (max over the whole history, slot 0 = this step), read here independently,
+ * then the inspector's own note of it. */
+static void inspect_before_update(void *vctx, fp8t_model *m) {
+    inspect_ctx *c = vctx;
+    int n = fp8t_model_fp8_count(m), len = fp8t_model_fp8_history_len(m);
+    size_t floats = fp8t_recipe_state_floats(n, len);
+    float *st = malloc(floats * sizeof(float));
+    fp8t_backend *be = fp8t_model_backend(m);
+    be->ops->to_host(be, st, fp8t_model_fp8_state(m), floats * sizeof(float));
+    if (c->fp8_index >= 0 && c->step + 1 < 8) {
+        double mx = 0;
+        for (int i = 0; i < len; i++) mx = fmax(mx, st[(size_t)i * n + c->fp8_index]);
+        c->expect_hist_max[c->step + 1] = mx;
+    }
+    free(st);
+    fp8t_inspector_before_scale_update(c->in, m, c->step);
 }
 
 static cJSON **read_rows(const char *path, int *n) {
@@ -162,18 +199,20 @@ static void test_inspect_selection_stats_and_dumps(void) {
     tiny t;
     T_ASSERT(tiny_open(&t) == 0, "model");
     char out[400], err[512];
-    snprintf(out, sizeof(out), "%s/inspect1", g_root);
+    static int run_no; /* run twice (two dump budgets): a fresh directory each */
+    snprintf(out, sizeof(out), "%s/inspect1_%d", g_root, run_no++);
     inspect_ctx c = {0};
     c.in = fp8t_inspector_create("every=2,start=1,end=3,layers=1+head,modules=fc2+head,"
                                  "gemms=fprop+dgrad,tensors=input+grad_output+output,dump=1,"
                                  "block=32",
                                  out, err, sizeof(err));
     T_ASSERT(c.in, "create: %s", err);
+    c.fp8_index = -1;
     fp8t_model_set_hook(t.m, inspect_hook, &c);
     for (int step = 0; step < 5; step++) {
         c.step = step;
         fp8t_inspector_begin_step(c.in, step);
-        tiny_step(&t, 2);
+        tiny_step_ex(&t, 2, inspect_before_update, &c);
         fp8t_inspector_end_step(c.in, step);
     }
     fp8t_inspector_destroy(c.in);
@@ -260,6 +299,36 @@ static void test_inspect_selection_stats_and_dumps(void) {
                     "%s: blocks %g worst %g vs %g", name, num(r, "n_blocks"),
                     num(r, "block_sqnr_min_db"), worst);
             free(bs);
+            /* what-if: per-tensor current scaling in E5M2 and 1x128 blocks in E4M3, from the
+             * numerics library on the dumped data */
+            const cJSON *wi = cJSON_GetObjectItem(r, "whatif");
+            const cJSON *wc = cJSON_GetObjectItem(wi, "current_e5m2");
+            const cJSON *wb = cJSON_GetObjectItem(wi, "block128_e4m3");
+            T_ASSERT(wc && wb && cJSON_GetObjectItem(wi, "current_e4m3") &&
+                         cJSON_GetObjectItem(wi, "block128_e5m2") && cJSON_GetObjectItem(wi, "mxfp8"),
+                     "%s: whatif fields missing", name);
+            fp8t_stats w;
+            fp8t_fp8_stats(&w, x, count, fp8t_current_scale(fp8_amax(x, count), 57344.0f, 0, 0),
+                           FP8_E5M2);
+            T_CHECK(num(wc, "underflow_pct") == w.underflow_pct &&
+                        num(wc, "saturation_pct") == w.saturation_pct &&
+                        fabs(num(wc, "sqnr_db") - w.sqnr_db) < 1e-9,
+                    "%s: whatif current_e5m2 %g %g %g vs %g %g %g", name, num(wc, "underflow_pct"),
+                    num(wc, "saturation_pct"), num(wc, "sqnr_db"), w.underflow_pct,
+                    w.saturation_pct, w.sqnr_db);
+            {
+                float *img = malloc(count * sizeof(float));
+                block128_image(img, x, rows_, cols, FP8_E4M3);
+                fp8t_compare_stats(&w, x, img, count);
+                size_t nz = 0, un = 0;
+                for (size_t k = 0; k < count; k++)
+                    if (isfinite(x[k]) && x[k] != 0) nz++, un += img[k] == 0;
+                T_CHECK(fabs(num(wb, "sqnr_db") - w.sqnr_db) < 1e-9 &&
+                            num(wb, "underflow_pct") == (nz ? 100.0 * (double)un / (double)nz : 0) &&
+                            num(wb, "saturation_pct") == 0,
+                        "%s: whatif block128_e4m3 sqnr %g vs %g", name, num(wb, "sqnr_db"), w.sqnr_db);
+                free(img);
+            }
             /* the scale is the recipe state's (delayed) for layer 1 fc2, bf16 head too */
             T_CHECK(!strcmp(str(r, "scale_source"), "delayed"), "scale source %s",
                     str(r, "scale_source"));
@@ -271,6 +340,13 @@ static void test_inspect_selection_stats_and_dumps(void) {
                 if (step == 3)
                     T_CHECK(num(r, "scale") != 1.0 && num(r, "amax_history_max") > 0,
                             "step 3 scale still the initial one: %g", num(r, "scale"));
+                /* what the field means: the current scale is the delayed-scaling formula of
+                 * that amax (margin 0) */
+                T_CHECK((float)num(r, "scale") ==
+                            fp8t_delayed_scale((float)num(r, "amax_history_max"), 1.0f,
+                                               fp8_format_max(fmt), 0),
+                        "step %d: scale %.9g is not fp8_max / amax_history_max %.9g", step,
+                        num(r, "scale"), num(r, "amax_history_max"));
             }
             checked_operands++;
         } else {
@@ -460,15 +536,76 @@ static void test_spec_check_matches_create(void) {
     }
 }
 
+/* amax_history_max is the amax the step's delayed scale came from. With a history of 2 the
+ * update after step 1 takes max(amax of step 1, amax of step 0) and the roll then drops step
+ * 0's: a huge amax planted as step 0's must still be reported at step 2 (the max of the
+ * rolled history would give step 1's real amax), and the scale is 448 / it. */
+typedef struct {
+    fp8t_inspector *in;
+    int step;
+} plant_ctx;
+
+static void plant_before_update(void *vctx, fp8t_model *m) {
+    plant_ctx *c = vctx;
+    if (c->step == 0) {
+        int n = fp8t_model_fp8_count(m), len = fp8t_model_fp8_history_len(m);
+        size_t floats = fp8t_recipe_state_floats(n, len);
+        float *st = malloc(floats * sizeof(float));
+        fp8t_backend *be = fp8t_model_backend(m);
+        be->ops->to_host(be, st, fp8t_model_fp8_state(m), floats * sizeof(float));
+        for (int t = 0; t < n; t++) st[t] = 1000.0f; /* slot 0: this step's amax */
+        be->ops->to_device(be, fp8t_model_fp8_state(m), st, floats * sizeof(float));
+        free(st);
+    }
+    fp8t_inspector_before_scale_update(c->in, m, c->step);
+}
+
+static void test_amax_history_max_is_the_scales_amax(void) {
+    tiny t;
+    g_hist_len = 2;
+    int rc = tiny_open(&t);
+    g_hist_len = 16;
+    T_ASSERT(rc == 0, "model");
+    char out[400], err[512];
+    snprintf(out, sizeof(out), "%s/inspect_hist", g_root);
+    plant_ctx c = {0};
+    c.in = fp8t_inspector_create("start=2,end=2,layers=1,modules=fc1,gemms=fprop,tensors=input",
+                                 out, err, sizeof(err));
+    T_ASSERT(c.in, "create: %s", err);
+    fp8t_model_set_hook(t.m, hook_observe_only, c.in);
+    for (int step = 0; step < 3; step++) {
+        c.step = step;
+        fp8t_inspector_begin_step(c.in, step);
+        tiny_step_ex(&t, 1, plant_before_update, &c);
+        fp8t_inspector_end_step(c.in, step);
+    }
+    fp8t_inspector_destroy(c.in);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/stats.jsonl", out);
+    int n;
+    cJSON **rows = read_rows(path, &n);
+    T_ASSERT(rows && n == 1, "%d rows, expected 1", n);
+    T_CHECK(num(rows[0], "amax_history_max") == 1000.0 && (float)num(rows[0], "scale") == 0.448f,
+            "amax_history_max %.9g scale %.9g (expected 1000 and 0.448)",
+            num(rows[0], "amax_history_max"), num(rows[0], "scale"));
+    free_rows(rows, n);
+    tiny_close(&t);
+}
+
 int main(void) {
     t_suite = "inspect";
     snprintf(g_root, sizeof(g_root), "/tmp/fp8t_test_inspect_XXXXXX");
     if (!mkdtemp(g_root)) { perror("mkdtemp"); return 1; }
     T_RUN(test_inspect_selection_stats_and_dumps);
+    /* again with a pinned budget below one dump: mid-step flushes and writer back pressure */
+    setenv("FP8TRAIN_INSPECT_DUMP_BUDGET", "1000", 1);
+    T_RUN(test_inspect_selection_stats_and_dumps);
+    unsetenv("FP8TRAIN_INSPECT_DUMP_BUDGET");
     T_RUN(test_inspect_micro_all_and_current_scaling);
     T_RUN(test_inspect_off_and_spec_errors);
     T_RUN(test_spec_check_matches_create);
     T_RUN(test_nan_tracker_names_the_poisoned_tensor);
+    T_RUN(test_amax_history_max_is_the_scales_amax);
     if (!getenv("FP8T_KEEP_TEST_FILES")) fp8t_rmtree(g_root);
     else printf("kept %s\n", g_root);
     T_MAIN_END();

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "fp8train/recipe.h"
 #include "fp8train/stats.h"
 #include "test.h"
 
@@ -14,6 +15,15 @@ typedef struct {
     size_t n_nan, n_inf, n_zero, n_fin, n_nz, n_under, n_sat;
     double min, max, mean, std, l1, l2, amax, minnz, mse, cosine, sqnr;
 } ref_stats;
+
+/* A value is clipped when it rounds above the format max, i.e. past the midpoint between the
+ * max and the next value the format would have with more exponent range; a tie goes to the
+ * even mantissa. E4M3: 448 = 1.110b * 2^8, next 480, the tie 464 goes to 448 (kept), so
+ * clipped iff |v| > 464. E5M2: 57344 = 1.11b * 2^15, next 2^16, the tie 61440 goes to 2^16
+ * (clipped), so clipped iff |v| >= 61440. */
+static int clipped(float v, float fmt_max) {
+    return fmt_max == 448.0f ? fabsf(v) > 464.0f : fabsf(v) >= 61440.0f;
+}
 
 /* q == NULL: x alone. Otherwise q is the image; sat_scale > 0 counts saturation. */
 static ref_stats reference(const float *x, const float *q, size_t n, float sat_scale, float fmt_max) {
@@ -33,7 +43,7 @@ static ref_stats reference(const float *x, const float *q, size_t n, float sat_s
         if (q) {
             const double w = q[i];
             if (v != 0) r.n_nz++, r.n_under += w == 0;
-            if (sat_scale > 0 && fabsf(x[i] * sat_scale) > fmt_max) r.n_sat++;
+            if (sat_scale > 0 && clipped(x[i] * sat_scale, fmt_max)) r.n_sat++;
             see += (w - v) * (w - v), sxq += v * w, sqq += w * w;
         }
     }
@@ -236,6 +246,182 @@ static void test_empty(void) {
     T_CHECK(s.n_nan == 1 && s.min == 0 && s.max == 0 && s.mean == 0, "no finite element");
 }
 
+/* Saturation counts what the cast clipped, not what lands on the max through rounding. */
+static void test_saturation_is_clipping(void) {
+    /* E4M3 at scale 1: 460 rounds to 448 (kept), 464 is the tie (to 448, kept), 465 and -500
+     * round above (clipped), 448 exact: 2 of 5 */
+    const float x[5] = {460, 464, 465, -500, 448};
+    fp8t_stats s;
+    fp8t_fp8_stats(&s, x, 5, 1.0f, FP8_E4M3);
+    T_CHECK(s.saturation_pct == 40.0, "E4M3 clipped %% = %g, want 40", s.saturation_pct);
+    /* E5M2: 61439 rounds to 57344 (kept); the tie 61440 goes to the even 2^16 (clipped) */
+    const float y[4] = {59392, 61439, 61440, 70000};
+    fp8t_fp8_stats(&s, y, 4, 1.0f, FP8_E5M2);
+    T_CHECK(s.saturation_pct == 50.0, "E5M2 clipped %% = %g, want 50", s.saturation_pct);
+    /* current scaling: amax * (448 / amax) can exceed 448 in float; that element is the max
+     * itself, not clipped. Find such an amax, then check nothing is counted. */
+    float amax = 1.0f;
+    int found = 0;
+    for (int i = 0; i < 100000 && !found; i++) {
+        amax = 1.0f + (float)i * 1.1920929e-7f * 7.0f;
+        const float sc = 448.0f / amax;
+        if (amax * sc > 448.0f) found = 1;
+    }
+    T_ASSERT(found, "no amax with amax * (448/amax) > 448 in the search");
+    const float z[3] = {amax, -amax, amax / 3};
+    fp8t_fp8_stats(&s, z, 3, 448.0f / amax, FP8_E4M3);
+    T_CHECK(s.saturation_pct == 0, "rounding onto the max counted as clipped (amax %.9g)", amax);
+    T_CHECK(fp8_overflows(amax * (448.0f / amax), FP8_E4M3) == 0 && fp8_overflows(465, FP8_E4M3) &&
+                fp8_overflows(INFINITY, FP8_E5M2) && !fp8_overflows(NAN, FP8_E4M3),
+            "fp8_overflows");
+}
+
+/* clipped count of x against a per-element scale, by the threshold (independent of fp8.c) */
+static uint64_t count_clipped(const float *x, size_t n, const float *sc, float fmt_max) {
+    uint64_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(x[i]) && clipped(x[i] * sc[i], fmt_max)) k++;
+    return k;
+}
+
+static void check_image_vs_compare(const fp8t_stats_raw *raw, int img, const float *x,
+                                   const float *q, size_t n, uint64_t want_sat, const char *what) {
+    fp8t_stats a, b;
+    fp8t_stats_from_raw(&a, raw, img);
+    fp8t_compare_stats(&b, x, q, n);
+    uint64_t nz = 0, under = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(x[i]) && x[i] != 0) nz++, under += q[i] == 0;
+    T_CHECK(raw->img[img].n_underflow == under, "%s: underflow %llu vs %llu", what,
+            (unsigned long long)raw->img[img].n_underflow, (unsigned long long)under);
+    T_CHECK(raw->img[img].n_sat == want_sat, "%s: clipped %llu vs %llu", what,
+            (unsigned long long)raw->img[img].n_sat, (unsigned long long)want_sat);
+    T_CLOSE(a.mse, b.mse, 0, 1e-12);
+    T_CLOSE(a.cosine, b.cosine, 1e-14, 0);
+    T_CLOSE(a.sqnr_db, b.sqnr_db, 1e-9, 0);
+    T_CLOSE(a.underflow_pct, 100.0 * (double)under / (double)nz, 1e-12, 0);
+}
+
+/* The op's reference against the library's per-recipe functions, on every image kind. */
+static void test_raw_images(void) {
+    const int rows = 37, cols = 300;
+    const size_t n = (size_t)rows * cols;
+    float *x = malloc(n * sizeof *x), *q = malloc(n * sizeof *q), *sc = malloc(n * sizeof *sc);
+    uint8_t *codes = malloc(n), *e8 = malloc((size_t)rows * 10);
+    float *bscale = malloc(1024 * sizeof(float));
+    T_ASSERT(x && q && sc && codes && e8 && bscale, "out of memory");
+    fill(x, n);
+    x[5] = NAN, x[700] = INFINITY, x[2000] = -INFINITY;
+    for (size_t i = 3000; i < 3300; i++) x[i] = 0; /* a zero row: scale-1 tiles */
+    const float delayed = 64.0f;
+    fp8t_stats_req req = {.n_images = 6};
+    req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_SCALE, .fmt = FP8_E4M3, .scale = &delayed};
+    req.img[1] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3};
+    req.img[2] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2, .pow2 = 1};
+    req.img[3] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = 128};
+    req.img[4] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 16, .tile_c = 64};
+    req.img[5] = (fp8t_image_spec){.kind = FP8T_IMG_MX};
+    req.block = 100, req.block_img = 0;
+    fp8t_block_raw list[112];
+    req.block_list = list;
+    fp8t_stats_raw raw;
+    fp8t_stats_raw_compute(&raw, x, rows, cols, &req);
+    T_CHECK(raw.n_images == 6 && raw.n == n, "images %d", raw.n_images);
+
+    /* moments = fp8t_tensor_stats; image 0 = fp8t_fp8_stats at the delayed scale */
+    fp8t_stats a, b;
+    fp8t_stats_from_raw(&a, &raw, -1);
+    fp8t_tensor_stats(&b, x, n);
+    T_CHECK(a.n_nan == 1 && a.n_inf == 2 && a.n_zero == b.n_zero && a.min == b.min &&
+                a.max == b.max && a.amax == b.amax && a.dynamic_range == b.dynamic_range,
+            "moments");
+    T_CLOSE(a.mean, b.mean, 0, 1e-12);
+    T_CLOSE(a.std, b.std, 0, 1e-12);
+    T_CLOSE(a.l1, b.l1, 0, 1e-12);
+    fp8t_stats_from_raw(&a, &raw, 0);
+    fp8t_fp8_stats(&b, x, n, delayed, FP8_E4M3);
+    T_CHECK(a.underflow_pct == b.underflow_pct && a.saturation_pct == b.saturation_pct,
+            "image 0 counts: under %g vs %g, sat %g vs %g", a.underflow_pct, b.underflow_pct,
+            a.saturation_pct, b.saturation_pct);
+    T_CLOSE(a.sqnr_db, b.sqnr_db, 1e-9, 0);
+    T_CLOSE(a.cosine, b.cosine, 1e-14, 0);
+    T_CHECK(raw.img[0].scale == 64.0 && raw.img[0].n_sat > 0 && raw.img[0].n_underflow > 0,
+            "the data exercise both at the delayed scale");
+
+    /* current scaling: the scale of the amax (Inf counts: scale 1) */
+    const float qa = fp8_amax(x, n);
+    for (int k = 1; k <= 2; k++) {
+        const fp8_format f = req.img[k].fmt;
+        const float s1 = fp8t_current_scale(qa, fp8_format_max(f), 0, req.img[k].pow2);
+        T_CHECK(raw.img[k].scale == s1, "current scale %g vs %g", raw.img[k].scale, s1);
+        fp8_fake_quantize(q, x, n, s1, f);
+        for (size_t i = 0; i < n; i++) sc[i] = s1;
+        check_image_vs_compare(&raw, k, x, q, n, count_clipped(x, n, sc, fp8_format_max(f)),
+                               "current");
+    }
+    /* tiles: the block quantizer's image and per-element scale */
+    for (int k = 3; k <= 4; k++) {
+        const fp8t_image_spec *sp = &req.img[k];
+        fp8t_block_quantize(codes, bscale, x, rows, cols, sp->tile_r, sp->tile_c, sp->fmt);
+        fp8t_block_dequantize(q, codes, bscale, rows, cols, sp->tile_r, sp->tile_c, sp->fmt);
+        const int nbc = (cols + sp->tile_c - 1) / sp->tile_c;
+        for (size_t i = 0; i < n; i++)
+            sc[i] = bscale[(i / cols) / sp->tile_r * nbc + (i % cols) / sp->tile_c];
+        check_image_vs_compare(&raw, k, x, q, n, count_clipped(x, n, sc, fp8_format_max(sp->fmt)),
+                               "tiles");
+        T_CHECK(isnan(raw.img[k].scale), "tiles have no per-tensor scale");
+    }
+    /* MX: E8M0 blocks of 32 never clip a finite block; the Inf block is NaN */
+    fp8t_mxfp8_quantize(codes, e8, x, rows, cols);
+    fp8t_mxfp8_dequantize(q, codes, e8, rows, cols);
+    T_CHECK(raw.img[5].n_sat == 0, "MX clipped %llu", (unsigned long long)raw.img[5].n_sat);
+    T_CHECK(isnan(raw.img[5].err_sq), "a NaN image element propagates into the error");
+
+    /* block=100 at the delayed scale = fp8t_block_fp8_stats */
+    fp8t_stats bs[112];
+    fp8t_block_fp8_stats(bs, x, n, 100, delayed, FP8_E4M3);
+    T_CHECK(raw.n_blocks == 111 && raw.block == 100, "n_blocks %llu", (unsigned long long)raw.n_blocks);
+    double worst = INFINITY, amax_max = 0, under_max = 0;
+    size_t wi = 0, with = 0;
+    int list_ok = 1;
+    for (size_t i = 0; i < 111; i++) {
+        if (bs[i].sqnr_db < worst) worst = bs[i].sqnr_db, wi = i;
+        amax_max = fmax(amax_max, bs[i].amax);
+        under_max = fmax(under_max, bs[i].underflow_pct);
+        with += bs[i].underflow_pct > 0;
+        list_ok &= list[i].amax == bs[i].amax && list[i].underflow_pct == bs[i].underflow_pct &&
+                   fabs(list[i].sqnr_db - bs[i].sqnr_db) < 1e-9;
+    }
+    T_CHECK(list_ok, "block list = fp8t_block_fp8_stats");
+    T_CHECK(raw.block_sqnr_min_index == wi && fabs(raw.block_sqnr_min_db - worst) < 1e-9 &&
+                raw.block_amax_max == amax_max && raw.block_underflow_max_pct == under_max &&
+                raw.blocks_with_underflow == with,
+            "block summary: worst %llu vs %zu", (unsigned long long)raw.block_sqnr_min_index, wi);
+    /* the images run on separate threads above 65536 elements: one and two threads give the
+     * same bytes */
+    {
+        const int br = 300, bc = 256;
+        float *big = malloc((size_t)br * bc * sizeof(float));
+        T_ASSERT(big, "out of memory");
+        fill(big, (size_t)br * bc);
+        fp8t_stats_raw one, two;
+        req.block_list = NULL;
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(1);
+        fp8t_stats_raw_compute(&one, big, br, bc, &req);
+        omp_set_num_threads(2);
+        fp8t_stats_raw_compute(&two, big, br, bc, &req);
+        omp_set_num_threads(saved);
+        T_CHECK(!memcmp(&one, &two, sizeof one) && one.n_images == 6,
+                "raw statistics depend on the thread count");
+        free(big);
+    }
+    /* no request: moments only */
+    fp8t_stats_raw_compute(&raw, x, rows, cols, NULL);
+    T_CHECK(raw.n_images == 0 && raw.n_blocks == 0 && raw.n_finite == n - 3, "moments only");
+    free(x), free(q), free(sc), free(codes), free(e8), free(bscale);
+}
+
 int main(void) {
     t_suite = "stats";
     T_RUN(test_hand_small);
@@ -246,5 +432,7 @@ int main(void) {
     T_RUN(test_precision_large_offset);
     T_RUN(test_deterministic_across_threads);
     T_RUN(test_empty);
+    T_RUN(test_saturation_is_clipping);
+    T_RUN(test_raw_images);
     T_MAIN_END();
 }

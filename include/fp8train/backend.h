@@ -20,6 +20,7 @@
 #include "fp8train/dist.h"
 #include "fp8train/fp8.h"
 #include "fp8train/recipe.h"
+#include "fp8train/stats.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -283,6 +284,21 @@ typedef struct fp8t_backend_ops {
     void (*all_gather)(fp8t_backend *b, float *x, const size_t *counts);
     /* bytes of x from rank root to every rank */
     void (*broadcast)(fp8t_backend *b, void *x, size_t bytes, int root);
+    /* ---- statistics (--inspect) ----
+     * *out (device memory, one fp8t_stats_raw) = the statistics of x [rows, cols] and of the
+     * FP8 images req asks for (stats.h), every reduction in a fixed order (the same bits run
+     * to run). req is host memory, read before the op returns; its SCALE images' scale and
+     * its block_list are device pointers. Asynchronous: to_host the struct to read it. The
+     * CPU op is fp8t_stats_raw_compute, the reference. */
+    void (*tensor_stats)(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows,
+                         int cols, const fp8t_stats_req *req);
+    /* Pinned (page-locked) host memory for to_host_async (the CPU: plain malloc). host_alloc
+     * aborts with a message on OOM; host_free may wait for the device. */
+    void *(*host_alloc)(fp8t_backend *b, size_t bytes);
+    void (*host_free)(fp8t_backend *b, void *p);
+    /* dst_host (from host_alloc) = src, queued on the stream without waiting: the bytes are
+     * there once a later to_host or synchronize has returned (the CPU copies at once). */
+    void (*to_host_async)(fp8t_backend *b, void *dst_host, const void *src, size_t bytes);
 } fp8t_backend_ops;
 
 struct fp8t_backend {

@@ -46,6 +46,11 @@ typedef struct {
     char message[256];
 } fp8t_event_row;
 
+/* The what-if recipes stats.jsonl carries per operand (see docs/debugging.md), in order:
+ * current_e4m3, current_e5m2, block128_e4m3, block128_e5m2, mxfp8. */
+#define FP8T_WHATIF_COUNT 5
+extern const char *const fp8t_whatif_names[FP8T_WHATIF_COUNT];
+
 /* One row of stats.jsonl (the fields compare and the report use). */
 typedef struct {
     int step, micro, layer;  /* layer -1: the LM head */
@@ -53,6 +58,9 @@ typedef struct {
     int is_operand;          /* input / weight / grad_output (quantized operands) */
     double amax, underflow_pct, saturation_pct, cosine, sqnr_db, scale;
     double n_nan, n_inf;
+    /* what-if recipes (NaN when the row has none): SQNR dB, underflow %, saturation % */
+    double whatif_sqnr[FP8T_WHATIF_COUNT], whatif_under[FP8T_WHATIF_COUNT],
+        whatif_sat[FP8T_WHATIF_COUNT];
 } fp8t_stat_row;
 
 typedef struct {
@@ -166,6 +174,12 @@ typedef struct {
     double sqnr_a, sqnr_b;     /* mean SQNR dB (exact images counted as 200 dB) */
     double under_a, under_b;   /* mean underflow % */
     double score;              /* sqnr_a - sqnr_b: positive = B quantizes worse */
+    /* what-if recipes of the run they come from (B if it has them, else A): mean SQNR dB
+     * (capped as above) and mean underflow % per recipe, NaN if absent; the best by SQNR */
+    char whatif_run;           /* 'A', 'B' or 0: no what-if data */
+    char precision[12];        /* the recipe in use there */
+    double whatif_sqnr[FP8T_WHATIF_COUNT], whatif_under[FP8T_WHATIF_COUNT];
+    int whatif_best;           /* index into fp8t_whatif_names, -1 if none */
 } fp8t_site_diff;
 
 /* One dumped tensor present in both runs at the same step. */

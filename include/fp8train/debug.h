@@ -45,6 +45,13 @@ const char *fp8t_inspector_write_error(const fp8t_inspector *in);
 typedef void (*fp8t_inspect_sink)(void *ctx, int step, const char *site, const char *stat,
                                   double value);
 void fp8t_inspector_set_sink(fp8t_inspector *in, fp8t_inspect_sink fn, void *ctx);
+/* 1 while the step begun by fp8t_inspector_begin_step is selected: a caller installs its
+ * model hook only then (a hooked model takes slower, unfused paths). */
+int fp8t_inspector_active(const fp8t_inspector *in);
+/* After the step's backward, before fp8t_model_end_step (the delayed-scaling update): when
+ * step + 1 is inspected, notes per tensor the amax that update computes the next scale from,
+ * reported as amax_history_max of step + 1. */
+void fp8t_inspector_before_scale_update(fp8t_inspector *in, fp8t_model *m, int step);
 
 /* ---- NaN/Inf provenance ---- */
 typedef struct fp8t_nan_tracker fp8t_nan_tracker;

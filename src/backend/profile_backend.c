@@ -19,6 +19,7 @@ enum {
     P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_FWD_BF16, P_ADD_LN_FWD_BF16, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
     P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT, P_XENT_BF16,
     P_ADD, P_ADD_BIAS, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
+    P_TENSOR_STATS, P_TO_HOST_ASYNC,
     P_COUNT
 };
 
@@ -32,6 +33,7 @@ static const char *const op_names[P_COUNT] = {
     "gelu_forward", "gelu_forward_bf16", "gelu_backward", "gelu_backward_bias", "swiglu_forward", "swiglu_backward",
     "attention_forward", "attention_backward", "softmax_xent", "softmax_xent_bf16",
     "add", "add_bias", "accumulate", "scale", "sumsq", "sum", "adamw",
+    "tensor_stats", "to_host_async",
 };
 
 #define MAX_SHAPES 128
@@ -315,6 +317,18 @@ static void w_adamw(fp8t_backend *b, float *p, float *m, float *v, const float *
                     float lr, float b1, float b2, float eps, float wd, int t, float gs) {
     TIMED(P_ADAMW, ib->ops->adamw(ib, p, m, v, g, n, lr, b1, b2, eps, wd, t, gs));
 }
+static void w_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows,
+                           int cols, const fp8t_stats_req *req) {
+    TIMED(P_TENSOR_STATS, ib->ops->tensor_stats(ib, out, x, rows, cols, req));
+}
+/* pinned allocations are not ops of a step (as malloc / free); the async copy is timed */
+static void *w_host_alloc(fp8t_backend *b, size_t bytes) {
+    return in(b)->ops->host_alloc(in(b), bytes);
+}
+static void w_host_free(fp8t_backend *b, void *p) { in(b)->ops->host_free(in(b), p); }
+static void w_to_host_async(fp8t_backend *b, void *d, const void *s, size_t n) {
+    TIMED(P_TO_HOST_ASYNC, ib->ops->to_host_async(ib, d, s, n));
+}
 
 /* the collectives pass through untimed: a step's time waiting for other ranks is not an op's */
 static int w_comm_init(fp8t_backend *b, char *err, size_t errlen) {
@@ -344,6 +358,7 @@ static const fp8t_backend_ops wrapper_ops = {
     w_attention_forward, w_attention_backward, w_attention_saved_bytes, w_softmax_xent, w_softmax_xent_bf16,
     w_add, w_add_bias, w_accumulate, w_scale, w_sumsq, w_sum, w_adamw,
     w_comm_init, w_allreduce, w_reduce_scatter, w_all_gather, w_broadcast,
+    w_tensor_stats, w_host_alloc, w_host_free, w_to_host_async,
 };
 
 fp8t_backend *fp8t_profile_wrap(fp8t_backend *inner) {

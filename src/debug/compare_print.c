@@ -13,6 +13,16 @@ static void site_label(char *buf, size_t len, int layer, const char *module, con
     else snprintf(buf, len, "L%d %s %s %s", layer, module, gemm, tensor);
 }
 
+/* "block128_e4m3 38.2dB (B)": the what-if recipe with the best mean SQNR, or "-" */
+static void whatif_label(char *buf, size_t len, const fp8t_site_diff *d) {
+    if (!d->whatif_run || d->whatif_best < 0) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    snprintf(buf, len, "%s %.1fdB, %.3f%% uflow (%c)", fp8t_whatif_names[d->whatif_best],
+             d->whatif_sqnr[d->whatif_best], d->whatif_under[d->whatif_best], d->whatif_run);
+}
+
 void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
                         const fp8t_compare_result *r) {
     fprintf(f, "A (baseline): %s  [%s]\n", a->label, a->metrics_path);
@@ -44,26 +54,29 @@ void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
     if (r->have_stats == 2) {
         fprintf(f, "\ntensors whose FP8 error differs most (mean over %s steps inspected in both):\n",
                 "the");
-        fprintf(f, "  %-28s %9s %9s %10s %10s %8s %8s\n", "site", "SQNR A", "SQNR B", "cos A",
-                "cos B", "uflow A", "uflow B");
+        fprintf(f, "  %-28s %9s %9s %10s %10s %8s %8s  %s\n", "site", "SQNR A", "SQNR B", "cos A",
+                "cos B", "uflow A", "uflow B", "best what-if recipe");
         for (int i = 0; i < r->n_sites; i++) {
             const fp8t_site_diff *d = &r->sites[i];
-            char name[64];
+            char name[64], wi[96];
             site_label(name, sizeof(name), d->layer, d->module, d->gemm, d->tensor);
-            fprintf(f, "  %-28s %8.1fdB %8.1fdB %10.6f %10.6f %7.3f%% %7.3f%%\n", name, d->sqnr_a,
-                    d->sqnr_b, d->cos_a, d->cos_b, d->under_a, d->under_b);
+            whatif_label(wi, sizeof(wi), d);
+            fprintf(f, "  %-28s %8.1fdB %8.1fdB %10.6f %10.6f %7.3f%% %7.3f%%  %s\n", name,
+                    d->sqnr_a, d->sqnr_b, d->cos_a, d->cos_b, d->under_a, d->under_b, wi);
         }
     } else if (r->have_stats == 1) {
         int in_a = a->n_stats > 0;
         fprintf(f, "\ntensors with the largest FP8 error in run %c (only it was inspected):\n",
                 in_a ? 'A' : 'B');
-        fprintf(f, "  %-28s %9s %10s %8s\n", "site", "SQNR", "cosine", "uflow");
+        fprintf(f, "  %-28s %9s %10s %8s  %s\n", "site", "SQNR", "cosine", "uflow",
+                "best what-if recipe");
         for (int i = 0; i < r->n_sites; i++) {
             const fp8t_site_diff *d = &r->sites[i];
-            char name[64];
+            char name[64], wi[96];
             site_label(name, sizeof(name), d->layer, d->module, d->gemm, d->tensor);
-            fprintf(f, "  %-28s %8.1fdB %10.6f %7.3f%%\n", name, in_a ? d->sqnr_a : d->sqnr_b,
-                    in_a ? d->cos_a : d->cos_b, in_a ? d->under_a : d->under_b);
+            whatif_label(wi, sizeof(wi), d);
+            fprintf(f, "  %-28s %8.1fdB %10.6f %7.3f%%  %s\n", name, in_a ? d->sqnr_a : d->sqnr_b,
+                    in_a ? d->cos_a : d->cos_b, in_a ? d->under_a : d->under_b, wi);
         }
     }
     if (r->n_dumps) {
@@ -139,6 +152,19 @@ char *fp8t_compare_to_json(const fp8t_run *a, const fp8t_run *b, const fp8t_comp
         cJSON_AddItemToObject(e, "cosine_b", num_or_null(d->cos_b));
         cJSON_AddItemToObject(e, "underflow_pct_a", num_or_null(d->under_a));
         cJSON_AddItemToObject(e, "underflow_pct_b", num_or_null(d->under_b));
+        if (d->whatif_run) {
+            char run[2] = {d->whatif_run, 0};
+            cJSON_AddStringToObject(e, "whatif_run", run);
+            cJSON_AddStringToObject(e, "precision", d->precision);
+            cJSON *w = cJSON_AddObjectToObject(e, "whatif");
+            for (int k = 0; k < FP8T_WHATIF_COUNT; k++) {
+                cJSON *o1 = cJSON_AddObjectToObject(w, fp8t_whatif_names[k]);
+                cJSON_AddItemToObject(o1, "sqnr_db", num_or_null(d->whatif_sqnr[k]));
+                cJSON_AddItemToObject(o1, "underflow_pct", num_or_null(d->whatif_under[k]));
+            }
+            if (d->whatif_best >= 0)
+                cJSON_AddStringToObject(e, "whatif_best", fp8t_whatif_names[d->whatif_best]);
+        }
         cJSON_AddItemToArray(st, e);
     }
     cJSON *du = cJSON_AddArrayToObject(o, "dumps");

@@ -22,6 +22,9 @@ typedef struct {
     char module[8], gemm[8], tensor[16];
     int n;
     double cos, sqnr, under;
+    char precision[12];
+    int n_whatif;                        /* rows with what-if data */
+    double wsqnr[FP8T_WHATIF_COUNT], wunder[FP8T_WHATIF_COUNT];
 } site_agg;
 
 static int key_cmp(int la, const char *ma, const char *ga, const char *ta, int lb,
@@ -87,8 +90,19 @@ static site_agg *aggregate_sites(const fp8t_run *run, const int *steps, int n_st
             memcpy(s->module, rows[i].module, sizeof(s->module));
             memcpy(s->gemm, rows[i].gemm, sizeof(s->gemm));
             memcpy(s->tensor, rows[i].tensor, sizeof(s->tensor));
+            memcpy(s->precision, rows[i].precision, sizeof(s->precision));
         }
         site_agg *s = &out[k - 1];
+        /* a row has what-if data when its underflow % is there (always a number then) */
+        if (!isnan(rows[i].whatif_under[0])) {
+            s->n_whatif++;
+            for (int w = 0; w < FP8T_WHATIF_COUNT; w++) {
+                /* capped like sqnr; a NaN image (a NaN or Inf in an MX block) stays NaN */
+                double ws = rows[i].whatif_sqnr[w];
+                s->wsqnr[w] += isnan(ws) ? NAN : fmin(ws, SQNR_CAP_DB);
+                s->wunder[w] += isfinite(rows[i].whatif_under[w]) ? rows[i].whatif_under[w] : 0;
+            }
+        }
         double sq = rows[i].sqnr_db;
         if (!(sq < SQNR_CAP_DB)) sq = SQNR_CAP_DB; /* exact (1e300) or NaN-free cap */
         s->cos += rows[i].cosine;
@@ -100,6 +114,10 @@ static site_agg *aggregate_sites(const fp8t_run *run, const int *steps, int n_st
         out[i].cos /= out[i].n;
         out[i].sqnr /= out[i].n;
         out[i].under /= out[i].n;
+        for (int w = 0; w < FP8T_WHATIF_COUNT; w++) {
+            out[i].wsqnr[w] = out[i].n_whatif ? out[i].wsqnr[w] / out[i].n_whatif : NAN;
+            out[i].wunder[w] = out[i].n_whatif ? out[i].wunder[w] / out[i].n_whatif : NAN;
+        }
     }
     free(rows);
     *n_out = k;
@@ -112,6 +130,9 @@ static int cmp_diff_score(const void *pa, const void *pb) {
 }
 
 static void fill_diff(fp8t_site_diff *d, const site_agg *s) {
+    d->whatif_run = 0;
+    d->whatif_best = -1;
+    for (int w = 0; w < FP8T_WHATIF_COUNT; w++) d->whatif_sqnr[w] = d->whatif_under[w] = NAN;
     d->layer = s->layer;
     memcpy(d->module, s->module, sizeof(d->module));
     memcpy(d->gemm, s->gemm, sizeof(d->gemm));
@@ -119,10 +140,22 @@ static void fill_diff(fp8t_site_diff *d, const site_agg *s) {
     d->n_steps = s->n;
 }
 
-/* Run `side`'s (0: A, 1: B) means of a site into d's columns. */
+/* Run `side`'s (0: A, 1: B) means of a site into d's columns; its what-if means too, unless
+ * B's are already there (B, the run under test, wins). */
 static void set_side(fp8t_site_diff *d, int side, const site_agg *s) {
     if (side == 0) { d->cos_a = s->cos; d->sqnr_a = s->sqnr; d->under_a = s->under; }
     else { d->cos_b = s->cos; d->sqnr_b = s->sqnr; d->under_b = s->under; }
+    if (!s->n_whatif || d->whatif_run == 'B') return;
+    d->whatif_run = side ? 'B' : 'A';
+    memcpy(d->precision, s->precision, sizeof(d->precision));
+    d->whatif_best = -1;
+    for (int w = 0; w < FP8T_WHATIF_COUNT; w++) {
+        d->whatif_sqnr[w] = s->wsqnr[w];
+        d->whatif_under[w] = s->wunder[w];
+        if (isfinite(s->wsqnr[w]) &&
+            (d->whatif_best < 0 || s->wsqnr[w] > d->whatif_sqnr[d->whatif_best]))
+            d->whatif_best = w;
+    }
 }
 
 /* d[0..n) sorted worst score first into r, of which the TOP_SITES first are reported. */

@@ -16,13 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "debug/dump_writer.h"
 #include "fp8train/debug.h"
 #include "fp8train/io.h"
 #include "fp8train/recipe.h"
 #include "fp8train/stats.h"
 
 #define MAX_LAYER_RANGES 32
-#define BLOCK_TILE 128 /* DeepSeek-V3 tiles: 1x128 activations/gradients, 128x128 weights */
+#define BLOCK_TILE 128
+/* dumps: pinned host memory in flight to the writer thread before a dump waits for it */
+#define DUMP_INFLIGHT_BYTES ((size_t)2 << 30) /* DeepSeek-V3 tiles: 1x128 activations/gradients, 128x128 weights */
 
 /* What a spec selects and asks for (the debug.h syntax), as parse_spec reads it. */
 typedef struct {
@@ -44,23 +47,40 @@ struct fp8t_inspector {
     int step, active;
     int *seen;                     /* [num_linears * GEMMS * KINDS] micro-batch counters */
     size_t seen_n;
-    float *state;                  /* host snapshot of the FP8 recipe state */
+    /* the amax each tensor's delayed scale of this step came from: taken from the recipe
+     * state just before the previous step's scale update (fp8t_inspector_before_scale_update) */
+    float *state;                  /* host copy of the recipe state before that update */
     size_t state_cap;
-    int have_state, state_n, state_len;
-    /* host scratch, grown as needed */
+    float *upd_amax;               /* [upd_n] */
+    size_t upd_cap;
+    int upd_n, upd_step;           /* upd_step: the step whose scales came from upd_amax */
+    /* device memory (the statistics op's results and block list), from the model's backend */
+    fp8t_backend *be;
+    struct pending_row *rows;      /* [n_rows] sites queued since the last flush */
+    size_t n_rows, rows_cap;
+    fp8t_stats_raw *d_raws;        /* [d_raws_cap] on the device, one per queued site */
+    size_t d_raws_cap;
+    fp8t_stats_raw *h_raws;        /* host copies at the flush */
+    size_t h_raws_cap;
+    float last_scale;              /* the scale of the last row written */
+    fp8t_block_raw *d_blocks;
+    size_t d_blocks_cap;
+    fp8t_block_raw *blocks;        /* host copy of the block list */
+    size_t blocks_cap;
+    dump_writer *writer;           /* dumps: pinned buffers + a background thread */
+    size_t dump_budget;            /* pinned bytes in flight (FP8TRAIN_INSPECT_DUMP_BUDGET) */
+    size_t pending_dump_bytes;     /* held by the dumps of queued rows */
+    int writer_failed;             /* could not start it: dumps are written synchronously */
+    /* host copy of a dumped tensor (synchronous dumps) */
     float *x;                      /* [rows, cols] */
     size_t x_cap;
-    float *img;                    /* [rows, cols] block / MX image */
-    size_t img_cap;
     uint8_t *codes;                /* [rows, cols] */
     size_t codes_cap;
-    fp8t_stats *blocks;            /* [n_blocks] */
-    size_t blocks_cap;
-    float *bscales;                /* block scales / MX exponents */
-    size_t bscales_cap;
     fp8t_inspect_sink sink;        /* optional second destination (TensorBoard) */
     void *sink_ctx;
 };
+
+static void flush_rows(fp8t_inspector *in);
 
 /* ---- spec parsing ----
  * Messages name the key, not the option: the caller says which option the spec came from
@@ -249,6 +269,10 @@ fp8t_inspector *fp8t_inspector_create(const char *spec, const char *out_dir, cha
     fp8t_inspector *in = calloc(1, sizeof(*in));
     if (!in) { snprintf(err, errlen, "out of memory"); return NULL; }
     in->step = -1;
+    in->upd_step = -1;
+    in->dump_budget = DUMP_INFLIGHT_BYTES;
+    const char *budget = getenv("FP8TRAIN_INSPECT_DUMP_BUDGET"); /* bytes; tests use a tiny one */
+    if (budget && strtoull(budget, NULL, 10) > 0) in->dump_budget = strtoull(budget, NULL, 10);
     if (parse_spec(&in->sel, spec, err, errlen)) goto fail;
     if (!out_dir || !*out_dir || strlen(out_dir) > 900) {
         snprintf(err, errlen, "needs an output directory (--out DIR)");
@@ -272,29 +296,45 @@ fail:
 
 void fp8t_inspector_destroy(fp8t_inspector *in) {
     if (!in) return;
+    if (in->be) flush_rows(in); /* a step that was never ended */
+    if (in->writer) {
+        in->be->ops->synchronize(in->be); /* the last copies land before the thread writes */
+        dump_writer_destroy(in->writer);
+    }
     if (in->stats) fclose(in->stats);
+    if (in->be) {
+        if (in->d_raws) in->be->ops->free(in->be, in->d_raws);
+        if (in->d_blocks) in->be->ops->free(in->be, in->d_blocks);
+    }
+    free(in->rows);
+    free(in->h_raws);
     free(in->seen);
     free(in->state);
+    free(in->upd_amax);
     free(in->x);
-    free(in->img);
     free(in->codes);
     free(in->blocks);
-    free(in->bscales);
     free(in);
+}
+
+static int step_selected(const fp8t_inspector *in, int step) {
+    return step >= in->sel.start && (in->sel.end < 0 || step <= in->sel.end) &&
+           (step - in->sel.start) % in->sel.every == 0;
 }
 
 void fp8t_inspector_begin_step(fp8t_inspector *in, int step) {
     if (!in) return;
     in->step = step;
-    in->active = step >= in->sel.start && (in->sel.end < 0 || step <= in->sel.end) &&
-                 (step - in->sel.start) % in->sel.every == 0;
-    in->have_state = 0;
+    in->active = step_selected(in, step);
     if (in->seen) memset(in->seen, 0, in->seen_n * sizeof(int));
 }
+
+int fp8t_inspector_active(const fp8t_inspector *in) { return in && in->active; }
 
 void fp8t_inspector_end_step(fp8t_inspector *in, int step) {
     (void)step;
     if (!in) return;
+    if (in->be) flush_rows(in);
     /* a full disk shows at the flush (or as the stream's error flag from an earlier fputs) */
     if (in->active && (fflush(in->stats) != 0 || ferror(in->stats)) && !in->write_err[0])
         snprintf(in->write_err, sizeof(in->write_err), "cannot write %s/stats.jsonl: %s",
@@ -318,8 +358,8 @@ static void sink_site(char *buf, size_t len, const fp8t_tensor_site *s) {
              fp8t_gemm_name(s->gemm), fp8t_tensor_kind_name(s->kind));
 }
 
-static void sink_stats(fp8t_inspector *in, const fp8t_tensor_site *site, const fp8t_stats *st,
-                       int is_operand, float scale) {
+static void sink_stats(fp8t_inspector *in, int step, const fp8t_tensor_site *site,
+                       const fp8t_stats *st, int is_operand, float scale) {
     char name[96];
     sink_site(name, sizeof(name), site);
     const struct {
@@ -335,7 +375,7 @@ static void sink_stats(fp8t_inspector *in, const fp8t_tensor_site *site, const f
         /* float: the sink's consumer (TensorBoard) keeps float32; an exact image's SQNR
          * (1e300) has no float value and is left out like a non-finite one */
         if ((is_operand || !rows[i].operand_only) && isfinite((float)rows[i].v))
-            in->sink(in->sink_ctx, in->step, name, rows[i].stat, rows[i].v);
+            in->sink(in->sink_ctx, step, name, rows[i].stat, rows[i].v);
 }
 
 const char *fp8t_inspector_write_error(const fp8t_inspector *in) {
@@ -376,65 +416,12 @@ static int next_micro(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site 
     return in->seen[idx]++;
 }
 
-/* Host copy of the recipe state, taken at the first hook call of an inspected step, i.e.
- * before this step's amaxes reach the history: amax_history_max is then the max over the
- * steps the current scale came from. */
-static const float *state_snapshot(fp8t_inspector *in, fp8t_model *m) {
-    if (in->have_state) return in->state;
-    int n = fp8t_model_fp8_count(m), len = fp8t_model_fp8_history_len(m);
-    size_t floats = fp8t_recipe_state_floats(n, len);
-    if (grow_buf((void **)&in->state, &in->state_cap, floats, sizeof(float))) return NULL;
-    fp8t_backend *be = fp8t_model_backend(m);
-    be->ops->to_host(be, in->state, fp8t_model_fp8_state(m), floats * sizeof(float));
-    in->state_n = n;
-    in->state_len = len;
-    in->have_state = 1;
-    return in->state;
-}
-
 static void site_name(char *buf, size_t len, const fp8t_tensor_site *s) {
     char layer[16];
     if (s->layer < 0) snprintf(layer, sizeof(layer), "head");
     else snprintf(layer, sizeof(layer), "%d", s->layer);
     snprintf(buf, len, "%s.%s.%s.%s", layer, fp8t_module_name(s->module),
              fp8t_gemm_name(s->gemm), fp8t_tensor_kind_name(s->kind));
-}
-
-/* Error statistics of a block-scaled or MXFP8 image of x (rows x cols) into st (moments from
- * fp8t_compare_stats, underflow counted here; block scales never saturate). */
-static void block_image_stats(fp8t_inspector *in, fp8t_stats *st, const fp8t_tensor_site *s) {
-    size_t n = (size_t)s->rows * (size_t)s->cols;
-    if (grow_buf((void **)&in->img, &in->img_cap, n, sizeof(float)) ||
-        grow_buf((void **)&in->codes, &in->codes_cap, n, 1)) {
-        fp8t_tensor_stats(st, in->x, n);
-        return;
-    }
-    if (s->precision == FP8T_PREC_MXFP8) {
-        size_t nb = (size_t)s->rows * (size_t)((s->cols + 31) / 32);
-        if (grow_buf((void **)&in->bscales, &in->bscales_cap, nb, sizeof(float))) return;
-        uint8_t *e8m0 = (uint8_t *)in->bscales; /* [rows, ceil(cols/32)] */
-        fp8t_mxfp8_quantize(in->codes, e8m0, in->x, s->rows, s->cols);
-        fp8t_mxfp8_dequantize(in->img, in->codes, e8m0, s->rows, s->cols);
-    } else {
-        /* the model's tiles: weights 128x128; activations and gradients 1x128 along the
-         * reduction dimension, which for Wgrad is the token dimension (128x1) */
-        int tr = 1, tc = BLOCK_TILE;
-        if (s->kind == FP8T_T_WEIGHT) tr = BLOCK_TILE;
-        else if (s->gemm == FP8T_GEMM_WGRAD) { tr = BLOCK_TILE; tc = 1; }
-        size_t nb = (size_t)((s->rows + tr - 1) / tr) * (size_t)((s->cols + tc - 1) / tc);
-        if (grow_buf((void **)&in->bscales, &in->bscales_cap, nb, sizeof(float))) return;
-        fp8t_block_quantize(in->codes, in->bscales, in->x, s->rows, s->cols, tr, tc, s->fmt);
-        fp8t_block_dequantize(in->img, in->codes, in->bscales, s->rows, s->cols, tr, tc, s->fmt);
-    }
-    fp8t_compare_stats(st, in->x, in->img, n);
-    size_t nonzero = 0, under = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(in->x[i]) || in->x[i] == 0) continue;
-        nonzero++;
-        under += in->img[i] == 0;
-    }
-    st->underflow_pct = nonzero ? 100.0 * (double)under / (double)nonzero : 0.0;
-    st->saturation_pct = 0.0;
 }
 
 /* ---- one JSON line, numbers printed so that they read back bit-exact ---- */
@@ -488,7 +475,7 @@ static void add_str(line_buf *b, const char *k, const char *v) {
     lb_put(b, "\"", 1);
 }
 
-static void add_array(line_buf *b, const char *k, const fp8t_stats *blocks, size_t nb,
+static void add_array(line_buf *b, const char *k, const fp8t_block_raw *blocks, size_t nb,
                       size_t field_offset) {
     lb_key(b, k);
     lb_put(b, "[", 1);
@@ -499,121 +486,142 @@ static void add_array(line_buf *b, const char *k, const fp8t_stats *blocks, size
     lb_put(b, "]", 1);
 }
 
-/* Per-block statistics of the per-tensor quantization, summarized (and listed if asked). */
-static void add_block_stats(fp8t_inspector *in, line_buf *o, size_t n, float scale,
-                            fp8_format fmt) {
-    size_t bs = (size_t)in->sel.block;
-    size_t nb = (n + bs - 1) / bs;
-    if (nb == 0 || grow_buf((void **)&in->blocks, &in->blocks_cap, nb, sizeof(fp8t_stats)))
-        return;
-    fp8t_block_fp8_stats(in->blocks, in->x, n, bs, scale, fmt);
-    double worst_sqnr = INFINITY, amax_max = 0, amax_min_nz = INFINITY, under_max = 0;
-    size_t worst_i = 0, with_under = 0;
-    for (size_t b = 0; b < nb; b++) {
-        const fp8t_stats *s = &in->blocks[b];
-        if (s->sqnr_db < worst_sqnr) { worst_sqnr = s->sqnr_db; worst_i = b; }
-        if (s->amax > amax_max) amax_max = s->amax;
-        if (s->amax > 0 && s->amax < amax_min_nz) amax_min_nz = s->amax;
-        if (s->underflow_pct > 0) with_under++;
-        if (s->underflow_pct > under_max) under_max = s->underflow_pct;
-    }
-    add_num(o, "block", (double)bs);
+/* Per-block statistics of the per-tensor quantization, as the op summarized them (and the
+ * per-block arrays, copied from the device, if asked). */
+static void add_block_stats(fp8t_inspector *in, line_buf *o, const fp8t_stats_raw *raw) {
+    const size_t nb = (size_t)raw->n_blocks;
+    if (nb == 0) return;
+    const double amin = raw->block_amax_min_nonzero;
+    add_num(o, "block", (double)raw->block);
     add_num(o, "n_blocks", (double)nb);
-    add_num(o, "block_sqnr_min_db", worst_sqnr);
-    add_num(o, "block_sqnr_min_index", (double)worst_i);
-    add_num(o, "block_amax_max", amax_max);
-    add_num(o, "block_amax_min_nonzero", isfinite(amax_min_nz) ? amax_min_nz : 0.0);
+    add_num(o, "block_sqnr_min_db", raw->block_sqnr_min_db);
+    add_num(o, "block_sqnr_min_index", (double)raw->block_sqnr_min_index);
+    add_num(o, "block_amax_max", raw->block_amax_max);
+    add_num(o, "block_amax_min_nonzero", isfinite(amin) ? amin : 0.0);
     /* NaN (JSON null) when no block has a nonzero amax */
-    add_num(o, "block_amax_ratio", isfinite(amax_min_nz) ? amax_max / amax_min_nz : NAN);
-    add_num(o, "blocks_with_underflow_pct", 100.0 * (double)with_under / (double)nb);
-    add_num(o, "block_underflow_max_pct", under_max);
-    if (in->sel.block_list) {
-        add_array(o, "block_amax", in->blocks, nb, offsetof(fp8t_stats, amax));
-        add_array(o, "block_sqnr_db", in->blocks, nb, offsetof(fp8t_stats, sqnr_db));
-        add_array(o, "block_underflow_pct", in->blocks, nb, offsetof(fp8t_stats, underflow_pct));
+    add_num(o, "block_amax_ratio", isfinite(amin) ? raw->block_amax_max / amin : NAN);
+    add_num(o, "blocks_with_underflow_pct",
+            100.0 * (double)raw->blocks_with_underflow / (double)nb);
+    add_num(o, "block_underflow_max_pct", raw->block_underflow_max_pct);
+    if (in->sel.block_list && in->d_blocks &&
+        !grow_buf((void **)&in->blocks, &in->blocks_cap, nb, sizeof(fp8t_block_raw))) {
+        in->be->ops->to_host(in->be, in->blocks, in->d_blocks, nb * sizeof(fp8t_block_raw));
+        add_array(o, "block_amax", in->blocks, nb, offsetof(fp8t_block_raw, amax));
+        add_array(o, "block_sqnr_db", in->blocks, nb, offsetof(fp8t_block_raw, sqnr_db));
+        add_array(o, "block_underflow_pct", in->blocks, nb,
+                  offsetof(fp8t_block_raw, underflow_pct));
     }
 }
 
-static void write_dumps(fp8t_inspector *in, const fp8t_tensor_site *s, float scale,
-                        float scale_inv, int is_operand) {
-    char dir[1100], name[96], path[1300], err[512];
-    snprintf(dir, sizeof(dir), "%s/dumps/step_%06d", in->out_dir, in->step);
-    if (fp8t_mkdirs(dir, err, sizeof(err))) {
-        fprintf(stderr, "fp8train: inspect: %s\n", err);
-        return;
-    }
-    site_name(name, sizeof(name), s);
-    int64_t shape[2] = {s->rows, s->cols};
-    size_t n = (size_t)s->rows * (size_t)s->cols;
-    snprintf(path, sizeof(path), "%s/%s.npy", dir, name);
-    int rc = fp8t_npy_write(path, "<f4", 2, shape, in->x, err, sizeof(err));
-    if (!rc && is_operand && !grow_buf((void **)&in->codes, &in->codes_cap, n, 1)) {
-        fp8_quantize(in->codes, in->x, n, scale, s->fmt, 1);
-        snprintf(path, sizeof(path), "%s/%s.fp8.npy", dir, name);
-        rc = fp8t_npy_write(path, "|u1", 2, shape, in->codes, err, sizeof(err));
-        int64_t one = 1;
-        snprintf(path, sizeof(path), "%s/%s.scale_inv.npy", dir, name);
-        if (!rc) rc = fp8t_npy_write(path, "<f4", 1, &one, &scale_inv, err, sizeof(err));
-    }
-    if (rc) fprintf(stderr, "fp8train: inspect: dump failed: %s\n", err);
-}
+/* The what-if images every operand gets after the one its GEMM uses (image 0): per-tensor
+ * current scaling, 1x128 blocks (along the stored rows) in both formats, and MXFP8. */
+#define N_WHATIF 5
+static const char *const whatif_names[N_WHATIF] = {"current_e4m3", "current_e5m2",
+                                                   "block128_e4m3", "block128_e5m2", "mxfp8"};
 
-void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
-                            float *x) {
-    if (!in || !in->active || !site || !x) return;
-    /* the recipe state as it was when the step began: the first hook call of a step comes
-     * before any of its amaxes is recorded, whatever the selection */
-    if (!in->have_state) state_snapshot(in, m);
-    if (!layer_selected(in, site->layer) || !(in->sel.module_mask >> site->module & 1u) ||
-        !(in->sel.gemm_mask >> site->gemm & 1u) || !(in->sel.tensor_mask >> site->kind & 1u))
-        return;
-    int micro = next_micro(in, m, site);
-    if (micro > 0 && !in->sel.all_micro) return;
-    if (site->rows <= 0 || site->cols <= 0) return;
-    size_t n = (size_t)site->rows * (size_t)site->cols;
-    if (grow_buf((void **)&in->x, &in->x_cap, n, sizeof(float))) {
-        fprintf(stderr, "fp8train: inspect: out of memory for a %dx%d tensor\n", site->rows,
-                site->cols);
-        return;
-    }
-    fp8t_backend *be = fp8t_model_backend(m);
-    be->ops->to_host(be, in->x, x, n * sizeof(float));
-
-    int is_operand = site->fp8_index >= 0;
-    fp8t_stats st;
-    float scale = NAN, scale_inv = NAN;
-    double hist_max = NAN;
-    const char *scale_source = NULL;
-    if (is_operand) {
-        const float *state = state_snapshot(in, m);
-        fp8t_recipe_state rs;
-        if (state && site->fp8_index < in->state_n) {
-            fp8t_recipe_state_view(&rs, (float *)state, in->state_n, in->state_len);
-            hist_max = fp8t_recipe_history_max(&rs, site->fp8_index);
-            scale = rs.scale[site->fp8_index];
-            scale_inv = rs.scale_inv[site->fp8_index];
-        }
-        fp8t_precision p = site->precision;
-        if (p == FP8T_PREC_CURRENT || p == FP8T_PREC_FAKE || p == FP8T_PREC_BLOCK ||
-            p == FP8T_PREC_MXFP8 || !isfinite(scale)) {
-            const fp8t_policy *pol = fp8t_model_get_policy(m);
-            scale = fp8t_current_scale(fp8_amax(in->x, n), fp8_format_max(site->fmt),
-                                       pol ? pol->epsilon : 0.0f, pol ? pol->pow2_scales : 0);
-            scale_inv = 1.0f / scale;
-            scale_source = (p == FP8T_PREC_BLOCK || p == FP8T_PREC_MXFP8) ? fp8t_precision_name(p)
-                                                                           : "current";
-        } else {
-            scale_source = "delayed";
-        }
-        if (p == FP8T_PREC_BLOCK || p == FP8T_PREC_MXFP8) block_image_stats(in, &st, site);
-        else fp8t_fp8_stats(&st, in->x, n, scale, site->fmt);
+/* The images of one operand (stats.h): image 0 as its GEMM quantizes it, then the what-ifs.
+ * Returns the index of the image whose per-tensor scale is reported as "scale" (and used by
+ * block=N): 0, or for block / MX GEMMs the current-scaling what-if of the same format. */
+static int operand_images(fp8t_stats_req *req, fp8t_model *m, const fp8t_tensor_site *s,
+                          const char **scale_source) {
+    const fp8t_policy *pol = fp8t_model_get_policy(m);
+    const float eps = pol ? pol->epsilon : 0.0f;
+    const int pow2 = pol ? pol->pow2_scales : 0;
+    fp8t_image_spec *im = req->img;
+    const fp8t_precision p = s->precision;
+    int scale_img = 0;
+    memset(req, 0, sizeof *req);
+    if (p == FP8T_PREC_BLOCK) {
+        /* the model's tiles: weights 128x128; activations and gradients 1x128 along the
+         * reduction dimension, which for Wgrad is the token dimension (128x1) */
+        int tr = 1, tc = BLOCK_TILE;
+        if (s->kind == FP8T_T_WEIGHT) tr = BLOCK_TILE;
+        else if (s->gemm == FP8T_GEMM_WGRAD) { tr = BLOCK_TILE; tc = 1; }
+        im[0] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = s->fmt, .tile_r = tr,
+                                  .tile_c = tc};
+        *scale_source = "block";
+    } else if (p == FP8T_PREC_MXFP8) {
+        im[0] = (fp8t_image_spec){.kind = FP8T_IMG_MX, .fmt = FP8_E4M3};
+        *scale_source = "mxfp8";
+    } else if (p == FP8T_PREC_CURRENT || p == FP8T_PREC_FAKE || s->fp8_index < 0 ||
+               s->fp8_index >= fp8t_model_fp8_count(m)) {
+        im[0] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = s->fmt, .epsilon = eps,
+                                  .pow2 = pow2};
+        *scale_source = "current";
     } else {
-        fp8t_tensor_stats(&st, in->x, n);
+        /* delayed (and bf16/fp32, where it is the scale FP8 would use): the recipe state's
+         * scale on the device, read by the op as the GEMM reads it */
+        fp8t_recipe_state rs;
+        fp8t_recipe_state_view(&rs, fp8t_model_fp8_state(m), fp8t_model_fp8_count(m),
+                               fp8t_model_fp8_history_len(m));
+        im[0] = (fp8t_image_spec){.kind = FP8T_IMG_SCALE, .fmt = s->fmt,
+                                  .scale = rs.scale + s->fp8_index};
+        *scale_source = "delayed";
     }
+    im[1] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3, .epsilon = eps, .pow2 = pow2};
+    im[2] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2, .epsilon = eps, .pow2 = pow2};
+    im[3] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = BLOCK_TILE};
+    im[4] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 1, .tile_c = BLOCK_TILE};
+    im[5] = (fp8t_image_spec){.kind = FP8T_IMG_MX, .fmt = FP8_E4M3};
+    req->n_images = 1 + N_WHATIF;
+    if (p == FP8T_PREC_BLOCK || p == FP8T_PREC_MXFP8) scale_img = s->fmt == FP8_E5M2 ? 2 : 1;
+    return scale_img;
+}
+
+void fp8t_inspector_before_scale_update(fp8t_inspector *in, fp8t_model *m, int step) {
+    if (!in || !m || !step_selected(in, step + 1)) return;
+    in->upd_step = -1;
+    const int n = fp8t_model_fp8_count(m), len = fp8t_model_fp8_history_len(m);
+    float *dstate = fp8t_model_fp8_state(m);
+    if (n <= 0 || len <= 0 || !dstate) return;
+    const size_t floats = fp8t_recipe_state_floats(n, len);
+    if (grow_buf((void **)&in->state, &in->state_cap, floats, sizeof(float)) ||
+        grow_buf((void **)&in->upd_amax, &in->upd_cap, (size_t)n, sizeof(float)))
+        return;
+    fp8t_backend *be = fp8t_model_backend(m);
+    be->ops->to_host(be, in->state, dstate, floats * sizeof(float));
+    fp8t_recipe_state rs;
+    fp8t_recipe_state_view(&rs, in->state, n, len);
+    const fp8t_policy *pol = fp8t_model_get_policy(m);
+    /* what fp8t_delayed_update takes: the max over the whole history (this step's slot 0
+     * included, before the roll drops the oldest), or slot 0 alone */
+    const int recent = pol && pol->algo == FP8T_AMAX_MOST_RECENT;
+    for (int t = 0; t < n; t++)
+        in->upd_amax[t] = recent ? rs.history[t] : fp8t_recipe_history_max(&rs, t);
+    in->upd_n = n;
+    in->upd_step = step + 1;
+}
+
+/* One inspected site whose statistics are queued on the device, turned into a stats.jsonl
+ * line at the next flush (end of step): the step does not wait for each site's result. */
+typedef struct pending_row {
+    fp8t_tensor_site site;
+    int step, micro, is_operand, scale_img;
+    const char *scale_source;
+    double hist_max;
+    float *dump_buf; /* its dump's pinned buffer (copy queued), or NULL */
+} pending_row;
+
+/* The stats.jsonl line of one site from its raw statistics. */
+static void write_row(fp8t_inspector *in, const pending_row *pr, const fp8t_stats_raw *rawp,
+                      float *scale_out) {
+    const fp8t_tensor_site *site = &pr->site;
+    const fp8t_stats_raw raw = *rawp;
+    const int is_operand = pr->is_operand, micro = pr->micro, scale_img = pr->scale_img;
+    const char *scale_source = pr->scale_source;
+    const double hist_max = pr->hist_max;
+    fp8t_stats st;
+    fp8t_stats_from_raw(&st, &raw, is_operand ? 0 : -1);
+    float scale = NAN, scale_inv = NAN;
+    if (is_operand) {
+        scale = (float)raw.img[scale_img].scale;
+        scale_inv = 1.0f / scale;
+    }
+    *scale_out = scale;
 
     line_buf lb = {0}, *o = &lb;
     lb_put(o, "{", 1);
-    add_num(o, "step", in->step);
+    add_num(o, "step", pr->step);
     add_num(o, "micro", micro);
     add_num(o, "layer", site->layer);
     add_str(o, "module", fp8t_module_name(site->module));
@@ -642,12 +650,171 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     add_num(o, "amax_history_max", hist_max);
     add_num(o, "n_nan", (double)st.n_nan);
     add_num(o, "n_inf", (double)st.n_inf);
+    add_num(o, "n_zero", (double)st.n_zero);
     if (scale_source) add_str(o, "scale_source", scale_source);
-    if (is_operand && in->sel.block > 0) add_block_stats(in, o, n, scale, site->fmt);
+    if (is_operand) {
+        /* the what-if recipes, next to the one in use */
+        lb_key(o, "whatif");
+        lb_put(o, "{", 1);
+        for (int k = 0; k < N_WHATIF && 1 + k < raw.n_images; k++) {
+            double up, sp, sq;
+            fp8t_image_summary(&raw, 1 + k, &up, &sp, &sq);
+            if (k) lb_put(o, ",", 1);
+            lb_put(o, "\"", 1);
+            lb_put(o, whatif_names[k], strlen(whatif_names[k]));
+            lb_put(o, "\":{\"underflow_pct\":", 19);
+            lb_number(o, up);
+            lb_put(o, ",\"saturation_pct\":", 18);
+            lb_number(o, sp);
+            lb_put(o, ",\"sqnr_db\":", 11);
+            lb_number(o, sq);
+            lb_put(o, "}", 1);
+        }
+        lb_put(o, "}", 1);
+    }
+    if (is_operand && in->sel.block > 0) add_block_stats(in, o, &raw);
     lb_put(o, "}\n", 2);
     if (lb.s) fputs(lb.s, in->stats);
     free(lb.s);
 
-    if (in->sink && micro == 0) sink_stats(in, site, &st, is_operand, scale);
-    if (in->sel.dump && micro == 0) write_dumps(in, site, scale, scale_inv, is_operand);
+    if (in->sink && micro == 0) sink_stats(in, pr->step, site, &st, is_operand, scale);
+}
+
+static void dump_job_of(dump_job *job, const fp8t_inspector *in, const pending_row *pr,
+                        float scale) {
+    memset(job, 0, sizeof *job);
+    snprintf(job->dir, sizeof(job->dir), "%s/dumps/step_%06d", in->out_dir, pr->step);
+    site_name(job->name, sizeof(job->name), &pr->site);
+    job->rows = pr->site.rows, job->cols = pr->site.cols;
+    job->operand = pr->is_operand;
+    job->scale = scale, job->scale_inv = 1.0f / scale;
+    job->fmt = pr->site.fmt;
+}
+
+/* Write every queued site: one copy of their raw statistics to the host (which waits for the
+ * device, so the dumps' copies have landed too), then the lines, then the dumps go to the
+ * writer thread with their scales. */
+static void flush_rows(fp8t_inspector *in) {
+    if (in->n_rows == 0) return;
+    fp8t_backend *be = in->be;
+    if (grow_buf((void **)&in->h_raws, &in->h_raws_cap, in->n_rows, sizeof(fp8t_stats_raw))) {
+        fprintf(stderr, "fp8train: inspect: out of memory: %zu rows of step %d lost\n",
+                in->n_rows, in->step);
+        be->ops->synchronize(be);
+        in->n_rows = 0;
+        return;
+    }
+    be->ops->to_host(be, in->h_raws, in->d_raws, in->n_rows * sizeof(fp8t_stats_raw));
+    for (size_t k = 0; k < in->n_rows; k++) {
+        const pending_row *pr = &in->rows[k];
+        float scale;
+        write_row(in, pr, &in->h_raws[k], &scale);
+        in->last_scale = scale;
+        if (pr->dump_buf) {
+            dump_job job;
+            dump_job_of(&job, in, pr, scale);
+            dump_writer_queue(in->writer, &job, pr->dump_buf);
+        }
+    }
+    dump_writer_release(in->writer);
+    in->n_rows = 0;
+    in->pending_dump_bytes = 0;
+}
+
+void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
+                            float *x) {
+    if (!in || !in->active || !site || !x) return;
+    if (!layer_selected(in, site->layer) || !(in->sel.module_mask >> site->module & 1u) ||
+        !(in->sel.gemm_mask >> site->gemm & 1u) || !(in->sel.tensor_mask >> site->kind & 1u))
+        return;
+    int micro = next_micro(in, m, site);
+    if (micro > 0 && !in->sel.all_micro) return;
+    if (site->rows <= 0 || site->cols <= 0) return;
+    size_t n = (size_t)site->rows * (size_t)site->cols;
+    fp8t_backend *be = fp8t_model_backend(m);
+    if (!in->be) in->be = be;
+    int dump = in->sel.dump && micro == 0;
+    if (dump && !in->writer && !in->writer_failed) {
+        in->writer = dump_writer_create(be, in->dump_budget);
+        in->writer_failed = !in->writer;
+    }
+    /* The dumps of queued rows hold pinned buffers the writer cannot have before the flush:
+     * past half the budget, flush now, so that the writer can free buffers and a request for
+     * one never waits on buffers only this thread could hand over. */
+    if (dump && in->writer && in->pending_dump_bytes + n * sizeof(float) > in->dump_budget / 2)
+        flush_rows(in);
+    /* a slot for this site's result on the device, and its bookkeeping on the host */
+    if (in->n_rows == in->d_raws_cap) {
+        size_t cap = in->d_raws_cap ? 2 * in->d_raws_cap : 64;
+        fp8t_stats_raw *d = be->ops->malloc(be, cap * sizeof(fp8t_stats_raw));
+        if (in->d_raws) {
+            be->ops->copy(be, d, in->d_raws, in->n_rows * sizeof(fp8t_stats_raw));
+            be->ops->free(be, in->d_raws);
+        }
+        in->d_raws = d;
+        in->d_raws_cap = cap;
+    }
+    if (grow_buf((void **)&in->rows, &in->rows_cap, in->n_rows + 1, sizeof(pending_row))) {
+        fprintf(stderr, "fp8train: inspect: out of memory\n");
+        return;
+    }
+    pending_row *pr = &in->rows[in->n_rows];
+    memset(pr, 0, sizeof *pr);
+    pr->site = *site;
+    pr->step = in->step;
+    pr->micro = micro;
+    pr->is_operand = site->fp8_index >= 0;
+    pr->scale_img = -1;
+    pr->hist_max = NAN;
+
+    /* the statistics on the device; only the fp8t_stats_raw comes back */
+    fp8t_stats_req req;
+    memset(&req, 0, sizeof req);
+    if (pr->is_operand) {
+        pr->scale_img = operand_images(&req, m, site, &pr->scale_source);
+        if (in->upd_step == in->step && site->fp8_index < in->upd_n &&
+            strcmp(pr->scale_source, "delayed") == 0)
+            pr->hist_max = in->upd_amax[site->fp8_index];
+        if (in->sel.block > 0) {
+            req.block = in->sel.block;
+            req.block_img = pr->scale_img;
+            const size_t nb = (n + (size_t)in->sel.block - 1) / (size_t)in->sel.block;
+            if (in->sel.block_list && nb > in->d_blocks_cap) {
+                if (in->d_blocks) be->ops->free(be, in->d_blocks);
+                in->d_blocks = be->ops->malloc(be, nb * sizeof(fp8t_block_raw));
+                in->d_blocks_cap = nb;
+            }
+            req.block_list = in->sel.block_list ? in->d_blocks : NULL;
+        }
+    }
+    be->ops->tensor_stats(be, in->d_raws + in->n_rows, x, site->rows, site->cols, &req);
+
+    if (dump && in->writer) {
+        /* copied now (later kernels may overwrite x), written after the flush */
+        pr->dump_buf = dump_writer_buffer(in->writer, n * sizeof(float));
+        if (pr->dump_buf) {
+            be->ops->to_host_async(be, pr->dump_buf, x, n * sizeof(float));
+            in->pending_dump_bytes += n * sizeof(float);
+        } else {
+            fprintf(stderr, "fp8train: inspect: out of memory: dump of a %dx%d tensor lost\n",
+                    site->rows, site->cols);
+        }
+    }
+    in->n_rows++;
+    /* the per-block list has one device buffer: write its row now */
+    if (in->sel.block_list && pr->is_operand) flush_rows(in);
+    if (dump && !in->writer) {
+        /* no writer thread: this site's line first (its scale), then the files, here */
+        dump_job job;
+        const pending_row keep = *pr;
+        flush_rows(in); /* no-op if the block-list flush above wrote it already */
+        dump_job_of(&job, in, &keep, in->last_scale);
+        if (grow_buf((void **)&in->x, &in->x_cap, n, sizeof(float))) {
+            fprintf(stderr, "fp8train: inspect: out of memory for a %dx%d dump\n", site->rows,
+                    site->cols);
+            return;
+        }
+        be->ops->to_host(be, in->x, x, n * sizeof(float));
+        dump_write_files(&job, in->x, &in->codes, &in->codes_cap);
+    }
 }

@@ -467,7 +467,8 @@ static void tables(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
                      "<th class=\"n\">SQNR A</th><th class=\"n\">SQNR B</th><th class=\"n\">&#916; SQNR</th>"
                      "<th class=\"n\">"
                      "cosine A</th><th class=\"n\">cosine B</th><th class=\"n\">underflow A</th>"
-                     "<th class=\"n\">underflow B</th></tr>\n");
+                     "<th class=\"n\">underflow B</th><th>best what-if recipe (SQNR, "
+                     "underflow)</th></tr>\n");
         for (int i = 0; i < r->n_sites; i++) {
             const fp8t_site_diff *d = &r->sites[i];
             rb_printf(b, "<tr>");
@@ -482,6 +483,17 @@ static void tables(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
             num_cell(b, "%.6f", d->cos_b);
             num_cell(b, "%.3f%%", d->under_a);
             num_cell(b, "%.3f%%", d->under_b);
+            /* the recipe that would quantize this tensor best, next to the one in use */
+            if (d->whatif_run && d->whatif_best >= 0)
+            {
+                rb_printf(b, "<td>%s: %.1f dB, %.3f%% (run %c, in use: ",
+                          fp8t_whatif_names[d->whatif_best], d->whatif_sqnr[d->whatif_best],
+                          d->whatif_under[d->whatif_best], d->whatif_run);
+                rb_esc(b, d->precision);
+                rb_printf(b, ")</td>");
+            }
+            else
+                rb_printf(b, "<td>&#8211;</td>");
             rb_printf(b, "</tr>\n");
         }
         rb_printf(b, "</table></section>\n");

@@ -124,6 +124,9 @@ static int jsonl_each(const char *path, jsonl_row_fn fn, void *ctx, char *err, s
 
 /* A number field: numbers as they are; "nan"/"inf"/"-inf" strings and null as NaN/Inf;
  * absent as NaN with *present = 0. */
+const char *const fp8t_whatif_names[FP8T_WHATIF_COUNT] = {
+    "current_e4m3", "current_e5m2", "block128_e4m3", "block128_e5m2", "mxfp8"};
+
 static double get_num(const cJSON *obj, const char *key, int *present) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (present) *present = it != NULL;
@@ -337,6 +340,13 @@ static int stats_row(void *vctx, const cJSON *obj, const char *path, int lineno,
     r->scale = get_num(obj, "scale", NULL);
     r->n_nan = get_num(obj, "n_nan", NULL);
     r->n_inf = get_num(obj, "n_inf", NULL);
+    const cJSON *wi = cJSON_GetObjectItemCaseSensitive(obj, "whatif");
+    for (int k = 0; k < FP8T_WHATIF_COUNT; k++) {
+        const cJSON *w = cJSON_IsObject(wi) ? cJSON_GetObjectItemCaseSensitive(wi, fp8t_whatif_names[k]) : NULL;
+        r->whatif_sqnr[k] = w ? get_num(w, "sqnr_db", NULL) : NAN;
+        r->whatif_under[k] = w ? get_num(w, "underflow_pct", NULL) : NAN;
+        r->whatif_sat[k] = w ? get_num(w, "saturation_pct", NULL) : NAN;
+    }
     return 0;
 }
 

@@ -8,7 +8,7 @@
  *
  * Definitions of the less obvious fields (all over finite elements of x unless said):
  *   underflow_pct  = 100 * #(x != 0 and q == 0) / #(x != 0)
- *   saturation_pct = 100 * #(|x*scale| > fmt_max) / #finite          (fp8 stats only)
+ *   saturation_pct = 100 * #(x*scale rounds above fmt_max: clipped) / #finite (fp8 only)
  *   mse = sum (q-x)^2 / #finite, cosine = <x,q> / (|x| |q|) (1 if both zero, 0 if only one),
  *   sqnr_db = 10 log10(sum x^2 / sum (q-x)^2), 1e300 if the error is 0, -1e300 if x is 0 and
  *   the error is not. For compare_stats an element whose ref is non-finite is skipped; a
@@ -70,7 +70,6 @@ static void acc_chunk(stats_acc *a, const float *x, size_t lo, size_t len, const
     } else if (cmp->kind == CMP_TENSOR) {
         q = cmp->test + lo;
     }
-    const float fmt_max = cmp->kind == CMP_FP8 ? fp8_format_max(cmp->fmt) : 0.0f;
     for (size_t i = 0; i < len; i++) {
         const float xf = x[i];
         if (isnan(xf)) { a->n_nan++; continue; }
@@ -91,7 +90,10 @@ static void acc_chunk(stats_acc *a, const float *x, size_t lo, size_t len, const
             a->n_nonzero++;
             if (qv == 0.0) a->n_underflow++;
         }
-        if (cmp->kind == CMP_FP8 && fabsf(xf * cmp->scale) > fmt_max) a->n_sat++;
+        /* clipped: the cast without saturation overflows, i.e. |x*scale| rounds above the
+         * format max; a value that rounds to the max (amax * (max/amax) a hair above max
+         * in float) is represented, not clipped */
+        if (cmp->kind == CMP_FP8 && fp8_overflows(xf * cmp->scale, cmp->fmt)) a->n_sat++;
         ksum_add(&a->err_sq, d * d);
         ksum_add(&a->xq, v * qv);
         ksum_add(&a->qq, qv * qv);

@@ -36,9 +36,12 @@ static void trainer_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *site,
     if (t->inspector && t->hook_inspect) fp8t_inspector_observe(t->inspector, m, site, x);
 }
 
-/* Install the hook only while something listens: a hooked model takes a slower Wgrad path. */
+/* Install the hook only while something listens: a hooked model takes slower, unfused paths
+ * (so the inspector's hook is on for its selected steps only). */
 static void update_hook(trainer *t) {
-    int on = t->injector || (t->inspector && t->hook_inspect) || t->track_nan;
+    int on = t->injector ||
+             (t->inspector && t->hook_inspect && fp8t_inspector_active(t->inspector)) ||
+             t->track_nan;
     fp8t_model_set_hook(t->model, on ? trainer_hook : NULL, t);
 }
 
@@ -525,7 +528,10 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
                 runlog_event(t, step, "fallback", "back to the configured precision policy", "");
         }
         if (t->injector) fp8t_injector_begin_step(t->injector, step);
-        if (t->inspector) fp8t_inspector_begin_step(t->inspector, step);
+        if (t->inspector) {
+            fp8t_inspector_begin_step(t->inspector, step);
+            update_hook(t);
+        }
         const double ts = trainer_now();
         const uint64_t pos0 = fp8t_data_position(t->train);
         const float lr = fp8t_lr_at(&t->cfg, step);
@@ -578,6 +584,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
                  t->cfg.weight_decay, step, t->cfg.grad_clip, norm);
         if (t->injector) fp8t_injector_before_scale_update(t->injector, t->model, step);
         dp_reduce_amax(&t->dp, t->be, t->model);
+        if (t->inspector) fp8t_inspector_before_scale_update(t->inspector, t->model, step);
         fp8t_model_end_step(t->model);
         if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
         const float loss = (float)(loss_sum / t->accum);

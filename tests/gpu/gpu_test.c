@@ -15,6 +15,9 @@
  * (gemm_bf16_rounded on to_bf16 operands == gemm_bf16, with a bias == gemm_bf16 + bias_add).
  * The op suite runs on two CUDA backends: the default one and FP8TRAIN_CUDA_PLAIN=1 (every
  * fused or cached path switched to its plain version).
+ * tensor_stats (the device statistics of --inspect) is checked against the CPU reference on the
+ * same tensors: counts exact, sums within 1e-6 relative, two GPU runs the same bytes; and the
+ * inspector end to end (device statistics, what-ifs, async dumps) against its own dumps.
  * Then the training-step checks: the same model, weights and batch on both backends; the loss
  * and every gradient tensor compared, for fp32 / bf16 / fp8 delayed / fp8 current; and two GPU
  * runs of 5 steps must agree bit for bit.
@@ -34,6 +37,8 @@
  *   model: the per-op differences above compound through layers, and a last-bit difference in
  *         an operand occasionally flips its BF16/FP8 rounding (one element moves by an ulp of
  *         BF16 = 2^-8, of E4M3 = 2^-3 relative); see PRECS. */
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -43,10 +48,13 @@
 #include <time.h>
 
 #include "fp8train/backend.h"
+#include "fp8train/debug.h"
+#include "fp8train/io.h"
 #include "fp8train/fp8.h"
 #include "fp8train/model.h"
 #include "fp8train/policy.h"
 #include "fp8train/recipe.h"
+#include "fp8train/stats.h"
 
 /* src/backend/cuda/cuda_gemm.cu: gemm_fp8 calls by path */
 int fp8t_cuda_gemm_counts(fp8t_backend *b, long *fp8_lt, long *fp8_fallback);
@@ -1128,6 +1136,118 @@ static void test_mxfp8(void) {
         }
 }
 
+/* tensor_stats: the device statistics against the CPU reference (fp8t_stats_raw_compute) on
+ * the same tensors: every count exact (elements, NaN, Inf, zeros, per image underflows and
+ * clipped values, blocks with underflow, the worst block's index), min / max / amax / smallest
+ * nonzero and the per-tensor scales bit-exact, every sum within 1e-6 relative (both sides sum
+ * in double, in different orders); the per-block list likewise. Two GPU runs give the same
+ * bytes. Images: a delayed scale, current scaling (E4M3; E5M2 with pow2 and epsilon), tiles
+ * 1x128, 128x128, 128x1, MXFP8. */
+static double rel_diff(double a, double b) {
+    if (isnan(a) && isnan(b)) return 0;
+    if (a == b) return 0;
+    double d = fabs(a - b), m = fmax(fabs(a), fabs(b));
+    return m > 0 ? d / m : d;
+}
+
+static void stats_req(fp8t_stats_req *req, const float *scale, int block, fp8t_block_raw *list) {
+    memset(req, 0, sizeof *req);
+    req->n_images = 7;
+    req->img[0] = (fp8t_image_spec){.kind = FP8T_IMG_SCALE, .fmt = FP8_E4M3, .scale = scale};
+    req->img[1] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3};
+    req->img[2] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2, .epsilon = 1e-4f,
+                                    .pow2 = 1};
+    req->img[3] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1,
+                                    .tile_c = 128};
+    req->img[4] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 128,
+                                    .tile_c = 128};
+    req->img[5] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 128,
+                                    .tile_c = 1};
+    req->img[6] = (fp8t_image_spec){.kind = FP8T_IMG_MX};
+    req->block = block, req->block_img = 0;
+    req->block_list = list;
+}
+
+static void test_tensor_stats(void) {
+    static const int shapes[][2] = {{1, 1}, {7, 9}, {37, 300}, {256, 768}, {1024, 1600},
+                                    {4096, 4096}};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (int variant = 0; variant < 2; variant++) {
+            int rows = shapes[si][0], cols = shapes[si][1];
+            size_t n = (size_t)rows * cols;
+            float *x = host_quant_data(n, variant);
+            if (variant && n > 10) x[n / 3] = NAN;
+            float sc = 37.5f;
+            dpair dx = dp_floats(x, n), ds = dp_floats(&sc, 1);
+            dpair draw = dp_alloc(sizeof(fp8t_stats_raw));
+            const int block = 128;
+            size_t nb = (n + block - 1) / block;
+            dpair dlist = dp_alloc(nb * sizeof(fp8t_block_raw));
+            dp_poison(draw, 1);
+            fp8t_stats_req req;
+            FOR_BOTH {
+                stats_req(&req, F(ds), block, (fp8t_block_raw *)dlist.p[s_]);
+                be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx), rows, cols, &req);
+            }
+            fp8t_stats_raw *c = dl(0, draw.p[0], sizeof(fp8t_stats_raw));
+            fp8t_stats_raw *g = dl(1, draw.p[1], sizeof(fp8t_stats_raw));
+            char shape[48], why[160] = "";
+            snprintf(shape, sizeof(shape), "%dx%d%s", rows, cols, variant ? " NaN/Inf" : "");
+            int counts_ok = c->n == g->n && c->n_finite == g->n_finite && c->n_nan == g->n_nan &&
+                            c->n_inf == g->n_inf && c->n_zero == g->n_zero &&
+                            c->n_images == g->n_images && c->n_blocks == g->n_blocks &&
+                            c->blocks_with_underflow == g->blocks_with_underflow &&
+                            c->block_sqnr_min_index == g->block_sqnr_min_index;
+            int exact_ok = c->min == g->min && c->max == g->max && c->amax == g->amax &&
+                           c->min_nonzero == g->min_nonzero && c->block_amax_max == g->block_amax_max &&
+                           c->block_amax_min_nonzero == g->block_amax_min_nonzero &&
+                           c->block_underflow_max_pct == g->block_underflow_max_pct;
+            double err = 0;
+            err = fmax(err, rel_diff(c->sum, g->sum));
+            err = fmax(err, rel_diff(c->sum_abs, g->sum_abs));
+            err = fmax(err, rel_diff(c->sum_sq, g->sum_sq));
+            err = fmax(err, rel_diff(c->dev_sq, g->dev_sq));
+            err = fmax(err, rel_diff(c->block_sqnr_min_db, g->block_sqnr_min_db));
+            for (int k = 0; k < c->n_images && k < FP8T_STATS_MAX_IMAGES; k++) {
+                const fp8t_image_raw *a = &c->img[k], *b = &g->img[k];
+                if (a->n_underflow != b->n_underflow || a->n_sat != b->n_sat) {
+                    counts_ok = 0;
+                    snprintf(why, sizeof(why), "image %d: underflow %llu/%llu clipped %llu/%llu", k,
+                             (unsigned long long)a->n_underflow, (unsigned long long)b->n_underflow,
+                             (unsigned long long)a->n_sat, (unsigned long long)b->n_sat);
+                }
+                if (!(a->scale == b->scale || (isnan(a->scale) && isnan(b->scale)))) {
+                    exact_ok = 0;
+                    snprintf(why, sizeof(why), "image %d: scale %.9g vs %.9g", k, a->scale, b->scale);
+                }
+                err = fmax(err, rel_diff(a->err_sq, b->err_sq));
+                err = fmax(err, rel_diff(a->xq, b->xq));
+                err = fmax(err, rel_diff(a->qq, b->qq));
+            }
+            fp8t_block_raw *cl = dl(0, dlist.p[0], nb * sizeof(fp8t_block_raw));
+            fp8t_block_raw *gl = dl(1, dlist.p[1], nb * sizeof(fp8t_block_raw));
+            size_t list_bad = 0;
+            for (size_t k = 0; k < nb; k++) {
+                if (cl[k].amax != gl[k].amax || cl[k].underflow_pct != gl[k].underflow_pct) list_bad++;
+                err = fmax(err, rel_diff(cl[k].sqnr_db, gl[k].sqnr_db));
+            }
+            if (!counts_ok && !why[0]) snprintf(why, sizeof(why), "a count differs");
+            if (!exact_ok && !why[0]) snprintf(why, sizeof(why), "min/max/amax/scale differ");
+            if (list_bad) snprintf(why, sizeof(why), "%zu blocks differ in amax/underflow", list_bad);
+            row("tensor_stats", shape, err, 1e-6, counts_ok && exact_ok && !list_bad && err <= 1e-6,
+                why);
+            /* the same bytes on a second GPU run */
+            void *again = GPU->ops->malloc(GPU, sizeof(fp8t_stats_raw));
+            stats_req(&req, (const float *)ds.p[1], block, NULL);
+            GPU->ops->tensor_stats(GPU, again, (const float *)dx.p[1], rows, cols, &req);
+            check_same_bits("tensor_stats", shape, again, draw.p[1], sizeof(fp8t_stats_raw));
+            GPU->ops->free(GPU, again);
+            free(c), free(g), free(cl), free(gl);
+            dp_free(dx), dp_free(ds), dp_free(draw), dp_free(dlist);
+            free(x);
+        }
+}
+
 static void test_bf16_round(void) {
     static const size_t ns[] = {1, 1001, 1u << 20};
     for (size_t ni = 0; ni < 3; ni++) {
@@ -1854,6 +1974,7 @@ static void run_op_suite(void) {
     test_fake_quantize();
     test_block_fake_quantize();
     test_mxfp8();
+    test_tensor_stats();
     test_bf16_round();
     test_delayed_update();
     test_embedding();
@@ -2098,6 +2219,169 @@ static void model_determinism(const char *cname, const fp8t_model_config *cfg, i
     free(params[0]), free(params[1]);
 }
 
+/* The inspector end to end on the CUDA backend: two FP8 training steps of a small GPT-2 with
+ * --inspect every=1,dump=1,block=64 (device statistics, what-ifs, async dumps through pinned
+ * buffers), then every stats.jsonl row against the CPU statistics of its own dump (the very
+ * tensor the GPU saw): counts (underflow %, saturation %, n_nan, n_inf, n_zero) and min / max
+ * / amax exact, moments and SQNR within 1e-6 relative (1e-5 dB); the what-if fields likewise
+ * against fp8t_stats_raw_compute. */
+static double num_of(const cJSON *o, const char *k) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(it) ? it->valuedouble : NAN;
+}
+
+static int same_or_close(double a, double b, double rel) {
+    if (isnan(a) && isnan(b)) return 1;
+    return a == b || fabs(a - b) <= rel * fmax(fabs(a), fabs(b));
+}
+
+static void gpu_inspect_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *site, float *x) {
+    fp8t_inspector_observe((fp8t_inspector *)ctx, m, site, x);
+}
+
+static void test_inspect_on_gpu(void) {
+    fp8t_model_config cfg;
+    fp8t_model_preset(&cfg, "tiny");
+    cfg.n_layer = 2, cfg.n_embd = 256, cfg.n_head = 4, cfg.seq_len = 128;
+    cfg.vocab_size = 512, cfg.mlp_hidden = 1024;
+    const int B = 4, T = 128;
+    char dir[256] = "/tmp/fp8t_gpu_inspect_XXXXXX", err[512];
+    if (!mkdtemp(dir)) {
+        row("inspect on the GPU", "mkdtemp", 0, 0, 0, strerror(errno));
+        return;
+    }
+    fp8t_model *m = make_model(GPU, &cfg, FP8T_PREC_DELAYED, B, T);
+    fp8t_inspector *in = fp8t_inspector_create("every=1,dump=1,block=64", dir, err, sizeof(err));
+    if (!m || !in) {
+        row("inspect on the GPU", "create", 0, 0, 0, in ? "model" : err);
+        fp8t_inspector_destroy(in);
+        if (m) fp8t_model_destroy(m);
+        return;
+    }
+    int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
+    make_batch(tok, tgt, B * T, cfg.vocab_size);
+    fp8t_model_set_hook(m, gpu_inspect_hook, in);
+    for (int t = 0; t < 2; t++) {
+        fp8t_inspector_begin_step(in, t);
+        fp8t_model_zero_grad(m);
+        fp8t_model_forward(m, tok, tgt);
+        fp8t_model_backward(m, 1.0f);
+        float norm = fp8t_model_grad_norm(m);
+        fp8t_model_adamw(m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t + 1, 1.0f, norm);
+        fp8t_inspector_before_scale_update(in, m, t);
+        fp8t_model_end_step(m);
+        fp8t_inspector_end_step(in, t);
+    }
+    fp8t_inspector_destroy(in); /* joins the dump writer */
+    fp8t_model_destroy(m);
+    free(tok), free(tgt);
+
+    char path[400], *text = NULL;
+    size_t len;
+    snprintf(path, sizeof(path), "%s/stats.jsonl", dir);
+    int rows_n = 0, bad = 0, with_hist = 0;
+    double worst = 0;
+    char why[800] = "";
+    if (fp8t_read_file(path, &text, &len, err, sizeof(err))) {
+        snprintf(why, sizeof(why), "%s", err);
+        bad = 1;
+    }
+    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save)) {
+        cJSON *r = cJSON_Parse(line);
+        if (!r) { bad++; continue; }
+        rows_n++;
+        const char *tensor = cJSON_GetObjectItem(r, "tensor")->valuestring;
+        const char *fmt_s = cJSON_GetObjectItem(r, "fmt")->valuestring;
+        int layer = (int)num_of(r, "layer"), step_i = (int)num_of(r, "step");
+        char name[128], f[700], descr[16], lname[16];
+        if (layer < 0) snprintf(lname, sizeof(lname), "head");
+        else snprintf(lname, sizeof(lname), "%d", layer);
+        snprintf(name, sizeof(name), "%s.%s.%s.%s", lname,
+                 cJSON_GetObjectItem(r, "module")->valuestring,
+                 cJSON_GetObjectItem(r, "gemm")->valuestring, tensor);
+        snprintf(f, sizeof(f), "%s/dumps/step_%06d/%s.npy", dir, step_i, name);
+        int ndim;
+        int64_t sh[8];
+        void *data = NULL;
+        size_t nbytes;
+        if (fp8t_npy_read(f, descr, &ndim, sh, &data, &nbytes, err, sizeof(err))) {
+            bad++;
+            snprintf(why, sizeof(why), "%s", err);
+            cJSON_Delete(r);
+            continue;
+        }
+        const float *x = data;
+        int rows = (int)sh[0], cols = (int)sh[1];
+        size_t n = (size_t)rows * cols;
+        int operand = !cJSON_IsNull(cJSON_GetObjectItem(r, "scale"));
+        fp8t_stats st;
+        float scale = (float)num_of(r, "scale");
+        fp8_format fmt = !strcmp(fmt_s, "e5m2") ? FP8_E5M2 : FP8_E4M3;
+        if (operand) fp8t_fp8_stats(&st, x, n, scale, fmt);
+        else fp8t_tensor_stats(&st, x, n);
+        int ok = num_of(r, "min") == st.min && num_of(r, "max") == st.max &&
+                 num_of(r, "amax") == st.amax && num_of(r, "n_nan") == (double)st.n_nan &&
+                 num_of(r, "n_inf") == (double)st.n_inf && num_of(r, "n_zero") == (double)st.n_zero;
+        const char *keys[] = {"mean", "std", "l1", "l2", "dynamic_range"};
+        const double vals[] = {st.mean, st.std, st.l1, st.l2, st.dynamic_range};
+        for (int k = 0; k < 5; k++) {
+            double a = num_of(r, keys[k]), d = fabs(a - vals[k]) / fmax(fabs(vals[k]), 1e-30);
+            if (vals[k] == 0 && a == 0) d = 0;
+            if (d > worst) worst = d;
+            ok &= d <= 1e-6;
+        }
+        if (operand) {
+            ok &= num_of(r, "underflow_pct") == st.underflow_pct &&
+                  num_of(r, "saturation_pct") == st.saturation_pct &&
+                  fabs(num_of(r, "sqnr_db") - st.sqnr_db) <= 1e-5 &&
+                  same_or_close(num_of(r, "cosine"), st.cosine, 1e-6);
+            with_hist += step_i == 1 && num_of(r, "amax_history_max") > 0;
+            /* the what-ifs against the CPU reference of the same images */
+            fp8t_stats_req req;
+            memset(&req, 0, sizeof req);
+            req.n_images = 5;
+            req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3};
+            req.img[1] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2};
+            req.img[2] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = 128};
+            req.img[3] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 1, .tile_c = 128};
+            req.img[4] = (fp8t_image_spec){.kind = FP8T_IMG_MX};
+            fp8t_stats_raw raw;
+            fp8t_stats_raw_compute(&raw, x, rows, cols, &req);
+            static const char *wn[5] = {"current_e4m3", "current_e5m2", "block128_e4m3",
+                                        "block128_e5m2", "mxfp8"};
+            const cJSON *wi = cJSON_GetObjectItem(r, "whatif");
+            for (int k = 0; k < 5; k++) {
+                const cJSON *w = cJSON_GetObjectItem(wi, wn[k]);
+                double up, sp, sq;
+                fp8t_image_summary(&raw, k, &up, &sp, &sq);
+                if (!w || num_of(w, "underflow_pct") != up || num_of(w, "saturation_pct") != sp ||
+                    !(fabs(num_of(w, "sqnr_db") - sq) <= 1e-5)) {
+                    ok = 0;
+                    snprintf(why, sizeof(why), "%s whatif %s: %g %g %g vs %g %g %g", name, wn[k],
+                             w ? num_of(w, "underflow_pct") : NAN, w ? num_of(w, "saturation_pct") : NAN,
+                             w ? num_of(w, "sqnr_db") : NAN, up, sp, sq);
+                }
+            }
+        }
+        if (!ok) {
+            bad++;
+            if (!why[0]) snprintf(why, sizeof(why), "step %d %s differs from its dump's statistics", step_i, name);
+        }
+        free(data);
+        cJSON_Delete(r);
+    }
+    free(text);
+    if (!bad && with_hist == 0) {
+        bad = 1;
+        snprintf(why, sizeof(why), "no operand of step 1 has amax_history_max");
+    }
+    char shape[64];
+    snprintf(shape, sizeof(shape), "%d rows, 2 steps", rows_n);
+    row("inspect on the GPU vs its dumps", shape, worst, 1e-6, bad == 0 && rows_n > 100, why);
+    fp8t_rmtree(dir);
+}
+
 static void run_model_suite(void) {
     fp8t_model_config tiny, tiny_llama, small;
     fp8t_model_preset(&tiny, "tiny");
@@ -2112,6 +2396,7 @@ static void run_model_suite(void) {
     model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_BF16, "bf16");
     model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_DELAYED, "fp8-delayed");
     model_determinism("tiny-llama", &tiny_llama, 4, 64, FP8T_PREC_CURRENT, "fp8-current");
+    test_inspect_on_gpu();
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -77,6 +77,29 @@ static void cpu_destroy(fp8t_backend *b) {
     free(b);
 }
 
+/* The reference implementation: device memory is host memory here. */
+static void cpu_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows,
+                             int cols, const fp8t_stats_req *req) {
+    (void)b;
+    fp8t_stats_raw_compute(out, x, rows, cols, req);
+}
+
+/* Host memory is all the CPU has: pinned buffers are plain ones, an async copy is a copy. */
+static void *cpu_host_alloc(fp8t_backend *b, size_t bytes) {
+    (void)b;
+    return CPU_ZALLOC(bytes ? bytes : 1);
+}
+
+static void cpu_host_free(fp8t_backend *b, void *p) {
+    (void)b;
+    free(p);
+}
+
+static void cpu_to_host_async(fp8t_backend *b, void *dst_host, const void *src, size_t bytes) {
+    (void)b;
+    if (bytes) memcpy(dst_host, src, bytes);
+}
+
 static const fp8t_backend_ops cpu_ops = {
     .malloc = cpu_malloc,
     .free = cpu_free,
@@ -137,6 +160,10 @@ static const fp8t_backend_ops cpu_ops = {
     .reduce_scatter = cpu_reduce_scatter,
     .all_gather = cpu_all_gather,
     .broadcast = cpu_broadcast,
+    .tensor_stats = cpu_tensor_stats,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .to_host_async = cpu_to_host_async,
 };
 
 fp8t_backend *fp8t_cpu_backend_create(char *err, size_t errlen) {

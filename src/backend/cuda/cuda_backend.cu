@@ -149,6 +149,36 @@ static void cuda_to_host(fp8t_backend *b, void *dst_host, const void *src, size_
     CUDA_CHECK(cudaStreamSynchronize(s->stream));
 }
 
+static void *cuda_host_alloc(fp8t_backend *b, size_t bytes) {
+    (void)b;
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        fprintf(stderr,
+                "fp8train: cannot allocate %zu bytes of pinned host memory (%s): dump fewer "
+                "tensors at once (inspect layers=, tensors=) (%s:%d)\n",
+                bytes, cudaGetErrorString(e), __FILE__, __LINE__);
+        exit(1);
+    }
+    return p;
+}
+
+static void cuda_host_free(fp8t_backend *b, void *p) {
+    if (!p) return;
+    /* a copy into p may still be queued */
+    CUDA_CHECK(cudaStreamSynchronize(cuda_of(b)->stream));
+    CUDA_CHECK(cudaFreeHost(p));
+}
+
+/* From pinned memory the copy is a DMA that overlaps the kernels queued after it. */
+static void cuda_to_host_async(fp8t_backend *b, void *dst_host, const void *src, size_t bytes) {
+    if (!bytes) return;
+    cuda_state *s = cuda_of(b);
+    CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, s->stream));
+    if (s->sync_each_op) CUDA_CHECK(cudaStreamSynchronize(s->stream));
+}
+
 static void cuda_copy(fp8t_backend *b, void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return;
     cuda_state *s = cuda_of(b);
@@ -248,6 +278,10 @@ static const fp8t_backend_ops cuda_ops = {
     /* .reduce_scatter = */ cuda_reduce_scatter,
     /* .all_gather = */ cuda_all_gather,
     /* .broadcast = */ cuda_broadcast,
+    /* .tensor_stats = */ cuda_tensor_stats,
+    /* .host_alloc = */ cuda_host_alloc,
+    /* .host_free = */ cuda_host_free,
+    /* .to_host_async = */ cuda_to_host_async,
 };
 
 extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {

@@ -80,6 +80,7 @@ enum {
     SCR_BF16_B,     /* ... of B */
     SCR_ACT,        /* quantize_gelu's FP32 GELU output, where it is not fused */
     SCR_COLSUM,     /* column-sum partials of to_bf16_colsum / quantize_colsum */
+    SCR_STATS,      /* tensor_stats: block partials, tile scales, per-block results */
     SCR_COUNT
 };
 
@@ -430,5 +431,8 @@ void cuda_sum(fp8t_backend *b, float *out, const float *x, size_t n);
 void cuda_adamw(fp8t_backend *b, float *params, float *m, float *v, const float *grads,
                 size_t n, float lr, float beta1, float beta2, float eps, float wd, int t,
                 float grad_scale);
+/* cuda_stats.cu */
+void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
+                       const fp8t_stats_req *req);
 
 #endif

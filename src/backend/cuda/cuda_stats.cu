@@ -1,0 +1,519 @@
+/* CUDA backend — tensor_stats: the statistics of a tensor and of its FP8 images (stats.h,
+ * fp8t_stats_raw), computed on the device so that --inspect does not copy every tensor to the
+ * host. The CPU reference is fp8t_stats_raw_compute (src/numerics/stats_raw.c).
+ *
+ * Kernels, all on the backend's stream, nothing waits:
+ *   A   moments of x (counts, min, max, amax, sums in double): a fixed grid (a function of n
+ *       only), one partial per block into scratch;
+ *   A2  one block merges the partials in index order, writes the moments into *out, and the
+ *       per-tensor scale of each SCALE / CURRENT image (CURRENT from the amax of A);
+ *   T   the tile scales: 1x128 tiles (what-ifs, block scaling of activations) and MXFP8
+ *       blocks together in one read (T128), any other tile shape one block per tile;
+ *   B   second pass over x: sum (x - mean)^2 and, per image, q = dequant(quant(x)): the
+ *       underflow and clipping counts and sum (q-x)^2, sum xq, sum q^2; partials per block;
+ *   B2  one block merges them in order into *out;
+ *   K, K2  (block=N) one block per N elements, then one block summarizing them.
+ * Every reduction is a fixed tree over a fixed partition, so the result is the same bits on
+ * every run; sums are in double (a float value and its square are exact in double), so they
+ * agree with the CPU's compensated sums to about 1e-15 relative. */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <math.h>
+
+#define ST_THREADS 256
+#define ST_MAX_GRID 512
+#define ST_MX_BLOCK 32
+#define SQNR_EXACT_DEV 1e300
+
+typedef unsigned long long ull;
+
+/* the image specs as a kernel argument (by value) */
+typedef struct {
+    int n;
+    int kind[FP8T_STATS_MAX_IMAGES];
+    int fmt[FP8T_STATS_MAX_IMAGES];   /* element format (MX: E4M3) */
+    int tr[FP8T_STATS_MAX_IMAGES], tc[FP8T_STATS_MAX_IMAGES];
+    const float *scale[FP8T_STATS_MAX_IMAGES];
+    float eps[FP8T_STATS_MAX_IMAGES];
+    int pow2[FP8T_STATS_MAX_IMAGES];
+    float *tiles[FP8T_STATS_MAX_IMAGES]; /* TILES / MX: per-tile multiplier, row-major */
+    int nbc[FP8T_STATS_MAX_IMAGES];      /* tiles per tile row */
+} img_specs;
+
+/* what A2 leaves for B and K: the mean and the per-tensor multipliers */
+typedef struct {
+    double mean;
+    float qamax; /* amax as the quantizers take it (NaN wins, Inf counts) */
+    float scale[FP8T_STATS_MAX_IMAGES];
+} stats_params;
+
+typedef struct {
+    ull nf, nnan, ninf, nzero;
+    float mn, mx, amax, minnz, qamax;
+    double sum, sabs, ssq;
+} mom_acc;
+
+typedef struct {
+    ull under, sat;
+    double err, xq, qq;
+} img_acc;
+
+__device__ __forceinline__ void mom_init(mom_acc *a) {
+    a->nf = a->nnan = a->ninf = a->nzero = 0;
+    a->mn = INFINITY, a->mx = -INFINITY, a->amax = 0.0f, a->minnz = INFINITY, a->qamax = 0.0f;
+    a->sum = a->sabs = a->ssq = 0.0;
+}
+
+__device__ __forceinline__ void mom_add(mom_acc *a, float v) {
+    a->qamax = amax_merge_dev(a->qamax, v);
+    if (isnan(v)) { a->nnan++; return; }
+    if (isinf(v)) { a->ninf++; return; }
+    float av = fabsf(v);
+    a->nf++;
+    if (v == 0.0f) a->nzero++;
+    a->mn = fminf(a->mn, v);
+    a->mx = fmaxf(a->mx, v);
+    a->amax = fmaxf(a->amax, av);
+    if (av > 0.0f) a->minnz = fminf(a->minnz, av);
+    double d = (double)v;
+    a->sum += d;
+    a->sabs += fabs(d);
+    a->ssq += d * d;
+}
+
+__device__ __forceinline__ void mom_merge(mom_acc *a, const mom_acc *b) {
+    a->nf += b->nf, a->nnan += b->nnan, a->ninf += b->ninf, a->nzero += b->nzero;
+    a->mn = fminf(a->mn, b->mn), a->mx = fmaxf(a->mx, b->mx);
+    a->amax = fmaxf(a->amax, b->amax), a->minnz = fminf(a->minnz, b->minnz);
+    a->qamax = amax_merge_dev(a->qamax, b->qamax);
+    a->sum += b->sum, a->sabs += b->sabs, a->ssq += b->ssq;
+}
+
+__device__ __forceinline__ void img_init(img_acc *a) {
+    a->under = a->sat = 0;
+    a->err = a->xq = a->qq = 0.0;
+}
+
+__device__ __forceinline__ void img_merge(img_acc *a, const img_acc *b) {
+    a->under += b->under, a->sat += b->sat;
+    a->err += b->err, a->xq += b->xq, a->qq += b->qq;
+}
+
+/* Fixed-order tree over the block's ST_THREADS entries of sh; the result in sh[0]. */
+template <typename T, void (*MERGE)(T *, const T *)>
+__device__ __forceinline__ void tree_reduce(T *sh) {
+    for (int s = ST_THREADS / 2; s > 0; s >>= 1) {
+        __syncthreads();
+        if ((int)threadIdx.x < s) MERGE(&sh[threadIdx.x], &sh[threadIdx.x + s]);
+    }
+    __syncthreads();
+}
+
+/* The non-saturating cast overflows (stats.h: fp8_overflows): the value was clipped. */
+__device__ __forceinline__ int fp8_overflows_dev(float v, int fmt) {
+    if (isnan(v)) return 0;
+    unsigned c = (unsigned)__nv_cvt_float_to_fp8(v, __NV_NOSAT,
+                                                 fmt == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2) &
+                 0x7Fu;
+    return c == (fmt == FP8_E5M2 ? 0x7Cu : 0x7Fu);
+}
+
+/* MXFP8 block exponent, exactly as recipe.c (and cuda_quant.cu's kernel) find it. */
+__device__ __forceinline__ int mx_exponent_dev(float amax) {
+    if (isnan(amax) || isinf(amax)) return 0xFF;
+    if (amax == 0.0f) return 127;
+    int e;
+    (void)frexp((double)amax / 448.0, &e);
+    e -= 2;
+    while (448.0 * ldexp(1.0, e) < (double)amax) e++;
+    e = max(-127, min(127, e));
+    return e + 127;
+}
+
+static unsigned st_grid(size_t n) {
+    size_t g = (n + ST_THREADS * 4 - 1) / (ST_THREADS * 4);
+    if (g < 1) g = 1;
+    return (unsigned)(g < ST_MAX_GRID ? g : ST_MAX_GRID);
+}
+
+/* ---- A: moments ---- */
+__global__ void __launch_bounds__(ST_THREADS)
+    stats_moments_kernel(mom_acc *part, const float *__restrict__ x, size_t n) {
+    __shared__ mom_acc sh[ST_THREADS];
+    mom_acc a;
+    mom_init(&a);
+    size_t stride = (size_t)gridDim.x * ST_THREADS;
+    for (size_t i = (size_t)blockIdx.x * ST_THREADS + threadIdx.x; i < n; i += stride)
+        mom_add(&a, x[i]);
+    sh[threadIdx.x] = a;
+    tree_reduce<mom_acc, mom_merge>(sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+
+__global__ void __launch_bounds__(ST_THREADS)
+    stats_moments_finish(fp8t_stats_raw *out, stats_params *prm, const mom_acc *part,
+                         int nparts, size_t n, img_specs sp) {
+    __shared__ mom_acc sh[ST_THREADS];
+    mom_acc a;
+    mom_init(&a);
+    for (int k = threadIdx.x; k < nparts; k += ST_THREADS) mom_merge(&a, &part[k]);
+    sh[threadIdx.x] = a;
+    tree_reduce<mom_acc, mom_merge>(sh);
+    if (threadIdx.x != 0) return;
+    a = sh[0];
+    out->n = n;
+    out->n_finite = a.nf, out->n_nan = a.nnan, out->n_inf = a.ninf, out->n_zero = a.nzero;
+    out->min = a.mn, out->max = a.mx, out->amax = a.amax, out->min_nonzero = a.minnz;
+    out->sum = a.sum, out->sum_abs = a.sabs, out->sum_sq = a.ssq;
+    out->n_images = sp.n;
+    prm->mean = a.nf ? a.sum / (double)a.nf : 0.0;
+    prm->qamax = a.qamax;
+    for (int k = 0; k < sp.n; k++) {
+        float sc = __int_as_float(0x7fc00000);
+        if (sp.kind[k] == FP8T_IMG_SCALE) sc = *sp.scale[k];
+        else if (sp.kind[k] == FP8T_IMG_CURRENT)
+            sc = current_scale_dev(a.qamax, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX,
+                                   sp.eps[k], sp.pow2[k]);
+        prm->scale[k] = sc;
+        out->img[k].scale = (double)sc;
+    }
+}
+
+/* ---- T: per-tile multiplier of image k (TILES: the block's current scale; MX: 2^-e, NaN
+ * for a block holding NaN or Inf) ---- */
+__global__ void stats_tiles_kernel(float *tiles, const float *__restrict__ x, int rows, int cols,
+                                   int tr, int tc, int fmt, int mx) {
+    int nbc = (cols + tc - 1) / tc;
+    int br = (int)(blockIdx.x / nbc), bc = (int)(blockIdx.x % nbc);
+    int r0 = br * tr, c0 = bc * tc;
+    int nr = min(tr, rows - r0), nc = min(tc, cols - c0);
+    int cnt = nr * nc;
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < cnt; i += blockDim.x)
+        acc = amax_merge_dev(acc, x[(size_t)(r0 + i / nc) * cols + c0 + i % nc]);
+    acc = block_amax(acc);
+    if (threadIdx.x != 0) return;
+    if (mx) {
+        int eb = mx_exponent_dev(acc);
+        tiles[blockIdx.x] = eb == 0xFF ? __int_as_float(0x7fc00000) : ldexpf(1.0f, 127 - eb);
+    } else {
+        tiles[blockIdx.x] =
+            current_scale_dev(acc, fmt == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, 0);
+    }
+}
+
+/* ---- T128: the same for every 1x128 TILES image and the MXFP8 image at once, in one read:
+ * one block of 128 threads per 1x128 row tile; its 4 warps are the tile's 4 MX blocks (a
+ * 1x128 tile starts at a multiple of 128, so it holds whole 1x32 blocks but at a row's end).
+ * mask: bit k set for each 1x128 TILES image k; mx: the MX image's index, or -1. ---- */
+__global__ void __launch_bounds__(128)
+    stats_rowtiles_kernel(img_specs sp, const float *__restrict__ x, int rows, int cols,
+                          unsigned mask, int mx) {
+    int nbc = (cols + 127) / 128;
+    int r = (int)(blockIdx.x / nbc), bc = (int)(blockIdx.x % nbc);
+    int c = bc * 128 + (int)threadIdx.x;
+    float a = amax_merge_dev(0.0f, c < cols ? x[(size_t)r * cols + c] : 0.0f);
+    a = warp_amax(a); /* every lane: the amax of its warp's 32 elements */
+    if (mx >= 0 && (threadIdx.x & 31) == 0 && c < cols) {
+        int eb = mx_exponent_dev(a);
+        sp.tiles[mx][(size_t)r * sp.nbc[mx] + c / ST_MX_BLOCK] =
+            eb == 0xFF ? __int_as_float(0x7fc00000) : ldexpf(1.0f, 127 - eb);
+    }
+    a = block_amax(a);
+    if (threadIdx.x != 0) return;
+    for (int k = 0; k < sp.n; k++)
+        if (mask >> k & 1u)
+            sp.tiles[k][(size_t)r * nbc + bc] =
+                current_scale_dev(a, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, 0);
+}
+
+/* The image value of x at multiplier m: decode(encode(x*m)) / m; MX divides in double and
+ * rounds once (as fp8t_mxfp8_dequantize's decode * 2^e: m is a power of two). */
+__device__ __forceinline__ float image_value(float v, float m, int fmt, int mx) {
+    float d = fp8_dec_dev(fp8_enc_dev(v * m, (fp8_format)fmt), (fp8_format)fmt);
+    return mx ? (float)((double)d / (double)m) : d / m;
+}
+
+/* ---- B: deviation and image errors ---- */
+__global__ void __launch_bounds__(ST_THREADS)
+    stats_images_kernel(img_acc *part, double *dev_part, const stats_params *prm,
+                        const float *__restrict__ x, size_t n, int cols, img_specs sp) {
+    __shared__ img_acc sh[ST_THREADS];
+    __shared__ double shd[ST_THREADS];
+    /* per-thread accumulators in registers: every index below is a constant after unrolling;
+     * the counts are 32-bit here (a thread sees at most n / (ST_MAX_GRID * ST_THREADS)
+     * elements of a tensor below 2^40 elements) */
+    unsigned under[FP8T_STATS_MAX_IMAGES], sat[FP8T_STATS_MAX_IMAGES];
+    double err[FP8T_STATS_MAX_IMAGES], xq[FP8T_STATS_MAX_IMAGES], qq[FP8T_STATS_MAX_IMAGES];
+    float m[FP8T_STATS_MAX_IMAGES];
+#pragma unroll
+    for (int k = 0; k < FP8T_STATS_MAX_IMAGES; k++) {
+        under[k] = sat[k] = 0;
+        err[k] = xq[k] = qq[k] = 0.0;
+        m[k] = k < sp.n ? prm->scale[k] : 0.0f;
+    }
+    const double mean = prm->mean;
+    double dev = 0.0;
+    size_t stride = (size_t)gridDim.x * ST_THREADS;
+    for (size_t i = (size_t)blockIdx.x * ST_THREADS + threadIdx.x; i < n; i += stride) {
+        float v = x[i];
+        if (!isfinite(v)) continue;
+        double dv = (double)v, dd = dv - mean;
+        dev += dd * dd;
+        int r = (int)(i / (size_t)cols), c = (int)(i % (size_t)cols);
+#pragma unroll
+        for (int k = 0; k < FP8T_STATS_MAX_IMAGES; k++) {
+            if (k >= sp.n) break;
+            int kind = sp.kind[k], mx = kind == FP8T_IMG_MX;
+            float mk = m[k];
+            if (kind == FP8T_IMG_TILES || mx)
+                mk = sp.tiles[k][(size_t)(r / sp.tr[k]) * sp.nbc[k] + c / sp.tc[k]];
+            float q = image_value(v, mk, sp.fmt[k], mx);
+            double qv = (double)q, e = qv - dv;
+            under[k] += (v != 0.0f && q == 0.0f);
+            sat[k] += fp8_overflows_dev(v * mk, sp.fmt[k]);
+            err[k] += e * e;
+            xq[k] += dv * qv;
+            qq[k] += qv * qv;
+        }
+    }
+    shd[threadIdx.x] = dev;
+    for (int s = ST_THREADS / 2; s > 0; s >>= 1) {
+        __syncthreads();
+        if ((int)threadIdx.x < s) shd[threadIdx.x] += shd[threadIdx.x + s];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) dev_part[blockIdx.x] = shd[0];
+#pragma unroll
+    for (int k = 0; k < FP8T_STATS_MAX_IMAGES; k++) {
+        if (k >= sp.n) break; /* uniform over the block: the barriers below stay matched */
+        img_acc a;
+        a.under = under[k], a.sat = sat[k], a.err = err[k], a.xq = xq[k], a.qq = qq[k];
+        sh[threadIdx.x] = a;
+        tree_reduce<img_acc, img_merge>(sh);
+        if (threadIdx.x == 0) part[(size_t)blockIdx.x * FP8T_STATS_MAX_IMAGES + k] = sh[0];
+    }
+}
+
+__global__ void __launch_bounds__(ST_THREADS)
+    stats_images_finish(fp8t_stats_raw *out, const img_acc *part, const double *dev_part,
+                        int nparts, int nimg) {
+    __shared__ img_acc sh[ST_THREADS];
+    __shared__ double shd[ST_THREADS];
+    double dev = 0.0;
+    for (int p = threadIdx.x; p < nparts; p += ST_THREADS) dev += dev_part[p];
+    shd[threadIdx.x] = dev;
+    for (int s = ST_THREADS / 2; s > 0; s >>= 1) {
+        __syncthreads();
+        if ((int)threadIdx.x < s) shd[threadIdx.x] += shd[threadIdx.x + s];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) out->dev_sq = shd[0];
+    for (int k = 0; k < nimg; k++) {
+        img_acc a;
+        img_init(&a);
+        for (int p = threadIdx.x; p < nparts; p += ST_THREADS)
+            img_merge(&a, &part[(size_t)p * FP8T_STATS_MAX_IMAGES + k]);
+        sh[threadIdx.x] = a;
+        tree_reduce<img_acc, img_merge>(sh);
+        if (threadIdx.x == 0) {
+            fp8t_image_raw *ir = &out->img[k];
+            ir->n_underflow = sh[0].under, ir->n_sat = sh[0].sat;
+            ir->err_sq = sh[0].err, ir->xq = sh[0].xq, ir->qq = sh[0].qq;
+        }
+    }
+}
+
+/* ---- K: block=N statistics at the per-tensor multiplier of image bimg ---- */
+typedef struct {
+    float amax;
+    ull nonzero, under;
+    double xx, err;
+} blk_acc;
+
+__device__ __forceinline__ void blk_merge(blk_acc *a, const blk_acc *b) {
+    a->amax = fmaxf(a->amax, b->amax);
+    a->nonzero += b->nonzero, a->under += b->under;
+    a->xx += b->xx, a->err += b->err;
+}
+
+__device__ __forceinline__ double sqnr_dev(double xx, double err) {
+    if (err == 0.0) return SQNR_EXACT_DEV;
+    if (xx == 0.0) return -SQNR_EXACT_DEV;
+    return 10.0 * log10(xx / err);
+}
+
+__global__ void __launch_bounds__(ST_THREADS)
+    stats_blocks_kernel(fp8t_block_raw *list, const stats_params *prm,
+                        const float *__restrict__ x, size_t n, size_t bs, int bimg, int fmt) {
+    __shared__ blk_acc sh[ST_THREADS];
+    const float m = prm->scale[bimg];
+    size_t lo = (size_t)blockIdx.x * bs, hi = lo + bs < n ? lo + bs : n;
+    blk_acc a = {0.0f, 0, 0, 0.0, 0.0};
+    for (size_t i = lo + threadIdx.x; i < hi; i += ST_THREADS) {
+        float v = x[i];
+        if (!isfinite(v)) continue;
+        float q = image_value(v, m, fmt, 0);
+        double dv = (double)v, e = (double)q - dv;
+        a.amax = fmaxf(a.amax, fabsf(v));
+        a.xx += dv * dv;
+        a.err += e * e;
+        if (v != 0.0f) {
+            a.nonzero++;
+            a.under += q == 0.0f;
+        }
+    }
+    sh[threadIdx.x] = a;
+    tree_reduce<blk_acc, blk_merge>(sh);
+    if (threadIdx.x == 0) {
+        fp8t_block_raw r;
+        r.amax = sh[0].amax;
+        r.sqnr_db = sqnr_dev(sh[0].xx, sh[0].err);
+        r.underflow_pct = sh[0].nonzero ? 100.0 * (double)sh[0].under / (double)sh[0].nonzero : 0.0;
+        list[blockIdx.x] = r;
+    }
+}
+
+typedef struct {
+    double sq_min;
+    ull sq_idx, with_under;
+    double amax_max, amax_min_nz, under_max;
+} blk_sum;
+
+__device__ __forceinline__ void blk_sum_merge(blk_sum *a, const blk_sum *b) {
+    /* the first block of the smallest SQNR, as the CPU's ordered scan finds it */
+    if (b->sq_min < a->sq_min || (b->sq_min == a->sq_min && b->sq_idx < a->sq_idx))
+        a->sq_min = b->sq_min, a->sq_idx = b->sq_idx;
+    a->with_under += b->with_under;
+    a->amax_max = fmax(a->amax_max, b->amax_max);
+    a->amax_min_nz = fmin(a->amax_min_nz, b->amax_min_nz);
+    a->under_max = fmax(a->under_max, b->under_max);
+}
+
+__global__ void __launch_bounds__(ST_THREADS)
+    stats_blocks_finish(fp8t_stats_raw *out, const fp8t_block_raw *list, size_t nb, int bs) {
+    __shared__ blk_sum sh[ST_THREADS];
+    blk_sum a = {INFINITY, ~0ull, 0, 0.0, INFINITY, 0.0};
+    for (size_t b = threadIdx.x; b < nb; b += ST_THREADS) {
+        const fp8t_block_raw *r = &list[b];
+        if (r->sqnr_db < a.sq_min) a.sq_min = r->sqnr_db, a.sq_idx = b;
+        a.with_under += r->underflow_pct > 0.0;
+        a.amax_max = fmax(a.amax_max, r->amax);
+        if (r->amax > 0.0) a.amax_min_nz = fmin(a.amax_min_nz, r->amax);
+        a.under_max = fmax(a.under_max, r->underflow_pct);
+    }
+    sh[threadIdx.x] = a;
+    tree_reduce<blk_sum, blk_sum_merge>(sh);
+    if (threadIdx.x == 0) {
+        out->block = bs;
+        out->n_blocks = nb;
+        out->block_sqnr_min_db = sh[0].sq_min;
+        out->block_sqnr_min_index = sh[0].sq_idx == ~0ull ? 0 : sh[0].sq_idx;
+        out->blocks_with_underflow = sh[0].with_under;
+        out->block_amax_max = sh[0].amax_max;
+        out->block_amax_min_nonzero = sh[0].amax_min_nz;
+        out->block_underflow_max_pct = sh[0].under_max;
+    }
+}
+
+void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
+                       const fp8t_stats_req *req) {
+    cuda_state *s = cuda_of(b);
+    CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(*out), s->stream));
+    const size_t n = rows > 0 && cols > 0 ? (size_t)rows * (size_t)cols : 0;
+    img_specs sp;
+    memset(&sp, 0, sizeof sp);
+    int nimg = req ? req->n_images : 0;
+    if (nimg > FP8T_STATS_MAX_IMAGES) nimg = FP8T_STATS_MAX_IMAGES;
+    if (nimg < 0 || n == 0) nimg = 0;
+    sp.n = nimg;
+    /* scratch: A partials | params | B partials | dev partials | tiles... | block list */
+    const unsigned grid = st_grid(n);
+    size_t off_par = align_up(grid * sizeof(mom_acc), 256);
+    size_t off_b = off_par + align_up(sizeof(stats_params), 256);
+    size_t off_dev = off_b + align_up((size_t)grid * FP8T_STATS_MAX_IMAGES * sizeof(img_acc), 256);
+    size_t off_tiles = off_dev + align_up(grid * sizeof(double), 256);
+    size_t tile_off[FP8T_STATS_MAX_IMAGES] = {0}, ntiles[FP8T_STATS_MAX_IMAGES] = {0};
+    size_t end = off_tiles;
+    for (int k = 0; k < nimg; k++) {
+        const fp8t_image_spec *is = &req->img[k];
+        sp.kind[k] = is->kind;
+        sp.fmt[k] = is->kind == FP8T_IMG_MX ? FP8_E4M3 : is->fmt;
+        sp.scale[k] = is->scale;
+        sp.eps[k] = is->epsilon;
+        sp.pow2[k] = is->pow2;
+        if (is->kind == FP8T_IMG_TILES || is->kind == FP8T_IMG_MX) {
+            int tr = is->kind == FP8T_IMG_MX ? 1 : is->tile_r;
+            int tc = is->kind == FP8T_IMG_MX ? ST_MX_BLOCK : is->tile_c;
+            if (tr <= 0 || tc <= 0) {
+                fprintf(stderr, "fp8train: tensor_stats: image %d has tile %dx%d (must be positive)\n",
+                        k, tr, tc);
+                exit(1);
+            }
+            sp.tr[k] = tr, sp.tc[k] = tc;
+            sp.nbc[k] = (cols + tc - 1) / tc;
+            ntiles[k] = (size_t)((rows + tr - 1) / tr) * (size_t)sp.nbc[k];
+            tile_off[k] = end;
+            end += align_up(ntiles[k] * sizeof(float), 256);
+        } else if (is->kind == FP8T_IMG_SCALE && !is->scale) {
+            fprintf(stderr, "fp8train: tensor_stats: image %d (SCALE) has no scale pointer\n", k);
+            exit(1);
+        }
+    }
+    size_t nb = 0, off_list = end;
+    const int bs = req && nimg > 0 && req->block > 0 && req->block_img >= 0 &&
+                           req->block_img < nimg &&
+                           (req->img[req->block_img].kind == FP8T_IMG_SCALE ||
+                            req->img[req->block_img].kind == FP8T_IMG_CURRENT)
+                       ? req->block
+                       : 0;
+    if (bs > 0) {
+        nb = (n + (size_t)bs - 1) / (size_t)bs;
+        if (!req->block_list) end += align_up(nb * sizeof(fp8t_block_raw), 256);
+    }
+    char *scr = (char *)cuda_scratch(b, SCR_STATS, end);
+    mom_acc *partA = (mom_acc *)scr;
+    stats_params *prm = (stats_params *)(scr + off_par);
+    img_acc *partB = (img_acc *)(scr + off_b);
+    double *devp = (double *)(scr + off_dev);
+    for (int k = 0; k < nimg; k++)
+        if (ntiles[k]) sp.tiles[k] = (float *)(scr + tile_off[k]);
+
+    stats_moments_kernel<<<grid, ST_THREADS, 0, s->stream>>>(partA, x, n);
+    CUDA_LAUNCH_CHECK(s);
+    stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, partA, (int)grid, n, sp);
+    CUDA_LAUNCH_CHECK(s);
+    /* 1x128 tiles and MX blocks from one read (the what-ifs always ask for both) */
+    unsigned mask128 = 0;
+    int mx_k = -1;
+    for (int k = 0; k < nimg; k++) {
+        if (sp.kind[k] == FP8T_IMG_TILES && sp.tr[k] == 1 && sp.tc[k] == 128) mask128 |= 1u << k;
+        else if (sp.kind[k] == FP8T_IMG_MX && mx_k < 0) mx_k = k;
+    }
+    if (mask128 || mx_k >= 0) {
+        stats_rowtiles_kernel<<<(unsigned)((size_t)rows * cdiv_u(cols, 128)), 128, 0,
+                                s->stream>>>(sp, x, rows, cols, mask128, mx_k);
+        CUDA_LAUNCH_CHECK(s);
+    }
+    for (int k = 0; k < nimg; k++) {
+        if (!ntiles[k] || (mask128 >> k & 1u) || k == mx_k) continue;
+        int cnt = sp.tr[k] * sp.tc[k];
+        stats_tiles_kernel<<<(unsigned)ntiles[k], cnt >= 1024 ? 256 : (cnt > 32 ? 128 : 32), 0,
+                             s->stream>>>(sp.tiles[k], x, rows, cols, sp.tr[k], sp.tc[k],
+                                          sp.fmt[k], sp.kind[k] == FP8T_IMG_MX);
+        CUDA_LAUNCH_CHECK(s);
+    }
+    stats_images_kernel<<<grid, ST_THREADS, 0, s->stream>>>(partB, devp, prm, x, n,
+                                                            cols > 0 ? cols : 1, sp);
+    CUDA_LAUNCH_CHECK(s);
+    stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, partB, devp, (int)grid, nimg);
+    CUDA_LAUNCH_CHECK(s);
+    if (bs > 0) {
+        fp8t_block_raw *list = req->block_list ? req->block_list : (fp8t_block_raw *)(scr + off_list);
+        stats_blocks_kernel<<<(unsigned)nb, ST_THREADS, 0, s->stream>>>(
+            list, prm, x, n, (size_t)bs, req->block_img, sp.fmt[req->block_img]);
+        CUDA_LAUNCH_CHECK(s);
+        stats_blocks_finish<<<1, ST_THREADS, 0, s->stream>>>(out, list, nb, bs);
+        CUDA_LAUNCH_CHECK(s);
+    }
+}
