@@ -599,7 +599,8 @@ int fp8t_train_config_check(fp8t_train_config *c, char *err, size_t errlen) {
     char e[512];
     if (fp8t_model_config_check(&c->model, e, sizeof(e)) != 0) {
         snprintf(err, errlen, "impossible model (from --preset %s and --layers/--dim/--heads/"
-                 "--vocab/--mlp-hidden/--max-seq-len): %s", c->preset, e);
+                 "--kv-heads/--vocab/--mlp-hidden/--max-seq-len/--rope-scaling): %s", c->preset,
+                 e);
         return -1;
     }
     if (c->seq_len == 0) c->seq_len = c->model.seq_len;
