@@ -1,7 +1,8 @@
 /* fp8train — the transformer model, written once over the backend op table.
  *
- * GPT-2 style: LayerNorm, GELU(tanh), learned positions, biases, tied head.
- * Llama style: RMSNorm, SwiGLU, RoPE, no biases, tied head.
+ * GPT-2 style: LayerNorm, GELU(tanh), learned positions, biases, tied head (by default).
+ * Llama style: RMSNorm, SwiGLU, RoPE (optionally Llama-3 scaled), no biases (q/k/v biases for
+ * Qwen2 with qkv_bias), grouped-query attention (n_kv_head); either style may untie its head.
  * Every linear layer runs its three GEMMs (Fprop, Dgrad, Wgrad) in the precision the policy
  * resolves for it, and the amax of its input X, weight W and output gradient dY is recorded
  * into the FP8 recipe state in every precision (BF16 too), so a run can switch precision at

@@ -1,6 +1,7 @@
 /* Backend registry: pick an implementation of the op table by name. The CUDA backend is
  * linked only into builds made with nvcc; the weak reference lets the CPU-only library (tests,
- * sanitizer builds) link without it and report a clear error instead. */
+ * sanitizer builds) link without it and report a clear error instead. Also the RoPE frequencies
+ * both backends build their tables from (fp8t_rope_inv_freq). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
