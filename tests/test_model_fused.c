@@ -168,7 +168,15 @@ static int make_vocab; /* when > 0: the preset's vocab_size replaced (odd sizes 
 static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T,
                         int switches) {
     fp8t_model_config c;
-    fp8t_model_preset(&c, preset);
+    if (!strcmp(preset, "tiny-llama-gqa")) {
+        /* tiny-llama with the Llama-3 / Qwen2 features: 4 query heads on 2 K/V heads, its own
+         * LM head, q/k/v biases, llama3 RoPE */
+        fp8t_model_preset(&c, "tiny-llama");
+        c.n_kv_head = 2, c.untied_head = 1, c.qkv_bias = 1;
+        c.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 64};
+    } else {
+        fp8t_model_preset(&c, preset);
+    }
     if (make_vocab > 0) c.vocab_size = make_vocab;
     if (switches & PLAIN_XENT) setenv("FP8TRAIN_NO_FUSED_XENT", "1", 1);
     if (switches & NO_REUSE) setenv("FP8TRAIN_NO_CODE_REUSE", "1", 1);
@@ -510,6 +518,7 @@ static void reuse_case(const char *preset, fp8t_precision prec, const char *over
 static void reuse_delayed(void) {
     reuse_case("tiny", FP8T_PREC_DELAYED, NULL, 0);
     reuse_case("tiny-llama", FP8T_PREC_DELAYED, NULL, 0);
+    reuse_case("tiny-llama-gqa", FP8T_PREC_DELAYED, NULL, 0);
 }
 
 static void reuse_current(void) {
@@ -580,10 +589,14 @@ static void bf16_case(const char *preset, fp8t_precision prec, const char *overr
         T_CHECK(c.gelu16[0] == (long)steps * accum * gelu16 && c.gelu16[1] == 0,
                 "%s: gelu_forward_bf16 called %ld times (plain %ld), expected %ld", what,
                 c.gelu16[0], c.gelu16[1], (long)steps * accum * gelu16);
-        /* GPT-2's layer linears have biases: added in the GEMM unless a hook watches */
-        const long biases = cfg->arch == FP8T_ARCH_GPT2 ? 4L * cfg->n_layer : 0;
-        /* (plain: qkv and fc1 with bias_add; proj and fc2 leave theirs to the residual add) */
-        const long plain_biases = hooked ? biases : biases / 2;
+        /* GPT-2's layer linears have biases (a qkv_bias Llama's qkv): added in the GEMM unless a
+         * hook watches */
+        const long biases = cfg->arch == FP8T_ARCH_GPT2 ? 4L * cfg->n_layer
+                        : cfg->qkv_bias                ? (long)cfg->n_layer
+                                                       : 0;
+        /* (plain: qkv and fc1 with bias_add; proj and fc2 leave theirs to the residual add;
+         * a Llama's only biases are qkv's, Qwen2 style) */
+        const long plain_biases = hooked || cfg->arch != FP8T_ARCH_GPT2 ? biases : biases / 2;
         T_CHECK(c.bias_add[1] == (long)steps * accum * plain_biases,
                 "%s: the plain path added %ld biases, expected %ld", what, c.bias_add[1],
                 (long)steps * accum * plain_biases);
@@ -605,6 +618,7 @@ static void bf16_case(const char *preset, fp8t_precision prec, const char *overr
 static void bf16_operands(void) {
     bf16_case("tiny", FP8T_PREC_BF16, NULL, 0);
     bf16_case("tiny-llama", FP8T_PREC_BF16, NULL, 0);
+    bf16_case("tiny-llama-gqa", FP8T_PREC_BF16, NULL, 0);
     bf16_case("tiny", FP8T_PREC_BF16, NULL, 1);
 }
 
@@ -673,7 +687,9 @@ static void colsum_case(const char *preset, fp8t_precision prec, int hooked) {
     const int steps = PAIR_STEPS, accum = PAIR_ACCUM;
 
     const fp8t_model_config *cfg = fp8t_model_get_config(r);
-    const long biases = cfg->arch == FP8T_ARCH_GPT2 ? 4L * cfg->n_layer : 0;
+    const long biases = cfg->arch == FP8T_ARCH_GPT2 ? 4L * cfg->n_layer
+                        : cfg->qkv_bias                ? (long)cfg->n_layer
+                                                       : 0;
     const long fused = hooked ? 0 : (long)steps * accum * biases;
     T_CHECK(c.qcs[0] + c.h16cs[0] == fused && c.qcs[1] + c.h16cs[1] == 0,
             "%s: fused column sums %ld (plain %ld), expected %ld", what, c.qcs[0] + c.h16cs[0],
@@ -690,6 +706,8 @@ static void bias_grad_fusion(void) {
     colsum_case("tiny", FP8T_PREC_BF16, 0);
     colsum_case("tiny", FP8T_PREC_DELAYED, 1);
     colsum_case("tiny-llama", FP8T_PREC_DELAYED, 0); /* no biases: nothing to fuse */
+    colsum_case("tiny-llama-gqa", FP8T_PREC_DELAYED, 0); /* qkv's bias (Qwen2) */
+    colsum_case("tiny-llama-gqa", FP8T_PREC_BF16, 0);
 }
 
 /* ---- the head's gradient written as its BF16 operand by the cross-entropy pass ---- */
@@ -724,6 +742,7 @@ static void bf16_xent(void) {
     bf16_xent_case("tiny", 251, FP8T_PREC_BF16, NULL, 0, fused);
     bf16_xent_case("tiny", 256, FP8T_PREC_BF16, NULL, 0, fused);
     bf16_xent_case("tiny-llama", 61, FP8T_PREC_DELAYED, NULL, 0, fused); /* the head stays BF16 */
+    bf16_xent_case("tiny-llama-gqa", 61, FP8T_PREC_DELAYED, NULL, 0, fused); /* untied head */
     bf16_xent_case("tiny", 251, FP8T_PREC_CURRENT, "module=head,precision=current", 0, 0);
     bf16_xent_case("tiny", 251, FP8T_PREC_BF16, "module=head,gemm=wgrad,precision=fp32", 0, 0);
     bf16_xent_case("tiny", 251, FP8T_PREC_BF16, NULL, 1, 0);

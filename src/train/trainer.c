@@ -312,9 +312,19 @@ static void print_progress(trainer *t, const step_record *r) {
 
 static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_note) {
     const fp8t_model_config *m = &t->cfg.model;
-    printf("fp8train %s: training %s (%s, %d layers, C=%d, %d heads, V=%d, %.2fM parameters) "
+    /* the Llama-3 / Qwen2 features only when used, so other banners read as before */
+    char extra[96] = "";
+    size_t ne = 0;
+    if (fp8t_model_kv_heads(m) < m->n_head)
+        ne += (size_t)snprintf(extra + ne, sizeof(extra) - ne, " (%d KV)", fp8t_model_kv_heads(m));
+    if (m->untied_head) ne += (size_t)snprintf(extra + ne, sizeof(extra) - ne, ", untied head");
+    if (m->arch == FP8T_ARCH_LLAMA && m->qkv_bias)
+        ne += (size_t)snprintf(extra + ne, sizeof(extra) - ne, ", qkv bias");
+    if (m->arch == FP8T_ARCH_LLAMA && m->rope_scaling.type == FP8T_ROPE_LLAMA3)
+        snprintf(extra + ne, sizeof(extra) - ne, ", llama3 rope x%g", (double)m->rope_scaling.factor);
+    printf("fp8train %s: training %s (%s, %d layers, C=%d, %d heads%s, V=%d, %.2fM parameters) "
            "on %s\n", FP8T_VERSION, t->cfg.preset, fp8t_arch_name(m->arch), m->n_layer, m->n_embd,
-           m->n_head, m->vocab_size, fp8t_model_num_params(t->model) / 1e6, t->be->name);
+           m->n_head, extra, m->vocab_size, fp8t_model_num_params(t->model) / 1e6, t->be->name);
     printf("data: %s\n", fp8t_data_describe(t->train));
     printf("batch: B=%d T=%d grad_accum=%d (%d tokens per step), steps %d..%d, lr %g "
            "(warmup %d, cosine to %g)\n", t->B, t->T, t->accum, t->B * t->T * t->accum,

@@ -1693,28 +1693,41 @@ static int attn_expect_tc; /* the variant must run head sizes 32, 64, 128 on ten
 static int attn_expect_flash; /* ... on the flash path, which keeps q, k, v for the backward */
 
 static void test_attention(void) {
-    /* B, T, NH, HS, rope */
+    /* B, T, NH, NKV (K/V heads: grouped-query attention when < NH), HS, rope theta, llama3
+     * factor (Llama-3 RoPE scaling with an original context of 64, so these T reach all
+     * three frequency bands) */
     static const struct {
-        int B, T, NH, HS;
-        float rope;
-    } cases[] = {{1, 1, 1, 32, 0},     {2, 17, 3, 32, 1e4f},  {2, 64, 2, 64, 0},
-                 {1, 130, 2, 64, 1e4f}, {1, 100, 2, 128, 5e5f}, {2, 33, 2, 24, 0},
-                 {1, 70, 1, 16, 1e4f},  {1, 200, 3, 64, 1e4f},  {4, 256, 4, 64, 0},
-                 {1, 1024, 2, 64, 1e4f}};
+        int B, T, NH, NKV, HS;
+        float rope, l3;
+    } cases[] = {{1, 1, 1, 1, 32, 0, 0},       {2, 17, 3, 3, 32, 1e4f, 0},
+                 {2, 64, 2, 2, 64, 0, 0},      {1, 130, 2, 2, 64, 1e4f, 0},
+                 {1, 100, 2, 2, 128, 5e5f, 0}, {2, 33, 2, 2, 24, 0, 0},
+                 {1, 70, 1, 1, 16, 1e4f, 0},   {1, 200, 3, 3, 64, 1e4f, 0},
+                 {4, 256, 4, 4, 64, 0, 0},     {1, 1024, 2, 2, 64, 1e4f, 0},
+                 /* grouped-query (2:1, 3:1, 4:1) and multi-query attention, every path */
+                 {2, 17, 4, 2, 32, 1e4f, 0},   {2, 64, 6, 2, 64, 0, 0},
+                 {1, 130, 4, 1, 64, 1e4f, 8},  {1, 100, 4, 2, 128, 5e5f, 32},
+                 {2, 33, 4, 2, 24, 0, 0},      {1, 70, 4, 1, 16, 1e4f, 8},
+                 {2, 200, 8, 2, 64, 5e5f, 32}, {1, 300, 2, 2, 64, 5e5f, 32}};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
-        int B = cases[ci].B, T = cases[ci].T, NH = cases[ci].NH, HS = cases[ci].HS;
+        int B = cases[ci].B, T = cases[ci].T, NH = cases[ci].NH, NKV = cases[ci].NKV;
+        int HS = cases[ci].HS;
         float rope = cases[ci].rope;
-        int C = NH * HS;
-        size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+        fp8t_attn_shape sh = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS, .rope_theta = rope};
+        if (cases[ci].l3 > 0)
+            sh.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, cases[ci].l3, 1.0f, 4.0f, 64};
+        int C = NH * HS, W = (NH + 2 * NKV) * HS;
+        size_t nqkv = (size_t)B * T * W, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
         float *qkv = host_normal(nqkv, 1.0f), *g = host_normal(nout, 1.0f);
         dpair dqkv = dp_floats(qkv, nqkv), dout = dp_alloc(nout * 4), dlse = dp_alloc(nlse * 4);
         dp_poison(dout, 0), dp_poison(dlse, 0);
         long tc0 = 0, tc1 = 0;
         fp8t_cuda_attention_counts(GPU, &tc0, NULL);
-        FOR_BOTH be_->ops->attention_forward(be_, F(dout), F(dlse), NULL, F(dqkv), B, T, NH, HS,
-                                             rope);
-        char shape[64];
-        snprintf(shape, sizeof(shape), "B%d T%d NH%d HS%d%s", B, T, NH, HS, rope > 0 ? " rope" : "");
+        FOR_BOTH be_->ops->attention_forward(be_, F(dout), F(dlse), NULL, F(dqkv), &sh);
+        char shape[96];
+        snprintf(shape, sizeof(shape), "B%d T%d NH%d HS%d%s%s%s", B, T, NH, HS,
+                 NKV < NH ? (NKV == 1 ? " MQA" : " GQA") : "", rope > 0 ? " rope" : "",
+                 cases[ci].l3 > 0 ? " llama3" : "");
         check_f("attention_forward out", shape, dout, nout, attn_tol_out);
         if (attn_expect_tc) check_f_abs("attention_forward lse (abs)", shape, dlse, nlse,
                                         attn_tol_lse);
@@ -1726,11 +1739,11 @@ static void test_attention(void) {
         dpair dg = dp_floats(g, nout), dd = dp_alloc(nqkv * 4);
         dp_poison(dd, 0);
         FOR_BOTH be_->ops->attention_backward(be_, F(dd), F(dg), F(dqkv), NULL, F(dout),
-                                              F(dlse), B, T, NH, HS, rope);
+                                              F(dlse), &sh);
         check_f("attention_backward dqkv", shape, dd, nqkv, attn_tol_grad);
         void *dd2 = GPU->ops->malloc(GPU, nqkv * 4);
-        GPU->ops->attention_backward(GPU, dd2, dg.p[1], dqkv.p[1], NULL, dout.p[1], dlse.p[1], B,
-                                     T, NH, HS, rope);
+        GPU->ops->attention_backward(GPU, dd2, dg.p[1], dqkv.p[1], NULL, dout.p[1], dlse.p[1],
+                                     &sh);
         check_same_bits("attention_backward", shape, dd2, dd.p[1], nqkv * 4);
         fp8t_cuda_attention_counts(GPU, &tc1, NULL);
         if (attn_expect_tc && (HS == 32 || HS == 64 || HS == 128))
@@ -1738,17 +1751,17 @@ static void test_attention(void) {
                 tc1 - tc0 == 3, "calls on the tensor-core path (of 3)");
         /* what the forward keeps for the backward (the flash path's BF16 q, k, v): the same
          * out, lse and dqkv bits as without it */
-        size_t sb = GPU->ops->attention_saved_bytes(GPU, B, T, NH, HS, rope);
+        size_t sb = GPU->ops->attention_saved_bytes(GPU, &sh);
         if (sb) {
             void *sv = GPU->ops->malloc(GPU, sb), *o3 = GPU->ops->malloc(GPU, nout * 4);
             void *l3 = GPU->ops->malloc(GPU, nlse * 4), *o4 = GPU->ops->malloc(GPU, nout * 4);
             void *l4 = GPU->ops->malloc(GPU, nlse * 4);
-            GPU->ops->attention_forward(GPU, o3, l3, sv, dqkv.p[1], B, T, NH, HS, rope);
-            GPU->ops->attention_forward(GPU, o4, l4, NULL, dqkv.p[1], B, T, NH, HS, rope);
+            GPU->ops->attention_forward(GPU, o3, l3, sv, dqkv.p[1], &sh);
+            GPU->ops->attention_forward(GPU, o4, l4, NULL, dqkv.p[1], &sh);
             check_same_bits("attention_forward saving q,k,v: out", shape, o3, o4, nout * 4);
             check_same_bits("attention_forward saving q,k,v: lse", shape, l3, l4, nlse * 4);
-            GPU->ops->attention_backward(GPU, dd2, dg.p[1], dqkv.p[1], sv, dout.p[1], dlse.p[1], B,
-                                         T, NH, HS, rope);
+            GPU->ops->attention_backward(GPU, dd2, dg.p[1], dqkv.p[1], sv, dout.p[1], dlse.p[1],
+                                         &sh);
             check_same_bits("attention_backward from the saved q,k,v", shape, dd2, dd.p[1],
                             nqkv * 4);
             GPU->ops->free(GPU, sv), GPU->ops->free(GPU, o3), GPU->ops->free(GPU, l3);
@@ -2390,13 +2403,21 @@ static void run_model_suite(void) {
     small = tiny;
     small.n_layer = 2, small.n_embd = 256, small.n_head = 4, small.seq_len = 128;
     small.vocab_size = 512, small.mlp_hidden = 1024;
+    /* Llama-3 / Qwen2 features together: 4 query heads on 2 K/V heads, untied head, q/k/v
+     * biases, llama3 RoPE scaling (original context 64, so T = 64 meets every band) */
+    fp8t_model_config gqa = tiny_llama;
+    gqa.n_kv_head = 2, gqa.untied_head = 1, gqa.qkv_bias = 1;
+    gqa.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 64};
     model_compare("tiny", &tiny, 4, 64);
     model_compare("tiny-llama", &tiny_llama, 4, 64);
+    model_compare("tiny-llama gqa untied bias llama3", &gqa, 4, 64);
     model_compare("gpt2-small-ish", &small, 4, 128);
     model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_BF16, "bf16");
     model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_DELAYED, "fp8-delayed");
     model_determinism("tiny-llama", &tiny_llama, 4, 64, FP8T_PREC_CURRENT, "fp8-current");
     test_inspect_on_gpu();
+    model_determinism("tiny-llama gqa untied bias llama3", &gqa, 4, 64, FP8T_PREC_DELAYED,
+                      "fp8-delayed");
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -2518,6 +2539,11 @@ int main(int argc, char **argv) {
                 small_llama.mlp_hidden = 768;
                 model_compare("gpt2-small-ish", &small, 4, 128);
                 model_compare("llama-small-ish", &small_llama, 4, 128);
+                /* grouped-query (4:1 ... here 4 heads on 1 K/V head: MQA), untied, biased */
+                small_llama.n_kv_head = 1, small_llama.untied_head = 1, small_llama.qkv_bias = 1;
+                small_llama.rope_scaling =
+                    (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, 32.0f, 1.0f, 4.0f, 64};
+                model_compare("llama-small-ish mqa untied bias llama3", &small_llama, 4, 128);
                 model_only = NULL;
             }
         } else {

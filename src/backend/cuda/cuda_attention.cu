@@ -1,9 +1,12 @@
 /* CUDA backend — causal multi-head self-attention, forward and backward, FP32.
  *
- * Both directions start with a "prep" kernel that copies q, k, v out of qkv[B,T,3C] into
- * per-head layouts [B*NH, T, HS] (contiguous rows for coalesced tile loads) and applies RoPE to
- * q and k there. The backward ends with a "post" kernel that un-rotates dq, dk (the transpose
- * of the rotation) and scatters dq|dk|dv into dqkv[B,T,3C] (every element written).
+ * Both directions start with a "prep" kernel that copies q, k, v out of
+ * qkv[B,T,(NH+2NKV)*HS] into per-head layouts [B*NH, T, HS] (contiguous rows for coalesced tile
+ * loads) and applies RoPE to q and k there. Grouped-query attention (NKV < NH): query head h
+ * gets a copy of K/V head h / (NH/NKV), so the cores below always see NH full heads. The
+ * backward ends with a "post" kernel that sums dk, dv over the query heads of a group (in head
+ * order: deterministic; nothing to sum without GQA), un-rotates dq, dk (the transpose of the
+ * rotation) and scatters dq|dk|dv into dqkv (every element written).
  *
  * Two implementations, same math (softmax with the saved log-sum-exp, no [T,T] matrix kept):
  *  - simple (FP8TRAIN_CUDA_ATTN=simple or FP8TRAIN_CUDA_PLAIN=1; any head size <= 256): one
@@ -16,9 +19,10 @@
  *    over key tiles); both recompute P. Deterministic.
  *
  * RoPE (rotate-half): pair (i, i + HS/2) of a head at position t is rotated by the angle
- * t * theta^(-2i/HS). The cos/sin table is computed on the host with the same float
- * expressions as the CPU backend, so both backends rotate by bit-identical factors; it is
- * cached on the device per (T, HS, theta) (recomputed every call in plain mode). */
+ * t * inv_freq_i (fp8t_rope_inv_freq: theta^(-2i/HS), Llama-3 scaled when asked). The cos/sin
+ * table is computed on the host with the same expressions as the CPU backend, so both backends
+ * rotate by bit-identical factors; it is cached on the device per (T, HS, theta, scaling)
+ * (recomputed every call in plain mode). */
 #include <math.h>
 #include <string.h>
 
@@ -28,27 +32,38 @@
 /* RoPE table */
 
 /* cos/sin [T][half] exactly as the CPU backend computes them (rope_tables in
- * cpu_attention.c: angles in double, rounded once to float), so the factors are identical. */
-static void rope_table_host(float *cosv, float *sinv, int T, int HS, float theta) {
-    int half = HS / 2;
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < half; i++) {
-            double freq = pow((double)theta, -2.0 * i / HS);
+ * cpu_attention.c: the frequency of fp8t_rope_inv_freq, angles in double, rounded once to
+ * float), so the factors are identical. */
+static void rope_table_host(float *cosv, float *sinv, const fp8t_attn_shape *sh) {
+    const int T = sh->T, half = sh->HS / 2;
+    for (int i = 0; i < half; i++) {
+        const double freq = fp8t_rope_inv_freq(sh, i);
+        for (int t = 0; t < T; t++) {
             double ang = (double)t * freq;
             cosv[(size_t)t * half + i] = (float)cos(ang);
             sinv[(size_t)t * half + i] = (float)sin(ang);
         }
+    }
 }
 
-/* Device cos/sin tables for (T, HS, theta); NULL pointers when rope_theta <= 0. */
-static void rope_tables(fp8t_backend *b, int T, int HS, float theta, const float **cos_out,
+static int same_scaling(const fp8t_rope_scaling *a, const fp8t_rope_scaling *b) {
+    return a->type == b->type && a->factor == b->factor &&
+           a->low_freq_factor == b->low_freq_factor &&
+           a->high_freq_factor == b->high_freq_factor && a->original_max_pos == b->original_max_pos;
+}
+
+/* Device cos/sin tables for the shape's (T, HS, theta, scaling); NULL pointers when
+ * rope_theta <= 0. */
+static void rope_tables(fp8t_backend *b, const fp8t_attn_shape *sh, const float **cos_out,
                         const float **sin_out) {
     cuda_state *s = cuda_of(b);
+    const int T = sh->T, HS = sh->HS;
+    const float theta = sh->rope_theta;
     *cos_out = *sin_out = NULL;
     if (!(theta > 0.0f)) return;
     int half = HS / 2;
     if (!s->plain && s->rope_cos && s->rope_T >= T && s->rope_half == half &&
-        s->rope_theta == theta) {
+        s->rope_theta == theta && same_scaling(&s->rope_scaling, &sh->rope_scaling)) {
         /* rows depend only on t, so a table for a longer T serves shorter ones */
         *cos_out = s->rope_cos;
         *sin_out = s->rope_sin;
@@ -60,7 +75,7 @@ static void rope_tables(fp8t_backend *b, int T, int HS, float theta, const float
         fprintf(stderr, "fp8train: out of host memory (%s:%d)\n", __FILE__, __LINE__);
         exit(1);
     }
-    rope_table_host(h, h + n, T, HS, theta);
+    rope_table_host(h, h + n, sh);
     CUDA_CHECK(cudaStreamSynchronize(s->stream)); /* the old tables may be in use */
     if (s->rope_cos) CUDA_CHECK(cudaFree(s->rope_cos));
     if (s->rope_sin) CUDA_CHECK(cudaFree(s->rope_sin));
@@ -72,6 +87,7 @@ static void rope_tables(fp8t_backend *b, int T, int HS, float theta, const float
     s->rope_T = T;
     s->rope_half = half;
     s->rope_theta = theta;
+    s->rope_scaling = sh->rope_scaling;
     *cos_out = s->rope_cos;
     *sin_out = s->rope_sin;
 }
@@ -79,14 +95,15 @@ static void rope_tables(fp8t_backend *b, int T, int HS, float theta, const float
 /* ---------------------------------------------------------------------------------------- */
 /* prep / post */
 
-/* q, k, v [BH, T, HS] from qkv [B, T, 3C]; q, k rotated when cosv != NULL. One thread per
- * (b, t, h, i) with i < ceil(HS/2): it handles elements i and i + HS/2. */
+/* q, k, v [BH, T, HS] from qkv [B, T, (NH + 2 NKV) HS]; query head h's k, v are K/V head
+ * h / (NH/NKV)'s; q, k rotated when cosv != NULL. One thread per (b, t, h, i) with
+ * i < ceil(HS/2): it handles elements i and i + HS/2. */
 __global__ void attn_prep_kernel(float *q, float *k, float *v, const float *__restrict__ qkv,
                                  const float *__restrict__ cosv, const float *__restrict__ sinv,
-                                 int B, int T, int NH, int HS) {
+                                 int B, int T, int NH, int NKV, int HS) {
     int half = (HS + 1) / 2;
     size_t total = (size_t)B * T * NH * half;
-    size_t C = (size_t)NH * HS;
+    size_t C = (size_t)NH * HS, CKV = (size_t)NKV * HS;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
         int i = (int)(idx % half);
@@ -95,13 +112,16 @@ __global__ void attn_prep_kernel(float *q, float *k, float *v, const float *__re
         r /= NH;
         int t = (int)(r % T);
         int bb = (int)(r / T);
-        const float *src = qkv + ((size_t)bb * T + t) * 3 * C + (size_t)h * HS;
+        const float *tok = qkv + ((size_t)bb * T + t) * (C + 2 * CKV);
+        const float *src = tok + (size_t)h * HS;                          /* q of head h */
+        const float *ksrc = tok + C + (size_t)(h / (NH / NKV)) * HS;      /* its group's k */
+        const float *vsrc = ksrc + CKV;                                   /* and v */
         size_t dst = (((size_t)bb * NH + h) * T + t) * HS;
         int i2 = i + HS / 2; /* odd HS (never rotated): the middle element is visited twice */
         float q1 = src[i], q2 = src[i2];
-        float k1 = src[C + i], k2 = src[C + i2];
-        v[dst + i] = src[2 * C + i];
-        v[dst + i2] = src[2 * C + i2];
+        float k1 = ksrc[i], k2 = ksrc[i2];
+        v[dst + i] = vsrc[i];
+        v[dst + i2] = vsrc[i2];
         if (cosv) {
             float c = cosv[(size_t)t * (HS / 2) + i], s = sinv[(size_t)t * (HS / 2) + i];
             q[dst + i] = q1 * c - q2 * s;
@@ -115,39 +135,60 @@ __global__ void attn_prep_kernel(float *q, float *k, float *v, const float *__re
     }
 }
 
-/* dqkv [B, T, 3C] from dq, dk, dv [BH, T, HS]; dq, dk un-rotated (transpose of the rotation) */
+/* dqkv [B, T, (NH + 2 NKV) HS] from dq, dk, dv [BH, T, HS]: head slot hh < NH is query head
+ * hh (dq un-rotated: the transpose of the rotation); slot NH + kh is K/V head kh, whose dk, dv
+ * are the sums over its group's query heads kh*G .. kh*G + G-1 (G = NH/NKV), added in that
+ * order from the first (no sum when G = 1: then the bits are those of plain multi-head
+ * attention), dk un-rotated after the sum (the CPU backend's order). One thread per
+ * (b, t, slot, i), i < ceil(HS/2): elements i and i + HS/2. */
 __global__ void attn_post_kernel(float *dqkv, const float *__restrict__ dq,
                                  const float *__restrict__ dk, const float *__restrict__ dv,
                                  const float *__restrict__ cosv, const float *__restrict__ sinv,
-                                 int B, int T, int NH, int HS) {
+                                 int B, int T, int NH, int NKV, int HS) {
     int half = (HS + 1) / 2;
-    size_t total = (size_t)B * T * NH * half;
-    size_t C = (size_t)NH * HS;
+    const int slots = NH + NKV, G = NH / NKV;
+    size_t total = (size_t)B * T * slots * half;
+    size_t C = (size_t)NH * HS, CKV = (size_t)NKV * HS;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
         int i = (int)(idx % half);
         size_t r = idx / half;
-        int h = (int)(r % NH);
-        r /= NH;
+        int hh = (int)(r % slots);
+        r /= slots;
         int t = (int)(r % T);
         int bb = (int)(r / T);
-        float *dst = dqkv + ((size_t)bb * T + t) * 3 * C + (size_t)h * HS;
-        size_t src = (((size_t)bb * NH + h) * T + t) * HS;
+        float *tok = dqkv + ((size_t)bb * T + t) * (C + 2 * CKV);
         int i2 = i + HS / 2;
-        float q1 = dq[src + i], q2 = dq[src + i2];
-        float k1 = dk[src + i], k2 = dk[src + i2];
+        float x1, x2, v1 = 0.0f, v2 = 0.0f;
+        float *dst;
+        if (hh < NH) {
+            size_t src = (((size_t)bb * NH + hh) * T + t) * HS;
+            x1 = dq[src + i], x2 = dq[src + i2];
+            dst = tok + (size_t)hh * HS;
+        } else {
+            const int kh = hh - NH;
+            const size_t stride = (size_t)T * HS; /* the same token, the next query head */
+            size_t src = (((size_t)bb * NH + (size_t)kh * G) * T + t) * HS;
+            x1 = dk[src + i], x2 = dk[src + i2];
+            v1 = dv[src + i], v2 = dv[src + i2];
+            for (int g = 1; g < G; g++) {
+                src += stride;
+                x1 += dk[src + i], x2 += dk[src + i2];
+                v1 += dv[src + i], v2 += dv[src + i2];
+            }
+            dst = tok + C + (size_t)kh * HS;
+        }
         if (cosv) {
             float c = cosv[(size_t)t * (HS / 2) + i], s = sinv[(size_t)t * (HS / 2) + i];
-            dst[i] = q1 * c + q2 * s;
-            dst[i2] = q2 * c - q1 * s;
-            dst[C + i] = k1 * c + k2 * s;
-            dst[C + i2] = k2 * c - k1 * s;
+            dst[i] = x1 * c + x2 * s;
+            dst[i2] = x2 * c - x1 * s;
         } else {
-            dst[i] = q1, dst[i2] = q2;
-            dst[C + i] = k1, dst[C + i2] = k2;
+            dst[i] = x1, dst[i2] = x2;
         }
-        dst[2 * C + i] = dv[src + i];
-        dst[2 * C + i2] = dv[src + i2];
+        if (hh >= NH) {
+            dst[CKV + i] = v1;
+            dst[CKV + i2] = v2;
+        }
     }
 }
 
@@ -699,25 +740,38 @@ static unsigned prep_blocks(cuda_state *s, size_t n) {
     return (unsigned)(want < cap ? (want ? want : 1) : cap);
 }
 
-size_t cuda_attention_saved_bytes(fp8t_backend *b, int B, int T, int NH, int HS,
-                                  float rope_theta) {
-    (void)rope_theta;
+size_t cuda_attention_saved_bytes(fp8t_backend *b, const fp8t_attn_shape *sh) {
     const cuda_state *s = cuda_of(b);
-    if (s->attn_mode != ATTN_FLASH || !cuda_attn_flash_supported(B, T, NH, HS)) return 0;
-    return cuda_attn_flash_saved_bytes(B, T, NH, HS);
+    if (s->attn_mode != ATTN_FLASH || !cuda_attn_flash_supported(sh->B, sh->T, sh->NH, sh->HS))
+        return 0;
+    /* q and the group-expanded k, v: NH heads each */
+    return cuda_attn_flash_saved_bytes(sh->B, sh->T, sh->NH, sh->HS);
+}
+
+/* NKV (0 = NH) after checking that it divides NH */
+static int attention_kv_heads(const fp8t_attn_shape *sh) {
+    const int NKV = fp8t_attn_nkv(sh);
+    if (NKV <= 0 || NKV > sh->NH || sh->NH % NKV != 0) {
+        fprintf(stderr, "fp8train: attention: %d key/value heads do not divide %d query heads "
+                        "(%s:%d)\n", NKV, sh->NH, __FILE__, __LINE__);
+        exit(1);
+    }
+    return NKV;
 }
 
 void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved,
-                            const float *qkv, int B, int T, int NH, int HS, float rope_theta) {
+                            const float *qkv, const fp8t_attn_shape *sh) {
+    const int B = sh->B, T = sh->T, NH = sh->NH, HS = sh->HS;
     if (B <= 0 || T <= 0 || NH <= 0) return;
-    check_attention_args(HS, rope_theta);
+    check_attention_args(HS, sh->rope_theta);
+    const int NKV = attention_kv_heads(sh);
     cuda_state *s = cuda_of(b);
     const float *cosv, *sinv;
-    rope_tables(b, T, HS, rope_theta, &cosv, &sinv);
+    rope_tables(b, sh, &cosv, &sinv);
     float scale = 1.0f / sqrtf((float)HS);
     /* flash reads qkv itself */
     if (s->attn_mode == ATTN_FLASH &&
-        cuda_attn_flash_fwd(b, out, lse, (uint16_t *)saved, qkv, cosv, sinv, B, T, NH, HS,
+        cuda_attn_flash_fwd(b, out, lse, (uint16_t *)saved, qkv, cosv, sinv, B, T, NH, NKV, HS,
                             scale) == 0) {
         s->n_attn_tc++;
         return;
@@ -727,7 +781,7 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved
     float *k = q + per, *v = k + per;
     size_t pairs = (size_t)B * T * NH * ((HS + 1) / 2);
     attn_prep_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(q, k, v, qkv, cosv, sinv, B,
-                                                                  T, NH, HS);
+                                                                  T, NH, NKV, HS);
     CUDA_LAUNCH_CHECK(s);
     if (s->attn_mode == ATTN_GEMM &&
         cuda_attn_gemm_fwd(b, out, lse, q, k, v, B, T, NH, HS, scale) == 0) {
@@ -749,34 +803,39 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved
 
 void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
                              const float *qkv, const void *saved, const float *out,
-                             const float *lse, int B, int T, int NH, int HS, float rope_theta) {
+                             const float *lse, const fp8t_attn_shape *sh) {
+    const int B = sh->B, T = sh->T, NH = sh->NH, HS = sh->HS;
     if (B <= 0 || T <= 0 || NH <= 0) return;
-    check_attention_args(HS, rope_theta);
+    check_attention_args(HS, sh->rope_theta);
+    const int NKV = attention_kv_heads(sh);
     cuda_state *s = cuda_of(b);
     size_t per = (size_t)B * NH * T * HS;
     size_t rows = (size_t)B * NH * T;
     const float *cosv, *sinv;
-    rope_tables(b, T, HS, rope_theta, &cosv, &sinv);
-    /* scratch: per-head dq, dk, dv (not needed by flash without RoPE), q, k, v (the prep
+    rope_tables(b, sh, &cosv, &sinv);
+    /* scratch: per-head dq, dk, dv (not needed by flash writing dqkv itself), q, k, v (the prep
      * kernel's, not needed by flash), then Dv */
     const int flash = s->attn_mode == ATTN_FLASH && cuda_attn_flash_supported(B, T, NH, HS);
-    const size_t nbuf = flash ? (cosv ? 3 : 0) : 6;
+    /* flash writes dqkv itself when there is nothing to undo (RoPE) or sum (GQA) */
+    const int flash_direct = flash && !cosv && NKV == NH;
+    const size_t nbuf = flash ? (flash_direct ? 0 : 3) : 6;
     float *base = (float *)cuda_scratch(b, SCR_ATTN, (nbuf * per + rows) * sizeof(float));
     float *dq = NULL, *dk = NULL, *dv = NULL, *q = NULL, *k = NULL, *v = NULL;
     if (nbuf >= 3) dq = base, dk = dq + per, dv = dk + per;
     if (nbuf == 6) q = dv + per, k = q + per, v = k + per;
     float *Dv = base + nbuf * per;
     size_t pairs = (size_t)B * T * NH * ((HS + 1) / 2);
+    size_t post_pairs = (size_t)B * T * (NH + NKV) * ((HS + 1) / 2);
     float scale = 1.0f / sqrtf((float)HS);
-    /* flash reads qkv itself and takes Dv from its pass over dout; with no RoPE to undo it also
-     * writes dqkv itself */
+    /* flash reads qkv itself and takes Dv from its pass over dout */
     if (flash) {
-        cuda_attn_flash_bwd(b, cosv ? NULL : dqkv, dq, dk, dv, qkv, (const uint16_t *)saved,
-                            cosv, sinv, dout, out, lse, Dv, B, T, NH, HS, scale);
+        cuda_attn_flash_bwd(b, flash_direct ? dqkv : NULL, dq, dk, dv, qkv,
+                            (const uint16_t *)saved, cosv, sinv, dout, out, lse, Dv, B, T, NH,
+                            NKV, HS, scale);
         s->n_attn_tc++;
-        if (cosv) {
-            attn_post_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(
-                dqkv, dq, dk, dv, cosv, sinv, B, T, NH, HS);
+        if (!flash_direct) {
+            attn_post_kernel<<<prep_blocks(s, post_pairs), 256, 0, s->stream>>>(
+                dqkv, dq, dk, dv, cosv, sinv, B, T, NH, NKV, HS);
             CUDA_LAUNCH_CHECK(s);
         }
         return;
@@ -785,7 +844,7 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
                                                                      HS);
     CUDA_LAUNCH_CHECK(s);
     attn_prep_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(q, k, v, qkv, cosv, sinv, B,
-                                                                  T, NH, HS);
+                                                                  T, NH, NKV, HS);
     CUDA_LAUNCH_CHECK(s);
     int done = 0;
     if (s->attn_mode == ATTN_GEMM)
@@ -808,8 +867,8 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
             dk, dv, q, k, v, dout, lse, Dv, B, T, NH, HS, scale);
         CUDA_LAUNCH_CHECK(s);
     }
-    attn_post_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(dqkv, dq, dk, dv, cosv, sinv,
-                                                                  B, T, NH, HS);
+    attn_post_kernel<<<prep_blocks(s, post_pairs), 256, 0, s->stream>>>(
+        dqkv, dq, dk, dv, cosv, sinv, B, T, NH, NKV, HS);
     CUDA_LAUNCH_CHECK(s);
 }
 

@@ -1,6 +1,8 @@
 /* CUDA backend — attention core: BF16 tensor-core flash attention (FP8TRAIN_CUDA_ATTN=flash).
  *
- * Inputs come straight from the op's qkv [B, T, 3C] (FP32); head sizes 32, 64 and 128.
+ * Inputs come straight from the op's qkv [B, T, (NH + 2 NKV) HS] (FP32); head sizes 32, 64 and
+ * 128. Grouped-query attention: the conversion kernel copies each K/V head to the query heads
+ * of its group, so every kernel below sees NH full heads.
  * Numerics (the contract in cuda_common.cuh):
  *   - q, k, v are rounded to BF16 (round-to-nearest-even), RoPE applied first in FP32 when
  *     asked (the prep kernel's arithmetic), by one conversion kernel that writes padded copies
@@ -12,7 +14,8 @@
  *     again (at GPT-2 124M, 32x1024: the backward went from 14.0 to 10.0 ms per step with
  *     this and the version-3 kernels together).
  *   - dq, dk, dv are written through a row layout (fl_out): straight into dqkv [B, T, 3C]
- *     when there is no RoPE to undo, else per head for the caller's post kernel.
+ *     when there is no RoPE to undo and no GQA group to sum, else per head for the caller's
+ *     post kernel.
  *   - S = q k^T on tensor cores (mma.sync m16n8k16 BF16 x BF16 -> FP32 accumulate); online
  *     softmax in FP32; P rounded to BF16 for P V; O accumulated in FP32; lse in FP32.
  *     Exponentials (all but the head-size-128 forward's) are base 2 through one ex2.approx.ftz
@@ -196,8 +199,10 @@ __global__ void flash_dout_kernel(uint16_t *dst, float *Dv, const float *__restr
     }
 }
 
-/* q, k, v [BH, Tp, HS] BF16 from qkv [B, T, 3C] FP32 (q | k | v, each [NH, HS] per token,
- * C = NH * HS); when cosv is non-NULL q and k are first rotated in FP32 (rotate-half pairs
+/* q, k, v [BH, Tp, HS] BF16 from qkv [B, T, (NH + 2 NKV) HS] FP32 (q [NH, HS] | k [NKV, HS] |
+ * v [NKV, HS] per token, C = NH * HS): query head h's k and v are those of K/V head
+ * h / (NH / NKV) (grouped-query attention: each query head gets its own copy); when cosv is
+ * non-NULL q and k are first rotated in FP32 (rotate-half pairs
  * (i, i + HS/2), the arithmetic of attn_prep_kernel); rows t >= T are zero. One thread per
  * (head row, 8 dims i..i+7 of the first half): it also does the partners i + HS/2.., so every
  * load and store is 16 bytes (vec: qkv 16-byte aligned) or scalar loads. */
@@ -205,9 +210,9 @@ __global__ void flash_qkv_to_bf16_kernel(uint16_t *qh, uint16_t *kh, uint16_t *v
                                          const float *__restrict__ qkv,
                                          const float *__restrict__ cosv,
                                          const float *__restrict__ sinv, int BH, int T, int Tp,
-                                         int NH, int HS, int vec) {
+                                         int NH, int NKV, int HS, int vec) {
     const int half = HS / 2, H8 = half / 8;
-    const size_t C = (size_t)NH * HS;
+    const size_t C = (size_t)NH * HS, CKV = (size_t)NKV * HS, W = C + 2 * CKV;
     size_t n = (size_t)BH * Tp * H8;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -220,9 +225,13 @@ __global__ void flash_qkv_to_bf16_kernel(uint16_t *qh, uint16_t *kh, uint16_t *v
         for (int a = 0; a < 6; a++)
             for (int e = 0; e < 8; e++) x[a][e] = 0.f;
         if (t < T) {
-            const float *src = qkv + ((size_t)(bh / NH) * T + t) * 3 * C + (size_t)(bh % NH) * HS;
+            const float *tok = qkv + ((size_t)(bh / NH) * T + t) * W;
+            const size_t kvh = (size_t)((bh % NH) / (NH / NKV));
+            /* where q, k and v of this head start in the token's row */
+            const float *src3[3] = {tok + (size_t)(bh % NH) * HS, tok + C + kvh * HS,
+                                    tok + C + CKV + kvh * HS};
             for (int a = 0; a < 6; a++) {
-                const float *p = src + (size_t)(a / 2) * C + (a & 1 ? d1 : d0);
+                const float *p = src3[a / 2] + (a & 1 ? d1 : d0);
                 if (vec) {
                     float4 u = *reinterpret_cast<const float4 *>(p);
                     float4 w = *reinterpret_cast<const float4 *>(p + 4);
@@ -1115,13 +1124,13 @@ static void dout_to_bf16(cuda_state *s, uint16_t *dst, float *Dv, const float *d
 /* q, k, v as padded BF16 [BH, Tp, HS] from qkv (RoPE applied when cosv is non-NULL). */
 static void qkv_to_bf16(cuda_state *s, uint16_t *qh, uint16_t *kh, uint16_t *vh,
                         const float *qkv, const float *cosv, const float *sinv, int B, int T,
-                        int Tp, int NH, int HS) {
-    int vec = ((uintptr_t)qkv & 15) == 0; /* C = NH * HS is a multiple of 32 */
+                        int Tp, int NH, int NKV, int HS) {
+    int vec = ((uintptr_t)qkv & 15) == 0; /* every head starts at a multiple of HS >= 32 */
     size_t n = (size_t)B * NH * Tp * (HS / 16);
     size_t want = (n + 255) / 256, cap = (size_t)s->num_sms * 32;
     unsigned blocks = (unsigned)(want < cap ? want : cap);
     flash_qkv_to_bf16_kernel<<<blocks, 256, 0, s->stream>>>(qh, kh, vh, qkv, cosv, sinv, B * NH,
-                                                            T, Tp, NH, HS, vec);
+                                                            T, Tp, NH, NKV, HS, vec);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -1166,7 +1175,7 @@ size_t cuda_attn_flash_saved_bytes(int B, int T, int NH, int HS) {
 
 int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, uint16_t *saved,
                         const float *qkv, const float *cosv, const float *sinv, int B, int T,
-                        int NH, int HS, float scale) {
+                        int NH, int NKV, int HS, float scale) {
     if (!cuda_attn_flash_supported(B, T, NH, HS)) return -1;
     cuda_state *s = cuda_of(b);
     int nT = (T + FL_TILE - 1) / FL_TILE, Tp = nT * FL_TILE, BH = B * NH;
@@ -1176,7 +1185,7 @@ int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, uint16_t *saved
     uint16_t *qh = saved ? saved
                          : (uint16_t *)cuda_scratch(b, SCR_ATTN2, 3 * per * sizeof(uint16_t));
     uint16_t *kh = qh + per, *vh = kh + per;
-    qkv_to_bf16(s, qh, kh, vh, qkv, cosv, sinv, B, T, Tp, NH, HS);
+    qkv_to_bf16(s, qh, kh, vh, qkv, cosv, sinv, B, T, Tp, NH, NKV, HS);
     float scale_log2 = scale * FL_LOG2E;
     if (HS == 32) fwd_launch<32>(s, out, lse, qh, kh, vh, BH, T, Tp, NH, scale_log2);
     else if (HS == 64) fwd_launch<64>(s, out, lse, qh, kh, vh, BH, T, Tp, NH, scale_log2);
@@ -1187,8 +1196,10 @@ int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, uint16_t *saved
 int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, float *dv,
                         const float *qkv, const uint16_t *saved, const float *cosv,
                         const float *sinv, const float *dout, const float *out,
-                        const float *lse, float *Dv, int B, int T, int NH, int HS, float scale) {
+                        const float *lse, float *Dv, int B, int T, int NH, int NKV, int HS,
+                        float scale) {
     if (!cuda_attn_flash_supported(B, T, NH, HS)) return -1;
+    if (dqkv && NKV != NH) return -1; /* a group's dk, dv must be summed: the post kernel */
     cuda_state *s = cuda_of(b);
     int nT = (T + FL_TILE - 1) / FL_TILE, Tp = nT * FL_TILE, BH = B * NH;
     size_t per = (size_t)BH * Tp * HS;
@@ -1199,7 +1210,7 @@ int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, floa
     const uint16_t *qh = saved, *kh, *vh;
     if (!saved) {
         uint16_t *q = doh + per;
-        qkv_to_bf16(s, q, q + per, q + 2 * per, qkv, cosv, sinv, B, T, Tp, NH, HS);
+        qkv_to_bf16(s, q, q + per, q + 2 * per, qkv, cosv, sinv, B, T, Tp, NH, NKV, HS);
         qh = q;
     }
     kh = qh + per, vh = kh + per;

@@ -117,6 +117,7 @@ typedef struct {
     float *rope_cos, *rope_sin;
     int rope_T, rope_half;
     float rope_theta;
+    fp8t_rope_scaling rope_scaling; /* the scaling the cached tables were made with */
     /* accounting */
     long n_attn_tc, n_attn_fp32;   /* attention calls by path (fp8t_cuda_attention_counts) */
     size_t bytes_in_use, bytes_peak;
@@ -361,13 +362,17 @@ void cuda_column_sums(fp8t_backend *b, float *colsum, const float *x, int rows, 
 void cuda_column_sums_finish(fp8t_backend *b, float *colsum, const float *part, int nchunks,
                              int cols);
 /* cuda_attention.cu */
+/* Grouped-query attention (NKV < NH key/value heads): the kernels that lay q, k, v out per
+ * head (attn_prep_kernel, flash_qkv_to_bf16_kernel) give every query head its own copy of its
+ * group's k and v, so the attention cores run on NH heads unchanged; the backward's post kernel
+ * sums dk, dv over a group's query heads (in head order: deterministic) into the NKV heads of
+ * dqkv. */
 void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved,
-                            const float *qkv, int B, int T, int NH, int HS, float rope_theta);
+                            const float *qkv, const fp8t_attn_shape *sh);
 void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
                              const float *qkv, const void *saved, const float *out,
-                             const float *lse, int B, int T, int NH, int HS, float rope_theta);
-size_t cuda_attention_saved_bytes(fp8t_backend *b, int B, int T, int NH, int HS,
-                                  float rope_theta);
+                             const float *lse, const fp8t_attn_shape *sh);
+size_t cuda_attention_saved_bytes(fp8t_backend *b, const fp8t_attn_shape *sh);
 /* Tensor-core attention cores. The gemm core's inputs are the prep kernel's per-head FP32
  * layouts q, k, v [B*NH, T, HS] (RoPE already applied); scale = 1/sqrt(HS).
  *   fwd: out [B, T, NH*HS] (the op's output layout), lse [B*NH, T] (natural log).
@@ -375,11 +380,12 @@ size_t cuda_attention_saved_bytes(fp8t_backend *b, int B, int T, int NH, int HS,
  *        Dv [B*NH, T] = rowsum(dout * out) (FP32, computed by the caller).
  * Each returns 0 when it handled the problem, -1 when the shape is unsupported (nothing
  * launched; the caller falls back to the FP32 tiled/simple kernels). */
-/* cuda_attention_flash.cu: the flash core reads the op's qkv [B, T, 3C] itself (one pass
- * that applies RoPE when cosv/sinv are given and rounds to BF16), so no prep kernel runs.
+/* cuda_attention_flash.cu: the flash core reads the op's qkv [B, T, (NH + 2 NKV) HS] itself
+ * (one pass that applies RoPE when cosv/sinv are given, rounds to BF16 and expands each K/V
+ * head to the NH/NKV query heads of its group), so no prep kernel runs.
  *   fwd: out [B, T, NH*HS], lse [B*NH, T].
- *   bwd: with dqkv non-NULL (no RoPE to undo) dq | dk | dv go straight into dqkv [B, T, 3C];
- *        else into dq, dk, dv [B*NH, T, HS] for the caller's post kernel.
+ *   bwd: with dqkv non-NULL (no RoPE to undo, NKV = NH) dq | dk | dv go straight into
+ *        dqkv [B, T, 3C]; else into dq, dk, dv [B*NH, T, HS] for the caller's post kernel.
  *   bwd also writes Dv = rowsum(dout * out) [B*NH, T] (scratch), from its pass over dout.
  *   saved (may be NULL): cuda_attn_flash_saved_bytes bytes; the forward writes its BF16 q, k,
  *   v there, and a backward given them skips rebuilding them from qkv (the same bits). */
@@ -387,11 +393,12 @@ int cuda_attn_flash_supported(int B, int T, int NH, int HS); /* head sizes 32/64
 size_t cuda_attn_flash_saved_bytes(int B, int T, int NH, int HS);
 int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, uint16_t *saved,
                         const float *qkv, const float *cosv, const float *sinv, int B, int T,
-                        int NH, int HS, float scale);
+                        int NH, int NKV, int HS, float scale);
 int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, float *dv,
                         const float *qkv, const uint16_t *saved, const float *cosv,
                         const float *sinv, const float *dout, const float *out,
-                        const float *lse, float *Dv, int B, int T, int NH, int HS, float scale);
+                        const float *lse, float *Dv, int B, int T, int NH, int NKV, int HS,
+                        float scale);
 /* cuda_attention_gemm.cu */
 int cuda_attn_gemm_fwd(fp8t_backend *b, float *out, float *lse, const float *q, const float *k,
                        const float *v, int B, int T, int NH, int HS, float scale);
