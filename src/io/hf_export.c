@@ -73,7 +73,7 @@ static void gather(float *out, const fp8t_hf_tensor *t, const fp8t_param_info *p
         for (int r = 0; r < R; r++)
             for (int c = 0; c < Cc; c++) out[(size_t)c * R + r] = src[(size_t)r * Cc + c];
     } else if (t->transform == FP8T_HF_ROWS) {
-        const size_t cols = (size_t)p->shape[1];
+        const size_t cols = p->ndim == 2 ? (size_t)p->shape[1] : 1; /* 1: a bias slice */
         memcpy(out, src + (size_t)t->row0 * cols, (size_t)t->rows * cols * sizeof(float));
     } else {
         memcpy(out, src, p->numel * sizeof(float));
@@ -148,22 +148,45 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
         cJSON_AddBoolToObject(o, "scale_attn_by_inverse_layer_idx", 0);
         cJSON_AddBoolToObject(o, "reorder_and_upcast_attn", 0);
     } else {
-        add_model_kind(o, "LlamaForCausalLM", "llama", c->vocab_size);
+        /* q/k/v biases are Qwen2's architecture (Llama's attention_bias would add o_proj's) */
+        const int qwen2 = c->qkv_bias != 0;
+        add_model_kind(o, qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM",
+                       qwen2 ? "qwen2" : "llama", c->vocab_size);
         cJSON_AddNumberToObject(o, "hidden_size", c->n_embd);
         cJSON_AddNumberToObject(o, "intermediate_size", c->mlp_hidden);
         cJSON_AddNumberToObject(o, "num_hidden_layers", c->n_layer);
         cJSON_AddNumberToObject(o, "num_attention_heads", c->n_head);
-        cJSON_AddNumberToObject(o, "num_key_value_heads", c->n_head);
+        cJSON_AddNumberToObject(o, "num_key_value_heads",
+                                c->n_kv_head > 0 ? c->n_kv_head : c->n_head);
         cJSON_AddNumberToObject(o, "head_dim", c->n_embd / c->n_head);
         cJSON_AddNumberToObject(o, "max_position_embeddings", c->seq_len);
         cJSON_AddNumberToObject(o, "rms_norm_eps", clean(c->norm_eps));
+        /* rope_theta + rope_scaling: what transformers 4.x reads and newer versions still
+         * accept (they fold both into rope_parameters on load) */
         cJSON_AddNumberToObject(o, "rope_theta", clean(c->rope_theta));
-        cJSON_AddNullToObject(o, "rope_scaling");
+        if (c->rope_scaling.type == FP8T_ROPE_LLAMA3) {
+            cJSON *r = cJSON_AddObjectToObject(o, "rope_scaling");
+            cJSON_AddStringToObject(r, "rope_type", "llama3");
+            cJSON_AddNumberToObject(r, "factor", clean(c->rope_scaling.factor));
+            cJSON_AddNumberToObject(r, "low_freq_factor", clean(c->rope_scaling.low_freq_factor));
+            cJSON_AddNumberToObject(r, "high_freq_factor",
+                                    clean(c->rope_scaling.high_freq_factor));
+            cJSON_AddNumberToObject(r, "original_max_position_embeddings",
+                                    c->rope_scaling.original_max_pos);
+        } else {
+            cJSON_AddNullToObject(o, "rope_scaling");
+        }
         cJSON_AddStringToObject(o, "hidden_act", "silu");
-        cJSON_AddBoolToObject(o, "attention_bias", 0);
-        cJSON_AddBoolToObject(o, "mlp_bias", 0);
+        if (qwen2) {
+            cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+            cJSON_AddNumberToObject(o, "sliding_window", c->seq_len);
+            cJSON_AddNumberToObject(o, "max_window_layers", c->n_layer);
+        } else {
+            cJSON_AddBoolToObject(o, "attention_bias", 0);
+            cJSON_AddBoolToObject(o, "mlp_bias", 0);
+            cJSON_AddNumberToObject(o, "pretraining_tp", 1);
+        }
         cJSON_AddNumberToObject(o, "attention_dropout", 0);
-        cJSON_AddNumberToObject(o, "pretraining_tp", 1);
     }
     cJSON_AddNumberToObject(o, "initializer_range", 0.02);
     if (gpt2_vocab) {
@@ -173,7 +196,7 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
         cJSON_AddNullToObject(o, "bos_token_id");
         cJSON_AddNullToObject(o, "eos_token_id");
     }
-    cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", !c->untied_head);
     cJSON_AddBoolToObject(o, "use_cache", 1);
     cJSON_AddStringToObject(o, "torch_dtype", torch_dtype);
     if (dtype == FP8T_EXPORT_FP8) {

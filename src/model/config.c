@@ -178,9 +178,13 @@ int fp8t_model_param_table(const fp8t_model_config *cfg, fp8t_param_info *info, 
         add_tensor(info, &count, &off, "lnf.w", -1, C, 0);
         add_tensor(info, &count, &off, "lnf.b", -1, C, 0);
     } else {
+        /* grouped-query attention: q has NH heads, k and v NKV heads each (rows q | k | v) */
+        const int NH = cfg->n_head, HS = C / (NH > 0 ? NH : 1);
+        const int NKV = cfg->n_kv_head > 0 ? cfg->n_kv_head : NH, QKV = (NH + 2 * NKV) * HS;
         for (int l = 0; l < L; l++) {
             add_tensor(info, &count, &off, "ln1.w", l, C, 0);
-            add_tensor(info, &count, &off, "qkv.w", l, 3 * C, C);
+            add_tensor(info, &count, &off, "qkv.w", l, QKV, C);
+            if (cfg->qkv_bias) add_tensor(info, &count, &off, "qkv.b", l, QKV, 0);
             add_tensor(info, &count, &off, "proj.w", l, C, C);
             add_tensor(info, &count, &off, "ln2.w", l, C, 0);
             add_tensor(info, &count, &off, "gate.w", l, H, C);
@@ -189,6 +193,7 @@ int fp8t_model_param_table(const fp8t_model_config *cfg, fp8t_param_info *info, 
         }
         add_tensor(info, &count, &off, "lnf.w", -1, C, 0);
     }
+    if (cfg->untied_head) add_tensor(info, &count, &off, "lm_head.w", -1, V, C);
     if (total) *total = off;
     return count;
 }

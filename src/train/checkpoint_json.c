@@ -19,6 +19,18 @@ char *fp8t_model_config_to_json(const fp8t_model_config *c) {
     cJSON_AddNumberToObject(o, "mlp_hidden", c->mlp_hidden);
     cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(o, "norm_eps", c->norm_eps);
+    /* the fields added for Llama-3/Qwen2 only when set, so other configs read as before */
+    if (c->n_kv_head) cJSON_AddNumberToObject(o, "n_kv_head", c->n_kv_head);
+    if (c->untied_head) cJSON_AddNumberToObject(o, "untied_head", c->untied_head);
+    if (c->qkv_bias) cJSON_AddNumberToObject(o, "qkv_bias", c->qkv_bias);
+    if (c->rope_scaling.type == FP8T_ROPE_LLAMA3) {
+        cJSON *r = cJSON_AddObjectToObject(o, "rope_scaling");
+        cJSON_AddStringToObject(r, "type", "llama3");
+        cJSON_AddNumberToObject(r, "factor", c->rope_scaling.factor);
+        cJSON_AddNumberToObject(r, "low_freq_factor", c->rope_scaling.low_freq_factor);
+        cJSON_AddNumberToObject(r, "high_freq_factor", c->rope_scaling.high_freq_factor);
+        cJSON_AddNumberToObject(r, "original_max_pos", c->rope_scaling.original_max_pos);
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -73,6 +85,27 @@ int fp8t_model_config_from_json(fp8t_model_config *c, const char *json, char *er
         get_float(o, "rope_theta", &m.rope_theta, err, errlen) ||
         get_float(o, "norm_eps", &m.norm_eps, err, errlen))
         goto done;
+    if ((cJSON_GetObjectItemCaseSensitive(o, "n_kv_head") &&
+         get_int(o, "n_kv_head", &m.n_kv_head, err, errlen)) ||
+        (cJSON_GetObjectItemCaseSensitive(o, "untied_head") &&
+         get_int(o, "untied_head", &m.untied_head, err, errlen)) ||
+        (cJSON_GetObjectItemCaseSensitive(o, "qkv_bias") &&
+         get_int(o, "qkv_bias", &m.qkv_bias, err, errlen)))
+        goto done;
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
+    if (rs) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
+        if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "llama3") != 0) {
+            snprintf(err, errlen, "model config: rope_scaling.type must be \"llama3\"");
+            goto done;
+        }
+        m.rope_scaling.type = FP8T_ROPE_LLAMA3;
+        if (get_float(rs, "factor", &m.rope_scaling.factor, err, errlen) ||
+            get_float(rs, "low_freq_factor", &m.rope_scaling.low_freq_factor, err, errlen) ||
+            get_float(rs, "high_freq_factor", &m.rope_scaling.high_freq_factor, err, errlen) ||
+            get_int(rs, "original_max_pos", &m.rope_scaling.original_max_pos, err, errlen))
+            goto done;
+    }
     if (fp8t_model_config_check(&m, err, errlen) != 0) goto done;
     *c = m;
     rc = 0;
@@ -100,7 +133,18 @@ int fp8t_model_config_diff(const fp8t_model_config *a, const fp8t_model_config *
     DIFF_INT(seq_len, "--max-seq-len")
     DIFF_INT(vocab_size, "--vocab")
     DIFF_INT(mlp_hidden, "--mlp-hidden")
+    DIFF_INT(n_kv_head, "K/V heads, 0 = n_head")
+    DIFF_INT(untied_head, "untied LM head")
+    DIFF_INT(qkv_bias, "q/k/v biases")
+    DIFF_INT(rope_scaling.type, "RoPE scaling 0 none, 1 llama3")
 #undef DIFF_INT
+    if (a->rope_scaling.factor != b->rope_scaling.factor ||
+        a->rope_scaling.low_freq_factor != b->rope_scaling.low_freq_factor ||
+        a->rope_scaling.high_freq_factor != b->rope_scaling.high_freq_factor ||
+        a->rope_scaling.original_max_pos != b->rope_scaling.original_max_pos) {
+        snprintf(err, errlen, "the llama3 RoPE scaling parameters differ");
+        return -1;
+    }
     if (a->rope_theta != b->rope_theta || a->norm_eps != b->norm_eps) {
         snprintf(err, errlen, "rope_theta/norm_eps differ: checkpoint %g/%g, this run %g/%g",
                  a->rope_theta, a->norm_eps, b->rope_theta, b->norm_eps);
