@@ -62,6 +62,9 @@ void fp8t_weights_free(fp8t_weights *w);
  *   a regular file                       llm.c GPT-2 checkpoint (version 3 fp32 / 5 bf16)
  * 0 ok; -1 with err naming the file and what is wrong. */
 int fp8t_weights_load(const char *src, fp8t_weights *w, char *err, size_t errlen);
+/* The model config of what fp8t_weights_load would load, reading only config.json /
+ * state.json where there is one. 0 ok; -1 with err. */
+int fp8t_weights_read_config(const char *src, fp8t_model_config *cfg, char *err, size_t errlen);
 int fp8t_weights_from_checkpoint(const char *dir, fp8t_weights *w, char *err, size_t errlen);
 /* FP8 tensors are dequantized with their weight_scale_inv (per tensor, or 2-D block scales
  * with quantization_config.weight_block_size); input_scale, when present, seeds the X scales

@@ -927,6 +927,46 @@ int fp8t_weights_load(const char *src, fp8t_weights *w, char *err, size_t errlen
     return fp8t_import_llmc(src, w, err, errlen);
 }
 
+/* The model config alone: config.json or state.json is all that is read (an 8B model's
+ * tensors stay on disk); an llm.c .bin is small enough to read whole. */
+int fp8t_weights_read_config(const char *src, fp8t_model_config *cfg, char *err, size_t errlen) {
+    char path[PATH_BUF];
+    if (src && fp8t_is_dir(src)) {
+        snprintf(path, sizeof(path), "%s/state.json", src);
+        if (fp8t_is_regular_file(path)) {
+            fp8t_checkpoint ck;
+            if (fp8t_checkpoint_read_state(src, &ck, err, errlen) != 0) return -1;
+            *cfg = ck.model;
+            fp8t_checkpoint_free(&ck);
+            return 0;
+        }
+        snprintf(path, sizeof(path), "%s/config.json", src);
+        if (fp8t_is_regular_file(path)) {
+            char *text = NULL;
+            size_t len;
+            if (fp8t_read_file(path, &text, &len, err, errlen) != 0) return -1;
+            cJSON *o = cJSON_Parse(text);
+            free(text);
+            if (!cJSON_IsObject(o)) {
+                cJSON_Delete(o);
+                return fp8t_errorf(err, errlen, "%s: not a JSON object", path);
+            }
+            int tied, rc = parse_hf_config(path, o, cfg, &tied, err, errlen);
+            cJSON_Delete(o);
+            char e[256];
+            if (rc == 0 && fp8t_model_config_check(cfg, e, sizeof(e)) != 0)
+                rc = fp8t_errorf(err, errlen, "%s: the model it describes is not valid for "
+                                 "fp8train: %s", path, e);
+            return rc;
+        }
+    }
+    fp8t_weights w;
+    if (fp8t_weights_load(src, &w, err, errlen) != 0) return -1;
+    *cfg = w.model;
+    fp8t_weights_free(&w);
+    return 0;
+}
+
 /* ================================================================ to a training checkpoint */
 
 int fp8t_weights_save_checkpoint(const fp8t_weights *w, const char *dir, uint64_t seed,
