@@ -10,11 +10,13 @@
  *   GPT-2 -> GPT2LMHeadModel: transformer.wte/wpe, transformer.h.N.{ln_1, attn.c_attn,
  *     attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}, transformer.ln_f. Conv1D weights are stored
  *     [in, out], i.e. TRANSPOSED relative to fp8train's [out, in].
- *   Llama -> LlamaForCausalLM: model.embed_tokens, model.layers.N.{input_layernorm,
- *     self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm.
- *     The fused qkv [3C, C] is split by rows into q, k, v [C, C]; RoPE needs no permutation
- *     (fp8train's attention rotates the pairs (i, i + HS/2), the Hugging Face convention).
- *   The LM head is tied to the embedding in both (no lm_head.weight is written).
+ *   Llama -> LlamaForCausalLM (Qwen2ForCausalLM with q/k/v biases): model.embed_tokens,
+ *     model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
+ *     mlp.{gate,up,down}_proj}, model.norm. The fused qkv [(NH + 2 NKV) HS, C] is split by rows
+ *     into q [NH HS, C], k and v [NKV HS, C] (grouped-query attention), its bias likewise; RoPE
+ *     needs no permutation (fp8train's attention rotates the pairs (i, i + HS/2), the Hugging
+ *     Face convention).
+ *   An untied LM head is lm_head.weight; a tied one is not written.
  * FP8 export: every linear weight is F8_E4M3 with "<module>.weight_scale_inv" (F32 [1], weight ≈
  *   fp8 * weight_scale_inv, from the weight's own amax: current scaling) and
  *   "<module>.input_scale" (F32 [1], the activation's dequantization scale learned in training:
@@ -47,7 +49,7 @@ typedef struct {
     char *config_json;      /* a checkpoint's run config (JSON text) or NULL (malloc'd) */
     char *policy_json;      /* a checkpoint's policy (JSON text) or NULL (malloc'd) */
     fp8t_export_dtype stored_dtype; /* precision the weights were stored in (imports) */
-    char kind[32];          /* "checkpoint", "hf-gpt2", "hf-llama", "llmc-gpt2" */
+    char kind[32];          /* "checkpoint", "hf-gpt2", "hf-llama", "hf-qwen2", "llmc-gpt2" */
     char source[1024];      /* the path loaded */
     char notes[1024];       /* what the import did that a user should know ("" none) */
 } fp8t_weights;
