@@ -321,6 +321,51 @@ static void test_export_roundtrip(void) {
     }
 }
 
+/* --max-shard-size: shards + index that import to the same bits (FP32, FP8), and a directory
+ * holding a model.safetensors refused before anything is written. */
+static void test_sharded_export(void) {
+    const fixture *f = &FIX[2]; /* Qwen2: biases and an untied head cross shard borders too */
+    char dir[700], out[700], path[800], err[1024];
+    fixture_dir(dir, sizeof(dir), f);
+    fp8t_weights w, back, single;
+    T_ASSERT(fp8t_weights_load(dir, &w, err, sizeof(err)) == 0, "%s", err);
+    for (int k = 0; k < 2; k++) {
+        const fp8t_export_dtype dt = k == 0 ? FP8T_EXPORT_FP32 : FP8T_EXPORT_FP8;
+        fp8t_export_report rep;
+        snprintf(out, sizeof(out), "%s/sharded_%s", g_root, fp8t_export_dtype_name(dt));
+        T_CHECK(fp8t_export_hf_sharded(&w, out, dt, 100000, &rep, err, sizeof(err)) == 0, "%s",
+                err);
+        T_CHECK(rep.n_shards >= 2, "%s: %d shards", fp8t_export_dtype_name(dt), rep.n_shards);
+        snprintf(path, sizeof(path), "%s/model.safetensors.index.json", out);
+        T_CHECK(fp8t_is_regular_file(path), "index written");
+        snprintf(path, sizeof(path), "%s/model.safetensors", out);
+        T_CHECK(!fp8t_path_exists(path), "no single file beside the shards");
+        snprintf(path, sizeof(path), "%s/single_%s", g_root, fp8t_export_dtype_name(dt));
+        T_CHECK(fp8t_export_hf(&w, path, dt, NULL, err, sizeof(err)) == 0, "%s", err);
+        if (fp8t_weights_load(out, &back, err, sizeof(err)) != 0) {
+            T_FAIL("re-import of the sharded %s export: %s", fp8t_export_dtype_name(dt), err);
+            continue;
+        }
+        if (fp8t_weights_load(path, &single, err, sizeof(err)) == 0) {
+            T_CHECK(same_config(&single.model, &back.model) && same_params(&single, &back),
+                    "%s: sharded == single file, bit for bit", fp8t_export_dtype_name(dt));
+            if (dt == FP8T_EXPORT_FP32) T_CHECK(same_params(&w, &back), "fp32: == the source");
+            fp8t_weights_free(&single);
+        } else {
+            T_FAIL("%s", err);
+        }
+        fp8t_weights_free(&back);
+    }
+    /* into the single-file export's directory: refused, the directory left as it was */
+    snprintf(out, sizeof(out), "%s/single_fp32", g_root);
+    T_CHECK(fp8t_export_hf_sharded(&w, out, FP8T_EXPORT_FP32, 100000, NULL, err, sizeof(err)) != 0 &&
+                strstr(err, "model.safetensors exists"),
+            "shards over a single file: %s", err);
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", out);
+    T_CHECK(!fp8t_path_exists(path), "nothing written by the refused export");
+    fp8t_weights_free(&w);
+}
+
 static void test_checkpoint_roundtrip(void) {
     for (int i = 0; i < N_FIX; i++) {
         const fixture *f = &FIX[i];
@@ -358,6 +403,7 @@ int main(void) {
     T_RUN(test_config);
     T_RUN(test_legacy_rope_config);
     T_RUN(test_export_roundtrip);
+    T_RUN(test_sharded_export);
     T_RUN(test_checkpoint_roundtrip);
     T_RUN(test_loss_matches_transformers);
     if (t_failed_total == 0) fp8t_rmtree(g_root);

@@ -84,7 +84,8 @@ int fp8t_weights_save_checkpoint(const fp8t_weights *w, const char *dir, uint64_
 
 typedef struct {
     int n_tensors;          /* tensors written to model.safetensors */
-    size_t bytes;           /* size of model.safetensors */
+    size_t bytes;           /* size of model.safetensors (all shards) */
+    int n_shards;           /* safetensors files written (1: model.safetensors) */
     int n_fp8;              /* FP8 weight matrices */
     int n_act_fallback;     /* FP8: linears without an amax history (input_scale from the
                                state's scale_inv instead) */
@@ -97,6 +98,13 @@ typedef struct {
  * rep->n_act_fallback). rep may be NULL. */
 int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
                    fp8t_export_report *rep, char *err, size_t errlen);
+/* The same, cut into shards of at most max_shard_bytes each (0: one file) where it does not
+ * fit one: model-0000K-of-0000N.safetensors + model.safetensors.index.json, as transformers'
+ * save_pretrained(max_shard_size=...) writes them. Refuses a directory that holds a
+ * model.safetensors (it would shadow the shards). */
+int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
+                           size_t max_shard_bytes, fp8t_export_report *rep, char *err,
+                           size_t errlen);
 
 /* Write an llm.c GPT-2 checkpoint (version 3 fp32 or 5 bf16), vocab padded to a multiple of
  * 128 with zero rows as llm.c does. GPT-2 architecture with mlp_hidden = 4 * n_embd only. */

@@ -20,6 +20,7 @@
 #include "fp8train/fp8.h"
 #include "fp8train/io.h"
 #include "fp8train/recipe.h"
+#include "util/fs.h" /* fp8t_is_regular_file */
 
 /* The parameter table of w, after checking that w's buffer matches its config. */
 static fp8t_param_info *checked_table(const fp8t_weights *w, int *count, char *err,
@@ -236,8 +237,51 @@ static void add_module_scalar(fp8t_st_writer *wr, const char *module, const char
     fp8t_st_writer_add(wr, name, FP8T_ST_F32, 1, &one, &value);
 }
 
+/* Bytes tensor t takes in the file (an FP8 weight brings two F32 [1] scales). */
+static size_t stored_bytes(const fp8t_hf_tensor *t, fp8t_export_dtype dtype) {
+    const size_t n = numel_of(t);
+    if (dtype == FP8T_EXPORT_FP32) return 4 * n;
+    if (dtype == FP8T_EXPORT_FP8 && t->lin >= 0) return n + 8;
+    return 2 * n;
+}
+
+/* model.safetensors.index.json as transformers writes it: total_size and the weight_map. */
+static int write_index(const char *dir, const fp8t_hf_tensor *map, int n, const int *shard,
+                       int n_shards, fp8t_export_dtype dtype, size_t total, char *err,
+                       size_t errlen) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(o, "metadata");
+    cJSON_AddNumberToObject(meta, "total_size", (double)total);
+    cJSON *wm = cJSON_AddObjectToObject(o, "weight_map");
+    char file[64], name[192];
+    for (int i = 0; i < n; i++) {
+        snprintf(file, sizeof(file), "model-%05d-of-%05d.safetensors", shard[i] + 1, n_shards);
+        cJSON_AddStringToObject(wm, map[i].name, file);
+        if (dtype == FP8T_EXPORT_FP8 && map[i].lin >= 0) {
+            snprintf(name, sizeof(name), "%s.weight_scale_inv", map[i].module);
+            cJSON_AddStringToObject(wm, name, file);
+            snprintf(name, sizeof(name), "%s.input_scale", map[i].module);
+            cJSON_AddStringToObject(wm, name, file);
+        }
+    }
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+    int rc = text ? fp8t_write_file_atomic(path, text, strlen(text), err, errlen)
+                  : fp8t_errorf(err, errlen, "export: out of memory");
+    free(text);
+    return rc;
+}
+
 int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
                    fp8t_export_report *rep, char *err, size_t errlen) {
+    return fp8t_export_hf_sharded(w, dir, dtype, 0, rep, err, errlen);
+}
+
+int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
+                           size_t max_shard_bytes, fp8t_export_report *rep, char *err,
+                           size_t errlen) {
     fp8t_export_report r;
     memset(&r, 0, sizeof(r));
     r.min_input_scale = INFINITY;
@@ -251,16 +295,52 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
     if (!info) return -1;
     int n = fp8t_hf_tensor_map(&w->model, NULL);
     fp8t_hf_tensor *map = n > 0 ? calloc((size_t)n, sizeof(*map)) : NULL;
-    fp8t_st_writer *wr = fp8t_st_writer_new();
+    int *shard = n > 0 ? calloc((size_t)n, sizeof(int)) : NULL; /* [n] shard of each tensor */
+    fp8t_st_writer **wrs = NULL;
+    int n_shards = 1;
     float *buf = NULL;
     void *enc = NULL;
     char *text = NULL;
     int rc = -1;
-    if (!map || !wr) {
+    size_t total = 0;
+    if (!map || !shard) {
         fp8t_errorf(err, errlen, "export: out of memory");
         goto done;
     }
     fp8t_hf_tensor_map(&w->model, map);
+    /* shards in file order, as transformers' save_pretrained(max_shard_size) cuts them: a
+     * tensor larger than the limit gets a shard of its own */
+    {
+        size_t in_shard = 0;
+        for (int i = 0; i < n; i++) {
+            const size_t b = stored_bytes(&map[i], dtype);
+            if (max_shard_bytes && in_shard > 0 && in_shard + b > max_shard_bytes) {
+                n_shards++;
+                in_shard = 0;
+            }
+            shard[i] = n_shards - 1;
+            in_shard += b;
+            total += b;
+        }
+    }
+    wrs = calloc((size_t)n_shards, sizeof(*wrs));
+    for (int k = 0; wrs && k < n_shards; k++)
+        if (!(wrs[k] = fp8t_st_writer_new())) break;
+    if (!wrs || !wrs[n_shards - 1]) {
+        fp8t_errorf(err, errlen, "export: out of memory");
+        goto done;
+    }
+    char path[4200];
+    if (n_shards > 1) {
+        /* a single model.safetensors next to the shards would win over them in every loader */
+        snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+        if (fp8t_is_regular_file(path)) {
+            fp8t_errorf(err, errlen, "export: %s exists (an earlier single-file export?) and "
+                        "loaders would read it instead of the shards; remove it or export to "
+                        "a new directory", path);
+            goto done;
+        }
+    }
     size_t maxn = 0;
     for (int i = 0; i < n; i++) maxn = numel_of(&map[i]) > maxn ? numel_of(&map[i]) : maxn;
     buf = malloc(maxn * sizeof(float));  /* [maxn] one tensor in the HF layout */
@@ -274,6 +354,7 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
     for (int i = 0; i < n; i++) {
         const fp8t_hf_tensor *t = &map[i];
         const size_t numel = numel_of(t);
+        fp8t_st_writer *wr = wrs[shard[i]];
         gather(buf, t, &info[t->param], w->params);
         if (dtype == FP8T_EXPORT_FP32) {
             fp8t_st_writer_add(wr, t->name, FP8T_ST_F32, t->ndim, t->shape, buf);
@@ -299,20 +380,26 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
     }
     /* Llama q/k/v share one input: the same input_scale appears three times (one per module,
      * as the per-module layout wants); counted once per matrix above. */
-    fp8t_st_writer_metadata(wr, "format", "pt");
-    fp8t_st_writer_metadata(wr, "fp8train_export_dtype", fp8t_export_dtype_name(dtype));
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    if (fp8t_st_writer_save(wr, path, err, errlen) != 0) goto done;
-    {
+    for (int k = 0; k < n_shards; k++) {
+        fp8t_st_writer_metadata(wrs[k], "format", "pt");
+        fp8t_st_writer_metadata(wrs[k], "fp8train_export_dtype", fp8t_export_dtype_name(dtype));
+        if (n_shards > 1)
+            snprintf(path, sizeof(path), "%s/model-%05d-of-%05d.safetensors", dir, k + 1,
+                     n_shards);
+        else snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+        if (fp8t_st_writer_save(wrs[k], path, err, errlen) != 0) goto done;
         FILE *f = fopen(path, "rb");
         if (f) {
             fseek(f, 0, SEEK_END);
             long sz = ftell(f);
-            r.bytes = sz > 0 ? (size_t)sz : 0;
+            r.bytes += sz > 0 ? (size_t)sz : 0;
             fclose(f);
         }
     }
+    if (n_shards > 1 &&
+        write_index(dir, map, n, shard, n_shards, dtype, total, err, errlen) != 0)
+        goto done;
+    r.n_shards = n_shards;
     r.n_tensors = n + 2 * r.n_fp8;
     cJSON *cj = config_json(w, dtype);
     text = cJSON_Print(cj);
@@ -330,8 +417,10 @@ done:
     free(buf);
     free(enc);
     free(map);
+    free(shard);
     free(info);
-    fp8t_st_writer_free(wr);
+    for (int k = 0; wrs && k < n_shards; k++) fp8t_st_writer_free(wrs[k]);
+    free(wrs);
     return rc;
 }
 
