@@ -37,16 +37,17 @@ int main(int argc, char **argv) {
     double fwd_flops = 2.0 * 2.0 * B * NH * (double)T * T / 2 * HS, bwd_flops = 2 * fwd_flops;
     for (int rope = 0; rope < 2; rope++) {
         float theta = rope ? 10000.0f : 0.0f;
-        ops->attention_forward(be, out, lse, NULL, qkv, B, T, NH, HS, theta); /* warm up */
+        const fp8t_attn_shape sh = {.B = B, .T = T, .NH = NH, .HS = HS, .rope_theta = theta};
+        ops->attention_forward(be, out, lse, NULL, qkv, &sh); /* warm up */
         int reps = 3;
         double t0 = now(), c0 = cpu_now();
         for (int r = 0; r < reps; r++)
-            ops->attention_forward(be, out, lse, NULL, qkv, B, T, NH, HS, theta);
+            ops->attention_forward(be, out, lse, NULL, qkv, &sh);
         double tf = (now() - t0) / reps, cf = (cpu_now() - c0) / reps;
         t0 = now();
         c0 = cpu_now();
         for (int r = 0; r < reps; r++)
-            ops->attention_backward(be, dqkv, dout, qkv, NULL, out, lse, B, T, NH, HS, theta);
+            ops->attention_backward(be, dqkv, dout, qkv, NULL, out, lse, &sh);
         double tb = (now() - t0) / reps, cb = (cpu_now() - c0) / reps;
         printf("attention B=%d T=%d NH=%d HS=%d rope=%d threads=%d: forward %.1f ms (%.1f GFLOP/s, "
                "cpu %.1f ms), backward %.1f ms (%.1f GFLOP/s, cpu %.1f ms)\n",

@@ -301,6 +301,42 @@ static void test_model_config_json(void) {
     d = c;
     d.n_head = 4;
     T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "--heads"), "%s", err);
+    /* the config without the GQA-era fields writes none of them (old files stay the same) */
+    j = fp8t_model_config_to_json(&c);
+    T_CHECK(!strstr(j, "n_kv_head") && !strstr(j, "untied") && !strstr(j, "qkv_bias") &&
+                !strstr(j, "rope_scaling"),
+            "defaults written: %s", j);
+    free(j);
+    /* GQA, untied head, QKV bias, llama3 RoPE round-trip */
+    c.n_kv_head = 1, c.untied_head = 1, c.qkv_bias = 1;
+    c.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, 32.0f, 1.0f, 4.0f, 8192};
+    j = fp8t_model_config_to_json(&c);
+    T_ASSERT(fp8t_model_config_from_json(&d, j, err, sizeof(err)) == 0, "%s", err);
+    T_CHECK(d.n_kv_head == 1 && d.untied_head == 1 && d.qkv_bias == 1 &&
+                d.rope_scaling.type == FP8T_ROPE_LLAMA3 && d.rope_scaling.factor == 32.0f &&
+                d.rope_scaling.low_freq_factor == 1.0f && d.rope_scaling.high_freq_factor == 4.0f &&
+                d.rope_scaling.original_max_pos == 8192,
+            "new fields lost: %s", j);
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) == 0, "round trip differs: %s", err);
+    free(j);
+    /* each new field is compared when resuming */
+    d = c, d.n_kv_head = 2;
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "--kv-heads"), "%s", err);
+    d = c, d.untied_head = 0;
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "untied_head"), "%s", err);
+    d = c, d.qkv_bias = 0;
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "--qkv-bias"), "%s", err);
+    d = c, d.rope_scaling.factor = 8.0f;
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "rope_scaling"), "%s", err);
+    /* n_kv_head 0 and n_kv_head = n_head are the same model */
+    d = c, c.n_kv_head = 0, d.n_kv_head = c.n_head;
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) == 0, "%s", err);
+    T_CHECK(fp8t_model_config_from_json(&d, "{\"arch\":\"llama\",\"n_layer\":2,\"n_embd\":16,"
+                                            "\"n_head\":2,\"seq_len\":8,\"vocab_size\":32,"
+                                            "\"mlp_hidden\":64,\"rope_theta\":1e4,"
+                                            "\"norm_eps\":1e-5,\"rope_scaling\":{\"type\":\"yarn\"}}",
+                                        err, sizeof(err)) != 0 && strstr(err, "yarn"),
+            "unknown rope scaling: %s", err);
 }
 
 int main(void) {

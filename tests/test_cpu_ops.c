@@ -833,35 +833,58 @@ static void test_swiglu(void) {
 }
 
 /* ---- attention ---- */
-typedef struct { int B, T, NH, HS; double theta; } att_ctx;
+typedef struct { int B, T, NH, NKV, HS; double theta; double l3_factor; } att_ctx;
 
-/* rope in double: rotate-half pairs (i, i+HS/2), angle t * theta^(-2i/HS) */
-static void rope_ref(double *v, int t, int HS, double theta) {
-    if (theta <= 0) return;
-    int half = HS / 2;
+/* the RoPE inverse frequency of pair i in double, written out here from the Llama 3.1 recipe
+ * (l3_factor > 0: the "llama3" scaling with low/high frequency factors 1 and 4 and an original
+ * context of 64 positions, so a small head size meets all three bands) */
+static double inv_freq_ref(const att_ctx *c, int i) {
+    double f = pow(c->theta, -2.0 * i / c->HS);
+    if (c->l3_factor <= 0) return f;
+    const double ctx = 64, lo = 1, hi = 4, wl = 2 * M_PI / f;
+    if (wl < ctx / hi) return f;                 /* high frequencies: kept */
+    if (wl > ctx / lo) return f / c->l3_factor;  /* low frequencies: stretched */
+    double a = (ctx / wl - lo) / (hi - lo);      /* between: a linear blend */
+    return (1 - a) * f / c->l3_factor + a * f;
+}
+
+/* rope in double: rotate-half pairs (i, i+HS/2), angle t * inv_freq_i */
+static void rope_ref(double *v, int t, const att_ctx *c) {
+    if (c->theta <= 0) return;
+    int half = c->HS / 2;
     for (int i = 0; i < half; i++) {
-        double ang = t * pow(theta, -2.0 * i / HS), c = cos(ang), s = sin(ang);
+        double ang = t * inv_freq_ref(c, i), co = cos(ang), s = sin(ang);
         double x1 = v[i], x2 = v[i + half];
-        v[i] = x1 * c - x2 * s;
-        v[i + half] = x2 * c + x1 * s;
+        v[i] = x1 * co - x2 * s;
+        v[i + half] = x2 * co + x1 * s;
     }
 }
 
-/* out[B,T,C] and (when lse != NULL) lse[B,NH,T] */
+static fp8t_attn_shape att_shape(const att_ctx *c) {
+    fp8t_attn_shape s = {.B = c->B, .T = c->T, .NH = c->NH, .NKV = c->NKV, .HS = c->HS,
+                         .rope_theta = (float)c->theta};
+    if (c->l3_factor > 0)
+        s.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, (float)c->l3_factor, 1.0f, 4.0f, 64};
+    return s;
+}
+
+/* out[B,T,NH*HS] and (when lse != NULL) lse[B,NH,T]; qkv rows [q NH*HS | k NKV*HS | v NKV*HS],
+ * query head h reads key/value head h / (NH/NKV) */
 static void att_ref_full(double *out, double *lse, const double *qkv, const att_ctx *c) {
-    int C = c->NH * c->HS, HS = c->HS;
+    const int HS = c->HS, C = c->NH * HS, CKV = c->NKV * HS, W = C + 2 * CKV;
     double *q = malloc(sizeof(double) * HS), *k = malloc(sizeof(double) * c->T * HS);
     double *p = malloc(sizeof(double) * c->T);
     for (int b = 0; b < c->B; b++)
         for (int h = 0; h < c->NH; h++) {
+            const int kh = h / (c->NH / c->NKV);
             for (int t = 0; t < c->T; t++) {
-                memcpy(k + t * HS, qkv + ((size_t)(b * c->T + t) * 3 * C) + C + h * HS,
+                memcpy(k + t * HS, qkv + ((size_t)(b * c->T + t) * W) + C + kh * HS,
                        sizeof(double) * HS);
-                rope_ref(k + t * HS, t, HS, c->theta);
+                rope_ref(k + t * HS, t, c);
             }
             for (int t = 0; t < c->T; t++) {
-                memcpy(q, qkv + ((size_t)(b * c->T + t) * 3 * C) + h * HS, sizeof(double) * HS);
-                rope_ref(q, t, HS, c->theta);
+                memcpy(q, qkv + ((size_t)(b * c->T + t) * W) + h * HS, sizeof(double) * HS);
+                rope_ref(q, t, c);
                 double mx = -INFINITY;
                 for (int j = 0; j <= t; j++) {
                     double s = 0;
@@ -876,7 +899,7 @@ static void att_ref_full(double *out, double *lse, const double *qkv, const att_
                 for (int d = 0; d < HS; d++) o[d] = 0;
                 for (int j = 0; j <= t; j++) {
                     double pj = exp(p[j] - mx) / sum;
-                    const double *v = qkv + ((size_t)(b * c->T + j) * 3 * C) + 2 * C + h * HS;
+                    const double *v = qkv + ((size_t)(b * c->T + j) * W) + C + CKV + kh * HS;
                     for (int d = 0; d < HS; d++) o[d] += pj * v[d];
                 }
             }
@@ -890,27 +913,30 @@ static void att_ref(double *out, double **in, const void *vctx) {
     att_ref_full(out, NULL, in[0], vctx);
 }
 
-static void check_attention(int B, int T, int NH, int HS, float theta) {
-    int C = NH * HS;
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+static void check_attention_kv(int B, int T, int NH, int NKV, int HS, float theta,
+                               float l3_factor) {
+    int C = NH * HS, W = (NH + 2 * NKV) * HS;
+    size_t nqkv = (size_t)B * T * W, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
     float *qkv = dev_rand(nqkv, -1.5f, 1.5f), *out = dev_floats(nout), *lse = dev_floats(nlse);
-    OPS->attention_forward(be, out, lse, NULL, qkv, B, T, NH, HS, theta);
-    att_ctx ctx = {B, T, NH, HS, theta};
+    att_ctx ctx = {B, T, NH, NKV, HS, theta, l3_factor};
+    const fp8t_attn_shape sh = att_shape(&ctx);
+    OPS->attention_forward(be, out, lse, NULL, qkv, &sh);
     double *in[1] = {to_double(qkv, nqkv)};
     double *ref = calloc(nout, sizeof(double)), *ref_lse = calloc(nlse, sizeof(double));
     att_ref_full(ref, ref_lse, in[0], &ctx);
-    char what[96];
-    snprintf(what, sizeof what, "attention_forward B%d T%d NH%d HS%d theta %g", B, T, NH, HS,
-             theta);
+    char what[128];
+    snprintf(what, sizeof what, "attention_forward B%d T%d NH%d NKV%d HS%d theta %g llama3 %g",
+             B, T, NH, NKV, HS, theta, l3_factor);
     check_close(what, out, ref, nout, 1e-5, 1e-4);
     check_close(what, lse, ref_lse, nlse, 1e-5, 1e-5);
     double *r = malloc(sizeof(double) * nout), *g = malloc(sizeof(double) * nqkv);
     float *dout = dev_floats(nout), *dqkv = dev_floats(nqkv);
     for (size_t i = 0; i < nout; i++) dout[i] = (float)(r[i] = rng_float(-1, 1));
     for (size_t i = 0; i < nqkv; i++) dqkv[i] = NAN; /* overwritten completely */
-    OPS->attention_backward(be, dqkv, dout, qkv, NULL, out, lse, B, T, NH, HS, theta);
+    OPS->attention_backward(be, dqkv, dout, qkv, NULL, out, lse, &sh);
     fd_grad(g, att_ref, &ctx, in, 0, nqkv, nout, r);
-    snprintf(what, sizeof what, "attention dqkv B%d T%d NH%d HS%d theta %g", B, T, NH, HS, theta);
+    snprintf(what, sizeof what, "attention dqkv B%d T%d NH%d NKV%d HS%d theta %g llama3 %g", B,
+             T, NH, NKV, HS, theta, l3_factor);
     check_grad(what, dqkv, NULL, g, nqkv, 1e-4);
     free(in[0]);
     free(ref);
@@ -924,6 +950,10 @@ static void check_attention(int B, int T, int NH, int HS, float theta) {
     OPS->free(be, dqkv);
 }
 
+static void check_attention(int B, int T, int NH, int HS, float theta) {
+    check_attention_kv(B, T, NH, NH, HS, theta, 0.0f);
+}
+
 /* T = 130 spans three query blocks of the CPU kernel (64 + 64 + 2 rows) */
 static void test_attention(void) {
     check_attention(2, 7, 2, 8, 0.0f);
@@ -932,6 +962,20 @@ static void test_attention(void) {
 static void test_attention_rope(void) {
     check_attention(2, 7, 2, 8, 10000.0f);
     check_attention(1, 130, 1, 6, 100.0f);
+}
+/* grouped-query attention 2:1 and 3:1, multi-query, with and without RoPE */
+static void test_attention_gqa(void) {
+    check_attention_kv(2, 7, 4, 2, 8, 0.0f, 0.0f);
+    check_attention_kv(1, 9, 6, 2, 4, 10000.0f, 0.0f);
+    check_attention_kv(2, 5, 4, 1, 6, 0.0f, 0.0f);
+    check_attention_kv(1, 70, 3, 1, 4, 100.0f, 0.0f);
+}
+/* Llama-3 scaling: theta 10000 (500000) and HS 16 put the pairs' wavelengths (6.3, 20, 63,
+ * 200, ...) into all three bands of an original context of 64 (kept below 16, stretched above
+ * 64, blended between) */
+static void test_attention_llama3_rope(void) {
+    check_attention_kv(2, 20, 2, 1, 16, 10000.0f, 8.0f);
+    check_attention_kv(1, 9, 4, 2, 16, 500000.0f, 32.0f);
 }
 
 /* ---- softmax + cross-entropy ---- */
@@ -1118,8 +1162,13 @@ static void test_determinism_threads(void) {
         OPS->embedding_backward(be, dwte, dwpe, dout, tok, 8, N / 8, C);
         OPS->sum(be, &sums[0], xb, big);
         OPS->sumsq(be, &sums[1], xb, big);
-        OPS->attention_forward(be, ao, lse, NULL, qkv, B, Ta, NH, HS, 10000.0f);
-        OPS->attention_backward(be, dq, adout, qkv, NULL, ao, lse, B, Ta, NH, HS, 10000.0f);
+        /* multi-query (the group sum of dk, dv over 3 heads) with Llama-3 RoPE; the qkv rows
+         * are 5 HS wide then (the buffers are sized for 9 HS) */
+        const fp8t_attn_shape sh = {.B = B, .T = Ta, .NH = NH, .NKV = 1, .HS = HS,
+                                    .rope_theta = 10000.0f,
+                                    .rope_scaling = {FP8T_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 64}};
+        OPS->attention_forward(be, ao, lse, NULL, qkv, &sh);
+        OPS->attention_backward(be, dq, adout, qkv, NULL, ao, lse, &sh);
     }
     omp_set_num_threads(saved);
     for (int k = 1; k < 4; k++)
@@ -1144,10 +1193,11 @@ static void test_determinism_repeat(void) {
     float *qkv = dev_rand(nq, -1, 1), *o1 = dev_floats(no), *o2 = dev_floats(no);
     float *l1 = dev_floats((size_t)Bt * NH * T), *l2 = dev_floats((size_t)Bt * NH * T);
     float *d = dev_rand(no, -1, 1), *g1 = dev_floats(nq), *g2 = dev_floats(nq);
-    OPS->attention_forward(be, o1, l1, NULL, qkv, Bt, T, NH, HS, 0.0f);
-    OPS->attention_forward(be, o2, l2, NULL, qkv, Bt, T, NH, HS, 0.0f);
-    OPS->attention_backward(be, g1, d, qkv, NULL, o1, l1, Bt, T, NH, HS, 0.0f);
-    OPS->attention_backward(be, g2, d, qkv, NULL, o2, l2, Bt, T, NH, HS, 0.0f);
+    const fp8t_attn_shape sh = {.B = Bt, .T = T, .NH = NH, .HS = HS};
+    OPS->attention_forward(be, o1, l1, NULL, qkv, &sh);
+    OPS->attention_forward(be, o2, l2, NULL, qkv, &sh);
+    OPS->attention_backward(be, g1, d, qkv, NULL, o1, l1, &sh);
+    OPS->attention_backward(be, g2, d, qkv, NULL, o2, l2, &sh);
     T_CHECK(bits_equal(o1, o2, no * 4) && bits_equal(l1, l2, (size_t)Bt * NH * T * 4) &&
                 bits_equal(g1, g2, nq * 4),
             "attention not repeatable");
@@ -1185,6 +1235,8 @@ int main(void) {
     T_RUN(test_swiglu);
     T_RUN(test_attention);
     T_RUN(test_attention_rope);
+    T_RUN(test_attention_gqa);
+    T_RUN(test_attention_llama3_rope);
     T_RUN(test_softmax_xent);
     T_RUN(test_elementwise);
     T_RUN(test_sum_sumsq);

@@ -61,35 +61,51 @@ static void ref_norm(double *out, const double *x, const double *w, const double
     }
 }
 
-/* causal multi-head attention on qkv[B*T][3C]; RoPE rotate-half when theta > 0 */
-static void ref_attention(double *out, const double *qkv, int B, int T, int C, int NH,
-                          double theta) {
-    const int HS = C / NH;
+/* the RoPE inverse frequency of pair i, in double from the definitions (Llama 3.1's "llama3"
+ * scaling: wavelengths below original/high_freq_factor kept, above original/low_freq_factor
+ * divided by factor, linear in original/wavelength between) */
+static double ref_inv_freq(const fp8t_model_config *c, int i, int HS) {
+    double f = pow(c->rope_theta, -2.0 * i / HS);
+    const fp8t_rope_scaling *r = &c->rope_scaling;
+    if (r->type != FP8T_ROPE_LLAMA3) return f;
+    double wl = 2 * M_PI / f, ctx = r->original_max_pos;
+    if (wl < ctx / r->high_freq_factor) return f;
+    if (wl > ctx / r->low_freq_factor) return f / r->factor;
+    double a = (ctx / wl - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+    return (1 - a) * f / r->factor + a * f;
+}
+
+/* x[HS] rotated in place by position t (rotate-half pairs (i, i + HS/2)) */
+static void ref_rope(double *x, int t, int HS, const fp8t_model_config *c) {
+    for (int i = 0; i < HS / 2; i++) {
+        double ang = t * ref_inv_freq(c, i, HS);
+        double x0 = x[i], x1 = x[i + HS / 2];
+        x[i] = x0 * cos(ang) - x1 * sin(ang);
+        x[i + HS / 2] = x0 * sin(ang) + x1 * cos(ang);
+    }
+}
+
+/* causal attention on qkv[B*T][(NH + 2 NKV) HS] (q heads, then k, then v heads; query head h
+ * reads key/value head h / (NH / NKV)); RoPE when rope */
+static void ref_attention(double *out, const double *qkv, int B, int T,
+                          const fp8t_model_config *c, int rope) {
+    const int NH = c->n_head, HS = c->n_embd / NH, C = NH * HS;
+    const int NKV = c->n_kv_head ? c->n_kv_head : NH, W = (NH + 2 * NKV) * HS;
     double *q = malloc(sizeof(double) * HS), *k = malloc(sizeof(double) * (size_t)T * HS);
     double *p = malloc(sizeof(double) * T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
+            const int kh = h / (NH / NKV);
             /* rotated keys of every position */
             for (int t = 0; t < T; t++) {
-                const double *src = qkv + ((size_t)b * T + t) * 3 * C + C + h * HS;
+                const double *src = qkv + ((size_t)b * T + t) * W + C + kh * HS;
                 for (int i = 0; i < HS; i++) k[(size_t)t * HS + i] = src[i];
-                if (theta > 0)
-                    for (int i = 0; i < HS / 2; i++) {
-                        double ang = t * pow(theta, -2.0 * i / HS);
-                        double x0 = src[i], x1 = src[i + HS / 2];
-                        k[(size_t)t * HS + i] = x0 * cos(ang) - x1 * sin(ang);
-                        k[(size_t)t * HS + i + HS / 2] = x0 * sin(ang) + x1 * cos(ang);
-                    }
+                if (rope) ref_rope(k + (size_t)t * HS, t, HS, c);
             }
             for (int t = 0; t < T; t++) {
-                const double *src = qkv + ((size_t)b * T + t) * 3 * C + h * HS;
+                const double *src = qkv + ((size_t)b * T + t) * W + h * HS;
                 for (int i = 0; i < HS; i++) q[i] = src[i];
-                if (theta > 0)
-                    for (int i = 0; i < HS / 2; i++) {
-                        double ang = t * pow(theta, -2.0 * i / HS);
-                        q[i] = src[i] * cos(ang) - src[i + HS / 2] * sin(ang);
-                        q[i + HS / 2] = src[i] * sin(ang) + src[i + HS / 2] * cos(ang);
-                    }
+                if (rope) ref_rope(q, t, HS, c);
                 double mx = -INFINITY;
                 for (int s = 0; s <= t; s++) {
                     double d = 0.0;
@@ -103,7 +119,8 @@ static void ref_attention(double *out, const double *qkv, int B, int T, int C, i
                 for (int i = 0; i < HS; i++) {
                     double acc = 0.0;
                     for (int s = 0; s <= t; s++)
-                        acc += p[s] / z * qkv[((size_t)b * T + s) * 3 * C + 2 * C + h * HS + i];
+                        acc += p[s] / z *
+                               qkv[((size_t)b * T + s) * W + C + NKV * HS + kh * HS + i];
                     o[i] = acc;
                 }
             }
@@ -120,7 +137,8 @@ static double ref_loss(const ref_ctx *r, const double *P) {
     const int gpt2 = c->arch == FP8T_ARCH_GPT2;
     const double eps = c->norm_eps;
     double *x = calloc((size_t)N * C, sizeof(double)), *ln = calloc((size_t)N * C, 8);
-    double *qkv = calloc((size_t)N * 3 * C, 8), *att = calloc((size_t)N * C, 8);
+    const int HS = C / c->n_head, QKV = (c->n_head + 2 * (c->n_kv_head ? c->n_kv_head : c->n_head)) * HS;
+    double *qkv = calloc((size_t)N * QKV, 8), *att = calloc((size_t)N * C, 8);
     double *tmp = calloc((size_t)N * C, 8), *h1 = calloc((size_t)N * H, 8);
     double *h2 = calloc((size_t)N * H, 8), *logits = calloc((size_t)N * V, 8);
     const double *wte = tensor(r, P, "wte", -1);
@@ -131,9 +149,10 @@ static double ref_loss(const ref_ctx *r, const double *P) {
     for (int l = 0; l < c->n_layer; l++) {
         ref_norm(ln, x, tensor(r, P, "ln1.w", l), gpt2 ? tensor(r, P, "ln1.b", l) : NULL, N, C,
                  eps, !gpt2);
-        ref_linear(qkv, ln, tensor(r, P, "qkv.w", l), gpt2 ? tensor(r, P, "qkv.b", l) : NULL, N,
-                   C, 3 * C);
-        ref_attention(att, qkv, B, T, C, c->n_head, gpt2 ? 0.0 : c->rope_theta);
+        const int qkv_b = gpt2 || c->qkv_bias;
+        ref_linear(qkv, ln, tensor(r, P, "qkv.w", l), qkv_b ? tensor(r, P, "qkv.b", l) : NULL, N,
+                   C, QKV);
+        ref_attention(att, qkv, B, T, c, !gpt2);
         ref_linear(tmp, att, tensor(r, P, "proj.w", l), gpt2 ? tensor(r, P, "proj.b", l) : NULL,
                    N, C, C);
         for (size_t i = 0; i < (size_t)N * C; i++) x[i] += tmp[i];
@@ -157,7 +176,7 @@ static double ref_loss(const ref_ctx *r, const double *P) {
     }
     ref_norm(ln, x, tensor(r, P, "lnf.w", -1), gpt2 ? tensor(r, P, "lnf.b", -1) : NULL, N, C,
              eps, !gpt2);
-    ref_linear(logits, ln, wte, NULL, N, C, V);
+    ref_linear(logits, ln, c->untied_head ? tensor(r, P, "lm_head.w", -1) : wte, NULL, N, C, V);
     double loss = 0.0;
     int count = 0;
     for (int i = 0; i < N; i++) {
@@ -184,13 +203,12 @@ static double rnd_normal(void) {
     return sqrt(-2.0 * log(rnd_uniform())) * cos(6.283185307179586 * rnd_uniform());
 }
 
-static void gradcheck_arch(fp8t_arch arch) {
+static void gradcheck_config(const fp8t_model_config *cfg, const char *label) {
     char err[256];
     fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
     T_ASSERT(be, "cpu backend: %s", err);
-    fp8t_model_config c = {.arch = arch, .n_layer = 2, .n_embd = 16, .n_head = 2, .seq_len = 8,
-                           .vocab_size = 32, .mlp_hidden = arch == FP8T_ARCH_GPT2 ? 64 : 48,
-                           .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+    const fp8t_model_config c = *cfg;
+    const fp8t_arch arch = c.arch;
     const int B = 2, T = 8, N = B * T;
     fp8t_policy pol;
     fp8t_policy_default(&pol);
@@ -236,7 +254,7 @@ static void gradcheck_arch(fp8t_arch arch) {
 
     ref_ctx r = {&c, info, nt, B, T, tokens, targets};
     double ref = ref_loss(&r, pd);
-    printf("  %s: model loss %.7f, reference loss %.7f\n", fp8t_arch_name(arch), loss, ref);
+    printf("  %s: model loss %.7f, reference loss %.7f\n", label, loss, ref);
     T_CLOSE(loss, ref, 0.0, 2e-6);
 
     const double h = 1e-5;
@@ -258,12 +276,12 @@ static void gradcheck_arch(fp8t_arch arch) {
         double rel = sqrt(num) / (sqrt(den) > 1e-12 ? sqrt(den) : 1e-12);
         if (rel > worst) worst = rel;
         T_CHECK(rel < 1e-4, "%s %s: gradient relative error %.3g (|g_fd| = %.3g)",
-                fp8t_arch_name(arch), info[i].name, rel, sqrt(den));
+                label, info[i].name, rel, sqrt(den));
         T_CHECK(sqrt(den) > 1e-6, "%s %s: the gradient is zero, so the check is vacuous",
-                fp8t_arch_name(arch), info[i].name);
+                label, info[i].name);
     }
     printf("  %s: %d tensors, %zu parameters, worst relative gradient error %.3g\n",
-           fp8t_arch_name(arch), nt, np, worst);
+           label, nt, np, worst);
     free(grad);
     free(pf);
     free(pd);
@@ -272,12 +290,48 @@ static void gradcheck_arch(fp8t_arch arch) {
     fp8t_backend_destroy(be);
 }
 
-static void gradcheck_gpt2(void) { gradcheck_arch(FP8T_ARCH_GPT2); }
-static void gradcheck_llama(void) { gradcheck_arch(FP8T_ARCH_LLAMA); }
+static fp8t_model_config small(fp8t_arch arch) {
+    fp8t_model_config c = {.arch = arch, .n_layer = 2, .n_embd = 16, .n_head = 2, .seq_len = 8,
+                           .vocab_size = 32, .mlp_hidden = arch == FP8T_ARCH_GPT2 ? 64 : 48,
+                           .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+    return c;
+}
+
+static void gradcheck_gpt2(void) {
+    fp8t_model_config c = small(FP8T_ARCH_GPT2);
+    gradcheck_config(&c, "gpt2");
+}
+static void gradcheck_llama(void) {
+    fp8t_model_config c = small(FP8T_ARCH_LLAMA);
+    gradcheck_config(&c, "llama");
+}
+/* GQA 2:1 (4 query heads share 2 K/V heads) with Qwen2's q/k/v biases and an untied head */
+static void gradcheck_llama_gqa_bias_untied(void) {
+    fp8t_model_config c = small(FP8T_ARCH_LLAMA);
+    c.n_head = 4, c.n_kv_head = 2, c.qkv_bias = 1, c.untied_head = 1;
+    gradcheck_config(&c, "llama gqa 2:1 + qkv bias + untied head");
+}
+/* multi-query attention with Llama-3 RoPE scaling; head size 8 and an original context of 64
+ * put the 4 rotation pairs (wavelengths 6.3, 63, 628, 6283) into all three bands */
+static void gradcheck_llama_mqa_rope3(void) {
+    fp8t_model_config c = small(FP8T_ARCH_LLAMA);
+    c.n_embd = 32, c.n_head = 4, c.n_kv_head = 1;
+    c.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 64};
+    gradcheck_config(&c, "llama mqa + llama3 rope");
+}
+/* GPT-2 with its own LM head */
+static void gradcheck_gpt2_untied(void) {
+    fp8t_model_config c = small(FP8T_ARCH_GPT2);
+    c.untied_head = 1;
+    gradcheck_config(&c, "gpt2 untied head");
+}
 
 int main(void) {
     t_suite = "gradcheck";
     T_RUN(gradcheck_gpt2);
     T_RUN(gradcheck_llama);
+    T_RUN(gradcheck_llama_gqa_bias_untied);
+    T_RUN(gradcheck_llama_mqa_rope3);
+    T_RUN(gradcheck_gpt2_untied);
     T_MAIN_END();
 }

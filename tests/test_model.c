@@ -15,16 +15,20 @@ static fp8t_backend *be;
 /* independent count from the architecture's definition */
 static size_t expected_params(const fp8t_model_config *c) {
     size_t C = c->n_embd, H = c->mlp_hidden, V = c->vocab_size, L = c->n_layer;
+    size_t head = c->untied_head ? V * C : 0;
     if (c->arch == FP8T_ARCH_GPT2)
         return V * C + (size_t)c->seq_len * C +
                L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + H * C + H + C * H + C) +
-               2 * C;
-    return V * C + L * (C + 3 * C * C + C * C + C + 3 * H * C) + C;
+               2 * C + head;
+    /* q and o are C x C; k and v NKV * HS = C * NKV / NH rows each */
+    size_t kv = C * (size_t)(c->n_kv_head ? c->n_kv_head : c->n_head) / (size_t)c->n_head;
+    size_t qkv = C + 2 * kv;
+    return V * C + L * (C + qkv * C + (c->qkv_bias ? qkv : 0) + C * C + C + 3 * H * C) + C + head;
 }
 
 static void model_presets(void) {
     const char *names[] = {"tiny", "tiny-llama", "gpt2-124m", "gpt2-350m", "gpt2-1.5b",
-                           "llama-1b"};
+                           "llama-1b", "llama3-8b"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         fp8t_model_config c;
         char err[256];
@@ -35,7 +39,8 @@ static void model_presets(void) {
         int n = fp8t_model_param_table(&c, NULL, &total);
         T_CHECK(total == expected_params(&c), "%s: %zu params, expected %zu", names[i], total,
                 expected_params(&c));
-        T_CHECK(n == (c.arch == FP8T_ARCH_GPT2 ? 12 * c.n_layer + 4 : 7 * c.n_layer + 2),
+        T_CHECK(n == (c.arch == FP8T_ARCH_GPT2 ? 12 * c.n_layer + 4 : 7 * c.n_layer + 2) +
+                         c.untied_head,
                 "%s: %d tensors", names[i], n);
     }
     /* the published figures (tied head): GPT-2 small, medium, XL */
@@ -56,6 +61,40 @@ static void model_presets(void) {
     T_CHECK(c.arch == FP8T_ARCH_LLAMA && c.n_layer == 16 && c.n_embd == 2048 &&
                 c.n_head == 32 && c.mlp_hidden == 8192 && c.vocab_size == 128256 &&
                 c.seq_len == 2048 && c.rope_theta == 500000.0f, "llama-1b shape");
+    /* Llama-3.2-1B: 8 KV heads, tied, llama3 RoPE (32, 1, 4, 8192): 1,235,814,400 parameters
+     * as transformers counts them */
+    T_CHECK(c.n_kv_head == 8 && !c.untied_head && !c.qkv_bias &&
+                c.rope_scaling.type == FP8T_ROPE_LLAMA3 && c.rope_scaling.factor == 32.0f &&
+                c.rope_scaling.low_freq_factor == 1.0f && c.rope_scaling.high_freq_factor == 4.0f &&
+                c.rope_scaling.original_max_pos == 8192, "llama-1b is Llama-3.2-1B");
+    fp8t_model_param_table(&c, NULL, &total);
+    T_CHECK(total == 1235814400u, "llama-1b: %zu", total);
+    fp8t_param_info *info = calloc(FP8T_MAX_PARAM_TENSORS, sizeof(*info));
+    int nt = fp8t_model_param_table(&c, info, NULL);
+    T_CHECK(nt == 16 * 7 + 2 && !strcmp(info[2].name, "h.0.qkv.w") &&
+                info[2].shape[0] == (32 + 2 * 8) * 64 && info[2].shape[1] == 2048,
+            "llama-1b qkv.w [%d, %d]", info[2].shape[0], info[2].shape[1]);
+    /* Llama-3.1-8B: untied, factor 8: 8,030,261,248 parameters; lm_head.w is the last tensor */
+    T_CHECK(fp8t_model_preset(&c, "llama3-8b") == 0, "llama3-8b preset");
+    fp8t_model_param_table(&c, NULL, &total);
+    T_CHECK(total == 8030261248u, "llama3-8b: %zu", total);
+    nt = fp8t_model_param_table(&c, info, NULL);
+    T_CHECK(nt == 32 * 7 + 3 && !strcmp(info[nt - 1].name, "lm_head.w") &&
+                !strcmp(info[nt - 2].name, "lnf.w") && info[nt - 1].shape[0] == 128256 &&
+                info[nt - 1].shape[1] == 4096 && info[nt - 1].decay,
+            "llama3-8b: last tensor %s", info[nt - 1].name);
+    T_CHECK(c.untied_head && c.n_kv_head == 8 && c.rope_scaling.factor == 8.0f, "llama3-8b");
+    /* Qwen2-style q/k/v biases: qkv.b [(NH + 2 NKV) HS] right after qkv.w, no decay */
+    fp8t_model_preset(&c, "tiny-llama");
+    c.n_kv_head = 2, c.qkv_bias = 1;
+    nt = fp8t_model_param_table(&c, info, NULL);
+    T_CHECK(nt == 4 * 8 + 2 && !strcmp(info[3].name, "h.0.qkv.b") && info[3].ndim == 1 &&
+                info[3].shape[0] == (4 + 2 * 2) * 32 && !info[3].decay &&
+                info[3].offset == info[2].offset + info[2].numel,
+            "qkv.b: %s", info[3].name);
+    free(info);
+    T_CHECK(strstr(fp8t_model_preset_names(), "llama3-8b") != NULL, "preset names");
+    fp8t_model_preset(&c, "llama-1b");
     T_CHECK(fp8t_model_preset(&c, "gpt5") == -1, "unknown preset accepted");
     T_CHECK(fp8t_model_num_linears(&c) == 16 * 5 + 1, "llama linears");
     T_CHECK(fp8t_model_module_of_slot(&c, 2) == FP8T_MOD_GATE &&
@@ -87,6 +126,29 @@ static void model_config_check(void) {
     fp8t_model_preset(&c, "tiny-llama");
     b = c; b.n_embd = 12; b.n_head = 4; expect_bad(b, "RoPE");           /* head size 3 */
     b = c; b.rope_theta = 0; expect_bad(b, "rope_theta");
+    b = c; b.n_kv_head = 3; expect_bad(b, "n_kv_head");                   /* 4 % 3 */
+    b = c; b.n_kv_head = 8; expect_bad(b, "n_kv_head");                   /* > n_head */
+    b = c; b.n_kv_head = -1; expect_bad(b, "n_kv_head");
+    b = c; b.untied_head = 2; expect_bad(b, "untied_head");
+    b = c; b.qkv_bias = -1; expect_bad(b, "qkv_bias");
+    b = c; b.rope_scaling.type = FP8T_ROPE_LLAMA3; expect_bad(b, "factor");
+    b.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, 8.0f, 4.0f, 1.0f, 8192};
+    expect_bad(b, "high_freq_factor");
+    b.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 0};
+    expect_bad(b, "original_max_pos");
+    b = c; b.rope_scaling.type = (fp8t_rope_type)9; expect_bad(b, "rope_scaling");
+    b = c; b.n_kv_head = 1; b.untied_head = 1; b.qkv_bias = 1;             /* MQA is fine */
+    b.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 8192};
+    {
+        char e2[256];
+        T_CHECK(fp8t_model_config_check(&b, e2, sizeof(e2)) == 0, "%s", e2);
+    }
+    b = c; b.arch = FP8T_ARCH_GPT2; b.n_kv_head = 2; expect_bad(b, "n_kv_head"); /* no GQA */
+    b.n_kv_head = 4; b.untied_head = 1;                                    /* = n_head: fine */
+    {
+        char e2[256];
+        T_CHECK(fp8t_model_config_check(&b, e2, sizeof(e2)) == 0, "%s", e2);
+    }
     b = c; b.n_embd = 12; b.n_head = 4; b.arch = FP8T_ARCH_GPT2;          /* fine for GPT-2 */
     char err[256];
     T_CHECK(fp8t_model_config_check(&b, err, sizeof(err)) == 0, "%s", err);

@@ -26,6 +26,41 @@ extern "C" {
 
 typedef struct fp8t_backend fp8t_backend;
 
+/* RoPE frequency scaling. DEFAULT: inv_freq_i = theta^(-2i/HS). LLAMA3: Llama 3.1+'s
+ * "llama3" rope_type (frequencies below original_max_pos / low_freq_factor wavelengths are
+ * divided by factor, a smooth blend between the two cut-offs). */
+typedef enum { FP8T_ROPE_DEFAULT = 0, FP8T_ROPE_LLAMA3 = 1 } fp8t_rope_type;
+typedef struct {
+    fp8t_rope_type type;
+    float factor;           /* llama3: 32 for Llama-3.2, 8 for Llama-3.1 */
+    float low_freq_factor;  /* llama3: 1 */
+    float high_freq_factor; /* llama3: 4 */
+    int original_max_pos;   /* llama3: 8192 */
+} fp8t_rope_scaling;
+
+/* The shape of one causal self-attention call (attention_* ops). qkv rows are
+ * [q: NH*HS | k: NKV*HS | v: NKV*HS]; query head h reads key/value head h / (NH / NKV)
+ * (grouped-query attention; NKV = NH is plain multi-head, NKV = 1 multi-query). */
+typedef struct {
+    int B, T;
+    int NH;           /* query heads */
+    int NKV;          /* key/value heads, dividing NH; 0 means NH */
+    int HS;           /* head size */
+    float rope_theta; /* > 0: RoPE (rotate-half) with this base on q and k; 0: none */
+    fp8t_rope_scaling rope_scaling; /* with rope_theta > 0 */
+} fp8t_attn_shape;
+
+/* NKV with 0 read as NH */
+static inline int fp8t_attn_nkv(const fp8t_attn_shape *s) { return s->NKV > 0 ? s->NKV : s->NH; }
+/* floats of one token's qkv row: (NH + 2 NKV) * HS */
+static inline int fp8t_attn_qkv_width(const fp8t_attn_shape *s) {
+    return (s->NH + 2 * fp8t_attn_nkv(s)) * s->HS;
+}
+/* The RoPE inverse frequency of rotation pair i (0 <= i < HS/2), in double, scaling applied
+ * (the formula of transformers' _compute_llama3_parameters for LLAMA3). Both backends build
+ * their cos/sin tables from it, so they rotate by the same angles. */
+double fp8t_rope_inv_freq(const fp8t_attn_shape *s, int i);
+
 /* An FP8 operand: codes plus the device pointer to its scale_inv (value = code * scale_inv). */
 typedef struct {
     const uint8_t *data;   /* [rows, cols] row-major codes */
@@ -211,24 +246,27 @@ typedef struct fp8t_backend_ops {
     /* dgate, dup overwritten */
     void (*swiglu_backward)(fp8t_backend *b, float *dgate, float *dup, const float *dout,
                             const float *gate, const float *up, size_t n);
-    /* Causal multi-head self-attention. qkv[B,T,3C] holds q|k|v, each [NH, HS] per token.
-     * If rope_theta > 0, RoPE (rotate-half pairs (i, i+HS/2), base rope_theta) is applied to q
-     * and k inside the op. out[B,T,C]; lse[B,NH,T] saves the softmax log-sum-exp for the
-     * backward (flash-attention style: no [T,T] matrix is kept). Scale 1/sqrt(HS).
+    /* Causal multi-head self-attention of shape *s (fp8t_attn_shape: B, T, NH query heads,
+     * NKV key/value heads, head size HS, RoPE). qkv[B,T,(NH+2NKV)*HS] holds q|k|v per token;
+     * query head h attends with key/value head h / (NH/NKV). If s->rope_theta > 0, RoPE
+     * (rotate-half pairs (i, i+HS/2), fp8t_rope_inv_freq) is applied to q and k inside the op.
+     * out[B,T,NH*HS]; lse[B,NH,T] saves the softmax log-sum-exp for the backward
+     * (flash-attention style: no [T,T] matrix is kept). Scale 1/sqrt(HS).
      * saved (may be NULL): attention_saved_bytes bytes where the forward keeps what its
      * backward would otherwise rebuild from qkv (the CUDA flash path: the BF16 q, k, v it
      * rounded, RoPE applied); the backend's own layout. */
     void (*attention_forward)(fp8t_backend *b, float *out, float *lse, void *saved,
-                              const float *qkv, int B, int T, int NH, int HS, float rope_theta);
-    /* dqkv[B,T,3C] overwritten, from dout, the inputs and the saved out/lse; saved: what the
-     * forward that made out and lse kept there (the same bits as rebuilding it), or NULL */
+                              const float *qkv, const fp8t_attn_shape *s);
+    /* dqkv[B,T,(NH+2NKV)*HS] overwritten, from dout, the inputs and the saved out/lse; the
+     * k and v gradients of a key/value head sum over the query heads of its group (in a fixed
+     * order: deterministic). saved: what the forward that made out and lse kept there (the
+     * same bits as rebuilding it), or NULL */
     void (*attention_backward)(fp8t_backend *b, float *dqkv, const float *dout,
                                const float *qkv, const void *saved, const float *out,
-                               const float *lse, int B, int T, int NH, int HS, float rope_theta);
-    /* bytes attention_forward's saved wants for these sizes; 0 when the backend keeps nothing
+                               const float *lse, const fp8t_attn_shape *s);
+    /* bytes attention_forward's saved wants for this shape; 0 when the backend keeps nothing
      * (then saved is ignored) */
-    size_t (*attention_saved_bytes)(fp8t_backend *b, int B, int T, int NH, int HS,
-                                    float rope_theta);
+    size_t (*attention_saved_bytes)(fp8t_backend *b, const fp8t_attn_shape *s);
     /* Fused softmax + cross-entropy over logits[N,V] with targets[N] (target < 0: ignored,
      * zero loss and zero gradient). losses[N] = -log softmax[target].
      * If dlogits != NULL: dlogits = (softmax - onehot) * dloss (dlogits may alias logits). */

@@ -22,17 +22,8 @@ extern "C" {
 
 typedef enum { FP8T_ARCH_GPT2 = 0, FP8T_ARCH_LLAMA = 1 } fp8t_arch;
 
-/* RoPE frequency scaling. DEFAULT: inv_freq_i = theta^(-2i/HS). LLAMA3: Llama 3.1+'s
- * "llama3" rope_type (frequencies below original_max_pos / low_freq_factor wavelengths are
- * divided by factor, a smooth blend between the two cut-offs). */
-typedef enum { FP8T_ROPE_DEFAULT = 0, FP8T_ROPE_LLAMA3 = 1 } fp8t_rope_type;
-typedef struct {
-    fp8t_rope_type type;
-    float factor;           /* llama3: 32 for Llama-3.2, 8 for Llama-3.1 */
-    float low_freq_factor;  /* llama3: 1 */
-    float high_freq_factor; /* llama3: 4 */
-    int original_max_pos;   /* llama3: 8192 */
-} fp8t_rope_scaling;
+/* fp8t_rope_type and fp8t_rope_scaling (RoPE frequency scaling) live in backend.h: the
+ * attention ops take them. */
 
 typedef struct {
     fp8t_arch arch;
@@ -48,11 +39,18 @@ typedef struct {
      * older checkpoints stay valid). */
     int n_kv_head;   /* K/V heads, grouped-query attention (n_head % n_kv_head == 0); 0 = n_head */
     int untied_head; /* 1: the LM head has its own weight "lm_head.w" [V, C]; 0: tied to wte */
-    int qkv_bias;    /* Llama arch: q, k, v projections carry biases (Qwen2) */
+    int qkv_bias;    /* Llama arch: q, k, v projections carry biases (Qwen2); GPT-2 always has
+                        them (the flag is ignored there) */
     fp8t_rope_scaling rope_scaling; /* Llama arch */
 } fp8t_model_config;
 
-/* Presets: tiny, tiny-llama, gpt2-124m, gpt2-350m, gpt2-1.5b, llama-1b. 0 ok, -1 unknown. */
+/* K/V heads with n_kv_head 0 read as n_head; GPT-2 refuses any other count */
+int fp8t_model_kv_heads(const fp8t_model_config *cfg);
+/* rows of h.L.qkv.w: (n_head + 2 n_kv_head) * head size — q rows, then k, then v */
+int fp8t_model_qkv_dim(const fp8t_model_config *cfg);
+
+/* Presets: tiny, tiny-llama, gpt2-124m, gpt2-350m, gpt2-1.5b, llama-1b (Llama-3.2-1B's shape),
+ * llama3-8b (Llama-3.1-8B's). 0 ok, -1 unknown. */
 int fp8t_model_preset(fp8t_model_config *cfg, const char *name);
 const char *fp8t_model_preset_names(void); /* "tiny, tiny-llama, ..." for help texts */
 /* 0 if valid; else -1 and err says which field is wrong and why. */
@@ -73,7 +71,9 @@ typedef struct {
 } fp8t_param_info;
 
 /* Fill info (may be NULL) and return the number of parameter tensors; *total gets the
- * number of floats. Pure function of the config (the checkpoint/export layout). */
+ * number of floats. Pure function of the config (the checkpoint/export layout).
+ * Llama: per layer ln1.w, qkv.w [(NH+2NKV)*HS, C], qkv.b (qkv_bias only), proj.w, ln2.w,
+ * gate.w, up.w, down.w; then lnf.w. Both archs: lm_head.w [V, C] last when untied_head. */
 int fp8t_model_param_table(const fp8t_model_config *cfg, fp8t_param_info *info, size_t *total);
 
 /* ---- linear layers and FP8 metadata ----

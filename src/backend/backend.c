@@ -1,6 +1,7 @@
 /* Backend registry: pick an implementation of the op table by name. The CUDA backend is
  * linked only into builds made with nvcc; the weak reference lets the CPU-only library (tests,
  * sanitizer builds) link without it and report a clear error instead. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,4 +26,22 @@ fp8t_backend *fp8t_backend_create(const char *name, char *err, size_t errlen) {
 
 void fp8t_backend_destroy(fp8t_backend *b) {
     if (b) b->ops->destroy(b);
+}
+
+double fp8t_rope_inv_freq(const fp8t_attn_shape *s, int i) {
+    /* the plain RoPE frequency, the expression the CPU tables always used (bit-for-bit) */
+    const double f = pow((double)s->rope_theta, -2.0 * i / s->HS);
+    const fp8t_rope_scaling *r = &s->rope_scaling;
+    if (r->type != FP8T_ROPE_LLAMA3) return f;
+    /* Llama 3.1+: wavelengths longer than original_max_pos / low_freq_factor are stretched by
+     * factor (long-range positions), shorter than original_max_pos / high_freq_factor are
+     * kept, and the band between blends the two linearly in original_max_pos / wavelength. */
+    const double pi = 3.14159265358979323846;
+    const double factor = r->factor, lo = r->low_freq_factor, hi = r->high_freq_factor;
+    const double ctx = (double)r->original_max_pos;
+    const double wavelen = 2.0 * pi / f;
+    if (wavelen < ctx / hi) return f;
+    if (wavelen > ctx / lo) return f / factor;
+    const double smooth = (ctx / wavelen - lo) / (hi - lo);
+    return (1.0 - smooth) * f / factor + smooth * f;
 }

@@ -271,17 +271,16 @@ static void w_swiglu_backward(fp8t_backend *b, float *dg, float *du, const float
     TIMED(P_SWIGLU_BWD, ib->ops->swiglu_backward(ib, dg, du, d, g, u, n));
 }
 static void w_attention_forward(fp8t_backend *b, float *o, float *lse, void *sv, const float *qkv,
-                                int B, int T, int NH, int HS, float rope) {
-    TIMED(P_ATTN_FWD, ib->ops->attention_forward(ib, o, lse, sv, qkv, B, T, NH, HS, rope));
+                                const fp8t_attn_shape *s) {
+    TIMED(P_ATTN_FWD, ib->ops->attention_forward(ib, o, lse, sv, qkv, s));
 }
 static void w_attention_backward(fp8t_backend *b, float *dqkv, const float *d, const float *qkv,
-                                 const void *sv, const float *o, const float *lse, int B, int T,
-                                 int NH, int HS, float rope) {
-    TIMED(P_ATTN_BWD,
-          ib->ops->attention_backward(ib, dqkv, d, qkv, sv, o, lse, B, T, NH, HS, rope));
+                                 const void *sv, const float *o, const float *lse,
+                                 const fp8t_attn_shape *s) {
+    TIMED(P_ATTN_BWD, ib->ops->attention_backward(ib, dqkv, d, qkv, sv, o, lse, s));
 }
-static size_t w_attention_saved_bytes(fp8t_backend *b, int B, int T, int NH, int HS, float rope) {
-    return in(b)->ops->attention_saved_bytes(in(b), B, T, NH, HS, rope);
+static size_t w_attention_saved_bytes(fp8t_backend *b, const fp8t_attn_shape *s) {
+    return in(b)->ops->attention_saved_bytes(in(b), s);
 }
 static void w_softmax_xent(fp8t_backend *b, float *l, float *dl, const float *lg, const int *t,
                            int N, int V, float dloss) {

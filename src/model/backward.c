@@ -36,7 +36,7 @@ static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
     linear_backward(m, lin0 + 1, a->dc1, g->proj_w, g->proj_b, a->dres, v.atty, p->proj_w, N, C,
                     C);
     ops->attention_backward(be, a->dqkv, a->dc1, v.qkv, model_attn_saved_for_backward(m, l),
-                            v.atty, v.lse, v.B, v.T, v.NH, v.HS, 0.0f);
+                            v.atty, v.lse, &v.attn);
     linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, g->qkv_b, a->dqkv, v.ln1, p->qkv_w, N, C,
                     3 * C);
     ops->layernorm_backward(be, a->dres, g->ln1_w, g->ln1_b, a->dc1, res_in, p->ln1_w,
@@ -46,7 +46,6 @@ static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
 static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
-    const fp8t_model_config *c = &m->cfg;
     const layer_tensors *p = &m->p.layer[l], *g = &m->g.layer[l];
     activations *a = &m->a;
     layer_view v;
@@ -66,8 +65,9 @@ static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
     /* attention with RoPE */
     linear_backward(m, lin0 + 1, a->dc1, g->proj_w, NULL, a->dres, v.atty, p->proj_w, N, C, C);
     ops->attention_backward(be, a->dqkv, a->dc1, v.qkv, model_attn_saved_for_backward(m, l),
-                            v.atty, v.lse, v.B, v.T, v.NH, v.HS, c->rope_theta);
-    linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, NULL, a->dqkv, v.ln1, p->qkv_w, N, C, 3 * C);
+                            v.atty, v.lse, &v.attn);
+    linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, g->qkv_b, a->dqkv, v.ln1, p->qkv_w, N, C,
+                    v.QKV);
     ops->rmsnorm_backward(be, a->dres, g->ln1_w, a->dc1, res_in, p->ln1_w, v.ln1_rstd, N, C);
 }
 
@@ -104,8 +104,8 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
         /* the BF16 dlogits the forward wrote (softmax_xent_bf16) and their amax */
         const float r = dloss == m->xent_dloss ? 1.0f : dloss / m->xent_dloss;
         const fp8t_bf16_operand dy = {(const uint16_t *)m->h16[0].p, N, V};
-        linear_backward_bf16_dy(m, head, a->dc1, m->g.wte, &dy, m->scalars + 2, a->lnf, m->p.wte,
-                                N, C, V, r);
+        linear_backward_bf16_dy(m, head, a->dc1, model_head_w(&m->g), &dy, m->scalars + 2,
+                                a->lnf, model_head_w(&m->p), N, C, V, r);
     } else if (m->xent_fused && dloss != m->xent_dloss && model_restore_logits(m) != 0) {
         ops->scale(be, a->logits, dloss / m->xent_dloss, (size_t)N * V);
     } else if (!m->xent_fused) {
@@ -118,9 +118,11 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
         m->xent_dloss = dloss;
         m->xent_dloss_known = 1;
     }
-    /* tied head: dlnf = dlogits·wte, dwte += dlogitsᵀ·lnf */
+    /* the head: dlnf = dlogits·W, dW += dlogitsᵀ·lnf (W = wte when tied: its gradient then
+     * gathers the head's and the embedding's) */
     if (!bf16_dy)
-        linear_backward(m, head, a->dc1, m->g.wte, NULL, a->logits, a->lnf, m->p.wte, N, C, V);
+        linear_backward(m, head, a->dc1, model_head_w(&m->g), NULL, a->logits, a->lnf,
+                        model_head_w(&m->p), N, C, V);
     ops->zero(be, a->dres, NC * sizeof(float));
     const float *res = model_final_residual(m);
     if (c->arch == FP8T_ARCH_GPT2)

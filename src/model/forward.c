@@ -1,8 +1,9 @@
-/* The forward pass, llm.c style: embedding, L blocks, final norm, tied LM head, loss.
+/* The forward pass, llm.c style: embedding, L blocks, final norm, LM head (tied to wte or its
+ * own lm_head.w), loss. Attention may group its K/V heads (layer_view's attn shape).
  *
  * GPT-2 block:  ln1 = LN(x); qkv = ln1·Wqkvᵀ+b; atty = attn(qkv); x2 = x + atty·Wprojᵀ+b;
  *               ln2 = LN(x2); fch = ln2·Wfc1ᵀ+b; x3 = x2 + gelu(fch)·Wfc2ᵀ+b
- * Llama block:  ln1 = RMS(x); qkv = ln1·Wqkvᵀ; atty = attn_rope(qkv); x2 = x + atty·Wprojᵀ;
+ * Llama block:  ln1 = RMS(x); qkv = ln1·Wqkvᵀ(+b); atty = attn_rope(qkv); x2 = x + atty·Wprojᵀ;
  *               ln2 = RMS(x2); x3 = x2 + (silu(ln2·Wgateᵀ) * ln2·Wupᵀ)·Wdownᵀ
  * Every matrix product is a linear layer (linear.c), so the precision policy, the amax
  * tracking and the debug hooks see all of them, the head included.
@@ -20,9 +21,9 @@
 static void *model_attn_saved(fp8t_model *m, int l) {
     if (m->frozen || m->no_attn_save) return NULL;
     const fp8t_model_config *c = &m->cfg;
-    const int HS = c->n_embd / c->n_head;
-    const float rope = c->arch == FP8T_ARCH_LLAMA ? c->rope_theta : 0.0f;
-    size_t bytes = m->ops->attention_saved_bytes(m->be, m->B, m->T, c->n_head, HS, rope);
+    layer_view v;
+    model_layer_view(&v, m, l);
+    size_t bytes = m->ops->attention_saved_bytes(m->be, &v.attn);
     if (!bytes) return NULL;
     if (!m->attn_saved) {
         m->attn_saved = calloc((size_t)c->n_layer, sizeof(void *));
@@ -50,8 +51,7 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
     const ln_input ln1 = {v.ln1_mean, v.ln1_rstd, p->ln1_w, p->ln1_b, c->norm_eps, pend_a,
                           pend_a ? out_c : NULL};
     linear_forward_ln(m, lin0 + 0, v.qkv, v.ln1, &ln1, res_in, p->qkv_w, p->qkv_b, N, C, 3 * C);
-    ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, v.B, v.T, v.NH,
-                           v.HS, 0.0f);
+    ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, &v.attn);
     /* proj and fc2 may leave their bias to the residual add (add_bias) */
     const int proj_defer = linear_residual_takes_bias(m, lin0 + 1);
     linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, proj_defer ? NULL : p->proj_b, N, C, C);
@@ -89,9 +89,9 @@ static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
     float *gate = v.fch; /* [N, H] */
 
     ops->rmsnorm_forward(be, v.ln1, v.ln1_rstd, res_in, p->ln1_w, N, C, c->norm_eps);
-    linear_forward(m, lin0 + 0, v.qkv, v.ln1, p->qkv_w, NULL, N, C, 3 * C);
-    ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, v.B, v.T, v.NH,
-                           v.HS, c->rope_theta);
+    /* q|k|v rows of (NH + 2 NKV) heads; qkv_b is NULL unless qkv_bias (Qwen2) */
+    linear_forward(m, lin0 + 0, v.qkv, v.ln1, p->qkv_w, p->qkv_b, N, C, v.QKV);
+    ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, &v.attn);
     linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, NULL, N, C, C);
     ops->add(be, v.res2, res_in, out_c, v.NC);
     ops->rmsnorm_forward(be, v.ln2, v.ln2_rstd, v.res2, p->ln2_w, N, C, c->norm_eps);
@@ -137,8 +137,9 @@ int model_restore_logits(fp8t_model *m) {
     if (!m->xent_fused) return 0;
     if (m->xent_epoch != m->epoch) return -1;
     const int N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
-    /* tied head, as in the forward: logits[N, V] = lnf[N, C] · wteᵀ */
-    linear_forward_replay(m, m->n_lin - 1, m->a.logits, m->a.lnf, m->p.wte, NULL, N, C, V);
+    /* the head, as in the forward: logits[N, V] = lnf[N, C] · Wᵀ (W = wte when tied) */
+    linear_forward_replay(m, m->n_lin - 1, m->a.logits, m->a.lnf, model_head_w(&m->p), NULL, N,
+                          C, V);
     m->xent_fused = m->xent_bf16 = 0;
     return 0;
 }
@@ -188,9 +189,10 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     const int fuse = targets && !m->frozen && !m->hook && !m->no_fused_xent &&
                      m->xent_dloss_known;
     const int fuse_bf16 = fuse && !m->no_bf16_xent && linear_bf16_dy_fusable(m, head);
-    /* tied head: logits[N, V] = lnf[N, C] · wteᵀ */
-    if (fuse_bf16) linear_forward_ld(m, head, a->logits, Vp, a->lnf, m->p.wte, N, C, V);
-    else linear_forward(m, head, a->logits, a->lnf, m->p.wte, NULL, N, C, V);
+    /* the head: logits[N, V] = lnf[N, C] · Wᵀ, W = wte (tied) or lm_head.w (untied) */
+    const float *head_w = model_head_w(&m->p);
+    if (fuse_bf16) linear_forward_ld(m, head, a->logits, Vp, a->lnf, head_w, N, C, V);
+    else linear_forward(m, head, a->logits, a->lnf, head_w, NULL, N, C, V);
     if (!targets) return 0.0f;
 
     int count = 0;

@@ -66,6 +66,7 @@ static void bind_tensors(fp8t_model *m, model_tensors *t, float *base) {
             else if (!strcmp(p->name, "wpe")) t->wpe = x;
             else if (!strcmp(p->name, "lnf.w")) t->lnf_w = x;
             else if (!strcmp(p->name, "lnf.b")) t->lnf_b = x;
+            else if (!strcmp(p->name, "lm_head.w")) t->lm_head = x;
             continue;
         }
         layer_tensors *lt = &t->layer[p->layer];
@@ -154,6 +155,18 @@ void model_layer_view(layer_view *v, const fp8t_model *m, int l) {
     v->H = c->mlp_hidden;
     v->NH = c->n_head;
     v->HS = v->C / v->NH;
+    v->NKV = fp8t_model_kv_heads(c);
+    v->QKV = fp8t_model_qkv_dim(c);
+    memset(&v->attn, 0, sizeof(v->attn));
+    v->attn.B = v->B;
+    v->attn.T = v->T;
+    v->attn.NH = v->NH;
+    v->attn.NKV = v->NKV;
+    v->attn.HS = v->HS;
+    if (c->arch == FP8T_ARCH_LLAMA) {
+        v->attn.rope_theta = c->rope_theta;
+        v->attn.rope_scaling = c->rope_scaling;
+    }
     v->lin0 = l * fp8t_model_modules_per_layer(c);
     v->NC = (size_t)v->N * v->C;
     v->NH_ = (size_t)v->N * v->H;
@@ -161,7 +174,7 @@ void model_layer_view(layer_view *v, const fp8t_model *m, int l) {
     v->ln1 = wgrad_input_ptr(m, l, WX_LN1);
     v->ln1_mean = slice(a->ln1_mean, L * N);
     v->ln1_rstd = slice(a->ln1_rstd, L * N);
-    v->qkv = slice(a->qkv, L * 3 * NC);
+    v->qkv = slice(a->qkv, L * N * (size_t)v->QKV);
     v->atty = slice(a->atty, L * NC);
     v->lse = slice(a->lse, L * N * (size_t)v->NH);
     v->res2 = slice(a->res2, L * NC);
@@ -178,7 +191,7 @@ void model_layer_view(layer_view *v, const fp8t_model *m, int l) {
 static size_t carve_activations(activations *a, float *base, const fp8t_model_config *c, int B,
                                 int T, int carve_wgrad_inputs) {
     const size_t N = (size_t)B * T, C = c->n_embd, H = c->mlp_hidden, V = c->vocab_size,
-                 L = c->n_layer, NH = c->n_head;
+                 L = c->n_layer, NH = c->n_head, QKV = (size_t)fp8t_model_qkv_dim(c);
     const int gpt2 = c->arch == FP8T_ARCH_GPT2, llama = !gpt2;
     const size_t wx = carve_wgrad_inputs ? L : 0; /* ln1, ln2, fch_act: see activations */
     size_t off = 0;
@@ -192,7 +205,7 @@ static size_t carve_activations(activations *a, float *base, const fp8t_model_co
     CARVE(ln1, wx * N * C);
     CARVE(ln1_mean, gpt2 ? L * N : 0);
     CARVE(ln1_rstd, L * N);
-    CARVE(qkv, L * N * 3 * C);
+    CARVE(qkv, L * N * QKV);
     CARVE(atty, L * N * C);
     CARVE(lse, L * N * NH);
     CARVE(res2, L * N * C);
@@ -212,7 +225,7 @@ static size_t carve_activations(activations *a, float *base, const fp8t_model_co
     CARVE(dres, N * C);
     CARVE(dc1, N * C);
     CARVE(dc2, llama ? N * C : 0);
-    CARVE(dqkv, N * 3 * C);
+    CARVE(dqkv, N * QKV);
     CARVE(dh1, N * H);
     CARVE(dh2, N * H);
     CARVE(dh3, llama ? N * H : 0);

@@ -21,7 +21,7 @@
  * architecture does not have are NULL (GPT-2: no gate/up/down; Llama: no biases, no fc1/fc2). */
 typedef struct {
     float *ln1_w, *ln1_b;     /* [C] */
-    float *qkv_w, *qkv_b;     /* [3C, C], [3C] */
+    float *qkv_w, *qkv_b;     /* [QKV, C], [QKV]; QKV = (NH + 2 NKV) * HS (3C without GQA) */
     float *proj_w, *proj_b;   /* [C, C], [C] */
     float *ln2_w, *ln2_b;     /* [C] */
     float *fc1_w, *fc1_b;     /* [H, C], [H] */
@@ -31,7 +31,8 @@ typedef struct {
 } layer_tensors;
 
 typedef struct {
-    float *wte;               /* [V, C] (also the LM head, tied) */
+    float *wte;               /* [V, C] (also the LM head when tied) */
+    float *lm_head;           /* [V, C] the untied LM head, NULL when tied */
     float *wpe;               /* [maxT, C] (GPT-2 only) */
     float *lnf_w, *lnf_b;     /* [C] */
     layer_tensors *layer;     /* [L] (host array of device pointers) */
@@ -47,7 +48,7 @@ typedef struct {
     float *ln1;        /* [L, N, C] (FP8TRAIN_NO_FP8_SAVE=1 only) */
     float *ln1_mean;   /* [L, N] (GPT-2) */
     float *ln1_rstd;   /* [L, N] */
-    float *qkv;        /* [L, N, 3C] */
+    float *qkv;        /* [L, N, QKV] */
     float *atty;       /* [L, N, C] attention output (proj input) */
     float *lse;        /* [L, B, NH, T] softmax log-sum-exp saved for the backward */
     float *res2;       /* [L, N, C] residual after attention */
@@ -69,7 +70,7 @@ typedef struct {
     float *dres;       /* [N, C] gradient of the residual stream */
     float *dc1;        /* [N, C] gradient of a norm output / attention output */
     float *dc2;        /* [N, C] second Dgrad contribution (Llama up) */
-    float *dqkv;       /* [N, 3C] */
+    float *dqkv;       /* [N, QKV] */
     float *dh1;        /* [N, H] gradient of fch_act */
     float *dh2;        /* [N, H] gradient of fch (gate) */
     float *dh3;        /* [N, H] gradient of up (Llama) */
@@ -80,12 +81,14 @@ typedef struct {
  * buffers the architecture does not have are NULL. */
 typedef struct {
     int B, T, N, C, H, NH, HS; /* N = B*T tokens, H = MLP hidden, HS = C / NH */
+    int NKV, QKV;              /* K/V heads, qkv width (NH + 2 NKV) * HS */
+    fp8t_attn_shape attn;      /* the attention ops' shape (RoPE for Llama) */
     int lin0;                  /* index of the layer's first linear layer */
     size_t NC, NH_;            /* N * C, N * H */
     float *ln1;                /* [N, C] */
     float *ln1_mean;           /* [N] (GPT-2) */
     float *ln1_rstd;           /* [N] */
-    float *qkv;                /* [N, 3C] */
+    float *qkv;                /* [N, QKV] */
     float *atty;               /* [N, C] */
     float *lse;                /* [B, NH, T] */
     float *res2;               /* [N, C] */
@@ -288,6 +291,9 @@ void model_layer_view(layer_view *v, const fp8t_model *m, int l);
  * allocate the layer copies and the one-layer scratch the forward will write. */
 void model_save_plan(fp8t_model *m);
 fp8t_module model_lin_module(const fp8t_model *m, int lin);
+
+/* The LM head's weight [V, C]: lm_head.w when untied, else wte (params or grads) */
+static inline float *model_head_w(const model_tensors *t) { return t->lm_head ? t->lm_head : t->wte; }
 
 /* forward.c: the residual stream after the last block, [N, C] */
 const float *model_final_residual(const fp8t_model *m);

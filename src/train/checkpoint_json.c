@@ -19,8 +19,10 @@ char *fp8t_model_config_to_json(const fp8t_model_config *c) {
     cJSON_AddNumberToObject(o, "mlp_hidden", c->mlp_hidden);
     cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(o, "norm_eps", c->norm_eps);
-    /* the fields added for Llama-3/Qwen2 only when set, so other configs read as before */
-    if (c->n_kv_head) cJSON_AddNumberToObject(o, "n_kv_head", c->n_kv_head);
+    /* the fields added with grouped-query attention are written only when they differ from
+     * their zero default, so a model without them writes the JSON it always wrote */
+    if (c->n_kv_head && c->n_kv_head != c->n_head)
+        cJSON_AddNumberToObject(o, "n_kv_head", c->n_kv_head);
     if (c->untied_head) cJSON_AddNumberToObject(o, "untied_head", c->untied_head);
     if (c->qkv_bias) cJSON_AddNumberToObject(o, "qkv_bias", c->qkv_bias);
     if (c->rope_scaling.type == FP8T_ROPE_LLAMA3) {
@@ -57,6 +59,42 @@ static int get_float(const cJSON *o, const char *key, float *out, char *err, siz
     return 0;
 }
 
+/* an optional integer: absent = 0 (checkpoints from before the field existed) */
+static int get_opt_int(const cJSON *o, const char *key, int *out, char *err, size_t errlen) {
+    if (!cJSON_GetObjectItemCaseSensitive(o, key)) {
+        *out = 0;
+        return 0;
+    }
+    return get_int(o, key, out, err, errlen);
+}
+
+/* "rope_scaling": absent or null = none; else {"type": "llama3", factor, low_freq_factor,
+ * high_freq_factor, original_max_pos} */
+static int get_rope_scaling(const cJSON *o, fp8t_rope_scaling *r, char *err, size_t errlen) {
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
+    memset(r, 0, sizeof(*r));
+    if (!rs || cJSON_IsNull(rs)) return 0;
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    if (!cJSON_IsObject(rs) || !cJSON_IsString(ty)) {
+        snprintf(err, errlen, "model config: 'rope_scaling' must be null or an object with a "
+                              "\"type\" (\"default\" or \"llama3\")");
+        return -1;
+    }
+    if (!strcmp(ty->valuestring, "default")) return 0;
+    if (strcmp(ty->valuestring, "llama3") != 0) {
+        snprintf(err, errlen, "model config: rope_scaling type '%s' is unknown (expected "
+                              "\"default\" or \"llama3\")", ty->valuestring);
+        return -1;
+    }
+    r->type = FP8T_ROPE_LLAMA3;
+    if (get_float(rs, "factor", &r->factor, err, errlen) ||
+        get_float(rs, "low_freq_factor", &r->low_freq_factor, err, errlen) ||
+        get_float(rs, "high_freq_factor", &r->high_freq_factor, err, errlen) ||
+        get_int(rs, "original_max_pos", &r->original_max_pos, err, errlen))
+        return -1;
+    return 0;
+}
+
 int fp8t_model_config_from_json(fp8t_model_config *c, const char *json, char *err,
                                 size_t errlen) {
     cJSON *o = cJSON_Parse(json);
@@ -83,29 +121,12 @@ int fp8t_model_config_from_json(fp8t_model_config *c, const char *json, char *er
         get_int(o, "vocab_size", &m.vocab_size, err, errlen) ||
         get_int(o, "mlp_hidden", &m.mlp_hidden, err, errlen) ||
         get_float(o, "rope_theta", &m.rope_theta, err, errlen) ||
-        get_float(o, "norm_eps", &m.norm_eps, err, errlen))
+        get_float(o, "norm_eps", &m.norm_eps, err, errlen) ||
+        get_opt_int(o, "n_kv_head", &m.n_kv_head, err, errlen) ||
+        get_opt_int(o, "untied_head", &m.untied_head, err, errlen) ||
+        get_opt_int(o, "qkv_bias", &m.qkv_bias, err, errlen) ||
+        get_rope_scaling(o, &m.rope_scaling, err, errlen))
         goto done;
-    if ((cJSON_GetObjectItemCaseSensitive(o, "n_kv_head") &&
-         get_int(o, "n_kv_head", &m.n_kv_head, err, errlen)) ||
-        (cJSON_GetObjectItemCaseSensitive(o, "untied_head") &&
-         get_int(o, "untied_head", &m.untied_head, err, errlen)) ||
-        (cJSON_GetObjectItemCaseSensitive(o, "qkv_bias") &&
-         get_int(o, "qkv_bias", &m.qkv_bias, err, errlen)))
-        goto done;
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
-    if (rs) {
-        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
-        if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "llama3") != 0) {
-            snprintf(err, errlen, "model config: rope_scaling.type must be \"llama3\"");
-            goto done;
-        }
-        m.rope_scaling.type = FP8T_ROPE_LLAMA3;
-        if (get_float(rs, "factor", &m.rope_scaling.factor, err, errlen) ||
-            get_float(rs, "low_freq_factor", &m.rope_scaling.low_freq_factor, err, errlen) ||
-            get_float(rs, "high_freq_factor", &m.rope_scaling.high_freq_factor, err, errlen) ||
-            get_int(rs, "original_max_pos", &m.rope_scaling.original_max_pos, err, errlen))
-            goto done;
-    }
     if (fp8t_model_config_check(&m, err, errlen) != 0) goto done;
     *c = m;
     rc = 0;
@@ -133,18 +154,28 @@ int fp8t_model_config_diff(const fp8t_model_config *a, const fp8t_model_config *
     DIFF_INT(seq_len, "--max-seq-len")
     DIFF_INT(vocab_size, "--vocab")
     DIFF_INT(mlp_hidden, "--mlp-hidden")
-    DIFF_INT(n_kv_head, "K/V heads, 0 = n_head")
-    DIFF_INT(untied_head, "untied LM head")
-    DIFF_INT(qkv_bias, "q/k/v biases")
-    DIFF_INT(rope_scaling.type, "RoPE scaling 0 none, 1 llama3")
-#undef DIFF_INT
-    if (a->rope_scaling.factor != b->rope_scaling.factor ||
-        a->rope_scaling.low_freq_factor != b->rope_scaling.low_freq_factor ||
-        a->rope_scaling.high_freq_factor != b->rope_scaling.high_freq_factor ||
-        a->rope_scaling.original_max_pos != b->rope_scaling.original_max_pos) {
-        snprintf(err, errlen, "the llama3 RoPE scaling parameters differ");
+    if (fp8t_model_kv_heads(a) != fp8t_model_kv_heads(b)) {
+        snprintf(err, errlen, "n_kv_head (--kv-heads) is %d in the checkpoint but %d in this run",
+                 fp8t_model_kv_heads(a), fp8t_model_kv_heads(b));
         return -1;
     }
+    DIFF_INT(untied_head, "--tie-head, inverted")
+    if (a->arch == FP8T_ARCH_LLAMA) {
+        DIFF_INT(qkv_bias, "--qkv-bias")
+        const fp8t_rope_scaling *ra = &a->rope_scaling, *rb = &b->rope_scaling;
+        if (ra->type != rb->type ||
+            (ra->type == FP8T_ROPE_LLAMA3 &&
+             (ra->factor != rb->factor || ra->low_freq_factor != rb->low_freq_factor ||
+              ra->high_freq_factor != rb->high_freq_factor ||
+              ra->original_max_pos != rb->original_max_pos))) {
+            snprintf(err, errlen, "rope_scaling (--rope-scaling) differs: checkpoint %s "
+                     "(factor %g), this run %s (factor %g)",
+                     ra->type == FP8T_ROPE_LLAMA3 ? "llama3" : "none", (double)ra->factor,
+                     rb->type == FP8T_ROPE_LLAMA3 ? "llama3" : "none", (double)rb->factor);
+            return -1;
+        }
+    }
+#undef DIFF_INT
     if (a->rope_theta != b->rope_theta || a->norm_eps != b->norm_eps) {
         snprintf(err, errlen, "rope_theta/norm_eps differ: checkpoint %g/%g, this run %g/%g",
                  a->rope_theta, a->norm_eps, b->rope_theta, b->norm_eps);

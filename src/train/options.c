@@ -60,6 +60,41 @@ static void get_arch(const fp8t_train_config *c, char *b, size_t n) {
     snprintf(b, n, "%s", fp8t_arch_name(c->model.arch));
 }
 
+static int set_tie_head(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    if (strcmp(v, "1") == 0) c->model.untied_head = 0;
+    else if (strcmp(v, "0") == 0) c->model.untied_head = 1;
+    else return fail(err, errlen, "tie-head", v, "1 (the LM head is wte) or 0 (its own lm_head.w)");
+    return 0;
+}
+static void get_tie_head(const fp8t_train_config *c, char *b, size_t n) {
+    snprintf(b, n, "%d", !c->model.untied_head);
+}
+
+/* none | llama3:FACTOR[,LOW,HIGH,ORIGINAL_MAX_POS] (defaults 1, 4, 8192 as Llama 3.1) */
+static int set_rope_scaling(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    fp8t_rope_scaling r = {FP8T_ROPE_DEFAULT, 0.0f, 0.0f, 0.0f, 0};
+    if (strcmp(v, "none") != 0) {
+        float f = 0, lo = 1.0f, hi = 4.0f;
+        int orig = 8192, used = 0;
+        int n = sscanf(v, "llama3:%f%n,%f,%f,%d%n", &f, &used, &lo, &hi, &orig, &used);
+        if (strncmp(v, "llama3:", 7) != 0 || (n != 1 && n != 4) || v[used] != 0 || !(f > 0) ||
+            !(hi > lo) || !(lo > 0) || orig <= 0)
+            return fail(err, errlen, "rope-scaling", v,
+                        "none or llama3:FACTOR[,LOW_FREQ,HIGH_FREQ,ORIGINAL_MAX_POS], e.g. "
+                        "llama3:32 or llama3:8,1,4,8192");
+        r.type = FP8T_ROPE_LLAMA3;
+        r.factor = f, r.low_freq_factor = lo, r.high_freq_factor = hi, r.original_max_pos = orig;
+    }
+    c->model.rope_scaling = r;
+    return 0;
+}
+static void get_rope_scaling(const fp8t_train_config *c, char *b, size_t n) {
+    const fp8t_rope_scaling *r = &c->model.rope_scaling;
+    if (r->type != FP8T_ROPE_LLAMA3) snprintf(b, n, "none");
+    else snprintf(b, n, "llama3:%g,%g,%g,%d", (double)r->factor, (double)r->low_freq_factor,
+                  (double)r->high_freq_factor, r->original_max_pos);
+}
+
 #define PRECISIONS "fp8, delayed, current, block, mxfp8, fake, bf16 or fp32"
 static int set_precision(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
     fp8t_precision p;
@@ -184,7 +219,7 @@ static void get_shadow_action(const fp8t_train_config *c, char *b, size_t n) {
 
 static const opt OPTIONS[] = {
     SPECIAL("preset", "NAME", set_preset, get_preset, G_MODEL, 0, 1,
-            "model preset: tiny, tiny-llama, gpt2-124m, gpt2-350m, gpt2-1.5b, llama-1b"),
+            "model preset: tiny, tiny-llama, gpt2-124m, gpt2-350m, gpt2-1.5b, llama-1b, llama3-8b"),
     SPECIAL("arch", "gpt2|llama", set_arch, get_arch, G_MODEL, 1, 1,
             "architecture (GPT-2: LayerNorm, GELU, biases; Llama: RMSNorm, SwiGLU, RoPE)"),
     MODEL_INT("layers", model.n_layer, "transformer layers"),
@@ -193,6 +228,14 @@ static const opt OPTIONS[] = {
     MODEL_INT("vocab", model.vocab_size, "vocabulary size (>= the data's largest token + 1)"),
     MODEL_INT("mlp-hidden", model.mlp_hidden, "MLP hidden size (fc1 / gate / up outputs)"),
     MODEL_INT("max-seq-len", model.seq_len, "the model's maximum sequence length (positions)"),
+    {"kv-heads", "N", "key/value heads (grouped-query attention, llama; must divide --heads; "
+     "0 = --heads)", G_MODEL, OT_INT, FIELD(model.n_kv_head), 0, 1 << 20, NULL, NULL, 1, 1},
+    SPECIAL("tie-head", "0|1", set_tie_head, get_tie_head, G_MODEL, 1, 1,
+            "1: the LM head is the token embedding wte; 0: its own weight lm_head.w"),
+    {"qkv-bias", "0|1", "llama: biases on the q, k, v projections (Qwen2)", G_MODEL, OT_BOOL,
+     FIELD(model.qkv_bias), 0, 1, NULL, NULL, 1, 1},
+    SPECIAL("rope-scaling", "SPEC", set_rope_scaling, get_rope_scaling, G_MODEL, 1, 1,
+            "llama RoPE frequency scaling: none or llama3:FACTOR[,LOW,HIGH,ORIG_MAX_POS]"),
 
     STR("data", "SRC", data, G_DATA,
         "synthetic | a text file (bytes) | 'dir/x_*.bin' llm.c token shards"),

@@ -36,6 +36,7 @@ typedef struct {
     float *rope;
     int rope_T, rope_HS;
     float rope_theta;
+    fp8t_rope_scaling rope_scaling; /* the scaling the cached table was made with */
 } cpu_state;
 
 static inline cpu_state *cpu_of(fp8t_backend *b) { return (cpu_state *)b->impl; }
@@ -158,13 +159,11 @@ void cpu_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *do
                           const float *x, const float *w, const float *rstd, int N, int C);
 /* cpu_attention.c */
 void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved,
-                           const float *qkv, int B, int T, int NH, int HS, float rope_theta);
+                           const float *qkv, const fp8t_attn_shape *s);
 void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, const float *qkv,
-                            const void *saved,
-                            const float *out, const float *lse, int B, int T, int NH, int HS,
-                            float rope_theta);
-size_t cpu_attention_saved_bytes(fp8t_backend *b, int B, int T, int NH, int HS,
-                                 float rope_theta);
+                            const void *saved, const float *out, const float *lse,
+                            const fp8t_attn_shape *s);
+size_t cpu_attention_saved_bytes(fp8t_backend *b, const fp8t_attn_shape *s);
 /* cpu_misc.c */
 void cpu_embedding_forward(fp8t_backend *b, float *out, const int *tokens, const float *wte,
                            const float *wpe, int B, int T, int C);
