@@ -6,7 +6,7 @@
 # start from it too; model options that contradict the source, --init with --resume and a
 # missing source fail with exit 2 and write nothing; the fine-tuned model exports as the same
 # architecture, and (optional, SKIP without torch) transformers reproduces our FP32 loss on
-# the export. HF_INIT_STEPS=200 runs the long version (default 12 steps, resumed from the middle).
+# the export and on sharded Qwen2 FP8/BF16 exports. HF_INIT_STEPS=200 runs the long version (default 12 steps, resumed from the middle).
 # Prints one "PASS hf_init: ..." / "FAIL hf_init: ..." line per check.
 set -u
 BIN=${FP8TRAIN_BIN:-$(dirname "$0")/../build/fp8train}
@@ -100,6 +100,14 @@ if python3 -c "import torch, transformers, safetensors, numpy" 2>/dev/null; then
   run transformers 0 python3 "$HERE/check_hf_transformers.py" --fp8train "$BIN" --export "$TMP/exp" \
     --batches 2 --batch 2 --seq-len 32 --tol 1e-5 --device cpu &&
     pass "transformers loads the export: $(grep 'relative difference' "$TMP/transformers.out")"
+  # Qwen2 (q/k/v biases, untied) in FP8 and BF16, sharded
+  for dt in fp8 bf16; do
+    run "qwen_export_$dt" 0 "$BIN" export "$QWEN" --to "$TMP/qwen_$dt" --dtype "$dt" --max-shard-size 100KB &&
+      expect "qwen_export_$dt" "shards + model.safetensors.index.json"
+    run "qwen_transformers_$dt" 0 python3 "$HERE/check_hf_transformers.py" --fp8train "$BIN" \
+      --export "$TMP/qwen_$dt" --batches 2 --batch 2 --seq-len 32 --tol 1e-5 --device cpu &&
+      pass "transformers loads the sharded Qwen2 $dt export: $(grep 'relative difference' "$TMP/qwen_transformers_$dt.out")"
+  done
 else
   echo "SKIP hf_init: transformers check (pip install torch transformers safetensors numpy)"
 fi
