@@ -89,6 +89,12 @@ ls -d "$TMP"/bad* >/dev/null 2>&1 && fail "a refused run wrote its --out" || pas
 run same_model 0 "$BIN" train --init "$SRC" --layers 2 --dim 64 $OPTS --steps 1 --out "$TMP/same" &&
   pass "model options that restate the source are accepted"
 
+# 3b. the debugging procedure from the imported weights: bisect --init finds an injected fault
+# (its recovery experiment resumes the bisection's own checkpoint, not --init)
+run bisect 0 "$BIN" bisect --init "$SRC" --steps 10 --batch 2 --seq-len 32 --out "$TMP/bis" \
+  --inject "layer=1,module=down,gemm=dgrad,kind=outliers:1e4" &&
+  expect bisect "steps per experiment from $SRC" && expect bisect "culprit: dgrad of layer 1"
+
 # 4. export of the fine-tuned model: the same architecture; transformers agrees (optional)
 FINAL=$(step_dir "$TMP/A" "$STEPS")
 run export 0 "$BIN" export "$FINAL" --to "$TMP/exp" --dtype fp32
