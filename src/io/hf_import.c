@@ -1,4 +1,4 @@
-/* Import: Hugging Face GPT-2 / Llama directories (ours or the Hub's), llm.c GPT-2 checkpoints
+/* Import: Hugging Face GPT-2 / Llama / Qwen2 directories (ours or the Hub's), llm.c GPT-2 checkpoints
  * and fp8train checkpoints into fp8t_weights, and fp8t_weights into a fresh training
  * checkpoint. Every reader checks the config keys, every tensor's presence, dtype and shape,
  * and rejects tensors it does not understand, naming the file and the fix. */
