@@ -366,6 +366,44 @@ static void test_sharded_export(void) {
     fp8t_weights_free(&w);
 }
 
+/* GPT-2 with its own head (tie_word_embeddings false): lm_head.weight out and back in. */
+static void test_gpt2_untied(void) {
+    char out[700], path[800], err[1024];
+    fp8t_weights w, back;
+    memset(&w, 0, sizeof(w));
+    T_ASSERT(fp8t_model_preset(&w.model, "tiny") == 0, "preset");
+    w.model.untied_head = 1;
+    fp8t_model_param_table(&w.model, NULL, &w.num_params);
+    w.params = malloc(w.num_params * sizeof(float));
+    T_ASSERT(w.params != NULL, "oom");
+    uint64_t x = 12345;
+    for (size_t i = 0; i < w.num_params; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        w.params[i] = (float)((double)(x >> 40) / (double)(1u << 24) - 0.5);
+    }
+    snprintf(out, sizeof(out), "%s/gpt2_untied", g_root);
+    T_CHECK(fp8t_export_hf(&w, out, FP8T_EXPORT_FP32, NULL, err, sizeof(err)) == 0, "%s", err);
+    snprintf(path, sizeof(path), "%s/config.json", out);
+    char *text = NULL;
+    size_t len;
+    T_CHECK(fp8t_read_file(path, &text, &len, err, sizeof(err)) == 0 && text &&
+                strstr(text, "\"tie_word_embeddings\":\tfalse"),
+            "config.json says untied");
+    free(text);
+    char *names = tensor_list(out), want[64];
+    snprintf(want, sizeof(want), "lm_head.weight:%d,%d,", w.model.vocab_size, w.model.n_embd);
+    T_CHECK(names && strstr(names, want), "%s written", want);
+    free(names);
+    if (fp8t_weights_load(out, &back, err, sizeof(err)) == 0) {
+        T_CHECK(back.model.untied_head == 1 && same_config(&w.model, &back.model), "config");
+        T_CHECK(same_params(&w, &back), "bit for bit");
+        fp8t_weights_free(&back);
+    } else {
+        T_FAIL("%s", err);
+    }
+    fp8t_weights_free(&w);
+}
+
 static void test_checkpoint_roundtrip(void) {
     for (int i = 0; i < N_FIX; i++) {
         const fixture *f = &FIX[i];
@@ -404,6 +442,7 @@ int main(void) {
     T_RUN(test_legacy_rope_config);
     T_RUN(test_export_roundtrip);
     T_RUN(test_sharded_export);
+    T_RUN(test_gpt2_untied);
     T_RUN(test_checkpoint_roundtrip);
     T_RUN(test_loss_matches_transformers);
     if (t_failed_total == 0) fp8t_rmtree(g_root);
