@@ -73,7 +73,15 @@ def main():
         how = "from_pretrained"
     else:
         # FP8 export: weight = float(fp8) * weight_scale_inv; input_scale is for FP8 runtimes
-        sd = load_file(os.path.join(args.export, "model.safetensors"))
+        single = os.path.join(args.export, "model.safetensors")
+        if os.path.exists(single):
+            sd = load_file(single)
+        else:  # sharded (export --max-shard-size): every shard the index names
+            with open(os.path.join(args.export, "model.safetensors.index.json")) as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+            sd = {}
+            for shard in shards:
+                sd.update(load_file(os.path.join(args.export, shard)))
         state = {}
         for name, t in sd.items():
             if name.endswith(".weight_scale_inv") or name.endswith(".input_scale"):

@@ -533,13 +533,22 @@ static void test_malformed_config(void) {
     T_CHECK(gpt2_edit("heads", bad_heads, "divisible") == 0, "n_head");
 }
 
+/* GQA, llama3 RoPE and untied heads are supported: what stays wrong is a config that does not
+ * fit the weights or names a variant fp8train lacks */
 static void llama_gqa(cJSON *o) { cJSON_ReplaceItemInObject(o, "num_key_value_heads", cJSON_CreateNumber(2)); }
+static void llama_gqa3(cJSON *o) { cJSON_ReplaceItemInObject(o, "num_key_value_heads", cJSON_CreateNumber(3)); }
 static void llama_rope(cJSON *o) {
     cJSON *rs = cJSON_CreateObject();
     cJSON_AddStringToObject(rs, "rope_type", "llama3");
     cJSON_ReplaceItemInObject(o, "rope_scaling", rs);
 }
+static void llama_yarn(cJSON *o) {
+    cJSON *rs = cJSON_CreateObject();
+    cJSON_AddStringToObject(rs, "rope_type", "yarn");
+    cJSON_AddItemToObject(o, "rope_parameters", rs);
+}
 static void llama_untied(cJSON *o) { cJSON_ReplaceItemInObject(o, "tie_word_embeddings", cJSON_CreateFalse()); }
+static void llama_attn_bias(cJSON *o) { cJSON_ReplaceItemInObject(o, "attention_bias", cJSON_CreateTrue()); }
 
 /* the BF16 Llama export */
 static int llama_edit(const char *tag, void (*edit)(cJSON *), const char *expect) {
@@ -547,9 +556,15 @@ static int llama_edit(const char *tag, void (*edit)(cJSON *), const char *expect
 }
 
 static void test_malformed_llama_config(void) {
-    T_CHECK(llama_edit("gqa", llama_gqa, "grouped-query") == 0, "GQA");
-    T_CHECK(llama_edit("rope", llama_rope, "rope_scaling") == 0, "rope scaling");
-    T_CHECK(llama_edit("untied", llama_untied, "lm_head") == 0, "untied head");
+    T_CHECK(llama_edit("gqa", llama_gqa, "k_proj.weight' has shape [64, 64] but config.json "
+                       "implies [32, 64]") == 0, "GQA config on MHA weights");
+    T_CHECK(llama_edit("gqa3", llama_gqa3, "must divide") == 0, "K/V heads not dividing");
+    T_CHECK(llama_edit("rope", llama_rope, "needs \"factor\"") == 0, "llama3 without factor");
+    T_CHECK(llama_edit("yarn", llama_yarn, "\"rope_parameters\" has rope_type \"yarn\"") == 0,
+            "yarn");
+    T_CHECK(llama_edit("untied", llama_untied, "'lm_head.weight' is missing") == 0,
+            "untied head without lm_head.weight");
+    T_CHECK(llama_edit("attn_bias", llama_attn_bias, "o_proj") == 0, "Llama attention_bias");
 }
 
 /* Hand-written safetensors: an FP8 weight without scale, a truncated file, an integer weight,

@@ -10,11 +10,13 @@
  *   GPT-2 -> GPT2LMHeadModel: transformer.wte/wpe, transformer.h.N.{ln_1, attn.c_attn,
  *     attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}, transformer.ln_f. Conv1D weights are stored
  *     [in, out], i.e. TRANSPOSED relative to fp8train's [out, in].
- *   Llama -> LlamaForCausalLM: model.embed_tokens, model.layers.N.{input_layernorm,
- *     self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm.
- *     The fused qkv [3C, C] is split by rows into q, k, v [C, C]; RoPE needs no permutation
- *     (fp8train's attention rotates the pairs (i, i + HS/2), the Hugging Face convention).
- *   The LM head is tied to the embedding in both (no lm_head.weight is written).
+ *   Llama -> LlamaForCausalLM (Qwen2ForCausalLM with q/k/v biases): model.embed_tokens,
+ *     model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
+ *     mlp.{gate,up,down}_proj}, model.norm. The fused qkv [(NH + 2 NKV) HS, C] is split by rows
+ *     into q [NH HS, C], k and v [NKV HS, C] (grouped-query attention), its bias likewise; RoPE
+ *     needs no permutation (fp8train's attention rotates the pairs (i, i + HS/2), the Hugging
+ *     Face convention).
+ *   An untied LM head is lm_head.weight; a tied one is not written.
  * FP8 export: every linear weight is F8_E4M3 with "<module>.weight_scale_inv" (F32 [1], weight ≈
  *   fp8 * weight_scale_inv, from the weight's own amax: current scaling) and
  *   "<module>.input_scale" (F32 [1], the activation's dequantization scale learned in training:
@@ -47,7 +49,7 @@ typedef struct {
     char *config_json;      /* a checkpoint's run config (JSON text) or NULL (malloc'd) */
     char *policy_json;      /* a checkpoint's policy (JSON text) or NULL (malloc'd) */
     fp8t_export_dtype stored_dtype; /* precision the weights were stored in (imports) */
-    char kind[32];          /* "checkpoint", "hf-gpt2", "hf-llama", "llmc-gpt2" */
+    char kind[32];          /* "checkpoint", "hf-gpt2", "hf-llama", "hf-qwen2", "llmc-gpt2" */
     char source[1024];      /* the path loaded */
     char notes[1024];       /* what the import did that a user should know ("" none) */
 } fp8t_weights;
@@ -62,6 +64,9 @@ void fp8t_weights_free(fp8t_weights *w);
  *   a regular file                       llm.c GPT-2 checkpoint (version 3 fp32 / 5 bf16)
  * 0 ok; -1 with err naming the file and what is wrong. */
 int fp8t_weights_load(const char *src, fp8t_weights *w, char *err, size_t errlen);
+/* The model config of what fp8t_weights_load would load, reading only config.json /
+ * state.json where there is one. 0 ok; -1 with err. */
+int fp8t_weights_read_config(const char *src, fp8t_model_config *cfg, char *err, size_t errlen);
 int fp8t_weights_from_checkpoint(const char *dir, fp8t_weights *w, char *err, size_t errlen);
 /* FP8 tensors are dequantized with their weight_scale_inv (per tensor, or 2-D block scales
  * with quantization_config.weight_block_size); input_scale, when present, seeds the X scales
@@ -79,7 +84,8 @@ int fp8t_weights_save_checkpoint(const fp8t_weights *w, const char *dir, uint64_
 
 typedef struct {
     int n_tensors;          /* tensors written to model.safetensors */
-    size_t bytes;           /* size of model.safetensors */
+    size_t bytes;           /* size of model.safetensors (all shards) */
+    int n_shards;           /* safetensors files written (1: model.safetensors) */
     int n_fp8;              /* FP8 weight matrices */
     int n_act_fallback;     /* FP8: linears without an amax history (input_scale from the
                                state's scale_inv instead) */
@@ -92,6 +98,13 @@ typedef struct {
  * rep->n_act_fallback). rep may be NULL. */
 int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
                    fp8t_export_report *rep, char *err, size_t errlen);
+/* The same, cut into shards of at most max_shard_bytes each (0: one file) where it does not
+ * fit one: model-0000K-of-0000N.safetensors + model.safetensors.index.json, as transformers'
+ * save_pretrained(max_shard_size=...) writes them. Refuses a directory that holds a
+ * model.safetensors (it would shadow the shards). */
+int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
+                           size_t max_shard_bytes, fp8t_export_report *rep, char *err,
+                           size_t errlen);
 
 /* Write an llm.c GPT-2 checkpoint (version 3 fp32 or 5 bf16), vocab padded to a multiple of
  * 128 with zero rows as llm.c does. GPT-2 architecture with mlp_hidden = 4 * n_embd only. */

@@ -47,6 +47,7 @@ typedef struct {
     int val_every, val_batches; /* validation every N steps on val_batches micro-batches */
     char resume[FP8T_PATH_MAX]; /* checkpoint directory to resume from */
     int resume_reset_fp8;       /* on resume, start the FP8 state fresh instead of restoring */
+    char init[FP8T_PATH_MAX];   /* --init: weights to start from (any fp8t_weights_load source) */
     int quiet;                  /* no progress lines (tests, bisect children) */
     int progress_every;         /* print a progress line every N steps */
     char tensorboard[FP8T_PATH_MAX]; /* --tensorboard DIR: TensorBoard event files; "" = off */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h> /* strcasecmp */
 
 #include "cli/cmd_weights_common.h"
 #include "fp8train/backend.h"
@@ -27,6 +28,9 @@ static void usage(FILE *f) {
         "                        <module>.input_scale (F32 [1], the activation scale learned in\n"
         "                        training: max of the FP8 amax history / 448); embeddings, norms,\n"
         "                        biases BF16; config.json gets a quantization_config (docs/export.md)\n"
+        "  --max-shard-size S    cut the safetensors into shards of at most S (e.g. 5GB, 500MB,\n"
+        "                        2GiB, or bytes) with model.safetensors.index.json, as\n"
+        "                        transformers' save_pretrained does (default: one file)\n"
         "  --format F            hf (default) | llmc (llm.c GPT-2 checkpoint; --dtype fp32 -> v3,\n"
         "                        bf16 -> v5)\n"
         "  --calib-data SRC      data to calibrate FP8 input scales on when the weights carry no\n"
@@ -36,11 +40,28 @@ static void usage(FILE *f) {
         "exit status: 0 ok, 1 failed while writing, 2 bad input\n");
 }
 
+/* "5GB", "500MB", "100KB" (powers of 10, as transformers reads them), "2GiB", or bytes. */
+static int parse_size(const char *v, size_t *out) {
+    char *end;
+    double x = strtod(v, &end);
+    static const struct { const char *suffix; double mul; } U[] = {
+        {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+    if (end == v || !(x > 0)) return -1;
+    for (size_t i = 0; i < sizeof(U) / sizeof(U[0]); i++)
+        if (!strcasecmp(end, U[i].suffix) && x * U[i].mul >= 1 && x * U[i].mul < 1e18) {
+            *out = (size_t)(x * U[i].mul);
+            return 0;
+        }
+    return -1;
+}
+
 int fp8t_cmd_export(int argc, char **argv) {
     if (argc > 0 && !strcmp(argv[0], "export")) { argc--; argv++; }
     const char *weights = NULL, *to = NULL, *format = "hf", *calib_data = NULL, *device = "cpu";
     fp8t_export_dtype dtype = FP8T_EXPORT_BF16;
     int calib_batches = 4, overwrite = 0;
+    size_t max_shard = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -59,6 +80,13 @@ int fp8t_cmd_export(int argc, char **argv) {
         else if (!strcmp(a, "--format")) format = v;
         else if (!strcmp(a, "--calib-data")) calib_data = v;
         else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--max-shard-size")) {
+            if (parse_size(v, &max_shard) != 0) {
+                fprintf(stderr, "fp8train export: --max-shard-size '%s': expected a size like "
+                        "5GB, 500MB, 2GiB or a number of bytes\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--calib-batches")) { if (cli_int(CMD, a, v, 1, 100000, &calib_batches)) return 2; }
         else if (!strcmp(a, "--dtype")) {
             if (fp8t_export_dtype_parse(&dtype, v) != 0) {
@@ -127,14 +155,20 @@ int fp8t_cmd_export(int argc, char **argv) {
         }
     }
     fp8t_export_report rep;
-    if (fp8t_export_hf(&w, to, dtype, &rep, err, sizeof(err)) != 0) {
+    if (fp8t_export_hf_sharded(&w, to, dtype, max_shard, &rep, err, sizeof(err)) != 0) {
         fprintf(stderr, "fp8train export: %s\n", err);
         status = 1;
         goto done;
     }
-    printf("wrote %s/model.safetensors (%d tensors, %.2f MB, %s) and %s/config.json (%s)\n", to,
+    char files[64];
+    if (rep.n_shards > 1)
+        snprintf(files, sizeof(files), "%d shards + model.safetensors.index.json", rep.n_shards);
+    else snprintf(files, sizeof(files), "model.safetensors");
+    printf("wrote %s/%s (%d tensors, %.2f MB, %s) and %s/config.json (%s)\n", to, files,
            rep.n_tensors, rep.bytes / 1e6, fp8t_export_dtype_name(dtype), to,
-           w.model.arch == FP8T_ARCH_GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM");
+           w.model.arch == FP8T_ARCH_GPT2 ? "GPT2LMHeadModel"
+           : w.model.qkv_bias             ? "Qwen2ForCausalLM"
+                                          : "LlamaForCausalLM");
     if (dtype == FP8T_EXPORT_FP8) {
         printf("fp8: %d weight matrices in E4M3 with per-tensor weight_scale_inv; input_scale in "
                "[%.4g, %.4g]\n", rep.n_fp8, (double)rep.min_input_scale, (double)rep.max_input_scale);

@@ -16,8 +16,9 @@ static void usage(FILE *f) {
         "usage: fp8train import SRC --to CKPT_DIR [--seed S] [--overwrite]\n"
         "  SRC: an llm.c GPT-2 checkpoint (gpt2_124M.bin fp32 v3 or gpt2_124M_bf16.bin v5; the\n"
         "  vocabulary padding rows Vp > V are dropped), or a Hugging Face directory with\n"
-        "  config.json and model.safetensors (GPT2LMHeadModel or LlamaForCausalLM with tied\n"
-        "  embeddings and full multi-head attention; F32/F16/BF16, or FP8 E4M3 dequantized with\n"
+        "  config.json and model.safetensors or sharded shards + model.safetensors.index.json\n"
+        "  (GPT2LMHeadModel, LlamaForCausalLM or Qwen2ForCausalLM: grouped-query attention,\n"
+        "  tied or untied head, llama3 RoPE scaling; F32/F16/BF16, or FP8 E4M3 dequantized with\n"
         "  weight_scale_inv; input_scale seeds the FP8 activation scales).\n"
         "  Writes a checkpoint at step 0 with zero AdamW moments and data position 0.\n"
         "options:\n"
@@ -26,7 +27,8 @@ static void usage(FILE *f) {
         "                        (model/optimizer/fp8_meta.safetensors, state.json), keep the rest\n"
         "  --seed S              the seed recorded in the checkpoint (data order of a resumed run;\n"
         "                        default 1337, fp8train train's default)\n"
-        "then: fp8train train --resume CKPT_DIR --steps N --out RUN [--data ...]\n");
+        "then: fp8train train --resume CKPT_DIR --steps N --out RUN [--data ...]\n"
+        "(or skip the checkpoint: fp8train train --init SRC --steps N --out RUN)\n");
 }
 
 int fp8t_cmd_import(int argc, char **argv) {

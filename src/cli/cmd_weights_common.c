@@ -47,6 +47,14 @@ void cli_describe_weights(char *buf, size_t len, const fp8t_weights *w) {
     int n = snprintf(buf, len, "%s, %s %d layers x %d wide (%d heads), vocab %d", w->kind,
                      fp8t_arch_name(c->arch), c->n_layer, c->n_embd, c->n_head, c->vocab_size);
     if (n < 0 || (size_t)n >= len) return;
+    /* what sets Llama-3 / Qwen2 checkpoints apart, when present */
+    if (c->n_kv_head > 0 && c->n_kv_head != c->n_head && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, ", %d K/V heads", c->n_kv_head);
+    if (c->untied_head && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ", untied head");
+    if (c->qkv_bias && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ", q/k/v biases");
+    if (c->rope_scaling.type == FP8T_ROPE_LLAMA3 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, ", llama3 RoPE x%g", (double)c->rope_scaling.factor);
+    if (n < 0 || (size_t)n >= len) return;
     if (!strcmp(w->kind, "checkpoint")) snprintf(buf + n, len - (size_t)n, ", step %d", w->step);
     else snprintf(buf + n, len - (size_t)n, ", %s weights", fp8t_export_dtype_name(w->stored_dtype));
 }

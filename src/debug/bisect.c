@@ -304,7 +304,10 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
         free(tc);
         return -1;
     }
-    if (resume) snprintf(tc->resume, sizeof tc->resume, "%s", resume);
+    if (resume) {
+        snprintf(tc->resume, sizeof tc->resume, "%s", resume);
+        tc->init[0] = 0; /* a recovery experiment continues a checkpoint of this bisection */
+    }
     tc->steps = c->start_step + c->cfg->steps;
     tc->quiet = 1;
     tc->ckpt_every = ckpt_every;
@@ -616,7 +619,10 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
     char pol[1024];
     fp8t_policy_describe(&cfg->train.policy, pol, sizeof pol);
     logf_(c, "bisect: %d steps per experiment from %s, threshold %.2f%%, runs in %s\n",
-          cfg->steps, cfg->train.resume[0] ? cfg->train.resume : "a fresh init",
+          cfg->steps,
+          cfg->train.resume[0] ? cfg->train.resume
+          : cfg->train.init[0] ? cfg->train.init
+                               : "a fresh init",
           100 * cfg->threshold, c->root);
     logf_(c, "bisect: policy under test: %s\n", pol);
     if (cfg->train.inject[0]) logf_(c, "bisect: injected fault: %s\n", cfg->train.inject);

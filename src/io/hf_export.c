@@ -20,6 +20,7 @@
 #include "fp8train/fp8.h"
 #include "fp8train/io.h"
 #include "fp8train/recipe.h"
+#include "util/fs.h" /* fp8t_is_regular_file */
 
 /* The parameter table of w, after checking that w's buffer matches its config. */
 static fp8t_param_info *checked_table(const fp8t_weights *w, int *count, char *err,
@@ -73,7 +74,7 @@ static void gather(float *out, const fp8t_hf_tensor *t, const fp8t_param_info *p
         for (int r = 0; r < R; r++)
             for (int c = 0; c < Cc; c++) out[(size_t)c * R + r] = src[(size_t)r * Cc + c];
     } else if (t->transform == FP8T_HF_ROWS) {
-        const size_t cols = (size_t)p->shape[1];
+        const size_t cols = p->ndim == 2 ? (size_t)p->shape[1] : 1; /* 1: a bias slice */
         memcpy(out, src + (size_t)t->row0 * cols, (size_t)t->rows * cols * sizeof(float));
     } else {
         memcpy(out, src, p->numel * sizeof(float));
@@ -148,22 +149,45 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
         cJSON_AddBoolToObject(o, "scale_attn_by_inverse_layer_idx", 0);
         cJSON_AddBoolToObject(o, "reorder_and_upcast_attn", 0);
     } else {
-        add_model_kind(o, "LlamaForCausalLM", "llama", c->vocab_size);
+        /* q/k/v biases are Qwen2's architecture (Llama's attention_bias would add o_proj's) */
+        const int qwen2 = c->qkv_bias != 0;
+        add_model_kind(o, qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM",
+                       qwen2 ? "qwen2" : "llama", c->vocab_size);
         cJSON_AddNumberToObject(o, "hidden_size", c->n_embd);
         cJSON_AddNumberToObject(o, "intermediate_size", c->mlp_hidden);
         cJSON_AddNumberToObject(o, "num_hidden_layers", c->n_layer);
         cJSON_AddNumberToObject(o, "num_attention_heads", c->n_head);
-        cJSON_AddNumberToObject(o, "num_key_value_heads", c->n_head);
+        cJSON_AddNumberToObject(o, "num_key_value_heads",
+                                c->n_kv_head > 0 ? c->n_kv_head : c->n_head);
         cJSON_AddNumberToObject(o, "head_dim", c->n_embd / c->n_head);
         cJSON_AddNumberToObject(o, "max_position_embeddings", c->seq_len);
         cJSON_AddNumberToObject(o, "rms_norm_eps", clean(c->norm_eps));
+        /* rope_theta + rope_scaling: what transformers 4.x reads and newer versions still
+         * accept (they fold both into rope_parameters on load) */
         cJSON_AddNumberToObject(o, "rope_theta", clean(c->rope_theta));
-        cJSON_AddNullToObject(o, "rope_scaling");
+        if (c->rope_scaling.type == FP8T_ROPE_LLAMA3) {
+            cJSON *r = cJSON_AddObjectToObject(o, "rope_scaling");
+            cJSON_AddStringToObject(r, "rope_type", "llama3");
+            cJSON_AddNumberToObject(r, "factor", clean(c->rope_scaling.factor));
+            cJSON_AddNumberToObject(r, "low_freq_factor", clean(c->rope_scaling.low_freq_factor));
+            cJSON_AddNumberToObject(r, "high_freq_factor",
+                                    clean(c->rope_scaling.high_freq_factor));
+            cJSON_AddNumberToObject(r, "original_max_position_embeddings",
+                                    c->rope_scaling.original_max_pos);
+        } else {
+            cJSON_AddNullToObject(o, "rope_scaling");
+        }
         cJSON_AddStringToObject(o, "hidden_act", "silu");
-        cJSON_AddBoolToObject(o, "attention_bias", 0);
-        cJSON_AddBoolToObject(o, "mlp_bias", 0);
+        if (qwen2) {
+            cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+            cJSON_AddNumberToObject(o, "sliding_window", c->seq_len);
+            cJSON_AddNumberToObject(o, "max_window_layers", c->n_layer);
+        } else {
+            cJSON_AddBoolToObject(o, "attention_bias", 0);
+            cJSON_AddBoolToObject(o, "mlp_bias", 0);
+            cJSON_AddNumberToObject(o, "pretraining_tp", 1);
+        }
         cJSON_AddNumberToObject(o, "attention_dropout", 0);
-        cJSON_AddNumberToObject(o, "pretraining_tp", 1);
     }
     cJSON_AddNumberToObject(o, "initializer_range", 0.02);
     if (gpt2_vocab) {
@@ -173,7 +197,7 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
         cJSON_AddNullToObject(o, "bos_token_id");
         cJSON_AddNullToObject(o, "eos_token_id");
     }
-    cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", !c->untied_head);
     cJSON_AddBoolToObject(o, "use_cache", 1);
     cJSON_AddStringToObject(o, "torch_dtype", torch_dtype);
     if (dtype == FP8T_EXPORT_FP8) {
@@ -213,8 +237,51 @@ static void add_module_scalar(fp8t_st_writer *wr, const char *module, const char
     fp8t_st_writer_add(wr, name, FP8T_ST_F32, 1, &one, &value);
 }
 
+/* Bytes tensor t takes in the file (an FP8 weight brings two F32 [1] scales). */
+static size_t stored_bytes(const fp8t_hf_tensor *t, fp8t_export_dtype dtype) {
+    const size_t n = numel_of(t);
+    if (dtype == FP8T_EXPORT_FP32) return 4 * n;
+    if (dtype == FP8T_EXPORT_FP8 && t->lin >= 0) return n + 8;
+    return 2 * n;
+}
+
+/* model.safetensors.index.json as transformers writes it: total_size and the weight_map. */
+static int write_index(const char *dir, const fp8t_hf_tensor *map, int n, const int *shard,
+                       int n_shards, fp8t_export_dtype dtype, size_t total, char *err,
+                       size_t errlen) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(o, "metadata");
+    cJSON_AddNumberToObject(meta, "total_size", (double)total);
+    cJSON *wm = cJSON_AddObjectToObject(o, "weight_map");
+    char file[64], name[192];
+    for (int i = 0; i < n; i++) {
+        snprintf(file, sizeof(file), "model-%05d-of-%05d.safetensors", shard[i] + 1, n_shards);
+        cJSON_AddStringToObject(wm, map[i].name, file);
+        if (dtype == FP8T_EXPORT_FP8 && map[i].lin >= 0) {
+            snprintf(name, sizeof(name), "%s.weight_scale_inv", map[i].module);
+            cJSON_AddStringToObject(wm, name, file);
+            snprintf(name, sizeof(name), "%s.input_scale", map[i].module);
+            cJSON_AddStringToObject(wm, name, file);
+        }
+    }
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+    int rc = text ? fp8t_write_file_atomic(path, text, strlen(text), err, errlen)
+                  : fp8t_errorf(err, errlen, "export: out of memory");
+    free(text);
+    return rc;
+}
+
 int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
                    fp8t_export_report *rep, char *err, size_t errlen) {
+    return fp8t_export_hf_sharded(w, dir, dtype, 0, rep, err, errlen);
+}
+
+int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
+                           size_t max_shard_bytes, fp8t_export_report *rep, char *err,
+                           size_t errlen) {
     fp8t_export_report r;
     memset(&r, 0, sizeof(r));
     r.min_input_scale = INFINITY;
@@ -228,16 +295,52 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
     if (!info) return -1;
     int n = fp8t_hf_tensor_map(&w->model, NULL);
     fp8t_hf_tensor *map = n > 0 ? calloc((size_t)n, sizeof(*map)) : NULL;
-    fp8t_st_writer *wr = fp8t_st_writer_new();
+    int *shard = n > 0 ? calloc((size_t)n, sizeof(int)) : NULL; /* [n] shard of each tensor */
+    fp8t_st_writer **wrs = NULL;
+    int n_shards = 1;
     float *buf = NULL;
     void *enc = NULL;
     char *text = NULL;
     int rc = -1;
-    if (!map || !wr) {
+    size_t total = 0;
+    if (!map || !shard) {
         fp8t_errorf(err, errlen, "export: out of memory");
         goto done;
     }
     fp8t_hf_tensor_map(&w->model, map);
+    /* shards in file order, as transformers' save_pretrained(max_shard_size) cuts them: a
+     * tensor larger than the limit gets a shard of its own */
+    {
+        size_t in_shard = 0;
+        for (int i = 0; i < n; i++) {
+            const size_t b = stored_bytes(&map[i], dtype);
+            if (max_shard_bytes && in_shard > 0 && in_shard + b > max_shard_bytes) {
+                n_shards++;
+                in_shard = 0;
+            }
+            shard[i] = n_shards - 1;
+            in_shard += b;
+            total += b;
+        }
+    }
+    wrs = calloc((size_t)n_shards, sizeof(*wrs));
+    for (int k = 0; wrs && k < n_shards; k++)
+        if (!(wrs[k] = fp8t_st_writer_new())) break;
+    if (!wrs || !wrs[n_shards - 1]) {
+        fp8t_errorf(err, errlen, "export: out of memory");
+        goto done;
+    }
+    char path[4200];
+    if (n_shards > 1) {
+        /* a single model.safetensors next to the shards would win over them in every loader */
+        snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+        if (fp8t_is_regular_file(path)) {
+            fp8t_errorf(err, errlen, "export: %s exists (an earlier single-file export?) and "
+                        "loaders would read it instead of the shards; remove it or export to "
+                        "a new directory", path);
+            goto done;
+        }
+    }
     size_t maxn = 0;
     for (int i = 0; i < n; i++) maxn = numel_of(&map[i]) > maxn ? numel_of(&map[i]) : maxn;
     buf = malloc(maxn * sizeof(float));  /* [maxn] one tensor in the HF layout */
@@ -251,6 +354,7 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
     for (int i = 0; i < n; i++) {
         const fp8t_hf_tensor *t = &map[i];
         const size_t numel = numel_of(t);
+        fp8t_st_writer *wr = wrs[shard[i]];
         gather(buf, t, &info[t->param], w->params);
         if (dtype == FP8T_EXPORT_FP32) {
             fp8t_st_writer_add(wr, t->name, FP8T_ST_F32, t->ndim, t->shape, buf);
@@ -276,20 +380,26 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
     }
     /* Llama q/k/v share one input: the same input_scale appears three times (one per module,
      * as the per-module layout wants); counted once per matrix above. */
-    fp8t_st_writer_metadata(wr, "format", "pt");
-    fp8t_st_writer_metadata(wr, "fp8train_export_dtype", fp8t_export_dtype_name(dtype));
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    if (fp8t_st_writer_save(wr, path, err, errlen) != 0) goto done;
-    {
+    for (int k = 0; k < n_shards; k++) {
+        fp8t_st_writer_metadata(wrs[k], "format", "pt");
+        fp8t_st_writer_metadata(wrs[k], "fp8train_export_dtype", fp8t_export_dtype_name(dtype));
+        if (n_shards > 1)
+            snprintf(path, sizeof(path), "%s/model-%05d-of-%05d.safetensors", dir, k + 1,
+                     n_shards);
+        else snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+        if (fp8t_st_writer_save(wrs[k], path, err, errlen) != 0) goto done;
         FILE *f = fopen(path, "rb");
         if (f) {
             fseek(f, 0, SEEK_END);
             long sz = ftell(f);
-            r.bytes = sz > 0 ? (size_t)sz : 0;
+            r.bytes += sz > 0 ? (size_t)sz : 0;
             fclose(f);
         }
     }
+    if (n_shards > 1 &&
+        write_index(dir, map, n, shard, n_shards, dtype, total, err, errlen) != 0)
+        goto done;
+    r.n_shards = n_shards;
     r.n_tensors = n + 2 * r.n_fp8;
     cJSON *cj = config_json(w, dtype);
     text = cJSON_Print(cj);
@@ -307,8 +417,10 @@ done:
     free(buf);
     free(enc);
     free(map);
+    free(shard);
     free(info);
-    fp8t_st_writer_free(wr);
+    for (int k = 0; wrs && k < n_shards; k++) fp8t_st_writer_free(wrs[k]);
+    free(wrs);
     return rc;
 }
 

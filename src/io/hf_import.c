@@ -1,4 +1,4 @@
-/* Import: Hugging Face GPT-2 / Llama directories (ours or the Hub's), llm.c GPT-2 checkpoints
+/* Import: Hugging Face GPT-2 / Llama / Qwen2 directories (ours or the Hub's), llm.c GPT-2 checkpoints
  * and fp8train checkpoints into fp8t_weights, and fp8t_weights into a fresh training
  * checkpoint. Every reader checks the config keys, every tensor's presence, dtype and shape,
  * and rejects tensors it does not understand, naming the file and the fix. */
@@ -374,6 +374,73 @@ static int cfg_string_in(cfg_reader *r, const char *key, const char *def, const 
                        s, why);
 }
 
+/* One number of a RoPE object; absent -> def. */
+static int rope_num(const char *path, const char *obj_name, const cJSON *rs, const char *key,
+                    double def, double *out, char *err, size_t errlen) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(rs, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (def < 0)
+            return fp8t_errorf(err, errlen, "%s: \"%s\" of rope type llama3 needs \"%s\"", path,
+                               obj_name, key);
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
+        return fp8t_errorf(err, errlen, "%s: \"%s\".\"%s\" must be a positive number", path,
+                           obj_name, key);
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* RoPE: rope_theta and the frequency scaling, from "rope_scaling" (transformers up to 4.x) or
+ * "rope_parameters" (newer transformers, which moves rope_theta inside it too). Types
+ * "default" and "llama3"; anything else (linear, dynamic, yarn, longrope) is refused. */
+static int parse_rope(const char *path, const cJSON *o, fp8t_model_config *c, char *err,
+                      size_t errlen) {
+    const char *name = "rope_parameters";
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!rs || cJSON_IsNull(rs)) {
+        name = "rope_scaling";
+        rs = cJSON_GetObjectItemCaseSensitive(o, name);
+    }
+    if (!rs || cJSON_IsNull(rs)) return 0;
+    if (!cJSON_IsObject(rs))
+        return fp8t_errorf(err, errlen, "%s: \"%s\" must be an object or null", path, name);
+    const cJSON *th = cJSON_GetObjectItemCaseSensitive(rs, "rope_theta");
+    if (th && !cJSON_IsNull(th)) {
+        if (!cJSON_IsNumber(th) || !(th->valuedouble > 0) || !isfinite(th->valuedouble))
+            return fp8t_errorf(err, errlen, "%s: \"%s\".\"rope_theta\" must be a positive number",
+                               path, name);
+        c->rope_theta = (float)th->valuedouble;
+    }
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!ty || cJSON_IsNull(ty)) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    const char *type = cJSON_IsString(ty) ? ty->valuestring : "default";
+    if (!strcmp(type, "default")) return 0;
+    if (strcmp(type, "llama3") != 0)
+        return fp8t_errorf(err, errlen,
+                           "%s: \"%s\" has rope_type \"%s\", which fp8train does not support "
+                           "(\"default\" and \"llama3\" only)",
+                           path, name, type);
+    double factor, lo, hi, orig;
+    if (rope_num(path, name, rs, "factor", -1, &factor, err, errlen) ||
+        rope_num(path, name, rs, "low_freq_factor", -1, &lo, err, errlen) ||
+        rope_num(path, name, rs, "high_freq_factor", -1, &hi, err, errlen) ||
+        rope_num(path, name, rs, "original_max_position_embeddings", -1, &orig, err, errlen))
+        return -1;
+    if (!(hi > lo) || orig != floor(orig) || orig > (1 << 30))
+        return fp8t_errorf(err, errlen,
+                           "%s: \"%s\": llama3 needs high_freq_factor > low_freq_factor and an "
+                           "integer original_max_position_embeddings",
+                           path, name);
+    c->rope_scaling.type = FP8T_ROPE_LLAMA3;
+    c->rope_scaling.factor = (float)factor;
+    c->rope_scaling.low_freq_factor = (float)lo;
+    c->rope_scaling.high_freq_factor = (float)hi;
+    c->rope_scaling.original_max_pos = (int)orig;
+    return 0;
+}
+
 static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *c, int *tied,
                            char *err, size_t errlen) {
     memset(c, 0, sizeof(*c));
@@ -382,7 +449,7 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
     if (!cJSON_IsString(mt))
         return fp8t_errorf(err, errlen,
                            "%s: \"model_type\" is missing; fp8train imports model_type "
-                           "\"gpt2\" or \"llama\"",
+                           "\"gpt2\", \"llama\" or \"qwen2\"",
                            path);
     const cJSON *tw = cJSON_GetObjectItemCaseSensitive(o, "tie_word_embeddings");
     if (tw && !cJSON_IsNull(tw) && !cJSON_IsBool(tw))
@@ -408,9 +475,12 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
             cfg_bool_must(&r, "add_cross_attention", 0, "decoder-only models only"))
             return -1;
         *tied = !tw || cJSON_IsNull(tw) || cJSON_IsTrue(tw); /* GPT2Config default: tied */
-    } else if (!strcmp(mt->valuestring, "llama")) {
-        r.needs = "a Llama config needs hidden_size, num_hidden_layers, num_attention_heads, "
-                  "intermediate_size, max_position_embeddings and vocab_size";
+        c->untied_head = !*tied;
+    } else if (!strcmp(mt->valuestring, "llama") || !strcmp(mt->valuestring, "qwen2")) {
+        /* Qwen2 is Llama with biases on q, k and v (and a sliding window we refuse) */
+        const int qwen2 = !strcmp(mt->valuestring, "qwen2");
+        r.needs = "a Llama/Qwen2 config needs hidden_size, num_hidden_layers, "
+                  "num_attention_heads, intermediate_size, max_position_embeddings and vocab_size";
         c->arch = FP8T_ARCH_LLAMA;
         if (cfg_int(&r, "hidden_size", -1, &c->n_embd) ||
             cfg_int(&r, "num_hidden_layers", -1, &c->n_layer) ||
@@ -421,13 +491,14 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
             return -1;
         int kv, hd;
         if (cfg_int(&r, "num_key_value_heads", c->n_head, &kv)) return -1;
-        if (kv != c->n_head)
-            return fp8t_errorf(
-                err, errlen,
-                "%s: num_key_value_heads = %d differs from "
-                "num_attention_heads = %d: grouped-query attention is not supported by "
-                "fp8train's model (full multi-head attention only)",
-                path, kv, c->n_head);
+        if (kv > c->n_head || c->n_head % kv != 0)
+            return fp8t_errorf(err, errlen,
+                               "%s: num_key_value_heads = %d must divide num_attention_heads = "
+                               "%d (grouped-query attention shares each K/V head among "
+                               "num_attention_heads / num_key_value_heads query heads)",
+                               path, kv, c->n_head);
+        /* 0 = as many K/V heads as query heads: the form older fp8train configs have */
+        c->n_kv_head = kv == c->n_head ? 0 : kv;
         if (c->n_embd % c->n_head != 0)
             return fp8t_errorf(err, errlen,
                                "%s: hidden_size %d is not divisible by num_attention_heads "
@@ -437,31 +508,34 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
         if (hd != c->n_embd / c->n_head)
             return fp8t_errorf(err, errlen,
                                "%s: head_dim = %d differs from hidden_size / "
-                               "num_attention_heads = %d: not supported",
+                               "num_attention_heads = %d: not supported (fp8train's head size "
+                               "is hidden_size / num_attention_heads)",
                                path, hd, c->n_embd / c->n_head);
         if (cfg_float(&r, "rms_norm_eps", 1e-6, &c->norm_eps) ||
             cfg_float(&r, "rope_theta", 10000.0, &c->rope_theta))
             return -1;
-        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(o, "rope_scaling");
-        if (rs && !cJSON_IsNull(rs)) {
-            const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-            if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
-            int plain = cJSON_IsString(ty) && !strcmp(ty->valuestring, "default");
-            if (!plain)
-                return fp8t_errorf(err, errlen,
-                                   "%s: \"rope_scaling\" (%s) is not supported: fp8train's "
-                                   "RoPE is the plain rotary embedding with base rope_theta",
-                                   path, cJSON_IsString(ty) ? ty->valuestring : "set");
-        }
+        if (parse_rope(path, o, c, err, errlen) != 0) return -1;
         static const char *const acts[] = {"silu", "swish", NULL};
-        if (cfg_string_in(&r, "hidden_act", "silu", acts, "fp8train's Llama MLP is SwiGLU (silu)") ||
-            cfg_bool_must(&r, "attention_bias", 0, "fp8train's Llama has no biases") ||
-            cfg_bool_must(&r, "mlp_bias", 0, "fp8train's Llama has no biases"))
+        if (cfg_string_in(&r, "hidden_act", "silu", acts, "fp8train's Llama MLP is SwiGLU (silu)"))
             return -1;
-        *tied = tw && cJSON_IsTrue(tw); /* LlamaConfig default: untied */
+        if (qwen2) {
+            c->qkv_bias = 1;
+            if (cfg_bool_must(&r, "use_sliding_window", 0,
+                              "fp8train's attention is full causal attention (no sliding window)"))
+                return -1;
+        } else if (cfg_bool_must(&r, "attention_bias", 0,
+                                 "Llama's attention_bias adds a bias to o_proj too; fp8train's "
+                                 "Llama has biases on q, k, v only (Qwen2)") ||
+                   cfg_bool_must(&r, "mlp_bias", 0, "fp8train's Llama MLP has no biases")) {
+            return -1;
+        }
+        /* LlamaConfig and Qwen2Config default to an untied head */
+        *tied = tw && cJSON_IsTrue(tw);
+        c->untied_head = !*tied;
     } else {
         return fp8t_errorf(err, errlen, "%s: model_type \"%s\" is not supported; fp8train imports "
-                           "\"gpt2\" (GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)", path,
+                           "\"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) and \"qwen2\" "
+                           "(Qwen2ForCausalLM)", path,
                            mt->valuestring);
     }
     return 0;
@@ -545,7 +619,7 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
         cJSON_Delete(cfg);
         return fp8t_errorf(err, errlen, "%s: not a JSON object", cpath);
     }
-    int tied = 1;
+    int tied = 1; /* (c->untied_head says the same; kept for the parser's GPT-2 default) */
     if (parse_hf_config(cpath, cfg, &w->model, &tied, err, errlen) != 0) {
         cJSON_Delete(cfg);
         return -1;
@@ -573,7 +647,8 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
         }
     }
     cJSON_Delete(cfg);
-    snprintf(w->kind, sizeof(w->kind), "hf-%s", fp8t_arch_name(w->model.arch));
+    snprintf(w->kind, sizeof(w->kind), "hf-%s",
+             w->model.qkv_bias ? "qwen2" : fp8t_arch_name(w->model.arch));
     if (alloc_params(w, err, errlen) != 0) {
         fp8t_weights_free(w);
         return -1;
@@ -706,13 +781,15 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
             for (int cc = 0; cc < Cc; cc++)
                 for (int r = 0; r < R; r++) dst[(size_t)r * Cc + cc] = buf[(size_t)cc * R + r];
         } else if (ht->transform == FP8T_HF_ROWS) {
-            memcpy(dst + (size_t)ht->row0 * (size_t)p->shape[1], buf, numel * sizeof(float));
+            const size_t cols = p->ndim == 2 ? (size_t)p->shape[1] : 1; /* 1: a bias slice */
+            memcpy(dst + (size_t)ht->row0 * cols, buf, numel * sizeof(float));
         } else {
             memcpy(dst, buf, numel * sizeof(float));
         }
     }
-    /* the LM head: tied in fp8train; an explicit lm_head.weight must equal the embedding */
-    {
+    /* a tied LM head (an untied one is in the map): an lm_head.weight in the file must equal
+     * the embedding, since transformers would ignore it and the model would differ */
+    if (!c->untied_head) {
         found_tensor fh;
         if (tensors_find_exact(&s, "lm_head.weight", &fh)) {
             const fp8t_param_info *wte = &info[0];
@@ -730,19 +807,13 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
             if (!ok || diff) {
                 fp8t_errorf(
                     err, errlen,
-                    "%s: lm_head.weight differs from the token embedding (%s): "
-                    "fp8train's model ties the LM head to the embedding, so untied models cannot "
-                    "be imported",
+                    "%s: lm_head.weight differs from the token embedding (%s) but "
+                    "config.json says tie_word_embeddings is true; set it to false in "
+                    "config.json to import the head as its own matrix",
                     dir, ok ? "values differ" : "shape or dtype differs");
                 goto done;
             }
             note(w, "lm_head.weight equals the embedding (tied)");
-        } else if (!tied) {
-            fp8t_errorf(err, errlen,
-                        "%s: config.json says tie_word_embeddings is false but there is no "
-                        "lm_head.weight; fp8train's model ties the head to the embedding",
-                        dir);
-            goto done;
         }
     }
     /* anything left unread is a tensor this model does not have */
@@ -854,6 +925,46 @@ int fp8t_weights_load(const char *src, fp8t_weights *w, char *err, size_t errlen
         return fp8t_import_hf(path, w, err, errlen);
     }
     return fp8t_import_llmc(src, w, err, errlen);
+}
+
+/* The model config alone: config.json or state.json is all that is read (an 8B model's
+ * tensors stay on disk); an llm.c .bin is small enough to read whole. */
+int fp8t_weights_read_config(const char *src, fp8t_model_config *cfg, char *err, size_t errlen) {
+    char path[PATH_BUF];
+    if (src && fp8t_is_dir(src)) {
+        snprintf(path, sizeof(path), "%s/state.json", src);
+        if (fp8t_is_regular_file(path)) {
+            fp8t_checkpoint ck;
+            if (fp8t_checkpoint_read_state(src, &ck, err, errlen) != 0) return -1;
+            *cfg = ck.model;
+            fp8t_checkpoint_free(&ck);
+            return 0;
+        }
+        snprintf(path, sizeof(path), "%s/config.json", src);
+        if (fp8t_is_regular_file(path)) {
+            char *text = NULL;
+            size_t len;
+            if (fp8t_read_file(path, &text, &len, err, errlen) != 0) return -1;
+            cJSON *o = cJSON_Parse(text);
+            free(text);
+            if (!cJSON_IsObject(o)) {
+                cJSON_Delete(o);
+                return fp8t_errorf(err, errlen, "%s: not a JSON object", path);
+            }
+            int tied, rc = parse_hf_config(path, o, cfg, &tied, err, errlen);
+            cJSON_Delete(o);
+            char e[256];
+            if (rc == 0 && fp8t_model_config_check(cfg, e, sizeof(e)) != 0)
+                rc = fp8t_errorf(err, errlen, "%s: the model it describes is not valid for "
+                                 "fp8train: %s", path, e);
+            return rc;
+        }
+    }
+    fp8t_weights w;
+    if (fp8t_weights_load(src, &w, err, errlen) != 0) return -1;
+    *cfg = w.model;
+    fp8t_weights_free(&w);
+    return 0;
 }
 
 /* ================================================================ to a training checkpoint */

@@ -1,10 +1,11 @@
-/* The Hugging Face name and layout of every fp8train parameter tensor (GPT2LMHeadModel and
- * LlamaForCausalLM), shared by the export and the import so the two can never disagree.
+/* The Hugging Face name and layout of every fp8train parameter tensor (GPT2LMHeadModel,
+ * LlamaForCausalLM and Qwen2ForCausalLM, which share Llama's names), shared by the export and the import so the two can never disagree.
  *
  * GPT-2's transformers implementation uses Conv1D modules whose weight is [in, out]: the
  * transpose of our nn.Linear-style [out, in]. Llama uses nn.Linear [out, in] like us; our
- * fused qkv [3C, C] holds q | k | v by rows (each [NH, HS] per token, see backend.h), which is
- * exactly torch.cat([q_proj, k_proj, v_proj]) of the Hugging Face weights. */
+ * fused qkv [(NH + 2 NKV) HS, C] holds q | k | v by rows (q [NH, HS], k and v [NKV, HS] per
+ * token), which is exactly torch.cat([q_proj, k_proj, v_proj]) of the Hugging Face weights;
+ * Qwen2's q/k/v biases concatenate the same way into qkv.b. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,7 @@ static void add(map_builder *b, const fp8t_param_info *info, int param, const ch
         t->rows = rows;
         t->lin = lin;
         if (p->ndim == 1) {
-            t->shape[0] = p->shape[0];
+            t->shape[0] = tr == FP8T_HF_ROWS ? rows : p->shape[0]; /* a slice of a bias */
         } else if (tr == FP8T_HF_TRANSPOSE) {
             t->shape[0] = p->shape[1];
             t->shape[1] = p->shape[0];
@@ -65,6 +66,7 @@ int fp8t_hf_tensor_map(const fp8t_model_config *cfg, fp8t_hf_tensor *map) {
     fp8t_model_param_table(cfg, info, NULL);
     map_builder b = {map, 0};
     const int C = cfg->n_embd, mpl = fp8t_model_modules_per_layer(cfg);
+    const int NH = cfg->n_head, HS = C / NH, NKV = cfg->n_kv_head > 0 ? cfg->n_kv_head : NH;
     char hf[128], ours[64];
 #define P(fmt_ours, ...) (snprintf(ours, sizeof(ours), fmt_ours, __VA_ARGS__), find(info, n, ours))
     if (cfg->arch == FP8T_ARCH_GPT2) {
@@ -100,10 +102,20 @@ int fp8t_hf_tensor_map(const fp8t_model_config *cfg, fp8t_hf_tensor *map) {
             const int lin0 = l * mpl;
             snprintf(hf, sizeof(hf), "model.layers.%d.input_layernorm.weight", l);
             add(&b, info, P("h.%d.ln1.w", l), hf, FP8T_HF_COPY, 0, 0, -1);
+            /* q, k, v: the row blocks [0, NH*HS), [NH*HS, (NH+NKV)*HS), [(NH+NKV)*HS, ...) of
+             * our fused qkv (weight and, for Qwen2, bias) */
             static const char *QKV[3] = {"q_proj", "k_proj", "v_proj"};
+            const int row0[3] = {0, NH * HS, (NH + NKV) * HS};
+            const int rows[3] = {NH * HS, NKV * HS, NKV * HS};
             for (int s = 0; s < 3; s++) {
                 snprintf(hf, sizeof(hf), "model.layers.%d.self_attn.%s.weight", l, QKV[s]);
-                add(&b, info, P("h.%d.qkv.w", l), hf, FP8T_HF_ROWS, s * C, C, lin0 + 0);
+                add(&b, info, P("h.%d.qkv.w", l), hf, FP8T_HF_ROWS, row0[s], rows[s], lin0 + 0);
+            }
+            if (cfg->qkv_bias) {
+                for (int s = 0; s < 3; s++) {
+                    snprintf(hf, sizeof(hf), "model.layers.%d.self_attn.%s.bias", l, QKV[s]);
+                    add(&b, info, P("h.%d.qkv.b", l), hf, FP8T_HF_ROWS, row0[s], rows[s], -1);
+                }
             }
             snprintf(hf, sizeof(hf), "model.layers.%d.self_attn.o_proj.weight", l);
             add(&b, info, P("h.%d.proj.w", l), hf, FP8T_HF_COPY, 0, 0, lin0 + 1);
@@ -118,6 +130,10 @@ int fp8t_hf_tensor_map(const fp8t_model_config *cfg, fp8t_hf_tensor *map) {
         }
         add(&b, info, find(info, n, "lnf.w"), "model.norm.weight", FP8T_HF_COPY, 0, 0, -1);
     }
+    /* an untied head: its own [V, C] matrix, BF16 like the embedding in an FP8 export (lin -1:
+     * the head's GEMM runs in BF16 by default and transformers' FP8 loaders skip lm_head) */
+    if (cfg->untied_head)
+        add(&b, info, find(info, n, "lm_head.w"), "lm_head.weight", FP8T_HF_COPY, 0, 0, -1);
 #undef P
     free(info);
     return b.count;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fp8train/checkpoint.h"
+#include "fp8train/export.h" /* fp8t_weights_read_config (--init) */
 #include "fp8train/inject.h"
 #include "fp8train/io.h"
 #include "fp8train/tokenizer.h"
@@ -327,6 +328,9 @@ static const opt OPTIONS[] = {
         "resume from a checkpoint directory (weights, optimizer, FP8 state, data position)"),
     NUM("reset-fp8", NULL, OT_FLAG, resume_reset_fp8, 0, 1, G_CKPT,
         "on --resume, start the FP8 scaling state fresh"),
+    STR("init", "SRC", init, G_CKPT,
+        "start from the weights of SRC (Hugging Face directory, checkpoint or llm.c .bin): "
+        "its model, fresh AdamW moments, step 0, data from the start"),
 
     NUM("zero", "0|1", OT_INT, zero, 0, 1, G_DP,
         "1: ZeRO-1, the AdamW moments sharded across ranks (reduce-scatter of the gradients, "
@@ -707,6 +711,32 @@ typedef struct {
     const char *value;
 } arg_pair;
 
+/* --init SRC: the model is SRC's. Model options (a preset, --layers, a config file's "model")
+ * may only restate it: a differing one would leave weights without a place in the model. */
+static int adopt_init_model(fp8t_train_config *c, int model_set, char *err, size_t errlen) {
+    if (c->resume[0]) {
+        snprintf(err, errlen, "--init and --resume exclude each other: --resume %s continues a "
+                 "run (weights, optimizer, step, data position); --init starts a new run from "
+                 "weights only", c->resume);
+        return -1;
+    }
+    fp8t_model_config src;
+    char e[1536], why[512];
+    if (fp8t_weights_read_config(c->init, &src, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "--init: %s", e);
+        return -1;
+    }
+    if (model_set && fp8t_model_config_diff(&src, &c->model, why, sizeof(why)) != 0) {
+        snprintf(err, errlen, "--init %s: the model comes from it (%s, %d layers, n_embd %d), "
+                 "but the model options given ask for another: %s (\"checkpoint\" = %s); drop "
+                 "--preset and the model options, or make them match", c->init,
+                 fp8t_arch_name(src.arch), src.n_layer, src.n_embd, why, c->init);
+        return -1;
+    }
+    c->model = src;
+    return 0;
+}
+
 static int adopt_checkpoint_model(fp8t_train_config *c, char *err, size_t errlen) {
     fp8t_checkpoint ck;
     char e[1024];
@@ -801,6 +831,16 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
             goto done;
         }
     }
+    /* --init on the command line: its model is the base the model options then adjust (so
+     * --layers 4 reads as "4 layers instead of SRC's 2", refused below) */
+    for (int i = 0; i < n_pairs; i++) {
+        if (strcmp(pairs[i].o->name, "init") != 0) continue;
+        char e[1536];
+        if (fp8t_weights_read_config(pairs[i].value, &c->model, e, sizeof(e)) != 0) {
+            snprintf(err, errlen, "--init: %s", e);
+            goto done;
+        }
+    }
     if (preset) {
         if (set_preset(c, preset->value, err, errlen) != 0) goto done;
         model_set = 1;
@@ -824,6 +864,7 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
         if (pairs[i].o->is_model) model_set = 1;
         if (opt_set(pairs[i].o, c, pairs[i].value, err, errlen) != 0) goto done;
     }
+    if (c->init[0] && adopt_init_model(c, model_set, err, errlen) != 0) goto done;
     if (c->resume[0] && !model_set && adopt_checkpoint_model(c, err, errlen) != 0) goto done;
     /* --tokenizer without --vocab: the model's vocabulary is the tokenizer's. A model given
      * otherwise (--vocab, a config's "model", --resume's checkpoint) keeps its own, and the data
@@ -883,5 +924,5 @@ void fp8t_train_options_help(FILE *f) {
     }
     fprintf(f, "\nModel options after --preset change the preset's values; --seq-len must not\n"
                "exceed the model's --max-seq-len. With --resume and no model option, the model\n"
-               "is the checkpoint's. Exit status: 0 done, 2 bad usage, 3 stopped by a NaN/Inf.\n");
+               "is the checkpoint's; with --init SRC it is always SRC's. Exit status: 0 done, 2 bad usage, 3 stopped by a NaN/Inf.\n");
 }

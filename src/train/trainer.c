@@ -13,6 +13,7 @@
 
 #include "fp8train/checkpoint.h"
 #include "fp8train/dist.h"
+#include "fp8train/export.h" /* fp8t_weights_load (--init) */
 #include "fp8train/io.h"
 #include "fp8train/train_options.h"
 #include "train/trainer_internal.h"
@@ -323,8 +324,9 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
     if (m->arch == FP8T_ARCH_LLAMA && m->rope_scaling.type == FP8T_ROPE_LLAMA3)
         snprintf(extra + ne, sizeof(extra) - ne, ", llama3 rope x%g", (double)m->rope_scaling.factor);
     printf("fp8train %s: training %s (%s, %d layers, C=%d, %d heads%s, V=%d, %.2fM parameters) "
-           "on %s\n", FP8T_VERSION, t->cfg.preset, fp8t_arch_name(m->arch), m->n_layer, m->n_embd,
-           m->n_head, extra, m->vocab_size, fp8t_model_num_params(t->model) / 1e6, t->be->name);
+           "on %s\n", FP8T_VERSION, t->cfg.init[0] ? t->cfg.init : t->cfg.preset,
+           fp8t_arch_name(m->arch), m->n_layer, m->n_embd, m->n_head, extra, m->vocab_size,
+           fp8t_model_num_params(t->model) / 1e6, t->be->name);
     printf("data: %s\n", fp8t_data_describe(t->train));
     printf("batch: B=%d T=%d grad_accum=%d (%d tokens per step), steps %d..%d, lr %g "
            "(warmup %d, cosine to %g)\n", t->B, t->T, t->accum, t->B * t->T * t->accum,
@@ -336,7 +338,9 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
     char dp_line[256];
     dp_describe(&t->dp, dp_line, sizeof(dp_line));
     if (dp_line[0]) printf("%s\n", dp_line);
-    if (ck) printf("resumed from %s at step %d; %s\n", t->cfg.resume, ck->step, fp8_note);
+    if (ck && !t->cfg.resume[0])
+        printf("initialized from %s (fresh AdamW moments, step 0); %s\n", t->cfg.init, fp8_note);
+    else if (ck) printf("resumed from %s at step %d; %s\n", t->cfg.resume, ck->step, fp8_note);
     printf("out: %s\n", t->cfg.out_dir);
     if (t->tb) printf("tensorboard: %s (tensorboard --logdir %s)\n", fp8t_tb_path(t->tb),
                       t->cfg.tensorboard);
@@ -377,6 +381,45 @@ static int write_config(trainer *t, char *err, size_t errlen) {
 }
 
 /* ---------------------------------------------------------------- the run */
+
+/* --init: the weights of any fp8t_weights_load source as a checkpoint at step 0 (zero AdamW
+ * moments, data position 0, the run's seed) that the resume path then loads; the source's FP8
+ * state (a checkpoint's, or one seeded from an FP8 export's scales) comes along and is used
+ * when it fits this run as a resumed one would be. */
+static int init_checkpoint(const trainer *t, fp8t_checkpoint *ck, char *err, size_t errlen) {
+    fp8t_weights w;
+    char e[1536], why[512];
+    memset(ck, 0, sizeof(*ck));
+    if (fp8t_weights_load(t->cfg.init, &w, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "--init: %s", e);
+        return -1;
+    }
+    if (fp8t_model_config_diff(&w.model, &t->cfg.model, why, sizeof(why)) != 0) {
+        snprintf(err, errlen, "--init %s: its model differs from the run's: %s (\"checkpoint\" "
+                 "= the --init source)", t->cfg.init, why);
+        fp8t_weights_free(&w);
+        return -1;
+    }
+    ck->seed = t->cfg.seed;
+    ck->loss = NAN;
+    ck->model = w.model;
+    ck->num_params = w.num_params;
+    ck->params = w.params;
+    ck->fp8_n = w.fp8_n;
+    ck->fp8_len = w.fp8_len;
+    ck->fp8_state = w.fp8_state;
+    w.params = NULL;
+    w.fp8_state = NULL;
+    fp8t_weights_free(&w);
+    ck->adam_m = calloc(ck->num_params ? ck->num_params : 1, sizeof(float));
+    ck->adam_v = calloc(ck->num_params ? ck->num_params : 1, sizeof(float));
+    if (!ck->adam_m || !ck->adam_v) {
+        fp8t_checkpoint_free(ck);
+        snprintf(err, errlen, "--init: out of memory");
+        return -1;
+    }
+    return 0;
+}
 
 int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *err,
                    size_t errlen) {
@@ -439,7 +482,11 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             goto done;
         }
         t->start_step = ck.step;
+    } else if (t->cfg.init[0]) {
+        if (init_checkpoint(t, &ck, err, errlen) != 0) goto done;
+        have_ck = 1;
     }
+    const int from_init = have_ck && !t->cfg.resume[0];
     if (t->cfg.baseline[0] &&
         drift_load(&t->drift, t->cfg.baseline, t->start_step + 1, err, errlen) != 0)
         goto done;
@@ -505,6 +552,8 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             fp8_note = "FP8 scaling state restored";
         } else if (t->cfg.resume_reset_fp8) {
             fp8_note = "FP8 scaling state reset (--reset-fp8)";
+        } else if (from_init && ck.fp8_n == 0) {
+            fp8_note = "fresh FP8 scaling state (the source has none)";
         } else {
             snprintf(note, sizeof(note), "FP8 scaling state reset: the checkpoint's amax history "
                      "has length %d and this run's --amax-history is %d (resume with "
@@ -513,7 +562,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             fp8_note = note;
             if (!t->cfg.quiet) fprintf(stderr, "fp8train: %s\n", note);
         }
-        snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", t->cfg.resume);
+        if (!from_init) snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", t->cfg.resume);
     } else {
         fp8t_model_init_weights(t->model, t->cfg.seed);
     }
