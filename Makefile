@@ -169,6 +169,11 @@ $(BUILD)/gpu_test: $(GPU_TEST_C) $(GPU_TEST_OBJ) $(BUILD)/libfp8train.a $(CU_OBJ
 
 gpu-test: $(BUILD)/gpu_test
 	$(BUILD)/gpu_test $(GPU_TEST_ARGS)
+
+# the training-step benchmark linked with the CUDA backend (bench/gpu.sh builds it)
+$(BUILD)/bench/gpu_bench_cuda: bench/gpu_bench.c $(BUILD)/libfp8train.a $(CU_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libfp8train.a $(CU_OBJ) $(CUDA_LIBS) $(LDLIBS)
 else
 gpu-test:
 	@echo "gpu-test needs the CUDA toolkit (nvcc) and an NVIDIA Hopper GPU"; exit 1

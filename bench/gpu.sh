@@ -25,14 +25,8 @@ if [ -z "$BIN" ]; then
     echo "bench/gpu.sh: nvcc not found; install the CUDA toolkit or set NVCC" >&2
     exit 1
   fi
-  CUDA_HOME=${CUDA_HOME:-${NVCC%/bin/nvcc}}
-  make -s BUILD="$BUILD" -j"$(nproc)" "$BUILD/fp8train"
-  mkdir -p "$BUILD/bench"
+  make -s BUILD="$BUILD" -j"$(nproc)" "$BUILD/bench/gpu_bench_cuda"
   BIN=$BUILD/bench/gpu_bench_cuda
-  ${CC:-gcc} -std=c11 -O2 -g -Wall -Wextra -fopenmp -Iinclude -Isrc -D_GNU_SOURCE \
-    -o "$BIN" bench/gpu_bench.c "$BUILD/libfp8train.a" "$BUILD"/src/backend/cuda/*.o \
-    -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcublasLt -lcublas -lcudart -lstdc++ \
-    -lopenblas -lcjson -lm -fopenmp
 fi
 if [ "${1:-}" = "--" ]; then
   shift
