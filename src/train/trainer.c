@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "fp8train/checkpoint.h"
+#include "fp8train/inject.h"
 #include "fp8train/io.h"
 #include "fp8train/train_options.h"
 #include "train/trainer_internal.h"
@@ -397,6 +398,13 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             goto done;
         }
         t->start_step = ck.step;
+    }
+    if (t->injector) { /* the model's shape is final here (a checkpoint may have set it) */
+        char e[768];
+        if (fp8t_injector_check_model(t->injector, &t->cfg.model, e, sizeof(e))) {
+            snprintf(err, errlen, "--inject: %s", e);
+            goto done;
+        }
     }
     if (t->cfg.baseline[0] &&
         drift_load(&t->drift, t->cfg.baseline, t->start_step + 1, err, errlen) != 0)
