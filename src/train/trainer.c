@@ -25,6 +25,14 @@ double trainer_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Non-finite values among n floats: a checkpoint that holds any is never "good" (a NaN stop
+ * must not send the user back to it, nor a rollback load it). */
+static size_t count_nonfinite(const float *x, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += !isfinite(x[i]);
+    return bad;
+}
+
 /* ---------------------------------------------------------------- the model hook */
 
 /* The one hook: fault injection first (it may change the tensor the others then see), NaN
@@ -121,7 +129,8 @@ static int save_checkpoint(trainer *t, int step, float loss, char *err, size_t e
     fp8t_checkpoint_dir(dir, sizeof(dir), t->cfg.out_dir, step);
     if (fp8t_checkpoint_save(dir, &ck, err, errlen) != 0) goto done;
     fp8t_checkpoint_prune(t->cfg.out_dir, t->cfg.keep_ckpts);
-    snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", dir);
+    if (count_nonfinite(ck.params, ck.num_params) == 0)
+        snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", dir);
     rc = 0;
 done:
     fp8t_checkpoint_free(&ck);
@@ -219,6 +228,10 @@ static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro) {
     if (t->last_ckpt[0])
         snprintf(advice, sizeof(advice), "stopped; the last good checkpoint is %s (resume it, e.g. "
                  "with --precision bf16, for a recovery experiment)", t->last_ckpt);
+    else if (t->resume_nonfinite)
+        snprintf(advice, sizeof(advice), "stopped; there is no good checkpoint: the one this run "
+                 "resumed from, %s, already holds %zu non-finite weights (re-import or re-export "
+                 "them)", t->cfg.resume, t->resume_nonfinite);
     else
         snprintf(advice, sizeof(advice), "stopped; no checkpoint was written before the NaN (use "
                  "--ckpt-every N)");
@@ -465,7 +478,16 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             fp8_note = note;
             if (!t->cfg.quiet) fprintf(stderr, "fp8train: %s\n", note);
         }
-        snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", t->cfg.resume);
+        /* an imported or damaged checkpoint may carry NaN/Inf weights: it is then no good
+         * checkpoint to go back to, and the run is told so before its first step fails */
+        t->resume_nonfinite = count_nonfinite(ck.params, ck.num_params);
+        if (t->resume_nonfinite == 0)
+            snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", t->cfg.resume);
+        else if (!t->cfg.quiet)
+            fprintf(stderr, "fp8train: warning: --resume %s holds %zu non-finite weight%s (of "
+                    "%zu): training from it will go non-finite; re-import or re-export the "
+                    "weights\n", t->cfg.resume, t->resume_nonfinite,
+                    t->resume_nonfinite == 1 ? "" : "s", ck.num_params);
     } else {
         fp8t_model_init_weights(t->model, t->cfg.seed);
     }

@@ -83,6 +83,8 @@ typedef struct {
     double train_seconds;      /* time in training steps (not validation / checkpoints) */
     double tokens_done;
     char last_ckpt[FP8T_TRAIN_PATH_BUF]; /* newest good checkpoint ("" none) */
+    size_t resume_nonfinite;   /* non-finite weights in the --resume checkpoint (then it is no
+                                  "good" checkpoint: last_ckpt stays "") */
     float last_val;
 } trainer;
 

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Verdicts that must not mislead, and small things a user hits (issue 13): --inject naming what
+# the model lacks is refused, a checkpoint with NaN weights is never "the last good checkpoint",
+# and the other cases below, each from the outside through the fp8train command.
+set -u
+BIN=${FP8TRAIN_BIN:-build/fp8train}
+SUITE=verdicts
+TMP=$(mktemp -d /tmp/fp8t_verdicts.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+SMALL=(--layers 2 --dim 32 --heads 2 --max-seq-len 16 --mlp-hidden 64 --batch 4 --seq-len 16
+       --quiet --val-every 0)
+
+pass() { echo "PASS $SUITE: $1"; }
+fail() { echo "FAIL $SUITE: $1: $2"; }
+
+# --- --inject naming a layer or module the model does not have: exit 2, nothing written
+inject_refused() {
+  local name=$1 needle=$2 spec=$3; shift 3
+  local out="$TMP/never_$name"
+  "$BIN" train "${SMALL[@]}" "$@" --steps 2 --precision fp8 --inject "$spec" --out "$out" \
+    >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [ $rc -ne 2 ]; then fail "$name" "exit status $rc, expected 2"; return; fi
+  if ! grep -qF -- "$needle" "$TMP/err"; then fail "$name" "stderr lacks '$needle': $(head -c 300 "$TMP/err")"; return; fi
+  if [ -e "$out" ]; then fail "$name" "$out was created"; return; fi
+  pass "$name"
+}
+inject_refused inject_layer_missing "layer=99 but the model has 2 layers" \
+  'layer=99,module=fc2,gemm=dgrad,kind=scale:64'
+inject_refused inject_module_missing "module=gate is not a module of this gpt2 model" \
+  'layer=1,module=gate,gemm=dgrad,kind=scale:64'
+inject_refused inject_module_missing_llama "module=fc2 is not a module of this llama model" \
+  'module=fc2,gemm=dgrad,kind=scale:64' --arch llama
+
+# --- a checkpoint with NaN weights (as an import of broken weights gives) is no "last good
+# checkpoint": the NaN stop must not send the user back to it
+"$BIN" train "${SMALL[@]}" --steps 2 --ckpt-every 2 --out "$TMP/good" >/dev/null 2>&1
+ck="$TMP/good/checkpoints/step_000002"
+python3 - "$ck/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+k = sorted(x for x in h if x != '__metadata__')[0]
+off = 8 + n + h[k]['data_offsets'][0]
+b[off:off + 4] = struct.pack('<f', float('nan'))
+open(p, 'wb').write(b)
+PY
+"$BIN" train "${SMALL[@]}" --steps 4 --resume "$ck" --out "$TMP/nanres" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+ev="$TMP/nanres/events.jsonl"
+if [ $rc -eq 0 ]; then fail nan_checkpoint_not_good "the run did not stop on the NaN weights"
+elif ! grep -q '"kind":"nan"' "$ev" 2>/dev/null; then fail nan_checkpoint_not_good "no nan event"
+elif grep -q 'last good checkpoint\|"last_checkpoint"' "$ev"; then
+  fail nan_checkpoint_not_good "the NaN checkpoint is called good: $(head -c 400 "$ev")"
+elif ! grep -q 'no good checkpoint' "$ev"; then fail nan_checkpoint_not_good "advice lacks 'no good checkpoint'"
+else pass nan_checkpoint_not_good; fi
