@@ -207,7 +207,7 @@ static void test_clean(void) {
         T_CHECK(res->reliable, "case %d: a gap under the threshold is never flagged as noise", i);
         /* bisect.json says the same */
         char path[2048];
-        snprintf(path, sizeof path, "%s/bisect/bisect.json", bc.out_dir);
+        snprintf(path, sizeof path, "%s/bisect.json", bc.out_dir);
         FILE *f = fopen(path, "r");
         T_ASSERT(f, "%s exists", path);
         char buf[1 << 16];
@@ -224,7 +224,7 @@ static void test_clean(void) {
                     cJSON_IsNull(cJSON_GetObjectItem(j, "warning")),
                 "json: reliable, no warning");
         cJSON_Delete(j);
-        snprintf(path, sizeof path, "%s/bisect/report.html", bc.out_dir);
+        snprintf(path, sizeof path, "%s/report.html", bc.out_dir);
         T_CHECK(access(path, R_OK) == 0, "report.html written");
         free(res);
     }
@@ -418,7 +418,7 @@ static void test_noise_end_to_end(void) {
             res->exp[below].name);
     free(log);
     char path[2048];
-    snprintf(path, sizeof path, "%s/bisect/bisect.json", bc.out_dir);
+    snprintf(path, sizeof path, "%s/bisect.json", bc.out_dir);
     char *text = slurp(path);
     cJSON *j = text ? cJSON_Parse(text) : NULL;
     free(text);
@@ -432,7 +432,7 @@ static void test_noise_end_to_end(void) {
             "json: noise_experiment");
     T_CHECK(cJSON_IsString(w) && strstr(w->valuestring, "WARNING: unreliable"), "json: warning");
     cJSON_Delete(j);
-    snprintf(path, sizeof path, "%s/bisect/report.html", bc.out_dir);
+    snprintf(path, sizeof path, "%s/report.html", bc.out_dir);
     char *html = slurp(path);
     T_ASSERT(html, "read %s", path);
     const char *box = strstr(html, "class=\"warn\""), *h2 = strstr(html, "<h2>Conclusion");

@@ -8,8 +8,9 @@ SUITE=verdicts
 TMP=$(mktemp -d /tmp/fp8t_verdicts.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-SMALL=(--layers 2 --dim 32 --heads 2 --max-seq-len 16 --mlp-hidden 64 --batch 4 --seq-len 16
-       --quiet --val-every 0)
+LOUD=(--layers 2 --dim 32 --heads 2 --max-seq-len 16 --mlp-hidden 64 --batch 4 --seq-len 16
+      --val-every 0)
+SMALL=("${LOUD[@]}" --quiet)
 
 pass() { echo "PASS $SUITE: $1"; }
 fail() { echo "FAIL $SUITE: $1: $2"; }
@@ -57,3 +58,25 @@ elif grep -q 'last good checkpoint\|"last_checkpoint"' "$ev"; then
   fail nan_checkpoint_not_good "the NaN checkpoint is called good: $(head -c 400 "$ev")"
 elif ! grep -q 'no good checkpoint' "$ev"; then fail nan_checkpoint_not_good "advice lacks 'no good checkpoint'"
 else pass nan_checkpoint_not_good; fi
+
+# --- the progress line: tok/s and s/step are one measurement over one window (named), so
+# tok/s x s/step = the tokens of a step (64 here) up to the printed rounding
+env -u OMP_WAIT_POLICY "$BIN" train "${LOUD[@]}" --steps 9 --progress-every 3 --ckpt-every 3 \
+  --out "$TMP/prog" >"$TMP/prog.out" 2>&1
+bad=$(awk '/^step / {
+  n++; tok = ""; sps = ""
+  for (i = 1; i <= NF; i++) { if ($(i+1) == "tok/s") tok = $i; if ($(i+1) == "s/step") sps = $i }
+  if (!index($0, "s/step (last ")) { print "no window named: " $0; next }
+  if (tok == "" || sps == "") { print "unparsed: " $0; next }
+  err = tok * sps - 64; if (err < 0) err = -err
+  if (err > tok * 0.0005 + sps * 0.5 + 0.5) print "tok/s x s/step = " tok * sps ": " $0
+} END { if (n < 3) print "only " n " progress lines" }' "$TMP/prog.out")
+if [ -z "$bad" ]; then pass progress_tok_s_agrees; else fail progress_tok_s_agrees "$bad"; fi
+
+# --- OpenMP waits passively unless the user says otherwise (libgomp reads the variable at
+# start, so fp8train re-executes itself with it set; the banner reports what the run got)
+if grep -q "OMP_WAIT_POLICY=passive" "$TMP/prog.out"; then pass omp_passive_default
+else fail omp_passive_default "$(grep threads "$TMP/prog.out")"; fi
+OMP_WAIT_POLICY=active "$BIN" train "${LOUD[@]}" --steps 1 --out "$TMP/omp" >"$TMP/omp.out" 2>&1
+if grep -q "OMP_WAIT_POLICY=active" "$TMP/omp.out"; then pass omp_user_setting_kept
+else fail omp_user_setting_kept "$(grep threads "$TMP/omp.out")"; fi

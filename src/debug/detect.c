@@ -86,6 +86,10 @@ static int diff_level(const double *h, int w, double *level, double *sigma) {
     }
     double dmed;
     *sigma = fp8t_robust_sigma(d, m, &dmed);
+    /* A falling loss may stop falling at any step (a plateau, a schedule change): that moves a
+     * sample by one trend step from the prediction, and is no spike. So the spread is at least
+     * the trend's step; a few steadily falling samples would otherwise give a tiny sigma. */
+    if (*sigma < fabs(dmed)) *sigma = fabs(dmed);
     *level = h[last] + dmed * (w - last);
     free(d);
     return 1;

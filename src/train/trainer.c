@@ -10,6 +10,9 @@
 #include <time.h>
 
 #include <cjson/cJSON.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "fp8train/checkpoint.h"
 #include "fp8train/inject.h"
@@ -274,15 +277,25 @@ static void format_duration(char *buf, size_t len, double s) {
     else snprintf(buf, len, "%ldm%02lds", sec / 60, sec % 60);
 }
 
+/* tok/s and s/step are one measurement, over one window: the wall clock and the steps run
+ * (re-runs after a rollback included) since the previous progress line, validation and
+ * checkpoints included, so the two agree (tok/s = tokens per step / s per step) and the ETA
+ * follows the current speed. metrics.jsonl's tokens_per_s is the last step's training time
+ * alone. */
 static void print_progress(trainer *t, const step_record *r) {
     char eta[32], val[32] = "";
-    int done = r->step - t->start_step, left = t->cfg.steps - r->step;
-    double per_step = done > 0 ? (trainer_now() - t->t0) / done : 0;
+    const double now = trainer_now(), per_tokens = (double)t->B * t->T * t->accum;
+    const double dt = now - t->prog_t, steps = (t->tokens_done - t->prog_tokens) / per_tokens;
+    const int left = t->cfg.steps - r->step;
+    const double per_step = steps > 0 ? dt / steps : 0, tok_s = dt > 0 ? steps * per_tokens / dt : 0;
+    t->prog_t = now;
+    t->prog_tokens = t->tokens_done;
     format_duration(eta, sizeof(eta), per_step * left);
     if (isfinite(t->last_val)) snprintf(val, sizeof(val), " | val %.4f", t->last_val);
-    printf("step %*d/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.3f s/step | ETA %s%s\n",
+    printf("step %*d/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.3f s/step (last %.0f step%s) | "
+           "ETA %s%s\n",
            (int)snprintf(NULL, 0, "%d", t->cfg.steps), r->step, t->cfg.steps, r->loss, val, r->lr,
-           r->tokens_per_s, per_step, eta, r->fallback ? " | BF16 fallback" : "");
+           tok_s, per_step, steps, steps == 1 ? "" : "s", eta, r->fallback ? " | BF16 fallback" : "");
     fflush(stdout);
 }
 
@@ -301,6 +314,11 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
     printf("precision policy:\n%s%s", desc, desc[0] && desc[strlen(desc) - 1] == '\n' ? "" : "\n");
     if (ck) printf("resumed from %s at step %d; %s\n", t->cfg.resume, ck->step, fp8_note);
     printf("out: %s\n", t->cfg.out_dir);
+#ifdef _OPENMP
+    const char *wait = getenv("OMP_WAIT_POLICY"); /* fp8train's main sets passive by default */
+    printf("threads: %d (OpenMP, OMP_WAIT_POLICY=%s)\n", omp_get_max_threads(),
+           wait ? wait : "unset");
+#endif
     fflush(stdout);
 }
 
@@ -501,6 +519,8 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
     /* 4. the loop */
     res->reason = FP8T_STOP_DONE;
     t->t0 = trainer_now();
+    t->prog_t = t->t0;
+    t->prog_tokens = 0;
     const double tokens_per_step = (double)t->B * t->T * t->accum;
     for (int step = t->start_step + 1; step <= t->cfg.steps; step++) {
         /* precision of this step: the policy, or BF16 after a shadow alarm */
