@@ -80,3 +80,16 @@ else fail omp_passive_default "$(grep threads "$TMP/prog.out")"; fi
 OMP_WAIT_POLICY=active "$BIN" train "${LOUD[@]}" --steps 1 --out "$TMP/omp" >"$TMP/omp.out" 2>&1
 if grep -q "OMP_WAIT_POLICY=active" "$TMP/omp.out"; then pass omp_user_setting_kept
 else fail omp_user_setting_kept "$(grep threads "$TMP/omp.out")"; fi
+
+# --- README's Shakespeare example works from the repository root (its --data path is in the
+# repository), run as written with the steps and model made small (later options win)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+line=$(grep -m1 -- '--data [^ ]*tinyshakespeare' "$ROOT/README.md")
+if [ -z "$line" ]; then fail readme_shakespeare "no Shakespeare example in README.md"
+else
+  read -r -a words <<<"${line#build/fp8train }"
+  (cd "$ROOT" && "$BIN" "${words[@]}" "${SMALL[@]}" --steps 2 --out "$TMP/shk") >"$TMP/shk.out" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && [ -s "$TMP/shk/metrics.jsonl" ]; then pass readme_shakespeare
+  else fail readme_shakespeare "'$line' from $ROOT: exit $rc: $(head -c 300 "$TMP/shk.out")"; fi
+fi
