@@ -93,3 +93,16 @@ else
   if [ $rc -eq 0 ] && [ -s "$TMP/shk/metrics.jsonl" ]; then pass readme_shakespeare
   else fail readme_shakespeare "'$line' from $ROOT: exit $rc: $(head -c 300 "$TMP/shk.out")"; fi
 fi
+
+# --- curves keeps the plot readable with a point off-scale: a 1e4 loss at step 40 is clipped
+# to the top row and marked '^' (and listed); the curves keep the other rows
+mkdir -p "$TMP/cv_a" "$TMP/cv_b"
+awk 'BEGIN { for (s = 1; s <= 100; s++) printf "{\"step\": %d, \"loss\": %.6f}\n", s, 1.5 + 4 * exp(-s / 20) }' >"$TMP/cv_a/metrics.jsonl"
+awk 'BEGIN { for (s = 1; s <= 100; s++) printf "{\"step\": %d, \"loss\": %.6f}\n", s, s == 40 ? 1e4 : 1.5 + 4 * exp(-s / 20) }' >"$TMP/cv_b/metrics.jsonl"
+"$BIN" curves "$TMP/cv_a" "$TMP/cv_b" --width 50 --height 12 >"$TMP/cv.out" 2>&1; rc=$?
+rows_used=$(grep -E '^ *[0-9.]+ \|' "$TMP/cv.out" | grep -cE '\|.*[o*=]')
+top=$(grep -E '^ *[0-9.]+ \|' "$TMP/cv.out" | head -1 | awk '{print $1}')
+if [ $rc -eq 0 ] && [ "$rows_used" -ge 10 ] && grep -q '\^' "$TMP/cv.out" &&
+   grep -q "off-scale, clipped to the top row: cv_b step" "$TMP/cv.out" &&
+   awk -v t="$top" 'BEGIN { exit !(t < 10) }'; then pass curves_offscale_clipped
+else fail curves_offscale_clipped "rc $rc, $rows_used rows with a curve, top of scale $top"; fi
