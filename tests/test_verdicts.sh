@@ -106,3 +106,9 @@ if [ $rc -eq 0 ] && [ "$rows_used" -ge 10 ] && grep -q '\^' "$TMP/cv.out" &&
    grep -q "off-scale, clipped to the top row: cv_b step" "$TMP/cv.out" &&
    awk -v t="$top" 'BEGIN { exit !(t < 10) }'; then pass curves_offscale_clipped
 else fail curves_offscale_clipped "rc $rc, $rows_used rows with a curve, top of scale $top"; fi
+# ... and a bump on a plateau, or the high start of a falling curve, is no off-scale point
+mkdir -p "$TMP/cv_c"
+awk 'BEGIN { for (s = 1; s <= 40; s++) printf "{\"step\": %d, \"loss\": %.6f}\n", s, (s < 20 ? 5.5 - 0.12 * s : 3.2) + (s == 30 ? 0.1 : 0) + 0.02 * ((s * 7) % 3) }' >"$TMP/cv_c/metrics.jsonl"
+"$BIN" curves "$TMP/cv_c" "$TMP/cv_a" >"$TMP/cv2.out" 2>&1; rc=$?
+if [ $rc -eq 0 ] && ! grep -q "off-scale" "$TMP/cv2.out"; then pass curves_no_false_offscale
+else fail curves_no_false_offscale "rc $rc: $(grep off-scale "$TMP/cv2.out")"; fi

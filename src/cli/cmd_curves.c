@@ -45,11 +45,19 @@ static double tail_mean(const fp8t_run *r, int *from_step) {
 }
 
 /* A plotted point far above its own curve's neighbourhood (a blow-up, a spike of 1e4) would
- * set the y scale alone and squash every curve into the bottom rows: such a point is off-scale
- * when it rises above the highest of its run's points within OFFSCALE_NB columns either side by
- * more than half of that neighbourhood's height above the plot's floor. The start of a falling
- * curve is never off-scale (its neighbours are high too). */
+ * set the y scale alone and squash every curve into the bottom rows. So each point gets a
+ * reference: the median of its run's points within OFFSCALE_NB columns either side (a spike
+ * two columns wide does not move it). The plot's own height is the highest reference above the
+ * lowest point; a point that rises above its reference by more than that height would more
+ * than double the plot on its own: it is off-scale, clipped to the top row and marked. The
+ * start of a falling curve is never off-scale (its neighbours are high too), nor a bump on a
+ * plateau (small against the height). */
 #define OFFSCALE_NB 3
+
+static int cmp_dbl(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return (a > b) - (a < b);
+}
 
 static void plot(const fp8t_run *runs, int n, int lo, int hi, int width, int height) {
     double *v = malloc(sizeof(double) * (size_t)n * width); /* [n][width] column means */
@@ -79,18 +87,33 @@ static void plot(const fp8t_run *runs, int n, int lo, int hi, int width, int hei
             if (cnt && v[r * width + c] < floor_y) floor_y = v[r * width + c];
         }
     }
+    double *ref = malloc(sizeof(double) * (size_t)n * width); /* [n][width] references */
+    if (!ref) {
+        free(v), free(off), free(grid);
+        return;
+    }
+    double top_ref = -INFINITY;
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < width; c++) {
+            double nb[2 * OFFSCALE_NB];
+            int m = 0;
+            for (int k = c - OFFSCALE_NB; k <= c + OFFSCALE_NB; k++)
+                if (k != c && k >= 0 && k < width && isfinite(v[r * width + k]))
+                    nb[m++] = v[r * width + k];
+            ref[r * width + c] = NAN;
+            if (!m || !isfinite(v[r * width + c])) continue;
+            qsort(nb, (size_t)m, sizeof(double), cmp_dbl);
+            ref[r * width + c] = (m & 1) ? nb[m / 2] : 0.5 * (nb[m / 2 - 1] + nb[m / 2]);
+            if (ref[r * width + c] > top_ref) top_ref = ref[r * width + c];
+        }
+    const double height_y = top_ref - floor_y;
     double ymin = INFINITY, ymax = -INFINITY;
     int n_off = 0;
     for (int r = 0; r < n; r++)
         for (int c = 0; c < width; c++) {
-            double y = v[r * width + c];
+            double y = v[r * width + c], rf = ref[r * width + c];
             if (!isfinite(y)) continue;
-            double nb = -INFINITY;
-            for (int k = c - OFFSCALE_NB; k <= c + OFFSCALE_NB; k++)
-                if (k != c && k >= 0 && k < width && isfinite(v[r * width + k]) &&
-                    v[r * width + k] > nb)
-                    nb = v[r * width + k];
-            if (isfinite(nb) && y - nb > 0.5 * (nb - floor_y) + 1e-12) {
+            if (isfinite(rf) && height_y > 0 && y - rf > height_y) {
                 off[r * width + c] = 1;
                 n_off++;
                 continue;
@@ -98,6 +121,7 @@ static void plot(const fp8t_run *runs, int n, int lo, int hi, int width, int hei
             if (y < ymin) ymin = y;
             if (y > ymax) ymax = y;
         }
+    free(ref);
     if (!isfinite(ymin) || !isfinite(ymax)) {
         free(v), free(off), free(grid);
         return;
