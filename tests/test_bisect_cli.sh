@@ -3,7 +3,7 @@
 # option), a clean run (exit 0, "no FP8 problem", stops after two experiments) and the seeds'
 # case (a Dgrad fault in layers 1-2 that only delayed scaling suffers): exit 0, the culprit,
 # a ready-to-paste override that a fresh `fp8train train` confirms, bisect.json, report.html.
-# Then the noise check: the clean run judged at a threshold (0.01%) below the spread of runs
+# Then the noise check: the clean run judged at a threshold (0.005%) below the spread of runs
 # that differ only by rounding must be reported unreliable (WARNING first, UNCONFIRMED
 # culprit, "reliable": false) with the usual exit status.
 set -u
@@ -106,14 +106,15 @@ else
   fail override_confirms "no override printed"
 fi
 
-# --- too noisy to trust: the clean run at threshold 0.01%. Some experiment that only adds FP8
-# rounding ends more than 0.01% below BF16 (asserted: the premise), so the result is flagged.
-"$BIN" bisect "${SMALL[@]}" --steps 40 --threshold 0.0001 --out "$TMP/noise" >"$TMP/noise.out" 2>&1; rc=$?
+# --- too noisy to trust: the clean run at threshold 0.005%. Some experiment that only adds FP8
+# rounding ends more than 0.005% below BF16 (asserted: the premise; the fake-quantized run
+# ends 0.008% below, in main's build too), so the result is flagged.
+"$BIN" bisect "${SMALL[@]}" --steps 40 --threshold 0.00005 --out "$TMP/noise" >"$TMP/noise.out" 2>&1; rc=$?
 J="$TMP/noise/bisect.json"
 # gaps of the experiments (the "gap" keys; the baseline's is 0), lowest first
 lowest=$(grep -oE '"gap":[[:space:]]*[-0-9.e+]+' "$J" 2>/dev/null | sed 's/.*:[[:space:]]*//' | sort -g | head -1)
-if awk -v g="$lowest" 'BEGIN { exit !(g != "" && g + 0 < -0.0001) }'; then pass noise_premise
-else fail noise_premise "no experiment ends more than 0.01% below BF16 (lowest gap '$lowest')"; fi
+if awk -v g="$lowest" 'BEGIN { exit !(g != "" && g + 0 < -0.00005) }'; then pass noise_premise
+else fail noise_premise "no experiment ends more than 0.005% below BF16 (lowest gap '$lowest')"; fi
 name=$(sed -n 's/^[[:space:]]*"noise_experiment":[[:space:]]*"\([^"]*\)".*/\1/p' "$J")
 outcome=$(sed -n 's/^[[:space:]]*"outcome":[[:space:]]*"\([^"]*\)".*/\1/p' "$J")
 want_rc=0; [ "$outcome" = no_fix ] && want_rc=1

@@ -304,6 +304,31 @@ static void test_own_noise_and_better_is_never_drift(void) {
     free_case(&c);
 }
 
+/* README's FP8 example (tiny, 300 steps): FP8's loss jumps 3.49 -> 8.24 at step 19 (BF16 has
+ * no spike there), the gap left behind fades to ~0.3% and grows again to +4.5% by the end.
+ * It was called "drift: the FP8 recipe does not suit" with no spike found; the runs parted at
+ * the spike, so that is the verdict. */
+static void test_early_spike_then_gap_is_a_spike(void) {
+    double b[N_STEPS];
+    char d[512];
+    series(b, 88);
+    b[18] *= 2.4;
+    for (int i = 19; i < N_STEPS; i++)
+        b[i] *= 1 + 0.025 * exp(-(i - 19) / 40.0) + (i > 170 ? 0.045 * (i - 170) / 130.0 : 0);
+    write_run(d, "early_spike", b, N_STEPS);
+    cmp_case c;
+    run_compare(&c, g_base, d);
+    T_ASSERT(c.ok, "compare failed");
+    T_CHECK(c.r.n_spikes >= 1 && c.r.spikes[0].step == 19 && c.r.spikes[0].run == 1,
+            "the spike at step 19 was not found (%d spikes, first at %d)", c.r.n_spikes,
+            c.r.n_spikes ? c.r.spikes[0].step : -1);
+    T_CHECK(c.r.late_gap > 0.03, "premise: end gap %g", c.r.late_gap);
+    T_CHECK(c.r.cls == FP8T_CMP_SPIKE && strstr(c.r.verdict, "step 19") &&
+                strstr(c.r.verdict, "part there"),
+            "class %s: %s", fp8t_compare_class_name(c.r.cls), c.r.verdict);
+    free_case(&c);
+}
+
 static void test_early_divergence(void) {
     double b[N_STEPS];
     char d[512];
@@ -723,6 +748,7 @@ int main(void) {
     T_RUN(test_drift);
     T_RUN(test_noise_run_measures_the_noise);
     T_RUN(test_own_noise_and_better_is_never_drift);
+    T_RUN(test_early_spike_then_gap_is_a_spike);
     T_RUN(test_early_divergence);
     T_RUN(test_recovery_that_closes_and_one_that_does_not);
     T_RUN(test_nan_loss);

@@ -377,6 +377,42 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
                  "(%.120s): a match", g, nz);
         in_noise = 1;
     }
+    /* Where the smoothed gap first left the threshold right after a spike of B's own (none in
+     * A), the runs parted at that spike: README's FP8 example jumps 3.49 -> 8.24 at step 19,
+     * the gap leaves 1% some 20 steps later and B ends 4.6% above BF16. "drift: the recipe
+     * does not suit" would hide the event that started it. A spike long before the gap first
+     * left (more than two smoothing windows) is a separate event, and the late gap a drift. */
+    int first_exit = -1;
+    for (int i = 0; i < r->n && first_exit < 0; i++)
+        if (fabs(r->gap_smooth[i]) > r->threshold) first_exit = r->steps[i];
+    const fp8t_spike_report *parted = NULL;
+    for (int i = 0; i < r->n_spikes && first_exit >= 0; i++) {
+        const fp8t_spike_report *s = &r->spikes[i];
+        if (s->run == 1 && !s->in_other_run && s->step <= first_exit &&
+            first_exit - s->step <= 2 * r->window && (!parted || s->step < parted->step))
+            parted = s;
+    }
+    const fp8t_spike_report *first_own = parted;
+    if (isfinite(r->late_gap) && r->late_gap > bar && first_own) {
+        char g[32], rec[64];
+        fmt_pct(g, sizeof(g), r->late_gap);
+        if (first_own->recovery_steps < 0) snprintf(rec, sizeof(rec), "never comes back");
+        else snprintf(rec, sizeof(rec), "comes back in %d steps", first_own->recovery_steps);
+        r->cls = FP8T_CMP_SPIKE;
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "spike, then a lasting gap: run B (%s) jumps %+.1f%% at step %d (robust z %.1f; "
+                 "the baseline does not) and %s, but the runs part there: the smoothed gap leaves "
+                 "the threshold %s at step %d and ends at %s (noise %.100s)",
+                 runs[1]->label, 100.0 * first_own->size_rel, first_own->step,
+                 first_own->zscore, rec, thr, first_exit, g, nz);
+        snprintf(r->advice, sizeof(r->advice),
+                 "the spike is FP8's (BF16 has none there): inspect its steps (--inspect "
+                 "'start=%d,end=%d,tensors=operands') for an amax/scale jump, e.g. delayed scaling "
+                 "still on its first amaxes; try --recipe current or a shorter --amax-history; "
+                 "if the gap persists without the spike, bisect it as drift (fp8train bisect)",
+                 first_own->step > 2 ? first_own->step - 2 : 1, first_own->step + 1);
+        return;
+    }
     if (isfinite(r->late_gap) && r->late_gap > bar) {
         char g[32];
         fmt_pct(g, sizeof(g), r->late_gap);
