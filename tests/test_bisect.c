@@ -379,12 +379,13 @@ static void test_noise_judgement(void) {
 }
 
 /* End to end: the clean tiny run at a threshold far below what separates runs that differ
- * only by rounding (0.01%): some experiment ends below the baseline by more than that, and
- * the printed summary, bisect.json and report.html say the result is unreliable. */
+ * only by rounding (0.005%; the fake-quantized run ends 0.008% below BF16, in main's build
+ * too): some experiment ends below the baseline by more than that, and the printed summary,
+ * bisect.json and report.html say the result is unreliable. */
 static void test_noise_end_to_end(void) {
     fp8t_bisect_config bc;
     base_config(&bc, "noise", NULL);
-    bc.threshold = 1e-4;
+    bc.threshold = 5e-5;
     char logpath[512];
     snprintf(logpath, sizeof logpath, "%s/noise.log", g_root);
     bc.log = fopen(logpath, "w");
