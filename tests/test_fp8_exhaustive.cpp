@@ -169,7 +169,7 @@ static unsigned stride_blocks(void) {
  * eighth of the blocks, so a long silence never looks like a hang. */
 static void progress(unsigned done, unsigned total, double t0) {
     const unsigned step = total / 8 ? total / 8 : 1;
-    if (done % step != 0 || done == total) return;
+    if (done % step != 0 || done + step > total) return; /* no "99%" just before the end */
     const double el = omp_get_wtime() - t0;
     printf("  ... %u%% of the sweep after %.0f s (about %.0f s to go)\n", 100 * done / total, el,
            el * (total - done) / done);
