@@ -15,7 +15,7 @@ STEPS=${DEMO_STEPS:-600}
 NOISE=${DEMO_NOISE:-1}
 COMMON=(--preset tiny --data synthetic --steps "$STEPS" --batch 8 --seq-len 32 --lr 2e-3
         --warmup 20 --val-every 100 --val-batches 8 --progress-every 50 --seed 1337
-        --keep-ckpts 1)
+        --keep-ckpts 1 --overwrite) # the demo's own runs: a second `make demo` replaces them
 mkdir -p "$OUT"
 start=$(date +%s)
 echo "== training tiny for $STEPS steps, BF16 and FP8 at once (logs: $OUT/bf16.log, $OUT/fp8.log)"

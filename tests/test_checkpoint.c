@@ -284,6 +284,108 @@ static void test_prune_and_latest(void) {
     fp8t_checkpoint_free(&ck);
 }
 
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* fp8train deletes only what it wrote: names matched exactly, a checkpoint recognised by its
+ * state.json marker, and inside it only its own files. */
+static void test_only_own_checkpoints_removed(void) {
+    T_CHECK(fp8t_checkpoint_step_of_name("step_000020") == 20, "step_000020");
+    T_CHECK(fp8t_checkpoint_step_of_name("step_1234567") == 1234567, "step_1234567");
+    const char *not_ours[] = {"step_20", "step_0000020", "step_000020.bak", "step_", "step_-00001",
+                              "xstep_000020", "step_00002a", "model_final.pt"};
+    for (size_t i = 0; i < sizeof(not_ours) / sizeof(not_ours[0]); i++)
+        T_CHECK(fp8t_checkpoint_step_of_name(not_ours[i]) == -1, "'%s' taken for ours", not_ours[i]);
+
+    char out[512], dir[600], p[700], err[512];
+    snprintf(out, sizeof(out), "%s/own", root);
+    fp8t_checkpoint ck;
+    make_ck(&ck, 0);
+    for (int s = 1; s <= 4; s++) {
+        ck.step = s;
+        fp8t_checkpoint_dir(dir, sizeof(dir), out, s);
+        T_ASSERT(fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) == 0, "%s", err);
+    }
+    /* foreign things in checkpoints/: a step-named directory without our state.json, one
+     * named almost like ours holding a copy of our files, a file, and a user file inside one
+     * of our checkpoints */
+    snprintf(p, sizeof(p), "%s/checkpoints/step_000000", out);
+    mkdir(p, 0777);
+    snprintf(p, sizeof(p), "%s/checkpoints/step_000000/weights.bin", out);
+    write_text(p, "user");
+    snprintf(p, sizeof(p), "%s/checkpoints/step_0", out);
+    ck.step = 0;
+    T_ASSERT(fp8t_checkpoint_save(p, &ck, err, sizeof(err)) == 0, "%s", err);
+    snprintf(p, sizeof(p), "%s/checkpoints/model_final.pt", out);
+    write_text(p, "user");
+    snprintf(p, sizeof(p), "%s/checkpoints/step_000001/NOTES", out);
+    write_text(p, "user");
+    snprintf(p, sizeof(p), "%s/checkpoints/.tmp.step_000009.123", out); /* crash leftover */
+    mkdir(p, 0777);
+    snprintf(p, sizeof(p), "%s/checkpoints/.tmp.step_000009.123/model.safetensors.tmp.123", out);
+    write_text(p, "partial");
+    snprintf(p, sizeof(p), "%s/checkpoints/.tmp.mine", out); /* not ours */
+    mkdir(p, 0777);
+
+    char latest[700];
+    T_CHECK(fp8t_checkpoint_latest(out, latest, sizeof(latest)) == 4, "latest %s", latest);
+    /* keep 1: steps 1..3 go; step 1 only loses its own files */
+    T_CHECK(fp8t_checkpoint_prune(out, 1) == 2, "prune count");
+    struct stat st;
+    const char *kept[] = {"step_000000/weights.bin", "step_0/state.json", "model_final.pt",
+                          "step_000001/NOTES", "step_000004/state.json", ".tmp.mine"};
+    for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
+        snprintf(p, sizeof(p), "%s/checkpoints/%s", out, kept[i]);
+        T_CHECK(stat(p, &st) == 0, "%s was deleted", kept[i]);
+    }
+    const char *gone[] = {"step_000001/model.safetensors", "step_000002", "step_000003",
+                          ".tmp.step_000009.123"};
+    for (size_t i = 0; i < sizeof(gone) / sizeof(gone[0]); i++) {
+        snprintf(p, sizeof(p), "%s/checkpoints/%s", out, gone[i]);
+        T_CHECK(stat(p, &st) != 0, "%s was kept", gone[i]);
+    }
+    /* remove refuses a directory that is not one of fp8train's checkpoints */
+    snprintf(p, sizeof(p), "%s/checkpoints/step_000000", out);
+    T_CHECK(fp8t_checkpoint_remove(p, 1) == -1, "removed a foreign step_000000");
+    fp8t_checkpoint_dir(dir, sizeof(dir), out, 4);
+    T_CHECK(fp8t_checkpoint_remove(dir, 1) == 0 && stat(dir, &st) != 0, "own checkpoint not removed");
+
+    /* a step_NNNNNN directory of somebody else's holding only a file named like ours: a save
+     * of that step moves it aside (.old.step_000005.<pid>), never deletes it, and a later prune
+     * leaves it too */
+    snprintf(p, sizeof(p), "%s/checkpoints/step_000005", out);
+    mkdir(p, 0777);
+    snprintf(p, sizeof(p), "%s/checkpoints/step_000005/model.safetensors", out);
+    write_text(p, "user's own model");
+    ck.step = 5;
+    fp8t_checkpoint_dir(dir, sizeof(dir), out, 5);
+    T_ASSERT(fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) == 0, "%s", err);
+    fp8t_checkpoint_prune(out, 0);
+    snprintf(p, sizeof(p), "%s/checkpoints/.old.step_000005.%ld/model.safetensors", out,
+             (long)getpid());
+    T_CHECK(stat(p, &st) == 0 && st.st_size == 16, "the user's model.safetensors was deleted");
+
+    /* saving into a directory that holds other files: theirs stay, ours load */
+    snprintf(dir, sizeof(dir), "%s/user_dir", out);
+    mkdir(dir, 0777);
+    snprintf(p, sizeof(p), "%s/README", dir);
+    write_text(p, "user");
+    ck.step = 7;
+    T_ASSERT(fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) == 0, "%s", err);
+    fp8t_checkpoint back;
+    T_CHECK(stat(p, &st) == 0, "README deleted by the save");
+    T_CHECK(fp8t_checkpoint_load(dir, NULL, &back, err, sizeof(err)) == 0 && back.step == 7,
+            "load after an in-place save: %s", err);
+    fp8t_checkpoint_free(&back);
+    T_CHECK(count_entries(out, ".tmp.") == 0, "temporary left in %s", out);
+    fp8t_checkpoint_free(&ck);
+}
+
 static void test_model_config_json(void) {
     fp8t_model_config c = small_config(), d;
     c.arch = FP8T_ARCH_LLAMA;
@@ -309,6 +411,7 @@ int main(void) {
     fp8t_rmtree(root);
     mkdir(root, 0777);
     T_RUN(test_round_trip);
+    T_RUN(test_only_own_checkpoints_removed);
     T_RUN(test_replace_is_atomic);
     T_RUN(test_missing_file);
     T_RUN(test_missing_state);

@@ -35,7 +35,7 @@ missing=""
 for o in preset data val-data steps batch seq-len grad-accum precision recipe format amax-history \
          amax-algo margin pow2-scales lr min-lr-frac warmup weight-decay grad-clip seed out device \
          ckpt-every keep-ckpts val-every val-batches resume reset-fp8 override config inspect inject \
-         baseline drift-threshold shadow-every shadow-action shadow-threshold quiet progress-every \
+         baseline drift-threshold shadow-every shadow-action shadow-threshold quiet progress-every overwrite \
          head-precision fast-accum-fprop fast-accum-grad layers dim heads vocab mlp-hidden arch; do
   grep -q -- "--$o\b" "$TMP/th" || missing="$missing --$o"
 done

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fp8train/dist.h"
 #include "fp8train/fp8.h"
 #include "fp8train/recipe.h"
 
@@ -262,6 +263,26 @@ typedef struct fp8t_backend_ops {
     void (*adamw)(fp8t_backend *b, float *params, float *m, float *v, const float *grads,
                   size_t n, float lr, float beta1, float beta2, float eps, float wd, int t,
                   float grad_scale);
+
+    /* ---- collectives over the data-parallel world (fp8train/dist.h) ----
+     * Every rank calls them in the same order, in place on device memory, on the backend's
+     * stream (MPI on the CPU backend, NCCL on the CUDA backend). In a world of one they leave
+     * the data as it is (but for allreduce's BF16 rounding). The model never calls them: the
+     * trainer does (src/train/dist_train.c). */
+    /* join the world once (NCCL: a communicator from a unique id that rank 0 broadcasts over
+     * MPI); 0 ok, -1 with err */
+    int (*comm_init)(fp8t_backend *b, char *err, size_t errlen);
+    /* x[n] = sum or max over ranks (max propagates NaN). bf16 (sum only): the values are
+     * rounded to BF16 and summed in BF16 (half the traffic; each addition rounded to BF16),
+     * then widened back to FP32 */
+    void (*allreduce)(fp8t_backend *b, float *x, size_t n, fp8t_reduce_op op, int bf16);
+    /* x[sum(counts)]: rank r's range (offset = sum of counts[0..r)) gets the sum over ranks of
+     * that range; the rest of x is undefined afterwards */
+    void (*reduce_scatter)(fp8t_backend *b, float *x, const size_t *counts);
+    /* every rank gets every rank's range of x (ranges as reduce_scatter's) */
+    void (*all_gather)(fp8t_backend *b, float *x, const size_t *counts);
+    /* bytes of x from rank root to every rank */
+    void (*broadcast)(fp8t_backend *b, void *x, size_t bytes, int root);
 } fp8t_backend_ops;
 
 struct fp8t_backend {

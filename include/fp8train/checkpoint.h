@@ -40,8 +40,10 @@ typedef struct {
     char *policy_json;        /* fp8t_policy_to_json of the policy at this step, may be NULL */
 } fp8t_checkpoint;
 
-/* Write ck into directory `dir` atomically (dir is replaced if it exists). The parent
- * directory is created. 0 ok, -1 + err. */
+/* Write ck into directory `dir` atomically (a checkpoint already there is replaced). The
+ * parent directory is created. When dir holds files fp8train did not write, they stay: the
+ * checkpoint files are then moved in one by one (each rename atomic, state.json last).
+ * 0 ok, -1 + err. */
 int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, size_t errlen);
 
 /* Read and validate a checkpoint directory. The model config comes from state.json; if
@@ -57,11 +59,21 @@ void fp8t_checkpoint_free(fp8t_checkpoint *ck);
 /* OUT/checkpoints/step_NNNNNN */
 void fp8t_checkpoint_dir(char *buf, size_t len, const char *out_dir, int step);
 /* The checkpoint with the highest step under OUT/checkpoints: its step (path into buf), or -1
- * when there is none. Hidden temporaries are ignored. */
+ * when there is none. Only complete checkpoints of fp8train's count (the exact step_NNNNNN
+ * name and a state.json with its format marker); hidden temporaries are ignored. */
 int fp8t_checkpoint_latest(const char *out_dir, char *buf, size_t len);
 /* Keep the `keep` most recent step_* checkpoints of OUT/checkpoints (keep <= 0: all) and
- * remove stale temporaries left by a crash. Returns how many were removed. */
+ * remove stale temporaries left by a crash. Returns how many were removed. Only checkpoints
+ * fp8train wrote are counted or removed (fp8t_checkpoint_remove). */
 int fp8t_checkpoint_prune(const char *out_dir, int keep);
+/* The step of a checkpoint directory name exactly as fp8t_checkpoint_dir writes it
+ * ("step_000020"), else -1 ("step_20", "step_000020.bak", "final" are somebody else's). */
+int fp8t_checkpoint_step_of_name(const char *name);
+/* Remove a checkpoint directory fp8train wrote (its state.json carries fp8train's format
+ * marker): its checkpoint files, then the directory if nothing else is in it. Files fp8train
+ * did not write are never deleted; their directory then stays (a note on stderr unless quiet).
+ * 0 removed, 1 kept, -1 not a checkpoint of fp8train's (nothing touched). */
+int fp8t_checkpoint_remove(const char *dir, int quiet);
 
 /* The model config as a JSON object text (malloc'd) and back; from_json checks every field. */
 char *fp8t_model_config_to_json(const fp8t_model_config *c);

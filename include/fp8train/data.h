@@ -12,8 +12,11 @@
  *                 fly, no files. The validation split is another seed of the same language.
  *   a text file   bytes are tokens (vocab 256). The last 10% is the validation split, unless
  *                 a separate validation source is given.
- *   'dir/x_*.bin' llm.c token shards (glob(3) pattern; uint16 tokens). The last 10% of every
- *                 shard is the validation split unless a separate validation source is given.
+ *   'dir/x_*.bin' llm.c token shards (glob(3) pattern; GPT-2 shards with uint16 tokens or
+ *                 Llama-3 shards with uint32). The last 10% of every shard is the validation
+ *                 split unless a separate validation source is given.
+ *   text or JSONL through a tokenizer.json (fp8t_data_open_tok): the tokens of the file(s),
+ *                 split like a text file.
  * Each row of a micro-batch is a window of T+1 consecutive tokens at a start drawn from a
  * seeded hash of (seed, index, row); targets are the tokens shifted by one.
  */
@@ -39,6 +42,13 @@ typedef struct fp8t_data fp8t_data;
  * here, once, for files). NULL + err (naming the file and the fix) on any bad input. */
 fp8t_data *fp8t_data_open(const char *source, const char *val_source, fp8t_data_split split,
                           int B, int T, int vocab, uint64_t seed, char *err, size_t errlen);
+/* The same, with a Hugging Face tokenizer.json (NULL or "" = bytes): text sources, and JSONL
+ * sources (.jsonl: one document per line, its "text" field), are tokenized with it when the
+ * stream is opened, each document starting with the tokenizer's document token (as
+ * `fp8train tokenize` writes them); the tokenizer's vocabulary must fit `vocab`. */
+fp8t_data *fp8t_data_open_tok(const char *source, const char *val_source, const char *tokenizer,
+                              fp8t_data_split split, int B, int T, int vocab, uint64_t seed,
+                              char *err, size_t errlen);
 void fp8t_data_close(fp8t_data *d);
 
 /* Micro-batch number `index`: tokens [B, T], targets [B, T] (host). Pure function. */

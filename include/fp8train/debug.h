@@ -34,6 +34,17 @@ void fp8t_inspector_begin_step(fp8t_inspector *in, int step);
 void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
                             float *x);
 void fp8t_inspector_end_step(fp8t_inspector *in, int step);
+/* The first failed write of stats.jsonl (disk full), naming the file; NULL while all went in. */
+const char *fp8t_inspector_write_error(const fp8t_inspector *in);
+/* A second destination for the statistics (train --tensorboard). For every site the inspector
+ * writes a row of on the step's first micro-batch, fn gets the site as a tag-friendly name
+ * ("layer03.fc2.dgrad.grad_output", "head.head.fprop.input") and one call per statistic:
+ * "underflow_pct", "saturation_pct", "sqnr_db", "scale" (quantized operands) and "amax" (every
+ * site), values finite as a float only (an exact quantization's SQNR, 1e300: no call).
+ * NULL: none. */
+typedef void (*fp8t_inspect_sink)(void *ctx, int step, const char *site, const char *stat,
+                                  double value);
+void fp8t_inspector_set_sink(fp8t_inspector *in, fp8t_inspect_sink fn, void *ctx);
 
 /* ---- NaN/Inf provenance ---- */
 typedef struct fp8t_nan_tracker fp8t_nan_tracker;

@@ -87,6 +87,13 @@ int fp8t_npy_read(const char *path, char descr[16], int *ndim, int64_t shape[8],
 int fp8t_shard_read(const char *path, uint16_t **tokens, size_t *n, char *err, size_t errlen);
 int fp8t_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err,
                      size_t errlen);
+/* llm.c's Llama-3 shards (vocabularies past 65536): magic 20240801, version 7, uint32 tokens.
+ * fp8t_shard_read_u32 reads both kinds (GPT-2 shards widened to uint32); fp8t_shard_read
+ * refuses a 32-bit shard with a message saying so. */
+int fp8t_shard_read_u32(const char *path, uint32_t **tokens, size_t *n, char *err,
+                        size_t errlen);
+int fp8t_shard_write_u32(const char *path, const uint32_t *tokens, size_t n, char *err,
+                         size_t errlen);
 
 /* ---- llm.c GPT-2 checkpoints: 256 x int32 header (magic 20240326, version 3 = fp32 or 5 =
  * bf16; maxT, V, L, NH, C, Vp), then the parameters in llm.c order:

@@ -177,6 +177,16 @@ float fp8t_model_grad_norm(fp8t_model *m);
 /* AdamW step t (1-based) with gradient clipping at grad_clip (<=0: off) given the norm. */
 void fp8t_model_adamw(fp8t_model *m, float lr, float beta1, float beta2, float eps,
                       float weight_decay, int t, float grad_clip, float grad_norm);
+/* fp8t_model_adamw on the parameters [lo, hi) only, adam_m / adam_v holding the moments of
+ * that range (element 0 = parameter lo): ZeRO-1, each rank updating its shard. The weight
+ * caches are invalidated as by fp8t_model_adamw; the caller makes the rest of the parameters
+ * current (all-gather) before the next forward. */
+void fp8t_model_adamw_range(fp8t_model *m, float *adam_m, float *adam_v, size_t lo, size_t hi,
+                            float lr, float beta1, float beta2, float eps, float weight_decay,
+                            int t, float grad_clip, float grad_norm);
+/* Free the model's own AdamW moments (ZeRO-1 keeps shards of them elsewhere); adam_m/adam_v
+ * return NULL afterwards and fp8t_model_adamw must not be called. */
+void fp8t_model_release_adam(fp8t_model *m);
 /* End of an optimizer step: delayed-scaling update of every FP8 tensor (one op, no host sync)
  * and invalidation of the cached FP8 weight copies. */
 void fp8t_model_end_step(fp8t_model *m);

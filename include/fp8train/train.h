@@ -21,8 +21,10 @@ typedef struct {
     char preset[64];            /* --preset (default "tiny") */
     fp8t_model_config model;    /* resolved from preset (+ --layers/--dim/... tweaks) */
     /* data */
-    char data[FP8T_PATH_MAX];   /* "synthetic" | file.txt (bytes) | 'dir/x_*.bin' (llm.c shards) */
+    char data[FP8T_PATH_MAX];   /* "synthetic" | file.txt (bytes, or via `tokenizer`) | .jsonl
+                                   (via `tokenizer`) | 'dir/x_*.bin' (llm.c shards) */
     char val_data[FP8T_PATH_MAX]; /* optional separate validation data; default: held-out split */
+    char tokenizer[FP8T_PATH_MAX]; /* Hugging Face tokenizer.json for text/JSONL --data ("" = bytes) */
     int batch;                  /* B: sequences per micro-batch */
     int seq_len;                /* T */
     int grad_accum;             /* micro-batches per optimizer step */
@@ -38,6 +40,8 @@ typedef struct {
     /* where */
     char device[16];            /* "cpu" | "cuda" */
     char out_dir[FP8T_PATH_MAX];/* --out */
+    int overwrite;              /* --overwrite: replace the run already in out_dir (its logs and
+                                   checkpoints; never files fp8train did not write) */
     int ckpt_every;             /* 0: only at the end */
     int keep_ckpts;             /* keep the last K checkpoints (0 = all) */
     int val_every, val_batches; /* validation every N steps on val_batches micro-batches */
@@ -45,6 +49,7 @@ typedef struct {
     int resume_reset_fp8;       /* on resume, start the FP8 state fresh instead of restoring */
     int quiet;                  /* no progress lines (tests, bisect children) */
     int progress_every;         /* print a progress line every N steps */
+    char tensorboard[FP8T_PATH_MAX]; /* --tensorboard DIR: TensorBoard event files; "" = off */
     /* debugging */
     char inspect[FP8T_PATH_MAX];/* --inspect spec (see debug/inspect.h); "" = off */
     char inject[FP8T_PATH_MAX]; /* --inject spec (see debug/inject.h); "" = off */
@@ -56,6 +61,11 @@ typedef struct {
     int shadow_every;           /* --shadow-every K (0 = off) */
     char shadow_action[64];     /* warn | fallback:M | rollback */
     float shadow_threshold;     /* relative |loss_fp8 - loss_bf16| / loss_bf16 (default 0.02) */
+    /* data parallel (mpirun -np N; docs/parallel.md) */
+    int zero;                   /* 1: ZeRO-1 (AdamW moments sharded across ranks) */
+    int dp_bf16_reduce;         /* gradient all-reduce in BF16 instead of FP32 */
+    int amax_reduce;            /* all-reduce (max) amaxes before the scale update (default 1) */
+    int dp_force;               /* the data-parallel path even in one process (checks) */
 } fp8t_train_config;
 
 /* Defaults for everything (preset tiny, synthetic data, FP8 delayed policy, ...). */

@@ -316,6 +316,23 @@ static void w_adamw(fp8t_backend *b, float *p, float *m, float *v, const float *
     TIMED(P_ADAMW, ib->ops->adamw(ib, p, m, v, g, n, lr, b1, b2, eps, wd, t, gs));
 }
 
+/* the collectives pass through untimed: a step's time waiting for other ranks is not an op's */
+static int w_comm_init(fp8t_backend *b, char *err, size_t errlen) {
+    return in(b)->ops->comm_init(in(b), err, errlen);
+}
+static void w_allreduce(fp8t_backend *b, float *x, size_t n, fp8t_reduce_op op, int bf16) {
+    in(b)->ops->allreduce(in(b), x, n, op, bf16);
+}
+static void w_reduce_scatter(fp8t_backend *b, float *x, const size_t *counts) {
+    in(b)->ops->reduce_scatter(in(b), x, counts);
+}
+static void w_all_gather(fp8t_backend *b, float *x, const size_t *counts) {
+    in(b)->ops->all_gather(in(b), x, counts);
+}
+static void w_broadcast(fp8t_backend *b, void *x, size_t bytes, int root) {
+    in(b)->ops->broadcast(in(b), x, bytes, root);
+}
+
 static const fp8t_backend_ops wrapper_ops = {
     w_malloc, w_free, w_to_device, w_to_host, w_copy, w_zero, w_synchronize, w_destroy,
     w_gemm_f32, w_gemm_bf16, w_gemm_bf16_rounded, w_gemm_fp8,
@@ -326,6 +343,7 @@ static const fp8t_backend_ops wrapper_ops = {
     w_gelu_forward, w_gelu_forward_bf16, w_gelu_backward, w_gelu_backward_bias, w_swiglu_forward, w_swiglu_backward,
     w_attention_forward, w_attention_backward, w_attention_saved_bytes, w_softmax_xent, w_softmax_xent_bf16,
     w_add, w_add_bias, w_accumulate, w_scale, w_sumsq, w_sum, w_adamw,
+    w_comm_init, w_allreduce, w_reduce_scatter, w_all_gather, w_broadcast,
 };
 
 fp8t_backend *fp8t_profile_wrap(fp8t_backend *inner) {

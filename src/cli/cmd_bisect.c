@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "fp8train/bisect.h"
+#include "fp8train/dist.h"
 #include "fp8train/inject.h"
 #include "fp8train/train_options.h"
 #include "cli/cmd_bisect.h"
@@ -84,6 +85,13 @@ static int parse_fraction(const char *opt, const char *v, int one_ok, const char
 }
 
 int fp8t_cmd_bisect(int argc, char **argv) {
+    /* every rank would drive its own bisection and write the same report files */
+    if (fp8t_dist_env_size() > 1) {
+        fprintf(stderr, "fp8train bisect: running under a launcher with %d processes is not "
+                "supported yet; run bisect as one process (its experiments then run in it)\n",
+                fp8t_dist_env_size());
+        return 2;
+    }
     fp8t_bisect_config *bc = malloc(sizeof *bc);
     char **rest = malloc(((size_t)argc + 1) * sizeof *rest);
     if (!bc || !rest) {

@@ -32,6 +32,7 @@ static void usage(FILE *f) {
         "  --data SRC            synthetic | text file | 'dir/*.bin' shards (default: the\n"
         "                        checkpoint's training data, else synthetic)\n"
         "  --val-data SRC        separate validation source (default: the held-out split)\n"
+        "  --tokenizer FILE      tokenizer.json for text/JSONL data (default: the run's)\n"
         "  --precision P         bf16 | fp8 | fp32 | both (bf16 and fp8, default) | all\n"
         "  --batches N           validation micro-batches (default: the run's val_batches, else 10)\n"
         "  --batch B --seq-len T micro-batch shape (default: the run's, else 8 and min(seq_len, 256))\n"
@@ -52,7 +53,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct {
-    const char *weights, *data, *val_data, *check_export, *dump_tokens, *device;
+    const char *weights, *data, *val_data, *check_export, *dump_tokens, *device, *tokenizer;
     const char *tasks[MAX_TASKS];
     int n_tasks;
     int want[FP8T_EVAL_COUNT];
@@ -83,6 +84,7 @@ static int parse_args(eval_opts *o, int argc, char **argv) {
         if (!(v = cli_value(CMD, argc, argv, &i))) return -1;
         if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--val-data")) o->val_data = v;
+        else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
         else if (!strcmp(a, "--check-export")) o->check_export = v;
         else if (!strcmp(a, "--dump-tokens")) o->dump_tokens = v;
         else if (!strcmp(a, "--device")) o->device = v;
@@ -170,6 +172,8 @@ int fp8t_cmd_eval(int argc, char **argv) {
     cli_run_defaults_from(&w, &def);
     const char *data = o.data ? o.data : def.data;
     const char *val_data = o.val_data ? o.val_data : (o.data ? "" : def.val_data);
+    /* the model's tokenizer applies to any text data given to it */
+    const char *tokenizer = o.tokenizer ? o.tokenizer : def.tokenizer;
     const int B = o.B ? o.B : def.batch, batches = o.batches ? o.batches : def.val_batches;
     const int T = o.T ? o.T : def.seq_len;
     const uint64_t seed = o.have_seed ? o.seed : def.seed;
@@ -193,13 +197,14 @@ int fp8t_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "fp8train eval: %s\n", err);
         goto done;
     }
-    if (!(d = fp8t_data_open(data, val_data, FP8T_SPLIT_VAL, B, T, w.model.vocab_size, seed, err,
-                             sizeof(err)))) {
+    if (!(d = fp8t_data_open_tok(data, val_data, tokenizer, FP8T_SPLIT_VAL, B, T,
+                                 w.model.vocab_size, seed, err, sizeof(err)))) {
         fprintf(stderr, "fp8train eval: data: %s\n", err);
         goto done;
     }
     if (o.want[FP8T_EVAL_FP8] &&
-        cli_calibrate(ev, &w, data, val_data, seed, o.calib_batches, o.json, err, sizeof(err)) < 0) {
+        cli_calibrate_tok(ev, &w, data, val_data, tokenizer, seed, o.calib_batches, o.json, err,
+                          sizeof(err)) < 0) {
         fprintf(stderr, "fp8train eval: %s\n", err);
         goto done;
     }

@@ -17,8 +17,10 @@ static void usage(FILE *f) {
         "usage: fp8train export WEIGHTS --to DIR [options]\n"
         "  Export WEIGHTS (usually a checkpoint, RUN/checkpoints/step_N) for other tools.\n"
         "options:\n"
-        "  --to DIR              output directory (config.json + model.safetensors), or the\n"
-        "                        .bin file with --format llmc\n"
+        "  --to DIR              output directory (config.json + model.safetensors), new or\n"
+        "                        empty; or the .bin file with --format llmc, new\n"
+        "  --overwrite           DIR may hold files: replace config.json and model.safetensors\n"
+        "                        in it and keep the rest (with llmc: replace the .bin)\n"
         "  --dtype D             bf16 (default) | fp8 | fp32\n"
         "                        fp8: linear weights F8_E4M3 + <module>.weight_scale_inv (F32 [1],\n"
         "                        weight = fp8 * weight_scale_inv, from the weight's own amax) +\n"
@@ -38,10 +40,11 @@ int fp8t_cmd_export(int argc, char **argv) {
     if (argc > 0 && !strcmp(argv[0], "export")) { argc--; argv++; }
     const char *weights = NULL, *to = NULL, *format = "hf", *calib_data = NULL, *device = "cpu";
     fp8t_export_dtype dtype = FP8T_EXPORT_BF16;
-    int calib_batches = 4;
+    int calib_batches = 4, overwrite = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--overwrite")) { overwrite = 1; continue; }
         if (a[0] != '-' || !a[1]) {
             if (weights) {
                 fprintf(stderr, "fp8train export: one WEIGHTS argument expected, got '%s' and '%s'\n",
@@ -81,6 +84,8 @@ int fp8t_cmd_export(int argc, char **argv) {
                 "not fp8\n");
         return 2;
     }
+    if (cli_check_to(CMD, to, !llmc, overwrite, "config.json and model.safetensors"))
+        return 2;
     char err[2048], desc[512];
     fp8t_weights w;
     if (fp8t_weights_load(weights, &w, err, sizeof(err)) != 0) {

@@ -13,7 +13,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-        "usage: fp8train import SRC --to CKPT_DIR [--seed S]\n"
+        "usage: fp8train import SRC --to CKPT_DIR [--seed S] [--overwrite]\n"
         "  SRC: an llm.c GPT-2 checkpoint (gpt2_124M.bin fp32 v3 or gpt2_124M_bf16.bin v5; the\n"
         "  vocabulary padding rows Vp > V are dropped), or a Hugging Face directory with\n"
         "  config.json and model.safetensors (GPT2LMHeadModel or LlamaForCausalLM with tied\n"
@@ -21,7 +21,9 @@ static void usage(FILE *f) {
         "  weight_scale_inv; input_scale seeds the FP8 activation scales).\n"
         "  Writes a checkpoint at step 0 with zero AdamW moments and data position 0.\n"
         "options:\n"
-        "  --to CKPT_DIR         the checkpoint directory to write (replaced if it exists)\n"
+        "  --to CKPT_DIR         the checkpoint directory to write: new or empty\n"
+        "  --overwrite           CKPT_DIR may hold files: replace the checkpoint files in it\n"
+        "                        (model/optimizer/fp8_meta.safetensors, state.json), keep the rest\n"
         "  --seed S              the seed recorded in the checkpoint (data order of a resumed run;\n"
         "                        default 1337, fp8train train's default)\n"
         "then: fp8train train --resume CKPT_DIR --steps N --out RUN [--data ...]\n");
@@ -31,9 +33,11 @@ int fp8t_cmd_import(int argc, char **argv) {
     if (argc > 0 && !strcmp(argv[0], "import")) { argc--; argv++; }
     const char *src = NULL, *to = NULL;
     uint64_t seed = 1337;
+    int overwrite = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--overwrite")) { overwrite = 1; continue; }
         if (a[0] != '-' || !a[1]) {
             if (src) {
                 fprintf(stderr, "fp8train import: one SRC argument expected, got '%s' and '%s'\n",
@@ -55,6 +59,10 @@ int fp8t_cmd_import(int argc, char **argv) {
         fprintf(stderr, "fp8train import: need SRC and --to CKPT_DIR (see fp8train import --help)\n");
         return 2;
     }
+    /* before reading SRC (which may take long): a refusal comes at once */
+    if (cli_check_to(CMD, to, 1, overwrite, "the checkpoint files (model.safetensors, "
+                     "optimizer.safetensors, fp8_meta.safetensors, state.json)"))
+        return 2;
     char err[2048], desc[512];
     fp8t_weights w;
     if (fp8t_weights_load(src, &w, err, sizeof(err)) != 0) {

@@ -460,8 +460,9 @@ int fp8t_cmd_inspect(int argc, char **argv) {
     bf16 = pol;
     bf16.default_precision = bf16.head_precision = FP8T_PREC_BF16;
     bf16.n_overrides = 0;
-    if (!(s.d = fp8t_data_open(data, val_data, FP8T_SPLIT_TRAIN, B, T, w->model.vocab_size, seed,
-                               err, sizeof(err)))) {
+    /* text data goes through the run's tokenizer, if it trained with one */
+    if (!(s.d = fp8t_data_open_tok(data, val_data, def.tokenizer, FP8T_SPLIT_TRAIN, B, T,
+                                   w->model.vocab_size, seed, err, sizeof(err)))) {
         fprintf(stderr, "fp8train inspect: data: %s\n", err);
         goto done;
     }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "fp8train/dist.h"
 #include "fp8train/train.h"
 #include "fp8train/train_options.h"
 
@@ -33,11 +34,13 @@ int fp8t_cmd_train(int argc, char **argv) {
         return res.last_step > 0 ? 1 : 2;
     }
     int status = 0;
-    if (res.reason == FP8T_STOP_NAN) {
+    if (res.reason == FP8T_STOP_NAN && fp8t_dist_rank() != 0) {
+        status = 3; /* rank 0 says it */
+    } else if (res.reason == FP8T_STOP_NAN) {
         fprintf(stderr, "fp8train train: stopped at step %d by a non-finite loss; see %s/events.jsonl\n",
                 res.last_step + 1, c->out_dir);
         status = 3;
-    } else if (!c->quiet) {
+    } else if (!c->quiet && fp8t_dist_rank() == 0) { /* one summary for a data-parallel run */
         printf("done: step %d, loss %.4f", res.last_step, res.last_loss);
         if (isfinite(res.last_val_loss)) printf(", val %.4f", res.last_val_loss);
         printf(", %.0f tok/s, %d event%s; run in %s\n", res.tokens_per_s, res.n_events,

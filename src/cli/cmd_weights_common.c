@@ -1,11 +1,14 @@
 /* Helpers shared by eval, generate, export and import (see cmd_weights_common.h). */
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cmd_weights_common.h"
 #include "fp8train/recipe.h"
+#include "util/fs.h"
 
 void cli_run_defaults_from(const fp8t_weights *w, cli_run_defaults *d) {
     memset(d, 0, sizeof(*d));
@@ -22,6 +25,8 @@ void cli_run_defaults_from(const fp8t_weights *w, cli_run_defaults *d) {
         snprintf(d->data, sizeof(d->data), "%s", v->valuestring);
     if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(c, "val_data")))
         snprintf(d->val_data, sizeof(d->val_data), "%s", v->valuestring);
+    if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(c, "tokenizer")))
+        snprintf(d->tokenizer, sizeof(d->tokenizer), "%s", v->valuestring);
     if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "batch")) && v->valuedouble >= 1 &&
         v->valuedouble <= 1 << 20)
         d->batch = (int)v->valuedouble;
@@ -48,10 +53,17 @@ void cli_describe_weights(char *buf, size_t len, const fp8t_weights *w) {
 
 int cli_calibrate(fp8t_evaluator *ev, fp8t_weights *w, const char *data, const char *val_data,
                   uint64_t seed, int batches, int quiet, char *err, size_t errlen) {
+    return cli_calibrate_tok(ev, w, data, val_data, NULL, seed, batches, quiet, err, errlen);
+}
+
+int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data,
+                      const char *val_data, const char *tokenizer, uint64_t seed, int batches,
+                      int quiet, char *err, size_t errlen) {
     if (!fp8t_evaluator_needs_calibration(ev)) return 0;
     char e[1024];
-    fp8t_data *d = fp8t_data_open(data, val_data, FP8T_SPLIT_TRAIN, fp8t_evaluator_B(ev),
-                                  fp8t_evaluator_T(ev), w->model.vocab_size, seed, e, sizeof(e));
+    fp8t_data *d = fp8t_data_open_tok(data, val_data, tokenizer, FP8T_SPLIT_TRAIN,
+                                      fp8t_evaluator_B(ev), fp8t_evaluator_T(ev),
+                                      w->model.vocab_size, seed, e, sizeof(e));
     if (!d) {
         snprintf(err, errlen, "FP8 calibration data: %s", e);
         return -1;
@@ -74,4 +86,41 @@ int cli_calibrate(fp8t_evaluator *ev, fp8t_weights *w, const char *data, const c
                 "calibrated on %d training micro-batch%s of %s\n", w->kind, batches,
                 batches == 1 ? "" : "es", data);
     return 1;
+}
+
+int cli_check_to(const char *cmd, const char *to, int dir_target, int overwrite,
+                 const char *writes) {
+    if (!fp8t_path_exists(to)) return 0;
+    if (!dir_target) {
+        if (fp8t_is_dir(to)) {
+            fprintf(stderr, "fp8train %s: --to %s is a directory; give the file to write\n", cmd,
+                    to);
+            return 2;
+        }
+        if (overwrite) return 0;
+        fprintf(stderr, "fp8train %s: --to %s exists; choose another name, or add --overwrite to "
+                "replace it\n", cmd, to);
+        return 2;
+    }
+    if (!fp8t_is_dir(to)) {
+        fprintf(stderr, "fp8train %s: --to %s exists and is not a directory; give a new or empty "
+                "directory\n", cmd, to);
+        return 2;
+    }
+    DIR *d = opendir(to);
+    if (!d) {
+        fprintf(stderr, "fp8train %s: cannot read --to %s: %s\n", cmd, to, strerror(errno));
+        return 2;
+    }
+    char first[256] = "";
+    struct dirent *e;
+    while (!first[0] && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            snprintf(first, sizeof(first), "%s", e->d_name);
+    closedir(d);
+    if (!first[0] || overwrite) return 0;
+    fprintf(stderr, "fp8train %s: --to %s is not empty (it holds %s); give a new or empty "
+            "directory, or add --overwrite to write %s into it (replacing those files only; "
+            "nothing else there is touched)\n", cmd, to, first, writes);
+    return 2;
 }

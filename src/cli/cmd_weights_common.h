@@ -15,6 +15,7 @@
  * micro-batches, seed 1337, device cpu. */
 typedef struct {
     char data[1024], val_data[1024];
+    char tokenizer[1024]; /* the run's --tokenizer (tokenizer.json), "" if none */
     int batch, seq_len, val_batches;
     uint64_t seed;
     char device[16];
@@ -30,5 +31,16 @@ void cli_describe_weights(char *buf, size_t len, const fp8t_weights *w);
  * calibrated, 0 not needed, -1 error (err filled). */
 int cli_calibrate(fp8t_evaluator *ev, fp8t_weights *w, const char *data, const char *val_data,
                   uint64_t seed, int batches, int quiet, char *err, size_t errlen);
+/* The same with text data through a tokenizer.json (NULL or "" = bytes). */
+int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data,
+                      const char *val_data, const char *tokenizer, uint64_t seed, int batches,
+                      int quiet, char *err, size_t errlen);
+
+/* May `cmd` (import, export) write to --to `to`? A path that does not exist, or an empty
+ * directory: yes. A non-empty directory (dir_target) or an existing file (!dir_target): only
+ * with --overwrite, which then replaces only the files `cmd` writes (`writes`, for the
+ * message); anything else there is never touched. 0 yes; 2 after printing why not. */
+int cli_check_to(const char *cmd, const char *to, int dir_target, int overwrite,
+                 const char *writes);
 
 #endif

@@ -24,6 +24,8 @@ WEAK int fp8t_cmd_eval(int argc, char **argv);
 WEAK int fp8t_cmd_generate(int argc, char **argv);
 WEAK int fp8t_cmd_export(int argc, char **argv);
 WEAK int fp8t_cmd_import(int argc, char **argv);
+WEAK int fp8t_cmd_tokenize(int argc, char **argv);
+WEAK int fp8t_cmd_tensorboard(int argc, char **argv);
 
 typedef struct {
     const char *name;
@@ -41,6 +43,8 @@ static const command COMMANDS[] = {
     {"generate", fp8t_cmd_generate, "sample text from a checkpoint"},
     {"export", fp8t_cmd_export, "export a checkpoint (Hugging Face layout, BF16 or FP8 + scales)"},
     {"import", fp8t_cmd_import, "import llm.c / Hugging Face weights as a checkpoint"},
+    {"tokenize", fp8t_cmd_tokenize, "text/JSONL -> llm.c token shards with a tokenizer.json"},
+    {"tensorboard", fp8t_cmd_tensorboard, "TensorBoard event files from a run's logs"},
 };
 #define N_COMMANDS ((int)(sizeof(COMMANDS) / sizeof(COMMANDS[0])))
 
@@ -49,7 +53,7 @@ static void usage(FILE *f) {
                "usage: fp8train <command> [options]     (fp8train <command> --help for its "
                "options)\n\ncommands:\n", FP8T_VERSION);
     for (int i = 0; i < N_COMMANDS; i++)
-        fprintf(f, "  %-10s %s%s\n", COMMANDS[i].name, COMMANDS[i].help,
+        fprintf(f, "  %-11s %s%s\n", COMMANDS[i].name, COMMANDS[i].help,
                 COMMANDS[i].fn ? "" : " (not built yet)");
     fprintf(f, "\nother:\n  --help     this text\n  --version  the version\n\n"
                "example: fp8train train --preset tiny --precision fp8 --steps 300 --out runs/fp8\n");

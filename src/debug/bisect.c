@@ -311,6 +311,7 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
     tc->keep_ckpts = 0;
     tc->val_every = 0;         /* the gap is judged on the training loss */
     tc->inspect[0] = 0;
+    tc->tensorboard[0] = 0;    /* the experiments would add their curves to the user's run */
     tc->baseline[0] = 0;
     tc->shadow_every = 0;      /* shadow fallbacks would change the run under test */
     tc->detect_nan = 1;

@@ -39,6 +39,7 @@ struct fp8t_inspector {
     inspect_spec sel;
     char out_dir[1024];
     FILE *stats;                   /* OUT/stats.jsonl */
+    char write_err[1200];          /* first failed write of stats.jsonl ("" none) */
     /* per step */
     int step, active;
     int *seen;                     /* [num_linears * GEMMS * KINDS] micro-batch counters */
@@ -57,6 +58,8 @@ struct fp8t_inspector {
     size_t blocks_cap;
     float *bscales;                /* block scales / MX exponents */
     size_t bscales_cap;
+    fp8t_inspect_sink sink;        /* optional second destination (TensorBoard) */
+    void *sink_ctx;
 };
 
 /* ---- spec parsing ----
@@ -292,8 +295,51 @@ void fp8t_inspector_begin_step(fp8t_inspector *in, int step) {
 void fp8t_inspector_end_step(fp8t_inspector *in, int step) {
     (void)step;
     if (!in) return;
-    if (in->active) fflush(in->stats);
+    /* a full disk shows at the flush (or as the stream's error flag from an earlier fputs) */
+    if (in->active && (fflush(in->stats) != 0 || ferror(in->stats)) && !in->write_err[0])
+        snprintf(in->write_err, sizeof(in->write_err), "cannot write %s/stats.jsonl: %s",
+                 in->out_dir, strerror(errno ? errno : EIO));
     in->active = 0;
+}
+
+void fp8t_inspector_set_sink(fp8t_inspector *in, fp8t_inspect_sink fn, void *ctx) {
+    if (!in) return;
+    in->sink = fn;
+    in->sink_ctx = ctx;
+}
+
+/* The site for the sink: the layer zero-padded so that a dashboard sorting tags by name lists
+ * layer03 before layer10. */
+static void sink_site(char *buf, size_t len, const fp8t_tensor_site *s) {
+    char layer[16];
+    if (s->layer < 0) snprintf(layer, sizeof(layer), "head");
+    else snprintf(layer, sizeof(layer), "layer%02d", s->layer);
+    snprintf(buf, len, "%s.%s.%s.%s", layer, fp8t_module_name(s->module),
+             fp8t_gemm_name(s->gemm), fp8t_tensor_kind_name(s->kind));
+}
+
+static void sink_stats(fp8t_inspector *in, const fp8t_tensor_site *site, const fp8t_stats *st,
+                       int is_operand, float scale) {
+    char name[96];
+    sink_site(name, sizeof(name), site);
+    const struct {
+        const char *stat;
+        double v;
+        int operand_only;
+    } rows[] = {
+        {"underflow_pct", st->underflow_pct, 1}, {"saturation_pct", st->saturation_pct, 1},
+        {"sqnr_db", st->sqnr_db, 1},             {"scale", scale, 1},
+        {"amax", st->amax, 0},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        /* float: the sink's consumer (TensorBoard) keeps float32; an exact image's SQNR
+         * (1e300) has no float value and is left out like a non-finite one */
+        if ((is_operand || !rows[i].operand_only) && isfinite((float)rows[i].v))
+            in->sink(in->sink_ctx, in->step, name, rows[i].stat, rows[i].v);
+}
+
+const char *fp8t_inspector_write_error(const fp8t_inspector *in) {
+    return in && in->write_err[0] ? in->write_err : NULL;
 }
 
 static int layer_selected(const fp8t_inspector *in, int layer) {
@@ -602,5 +648,6 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     if (lb.s) fputs(lb.s, in->stats);
     free(lb.s);
 
+    if (in->sink && micro == 0) sink_stats(in, site, &st, is_operand, scale);
     if (in->sel.dump && micro == 0) write_dumps(in, site, scale, scale_inv, is_operand);
 }

@@ -2,6 +2,7 @@
  *
  * Both start with a 256 x int32 little-endian header.
  *   token shard:     [0] = 20240520, [1] = 1, [2] = token count; then uint16 tokens
+ *                    (Llama-3 vocabularies: [0] = 20240801, [1] = 7; then uint32 tokens)
  *   GPT-2 checkpoint:[0] = 20240326, [1] = 3 (fp32) or 5 (bf16), [2] maxT, [3] V, [4] L,
  *                    [5] NH, [6] C, [7] Vp (padded vocab); then the parameters in llm.c order
  * The file size must match the header exactly, as llm.c itself requires. */
@@ -19,6 +20,8 @@
 #define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * 4)
 #define LLMC_SHARD_MAGIC 20240520
 #define LLMC_SHARD_VERSION 1
+#define LLMC_SHARD32_MAGIC 20240801 /* llm.c's Llama-3 shards: uint32 tokens */
+#define LLMC_SHARD32_VERSION 7
 #define LLMC_GPT2_MAGIC 20240326
 #define LLMC_CHUNK 65536 /* elements converted per write/read step for bf16 */
 
@@ -71,7 +74,10 @@ static int open_with_header(const char *path, const char *what, uint8_t hdr[LLMC
  * Token shards
  * ====================================================================================== */
 
-int fp8t_shard_read(const char *path, uint16_t **tokens, size_t *n, char *err, size_t errlen) {
+/* Reads a shard of either kind: GPT-2's (uint16 tokens) or Llama-3's (uint32). want32: the
+ * caller takes uint32 tokens (GPT-2 shards are widened); otherwise only uint16 shards. */
+static int shard_read(const char *path, int want32, void **tokens, size_t *n, char *err,
+                      size_t errlen) {
     if (!tokens || !n) {
         fp8t_errorf(err, errlen, "fp8t_shard_read: tokens and n must not be NULL");
         return -1;
@@ -83,15 +89,24 @@ int fp8t_shard_read(const char *path, uint16_t **tokens, size_t *n, char *err, s
     int fd = open_with_header(path, "llm.c token shard", hdr, &size, err, errlen);
     if (fd < 0) return -1;
     int32_t magic = header_int(hdr, 0), version = header_int(hdr, 1), count = header_int(hdr, 2);
-    if (magic != LLMC_SHARD_MAGIC) {
-        fp8t_errorf(err, errlen, "%s is not an llm.c token shard (magic %d, expected %d)%s",
-                    path, magic, LLMC_SHARD_MAGIC, magic_hint(magic));
+    if (magic == LLMC_SHARD32_MAGIC && !want32) {
+        fp8t_errorf(err, errlen, "%s is an llm.c Llama-3 token shard (32-bit tokens); this "
+                    "reader takes GPT-2 shards (16-bit tokens) only", path);
         goto fail;
     }
-    if (version != LLMC_SHARD_VERSION) {
+    if (magic != LLMC_SHARD_MAGIC && magic != LLMC_SHARD32_MAGIC) {
+        fp8t_errorf(err, errlen, "%s is not an llm.c token shard (magic %d, expected %d%s)%s",
+                    path, magic, LLMC_SHARD_MAGIC,
+                    want32 ? ", or 20240801 for 32-bit tokens" : "", magic_hint(magic));
+        goto fail;
+    }
+    const int wide = magic == LLMC_SHARD32_MAGIC;
+    const int want_version = wide ? LLMC_SHARD32_VERSION : LLMC_SHARD_VERSION;
+    const uint64_t w = wide ? 4 : 2; /* bytes per token in the file */
+    if (version != want_version) {
         fp8t_errorf(err, errlen,
                     "%s: llm.c token shard version %d is not supported (expected %d)", path,
-                    version, LLMC_SHARD_VERSION);
+                    version, want_version);
         goto fail;
     }
     if (count < 0) {
@@ -100,30 +115,39 @@ int fp8t_shard_read(const char *path, uint16_t **tokens, size_t *n, char *err, s
         goto fail;
     }
     uint64_t body = size - LLMC_HEADER_BYTES;
-    if (body != 2 * (uint64_t)count) {
-        if (body < 2 * (uint64_t)count)
+    if (body != w * (uint64_t)count) {
+        if (body < w * (uint64_t)count)
             fp8t_errorf(err, errlen, "%s: truncated: header says %d tokens, file holds %llu%s",
-                        path, count, (unsigned long long)(body / 2),
-                        body % 2 ? " and a half" : "");
+                        path, count, (unsigned long long)(body / w),
+                        body % w ? " and a part" : "");
         else
             fp8t_errorf(err, errlen,
                         "%s: header says %d tokens, file holds %llu bytes of tokens (%llu "
                         "bytes too many)",
                         path, count, (unsigned long long)body,
-                        (unsigned long long)(body - 2 * (uint64_t)count));
+                        (unsigned long long)(body - w * (uint64_t)count));
         goto fail;
     }
-    uint16_t *buf = malloc(count ? (size_t)count * sizeof(uint16_t) : 1);
+    const size_t out_w = want32 ? 4 : 2;
+    void *buf = malloc(count ? (size_t)count * out_w : 1);
     if (!buf) {
         fp8t_errorf(err, errlen, "%s: out of memory for %d tokens", path, count);
         goto fail;
     }
-    long long got = fp8t_read_full(fd, buf, (size_t)count * sizeof(uint16_t));
-    if (got != (long long)count * 2) {
+    long long got = fp8t_read_full(fd, buf, (size_t)count * (size_t)w);
+    if (got != (long long)count * (long long)w) {
         fp8t_errorf(err, errlen, "cannot read the tokens of %s: %s", path,
                     got < 0 ? strerror(errno) : "file shrank");
         free(buf);
         goto fail;
+    }
+    if (want32 && !wide) { /* widen in place, from the end so nothing is overwritten unread */
+        const uint16_t *src = buf;
+        uint32_t *dst = buf;
+        for (size_t i = (size_t)count; i-- > 0;) dst[i] = fp8t_load_le16((const uint8_t *)(src + i));
+    } else if (wide) {
+        uint32_t *t = buf;
+        for (size_t i = 0; i < (size_t)count; i++) t[i] = fp8t_load_le32((const uint8_t *)(t + i));
     }
     close(fd);
     *tokens = buf;
@@ -132,6 +156,46 @@ int fp8t_shard_read(const char *path, uint16_t **tokens, size_t *n, char *err, s
 fail:
     close(fd);
     return -1;
+}
+
+int fp8t_shard_read(const char *path, uint16_t **tokens, size_t *n, char *err, size_t errlen) {
+    void *t = NULL;
+    int rc = shard_read(path, 0, &t, n, err, errlen);
+    *tokens = t;
+    return rc;
+}
+
+int fp8t_shard_read_u32(const char *path, uint32_t **tokens, size_t *n, char *err,
+                        size_t errlen) {
+    void *t = NULL;
+    int rc = shard_read(path, 1, &t, n, err, errlen);
+    if (tokens) *tokens = t;
+    return rc;
+}
+
+int fp8t_shard_write_u32(const char *path, const uint32_t *tokens, size_t n, char *err,
+                         size_t errlen) {
+    const char *p = path ? path : "(null)";
+    if (n > (size_t)INT32_MAX)
+        return fp8t_errorf(err, errlen, "%s: %zu tokens do not fit one llm.c shard (at most "
+                           "%d; split them)", p, n, INT32_MAX);
+    if (n > 0 && !tokens)
+        return fp8t_errorf(err, errlen, "%s: no tokens given for a shard of %zu", p, n);
+    uint8_t hdr[LLMC_HEADER_BYTES] = {0};
+    header_set(hdr, 0, LLMC_SHARD32_MAGIC);
+    header_set(hdr, 1, LLMC_SHARD32_VERSION);
+    header_set(hdr, 2, (int32_t)n);
+    fp8t_atomic_file a;
+    if (fp8t_atomic_open(&a, path, err, errlen) != 0) return -1;
+    if (fp8t_atomic_write(&a, hdr, sizeof hdr, err, errlen) != 0) return -1;
+    uint8_t chunk[4 * 4096]; /* little endian whatever the host */
+    for (size_t i = 0; i < n;) {
+        size_t k = n - i < 4096 ? n - i : 4096;
+        for (size_t j = 0; j < k; j++) fp8t_store_le32(chunk + 4 * j, tokens[i + j]);
+        if (fp8t_atomic_write(&a, chunk, 4 * k, err, errlen) != 0) return -1;
+        i += k;
+    }
+    return fp8t_atomic_commit(&a, err, errlen);
 }
 
 int fp8t_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err,

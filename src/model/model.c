@@ -460,6 +460,11 @@ size_t fp8t_model_num_params(const fp8t_model *m) { return m->num_params; }
 float *fp8t_model_params(fp8t_model *m) { return m->params; }
 float *fp8t_model_grads(fp8t_model *m) { return m->grads; }
 float *fp8t_model_adam_m(fp8t_model *m) { return m->adam_m; }
+void fp8t_model_release_adam(fp8t_model *m) {
+    m->ops->free(m->be, m->adam_m);
+    m->ops->free(m->be, m->adam_v);
+    m->adam_m = m->adam_v = NULL;
+}
 float *fp8t_model_adam_v(fp8t_model *m) { return m->adam_v; }
 /* After a fused training forward the buffer holds dlogits: the logits are rebuilt first. */
 const float *fp8t_model_logits(fp8t_model *m) {
@@ -487,20 +492,30 @@ float fp8t_model_grad_norm(fp8t_model *m) {
 
 void fp8t_model_adamw(fp8t_model *m, float lr, float beta1, float beta2, float eps,
                       float weight_decay, int t, float grad_clip, float grad_norm) {
+    fp8t_model_adamw_range(m, m->adam_m, m->adam_v, 0, m->num_params, lr, beta1, beta2, eps,
+                           weight_decay, t, grad_clip, grad_norm);
+}
+
+void fp8t_model_adamw_range(fp8t_model *m, float *adam_m, float *adam_v, size_t lo, size_t hi,
+                            float lr, float beta1, float beta2, float eps, float weight_decay,
+                            int t, float grad_clip, float grad_norm) {
     if (model_refuse_if_frozen(m, "fp8t_model_adamw")) return;
     float grad_scale = 1.0f;
     if (grad_clip > 0.0f && grad_norm > grad_clip) grad_scale = grad_clip / grad_norm;
     m->epoch++; /* the weights move */
-    /* one call per contiguous run of tensors with the same decay flag */
+    /* one call per contiguous run of tensors with the same decay flag, cut to [lo, hi) */
     int i = 0;
     while (i < m->n_tensors) {
         int j = i;
         while (j + 1 < m->n_tensors && m->info[j + 1].decay == m->info[i].decay) j++;
         size_t off = m->info[i].offset;
-        size_t n = m->info[j].offset + m->info[j].numel - off;
-        m->ops->adamw(m->be, m->params + off, m->adam_m + off, m->adam_v + off, m->grads + off,
-                      n, lr, beta1, beta2, eps, m->info[i].decay ? weight_decay : 0.0f, t,
-                      grad_scale);
+        size_t end = m->info[j].offset + m->info[j].numel;
+        if (off < lo) off = lo;
+        if (end > hi) end = hi;
+        if (off < end)
+            m->ops->adamw(m->be, m->params + off, adam_m + (off - lo), adam_v + (off - lo),
+                          m->grads + off, end - off, lr, beta1, beta2, eps,
+                          m->info[i].decay ? weight_decay : 0.0f, t, grad_scale);
         i = j + 1;
     }
     /* the cached weight copies are stale now (end_step also invalidates them; this keeps a

@@ -51,6 +51,112 @@ static void fsync_dir(const char *dir) {
     }
 }
 
+/* ---------------------------------------------------------------- what is ours */
+
+/* The files a checkpoint directory holds, and nothing else fp8train ever writes there. */
+static const char *const CKPT_FILES[] = {"model.safetensors", "optimizer.safetensors",
+                                         "fp8_meta.safetensors", "state.json"};
+#define N_CKPT_FILES ((int)(sizeof(CKPT_FILES) / sizeof(CKPT_FILES[0])))
+
+/* "<prefix><digits>" exactly (at least one digit, nothing after): the pid suffixes of our
+ * temporaries. */
+static int is_prefix_digits(const char *name, const char *prefix) {
+    size_t n = strlen(prefix);
+    if (strncmp(name, prefix, n) != 0 || !name[n]) return 0;
+    for (const char *p = name + n; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
+/* A file fp8train writes inside a checkpoint directory: one of CKPT_FILES, or the temporary of
+ * one (fp8t_atomic_open's "<file>.tmp.<pid>", left behind only by a crash). */
+static int is_ckpt_file(const char *name) {
+    for (int i = 0; i < N_CKPT_FILES; i++) {
+        size_t n = strlen(CKPT_FILES[i]);
+        if (!strcmp(name, CKPT_FILES[i])) return 1;
+        if (!strncmp(name, CKPT_FILES[i], n) && is_prefix_digits(name + n, ".tmp.")) return 1;
+    }
+    return 0;
+}
+
+int fp8t_checkpoint_step_of_name(const char *name) {
+    if (strncmp(name, "step_", 5) != 0) return -1;
+    const char *p = name + 5;
+    if (!*p) return -1;
+    long v = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9' || v > 100000000) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    /* exactly what fp8t_checkpoint_dir writes ("step_%06d"): "step_20" or "step_0000020" is
+     * somebody else's */
+    char canon[32];
+    snprintf(canon, sizeof(canon), "step_%06ld", v);
+    return strcmp(canon, name) == 0 ? (int)v : -1;
+}
+
+/* Does dir hold a state.json that fp8train wrote (its "format" marker)? */
+static int has_own_state(const char *dir) {
+    char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64], e[256];
+    fp8t_fmt(path, sizeof(path), "%s/state.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    if (fp8t_read_file(path, &text, &len, e, sizeof(e)) != 0) return 0;
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
+    int ok = cJSON_IsString(fmt) && strcmp(fmt->valuestring, CKPT_FORMAT) == 0;
+    cJSON_Delete(o);
+    return ok;
+}
+
+/* First entry of dir that is not a checkpoint file (into foreign), 1 if there is one, 0 if
+ * every entry is ours, -1 if dir cannot be read. */
+static int foreign_entry(const char *dir, char *foreign, size_t len) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (!is_ckpt_file(e->d_name)) {
+            snprintf(foreign, len, "%s", e->d_name);
+            found = 1;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+/* Delete the checkpoint files in dir and then dir itself, if nothing else is in it. Files
+ * fp8train did not write stay, and so then does the directory: 0 removed, 1 kept (a note on
+ * stderr names the file), -1 not a directory. */
+static int remove_ckpt_files(const char *dir, int quiet) {
+    char foreign[256] = "";
+    int f = foreign_entry(dir, foreign, sizeof(foreign));
+    if (f < 0) return -1;
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    struct dirent *e;
+    char path[FP8T_CKPT_PATH_MAX_INTERNAL * 3];
+    while ((e = readdir(d))) {
+        if (!is_ckpt_file(e->d_name)) continue;
+        fp8t_fmt(path, sizeof(path), "%s/%s", dir, e->d_name);
+        (void)unlink(path);
+    }
+    closedir(d);
+    if (f == 0 && rmdir(dir) == 0) return 0;
+    if (!quiet)
+        fprintf(stderr, "fp8train: kept %s: it holds %s, which fp8train did not write (its "
+                "checkpoint files were removed)\n", dir, foreign[0] ? foreign : "other files");
+    return 1;
+}
+
+int fp8t_checkpoint_remove(const char *dir, int quiet) {
+    if (!fp8t_is_dir(dir) || !has_own_state(dir)) return -1;
+    return remove_ckpt_files(dir, quiet);
+}
+
 /* ---------------------------------------------------------------- save */
 
 static fp8t_param_info *param_table(const fp8t_model_config *m, int *count, size_t *total) {
@@ -169,6 +275,22 @@ fail:
     return rc;
 }
 
+/* Move the checkpoint files of the complete directory tmp into dir, state.json last (a reader
+ * that sees the new state.json sees the new tensors). err stays "" on success. */
+static void move_files_in(const char *tmp, const char *dir, char *err, size_t errlen) {
+    err[0] = 0;
+    for (int i = 0; i < N_CKPT_FILES; i++) {
+        char from[FP8T_CKPT_PATH_MAX_INTERNAL * 3], to[FP8T_CKPT_PATH_MAX_INTERNAL * 3];
+        fp8t_fmt(from, sizeof(from), "%s/%s", tmp, CKPT_FILES[i]);
+        fp8t_fmt(to, sizeof(to), "%s/%s", dir, CKPT_FILES[i]);
+        if (rename(from, to) != 0) {
+            snprintf(err, errlen, "cannot move %s to %s: %s", from, to, strerror(errno));
+            return;
+        }
+    }
+    fsync_dir(dir);
+}
+
 int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, size_t errlen) {
     if (strlen(dir) >= FP8T_CKPT_PATH_MAX_INTERNAL - 64) {
         snprintf(err, errlen, "checkpoint path too long: %s", dir);
@@ -180,32 +302,47 @@ int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, 
     if (fp8t_mkdirs(parent, err, errlen) != 0) return -1;
     fp8t_fmt(tmp, sizeof(tmp), "%s/.tmp.%s.%ld", parent, base, (long)getpid());
     fp8t_fmt(old, sizeof(old), "%s/.old.%s.%ld", parent, base, (long)getpid());
-    fp8t_rmtree(tmp);
+    (void)remove_ckpt_files(tmp, 1); /* a leftover of a crashed process with our pid */
     if (mkdir(tmp, 0777) != 0) {
         snprintf(err, errlen, "cannot create checkpoint directory %s: %s", tmp, strerror(errno));
         return -1;
     }
     if (write_files(tmp, ck, err, errlen) != 0) {
-        fp8t_rmtree(tmp);
+        (void)remove_ckpt_files(tmp, 1);
         return -1;
     }
     fsync_dir(tmp);
     /* replace an existing checkpoint of the same name: move it aside first, so that at every
      * moment `dir` is either the old complete checkpoint or the new complete one */
     int had_old = fp8t_path_exists(dir);
+    char foreign[256];
+    if (had_old && fp8t_is_dir(dir) && foreign_entry(dir, foreign, sizeof(foreign)) != 0) {
+        /* the directory holds files fp8train did not write (an import --to --overwrite into
+         * a user's directory): they stay where they are, and each checkpoint file is moved
+         * in by its own atomic rename */
+        move_files_in(tmp, dir, err, errlen);
+        int failed = err[0] != 0;
+        (void)remove_ckpt_files(tmp, 1); /* what was not moved, then tmp */
+        return failed ? -1 : 0;
+    }
     if (had_old && rename(dir, old) != 0) {
         snprintf(err, errlen, "cannot move the old checkpoint %s aside: %s", dir, strerror(errno));
-        fp8t_rmtree(tmp);
+        (void)remove_ckpt_files(tmp, 1);
         return -1;
     }
     if (rename(tmp, dir) != 0) {
         snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, dir, strerror(errno));
         if (had_old) (void)rename(old, dir);
-        fp8t_rmtree(tmp);
+        (void)remove_ckpt_files(tmp, 1);
         return -1;
     }
     fsync_dir(parent);
-    if (had_old) fp8t_rmtree(old);
+    /* what was there before: deleted only if it was a checkpoint of fp8train's (a directory of
+     * somebody else's that happened to hold only files named like ours stays, aside) */
+    if (had_old && has_own_state(old)) remove_ckpt_files(old, 0);
+    else if (had_old)
+        fprintf(stderr, "fp8train: %s was not an fp8train checkpoint; its contents were moved to "
+                "%s\n", dir, old);
     return 0;
 }
 
@@ -468,24 +605,13 @@ done:
 
 /* ---------------------------------------------------------------- listing */
 
-static int parse_step_name(const char *name) {
-    if (strncmp(name, "step_", 5) != 0) return -1;
-    const char *p = name + 5;
-    if (!*p) return -1;
-    long v = 0;
-    for (; *p; p++) {
-        if (*p < '0' || *p > '9' || v > 100000000) return -1;
-        v = v * 10 + (*p - '0');
-    }
-    return (int)v;
-}
-
 static int cmp_int(const void *a, const void *b) {
     int x = *(const int *)a, y = *(const int *)b;
     return (x > y) - (x < y);
 }
 
-/* Steps of the complete checkpoints under OUT/checkpoints, sorted ascending (malloc'd). */
+/* Steps of the complete checkpoints fp8train wrote under OUT/checkpoints (a step_NNNNNN name
+ * exactly and its state.json), sorted ascending (malloc'd). */
 static int list_steps(const char *out_dir, int **steps) {
     char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64];
     fp8t_fmt(path, sizeof(path), "%s/checkpoints", out_dir);
@@ -495,8 +621,11 @@ static int list_steps(const char *out_dir, int **steps) {
     int n = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        int s = parse_step_name(e->d_name);
+        int s = fp8t_checkpoint_step_of_name(e->d_name);
         if (s < 0) continue;
+        char sub[FP8T_CKPT_PATH_MAX_INTERNAL * 3];
+        fp8t_fmt(sub, sizeof(sub), "%s/%s", path, e->d_name);
+        if (!has_own_state(sub)) continue; /* not ours, or not complete */
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             int *p = realloc(*steps, (size_t)cap * sizeof(int));
@@ -519,20 +648,36 @@ int fp8t_checkpoint_latest(const char *out_dir, char *buf, size_t len) {
     return best;
 }
 
+/* A crash leftover of fp8t_checkpoint_save: ".tmp.step_NNNNNN.<pid>" or ".old.step_NNNNNN.<pid>"
+ * exactly. */
+static int is_own_temporary(const char *name) {
+    if (strncmp(name, ".tmp.", 5) != 0 && strncmp(name, ".old.", 5) != 0) return 0;
+    const char *dot = strrchr(name + 5, '.');
+    if (!dot) return 0;
+    char step[64];
+    size_t n = (size_t)(dot - (name + 5));
+    if (n >= sizeof(step)) return 0;
+    memcpy(step, name + 5, n);
+    step[n] = 0;
+    return fp8t_checkpoint_step_of_name(step) >= 0 && is_prefix_digits(dot, ".");
+}
+
 int fp8t_checkpoint_prune(const char *out_dir, int keep) {
     int removed = 0;
     char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2];
-    /* temporaries of this process are in use only inside fp8t_checkpoint_save; any other
-     * ".tmp." or ".old." entry is left over from a crash */
+    /* temporaries of this process are in use only inside fp8t_checkpoint_save; any other of
+     * ours is left over from a crash. Only our file names in them are deleted. */
     fp8t_fmt(path, sizeof(path), "%s/checkpoints", out_dir);
     DIR *d = opendir(path);
     if (d) {
         struct dirent *e;
         while ((e = readdir(d))) {
-            if (strncmp(e->d_name, ".tmp.", 5) == 0 || strncmp(e->d_name, ".old.", 5) == 0) {
+            if (is_own_temporary(e->d_name)) {
                 char p[FP8T_CKPT_PATH_MAX_INTERNAL * 3];
                 fp8t_fmt(p, sizeof(p), "%s/%s", path, e->d_name);
-                fp8t_rmtree(p);
+                /* .tmp.: a checkpoint being written, ours from the start; .old.: what a
+                 * replaced step_NNNNNN held, ours only with our state.json */
+                if (e->d_name[1] == 't' || has_own_state(p)) (void)remove_ckpt_files(p, 0);
             }
         }
         closedir(d);
@@ -542,7 +687,7 @@ int fp8t_checkpoint_prune(const char *out_dir, int keep) {
     int n = list_steps(out_dir, &steps);
     for (int i = 0; i < n - keep; i++) {
         fp8t_checkpoint_dir(path, sizeof(path), out_dir, steps[i]);
-        if (fp8t_rmtree(path) == 0) removed++;
+        if (fp8t_checkpoint_remove(path, 0) == 0) removed++;
     }
     free(steps);
     return removed;

@@ -37,4 +37,5 @@ void fp8t_train_config_default(fp8t_train_config *c) {
     c->shadow_every = 0;
     strcpy(c->shadow_action, "warn");
     c->shadow_threshold = 0.02f;
+    c->amax_reduce = 1;
 }

@@ -26,6 +26,12 @@ static int is_synthetic(const char *s) { return !s || !*s || strcmp(s, "syntheti
 
 fp8t_data *fp8t_data_open(const char *source, const char *val_source, fp8t_data_split split,
                           int B, int T, int vocab, uint64_t seed, char *err, size_t errlen) {
+    return fp8t_data_open_tok(source, val_source, NULL, split, B, T, vocab, seed, err, errlen);
+}
+
+fp8t_data *fp8t_data_open_tok(const char *source, const char *val_source, const char *tokenizer,
+                              fp8t_data_split split, int B, int T, int vocab, uint64_t seed,
+                              char *err, size_t errlen) {
     if (B <= 0 || T <= 0) {
         snprintf(err, errlen, "data: batch (%d) and seq-len (%d) must be positive", B, T);
         return NULL;
@@ -44,6 +50,12 @@ fp8t_data *fp8t_data_open(const char *source, const char *val_source, fp8t_data_
     d->stream_seed = fp8t_hash3(seed, split == FP8T_SPLIT_VAL ? 0x76616cULL : 0x747261696eULL,
                                 0xDA7AULL);
     const char *split_name = split == FP8T_SPLIT_VAL ? "validation" : "train";
+    if (is_synthetic(src) && tokenizer && *tokenizer) {
+        snprintf(err, errlen, "--tokenizer %s is for text: give --data a text file or a .jsonl "
+                 "file (the synthetic language has its own 256 tokens)", tokenizer);
+        free(d);
+        return NULL;
+    }
     if (is_synthetic(src)) {
         if (vocab < FP8T_SYNTHETIC_VOCAB) {
             snprintf(err, errlen,
@@ -66,7 +78,7 @@ fp8t_data *fp8t_data_open(const char *source, const char *val_source, fp8t_data_
         return d;
     }
     int part = separate_val ? 0 : (split == FP8T_SPLIT_VAL ? 2 : 1);
-    if (data_corpus_load(&d->corpus, src, part, T, vocab, err, errlen) != 0) {
+    if (data_corpus_load(&d->corpus, src, tokenizer, part, T, vocab, err, errlen) != 0) {
         free(d);
         return NULL;
     }
@@ -94,7 +106,7 @@ void fp8t_data_close(fp8t_data *d) {
 }
 
 /* Window number w (0 <= w < total windows) -> its first token. */
-static const uint16_t *corpus_window(const fp8t_data *d, uint64_t w) {
+static const uint32_t *corpus_window(const fp8t_data *d, uint64_t w) {
     int lo = 0, hi = d->corpus.n_seg - 1; /* find the segment with cum[s] <= w < cum[s+1] */
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -122,10 +134,10 @@ void fp8t_data_batch(const fp8t_data *d, int *tokens, int *targets, uint64_t ind
             }
         } else {
             uint64_t total = d->cum_windows[d->corpus.n_seg];
-            const uint16_t *w = corpus_window(d, fp8t_rng_below(&s, total));
+            const uint32_t *w = corpus_window(d, fp8t_rng_below(&s, total));
             for (int t = 0; t < T; t++) {
-                tok[t] = w[t];
-                tgt[t] = w[t + 1];
+                tok[t] = (int)w[t];
+                tgt[t] = (int)w[t + 1];
             }
         }
     }

@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 
 #include "fp8train/io.h"
+#include "fp8train/tokenizer.h"
 #include "train/data_internal.h"
+#include "util/fs.h"
 
 int data_source_is_shards(const char *source) {
     size_t n = strlen(source);
@@ -17,15 +19,15 @@ int data_source_is_shards(const char *source) {
     return n >= 4 && strcmp(source + n - 4, ".bin") == 0;
 }
 
-static int corpus_add_owned(data_corpus *c, uint16_t *buf) {
-    uint16_t **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof(*o));
+static int corpus_add_owned(data_corpus *c, uint32_t *buf) {
+    uint32_t **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof(*o));
     if (!o) return -1;
     c->owned = o;
     c->owned[c->n_owned++] = buf;
     return 0;
 }
 
-static int corpus_add_segment(data_corpus *c, const uint16_t *tokens, size_t len) {
+static int corpus_add_segment(data_corpus *c, const uint32_t *tokens, size_t len) {
     data_segment *s = realloc(c->seg, (size_t)(c->n_seg + 1) * sizeof(*s));
     if (!s) return -1;
     c->seg = s;
@@ -43,17 +45,17 @@ static void part_range(size_t n, int part, size_t *lo, size_t *hi) {
     *hi = part == 1 ? cut : n;
 }
 
-static int check_vocab(const uint16_t *tok, size_t n, int vocab, const char *path, int *max_token,
+static int check_vocab(const uint32_t *tok, size_t n, int vocab, const char *path, int *max_token,
                        char *err, size_t errlen) {
     for (size_t i = 0; i < n; i++) {
-        if (tok[i] > *max_token) *max_token = tok[i];
-        if ((int)tok[i] >= vocab) {
+        if (tok[i] >= (uint32_t)vocab) {
             snprintf(err, errlen,
-                     "%s: token %d at position %zu is outside the model's vocabulary of %d; "
-                     "use a model with --vocab %d or more (or data made for this vocabulary)",
-                     path, (int)tok[i], i, vocab, (int)tok[i] + 1);
+                     "%s: token %u at position %zu is outside the model's vocabulary of %d; "
+                     "use a model with --vocab %llu or more (or data made for this vocabulary)",
+                     path, tok[i], i, vocab, (unsigned long long)tok[i] + 1);
             return -1;
         }
+        if ((int)tok[i] > *max_token) *max_token = (int)tok[i];
     }
     return 0;
 }
@@ -87,7 +89,7 @@ static int load_text(data_corpus *c, const char *path, int part, int T, int voca
     }
     size_t n = (size_t)size;
     unsigned char *bytes = malloc(n);
-    uint16_t *tok = malloc(n * sizeof(uint16_t));
+    uint32_t *tok = malloc(n * sizeof(uint32_t));
     if (!bytes || !tok || fread(bytes, 1, n, f) != n) {
         snprintf(err, errlen, "cannot read data file '%s' (%zu bytes)", path, n);
         free(bytes);
@@ -138,10 +140,10 @@ static int load_shards(data_corpus *c, const char *pattern, int part, int T, int
     size_t total = 0;
     for (size_t i = 0; i < g.gl_pathc; i++) {
         const char *path = g.gl_pathv[i];
-        uint16_t *tok = NULL;
+        uint32_t *tok = NULL;
         size_t n = 0;
         char e[512];
-        if (fp8t_shard_read(path, &tok, &n, e, sizeof(e)) != 0) {
+        if (fp8t_shard_read_u32(path, &tok, &n, e, sizeof(e)) != 0) {
             snprintf(err, errlen, "bad token shard: %s", e);
             globfree(&g);
             return -1;
@@ -182,11 +184,92 @@ static int load_shards(data_corpus *c, const char *pattern, int part, int T, int
     return 0;
 }
 
-int data_corpus_load(data_corpus *c, const char *source, int part, int T, int vocab, char *err,
-                     size_t errlen) {
+/* Collects the documents of a file, one after the other. */
+typedef struct {
+    fp8t_tok_ids all;
+    int oom;
+} doc_collect;
+
+static int collect_doc(void *ctx, const int32_t *ids, size_t n, uint64_t start, uint64_t end) {
+    (void)start;
+    (void)end;
+    doc_collect *d = ctx;
+    if (d->all.n + n > d->all.cap) {
+        size_t cap = d->all.cap ? d->all.cap : 1 << 16;
+        while (cap < d->all.n + n) cap *= 2;
+        int32_t *v = realloc(d->all.v, cap * sizeof(int32_t));
+        if (!v) {
+            d->oom = 1;
+            return -1;
+        }
+        d->all.v = v;
+        d->all.cap = cap;
+    }
+    memcpy(d->all.v + d->all.n, ids, n * sizeof(int32_t));
+    d->all.n += n;
+    return 0;
+}
+
+/* A text or JSONL file through a tokenizer.json: its tokens, split like a text file's bytes. */
+static int load_tokenized(data_corpus *c, const char *path, const char *tok_path, int part,
+                          int T, int vocab, char *err, size_t errlen) {
+    char e[1024];
+    if (!fp8t_is_regular_file(path)) {
+        snprintf(err, errlen, "data '%s' is not a readable file (with --tokenizer, --data is a "
+                 "text file or a .jsonl file with a \"text\" field per line)", path);
+        return -1;
+    }
+    fp8t_bpe *t = fp8t_bpe_load(tok_path, e, sizeof(e));
+    if (!t) {
+        snprintf(err, errlen, "--tokenizer: %s", e);
+        return -1;
+    }
+    if (fp8t_bpe_vocab_size(t) > vocab) {
+        snprintf(err, errlen, "tokenizer '%s' has %d tokens but the model's vocabulary is %d; "
+                 "leave out --vocab (the tokenizer then sets it) or give --vocab %d or more",
+                 tok_path, fp8t_bpe_vocab_size(t), vocab, fp8t_bpe_vocab_size(t));
+        fp8t_bpe_free(t);
+        return -1;
+    }
+    doc_collect d = {{0}, 0};
+    int rc = fp8t_bpe_encode_file(t, path, "text", collect_doc, &d, e, sizeof(e));
+    fp8t_bpe_free(t);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s", d.oom ? "out of memory tokenizing the data" : e);
+        free(d.all.v);
+        return -1;
+    }
+    /* the ids are below the vocab (checked above), so they fit uint32 as they are */
+    uint32_t *tok = (uint32_t *)d.all.v;
+    size_t n = d.all.n;
+    if (corpus_add_owned(c, tok) != 0) {
+        free(tok);
+        snprintf(err, errlen, "out of memory loading '%s'", path);
+        return -1;
+    }
+    if (check_vocab(tok, n, vocab, path, &c->max_token, err, errlen) != 0) return -1;
+    size_t lo, hi;
+    part_range(n, part, &lo, &hi);
+    if (hi - lo < (size_t)T + 1) {
+        snprintf(err, errlen, "data file '%s' gives %zu tokens with tokenizer '%s', of which %zu "
+                 "are the %s split, but a sequence needs %d (seq-len + 1); use more text, a "
+                 "smaller --seq-len%s", path, n, tok_path, hi - lo,
+                 part == 1 ? "training (first 90%)" : part == 2 ? "validation (last 10%)" : "whole",
+                 T + 1, part ? ", or a separate --val-data" : "");
+        return -1;
+    }
+    snprintf(c->what, sizeof(c->what), "'%s' through tokenizer '%s' (%zu tokens)", path,
+             tok_path, n);
+    return corpus_add_segment(c, tok + lo, hi - lo);
+}
+
+int data_corpus_load(data_corpus *c, const char *source, const char *tokenizer, int part, int T,
+                     int vocab, char *err, size_t errlen) {
     memset(c, 0, sizeof(*c));
     int rc = data_source_is_shards(source) ? load_shards(c, source, part, T, vocab, err, errlen)
-                                           : load_text(c, source, part, T, vocab, err, errlen);
+             : tokenizer && *tokenizer
+                 ? load_tokenized(c, source, tokenizer, part, T, vocab, err, errlen)
+                 : load_text(c, source, part, T, vocab, err, errlen);
     if (rc != 0) data_corpus_free(c);
     return rc;
 }

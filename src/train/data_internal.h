@@ -29,12 +29,12 @@ void syn_generate(const syn_lexicon *lex, int *out, size_t n, uint64_t seed);
 
 /* ---- token corpora from files (data_files.c) ---- */
 typedef struct {
-    const uint16_t *tokens; /* points into an owned buffer */
+    const uint32_t *tokens; /* points into an owned buffer */
     size_t len;
 } data_segment;
 
 typedef struct {
-    uint16_t **owned;   /* buffers to free */
+    uint32_t **owned;   /* buffers to free */
     int n_owned;
     data_segment *seg;  /* the split's segments */
     int n_seg;
@@ -45,9 +45,10 @@ typedef struct {
 
 /* Load `source` (a text file or a shard glob) and cut out `part`: 0 = everything,
  * 1 = the first 90% of every file (train), 2 = the last 10% (validation). Checks tokens < vocab
- * and that some window of T+1 tokens exists. 0 ok, -1 + err. */
-int data_corpus_load(data_corpus *c, const char *source, int part, int T, int vocab, char *err,
-                     size_t errlen);
+ * and that some window of T+1 tokens exists. With a tokenizer (a tokenizer.json path, or NULL /
+ * "" for bytes), a text or JSONL source is tokenized with it. 0 ok, -1 + err. */
+int data_corpus_load(data_corpus *c, const char *source, const char *tokenizer, int part, int T,
+                     int vocab, char *err, size_t errlen);
 void data_corpus_free(data_corpus *c);
 /* Is source a shard pattern (glob characters or a .bin name)? */
 int data_source_is_shards(const char *source);

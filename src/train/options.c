@@ -11,7 +11,9 @@
 #include "fp8train/checkpoint.h"
 #include "fp8train/inject.h"
 #include "fp8train/io.h"
+#include "fp8train/tokenizer.h"
 #include "fp8train/train_options.h"
+#include "util/fs.h"
 
 typedef enum { OT_INT, OT_FLOAT, OT_U64, OT_STR, OT_FLAG, OT_BOOL, OT_SPECIAL } opt_type;
 
@@ -160,6 +162,16 @@ static void get_shadow_action(const fp8t_train_config *c, char *b, size_t n) {
     snprintf(b, n, "%s", c->shadow_action);
 }
 
+static int set_dp_reduce(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    if (strcmp(v, "fp32") == 0) c->dp_bf16_reduce = 0;
+    else if (strcmp(v, "bf16") == 0) c->dp_bf16_reduce = 1;
+    else return fail(err, errlen, "dp-reduce", v, "fp32 or bf16");
+    return 0;
+}
+static void get_dp_reduce(const fp8t_train_config *c, char *b, size_t n) {
+    snprintf(b, n, "%s", c->dp_bf16_reduce ? "bf16" : "fp32");
+}
+
 /* ---------------------------------------------------------------- the table */
 
 #define G_MODEL "Model"
@@ -169,6 +181,7 @@ static void get_shadow_action(const fp8t_train_config *c, char *b, size_t n) {
 #define G_RUN "Run"
 #define G_CKPT "Checkpoints"
 #define G_DEBUG "Debugging"
+#define G_DP "Data parallel (mpirun -np N fp8train train ...)"
 
 #define NUM(name_, arg_, type_, field_, lo_, hi_, group_, help_)                               \
     {name_, arg_, help_, group_, type_, FIELD(field_), lo_, hi_, NULL, NULL, 0, 0}
@@ -194,9 +207,11 @@ static const opt OPTIONS[] = {
     MODEL_INT("max-seq-len", model.seq_len, "the model's maximum sequence length (positions)"),
 
     STR("data", "SRC", data, G_DATA,
-        "synthetic | a text file (bytes) | 'dir/x_*.bin' llm.c token shards"),
+        "synthetic | a text file (bytes; tokens with --tokenizer) | 'dir/x_*.bin' llm.c shards"),
     STR("val-data", "SRC", val_data, G_DATA,
         "separate validation data; without it the last 10% of --data is held out"),
+    STR("tokenizer", "FILE", tokenizer, G_DATA,
+        "Hugging Face tokenizer.json: tokenize text/JSONL --data on the fly (vocab from it)"),
     NUM("batch", "N", OT_INT, batch, 1, 1 << 20, G_DATA, "sequences per micro-batch (B)"),
     NUM("seq-len", "N", OT_INT, seq_len, 0, 1 << 20, G_DATA,
         "tokens per sequence (T; 0 = the model's maximum)"),
@@ -247,6 +262,9 @@ static const opt OPTIONS[] = {
     SPECIAL("device", "cpu|cuda", set_device, get_device, G_RUN, 0, 0, "backend"),
     STR("out", "DIR", out_dir, G_RUN,
         "run directory: config.json, metrics.jsonl, events.jsonl, checkpoints/"),
+    NUM("overwrite", NULL, OT_FLAG, overwrite, 0, 1, G_RUN,
+        "--out may hold another run: replace its logs and checkpoints (files fp8train did not "
+        "write are kept)"),
     NUM("val-every", "N", OT_INT, val_every, 0, 1e9, G_RUN,
         "validation every N steps and at the end (0 = no validation)"),
     NUM("val-batches", "N", OT_INT, val_batches, 1, 1e6, G_RUN,
@@ -254,6 +272,9 @@ static const opt OPTIONS[] = {
     NUM("progress-every", "N", OT_INT, progress_every, 1, 1e9, G_RUN,
         "print a progress line every N steps"),
     NUM("quiet", NULL, OT_FLAG, quiet, 0, 1, G_RUN, "no progress lines"),
+    STR("tensorboard", "DIR", tensorboard, G_RUN,
+        "TensorBoard event files in DIR: loss, val_loss, lr, grad_norm, tokens/s, --inspect "
+        "statistics"),
 
     NUM("ckpt-every", "N", OT_INT, ckpt_every, 0, 1e9, G_CKPT,
         "checkpoint every N steps (0 = only at the end)"),
@@ -264,8 +285,21 @@ static const opt OPTIONS[] = {
     NUM("reset-fp8", NULL, OT_FLAG, resume_reset_fp8, 0, 1, G_CKPT,
         "on --resume, start the FP8 scaling state fresh"),
 
+    NUM("zero", "0|1", OT_INT, zero, 0, 1, G_DP,
+        "1: ZeRO-1, the AdamW moments sharded across ranks (reduce-scatter of the gradients, "
+        "AdamW on the rank's shard, all-gather of the weights)"),
+    SPECIAL("dp-reduce", "fp32|bf16", set_dp_reduce, get_dp_reduce, G_DP, 0, 0,
+            "precision of the gradient all-reduce"),
+    NUM("amax-reduce", "0|1", OT_BOOL, amax_reduce, 0, 1, G_DP,
+        "all-reduce (max) the amaxes before each scale update so every rank uses the same "
+        "scales (0: per-rank scales, for the debugging procedure)"),
+    NUM("dp-force", NULL, OT_FLAG, dp_force, 0, 1, G_DP,
+        "run the data-parallel path (collectives, shards) in a single process too, to check "
+        "it against the plain path"),
+
     STR("inspect", "SPEC", inspect, G_DEBUG,
-        "tensor statistics to OUT/stats.jsonl, e.g. 'every=10,layers=0-1,gemms=fprop,dump=1'"),
+        "tensor statistics to OUT/stats.jsonl, e.g. 'every=10,layers=0-1,gemms=fprop,dump=1' "
+        "(data parallel: ranks=0 (default) or ranks=all, OUT/rank-R/stats.jsonl per rank)"),
     STR("inject", "SPEC", inject, G_DEBUG,
         "fault injection, e.g. 'layer=1,module=fc2,gemm=dgrad,kind=scale:64,from=50'"),
     STR("baseline", "RUN", baseline, G_DEBUG,
@@ -509,6 +543,9 @@ char *fp8t_train_config_to_json(const fp8t_train_config *c) {
     for (int i = 0; i < N_OPTIONS; i++) {
         const opt *p = &OPTIONS[i];
         if (p->in_object) continue;
+        /* a permission for this invocation, not a property of the run: a --config FILE made
+         * from this config.json must not replace runs unasked */
+        if (p->off == offsetof(fp8t_train_config, overwrite)) continue;
         char key[64];
         snprintf(key, sizeof(key), "%s", p->name);
         for (char *k = key; *k; k++)
@@ -603,6 +640,13 @@ int fp8t_train_config_check(fp8t_train_config *c, char *err, size_t errlen) {
     }
     if (!c->out_dir[0]) {
         snprintf(err, errlen, "--out must name a directory");
+        return -1;
+    }
+    /* checked here so that a bad --tensorboard stops the run before its directory is written */
+    if (c->tensorboard[0] && fp8t_path_exists(c->tensorboard) && !fp8t_is_dir(c->tensorboard)) {
+        snprintf(err, errlen, "--tensorboard %s: exists and is not a directory (name a "
+                 "directory for the event files, e.g. --tensorboard %s/tb)", c->tensorboard,
+                 c->out_dir[0] ? c->out_dir : "runs/x");
         return -1;
     }
     if (c->inject[0] && fp8t_injector_check(c->inject, e, sizeof(e)) != 0) {
@@ -737,6 +781,24 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
         if (opt_set(pairs[i].o, c, pairs[i].value, err, errlen) != 0) goto done;
     }
     if (c->resume[0] && !model_set && adopt_checkpoint_model(c, err, errlen) != 0) goto done;
+    /* --tokenizer without --vocab: the model's vocabulary is the tokenizer's. A model given
+     * otherwise (--vocab, a config's "model", --resume's checkpoint) keeps its own, and the data
+     * loader says so if the tokenizer does not fit it. */
+    int vocab_given = (c->resume[0] && !model_set) ||
+                      (json && (cJSON_GetObjectItemCaseSensitive(json, "vocab") ||
+                                cJSON_GetObjectItemCaseSensitive(json, "model")));
+    for (int i = 0; i < n_pairs; i++)
+        if (!strcmp(pairs[i].o->name, "vocab")) vocab_given = 1;
+    if (c->tokenizer[0] && !vocab_given) {
+        char e[1024];
+        fp8t_bpe *t = fp8t_bpe_load(c->tokenizer, e, sizeof(e));
+        if (!t) {
+            snprintf(err, errlen, "--tokenizer: %s", e);
+            goto done;
+        }
+        c->model.vocab_size = fp8t_bpe_vocab_size(t);
+        fp8t_bpe_free(t);
+    }
     rc = fp8t_train_config_check(c, err, errlen);
 done:
     cJSON_Delete(json);

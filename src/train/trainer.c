@@ -15,6 +15,7 @@
 #endif
 
 #include "fp8train/checkpoint.h"
+#include "fp8train/dist.h"
 #include "fp8train/inject.h"
 #include "fp8train/io.h"
 #include "fp8train/train_options.h"
@@ -75,9 +76,23 @@ static void unfreeze(trainer *t) {
 static float validate(trainer *t) {
     double sum = 0;
     freeze(t);
-    for (int j = 0; j < t->cfg.val_batches; j++) {
-        fp8t_data_batch(t->val, t->tokens, t->targets, (uint64_t)j);
-        sum += fp8t_model_forward(t->model, t->tokens, t->targets);
+    if (t->dp.size > 1) {
+        /* data parallel: rank r takes batches r, r + N, ...; the losses are gathered and summed
+         * in batch order, as one process sums them */
+        float *l = calloc((size_t)t->cfg.val_batches, sizeof(float));
+        if (!l) fp8t_dist_abort(1);
+        for (int j = t->dp.rank; j < t->cfg.val_batches; j += t->dp.size) {
+            fp8t_data_batch(t->val, t->tokens, t->targets, (uint64_t)j);
+            l[j] = fp8t_model_forward(t->model, t->tokens, t->targets);
+        }
+        fp8t_dist_allreduce_f32(l, (size_t)t->cfg.val_batches, FP8T_RED_SUM); /* x + 0 = x */
+        for (int j = 0; j < t->cfg.val_batches; j++) sum += l[j];
+        free(l);
+    } else {
+        for (int j = 0; j < t->cfg.val_batches; j++) {
+            fp8t_data_batch(t->val, t->tokens, t->targets, (uint64_t)j);
+            sum += fp8t_model_forward(t->model, t->tokens, t->targets);
+        }
     }
     unfreeze(t);
     return (float)(sum / t->cfg.val_batches);
@@ -118,24 +133,42 @@ static int save_checkpoint(trainer *t, int step, float loss, char *err, size_t e
     ck.adam_v = malloc(pbytes);
     ck.fp8_state = malloc(nst * sizeof(float));
     int rc = -1;
+    char dir[FP8T_TRAIN_PATH_BUF] = "";
     if (!ck.params || !ck.adam_m || !ck.adam_v || !ck.fp8_state) {
         snprintf(err, errlen, "out of memory writing a checkpoint");
         goto done;
     }
     ops->to_host(t->be, ck.params, fp8t_model_params(t->model), pbytes);
-    ops->to_host(t->be, ck.adam_m, fp8t_model_adam_m(t->model), pbytes);
-    ops->to_host(t->be, ck.adam_v, fp8t_model_adam_v(t->model), pbytes);
+    /* ZeRO-1's moment shards are gathered: one checkpoint layout for any number of ranks */
+    dp_adam_to_host(&t->dp, t->be, t->model, ck.adam_m, ck.adam_v);
     ops->to_host(t->be, ck.fp8_state, fp8t_model_fp8_state(t->model), nst * sizeof(float));
     ck.config_json = fp8t_train_config_to_json(&t->cfg);
     ck.policy_json = fp8t_policy_to_json(&t->run_policy);
-    char dir[FP8T_TRAIN_PATH_BUF];
     fp8t_checkpoint_dir(dir, sizeof(dir), t->cfg.out_dir, step);
-    if (fp8t_checkpoint_save(dir, &ck, err, errlen) != 0) goto done;
-    fp8t_checkpoint_prune(t->cfg.out_dir, t->cfg.keep_ckpts);
-    if (count_nonfinite(ck.params, ck.num_params) == 0)
-        snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", dir);
+    /* the state is replicated (weights, FP8 state) or gathered above: rank 0 writes it */
+    if (t->dp.rank == 0) {
+        if (fp8t_checkpoint_save(dir, &ck, err, errlen) != 0) {
+            /* err names the file that failed (a temporary): say which checkpoint, and what is
+             * safe */
+            char e[FP8T_TRAIN_PATH_BUF];
+            snprintf(e, sizeof(e), "%s", err);
+            snprintf(err, errlen, "checkpoint %s not written: %s; training stopped at step %d%s%s",
+                     dir, e, step, t->last_ckpt[0] ? " (the last complete checkpoint is " : "",
+                     t->last_ckpt[0] ? t->last_ckpt : "");
+            if (t->last_ckpt[0]) {
+                size_t n = strlen(err);
+                if (n + 1 < errlen) snprintf(err + n, errlen - n, ")");
+            }
+            goto done;
+        }
+        fp8t_checkpoint_prune(t->cfg.out_dir, t->cfg.keep_ckpts);
+    }
     rc = 0;
 done:
+    rc = dp_agree(&t->dp, rc, err, errlen); /* every rank knows it is on disk, or stops */
+    /* a checkpoint holding NaN/Inf weights is never "the last good checkpoint" */
+    if (rc == 0 && count_nonfinite(ck.params, ck.num_params) == 0)
+        snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", dir);
     fp8t_checkpoint_free(&ck);
     return rc;
 }
@@ -160,8 +193,7 @@ static void load_into_model(trainer *t, const fp8t_checkpoint *ck, int with_fp8)
     const fp8t_backend_ops *ops = t->be->ops;
     size_t pbytes = ck->num_params * sizeof(float);
     ops->to_device(t->be, fp8t_model_params(t->model), ck->params, pbytes);
-    ops->to_device(t->be, fp8t_model_adam_m(t->model), ck->adam_m, pbytes);
-    ops->to_device(t->be, fp8t_model_adam_v(t->model), ck->adam_v, pbytes);
+    dp_adam_to_device(&t->dp, t->be, t->model, ck->adam_m, ck->adam_v); /* ZeRO-1: a slice */
     if (with_fp8)
         ops->to_device(t->be, fp8t_model_fp8_state(t->model), ck->fp8_state,
                        fp8t_recipe_state_floats(ck->fp8_n, ck->fp8_len) * sizeof(float));
@@ -206,16 +238,20 @@ static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro) {
     update_hook(t);
     fp8t_nan_tracker_begin_step(t->nan, step);
     if (t->injector) fp8t_injector_begin_step(t->injector, step);
-    fp8t_data_set_position(t->train, pos0);
+    /* each rank re-runs its own micro-batches up to the bad one; the first rank (in micro-batch
+     * order) whose tracker names a tensor is the one reported */
+    fp8t_data_set_position(t->train, pos0 + (uint64_t)t->dp.first_micro);
     fp8t_model_zero_grad(t->model);
     int last = bad_micro >= 0 ? bad_micro : t->accum - 1;
-    for (int j = 0; j <= last; j++) {
+    if (last > t->dp.first_micro + t->dp.n_micro - 1) last = t->dp.first_micro + t->dp.n_micro - 1;
+    for (int j = t->dp.first_micro; j <= last; j++) {
         fp8t_data_next(t->train, t->tokens, t->targets);
         fp8t_model_forward(t->model, t->tokens, t->targets);
         if (fp8t_nan_tracker_first(t->nan, where, sizeof(where))) break;
         fp8t_model_backward(t->model, 1.0f / (float)t->accum);
         if (fp8t_nan_tracker_first(t->nan, where, sizeof(where))) break;
     }
+    dp_first_where(&t->dp, where, sizeof(where));
     t->track_nan = 0;
     t->hook_inspect = inspect;
     update_hook(t);
@@ -312,6 +348,9 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
     char desc[8192];
     fp8t_policy_describe(&t->run_policy, desc, sizeof(desc));
     printf("precision policy:\n%s%s", desc, desc[0] && desc[strlen(desc) - 1] == '\n' ? "" : "\n");
+    char dp_line[256];
+    dp_describe(&t->dp, dp_line, sizeof(dp_line));
+    if (dp_line[0]) printf("%s\n", dp_line);
     if (ck) printf("resumed from %s at step %d; %s\n", t->cfg.resume, ck->step, fp8_note);
     printf("out: %s\n", t->cfg.out_dir);
 #ifdef _OPENMP
@@ -319,6 +358,8 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
     printf("threads: %d (OpenMP, OMP_WAIT_POLICY=%s)\n", omp_get_max_threads(),
            wait ? wait : "unset");
 #endif
+    if (t->tb) printf("tensorboard: %s (tensorboard --logdir %s)\n", fp8t_tb_path(t->tb),
+                      t->cfg.tensorboard);
     fflush(stdout);
 }
 
@@ -326,12 +367,14 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
 
 static void trainer_free(trainer *t) {
     runlog_close(t);
+    rundir_unlock(t);
     /* the instruments first: they observe the model and may hold backend memory (the NaN
      * tracker's device scalar), so they go before the model and the backend */
     fp8t_inspector_destroy(t->inspector);
     fp8t_injector_destroy(t->injector);
     fp8t_nan_tracker_destroy(t->nan);
     fp8t_model_destroy(t->model);
+    dp_free(&t->dp, t->be);
     fp8t_backend_destroy(t->be);
     fp8t_data_close(t->train);
     fp8t_data_close(t->val);
@@ -339,21 +382,6 @@ static void trainer_free(trainer *t) {
     free(t->targets);
     spike_free(&t->spike);
     drift_free(&t->drift);
-}
-
-/* A fresh run owns its directory: logs and checkpoints of an earlier run there would be mixed
- * with this one's. */
-static void clear_previous_run(const char *out_dir, int quiet) {
-    char p[FP8T_TRAIN_PATH_BUF];
-    if (fp8t_fmt(p, sizeof(p), "%s/checkpoints", out_dir) == 0) {
-        struct stat st;
-        if (stat(p, &st) == 0) {
-            if (!quiet)
-                fprintf(stderr, "fp8train: removing checkpoints of an earlier run in %s\n", p);
-            fp8t_rmtree(p);
-        }
-    }
-    if (fp8t_fmt(p, sizeof(p), "%s/stats.jsonl", out_dir) == 0) remove(p);
 }
 
 static int write_config(trainer *t, char *err, size_t errlen) {
@@ -385,7 +413,9 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
     }
     t->cfg = *cfg;
     t->last_val = NAN;
+    t->lock_fd = -1;
     if (fp8t_train_config_check(&t->cfg, err, errlen) != 0) goto done;
+    if (dp_setup(&t->dp, &t->cfg, err, errlen) != 0) goto done;
     t->B = t->cfg.batch;
     t->T = t->cfg.seq_len;
     t->accum = t->cfg.grad_accum;
@@ -399,12 +429,12 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
 
     /* 1. everything that can be wrong with the inputs, before anything is written */
     const int V = t->cfg.model.vocab_size;
-    t->train = fp8t_data_open(t->cfg.data, t->cfg.val_data, FP8T_SPLIT_TRAIN, t->B, t->T, V,
-                              t->cfg.seed, err, errlen);
+    t->train = fp8t_data_open_tok(t->cfg.data, t->cfg.val_data, t->cfg.tokenizer,
+                                  FP8T_SPLIT_TRAIN, t->B, t->T, V, t->cfg.seed, err, errlen);
     if (!t->train) goto done;
     if (t->cfg.val_every > 0) {
-        t->val = fp8t_data_open(t->cfg.data, t->cfg.val_data, FP8T_SPLIT_VAL, t->B, t->T, V,
-                                t->cfg.seed, err, errlen);
+        t->val = fp8t_data_open_tok(t->cfg.data, t->cfg.val_data, t->cfg.tokenizer,
+                                    FP8T_SPLIT_VAL, t->B, t->T, V, t->cfg.seed, err, errlen);
         if (!t->val) goto done;
     }
     if (t->cfg.inject[0]) {
@@ -455,6 +485,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             goto done;
         }
     }
+    if (dp_attach(&t->dp, t->be, t->model, err, errlen) != 0) goto done;
     t->tokens = malloc((size_t)t->B * t->T * sizeof(int));
     t->targets = malloc((size_t)t->B * t->T * sizeof(int));
     t->nan = fp8t_nan_tracker_create();
@@ -463,20 +494,33 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         goto done;
     }
 
-    /* 2. the run directory */
-    if (!have_ck) clear_previous_run(t->cfg.out_dir, t->cfg.quiet);
-    if (t->cfg.inspect[0]) {
-        char e[768];
-        t->inspector = fp8t_inspector_create(t->cfg.inspect, t->cfg.out_dir, e, sizeof(e));
-        if (!t->inspector) {
-            snprintf(err, errlen, "--inspect: %s", e);
-            goto done;
+    /* 2. the run directory (rank 0's): locked, and never another run's unless --overwrite;
+     * with --inspect ranks=all each rank's statistics go to OUT/rank-R/ */
+    {
+        int drc = 0;
+        if (t->dp.rank == 0) drc = rundir_prepare(t, have_ck ? ck.step : 0, err, errlen);
+        if (dp_agree(&t->dp, drc, err, errlen) != 0) goto done;
+        char idir[FP8T_TRAIN_PATH_BUF];
+        snprintf(idir, sizeof(idir), "%s", t->cfg.out_dir);
+        if (t->dp.rank != 0 && t->dp.inspect_all &&
+            fp8t_fmt(idir, sizeof(idir), "%s/rank-%d", t->cfg.out_dir, t->dp.rank) != 0)
+            drc = -1, snprintf(err, errlen, "--out path too long");
+        if (drc == 0 && t->cfg.inspect[0] && (t->dp.rank == 0 || t->dp.inspect_all)) {
+            char e[768];
+            if (t->dp.rank != 0) drc = fp8t_mkdirs(idir, err, errlen);
+            if (drc == 0) t->inspector = fp8t_inspector_create(t->dp.inspect_spec, idir, e, sizeof(e));
+            if (drc == 0 && !t->inspector) {
+                snprintf(err, errlen, "--inspect: %s", e);
+                drc = -1;
+            }
+            t->hook_inspect = t->inspector != NULL;
         }
-        t->hook_inspect = 1;
+        if (drc == 0 && t->dp.rank == 0 &&
+            (write_config(t, err, errlen) != 0 || runlog_open(t, t->start_step, err, errlen) != 0 ||
+             runlog_tb_open(t, err, errlen) != 0))
+            drc = -1;
+        if (dp_agree(&t->dp, drc, err, errlen) != 0) goto done;
     }
-    if (fp8t_mkdirs(t->cfg.out_dir, err, errlen) != 0 || write_config(t, err, errlen) != 0 ||
-        runlog_open(t, t->start_step, err, errlen) != 0)
-        goto done;
 
     /* 3. weights: fresh or from the checkpoint */
     const char *fp8_note = "";
@@ -542,19 +586,33 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         double loss_sum = 0;
         int bad_micro = -1;
         fp8t_model_zero_grad(t->model);
-        for (int j = 0; j < t->accum; j++) {
+        /* this rank's slice of the global batch: micro-batches [first, first + n) of accum */
+        const int j0 = t->dp.first_micro, j1 = j0 + t->dp.n_micro;
+        float *micro_loss = t->dp.losses;
+        for (int j = 0; j < t->accum; j++) micro_loss[j] = NAN;
+        fp8t_data_set_position(t->train, pos0 + (uint64_t)j0);
+        for (int j = j0; j < j1; j++) {
             fp8t_data_next(t->train, t->tokens, t->targets);
             if (j == 0 && shadow_now) shadow_loss = shadow_forward(t);
             float l = fp8t_model_forward(t->model, t->tokens, t->targets);
+            micro_loss[j] = l;
+            if (!isfinite(l) && t->cfg.detect_nan) break;
+            fp8t_model_backward(t->model, 1.0f / (float)t->accum);
+        }
+        fp8t_data_set_position(t->train, pos0 + (uint64_t)t->accum);
+        /* every rank sees every micro-batch's loss and sums them in the one order */
+        dp_gather_losses(&t->dp, t->accum);
+        if (shadow_now) shadow_loss = dp_bcast_float(&t->dp, shadow_loss, 0);
+        for (int j = 0; j < t->accum; j++) {
+            float l = micro_loss[j];
             if (!isfinite(l) && t->cfg.detect_nan) {
                 bad_micro = j;
                 break;
             }
             if (j == 0) loss0 = l;
-            fp8t_model_backward(t->model, 1.0f / (float)t->accum);
             loss_sum += l;
         }
-        float norm = bad_micro < 0 ? fp8t_model_grad_norm(t->model) : NAN;
+        float norm = bad_micro < 0 ? dp_grad_norm(&t->dp, t->be, t->model) : NAN;
         if (t->cfg.detect_nan && (bad_micro >= 0 || !isfinite(norm))) {
             if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
             nan_stop(t, step, pos0, bad_micro);
@@ -562,13 +620,15 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             r.nonfinite = 1;
             r.elapsed_s = trainer_now() - t->t0;
             runlog_metrics(t, &r);
+            runlog_tb_step(t, &r);
             res->reason = FP8T_STOP_NAN;
             res->last_step = step - 1;
             break;
         }
-        fp8t_model_adamw(t->model, lr, t->cfg.beta1, t->cfg.beta2, t->cfg.adam_eps,
-                         t->cfg.weight_decay, step, t->cfg.grad_clip, norm);
+        dp_adamw(&t->dp, t->be, t->model, lr, t->cfg.beta1, t->cfg.beta2, t->cfg.adam_eps,
+                 t->cfg.weight_decay, step, t->cfg.grad_clip, norm);
         if (t->injector) fp8t_injector_before_scale_update(t->injector, t->model, step);
+        dp_reduce_amax(&t->dp, t->be, t->model);
         fp8t_model_end_step(t->model);
         if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
         const float loss = (float)(loss_sum / t->accum);
@@ -590,6 +650,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         r.drift_gap = drift_observe(t, step, loss);
         r.elapsed_s = trainer_now() - t->t0;
         runlog_metrics(t, &r);
+        runlog_tb_step(t, &r);
         spike_observe(t, step, loss);
         res->last_step = step;
         res->last_loss = loss;
@@ -628,6 +689,16 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             t->fallback_left--;
         }
 
+        /* a log could not be written (disk full): stop before anything more is lost */
+        const char *insp_err = fp8t_inspector_write_error(t->inspector);
+        if (insp_err && !t->write_err[0])
+            snprintf(t->write_err, sizeof(t->write_err), "%s; training stopped at step %d. Free "
+                     "space on that file system (or raise ulimit -f)", insp_err, step);
+        if (t->write_err[0]) {
+            snprintf(err, errlen, "%s", t->write_err);
+            res->reason = FP8T_STOP_ERROR;
+            goto done;
+        }
         /* not the state a rollback is about to undo: as the newest checkpoint it would be the
          * one reloaded, and nothing re-run (and --keep-ckpts could prune the good one) */
         if (!do_rollback &&
@@ -649,10 +720,21 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             t->rollbacks++;
             t->bf16_until = step;
             t->fallback_left = 0;
+            /* the steps after the checkpoint are re-run: TensorBoard drops their first take */
+            runlog_tb_restart(t, back + 1);
             step = back; /* the loop continues at back + 1 */
         }
     }
+    if (t->write_err[0]) { /* the NaN stop's rows, or a fallback event of the last step */
+        snprintf(err, errlen, "%s", t->write_err);
+        res->reason = FP8T_STOP_ERROR;
+        goto done;
+    }
     res->tokens_per_s = t->train_seconds > 0 ? t->tokens_done / t->train_seconds : 0;
+    if (runlog_tb_close(t, err, errlen) != 0) {
+        res->reason = FP8T_STOP_ERROR;
+        goto done;
+    }
     rc = 0;
 done:
     if (rc != 0 && res->reason != FP8T_STOP_ERROR) res->reason = FP8T_STOP_ERROR;

@@ -7,7 +7,9 @@
 
 #include "fp8train/data.h"
 #include "fp8train/debug.h"
+#include "fp8train/tensorboard.h"
 #include "fp8train/train.h"
+#include "train/dist_train.h"
 #include "train/train_internal.h"
 
 /* ---- learning rate (schedule.c) ---- */
@@ -70,6 +72,7 @@ typedef struct {
     /* logs */
     FILE *metrics, *events;
     int n_events;
+    fp8t_tb_writer *tb;        /* --tensorboard event file (NULL: off) */
     /* detectors */
     spike_state spike;
     drift_state drift;
@@ -87,16 +90,50 @@ typedef struct {
     size_t resume_nonfinite;   /* non-finite weights in the --resume checkpoint (then it is no
                                   "good" checkpoint: last_ckpt stays "") */
     float last_val;
+    dp_state dp;               /* data parallel (dist_train.c): this rank's place and shards */
+    /* the run directory (rundir.c) */
+    int lock_fd;               /* OUT/.lock, flock'ed for the whole run (-1 none) */
+    int same_run;              /* resumed from a checkpoint of OUT itself: the run continues */
+    char aside_dir[FP8T_TRAIN_PATH_BUF]; /* same_run: where the old run's later steps go */
+    int moved_ckpts;           /* same_run: how many of its checkpoints went there */
+    char write_err[2 * FP8T_TRAIN_PATH_BUF + 512]; /* first failed log write ("" none): the loop
+                                                  stops with it */
 } trainer;
 
 double trainer_now(void);
 
+/* rundir.c: before anything is written into OUT: create it, take OUT/.lock (a second training
+ * into OUT fails at once), refuse a directory holding another run unless --overwrite (then
+ * remove that run's checkpoints, fp8train's own only), and on a resume into its own run move
+ * the old run's checkpoints after resume_step to t->aside_dir. 0 ok, -1 + err. */
+int rundir_prepare(trainer *t, int resume_step, char *err, size_t errlen);
+void rundir_unlock(trainer *t);
+/* Is the checkpoint directory inside OUT/checkpoints (a resume into the run that wrote it)? */
+int rundir_same_run(const char *out_dir, const char *ckpt);
+
 /* runlog_write.c: metrics.jsonl / events.jsonl. On a fresh run both are emptied; on a resume
- * into the same directory, the rows after the resumed step are dropped (they belong to the
- * future the resumed run recomputes) and their losses seed the spike detector. */
+ * into the same directory (t->same_run), the rows after the resumed step (the future the
+ * resumed run recomputes) are moved to t->aside_dir, and the kept losses seed the spike
+ * detector. A failed write truncates the file back to its last whole line and sets
+ * t->write_err, which stops the training loop. */
 int runlog_open(trainer *t, int resume_step, char *err, size_t errlen);
+/* Keep the lines of the JSONL file `path` whose "step" is <= max_step (rewritten atomically;
+ * no file: nothing to do); the other lines go to `aside` (appended, its directory created)
+ * when it is not NULL. The kept rows' losses are pushed to `spike` (may be NULL). */
+int runlog_keep_prefix(const char *path, int max_step, spike_state *spike, const char *aside,
+                       char *err, size_t errlen);
 void runlog_close(trainer *t);
 void runlog_metrics(trainer *t, const step_record *r);
+/* --tensorboard (rank 0): open a new event file in the directory, marked as a session that
+ * starts at the run's first step, and send the inspector's statistics there too (0 or -1 +
+ * err); write one step's scalars (its metrics row and the statistics the inspector queued
+ * during the step) as one flushed event; mark a restart at `step` (a shadow rollback re-runs
+ * the steps from there); close (0 or -1 + err). A failed write sets t->write_err, which
+ * stops the training loop like a failed metrics.jsonl write. */
+int runlog_tb_open(trainer *t, char *err, size_t errlen);
+void runlog_tb_step(trainer *t, const step_record *r);
+void runlog_tb_restart(trainer *t, int step);
+int runlog_tb_close(trainer *t, char *err, size_t errlen);
 /* kind: nan | spike | drift | shadow | fallback | rollback; extra: "" or ",\"key\":value..." */
 void runlog_event(trainer *t, int step, const char *kind, const char *message, const char *extra);
 

@@ -57,6 +57,9 @@ int fp8t_cuda_attention_counts(fp8t_backend *b, long *tensor_core, long *fp32);
 int gpu_check_conversions_exhaustive(unsigned long long counts[3], unsigned int first_bad[3],
                                      char *err, size_t errlen);
 
+/* tests/gpu/gpu_dist.c: the NCCL collectives in a world of one */
+void gpu_test_collectives(int *n_pass, int *n_fail);
+
 static fp8t_backend *CPU, *GPU;
 static const char *gpu_variant = "cuda";
 static int n_pass, n_fail;
@@ -2239,6 +2242,7 @@ int main(int argc, char **argv) {
         GPU = NULL;
         unsetenv(extra[e].env);
     }
+    gpu_test_collectives(&n_pass, &n_fail);
     fp8t_backend_destroy(CPU);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

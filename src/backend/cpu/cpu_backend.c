@@ -132,6 +132,11 @@ static const fp8t_backend_ops cpu_ops = {
     .sumsq = cpu_sumsq,
     .sum = cpu_sum,
     .adamw = cpu_adamw,
+    .comm_init = cpu_comm_init,
+    .allreduce = cpu_allreduce,
+    .reduce_scatter = cpu_reduce_scatter,
+    .all_gather = cpu_all_gather,
+    .broadcast = cpu_broadcast,
 };
 
 fp8t_backend *fp8t_cpu_backend_create(char *err, size_t errlen) {

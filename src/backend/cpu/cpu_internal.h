@@ -219,4 +219,11 @@ void cpu_adamw(fp8t_backend *b, float *params, float *m, float *v, const float *
  * the result does not depend on the thread count. Used by bias_backward. */
 void cpu_column_sums(float *colsum, const float *x, int rows, int cols, int ld);
 
+/* cpu_comm.c: the collectives over MPI (host memory is the device memory) */
+int cpu_comm_init(fp8t_backend *b, char *err, size_t errlen);
+void cpu_allreduce(fp8t_backend *b, float *x, size_t n, fp8t_reduce_op op, int bf16);
+void cpu_reduce_scatter(fp8t_backend *b, float *x, const size_t *counts);
+void cpu_all_gather(fp8t_backend *b, float *x, const size_t *counts);
+void cpu_broadcast(fp8t_backend *b, void *x, size_t bytes, int root);
+
 #endif

@@ -174,6 +174,7 @@ static void cuda_destroy(fp8t_backend *b) {
     cuda_state *s = cuda_of(b);
     if (s) {
         cudaStreamSynchronize(s->stream);
+        cuda_comm_destroy(s);
         for (int i = 0; i < SCR_COUNT; i++)
             if (s->scratch[i]) cudaFree(s->scratch[i]);
         if (s->rope_cos) cudaFree(s->rope_cos);
@@ -242,6 +243,11 @@ static const fp8t_backend_ops cuda_ops = {
     /* .sumsq = */ cuda_sumsq,
     /* .sum = */ cuda_sum,
     /* .adamw = */ cuda_adamw,
+    /* .comm_init = */ cuda_comm_init,
+    /* .allreduce = */ cuda_allreduce,
+    /* .reduce_scatter = */ cuda_reduce_scatter,
+    /* .all_gather = */ cuda_all_gather,
+    /* .broadcast = */ cuda_broadcast,
 };
 
 extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
@@ -255,23 +261,26 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
         cudaGetLastError();
         return NULL;
     }
+    /* one process per GPU: a data-parallel rank takes the GPU of its local rank (0 for a
+     * process no launcher started) */
+    const int dev = fp8t_dist_env_local_rank() % count;
     cudaDeviceProp prop;
-    e = cudaGetDeviceProperties(&prop, 0);
+    e = cudaGetDeviceProperties(&prop, dev);
     if (e != cudaSuccess) {
-        snprintf(err, errlen, "cannot query CUDA device 0: %s", cudaGetErrorString(e));
+        snprintf(err, errlen, "cannot query CUDA device %d: %s", dev, cudaGetErrorString(e));
         return NULL;
     }
     if (prop.major != 9) {
         snprintf(err, errlen,
-                 "CUDA device 0 (%s) has compute capability %d.%d; this build of fp8train targets "
+                 "CUDA device %d (%s) has compute capability %d.%d; this build of fp8train targets "
                  "Hopper (sm_90a: H100/H200) only. Use --device cpu, or rebuild with NVFLAGS for "
                  "your GPU (FP8 GEMMs need sm_89 or newer)",
-                 prop.name, prop.major, prop.minor);
+                 dev, prop.name, prop.major, prop.minor);
         return NULL;
     }
-    e = cudaSetDevice(0);
+    e = cudaSetDevice(dev);
     if (e != cudaSuccess) {
-        snprintf(err, errlen, "cudaSetDevice(0) failed: %s", cudaGetErrorString(e));
+        snprintf(err, errlen, "cudaSetDevice(%d) failed: %s", dev, cudaGetErrorString(e));
         return NULL;
     }
     cuda_state *s = (cuda_state *)calloc(1, sizeof(cuda_state));
@@ -282,7 +291,7 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
         snprintf(err, errlen, "out of host memory creating the CUDA backend");
         return NULL;
     }
-    s->device = 0;
+    s->device = dev;
     s->num_sms = prop.multiProcessorCount;
     s->plain = env_flag("FP8TRAIN_CUDA_PLAIN");
     const char *attn = getenv("FP8TRAIN_CUDA_ATTN");

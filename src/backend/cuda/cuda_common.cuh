@@ -123,6 +123,10 @@ typedef struct {
     int warned_lt_reject;          /* cuBLASLt refused a problem its heuristic offered */
     int warned_fp8_bias;           /* no FP8 kernel with the bias epilogue (reported once) */
     float *fp8_scales;             /* [8] 16-byte aligned copies of FP8 scale_inv pointers */
+    /* data parallel (cuda_comm.cu) */
+    void *nccl;                    /* ncclComm_t once comm_init ran (NULL: none) */
+    cudaEvent_t comm_done;         /* recorded after each collective, polled with a timeout */
+    int comm_rank, comm_size;
 } cuda_state;
 
 /* attention implementations (FP8TRAIN_CUDA_ATTN) */
@@ -265,6 +269,14 @@ __device__ __forceinline__ float current_scale_dev(float amax, float fmt_max, fl
 
 /* ---- op implementations, grouped by file ---- */
 /* cuda_gemm.cu */
+/* cuda_comm.cu: the data-parallel collectives over NCCL */
+int cuda_comm_init(fp8t_backend *b, char *err, size_t errlen);
+void cuda_allreduce(fp8t_backend *b, float *x, size_t n, fp8t_reduce_op op, int bf16);
+void cuda_reduce_scatter(fp8t_backend *b, float *x, const size_t *counts);
+void cuda_all_gather(fp8t_backend *b, float *x, const size_t *counts);
+void cuda_broadcast(fp8t_backend *b, void *x, size_t bytes, int root);
+void cuda_comm_destroy(cuda_state *s);
+
 void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                    int K, int transA, int transB, int acc);
 void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,

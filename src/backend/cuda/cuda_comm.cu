@@ -1,0 +1,222 @@
+/* CUDA backend: the data-parallel collectives over NCCL, bootstrapped through MPI (rank 0's
+ * ncclUniqueId broadcast by fp8t_dist_bcast).
+ *
+ * Faults: NCCL reports a dead peer or a broken connection asynchronously, or not at all (a
+ * collective whose peer was killed just never finishes). So each collective is followed by an
+ * event the host polls, checking ncclCommGetAsyncError meanwhile, with a timeout
+ * (FP8TRAIN_NCCL_TIMEOUT seconds, default 300): on an error or the timeout the communicator is
+ * aborted and the rank exits with a message naming the collective, instead of hanging. (The
+ * launcher usually ends the job first: mpirun kills every rank when one dies.)
+ * Without NCCL (a build where nccl.h was missing) a world of one still works: its collectives
+ * are identities (BF16 all-reduce: the rounding). */
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "fp8train/dist.h"
+
+#ifdef FP8T_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+/* x -> BF16 (nearest even) and back: the BF16 all-reduce's rounding of its input */
+__global__ static void f32_to_bf16_kernel(__nv_bfloat16 *out, const float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16_rn(x[i]);
+}
+__global__ static void bf16_to_f32_kernel(float *out, const __nv_bfloat16 *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __bfloat162float(x[i]);
+}
+
+static unsigned grid_for(size_t n) {
+    size_t g = (n + 255) / 256;
+    return (unsigned)(g > 65535 ? 65535 : (g ? g : 1));
+}
+
+#ifdef FP8T_HAVE_NCCL
+static ncclComm_t comm_of(cuda_state *s) { return (ncclComm_t)s->nccl; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void nccl_fail(cuda_state *s, const char *what, const char *why) {
+    fprintf(stderr, "fp8train: rank %d: NCCL %s failed: %s; another rank probably died (see its "
+            "output above); this rank stops\n", s->comm_rank, what, why);
+    if (s->nccl) ncclCommAbort(comm_of(s));
+    s->nccl = NULL;
+    fp8t_dist_abort(1);
+}
+
+#define NCCL_CHECK(s, what, call)                                                             \
+    do {                                                                                      \
+        ncclResult_t nccl_r_ = (call);                                                        \
+        if (nccl_r_ != ncclSuccess && nccl_r_ != ncclInProgress)                              \
+            nccl_fail((s), (what), ncclGetErrorString(nccl_r_));                              \
+    } while (0)
+
+/* Wait for the collective just enqueued, watching for NCCL's asynchronous errors. */
+static void comm_wait(cuda_state *s, const char *what) {
+    static double timeout = -1;
+    if (timeout < 0) {
+        const char *v = getenv("FP8TRAIN_NCCL_TIMEOUT");
+        timeout = v && atof(v) > 0 ? atof(v) : 300.0;
+    }
+    CUDA_CHECK(cudaEventRecord(s->comm_done, s->stream));
+    const double t0 = now_s();
+    for (;;) {
+        cudaError_t e = cudaEventQuery(s->comm_done);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(comm_of(s), &async);
+        if (async != ncclSuccess && async != ncclInProgress)
+            nccl_fail(s, what, ncclGetErrorString(async));
+        if (now_s() - t0 > timeout) {
+            char why[128];
+            snprintf(why, sizeof(why), "no progress for %.0f s (FP8TRAIN_NCCL_TIMEOUT)", timeout);
+            nccl_fail(s, what, why);
+        }
+        struct timespec ts = {0, 50000}; /* 50 us: a step's collectives are milliseconds */
+        nanosleep(&ts, NULL);
+    }
+}
+#endif
+
+int cuda_comm_init(fp8t_backend *b, char *err, size_t errlen) {
+    cuda_state *s = cuda_of(b);
+    if (fp8t_dist_init(err, errlen) != 0) return -1;
+    s->comm_rank = fp8t_dist_rank();
+    s->comm_size = fp8t_dist_size();
+#ifdef FP8T_HAVE_NCCL
+    if (s->nccl) return 0;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    ncclResult_t r = ncclSuccess;
+    if (s->comm_rank == 0) r = ncclGetUniqueId(&id);
+    int ok = r == ncclSuccess;
+    fp8t_dist_allreduce_i32(&ok, 1, FP8T_RED_SUM);
+    if (ok != s->comm_size) {
+        snprintf(err, errlen, "ncclGetUniqueId failed on rank 0 (%s)", ncclGetErrorString(r));
+        return -1;
+    }
+    fp8t_dist_bcast(&id, sizeof(id), 0);
+    ncclComm_t comm;
+    r = ncclCommInitRank(&comm, s->comm_size, id, s->comm_rank);
+    if (r != ncclSuccess) {
+        snprintf(err, errlen, "ncclCommInitRank (rank %d of %d, GPU %d) failed: %s; NCCL_DEBUG=INFO "
+                 "says more", s->comm_rank, s->comm_size, s->device, ncclGetErrorString(r));
+        return -1;
+    }
+    s->nccl = comm;
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->comm_done, cudaEventDisableTiming));
+    return 0;
+#else
+    if (s->comm_size > 1) {
+        snprintf(err, errlen, "this fp8train was built without NCCL (nccl.h not found under "
+                 "CUDA_HOME), so the CUDA backend cannot join %d ranks: install NCCL and rebuild, "
+                 "or use --device cpu", s->comm_size);
+        return -1;
+    }
+    return 0;
+#endif
+}
+
+void cuda_comm_destroy(cuda_state *s) {
+#ifdef FP8T_HAVE_NCCL
+    if (s->nccl) {
+        ncclCommDestroy(comm_of(s));
+        cudaEventDestroy(s->comm_done);
+        s->nccl = NULL;
+    }
+#else
+    (void)s;
+#endif
+}
+
+void cuda_allreduce(fp8t_backend *b, float *x, size_t n, fp8t_reduce_op op, int bf16) {
+    cuda_state *s = cuda_of(b);
+    if (!n) return;
+    const int bf = bf16 && op == FP8T_RED_SUM;
+    __nv_bfloat16 *h = NULL;
+    if (bf) {
+        h = (__nv_bfloat16 *)cuda_scratch(b, SCR_GEMM_A, n * sizeof(__nv_bfloat16));
+        f32_to_bf16_kernel<<<grid_for(n), 256, 0, s->stream>>>(h, x, n);
+        CUDA_LAUNCH_CHECK(s);
+    }
+#ifdef FP8T_HAVE_NCCL
+    if (s->nccl) {
+        /* ncclMax on floats may drop a NaN where the CPU backend keeps it; every rank still
+         * gets the same value, and a NaN loss stops the run before the scale update anyway */
+        NCCL_CHECK(s, "all-reduce",
+                   ncclAllReduce(bf ? (const void *)h : (const void *)x, bf ? (void *)h : (void *)x,
+                                 n, bf ? ncclBfloat16 : ncclFloat,
+                                 op == FP8T_RED_MAX ? ncclMax : ncclSum, comm_of(s), s->stream));
+        comm_wait(s, "all-reduce");
+    }
+#endif
+    if (bf) {
+        bf16_to_f32_kernel<<<grid_for(n), 256, 0, s->stream>>>(x, h, n);
+        CUDA_LAUNCH_CHECK(s);
+    }
+}
+
+void cuda_reduce_scatter(fp8t_backend *b, float *x, const size_t *counts) {
+    cuda_state *s = cuda_of(b);
+#ifdef FP8T_HAVE_NCCL
+    if (!s->nccl || s->comm_size <= 1) return;
+    /* uneven shards: one reduce per rank's range, rooted at that rank, in one group (NCCL's
+     * reduce-scatter wants equal counts) */
+    size_t off = 0;
+    NCCL_CHECK(s, "reduce-scatter", ncclGroupStart());
+    for (int r = 0; r < s->comm_size; r++) {
+        if (counts[r])
+            NCCL_CHECK(s, "reduce-scatter",
+                       ncclReduce(x + off, x + off, counts[r], ncclFloat, ncclSum, r, comm_of(s),
+                                  s->stream));
+        off += counts[r];
+    }
+    NCCL_CHECK(s, "reduce-scatter", ncclGroupEnd());
+    comm_wait(s, "reduce-scatter");
+#else
+    (void)s, (void)x, (void)counts;
+#endif
+}
+
+void cuda_all_gather(fp8t_backend *b, float *x, const size_t *counts) {
+    cuda_state *s = cuda_of(b);
+#ifdef FP8T_HAVE_NCCL
+    if (!s->nccl || s->comm_size <= 1) return;
+    size_t off = 0;
+    NCCL_CHECK(s, "all-gather", ncclGroupStart());
+    for (int r = 0; r < s->comm_size; r++) {
+        if (counts[r])
+            NCCL_CHECK(s, "all-gather",
+                       ncclBroadcast(x + off, x + off, counts[r], ncclFloat, r, comm_of(s),
+                                     s->stream));
+        off += counts[r];
+    }
+    NCCL_CHECK(s, "all-gather", ncclGroupEnd());
+    comm_wait(s, "all-gather");
+#else
+    (void)s, (void)x, (void)counts;
+#endif
+}
+
+void cuda_broadcast(fp8t_backend *b, void *x, size_t bytes, int root) {
+    cuda_state *s = cuda_of(b);
+#ifdef FP8T_HAVE_NCCL
+    if (!s->nccl || s->comm_size <= 1 || !bytes) return;
+    NCCL_CHECK(s, "broadcast",
+               ncclBroadcast(x, x, bytes, ncclUint8, root, comm_of(s), s->stream));
+    comm_wait(s, "broadcast");
+#else
+    (void)s, (void)x, (void)bytes, (void)root;
+#endif
+}
