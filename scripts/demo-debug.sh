@@ -13,7 +13,7 @@ echo "== demo-debug: injected fault (bisect is not told): $FAULT"
 echo
 set +e
 "$BIN" bisect --preset tiny --batch 4 --seq-len 64 --steps 60 --lr 1e-3 --warmup 5 \
-  --inject "$FAULT" --out "$OUT"
+  --inject "$FAULT" --out "$OUT/bisect"
 rc=$?
 set -e
 echo

@@ -6,13 +6,15 @@ set -u
 # Tests share 2 cores with each other and with builds: idle OpenMP threads must not spin.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 passed=0; failed=0; crashed=()
+log=$(mktemp /tmp/fp8t_run.XXXXXX)
+trap 'rm -f "$log"' EXIT
 for t in "$@"; do
   name=$(basename "$t")
   echo "== $name"
   start=$(date +%s)
-  out=$("$t" 2>&1); rc=$?
-  echo "$out"
-  p=$(grep -c '^PASS ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
+  # shown as it comes (long tests print progress), and kept for the counts
+  "$t" 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
+  p=$(grep -c '^PASS ' "$log"); f=$(grep -c '^FAIL ' "$log")
   passed=$((passed + p)); failed=$((failed + f))
   if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
     echo "FAIL $name: exited with status $rc"; failed=$((failed + 1)); crashed+=("$name")

@@ -207,7 +207,7 @@ static void test_clean(void) {
         T_CHECK(res->reliable, "case %d: a gap under the threshold is never flagged as noise", i);
         /* bisect.json says the same */
         char path[2048];
-        snprintf(path, sizeof path, "%s/bisect/bisect.json", bc.out_dir);
+        snprintf(path, sizeof path, "%s/bisect.json", bc.out_dir);
         FILE *f = fopen(path, "r");
         T_ASSERT(f, "%s exists", path);
         char buf[1 << 16];
@@ -224,7 +224,7 @@ static void test_clean(void) {
                     cJSON_IsNull(cJSON_GetObjectItem(j, "warning")),
                 "json: reliable, no warning");
         cJSON_Delete(j);
-        snprintf(path, sizeof path, "%s/bisect/report.html", bc.out_dir);
+        snprintf(path, sizeof path, "%s/report.html", bc.out_dir);
         T_CHECK(access(path, R_OK) == 0, "report.html written");
         free(res);
     }
@@ -379,12 +379,13 @@ static void test_noise_judgement(void) {
 }
 
 /* End to end: the clean tiny run at a threshold far below what separates runs that differ
- * only by rounding (0.01%): some experiment ends below the baseline by more than that, and
- * the printed summary, bisect.json and report.html say the result is unreliable. */
+ * only by rounding (0.005%; the fake-quantized run ends 0.008% below BF16, in main's build
+ * too): some experiment ends below the baseline by more than that, and the printed summary,
+ * bisect.json and report.html say the result is unreliable. */
 static void test_noise_end_to_end(void) {
     fp8t_bisect_config bc;
     base_config(&bc, "noise", NULL);
-    bc.threshold = 1e-4;
+    bc.threshold = 5e-5;
     char logpath[512];
     snprintf(logpath, sizeof logpath, "%s/noise.log", g_root);
     bc.log = fopen(logpath, "w");
@@ -418,7 +419,7 @@ static void test_noise_end_to_end(void) {
             res->exp[below].name);
     free(log);
     char path[2048];
-    snprintf(path, sizeof path, "%s/bisect/bisect.json", bc.out_dir);
+    snprintf(path, sizeof path, "%s/bisect.json", bc.out_dir);
     char *text = slurp(path);
     cJSON *j = text ? cJSON_Parse(text) : NULL;
     free(text);
@@ -432,7 +433,7 @@ static void test_noise_end_to_end(void) {
             "json: noise_experiment");
     T_CHECK(cJSON_IsString(w) && strstr(w->valuestring, "WARNING: unreliable"), "json: warning");
     cJSON_Delete(j);
-    snprintf(path, sizeof path, "%s/bisect/report.html", bc.out_dir);
+    snprintf(path, sizeof path, "%s/report.html", bc.out_dir);
     char *html = slurp(path);
     T_ASSERT(html, "read %s", path);
     const char *box = strstr(html, "class=\"warn\""), *h2 = strstr(html, "<h2>Conclusion");

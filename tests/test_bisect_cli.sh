@@ -3,7 +3,7 @@
 # option), a clean run (exit 0, "no FP8 problem", stops after two experiments) and the seeds'
 # case (a Dgrad fault in layers 1-2 that only delayed scaling suffers): exit 0, the culprit,
 # a ready-to-paste override that a fresh `fp8train train` confirms, bisect.json, report.html.
-# Then the noise check: the clean run judged at a threshold (0.01%) below the spread of runs
+# Then the noise check: the clean run judged at a threshold (0.005%) below the spread of runs
 # that differ only by rounding must be reported unreliable (WARNING first, UNCONFIRMED
 # culprit, "reliable": false) with the usual exit status.
 set -u
@@ -27,7 +27,7 @@ expect_usage() {
   local rc=$?
   if [ $rc -ne 2 ]; then fail "$name" "exit status $rc, expected 2 ($(head -c 300 "$TMP/err"))"; return; fi
   if ! grep -qF -- "$needle" "$TMP/err"; then fail "$name" "stderr lacks '$needle': $(head -c 300 "$TMP/err")"; return; fi
-  if [ -e "$out/bisect/bf16" ]; then fail "$name" "an experiment ran"; return; fi
+  if [ -e "$out/bf16" ]; then fail "$name" "an experiment ran"; return; fi
   pass "$name"
 }
 
@@ -52,12 +52,22 @@ expect_usage bad_option "--frobnicate" "${SMALL[@]}" --steps 10 --frobnicate 3
 expect_usage short_steps "--steps must be at least 2" "${SMALL[@]}" --steps 1
 expect_usage missing_resume "no/such/ckpt" "${SMALL[@]}" --steps 10 --resume "$TMP/no/such/ckpt"
 
-# --- a clean run: no FP8 problem, two experiments, exit 0
+# --- --out is bisect's own directory: one holding anything else is refused, untouched (a
+# `--out runs` must not clear the user's runs/bf16)
+mkdir -p "$TMP/foreign/bf16" && echo keep >"$TMP/foreign/bf16/config.json" && echo mine >"$TMP/foreign/notes.txt"
+"$BIN" bisect "${SMALL[@]}" --steps 10 --out "$TMP/foreign" >"$TMP/out" 2>"$TMP/err"; rc=$?
+if [ $rc -eq 2 ] && grep -q "already holds files of something else" "$TMP/err" &&
+   [ "$(cat "$TMP/foreign/bf16/config.json")" = keep ] && [ -f "$TMP/foreign/notes.txt" ] &&
+   [ ! -e "$TMP/foreign/bisect.json" ]; then pass out_foreign_refused
+else fail out_foreign_refused "rc $rc: $(head -c 300 "$TMP/err")"; fi
+
+# --- a clean run: no FP8 problem, two experiments, exit 0 (written into --out itself, not
+# into OUT/bisect/)
 "$BIN" bisect "${SMALL[@]}" --steps 40 --out "$TMP/clean" >"$TMP/clean.out" 2>&1; rc=$?
-n=$(ls "$TMP/clean/bisect" 2>/dev/null | grep -cv '\.')
+n=$(ls "$TMP/clean" 2>/dev/null | grep -cv '\.')
 if [ $rc -eq 0 ] && grep -q "no FP8 problem found" "$TMP/clean.out" && [ "$n" -eq 2 ] &&
-   grep -q '"outcome":[[:space:]]*"no_problem"' "$TMP/clean/bisect/bisect.json" &&
-   grep -q '"reliable":[[:space:]]*true' "$TMP/clean/bisect/bisect.json"; then pass clean
+   grep -q '"outcome":[[:space:]]*"no_problem"' "$TMP/clean/bisect.json" &&
+   grep -q '"reliable":[[:space:]]*true' "$TMP/clean/bisect.json"; then pass clean
 else fail clean "rc $rc, $n experiment dirs: $(tail -5 "$TMP/clean.out")"; fi
 
 # --- the seeds' case: Dgrad of layers 1-2 broken in delayed scaling
@@ -70,13 +80,13 @@ else fail seeds_case "rc $rc, override '$ov': $(tail -8 "$TMP/dgrad.out")"; fi
 if grep -q "ETA" "$TMP/dgrad.out" && grep -qE "^fake .*matches" "$TMP/dgrad.out" &&
    grep -qE "^dgrad-bf16 .*closes the gap" "$TMP/dgrad.out"; then pass evidence_table
 else fail evidence_table "$(grep -E '^(fake|dgrad-bf16)' "$TMP/dgrad.out")"; fi
-J="$TMP/dgrad/bisect/bisect.json"
+J="$TMP/dgrad/bisect.json"
 if [ -f "$J" ] && grep -q '"outcome":[[:space:]]*"found"' "$J" &&
    grep -qE "\"override\":[[:space:]]*\"$ov\"" "$J" &&
    grep -q '"precision":[[:space:]]*"current"' "$J" && grep -q '"reliable":[[:space:]]*true' "$J" &&
    ! grep -q "WARNING\|UNCONFIRMED" "$TMP/dgrad.out"; then pass bisect_json
 else fail bisect_json "$(head -c 400 "$J" 2>/dev/null)"; fi
-H="$TMP/dgrad/bisect/report.html"
+H="$TMP/dgrad/report.html"
 if [ -f "$H" ] && grep -q "<table" "$H" && grep -q "<svg" "$H" && grep -qF "$ov" "$H" &&
    grep -q "</html>" "$H"; then pass report_html; else fail report_html "missing or incomplete"; fi
 
@@ -86,7 +96,7 @@ if [ -n "$ov" ]; then
     --out "$TMP/confirm" >/dev/null 2>&1
   # median over the last 5 steps of the relative loss difference, as bisect judges it
   loss_at() { sed -n 's/.*"step":\([0-9]*\),"loss":\([-0-9.e+]*\).*/\1 \2/p' "$1"; }
-  gap=$(join <(loss_at "$TMP/dgrad/bisect/bf16/metrics.jsonl" | sort -k1,1) \
+  gap=$(join <(loss_at "$TMP/dgrad/bf16/metrics.jsonl" | sort -k1,1) \
              <(loss_at "$TMP/confirm/metrics.jsonl" | sort -k1,1) |
         awk '$1 >= 36 && $1 <= 40 { d = ($3 - $2) / $2; print (d < 0 ? -d : d) }' | sort -g |
         awk '{ v[NR] = $1 } END { if (NR == 5) print v[3]; else print "missing" }')
@@ -96,14 +106,15 @@ else
   fail override_confirms "no override printed"
 fi
 
-# --- too noisy to trust: the clean run at threshold 0.01%. Some experiment that only adds FP8
-# rounding ends more than 0.01% below BF16 (asserted: the premise), so the result is flagged.
-"$BIN" bisect "${SMALL[@]}" --steps 40 --threshold 0.0001 --out "$TMP/noise" >"$TMP/noise.out" 2>&1; rc=$?
-J="$TMP/noise/bisect/bisect.json"
+# --- too noisy to trust: the clean run at threshold 0.005%. Some experiment that only adds FP8
+# rounding ends more than 0.005% below BF16 (asserted: the premise; the fake-quantized run
+# ends 0.008% below, in main's build too), so the result is flagged.
+"$BIN" bisect "${SMALL[@]}" --steps 40 --threshold 0.00005 --out "$TMP/noise" >"$TMP/noise.out" 2>&1; rc=$?
+J="$TMP/noise/bisect.json"
 # gaps of the experiments (the "gap" keys; the baseline's is 0), lowest first
 lowest=$(grep -oE '"gap":[[:space:]]*[-0-9.e+]+' "$J" 2>/dev/null | sed 's/.*:[[:space:]]*//' | sort -g | head -1)
-if awk -v g="$lowest" 'BEGIN { exit !(g != "" && g + 0 < -0.0001) }'; then pass noise_premise
-else fail noise_premise "no experiment ends more than 0.01% below BF16 (lowest gap '$lowest')"; fi
+if awk -v g="$lowest" 'BEGIN { exit !(g != "" && g + 0 < -0.00005) }'; then pass noise_premise
+else fail noise_premise "no experiment ends more than 0.005% below BF16 (lowest gap '$lowest')"; fi
 name=$(sed -n 's/^[[:space:]]*"noise_experiment":[[:space:]]*"\([^"]*\)".*/\1/p' "$J")
 outcome=$(sed -n 's/^[[:space:]]*"outcome":[[:space:]]*"\([^"]*\)".*/\1/p' "$J")
 want_rc=0; [ "$outcome" = no_fix ] && want_rc=1
@@ -118,5 +129,5 @@ else fail noise_printed "rc $rc (want $want_rc), noise_experiment '$name': $(gre
 if grep -q '"reliable":[[:space:]]*false' "$J" && grep -qE '"noise":[[:space:]]*(0\.[0-9]|[1-9])' "$J" &&
    grep -q '"warning":[[:space:]]*"WARNING: unreliable' "$J"; then pass noise_json
 else fail noise_json "$(grep -E '"(reliable|noise|noise_experiment)"' "$J")"; fi
-H="$TMP/noise/bisect/report.html"
+H="$TMP/noise/report.html"
 if grep -q 'class="warn"' "$H" && grep -q "UNCONFIRMED" "$H"; then pass noise_html; else fail noise_html "no warning box"; fi

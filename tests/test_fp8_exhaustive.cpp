@@ -87,20 +87,20 @@ enum { R_VALUE, R_NAN_CODE, R_NAN_ANY };
  * exactly `*nan_code`. Semantics: round to nearest even; overflow (result above max, or Inf
  * input) clamps to +-max with saturation, else E4M3 -> NaN with the input's sign (0x7F|s),
  * E5M2 -> +-Inf; NaN input -> code 0x7F (the toolkit's canonical NaN, sign dropped). */
-static int ref_fp8(const fmt_desc &d, const grid &g, float x, int sat, double *val, int *nan_code) {
-    const uint32_t u = u_of(x);
-    const int neg = (int)(u >> 31);
+/* |x| rounded to the format's grid (Inf for an infinite x; x must not be NaN). The part of the
+ * reference that does not depend on saturation, computed once per format and input. */
+static double ref_round(const grid &g, float x) {
+    if (std::isinf(x)) return INFINITY;
+    const int E = (int)((u_of(x) >> 23) & 0xFF);
+    return std::rint(std::fabs((double)x) * g.inv_step[E]) * g.step[E]; /* exact; ties to even */
+}
+
+/* The rest of the reference, given r = ref_round(x) (ignored for a NaN x). */
+static int ref_fp8_of(const fmt_desc &d, float x, double r, int sat, double *val, int *nan_code) {
+    const int neg = (int)(u_of(x) >> 31);
     if (std::isnan(x)) {
         *nan_code = 0x7F;
         return R_NAN_CODE;
-    }
-    const double v = std::fabs((double)x);
-    double r;
-    if (std::isinf(x)) {
-        r = INFINITY;
-    } else {
-        const int E = (int)((u >> 23) & 0xFF);
-        r = std::rint(v * g.inv_step[E]) * g.step[E]; /* exact scaling; rint: ties to even */
     }
     if (r > d.maxv) {
         if (sat) r = d.maxv;
@@ -165,8 +165,22 @@ static unsigned stride_blocks(void) {
 #endif
 }
 
+/* A full sweep takes minutes on 2 cores (more on a busy machine): say how far it is, every
+ * eighth of the blocks, so a long silence never looks like a hang. */
+static void progress(unsigned done, unsigned total, double t0) {
+    const unsigned step = total / 8 ? total / 8 : 1;
+    if (done % step != 0 || done + step > total) return; /* no "99%" just before the end */
+    const double el = omp_get_wtime() - t0;
+    printf("  ... %u%% of the sweep after %.0f s (about %.0f s to go)\n", 100 * done / total, el,
+           el * (total - done) / done);
+    fflush(stdout);
+}
+
 static failures sweep(unsigned stride) {
     failures tot;
+    const unsigned total = (NBLOCKS + stride - 1) / stride;
+    unsigned done = 0;
+    const double t0 = omp_get_wtime();
     const __nv_fp8_interpretation_t interp[2] = {__NV_E4M3, __NV_E5M2};
     const __nv_saturation_t satm[2] = {__NV_NOSAT, __NV_SATFINITE};
 #pragma omp parallel num_threads(2)
@@ -198,7 +212,9 @@ static failures sweep(unsigned stride) {
             for (uint32_t i = 0; i < BLOCK; i++) {
                 const uint32_t u = base + i;
                 const float xi = x[i];
-                for (int fm = 0; fm < 2; fm++)
+                const bool xnan = std::isnan(xi);
+                for (int fm = 0; fm < 2; fm++) {
+                    const double rounded = xnan ? 0.0 : ref_round(GRID[fm], xi);
                     for (int s = 0; s < 2; s++) {
                         const unsigned got = fp8_encode(xi, (fp8_format)fm, s);
                         const unsigned cuda = __nv_cvt_float_to_fp8(xi, satm[s], interp[fm]);
@@ -210,7 +226,7 @@ static failures sweep(unsigned stride) {
                             f.n[2]++, report(2, u, fm, s, u_of(fq[(size_t)fm * BLOCK + i]) >> 24, got);
                         double val = 0;
                         int nan_code = 0;
-                        const int kind = ref_fp8(FMTS[fm], GRID[fm], xi, s, &val, &nan_code);
+                        const int kind = ref_fp8_of(FMTS[fm], xi, rounded, s, &val, &nan_code);
                         const bool ok = kind == R_VALUE ? same_value(DEC[fm][got], val)
                                                         : got == (unsigned)nan_code;
                         if (!ok) {
@@ -223,6 +239,7 @@ static failures sweep(unsigned stride) {
                                        kind == R_VALUE ? "" : " (a NaN code)");
                         }
                     }
+                }
                 const uint16_t hb = bf16_encode(xi);
                 const __nv_bfloat16 cb = __float2bfloat16_rn(xi);
                 uint16_t cbits;
@@ -230,6 +247,13 @@ static failures sweep(unsigned stride) {
                 if (hb != cbits) f.n[3]++, report(3, u, 9, 0, hb, cbits);
                 if (u_of(xr[i]) != ((uint32_t)hb << 16)) f.n[2]++, report(2, u, 9, 0, 0, 0);
                 if (!ref_bf16_ok(xi, hb)) f.n[4]++, report(4, u, 9, 0, hb, 0);
+            }
+            unsigned now;
+#pragma omp atomic capture
+            now = ++done;
+            if (now % (total / 8 ? total / 8 : 1) == 0) {
+#pragma omp critical(fp8_report)
+                progress(now, total, t0);
             }
         }
 #pragma omp critical(fp8_sum)

@@ -521,8 +521,41 @@ static void test_corrupt_amax(void) {
     run_log_free(&a);
 }
 
+/* A fault naming a layer or module the model lacks never fires: it is refused up front, with
+ * the model's layers / modules in the message. (Issue 13: layer=99 on 4 layers and module=gate
+ * on GPT-2 used to be accepted and silently did nothing.) */
+static void test_check_model(void) {
+    fp8t_model_config gpt, llama;
+    T_ASSERT(fp8t_model_preset(&gpt, "tiny") == 0 && fp8t_model_preset(&llama, "tiny-llama") == 0,
+             "presets");
+    struct { const char *spec; const fp8t_model_config *cfg; int ok; const char *needle; } cases[] = {
+        {"layer=99,module=fc2,gemm=dgrad,kind=scale:64", &gpt, 0, "layer=99"},
+        {"layer=2-9,gemm=dgrad,kind=scale:64", &gpt, 0, "end of the range"},
+        {"module=gate,gemm=dgrad,kind=scale:64", &gpt, 0, "module=gate"},
+        {"module=fc2+up,gemm=fprop,kind=nan", &gpt, 0, "module=up"},
+        {"module=fc1,gemm=dgrad,kind=scale:64", &llama, 0, "module=fc1"},
+        {"layer=3,module=fc2,gemm=dgrad,kind=scale:64", &gpt, 1, NULL},
+        {"layer=all,module=mlp,gemm=dgrad,kind=scale:64", &gpt, 1, NULL},
+        {"module=mlp,gemm=dgrad,kind=scale:64", &llama, 1, NULL},
+        {"module=gate+head,gemm=fprop,kind=nan", &llama, 1, NULL},
+        {"module=attn,gemm=wgrad,kind=scale:2", &gpt, 1, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[512] = "";
+        fp8t_injector *inj = fp8t_injector_create(cases[i].spec, err, sizeof err);
+        T_ASSERT(inj, "%s: %s", cases[i].spec, err);
+        int rc = fp8t_injector_check_model(inj, cases[i].cfg, err, sizeof err);
+        fp8t_injector_destroy(inj);
+        T_CHECK((rc == 0) == cases[i].ok, "%s: rc %d, err '%s'", cases[i].spec, rc, err);
+        if (cases[i].needle)
+            T_CHECK(strstr(err, cases[i].needle) != NULL, "%s: '%s' lacks '%s'", cases[i].spec,
+                    err, cases[i].needle);
+    }
+}
+
 int main(void) {
     t_suite = "inject";
+    T_RUN(test_check_model);
     T_RUN(test_spec_parsing);
     T_RUN(test_scale_dgrad_only);
     T_RUN(test_when_fp8);

@@ -911,6 +911,31 @@ static void test_spike_detector(void) {
     spike_free(&t.spike);
 }
 
+/* The online spike detector from the first steps: README's FP8 example (tiny, delayed
+ * scaling), whose loss jumps 3.49 -> 8.24 at step 19 while it still falls fast. It used to
+ * wait for 10 samples and then judge against the trend's spread, and raised nothing. */
+static void test_spike_detector_first_steps(void) {
+    static const double loss[30] = {5.561, 5.398, 5.180, 5.007, 4.930, 4.830, 4.778, 4.639,
+                                    4.550, 4.424, 4.269, 4.137, 3.967, 3.877, 3.681, 3.611,
+                                    3.507, 3.486, 8.240, 3.517, 3.290, 3.304, 3.258, 3.231,
+                                    3.231, 3.204, 3.142, 3.151, 3.156, 3.124};
+    trainer t;
+    memset(&t, 0, sizeof(t));
+    t.cfg.quiet = 1;
+    t.events = tmpfile();
+    spike_init(&t.spike, 50, 6.0);
+    for (int i = 0; i < 30; i++) spike_observe(&t, i + 1, loss[i]);
+    rewind(t.events);
+    char buf[4096] = "";
+    size_t n = fread(buf, 1, sizeof(buf) - 1, t.events);
+    buf[n] = 0;
+    T_CHECK(t.n_events == 2 && strstr(buf, "\"step\":19,\"kind\":\"spike\"") &&
+                strstr(buf, "\"spike_step\":19"),
+            "%d events (expected the spike at 19 and its recovery): %s", t.n_events, buf);
+    fclose(t.events);
+    spike_free(&t.spike);
+}
+
 static void test_drift_detector(void) {
     char dir[600], path[700];
     fmt(dir, sizeof(dir), "%s/baseline", root);
@@ -958,6 +983,7 @@ int main(void) {
     T_RUN(test_recovery_bf16_fp8_bf16);
     T_RUN(test_bad_configs_write_nothing);
     T_RUN(test_spike_detector);
+    T_RUN(test_spike_detector_first_steps);
     T_RUN(test_drift_detector);
     fp8t_rmtree(root);
     T_MAIN_END();

@@ -29,13 +29,33 @@ train() { # name, extra options...
   OMP_NUM_THREADS=1 "$BIN" train "${COMMON[@]}" "$@" --out "$TMP/$name" >"$TMP/$name.log" 2>&1
   echo $? >"$TMP/$name.rc"
 }
+# The pairs take minutes (more on a busy machine): every 30 s, say which step each has reached.
+ticker() { # run names
+  while sleep 30; do
+    local line="  [$(( $(date +%s) - start ))s]" n s
+    for n in "$@"; do
+      s=$(tail -n1 "$TMP/$n/metrics.jsonl" 2>/dev/null | grep -o '"step":[0-9]*' | cut -d: -f2)
+      line="$line $n ${s:-0}/600"
+    done
+    echo "$line"
+  done
+}
+pair() { # two runs at once: name1 opts1 -- name2 opts2
+  local a=$1 b opts_a=() opts_b=(); shift
+  while [ "$1" != -- ]; do opts_a+=("$1"); shift; done
+  shift; b=$1; shift; opts_b=("$@")
+  echo "  training $a and $b (600 steps each, one thread each)"
+  train "$a" "${opts_a[@]}" & local pa=$!
+  train "$b" "${opts_b[@]}" & local pb=$!
+  ticker "$a" "$b" & local pt=$!
+  wait $pa $pb
+  kill $pt 2>/dev/null; wait $pt 2>/dev/null
+  echo "  $a and $b done after $(( $(date +%s) - start ))s"
+}
 start=$(date +%s)
-train bf16 --precision bf16 &
-train fp8 --precision fp8 --recipe delayed --format hybrid &
-wait
-train fp8-dgrad-bf16 --precision fp8 --override 'gemm=dgrad,precision=bf16' &
-train fp8-current --precision fp8 --recipe current &
-wait
+pair bf16 --precision bf16 -- fp8 --precision fp8 --recipe delayed --format hybrid
+pair fp8-dgrad-bf16 --precision fp8 --override 'gemm=dgrad,precision=bf16' -- \
+  fp8-current --precision fp8 --recipe current
 
 # the last validation loss and the first training loss of a run
 val_of() { grep -o '"val_loss":[0-9.eE+-]*' "$TMP/$1/metrics.jsonl" 2>/dev/null | tail -1 | cut -d: -f2; }

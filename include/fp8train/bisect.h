@@ -46,7 +46,8 @@ typedef struct {
     double threshold;     /* |gap| below which two runs match (default 0.01) */
     double tail_frac;     /* fraction of the last steps judged (default 0.1; at least 5 steps,
                              at most half) */
-    char out_dir[FP8T_PATH_MAX]; /* experiments go into out_dir/bisect/<name>/ */
+    char out_dir[FP8T_PATH_MAX]; /* experiments go into out_dir/<name>/ (a new or empty
+                                    directory, or a previous bisect's) */
     FILE *log;            /* progress lines, evidence table, conclusion; NULL: silent */
 } fp8t_bisect_config;
 

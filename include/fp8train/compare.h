@@ -151,6 +151,9 @@ typedef struct {
     int slow_recovery;   /* steps; a recovery slower than this points at FP8.
                             0 = auto: max(10, aligned span / 10) */
     double cosine_flag;  /* dump tensors with cosine below are flagged, default 0.99 */
+    const fp8t_run *noise_run; /* a second baseline (e.g. BF16 with another seed) whose gap to A
+                                  measures the noise; NULL (default): estimated from the runs'
+                                  own step-to-step spread (see fp8t_compare_result.noise) */
 } fp8t_compare_cfg;
 void fp8t_compare_cfg_default(fp8t_compare_cfg *cfg);
 
@@ -209,6 +212,15 @@ typedef struct {
     double trend;          /* least-squares slope of |gap| over the second half, per step */
     double gap_noise;      /* robust sigma of gap - gap_smooth: the per-step noise of the gap */
     int drift_step;        /* step from which the smoothed |gap| stays above threshold; -1 */
+    /* The noise of the end gap: how far the smoothed gap of two equally good runs ends apart.
+     * With cfg.noise_run: the largest |smoothed gap| of the noise run against A over the second
+     * half of their common steps; without: 2 * gap_noise (the per-step spread of the gap around
+     * its smoothed value). An end gap inside max(threshold, noise) is a match, and a run B that
+     * ends below A is never drift (docs/debugging.md). */
+    double noise;
+    int noise_from_run;    /* 1: measured with cfg.noise_run; 0: estimated from gap_noise */
+    char noise_label[64];  /* the noise run's label ("" without) */
+    double noise_val_gap;  /* the noise run's last common val_loss gap against A; NaN if none */
     double val_gap;        /* relative gap of the last common val_loss; NaN if none */
     int val_step;
     /* spikes */

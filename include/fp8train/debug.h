@@ -84,10 +84,16 @@ typedef struct {
 } fp8t_spike_cfg;
 typedef struct {
     int is_spike;
-    double zscore;        /* (x - median) / (1.4826 MAD) */
-    double median;
+    double zscore;        /* (x - median) / sigma */
+    double median;        /* the level x is expected at: the window's median, or where a trend
+                             dominates the window, the last sample plus the median change */
+    double sigma;         /* the robust sigma z is measured in (of the window, or of its
+                             step-to-step changes) */
 } fp8t_spike_verdict;
-/* Judge sample x against the previous `n` samples hist[0..n-1] (oldest first). */
+/* Judge sample x against the previous `n` samples hist[0..n-1] (oldest first; the last
+ * cfg->window of them, at least 5 finite). Where a trend dominates the window (a loss falling
+ * fast in the first steps) x is judged by its change from the last sample against the window's
+ * step-to-step changes, so the trend does not hide a spike. */
 fp8t_spike_verdict fp8t_spike_check(const fp8t_spike_cfg *cfg, const double *hist, int n,
                                     double x);
 

@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 
+#include "fp8train/model.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -18,6 +20,12 @@ const char *fp8t_injector_help(void);
 
 /* 0 if spec parses; else -1 and err names the bad key/value and shows the syntax. */
 int fp8t_injector_check(const char *spec, char *err, size_t errlen);
+
+/* -1 with err when a fault of inj names a layer (layer=99 on 4 layers) or a module
+ * (module=gate on GPT-2) that the model `cfg` does not have, so it could never fire; 0 ok. */
+struct fp8t_injector;
+int fp8t_injector_check_model(const struct fp8t_injector *inj, const fp8t_model_config *cfg,
+                              char *err, size_t errlen);
 
 /* How many perturbations the injector has applied so far (value faults: one per matching
  * tensor per micro-batch; amax faults: one per edited history slot per step). */

@@ -60,7 +60,8 @@ float fp8t_current_scale(float amax, float fmt_max, float epsilon, int pow2);
 void fp8t_delayed_update(fp8t_recipe_state *st, fp8t_amax_algo algo, int margin);
 /* Record an amax into slot 0 of tensor t (max with what is there; NaN wins). */
 void fp8t_recipe_record_amax(fp8t_recipe_state *st, int t, float amax);
-/* Max over the history of tensor t (what the next scale will be computed from). */
+/* Max over the history of tensor t (what the next scale will be computed from); NaN slots are
+ * skipped, as in Transformer Engine. */
 float fp8t_recipe_history_max(const fp8t_recipe_state *st, int t);
 
 /* ---- block scaling ----

@@ -23,12 +23,12 @@ static void usage(FILE *f) {
             "\n"
             "Finds which FP8 GEMM makes a run drift from BF16, and the cheapest policy override\n"
             "that fixes it, with short runs from one start and one data order (each into\n"
-            "OUT/bisect/<name>/): a BF16 baseline; FP8 as configured (stops here when it\n"
+            "OUT/<name>/): a BF16 baseline; FP8 as configured (stops here when it\n"
             "already matches); the recovery experiment (the FP8 checkpoint of the midpoint\n"
             "continued in BF16); every GEMM fake-quantized; Fprop, Dgrad, Wgrad back in BF16 one\n"
             "at a time; a binary search over layer ranges for the culprit; current scaling for\n"
             "the culprit. Prints the evidence table and a ready-to-paste --override; writes\n"
-            "OUT/bisect/bisect.json and OUT/bisect/report.html.\n"
+            "OUT/bisect.json and OUT/report.html.\n"
             "\n"
             "bisect options:\n"
             "  --steps N          steps of every experiment, from the start point (required;\n"
@@ -36,7 +36,8 @@ static void usage(FILE *f) {
             "  --threshold X      relative loss gap under which two runs match (default 0.01)\n"
             "  --tail F           fraction of the last steps whose mean loss is compared\n"
             "                     (default 0.1)\n"
-            "  --out DIR          where OUT/bisect/ goes (default runs)\n"
+            "  --out DIR          the bisect's own directory (default runs/bisect); a directory\n"
+            "                     that holds anything but a previous bisect is refused\n"
             "  --help-inject      the --inject fault syntax (to try bisect on a known fault)\n"
             "\n"
             "Noise: every experiment only adds FP8 rounding to the BF16 baseline, so one that ends\n"
@@ -150,7 +151,7 @@ int fp8t_cmd_bisect(int argc, char **argv) {
         goto out;
     }
     bc->steps = bc->train.steps;
-    snprintf(bc->out_dir, sizeof bc->out_dir, "%s", have_out ? bc->train.out_dir : "runs");
+    snprintf(bc->out_dir, sizeof bc->out_dir, "%s", have_out ? bc->train.out_dir : "runs/bisect");
     bc->log = stdout;
     fp8t_bisect_result *res = malloc(sizeof *res);
     if (!res) {

@@ -11,12 +11,15 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: fp8train compare RUN_A RUN_B [options]\n"
+            "usage: fp8train compare RUN_A RUN_B [--noise-run RUN_C] [options]\n"
             "  Compare run B (e.g. FP8) against baseline A (e.g. BF16). A RUN is a run directory\n"
             "  (fp8train train --out DIR) or the path of its metrics.jsonl.\n"
             "options:\n"
             "  --report FILE        write a self-contained HTML report (charts, tables)\n"
             "  --threshold X        relative loss gap that counts as a mismatch (default 0.01)\n"
+            "  --noise-run RUN      a second baseline (e.g. BF16 with another --seed): its gap to\n"
+            "                       A measures the noise; an end gap inside it is a match\n"
+            "                       (default: estimated from the runs' step-to-step spread)\n"
             "  --json               print the result as one JSON object\n"
             "  --window N           smoothing window of the gap in steps (default: n/10, 3..50)\n"
             "  --spike-z Z          robust z-score of a spike (default 6)\n"
@@ -55,7 +58,7 @@ int fp8t_cmd_compare(int argc, char **argv) {
     if (argc > 0 && strcmp(argv[0], "compare") == 0) { argc--; argv++; }
     fp8t_compare_cfg cfg;
     fp8t_compare_cfg_default(&cfg);
-    const char *runs[2] = {NULL, NULL}, *report = NULL, *labels = NULL;
+    const char *runs[2] = {NULL, NULL}, *report = NULL, *labels = NULL, *noise = NULL;
     int json = 0, nruns = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -65,6 +68,7 @@ int fp8t_cmd_compare(int argc, char **argv) {
         else if (strcmp(a, "--json") == 0) json = 1;
         else if (strcmp(a, "--report") == 0) { report = v; i++; if (!v) rc = -1; }
         else if (strcmp(a, "--labels") == 0) { labels = v; i++; if (!v) rc = -1; }
+        else if (strcmp(a, "--noise-run") == 0) { noise = v; i++; if (!v) rc = -1; }
         else if (strcmp(a, "--threshold") == 0) { rc = parse_double(&cfg.threshold, a, v); i++; }
         else if (strcmp(a, "--window") == 0) { rc = parse_int(&cfg.window, a, v); i++; }
         else if (strcmp(a, "--spike-z") == 0) { rc = parse_double(&cfg.spike_z, a, v); i++; }
@@ -105,12 +109,25 @@ int fp8t_cmd_compare(int argc, char **argv) {
         fp8t_run_free(&ra);
         return 2;
     }
+    fp8t_run rn;
+    int have_noise = 0;
+    if (noise) {
+        if (fp8t_run_load(&rn, noise, err, sizeof(err))) {
+            fprintf(stderr, "fp8train compare: --noise-run: %s\n", err);
+            fp8t_run_free(&ra);
+            fp8t_run_free(&rb);
+            return 2;
+        }
+        have_noise = 1;
+        cfg.noise_run = &rn;
+    }
     if (labels) {
         const char *comma = strchr(labels, ',');
         if (!comma) {
             fprintf(stderr, "fp8train compare: --labels needs two names: A,B\n");
             fp8t_run_free(&ra);
             fp8t_run_free(&rb);
+            if (have_noise) fp8t_run_free(&rn);
             return 2;
         }
         snprintf(ra.label, sizeof(ra.label), "%.*s", (int)(comma - labels), labels);
@@ -141,6 +158,7 @@ int fp8t_cmd_compare(int argc, char **argv) {
     }
     fp8t_run_free(&ra);
     fp8t_run_free(&rb);
+    if (have_noise) fp8t_run_free(&rn);
     fflush(stdout);
     return code;
 }

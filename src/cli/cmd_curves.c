@@ -44,21 +44,30 @@ static double tail_mean(const fp8t_run *r, int *from_step) {
     return cnt ? sum / cnt : NAN;
 }
 
+/* A plotted point far above its own curve's neighbourhood (a blow-up, a spike of 1e4) would
+ * set the y scale alone and squash every curve into the bottom rows. So each point gets a
+ * reference: the median of its run's points within OFFSCALE_NB columns either side (a spike
+ * two columns wide does not move it). The plot's own height is the highest reference above the
+ * lowest point; a point that rises above its reference by more than that height would more
+ * than double the plot on its own: it is off-scale, clipped to the top row and marked. The
+ * start of a falling curve is never off-scale (its neighbours are high too), nor a bump on a
+ * plateau (small against the height). */
+#define OFFSCALE_NB 3
+
+static int cmp_dbl(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return (a > b) - (a < b);
+}
+
 static void plot(const fp8t_run *runs, int n, int lo, int hi, int width, int height) {
-    double ymin = INFINITY, ymax = -INFINITY;
-    for (int r = 0; r < n; r++)
-        for (int i = 0; i < runs[r].n_metrics; i++) {
-            const fp8t_metric_row *m = &runs[r].metrics[i];
-            if (m->has_loss && isfinite(m->loss) && m->step >= lo && m->step <= hi) {
-                if (m->loss < ymin) ymin = m->loss;
-                if (m->loss > ymax) ymax = m->loss;
-            }
-        }
-    if (!isfinite(ymin) || !isfinite(ymax)) return;
-    if (ymax - ymin < 1e-9) ymax = ymin + 1e-9;
+    double *v = malloc(sizeof(double) * (size_t)n * width); /* [n][width] column means */
+    char *off = calloc((size_t)n * width, 1);                /* [n][width] off-scale */
     char *grid = malloc((size_t)width * height);
-    if (!grid) return;
-    memset(grid, ' ', (size_t)width * height);
+    if (!v || !off || !grid) {
+        free(v), free(off), free(grid);
+        return;
+    }
+    double floor_y = INFINITY;
     for (int r = 0; r < n; r++) {
         for (int c = 0; c < width; c++) {
             /* the mean loss of the steps falling into column c */
@@ -68,17 +77,65 @@ static void plot(const fp8t_run *runs, int n, int lo, int hi, int width, int hei
             double sum = 0;
             int cnt = 0;
             for (int s = s0; s <= s1; s++) {
-                double v = loss_at(&runs[r], s);
-                if (isfinite(v)) {
-                    sum += v;
+                double x = loss_at(&runs[r], s);
+                if (isfinite(x)) {
+                    sum += x;
                     cnt++;
                 }
             }
-            if (!cnt) continue;
-            double y = sum / cnt;
-            int row = (int)lround((ymax - y) / (ymax - ymin) * (height - 1));
+            v[r * width + c] = cnt ? sum / cnt : NAN;
+            if (cnt && v[r * width + c] < floor_y) floor_y = v[r * width + c];
+        }
+    }
+    double *ref = malloc(sizeof(double) * (size_t)n * width); /* [n][width] references */
+    if (!ref) {
+        free(v), free(off), free(grid);
+        return;
+    }
+    double top_ref = -INFINITY;
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < width; c++) {
+            double nb[2 * OFFSCALE_NB];
+            int m = 0;
+            for (int k = c - OFFSCALE_NB; k <= c + OFFSCALE_NB; k++)
+                if (k != c && k >= 0 && k < width && isfinite(v[r * width + k]))
+                    nb[m++] = v[r * width + k];
+            ref[r * width + c] = NAN;
+            if (!m || !isfinite(v[r * width + c])) continue;
+            qsort(nb, (size_t)m, sizeof(double), cmp_dbl);
+            ref[r * width + c] = (m & 1) ? nb[m / 2] : 0.5 * (nb[m / 2 - 1] + nb[m / 2]);
+            if (ref[r * width + c] > top_ref) top_ref = ref[r * width + c];
+        }
+    const double height_y = top_ref - floor_y;
+    double ymin = INFINITY, ymax = -INFINITY;
+    int n_off = 0;
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < width; c++) {
+            double y = v[r * width + c], rf = ref[r * width + c];
+            if (!isfinite(y)) continue;
+            if (isfinite(rf) && height_y > 0 && y - rf > height_y) {
+                off[r * width + c] = 1;
+                n_off++;
+                continue;
+            }
+            if (y < ymin) ymin = y;
+            if (y > ymax) ymax = y;
+        }
+    free(ref);
+    if (!isfinite(ymin) || !isfinite(ymax)) {
+        free(v), free(off), free(grid);
+        return;
+    }
+    if (ymax - ymin < 1e-9) ymax = ymin + 1e-9;
+    memset(grid, ' ', (size_t)width * height);
+    for (int r = 0; r < n; r++) {
+        for (int c = 0; c < width; c++) {
+            double y = v[r * width + c];
+            if (!isfinite(y)) continue;
+            int row = off[r * width + c] ? 0 : (int)lround((ymax - y) / (ymax - ymin) * (height - 1));
             char *cell = &grid[(size_t)row * width + c];
-            *cell = (*cell == ' ' || *cell == MARKS[r]) ? MARKS[r] : '=';
+            if (off[r * width + c]) *cell = '^';
+            else if (*cell != '^') *cell = (*cell == ' ' || *cell == MARKS[r]) ? MARKS[r] : '=';
         }
     }
     for (int row = 0; row < height; row++) {
@@ -91,7 +148,23 @@ static void plot(const fp8t_run *runs, int n, int lo, int hi, int width, int hei
     printf("%8s  ", "");
     for (int r = 0; r < n; r++) printf("%c %s   ", MARKS[r], runs[r].label);
     printf("('=' where curves overlap)\n");
-    free(grid);
+    if (n_off) {
+        printf("%8s  ^ off-scale, clipped to the top row:", "");
+        int shown = 0;
+        for (int r = 0; r < n; r++)
+            for (int c = 0; c < width; c++) {
+                if (!off[r * width + c]) continue;
+                if (shown++ == 6) printf(" ...");
+                if (shown > 6) continue;
+                int s0 = lo + (int)((double)(hi - lo + 1) * c / width);
+                int s1 = lo + (int)((double)(hi - lo + 1) * (c + 1) / width) - 1;
+                if (s1 < s0) s1 = s0;
+                if (s1 > s0) printf(" %s steps %d-%d mean %.4g;", runs[r].label, s0, s1, v[r * width + c]);
+                else printf(" %s step %d %.4g;", runs[r].label, s0, v[r * width + c]);
+            }
+        printf("\n");
+    }
+    free(v), free(off), free(grid);
 }
 
 int fp8t_cmd_curves(int argc, char **argv) {

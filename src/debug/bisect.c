@@ -550,21 +550,50 @@ static const fp8t_bisect_exp *find_by_override(const fp8t_bisect_result *res, co
 /* A new bisect owns OUT/bisect/: the run directories of an earlier one (other experiment
  * names) would otherwise sit beside this one's and confuse its evidence. Only entries that are
  * run directories (config.json or metrics.jsonl inside) and bisect's own files are removed. */
+/* The name of a directory bisect writes an experiment into (run_experiment's names). */
+static int is_experiment_name(const char *n) {
+    static const char *fixed[] = {"bf16", "fp8", "recovery", "fake", "fprop-bf16", "dgrad-bf16",
+                                  "wgrad-bf16"};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        if (!strcmp(n, fixed[i])) return 1;
+    return !strncmp(n, "layers-", 7) || !strncmp(n, "head-", 5);
+}
+
+#define BISECT_MARKER ".fp8train-bisect"
+
+/* --out is the bisect's own directory (experiments in OUT/<name>/). A directory that holds
+ * anything but a previous bisect (its marker or bisect.json) is refused rather than mixed
+ * into: `--out runs` must not clear a user's runs/bf16. A previous bisect's files are removed,
+ * and only those: bisect.json, report.html and experiment directories named as bisect names
+ * them that hold a run. */
 static int clear_previous_bisect(bisect_ctx *c) {
     DIR *d = opendir(c->root);
     if (!d) {
         snprintf(c->err, c->errlen, "bisect: cannot read %s: %s", c->root, strerror(errno));
         return -1;
     }
+    char probe[BPATH + 32];
+    snprintf(probe, sizeof probe, "%s/" BISECT_MARKER, c->root);
+    int ours = access(probe, F_OK) == 0;
+    snprintf(probe, sizeof probe, "%s/bisect.json", c->root);
+    ours |= access(probe, F_OK) == 0;
     int rc = 0;
     for (struct dirent *de; rc == 0 && (de = readdir(d));) {
-        if (de->d_name[0] == '.') continue;
-        char path[BPATH], probe[BPATH + 32];
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        if (!ours) {
+            snprintf(c->err, c->errlen, "bisect: --out %s already holds files of something else "
+                     "('%s'); give bisect a new or empty directory of its own, e.g. --out %s/bisect",
+                     c->root, de->d_name, c->root);
+            closedir(d);
+            return -1;
+        }
+        char path[BPATH];
         snprintf(path, sizeof path, "%s/%s", c->root, de->d_name);
         if (!strcmp(de->d_name, "bisect.json") || !strcmp(de->d_name, "report.html")) {
             rc = remove(path);
             continue;
         }
+        if (!is_experiment_name(de->d_name)) continue;
         snprintf(probe, sizeof probe, "%s/config.json", path);
         int is_run = access(probe, F_OK) == 0;
         snprintf(probe, sizeof probe, "%s/metrics.jsonl", path);
@@ -572,10 +601,19 @@ static int clear_previous_bisect(bisect_ctx *c) {
         if (is_run) rc = rm_tree(path);
     }
     closedir(d);
-    if (rc != 0)
+    if (rc != 0) {
         snprintf(c->err, c->errlen, "bisect: cannot clear the previous bisect in %s: %s", c->root,
                  strerror(errno));
-    return rc;
+        return rc;
+    }
+    snprintf(probe, sizeof probe, "%s/" BISECT_MARKER, c->root);
+    FILE *m = fopen(probe, "w");
+    if (!m || fputs("fp8train bisect writes this directory; a new bisect with the same --out "
+                    "replaces its experiments\n", m) < 0 || fclose(m) != 0) {
+        snprintf(c->err, c->errlen, "bisect: cannot write %s: %s", probe, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char *err,
@@ -606,9 +644,9 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
         c->start_step = ck.step;
         fp8t_checkpoint_free(&ck);
     }
-    int n = snprintf(c->root, sizeof c->root, "%s/bisect", cfg->out_dir);
+    int n = snprintf(c->root, sizeof c->root, "%s", cfg->out_dir);
     if (n < 0 || (size_t)n >= sizeof c->root - 128 || mkdir_p(c->root) != 0) {
-        snprintf(err, errlen, "bisect: cannot create %s/bisect (check --out): %s", cfg->out_dir,
+        snprintf(err, errlen, "bisect: cannot create %s (check --out): %s", cfg->out_dir,
                  n < 0 || (size_t)n >= sizeof c->root - 128 ? "path too long" : strerror(errno));
         return -1;
     }

@@ -35,6 +35,15 @@ void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
             100 * r->late_gap, r->trend, 100 * r->gap_noise);
     if (isfinite(r->val_gap)) fprintf(f, "  val %+.3f%% (step %d)", 100 * r->val_gap, r->val_step);
     fprintf(f, "\n");
+    if (r->noise_from_run) {
+        fprintf(f, "noise: +-%.3f%% (largest smoothed gap of the noise run %s against A over the "
+                   "second half)", 100 * r->noise, r->noise_label);
+        if (isfinite(r->noise_val_gap)) fprintf(f, "; its val gap %+.3f%%", 100 * r->noise_val_gap);
+        fprintf(f, "\n");
+    } else {
+        fprintf(f, "noise: +-%.3f%% (estimated: 2 x the gap's step-to-step spread; measure it with "
+                   "--noise-run, a second baseline seed)\n", 100 * r->noise);
+    }
     fprintf(f, "\nverdict: %s\n", r->verdict);
     fprintf(f, "next:    %s\n", r->advice);
     for (int i = 0; i < r->n_notes; i++) fprintf(f, "note:    %s\n", r->notes[i]);
@@ -116,6 +125,12 @@ char *fp8t_compare_to_json(const fp8t_run *a, const fp8t_run *b, const fp8t_comp
     cJSON_AddItemToObject(o, "end_gap", num_or_null(r->late_gap));
     cJSON_AddItemToObject(o, "trend_per_step", num_or_null(r->trend));
     cJSON_AddItemToObject(o, "gap_noise", num_or_null(r->gap_noise));
+    cJSON_AddItemToObject(o, "noise", num_or_null(r->noise));
+    cJSON_AddStringToObject(o, "noise_source", r->noise_from_run ? "noise_run" : "step_spread");
+    if (r->noise_from_run) {
+        cJSON_AddStringToObject(o, "noise_run", r->noise_label);
+        cJSON_AddItemToObject(o, "noise_val_gap", num_or_null(r->noise_val_gap));
+    }
     cJSON_AddNumberToObject(o, "drift_step", r->drift_step);
     cJSON_AddItemToObject(o, "val_gap", num_or_null(r->val_gap));
     cJSON_AddNumberToObject(o, "smoothing_window", r->window);

@@ -63,24 +63,60 @@ double fp8t_robust_sigma(const double *x, int n, double *median) {
     return fl > 1e-12 ? fl : 1e-12;
 }
 
+/* The level a new sample (at position w, just after the window h[0..w-1]) is expected at, and
+ * the spread of its distance from there, judged on the step-to-step changes. Without that, the
+ * first steps of a run, where the loss falls fast, look like noise: a window over 5.6 -> 3.5
+ * has a median near 4.6 and a robust sigma near 0.7, so a jump 3.49 -> 8.11 scores a z of only
+ * ~5 (issue 13). The expected level is the last sample plus the median step-to-step change (the
+ * local trend; a linear fit over the whole window would lag behind the curvature of a loss that
+ * falls ever slower), and sigma is the robust spread of those changes: for noise around a smooth
+ * trend, x minus the last sample has exactly the spread of the changes, so z keeps its meaning.
+ * Returns 0 when fewer than 4 changes are known. */
+static int diff_level(const double *h, int w, double *level, double *sigma) {
+    double *d = DETECT_ALLOC(w); /* [w] changes per step between consecutive finite samples */
+    int m = 0, last = -1;
+    for (int i = 0; i < w; i++) {
+        if (!isfinite(h[i])) continue;
+        if (last >= 0) d[m++] = (h[i] - h[last]) / (i - last);
+        last = i;
+    }
+    if (m < 4) {
+        free(d);
+        return 0;
+    }
+    double dmed;
+    *sigma = fp8t_robust_sigma(d, m, &dmed);
+    /* A falling loss may stop falling at any step (a plateau, a schedule change): that moves a
+     * sample by one trend step from the prediction, and is no spike. So the spread is at least
+     * the trend's step; a few steadily falling samples would otherwise give a tiny sigma. */
+    if (*sigma < fabs(dmed)) *sigma = fabs(dmed);
+    *level = h[last] + dmed * (w - last);
+    free(d);
+    return 1;
+}
+
 fp8t_spike_verdict fp8t_spike_check(const fp8t_spike_cfg *cfg, const double *hist, int n,
                                     double x) {
-    fp8t_spike_verdict v = {0, 0.0, NAN};
+    fp8t_spike_verdict v = {0, 0.0, NAN, NAN};
     int w = (cfg && cfg->window > 0 && cfg->window < n) ? cfg->window : n;
     double zthr = (cfg && cfg->z > 0) ? cfg->z : 6.0;
     if (n <= 0 || !hist) return v;
     const double *h = hist + (n - w); /* the last w samples */
     int finite = 0;
     for (int i = 0; i < w; i++) finite += isfinite(h[i]) != 0;
-    double med;
-    double sigma = fp8t_robust_sigma(h, w, &med);
-    v.median = med;
     /* A non-finite sample is the NaN detector's business, not a spike. */
     if (finite == 0 || !isfinite(x)) {
         v.zscore = NAN;
         return v;
     }
-    v.zscore = (x - med) / sigma;
+    /* The step-to-step view takes over only where a trend dominates the window (the spread
+     * of the changes, over sqrt(2), under half the window's own spread): on a flat noisy
+     * series the window median is the steadier level. */
+    double med, sigma = fp8t_robust_sigma(h, w, &med), dl, ds;
+    v.median = med;
+    v.sigma = sigma;
+    if (diff_level(h, w, &dl, &ds) && ds / sqrt(2.0) < 0.5 * sigma) v.median = dl, v.sigma = ds;
+    v.zscore = (x - v.median) / v.sigma;
     /* One-sided: losses and gradient norms spike upward; a sudden drop is not an alarm. */
     v.is_spike = finite >= SPIKE_MIN_HISTORY && v.zscore > zthr;
     return v;

@@ -33,6 +33,9 @@ typedef enum { WHEN_FP8 = 0, WHEN_DELAYED, WHEN_ALWAYS } fault_when;
 typedef struct {
     int layer_lo, layer_hi;   /* inclusive; ignored for the head */
     unsigned module_mask;     /* bit (1u << fp8t_module); 0 = every module but the head */
+    unsigned named_mask;      /* the modules named one by one (not through mlp / attn): each
+                                 must exist in the model */
+    int layer_named;          /* layer= gave numbers (not all): they must exist in the model */
     fp8t_gemm_kind gemm;
     fp8t_tensor_kind tensor;
     fault_kind kind;
@@ -129,10 +132,11 @@ static int parse_float(const char *s, double *out) {
     return 0;
 }
 
-static int parse_modules(const char *val, unsigned *mask) {
+static int parse_modules(const char *val, unsigned *mask, unsigned *named) {
     char buf[128];
     snprintf(buf, sizeof buf, "%s", val);
     *mask = 0;
+    *named = 0;
     for (char *save = NULL, *tok = strtok_r(buf, "+", &save); tok;
          tok = strtok_r(NULL, "+", &save)) {
         if (strcmp(tok, "mlp") == 0) {
@@ -144,6 +148,7 @@ static int parse_modules(const char *val, unsigned *mask) {
             fp8t_module mod;
             if (fp8t_module_parse(&mod, tok) != 0) return -1;
             *mask |= 1u << mod;
+            *named |= 1u << mod;
         }
     }
     return *mask ? 0 : -1;
@@ -202,6 +207,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
         int bad = 0;
         if (strcmp(key, "layer") == 0 || strcmp(key, "layers") == 0) {
             const char *dash = strchr(val, '-');
+            f->layer_named = strcmp(val, "all") != 0;
             if (strcmp(val, "all") == 0) {
                 f->layer_lo = 0, f->layer_hi = INT_MAX;
             } else if (dash && dash != val) {
@@ -214,7 +220,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
                 f->layer_hi = f->layer_lo;
             }
         } else if (strcmp(key, "module") == 0 || strcmp(key, "modules") == 0) {
-            bad = parse_modules(val, &f->module_mask);
+            bad = parse_modules(val, &f->module_mask, &f->named_mask);
         } else if (strcmp(key, "gemm") == 0) {
             bad = 1;
             for (int g = 0; g < FP8T_GEMM_COUNT; g++)
@@ -378,6 +384,50 @@ fp8t_injector *fp8t_injector_create(const char *spec, char *err, size_t errlen) 
     }
     inj->step = -1;
     return inj;
+}
+
+/* A fault that names a layer or a module the model lacks would never fire, and a run that
+ * "survives" it proves nothing: refuse it before training. Groups (mlp, attn) only need one
+ * of their modules in the model (GPT-2 has fc1/fc2, Llama gate/up/down). */
+int fp8t_injector_check_model(const fp8t_injector *inj, const fp8t_model_config *cfg, char *err,
+                              size_t errlen) {
+    if (!inj || !cfg) return 0;
+    int mpl = fp8t_model_modules_per_layer(cfg);
+    unsigned have = 1u << FP8T_MOD_HEAD;
+    char names[128] = "";
+    for (int s = 0; s < mpl; s++) {
+        fp8t_module m = fp8t_model_module_of_slot(cfg, s);
+        have |= 1u << m;
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", fp8t_module_name(m));
+    }
+    for (int i = 0; i < inj->n; i++) {
+        const fault *f = &inj->f[i];
+        if (f->layer_named && f->layer_hi >= cfg->n_layer) {
+            snprintf(err, errlen,
+                     "fault %d: layer=%d%s but the model has %d layer%s (0-%d): name layers "
+                     "0-%d, or layer=all",
+                     i + 1, f->layer_lo == f->layer_hi ? f->layer_lo : f->layer_hi,
+                     f->layer_lo == f->layer_hi ? "" : " (end of the range)", cfg->n_layer,
+                     cfg->n_layer == 1 ? "" : "s", cfg->n_layer - 1, cfg->n_layer - 1);
+            return -1;
+        }
+        for (int m = 0; m < FP8T_MOD_COUNT; m++) {
+            if (!(f->named_mask & (1u << m)) || (have & (1u << m))) continue;
+            snprintf(err, errlen,
+                     "fault %d: module=%s is not a module of this %s model (its modules: %s, "
+                     "head; or mlp / attn)",
+                     i + 1, fp8t_module_name((fp8t_module)m),
+                     fp8t_arch_name(cfg->arch), names);
+            return -1;
+        }
+        if (f->module_mask && !(f->module_mask & have)) {
+            snprintf(err, errlen, "fault %d: no module of module= exists in this model (its "
+                     "modules: %s, head)", i + 1, names);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 void fp8t_injector_destroy(fp8t_injector *inj) {

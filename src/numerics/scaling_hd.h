@@ -62,10 +62,21 @@ FP8T_HD float fp8t_delayed_scale_of(float amax, float prev_scale, float fmt_max,
     return scale;
 }
 
-/* Max over the amax history of tensor t; history is [len][n] (NaN wins). */
+/* max of two amaxes in which a NaN is skipped (IEEE maxNum, what fmaxf does): the reduction
+ * over an amax history, as Transformer Engine's delayed-scaling kernel does it with fmaxf. */
+FP8T_HD float fp8t_max_nan_skips(float a, float b) {
+    if (isnan(b)) return a;
+    if (isnan(a)) return b;
+    return a > b ? a : b;
+}
+
+/* Max over the amax history of tensor t; history is [len][n]. A NaN slot is skipped, as in
+ * Transformer Engine: one broken step must not freeze the scale for the whole window (the NaN
+ * stays in its slot, where the NaN tracker and inspect see it); a history of nothing but NaN
+ * and 0 gives 0, which keeps the previous scale. An Inf still wins and keeps the scale. */
 FP8T_HD float fp8t_history_max(const float *history, int n, int len, int t) {
     float m = 0.0f;
-    for (int i = 0; i < len; i++) m = fp8t_max_nan_wins(m, history[(size_t)i * n + t]);
+    for (int i = 0; i < len; i++) m = fp8t_max_nan_skips(m, history[(size_t)i * n + t]);
     return m;
 }
 

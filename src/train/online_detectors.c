@@ -13,8 +13,10 @@
 
 /* Back "under median + margin" means within this many robust sigmas of the pre-spike window. */
 #define SPIKE_RECOVER_SIGMAS 3.0
-/* Fewer samples than this say nothing about the spread (the first steps of a run). */
-#define SPIKE_MIN_SAMPLES 10
+/* Fewer samples than this say nothing about the spread. Small on purpose: the detector takes
+ * the window's trend out (fp8t_spike_check), so the falling loss of the first steps is no
+ * reason to stay blind there (a spike at step 19 must be seen). */
+#define SPIKE_MIN_SAMPLES 5
 
 void spike_init(spike_state *s, int window, double z) {
     memset(s, 0, sizeof(*s));
@@ -54,13 +56,11 @@ void spike_observe(trainer *t, int step, double loss) {
     } else if (s->n >= SPIKE_MIN_SAMPLES) {
         fp8t_spike_verdict v = fp8t_spike_check(&s->cfg, s->hist, s->n, loss);
         if (v.is_spike) {
-            double median;
-            double sigma = fp8t_robust_sigma(s->hist, s->n, &median);
             s->in_spike = 1;
             s->spike_step = step;
-            s->recover_below = median + SPIKE_RECOVER_SIGMAS * sigma;
-            snprintf(msg, sizeof(msg), "loss spike: %.4f is %.1f robust sigmas above the median "
-                     "%.4f of the last %d steps", loss, v.zscore, v.median, s->n);
+            s->recover_below = v.median + SPIKE_RECOVER_SIGMAS * v.sigma;
+            snprintf(msg, sizeof(msg), "loss spike: %.4f is %.1f robust sigmas above the level "
+                     "%.4f expected from the last %d steps", loss, v.zscore, v.median, s->n);
             snprintf(extra, sizeof(extra), ",\"loss\":%.9g,\"zscore\":%.4g,\"median\":%.9g", loss,
                      v.zscore, v.median);
             runlog_event(t, step, "spike", msg, extra);

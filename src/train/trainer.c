@@ -10,10 +10,14 @@
 #include <time.h>
 
 #include <cjson/cJSON.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "fp8train/checkpoint.h"
 #include "fp8train/dist.h"
 #include "fp8train/export.h" /* fp8t_weights_load (--init) */
+#include "fp8train/inject.h"
 #include "fp8train/io.h"
 #include "fp8train/train_options.h"
 #include "train/trainer_internal.h"
@@ -24,6 +28,14 @@ double trainer_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Non-finite values among n floats: a checkpoint that holds any is never "good" (a NaN stop
+ * must not send the user back to it, nor a rollback load it). */
+static size_t count_nonfinite(const float *x, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += !isfinite(x[i]);
+    return bad;
 }
 
 /* ---------------------------------------------------------------- the model hook */
@@ -158,7 +170,9 @@ static int save_checkpoint(trainer *t, int step, float loss, char *err, size_t e
     rc = 0;
 done:
     rc = dp_agree(&t->dp, rc, err, errlen); /* every rank knows it is on disk, or stops */
-    if (rc == 0) snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", dir);
+    /* a checkpoint holding NaN/Inf weights is never "the last good checkpoint" */
+    if (rc == 0 && count_nonfinite(ck.params, ck.num_params) == 0)
+        snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", dir);
     fp8t_checkpoint_free(&ck);
     return rc;
 }
@@ -257,6 +271,10 @@ static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro) {
     if (t->last_ckpt[0])
         snprintf(advice, sizeof(advice), "stopped; the last good checkpoint is %s (resume it, e.g. "
                  "with --precision bf16, for a recovery experiment)", t->last_ckpt);
+    else if (t->resume_nonfinite)
+        snprintf(advice, sizeof(advice), "stopped; there is no good checkpoint: the one this run "
+                 "resumed from, %s, already holds %zu non-finite weights (re-import or re-export "
+                 "them)", t->cfg.resume, t->resume_nonfinite);
     else
         snprintf(advice, sizeof(advice), "stopped; no checkpoint was written before the NaN (use "
                  "--ckpt-every N)");
@@ -299,15 +317,25 @@ static void format_duration(char *buf, size_t len, double s) {
     else snprintf(buf, len, "%ldm%02lds", sec / 60, sec % 60);
 }
 
+/* tok/s and s/step are one measurement, over one window: the wall clock and the steps run
+ * (re-runs after a rollback included) since the previous progress line, validation and
+ * checkpoints included, so the two agree (tok/s = tokens per step / s per step) and the ETA
+ * follows the current speed. metrics.jsonl's tokens_per_s is the last step's training time
+ * alone. */
 static void print_progress(trainer *t, const step_record *r) {
     char eta[32], val[32] = "";
-    int done = r->step - t->start_step, left = t->cfg.steps - r->step;
-    double per_step = done > 0 ? (trainer_now() - t->t0) / done : 0;
+    const double now = trainer_now(), per_tokens = (double)t->B * t->T * t->accum;
+    const double dt = now - t->prog_t, steps = (t->tokens_done - t->prog_tokens) / per_tokens;
+    const int left = t->cfg.steps - r->step;
+    const double per_step = steps > 0 ? dt / steps : 0, tok_s = dt > 0 ? steps * per_tokens / dt : 0;
+    t->prog_t = now;
+    t->prog_tokens = t->tokens_done;
     format_duration(eta, sizeof(eta), per_step * left);
     if (isfinite(t->last_val)) snprintf(val, sizeof(val), " | val %.4f", t->last_val);
-    printf("step %*d/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.3f s/step | ETA %s%s\n",
+    printf("step %*d/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.3f s/step (last %.0f step%s) | "
+           "ETA %s%s\n",
            (int)snprintf(NULL, 0, "%d", t->cfg.steps), r->step, t->cfg.steps, r->loss, val, r->lr,
-           r->tokens_per_s, per_step, eta, r->fallback ? " | BF16 fallback" : "");
+           tok_s, per_step, steps, steps == 1 ? "" : "s", eta, r->fallback ? " | BF16 fallback" : "");
     fflush(stdout);
 }
 
@@ -342,6 +370,11 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
         printf("initialized from %s (fresh AdamW moments, step 0); %s\n", t->cfg.init, fp8_note);
     else if (ck) printf("resumed from %s at step %d; %s\n", t->cfg.resume, ck->step, fp8_note);
     printf("out: %s\n", t->cfg.out_dir);
+#ifdef _OPENMP
+    const char *wait = getenv("OMP_WAIT_POLICY"); /* fp8train's main sets passive by default */
+    printf("threads: %d (OpenMP, OMP_WAIT_POLICY=%s)\n", omp_get_max_threads(),
+           wait ? wait : "unset");
+#endif
     if (t->tb) printf("tensorboard: %s (tensorboard --logdir %s)\n", fp8t_tb_path(t->tb),
                       t->cfg.tensorboard);
     fflush(stdout);
@@ -487,6 +520,13 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         have_ck = 1;
     }
     const int from_init = have_ck && !t->cfg.resume[0];
+    if (t->injector) { /* the model's shape is final here (a checkpoint may have set it) */
+        char e[768];
+        if (fp8t_injector_check_model(t->injector, &t->cfg.model, e, sizeof(e))) {
+            snprintf(err, errlen, "--inject: %s", e);
+            goto done;
+        }
+    }
     if (t->cfg.baseline[0] &&
         drift_load(&t->drift, t->cfg.baseline, t->start_step + 1, err, errlen) != 0)
         goto done;
@@ -562,7 +602,17 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             fp8_note = note;
             if (!t->cfg.quiet) fprintf(stderr, "fp8train: %s\n", note);
         }
-        if (!from_init) snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", t->cfg.resume);
+        /* an imported or damaged checkpoint may carry NaN/Inf weights: it is then no good
+         * checkpoint to go back to, and the run is told so before its first step fails */
+        t->resume_nonfinite = count_nonfinite(ck.params, ck.num_params);
+        if (t->resume_nonfinite == 0 && !from_init)
+            snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", t->cfg.resume);
+        else if (!t->cfg.quiet)
+            fprintf(stderr, "fp8train: warning: %s %s holds %zu non-finite weight%s (of "
+                    "%zu): training from it will go non-finite; re-import or re-export the "
+                    "weights\n", from_init ? "--init" : "--resume",
+                    from_init ? t->cfg.init : t->cfg.resume, t->resume_nonfinite,
+                    t->resume_nonfinite == 1 ? "" : "s", ck.num_params);
     } else {
         fp8t_model_init_weights(t->model, t->cfg.seed);
     }
@@ -576,6 +626,8 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
     /* 4. the loop */
     res->reason = FP8T_STOP_DONE;
     t->t0 = trainer_now();
+    t->prog_t = t->t0;
+    t->prog_tokens = 0;
     const double tokens_per_step = (double)t->B * t->T * t->accum;
     for (int step = t->start_step + 1; step <= t->cfg.steps; step++) {
         /* precision of this step: the policy, or BF16 after a shadow alarm */

@@ -85,7 +85,10 @@ typedef struct {
     double t0;                 /* wall clock at the first step */
     double train_seconds;      /* time in training steps (not validation / checkpoints) */
     double tokens_done;
+    double prog_t, prog_tokens; /* wall clock and tokens_done at the last progress line */
     char last_ckpt[FP8T_TRAIN_PATH_BUF]; /* newest good checkpoint ("" none) */
+    size_t resume_nonfinite;   /* non-finite weights in the --resume checkpoint (then it is no
+                                  "good" checkpoint: last_ckpt stays "") */
     float last_val;
     dp_state dp;               /* data parallel (dist_train.c): this rank's place and shards */
     /* the run directory (rundir.c) */

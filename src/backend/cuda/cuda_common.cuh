@@ -269,12 +269,6 @@ __device__ __forceinline__ float current_scale_dev(float amax, float fmt_max, fl
     return s;
 }
 
-/* NaN-wins max of two non-negative values (amax histories). */
-__device__ __forceinline__ float max_nan_wins_dev(float a, float b) {
-    if (isnan(a) || isnan(b)) return __int_as_float(0x7fc00000);
-    return a > b ? a : b;
-}
-
 /* ---- op implementations, grouped by file ---- */
 /* cuda_gemm.cu */
 /* cuda_comm.cu: the data-parallel collectives over NCCL */

@@ -600,8 +600,9 @@ __global__ void delayed_update_kernel(float *state, int n, int len, int algo, in
     if (algo == FP8T_AMAX_MOST_RECENT) {
         amax = hist[t];
     } else {
+        /* fmaxf skips a NaN slot, as fp8t_history_max and Transformer Engine do */
         amax = 0.0f;
-        for (int i = 0; i < len; i++) amax = max_nan_wins_dev(amax, hist[(size_t)i * n + t]);
+        for (int i = 0; i < len; i++) amax = fmaxf(amax, hist[(size_t)i * n + t]);
     }
     /* fp8t_delayed_scale: amax 0, negative, Inf or NaN keeps the previous scale */
     float sc = scale[t];
