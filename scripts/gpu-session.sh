@@ -1,34 +1,43 @@
 #!/usr/bin/env bash
-# Everything the GPU checks need, in ONE call on a lent H200 (device time is scarce):
+# Everything the GPU checks need, in few calls on a lent H200 (device time is scarce):
 #   here (no GPU):  scripts/gpu-session.sh prepare      builds build-gpu/ and .gpulibs/
-#   there:          scripts/gpu-session.sh run
-#                   carry only: build-gpu/gpu_test, build-gpu/bench/gpu_bench_cuda,
-#                   build-gpu/dev/cuda/quantize_ladder, build-gpu/dev/cuda/misc_ladder, .gpulibs
-#                   (≈59 MB of the 64 MB a call may carry; the CLI is not needed there)
+#   there:          scripts/gpu-session.sh run          the checks
+#                   scripts/gpu-session.sh bench        the training-step and inspect-cost tables
+#                   carry: build-gpu/fp8train, build-gpu/gpu_test, build-gpu/bench/gpu_bench_cuda,
+#                   .gpulibs (and build-gpu/dev/cuda/* where they fit the 64 MB a call carries)
 # `run` executes make gpu-test's binary, compute-sanitizer memcheck passes over short training
-# runs (gpu_bench_cuda on tiny and tiny-llama, BF16 and delayed FP8), the kernel ladders
-# (dev/cuda) and bench/gpu.sh, writing logs under $OUT (or ./gpu-out) and a summary last.
-# The runtime libraries (OpenBLAS, cJSON, gfortran/quadmath/gomp) travel in .gpulibs/ because
-# the device image lacks them; CUDA's own libraries are there.
+# runs (gpu_bench_cuda on tiny and tiny-llama, BF16 and delayed FP8, and one with --inspect on
+# every step with dumps), the command end to end (tests/gpu/cli_checks.sh), and the kernel
+# ladders when they were carried, writing logs under $OUT (or ./gpu-out) and a summary last.
+# `bench` runs bench/gpu.sh and bench/gpu.sh --inspect-cost.
+# The runtime libraries the device image lacks (cJSON, protobuf-c) travel in .gpulibs/; CUDA's
+# own libraries, NCCL, OpenMPI, OpenBLAS (its pthread build) and PCRE2 are there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case "${1:-}" in
-prepare)
-  make -s BUILD=build-gpu -j2 all build-gpu/gpu_test
-  mkdir -p .gpulibs
-  for l in /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0 \
-           /usr/lib/x86_64-linux-gnu/libcjson.so.1 /lib/x86_64-linux-gnu/libgfortran.so.5 \
-           /lib/x86_64-linux-gnu/libquadmath.so.0 /lib/x86_64-linux-gnu/libgomp.so.1; do
-    cp -L "$l" .gpulibs/
-  done
-  BUILD=build-gpu bench/gpu.sh -- --help >/dev/null  # builds build-gpu/bench/gpu_bench_cuda
-  echo "prepared: carry build-gpu/{gpu_test,bench/gpu_bench_cuda,dev/cuda/quantize_ladder,dev/cuda/misc_ladder} and .gpulibs; run: scripts/gpu-session.sh run"
-  ;;
-run)
+libs() {
   export LD_LIBRARY_PATH=$PWD/.gpulibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   out=${OUT:-gpu-out}
   mkdir -p "$out"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/card.txt"
+  if ldd build-gpu/fp8train | grep 'not found'; then echo "missing libraries" >&2; exit 1; fi
+}
+case "${1:-}" in
+prepare)
+  make -s BUILD=build-gpu -j2 all build-gpu/gpu_test build-gpu/bench/gpu_bench_cuda
+  mkdir -p .gpulibs
+  rm -f .gpulibs/*
+  for l in /usr/lib/x86_64-linux-gnu/libcjson.so.1 /lib/x86_64-linux-gnu/libprotobuf-c.so.1; do
+    cp -L "$l" .gpulibs/
+  done
+  # the carried binaries without their host debug information (the 64 MB a call may carry)
+  for f in build-gpu/fp8train build-gpu/gpu_test build-gpu/bench/gpu_bench_cuda; do
+    strip --strip-debug "$f"
+  done
+  echo "prepared: carry build-gpu/fp8train build-gpu/gpu_test build-gpu/bench/gpu_bench_cuda .gpulibs;" \
+       "then scripts/gpu-session.sh run|bench"
+  ;;
+run)
+  libs
   set +e
   build-gpu/gpu_test ${GPU_TEST_ARGS:-} >"$out/gpu_test.log" 2>&1; t=$?
   c=0
@@ -39,19 +48,38 @@ run)
         --seq 64 --warmup 1 --steps 2 --prec $p || c=1
     done
   done >"$out/memcheck.log" 2>&1
-  { build-gpu/dev/cuda/quantize_ladder && build-gpu/dev/cuda/misc_ladder; } >"$out/ladder.log" 2>&1; q=$?
-  GPU_BENCH_BIN=${GPU_BENCH_BIN:-build-gpu/bench/gpu_bench_cuda} bench/gpu.sh \
-    >"$out/bench.log" 2>&1; b=$?
+  echo "== tiny fp8-delayed --inspect every=1,dump=1,block=32" >>"$out/memcheck.log"
+  compute-sanitizer --tool memcheck build-gpu/bench/gpu_bench_cuda --model tiny --batch 2 \
+    --seq 64 --warmup 1 --steps 2 --prec fp8-delayed --inspect-out /tmp/gpu_memcheck_inspect \
+    --inspect every=1,dump=1,block=32 >>"$out/memcheck.log" 2>&1 || c=1
+  tests/gpu/cli_checks.sh build-gpu/fp8train /tmp/gpu_cli >"$out/cli.log" 2>&1; k=$?
+  q=0
+  if [ -x build-gpu/dev/cuda/quantize_ladder ]; then
+    { build-gpu/dev/cuda/quantize_ladder && build-gpu/dev/cuda/misc_ladder; } \
+      >"$out/ladder.log" 2>&1; q=$?
+  fi
   set -e
   echo "== summary"
+  grep -E '^FAIL' "$out/gpu_test.log" | head -40
   tail -n 1 "$out/gpu_test.log"; echo "gpu_test exit $t"
   grep -E 'ERROR SUMMARY' "$out/memcheck.log" || tail -n 3 "$out/memcheck.log"
   echo "memcheck exit $c"
-  grep -E 'passed, .* failed' "$out/ladder.log"; echo "ladders exit $q"
-  tail -n 15 "$out/bench.log"; echo "bench exit $b"
+  grep -E '^(PASS|FAIL|SKIP)' "$out/cli.log"; tail -n 1 "$out/cli.log"; echo "cli_checks exit $k"
+  if [ -f "$out/ladder.log" ]; then grep -E 'passed, .* failed' "$out/ladder.log"; fi
+  echo "ladders exit $q"
+  ;;
+bench)
+  libs
+  export GPU_BENCH_BIN=${GPU_BENCH_BIN:-build-gpu/bench/gpu_bench_cuda}
+  set +e
+  bench/gpu.sh ${BENCH_ARGS:-} >"$out/bench.log" 2>&1; b=$?
+  bench/gpu.sh --inspect-cost ${INSPECT_COST_ARGS:-} >"$out/inspect_cost.log" 2>&1; i=$?
+  set -e
+  cat "$out/bench.log"; echo "bench exit $b"
+  cat "$out/inspect_cost.log"; echo "inspect-cost exit $i"
   ;;
 *)
-  echo "usage: scripts/gpu-session.sh prepare|run" >&2
+  echo "usage: scripts/gpu-session.sh prepare|run|bench" >&2
   exit 2
   ;;
 esac
