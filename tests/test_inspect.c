@@ -22,6 +22,7 @@
 #define T 16
 
 static char g_root[256];
+static size_t g_dump_budget; /* 0: the inspector's default */
 
 /* x [rows, cols] through 1x128 blocks and back (the block quantizer of recipe.h) */
 static void block128_image(float *out, const float *x, int rows, int cols,
@@ -207,6 +208,7 @@ static void test_inspect_selection_stats_and_dumps(void) {
                                  "block=32",
                                  out, err, sizeof(err));
     T_ASSERT(c.in, "create: %s", err);
+    fp8t_inspector_set_dump_budget(c.in, g_dump_budget);
     c.fp8_index = -1;
     fp8t_model_set_hook(t.m, inspect_hook, &c);
     for (int step = 0; step < 5; step++) {
@@ -598,9 +600,9 @@ int main(void) {
     if (!mkdtemp(g_root)) { perror("mkdtemp"); return 1; }
     T_RUN(test_inspect_selection_stats_and_dumps);
     /* again with a pinned budget below one dump: mid-step flushes and writer back pressure */
-    setenv("FP8TRAIN_INSPECT_DUMP_BUDGET", "1000", 1);
+    g_dump_budget = 1000;
     T_RUN(test_inspect_selection_stats_and_dumps);
-    unsetenv("FP8TRAIN_INSPECT_DUMP_BUDGET");
+    g_dump_budget = 0;
     T_RUN(test_inspect_micro_all_and_current_scaling);
     T_RUN(test_inspect_off_and_spec_errors);
     T_RUN(test_spec_check_matches_create);

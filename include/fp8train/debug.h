@@ -48,6 +48,9 @@ void fp8t_inspector_set_sink(fp8t_inspector *in, fp8t_inspect_sink fn, void *ctx
 /* 1 while the step begun by fp8t_inspector_begin_step is selected: a caller installs its
  * model hook only then (a hooked model takes slower, unfused paths). */
 int fp8t_inspector_active(const fp8t_inspector *in);
+/* Pinned bytes of dumps in flight to the writer thread (default 2 GiB; beyond it a dump waits
+ * for the disk). Before the first dump; 0 keeps the default. */
+void fp8t_inspector_set_dump_budget(fp8t_inspector *in, size_t bytes);
 /* After the step's backward, before fp8t_model_end_step (the delayed-scaling update): when
  * step + 1 is inspected, notes per tensor the amax that update computes the next scale from,
  * reported as amax_history_max of step + 1. */

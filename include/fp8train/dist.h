@@ -20,10 +20,18 @@ typedef enum { FP8T_RED_SUM = 0, FP8T_RED_MAX = 1 } fp8t_reduce_op;
 
 /* Did this build link MPI? */
 int fp8t_dist_have_mpi(void);
-/* The world size / local rank the launcher announced in the environment (OpenMPI, PMIx, MPICH
- * or Slurm variables); 1 / 0 without a launcher. Reads the environment only. */
-int fp8t_dist_env_size(void);
-int fp8t_dist_env_local_rank(void);
+/* What the launcher announced (its environment is read by the option layer,
+ * fp8t_options_launch in train_options.h): the world size and this process's local rank, 1 / 0
+ * without a launcher, and how long a collective may wait before the job is aborted. */
+typedef struct {
+    int size;
+    int local_rank;
+    double nccl_timeout_s; /* CUDA backend: a collective unfinished after this aborts (300) */
+} fp8t_dist_launch;
+/* Set once, before fp8t_dist_init and before a CUDA backend is created (which takes the GPU of
+ * the local rank). Without it: a world of one, local rank 0, 300 s. */
+void fp8t_dist_set_launch(const fp8t_dist_launch *l);
+const fp8t_dist_launch *fp8t_dist_get_launch(void);
 /* Join the job (MPI_Init_thread on the first call; finalized at exit). A world of one without
  * a launcher does not initialize MPI. 0 ok; -1 with err naming the cause and the fix (e.g. a
  * build without MPI started by mpirun with N > 1). */

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "fp8train/dist.h"
 #include "fp8train/train.h"
 
 #ifdef __cplusplus
@@ -43,6 +44,12 @@ char *fp8t_train_config_to_json(const fp8t_train_config *c);
 
 /* Every option with its argument, meaning and default, grouped (`fp8train train --help`). */
 void fp8t_train_options_help(FILE *f);
+
+/* The launcher's announcement (OpenMPI, PMIx, MPICH or Slurm variables: world size and local
+ * rank; 1 / 0 without a launcher) and FP8TRAIN_NCCL_TIMEOUT (seconds, default 300), read from
+ * the environment here, where fp8train reads its environment; the command hands it to
+ * fp8t_dist_set_launch before anything starts. */
+void fp8t_options_launch(fp8t_dist_launch *l);
 
 /* Parsed --shadow-action: 0 warn, 1 fallback (M steps in *fallback_steps), 2 rollback;
  * -1 if malformed. */

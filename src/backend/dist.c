@@ -16,36 +16,18 @@
 
 static int g_rank = 0, g_size = 1, g_inited = 0;
 
-/* ---------------------------------------------------------------- the environment */
+/* ---------------------------------------------------------------- the launch */
 
-static int env_int(const char *const *names, int dflt) {
-    for (int i = 0; names[i]; i++) {
-        const char *v = getenv(names[i]);
-        if (v && *v) {
-            char *end;
-            long x = strtol(v, &end, 10);
-            if (end != v && *end == 0 && x >= 0 && x < INT_MAX) return (int)x;
-        }
-    }
-    return dflt;
+static fp8t_dist_launch g_launch = {1, 0, 300.0};
+
+void fp8t_dist_set_launch(const fp8t_dist_launch *l) {
+    g_launch = *l;
+    if (g_launch.size < 1) g_launch.size = 1;
+    if (g_launch.local_rank < 0) g_launch.local_rank = 0;
+    if (!(g_launch.nccl_timeout_s > 0)) g_launch.nccl_timeout_s = 300.0;
 }
 
-int fp8t_dist_env_size(void) {
-    static const char *const names[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE",
-                                        "MPI_LOCALNRANKS_WORLD", "SLURM_NTASKS", NULL};
-    /* SLURM_NTASKS alone (an sbatch shell without srun) is not a launch of this process */
-    if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK") && !getenv("PMI_RANK") &&
-        !getenv("SLURM_PROCID"))
-        return 1;
-    int n = env_int(names, 1);
-    return n < 1 ? 1 : n;
-}
-
-int fp8t_dist_env_local_rank(void) {
-    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                                        "SLURM_LOCALID", NULL};
-    return env_int(names, 0);
-}
+const fp8t_dist_launch *fp8t_dist_get_launch(void) { return &g_launch; }
 
 int fp8t_dist_have_mpi(void) {
 #ifdef FP8T_HAVE_MPI
@@ -90,7 +72,7 @@ static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
 
 int fp8t_dist_init(char *err, size_t errlen) {
     if (g_inited) return 0;
-    int want = fp8t_dist_env_size();
+    int want = g_launch.size;
     int already = 0;
     MPI_Initialized(&already);
     if (want <= 1 && !already) {
@@ -212,7 +194,7 @@ void fp8t_dist_abort(int code) {
 #else /* no MPI: a world of one */
 
 int fp8t_dist_init(char *err, size_t errlen) {
-    int want = fp8t_dist_env_size();
+    int want = g_launch.size;
     if (want > 1) {
         snprintf(err, errlen, "started as one of %d processes, but this fp8train was built "
                  "without MPI: install OpenMPI (apt-get install libopenmpi-dev openmpi-bin) and "

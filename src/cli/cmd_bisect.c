@@ -86,10 +86,10 @@ static int parse_fraction(const char *opt, const char *v, int one_ok, const char
 
 int fp8t_cmd_bisect(int argc, char **argv) {
     /* every rank would drive its own bisection and write the same report files */
-    if (fp8t_dist_env_size() > 1) {
+    if (fp8t_dist_get_launch()->size > 1) {
         fprintf(stderr, "fp8train bisect: running under a launcher with %d processes is not "
                 "supported yet; run bisect as one process (its experiments then run in it)\n",
-                fp8t_dist_env_size());
+                fp8t_dist_get_launch()->size);
         return 2;
     }
     fp8t_bisect_config *bc = malloc(sizeof *bc);

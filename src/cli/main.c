@@ -74,6 +74,9 @@ static void default_omp_wait_policy(char **argv) {
 
 int main(int argc, char **argv) {
     default_omp_wait_policy(argv);
+    fp8t_dist_launch launch;
+    fp8t_options_launch(&launch);
+    fp8t_dist_set_launch(&launch);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -68,7 +68,7 @@ struct fp8t_inspector {
     fp8t_block_raw *blocks;        /* host copy of the block list */
     size_t blocks_cap;
     dump_writer *writer;           /* dumps: pinned buffers + a background thread */
-    size_t dump_budget;            /* pinned bytes in flight (FP8TRAIN_INSPECT_DUMP_BUDGET) */
+    size_t dump_budget;            /* pinned bytes in flight (--inspect-dump-mb) */
     size_t pending_dump_bytes;     /* held by the dumps of queued rows */
     int writer_failed;             /* could not start it: dumps are written synchronously */
     /* host copy of a dumped tensor (synchronous dumps) */
@@ -271,8 +271,6 @@ fp8t_inspector *fp8t_inspector_create(const char *spec, const char *out_dir, cha
     in->step = -1;
     in->upd_step = -1;
     in->dump_budget = DUMP_INFLIGHT_BYTES;
-    const char *budget = getenv("FP8TRAIN_INSPECT_DUMP_BUDGET"); /* bytes; tests use a tiny one */
-    if (budget && strtoull(budget, NULL, 10) > 0) in->dump_budget = strtoull(budget, NULL, 10);
     if (parse_spec(&in->sel, spec, err, errlen)) goto fail;
     if (!out_dir || !*out_dir || strlen(out_dir) > 900) {
         snprintf(err, errlen, "needs an output directory (--out DIR)");
@@ -327,6 +325,10 @@ void fp8t_inspector_begin_step(fp8t_inspector *in, int step) {
     in->step = step;
     in->active = step_selected(in, step);
     if (in->seen) memset(in->seen, 0, in->seen_n * sizeof(int));
+}
+
+void fp8t_inspector_set_dump_budget(fp8t_inspector *in, size_t bytes) {
+    if (in && bytes > 0 && !in->writer) in->dump_budget = bytes;
 }
 
 int fp8t_inspector_active(const fp8t_inspector *in) { return in && in->active; }

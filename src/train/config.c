@@ -28,6 +28,7 @@ void fp8t_train_config_default(fp8t_train_config *c) {
     c->ckpt_every = 0;
     c->keep_ckpts = 3;
     c->val_every = 50;
+    c->inspect_dump_mb = 2048;
     c->val_batches = 4;
     c->progress_every = 10;
     c->drift_threshold = 0.01f;

@@ -2,6 +2,7 @@
  * config.json and the help text, so the three can never disagree. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -347,6 +348,9 @@ static const opt OPTIONS[] = {
     STR("inspect", "SPEC", inspect, G_DEBUG,
         "tensor statistics to OUT/stats.jsonl, e.g. 'every=10,layers=0-1,gemms=fprop,dump=1' "
         "(data parallel: ranks=0 (default) or ranks=all, OUT/rank-R/stats.jsonl per rank)"),
+    NUM("inspect-dump-mb", "N", OT_INT, inspect_dump_mb, 1, 1 << 20, G_DEBUG,
+        "--inspect dump=1: MiB of pinned host memory the dumps may hold while the writer thread "
+        "catches up (beyond it a dump waits for the disk)"),
     STR("inject", "SPEC", inject, G_DEBUG,
         "fault injection, e.g. 'layer=1,module=fc2,gemm=dgrad,kind=scale:64,from=50'"),
     STR("baseline", "RUN", baseline, G_DEBUG,
@@ -759,6 +763,10 @@ static int adopt_checkpoint_model(fp8t_train_config *c, char *err, size_t errlen
 int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err,
                           size_t errlen) {
     fp8t_train_config_default(c);
+    /* shown in the banner, not an option (libgomp read it at start; fp8train's main sets
+     * passive unless the user set it) */
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    snprintf(c->omp_wait_policy, sizeof(c->omp_wait_policy), "%s", wait ? wait : "unset");
     arg_pair *pairs = calloc((size_t)(argc > 0 ? argc : 1), sizeof(*pairs));
     const char *config_path = NULL;
     int n_pairs = 0, rc = -1, model_set = 0;
@@ -925,4 +933,35 @@ void fp8t_train_options_help(FILE *f) {
     fprintf(f, "\nModel options after --preset change the preset's values; --seq-len must not\n"
                "exceed the model's --max-seq-len. With --resume and no model option, the model\n"
                "is the checkpoint's; with --init SRC it is always SRC's. Exit status: 0 done, 2 bad usage, 3 stopped by a NaN/Inf.\n");
+}
+
+/* ---- the launcher's environment ---- */
+
+static int env_int(const char *const *names, int dflt) {
+    for (int i = 0; names[i]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (end != v && *end == 0 && x >= 0 && x < INT_MAX) return (int)x;
+        }
+    }
+    return dflt;
+}
+
+void fp8t_options_launch(fp8t_dist_launch *l) {
+    static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE",
+                                            "MPI_LOCALNRANKS_WORLD", "SLURM_NTASKS", NULL};
+    static const char *const local_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                             "SLURM_LOCALID", NULL};
+    l->size = 1;
+    /* SLURM_NTASKS alone (an sbatch shell without srun) is not a launch of this process */
+    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ||
+        getenv("SLURM_PROCID")) {
+        l->size = env_int(size_vars, 1);
+        if (l->size < 1) l->size = 1;
+    }
+    l->local_rank = env_int(local_vars, 0);
+    const char *t = getenv("FP8TRAIN_NCCL_TIMEOUT");
+    l->nccl_timeout_s = t && atof(t) > 0 ? atof(t) : 300.0;
 }

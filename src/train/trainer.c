@@ -371,9 +371,8 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
     else if (ck) printf("resumed from %s at step %d; %s\n", t->cfg.resume, ck->step, fp8_note);
     printf("out: %s\n", t->cfg.out_dir);
 #ifdef _OPENMP
-    const char *wait = getenv("OMP_WAIT_POLICY"); /* fp8train's main sets passive by default */
     printf("threads: %d (OpenMP, OMP_WAIT_POLICY=%s)\n", omp_get_max_threads(),
-           wait ? wait : "unset");
+           t->cfg.omp_wait_policy[0] ? t->cfg.omp_wait_policy : "unset");
 #endif
     if (t->tb) printf("tensorboard: %s (tensorboard --logdir %s)\n", fp8t_tb_path(t->tb),
                       t->cfg.tensorboard);
@@ -568,7 +567,9 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         if (drc == 0 && t->cfg.inspect[0] && (t->dp.rank == 0 || t->dp.inspect_all)) {
             char e[768];
             if (t->dp.rank != 0) drc = fp8t_mkdirs(idir, err, errlen);
-            if (drc == 0) t->inspector = fp8t_inspector_create(t->dp.inspect_spec, idir, e, sizeof(e));
+            if (drc == 0)
+                t->inspector = fp8t_inspector_create(t->dp.inspect_spec, idir, e, sizeof(e));
+            fp8t_inspector_set_dump_budget(t->inspector, (size_t)t->cfg.inspect_dump_mb << 20);
             if (drc == 0 && !t->inspector) {
                 snprintf(err, errlen, "--inspect: %s", e);
                 drc = -1;

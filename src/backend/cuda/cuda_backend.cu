@@ -297,7 +297,7 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
     }
     /* one process per GPU: a data-parallel rank takes the GPU of its local rank (0 for a
      * process no launcher started) */
-    const int dev = fp8t_dist_env_local_rank() % count;
+    const int dev = fp8t_dist_get_launch()->local_rank % count;
     cudaDeviceProp prop;
     e = cudaGetDeviceProperties(&prop, dev);
     if (e != cudaSuccess) {

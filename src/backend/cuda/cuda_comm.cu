@@ -63,11 +63,7 @@ static void nccl_fail(cuda_state *s, const char *what, const char *why) {
 
 /* Wait for the collective just enqueued, watching for NCCL's asynchronous errors. */
 static void comm_wait(cuda_state *s, const char *what) {
-    static double timeout = -1;
-    if (timeout < 0) {
-        const char *v = getenv("FP8TRAIN_NCCL_TIMEOUT");
-        timeout = v && atof(v) > 0 ? atof(v) : 300.0;
-    }
+    const double timeout = fp8t_dist_get_launch()->nccl_timeout_s;
     CUDA_CHECK(cudaEventRecord(s->comm_done, s->stream));
     const double t0 = now_s();
     for (;;) {
