@@ -436,4 +436,18 @@ void cuda_adamw(fp8t_backend *b, float *params, float *m, float *v, const float 
 void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
                        const fp8t_stats_req *req);
 
+/* MXFP8's biased E8M0 block exponent: that of the smallest 2^e with amax / 2^e <= 448, found
+ * exactly in double as the CPU does (mx_scale_exponent in recipe.c); clamped to [-127, 127];
+ * 0xFF (every element NaN) for a non-finite amax. Used by the MXFP8 cast and the statistics. */
+__device__ __forceinline__ int mx_biased_exponent(float amax) {
+    if (isnan(amax) || isinf(amax)) return 0xFF;
+    if (amax == 0.0f) return 127;
+    int e;
+    (void)frexp((double)amax / 448.0, &e);
+    e -= 2;
+    while (448.0 * ldexp(1.0, e) < (double)amax) e++;
+    e = max(-127, min(127, e));
+    return e + 127;
+}
+
 #endif

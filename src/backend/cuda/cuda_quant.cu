@@ -724,20 +724,8 @@ void cuda_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
     CUDA_LAUNCH_CHECK(s);
 }
 
-/* MXFP8: a warp per 32-element row block, lane = element. The biased E8M0 exponent is that
- * of the smallest 2^e with amax / 2^e <= 448, found exactly in double as the CPU does
- * (mx_scale_exponent in recipe.c); clamped to [-127, 127]; 0xFF (every element NaN) for a
- * non-finite amax. */
-__device__ __forceinline__ int mx_biased_exponent(float amax) {
-    if (isnan(amax) || isinf(amax)) return 0xFF;
-    if (amax == 0.0f) return 127;
-    int e;
-    (void)frexp((double)amax / 448.0, &e);
-    e -= 2;
-    while (448.0 * ldexp(1.0, e) < (double)amax) e++;
-    e = max(-127, min(127, e));
-    return e + 127;
-}
+/* MXFP8: a warp per 32-element row block, lane = element (the exponent: mx_biased_exponent,
+ * cuda_common.cuh). */
 
 __global__ void mxfp8_fake_quantize_kernel(float *out, const float *x, int rows, int cols) {
     int nblk = (cols + 31) / 32;

@@ -118,17 +118,6 @@ __device__ __forceinline__ int fp8_overflows_dev(float v, int fmt) {
     return c == (fmt == FP8_E5M2 ? 0x7Cu : 0x7Fu);
 }
 
-/* MXFP8 block exponent, exactly as recipe.c (and cuda_quant.cu's kernel) find it. */
-__device__ __forceinline__ int mx_exponent_dev(float amax) {
-    if (isnan(amax) || isinf(amax)) return 0xFF;
-    if (amax == 0.0f) return 127;
-    int e;
-    (void)frexp((double)amax / 448.0, &e);
-    e -= 2;
-    while (448.0 * ldexp(1.0, e) < (double)amax) e++;
-    e = max(-127, min(127, e));
-    return e + 127;
-}
 
 static unsigned st_grid(size_t n) {
     size_t g = (n + ST_THREADS * 4 - 1) / (ST_THREADS * 4);
@@ -194,7 +183,7 @@ __global__ void stats_tiles_kernel(float *tiles, const float *__restrict__ x, in
     acc = block_amax(acc);
     if (threadIdx.x != 0) return;
     if (mx) {
-        int eb = mx_exponent_dev(acc);
+        int eb = mx_biased_exponent(acc);
         tiles[blockIdx.x] = eb == 0xFF ? __int_as_float(0x7fc00000) : ldexpf(1.0f, 127 - eb);
     } else {
         tiles[blockIdx.x] =
@@ -215,7 +204,7 @@ __global__ void __launch_bounds__(128)
     float a = amax_merge_dev(0.0f, c < cols ? x[(size_t)r * cols + c] : 0.0f);
     a = warp_amax(a); /* every lane: the amax of its warp's 32 elements */
     if (mx >= 0 && (threadIdx.x & 31) == 0 && c < cols) {
-        int eb = mx_exponent_dev(a);
+        int eb = mx_biased_exponent(a);
         sp.tiles[mx][(size_t)r * sp.nbc[mx] + c / ST_MX_BLOCK] =
             eb == 0xFF ? __int_as_float(0x7fc00000) : ldexpf(1.0f, 127 - eb);
     }
