@@ -68,6 +68,16 @@ ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h),)
 NVFLAGS   += -DFP8T_HAVE_NCCL
 CUDA_LIBS += -lnccl
 endif
+# cuDNN's fused attention (src/backend/cuda/cuda_attention_cudnn.cu) when cudnn.h and
+# libcudnn.so are there (the CUDA 13 toolkit ships the library in lib/, not lib64/);
+# NO_CUDNN=1 builds without it (attention then runs our own flash kernels only).
+CUDNN_LIBDIR := $(firstword $(patsubst %/libcudnn.so,%,$(wildcard $(CUDA_HOME)/lib64/libcudnn.so $(CUDA_HOME)/lib/libcudnn.so)))
+ifeq ($(NO_CUDNN),)
+ifneq ($(and $(wildcard $(CUDA_HOME)/include/cudnn.h),$(CUDNN_LIBDIR)),)
+NVFLAGS   += -DFP8T_HAVE_CUDNN
+CUDA_LIBS += $(if $(filter $(CUDA_HOME)/lib64,$(CUDNN_LIBDIR)),,-L$(CUDNN_LIBDIR) -Wl,-rpath,$(CUDNN_LIBDIR)) -lcudnn
+endif
+endif
 endif
 
 ifeq ($(HAVE_CUDA),1)

@@ -10,6 +10,7 @@
 #   PCRE2     -lpcre2-8 (libpcre2-dev)                  tokenizer pre-split regex
 #   protobuf-c -lprotobuf-c + protoc-c (libprotobuf-c-dev, protobuf-c-compiler)
 #   OpenMPI   mpicc links an MPI program + mpirun (libopenmpi-dev, openmpi-bin)
+#   cuDNN     (optional, reported only) part of the CUDA toolkit: cudnn.h + libcudnn.so
 #
 # usage: scripts/install-deps.sh [--check] [--with-browser]
 #   --check         report only: say what is missing and which package would provide it; exit 1
@@ -116,6 +117,18 @@ run_checks() {
 }
 
 run_checks
+# cuDNN (optional; the CUDA backend's fused attention) ships with the CUDA toolkit: nothing to
+# install, only say whether the Makefile will find it (the same test: cudnn.h + libcudnn.so)
+nvcc_path=$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+if [ -n "$nvcc_path" ]; then
+  cuda_home=${CUDA_HOME:-${nvcc_path%/bin/nvcc}}
+  if [ -f "$cuda_home/include/cudnn.h" ] &&
+     { [ -e "$cuda_home/lib64/libcudnn.so" ] || [ -e "$cuda_home/lib/libcudnn.so" ]; }; then
+    echo "fp8train: cuDNN found in $cuda_home (CUDA attention uses its fused attention at head size 128)"
+  else
+    echo "fp8train: cuDNN not found in $cuda_home (optional: CUDA attention runs the flash kernels only)"
+  fi
+fi
 if [ ${#need[@]} -eq 0 ]; then
   [ $check -eq 1 ] && echo "fp8train: every library the build links is present (CC=$CC, MPICC=$MPICC)"
   exit 0

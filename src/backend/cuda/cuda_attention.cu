@@ -8,7 +8,10 @@
  * order: deterministic; nothing to sum without GQA), un-rotates dq, dk (the transpose of the
  * rotation) and scatters dq|dk|dv into dqkv (every element written).
  *
- * Two implementations, same math (softmax with the saved log-sum-exp, no [T,T] matrix kept):
+ * The BF16 tensor-core cores live in their own files: cuDNN's fused attention
+ * (cuda_attention_cudnn.cu, tried first where FP8TRAIN_CUDA_ATTN asks for it), flash
+ * (cuda_attention_flash.cu) and gemm (cuda_attention_gemm.cu). Here, two FP32
+ * implementations, same math (softmax with the saved log-sum-exp, no [T,T] matrix kept):
  *  - simple (FP8TRAIN_CUDA_ATTN=simple or FP8TRAIN_CUDA_PLAIN=1; any head size <= 256): one
  *    warp per (b, h, query row) streaming over keys with an online softmax; backward: one warp
  *    per query row for dq and one warp per key row for dk, dv, both recomputing the
@@ -742,6 +745,10 @@ static unsigned prep_blocks(cuda_state *s, size_t n) {
 
 size_t cuda_attention_saved_bytes(fp8t_backend *b, const fp8t_attn_shape *sh) {
     const cuda_state *s = cuda_of(b);
+    const int NKV = fp8t_attn_nkv(sh);
+    /* cuDNN keeps q|k|v BF16 token-major [B, T, W] (K/V not expanded per query head) */
+    if (NKV > 0 && NKV <= sh->NH && sh->NH % NKV == 0 && cuda_attn_cudnn_usable(b, sh, NKV))
+        return cuda_attn_cudnn_saved_bytes(sh, NKV);
     if (s->attn_mode != ATTN_FLASH || !cuda_attn_flash_supported(sh->B, sh->T, sh->NH, sh->HS))
         return 0;
     /* q and the group-expanded k, v: NH heads each */
@@ -769,7 +776,12 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved
     const float *cosv, *sinv;
     rope_tables(b, sh, &cosv, &sinv);
     float scale = 1.0f / sqrtf((float)HS);
-    /* flash reads qkv itself */
+    /* cuDNN's fused attention first where it is asked for and takes the shape; it and flash
+     * read qkv themselves */
+    if (cuda_attn_cudnn_fwd(b, out, lse, saved, qkv, cosv, sinv, sh, NKV, scale) == 0) {
+        s->n_attn_tc++, s->n_attn_cudnn++;
+        return;
+    }
     if (s->attn_mode == ATTN_FLASH &&
         cuda_attn_flash_fwd(b, out, lse, (uint16_t *)saved, qkv, cosv, sinv, B, T, NH, NKV, HS,
                             scale) == 0) {
@@ -813,6 +825,11 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
     size_t rows = (size_t)B * NH * T;
     const float *cosv, *sinv;
     rope_tables(b, sh, &cosv, &sinv);
+    if (cuda_attn_cudnn_bwd(b, dqkv, dout, qkv, saved, out, lse, cosv, sinv, sh, NKV,
+                            1.0f / sqrtf((float)HS)) == 0) {
+        s->n_attn_tc++, s->n_attn_cudnn++;
+        return;
+    }
     /* scratch: per-head dq, dk, dv (not needed by flash writing dqkv itself), q, k, v (the prep
      * kernel's, not needed by flash), then Dv */
     const int flash = s->attn_mode == ATTN_FLASH && cuda_attn_flash_supported(B, T, NH, HS);
@@ -880,5 +897,13 @@ extern "C" int fp8t_cuda_attention_counts(fp8t_backend *b, long *tensor_core, lo
     cuda_state *s = cuda_of(b);
     if (tensor_core) *tensor_core = s->n_attn_tc;
     if (fp32) *fp32 = s->n_attn_fp32;
+    return 0;
+}
+
+/* How many of the tensor-core calls went through cuDNN's fused attention (0 ok, -1 if b is not
+ * a CUDA backend): the test that asks for cuDNN sees that it did not silently fall back. */
+extern "C" int fp8t_cuda_attention_cudnn_calls(fp8t_backend *b, long *calls) {
+    if (!b || !b->name || strcmp(b->name, "cuda") != 0) return -1;
+    if (calls) *calls = cuda_of(b)->n_attn_cudnn;
     return 0;
 }

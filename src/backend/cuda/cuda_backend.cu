@@ -205,6 +205,7 @@ static void cuda_destroy(fp8t_backend *b) {
     if (s) {
         cudaStreamSynchronize(s->stream);
         cuda_comm_destroy(s);
+        cuda_attn_cudnn_destroy(s);
         for (int i = 0; i < SCR_COUNT; i++)
             if (s->scratch[i]) cudaFree(s->scratch[i]);
         if (s->rope_cos) cudaFree(s->rope_cos);
@@ -332,21 +333,31 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
     /* BF16 tensor-core flash attention by default, as training frameworks run it (4x the FP32
      * tiled kernels on an H200); `tiled` is the exact FP32 reference path */
     s->attn_mode = ATTN_FLASH;
+#ifdef FP8T_HAVE_CUDNN
+    s->attn_cudnn = 1; /* head size 128 through cuDNN's fused attention (~2x flash there) */
+#endif
     if (attn && *attn) {
-        if (!strcmp(attn, "tiled")) s->attn_mode = ATTN_TILED;
+        /* any explicit choice but cudnn turns cuDNN off; cudnn keeps flash as the fallback */
+        s->attn_cudnn = strcmp(attn, "cudnn") ? 0 : 2;
+        if (!strcmp(attn, "cudnn")) {
+#ifndef FP8T_HAVE_CUDNN
+            fprintf(stderr, "fp8train: FP8TRAIN_CUDA_ATTN=cudnn: this build has no cuDNN; "
+                            "attention runs the flash kernels\n");
+#endif
+        } else if (!strcmp(attn, "tiled")) s->attn_mode = ATTN_TILED;
         else if (!strcmp(attn, "simple")) s->attn_mode = ATTN_SIMPLE;
         else if (!strcmp(attn, "flash")) s->attn_mode = ATTN_FLASH;
         else if (!strcmp(attn, "gemm")) s->attn_mode = ATTN_GEMM;
         else {
             snprintf(err, errlen,
                      "FP8TRAIN_CUDA_ATTN=%s is not an attention implementation; use one of "
-                     "flash, gemm, tiled, simple (or unset it)", attn);
+                     "flash, cudnn, gemm, tiled, simple (or unset it)", attn);
             free(s);
             free(b);
             return NULL;
         }
     }
-    if (s->plain) s->attn_mode = ATTN_SIMPLE;
+    if (s->plain) s->attn_mode = ATTN_SIMPLE, s->attn_cudnn = 0;
     s->sync_each_op = env_flag("FP8TRAIN_CUDA_SYNC");
     s->no_lt_fp8 = env_flag("FP8TRAIN_CUDA_NO_LT_FP8");
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));

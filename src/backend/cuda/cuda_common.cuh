@@ -10,9 +10,13 @@
  *                          simple attention kernels, separate amax/cast/transpose kernels for
  *                          quantize, packed BF16 GEMM operands with a separate amax pass, no
  *                          cuBLASLt algorithm cache, no RoPE table cache.
- *   FP8TRAIN_CUDA_ATTN=flash|gemm|tiled|simple   the attention kernels alone. flash (the
- *                          default; head sizes 32, 64, 128, others fall back to tiled/simple):
- *                          BF16 tensor-core flash attention; gemm: cuBLASLt batched BF16 GEMMs
+ *   FP8TRAIN_CUDA_ATTN=flash|cudnn|gemm|tiled|simple   the attention kernels alone. flash
+ *                          (the default; head sizes 32, 64, 128, others fall back to
+ *                          tiled/simple): BF16 tensor-core flash attention, except head size
+ *                          128, which goes to cuDNN's fused attention when the build has cuDNN
+ *                          (cuda_attention_cudnn.cu; flash where cuDNN refuses a shape);
+ *                          cudnn: cuDNN for head sizes 32, 64 and 128 too; flash: never cuDNN;
+ *                          gemm: cuBLASLt batched BF16 GEMMs
  *                          over [T,T] score blocks. Both round q, k, v, P, dout and dS to BF16
  *                          and accumulate in FP32. tiled and simple are FP32 (the CPU backend's
  *                          arithmetic up to summation order): the exact reference.
@@ -108,6 +112,8 @@ typedef struct {
     /* switches */
     int plain;           /* FP8TRAIN_CUDA_PLAIN */
     int attn_mode;       /* ATTN_* (FP8TRAIN_CUDA_ATTN) */
+    int attn_cudnn;      /* cuDNN SDPA first: 0 no, 1 head size 128 (the default when built
+                          * with cuDNN), 2 head sizes 32/64/128 (FP8TRAIN_CUDA_ATTN=cudnn) */
     int sync_each_op;    /* FP8TRAIN_CUDA_SYNC */
     int no_lt_fp8;       /* FP8TRAIN_CUDA_NO_LT_FP8 */
     /* cuBLASLt algorithm cache (off with plain) */
@@ -120,6 +126,7 @@ typedef struct {
     fp8t_rope_scaling rope_scaling; /* the scaling the cached tables were made with */
     /* accounting */
     long n_attn_tc, n_attn_fp32;   /* attention calls by path (fp8t_cuda_attention_counts) */
+    long n_attn_cudnn;             /* ... of the tensor-core ones, through cuDNN */
     size_t bytes_in_use, bytes_peak;
     long n_fp8_lt, n_fp8_fallback; /* gemm_fp8 calls by path (fp8t_cuda_gemm_counts) */
     int warned_lt_reject;          /* cuBLASLt refused a problem its heuristic offered */
@@ -129,6 +136,7 @@ typedef struct {
     void *nccl;                    /* ncclComm_t once comm_init ran (NULL: none) */
     cudaEvent_t comm_done;         /* recorded after each collective, polled with a timeout */
     int comm_rank, comm_size;
+    void *cudnn; /* cuda_attention_cudnn.cu: handle and plan cache (NULL until first use) */
 } cuda_state;
 
 /* attention implementations (FP8TRAIN_CUDA_ATTN) */
@@ -393,6 +401,22 @@ int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, floa
                         const float *sinv, const float *dout, const float *out,
                         const float *lse, float *Dv, int B, int T, int NH, int NKV, int HS,
                         float scale);
+/* cuda_attention_cudnn.cu: cuDNN's fused attention (built with FP8T_HAVE_CUDNN). Reads the
+ * op's qkv itself like flash (RoPE applied in its conversion pass), grouped-query attention
+ * natively (no expanded K/V copies).
+ *   usable: 1 when s->attn_cudnn asks for this head size and cuDNN finalized both plans for
+ *           the shape (built once, cached; a shape it refuses is logged once and gets 0).
+ *   fwd/bwd: the op's arguments; 0 done, -1 not taken (nothing launched).
+ *   saved (may be NULL): cuda_attn_cudnn_saved_bytes bytes, the BF16 q|k|v [B, T, W]. */
+int cuda_attn_cudnn_usable(fp8t_backend *b, const fp8t_attn_shape *sh, int NKV);
+size_t cuda_attn_cudnn_saved_bytes(const fp8t_attn_shape *sh, int NKV);
+int cuda_attn_cudnn_fwd(fp8t_backend *b, float *out, float *lse, void *saved, const float *qkv,
+                        const float *cosv, const float *sinv, const fp8t_attn_shape *sh, int NKV,
+                        float scale);
+int cuda_attn_cudnn_bwd(fp8t_backend *b, float *dqkv, const float *dout, const float *qkv,
+                        const void *saved, const float *out, const float *lse, const float *cosv,
+                        const float *sinv, const fp8t_attn_shape *sh, int NKV, float scale);
+void cuda_attn_cudnn_destroy(cuda_state *s);
 /* cuda_attention_gemm.cu */
 int cuda_attn_gemm_fwd(fp8t_backend *b, float *out, float *lse, const float *q, const float *k,
                        const float *v, int B, int T, int NH, int HS, float scale);
