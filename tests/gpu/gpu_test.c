@@ -60,6 +60,11 @@
 int fp8t_cuda_gemm_counts(fp8t_backend *b, long *fp8_lt, long *fp8_fallback);
 /* src/backend/cuda/cuda_attention.cu: attention calls by path */
 int fp8t_cuda_attention_counts(fp8t_backend *b, long *tensor_core, long *fp32);
+/* src/backend/cuda/cuda_attention_cudnn.cu: cuDNN's fused attention (-1: built without it) */
+int fp8t_cuda_attention_cudnn_calls(fp8t_backend *b, long *calls);
+int fp8t_cuda_attention_cudnn_deterministic(fp8t_backend *b, int det);
+int fp8t_cuda_attention_cudnn_bench(fp8t_backend *b, const fp8t_attn_shape *sh, int iters,
+                                    double *fwd_ms, double *bwd_ms);
 
 /* tests/gpu/gpu_exhaustive.cu */
 int gpu_check_conversions_exhaustive(unsigned long long counts[3], unsigned int first_bad[3],
@@ -1691,6 +1696,7 @@ static void test_activations(void) {
 static double attn_tol_out = 1e-5, attn_tol_lse = 1e-5, attn_tol_grad = 1e-5;
 static int attn_expect_tc; /* the variant must run head sizes 32, 64, 128 on tensor cores */
 static int attn_expect_flash; /* ... on the flash path, which keeps q, k, v for the backward */
+static int attn_expect_cudnn; /* ... through cuDNN's fused attention (FP8TRAIN_CUDA_ATTN=cudnn) */
 
 static void test_attention(void) {
     /* B, T, NH, NKV (K/V heads: grouped-query attention when < NH), HS, rope theta, llama3
@@ -1721,8 +1727,9 @@ static void test_attention(void) {
         float *qkv = host_normal(nqkv, 1.0f), *g = host_normal(nout, 1.0f);
         dpair dqkv = dp_floats(qkv, nqkv), dout = dp_alloc(nout * 4), dlse = dp_alloc(nlse * 4);
         dp_poison(dout, 0), dp_poison(dlse, 0);
-        long tc0 = 0, tc1 = 0;
+        long tc0 = 0, tc1 = 0, dnn0 = 0, dnn1 = 0;
         fp8t_cuda_attention_counts(GPU, &tc0, NULL);
+        fp8t_cuda_attention_cudnn_calls(GPU, &dnn0);
         FOR_BOTH be_->ops->attention_forward(be_, F(dout), F(dlse), NULL, F(dqkv), &sh);
         char shape[96];
         snprintf(shape, sizeof(shape), "B%d T%d NH%d HS%d%s%s%s", B, T, NH, HS,
@@ -1749,6 +1756,12 @@ static void test_attention(void) {
         if (attn_expect_tc && (HS == 32 || HS == 64 || HS == 128))
             row("attention ran on tensor cores", shape, (double)(tc1 - tc0), 3,
                 tc1 - tc0 == 3, "calls on the tensor-core path (of 3)");
+        /* cuDNN must really have run (a shape it refuses would fall back to flash quietly
+         * but for one line on stderr) */
+        fp8t_cuda_attention_cudnn_calls(GPU, &dnn1);
+        if (attn_expect_cudnn && (HS == 32 || HS == 64 || HS == 128))
+            row("attention ran on cuDNN", shape, (double)(dnn1 - dnn0), 3, dnn1 - dnn0 == 3,
+                "calls through cuDNN's fused attention (of 3)");
         /* what the forward keeps for the backward (the flash path's BF16 q, k, v): the same
          * out, lse and dqkv bits as without it */
         size_t sb = GPU->ops->attention_saved_bytes(GPU, &sh);
@@ -2422,17 +2435,136 @@ static void run_model_suite(void) {
 
 /* ---------------------------------------------------------------------------------------- */
 
+/* ---------------------------------------------------------------------------------------- */
+/* --attn-bench: the attention op, flash kernels against cuDNN's fused attention */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* The backend's attention_forward / attention_backward (conversion passes included, as the
+ * model runs them) with FP8TRAIN_CUDA_ATTN=flash and =cudnn, ms per call and TFLOP/s with the
+ * causal FLOP counts (forward 2 B NH T^2 HS, backward 2.5x that); then cuDNN's cores alone
+ * (deterministic backward, the default, and cuDNN's atomic form); and cuDNN's out and dqkv
+ * against flash's at these sizes (rows: PASS within the flash contract's tolerances, the two
+ * differing by their BF16 roundings). */
+static int attn_bench(int iters) {
+    static const struct {
+        const char *name;
+        int B, T, NH, NKV, HS;
+        float rope;
+    } shapes[] = {{"B8 NH16 T2048 HS128", 8, 2048, 16, 16, 128, 0.0f},
+                  {"llama-1b B16 NH32 NKV8 T1024 HS64 rope", 16, 1024, 32, 8, 64, 5e5f}};
+    static const char *impl[2] = {"flash", "cudnn"};
+    char err[512];
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        const int B = shapes[si].B, T = shapes[si].T, NH = shapes[si].NH;
+        const int NKV = shapes[si].NKV, HS = shapes[si].HS;
+        fp8t_attn_shape sh = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS,
+                              .rope_theta = shapes[si].rope};
+        const size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS;
+        const size_t nlse = (size_t)B * NH * T;
+        const double ffwd = 2.0 * B * NH * (double)T * T * HS, fbwd = 2.5 * ffwd;
+        float *qkv = host_normal(nqkv, 1.0f), *g = host_normal(nout, 1.0f);
+        float *ref_out = NULL, *ref_dqkv = NULL;
+        for (int v = 0; v < 2; v++) {
+            setenv("FP8TRAIN_CUDA_ATTN", impl[v], 1);
+            GPU = fp8t_backend_create("cuda", err, sizeof(err));
+            unsetenv("FP8TRAIN_CUDA_ATTN");
+            if (!GPU) {
+                fprintf(stderr, "gpu_test: cannot create the CUDA backend: %s\n", err);
+                return 1;
+            }
+            const fp8t_backend_ops *o = GPU->ops;
+            void *dq = o->malloc(GPU, nqkv * 4), *dout = o->malloc(GPU, nout * 4);
+            void *dlse = o->malloc(GPU, nlse * 4), *dg = o->malloc(GPU, nout * 4);
+            void *dd = o->malloc(GPU, nqkv * 4);
+            size_t sb = o->attention_saved_bytes(GPU, &sh);
+            void *sv = sb ? o->malloc(GPU, sb) : NULL;
+            o->to_device(GPU, dq, qkv, nqkv * 4);
+            o->to_device(GPU, dg, g, nout * 4);
+            /* one call each first: plans, scratch, tables */
+            o->attention_forward(GPU, dout, dlse, sv, dq, &sh);
+            o->attention_backward(GPU, dd, dg, dq, sv, dout, dlse, &sh);
+            o->synchronize(GPU);
+            long c0 = 0, c1 = 0;
+            fp8t_cuda_attention_cudnn_calls(GPU, &c0);
+            double t0 = now_ms();
+            for (int i = 0; i < iters; i++) o->attention_forward(GPU, dout, dlse, sv, dq, &sh);
+            o->synchronize(GPU);
+            double t1 = now_ms();
+            for (int i = 0; i < iters; i++)
+                o->attention_backward(GPU, dd, dg, dq, sv, dout, dlse, &sh);
+            o->synchronize(GPU);
+            double t2 = now_ms(), fms = (t1 - t0) / iters, bms = (t2 - t1) / iters;
+            fp8t_cuda_attention_cudnn_calls(GPU, &c1);
+            printf("attn-bench %-40s %-6s op   fwd %8.3f ms %6.1f TFLOP/s   bwd %8.3f ms "
+                   "%6.1f TFLOP/s%s\n",
+                   shapes[si].name, impl[v], fms, ffwd / fms * 1e-9, bms, fbwd / bms * 1e-9,
+                   v == 1 && c1 - c0 != 2 * iters ? "   (NOT cuDNN: fell back to flash)" : "");
+            if (v == 1) {
+                for (int det = 1; det >= 0; det--) {
+                    double cf, cb;
+                    fp8t_cuda_attention_cudnn_deterministic(GPU, det);
+                    if (fp8t_cuda_attention_cudnn_bench(GPU, &sh, iters, &cf, &cb) == 0)
+                        printf("attn-bench %-40s cudnn  core fwd %8.3f ms %6.1f TFLOP/s   bwd "
+                               "%8.3f ms %6.1f TFLOP/s  (%s backward)\n",
+                               shapes[si].name, cf, ffwd / cf * 1e-9, cb, fbwd / cb * 1e-9,
+                               det ? "deterministic" : "atomic dq");
+                    else
+                        printf("attn-bench %-40s cudnn  core: cuDNN does not take the shape "
+                               "(%s backward)\n", shapes[si].name,
+                               det ? "deterministic" : "atomic dq");
+                }
+                fp8t_cuda_attention_cudnn_deterministic(GPU, 1);
+            }
+            float *ho = malloc(nout * 4), *hd = malloc(nqkv * 4);
+            o->to_host(GPU, ho, dout, nout * 4);
+            o->to_host(GPU, hd, dd, nqkv * 4);
+            if (v == 0) {
+                ref_out = ho, ref_dqkv = hd;
+            } else {
+                size_t bad, first;
+                double e1 = rel_err(ho, ref_out, nout, &bad, &first);
+                row("attn-bench cudnn vs flash: out", shapes[si].name, e1, 1.5e-2,
+                    bad == 0 && e1 <= 1.5e-2, "");
+                double e2 = rel_err(hd, ref_dqkv, nqkv, &bad, &first);
+                row("attn-bench cudnn vs flash: dqkv", shapes[si].name, e2, 3e-2,
+                    bad == 0 && e2 <= 3e-2, "");
+                free(ho), free(hd);
+            }
+            if (sv) o->free(GPU, sv);
+            o->free(GPU, dq), o->free(GPU, dout), o->free(GPU, dlse), o->free(GPU, dg);
+            o->free(GPU, dd);
+            fp8t_backend_destroy(GPU);
+            GPU = NULL;
+        }
+        free(ref_out), free(ref_dqkv), free(qkv), free(g);
+    }
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
-    int skip_exhaustive = 0, ops_only = 0;
+    int skip_exhaustive = 0, ops_only = 0, bench_iters = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) skip_exhaustive = 1;
         else if (!strcmp(argv[i], "--ops-only")) ops_only = 1;
+        else if (!strcmp(argv[i], "--attn-bench")) bench_iters = 20;
         else {
-            fprintf(stderr, "usage: %s [--quick] [--ops-only]\n"
-                            "  --quick     skip the exhaustive 2^32-input conversion check\n"
-                            "  --ops-only  skip the training-step checks\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--ops-only] [--attn-bench]\n"
+                            "  --quick       skip the exhaustive 2^32-input conversion check\n"
+                            "  --ops-only    skip the training-step checks\n"
+                            "  --attn-bench  only time attention: flash against cuDNN\n",
+                    argv[0]);
             return 2;
         }
+    }
+    if (bench_iters) {
+        rng_state = 12345;
+        return attn_bench(bench_iters);
     }
     const char *seed_env = getenv("FP8TRAIN_TEST_SEED");
     uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
@@ -2500,13 +2632,25 @@ int main(int argc, char **argv) {
         int attention;       /* run the attention rows (else the float GEMM rows) */
         double out, lse, grad;
     } extra[] = {{"FP8TRAIN_CUDA_ATTN", "flash", 1, 1.5e-2, 1e-2, 3e-2},
-                 {"FP8TRAIN_CUDA_ATTN", "gemm", 1, 1.5e-2, 1e-2, 3e-2}};
+                 {"FP8TRAIN_CUDA_ATTN", "gemm", 1, 1.5e-2, 1e-2, 3e-2},
+                 /* cuDNN's fused attention: the flash contract's tolerances (it also returns
+                  * O and dq, dk, dv rounded to BF16: 2^-9 relative, well inside them) */
+                 {"FP8TRAIN_CUDA_ATTN", "cudnn", 1, 1.5e-2, 1e-2, 3e-2}};
     for (size_t e = 0; e < sizeof(extra) / sizeof(extra[0]); e++) {
         setenv(extra[e].env, extra[e].value, 1);
         GPU = fp8t_backend_create("cuda", err, sizeof(err));
         if (!GPU) {
             fprintf(stderr, "gpu_test: cannot create the CUDA backend: %s\n", err);
             return 1;
+        }
+        const int is_cudnn = !strcmp(extra[e].value, "cudnn");
+        if (is_cudnn && fp8t_cuda_attention_cudnn_deterministic(GPU, 1) != 0) {
+            printf("== cuda (%s=%s): skipped, this build has no cuDNN\n", extra[e].env,
+                   extra[e].value);
+            fp8t_backend_destroy(GPU);
+            GPU = NULL;
+            unsetenv(extra[e].env);
+            continue;
         }
         static char name[96];
         snprintf(name, sizeof(name), "cuda (%s=%s)", extra[e].env, extra[e].value);
@@ -2516,9 +2660,11 @@ int main(int argc, char **argv) {
         if (extra[e].attention) {
             attn_tol_out = extra[e].out, attn_tol_lse = extra[e].lse, attn_tol_grad = extra[e].grad;
             attn_expect_tc = 1;
-            attn_expect_flash = !strcmp(extra[e].value, "flash");
+            /* cuDNN keeps q|k|v too (BF16 [B, T, W]) */
+            attn_expect_flash = !strcmp(extra[e].value, "flash") || is_cudnn;
+            attn_expect_cudnn = is_cudnn;
             test_attention();
-            attn_expect_tc = attn_expect_flash = 0;
+            attn_expect_tc = attn_expect_flash = attn_expect_cudnn = 0;
             attn_tol_out = attn_tol_lse = attn_tol_grad = 1e-5;
             if (!ops_only) {
                 /* whole BF16 steps with BF16 attention: the GEMM rows' tolerances (bf16 in
