@@ -74,8 +74,10 @@ endif
 CUDNN_LIBDIR := $(firstword $(patsubst %/libcudnn.so,%,$(wildcard $(CUDA_HOME)/lib64/libcudnn.so $(CUDA_HOME)/lib/libcudnn.so)))
 ifeq ($(NO_CUDNN),)
 ifneq ($(and $(wildcard $(CUDA_HOME)/include/cudnn.h),$(CUDNN_LIBDIR)),)
+HAVE_CUDNN := 1
 NVFLAGS   += -DFP8T_HAVE_CUDNN
-CUDA_LIBS += $(if $(filter $(CUDA_HOME)/lib64,$(CUDNN_LIBDIR)),,-L$(CUDNN_LIBDIR) -Wl,-rpath,$(CUDNN_LIBDIR)) -lcudnn
+CUDNN_LINK := $(if $(filter $(CUDA_HOME)/lib64,$(CUDNN_LIBDIR)),,-L$(CUDNN_LIBDIR) -Wl,-rpath,$(CUDNN_LIBDIR)) -lcudnn
+CUDA_LIBS += $(CUDNN_LINK)
 endif
 endif
 endif
@@ -85,6 +87,11 @@ FP8TRAIN_LINK = $(CU_OBJ) $(CUDA_LIBS)
 CLI_DEPS = $(CU_OBJ)
 # dev/cuda: kernel ladders (standalone, CUDA runtime only), built so they keep compiling
 DEV_CU_BIN := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/cuda/%,$(wildcard dev/cuda/*.cu))
+ifeq ($(HAVE_CUDNN),1)
+CUDNN_GRAPH_CHECK := $(BUILD)/dev/cuda/attn_cudnn_graphs # run by tests/test_cudnn_graphs.sh
+else
+DEV_CU_BIN := $(filter-out $(BUILD)/dev/cuda/attn_cudnn_graphs,$(DEV_CU_BIN))
+endif
 endif
 
 DEPS_STAMP := $(BUILD)/.deps-ok
@@ -122,7 +129,10 @@ $(BUILD)/src/backend/cuda/%.o: src/backend/cuda/%.cu $(wildcard src/backend/cuda
 
 $(BUILD)/dev/cuda/%: dev/cuda/%.cu $(wildcard src/backend/cuda/*.cu*)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -o $@ $<
+	$(NVCC) $(NVFLAGS) -o $@ $< $(DEV_CU_LIBS)
+
+# the cuDNN graph check links cuDNN (and exists only where cuDNN does)
+$(BUILD)/dev/cuda/attn_cudnn_graphs: DEV_CU_LIBS = $(CUDNN_LINK)
 
 $(BUILD)/libfp8train.a: $(LIB_OBJ)
 	@rm -f $@
@@ -144,7 +154,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libfp8train.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libfp8train.a $(LDLIBS)
 
-test: $(DEPS_STAMP) $(BUILD)/fp8train $(TEST_BIN)
+test: $(DEPS_STAMP) $(BUILD)/fp8train $(TEST_BIN) $(CUDNN_GRAPH_CHECK)
 	@FP8TRAIN_BIN=$(abspath $(BUILD)/fp8train) tests/run.sh $(TEST_BIN) $(TEST_SH)
 
 # The same suite built with ASan + UBSan in build-san/ (CPU only).
