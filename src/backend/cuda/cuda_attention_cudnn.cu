@@ -66,29 +66,54 @@ __device__ __forceinline__ float sdpa_f32(uint16_t x) {
     return __uint_as_float((unsigned)x << 16);
 }
 
-/* dst [B*T, W] BF16 from qkv [B*T, W] FP32; head slots < NH + NKV (q and k) rotated first when
- * cosv != NULL (pair (i, i + HS/2) at position t by t * inv_freq_i, the flash conversion's
- * arithmetic). One thread per (token, slot, i < HS/2). */
+/* The [B*T, W] conversions below walk one token row per block step (grid-stride over the
+ * B*T rows) and, within it, 4 consecutive elements i..i+3 of a head's first half and their
+ * partners i+HS/2.. per thread: 16-byte FP32 loads, 8-byte BF16 stores, and the column split
+ * by shifts (HS/2 is a power of two, HS in {32, 64, 128}: cuda_attn_cudnn_usable). lg4 =
+ * log2(HS/8), the number of 4-element groups in a half being 1 << lg4. vec = 0: the FP32 side
+ * is not 16-byte aligned, scalar accesses (the BF16 side is ours: always aligned). */
+__device__ __forceinline__ uint2 sdpa_pack4(float a, float b, float c, float d) {
+    uint2 o;
+    o.x = (unsigned)sdpa_bf16(a) | ((unsigned)sdpa_bf16(b) << 16);
+    o.y = (unsigned)sdpa_bf16(c) | ((unsigned)sdpa_bf16(d) << 16);
+    return o;
+}
+
+/* dst [B*T, W] BF16 from qkv [B*T, W] FP32; head slots < NHK = NH + NKV (q and k) rotated
+ * first when cosv != NULL (pair (i, i + HS/2) at position t by t * inv_freq_i, the flash
+ * conversion's arithmetic: q1 c - q2 s, q2 c + q1 s). */
 __global__ void sdpa_qkv_kernel(uint16_t *dst, const float *__restrict__ qkv,
                                 const float *__restrict__ cosv, const float *__restrict__ sinv,
-                                int T, int slots, int NHK, int HS, size_t total) {
-    const int half = HS / 2;
-    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (size_t)gridDim.x * blockDim.x) {
-        int i = (int)(idx % half);
-        size_t r = idx / half;
-        int slot = (int)(r % slots);
-        size_t tok = r / slots; /* b * T + t */
-        int t = (int)(tok % T);
-        size_t base = tok * (size_t)slots * HS + (size_t)slot * HS;
-        float x1 = qkv[base + i], x2 = qkv[base + i + half];
-        if (cosv && slot < NHK) {
-            float c = cosv[(size_t)t * half + i], s = sinv[(size_t)t * half + i];
-            float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
-            x1 = y1, x2 = y2;
+                                int ntok, int T, int slots, int NHK, int HS, int lg4, int vec) {
+    const int half = HS / 2, groups = slots << lg4, W = slots * HS;
+    for (int tok = blockIdx.x; tok < ntok; tok += gridDim.x) {
+        const int t = tok % T;
+        const float *row = qkv + (size_t)tok * W;
+        uint16_t *out = dst + (size_t)tok * W;
+        for (int j = threadIdx.x; j < groups; j += blockDim.x) {
+            const int slot = j >> lg4, i = (j & ((1 << lg4) - 1)) * 4;
+            const int c1 = slot * HS + i, c2 = c1 + half;
+            float4 a, b;
+            if (vec) {
+                a = *reinterpret_cast<const float4 *>(row + c1);
+                b = *reinterpret_cast<const float4 *>(row + c2);
+            } else {
+                a = make_float4(row[c1], row[c1 + 1], row[c1 + 2], row[c1 + 3]);
+                b = make_float4(row[c2], row[c2 + 1], row[c2 + 2], row[c2 + 3]);
+            }
+            if (cosv && slot < NHK) {
+                float4 c = *reinterpret_cast<const float4 *>(cosv + (size_t)t * half + i);
+                float4 sn = *reinterpret_cast<const float4 *>(sinv + (size_t)t * half + i);
+                float4 y1, y2;
+                y1.x = a.x * c.x - b.x * sn.x, y2.x = b.x * c.x + a.x * sn.x;
+                y1.y = a.y * c.y - b.y * sn.y, y2.y = b.y * c.y + a.y * sn.y;
+                y1.z = a.z * c.z - b.z * sn.z, y2.z = b.z * c.z + a.z * sn.z;
+                y1.w = a.w * c.w - b.w * sn.w, y2.w = b.w * c.w + a.w * sn.w;
+                a = y1, b = y2;
+            }
+            *reinterpret_cast<uint2 *>(out + c1) = sdpa_pack4(a.x, a.y, a.z, a.w);
+            *reinterpret_cast<uint2 *>(out + c2) = sdpa_pack4(b.x, b.y, b.z, b.w);
         }
-        dst[base + i] = sdpa_bf16(x1);
-        dst[base + i + half] = sdpa_bf16(x2);
     }
 }
 
@@ -109,27 +134,44 @@ __global__ void sdpa_to_f32_kernel(float *dst, const uint16_t *__restrict__ src,
 }
 
 /* dqkv [B*T, W] FP32 from cuDNN's dq | dk | dv BF16 in the same layout; dq and dk (slots
- * < NH + NKV) un-rotated when cosv != NULL: the transpose of the forward rotation. */
+ * < NHK) un-rotated when cosv != NULL: the transpose of the forward rotation
+ * (x1 c + x2 s, x2 c - x1 s). Same walk as sdpa_qkv_kernel. */
 __global__ void sdpa_dqkv_kernel(float *dqkv, const uint16_t *__restrict__ g,
                                  const float *__restrict__ cosv, const float *__restrict__ sinv,
-                                 int T, int slots, int NHK, int HS, size_t total) {
-    const int half = HS / 2;
-    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (size_t)gridDim.x * blockDim.x) {
-        int i = (int)(idx % half);
-        size_t r = idx / half;
-        int slot = (int)(r % slots);
-        size_t tok = r / slots;
-        int t = (int)(tok % T);
-        size_t base = tok * (size_t)slots * HS + (size_t)slot * HS;
-        float x1 = sdpa_f32(g[base + i]), x2 = sdpa_f32(g[base + i + half]);
-        if (cosv && slot < NHK) {
-            float c = cosv[(size_t)t * half + i], s = sinv[(size_t)t * half + i];
-            float y1 = x1 * c + x2 * s, y2 = x2 * c - x1 * s;
-            x1 = y1, x2 = y2;
+                                 int ntok, int T, int slots, int NHK, int HS, int lg4,
+                                 int vec) {
+    const int half = HS / 2, groups = slots << lg4, W = slots * HS;
+    for (int tok = blockIdx.x; tok < ntok; tok += gridDim.x) {
+        const int t = tok % T;
+        const uint16_t *row = g + (size_t)tok * W;
+        float *out = dqkv + (size_t)tok * W;
+        for (int j = threadIdx.x; j < groups; j += blockDim.x) {
+            const int slot = j >> lg4, i = (j & ((1 << lg4) - 1)) * 4;
+            const int c1 = slot * HS + i, c2 = c1 + half;
+            uint2 u = *reinterpret_cast<const uint2 *>(row + c1);
+            uint2 v = *reinterpret_cast<const uint2 *>(row + c2);
+            float4 a = make_float4(sdpa_f32((uint16_t)u.x), sdpa_f32((uint16_t)(u.x >> 16)),
+                                   sdpa_f32((uint16_t)u.y), sdpa_f32((uint16_t)(u.y >> 16)));
+            float4 b = make_float4(sdpa_f32((uint16_t)v.x), sdpa_f32((uint16_t)(v.x >> 16)),
+                                   sdpa_f32((uint16_t)v.y), sdpa_f32((uint16_t)(v.y >> 16)));
+            if (cosv && slot < NHK) {
+                float4 c = *reinterpret_cast<const float4 *>(cosv + (size_t)t * half + i);
+                float4 sn = *reinterpret_cast<const float4 *>(sinv + (size_t)t * half + i);
+                float4 y1, y2;
+                y1.x = a.x * c.x + b.x * sn.x, y2.x = b.x * c.x - a.x * sn.x;
+                y1.y = a.y * c.y + b.y * sn.y, y2.y = b.y * c.y - a.y * sn.y;
+                y1.z = a.z * c.z + b.z * sn.z, y2.z = b.z * c.z - a.z * sn.z;
+                y1.w = a.w * c.w + b.w * sn.w, y2.w = b.w * c.w - a.w * sn.w;
+                a = y1, b = y2;
+            }
+            if (vec) {
+                *reinterpret_cast<float4 *>(out + c1) = a;
+                *reinterpret_cast<float4 *>(out + c2) = b;
+            } else {
+                out[c1] = a.x, out[c1 + 1] = a.y, out[c1 + 2] = a.z, out[c1 + 3] = a.w;
+                out[c2] = b.x, out[c2 + 1] = b.y, out[c2 + 2] = b.z, out[c2 + 3] = b.w;
+            }
         }
-        dqkv[base + i] = x1;
-        dqkv[base + i + half] = x2;
     }
 }
 
@@ -137,6 +179,14 @@ static unsigned sdpa_blocks(const cuda_state *s, size_t n) {
     size_t want = (n + 255) / 256, cap = (size_t)s->num_sms * 32;
     return (unsigned)(want < cap ? (want ? want : 1) : cap);
 }
+/* blocks for the row walks: one row per block step, at most 32 blocks per SM */
+static unsigned sdpa_rows(const cuda_state *s, int rows) {
+    int cap = s->num_sms * 32;
+    return (unsigned)(rows < cap ? (rows > 0 ? rows : 1) : cap);
+}
+static int sdpa_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
+/* log2(HS / 8) for HS in {32, 64, 128} */
+static int sdpa_lg4(int HS) { return HS == 32 ? 2 : HS == 64 ? 3 : 4; }
 
 /* ---------------------------------------------------------------------------------------- */
 /* the SDPA graphs, their plans and their workspace needs, per shape */
@@ -806,9 +856,9 @@ int cuda_attn_cudnn_fwd(fp8t_backend *b, float *out, float *lse, void *saved, co
     uint16_t *qkv16 = saved ? (uint16_t *)saved : (uint16_t *)scr;
     uint16_t *o16 = (uint16_t *)(scr + qb);
     if (!lse) lse = (float *)(scr + qb + ob);
-    const size_t pairs = nqkv / 2;
-    sdpa_qkv_kernel<<<sdpa_blocks(s, pairs), 256, 0, s->stream>>>(qkv16, qkv, cosv, sinv, T,
-                                                                 slots, NH + NKV, HS, pairs);
+    const int ntok = B * T, lg4 = sdpa_lg4(HS);
+    sdpa_qkv_kernel<<<sdpa_rows(s, ntok), 256, 0, s->stream>>>(
+        qkv16, qkv, cosv, sinv, ntok, T, slots, NH + NKV, HS, lg4, sdpa_aligned(qkv));
     CUDA_LAUNCH_CHECK(s);
     sdpa_fwd_core(b, e, o16, lse, qkv16, scale);
     sdpa_to_f32_kernel<<<sdpa_blocks(s, nout), 256, 0, s->stream>>>(out, o16, nout);
@@ -835,10 +885,11 @@ int cuda_attn_cudnn_bwd(fp8t_backend *b, float *dqkv, const float *dout, const f
                  ob = round16(nout * 2);
     char *scr = (char *)cuda_scratch(b, SCR_ATTN2, qb + gb + 2 * ob);
     const uint16_t *qkv16 = (const uint16_t *)saved;
-    const size_t pairs = nqkv / 2;
+    const int ntok = B * T, lg4 = sdpa_lg4(HS);
     if (!saved) { /* the forward's conversion again: the same bits */
-        sdpa_qkv_kernel<<<sdpa_blocks(s, pairs), 256, 0, s->stream>>>(
-            (uint16_t *)scr, qkv, cosv, sinv, T, slots, NH + NKV, HS, pairs);
+        sdpa_qkv_kernel<<<sdpa_rows(s, ntok), 256, 0, s->stream>>>(
+            (uint16_t *)scr, qkv, cosv, sinv, ntok, T, slots, NH + NKV, HS, lg4,
+            sdpa_aligned(qkv));
         CUDA_LAUNCH_CHECK(s);
         qkv16 = (const uint16_t *)scr;
     }
@@ -847,8 +898,8 @@ int cuda_attn_cudnn_bwd(fp8t_backend *b, float *dqkv, const float *dout, const f
     sdpa_to_bf16_kernel<<<sdpa_blocks(s, nout), 256, 0, s->stream>>>(do16, dout, o16, out, nout);
     CUDA_LAUNCH_CHECK(s);
     sdpa_bwd_core(b, e, g16, qkv16, o16, do16, lse, scale);
-    sdpa_dqkv_kernel<<<sdpa_blocks(s, pairs), 256, 0, s->stream>>>(dqkv, g16, cosv, sinv, T,
-                                                                  slots, NH + NKV, HS, pairs);
+    sdpa_dqkv_kernel<<<sdpa_rows(s, ntok), 256, 0, s->stream>>>(
+        dqkv, g16, cosv, sinv, ntok, T, slots, NH + NKV, HS, lg4, sdpa_aligned(dqkv));
     CUDA_LAUNCH_CHECK(s);
     return 0;
 #else
