@@ -10,6 +10,7 @@
 #   - a bad split (--grad-accum not a multiple of N) is refused; a NaN on the ranks stops all
 #     of them naming the rank and tensor; a killed rank ends the run within seconds and the
 #     last checkpoint resumes
+#   - bisect under mpirun runs its experiments at N = 2 and reaches the one-process conclusion
 set -u
 BIN=${FP8TRAIN_BIN:-build/fp8train}
 SUITE=dp
@@ -208,3 +209,28 @@ else
     pass "killed rank: mpirun ended in ${dt}s (exit $rc), $(basename "$last") resumes"
   else fail "killed rank" "rc $rc, last checkpoint '$last': $(tail -3 "$TMP/kill.log" "$TMP/kill_resume.log" 2>/dev/null)"; fi
 fi
+
+# --- bisect under mpirun: every rank runs the same experiments as 2-rank runs, rank 0 writes
+# the report. The conclusion is the one-process bisect's; the experiments really ran at N = 2
+# (the baseline's losses equal N = 1's at step 1 and differ in the last bits later, as N = 2
+# training does) and one voice printed the summary.
+BIS=(--layers 2 --dim 32 --heads 2 --mlp-hidden 64 --max-seq-len 16 --seq-len 16 --batch 2
+     --grad-accum 2 --warmup 2 --lr 1e-3 --seed 7 --steps 16
+     --inject "layer=1,module=fc2,gemm=dgrad,kind=nan,from=3,when=delayed")
+"$BIN" bisect "${BIS[@]}" --out "$TMP/bis1" >"$TMP/bis1.out" 2>&1; rc1=$?
+"${MPIRUN[@]}" "$BIN" bisect "${BIS[@]}" --out "$TMP/bis2" >"$TMP/bis2.out" 2>&1; rc2=$?
+ov1=$(sed -n "s/^  --override '\(.*\)'$/\1/p" "$TMP/bis1.out")
+ov2=$(sed -n "s/^  --override '\(.*\)'$/\1/p" "$TMP/bis2.out")
+python3 - "$TMP/bis1/bf16" "$TMP/bis2/bf16" "$rc1" "$rc2" "$ov1" "$ov2" \
+  "$(grep -c '^bisect: .* experiments; summary' "$TMP/bis2.out")" <<'PY'
+import json, sys
+a, b, rc1, rc2, ov1, ov2, nsum = sys.argv[1:8]
+try:
+    A, B = ([json.loads(l) for l in open(d + "/metrics.jsonl")] for d in (a, b))
+except OSError as e:
+    A = B = []
+ok = (rc1 == rc2 == "0" and ov1 and ov1 == ov2 and nsum == "1" and len(A) == len(B) == 16
+      and A[0]["loss"] == B[0]["loss"] and any(x["loss"] != y["loss"] for x, y in zip(A, B)))
+print(("PASS" if ok else "FAIL") + f" dp: bisect under mpirun -np 2 (override '{ov2}', as one process: '{ov1}')"
+      + ("" if ok else f": rc {rc1}/{rc2}, {nsum} summaries, {len(A)}/{len(B)} baseline rows"))
+PY
