@@ -2,8 +2,9 @@
  * ncclUniqueId broadcast by fp8t_dist_bcast).
  *
  * Faults: NCCL reports a dead peer or a broken connection asynchronously, or not at all (a
- * collective whose peer was killed just never finishes). So each collective is followed by an
- * event the host polls, checking ncclCommGetAsyncError meanwhile, with a timeout
+ * collective whose peer was killed just never finishes). So each blocking collective is
+ * followed by an event the host polls (the gradient buckets: one event for all of them, at
+ * reduce_wait), checking ncclCommGetAsyncError meanwhile, with a timeout
  * (FP8TRAIN_NCCL_TIMEOUT seconds, default 300): on an error or the timeout the communicator is
  * aborted and the rank exits with a message naming the collective, instead of hanging. (The
  * launcher usually ends the job first: mpirun kills every rank when one dies.)
