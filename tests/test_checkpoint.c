@@ -441,6 +441,128 @@ static void test_model_config_json(void) {
             "unknown rope scaling: %s", err);
 }
 
+/* A ZeRO-1 checkpoint written as W ranks write it (begin, a shard per rank, commit), one
+ * process playing every rank: rank r's moments are its slice of make_ck's. */
+static int save_sharded(const char *dir, fp8t_checkpoint *full, int W, char *err, size_t errlen) {
+    char tmp[1024];
+    if (fp8t_checkpoint_begin(dir, tmp, sizeof(tmp), err, errlen) != 0) return -1;
+    fp8t_checkpoint part = *full;
+    for (int r = 0; r < W; r++) {
+        fp8t_checkpoint_shard(full->num_params, W, r, &part.adam_lo, &part.adam_hi);
+        part.adam_m = full->adam_m + part.adam_lo;
+        part.adam_v = full->adam_v + part.adam_lo;
+        if (fp8t_checkpoint_write_shard(tmp, &part, r, W, err, errlen) != 0) {
+            fp8t_checkpoint_abandon(tmp);
+            return -1;
+        }
+    }
+    part.shards = W; /* rank 0's: its own moments' range, the shards' count */
+    fp8t_checkpoint_shard(full->num_params, W, 0, &part.adam_lo, &part.adam_hi);
+    return fp8t_checkpoint_commit(tmp, dir, &part, err, errlen);
+}
+
+static void test_sharded(void) {
+    fp8t_checkpoint ck, back;
+    char dir[512], path[1024], err[1024];
+    make_ck(&ck, 30);
+    fp8t_checkpoint_dir(dir, sizeof(dir), root, 30);
+    /* the split: even, the first n % W ranks one more, covering [0, n) in rank order */
+    const size_t n = ck.num_params;
+    size_t lo, hi, end = 0;
+    for (int r = 0; r < 3; r++) {
+        fp8t_checkpoint_shard(n, 3, r, &lo, &hi);
+        T_CHECK(lo == end && hi - lo == n / 3 + ((size_t)r < n % 3), "shard %d of 3: [%zu, %zu)",
+                r, lo, hi);
+        end = hi;
+    }
+    T_CHECK(end == n, "the shards end at %zu of %zu", end, n);
+    T_ASSERT(save_sharded(dir, &ck, 3, err, sizeof(err)) == 0, "sharded save: %s", err);
+    for (int r = 0; r < 3; r++) {
+        char name[96];
+        fp8t_checkpoint_shard_name(name, sizeof(name), r, 3);
+        path_of(path, sizeof(path), dir, name);
+        T_CHECK(access(path, F_OK) == 0, "%s missing", path);
+    }
+    path_of(path, sizeof(path), dir, "optimizer.safetensors");
+    T_CHECK(access(path, F_OK) != 0, "a sharded checkpoint has no optimizer.safetensors");
+    /* everything back, as one layout */
+    T_ASSERT(fp8t_checkpoint_load(dir, NULL, &back, err, sizeof(err)) == 0, "load: %s", err);
+    T_CHECK(back.shards == 3 && back.adam_lo == 0 && back.adam_hi == n, "shards %d, [%zu, %zu)",
+            back.shards, back.adam_lo, back.adam_hi);
+    T_CHECK(!memcmp(back.params, ck.params, n * sizeof(float)) &&
+            !memcmp(back.adam_m, ck.adam_m, n * sizeof(float)) &&
+            !memcmp(back.adam_v, ck.adam_v, n * sizeof(float)), "the sharded round trip differs");
+    fp8t_checkpoint_free(&back);
+    /* a range across shard boundaries (another N's shard: resharding on load) */
+    lo = n / 3 - 5, hi = 2 * n / 3 + 7;
+    T_ASSERT(fp8t_checkpoint_load_range(dir, NULL, lo, hi, &back, err, sizeof(err)) == 0, "%s",
+             err);
+    T_CHECK(back.adam_lo == lo && back.adam_hi == hi &&
+            !memcmp(back.adam_m, ck.adam_m + lo, (hi - lo) * sizeof(float)) &&
+            !memcmp(back.adam_v, ck.adam_v + lo, (hi - lo) * sizeof(float)) &&
+            !memcmp(back.params, ck.params, n * sizeof(float)), "the range [%zu, %zu) differs",
+            lo, hi);
+    fp8t_checkpoint_free(&back);
+    /* and a range of a plain checkpoint */
+    char plain[512];
+    fp8t_checkpoint_dir(plain, sizeof(plain), root, 31);
+    T_ASSERT(fp8t_checkpoint_save(plain, &ck, err, sizeof(err)) == 0, "%s", err);
+    T_ASSERT(fp8t_checkpoint_load_range(plain, NULL, lo, hi, &back, err, sizeof(err)) == 0, "%s",
+             err);
+    T_CHECK(back.shards == 0 && !memcmp(back.adam_v, ck.adam_v + lo, (hi - lo) * sizeof(float)),
+            "range of a plain checkpoint");
+    fp8t_checkpoint_free(&back);
+    /* a range that reads only shard 2 does not need the others */
+    path_of(path, sizeof(path), dir, "optimizer.rank-00000-of-00003.safetensors");
+    char aside[1100];
+    snprintf(aside, sizeof(aside), "%s.aside", path);
+    T_ASSERT(rename(path, aside) == 0, "rename");
+    T_CHECK(fp8t_checkpoint_load_range(dir, NULL, n - 3, n, &back, err, sizeof(err)) == 0,
+            "the last shard alone: %s", err);
+    fp8t_checkpoint_free(&back);
+    /* a missing shard that is needed is named */
+    T_CHECK(fp8t_checkpoint_load(dir, NULL, &back, err, sizeof(err)) != 0 &&
+            strstr(err, "optimizer.rank-00000-of-00003.safetensors") && strstr(err, "missing"),
+            "missing shard: %s", err);
+    T_ASSERT(rename(aside, path) == 0, "rename back");
+    /* shards of another step are refused */
+    fp8t_checkpoint other;
+    make_ck(&other, 5);
+    char odir[512];
+    fp8t_checkpoint_dir(odir, sizeof(odir), root, 5);
+    T_ASSERT(save_sharded(odir, &other, 3, err, sizeof(err)) == 0, "%s", err);
+    char from[1024];
+    path_of(from, sizeof(from), odir, "optimizer.rank-00001-of-00003.safetensors");
+    path_of(path, sizeof(path), dir, "optimizer.rank-00001-of-00003.safetensors");
+    T_ASSERT(rename(from, path) == 0, "rename");
+    T_CHECK(fp8t_checkpoint_load(dir, NULL, &back, err, sizeof(err)) != 0 &&
+            strstr(err, "optimizer step 5"), "mixed shard: %s", err);
+    fp8t_checkpoint_free(&other);
+    /* a shard that is not the rank's is refused at the write */
+    char tmp[1024];
+    fp8t_checkpoint part = ck;
+    T_ASSERT(fp8t_checkpoint_begin(odir, tmp, sizeof(tmp), err, sizeof(err)) == 0, "%s", err);
+    fp8t_checkpoint_shard(n, 2, 0, &part.adam_lo, &part.adam_hi);
+    T_CHECK(fp8t_checkpoint_write_shard(tmp, &part, 1, 2, err, sizeof(err)) != 0 &&
+            strstr(err, "shard 1 of 2"), "wrong shard accepted: %s", err);
+    /* a commit without every shard is refused and leaves nothing */
+    part.shards = 2;
+    T_CHECK(fp8t_checkpoint_commit(tmp, odir, &part, err, sizeof(err)) != 0 &&
+            strstr(err, "was not written") && access(tmp, F_OK) != 0,
+            "commit without its shards: %s", err);
+    /* removal takes the shard files (and their crash temporaries), never a foreign file */
+    path_of(path, sizeof(path), dir, "optimizer.rank-00002-of-00003.safetensors.tmp.123");
+    write_text(path, "x");
+    path_of(path, sizeof(path), dir, "optimizer.rank-00003-of-00003.safetensors");
+    write_text(path, "not ours: rank 3 of 3 is no name fp8train writes");
+    T_CHECK(fp8t_checkpoint_remove(dir, 1) == 1 && access(path, F_OK) == 0 &&
+            count_entries(dir, "optimizer.rank-0000") == 1 && count_entries(dir, "state") == 0,
+            "remove: %d shard names left", count_entries(dir, "optimizer.rank-"));
+    unlink(path);
+    rmdir(dir);
+    fp8t_checkpoint_free(&ck);
+}
+
 int main(void) {
     t_suite = "checkpoint";
     snprintf(root, sizeof(root), "/tmp/fp8t_test_ckpt_%d", (int)getpid());
@@ -459,6 +581,7 @@ int main(void) {
     T_RUN(test_model_mismatch_and_missing_dir);
     T_RUN(test_prune_and_latest);
     T_RUN(test_model_config_json);
+    T_RUN(test_sharded);
     fp8t_rmtree(root);
     T_MAIN_END();
 }

@@ -95,10 +95,111 @@ static void test_adamw_range_equals_full(void) {
     fp8t_backend_destroy(be);
 }
 
+/* The buckets' ops in a world of one: x cut in three, started from the end, one wait: the
+ * identity (BF16: exactly the rounding), as the blocking collectives */
+static void test_cpu_buckets_identity(void) {
+    char err[512];
+    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
+    T_ASSERT(be, "%s", err);
+    T_ASSERT(be->ops->comm_init(be, err, sizeof(err)) == 0, "%s", err);
+    enum { N = 1001 };
+    float *x = be->ops->malloc(be, N * sizeof(float)), ref[N], r16[N];
+    for (int i = 0; i < N; i++) ref[i] = ldexpf((float)((i * 2654435761u) % 100003) - 50000, -(i % 40));
+    bf16_round(r16, ref, N);
+    const size_t cut[4] = {0, 300, 301, N};
+    for (int c = 0; c < 3; c++) { /* fp32, bf16, reduce-scatter */
+        memcpy(x, ref, sizeof(ref));
+        for (int k = 2; k >= 0; k--) {
+            size_t part[1] = {cut[k + 1] - cut[k]};
+            be->ops->reduce_start(be, x + cut[k], part[0], c == 2 ? part : NULL, c == 1);
+        }
+        be->ops->reduce_wait(be);
+        T_CHECK(memcmp(x, c == 1 ? r16 : ref, sizeof(ref)) == 0,
+                "bucketed reduction %d of one rank: not the blocking op's result", c);
+    }
+    be->ops->free(be, x);
+    fp8t_backend_destroy(be);
+}
+
+/* The backward's grads_ready: layers n_layer, n_layer-1, ..., 0, -1 in that order, and from
+ * each report on the gradients of that layer to the end of the table never change again (what
+ * lets a bucket's reduction start there). Checked on both architectures and a tied and an
+ * untied head, gradients accumulated over two micro-batches. */
+typedef struct {
+    fp8t_model *m;
+    const fp8t_param_info *info;
+    int n_info;
+    float *snap;  /* [n] the gradients as they were when each position was reported final */
+    int order[16], n_calls;
+} ready_log;
+
+static void on_ready(void *ctx, int layer) {
+    ready_log *r = ctx;
+    if (r->n_calls < 16) r->order[r->n_calls] = layer;
+    r->n_calls++;
+    /* the first float of the layer's tensors (or of those after the blocks: layer n_layer) */
+    size_t from = 0;
+    if (layer >= 0) {
+        from = SIZE_MAX;
+        for (int i = 0; i < r->n_info; i++)
+            if (r->info[i].layer == layer && r->info[i].offset < from) from = r->info[i].offset;
+        if (from == SIZE_MAX) { /* layer n_layer: past the last block's tensors */
+            from = 0;
+            for (int i = 0; i < r->n_info; i++)
+                if (r->info[i].layer >= 0 && r->info[i].offset + r->info[i].numel > from)
+                    from = r->info[i].offset + r->info[i].numel;
+        }
+    }
+    size_t n = fp8t_model_num_params(r->m);
+    memcpy(r->snap + from, fp8t_model_grads(r->m) + from, (n - from) * sizeof(float));
+}
+
+static void test_grads_ready(void) {
+    char err[512];
+    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
+    T_ASSERT(be, "%s", err);
+    for (int variant = 0; variant < 2; variant++) {
+        fp8t_model_config c;
+        fp8t_model_preset(&c, variant ? "tiny-llama" : "tiny");
+        c.n_layer = 3, c.n_embd = 32, c.n_head = 2, c.seq_len = 16, c.vocab_size = 64,
+        c.mlp_hidden = 64;
+        if (variant) c.n_kv_head = 1, c.untied_head = 1;
+        fp8t_model *m = fp8t_model_create(be, &c, NULL, 2, 8, err, sizeof(err));
+        T_ASSERT(m, "%s", err);
+        fp8t_model_init_weights(m, 3);
+        fp8t_param_info info[FP8T_MAX_PARAM_TENSORS];
+        int count = fp8t_model_param_table(&c, info, NULL);
+        const size_t n = fp8t_model_num_params(m);
+        ready_log r = {.m = m, .info = info, .n_info = count};
+        r.snap = malloc(n * sizeof(float));
+        int tok[16], tgt[16];
+        fp8t_model_zero_grad(m);
+        for (int mb = 0; mb < 2; mb++) {
+            for (int i = 0; i < 16; i++) tok[i] = (i * 7 + mb) % 64, tgt[i] = (i * 5 + 3 * mb) % 64;
+            fp8t_model_forward(m, tok, tgt);
+            if (mb == 1) fp8t_model_set_grads_ready(m, on_ready, &r);
+            fp8t_model_backward(m, 0.5f);
+        }
+        fp8t_model_set_grads_ready(m, NULL, NULL);
+        int want[5] = {3, 2, 1, 0, -1}, same_order = r.n_calls == 5;
+        for (int i = 0; same_order && i < 5; i++) same_order = r.order[i] == want[i];
+        T_CHECK(same_order, "%s: %d reports, first %d", variant ? "llama" : "gpt2", r.n_calls,
+                r.order[0]);
+        T_CHECK(memcmp(r.snap, fp8t_model_grads(m), n * sizeof(float)) == 0,
+                "%s: a gradient changed after its layer was reported final",
+                variant ? "llama" : "gpt2");
+        free(r.snap);
+        fp8t_model_destroy(m);
+    }
+    fp8t_backend_destroy(be);
+}
+
 int main(void) {
     t_suite = "dist";
     T_RUN(test_world_of_one);
     T_RUN(test_cpu_collectives_identity);
     T_RUN(test_adamw_range_equals_full);
+    T_RUN(test_cpu_buckets_identity);
+    T_RUN(test_grads_ready);
     T_MAIN_END();
 }

@@ -5,11 +5,16 @@
 #   - N = 2 trains the same model as N = 1: step 1 bit-exact, every step of 50 within 1% (the
 #     gradient of the two micro-batches is summed in another order; see docs/parallel.md)
 #   - ZeRO-1 equals plain data parallel bit for bit at N = 2
+#   - the gradient reduction in buckets during the backward (--bucket-mb) equals the one
+#     reduction after it bit for bit (N = 1 with --dp-force, N = 2; plain, ZeRO-1, BF16)
 #   - resume at N = 2 reproduces the uninterrupted N = 2 run bit for bit, also with --zero 1
 #     from a plain checkpoint (resharding on load); resume at N = 1 from an N = 2 checkpoint
+#   - ZeRO-1 checkpoints: a shard file per rank; resume at N = 2 and N = 1 from N = 2, and at
+#     N = 2 and N = 1 from N = 1, continue exactly as from the plain checkpoint of that state
 #   - a bad split (--grad-accum not a multiple of N) is refused; a NaN on the ranks stops all
 #     of them naming the rank and tensor; a killed rank ends the run within seconds and the
 #     last checkpoint resumes
+#   - bisect under mpirun runs its experiments at N = 2 and reaches the one-process conclusion
 set -u
 BIN=${FP8TRAIN_BIN:-build/fp8train}
 SUITE=dp
@@ -61,9 +66,13 @@ run1() { local out=$1; shift; "$BIN" train "${COMMON[@]}" "$@" --out "$TMP/$out"
 run2() { local out=$1; shift; "${MPIRUN[@]}" "$BIN" train "${COMMON[@]}" "$@" --out "$TMP/$out" >"$TMP/$out.log" 2>&1; }
 
 # --- one process: the data-parallel path is the plain path
-run1 p1 --steps 12 --grad-accum 2 && run1 f1 --steps 12 --dp-force && run1 z1 --steps 12 --dp-force --zero 1
+run1 p1 --steps 12 --grad-accum 2 --ckpt-every 6 && run1 f1 --steps 12 --dp-force &&
+  run1 z1 --steps 12 --dp-force --zero 1 --ckpt-every 6
 metrics "dp-force at N=1 == plain" "$TMP/p1" "$TMP/f1" exact
 metrics "dp-force --zero 1 at N=1 == plain" "$TMP/p1" "$TMP/z1" exact
+run1 fb --steps 12 --dp-force --bucket-mb 0.001 && run1 zb --steps 12 --dp-force --zero 1 --bucket-mb 0.001
+metrics "dp-force, a bucket per layer, at N=1 == plain" "$TMP/p1" "$TMP/fb" exact
+metrics "dp-force --zero 1, a bucket per layer, at N=1 == plain" "$TMP/p1" "$TMP/zb" exact
 
 # --- N = 2 vs N = 1, 50 steps (two trainings side by side: one core each)
 run1 one --steps 50 & run2 two --steps 50 --ckpt-every 25; wait
@@ -95,12 +104,27 @@ ok = a is not None and a == b
 print(("PASS" if ok else "FAIL") + f" dp: validation split over 2 ranks == one process ({a} vs {b})")
 PY
 
+# --- gradient buckets (--bucket-mb) at N = 2: one reduction after the backward (0), the
+# default (tiny's gradients fit one 25 MiB bucket), a bucket per layer (plain, ZeRO-1, BF16):
+# the same sums of the same two values, so bit for bit the same run
+run2 bk0 --steps 20 --bucket-mb 0 & run2 bk1 --steps 20 --bucket-mb 0.001; wait
+run2 bkd --steps 20 & run2 bkz --steps 20 --zero 1 --bucket-mb 0.001; wait
+metrics "N=2: a bucket per layer == one reduction after the backward" "$TMP/bk0" "$TMP/bk1" exact
+metrics "N=2: the default buckets == one reduction after the backward" "$TMP/bk0" "$TMP/bkd" exact
+metrics "N=2 --zero 1: a bucket per layer == one reduction after the backward" "$TMP/bk0" "$TMP/bkz" exact
+if grep -qE "all-reduced in FP32 in [0-9]+ buckets? during the backward" "$TMP/loud.log"; then
+  pass "the banner names the buckets"
+else fail "the banner names the buckets" "$(grep '^data parallel' "$TMP/loud.log")"; fi
+
 # --- ZeRO-1 == plain data parallel at N = 2
-run2 twoz --steps 50 --zero 1
+run2 twoz --steps 50 --zero 1 --ckpt-every 25
 metrics "ZeRO-1 == plain DP at N=2" "$TMP/two" "$TMP/twoz" exact
 
 # --- BF16 gradient all-reduce: the rounding shows in the norms, the run stays on course
-run2 b16 --steps 10 --dp-reduce bf16
+run2 b16 --steps 10 --dp-reduce bf16 & run2 b16l --steps 10 --dp-reduce bf16 --bucket-mb 0.001; wait
+run2 b160 --steps 10 --dp-reduce bf16 --bucket-mb 0
+metrics "N=2 --dp-reduce bf16: a bucket per layer == one reduction after the backward" "$TMP/b160" "$TMP/b16l" exact
+metrics "N=2 --dp-reduce bf16: the default buckets == one reduction after the backward" "$TMP/b160" "$TMP/b16" exact
 python3 - "$TMP/two" "$TMP/b16" <<'PY'
 import json, sys
 A = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")][:10]
@@ -144,6 +168,47 @@ PY
 else
   fail "resume" "no checkpoint $CK ($(tail -3 "$TMP/two.log"))"
 fi
+
+# --- ZeRO-1 checkpoints: each rank writes its shard of the moments (a file per rank, named
+# with rank and world size), rank 0 the replicated state; resume at the same N reads each
+# rank's shard, at another N reshards on load. The ZeRO-1 and the plain runs are the same bits
+# (tested above), so their checkpoints hold the same state: resuming either must continue
+# exactly alike.
+exact_from() { # NAME REF RUN: every step RUN logged equals REF's at that step
+  python3 - "$@" <<'PY'
+import json, sys
+name, a, b = sys.argv[1:4]
+try:
+    A = {json.loads(l)["step"]: json.loads(l) for l in open(a + "/metrics.jsonl")}
+    B = [json.loads(l) for l in open(b + "/metrics.jsonl")]
+except OSError as e:
+    print(f"FAIL dp: {name}: {e}"); sys.exit()
+bad = [r["step"] for r in B if r["step"] not in A or r["loss"] != A[r["step"]]["loss"]
+       or r["grad_norm"] != A[r["step"]]["grad_norm"]]
+ok = B and not bad
+print(("PASS" if ok else "FAIL") + f" dp: {name}" + (f" (steps {B[0]['step']}-{B[-1]['step']})" if ok else
+      f": rows {len(B)}, differing steps {bad[:5]}"))
+PY
+}
+ZK="$TMP/twoz/checkpoints/step_000025"
+if [ -f "$ZK/optimizer.rank-00000-of-00002.safetensors" ] &&
+   [ -f "$ZK/optimizer.rank-00001-of-00002.safetensors" ] && [ ! -e "$ZK/optimizer.safetensors" ] &&
+   grep -q '"optimizer_shards":[[:space:]]*2' "$ZK/state.json"; then
+  pass "ZeRO-1 N=2 checkpoint: one optimizer shard file per rank, the rest once"
+else fail "ZeRO-1 N=2 checkpoint files" "$(ls "$ZK" 2>&1 | tr '\n' ' ')"; fi
+run2 rzz --steps 50 --zero 1 --resume "$ZK" & run1 r1z --steps 50 --resume "$ZK"; wait
+exact_from "resume at N=2 --zero 1 from a ZeRO-1 N=2 checkpoint == uninterrupted" "$TMP/twoz" "$TMP/rzz"
+exact_from "resume at N=1 from a ZeRO-1 N=2 checkpoint (resharded) == from the plain one" "$TMP/r1" "$TMP/r1z"
+# N = 1 -> N = 2: the --dp-force --zero 1 run's one-shard checkpoint
+ZK1="$TMP/z1/checkpoints/step_000006"
+run2 r2zz --steps 12 --zero 1 --resume "$ZK1" & run2 r2p --steps 12 --resume "$TMP/p1/checkpoints/step_000006"; wait
+run1 rp1z --steps 12 --resume "$ZK1"
+exact_from "resume at N=2 --zero 1 from a ZeRO-1 N=1 checkpoint == from the plain one" "$TMP/r2p" "$TMP/r2zz"
+exact_from "resume at N=1 plain from a ZeRO-1 N=1 checkpoint == uninterrupted" "$TMP/p1" "$TMP/rp1z"
+# --keep-ckpts removes old sharded checkpoints whole (the shard files are fp8train's)
+run2 zk --steps 6 --zero 1 --ckpt-every 2 --keep-ckpts 1
+if [ "$(ls "$TMP/zk/checkpoints" 2>&1)" = step_000006 ]; then pass "--keep-ckpts prunes ZeRO-1 checkpoints"
+else fail "--keep-ckpts prunes ZeRO-1 checkpoints" "$(ls -R "$TMP/zk/checkpoints" 2>&1 | tr '\n' ' ')"; fi
 
 # --- a split that does not divide: refused by every rank, nothing written
 "${MPIRUN[@]}" "$BIN" train "${COMMON[@]}" --steps 2 --grad-accum 3 --out "$TMP/bad" >"$TMP/bad.log" 2>&1
@@ -208,3 +273,28 @@ else
     pass "killed rank: mpirun ended in ${dt}s (exit $rc), $(basename "$last") resumes"
   else fail "killed rank" "rc $rc, last checkpoint '$last': $(tail -3 "$TMP/kill.log" "$TMP/kill_resume.log" 2>/dev/null)"; fi
 fi
+
+# --- bisect under mpirun: every rank runs the same experiments as 2-rank runs, rank 0 writes
+# the report. The conclusion is the one-process bisect's; the experiments really ran at N = 2
+# (the baseline's losses equal N = 1's at step 1 and differ in the last bits later, as N = 2
+# training does) and one voice printed the summary.
+BIS=(--layers 2 --dim 32 --heads 2 --mlp-hidden 64 --max-seq-len 16 --seq-len 16 --batch 2
+     --grad-accum 2 --warmup 2 --lr 1e-3 --seed 7 --steps 16
+     --inject "layer=1,module=fc2,gemm=dgrad,kind=nan,from=3,when=delayed")
+"$BIN" bisect "${BIS[@]}" --out "$TMP/bis1" >"$TMP/bis1.out" 2>&1; rc1=$?
+"${MPIRUN[@]}" "$BIN" bisect "${BIS[@]}" --out "$TMP/bis2" >"$TMP/bis2.out" 2>&1; rc2=$?
+ov1=$(sed -n "s/^  --override '\(.*\)'$/\1/p" "$TMP/bis1.out")
+ov2=$(sed -n "s/^  --override '\(.*\)'$/\1/p" "$TMP/bis2.out")
+python3 - "$TMP/bis1/bf16" "$TMP/bis2/bf16" "$rc1" "$rc2" "$ov1" "$ov2" \
+  "$(grep -c '^bisect: .* experiments; summary' "$TMP/bis2.out")" <<'PY'
+import json, sys
+a, b, rc1, rc2, ov1, ov2, nsum = sys.argv[1:8]
+try:
+    A, B = ([json.loads(l) for l in open(d + "/metrics.jsonl")] for d in (a, b))
+except OSError as e:
+    A = B = []
+ok = (rc1 == rc2 == "0" and ov1 and ov1 == ov2 and nsum == "1" and len(A) == len(B) == 16
+      and A[0]["loss"] == B[0]["loss"] and any(x["loss"] != y["loss"] for x, y in zip(A, B)))
+print(("PASS" if ok else "FAIL") + f" dp: bisect under mpirun -np 2 (override '{ov2}', as one process: '{ov1}')"
+      + ("" if ok else f": rc {rc1}/{rc2}, {nsum} summaries, {len(A)}/{len(B)} baseline rows"))
+PY

@@ -337,6 +337,18 @@ typedef struct fp8t_backend_ops {
     /* dst_host (from host_alloc) = src, queued on the stream without waiting: the bytes are
      * there once a later to_host or synchronize has returned (the CPU copies at once). */
     void (*to_host_async)(fp8t_backend *b, void *dst_host, const void *src, size_t bytes);
+
+    /* ---- the gradient reduction overlapped with the backward (dist_train.c's buckets) ----
+     * reduce_start: the sum over ranks of x[n], in place, started after every op queued so far
+     * and running alongside the ops queued after it: an all-reduce (counts NULL; bf16 as
+     * allreduce's), or with counts[size] a reduce-scatter of x's ranges as reduce_scatter's.
+     * x must not be read or written until reduce_wait. The same elementwise sums as allreduce /
+     * reduce_scatter on the same x (the bits do not depend on how x is cut into buckets).
+     * reduce_wait: every started reduction finished; ops queued afterwards see the results (the
+     * host may wait here: it is where a backend watches for a dead peer). Either may be NULL
+     * (a backend without them: the trainer reduces after the backward). */
+    void (*reduce_start)(fp8t_backend *b, float *x, size_t n, const size_t *counts, int bf16);
+    void (*reduce_wait)(fp8t_backend *b);
 } fp8t_backend_ops;
 
 struct fp8t_backend {

@@ -8,6 +8,14 @@
  *                          with metadata n and history_len
  *   state.json             format/version, step, data position, seed, model config, the run's
  *                          resolved config and the policy at that step
+ * or, written by a ZeRO-1 run of W ranks (version 2; "optimizer_shards": W in state.json),
+ * instead of optimizer.safetensors one file per rank, written by that rank:
+ *   optimizer.rank-RRRRR-of-WWWWW.safetensors  rank R's shard [lo, hi) of the flat moment
+ *                          vectors (fp8t_checkpoint_shard): "exp_avg", "exp_avg_sq" (F32
+ *                          [hi - lo]), "step" (I64 [1]); metadata offset, count, rank,
+ *                          world_size, num_params
+ * Loading reads the shards back into the flat layout (any range of it: a run at another N
+ * takes its own slice, resharding on load).
  * It is written into a hidden temporary directory next to its final name and renamed, so a
  * crash never leaves a half checkpoint under a step_* name. Loading checks every file and
  * names the file and the fix on any problem. */
@@ -23,7 +31,8 @@
 extern "C" {
 #endif
 
-#define FP8T_CKPT_VERSION 1
+#define FP8T_CKPT_VERSION 1        /* written without optimizer shards (the plain layout) */
+#define FP8T_CKPT_VERSION_SHARDED 2 /* with them; a reader of version 1 refuses it by name */
 
 typedef struct {
     int step;                 /* optimizer steps completed */
@@ -33,7 +42,11 @@ typedef struct {
     fp8t_model_config model;
     size_t num_params;
     float *params;            /* [num_params] FP32 master weights (host) */
-    float *adam_m, *adam_v;   /* [num_params] AdamW moments (host) */
+    float *adam_m, *adam_v;   /* AdamW moments (host) of the parameters [adam_lo, adam_hi):
+                                 [num_params] unless loaded by fp8t_checkpoint_load_range or
+                                 set up for fp8t_checkpoint_write_shard */
+    size_t adam_lo, adam_hi;  /* adam_hi 0: all num_params (what a memset checkpoint means) */
+    int shards;               /* ZeRO-1 optimizer shards it has (0: optimizer.safetensors) */
     int fp8_n, fp8_len;       /* recipe state: n tensors, history length */
     float *fp8_state;         /* [(fp8_len + 3) * fp8_n] (host) */
     char *config_json;        /* the run's resolved config (JSON object text), may be NULL */
@@ -46,11 +59,38 @@ typedef struct {
  * 0 ok, -1 + err. */
 int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, size_t errlen);
 
+/* The sharded save of a ZeRO-1 run, every rank taking part (the ranks in between agree that
+ * every step succeeded everywhere; checkpoint.c knows nothing of them):
+ *  1. rank 0: fp8t_checkpoint_begin makes the hidden temporary directory next to dir (its path
+ *     into tmp, which rank 0 hands to the others);
+ *  2. every rank R of W: fp8t_checkpoint_write_shard writes its moments ck->adam_m/adam_v of
+ *     [ck->adam_lo, ck->adam_hi), which must be fp8t_checkpoint_shard(num_params, W, R);
+ *  3. rank 0: fp8t_checkpoint_commit with ck->shards = W writes the replicated files
+ *     (state.json last) and renames tmp to dir atomically, as fp8t_checkpoint_save; or, when
+ *     a rank failed, fp8t_checkpoint_abandon removes tmp.
+ * fp8t_checkpoint_save is begin + commit with the moments in one file. 0 ok, -1 + err. */
+int fp8t_checkpoint_begin(const char *dir, char *tmp, size_t tmplen, char *err, size_t errlen);
+int fp8t_checkpoint_write_shard(const char *tmp, const fp8t_checkpoint *ck, int rank, int world,
+                                char *err, size_t errlen);
+int fp8t_checkpoint_commit(const char *tmp, const char *dir, const fp8t_checkpoint *ck,
+                           char *err, size_t errlen);
+void fp8t_checkpoint_abandon(const char *tmp);
+/* Rank `rank` of `world`'s shard [*lo, *hi) of n parameters: even shards, the first n % world
+ * ranks one more (ZeRO-1's split, and the one the shard files are cut by). */
+void fp8t_checkpoint_shard(size_t n, int world, int rank, size_t *lo, size_t *hi);
+/* The optimizer shard file name of rank of world ("optimizer.rank-00001-of-00002.safetensors") */
+void fp8t_checkpoint_shard_name(char *buf, size_t len, int rank, int world);
+
 /* Read and validate a checkpoint directory. The model config comes from state.json; if
  * expect is non-NULL it must match it (err names the differing field). On success ck owns
  * malloc'd buffers (fp8t_checkpoint_free). */
 int fp8t_checkpoint_load(const char *dir, const fp8t_model_config *expect, fp8t_checkpoint *ck,
                          char *err, size_t errlen);
+/* fp8t_checkpoint_load with the moments of the parameters [lo, hi) only (hi <= num_params):
+ * ck->adam_m/adam_v hold hi - lo floats, adam_lo/adam_hi say which. Of a sharded checkpoint
+ * only the shard files that overlap the range are read. */
+int fp8t_checkpoint_load_range(const char *dir, const fp8t_model_config *expect, size_t lo,
+                               size_t hi, fp8t_checkpoint *ck, char *err, size_t errlen);
 /* state.json only: fills step, data_position, seed, loss, model, fp8_n, fp8_len, config_json,
  * policy_json (no tensors). */
 int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, size_t errlen);

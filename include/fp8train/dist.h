@@ -55,6 +55,15 @@ void fp8t_dist_allreduce_bf16(uint16_t *x, size_t n);
 void fp8t_dist_reduce_scatter_f32(float *x, const size_t *counts);
 /* In place: every rank receives every rank's range of x (the ranges as above). */
 void fp8t_dist_allgather_f32(float *x, const size_t *counts);
+/* Non-blocking sums (the gradient buckets overlapped with the backward): started now, in
+ * place, finished by fp8t_dist_wait; x must not be touched until then. Every rank starts the
+ * same sequence. The results are those of the blocking calls above, bit for bit. */
+void fp8t_dist_iallreduce_sum_f32(float *x, size_t n);
+void fp8t_dist_iallreduce_bf16(uint16_t *x, size_t n);
+void fp8t_dist_ireduce_scatter_f32(float *x, const size_t *counts);
+/* Wait for every sum started above (reduce-scatter: each rank's range in place, as
+ * fp8t_dist_reduce_scatter_f32 leaves it). */
+void fp8t_dist_wait(void);
 /* End every rank now (a rank that cannot go on while the others wait in a collective). */
 void fp8t_dist_abort(int code);
 

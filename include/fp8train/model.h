@@ -173,6 +173,13 @@ const float *fp8t_model_losses(fp8t_model *m);
  * scaled by dloss (1/grad_accum_steps). */
 void fp8t_model_backward(fp8t_model *m, float dloss);
 void fp8t_model_zero_grad(fp8t_model *m);
+/* Told by fp8t_model_backward as the gradients become final, in this order: layer = n_layer
+ * after the LM head and the final norm, n_layer-1 ... 0 after each block, -1 after the
+ * embedding. From then on the backward adds nothing more to the gradients of the parameter
+ * table's tensors from layer `layer` to the end of the table (-1: to all of them): the
+ * data-parallel trainer starts reducing them while the backward goes on. fn NULL: none. */
+typedef void (*fp8t_grads_ready_fn)(void *ctx, int layer);
+void fp8t_model_set_grads_ready(fp8t_model *m, fp8t_grads_ready_fn fn, void *ctx);
 /* Global L2 norm of the gradients (waits). */
 float fp8t_model_grad_norm(fp8t_model *m);
 /* AdamW step t (1-based) with gradient clipping at grad_clip (<=0: off) given the norm. */

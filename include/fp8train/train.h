@@ -69,6 +69,9 @@ typedef struct {
     int dp_bf16_reduce;         /* gradient all-reduce in BF16 instead of FP32 */
     int amax_reduce;            /* all-reduce (max) amaxes before the scale update (default 1) */
     int dp_force;               /* the data-parallel path even in one process (checks) */
+    float bucket_mb;            /* gradient reduction buckets of at least this many MiB,
+                                   started during the backward (default 25; 0: one reduction
+                                   after it) */
 } fp8t_train_config;
 
 /* Defaults for everything (preset tiny, synthetic data, FP8 delayed policy, ...). */

@@ -184,6 +184,84 @@ void fp8t_dist_allgather_f32(float *x, const size_t *counts) {
     free(c);
 }
 
+/* The non-blocking sums in flight: MPI wants the request, and a reduce-scatter's counts
+ * alive until it completes and its block moved to the rank's range afterwards. */
+typedef struct {
+    MPI_Request req;
+    int *counts;     /* reduce-scatter: [2 * size] counts and displacements, else NULL */
+    float *x;        /* reduce-scatter: the buffer whose start holds this rank's block */
+} pending_op;
+static pending_op *g_pending;
+static int g_n_pending, g_cap_pending;
+
+static pending_op *new_pending(void) {
+    if (g_n_pending == g_cap_pending) {
+        int cap = g_cap_pending ? 2 * g_cap_pending : 16;
+        pending_op *p = realloc(g_pending, (size_t)cap * sizeof(*p));
+        if (!p) {
+            fprintf(stderr, "fp8train: out of memory\n");
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        g_pending = p, g_cap_pending = cap;
+    }
+    pending_op *op = &g_pending[g_n_pending++];
+    memset(op, 0, sizeof(*op));
+    return op;
+}
+
+/* MPI advances a non-blocking collective only inside MPI calls (no progress thread in a
+ * default OpenMPI): each new start gives the earlier ones a turn, so the buckets move while
+ * the backward goes on instead of all at the wait. */
+static void poke_pending(void) {
+    for (int i = 0; i < g_n_pending; i++) {
+        int done = 0;
+        if (g_pending[i].req != MPI_REQUEST_NULL)
+            MPI_Test(&g_pending[i].req, &done, MPI_STATUS_IGNORE);
+    }
+}
+
+void fp8t_dist_iallreduce_sum_f32(float *x, size_t n) {
+    if (g_size <= 1) return;
+    poke_pending();
+    for (size_t o = 0; o < n; o += CHUNK)
+        MPI_Iallreduce(MPI_IN_PLACE, x + o, (int)(n - o < CHUNK ? n - o : CHUNK), MPI_FLOAT,
+                       MPI_SUM, MPI_COMM_WORLD, &new_pending()->req);
+}
+
+void fp8t_dist_iallreduce_bf16(uint16_t *x, size_t n) {
+    if (g_size <= 1) return;
+    poke_pending();
+    for (size_t o = 0; o < n; o += CHUNK)
+        MPI_Iallreduce(MPI_IN_PLACE, x + o, (int)(n - o < CHUNK ? n - o : CHUNK), g_bf16_type,
+                       g_bf16_sum_op, MPI_COMM_WORLD, &new_pending()->req);
+}
+
+void fp8t_dist_ireduce_scatter_f32(float *x, const size_t *counts) {
+    if (g_size <= 1) return;
+    poke_pending();
+    int *c = malloc(2 * sizeof(int) * (size_t)g_size);
+    if (!c) MPI_Abort(MPI_COMM_WORLD, 1);
+    int_counts(counts, c, c + g_size);
+    pending_op *op = new_pending();
+    op->counts = c;
+    op->x = x;
+    MPI_Ireduce_scatter(MPI_IN_PLACE, x, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &op->req);
+}
+
+void fp8t_dist_wait(void) {
+    for (int i = 0; i < g_n_pending; i++) {
+        pending_op *op = &g_pending[i];
+        MPI_Wait(&op->req, MPI_STATUS_IGNORE);
+        if (op->counts) { /* as fp8t_dist_reduce_scatter_f32: the block to the rank's range */
+            const int *c = op->counts;
+            if (c[g_size + g_rank] > 0)
+                memmove(op->x + c[g_size + g_rank], op->x, (size_t)c[g_rank] * sizeof(float));
+            free(op->counts);
+        }
+    }
+    g_n_pending = 0;
+}
+
 void fp8t_dist_abort(int code) {
     int init = 0;
     MPI_Initialized(&init);
@@ -215,6 +293,10 @@ void fp8t_dist_allreduce_i32(int *x, size_t n, fp8t_reduce_op op) { (void)x, (vo
 void fp8t_dist_allreduce_bf16(uint16_t *x, size_t n) { (void)x, (void)n; }
 void fp8t_dist_reduce_scatter_f32(float *x, const size_t *counts) { (void)x, (void)counts; }
 void fp8t_dist_allgather_f32(float *x, const size_t *counts) { (void)x, (void)counts; }
+void fp8t_dist_iallreduce_sum_f32(float *x, size_t n) { (void)x, (void)n; }
+void fp8t_dist_iallreduce_bf16(uint16_t *x, size_t n) { (void)x, (void)n; }
+void fp8t_dist_ireduce_scatter_f32(float *x, const size_t *counts) { (void)x, (void)counts; }
+void fp8t_dist_wait(void) {}
 void fp8t_dist_abort(int code) { exit(code); }
 
 #endif

@@ -346,6 +346,11 @@ static void w_broadcast(fp8t_backend *b, void *x, size_t bytes, int root) {
     in(b)->ops->broadcast(in(b), x, bytes, root);
 }
 
+static void w_reduce_start(fp8t_backend *b, float *x, size_t n, const size_t *counts, int bf16) {
+    in(b)->ops->reduce_start(in(b), x, n, counts, bf16);
+}
+static void w_reduce_wait(fp8t_backend *b) { in(b)->ops->reduce_wait(in(b)); }
+
 static const fp8t_backend_ops wrapper_ops = {
     w_malloc, w_free, w_to_device, w_to_host, w_copy, w_zero, w_synchronize, w_destroy,
     w_gemm_f32, w_gemm_bf16, w_gemm_bf16_rounded, w_gemm_fp8,
@@ -358,6 +363,7 @@ static const fp8t_backend_ops wrapper_ops = {
     w_add, w_add_bias, w_accumulate, w_scale, w_sumsq, w_sum, w_adamw,
     w_comm_init, w_allreduce, w_reduce_scatter, w_all_gather, w_broadcast,
     w_tensor_stats, w_host_alloc, w_host_free, w_to_host_async,
+    w_reduce_start, w_reduce_wait,
 };
 
 fp8t_backend *fp8t_profile_wrap(fp8t_backend *inner) {

@@ -5,7 +5,9 @@
  * Exit: 0 conclusion reached (a fix, or no FP8 problem), 1 no override closes the gap,
  * 2 bad input or a failed experiment. A result too noisy to trust (an experiment ends further
  * below the BF16 baseline than the threshold) keeps these statuses: it is printed with a
- * WARNING and an UNCONFIRMED culprit, and bisect.json says "reliable": false. */
+ * WARNING and an UNCONFIRMED culprit, and bisect.json says "reliable": false.
+ * Under mpirun (-np N) every rank runs the same experiments as N-rank data-parallel runs;
+ * rank 0 prints and writes bisect.json and report.html. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,13 +87,6 @@ static int parse_fraction(const char *opt, const char *v, int one_ok, const char
 }
 
 int fp8t_cmd_bisect(int argc, char **argv) {
-    /* every rank would drive its own bisection and write the same report files */
-    if (fp8t_dist_get_launch()->size > 1) {
-        fprintf(stderr, "fp8train bisect: running under a launcher with %d processes is not "
-                "supported yet; run bisect as one process (its experiments then run in it)\n",
-                fp8t_dist_get_launch()->size);
-        return 2;
-    }
     fp8t_bisect_config *bc = malloc(sizeof *bc);
     char **rest = malloc(((size_t)argc + 1) * sizeof *rest);
     if (!bc || !rest) {
@@ -152,14 +147,21 @@ int fp8t_cmd_bisect(int argc, char **argv) {
     }
     bc->steps = bc->train.steps;
     snprintf(bc->out_dir, sizeof bc->out_dir, "%s", have_out ? bc->train.out_dir : "runs/bisect");
-    bc->log = stdout;
+    /* under mpirun every rank runs the experiments (data parallel, the same N); rank 0 speaks
+     * and writes the report */
+    if (fp8t_dist_init(err, sizeof err) != 0) {
+        fprintf(stderr, "fp8train bisect: %s\n", err);
+        goto out;
+    }
+    const int rank = fp8t_dist_rank();
+    bc->log = rank == 0 ? stdout : NULL;
     fp8t_bisect_result *res = malloc(sizeof *res);
     if (!res) {
         fprintf(stderr, "fp8train bisect: out of memory\n");
-        goto out;
+        fp8t_dist_abort(2); /* the other ranks would wait for this one in the first run */
     }
     if (fp8t_bisect_run(bc, res, err, sizeof err) != 0) {
-        fprintf(stderr, "fp8train bisect: %s\n", err);
+        if (rank == 0) fprintf(stderr, "fp8train bisect: %s\n", err);
         rc = 2;
     } else {
         rc = fp8t_bisect_exit_code(res);

@@ -19,6 +19,7 @@
 #include "debug/bisect_internal.h"
 #include "fp8train/checkpoint.h"
 #include "fp8train/compare.h"
+#include "fp8train/dist.h"
 
 void fp8t_bisect_config_default(fp8t_bisect_config *c) {
     memset(c, 0, sizeof *c);
@@ -197,6 +198,17 @@ static void logf_(bisect_ctx *c, const char *fmt, ...) {
     fflush(c->cfg->log);
 }
 
+/* Under a launcher every rank runs the same experiments (each one a data-parallel training
+ * run with the same N), but only rank 0 touches bisect's own files and reads the runs' logs
+ * (which rank 0 wrote). What it found, rc and on failure err, goes to every rank, so that all
+ * of them take the same next step and none waits in a collective the others never reach. */
+static int from_rank0(bisect_ctx *c, int rc) {
+    if (fp8t_dist_size() <= 1) return rc;
+    fp8t_dist_bcast(&rc, sizeof rc, 0);
+    if (rc != 0) fp8t_dist_bcast(c->err, c->errlen, 0);
+    return rc;
+}
+
 void bisect_gemm_set_name(char *buf, size_t len, unsigned mask) {
     buf[0] = 0;
     for (int g = 0; g < FP8T_GEMM_COUNT; g++) {
@@ -318,9 +330,13 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
     tc->baseline[0] = 0;
     tc->shadow_every = 0;      /* shadow fallbacks would change the run under test */
     tc->detect_nan = 1;
-    if (rm_tree(tc->out_dir) != 0) {
+    int rrc = 0;
+    if (c->rank == 0 && rm_tree(tc->out_dir) != 0) {
         snprintf(c->err, c->errlen, "bisect: cannot clear %s: %s", tc->out_dir,
                  strerror(errno));
+        rrc = -1;
+    }
+    if (from_rank0(c, rrc) != 0) {
         free(tc);
         return -1;
     }
@@ -334,38 +350,42 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
     char terr[512] = "";
     int rc = fp8t_train_run(tc, &tr, terr, sizeof terr);
     e->seconds = now_s() - t0;
+    /* the ranks agreed on rc inside the run (every one fails when one does) */
     if (rc != 0 || tr.reason == FP8T_STOP_ERROR) {
         logf_(c, " failed\n");
         snprintf(c->err, c->errlen, "bisect: experiment %s failed: %s", name,
                  terr[0] ? terr : "(no message)");
+        if (c->rank != 0) /* rank 0 prints the bisect's error; a rank's own cause is here */
+            fprintf(stderr, "fp8train bisect: rank %d: %s\n", c->rank, c->err);
         free(tc);
         return -1;
     }
     e->ran = 1;
     e->stop = (int)tr.reason;
     int tail = fp8t_bisect_tail_steps(c->cfg);
-    if (fp8t_bisect_tail_loss(&e->tail_loss, &e->final_loss, &e->first_step, &e->last_step,
-                              tc->out_dir, tail, c->err, c->errlen) != 0) {
+    int jrc = 0; /* rank 0 judges the run from its logs */
+    if (c->rank == 0) {
+        jrc = fp8t_bisect_tail_loss(&e->tail_loss, &e->final_loss, &e->first_step,
+                                    &e->last_step, tc->out_dir, tail, c->err, c->errlen);
+        if (jrc == 0 && base == POL_BF16 && !override && !resume) {
+            e->gap = 0; /* the baseline itself */
+        } else if (jrc == 0) {
+            char base_dir[BPATH];
+            snprintf(base_dir, sizeof base_dir, "%s/bf16", c->root);
+            jrc = fp8t_bisect_gap(&e->gap, tc->out_dir, base_dir, tc->steps, tail, c->err,
+                                  c->errlen);
+        }
+        e->finished = e->last_step >= tc->steps && isfinite(e->tail_loss);
+        e->closes = fabs(e->gap) < c->cfg->threshold;
+    }
+    if (from_rank0(c, jrc) != 0) {
         logf_(c, " failed\n");
         free(tc);
         return -1;
     }
+    if (fp8t_dist_size() > 1) fp8t_dist_bcast(e, sizeof *e, 0); /* the same evidence everywhere */
     c->spent += e->seconds;
-    int finished = e->last_step >= tc->steps && isfinite(e->tail_loss);
-    if (base == POL_BF16 && !override && !resume) {
-        e->gap = 0; /* the baseline itself */
-    } else {
-        char base_dir[BPATH];
-        snprintf(base_dir, sizeof base_dir, "%s/bf16", c->root);
-        if (fp8t_bisect_gap(&e->gap, tc->out_dir, base_dir, tc->steps, tail, c->err,
-                            c->errlen) != 0) {
-            logf_(c, " failed\n");
-            free(tc);
-            return -1;
-        }
-    }
-    e->closes = fabs(e->gap) < c->cfg->threshold;
-    e->finished = finished;
+    const int finished = e->finished;
     free(tc);
 
     int left = c->planned - idx;
@@ -634,23 +654,30 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
     c->err = err;
     c->errlen = errlen;
     if (check_config(cfg, err, errlen) != 0) return -1;
+    /* under mpirun: every rank runs this procedure (fp8t_dist_init is what dp_setup calls) */
+    if (fp8t_dist_init(err, errlen) != 0) return -1;
+    c->rank = fp8t_dist_rank();
     c->n_layer = cfg->train.model.n_layer;
     c->n_pos = c->n_layer + head_in_fp8(&cfg->train);
     res->n_layer = c->n_layer;
-    if (cfg->train.resume[0]) {
+    int prc = 0;
+    if (c->rank == 0 && cfg->train.resume[0]) {
         fp8t_checkpoint ck;
         memset(&ck, 0, sizeof ck);
-        if (fp8t_checkpoint_read_state(cfg->train.resume, &ck, err, errlen) != 0) return -1;
+        prc = fp8t_checkpoint_read_state(cfg->train.resume, &ck, err, errlen);
         c->start_step = ck.step;
         fp8t_checkpoint_free(&ck);
     }
     int n = snprintf(c->root, sizeof c->root, "%s", cfg->out_dir);
-    if (n < 0 || (size_t)n >= sizeof c->root - 128 || mkdir_p(c->root) != 0) {
+    if (prc == 0 && c->rank == 0 &&
+        (n < 0 || (size_t)n >= sizeof c->root - 128 || mkdir_p(c->root) != 0)) {
         snprintf(err, errlen, "bisect: cannot create %s (check --out): %s", cfg->out_dir,
                  n < 0 || (size_t)n >= sizeof c->root - 128 ? "path too long" : strerror(errno));
-        return -1;
+        prc = -1;
     }
-    if (clear_previous_bisect(c) != 0) return -1;
+    if (prc == 0 && c->rank == 0) prc = clear_previous_bisect(c);
+    if (from_rank0(c, prc) != 0) return -1;
+    if (fp8t_dist_size() > 1) fp8t_dist_bcast(&c->start_step, sizeof c->start_step, 0);
     /* bf16, fp8, recovery, fake, 3 kinds, the span search, current */
     c->planned = 7 + (c->n_pos > 1 ? 2 * ceil_log2(c->n_pos) : 0) + 1;
 
@@ -706,8 +733,10 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
     {
         char fp8_dir[BPATH];
         snprintf(fp8_dir, sizeof fp8_dir, "%s/fp8", c->root);
-        int mid = checkpoint_near(fp8_dir, c->start_step + half, c->start_step,
-                                  c->start_step + cfg->steps);
+        int mid = c->rank == 0 ? checkpoint_near(fp8_dir, c->start_step + half, c->start_step,
+                                                 c->start_step + cfg->steps)
+                               : -1;
+        if (fp8t_dist_size() > 1) fp8t_dist_bcast(&mid, sizeof mid, 0);
         if (mid < 0) {
             logf_(c, "bisect: recovery experiment skipped: the fp8 run left no checkpoint "
                      "before step %d\n", c->start_step + cfg->steps);
@@ -814,7 +843,9 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
 done:
     fp8t_bisect_judge_noise(res, cfg->threshold);
     fp8t_bisect_print(cfg->log, res, cfg->threshold);
-    if (bisect_write_json(c) != 0 || bisect_write_html(c) != 0) return -1;
+    if (from_rank0(c, c->rank == 0 && (bisect_write_json(c) != 0 || bisect_write_html(c) != 0)
+                          ? -1 : 0) != 0)
+        return -1;
     logf_(c, "bisect: %.0fs in %d experiments; summary %s/bisect.json, report %s/report.html\n",
           c->spent, res->n_exp, c->root, c->root);
     return 0;

@@ -20,6 +20,8 @@ typedef struct {
                                   head when the policy runs it in FP8 (position n_layer) */
     int planned;               /* experiments expected in total (for the ETA) */
     double spent;              /* seconds in experiments so far */
+    int rank;                  /* under a launcher: only rank 0 writes bisect's files and
+                                  reads the experiments' logs (bisect.c: from_rank0) */
     char *err;
     size_t errlen;
 } bisect_ctx;

@@ -131,11 +131,15 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
     else
         ops->rmsnorm_backward(be, a->dres, m->g.lnf_w, a->dc1, res, m->p.lnf_w, a->lnf_rstd, N,
                               C);
+    /* each grads_ready: the gradients from that layer to the end of the table are final */
+    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, c->n_layer);
     for (int l = c->n_layer - 1; l >= 0; l--) {
         const float *res_in = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * NC;
         if (c->arch == FP8T_ARCH_GPT2) gpt2_block_backward(m, l, res_in);
         else llama_block_backward(m, l, res_in);
+        if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, l);
     }
     ops->embedding_backward(be, m->g.wte, c->arch == FP8T_ARCH_GPT2 ? m->g.wpe : NULL, a->dres,
                             m->tokens, B, T, C);
+    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, -1);
 }

@@ -553,3 +553,8 @@ void fp8t_model_set_hook(fp8t_model *m, fp8t_tensor_hook hook, void *ctx) {
     m->hook = hook;
     m->hook_ctx = ctx;
 }
+
+void fp8t_model_set_grads_ready(fp8t_model *m, fp8t_grads_ready_fn fn, void *ctx) {
+    m->grads_ready = fn;
+    m->grads_ready_ctx = ctx;
+}

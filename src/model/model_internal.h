@@ -188,6 +188,8 @@ struct fp8t_model {
 
     fp8t_tensor_hook hook;
     void *hook_ctx;
+    fp8t_grads_ready_fn grads_ready; /* fp8t_model_set_grads_ready (NULL: none) */
+    void *grads_ready_ctx;
 
     /* Fused softmax + cross-entropy (forward.c, backward.c): a training forward writes the
      * losses AND dlogits = (softmax - onehot) * xent_dloss / count into a->logits in one pass,

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,15 +69,39 @@ static int is_prefix_digits(const char *name, const char *prefix) {
     return 1;
 }
 
-/* A file fp8train writes inside a checkpoint directory: one of CKPT_FILES, or the temporary of
- * one (fp8t_atomic_open's "<file>.tmp.<pid>", left behind only by a crash). */
+void fp8t_checkpoint_shard_name(char *buf, size_t len, int rank, int world) {
+    snprintf(buf, len, "optimizer.rank-%05d-of-%05d.safetensors", rank, world);
+}
+
+void fp8t_checkpoint_shard(size_t n, int world, int rank, size_t *lo, size_t *hi) {
+    const size_t w = (size_t)(world > 0 ? world : 1), r = (size_t)rank;
+    *lo = r * (n / w) + (r < n % w ? r : n % w);
+    *hi = *lo + n / w + (r < n % w);
+}
+
+/* Length of the optimizer shard file name name starts with, exactly as
+ * fp8t_checkpoint_shard_name writes it (rank < world), else 0. */
+static size_t shard_name_len(const char *name) {
+    int r = -1, w = -1, n = 0;
+    if (sscanf(name, "optimizer.rank-%5d-of-%5d.safetensors%n", &r, &w, &n) != 2 || n <= 0 ||
+        r < 0 || w < 1 || r >= w)
+        return 0;
+    char canon[96];
+    fp8t_checkpoint_shard_name(canon, sizeof(canon), r, w);
+    return strlen(canon) == (size_t)n && !strncmp(name, canon, (size_t)n) ? (size_t)n : 0;
+}
+
+/* A file fp8train writes inside a checkpoint directory: one of CKPT_FILES or an optimizer
+ * shard, or the temporary of one (fp8t_atomic_open's "<file>.tmp.<pid>", left behind only by
+ * a crash). */
 static int is_ckpt_file(const char *name) {
     for (int i = 0; i < N_CKPT_FILES; i++) {
         size_t n = strlen(CKPT_FILES[i]);
         if (!strcmp(name, CKPT_FILES[i])) return 1;
         if (!strncmp(name, CKPT_FILES[i], n) && is_prefix_digits(name + n, ".tmp.")) return 1;
     }
-    return 0;
+    size_t n = shard_name_len(name);
+    return n && (!name[n] || is_prefix_digits(name + n, ".tmp."));
 }
 
 int fp8t_checkpoint_step_of_name(const char *name) {
@@ -181,7 +206,9 @@ static void add_params(fp8t_st_writer *w, const char *prefix, const fp8t_param_i
 static char *state_json(const fp8t_checkpoint *ck) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "format", CKPT_FORMAT);
-    cJSON_AddNumberToObject(o, "version", FP8T_CKPT_VERSION);
+    cJSON_AddNumberToObject(o, "version",
+                            ck->shards > 0 ? FP8T_CKPT_VERSION_SHARDED : FP8T_CKPT_VERSION);
+    if (ck->shards > 0) cJSON_AddNumberToObject(o, "optimizer_shards", ck->shards);
     cJSON_AddNumberToObject(o, "step", ck->step);
     if (isfinite(ck->loss)) cJSON_AddNumberToObject(o, "loss", ck->loss);
     char num[32];
@@ -225,6 +252,13 @@ static int write_files(const char *tmp, const fp8t_checkpoint *ck, char *err, si
         free(info);
         return -1;
     }
+    if (!ck->shards && ck->adam_hi && (ck->adam_lo || ck->adam_hi != ck->num_params)) {
+        snprintf(err, errlen, "checkpoint: the moments of parameters [%zu, %zu) only were given; "
+                 "one optimizer file needs all %zu (a ZeRO-1 run writes shards: "
+                 "fp8t_checkpoint_write_shard)", ck->adam_lo, ck->adam_hi, ck->num_params);
+        free(info);
+        return -1;
+    }
     char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64], num[32];
     int rc = -1;
     char *mj = fp8t_model_config_to_json(&ck->model);
@@ -239,15 +273,18 @@ static int write_files(const char *tmp, const fp8t_checkpoint *ck, char *err, si
     if (fp8t_st_writer_save(w, path, err, errlen) != 0) goto fail;
     fp8t_st_writer_free(w);
 
+    /* the moments: here in one file, or already in tmp as the ranks' shards */
     w = fp8t_st_writer_new();
-    add_params(w, "exp_avg.", info, count, ck->adam_m);
-    add_params(w, "exp_avg_sq.", info, count, ck->adam_v);
-    int64_t one = 1, step64 = ck->step;
-    fp8t_st_writer_add(w, "step", FP8T_ST_I64, 1, &one, &step64);
-    fp8t_st_writer_metadata(w, "format", "fp8train");
-    fp8t_st_writer_metadata(w, "optimizer", "adamw");
-    fp8t_fmt(path, sizeof(path), "%s/optimizer.safetensors", tmp);
-    if (fp8t_st_writer_save(w, path, err, errlen) != 0) goto fail;
+    if (!ck->shards) {
+        add_params(w, "exp_avg.", info, count, ck->adam_m);
+        add_params(w, "exp_avg_sq.", info, count, ck->adam_v);
+        int64_t one = 1, step64 = ck->step;
+        fp8t_st_writer_add(w, "step", FP8T_ST_I64, 1, &one, &step64);
+        fp8t_st_writer_metadata(w, "format", "fp8train");
+        fp8t_st_writer_metadata(w, "optimizer", "adamw");
+        fp8t_fmt(path, sizeof(path), "%s/optimizer.safetensors", tmp);
+        if (fp8t_st_writer_save(w, path, err, errlen) != 0) goto fail;
+    }
     fp8t_st_writer_free(w);
 
     w = fp8t_st_writer_new();
@@ -279,38 +316,94 @@ fail:
  * that sees the new state.json sees the new tensors). err stays "" on success. */
 static void move_files_in(const char *tmp, const char *dir, char *err, size_t errlen) {
     err[0] = 0;
-    for (int i = 0; i < N_CKPT_FILES; i++) {
-        char from[FP8T_CKPT_PATH_MAX_INTERNAL * 3], to[FP8T_CKPT_PATH_MAX_INTERNAL * 3];
-        fp8t_fmt(from, sizeof(from), "%s/%s", tmp, CKPT_FILES[i]);
-        fp8t_fmt(to, sizeof(to), "%s/%s", dir, CKPT_FILES[i]);
-        if (rename(from, to) != 0) {
-            snprintf(err, errlen, "cannot move %s to %s: %s", from, to, strerror(errno));
-            return;
+    DIR *d = opendir(tmp);
+    if (!d) {
+        snprintf(err, errlen, "cannot read %s: %s", tmp, strerror(errno));
+        return;
+    }
+    /* every file of the checkpoint (the optimizer shards too), state.json last */
+    for (int last = 0; last < 2 && !err[0]; last++) {
+        rewinddir(d);
+        struct dirent *e;
+        while (!err[0] && (e = readdir(d))) {
+            if (!is_ckpt_file(e->d_name) || strstr(e->d_name, ".tmp.") ||
+                (strcmp(e->d_name, "state.json") == 0) != last)
+                continue;
+            char from[FP8T_CKPT_PATH_MAX_INTERNAL * 3], to[FP8T_CKPT_PATH_MAX_INTERNAL * 3];
+            fp8t_fmt(from, sizeof(from), "%s/%s", tmp, e->d_name);
+            fp8t_fmt(to, sizeof(to), "%s/%s", dir, e->d_name);
+            if (rename(from, to) != 0)
+                snprintf(err, errlen, "cannot move %s to %s: %s", from, to, strerror(errno));
         }
     }
-    fsync_dir(dir);
+    closedir(d);
+    if (!err[0]) fsync_dir(dir);
 }
 
-int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, size_t errlen) {
+int fp8t_checkpoint_begin(const char *dir, char *tmp, size_t tmplen, char *err, size_t errlen) {
     if (strlen(dir) >= FP8T_CKPT_PATH_MAX_INTERNAL - 64) {
         snprintf(err, errlen, "checkpoint path too long: %s", dir);
         return -1;
     }
     char parent[FP8T_CKPT_PATH_MAX_INTERNAL], base[FP8T_CKPT_PATH_MAX_INTERNAL];
-    char tmp[FP8T_CKPT_PATH_MAX_INTERNAL * 2], old[FP8T_CKPT_PATH_MAX_INTERNAL * 2];
     split_path(dir, parent, sizeof(parent), base, sizeof(base));
     if (fp8t_mkdirs(parent, err, errlen) != 0) return -1;
-    fp8t_fmt(tmp, sizeof(tmp), "%s/.tmp.%s.%ld", parent, base, (long)getpid());
-    fp8t_fmt(old, sizeof(old), "%s/.old.%s.%ld", parent, base, (long)getpid());
+    if (fp8t_fmt(tmp, tmplen, "%s/.tmp.%s.%ld", parent, base, (long)getpid()) != 0) {
+        snprintf(err, errlen, "checkpoint path too long: %s", dir);
+        return -1;
+    }
     (void)remove_ckpt_files(tmp, 1); /* a leftover of a crashed process with our pid */
     if (mkdir(tmp, 0777) != 0) {
         snprintf(err, errlen, "cannot create checkpoint directory %s: %s", tmp, strerror(errno));
         return -1;
     }
-    if (write_files(tmp, ck, err, errlen) != 0) {
-        (void)remove_ckpt_files(tmp, 1);
+    return 0;
+}
+
+void fp8t_checkpoint_abandon(const char *tmp) { (void)remove_ckpt_files(tmp, 1); }
+
+int fp8t_checkpoint_write_shard(const char *tmp, const fp8t_checkpoint *ck, int rank, int world,
+                                char *err, size_t errlen) {
+    size_t lo, hi;
+    fp8t_checkpoint_shard(ck->num_params, world, rank, &lo, &hi);
+    if (rank < 0 || rank >= world || ck->adam_lo != lo || ck->adam_hi != hi) {
+        snprintf(err, errlen, "checkpoint shard %d of %d: the moments given are of parameters "
+                 "[%zu, %zu), its shard is [%zu, %zu)", rank, world, ck->adam_lo, ck->adam_hi,
+                 lo, hi);
         return -1;
     }
+    char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64], name[96], num[32];
+    fp8t_checkpoint_shard_name(name, sizeof(name), rank, world);
+    fp8t_fmt(path, sizeof(path), "%s/%s", tmp, name);
+    fp8t_st_writer *w = fp8t_st_writer_new();
+    int64_t k = (int64_t)(hi - lo), one = 1, step64 = ck->step;
+    /* a shard cuts across tensors: the flat vectors' slice, as 1-D tensors */
+    fp8t_st_writer_add_ref(w, "exp_avg", FP8T_ST_F32, 1, &k, ck->adam_m);
+    fp8t_st_writer_add_ref(w, "exp_avg_sq", FP8T_ST_F32, 1, &k, ck->adam_v);
+    fp8t_st_writer_add(w, "step", FP8T_ST_I64, 1, &one, &step64);
+    fp8t_st_writer_metadata(w, "format", "fp8train");
+    fp8t_st_writer_metadata(w, "optimizer", "adamw");
+    snprintf(num, sizeof(num), "%zu", lo);
+    fp8t_st_writer_metadata(w, "offset", num);
+    snprintf(num, sizeof(num), "%zu", hi - lo);
+    fp8t_st_writer_metadata(w, "count", num);
+    snprintf(num, sizeof(num), "%d", rank);
+    fp8t_st_writer_metadata(w, "rank", num);
+    snprintf(num, sizeof(num), "%d", world);
+    fp8t_st_writer_metadata(w, "world_size", num);
+    snprintf(num, sizeof(num), "%zu", ck->num_params);
+    fp8t_st_writer_metadata(w, "num_params", num);
+    int rc = fp8t_st_writer_save(w, path, err, errlen);
+    fp8t_st_writer_free(w);
+    return rc;
+}
+
+/* tmp (complete) becomes dir: see fp8t_checkpoint_save */
+static int install(const char *tmp, const char *dir, char *err, size_t errlen) {
+    char parent[FP8T_CKPT_PATH_MAX_INTERNAL], base[FP8T_CKPT_PATH_MAX_INTERNAL];
+    char old[FP8T_CKPT_PATH_MAX_INTERNAL * 2];
+    split_path(dir, parent, sizeof(parent), base, sizeof(base));
+    fp8t_fmt(old, sizeof(old), "%s/.old.%s.%ld", parent, base, (long)getpid());
     fsync_dir(tmp);
     /* replace an existing checkpoint of the same name: move it aside first, so that at every
      * moment `dir` is either the old complete checkpoint or the new complete one */
@@ -344,6 +437,41 @@ int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, 
         fprintf(stderr, "fp8train: %s was not an fp8train checkpoint; its contents were moved to "
                 "%s\n", dir, old);
     return 0;
+}
+
+int fp8t_checkpoint_commit(const char *tmp, const char *dir, const fp8t_checkpoint *ck,
+                           char *err, size_t errlen) {
+    if (strlen(dir) >= FP8T_CKPT_PATH_MAX_INTERNAL - 64) {
+        snprintf(err, errlen, "checkpoint path too long: %s", dir);
+        (void)remove_ckpt_files(tmp, 1);
+        return -1;
+    }
+    for (int r = 0; r < ck->shards; r++) { /* every rank's shard is there before state.json */
+        char name[96], path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 128];
+        fp8t_checkpoint_shard_name(name, sizeof(name), r, ck->shards);
+        fp8t_fmt(path, sizeof(path), "%s/%s", tmp, name);
+        if (!fp8t_path_exists(path)) {
+            snprintf(err, errlen, "checkpoint: the optimizer shard %s was not written", path);
+            (void)remove_ckpt_files(tmp, 1);
+            return -1;
+        }
+    }
+    if (write_files(tmp, ck, err, errlen) != 0) {
+        (void)remove_ckpt_files(tmp, 1);
+        return -1;
+    }
+    return install(tmp, dir, err, errlen);
+}
+
+int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, size_t errlen) {
+    if (ck->shards) {
+        snprintf(err, errlen, "checkpoint: a sharded checkpoint is written by its ranks "
+                 "(fp8t_checkpoint_begin, write_shard, commit)");
+        return -1;
+    }
+    char tmp[FP8T_CKPT_PATH_MAX_INTERNAL * 2];
+    if (fp8t_checkpoint_begin(dir, tmp, sizeof(tmp), err, errlen) != 0) return -1;
+    return fp8t_checkpoint_commit(tmp, dir, ck, err, errlen);
 }
 
 /* ---------------------------------------------------------------- load */
@@ -407,11 +535,23 @@ int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, 
         snprintf(err, errlen, "%s: \"format\" is not \"%s\"; %s", path, CKPT_FORMAT, DAMAGED);
         goto done;
     }
-    if (!cJSON_IsNumber(ver) || ver->valuedouble != FP8T_CKPT_VERSION) {
-        snprintf(err, errlen, "%s: checkpoint format version %g, this fp8train reads version %d; "
-                 "use the fp8train that wrote it", path, cJSON_IsNumber(ver) ? ver->valuedouble : -1.0,
-                 FP8T_CKPT_VERSION);
+    if (!cJSON_IsNumber(ver) || (ver->valuedouble != FP8T_CKPT_VERSION &&
+                                 ver->valuedouble != FP8T_CKPT_VERSION_SHARDED)) {
+        snprintf(err, errlen, "%s: checkpoint format version %g, this fp8train reads versions "
+                 "%d and %d; use the fp8train that wrote it", path,
+                 cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, FP8T_CKPT_VERSION,
+                 FP8T_CKPT_VERSION_SHARDED);
         goto done;
+    }
+    const cJSON *nsh = cJSON_GetObjectItemCaseSensitive(o, "optimizer_shards");
+    if (ver->valuedouble == FP8T_CKPT_VERSION_SHARDED) {
+        if (!cJSON_IsNumber(nsh) || nsh->valuedouble < 1 || nsh->valuedouble > 99999 ||
+            nsh->valuedouble != floor(nsh->valuedouble)) {
+            snprintf(err, errlen, "%s: \"optimizer_shards\" is missing or not a rank count; %s",
+                     path, DAMAGED);
+            goto done;
+        }
+        ck->shards = (int)nsh->valuedouble;
     }
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
     if (!cJSON_IsNumber(step) || step->valuedouble < 0 || step->valuedouble > 1e9 ||
@@ -518,8 +658,72 @@ static int read_params(fp8t_st_file *f, const char *path, const char *prefix,
     return 0;
 }
 
+/* The moments of [lo, hi) from the W shard files into adam_m/adam_v (hi - lo floats): only the
+ * files whose shard overlaps the range are opened, each checked against the split. */
+static int read_shards(const char *dir, fp8t_checkpoint *ck, size_t lo, size_t hi, char *err,
+                       size_t errlen) {
+    const int W = ck->shards;
+    for (int r = 0; r < W; r++) {
+        size_t a, b;
+        fp8t_checkpoint_shard(ck->num_params, W, r, &a, &b);
+        const size_t from = a > lo ? a : lo, to = b < hi ? b : hi;
+        if (from >= to) continue;
+        char name[96], path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 128];
+        fp8t_checkpoint_shard_name(name, sizeof(name), r, W);
+        fp8t_fmt(path, sizeof(path), "%s/%s", dir, name);
+        fp8t_st_file *f = open_st(dir, name, err, errlen);
+        if (!f) return -1;
+        const char *mo = fp8t_st_metadata(f, "offset"), *mc = fp8t_st_metadata(f, "count");
+        const fp8t_st_tensor *st = fp8t_st_find(f, "step");
+        int rc = -1;
+        float *buf = malloc((b - a) * sizeof(float) + 1);
+        if (!buf) {
+            snprintf(err, errlen, "out of memory loading %s", path);
+        } else if (!mo || !mc || strtoull(mo, NULL, 10) != a || strtoull(mc, NULL, 10) != b - a) {
+            snprintf(err, errlen, "%s: metadata offset/count (%s/%s) are not shard %d of %d of "
+                     "%zu parameters ([%zu, %zu)); %s", path, mo ? mo : "missing",
+                     mc ? mc : "missing", r, W, ck->num_params, a, b, DAMAGED);
+        } else if (!st || st->dtype != FP8T_ST_I64 || st->numel != 1) {
+            snprintf(err, errlen, "%s: tensor 'step' (I64 [1]) is missing; %s", path, DAMAGED);
+        } else {
+            int64_t ostep;
+            memcpy(&ostep, fp8t_st_data(f, st), sizeof(ostep));
+            if (ostep != ck->step)
+                snprintf(err, errlen, "%s: optimizer step %lld does not match state.json step "
+                         "%d; files of different checkpoints were mixed; %s", path,
+                         (long long)ostep, ck->step, DAMAGED);
+            else if (fp8t_st_read_f32(f, "exp_avg", buf, b - a, err, errlen) == 0) {
+                memcpy(ck->adam_m + (from - lo), buf + (from - a), (to - from) * sizeof(float));
+                if (fp8t_st_read_f32(f, "exp_avg_sq", buf, b - a, err, errlen) == 0) {
+                    memcpy(ck->adam_v + (from - lo), buf + (from - a),
+                           (to - from) * sizeof(float));
+                    rc = 0;
+                }
+            }
+        }
+        free(buf);
+        fp8t_st_close(f);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo, size_t hi,
+                     fp8t_checkpoint *ck, char *err, size_t errlen);
+
 int fp8t_checkpoint_load(const char *dir, const fp8t_model_config *expect, fp8t_checkpoint *ck,
                          char *err, size_t errlen) {
+    return load_impl(dir, expect, 0, SIZE_MAX, ck, err, errlen);
+}
+
+int fp8t_checkpoint_load_range(const char *dir, const fp8t_model_config *expect, size_t lo,
+                               size_t hi, fp8t_checkpoint *ck, char *err, size_t errlen) {
+    return load_impl(dir, expect, lo, hi, ck, err, errlen);
+}
+
+/* hi SIZE_MAX: all the moments */
+static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo, size_t hi,
+                     fp8t_checkpoint *ck, char *err, size_t errlen) {
     if (strlen(dir) >= FP8T_CKPT_PATH_MAX_INTERNAL - 64) {
         snprintf(err, errlen, "checkpoint path too long: %s", dir);
         return -1;
@@ -543,9 +747,17 @@ int fp8t_checkpoint_load(const char *dir, const fp8t_model_config *expect, fp8t_
         goto done;
     }
     ck->num_params = total;
+    if (hi == SIZE_MAX) hi = total;
+    if (lo > hi || hi > total) {
+        snprintf(err, errlen, "checkpoint %s: moments of parameters [%zu, %zu) asked for, it has "
+                 "%zu parameters", dir, lo, hi, total);
+        goto done;
+    }
+    ck->adam_lo = lo;
+    ck->adam_hi = hi;
     ck->params = malloc(total * sizeof(float));
-    ck->adam_m = malloc(total * sizeof(float));
-    ck->adam_v = malloc(total * sizeof(float));
+    ck->adam_m = malloc((hi - lo) * sizeof(float) + 1);
+    ck->adam_v = malloc((hi - lo) * sizeof(float) + 1);
     size_t nfl = fp8t_recipe_state_floats(ck->fp8_n, ck->fp8_len);
     ck->fp8_state = malloc((nfl ? nfl : 1) * sizeof(float));
     if (!ck->params || !ck->adam_m || !ck->adam_v || !ck->fp8_state) {
@@ -564,12 +776,29 @@ int fp8t_checkpoint_load(const char *dir, const fp8t_model_config *expect, fp8t_
     if (read_params(f, path, "", info, count, ck->params, err, errlen) != 0) goto done;
     fp8t_st_close(f);
 
-    /* optimizer.safetensors */
+    /* the moments: the shard files of a ZeRO-1 run, or optimizer.safetensors */
+    f = NULL;
+    if (ck->shards) {
+        if (read_shards(dir, ck, lo, hi, err, errlen) != 0) goto done;
+        goto fp8_meta;
+    }
     fp8t_fmt(path, sizeof(path), "%s/optimizer.safetensors", dir);
     if (!(f = open_st(dir, "optimizer.safetensors", err, errlen))) goto done;
-    if (read_params(f, path, "exp_avg.", info, count, ck->adam_m, err, errlen) != 0 ||
-        read_params(f, path, "exp_avg_sq.", info, count, ck->adam_v, err, errlen) != 0)
-        goto done;
+    if (lo == 0 && hi == total) {
+        if (read_params(f, path, "exp_avg.", info, count, ck->adam_m, err, errlen) != 0 ||
+            read_params(f, path, "exp_avg_sq.", info, count, ck->adam_v, err, errlen) != 0)
+            goto done;
+    } else { /* a slice: through one full copy at a time */
+        float *full = malloc(total * sizeof(float) + 1);
+        int bad = !full;
+        if (bad) snprintf(err, errlen, "out of memory loading checkpoint %s", dir);
+        if (!bad) bad = read_params(f, path, "exp_avg.", info, count, full, err, errlen) != 0;
+        if (!bad) memcpy(ck->adam_m, full + lo, (hi - lo) * sizeof(float));
+        if (!bad) bad = read_params(f, path, "exp_avg_sq.", info, count, full, err, errlen) != 0;
+        if (!bad) memcpy(ck->adam_v, full + lo, (hi - lo) * sizeof(float));
+        free(full);
+        if (bad) goto done;
+    }
     const fp8t_st_tensor *st = fp8t_st_find(f, "step");
     if (!st || st->dtype != FP8T_ST_I64 || st->numel != 1) {
         snprintf(err, errlen, "%s: tensor 'step' (I64 [1]) is missing; %s", path, DAMAGED);
@@ -583,7 +812,9 @@ int fp8t_checkpoint_load(const char *dir, const fp8t_model_config *expect, fp8t_
         goto done;
     }
     fp8t_st_close(f);
+    f = NULL;
 
+fp8_meta:
     /* fp8_meta.safetensors */
     fp8t_fmt(path, sizeof(path), "%s/fp8_meta.safetensors", dir);
     if (!(f = open_st(dir, "fp8_meta.safetensors", err, errlen))) goto done;

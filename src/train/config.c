@@ -39,4 +39,5 @@ void fp8t_train_config_default(fp8t_train_config *c) {
     strcpy(c->shadow_action, "warn");
     c->shadow_threshold = 0.02f;
     c->amax_reduce = 1;
+    c->bucket_mb = 25.0f;
 }

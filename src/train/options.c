@@ -341,6 +341,9 @@ static const opt OPTIONS[] = {
     NUM("amax-reduce", "0|1", OT_BOOL, amax_reduce, 0, 1, G_DP,
         "all-reduce (max) the amaxes before each scale update so every rank uses the same "
         "scales (0: per-rank scales, for the debugging procedure)"),
+    NUM("bucket-mb", "X", OT_FLOAT, bucket_mb, 0, 1e6, G_DP,
+        "gradient reduction in buckets of at least X MiB of whole layers, each started as soon "
+        "as the last micro-batch's backward has finished them (0 = one reduction after it)"),
     NUM("dp-force", NULL, OT_FLAG, dp_force, 0, 1, G_DP,
         "run the data-parallel path (collectives, shards) in a single process too, to check "
         "it against the plain path"),

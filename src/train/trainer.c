@@ -132,26 +132,44 @@ static int save_checkpoint(trainer *t, int step, float loss, char *err, size_t e
     ck.fp8_len = fp8t_model_fp8_history_len(t->model);
     size_t nst = fp8t_recipe_state_floats(ck.fp8_n, ck.fp8_len);
     size_t pbytes = ck.num_params * sizeof(float);
+    /* the moments this rank holds: all of them, or under ZeRO-1 its shard, which it writes
+     * to a file of its own (no gather) */
+    dp_moment_range(&t->dp, ck.num_params, &ck.adam_lo, &ck.adam_hi);
+    ck.shards = t->dp.zero ? t->dp.size : 0;
     ck.params = malloc(pbytes);
-    ck.adam_m = malloc(pbytes);
-    ck.adam_v = malloc(pbytes);
+    ck.adam_m = malloc((ck.adam_hi - ck.adam_lo) * sizeof(float) + 1);
+    ck.adam_v = malloc((ck.adam_hi - ck.adam_lo) * sizeof(float) + 1);
     ck.fp8_state = malloc(nst * sizeof(float));
-    int rc = -1;
-    char dir[FP8T_TRAIN_PATH_BUF] = "";
+    int rc = -1, trc = 0;
+    char dir[FP8T_TRAIN_PATH_BUF] = "", tmp[FP8T_TRAIN_PATH_BUF * 2] = "";
     if (!ck.params || !ck.adam_m || !ck.adam_v || !ck.fp8_state) {
         snprintf(err, errlen, "out of memory writing a checkpoint");
-        goto done;
+        trc = -1;
     }
+    /* every rank goes the same way through the collectives below */
+    if (dp_agree(&t->dp, trc, err, errlen) != 0) goto out;
     ops->to_host(t->be, ck.params, fp8t_model_params(t->model), pbytes);
-    /* ZeRO-1's moment shards are gathered: one checkpoint layout for any number of ranks */
     dp_adam_to_host(&t->dp, t->be, t->model, ck.adam_m, ck.adam_v);
     ops->to_host(t->be, ck.fp8_state, fp8t_model_fp8_state(t->model), nst * sizeof(float));
     ck.config_json = fp8t_train_config_to_json(&t->cfg);
     ck.policy_json = fp8t_policy_to_json(&t->run_policy);
     fp8t_checkpoint_dir(dir, sizeof(dir), t->cfg.out_dir, step);
-    /* the state is replicated (weights, FP8 state) or gathered above: rank 0 writes it */
+    /* ZeRO-1: every rank writes its optimizer shard into rank 0's temporary directory, and
+     * rank 0 completes it once all have (checkpoint.h: the sharded save) */
+    if (ck.shards) {
+        if (t->dp.rank == 0) trc = fp8t_checkpoint_begin(dir, tmp, sizeof(tmp), err, errlen);
+        if (dp_agree(&t->dp, trc, err, errlen) != 0) goto out;
+        if (t->dp.size > 1) fp8t_dist_bcast(tmp, sizeof(tmp), 0);
+        trc = fp8t_checkpoint_write_shard(tmp, &ck, t->dp.rank, t->dp.size, err, errlen);
+        if (dp_agree(&t->dp, trc, err, errlen) != 0) {
+            if (t->dp.rank == 0) fp8t_checkpoint_abandon(tmp);
+            goto out;
+        }
+    }
+    /* the replicated state (weights, FP8 state, plain moments): rank 0 writes it */
     if (t->dp.rank == 0) {
-        if (fp8t_checkpoint_save(dir, &ck, err, errlen) != 0) {
+        if ((ck.shards ? fp8t_checkpoint_commit(tmp, dir, &ck, err, errlen)
+                       : fp8t_checkpoint_save(dir, &ck, err, errlen)) != 0) {
             /* err names the file that failed (a temporary): say which checkpoint, and what is
              * safe */
             char e[FP8T_TRAIN_PATH_BUF];
@@ -170,6 +188,7 @@ static int save_checkpoint(trainer *t, int step, float loss, char *err, size_t e
     rc = 0;
 done:
     rc = dp_agree(&t->dp, rc, err, errlen); /* every rank knows it is on disk, or stops */
+out:
     /* a checkpoint holding NaN/Inf weights is never "the last good checkpoint" */
     if (rc == 0 && count_nonfinite(ck.params, ck.num_params) == 0)
         snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", dir);
@@ -197,7 +216,7 @@ static void load_into_model(trainer *t, const fp8t_checkpoint *ck, int with_fp8)
     const fp8t_backend_ops *ops = t->be->ops;
     size_t pbytes = ck->num_params * sizeof(float);
     ops->to_device(t->be, fp8t_model_params(t->model), ck->params, pbytes);
-    dp_adam_to_device(&t->dp, t->be, t->model, ck->adam_m, ck->adam_v); /* ZeRO-1: a slice */
+    dp_adam_to_device(&t->dp, t->be, t->model, ck->adam_m, ck->adam_v, ck->adam_lo);
     if (with_fp8)
         ops->to_device(t->be, fp8t_model_fp8_state(t->model), ck->fp8_state,
                        fp8t_recipe_state_floats(ck->fp8_n, ck->fp8_len) * sizeof(float));
@@ -210,9 +229,19 @@ static void load_into_model(trainer *t, const fp8t_checkpoint *ck, int with_fp8)
  * FP8 state goes in as a resume loads it: in the format it was written in (the run may have
  * been resumed from a checkpoint of the other format), then converted to this run's format by
  * the switch to the BF16 policy. */
+/* A checkpoint with the moments this rank holds only (ZeRO-1: its shard; of a sharded
+ * checkpoint only the shard files that overlap it are read, whatever N wrote them). */
+static int load_checkpoint(const trainer *t, const char *dir, fp8t_checkpoint *ck, char *err,
+                           size_t errlen) {
+    size_t total = 0, lo, hi;
+    fp8t_model_param_table(&t->cfg.model, NULL, &total);
+    dp_moment_range(&t->dp, total, &lo, &hi);
+    return fp8t_checkpoint_load_range(dir, &t->cfg.model, lo, hi, ck, err, errlen);
+}
+
 static int rollback(trainer *t, int *step, char *err, size_t errlen) {
     fp8t_checkpoint ck;
-    if (fp8t_checkpoint_load(t->last_ckpt, &t->cfg.model, &ck, err, errlen) != 0) return -1;
+    if (load_checkpoint(t, t->last_ckpt, &ck, err, errlen) != 0) return -1;
     fp8t_model_end_step(t->model); /* invalidates the weight caches before the weights change */
     const int with_fp8 = ck.fp8_len == fp8t_model_fp8_history_len(t->model) &&
                          ck.fp8_n == fp8t_model_fp8_count(t->model) && checkpoint_hybrid(&ck) >= 0;
@@ -502,7 +531,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
     }
     if (t->cfg.resume[0]) {
         char e[1536];
-        if (fp8t_checkpoint_load(t->cfg.resume, &t->cfg.model, &ck, e, sizeof(e)) != 0) {
+        if (load_checkpoint(t, t->cfg.resume, &ck, e, sizeof(e)) != 0) {
             snprintf(err, errlen, "--resume: %s", e);
             goto done;
         }
@@ -544,7 +573,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             goto done;
         }
     }
-    if (dp_attach(&t->dp, t->be, t->model, err, errlen) != 0) goto done;
+    if (dp_attach(&t->dp, t->be, t->model, &t->cfg.model, err, errlen) != 0) goto done;
     t->tokens = malloc((size_t)t->B * t->T * sizeof(int));
     t->targets = malloc((size_t)t->B * t->T * sizeof(int));
     t->nan = fp8t_nan_tracker_create();
@@ -664,8 +693,11 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             float l = fp8t_model_forward(t->model, t->tokens, t->targets);
             micro_loss[j] = l;
             if (!isfinite(l) && t->cfg.detect_nan) break;
+            /* only the last micro-batch's backward reduces (its buckets, as it goes) */
+            if (j == j1 - 1) dp_grads_arm(&t->dp, t->model);
             fp8t_model_backward(t->model, 1.0f / (float)t->accum);
         }
+        dp_grads_flush(&t->dp, t->model);
         fp8t_data_set_position(t->train, pos0 + (uint64_t)t->accum);
         /* every rank sees every micro-batch's loss and sums them in the one order */
         dp_gather_losses(&t->dp, t->accum);
@@ -679,7 +711,9 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             if (j == 0) loss0 = l;
             loss_sum += l;
         }
-        float norm = bad_micro < 0 ? dp_grad_norm(&t->dp, t->be, t->model) : NAN;
+        float norm = NAN;
+        if (bad_micro < 0) norm = dp_grad_norm(&t->dp, t->be, t->model);
+        else dp_grads_wait(&t->dp); /* the NaN re-run rewrites the gradients */
         if (t->cfg.detect_nan && (bad_micro >= 0 || !isfinite(norm))) {
             if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
             nan_stop(t, step, pos0, bad_micro);

@@ -91,6 +91,19 @@ else fail "nccl world of one" "exit $r1 $r2: $(tail -3 "$W/dp_nccl.log")"; fi
 if [ $r3 -eq 0 ] && [ "$(losses "$W/dp_plain")" = "$(losses "$W/dp_zero")" ]
 then pass "nccl zero-1 world of one == plain"
 else fail "nccl zero-1 world of one" "exit $r3: $(tail -3 "$W/dp_zero.log")"; fi
+# the gradient buckets on the comm stream (one per layer), plain and ZeRO-1, and none at all
+"${MR[@]}" "$BIN" train "${T[@]}" "${P[@]}" --dp-force --bucket-mb 0.001 --out "$W/dp_bk" \
+  >"$W/dp_bk.log" 2>&1; r4=$?
+"${MR[@]}" "$BIN" train "${T[@]}" "${P[@]}" --dp-force --zero 1 --bucket-mb 0.001 \
+  --out "$W/dp_bkz" >"$W/dp_bkz.log" 2>&1; r5=$?
+"${MR[@]}" "$BIN" train "${T[@]}" "${P[@]}" --dp-force --bucket-mb 0 --out "$W/dp_bk0" \
+  >"$W/dp_bk0.log" 2>&1; r6=$?
+if [ $r4 -eq 0 ] && [ $r5 -eq 0 ] && [ $r6 -eq 0 ] &&
+   [ "$(losses "$W/dp_plain")" = "$(losses "$W/dp_bk")" ] &&
+   [ "$(losses "$W/dp_plain")" = "$(losses "$W/dp_bkz")" ] &&
+   [ "$(losses "$W/dp_plain")" = "$(losses "$W/dp_bk0")" ]
+then pass "nccl world of one, gradients in per-layer buckets (plain, zero-1) and unbucketed == plain"
+else fail "nccl buckets world of one" "exit $r4 $r5 $r6: $(tail -3 "$W/dp_bk.log" "$W/dp_bkz.log")"; fi
 
 # --- TensorBoard files with inspect statistics, read by the tensorboard package
 "$BIN" train "${T[@]}" --preset tiny --steps 30 --val-every 10 --inspect every=10 \

@@ -1,8 +1,9 @@
 /* gpu_test rows for the data-parallel collectives (src/backend/cuda/cuda_comm.cu) in a world
  * of one, which is what one GPU can check: the NCCL path (a real communicator of one rank, the
  * same calls as at N ranks) must leave every buffer as the plain path would, bit for bit, and
- * whole training runs through the data-parallel path (--dp-force, plain and ZeRO-1) must equal
- * the plain run bit for bit. */
+ * whole training runs through the data-parallel path (--dp-force, plain and ZeRO-1, the
+ * gradients reduced at once or in buckets on the comm stream) must equal the plain run bit for
+ * bit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +65,10 @@ static void collectives(void) {
             int which;
         } cases[] = {{"allreduce sum fp32 (1 rank)", 0}, {"allreduce max (1 rank)", 1},
                      {"allreduce sum bf16 (1 rank)", 2}, {"reduce_scatter (1 rank)", 3},
-                     {"all_gather (1 rank)", 4},          {"broadcast (1 rank)", 5}};
+                     {"all_gather (1 rank)", 4},          {"broadcast (1 rank)", 5},
+                     /* the buckets: x in three pieces on the comm stream, one wait */
+                     {"reduce_start fp32, 3 buckets", 6}, {"reduce_start bf16, 3 buckets", 7},
+                     {"reduce_start scatter, 3 buckets", 8}};
         for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
             g->ops->to_device(g, d, x, n * sizeof(float));
             memcpy(ref, x, n * sizeof(float));
@@ -77,7 +81,18 @@ static void collectives(void) {
                 break;
             case 3: g->ops->reduce_scatter(g, d, counts); break;
             case 4: g->ops->all_gather(g, d, counts); break;
-            default: g->ops->broadcast(g, d, n * sizeof(float), 0); break;
+            case 5: g->ops->broadcast(g, d, n * sizeof(float), 0); break;
+            default: {
+                const int bf = cases[c].which == 7, rs = cases[c].which == 8;
+                size_t cut[4] = {0, n / 3, n / 3 + n / 5, n};
+                for (int k2 = 2; k2 >= 0; k2--) { /* from the end, as the backward finishes */
+                    size_t part[1] = {cut[k2 + 1] - cut[k2]};
+                    g->ops->reduce_start(g, d + cut[k2], part[0], rs ? part : NULL, bf);
+                }
+                g->ops->reduce_wait(g);
+                if (bf) bf16_round(ref, x, n);
+                break;
+            }
             }
             g->ops->to_host(g, y, d, n * sizeof(float));
             size_t bad = bit_diffs(y, ref, n);
@@ -92,14 +107,14 @@ static void collectives(void) {
 }
 
 /* 6 steps of tiny on the GPU: plain, --dp-force, --dp-force --zero 1; metrics.jsonl equal */
-static int run(const char *dir, int force, int zero, fp8t_train_result *res, char *err,
-               size_t errlen) {
+static int run(const char *dir, int force, int zero, float bucket_mb, fp8t_train_result *res,
+               char *err, size_t errlen) {
     fp8t_train_config c;
     fp8t_train_config_default(&c);
     snprintf(c.device, sizeof(c.device), "cuda");
     snprintf(c.out_dir, sizeof(c.out_dir), "%s", dir);
     c.steps = 6, c.batch = 4, c.seq_len = 64, c.grad_accum = 2, c.quiet = 1, c.val_every = 0;
-    c.dp_force = force, c.zero = zero;
+    c.dp_force = force, c.zero = zero, c.bucket_mb = bucket_mb;
     return fp8t_train_run(&c, res, err, errlen);
 }
 
@@ -130,13 +145,20 @@ static void training(void) {
         drow("dp training: mkdtemp", "-", 1, 0, "cannot create a temporary directory");
         return;
     }
-    const char *names[3] = {"plain", "dpforce", "dpforce-zero1"};
-    char *metrics[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < 3; i++) {
+    /* the default buckets (25 MiB: tiny's gradients in one, after the backward, on the comm
+     * stream), no buckets, and one bucket per layer */
+    enum { NR = 6 };
+    const char *names[NR] = {"plain",         "dpforce",         "dpforce-zero1",
+                             "dpforce-nobucket", "dpforce-layer-buckets",
+                             "dpforce-zero1-layer-buckets"};
+    const float bucket_mb[NR] = {25, 25, 25, 0, 0.001f, 0.001f};
+    const int zero[NR] = {0, 0, 1, 0, 0, 1};
+    char *metrics[NR] = {NULL};
+    for (int i = 0; i < NR; i++) {
         char dir[256], path[300], err[2048];
         snprintf(dir, sizeof(dir), "%s/%s", tmpl, names[i]);
         fp8t_train_result res;
-        if (run(dir, i > 0, i == 2, &res, err, sizeof(err)) != 0) {
+        if (run(dir, i > 0, zero[i], bucket_mb[i], &res, err, sizeof(err)) != 0) {
             drow("dp training: run", names[i], 1, 0, err);
             continue;
         }
@@ -144,13 +166,13 @@ static void training(void) {
         metrics[i] = slurp(path);
         if (metrics[i]) strip_timing(metrics[i]);
     }
-    for (int i = 1; i < 3; i++) {
+    for (int i = 1; i < NR; i++) {
         int ok = metrics[0] && metrics[i] && strcmp(metrics[0], metrics[i]) == 0;
         char op[64];
         snprintf(op, sizeof(op), "train tiny %s == plain", names[i]);
         drow(op, "6 steps, fp8", ok ? 0 : 1, ok, ok ? "losses and norms bit-identical" : "metrics differ");
     }
-    for (int i = 0; i < 3; i++) free(metrics[i]);
+    for (int i = 0; i < NR; i++) free(metrics[i]);
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl); /* only the directory made above */
     if (system(cmd) != 0) fprintf(stderr, "gpu_test: could not remove %s\n", tmpl);

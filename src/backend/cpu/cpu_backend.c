@@ -72,6 +72,8 @@ static void cpu_destroy(fp8t_backend *b) {
     if (s) {
         for (int i = 0; i < CPU_SCRATCH_COUNT; i++) free(s->scratch[i]);
         free(s->rope);
+        cpu_reduce_wait(b); /* nothing is in flight after a step; a stray start is finished */
+        free(s->bf16_pending);
         free(s);
     }
     free(b);
@@ -164,6 +166,8 @@ static const fp8t_backend_ops cpu_ops = {
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_host_free,
     .to_host_async = cpu_to_host_async,
+    .reduce_start = cpu_reduce_start,
+    .reduce_wait = cpu_reduce_wait,
 };
 
 fp8t_backend *fp8t_cpu_backend_create(char *err, size_t errlen) {

@@ -1,5 +1,6 @@
 /* CPU backend: the data-parallel collectives. The CPU backend's device memory is host memory,
  * so the ops hand their buffers to the MPI layer (src/backend/dist.c) directly. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -35,4 +36,45 @@ void cpu_all_gather(fp8t_backend *b, float *x, const size_t *counts) {
 void cpu_broadcast(fp8t_backend *b, void *x, size_t bytes, int root) {
     (void)b;
     fp8t_dist_bcast(x, bytes, root);
+}
+
+/* The buckets: MPI's non-blocking collectives (src/backend/dist.c), waited in reduce_wait.
+ * Host memory is device memory, so the backward's next ops (on other buffers) run while MPI
+ * holds x. BF16: x is rounded into a copy now and widened back after the wait, the rounding
+ * and the sums those of cpu_allreduce. */
+void cpu_reduce_start(fp8t_backend *b, float *x, size_t n, const size_t *counts, int bf16) {
+    cpu_state *s = cpu_of(b);
+    if (!n) return;
+    if (counts) {
+        fp8t_dist_ireduce_scatter_f32(x, counts);
+        return;
+    }
+    if (!bf16) {
+        fp8t_dist_iallreduce_sum_f32(x, n);
+        return;
+    }
+    if (s->n_bf16_pending == s->cap_bf16_pending) {
+        int cap = s->cap_bf16_pending ? 2 * s->cap_bf16_pending : 16;
+        struct cpu_bf16_pending *p = realloc(s->bf16_pending, (size_t)cap * sizeof(*p));
+        if (!p) {
+            fprintf(stderr, "fp8train: out of memory\n");
+            abort();
+        }
+        s->bf16_pending = p, s->cap_bf16_pending = cap;
+    }
+    uint16_t *h = CPU_ZALLOC(n * sizeof(uint16_t) + 1);
+    bf16_encode_n(h, x, n);
+    s->bf16_pending[s->n_bf16_pending++] = (struct cpu_bf16_pending){x, h, n};
+    fp8t_dist_iallreduce_bf16(h, n);
+}
+
+void cpu_reduce_wait(fp8t_backend *b) {
+    cpu_state *s = cpu_of(b);
+    fp8t_dist_wait();
+    for (int i = 0; i < s->n_bf16_pending; i++) {
+        struct cpu_bf16_pending *p = &s->bf16_pending[i];
+        bf16_decode_n(p->x, p->h, p->n);
+        free(p->h);
+    }
+    s->n_bf16_pending = 0;
 }

@@ -37,6 +37,14 @@ typedef struct {
     int rope_T, rope_HS;
     float rope_theta;
     fp8t_rope_scaling rope_scaling; /* the scaling the cached table was made with */
+    /* BF16 buckets of reduce_start in flight (cpu_comm.c): the BF16 copy MPI sums, widened
+     * back into x at reduce_wait */
+    struct cpu_bf16_pending {
+        float *x;
+        uint16_t *h;
+        size_t n;
+    } *bf16_pending;
+    int n_bf16_pending, cap_bf16_pending;
 } cpu_state;
 
 static inline cpu_state *cpu_of(fp8t_backend *b) { return (cpu_state *)b->impl; }
@@ -223,6 +231,8 @@ int cpu_comm_init(fp8t_backend *b, char *err, size_t errlen);
 void cpu_allreduce(fp8t_backend *b, float *x, size_t n, fp8t_reduce_op op, int bf16);
 void cpu_reduce_scatter(fp8t_backend *b, float *x, const size_t *counts);
 void cpu_all_gather(fp8t_backend *b, float *x, const size_t *counts);
+void cpu_reduce_start(fp8t_backend *b, float *x, size_t n, const size_t *counts, int bf16);
+void cpu_reduce_wait(fp8t_backend *b);
 void cpu_broadcast(fp8t_backend *b, void *x, size_t bytes, int root);
 
 #endif

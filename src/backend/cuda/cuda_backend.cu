@@ -283,6 +283,8 @@ static const fp8t_backend_ops cuda_ops = {
     /* .host_alloc = */ cuda_host_alloc,
     /* .host_free = */ cuda_host_free,
     /* .to_host_async = */ cuda_to_host_async,
+    /* .reduce_start = */ cuda_reduce_start,
+    /* .reduce_wait = */ cuda_reduce_wait,
 };
 
 extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {

@@ -2,8 +2,9 @@
  * ncclUniqueId broadcast by fp8t_dist_bcast).
  *
  * Faults: NCCL reports a dead peer or a broken connection asynchronously, or not at all (a
- * collective whose peer was killed just never finishes). So each collective is followed by an
- * event the host polls, checking ncclCommGetAsyncError meanwhile, with a timeout
+ * collective whose peer was killed just never finishes). So each blocking collective is
+ * followed by an event the host polls (the gradient buckets: one event for all of them, at
+ * reduce_wait), checking ncclCommGetAsyncError meanwhile, with a timeout
  * (FP8TRAIN_NCCL_TIMEOUT seconds, default 300): on an error or the timeout the communicator is
  * aborted and the rank exits with a message naming the collective, instead of hanging. (The
  * launcher usually ends the job first: mpirun kills every rank when one dies.)
@@ -61,13 +62,12 @@ static void nccl_fail(cuda_state *s, const char *what, const char *why) {
             nccl_fail((s), (what), ncclGetErrorString(nccl_r_));                              \
     } while (0)
 
-/* Wait for the collective just enqueued, watching for NCCL's asynchronous errors. */
-static void comm_wait(cuda_state *s, const char *what) {
+/* Wait on the host for ev, watching for NCCL's asynchronous errors, with the timeout. */
+static void watch_event(cuda_state *s, cudaEvent_t ev, const char *what) {
     const double timeout = fp8t_dist_get_launch()->nccl_timeout_s;
-    CUDA_CHECK(cudaEventRecord(s->comm_done, s->stream));
     const double t0 = now_s();
     for (;;) {
-        cudaError_t e = cudaEventQuery(s->comm_done);
+        cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady) CUDA_CHECK(e);
         ncclResult_t async = ncclSuccess;
@@ -82,6 +82,12 @@ static void comm_wait(cuda_state *s, const char *what) {
         struct timespec ts = {0, 50000}; /* 50 us: a step's collectives are milliseconds */
         nanosleep(&ts, NULL);
     }
+}
+
+/* Wait for the collective just enqueued on the main stream. */
+static void comm_wait(cuda_state *s, const char *what) {
+    CUDA_CHECK(cudaEventRecord(s->comm_done, s->stream));
+    watch_event(s, s->comm_done, what);
 }
 #endif
 
@@ -112,6 +118,9 @@ int cuda_comm_init(fp8t_backend *b, char *err, size_t errlen) {
     }
     s->nccl = comm;
     CUDA_CHECK(cudaEventCreateWithFlags(&s->comm_done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->bucket_ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->buckets_done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s->comm_stream, cudaStreamNonBlocking));
     return 0;
 #else
     if (s->comm_size > 1) {
@@ -127,8 +136,15 @@ int cuda_comm_init(fp8t_backend *b, char *err, size_t errlen) {
 void cuda_comm_destroy(cuda_state *s) {
 #ifdef FP8T_HAVE_NCCL
     if (s->nccl) {
+        if (s->comm_stream) cudaStreamSynchronize(s->comm_stream);
         ncclCommDestroy(comm_of(s));
         cudaEventDestroy(s->comm_done);
+        cudaEventDestroy(s->bucket_ready);
+        cudaEventDestroy(s->buckets_done);
+        if (s->comm_stream) cudaStreamDestroy(s->comm_stream);
+        if (s->bucket_bf16) cudaFree(s->bucket_bf16);
+        s->comm_stream = NULL;
+        s->bucket_bf16 = NULL;
         s->nccl = NULL;
     }
 #else
@@ -214,5 +230,78 @@ void cuda_broadcast(fp8t_backend *b, void *x, size_t bytes, int root) {
     comm_wait(s, "broadcast");
 #else
     (void)s, (void)x, (void)bytes, (void)root;
+#endif
+}
+
+/* The gradient buckets. Each is enqueued on comm_stream behind an event recorded on the main
+ * stream where the backward has finished its layers, so NCCL moves it while the backward's
+ * next layers compute; nothing on the host waits per bucket. The main stream waits for all of
+ * them at reduce_wait (an event, before the gradient norm), and that is also where the host
+ * watches NCCL's asynchronous error and the timeout, once per step (a dead peer shows there:
+ * the buckets never finish). */
+void cuda_reduce_start(fp8t_backend *b, float *x, size_t n, const size_t *counts, int bf16) {
+    cuda_state *s = cuda_of(b);
+    if (!n) return;
+#ifdef FP8T_HAVE_NCCL
+    if (s->nccl) {
+        if (counts && s->comm_size <= 1) return; /* as cuda_reduce_scatter: the identity */
+        const int bf = bf16 && !counts;
+        __nv_bfloat16 *h = NULL;
+        if (bf && s->bucket_bf16_used + n > s->bucket_bf16_cap) {
+            /* grows in the first step only: the buckets before this one are finished first
+             * (their copies are no longer read), so the new buffer starts empty */
+            CUDA_CHECK(cudaStreamSynchronize(s->comm_stream));
+            if (s->bucket_bf16) CUDA_CHECK(cudaFree(s->bucket_bf16));
+            size_t cap = 2 * s->bucket_bf16_cap > n ? 2 * s->bucket_bf16_cap : n;
+            CUDA_CHECK(cudaMalloc((void **)&s->bucket_bf16, cap * sizeof(__nv_bfloat16)));
+            s->bucket_bf16_cap = cap;
+            s->bucket_bf16_used = 0;
+        }
+        CUDA_CHECK(cudaEventRecord(s->bucket_ready, s->stream));
+        CUDA_CHECK(cudaStreamWaitEvent(s->comm_stream, s->bucket_ready, 0));
+        s->buckets_pending = 1;
+        if (bf) {
+            h = s->bucket_bf16 + s->bucket_bf16_used;
+            s->bucket_bf16_used += n;
+            f32_to_bf16_kernel<<<grid_for(n), 256, 0, s->comm_stream>>>(h, x, n);
+            CUDA_CHECK(cudaGetLastError());
+            NCCL_CHECK(s, "gradient bucket all-reduce",
+                       ncclAllReduce(h, h, n, ncclBfloat16, ncclSum, comm_of(s), s->comm_stream));
+            bf16_to_f32_kernel<<<grid_for(n), 256, 0, s->comm_stream>>>(x, h, n);
+            CUDA_CHECK(cudaGetLastError());
+        } else if (!counts) {
+            NCCL_CHECK(s, "gradient bucket all-reduce",
+                       ncclAllReduce(x, x, n, ncclFloat, ncclSum, comm_of(s), s->comm_stream));
+        } else { /* uneven parts: one reduce per rank's part, as cuda_reduce_scatter */
+            size_t off = 0;
+            NCCL_CHECK(s, "gradient bucket reduce-scatter", ncclGroupStart());
+            for (int r = 0; r < s->comm_size; r++) {
+                if (counts[r])
+                    NCCL_CHECK(s, "gradient bucket reduce-scatter",
+                               ncclReduce(x + off, x + off, counts[r], ncclFloat, ncclSum, r,
+                                          comm_of(s), s->comm_stream));
+                off += counts[r];
+            }
+            NCCL_CHECK(s, "gradient bucket reduce-scatter", ncclGroupEnd());
+        }
+        return;
+    }
+#endif
+    /* no communicator (a build without NCCL, a world of one): what the blocking ops do */
+    if (!counts) cuda_allreduce(b, x, n, FP8T_RED_SUM, bf16);
+}
+
+void cuda_reduce_wait(fp8t_backend *b) {
+    cuda_state *s = cuda_of(b);
+#ifdef FP8T_HAVE_NCCL
+    if (!s->buckets_pending) return;
+    CUDA_CHECK(cudaEventRecord(s->buckets_done, s->comm_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->buckets_done, 0));
+    s->buckets_pending = 0;
+    s->bucket_bf16_used = 0; /* the next step's copies are enqueued after this wait */
+    watch_event(s, s->buckets_done, "gradient buckets");
+    if (s->sync_each_op) CUDA_CHECK(cudaStreamSynchronize(s->stream));
+#else
+    (void)s;
 #endif
 }

@@ -137,6 +137,14 @@ typedef struct {
     cudaEvent_t comm_done;         /* recorded after each collective, polled with a timeout */
     int comm_rank, comm_size;
     void *cudnn; /* cuda_attention_cudnn.cu: handle and plan cache (NULL until first use) */
+    /* the gradient buckets (reduce_start / reduce_wait): NCCL on a stream of their own,
+     * ordered after the backward's ops by bucket_ready, the main stream ordered after them by
+     * buckets_done; their BF16 copies side by side in bucket_bf16 (reset by each wait) */
+    cudaStream_t comm_stream;
+    cudaEvent_t bucket_ready, buckets_done;
+    int buckets_pending;
+    __nv_bfloat16 *bucket_bf16;
+    size_t bucket_bf16_cap, bucket_bf16_used;
 } cuda_state;
 
 /* attention implementations (FP8TRAIN_CUDA_ATTN) */
@@ -284,6 +292,8 @@ int cuda_comm_init(fp8t_backend *b, char *err, size_t errlen);
 void cuda_allreduce(fp8t_backend *b, float *x, size_t n, fp8t_reduce_op op, int bf16);
 void cuda_reduce_scatter(fp8t_backend *b, float *x, const size_t *counts);
 void cuda_all_gather(fp8t_backend *b, float *x, const size_t *counts);
+void cuda_reduce_start(fp8t_backend *b, float *x, size_t n, const size_t *counts, int bf16);
+void cuda_reduce_wait(fp8t_backend *b);
 void cuda_broadcast(fp8t_backend *b, void *x, size_t bytes, int root);
 void cuda_comm_destroy(cuda_state *s);
 
