@@ -17,6 +17,7 @@
 #include "fp8train/fp8.h"
 #include "fp8train/io.h"
 #include "fp8train/model.h"
+#include "fp8train/recipe.h"
 #include "test.h"
 #include "util/fs.h"
 
@@ -103,9 +104,11 @@ static void fixture_free(fixture *f) {
     free(f->y);
 }
 
-static int export_block(const fixture *f, const char *dir, size_t shard, fp8t_export_report *rep) {
+static int export_block(const fixture *f, const char *dir, size_t shard, int pow2,
+                        fp8t_export_report *rep) {
     char err[1024];
-    fp8t_export_options o = {FP8T_EXPORT_FP8, shard, 128};
+    fp8t_export_options o = {.dtype = FP8T_EXPORT_FP8, .max_shard_bytes = shard, .fp8_block = 128,
+                             .pow2_scales = pow2};
     if (fp8t_export_hf_opts(&f->w, dir, &o, rep, err, sizeof(err)) != 0) {
         printf("  export %s: %s\n", dir, err);
         return -1;
@@ -113,14 +116,15 @@ static int export_block(const fixture *f, const char *dir, size_t shard, fp8t_ex
     return 0;
 }
 
-/* the file: codes, block scales, BF16 elsewhere, no input_scale; then the import */
-static void test_block_file_and_import(void) {
+/* the file: codes, block scales, BF16 elsewhere, no input_scale; then the import. pow2: scales
+ * rounded down to powers of two (export --pow2-scales). */
+static void check_block_export(int pow2) {
     fixture f;
     fixture_init(&f);
     char dir[700], path[800], err[1024], name[256];
-    snprintf(dir, sizeof(dir), "%s/block", g_root);
+    snprintf(dir, sizeof(dir), "%s/block%s", g_root, pow2 ? "_pow2" : "");
     fp8t_export_report rep;
-    T_ASSERT(export_block(&f, dir, 0, &rep) == 0, "export failed");
+    T_ASSERT(export_block(&f, dir, 0, pow2, &rep) == 0, "export failed");
     const int n_mats = 7 * f.w.model.n_layer;
     T_CHECK(rep.n_fp8 == n_mats && rep.fp8_block == 128 && rep.n_shards == 1,
             "report: %d FP8 matrices (want %d), block %d, %d shards", rep.n_fp8, n_mats,
@@ -169,11 +173,15 @@ static void test_block_file_and_import(void) {
                 float amax = 0.0f;
                 for (int r = br * 128; r < r1; r++)
                     for (int c = bc * 128; c < c1; c++) amax = fmaxf(amax, fabsf(f.x[(size_t)r * K + c]));
-                /* the DeepSeek-V3 rule: scale = 448 / amax, 1 for a block of zeros */
-                const float scale = amax > 0.0f ? 448.0f / amax : 1.0f;
+                /* the DeepSeek-V3 rule: scale = 448 / amax, 1 for a block of zeros; with pow2
+                 * the largest power of two not above it */
+                float scale = amax > 0.0f ? 448.0f / amax : 1.0f;
+                if (pow2) scale = ldexpf(1.0f, ilogbf(scale));
                 const float si = sinv[(size_t)br * nbc + bc];
                 zero_blocks += amax == 0.0f;
-                if (si != 1.0f / scale || (amax > 0.0f && fabs(si - amax / 448.0) > 1e-6 * amax / 448.0)) {
+                const double want = pow2 ? 1.0 / scale : amax / 448.0;
+                if (si != 1.0f / scale || (amax > 0.0f && fabs(si - want) > 1e-6 * want) ||
+                    (pow2 && si != ldexpf(1.0f, ilogbf(si)))) {
                     if (bad_scale++ < 3)
                         printf("  %s block (%d,%d): scale_inv %.9g, amax/448 = %.9g\n", t->name, br,
                                bc, (double)si, (double)amax / 448.0);
@@ -227,7 +235,7 @@ static void test_block_file_and_import(void) {
     T_CHECK(memcmp(&b.model, &f.w.model, sizeof(b.model)) == 0, "model config differs");
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     T_ASSERT(fp8t_st_open(&sf, path, err, sizeof(err)) == 0, "%s", err);
-    size_t bad = 0, checked = 0;
+    size_t bad = 0, checked = 0, bad_pow2 = 0;
     for (int i = 0; i < f.n; i++) {
         const fp8t_hf_tensor *t = &f.map[i];
         hf_matrix(f.x, t, &f.info[t->param], f.w.params);
@@ -240,23 +248,37 @@ static void test_block_file_and_import(void) {
         snprintf(name, sizeof(name), "%s.weight_scale_inv", t->module);
         const uint8_t *codes = fp8t_st_data(sf, fp8t_st_find(sf, t->name));
         const float *sinv = fp8t_st_data(sf, fp8t_st_find(sf, name));
-        const int K = (int)t->shape[1], nbc = (K + 127) / 128;
+        const int N = (int)t->shape[0], K = (int)t->shape[1], nbc = (K + 127) / 128;
         for (size_t j = 0; j < numel; j++) {
             const float want = fp8_decode(codes[j], FP8_E4M3) *
                                sinv[(j / (size_t)K / 128) * (size_t)nbc + (j % (size_t)K) / 128];
             bad += memcmp(&f.y[j], &want, sizeof(float)) != 0;
             checked++;
         }
+        if (pow2) { /* the `block` precision's own dequantization (code / scale) agrees bit for
+                     * bit: 1 / scale_inv is exact for a power of two */
+            const int nb = ((N + 127) / 128) * nbc;
+            float *sc = malloc((size_t)nb * sizeof(float));
+            for (int k = 0; k < nb; k++) sc[k] = 1.0f / sinv[k];
+            fp8t_block_dequantize(f.x, codes, sc, N, K, 128, 128, FP8_E4M3);
+            bad_pow2 += memcmp(f.x, f.y, numel * sizeof(float)) != 0;
+            free(sc);
+        }
     }
     fp8t_st_close(sf);
     T_CHECK(bad == 0, "%zu imported values are not float(code) * scale_inv (BF16 ones: their "
             "rounding)", bad);
-    printf("  %d FP8 matrices, %zu weights checked against code * block scale_inv\n", n_mats, checked);
+    T_CHECK(bad_pow2 == 0, "%zu matrices: code * scale_inv differs from code / scale", bad_pow2);
+    printf("  %d FP8 matrices, %zu weights checked against code * block scale_inv%s\n", n_mats,
+           checked, pow2 ? " (power-of-two scales)" : "");
     fp8t_weights_free(&b);
     fixture_free(&f);
 }
 
 /* sharded: the same tensors, scales in their weight's shard, no input_scale in the index */
+static void test_block_file_and_import(void) { check_block_export(0); }
+static void test_block_pow2(void) { check_block_export(1); }
+
 static void test_block_sharded(void) {
     fixture f;
     fixture_init(&f);
@@ -264,7 +286,7 @@ static void test_block_sharded(void) {
     snprintf(one, sizeof(one), "%s/block_one", g_root);
     snprintf(many, sizeof(many), "%s/block_shards", g_root);
     fp8t_export_report r1, r2;
-    T_ASSERT(export_block(&f, one, 0, &r1) == 0 && export_block(&f, many, 100000, &r2) == 0,
+    T_ASSERT(export_block(&f, one, 0, 0, &r1) == 0 && export_block(&f, many, 100000, 0, &r2) == 0,
              "export failed");
     T_CHECK(r2.n_shards > 1, "%d shards", r2.n_shards);
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", many);
@@ -306,6 +328,7 @@ static void test_block_refused(void) {
         {FP8T_EXPORT_BF16, 128, 0, "need --dtype fp8"},
         {FP8T_EXPORT_FP32, 128, 0, "need --dtype fp8"},
         {FP8T_EXPORT_FP8, 128, 1, "Conv1D"},
+        {FP8T_EXPORT_BF16, 0, 0, "--pow2-scales"},
     };
     fp8t_weights g;
     memset(&g, 0, sizeof(g));
@@ -315,7 +338,8 @@ static void test_block_refused(void) {
     g.params = calloc(g.num_params, sizeof(float));
     for (size_t k = 0; k < sizeof(C) / sizeof(C[0]); k++) {
         snprintf(dir, sizeof(dir), "%s/refused_%zu", g_root, k);
-        fp8t_export_options o = {C[k].dt, 0, C[k].block};
+        fp8t_export_options o = {.dtype = C[k].dt, .fp8_block = C[k].block,
+                                 .pow2_scales = C[k].block == 0};
         const fp8t_weights *w = C[k].gpt2 ? &g : &f.w;
         err[0] = 0;
         int rc = fp8t_export_hf_opts(w, dir, &o, NULL, err, sizeof(err));
@@ -328,7 +352,7 @@ static void test_block_refused(void) {
                 "case %zu: fp8t_export_options_check disagrees ('%s')", k, e2);
     }
     /* the per-tensor layout is still the default: block 0 passes the check for GPT-2 too */
-    fp8t_export_options o = {FP8T_EXPORT_FP8, 0, 0};
+    fp8t_export_options o = {.dtype = FP8T_EXPORT_FP8};
     T_CHECK(fp8t_export_options_check(&g.model, &o, err, sizeof(err)) == 0, "per-tensor refused");
     fp8t_weights_free(&g);
     fixture_free(&f);
@@ -340,6 +364,7 @@ int main(void) {
     fp8t_rmtree(g_root);
     fp8t_mkdirs(g_root, NULL, 0);
     T_RUN(test_block_file_and_import);
+    T_RUN(test_block_pow2);
     T_RUN(test_block_sharded);
     T_RUN(test_block_refused);
     if (t_failed_total == 0) fp8t_rmtree(g_root);

@@ -70,11 +70,15 @@ run gen_block 0 "$BIN" generate "$TMP/exp_block" --prompt "ab" --tokens 8 --seed
 run import_block 0 "$BIN" import "$TMP/exp_block" --to "$TMP/from_block" && expect import_block "fresh FP8 state"
 run resume_block 0 "$BIN" train --resume "$TMP/from_block" --steps 1 --batch 4 --seq-len 32 \
   --val-every 0 --out "$TMP/runl2" && expect resume_block "resumed from"
+run export_pow2 0 "$BIN" export "$CKL" --to "$TMP/exp_pow2" --dtype fp8 --block 128 --pow2-scales \
+  && expect export_pow2 "block weight_scale_inv (powers of two)"
+run check_pow2 0 "$BIN" eval "$CKL" $EV --check-export "$TMP/exp_pow2" && expect check_pow2 "bf16: .*: ok"
 # refused before anything is written (exit 2)
 run block64 2 "$BIN" export "$CKL" --to "$TMP/exp_b64" --dtype fp8 --block 64 && expect block64 "128x128"
 run block_bf16 2 "$BIN" export "$CKL" --to "$TMP/exp_bbf" --block 128 && expect block_bf16 "need --dtype fp8"
+run pow2_bf16 2 "$BIN" export "$CKL" --to "$TMP/exp_p16" --pow2-scales && expect pow2_bf16 "need --dtype fp8"
 run block_gpt2 2 "$BIN" export "$CK" --to "$TMP/exp_bg" --dtype fp8 --block 128 && expect block_gpt2 "Conv1D"
-[ ! -e "$TMP/exp_b64" ] && [ ! -e "$TMP/exp_bbf" ] && [ ! -e "$TMP/exp_bg" ] \
+[ ! -e "$TMP/exp_b64" ] && [ ! -e "$TMP/exp_bbf" ] && [ ! -e "$TMP/exp_bg" ] && [ ! -e "$TMP/exp_p16" ] \
   && pass "refused block exports wrote nothing" || fail "a refused block export created its directory"
 
 # threshold flagging and JSON

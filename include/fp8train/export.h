@@ -104,6 +104,8 @@ typedef struct {
     int fp8_block;          /* FP8 only: 0 per-tensor scales (+ input_scale); 128: 128x128 block
                                scales in transformers' fine-grained layout (Llama/Qwen2 only:
                                transformers converts nn.Linear, not GPT-2's Conv1D) */
+    int pow2_scales;        /* FP8 only: weight scales rounded down to powers of two (the
+                               current-scaling option), so weight_scale_inv is exactly 1/scale */
 } fp8t_export_options;
 
 /* The block sizes fp8_block may take (what fp8t_block_quantize's weight rule uses). */

@@ -33,6 +33,8 @@ static void usage(FILE *f) {
         "                        <module>.weight_scale_inv F32 [ceil(N/128), ceil(K/128)], one per\n"
         "                        128x128 block (the `block` precision's DeepSeek-V3 rule), no\n"
         "                        input_scale (activation_scheme dynamic); no calibration needed\n"
+        "  --pow2-scales         with --dtype fp8: weight scales rounded down to powers of two\n"
+        "                        (weight_scale_inv exactly 1/scale; at most 1 bit of range lost)\n"
         "  --max-shard-size S    cut the safetensors into shards of at most S (e.g. 5GB, 500MB,\n"
         "                        2GiB, or bytes) with model.safetensors.index.json, as\n"
         "                        transformers' save_pretrained does (default: one file)\n"
@@ -65,12 +67,13 @@ int fp8t_cmd_export(int argc, char **argv) {
     if (argc > 0 && !strcmp(argv[0], "export")) { argc--; argv++; }
     const char *weights = NULL, *to = NULL, *format = "hf", *calib_data = NULL, *device = "cpu";
     fp8t_export_dtype dtype = FP8T_EXPORT_BF16;
-    int calib_batches = 4, overwrite = 0, block = 0;
+    int calib_batches = 4, overwrite = 0, block = 0, pow2 = 0;
     size_t max_shard = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--overwrite")) { overwrite = 1; continue; }
+        if (!strcmp(a, "--pow2-scales")) { pow2 = 1; continue; }
         if (a[0] != '-' || !a[1]) {
             if (weights) {
                 fprintf(stderr, "fp8train export: one WEIGHTS argument expected, got '%s' and '%s'\n",
@@ -119,10 +122,11 @@ int fp8t_cmd_export(int argc, char **argv) {
         return 2;
     }
     char err[2048], desc[512];
-    fp8t_export_options xo = {dtype, max_shard, block};
-    /* the block options alone (the model's architecture is checked once it is read) */
-    if (block && (llmc || fp8t_export_options_check(NULL, &xo, err, sizeof(err)) != 0)) {
-        if (llmc) snprintf(err, sizeof(err), "--block is for Hugging Face FP8 exports, not --format llmc");
+    fp8t_export_options xo = {dtype, max_shard, block, pow2};
+    /* the FP8 options alone (the model's architecture is checked once it is read) */
+    if ((block || pow2) && (llmc || fp8t_export_options_check(NULL, &xo, err, sizeof(err)) != 0)) {
+        if (llmc) snprintf(err, sizeof(err), "--block and --pow2-scales are for Hugging Face FP8 "
+                           "exports, not --format llmc");
         fprintf(stderr, "fp8train export: %s\n", err);
         return 2;
     }
@@ -188,12 +192,13 @@ int fp8t_cmd_export(int argc, char **argv) {
            : w.model.qkv_bias             ? "Qwen2ForCausalLM"
                                           : "LlamaForCausalLM");
     if (dtype == FP8T_EXPORT_FP8 && block) {
-        printf("fp8: %d weight matrices in E4M3 with %dx%d block weight_scale_inv "
+        printf("fp8: %d weight matrices in E4M3 with %dx%d block weight_scale_inv%s "
                "(quantization_config: fp8, weight_block_size [%d, %d], activation_scheme dynamic)\n",
-               rep.n_fp8, block, block, block, block);
+               rep.n_fp8, block, block, pow2 ? " (powers of two)" : "", block, block);
     } else if (dtype == FP8T_EXPORT_FP8) {
-        printf("fp8: %d weight matrices in E4M3 with per-tensor weight_scale_inv; input_scale in "
-               "[%.4g, %.4g]\n", rep.n_fp8, (double)rep.min_input_scale, (double)rep.max_input_scale);
+        printf("fp8: %d weight matrices in E4M3 with per-tensor weight_scale_inv%s; input_scale in "
+               "[%.4g, %.4g]\n", rep.n_fp8, pow2 ? " (power of two)" : "",
+               (double)rep.min_input_scale, (double)rep.max_input_scale);
         if (rep.n_act_fallback)
             fprintf(stderr, "fp8train export: warning: %d linear layers had no amax history; their "
                     "input_scale is the state's scale_inv\n", rep.n_act_fallback);

@@ -134,7 +134,7 @@ static void add_model_kind(cJSON *o, const char *cls, const char *model_type, in
     cJSON_AddNumberToObject(o, "vocab_size", vocab_size);
 }
 
-static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype, int block) {
+static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype, int block, int pow2) {
     const fp8t_model_config *c = &w->model;
     cJSON *o = cJSON_CreateObject();
     const char *torch_dtype = dtype == FP8T_EXPORT_FP32 ? "float32" : "bfloat16";
@@ -243,10 +243,13 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype, int bl
     cJSON *f = cJSON_AddObjectToObject(o, "fp8train");
     cJSON_AddStringToObject(f, "arch", fp8t_arch_name(c->arch));
     cJSON_AddStringToObject(f, "export_dtype", fp8t_export_dtype_name(dtype));
-    if (dtype == FP8T_EXPORT_FP8)
-        cJSON_AddStringToObject(f, "fp8_weight_scales",
-                                block > 0 ? "128x128 blocks: scale_inv = 1 / (448 / block amax)"
-                                          : "per tensor: scale_inv = 1 / (448 / amax)");
+    if (dtype == FP8T_EXPORT_FP8) {
+        char how[160];
+        snprintf(how, sizeof(how), "%s: scale_inv = 1 / %s(448 / %samax)",
+                 block > 0 ? "128x128 blocks" : "per tensor", pow2 ? "pow2_floor" : "",
+                 block > 0 ? "block " : "");
+        cJSON_AddStringToObject(f, "fp8_weight_scales", how);
+    }
     cJSON_AddNumberToObject(f, "step", w->step);
     if (w->source[0]) cJSON_AddStringToObject(f, "source", w->source);
     return o;
@@ -314,7 +317,7 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
 int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
                            size_t max_shard_bytes, fp8t_export_report *rep, char *err,
                            size_t errlen) {
-    fp8t_export_options o = {dtype, max_shard_bytes, 0};
+    fp8t_export_options o = {dtype, max_shard_bytes, 0, 0};
     return fp8t_export_hf_opts(w, dir, &o, rep, err, errlen);
 }
 
@@ -323,6 +326,9 @@ int fp8t_export_options_check(const fp8t_model_config *c, const fp8t_export_opti
     const fp8t_export_dtype dtype = o->dtype;
     if (dtype != FP8T_EXPORT_BF16 && dtype != FP8T_EXPORT_FP8 && dtype != FP8T_EXPORT_FP32)
         return fp8t_errorf(err, errlen, "export: unknown dtype %d (bf16, fp8 or fp32)", (int)dtype);
+    if (o->pow2_scales && dtype != FP8T_EXPORT_FP8)
+        return fp8t_errorf(err, errlen, "export: power-of-two scales (--pow2-scales) need --dtype "
+                           "fp8 (this export's dtype is %s)", fp8t_export_dtype_name(dtype));
     if (o->fp8_block == 0) return 0;
     if (dtype != FP8T_EXPORT_FP8)
         return fp8t_errorf(err, errlen, "export: block scales (--block %d) need --dtype fp8 "
@@ -350,7 +356,7 @@ int fp8t_export_hf_opts(const fp8t_weights *w, const char *dir, const fp8t_expor
     r.max_input_scale = 0.0f;
     const fp8t_export_dtype dtype = o->dtype;
     const size_t max_shard_bytes = o->max_shard_bytes;
-    const int block = o->fp8_block;
+    const int block = o->fp8_block, pow2 = o->pow2_scales;
     if (fp8t_export_options_check(w ? &w->model : NULL, o, err, errlen) != 0) return -1;
     if (!dir || !*dir)
         return fp8t_errorf(err, errlen, "export: no output directory given (--to DIR)");
@@ -432,7 +438,7 @@ int fp8t_export_hf_opts(const fp8t_weights *w, const char *dir, const fp8t_expor
             /* [N, K] in the HF (nn.Linear) layout: the blocks transformers' FP8Linear reads */
             const int R = (int)t->shape[0], K = (int)t->shape[1];
             const int64_t sshape[2] = {(R + block - 1) / block, (K + block - 1) / block};
-            fp8t_block_quantize((uint8_t *)enc, bsc, buf, R, K, block, block, FP8_E4M3);
+            fp8t_block_quantize_pow2((uint8_t *)enc, bsc, buf, R, K, block, block, FP8_E4M3, pow2);
             /* the quantizer keeps the multiplier x -> code; the file wants code -> x */
             for (int64_t j = 0; j < sshape[0] * sshape[1]; j++) bsc[j] = 1.0f / bsc[j];
             fp8t_st_writer_add(wr, t->name, FP8T_ST_F8_E4M3, 2, t->shape, enc);
@@ -442,7 +448,7 @@ int fp8t_export_hf_opts(const fp8t_weights *w, const char *dir, const fp8t_expor
             r.n_fp8++;
         } else if (dtype == FP8T_EXPORT_FP8 && t->lin >= 0) {
             float amax = fp8_amax(buf, numel);
-            float scale = fp8t_current_scale(amax, FP8_E4M3_MAX, 0.0f, 0);
+            float scale = fp8t_current_scale(amax, FP8_E4M3_MAX, 0.0f, pow2);
             float scale_inv = 1.0f / scale;
             fp8_quantize((uint8_t *)enc, buf, numel, scale, FP8_E4M3, 1);
             fp8t_st_writer_add(wr, t->name, FP8T_ST_F8_E4M3, t->ndim, t->shape, enc);
@@ -483,7 +489,7 @@ int fp8t_export_hf_opts(const fp8t_weights *w, const char *dir, const fp8t_expor
         goto done;
     r.n_shards = n_shards;
     r.n_tensors = n + (block > 0 ? 1 : 2) * r.n_fp8;
-    cJSON *cj = config_json(w, dtype, block);
+    cJSON *cj = config_json(w, dtype, block, pow2);
     text = cJSON_Print(cj);
     cJSON_Delete(cj);
     snprintf(path, sizeof(path), "%s/config.json", dir);
