@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # fp8train export / import / eval / generate end to end: train a small model a few steps,
-# export it in BF16, FP8 and FP32 and check each export reproduces the checkpoint's loss,
+# export it in BF16, FP8 (per-tensor and 128x128 blocks) and FP32 and check each export
+# reproduces the checkpoint's loss,
 # catch an export of the wrong weights, threshold flagging, llm.c export -> import, import ->
 # train --resume, tasks, deterministic sampling, and clear failures on bad input.
 # Prints one "PASS export_cli: ..." / "FAIL export_cli: ..." line per check (tests/run.sh).
@@ -48,6 +49,37 @@ expect check_fp8 "(fp8 export), fp8: .*: ok"
 # the FP32 export of another step is not this checkpoint: the check must fail
 run export_other 0 "$BIN" export "$CK2" --to "$TMP/exp_other" --dtype fp32
 run check_other 1 "$BIN" eval "$CK" $EV --check-export "$TMP/exp_other" && expect check_other "FAILED"
+
+# block-scaled FP8 (transformers' fine-grained layout) of a Llama whose matrices are not
+# multiples of 128: export, the export check, eval / generate / import of the directory
+LL="--preset tiny-llama --layers 2 --dim 160 --heads 5 --kv-heads 1 --mlp-hidden 200 --batch 4 --seq-len 32"
+run train_llama 0 "$BIN" train $LL --steps 2 --ckpt-every 2 --keep-ckpts 0 --val-every 0 --quiet \
+  --out "$TMP/runl"
+CKL=$TMP/runl/checkpoints/step_000002
+run export_block 0 "$BIN" export "$CKL" --to "$TMP/exp_block" --dtype fp8 --block 128 \
+  && expect export_block "14 weight matrices in E4M3 with 128x128 block weight_scale_inv"
+grep -q '"weight_block_size":[[:space:]]*\[128, 128\]' "$TMP/exp_block/config.json" \
+  && grep -q '"activation_scheme":[[:space:]]*"dynamic"' "$TMP/exp_block/config.json" \
+  && pass "block config.json: weight_block_size [128, 128], activation_scheme dynamic" \
+  || fail "block config.json lacks the fine-grained quantization_config"
+run check_block 0 "$BIN" eval "$CKL" $EV --check-export "$TMP/exp_block" \
+  && expect check_block "(fp8 export), bf16: .*: ok" && expect check_block "fp8: not compared"
+run eval_block 0 "$BIN" eval "$TMP/exp_block" $EV && expect eval_block "128x128 block scales"
+run gen_block 0 "$BIN" generate "$TMP/exp_block" --prompt "ab" --tokens 8 --seed 5 --print-tokens \
+  && expect gen_block "^tokens: "
+run import_block 0 "$BIN" import "$TMP/exp_block" --to "$TMP/from_block" && expect import_block "fresh FP8 state"
+run resume_block 0 "$BIN" train --resume "$TMP/from_block" --steps 1 --batch 4 --seq-len 32 \
+  --val-every 0 --out "$TMP/runl2" && expect resume_block "resumed from"
+run export_pow2 0 "$BIN" export "$CKL" --to "$TMP/exp_pow2" --dtype fp8 --block 128 --pow2-scales \
+  && expect export_pow2 "block weight_scale_inv (powers of two)"
+run check_pow2 0 "$BIN" eval "$CKL" $EV --check-export "$TMP/exp_pow2" && expect check_pow2 "bf16: .*: ok"
+# refused before anything is written (exit 2)
+run block64 2 "$BIN" export "$CKL" --to "$TMP/exp_b64" --dtype fp8 --block 64 && expect block64 "128x128"
+run block_bf16 2 "$BIN" export "$CKL" --to "$TMP/exp_bbf" --block 128 && expect block_bf16 "need --dtype fp8"
+run pow2_bf16 2 "$BIN" export "$CKL" --to "$TMP/exp_p16" --pow2-scales && expect pow2_bf16 "need --dtype fp8"
+run block_gpt2 2 "$BIN" export "$CK" --to "$TMP/exp_bg" --dtype fp8 --block 128 && expect block_gpt2 "Conv1D"
+[ ! -e "$TMP/exp_b64" ] && [ ! -e "$TMP/exp_bbf" ] && [ ! -e "$TMP/exp_bg" ] && [ ! -e "$TMP/exp_p16" ] \
+  && pass "refused block exports wrote nothing" || fail "a refused block export created its directory"
 
 # threshold flagging and JSON
 run json 0 "$BIN" eval "$CK" $EV --json && expect json '"flagged":false'

@@ -20,7 +20,11 @@
  * FP8 export: every linear weight is F8_E4M3 with "<module>.weight_scale_inv" (F32 [1], weight ≈
  *   fp8 * weight_scale_inv, from the weight's own amax: current scaling) and
  *   "<module>.input_scale" (F32 [1], the activation's dequantization scale learned in training:
- *   max of the FP8 amax history / 448); embeddings, norms and biases are BF16. */
+ *   max of the FP8 amax history / 448); embeddings, norms and biases are BF16.
+ * Block-scaled FP8 export (fp8_block 128, Llama/Qwen2): transformers' fine-grained FP8 layout,
+ *   "<module>.weight_scale_inv" F32 [ceil(N/128), ceil(K/128)] (one dequantization multiplier
+ *   per 128x128 block of the [N, K] weight, the DeepSeek-V3 rule of fp8t_block_quantize), no
+ *   input_scale (activation_scheme "dynamic": the runtime scales activations per 1x128 tile). */
 #ifndef FP8TRAIN_EXPORT_H
 #define FP8TRAIN_EXPORT_H
 
@@ -90,7 +94,26 @@ typedef struct {
     int n_act_fallback;     /* FP8: linears without an amax history (input_scale from the
                                state's scale_inv instead) */
     float min_input_scale, max_input_scale; /* FP8: range of the input scales written */
+    int fp8_block;          /* FP8: 0 per-tensor scales, else the block edge (128) */
 } fp8t_export_report;
+
+/* How to write a Hugging Face directory. Zero-initialized = BF16, one file. */
+typedef struct {
+    fp8t_export_dtype dtype;
+    size_t max_shard_bytes; /* 0: one model.safetensors; else shards of at most this size */
+    int fp8_block;          /* FP8 only: 0 per-tensor scales (+ input_scale); 128: 128x128 block
+                               scales in transformers' fine-grained layout (Llama/Qwen2 only:
+                               transformers converts nn.Linear, not GPT-2's Conv1D) */
+    int pow2_scales;        /* FP8 only: weight scales rounded down to powers of two (the
+                               current-scaling option), so weight_scale_inv is exactly 1/scale */
+} fp8t_export_options;
+
+/* The block sizes fp8_block may take (what fp8t_block_quantize's weight rule uses). */
+#define FP8T_EXPORT_FP8_BLOCK 128
+/* 0 when o fits w's model; -1 with err saying why (wrong dtype for a block, block size, GPT-2).
+ * fp8t_export_hf_opts checks the same before it writes anything. */
+int fp8t_export_options_check(const fp8t_model_config *c, const fp8t_export_options *o, char *err,
+                              size_t errlen);
 
 /* Write a Hugging Face directory: config.json + model.safetensors (metadata format=pt). The
  * directory is created. FP8 needs w's FP8 state for the input scales (without it, or for
@@ -105,6 +128,10 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
 int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
                            size_t max_shard_bytes, fp8t_export_report *rep, char *err,
                            size_t errlen);
+
+/* The general form of the two above. */
+int fp8t_export_hf_opts(const fp8t_weights *w, const char *dir, const fp8t_export_options *o,
+                        fp8t_export_report *rep, char *err, size_t errlen);
 
 /* Write an llm.c GPT-2 checkpoint (version 3 fp32 or 5 bf16), vocab padded to a multiple of
  * 128 with zero rows as llm.c does. GPT-2 architecture with mlp_hidden = 4 * n_embd only. */

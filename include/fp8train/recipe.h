@@ -70,6 +70,10 @@ float fp8t_recipe_history_max(const fp8t_recipe_state *st, int t);
  * holds the quantization scale (fp8 value = x * scale). */
 void fp8t_block_quantize(uint8_t *codes, float *scales, const float *x, int rows, int cols,
                          int tile_r, int tile_c, fp8_format fmt);
+/* The same with each block's scale rounded down to a power of two when pow2 (the current-scaling
+ * option; 1/scale is then exact, so code / scale and code * (1/scale) agree bit for bit). */
+void fp8t_block_quantize_pow2(uint8_t *codes, float *scales, const float *x, int rows, int cols,
+                              int tile_r, int tile_c, fp8_format fmt, int pow2);
 void fp8t_block_dequantize(float *out, const uint8_t *codes, const float *scales, int rows,
                            int cols, int tile_r, int tile_c, fp8_format fmt);
 

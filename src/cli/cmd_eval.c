@@ -326,9 +326,13 @@ int fp8t_cmd_eval(int argc, char **argv) {
                            : wx.stored_dtype == FP8T_EXPORT_BF16 ? FP8T_EXPORT_TOL_BF16
                                                                  : FP8T_EXPORT_TOL_FP8;
         /* BF16 always; FP32 when asked; FP8 only when the export carries the learned scales
-         * (an FP8 export) — a BF16/FP32 export has none to compare */
-        int cmp[FP8T_EVAL_COUNT] = {1, o.want[FP8T_EVAL_FP8] && wx.stored_dtype == FP8T_EXPORT_FP8,
-                                    o.want[FP8T_EVAL_FP32]};
+         * (a per-tensor FP8 export's input_scale seeds wx's FP8 state) — a BF16/FP32 export has
+         * none to compare, nor has a block-scaled one (dynamic activation scales) */
+        const int has_scales = wx.stored_dtype == FP8T_EXPORT_FP8 && wx.fp8_state;
+        int cmp[FP8T_EVAL_COUNT] = {1, o.want[FP8T_EVAL_FP8] && has_scales, o.want[FP8T_EVAL_FP32]};
+        if (!o.json && o.want[FP8T_EVAL_FP8] && wx.stored_dtype == FP8T_EXPORT_FP8 && !has_scales)
+            printf("export check %s (fp8 export), fp8: not compared (the export carries no "
+                   "activation scales: dynamic scaling, e.g. --block 128)\n", o.check_export);
         cJSON *jc = cJSON_AddObjectToObject(js, "export_check");
         cJSON_AddStringToObject(jc, "dir", o.check_export);
         cJSON_AddStringToObject(jc, "dtype", fp8t_export_dtype_name(wx.stored_dtype));

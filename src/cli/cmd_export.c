@@ -28,6 +28,13 @@ static void usage(FILE *f) {
         "                        <module>.input_scale (F32 [1], the activation scale learned in\n"
         "                        training: max of the FP8 amax history / 448); embeddings, norms,\n"
         "                        biases BF16; config.json gets a quantization_config (docs/export.md)\n"
+        "  --block 128           with --dtype fp8 (Llama/Qwen2): transformers' fine-grained FP8\n"
+        "                        layout instead, which AutoModelForCausalLM loads as it is:\n"
+        "                        <module>.weight_scale_inv F32 [ceil(N/128), ceil(K/128)], one per\n"
+        "                        128x128 block (the `block` precision's DeepSeek-V3 rule), no\n"
+        "                        input_scale (activation_scheme dynamic); no calibration needed\n"
+        "  --pow2-scales         with --dtype fp8: weight scales rounded down to powers of two\n"
+        "                        (weight_scale_inv exactly 1/scale; at most 1 bit of range lost)\n"
         "  --max-shard-size S    cut the safetensors into shards of at most S (e.g. 5GB, 500MB,\n"
         "                        2GiB, or bytes) with model.safetensors.index.json, as\n"
         "                        transformers' save_pretrained does (default: one file)\n"
@@ -60,12 +67,13 @@ int fp8t_cmd_export(int argc, char **argv) {
     if (argc > 0 && !strcmp(argv[0], "export")) { argc--; argv++; }
     const char *weights = NULL, *to = NULL, *format = "hf", *calib_data = NULL, *device = "cpu";
     fp8t_export_dtype dtype = FP8T_EXPORT_BF16;
-    int calib_batches = 4, overwrite = 0;
+    int calib_batches = 4, overwrite = 0, block = 0, pow2 = 0;
     size_t max_shard = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--overwrite")) { overwrite = 1; continue; }
+        if (!strcmp(a, "--pow2-scales")) { pow2 = 1; continue; }
         if (a[0] != '-' || !a[1]) {
             if (weights) {
                 fprintf(stderr, "fp8train export: one WEIGHTS argument expected, got '%s' and '%s'\n",
@@ -88,6 +96,7 @@ int fp8t_cmd_export(int argc, char **argv) {
             }
         }
         else if (!strcmp(a, "--calib-batches")) { if (cli_int(CMD, a, v, 1, 100000, &calib_batches)) return 2; }
+        else if (!strcmp(a, "--block")) { if (cli_int(CMD, a, v, 1, 1 << 20, &block)) return 2; }
         else if (!strcmp(a, "--dtype")) {
             if (fp8t_export_dtype_parse(&dtype, v) != 0) {
                 fprintf(stderr, "fp8train export: --dtype '%s': expected bf16, fp8 or fp32\n", v);
@@ -112,9 +121,17 @@ int fp8t_cmd_export(int argc, char **argv) {
                 "not fp8\n");
         return 2;
     }
+    char err[2048], desc[512];
+    fp8t_export_options xo = {dtype, max_shard, block, pow2};
+    /* the FP8 options alone (the model's architecture is checked once it is read) */
+    if ((block || pow2) && (llmc || fp8t_export_options_check(NULL, &xo, err, sizeof(err)) != 0)) {
+        if (llmc) snprintf(err, sizeof(err), "--block and --pow2-scales are for Hugging Face FP8 "
+                           "exports, not --format llmc");
+        fprintf(stderr, "fp8train export: %s\n", err);
+        return 2;
+    }
     if (cli_check_to(CMD, to, !llmc, overwrite, "config.json and model.safetensors"))
         return 2;
-    char err[2048], desc[512];
     fp8t_weights w;
     if (fp8t_weights_load(weights, &w, err, sizeof(err)) != 0) {
         fprintf(stderr, "fp8train export: %s\n", err);
@@ -125,6 +142,10 @@ int fp8t_cmd_export(int argc, char **argv) {
     fp8t_evaluator *ev = NULL;
     cli_describe_weights(desc, sizeof(desc), &w);
     printf("weights: %s (%s)\n", weights, desc);
+    if (fp8t_export_options_check(&w.model, &xo, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fp8train export: %s\n", err);
+        goto done; /* status 2: nothing written */
+    }
     if (llmc) {
         if (fp8t_export_llmc(&w, to, dtype == FP8T_EXPORT_FP32 ? 3 : 5, err, sizeof(err)) != 0) {
             fprintf(stderr, "fp8train export: %s\n", err);
@@ -136,8 +157,9 @@ int fp8t_cmd_export(int argc, char **argv) {
         status = 0;
         goto done;
     }
-    if (dtype == FP8T_EXPORT_FP8) {
-        /* input scales need an amax history; weights that never ran a step get one here */
+    if (dtype == FP8T_EXPORT_FP8 && !block) {
+        /* input scales need an amax history; weights that never ran a step get one here (block
+         * scaling writes none: its activations are scaled at run time) */
         cli_run_defaults def;
         cli_run_defaults_from(&w, &def);
         if (!(be = fp8t_backend_create(device, err, sizeof(err)))) {
@@ -155,7 +177,7 @@ int fp8t_cmd_export(int argc, char **argv) {
         }
     }
     fp8t_export_report rep;
-    if (fp8t_export_hf_sharded(&w, to, dtype, max_shard, &rep, err, sizeof(err)) != 0) {
+    if (fp8t_export_hf_opts(&w, to, &xo, &rep, err, sizeof(err)) != 0) {
         fprintf(stderr, "fp8train export: %s\n", err);
         status = 1;
         goto done;
@@ -169,9 +191,14 @@ int fp8t_cmd_export(int argc, char **argv) {
            w.model.arch == FP8T_ARCH_GPT2 ? "GPT2LMHeadModel"
            : w.model.qkv_bias             ? "Qwen2ForCausalLM"
                                           : "LlamaForCausalLM");
-    if (dtype == FP8T_EXPORT_FP8) {
-        printf("fp8: %d weight matrices in E4M3 with per-tensor weight_scale_inv; input_scale in "
-               "[%.4g, %.4g]\n", rep.n_fp8, (double)rep.min_input_scale, (double)rep.max_input_scale);
+    if (dtype == FP8T_EXPORT_FP8 && block) {
+        printf("fp8: %d weight matrices in E4M3 with %dx%d block weight_scale_inv%s "
+               "(quantization_config: fp8, weight_block_size [%d, %d], activation_scheme dynamic)\n",
+               rep.n_fp8, block, block, pow2 ? " (powers of two)" : "", block, block);
+    } else if (dtype == FP8T_EXPORT_FP8) {
+        printf("fp8: %d weight matrices in E4M3 with per-tensor weight_scale_inv%s; input_scale in "
+               "[%.4g, %.4g]\n", rep.n_fp8, pow2 ? " (power of two)" : "",
+               (double)rep.min_input_scale, (double)rep.max_input_scale);
         if (rep.n_act_fallback)
             fprintf(stderr, "fp8train export: warning: %d linear layers had no amax history; their "
                     "input_scale is the state's scale_inv\n", rep.n_act_fallback);

@@ -1,5 +1,5 @@
 /* Export: a Hugging Face directory (config.json + model.safetensors) in FP32, BF16 or FP8
- * E4M3 with per-tensor scales, and llm.c GPT-2 checkpoints.
+ * E4M3 with per-tensor or 128x128 block scales, and llm.c GPT-2 checkpoints.
  *
  * FP8 layout, per linear weight "<m>.weight" (m = e.g. model.layers.0.mlp.up_proj):
  *   <m>.weight            F8_E4M3, the Hugging Face shape (GPT-2 Conv1D: [in, out])
@@ -8,7 +8,15 @@
  *   <m>.input_scale       F32 [1]  x_fp8 = x / input_scale: the activation scale learned in
  *                                  training, max(amax history of the layer's input) / 448
  * Per-tensor scales do not depend on the orientation, so the transposed Conv1D matrix holds
- * exactly the codes of our [out, in] matrix, transposed. */
+ * exactly the codes of our [out, in] matrix, transposed.
+ *
+ * Block-scaled FP8 (fp8_block 128, transformers' fine-grained FP8 layout, Llama/Qwen2 only):
+ *   <m>.weight            F8_E4M3 [N, K]
+ *   <m>.weight_scale_inv  F32 [ceil(N/128), ceil(K/128)]  weight ≈ float(fp8) * scale_inv of its
+ *                                  128x128 block; codes and scales come from fp8t_block_quantize
+ *                                  (the `block` precision's weight rule: scale = 448 / block amax)
+ * and no input_scale: activation_scheme "dynamic", the runtime scales each 1x128 activation tile
+ * itself. Each HF matrix is quantized in its own layout (q/k/v separately), as a loader reads it. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -126,7 +134,7 @@ static void add_model_kind(cJSON *o, const char *cls, const char *model_type, in
     cJSON_AddNumberToObject(o, "vocab_size", vocab_size);
 }
 
-static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
+static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype, int block, int pow2) {
     const fp8t_model_config *c = &w->model;
     cJSON *o = cJSON_CreateObject();
     const char *torch_dtype = dtype == FP8T_EXPORT_FP32 ? "float32" : "bfloat16";
@@ -200,7 +208,19 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
     cJSON_AddBoolToObject(o, "tie_word_embeddings", !c->untied_head);
     cJSON_AddBoolToObject(o, "use_cache", 1);
     cJSON_AddStringToObject(o, "torch_dtype", torch_dtype);
-    if (dtype == FP8T_EXPORT_FP8) {
+    if (dtype == FP8T_EXPORT_FP8 && block > 0) {
+        /* what transformers' FineGrainedFP8Config reads (and DeepSeek-V3 ships): FP8Linear for
+         * every nn.Linear but lm_head, dynamic 1x128 activation scales at run time */
+        cJSON *q = cJSON_AddObjectToObject(o, "quantization_config");
+        cJSON_AddStringToObject(q, "quant_method", "fp8");
+        cJSON_AddStringToObject(q, "fmt", "e4m3");
+        cJSON_AddStringToObject(q, "activation_scheme", "dynamic");
+        cJSON *bs = cJSON_AddArrayToObject(q, "weight_block_size");
+        cJSON_AddItemToArray(bs, cJSON_CreateNumber(block));
+        cJSON_AddItemToArray(bs, cJSON_CreateNumber(block));
+        cJSON *skip = cJSON_AddArrayToObject(q, "modules_to_not_convert");
+        cJSON_AddItemToArray(skip, cJSON_CreateString("lm_head"));
+    } else if (dtype == FP8T_EXPORT_FP8) {
         cJSON *q = cJSON_AddObjectToObject(o, "quantization_config");
         cJSON_AddStringToObject(q, "quant_method", "fp8");
         cJSON_AddStringToObject(q, "fmt", "e4m3");
@@ -223,6 +243,13 @@ static cJSON *config_json(const fp8t_weights *w, fp8t_export_dtype dtype) {
     cJSON *f = cJSON_AddObjectToObject(o, "fp8train");
     cJSON_AddStringToObject(f, "arch", fp8t_arch_name(c->arch));
     cJSON_AddStringToObject(f, "export_dtype", fp8t_export_dtype_name(dtype));
+    if (dtype == FP8T_EXPORT_FP8) {
+        char how[160];
+        snprintf(how, sizeof(how), "%s: scale_inv = 1 / %s(448 / %samax)",
+                 block > 0 ? "128x128 blocks" : "per tensor", pow2 ? "pow2_floor" : "",
+                 block > 0 ? "block " : "");
+        cJSON_AddStringToObject(f, "fp8_weight_scales", how);
+    }
     cJSON_AddNumberToObject(f, "step", w->step);
     if (w->source[0]) cJSON_AddStringToObject(f, "source", w->source);
     return o;
@@ -237,17 +264,24 @@ static void add_module_scalar(fp8t_st_writer *wr, const char *module, const char
     fp8t_st_writer_add(wr, name, FP8T_ST_F32, 1, &one, &value);
 }
 
-/* Bytes tensor t takes in the file (an FP8 weight brings two F32 [1] scales). */
-static size_t stored_bytes(const fp8t_hf_tensor *t, fp8t_export_dtype dtype) {
+/* Scale blocks of a 2-D HF tensor t under block edge b: ceil(rows/b) * ceil(cols/b). */
+static size_t n_blocks(const fp8t_hf_tensor *t, int b) {
+    const size_t r = (size_t)t->shape[0], c = (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+    return ((r + (size_t)b - 1) / (size_t)b) * ((c + (size_t)b - 1) / (size_t)b);
+}
+
+/* Bytes tensor t takes in the file (an FP8 weight brings two F32 [1] scales, or one F32 per
+ * block). */
+static size_t stored_bytes(const fp8t_hf_tensor *t, fp8t_export_dtype dtype, int block) {
     const size_t n = numel_of(t);
     if (dtype == FP8T_EXPORT_FP32) return 4 * n;
-    if (dtype == FP8T_EXPORT_FP8 && t->lin >= 0) return n + 8;
+    if (dtype == FP8T_EXPORT_FP8 && t->lin >= 0) return n + (block > 0 ? 4 * n_blocks(t, block) : 8);
     return 2 * n;
 }
 
 /* model.safetensors.index.json as transformers writes it: total_size and the weight_map. */
 static int write_index(const char *dir, const fp8t_hf_tensor *map, int n, const int *shard,
-                       int n_shards, fp8t_export_dtype dtype, size_t total, char *err,
+                       int n_shards, fp8t_export_dtype dtype, int block, size_t total, char *err,
                        size_t errlen) {
     cJSON *o = cJSON_CreateObject();
     cJSON *meta = cJSON_AddObjectToObject(o, "metadata");
@@ -260,6 +294,7 @@ static int write_index(const char *dir, const fp8t_hf_tensor *map, int n, const 
         if (dtype == FP8T_EXPORT_FP8 && map[i].lin >= 0) {
             snprintf(name, sizeof(name), "%s.weight_scale_inv", map[i].module);
             cJSON_AddStringToObject(wm, name, file);
+            if (block > 0) continue; /* dynamic activations: no input_scale */
             snprintf(name, sizeof(name), "%s.input_scale", map[i].module);
             cJSON_AddStringToObject(wm, name, file);
         }
@@ -282,14 +317,50 @@ int fp8t_export_hf(const fp8t_weights *w, const char *dir, fp8t_export_dtype dty
 int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_dtype dtype,
                            size_t max_shard_bytes, fp8t_export_report *rep, char *err,
                            size_t errlen) {
+    fp8t_export_options o = {dtype, max_shard_bytes, 0, 0};
+    return fp8t_export_hf_opts(w, dir, &o, rep, err, errlen);
+}
+
+int fp8t_export_options_check(const fp8t_model_config *c, const fp8t_export_options *o, char *err,
+                              size_t errlen) {
+    const fp8t_export_dtype dtype = o->dtype;
+    if (dtype != FP8T_EXPORT_BF16 && dtype != FP8T_EXPORT_FP8 && dtype != FP8T_EXPORT_FP32)
+        return fp8t_errorf(err, errlen, "export: unknown dtype %d (bf16, fp8 or fp32)", (int)dtype);
+    if (o->pow2_scales && dtype != FP8T_EXPORT_FP8)
+        return fp8t_errorf(err, errlen, "export: power-of-two scales (--pow2-scales) need --dtype "
+                           "fp8 (this export's dtype is %s)", fp8t_export_dtype_name(dtype));
+    if (o->fp8_block == 0) return 0;
+    if (dtype != FP8T_EXPORT_FP8)
+        return fp8t_errorf(err, errlen, "export: block scales (--block %d) need --dtype fp8 "
+                           "(this export's dtype is %s)", o->fp8_block,
+                           fp8t_export_dtype_name(dtype));
+    if (o->fp8_block != FP8T_EXPORT_FP8_BLOCK)
+        return fp8t_errorf(err, errlen, "export: --block %d is not supported: the block-scaled "
+                           "FP8 layout uses %dx%d weight blocks (the DeepSeek-V3 blocks of the "
+                           "`block` precision, and the size transformers' FP8 kernels take)",
+                           o->fp8_block, FP8T_EXPORT_FP8_BLOCK, FP8T_EXPORT_FP8_BLOCK);
+    if (c && c->arch == FP8T_ARCH_GPT2)
+        return fp8t_errorf(err, errlen, "export: --block %d needs a Llama or Qwen2 model: "
+                           "transformers' fine-grained FP8 loader converts nn.Linear modules, and "
+                           "GPT-2's are Conv1D (it would load the E4M3 codes without their "
+                           "scales); export GPT-2 with --dtype fp8 (per-tensor scales) or bf16",
+                           o->fp8_block);
+    return 0;
+}
+
+int fp8t_export_hf_opts(const fp8t_weights *w, const char *dir, const fp8t_export_options *o,
+                        fp8t_export_report *rep, char *err, size_t errlen) {
     fp8t_export_report r;
     memset(&r, 0, sizeof(r));
     r.min_input_scale = INFINITY;
     r.max_input_scale = 0.0f;
-    if (dtype != FP8T_EXPORT_BF16 && dtype != FP8T_EXPORT_FP8 && dtype != FP8T_EXPORT_FP32)
-        return fp8t_errorf(err, errlen, "export: unknown dtype %d (bf16, fp8 or fp32)", (int)dtype);
+    const fp8t_export_dtype dtype = o->dtype;
+    const size_t max_shard_bytes = o->max_shard_bytes;
+    const int block = o->fp8_block, pow2 = o->pow2_scales;
+    if (fp8t_export_options_check(w ? &w->model : NULL, o, err, errlen) != 0) return -1;
     if (!dir || !*dir)
         return fp8t_errorf(err, errlen, "export: no output directory given (--to DIR)");
+    r.fp8_block = dtype == FP8T_EXPORT_FP8 ? block : 0;
     int n_info;
     fp8t_param_info *info = checked_table(w, &n_info, err, errlen);
     if (!info) return -1;
@@ -298,7 +369,7 @@ int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_d
     int *shard = n > 0 ? calloc((size_t)n, sizeof(int)) : NULL; /* [n] shard of each tensor */
     fp8t_st_writer **wrs = NULL;
     int n_shards = 1;
-    float *buf = NULL;
+    float *buf = NULL, *bsc = NULL;
     void *enc = NULL;
     char *text = NULL;
     int rc = -1;
@@ -313,7 +384,7 @@ int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_d
     {
         size_t in_shard = 0;
         for (int i = 0; i < n; i++) {
-            const size_t b = stored_bytes(&map[i], dtype);
+            const size_t b = stored_bytes(&map[i], dtype, block);
             if (max_shard_bytes && in_shard > 0 && in_shard + b > max_shard_bytes) {
                 n_shards++;
                 in_shard = 0;
@@ -341,11 +412,16 @@ int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_d
             goto done;
         }
     }
-    size_t maxn = 0;
-    for (int i = 0; i < n; i++) maxn = numel_of(&map[i]) > maxn ? numel_of(&map[i]) : maxn;
+    size_t maxn = 0, maxb = 1;
+    for (int i = 0; i < n; i++) {
+        maxn = numel_of(&map[i]) > maxn ? numel_of(&map[i]) : maxn;
+        if (block > 0 && map[i].lin >= 0 && n_blocks(&map[i], block) > maxb)
+            maxb = n_blocks(&map[i], block);
+    }
     buf = malloc(maxn * sizeof(float));  /* [maxn] one tensor in the HF layout */
     enc = malloc(maxn * sizeof(uint16_t)); /* [maxn] its BF16 bits or FP8 codes */
-    if (!buf || !enc) {
+    bsc = malloc(maxb * sizeof(float));    /* [ceil(N/b), ceil(K/b)] its block scales */
+    if (!buf || !enc || !bsc) {
         fp8t_errorf(err, errlen, "export: out of memory (%zu-element tensor)", maxn);
         goto done;
     }
@@ -358,9 +434,21 @@ int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_d
         gather(buf, t, &info[t->param], w->params);
         if (dtype == FP8T_EXPORT_FP32) {
             fp8t_st_writer_add(wr, t->name, FP8T_ST_F32, t->ndim, t->shape, buf);
+        } else if (dtype == FP8T_EXPORT_FP8 && t->lin >= 0 && block > 0) {
+            /* [N, K] in the HF (nn.Linear) layout: the blocks transformers' FP8Linear reads */
+            const int R = (int)t->shape[0], K = (int)t->shape[1];
+            const int64_t sshape[2] = {(R + block - 1) / block, (K + block - 1) / block};
+            fp8t_block_quantize_pow2((uint8_t *)enc, bsc, buf, R, K, block, block, FP8_E4M3, pow2);
+            /* the quantizer keeps the multiplier x -> code; the file wants code -> x */
+            for (int64_t j = 0; j < sshape[0] * sshape[1]; j++) bsc[j] = 1.0f / bsc[j];
+            fp8t_st_writer_add(wr, t->name, FP8T_ST_F8_E4M3, 2, t->shape, enc);
+            char sname[160];
+            snprintf(sname, sizeof(sname), "%s.weight_scale_inv", t->module);
+            fp8t_st_writer_add(wr, sname, FP8T_ST_F32, 2, sshape, bsc);
+            r.n_fp8++;
         } else if (dtype == FP8T_EXPORT_FP8 && t->lin >= 0) {
             float amax = fp8_amax(buf, numel);
-            float scale = fp8t_current_scale(amax, FP8_E4M3_MAX, 0.0f, 0);
+            float scale = fp8t_current_scale(amax, FP8_E4M3_MAX, 0.0f, pow2);
             float scale_inv = 1.0f / scale;
             fp8_quantize((uint8_t *)enc, buf, numel, scale, FP8_E4M3, 1);
             fp8t_st_writer_add(wr, t->name, FP8T_ST_F8_E4M3, t->ndim, t->shape, enc);
@@ -397,11 +485,11 @@ int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_d
         }
     }
     if (n_shards > 1 &&
-        write_index(dir, map, n, shard, n_shards, dtype, total, err, errlen) != 0)
+        write_index(dir, map, n, shard, n_shards, dtype, block, total, err, errlen) != 0)
         goto done;
     r.n_shards = n_shards;
-    r.n_tensors = n + 2 * r.n_fp8;
-    cJSON *cj = config_json(w, dtype);
+    r.n_tensors = n + (block > 0 ? 1 : 2) * r.n_fp8;
+    cJSON *cj = config_json(w, dtype, block, pow2);
     text = cJSON_Print(cj);
     cJSON_Delete(cj);
     snprintf(path, sizeof(path), "%s/config.json", dir);
@@ -409,12 +497,13 @@ int fp8t_export_hf_sharded(const fp8t_weights *w, const char *dir, fp8t_export_d
         if (!text) fp8t_errorf(err, errlen, "export: out of memory");
         goto done;
     }
-    if (r.n_fp8 == 0) r.min_input_scale = 0.0f;
+    if (r.n_fp8 == 0 || block > 0) r.min_input_scale = 0.0f; /* block: no input scales */
     if (rep) *rep = r;
     rc = 0;
 done:
     free(text);
     free(buf);
+    free(bsc);
     free(enc);
     free(map);
     free(shard);

@@ -668,7 +668,7 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
     float *lin_x_scale = calloc((size_t)n_lin, sizeof(float)); /* [n_lin] max input_scale */
     float *lin_w_amax = calloc((size_t)n_lin, sizeof(float));  /* [n_lin] amax of FP8 weights */
     float *buf = NULL, *sc = NULL;
-    int rc = -1, n_fp8 = 0, n_inscale = 0, n_dtype[FP8T_ST_DTYPE_COUNT] = {0};
+    int rc = -1, n_fp8 = 0, n_fp8_block = 0, n_inscale = 0, n_dtype[FP8T_ST_DTYPE_COUNT] = {0};
     if (!info || !map || !lin_x_scale || !lin_w_amax) {
         fp8t_errorf(err, errlen, "out of memory");
         goto done;
@@ -752,6 +752,7 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
             const int R = (int)ht->shape[0], Cc = ht->ndim == 2 ? (int)ht->shape[1] : 1;
             if (dequantize(buf, R, Cc, sc, fs.t, block, dir, ft.name, err, errlen) != 0)
                 goto done;
+            n_fp8_block += fs.t->numel > 1;
             float amax = fp8_amax(buf, numel);
             if (amax > lin_w_amax[ht->lin]) lin_w_amax[ht->lin] = amax;
             n_fp8++;
@@ -848,9 +849,17 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
     w->stored_dtype = n_dtype[FP8T_ST_F8_E4M3] + n_dtype[FP8T_ST_F8_E5M2] ? FP8T_EXPORT_FP8
                       : n_dtype[FP8T_ST_F32] + n_dtype[FP8T_ST_F64] ? FP8T_EXPORT_FP32
                                                                    : FP8T_EXPORT_BF16;
-    if (n_fp8) note(w, "dequantized %d FP8 weight matrices with their weight_scale_inv", n_fp8);
-    /* seed the FP8 state with what the file knows: learned input scales and FP8 weight amaxes */
-    if (n_fp8 || n_inscale) {
+    if (n_fp8 && n_fp8_block)
+        note(w, "dequantized %d FP8 weight matrices with their weight_scale_inv (%d with %dx%d "
+             "block scales: the block rounding is now in the FP32 weights)", n_fp8, n_fp8_block,
+             block[0], block[1]);
+    else if (n_fp8)
+        note(w, "dequantized %d FP8 weight matrices with their weight_scale_inv", n_fp8);
+    /* seed the FP8 state with what the file knows: learned input scales and FP8 weight amaxes.
+     * Without input scales (dynamic activation scaling: fine-grained FP8, per-token runtimes)
+     * there are no activation scales to seed; the state stays absent so that eval and export
+     * calibrate X and W together instead of running X at scale 1. */
+    if (n_inscale) {
         fp8t_policy pol;
         fp8t_policy_default(&pol);
         w->fp8_n = 3 * n_lin;

@@ -75,6 +75,11 @@ static int block_args_ok(const char *fn, int rows, int cols, int tile_r, int til
 
 void fp8t_block_quantize(uint8_t *codes, float *scales, const float *x, int rows, int cols,
                          int tile_r, int tile_c, fp8_format fmt) {
+    fp8t_block_quantize_pow2(codes, scales, x, rows, cols, tile_r, tile_c, fmt, 0);
+}
+
+void fp8t_block_quantize_pow2(uint8_t *codes, float *scales, const float *x, int rows, int cols,
+                              int tile_r, int tile_c, fp8_format fmt, int pow2) {
     if (!block_args_ok(__func__, rows, cols, tile_r, tile_c)) return;
     const int nbr = ceil_div(rows, tile_r), nbc = ceil_div(cols, tile_c);
     const float fmt_max = fp8_format_max(fmt);
@@ -88,7 +93,7 @@ void fp8t_block_quantize(uint8_t *codes, float *scales, const float *x, int rows
             const float a = fp8_amax(x + (size_t)r * cols + c0, (size_t)w);
             amax = fp8t_max_nan_wins(amax, a);
         }
-        const float scale = fp8t_current_scale(amax, fmt_max, 0.0f, 0);
+        const float scale = fp8t_current_scale(amax, fmt_max, 0.0f, pow2);
         scales[b] = scale;
         for (int r = r0; r < r1; r++) {
             const size_t off = (size_t)r * cols + c0;
