@@ -55,14 +55,14 @@ endif
 
 # Data parallel (src/backend/dist.c): MPI when OpenMPI's mpicc is there (NO_MPI=1: a build
 # that runs one process only); NCCL for the CUDA backend's collectives when nccl.h is there.
-MPICC   ?= $(shell command -v mpicc 2>/dev/null)
-ifneq ($(MPICC),)
-ifeq ($(NO_MPI),)
-MPI_CFLAGS := -DFP8T_HAVE_MPI $(shell $(MPICC) --showme:compile 2>/dev/null)
-LDLIBS  += $(shell $(MPICC) --showme:link 2>/dev/null)
+# The MPI flags are looked up when a recipe uses them (recursive variables), not when make
+# reads this file: on a fresh machine `make test` installs OpenMPI (the deps stamp) first, and
+# dist.o must then be compiled with it.
+MPICC   ?= mpicc
+MPI_ON   = $(if $(NO_MPI),,$(shell command -v $(MPICC) 2>/dev/null))
+MPI_CFLAGS = $(if $(MPI_ON),-DFP8T_HAVE_MPI $(shell $(MPICC) --showme:compile 2>/dev/null))
+LDLIBS  += $(if $(MPI_ON),$(shell $(MPICC) --showme:link 2>/dev/null))
 $(BUILD)/src/backend/dist.o: CFLAGS += $(MPI_CFLAGS)
-endif
-endif
 ifeq ($(HAVE_CUDA),1)
 ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h),)
 NVFLAGS   += -DFP8T_HAVE_NCCL
