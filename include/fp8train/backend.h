@@ -337,6 +337,24 @@ typedef struct fp8t_backend_ops {
     /* dst_host (from host_alloc) = src, queued on the stream without waiting: the bytes are
      * there once a later to_host or synchronize has returned (the CPU copies at once). */
     void (*to_host_async)(fp8t_backend *b, void *dst_host, const void *src, size_t bytes);
+
+    /* ---- inference: the KV cache (src/model/infer*.c) ----
+     * A layer's cache is kc, vc [B, NKV, Tmax, HS] each, K after RoPE, in BF16 (kv_bf16 = 1:
+     * raw bits, round to nearest even) or FP32 (kv_bf16 = 0). Attention reads K and V back
+     * from the cache, so a BF16 cache rounds them as a BF16 attention would. */
+    /* the prefill's K and V: token t of sequence b (qkv [B, s->T, QKV] as attention_forward's)
+     * goes to position t of b's cache, K rotated by RoPE at t when s->rope_theta > 0;
+     * positions >= s->T are left alone. s->T <= Tmax. */
+    void (*kv_cache_write)(fp8t_backend *b, void *kc, void *vc, int kv_bf16, const float *qkv,
+                           const fp8t_attn_shape *s, int Tmax);
+    /* One decode step: qkv [B, QKV] holds one new token per sequence, at position pos[b]
+     * (device int [B], 0 <= pos[b] < Tmax; each sequence at its own). Its K (RoPE at pos[b])
+     * and V are written to position pos[b] of the cache, then out[B, NH*HS] = the causal
+     * attention of its q (RoPE at pos[b]) over the cache positions 0..pos[b] — the row
+     * attention_forward would give that token, scale 1/sqrt(HS). s->T is ignored. */
+    void (*attention_decode)(fp8t_backend *b, float *out, void *kc, void *vc, int kv_bf16,
+                             const float *qkv, const int *pos, const fp8t_attn_shape *s,
+                             int Tmax);
 } fp8t_backend_ops;
 
 struct fp8t_backend {

@@ -164,6 +164,8 @@ static const fp8t_backend_ops cpu_ops = {
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_host_free,
     .to_host_async = cpu_to_host_async,
+    .kv_cache_write = cpu_kv_cache_write,
+    .attention_decode = cpu_attention_decode,
 };
 
 fp8t_backend *fp8t_cpu_backend_create(char *err, size_t errlen) {

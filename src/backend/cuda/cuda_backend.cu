@@ -282,6 +282,8 @@ static const fp8t_backend_ops cuda_ops = {
     /* .host_alloc = */ cuda_host_alloc,
     /* .host_free = */ cuda_host_free,
     /* .to_host_async = */ cuda_to_host_async,
+    /* .kv_cache_write = */ cuda_kv_cache_write,
+    /* .attention_decode = */ cuda_attention_decode,
 };
 
 extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
