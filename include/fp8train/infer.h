@@ -68,12 +68,14 @@ int fp8t_infer_Tmax(const fp8t_infer *m);
 /* Prefill: tokens [nb, T] (host, row-major, right-padded; nb <= B, T <= Tmax), lens[nb] each
  * in 1..T. Runs the forward over the nb x T tokens, writes positions 0..T-1 of sequences
  * 0..nb-1 into the cache, and gives logits [nb, V] (host) of each sequence's last prompt
- * token (row lens[b] - 1). 0 ok; -1 with err (bad sizes, tokens outside the vocabulary). */
+ * token (row lens[b] - 1); logits NULL: they are computed but not copied (benchmarks; the
+ * call still waits for the device). 0 ok; -1 with err (bad sizes, tokens outside the
+ * vocabulary). */
 int fp8t_infer_prefill(fp8t_infer *m, const int *tokens, int nb, int T, const int *lens,
                        float *logits, char *err, size_t errlen);
 /* Decode: one token per sequence, tok[nb] at position pos[nb] (host; pos[b] < Tmax, every
  * position before it already in b's cache). The tokens' K/V go into the cache at pos; logits
- * [nb, V] (host) of the next token. 0 ok; -1 with err. */
+ * [nb, V] (host) of the next token (NULL: not copied, as prefill's). 0 ok; -1 with err. */
 int fp8t_infer_decode(fp8t_infer *m, const int *tok, const int *pos, int nb, float *logits,
                       char *err, size_t errlen);
 /* Logits of every position of tokens [nb, T] (host) into logits [nb * T, V] (host), no

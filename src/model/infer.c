@@ -143,8 +143,8 @@ static int set_delayed_scale(fp8t_infer *m, const fp8t_weights *w, fp8t_recipe_s
                  "calibrated in FP8); use --act-scale current", what, lin, w->source);
         return -1;
     }
-    const float s[2] = {st->scale[t], st->scale_inv[t]};
-    m->ops->to_device(m->be, L->sc + INF_SC_X, s, sizeof(s));
+    m->ops->to_device(m->be, L->sc + INF_SC_X, &st->scale[t], sizeof(float));
+    m->ops->to_device(m->be, L->sc + INF_SC_X_INV, &st->scale_inv[t], sizeof(float));
     return 0;
 }
 

@@ -121,11 +121,13 @@ static void blocks(fp8t_infer *m, int nb, int T, att_mode mode) {
     for (int l = 0; l < m->cfg.n_layer; l++) layer_forward(m, l, nb, T, mode);
 }
 
-/* logits [nb, V] (host) of the rows in m->last */
+/* logits [nb, V] (host) of the rows in m->last; logits NULL: computed, not copied (the
+ * device is waited for) */
 static void head(fp8t_infer *m, int nb, float *logits) {
     norm(m, m->lnl, m->last, m->lnf_w, m->lnf_b, nb);
     infer_linear(m, &m->head, m->logits, m->lnl, nb);
-    m->ops->to_host(m->be, logits, m->logits, (size_t)nb * m->V * sizeof(float));
+    if (logits) m->ops->to_host(m->be, logits, m->logits, (size_t)nb * m->V * sizeof(float));
+    else m->ops->synchronize(m->be);
 }
 
 int fp8t_infer_prefill(fp8t_infer *m, const int *tokens, int nb, int T, const int *lens,

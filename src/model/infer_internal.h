@@ -7,8 +7,16 @@
 /* How a linear's weight is stored and its GEMM run. */
 typedef enum { INF_LIN_F32 = 0, INF_LIN_BF16 = 1, INF_LIN_FP8 = 2 } inf_lin_kind;
 
-/* scalars of an FP8 linear, device floats sc[INF_SC_COUNT] */
-enum { INF_SC_W = 0, INF_SC_W_INV, INF_SC_X, INF_SC_X_INV, INF_SC_AMAX, INF_SC_COUNT };
+/* scalars of an FP8 linear, device floats sc[INF_SC_COUNT]; the two scale_inv the GEMM reads
+ * 16 bytes apart from the (aligned) start, as cuBLASLt wants them (else it copies them first) */
+enum {
+    INF_SC_W_INV = 0, /* dequantization scales (value = code * scale_inv) */
+    INF_SC_X_INV = 4,
+    INF_SC_W = 8,     /* quantization scales */
+    INF_SC_X = 9,
+    INF_SC_AMAX = 10, /* current scaling's amax */
+    INF_SC_COUNT = 12
+};
 
 /* One linear layer Y[N, out] = X[N, in] · Wᵀ (+ bias). */
 typedef struct {
