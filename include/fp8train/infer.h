@@ -83,6 +83,12 @@ int fp8t_infer_decode(fp8t_infer *m, const int *tok, const int *pos, int nb, flo
 int fp8t_infer_forward_all(fp8t_infer *m, const int *tokens, int nb, int T, float *logits,
                            char *err, size_t errlen);
 
+/* The mean next-token loss of tokens/targets [nb, T] (host; targets < 0 ignored) through the
+ * full-window forward, the logits and losses kept on the device (softmax_xent). NaN with err
+ * on bad sizes or tokens. */
+double fp8t_infer_loss(fp8t_infer *m, const int *tokens, const int *targets, int nb, int T,
+                       char *err, size_t errlen);
+
 /* Continue n prompts (prompts[i] of lens[i] >= 1 tokens, n <= B) by n_new tokens each into
  * out[i * n_new + j]: a prefill, then n_new - 1 decode steps. Sequence i samples with its
  * own random stream, fp8t_sample_seed(cfg->seed + i), so sequence 0 reproduces

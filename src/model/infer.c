@@ -127,6 +127,8 @@ void fp8t_infer_destroy(fp8t_infer *m) {
     ops->free(m->be, m->opbuf);
     ops->free(m->be, m->tokens);
     ops->free(m->be, m->all_logits);
+    ops->free(m->be, m->losses);
+    ops->free(m->be, m->targets);
     free(m);
 }
 

@@ -5,6 +5,7 @@
  * Llama block:  x += proj(attn_rope(qkv(RMS1(x)))); x += down(silu(gate(h)) * up(h)), h = RMS2(x)
  * Every buffer is one layer's: the layers run one after another over the same x. Only the
  * rows whose next token is asked for go through the final norm and the head. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -183,8 +184,10 @@ int fp8t_infer_decode(fp8t_infer *m, const int *tok, const int *pos, int nb, flo
     return 0;
 }
 
-int fp8t_infer_forward_all(fp8t_infer *m, const int *tokens, int nb, int T, float *logits,
-                           char *err, size_t errlen) {
+/* The full-window forward of tokens [nb, T] (host): the logits of every position into
+ * m->all_logits [nb * T, V] (grown on first use, with losses and targets). 0 ok; -1 with err. */
+static int forward_logits(fp8t_infer *m, const int *tokens, int nb, int T, char *err,
+                          size_t errlen) {
     if (nb < 1 || nb > m->B || T < 1 || T > m->Tmax) {
         snprintf(err, errlen, "forward: %d sequences of %d tokens for a model built for %d of "
                  "at most %d", nb, T, m->B, m->Tmax);
@@ -193,9 +196,13 @@ int fp8t_infer_forward_all(fp8t_infer *m, const int *tokens, int nb, int T, floa
     const size_t N = (size_t)nb * T;
     if (check_tokens(m, tokens, N, err, errlen)) return -1;
     const fp8t_backend_ops *ops = m->ops;
-    if (m->all_logits_rows < N) { /* [N, V], only for this use */
+    if (m->all_logits_rows < N) {
         ops->free(m->be, m->all_logits);
+        ops->free(m->be, m->losses);
+        ops->free(m->be, m->targets);
         m->all_logits = ops->malloc(m->be, N * m->V * sizeof(float));
+        m->losses = ops->malloc(m->be, (N + 1) * sizeof(float));
+        m->targets = ops->malloc(m->be, N * sizeof(int));
         m->all_logits_rows = N;
     }
     ops->to_device(m->be, m->tokens, tokens, N * sizeof(int));
@@ -203,6 +210,35 @@ int fp8t_infer_forward_all(fp8t_infer *m, const int *tokens, int nb, int T, floa
     blocks(m, nb, T, ATT_FULL);
     norm(m, m->ln, m->x, m->lnf_w, m->lnf_b, (int)N);
     infer_linear(m, &m->head, m->all_logits, m->ln, (int)N);
-    ops->to_host(m->be, logits, m->all_logits, N * m->V * sizeof(float));
     return 0;
+}
+
+int fp8t_infer_forward_all(fp8t_infer *m, const int *tokens, int nb, int T, float *logits,
+                           char *err, size_t errlen) {
+    if (forward_logits(m, tokens, nb, T, err, errlen)) return -1;
+    m->ops->to_host(m->be, logits, m->all_logits, (size_t)nb * T * m->V * sizeof(float));
+    return 0;
+}
+
+double fp8t_infer_loss(fp8t_infer *m, const int *tokens, const int *targets, int nb, int T,
+                       char *err, size_t errlen) {
+    const size_t N = (size_t)nb * T;
+    if (forward_logits(m, tokens, nb, T, err, errlen)) return NAN;
+    int count = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (targets[i] >= m->V) {
+            snprintf(err, errlen, "target %d (index %zu) is outside the vocabulary [0, %d)",
+                     targets[i], i, m->V);
+            return NAN;
+        }
+        count += targets[i] >= 0;
+    }
+    const fp8t_backend_ops *ops = m->ops;
+    ops->to_device(m->be, m->targets, targets, N * sizeof(int));
+    ops->softmax_xent(m->be, m->losses, NULL, m->all_logits, m->targets, (int)N, m->V, 0.0f);
+    ops->zero(m->be, m->losses + N, sizeof(float));
+    ops->sum(m->be, m->losses + N, m->losses, N);
+    float sum = 0.0f;
+    ops->to_host(m->be, &sum, m->losses + N, sizeof(float));
+    return count > 0 ? (double)sum / count : 0.0;
 }

@@ -72,8 +72,10 @@ struct fp8t_infer {
     void *opbuf;               /* an activation's BF16 operand or FP8 codes, [N, max(C, H)] */
     int *tokens;               /* device [N] */
     int *pos;                  /* device [B] */
-    float *all_logits;         /* [n, V] for forward_all, allocated on first use */
+    float *all_logits;         /* [n, V] for forward_all / loss, allocated on first use */
     size_t all_logits_rows;
+    float *losses;             /* [n] per-position losses, then their sum (loss) */
+    int *targets;              /* [n] device (loss) */
 
     fp8t_infer_memory mem;
 };
