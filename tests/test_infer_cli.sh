@@ -4,7 +4,8 @@
 # samples the tokens of the uncached path (--no-cache: the training model's full window), that
 # every prompt of a --prompts batch gets the tokens it gets alone (sequence i samples with seed
 # S + i), --batch N samples of one prompt, FP8 with the learned (delayed) activation scales,
-# clear failures, and bench-infer's table and JSON on a tiny preset.
+# clear failures, eval --infer against the training model's loss, and bench-infer's table and
+# JSON on a tiny preset.
 # Prints one "PASS infer_cli: ..." / "FAIL infer_cli: ..." line per check (tests/run.sh).
 set -u
 BIN=${FP8TRAIN_BIN:-$(dirname "$0")/../build/fp8train}
@@ -83,7 +84,25 @@ run two_prompts 2 "$BIN" generate "$CK" --prompt a --prompts "$TMP/prompts.txt" 
 # a prompt + tokens beyond seq_len: the sliding window, said so
 run window 0 "$BIN" generate "$CK" --prompt "ab" --tokens 60 && expect window "without the KV cache"
 
-# 5. bench-infer on a tiny preset: the table, the ratios, the JSON
+# 5. eval --infer: the held-out loss through the inference model, as the training model's
+#    (bf16, fp32: the same roundings; 1e-5 covers the print's last digit), fp8 near bf16
+run eval_train 0 "$BIN" eval "$CK" --batches 2 --precision all
+run eval_infer 0 "$BIN" eval "$CK" --batches 2 --precision all --infer &&
+  expect eval_infer "activations current scaling"
+for p in bf16 fp32; do
+  a=$(awk -v p=$p '$1 == p {print $2}' "$TMP/eval_train.out")
+  b=$(awk -v p=$p '$1 == p {print $2}' "$TMP/eval_infer.out")
+  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(a != "" && d < 1e-5 && d > -1e-5) }' &&
+    pass "eval --infer $p loss $b = the training model's $a" || fail "eval --infer $p: '$b' vs '$a'"
+done
+grep -q "ok: within" "$TMP/eval_infer.out" && pass "eval --infer: fp8 within 1% of bf16" ||
+  fail "eval --infer fp8 gap"
+run eval_delayed 0 "$BIN" eval "$CK" --batches 2 --infer --act-scale delayed --json &&
+  expect eval_delayed '"act_scale":"delayed"'
+run eval_infer_task 2 "$BIN" eval "$CK" --infer --task "$TMP/prompts.txt" &&
+  expect eval_infer_task "validation loss only"
+
+# 6. bench-infer on a tiny preset: the table, the ratios, the JSON
 run bench_help 0 "$BIN" bench-infer --help && expect bench_help "prefill and decode"
 run bench 0 "$BIN" bench-infer --preset tiny --batch 1,4 --prompt-len 16 --gen 4 --repeat 1 \
   --out "$TMP/bench.json" && expect bench "fp8/bf16 at batch 4"
