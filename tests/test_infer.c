@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "fp8train/eval.h"
+#include "fp8train/fp8.h"
 #include "fp8train/infer.h"
 #include "test.h"
 #include "export_test_util.h"
@@ -144,6 +145,31 @@ static void test_decode_op_matches_attention_forward(void) {
     check_decode_op(4, 4, 0.0f);      /* GPT-2: multi-head, no RoPE */
     check_decode_op(4, 2, 10000.0f);  /* GQA + RoPE */
     check_decode_op(4, 1, 500000.0f); /* multi-query */
+}
+
+/* embedding_forward_bf16 on a BF16 table with padded rows = embedding_forward on the widened
+ * table, bit for bit, with and without positions */
+static void test_embedding_bf16_op(void) {
+    const int V = 37, C = 21, ld = 24, B = 3, T = 5;
+    const fp8t_backend_ops *o = g_be->ops;
+    uint16_t *t16 = o->malloc(g_be, (size_t)V * ld * 2);
+    float *t32 = o->malloc(g_be, (size_t)V * C * 4), *wpe = o->malloc(g_be, (size_t)T * C * 4);
+    float *a = o->malloc(g_be, (size_t)B * T * C * 4), *b = o->malloc(g_be, (size_t)B * T * C * 4);
+    int *tok = o->malloc(g_be, (size_t)B * T * sizeof(int));
+    for (int v = 0; v < V; v++)
+        for (int c = 0; c < ld; c++) {
+            t16[(size_t)v * ld + c] = c < C ? bf16_encode((float)normal()) : 0x7FC0; /* NaN pad */
+            if (c < C) t32[(size_t)v * C + c] = bf16_decode(t16[(size_t)v * ld + c]);
+        }
+    for (int i = 0; i < T * C; i++) wpe[i] = (float)normal();
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 11 + 3) % V;
+    for (int k = 0; k < 2; k++) {
+        o->embedding_forward(g_be, a, tok, t32, k ? wpe : NULL, B, T, C);
+        o->embedding_forward_bf16(g_be, b, tok, t16, ld, k ? wpe : NULL, B, T, C);
+        T_CHECK(!memcmp(a, b, (size_t)B * T * C * 4), "with%s positions: differs", k ? "" : "out");
+    }
+    o->free(g_be, t16), o->free(g_be, t32), o->free(g_be, wpe), o->free(g_be, a);
+    o->free(g_be, b), o->free(g_be, tok);
 }
 
 /* ------------------------------------------------------------------ FP32: the reference */
@@ -366,13 +392,16 @@ static void test_delayed_activation_scales(void) {
 
 /* fp8t_infer_loss = the training model's loss of the same batch, FP32 and BF16: the same
  * roundings of the same operands (BF16 operands, FP32 accumulation) in both models, so only
- * the order of a few sums differs (measured: 3e-8 relative) */
+ * the order of a few sums differs (measured: 3e-8 relative). The inference model's BF16
+ * embedding table rounds wte (2^-9 relative per element, 2e-6 in this loss), so wte is made
+ * BF16-exact here to compare everything else tightly. */
 static void test_loss_matches_training_model(void) {
     char err[512];
     fp8t_model_config c;
     cfg_gpt2(&c);
     fp8t_weights w;
     T_ASSERT(make_weights(&c, 29, &w) == 0, "weights");
+    bf16_round(w.params, w.params, (size_t)c.vocab_size * c.n_embd); /* wte: the table's first */
     const int B = 2, T = 16, V = c.vocab_size;
     int tok[32], tgt[32];
     for (int i = 0; i < B * T; i++) tok[i] = (i * 53 + 7) % V, tgt[i] = i % 7 == 3 ? -1 : (i * 29 + 1) % V;
@@ -426,6 +455,7 @@ int main(void) {
         return 1;
     }
     T_RUN(test_decode_op_matches_attention_forward);
+    T_RUN(test_embedding_bf16_op);
     T_RUN(test_fp32_forward_matches_training_model);
     T_RUN(test_cached_generation_equals_uncached);
     T_RUN(test_batch_equals_each_prompt_alone);

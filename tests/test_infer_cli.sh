@@ -84,16 +84,19 @@ run two_prompts 2 "$BIN" generate "$CK" --prompt a --prompts "$TMP/prompts.txt" 
 # a prompt + tokens beyond seq_len: the sliding window, said so
 run window 0 "$BIN" generate "$CK" --prompt "ab" --tokens 60 && expect window "without the KV cache"
 
-# 5. eval --infer: the held-out loss through the inference model, as the training model's
-#    (bf16, fp32: the same roundings; 1e-5 covers the print's last digit), fp8 near bf16
+# 5. eval --infer: the held-out loss through the inference model, as the training model's:
+#    fp32 the same arithmetic (1e-5 covers the print's last digit); bf16 the same roundings but
+#    for the inference model's BF16 embedding table (2^-9 per element: measured 1e-6 relative,
+#    allowed 1e-4); fp8 near bf16
 run eval_train 0 "$BIN" eval "$CK" --batches 2 --precision all
 run eval_infer 0 "$BIN" eval "$CK" --batches 2 --precision all --infer &&
   expect eval_infer "activations current scaling"
-for p in bf16 fp32; do
-  a=$(awk -v p=$p '$1 == p {print $2}' "$TMP/eval_train.out")
-  b=$(awk -v p=$p '$1 == p {print $2}' "$TMP/eval_infer.out")
-  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(a != "" && d < 1e-5 && d > -1e-5) }' &&
-    pass "eval --infer $p loss $b = the training model's $a" || fail "eval --infer $p: '$b' vs '$a'"
+for pt in "bf16 1e-4" "fp32 3e-6"; do
+  set -- $pt
+  a=$(awk -v p=$1 '$1 == p {print $2}' "$TMP/eval_train.out")
+  b=$(awk -v p=$1 '$1 == p {print $2}' "$TMP/eval_infer.out")
+  awk -v a="$a" -v b="$b" -v t="$2" 'BEGIN { d = (a - b) / a; exit !(a != "" && d <= t && d >= -t) }' &&
+    pass "eval --infer $1 loss $b = the training model's $a" || fail "eval --infer $1: '$b' vs '$a'"
 done
 grep -q "ok: within" "$TMP/eval_infer.out" && pass "eval --infer: fp8 within 1% of bf16" ||
   fail "eval --infer fp8 gap"

@@ -8,7 +8,8 @@
  *     stays BF16 in fp8 (as in training and the FP8 export). No FP32 master copy, no
  *     gradients, no optimizer state, no FP8 history: a weight goes up once through a staging
  *     buffer of one tensor's size, is converted, and the staging buffer is freed.
- *   - embeddings, norm weights and biases in FP32 (small; the embedding lookup reads FP32).
+ *   - the token embedding as a BF16 table in bf16/fp8 (embedding_forward_bf16; it is a tied
+ *     head's weight too), FP32 in fp32; positions, norm weights and biases in FP32.
  *   - the KV cache [L, B, NKV, Tmax, HS] for K (after RoPE) and V: BF16 in bf16/fp8, FP32 in
  *     fp32.
  *   - the activations of ONE layer, sized for B sequences of Tmax tokens (the prefill's rows;

@@ -62,7 +62,7 @@ static float host_amax(const float *x, size_t n) {
 /* Store the weight w[out, in] (host FP32) as linear L of kind `kind`. stage: device staging
  * buffer of STAGE_FLOATS floats (unused for F32). */
 static void load_linear(fp8t_infer *m, inf_linear *L, inf_lin_kind kind, const float *w, int out,
-                        int in, float *stage) {
+                        int in, float *stage, size_t *counter) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
     L->kind = kind;
@@ -70,20 +70,19 @@ static void load_linear(fp8t_infer *m, inf_linear *L, inf_lin_kind kind, const f
     L->in = in;
     const size_t n = (size_t)out * (size_t)in;
     if (kind == INF_LIN_F32) {
-        L->w32 = dev_alloc(m, n * sizeof(float), &m->mem.weights);
-        L->owns_w32 = 1;
+        L->w32 = dev_alloc(m, n * sizeof(float), counter);
         ops->to_device(be, L->w32, w, n * sizeof(float));
         return;
     }
     if (kind == INF_LIN_FP8) {
-        L->sc = dev_alloc(m, INF_SC_COUNT * sizeof(float), &m->mem.weights);
-        L->w8 = dev_alloc(m, n, &m->mem.weights);
+        L->sc = dev_alloc(m, INF_SC_COUNT * sizeof(float), counter);
+        L->w8 = dev_alloc(m, n, counter);
         const float amax = host_amax(w, n);
         ops->to_device(be, L->sc + INF_SC_AMAX, &amax, sizeof(float));
         ops->compute_scale(be, L->sc + INF_SC_W, L->sc + INF_SC_W_INV, L->sc + INF_SC_AMAX,
                            fp8_format_max(FP8_E4M3), 0.0f, 0);
     } else {
-        L->w16 = dev_alloc(m, fp8t_bf16_bytes(out, in), &m->mem.weights);
+        L->w16 = dev_alloc(m, fp8t_bf16_bytes(out, in), counter);
     }
     /* row chunks, a multiple of 8 rows (so a BF16 chunk's row padding is the next chunk's
      * first rows, rewritten by it; only the last chunk pads, into the tensor's own padding) */
@@ -102,7 +101,8 @@ static void load_linear(fp8t_infer *m, inf_linear *L, inf_lin_kind kind, const f
 }
 
 static void free_linear(fp8t_infer *m, inf_linear *L) {
-    if (L->owns_w32) m->ops->free(m->be, L->w32);
+    if (L->shared) return;
+    m->ops->free(m->be, L->w32);
     m->ops->free(m->be, L->w16);
     m->ops->free(m->be, L->w8);
     m->ops->free(m->be, L->sc);
@@ -120,6 +120,7 @@ void fp8t_infer_destroy(fp8t_infer *m) {
         free(m->layer);
     }
     free_linear(m, &m->head);
+    free_linear(m, &m->emb);
     ops->free(m->be, m->small);
     ops->free(m->be, m->kc);
     ops->free(m->be, m->vc);
@@ -219,8 +220,11 @@ fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval
         goto fail;
     }
 
-    /* the small FP32 tensors (every 1-D tensor, wte, wpe) packed in one allocation;
-     * soff[i]: tensor i's offset in it */
+    /* the small FP32 tensors (every 1-D tensor, wpe, and wte in fp32) packed in one
+     * allocation; soff[i]: tensor i's offset in it. bf16 and fp8 hold wte as BF16 only. */
+    const int wte32 = prec == FP8T_EVAL_FP32;
+#define IS_SMALL(i) (info[i].ndim == 1 || !strcmp(info[i].name, "wpe") || \
+                     (wte32 && !strcmp(info[i].name, "wte")))
     size_t small_n = 0;
     soff = malloc((size_t)n_info * sizeof(size_t));
     if (!soff) {
@@ -228,19 +232,19 @@ fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval
         goto fail;
     }
     for (int i = 0; i < n_info; i++) {
-        const int is_small = info[i].ndim == 1 || !strcmp(info[i].name, "wte") ||
-                             !strcmp(info[i].name, "wpe");
+        const int is_small = IS_SMALL(i);
         soff[i] = small_n;
         small_n += is_small ? info[i].numel : 0;
     }
     m->small = dev_alloc(m, small_n * sizeof(float), &m->mem.other);
     for (int i = 0; i < n_info; i++)
-        if (info[i].ndim == 1 || !strcmp(info[i].name, "wte") || !strcmp(info[i].name, "wpe"))
+        if (IS_SMALL(i))
             ops->to_device(be, m->small + soff[i], w->params + info[i].offset,
                            info[i].numel * sizeof(float));
 #define SMALL(p) ((p) ? m->small + soff[(p) - info] : NULL)
     const fp8t_param_info *wte = find_param(info, n_info, "wte");
-    m->wte = SMALL(wte);
+    m->wte = wte32 ? SMALL(wte) : NULL;
+#undef IS_SMALL
     m->wpe = gpt2 ? SMALL(find_param(info, n_info, "wpe")) : NULL;
     m->lnf_w = SMALL(find_param(info, n_info, "lnf.w"));
     m->lnf_b = gpt2 ? SMALL(find_param(info, n_info, "lnf.b")) : NULL;
@@ -267,21 +271,21 @@ fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval
         y->ln2_w = SMALL(find_layer_param(info, n_info, l, "ln2.w"));
         y->ln1_b = gpt2 ? SMALL(find_layer_param(info, n_info, l, "ln1.b")) : NULL;
         y->ln2_b = gpt2 ? SMALL(find_layer_param(info, n_info, l, "ln2.b")) : NULL;
-        load_linear(m, &y->qkv, kind, WEIGHT("qkv.w"), m->QKV, C, stage);
+        load_linear(m, &y->qkv, kind, WEIGHT("qkv.w"), m->QKV, C, stage, &m->mem.weights);
         y->qkv.bias = SMALL(find_layer_param(info, n_info, l, "qkv.b"));
-        load_linear(m, &y->proj, kind, WEIGHT("proj.w"), C, C, stage);
+        load_linear(m, &y->proj, kind, WEIGHT("proj.w"), C, C, stage, &m->mem.weights);
         y->proj.bias = SMALL(find_layer_param(info, n_info, l, "proj.b"));
         inf_linear *mods[5] = {&y->qkv, &y->proj, NULL, NULL, NULL};
         if (gpt2) {
-            load_linear(m, &y->fc1, kind, WEIGHT("fc1.w"), H, C, stage);
+            load_linear(m, &y->fc1, kind, WEIGHT("fc1.w"), H, C, stage, &m->mem.weights);
             y->fc1.bias = SMALL(find_layer_param(info, n_info, l, "fc1.b"));
-            load_linear(m, &y->fc2, kind, WEIGHT("fc2.w"), C, H, stage);
+            load_linear(m, &y->fc2, kind, WEIGHT("fc2.w"), C, H, stage, &m->mem.weights);
             y->fc2.bias = SMALL(find_layer_param(info, n_info, l, "fc2.b"));
             mods[2] = &y->fc1, mods[3] = &y->fc2;
         } else {
-            load_linear(m, &y->gate, kind, WEIGHT("gate.w"), H, C, stage);
-            load_linear(m, &y->up, kind, WEIGHT("up.w"), H, C, stage);
-            load_linear(m, &y->down, kind, WEIGHT("down.w"), C, H, stage);
+            load_linear(m, &y->gate, kind, WEIGHT("gate.w"), H, C, stage, &m->mem.weights);
+            load_linear(m, &y->up, kind, WEIGHT("up.w"), H, C, stage, &m->mem.weights);
+            load_linear(m, &y->down, kind, WEIGHT("down.w"), C, H, stage, &m->mem.weights);
             mods[2] = &y->gate, mods[3] = &y->up, mods[4] = &y->down;
         }
 #undef WEIGHT
@@ -291,18 +295,23 @@ fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval
         }
     }
     if (rc == 0) {
-        /* the head: BF16 in bf16 and fp8 (training's and the FP8 export's choice), FP32 in fp32;
-         * a tied FP32 head reads wte itself */
-        const fp8t_param_info *hp = c->untied_head ? find_param(info, n_info, "lm_head.w") : wte;
-        const float *hw = w->params + hp->offset;
-        if (kind == INF_LIN_F32 && !c->untied_head) {
-            m->head.kind = INF_LIN_F32;
+        /* bf16, fp8: the embedding table as a BF16 operand (counted with the embeddings) */
+        if (!wte32)
+            load_linear(m, &m->emb, INF_LIN_BF16, w->params + wte->offset, V, C, stage,
+                        &m->mem.other);
+        /* the head: BF16 in bf16 and fp8 (training's and the FP8 export's choice), FP32 in
+         * fp32; a tied head reads the embedding table itself */
+        if (!c->untied_head) {
+            m->head.kind = wte32 ? INF_LIN_F32 : INF_LIN_BF16;
             m->head.out = V;
             m->head.in = C;
             m->head.w32 = (float *)m->wte;
+            m->head.w16 = m->emb.w16;
+            m->head.shared = 1;
         } else {
-            load_linear(m, &m->head, kind == INF_LIN_F32 ? INF_LIN_F32 : INF_LIN_BF16, hw, V, C,
-                        stage);
+            load_linear(m, &m->head, wte32 ? INF_LIN_F32 : INF_LIN_BF16,
+                        w->params + find_param(info, n_info, "lm_head.w")->offset, V, C, stage,
+                        &m->mem.weights);
         }
     }
 #undef SMALL

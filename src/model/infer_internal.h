@@ -22,12 +22,12 @@ enum {
 typedef struct {
     inf_lin_kind kind;
     int out, in;
-    float *w32;      /* F32: [out, in] (the tied head: wte itself, not owned) */
+    float *w32;      /* F32: [out, in] */
     uint16_t *w16;   /* BF16: fp8t_bf16_operand data [pad(out), pad(in)] */
     uint8_t *w8;     /* FP8: E4M3 codes [out, in] */
     float *sc;       /* FP8: device [INF_SC_COUNT] */
     const float *bias; /* [out] or NULL (points into the model's FP32 small-tensor buffer) */
-    int owns_w32;
+    int shared;      /* the weight is another tensor's (a tied head: wte's), not freed here */
 } inf_linear;
 
 typedef struct {
@@ -46,8 +46,12 @@ struct fp8t_infer {
     int B, Tmax;
     int C, H, V, NH, NKV, HS, QKV;
 
-    float *small;              /* device FP32: wte, wpe, norms, biases (one allocation) */
-    const float *wte, *wpe;    /* [V, C], [seq_len, C] (GPT-2) */
+    float *small;              /* device FP32: wpe, norms, biases, and wte in fp32 (one
+                                  allocation) */
+    const float *wte, *wpe;    /* [V, C] (fp32 only, else NULL), [seq_len, C] (GPT-2) */
+    inf_linear emb;            /* bf16 and fp8: wte as a BF16 operand [pad(V), pad(C)]: the
+                                  embedding table (embedding_forward_bf16) and a tied head's
+                                  weight */
     const float *lnf_w, *lnf_b;
     inf_layer *layer;          /* [L] host */
     inf_linear head;

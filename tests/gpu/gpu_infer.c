@@ -1,6 +1,6 @@
-/* gpu_test rows for inference (include/fp8train/infer.h): the KV cache ops of the CUDA backend
- * (kv_cache_write, attention_decode in cuda_attention_decode.cu) against the CPU's, and the
- * inference model's prefill and decode logits on both backends in FP32, BF16 and FP8.
+/* gpu_test rows for inference (include/fp8train/infer.h): the inference ops of the CUDA
+ * backend (kv_cache_write, attention_decode, embedding_forward_bf16: cuda_attention_decode.cu)
+ * against the CPU's, and the inference model's prefill and decode logits on both backends in FP32, BF16 and FP8.
  *
  * Tolerances (relative L2 over the whole tensor). The ops: the FP32 cache holds the same
  * rotated K up to an FMA contraction in the GPU's rotation (1 ulp), so 1e-6; a BF16 cache may
@@ -144,6 +144,47 @@ static void decode_ops(fp8t_backend *cpu, fp8t_backend *gpu) {
     }
 }
 
+/* embedding_forward_bf16: a widened BF16 element plus a float, the same bits on both */
+static void embedding_bf16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
+    static const int cases[][4] = {{50257, 1600, 1608, 64}, {512, 256, 256, 7}, {37, 21, 24, 5}};
+    fp8t_backend *be[2] = {cpu, gpu};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const int V = cases[ci][0], C = cases[ci][1], ld = cases[ci][2], N = cases[ci][3];
+        const int T = N > 4 ? 4 : N, B = N / T;
+        uint16_t *t16 = malloc((size_t)V * ld * 2);
+        float *wpe = malloc((size_t)T * C * 4);
+        int *tok = malloc((size_t)B * T * sizeof(int));
+        for (size_t i = 0; i < (size_t)V * ld; i++) {
+            float x = gauss();
+            uint32_t u;
+            memcpy(&u, &x, 4);
+            t16[i] = (uint16_t)(u >> 16);
+        }
+        for (int i = 0; i < T * C; i++) wpe[i] = gauss();
+        for (int i = 0; i < B * T; i++) tok[i] = (int)(uni() * V) % V;
+        float *out[2];
+        const size_t n = (size_t)B * T * C;
+        for (int k = 0; k < 2; k++) {
+            const fp8t_backend_ops *o = be[k]->ops;
+            uint16_t *d16 = o->malloc(be[k], (size_t)V * ld * 2);
+            float *dpe = o->malloc(be[k], (size_t)T * C * 4), *dout = o->malloc(be[k], n * 4);
+            int *dtok = o->malloc(be[k], (size_t)B * T * sizeof(int));
+            o->to_device(be[k], d16, t16, (size_t)V * ld * 2);
+            o->to_device(be[k], dpe, wpe, (size_t)T * C * 4);
+            o->to_device(be[k], dtok, tok, (size_t)B * T * sizeof(int));
+            o->embedding_forward_bf16(be[k], dout, dtok, d16, ld, dpe, B, T, C);
+            out[k] = malloc(n * 4);
+            o->to_host(be[k], out[k], dout, n * 4);
+            o->free(be[k], d16), o->free(be[k], dpe), o->free(be[k], dout), o->free(be[k], dtok);
+        }
+        char shape[64];
+        snprintf(shape, sizeof(shape), "V%d C%d ld%d N%d", V, C, ld, B * T);
+        const int same = !memcmp(out[0], out[1], n * 4);
+        irow("embedding_forward_bf16 (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
+        free(out[0]), free(out[1]), free(t16), free(wpe), free(tok);
+    }
+}
+
 /* random weights of cfg as fp8t_weights (the training model's init on the CPU) */
 static int weights_of(fp8t_backend *cpu, const fp8t_model_config *cfg, fp8t_weights *w) {
     char err[512];
@@ -235,6 +276,7 @@ void gpu_test_infer(int *n_pass, int *n_fail) {
     }
     printf("== cuda vs cpu: inference (KV cache ops, inference model)\n");
     decode_ops(cpu, gpu);
+    embedding_bf16_rows(cpu, gpu);
     fp8t_backend_destroy(gpu);
     fp8t_model_config c;
     fp8t_model_preset(&c, "tiny");

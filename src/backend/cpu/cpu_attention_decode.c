@@ -1,5 +1,6 @@
-/* CPU backend — the KV cache of inference: the prefill's K/V write and the one-token decode
- * attention (the reference the CUDA kernels of cuda_attention_decode.cu are checked against).
+/* CPU backend — the inference ops: the KV cache (the prefill's K/V write and the one-token
+ * decode attention) and the embedding lookup from a BF16 table (the references the CUDA
+ * kernels of cuda_attention_decode.cu are checked against).
  *
  * Cache layout per layer: kc, vc [B, NKV, Tmax, HS], K after RoPE, BF16 bits or FP32. The RoPE
  * angle of position t and pair i is t * fp8t_rope_inv_freq(s, i) in double, rounded once to
@@ -137,5 +138,19 @@ void cpu_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int k
         }
         const float inv = 1.0f / sum;
         for (int i = 0; i < HS; i++) o[i] *= inv;
+    }
+}
+
+void cpu_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
+                                const uint16_t *wte, int ld, const float *wpe, int B, int T,
+                                int C) {
+    (void)b;
+    const int N = B * T;
+#pragma omp parallel for schedule(static) if ((long)N * C > 65536)
+    for (int i = 0; i < N; i++) {
+        const uint16_t *we = wte + (size_t)tokens[i] * ld;         /* [C] */
+        const float *pe = wpe ? wpe + (size_t)(i % T) * C : NULL; /* [C] */
+        float *o = out + (size_t)i * C;                           /* [C] */
+        for (int c = 0; c < C; c++) o[c] = bf16_decode(we[c]) + (pe ? pe[c] : 0.0f);
     }
 }

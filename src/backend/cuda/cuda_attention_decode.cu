@@ -1,5 +1,6 @@
-/* CUDA backend — the KV cache of inference (the ops kv_cache_write and attention_decode; the
- * CPU reference is cpu_attention_decode.c).
+/* CUDA backend — the inference ops: the KV cache (kv_cache_write, attention_decode) and the
+ * embedding lookup from a BF16 table (embedding_forward_bf16); the CPU references are in
+ * cpu_attention_decode.c.
  *
  * Cache layout per layer: kc, vc [B, NKV, Tmax, HS], K after RoPE, BF16 bits or FP32.
  * RoPE angles are computed in the kernel as t * inv_freq_i in double, rounded once to float
@@ -196,5 +197,30 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
     attn_decode_kernel<<<grid, DEC_THREADS, 0, st->stream>>>(
         out, kc, vc, kv_bf16, qkv, pos, s->NH, fp8t_attn_nkv(s), s->HS, Tmax,
         1.0f / sqrtf((float)s->HS), make_freqs(s));
+    CUDA_LAUNCH_CHECK(st);
+}
+
+/* out[i, c] = widen(wte[tok_i * ld + c]) + wpe[(i % T) * C + c]: one thread per element */
+__global__ void embedding_bf16_kernel(float *out, const int *__restrict__ tokens,
+                                      const uint16_t *__restrict__ wte, int ld,
+                                      const float *__restrict__ wpe, int T, int C, size_t n) {
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = idx / C;
+        const int c = (int)(idx % C);
+        float v = __uint_as_float((uint32_t)wte[(size_t)tokens[i] * ld + c] << 16);
+        if (wpe) v += wpe[(i % T) * C + c];
+        out[idx] = v;
+    }
+}
+
+void cuda_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
+                                 const uint16_t *wte, int ld, const float *wpe, int B, int T,
+                                 int C) {
+    const size_t n = (size_t)B * T * C;
+    if (!n) return;
+    cuda_state *st = cuda_of(b);
+    const unsigned grid = cdiv_u(n, 256) < 65535u ? cdiv_u(n, 256) : 65535u;
+    embedding_bf16_kernel<<<grid, 256, 0, st->stream>>>(out, tokens, wte, ld, wpe, T, C, n);
     CUDA_LAUNCH_CHECK(st);
 }
