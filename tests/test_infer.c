@@ -148,7 +148,8 @@ static void test_decode_op_matches_attention_forward(void) {
 }
 
 /* embedding_forward_bf16 on a BF16 table with padded rows = embedding_forward on the widened
- * table, bit for bit, with and without positions */
+ * table, bit for bit, without and with positions; with per-row positions = each row's
+ * embedding plus its position's row (accumulate) */
 static void test_embedding_bf16_op(void) {
     const int V = 37, C = 21, ld = 24, B = 3, T = 5;
     const fp8t_backend_ops *o = g_be->ops;
@@ -156,6 +157,7 @@ static void test_embedding_bf16_op(void) {
     float *t32 = o->malloc(g_be, (size_t)V * C * 4), *wpe = o->malloc(g_be, (size_t)T * C * 4);
     float *a = o->malloc(g_be, (size_t)B * T * C * 4), *b = o->malloc(g_be, (size_t)B * T * C * 4);
     int *tok = o->malloc(g_be, (size_t)B * T * sizeof(int));
+    int *pos = o->malloc(g_be, (size_t)B * T * sizeof(int));
     for (int v = 0; v < V; v++)
         for (int c = 0; c < ld; c++) {
             t16[(size_t)v * ld + c] = c < C ? bf16_encode((float)normal()) : 0x7FC0; /* NaN pad */
@@ -165,11 +167,17 @@ static void test_embedding_bf16_op(void) {
     for (int i = 0; i < B * T; i++) tok[i] = (i * 11 + 3) % V;
     for (int k = 0; k < 2; k++) {
         o->embedding_forward(g_be, a, tok, t32, k ? wpe : NULL, B, T, C);
-        o->embedding_forward_bf16(g_be, b, tok, t16, ld, k ? wpe : NULL, B, T, C);
+        o->embedding_forward_bf16(g_be, b, tok, t16, ld, k ? wpe : NULL, NULL, B, T, C);
         T_CHECK(!memcmp(a, b, (size_t)B * T * C * 4), "with%s positions: differs", k ? "" : "out");
     }
+    for (int i = 0; i < B * T; i++) pos[i] = (i * 7 + 2) % T;
+    o->embedding_forward(g_be, a, tok, t32, NULL, B * T, 1, C);
+    for (int i = 0; i < B * T; i++)
+        o->accumulate(g_be, a + (size_t)i * C, wpe + (size_t)pos[i] * C, (size_t)C);
+    o->embedding_forward_bf16(g_be, b, tok, t16, ld, wpe, pos, B * T, 1, C);
+    T_CHECK(!memcmp(a, b, (size_t)B * T * C * 4), "per-row positions: differs");
     o->free(g_be, t16), o->free(g_be, t32), o->free(g_be, wpe), o->free(g_be, a);
-    o->free(g_be, b), o->free(g_be, tok);
+    o->free(g_be, b), o->free(g_be, tok), o->free(g_be, pos);
 }
 
 /* ------------------------------------------------------------------ FP32: the reference */
@@ -309,7 +317,8 @@ static void test_batch_equals_each_prompt_alone(void) {
 /* cosine similarity of two vectors */
 static double cosine(const float *a, const float *b, size_t n) {
     double ab = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    for (size_t i = 0; i < n; i++)
+        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
     return ab / sqrt(aa * bb);
 }
 
@@ -404,7 +413,8 @@ static void test_loss_matches_training_model(void) {
     bf16_round(w.params, w.params, (size_t)c.vocab_size * c.n_embd); /* wte: the table's first */
     const int B = 2, T = 16, V = c.vocab_size;
     int tok[32], tgt[32];
-    for (int i = 0; i < B * T; i++) tok[i] = (i * 53 + 7) % V, tgt[i] = i % 7 == 3 ? -1 : (i * 29 + 1) % V;
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (i * 53 + 7) % V, tgt[i] = i % 7 == 3 ? -1 : (i * 29 + 1) % V;
     fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, B, T, err, sizeof(err));
     T_ASSERT(ev, "%s", err);
     const fp8t_eval_precision P[2] = {FP8T_EVAL_FP32, FP8T_EVAL_BF16};

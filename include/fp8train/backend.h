@@ -356,11 +356,12 @@ typedef struct fp8t_backend_ops {
                              const float *qkv, const int *pos, const fp8t_attn_shape *s,
                              int Tmax);
     /* embedding_forward from a BF16 table: out[N,C] = bf16 wte[tok] (widened) + (wpe ? wpe[t]
-     * : 0), t = i % T; wte rows are ld >= C elements apart (a BF16 operand's padded rows: the
-     * inference model's table doubles as its tied head's operand) */
+     * : 0), t = pos ? pos[i] : i % T (pos: device int [N], each row's own position, as a
+     * decode step's sequences); wte rows are ld >= C elements apart (a BF16 operand's padded
+     * rows: the inference model's table doubles as its tied head's operand) */
     void (*embedding_forward_bf16)(fp8t_backend *b, float *out, const int *tokens,
-                                   const uint16_t *wte, int ld, const float *wpe, int B, int T,
-                                   int C);
+                                   const uint16_t *wte, int ld, const float *wpe, const int *pos,
+                                   int B, int T, int C);
 } fp8t_backend_ops;
 
 struct fp8t_backend {

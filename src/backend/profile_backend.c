@@ -340,9 +340,10 @@ static void w_attention_decode(fp8t_backend *b, float *o, void *kc, void *vc, in
 }
 
 static void w_embedding_forward_bf16(fp8t_backend *b, float *o, const int *tok,
-                                     const uint16_t *wte, int ld, const float *wpe, int B, int T,
-                                     int C) {
-    TIMED(P_EMB_FWD_BF16, ib->ops->embedding_forward_bf16(ib, o, tok, wte, ld, wpe, B, T, C));
+                                     const uint16_t *wte, int ld, const float *wpe,
+                                     const int *pos, int B, int T, int C) {
+    TIMED(P_EMB_FWD_BF16,
+          ib->ops->embedding_forward_bf16(ib, o, tok, wte, ld, wpe, pos, B, T, C));
 }
 
 /* the collectives pass through untimed: a step's time waiting for other ranks is not an op's */

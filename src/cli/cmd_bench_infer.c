@@ -227,7 +227,9 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
         else if (!strcmp(a, "--precisions")) prec_list = v;
         else if (!strcmp(a, "--batch")) batch_list = v;
         else if (!strcmp(a, "--out")) out_path = v;
-        else if (!strcmp(a, "--prompt-len")) { if (cli_int(CMD, a, v, 1, 1 << 20, &plen)) return 2; }
+        else if (!strcmp(a, "--prompt-len")) {
+            if (cli_int(CMD, a, v, 1, 1 << 20, &plen)) return 2;
+        }
         else if (!strcmp(a, "--gen")) { if (cli_int(CMD, a, v, 0, 1 << 20, &gen)) return 2; }
         else if (!strcmp(a, "--repeat")) { if (cli_int(CMD, a, v, 1, 1000, &repeat)) return 2; }
         else if (!strcmp(a, "--seed")) { if (cli_u64(CMD, a, v, &seed)) return 2; }

@@ -290,7 +290,8 @@ fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval
         }
 #undef WEIGHT
         for (int s = 0; s < mpl && rc == 0 && m->act == FP8T_ACT_SCALE_DELAYED; s++) {
-            snprintf(e, sizeof(e), "layer %d %s", l, fp8t_module_name(fp8t_model_module_of_slot(c, s)));
+            snprintf(e, sizeof(e), "layer %d %s", l,
+                     fp8t_module_name(fp8t_model_module_of_slot(c, s)));
             rc = set_delayed_scale(m, w, &st, mods[s], lin0 + s, e, err, errlen);
         }
     }

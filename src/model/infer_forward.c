@@ -107,13 +107,20 @@ static void layer_forward(fp8t_infer *m, int l, int nb, int T, att_mode mode) {
     ops->add(be, m->x, m->x, m->out, NC);
 }
 
-/* x [nb*T, C] = the embedding of tokens (device) at positions t = i % T (wpe NULL: none) */
-static void embed(fp8t_infer *m, int nb, int T, const float *wpe) {
-    if (m->wte)
-        m->ops->embedding_forward(m->be, m->x, m->tokens, m->wte, wpe, nb, T, m->C);
-    else
-        m->ops->embedding_forward_bf16(m->be, m->x, m->tokens, m->emb.w16, fp8t_bf16_pad(m->C),
-                                       wpe, nb, T, m->C);
+/* x [nb*T, C] = the embedding of m->tokens at positions t = i % T, or (decode: T = 1, pos
+ * the host copy of m->pos) each row at its own position */
+static void embed(fp8t_infer *m, int nb, int T, const int *pos) {
+    const fp8t_backend_ops *ops = m->ops;
+    if (!m->wte) {
+        ops->embedding_forward_bf16(m->be, m->x, m->tokens, m->emb.w16, fp8t_bf16_pad(m->C),
+                                    m->wpe, pos ? m->pos : NULL, nb, T, m->C);
+        return;
+    }
+    ops->embedding_forward(m->be, m->x, m->tokens, m->wte, pos ? NULL : m->wpe, nb, T, m->C);
+    if (pos && m->wpe) /* fp32: wte[tok] + wpe[pos] row by row, embedding_forward's sum */
+        for (int b = 0; b < nb; b++)
+            ops->accumulate(m->be, m->x + (size_t)b * m->C, m->wpe + (size_t)pos[b] * m->C,
+                            (size_t)m->C);
 }
 
 static int check_tokens(const fp8t_infer *m, const int *tok, size_t n, char *err, size_t errlen) {
@@ -156,7 +163,7 @@ int fp8t_infer_prefill(fp8t_infer *m, const int *tokens, int nb, int T, const in
     if (check_tokens(m, tokens, N, err, errlen)) return -1;
     const fp8t_backend_ops *ops = m->ops;
     ops->to_device(m->be, m->tokens, tokens, N * sizeof(int));
-    embed(m, nb, T, m->wpe);
+    embed(m, nb, T, NULL);
     blocks(m, nb, T, ATT_PREFILL);
     const size_t rowb = (size_t)m->C * sizeof(float);
     for (int b = 0; b < nb; b++) /* each prompt's last token */
@@ -182,11 +189,7 @@ int fp8t_infer_decode(fp8t_infer *m, const int *tok, const int *pos, int nb, flo
     const fp8t_backend_ops *ops = m->ops;
     ops->to_device(m->be, m->tokens, tok, (size_t)nb * sizeof(int));
     ops->to_device(m->be, m->pos, pos, (size_t)nb * sizeof(int));
-    embed(m, nb, 1, NULL);
-    if (m->wpe) /* each sequence's own position: wte[tok] + wpe[pos], the embedding's sum */
-        for (int b = 0; b < nb; b++)
-            ops->accumulate(m->be, m->x + (size_t)b * m->C, m->wpe + (size_t)pos[b] * m->C,
-                            (size_t)m->C);
+    embed(m, nb, 1, pos);
     blocks(m, nb, 1, ATT_DECODE);
     ops->copy(m->be, m->last, m->x, (size_t)nb * m->C * sizeof(float));
     head(m, nb, logits);
@@ -215,7 +218,7 @@ static int forward_logits(fp8t_infer *m, const int *tokens, int nb, int T, char 
         m->all_logits_rows = N;
     }
     ops->to_device(m->be, m->tokens, tokens, N * sizeof(int));
-    embed(m, nb, T, m->wpe);
+    embed(m, nb, T, NULL);
     blocks(m, nb, T, ATT_FULL);
     norm(m, m->ln, m->x, m->lnf_w, m->lnf_b, (int)N);
     infer_linear(m, &m->head, m->all_logits, m->ln, (int)N);

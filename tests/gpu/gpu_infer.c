@@ -1,6 +1,7 @@
 /* gpu_test rows for inference (include/fp8train/infer.h): the inference ops of the CUDA
  * backend (kv_cache_write, attention_decode, embedding_forward_bf16: cuda_attention_decode.cu)
- * against the CPU's, and the inference model's prefill and decode logits on both backends in FP32, BF16 and FP8.
+ * against the CPU's, and the inference model's prefill and decode logits on both backends in
+ * FP32, BF16 and FP8.
  *
  * Tolerances (relative L2 over the whole tensor). The ops: the FP32 cache holds the same
  * rotated K up to an FMA contraction in the GPU's rotation (1 ulp), so 1e-6; a BF16 cache may
@@ -153,7 +154,7 @@ static void embedding_bf16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
         const int T = N > 4 ? 4 : N, B = N / T;
         uint16_t *t16 = malloc((size_t)V * ld * 2);
         float *wpe = malloc((size_t)T * C * 4);
-        int *tok = malloc((size_t)B * T * sizeof(int));
+        int *tok = malloc((size_t)B * T * sizeof(int)), *pos = malloc((size_t)B * T * sizeof(int));
         for (size_t i = 0; i < (size_t)V * ld; i++) {
             float x = gauss();
             uint32_t u;
@@ -161,27 +162,37 @@ static void embedding_bf16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
             t16[i] = (uint16_t)(u >> 16);
         }
         for (int i = 0; i < T * C; i++) wpe[i] = gauss();
-        for (int i = 0; i < B * T; i++) tok[i] = (int)(uni() * V) % V;
+        for (int i = 0; i < B * T; i++)
+            tok[i] = (int)(uni() * V) % V, pos[i] = (int)(uni() * T) % T;
         float *out[2];
         const size_t n = (size_t)B * T * C;
-        for (int k = 0; k < 2; k++) {
-            const fp8t_backend_ops *o = be[k]->ops;
-            uint16_t *d16 = o->malloc(be[k], (size_t)V * ld * 2);
-            float *dpe = o->malloc(be[k], (size_t)T * C * 4), *dout = o->malloc(be[k], n * 4);
-            int *dtok = o->malloc(be[k], (size_t)B * T * sizeof(int));
-            o->to_device(be[k], d16, t16, (size_t)V * ld * 2);
-            o->to_device(be[k], dpe, wpe, (size_t)T * C * 4);
-            o->to_device(be[k], dtok, tok, (size_t)B * T * sizeof(int));
-            o->embedding_forward_bf16(be[k], dout, dtok, d16, ld, dpe, B, T, C);
-            out[k] = malloc(n * 4);
-            o->to_host(be[k], out[k], dout, n * 4);
-            o->free(be[k], d16), o->free(be[k], dpe), o->free(be[k], dout), o->free(be[k], dtok);
+        for (int per_row = 0; per_row < 2; per_row++) {
+            for (int k = 0; k < 2; k++) {
+                const fp8t_backend_ops *o = be[k]->ops;
+                uint16_t *d16 = o->malloc(be[k], (size_t)V * ld * 2);
+                float *dpe = o->malloc(be[k], (size_t)T * C * 4), *dout = o->malloc(be[k], n * 4);
+                int *dtok = o->malloc(be[k], (size_t)B * T * sizeof(int));
+                int *dpos = o->malloc(be[k], (size_t)B * T * sizeof(int));
+                o->to_device(be[k], dpos, pos, (size_t)B * T * sizeof(int));
+                o->to_device(be[k], d16, t16, (size_t)V * ld * 2);
+                o->to_device(be[k], dpe, wpe, (size_t)T * C * 4);
+                o->to_device(be[k], dtok, tok, (size_t)B * T * sizeof(int));
+                o->embedding_forward_bf16(be[k], dout, dtok, d16, ld, dpe, per_row ? dpos : NULL, B,
+                                          T, C);
+                out[k] = malloc(n * 4);
+                o->to_host(be[k], out[k], dout, n * 4);
+                o->free(be[k], d16), o->free(be[k], dpe), o->free(be[k], dout);
+                o->free(be[k], dtok);
+                o->free(be[k], dpos);
+            }
+            char shape[64];
+            snprintf(shape, sizeof(shape), "V%d C%d ld%d N%d%s", V, C, ld, B * T,
+                     per_row ? " pos" : "");
+            const int same = !memcmp(out[0], out[1], n * 4);
+            irow("embedding_forward_bf16 (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
+            free(out[0]), free(out[1]);
         }
-        char shape[64];
-        snprintf(shape, sizeof(shape), "V%d C%d ld%d N%d", V, C, ld, B * T);
-        const int same = !memcmp(out[0], out[1], n * 4);
-        irow("embedding_forward_bf16 (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
-        free(out[0]), free(out[1]), free(t16), free(wpe), free(tok);
+        free(t16), free(wpe), free(tok), free(pos);
     }
 }
 

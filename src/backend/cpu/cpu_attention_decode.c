@@ -142,14 +142,15 @@ void cpu_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int k
 }
 
 void cpu_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
-                                const uint16_t *wte, int ld, const float *wpe, int B, int T,
-                                int C) {
+                                const uint16_t *wte, int ld, const float *wpe, const int *pos,
+                                int B, int T, int C) {
     (void)b;
     const int N = B * T;
 #pragma omp parallel for schedule(static) if ((long)N * C > 65536)
     for (int i = 0; i < N; i++) {
         const uint16_t *we = wte + (size_t)tokens[i] * ld;         /* [C] */
-        const float *pe = wpe ? wpe + (size_t)(i % T) * C : NULL; /* [C] */
+        const int t = pos ? pos[i] : i % T;
+        const float *pe = wpe ? wpe + (size_t)t * C : NULL;       /* [C] */
         float *o = out + (size_t)i * C;                           /* [C] */
         for (int c = 0; c < C; c++) o[c] = bf16_decode(we[c]) + (pe ? pe[c] : 0.0f);
     }

@@ -200,27 +200,30 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
     CUDA_LAUNCH_CHECK(st);
 }
 
-/* out[i, c] = widen(wte[tok_i * ld + c]) + wpe[(i % T) * C + c]: one thread per element */
+/* out[i, c] = widen(wte[tok_i * ld + c]) + wpe[t_i * C + c], t_i = pos ? pos[i] : i % T: one
+ * thread per element */
 __global__ void embedding_bf16_kernel(float *out, const int *__restrict__ tokens,
                                       const uint16_t *__restrict__ wte, int ld,
-                                      const float *__restrict__ wpe, int T, int C, size_t n) {
+                                      const float *__restrict__ wpe,
+                                      const int *__restrict__ pos, int T, int C, size_t n) {
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (size_t)gridDim.x * blockDim.x) {
         const size_t i = idx / C;
         const int c = (int)(idx % C);
         float v = __uint_as_float((uint32_t)wte[(size_t)tokens[i] * ld + c] << 16);
-        if (wpe) v += wpe[(i % T) * C + c];
+        if (wpe) v += wpe[(pos ? (size_t)pos[i] : i % T) * C + c];
         out[idx] = v;
     }
 }
 
 void cuda_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
-                                 const uint16_t *wte, int ld, const float *wpe, int B, int T,
-                                 int C) {
+                                 const uint16_t *wte, int ld, const float *wpe, const int *pos,
+                                 int B, int T, int C) {
     const size_t n = (size_t)B * T * C;
     if (!n) return;
     cuda_state *st = cuda_of(b);
     const unsigned grid = cdiv_u(n, 256) < 65535u ? cdiv_u(n, 256) : 65535u;
-    embedding_bf16_kernel<<<grid, 256, 0, st->stream>>>(out, tokens, wte, ld, wpe, T, C, n);
+    embedding_bf16_kernel<<<grid, 256, 0, st->stream>>>(out, tokens, wte, ld, wpe, pos, T, C,
+                                                       n);
     CUDA_LAUNCH_CHECK(st);
 }

@@ -439,8 +439,8 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
                            const float *qkv, const int *pos, const fp8t_attn_shape *s,
                            int Tmax);
 void cuda_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
-                                 const uint16_t *wte, int ld, const float *wpe, int B, int T,
-                                 int C);
+                                 const uint16_t *wte, int ld, const float *wpe, const int *pos,
+                                 int B, int T, int C);
 /* cuda_stats.cu */
 void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
                        const fp8t_stats_req *req);
