@@ -349,6 +349,30 @@ typedef struct fp8t_backend_ops {
      * (a backend without them: the trainer reduces after the backward). */
     void (*reduce_start)(fp8t_backend *b, float *x, size_t n, const size_t *counts, int bf16);
     void (*reduce_wait)(fp8t_backend *b);
+    /* ---- inference: the KV cache (src/model/infer*.c) ----
+     * A layer's cache is kc, vc [B, NKV, Tmax, HS] each, K after RoPE, in BF16 (kv_bf16 = 1:
+     * raw bits, round to nearest even) or FP32 (kv_bf16 = 0). Attention reads K and V back
+     * from the cache, so a BF16 cache rounds them as a BF16 attention would. */
+    /* the prefill's K and V: token t of sequence b (qkv [B, s->T, QKV] as attention_forward's)
+     * goes to position t of b's cache, K rotated by RoPE at t when s->rope_theta > 0;
+     * positions >= s->T are left alone. s->T <= Tmax. */
+    void (*kv_cache_write)(fp8t_backend *b, void *kc, void *vc, int kv_bf16, const float *qkv,
+                           const fp8t_attn_shape *s, int Tmax);
+    /* One decode step: qkv [B, QKV] holds one new token per sequence, at position pos[b]
+     * (device int [B], 0 <= pos[b] < Tmax; each sequence at its own). Its K (RoPE at pos[b])
+     * and V are written to position pos[b] of the cache, then out[B, NH*HS] = the causal
+     * attention of its q (RoPE at pos[b]) over the cache positions 0..pos[b] — the row
+     * attention_forward would give that token, scale 1/sqrt(HS). s->T is ignored. */
+    void (*attention_decode)(fp8t_backend *b, float *out, void *kc, void *vc, int kv_bf16,
+                             const float *qkv, const int *pos, const fp8t_attn_shape *s,
+                             int Tmax);
+    /* embedding_forward from a BF16 table: out[N,C] = bf16 wte[tok] (widened) + (wpe ? wpe[t]
+     * : 0), t = pos ? pos[i] : i % T (pos: device int [N], each row's own position, as a
+     * decode step's sequences); wte rows are ld >= C elements apart (a BF16 operand's padded
+     * rows: the inference model's table doubles as its tied head's operand) */
+    void (*embedding_forward_bf16)(fp8t_backend *b, float *out, const int *tokens,
+                                   const uint16_t *wte, int ld, const float *wpe, const int *pos,
+                                   int B, int T, int C);
 } fp8t_backend_ops;
 
 struct fp8t_backend {

@@ -19,7 +19,7 @@ enum {
     P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_FWD_BF16, P_ADD_LN_FWD_BF16, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
     P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT, P_XENT_BF16,
     P_ADD, P_ADD_BIAS, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
-    P_TENSOR_STATS, P_TO_HOST_ASYNC,
+    P_TENSOR_STATS, P_TO_HOST_ASYNC, P_KV_CACHE_WRITE, P_ATTN_DECODE, P_EMB_FWD_BF16,
     P_COUNT
 };
 
@@ -33,7 +33,7 @@ static const char *const op_names[P_COUNT] = {
     "gelu_forward", "gelu_forward_bf16", "gelu_backward", "gelu_backward_bias", "swiglu_forward", "swiglu_backward",
     "attention_forward", "attention_backward", "softmax_xent", "softmax_xent_bf16",
     "add", "add_bias", "accumulate", "scale", "sumsq", "sum", "adamw",
-    "tensor_stats", "to_host_async",
+    "tensor_stats", "to_host_async", "kv_cache_write", "attention_decode", "embedding_forward_bf16",
 };
 
 #define MAX_SHAPES 128
@@ -329,6 +329,23 @@ static void w_to_host_async(fp8t_backend *b, void *d, const void *s, size_t n) {
     TIMED(P_TO_HOST_ASYNC, ib->ops->to_host_async(ib, d, s, n));
 }
 
+static void w_kv_cache_write(fp8t_backend *b, void *kc, void *vc, int kv_bf16, const float *qkv,
+                             const fp8t_attn_shape *s, int Tmax) {
+    TIMED(P_KV_CACHE_WRITE, ib->ops->kv_cache_write(ib, kc, vc, kv_bf16, qkv, s, Tmax));
+}
+static void w_attention_decode(fp8t_backend *b, float *o, void *kc, void *vc, int kv_bf16,
+                               const float *qkv, const int *pos, const fp8t_attn_shape *s,
+                               int Tmax) {
+    TIMED(P_ATTN_DECODE, ib->ops->attention_decode(ib, o, kc, vc, kv_bf16, qkv, pos, s, Tmax));
+}
+
+static void w_embedding_forward_bf16(fp8t_backend *b, float *o, const int *tok,
+                                     const uint16_t *wte, int ld, const float *wpe,
+                                     const int *pos, int B, int T, int C) {
+    TIMED(P_EMB_FWD_BF16,
+          ib->ops->embedding_forward_bf16(ib, o, tok, wte, ld, wpe, pos, B, T, C));
+}
+
 /* the collectives pass through untimed: a step's time waiting for other ranks is not an op's */
 static int w_comm_init(fp8t_backend *b, char *err, size_t errlen) {
     return in(b)->ops->comm_init(in(b), err, errlen);
@@ -364,6 +381,7 @@ static const fp8t_backend_ops wrapper_ops = {
     w_comm_init, w_allreduce, w_reduce_scatter, w_all_gather, w_broadcast,
     w_tensor_stats, w_host_alloc, w_host_free, w_to_host_async,
     w_reduce_start, w_reduce_wait,
+    w_kv_cache_write, w_attention_decode, w_embedding_forward_bf16,
 };
 
 fp8t_backend *fp8t_profile_wrap(fp8t_backend *inner) {

@@ -14,6 +14,7 @@
 #include "fp8train/data.h"
 #include "fp8train/eval.h"
 #include "fp8train/export.h"
+#include "fp8train/infer.h"
 #include "fp8train/io.h"
 
 #define CMD "eval"
@@ -47,6 +48,13 @@ static void usage(FILE *f) {
         "  --device cpu|cuda     backend (default: the run's, else cpu)\n"
         "  --dump-tokens FILE    write the evaluated windows as .npy int32 [batches, B, T+1]\n"
         "                        (compute the same loss elsewhere, e.g. tests/check_hf_transformers.py)\n"
+        "  --infer               the loss through the inference model (fp8train/infer.h: the\n"
+        "                        weights in each precision only, no training state on the\n"
+        "                        device) instead of the training model; not with --task or\n"
+        "                        --check-export\n"
+        "  --act-scale current|delayed  with --infer: fp8 activation scales from each input's\n"
+        "                        amax (default) or the learned ones (calibrated first when the\n"
+        "                        weights have none)\n"
         "  --json                print one JSON object instead of the table\n"
         "exit status: 0 ok, 1 flagged (FP8 gap above threshold or export check failed), 2 bad input\n",
         FP8T_EXPORT_TOL_FP32, FP8T_EXPORT_TOL_BF16, FP8T_EXPORT_TOL_FP8);
@@ -57,7 +65,8 @@ typedef struct {
     const char *tasks[MAX_TASKS];
     int n_tasks;
     int want[FP8T_EVAL_COUNT];
-    int batches, B, T, calib_batches, json;
+    int batches, B, T, calib_batches, json, infer;
+    fp8t_act_scale act;
     int have_seed;
     uint64_t seed;
     float threshold;
@@ -72,6 +81,7 @@ static int parse_args(eval_opts *o, int argc, char **argv) {
         const char *a = argv[i], *v = NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "--infer")) { o->infer = 1; continue; }
         if (a[0] != '-' || !a[1]) {
             if (o->weights) {
                 fprintf(stderr, "fp8train eval: one WEIGHTS argument expected, got '%s' and '%s'\n",
@@ -88,7 +98,12 @@ static int parse_args(eval_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--check-export")) o->check_export = v;
         else if (!strcmp(a, "--dump-tokens")) o->dump_tokens = v;
         else if (!strcmp(a, "--device")) o->device = v;
-        else if (!strcmp(a, "--task")) {
+        else if (!strcmp(a, "--act-scale")) {
+            if (fp8t_act_scale_parse(&o->act, v) != 0) {
+                fprintf(stderr, "fp8train eval: --act-scale '%s': expected current or delayed\n", v);
+                return -1;
+            }
+        } else if (!strcmp(a, "--task")) {
             if (o->n_tasks == MAX_TASKS) {
                 fprintf(stderr, "fp8train eval: at most %d --task files\n", MAX_TASKS);
                 return -1;
@@ -121,7 +136,38 @@ static int parse_args(eval_opts *o, int argc, char **argv) {
                 "directory or an llm.c .bin (see fp8train eval --help)\n");
         return -1;
     }
+    if (o->infer && (o->n_tasks || o->check_export)) {
+        fprintf(stderr, "fp8train eval: --infer computes the validation loss only; run --task and "
+                "--check-export without it\n");
+        return -1;
+    }
     return 0;
+}
+
+/* Loss in precision p through the inference model (built for [B, T] on be, destroyed after)
+ * on micro-batches 0..batches-1 of d: the mean of the per-batch mean losses, as
+ * fp8t_evaluator_loss. NaN after a message on failure. */
+static double infer_loss(fp8t_backend *be, const fp8t_weights *w, fp8t_eval_precision p,
+                         fp8t_act_scale act, const fp8t_data *d, int batches, int B, int T) {
+    char err[1024];
+    fp8t_infer *m = fp8t_infer_create(be, w, p, act, B, T, err, sizeof(err));
+    int *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
+    double sum = 0.0;
+    if (!m || !tok || !tgt) {
+        fprintf(stderr, "fp8train eval: --infer %s: %s\n", fp8t_eval_precision_name(p),
+                m ? "out of memory" : err);
+        sum = NAN;
+    }
+    for (int i = 0; i < batches && !isnan(sum); i++) {
+        fp8t_data_batch(d, tok, tgt, (uint64_t)i);
+        double l = fp8t_infer_loss(m, tok, tgt, B, T, err, sizeof(err));
+        if (isnan(l)) fprintf(stderr, "fp8train eval: --infer: %s\n", err);
+        sum += l;
+    }
+    free(tok);
+    free(tgt);
+    fp8t_infer_destroy(m);
+    return batches > 0 ? sum / batches : NAN;
 }
 
 /* Loss of the evaluator in precision p on micro-batches 0..batches-1 of d. */
@@ -193,7 +239,11 @@ int fp8t_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "fp8train eval: --device %s: %s\n", device, err);
         goto done;
     }
-    if (!(ev = fp8t_evaluator_create(be, &w, B, T, err, sizeof(err)))) {
+    /* the training model: for its own loss, and for calibrating FP8 scales that the weights
+     * lack (with --infer only when the learned scales are asked for; it is freed before the
+     * inference models are built, so they never share the device with it) */
+    const int need_calib = o.want[FP8T_EVAL_FP8] && (!o.infer || o.act == FP8T_ACT_SCALE_DELAYED);
+    if ((!o.infer || need_calib) && !(ev = fp8t_evaluator_create(be, &w, B, T, err, sizeof(err)))) {
         fprintf(stderr, "fp8train eval: %s\n", err);
         goto done;
     }
@@ -202,11 +252,15 @@ int fp8t_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "fp8train eval: data: %s\n", err);
         goto done;
     }
-    if (o.want[FP8T_EVAL_FP8] &&
+    if (need_calib &&
         cli_calibrate_tok(ev, &w, data, val_data, tokenizer, seed, o.calib_batches, o.json, err,
                           sizeof(err)) < 0) {
         fprintf(stderr, "fp8train eval: %s\n", err);
         goto done;
+    }
+    if (o.infer) {
+        fp8t_evaluator_destroy(ev);
+        ev = NULL;
     }
     cli_describe_weights(desc, sizeof(desc), &w);
     if (!o.json) {
@@ -214,8 +268,13 @@ int fp8t_cmd_eval(int argc, char **argv) {
         if (w.notes[0]) printf("  import: %s\n", w.notes);
         printf("data: %s; %d micro-batch%s of %d x %d tokens, seed %llu\n", fp8t_data_describe(d),
                batches, batches == 1 ? "" : "es", B, T, (unsigned long long)seed);
+        if (o.infer)
+            printf("model: the inference model (weights in each precision only; fp8: E4M3 per "
+                   "tensor, head bf16, activations %s scaling)\n", fp8t_act_scale_name(o.act));
         printf("%-10s %-10s %s\n", "precision", "loss", "perplexity");
     }
+    cJSON_AddBoolToObject(js, "infer", o.infer);
+    if (o.infer) cJSON_AddStringToObject(js, "act_scale", fp8t_act_scale_name(o.act));
     cJSON_AddStringToObject(js, "weights", o.weights);
     cJSON_AddStringToObject(js, "description", desc);
     cJSON_AddStringToObject(js, "data", fp8t_data_describe(d));
@@ -226,7 +285,8 @@ int fp8t_cmd_eval(int argc, char **argv) {
     int bad_tokens = 0;
     for (int p = 0; p < FP8T_EVAL_COUNT; p++) {
         if (!o.want[p]) continue;
-        loss[p] = loss_in(ev, d, batches, (fp8t_eval_precision)p);
+        loss[p] = o.infer ? infer_loss(be, &w, (fp8t_eval_precision)p, o.act, d, batches, B, T)
+                          : loss_in(ev, d, batches, (fp8t_eval_precision)p);
         bad_tokens |= isnan(loss[p]);
         cJSON_AddNumberToObject(jl, fp8t_eval_precision_name((fp8t_eval_precision)p), loss[p]);
         if (!o.json)

@@ -1,5 +1,6 @@
-/* `fp8train generate WEIGHTS`: sample text. Byte-level by default (token = byte, the
- * synthetic language and text files). With --tokenizer tokenizer.json (a Hugging Face
+/* `fp8train generate WEIGHTS`: sample text with the inference model (fp8train/infer.h: weights
+ * in the inference precision only, a KV cache; many prompts at once with --prompts / --batch).
+ * Byte-level by default (token = byte, the synthetic language and text files). With --tokenizer tokenizer.json (a Hugging Face
  * byte-level BPE; the default when the checkpoint's run trained with one) the prompt is text,
  * encoded after the tokenizer's document token as the training data was, and the output is
  * decoded text. With --tokenizer gpt2_tokenizer.bin (llm.c's file, decoding only) the prompt
@@ -12,6 +13,7 @@
 #include "cli/cmd_weights_common.h"
 #include "fp8train/backend.h"
 #include "fp8train/eval.h"
+#include "fp8train/infer.h"
 #include "fp8train/tokenizer.h"
 #include "util/fs.h"
 
@@ -34,9 +36,23 @@ static void usage(FILE *f) {
         "  --tokenizer FILE      a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama-3,\n"
         "                        Qwen2; default: the run's --tokenizer) to encode the prompt and\n"
         "                        decode the output, or llm.c's gpt2_tokenizer.bin (decoding only)\n"
-        "  --precision P         bf16 (default) | fp8 | fp32\n"
+        "  --prompts FILE        one prompt per line (text, or token ids \"1,2,3\" with an llm.c\n"
+        "                        tokenizer), generated as batches of --batch sequences\n"
+        "  --batch N             sequences per batch (default: the number of prompts, at most\n"
+        "                        64); with a single prompt, N samples of it (sample i uses\n"
+        "                        seed S + i)\n"
+        "  --precision P         bf16 (default) | fp8 | fp32: the weights are held in this\n"
+        "                        precision only (fp8: E4M3 codes + a per-tensor scale; the head\n"
+        "                        in BF16); the KV cache is BF16 (FP32 in fp32)\n"
+        "  --act-scale current|delayed  fp8 activation scales: each input's own amax\n"
+        "                        (default), or the scales learned in training (the\n"
+        "                        checkpoint's FP8 state, an FP8 export's input_scale)\n"
+        "  --no-cache            the training model's full-window forward per token (no KV\n"
+        "                        cache, one prompt; the path before the inference model)\n"
         "  --device cpu|cuda     backend (default: the run's, else cpu)\n"
-        "  --print-tokens        also print the generated token ids\n");
+        "  --print-tokens        also print the generated token ids\n"
+        "A prompt + --tokens longer than the model's seq_len runs --no-cache (a sliding window).\n"
+        "With several sequences each is printed after a line \"--- sample I\".\n");
 }
 
 /* "1,2,3" -> ids (malloc'd), count in *n; -1 on a malformed list. */
@@ -77,17 +93,155 @@ static void put_byte(int tok) {
     else printf("\\x%02x", tok & 0xff);
 }
 
+/* One prompt as token ids (ids malloc'd); skip: leading tokens that are not printed (the
+ * tokenizer's document token). */
+typedef struct {
+    int *ids;
+    int n, skip;
+} prompt_ids;
+
+/* How prompts become tokens: a tokenizer.json (bpe), llm.c's tokenizer file (tk: ids only),
+ * or bytes. */
+typedef struct {
+    fp8t_bpe *bpe;
+    const fp8t_tokenizer *tk; /* non-NULL: llm.c's tokenizer */
+    int V;
+} prompt_coder;
+
+/* text (may be NULL: the default prompt) or an id list ("1,2,3", may be NULL) -> p.
+ * 0 ok; -1 after a message. */
+static int encode_prompt(const prompt_coder *pc, const char *text, const char *id_list,
+                         prompt_ids *p) {
+    memset(p, 0, sizeof(*p));
+    if (id_list) {
+        if (parse_ids(id_list, &p->ids, &p->n) != 0) {
+            fprintf(stderr, "fp8train generate: prompt tokens '%s': expected comma-separated "
+                    "token ids such as \"464,2068\"\n", id_list);
+            return -1;
+        }
+    } else if (pc->bpe) {
+        /* the document token first, as every training document began with it */
+        fp8t_tok_ids enc = {0};
+        int doc = fp8t_bpe_doc_token(pc->bpe);
+        const char *t = text ? text : "";
+        if (fp8t_bpe_encode(pc->bpe, t, strlen(t), &enc) != 0) {
+            fprintf(stderr, "fp8train generate: out of memory\n");
+            free(enc.v);
+            return -1;
+        }
+        p->n = (int)enc.n + (doc >= 0);
+        p->ids = malloc((size_t)(p->n > 0 ? p->n : 1) * sizeof(int));
+        if (!p->ids) {
+            free(enc.v);
+            return -1;
+        }
+        if (doc >= 0) p->ids[0] = doc;
+        for (size_t i = 0; i < enc.n; i++) p->ids[i + (doc >= 0)] = enc.v[i];
+        free(enc.v);
+        p->skip = doc >= 0; /* not part of the text: not printed */
+        if (p->n == 0) {
+            fprintf(stderr, "fp8train generate: give a --prompt (the tokenizer has no document "
+                    "token to start from)\n");
+            return -1;
+        }
+    } else if (pc->tk) { /* llm.c's tokenizer decodes only: start from its end-of-text token */
+        p->n = 1;
+        p->ids = malloc(sizeof(int));
+        if (!p->ids) return -1;
+        p->ids[0] = pc->tk->eot;
+    } else {
+        const char *t = text ? text : "\n";
+        p->n = (int)strlen(t);
+        p->ids = malloc((size_t)(p->n > 0 ? p->n : 1) * sizeof(int));
+        if (!p->ids) return -1;
+        for (int i = 0; i < p->n; i++) p->ids[i] = (unsigned char)t[i];
+        if (p->n == 0) {
+            fprintf(stderr, "fp8train generate: a prompt is empty\n");
+            return -1;
+        }
+    }
+    for (int i = 0; i < p->n; i++)
+        if (p->ids[i] >= pc->V) {
+            fprintf(stderr, "fp8train generate: prompt token %d is outside the model's vocabulary "
+                    "(%d)\n", p->ids[i], pc->V);
+            return -1;
+        }
+    return 0;
+}
+
+/* The prompts of FILE, one per line (text; token ids with llm.c's tokenizer). Empty lines are
+ * skipped. *n prompts into *out (malloc'd). 0 ok; -1 after a message. */
+static int read_prompts(const char *path, const prompt_coder *pc, prompt_ids **out, int *n) {
+    FILE *f = fopen(path, "rb");
+    *out = NULL;
+    *n = 0;
+    if (!f) {
+        fprintf(stderr, "fp8train generate: --prompts %s: cannot open it\n", path);
+        return -1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 0, have = 0;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (len == 0) continue;
+        if (*n == have) {
+            have = have ? 2 * have : 16;
+            prompt_ids *grown = realloc(*out, (size_t)have * sizeof(prompt_ids));
+            if (!grown) {
+                rc = -1;
+                break;
+            }
+            *out = grown;
+        }
+        if (encode_prompt(pc, pc->tk ? NULL : line, pc->tk ? line : NULL, &(*out)[*n]) != 0) {
+            free((*out)[*n].ids);
+            fprintf(stderr, "fp8train generate: --prompts %s: line %d\n", path, *n + 1);
+            rc = -1;
+            break;
+        }
+        (*n)++;
+    }
+    free(line);
+    fclose(f);
+    if (rc == 0 && *n == 0) {
+        fprintf(stderr, "fp8train generate: --prompts %s holds no prompt\n", path);
+        rc = -1;
+    }
+    return rc;
+}
+
+static void print_tokens(const prompt_coder *pc, const int *seq, int n) {
+    for (int i = 0; i < n; i++) {
+        if (pc->bpe) {
+            size_t k;
+            const char *piece = fp8t_bpe_piece(pc->bpe, seq[i], &k);
+            if (piece) fwrite(piece, 1, k, stdout);
+            else printf("<%d>", seq[i]);
+        } else if (pc->tk) {
+            if (seq[i] < pc->tk->vocab_size)
+                fwrite(pc->tk->piece[seq[i]], 1, (size_t)pc->tk->piece_len[seq[i]], stdout);
+            else printf("<%d>", seq[i]);
+        } else {
+            put_byte(seq[i]);
+        }
+    }
+}
+
 int fp8t_cmd_generate(int argc, char **argv) {
     if (argc > 0 && !strcmp(argv[0], "generate")) { argc--; argv++; }
     const char *weights = NULL, *prompt = NULL, *prompt_tokens = NULL, *tok_path = NULL,
-               *device = NULL;
-    int n_new = 64, print_tokens = 0;
+               *device = NULL, *prompts_file = NULL;
+    int n_new = 64, print_ids = 0, batch = 0, no_cache = 0;
     fp8t_sample_cfg sc = {1.0f, 0, 1337};
     fp8t_eval_precision prec = FP8T_EVAL_BF16;
+    fp8t_act_scale act = FP8T_ACT_SCALE_CURRENT;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--print-tokens")) { print_tokens = 1; continue; }
+        if (!strcmp(a, "--print-tokens")) { print_ids = 1; continue; }
+        if (!strcmp(a, "--no-cache")) { no_cache = 1; continue; }
         if (a[0] != '-' || !a[1]) {
             if (weights) {
                 fprintf(stderr, "fp8train generate: one WEIGHTS argument expected, got '%s' and "
@@ -100,15 +254,22 @@ int fp8t_cmd_generate(int argc, char **argv) {
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         if (!strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--prompt-tokens")) prompt_tokens = v;
+        else if (!strcmp(a, "--prompts")) prompts_file = v;
         else if (!strcmp(a, "--tokenizer")) tok_path = v;
         else if (!strcmp(a, "--device")) device = v;
         else if (!strcmp(a, "--tokens")) { if (cli_int(CMD, a, v, 1, 1000000, &n_new)) return 2; }
+        else if (!strcmp(a, "--batch")) { if (cli_int(CMD, a, v, 1, 1 << 20, &batch)) return 2; }
         else if (!strcmp(a, "--temperature")) { if (cli_float(CMD, a, v, 0, 1e6, &sc.temperature)) return 2; }
         else if (!strcmp(a, "--top-k")) { if (cli_int(CMD, a, v, 0, 1 << 30, &sc.top_k)) return 2; }
         else if (!strcmp(a, "--seed")) { if (cli_u64(CMD, a, v, &sc.seed)) return 2; }
         else if (!strcmp(a, "--precision")) {
             if (fp8t_eval_precision_parse(&prec, v) != 0) {
                 fprintf(stderr, "fp8train generate: --precision '%s': expected bf16, fp8 or fp32\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--act-scale")) {
+            if (fp8t_act_scale_parse(&act, v) != 0) {
+                fprintf(stderr, "fp8train generate: --act-scale '%s': expected current or delayed\n", v);
                 return 2;
             }
         } else {
@@ -120,8 +281,8 @@ int fp8t_cmd_generate(int argc, char **argv) {
         fprintf(stderr, "fp8train generate: which weights? (see fp8train generate --help)\n");
         return 2;
     }
-    if (prompt && prompt_tokens) {
-        fprintf(stderr, "fp8train generate: give --prompt or --prompt-tokens, not both\n");
+    if (!!prompt + !!prompt_tokens + !!prompts_file > 1) {
+        fprintf(stderr, "fp8train generate: give one of --prompt, --prompt-tokens, --prompts\n");
         return 2;
     }
     int tok_json = tok_path && is_tokenizer_json(tok_path);
@@ -139,9 +300,11 @@ int fp8t_cmd_generate(int argc, char **argv) {
         fprintf(stderr, "fp8train generate: %s\n", err);
         return 2;
     }
-    int status = 2, *ids = NULL, n_ids = 0, *out = NULL, skip_first = 0;
+    int status = 2, n_prompts = 0, *out = NULL;
+    prompt_ids *pr = NULL;
     fp8t_backend *be = NULL;
     fp8t_evaluator *ev = NULL;
+    fp8t_infer *im = NULL;
     fp8t_bpe *bpe = NULL;
     cli_run_defaults def;
     cli_run_defaults_from(&w, &def);
@@ -166,110 +329,128 @@ int fp8t_cmd_generate(int argc, char **argv) {
             fprintf(stderr, "fp8train generate: note: the tokenizer has %d tokens and the model %d\n",
                     tk.vocab_size, w.model.vocab_size);
     }
-    if (prompt_tokens) {
-        if (parse_ids(prompt_tokens, &ids, &n_ids) != 0) {
-            fprintf(stderr, "fp8train generate: --prompt-tokens '%s': expected comma-separated "
-                    "token ids such as \"464,2068\"\n", prompt_tokens);
-            goto done;
-        }
-    } else if (bpe) {
-        /* the document token first, as every training document began with it */
-        fp8t_tok_ids enc = {0};
-        int doc = fp8t_bpe_doc_token(bpe);
-        const char *p = prompt ? prompt : "";
-        if (fp8t_bpe_encode(bpe, p, strlen(p), &enc) != 0) {
-            fprintf(stderr, "fp8train generate: out of memory\n");
-            free(enc.v);
-            goto done;
-        }
-        n_ids = (int)enc.n + (doc >= 0);
-        ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof(int));
-        if (!ids) {
-            free(enc.v);
-            goto done;
-        }
-        if (doc >= 0) ids[0] = doc;
-        for (size_t i = 0; i < enc.n; i++) ids[i + (doc >= 0)] = enc.v[i];
-        free(enc.v);
-        skip_first = doc >= 0; /* not part of the text: not printed */
-        if (n_ids == 0) {
-            fprintf(stderr, "fp8train generate: give a --prompt (the tokenizer %s has no document "
-                    "token to start from)\n", tok_path);
-            goto done;
-        }
+    const prompt_coder pc = {bpe, (tok_path && !tok_json) ? &tk : NULL, w.model.vocab_size};
+    if (prompts_file) {
+        if (read_prompts(prompts_file, &pc, &pr, &n_prompts) != 0) goto done;
     } else {
-        const char *p = prompt ? prompt : "\n";
-        if (tok_path) p = NULL;
-        n_ids = p ? (int)strlen(p) : 1;
-        ids = malloc((size_t)(n_ids > 0 ? n_ids : 1) * sizeof(int));
-        if (!ids) goto done;
-        if (p) for (int i = 0; i < n_ids; i++) ids[i] = (unsigned char)p[i];
-        else ids[0] = tk.eot;
-        if (n_ids == 0) {
-            fprintf(stderr, "fp8train generate: --prompt is empty\n");
+        const int copies = batch > 0 ? batch : 1; /* --batch N samples of one prompt */
+        pr = calloc((size_t)copies, sizeof(prompt_ids));
+        if (!pr) goto done;
+        if (encode_prompt(&pc, prompt, prompt_tokens, &pr[0]) != 0) {
+            n_prompts = 1;
             goto done;
         }
-        if (p && w.model.vocab_size != 256)
+        n_prompts = 1;
+        for (; n_prompts < copies; n_prompts++) {
+            pr[n_prompts] = pr[0];
+            pr[n_prompts].ids = malloc((size_t)pr[0].n * sizeof(int));
+            if (!pr[n_prompts].ids) goto done;
+            memcpy(pr[n_prompts].ids, pr[0].ids, (size_t)pr[0].n * sizeof(int));
+        }
+        if (!bpe && !pc.tk && !prompt_tokens && prompt && w.model.vocab_size != 256)
             fprintf(stderr, "fp8train generate: note: a byte-level prompt for a model with vocab "
                     "%d; if it was trained on BPE tokens pass its --tokenizer tokenizer.json\n",
                     w.model.vocab_size);
     }
-    for (int i = 0; i < n_ids; i++)
-        if (ids[i] >= w.model.vocab_size) {
-            fprintf(stderr, "fp8train generate: prompt token %d is outside the model's vocabulary "
-                    "(%d)\n", ids[i], w.model.vocab_size);
+    int longest = 0;
+    for (int i = 0; i < n_prompts; i++) longest = pr[i].n > longest ? pr[i].n : longest;
+    /* the cache holds a whole sequence; longer ones slide a window over the training model */
+    if (!no_cache && longest + n_new - 1 > w.model.seq_len) {
+        if (n_prompts > 1) {
+            fprintf(stderr, "fp8train generate: the longest prompt (%d tokens) + --tokens %d do "
+                    "not fit the model's seq_len %d; use fewer --tokens\n", longest, n_new,
+                    w.model.seq_len);
             goto done;
         }
+        fprintf(stderr, "fp8train generate: note: %d prompt tokens + %d new exceed seq_len %d: "
+                "running without the KV cache (a sliding window)\n", longest, n_new,
+                w.model.seq_len);
+        no_cache = 1;
+    }
+    if (no_cache && n_prompts > 1) {
+        fprintf(stderr, "fp8train generate: --no-cache generates one sequence; drop --prompts / "
+                "--batch\n");
+        goto done;
+    }
     if (!device) device = def.device;
-    int T = n_ids + n_new < w.model.seq_len ? n_ids + n_new : w.model.seq_len;
     if (!(be = fp8t_backend_create(device, err, sizeof(err)))) {
         fprintf(stderr, "fp8train generate: --device %s: %s\n", device, err);
         goto done;
     }
-    if (!(ev = fp8t_evaluator_create(be, &w, 1, T, err, sizeof(err)))) {
-        fprintf(stderr, "fp8train generate: %s\n", err);
-        goto done;
-    }
-    if (prec == FP8T_EVAL_FP8 &&
-        cli_calibrate_tok(ev, &w, def.data, def.val_data, def.tokenizer, def.seed, 4, 0, err,
-                          sizeof(err)) < 0) {
-        fprintf(stderr, "fp8train generate: %s\n", err);
-        goto done;
-    }
-    fp8t_evaluator_set_precision(ev, prec);
-    out = malloc((size_t)n_new * sizeof(int));
-    if (!out || fp8t_generate(ev, ids, n_ids, n_new, &sc, out, err, sizeof(err)) != 0) {
-        fprintf(stderr, "fp8train generate: %s\n", out ? err : "out of memory");
-        goto done;
-    }
-    for (int pass = 0; pass < 2; pass++) { /* the prompt, then the continuation */
-        const int *seq = pass ? out : ids, n = pass ? n_new : n_ids;
-        for (int i = pass ? 0 : skip_first; i < n; i++) {
-            if (bpe) {
-                size_t k;
-                const char *piece = fp8t_bpe_piece(bpe, seq[i], &k);
-                if (piece) fwrite(piece, 1, k, stdout);
-                else printf("<%d>", seq[i]);
-            } else if (tok_path) {
-                if (seq[i] < tk.vocab_size) fwrite(tk.piece[seq[i]], 1, (size_t)tk.piece_len[seq[i]], stdout);
-                else printf("<%d>", seq[i]);
-            } else {
-                put_byte(seq[i]);
-            }
+    out = malloc((size_t)n_prompts * n_new * sizeof(int));
+    if (!out) goto done;
+    if (no_cache) {
+        int T = pr[0].n + n_new < w.model.seq_len ? pr[0].n + n_new : w.model.seq_len;
+        if (!(ev = fp8t_evaluator_create(be, &w, 1, T, err, sizeof(err)))) {
+            fprintf(stderr, "fp8train generate: %s\n", err);
+            goto done;
+        }
+        if (prec == FP8T_EVAL_FP8 &&
+            cli_calibrate_tok(ev, &w, def.data, def.val_data, def.tokenizer, def.seed, 4, 0, err,
+                              sizeof(err)) < 0) {
+            fprintf(stderr, "fp8train generate: %s\n", err);
+            goto done;
+        }
+        fp8t_evaluator_set_precision(ev, prec);
+        if (fp8t_generate(ev, pr[0].ids, pr[0].n, n_new, &sc, out, err, sizeof(err)) != 0) {
+            fprintf(stderr, "fp8train generate: %s\n", err);
+            goto done;
+        }
+    } else {
+        const int B = batch > 0 ? (batch < n_prompts ? batch : n_prompts)
+                                : (n_prompts < 64 ? n_prompts : 64);
+        if (!(im = fp8t_infer_create(be, &w, prec, act, B, longest + n_new - 1, err,
+                                     sizeof(err)))) {
+            fprintf(stderr, "fp8train generate: %s\n", err);
+            goto done;
+        }
+        fp8t_infer_memory mem;
+        fp8t_infer_memory_get(im, &mem);
+        fprintf(stderr, "generate: %s weights%s%s%s, KV cache %s (%.1f MB), batch %d, %s\n",
+                fp8t_eval_precision_name(prec),
+                prec == FP8T_EVAL_FP8 ? " (E4M3, per-tensor scale; head bf16), activations " : "",
+                prec == FP8T_EVAL_FP8 ? fp8t_act_scale_name(act) : "",
+                prec == FP8T_EVAL_FP8 ? " scaling" : "", prec == FP8T_EVAL_FP32 ? "fp32" : "bf16",
+                (double)mem.kv_cache / 1e6, B, be->name);
+        int **ids = malloc((size_t)n_prompts * sizeof(int *)), *lens = malloc((size_t)n_prompts * sizeof(int));
+        if (!ids || !lens) {
+            free(ids), free(lens);
+            goto done;
+        }
+        for (int i = 0; i < n_prompts; i++) ids[i] = pr[i].ids, lens[i] = pr[i].n;
+        int rc = 0;
+        for (int s0 = 0; s0 < n_prompts && rc == 0; s0 += B) { /* sequence i: seed + i */
+            const int nb = n_prompts - s0 < B ? n_prompts - s0 : B;
+            fp8t_sample_cfg c = sc;
+            c.seed = sc.seed + (uint64_t)s0;
+            rc = fp8t_infer_generate(im, (const int *const *)(ids + s0), lens + s0, nb, n_new,
+                                     &c, out + (size_t)s0 * n_new, err, sizeof(err));
+        }
+        free(ids), free(lens);
+        if (rc != 0) {
+            fprintf(stderr, "fp8train generate: %s\n", err);
+            goto done;
         }
     }
-    printf("\n");
-    if (print_tokens) {
-        printf("tokens:");
-        for (int i = 0; i < n_new; i++) printf("%s%d", i ? "," : " ", out[i]);
+    for (int i = 0; i < n_prompts; i++) {
+        if (n_prompts > 1) printf("--- sample %d\n", i);
+        print_tokens(&pc, pr[i].ids + pr[i].skip, pr[i].n - pr[i].skip);
+        print_tokens(&pc, out + (size_t)i * n_new, n_new);
         printf("\n");
+        if (print_ids) {
+            printf("tokens:");
+            for (int j = 0; j < n_new; j++) printf("%s%d", j ? "," : " ", out[(size_t)i * n_new + j]);
+            printf("\n");
+        }
     }
     status = 0;
 done:
-    free(ids);
+    for (int i = 0; i < n_prompts; i++) free(pr[i].ids);
+    free(pr);
     free(out);
     fp8t_tokenizer_free(&tk);
     fp8t_bpe_free(bpe);
+    fp8t_infer_destroy(im);
     fp8t_evaluator_destroy(ev);
     fp8t_backend_destroy(be);
     fp8t_weights_free(&w);

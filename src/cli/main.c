@@ -22,6 +22,7 @@ WEAK int fp8t_cmd_bisect(int argc, char **argv);
 WEAK int fp8t_cmd_inspect(int argc, char **argv);
 WEAK int fp8t_cmd_eval(int argc, char **argv);
 WEAK int fp8t_cmd_generate(int argc, char **argv);
+WEAK int fp8t_cmd_bench_infer(int argc, char **argv);
 WEAK int fp8t_cmd_export(int argc, char **argv);
 WEAK int fp8t_cmd_import(int argc, char **argv);
 WEAK int fp8t_cmd_tokenize(int argc, char **argv);
@@ -40,7 +41,8 @@ static const command COMMANDS[] = {
     {"bisect", fp8t_cmd_bisect, "find the GEMM kind and layers behind an FP8 gap, and the fix"},
     {"inspect", fp8t_cmd_inspect, "tensor statistics and dumps of a run or a checkpoint"},
     {"eval", fp8t_cmd_eval, "evaluate a checkpoint's loss on data"},
-    {"generate", fp8t_cmd_generate, "sample text from a checkpoint"},
+    {"generate", fp8t_cmd_generate, "sample text from a checkpoint (KV cache, batches of prompts)"},
+    {"bench-infer", fp8t_cmd_bench_infer, "inference tokens/s and memory: bf16 vs fp8, batch 1 and large"},
     {"export", fp8t_cmd_export, "export a checkpoint (Hugging Face layout, BF16 or FP8 + scales)"},
     {"import", fp8t_cmd_import, "import llm.c / Hugging Face weights as a checkpoint"},
     {"tokenize", fp8t_cmd_tokenize, "text/JSONL -> llm.c token shards with a tokenizer.json"},

@@ -2,7 +2,8 @@
 # End-to-end checks of the fp8train command on the CUDA backend (an NVIDIA Hopper GPU), the
 # parts gpu_test cannot reach: the run directory, the tokenizer, Hugging Face Llama/Qwen2
 # checkpoints (GQA, untied head, llama3 RoPE, QKV bias) against the CPU backend, bit-exact
-# resume from --init, the NCCL path at world size 1 against the plain path, TensorBoard files.
+# resume from --init, the NCCL path at world size 1 against the plain path, TensorBoard files,
+# the inference model (generate with the KV cache against the CPU, eval --infer, bench-infer).
 #   tests/gpu/cli_checks.sh [FP8TRAIN_BIN] [WORK_DIR]
 # Prints PASS/FAIL lines and "N passed, N failed"; exit 0 only if nothing failed.
 set -u
@@ -114,6 +115,37 @@ elif python3 -c 'import tensorboard' 2>/dev/null; then
   then pass "tensorboard files read by the tensorboard package"
   else fail tensorboard "$(tail -3 "$W/tb_check.log")"; fi
 else echo "SKIP gpu_cli: tensorboard (no tensorboard package)"; fi
+
+# --- inference model: generate with the KV cache on CUDA = on the CPU (FP32, the FP32
+#     attention kernels for the prefill; the same sampled tokens), a batch of prompts in FP8,
+#     eval --infer against the training model, bench-infer's CUDA peak memory column
+CKI=$W/tok/checkpoints/step_000050
+G=(--prompt "ROMEO:" --tokens 24 --temperature 1 --seed 5 --precision fp32 --print-tokens)
+"$BIN" generate "$CKI" --device cpu "${G[@]}" >"$W/inf_cpu.log" 2>&1; r1=$?
+FP8TRAIN_CUDA_ATTN=tiled "$BIN" generate "$CKI" --device cuda "${G[@]}" >"$W/inf_cuda.log" 2>&1
+r2=$?
+tc=$(grep '^tokens:' "$W/inf_cpu.log"); tg=$(grep '^tokens:' "$W/inf_cuda.log")
+if [ $r1 -eq 0 ] && [ $r2 -eq 0 ] && [ -n "$tc" ] && [ "$tc" = "$tg" ]; then
+  pass "generate (KV cache) fp32 cuda = cpu"
+else fail "generate fp32 cuda vs cpu" "exit $r1 $r2; cpu '$tc' cuda '$tg'"; fi
+printf 'ROMEO:\nJULIET: O\nFirst Citizen:\n' >"$W/prompts.txt"
+"$BIN" generate "$CKI" --device cuda --prompts "$W/prompts.txt" --tokens 16 --precision fp8 \
+  >"$W/inf_fp8.log" 2>&1; r1=$?
+if [ $r1 -eq 0 ] && [ "$(grep -c '^--- sample' "$W/inf_fp8.log")" -eq 3 ]; then
+  pass "generate --prompts fp8 on cuda"
+else fail "generate --prompts fp8" "exit $r1: $(tail -3 "$W/inf_fp8.log")"; fi
+"$BIN" eval "$CKI" --device cuda --precision bf16 --batches 4 >"$W/ev_train.log" 2>&1; r1=$?
+"$BIN" eval "$CKI" --device cuda --precision bf16 --batches 4 --infer >"$W/ev_infer.log" 2>&1; r2=$?
+a=$(eval_loss "$W/ev_train.log" bf16); b=$(eval_loss "$W/ev_infer.log" bf16)
+if [ $r1 -eq 0 ] && [ $r2 -eq 0 ] && rel_close "$a" "$b" 2e-3; then
+  pass "eval --infer bf16 $b = training model $a (cuda)"
+else fail "eval --infer cuda" "exit $r1 $r2: '$a' vs '$b'"; fi
+"$BIN" bench-infer --preset tiny --device cuda --batch 1,8 --prompt-len 32 --gen 8 \
+  --out "$W/bench_infer.json" >"$W/bench_infer.log" 2>&1; r1=$?
+if [ $r1 -eq 0 ] && grep -q '"peak_bytes":' "$W/bench_infer.json" &&
+   ! grep -q '"peak_bytes":[[:space:]]*null' "$W/bench_infer.json"; then
+  pass "bench-infer on cuda (peak memory reported)"
+else fail "bench-infer cuda" "exit $r1: $(tail -3 "$W/bench_infer.log")"; fi
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

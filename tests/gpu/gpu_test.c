@@ -72,6 +72,8 @@ int gpu_check_conversions_exhaustive(unsigned long long counts[3], unsigned int 
 
 /* tests/gpu/gpu_dist.c: the NCCL collectives in a world of one */
 void gpu_test_collectives(int *n_pass, int *n_fail);
+/* tests/gpu/gpu_infer.c: the KV cache ops and the inference model */
+void gpu_test_infer(int *n_pass, int *n_fail);
 
 static fp8t_backend *CPU, *GPU;
 static const char *gpu_variant = "cuda";
@@ -2700,6 +2702,7 @@ int main(int argc, char **argv) {
         unsetenv(extra[e].env);
     }
     gpu_test_collectives(&n_pass, &n_fail);
+    gpu_test_infer(&n_pass, &n_fail);
     fp8t_backend_destroy(CPU);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -168,6 +168,9 @@ static const fp8t_backend_ops cpu_ops = {
     .to_host_async = cpu_to_host_async,
     .reduce_start = cpu_reduce_start,
     .reduce_wait = cpu_reduce_wait,
+    .kv_cache_write = cpu_kv_cache_write,
+    .attention_decode = cpu_attention_decode,
+    .embedding_forward_bf16 = cpu_embedding_forward_bf16,
 };
 
 fp8t_backend *fp8t_cpu_backend_create(char *err, size_t errlen) {

@@ -172,6 +172,14 @@ void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, con
                             const void *saved, const float *out, const float *lse,
                             const fp8t_attn_shape *s);
 size_t cpu_attention_saved_bytes(fp8t_backend *b, const fp8t_attn_shape *s);
+/* cpu_attention_decode.c */
+void cpu_kv_cache_write(fp8t_backend *b, void *kc, void *vc, int kv_bf16, const float *qkv,
+                        const fp8t_attn_shape *s, int Tmax);
+void cpu_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv_bf16,
+                          const float *qkv, const int *pos, const fp8t_attn_shape *s, int Tmax);
+void cpu_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
+                                const uint16_t *wte, int ld, const float *wpe, const int *pos,
+                                int B, int T, int C);
 /* cpu_misc.c */
 void cpu_embedding_forward(fp8t_backend *b, float *out, const int *tokens, const float *wte,
                            const float *wpe, int B, int T, int C);

@@ -285,6 +285,9 @@ static const fp8t_backend_ops cuda_ops = {
     /* .to_host_async = */ cuda_to_host_async,
     /* .reduce_start = */ cuda_reduce_start,
     /* .reduce_wait = */ cuda_reduce_wait,
+    /* .kv_cache_write = */ cuda_kv_cache_write,
+    /* .attention_decode = */ cuda_attention_decode,
+    /* .embedding_forward_bf16 = */ cuda_embedding_forward_bf16,
 };
 
 extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {

@@ -466,6 +466,15 @@ void cuda_sum(fp8t_backend *b, float *out, const float *x, size_t n);
 void cuda_adamw(fp8t_backend *b, float *params, float *m, float *v, const float *grads,
                 size_t n, float lr, float beta1, float beta2, float eps, float wd, int t,
                 float grad_scale);
+/* cuda_attention_decode.cu: the KV cache ops (backend.h) */
+void cuda_kv_cache_write(fp8t_backend *b, void *kc, void *vc, int kv_bf16, const float *qkv,
+                         const fp8t_attn_shape *s, int Tmax);
+void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv_bf16,
+                           const float *qkv, const int *pos, const fp8t_attn_shape *s,
+                           int Tmax);
+void cuda_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
+                                 const uint16_t *wte, int ld, const float *wpe, const int *pos,
+                                 int B, int T, int C);
 /* cuda_stats.cu */
 void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
                        const fp8t_stats_req *req);

@@ -1,0 +1,396 @@
+/* `fp8train bench-infer [WEIGHTS]`: inference throughput and memory of the inference model
+ * (fp8train/infer.h), precisions side by side at a small and a large batch: prefill tokens/s
+ * (the prompts of a batch in one forward, the KV cache written) and decode tokens/s (one token
+ * per sequence per step against the cache), the model's device bytes by kind, and on the CUDA
+ * backend the peak device memory of each configuration (a fresh backend per configuration,
+ * so each peak is its own). Weights: a checkpoint / export / Hugging Face directory / llm.c
+ * file, or a preset's shape with random weights (throughput does not depend on the values).
+ * Exit status: 0 ok, 2 bad input or usage. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli/cmd_weights_common.h"
+#include "fp8train/backend.h"
+#include "fp8train/infer.h"
+
+#define CMD "bench-infer"
+
+/* the CUDA backend's memory accounting (cuda_backend.cu); absent in builds without CUDA */
+extern int fp8t_cuda_memory_info(fp8t_backend *b, size_t *in_use, size_t *peak, size_t *dev_free,
+                                 size_t *dev_total) __attribute__((weak));
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: fp8train bench-infer [WEIGHTS] [options]\n"
+        "  Prefill and decode tokens/s and memory of the inference model (weights in the\n"
+        "  inference precision only, a KV cache), precisions side by side, batch 1 and a large\n"
+        "  batch. WEIGHTS: a checkpoint, export, Hugging Face directory or llm.c file; without\n"
+        "  it, --preset's shape with random weights.\n"
+        "options:\n"
+        "  --preset NAME         model shape when no WEIGHTS (default tiny): %s\n"
+        "  --device cpu|cuda     backend (default cpu)\n"
+        "  --precisions LIST     comma-separated of bf16, fp8, fp32 (default bf16,fp8; on the\n"
+        "                        CPU bf16,fp8,fp32)\n"
+        "  --batch LIST          batch sizes (default 1,64)\n"
+        "  --prompt-len N        prompt tokens per sequence, the prefill (default 128, at most\n"
+        "                        seq_len - --gen)\n"
+        "  --gen N               decode steps timed (default 32)\n"
+        "  --act-scale current|delayed  fp8 activation scales (default current; delayed needs\n"
+        "                        WEIGHTS with an FP8 state)\n"
+        "  --repeat N            timed repetitions, the fastest kept (default 2)\n"
+        "  --seed S              random weights and prompt tokens (default 1337)\n"
+        "  --out FILE            also write the results as JSON\n"
+        "Columns: prefill and decode tokens/s (all sequences), the model's device bytes\n"
+        "(linear weights, embeddings+norms, KV cache, one layer's activations), and peak device\n"
+        "memory (CUDA: everything the backend held, workspace and scratch included; '-' on\n"
+        "the CPU). fp8 / bf16 ratios follow each batch's rows. Times exclude copying the\n"
+        "logits to the host (sampling).\n",
+        fp8t_model_preset_names());
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t mix(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* Random weights of cfg on the host, GPT-2 init's scales: matrices ~ 0.02 * (sum of 4
+ * uniforms, centred: near normal), norm weights 1, biases 0. Fast, and no training model. */
+static int random_weights(const fp8t_model_config *cfg, uint64_t seed, fp8t_weights *w) {
+    memset(w, 0, sizeof(*w));
+    size_t total;
+    const int n = fp8t_model_param_table(cfg, NULL, &total);
+    fp8t_param_info *info = calloc((size_t)n, sizeof(*info));
+    w->params = malloc(total * sizeof(float));
+    if (!info || !w->params) {
+        free(info);
+        free(w->params);
+        w->params = NULL;
+        return -1;
+    }
+    fp8t_model_param_table(cfg, info, &total);
+    for (int i = 0; i < n; i++) {
+        float *p = w->params + info[i].offset;
+        const size_t k = info[i].numel;
+        const size_t len = strlen(info[i].name);
+        if (info[i].ndim == 2) {
+            const long chunks = (long)((k + 65535) / 65536);
+#pragma omp parallel for schedule(static)
+            for (long c = 0; c < chunks; c++) {
+                uint64_t s = seed ^ ((uint64_t)i << 40) ^ (uint64_t)c * 0x632BE59BD9B4E019ULL;
+                const size_t hi = ((size_t)c + 1) * 65536 < k ? ((size_t)c + 1) * 65536 : k;
+                for (size_t j = (size_t)c * 65536; j < hi; j++) {
+                    const uint64_t r = mix(&s);
+                    const double u = (double)(r & 0xFFFF) + (double)((r >> 16) & 0xFFFF) +
+                                     (double)((r >> 32) & 0xFFFF) + (double)(r >> 48);
+                    /* 4 uniforms on [0, 65536): mean 131070, sd 65536 * sqrt(4/12) */
+                    p[j] = (float)(0.02 * (u - 131070.0) / 37837.2);
+                }
+            }
+        } else {
+            const float v = len >= 2 && !strcmp(info[i].name + len - 2, ".w") ? 1.0f : 0.0f;
+            for (size_t j = 0; j < k; j++) p[j] = v;
+        }
+    }
+    free(info);
+    w->model = *cfg;
+    w->num_params = total;
+    snprintf(w->kind, sizeof(w->kind), "random");
+    snprintf(w->source, sizeof(w->source), "random weights");
+    return 0;
+}
+
+/* "a,b,c" of ints in [lo, hi] into v (at most max); the count, or -1 */
+static int parse_int_list(const char *s, int *v, int max, int lo, int hi) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (end == p || x < lo || x > hi || n == max) return -1;
+        v[n++] = (int)x;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) return -1;
+    }
+    return n > 0 ? n : -1;
+}
+
+typedef struct {
+    fp8t_eval_precision prec;
+    int batch;
+    double prefill_tps, decode_tps, prefill_s, decode_s;
+    fp8t_infer_memory mem;
+    double peak_mb; /* < 0: unknown (CPU) */
+    int ok;
+} result;
+
+/* One configuration on a fresh backend. 0 ok; -1 with err. */
+static int run_one(const char *device, const fp8t_weights *w, fp8t_act_scale act, int plen,
+                   int gen, int repeat, uint64_t seed, result *r, char *err, size_t errlen) {
+    char e[1024];
+    fp8t_backend *be = fp8t_backend_create(device, e, sizeof(e));
+    if (!be) {
+        snprintf(err, errlen, "--device %s: %s", device, e);
+        return -1;
+    }
+    const int B = r->batch, V = w->model.vocab_size;
+    fp8t_infer *m = fp8t_infer_create(be, w, r->prec, act, B, plen + gen, e, sizeof(e));
+    int *tok = malloc((size_t)B * plen * sizeof(int)), *lens = malloc((size_t)B * sizeof(int));
+    int *next = malloc((size_t)B * sizeof(int)), *pos = malloc((size_t)B * sizeof(int));
+    int rc = -1;
+    if (!m) {
+        snprintf(err, errlen, "%s batch %d: %s", fp8t_eval_precision_name(r->prec), B, e);
+        goto done;
+    }
+    if (!tok || !lens || !next || !pos) {
+        snprintf(err, errlen, "out of host memory");
+        goto done;
+    }
+    uint64_t s = seed;
+    for (size_t i = 0; i < (size_t)B * plen; i++) tok[i] = (int)(mix(&s) % (uint64_t)V);
+    for (int b = 0; b < B; b++) lens[b] = plen, next[b] = (int)(mix(&s) % (uint64_t)V);
+    r->prefill_s = r->decode_s = INFINITY;
+    /* a warm-up round (first-call setup: GEMM algorithm choice, RoPE tables, scratch growth),
+     * then `repeat` timed rounds of prefill + gen decode steps; the fastest of each kept. Each
+     * call waits for the device; the logits stay there (a server samples on the device: the
+     * copy of [B, V] floats to the host per step is not part of the model's time). */
+    for (int it = 0; it <= repeat; it++) {
+        double t0 = now_s();
+        if (fp8t_infer_prefill(m, tok, B, plen, lens, NULL, e, sizeof(e))) goto fail;
+        double t1 = now_s();
+        const int steps = it == 0 ? (gen < 2 ? gen : 2) : gen;
+        for (int j = 0; j < steps; j++) {
+            for (int b = 0; b < B; b++) pos[b] = plen + j;
+            if (fp8t_infer_decode(m, next, pos, B, NULL, e, sizeof(e))) goto fail;
+        }
+        double t2 = now_s();
+        if (it == 0) continue;
+        r->prefill_s = t1 - t0 < r->prefill_s ? t1 - t0 : r->prefill_s;
+        r->decode_s = t2 - t1 < r->decode_s ? t2 - t1 : r->decode_s;
+    }
+    r->prefill_tps = (double)B * plen / r->prefill_s;
+    r->decode_tps = gen > 0 ? (double)B * gen / r->decode_s : 0.0;
+    fp8t_infer_memory_get(m, &r->mem);
+    r->peak_mb = -1.0;
+    size_t peak = 0;
+    if (fp8t_cuda_memory_info && fp8t_cuda_memory_info(be, NULL, &peak, NULL, NULL) == 0)
+        r->peak_mb = (double)peak / 1e6;
+    r->ok = 1;
+    rc = 0;
+    goto done;
+fail:
+    snprintf(err, errlen, "%s batch %d: %s", fp8t_eval_precision_name(r->prec), B, e);
+done:
+    free(tok), free(lens), free(next), free(pos);
+    fp8t_infer_destroy(m);
+    fp8t_backend_destroy(be);
+    return rc;
+}
+
+static double mb(size_t b) { return (double)b / 1e6; }
+
+int fp8t_cmd_bench_infer(int argc, char **argv) {
+    if (argc > 0 && !strcmp(argv[0], CMD)) { argc--; argv++; }
+    const char *weights = NULL, *preset = NULL, *device = "cpu", *out_path = NULL;
+    const char *prec_list = NULL, *batch_list = "1,64";
+    int plen = 128, gen = 32, repeat = 2;
+    uint64_t seed = 1337;
+    fp8t_act_scale act = FP8T_ACT_SCALE_CURRENT;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (a[0] != '-' || !a[1]) {
+            if (weights) {
+                fprintf(stderr, "fp8train bench-infer: one WEIGHTS argument expected, got '%s' "
+                        "and '%s'\n", weights, a);
+                return 2;
+            }
+            weights = a;
+            continue;
+        }
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!strcmp(a, "--preset")) preset = v;
+        else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--precisions")) prec_list = v;
+        else if (!strcmp(a, "--batch")) batch_list = v;
+        else if (!strcmp(a, "--out")) out_path = v;
+        else if (!strcmp(a, "--prompt-len")) {
+            if (cli_int(CMD, a, v, 1, 1 << 20, &plen)) return 2;
+        }
+        else if (!strcmp(a, "--gen")) { if (cli_int(CMD, a, v, 0, 1 << 20, &gen)) return 2; }
+        else if (!strcmp(a, "--repeat")) { if (cli_int(CMD, a, v, 1, 1000, &repeat)) return 2; }
+        else if (!strcmp(a, "--seed")) { if (cli_u64(CMD, a, v, &seed)) return 2; }
+        else if (!strcmp(a, "--act-scale")) {
+            if (fp8t_act_scale_parse(&act, v) != 0) {
+                fprintf(stderr, "fp8train bench-infer: --act-scale '%s': expected current or "
+                        "delayed\n", v);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "fp8train bench-infer: unknown option '%s' (see fp8train bench-infer "
+                    "--help)\n", a);
+            return 2;
+        }
+    }
+    if (weights && preset) {
+        fprintf(stderr, "fp8train bench-infer: give WEIGHTS or --preset, not both\n");
+        return 2;
+    }
+    fp8t_eval_precision precs[FP8T_EVAL_COUNT];
+    int n_prec = 0;
+    {
+        const char *list = prec_list ? prec_list
+                                     : (!strcmp(device, "cpu") ? "bf16,fp8,fp32" : "bf16,fp8");
+        char buf[128];
+        snprintf(buf, sizeof(buf), "%s", list);
+        for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+            if (n_prec == FP8T_EVAL_COUNT || fp8t_eval_precision_parse(&precs[n_prec], t) != 0) {
+                fprintf(stderr, "fp8train bench-infer: --precisions '%s': expected a list of "
+                        "bf16, fp8, fp32\n", list);
+                return 2;
+            }
+            n_prec++;
+        }
+    }
+    int batches[16];
+    const int n_batch = parse_int_list(batch_list, batches, 16, 1, 1 << 16);
+    if (n_batch < 0) {
+        fprintf(stderr, "fp8train bench-infer: --batch '%s': expected batch sizes such as "
+                "\"1,64\"\n", batch_list);
+        return 2;
+    }
+    char err[2048];
+    fp8t_weights w;
+    if (weights) {
+        if (fp8t_weights_load(weights, &w, err, sizeof(err)) != 0) {
+            fprintf(stderr, "fp8train bench-infer: %s\n", err);
+            return 2;
+        }
+    } else {
+        fp8t_model_config cfg;
+        if (fp8t_model_preset(&cfg, preset ? preset : "tiny") != 0) {
+            fprintf(stderr, "fp8train bench-infer: --preset '%s': expected one of %s\n", preset,
+                    fp8t_model_preset_names());
+            return 2;
+        }
+        if (random_weights(&cfg, seed, &w) != 0) {
+            fprintf(stderr, "fp8train bench-infer: out of host memory for the weights\n");
+            return 2;
+        }
+    }
+    int status = 2;
+    result *res = calloc((size_t)n_prec * n_batch, sizeof(result));
+    cJSON *root = NULL;
+    if (!res) goto done;
+    if (plen + gen > w.model.seq_len) {
+        fprintf(stderr, "fp8train bench-infer: --prompt-len %d + --gen %d exceed the model's "
+                "seq_len %d\n", plen, gen, w.model.seq_len);
+        goto done;
+    }
+    const char *name = weights ? weights : (preset ? preset : "tiny");
+    printf("bench-infer: %s (%s%s), %s, prompt %d + %d decode steps, fp8 activations %s "
+           "scaling, best of %d\n", name, fp8t_arch_name(w.model.arch),
+           weights ? "" : ", random weights", device, plen, gen, fp8t_act_scale_name(act),
+           repeat);
+    printf("%-9s %6s %14s %13s %11s %9s %9s %9s %9s\n", "precision", "batch", "prefill tok/s",
+           "decode tok/s", "weights MB", "other MB", "kv MB", "act MB", "peak MB");
+    int failed = 0;
+    for (int bi = 0; bi < n_batch; bi++) {
+        for (int pi = 0; pi < n_prec; pi++) {
+            result *r = &res[bi * n_prec + pi];
+            r->prec = precs[pi];
+            r->batch = batches[bi];
+            if (run_one(device, &w, act, plen, gen, repeat, seed, r, err, sizeof(err)) != 0) {
+                printf("%-9s %6d  failed: %s\n", fp8t_eval_precision_name(r->prec), r->batch,
+                       err);
+                failed = 1;
+                continue;
+            }
+            char peak[32] = "-";
+            if (r->peak_mb >= 0) snprintf(peak, sizeof(peak), "%.1f", r->peak_mb);
+            printf("%-9s %6d %14.1f %13.1f %11.1f %9.1f %9.1f %9.1f %9s\n",
+                   fp8t_eval_precision_name(r->prec), r->batch, r->prefill_tps, r->decode_tps,
+                   mb(r->mem.weights), mb(r->mem.other), mb(r->mem.kv_cache),
+                   mb(r->mem.activations), peak);
+            fflush(stdout);
+        }
+        /* fp8 against bf16 at this batch */
+        const result *b16 = NULL, *f8 = NULL;
+        for (int pi = 0; pi < n_prec; pi++) {
+            const result *r = &res[bi * n_prec + pi];
+            if (r->ok && r->prec == FP8T_EVAL_BF16) b16 = r;
+            if (r->ok && r->prec == FP8T_EVAL_FP8) f8 = r;
+        }
+        if (b16 && f8) {
+            printf("  fp8/bf16 at batch %d: prefill x%.2f, decode x%.2f, linear weights x%.2f",
+                   batches[bi], f8->prefill_tps / b16->prefill_tps,
+                   b16->decode_tps > 0 ? f8->decode_tps / b16->decode_tps : 0.0,
+                   (double)f8->mem.weights / (double)b16->mem.weights);
+            if (f8->peak_mb >= 0 && b16->peak_mb > 0)
+                printf(", peak memory x%.2f", f8->peak_mb / b16->peak_mb);
+            printf("\n");
+        }
+    }
+    if (out_path) {
+        root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "model", name);
+        cJSON_AddStringToObject(root, "arch", fp8t_arch_name(w.model.arch));
+        cJSON_AddBoolToObject(root, "random_weights", !weights);
+        cJSON_AddStringToObject(root, "device", device);
+        cJSON_AddNumberToObject(root, "prompt_len", plen);
+        cJSON_AddNumberToObject(root, "gen", gen);
+        cJSON_AddNumberToObject(root, "repeat", repeat);
+        cJSON_AddStringToObject(root, "act_scale", fp8t_act_scale_name(act));
+        cJSON *arr = cJSON_AddArrayToObject(root, "results");
+        for (int i = 0; i < n_prec * n_batch; i++) {
+            const result *r = &res[i];
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "precision", fp8t_eval_precision_name(r->prec));
+            cJSON_AddNumberToObject(o, "batch", r->batch);
+            cJSON_AddBoolToObject(o, "ok", r->ok);
+            if (r->ok) {
+                cJSON_AddNumberToObject(o, "prefill_tokens_per_s", r->prefill_tps);
+                cJSON_AddNumberToObject(o, "decode_tokens_per_s", r->decode_tps);
+                cJSON_AddNumberToObject(o, "prefill_s", r->prefill_s);
+                cJSON_AddNumberToObject(o, "decode_s", r->decode_s);
+                cJSON_AddNumberToObject(o, "weight_bytes", (double)r->mem.weights);
+                cJSON_AddNumberToObject(o, "other_bytes", (double)r->mem.other);
+                cJSON_AddNumberToObject(o, "kv_cache_bytes", (double)r->mem.kv_cache);
+                cJSON_AddNumberToObject(o, "activation_bytes", (double)r->mem.activations);
+                if (r->peak_mb >= 0) cJSON_AddNumberToObject(o, "peak_bytes", r->peak_mb * 1e6);
+                else cJSON_AddNullToObject(o, "peak_bytes");
+            }
+            cJSON_AddItemToArray(arr, o);
+        }
+        char *text = cJSON_Print(root);
+        FILE *f = text ? fopen(out_path, "wb") : NULL;
+        if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0) {
+            fprintf(stderr, "fp8train bench-infer: --out %s: cannot write it\n", out_path);
+            if (f) fclose(f);
+            free(text);
+            goto done;
+        }
+        fclose(f);
+        free(text);
+        printf("wrote %s\n", out_path);
+    }
+    status = failed ? 2 : 0;
+done:
+    cJSON_Delete(root);
+    free(res);
+    fp8t_weights_free(&w);
+    return status;
+}

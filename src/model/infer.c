@@ -1,0 +1,373 @@
+/* The inference model: creation from fp8t_weights and the weights' conversion to the
+ * inference precision (include/fp8train/infer.h).
+ *
+ * A linear weight travels host FP32 -> a device staging buffer of at most STAGE_FLOATS floats
+ * (row chunks) -> its stored form (BF16 operand rows, FP8 codes rows, or an FP32 copy). The
+ * FP8 scale comes from the whole tensor's amax, taken on the host before the upload (the max
+ * is exact, so it is the amax a device pass would find), then compute_scale on the device, as
+ * a current-scaled training GEMM computes it. The staging buffer is freed before the model is
+ * returned: the device never holds an FP32 copy of the linear weights in bf16 or fp8. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8train/recipe.h"
+#include "model/infer_internal.h"
+
+#define STAGE_FLOATS ((size_t)16 << 20) /* 64 MiB of staging */
+
+const char *fp8t_act_scale_name(fp8t_act_scale a) {
+    return a == FP8T_ACT_SCALE_DELAYED ? "delayed" : "current";
+}
+
+int fp8t_act_scale_parse(fp8t_act_scale *out, const char *s) {
+    if (!s) return -1;
+    if (!strcmp(s, "current")) *out = FP8T_ACT_SCALE_CURRENT;
+    else if (!strcmp(s, "delayed")) *out = FP8T_ACT_SCALE_DELAYED;
+    else return -1;
+    return 0;
+}
+
+/* the table entry named name, or NULL */
+static const fp8t_param_info *find_param(const fp8t_param_info *info, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(info[i].name, name)) return &info[i];
+    return NULL;
+}
+
+static const fp8t_param_info *find_layer_param(const fp8t_param_info *info, int n, int l,
+                                               const char *name) {
+    char full[64];
+    snprintf(full, sizeof(full), "h.%d.%s", l, name);
+    return find_param(info, n, full);
+}
+
+static void *dev_alloc(fp8t_infer *m, size_t bytes, size_t *counter) {
+    *counter += bytes;
+    return m->ops->malloc(m->be, bytes);
+}
+
+/* NaN-propagating amax of x[n] on the host */
+static float host_amax(const float *x, size_t n) {
+    float a = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        const float v = fabsf(x[i]);
+        if (v != v) return v;
+        a = v > a ? v : a;
+    }
+    return a;
+}
+
+/* Store the weight w[out, in] (host FP32) as linear L of kind `kind`. stage: device staging
+ * buffer of STAGE_FLOATS floats (unused for F32). */
+static void load_linear(fp8t_infer *m, inf_linear *L, inf_lin_kind kind, const float *w, int out,
+                        int in, float *stage, size_t *counter) {
+    const fp8t_backend_ops *ops = m->ops;
+    fp8t_backend *be = m->be;
+    L->kind = kind;
+    L->out = out;
+    L->in = in;
+    const size_t n = (size_t)out * (size_t)in;
+    if (kind == INF_LIN_F32) {
+        L->w32 = dev_alloc(m, n * sizeof(float), counter);
+        ops->to_device(be, L->w32, w, n * sizeof(float));
+        return;
+    }
+    if (kind == INF_LIN_FP8) {
+        L->sc = dev_alloc(m, INF_SC_COUNT * sizeof(float), counter);
+        L->w8 = dev_alloc(m, n, counter);
+        const float amax = host_amax(w, n);
+        ops->to_device(be, L->sc + INF_SC_AMAX, &amax, sizeof(float));
+        ops->compute_scale(be, L->sc + INF_SC_W, L->sc + INF_SC_W_INV, L->sc + INF_SC_AMAX,
+                           fp8_format_max(FP8_E4M3), 0.0f, 0);
+    } else {
+        L->w16 = dev_alloc(m, fp8t_bf16_bytes(out, in), counter);
+    }
+    /* row chunks, a multiple of 8 rows (so a BF16 chunk's row padding is the next chunk's
+     * first rows, rewritten by it; only the last chunk pads, into the tensor's own padding) */
+    size_t rows = STAGE_FLOATS / (size_t)in;
+    rows = rows >= 8 ? rows / 8 * 8 : 8;
+    for (size_t r0 = 0; r0 < (size_t)out; r0 += rows) {
+        const int nr = (int)((size_t)out - r0 < rows ? (size_t)out - r0 : rows);
+        ops->to_device(be, stage, w + r0 * in, (size_t)nr * in * sizeof(float));
+        if (kind == INF_LIN_FP8)
+            ops->quantize(be, L->w8 + r0 * in, NULL, NULL, stage, nr, in, FP8_E4M3,
+                          L->sc + INF_SC_W);
+        else
+            ops->to_bf16(be, L->w16 + r0 * (size_t)fp8t_bf16_pad(in), NULL, stage, nr, in);
+    }
+    ops->synchronize(be); /* the staging buffer is reused by the next weight's upload */
+}
+
+static void free_linear(fp8t_infer *m, inf_linear *L) {
+    if (L->shared) return;
+    m->ops->free(m->be, L->w32);
+    m->ops->free(m->be, L->w16);
+    m->ops->free(m->be, L->w8);
+    m->ops->free(m->be, L->sc);
+}
+
+void fp8t_infer_destroy(fp8t_infer *m) {
+    if (!m) return;
+    const fp8t_backend_ops *ops = m->ops;
+    if (m->layer) {
+        for (int l = 0; l < m->cfg.n_layer; l++) {
+            inf_layer *y = &m->layer[l];
+            inf_linear *all[] = {&y->qkv, &y->proj, &y->fc1, &y->fc2, &y->gate, &y->up, &y->down};
+            for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free_linear(m, all[i]);
+        }
+        free(m->layer);
+    }
+    free_linear(m, &m->head);
+    free_linear(m, &m->emb);
+    ops->free(m->be, m->small);
+    ops->free(m->be, m->kc);
+    ops->free(m->be, m->vc);
+    ops->free(m->be, m->act_mem);
+    ops->free(m->be, m->opbuf);
+    ops->free(m->be, m->tokens);
+    ops->free(m->be, m->all_logits);
+    ops->free(m->be, m->losses);
+    ops->free(m->be, m->targets);
+    free(m);
+}
+
+/* The delayed X scales of w's FP8 state into each FP8 linear's sc (lin: its linear index).
+ * -1 with err when a linear's input never saw an amax. */
+static int set_delayed_scale(fp8t_infer *m, const fp8t_weights *w, fp8t_recipe_state *st,
+                             inf_linear *L, int lin, const char *what, char *err,
+                             size_t errlen) {
+    if (L->kind != INF_LIN_FP8) return 0;
+    const int t = 3 * lin + FP8T_ROLE_X;
+    if (!(fp8t_recipe_history_max(st, t) > 0.0f)) {
+        snprintf(err, errlen, "--act-scale delayed: %s (linear %d) has no learned activation "
+                 "scale in %s (its FP8 amax history is empty: the weights never trained or "
+                 "calibrated in FP8); use --act-scale current", what, lin, w->source);
+        return -1;
+    }
+    m->ops->to_device(m->be, L->sc + INF_SC_X, &st->scale[t], sizeof(float));
+    m->ops->to_device(m->be, L->sc + INF_SC_X_INV, &st->scale_inv[t], sizeof(float));
+    return 0;
+}
+
+fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval_precision prec,
+                              fp8t_act_scale act, int B, int Tmax, char *err, size_t errlen) {
+    char e[512];
+    if (!be || !w || !w->params) {
+        snprintf(err, errlen, "inference model: no backend or no weights");
+        return NULL;
+    }
+    const fp8t_model_config *c = &w->model;
+    if (fp8t_model_config_check(c, e, sizeof(e)) != 0) {
+        snprintf(err, errlen, "inference model: %s", e);
+        return NULL;
+    }
+    size_t total;
+    const int n_info = fp8t_model_param_table(c, NULL, &total);
+    if (total != w->num_params) {
+        snprintf(err, errlen, "inference model: the weights hold %zu parameters but their model "
+                 "config needs %zu", w->num_params, total);
+        return NULL;
+    }
+    if (B < 1 || Tmax < 1 || Tmax > c->seq_len) {
+        snprintf(err, errlen, "inference model: batch %d and %d positions per sequence: need "
+                 "batch >= 1 and 1 <= positions <= the model's seq_len %d", B, Tmax, c->seq_len);
+        return NULL;
+    }
+    if ((size_t)B * Tmax > (size_t)1 << 30) {
+        snprintf(err, errlen, "inference model: batch %d x %d positions is too many tokens", B,
+                 Tmax);
+        return NULL;
+    }
+    const int n_lin_all = fp8t_model_num_linears(c);
+    const int have_state = w->fp8_state && w->fp8_n == 3 * n_lin_all && w->fp8_len >= 1;
+    if (prec == FP8T_EVAL_FP8 && act == FP8T_ACT_SCALE_DELAYED && !have_state) {
+        snprintf(err, errlen, "--act-scale delayed: %s has no FP8 state (learned activation "
+                 "scales) for this model; use --act-scale current", w->source);
+        return NULL;
+    }
+    size_t *soff = NULL;
+    fp8t_param_info *info = calloc((size_t)n_info, sizeof(*info));
+    fp8t_infer *m = calloc(1, sizeof(*m));
+    if (!info || !m) {
+        free(info);
+        free(m);
+        snprintf(err, errlen, "inference model: out of memory");
+        return NULL;
+    }
+    fp8t_model_param_table(c, info, &total);
+    m->be = be;
+    m->ops = be->ops;
+    m->cfg = *c;
+    m->prec = prec;
+    m->act = prec == FP8T_EVAL_FP8 ? act : FP8T_ACT_SCALE_CURRENT;
+    m->B = B;
+    m->Tmax = Tmax;
+    m->C = c->n_embd;
+    m->H = c->mlp_hidden;
+    m->V = c->vocab_size;
+    m->NH = c->n_head;
+    m->NKV = fp8t_model_kv_heads(c);
+    m->HS = c->n_embd / c->n_head;
+    m->QKV = fp8t_model_qkv_dim(c);
+    const int L = c->n_layer, C = m->C, H = m->H, V = m->V;
+    const int gpt2 = c->arch == FP8T_ARCH_GPT2;
+    const fp8t_backend_ops *ops = m->ops;
+    m->layer = calloc((size_t)L, sizeof(inf_layer));
+    if (!m->layer) {
+        snprintf(err, errlen, "inference model: out of memory");
+        goto fail;
+    }
+
+    /* the small FP32 tensors (every 1-D tensor, wpe, and wte in fp32) packed in one
+     * allocation; soff[i]: tensor i's offset in it. bf16 and fp8 hold wte as BF16 only. */
+    const int wte32 = prec == FP8T_EVAL_FP32;
+#define IS_SMALL(i) (info[i].ndim == 1 || !strcmp(info[i].name, "wpe") || \
+                     (wte32 && !strcmp(info[i].name, "wte")))
+    size_t small_n = 0;
+    soff = malloc((size_t)n_info * sizeof(size_t));
+    if (!soff) {
+        snprintf(err, errlen, "inference model: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < n_info; i++) {
+        const int is_small = IS_SMALL(i);
+        soff[i] = small_n;
+        small_n += is_small ? info[i].numel : 0;
+    }
+    m->small = dev_alloc(m, small_n * sizeof(float), &m->mem.other);
+    for (int i = 0; i < n_info; i++)
+        if (IS_SMALL(i))
+            ops->to_device(be, m->small + soff[i], w->params + info[i].offset,
+                           info[i].numel * sizeof(float));
+#define SMALL(p) ((p) ? m->small + soff[(p) - info] : NULL)
+    const fp8t_param_info *wte = find_param(info, n_info, "wte");
+    m->wte = wte32 ? SMALL(wte) : NULL;
+#undef IS_SMALL
+    m->wpe = gpt2 ? SMALL(find_param(info, n_info, "wpe")) : NULL;
+    m->lnf_w = SMALL(find_param(info, n_info, "lnf.w"));
+    m->lnf_b = gpt2 ? SMALL(find_param(info, n_info, "lnf.b")) : NULL;
+
+    const inf_lin_kind kind = prec == FP8T_EVAL_FP32  ? INF_LIN_F32
+                              : prec == FP8T_EVAL_FP8 ? INF_LIN_FP8
+                                                      : INF_LIN_BF16;
+    float *stage = NULL;
+    if (kind != INF_LIN_F32) {
+        size_t big = 0; /* the largest matrix, capped at the staging size */
+        for (int i = 0; i < n_info; i++)
+            if (info[i].ndim == 2 && info[i].numel > big) big = info[i].numel;
+        stage = ops->malloc(be, (big < STAGE_FLOATS ? big : STAGE_FLOATS) * sizeof(float));
+    }
+    fp8t_recipe_state st;
+    if (have_state) fp8t_recipe_state_view(&st, w->fp8_state, w->fp8_n, w->fp8_len);
+    const int mpl = fp8t_model_modules_per_layer(c);
+    int rc = 0;
+    for (int l = 0; l < L && rc == 0; l++) {
+        inf_layer *y = &m->layer[l];
+        const int lin0 = l * mpl;
+#define WEIGHT(name) (w->params + find_layer_param(info, n_info, l, name)->offset)
+        y->ln1_w = SMALL(find_layer_param(info, n_info, l, "ln1.w"));
+        y->ln2_w = SMALL(find_layer_param(info, n_info, l, "ln2.w"));
+        y->ln1_b = gpt2 ? SMALL(find_layer_param(info, n_info, l, "ln1.b")) : NULL;
+        y->ln2_b = gpt2 ? SMALL(find_layer_param(info, n_info, l, "ln2.b")) : NULL;
+        load_linear(m, &y->qkv, kind, WEIGHT("qkv.w"), m->QKV, C, stage, &m->mem.weights);
+        y->qkv.bias = SMALL(find_layer_param(info, n_info, l, "qkv.b"));
+        load_linear(m, &y->proj, kind, WEIGHT("proj.w"), C, C, stage, &m->mem.weights);
+        y->proj.bias = SMALL(find_layer_param(info, n_info, l, "proj.b"));
+        inf_linear *mods[5] = {&y->qkv, &y->proj, NULL, NULL, NULL};
+        if (gpt2) {
+            load_linear(m, &y->fc1, kind, WEIGHT("fc1.w"), H, C, stage, &m->mem.weights);
+            y->fc1.bias = SMALL(find_layer_param(info, n_info, l, "fc1.b"));
+            load_linear(m, &y->fc2, kind, WEIGHT("fc2.w"), C, H, stage, &m->mem.weights);
+            y->fc2.bias = SMALL(find_layer_param(info, n_info, l, "fc2.b"));
+            mods[2] = &y->fc1, mods[3] = &y->fc2;
+        } else {
+            load_linear(m, &y->gate, kind, WEIGHT("gate.w"), H, C, stage, &m->mem.weights);
+            load_linear(m, &y->up, kind, WEIGHT("up.w"), H, C, stage, &m->mem.weights);
+            load_linear(m, &y->down, kind, WEIGHT("down.w"), C, H, stage, &m->mem.weights);
+            mods[2] = &y->gate, mods[3] = &y->up, mods[4] = &y->down;
+        }
+#undef WEIGHT
+        for (int s = 0; s < mpl && rc == 0 && m->act == FP8T_ACT_SCALE_DELAYED; s++) {
+            snprintf(e, sizeof(e), "layer %d %s", l,
+                     fp8t_module_name(fp8t_model_module_of_slot(c, s)));
+            rc = set_delayed_scale(m, w, &st, mods[s], lin0 + s, e, err, errlen);
+        }
+    }
+    if (rc == 0) {
+        /* bf16, fp8: the embedding table as a BF16 operand (counted with the embeddings) */
+        if (!wte32)
+            load_linear(m, &m->emb, INF_LIN_BF16, w->params + wte->offset, V, C, stage,
+                        &m->mem.other);
+        /* the head: BF16 in bf16 and fp8 (training's and the FP8 export's choice), FP32 in
+         * fp32; a tied head reads the embedding table itself */
+        if (!c->untied_head) {
+            m->head.kind = wte32 ? INF_LIN_F32 : INF_LIN_BF16;
+            m->head.out = V;
+            m->head.in = C;
+            m->head.w32 = (float *)m->wte;
+            m->head.w16 = m->emb.w16;
+            m->head.shared = 1;
+        } else {
+            load_linear(m, &m->head, wte32 ? INF_LIN_F32 : INF_LIN_BF16,
+                        w->params + find_param(info, n_info, "lm_head.w")->offset, V, C, stage,
+                        &m->mem.weights);
+        }
+    }
+#undef SMALL
+    if (stage) ops->free(be, stage);
+    free(info);
+    free(soff);
+    info = NULL;
+    soff = NULL;
+    if (rc != 0) goto fail;
+
+    /* the KV cache */
+    m->kv_bf16 = prec != FP8T_EVAL_FP32;
+    m->kv_layer_elems = (size_t)B * m->NKV * Tmax * m->HS;
+    const size_t kv_bytes = (size_t)L * m->kv_layer_elems * (m->kv_bf16 ? 2 : 4);
+    m->kc = dev_alloc(m, kv_bytes ? kv_bytes : 1, &m->mem.kv_cache);
+    m->vc = dev_alloc(m, kv_bytes ? kv_bytes : 1, &m->mem.kv_cache);
+
+    /* one layer's activations */
+    const size_t N = (size_t)B * Tmax;
+    const size_t NC = N * C, NH_ = N * H;
+    size_t floats = 4 * NC + N * m->QKV + (size_t)(gpt2 ? 2 : 3) * NH_ + 2 * N +
+                    (size_t)B * m->NH * Tmax + 2 * (size_t)B * C + (size_t)B * V;
+    m->act_mem = dev_alloc(m, floats * sizeof(float), &m->mem.activations);
+    float *p = m->act_mem;
+    m->x = p, p += NC;
+    m->ln = p, p += NC;
+    m->atty = p, p += NC;
+    m->out = p, p += NC;
+    m->qkv = p, p += N * m->QKV;
+    m->h1 = p, p += NH_;
+    m->h2 = p, p += NH_;
+    if (!gpt2) m->h3 = p, p += NH_;
+    m->mean = p, p += N;
+    m->rstd = p, p += N;
+    m->lse = p, p += (size_t)B * m->NH * Tmax;
+    m->last = p, p += (size_t)B * C;
+    m->lnl = p, p += (size_t)B * C;
+    m->logits = p;
+    const int maxin = C > H ? C : H;
+    if (kind != INF_LIN_F32) {
+        size_t ob = fp8t_bf16_bytes((int)N, maxin); /* also covers N x maxin FP8 codes */
+        m->opbuf = dev_alloc(m, ob, &m->mem.activations);
+    }
+    m->tokens = dev_alloc(m, (N + (size_t)B) * sizeof(int), &m->mem.activations);
+    m->pos = m->tokens + N;
+    ops->synchronize(be);
+    return m;
+fail:
+    free(info);
+    free(soff);
+    fp8t_infer_destroy(m);
+    return NULL;
+}
+
+void fp8t_infer_memory_get(const fp8t_infer *m, fp8t_infer_memory *mem) { *mem = m->mem; }
+const fp8t_model_config *fp8t_infer_config(const fp8t_infer *m) { return &m->cfg; }
+int fp8t_infer_B(const fp8t_infer *m) { return m->B; }
+int fp8t_infer_Tmax(const fp8t_infer *m) { return m->Tmax; }

@@ -1,0 +1,66 @@
+/* Batched generation with the KV cache: one prefill of the n prompts (right-padded to the
+ * longest), then one decode step per new token, every sequence at its own position. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/infer_internal.h"
+
+int fp8t_infer_generate(fp8t_infer *m, const int *const *prompts, const int *lens, int n,
+                        int n_new, const fp8t_sample_cfg *cfg, int *out, char *err,
+                        size_t errlen) {
+    if (n < 1 || n > m->B) {
+        snprintf(err, errlen, "generate: %d prompts for a model built for batches of %d", n,
+                 m->B);
+        return -1;
+    }
+    if (n_new < 1) return 0;
+    int T = 0;
+    for (int i = 0; i < n; i++) {
+        if (lens[i] < 1) {
+            snprintf(err, errlen, "generate: prompt %d is empty; give at least one token", i);
+            return -1;
+        }
+        T = lens[i] > T ? lens[i] : T;
+    }
+    if (T + n_new - 1 > m->Tmax) {
+        snprintf(err, errlen, "generate: the longest prompt (%d tokens) + %d new tokens need %d "
+                 "cache positions; the model was built for %d", T, n_new, T + n_new - 1,
+                 m->Tmax);
+        return -1;
+    }
+    const int V = m->V;
+    int *tok = calloc((size_t)n * T, sizeof(int)); /* [n, T] right-padded with token 0 */
+    int *pos = malloc((size_t)n * sizeof(int));
+    int *next = malloc((size_t)n * sizeof(int));
+    uint64_t *rng = malloc((size_t)n * sizeof(uint64_t));
+    float *logits = malloc((size_t)n * V * sizeof(float));
+    int rc = -1;
+    if (!tok || !pos || !next || !rng || !logits) {
+        snprintf(err, errlen, "generate: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy(tok + (size_t)i * T, prompts[i], (size_t)lens[i] * sizeof(int));
+        rng[i] = fp8t_sample_seed(cfg->seed + (uint64_t)i);
+    }
+    if (fp8t_infer_prefill(m, tok, n, T, lens, logits, err, errlen)) goto done;
+    for (int j = 0;; j++) {
+        for (int i = 0; i < n; i++) {
+            next[i] = fp8t_sample(logits + (size_t)i * V, V, cfg->temperature, cfg->top_k,
+                                  &rng[i]);
+            out[(size_t)i * n_new + j] = next[i];
+            pos[i] = lens[i] + j; /* where the token just sampled goes */
+        }
+        if (j + 1 == n_new) break;
+        if (fp8t_infer_decode(m, next, pos, n, logits, err, errlen)) goto done;
+    }
+    rc = 0;
+done:
+    free(tok);
+    free(pos);
+    free(next);
+    free(rng);
+    free(logits);
+    return rc;
+}

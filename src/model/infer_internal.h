@@ -1,0 +1,91 @@
+/* The inference model's private state, shared by src/model/infer*.c (not a public API). */
+#ifndef FP8TRAIN_INFER_INTERNAL_H
+#define FP8TRAIN_INFER_INTERNAL_H
+
+#include "fp8train/infer.h"
+
+/* How a linear's weight is stored and its GEMM run. */
+typedef enum { INF_LIN_F32 = 0, INF_LIN_BF16 = 1, INF_LIN_FP8 = 2 } inf_lin_kind;
+
+/* scalars of an FP8 linear, device floats sc[INF_SC_COUNT]; the two scale_inv the GEMM reads
+ * 16 bytes apart from the (aligned) start, as cuBLASLt wants them (else it copies them first) */
+enum {
+    INF_SC_W_INV = 0, /* dequantization scales (value = code * scale_inv) */
+    INF_SC_X_INV = 4,
+    INF_SC_W = 8,     /* quantization scales */
+    INF_SC_X = 9,
+    INF_SC_AMAX = 10, /* current scaling's amax */
+    INF_SC_COUNT = 12
+};
+
+/* One linear layer Y[N, out] = X[N, in] · Wᵀ (+ bias). */
+typedef struct {
+    inf_lin_kind kind;
+    int out, in;
+    float *w32;      /* F32: [out, in] */
+    uint16_t *w16;   /* BF16: fp8t_bf16_operand data [pad(out), pad(in)] */
+    uint8_t *w8;     /* FP8: E4M3 codes [out, in] */
+    float *sc;       /* FP8: device [INF_SC_COUNT] */
+    const float *bias; /* [out] or NULL (points into the model's FP32 small-tensor buffer) */
+    int shared;      /* the weight is another tensor's (a tied head: wte's), not freed here */
+} inf_linear;
+
+typedef struct {
+    const float *ln1_w, *ln1_b, *ln2_w, *ln2_b; /* [C]; the b's NULL for Llama */
+    inf_linear qkv, proj;
+    inf_linear fc1, fc2;       /* GPT-2 */
+    inf_linear gate, up, down; /* Llama */
+} inf_layer;
+
+struct fp8t_infer {
+    fp8t_backend *be;
+    const fp8t_backend_ops *ops;
+    fp8t_model_config cfg;
+    fp8t_eval_precision prec;
+    fp8t_act_scale act;
+    int B, Tmax;
+    int C, H, V, NH, NKV, HS, QKV;
+
+    float *small;              /* device FP32: wpe, norms, biases, and wte in fp32 (one
+                                  allocation) */
+    const float *wte, *wpe;    /* [V, C] (fp32 only, else NULL), [seq_len, C] (GPT-2) */
+    inf_linear emb;            /* bf16 and fp8: wte as a BF16 operand [pad(V), pad(C)]: the
+                                  embedding table (embedding_forward_bf16) and a tied head's
+                                  weight */
+    const float *lnf_w, *lnf_b;
+    inf_layer *layer;          /* [L] host */
+    inf_linear head;
+
+    int kv_bf16;
+    void *kc, *vc;             /* [L, B, NKV, Tmax, HS] each */
+    size_t kv_layer_elems;     /* B * NKV * Tmax * HS */
+
+    /* one layer's activations, N = B * Tmax rows */
+    float *act_mem;            /* the allocation below */
+    float *x;                  /* [N, C] residual stream */
+    float *ln;                 /* [N, C] norm output */
+    float *qkv;                /* [N, QKV] */
+    float *atty;               /* [N, C] attention output */
+    float *out;                /* [N, C] proj / fc2 / down output */
+    float *h1, *h2, *h3;       /* [N, H]: fc1, gelu (GPT-2); gate, up, swiglu (Llama) */
+    float *mean, *rstd;        /* [N] */
+    float *lse;                /* [B, NH, Tmax] */
+    float *last;               /* [B, C] the rows whose next token is asked for */
+    float *lnl;                /* [B, C] their final norm */
+    float *logits;             /* [B, V] */
+    void *opbuf;               /* an activation's BF16 operand or FP8 codes, [N, max(C, H)] */
+    int *tokens;               /* device [N] */
+    int *pos;                  /* device [B] */
+    float *all_logits;         /* [n, V] for forward_all / loss, allocated on first use */
+    size_t all_logits_rows;
+    float *losses;             /* [n] per-position losses, then their sum (loss) */
+    int *targets;              /* [n] device (loss) */
+
+    fp8t_infer_memory mem;
+};
+
+/* infer_forward.c */
+/* the linear Y[N, out] = X[N, in] · Wᵀ (+ bias) in its precision */
+void infer_linear(fp8t_infer *m, const inf_linear *L, float *Y, const float *X, int N);
+
+#endif

@@ -1,0 +1,478 @@
+/* The inference model (include/fp8train/infer.h) on the CPU backend: the KV cache ops against
+ * attention_forward, the FP32 inference forward against the training model's, cached
+ * generation against the no-cache path (fp8t_generate: the training model's full-window
+ * forward) at temperature 0 for GPT-2 and Llama with grouped-query attention, a batch of
+ * prompts of different lengths against each prompt alone, FP8/BF16 weights and their memory,
+ * and the learned (delayed) activation scales of a trained checkpoint. */
+#include <math.h>
+
+#include "fp8train/eval.h"
+#include "fp8train/fp8.h"
+#include "fp8train/infer.h"
+#include "test.h"
+#include "export_test_util.h"
+#include "test_rng.h"
+
+static fp8t_backend *g_be;
+
+/* a standard normal sample (Box-Muller on the test's stream) */
+static double normal(void) {
+    const double u = rng_uniform() + 1e-300, v = rng_uniform();
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* weights of cfg, initialized by the training model's init (seed), as fp8t_weights */
+static int make_weights(const fp8t_model_config *cfg, uint64_t seed, fp8t_weights *w) {
+    char err[512];
+    memset(w, 0, sizeof(*w));
+    fp8t_policy pol;
+    fp8t_policy_default(&pol);
+    fp8t_model *m = fp8t_model_create(g_be, cfg, &pol, 1, 8, err, sizeof(err));
+    if (!m) {
+        printf("  model: %s\n", err);
+        return -1;
+    }
+    fp8t_model_init_weights(m, seed);
+    w->model = *cfg;
+    w->num_params = fp8t_model_num_params(m);
+    w->params = malloc(w->num_params * sizeof(float));
+    g_be->ops->to_host(g_be, w->params, fp8t_model_params(m), w->num_params * sizeof(float));
+    /* init gives zero biases and unit norms; perturb them so the test reads them */
+    fp8t_param_info info[64];
+    int n = fp8t_model_param_table(cfg, info, NULL);
+    for (int i = 0; i < n; i++)
+        if (info[i].ndim == 1)
+            for (size_t j = 0; j < info[i].numel; j++)
+                w->params[info[i].offset + j] += 0.1f * (float)normal();
+    snprintf(w->source, sizeof(w->source), "test weights");
+    fp8t_model_destroy(m);
+    return 0;
+}
+
+static void cfg_gpt2(fp8t_model_config *c) {
+    fp8t_model_preset(c, "tiny");
+    c->n_layer = 2;
+    c->n_embd = 64;
+    c->n_head = 4;
+    c->seq_len = 64;
+    c->mlp_hidden = 256;
+}
+
+/* Llama with GQA (8 query heads, 2 K/V heads), RoPE, q/k/v biases and an untied head */
+static void cfg_llama(fp8t_model_config *c) {
+    fp8t_model_preset(c, "tiny-llama");
+    c->n_layer = 2;
+    c->n_embd = 64;
+    c->n_head = 8;
+    c->n_kv_head = 2;
+    c->seq_len = 64;
+    c->mlp_hidden = 192;
+    c->qkv_bias = 1;
+    c->untied_head = 1;
+}
+
+static fp8t_infer *make_infer(const fp8t_weights *w, fp8t_eval_precision p, fp8t_act_scale a,
+                              int B, int T) {
+    char err[512];
+    fp8t_infer *m = fp8t_infer_create(g_be, w, p, a, B, T, err, sizeof(err));
+    if (!m) printf("  infer: %s\n", err);
+    return m;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double d = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (!(e <= d)) d = e; /* NaN sticks */
+    }
+    return d;
+}
+
+static double max_abs(const float *a, size_t n) {
+    double d = 0.0;
+    for (size_t i = 0; i < n; i++) d = fabs((double)a[i]) > d ? fabs((double)a[i]) : d;
+    return d;
+}
+
+/* ------------------------------------------------------------------ the backend ops */
+
+/* attention_decode at position t with the cache holding 0..t-1 from kv_cache_write gives
+ * attention_forward's row t, FP32 cache; a BF16 cache gives the same within BF16 rounding of
+ * K and V. Sequences at different positions in one call. */
+static void check_decode_op(int NH, int NKV, float theta) {
+    const int B = 3, T = 19, HS = 16, Tmax = 24;
+    fp8t_attn_shape s = {B, T, NH, NKV, HS, theta, {0}};
+    const int W = fp8t_attn_qkv_width(&s);
+    const fp8t_backend_ops *o = g_be->ops;
+    float *qkv = o->malloc(g_be, (size_t)B * T * W * sizeof(float));
+    float *ref = o->malloc(g_be, (size_t)B * T * NH * HS * sizeof(float));
+    float *lse = o->malloc(g_be, (size_t)B * NH * T * sizeof(float));
+    float *row = o->malloc(g_be, (size_t)B * W * sizeof(float));
+    float *out = o->malloc(g_be, (size_t)B * NH * HS * sizeof(float));
+    int *pos = o->malloc(g_be, (size_t)B * sizeof(int));
+    const size_t kvn = (size_t)B * NKV * Tmax * HS;
+    float *kc = o->malloc(g_be, kvn * 4), *vc = o->malloc(g_be, kvn * 4);
+    for (size_t i = 0; i < (size_t)B * T * W; i++) qkv[i] = (float)normal();
+    o->attention_forward(g_be, ref, lse, NULL, qkv, &s);
+    for (int bf = 0; bf < 2; bf++) {
+        /* the prefill of all T tokens, then decode each sequence's token p again at its own
+         * position (p = 18, 7, 0): the cache's later positions must not matter */
+        const int P[3] = {18, 7, 0};
+        o->kv_cache_write(g_be, kc, vc, bf, qkv, &s, Tmax);
+        for (int b = 0; b < B; b++) {
+            memcpy(row + (size_t)b * W, qkv + ((size_t)b * T + P[b]) * W, (size_t)W * 4);
+            pos[b] = P[b];
+        }
+        fp8t_attn_shape d = s;
+        d.T = 1;
+        o->attention_decode(g_be, out, kc, vc, bf, row, pos, &d, Tmax);
+        double worst = 0.0;
+        for (int b = 0; b < B; b++) {
+            const float *r = ref + ((size_t)b * T + P[b]) * NH * HS;
+            double e = max_abs_diff(out + (size_t)b * NH * HS, r, (size_t)NH * HS);
+            worst = e > worst ? e : worst;
+        }
+        /* FP32: summation order only; BF16: K, V rounded to 8 bits (2^-9 relative) */
+        T_CHECK(worst <= (bf ? 2e-2 : 2e-5), "NH %d NKV %d theta %g bf16 %d: max diff %g", NH,
+                NKV, (double)theta, bf, worst);
+    }
+    float *bufs[] = {qkv, ref, lse, row, out, kc, vc};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) o->free(g_be, bufs[i]);
+    o->free(g_be, pos);
+}
+
+static void test_decode_op_matches_attention_forward(void) {
+    check_decode_op(4, 4, 0.0f);      /* GPT-2: multi-head, no RoPE */
+    check_decode_op(4, 2, 10000.0f);  /* GQA + RoPE */
+    check_decode_op(4, 1, 500000.0f); /* multi-query */
+}
+
+/* embedding_forward_bf16 on a BF16 table with padded rows = embedding_forward on the widened
+ * table, bit for bit, without and with positions; with per-row positions = each row's
+ * embedding plus its position's row (accumulate) */
+static void test_embedding_bf16_op(void) {
+    const int V = 37, C = 21, ld = 24, B = 3, T = 5;
+    const fp8t_backend_ops *o = g_be->ops;
+    uint16_t *t16 = o->malloc(g_be, (size_t)V * ld * 2);
+    float *t32 = o->malloc(g_be, (size_t)V * C * 4), *wpe = o->malloc(g_be, (size_t)T * C * 4);
+    float *a = o->malloc(g_be, (size_t)B * T * C * 4), *b = o->malloc(g_be, (size_t)B * T * C * 4);
+    int *tok = o->malloc(g_be, (size_t)B * T * sizeof(int));
+    int *pos = o->malloc(g_be, (size_t)B * T * sizeof(int));
+    for (int v = 0; v < V; v++)
+        for (int c = 0; c < ld; c++) {
+            t16[(size_t)v * ld + c] = c < C ? bf16_encode((float)normal()) : 0x7FC0; /* NaN pad */
+            if (c < C) t32[(size_t)v * C + c] = bf16_decode(t16[(size_t)v * ld + c]);
+        }
+    for (int i = 0; i < T * C; i++) wpe[i] = (float)normal();
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 11 + 3) % V;
+    for (int k = 0; k < 2; k++) {
+        o->embedding_forward(g_be, a, tok, t32, k ? wpe : NULL, B, T, C);
+        o->embedding_forward_bf16(g_be, b, tok, t16, ld, k ? wpe : NULL, NULL, B, T, C);
+        T_CHECK(!memcmp(a, b, (size_t)B * T * C * 4), "with%s positions: differs", k ? "" : "out");
+    }
+    for (int i = 0; i < B * T; i++) pos[i] = (i * 7 + 2) % T;
+    o->embedding_forward(g_be, a, tok, t32, NULL, B * T, 1, C);
+    for (int i = 0; i < B * T; i++)
+        o->accumulate(g_be, a + (size_t)i * C, wpe + (size_t)pos[i] * C, (size_t)C);
+    o->embedding_forward_bf16(g_be, b, tok, t16, ld, wpe, pos, B * T, 1, C);
+    T_CHECK(!memcmp(a, b, (size_t)B * T * C * 4), "per-row positions: differs");
+    o->free(g_be, t16), o->free(g_be, t32), o->free(g_be, wpe), o->free(g_be, a);
+    o->free(g_be, b), o->free(g_be, tok), o->free(g_be, pos);
+}
+
+/* ------------------------------------------------------------------ FP32: the reference */
+
+/* the full-window FP32 inference forward gives the training model's logits */
+static void check_forward_matches_training(const fp8t_model_config *cfg) {
+    char err[512];
+    fp8t_weights w;
+    T_ASSERT(make_weights(cfg, 5, &w) == 0, "weights");
+    const int B = 2, T = 16, V = cfg->vocab_size;
+    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, B, T, err, sizeof(err));
+    fp8t_infer *m = make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, B, T);
+    T_ASSERT(ev && m, "setup: %s", err);
+    fp8t_evaluator_set_precision(ev, FP8T_EVAL_FP32);
+    int tok[2 * 16];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 37 + 11) % V;
+    fp8t_model_forward(fp8t_evaluator_model(ev), tok, NULL);
+    float *ref = malloc((size_t)B * T * V * sizeof(float));
+    float *got = malloc((size_t)B * T * V * sizeof(float));
+    g_be->ops->to_host(g_be, ref, fp8t_model_logits(fp8t_evaluator_model(ev)),
+                       (size_t)B * T * V * sizeof(float));
+    T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, got, err, sizeof(err)) == 0, "%s", err);
+    const double e = max_abs_diff(got, ref, (size_t)B * T * V), a = max_abs(ref, (size_t)B * T * V);
+    /* the same FP32 arithmetic up to the order of a few sums */
+    T_CHECK(e <= 1e-5 * (a > 1 ? a : 1), "%s: max |diff| %g (max |logit| %g)",
+            fp8t_arch_name(cfg->arch), e, a);
+    free(ref);
+    free(got);
+    fp8t_infer_destroy(m);
+    fp8t_evaluator_destroy(ev);
+    fp8t_weights_free(&w);
+}
+
+static void test_fp32_forward_matches_training_model(void) {
+    fp8t_model_config c;
+    cfg_gpt2(&c);
+    check_forward_matches_training(&c);
+    cfg_llama(&c);
+    check_forward_matches_training(&c);
+}
+
+/* Greedy generation with the cache = fp8t_generate without it, token for token; and each
+ * decode step's logits = the full-window forward's logits at that position. */
+static void check_cached_generation(const fp8t_model_config *cfg) {
+    char err[512];
+    fp8t_weights w;
+    T_ASSERT(make_weights(cfg, 11, &w) == 0, "weights");
+    const int n_prompt = 5, n_new = 30, V = cfg->vocab_size;
+    const int prompt[5] = {3, 141, 59, 26, 5};
+    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, 1, n_prompt + n_new, err, sizeof(err));
+    fp8t_infer *m = make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, 1, n_prompt + n_new);
+    T_ASSERT(ev && m, "setup: %s", err);
+    fp8t_evaluator_set_precision(ev, FP8T_EVAL_FP32);
+    fp8t_sample_cfg greedy = {0.0f, 0, 1};
+    int ref[30], got[30];
+    T_ASSERT(fp8t_generate(ev, prompt, n_prompt, n_new, &greedy, ref, err, sizeof(err)) == 0,
+             "%s", err);
+    const int *pp = prompt;
+    T_ASSERT(fp8t_infer_generate(m, &pp, &n_prompt, 1, n_new, &greedy, got, err,
+                                 sizeof(err)) == 0, "%s", err);
+    int same = 0;
+    while (same < n_new && got[same] == ref[same]) same++;
+    T_CHECK(same == n_new, "%s: cached and uncached greedy tokens differ at %d (%d vs %d)",
+            fp8t_arch_name(cfg->arch), same, same < n_new ? got[same] : -1,
+            same < n_new ? ref[same] : -1);
+    /* the logits the decode steps saw, against the full window over the same tokens */
+    int seq[35];
+    memcpy(seq, prompt, sizeof(prompt));
+    memcpy(seq + n_prompt, got, sizeof(got));
+    const int T = n_prompt + n_new - 1;
+    float *all = malloc((size_t)T * V * sizeof(float)), *step = malloc((size_t)V * sizeof(float));
+    T_ASSERT(fp8t_infer_forward_all(m, seq, 1, T, all, err, sizeof(err)) == 0, "%s", err);
+    int len = n_prompt;
+    T_ASSERT(fp8t_infer_prefill(m, seq, 1, n_prompt, &len, step, err, sizeof(err)) == 0, "%s",
+             err);
+    double worst = max_abs_diff(step, all + (size_t)(n_prompt - 1) * V, (size_t)V);
+    for (int p = n_prompt; p < T; p++) {
+        T_ASSERT(fp8t_infer_decode(m, &seq[p], &p, 1, step, err, sizeof(err)) == 0, "%s", err);
+        double e = max_abs_diff(step, all + (size_t)p * V, (size_t)V);
+        worst = e > worst ? e : worst;
+    }
+    T_CHECK(worst <= 1e-5 * (1 + max_abs(all, (size_t)T * V)), "%s: decode logits differ by %g",
+            fp8t_arch_name(cfg->arch), worst);
+    free(all);
+    free(step);
+    fp8t_infer_destroy(m);
+    fp8t_evaluator_destroy(ev);
+    fp8t_weights_free(&w);
+}
+
+static void test_cached_generation_equals_uncached(void) {
+    fp8t_model_config c;
+    cfg_gpt2(&c);
+    check_cached_generation(&c);
+    cfg_llama(&c);
+    check_cached_generation(&c);
+}
+
+/* prompts of 1, 9 and 4 tokens in one batch: each sequence's tokens are those it gets alone
+ * (greedy), and sampled sequence 0 those of a batch of one (its own random stream) */
+static void check_batch(const fp8t_model_config *cfg) {
+    char err[512];
+    fp8t_weights w;
+    T_ASSERT(make_weights(cfg, 17, &w) == 0, "weights");
+    const int n_new = 12, lens[3] = {1, 9, 4};
+    const int p0[1] = {7}, p1[9] = {1, 2, 3, 200, 5, 6, 7, 8, 9}, p2[4] = {250, 0, 17, 17};
+    const int *prompts[3] = {p0, p1, p2};
+    fp8t_infer *m = make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, 3, 9 + n_new);
+    T_ASSERT(m, "setup");
+    int batch[3 * 12], alone[12];
+    const fp8t_sample_cfg cfgs[2] = {{0.0f, 0, 1}, {0.8f, 20, 42}};
+    for (int k = 0; k < 2; k++) {
+        T_ASSERT(fp8t_infer_generate(m, prompts, lens, 3, n_new, &cfgs[k], batch, err,
+                                     sizeof(err)) == 0, "%s", err);
+        for (int i = 0; i < (k ? 1 : 3); i++) {
+            T_ASSERT(fp8t_infer_generate(m, &prompts[i], &lens[i], 1, n_new, &cfgs[k], alone,
+                                         err, sizeof(err)) == 0, "%s", err);
+            T_CHECK(!memcmp(alone, batch + i * n_new, sizeof(alone)),
+                    "%s: sequence %d (%d prompt tokens, temperature %g) differs in a batch",
+                    fp8t_arch_name(cfg->arch), i, lens[i], (double)cfgs[k].temperature);
+        }
+    }
+    fp8t_infer_destroy(m);
+    fp8t_weights_free(&w);
+}
+
+static void test_batch_equals_each_prompt_alone(void) {
+    fp8t_model_config c;
+    cfg_gpt2(&c);
+    check_batch(&c);
+    cfg_llama(&c);
+    check_batch(&c);
+}
+
+/* ------------------------------------------------------------------ BF16 and FP8 */
+
+/* cosine similarity of two vectors */
+static double cosine(const float *a, const float *b, size_t n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++)
+        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return ab / sqrt(aa * bb);
+}
+
+/* BF16 and FP8 logits follow FP32's; FP8 weights take half BF16's bytes, BF16's KV cache half
+ * FP32's; with no FP32 state beside them */
+static void test_bf16_fp8_precisions_and_memory(void) {
+    char err[512];
+    fp8t_model_config c;
+    cfg_llama(&c);
+    fp8t_weights w;
+    T_ASSERT(make_weights(&c, 23, &w) == 0, "weights");
+    const int B = 2, T = 16, V = c.vocab_size;
+    int tok[32];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 91 + 3) % V;
+    float *lg[3];
+    fp8t_infer_memory mem[3];
+    const fp8t_eval_precision P[3] = {FP8T_EVAL_FP32, FP8T_EVAL_BF16, FP8T_EVAL_FP8};
+    for (int i = 0; i < 3; i++) {
+        fp8t_infer *m = make_infer(&w, P[i], FP8T_ACT_SCALE_CURRENT, B, T);
+        T_ASSERT(m, "create %s", fp8t_eval_precision_name(P[i]));
+        lg[i] = malloc((size_t)B * T * V * sizeof(float));
+        T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, lg[i], err, sizeof(err)) == 0, "%s", err);
+        fp8t_infer_memory_get(m, &mem[i]);
+        fp8t_infer_destroy(m);
+    }
+    const size_t n = (size_t)B * T * V;
+    const double cb = cosine(lg[1], lg[0], n), c8 = cosine(lg[2], lg[0], n);
+    /* BF16 operands: ~2^-9 relative per element; E4M3: ~2^-4 per element, averaging out */
+    T_CHECK(cb > 0.9999, "bf16 logits cosine to fp32 %g", cb);
+    T_CHECK(c8 > 0.99, "fp8 logits cosine to fp32 %g", c8);
+    T_CHECK(c8 < 1.0 && max_abs_diff(lg[2], lg[1], n) > 0, "fp8 logits equal bf16's: not FP8");
+    /* linear weights: E4M3 codes (1 byte) + the BF16 head, against BF16 everywhere */
+    size_t head16 = fp8t_bf16_bytes(V, c.n_embd);
+    T_CHECK(mem[2].weights - head16 < (mem[1].weights - head16) * 6 / 10,
+            "fp8 linear weights %zu bytes, bf16 %zu", mem[2].weights - head16,
+            mem[1].weights - head16);
+    T_CHECK(mem[1].kv_cache * 2 == mem[0].kv_cache, "kv cache bf16 %zu fp32 %zu",
+            mem[1].kv_cache, mem[0].kv_cache);
+    for (int i = 0; i < 3; i++) free(lg[i]);
+    fp8t_weights_free(&w);
+}
+
+/* A trained FP8 checkpoint's learned X scales drive --act-scale delayed, close to current
+ * scaling; weights without an FP8 state are refused with the way out in the message. */
+static void test_delayed_activation_scales(void) {
+    char err[512], root[512], ck[600];
+    tu_tmpdir(root, sizeof(root), "infer");
+    snprintf(ck, sizeof(ck), "%s/ckpt", root);
+    T_ASSERT(tu_train_checkpoint("tiny", 6, ck) == 0, "train");
+    fp8t_weights w;
+    T_ASSERT(fp8t_weights_load(ck, &w, err, sizeof(err)) == 0, "%s", err);
+    const int B = 2, T = 16, V = w.model.vocab_size;
+    int tok[32];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 13 + 1) % V;
+    float *lg[3];
+    const fp8t_eval_precision P[3] = {FP8T_EVAL_FP32, FP8T_EVAL_FP8, FP8T_EVAL_FP8};
+    const fp8t_act_scale A[3] = {FP8T_ACT_SCALE_CURRENT, FP8T_ACT_SCALE_CURRENT,
+                                 FP8T_ACT_SCALE_DELAYED};
+    for (int i = 0; i < 3; i++) {
+        fp8t_infer *m = make_infer(&w, P[i], A[i], B, T);
+        T_ASSERT(m, "create %d", i);
+        lg[i] = malloc((size_t)B * T * V * sizeof(float));
+        T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, lg[i], err, sizeof(err)) == 0, "%s", err);
+        fp8t_infer_destroy(m);
+    }
+    const size_t n = (size_t)B * T * V;
+    T_CHECK(cosine(lg[2], lg[0], n) > 0.99, "delayed fp8 cosine %g", cosine(lg[2], lg[0], n));
+    T_CHECK(max_abs_diff(lg[2], lg[1], n) > 0, "delayed and current scales gave the same bits");
+    /* no state: refused */
+    free(w.fp8_state);
+    w.fp8_state = NULL;
+    fp8t_infer *bad = fp8t_infer_create(g_be, &w, FP8T_EVAL_FP8, FP8T_ACT_SCALE_DELAYED, B, T,
+                                        err, sizeof(err));
+    T_CHECK(!bad && strstr(err, "--act-scale current"), "no state: %s", bad ? "accepted" : err);
+    fp8t_infer_destroy(bad);
+    for (int i = 0; i < 3; i++) free(lg[i]);
+    fp8t_weights_free(&w);
+    fp8t_rmtree(root);
+}
+
+/* fp8t_infer_loss = the training model's loss of the same batch, FP32 and BF16: the same
+ * roundings of the same operands (BF16 operands, FP32 accumulation) in both models, so only
+ * the order of a few sums differs (measured: 3e-8 relative). The inference model's BF16
+ * embedding table rounds wte (2^-9 relative per element, 2e-6 in this loss), so wte is made
+ * BF16-exact here to compare everything else tightly. */
+static void test_loss_matches_training_model(void) {
+    char err[512];
+    fp8t_model_config c;
+    cfg_gpt2(&c);
+    fp8t_weights w;
+    T_ASSERT(make_weights(&c, 29, &w) == 0, "weights");
+    bf16_round(w.params, w.params, (size_t)c.vocab_size * c.n_embd); /* wte: the table's first */
+    const int B = 2, T = 16, V = c.vocab_size;
+    int tok[32], tgt[32];
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (i * 53 + 7) % V, tgt[i] = i % 7 == 3 ? -1 : (i * 29 + 1) % V;
+    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, B, T, err, sizeof(err));
+    T_ASSERT(ev, "%s", err);
+    const fp8t_eval_precision P[2] = {FP8T_EVAL_FP32, FP8T_EVAL_BF16};
+    for (int i = 0; i < 2; i++) {
+        fp8t_evaluator_set_precision(ev, P[i]);
+        const double ref = fp8t_evaluator_batch_loss(ev, tok, tgt);
+        fp8t_infer *m = make_infer(&w, P[i], FP8T_ACT_SCALE_CURRENT, B, T);
+        T_ASSERT(m, "create");
+        const double got = fp8t_infer_loss(m, tok, tgt, B, T, err, sizeof(err));
+        T_CLOSE(got, ref, 0.0, 1e-6);
+        fp8t_infer_destroy(m);
+    }
+    fp8t_evaluator_destroy(ev);
+    fp8t_weights_free(&w);
+}
+
+static void test_bad_sizes_refused(void) {
+    char err[512];
+    fp8t_model_config c;
+    cfg_gpt2(&c);
+    fp8t_weights w;
+    T_ASSERT(make_weights(&c, 3, &w) == 0, "weights");
+    fp8t_infer *m = fp8t_infer_create(g_be, &w, FP8T_EVAL_BF16, FP8T_ACT_SCALE_CURRENT, 2,
+                                      c.seq_len + 1, err, sizeof(err));
+    T_CHECK(!m && strstr(err, "seq_len"), "Tmax > seq_len: %s", m ? "accepted" : err);
+    fp8t_infer_destroy(m);
+    m = make_infer(&w, FP8T_EVAL_BF16, FP8T_ACT_SCALE_CURRENT, 2, 8);
+    T_ASSERT(m, "create");
+    const int p[6] = {1, 2, 3, 4, 5, 6}, len = 6, *pp = p;
+    int out[4];
+    fp8t_sample_cfg g = {0.0f, 0, 1};
+    T_CHECK(fp8t_infer_generate(m, &pp, &len, 1, 4, &g, out, err, sizeof(err)) != 0 &&
+            strstr(err, "cache positions"), "6 + 4 tokens in 8 positions: %s", err);
+    const int badtok = 100000, pos = 0;
+    float lg[256];
+    T_CHECK(fp8t_infer_decode(m, &badtok, &pos, 1, lg, err, sizeof(err)) != 0 &&
+            strstr(err, "vocabulary"), "bad token: %s", err);
+    fp8t_infer_destroy(m);
+    fp8t_weights_free(&w);
+}
+
+int main(void) {
+    t_suite = "infer";
+    char err[256];
+    g_be = fp8t_backend_create("cpu", err, sizeof(err));
+    if (!g_be) {
+        printf("FAIL infer: backend: %s\n", err);
+        return 1;
+    }
+    T_RUN(test_decode_op_matches_attention_forward);
+    T_RUN(test_embedding_bf16_op);
+    T_RUN(test_fp32_forward_matches_training_model);
+    T_RUN(test_cached_generation_equals_uncached);
+    T_RUN(test_batch_equals_each_prompt_alone);
+    T_RUN(test_bf16_fp8_precisions_and_memory);
+    T_RUN(test_delayed_activation_scales);
+    T_RUN(test_loss_matches_training_model);
+    T_RUN(test_bad_sizes_refused);
+    fp8t_backend_destroy(g_be);
+    T_MAIN_END();
+}
