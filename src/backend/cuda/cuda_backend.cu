@@ -7,11 +7,6 @@
 
 #define CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace (Hopper recommends 32 MiB) */
 
-static int env_flag(const char *name) {
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
-
 void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
     cuda_state *s = cuda_of(b);
     if (s->scratch_bytes[slot] < bytes) {
@@ -284,7 +279,8 @@ static const fp8t_backend_ops cuda_ops = {
     /* .to_host_async = */ cuda_to_host_async,
 };
 
-extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
+extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *opt, char *err,
+                                                  size_t errlen) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
@@ -327,28 +323,25 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
     }
     s->device = dev;
     s->num_sms = prop.multiProcessorCount;
-    s->plain = env_flag("FP8TRAIN_CUDA_PLAIN");
-    const char *attn = getenv("FP8TRAIN_CUDA_ATTN");
+    s->plain = opt->plain != 0;
     /* BF16 tensor-core flash attention by default, as training frameworks run it (4x the FP32
      * tiled kernels on an H200); `tiled` is the exact FP32 reference path */
-    s->attn_mode = ATTN_FLASH;
-    if (attn && *attn) {
-        if (!strcmp(attn, "tiled")) s->attn_mode = ATTN_TILED;
-        else if (!strcmp(attn, "simple")) s->attn_mode = ATTN_SIMPLE;
-        else if (!strcmp(attn, "flash")) s->attn_mode = ATTN_FLASH;
-        else if (!strcmp(attn, "gemm")) s->attn_mode = ATTN_GEMM;
-        else {
-            snprintf(err, errlen,
-                     "FP8TRAIN_CUDA_ATTN=%s is not an attention implementation; use one of "
-                     "flash, gemm, tiled, simple (or unset it)", attn);
-            free(s);
-            free(b);
-            return NULL;
-        }
+    switch (opt->attn) {
+    case FP8T_ATTN_TILED: s->attn_mode = ATTN_TILED; break;
+    case FP8T_ATTN_SIMPLE: s->attn_mode = ATTN_SIMPLE; break;
+    case FP8T_ATTN_GEMM: s->attn_mode = ATTN_GEMM; break;
+    case FP8T_ATTN_FLASH:
+    case FP8T_ATTN_DEFAULT: s->attn_mode = ATTN_FLASH; break;
+    default: /* a value this backend does not know (fp8t_backend_create checked the range) */
+        snprintf(err, errlen, "attention implementation '%s' is not in the CUDA backend",
+                 fp8t_attn_impl_name(opt->attn) ? fp8t_attn_impl_name(opt->attn) : "?");
+        free(s);
+        free(b);
+        return NULL;
     }
     if (s->plain) s->attn_mode = ATTN_SIMPLE;
-    s->sync_each_op = env_flag("FP8TRAIN_CUDA_SYNC");
-    s->no_lt_fp8 = env_flag("FP8TRAIN_CUDA_NO_LT_FP8");
+    s->sync_each_op = opt->sync_each_op != 0;
+    s->no_lt_fp8 = opt->no_lt_fp8 != 0;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasLtCreate(&s->lt));
     s->workspace_bytes = CUDA_WORKSPACE_BYTES;
