@@ -184,9 +184,10 @@ def run(torch, name, cfg, args, precision):
         from torchao.float8 import convert_to_float8_training
         # tensorwise dynamic scaling (the default config); the head stays BF16 (its weight is
         # the embedding's, and fp8train's head defaults to BF16)
-        convert_to_float8_training(
-            model, module_filter_fn=lambda m, fqn: fqn != "lm_head"
-            and m.in_features % 16 == 0 and m.out_features % 16 == 0)
+        def fp8_ok(m, fqn):
+            return (isinstance(m, torch.nn.Linear) and fqn != "lm_head"
+                    and m.in_features % 16 == 0 and m.out_features % 16 == 0)
+        convert_to_float8_training(model, module_filter_fn=fp8_ok)
     if args.compile == "full":
         model = torch.compile(model)
     elif args.compile == "regional":
