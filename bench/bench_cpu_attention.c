@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
     int B = argc > 1 ? atoi(argv[1]) : 1, T = argc > 2 ? atoi(argv[2]) : 1024;
     int NH = 12, HS = 64, C = NH * HS;
     char err[256];
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof err);
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof err);
     if (!be) {
         fprintf(stderr, "%s\n", err);
         return 1;

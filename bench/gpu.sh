@@ -12,9 +12,19 @@
 #                                (all layers, GEMMs and tensors) vs --shadow-every 100, as
 #                                ratios to the plain step (issue 15's targets: <= 3%, <= 15%,
 #                                <= 2x, <= 2%). --inspect-cost --quick: 124M only.
+#   bench/gpu.sh --peers         issue 14's four rows (GPT-2 124M b32, 350M b32, 1.5B b16,
+#                                llama-1b b16; T=1024): fp8train BF16 and FP8 delayed
+#                                (gpu_bench) and the PyTorch reference (bench/peers/
+#                                pytorch_gpt.py: torch.compile, autocast BF16; torchao float8
+#                                when importable) in one call, then the markdown table with the
+#                                ratios fp8train / PyTorch BF16 (tokens/s; memory: gpu_bench's
+#                                held GiB vs torch.cuda.max_memory_allocated). Writes
+#                                $OUT/peers.jsonl (every run), $OUT/fp8train_MODEL.txt and
+#                                $OUT/peers_table.md (OUT defaults to a new /tmp directory).
 #   bench/gpu.sh -- ARGS...      one run of gpu_bench with ARGS (see gpu_bench --help)
 # Environment: BUILD (build directory, default build), GPU_BENCH_BIN (use this prebuilt binary
-# instead of building), FP8TRAIN_CUDA_PLAIN=1 etc. pass through to the backend.
+# instead of building), PYTHON (the peers' Python, default python3), FP8TRAIN_CUDA_PLAIN=1
+# etc. (the debugging switches, read by the option layer as fp8train's commands read them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -41,6 +51,31 @@ if [ "${1:-}" = "--inspect-cost" ]; then
     "$BIN" --model gpt2-1.5b --batch 16 --seq 1024 "${COST[@]}"
   fi
   rm -rf "${TMPDIR:-/tmp}/gpu_bench_inspect.$$"
+  exit
+fi
+if [ "${1:-}" = "--peers" ]; then
+  PY=${PYTHON:-python3}
+  DIR=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/fp8train_peers.XXXXXX")}
+  mkdir -p "$DIR"
+  RES=$DIR/peers.jsonl
+  : >"$RES"
+  for row in "gpt2-124m 32" "gpt2-350m 32" "gpt2-1.5b 16" "llama-1b 16"; do
+    read -r M B <<<"$row"
+    echo "== $M, batch $B"
+    # fp8train: gpu_bench's rows (precision, step ms, tokens/s, MFU, held GiB, ...) as JSON
+    "$BIN" --model "$M" --batch "$B" --seq 1024 --warmup 2 --steps 5 --prec bf16,fp8-delayed \
+      | tee "$DIR/fp8train_$M.txt" || true
+    awk -v m="$M" -v b="$B" '$1 == "bf16" || $1 == "fp8-delayed" {
+      printf "{\"source\": \"fp8train\", \"model\": \"%s\", \"batch\": %d, \"seq\": 1024, " \
+             "\"precision\": \"%s\", \"step_ms\": %s, \"tokens_per_s\": %s, \"peak_gib\": %s}\n",
+             m, b, $1, $2, $3, $5 }' "$DIR/fp8train_$M.txt" >>"$RES"
+    # PyTorch: one process per model, so each starts with an empty allocator
+    "$PY" bench/peers/pytorch_gpt.py --model "$M" --batch "$B" --seq 1024 --warmup 3 --steps 8 \
+      | tee -a "$RES" || true
+  done
+  echo
+  "$PY" bench/peers/pytorch_gpt.py --table "$RES" | tee "$DIR/peers_table.md"
+  echo "(results: $DIR)"
   exit
 fi
 if [ "${1:-}" = "--quick" ]; then

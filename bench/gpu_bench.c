@@ -38,6 +38,7 @@
 #include "fp8train/model.h"
 #include "fp8train/policy.h"
 #include "fp8train/profile.h"
+#include "fp8train/train_options.h" /* fp8t_options_debug_env */
 
 /* from src/backend/cuda (weak: absent in CPU-only builds) */
 extern int fp8t_cuda_memory_info(fp8t_backend *b, size_t *in_use, size_t *peak,
@@ -173,7 +174,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     char err[512];
-    fp8t_backend *be = fp8t_backend_create("cuda", err, sizeof(err));
+    /* the debugging switches as the environment spells them (FP8TRAIN_CUDA_PLAIN=1 ...; read by
+     * the option layer, as for fp8train's commands) */
+    fp8t_model_options mopt = {0};
+    fp8t_backend_options bopt = {0};
+    if (fp8t_options_debug_env(&mopt, &bopt, err, sizeof(err)) != 0) {
+        fprintf(stderr, "gpu_bench: environment: %s\n", err);
+        return 2;
+    }
+    fp8t_backend *be = fp8t_backend_create("cuda", &bopt, err, sizeof(err));
     if (!be) {
         printf("gpu_bench: skipped: %s\n", err);
         return 0;
@@ -218,7 +227,7 @@ int main(int argc, char **argv) {
         double plain_tps = 0;
         for (int vi = 0; vi < n_vars; vi++) {
             const variant *var = &vars[vi];
-            fp8t_model *m = fp8t_model_create(be, &cfg, &pol, B, T, err, sizeof(err));
+            fp8t_model *m = fp8t_model_create(be, &cfg, &pol, &mopt, B, T, err, sizeof(err));
             if (!m) {
                 printf("%-12s model create failed: %s\n", name, err);
                 status = 1;

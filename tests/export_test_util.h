@@ -40,7 +40,7 @@ static int tu_train_checkpoint(const char *preset, int steps, const char *ckpt_d
     cfg.n_head = 4;
     cfg.seq_len = 64;
     cfg.mlp_hidden = cfg.arch == FP8T_ARCH_GPT2 ? 256 : 192;
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     if (!be) {
         printf("  backend: %s\n", err);
         return -1;
@@ -48,7 +48,7 @@ static int tu_train_checkpoint(const char *preset, int steps, const char *ckpt_d
     fp8t_policy pol;
     fp8t_policy_default(&pol);
     pol.history_len = 16;
-    fp8t_model *m = fp8t_model_create(be, &cfg, &pol, TU_B, TU_T, err, sizeof(err));
+    fp8t_model *m = fp8t_model_create(be, &cfg, &pol, NULL, TU_B, TU_T, err, sizeof(err));
     fp8t_data *d = fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, TU_B, TU_T, cfg.vocab_size,
                                   1234, err, sizeof(err));
     if (!m || !d) {

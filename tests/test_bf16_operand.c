@@ -567,7 +567,7 @@ static void test_softmax_xent_bf16(void) {
 int main(void) {
     t_suite = "bf16_operand";
     char err[256] = "";
-    be = fp8t_backend_create("cpu", err, sizeof err);
+    be = fp8t_backend_create("cpu", NULL, err, sizeof err);
     if (!be) {
         printf("FAIL bf16_operand: backend create: %s\n", err);
         return 1;

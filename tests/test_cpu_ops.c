@@ -1208,7 +1208,7 @@ static void test_determinism_repeat(void) {
 int main(void) {
     t_suite = "cpu_ops";
     char err[256] = "";
-    be = fp8t_backend_create("cpu", err, sizeof err);
+    be = fp8t_backend_create("cpu", NULL, err, sizeof err);
     if (!be) {
         printf("FAIL cpu_ops: backend create: %s\n", err);
         return 1;

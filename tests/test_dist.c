@@ -28,7 +28,7 @@ static void test_world_of_one(void) {
 
 static void test_cpu_collectives_identity(void) {
     char err[512];
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     T_ASSERT(be, "%s", err);
     T_ASSERT(be->ops->comm_init(be, err, sizeof(err)) == 0, "%s", err);
     enum { N = 1001 };
@@ -57,13 +57,13 @@ static void test_cpu_collectives_identity(void) {
 /* ZeRO-1's AdamW: two shards (cut at odd places) with their own moments == one full update */
 static void test_adamw_range_equals_full(void) {
     char err[512];
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     T_ASSERT(be, "%s", err);
     fp8t_model_config c;
     fp8t_model_preset(&c, "tiny");
     c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.seq_len = 16, c.vocab_size = 64, c.mlp_hidden = 64;
-    fp8t_model *a = fp8t_model_create(be, &c, NULL, 2, 8, err, sizeof(err));
-    fp8t_model *b = fp8t_model_create(be, &c, NULL, 2, 8, err, sizeof(err));
+    fp8t_model *a = fp8t_model_create(be, &c, NULL, NULL, 2, 8, err, sizeof(err));
+    fp8t_model *b = fp8t_model_create(be, &c, NULL, NULL, 2, 8, err, sizeof(err));
     T_ASSERT(a && b, "%s", err);
     fp8t_model_init_weights(a, 7);
     fp8t_model_init_weights(b, 7);

@@ -53,7 +53,7 @@ static int check_dump(const dump_job *job, int seed) {
  * wait (it did past 64 buffers once: a deadlock), whatever the budget. */
 static void run(size_t budget, const char *sub, int hold) {
     char err[512];
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     T_ASSERT(be, "%s", err);
     dump_writer *w = dump_writer_create(be, budget);
     T_ASSERT(w, "writer thread");

@@ -14,7 +14,7 @@ static fp8t_backend *g_be;
 
 static fp8t_evaluator *make_ev(const fp8t_weights *w, int B, int T) {
     char err[512];
-    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, w, B, T, err, sizeof(err));
+    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, w, NULL, B, T, err, sizeof(err));
     if (!ev) printf("  evaluator: %s\n", err);
     return ev;
 }
@@ -393,7 +393,7 @@ int main(void) {
     char err[512];
     tu_tmpdir(g_root, sizeof(g_root), "eval");
     snprintf(g_ckpt, sizeof(g_ckpt), "%s/run/checkpoints/step_000006", g_root);
-    g_be = fp8t_backend_create("cpu", err, sizeof(err));
+    g_be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     if (!g_be || tu_train_checkpoint("tiny", 6, g_ckpt) != 0 ||
         fp8t_weights_load(g_ckpt, &g_w, err, sizeof(err)) != 0) {
         printf("FAIL eval: setup: %s\n", err);

@@ -15,8 +15,8 @@ static char g_root[512], g_ckpt_gpt2[600], g_ckpt_llama[600];
 /* Validation loss of weights w (3 synthetic batches) in precision p. */
 static double val_loss(const fp8t_weights *w, fp8t_eval_precision p) {
     char err[512];
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
-    fp8t_evaluator *ev = fp8t_evaluator_create(be, w, TU_B, TU_T, err, sizeof(err));
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
+    fp8t_evaluator *ev = fp8t_evaluator_create(be, w, NULL, TU_B, TU_T, err, sizeof(err));
     fp8t_data *d = fp8t_data_open("synthetic", "", FP8T_SPLIT_VAL, TU_B, TU_T, w->model.vocab_size,
                                   1234, err, sizeof(err));
     double l = NAN;
@@ -403,9 +403,9 @@ static void test_llmc_roundtrip_logits(void) {
     T_ASSERT(fp8t_import_llmc(p5, &w5, err, sizeof(err)) == 0, "%s", err);
     T_CHECK(w5.stored_dtype == FP8T_EXPORT_BF16 && w3.stored_dtype == FP8T_EXPORT_FP32, "dtypes");
     /* logits of the same tokens from the original and the v3 import */
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
-    fp8t_evaluator *e0 = fp8t_evaluator_create(be, &w, 1, 16, err, sizeof(err));
-    fp8t_evaluator *e3 = fp8t_evaluator_create(be, &w3, 1, 16, err, sizeof(err));
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
+    fp8t_evaluator *e0 = fp8t_evaluator_create(be, &w, NULL, 1, 16, err, sizeof(err));
+    fp8t_evaluator *e3 = fp8t_evaluator_create(be, &w3, NULL, 1, 16, err, sizeof(err));
     T_ASSERT(e0 && e3, "%s", err);
     int tok[16];
     for (int i = 0; i < 16; i++) tok[i] = (i * 37 + 5) % 256;

@@ -1,5 +1,5 @@
 /* FP8 codes of X kept for the Wgrad (src/model: model_save_plan, linear.c) against the switch
- * back to FP32 copies of X, FP8TRAIN_NO_FP8_SAVE=1:
+ * back to FP32 copies of X, FP8T_DISABLE_FP8_SAVE:
  *  - delayed and current FP8 runs (GPT-2 and Llama, gradient accumulation 2, an FP8 head, mixed
  *    policies, a backend that wants transposed copies) agree bit for bit: losses, gradients,
  *    parameters, FP8 state;
@@ -73,16 +73,14 @@ static void count_free(fp8t_backend *b, void *p) {
     cpu->ops->free(b, p);
 }
 
-/* A model on the counting backend be; nosave sets FP8TRAIN_NO_FP8_SAVE=1 for the create (it
- * is read there, once). */
+/* A model on the counting backend be; nosave: created with FP8T_DISABLE_FP8_SAVE. */
 static fp8t_model *make(fp8t_backend *be, const char *preset, const fp8t_policy *pol, int B,
                         int T, int nosave) {
     fp8t_model_config c;
     fp8t_model_preset(&c, preset);
-    if (nosave) setenv("FP8TRAIN_NO_FP8_SAVE", "1", 1);
+    const fp8t_model_options opt = {nosave ? (unsigned)FP8T_DISABLE_FP8_SAVE : 0u};
     char err[256];
-    fp8t_model *m = fp8t_model_create(be, &c, pol, B, T, err, sizeof(err));
-    unsetenv("FP8TRAIN_NO_FP8_SAVE");
+    fp8t_model *m = fp8t_model_create(be, &c, pol, &opt, B, T, err, sizeof(err));
     if (!m) printf("  create %s: %s\n", preset, err);
     else fp8t_model_init_weights(m, 777);
     return m;
@@ -129,7 +127,7 @@ typedef struct {
 
 typedef struct { long quant_fwd[2], quant_bwd[2], saved_expected; } calls;
 
-/* Train a (saving) and b (FP8TRAIN_NO_FP8_SAVE=1) side by side for `steps` steps of `accum`
+/* Train a (saving) and b (FP8T_DISABLE_FP8_SAVE) side by side for `steps` steps of `accum`
  * micro-batches; every loss, gradient, parameter and FP8 state entry must agree bit for bit. */
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
                      int accum, const extras *ex, calls *out) {
@@ -488,7 +486,7 @@ static void hook_set_before_backward(void) {
 int main(void) {
     t_suite = "fp8_save";
     char err[256];
-    cpu = fp8t_backend_create("cpu", err, sizeof(err));
+    cpu = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     if (!cpu) {
         printf("FAIL fp8_save: cpu backend: %s\n", err);
         return 1;

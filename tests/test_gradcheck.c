@@ -205,7 +205,7 @@ static double rnd_normal(void) {
 
 static void gradcheck_config(const fp8t_model_config *cfg, const char *label) {
     char err[256];
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     T_ASSERT(be, "cpu backend: %s", err);
     const fp8t_model_config c = *cfg;
     const fp8t_arch arch = c.arch;
@@ -214,7 +214,7 @@ static void gradcheck_config(const fp8t_model_config *cfg, const char *label) {
     fp8t_policy_default(&pol);
     pol.default_precision = FP8T_PREC_FP32;
     pol.head_precision = FP8T_PREC_FP32;
-    fp8t_model *m = fp8t_model_create(be, &c, &pol, B, T, err, sizeof(err));
+    fp8t_model *m = fp8t_model_create(be, &c, &pol, NULL, B, T, err, sizeof(err));
     T_ASSERT(m, "model: %s", err);
 
     size_t np = fp8t_model_num_params(m);

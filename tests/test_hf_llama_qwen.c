@@ -91,8 +91,9 @@ static int read_expected(const fixture *f, expected *e) {
  * mean token loss. */
 static double fp32_loss(const fp8t_weights *w, const expected *e) {
     char err[512];
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
-    fp8t_evaluator *ev = be ? fp8t_evaluator_create(be, w, e->B, e->T, err, sizeof(err)) : NULL;
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
+    fp8t_evaluator *ev =
+        be ? fp8t_evaluator_create(be, w, NULL, e->B, e->T, err, sizeof(err)) : NULL;
     double total = NAN;
     if (ev) {
         fp8t_evaluator_set_precision(ev, FP8T_EVAL_FP32);

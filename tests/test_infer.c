@@ -27,7 +27,7 @@ static int make_weights(const fp8t_model_config *cfg, uint64_t seed, fp8t_weight
     memset(w, 0, sizeof(*w));
     fp8t_policy pol;
     fp8t_policy_default(&pol);
-    fp8t_model *m = fp8t_model_create(g_be, cfg, &pol, 1, 8, err, sizeof(err));
+    fp8t_model *m = fp8t_model_create(g_be, cfg, &pol, NULL, 1, 8, err, sizeof(err));
     if (!m) {
         printf("  model: %s\n", err);
         return -1;
@@ -188,7 +188,7 @@ static void check_forward_matches_training(const fp8t_model_config *cfg) {
     fp8t_weights w;
     T_ASSERT(make_weights(cfg, 5, &w) == 0, "weights");
     const int B = 2, T = 16, V = cfg->vocab_size;
-    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, B, T, err, sizeof(err));
+    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, NULL, B, T, err, sizeof(err));
     fp8t_infer *m = make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, B, T);
     T_ASSERT(ev && m, "setup: %s", err);
     fp8t_evaluator_set_precision(ev, FP8T_EVAL_FP32);
@@ -227,7 +227,7 @@ static void check_cached_generation(const fp8t_model_config *cfg) {
     T_ASSERT(make_weights(cfg, 11, &w) == 0, "weights");
     const int n_prompt = 5, n_new = 30, V = cfg->vocab_size;
     const int prompt[5] = {3, 141, 59, 26, 5};
-    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, 1, n_prompt + n_new, err, sizeof(err));
+    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, NULL, 1, n_prompt + n_new, err, sizeof(err));
     fp8t_infer *m = make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, 1, n_prompt + n_new);
     T_ASSERT(ev && m, "setup: %s", err);
     fp8t_evaluator_set_precision(ev, FP8T_EVAL_FP32);
@@ -415,7 +415,7 @@ static void test_loss_matches_training_model(void) {
     int tok[32], tgt[32];
     for (int i = 0; i < B * T; i++)
         tok[i] = (i * 53 + 7) % V, tgt[i] = i % 7 == 3 ? -1 : (i * 29 + 1) % V;
-    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, B, T, err, sizeof(err));
+    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, NULL, B, T, err, sizeof(err));
     T_ASSERT(ev, "%s", err);
     const fp8t_eval_precision P[2] = {FP8T_EVAL_FP32, FP8T_EVAL_BF16};
     for (int i = 0; i < 2; i++) {
@@ -459,7 +459,7 @@ static void test_bad_sizes_refused(void) {
 int main(void) {
     t_suite = "infer";
     char err[256];
-    g_be = fp8t_backend_create("cpu", err, sizeof(err));
+    g_be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     if (!g_be) {
         printf("FAIL infer: backend: %s\n", err);
         return 1;

@@ -74,10 +74,10 @@ static int run(run_log *L, fp8t_arch arch, const fp8t_policy *pol, const char *s
     memset(L, 0, sizeof *L);
     L->r = calloc(1, sizeof(recorder));
     char err[512];
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof err);
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof err);
     if (!be) return printf("  backend: %s\n", err), -1;
     fp8t_model_config cfg = small_cfg(arch);
-    fp8t_model *m = fp8t_model_create(be, &cfg, pol, B, T, err, sizeof err);
+    fp8t_model *m = fp8t_model_create(be, &cfg, pol, NULL, B, T, err, sizeof err);
     if (!m) return printf("  model: %s\n", err), fp8t_backend_destroy(be), -1;
     fp8t_model_init_weights(m, 42);
     if (spec) {

@@ -46,7 +46,7 @@ typedef struct {
 static int tiny_open(tiny *t) {
     char err[512];
     memset(t, 0, sizeof(*t));
-    t->be = fp8t_backend_create("cpu", err, sizeof(err));
+    t->be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     if (!t->be) { printf("  backend: %s\n", err); return -1; }
     fp8t_model_config cfg;
     fp8t_model_preset(&cfg, "tiny");
@@ -54,7 +54,7 @@ static int tiny_open(tiny *t) {
     fp8t_policy pol;
     fp8t_policy_default(&pol);
     pol.history_len = g_hist_len;
-    t->m = fp8t_model_create(t->be, &cfg, &pol, B, T, err, sizeof(err));
+    t->m = fp8t_model_create(t->be, &cfg, &pol, NULL, B, T, err, sizeof(err));
     if (!t->m) { printf("  model: %s\n", err); fp8t_backend_destroy(t->be); return -1; }
     fp8t_model_init_weights(t->m, 1234);
     for (int i = 0; i < B * T; i++) {

@@ -240,7 +240,7 @@ static void checking_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand 
 static void run_policy_on(fp8t_arch arch, const fp8t_policy *pol, const char *label,
                           int transpose) {
     char err[256];
-    fp8t_backend *cpu = fp8t_backend_create("cpu", err, sizeof(err));
+    fp8t_backend *cpu = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     T_ASSERT(cpu, "%s", err);
     fp8t_backend wrapped = *cpu, *be = cpu;
     if (transpose) {
@@ -257,7 +257,7 @@ static void run_policy_on(fp8t_arch arch, const fp8t_policy *pol, const char *la
                              .vocab_size = 160, .mlp_hidden = 192, .rope_theta = 10000.0f,
                              .norm_eps = 1e-5f};
     const int B = 3, T = 48, N = B * T, steps = 3;
-    fp8t_model *m = fp8t_model_create(be, &cfg, pol, B, T, err, sizeof(err));
+    fp8t_model *m = fp8t_model_create(be, &cfg, pol, NULL, B, T, err, sizeof(err));
     T_ASSERT(m, "%s", err);
     fp8t_model_init_weights(m, 7);
 

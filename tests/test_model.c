@@ -154,10 +154,10 @@ static void model_config_check(void) {
     T_CHECK(fp8t_model_config_check(&b, err, sizeof(err)) == 0, "%s", err);
     /* create refuses bad batch shapes with a message */
     err[0] = 0;
-    T_CHECK(fp8t_model_create(be, &c, NULL, 2, c.seq_len + 1, err, sizeof(err)) == NULL &&
+    T_CHECK(fp8t_model_create(be, &c, NULL, NULL, 2, c.seq_len + 1, err, sizeof(err)) == NULL &&
                 strstr(err, "seq_len"), "T > seq_len: %s", err);
     b = c; b.n_head = 5;
-    T_CHECK(fp8t_model_create(be, &b, NULL, 2, 8, err, sizeof(err)) == NULL &&
+    T_CHECK(fp8t_model_create(be, &b, NULL, NULL, 2, 8, err, sizeof(err)) == NULL &&
                 strstr(err, "n_head"), "bad config: %s", err);
 }
 
@@ -202,7 +202,7 @@ static fp8t_model *make(const char *preset, fp8t_precision prec, int B, int T) {
     p.default_precision = prec;
     p.history_len = 16;
     char err[256];
-    fp8t_model *m = fp8t_model_create(be, &c, &p, B, T, err, sizeof(err));
+    fp8t_model *m = fp8t_model_create(be, &c, &p, NULL, B, T, err, sizeof(err));
     if (!m) printf("  create %s: %s\n", preset, err);
     else fp8t_model_init_weights(m, 1234);
     return m;
@@ -792,7 +792,7 @@ static void model_bad_input(void) {
 int main(void) {
     t_suite = "model";
     char err[256];
-    be = fp8t_backend_create("cpu", err, sizeof(err));
+    be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     if (!be) {
         printf("FAIL model: cpu backend: %s\n", err);
         return 1;

@@ -1,17 +1,18 @@
 /* The model's two memory-traffic savings against their switches back to the plain paths:
- *  - fused softmax + cross-entropy (one pass per micro-batch, FP8TRAIN_NO_FUSED_XENT=1 off):
+ *  - fused softmax + cross-entropy (one pass per micro-batch, FP8T_DISABLE_FUSED_XENT off):
  *    losses and gradients bit for bit, with dloss 1 and with gradient accumulation, with a
  *    dloss that changes, with the logits read after a training forward;
- *  - dY quantized once per linear backward (FP8TRAIN_NO_CODE_REUSE=1 off): delayed and
+ *  - dY quantized once per linear backward (FP8T_DISABLE_CODE_REUSE off): delayed and
  *    current FP8 runs bit for bit, and the backend's quantize op called once fewer per linear;
- *  - BF16 operands (FP8TRAIN_NO_BF16_OPERANDS=1 off): BF16 runs (all-BF16, mixed with FP32 and
+ *  - BF16 operands (FP8T_DISABLE_BF16_OPERANDS off): BF16 runs (all-BF16, mixed with FP32 and
  *    FP8, hooked, fake quantization) bit for bit against gemm_bf16 on the FP32 operands, with
  *    to_bf16 called once per weight per step and once per X and dY per micro-batch (GPT-2's
  *    fc2 input rounded by gelu_forward_bf16 instead), and the biases added in the GEMM (no
  *    bias_add) unless a hook must see the output without them;
- *  - GELU applied by fc2's rounding pass (FP8TRAIN_NO_GELU_FUSION=1 off) and the bias
- *    gradients taken by the Dgrad's pass over dY (FP8TRAIN_NO_BIAS_GRAD_FUSION=1 off): bit for
- *    bit, with the fused ops called where they apply and not where they do not.
+ *  - GELU applied by fc2's rounding pass (FP8T_DISABLE_GELU_FUSION off) and the bias
+ *    gradients taken by the Dgrad's pass over dY (FP8T_DISABLE_BIAS_GRAD_FUSION off): bit for
+ *    bit, with the fused ops called where they apply and not where they do not;
+ *  - and the others (options.disable bits), each alone and all at once (ALL_FUSION).
  * Two models run side by side on a CPU backend whose op table is wrapped to count calls. */
 #include <math.h>
 #include <stdint.h>
@@ -151,20 +152,20 @@ static void count_bias_add(fp8t_backend *b, float *out, const float *bias, int N
 }
 
 enum {
-    PLAIN_XENT = 1,
-    NO_REUSE = 2,
-    NO_BF16_OPERANDS = 4,
-    NO_GELU_FUSION = 8,
-    NO_BIAS_GRAD_FUSION = 16,
-    NO_BF16_XENT = 32,
-    NO_GELU_BWD_FUSION = 64,
-    NO_RESIDUAL_BIAS = 128,
-    NO_LN_FUSION = 256
+    PLAIN_XENT = FP8T_DISABLE_FUSED_XENT,
+    NO_REUSE = FP8T_DISABLE_CODE_REUSE,
+    NO_BF16_OPERANDS = FP8T_DISABLE_BF16_OPERANDS,
+    NO_GELU_FUSION = FP8T_DISABLE_GELU_FUSION,
+    NO_BIAS_GRAD_FUSION = FP8T_DISABLE_BIAS_GRAD_FUSION,
+    NO_BF16_XENT = FP8T_DISABLE_BF16_XENT,
+    NO_GELU_BWD_FUSION = FP8T_DISABLE_GELU_BWD_FUSION,
+    NO_RESIDUAL_BIAS = FP8T_DISABLE_RESIDUAL_BIAS,
+    NO_LN_FUSION = FP8T_DISABLE_LN_FUSION
 };
 static int make_vocab; /* when > 0: the preset's vocab_size replaced (odd sizes pad the logits) */
 
-/* A model on the counting backend; switches = PLAIN_XENT | NO_REUSE set the environment
- * variables for the create (they are read there, once). */
+/* A model on the counting backend; switches = PLAIN_XENT | NO_REUSE ...: the model options'
+ * FP8T_DISABLE_* bits of the create. */
 static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T,
                         int switches) {
     fp8t_model_config c;
@@ -178,26 +179,9 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
         fp8t_model_preset(&c, preset);
     }
     if (make_vocab > 0) c.vocab_size = make_vocab;
-    if (switches & PLAIN_XENT) setenv("FP8TRAIN_NO_FUSED_XENT", "1", 1);
-    if (switches & NO_REUSE) setenv("FP8TRAIN_NO_CODE_REUSE", "1", 1);
-    if (switches & NO_BF16_OPERANDS) setenv("FP8TRAIN_NO_BF16_OPERANDS", "1", 1);
-    if (switches & NO_GELU_FUSION) setenv("FP8TRAIN_NO_GELU_FUSION", "1", 1);
-    if (switches & NO_BIAS_GRAD_FUSION) setenv("FP8TRAIN_NO_BIAS_GRAD_FUSION", "1", 1);
-    if (switches & NO_BF16_XENT) setenv("FP8TRAIN_NO_BF16_XENT", "1", 1);
-    if (switches & NO_GELU_BWD_FUSION) setenv("FP8TRAIN_NO_GELU_BWD_FUSION", "1", 1);
-    if (switches & NO_RESIDUAL_BIAS) setenv("FP8TRAIN_NO_RESIDUAL_BIAS", "1", 1);
-    if (switches & NO_LN_FUSION) setenv("FP8TRAIN_NO_LN_FUSION", "1", 1);
+    const fp8t_model_options opt = {(unsigned)switches};
     char err[256];
-    fp8t_model *m = fp8t_model_create(&counted, &c, pol, B, T, err, sizeof(err));
-    unsetenv("FP8TRAIN_NO_FUSED_XENT");
-    unsetenv("FP8TRAIN_NO_CODE_REUSE");
-    unsetenv("FP8TRAIN_NO_BF16_OPERANDS");
-    unsetenv("FP8TRAIN_NO_GELU_FUSION");
-    unsetenv("FP8TRAIN_NO_BIAS_GRAD_FUSION");
-    unsetenv("FP8TRAIN_NO_BF16_XENT");
-    unsetenv("FP8TRAIN_NO_GELU_BWD_FUSION");
-    unsetenv("FP8TRAIN_NO_RESIDUAL_BIAS");
-    unsetenv("FP8TRAIN_NO_LN_FUSION");
+    fp8t_model *m = fp8t_model_create(&counted, &c, pol, &opt, B, T, err, sizeof(err));
     if (!m) printf("  create %s: %s\n", preset, err);
     else fp8t_model_init_weights(m, 4321);
     return m;
@@ -712,7 +696,7 @@ static void bias_grad_fusion(void) {
 
 /* ---- the head's gradient written as its BF16 operand by the cross-entropy pass ---- */
 
-/* Against FP8TRAIN_NO_BF16_XENT=1 (the FP32 fused pass, then to_bf16 in the backward): bit
+/* Against FP8T_DISABLE_BF16_XENT (the FP32 fused pass, then to_bf16 in the backward): bit
  * for bit, with softmax_xent_bf16 in every micro-batch but the first where the head's three
  * GEMMs are BF16 (not with an FP8 head or a hook), and one to_bf16 fewer each time. vocab: odd
  * sizes pad the logits rows (V = 251 -> 256 floats apart). */
@@ -884,10 +868,48 @@ static void ln_fusion(void) {
     ln_case(FP8T_PREC_BF16, NULL, 1, 0);    /* hooked */
 }
 
+/* ---- every switch at once ---- */
+
+/* FP8T_DISABLE_ALL_FUSION: the plain path of everything at once still gives the default's bits
+ * (and the fused ops are never called), for GPT-2 and Llama in BF16 and FP8 delayed. */
+static void all_fusion_case(const char *preset, fp8t_precision prec) {
+    pair_run pr;
+    if (!run_pair(&pr, preset, prec, NULL, 0, FP8T_DISABLE_ALL_FUSION, "all fusion")) return;
+    const calls c = pr.c;
+    T_CHECK(c.to_bf16[1] == 0 && c.ln16[1] == 0 && c.add_bias[1] == 0,
+            "%s: a fused op ran with every fusion off (to_bf16 %ld, ln16 %ld, add_bias %ld)",
+            pr.what, c.to_bf16[1], c.ln16[1], c.add_bias[1]);
+    fp8t_model_destroy(pr.r);
+    fp8t_model_destroy(pr.q);
+}
+
+static void all_fusion(void) {
+    T_CHECK(FP8T_DISABLE_ALL_FUSION ==
+                (FP8T_DISABLE_FUSED_XENT | FP8T_DISABLE_BF16_XENT | FP8T_DISABLE_CODE_REUSE |
+                 FP8T_DISABLE_BF16_OPERANDS | FP8T_DISABLE_GELU_FUSION |
+                 FP8T_DISABLE_BIAS_GRAD_FUSION | FP8T_DISABLE_GELU_BWD_FUSION |
+                 FP8T_DISABLE_RESIDUAL_BIAS | FP8T_DISABLE_LN_FUSION | FP8T_DISABLE_ATTN_SAVE |
+                 FP8T_DISABLE_FP8_SAVE),
+            "FP8T_DISABLE_ALL_FUSION is not every bit");
+    all_fusion_case("tiny", FP8T_PREC_BF16);
+    all_fusion_case("tiny", FP8T_PREC_DELAYED);
+    all_fusion_case("tiny-llama", FP8T_PREC_BF16);
+    all_fusion_case("tiny-llama", FP8T_PREC_DELAYED);
+    /* a bit the model does not know is refused, not ignored */
+    fp8t_model_config c;
+    fp8t_model_preset(&c, "tiny");
+    fp8t_policy p = policy(FP8T_PREC_BF16);
+    const fp8t_model_options bad = {(unsigned)FP8T_DISABLE_ALL_FUSION + 1u};
+    char err[256] = "";
+    fp8t_model *m = fp8t_model_create(cpu, &c, &p, &bad, 2, 8, err, sizeof(err));
+    T_CHECK(!m && strstr(err, "disable"), "unknown disable bit accepted: %s", err);
+    fp8t_model_destroy(m);
+}
+
 int main(void) {
     t_suite = "model_fused";
     char err[256];
-    cpu = fp8t_backend_create("cpu", err, sizeof(err));
+    cpu = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     if (!cpu) {
         printf("FAIL model_fused: cpu backend: %s\n", err);
         return 1;
@@ -929,6 +951,7 @@ int main(void) {
     T_RUN(gelu_bwd_fusion);
     T_RUN(residual_bias);
     T_RUN(ln_fusion);
+    T_RUN(all_fusion);
     fp8t_backend_destroy(cpu);
     T_MAIN_END();
 }

@@ -151,15 +151,21 @@ static void policy_head(void) {
     T_CHECK(R(&p, -1, FP8T_MOD_HEAD, FP8T_GEMM_FPROP) == FP8T_PREC_DELAYED, "head fp8");
 }
 
+/* The environment's switches (the option layer reads FP8TRAIN_PRECISION, FP8TRAIN_FPROP /
+ * _DGRAD / _WGRAD and hands the strings over): value[0] the default, value[1 + g] GEMM g. */
+static const char *const ENV_SOURCES[4] = {"FP8TRAIN_PRECISION", "FP8TRAIN_FPROP",
+                                           "FP8TRAIN_DGRAD", "FP8TRAIN_WGRAD"};
+static int apply(fp8t_policy *p, const char *prec, const char *fprop, const char *dgrad,
+                 const char *wgrad, char *err, size_t errlen) {
+    const char *const v[4] = {prec, fprop, dgrad, wgrad};
+    return fp8t_policy_apply_switches(p, v, ENV_SOURCES, err, errlen);
+}
+
 static void policy_env(void) {
     fp8t_policy p;
     fp8t_policy_default(&p);
     char err[512];
-    setenv("FP8TRAIN_DGRAD", "0", 1);
-    setenv("FP8TRAIN_WGRAD", "current", 1);
-    unsetenv("FP8TRAIN_FPROP");
-    unsetenv("FP8TRAIN_PRECISION");
-    T_ASSERT(fp8t_policy_apply_env(&p, err, sizeof(err)) == 0, "%s", err);
+    T_ASSERT(apply(&p, NULL, NULL, "0", "current", err, sizeof(err)) == 0, "%s", err);
     T_CHECK(p.n_overrides == 2, "n %d", p.n_overrides);
     for (int l = 0; l < L; l++) {
         T_CHECK(R(&p, l, FP8T_MOD_FC1, FP8T_GEMM_DGRAD) == FP8T_PREC_BF16, "dgrad=0 -> bf16");
@@ -170,30 +176,22 @@ static void policy_env(void) {
     T_ASSERT(fp8t_policy_add_overrides(&p, "layers=0,gemm=dgrad,precision=1", err,
                                        sizeof(err)) == 0, "%s", err);
     T_CHECK(R(&p, 0, FP8T_MOD_FC1, FP8T_GEMM_DGRAD) == FP8T_PREC_DELAYED, "cli after env");
-    unsetenv("FP8TRAIN_DGRAD");
-    unsetenv("FP8TRAIN_WGRAD");
 
     fp8t_policy_default(&p);
-    setenv("FP8TRAIN_PRECISION", "bf16", 1);
-    setenv("FP8TRAIN_FPROP", "fp8", 1);
-    T_ASSERT(fp8t_policy_apply_env(&p, err, sizeof(err)) == 0, "%s", err);
+    T_ASSERT(apply(&p, "bf16", "fp8", NULL, "", err, sizeof(err)) == 0, "%s", err);
     T_CHECK(p.default_precision == FP8T_PREC_BF16, "FP8TRAIN_PRECISION");
     T_CHECK(R(&p, 4, FP8T_MOD_QKV, FP8T_GEMM_FPROP) == FP8T_PREC_DELAYED, "fprop fp8");
     T_CHECK(R(&p, 4, FP8T_MOD_QKV, FP8T_GEMM_DGRAD) == FP8T_PREC_BF16, "dgrad default");
-    unsetenv("FP8TRAIN_FPROP");
 
     fp8t_policy_default(&p);
-    setenv("FP8TRAIN_PRECISION", "half", 1);
     err[0] = 0;
-    T_CHECK(fp8t_policy_apply_env(&p, err, sizeof(err)) != 0, "bad value accepted");
+    T_CHECK(apply(&p, "half", NULL, NULL, NULL, err, sizeof(err)) != 0, "bad value accepted");
     T_CHECK(strstr(err, "FP8TRAIN_PRECISION") && strstr(err, "half"), "message: %s", err);
-    unsetenv("FP8TRAIN_PRECISION");
-    setenv("FP8TRAIN_WGRAD", "2", 1);
-    T_CHECK(fp8t_policy_apply_env(&p, err, sizeof(err)) != 0, "bad value accepted");
+    T_CHECK(apply(&p, NULL, NULL, NULL, "2", err, sizeof(err)) != 0, "bad value accepted");
     T_CHECK(strstr(err, "FP8TRAIN_WGRAD") && strstr(err, "'2'"), "message: %s", err);
-    unsetenv("FP8TRAIN_WGRAD");
     fp8t_policy_default(&p);
-    T_CHECK(fp8t_policy_apply_env(&p, err, sizeof(err)) == 0 && p.n_overrides == 0,
+    T_CHECK(apply(&p, NULL, NULL, NULL, NULL, err, sizeof(err)) == 0 && p.n_overrides == 0 &&
+                apply(&p, "", "", "", "", err, sizeof(err)) == 0 && p.n_overrides == 0,
             "nothing set: nothing added");
 }
 

@@ -18,7 +18,7 @@ static void train_two_steps(fp8t_backend *be, float losses[2], float **params, s
     pol.default_precision = FP8T_PREC_FP8;
     char err[256];
     const int B = 2, T = 32, N = B * T;
-    fp8t_model *m = fp8t_model_create(be, &cfg, &pol, B, T, err, sizeof(err));
+    fp8t_model *m = fp8t_model_create(be, &cfg, &pol, NULL, B, T, err, sizeof(err));
     if (!m) {
         printf("  model create: %s\n", err);
         *params = NULL;
@@ -44,9 +44,9 @@ static void train_two_steps(fp8t_backend *be, float losses[2], float **params, s
 
 static void profiled_run_is_identical_and_reported(void) {
     char err[256];
-    fp8t_backend *plain = fp8t_backend_create("cpu", err, sizeof(err));
+    fp8t_backend *plain = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     T_ASSERT(plain, "%s", err);
-    fp8t_backend *wrapped = fp8t_profile_wrap(fp8t_backend_create("cpu", err, sizeof(err)));
+    fp8t_backend *wrapped = fp8t_profile_wrap(fp8t_backend_create("cpu", NULL, err, sizeof(err)));
     T_ASSERT(wrapped, "wrap failed");
     T_CHECK(fp8t_profile_inner(wrapped) != NULL && fp8t_profile_inner(wrapped) != wrapped,
             "inner backend");

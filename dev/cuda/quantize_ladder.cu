@@ -9,8 +9,8 @@
  * Optional arguments: `quantize_ladder [iters]` (timed iterations per case, default 20).
  *
  * Versions:
- *   0  plain: the FP8TRAIN_CUDA_PLAIN=1 path of cuda_quantize (cast kernel, then a separate
- *      byte transpose, through scratch when codes is NULL).
+ *   0  plain: the plain backend's (--disable cuda-fusion) path of cuda_quantize (cast kernel,
+ *      then a separate byte transpose, through scratch when codes is NULL).
  *   1  the previous fused design, copied here: one 32x32 tile per block of 32x8 threads, one
  *      scalar float load and one byte store per element and output; without codes_t the
  *      grid-stride float4 cast kernel with 16 blocks per SM at most.

@@ -382,14 +382,47 @@ struct fp8t_backend {
     void *impl;               /* backend-private state */
 };
 
-/* Create a backend by name ("cpu" or "cuda"). On failure returns NULL and writes a message
- * naming the cause and the fix into err. */
-fp8t_backend *fp8t_backend_create(const char *name, char *err, size_t errlen);
+/* The attention kernels a backend runs (the CPU backend has one). A new implementation is one
+ * more value here and its name in backend.c's table. */
+typedef enum {
+    FP8T_ATTN_DEFAULT = 0, /* the backend's choice (CUDA: flash; cuDNN at head size 128) */
+    FP8T_ATTN_FLASH,       /* BF16 tensor-core flash attention (head sizes 32, 64, 128) */
+    FP8T_ATTN_GEMM,        /* cuBLASLt batched GEMMs around a softmax kernel */
+    FP8T_ATTN_TILED,       /* FP32 tiled kernels: the CPU backend's arithmetic */
+    FP8T_ATTN_SIMPLE,      /* the plain FP32 kernel */
+    FP8T_ATTN_CUDNN,       /* cuDNN's fused attention at head sizes 32, 64, 128 (flash fallback) */
+    FP8T_ATTN_IMPL_COUNT
+} fp8t_attn_impl;
+
+/* "default", "flash", "gemm", "tiled", "simple"; NULL when out of range */
+const char *fp8t_attn_impl_name(fp8t_attn_impl a);
+/* 0 and *out set, or -1 for a name that is none of them */
+int fp8t_attn_impl_parse(fp8t_attn_impl *out, const char *name);
+/* "flash, gemm, tiled, simple": the choices, for messages and help */
+const char *fp8t_attn_impl_names(void);
+
+/* Given at creation; a zeroed struct (or NULL) is the default. The CPU backend has no fused
+ * paths of its own and ignores every field. */
+typedef struct {
+    fp8t_attn_impl attn; /* attention kernels */
+    int plain;           /* every fused or cached path off (simple attention, separate
+                            cast/transpose/amax kernels, no GEMM algorithm cache, BF16 GEMMs at
+                            their true sizes, the bias in its own pass) */
+    int sync_each_op;    /* synchronize and check after every op (names the op that failed) */
+    int no_lt_fp8;       /* FP8 GEMMs by an exact decode + FP32 GEMM, not cuBLASLt's FP8 */
+} fp8t_backend_options;
+
+/* Create a backend by name ("cpu" or "cuda") with options opt (NULL = defaults). On failure
+ * returns NULL and writes a message naming the cause and the fix into err. */
+fp8t_backend *fp8t_backend_create(const char *name, const fp8t_backend_options *opt, char *err,
+                                  size_t errlen);
 void fp8t_backend_destroy(fp8t_backend *b);
 
-/* Implementations (the CUDA one exists only in builds with nvcc). */
-fp8t_backend *fp8t_cpu_backend_create(char *err, size_t errlen);
-fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen);
+/* Implementations (the CUDA one exists only in builds with nvcc); opt is never NULL here. */
+fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err,
+                                      size_t errlen);
+fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *opt, char *err,
+                                       size_t errlen);
 
 #ifdef __cplusplus
 }

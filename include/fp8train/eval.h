@@ -31,10 +31,11 @@ int fp8t_eval_precision_parse(fp8t_eval_precision *out, const char *s); /* 0 ok,
 /* A model for inference on micro-batches [B, T] holding w's parameters and FP8 state (a fresh
  * state when w has none or one of another size), plus the host buffers inference needs. The
  * policy's non-precision settings (hybrid format, margin, algo) come from w->policy_json when
- * present. Starts in BF16. NULL + err on failure. */
+ * present. opt: the model's options (NULL = defaults). Starts in BF16. NULL + err on failure. */
 typedef struct fp8t_evaluator fp8t_evaluator;
-fp8t_evaluator *fp8t_evaluator_create(fp8t_backend *be, const fp8t_weights *w, int B, int T,
-                                      char *err, size_t errlen);
+fp8t_evaluator *fp8t_evaluator_create(fp8t_backend *be, const fp8t_weights *w,
+                                      const fp8t_model_options *opt, int B, int T, char *err,
+                                      size_t errlen);
 void fp8t_evaluator_destroy(fp8t_evaluator *ev);
 fp8t_model *fp8t_evaluator_model(fp8t_evaluator *ev);
 int fp8t_evaluator_B(const fp8t_evaluator *ev);

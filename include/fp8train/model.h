@@ -118,12 +118,35 @@ typedef void (*fp8t_tensor_hook)(void *ctx, struct fp8t_model *m, const fp8t_ten
 
 typedef struct fp8t_model fp8t_model;
 
-/* Create the model for micro-batches of B sequences of T tokens (T <= seq_len) on backend be.
- * All memory (params, grads, AdamW moments, activations, FP8 state, scratch) is allocated here.
- * NULL + err on failure. */
+/* The model's fused, cached and memory-saving paths, one bit each in fp8t_model_options.disable
+ * to switch it back to its plain version (debugging: "turn off the recent or risky features").
+ * Every plain version gives the same bits as the fused one on the same backend (tested). */
+enum {
+    FP8T_DISABLE_FUSED_XENT = 1u << 0,     /* loss and dlogits in two passes over the logits */
+    FP8T_DISABLE_BF16_XENT = 1u << 1,      /* FP32 dlogits, rounded by the head's Dgrad */
+    FP8T_DISABLE_CODE_REUSE = 1u << 2,     /* the Wgrad quantizes dY again */
+    FP8T_DISABLE_BF16_OPERANDS = 1u << 3,  /* BF16 GEMMs round their FP32 operands every time */
+    FP8T_DISABLE_GELU_FUSION = 1u << 4,    /* GELU writes FP32; fc2 rounds it in its own pass */
+    FP8T_DISABLE_BIAS_GRAD_FUSION = 1u << 5, /* bias_backward reads dY in its own pass */
+    FP8T_DISABLE_GELU_BWD_FUSION = 1u << 6,  /* gelu_backward writes fc1's dY in FP32 */
+    FP8T_DISABLE_RESIDUAL_BIAS = 1u << 7,  /* proj and fc2 add their bias themselves */
+    FP8T_DISABLE_LN_FUSION = 1u << 8,      /* LayerNorm writes FP32; the linear rounds it */
+    FP8T_DISABLE_ATTN_SAVE = 1u << 9,      /* the attention backward rebuilds q, k, v */
+    FP8T_DISABLE_FP8_SAVE = 1u << 10,      /* every linear keeps its input X in FP32 */
+    FP8T_DISABLE_ALL_FUSION = (1u << 11) - 1, /* every bit above */
+};
+
+/* Given at creation; a zeroed struct (or NULL) is the default: every path on. */
+typedef struct {
+    unsigned disable; /* FP8T_DISABLE_* bits */
+} fp8t_model_options;
+
+/* Create the model for micro-batches of B sequences of T tokens (T <= seq_len) on backend be,
+ * with options opt (NULL = defaults). All memory (params, grads, AdamW moments, activations,
+ * FP8 state, scratch) is allocated here. NULL + err on failure. */
 fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
-                              const fp8t_policy *policy, int B, int T, char *err,
-                              size_t errlen);
+                              const fp8t_policy *policy, const fp8t_model_options *opt, int B,
+                              int T, char *err, size_t errlen);
 void fp8t_model_destroy(fp8t_model *m);
 
 const fp8t_model_config *fp8t_model_get_config(const fp8t_model *m);

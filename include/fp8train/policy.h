@@ -2,7 +2,8 @@
  *
  * A policy is a run default plus ordered overrides; the last matching override wins. An
  * override matches by layer range, module and GEMM kind. Sources, in increasing precedence:
- * config file, environment (FP8TRAIN_FPROP / FP8TRAIN_DGRAD / FP8TRAIN_WGRAD), command line.
+ * config file, environment (FP8TRAIN_FPROP / FP8TRAIN_DGRAD / FP8TRAIN_WGRAD, read by the option
+ * layer: fp8t_policy_apply_switches), command line.
  *
  * Override syntax (one per --override, or several joined by ';'):
  *   layers=2-3,module=fc2+fc1,gemm=dgrad+wgrad,precision=bf16
@@ -83,9 +84,15 @@ int fp8t_module_parse(fp8t_module *out, const char *s);
 /* Parse one or more ';'-separated overrides and append them. 0 ok; else -1 and err says what
  * is wrong and shows the expected syntax. */
 int fp8t_policy_add_overrides(fp8t_policy *p, const char *spec, char *err, size_t errlen);
-/* Append overrides from FP8TRAIN_FPROP/_DGRAD/_WGRAD (and FP8TRAIN_PRECISION for the default)
- * if set. 0 ok; -1 with err on a bad value. */
-int fp8t_policy_apply_env(fp8t_policy *p, char *err, size_t errlen);
+/* The whole-run precision switches in the form of Transformer Engine's NVTE_FP8_DGRAD=0:
+ * value[0] sets the default precision, value[1 + g] appends an override that puts GEMM kind g
+ * (fprop, dgrad, wgrad) of every layer in that precision; NULL or "" = not given. Values are
+ * precision names, or 0 = bf16 and 1 = fp8. source[i] names where value[i] came from, for the
+ * message (the option layer passes FP8TRAIN_PRECISION, FP8TRAIN_FPROP, ... of the environment).
+ * 0 ok; -1 with err on a bad value. */
+int fp8t_policy_apply_switches(fp8t_policy *p, const char *const value[1 + FP8T_GEMM_COUNT],
+                               const char *const source[1 + FP8T_GEMM_COUNT], char *err,
+                               size_t errlen);
 
 /* The concrete precision of one GEMM: never FP8T_PREC_FP8 (resolved to the recipe). */
 fp8t_precision fp8t_policy_resolve(const fp8t_policy *p, int n_layer, int layer,

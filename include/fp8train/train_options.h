@@ -3,8 +3,10 @@
  *
  * Every option has one name, used as --name on the command line and as "name" (or with '_'
  * for '-') in JSON. Precedence: defaults < config file < environment (FP8TRAIN_PRECISION,
- * FP8TRAIN_FPROP / _DGRAD / _WGRAD) < command line. --preset is applied before the model
- * tweaks (--layers, --dim, ...) wherever they come from. */
+ * FP8TRAIN_FPROP / _DGRAD / _WGRAD, the debugging switches of fp8t_options_debug_env) <
+ * command line. This file is where fp8train reads its environment: the library takes every
+ * setting as an argument. --preset is applied before the model tweaks (--layers, --dim, ...)
+ * wherever they come from. */
 #ifndef FP8TRAIN_TRAIN_OPTIONS_H
 #define FP8TRAIN_TRAIN_OPTIONS_H
 
@@ -50,6 +52,14 @@ void fp8t_train_options_help(FILE *f);
  * the environment here, where fp8train reads its environment; the command hands it to
  * fp8t_dist_set_launch before anything starts. */
 void fp8t_options_launch(fp8t_dist_launch *l);
+
+/* The debugging switches as the environment spells them (FP8TRAIN_NO_FUSED_XENT=1 ...,
+ * FP8TRAIN_CUDA_PLAIN / _NO_LT_FP8 / _SYNC=1, FP8TRAIN_CUDA_ATTN=IMPL: the variables of
+ * --disable, --cuda-sync, --cuda-attn), added to *m and *b. `train` applies them between a
+ * config file and the command line; the commands without those options (eval, generate,
+ * inspect, export) and bench/gpu_bench take them as they are. 0 ok; -1 + err on a bad value. */
+int fp8t_options_debug_env(fp8t_model_options *m, fp8t_backend_options *b, char *err,
+                           size_t errlen);
 
 /* Parsed --shadow-action: 0 warn, 1 fallback (M steps in *fallback_steps), 2 rollback;
  * -1 if malformed. */

@@ -8,10 +8,42 @@
 
 #include "fp8train/backend.h"
 
-extern fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) __attribute__((weak));
+extern fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *opt, char *err,
+                                              size_t errlen) __attribute__((weak));
 
-fp8t_backend *fp8t_backend_create(const char *name, char *err, size_t errlen) {
-    if (!name || strcmp(name, "cpu") == 0) return fp8t_cpu_backend_create(err, errlen);
+static const char *const ATTN_NAMES[FP8T_ATTN_IMPL_COUNT] = {
+    [FP8T_ATTN_DEFAULT] = "default", [FP8T_ATTN_FLASH] = "flash", [FP8T_ATTN_GEMM] = "gemm",
+    [FP8T_ATTN_TILED] = "tiled",     [FP8T_ATTN_SIMPLE] = "simple", [FP8T_ATTN_CUDNN] = "cudnn",
+};
+
+const char *fp8t_attn_impl_name(fp8t_attn_impl a) {
+    return a >= 0 && a < FP8T_ATTN_IMPL_COUNT ? ATTN_NAMES[a] : NULL;
+}
+
+int fp8t_attn_impl_parse(fp8t_attn_impl *out, const char *name) {
+    for (int a = 0; a < FP8T_ATTN_IMPL_COUNT; a++)
+        if (name && ATTN_NAMES[a] && strcmp(name, ATTN_NAMES[a]) == 0) {
+            *out = (fp8t_attn_impl)a;
+            return 0;
+        }
+    return -1;
+}
+
+const char *fp8t_attn_impl_names(void) {
+    /* the table's names after "default", in its order (test_backend_options checks it) */
+    return "flash, gemm, tiled, simple";
+}
+
+fp8t_backend *fp8t_backend_create(const char *name, const fp8t_backend_options *opt, char *err,
+                                  size_t errlen) {
+    static const fp8t_backend_options defaults; /* zero: every path on, the default kernels */
+    if (!opt) opt = &defaults;
+    if (opt->attn < 0 || opt->attn >= FP8T_ATTN_IMPL_COUNT) {
+        snprintf(err, errlen, "attention implementation %d is none of %s", (int)opt->attn,
+                 fp8t_attn_impl_names());
+        return NULL;
+    }
+    if (!name || strcmp(name, "cpu") == 0) return fp8t_cpu_backend_create(opt, err, errlen);
     if (strcmp(name, "cuda") == 0) {
         if (!fp8t_cuda_backend_create) {
             snprintf(err, errlen,
@@ -19,7 +51,7 @@ fp8t_backend *fp8t_backend_create(const char *name, char *err, size_t errlen) {
                      "PATH (make clean && make) or use --device cpu");
             return NULL;
         }
-        return fp8t_cuda_backend_create(err, errlen);
+        return fp8t_cuda_backend_create(opt, err, errlen);
     }
     snprintf(err, errlen, "unknown device '%s' (expected cpu or cuda)", name);
     return NULL;

@@ -141,7 +141,12 @@ typedef struct {
 static int run_one(const char *device, const fp8t_weights *w, fp8t_act_scale act, int plen,
                    int gen, int repeat, uint64_t seed, result *r, char *err, size_t errlen) {
     char e[1024];
-    fp8t_backend *be = fp8t_backend_create(device, e, sizeof(e));
+    cli_debug_opts dbg;
+    if (cli_debug_options("bench-infer", &dbg) != 0) {
+        snprintf(err, errlen, "the debug environment variables are not valid");
+        return -1;
+    }
+    fp8t_backend *be = fp8t_backend_create(device, &dbg.backend, e, sizeof(e));
     if (!be) {
         snprintf(err, errlen, "--device %s: %s", device, e);
         return -1;

@@ -235,7 +235,9 @@ int fp8t_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "fp8train eval: --seq-len %d exceeds the model's maximum %d\n", T, w.model.seq_len);
         goto done;
     }
-    if (!(be = fp8t_backend_create(device, err, sizeof(err)))) {
+    cli_debug_opts dbg;
+    if (cli_debug_options("eval", &dbg) != 0) goto done;
+    if (!(be = fp8t_backend_create(device, &dbg.backend, err, sizeof(err)))) {
         fprintf(stderr, "fp8train eval: --device %s: %s\n", device, err);
         goto done;
     }
@@ -243,7 +245,7 @@ int fp8t_cmd_eval(int argc, char **argv) {
      * lack (with --infer only when the learned scales are asked for; it is freed before the
      * inference models are built, so they never share the device with it) */
     const int need_calib = o.want[FP8T_EVAL_FP8] && (!o.infer || o.act == FP8T_ACT_SCALE_DELAYED);
-    if ((!o.infer || need_calib) && !(ev = fp8t_evaluator_create(be, &w, B, T, err, sizeof(err)))) {
+    if ((!o.infer || need_calib) && !(ev = fp8t_evaluator_create(be, &w, &dbg.model, B, T, err, sizeof(err)))) {
         fprintf(stderr, "fp8train eval: %s\n", err);
         goto done;
     }
@@ -329,7 +331,7 @@ int fp8t_cmd_eval(int argc, char **argv) {
             status = 2;
             goto done;
         }
-        fp8t_evaluator *te = fp8t_evaluator_create(be, &w, tB, tT, err, sizeof(err));
+        fp8t_evaluator *te = fp8t_evaluator_create(be, &w, &dbg.model, tB, tT, err, sizeof(err));
         if (!te) {
             fprintf(stderr, "fp8train eval: --task %s: %s\n", o.tasks[k], err);
             fp8t_task_free(&t);
@@ -377,7 +379,7 @@ int fp8t_cmd_eval(int argc, char **argv) {
             status = 1;
             goto done;
         }
-        if (!(evx = fp8t_evaluator_create(be, &wx, B, T, err, sizeof(err)))) {
+        if (!(evx = fp8t_evaluator_create(be, &wx, &dbg.model, B, T, err, sizeof(err)))) {
             fprintf(stderr, "fp8train eval: --check-export: %s\n", err);
             status = 2;
             goto done;

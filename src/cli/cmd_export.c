@@ -162,11 +162,14 @@ int fp8t_cmd_export(int argc, char **argv) {
          * scaling writes none: its activations are scaled at run time) */
         cli_run_defaults def;
         cli_run_defaults_from(&w, &def);
-        if (!(be = fp8t_backend_create(device, err, sizeof(err)))) {
+        cli_debug_opts dbg;
+        if (cli_debug_options("export", &dbg) != 0) goto done;
+        if (!(be = fp8t_backend_create(device, &dbg.backend, err, sizeof(err)))) {
             fprintf(stderr, "fp8train export: --device %s: %s\n", device, err);
             goto done;
         }
-        if (!(ev = fp8t_evaluator_create(be, &w, def.batch, def.seq_len, err, sizeof(err)))) {
+        if (!(ev = fp8t_evaluator_create(be, &w, &dbg.model, def.batch, def.seq_len, err,
+                                         sizeof(err)))) {
             fprintf(stderr, "fp8train export: %s\n", err);
             goto done;
         }

@@ -373,7 +373,9 @@ int fp8t_cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (!device) device = def.device;
-    if (!(be = fp8t_backend_create(device, err, sizeof(err)))) {
+    cli_debug_opts dbg;
+    if (cli_debug_options("generate", &dbg) != 0) goto done;
+    if (!(be = fp8t_backend_create(device, &dbg.backend, err, sizeof(err)))) {
         fprintf(stderr, "fp8train generate: --device %s: %s\n", device, err);
         goto done;
     }
@@ -381,7 +383,7 @@ int fp8t_cmd_generate(int argc, char **argv) {
     if (!out) goto done;
     if (no_cache) {
         int T = pr[0].n + n_new < w.model.seq_len ? pr[0].n + n_new : w.model.seq_len;
-        if (!(ev = fp8t_evaluator_create(be, &w, 1, T, err, sizeof(err)))) {
+        if (!(ev = fp8t_evaluator_create(be, &w, &dbg.model, 1, T, err, sizeof(err)))) {
             fprintf(stderr, "fp8train generate: %s\n", err);
             goto done;
         }

@@ -446,11 +446,13 @@ int fp8t_cmd_inspect(int argc, char **argv) {
                 w->model.seq_len);
         goto done;
     }
-    if (!(s.be = fp8t_backend_create(device, err, sizeof(err)))) {
+    cli_debug_opts dbg;
+    if (cli_debug_options("inspect", &dbg) != 0) goto done;
+    if (!(s.be = fp8t_backend_create(device, &dbg.backend, err, sizeof(err)))) {
         fprintf(stderr, "fp8train inspect: --device %s: %s\n", device, err);
         goto done;
     }
-    if (!(s.ev = fp8t_evaluator_create(s.be, w, B, T, err, sizeof(err)))) {
+    if (!(s.ev = fp8t_evaluator_create(s.be, w, &dbg.model, B, T, err, sizeof(err)))) {
         fprintf(stderr, "fp8train inspect: %s\n", err);
         goto done;
     }

@@ -8,6 +8,7 @@
 
 #include "cli/cmd_weights_common.h"
 #include "fp8train/recipe.h"
+#include "fp8train/train_options.h" /* fp8t_options_debug_env */
 #include "util/fs.h"
 
 void cli_run_defaults_from(const fp8t_weights *w, cli_run_defaults *d) {
@@ -131,4 +132,14 @@ int cli_check_to(const char *cmd, const char *to, int dir_target, int overwrite,
             "directory, or add --overwrite to write %s into it (replacing those files only; "
             "nothing else there is touched)\n", cmd, to, first, writes);
     return 2;
+}
+
+int cli_debug_options(const char *cmd, cli_debug_opts *o) {
+    char err[256];
+    memset(o, 0, sizeof(*o));
+    if (fp8t_options_debug_env(&o->model, &o->backend, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fp8train %s: environment: %s\n", cmd, err);
+        return -1;
+    }
+    return 0;
 }

@@ -43,4 +43,13 @@ int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data,
 int cli_check_to(const char *cmd, const char *to, int dir_target, int overwrite,
                  const char *writes);
 
+/* The model and backend options of a command without options of its own for them: the
+ * environment's debugging switches (fp8t_options_debug_env, e.g. FP8TRAIN_CUDA_ATTN=tiled for
+ * an exact comparison). 0 ok; -1 after printing why, as "fp8train CMD: ...". */
+typedef struct {
+    fp8t_model_options model;
+    fp8t_backend_options backend;
+} cli_debug_opts;
+int cli_debug_options(const char *cmd, cli_debug_opts *o);
+
 #endif

@@ -299,32 +299,31 @@ int fp8t_policy_add_overrides(fp8t_policy *p, const char *spec, char *err, size_
     return 0;
 }
 
-int fp8t_policy_apply_env(fp8t_policy *p, char *err, size_t errlen) {
-    const char *v = getenv("FP8TRAIN_PRECISION");
+int fp8t_policy_apply_switches(fp8t_policy *p, const char *const value[1 + FP8T_GEMM_COUNT],
+                               const char *const source[1 + FP8T_GEMM_COUNT], char *err,
+                               size_t errlen) {
+    const char *v = value[0];
     if (v && *v) {
         fp8t_precision prec;
         if (fp8t_precision_parse(&prec, v) != 0)
             return fp8t_errorf(
                 err, errlen,
-                "environment variable FP8TRAIN_PRECISION='%s' is not a "
-                "precision (expected fp8, delayed, current, block, mxfp8, fake, bf16, "
-                "fp32, 0 or 1)",
-                v);
+                "%s='%s' is not a precision (expected fp8, delayed, current, block, mxfp8, "
+                "fake, bf16, fp32, 0 or 1)",
+                source[0], v);
         p->default_precision = prec;
     }
-    static const char *vars[FP8T_GEMM_COUNT] = {"FP8TRAIN_FPROP", "FP8TRAIN_DGRAD",
-                                                "FP8TRAIN_WGRAD"};
     for (int g = 0; g < FP8T_GEMM_COUNT; g++) {
-        v = getenv(vars[g]);
+        v = value[1 + g];
         if (!v || !*v) continue;
         fp8t_override o = {FP8T_LAYER_ALL, FP8T_LAYER_ALL, 0, 1u << g, FP8T_PREC_FP8};
         if (fp8t_precision_parse(&o.precision, v) != 0)
-            return fp8t_errorf(err, errlen, "environment variable %s='%s' is not a precision "
-                               "(expected fp8, delayed, current, fake, bf16, fp32, block, mxfp8, "
-                               "0 = bf16 or 1 = fp8)", vars[g], v);
+            return fp8t_errorf(err, errlen, "%s='%s' is not a precision (expected fp8, delayed, "
+                               "current, fake, bf16, fp32, block, mxfp8, 0 = bf16 or 1 = fp8)",
+                               source[1 + g], v);
         if (p->n_overrides >= FP8T_MAX_OVERRIDES)
             return fp8t_errorf(err, errlen, "too many precision overrides (at most %d) to add %s",
-                               FP8T_MAX_OVERRIDES, vars[g]);
+                               FP8T_MAX_OVERRIDES, source[1 + g]);
         p->overrides[p->n_overrides++] = o;
     }
     return 0;

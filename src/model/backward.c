@@ -8,7 +8,7 @@
 #include "model/model_internal.h"
 
 /* What layer l's last training forward kept for this backward (model_attn_saved, which
- * allocates nothing under FP8TRAIN_NO_ATTN_SAVE), or NULL */
+ * allocates nothing under FP8T_DISABLE_ATTN_SAVE), or NULL */
 static const void *model_attn_saved_for_backward(const fp8t_model *m, int l) {
     return m->attn_saved ? m->attn_saved[l] : NULL;
 }

@@ -26,14 +26,14 @@
  * The weight is quantized once per optimizer step (delayed and current): its codes are cached
  * until fp8t_model_end_step, and reused by every micro-batch and by the Dgrad. dY is quantized
  * once per backward when its Dgrad and Wgrad share an FP8 precision (reuse_dy_codes; off with
- * FP8TRAIN_NO_CODE_REUSE=1). X is quantized once per micro-batch when its Fprop and Wgrad
+ * FP8T_DISABLE_CODE_REUSE). X is quantized once per micro-batch when its Fprop and Wgrad
  * share one (model_save_plan): the Fprop's quantize also writes the codes the Wgrad reads into
  * m->xq[lin], and the forward keeps no FP32 copy of X for the Wgrad (off with
- * FP8TRAIN_NO_FP8_SAVE=1).
+ * FP8T_DISABLE_FP8_SAVE).
  * BF16 operands follow the same plan: the weight's BF16 copy is cached per optimizer step, dY
  * is rounded once for its Dgrad and Wgrad, X once for its Fprop and Wgrad (kept in
  * m->xq[lin].bf16, 2 bytes per element instead of 4). All of it is off with
- * FP8TRAIN_NO_BF16_OPERANDS=1 (gemm_bf16 on the FP32 operands, bit-identical on the CPU).
+ * FP8T_DISABLE_BF16_OPERANDS (gemm_bf16 on the FP32 operands, bit-identical on the CPU).
  */
 #include <math.h>
 #include <string.h>
@@ -78,7 +78,7 @@ typedef struct {
     fp8t_fp8_operand q;
     fp8t_bf16_operand h;
     float *amax; /* history slot gemm_bf16 records amax(f) into while rounding, or NULL
-                    (FP8TRAIN_NO_BF16_OPERANDS) */
+                    (FP8T_DISABLE_BF16_OPERANDS) */
     int colsum_done; /* the operand's colsum was added by its rounding pass */
 } prepared;
 
@@ -359,7 +359,7 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
         if (model_prec_bf16_operands(m, prec))
             m->ops->gemm_bf16_rounded(be, C, &pa.h, &pb.h, M, N, K, transA, transB, acc, bias,
                                       ldc);
-        else /* fake's quantize-dequantized floats; bf16 under FP8TRAIN_NO_BF16_OPERANDS */
+        else /* fake's quantize-dequantized floats; bf16 under FP8T_DISABLE_BF16_OPERANDS */
             m->ops->gemm_bf16(be, C, pa.f, pb.f, M, N, K, transA, transB, acc, pa.amax,
                               pb.amax);
         break;
@@ -535,7 +535,7 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
                         "between the forward and this backward; the Wgrads whose forward kept "
                         "FP8 codes of X instead of X run from those codes in the forward's "
                         "precision and show no X to the hook (the change applies from the next "
-                        "forward; FP8TRAIN_NO_FP8_SAVE=1 keeps every X)\n");
+                        "forward; --disable fp8-save keeps every X)\n");
         m->warned_saved = 1;
     }
     /* Dgrad: dX[N,IN] = dY[N,OUT]·W[OUT,IN]; dY's amax is recorded here, once */

@@ -21,11 +21,6 @@ void *model_scratch(fp8t_model *m, scratch_buf *s, size_t bytes) {
     return s->p;
 }
 
-int model_env_flag(const char *name) {
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
-
 fp8_format model_fp8_format(const fp8t_model *m, int role) {
     return (role == FP8T_ROLE_DY && m->policy.hybrid) ? FP8_E5M2 : FP8_E4M3;
 }
@@ -239,10 +234,17 @@ static int set_err(char *err, size_t errlen, const char *msg) {
 }
 
 fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
-                              const fp8t_policy *policy, int B, int T, char *err,
-                              size_t errlen) {
+                              const fp8t_policy *policy, const fp8t_model_options *opt, int B,
+                              int T, char *err, size_t errlen) {
     char buf[256];
     if (!be) { set_err(err, errlen, "fp8t_model_create: no backend"); return NULL; }
+    const unsigned disable = opt ? opt->disable : 0;
+    if (disable & ~(unsigned)FP8T_DISABLE_ALL_FUSION) {
+        snprintf(buf, sizeof(buf), "fp8t_model_create: unknown disable bits 0x%x",
+                 disable & ~(unsigned)FP8T_DISABLE_ALL_FUSION);
+        set_err(err, errlen, buf);
+        return NULL;
+    }
     if (fp8t_model_config_check(cfg, buf, sizeof(buf)) != 0) {
         set_err(err, errlen, buf);
         return NULL;
@@ -288,9 +290,9 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     bind_tensors(m, &m->p, m->params);
     bind_tensors(m, &m->g, m->grads);
 
-    /* activations: one allocation (the Wgrad-only inputs too, under FP8TRAIN_NO_FP8_SAVE=1;
+    /* activations: one allocation (the Wgrad-only inputs too, under FP8T_DISABLE_FP8_SAVE;
      * otherwise model_save_plan allocates the layer copies a forward needs) */
-    m->no_fp8_save = model_env_flag("FP8TRAIN_NO_FP8_SAVE");
+    m->no_fp8_save = (disable & FP8T_DISABLE_FP8_SAVE) != 0;
     size_t act_floats = carve_activations(&m->a, NULL, cfg, B, T, m->no_fp8_save);
     m->act_memory = ops->malloc(be, act_floats * sizeof(float));
     carve_activations(&m->a, m->act_memory, cfg, B, T, m->no_fp8_save);
@@ -338,20 +340,21 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->xq = calloc((size_t)m->n_lin, sizeof(*m->xq));
     MODEL_CHECK(m->prec && m->wcache && m->w_amax_done && m->xq, "out of host memory");
     resolve_precisions(m);
-    /* switches back to the plain paths, read once (fused paths are bit-identical to them) */
-    m->no_fused_xent = model_env_flag("FP8TRAIN_NO_FUSED_XENT");
-    m->no_bf16_xent = model_env_flag("FP8TRAIN_NO_BF16_XENT");
-    m->no_code_reuse = model_env_flag("FP8TRAIN_NO_CODE_REUSE");
-    m->no_bf16_operands = model_env_flag("FP8TRAIN_NO_BF16_OPERANDS");
-    m->no_gelu_fusion = model_env_flag("FP8TRAIN_NO_GELU_FUSION");
-    m->no_colsum_fusion = model_env_flag("FP8TRAIN_NO_BIAS_GRAD_FUSION");
-    m->no_gelu_bwd_fusion = model_env_flag("FP8TRAIN_NO_GELU_BWD_FUSION");
-    m->no_residual_bias = model_env_flag("FP8TRAIN_NO_RESIDUAL_BIAS");
-    m->no_ln_fusion = model_env_flag("FP8TRAIN_NO_LN_FUSION");
-    m->no_attn_save = model_env_flag("FP8TRAIN_NO_ATTN_SAVE");
+    /* switches back to the plain paths, fixed at creation (fused paths are bit-identical to
+     * them) */
+    m->no_fused_xent = (disable & FP8T_DISABLE_FUSED_XENT) != 0;
+    m->no_bf16_xent = (disable & FP8T_DISABLE_BF16_XENT) != 0;
+    m->no_code_reuse = (disable & FP8T_DISABLE_CODE_REUSE) != 0;
+    m->no_bf16_operands = (disable & FP8T_DISABLE_BF16_OPERANDS) != 0;
+    m->no_gelu_fusion = (disable & FP8T_DISABLE_GELU_FUSION) != 0;
+    m->no_colsum_fusion = (disable & FP8T_DISABLE_BIAS_GRAD_FUSION) != 0;
+    m->no_gelu_bwd_fusion = (disable & FP8T_DISABLE_GELU_BWD_FUSION) != 0;
+    m->no_residual_bias = (disable & FP8T_DISABLE_RESIDUAL_BIAS) != 0;
+    m->no_ln_fusion = (disable & FP8T_DISABLE_LN_FUSION) != 0;
+    m->no_attn_save = (disable & FP8T_DISABLE_ATTN_SAVE) != 0;
     m->gelu_bias_deferred = calloc((size_t)(cfg->n_layer > 0 ? cfg->n_layer : 1), sizeof(int));
     MODEL_CHECK(m->gelu_bias_deferred, "out of host memory");
-    /* (FP8TRAIN_NO_FP8_SAVE is read above, with the activations it shapes) */
+    /* (FP8T_DISABLE_FP8_SAVE is applied above, with the activations it shapes) */
     return m;
 }
 
@@ -485,7 +488,7 @@ const float *fp8t_model_logits(fp8t_model *m) {
         fprintf(stderr, "fp8t_model_logits: the last forward replaced the logits by their "
                         "gradient (fused cross-entropy) and the weights, FP8 scales or policy "
                         "changed since, so they cannot be rebuilt: run the forward again, or "
-                        "set FP8TRAIN_NO_FUSED_XENT=1\n");
+                        "create it with FP8T_DISABLE_FUSED_XENT (--disable fused-xent)\n");
     return m->a.logits;
 }
 const float *fp8t_model_losses(fp8t_model *m) { return m->a.losses; }

@@ -41,23 +41,23 @@ typedef struct {
 /* Activations of one micro-batch (N = B*T tokens), carved from one allocation. Per-layer
  * buffers are [L, ...]; the backward scratch holds one layer's gradients at a time.
  * ln1, ln2 and fch_act are read again only by a Wgrad: they are carved here only under
- * FP8TRAIN_NO_FP8_SAVE=1; otherwise they are NULL and the model keeps them per layer only
+ * FP8T_DISABLE_FP8_SAVE; otherwise they are NULL and the model keeps them per layer only
  * where a Wgrad needs them in FP32 (wgrad_input, below). */
 typedef struct {
     float *encoded;    /* [N, C] embedding output = residual stream into layer 0 */
-    float *ln1;        /* [L, N, C] (FP8TRAIN_NO_FP8_SAVE=1 only) */
+    float *ln1;        /* [L, N, C] (FP8T_DISABLE_FP8_SAVE only) */
     float *ln1_mean;   /* [L, N] (GPT-2) */
     float *ln1_rstd;   /* [L, N] */
     float *qkv;        /* [L, N, QKV] */
     float *atty;       /* [L, N, C] attention output (proj input) */
     float *lse;        /* [L, B, NH, T] softmax log-sum-exp saved for the backward */
     float *res2;       /* [L, N, C] residual after attention */
-    float *ln2;        /* [L, N, C] (FP8TRAIN_NO_FP8_SAVE=1 only) */
+    float *ln2;        /* [L, N, C] (FP8T_DISABLE_FP8_SAVE only) */
     float *ln2_mean;   /* [L, N] (GPT-2) */
     float *ln2_rstd;   /* [L, N] */
     float *fch;        /* [L, N, H] fc1 output, pre-GELU (GPT-2) / gate output (Llama) */
     float *fch_act;    /* [L, N, H] GELU(fch) (GPT-2) / silu(gate)*up (Llama)
-                          (FP8TRAIN_NO_FP8_SAVE=1 only) */
+                          (FP8T_DISABLE_FP8_SAVE only) */
     float *up;         /* [L, N, H] up output (Llama) */
     float *res3;       /* [L, N, C] residual after the MLP = input of layer l+1 */
     float *lnf;        /* [N, C] */
@@ -197,11 +197,11 @@ struct fp8t_model {
      * dloss of the previous backward (the trainer's 1/accum is the same every micro-batch), so
      * fusion starts after a model's first backward and the result is bit-identical to the
      * plain path. */
-    int no_fused_xent;     /* FP8TRAIN_NO_FUSED_XENT=1 at create: always the plain path */
+    int no_fused_xent;     /* FP8T_DISABLE_FUSED_XENT at create: always the plain path */
     int xent_fused;        /* a->logits holds the last forward's dlogits, not its logits */
     /* ... or, when xent_bf16 is also set, a->logits holds the logits with rows pad(V) apart
      * and the dlogits are the BF16 operand in h16[0], their amax in scalars[2] (the head's
-     * three GEMMs in BF16: linear_bf16_dy_fusable). Off with FP8TRAIN_NO_BF16_XENT=1. */
+     * three GEMMs in BF16: linear_bf16_dy_fusable). Off with FP8T_DISABLE_BF16_XENT. */
     int xent_bf16;
     int no_bf16_xent;
     int xent_dloss_known;  /* a backward has run with a finite, nonzero dloss */
@@ -209,32 +209,32 @@ struct fp8t_model {
     unsigned epoch;        /* bumped by whatever changes the head GEMM's result: adamw,
                               end_step, set_policy (so a stale replay is never trusted) */
     unsigned xent_epoch;   /* epoch of the fused forward */
-    /* FP8TRAIN_NO_CODE_REUSE=1 at create: the Wgrad quantizes dY again instead of reusing the
+    /* FP8T_DISABLE_CODE_REUSE at create: the Wgrad quantizes dY again instead of reusing the
      * Dgrad's codes (linear.c) */
     int no_code_reuse;
-    /* FP8TRAIN_NO_BF16_OPERANDS=1 at create: a BF16 GEMM rounds its FP32 operands itself
+    /* FP8T_DISABLE_BF16_OPERANDS at create: a BF16 GEMM rounds its FP32 operands itself
      * (gemm_bf16) every time, as before the BF16 operands existed: no cached BF16 weights, no
      * BF16 X kept for the Wgrad, no dY shared by Dgrad and Wgrad, the bias added on its own */
     int no_bf16_operands;
-    /* FP8TRAIN_NO_GELU_FUSION=1 at create: GELU writes its FP32 output and fc2 rounds it
+    /* FP8T_DISABLE_GELU_FUSION at create: GELU writes its FP32 output and fc2 rounds it
      * (linear_forward_gelu) */
     int no_gelu_fusion;
-    /* FP8TRAIN_NO_BIAS_GRAD_FUSION=1 at create: bias_backward reads dY in its own pass instead
+    /* FP8T_DISABLE_BIAS_GRAD_FUSION at create: bias_backward reads dY in its own pass instead
      * of the Dgrad's rounding pass adding dY's column sums (linear.c) */
     int no_colsum_fusion;
-    /* FP8TRAIN_NO_GELU_BWD_FUSION=1 at create: gelu_backward writes fc1's dY in FP32 and fc1's
+    /* FP8T_DISABLE_GELU_BWD_FUSION at create: gelu_backward writes fc1's dY in FP32 and fc1's
      * Dgrad rounds it (linear_backward_gelu) */
     int no_gelu_bwd_fusion;
-    /* FP8TRAIN_NO_RESIDUAL_BIAS=1 at create: proj and fc2 add their bias themselves (in the
+    /* FP8T_DISABLE_RESIDUAL_BIAS at create: proj and fc2 add their bias themselves (in the
      * GEMM or a pass of its own) instead of the residual add (forward.c) */
     int no_residual_bias;
-    /* FP8TRAIN_NO_LN_FUSION=1 at create: LayerNorm writes its FP32 output and the next linear
+    /* FP8T_DISABLE_LN_FUSION at create: LayerNorm writes its FP32 output and the next linear
      * rounds it (linear_forward_ln) */
     int no_ln_fusion;
     /* The backend's attention state kept by each layer's training forward for its backward
      * (attention_saved_bytes each; the CUDA flash path's BF16 q, k, v), [L] device pointers
      * allocated by the first training forward that has any; NULL when the backend keeps
-     * nothing or under FP8TRAIN_NO_ATTN_SAVE=1 (the backward rebuilds it from qkv). */
+     * nothing or under FP8T_DISABLE_ATTN_SAVE (the backward rebuilds it from qkv). */
     void **attn_saved;
     int no_attn_save;
     int *gelu_bias_deferred; /* [L] host: the last forward left fc1's bias to fc2's fused GELU
@@ -243,7 +243,7 @@ struct fp8t_model {
     /* FP8 codes of X kept for the Wgrad (model_save_plan): a linear whose Fprop and Wgrad
      * share a per-tensor FP8 precision, with no hook, keeps the codes its Fprop made (1 byte
      * per element) instead of its FP32 input, and its Wgrad does not quantize X again. */
-    int no_fp8_save;       /* FP8TRAIN_NO_FP8_SAVE=1 at create: keep every X in FP32, as the
+    int no_fp8_save;       /* FP8T_DISABLE_FP8_SAVE at create: keep every X in FP32, as the
                               carved [L, ...] buffers, and re-quantize it for the Wgrad */
     x_codes *xq;           /* [n_lin] */
     float *(*wx)[WX_COUNT];/* [L][WX_COUNT] device [N, C] / [N, H]: layer l's FP32 copy of a
@@ -260,13 +260,13 @@ static inline int model_prec_has_codes(fp8t_precision p) {
     return p == FP8T_PREC_DELAYED || p == FP8T_PREC_CURRENT;
 }
 
-/* BF16 with BF16 operands (to_bf16, gemm_bf16_rounded), i.e. not FP8TRAIN_NO_BF16_OPERANDS */
+/* BF16 with BF16 operands (to_bf16, gemm_bf16_rounded), i.e. not FP8T_DISABLE_BF16_OPERANDS */
 static inline int model_prec_bf16_operands(const fp8t_model *m, fp8t_precision p) {
     return p == FP8T_PREC_BF16 && !m->no_bf16_operands;
 }
 
 /* The precisions whose prepared operand one GEMM can hand to another (dY Dgrad -> Wgrad,
- * X Fprop -> Wgrad): FP8 codes, and BF16 operands unless FP8TRAIN_NO_BF16_OPERANDS. */
+ * X Fprop -> Wgrad): FP8 codes, and BF16 operands unless FP8T_DISABLE_BF16_OPERANDS. */
 static inline int model_prec_shares_operands(const fp8t_model *m, fp8t_precision p) {
     return model_prec_has_codes(p) || model_prec_bf16_operands(m, p);
 }
@@ -282,8 +282,6 @@ static inline int model_prec_one_pass(const fp8t_model *m, fp8t_precision p) {
 void *model_scratch(fp8t_model *m, scratch_buf *s, size_t bytes);
 fp8_format model_fp8_format(const fp8t_model *m, int role);
 void model_invalidate_weight_caches(fp8t_model *m);
-/* 1 when environment variable name is set to something other than "" or "0" */
-int model_env_flag(const char *name);
 /* 1 (after a message naming fn) when the model is frozen and fn must not run */
 int model_refuse_if_frozen(const fp8t_model *m, const char *fn);
 int model_lin_layer(const fp8t_model *m, int lin);
@@ -315,7 +313,7 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
 /* linear_forward of X = gelu(pre), pre [N, IN]: where the Fprop rounds its input itself (BF16
  * operands, delayed FP8) and nothing needs gelu(pre) in FP32, the rounding pass applies GELU
  * (gelu_forward_bf16 / quantize_gelu) and act is left alone; otherwise act = gelu(pre) [N, IN]
- * and linear_forward(act). Off with FP8TRAIN_NO_GELU_FUSION=1. pre_bias (only where
+ * and linear_forward(act). Off with FP8T_DISABLE_GELU_FUSION. pre_bias (only where
  * linear_gelu_takes_bias said so, else NULL): the bias of the linear that made pre, which it
  * left out: GELU's input is pre + pre_bias, added by the rounding pass (pre stays without it,
  * and the backward takes gelu_backward_bias). */
@@ -334,7 +332,7 @@ typedef struct {
  * nothing needs the norm's output in FP32, the norm writes the operand itself
  * (layernorm_forward_bf16) and ln_out is left alone; otherwise ln_out = layernorm(x) [N, IN]
  * and linear_forward(ln_out). Either way ln's mean and rstd are written. Off with
- * FP8TRAIN_NO_LN_FUSION=1. */
+ * FP8T_DISABLE_LN_FUSION. */
 void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln_input *ln,
                        float *x, const float *W, const float *bias, int N, int IN, int OUT);
 /* linear_backward of the linear whose input is gelu(pre): its dY = gelu'(pre (+ pre_bias)) *
@@ -342,7 +340,7 @@ void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln
  * one pass (BF16 operands, delayed FP8) and nothing else reads dY in FP32, that pass computes
  * it (gelu_backward_bf16_colsum / gelu_backward_quantize_colsum) and dpre is left alone;
  * otherwise dpre [N, OUT] = dY (gelu_backward / gelu_backward_bias) and linear_backward(dpre).
- * Off with FP8TRAIN_NO_GELU_BWD_FUSION=1. pre_bias: as linear_forward_gelu's (the deferred
+ * Off with FP8T_DISABLE_GELU_BWD_FUSION. pre_bias: as linear_forward_gelu's (the deferred
  * bias of the linear that made pre), or NULL. */
 void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
                           float *dpre, const float *dact, const float *pre, const float *pre_bias,
@@ -350,7 +348,7 @@ void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *d
 /* Whether linear lin, whose output is added to the residual stream, should leave its bias to
  * that add (add_bias: the same bits as bias_add then add, without the pass over the output
  * that an FP8 GEMM's bias costs); not where the bias rides in a BF16 GEMM's epilogue for
- * free, not with a hook. Off with FP8TRAIN_NO_RESIDUAL_BIAS=1. */
+ * free, not with a hook. Off with FP8T_DISABLE_RESIDUAL_BIAS. */
 int linear_residual_takes_bias(const fp8t_model *m, int lin);
 /* Whether linear prod (which makes GELU's input) may leave its bias to linear lin's fused
  * GELU pass: prod's Fprop is FP8 (whose bias costs a pass of its own over the output: no FP32

@@ -30,8 +30,9 @@ int fp8t_eval_precision_parse(fp8t_eval_precision *out, const char *s) {
     return -1;
 }
 
-fp8t_evaluator *fp8t_evaluator_create(fp8t_backend *be, const fp8t_weights *w, int B, int T,
-                                      char *err, size_t errlen) {
+fp8t_evaluator *fp8t_evaluator_create(fp8t_backend *be, const fp8t_weights *w,
+                                      const fp8t_model_options *opt, int B, int T, char *err,
+                                      size_t errlen) {
     char e[512];
     if (!be || !w || !w->params) {
         snprintf(err, errlen, "evaluator: no backend or no weights");
@@ -61,7 +62,7 @@ fp8t_evaluator *fp8t_evaluator_create(fp8t_backend *be, const fp8t_weights *w, i
     ev->T = T;
     ev->V = w->model.vocab_size;
     ev->policy = pol;
-    ev->m = fp8t_model_create(be, &w->model, &pol, B, T, e, sizeof(e));
+    ev->m = fp8t_model_create(be, &w->model, &pol, opt, B, T, e, sizeof(e));
     if (!ev->m) {
         snprintf(err, errlen, "cannot create the model for evaluation: %s", e);
         free(ev);

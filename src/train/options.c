@@ -209,6 +209,105 @@ static void get_dp_reduce(const fp8t_train_config *c, char *b, size_t n) {
     snprintf(b, n, "%s", c->dp_bf16_reduce ? "bf16" : "fp32");
 }
 
+/* --disable: the model's FP8T_DISABLE_* bits and the CUDA backend's two switches, one list.
+ * Each name's environment variable (the spelling before the option existed) adds it to the
+ * list of a config file; the command line replaces the list. */
+#define DIS_CUDA_FUSION (1u << 30) /* fp8t_backend_options.plain */
+#define DIS_CUDA_LT_FP8 (1u << 31) /* fp8t_backend_options.no_lt_fp8 */
+static const struct {
+    const char *name, *env;
+    unsigned bit;
+} DISABLE_NAMES[] = {
+    {"fused-xent", "FP8TRAIN_NO_FUSED_XENT", FP8T_DISABLE_FUSED_XENT},
+    {"bf16-xent", "FP8TRAIN_NO_BF16_XENT", FP8T_DISABLE_BF16_XENT},
+    {"code-reuse", "FP8TRAIN_NO_CODE_REUSE", FP8T_DISABLE_CODE_REUSE},
+    {"bf16-operands", "FP8TRAIN_NO_BF16_OPERANDS", FP8T_DISABLE_BF16_OPERANDS},
+    {"gelu-fusion", "FP8TRAIN_NO_GELU_FUSION", FP8T_DISABLE_GELU_FUSION},
+    {"bias-grad-fusion", "FP8TRAIN_NO_BIAS_GRAD_FUSION", FP8T_DISABLE_BIAS_GRAD_FUSION},
+    {"gelu-bwd-fusion", "FP8TRAIN_NO_GELU_BWD_FUSION", FP8T_DISABLE_GELU_BWD_FUSION},
+    {"residual-bias", "FP8TRAIN_NO_RESIDUAL_BIAS", FP8T_DISABLE_RESIDUAL_BIAS},
+    {"ln-fusion", "FP8TRAIN_NO_LN_FUSION", FP8T_DISABLE_LN_FUSION},
+    {"attn-save", "FP8TRAIN_NO_ATTN_SAVE", FP8T_DISABLE_ATTN_SAVE},
+    {"fp8-save", "FP8TRAIN_NO_FP8_SAVE", FP8T_DISABLE_FP8_SAVE},
+    {"cuda-fusion", "FP8TRAIN_CUDA_PLAIN", DIS_CUDA_FUSION},
+    {"cuda-lt-fp8", "FP8TRAIN_CUDA_NO_LT_FP8", DIS_CUDA_LT_FP8},
+};
+#define N_DISABLE_NAMES ((int)(sizeof(DISABLE_NAMES) / sizeof(DISABLE_NAMES[0])))
+/* every fused, cached or memory-saving path of the model and the backend; not cuda-lt-fp8,
+ * which swaps the FP8 GEMM library for an exact emulation rather than unfusing anything */
+#define DIS_ALL_FUSION ((unsigned)FP8T_DISABLE_ALL_FUSION | DIS_CUDA_FUSION)
+
+static unsigned disable_mask(const fp8t_model_options *m, const fp8t_backend_options *b) {
+    return m->disable | (b->plain ? DIS_CUDA_FUSION : 0) | (b->no_lt_fp8 ? DIS_CUDA_LT_FP8 : 0);
+}
+static void disable_store(fp8t_model_options *m, fp8t_backend_options *b, unsigned mask) {
+    m->disable = mask & (unsigned)FP8T_DISABLE_ALL_FUSION;
+    b->plain = (mask & DIS_CUDA_FUSION) != 0;
+    b->no_lt_fp8 = (mask & DIS_CUDA_LT_FP8) != 0;
+}
+
+static int set_disable(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    unsigned mask = 0;
+    const char *s = v;
+    while (*s && strcmp(v, "none") != 0) {
+        size_t len = strcspn(s, ",");
+        int found = 0;
+        if (len == 0) { /* "a,,b" or a trailing comma */
+            s++;
+            continue;
+        }
+        if (len == strlen("all-fusion") && !strncmp(s, "all-fusion", len)) {
+            mask |= DIS_ALL_FUSION;
+            found = 1;
+        }
+        for (int i = 0; i < N_DISABLE_NAMES && !found; i++)
+            if (strlen(DISABLE_NAMES[i].name) == len && !strncmp(s, DISABLE_NAMES[i].name, len)) {
+                mask |= DISABLE_NAMES[i].bit;
+                found = 1;
+            }
+        if (!found) {
+            char expect[512] = "a comma-separated list of";
+            for (int i = 0; i < N_DISABLE_NAMES; i++) {
+                size_t n = strlen(expect);
+                snprintf(expect + n, sizeof(expect) - n, " %s,", DISABLE_NAMES[i].name);
+            }
+            size_t n = strlen(expect);
+            snprintf(expect + n, sizeof(expect) - n, " all-fusion (all but cuda-lt-fp8), or none");
+            return fail(err, errlen, "disable", v, expect);
+        }
+        s += len;
+        if (*s == ',') s++;
+    }
+    disable_store(&c->model_opts, &c->backend_opts, mask);
+    return 0;
+}
+static void get_disable(const fp8t_train_config *c, char *b, size_t n) {
+    unsigned mask = disable_mask(&c->model_opts, &c->backend_opts);
+    size_t o = 0;
+    b[0] = 0;
+    if ((mask & DIS_ALL_FUSION) == DIS_ALL_FUSION) {
+        o += (size_t)snprintf(b, n, "all-fusion");
+        mask &= ~DIS_ALL_FUSION;
+    }
+    for (int i = 0; i < N_DISABLE_NAMES && o < n; i++)
+        if (mask & DISABLE_NAMES[i].bit)
+            o += (size_t)snprintf(b + o, n - o, "%s%s", o ? "," : "", DISABLE_NAMES[i].name);
+    if (!b[0]) snprintf(b, n, "none");
+}
+
+static int set_cuda_attn(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    if (fp8t_attn_impl_parse(&c->backend_opts.attn, v) != 0) {
+        char expect[160];
+        snprintf(expect, sizeof(expect), "default, %s", fp8t_attn_impl_names());
+        return fail(err, errlen, "cuda-attn", v, expect);
+    }
+    return 0;
+}
+static void get_cuda_attn(const fp8t_train_config *c, char *b, size_t n) {
+    const char *name = fp8t_attn_impl_name(c->backend_opts.attn);
+    snprintf(b, n, "%s", name ? name : "?");
+}
+
 /* ---------------------------------------------------------------- the table */
 
 #define G_MODEL "Model"
@@ -371,6 +470,19 @@ static const opt OPTIONS[] = {
             "above the threshold: warn | fallback:M (M steps in BF16) | rollback"),
     NUM("shadow-threshold", "X", OT_FLOAT, shadow_threshold, 0, 1e9, G_DEBUG,
         "relative |loss - loss_bf16| / loss_bf16 that triggers the shadow action"),
+    SPECIAL("disable", "LIST", set_disable, get_disable, G_DEBUG, 0, 0,
+            "fused/cached paths back to their plain versions, comma-separated: fused-xent, "
+            "bf16-xent, code-reuse, bf16-operands, gelu-fusion, bias-grad-fusion, "
+            "gelu-bwd-fusion, residual-bias, ln-fusion, attn-save, fp8-save (the model's, "
+            "bit-identical), cuda-fusion (every CUDA one), cuda-lt-fp8 (FP8 GEMMs by exact "
+            "decode), all-fusion (all but cuda-lt-fp8), none; FP8TRAIN_NO_GELU_FUSION=1 ..., "
+            "FP8TRAIN_CUDA_PLAIN=1, FP8TRAIN_CUDA_NO_LT_FP8=1 add to it"),
+    SPECIAL("cuda-attn", "IMPL", set_cuda_attn, get_cuda_attn, G_DEBUG, 0, 0,
+            "CUDA attention kernels: default (flash), flash (BF16 tensor cores), gemm "
+            "(cuBLASLt), tiled (FP32: the CPU's arithmetic), simple (FP32); FP8TRAIN_CUDA_ATTN"),
+    NUM("cuda-sync", "0|1", OT_BOOL, backend_opts.sync_each_op, 0, 1, G_DEBUG,
+        "CUDA: synchronize and check after every op, naming the op that failed (slow); "
+        "FP8TRAIN_CUDA_SYNC=1"),
 };
 #define N_OPTIONS ((int)(sizeof(OPTIONS) / sizeof(OPTIONS[0])))
 
@@ -763,6 +875,40 @@ static int adopt_checkpoint_model(fp8t_train_config *c, char *err, size_t errlen
     return 0;
 }
 
+/* ---- the environment: the settings that had a variable before they had an option ---- */
+
+static int env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+int fp8t_options_debug_env(fp8t_model_options *m, fp8t_backend_options *b, char *err,
+                           size_t errlen) {
+    unsigned mask = disable_mask(m, b);
+    for (int i = 0; i < N_DISABLE_NAMES; i++)
+        if (env_flag(DISABLE_NAMES[i].env)) mask |= DISABLE_NAMES[i].bit;
+    disable_store(m, b, mask);
+    if (env_flag("FP8TRAIN_CUDA_SYNC")) b->sync_each_op = 1;
+    const char *attn = getenv("FP8TRAIN_CUDA_ATTN");
+    if (attn && *attn && fp8t_attn_impl_parse(&b->attn, attn) != 0) {
+        snprintf(err, errlen, "FP8TRAIN_CUDA_ATTN=%s is not an attention implementation; use one "
+                 "of default, %s (or unset it)", attn, fp8t_attn_impl_names());
+        return -1;
+    }
+    return 0;
+}
+
+/* Between a config file and the command line: the precision switches (FP8TRAIN_PRECISION,
+ * FP8TRAIN_FPROP / _DGRAD / _WGRAD) and the debug switches above. */
+static int apply_env(fp8t_train_config *c, char *err, size_t errlen) {
+    static const char *const vars[1 + FP8T_GEMM_COUNT] = {
+        "FP8TRAIN_PRECISION", "FP8TRAIN_FPROP", "FP8TRAIN_DGRAD", "FP8TRAIN_WGRAD"};
+    const char *values[1 + FP8T_GEMM_COUNT];
+    for (int i = 0; i < 1 + FP8T_GEMM_COUNT; i++) values[i] = getenv(vars[i]);
+    if (fp8t_policy_apply_switches(&c->policy, values, vars, err, errlen) != 0) return -1;
+    return fp8t_options_debug_env(&c->model_opts, &c->backend_opts, err, errlen);
+}
+
 int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err,
                           size_t errlen) {
     fp8t_train_config_default(c);
@@ -865,7 +1011,7 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
     }
     {
         char e[512];
-        if (fp8t_policy_apply_env(&c->policy, e, sizeof(e)) != 0) {
+        if (apply_env(c, e, sizeof(e)) != 0) {
             snprintf(err, errlen, "environment: %s", e);
             goto done;
         }
@@ -914,7 +1060,8 @@ void fp8t_train_options_help(FILE *f) {
                "checkpoints/step_NNNNNN/. Options may also come from --config FILE (a JSON\n"
                "object with the same names, e.g. {\"precision\": \"fp8\", \"overrides\":\n"
                "[\"layers=0,precision=bf16\"]}; a run's config.json is one) and from the\n"
-               "environment (FP8TRAIN_PRECISION, FP8TRAIN_FPROP/_DGRAD/_WGRAD=bf16|...).\n"
+               "environment (FP8TRAIN_PRECISION, FP8TRAIN_FPROP/_DGRAD/_WGRAD=bf16|...;\n"
+               "FP8TRAIN_NO_*, FP8TRAIN_CUDA_* for the debugging switches, see --disable).\n"
                "Precedence: config file < environment < command line.\n");
     for (int i = 0; i < N_OPTIONS; i++) {
         const opt *o = &OPTIONS[i];

@@ -558,7 +558,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
     if (t->cfg.baseline[0] &&
         drift_load(&t->drift, t->cfg.baseline, t->start_step + 1, err, errlen) != 0)
         goto done;
-    t->be = fp8t_backend_create(t->cfg.device, err, errlen);
+    t->be = fp8t_backend_create(t->cfg.device, &t->cfg.backend_opts, err, errlen);
     if (!t->be) goto done;
     /* A checkpoint's FP8 state is loaded in the format it was written in; set_policy then
      * converts it when this run uses the other format (a recovery experiment may change it). */
@@ -567,7 +567,8 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
     if (load_fp8) create_policy.hybrid = checkpoint_hybrid(&ck);
     {
         char e[768];
-        t->model = fp8t_model_create(t->be, &t->cfg.model, &create_policy, t->B, t->T, e, sizeof(e));
+        t->model = fp8t_model_create(t->be, &t->cfg.model, &create_policy, &t->cfg.model_opts, t->B,
+                                     t->T, e, sizeof(e));
         if (!t->model) {
             snprintf(err, errlen, "cannot create the model: %s", e);
             goto done;

@@ -35,7 +35,7 @@ static size_t bit_diffs(const float *a, const float *b, size_t n) {
 
 static void collectives(void) {
     char err[512];
-    fp8t_backend *g = fp8t_backend_create("cuda", err, sizeof(err));
+    fp8t_backend *g = fp8t_backend_create("cuda", NULL, err, sizeof(err));
     if (!g) {
         drow("collectives: create", "-", 1, 0, err);
         return;

@@ -8,7 +8,7 @@
  * round such an element the other way (2^-8), so 4e-3; the decode output sums the same
  * products in another order: 1e-5 from an FP32 cache, 5e-3 from BF16 ones (the rounding flips
  * above, averaged by the softmax). The model: FP32 with the FP32 attention kernels
- * (FP8TRAIN_CUDA_ATTN=tiled): GEMM summation order through 2 layers, 1e-4; BF16 (BF16 flash
+ * (attention option tiled): GEMM summation order through 2 layers, 1e-4; BF16 (BF16 flash
  * attention in the prefill): operand rounding flips carried through the layers, 3e-2; FP8:
  * an E4M3 flip is a 6-12% step on one element and the GPU accumulates FP8 products in
  * reduced precision, 8e-2 — still far below the order-1 error of a layout or scale bug. */
@@ -201,7 +201,7 @@ static int weights_of(fp8t_backend *cpu, const fp8t_model_config *cfg, fp8t_weig
     char err[512];
     fp8t_policy pol;
     fp8t_policy_default(&pol);
-    fp8t_model *m = fp8t_model_create(cpu, cfg, &pol, 1, 8, err, sizeof(err));
+    fp8t_model *m = fp8t_model_create(cpu, cfg, &pol, NULL, 1, 8, err, sizeof(err));
     if (!m) return -1;
     fp8t_model_init_weights(m, 77);
     memset(w, 0, sizeof(*w));
@@ -230,9 +230,9 @@ static void model_rows(fp8t_backend *cpu, const char *name, const fp8t_model_con
     static const double tol[3] = {1e-4, 3e-2, 8e-2};
     for (int pi = 0; pi < 3; pi++) {
         /* FP32: the exact FP32 attention kernels for the prefill; else the default (flash) */
-        if (P[pi] == FP8T_EVAL_FP32) setenv("FP8TRAIN_CUDA_ATTN", "tiled", 1);
-        else unsetenv("FP8TRAIN_CUDA_ATTN");
-        fp8t_backend *gpu = fp8t_backend_create("cuda", err, sizeof(err));
+        const fp8t_backend_options bo = {.attn = P[pi] == FP8T_EVAL_FP32 ? FP8T_ATTN_TILED
+                                                                         : FP8T_ATTN_DEFAULT};
+        fp8t_backend *gpu = fp8t_backend_create("cuda", &bo, err, sizeof(err));
         fp8t_infer *m[2] = {NULL, NULL};
         fp8t_backend *be[2] = {cpu, gpu};
         for (int k = 0; k < 2 && gpu; k++)
@@ -270,7 +270,6 @@ static void model_rows(fp8t_backend *cpu, const char *name, const fp8t_model_con
         fp8t_infer_destroy(m[0]), fp8t_infer_destroy(m[1]);
         fp8t_backend_destroy(gpu);
     }
-    unsetenv("FP8TRAIN_CUDA_ATTN");
     free(tok);
     fp8t_weights_free(&w);
 }
@@ -278,8 +277,8 @@ static void model_rows(fp8t_backend *cpu, const char *name, const fp8t_model_con
 void gpu_test_infer(int *n_pass, int *n_fail) {
     np_ = n_pass, nf_ = n_fail;
     char err[512];
-    fp8t_backend *cpu = fp8t_backend_create("cpu", err, sizeof(err));
-    fp8t_backend *gpu = fp8t_backend_create("cuda", err, sizeof(err));
+    fp8t_backend *cpu = fp8t_backend_create("cpu", NULL, err, sizeof(err));
+    fp8t_backend *gpu = fp8t_backend_create("cuda", NULL, err, sizeof(err));
     if (!cpu || !gpu) {
         irow("infer: backends", "-", 1, 0, 0, err);
         fp8t_backend_destroy(cpu), fp8t_backend_destroy(gpu);

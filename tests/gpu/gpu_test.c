@@ -13,8 +13,8 @@
  * Reductions are also run twice on the GPU and must give bit-identical results, and ops the op
  * table defines as compositions of others must give the composition's bits on the GPU
  * (gemm_bf16_rounded on to_bf16 operands == gemm_bf16, with a bias == gemm_bf16 + bias_add).
- * The op suite runs on two CUDA backends: the default one and FP8TRAIN_CUDA_PLAIN=1 (every
- * fused or cached path switched to its plain version).
+ * The op suite runs on two CUDA backends: the default one and the plain one (backend option
+ * plain: every fused or cached path switched to its plain version).
  * tensor_stats (the device statistics of --inspect) is checked against the CPU reference on the
  * same tensors: counts exact, sums within 1e-6 relative, two GPU runs the same bytes; and the
  * inspector end to end (device statistics, what-ifs, async dumps) against its own dumps.
@@ -1689,7 +1689,7 @@ static void test_activations(void) {
 }
 
 /* Attention tolerances: the FP32 kernels (tiled, simple) agree with the CPU to summation order;
- * the tensor-core ones (FP8TRAIN_CUDA_ATTN=flash|gemm) round q, k, v, P, dout and dS to BF16
+ * the tensor-core ones (attention flash|gemm) round q, k, v, P, dout and dS to BF16
  * (2^-9 relative each), which moves the output by a few 1e-3 relative and the gradients by
  * about 1e-2 (dS = P (dP - D) subtracts nearly equal numbers). The lse is checked as an
  * absolute RMS error: each score moves by up to scale * 2^-8 * sum_i |q_i k_i|, about 1.4e-2
@@ -1698,7 +1698,7 @@ static void test_activations(void) {
 static double attn_tol_out = 1e-5, attn_tol_lse = 1e-5, attn_tol_grad = 1e-5;
 static int attn_expect_tc; /* the variant must run head sizes 32, 64, 128 on tensor cores */
 static int attn_expect_flash; /* ... on the flash path, which keeps q, k, v for the backward */
-static int attn_expect_cudnn; /* ... through cuDNN's fused attention (FP8TRAIN_CUDA_ATTN=cudnn) */
+static int attn_expect_cudnn; /* ... through cuDNN's fused attention (attention option cudnn) */
 
 static void test_attention(void) {
     /* B, T, NH, NKV (K/V heads: grouped-query attention when < NH), HS, rope theta, llama3
@@ -2051,7 +2051,7 @@ static const prec_case PRECS[] = {
  * and flips come from last-bit input differences, from current scales computed from amaxes
  * that differ in the last bit, and from Hopper's FP8 accumulation. Measured on an H200 (two
  * runs, three models): all gradients 0.060-0.092, worst tensor 0.10-0.19, loss <= 1.3e-4,
- * grad norm <= 3e-3; with the exact decode+FP32 GEMMs (FP8TRAIN_CUDA_NO_LT_FP8=1) and delayed
+ * grad norm <= 3e-3; with the exact decode+FP32 GEMMs (backend option no_lt_fp8) and delayed
  * scaling at step 1, where every scale is 1, sometimes 1e-6 end to end, which shows the
  * disagreement is rounding flips and not a wrong op. The tolerances (all gradients 0.15, i.e.
  * cosine ~0.99, the design's threshold for an acceptable quantization error; each tensor 0.3)
@@ -2078,6 +2078,10 @@ static void fp8_effect(const char *pname, const char *shape, const float *gg, co
            info[worst_i].name, over, nt);
 }
 
+/* The GPU models' options (the CPU ones always take the defaults: its plain and fused paths
+ * give the same bits, so a GPU model with every fusion off is held to the same tolerances). */
+static fp8t_model_options gpu_model_opts;
+
 static fp8t_model *make_model(fp8t_backend *be, const fp8t_model_config *cfg,
                               fp8t_precision prec, int B, int T) {
     fp8t_policy p;
@@ -2086,7 +2090,8 @@ static fp8t_model *make_model(fp8t_backend *be, const fp8t_model_config *cfg,
     p.history_len = 16;
     if (prec == FP8T_PREC_FP32 || prec == FP8T_PREC_BF16) p.head_precision = prec;
     char err[256];
-    fp8t_model *m = fp8t_model_create(be, cfg, &p, B, T, err, sizeof(err));
+    fp8t_model *m = fp8t_model_create(be, cfg, &p, be == GPU ? &gpu_model_opts : NULL, B, T,
+                                      err, sizeof(err));
     if (!m) {
         printf("  model create on %s failed: %s\n", be->name, err);
         return NULL;
@@ -2447,7 +2452,7 @@ static double now_ms(void) {
 }
 
 /* The backend's attention_forward / attention_backward (conversion passes included, as the
- * model runs them) with FP8TRAIN_CUDA_ATTN=flash and =cudnn, ms per call and TFLOP/s with the
+ * model runs them) with the attention options flash and cudnn, ms per call and TFLOP/s with the
  * causal FLOP counts (forward 2 B NH T^2 HS, backward 2.5x that); then cuDNN's cores alone
  * (deterministic backward, the default, and cuDNN's atomic form); and cuDNN's out and dqkv
  * against flash's at these sizes (rows: PASS within the flash contract's tolerances, the two
@@ -2459,7 +2464,7 @@ static int attn_bench(int iters) {
         float rope;
     } shapes[] = {{"B8 NH16 T2048 HS128", 8, 2048, 16, 16, 128, 0.0f},
                   {"llama-1b B16 NH32 NKV8 T1024 HS64 rope", 16, 1024, 32, 8, 64, 5e5f}};
-    static const char *impl[2] = {"flash", "cudnn"};
+    static const fp8t_attn_impl impl[2] = {FP8T_ATTN_FLASH, FP8T_ATTN_CUDNN};
     char err[512];
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         const int B = shapes[si].B, T = shapes[si].T, NH = shapes[si].NH;
@@ -2472,9 +2477,8 @@ static int attn_bench(int iters) {
         float *qkv = host_normal(nqkv, 1.0f), *g = host_normal(nout, 1.0f);
         float *ref_out = NULL, *ref_dqkv = NULL;
         for (int v = 0; v < 2; v++) {
-            setenv("FP8TRAIN_CUDA_ATTN", impl[v], 1);
-            GPU = fp8t_backend_create("cuda", err, sizeof(err));
-            unsetenv("FP8TRAIN_CUDA_ATTN");
+            const fp8t_backend_options bo = {.attn = impl[v]};
+            GPU = fp8t_backend_create("cuda", &bo, err, sizeof(err));
             if (!GPU) {
                 fprintf(stderr, "gpu_test: cannot create the CUDA backend: %s\n", err);
                 return 1;
@@ -2504,7 +2508,7 @@ static int attn_bench(int iters) {
             fp8t_cuda_attention_cudnn_calls(GPU, &c1);
             printf("attn-bench %-40s %-6s op   fwd %8.3f ms %6.1f TFLOP/s   bwd %8.3f ms "
                    "%6.1f TFLOP/s%s\n",
-                   shapes[si].name, impl[v], fms, ffwd / fms * 1e-9, bms, fbwd / bms * 1e-9,
+                   shapes[si].name, fp8t_attn_impl_name(impl[v]), fms, ffwd / fms * 1e-9, bms, fbwd / bms * 1e-9,
                    v == 1 && c1 - c0 != 2 * iters ? "   (NOT cuDNN: fell back to flash)" : "");
             if (v == 1) {
                 for (int det = 1; det >= 0; det--) {
@@ -2573,13 +2577,13 @@ int main(int argc, char **argv) {
     printf("gpu_test: seed %llu (replay with FP8TRAIN_TEST_SEED=%llu)\n",
            (unsigned long long)seed, (unsigned long long)seed);
     char err[512];
-    CPU = fp8t_backend_create("cpu", err, sizeof(err));
+    CPU = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     if (!CPU) {
         fprintf(stderr, "gpu_test: cannot create the CPU backend: %s\n", err);
         return 1;
     }
     /* a GPU first: without one there is nothing to test, say so once */
-    GPU = fp8t_backend_create("cuda", err, sizeof(err));
+    GPU = fp8t_backend_create("cuda", NULL, err, sizeof(err));
     if (!GPU) {
         fprintf(stderr, "gpu_test: cannot create the CUDA backend: %s\n", err);
         fp8t_backend_destroy(CPU);
@@ -2607,55 +2611,58 @@ int main(int argc, char **argv) {
     }
     /* the exact comparisons run the FP32 attention kernels; the BF16 tensor-core ones (the
      * default) are checked below with their own tolerances */
-    setenv("FP8TRAIN_CUDA_ATTN", "tiled", 1);
     for (int variant = 0; variant < 2; variant++) {
-        if (variant == 1) setenv("FP8TRAIN_CUDA_PLAIN", "1", 1);
-        GPU = fp8t_backend_create("cuda", err, sizeof(err));
+        const fp8t_backend_options bo = {.attn = FP8T_ATTN_TILED, .plain = variant == 1};
+        GPU = fp8t_backend_create("cuda", &bo, err, sizeof(err));
         if (!GPU) {
             fprintf(stderr, "gpu_test: cannot create the CUDA backend: %s\n", err);
             return 1;
         }
-        gpu_variant = variant ? "cuda (FP8TRAIN_CUDA_PLAIN=1)" : "cuda";
+        gpu_variant = variant ? "cuda (plain)" : "cuda";
         printf("== %s vs cpu: ops\n", gpu_variant);
         rng_state = seed + (uint64_t)variant * 1000003u;
         run_op_suite();
         if (!ops_only) {
             printf("== %s vs cpu: training steps\n", gpu_variant);
             run_model_suite();
+            /* the model's options reach it: every fusion off on the GPU side */
+            fp8t_model_config tiny, tiny_llama;
+            fp8t_model_preset(&tiny, "tiny");
+            fp8t_model_preset(&tiny_llama, "tiny-llama");
+            gpu_model_opts.disable = FP8T_DISABLE_ALL_FUSION;
+            model_compare("tiny, gpu all fusion off", &tiny, 4, 64);
+            model_compare("tiny-llama, gpu all fusion off", &tiny_llama, 4, 64);
+            gpu_model_opts.disable = 0;
         }
         fp8t_backend_destroy(GPU);
         GPU = NULL;
     }
-    unsetenv("FP8TRAIN_CUDA_PLAIN");
-    unsetenv("FP8TRAIN_CUDA_ATTN");
     /* the optional fast paths, op by op (the training-step checks above use the defaults) */
     static const struct {
-        const char *env, *value;
+        fp8t_attn_impl attn;
         int attention;       /* run the attention rows (else the float GEMM rows) */
         double out, lse, grad;
-    } extra[] = {{"FP8TRAIN_CUDA_ATTN", "flash", 1, 1.5e-2, 1e-2, 3e-2},
-                 {"FP8TRAIN_CUDA_ATTN", "gemm", 1, 1.5e-2, 1e-2, 3e-2},
+    } extra[] = {{FP8T_ATTN_FLASH, 1, 1.5e-2, 1e-2, 3e-2},
+                 {FP8T_ATTN_GEMM, 1, 1.5e-2, 1e-2, 3e-2},
                  /* cuDNN's fused attention: the flash contract's tolerances (it also returns
                   * O and dq, dk, dv rounded to BF16: 2^-9 relative, well inside them) */
-                 {"FP8TRAIN_CUDA_ATTN", "cudnn", 1, 1.5e-2, 1e-2, 3e-2}};
+                 {FP8T_ATTN_CUDNN, 1, 1.5e-2, 1e-2, 3e-2}};
     for (size_t e = 0; e < sizeof(extra) / sizeof(extra[0]); e++) {
-        setenv(extra[e].env, extra[e].value, 1);
-        GPU = fp8t_backend_create("cuda", err, sizeof(err));
+        const fp8t_backend_options bo = {.attn = extra[e].attn};
+        GPU = fp8t_backend_create("cuda", &bo, err, sizeof(err));
         if (!GPU) {
             fprintf(stderr, "gpu_test: cannot create the CUDA backend: %s\n", err);
             return 1;
         }
-        const int is_cudnn = !strcmp(extra[e].value, "cudnn");
+        const int is_cudnn = extra[e].attn == FP8T_ATTN_CUDNN;
         if (is_cudnn && fp8t_cuda_attention_cudnn_deterministic(GPU, 1) != 0) {
-            printf("== cuda (%s=%s): skipped, this build has no cuDNN\n", extra[e].env,
-                   extra[e].value);
+            printf("== cuda (attn cudnn): skipped, this build has no cuDNN\n");
             fp8t_backend_destroy(GPU);
             GPU = NULL;
-            unsetenv(extra[e].env);
             continue;
         }
         static char name[96];
-        snprintf(name, sizeof(name), "cuda (%s=%s)", extra[e].env, extra[e].value);
+        snprintf(name, sizeof(name), "cuda (attn %s)", fp8t_attn_impl_name(extra[e].attn));
         gpu_variant = name;
         printf("== %s vs cpu: ops\n", gpu_variant);
         rng_state = seed + 7919u * (uint64_t)(e + 2);
@@ -2663,7 +2670,7 @@ int main(int argc, char **argv) {
             attn_tol_out = extra[e].out, attn_tol_lse = extra[e].lse, attn_tol_grad = extra[e].grad;
             attn_expect_tc = 1;
             /* cuDNN keeps q|k|v too (BF16 [B, T, W]) */
-            attn_expect_flash = !strcmp(extra[e].value, "flash") || is_cudnn;
+            attn_expect_flash = extra[e].attn == FP8T_ATTN_FLASH || is_cudnn;
             attn_expect_cudnn = is_cudnn;
             test_attention();
             attn_expect_tc = attn_expect_flash = attn_expect_cudnn = 0;
@@ -2699,7 +2706,6 @@ int main(int argc, char **argv) {
         }
         fp8t_backend_destroy(GPU);
         GPU = NULL;
-        unsetenv(extra[e].env);
     }
     gpu_test_collectives(&n_pass, &n_fail);
     gpu_test_infer(&n_pass, &n_fail);

@@ -173,7 +173,9 @@ static const fp8t_backend_ops cpu_ops = {
     .embedding_forward_bf16 = cpu_embedding_forward_bf16,
 };
 
-fp8t_backend *fp8t_cpu_backend_create(char *err, size_t errlen) {
+fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err,
+                                      size_t errlen) {
+    (void)opt; /* one attention, no fused or cached paths of its own: nothing to choose */
     (void)err;
     (void)errlen; /* the CPU backend cannot fail short of OOM, which exits with a message */
     fp8t_backend *b = CPU_ZALLOC(sizeof(fp8t_backend));

@@ -9,10 +9,10 @@
  * rotation) and scatters dq|dk|dv into dqkv (every element written).
  *
  * The BF16 tensor-core cores live in their own files: cuDNN's fused attention
- * (cuda_attention_cudnn.cu, tried first where FP8TRAIN_CUDA_ATTN asks for it), flash
+ * (cuda_attention_cudnn.cu, tried first where the attention option asks for it), flash
  * (cuda_attention_flash.cu) and gemm (cuda_attention_gemm.cu). Here, two FP32
  * implementations, same math (softmax with the saved log-sum-exp, no [T,T] matrix kept):
- *  - simple (FP8TRAIN_CUDA_ATTN=simple or FP8TRAIN_CUDA_PLAIN=1; any head size <= 256): one
+ *  - simple (--cuda-attn simple or --disable cuda-fusion; any head size <= 256): one
  *    warp per (b, h, query row) streaming over keys with an online softmax; backward: one warp
  *    per query row for dq and one warp per key row for dk, dv, both recomputing the
  *    probabilities from lse and D_t = dot(dout_t, out_t).

@@ -1,4 +1,4 @@
-/* CUDA backend — attention core: BF16 tensor-core flash attention (FP8TRAIN_CUDA_ATTN=flash).
+/* CUDA backend — attention core: BF16 tensor-core flash attention (--cuda-attn flash).
  *
  * Inputs come straight from the op's qkv [B, T, (NH + 2 NKV) HS] (FP32); head sizes 32, 64 and
  * 128. Grouped-query attention: the conversion kernel copies each K/V head to the query heads

@@ -1,4 +1,4 @@
-/* CUDA backend — attention core "gemm" (FP8TRAIN_CUDA_ATTN=gemm): causal attention through
+/* CUDA backend — attention core "gemm" (--cuda-attn gemm): causal attention through
  * cuBLASLt strided-batched BF16 GEMMs over the full [T,T] score matrix of each head, the
  * pre-cuDNN approach of llm.c. Inputs are the prep kernel's q, k, v [B*NH, T, HS] (FP32, RoPE
  * applied); see cuda_common.cuh for the contract.

@@ -7,11 +7,6 @@
 
 #define CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace (Hopper recommends 32 MiB) */
 
-static int env_flag(const char *name) {
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
-
 void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
     cuda_state *s = cuda_of(b);
     if (s->scratch_bytes[slot] < bytes) {
@@ -290,7 +285,8 @@ static const fp8t_backend_ops cuda_ops = {
     /* .embedding_forward_bf16 = */ cuda_embedding_forward_bf16,
 };
 
-extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
+extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *opt, char *err,
+                                                  size_t errlen) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
@@ -333,38 +329,38 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(char *err, size_t errlen) {
     }
     s->device = dev;
     s->num_sms = prop.multiProcessorCount;
-    s->plain = env_flag("FP8TRAIN_CUDA_PLAIN");
-    const char *attn = getenv("FP8TRAIN_CUDA_ATTN");
+    s->plain = opt->plain != 0;
     /* BF16 tensor-core flash attention by default, as training frameworks run it (4x the FP32
      * tiled kernels on an H200); `tiled` is the exact FP32 reference path */
     s->attn_mode = ATTN_FLASH;
 #ifdef FP8T_HAVE_CUDNN
-    s->attn_cudnn = 1; /* head size 128 through cuDNN's fused attention (~2x flash there) */
+    /* head size 128 through cuDNN's fused attention by default (~2x flash there); any explicit
+     * choice but cudnn turns it off; cudnn keeps flash as the fallback */
+    s->attn_cudnn = opt->attn == FP8T_ATTN_DEFAULT ? 1 : opt->attn == FP8T_ATTN_CUDNN ? 2 : 0;
+#else
+    s->attn_cudnn = 0;
+    if (opt->attn == FP8T_ATTN_CUDNN)
+        fprintf(stderr, "fp8train: attention cudnn: this build has no cuDNN; attention runs the "
+                        "flash kernels
+");
 #endif
-    if (attn && *attn) {
-        /* any explicit choice but cudnn turns cuDNN off; cudnn keeps flash as the fallback */
-        s->attn_cudnn = strcmp(attn, "cudnn") ? 0 : 2;
-        if (!strcmp(attn, "cudnn")) {
-#ifndef FP8T_HAVE_CUDNN
-            fprintf(stderr, "fp8train: FP8TRAIN_CUDA_ATTN=cudnn: this build has no cuDNN; "
-                            "attention runs the flash kernels\n");
-#endif
-        } else if (!strcmp(attn, "tiled")) s->attn_mode = ATTN_TILED;
-        else if (!strcmp(attn, "simple")) s->attn_mode = ATTN_SIMPLE;
-        else if (!strcmp(attn, "flash")) s->attn_mode = ATTN_FLASH;
-        else if (!strcmp(attn, "gemm")) s->attn_mode = ATTN_GEMM;
-        else {
-            snprintf(err, errlen,
-                     "FP8TRAIN_CUDA_ATTN=%s is not an attention implementation; use one of "
-                     "flash, cudnn, gemm, tiled, simple (or unset it)", attn);
-            free(s);
-            free(b);
-            return NULL;
-        }
+    switch (opt->attn) {
+    case FP8T_ATTN_TILED: s->attn_mode = ATTN_TILED; break;
+    case FP8T_ATTN_SIMPLE: s->attn_mode = ATTN_SIMPLE; break;
+    case FP8T_ATTN_GEMM: s->attn_mode = ATTN_GEMM; break;
+    case FP8T_ATTN_CUDNN:
+    case FP8T_ATTN_FLASH:
+    case FP8T_ATTN_DEFAULT: s->attn_mode = ATTN_FLASH; break;
+    default: /* a value this backend does not know (fp8t_backend_create checked the range) */
+        snprintf(err, errlen, "attention implementation '%s' is not in the CUDA backend",
+                 fp8t_attn_impl_name(opt->attn) ? fp8t_attn_impl_name(opt->attn) : "?");
+        free(s);
+        free(b);
+        return NULL;
     }
     if (s->plain) s->attn_mode = ATTN_SIMPLE, s->attn_cudnn = 0;
-    s->sync_each_op = env_flag("FP8TRAIN_CUDA_SYNC");
-    s->no_lt_fp8 = env_flag("FP8TRAIN_CUDA_NO_LT_FP8");
+    s->sync_each_op = opt->sync_each_op != 0;
+    s->no_lt_fp8 = opt->no_lt_fp8 != 0;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasLtCreate(&s->lt));
     s->workspace_bytes = CUDA_WORKSPACE_BYTES;

@@ -5,12 +5,13 @@
  * reduction cuts its input into pieces that depend on the sizes only and combines the partial
  * results in a fixed order, so two runs on the same GPU give bit-identical results.
  *
- * Switches (read once at create, see cuda_backend.cu):
- *   FP8TRAIN_CUDA_PLAIN=1  every fused or cached path falls back to its plain version: the
+ * Switches (fp8t_backend_options, fixed at create; `fp8train train --disable cuda-fusion`,
+ * `--cuda-attn`, `--cuda-sync`, `--disable cuda-lt-fp8` set them):
+ *   plain                  every fused or cached path falls back to its plain version: the
  *                          simple attention kernels, separate amax/cast/transpose kernels for
  *                          quantize, packed BF16 GEMM operands with a separate amax pass, no
  *                          cuBLASLt algorithm cache, no RoPE table cache.
- *   FP8TRAIN_CUDA_ATTN=flash|cudnn|gemm|tiled|simple   the attention kernels alone. flash
+ *   attn = flash|cudnn|gemm|tiled|simple   the attention kernels alone. flash
  *                          (the default; head sizes 32, 64, 128, others fall back to
  *                          tiled/simple): BF16 tensor-core flash attention, except head size
  *                          128, which goes to cuDNN's fused attention when the build has cuDNN
@@ -20,9 +21,9 @@
  *                          over [T,T] score blocks. Both round q, k, v, P, dout and dS to BF16
  *                          and accumulate in FP32. tiled and simple are FP32 (the CPU backend's
  *                          arithmetic up to summation order): the exact reference.
- *   FP8TRAIN_CUDA_SYNC=1   synchronize and check for errors after every op (slow; names the
+ *   sync_each_op           synchronize and check for errors after every op (slow; names the
  *                          op that failed instead of a later one).
- *   FP8TRAIN_CUDA_NO_LT_FP8=1  FP8 GEMMs through the decode + FP32 GEMM fallback instead of
+ *   no_lt_fp8              FP8 GEMMs through the decode + FP32 GEMM fallback instead of
  *                          cuBLASLt's FP8 kernels (isolates cuBLASLt in a bisection). */
 #ifndef FP8TRAIN_CUDA_COMMON_CUH
 #define FP8TRAIN_CUDA_COMMON_CUH
@@ -62,7 +63,7 @@
     } while (0)
 
 /* After a kernel launch: launch-configuration errors now, execution errors at the next sync
- * (or right away with FP8TRAIN_CUDA_SYNC=1). */
+ * (or right away with sync_each_op). */
 #define CUDA_LAUNCH_CHECK(s)                                                                  \
     do {                                                                                      \
         CUDA_CHECK(cudaGetLastError());                                                       \
@@ -109,13 +110,13 @@ typedef struct {
     size_t workspace_bytes;
     void *scratch[SCR_COUNT];
     size_t scratch_bytes[SCR_COUNT];
-    /* switches */
-    int plain;           /* FP8TRAIN_CUDA_PLAIN */
-    int attn_mode;       /* ATTN_* (FP8TRAIN_CUDA_ATTN) */
+    /* switches (fp8t_backend_options, fixed at creation) */
+    int plain;           /* .plain */
+    int attn_mode;       /* ATTN_* (.attn) */
     int attn_cudnn;      /* cuDNN SDPA first: 0 no, 1 head size 128 (the default when built
-                          * with cuDNN), 2 head sizes 32/64/128 (FP8TRAIN_CUDA_ATTN=cudnn) */
-    int sync_each_op;    /* FP8TRAIN_CUDA_SYNC */
-    int no_lt_fp8;       /* FP8TRAIN_CUDA_NO_LT_FP8 */
+                          * with cuDNN), 2 head sizes 32/64/128 (.attn = cudnn) */
+    int sync_each_op;    /* .sync_each_op */
+    int no_lt_fp8;       /* .no_lt_fp8 */
     /* cuBLASLt algorithm cache (off with plain) */
     lt_cache_entry lt_cache[LT_CACHE_SIZE];
     int lt_cache_next;
@@ -147,7 +148,7 @@ typedef struct {
     size_t bucket_bf16_cap, bucket_bf16_used;
 } cuda_state;
 
-/* attention implementations (FP8TRAIN_CUDA_ATTN) */
+/* attention implementations (fp8t_backend_options.attn) */
 enum { ATTN_TILED = 0, ATTN_SIMPLE, ATTN_FLASH, ATTN_GEMM };
 
 static inline cuda_state *cuda_of(fp8t_backend *b) { return (cuda_state *)b->impl; }

@@ -301,7 +301,7 @@ static int bf16_rounded_lt(fp8t_backend *b, float *C, int ldc, const __nv_bfloat
             if (r0 == 0) return -1; /* nothing written: the caller's fallback does it all */
             fprintf(stderr,
                     "fp8train: cuBLASLt has a BF16 algorithm for the first %d rows of a M=%d N=%d "
-                    "K=%d GEMM but not for rows %d..%d (%s:%d); rerun with FP8TRAIN_CUDA_PLAIN=1\n",
+                    "K=%d GEMM but not for rows %d..%d (%s:%d); rerun with --disable cuda-fusion\n",
                     r0, M, N, K, r0, r0 + mr - 1, __FILE__, __LINE__);
             exit(1);
         }

@@ -92,7 +92,7 @@ __global__ void cast_fp8_kernel(uint8_t *codes, float *amax_out, const float *__
     }
 }
 
-/* ---- fused paths (not with FP8TRAIN_CUDA_PLAIN=1) ----
+/* ---- fused paths (not with the plain option) ----
  *
  * amax as an unsigned max over |x| bit patterns: for non-NaN floats the order of the patterns
  * is the order of the magnitudes and every NaN pattern lies above +Inf's, so the max is a NaN
