@@ -341,8 +341,7 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
     s->attn_cudnn = 0;
     if (opt->attn == FP8T_ATTN_CUDNN)
         fprintf(stderr, "fp8train: attention cudnn: this build has no cuDNN; attention runs the "
-                        "flash kernels
-");
+                        "flash kernels\n");
 #endif
     switch (opt->attn) {
     case FP8T_ATTN_TILED: s->attn_mode = ATTN_TILED; break;
