@@ -51,6 +51,12 @@ int fp8t_inspector_active(const fp8t_inspector *in);
 /* Pinned bytes of dumps in flight to the writer thread (default 2 GiB; beyond it a dump waits
  * for the disk). Before the first dump; 0 keeps the default. */
 void fp8t_inspector_set_dump_budget(fp8t_inspector *in, size_t bytes);
+/* On (the default): a site that shows the same tensor under the same request as an earlier
+ * site of the step (the Wgrad's dY and X, the Dgrad's W: the tensors the other GEMM of the
+ * linear saw) takes that site's statistics instead of reading the tensor again; its row is
+ * the same. Valid only when nothing writes the tensors between the sites: off (0) when a
+ * writing hook (fault injection) shares the model hook. */
+void fp8t_inspector_set_reuse(fp8t_inspector *in, int on);
 /* After the step's backward, before fp8t_model_end_step (the delayed-scaling update): when
  * step + 1 is inspected, notes per tensor the amax that update computes the next scale from,
  * reported as amax_history_max of step + 1. */

@@ -78,6 +78,7 @@ struct fp8t_inspector {
     size_t codes_cap;
     fp8t_inspect_sink sink;        /* optional second destination (TensorBoard) */
     void *sink_ctx;
+    int no_reuse;                  /* fp8t_inspector_set_reuse(in, 0): compute every site */
 };
 
 static void flush_rows(fp8t_inspector *in);
@@ -325,6 +326,10 @@ void fp8t_inspector_begin_step(fp8t_inspector *in, int step) {
     in->step = step;
     in->active = step_selected(in, step);
     if (in->seen) memset(in->seen, 0, in->seen_n * sizeof(int));
+}
+
+void fp8t_inspector_set_reuse(fp8t_inspector *in, int on) {
+    if (in) in->no_reuse = !on;
 }
 
 void fp8t_inspector_set_dump_budget(fp8t_inspector *in, size_t bytes) {
@@ -602,6 +607,10 @@ typedef struct pending_row {
     const char *scale_source;
     double hist_max;
     float *dump_buf; /* its dump's pinned buffer (copy queued), or NULL */
+    /* what the raw statistics are a function of, to find a site that repeats an earlier one */
+    const float *x;
+    fp8t_stats_req req;
+    long same_as; /* index of the queued row whose raw statistics this row takes, or -1 */
 } pending_row;
 
 /* The stats.jsonl line of one site from its raw statistics. */
@@ -710,7 +719,7 @@ static void flush_rows(fp8t_inspector *in) {
     for (size_t k = 0; k < in->n_rows; k++) {
         const pending_row *pr = &in->rows[k];
         float scale;
-        write_row(in, pr, &in->h_raws[k], &scale);
+        write_row(in, pr, &in->h_raws[pr->same_as >= 0 ? (size_t)pr->same_as : k], &scale);
         in->last_scale = scale;
         if (pr->dump_buf) {
             dump_job job;
@@ -721,6 +730,43 @@ static void flush_rows(fp8t_inspector *in) {
     dump_writer_release(in->writer);
     in->n_rows = 0;
     in->pending_dump_bytes = 0;
+}
+
+static int image_spec_equal(const fp8t_image_spec *a, const fp8t_image_spec *b) {
+    return a->kind == b->kind && a->fmt == b->fmt && a->tile_r == b->tile_r &&
+           a->tile_c == b->tile_c && a->scale == b->scale && a->epsilon == b->epsilon &&
+           a->pow2 == b->pow2;
+}
+
+static int stats_req_equal(const fp8t_stats_req *a, const fp8t_stats_req *b) {
+    if (a->n_images != b->n_images || a->block != b->block || a->block_img != b->block_img ||
+        a->block_list || b->block_list)
+        return 0;
+    for (int k = 0; k < a->n_images && k < FP8T_STATS_MAX_IMAGES; k++)
+        if (!image_spec_equal(&a->img[k], &b->img[k])) return 0;
+    return 1;
+}
+
+/* The queued row whose statistics this site's would repeat, or -1. An operand is seen by two
+ * GEMMs of its linear: the Wgrad's dY is the Dgrad's dY (the same buffer, nothing writes it
+ * in between), the Wgrad's X is the Fprop's X (the tensor the forward kept, or rebuilt
+ * bit-exactly), the Dgrad's W is the Fprop's W (weights change only after the step). The
+ * statistics are a function of the elements and the request (images, scales: a delayed
+ * scale is a pointer into the recipe state, which changes only at the step's end), so when
+ * both agree the earlier row's raw record is this row's, and the tensor is not read again.
+ * Only while nothing may write the tensor between the two sites (fp8t_inspector_set_reuse:
+ * the trainer turns this off when a fault injector shares the hook). */
+static long find_same(const fp8t_inspector *in, const pending_row *pr) {
+    if (in->no_reuse || !pr->is_operand) return -1;
+    for (size_t k = in->n_rows; k-- > 0;) {
+        const pending_row *q = &in->rows[k];
+        if (q->same_as < 0 && q->is_operand && q->x == pr->x && q->micro == pr->micro &&
+            q->site.lin == pr->site.lin && q->site.kind == pr->site.kind &&
+            q->site.rows == pr->site.rows && q->site.cols == pr->site.cols &&
+            stats_req_equal(&q->req, &pr->req))
+            return (long)k;
+    }
+    return -1;
 }
 
 void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
@@ -768,6 +814,8 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     pr->is_operand = site->fp8_index >= 0;
     pr->scale_img = -1;
     pr->hist_max = NAN;
+    pr->x = x;
+    pr->same_as = -1;
 
     /* the statistics on the device; only the fp8t_stats_raw comes back */
     fp8t_stats_req req;
@@ -789,7 +837,10 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
             req.block_list = in->sel.block_list ? in->d_blocks : NULL;
         }
     }
-    be->ops->tensor_stats(be, in->d_raws + in->n_rows, x, site->rows, site->cols, &req);
+    pr->req = req;
+    pr->same_as = find_same(in, pr);
+    if (pr->same_as < 0)
+        be->ops->tensor_stats(be, in->d_raws + in->n_rows, x, site->rows, site->cols, &req);
 
     if (dump && in->writer) {
         /* copied now (later kernels may overwrite x), written after the flush */

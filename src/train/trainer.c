@@ -570,6 +570,8 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             if (drc == 0)
                 t->inspector = fp8t_inspector_create(t->dp.inspect_spec, idir, e, sizeof(e));
             fp8t_inspector_set_dump_budget(t->inspector, (size_t)t->cfg.inspect_dump_mb << 20);
+            /* the injector may write a tensor between two sites that show it */
+            fp8t_inspector_set_reuse(t->inspector, t->injector == NULL);
             if (drc == 0 && !t->inspector) {
                 snprintf(err, errlen, "--inspect: %s", e);
                 drc = -1;
