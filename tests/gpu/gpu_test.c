@@ -1142,7 +1142,9 @@ static void test_mxfp8(void) {
  * nonzero and the per-tensor scales bit-exact, every sum within 1e-6 relative (both sides sum
  * in double, in different orders); the per-block list likewise. Two GPU runs give the same
  * bytes. Images: a delayed scale, current scaling (E4M3; E5M2 with pow2 and epsilon), tiles
- * 1x128, 128x128, 128x1, MXFP8. */
+ * 1x128, 128x128, 128x1, MXFP8; with alt (the NaN/Inf variant) 128x128 becomes a second
+ * 1x128 image (E5M2: both made in the moments' read, as the what-ifs are) and an 8th image
+ * has 3x100 tiles (no power of two: the per-element index by division). */
 static double rel_diff(double a, double b) {
     if (isnan(a) && isnan(b)) return 0;
     if (a == b) return 0;
@@ -1150,7 +1152,8 @@ static double rel_diff(double a, double b) {
     return m > 0 ? d / m : d;
 }
 
-static void stats_req(fp8t_stats_req *req, const float *scale, int block, fp8t_block_raw *list) {
+static void stats_req(fp8t_stats_req *req, const float *scale, int block, fp8t_block_raw *list,
+                      int alt) {
     memset(req, 0, sizeof *req);
     req->n_images = 7;
     req->img[0] = (fp8t_image_spec){.kind = FP8T_IMG_SCALE, .fmt = FP8_E4M3, .scale = scale};
@@ -1164,6 +1167,12 @@ static void stats_req(fp8t_stats_req *req, const float *scale, int block, fp8t_b
     req->img[5] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 128,
                                     .tile_c = 1};
     req->img[6] = (fp8t_image_spec){.kind = FP8T_IMG_MX};
+    if (alt) {
+        req->img[4].tile_r = 1;
+        req->n_images = 8;
+        req->img[7] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 3,
+                                        .tile_c = 100};
+    }
     req->block = block, req->block_img = 0;
     req->block_list = list;
 }
@@ -1186,7 +1195,7 @@ static void test_tensor_stats(void) {
             dp_poison(draw, 1);
             fp8t_stats_req req;
             FOR_BOTH {
-                stats_req(&req, F(ds), block, (fp8t_block_raw *)dlist.p[s_]);
+                stats_req(&req, F(ds), block, (fp8t_block_raw *)dlist.p[s_], variant);
                 be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx), rows, cols, &req);
             }
             fp8t_stats_raw *c = dl(0, draw.p[0], sizeof(fp8t_stats_raw));
@@ -1238,7 +1247,7 @@ static void test_tensor_stats(void) {
                 why);
             /* the same bytes on a second GPU run */
             void *again = GPU->ops->malloc(GPU, sizeof(fp8t_stats_raw));
-            stats_req(&req, (const float *)ds.p[1], block, NULL);
+            stats_req(&req, (const float *)ds.p[1], block, NULL, variant);
             GPU->ops->tensor_stats(GPU, again, (const float *)dx.p[1], rows, cols, &req);
             check_same_bits("tensor_stats", shape, again, draw.p[1], sizeof(fp8t_stats_raw));
             GPU->ops->free(GPU, again);
