@@ -728,6 +728,65 @@ static void test_inspect_reuse_writes_the_same_rows(void) {
     tiny_close(&t);
 }
 
+
+/* ---- a read-only hook (fp8t_model_set_observer) ----
+ * The model keeps its FP8 save of X and shows the Wgrad X as NULL; the inspector writes that
+ * row from the Fprop X's. Against the same model under a writing hook (every X in FP32, each
+ * site computed): the same file, byte for byte, for everything and for the Wgrad X alone
+ * (its Fprop X is then computed but not written), with rows flushed mid-step (dumps of
+ * results only: the Wgrad X's source may be flushed before it). */
+typedef struct {
+    fp8t_inspector *in;
+    int null_x;
+} observe_ctx;
+
+static void observe_hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
+    observe_ctx *c = vctx;
+    c->null_x += x == NULL;
+    fp8t_inspector_observe(c->in, m, s, x);
+}
+
+static void observer_case(const char *spec, const char *name) {
+    char *text[2];
+    int null_x[2] = {0, 0};
+    for (int ro = 0; ro < 2; ro++) {
+        tiny t;
+        T_ASSERT(tiny_open(&t) == 0, "model");
+        char err[512], out[400], path[600];
+        snprintf(out, sizeof(out), "%s/observer_%s%d", g_root, name, ro);
+        observe_ctx c = {fp8t_inspector_create(spec, out, err, sizeof(err)), 0};
+        T_ASSERT(c.in, "%s", err);
+        fp8t_inspector_set_dump_budget(c.in, g_dump_budget);
+        if (ro) fp8t_model_set_observer(t.m, observe_hook, &c);
+        else fp8t_model_set_hook(t.m, observe_hook, &c);
+        for (int step = 0; step < 3; step++) {
+            fp8t_inspector_begin_step(c.in, step);
+            tiny_step(&t, 2);
+            fp8t_inspector_end_step(c.in, step);
+        }
+        fp8t_model_set_hook(t.m, NULL, NULL);
+        fp8t_inspector_destroy(c.in);
+        null_x[ro] = c.null_x;
+        snprintf(path, sizeof(path), "%s/stats.jsonl", out);
+        text[ro] = read_text(path);
+        T_ASSERT(text[ro] && text[ro][0], "%s: no rows", spec);
+        tiny_close(&t);
+    }
+    /* 3 layers x 4 linears + the head, 2 micro-batches, 3 steps */
+    T_CHECK(null_x[0] == 0 && null_x[1] == (3 * 4 + 1) * 2 * 3, "%s: Wgrad X as NULL: %d, %d",
+            spec, null_x[0], null_x[1]);
+    T_CHECK(strcmp(text[0], text[1]) == 0, "%s: rows differ under a read-only hook", spec);
+    free(text[0]), free(text[1]);
+}
+
+static void test_inspect_read_only_hook(void) {
+    observer_case("micro=all,block=16", "all");
+    observer_case("micro=all,gemms=wgrad,tensors=input", "wgrad_x");
+    g_dump_budget = 1000;
+    observer_case("micro=all,tensors=input+output,dump=1", "flushed");
+    g_dump_budget = 0;
+}
+
 int main(void) {
     t_suite = "inspect";
     snprintf(g_root, sizeof(g_root), "/tmp/fp8t_test_inspect_XXXXXX");
@@ -743,6 +802,7 @@ int main(void) {
     T_RUN(test_nan_tracker_names_the_poisoned_tensor);
     T_RUN(test_amax_history_max_is_the_scales_amax);
     T_RUN(test_inspect_reuse_writes_the_same_rows);
+    T_RUN(test_inspect_read_only_hook);
     if (!getenv("FP8T_KEEP_TEST_FILES")) fp8t_rmtree(g_root);
     else printf("kept %s\n", g_root);
     T_MAIN_END();

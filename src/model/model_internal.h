@@ -188,6 +188,7 @@ struct fp8t_model {
 
     fp8t_tensor_hook hook;
     void *hook_ctx;
+    int hook_reads;              /* the hook only reads (fp8t_model_set_observer) */
 
     /* Fused softmax + cross-entropy (forward.c, backward.c): a training forward writes the
      * losses AND dlogits = (softmax - onehot) * xent_dloss / count into a->logits in one pass,
