@@ -25,6 +25,7 @@
  * CPU's compensated sums to about 1e-15 relative. */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <atomic>
 #include <math.h>
 
 #define ST_THREADS 256
@@ -131,9 +132,15 @@ __device__ __forceinline__ int fp8_overflows_dev(float v, int fmt) {
 /* The grid of a tile-walking kernel: one warp per tile up to as many blocks as the GPU keeps
  * resident at once (a larger grid would run its last blocks as a second, mostly idle wave,
  * since every warp's share of tiles is fixed). */
-static unsigned st_grid(const cuda_state *s, const void *kernel, size_t ntiles) {
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, ST_THREADS, 0));
+static unsigned st_grid(const cuda_state *s, const void *kernel, std::atomic<int> *occ,
+                        size_t ntiles) {
+    /* asked once per kernel (a function of the kernel and the architecture; a few us a call,
+     * and an inspected step makes hundreds) */
+    int per_sm = occ->load(std::memory_order_relaxed);
+    if (per_sm <= 0) {
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, ST_THREADS, 0));
+        occ->store(per_sm, std::memory_order_relaxed);
+    }
     size_t cap = (size_t)s->num_sms * (size_t)(per_sm > 0 ? per_sm : 1);
     size_t g = (ntiles + ST_WARPS - 1) / ST_WARPS;
     if (g < 1) g = 1;
@@ -480,8 +487,9 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     /* the walked shape: nothing for an empty tensor */
     const int wr = n ? rows : 0, wc = n ? cols : 1;
     const size_t nwalk = (size_t)wr * cdiv_u((size_t)wc, ST_TILE);
-    const unsigned grid1 = st_grid(s, (const void *)stats_pass1_kernel, nwalk);
-    const unsigned grid2 = st_grid(s, (const void *)stats_images_kernel, nwalk);
+    static std::atomic<int> occ1(0), occ2(0);
+    const unsigned grid1 = st_grid(s, (const void *)stats_pass1_kernel, &occ1, nwalk);
+    const unsigned grid2 = st_grid(s, (const void *)stats_images_kernel, &occ2, nwalk);
     /* scratch: P1 partials | params | B partials | dev partials | tiles... | block list */
     size_t off_par = align_up(grid1 * sizeof(mom_acc), 256);
     size_t off_b = off_par + align_up(sizeof(stats_params), 256);
