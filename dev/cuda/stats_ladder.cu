@@ -14,7 +14,8 @@
  *      renamed v1_stats_*, or argument-dependent lookup would find both versions): a grid
  *      capped at 512 blocks walking x element by element (a 64-bit division and modulo per element for
  *      its row and column, a division per element and tile image for the tile index, MX by a
- *      double division), moments and 1x128 tiles in two reads (one block per 1x128 tile).
+ *      double division, the clipping test by the toolkit's non-saturating cast, which is
+ *      software), moments and 1x128 tiles in two reads (one block per 1x128 tile).
  *   2  cuda_stats.cu as it is now (#included below, so this is the shipped code).
  *
  * Checks (all must pass before anything is timed), on shapes with and without a partial
