@@ -2404,6 +2404,84 @@ static void test_inspect_on_gpu(void) {
     fp8t_rmtree(dir);
 }
 
+
+/* A read-only hook (fp8t_model_set_observer) on the CUDA backend: the model keeps its FP8 save
+ * of X (the Wgrad X site shows NULL) and its dY code reuse, and the inspector writes the
+ * Wgrad X rows from the Fprop X rows and reuses repeated sites. Two steps (no optimizer
+ * update, so both runs see the same weights) under a writing hook and under the read-only
+ * one: the same stats.jsonl, byte for byte. */
+typedef struct {
+    fp8t_inspector *in;
+    int null_x;
+} gpu_observe_ctx;
+
+static void gpu_observe_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *site, float *x) {
+    gpu_observe_ctx *c = ctx;
+    c->null_x += x == NULL;
+    fp8t_inspector_observe(c->in, m, site, x);
+}
+
+static void test_inspect_observer_on_gpu(void) {
+    fp8t_model_config cfg;
+    fp8t_model_preset(&cfg, "tiny");
+    cfg.n_layer = 2, cfg.n_embd = 256, cfg.n_head = 4, cfg.seq_len = 128;
+    cfg.vocab_size = 512, cfg.mlp_hidden = 1024;
+    const int B = 4, T = 128;
+    char *text[2] = {NULL, NULL}, why[600] = "", err[512];
+    int null_x[2] = {0, 0};
+    int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
+    make_batch(tok, tgt, B * T, cfg.vocab_size);
+    for (int ro = 0; ro < 2 && !why[0]; ro++) {
+        char dir[256] = "/tmp/fp8t_gpu_observer_XXXXXX", path[400];
+        if (!mkdtemp(dir)) {
+            snprintf(why, sizeof(why), "mkdtemp: %s", strerror(errno));
+            break;
+        }
+        fp8t_model *m = make_model(GPU, &cfg, FP8T_PREC_DELAYED, B, T);
+        gpu_observe_ctx c = {fp8t_inspector_create("every=1,block=64", dir, err, sizeof(err)), 0};
+        if (!m || !c.in) {
+            snprintf(why, sizeof(why), "create: %s", c.in ? "model" : err);
+        } else {
+            if (ro) fp8t_model_set_observer(m, gpu_observe_hook, &c);
+            else fp8t_model_set_hook(m, gpu_observe_hook, &c);
+            for (int t = 0; t < 2; t++) {
+                fp8t_inspector_begin_step(c.in, t);
+                fp8t_model_zero_grad(m);
+                fp8t_model_forward(m, tok, tgt);
+                fp8t_model_backward(m, 1.0f);
+                fp8t_inspector_before_scale_update(c.in, m, t);
+                fp8t_model_end_step(m);
+                fp8t_inspector_end_step(c.in, t);
+            }
+        }
+        fp8t_inspector_destroy(c.in);
+        if (m) fp8t_model_destroy(m);
+        null_x[ro] = c.null_x;
+        size_t len;
+        snprintf(path, sizeof(path), "%s/stats.jsonl", dir);
+        if (!why[0] && fp8t_read_file(path, &text[ro], &len, err, sizeof(err)))
+            snprintf(why, sizeof(why), "%s", err);
+        fp8t_rmtree(dir);
+    }
+    int lines = 0;
+    for (const char *p = text[0]; p && (p = strchr(p, '\n')); p++) lines++;
+    if (!why[0] && (null_x[0] != 0 || null_x[1] == 0))
+        snprintf(why, sizeof(why), "Wgrad X shown as NULL: %d under the writing hook, %d read-only",
+                 null_x[0], null_x[1]);
+    if (!why[0] && strcmp(text[0], text[1]) != 0) {
+        /* the first row that differs */
+        const char *a = text[0], *b = text[1];
+        while (*a && *a == *b) a++, b++;
+        while (a > text[0] && a[-1] != '\n') a--;
+        snprintf(why, sizeof(why), "rows differ from: %.300s", a);
+    }
+    char shape[64];
+    snprintf(shape, sizeof(shape), "%d rows, %d Wgrad X NULL", lines, null_x[1]);
+    row("inspect: read-only hook = writing hook", shape, 0, 0, !why[0] && lines > 100, why);
+    free(text[0]), free(text[1]);
+    free(tok), free(tgt);
+}
+
 static void run_model_suite(void) {
     fp8t_model_config tiny, tiny_llama, small;
     fp8t_model_preset(&tiny, "tiny");
@@ -2425,6 +2503,7 @@ static void run_model_suite(void) {
     model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_DELAYED, "fp8-delayed");
     model_determinism("tiny-llama", &tiny_llama, 4, 64, FP8T_PREC_CURRENT, "fp8-current");
     test_inspect_on_gpu();
+    test_inspect_observer_on_gpu();
     model_determinism("tiny-llama gqa untied bias llama3", &gqa, 4, 64, FP8T_PREC_DELAYED,
                       "fp8-delayed");
 }
