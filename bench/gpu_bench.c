@@ -263,7 +263,11 @@ int main(int argc, char **argv) {
                 if (in) {
                     fp8t_inspector_begin_step(in, k);
                     n_inspected += fp8t_inspector_active(in);
-                    fp8t_model_set_hook(m, fp8t_inspector_active(in) ? inspect_hook : NULL, in);
+                    /* as the trainer: a read-only hook unless dumps need every tensor */
+                    if (fp8t_inspector_active(in) && fp8t_inspector_reads_only(in))
+                        fp8t_model_set_observer(m, inspect_hook, in);
+                    else
+                        fp8t_model_set_hook(m, fp8t_inspector_active(in) ? inspect_hook : NULL, in);
                 }
                 fp8t_model_zero_grad(m);
                 if (var->shadow_every > 0 && k >= 0 && k % var->shadow_every == 0) {

@@ -52,10 +52,16 @@ run)
   compute-sanitizer --tool memcheck build-gpu/bench/gpu_bench_cuda --model tiny --batch 2 \
     --seq 64 --warmup 1 --steps 2 --prec fp8-delayed --inspect-out /tmp/gpu_memcheck_inspect \
     --inspect every=1,dump=1,block=32 >>"$out/memcheck.log" 2>&1 || c=1
+  # without dumps the hook only reads: FP8 save of X, Wgrad X rows from the Fprop's
+  echo "== tiny fp8-delayed --inspect every=1,block=32 (read-only hook)" >>"$out/memcheck.log"
+  compute-sanitizer --tool memcheck build-gpu/bench/gpu_bench_cuda --model tiny --batch 2 \
+    --seq 64 --warmup 1 --steps 2 --prec fp8-delayed --inspect-out /tmp/gpu_memcheck_inspect \
+    --inspect every=1,block=32 >>"$out/memcheck.log" 2>&1 || c=1
   tests/gpu/cli_checks.sh build-gpu/fp8train /tmp/gpu_cli >"$out/cli.log" 2>&1; k=$?
   q=0
   if [ -x build-gpu/dev/cuda/quantize_ladder ]; then
-    { build-gpu/dev/cuda/quantize_ladder && build-gpu/dev/cuda/misc_ladder; } \
+    { build-gpu/dev/cuda/quantize_ladder && build-gpu/dev/cuda/misc_ladder &&
+      { [ ! -x build-gpu/dev/cuda/stats_ladder ] || build-gpu/dev/cuda/stats_ladder; }; } \
       >"$out/ladder.log" 2>&1; q=$?
   fi
   set -e

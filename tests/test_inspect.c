@@ -594,6 +594,199 @@ static void test_amax_history_max_is_the_scales_amax(void) {
     tiny_close(&t);
 }
 
+
+/* ---- reuse of an earlier site's statistics ----
+ * Four inspectors see the same steps: A and B with reuse on and off must write the same file
+ * byte for byte; C and D see the Wgrad's dY and X and the Dgrad's W with one element set to
+ * NaN (restored before the GEMM): with reuse on (C) those rows are taken from the Fprop's /
+ * Dgrad's sites, so C's file is A's; with reuse off (D) they show the NaN, which proves
+ * reuse happened where C and A agree. */
+typedef struct {
+    fp8t_inspector *in[4];
+    int poisoned;
+} reuse_ctx;
+
+static int repeated_site(const fp8t_tensor_site *s) {
+    return (s->gemm == FP8T_GEMM_WGRAD &&
+            (s->kind == FP8T_T_GRAD_OUTPUT || s->kind == FP8T_T_INPUT)) ||
+           (s->gemm == FP8T_GEMM_DGRAD && s->kind == FP8T_T_WEIGHT);
+}
+
+static void reuse_hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
+    reuse_ctx *c = vctx;
+    fp8t_inspector_observe(c->in[0], m, s, x);
+    fp8t_inspector_observe(c->in[1], m, s, x);
+    const float keep = x[0];
+    if (repeated_site(s)) {
+        x[0] = NAN;
+        c->poisoned++;
+    }
+    fp8t_inspector_observe(c->in[2], m, s, x);
+    fp8t_inspector_observe(c->in[3], m, s, x);
+    x[0] = keep;
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) len = 0;
+    if (buf) buf[len] = 0;
+    fclose(f);
+    return buf;
+}
+
+static void test_inspect_reuse_writes_the_same_rows(void) {
+    tiny t;
+    T_ASSERT(tiny_open(&t) == 0, "model");
+    /* delayed everywhere but: layer 0's qkv current scaling, layer 1 block scaling (its
+     * Dgrad and Wgrad tile dY differently: no reuse there), layer 2's fc1 Wgrad current (its
+     * X and dY under another request than the Fprop's / Dgrad's) */
+    fp8t_policy pol = *fp8t_model_get_policy(t.m);
+    char err[512];
+    T_ASSERT(fp8t_policy_add_overrides(&pol,
+                                       "layers=0,module=qkv,precision=current;"
+                                       "layers=1,precision=block;"
+                                       "layers=2,module=fc1,gemm=wgrad,precision=current",
+                                       err, sizeof(err)) == 0,
+             "%s", err);
+    fp8t_model_set_policy(t.m, &pol);
+    reuse_ctx c;
+    memset(&c, 0, sizeof c);
+    char out[4][400];
+    for (int k = 0; k < 4; k++) {
+        snprintf(out[k], sizeof(out[k]), "%s/reuse%d", g_root, k);
+        c.in[k] = fp8t_inspector_create("micro=all,block=16", out[k], err, sizeof(err));
+        T_ASSERT(c.in[k], "%s", err);
+        fp8t_inspector_set_reuse(c.in[k], k == 0 || k == 2);
+    }
+    fp8t_model_set_hook(t.m, reuse_hook, &c);
+    for (int step = 0; step < 3; step++) {
+        for (int k = 0; k < 4; k++) fp8t_inspector_begin_step(c.in[k], step);
+        tiny_step(&t, 2);
+        for (int k = 0; k < 4; k++) fp8t_inspector_end_step(c.in[k], step);
+    }
+    fp8t_model_set_hook(t.m, NULL, NULL);
+    char *text[4];
+    for (int k = 0; k < 4; k++) {
+        fp8t_inspector_destroy(c.in[k]);
+        char path[600];
+        snprintf(path, sizeof(path), "%s/reuse%d/stats.jsonl", g_root, k);
+        text[k] = read_text(path);
+        T_ASSERT(text[k] && text[k][0], "no rows in %s", path);
+    }
+    T_CHECK(c.poisoned > 0, "no repeated site seen");
+    T_CHECK(strcmp(text[0], text[1]) == 0, "reuse on and off wrote different rows");
+    /* line by line: C's rows are A's but where C computed a poisoned tensor (below) */
+    int lines_differ = 0, lines_nan = 0;
+    int lines_a = 0, lines_c = 0;
+    for (const char *p = text[0]; (p = strchr(p, '\n')); p++) lines_a++;
+    for (const char *p = text[2]; (p = strchr(p, '\n')); p++) lines_c++;
+    T_CHECK(lines_a == lines_c && lines_a > 0, "rows: A %d, C %d", lines_a, lines_c);
+    for (char *a = text[0], *q = text[2]; *a && *q;) {
+        char *ea = strchr(a, '\n'), *eq = strchr(q, '\n');
+        if (!ea || !eq) break;
+        if (ea - a != eq - q || memcmp(a, q, (size_t)(ea - a)) != 0) {
+            lines_differ++;
+            lines_nan += strstr(q, "\"n_nan\":1,") && strstr(q, "\"n_nan\":1,") < eq;
+        }
+        a = ea + 1, q = eq + 1;
+    }
+    T_CHECK(lines_differ == lines_nan && lines_nan > 0,
+            "%d rows of C differ from A's, %d of them by the NaN", lines_differ, lines_nan);
+    /* C shows the NaN exactly where the request differs from the earlier site's: layer 1's
+     * Wgrad dY and X (block tiles 128x1 against the Fprop's / Dgrad's 1x128; its 128x128 W
+     * is reused) and layer 2 fc1's Wgrad dY and X (current against delayed); D everywhere */
+    int n = 0, nan_c = 0, bad_c = 0;
+    char path[600];
+    snprintf(path, sizeof(path), "%s/reuse2/stats.jsonl", g_root);
+    cJSON **rows = read_rows(path, &n);
+    T_ASSERT(rows, "rows");
+    for (int i = 0; i < n; i++) {
+        if (num(rows[i], "n_nan") == 0) continue;
+        nan_c++;
+        const int layer = (int)num(rows[i], "layer");
+        const int wgrad = !strcmp(str(rows[i], "gemm"), "wgrad");
+        bad_c += !(wgrad && (layer == 1 || (layer == 2 && !strcmp(str(rows[i], "module"), "fc1"))));
+    }
+    free_rows(rows, n);
+    /* 4 linears of layer 1 + fc1 of layer 2, 2 sites each, 2 micro-batches, 3 steps */
+    T_CHECK(nan_c == (4 + 1) * 2 * 2 * 3 && bad_c == 0, "C: %d rows with NaN, %d elsewhere",
+            nan_c, bad_c);
+    int nan_d = 0;
+    snprintf(path, sizeof(path), "%s/reuse3/stats.jsonl", g_root);
+    rows = read_rows(path, &n);
+    T_ASSERT(rows, "rows");
+    for (int i = 0; i < n; i++) nan_d += num(rows[i], "n_nan") != 0;
+    T_CHECK(nan_d == c.poisoned, "D: %d rows with NaN, %d sites poisoned", nan_d, c.poisoned);
+    T_CHECK(nan_c < nan_d, "no site was reused (C %d, D %d rows with NaN)", nan_c, nan_d);
+    free_rows(rows, n);
+    for (int k = 0; k < 4; k++) free(text[k]);
+    tiny_close(&t);
+}
+
+
+/* ---- a read-only hook (fp8t_model_set_observer) ----
+ * The model keeps its FP8 save of X and shows the Wgrad X as NULL; the inspector writes that
+ * row from the Fprop X's. Against the same model under a writing hook (every X in FP32, each
+ * site computed): the same file, byte for byte, for everything and for the Wgrad X alone
+ * (its Fprop X is then computed but not written), with rows flushed mid-step (dumps of
+ * results only: the Wgrad X's source may be flushed before it). */
+typedef struct {
+    fp8t_inspector *in;
+    int null_x;
+} observe_ctx;
+
+static void observe_hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
+    observe_ctx *c = vctx;
+    c->null_x += x == NULL;
+    fp8t_inspector_observe(c->in, m, s, x);
+}
+
+static void observer_case(const char *spec, const char *name) {
+    char *text[2];
+    int null_x[2] = {0, 0};
+    for (int ro = 0; ro < 2; ro++) {
+        tiny t;
+        T_ASSERT(tiny_open(&t) == 0, "model");
+        char err[512], out[400], path[600];
+        snprintf(out, sizeof(out), "%s/observer_%s%d", g_root, name, ro);
+        observe_ctx c = {fp8t_inspector_create(spec, out, err, sizeof(err)), 0};
+        T_ASSERT(c.in, "%s", err);
+        fp8t_inspector_set_dump_budget(c.in, g_dump_budget);
+        if (ro) fp8t_model_set_observer(t.m, observe_hook, &c);
+        else fp8t_model_set_hook(t.m, observe_hook, &c);
+        for (int step = 0; step < 3; step++) {
+            fp8t_inspector_begin_step(c.in, step);
+            tiny_step(&t, 2);
+            fp8t_inspector_end_step(c.in, step);
+        }
+        fp8t_model_set_hook(t.m, NULL, NULL);
+        fp8t_inspector_destroy(c.in);
+        null_x[ro] = c.null_x;
+        snprintf(path, sizeof(path), "%s/stats.jsonl", out);
+        text[ro] = read_text(path);
+        T_ASSERT(text[ro] && text[ro][0], "%s: no rows", spec);
+        tiny_close(&t);
+    }
+    /* 3 layers x 4 linears + the head, 2 micro-batches, 3 steps */
+    T_CHECK(null_x[0] == 0 && null_x[1] == (3 * 4 + 1) * 2 * 3, "%s: Wgrad X as NULL: %d, %d",
+            spec, null_x[0], null_x[1]);
+    T_CHECK(strcmp(text[0], text[1]) == 0, "%s: rows differ under a read-only hook", spec);
+    free(text[0]), free(text[1]);
+}
+
+static void test_inspect_read_only_hook(void) {
+    observer_case("micro=all,block=16", "all");
+    observer_case("micro=all,gemms=wgrad,tensors=input", "wgrad_x");
+    g_dump_budget = 1000;
+    observer_case("micro=all,tensors=input+output,dump=1", "flushed");
+    g_dump_budget = 0;
+}
+
 int main(void) {
     t_suite = "inspect";
     snprintf(g_root, sizeof(g_root), "/tmp/fp8t_test_inspect_XXXXXX");
@@ -608,6 +801,8 @@ int main(void) {
     T_RUN(test_spec_check_matches_create);
     T_RUN(test_nan_tracker_names_the_poisoned_tensor);
     T_RUN(test_amax_history_max_is_the_scales_amax);
+    T_RUN(test_inspect_reuse_writes_the_same_rows);
+    T_RUN(test_inspect_read_only_hook);
     if (!getenv("FP8T_KEEP_TEST_FILES")) fp8t_rmtree(g_root);
     else printf("kept %s\n", g_root);
     T_MAIN_END();

@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fp8train/recipe.h"
 #include "fp8train/stats.h"
@@ -274,6 +275,23 @@ static void test_saturation_is_clipping(void) {
     T_CHECK(fp8_overflows(amax * (448.0f / amax), FP8_E4M3) == 0 && fp8_overflows(465, FP8_E4M3) &&
                 fp8_overflows(INFINITY, FP8_E5M2) && !fp8_overflows(NAN, FP8_E4M3),
             "fp8_overflows");
+    /* the thresholds (which the CUDA statistics compare against instead of casting) are
+     * fp8_overflows on every float within 2^22 ulps of them, both signs; rounding is monotonic
+     * in |v|, so beyond that band neither can change its answer */
+    for (int f = 0; f < 2; f++) {
+        const float t = f ? 61440.0f : 464.0f, fmax = f ? 57344.0f : 448.0f;
+        uint32_t tb;
+        memcpy(&tb, &t, sizeof tb);
+        long bad = 0;
+        for (uint32_t b = tb - (1u << 22); b <= tb + (1u << 22); b++)
+            for (uint32_t sign = 0; sign < 2; sign++) {
+                const uint32_t bits = b | sign << 31;
+                float v;
+                memcpy(&v, &bits, sizeof v);
+                bad += clipped(v, fmax) != fp8_overflows(v, f ? FP8_E5M2 : FP8_E4M3);
+            }
+        T_CHECK(bad == 0, "%s: %ld floats near the threshold disagree", f ? "E5M2" : "E4M3", bad);
+    }
 }
 
 /* clipped count of x against a per-element scale, by the threshold (independent of fp8.c) */

@@ -48,9 +48,19 @@ void fp8t_inspector_set_sink(fp8t_inspector *in, fp8t_inspect_sink fn, void *ctx
 /* 1 while the step begun by fp8t_inspector_begin_step is selected: a caller installs its
  * model hook only then (a hooked model takes slower, unfused paths). */
 int fp8t_inspector_active(const fp8t_inspector *in);
+/* 1 when the inspector can take its tensors from a read-only hook (fp8t_model_set_observer):
+ * it writes the row of a Wgrad X shown without the tensor (x NULL) from the Fprop X's. 0 with
+ * dumps or block lists (they need every tensor). */
+int fp8t_inspector_reads_only(const fp8t_inspector *in);
 /* Pinned bytes of dumps in flight to the writer thread (default 2 GiB; beyond it a dump waits
  * for the disk). Before the first dump; 0 keeps the default. */
 void fp8t_inspector_set_dump_budget(fp8t_inspector *in, size_t bytes);
+/* On (the default): a site that shows the same tensor under the same request as an earlier
+ * site of the step (the Wgrad's dY and X, the Dgrad's W: the tensors the other GEMM of the
+ * linear saw) takes that site's statistics instead of reading the tensor again; its row is
+ * the same. Valid only when nothing writes the tensors between the sites: off (0) when a
+ * writing hook (fault injection) shares the model hook. */
+void fp8t_inspector_set_reuse(fp8t_inspector *in, int on);
 /* After the step's backward, before fp8t_model_end_step (the delayed-scaling update): when
  * step + 1 is inspected, notes per tensor the amax that update computes the next scale from,
  * reported as amax_history_max of step + 1. */

@@ -228,6 +228,14 @@ int fp8t_model_fp8_count(const fp8t_model *m);
 int fp8t_model_fp8_history_len(const fp8t_model *m);
 
 void fp8t_model_set_hook(fp8t_model *m, fp8t_tensor_hook hook, void *ctx);
+/* A hook that only reads (statistics, NaN checks): the model keeps what a writing hook turns
+ * off because the hook could change a tensor between two GEMMs that read it: the forward's
+ * FP8 codes of X for the Wgrad (no FP32 copy of X per layer), the Dgrad's dY codes for the
+ * Wgrad and the bias gradient from the Dgrad's pass. At the Wgrad's X site of a linear whose
+ * forward kept only the codes, x is NULL: the tensor is that linear's Fprop X of the same
+ * micro-batch, shown to the hook before. The other fusions stay off (they leave no FP32
+ * tensor to show). */
+void fp8t_model_set_observer(fp8t_model *m, fp8t_tensor_hook hook, void *ctx);
 
 #ifdef __cplusplus
 }

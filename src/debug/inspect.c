@@ -78,6 +78,13 @@ struct fp8t_inspector {
     size_t codes_cap;
     fp8t_inspect_sink sink;        /* optional second destination (TensorBoard) */
     void *sink_ctx;
+    int no_reuse;                  /* fp8t_inspector_set_reuse(in, 0): compute every site */
+    /* the Fprop X rows of this step already flushed: the source of a Wgrad X site a read-only
+     * hook shows without the tensor (x NULL, fp8t_model_set_observer) */
+    struct pending_row *xarch;
+    fp8t_stats_raw *xarch_raw;
+    size_t xarch_n, xarch_cap, xarch_raw_cap;
+    int warned_gone;               /* a Wgrad X without tensor or source row was reported */
 };
 
 static void flush_rows(fp8t_inspector *in);
@@ -305,6 +312,8 @@ void fp8t_inspector_destroy(fp8t_inspector *in) {
         if (in->d_blocks) in->be->ops->free(in->be, in->d_blocks);
     }
     free(in->rows);
+    free(in->xarch);
+    free(in->xarch_raw);
     free(in->h_raws);
     free(in->seen);
     free(in->state);
@@ -325,6 +334,11 @@ void fp8t_inspector_begin_step(fp8t_inspector *in, int step) {
     in->step = step;
     in->active = step_selected(in, step);
     if (in->seen) memset(in->seen, 0, in->seen_n * sizeof(int));
+    in->xarch_n = 0;
+}
+
+void fp8t_inspector_set_reuse(fp8t_inspector *in, int on) {
+    if (in) in->no_reuse = !on;
 }
 
 void fp8t_inspector_set_dump_budget(fp8t_inspector *in, size_t bytes) {
@@ -332,6 +346,10 @@ void fp8t_inspector_set_dump_budget(fp8t_inspector *in, size_t bytes) {
 }
 
 int fp8t_inspector_active(const fp8t_inspector *in) { return in && in->active; }
+
+int fp8t_inspector_reads_only(const fp8t_inspector *in) {
+    return in && !in->sel.dump && !in->sel.block_list;
+}
 
 void fp8t_inspector_end_step(fp8t_inspector *in, int step) {
     (void)step;
@@ -602,6 +620,12 @@ typedef struct pending_row {
     const char *scale_source;
     double hist_max;
     float *dump_buf; /* its dump's pinned buffer (copy queued), or NULL */
+    /* what the raw statistics are a function of, to find a site that repeats an earlier one */
+    const float *x;
+    fp8t_stats_req req;
+    long same_as; /* index of the queued row whose raw statistics this row takes, or -1 */
+    long arch;    /* or the index of the flushed Fprop X row (in->xarch) it takes, or -1 */
+    int hidden;   /* computed only as the source of a Wgrad X shown without its tensor */
 } pending_row;
 
 /* The stats.jsonl line of one site from its raw statistics. */
@@ -709,8 +733,19 @@ static void flush_rows(fp8t_inspector *in) {
     be->ops->to_host(be, in->h_raws, in->d_raws, in->n_rows * sizeof(fp8t_stats_raw));
     for (size_t k = 0; k < in->n_rows; k++) {
         const pending_row *pr = &in->rows[k];
+        const fp8t_stats_raw *raw = pr->arch >= 0 ? &in->xarch_raw[pr->arch]
+                                                  : &in->h_raws[pr->same_as >= 0 ? (size_t)pr->same_as : k];
+        /* an Fprop X, kept for a Wgrad X site a read-only hook may show without the tensor */
+        if (pr->site.gemm == FP8T_GEMM_FPROP && pr->site.kind == FP8T_T_INPUT && pr->is_operand &&
+            !grow_buf((void **)&in->xarch, &in->xarch_cap, in->xarch_n + 1, sizeof(pending_row)) &&
+            !grow_buf((void **)&in->xarch_raw, &in->xarch_raw_cap, in->xarch_n + 1,
+                      sizeof(fp8t_stats_raw))) {
+            in->xarch[in->xarch_n] = *pr;
+            in->xarch_raw[in->xarch_n++] = *raw;
+        }
+        if (pr->hidden) continue;
         float scale;
-        write_row(in, pr, &in->h_raws[k], &scale);
+        write_row(in, pr, raw, &scale);
         in->last_scale = scale;
         if (pr->dump_buf) {
             dump_job job;
@@ -723,19 +758,78 @@ static void flush_rows(fp8t_inspector *in) {
     in->pending_dump_bytes = 0;
 }
 
+static int image_spec_equal(const fp8t_image_spec *a, const fp8t_image_spec *b) {
+    return a->kind == b->kind && a->fmt == b->fmt && a->tile_r == b->tile_r &&
+           a->tile_c == b->tile_c && a->scale == b->scale && a->epsilon == b->epsilon &&
+           a->pow2 == b->pow2;
+}
+
+static int stats_req_equal(const fp8t_stats_req *a, const fp8t_stats_req *b) {
+    if (a->n_images != b->n_images || a->block != b->block || a->block_img != b->block_img ||
+        a->block_list || b->block_list)
+        return 0;
+    for (int k = 0; k < a->n_images && k < FP8T_STATS_MAX_IMAGES; k++)
+        if (!image_spec_equal(&a->img[k], &b->img[k])) return 0;
+    return 1;
+}
+
+/* The queued row whose statistics this site's would repeat, or -1. An operand is seen by two
+ * GEMMs of its linear: the Wgrad's dY is the Dgrad's dY (the same buffer, nothing writes it
+ * in between), the Wgrad's X is the Fprop's X (the tensor the forward kept, or rebuilt
+ * bit-exactly), the Dgrad's W is the Fprop's W (weights change only after the step). The
+ * statistics are a function of the elements and the request (images, scales: a delayed
+ * scale is a pointer into the recipe state, which changes only at the step's end), so when
+ * both agree the earlier row's raw record is this row's, and the tensor is not read again.
+ * Only while nothing may write the tensor between the two sites (fp8t_inspector_set_reuse:
+ * the trainer turns this off when a fault injector shares the hook). */
+static int same_tensor(const pending_row *q, const pending_row *pr) {
+    /* x NULL: a Wgrad X shown without the tensor, which is its linear's Fprop X */
+    const int same_x = pr->x ? q->x == pr->x
+                             : q->site.gemm == FP8T_GEMM_FPROP && q->site.kind == FP8T_T_INPUT;
+    return same_x && q->is_operand && q->micro == pr->micro && q->site.lin == pr->site.lin &&
+           q->site.kind == pr->site.kind && q->site.rows == pr->site.rows &&
+           q->site.cols == pr->site.cols && stats_req_equal(&q->req, &pr->req);
+}
+
+static long find_same(const fp8t_inspector *in, const pending_row *pr) {
+    if ((in->no_reuse && pr->x) || !pr->is_operand) return -1;
+    for (size_t k = in->n_rows; k-- > 0;) {
+        const pending_row *q = &in->rows[k];
+        if (q->same_as < 0 && q->arch < 0 && same_tensor(q, pr)) return (long)k;
+    }
+    return -1;
+}
+
+/* A Wgrad X shown without its tensor whose Fprop X row was flushed already: that row. */
+static long find_archived(const fp8t_inspector *in, const pending_row *pr) {
+    for (size_t k = in->xarch_n; k-- > 0;)
+        if (same_tensor(&in->xarch[k], pr)) return (long)k;
+    return -1;
+}
+
 void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
                             float *x) {
-    if (!in || !in->active || !site || !x) return;
-    if (!layer_selected(in, site->layer) || !(in->sel.module_mask >> site->module & 1u) ||
-        !(in->sel.gemm_mask >> site->gemm & 1u) || !(in->sel.tensor_mask >> site->kind & 1u))
+    if (!in || !in->active || !site) return;
+    /* x NULL: a read-only hook's Wgrad X whose forward kept only FP8 codes (model.h) */
+    if (!x && !(site->gemm == FP8T_GEMM_WGRAD && site->kind == FP8T_T_INPUT)) return;
+    if (!layer_selected(in, site->layer) || !(in->sel.module_mask >> site->module & 1u))
         return;
+    int hidden = 0;
+    if (!(in->sel.gemm_mask >> site->gemm & 1u) || !(in->sel.tensor_mask >> site->kind & 1u)) {
+        /* an Fprop X not selected, when its Wgrad X is: computed for that row, not written */
+        if (!(x && site->gemm == FP8T_GEMM_FPROP && site->kind == FP8T_T_INPUT &&
+              (in->sel.gemm_mask >> FP8T_GEMM_WGRAD & 1u) &&
+              (in->sel.tensor_mask >> FP8T_T_INPUT & 1u)))
+            return;
+        hidden = 1;
+    }
     int micro = next_micro(in, m, site);
     if (micro > 0 && !in->sel.all_micro) return;
     if (site->rows <= 0 || site->cols <= 0) return;
     size_t n = (size_t)site->rows * (size_t)site->cols;
     fp8t_backend *be = fp8t_model_backend(m);
     if (!in->be) in->be = be;
-    int dump = in->sel.dump && micro == 0;
+    int dump = in->sel.dump && micro == 0 && !hidden && x;
     if (dump && !in->writer && !in->writer_failed) {
         in->writer = dump_writer_create(be, in->dump_budget);
         in->writer_failed = !in->writer;
@@ -768,6 +862,10 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     pr->is_operand = site->fp8_index >= 0;
     pr->scale_img = -1;
     pr->hist_max = NAN;
+    pr->x = x;
+    pr->same_as = -1;
+    pr->arch = -1;
+    pr->hidden = hidden;
 
     /* the statistics on the device; only the fp8t_stats_raw comes back */
     fp8t_stats_req req;
@@ -789,7 +887,19 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
             req.block_list = in->sel.block_list ? in->d_blocks : NULL;
         }
     }
-    be->ops->tensor_stats(be, in->d_raws + in->n_rows, x, site->rows, site->cols, &req);
+    pr->req = req;
+    pr->same_as = find_same(in, pr);
+    if (pr->same_as < 0 && !x) pr->arch = find_archived(in, pr);
+    if (!x && pr->same_as < 0 && pr->arch < 0) {
+        if (!in->warned_gone)
+            fprintf(stderr, "fp8train: inspect: the Wgrad X of layer %d %s has no tensor and no "
+                            "Fprop X row of the same request: its row is left out\n",
+                    site->layer, fp8t_module_name(site->module));
+        in->warned_gone = 1;
+        return;
+    }
+    if (pr->same_as < 0 && pr->arch < 0)
+        be->ops->tensor_stats(be, in->d_raws + in->n_rows, x, site->rows, site->cols, &req);
 
     if (dump && in->writer) {
         /* copied now (later kernels may overwrite x), written after the flush */
@@ -804,7 +914,7 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     }
     in->n_rows++;
     /* the per-block list has one device buffer: write its row now */
-    if (in->sel.block_list && pr->is_operand) flush_rows(in);
+    if (in->sel.block_list && pr->is_operand && !hidden) flush_rows(in);
     if (dump && !in->writer) {
         /* no writer thread: this site's line first (its scale), then the files, here */
         dump_job job;

@@ -86,7 +86,11 @@ int fp8t_inspect_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_inspect
     }
 
     fp8t_model_set_policy(m, cfg->policy);
-    fp8t_model_set_hook(m, pass_hook, &h);
+    /* a fault may write a tensor between two sites that show it: then every site is read, and
+     * the hook is a writing one; else it only reads (the model keeps its FP8 save of X) */
+    fp8t_inspector_set_reuse(h.insp, h.inj == NULL);
+    if (!h.inj && fp8t_inspector_reads_only(h.insp)) fp8t_model_set_observer(m, pass_hook, &h);
+    else fp8t_model_set_hook(m, pass_hook, &h);
     if (h.inj) fp8t_injector_begin_step(h.inj, cfg->step);
     fp8t_nan_tracker_begin_step(h.nan, cfg->step);
     fp8t_inspector_begin_step(h.insp, cfg->step);

@@ -492,7 +492,8 @@ void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln
  * overwrite them. */
 static int reuse_dy_codes(const fp8t_model *m, int lin, fp8t_precision w) {
     const fp8t_precision d = m->prec[lin][FP8T_GEMM_DGRAD];
-    return !m->no_code_reuse && !m->hook && d == w && model_prec_shares_operands(m, d);
+    return !m->no_code_reuse && (!m->hook || m->hook_reads) && d == w &&
+           model_prec_shares_operands(m, d);
 }
 
 /* The Wgrad's X from what the forward saved: the BF16 operand, or the codes (data or data_t as
@@ -530,7 +531,8 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
      * precision that made them) or FP32 */
     const int from_codes = m->xq[lin].saved;
     const fp8t_precision wprec = wgrad_prec(m, lin);
-    if (from_codes && (m->hook || wprec != m->prec[lin][FP8T_GEMM_WGRAD]) && !m->warned_saved) {
+    if (from_codes && ((m->hook && !m->hook_reads) || wprec != m->prec[lin][FP8T_GEMM_WGRAD]) &&
+        !m->warned_saved) {
         fprintf(stderr, "fp8t_model_backward: a hook was set or the precision policy changed "
                         "between the forward and this backward; the Wgrads whose forward kept "
                         "FP8 codes of X instead of X run from those codes in the forward's "
@@ -543,7 +545,7 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, Wm, OUT, IN);
     /* the bias gradient from the Dgrad's rounding pass over dY, unless a hook may change dY
      * before the Wgrad (bias_backward reads it after both) */
-    float *colsum = dbias && !m->hook && !m->no_colsum_fusion ? dbias : NULL;
+    float *colsum = dbias && (!m->hook || m->hook_reads) && !m->no_colsum_fusion ? dbias : NULL;
     operand dy_d = {.x = dY, .rows = N, .cols = OUT, .role = FP8T_ROLE_DY, .record = 1,
                     .tile_r = 1, .tile_c = 128, .pos = 0, .colsum = colsum,
                     .dgelu_x = dgelu_x, .dgelu_bias = dgelu_bias};
@@ -559,7 +561,9 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
 
     /* Wgrad: dW[OUT,IN] += dYᵀ·X, reduction over the N tokens (block tiles 128x1) */
     call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
-    if (!from_codes) call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, X, N, IN);
+    /* from codes, a read-only hook gets NULL: X is the Fprop's, which it saw */
+    if (!from_codes || m->hook_reads)
+        call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, from_codes ? NULL : X, N, IN);
     operand dy_w = {.x = dY, .rows = N, .cols = OUT, .role = FP8T_ROLE_DY, .tile_r = 128,
                     .tile_c = 1, .pos = 0};
     operand x_w = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .tile_r = 128,

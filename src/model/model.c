@@ -103,11 +103,12 @@ static float *wgrad_input_ptr(const fp8t_model *m, int l, int k) {
 }
 
 /* The Wgrad can take the Fprop's FP8 codes (or BF16 operand) of X: both round the same X (no
- * hook can change it in between) per tensor, in the same precision, with X's format and X's
+ * writing hook can change it in between) per tensor, in the same precision, with X's format and X's
  * scale. */
 static int can_save_codes(const fp8t_model *m, int lin) {
     const fp8t_precision f = m->prec[lin][FP8T_GEMM_FPROP], w = m->prec[lin][FP8T_GEMM_WGRAD];
-    return !m->no_fp8_save && !m->hook && f == w && model_prec_shares_operands(m, f);
+    return !m->no_fp8_save && (!m->hook || m->hook_reads) && f == w &&
+           model_prec_shares_operands(m, f);
 }
 
 void model_save_plan(fp8t_model *m) {
@@ -555,6 +556,12 @@ int fp8t_model_fp8_history_len(const fp8t_model *m) { return m->hist_len; }
 void fp8t_model_set_hook(fp8t_model *m, fp8t_tensor_hook hook, void *ctx) {
     m->hook = hook;
     m->hook_ctx = ctx;
+    m->hook_reads = 0;
+}
+
+void fp8t_model_set_observer(fp8t_model *m, fp8t_tensor_hook hook, void *ctx) {
+    fp8t_model_set_hook(m, hook, ctx);
+    m->hook_reads = hook != NULL;
 }
 
 void fp8t_model_set_grads_ready(fp8t_model *m, fp8t_grads_ready_fn fn, void *ctx) {

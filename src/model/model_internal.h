@@ -188,6 +188,7 @@ struct fp8t_model {
 
     fp8t_tensor_hook hook;
     void *hook_ctx;
+    int hook_reads;              /* the hook only reads (fp8t_model_set_observer) */
     fp8t_grads_ready_fn grads_ready; /* fp8t_model_set_grads_ready (NULL: none) */
     void *grads_ready_ctx;
 

@@ -55,7 +55,11 @@ static void update_hook(trainer *t) {
     int on = t->injector ||
              (t->inspector && t->hook_inspect && fp8t_inspector_active(t->inspector)) ||
              t->track_nan;
-    fp8t_model_set_hook(t->model, on ? trainer_hook : NULL, t);
+    /* without the injector the hook only reads: the model keeps its FP8 save of X and its dY
+     * code reuse (no FP32 copy of X per layer while inspecting) */
+    const int reads = !t->injector && (!t->inspector || fp8t_inspector_reads_only(t->inspector));
+    if (on && reads) fp8t_model_set_observer(t->model, trainer_hook, t);
+    else fp8t_model_set_hook(t->model, on ? trainer_hook : NULL, t);
 }
 
 /* ---------------------------------------------------------------- frozen forwards */
@@ -600,6 +604,8 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             if (drc == 0)
                 t->inspector = fp8t_inspector_create(t->dp.inspect_spec, idir, e, sizeof(e));
             fp8t_inspector_set_dump_budget(t->inspector, (size_t)t->cfg.inspect_dump_mb << 20);
+            /* the injector may write a tensor between two sites that show it */
+            fp8t_inspector_set_reuse(t->inspector, t->injector == NULL);
             if (drc == 0 && !t->inspector) {
                 snprintf(err, errlen, "--inspect: %s", e);
                 drc = -1;

@@ -1149,7 +1149,9 @@ static void test_mxfp8(void) {
  * nonzero and the per-tensor scales bit-exact, every sum within 1e-6 relative (both sides sum
  * in double, in different orders); the per-block list likewise. Two GPU runs give the same
  * bytes. Images: a delayed scale, current scaling (E4M3; E5M2 with pow2 and epsilon), tiles
- * 1x128, 128x128, 128x1, MXFP8. */
+ * 1x128, 128x128, 128x1, MXFP8; with alt (the NaN/Inf variant) 128x128 becomes a second
+ * 1x128 image (E5M2: both made in the moments' read, as the what-ifs are) and an 8th image
+ * has 3x100 tiles (no power of two: the per-element index by division). */
 static double rel_diff(double a, double b) {
     if (isnan(a) && isnan(b)) return 0;
     if (a == b) return 0;
@@ -1157,7 +1159,8 @@ static double rel_diff(double a, double b) {
     return m > 0 ? d / m : d;
 }
 
-static void stats_req(fp8t_stats_req *req, const float *scale, int block, fp8t_block_raw *list) {
+static void stats_req(fp8t_stats_req *req, const float *scale, int block, fp8t_block_raw *list,
+                      int alt) {
     memset(req, 0, sizeof *req);
     req->n_images = 7;
     req->img[0] = (fp8t_image_spec){.kind = FP8T_IMG_SCALE, .fmt = FP8_E4M3, .scale = scale};
@@ -1171,6 +1174,12 @@ static void stats_req(fp8t_stats_req *req, const float *scale, int block, fp8t_b
     req->img[5] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 128,
                                     .tile_c = 1};
     req->img[6] = (fp8t_image_spec){.kind = FP8T_IMG_MX};
+    if (alt) {
+        req->img[4].tile_r = 1;
+        req->n_images = 8;
+        req->img[7] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 3,
+                                        .tile_c = 100};
+    }
     req->block = block, req->block_img = 0;
     req->block_list = list;
 }
@@ -1193,7 +1202,7 @@ static void test_tensor_stats(void) {
             dp_poison(draw, 1);
             fp8t_stats_req req;
             FOR_BOTH {
-                stats_req(&req, F(ds), block, (fp8t_block_raw *)dlist.p[s_]);
+                stats_req(&req, F(ds), block, (fp8t_block_raw *)dlist.p[s_], variant);
                 be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx), rows, cols, &req);
             }
             fp8t_stats_raw *c = dl(0, draw.p[0], sizeof(fp8t_stats_raw));
@@ -1245,7 +1254,7 @@ static void test_tensor_stats(void) {
                 why);
             /* the same bytes on a second GPU run */
             void *again = GPU->ops->malloc(GPU, sizeof(fp8t_stats_raw));
-            stats_req(&req, (const float *)ds.p[1], block, NULL);
+            stats_req(&req, (const float *)ds.p[1], block, NULL, variant);
             GPU->ops->tensor_stats(GPU, again, (const float *)dx.p[1], rows, cols, &req);
             check_same_bits("tensor_stats", shape, again, draw.p[1], sizeof(fp8t_stats_raw));
             GPU->ops->free(GPU, again);
@@ -2415,6 +2424,84 @@ static void test_inspect_on_gpu(void) {
     fp8t_rmtree(dir);
 }
 
+
+/* A read-only hook (fp8t_model_set_observer) on the CUDA backend: the model keeps its FP8 save
+ * of X (the Wgrad X site shows NULL) and its dY code reuse, and the inspector writes the
+ * Wgrad X rows from the Fprop X rows and reuses repeated sites. Two steps (no optimizer
+ * update, so both runs see the same weights) under a writing hook and under the read-only
+ * one: the same stats.jsonl, byte for byte. */
+typedef struct {
+    fp8t_inspector *in;
+    int null_x;
+} gpu_observe_ctx;
+
+static void gpu_observe_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *site, float *x) {
+    gpu_observe_ctx *c = ctx;
+    c->null_x += x == NULL;
+    fp8t_inspector_observe(c->in, m, site, x);
+}
+
+static void test_inspect_observer_on_gpu(void) {
+    fp8t_model_config cfg;
+    fp8t_model_preset(&cfg, "tiny");
+    cfg.n_layer = 2, cfg.n_embd = 256, cfg.n_head = 4, cfg.seq_len = 128;
+    cfg.vocab_size = 512, cfg.mlp_hidden = 1024;
+    const int B = 4, T = 128;
+    char *text[2] = {NULL, NULL}, why[600] = "", err[512];
+    int null_x[2] = {0, 0};
+    int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
+    make_batch(tok, tgt, B * T, cfg.vocab_size);
+    for (int ro = 0; ro < 2 && !why[0]; ro++) {
+        char dir[256] = "/tmp/fp8t_gpu_observer_XXXXXX", path[400];
+        if (!mkdtemp(dir)) {
+            snprintf(why, sizeof(why), "mkdtemp: %s", strerror(errno));
+            break;
+        }
+        fp8t_model *m = make_model(GPU, &cfg, FP8T_PREC_DELAYED, B, T);
+        gpu_observe_ctx c = {fp8t_inspector_create("every=1,block=64", dir, err, sizeof(err)), 0};
+        if (!m || !c.in) {
+            snprintf(why, sizeof(why), "create: %s", c.in ? "model" : err);
+        } else {
+            if (ro) fp8t_model_set_observer(m, gpu_observe_hook, &c);
+            else fp8t_model_set_hook(m, gpu_observe_hook, &c);
+            for (int t = 0; t < 2; t++) {
+                fp8t_inspector_begin_step(c.in, t);
+                fp8t_model_zero_grad(m);
+                fp8t_model_forward(m, tok, tgt);
+                fp8t_model_backward(m, 1.0f);
+                fp8t_inspector_before_scale_update(c.in, m, t);
+                fp8t_model_end_step(m);
+                fp8t_inspector_end_step(c.in, t);
+            }
+        }
+        fp8t_inspector_destroy(c.in);
+        if (m) fp8t_model_destroy(m);
+        null_x[ro] = c.null_x;
+        size_t len;
+        snprintf(path, sizeof(path), "%s/stats.jsonl", dir);
+        if (!why[0] && fp8t_read_file(path, &text[ro], &len, err, sizeof(err)))
+            snprintf(why, sizeof(why), "%s", err);
+        fp8t_rmtree(dir);
+    }
+    int lines = 0;
+    for (const char *p = text[0]; p && (p = strchr(p, '\n')); p++) lines++;
+    if (!why[0] && (null_x[0] != 0 || null_x[1] == 0))
+        snprintf(why, sizeof(why), "Wgrad X shown as NULL: %d under the writing hook, %d read-only",
+                 null_x[0], null_x[1]);
+    if (!why[0] && strcmp(text[0], text[1]) != 0) {
+        /* the first row that differs */
+        const char *a = text[0], *b = text[1];
+        while (*a && *a == *b) a++, b++;
+        while (a > text[0] && a[-1] != '\n') a--;
+        snprintf(why, sizeof(why), "rows differ from: %.300s", a);
+    }
+    char shape[64];
+    snprintf(shape, sizeof(shape), "%d rows, %d Wgrad X NULL", lines, null_x[1]);
+    row("inspect: read-only hook = writing hook", shape, 0, 0, !why[0] && lines > 100, why);
+    free(text[0]), free(text[1]);
+    free(tok), free(tgt);
+}
+
 static void run_model_suite(void) {
     fp8t_model_config tiny, tiny_llama, small;
     fp8t_model_preset(&tiny, "tiny");
@@ -2436,6 +2523,7 @@ static void run_model_suite(void) {
     model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_DELAYED, "fp8-delayed");
     model_determinism("tiny-llama", &tiny_llama, 4, 64, FP8T_PREC_CURRENT, "fp8-current");
     test_inspect_on_gpu();
+    test_inspect_observer_on_gpu();
     model_determinism("tiny-llama gqa untied bias llama3", &gqa, 4, 64, FP8T_PREC_DELAYED,
                       "fp8-delayed");
 }

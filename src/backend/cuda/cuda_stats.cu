@@ -2,26 +2,35 @@
  * fp8t_stats_raw), computed on the device so that --inspect does not copy every tensor to the
  * host. The CPU reference is fp8t_stats_raw_compute (src/numerics/stats_raw.c).
  *
- * Kernels, all on the backend's stream, nothing waits:
- *   A   moments of x (counts, min, max, amax, sums in double): a fixed grid (a function of n
- *       only), one partial per block into scratch;
+ * Both passes over x walk it in 1x128 row tiles, one warp per tile (lane l takes columns
+ * l, l+32, l+64, l+96 of it: four coalesced loads in flight, and an element's row and column
+ * come from the tile's index without a division per element), tiles dealt to the warps of a
+ * grid that is as large as the GPU holds at once (SMs x resident blocks of that kernel), so
+ * no block waits for a second wave. Kernels, all on the backend's stream, nothing waits:
+ *   P1  moments of x (counts, min, max, amax, sums in double) and, in the same read, the
+ *       per-tile multipliers of every 1x128 TILES image (what-ifs, block scaling of
+ *       activations) and of the MXFP8 image (a tile's 4 groups of 32 lanes' columns are
+ *       its 4 MX blocks); one moments partial per block into scratch;
  *   A2  one block merges the partials in index order, writes the moments into *out, and the
- *       per-tensor scale of each SCALE / CURRENT image (CURRENT from the amax of A);
- *   T   the tile scales: 1x128 tiles (what-ifs, block scaling of activations) and MXFP8
- *       blocks together in one read (T128), any other tile shape one block per tile;
- *   B   second pass over x: sum (x - mean)^2 and, per image, q = dequant(quant(x)): the
- *       underflow and clipping counts and sum (q-x)^2, sum xq, sum q^2; partials per block;
+ *       per-tensor scale of each SCALE / CURRENT image (CURRENT from the amax of P1);
+ *   T   tile multipliers of any other tile shape (128x1, 128x128), one block per tile;
+ *   B   second pass: sum (x - mean)^2 and, per image, q = dequant(quant(x)): the underflow
+ *       and clipping counts and sum (q-x)^2, sum xq, sum q^2; partials per block. A tile
+ *       multiplier's index is shifts for power-of-two tiles (every tile the recipes use);
  *   B2  one block merges them in order into *out;
  *   K, K2  (block=N) one block per N elements, then one block summarizing them.
- * Every reduction is a fixed tree over a fixed partition, so the result is the same bits on
- * every run; sums are in double (a float value and its square are exact in double), so they
- * agree with the CPU's compensated sums to about 1e-15 relative. */
+ * Every reduction is a fixed tree over a fixed partition (the grid is a function of n and of
+ * the device), so the result is the same bits on every run; sums are in double (a float
+ * value, its square and a product of two floats are exact in double), so they agree with the
+ * CPU's compensated sums to about 1e-15 relative. */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <atomic>
 #include <math.h>
 
 #define ST_THREADS 256
-#define ST_MAX_GRID 512
+#define ST_WARPS (ST_THREADS / 32)
+#define ST_TILE 128 /* the row tile both passes walk: 32 lanes x 4 columns */
 #define ST_MX_BLOCK 32
 #define SQNR_EXACT_DEV 1e300
 
@@ -38,6 +47,7 @@ typedef struct {
     int pow2[FP8T_STATS_MAX_IMAGES];
     float *tiles[FP8T_STATS_MAX_IMAGES]; /* TILES / MX: per-tile multiplier, row-major */
     int nbc[FP8T_STATS_MAX_IMAGES];      /* tiles per tile row */
+    int shr[FP8T_STATS_MAX_IMAGES], shc[FP8T_STATS_MAX_IMAGES]; /* log2 of tr / tc, or -1 */
 } img_specs;
 
 /* what A2 leaves for B and K: the mean and the per-tensor multipliers */
@@ -109,31 +119,90 @@ __device__ __forceinline__ void tree_reduce(T *sh) {
     __syncthreads();
 }
 
-/* The non-saturating cast overflows (stats.h: fp8_overflows): the value was clipped. */
+/* The non-saturating cast overflows (stats.h: fp8_overflows): the value was clipped. With
+ * round-to-nearest-even that is |v| > 464 for E4M3 (464, halfway between 448 and 480, rounds
+ * to the even 448) and |v| >= 61440 for E5M2 (halfway between 57344 and 65536 rounds to the
+ * even 2^16); NaN compares false. A compare instead of the toolkit's non-saturating cast,
+ * which is software (only the saturating cast is an instruction) and was most of the cost of
+ * an image; tests/test_stats.c checks the thresholds against fp8_overflows. */
+#define FP8_E4M3_OVERFLOW_ABOVE 464.0f
+#define FP8_E5M2_OVERFLOW_FROM 61440.0f
 __device__ __forceinline__ int fp8_overflows_dev(float v, int fmt) {
-    if (isnan(v)) return 0;
-    unsigned c = (unsigned)__nv_cvt_float_to_fp8(v, __NV_NOSAT,
-                                                 fmt == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2) &
-                 0x7Fu;
-    return c == (fmt == FP8_E5M2 ? 0x7Cu : 0x7Fu);
+    const float a = fabsf(v);
+    return fmt == FP8_E5M2 ? a >= FP8_E5M2_OVERFLOW_FROM : a > FP8_E4M3_OVERFLOW_ABOVE;
 }
 
-
-static unsigned st_grid(size_t n) {
-    size_t g = (n + ST_THREADS * 4 - 1) / (ST_THREADS * 4);
+/* The grid of a tile-walking kernel: one warp per tile up to as many blocks as the GPU keeps
+ * resident at once (a larger grid would run its last blocks as a second, mostly idle wave,
+ * since every warp's share of tiles is fixed). */
+static unsigned st_grid(const cuda_state *s, const void *kernel, std::atomic<int> *occ,
+                        size_t ntiles) {
+    /* asked once per kernel (a function of the kernel and the architecture; a few us a call,
+     * and an inspected step makes hundreds) */
+    int per_sm = occ->load(std::memory_order_relaxed);
+    if (per_sm <= 0) {
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, ST_THREADS, 0));
+        occ->store(per_sm, std::memory_order_relaxed);
+    }
+    size_t cap = (size_t)s->num_sms * (size_t)(per_sm > 0 ? per_sm : 1);
+    size_t g = (ntiles + ST_WARPS - 1) / ST_WARPS;
     if (g < 1) g = 1;
-    return (unsigned)(g < ST_MAX_GRID ? g : ST_MAX_GRID);
+    return (unsigned)(g < cap ? g : cap);
 }
 
-/* ---- A: moments ---- */
+/* The walk of both passes: tile t of a rows x cols tensor is row t / nbc, columns
+ * (t % nbc) * 128 + [0, 128); each warp takes tiles warp, warp + W, ... (W warps in the
+ * grid). Lane l holds columns c0 + l + 32 j, j = 0..3. */
+#define ST_TILE_LOOP(t, ntiles)                                                              \
+    for (size_t t = (size_t)blockIdx.x * ST_WARPS + (threadIdx.x >> 5); t < (ntiles);          \
+         t += (size_t)gridDim.x * ST_WARPS)
+
+/* ---- P1: moments, and the 1x128 / MX tile multipliers from the same read.
+ * mask: bit k set for each 1x128 TILES image k; mx: the MX image's index, or -1. ---- */
 __global__ void __launch_bounds__(ST_THREADS)
-    stats_moments_kernel(mom_acc *part, const float *__restrict__ x, size_t n) {
+    stats_pass1_kernel(mom_acc *part, img_specs sp, const float *__restrict__ x, int rows,
+                       int cols, unsigned mask, int mx) {
     __shared__ mom_acc sh[ST_THREADS];
+    const int lane = (int)(threadIdx.x & 31);
+    const int nbc = (cols + ST_TILE - 1) / ST_TILE;
+    const size_t ntiles = (size_t)rows * (size_t)nbc;
     mom_acc a;
     mom_init(&a);
-    size_t stride = (size_t)gridDim.x * ST_THREADS;
-    for (size_t i = (size_t)blockIdx.x * ST_THREADS + threadIdx.x; i < n; i += stride)
-        mom_add(&a, x[i]);
+    ST_TILE_LOOP(t, ntiles) {
+        const int r = (int)(t / (size_t)nbc), bc = (int)(t % (size_t)nbc);
+        const int c0 = bc * ST_TILE;
+        const float *xr = x + (size_t)r * (size_t)cols;
+        float v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int c = c0 + 32 * j + lane;
+            v[j] = c < cols ? xr[c] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (c0 + 32 * j + lane < cols) mom_add(&a, v[j]);
+        if (!mask && mx < 0) continue; /* uniform over the grid */
+        float am[4], at = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            am[j] = warp_amax(amax_merge_dev(0.0f, v[j])); /* padding is 0: no effect */
+            at = amax_merge_dev(at, am[j]);
+        }
+        if (lane != 0) continue;
+        if (mx >= 0) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (c0 + 32 * j >= cols) break;
+                const int eb = mx_biased_exponent(am[j]);
+                sp.tiles[mx][(size_t)r * sp.nbc[mx] + (size_t)(c0 / ST_MX_BLOCK + j)] =
+                    eb == 0xFF ? __int_as_float(0x7fc00000) : ldexpf(1.0f, 127 - eb);
+            }
+        }
+        for (int k = 0; k < sp.n; k++)
+            if (mask >> k & 1u)
+                sp.tiles[k][(size_t)r * nbc + bc] = current_scale_dev(
+                    at, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, 0);
+    }
     sh[threadIdx.x] = a;
     tree_reduce<mom_acc, mom_merge>(sh);
     if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
@@ -191,47 +260,34 @@ __global__ void stats_tiles_kernel(float *tiles, const float *__restrict__ x, in
     }
 }
 
-/* ---- T128: the same for every 1x128 TILES image and the MXFP8 image at once, in one read:
- * one block of 128 threads per 1x128 row tile; its 4 warps are the tile's 4 MX blocks (a
- * 1x128 tile starts at a multiple of 128, so it holds whole 1x32 blocks but at a row's end).
- * mask: bit k set for each 1x128 TILES image k; mx: the MX image's index, or -1. ---- */
-__global__ void __launch_bounds__(128)
-    stats_rowtiles_kernel(img_specs sp, const float *__restrict__ x, int rows, int cols,
-                          unsigned mask, int mx) {
-    int nbc = (cols + 127) / 128;
-    int r = (int)(blockIdx.x / nbc), bc = (int)(blockIdx.x % nbc);
-    int c = bc * 128 + (int)threadIdx.x;
-    float a = amax_merge_dev(0.0f, c < cols ? x[(size_t)r * cols + c] : 0.0f);
-    a = warp_amax(a); /* every lane: the amax of its warp's 32 elements */
-    if (mx >= 0 && (threadIdx.x & 31) == 0 && c < cols) {
-        int eb = mx_biased_exponent(a);
-        sp.tiles[mx][(size_t)r * sp.nbc[mx] + c / ST_MX_BLOCK] =
-            eb == 0xFF ? __int_as_float(0x7fc00000) : ldexpf(1.0f, 127 - eb);
-    }
-    a = block_amax(a);
-    if (threadIdx.x != 0) return;
-    for (int k = 0; k < sp.n; k++)
-        if (mask >> k & 1u)
-            sp.tiles[k][(size_t)r * nbc + bc] =
-                current_scale_dev(a, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, 0);
-}
-
-/* The image value of x at multiplier m: decode(encode(x*m)) / m; MX divides in double and
- * rounds once (as fp8t_mxfp8_dequantize's decode * 2^e: m is a power of two). */
+/* The image value of x at multiplier m: decode(encode(x*m)) / m; MX rounds d / m once from
+ * double (as fp8t_mxfp8_dequantize's decode * 2^e). There m is a power of two 2^-e, e in
+ * [-127, 127], so its reciprocal is exact in float (subnormals kept: no fast-math) and
+ * d * (1/m) in double is d / m exactly: a multiply instead of a double division. */
 __device__ __forceinline__ float image_value(float v, float m, int fmt, int mx) {
     float d = fp8_dec_dev(fp8_enc_dev(v * m, (fp8_format)fmt), (fp8_format)fmt);
-    return mx ? (float)((double)d / (double)m) : d / m;
+    return mx ? (float)((double)d * (double)__frcp_rn(m)) : d / m;
+}
+
+/* The multiplier of image k at (r, c): the tensor's, or its tile's (shifts when the tile's
+ * sides are powers of two). */
+__device__ __forceinline__ float image_mult(const img_specs &sp, const float *m, int k, int r,
+                                            int c) {
+    if (sp.kind[k] != FP8T_IMG_TILES && sp.kind[k] != FP8T_IMG_MX) return m[k];
+    const int tr = sp.shr[k] >= 0 ? r >> sp.shr[k] : r / sp.tr[k];
+    const int tc = sp.shc[k] >= 0 ? c >> sp.shc[k] : c / sp.tc[k];
+    return sp.tiles[k][(size_t)tr * sp.nbc[k] + tc];
 }
 
 /* ---- B: deviation and image errors ---- */
 __global__ void __launch_bounds__(ST_THREADS)
     stats_images_kernel(img_acc *part, double *dev_part, const stats_params *prm,
-                        const float *__restrict__ x, size_t n, int cols, img_specs sp) {
+                        const float *__restrict__ x, int rows, int cols, img_specs sp) {
     __shared__ img_acc sh[ST_THREADS];
     __shared__ double shd[ST_THREADS];
     /* per-thread accumulators in registers: every index below is a constant after unrolling;
-     * the counts are 32-bit here (a thread sees at most n / (ST_MAX_GRID * ST_THREADS)
-     * elements of a tensor below 2^40 elements) */
+     * the counts are 32-bit here (a thread sees about n / (grid * ST_THREADS) elements, the
+     * grid at least the SM count: far below 2^32 for any tensor below 2^40 elements) */
     unsigned under[FP8T_STATS_MAX_IMAGES], sat[FP8T_STATS_MAX_IMAGES];
     double err[FP8T_STATS_MAX_IMAGES], xq[FP8T_STATS_MAX_IMAGES], qq[FP8T_STATS_MAX_IMAGES];
     float m[FP8T_STATS_MAX_IMAGES];
@@ -243,27 +299,42 @@ __global__ void __launch_bounds__(ST_THREADS)
     }
     const double mean = prm->mean;
     double dev = 0.0;
-    size_t stride = (size_t)gridDim.x * ST_THREADS;
-    for (size_t i = (size_t)blockIdx.x * ST_THREADS + threadIdx.x; i < n; i += stride) {
-        float v = x[i];
-        if (!isfinite(v)) continue;
-        double dv = (double)v, dd = dv - mean;
-        dev += dd * dd;
-        int r = (int)(i / (size_t)cols), c = (int)(i % (size_t)cols);
+    const int lane = (int)(threadIdx.x & 31);
+    const int nbc = (cols + ST_TILE - 1) / ST_TILE;
+    const size_t ntiles = (size_t)rows * (size_t)nbc;
+    ST_TILE_LOOP(t, ntiles) {
+        const int r = (int)(t / (size_t)nbc), c0 = (int)(t % (size_t)nbc) * ST_TILE;
+        const float *xr = x + (size_t)r * (size_t)cols;
+        float v[4];
+        bool ok[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int c = c0 + 32 * j + lane;
+            v[j] = c < cols ? xr[c] : 0.0f;
+            ok[j] = c < cols && isfinite(v[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            if (!ok[j]) continue;
+            const double dd = (double)v[j] - mean;
+            dev += dd * dd;
+        }
 #pragma unroll
         for (int k = 0; k < FP8T_STATS_MAX_IMAGES; k++) {
             if (k >= sp.n) break;
-            int kind = sp.kind[k], mx = kind == FP8T_IMG_MX;
-            float mk = m[k];
-            if (kind == FP8T_IMG_TILES || mx)
-                mk = sp.tiles[k][(size_t)(r / sp.tr[k]) * sp.nbc[k] + c / sp.tc[k]];
-            float q = image_value(v, mk, sp.fmt[k], mx);
-            double qv = (double)q, e = qv - dv;
-            under[k] += (v != 0.0f && q == 0.0f);
-            sat[k] += fp8_overflows_dev(v * mk, sp.fmt[k]);
-            err[k] += e * e;
-            xq[k] += dv * qv;
-            qq[k] += qv * qv;
+            const int fmt = sp.fmt[k], mx = sp.kind[k] == FP8T_IMG_MX;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (!ok[j]) continue;
+                const float vj = v[j], mk = image_mult(sp, m, k, r, c0 + 32 * j + lane);
+                const float q = image_value(vj, mk, fmt, mx);
+                const double dv = (double)vj, qv = (double)q, e = qv - dv;
+                under[k] += (vj != 0.0f && q == 0.0f);
+                sat[k] += fp8_overflows_dev(vj * mk, fmt);
+                err[k] += e * e;
+                xq[k] += dv * qv;
+                qq[k] += qv * qv;
+            }
         }
     }
     shd[threadIdx.x] = dev;
@@ -416,12 +487,17 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     if (nimg > FP8T_STATS_MAX_IMAGES) nimg = FP8T_STATS_MAX_IMAGES;
     if (nimg < 0 || n == 0) nimg = 0;
     sp.n = nimg;
-    /* scratch: A partials | params | B partials | dev partials | tiles... | block list */
-    const unsigned grid = st_grid(n);
-    size_t off_par = align_up(grid * sizeof(mom_acc), 256);
+    /* the walked shape: nothing for an empty tensor */
+    const int wr = n ? rows : 0, wc = n ? cols : 1;
+    const size_t nwalk = (size_t)wr * cdiv_u((size_t)wc, ST_TILE);
+    static std::atomic<int> occ1(0), occ2(0);
+    const unsigned grid1 = st_grid(s, (const void *)stats_pass1_kernel, &occ1, nwalk);
+    const unsigned grid2 = st_grid(s, (const void *)stats_images_kernel, &occ2, nwalk);
+    /* scratch: P1 partials | params | B partials | dev partials | tiles... | block list */
+    size_t off_par = align_up(grid1 * sizeof(mom_acc), 256);
     size_t off_b = off_par + align_up(sizeof(stats_params), 256);
-    size_t off_dev = off_b + align_up((size_t)grid * FP8T_STATS_MAX_IMAGES * sizeof(img_acc), 256);
-    size_t off_tiles = off_dev + align_up(grid * sizeof(double), 256);
+    size_t off_dev = off_b + align_up((size_t)grid2 * FP8T_STATS_MAX_IMAGES * sizeof(img_acc), 256);
+    size_t off_tiles = off_dev + align_up(grid2 * sizeof(double), 256);
     size_t tile_off[FP8T_STATS_MAX_IMAGES] = {0}, ntiles[FP8T_STATS_MAX_IMAGES] = {0};
     size_t end = off_tiles;
     for (int k = 0; k < nimg; k++) {
@@ -440,6 +516,8 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
                 exit(1);
             }
             sp.tr[k] = tr, sp.tc[k] = tc;
+            sp.shr[k] = (tr & (tr - 1)) ? -1 : __builtin_ctz((unsigned)tr);
+            sp.shc[k] = (tc & (tc - 1)) ? -1 : __builtin_ctz((unsigned)tc);
             sp.nbc[k] = (cols + tc - 1) / tc;
             ntiles[k] = (size_t)((rows + tr - 1) / tr) * (size_t)sp.nbc[k];
             tile_off[k] = end;
@@ -468,22 +546,17 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     for (int k = 0; k < nimg; k++)
         if (ntiles[k]) sp.tiles[k] = (float *)(scr + tile_off[k]);
 
-    stats_moments_kernel<<<grid, ST_THREADS, 0, s->stream>>>(partA, x, n);
-    CUDA_LAUNCH_CHECK(s);
-    stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, partA, (int)grid, n, sp);
-    CUDA_LAUNCH_CHECK(s);
-    /* 1x128 tiles and MX blocks from one read (the what-ifs always ask for both) */
+    /* 1x128 tiles and MX blocks in the moments' read (the what-ifs always ask for both) */
     unsigned mask128 = 0;
     int mx_k = -1;
     for (int k = 0; k < nimg; k++) {
-        if (sp.kind[k] == FP8T_IMG_TILES && sp.tr[k] == 1 && sp.tc[k] == 128) mask128 |= 1u << k;
+        if (sp.kind[k] == FP8T_IMG_TILES && sp.tr[k] == 1 && sp.tc[k] == ST_TILE) mask128 |= 1u << k;
         else if (sp.kind[k] == FP8T_IMG_MX && mx_k < 0) mx_k = k;
     }
-    if (mask128 || mx_k >= 0) {
-        stats_rowtiles_kernel<<<(unsigned)((size_t)rows * cdiv_u(cols, 128)), 128, 0,
-                                s->stream>>>(sp, x, rows, cols, mask128, mx_k);
-        CUDA_LAUNCH_CHECK(s);
-    }
+    stats_pass1_kernel<<<grid1, ST_THREADS, 0, s->stream>>>(partA, sp, x, wr, wc, mask128, mx_k);
+    CUDA_LAUNCH_CHECK(s);
+    stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, partA, (int)grid1, n, sp);
+    CUDA_LAUNCH_CHECK(s);
     for (int k = 0; k < nimg; k++) {
         if (!ntiles[k] || (mask128 >> k & 1u) || k == mx_k) continue;
         int cnt = sp.tr[k] * sp.tc[k];
@@ -492,10 +565,9 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
                                           sp.fmt[k], sp.kind[k] == FP8T_IMG_MX);
         CUDA_LAUNCH_CHECK(s);
     }
-    stats_images_kernel<<<grid, ST_THREADS, 0, s->stream>>>(partB, devp, prm, x, n,
-                                                            cols > 0 ? cols : 1, sp);
+    stats_images_kernel<<<grid2, ST_THREADS, 0, s->stream>>>(partB, devp, prm, x, wr, wc, sp);
     CUDA_LAUNCH_CHECK(s);
-    stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, partB, devp, (int)grid, nimg);
+    stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, partB, devp, (int)grid2, nimg);
     CUDA_LAUNCH_CHECK(s);
     if (bs > 0) {
         fp8t_block_raw *list = req->block_list ? req->block_list : (fp8t_block_raw *)(scr + off_list);
