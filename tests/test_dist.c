@@ -99,7 +99,7 @@ static void test_adamw_range_equals_full(void) {
  * identity (BF16: exactly the rounding), as the blocking collectives */
 static void test_cpu_buckets_identity(void) {
     char err[512];
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     T_ASSERT(be, "%s", err);
     T_ASSERT(be->ops->comm_init(be, err, sizeof(err)) == 0, "%s", err);
     enum { N = 1001 };
@@ -156,7 +156,7 @@ static void on_ready(void *ctx, int layer) {
 
 static void test_grads_ready(void) {
     char err[512];
-    fp8t_backend *be = fp8t_backend_create("cpu", err, sizeof(err));
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     T_ASSERT(be, "%s", err);
     for (int variant = 0; variant < 2; variant++) {
         fp8t_model_config c;
@@ -164,7 +164,7 @@ static void test_grads_ready(void) {
         c.n_layer = 3, c.n_embd = 32, c.n_head = 2, c.seq_len = 16, c.vocab_size = 64,
         c.mlp_hidden = 64;
         if (variant) c.n_kv_head = 1, c.untied_head = 1;
-        fp8t_model *m = fp8t_model_create(be, &c, NULL, 2, 8, err, sizeof(err));
+        fp8t_model *m = fp8t_model_create(be, &c, NULL, NULL, 2, 8, err, sizeof(err));
         T_ASSERT(m, "%s", err);
         fp8t_model_init_weights(m, 3);
         fp8t_param_info info[FP8T_MAX_PARAM_TENSORS];
