@@ -31,7 +31,7 @@ int fp8t_attn_impl_parse(fp8t_attn_impl *out, const char *name) {
 
 const char *fp8t_attn_impl_names(void) {
     /* the table's names after "default", in its order (test_backend_options checks it) */
-    return "flash, gemm, tiled, simple";
+    return "flash, gemm, tiled, simple, cudnn";
 }
 
 fp8t_backend *fp8t_backend_create(const char *name, const fp8t_backend_options *opt, char *err,
