@@ -80,9 +80,13 @@ static fp8t_model *make(fp8t_backend *be, const char *preset, const fp8t_policy 
     fp8t_model_config c;
     fp8t_model_preset(&c, preset);
     if (nosave) setenv("FP8TRAIN_NO_FP8_SAVE", "1", 1);
+    /* proj's X is the attention output, a layer save: with BF16 saves the plain path would
+     * quantize its BF16 copy again for the Wgrad, not the FP32 values its Fprop quantized */
+    setenv("FP8TRAIN_NO_BF16_SAVES", "1", 1);
     char err[256];
     fp8t_model *m = fp8t_model_create(be, &c, pol, B, T, err, sizeof(err));
     unsetenv("FP8TRAIN_NO_FP8_SAVE");
+    unsetenv("FP8TRAIN_NO_BF16_SAVES");
     if (!m) printf("  create %s: %s\n", preset, err);
     else fp8t_model_init_weights(m, 777);
     return m;

@@ -199,6 +199,15 @@ int fp8t_model_fp8_history_len(const fp8t_model *m);
 
 void fp8t_model_set_hook(fp8t_model *m, fp8t_tensor_hook hook, void *ctx);
 
+/* Device bytes the model holds for activations: what create carved (embedding output, norm
+ * statistics, logits, the backward's one-layer gradients, tokens) and what forwards allocated
+ * since (the per-layer saves for the backward in FP32 or BF16 and their one-layer scratch,
+ * the Wgrad inputs' FP32 copies or FP8/BF16 codes, the backend's attention state, the GEMM
+ * operands' scratch). After a first training step this is the steady state of the
+ * configuration and policy; parameters, gradients, optimizer moments, weight copies and the
+ * backend's own scratch are not counted. */
+size_t fp8t_model_activation_bytes(const fp8t_model *m);
+
 #ifdef __cplusplus
 }
 #endif
