@@ -179,6 +179,13 @@ typedef struct fp8t_backend_ops {
      * *amax_out max-accumulated with amax(x) when non-NULL (NaN propagates), same pass */
     void (*to_bf16)(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
                     int cols);
+    /* out [rows, cols] (packed BF16, no padding) = x + bias[c] rounded to BF16 (nearest even;
+     * the sum in FP32, as bias_add's); bias may be NULL. An activation the forward keeps for
+     * the backward in half the bytes (not a GEMM operand: no padding, no amax). */
+    void (*bf16_pack)(fp8t_backend *b, uint16_t *out, const float *x, const float *bias,
+                      int rows, int cols);
+    /* out[n] (FP32) = x[n] (packed BF16): exact, BF16 widens to FP32 without rounding */
+    void (*bf16_unpack)(fp8t_backend *b, float *out, const uint16_t *x, size_t n);
     /* to_bf16, and colsum[c] += sum over rows of x[r, c] (as bias_backward) from the same read */
     void (*to_bf16_colsum)(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
                            const float *x, int rows, int cols);

@@ -134,6 +134,11 @@ enum {
     FP8T_DISABLE_ATTN_SAVE = 1u << 9,      /* the attention backward rebuilds q, k, v */
     FP8T_DISABLE_FP8_SAVE = 1u << 10,      /* every linear keeps its input X in FP32 */
     FP8T_DISABLE_ALL_FUSION = (1u << 11) - 1, /* every bit above */
+    /* Not a fusion and not bit-identical: layers whose GEMMs all run below FP32 keep what the
+     * backward reads again (attention output, MLP pre-activations, residuals) in BF16; this bit
+     * keeps them in FP32 as an FP32 layer does. */
+    FP8T_DISABLE_BF16_SAVES = 1u << 11,
+    FP8T_DISABLE_KNOWN = FP8T_DISABLE_ALL_FUSION | FP8T_DISABLE_BF16_SAVES,
 };
 
 /* Given at creation; a zeroed struct (or NULL) is the default: every path on. */
@@ -236,6 +241,15 @@ void fp8t_model_set_hook(fp8t_model *m, fp8t_tensor_hook hook, void *ctx);
  * micro-batch, shown to the hook before. The other fusions stay off (they leave no FP32
  * tensor to show). */
 void fp8t_model_set_observer(fp8t_model *m, fp8t_tensor_hook hook, void *ctx);
+
+/* Device bytes the model holds for activations: what create carved (embedding output, norm
+ * statistics, logits, the backward's one-layer gradients, tokens) and what forwards allocated
+ * since (the per-layer saves for the backward in FP32 or BF16 and their one-layer scratch,
+ * the Wgrad inputs' FP32 copies or FP8/BF16 codes, the backend's attention state, the GEMM
+ * operands' scratch). After a first training step this is the steady state of the
+ * configuration and policy; parameters, gradients, optimizer moments, weight copies and the
+ * backend's own scratch are not counted. */
+size_t fp8t_model_activation_bytes(const fp8t_model *m);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,7 @@ enum {
     P_TO_DEVICE, P_TO_HOST, P_COPY, P_ZERO, P_SYNC,
     P_GEMM_F32, P_GEMM_BF16, P_GEMM_BF16_ROUNDED, P_GEMM_FP8,
     P_AMAX, P_QUANTIZE, P_QUANTIZE_GELU, P_QUANTIZE_COLSUM, P_GELU_BWD_QUANTIZE_COLSUM, P_COMPUTE_SCALE, P_FAKE_QUANT, P_BLOCK_FAKE_QUANT, P_MXFP8_FAKE_QUANT,
-    P_BF16_ROUND, P_TO_BF16, P_TO_BF16_COLSUM, P_GELU_BWD_BF16_COLSUM, P_DELAYED_UPDATE,
+    P_BF16_ROUND, P_TO_BF16, P_BF16_PACK, P_BF16_UNPACK, P_TO_BF16_COLSUM, P_GELU_BWD_BF16_COLSUM, P_DELAYED_UPDATE,
     P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_FWD_BF16, P_ADD_LN_FWD_BF16, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
     P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT, P_XENT_BF16,
     P_ADD, P_ADD_BIAS, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
@@ -27,7 +27,7 @@ static const char *const op_names[P_COUNT] = {
     "to_device", "to_host", "copy", "zero", "synchronize",
     "gemm_f32", "gemm_bf16", "gemm_bf16_rounded", "gemm_fp8",
     "amax", "quantize", "quantize_gelu", "quantize_colsum", "gelu_backward_quantize_colsum", "compute_scale", "fake_quantize", "block_fake_quantize",
-    "mxfp8_fake_quantize", "bf16_round", "to_bf16", "to_bf16_colsum", "gelu_backward_bf16_colsum", "delayed_update",
+    "mxfp8_fake_quantize", "bf16_round", "to_bf16", "bf16_pack", "bf16_unpack", "to_bf16_colsum", "gelu_backward_bf16_colsum", "delayed_update",
     "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_forward_bf16", "add_layernorm_forward_bf16", "layernorm_backward",
     "rmsnorm_forward", "rmsnorm_backward", "bias_add", "bias_backward",
     "gelu_forward", "gelu_forward_bf16", "gelu_backward", "gelu_backward_bias", "swiglu_forward", "swiglu_backward",
@@ -187,6 +187,13 @@ static void w_bf16_round(fp8t_backend *b, float *o, const float *x, size_t n) {
 }
 static void w_to_bf16(fp8t_backend *b, uint16_t *o, float *am, const float *x, int r, int c) {
     TIMED(P_TO_BF16, ib->ops->to_bf16(ib, o, am, x, r, c));
+}
+static void w_bf16_pack(fp8t_backend *b, uint16_t *o, const float *x, const float *bias, int r,
+                        int c) {
+    TIMED(P_BF16_PACK, ib->ops->bf16_pack(ib, o, x, bias, r, c));
+}
+static void w_bf16_unpack(fp8t_backend *b, float *o, const uint16_t *x, size_t n) {
+    TIMED(P_BF16_UNPACK, ib->ops->bf16_unpack(ib, o, x, n));
 }
 static void w_to_bf16_colsum(fp8t_backend *b, uint16_t *o, float *am, float *cs, const float *x,
                              int r, int c) {
@@ -372,7 +379,7 @@ static const fp8t_backend_ops wrapper_ops = {
     w_malloc, w_free, w_to_device, w_to_host, w_copy, w_zero, w_synchronize, w_destroy,
     w_gemm_f32, w_gemm_bf16, w_gemm_bf16_rounded, w_gemm_fp8,
     w_amax, w_quantize, w_quantize_gelu, w_quantize_colsum, w_gelu_backward_quantize_colsum, w_compute_scale, w_fake_quantize, w_block_fake_quantize,
-    w_mxfp8_fake_quantize, w_bf16_round, w_to_bf16, w_to_bf16_colsum, w_gelu_backward_bf16_colsum, w_delayed_update,
+    w_mxfp8_fake_quantize, w_bf16_round, w_to_bf16, w_bf16_pack, w_bf16_unpack, w_to_bf16_colsum, w_gelu_backward_bf16_colsum, w_delayed_update,
     w_embedding_forward, w_embedding_backward, w_layernorm_forward, w_layernorm_forward_bf16, w_add_layernorm_forward_bf16, w_layernorm_backward,
     w_rmsnorm_forward, w_rmsnorm_backward, w_bias_add, w_bias_backward,
     w_gelu_forward, w_gelu_forward_bf16, w_gelu_backward, w_gelu_backward_bias, w_swiglu_forward, w_swiglu_backward,

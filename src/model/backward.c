@@ -1,7 +1,9 @@
 /* The backward pass, the forward's mirror image. Gradients of parameters ACCUMULATE (+=) so
  * micro-batches add up; activation gradients live in one layer's worth of scratch:
  *   dres [N, C]  gradient of the residual stream, carried from block to block
- *   dc1, dc2 [N, C], dqkv [N, 3C], dh1..dh3 [N, H]  gradients inside one block */
+ *   dc1, dc2 [N, C], dqkv [N, 3C], dh1..dh3 [N, H]  gradients inside one block
+ * The layer saves a forward kept in BF16 are widened back to FP32 (model_save_restore) into
+ * one layer's scratch each as the layer's backward starts. */
 #include <math.h>
 #include <string.h>
 
@@ -22,21 +24,27 @@ static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
     model_layer_view(&v, m, l);
     const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
 
+    /* the saves this layer's backward reads (model_save_restore), each in its own scratch */
+    const float *fch = model_save_restore(m, l, SV_FCH);
+    float *atty = model_save_restore(m, l, SV_ATTY);
+    const float *qkv = model_save_restore(m, l, SV_QKV);
+    const float *res2 = model_save_restore(m, l, SV_RES2);
     /* MLP: dres holds d(res3) = d(fc2 output) */
     linear_backward(m, lin0 + 3, a->dh1, g->fc2_w, g->fc2_b, a->dres, v.fch_act, p->fc2_w, N, H,
                     C);
     /* GELU's backward, by fc1's Dgrad rounding pass where it can (fch was kept without fc1's
-     * bias when the forward deferred it: forward.c) */
-    linear_backward_gelu(m, lin0 + 2, a->dc1, g->fc1_w, g->fc1_b, a->dh2, a->dh1, v.fch,
-                         m->gelu_bias_deferred[l] ? p->fc1_b : NULL, v.ln2, p->fc1_w, N, C, H);
+     * bias when the forward deferred it, unless its BF16 copy took it: forward.c) */
+    const int fch_has_bias = !m->gelu_bias_deferred[l] || m->sv_kind[l][SV_FCH] == SAVE_BF16;
+    linear_backward_gelu(m, lin0 + 2, a->dc1, g->fc1_w, g->fc1_b, a->dh2, a->dh1, fch,
+                         fch_has_bias ? NULL : p->fc1_b, v.ln2, p->fc1_w, N, C, H);
     /* dres becomes d(res2): the skip path plus the norm's contribution */
-    ops->layernorm_backward(be, a->dres, g->ln2_w, g->ln2_b, a->dc1, v.res2, p->ln2_w,
+    ops->layernorm_backward(be, a->dres, g->ln2_w, g->ln2_b, a->dc1, res2, p->ln2_w,
                             v.ln2_mean, v.ln2_rstd, N, C);
     /* attention */
-    linear_backward(m, lin0 + 1, a->dc1, g->proj_w, g->proj_b, a->dres, v.atty, p->proj_w, N, C,
+    linear_backward(m, lin0 + 1, a->dc1, g->proj_w, g->proj_b, a->dres, atty, p->proj_w, N, C,
                     C);
-    ops->attention_backward(be, a->dqkv, a->dc1, v.qkv, model_attn_saved_for_backward(m, l),
-                            v.atty, v.lse, &v.attn);
+    ops->attention_backward(be, a->dqkv, a->dc1, qkv, model_attn_saved_for_backward(m, l), atty,
+                            v.lse, &v.attn);
     linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, g->qkv_b, a->dqkv, v.ln1, p->qkv_w, N, C,
                     3 * C);
     ops->layernorm_backward(be, a->dres, g->ln1_w, g->ln1_b, a->dc1, res_in, p->ln1_w,
@@ -51,21 +59,26 @@ static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
     layer_view v;
     model_layer_view(&v, m, l);
     const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
-    float *gate = v.fch; /* [N, H] */
+    /* the saves this layer's backward reads (model_save_restore), each in its own scratch */
+    const float *gate = model_save_restore(m, l, SV_FCH); /* [N, H] */
+    const float *up = model_save_restore(m, l, SV_UP);    /* [N, H] */
+    float *atty = model_save_restore(m, l, SV_ATTY);
+    const float *qkv = model_save_restore(m, l, SV_QKV);
+    const float *res2 = model_save_restore(m, l, SV_RES2);
 
     /* SwiGLU MLP: dres holds d(res3) = d(down output) */
     linear_backward(m, lin0 + 4, a->dh1, g->down_w, NULL, a->dres, v.fch_act, p->down_w, N, H,
                     C);
-    ops->swiglu_backward(be, a->dh2, a->dh3, a->dh1, gate, v.up, v.NH_);
+    ops->swiglu_backward(be, a->dh2, a->dh3, a->dh1, gate, up, v.NH_);
     /* reverse execution order: up, then gate */
     linear_backward(m, lin0 + 3, a->dc1, g->up_w, NULL, a->dh3, v.ln2, p->up_w, N, C, H);
     linear_backward(m, lin0 + 2, a->dc2, g->gate_w, NULL, a->dh2, v.ln2, p->gate_w, N, C, H);
     ops->add(be, a->dc1, a->dc1, a->dc2, v.NC); /* ln2 feeds both gate and up */
-    ops->rmsnorm_backward(be, a->dres, g->ln2_w, a->dc1, v.res2, p->ln2_w, v.ln2_rstd, N, C);
+    ops->rmsnorm_backward(be, a->dres, g->ln2_w, a->dc1, res2, p->ln2_w, v.ln2_rstd, N, C);
     /* attention with RoPE */
-    linear_backward(m, lin0 + 1, a->dc1, g->proj_w, NULL, a->dres, v.atty, p->proj_w, N, C, C);
-    ops->attention_backward(be, a->dqkv, a->dc1, v.qkv, model_attn_saved_for_backward(m, l),
-                            v.atty, v.lse, &v.attn);
+    linear_backward(m, lin0 + 1, a->dc1, g->proj_w, NULL, a->dres, atty, p->proj_w, N, C, C);
+    ops->attention_backward(be, a->dqkv, a->dc1, qkv, model_attn_saved_for_backward(m, l), atty,
+                            v.lse, &v.attn);
     linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, g->qkv_b, a->dqkv, v.ln1, p->qkv_w, N, C,
                     v.QKV);
     ops->rmsnorm_backward(be, a->dres, g->ln1_w, a->dc1, res_in, p->ln1_w, v.ln1_rstd, N, C);
@@ -124,7 +137,9 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
         linear_backward(m, head, a->dc1, model_head_w(&m->g), NULL, a->logits, a->lnf,
                         model_head_w(&m->p), N, C, V);
     ops->zero(be, a->dres, NC * sizeof(float));
-    const float *res = model_final_residual(m);
+    /* the final norm's input: the last layer's res3 (restored from its BF16 copy) */
+    const float *res = c->n_layer > 0 ? model_save_restore(m, c->n_layer - 1, SV_RES3)
+                                      : a->encoded;
     if (c->arch == FP8T_ARCH_GPT2)
         ops->layernorm_backward(be, a->dres, m->g.lnf_w, m->g.lnf_b, a->dc1, res, m->p.lnf_w,
                                 a->lnf_mean, a->lnf_rstd, N, C);
@@ -134,7 +149,8 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
     /* each grads_ready: the gradients from that layer to the end of the table are final */
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, c->n_layer);
     for (int l = c->n_layer - 1; l >= 0; l--) {
-        const float *res_in = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * NC;
+        /* ln1's input: the previous layer's res3 (its scratch is free again by now) */
+        const float *res_in = l == 0 ? a->encoded : model_save_restore(m, l - 1, SV_RES3);
         if (c->arch == FP8T_ARCH_GPT2) gpt2_block_backward(m, l, res_in);
         else llama_block_backward(m, l, res_in);
         if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, l);

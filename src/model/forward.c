@@ -9,7 +9,9 @@
  * tracking and the debug hooks see all of them, the head included.
  * ln1, ln2 and fch_act (v.ln1, ...) are per-layer buffers only where a Wgrad will read them in
  * FP32; elsewhere they share one layer's scratch, and the Wgrad reads the FP8 codes of them
- * its linear's Fprop saved (model_save_plan). */
+ * its linear's Fprop saved (model_save_plan). qkv, atty, fch (gate) and up are written to
+ * their layer's FP32 copy, or to one layer's scratch of which model_save_store keeps a BF16
+ * copy (or nothing, qkv where the backend keeps its own attention state). */
 #include <math.h>
 #include <string.h>
 
@@ -29,7 +31,7 @@ static void *model_attn_saved(fp8t_model *m, int l) {
         m->attn_saved = calloc((size_t)c->n_layer, sizeof(void *));
         MODEL_CHECK(m->attn_saved, "out of host memory");
     }
-    if (!m->attn_saved[l]) m->attn_saved[l] = m->ops->malloc(m->be, bytes);
+    if (!m->attn_saved[l]) m->attn_saved[l] = model_act_malloc(m, bytes);
     return m->attn_saved[l];
 }
 
@@ -51,7 +53,10 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
     const ln_input ln1 = {v.ln1_mean, v.ln1_rstd, p->ln1_w, p->ln1_b, c->norm_eps, pend_a,
                           pend_a ? out_c : NULL};
     linear_forward_ln(m, lin0 + 0, v.qkv, v.ln1, &ln1, res_in, p->qkv_w, p->qkv_b, N, C, 3 * C);
+    if (pend_a) model_save_store(m, l - 1, SV_RES3, NULL); /* the add ln1's pass made */
+    model_save_store(m, l, SV_QKV, NULL);
     ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, &v.attn);
+    model_save_store(m, l, SV_ATTY, NULL);
     /* proj and fc2 may leave their bias to the residual add (add_bias) */
     const int proj_defer = linear_residual_takes_bias(m, lin0 + 1);
     linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, proj_defer ? NULL : p->proj_b, N, C, C);
@@ -65,15 +70,22 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
     m->gelu_bias_deferred[l] = defer;
     linear_forward_ln(m, lin0 + 2, v.fch, v.ln2, &ln2, v.res2, p->fc1_w, defer ? NULL : p->fc1_b,
                       N, C, H);
+    model_save_store(m, l, SV_RES2, NULL); /* written by now: by add_bias or ln2's pass */
     const int fc2_defer = linear_residual_takes_bias(m, lin0 + 3);
     linear_forward_gelu(m, lin0 + 3, out_c, v.fch_act, v.fch, defer ? p->fc1_b : NULL, p->fc2_w,
                         fc2_defer ? NULL : p->fc2_b, N, H, C);
+    /* a BF16 copy of fch holds GELU's whole input, fc1's bias included (the same bits as
+     * without the deferral: bias_add's sum, then the rounding) */
+    model_save_store(m, l, SV_FCH, defer ? p->fc1_b : NULL);
     if (fc2_defer) {
         ops->add_bias(be, v.res3, v.res2, out_c, p->fc2_b, N, C);
+        model_save_store(m, l, SV_RES3, NULL);
         return 0;
     }
-    if (l + 1 < c->n_layer && !m->no_ln_fusion) return 1; /* the next layer's ln1 adds */
+    /* the next layer's ln1 adds (and keeps res3's copy) */
+    if (l + 1 < c->n_layer && !m->no_ln_fusion) return 1;
     ops->add(be, v.res3, v.res2, out_c, v.NC);
+    model_save_store(m, l, SV_RES3, NULL);
     return 0;
 }
 
@@ -91,15 +103,21 @@ static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
     ops->rmsnorm_forward(be, v.ln1, v.ln1_rstd, res_in, p->ln1_w, N, C, c->norm_eps);
     /* q|k|v rows of (NH + 2 NKV) heads; qkv_b is NULL unless qkv_bias (Qwen2) */
     linear_forward(m, lin0 + 0, v.qkv, v.ln1, p->qkv_w, p->qkv_b, N, C, v.QKV);
+    model_save_store(m, l, SV_QKV, NULL);
     ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, &v.attn);
+    model_save_store(m, l, SV_ATTY, NULL);
     linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, NULL, N, C, C);
     ops->add(be, v.res2, res_in, out_c, v.NC);
+    model_save_store(m, l, SV_RES2, NULL);
     ops->rmsnorm_forward(be, v.ln2, v.ln2_rstd, v.res2, p->ln2_w, N, C, c->norm_eps);
     linear_forward(m, lin0 + 2, gate, v.ln2, p->gate_w, NULL, N, C, H);
+    model_save_store(m, l, SV_FCH, NULL);
     linear_forward(m, lin0 + 3, v.up, v.ln2, p->up_w, NULL, N, C, H);
+    model_save_store(m, l, SV_UP, NULL);
     ops->swiglu_forward(be, v.fch_act, gate, v.up, v.NH_);
     linear_forward(m, lin0 + 4, out_c, v.fch_act, p->down_w, NULL, N, H, C);
     ops->add(be, v.res3, v.res2, out_c, v.NC);
+    model_save_store(m, l, SV_RES3, NULL);
 }
 
 /* Tokens must index the vocabulary; targets too, or be negative (ignored). */
@@ -129,8 +147,7 @@ static int check_inputs(const fp8t_model *m, const int *tokens, const int *targe
 }
 
 const float *model_final_residual(const fp8t_model *m) {
-    const size_t NC = (size_t)m->B * m->T * m->cfg.n_embd;
-    return m->cfg.n_layer > 0 ? m->a.res3 + (size_t)(m->cfg.n_layer - 1) * NC : m->a.encoded;
+    return m->cfg.n_layer > 0 ? model_save_fwd(m, m->cfg.n_layer - 1, SV_RES3) : m->a.encoded;
 }
 
 int model_restore_logits(fp8t_model *m) {
@@ -149,7 +166,6 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     fp8t_backend *be = m->be;
     const fp8t_model_config *c = &m->cfg;
     const int B = m->B, T = m->T, N = B * T, C = c->n_embd, V = c->vocab_size;
-    const size_t NC = (size_t)N * C;
     activations *a = &m->a;
     m->have_targets = 0;
     m->xent_fused = m->xent_bf16 = 0; /* a->logits is about to be rewritten */
@@ -163,10 +179,10 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
                            c->arch == FP8T_ARCH_GPT2 ? m->p.wpe : NULL, B, T, C);
     int pending = 0; /* the previous layer left its final residual add to this one */
     for (int l = 0; l < c->n_layer; l++) {
-        float *res_in = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * NC;
+        float *res_in = l == 0 ? a->encoded : model_save_fwd(m, l - 1, SV_RES3);
         if (c->arch == FP8T_ARCH_GPT2)
-            pending = gpt2_block_forward(m, l, res_in, pending ? a->res2 + (size_t)(l - 1) * NC
-                                                               : NULL);
+            pending = gpt2_block_forward(m, l, res_in,
+                                         pending ? model_save_fwd(m, l - 1, SV_RES2) : NULL);
         else llama_block_forward(m, l, res_in);
     }
     const float *res = model_final_residual(m);

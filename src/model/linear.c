@@ -388,10 +388,10 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, int gelu,
     const fp8t_precision prec = m->prec[lin][FP8T_GEMM_FPROP];
     void *save_buf = NULL;
     if (save && prec == FP8T_PREC_BF16) {
-        if (!xq->bf16) xq->bf16 = m->ops->malloc(m->be, fp8t_bf16_bytes(N, IN));
+        if (!xq->bf16) xq->bf16 = model_act_malloc(m, fp8t_bf16_bytes(N, IN));
         save_buf = xq->bf16;
     } else if (save) {
-        if (!xq->codes) xq->codes = m->ops->malloc(m->be, (size_t)N * (size_t)IN);
+        if (!xq->codes) xq->codes = model_act_malloc(m, (size_t)N * (size_t)IN);
         save_buf = xq->codes;
     }
     operand a = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .record = record,

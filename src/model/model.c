@@ -21,6 +21,11 @@ void *model_scratch(fp8t_model *m, scratch_buf *s, size_t bytes) {
     return s->p;
 }
 
+void *model_act_malloc(fp8t_model *m, size_t bytes) {
+    m->act_lazy_bytes += bytes;
+    return m->ops->malloc(m->be, bytes);
+}
+
 fp8_format model_fp8_format(const fp8t_model *m, int role) {
     return (role == FP8T_ROLE_DY && m->policy.hybrid) ? FP8_E5M2 : FP8_E4M3;
 }
@@ -111,9 +116,94 @@ static int can_save_codes(const fp8t_model *m, int lin) {
            model_prec_shares_operands(m, f);
 }
 
+/* ---- layer saves (layer_save): per layer in FP32 or BF16, or one layer's scratch ---- */
+
+static size_t save_cols(const fp8t_model *m, int k) {
+    switch (k) {
+    case SV_QKV: return (size_t)fp8t_model_qkv_dim(&m->cfg);
+    case SV_FCH:
+    case SV_UP: return (size_t)m->cfg.mlp_hidden;
+    default: return (size_t)m->cfg.n_embd; /* atty, res2, res3 */
+    }
+}
+
+/* Whether layer l keeps its saves in BF16: every GEMM of its linears runs below FP32 (BF16 or
+ * FP8 of any kind: each already rounds its operands at least as coarsely, so the backward
+ * reading BF16 values is within the error the layer has anyway; a layer with an FP32 GEMM, as
+ * the FP32 policy's or a recipe's high-precision first/last layers, stays exact), and no hook
+ * may look at or change the tensors (debug runs see the FP32 values). Per layer rather than
+ * per model so that such a recipe loses nothing where it asked for FP32. */
+static int layer_bf16_saves(const fp8t_model *m, int l) {
+    if (m->no_bf16_saves || m->hook) return 0;
+    const int mpl = fp8t_model_modules_per_layer(&m->cfg);
+    for (int lin = l * mpl; lin < (l + 1) * mpl; lin++)
+        for (int g = 0; g < FP8T_GEMM_COUNT; g++)
+            if (m->prec[lin][g] == FP8T_PREC_FP32) return 0;
+    return 1;
+}
+
+/* What each layer keeps of each save in this forward; allocates what that needs. */
+static void plan_layer_saves(fp8t_model *m) {
+    const fp8t_model_config *c = &m->cfg;
+    const size_t N = (size_t)m->B * m->T;
+    /* the backend's attention state replaces qkv in the backward (the same for every layer:
+     * one shape) */
+    layer_view v0;
+    model_layer_view(&v0, m, 0);
+    const int attn_state = !m->no_attn_save && c->n_layer > 0 &&
+                           m->ops->attention_saved_bytes(m->be, &v0.attn) > 0;
+    for (int l = 0; l < c->n_layer; l++) {
+        const int bf16 = layer_bf16_saves(m, l);
+        for (int k = 0; k < SV_COUNT; k++) {
+            save_kind kind = bf16 ? SAVE_BF16 : SAVE_F32;
+            if (m->frozen) kind = SAVE_NONE; /* no backward follows */
+            if (k == SV_QKV && attn_state) kind = SAVE_NONE;
+            if (k == SV_UP && c->arch != FP8T_ARCH_LLAMA) kind = SAVE_NONE; /* no up */
+            /* the plain paths stay bit-identical to the default ones: without the FP8 save,
+             * proj's Wgrad quantizes atty again (the FP32 values its Fprop quantized); without
+             * the attention state, the attention backward rebuilds q, k, v from qkv (RoPE in
+             * FP32 before the BF16 rounding) */
+            if (kind == SAVE_BF16 && ((k == SV_ATTY && m->no_fp8_save) ||
+                                      (k == SV_QKV && m->no_attn_save)))
+                kind = SAVE_F32;
+            m->sv_kind[l][k] = (unsigned char)kind;
+            const size_t cols = save_cols(m, k);
+            if (kind == SAVE_F32 && !m->sv32[l][k])
+                m->sv32[l][k] = model_act_malloc(m, N * cols * sizeof(float));
+            if (kind == SAVE_BF16 && !m->sv16[l][k])
+                m->sv16[l][k] = model_act_malloc(m, N * cols * sizeof(uint16_t));
+            if (kind != SAVE_F32 && !m->sv_scratch[k] &&
+                (k != SV_UP || c->arch == FP8T_ARCH_LLAMA))
+                m->sv_scratch[k] = model_act_malloc(m, N * cols * sizeof(float));
+        }
+    }
+}
+
+void model_save_store(fp8t_model *m, int l, layer_save k, const float *bias) {
+    if (m->sv_kind[l][k] != SAVE_BF16) return;
+    m->ops->bf16_pack(m->be, m->sv16[l][k], m->sv_scratch[k], bias, m->B * m->T,
+                      (int)save_cols(m, k));
+}
+
+float *model_save_restore(fp8t_model *m, int l, layer_save k) {
+    switch (m->sv_kind[l][k]) {
+    case SAVE_F32: return m->sv32[l][k];
+    case SAVE_BF16:
+        m->ops->bf16_unpack(m->be, m->sv_scratch[k], m->sv16[l][k],
+                            (size_t)m->B * m->T * save_cols(m, k));
+        return m->sv_scratch[k];
+    default: return m->sv_scratch[k];
+    }
+}
+
+float *model_save_fwd(const fp8t_model *m, int l, layer_save k) {
+    return m->sv_kind[l][k] == SAVE_F32 ? m->sv32[l][k] : m->sv_scratch[k];
+}
+
 void model_save_plan(fp8t_model *m) {
     const fp8t_model_config *c = &m->cfg;
     const size_t N = (size_t)m->B * m->T;
+    plan_layer_saves(m);
     if (!m->frozen)
         for (int lin = 0; lin < m->n_lin; lin++) m->xq[lin].saved = can_save_codes(m, lin);
     /* A layer copy is needed when a linear reading it keeps X in FP32 for its Wgrad. A frozen
@@ -129,7 +219,7 @@ void model_save_plan(fp8t_model *m) {
             }
             if (need) {
                 const size_t cols = k == WX_FCH_ACT ? (size_t)c->mlp_hidden : (size_t)c->n_embd;
-                m->wx[l][k] = m->ops->malloc(m->be, N * cols * sizeof(float));
+                m->wx[l][k] = model_act_malloc(m, N * cols * sizeof(float));
             } else {
                 need_scratch = 1;
             }
@@ -137,7 +227,7 @@ void model_save_plan(fp8t_model *m) {
     }
     if (need_scratch && !m->wx_scratch) {
         const size_t cols = (size_t)(c->mlp_hidden > c->n_embd ? c->mlp_hidden : c->n_embd);
-        m->wx_scratch = m->ops->malloc(m->be, N * cols * sizeof(float));
+        m->wx_scratch = model_act_malloc(m, N * cols * sizeof(float));
     }
 }
 
@@ -166,21 +256,21 @@ void model_layer_view(layer_view *v, const fp8t_model *m, int l) {
     v->lin0 = l * fp8t_model_modules_per_layer(c);
     v->NC = (size_t)v->N * v->C;
     v->NH_ = (size_t)v->N * v->H;
-    const size_t L = (size_t)l, NC = v->NC, NH_ = v->NH_, N = (size_t)v->N;
+    const size_t L = (size_t)l, N = (size_t)v->N;
     v->ln1 = wgrad_input_ptr(m, l, WX_LN1);
     v->ln1_mean = slice(a->ln1_mean, L * N);
     v->ln1_rstd = slice(a->ln1_rstd, L * N);
-    v->qkv = slice(a->qkv, L * N * (size_t)v->QKV);
-    v->atty = slice(a->atty, L * NC);
+    v->qkv = model_save_fwd(m, l, SV_QKV);
+    v->atty = model_save_fwd(m, l, SV_ATTY);
     v->lse = slice(a->lse, L * N * (size_t)v->NH);
-    v->res2 = slice(a->res2, L * NC);
+    v->res2 = model_save_fwd(m, l, SV_RES2);
     v->ln2 = wgrad_input_ptr(m, l, WX_LN2);
     v->ln2_mean = slice(a->ln2_mean, L * N);
     v->ln2_rstd = slice(a->ln2_rstd, L * N);
-    v->fch = slice(a->fch, L * NH_);
+    v->fch = model_save_fwd(m, l, SV_FCH);
     v->fch_act = wgrad_input_ptr(m, l, WX_FCH_ACT);
-    v->up = slice(a->up, L * NH_);
-    v->res3 = slice(a->res3, L * NC);
+    v->up = c->arch == FP8T_ARCH_LLAMA ? model_save_fwd(m, l, SV_UP) : NULL;
+    v->res3 = model_save_fwd(m, l, SV_RES3);
 }
 
 /* Carve the activation buffers; with base NULL only counts. Returns floats needed. */
@@ -201,17 +291,11 @@ static size_t carve_activations(activations *a, float *base, const fp8t_model_co
     CARVE(ln1, wx * N * C);
     CARVE(ln1_mean, gpt2 ? L * N : 0);
     CARVE(ln1_rstd, L * N);
-    CARVE(qkv, L * N * QKV);
-    CARVE(atty, L * N * C);
     CARVE(lse, L * N * NH);
-    CARVE(res2, L * N * C);
     CARVE(ln2, wx * N * C);
     CARVE(ln2_mean, gpt2 ? L * N : 0);
     CARVE(ln2_rstd, L * N);
-    CARVE(fch, L * N * H);
     CARVE(fch_act, wx * N * H);
-    CARVE(up, llama ? L * N * H : 0);
-    CARVE(res3, L * N * C);
     CARVE(lnf, N * C);
     CARVE(lnf_mean, gpt2 ? N : 0);
     CARVE(lnf_rstd, N);
@@ -240,9 +324,9 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     char buf[256];
     if (!be) { set_err(err, errlen, "fp8t_model_create: no backend"); return NULL; }
     const unsigned disable = opt ? opt->disable : 0;
-    if (disable & ~(unsigned)FP8T_DISABLE_ALL_FUSION) {
+    if (disable & ~(unsigned)FP8T_DISABLE_KNOWN) {
         snprintf(buf, sizeof(buf), "fp8t_model_create: unknown disable bits 0x%x",
-                 disable & ~(unsigned)FP8T_DISABLE_ALL_FUSION);
+                 disable & ~(unsigned)FP8T_DISABLE_KNOWN);
         set_err(err, errlen, buf);
         return NULL;
     }
@@ -296,10 +380,16 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->no_fp8_save = (disable & FP8T_DISABLE_FP8_SAVE) != 0;
     size_t act_floats = carve_activations(&m->a, NULL, cfg, B, T, m->no_fp8_save);
     m->act_memory = ops->malloc(be, act_floats * sizeof(float));
+    m->act_carved_bytes = act_floats * sizeof(float) + 2 * (size_t)B * T * sizeof(int);
     carve_activations(&m->a, m->act_memory, cfg, B, T, m->no_fp8_save);
     const size_t N = (size_t)B * T;
-    m->wx = calloc((size_t)(cfg->n_layer > 0 ? cfg->n_layer : 1), sizeof(*m->wx));
-    MODEL_CHECK(m->wx, "out of host memory");
+    const size_t nl = (size_t)(cfg->n_layer > 0 ? cfg->n_layer : 1);
+    m->wx = calloc(nl, sizeof(*m->wx));
+    m->sv_kind = calloc(nl, sizeof(*m->sv_kind));
+    m->sv32 = calloc(nl, sizeof(*m->sv32));
+    m->sv16 = calloc(nl, sizeof(*m->sv16));
+    MODEL_CHECK(m->wx && m->sv_kind && m->sv32 && m->sv16, "out of host memory");
+    m->no_bf16_saves = (disable & FP8T_DISABLE_BF16_SAVES) != 0;
     if (m->no_fp8_save) {
         const size_t NC = N * (size_t)cfg->n_embd, NH_ = N * (size_t)cfg->mlp_hidden;
         for (int l = 0; l < cfg->n_layer; l++) {
@@ -387,6 +477,16 @@ void fp8t_model_destroy(fp8t_model *m) {
             for (int k = 0; k < WX_COUNT; k++)
                 if (m->wx[l][k]) ops->free(be, m->wx[l][k]);
     if (m->wx_scratch) ops->free(be, m->wx_scratch);
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        for (int k = 0; k < SV_COUNT; k++) {
+            if (m->sv32[l][k]) ops->free(be, m->sv32[l][k]);
+            if (m->sv16[l][k]) ops->free(be, m->sv16[l][k]);
+        }
+    for (int k = 0; k < SV_COUNT; k++)
+        if (m->sv_scratch[k]) ops->free(be, m->sv_scratch[k]);
+    free(m->sv_kind);
+    free(m->sv32);
+    free(m->sv16);
     scratch_buf *bufs[] = {&m->codes[0], &m->codes[1], &m->codes_t[0], &m->codes_t[1],
                            &m->h16[0],   &m->h16[1],   &m->fq[0],      &m->fq[1],
                            &m->wgrad_tmp};
@@ -405,6 +505,14 @@ void fp8t_model_destroy(fp8t_model *m) {
     free(m->g.layer);
     free(m->info);
     free(m);
+}
+
+size_t fp8t_model_activation_bytes(const fp8t_model *m) {
+    size_t n = m->act_carved_bytes + m->act_lazy_bytes;
+    const scratch_buf *bufs[] = {&m->codes[0], &m->codes[1], &m->codes_t[0], &m->codes_t[1],
+                                 &m->h16[0],   &m->h16[1],   &m->fq[0],      &m->fq[1]};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) n += bufs[i]->bytes;
+    return n;
 }
 
 const fp8t_model_config *fp8t_model_get_config(const fp8t_model *m) { return &m->cfg; }

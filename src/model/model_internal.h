@@ -42,24 +42,20 @@ typedef struct {
  * buffers are [L, ...]; the backward scratch holds one layer's gradients at a time.
  * ln1, ln2 and fch_act are read again only by a Wgrad: they are carved here only under
  * FP8T_DISABLE_FP8_SAVE; otherwise they are NULL and the model keeps them per layer only
- * where a Wgrad needs them in FP32 (wgrad_input, below). */
+ * where a Wgrad needs them in FP32 (wgrad_input, below). qkv, atty, fch and up are not carved
+ * either: they are layer saves (layer_save, below), allocated per layer as a training forward
+ * first needs them, in FP32 or BF16. */
 typedef struct {
     float *encoded;    /* [N, C] embedding output = residual stream into layer 0 */
     float *ln1;        /* [L, N, C] (FP8T_DISABLE_FP8_SAVE only) */
     float *ln1_mean;   /* [L, N] (GPT-2) */
     float *ln1_rstd;   /* [L, N] */
-    float *qkv;        /* [L, N, QKV] */
-    float *atty;       /* [L, N, C] attention output (proj input) */
     float *lse;        /* [L, B, NH, T] softmax log-sum-exp saved for the backward */
-    float *res2;       /* [L, N, C] residual after attention */
     float *ln2;        /* [L, N, C] (FP8T_DISABLE_FP8_SAVE only) */
     float *ln2_mean;   /* [L, N] (GPT-2) */
     float *ln2_rstd;   /* [L, N] */
-    float *fch;        /* [L, N, H] fc1 output, pre-GELU (GPT-2) / gate output (Llama) */
     float *fch_act;    /* [L, N, H] GELU(fch) (GPT-2) / silu(gate)*up (Llama)
                           (FP8T_DISABLE_FP8_SAVE only) */
-    float *up;         /* [L, N, H] up output (Llama) */
-    float *res3;       /* [L, N, C] residual after the MLP = input of layer l+1 */
     float *lnf;        /* [N, C] */
     float *lnf_mean;   /* [N] (GPT-2) */
     float *lnf_rstd;   /* [N] */
@@ -88,17 +84,18 @@ typedef struct {
     float *ln1;                /* [N, C] */
     float *ln1_mean;           /* [N] (GPT-2) */
     float *ln1_rstd;           /* [N] */
-    float *qkv;                /* [N, QKV] */
-    float *atty;               /* [N, C] */
+    float *qkv;                /* [N, QKV] (the forward's: layer_save) */
+    float *atty;               /* [N, C] (the forward's: layer_save) */
     float *lse;                /* [B, NH, T] */
-    float *res2;               /* [N, C] */
+    float *res2;               /* [N, C] (the forward's: layer_save) */
     float *ln2;                /* [N, C] */
     float *ln2_mean;           /* [N] (GPT-2) */
     float *ln2_rstd;           /* [N] */
-    float *fch;                /* [N, H] fc1 output (GPT-2) / gate output (Llama) */
+    float *fch;                /* [N, H] fc1 output (GPT-2) / gate output (Llama) (the
+                                  forward's: layer_save) */
     float *fch_act;            /* [N, H] GELU(fch) (GPT-2) / silu(gate)*up (Llama) */
-    float *up;                 /* [N, H] up output (Llama) */
-    float *res3;               /* [N, C] */
+    float *up;                 /* [N, H] up output (Llama) (the forward's: layer_save) */
+    float *res3;               /* [N, C] (the forward's: layer_save) */
 } layer_view;
 
 /* One cached low-precision copy of a weight (made once per optimizer step): FP8 codes
@@ -139,6 +136,32 @@ typedef struct {
     int saved;              /* the last training forward saved codes here instead of
                                keeping X in FP32 for the Wgrad */
 } x_codes;
+
+/* The outputs a layer's backward reads again other than the Wgrad-only inputs (the norms'
+ * statistics and the embedding output stay carved in FP32). Each is kept per layer in FP32, per
+ * layer in BF16, or not at all; in the last two cases its FP32 values live in one layer's
+ * scratch: in the forward from its producer to its last reader, in the backward from the
+ * BF16 copy's widening (model_save_restore) to its reader. */
+typedef enum {
+    SV_QKV = 0,  /* [N, QKV] read by the attention backward only: not kept when the backend
+                    keeps its own attention state (attention_saved_bytes, the CUDA flash
+                    path's BF16 q, k, v) */
+    SV_ATTY = 1, /* [N, C] proj's X (where its Wgrad does not take the Fprop's operand) and
+                    the attention backward's out (its rowsum(dout * out)) */
+    SV_FCH = 2,  /* [N, H] GELU's input (GPT-2) / gate's output (Llama) */
+    SV_UP = 3,   /* [N, H] up's output (Llama) */
+    SV_RES2 = 4, /* [N, C] the residual stream after attention: ln2's input */
+    SV_RES3 = 5, /* [N, C] the residual stream after the MLP: the next layer's ln1 input (the
+                    final norm's after the last layer). In the forward the scratch of res3
+                    holds layer l-1's output while layer l reads it and then layer l's. */
+    SV_COUNT
+} layer_save;
+
+typedef enum {
+    SAVE_NONE = 0, /* the scratch only: a frozen forward, or nothing reads it back */
+    SAVE_F32 = 1,  /* the layer's FP32 copy, written by the producer itself */
+    SAVE_BF16 = 2  /* the layer's BF16 copy (bf16_pack) of the FP32 scratch */
+} save_kind;
 
 /* A growable device scratch buffer. */
 typedef struct {
@@ -254,6 +277,21 @@ struct fp8t_model {
                               whose layer copy is not allocated (it lives from its norm or
                               activation to its Fprop); allocated when first needed */
     int warned_saved;      /* the backward's note on a hook/policy change was printed */
+
+    /* Layer saves (layer_save): what the last forward decided per layer (model_save_plan),
+     * the per-layer copies (allocated when a training forward first keeps one in that
+     * format, then kept) and one layer's FP32 scratch per save. */
+    unsigned char (*sv_kind)[SV_COUNT]; /* [L] save_kind */
+    float *(*sv32)[SV_COUNT];           /* [L] device [N, cols] */
+    uint16_t *(*sv16)[SV_COUNT];        /* [L] device [N, cols] packed BF16 (bf16_pack) */
+    float *sv_scratch[SV_COUNT];        /* device [N, cols] */
+    /* FP8T_DISABLE_BF16_SAVES at create: layers whose GEMMs are all below FP32 keep their
+     * saves in FP32 too (as a layer with an FP32 GEMM does, or any layer under a hook) */
+    int no_bf16_saves;
+    /* device bytes allocated after create for activations (layer saves and their scratch,
+     * the Wgrad inputs' copies and codes, the attention state): fp8t_model_activation_bytes */
+    size_t act_lazy_bytes;
+    size_t act_carved_bytes; /* act_memory and the token buffers */
 };
 
 /* The precisions whose GEMM operands are per-tensor FP8 codes (delayed, current). */
@@ -291,12 +329,25 @@ void model_layer_view(layer_view *v, const fp8t_model *m, int l);
  * the Wgrad (a training forward; a frozen one changes nothing, no backward follows it), and
  * allocate the layer copies and the one-layer scratch the forward will write. */
 void model_save_plan(fp8t_model *m);
+/* ops->malloc, counted in act_lazy_bytes (activation memory allocated after create) */
+void *model_act_malloc(fp8t_model *m, size_t bytes);
+/* The FP32 location save k of layer l is written to (and read from) in the forward: the
+ * layer's FP32 copy, or the one-layer scratch */
+float *model_save_fwd(const fp8t_model *m, int l, layer_save k);
+/* Forward: after save k of layer l was written to its forward location (layer_view), make
+ * the layer's BF16 copy where the plan keeps one; bias (may be NULL) is added first (the
+ * deferred bias of fc1: the copy then holds GELU's whole input, as without the deferral). */
+void model_save_store(fp8t_model *m, int l, layer_save k, const float *bias);
+/* Backward: the FP32 values of save k of layer l: the layer's FP32 copy, or its BF16 copy
+ * widened into the scratch (valid until the next restore of k); the scratch, unread, when
+ * nothing was kept. */
+float *model_save_restore(fp8t_model *m, int l, layer_save k);
 fp8t_module model_lin_module(const fp8t_model *m, int lin);
 
 /* The LM head's weight [V, C]: lm_head.w when untied, else wte (params or grads) */
 static inline float *model_head_w(const model_tensors *t) { return t->lm_head ? t->lm_head : t->wte; }
 
-/* forward.c: the residual stream after the last block, [N, C] */
+/* forward.c: the residual stream after the last block, [N, C], where the forward wrote it */
 const float *model_final_residual(const fp8t_model *m);
 /* forward.c: after a fused forward, put the logits back into a->logits (the head GEMM again,
  * without hooks or amax recording: the same inputs give the same bits) and clear xent_fused.

@@ -229,6 +229,7 @@ static const struct {
     {"ln-fusion", "FP8TRAIN_NO_LN_FUSION", FP8T_DISABLE_LN_FUSION},
     {"attn-save", "FP8TRAIN_NO_ATTN_SAVE", FP8T_DISABLE_ATTN_SAVE},
     {"fp8-save", "FP8TRAIN_NO_FP8_SAVE", FP8T_DISABLE_FP8_SAVE},
+    {"bf16-saves", "FP8TRAIN_NO_BF16_SAVES", FP8T_DISABLE_BF16_SAVES},
     {"cuda-fusion", "FP8TRAIN_CUDA_PLAIN", DIS_CUDA_FUSION},
     {"cuda-lt-fp8", "FP8TRAIN_CUDA_NO_LT_FP8", DIS_CUDA_LT_FP8},
 };
@@ -241,7 +242,7 @@ static unsigned disable_mask(const fp8t_model_options *m, const fp8t_backend_opt
     return m->disable | (b->plain ? DIS_CUDA_FUSION : 0) | (b->no_lt_fp8 ? DIS_CUDA_LT_FP8 : 0);
 }
 static void disable_store(fp8t_model_options *m, fp8t_backend_options *b, unsigned mask) {
-    m->disable = mask & (unsigned)FP8T_DISABLE_ALL_FUSION;
+    m->disable = mask & (unsigned)FP8T_DISABLE_KNOWN;
     b->plain = (mask & DIS_CUDA_FUSION) != 0;
     b->no_lt_fp8 = (mask & DIS_CUDA_LT_FP8) != 0;
 }
@@ -474,7 +475,8 @@ static const opt OPTIONS[] = {
             "fused/cached paths back to their plain versions, comma-separated: fused-xent, "
             "bf16-xent, code-reuse, bf16-operands, gelu-fusion, bias-grad-fusion, "
             "gelu-bwd-fusion, residual-bias, ln-fusion, attn-save, fp8-save (the model's, "
-            "bit-identical), cuda-fusion (every CUDA one), cuda-lt-fp8 (FP8 GEMMs by exact "
+            "bit-identical), bf16-saves (activations kept for the backward in FP32: not "
+            "bit-identical, not in all-fusion), cuda-fusion (every CUDA one), cuda-lt-fp8 (FP8 GEMMs by exact "
             "decode), all-fusion (all but cuda-lt-fp8), none; FP8TRAIN_NO_GELU_FUSION=1 ..., "
             "FP8TRAIN_CUDA_PLAIN=1, FP8TRAIN_CUDA_NO_LT_FP8=1 add to it"),
     SPECIAL("cuda-attn", "IMPL", set_cuda_attn, get_cuda_attn, G_DEBUG, 0, 0,

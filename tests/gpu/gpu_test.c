@@ -1378,6 +1378,43 @@ static void test_to_bf16(void) {
         }
 }
 
+/* bf16_pack (with and without a bias; x aligned and one float past it, so both the 8-wide
+ * and the scalar kernels run) and bf16_unpack of every kind of BF16 bits, against the CPU,
+ * byte for byte. pack's inputs have no NaNs (the two backends may pick other NaN payloads;
+ * a saved activation is NaN either way). */
+static void test_bf16_pack(void) {
+    static const int shapes[][2] = {{1, 1},     {3, 5},      {7, 13},   {8, 8},
+                                    {13, 64},   {37, 1001},  {64, 768}, {128, 3072}};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (int v = 0; v < 4; v++) {
+            const int rows = shapes[si][0], cols = shapes[si][1], off = v & 1, with_bias = v >> 1;
+            const size_t n = (size_t)rows * cols;
+            float *x = host_bf16_data(n + 1, 1); /* inf, huge, subnormals, ties */
+            float *bias = host_normal((size_t)cols, 4.0f);
+            dpair dx = dp_floats(x, n + 1), db = dp_floats(bias, (size_t)cols);
+            dpair dout = dp_alloc(n * 2 + 2);
+            dp_poison(dout, 1);
+            FOR_BOTH be_->ops->bf16_pack(be_, U16(dout), F(dx) + off, with_bias ? F(db) : NULL,
+                                         rows, cols);
+            char op[64], shape[32];
+            snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+            snprintf(op, sizeof(op), "bf16_pack%s%s", with_bias ? " +bias" : "",
+                     off ? " (x +1 float)" : "");
+            /* the bytes past n values stay as poisoned, differently on each side: not compared */
+            check_bits(op, shape, dout, n * 2, 0);
+            /* unpack of those bits and of NaN / Inf / subnormal patterns, out aligned or not */
+            uint16_t *h = malloc(n * 2 + 2);
+            for (size_t i = 0; i < n + 1; i++) h[i] = (uint16_t)rnd_u64();
+            dpair dh = dp_from(h, n * 2 + 2), du = dp_alloc((n + 1) * 4);
+            dp_poison(du, 0);
+            FOR_BOTH be_->ops->bf16_unpack(be_, F(du) + off, U16(dh) + off, n);
+            snprintf(op, sizeof(op), "bf16_unpack%s", off ? " (+1 element)" : "");
+            check_bits(op, shape, du, (n + 1) * 4, 0);
+            dp_free(dx), dp_free(db), dp_free(dout), dp_free(dh), dp_free(du);
+            free(x), free(bias), free(h);
+        }
+}
+
 static void test_delayed_update(void) {
     static const int cases[][2] = {{1, 1}, {5, 16}, {300, 4}, {1000, 1024}};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
@@ -1999,6 +2036,7 @@ static void run_op_suite(void) {
     test_gemm_float(0);
     test_gemm_float(1);
     test_to_bf16(); /* before the GEMM on its operands */
+    test_bf16_pack();
     test_gemm_bf16_rounded();
     test_gemm_bf16_rounded_ld();
     test_gemm_fp8();

@@ -143,6 +143,9 @@ void cpu_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int ro
                              int tile_r, int tile_c, fp8_format fmt);
 void cpu_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows, int cols);
 void cpu_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n);
+void cpu_bf16_pack(fp8t_backend *b, uint16_t *out, const float *x, const float *bias, int rows,
+                   int cols);
+void cpu_bf16_unpack(fp8t_backend *b, float *out, const uint16_t *x, size_t n);
 void cpu_to_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
                  int cols);
 void cpu_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,

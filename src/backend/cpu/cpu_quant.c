@@ -99,6 +99,28 @@ void cpu_to_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x
            ((size_t)fp8t_bf16_pad(rows) - (size_t)rows) * ld * sizeof(uint16_t));
 }
 
+/* Row by row: the bias added in FP32 into a row of scratch (bias_add's arithmetic), then
+ * rounded; without a bias one (parallel) pass */
+void cpu_bf16_pack(fp8t_backend *b, uint16_t *out, const float *x, const float *bias, int rows,
+                   int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    if (!bias) {
+        bf16_encode_n(out, x, (size_t)rows * (size_t)cols);
+        return;
+    }
+    float *row = cpu_scratch(b, CPU_SCRATCH_ACT, (size_t)cols * sizeof(float)); /* [cols] */
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * cols;
+        for (int c = 0; c < cols; c++) row[c] = xr[c] + bias[c];
+        bf16_encode_n(out + (size_t)r * cols, row, (size_t)cols);
+    }
+}
+
+void cpu_bf16_unpack(fp8t_backend *b, float *out, const uint16_t *x, size_t n) {
+    (void)b;
+    bf16_decode_n(out, x, n);
+}
+
 void cpu_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n) {
     (void)b;
     bf16_round(out, x, n);

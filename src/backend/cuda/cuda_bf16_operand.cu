@@ -79,6 +79,93 @@ void cuda_to_bf16_operand(fp8t_backend *b, uint16_t *out, float *amax_out, const
     CUDA_LAUNCH_CHECK(s);
 }
 
+/* bf16_pack: x [rows, cols] (+ bias[c]) -> out [rows, cols] packed BF16, round to nearest
+ * even, the bias added in FP32 first (bias_add's sum). 8 elements per thread (two 16-byte loads,
+ * one 16-byte store) when cols % 8 == 0 and x, out are 16-byte aligned; else one per thread. */
+__global__ void bf16_pack_vec8_kernel(uint4 *out, const float4 *__restrict__ x,
+                                      const float *__restrict__ bias, int cols, size_t n8) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float4 a = x[2 * i], c = x[2 * i + 1];
+        float y[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+        if (bias) {
+            const int c0 = (int)((i * 8) % (size_t)cols); /* cols % 8 == 0: one row */
+            for (int e = 0; e < 8; e++) y[e] += bias[c0 + e];
+        }
+        unsigned w[4];
+        for (int e = 0; e < 4; e++) {
+            __nv_bfloat162 p = __floats2bfloat162_rn(y[2 * e], y[2 * e + 1]);
+            w[e] = *(unsigned *)&p;
+        }
+        out[i] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+__global__ void bf16_pack_kernel(__nv_bfloat16 *out, const float *__restrict__ x,
+                                 const float *__restrict__ bias, int cols, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        if (bias) v += bias[i % (size_t)cols];
+        out[i] = __float2bfloat16_rn(v);
+    }
+}
+
+void cuda_bf16_pack(fp8t_backend *b, uint16_t *out, const float *x, const float *bias, int rows,
+                    int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    const size_t n = (size_t)rows * cols, cap = (size_t)s->num_sms * 16;
+    if (!s->plain && cols % 8 == 0 && (((uintptr_t)x | (uintptr_t)out) & 15u) == 0) {
+        const size_t n8 = n / 8, blocks = (n8 + 255) / 256;
+        bf16_pack_vec8_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s->stream>>>(
+            (uint4 *)out, (const float4 *)x, bias, cols, n8);
+    } else {
+        const size_t blocks = (n + 255) / 256;
+        bf16_pack_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s->stream>>>(
+            (__nv_bfloat16 *)out, x, bias, cols, n);
+    }
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* bf16_unpack: exact (a BF16 value is its bits in the high half of a float). 8 per thread
+ * when n % 8 == 0 and both pointers are 16-byte aligned. */
+__global__ void bf16_unpack_vec8_kernel(float4 *out, const uint4 *__restrict__ x, size_t n8) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint4 v = x[i];
+        const unsigned w[4] = {v.x, v.y, v.z, v.w};
+        float f[8];
+        for (int e = 0; e < 4; e++) {
+            f[2 * e] = __uint_as_float(w[e] << 16); /* the lower address: the low half */
+            f[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
+        }
+        out[2 * i] = make_float4(f[0], f[1], f[2], f[3]);
+        out[2 * i + 1] = make_float4(f[4], f[5], f[6], f[7]);
+    }
+}
+
+__global__ void bf16_unpack_kernel(float *out, const uint16_t *__restrict__ x, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __uint_as_float((unsigned)x[i] << 16);
+}
+
+void cuda_bf16_unpack(fp8t_backend *b, float *out, const uint16_t *x, size_t n) {
+    if (n == 0) return;
+    cuda_state *s = cuda_of(b);
+    const size_t cap = (size_t)s->num_sms * 16;
+    if (!s->plain && n % 8 == 0 && (((uintptr_t)x | (uintptr_t)out) & 15u) == 0) {
+        const size_t n8 = n / 8, blocks = (n8 + 255) / 256;
+        bf16_unpack_vec8_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s->stream>>>(
+            (float4 *)out, (const uint4 *)x, n8);
+    } else {
+        const size_t blocks = (n + 255) / 256;
+        bf16_unpack_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s->stream>>>(
+            out, x, n);
+    }
+    CUDA_LAUNCH_CHECK(s);
+}
 
 /* gelu(x) [rows, cols] -> out, a BF16 operand: the GELU of gelu_forward (gelu_dev, the same
  * expression), rounded to nearest even; amax of the GELU values into *amax_out. 8 elements per

@@ -328,6 +328,9 @@ void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
                               int cols);
 void cuda_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n);
 /* cuda_bf16_operand.cu */
+void cuda_bf16_pack(fp8t_backend *b, uint16_t *out, const float *x, const float *bias, int rows,
+                    int cols);
+void cuda_bf16_unpack(fp8t_backend *b, float *out, const uint16_t *x, size_t n);
 void cuda_to_bf16_operand(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
                           int rows, int cols);
 void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
