@@ -381,7 +381,7 @@ static void memory_figure(void) {
 int main(void) {
     t_suite = "act_memory";
     char err[256];
-    cpu = fp8t_backend_create("cpu", err, sizeof(err));
+    cpu = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     if (!cpu) {
         printf("FAIL act_memory: cpu backend: %s\n", err);
         return 1;

@@ -159,13 +159,6 @@ static void plan_layer_saves(fp8t_model *m) {
             if (m->frozen) kind = SAVE_NONE; /* no backward follows */
             if (k == SV_QKV && attn_state) kind = SAVE_NONE;
             if (k == SV_UP && c->arch != FP8T_ARCH_LLAMA) kind = SAVE_NONE; /* no up */
-            /* the plain paths stay bit-identical to the default ones: without the FP8 save,
-             * proj's Wgrad quantizes atty again (the FP32 values its Fprop quantized); without
-             * the attention state, the attention backward rebuilds q, k, v from qkv (RoPE in
-             * FP32 before the BF16 rounding) */
-            if (kind == SAVE_BF16 && ((k == SV_ATTY && m->no_fp8_save) ||
-                                      (k == SV_QKV && m->no_attn_save)))
-                kind = SAVE_F32;
             m->sv_kind[l][k] = (unsigned char)kind;
             const size_t cols = save_cols(m, k);
             if (kind == SAVE_F32 && !m->sv32[l][k])
