@@ -569,9 +569,9 @@ static void gemm_fp8_case(int M, int N, int K, int ta, int tb, fp8_format fa, fp
     fp8t_cuda_gemm_counts(GPU, &lt0, &fb0);
     FOR_BOTH {
         fp8t_fp8_operand A = {layout == 2 ? NULL : U8(dA), layout >= 1 ? U8(dAt) : NULL,
-                              F(dsa) + 1, fa, ar, ac};
+                              F(dsa) + 1, fa, ar, ac, FP8T_SCALING_TENSOR};
         fp8t_fp8_operand B = {layout == 2 ? NULL : U8(dB), layout >= 1 ? U8(dBt) : NULL,
-                              F(dsb) + 1, fb, br, bc};
+                              F(dsb) + 1, fb, br, bc, FP8T_SCALING_TENSOR};
         if (layout == 3) {
             /* the same values at 4-byte offsets: copy them one float further */
             be_->ops->copy(be_, F(dsa), F(dsa) + 1, 4);

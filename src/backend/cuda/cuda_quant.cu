@@ -724,6 +724,89 @@ void cuda_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
     CUDA_LAUNCH_CHECK(s);
 }
 
+/* block_quantize: one thread block per block of the operand [R, K] (x, or xᵀ with transpose:
+ * operand element (r, k) is x[k, r]). Pass 1: the block's amax; pass 2: codes with the
+ * current-scaling scale of that amax; thread 0 stores scale_inv = 1 / scale at the block's
+ * place in the operand layout (fp8t_block_scale_index). The same encoder and scale formula as
+ * block_fake_quantize_kernel, so codes and scales are the CPU's. The transposed case reads x
+ * down its columns (strided); a tiled transpose through shared memory would coalesce it. */
+__global__ void block_quantize_kernel(uint8_t *codes, float *scale_inv, const float *x, int rows,
+                                      int cols, int transpose, int tile_r, int scaling,
+                                      fp8_format fmt, float fmt_max, int pow2) {
+    const int R = transpose ? cols : rows, K = transpose ? rows : cols;
+    const int nbk = (K + 127) / 128;
+    const int br = (int)(blockIdx.x / nbk), bk = (int)(blockIdx.x % nbk);
+    const int r0 = br * tile_r, k0 = bk * 128;
+    const int nr = min(tile_r, R - r0), nk = min(128, K - k0);
+    const int cnt = nr * nk;
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
+        int r = r0 + i / nk, k = k0 + i % nk;
+        float v = transpose ? x[(size_t)k * cols + r] : x[(size_t)r * cols + k];
+        acc = amax_merge_dev(acc, v);
+    }
+    acc = block_amax(acc);
+    __shared__ float sh_scale;
+    if (threadIdx.x == 0) {
+        float sc = current_scale_dev(acc, fmt_max, 0.0f, pow2);
+        sh_scale = sc;
+        scale_inv[fp8t_block_scale_index((fp8t_fp8_scaling)scaling, R, K, r0, k0)] = 1.0f / sc;
+    }
+    __syncthreads();
+    const float scale = sh_scale;
+    for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
+        int r = r0 + i / nk, k = k0 + i % nk;
+        float v = transpose ? x[(size_t)k * cols + r] : x[(size_t)r * cols + k];
+        codes[(size_t)r * K + k] = fp8_enc_dev(v * scale, fmt);
+    }
+}
+
+void cuda_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, const float *x,
+                         int rows, int cols, int transpose, fp8t_fp8_scaling scaling,
+                         fp8_format fmt, int pow2) {
+    if (rows <= 0 || cols <= 0) return;
+    if (scaling != FP8T_SCALING_VEC128 && scaling != FP8T_SCALING_BLK128) {
+        fprintf(stderr, "fp8train: block_quantize: scaling %d is not a block kind (%s:%d)\n",
+                (int)scaling, __FILE__, __LINE__);
+        exit(1);
+    }
+    cuda_state *s = cuda_of(b);
+    const int R = transpose ? cols : rows, K = transpose ? rows : cols;
+    const int tile_r = scaling == FP8T_SCALING_VEC128 ? 1 : 128;
+    unsigned grid = cdiv_u(K, 128) * cdiv_u(R, tile_r);
+    float fmt_max = fmt == FP8_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX;
+    int threads = tile_r > 1 ? 256 : 128;
+    block_quantize_kernel<<<grid, threads, 0, s->stream>>>(codes, scale_inv, x, rows, cols,
+                                                           transpose, tile_r, (int)scaling, fmt,
+                                                           fmt_max, pow2);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* code * scale_inv of each element of a block-scaled [rows, K] operand (gemm_fp8's fallback) */
+__global__ void block_decode_kernel(float *out, const uint8_t *__restrict__ codes,
+                                    const float *__restrict__ scale_inv, int rows, int K,
+                                    int scaling, fp8_format fmt) {
+    size_t n = (size_t)rows * K;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int r = (int)(i / K), k = (int)(i % K);
+        float si = scaling == FP8T_SCALING_TENSOR
+                       ? scale_inv[0]
+                       : scale_inv[fp8t_block_scale_index((fp8t_fp8_scaling)scaling, rows, K, r,
+                                                          k)];
+        out[i] = fp8_dec_dev(codes[i], fmt) * si;
+    }
+}
+
+void cuda_block_decode(fp8t_backend *b, float *out, const fp8t_fp8_operand *o) {
+    size_t n = (size_t)o->rows * o->cols;
+    if (n == 0) return;
+    cuda_state *s = cuda_of(b);
+    block_decode_kernel<<<ew_blocks(s, n, 1), EW_THREADS, 0, s->stream>>>(
+        out, o->data, o->scale_inv, o->rows, o->cols, (int)o->scaling, o->fmt);
+    CUDA_LAUNCH_CHECK(s);
+}
+
 /* MXFP8: a warp per 32-element row block, lane = element (the exponent: mx_biased_exponent,
  * cuda_common.cuh). */
 
