@@ -254,6 +254,7 @@ struct fp8t_model {
                               whose layer copy is not allocated (it lives from its norm or
                               activation to its Fprop); allocated when first needed */
     int warned_saved;      /* the backward's note on a hook/policy change was printed */
+    int warned_block;      /* a block GEMM's shape kept the emulation (printed once) */
 };
 
 /* The precisions whose GEMM operands are per-tensor FP8 codes (delayed, current). */
