@@ -334,14 +334,17 @@ static int gemm_takes_bias(const fp8t_model *m, fp8t_precision prec) {
  * the operand stored [K, ..] — the Wgrad's dY and X, the Dgrad's W — is quantized as its
  * transpose, so the Wgrad's tiles run along the tokens) and gemm_fp8 multiplies the blocks.
  * The codes and scales are the emulation's; only the product's summation order differs.
- * Shapes the hardware path does not take keep the emulation (block_native_ok). */
+ * Shapes the FP8 tensor cores do not take keep the emulation (block_native_ok); a shape that
+ * cuBLASLt then refuses takes gemm_fp8's own fallback (decode + FP32 GEMM, reported once). */
 static int block_native_ok(fp8t_model *m, int M, int N, int K) {
     if (!m->be->fp8_block_native) return 0;
-    if (M % 16 == 0 && N % 16 == 0 && K % 128 == 0) return 1;
+    /* FP8 tensor-core GEMMs want every dimension a multiple of 16; a K that is not one of 128
+     * (GPT-2 1.5B's 1600) ends in a partial block, as in the emulation */
+    if (M % 16 == 0 && N % 16 == 0 && K % 16 == 0) return 1;
     if (!m->warned_block) {
         fprintf(stderr, "fp8train: block precision: a %dx%dx%d GEMM (M x N x K) is not a "
-                        "multiple of 16 x 16 x 128, so it keeps the emulation (block quantize "
-                        "and dequantize, FP32 GEMM); reported once\n", M, N, K);
+                        "multiple of 16 in every dimension, so it keeps the emulation (block "
+                        "quantize and dequantize, FP32 GEMM); reported once\n", M, N, K);
         m->warned_block = 1;
     }
     return 0;

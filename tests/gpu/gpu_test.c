@@ -1212,6 +1212,10 @@ static void test_gemm_fp8_block(void) {
         gemm_fp8_block_case(M, N, K, B2, V, FP8_E4M3, FP8_E4M3, 0, 0);
     }
     gemm_fp8_block_case(256, 384, 512, V, B2, FP8_E4M3, FP8_E4M3, 0, 1); /* the Fprop's bias */
+    /* K not a multiple of 128 (GPT-2 1.5B's 1600: a partial last block along K) */
+    gemm_fp8_block_case(256, 384, 1600, V, B2, FP8_E4M3, FP8_E4M3, 0, 0);
+    gemm_fp8_block_case(1600, 256, 512, V, B2, FP8_E5M2, FP8_E4M3, 0, 0);
+    gemm_fp8_block_case(256, 1600, 1024, V, V, FP8_E5M2, FP8_E4M3, 1, 0);
     /* shapes the block kernels do not take: the fallback */
     gemm_fp8_block_case(33, 47, 300, V, B2, FP8_E4M3, FP8_E4M3, 0, 0);
     gemm_fp8_block_case(64, 96, 200, V, V, FP8_E4M3, FP8_E4M3, 1, 1);
