@@ -360,11 +360,32 @@ static void block_operand(fp8t_model *m, int lin, const operand *op, int transpo
     const fp8t_fp8_scaling k =
         op->role == FP8T_ROLE_W ? FP8T_SCALING_BLK128 : FP8T_SCALING_VEC128;
     const int R = transpose ? op->cols : op->rows, K = transpose ? op->rows : op->cols;
-    uint8_t *codes = model_scratch(m, &m->codes[op->pos], n); /* [R, K] */
-    /* the per-block scale_inv, in fq (the emulation's buffer, unused on this path) */
-    float *sinv = model_scratch(m, &m->fq[op->pos], fp8t_block_scale_floats(k, R, K) * 4);
     const fp8_format fmt = model_fp8_format(m, op->role);
-    ops->block_quantize(m->be, codes, sinv, op->x, op->rows, op->cols, transpose, k, fmt, 0);
+    uint8_t *codes;
+    float *sinv;
+    if (op->role == FP8T_ROLE_W) {
+        /* the weight's codes once per optimizer step and orientation (Fprop W, Dgrad Wᵀ),
+         * reused by every micro-batch */
+        weight_cache *c = &m->wcache[lin][WCACHE_BLOCK];
+        uint8_t **cp = transpose ? &c->codes_t : &c->codes;
+        float **sp = transpose ? &c->bsinv_t : &c->bsinv;
+        const int bit = transpose ? 2 : 1;
+        if (!*cp) { /* allocated once, kept for the model's life */
+            *cp = ops->malloc(m->be, n);
+            *sp = ops->malloc(m->be, fp8t_block_scale_floats(k, R, K) * sizeof(float));
+        }
+        if (!(c->valid & bit))
+            ops->block_quantize(m->be, *cp, *sp, op->x, op->rows, op->cols, transpose, k, fmt,
+                                0);
+        c->valid |= bit;
+        codes = *cp;
+        sinv = *sp;
+    } else {
+        codes = model_scratch(m, &m->codes[op->pos], n); /* [R, K] */
+        /* the per-block scale_inv, in fq (the emulation's buffer, unused on this path) */
+        sinv = model_scratch(m, &m->fq[op->pos], fp8t_block_scale_floats(k, R, K) * 4);
+        ops->block_quantize(m->be, codes, sinv, op->x, op->rows, op->cols, transpose, k, fmt, 0);
+    }
     memset(q, 0, sizeof(*q));
     q->data = codes;
     q->scale_inv = sinv;
