@@ -452,7 +452,10 @@ static void gemm_fp8_block(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
     }
     const int mode_a = lt_scale_mode(A->scaling), mode_b = lt_scale_mode(B->scaling);
     int done = 0, bias_done = 0;
-    if (!s->no_lt_fp8 && b->fp8_block_native && mode_a >= 0 && mode_b >= 0 &&
+    /* multiples of 16 only: the FP8 kernels need them, and then the scale arrays' padded
+     * outer dimension (pad4) is the unpadded one cuBLASLt indexes with */
+    const int shape_ok = M % 16 == 0 && N % 16 == 0 && K % 16 == 0;
+    if (!s->no_lt_fp8 && b->fp8_block_native && shape_ok && mode_a >= 0 && mode_b >= 0 &&
         !(A->fmt == FP8_E5M2 && B->fmt == FP8_E5M2)) {
         /* a per-tensor operand next to a block one keeps its scalar mode; its scale_inv must be
          * 16-byte aligned as in gemm_fp8 */
@@ -479,7 +482,7 @@ static void gemm_fp8_block(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
         s->n_fp8_block_lt++;
     } else {
         s->n_fp8_fallback++;
-        if (b->fp8_block_native && !s->warned_fp8_block) {
+        if (b->fp8_block_native && shape_ok && !s->warned_fp8_block) {
             fprintf(stderr,
                     "fp8train: cuBLASLt has no block-scaled FP8 GEMM for M=%d N=%d K=%d (scale "
                     "modes %d/%d); decoding the operands and running the FP32 GEMM for such "
