@@ -327,8 +327,10 @@ static void test_gemm_fp8(void) {
                 for (int j = 0; j < ac; j++) ca_t[(size_t)j * ar + i] = ca[(size_t)i * ac + j];
             for (int i = 0; i < br; i++)
                 for (int j = 0; j < bc; j++) cb_t[(size_t)j * br + i] = cb[(size_t)i * bc + j];
-            fp8t_fp8_operand A = {use_t ? NULL : ca, use_t ? ca_t : NULL, sa, fa, ar, ac};
-            fp8t_fp8_operand B = {use_t ? NULL : cb, use_t ? cb_t : NULL, sb, fb, br, bc};
+            fp8t_fp8_operand A = {use_t ? NULL : ca, use_t ? ca_t : NULL, sa, fa, ar, ac,
+                                  FP8T_SCALING_TENSOR};
+            fp8t_fp8_operand B = {use_t ? NULL : cb, use_t ? cb_t : NULL, sb, fb, br, bc,
+                                  FP8T_SCALING_TENSOR};
             /* the reference: decode each code with fp8_decode, product in double, times the
              * scale_invs */
             float *Ad = malloc(na * sizeof(float)), *Bd = malloc(nb * sizeof(float));
@@ -379,7 +381,8 @@ static void test_gemm_fp8_composition(void) {
     *sx = 1.0f / xs;
     *sw = 1.0f / ws;
     *amax = 1e6f;
-    fp8t_fp8_operand A = {xc, NULL, sx, FP8_E4M3, M, K}, B = {wc, NULL, sw, FP8_E4M3, N, K};
+    fp8t_fp8_operand A = {xc, NULL, sx, FP8_E4M3, M, K, FP8T_SCALING_TENSOR},
+                     B = {wc, NULL, sw, FP8_E4M3, N, K, FP8T_SCALING_TENSOR};
     OPS->gemm_fp8(be, Y, &A, &B, M, N, K, 0, 1, 0, 0, amax, NULL); /* Fprop Y = X·Wᵀ */
     T_CHECK(*amax == 1e6f, "amax_out must max-accumulate, got %g", *amax);
     for (int i = 0; i < M; i++)
@@ -512,6 +515,141 @@ static void test_fake_quantize(void) {
         OPS->free(be, out);
         OPS->free(be, scale);
     }
+}
+
+/* block_quantize against the reference quantizer on the operand's own layout: the codes, and
+ * scale_inv = 1 / the reference's scale at the layout's index, bit for bit (both tile kinds,
+ * transposed or not, partial edge blocks, pow2 on and off, both formats) */
+static void test_block_quantize(void) {
+    const int cfg[][2] = {{300, 260}, {256, 384}, {5, 7}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+        for (int kind = 1; kind <= 2; kind++)
+            for (int t = 0; t < 2; t++)
+                for (int pow2 = 0; pow2 < 2; pow2++)
+                    for (int f = 0; f < 2; f++) {
+                        const int rows = cfg[c][0], cols = cfg[c][1];
+                        const fp8t_fp8_scaling k = (fp8t_fp8_scaling)kind;
+                        const fp8_format fmt = f ? FP8_E5M2 : FP8_E4M3;
+                        const size_t n = (size_t)rows * cols;
+                        float *x = dev_rand(n, -1, 1);
+                        for (size_t i = 0; i < n; i += 97) x[i] *= 300.0f;
+                        x[n / 2] = 0.0f;
+                        const int R = t ? cols : rows, K = t ? rows : cols;
+                        float *op = malloc(n * sizeof(float)); /* the operand [R, K] */
+                        for (int r = 0; r < R; r++)
+                            for (int q = 0; q < K; q++)
+                                op[(size_t)r * K + q] =
+                                    t ? x[(size_t)q * cols + r] : x[(size_t)r * cols + q];
+                        const int tr = k == FP8T_SCALING_VEC128 ? 1 : 128;
+                        const int nbr = (R + tr - 1) / tr, nbc = (K + 127) / 128;
+                        uint8_t *want = malloc(n), *codes = OPS->malloc(be, n);
+                        float *sc = malloc((size_t)nbr * nbc * sizeof(float));
+                        const size_t ns = fp8t_block_scale_floats(k, R, K);
+                        float *sinv = dev_floats(ns);
+                        fp8t_block_quantize_pow2(want, sc, op, R, K, tr, 128, fmt, pow2);
+                        OPS->block_quantize(be, codes, sinv, x, rows, cols, t, k, fmt, pow2);
+                        T_CHECK(bits_equal(codes, want, n),
+                                "block_quantize codes %dx%d kind %d t %d pow2 %d %s", rows, cols,
+                                kind, t, pow2, fp8_format_name(fmt));
+                        int bad = 0;
+                        for (int br = 0; br < nbr; br++)
+                            for (int bc = 0; bc < nbc; bc++) {
+                                float w = 1.0f / sc[(size_t)br * nbc + bc];
+                                float g = sinv[fp8t_block_scale_index(k, R, K, br * tr, bc * 128)];
+                                bad += !bits_equal(&w, &g, sizeof(float));
+                            }
+                        T_CHECK(bad == 0, "block_quantize scale_inv: %d blocks differ", bad);
+                        free(op);
+                        free(want);
+                        free(sc);
+                        OPS->free(be, codes);
+                        OPS->free(be, sinv);
+                        OPS->free(be, x);
+                    }
+}
+
+/* gemm_fp8 on block-scaled operands, the three linear GEMMs in the operand forms the model
+ * gives them (A [M,K] 1x128, B [N,K] 1x128 or 128x128). With power-of-two scales
+ * code * scale_inv equals the emulation's code / scale, so the op must equal today's
+ * emulation (block_fake_quantize per operand, gemm_f32) bit for bit; with plain scales the two
+ * decodes differ by at most an ulp per element, checked against a double reference of the
+ * emulation within 4 * 2^-24 * sum |a||b| + K * 2^-24 * sum |a||b| (FP32 sums). */
+static void test_gemm_fp8_block(void) {
+    /* M, N, K, B kind (1: 1x128, 2: 128x128) */
+    const int cfg[][4] = {{64, 48, 256, 2}, {33, 130, 300, 2}, {40, 72, 384, 1}};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+        for (int pow2 = 0; pow2 < 2; pow2++)
+            for (int acc = 0; acc < 2; acc++) {
+                const int M = cfg[c][0], N = cfg[c][1], K = cfg[c][2];
+                const fp8t_fp8_scaling kb = (fp8t_fp8_scaling)cfg[c][3];
+                float *a = dev_rand((size_t)M * K, -2, 2), *b = dev_rand((size_t)N * K, -1, 1);
+                for (size_t i = 0; i < (size_t)M * K; i += 61) a[i] *= 50.0f;
+                uint8_t *ca = OPS->malloc(be, (size_t)M * K), *cb = OPS->malloc(be, (size_t)N * K);
+                float *sa = dev_floats(fp8t_block_scale_floats(FP8T_SCALING_VEC128, M, K));
+                float *sb = dev_floats(fp8t_block_scale_floats(kb, N, K));
+                OPS->block_quantize(be, ca, sa, a, M, K, 0, FP8T_SCALING_VEC128, FP8_E4M3, pow2);
+                OPS->block_quantize(be, cb, sb, b, N, K, 0, kb, FP8_E4M3, pow2);
+                fp8t_fp8_operand A = {ca, NULL, sa, FP8_E4M3, M, K, FP8T_SCALING_VEC128};
+                fp8t_fp8_operand B = {cb, NULL, sb, FP8_E4M3, N, K, kb};
+                float *c0 = dev_rand((size_t)M * N, -1, 1);
+                float *got = dev_copy(c0, (size_t)M * N), *want = dev_copy(c0, (size_t)M * N);
+                OPS->gemm_fp8(be, got, &A, &B, M, N, K, 0, 1, acc, 0, NULL, NULL);
+                /* the emulation: each operand quantized and dequantized per block (codes /
+                 * scale), FP32 GEMM */
+                float *ea = dev_floats((size_t)M * K), *eb = dev_floats((size_t)N * K);
+                const int tb = kb == FP8T_SCALING_VEC128 ? 1 : 128;
+                float *sca = malloc((size_t)M * ((K + 127) / 128) * sizeof(float));
+                float *scb = malloc((size_t)((N + tb - 1) / tb) * ((K + 127) / 128) * 4);
+                uint8_t *qa = malloc((size_t)M * K), *qb = malloc((size_t)N * K);
+                fp8t_block_quantize_pow2(qa, sca, a, M, K, 1, 128, FP8_E4M3, pow2);
+                fp8t_block_dequantize(ea, qa, sca, M, K, 1, 128, FP8_E4M3);
+                fp8t_block_quantize_pow2(qb, scb, b, N, K, tb, 128, FP8_E4M3, pow2);
+                fp8t_block_dequantize(eb, qb, scb, N, K, tb, 128, FP8_E4M3);
+                if (!pow2) { /* the model's emulation op itself (no pow2 there) */
+                    float *fa = dev_floats((size_t)M * K);
+                    OPS->block_fake_quantize(be, fa, a, M, K, 1, 128, FP8_E4M3);
+                    T_CHECK(bits_equal(fa, ea, (size_t)M * K * 4), "emulation differs");
+                    OPS->free(be, fa);
+                }
+                OPS->gemm_f32(be, want, ea, eb, M, N, K, 0, 1, acc);
+                if (pow2) {
+                    T_CHECK(bits_equal(got, want, (size_t)M * N * sizeof(float)),
+                            "block gemm %dx%dx%d kind %d acc %d: not the emulation's bits", M, N,
+                            K, (int)kb, acc);
+                } else {
+                    double worst = 0.0;
+                    for (int i = 0; i < M; i++)
+                        for (int j = 0; j < N; j++) {
+                            double ref = acc ? c0[(size_t)i * N + j] : 0.0, mag = 0.0;
+                            for (int q = 0; q < K; q++) {
+                                double p = (double)ea[(size_t)i * K + q] * eb[(size_t)j * K + q];
+                                ref += p;
+                                mag += fabs(p);
+                            }
+                            if (acc) mag += fabs(c0[(size_t)i * N + j]);
+                            double tol = (4.0 + K + 1) * ldexp(1.0, -24) * mag + 1e-30;
+                            double e = fabs(got[(size_t)i * N + j] - ref) / tol;
+                            if (e > worst) worst = e;
+                        }
+                    T_CHECK(worst <= 1.0, "block gemm %dx%dx%d: %.3g of the tolerance", M, N, K,
+                            worst);
+                }
+                free(sca);
+                free(scb);
+                free(qa);
+                free(qb);
+                OPS->free(be, ea);
+                OPS->free(be, eb);
+                OPS->free(be, a);
+                OPS->free(be, b);
+                OPS->free(be, ca);
+                OPS->free(be, cb);
+                OPS->free(be, sa);
+                OPS->free(be, sb);
+                OPS->free(be, c0);
+                OPS->free(be, got);
+                OPS->free(be, want);
+            }
 }
 
 static void test_block_fake_quantize(void) {
@@ -1243,6 +1381,9 @@ int main(void) {
     T_RUN(test_adamw);
     T_RUN(test_determinism_threads);
     T_RUN(test_determinism_repeat);
+    /* last: they draw from the shared random stream, which the tests above are tuned to */
+    T_RUN(test_block_quantize);
+    T_RUN(test_gemm_fp8_block);
     fp8t_backend_destroy(be);
     T_MAIN_END();
 }

@@ -235,10 +235,26 @@ static void checking_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand 
     cpu_ops->gemm_fp8(b, C, A, B, M, N, K, transA, transB, acc, fast_accum, amax_out, bias);
 }
 
+/* A CPU backend that claims block-scaled FP8 GEMMs (fp8_block_native, as Hopper's cuBLASLt):
+ * the model then runs the block precision through block_quantize and gemm_fp8, and this
+ * counts the gemm_fp8 calls whose operands are block-scaled. */
+static int n_block_gemms;
+static void counting_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
+                              const fp8t_fp8_operand *B, int M, int N, int K, int transA,
+                              int transB, int acc, int fast_accum, float *amax_out,
+                              const float *bias) {
+    if (A->scaling != FP8T_SCALING_TENSOR && B->scaling != FP8T_SCALING_TENSOR) n_block_gemms++;
+    cpu_ops->gemm_fp8(b, C, A, B, M, N, K, transA, transB, acc, fast_accum, amax_out, bias);
+}
+
 /* Runs `steps` optimizer steps of two micro-batches under policy pol; returns via T_* checks.
- * With transpose, the model runs on the transposed-copies backend above. */
+ * With transpose (1), the model runs on the transposed-copies backend above; with 2, on the
+ * block-native one, at sizes whose GEMMs are all multiples of 16 (the MLP's 208 a partial
+ * 128-block along K). */
 static void run_policy_on(fp8t_arch arch, const fp8t_policy *pol, const char *label,
                           int transpose) {
+    const int native = transpose == 2;
+    if (native) transpose = 0;
     char err[256];
     fp8t_backend *cpu = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     T_ASSERT(cpu, "%s", err);
@@ -252,11 +268,21 @@ static void run_policy_on(fp8t_arch arch, const fp8t_policy *pol, const char *la
         be = &wrapped;
         n_fp8_gemms = n_bad_transposes = 0;
     }
+    if (native) {
+        cpu_ops = cpu->ops;
+        transpose_ops = *cpu->ops;
+        transpose_ops.gemm_fp8 = counting_gemm_fp8;
+        wrapped.ops = &transpose_ops;
+        wrapped.fp8_block_native = 1;
+        be = &wrapped;
+        n_block_gemms = 0;
+    }
     /* sizes chosen so block tiles (128) and MX blocks (32) have full and partial blocks */
     fp8t_model_config cfg = {.arch = arch, .n_layer = 1, .n_embd = 32, .n_head = 2, .seq_len = 48,
                              .vocab_size = 160, .mlp_hidden = 192, .rope_theta = 10000.0f,
                              .norm_eps = 1e-5f};
-    const int B = 3, T = 48, N = B * T, steps = 3;
+    if (native) cfg.n_embd = 128, cfg.mlp_hidden = 208, cfg.seq_len = 64, cfg.vocab_size = 256;
+    const int B = native ? 2 : 3, T = native ? 64 : 48, N = B * T, steps = 3;
     fp8t_model *m = fp8t_model_create(be, &cfg, pol, NULL, B, T, err, sizeof(err));
     T_ASSERT(m, "%s", err);
     fp8t_model_init_weights(m, 7);
@@ -339,6 +365,9 @@ static void run_policy_on(fp8t_arch arch, const fp8t_policy *pol, const char *la
         T_CHECK(n_bad_transposes == 0, "%s: %d of %d FP8 GEMMs got data_t that is not the "
                 "transpose of data", label, n_bad_transposes, n_fp8_gemms);
     }
+    if (native)
+        T_CHECK(n_block_gemms == c.n_results, "%s: %d of %d GEMMs ran block-scaled", label,
+                n_block_gemms, c.n_results);
     /* the control: results of a quantizing precision must not also match plain FP32 */
     if (pol->default_precision != FP8T_PREC_FP32)
         T_CHECK(c.n_fp32_match < c.n_results / 4,
@@ -410,6 +439,18 @@ static void linear_transposed_copies(void) {
     run_policy_on(FP8T_ARCH_GPT2, &pol, "gpt2 fp8, transposed copies", 1);
 }
 
+/* block on a backend with block-scaled GEMMs: the same results (within the FP32 bound: the
+ * operands decode to code * scale_inv instead of code / scale, an ulp apart at most) */
+static void linear_block_native(void) {
+    fp8t_policy pol;
+    fp8t_policy_default(&pol);
+    pol.default_precision = FP8T_PREC_BLOCK;
+    pol.head_precision = FP8T_PREC_BLOCK;
+    pol.history_len = 2;
+    run_policy_on(FP8T_ARCH_GPT2, &pol, "gpt2 block, native GEMMs", 2);
+    run_policy_on(FP8T_ARCH_LLAMA, &pol, "llama block, native GEMMs", 2);
+}
+
 int main(void) {
     t_suite = "linear";
     T_RUN(linear_delayed);
@@ -422,5 +463,6 @@ int main(void) {
     T_RUN(linear_mxfp8);
     T_RUN(linear_mixed);
     T_RUN(linear_transposed_copies);
+    T_RUN(linear_block_native);
     T_MAIN_END();
 }

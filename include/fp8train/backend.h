@@ -63,14 +63,50 @@ static inline int fp8t_attn_qkv_width(const fp8t_attn_shape *s) {
  * their cos/sin tables from it, so they rotate by the same angles. */
 double fp8t_rope_inv_freq(const fp8t_attn_shape *s, int i);
 
+/* How an FP8 operand's scale_inv applies to its codes. TENSOR: one float for the whole tensor.
+ * The block kinds (DeepSeek-V3, block_quantize) hold one FP32 scale_inv per block of the stored
+ * [rows, cols] codes, cols being the GEMM's reduction dimension K (the operand is K-major: an
+ * A stored [M,K] with transA = 0, a B stored [N,K] with transB = 1; data only, no data_t):
+ *   VEC128  1x128 tiles along K: scale_inv[kb * pad4(rows) + r]  (kb = c / 128)
+ *   BLK128  128x128 blocks:      scale_inv[rb * pad4(ceil(cols/128)) + kb]  (rb = r / 128)
+ * which is cuBLASLt's layout for CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F / _BLK128x128_32F on
+ * a K-major operand, so a GPU passes it as it is; the padding entries are unused. */
+typedef enum {
+    FP8T_SCALING_TENSOR = 0,
+    FP8T_SCALING_VEC128 = 1,
+    FP8T_SCALING_BLK128 = 2
+} fp8t_fp8_scaling;
+
 /* An FP8 operand: codes plus the device pointer to its scale_inv (value = code * scale_inv). */
 typedef struct {
     const uint8_t *data;   /* [rows, cols] row-major codes */
     const uint8_t *data_t; /* [cols, rows] transposed codes, or NULL (see fp8_wants_transpose) */
-    const float *scale_inv;/* device pointer to 1 float */
+    const float *scale_inv;/* device pointer to 1 float, or per block (scaling) */
     fp8_format fmt;
     int rows, cols;
+    fp8t_fp8_scaling scaling; /* 0: per tensor */
 } fp8t_fp8_operand;
+
+/* the layout helpers below run in CUDA kernels too */
+#ifdef __CUDACC__
+#define FP8T_LAYOUT_FN static __host__ __device__ inline
+#else
+#define FP8T_LAYOUT_FN static inline
+#endif
+FP8T_LAYOUT_FN int fp8t_pad4(int n) { return (n + 3) / 4 * 4; }
+/* floats of a block-scaled operand's scale_inv array (padding included) */
+FP8T_LAYOUT_FN size_t fp8t_block_scale_floats(fp8t_fp8_scaling k, int rows, int cols) {
+    const size_t kb = (size_t)((cols + 127) / 128);
+    if (k == FP8T_SCALING_VEC128) return kb * (size_t)fp8t_pad4(rows);
+    if (k == FP8T_SCALING_BLK128) return (size_t)((rows + 127) / 128) * (size_t)fp8t_pad4((int)kb);
+    return 1;
+}
+/* index of the scale_inv of element (r, c) of a block-scaled [rows, cols] operand */
+FP8T_LAYOUT_FN size_t fp8t_block_scale_index(fp8t_fp8_scaling k, int rows, int cols, int r,
+                                            int c) {
+    if (k == FP8T_SCALING_VEC128) return (size_t)(c / 128) * (size_t)fp8t_pad4(rows) + (size_t)r;
+    return (size_t)(r / 128) * (size_t)fp8t_pad4((cols + 127) / 128) + (size_t)(c / 128);
+}
 
 /* A BF16 operand made by to_bf16: the [rows, cols] values rounded to BF16 (round to nearest
  * even; raw bits), stored with fp8t_bf16_pad(cols) elements per row and fp8t_bf16_pad(rows)
@@ -129,7 +165,11 @@ typedef struct fp8t_backend_ops {
      * hint (Hopper's reduced-precision accumulation); the CPU ignores it. Optionally records
      * amax of the result into *amax_out (device pointer, max-accumulate) when non-NULL. bias
      * (may be NULL; only with acc = 0): bias[j] added to every row of the result, as bias_add
-     * after the product (a GPU may add it in the GEMM's epilogue, rounding once). */
+     * after the product (a GPU may add it in the GEMM's epilogue, rounding once).
+     * Block-scaled operands (scaling != TENSOR, from block_quantize) only as A [M,K] with
+     * transA = 0 and B [N,K] with transB = 1, not both BLK128, fast_accum ignored: each product
+     * takes its blocks' scale_inv (the CPU decodes code * scale_inv and runs the FP32 GEMM;
+     * Hopper's cuBLASLt applies them per 128-deep chunk, where fp8_block_native says so). */
     void (*gemm_fp8)(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                      const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                      int acc, int fast_accum, float *amax_out, const float *bias);
@@ -380,12 +420,25 @@ typedef struct fp8t_backend_ops {
     void (*embedding_forward_bf16)(fp8t_backend *b, float *out, const int *tokens,
                                    const uint16_t *wte, int ld, const float *wpe, const int *pos,
                                    int B, int T, int C);
+    /* ---- block-scaled FP8 (DeepSeek-V3 block precision) ---- */
+    /* The block-scaled FP8 operand of x [rows, cols] (transpose = 0) or of its transpose
+     * [cols, rows] (transpose = 1: the Wgrad's operands, whose reduction dimension is the
+     * stored rows): codes [R, K] row-major (R, K = rows, cols or cols, rows) and scale_inv in
+     * scaling's layout (fp8t_fp8_operand). Each block (1x128 along K, or 128x128; edge blocks
+     * partial) is quantized with the current-scaling scale of its own amax (fp8t_current_scale,
+     * epsilon 0, pow2 as given): the codes and scales of fp8t_block_quantize_pow2 on the same
+     * operand, bit for bit, with scale_inv = 1 / scale. */
+    void (*block_quantize)(fp8t_backend *b, uint8_t *codes, float *scale_inv, const float *x,
+                           int rows, int cols, int transpose, fp8t_fp8_scaling scaling,
+                           fp8_format fmt, int pow2);
 } fp8t_backend_ops;
 
 struct fp8t_backend {
     const fp8t_backend_ops *ops;
     const char *name;         /* "cpu", "cuda" */
     int fp8_wants_transpose;  /* gemm_fp8 needs data_t for K-major access (Hopper TN) */
+    int fp8_block_native;     /* gemm_fp8 runs block-scaled operands on hardware (Hopper's
+                                 cuBLASLt); 0: the model keeps the block emulation */
     void *impl;               /* backend-private state */
 };
 

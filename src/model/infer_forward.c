@@ -38,8 +38,9 @@ void infer_linear(fp8t_infer *m, const inf_linear *L, float *Y, const float *X, 
         /* Y = X·Wᵀ: X [N, in] and W [out, in] are both stored K-major, the layout a TN FP8
          * GEMM reads, so no transposed copies are needed */
         const fp8t_fp8_operand a = {(const uint8_t *)m->opbuf, NULL, sc + INF_SC_X_INV,
-                                    FP8_E4M3, N, L->in};
-        const fp8t_fp8_operand w = {L->w8, NULL, sc + INF_SC_W_INV, FP8_E4M3, L->out, L->in};
+                                    FP8_E4M3, N, L->in, FP8T_SCALING_TENSOR};
+        const fp8t_fp8_operand w = {L->w8, NULL, sc + INF_SC_W_INV, FP8_E4M3, L->out, L->in,
+                                    FP8T_SCALING_TENSOR};
         ops->gemm_fp8(be, Y, &a, &w, N, L->out, L->in, 0, 1, 0, 1, NULL, L->bias);
         return;
     }

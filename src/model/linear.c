@@ -14,8 +14,9 @@
  *            (which, like the BF16 one, takes the Fprop's bias)
  *   current  FP8 codes with a scale from this tensor's own amax, gemm_fp8
  *   fake     current-scaled quantize-dequantize of each operand, then gemm_bf16
- *   block    1x128 tiles along K for X/dY, 128x128 blocks for W (DeepSeek-V3), dequantized,
- *            gemm_f32 — an emulation: no hardware block-scaled GEMM is called
+ *   block    1x128 tiles along K for X/dY, 128x128 blocks for W (DeepSeek-V3): on a backend
+ *            with fp8_block_native (Hopper), block_quantize + a block-scaled gemm_fp8 (the
+ *            same codes and scales); elsewhere dequantized, gemm_f32 — an emulation
  *   mxfp8    32-element row blocks with E8M0 scales, dequantized, gemm_f32 — an emulation;
  *            the blocks run along the stored rows of each operand, which is the reduction
  *            dimension for Fprop only
@@ -328,6 +329,72 @@ static int gemm_takes_bias(const fp8t_model *m, fp8t_precision prec) {
 }
 
 
+/* The block precision on a backend with block-scaled FP8 GEMMs (fp8_block_native): each
+ * operand is quantized K-major by block_quantize (1x128 tiles along K, 128x128 blocks for W;
+ * the operand stored [K, ..] — the Wgrad's dY and X, the Dgrad's W — is quantized as its
+ * transpose, so the Wgrad's tiles run along the tokens) and gemm_fp8 multiplies the blocks.
+ * The codes and scales are the emulation's; only the product's summation order differs.
+ * Shapes the FP8 tensor cores do not take keep the emulation (block_native_ok); a shape that
+ * cuBLASLt then refuses takes gemm_fp8's own fallback (decode + FP32 GEMM, reported once). */
+static int block_native_ok(fp8t_model *m, int M, int N, int K) {
+    if (!m->be->fp8_block_native) return 0;
+    /* FP8 tensor-core GEMMs want every dimension a multiple of 16; a K that is not one of 128
+     * (GPT-2 1.5B's 1600) ends in a partial block, as in the emulation */
+    if (M % 16 == 0 && N % 16 == 0 && K % 16 == 0) return 1;
+    if (!m->warned_block) {
+        fprintf(stderr, "fp8train: block precision: a %dx%dx%d GEMM (M x N x K) is not a "
+                        "multiple of 16 in every dimension, so it keeps the emulation (block "
+                        "quantize and dequantize, FP32 GEMM); reported once\n", M, N, K);
+        m->warned_block = 1;
+    }
+    return 0;
+}
+
+static void block_operand(fp8t_model *m, int lin, const operand *op, int transpose,
+                          fp8t_fp8_operand *q) {
+    const fp8t_backend_ops *ops = m->ops;
+    const size_t n = (size_t)op->rows * (size_t)op->cols;
+    MODEL_CHECK(!op->gelu && !op->ln && !op->dgelu_x && !op->save,
+                "the native block GEMM takes plain FP32 operands");
+    if (op->record) ops->amax(m->be, m->st.history + fp8_index(lin, op->role), op->x, n);
+    const fp8t_fp8_scaling k =
+        op->role == FP8T_ROLE_W ? FP8T_SCALING_BLK128 : FP8T_SCALING_VEC128;
+    const int R = transpose ? op->cols : op->rows, K = transpose ? op->rows : op->cols;
+    const fp8_format fmt = model_fp8_format(m, op->role);
+    uint8_t *codes;
+    float *sinv;
+    if (op->role == FP8T_ROLE_W) {
+        /* the weight's codes once per optimizer step and orientation (Fprop W, Dgrad Wᵀ),
+         * reused by every micro-batch */
+        weight_cache *c = &m->wcache[lin][WCACHE_BLOCK];
+        uint8_t **cp = transpose ? &c->codes_t : &c->codes;
+        float **sp = transpose ? &c->bsinv_t : &c->bsinv;
+        const int bit = transpose ? 2 : 1;
+        if (!*cp) { /* allocated once, kept for the model's life */
+            *cp = ops->malloc(m->be, n);
+            *sp = ops->malloc(m->be, fp8t_block_scale_floats(k, R, K) * sizeof(float));
+        }
+        if (!(c->valid & bit))
+            ops->block_quantize(m->be, *cp, *sp, op->x, op->rows, op->cols, transpose, k, fmt,
+                                0);
+        c->valid |= bit;
+        codes = *cp;
+        sinv = *sp;
+    } else {
+        codes = model_scratch(m, &m->codes[op->pos], n); /* [R, K] */
+        /* the per-block scale_inv, in fq (the emulation's buffer, unused on this path) */
+        sinv = model_scratch(m, &m->fq[op->pos], fp8t_block_scale_floats(k, R, K) * 4);
+        ops->block_quantize(m->be, codes, sinv, op->x, op->rows, op->cols, transpose, k, fmt, 0);
+    }
+    memset(q, 0, sizeof(*q));
+    q->data = codes;
+    q->scale_inv = sinv;
+    q->fmt = fmt;
+    q->rows = R;
+    q->cols = K;
+    q->scaling = k;
+}
+
 /* C[M,N] (row stride ldc, 0: N; only with BF16 operands) (= or +=) op(A)·op(B) in precision
  * prec. A's prepared form is copied to *keep_a
  * when keep_a is non-NULL; when given_a / given_b is non-NULL it is used instead of preparing
@@ -341,6 +408,16 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     MODEL_CHECK(ldc == 0 || model_prec_bf16_operands(m, prec),
                 "a strided GEMM result needs BF16 operands (linear_bf16_dy_fusable)");
     prepared pa, pb;
+    if (prec == FP8T_PREC_BLOCK && !given_a && !given_b && ldc == 0 &&
+        block_native_ok(m, M, N, K)) {
+        memset(&pa, 0, sizeof(pa));
+        memset(&pb, 0, sizeof(pb));
+        block_operand(m, lin, a, transA, &pa.q);  /* A as [M, K] */
+        block_operand(m, lin, b, !transB, &pb.q); /* B as [N, K] */
+        if (keep_a) *keep_a = pa;
+        m->ops->gemm_fp8(m->be, C, &pa.q, &pb.q, M, N, K, 0, 1, acc, 0, NULL, bias);
+        return;
+    }
     if (given_a) pa = *given_a;
     else prepare(m, lin, a, prec, &pa);
     if (keep_a) *keep_a = pa;

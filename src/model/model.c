@@ -460,6 +460,8 @@ void fp8t_model_destroy(fp8t_model *m) {
             if (m->wcache[l][s].codes) ops->free(be, m->wcache[l][s].codes);
             if (m->wcache[l][s].codes_t) ops->free(be, m->wcache[l][s].codes_t);
             if (m->wcache[l][s].bf16) ops->free(be, m->wcache[l][s].bf16);
+            if (m->wcache[l][s].bsinv) ops->free(be, m->wcache[l][s].bsinv);
+            if (m->wcache[l][s].bsinv_t) ops->free(be, m->wcache[l][s].bsinv_t);
         }
     for (int l = 0; l < m->n_lin; l++) {
         if (m->xq[l].codes) ops->free(be, m->xq[l].codes);

@@ -99,15 +99,23 @@ typedef struct {
 } layer_view;
 
 /* One cached low-precision copy of a weight (made once per optimizer step): FP8 codes
- * (delayed / current slots) or a BF16 operand (bf16 slot). */
+ * (delayed / current slots), a BF16 operand (bf16 slot) or block-scaled codes (block slot:
+ * codes for the Fprop, codes_t for the Dgrad, each with its per-block scale_inv). */
 typedef struct {
     uint8_t *codes;   /* [out, in] */
     uint8_t *codes_t; /* [in, out], only when the backend wants transposed copies */
     uint16_t *bf16;   /* BF16 operand of [out, in] (fp8t_bf16_operand layout) */
-    int valid;
+    float *bsinv, *bsinv_t; /* block slot: the 128x128 scale_inv of codes / codes_t */
+    int valid;        /* block slot: bit 0 codes, bit 1 codes_t */
 } weight_cache;
 
-enum { WCACHE_DELAYED = 0, WCACHE_CURRENT = 1, WCACHE_BF16 = 2, WCACHE_SLOTS = 3 };
+enum {
+    WCACHE_DELAYED = 0,
+    WCACHE_CURRENT = 1,
+    WCACHE_BF16 = 2,
+    WCACHE_BLOCK = 3,
+    WCACHE_SLOTS = 4
+};
 
 /* The inputs X that only their linear's Wgrad reads again (the norms' backward takes the
  * norm's input, GELU/SwiGLU's backward fch/gate/up; proj's input atty is also read by the
@@ -277,6 +285,7 @@ struct fp8t_model {
                               whose layer copy is not allocated (it lives from its norm or
                               activation to its Fprop); allocated when first needed */
     int warned_saved;      /* the backward's note on a hook/policy change was printed */
+    int warned_block;      /* a block GEMM's shape kept the emulation (printed once) */
 
     /* Layer saves (layer_save): what the last forward decided per layer (model_save_plan),
      * the per-layer copies (allocated when a training forward first keeps one in that

@@ -58,6 +58,7 @@
 
 /* src/backend/cuda/cuda_gemm.cu: gemm_fp8 calls by path */
 int fp8t_cuda_gemm_counts(fp8t_backend *b, long *fp8_lt, long *fp8_fallback);
+int fp8t_cuda_gemm_block_count(fp8t_backend *b, long *fp8_block_lt);
 /* src/backend/cuda/cuda_attention.cu: attention calls by path */
 int fp8t_cuda_attention_counts(fp8t_backend *b, long *tensor_core, long *fp32);
 /* src/backend/cuda/cuda_attention_cudnn.cu: cuDNN's fused attention (-1: built without it) */
@@ -569,9 +570,9 @@ static void gemm_fp8_case(int M, int N, int K, int ta, int tb, fp8_format fa, fp
     fp8t_cuda_gemm_counts(GPU, &lt0, &fb0);
     FOR_BOTH {
         fp8t_fp8_operand A = {layout == 2 ? NULL : U8(dA), layout >= 1 ? U8(dAt) : NULL,
-                              F(dsa) + 1, fa, ar, ac};
+                              F(dsa) + 1, fa, ar, ac, FP8T_SCALING_TENSOR};
         fp8t_fp8_operand B = {layout == 2 ? NULL : U8(dB), layout >= 1 ? U8(dBt) : NULL,
-                              F(dsb) + 1, fb, br, bc};
+                              F(dsb) + 1, fb, br, bc, FP8T_SCALING_TENSOR};
         if (layout == 3) {
             /* the same values at 4-byte offsets: copy them one float further */
             be_->ops->copy(be_, F(dsa), F(dsa) + 1, 4);
@@ -1115,6 +1116,120 @@ static void test_block_fake_quantize(void) {
             dp_free(dx), dp_free(dout);
             free(x);
         }
+}
+
+/* block_quantize: codes (every byte written: the two sides start from different poison) and
+ * scale_inv (the layout's padding left alone: both start from the same NaN poison) bit for bit,
+ * 1x128 and 128x128, the operand or its transpose (the Wgrad's), partial edge blocks, with and
+ * without power-of-two scales, both formats */
+static void test_block_quantize(void) {
+    static const int cases[][2] = {{1, 1}, {5, 300}, {130, 260}, {256, 384}, {1024, 768}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+        for (int kind = 1; kind <= 2; kind++)
+            for (int t = 0; t < 2; t++)
+                for (int pow2 = 0; pow2 < 2; pow2++)
+                    for (int f = 0; f < 2; f++) {
+                        const int rows = cases[ci][0], cols = cases[ci][1];
+                        const size_t n = (size_t)rows * cols;
+                        const fp8t_fp8_scaling k = (fp8t_fp8_scaling)kind;
+                        const fp8_format fmt = f ? FP8_E5M2 : FP8_E4M3;
+                        const int R = t ? cols : rows, K = t ? rows : cols;
+                        const size_t ns = fp8t_block_scale_floats(k, R, K);
+                        float *x = host_quant_data(n, 0);
+                        dpair dx = dp_floats(x, n), dc = dp_alloc(n), ds = dp_alloc(ns * 4);
+                        dp_poison(dc, 1);
+                        dp_poison(ds, 0);
+                        FOR_BOTH be_->ops->block_quantize(be_, U8(dc), F(ds), F(dx), rows, cols, t,
+                                                          k, fmt, pow2);
+                        char op[96], shape[48];
+                        snprintf(op, sizeof(op), "block_quantize %s %s%s%s", fp8_format_name(fmt),
+                                 kind == 1 ? "1x128" : "128x128", t ? " transposed" : "",
+                                 pow2 ? " pow2" : "");
+                        snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+                        check_bits(op, shape, dc, n, 0);
+                        snprintf(op + strlen(op), sizeof(op) - strlen(op), " scale_inv");
+                        check_bits(op, shape, ds, ns * 4, 1);
+                        dp_free(dx), dp_free(dc), dp_free(ds);
+                        free(x);
+                    }
+}
+
+/* gemm_fp8 on block-scaled operands (the same codes and scale_inv on both sides, from the
+ * CPU's block_quantize) against the CPU's decode + FP32 GEMM. The CUDA side runs cuBLASLt's
+ * VEC128 / BLK128x128 kernels where the shape allows (multiples of 16, 128-deep K) and the
+ * decode fallback elsewhere. Tolerance: the fallback is the CPU's arithmetic in another
+ * summation order, 1e-5; the block kernels sum each 128-deep chunk on the FP8 tensor cores
+ * and promote it to FP32 with its two scales (no fast accumulation), as the per-tensor FP8
+ * kernels without fast accumulation: 5e-4 (gemm_fp8_case's bound, measured 1.2e-4 there). */
+static void gemm_fp8_block_case(int M, int N, int K, fp8t_fp8_scaling ka, fp8t_fp8_scaling kb,
+                                fp8_format fa, fp8_format fb, int acc, int with_bias) {
+    float *ha = host_quant_data((size_t)M * K, 0), *hb = host_quant_data((size_t)N * K, 0);
+    dpair da = dp_floats(ha, (size_t)M * K), db = dp_floats(hb, (size_t)N * K);
+    const size_t nsa = fp8t_block_scale_floats(ka, M, K), nsb = fp8t_block_scale_floats(kb, N, K);
+    uint8_t *ca = malloc((size_t)M * K), *cb = malloc((size_t)N * K);
+    float *sa = calloc(nsa, 4), *sb = calloc(nsb, 4);
+    CPU->ops->block_quantize(CPU, ca, sa, ha, M, K, 0, ka, fa, 0);
+    CPU->ops->block_quantize(CPU, cb, sb, hb, N, K, 0, kb, fb, 0);
+    dpair dca = dp_from(ca, (size_t)M * K), dcb = dp_from(cb, (size_t)N * K);
+    dpair dsa = dp_floats(sa, nsa), dsb = dp_floats(sb, nsb);
+    float *hc = host_normal((size_t)M * N, 1.0f), *hbias = host_normal((size_t)N, 1.0f);
+    dpair Cm = dp_floats(hc, (size_t)M * N), bias = dp_floats(hbias, (size_t)N);
+    if (!acc) dp_poison(Cm, 0);
+    long blk0 = 0, blk1 = 0;
+    fp8t_cuda_gemm_block_count(GPU, &blk0);
+    FOR_BOTH {
+        fp8t_fp8_operand A = {U8(dca), NULL, F(dsa), fa, M, K, ka};
+        fp8t_fp8_operand B = {U8(dcb), NULL, F(dsb), fb, N, K, kb};
+        be_->ops->gemm_fp8(be_, F(Cm), &A, &B, M, N, K, 0, 1, acc, 0, NULL,
+                           with_bias ? F(bias) : NULL);
+    }
+    fp8t_cuda_gemm_block_count(GPU, &blk1);
+    const int on_lt = blk1 > blk0;
+    char op[128], shape[64];
+    snprintf(op, sizeof(op), "gemm_fp8 block %s*%s %s*%s%s%s %s",
+             ka == FP8T_SCALING_VEC128 ? "1x128" : "128x128",
+             kb == FP8T_SCALING_VEC128 ? "1x128" : "128x128", fa == FP8_E4M3 ? "e4" : "e5",
+             fb == FP8_E4M3 ? "e4" : "e5", acc ? " acc" : "", with_bias ? " +bias" : "",
+             on_lt ? "[lt]" : "[fb]");
+    snprintf(shape, sizeof(shape), "%dx%dx%d", M, N, K);
+    check_f(op, shape, Cm, (size_t)M * N, on_lt ? 5e-4 : 1e-5);
+    dp_free(da), dp_free(db), dp_free(dca), dp_free(dcb), dp_free(dsa), dp_free(dsb);
+    dp_free(Cm), dp_free(bias);
+    free(ha), free(hb), free(ca), free(cb), free(sa), free(sb), free(hc), free(hbias);
+}
+
+static void test_gemm_fp8_block(void) {
+    const fp8t_fp8_scaling V = FP8T_SCALING_VEC128, B2 = FP8T_SCALING_BLK128;
+    /* the linear layer's three: Fprop X·Wᵀ (1x128 x 128x128), Dgrad dY·W (the same kinds, W's
+     * transpose as B), Wgrad dYᵀ·X (1x128 x 1x128 along the tokens), hybrid formats */
+    static const int sizes[][3] = {{256, 384, 512}, {512, 256, 1024}, {1024, 768, 3072}};
+    for (int si = 0; si < 3; si++) {
+        int M = sizes[si][0], N = sizes[si][1], K = sizes[si][2];
+        gemm_fp8_block_case(M, N, K, V, B2, FP8_E4M3, FP8_E4M3, 0, 0);
+        gemm_fp8_block_case(M, N, K, V, B2, FP8_E5M2, FP8_E4M3, 0, 0);
+        gemm_fp8_block_case(M, N, K, V, V, FP8_E5M2, FP8_E4M3, 1, 0);
+        gemm_fp8_block_case(M, N, K, V, V, FP8_E4M3, FP8_E4M3, 1, 0);
+        gemm_fp8_block_case(M, N, K, B2, V, FP8_E4M3, FP8_E4M3, 0, 0);
+    }
+    gemm_fp8_block_case(256, 384, 512, V, B2, FP8_E4M3, FP8_E4M3, 0, 1); /* the Fprop's bias */
+    /* K not a multiple of 128 (GPT-2 1.5B's 1600: a partial last block along K) */
+    gemm_fp8_block_case(256, 384, 1600, V, B2, FP8_E4M3, FP8_E4M3, 0, 0);
+    gemm_fp8_block_case(1600, 256, 512, V, B2, FP8_E5M2, FP8_E4M3, 0, 0);
+    gemm_fp8_block_case(256, 1600, 1024, V, V, FP8_E5M2, FP8_E4M3, 1, 0);
+    /* shapes the block kernels do not take: the fallback */
+    gemm_fp8_block_case(33, 47, 300, V, B2, FP8_E4M3, FP8_E4M3, 0, 0);
+    gemm_fp8_block_case(64, 96, 200, V, V, FP8_E4M3, FP8_E4M3, 1, 1);
+    /* Hopper: the aligned E4M3 Fprop and Wgrad ran on cuBLASLt's block kernels */
+    long b0 = 0, b1 = 0;
+    fp8t_cuda_gemm_block_count(GPU, &b0);
+    gemm_fp8_block_case(256, 384, 512, V, B2, FP8_E4M3, FP8_E4M3, 0, 0);
+    gemm_fp8_block_case(256, 384, 512, V, V, FP8_E4M3, FP8_E4M3, 1, 0);
+    fp8t_cuda_gemm_block_count(GPU, &b1);
+    char note[96];
+    snprintf(note, sizeof(note), "%ld of 2 on cuBLASLt's block kernels (fp8_block_native %d)",
+             b1 - b0, GPU->fp8_block_native);
+    row("gemm_fp8 block uses the block kernels", "256x384x512", (double)(2 - (b1 - b0)), 0,
+        !GPU->fp8_block_native || b1 - b0 == 2, note);
 }
 
 static void test_mxfp8(void) {
@@ -2048,6 +2163,8 @@ static void run_op_suite(void) {
     test_compute_scale();
     test_fake_quantize();
     test_block_fake_quantize();
+    test_block_quantize();
+    test_gemm_fp8_block();
     test_mxfp8();
     test_tensor_stats();
     test_bf16_round();
@@ -2091,6 +2208,10 @@ static const prec_case PRECS[] = {
     /* FP8: see the comment of fp8_effect() */
     {"fp8-delayed", FP8T_PREC_DELAYED, 2e-3, 0.3, 0.15},
     {"fp8-current", FP8T_PREC_CURRENT, 2e-3, 0.3, 0.15},
+    /* block: the CPU emulates, the GPU runs the block kernels where the shapes allow (the
+     * gpt2-small-ish model: every GEMM) and the emulation elsewhere; the same rounding flips
+     * as the other FP8 recipes */
+    {"fp8-block", FP8T_PREC_BLOCK, 2e-3, 0.3, 0.15},
 };
 
 /* FP8 gradients cannot be held to a tight tolerance across backends: one rounding flip of an
@@ -2202,7 +2323,8 @@ static void model_compare(const char *cname, const fp8t_model_config *cfg, int B
         int nt = fp8t_model_param_table(cfg, NULL, NULL);
         fp8t_param_info *info = malloc(nt * sizeof(*info));
         fp8t_model_param_table(cfg, info, NULL);
-        int is_fp8 = pc->prec == FP8T_PREC_DELAYED || pc->prec == FP8T_PREC_CURRENT;
+        int is_fp8 = pc->prec == FP8T_PREC_DELAYED || pc->prec == FP8T_PREC_CURRENT ||
+                     pc->prec == FP8T_PREC_BLOCK;
         if (is_fp8) {
             /* the same step in BF16 on the CPU: FP8's own effect on the gradients */
             fp8t_model *mb = make_model(CPU, cfg, FP8T_PREC_BF16, B, T);

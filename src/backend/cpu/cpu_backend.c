@@ -173,6 +173,7 @@ static const fp8t_backend_ops cpu_ops = {
     .kv_cache_write = cpu_kv_cache_write,
     .attention_decode = cpu_attention_decode,
     .embedding_forward_bf16 = cpu_embedding_forward_bf16,
+    .block_quantize = cpu_block_quantize,
 };
 
 fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err,
@@ -185,6 +186,7 @@ fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err
     b->ops = &cpu_ops;
     b->name = "cpu";
     b->fp8_wants_transpose = 0;
+    b->fp8_block_native = 0; /* the model keeps the exact block emulation here */
     b->impl = s;
     return b;
 }

@@ -134,11 +134,52 @@ static int decode_operand(float *out, const fp8t_fp8_operand *op, int trans, con
     return trans;
 }
 
+/* A block-scaled (or per-tensor) K-major operand [rows, K] decoded to code * its scale_inv. */
+static void decode_block_operand(float *out, const fp8t_fp8_operand *op, const char *name,
+                                 int rows, int K) {
+    if (op->rows != rows || op->cols != K || !op->data || !op->scale_inv) {
+        fprintf(stderr,
+                "fp8train: gemm_fp8: block-scaled operand %s must be stored K-major as [%d,%d] "
+                "in data (A with transA = 0, B with transB = 1), got [%d,%d] data %p (%s:%d)\n",
+                name, rows, K, op->rows, op->cols, (const void *)op->data, __FILE__, __LINE__);
+        exit(1);
+    }
+    float table[256];
+    for (int c = 0; c < 256; c++) table[c] = fp8_decode((uint8_t)c, op->fmt);
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < K; k++) {
+            const size_t i = (size_t)r * K + k;
+            const float si = op->scaling == FP8T_SCALING_TENSOR
+                                 ? *op->scale_inv
+                                 : op->scale_inv[fp8t_block_scale_index(op->scaling, rows, K, r,
+                                                                        k)];
+            out[i] = table[op->data[i]] * si;
+        }
+}
+
 void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                   const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                   int acc, int fast_accum, float *amax_out, const float *bias) {
     (void)fast_accum; /* CPU accumulation is always full FP32 */
     if (M <= 0 || N <= 0) return;
+    if (A->scaling != FP8T_SCALING_TENSOR || B->scaling != FP8T_SCALING_TENSOR) {
+        if (transA || !transB || (A->scaling == FP8T_SCALING_BLK128 &&
+                                  B->scaling == FP8T_SCALING_BLK128)) {
+            fprintf(stderr, "fp8train: gemm_fp8: block-scaled operands need transA = 0, "
+                            "transB = 1 and at most one 128x128-block operand (%s:%d)\n",
+                    __FILE__, __LINE__);
+            exit(1);
+        }
+        size_t na = (size_t)M * K, nb = (size_t)N * K;
+        float *af = cpu_scratch(b, CPU_SCRATCH_GEMM_A, (na ? na : 1) * sizeof(float));
+        float *bf = cpu_scratch(b, CPU_SCRATCH_GEMM_B, (nb ? nb : 1) * sizeof(float));
+        decode_block_operand(af, A, "A", M, K);
+        decode_block_operand(bf, B, "B", N, K);
+        sgemm_rowmajor(C, af, bf, M, N, K, 0, 1, acc, 1.0f);
+        if (bias) cpu_bias_add(b, C, bias, M, N);
+        if (amax_out) cpu_amax(b, amax_out, C, (size_t)M * N);
+        return;
+    }
     size_t na = (size_t)M * K, nb = (size_t)K * N;
     float *af = cpu_scratch(b, CPU_SCRATCH_GEMM_A, (na ? na : 1) * sizeof(float));
     float *bf = cpu_scratch(b, CPU_SCRATCH_GEMM_B, (nb ? nb : 1) * sizeof(float));

@@ -285,6 +285,7 @@ static const fp8t_backend_ops cuda_ops = {
     /* .kv_cache_write = */ cuda_kv_cache_write,
     /* .attention_decode = */ cuda_attention_decode,
     /* .embedding_forward_bf16 = */ cuda_embedding_forward_bf16,
+    /* .block_quantize = */ cuda_block_quantize,
 };
 
 extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *opt, char *err,
@@ -380,6 +381,9 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
     b->ops = &cuda_ops;
     b->name = "cuda";
     b->fp8_wants_transpose = 1; /* Hopper FP8 tensor cores read both operands K-major (TN) */
+    /* block-scaled FP8 GEMMs (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F / _BLK128x128_32F) exist
+     * on Hopper only (Blackwell's cuBLASLt has the MX modes instead) and from cuBLASLt 12.9 */
+    b->fp8_block_native = prop.major == 9 && cublasLtGetVersion() >= 120900 && !s->no_lt_fp8;
     b->impl = s;
     return b;
 }

@@ -97,6 +97,7 @@ typedef struct {
     int al_a, al_b, al_c; /* pointer alignments the algorithm was chosen for */
     int compute;          /* cublasComputeType_t */
     int bias;             /* with the bias epilogue */
+    int mode_a, mode_b;   /* cuBLASLt scale modes of its A and B (0: one scalar each) */
     int ok; /* 0: cuBLASLt has no algorithm for this problem (use the fallback) */
     cublasLtMatmulAlgo_t algo;
 } lt_cache_entry;
@@ -132,6 +133,8 @@ typedef struct {
     long n_fp8_lt, n_fp8_fallback; /* gemm_fp8 calls by path (fp8t_cuda_gemm_counts) */
     int warned_lt_reject;          /* cuBLASLt refused a problem its heuristic offered */
     int warned_fp8_bias;           /* no FP8 kernel with the bias epilogue (reported once) */
+    int warned_fp8_block;          /* a block-scaled GEMM took the fallback (reported once) */
+    long n_fp8_block_lt;           /* ... of the cuBLASLt ones, block-scaled */
     float *fp8_scales;             /* [8] 16-byte aligned copies of FP8 scale_inv pointers */
     /* data parallel (cuda_comm.cu) */
     void *nccl;                    /* ncclComm_t once comm_init ran (NULL: none) */
@@ -324,6 +327,11 @@ void cuda_fake_quantize(fp8t_backend *b, float *out, const float *x, size_t n, f
                         const float *scale);
 void cuda_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows, int cols,
                               int tile_r, int tile_c, fp8_format fmt);
+void cuda_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, const float *x,
+                         int rows, int cols, int transpose, fp8t_fp8_scaling scaling,
+                         fp8_format fmt, int pow2);
+/* out [rows, cols] = code * scale_inv of a K-major operand of any scaling kind */
+void cuda_block_decode(fp8t_backend *b, float *out, const fp8t_fp8_operand *o);
 void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows,
                               int cols);
 void cuda_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n);

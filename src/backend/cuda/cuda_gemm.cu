@@ -44,7 +44,8 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
                      cublasOperation_t tb, cudaDataType_t type_a, const void *A, int lda,
                      cudaDataType_t type_b, const void *B, int ldb, float *C, int ldc, int acc,
                      const float *scale_a, const float *scale_b, int fast_accum,
-                     cublasComputeType_t compute, const float *bias) {
+                     cublasComputeType_t compute, const float *bias, int mode_a = 0,
+                     int mode_b = 0) {
     int al_a = ptr_align(A), al_b = ptr_align(B), al_c = ptr_align(C);
     const int has_bias = bias != NULL;
     lt_cache_entry *hit = NULL;
@@ -55,7 +56,8 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
                 e->tb == (int)tb && e->type_a == (int)type_a && e->type_b == (int)type_b &&
                 e->acc == acc && e->fast == fast_accum && e->lda == lda && e->ldb == ldb &&
                 e->ldc == ldc && e->al_a == al_a && e->al_b == al_b && e->al_c == al_c &&
-                e->compute == (int)compute && e->bias == has_bias) {
+                e->compute == (int)compute && e->bias == has_bias && e->mode_a == mode_a &&
+                e->mode_b == mode_b) {
                 hit = e;
                 break;
             }
@@ -82,6 +84,14 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
                                                     &bias_type, sizeof(bias_type)));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                     sizeof(bias)));
+    }
+    if (mode_a || mode_b) {
+        /* block scaling: the scale pointers are per-block arrays (cublasLtMatmulMatrixScale_t) */
+        int32_t ma = mode_a, mb = mode_b;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma,
+                                                    sizeof(ma)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb,
+                                                    sizeof(mb)));
     }
     int is_fp8 = type_a == CUDA_R_8F_E4M3 || type_a == CUDA_R_8F_E5M2;
     if (is_fp8) {
@@ -135,6 +145,7 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
             e->al_a = al_a, e->al_b = al_b, e->al_c = al_c;
             e->compute = (int)compute;
             e->bias = has_bias;
+            e->mode_a = mode_a, e->mode_b = mode_b;
             e->ok = ok;
             if (ok) e->algo = algo;
         }
@@ -165,7 +176,7 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
                         e->type_b == (int)type_b && e->acc == acc && e->fast == fast_accum &&
                         e->lda == lda && e->ldb == ldb && e->ldc == ldc && e->al_a == al_a &&
                         e->al_b == al_b && e->al_c == al_c && e->compute == (int)compute &&
-                        e->bias == has_bias)
+                        e->bias == has_bias && e->mode_a == mode_a && e->mode_b == mode_b)
                         e->ok = 0;
                 }
             }
@@ -401,9 +412,101 @@ static cudaDataType_t fp8_cuda_type(fp8_format f) {
     return f == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
 }
 
+/* cuBLASLt's scale mode of a block kind (fp8t_fp8_operand's layout is its layout) */
+static int lt_scale_mode(fp8t_fp8_scaling k) {
+#if CUBLAS_VERSION >= 120900
+    if (k == FP8T_SCALING_VEC128) return (int)CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    if (k == FP8T_SCALING_BLK128) return (int)CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    return (int)CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+#else
+    (void)k;
+    return -1; /* this toolkit has no block scale modes: always the fallback */
+#endif
+}
+
+/* gemm_fp8 with block-scaled operands: A [M,K] and B [N,K], both K-major, as the TN kernels
+ * read them (cuBLAS A = our B, cuBLAS B = our A; the scale arrays go with their operands).
+ * cuBLASLt's block kernels take no fast accumulation (they promote every 128-deep chunk into
+ * the FP32 sum with its two scales) and on Hopper only 1D x 1D, 1D x 2D and 2D x 1D. Where it
+ * has no algorithm (shapes: dimensions multiples of 16, 16-byte aligned pointers), the
+ * operands are decoded (code * scale_inv) and the FP32 GEMM runs, reported once. */
+static void gemm_fp8_block(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
+                           const fp8t_fp8_operand *B, int M, int N, int K, int transA,
+                           int transB, int acc, float *amax_out, const float *bias) {
+    cuda_state *s = cuda_of(b);
+    if (transA || !transB || A->rows != M || A->cols != K || B->rows != N || B->cols != K ||
+        !A->data || !B->data || !A->scale_inv || !B->scale_inv ||
+        (A->scaling == FP8T_SCALING_BLK128 && B->scaling == FP8T_SCALING_BLK128)) {
+        fprintf(stderr,
+                "fp8train: gemm_fp8: block-scaled operands must be A [M,K] (transA = 0) and "
+                "B [N,K] (transB = 1) in data with scale_inv, not both 128x128: got A [%d,%d] "
+                "B [%d,%d] for M=%d N=%d K=%d transA=%d transB=%d (%s:%d)\n",
+                A->rows, A->cols, B->rows, B->cols, M, N, K, transA, transB, __FILE__,
+                __LINE__);
+        exit(1);
+    }
+    if (gemm_trivial(b, C, M, N, K, acc)) {
+        if (bias && !acc && M > 0 && N > 0) cuda_bias_add(b, C, bias, M, N);
+        if (amax_out && M > 0 && N > 0) cuda_amax(b, amax_out, C, (size_t)M * N);
+        return;
+    }
+    const int mode_a = lt_scale_mode(A->scaling), mode_b = lt_scale_mode(B->scaling);
+    int done = 0, bias_done = 0;
+    /* multiples of 16 only: the FP8 kernels need them, and then the scale arrays' padded
+     * outer dimension (pad4) is the unpadded one cuBLASLt indexes with */
+    const int shape_ok = M % 16 == 0 && N % 16 == 0 && K % 16 == 0;
+    if (!s->no_lt_fp8 && b->fp8_block_native && shape_ok && mode_a >= 0 && mode_b >= 0 &&
+        !(A->fmt == FP8_E5M2 && B->fmt == FP8_E5M2)) {
+        /* a per-tensor operand next to a block one keeps its scalar mode; its scale_inv must be
+         * 16-byte aligned as in gemm_fp8 */
+        const float *sa = A->scale_inv, *sb = B->scale_inv;
+        if ((A->scaling == FP8T_SCALING_TENSOR && ((uintptr_t)sa & 15u)) ||
+            (B->scaling == FP8T_SCALING_TENSOR && ((uintptr_t)sb & 15u))) {
+            copy_scales_kernel<<<1, 1, 0, s->stream>>>(s->fp8_scales, sa, sb);
+            CUDA_LAUNCH_CHECK(s);
+            if (A->scaling == FP8T_SCALING_TENSOR) sa = s->fp8_scales;
+            if (B->scaling == FP8T_SCALING_TENSOR) sb = s->fp8_scales + 4;
+        }
+        if (bias && !s->plain)
+            bias_done = done =
+                lt_matmul(s, N, M, K, CUBLAS_OP_T, CUBLAS_OP_N, fp8_cuda_type(B->fmt), B->data,
+                          K, fp8_cuda_type(A->fmt), A->data, K, C, N, acc, sb, sa, 0,
+                          CUBLAS_COMPUTE_32F, bias, mode_b, mode_a) == 0;
+        if (!done)
+            done = lt_matmul(s, N, M, K, CUBLAS_OP_T, CUBLAS_OP_N, fp8_cuda_type(B->fmt),
+                             B->data, K, fp8_cuda_type(A->fmt), A->data, K, C, N, acc, sb, sa,
+                             0, CUBLAS_COMPUTE_32F, NULL, mode_b, mode_a) == 0;
+    }
+    if (done) {
+        s->n_fp8_lt++;
+        s->n_fp8_block_lt++;
+    } else {
+        s->n_fp8_fallback++;
+        if (b->fp8_block_native && shape_ok && !s->warned_fp8_block) {
+            fprintf(stderr,
+                    "fp8train: cuBLASLt has no block-scaled FP8 GEMM for M=%d N=%d K=%d (scale "
+                    "modes %d/%d); decoding the operands and running the FP32 GEMM for such "
+                    "GEMMs (reported once)\n",
+                    M, N, K, mode_a, mode_b);
+            s->warned_fp8_block = 1;
+        }
+        float *af = (float *)cuda_scratch(b, SCR_GEMM_A, (size_t)M * K * 4);
+        float *bf = (float *)cuda_scratch(b, SCR_GEMM_B, (size_t)N * K * 4);
+        cuda_block_decode(b, af, A);
+        cuda_block_decode(b, bf, B);
+        cuda_gemm_f32(b, C, af, bf, M, N, K, 0, 1, acc);
+    }
+    if (bias && !bias_done) cuda_bias_add(b, C, bias, M, N);
+    if (amax_out) cuda_amax(b, amax_out, C, (size_t)M * N);
+}
+
 void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                    const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                    int acc, int fast_accum, float *amax_out, const float *bias) {
+    if (A->scaling != FP8T_SCALING_TENSOR || B->scaling != FP8T_SCALING_TENSOR) {
+        gemm_fp8_block(b, C, A, B, M, N, K, transA, transB, acc, amax_out, bias);
+        return;
+    }
     check_operand("A", A, transA ? K : M, transA ? M : K, transA);
     check_operand("B", B, transB ? N : K, transB ? K : N, transB);
     if (gemm_trivial(b, C, M, N, K, acc)) {
@@ -487,5 +590,13 @@ extern "C" int fp8t_cuda_gemm_counts(fp8t_backend *b, long *fp8_lt, long *fp8_fa
     cuda_state *s = cuda_of(b);
     if (fp8_lt) *fp8_lt = s->n_fp8_lt;
     if (fp8_fallback) *fp8_fallback = s->n_fp8_fallback;
+    return 0;
+}
+
+/* How many gemm_fp8 calls with block-scaled operands ran on cuBLASLt's block kernels (a part
+ * of fp8t_cuda_gemm_counts' fp8_lt). 0 ok, -1 if b is not a CUDA backend. */
+extern "C" int fp8t_cuda_gemm_block_count(fp8t_backend *b, long *fp8_block_lt) {
+    if (!b || !b->name || strcmp(b->name, "cuda") != 0) return -1;
+    if (fp8_block_lt) *fp8_block_lt = cuda_of(b)->n_fp8_block_lt;
     return 0;
 }

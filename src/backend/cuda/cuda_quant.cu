@@ -724,6 +724,180 @@ void cuda_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
     CUDA_LAUNCH_CHECK(s);
 }
 
+/* block_quantize of 128x128 blocks (the weight; the 1x128 cases have the two kernels below):
+ * one thread block per block of the operand [R, K] (x, or xᵀ with transpose: operand element
+ * (r, k) is x[k, r]). Pass 1: the block's amax; pass 2: codes with the current-scaling scale
+ * of that amax; thread 0 stores scale_inv = 1 / scale at the block's place in the operand
+ * layout (fp8t_block_scale_index). The same encoder and scale formula as
+ * block_fake_quantize_kernel, so codes and scales are the CPU's. Reads go along x's rows;
+ * with transpose the codes are staged in shared memory and written along the operand's rows. */
+__global__ void block_quantize_kernel(uint8_t *codes, float *scale_inv, const float *x, int rows,
+                                      int cols, int transpose, fp8_format fmt, float fmt_max,
+                                      int pow2) {
+    __shared__ uint8_t sh[128][132]; /* [operand row][k] of the block, transpose only */
+    const int R = transpose ? cols : rows, K = transpose ? rows : cols;
+    const int nbk = (K + 127) / 128;
+    const int br = (int)(blockIdx.x / nbk), bk = (int)(blockIdx.x % nbk);
+    const int r0 = br * 128, k0 = bk * 128;
+    const int nr = min(128, R - r0), nk = min(128, K - k0);
+    /* the block as x stores it: xr rows of xc columns from (xr0, xc0) */
+    const int xr0 = transpose ? k0 : r0, xc0 = transpose ? r0 : k0;
+    const int xr = transpose ? nk : nr, xc = transpose ? nr : nk;
+    const int cnt = xr * xc;
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < cnt; i += blockDim.x)
+        acc = amax_merge_dev(acc, x[(size_t)(xr0 + i / xc) * cols + xc0 + i % xc]);
+    acc = block_amax(acc);
+    __shared__ float sh_scale;
+    if (threadIdx.x == 0) {
+        float sc = current_scale_dev(acc, fmt_max, 0.0f, pow2);
+        sh_scale = sc;
+        scale_inv[fp8t_block_scale_index(FP8T_SCALING_BLK128, R, K, r0, k0)] = 1.0f / sc;
+    }
+    __syncthreads();
+    const float scale = sh_scale;
+    for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
+        const int a = i / xc, b = i % xc; /* x element (xr0 + a, xc0 + b) */
+        const uint8_t q = fp8_enc_dev(x[(size_t)(xr0 + a) * cols + xc0 + b] * scale, fmt);
+        if (transpose) sh[b][a] = q; /* operand (r0 + b, k0 + a) */
+        else codes[(size_t)(r0 + a) * K + k0 + b] = q;
+    }
+    if (!transpose) return;
+    __syncthreads();
+    for (int i = threadIdx.x; i < nr * nk; i += blockDim.x) {
+        const int rl = i / nk, kl = i % nk;
+        codes[(size_t)(r0 + rl) * K + k0 + kl] = sh[rl][kl];
+    }
+}
+
+/* 1x128 tiles along x's rows (the Fprop's X, the Dgrad's dY): a warp per tile, each lane 4
+ * elements 32 apart (coalesced), the amax by warp_amax (the same max in another order). */
+__global__ void block_quantize_rows_kernel(uint8_t *codes, float *scale_inv, const float *x,
+                                           int rows, int cols, fp8_format fmt, float fmt_max,
+                                           int pow2) {
+    const int nbk = (cols + 127) / 128;
+    const size_t tile = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (tile >= (size_t)rows * nbk) return; /* whole warps leave together */
+    const int r = (int)(tile / nbk), k0 = (int)(tile % nbk) * 128;
+    const float *xr = x + (size_t)r * cols;
+    float v[4], acc = 0.0f;
+    for (int j = 0; j < 4; j++) {
+        const int k = k0 + lane + 32 * j;
+        v[j] = k < cols ? xr[k] : 0.0f;
+        if (k < cols) acc = amax_merge_dev(acc, v[j]);
+    }
+    acc = warp_amax(acc);
+    const float sc = current_scale_dev(acc, fmt_max, 0.0f, pow2);
+    if (lane == 0)
+        scale_inv[fp8t_block_scale_index(FP8T_SCALING_VEC128, rows, cols, r, k0)] = 1.0f / sc;
+    uint8_t *out = codes + (size_t)r * cols;
+    for (int j = 0; j < 4; j++) {
+        const int k = k0 + lane + 32 * j;
+        if (k < cols) out[k] = fp8_enc_dev(v[j] * sc, fmt);
+    }
+}
+
+/* The Wgrad's case, 1x128 tiles of xᵀ (128 rows of one column of x), coalesced: a thread block
+ * takes 32 columns x 128 rows of x into shared memory (each warp reading whole row segments),
+ * reduces each column's amax (the same max, NaN winning, in another order: the same value),
+ * and writes each operand row's 128 codes as one contiguous run. 256 threads. */
+__global__ void block_quantize_t_kernel(uint8_t *codes, float *scale_inv, const float *x,
+                                        int rows, int cols, fp8_format fmt, float fmt_max,
+                                        int pow2) {
+    __shared__ float tile[128][33];
+    __shared__ float part[8][32];
+    __shared__ float sh_scale[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int c0 = blockIdx.x * 32, k0 = blockIdx.y * 128; /* x column, x row */
+    const int c = c0 + lane;
+    float acc = 0.0f;
+    for (int i = warp; i < 128; i += 8) {
+        const int k = k0 + i;
+        float v = 0.0f;
+        if (c < cols && k < rows) {
+            v = x[(size_t)k * cols + c];
+            acc = amax_merge_dev(acc, v);
+        }
+        tile[i][lane] = v;
+    }
+    part[warp][lane] = acc;
+    __syncthreads();
+    if (warp == 0) {
+        float a = 0.0f;
+        for (int w = 0; w < 8; w++) a = amax_merge_dev(a, part[w][lane]);
+        float sc = current_scale_dev(a, fmt_max, 0.0f, pow2);
+        sh_scale[lane] = sc;
+        if (c < cols) /* operand [R = cols, K = rows], row c, tile k0 / 128 */
+            scale_inv[fp8t_block_scale_index(FP8T_SCALING_VEC128, cols, rows, c, k0)] = 1.0f / sc;
+    }
+    __syncthreads();
+    const int nk = min(128, rows - k0);
+    for (int j = warp; j < 32; j += 8) { /* operand row c0 + j */
+        if (c0 + j >= cols) break;
+        const float sc = sh_scale[j];
+        uint8_t *out = codes + (size_t)(c0 + j) * rows + k0;
+        for (int i = lane; i < nk; i += 32) out[i] = fp8_enc_dev(tile[i][j] * sc, fmt);
+    }
+}
+
+void cuda_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, const float *x,
+                         int rows, int cols, int transpose, fp8t_fp8_scaling scaling,
+                         fp8_format fmt, int pow2) {
+    if (rows <= 0 || cols <= 0) return;
+    if (scaling != FP8T_SCALING_VEC128 && scaling != FP8T_SCALING_BLK128) {
+        fprintf(stderr, "fp8train: block_quantize: scaling %d is not a block kind (%s:%d)\n",
+                (int)scaling, __FILE__, __LINE__);
+        exit(1);
+    }
+    cuda_state *s = cuda_of(b);
+    const int R = transpose ? cols : rows, K = transpose ? rows : cols;
+    float fmt_max = fmt == FP8_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX;
+    if (transpose && scaling == FP8T_SCALING_VEC128) {
+        dim3 grid_t(cdiv_u(cols, 32), cdiv_u(rows, 128));
+        block_quantize_t_kernel<<<grid_t, 256, 0, s->stream>>>(codes, scale_inv, x, rows, cols,
+                                                              fmt, fmt_max, pow2);
+        CUDA_LAUNCH_CHECK(s);
+        return;
+    }
+    if (scaling == FP8T_SCALING_VEC128) {
+        size_t warps = (size_t)rows * cdiv_u(cols, 128);
+        block_quantize_rows_kernel<<<cdiv_u(warps * 32, 256), 256, 0, s->stream>>>(
+            codes, scale_inv, x, rows, cols, fmt, fmt_max, pow2);
+        CUDA_LAUNCH_CHECK(s);
+        return;
+    }
+    const unsigned grid = cdiv_u(K, 128) * cdiv_u(R, 128); /* 1-D over the blocks */
+    block_quantize_kernel<<<grid, 256, 0, s->stream>>>(codes, scale_inv, x, rows, cols,
+                                                       transpose, fmt, fmt_max, pow2);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+/* code * scale_inv of each element of a block-scaled [rows, K] operand (gemm_fp8's fallback) */
+__global__ void block_decode_kernel(float *out, const uint8_t *__restrict__ codes,
+                                    const float *__restrict__ scale_inv, int rows, int K,
+                                    int scaling, fp8_format fmt) {
+    size_t n = (size_t)rows * K;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int r = (int)(i / K), k = (int)(i % K);
+        float si = scaling == FP8T_SCALING_TENSOR
+                       ? scale_inv[0]
+                       : scale_inv[fp8t_block_scale_index((fp8t_fp8_scaling)scaling, rows, K, r,
+                                                          k)];
+        out[i] = fp8_dec_dev(codes[i], fmt) * si;
+    }
+}
+
+void cuda_block_decode(fp8t_backend *b, float *out, const fp8t_fp8_operand *o) {
+    size_t n = (size_t)o->rows * o->cols;
+    if (n == 0) return;
+    cuda_state *s = cuda_of(b);
+    block_decode_kernel<<<ew_blocks(s, n, 1), EW_THREADS, 0, s->stream>>>(
+        out, o->data, o->scale_inv, o->rows, o->cols, (int)o->scaling, o->fmt);
+    CUDA_LAUNCH_CHECK(s);
+}
+
 /* MXFP8: a warp per 32-element row block, lane = element (the exponent: mx_biased_exponent,
  * cuda_common.cuh). */
 
