@@ -36,6 +36,7 @@ static void block128_image(float *out, const float *x, int rows, int cols,
     free(sc);
 }
 static int g_hist_len = 16; /* the amax history length of the next tiny_open */
+static unsigned g_disable; /* the model options' disable bits of the next tiny_open */
 
 typedef struct {
     fp8t_backend *be;
@@ -54,7 +55,8 @@ static int tiny_open(tiny *t) {
     fp8t_policy pol;
     fp8t_policy_default(&pol);
     pol.history_len = g_hist_len;
-    t->m = fp8t_model_create(t->be, &cfg, &pol, NULL, B, T, err, sizeof(err));
+    const fp8t_model_options opt = {g_disable};
+    t->m = fp8t_model_create(t->be, &cfg, &pol, &opt, B, T, err, sizeof(err));
     if (!t->m) { printf("  model: %s\n", err); fp8t_backend_destroy(t->be); return -1; }
     fp8t_model_init_weights(t->m, 1234);
     for (int i = 0; i < B * T; i++) {
@@ -779,12 +781,45 @@ static void observer_case(const char *spec, const char *name) {
     free(text[0]), free(text[1]);
 }
 
+/* An observer leaves the training numerics alone: the same gradients as no hook at all (a
+ * writing hook keeps every saved activation in FP32; an observer keeps the BF16 saves). */
+static void observer_keeps_numerics(void) {
+    float loss[2][3], norm[2][3];
+    for (int ro = 0; ro < 2; ro++) {
+        tiny t;
+        T_ASSERT(tiny_open(&t) == 0, "model");
+        char out[1024], err[512];
+        snprintf(out, sizeof(out), "%s/observer_numerics%d", g_root, ro);
+        observe_ctx c = {fp8t_inspector_create("micro=all", out, err, sizeof(err)), 0};
+        T_ASSERT(c.in, "%s", err);
+        if (ro) fp8t_model_set_observer(t.m, observe_hook, &c);
+        for (int step = 0; step < 3; step++) {
+            fp8t_inspector_begin_step(c.in, step);
+            loss[ro][step] = tiny_step(&t, 2);
+            norm[ro][step] = fp8t_model_grad_norm(t.m);
+            fp8t_inspector_end_step(c.in, step);
+        }
+        fp8t_model_set_hook(t.m, NULL, NULL);
+        fp8t_inspector_destroy(c.in);
+        tiny_close(&t);
+    }
+    for (int step = 0; step < 3; step++)
+        T_CHECK(loss[0][step] == loss[1][step] && norm[0][step] == norm[1][step],
+                "step %d: loss %.9g / grad norm %.9g without a hook, %.9g / %.9g observed", step,
+                loss[0][step], norm[0][step], loss[1][step], norm[1][step]);
+}
+
 static void test_inspect_read_only_hook(void) {
+    observer_keeps_numerics();
+    /* against a writing hook, which keeps the saved activations in FP32: FP32 saves on both
+     * sides, so that the rows compare the hooks alone */
+    g_disable = FP8T_DISABLE_BF16_SAVES;
     observer_case("micro=all,block=16", "all");
     observer_case("micro=all,gemms=wgrad,tensors=input", "wgrad_x");
     g_dump_budget = 1000;
     observer_case("micro=all,tensors=input+output,dump=1", "flushed");
     g_dump_budget = 0;
+    g_disable = 0;
 }
 
 int main(void) {

@@ -130,11 +130,12 @@ static size_t save_cols(const fp8t_model *m, int k) {
 /* Whether layer l keeps its saves in BF16: every GEMM of its linears runs below FP32 (BF16 or
  * FP8 of any kind: each already rounds its operands at least as coarsely, so the backward
  * reading BF16 values is within the error the layer has anyway; a layer with an FP32 GEMM, as
- * the FP32 policy's or a recipe's high-precision first/last layers, stays exact), and no hook
- * may look at or change the tensors (debug runs see the FP32 values). Per layer rather than
- * per model so that such a recipe loses nothing where it asked for FP32. */
+ * the FP32 policy's or a recipe's high-precision first/last layers, stays exact), and no
+ * writing hook may change the tensors (the injector's runs keep FP32 saves); an observer (the
+ * inspector) leaves the numerics as they are without it. Per layer rather than per model so
+ * that such a recipe loses nothing where it asked for FP32. */
 static int layer_bf16_saves(const fp8t_model *m, int l) {
-    if (m->no_bf16_saves || m->hook) return 0;
+    if (m->no_bf16_saves || (m->hook && !m->hook_reads)) return 0;
     const int mpl = fp8t_model_modules_per_layer(&m->cfg);
     for (int lin = l * mpl; lin < (l + 1) * mpl; lin++)
         for (int g = 0; g < FP8T_GEMM_COUNT; g++)
