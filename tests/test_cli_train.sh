@@ -122,16 +122,17 @@ if [ $rc -eq 0 ] && diff <(grep -v '"out"' "$TMP/cfg1/config.json") <(grep -v '"
   pass config_json_round_trip; else fail config_json_round_trip "rc $rc $(head -c 300 "$TMP/err")"; fi
 
 # --- the debugging switches: --disable all-fusion (every plain path) gives the default run's
-# losses bit for bit, and config.json records it; the old variable spelling is the default
-"$BIN" train "${SMALL[@]}" --steps 3 --out "$TMP/fused" >/dev/null 2>"$TMP/err"
-"$BIN" train "${SMALL[@]}" --steps 3 --disable all-fusion --out "$TMP/plain" >/dev/null 2>"$TMP/err"
+# losses bit for bit at FP32 saves (bf16-saves, a numerics switch of its own, on both sides),
+# and config.json records it; the old variable spelling is the default
+"$BIN" train "${SMALL[@]}" --steps 3 --disable bf16-saves --out "$TMP/fused" >/dev/null 2>"$TMP/err"
+"$BIN" train "${SMALL[@]}" --steps 3 --disable all-fusion,bf16-saves --out "$TMP/plain" >/dev/null 2>"$TMP/err"
 FP8TRAIN_NO_LN_FUSION=1 FP8TRAIN_CUDA_ATTN=tiled "$BIN" train "${SMALL[@]}" --steps 1 \
   --out "$TMP/envdis" >/dev/null 2>"$TMP/err"
 lf=$(grep -o '"loss":[^,]*' "$TMP/fused/metrics.jsonl" 2>/dev/null)
 lp=$(grep -o '"loss":[^,]*' "$TMP/plain/metrics.jsonl" 2>/dev/null)
 if [ -n "$lf" ] && [ "$(wc -l <<<"$lf")" -eq 3 ] && [ "$lf" = "$lp" ] &&
-   tr -d ' \n\t' <"$TMP/plain/config.json" | grep -q '"disable":"all-fusion"' &&
-   tr -d ' \n\t' <"$TMP/fused/config.json" | grep -q '"disable":"none"' &&
+   tr -d ' \n\t' <"$TMP/plain/config.json" | grep -q '"disable":"all-fusion,bf16-saves"' &&
+   tr -d ' \n\t' <"$TMP/fused/config.json" | grep -q '"disable":"bf16-saves"' &&
    tr -d ' \n\t' <"$TMP/envdis/config.json" | grep -q '"disable":"ln-fusion","cuda_attn":"tiled"'; then
   pass disable_all_fusion
 else
