@@ -256,6 +256,9 @@ static int sdpa_fail(sdpa_graph *g, const char *call, cudnnStatus_t st) {
             return NULL;                                                                      \
         }                                                                                     \
     } while (0)
+/* one descriptor-valued attribute of op (the call, attribute named, in the failure message) */
+#define SET_DESC(g, op, attr, d)                                                              \
+    DNN(g, cudnnBackendSetAttribute(op, attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &(d)))
 #define TRY(x)                                                                                \
     do {                                                                                      \
         if (!(x)) return -1;                                                                  \
@@ -333,18 +336,13 @@ static int g_pointwise(sdpa_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t
     DNN(g, cudnnBackendFinalize(pw));
     cudnnBackendDescriptor_t op = g_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     TRY(op);
-    DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw));
-    DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+    SET_DESC(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
+    SET_DESC(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
     if (b)
-        DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
-                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
+        SET_DESC(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
     if (t)
-        DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC,
-                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t));
-    DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+        SET_DESC(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
+    SET_DESC(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
     return g_op(g, op);
 }
 
@@ -360,14 +358,10 @@ static int g_matmul(sdpa_graph *g, cudnnBackendDescriptor_t a, cudnnBackendDescr
     DNN(g, cudnnBackendFinalize(mm));
     cudnnBackendDescriptor_t op = g_new(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
     TRY(op);
-    DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a));
-    DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
-    DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c));
-    DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_MATMUL_DESC,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm));
+    SET_DESC(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
+    SET_DESC(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
+    SET_DESC(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
+    SET_DESC(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
     return g_op(g, op);
 }
 
@@ -385,12 +379,9 @@ static int g_reduce(sdpa_graph *g, cudnnReduceTensorOp_t red, cudnnBackendDescri
     DNN(g, cudnnBackendFinalize(rd));
     cudnnBackendDescriptor_t op = g_new(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
     TRY(op);
-    DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd));
-    DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-    DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+    SET_DESC(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd);
+    SET_DESC(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
+    SET_DESC(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
     return g_op(g, op);
 }
 
@@ -399,10 +390,8 @@ static int g_reshape(sdpa_graph *g, cudnnBackendDescriptor_t x, cudnnBackendDesc
     TRY(x && y);
     cudnnBackendDescriptor_t op = g_new(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
     TRY(op);
-    DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-    DNN(g, cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+    SET_DESC(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
+    SET_DESC(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
     return g_op(g, op);
 }
 
@@ -599,8 +588,7 @@ static int build_plan(sdpa_graph *g, int det, cudnnBackendDescriptor_t *plan_out
         for (int m = 0; m < 2; m++) {
             cudnnBackendDescriptor_t heur = g_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
             TRY(heur);
-            DNN(g, cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
+            SET_DESC(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
             DNN(g, cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE,
                                             CUDNN_TYPE_HEUR_MODE, 1, &modes[m]));
             DNN(g, cudnnBackendFinalize(heur));
