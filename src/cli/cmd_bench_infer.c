@@ -17,6 +17,7 @@
 #include "cli/cmd_weights_common.h"
 #include "fp8train/backend.h"
 #include "fp8train/infer.h"
+#include "fp8train/profile.h"
 
 #define CMD "bench-infer"
 
@@ -43,6 +44,9 @@ static void usage(FILE *f) {
         "  --act-scale current|delayed  fp8 activation scales (default current; delayed needs\n"
         "                        WEIGHTS with an FP8 state)\n"
         "  --repeat N            timed repetitions, the fastest kept (default 2)\n"
+        "  --profile             after the timed rounds, one prefill and the decode steps again\n"
+        "                        under the per-op profiler (each op waits for the device), and\n"
+        "                        a table of where each went (ms per call of prefill / decode)\n"
         "  --seed S              random weights and prompt tokens (default 1337)\n"
         "  --out FILE            also write the results as JSON\n"
         "Columns: prefill and decode tokens/s (all sequences), the model's device bytes\n"
@@ -139,7 +143,8 @@ typedef struct {
 
 /* One configuration on a fresh backend. 0 ok; -1 with err. */
 static int run_one(const char *device, const fp8t_weights *w, fp8t_act_scale act, int plen,
-                   int gen, int repeat, uint64_t seed, result *r, char *err, size_t errlen) {
+                   int gen, int repeat, int profile, uint64_t seed, result *r, char *err,
+                   size_t errlen) {
     char e[1024];
     cli_debug_opts dbg;
     if (cli_debug_options("bench-infer", &dbg) != 0) {
@@ -150,6 +155,16 @@ static int run_one(const char *device, const fp8t_weights *w, fp8t_act_scale act
     if (!be) {
         snprintf(err, errlen, "--device %s: %s", device, e);
         return -1;
+    }
+    fp8t_backend *inner = be; /* the real backend (memory figures) under the profiler */
+    if (profile) {
+        fp8t_backend *pw = fp8t_profile_wrap(be);
+        if (!pw) {
+            fp8t_backend_destroy(be);
+            snprintf(err, errlen, "out of host memory for the profiler");
+            return -1;
+        }
+        be = pw;
     }
     const int B = r->batch, V = w->model.vocab_size;
     fp8t_infer *m = fp8t_infer_create(be, w, r->prec, act, B, plen + gen, e, sizeof(e));
@@ -186,12 +201,28 @@ static int run_one(const char *device, const fp8t_weights *w, fp8t_act_scale act
         r->prefill_s = t1 - t0 < r->prefill_s ? t1 - t0 : r->prefill_s;
         r->decode_s = t2 - t1 < r->decode_s ? t2 - t1 : r->decode_s;
     }
+    if (profile) {
+        /* one more prefill and its decode steps, each op timed on its own */
+        fp8t_profile_reset(be);
+        if (fp8t_infer_prefill(m, tok, B, plen, lens, NULL, e, sizeof(e))) goto fail;
+        printf("-- profile: %s batch %d, prefill of %d tokens per sequence (ms per prefill)\n",
+               fp8t_eval_precision_name(r->prec), B, plen);
+        fp8t_profile_report(be, stdout, 1);
+        fp8t_profile_reset(be);
+        for (int j = 0; j < gen; j++) {
+            for (int b = 0; b < B; b++) pos[b] = plen + j;
+            if (fp8t_infer_decode(m, next, pos, B, NULL, e, sizeof(e))) goto fail;
+        }
+        printf("-- profile: %s batch %d, decode (ms per decode step, %d steps)\n",
+               fp8t_eval_precision_name(r->prec), B, gen);
+        fp8t_profile_report(be, stdout, gen > 0 ? gen : 1);
+    }
     r->prefill_tps = (double)B * plen / r->prefill_s;
     r->decode_tps = gen > 0 ? (double)B * gen / r->decode_s : 0.0;
     fp8t_infer_memory_get(m, &r->mem);
     r->peak_mb = -1.0;
     size_t peak = 0;
-    if (fp8t_cuda_memory_info && fp8t_cuda_memory_info(be, NULL, &peak, NULL, NULL) == 0)
+    if (fp8t_cuda_memory_info && fp8t_cuda_memory_info(inner, NULL, &peak, NULL, NULL) == 0)
         r->peak_mb = (double)peak / 1e6;
     r->ok = 1;
     rc = 0;
@@ -211,12 +242,13 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
     if (argc > 0 && !strcmp(argv[0], CMD)) { argc--; argv++; }
     const char *weights = NULL, *preset = NULL, *device = "cpu", *out_path = NULL;
     const char *prec_list = NULL, *batch_list = "1,64";
-    int plen = 128, gen = 32, repeat = 2;
+    int plen = 128, gen = 32, repeat = 2, profile = 0;
     uint64_t seed = 1337;
     fp8t_act_scale act = FP8T_ACT_SCALE_CURRENT;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--profile")) { profile = 1; continue; }
         if (a[0] != '-' || !a[1]) {
             if (weights) {
                 fprintf(stderr, "fp8train bench-infer: one WEIGHTS argument expected, got '%s' "
@@ -318,7 +350,7 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
             result *r = &res[bi * n_prec + pi];
             r->prec = precs[pi];
             r->batch = batches[bi];
-            if (run_one(device, &w, act, plen, gen, repeat, seed, r, err, sizeof(err)) != 0) {
+            if (run_one(device, &w, act, plen, gen, repeat, profile, seed, r, err, sizeof(err)) != 0) {
                 printf("%-9s %6d  failed: %s\n", fp8t_eval_precision_name(r->prec), r->batch,
                        err);
                 failed = 1;
