@@ -159,7 +159,21 @@ def build_model(torch, cfg, seq):
                 x = b(x, self.cos, self.sin)
             return self.head_loss(x, targets)
 
-    return GPT()
+    model = GPT()
+    # GPT-2's initialisation (fp8train's too, src/model/init.c): N(0, 0.02) weights and
+    # embeddings, N(0, 0.02/sqrt(2L)) for the projections into the residual stream, zero
+    # biases, unit norm weights. PyTorch's defaults (N(0, 1) embeddings, which the tied head then
+    # uses) start the loss near 90 instead of ln(V).
+    resid = {id(getattr(b, n)) for b in model.blocks for n in ("proj", "fc2", "down")
+             if hasattr(b, n)}
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, (nn.Linear, nn.Embedding)):
+                std = 0.02 / math.sqrt(2 * cfg["n_layer"]) if id(mod) in resid else 0.02
+                nn.init.normal_(mod.weight, mean=0.0, std=std)
+            if isinstance(mod, nn.Linear) and mod.bias is not None:
+                nn.init.zeros_(mod.bias)
+    return model
 
 
 # ---- one run ----
@@ -223,7 +237,7 @@ def run(torch, name, cfg, args, precision):
     med = statistics.median(times)
     out = dict(model=name, batch=B, seq=T, precision=precision, tokens_per_s=round(B * T / med),
                peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2),
-               step_ms=round(med * 1e3, 2), params=n_params, loss=round(float(loss), 4),
+               step_ms=round(med * 1e3, 2), params=n_params, loss=round(float(loss.detach()), 4),
                warmup_s=round(warm_s, 1), compile=args.compile, torch=torch.__version__)
     del model, opt
     return out
