@@ -345,6 +345,10 @@ static void gradcheck_gpt2_untied(void) {
  * missing, doubled or wrongly scaled chunk (an error of order 1). */
 #define CHUNK_DW_TOL 1e-5
 
+static void noop_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
+    (void)ctx, (void)m, (void)s, (void)x;
+}
+
 static fp8t_model *chunk_model(fp8t_backend *be, const fp8t_model_config *c,
                                const fp8t_policy *p, int B, int T, int head_chunk) {
     const fp8t_model_options o = {.head_chunk = head_chunk};
@@ -461,10 +465,10 @@ static void chunk_case(const char *label, fp8t_model_config c, fp8t_precision bo
     const size_t np = fp8t_model_num_params(a);
     const size_t st = fp8t_recipe_state_floats(fp8t_model_fp8_count(a),
                                                fp8t_model_fp8_history_len(a));
-    /* the first forward has no known dloss (the chunked one folds in 1, so its backward with
-     * 0.5 computes the chunks again); then a chunk of ignored targets, a logits read, a dloss
-     * that changes (computed again), the policy set again with the same dloss (the kept
-     * gradient) and with another (the kept gradient scaled by 0.2 / 0.3) */
+    /* the first forward has no known dloss (the chunked one makes the losses, its backward
+     * the chunks' gradient); then a chunk of ignored targets, a logits read, a dloss that
+     * changes (the chunks made again with it), the policy set again with the same dloss (the
+     * kept gradient) and with another (the kept gradient scaled by 0.2 / 0.3) */
     static const chunk_micro plan[] = {{0.5f, 0, 0, 0}, {0.5f, 1, 0, 0}, {0.5f, 0, 1, 0},
                                        {0.3f, 0, 0, 0}, {0.3f, 0, 0, 1}, {0.2f, 0, 0, 1}};
     const int n_micro = (int)(sizeof(plan) / sizeof(plan[0]));
@@ -584,11 +588,66 @@ static void head_chunks_llama(void) {
     chunk_case("llama gqa untied, fp32 body, threaded", c, FP8T_PREC_FP32, 3, 15, 16, 0);
 }
 
+/* A hook set between a chunked forward and its backward (the hook wants every tensor):
+ * before the model's first backward, the backward makes the logits again and takes the plain
+ * path, the bits of the unchunked model's; after it, the forward's gradient is kept (scaled
+ * when the dloss changed: within BF16 rounding of the plain path's). */
+static void head_chunks_hook_between(void) {
+    char err[256];
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
+    T_ASSERT(be, "cpu backend: %s", err);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    fp8t_model_config c = small(FP8T_ARCH_GPT2);
+    const int B = 3, T = 83, N = B * T;
+    c.seq_len = T;
+    c.vocab_size = 61;
+    fp8t_policy pol;
+    fp8t_policy_default(&pol);
+    pol.default_precision = FP8T_PREC_BF16;
+    fp8t_model *m[2] = {chunk_model(be, &c, &pol, B, T, FP8T_HEAD_CHUNK_OFF),
+                        chunk_model(be, &c, &pol, B, T, 96)};
+    T_ASSERT(m[0] && m[1], "create");
+    const size_t np = fp8t_model_num_params(m[0]);
+    int *tok = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));
+    chunk_batch(tok, tgt, N, c.vocab_size, 1, 96, 0);
+    for (int k = 0; k < 2; k++) {
+        fp8t_model_zero_grad(m[k]);
+        fp8t_model_forward(m[k], tok, tgt);
+        fp8t_model_set_hook(m[k], noop_hook, NULL);
+        fp8t_model_backward(m[k], 0.5f);
+    }
+    T_CHECK(same_dev(be, fp8t_model_grads(m[0]), fp8t_model_grads(m[1]), np, 0),
+            "first backward with a hook set after the forward: the gradients differ");
+    for (int k = 0; k < 2; k++) {
+        fp8t_model_set_hook(m[k], NULL, NULL);
+        fp8t_model_zero_grad(m[k]);
+        fp8t_model_forward(m[k], tok, tgt);
+        fp8t_model_set_hook(m[k], noop_hook, NULL);
+        fp8t_model_backward(m[k], 0.375f);
+    }
+    float *g0 = dev_copy(be, fp8t_model_grads(m[0]), np * 4), *g1 = dev_copy(be, fp8t_model_grads(m[1]), np * 4);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < np; i++) {
+        num += ((double)g1[i] - g0[i]) * ((double)g1[i] - g0[i]);
+        den += (double)g0[i] * g0[i];
+    }
+    /* the BF16 dlogits made with 0.5 and scaled by 0.75 against dlogits made with 0.375: a
+     * few BF16 roundings (2^-9) apart, where a missing scale would be 33% off */
+    T_CHECK(den > 0 && sqrt(num / den) < 1e-2, "rescaled gradient %.3g from the plain path's",
+            den > 0 ? sqrt(num / den) : -1.0);
+    free(g0);
+    free(g1);
+    free(tok);
+    free(tgt);
+    fp8t_model_destroy(m[0]);
+    fp8t_model_destroy(m[1]);
+    omp_set_num_threads(threads);
+    fp8t_backend_destroy(be);
+}
+
 /* Where the chunked head applies and where it does not: the option's values, auto's choice
  * (never at the CPU suite's shapes), an FP8 head, a hook, the fused cross-entropy off. */
-static void noop_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
-    (void)ctx, (void)m, (void)s, (void)x;
-}
 
 static void head_chunks_when(void) {
     char err[256];
@@ -669,6 +728,7 @@ int main(void) {
     T_RUN(gradcheck_gpt2_untied);
     T_RUN(head_chunks_gpt2);
     T_RUN(head_chunks_llama);
+    T_RUN(head_chunks_hook_between);
     T_RUN(head_chunks_when);
     T_MAIN_END();
 }

@@ -111,13 +111,11 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
      * gradient has the plain path's bits; only when that is impossible (the weights or scales
      * changed in between) is the fused gradient rescaled, which may round differently. */
     const int head = m->n_lin - 1;
-    /* the chunked head's forward made the whole head gradient: dlnf in a->dc1 (head.c) */
-    const int chunked = m->hc_grad;
+    /* after a chunked forward the head's whole gradient, dlnf in a->dc1 (head.c) */
+    const int chunked = (m->hc_grad || m->hc_pending) && model_head_backward(m, dloss);
     const int bf16_dy = !chunked && m->xent_fused && m->xent_bf16 &&
                         (dloss == m->xent_dloss || model_restore_logits(m) != 0);
-    if (chunked) {
-        model_head_backward(m, dloss);
-    } else if (bf16_dy) {
+    if (bf16_dy) {
         /* the BF16 dlogits the forward wrote (softmax_xent_bf16) and their amax */
         const float r = dloss == m->xent_dloss ? 1.0f : dloss / m->xent_dloss;
         const fp8t_bf16_operand dy = {(const uint16_t *)m->h16[0].p, N, V};
@@ -126,7 +124,7 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
         m->logits_missing = 1; /* a->logits has its rows pad(V) apart: rebuilt when read */
     } else if (m->xent_fused && dloss != m->xent_dloss && model_restore_logits(m) != 0) {
         ops->scale(be, a->logits, dloss / m->xent_dloss, (size_t)N * V);
-    } else if (!m->xent_fused) {
+    } else if (!m->xent_fused && !chunked) {
         float d = m->n_valid_targets > 0 ? dloss / (float)m->n_valid_targets : 0.0f;
         ops->softmax_xent(be, a->losses, a->logits, a->logits, m->targets, N, V, d);
     }

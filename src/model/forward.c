@@ -170,7 +170,7 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     activations *a = &m->a;
     m->have_targets = 0;
     m->xent_fused = m->xent_bf16 = 0; /* a->logits is about to be rewritten */
-    m->hc_grad = 0;
+    m->hc_grad = m->hc_pending = 0;
     m->last_forward_frozen = m->frozen;
     if (check_inputs(m, tokens, targets) != 0) return NAN;
     m->logits_missing = 1;         /* until the head writes them */
@@ -208,8 +208,8 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
      * Where the head's three GEMMs take BF16 operands, no hook is set and the model chunks
      * its head (model_head_plan), a forward with targets, frozen or not, runs the head in
      * chunks of rows instead (head.c) and holds no [N, V] buffer: the losses, and in a
-     * training forward the head's whole gradient for the backward (before a first backward,
-     * with dloss 1). */
+     * training forward after the first backward the head's whole gradient for the backward
+     * (before it, the backward runs the chunks). */
     const int head = m->n_lin - 1, Vp = fp8t_bf16_pad(V);
     const int chunked = targets && model_head_chunked(m);
     const int fuse = targets && !m->frozen && !m->hook && !m->no_fused_xent &&

@@ -139,29 +139,42 @@ static void chunk_loop(fp8t_model *m, int record, int grad, float d) {
     }
 }
 
-/* the dloss a forward folds in: the previous backward's, or 1 before any (the first backward
- * computes the chunks again if its dloss is another) */
-static float forward_dloss(const fp8t_model *m) {
-    return m->xent_dloss_known ? m->xent_dloss : 1.0f;
-}
-
 void model_head_forward(fp8t_model *m) {
-    m->hc_grad = 0;
-    const int count = m->n_valid_targets;
-    if (m->frozen) {
-        chunk_loop(m, 0, 0, 0.0f);
+    m->hc_grad = m->hc_pending = 0;
+    if (m->frozen || !m->xent_dloss_known) {
+        /* the losses only: no backward follows a frozen forward, and before a model's first
+         * backward the dloss is unknown (a model that only evaluates never pays for the
+         * gradient); the record of amax(X), amax(W) is the forward's either way */
+        chunk_loop(m, 1, 0, 0.0f);
+        m->hc_pending = !m->frozen;
         return;
     }
-    const float dloss = forward_dloss(m);
-    chunk_loop(m, 1, 1, count > 0 ? dloss / (float)count : 0.0f);
-    m->hc_dloss = dloss;
+    const int count = m->n_valid_targets;
+    chunk_loop(m, 1, 1, count > 0 ? m->xent_dloss / (float)count : 0.0f);
+    m->hc_dloss = m->xent_dloss;
     m->hc_grad = 1;
 }
 
-void model_head_backward(fp8t_model *m, float dloss) {
+int model_head_backward(fp8t_model *m, float dloss) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
     const int head = m->n_lin - 1, N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    const int count = m->n_valid_targets;
+    const float d = count > 0 ? dloss / (float)count : 0.0f;
+    if (m->hc_pending) {
+        m->hc_pending = 0;
+        if (!model_head_chunked(m)) {
+            /* a hook or another head precision since the forward: the plain path, from the
+             * logits made again */
+            linear_forward_replay(m, head, model_logits_buf(m), m->a.lnf, model_head_w(&m->p),
+                                  NULL, N, C, V);
+            m->logits_missing = 0;
+            return 0;
+        }
+        chunk_loop(m, 0, 1, d);
+        m->hc_dloss = dloss;
+        m->hc_grad = 1;
+    }
     const fp8t_precision *p = m->prec[head];
     if ((p[FP8T_GEMM_DGRAD] != FP8T_PREC_BF16 || p[FP8T_GEMM_WGRAD] != FP8T_PREC_BF16) &&
         !m->warned_saved) {
@@ -172,13 +185,13 @@ void model_head_backward(fp8t_model *m, float dloss) {
     }
     float r = 1.0f;
     if (dloss != m->hc_dloss) {
-        if (m->xent_epoch == m->epoch) {
+        if (m->xent_epoch == m->epoch && model_head_chunked(m)) {
             /* the same inputs: the chunks again with this dloss (the forward's amaxes stay) */
-            const int count = m->n_valid_targets;
-            chunk_loop(m, 0, 1, count > 0 ? dloss / (float)count : 0.0f);
+            chunk_loop(m, 0, 1, d);
             m->hc_dloss = dloss;
         } else {
-            r = dloss / m->hc_dloss; /* weights or scales changed: scale what was made */
+            /* weights, scales, policy or hook changed: scale what was made */
+            r = dloss / m->hc_dloss;
         }
     }
     /* dY's amax into its history slot (tensor 3 * lin + role), as the unchunked path does */
@@ -190,4 +203,5 @@ void model_head_backward(fp8t_model *m, float dloss) {
     ops->amax(be, m->st.history + 3 * head + FP8T_ROLE_DY, m->scalars + 2, 1);
     ops->accumulate(be, model_head_w(&m->g), m->hc_dw, (size_t)V * C);
     m->hc_grad = 0;
+    return 1;
 }

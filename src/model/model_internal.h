@@ -313,6 +313,8 @@ struct fp8t_model {
      * scalars[2], all made with the dloss hc_dloss. */
     int hc_rows;             /* rows per chunk; 0: this model never chunks (model_head_plan) */
     int hc_grad;             /* the last forward left that gradient (a backward may follow) */
+    int hc_pending;          /* ... or the losses only, before the model's first backward: the
+                                backward runs the chunks */
     float hc_dloss;
     float *hc_dw;            /* [V, C] FP32: in act_tail, or allocated when first needed */
     float *hc_logits;        /* [hc_rows, pad(V)] FP32 logits of one chunk (likewise) */
@@ -395,14 +397,17 @@ void model_head_plan(fp8t_model *m, int opt);
  * head's three GEMMs on BF16 operands (linear_bf16_dy_fusable) */
 int model_head_chunked(const fp8t_model *m);
 /* The chunked head of a forward whose targets are on the device and counted
- * (n_valid_targets), after the final norm: the losses; unless frozen also the gradient for
- * the backward (hc_grad) with the previous backward's dloss (1 before the first). */
+ * (n_valid_targets), after the final norm: the losses; in a training forward after the
+ * model's first backward also the gradient for the backward (hc_grad) with that backward's
+ * dloss, before it nothing more (hc_pending). */
 void model_head_forward(fp8t_model *m);
-/* The backward's head after a chunked forward: dlnf in a->dc1, dW += the head's gradient,
- * dY's amax recorded. With a dloss other than the forward's, the chunks are computed again
- * with it (the same bits as a forward that had it), or, when the weights, scales or policy
- * changed in between, the gradient is scaled by the ratio. */
-void model_head_backward(fp8t_model *m, float dloss);
+/* The backward's head after a chunked forward (hc_grad or hc_pending): dlnf in a->dc1, dW +=
+ * the head's gradient, dY's amax recorded; 1. With a dloss other than the forward's, the
+ * chunks are computed again with it (the same bits as a forward that had it), or, when the
+ * weights, scales, policy or hook changed in between, the gradient is scaled by the ratio.
+ * 0 when a pending head can no longer chunk (a hook, another head precision): the logits
+ * are then in a->logits (made again) for the plain path. */
+int model_head_backward(fp8t_model *m, float dloss);
 /* destroy: the buffers head.c allocated */
 void model_head_free(fp8t_model *m);
 

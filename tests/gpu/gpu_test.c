@@ -20,7 +20,9 @@
  * inspector end to end (device statistics, what-ifs, async dumps) against its own dumps.
  * Then the training-step checks: the same model, weights and batch on both backends; the loss
  * and every gradient tensor compared, for fp32 / bf16 / fp8 delayed / fp8 current; and two GPU
- * runs of 5 steps must agree bit for bit.
+ * runs of 5 steps must agree bit for bit; the LM head in chunks (head_chunk) on the GPU
+ * against the CPU's unchunked head, and against the GPU's unchunked head with the activation
+ * bytes it saves (explicit rows, and auto at GPT-2's and Llama 3's vocabularies).
  * Output: one table row per check (op, size, error, tolerance, PASS/FAIL), then
  * "N passed, N failed". Exit status 0 only if nothing failed.
  *
@@ -2697,7 +2699,7 @@ static void model_head_chunks_gpu(const char *cname, const fp8t_model_config *cf
         rows > 0 && rows < N && (head_chunk <= 0 || rows == head_chunk), note);
     int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int));
     make_batch(tok, tgt, N, V);
-    /* step 1 (the chunked forward folds in dloss 1, as this backward's): loss and gradients */
+    /* step 1 (the chunked forward makes the losses, its backward the chunks' gradient) */
     fp8t_model_zero_grad(mu), fp8t_model_zero_grad(mk);
     float lu = fp8t_model_forward(mu, tok, tgt), lk = fp8t_model_forward(mk, tok, tgt);
     fp8t_model_backward(mu, 1.0f), fp8t_model_backward(mk, 1.0f);
@@ -2727,8 +2729,8 @@ static void model_head_chunks_gpu(const char *cname, const fp8t_model_config *cf
     double all = rel_err(gk, gu, np, &bad_all, &first_all);
     row("head chunks: grads (all)", shape, all, pc->all_grad_tol,
         bad_all == 0 && all <= pc->all_grad_tol, "");
-    /* steps 2-4 with dloss 1/2 (the first backward with another dloss than the forward's
-     * computes the chunks again; the later ones keep the forward's gradient) */
+    /* steps 2-4, two micro-batches of dloss 1/2 each (the first backward with another dloss
+     * than the forward's makes the chunks again; the later ones keep the forward's) */
     double worst_l = 0;
     for (int t = 1; t <= 3; t++) {
         float loss[2];
