@@ -441,8 +441,6 @@ static void chunk_case(const char *label, fp8t_model_config c, fp8t_precision bo
     char err[256];
     fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     T_ASSERT(be, "cpu backend: %s", err);
-    const int threads = omp_get_max_threads();
-    if (exact) omp_set_num_threads(1);
     const int N = B * T;
     c.seq_len = T;
     c.vocab_size = 61; /* odd: the logits rows are padded */
@@ -476,6 +474,8 @@ static void chunk_case(const char *label, fp8t_model_config c, fp8t_precision bo
     fp8t_model *m[2] = {a, b};
     double worst = 0;
     int bad = 0;
+    const int threads = omp_get_max_threads();
+    if (exact) omp_set_num_threads(1);
     for (int j = 0; j < n_micro; j++) {
         const chunk_micro *mc = &plan[j];
         char when[160];
@@ -596,8 +596,6 @@ static void head_chunks_hook_between(void) {
     char err[256];
     fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     T_ASSERT(be, "cpu backend: %s", err);
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
     fp8t_model_config c = small(FP8T_ARCH_GPT2);
     const int B = 3, T = 83, N = B * T;
     c.seq_len = T;
@@ -608,6 +606,8 @@ static void head_chunks_hook_between(void) {
     fp8t_model *m[2] = {chunk_model(be, &c, &pol, B, T, FP8T_HEAD_CHUNK_OFF),
                         chunk_model(be, &c, &pol, B, T, 96)};
     T_ASSERT(m[0] && m[1], "create");
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
     const size_t np = fp8t_model_num_params(m[0]);
     int *tok = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));
     chunk_batch(tok, tgt, N, c.vocab_size, 1, 96, 0);

@@ -146,9 +146,11 @@ enum {
  * BF16 operands; not with FP8T_DISABLE_FUSED_XENT or _BF16_XENT), a forward runs the head over
  * chunks of rows, so no [N, V] logits buffer exists: a training forward makes each chunk's
  * logits, losses, BF16 dlogits, Dgrad rows and Wgrad contribution, one after the other, and
- * the backward adds the kept head gradient; a frozen forward makes the losses. The losses and
- * the head's dX are the unchunked path's bits (CPU); the head's dW sums its tokens chunk by
- * chunk (another FP32 summation order). */
+ * the backward adds the kept head gradient; a frozen forward makes the losses. The head's dW
+ * sums its tokens chunk by chunk (another FP32 summation order); the logits, losses and the
+ * head's dX are the unchunked path's bits where the GEMM computes a row the same whatever the
+ * rows of the call (the CPU's OpenBLAS on one thread, chunks a multiple of its row tile), else
+ * FP32 rounding apart too. */
 #define FP8T_HEAD_CHUNK_AUTO 0 /* chunk when the whole batch's logits and BF16 dlogits would
                                   take more than FP8T_HEAD_CHUNK_AUTO_MIB, in chunks sized to
                                   the backward's free gradient scratch (at least 1024 rows) */

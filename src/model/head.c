@@ -7,11 +7,13 @@
  *   dlnf[r0..]    = dlogits · W                 (the head's Dgrad rows, into a->dc1)
  *   dW_head      += dlogitsᵀ · lnf[r0..]        (its Wgrad, summed over the chunks in hc_dw)
  *
- * Each row's logits, loss, dlogits and dlnf are the unchunked fused path's (the GEMMs of a row
- * do not depend on the other rows: the same bits on the CPU); only dW's sum over the tokens is
- * grouped by chunk (FP32 summation order). The backward then adds hc_dw to the head's gradient
- * and continues from dlnf. The buffers live in the backward's scratch past dc1, which a forward
- * leaves free (act_tail), where they fit. */
+ * dW's sum over the tokens is grouped by chunk (FP32 summation order). Each row's logits, loss,
+ * dlogits and dlnf are the unchunked fused path's where the GEMM computes a row the same
+ * whatever the rows of the call (OpenBLAS on one thread with chunks a multiple of its row
+ * tile); where it does not (its threads, cuBLASLt's kernels chosen by M) they differ in FP32
+ * rounding too. The backward adds hc_dw to the head's gradient and continues from dlnf. The
+ * buffers live in the backward's scratch past dc1, which a forward leaves free (act_tail),
+ * where they fit. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>

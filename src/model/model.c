@@ -453,7 +453,6 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     /* the chunked LM head (head.c), in the backward scratch past dc1 where it fits */
     m->act_tail = m->a.dc1 + N * (size_t)cfg->n_embd;
     m->act_tail_bytes = (size_t)((char *)(m->act_memory + act_floats) - (char *)m->act_tail);
-    m->logits_missing = 1;
     model_head_plan(m, opt ? opt->head_chunk : FP8T_HEAD_CHUNK_AUTO);
     /* (FP8T_DISABLE_FP8_SAVE is applied above, with the activations it shapes) */
     return m;

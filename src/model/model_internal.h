@@ -320,8 +320,9 @@ struct fp8t_model {
     float *hc_logits;        /* [hc_rows, pad(V)] FP32 logits of one chunk (likewise) */
     uint16_t *hc_dlogits;    /* BF16 operand of one chunk's dlogits [hc_rows, V] (likewise) */
     int hc_dw_own, hc_chunk_own; /* allocated (freed by destroy), else inside act_tail */
-    int logits_missing;      /* a->logits does not hold the last forward's logits (the chunked
-                                head ran, or no forward wrote them) */
+    int logits_missing;      /* a->logits does not hold the last forward's logits (packed): the
+                                chunked head ran, or a BF16 fused backward left them rows
+                                pad(V) apart */
 };
 
 /* The precisions whose GEMM operands are per-tensor FP8 codes (delayed, current). */

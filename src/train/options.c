@@ -440,7 +440,7 @@ static const opt OPTIONS[] = {
             "the [tokens, vocab] logits are never held: auto = chunk where they and their BF16 "
             "gradient would pass 256 MiB, in chunks that fit the backward's free scratch (at "
             "least 1024 rows); 0 = off. Where the head's GEMMs are BF16 and no hook is set; "
-            "the head's weight gradient then sums its tokens chunk by chunk (FP32 order)"),
+            "not bit-identical: the head's weight gradient sums its tokens chunk by chunk"),
     NUM("progress-every", "N", OT_INT, progress_every, 1, 1e9, G_RUN,
         "print a progress line every N steps"),
     NUM("quiet", NULL, OT_FLAG, quiet, 0, 1, G_RUN, "no progress lines"),
