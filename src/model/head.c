@@ -143,6 +143,9 @@ static void chunk_loop(fp8t_model *m, int record, int grad, float d) {
 
 void model_head_forward(fp8t_model *m) {
     m->hc_grad = m->hc_pending = 0;
+    /* the head's Wgrad runs in the chunks, from lnf's operand made for them (a backward that
+     * makes them again rounds lnf again): no copy of it is kept for a later Wgrad */
+    m->xq[m->n_lin - 1].saved = 0;
     if (m->frozen || !m->xent_dloss_known) {
         /* the losses only: no backward follows a frozen forward, and before a model's first
          * backward the dloss is unknown (a model that only evaluates never pays for the

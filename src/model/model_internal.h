@@ -482,10 +482,11 @@ void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                            const float *bias, int N, int IN, int OUT);
 /* The BF16 operands of linear lin's Fprop (only where linear_bf16_dy_fusable) as its Fprop
- * makes them, for a caller that runs the GEMMs on row ranges of them (the chunked head): X
- * [N, IN] rounded (into the operand kept for the Wgrad where model_save_plan keeps one), W
- * from the per-step cache. record (ignored while frozen): a training forward's pass, which
- * records amax(X) and, once per step, amax(W). Valid until another linear's GEMM. */
+ * makes them, for a caller that runs the three GEMMs itself on row ranges of them (the
+ * chunked head; xq[lin].saved must be clear: no X is kept for a later Wgrad): X [N, IN]
+ * rounded into the operand scratch, W from the per-step cache. record (ignored while frozen):
+ * a training forward's pass, which records amax(X) and, once per step, amax(W). Valid until
+ * another linear's GEMM. */
 void linear_bf16_fprop_operands(fp8t_model *m, int lin, float *X, const float *W, int N,
                                 int IN, int OUT, int record, fp8t_bf16_operand *x,
                                 fp8t_bf16_operand *w);
