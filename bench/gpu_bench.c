@@ -4,6 +4,7 @@
  *   gpu_bench [--model gpt2-124m] [--batch 32] [--seq 1024] [--warmup 3] [--steps 10]
  *             [--prec bf16,fp8-delayed,fp8-current,fp8-block] [--profile]
  *             [--inspect SPEC]... [--shadow-every K]... [--inspect-out DIR]
+ *             [--head-chunk auto|0|N]
  *
  * The cost of the debugging instruments: each --inspect SPEC (the trainer's --inspect syntax)
  * and each --shadow-every K adds a variant, run after the plain step of each precision on a
@@ -15,6 +16,10 @@
  * (fp8t_inspector_before_scale_update) is taken before each inspected step, and the shadow is
  * a frozen all-BF16 forward of the step's batch. stats.jsonl goes to --inspect-out
  * (default /tmp/gpu_bench_inspect)/PRECISION_vN/.
+ *
+ * --head-chunk: the model option head_chunk (train's --head-chunk): auto (the default), 0 (the
+ * unchunked head, which holds the [B*T, V] logits) or N rows per chunk; the header line says
+ * what the model chose, the "act GiB" column is fp8t_model_activation_bytes.
  *
  * --profile times every op of the timed steps (the device is synchronized around each op, so
  * the step time it prints is longer than an unprofiled run's) and prints where the time goes.
@@ -98,14 +103,16 @@ static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--model NAME] [--batch B] [--seq T] [--warmup N] [--steps N] "
             "[--prec LIST] [--profile] [--inspect SPEC]... [--shadow-every K]... "
-            "[--inspect-out DIR]\n"
+            "[--inspect-out DIR] [--head-chunk auto|0|N]\n"
             "  --inspect SPEC   a variant with the tensor inspector (train's --inspect syntax)\n"
             "  --shadow-every K a variant with a shadow BF16 forward every K steps\n"
             "                   (variants print tokens/s as a ratio to the plain step)\n"
             "  --model  a preset: %s (default gpt2-124m)\n"
             "  --prec   comma-separated: bf16, fp8-delayed, fp8-current, fp8-block, fp32\n"
             "           (default bf16,fp8-delayed,fp8-current)\n"
-            "  --profile  per-op time table of the timed steps (synchronizes around each op)\n",
+            "  --profile  per-op time table of the timed steps (synchronizes around each op)\n"
+            "  --head-chunk  the LM head in chunks of N rows (a multiple of 8), auto (default)\n"
+            "                or 0 (off: the [B*T, V] logits are held)\n",
             argv0, fp8t_model_preset_names());
 }
 
@@ -116,6 +123,7 @@ int main(int argc, char **argv) {
     int n_vars = 1; /* vars[0]: the plain step */
     memset(vars, 0, sizeof vars);
     const char *inspect_out = "/tmp/gpu_bench_inspect";
+    int head_chunk = FP8T_HEAD_CHUNK_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -137,6 +145,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--steps")) steps = atoi(v);
         else if (!strcmp(a, "--prec")) precs = v;
         else if (!strcmp(a, "--inspect-out")) inspect_out = v;
+        else if (!strcmp(a, "--head-chunk")) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (!strcmp(v, "auto")) head_chunk = FP8T_HEAD_CHUNK_AUTO;
+            else if (end != v && !*end && x == 0) head_chunk = FP8T_HEAD_CHUNK_OFF;
+            else if (end != v && !*end && x > 0 && x % 8 == 0 && x <= (1L << 24)) head_chunk = (int)x;
+            else {
+                fprintf(stderr, "gpu_bench: --head-chunk %s: expected auto, 0 or a positive "
+                                "multiple of 8\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--inspect") || !strcmp(a, "--shadow-every")) {
             if (n_vars == MAX_VARIANTS) {
                 fprintf(stderr, "gpu_bench: at most %d variants\n", MAX_VARIANTS - 1);
@@ -185,6 +205,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpu_bench: environment: %s\n", err);
         return 2;
     }
+    mopt.head_chunk = head_chunk;
     fp8t_backend *be = fp8t_backend_create("cuda", &bopt, err, sizeof(err));
     if (!be) {
         printf("gpu_bench: skipped: %s\n", err);
@@ -205,8 +226,8 @@ int main(int argc, char **argv) {
     /* held: what fp8train holds on the device at the end of the timed steps (model, activations,
      * scratch, workspace; nothing is freed during a step, so this is the step's peak); device:
      * total - free as cudaMemGetInfo reports (adds the CUDA context and library memory) */
-    printf("%-12s %10s %12s %8s %10s %10s %8s  %s\n", "precision", "step ms", "tokens/s", "MFU",
-           "held GiB", "device GiB", "loss", "fp8 GEMMs cuBLASLt/fallback");
+    printf("%-12s %10s %12s %8s %10s %10s %8s  %-27s %8s\n", "precision", "step ms", "tokens/s",
+           "MFU", "held GiB", "device GiB", "loss", "fp8 GEMMs cuBLASLt/fallback", "act GiB");
     int N = B * T;
     int *tok = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));
     uint64_t st = 88172645463325252ull;
@@ -237,6 +258,11 @@ int main(int argc, char **argv) {
                 continue;
             }
             fp8t_model_init_weights(m, 42);
+            if (vi == 0) {
+                const int rows = fp8t_model_head_chunk_rows(m);
+                if (rows) printf("  %s: LM head in chunks of %d rows\n", name, rows);
+                else printf("  %s: LM head unchunked ([%d, %d] logits held)\n", name, N, cfg.vocab_size);
+            }
             fp8t_inspector *in = NULL;
             if (var->inspect) {
                 char dir[600];
@@ -299,9 +325,12 @@ int main(int argc, char **argv) {
                 fp8t_cuda_memory_info(cuda, &in_use, &peak, &dfree, &dtotal);
             if (fp8t_cuda_gemm_counts) fp8t_cuda_gemm_counts(cuda, &lt1, &fb1);
             (void)peak;
-            printf("%-12s %10.1f %12.0f %7.1f%% %10.2f %10.2f %8.4f  %ld/%ld\n", name, dt * 1e3, tps,
-                   100.0 * mfu, (double)in_use / (1 << 30), (double)(dtotal - dfree) / (1 << 30),
-                   (double)loss, lt1 - lt0, fb1 - fb0);
+            char gemms[64];
+            snprintf(gemms, sizeof(gemms), "%ld/%ld", lt1 - lt0, fb1 - fb0);
+            printf("%-12s %10.1f %12.0f %7.1f%% %10.2f %10.2f %8.4f  %-27s %8.2f\n", name,
+                   dt * 1e3, tps, 100.0 * mfu, (double)in_use / (1 << 30),
+                   (double)(dtotal - dfree) / (1 << 30), (double)loss, gemms,
+                   (double)fp8t_model_activation_bytes(m) / (1 << 30));
             if (vi == 0) {
                 plain_tps = tps;
             } else {

@@ -49,7 +49,8 @@ static void keep_backward(fp8t_backend *b, float *dqkv, const float *dout, const
 
 static fp8t_model *make(fp8t_backend *be, const fp8t_model_config *c, const fp8t_policy *pol,
                         int B, int T, int no_bf16_saves) {
-    const fp8t_model_options opt = {no_bf16_saves ? (unsigned)FP8T_DISABLE_BF16_SAVES : 0u};
+    const fp8t_model_options opt = {
+        .disable = no_bf16_saves ? (unsigned)FP8T_DISABLE_BF16_SAVES : 0u};
     char err[256];
     fp8t_model *m = fp8t_model_create(be, c, pol, &opt, B, T, err, sizeof(err));
     if (!m) printf("  create: %s\n", err);

@@ -192,6 +192,46 @@ static void environment_defaults(void) {
     clear_env();
 }
 
+/* --head-chunk: auto (the default, 0 in fp8t_model_options), 0 (off), rows (a multiple of
+ * 8); recorded in config.json and read back; a model created with a bad count is refused */
+static void head_chunk_option(void) {
+    clear_env();
+    fp8t_train_config c, d;
+    char err[1024];
+    T_ASSERT(parse(&c, err, sizeof(err), NULL) == 0, "%s", err);
+    T_CHECK(c.model_opts.head_chunk == FP8T_HEAD_CHUNK_AUTO, "default %d",
+            c.model_opts.head_chunk);
+    char *js = fp8t_train_config_to_json(&c);
+    T_CHECK(js && strstr(squeeze(js), "\"head_chunk\":\"auto\""), "default not recorded: %s",
+            js ? js : "(null)");
+    free(js);
+    T_ASSERT(parse(&c, err, sizeof(err), "--head-chunk", "0", NULL) == 0, "%s", err);
+    T_CHECK(c.model_opts.head_chunk < 0, "0: %d (expected off)", c.model_opts.head_chunk);
+    js = fp8t_train_config_to_json(&c);
+    T_CHECK(js && strstr(squeeze(js), "\"head_chunk\":\"0\""), "off not recorded: %s",
+            js ? js : "(null)");
+    fp8t_train_config_default(&d);
+    T_CHECK(js && fp8t_train_config_apply_json(&d, js, err, sizeof(err)) == 0 &&
+                d.model_opts.head_chunk < 0,
+            "off read back: %d (%s)", d.model_opts.head_chunk, err);
+    free(js);
+    T_ASSERT(parse(&c, err, sizeof(err), "--head-chunk", "4096", NULL) == 0, "%s", err);
+    T_CHECK(c.model_opts.head_chunk == 4096, "4096: %d", c.model_opts.head_chunk);
+    js = fp8t_train_config_to_json(&c);
+    fp8t_train_config_default(&d);
+    T_CHECK(js && fp8t_train_config_apply_json(&d, js, err, sizeof(err)) == 0 &&
+                d.model_opts.head_chunk == 4096,
+            "4096 read back: %d (%s)", d.model_opts.head_chunk, err);
+    free(js);
+    T_CHECK(parse(&c, err, sizeof(err), "--head-chunk", "100", NULL) == -1 &&
+                strstr(err, "--head-chunk") && strstr(err, "multiple of 8"),
+            "100 accepted: %s", err);
+    T_CHECK(parse(&c, err, sizeof(err), "--head-chunk", "-8", NULL) == -1, "-8 accepted");
+    T_CHECK(parse(&c, err, sizeof(err), "--head-chunk", "some", NULL) == -1, "'some' accepted");
+    T_ASSERT(parse(&c, err, sizeof(err), "--head-chunk", "auto", NULL) == 0, "%s", err);
+    T_CHECK(c.model_opts.head_chunk == FP8T_HEAD_CHUNK_AUTO, "auto: %d", c.model_opts.head_chunk);
+}
+
 static void attention_names(void) {
     /* every implementation has a name that parses back to it; the list names each once */
     const char *list = fp8t_attn_impl_names();
@@ -228,6 +268,7 @@ int main(void) {
     T_RUN(cuda_options);
     T_RUN(config_json_records);
     T_RUN(environment_defaults);
+    T_RUN(head_chunk_option);
     T_RUN(attention_names);
     T_MAIN_END();
 }

@@ -80,8 +80,8 @@ static fp8t_model *make(fp8t_backend *be, const char *preset, const fp8t_policy 
     fp8t_model_preset(&c, preset);
     /* proj's X is the attention output, a layer save: BF16 saves off in both models, so that
      * the comparison is of the FP8 save alone */
-    const fp8t_model_options opt = {(nosave ? (unsigned)FP8T_DISABLE_FP8_SAVE : 0u) |
-                                    (unsigned)FP8T_DISABLE_BF16_SAVES};
+    const fp8t_model_options opt = {.disable = (nosave ? (unsigned)FP8T_DISABLE_FP8_SAVE : 0u) |
+                                               (unsigned)FP8T_DISABLE_BF16_SAVES};
     char err[256];
     fp8t_model *m = fp8t_model_create(be, &c, pol, &opt, B, T, err, sizeof(err));
     if (!m) printf("  create %s: %s\n", preset, err);

@@ -4,13 +4,24 @@
  *   - the model's loss with the reference loss,
  *   - the model's analytic gradient of every tensor with central finite differences of the
  *     reference loss (h = 1e-5, in double).
- * A tensor passes when |g_model - g_fd| / |g_fd| (L2 norms over the tensor) is below 1e-4. */
+ * A tensor passes when |g_model - g_fd| / |g_fd| (L2 norms over the tensor) is below 1e-4.
+ *
+ * Then the LM head in chunks (head.c, fp8t_model_options.head_chunk) against the unchunked
+ * head, two models trained side by side (BF16 head, as the chunked path needs). Where the CPU
+ * GEMM computes a row the same whatever rows the call has (OpenBLAS on one thread, chunks a
+ * multiple of its row tile: 24 rows on the AVX2 kernels, so 96 here): the losses, every
+ * per-position loss, the FP8 recipe state and every gradient tensor but the head's weight bit
+ * for bit, the head weight's gradient (whose sum over the tokens is grouped by chunk) within
+ * 1e-5 of its L2 norm. With OpenBLAS's threads and 16-row chunks (its tiles and thread split
+ * then group a row's products differently), an FP32 body: every gradient within 1e-5. */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "fp8train/backend.h"
 #include "fp8train/model.h"
+#include "fp8train/recipe.h"
 #include "test.h"
 
 /* ---------------- the double-precision reference ---------------- */
@@ -326,6 +337,388 @@ static void gradcheck_gpt2_untied(void) {
     gradcheck_config(&c, "gpt2 untied head");
 }
 
+/* ---------------- the LM head in chunks against the unchunked head ---------------- */
+
+/* FP32 summation in another grouping: a sum over the 45 tokens of a micro-batch (two micro-
+ * batches accumulated) moves each element by a few units of FP32 roundoff (6e-8) of the sum of
+ * its terms' magnitudes; 1e-5 of the tensor's norm holds that with a wide margin and fails a
+ * missing, doubled or wrongly scaled chunk (an error of order 1). */
+#define CHUNK_DW_TOL 1e-5
+
+static void noop_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
+    (void)ctx, (void)m, (void)s, (void)x;
+}
+
+static fp8t_model *chunk_model(fp8t_backend *be, const fp8t_model_config *c,
+                               const fp8t_policy *p, int B, int T, int head_chunk) {
+    const fp8t_model_options o = {.head_chunk = head_chunk};
+    char err[256];
+    fp8t_model *m = fp8t_model_create(be, c, p, &o, B, T, err, sizeof(err));
+    if (!m) printf("  create: %s\n", err);
+    else fp8t_model_init_weights(m, 777);
+    return m;
+}
+
+static float *dev_copy(fp8t_backend *be, const void *dev, size_t bytes) {
+    float *h = malloc(bytes ? bytes : 1);
+    be->ops->to_host(be, h, dev, bytes);
+    return h;
+}
+
+/* Gradients of a (unchunked) and b (chunked): the number of mismatches (printed); the head
+ * weight's relative L2 difference into *head_rel. */
+static int compare_chunk_grads(fp8t_backend *be, fp8t_model *a, fp8t_model *b,
+                               const fp8t_param_info *info, int nt, const char *head, int exact,
+                               const char *when, double *head_rel) {
+    const size_t np = fp8t_model_num_params(a);
+    float *ga = dev_copy(be, fp8t_model_grads(a), np * 4), *gb = dev_copy(be, fp8t_model_grads(b), np * 4);
+    int bad = 0;
+    *head_rel = 0;
+    for (int i = 0; i < nt; i++) {
+        const float *x = ga + info[i].offset, *y = gb + info[i].offset;
+        const int is_head = !strcmp(info[i].name, head);
+        if (exact && !is_head) {
+            if (memcmp(x, y, info[i].numel * 4) != 0) {
+                if (!bad) printf("  %s: gradient of %s differs (exact expected)\n", when, info[i].name);
+                bad++;
+            }
+            continue;
+        }
+        double num = 0, den = 0;
+        for (size_t k = 0; k < info[i].numel; k++) {
+            num += ((double)x[k] - y[k]) * ((double)x[k] - y[k]);
+            den += (double)x[k] * x[k];
+        }
+        const double rel = den > 0 ? sqrt(num / den) : INFINITY;
+        if (rel > *head_rel) *head_rel = rel;
+        if (!(rel <= CHUNK_DW_TOL) || !(den > 0)) {
+            if (!bad) printf("  %s: %s gradient %.3g of its norm apart (tolerance %g)\n", when,
+                             info[i].name, rel, CHUNK_DW_TOL);
+            bad++;
+        }
+    }
+    free(ga);
+    free(gb);
+    return bad;
+}
+
+/* n floats the same bits, or (rtol > 0) each within rtol of the larger magnitude */
+static int same_dev(fp8t_backend *be, const void *x, const void *y, size_t n, double rtol) {
+    float *hx = dev_copy(be, x, n * 4), *hy = dev_copy(be, y, n * 4);
+    int same = 1;
+    for (size_t i = 0; same && i < n; i++) {
+        if (!memcmp(&hx[i], &hy[i], 4)) continue;
+        const double d = fabs((double)hx[i] - hy[i]), mag = fmax(fabs(hx[i]), fabs(hy[i]));
+        same = rtol > 0 && d <= rtol * mag;
+    }
+    free(hx);
+    free(hy);
+    return same;
+}
+
+/* micro-batch k; every 7th target ignored, or (ignore_chunk) all of the second chunk's */
+static void chunk_batch(int *tok, int *tgt, int N, int V, int k, int rows, int ignore_chunk) {
+    for (int i = 0; i < N; i++) {
+        tok[i] = (k * 17 + i * 5) % V;
+        tgt[i] = i % 7 == 3 ? -1 : (k * 11 + i * 3 + 1) % V;
+        if (ignore_chunk && i >= rows && i < 2 * rows) tgt[i] = -1;
+    }
+}
+
+/* Micro-batches of the side-by-side run, two per optimizer step. */
+typedef struct {
+    float dloss;
+    int ignore_chunk; /* every target of the second chunk ignored */
+    int read_logits;  /* fp8t_model_logits between the forward and the backward */
+    int bump_epoch;   /* the policy set again between them: nothing may be recomputed */
+} chunk_micro;
+
+/* a (unchunked) and b (chunks of `rows`) side by side over the micro-batches of `plan`.
+ * exact: on one OpenBLAS thread, everything but the head weight's gradient bit for bit; else
+ * every gradient, loss and amax within 1e-5. */
+static void chunk_case(const char *label, fp8t_model_config c, fp8t_precision body, int B,
+                       int T, int rows, int exact) {
+    char err[256];
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
+    T_ASSERT(be, "cpu backend: %s", err);
+    const int N = B * T;
+    c.seq_len = T;
+    c.vocab_size = 61; /* odd: the logits rows are padded */
+    const int V = c.vocab_size, Vp = fp8t_bf16_pad(V);
+    const double rtol = exact ? 0.0 : CHUNK_DW_TOL;
+    fp8t_policy pol;
+    fp8t_policy_default(&pol);
+    pol.default_precision = body; /* the head stays BF16 (the default head precision) */
+    pol.history_len = 4;
+    fp8t_model *a = chunk_model(be, &c, &pol, B, T, FP8T_HEAD_CHUNK_OFF);
+    fp8t_model *b = chunk_model(be, &c, &pol, B, T, rows);
+    T_ASSERT(a && b, "%s: create", label);
+    T_CHECK(fp8t_model_head_chunk_rows(a) == 0 && fp8t_model_head_chunk_rows(b) == rows,
+            "%s: chunk rows %d / %d", label, fp8t_model_head_chunk_rows(a),
+            fp8t_model_head_chunk_rows(b));
+    const int nt = fp8t_model_param_table(&c, NULL, NULL);
+    fp8t_param_info *info = calloc((size_t)nt, sizeof(*info));
+    fp8t_model_param_table(&c, info, NULL);
+    const char *head = c.untied_head ? "lm_head.w" : "wte";
+    const size_t np = fp8t_model_num_params(a);
+    const size_t st = fp8t_recipe_state_floats(fp8t_model_fp8_count(a),
+                                               fp8t_model_fp8_history_len(a));
+    /* the first forward has no known dloss (the chunked one makes the losses, its backward
+     * the chunks' gradient); then a chunk of ignored targets, a logits read, a dloss that
+     * changes (the chunks made again with it), the policy set again with the same dloss (the
+     * kept gradient) and with another (the kept gradient scaled by 0.2 / 0.3) */
+    static const chunk_micro plan[] = {{0.5f, 0, 0, 0}, {0.5f, 1, 0, 0}, {0.5f, 0, 1, 0},
+                                       {0.3f, 0, 0, 0}, {0.3f, 0, 0, 1}, {0.2f, 0, 0, 1}};
+    const int n_micro = (int)(sizeof(plan) / sizeof(plan[0]));
+    int *tok = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));
+    fp8t_model *m[2] = {a, b};
+    double worst = 0;
+    int bad = 0;
+    const int threads = omp_get_max_threads();
+    if (exact) omp_set_num_threads(1);
+    for (int j = 0; j < n_micro; j++) {
+        const chunk_micro *mc = &plan[j];
+        char when[160];
+        snprintf(when, sizeof(when), "%s micro-batch %d", label, j);
+        if (j % 2 == 0)
+            for (int k = 0; k < 2; k++) fp8t_model_zero_grad(m[k]);
+        chunk_batch(tok, tgt, N, V, j, rows, mc->ignore_chunk);
+        float loss[2];
+        for (int k = 0; k < 2; k++) loss[k] = fp8t_model_forward(m[k], tok, tgt);
+        if (!isfinite(loss[0]) || (memcmp(&loss[0], &loss[1], 4) &&
+                                   !(fabs((double)loss[0] - loss[1]) <= rtol * fabs(loss[0])))) {
+            printf("  %s: loss %.9g vs %.9g\n", when, loss[0], loss[1]);
+            bad++;
+        }
+        if (!same_dev(be, fp8t_model_losses(a), fp8t_model_losses(b), (size_t)N, rtol)) {
+            printf("  %s: per-position losses differ\n", when);
+            bad++;
+        }
+        if (mc->read_logits) {
+            /* rebuilt by the head GEMM again (and allocated: N x pad(V) floats more) */
+            const size_t before = fp8t_model_activation_bytes(b);
+            if (!same_dev(be, fp8t_model_logits(a), fp8t_model_logits(b), (size_t)N * V, 0)) {
+                printf("  %s: logits differ\n", when);
+                bad++;
+            }
+            T_CHECK(fp8t_model_activation_bytes(b) == before + (size_t)N * Vp * 4,
+                    "%s: the logits read took %zu bytes", when,
+                    fp8t_model_activation_bytes(b) - before);
+        }
+        if (mc->bump_epoch)
+            for (int k = 0; k < 2; k++) {
+                fp8t_policy same = *fp8t_model_get_policy(m[k]);
+                fp8t_model_set_policy(m[k], &same);
+            }
+        for (int k = 0; k < 2; k++) fp8t_model_backward(m[k], mc->dloss);
+        double rel = 0;
+        bad += compare_chunk_grads(be, a, b, info, nt, head, exact, when, &rel);
+        if (rel > worst) worst = rel;
+        if (!same_dev(be, fp8t_model_fp8_state(a), fp8t_model_fp8_state(b), st, rtol)) {
+            printf("  %s: FP8 recipe state (amax histories) differs\n", when);
+            bad++;
+        }
+        if (j == 1) {
+            /* no [N, V] buffer in the chunked model (its chunk buffers fit the backward's
+             * scratch) */
+            const size_t ba = fp8t_model_activation_bytes(a), bb = fp8t_model_activation_bytes(b);
+            T_CHECK(ba >= bb + (size_t)N * Vp * 4, "%s: activation bytes %zu unchunked, %zu "
+                    "chunked: expected at least the logits' %zu fewer", when, ba, bb,
+                    (size_t)N * Vp * 4);
+        }
+        if (j % 2 == 1) {
+            /* the optimizer step on the same gradients, so the next step starts equal */
+            be->ops->copy(be, fp8t_model_grads(b), fp8t_model_grads(a), np * 4);
+            for (int k = 0; k < 2; k++) {
+                float norm = fp8t_model_grad_norm(m[k]);
+                fp8t_model_adamw(m[k], 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, j / 2 + 1, 1.0f, norm);
+                fp8t_model_end_step(m[k]);
+            }
+            if (!exact) be->ops->copy(be, fp8t_model_fp8_state(b), fp8t_model_fp8_state(a), st * 4);
+        }
+    }
+    /* validation: a frozen forward, the losses only, and still no logits buffer beyond the
+     * one the read above allocated (what else it allocates, one layer's scratch for the saves
+     * a training forward keeps in FP32, the unchunked model allocates too) */
+    const size_t ba = fp8t_model_activation_bytes(a), bb = fp8t_model_activation_bytes(b);
+    float vl[2];
+    for (int k = 0; k < 2; k++) {
+        fp8t_model_set_frozen(m[k], 1);
+        vl[k] = fp8t_model_forward(m[k], tok, tgt);
+        fp8t_model_set_frozen(m[k], 0);
+    }
+    T_CHECK(fabs((double)vl[0] - vl[1]) <= rtol * fabs(vl[0]) &&
+                same_dev(be, fp8t_model_losses(a), fp8t_model_losses(b), (size_t)N, rtol),
+            "%s: frozen forward losses %.9g vs %.9g", label, vl[0], vl[1]);
+    T_CHECK(fp8t_model_activation_bytes(b) - bb == fp8t_model_activation_bytes(a) - ba,
+            "%s: the frozen forward allocated %zu bytes, %zu unchunked", label,
+            fp8t_model_activation_bytes(b) - bb, fp8t_model_activation_bytes(a) - ba);
+    printf("  %s: %d micro-batches of %d tokens in chunks of %d, gradients at most %.3g of "
+           "their norm from the unchunked ones%s\n", label, n_micro, N, rows, worst,
+           exact ? " (the head weight's; every other tensor, the losses and the amaxes bit for "
+                   "bit)" : "");
+    T_CHECK(bad == 0, "%s: %d mismatches", label, bad);
+    omp_set_num_threads(threads);
+    free(tok);
+    free(tgt);
+    free(info);
+    fp8t_model_destroy(a);
+    fp8t_model_destroy(b);
+    fp8t_backend_destroy(be);
+}
+
+/* 249 tokens in chunks of 96: 96, 96 and a last chunk of 57 (not a multiple of 8: its
+ * operands end in padding rows); the second chunk's targets all ignored in one micro-batch */
+static void head_chunks_gpt2(void) {
+    chunk_case("gpt2 tied, bf16", small(FP8T_ARCH_GPT2), FP8T_PREC_BF16, 3, 83, 96, 1);
+    fp8t_model_config c = small(FP8T_ARCH_GPT2);
+    c.untied_head = 1;
+    chunk_case("gpt2 untied, fp8 delayed body", c, FP8T_PREC_DELAYED, 3, 83, 96, 1);
+    /* 45 tokens in chunks of 16 (16, 16, 13) on OpenBLAS's threads, FP32 body */
+    chunk_case("gpt2 tied, fp32 body, threaded", small(FP8T_ARCH_GPT2), FP8T_PREC_FP32, 3, 15,
+               16, 0);
+}
+
+static void head_chunks_llama(void) {
+    chunk_case("llama tied, fp8 current body", small(FP8T_ARCH_LLAMA), FP8T_PREC_CURRENT, 3, 83,
+               96, 1);
+    fp8t_model_config c = small(FP8T_ARCH_LLAMA);
+    c.n_head = 4, c.n_kv_head = 2, c.untied_head = 1, c.qkv_bias = 1;
+    chunk_case("llama gqa untied, bf16", c, FP8T_PREC_BF16, 3, 83, 96, 1);
+    chunk_case("llama gqa untied, fp32 body, threaded", c, FP8T_PREC_FP32, 3, 15, 16, 0);
+}
+
+/* A hook set between a chunked forward and its backward (the hook wants every tensor):
+ * before the model's first backward, the backward makes the logits again and takes the plain
+ * path, the bits of the unchunked model's; after it, the forward's gradient is kept (scaled
+ * when the dloss changed: within BF16 rounding of the plain path's). */
+static void head_chunks_hook_between(void) {
+    char err[256];
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
+    T_ASSERT(be, "cpu backend: %s", err);
+    fp8t_model_config c = small(FP8T_ARCH_GPT2);
+    const int B = 3, T = 83, N = B * T;
+    c.seq_len = T;
+    c.vocab_size = 61;
+    fp8t_policy pol;
+    fp8t_policy_default(&pol);
+    pol.default_precision = FP8T_PREC_BF16;
+    fp8t_model *m[2] = {chunk_model(be, &c, &pol, B, T, FP8T_HEAD_CHUNK_OFF),
+                        chunk_model(be, &c, &pol, B, T, 96)};
+    T_ASSERT(m[0] && m[1], "create");
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const size_t np = fp8t_model_num_params(m[0]);
+    int *tok = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));
+    chunk_batch(tok, tgt, N, c.vocab_size, 1, 96, 0);
+    for (int k = 0; k < 2; k++) {
+        fp8t_model_zero_grad(m[k]);
+        fp8t_model_forward(m[k], tok, tgt);
+        fp8t_model_set_hook(m[k], noop_hook, NULL);
+        fp8t_model_backward(m[k], 0.5f);
+    }
+    T_CHECK(same_dev(be, fp8t_model_grads(m[0]), fp8t_model_grads(m[1]), np, 0),
+            "first backward with a hook set after the forward: the gradients differ");
+    for (int k = 0; k < 2; k++) {
+        fp8t_model_set_hook(m[k], NULL, NULL);
+        fp8t_model_zero_grad(m[k]);
+        fp8t_model_forward(m[k], tok, tgt);
+        fp8t_model_set_hook(m[k], noop_hook, NULL);
+        fp8t_model_backward(m[k], 0.375f);
+    }
+    float *g0 = dev_copy(be, fp8t_model_grads(m[0]), np * 4), *g1 = dev_copy(be, fp8t_model_grads(m[1]), np * 4);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < np; i++) {
+        num += ((double)g1[i] - g0[i]) * ((double)g1[i] - g0[i]);
+        den += (double)g0[i] * g0[i];
+    }
+    /* the BF16 dlogits made with 0.5 and scaled by 0.75 against dlogits made with 0.375: a
+     * few BF16 roundings (2^-9) apart, where a missing scale would be 33% off */
+    T_CHECK(den > 0 && sqrt(num / den) < 1e-2, "rescaled gradient %.3g from the plain path's",
+            den > 0 ? sqrt(num / den) : -1.0);
+    free(g0);
+    free(g1);
+    free(tok);
+    free(tgt);
+    fp8t_model_destroy(m[0]);
+    fp8t_model_destroy(m[1]);
+    omp_set_num_threads(threads);
+    fp8t_backend_destroy(be);
+}
+
+/* Where the chunked head applies and where it does not: the option's values, auto's choice
+ * (never at the CPU suite's shapes), an FP8 head, a hook, the fused cross-entropy off. */
+
+static void head_chunks_when(void) {
+    char err[256];
+    fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
+    T_ASSERT(be, "cpu backend: %s", err);
+    fp8t_policy pol;
+    fp8t_policy_default(&pol);
+    fp8t_model_config tiny;
+    fp8t_model_preset(&tiny, "tiny");
+    fp8t_model_options o = {.head_chunk = 12};
+    fp8t_model *m = fp8t_model_create(be, &tiny, &pol, &o, 2, 64, err, sizeof(err));
+    T_CHECK(!m && strstr(err, "multiple of 8"), "head_chunk 12 accepted (%s)", err);
+    fp8t_model_destroy(m);
+    /* auto at tiny shapes (the CLI tests' 8 x 128 tokens): unchunked */
+    m = fp8t_model_create(be, &tiny, &pol, NULL, 8, 128, err, sizeof(err));
+    T_ASSERT(m, "%s", err);
+    T_CHECK(fp8t_model_head_chunk_rows(m) == 0, "auto chunks tiny 8x128: %d rows",
+            fp8t_model_head_chunk_rows(m));
+    fp8t_model_destroy(m);
+    /* auto with a GPT-2 vocabulary and 2048 tokens (617 MB of logits and dlogits): the
+     * backward's scratch holds too few rows, so the least, 1024 */
+    fp8t_model_config big = tiny;
+    big.n_layer = 1, big.n_embd = 16, big.n_head = 2, big.mlp_hidden = 64, big.vocab_size = 50257;
+    m = fp8t_model_create(be, &big, &pol, NULL, 16, 128, err, sizeof(err));
+    T_ASSERT(m, "%s", err);
+    T_CHECK(fp8t_model_head_chunk_rows(m) == 1024, "auto, 2048 tokens of V 50257: %d rows",
+            fp8t_model_head_chunk_rows(m));
+    /* nothing of [N, V] allocated at create */
+    T_CHECK(fp8t_model_activation_bytes(m) < (size_t)2048 * 50264 * 4,
+            "create holds %zu activation bytes", fp8t_model_activation_bytes(m));
+    fp8t_model_destroy(m);
+    /* explicit rows: chunks only when the micro-batch has more tokens */
+    o.head_chunk = 128;
+    m = fp8t_model_create(be, &tiny, &pol, &o, 1, 128, err, sizeof(err));
+    T_ASSERT(m, "%s", err);
+    T_CHECK(fp8t_model_head_chunk_rows(m) == 0, "128 tokens in chunks of 128: %d rows",
+            fp8t_model_head_chunk_rows(m));
+    fp8t_model_destroy(m);
+    m = fp8t_model_create(be, &tiny, &pol, &o, 2, 128, err, sizeof(err));
+    T_ASSERT(m, "%s", err);
+    T_CHECK(fp8t_model_head_chunk_rows(m) == 128, "256 tokens: %d rows",
+            fp8t_model_head_chunk_rows(m));
+    /* a hook sees the whole logits: unchunked while it is set */
+    fp8t_model_set_hook(m, noop_hook, NULL);
+    T_CHECK(fp8t_model_head_chunk_rows(m) == 0, "hooked: %d rows", fp8t_model_head_chunk_rows(m));
+    fp8t_model_set_hook(m, NULL, NULL);
+    /* an FP8 head: unchunked */
+    fp8t_policy fp8_head = pol;
+    fp8_head.head_precision = FP8T_PREC_DELAYED;
+    fp8t_model_set_policy(m, &fp8_head);
+    T_CHECK(fp8t_model_head_chunk_rows(m) == 0, "fp8 head: %d rows", fp8t_model_head_chunk_rows(m));
+    fp8t_model_set_policy(m, &pol);
+    T_CHECK(fp8t_model_head_chunk_rows(m) == 128, "bf16 head again: %d rows",
+            fp8t_model_head_chunk_rows(m));
+    fp8t_model_destroy(m);
+    /* the plain cross-entropy paths: unchunked */
+    o.disable = FP8T_DISABLE_BF16_XENT;
+    m = fp8t_model_create(be, &tiny, &pol, &o, 2, 128, err, sizeof(err));
+    T_ASSERT(m, "%s", err);
+    T_CHECK(fp8t_model_head_chunk_rows(m) == 0, "bf16-xent off: %d rows",
+            fp8t_model_head_chunk_rows(m));
+    fp8t_model_destroy(m);
+    o.disable = 0;
+    o.head_chunk = FP8T_HEAD_CHUNK_OFF;
+    m = fp8t_model_create(be, &tiny, &pol, &o, 2, 128, err, sizeof(err));
+    T_ASSERT(m, "%s", err);
+    T_CHECK(fp8t_model_head_chunk_rows(m) == 0, "off: %d rows", fp8t_model_head_chunk_rows(m));
+    fp8t_model_destroy(m);
+    fp8t_backend_destroy(be);
+}
+
 int main(void) {
     t_suite = "gradcheck";
     T_RUN(gradcheck_gpt2);
@@ -333,5 +726,9 @@ int main(void) {
     T_RUN(gradcheck_llama_gqa_bias_untied);
     T_RUN(gradcheck_llama_mqa_rope3);
     T_RUN(gradcheck_gpt2_untied);
+    T_RUN(head_chunks_gpt2);
+    T_RUN(head_chunks_llama);
+    T_RUN(head_chunks_hook_between);
+    T_RUN(head_chunks_when);
     T_MAIN_END();
 }

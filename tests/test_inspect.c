@@ -55,7 +55,7 @@ static int tiny_open(tiny *t) {
     fp8t_policy pol;
     fp8t_policy_default(&pol);
     pol.history_len = g_hist_len;
-    const fp8t_model_options opt = {g_disable};
+    const fp8t_model_options opt = {.disable = g_disable};
     t->m = fp8t_model_create(t->be, &cfg, &pol, &opt, B, T, err, sizeof(err));
     if (!t->m) { printf("  model: %s\n", err); fp8t_backend_destroy(t->be); return -1; }
     fp8t_model_init_weights(t->m, 1234);

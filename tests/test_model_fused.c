@@ -182,7 +182,7 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     }
     if (make_vocab > 0) c.vocab_size = make_vocab;
     switches |= make_extra;
-    const fp8t_model_options opt = {(unsigned)switches};
+    const fp8t_model_options opt = {.disable = (unsigned)switches};
     char err[256];
     fp8t_model *m = fp8t_model_create(&counted, &c, pol, &opt, B, T, err, sizeof(err));
     if (!m) printf("  create %s: %s\n", preset, err);
@@ -916,7 +916,7 @@ static void all_fusion(void) {
     fp8t_model_config c;
     fp8t_model_preset(&c, "tiny");
     fp8t_policy p = policy(FP8T_PREC_BF16);
-    const fp8t_model_options bad = {(unsigned)FP8T_DISABLE_KNOWN + 1u};
+    const fp8t_model_options bad = {.disable = (unsigned)FP8T_DISABLE_KNOWN + 1u};
     char err[256] = "";
     fp8t_model *m = fp8t_model_create(cpu, &c, &p, &bad, 2, 8, err, sizeof(err));
     T_CHECK(!m && strstr(err, "disable"), "unknown disable bit accepted: %s", err);

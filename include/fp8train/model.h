@@ -141,14 +141,39 @@ enum {
     FP8T_DISABLE_KNOWN = FP8T_DISABLE_ALL_FUSION | FP8T_DISABLE_BF16_SAVES,
 };
 
+/* head_chunk: the LM head in chunks of rows (docs/model.md, "The LM head in chunks"). Where
+ * the head's fused BF16 cross-entropy applies (targets, no hook, the head's three GEMMs with
+ * BF16 operands; not with FP8T_DISABLE_FUSED_XENT or _BF16_XENT), a forward runs the head over
+ * chunks of rows, so no [N, V] logits buffer exists: a training forward makes each chunk's
+ * logits, losses, BF16 dlogits, Dgrad rows and Wgrad contribution, one after the other, and
+ * the backward adds the kept head gradient; a frozen forward makes the losses. The head's dW
+ * sums its tokens chunk by chunk (another FP32 summation order); the logits, losses and the
+ * head's dX are the unchunked path's bits where the GEMM computes a row the same whatever the
+ * rows of the call (the CPU's OpenBLAS on one thread, chunks a multiple of its row tile), else
+ * FP32 rounding apart too. */
+#define FP8T_HEAD_CHUNK_AUTO 0 /* chunk when the whole batch's logits and BF16 dlogits would
+                                  take more than FP8T_HEAD_CHUNK_AUTO_MIB, in chunks sized to
+                                  the backward's free gradient scratch (at least 1024 rows) */
+#define FP8T_HEAD_CHUNK_OFF (-1)
+#define FP8T_HEAD_CHUNK_AUTO_MIB 256
+
 /* Given at creation; a zeroed struct (or NULL) is the default: every path on. */
 typedef struct {
     unsigned disable; /* FP8T_DISABLE_* bits */
+    int head_chunk;   /* rows per chunk of the LM head (a multiple of 8; chunking when the
+                         micro-batch has more tokens), FP8T_HEAD_CHUNK_AUTO (0, the default) or
+                         FP8T_HEAD_CHUNK_OFF (any negative value): the unchunked head */
 } fp8t_model_options;
 
+/* The rows per chunk a forward with targets runs the LM head in now (policy and hook as they
+ * are), or 0: the head unchunked. */
+int fp8t_model_head_chunk_rows(const fp8t_model *m);
+
 /* Create the model for micro-batches of B sequences of T tokens (T <= seq_len) on backend be,
- * with options opt (NULL = defaults). All memory (params, grads, AdamW moments, activations,
- * FP8 state, scratch) is allocated here. NULL + err on failure. */
+ * with options opt (NULL = defaults). Params, grads, AdamW moments, the FP8 state and the
+ * activations of fp8t_model_activation_bytes' first group are allocated here; forwards
+ * allocate the rest when they first need it. NULL + err on failure (also a head_chunk that is
+ * positive and not a multiple of 8). */
 fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
                               const fp8t_policy *policy, const fp8t_model_options *opt, int B,
                               int T, char *err, size_t errlen);
@@ -194,7 +219,10 @@ float *fp8t_model_adam_v(fp8t_model *m);
  * the mean loss over non-ignored targets (waits for the device); with targets NULL returns 0
  * and leaves logits [B*T, V] readable through fp8t_model_logits. */
 float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets);
-const float *fp8t_model_logits(fp8t_model *m); /* device [B*T, V] */
+/* device [B*T, V]: the last forward's logits (rebuilt by the head GEMM again where a fused or
+ * chunked forward did not keep them; this allocates the buffer if no forward did), or the
+ * gradient after a backward on the plain path */
+const float *fp8t_model_logits(fp8t_model *m);
 /* Per-position losses of the last forward with targets: device [B*T]. */
 const float *fp8t_model_losses(fp8t_model *m);
 /* Backward of the last forward (which must have had targets); gradients are ACCUMULATED,
@@ -243,10 +271,11 @@ void fp8t_model_set_hook(fp8t_model *m, fp8t_tensor_hook hook, void *ctx);
 void fp8t_model_set_observer(fp8t_model *m, fp8t_tensor_hook hook, void *ctx);
 
 /* Device bytes the model holds for activations: what create carved (embedding output, norm
- * statistics, logits, the backward's one-layer gradients, tokens) and what forwards allocated
- * since (the per-layer saves for the backward in FP32 or BF16 and their one-layer scratch,
- * the Wgrad inputs' FP32 copies or FP8/BF16 codes, the backend's attention state, the GEMM
- * operands' scratch). After a first training step this is the steady state of the
+ * statistics, the backward's one-layer gradients, which also hold the chunked head's buffers
+ * where they fit, tokens) and what forwards allocated since (the per-layer saves for the
+ * backward in FP32 or BF16 and their one-layer scratch, the Wgrad inputs' FP32 copies or
+ * FP8/BF16 codes, the backend's attention state, the GEMM operands' scratch, the [B*T, V]
+ * logits once a forward wrote them whole, the chunked head's buffers that did not fit). After a first training step this is the steady state of the
  * configuration and policy; parameters, gradients, optimizer moments, weight copies and the
  * backend's own scratch are not counted. */
 size_t fp8t_model_activation_bytes(const fp8t_model *m);

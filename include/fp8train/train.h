@@ -64,7 +64,7 @@ typedef struct {
     int shadow_every;           /* --shadow-every K (0 = off) */
     char shadow_action[64];     /* warn | fallback:M | rollback */
     float shadow_threshold;     /* relative |loss_fp8 - loss_bf16| / loss_bf16 (default 0.02) */
-    fp8t_model_options model_opts;     /* --disable: the model's plain paths */
+    fp8t_model_options model_opts;     /* --disable: the model's plain paths; --head-chunk */
     fp8t_backend_options backend_opts; /* --cuda-attn, --cuda-sync, --disable cuda-fusion and
                                           cuda-lt-fp8 */
     /* data parallel (mpirun -np N; docs/parallel.md) */

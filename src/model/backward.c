@@ -111,7 +111,9 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
      * gradient has the plain path's bits; only when that is impossible (the weights or scales
      * changed in between) is the fused gradient rescaled, which may round differently. */
     const int head = m->n_lin - 1;
-    const int bf16_dy = m->xent_fused && m->xent_bf16 &&
+    /* after a chunked forward the head's whole gradient, dlnf in a->dc1 (head.c) */
+    const int chunked = (m->hc_grad || m->hc_pending) && model_head_backward(m, dloss);
+    const int bf16_dy = !chunked && m->xent_fused && m->xent_bf16 &&
                         (dloss == m->xent_dloss || model_restore_logits(m) != 0);
     if (bf16_dy) {
         /* the BF16 dlogits the forward wrote (softmax_xent_bf16) and their amax */
@@ -119,9 +121,10 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
         const fp8t_bf16_operand dy = {(const uint16_t *)m->h16[0].p, N, V};
         linear_backward_bf16_dy(m, head, a->dc1, model_head_w(&m->g), &dy, m->scalars + 2,
                                 a->lnf, model_head_w(&m->p), N, C, V, r);
+        m->logits_missing = 1; /* a->logits has its rows pad(V) apart: rebuilt when read */
     } else if (m->xent_fused && dloss != m->xent_dloss && model_restore_logits(m) != 0) {
         ops->scale(be, a->logits, dloss / m->xent_dloss, (size_t)N * V);
-    } else if (!m->xent_fused) {
+    } else if (!m->xent_fused && !chunked) {
         float d = m->n_valid_targets > 0 ? dloss / (float)m->n_valid_targets : 0.0f;
         ops->softmax_xent(be, a->losses, a->logits, a->logits, m->targets, N, V, d);
     }
@@ -133,7 +136,7 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
     }
     /* the head: dlnf = dlogits·W, dW += dlogitsᵀ·lnf (W = wte when tied: its gradient then
      * gathers the head's and the embedding's) */
-    if (!bf16_dy)
+    if (!bf16_dy && !chunked)
         linear_backward(m, head, a->dc1, model_head_w(&m->g), NULL, a->logits, a->lnf,
                         model_head_w(&m->p), N, C, V);
     ops->zero(be, a->dres, NC * sizeof(float));

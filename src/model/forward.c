@@ -151,13 +151,14 @@ const float *model_final_residual(const fp8t_model *m) {
 }
 
 int model_restore_logits(fp8t_model *m) {
-    if (!m->xent_fused) return 0;
+    if (!m->xent_fused && !m->logits_missing) return 0;
     if (m->xent_epoch != m->epoch) return -1;
     const int N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     /* the head, as in the forward: logits[N, V] = lnf[N, C] · Wᵀ (W = wte when tied) */
-    linear_forward_replay(m, m->n_lin - 1, m->a.logits, m->a.lnf, model_head_w(&m->p), NULL, N,
-                          C, V);
+    linear_forward_replay(m, m->n_lin - 1, model_logits_buf(m), m->a.lnf, model_head_w(&m->p),
+                          NULL, N, C, V);
     m->xent_fused = m->xent_bf16 = 0;
+    m->logits_missing = 0;
     return 0;
 }
 
@@ -169,8 +170,11 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     activations *a = &m->a;
     m->have_targets = 0;
     m->xent_fused = m->xent_bf16 = 0; /* a->logits is about to be rewritten */
+    m->hc_grad = m->hc_pending = 0;
     m->last_forward_frozen = m->frozen;
     if (check_inputs(m, tokens, targets) != 0) return NAN;
+    m->logits_missing = 1;         /* until the head writes them */
+    m->xent_epoch = m->epoch - 1u; /* and nothing to rebuild them from before the final norm */
     /* which linears keep X's FP8 codes for their Wgrad, and where each X lives */
     model_save_plan(m);
 
@@ -200,22 +204,33 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
      * When the head's GEMMs all take BF16 operands, the gradient is written straight as the
      * BF16 operand its Dgrad and Wgrad read (softmax_xent_bf16), and the logits rows are
      * padded to pad(V) floats so that the GEMM writes aligned rows; otherwise it overwrites
-     * the FP32 logits in place. */
+     * the FP32 logits in place.
+     * Where the head's three GEMMs take BF16 operands, no hook is set and the model chunks
+     * its head (model_head_plan), a forward with targets, frozen or not, runs the head in
+     * chunks of rows instead (head.c) and holds no [N, V] buffer: the losses, and in a
+     * training forward after the first backward the head's whole gradient for the backward
+     * (before it, the backward runs the chunks). */
     const int head = m->n_lin - 1, Vp = fp8t_bf16_pad(V);
+    const int chunked = targets && model_head_chunked(m);
     const int fuse = targets && !m->frozen && !m->hook && !m->no_fused_xent &&
-                     m->xent_dloss_known;
+                     m->xent_dloss_known && !chunked;
     const int fuse_bf16 = fuse && !m->no_bf16_xent && linear_bf16_dy_fusable(m, head);
     /* the head: logits[N, V] = lnf[N, C] · Wᵀ, W = wte (tied) or lm_head.w (untied) */
     const float *head_w = model_head_w(&m->p);
-    if (fuse_bf16) linear_forward_ld(m, head, a->logits, Vp, a->lnf, head_w, N, C, V);
-    else linear_forward(m, head, a->logits, a->lnf, head_w, NULL, N, C, V);
+    float *logits = chunked ? NULL : model_logits_buf(m);
+    if (fuse_bf16) linear_forward_ld(m, head, logits, Vp, a->lnf, head_w, N, C, V);
+    else if (!chunked) linear_forward(m, head, logits, a->lnf, head_w, NULL, N, C, V);
+    m->logits_missing = chunked;
     if (!targets) return 0.0f;
 
     int count = 0;
     for (int i = 0; i < N; i++) count += targets[i] >= 0;
     ops->to_device(be, m->targets, targets, (size_t)N * sizeof(int));
+    m->n_valid_targets = count;
     float d = count > 0 ? m->xent_dloss / (float)count : 0.0f;
-    if (fuse_bf16) {
+    if (chunked) {
+        model_head_forward(m);
+    } else if (fuse_bf16) {
         uint16_t *dh = model_scratch(m, &m->h16[0], fp8t_bf16_bytes(N, V));
         ops->zero(be, m->scalars + 2, sizeof(float));
         ops->softmax_xent_bf16(be, a->losses, dh, m->scalars + 2, a->logits, Vp, m->targets, N,
@@ -233,6 +248,5 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     float loss_sum = 0.0f;
     ops->to_host(be, &loss_sum, m->scalars, sizeof(float));
     m->have_targets = !m->frozen; /* a frozen forward recorded no amax: no backward from it */
-    m->n_valid_targets = count;
     return count > 0 ? loss_sum / (float)count : 0.0f;
 }

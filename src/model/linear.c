@@ -743,3 +743,24 @@ void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
     m->ops->scale(m->be, tmp, r, (size_t)OUT * IN);
     m->ops->accumulate(m->be, dW, tmp, (size_t)OUT * IN);
 }
+
+void linear_bf16_fprop_operands(fp8t_model *m, int lin, float *X, const float *W, int N,
+                                int IN, int OUT, int record, fp8t_bf16_operand *x,
+                                fp8t_bf16_operand *w) {
+    MODEL_CHECK(linear_bf16_dy_fusable(m, lin) && !m->xq[lin].saved,
+                "linear_bf16_fprop_operands: BF16 operands (linear_bf16_dy_fusable), no X kept "
+                "for a later Wgrad");
+    /* fprop's operands and recording, without its GEMM and hooks */
+    record = record && !m->frozen;
+    operand a = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .record = record,
+                 .tile_r = 1, .tile_c = 128, .pos = 0};
+    operand b = {.x = (float *)W, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W,
+                 .record = record && !m->w_amax_done[lin], .tile_r = 128, .tile_c = 128,
+                 .pos = 1};
+    prepared pa, pb;
+    prepare(m, lin, &a, FP8T_PREC_BF16, &pa);
+    prepare(m, lin, &b, FP8T_PREC_BF16, &pb);
+    if (record) m->w_amax_done[lin] = 1;
+    *x = pa.h;
+    *w = pb.h;
+}

@@ -270,8 +270,8 @@ void model_layer_view(layer_view *v, const fp8t_model *m, int l) {
 /* Carve the activation buffers; with base NULL only counts. Returns floats needed. */
 static size_t carve_activations(activations *a, float *base, const fp8t_model_config *c, int B,
                                 int T, int carve_wgrad_inputs) {
-    const size_t N = (size_t)B * T, C = c->n_embd, H = c->mlp_hidden, V = c->vocab_size,
-                 L = c->n_layer, NH = c->n_head, QKV = (size_t)fp8t_model_qkv_dim(c);
+    const size_t N = (size_t)B * T, C = c->n_embd, H = c->mlp_hidden, L = c->n_layer,
+                 NH = c->n_head, QKV = (size_t)fp8t_model_qkv_dim(c);
     const int gpt2 = c->arch == FP8T_ARCH_GPT2, llama = !gpt2;
     const size_t wx = carve_wgrad_inputs ? L : 0; /* ln1, ln2, fch_act: see activations */
     size_t off = 0;
@@ -293,11 +293,13 @@ static size_t carve_activations(activations *a, float *base, const fp8t_model_co
     CARVE(lnf, N * C);
     CARVE(lnf_mean, gpt2 ? N : 0);
     CARVE(lnf_rstd, N);
-    CARVE(logits, N * (size_t)fp8t_bf16_pad((int)V)); /* rows pad(V) apart in a fused forward */
+    /* (the logits [N, pad(V)] are not carved: model_logits_buf allocates them when a forward
+     * first writes them) */
     CARVE(losses, N);
     CARVE(out_c, N * C);
     CARVE(dres, N * C);
     CARVE(dc1, N * C);
+    /* from here to the end: act_tail (model_head_plan) */
     CARVE(dc2, llama ? N * C : 0);
     CARVE(dqkv, N * QKV);
     CARVE(dh1, N * H);
@@ -321,6 +323,15 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     if (disable & ~(unsigned)FP8T_DISABLE_KNOWN) {
         snprintf(buf, sizeof(buf), "fp8t_model_create: unknown disable bits 0x%x",
                  disable & ~(unsigned)FP8T_DISABLE_KNOWN);
+        set_err(err, errlen, buf);
+        return NULL;
+    }
+    if (opt && opt->head_chunk > 0 && opt->head_chunk % 8 != 0) {
+        /* chunks start at multiples of 8 rows: a GEMM that pads a dimension to 8 (the GPU's
+         * Wgrad pads K, the chunk's tokens) reads past a chunk's last row into zero padding
+         * only then */
+        snprintf(buf, sizeof(buf), "fp8t_model_create: head_chunk %d: the rows per chunk must "
+                 "be a multiple of 8 (0: auto, negative: off)", opt->head_chunk);
         set_err(err, errlen, buf);
         return NULL;
     }
@@ -439,6 +450,10 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->no_attn_save = (disable & FP8T_DISABLE_ATTN_SAVE) != 0;
     m->gelu_bias_deferred = calloc((size_t)(cfg->n_layer > 0 ? cfg->n_layer : 1), sizeof(int));
     MODEL_CHECK(m->gelu_bias_deferred, "out of host memory");
+    /* the chunked LM head (head.c), in the backward scratch past dc1 where it fits */
+    m->act_tail = m->a.dc1 + N * (size_t)cfg->n_embd;
+    m->act_tail_bytes = (size_t)((char *)(m->act_memory + act_floats) - (char *)m->act_tail);
+    model_head_plan(m, opt ? opt->head_chunk : FP8T_HEAD_CHUNK_AUTO);
     /* (FP8T_DISABLE_FP8_SAVE is applied above, with the activations it shapes) */
     return m;
 }
@@ -493,6 +508,7 @@ void fp8t_model_destroy(fp8t_model *m) {
     free(m->w_amax_done);
     free(m->xq);
     free(m->gelu_bias_deferred);
+    model_head_free(m);
     if (m->attn_saved)
         for (int l = 0; l < m->cfg.n_layer; l++) m->ops->free(m->be, m->attn_saved[l]);
     free(m->attn_saved);
@@ -587,14 +603,15 @@ void fp8t_model_release_adam(fp8t_model *m) {
     m->adam_m = m->adam_v = NULL;
 }
 float *fp8t_model_adam_v(fp8t_model *m) { return m->adam_v; }
-/* After a fused training forward the buffer holds dlogits: the logits are rebuilt first. */
+/* After a fused training forward the buffer holds dlogits, after a chunked one nothing: the
+ * logits are rebuilt first. */
 const float *fp8t_model_logits(fp8t_model *m) {
-    if (m->xent_fused && model_restore_logits(m) != 0)
-        fprintf(stderr, "fp8t_model_logits: the last forward replaced the logits by their "
-                        "gradient (fused cross-entropy) and the weights, FP8 scales or policy "
-                        "changed since, so they cannot be rebuilt: run the forward again, or "
-                        "create it with FP8T_DISABLE_FUSED_XENT (--disable fused-xent)\n");
-    return m->a.logits;
+    if ((m->xent_fused || m->logits_missing) && model_restore_logits(m) != 0)
+        fprintf(stderr, "fp8t_model_logits: the last forward kept no logits (fused or chunked "
+                        "cross-entropy) and the weights, FP8 scales or policy changed since, "
+                        "so they cannot be rebuilt: run the forward again, or create the model "
+                        "with FP8T_DISABLE_FUSED_XENT (--disable fused-xent)\n");
+    return model_logits_buf(m);
 }
 const float *fp8t_model_losses(fp8t_model *m) { return m->a.losses; }
 

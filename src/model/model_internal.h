@@ -59,10 +59,13 @@ typedef struct {
     float *lnf;        /* [N, C] */
     float *lnf_mean;   /* [N] (GPT-2) */
     float *lnf_rstd;   /* [N] */
-    float *logits;     /* [N, V]; holds dlogits after the backward */
+    float *logits;     /* [N, pad(V)], not carved: allocated by the first forward that writes
+                          the whole batch's logits (model_logits_buf; the chunked head never
+                          does); holds dlogits after a plain backward */
     float *losses;     /* [N] */
     float *out_c;      /* [N, C] scratch: proj / fc2 / down output before the residual add */
-    /* backward scratch */
+    /* backward scratch; everything carved after dc1 is free during a forward and holds the
+     * chunked head's buffers where they fit (head.c: model_head_plan) */
     float *dres;       /* [N, C] gradient of the residual stream */
     float *dc1;        /* [N, C] gradient of a norm output / attention output */
     float *dc2;        /* [N, C] second Dgrad contribution (Llama up) */
@@ -301,6 +304,25 @@ struct fp8t_model {
      * the Wgrad inputs' copies and codes, the attention state): fp8t_model_activation_bytes */
     size_t act_lazy_bytes;
     size_t act_carved_bytes; /* act_memory and the token buffers */
+    float *act_tail;         /* act_memory past dc1 (the backward scratch a forward leaves
+                                free) ... */
+    size_t act_tail_bytes;   /* ... and its size */
+
+    /* The LM head in chunks (head.c). The chunked forward leaves the head's gradient for the
+     * backward: dlnf in a->dc1, this micro-batch's dW in hc_dw, the dlogits' amax in
+     * scalars[2], all made with the dloss hc_dloss. */
+    int hc_rows;             /* rows per chunk; 0: this model never chunks (model_head_plan) */
+    int hc_grad;             /* the last forward left that gradient (a backward may follow) */
+    int hc_pending;          /* ... or the losses only, before the model's first backward: the
+                                backward runs the chunks */
+    float hc_dloss;
+    float *hc_dw;            /* [V, C] FP32: in act_tail, or allocated when first needed */
+    float *hc_logits;        /* [hc_rows, pad(V)] FP32 logits of one chunk (likewise) */
+    uint16_t *hc_dlogits;    /* BF16 operand of one chunk's dlogits [hc_rows, V] (likewise) */
+    int hc_dw_own, hc_chunk_own; /* allocated (freed by destroy), else inside act_tail */
+    int logits_missing;      /* a->logits does not hold the last forward's logits (packed): the
+                                chunked head ran, or a BF16 fused backward left them rows
+                                pad(V) apart */
 };
 
 /* The precisions whose GEMM operands are per-tensor FP8 codes (delayed, current). */
@@ -358,11 +380,37 @@ static inline float *model_head_w(const model_tensors *t) { return t->lm_head ? 
 
 /* forward.c: the residual stream after the last block, [N, C], where the forward wrote it */
 const float *model_final_residual(const fp8t_model *m);
-/* forward.c: after a fused forward, put the logits back into a->logits (the head GEMM again,
- * without hooks or amax recording: the same inputs give the same bits) and clear xent_fused.
- * 0 done (or nothing to do); -1 when the weights, scales or policy changed since that forward
- * (the logits cannot be rebuilt; a->logits keeps the gradient). */
+/* forward.c: after a fused or chunked forward, put the logits back into a->logits (the head
+ * GEMM again, without hooks or amax recording: the same inputs give the same bits; a->logits
+ * allocated if it was not) and clear xent_fused. 0 done (or nothing to do); -1 when the
+ * weights, scales or policy changed since that forward (the logits cannot be rebuilt;
+ * a->logits keeps what it held). */
 int model_restore_logits(fp8t_model *m);
+
+/* head.c — the LM head in chunks, and the [N, V] logits buffer */
+/* a->logits, allocated (and counted) on first use */
+float *model_logits_buf(fp8t_model *m);
+/* At create, after the activations are carved: the chunk rows from the option (rows, a
+ * multiple of 8 (checked by create), FP8T_HEAD_CHUNK_AUTO or _OFF) and where the chunk
+ * buffers live. */
+void model_head_plan(fp8t_model *m, int opt);
+/* Whether a forward with targets runs the head in chunks: the model chunks, no hook, the
+ * head's three GEMMs on BF16 operands (linear_bf16_dy_fusable) */
+int model_head_chunked(const fp8t_model *m);
+/* The chunked head of a forward whose targets are on the device and counted
+ * (n_valid_targets), after the final norm: the losses; in a training forward after the
+ * model's first backward also the gradient for the backward (hc_grad) with that backward's
+ * dloss, before it nothing more (hc_pending). */
+void model_head_forward(fp8t_model *m);
+/* The backward's head after a chunked forward (hc_grad or hc_pending): dlnf in a->dc1, dW +=
+ * the head's gradient, dY's amax recorded; 1. With a dloss other than the forward's, the
+ * chunks are computed again with it (the same bits as a forward that had it), or, when the
+ * weights, scales, policy or hook changed in between, the gradient is scaled by the ratio.
+ * 0 when a pending head can no longer chunk (a hook, another head precision): the logits
+ * are then in a->logits (made again) for the plain path. */
+int model_head_backward(fp8t_model *m, float dloss);
+/* destroy: the buffers head.c allocated */
+void model_head_free(fp8t_model *m);
 
 /* linear.c — one linear layer Y = X·Wᵀ (+ bias), X [N, IN], W [OUT, IN], Y [N, OUT].
  * The forward records amax(X), amax(W); the backward records amax(dY) and writes dX
@@ -433,5 +481,14 @@ void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
  * amax recording, the step's weight codes from the cache. */
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                            const float *bias, int N, int IN, int OUT);
+/* The BF16 operands of linear lin's Fprop (only where linear_bf16_dy_fusable) as its Fprop
+ * makes them, for a caller that runs the three GEMMs itself on row ranges of them (the
+ * chunked head; xq[lin].saved must be clear: no X is kept for a later Wgrad): X [N, IN]
+ * rounded into the operand scratch, W from the per-step cache. record (ignored while frozen):
+ * a training forward's pass, which records amax(X) and, once per step, amax(W). Valid until
+ * another linear's GEMM. */
+void linear_bf16_fprop_operands(fp8t_model *m, int lin, float *X, const float *W, int N,
+                                int IN, int OUT, int record, fp8t_bf16_operand *x,
+                                fp8t_bf16_operand *w);
 
 #endif

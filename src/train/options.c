@@ -296,6 +296,27 @@ static void get_disable(const fp8t_train_config *c, char *b, size_t n) {
     if (!b[0]) snprintf(b, n, "none");
 }
 
+/* --head-chunk auto | 0 (off) | N rows: fp8t_model_options.head_chunk (0 there is auto) */
+static int set_head_chunk(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+    if (!strcmp(v, "auto")) {
+        c->model_opts.head_chunk = FP8T_HEAD_CHUNK_AUTO;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < 0 || x > (1L << 24) || x % 8 != 0)
+        return fail(err, errlen, "head-chunk", v,
+                    "auto, 0 (off) or the rows per chunk, a positive multiple of 8");
+    c->model_opts.head_chunk = x == 0 ? FP8T_HEAD_CHUNK_OFF : (int)x;
+    return 0;
+}
+static void get_head_chunk(const fp8t_train_config *c, char *b, size_t n) {
+    const int h = c->model_opts.head_chunk;
+    if (h == FP8T_HEAD_CHUNK_AUTO) snprintf(b, n, "auto");
+    else snprintf(b, n, "%d", h < 0 ? 0 : h);
+}
+
 static int set_cuda_attn(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
     if (fp8t_attn_impl_parse(&c->backend_opts.attn, v) != 0) {
         char expect[160];
@@ -414,6 +435,12 @@ static const opt OPTIONS[] = {
         "validation every N steps and at the end (0 = no validation)"),
     NUM("val-batches", "N", OT_INT, val_batches, 1, 1e6, G_RUN,
         "micro-batches per validation (the same ones every time)"),
+    SPECIAL("head-chunk", "auto|0|N", set_head_chunk, get_head_chunk, G_RUN, 0, 0,
+            "the LM head of a forward with targets in chunks of N rows (a multiple of 8), so "
+            "the [tokens, vocab] logits are never held: auto = chunk where they and their BF16 "
+            "gradient would pass 256 MiB, in chunks that fit the backward's free scratch (at "
+            "least 1024 rows); 0 = off. Where the head's GEMMs are BF16 and no hook is set; "
+            "not bit-identical: the head's weight gradient sums its tokens chunk by chunk"),
     NUM("progress-every", "N", OT_INT, progress_every, 1, 1e9, G_RUN,
         "print a progress line every N steps"),
     NUM("quiet", NULL, OT_FLAG, quiet, 0, 1, G_RUN, "no progress lines"),

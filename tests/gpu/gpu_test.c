@@ -20,7 +20,9 @@
  * inspector end to end (device statistics, what-ifs, async dumps) against its own dumps.
  * Then the training-step checks: the same model, weights and batch on both backends; the loss
  * and every gradient tensor compared, for fp32 / bf16 / fp8 delayed / fp8 current; and two GPU
- * runs of 5 steps must agree bit for bit.
+ * runs of 5 steps must agree bit for bit; the LM head in chunks (head_chunk) on the GPU
+ * against the CPU's unchunked head, and against the GPU's unchunked head with the activation
+ * bytes it saves (explicit rows, and auto at GPT-2's and Llama 3's vocabularies).
  * Output: one table row per check (op, size, error, tolerance, PASS/FAIL), then
  * "N passed, N failed". Exit status 0 only if nothing failed.
  *
@@ -2662,6 +2664,109 @@ static void test_inspect_observer_on_gpu(void) {
     free(tok), free(tgt);
 }
 
+/* The LM head in chunks (fp8t_model_options.head_chunk) on the GPU against the unchunked head
+ * on the GPU, BF16: the same model, weights and batches; the chunk GEMMs (M = the chunk's
+ * rows) may pick other cuBLASLt kernels, so the bf16 row of PRECS holds (loss per step, each
+ * gradient tensor and all of them after step 1); and the activation bytes show the logits
+ * gone: the unchunked model holds at least their N x pad(V) x 4 bytes more, less what the
+ * chunks may hold outside the backward's scratch (one chunk's logits and BF16 dlogits, the
+ * [V, C] FP32 dW). head_chunk: rows, or FP8T_HEAD_CHUNK_AUTO (the model must chunk then). */
+static void model_head_chunks_gpu(const char *cname, const fp8t_model_config *cfg, int B, int T,
+                                  int head_chunk) {
+    const prec_case *pc = &PRECS[0];
+    while (pc->prec != FP8T_PREC_BF16) pc++;
+    const int N = B * T, V = cfg->vocab_size;
+    char shape[96], op[96], note[160], err[256];
+    snprintf(shape, sizeof(shape), "%s B%d T%d", cname, B, T);
+    fp8t_policy p;
+    fp8t_policy_default(&p);
+    p.default_precision = FP8T_PREC_BF16;
+    p.history_len = 16;
+    const fp8t_model_options off = {.head_chunk = FP8T_HEAD_CHUNK_OFF},
+                             on = {.head_chunk = head_chunk};
+    fp8t_model *mu = fp8t_model_create(GPU, cfg, &p, &off, B, T, err, sizeof(err));
+    fp8t_model *mk = mu ? fp8t_model_create(GPU, cfg, &p, &on, B, T, err, sizeof(err)) : NULL;
+    if (!mu || !mk) {
+        row("head chunks: model create", shape, 1, 0, 0, err);
+        if (mu) fp8t_model_destroy(mu);
+        return;
+    }
+    fp8t_model_init_weights(mu, 1234);
+    fp8t_model_init_weights(mk, 1234);
+    const int rows = fp8t_model_head_chunk_rows(mk);
+    snprintf(note, sizeof(note), "%d rows per chunk (option %d)", rows, head_chunk);
+    row("head chunks: the model chunks", shape, rows > 0 && rows < N ? 0 : 1, 0,
+        rows > 0 && rows < N && (head_chunk <= 0 || rows == head_chunk), note);
+    int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int));
+    make_batch(tok, tgt, N, V);
+    /* step 1 (the chunked forward makes the losses, its backward the chunks' gradient) */
+    fp8t_model_zero_grad(mu), fp8t_model_zero_grad(mk);
+    float lu = fp8t_model_forward(mu, tok, tgt), lk = fp8t_model_forward(mk, tok, tgt);
+    fp8t_model_backward(mu, 1.0f), fp8t_model_backward(mk, 1.0f);
+    double lerr = fabs((double)lk - lu) / fabs((double)lu);
+    snprintf(note, sizeof(note), "chunked %.7f unchunked %.7f", (double)lk, (double)lu);
+    row("head chunks: loss", shape, lerr, pc->loss_tol, isfinite(lk) && lerr <= pc->loss_tol, note);
+    const size_t np = fp8t_model_num_params(mu);
+    float *gu = malloc(np * 4), *gk = malloc(np * 4);
+    GPU->ops->to_host(GPU, gu, fp8t_model_grads(mu), np * 4);
+    GPU->ops->to_host(GPU, gk, fp8t_model_grads(mk), np * 4);
+    int nt = fp8t_model_param_table(cfg, NULL, NULL);
+    fp8t_param_info *info = malloc(nt * sizeof(*info));
+    fp8t_model_param_table(cfg, info, NULL);
+    double worst = 0;
+    int worst_i = 0, nbad = 0;
+    for (int i = 0; i < nt; i++) {
+        size_t bad, first;
+        double e = rel_err(gk + info[i].offset, gu + info[i].offset, info[i].numel, &bad, &first);
+        if (bad) e = INFINITY;
+        if (e > pc->grad_tol) nbad++;
+        if (e > worst || i == 0) worst = e, worst_i = i;
+    }
+    snprintf(note, sizeof(note), "%d tensors, worst %s, %d over tolerance", nt, info[worst_i].name,
+             nbad);
+    row("head chunks: grads (per tensor)", shape, worst, pc->grad_tol, nbad == 0, note);
+    size_t bad_all, first_all;
+    double all = rel_err(gk, gu, np, &bad_all, &first_all);
+    row("head chunks: grads (all)", shape, all, pc->all_grad_tol,
+        bad_all == 0 && all <= pc->all_grad_tol, "");
+    /* steps 2-4, two micro-batches of dloss 1/2 each (the first backward with another dloss
+     * than the forward's makes the chunks again; the later ones keep the forward's) */
+    double worst_l = 0;
+    for (int t = 1; t <= 3; t++) {
+        float loss[2];
+        fp8t_model *m2[2] = {mu, mk};
+        for (int k = 0; k < 2; k++) {
+            float norm = fp8t_model_grad_norm(m2[k]);
+            fp8t_model_adamw(m2[k], 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f, norm);
+            fp8t_model_end_step(m2[k]);
+            fp8t_model_zero_grad(m2[k]);
+        }
+        make_batch(tok, tgt, N, V);
+        for (int k = 0; k < 2; k++) {
+            loss[k] = 0;
+            for (int j = 0; j < 2; j++) {
+                loss[k] += fp8t_model_forward(m2[k], tok, tgt);
+                fp8t_model_backward(m2[k], 0.5f);
+            }
+        }
+        double e = isfinite(loss[1]) ? fabs((double)loss[1] - loss[0]) / fabs((double)loss[0])
+                                     : INFINITY;
+        if (e > worst_l) worst_l = e;
+    }
+    row("head chunks: loss, steps 2-4 (accum 2)", shape, worst_l, pc->loss_tol * 3,
+        worst_l <= pc->loss_tol * 3, "");
+    const size_t bu = fp8t_model_activation_bytes(mu), bk = fp8t_model_activation_bytes(mk);
+    const size_t Vp = (size_t)fp8t_bf16_pad(V), logits = (size_t)N * Vp * 4;
+    const size_t chunk_max = (size_t)rows * Vp * 6 + (size_t)V * cfg->n_embd * 4;
+    snprintf(op, sizeof(op), "head chunks: activation bytes");
+    snprintf(note, sizeof(note), "unchunked %.1f MiB, chunked %.1f MiB (logits %.1f MiB)",
+             bu / 1048576.0, bk / 1048576.0, logits / 1048576.0);
+    row(op, shape, (double)bk / (double)bu, 1, bu + chunk_max >= bk + logits, note);
+    free(info), free(gu), free(gk), free(tok), free(tgt);
+    fp8t_model_destroy(mu);
+    fp8t_model_destroy(mk);
+}
+
 static void run_model_suite(void) {
     fp8t_model_config tiny, tiny_llama, small;
     fp8t_model_preset(&tiny, "tiny");
@@ -2881,6 +2986,31 @@ int main(int argc, char **argv) {
             model_compare("tiny, gpu all fusion off", &tiny, 4, 64);
             model_compare("tiny-llama, gpu all fusion off", &tiny_llama, 4, 64);
             gpu_model_opts.disable = 0;
+            /* the LM head in chunks on the GPU against the CPU's unchunked head: 256 tokens in
+             * chunks of 72 (72, 72, 72, 40); a GPT-2-shaped model with an odd vocabulary
+             * (2051: the logits rows padded) and 512 tokens in chunks of 136 (136 x 3, 104) */
+            gpu_model_opts.head_chunk = 72;
+            model_compare("tiny, gpu head in 72-row chunks", &tiny, 4, 64);
+            model_compare("tiny-llama, gpu head in 72-row chunks", &tiny_llama, 4, 64);
+            fp8t_model_config odd = tiny;
+            odd.n_layer = 2, odd.n_embd = 256, odd.n_head = 4, odd.seq_len = 128;
+            odd.vocab_size = 2051, odd.mlp_hidden = 1024;
+            gpu_model_opts.head_chunk = 136;
+            model_compare("gpt2 V2051, gpu head in 136-row chunks", &odd, 4, 128);
+            gpu_model_opts.head_chunk = 0;
+            /* chunked against unchunked on the GPU: explicit rows at the odd vocabulary; the
+             * automatic choice at GPT-2's vocabulary (4096 tokens: 1.2 GB of logits and
+             * dlogits unchunked) and at Llama 3's untied (128256) */
+            model_head_chunks_gpu("gpt2 V2051", &odd, 4, 128, 136);
+            fp8t_model_config g50k = odd;
+            g50k.vocab_size = 50257;
+            model_head_chunks_gpu("gpt2 V50257 auto", &g50k, 32, 128, FP8T_HEAD_CHUNK_AUTO);
+            fp8t_model_config l128k = tiny_llama;
+            l128k.n_layer = 2, l128k.n_embd = 256, l128k.n_head = 4, l128k.n_kv_head = 2;
+            l128k.seq_len = 128, l128k.mlp_hidden = 768, l128k.vocab_size = 128256;
+            l128k.untied_head = 1;
+            model_head_chunks_gpu("llama V128256 untied auto", &l128k, 16, 128,
+                                  FP8T_HEAD_CHUNK_AUTO);
         }
         fp8t_backend_destroy(GPU);
         GPU = NULL;
