@@ -466,7 +466,8 @@ static int matches_place(const fault *f, int layer, fp8t_module mod) {
 
 static int is_fp8_precision(fp8t_precision p) {
     return p == FP8T_PREC_FP8 || p == FP8T_PREC_DELAYED || p == FP8T_PREC_CURRENT ||
-           p == FP8T_PREC_BLOCK || p == FP8T_PREC_MXFP8 || p == FP8T_PREC_FAKE;
+           p == FP8T_PREC_BLOCK || p == FP8T_PREC_ROWWISE || p == FP8T_PREC_MXFP8 ||
+           p == FP8T_PREC_FAKE;
 }
 
 /* Value faults: when=fp8 fires in any FP8 precision, when=delayed only in delayed scaling
