@@ -1541,6 +1541,61 @@ static void test_tensor_stats(void) {
         }
 }
 
+/* tile_stats (inspect's per-tile statistics of block and rowwise operands): image 0 a TILES
+ * image of the GEMMs' tile shapes (1x128, 128x1, 128x128, a whole row, a whole column), with
+ * and without power-of-two scales: the tile count, the tiles with underflow, the worst tiles'
+ * indices and the largest underflow exactly, the lowest SQNR within 1e-9 (double sums in
+ * another order), and image 0 itself as in tensor_stats. */
+static void test_tensor_stats_tiles(void) {
+    static const int shapes[][2] = {{256, 768}, {300, 200}, {1024, 1600}};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (int tk = 0; tk < 5; tk++)
+            for (int pow2 = 0; pow2 < 2; pow2++) {
+                const int rows = shapes[si][0], cols = shapes[si][1];
+                const int tiles[5][2] = {{1, 128}, {128, 1}, {128, 128}, {1, cols}, {rows, 1}};
+                const int tr = tiles[tk][0], tc = tiles[tk][1];
+                const size_t n = (size_t)rows * cols;
+                float *x = host_quant_data(n, 0);
+                dpair dx = dp_floats(x, n), draw = dp_alloc(sizeof(fp8t_stats_raw));
+                fp8t_stats_req req;
+                memset(&req, 0, sizeof req);
+                req.n_images = 1;
+                req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3,
+                                               .tile_r = tr, .tile_c = tc, .pow2 = pow2};
+                req.tile_stats = 1;
+                FOR_BOTH be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx), rows,
+                                                cols, &req);
+                fp8t_stats_raw *c = dl(0, draw.p[0], sizeof(fp8t_stats_raw));
+                fp8t_stats_raw *g = dl(1, draw.p[1], sizeof(fp8t_stats_raw));
+                const int ok = c->n_tiles == g->n_tiles && c->n_tiles > 0 &&
+                               c->tiles_with_underflow == g->tiles_with_underflow &&
+                               c->tile_sqnr_min_index == g->tile_sqnr_min_index &&
+                               c->tile_underflow_max_index == g->tile_underflow_max_index &&
+                               c->tile_underflow_max_pct == g->tile_underflow_max_pct &&
+                               c->img[0].n_underflow == g->img[0].n_underflow &&
+                               c->img[0].n_sat == g->img[0].n_sat;
+                double err = rel_diff(c->tile_sqnr_min_db, g->tile_sqnr_min_db);
+                err = fmax(err, rel_diff(c->img[0].err_sq, g->img[0].err_sq));
+                char op[64], shape[64], why[160] = "";
+                snprintf(op, sizeof(op), "tensor_stats tiles %dx%d%s", tr, tc, pow2 ? " pow2" : "");
+                snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+                if (!ok)
+                    snprintf(why, sizeof(why), "tiles %llu/%llu, worst %llu/%llu, uflow %g/%g at "
+                             "%llu/%llu, with %llu/%llu",
+                             (unsigned long long)c->n_tiles, (unsigned long long)g->n_tiles,
+                             (unsigned long long)c->tile_sqnr_min_index,
+                             (unsigned long long)g->tile_sqnr_min_index, c->tile_underflow_max_pct,
+                             g->tile_underflow_max_pct,
+                             (unsigned long long)c->tile_underflow_max_index,
+                             (unsigned long long)g->tile_underflow_max_index,
+                             (unsigned long long)c->tiles_with_underflow,
+                             (unsigned long long)g->tiles_with_underflow);
+                row(op, shape, err, 1e-9, ok && err <= 1e-9, why);
+                free(c), free(g), free(x);
+                dp_free(dx), dp_free(draw);
+            }
+}
+
 static void test_bf16_round(void) {
     static const size_t ns[] = {1, 1001, 1u << 20};
     for (size_t ni = 0; ni < 3; ni++) {
@@ -2326,6 +2381,7 @@ static void run_op_suite(void) {
     test_fake_quantize();
     test_block_fake_quantize();
     test_block_quantize();
+    test_tensor_stats_tiles();
     test_quantize_scaled();
     test_quantize_scaled_gelu();
     test_gemm_fp8_block();
