@@ -8,7 +8,8 @@
  *    X kept in FP32): losses, gradients, parameters and recipe state, GPT-2 and Llama, two
  *    micro-batches per step, block and rowwise, default (E4M3) and hybrid formats;
  *  - quantize_scaled runs twice per linear per micro-batch (plain: four) plus once per weight
- *    per step, the amax op, gelu_forward, gelu_backward and bias_backward not at all;
+ *    per step, the amax op, gelu_forward, gelu_backward and bias_backward not at all, and
+ *    fc1's bias goes to fc2's GELU pass (GPT-2);
  *  - a block model holds fewer activation bytes than the same model in BF16 and than itself
  *    with FP8T_DISABLE_FP8_SAVE (FP32 copies of X). */
 #include <stdint.h>
@@ -23,7 +24,8 @@
 static fp8t_backend *cpu;    /* the real backend */
 static fp8t_backend native;  /* a copy announcing fp8_block_native, with counting ops */
 static fp8t_backend_ops counted_ops;
-static long n_qs, n_qs_both, n_amax, n_gelu_fwd, n_gelu_bwd, n_bias_bwd, n_scaled_gemm, n_gemm;
+static long n_qs, n_qs_both, n_amax, n_gelu_fwd, n_gelu_bwd, n_bias_bwd, n_scaled_gemm, n_gemm,
+    n_gemm_bias;
 
 static void count_qs(fp8t_backend *b, const fp8t_scaled_quant *q) {
     n_qs++;
@@ -52,6 +54,7 @@ static void count_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                            int transB, int acc, int fast_accum, float *amax_out,
                            const float *bias) {
     n_gemm++;
+    n_gemm_bias += bias != NULL;
     n_scaled_gemm += A->scaling != FP8T_SCALING_TENSOR && B->scaling != FP8T_SCALING_TENSOR;
     cpu->ops->gemm_fp8(b, C, A, B, M, N, K, transA, transB, acc, fast_accum, amax_out, bias);
 }
@@ -86,18 +89,19 @@ static void batch(int *tok, int *tgt, int N, int V, int k) {
 }
 
 typedef struct {
-    long qs, qs_both, amax, gelu_fwd, gelu_bwd, bias_bwd, scaled_gemm, gemm;
+    long qs, qs_both, amax, gelu_fwd, gelu_bwd, bias_bwd, scaled_gemm, gemm, gemm_bias;
 } counts;
 
 static void snap(counts *c) {
-    *c = (counts){n_qs, n_qs_both, n_amax, n_gelu_fwd, n_gelu_bwd, n_bias_bwd, n_scaled_gemm,
-                  n_gemm};
+    *c = (counts){n_qs,          n_qs_both, n_amax, n_gelu_fwd, n_gelu_bwd, n_bias_bwd,
+                  n_scaled_gemm, n_gemm,    n_gemm_bias};
 }
 static void add_since(counts *acc, const counts *t0) {
     acc->qs += n_qs - t0->qs, acc->qs_both += n_qs_both - t0->qs_both;
     acc->amax += n_amax - t0->amax, acc->gelu_fwd += n_gelu_fwd - t0->gelu_fwd;
     acc->gelu_bwd += n_gelu_bwd - t0->gelu_bwd, acc->bias_bwd += n_bias_bwd - t0->bias_bwd;
     acc->scaled_gemm += n_scaled_gemm - t0->scaled_gemm, acc->gemm += n_gemm - t0->gemm;
+    acc->gemm_bias += n_gemm_bias - t0->gemm_bias;
 }
 
 /* a (every path on) and b (FP8T_DISABLE_ALL_FUSION) side by side, `steps` steps of two
@@ -188,6 +192,13 @@ static void fast_case(const char *preset, fp8t_precision prec, int block_hybrid)
     T_CHECK(c[0].gelu_fwd == 0 && c[0].gelu_bwd == 0 && c[0].bias_bwd == 0,
             "%s: gelu_forward %ld, gelu_backward %ld, bias_backward %ld with the fusions on",
             what, c[0].gelu_fwd, c[0].gelu_bwd, c[0].bias_bwd);
+    /* GPT-2's biases: proj's and fc2's go to the residual add, fc1's to fc2's GELU pass
+     * (linear_gelu_takes_bias), so only qkv's rides in its GEMM; the plain model gives each
+     * linear's to its GEMM */
+    const long layers = cfg->n_layer;
+    T_CHECK(c[0].gemm_bias == (gpt2 ? layers * micro : 0) &&
+                c[1].gemm_bias == (gpt2 ? 4 * layers * micro : 0),
+            "%s: %ld / %ld GEMMs given a bias", what, c[0].gemm_bias, c[1].gemm_bias);
     if (gpt2)
         T_CHECK(c[1].gelu_fwd > 0 && c[1].gelu_bwd > 0 && c[1].bias_bwd > 0,
                 "%s: plain: gelu_forward %ld, gelu_backward %ld, bias_backward %ld", what,

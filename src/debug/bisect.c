@@ -811,14 +811,15 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
     {
         char tried[sizeof res->alternatives] = "";
         size_t used = 0;
+#define TRIED_ROOM (used < sizeof tried ? sizeof tried - used : 0)
         for (int k = 0; k < FP8T_BISECT_N_ALTS; k++) {
             const fp8t_precision alt = bisect_alternatives[k];
             const char *an = fp8t_precision_name(alt);
             if (span_is_prec(c, lo, hi, res->culprit_gemms, alt)) {
                 logf_(c, "bisect: %s not tried: the culprit already runs in it\n", an);
                 c->planned--;
-                used += (size_t)snprintf(tried + used, used < sizeof tried ? sizeof tried - used : 0,
-                                         "%s%s: already the culprit's", used ? "; " : "", an);
+                used += (size_t)snprintf(tried + used, TRIED_ROOM, "%s%s: already the culprit's",
+                                         used ? "; " : "", an);
                 continue;
             }
             if (try_span(c, lo, hi, res->culprit_gemms, alt, &e) != 0) return -1;
@@ -836,13 +837,14 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
             }
             set_verdict(e, v);
             if (e->finished)
-                used += (size_t)snprintf(tried + used, used < sizeof tried ? sizeof tried - used : 0,
-                                         "%s%s %s (gap %+.2f%%)", used ? "; " : "", an,
+                used += (size_t)snprintf(tried + used, TRIED_ROOM, "%s%s %s (gap %+.2f%%)",
+                                         used ? "; " : "", an,
                                          e->closes ? "closes" : "does not close", 100 * e->gap);
             else
-                used += (size_t)snprintf(tried + used, used < sizeof tried ? sizeof tried - used : 0,
-                                         "%s%s does not finish", used ? "; " : "", an);
+                used += (size_t)snprintf(tried + used, TRIED_ROOM, "%s%s does not finish",
+                                         used ? "; " : "", an);
         }
+#undef TRIED_ROOM
         snprintf(res->alternatives, sizeof res->alternatives, "%s", tried);
     }
     res->outcome = FP8T_BISECT_FOUND;

@@ -257,7 +257,8 @@ static int parse_one(fp8t_override *o, const char *s, size_t n, char *err, size_
                      ? 0
                      : fp8t_errorf(err, errlen,
                                    "unknown precision '%.*s' in override '%s' (expected "
-                                   "fp8, delayed, current, block, rowwise, mxfp8, fake, bf16 or fp32)",
+                                   "fp8, delayed, current, block, rowwise, mxfp8, fake, bf16 or "
+                                   "fp32)",
                                    (int)vn, v, rule);
         } else {
             rc = fp8t_errorf(err, errlen, "unknown key '%.*s' in override '%s'; " OVERRIDE_SYNTAX,
@@ -320,7 +321,8 @@ int fp8t_policy_apply_switches(fp8t_policy *p, const char *const value[1 + FP8T_
         fp8t_override o = {FP8T_LAYER_ALL, FP8T_LAYER_ALL, 0, 1u << g, FP8T_PREC_FP8};
         if (fp8t_precision_parse(&o.precision, v) != 0)
             return fp8t_errorf(err, errlen, "%s='%s' is not a precision (expected fp8, delayed, "
-                               "current, fake, bf16, fp32, block, rowwise, mxfp8, 0 = bf16 or 1 = fp8)",
+                               "current, fake, bf16, fp32, block, rowwise, mxfp8, 0 = bf16 or "
+                               "1 = fp8)",
                                source[1 + g], v);
         if (p->n_overrides >= FP8T_MAX_OVERRIDES)
             return fp8t_errorf(err, errlen, "too many precision overrides (at most %d) to add %s",
@@ -540,7 +542,8 @@ int fp8t_policy_from_json(fp8t_policy *out, const char *json, char *err, size_t 
         } else {
             rc = fp8t_errorf(err, errlen,
                              "policy JSON: unknown key \"%s\" (expected default, recipe, "
-                             "hybrid, block_hybrid, history_len, amax_algo, margin, pow2_scales, epsilon, head, "
+                             "hybrid, block_hybrid, history_len, amax_algo, margin, pow2_scales, "
+                             "epsilon, head, "
                              "fast_accum_fprop, fast_accum_grad, overrides)",
                              k);
         }

@@ -664,18 +664,26 @@ int linear_residual_takes_bias(const fp8t_model *m, int lin) {
            !model_prec_bf16_operands(m, m->prec[lin][FP8T_GEMM_FPROP]);
 }
 
+/* fc2's pass knows its scale before it reads (delayed) or computes its scales from what it
+ * read (the scaled path, block and rowwise): either way it adds the bias itself. */
+static int gelu_pass_takes_bias(const fp8t_model *m, int lin) {
+    const fp8t_precision p = m->prec[lin][FP8T_GEMM_FPROP];
+    return p == FP8T_PREC_DELAYED || model_scaled_path(m, lin, p);
+}
+
 int linear_gelu_takes_bias(const fp8t_model *m, int prod, int lin) {
     const fp8t_precision pp = m->prec[prod][FP8T_GEMM_FPROP];
-    return gelu_fusable(m, lin) && m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED &&
-           model_prec_has_codes(pp);
+    return gelu_fusable(m, lin) && gelu_pass_takes_bias(m, lin) &&
+           (model_prec_has_codes(pp) || model_scaled_path(m, prod, pp));
 }
 
 void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pre,
                          const float *pre_bias, const float *W, const float *bias, int N, int IN,
                          int OUT) {
     if (gelu_fusable(m, lin)) {
-        MODEL_CHECK(!pre_bias || m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED,
-                    "a deferred bias needs a delayed-scaled fc2 (linear_gelu_takes_bias)");
+        MODEL_CHECK(!pre_bias || gelu_pass_takes_bias(m, lin),
+                    "a deferred bias needs a delayed-scaled or scaled-path fc2 "
+                    "(linear_gelu_takes_bias)");
         fprop(m, lin, Y, 0, pre, 1, pre_bias, NULL, W, bias, N, IN, OUT, 0);
         return;
     }

@@ -438,7 +438,8 @@ void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *d
 int linear_residual_takes_bias(const fp8t_model *m, int lin);
 /* Whether linear prod (which makes GELU's input) may leave its bias to linear lin's fused
  * GELU pass: prod's Fprop is FP8 (whose bias costs a pass of its own over the output: no FP32
- * bias epilogue for FP8 GEMMs) and lin's is delayed FP8 with the GELU fusion. */
+ * bias epilogue for FP8 GEMMs; per-tensor or on the scaled path) and lin's is delayed FP8 or
+ * on the scaled path (block, rowwise), with the GELU fusion. */
 int linear_gelu_takes_bias(const fp8t_model *m, int prod, int lin);
 /* Whether lin's GEMMs all take BF16 operands, the Dgrad's dY operand serving the Wgrad, with no
  * hook: then its dY may come already rounded (softmax_xent_bf16) and its Fprop may write a

@@ -1170,8 +1170,10 @@ __global__ void __launch_bounds__(SQ_THREADS) scaled_tile_kernel(sq_args a) {
                 const float4 t = v[4 * q + i];
                 e[i] = (j == 0 ? t.x : j == 1 ? t.y : j == 2 ? t.z : t.w) * sc;
             }
-            const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(e[0], e[1]), __NV_SATFINITE, it);
-            const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(e[2], e[3]), __NV_SATFINITE, it);
+            const uint32_t lo =
+                __nv_cvt_float2_to_fp8x2(make_float2(e[0], e[1]), __NV_SATFINITE, it);
+            const uint32_t hi =
+                __nv_cvt_float2_to_fp8x2(make_float2(e[2], e[3]), __NV_SATFINITE, it);
             w[q] = lo | (hi << 16);
         }
         sm_t[(4 * tx + j) * 8 + (ty ^ swz)] = make_uint4(w[0], w[1], w[2], w[3]);
@@ -1322,8 +1324,9 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
         a.amax_out = NULL; /* taken by the first pass */
     }
     if (q->codes || q->codes_t || q->colsum) {
-        if (q->fmt == FP8_E4M3) launch_scaled_kind<FP8_E4M3>(s, a, tiles, kind, pro, q->colsum != NULL);
-        else launch_scaled_kind<FP8_E5M2>(s, a, tiles, kind, pro, q->colsum != NULL);
+        const int cs = q->colsum != NULL;
+        if (q->fmt == FP8_E4M3) launch_scaled_kind<FP8_E4M3>(s, a, tiles, kind, pro, cs);
+        else launch_scaled_kind<FP8_E5M2>(s, a, tiles, kind, pro, cs);
     }
     if (q->colsum) cuda_column_sums_finish(b, q->colsum, a.part, tiles_r, cols);
 }
