@@ -14,9 +14,13 @@
  *            (which, like the BF16 one, takes the Fprop's bias)
  *   current  FP8 codes with a scale from this tensor's own amax, gemm_fp8
  *   fake     current-scaled quantize-dequantize of each operand, then gemm_bf16
- *   block    1x128 tiles along K for X/dY, 128x128 blocks for W (DeepSeek-V3): on a backend
- *            with fp8_block_native (Hopper), block_quantize + a block-scaled gemm_fp8 (the
- *            same codes and scales); elsewhere dequantized, gemm_f32 — an emulation
+ *   block    1x128 tiles along K for X/dY, 128x128 blocks for W (DeepSeek-V3): on the
+ *            scaled-operand path (model_scaled_path: Hopper's fp8_block_native, or pow2
+ *            scales) quantize_scaled + a block-scaled gemm_fp8 (the same codes and scales);
+ *            elsewhere dequantized, gemm_f32 — an emulation
+ *   rowwise  one scale per row of each K-major operand, over all of K (torchao's rowwise):
+ *            always the scaled-operand path (row-scaled gemm_fp8; the CPU's is the exact
+ *            decode + FP32 reference)
  *   mxfp8    32-element row blocks with E8M0 scales, dequantized, gemm_f32 — an emulation;
  *            the blocks run along the stored rows of each operand, which is the reduction
  *            dimension for Fprop only
@@ -31,6 +35,7 @@
  * share one (model_save_plan): the Fprop's quantize also writes the codes the Wgrad reads into
  * m->xq[lin], and the forward keeps no FP32 copy of X for the Wgrad (off with
  * FP8T_DISABLE_FP8_SAVE).
+ * Block and rowwise share their operands the same way (scaled_gemm, below).
  * BF16 operands follow the same plan: the weight's BF16 copy is cached per optimizer step, dY
  * is rounded once for its Dgrad and Wgrad, X once for its Fprop and Wgrad (kept in
  * m->xq[lin].bf16, 2 bytes per element instead of 4). All of it is off with
