@@ -2,7 +2,7 @@
  * tokens/s, step time, device memory and MFU for each precision, on one model shape.
  *
  *   gpu_bench [--model gpt2-124m] [--batch 32] [--seq 1024] [--warmup 3] [--steps 10]
- *             [--prec bf16,fp8-delayed,fp8-current,fp8-block] [--profile]
+ *             [--prec bf16,fp8-delayed,fp8-current,fp8-block,fp8-rowwise] [--profile]
  *             [--inspect SPEC]... [--shadow-every K]... [--inspect-out DIR]
  *             [--head-chunk auto|0|N]
  *
@@ -70,8 +70,11 @@ static int parse_prec(const char *name, fp8t_policy *p) {
         p->default_precision = FP8T_PREC_FP8;
         p->recipe = FP8T_PREC_CURRENT;
     } else if (!strcmp(name, "fp8-block")) {
-        /* DeepSeek-V3 block scaling: Hopper's block-scaled cuBLASLt GEMMs */
+        /* DeepSeek-V3 block scaling: Hopper's block-scaled cuBLASLt GEMMs (E4M3 everywhere) */
         p->default_precision = FP8T_PREC_BLOCK;
+    } else if (!strcmp(name, "fp8-rowwise")) {
+        /* torchao's rowwise: per-row / per-column scales, cuBLASLt's OUTER_VEC GEMMs */
+        p->default_precision = FP8T_PREC_ROWWISE;
     } else if (!strcmp(name, "fp32")) {
         p->default_precision = FP8T_PREC_FP32;
         p->head_precision = FP8T_PREC_FP32;
@@ -108,7 +111,8 @@ static void usage(const char *argv0) {
             "  --shadow-every K a variant with a shadow BF16 forward every K steps\n"
             "                   (variants print tokens/s as a ratio to the plain step)\n"
             "  --model  a preset: %s (default gpt2-124m)\n"
-            "  --prec   comma-separated: bf16, fp8-delayed, fp8-current, fp8-block, fp32\n"
+            "  --prec   comma-separated: bf16, fp8-delayed, fp8-current, fp8-block, fp8-rowwise, "
+            "fp32\n"
             "           (default bf16,fp8-delayed,fp8-current)\n"
             "  --profile  per-op time table of the timed steps (synchronizes around each op)\n"
             "  --head-chunk  the LM head in chunks of N rows (a multiple of 8), auto (default)\n"

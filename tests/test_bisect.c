@@ -108,6 +108,32 @@ static void expect_found_cfg(const char *name, const char *inject, fp8t_gemm_kin
             name, res->layer_lo, res->layer_hi);
     T_CHECK(res->fix_precision == fix, "%s: fix precision %s, want %s", name,
             fp8t_precision_name(res->fix_precision), fp8t_precision_name(fix));
+    /* the FP8 alternatives to BF16 were each tried on the culprit, and the fix is the first
+     * of them (cheapest first: current, block, rowwise) that closed the gap, else BF16 */
+    {
+        static const fp8t_precision alts[3] = {FP8T_PREC_CURRENT, FP8T_PREC_BLOCK,
+                                               FP8T_PREC_ROWWISE};
+        fp8t_precision first = FP8T_PREC_BF16;
+        for (int k = 0; k < 3; k++) {
+            char want[64];
+            snprintf(want, sizeof want, "precision=%s", fp8t_precision_name(alts[k]));
+            const fp8t_bisect_exp *alt = NULL;
+            for (int i = 0; i < res->n_exp; i++)
+                if (strstr(res->exp[i].override, want) &&
+                    strstr(res->exp[i].override, fp8t_gemm_name(gemm)))
+                    alt = &res->exp[i];
+            T_CHECK(alt && alt->verdict[0], "%s: %s was not tried on the culprit", name,
+                    fp8t_precision_name(alts[k]));
+            T_CHECK(strstr(res->alternatives, fp8t_precision_name(alts[k])) != NULL,
+                    "%s: the report does not name %s: %s", name, fp8t_precision_name(alts[k]),
+                    res->alternatives);
+            if (alt && alt->closes && first == FP8T_PREC_BF16) first = alts[k];
+        }
+        T_CHECK(res->fix_precision == first, "%s: fix %s but the cheapest closing one is %s",
+                name, fp8t_precision_name(res->fix_precision), fp8t_precision_name(first));
+        T_CHECK(strstr(res->conclusion, "FP8 alternatives") != NULL, "%s: conclusion: %s", name,
+                res->conclusion);
+    }
     T_CHECK(fabs(res->fix_gap) < bc.threshold, "%s: fix gap %g", name, res->fix_gap);
     T_CHECK(strstr(res->override, fp8t_gemm_name(gemm)) != NULL, "%s: override '%s'", name,
             res->override);

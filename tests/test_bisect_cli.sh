@@ -86,6 +86,15 @@ if [ -f "$J" ] && grep -q '"outcome":[[:space:]]*"found"' "$J" &&
    grep -q '"precision":[[:space:]]*"current"' "$J" && grep -q '"reliable":[[:space:]]*true' "$J" &&
    ! grep -q "WARNING\|UNCONFIRMED" "$TMP/dgrad.out"; then pass bisect_json
 else fail bisect_json "$(head -c 400 "$J" 2>/dev/null)"; fi
+# the FP8 alternatives were all tried on the culprit, each with a verdict, and named in the
+# conclusion and bisect.json: current, the cheapest, closes; block and rowwise are reported too
+if grep -qE "^layers-1-2-dgrad-current .*cheapest fix" "$TMP/dgrad.out" &&
+   grep -qE "^layers-1-2-dgrad-block " "$TMP/dgrad.out" &&
+   grep -qE "^layers-1-2-dgrad-rowwise " "$TMP/dgrad.out" &&
+   grep -q "FP8 alternatives to BF16, cheapest first: current closes" "$TMP/dgrad.out" &&
+   grep -qE '"alternatives":[[:space:]]*"current closes[^"]*; block [^"]*; rowwise ' "$J"; then
+  pass alternatives
+else fail alternatives "$(grep -E 'layers-1-2-dgrad-|alternatives' "$TMP/dgrad.out")"; fi
 H="$TMP/dgrad/report.html"
 if [ -f "$H" ] && grep -q "<table" "$H" && grep -q "<svg" "$H" && grep -qF "$ov" "$H" &&
    grep -q "</html>" "$H"; then pass report_html; else fail report_html "missing or incomplete"; fi

@@ -49,7 +49,7 @@ if [ $rc -eq 2 ] && grep -q "unknown command 'frobnicate'" "$TMP/err"; then pass
 
 # --- bad usage: exit 2, a clear message, nothing written
 expect_usage unknown_option "unknown option '--frobnicate'" --frobnicate 3
-expect_usage bad_precision "fp8, delayed, current, block, mxfp8, fake, bf16 or fp32" --precision fp9
+expect_usage bad_precision "fp8, delayed, current, block, rowwise, mxfp8, fake, bf16 or fp32" --precision fp9
 expect_usage bad_recipe "delayed or current" --recipe later
 expect_usage bad_format "hybrid" --format e5m2
 expect_usage bad_int "--batch: bad value 'abc'" --batch abc

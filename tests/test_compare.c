@@ -605,6 +605,69 @@ static void test_stats_and_dump_tables(void) {
     free_case(&c);
 }
 
+/* Block / rowwise rows carry their worst tile (inspect's tile_stats): compare reports, per
+ * site, the mean of the worst tile's SQNR over the steps and the largest worst-tile underflow,
+ * in its table, its JSON and the report; sites without tile data have none. */
+static void test_tile_columns(void) {
+    double a[N_STEPS], b[N_STEPS];
+    series(a, 11);
+    series(b, 12);
+    char da[512], db[512];
+    write_run(da, "tiles_a", a, N_STEPS);
+    write_run(db, "tiles_b", b, N_STEPS);
+    write_stats(da, 31.0);
+    char p[700];
+    snprintf(p, sizeof(p), "%s/stats.jsonl", db);
+    FILE *f = fopen(p, "w");
+    T_ASSERT(f, "%s", p);
+    for (int step = 0; step <= 200; step += 50) {
+        const int k = step / 50; /* worst tile 10 + k dB, its underflow k % */
+        fprintf(f,
+                "{\"step\":%d,\"micro\":0,\"layer\":2,\"module\":\"fc2\",\"gemm\":\"dgrad\","
+                "\"tensor\":\"grad_output\",\"precision\":\"block\",\"fmt\":\"e4m3\","
+                "\"amax\":1.5,\"underflow_pct\":0.5,\"saturation_pct\":0,\"cosine\":0.999,"
+                "\"sqnr_db\":25,\"scale\":128,\"tile_r\":1,\"tile_c\":128,\"n_tiles\":64,"
+                "\"tile_sqnr_min_db\":%d,\"tile_underflow_max_pct\":%d}\n",
+                step, 10 + k, k);
+        fprintf(f,
+                "{\"step\":%d,\"micro\":0,\"layer\":0,\"module\":\"qkv\",\"gemm\":\"fprop\","
+                "\"tensor\":\"input\",\"precision\":\"delayed\",\"fmt\":\"e4m3\",\"amax\":1.5,"
+                "\"underflow_pct\":0.01,\"saturation_pct\":0,\"cosine\":0.9999,\"sqnr_db\":30,"
+                "\"scale\":128}\n",
+                step);
+    }
+    fclose(f);
+    cmp_case c;
+    run_compare(&c, da, db);
+    T_ASSERT(c.ok, "compare failed");
+    T_ASSERT(c.r.have_stats == 2 && c.r.n_sites == 2, "stats %d sites %d", c.r.have_stats,
+             c.r.n_sites);
+    const fp8t_site_diff *blk = NULL, *pt = NULL;
+    for (int i = 0; i < c.r.n_sites; i++) {
+        if (c.r.sites[i].layer == 2) blk = &c.r.sites[i];
+        else pt = &c.r.sites[i];
+    }
+    T_ASSERT(blk && pt, "sites");
+    T_CHECK(isnan(blk->tile_sqnr_a) && isnan(blk->tile_under_a) && blk->tile_sqnr_b == 12.0 &&
+                blk->tile_under_b == 4.0,
+            "block site: A %g/%g B %g/%g", blk->tile_sqnr_a, blk->tile_under_a, blk->tile_sqnr_b,
+            blk->tile_under_b);
+    T_CHECK(isnan(pt->tile_sqnr_a) && isnan(pt->tile_sqnr_b), "a per-tensor site has tile data");
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&txt, &len);
+    fp8t_compare_print(mf, &c.a, &c.b, &c.r);
+    fclose(mf);
+    T_CHECK(txt && strstr(txt, "worst block / rowwise tile") && strstr(txt, "B 12.0dB/4.000%"),
+            "text: %s", txt ? txt : "");
+    free(txt);
+    char *js = fp8t_compare_to_json(&c.a, &c.b, &c.r);
+    T_CHECK(js && strstr(js, "\"tile_sqnr_min_db_b\"") && strstr(js, "\"tile_underflow_max_pct_b\""),
+            "json lacks the tile fields");
+    free(js);
+    free_case(&c);
+}
+
 /* ---- the HTML report, checked without a browser ---- */
 
 static const char *VOID_TAGS[] = {"meta", "br", "hr", "img", "input", "link", "col", NULL};
@@ -754,6 +817,7 @@ int main(void) {
     T_RUN(test_nan_loss);
     T_RUN(test_nan_event);
     T_RUN(test_bad_input);
+    T_RUN(test_tile_columns);
     T_RUN(test_metrics_reader_merges_and_tolerates);
     T_RUN(test_stats_and_dump_tables);
     T_RUN(test_report_html_structure);

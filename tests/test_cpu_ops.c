@@ -518,12 +518,13 @@ static void test_fake_quantize(void) {
 }
 
 /* block_quantize against the reference quantizer on the operand's own layout: the codes, and
- * scale_inv = 1 / the reference's scale at the layout's index, bit for bit (both tile kinds,
- * transposed or not, partial edge blocks, pow2 on and off, both formats) */
+ * scale_inv = 1 / the reference's scale at the layout's index, bit for bit (the three tile
+ * kinds: 1x128, 128x128 and ROW's 1 x K, transposed or not, partial edge blocks, pow2 on and
+ * off, both formats) */
 static void test_block_quantize(void) {
     const int cfg[][2] = {{300, 260}, {256, 384}, {5, 7}};
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
-        for (int kind = 1; kind <= 2; kind++)
+        for (int kind = 1; kind <= 3; kind++)
             for (int t = 0; t < 2; t++)
                 for (int pow2 = 0; pow2 < 2; pow2++)
                     for (int f = 0; f < 2; f++) {
@@ -540,13 +541,14 @@ static void test_block_quantize(void) {
                             for (int q = 0; q < K; q++)
                                 op[(size_t)r * K + q] =
                                     t ? x[(size_t)q * cols + r] : x[(size_t)r * cols + q];
-                        const int tr = k == FP8T_SCALING_VEC128 ? 1 : 128;
-                        const int nbr = (R + tr - 1) / tr, nbc = (K + 127) / 128;
+                        const int tr = k == FP8T_SCALING_BLK128 ? 128 : 1;
+                        const int tc = k == FP8T_SCALING_ROW ? K : 128;
+                        const int nbr = (R + tr - 1) / tr, nbc = (K + tc - 1) / tc;
                         uint8_t *want = malloc(n), *codes = OPS->malloc(be, n);
                         float *sc = malloc((size_t)nbr * nbc * sizeof(float));
                         const size_t ns = fp8t_block_scale_floats(k, R, K);
                         float *sinv = dev_floats(ns);
-                        fp8t_block_quantize_pow2(want, sc, op, R, K, tr, 128, fmt, pow2);
+                        fp8t_block_quantize_pow2(want, sc, op, R, K, tr, tc, fmt, pow2);
                         OPS->block_quantize(be, codes, sinv, x, rows, cols, t, k, fmt, pow2);
                         T_CHECK(bits_equal(codes, want, n),
                                 "block_quantize codes %dx%d kind %d t %d pow2 %d %s", rows, cols,
@@ -555,7 +557,7 @@ static void test_block_quantize(void) {
                         for (int br = 0; br < nbr; br++)
                             for (int bc = 0; bc < nbc; bc++) {
                                 float w = 1.0f / sc[(size_t)br * nbc + bc];
-                                float g = sinv[fp8t_block_scale_index(k, R, K, br * tr, bc * 128)];
+                                float g = sinv[fp8t_block_scale_index(k, R, K, br * tr, bc * tc)];
                                 bad += !bits_equal(&w, &g, sizeof(float));
                             }
                         T_CHECK(bad == 0, "block_quantize scale_inv: %d blocks differ", bad);

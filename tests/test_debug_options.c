@@ -44,6 +44,29 @@ static int parse(fp8t_train_config *c, char *err, size_t errlen, ...) {
     return fp8t_train_parse_args(c, argc, argv, err, errlen);
 }
 
+/* --format: the block and rowwise GEMMs follow it only when it is given (their default is E4M3
+ * everywhere, the per-tensor recipes' hybrid); --precision rowwise parses */
+static void format_and_rowwise(void) {
+    clear_env();
+    fp8t_train_config c;
+    char err[1024];
+    T_ASSERT(parse(&c, err, sizeof(err), "--precision", "rowwise", NULL) == 0, "%s", err);
+    T_CHECK(c.policy.default_precision == FP8T_PREC_ROWWISE && c.policy.hybrid == 1 &&
+                c.policy.block_hybrid == 0,
+            "default: rowwise, hybrid %d, block_hybrid %d", c.policy.hybrid,
+            c.policy.block_hybrid);
+    T_ASSERT(parse(&c, err, sizeof(err), "--precision", "block", "--format", "hybrid", NULL) == 0,
+             "%s", err);
+    T_CHECK(c.policy.hybrid == 1 && c.policy.block_hybrid == 1, "--format hybrid: %d %d",
+            c.policy.hybrid, c.policy.block_hybrid);
+    T_ASSERT(parse(&c, err, sizeof(err), "--format", "e4m3", NULL) == 0, "%s", err);
+    T_CHECK(c.policy.hybrid == 0 && c.policy.block_hybrid == 0, "--format e4m3: %d %d",
+            c.policy.hybrid, c.policy.block_hybrid);
+    T_CHECK(parse(&c, err, sizeof(err), "--precision", "rowwize", NULL) != 0 &&
+                strstr(err, "rowwise"),
+            "the error lists rowwise: %s", err);
+}
+
 static void disable_list(void) {
     clear_env();
     fp8t_train_config c;
@@ -264,6 +287,7 @@ static void attention_names(void) {
 
 int main(void) {
     t_suite = "debug_options";
+    T_RUN(format_and_rowwise);
     T_RUN(disable_list);
     T_RUN(cuda_options);
     T_RUN(config_json_records);

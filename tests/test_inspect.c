@@ -415,6 +415,69 @@ static void test_inspect_micro_all_and_current_scaling(void) {
     tiny_close(&t);
 }
 
+/* Block and rowwise operands carry their own tiles' statistics: the tile shape of the GEMM
+ * (block: 1x128 along K, 128x1 for the Wgrad, 128x128 weights; rowwise: a whole K-major row),
+ * the tile count, and the worst tile, which can only be worse than the tensor as a whole
+ * (sum xx / sum err >= min over tiles of xx_t / err_t; the largest underflow >= the mean);
+ * per-tensor rows have none. */
+static void test_inspect_tile_stats(void) {
+    tiny t;
+    T_ASSERT(tiny_open(&t) == 0, "model");
+    fp8t_policy pol = *fp8t_model_get_policy(t.m);
+    char err[512], out[400];
+    T_ASSERT(fp8t_policy_add_overrides(&pol, "layers=1,precision=block;layers=2,precision=rowwise",
+                                       err, sizeof(err)) == 0, "%s", err);
+    fp8t_model_set_policy(t.m, &pol);
+    snprintf(out, sizeof(out), "%s/inspect_tiles", g_root);
+    fp8t_inspector *in = fp8t_inspector_create("tensors=operands", out, err, sizeof(err));
+    T_ASSERT(in, "%s", err);
+    fp8t_model_set_hook(t.m, hook_observe_only, in);
+    fp8t_inspector_begin_step(in, 0);
+    tiny_step(&t, 1);
+    fp8t_inspector_end_step(in, 0);
+    fp8t_inspector_destroy(in);
+    fp8t_model_set_hook(t.m, NULL, NULL);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/stats.jsonl", out);
+    int n, with = 0, bad = 0;
+    cJSON **rows = read_rows(path, &n);
+    T_ASSERT(rows && n > 0, "no rows");
+    for (int i = 0; i < n; i++) {
+        const cJSON *r = rows[i];
+        const int layer = (int)num(r, "layer");
+        const char *g = str(r, "gemm"), *k = str(r, "tensor");
+        const int scaled = layer == 1 || layer == 2;
+        if (!scaled) {
+            bad += cJSON_GetObjectItem(r, "n_tiles") != NULL;
+            continue;
+        }
+        with++;
+        const double rows_ = num(r, "rows"), cols = num(r, "cols");
+        const int weight = !strcmp(k, "weight");
+        const int k_rows = !strcmp(g, "wgrad") || (weight && !strcmp(g, "dgrad"));
+        double tr, tc;
+        if (layer == 2) tr = k_rows ? rows_ : 1, tc = k_rows ? 1 : cols;
+        else if (weight) tr = tc = 128;
+        else tr = k_rows ? 128 : 1, tc = k_rows ? 1 : 128;
+        const double nt = ceil(rows_ / tr) * ceil(cols / tc);
+        const int ok = num(r, "tile_r") == tr && num(r, "tile_c") == tc && num(r, "n_tiles") == nt &&
+                       num(r, "tile_sqnr_min_db") <= num(r, "sqnr_db") + 1e-9 &&
+                       num(r, "tile_underflow_max_pct") >= num(r, "underflow_pct") - 1e-12 &&
+                       num(r, "tile_sqnr_min_index") < nt && num(r, "tile_underflow_max_index") < nt &&
+                       !strcmp(str(r, "scale_source"), layer == 1 ? "block" : "rowwise");
+        if (!ok && !bad)
+            printf("  layer %d %s %s %s: tile %gx%g (want %gx%g), %g tiles, worst %g dB (tensor %g), "
+                   "underflow %g (tensor %g)\n", layer, str(r, "module"), g, k, num(r, "tile_r"),
+                   num(r, "tile_c"), tr, tc, num(r, "n_tiles"), num(r, "tile_sqnr_min_db"),
+                   num(r, "sqnr_db"), num(r, "tile_underflow_max_pct"), num(r, "underflow_pct"));
+        bad += !ok;
+    }
+    /* layers 1 and 2: 4 linears x 3 GEMMs x 2 operands each */
+    T_CHECK(with == 2 * 4 * 3 * 2 && bad == 0, "%d block/rowwise rows, %d wrong", with, bad);
+    free_rows(rows, n);
+    tiny_close(&t);
+}
+
 static void test_inspect_off_and_spec_errors(void) {
     char err[512], out[400];
     snprintf(out, sizeof(out), "%s/inspect3", g_root);
@@ -832,6 +895,7 @@ int main(void) {
     T_RUN(test_inspect_selection_stats_and_dumps);
     g_dump_budget = 0;
     T_RUN(test_inspect_micro_all_and_current_scaling);
+    T_RUN(test_inspect_tile_stats);
     T_RUN(test_inspect_off_and_spec_errors);
     T_RUN(test_spec_check_matches_create);
     T_RUN(test_nan_tracker_names_the_poisoned_tensor);

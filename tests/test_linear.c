@@ -82,13 +82,23 @@ static double *quantized(ctx *c, const float *x, int rows, int cols, fp8_format 
         for (size_t i = 0; i < n; i++) out[i] = bf16_decode(bf16_encode(tmp[i])); /* BF16 GEMM */
         break;
     }
-    case FP8T_PREC_BLOCK: {
-        int tr = is_weight ? 128 : (g == FP8T_GEMM_WGRAD ? 128 : 1);
-        int tc = is_weight ? 128 : (g == FP8T_GEMM_WGRAD ? 1 : 128);
+    case FP8T_PREC_BLOCK:
+    case FP8T_PREC_ROWWISE: {
+        /* the reduction dimension K runs along the stored rows of the Wgrad's operands and
+         * of the Dgrad's W, along the stored columns of the others */
+        const int k_rows = g == FP8T_GEMM_WGRAD || (is_weight && g == FP8T_GEMM_DGRAD);
+        int tr, tc;
+        if (p == FP8T_PREC_ROWWISE) { /* one scale per K-major row: the whole K */
+            tr = k_rows ? rows : 1;
+            tc = k_rows ? 1 : cols;
+        } else {
+            tr = is_weight ? 128 : (k_rows ? 128 : 1);
+            tc = is_weight ? 128 : (k_rows ? 1 : 128);
+        }
         size_t nb = (size_t)((rows + tr - 1) / tr) * ((cols + tc - 1) / tc);
         uint8_t *codes = malloc(n);
         float *scales = malloc(nb * sizeof(float));
-        fp8t_block_quantize(codes, scales, x, rows, cols, tr, tc, fmt);
+        fp8t_block_quantize_pow2(codes, scales, x, rows, cols, tr, tc, fmt, c->pol->pow2_scales);
         fp8t_block_dequantize(tmp, codes, scales, rows, cols, tr, tc, fmt);
         for (size_t i = 0; i < n; i++) out[i] = tmp[i];
         free(codes);
@@ -181,8 +191,10 @@ static void hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, float *x)
     /* the site must name the precision the model resolved and the tensor's FP8 format */
     if (s->precision != fp8t_model_gemm_precision(m, s->lin, s->gemm)) c->n_site_errors++;
     if (s->kind <= FP8T_T_GRAD_OUTPUT) {
-        fp8_format want =
-            (s->kind == FP8T_T_GRAD_OUTPUT && c->pol->hybrid) ? FP8_E5M2 : FP8_E4M3;
+        /* block and rowwise: E4M3 everywhere unless block_hybrid (--format hybrid) */
+        const int scaled = s->precision == FP8T_PREC_BLOCK || s->precision == FP8T_PREC_ROWWISE;
+        const int hybrid = scaled ? c->pol->block_hybrid : c->pol->hybrid;
+        fp8_format want = (s->kind == FP8T_T_GRAD_OUTPUT && hybrid) ? FP8_E5M2 : FP8_E4M3;
         if (s->fmt != want || s->fp8_index != s->lin * 3 + (int)s->kind) c->n_site_errors++;
     }
     int first = (s->gemm == FP8T_GEMM_WGRAD) ? (s->kind == FP8T_T_GRAD_OUTPUT)
@@ -398,6 +410,7 @@ static void linear_fake(void) { run_precision(FP8T_PREC_FAKE); }
 static void linear_bf16(void) { run_precision(FP8T_PREC_BF16); }
 static void linear_fp32(void) { run_precision(FP8T_PREC_FP32); }
 static void linear_block(void) { run_precision(FP8T_PREC_BLOCK); }
+static void linear_rowwise(void) { run_precision(FP8T_PREC_ROWWISE); }
 static void linear_mxfp8(void) { run_precision(FP8T_PREC_MXFP8); }
 
 /* current scaling with the options: power-of-two scales and an amax floor */
@@ -449,6 +462,39 @@ static void linear_block_native(void) {
     pol.history_len = 2;
     run_policy_on(FP8T_ARCH_GPT2, &pol, "gpt2 block, native GEMMs", 2);
     run_policy_on(FP8T_ARCH_LLAMA, &pol, "llama block, native GEMMs", 2);
+    /* --format hybrid given: E5M2 gradients in block GEMMs too */
+    pol.block_hybrid = 1;
+    run_policy_on(FP8T_ARCH_GPT2, &pol, "gpt2 block hybrid, native", 2);
+}
+
+/* block and rowwise with power-of-two scales (block then takes the scaled-operand path on any
+ * backend: code * (1/scale) is code / scale exactly), and rowwise on the scaled-GEMM backend
+ * (every GEMM row-scaled) */
+static void linear_scaled_pow2(void) {
+    fp8t_policy pol;
+    fp8t_policy_default(&pol);
+    pol.default_precision = FP8T_PREC_BLOCK;
+    pol.head_precision = FP8T_PREC_BLOCK;
+    pol.history_len = 2;
+    pol.pow2_scales = 1;
+    run_policy_on(FP8T_ARCH_GPT2, &pol, "gpt2 block pow2", 0);
+    pol.default_precision = pol.head_precision = FP8T_PREC_ROWWISE;
+    run_policy_on(FP8T_ARCH_LLAMA, &pol, "llama rowwise pow2", 0);
+    pol.pow2_scales = 0;
+    pol.block_hybrid = 1;
+    run_policy_on(FP8T_ARCH_GPT2, &pol, "gpt2 rowwise hybrid, native", 2);
+}
+
+/* torchao's rowwise_with_gw_hp: rowwise Fprop and Dgrad, the Wgrad in BF16 */
+static void linear_rowwise_gw_hp(void) {
+    fp8t_policy pol;
+    fp8t_policy_default(&pol);
+    pol.default_precision = FP8T_PREC_ROWWISE;
+    pol.history_len = 2;
+    char err[256];
+    T_ASSERT(fp8t_policy_add_overrides(&pol, "gemm=wgrad,precision=bf16", err, sizeof(err)) == 0,
+             "%s", err);
+    run_policy_on(FP8T_ARCH_GPT2, &pol, "gpt2 rowwise_with_gw_hp", 0);
 }
 
 int main(void) {
@@ -464,5 +510,8 @@ int main(void) {
     T_RUN(linear_mixed);
     T_RUN(linear_transposed_copies);
     T_RUN(linear_block_native);
+    T_RUN(linear_rowwise);
+    T_RUN(linear_scaled_pow2);
+    T_RUN(linear_rowwise_gw_hp);
     T_MAIN_END();
 }

@@ -21,11 +21,41 @@ static void policy_defaults(void) {
     T_CHECK(p.head_precision == FP8T_PREC_BF16, "head default %d", p.head_precision);
     T_CHECK(p.fast_accum_fprop == 1 && p.fast_accum_grad == 0, "fast accumulation defaults");
     T_CHECK(p.n_overrides == 0 && p.epsilon == 0.0f && p.pow2_scales == 0, "rest");
+    T_CHECK(p.block_hybrid == 0, "block and rowwise default to E4M3 everywhere");
     /* fp8 resolves to the recipe, never to FP8T_PREC_FP8 */
     T_CHECK(R(&p, 0, FP8T_MOD_QKV, FP8T_GEMM_FPROP) == FP8T_PREC_DELAYED, "fp8 -> delayed");
     p.recipe = FP8T_PREC_CURRENT;
     T_CHECK(R(&p, 3, FP8T_MOD_FC2, FP8T_GEMM_WGRAD) == FP8T_PREC_CURRENT, "fp8 -> current");
     T_CHECK(R(&p, -1, FP8T_MOD_HEAD, FP8T_GEMM_FPROP) == FP8T_PREC_BF16, "head bf16");
+}
+
+/* rowwise: a precision of its own, on the command line, in overrides and in the switches;
+ * torchao's rowwise_with_gw_hp is rowwise with an override putting the Wgrad in BF16 */
+static void policy_rowwise(void) {
+    fp8t_precision q;
+    T_CHECK(fp8t_precision_parse(&q, "rowwise") == 0 && q == FP8T_PREC_ROWWISE, "parse");
+    T_CHECK(!strcmp(fp8t_precision_name(FP8T_PREC_ROWWISE), "rowwise"), "name");
+    fp8t_policy p;
+    fp8t_policy_default(&p);
+    p.default_precision = FP8T_PREC_ROWWISE;
+    char err[512];
+    T_ASSERT(fp8t_policy_add_overrides(&p, "gemm=wgrad,precision=bf16", err, sizeof(err)) == 0,
+             "%s", err);
+    T_CHECK(R(&p, 2, FP8T_MOD_FC1, FP8T_GEMM_FPROP) == FP8T_PREC_ROWWISE &&
+                R(&p, 2, FP8T_MOD_FC1, FP8T_GEMM_DGRAD) == FP8T_PREC_ROWWISE &&
+                R(&p, 2, FP8T_MOD_FC1, FP8T_GEMM_WGRAD) == FP8T_PREC_BF16 &&
+                R(&p, -1, FP8T_MOD_HEAD, FP8T_GEMM_FPROP) == FP8T_PREC_BF16,
+            "rowwise_with_gw_hp resolves wrong");
+    fp8t_policy_default(&p);
+    const char *v[1 + FP8T_GEMM_COUNT] = {NULL, NULL, "rowwise", NULL};
+    const char *src[1 + FP8T_GEMM_COUNT] = {"P", "F", "D", "W"};
+    T_CHECK(fp8t_policy_apply_switches(&p, v, src, err, sizeof(err)) == 0 &&
+                R(&p, 0, FP8T_MOD_QKV, FP8T_GEMM_DGRAD) == FP8T_PREC_ROWWISE &&
+                R(&p, 0, FP8T_MOD_QKV, FP8T_GEMM_FPROP) == FP8T_PREC_DELAYED,
+            "switch: %s", err);
+    /* the error lists it */
+    T_CHECK(fp8t_policy_add_overrides(&p, "precision=rowise", err, sizeof(err)) != 0 &&
+                strstr(err, "rowwise"), "message: %s", err);
 }
 
 static void policy_names(void) {
@@ -210,10 +240,12 @@ static void policy_json_roundtrip(void) {
     p.head_precision = FP8T_PREC_FAKE;
     p.fast_accum_fprop = 0;
     p.fast_accum_grad = 1;
+    p.block_hybrid = 1;
     T_ASSERT(fp8t_policy_add_overrides(
                  &p, "layers=2-3,module=fc2+fc1,gemm=dgrad+wgrad,precision=bf16;"
                      "layers=first:1,precision=fp32;layers=last:2,module=head+down,"
-                     "precision=block;layers=4,gemm=fprop,precision=mxfp8;precision=fp8",
+                     "precision=block;layers=4,gemm=fprop,precision=mxfp8;precision=fp8;"
+                     "layers=1,module=attn,gemm=fprop+dgrad,precision=rowwise",
                  err, sizeof(err)) == 0, "%s", err);
     char *js = fp8t_policy_to_json(&p);
     T_ASSERT(js, "to_json");
@@ -224,7 +256,8 @@ static void policy_json_roundtrip(void) {
                 q.margin == p.margin && q.pow2_scales == p.pow2_scales &&
                 q.epsilon == p.epsilon && q.head_precision == p.head_precision &&
                 q.fast_accum_fprop == p.fast_accum_fprop &&
-                q.fast_accum_grad == p.fast_accum_grad && q.n_overrides == p.n_overrides,
+                q.fast_accum_grad == p.fast_accum_grad && q.n_overrides == p.n_overrides &&
+                q.block_hybrid == p.block_hybrid,
             "scalars differ after the round trip: %s", js);
     for (int i = 0; i < p.n_overrides && i < q.n_overrides; i++)
         T_CHECK(!memcmp(&p.overrides[i], &q.overrides[i], sizeof(fp8t_override)),
@@ -340,6 +373,7 @@ int main(void) {
     t_suite = "policy";
     T_RUN(policy_defaults);
     T_RUN(policy_names);
+    T_RUN(policy_rowwise);
     T_RUN(policy_parse_fields);
     T_RUN(policy_matching);
     T_RUN(policy_head);

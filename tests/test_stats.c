@@ -440,6 +440,83 @@ static void test_raw_images(void) {
     free(x), free(q), free(sc), free(codes), free(e8), free(bscale);
 }
 
+/* tile_stats: each tile of image 0 (TILES) on its own, against the straightforward reference
+ * on the tile's elements with the tile's own current scale: the lowest SQNR and its (first)
+ * tile, the highest underflow and its tile, the count of tiles with underflow; the block and
+ * rowwise GEMMs' tile shapes, with and without power-of-two scales, both formats. */
+static void test_tile_stats(void) {
+    const int rows = 300, cols = 260;
+    const size_t n = (size_t)rows * cols;
+    float *x = malloc(n * sizeof(float)), *buf = malloc(n * sizeof(float));
+    float *q = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)(uniform() - 0.5);
+    /* rows with tiny values next to large ones: some tiles underflow, others do not */
+    for (int c = 0; c < 200; c++) {
+        x[(size_t)3 * cols + c] *= c % 3 ? 1e-4f : 1e3f; /* within a row */
+        x[(size_t)150 * cols + c] *= 1e3f;               /* within a column */
+    }
+    x[5] = INFINITY; /* non-finite elements are left out of the error, as for the tensor */
+    static const int tiles[][2] = {{1, 128}, {128, 1}, {128, 128}, {1, 260}, {300, 1}};
+    for (size_t ti = 0; ti < sizeof tiles / sizeof tiles[0]; ti++)
+        for (int pow2 = 0; pow2 < 2; pow2++)
+            for (int f = 0; f < 2; f++) {
+                const int tr = tiles[ti][0], tc = tiles[ti][1];
+                const fp8_format fmt = f ? FP8_E5M2 : FP8_E4M3;
+                fp8t_stats_req req;
+                memset(&req, 0, sizeof req);
+                req.n_images = 1;
+                req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = fmt, .tile_r = tr,
+                                               .tile_c = tc, .pow2 = pow2};
+                req.tile_stats = 1;
+                fp8t_stats_raw raw;
+                fp8t_stats_raw_compute(&raw, x, rows, cols, &req);
+                const int nbr = (rows + tr - 1) / tr, nbc = (cols + tc - 1) / tc;
+                double worst = INFINITY, umax = -1;
+                size_t wi = 0, ui = 0, with = 0;
+                for (int t = 0; t < nbr * nbc; t++) {
+                    const int r0 = t / nbc * tr, c0 = t % nbc * tc;
+                    size_t m = 0;
+                    for (int r = r0; r < rows && r < r0 + tr; r++)
+                        for (int c = c0; c < cols && c < c0 + tc; c++)
+                            buf[m++] = x[(size_t)r * cols + c];
+                    const float sc = fp8t_current_scale(fp8_amax(buf, m), fp8_format_max(fmt),
+                                                        0.0f, pow2);
+                    fp8_fake_quantize(q, buf, m, sc, fmt);
+                    const ref_stats rs = reference(buf, q, m, 0, fp8_format_max(fmt));
+                    const double up = rs.n_nz ? 100.0 * (double)rs.n_under / (double)rs.n_nz : 0;
+                    if (rs.sqnr < worst) worst = rs.sqnr, wi = (size_t)t;
+                    if (up > umax) umax = up, ui = (size_t)t;
+                    with += rs.n_under > 0;
+                }
+                T_CHECK(raw.n_tiles == (uint64_t)nbr * nbc && raw.tile_sqnr_min_index == wi &&
+                            raw.tile_underflow_max_index == ui &&
+                            raw.tile_underflow_max_pct == umax && raw.tiles_with_underflow == with,
+                        "tiles %dx%d pow2 %d %s: %llu tiles, worst %llu (want %zu), underflow "
+                        "%g at %llu (want %g at %zu), %llu with underflow (want %zu)",
+                        tr, tc, pow2, fp8_format_name(fmt), (unsigned long long)raw.n_tiles,
+                        (unsigned long long)raw.tile_sqnr_min_index, wi,
+                        raw.tile_underflow_max_pct, (unsigned long long)raw.tile_underflow_max_index,
+                        umax, ui, (unsigned long long)raw.tiles_with_underflow, with);
+                T_CLOSE(raw.tile_sqnr_min_db, worst, 1e-9, 0);
+                /* E5M2's range holds these data: only E4M3 tiles underflow */
+                T_CHECK(with < (size_t)nbr * nbc && (fmt == FP8_E5M2 || with > 0),
+                        "tiles %dx%d %s: %zu of %d tiles underflow", tr, tc,
+                        fp8_format_name(fmt), with, nbr * nbc);
+            }
+    /* not asked: not computed */
+    fp8t_stats_req req;
+    memset(&req, 0, sizeof req);
+    req.n_images = 1;
+    req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1,
+                                   .tile_c = 128};
+    fp8t_stats_raw raw;
+    fp8t_stats_raw_compute(&raw, x, rows, cols, &req);
+    T_CHECK(raw.n_tiles == 0, "tile stats without tile_stats");
+    free(x);
+    free(buf);
+    free(q);
+}
+
 int main(void) {
     t_suite = "stats";
     T_RUN(test_hand_small);
@@ -452,5 +529,6 @@ int main(void) {
     T_RUN(test_empty);
     T_RUN(test_saturation_is_clipping);
     T_RUN(test_raw_images);
+    T_RUN(test_tile_stats);
     T_MAIN_END();
 }

@@ -64,17 +64,22 @@ static inline int fp8t_attn_qkv_width(const fp8t_attn_shape *s) {
 double fp8t_rope_inv_freq(const fp8t_attn_shape *s, int i);
 
 /* How an FP8 operand's scale_inv applies to its codes. TENSOR: one float for the whole tensor.
- * The block kinds (DeepSeek-V3, block_quantize) hold one FP32 scale_inv per block of the stored
- * [rows, cols] codes, cols being the GEMM's reduction dimension K (the operand is K-major: an
- * A stored [M,K] with transA = 0, a B stored [N,K] with transB = 1; data only, no data_t):
+ * The other kinds (block_quantize, quantize_scaled) hold one FP32 scale_inv per block of the
+ * stored [rows, cols] codes, cols being the GEMM's reduction dimension K (the operand is
+ * K-major: an A stored [M,K] with transA = 0, a B stored [N,K] with transB = 1; data only, no
+ * data_t):
  *   VEC128  1x128 tiles along K: scale_inv[kb * pad4(rows) + r]  (kb = c / 128)
  *   BLK128  128x128 blocks:      scale_inv[rb * pad4(ceil(cols/128)) + kb]  (rb = r / 128)
- * which is cuBLASLt's layout for CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F / _BLK128x128_32F on
- * a K-major operand, so a GPU passes it as it is; the padding entries are unused. */
+ *   ROW     one scale per row, over all of K: scale_inv[r]  (pad4(rows) floats)
+ * which is cuBLASLt's layout for CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F / _BLK128x128_32F /
+ * _OUTER_VEC_32F on a K-major operand, so a GPU passes it as it is; the padding entries are
+ * unused. Each block is quantized with the current-scaling scale of its own amax
+ * (fp8t_current_scale, epsilon 0): ROW is block quantization with 1 x K tiles. */
 typedef enum {
     FP8T_SCALING_TENSOR = 0,
     FP8T_SCALING_VEC128 = 1,
-    FP8T_SCALING_BLK128 = 2
+    FP8T_SCALING_BLK128 = 2,
+    FP8T_SCALING_ROW = 3
 } fp8t_fp8_scaling;
 
 /* An FP8 operand: codes plus the device pointer to its scale_inv (value = code * scale_inv). */
@@ -99,14 +104,47 @@ FP8T_LAYOUT_FN size_t fp8t_block_scale_floats(fp8t_fp8_scaling k, int rows, int 
     const size_t kb = (size_t)((cols + 127) / 128);
     if (k == FP8T_SCALING_VEC128) return kb * (size_t)fp8t_pad4(rows);
     if (k == FP8T_SCALING_BLK128) return (size_t)((rows + 127) / 128) * (size_t)fp8t_pad4((int)kb);
+    if (k == FP8T_SCALING_ROW) return (size_t)fp8t_pad4(rows);
     return 1;
 }
 /* index of the scale_inv of element (r, c) of a block-scaled [rows, cols] operand */
 FP8T_LAYOUT_FN size_t fp8t_block_scale_index(fp8t_fp8_scaling k, int rows, int cols, int r,
                                             int c) {
     if (k == FP8T_SCALING_VEC128) return (size_t)(c / 128) * (size_t)fp8t_pad4(rows) + (size_t)r;
+    if (k == FP8T_SCALING_ROW) return (size_t)r;
     return (size_t)(r / 128) * (size_t)fp8t_pad4((cols + 127) / 128) + (size_t)(c / 128);
 }
+/* the tile of a scaling kind on a [rows, cols] operand: tile_r x tile_c elements */
+FP8T_LAYOUT_FN int fp8t_scaling_tile_r(fp8t_fp8_scaling k) {
+    return k == FP8T_SCALING_BLK128 ? 128 : 1;
+}
+FP8T_LAYOUT_FN int fp8t_scaling_tile_c(fp8t_fp8_scaling k, int cols) {
+    return k == FP8T_SCALING_ROW ? (cols > 0 ? cols : 1) : 128;
+}
+
+/* What quantize_scaled makes of one tensor x [rows, cols]: the scaled FP8 operands of both
+ * orientations that GEMMs read it in, from one read of x. codes is x's own layout (the operand
+ * whose K is x's cols: the Fprop's X and W, the Dgrad's dY), codes_t its transpose (K = x's
+ * rows: the Wgrad's dYᵀ and Xᵀ, the Dgrad's Wᵀ). The values quantized are x itself, or
+ * gelu(x (+ bias)) (gelu: the Fprop of the linear after GELU, as quantize_gelu), or
+ * gelu'(gelu_x (+ bias)) * x (gelu_x: the Dgrad's dY of that linear, as
+ * gelu_backward_quantize_colsum). */
+typedef struct {
+    uint8_t *codes;       /* [rows, cols] K-major along cols, or NULL (not wanted) */
+    float *scale_inv;     /* codes' scale_inv, scaling's layout for [rows, cols] */
+    uint8_t *codes_t;     /* [cols, rows] K-major along x's rows, or NULL */
+    float *scale_inv_t;   /* codes_t's scale_inv, scaling's layout for [cols, rows] */
+    float *amax_out;      /* may be NULL: max-accumulated with the values' amax (NaN wins) */
+    float *colsum;        /* may be NULL: += the values' column sums (bias_backward's) */
+    const float *x;       /* [rows, cols] */
+    int gelu;             /* the values are gelu(x (+ bias)) */
+    const float *gelu_x;  /* or (NULL: neither) the values are gelu'(gelu_x (+ bias)) * x */
+    const float *bias;    /* [cols], with gelu or gelu_x; may be NULL */
+    int rows, cols;
+    fp8t_fp8_scaling scaling; /* VEC128, BLK128 or ROW */
+    fp8_format fmt;
+    int pow2;             /* power-of-two scales (fp8t_current_scale's pow2) */
+} fp8t_scaled_quant;
 
 /* A BF16 operand made by to_bf16: the [rows, cols] values rounded to BF16 (round to nearest
  * even; raw bits), stored with fp8t_bf16_pad(cols) elements per row and fp8t_bf16_pad(rows)
@@ -166,10 +204,11 @@ typedef struct fp8t_backend_ops {
      * amax of the result into *amax_out (device pointer, max-accumulate) when non-NULL. bias
      * (may be NULL; only with acc = 0): bias[j] added to every row of the result, as bias_add
      * after the product (a GPU may add it in the GEMM's epilogue, rounding once).
-     * Block-scaled operands (scaling != TENSOR, from block_quantize) only as A [M,K] with
-     * transA = 0 and B [N,K] with transB = 1, not both BLK128, fast_accum ignored: each product
-     * takes its blocks' scale_inv (the CPU decodes code * scale_inv and runs the FP32 GEMM;
-     * Hopper's cuBLASLt applies them per 128-deep chunk, where fp8_block_native says so). */
+     * Block-scaled operands (scaling != TENSOR, from block_quantize / quantize_scaled) only as
+     * A [M,K] with transA = 0 and B [N,K] with transB = 1, not both BLK128, ROW only with ROW:
+     * each product takes its blocks' scale_inv (the CPU decodes code * scale_inv and runs the
+     * FP32 GEMM; Hopper's cuBLASLt applies them per 128-deep chunk, or per row and column for
+     * ROW, where fp8_block_native says so). fast_accum is ignored but for ROW x ROW. */
     void (*gemm_fp8)(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                      const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                      int acc, int fast_accum, float *amax_out, const float *bias);
@@ -420,17 +459,24 @@ typedef struct fp8t_backend_ops {
     void (*embedding_forward_bf16)(fp8t_backend *b, float *out, const int *tokens,
                                    const uint16_t *wte, int ld, const float *wpe, const int *pos,
                                    int B, int T, int C);
-    /* ---- block-scaled FP8 (DeepSeek-V3 block precision) ---- */
-    /* The block-scaled FP8 operand of x [rows, cols] (transpose = 0) or of its transpose
+    /* ---- block- and row-scaled FP8 (the block and rowwise precisions) ---- */
+    /* The scaled FP8 operand of x [rows, cols] (transpose = 0) or of its transpose
      * [cols, rows] (transpose = 1: the Wgrad's operands, whose reduction dimension is the
      * stored rows): codes [R, K] row-major (R, K = rows, cols or cols, rows) and scale_inv in
-     * scaling's layout (fp8t_fp8_operand). Each block (1x128 along K, or 128x128; edge blocks
-     * partial) is quantized with the current-scaling scale of its own amax (fp8t_current_scale,
+     * scaling's layout (fp8t_fp8_operand). Each block (1x128 along K, 128x128, or the whole
+     * row for ROW; edge blocks partial) is quantized with the current-scaling scale of its own amax (fp8t_current_scale,
      * epsilon 0, pow2 as given): the codes and scales of fp8t_block_quantize_pow2 on the same
      * operand, bit for bit, with scale_inv = 1 / scale. */
     void (*block_quantize)(fp8t_backend *b, uint8_t *codes, float *scale_inv, const float *x,
                            int rows, int cols, int transpose, fp8t_fp8_scaling scaling,
                            fp8_format fmt, int pow2);
+    /* Both orientations of a scaled operand in one pass (fp8t_scaled_quant): codes and
+     * scale_inv are block_quantize(values, transpose 0), codes_t and scale_inv_t
+     * block_quantize(values, transpose 1), bit for bit (BLK128: codes_t is codes transposed,
+     * a 128x128 block being its transpose's); the amax and colsum those of the values (amax
+     * as the amax op; colsum as bias_backward on the CPU, in a fixed order on a GPU); the
+     * values themselves are not written. */
+    void (*quantize_scaled)(fp8t_backend *b, const fp8t_scaled_quant *q);
 } fp8t_backend_ops;
 
 struct fp8t_backend {

@@ -61,6 +61,8 @@ typedef struct {
     /* what-if recipes (NaN when the row has none): SQNR dB, underflow %, saturation % */
     double whatif_sqnr[FP8T_WHATIF_COUNT], whatif_under[FP8T_WHATIF_COUNT],
         whatif_sat[FP8T_WHATIF_COUNT];
+    /* block / rowwise rows: the worst of the GEMM's own tiles (NaN when the row has none) */
+    double tile_sqnr_min_db, tile_underflow_max_pct;
 } fp8t_stat_row;
 
 typedef struct {
@@ -183,6 +185,9 @@ typedef struct {
     char precision[12];        /* the recipe in use there */
     double whatif_sqnr[FP8T_WHATIF_COUNT], whatif_under[FP8T_WHATIF_COUNT];
     int whatif_best;           /* index into fp8t_whatif_names, -1 if none */
+    /* block / rowwise sites: per run, the mean over the steps of the worst tile's SQNR (capped
+     * as above) and the largest worst-tile underflow %; NaN where the run has no tile data */
+    double tile_sqnr_a, tile_sqnr_b, tile_under_a, tile_under_b;
 } fp8t_site_diff;
 
 /* One dumped tensor present in both runs at the same step. */

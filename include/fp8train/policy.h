@@ -9,7 +9,8 @@
  *   layers=2-3,module=fc2+fc1,gemm=dgrad+wgrad,precision=bf16
  * keys: layers = A | A-B | first:N | last:N | all ;  module = qkv|proj|fc1|fc2|gate|up|down|head
  * (joined by '+'; "mlp" = fc1+fc2+gate+up+down, "attn" = qkv+proj); gemm = fprop|dgrad|wgrad
- * (joined by '+'); precision = fp8|delayed|current|block|mxfp8|fake|bf16|fp32 (required).
+ * (joined by '+'); precision = fp8|delayed|current|block|rowwise|mxfp8|fake|bf16|fp32
+ * (required).
  * Missing keys match everything except the head (the head is matched only when module names it).
  */
 #ifndef FP8TRAIN_POLICY_H
@@ -26,11 +27,13 @@ typedef enum {
     FP8T_PREC_FP8 = 0,  /* the run's recipe (policy.recipe: delayed or current) */
     FP8T_PREC_DELAYED,  /* per-tensor delayed scaling */
     FP8T_PREC_CURRENT,  /* per-tensor current scaling */
-    FP8T_PREC_BLOCK,    /* 1x128 / 128x128 block scaling (emulated around the GEMM) */
+    FP8T_PREC_BLOCK,    /* 1x128 / 128x128 block scaling (DeepSeek-V3; native on Hopper) */
     FP8T_PREC_MXFP8,    /* MXFP8 (emulated around the GEMM) */
     FP8T_PREC_FAKE,     /* quantize-dequantize (current scaling), GEMM in BF16 */
     FP8T_PREC_BF16,     /* BF16 operands, FP32 accumulation */
     FP8T_PREC_FP32,     /* FP32 (gradient checks, references) */
+    FP8T_PREC_ROWWISE,  /* one scale per row of each K-major operand, over K (torchao rowwise;
+                           native on Hopper) */
     FP8T_PREC_COUNT
 } fp8t_precision;
 
@@ -59,10 +62,14 @@ typedef struct {
     fp8t_precision default_precision; /* --precision */
     fp8t_precision recipe;            /* what "fp8" means: FP8T_PREC_DELAYED or _CURRENT */
     int hybrid;                       /* 1: E4M3 forward, E5M2 gradients; 0: E4M3 only */
+    int block_hybrid;                 /* block and rowwise GEMMs: 1 E5M2 gradients (--format
+                                         hybrid given), 0 E4M3 everywhere (the default, as
+                                         DeepSeek-V3 and Transformer Engine) */
     int history_len;                  /* delayed: amax history length (default 1024) */
     fp8t_amax_algo algo;              /* delayed: max | most_recent */
     int margin;                       /* delayed: scale /= 2^margin */
-    int pow2_scales;                  /* current: round scales down to powers of two */
+    int pow2_scales;                  /* current, block, rowwise: round scales down to powers
+                                         of two */
     float epsilon;                    /* current: amax floor */
     fp8t_precision head_precision;    /* LM head default (BF16) */
     int fast_accum_fprop;             /* Hopper fast accumulation for Fprop (default 1) */
@@ -71,8 +78,8 @@ typedef struct {
     fp8t_override overrides[FP8T_MAX_OVERRIDES];
 } fp8t_policy;
 
-/* Defaults: precision fp8, recipe delayed, hybrid, history 1024, max, margin 0, eps 0,
- * head bf16, fast accum fprop on / grads off, no overrides. */
+/* Defaults: precision fp8, recipe delayed, hybrid (block and rowwise: E4M3), history 1024,
+ * max, margin 0, eps 0, head bf16, fast accum fprop on / grads off, no overrides. */
 void fp8t_policy_default(fp8t_policy *p);
 
 const char *fp8t_precision_name(fp8t_precision p);

@@ -67,8 +67,8 @@ typedef struct {
     fp8_format fmt;      /* element format (MX: always E4M3) */
     int tile_r, tile_c;  /* FP8T_IMG_TILES */
     const float *scale;  /* FP8T_IMG_SCALE: device pointer to the scale (value = x * scale) */
-    float epsilon;       /* FP8T_IMG_CURRENT: fp8t_current_scale's epsilon and pow2 */
-    int pow2;
+    float epsilon;       /* FP8T_IMG_CURRENT: fp8t_current_scale's epsilon (TILES: 0) */
+    int pow2;            /* CURRENT and TILES: fp8t_current_scale's pow2 */
 } fp8t_image_spec;
 
 typedef struct {
@@ -79,6 +79,10 @@ typedef struct {
      * raw struct; block_list (device memory, n_blocks entries, may be NULL) gets every block */
     int block, block_img;
     struct fp8t_block_raw *block_list;
+    /* tile_stats (image 0 a TILES image: the block / rowwise GEMMs' own image): each of its
+     * tiles' error on its own, summarized in the raw struct (the worst tile's SQNR and
+     * underflow; a block-scaled tensor's error hides in its worst tiles) */
+    int tile_stats;
 } fp8t_stats_req;
 
 /* One block of a block=N request. */
@@ -107,6 +111,11 @@ typedef struct {
     /* block > 0 */
     uint64_t n_blocks, blocks_with_underflow, block_sqnr_min_index;
     double block_sqnr_min_db, block_amax_max, block_amax_min_nonzero, block_underflow_max_pct;
+    /* tile_stats: over the tiles of image 0 (row-major tile index), each tile's SQNR and
+     * underflow % (of its nonzero finite elements) as block=N's; the first tile of the lowest
+     * SQNR and of the highest underflow. n_tiles 0: not computed. */
+    uint64_t n_tiles, tiles_with_underflow, tile_sqnr_min_index, tile_underflow_max_index;
+    double tile_sqnr_min_db, tile_underflow_max_pct;
 } fp8t_stats_raw;
 
 /* The reference: *out from host memory x (the CPU backend's tensor_stats; scale pointers of

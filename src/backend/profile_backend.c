@@ -20,7 +20,7 @@ enum {
     P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT, P_XENT_BF16,
     P_ADD, P_ADD_BIAS, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
     P_TENSOR_STATS, P_TO_HOST_ASYNC, P_KV_CACHE_WRITE, P_ATTN_DECODE, P_EMB_FWD_BF16,
-    P_BLOCK_QUANTIZE,
+    P_BLOCK_QUANTIZE, P_QUANTIZE_SCALED,
     P_COUNT
 };
 
@@ -35,7 +35,7 @@ static const char *const op_names[P_COUNT] = {
     "attention_forward", "attention_backward", "softmax_xent", "softmax_xent_bf16",
     "add", "add_bias", "accumulate", "scale", "sumsq", "sum", "adamw",
     "tensor_stats", "to_host_async", "kv_cache_write", "attention_decode", "embedding_forward_bf16",
-    "block_quantize",
+    "block_quantize", "quantize_scaled",
 };
 
 #define MAX_SHAPES 128
@@ -358,6 +358,9 @@ static void w_block_quantize(fp8t_backend *b, uint8_t *c, float *si, const float
                              int cols, int t, fp8t_fp8_scaling k, fp8_format f, int pow2) {
     TIMED(P_BLOCK_QUANTIZE, ib->ops->block_quantize(ib, c, si, x, r, cols, t, k, f, pow2));
 }
+static void w_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
+    TIMED(P_QUANTIZE_SCALED, ib->ops->quantize_scaled(ib, q));
+}
 
 /* the collectives pass through untimed: a step's time waiting for other ranks is not an op's */
 static int w_comm_init(fp8t_backend *b, char *err, size_t errlen) {
@@ -395,6 +398,7 @@ static const fp8t_backend_ops wrapper_ops = {
     w_tensor_stats, w_host_alloc, w_host_free, w_to_host_async,
     w_reduce_start, w_reduce_wait,
     w_kv_cache_write, w_attention_decode, w_embedding_forward_bf16, w_block_quantize,
+    w_quantize_scaled,
 };
 
 fp8t_backend *fp8t_profile_wrap(fp8t_backend *inner) {

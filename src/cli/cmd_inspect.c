@@ -46,9 +46,9 @@ static void usage(FILE *f) {
         "  --compare-bf16        also run the micro-batches with every GEMM in BF16 (into\n"
         "                        OUT/bf16) and compare the dumped tensors one by one (cosine,\n"
         "                        relative error); implies dump=1 (dumps: the first micro-batch)\n"
-        "  --precision P         every GEMM in P: fp8 | delayed | current | block | mxfp8 |\n"
-        "                        fake | bf16 | fp32 (replaces the checkpoint's policy and its\n"
-        "                        overrides)\n"
+        "  --precision P         every GEMM in P: fp8 | delayed | current | block | rowwise |\n"
+        "                        mxfp8 | fake | bf16 | fp32 (replaces the checkpoint's policy\n"
+        "                        and its overrides)\n"
         "  --override SPEC       per-layer/module/GEMM precision on top (repeatable), e.g.\n"
         "                        'layers=1,gemm=dgrad,precision=bf16'\n"
         "  --inject SPEC         a fault during the passes (the train syntax, --help-inject);\n"
@@ -226,7 +226,7 @@ static int build_policy(fp8t_policy *pol, const fp8t_policy *model_pol, const fp
         fp8t_precision p;
         if (fp8t_precision_parse(&p, o->precision) != 0) {
             fprintf(stderr, "fp8train inspect: --precision '%s': expected fp8, delayed, current, "
-                    "block, mxfp8, fake, bf16 or fp32\n", o->precision);
+                    "block, rowwise, mxfp8, fake, bf16 or fp32\n", o->precision);
             return -1;
         }
         pol->default_precision = p;

@@ -456,8 +456,14 @@ static int head_in_fp8(const fp8t_train_config *t) {
     return 0;
 }
 
-/* Do `gemms` of positions lo..hi all run in current scaling already? */
-static int span_is_current(bisect_ctx *c, int lo, int hi, unsigned gemms) {
+/* The FP8 recipes tried for the culprit instead of BF16, cheapest first (the per-tensor
+ * recipe runs at delayed scaling's speed; block's and rowwise's targets on Hopper are 1.2x and
+ * 1.15x BF16). */
+static const fp8t_precision bisect_alternatives[FP8T_BISECT_N_ALTS] = {
+    FP8T_PREC_CURRENT, FP8T_PREC_BLOCK, FP8T_PREC_ROWWISE};
+
+/* Do `gemms` of positions lo..hi all run in precision prec already? */
+static int span_is_prec(bisect_ctx *c, int lo, int hi, unsigned gemms, fp8t_precision prec) {
     const fp8t_train_config *t = &c->cfg->train;
     int mpl = fp8t_model_modules_per_layer(&t->model);
     for (int l = lo; l <= hi; l++)
@@ -467,7 +473,7 @@ static int span_is_current(bisect_ctx *c, int lo, int hi, unsigned gemms) {
                 fp8t_module mod = l < c->n_layer ? fp8t_model_module_of_slot(&t->model, s)
                                                  : FP8T_MOD_HEAD;
                 if (fp8t_policy_resolve(&t->policy, c->n_layer, l < c->n_layer ? l : -1, mod,
-                                        (fp8t_gemm_kind)g) != FP8T_PREC_CURRENT)
+                                        (fp8t_gemm_kind)g) != prec)
                     return 0;
             }
     return 1;
@@ -678,8 +684,8 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
     if (prc == 0 && c->rank == 0) prc = clear_previous_bisect(c);
     if (from_rank0(c, prc) != 0) return -1;
     if (fp8t_dist_size() > 1) fp8t_dist_bcast(&c->start_step, sizeof c->start_step, 0);
-    /* bf16, fp8, recovery, fake, 3 kinds, the span search, current */
-    c->planned = 7 + (c->n_pos > 1 ? 2 * ceil_log2(c->n_pos) : 0) + 1;
+    /* bf16, fp8, recovery, fake, 3 kinds, the span search, the FP8 alternatives */
+    c->planned = 7 + (c->n_pos > 1 ? 2 * ceil_log2(c->n_pos) : 0) + FP8T_BISECT_N_ALTS;
 
     char pol[1024];
     fp8t_policy_describe(&cfg->train.policy, pol, sizeof pol);
@@ -800,20 +806,46 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
     const fp8t_bisect_exp *bf16_fix = find_by_override(res, res->override);
     res->fix_gap = bf16_fix ? bf16_fix->gap : NAN;
 
-    /* 7. current scaling for the culprit instead of BF16 (keeps the GEMM in FP8) */
-    if (span_is_current(c, lo, hi, res->culprit_gemms)) {
-        logf_(c, "bisect: current scaling not tried: the culprit already runs in it\n");
-        c->planned--;
-    } else {
-        if (try_span(c, lo, hi, res->culprit_gemms, FP8T_PREC_CURRENT, &e) != 0) return -1;
-        if (e->closes) {
-            set_verdict(e, "closes the gap and keeps FP8: the cheapest fix");
-            snprintf(res->override, sizeof res->override, "%s", e->override);
-            res->fix_precision = FP8T_PREC_CURRENT;
-            res->fix_gap = e->gap;
-        } else {
-            set_verdict(e, "gap remains: current scaling is not enough, BF16 it is");
+    /* 7. the FP8 recipes that might fix the culprit instead of BF16 (the GEMM stays FP8),
+     * each tried, the cheapest that closes the gap kept */
+    {
+        char tried[sizeof res->alternatives] = "";
+        size_t used = 0;
+#define TRIED_ROOM (used < sizeof tried ? sizeof tried - used : 0)
+        for (int k = 0; k < FP8T_BISECT_N_ALTS; k++) {
+            const fp8t_precision alt = bisect_alternatives[k];
+            const char *an = fp8t_precision_name(alt);
+            if (span_is_prec(c, lo, hi, res->culprit_gemms, alt)) {
+                logf_(c, "bisect: %s not tried: the culprit already runs in it\n", an);
+                c->planned--;
+                used += (size_t)snprintf(tried + used, TRIED_ROOM, "%s%s: already the culprit's",
+                                         used ? "; " : "", an);
+                continue;
+            }
+            if (try_span(c, lo, hi, res->culprit_gemms, alt, &e) != 0) return -1;
+            char v[200];
+            if (e->closes && res->fix_precision == FP8T_PREC_BF16) {
+                snprintf(v, sizeof v, "closes the gap and keeps FP8: the cheapest fix");
+                snprintf(res->override, sizeof res->override, "%s", e->override);
+                res->fix_precision = alt;
+                res->fix_gap = e->gap;
+            } else if (e->closes) {
+                snprintf(v, sizeof v, "closes the gap too, but %s is cheaper",
+                         fp8t_precision_name(res->fix_precision));
+            } else {
+                snprintf(v, sizeof v, "gap remains: %s is not enough", an);
+            }
+            set_verdict(e, v);
+            if (e->finished)
+                used += (size_t)snprintf(tried + used, TRIED_ROOM, "%s%s %s (gap %+.2f%%)",
+                                         used ? "; " : "", an,
+                                         e->closes ? "closes" : "does not close", 100 * e->gap);
+            else
+                used += (size_t)snprintf(tried + used, TRIED_ROOM, "%s%s does not finish",
+                                         used ? "; " : "", an);
         }
+#undef TRIED_ROOM
+        snprintf(res->alternatives, sizeof res->alternatives, "%s", tried);
     }
     res->outcome = FP8T_BISECT_FOUND;
     /* still the best guess when the noise swamps the gaps, but labelled as such */
@@ -825,19 +857,22 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
         char detail[160];
         if (fp8->finished) snprintf(detail, sizeof detail, "%+.2f%%", 100 * fp8->gap);
         else snprintf(detail, sizeof detail, "NaN/Inf at step %d", fp8->last_step);
+        char fixw[64];
+        if (res->fix_precision == FP8T_PREC_BF16) snprintf(fixw, sizeof fixw, "BF16");
+        else snprintf(fixw, sizeof fixw, "%s scaling (keeps FP8)",
+                      fp8t_precision_name(res->fix_precision));
         snprintf(res->conclusion, sizeof res->conclusion,
                  "culprit%s: %s of %s (FP8 %s%s%s)\n"
                  "%s: %s for those GEMMs (gap %+.2f%%)\n"
-                 "  --override '%s'",
+                 "  --override '%s'\n"
+                 "FP8 alternatives to BF16, cheapest first: %s",
                  res->reliable ? "" : " (UNCONFIRMED: within the noise, see the WARNING)", g,
                  words, fp8->finished ? "gap " : "", detail,
                  res->recovered == 1   ? "; recovers when continued in BF16"
                  : res->recovered == 0 ? "; not recovered when continued in BF16"
                                        : "",
-                 res->reliable ? "cheapest fix" : "best guess for a fix (UNCONFIRMED)",
-                 res->fix_precision == FP8T_PREC_CURRENT ? "current scaling (keeps FP8)"
-                                                         : "BF16",
-                 100 * res->fix_gap, res->override);
+                 res->reliable ? "cheapest fix" : "best guess for a fix (UNCONFIRMED)", fixw,
+                 100 * res->fix_gap, res->override, res->alternatives);
     }
 
 done:

@@ -128,6 +128,7 @@ int bisect_write_json(bisect_ctx *c) {
         cJSON_AddStringToObject(fx, "precision", fp8t_precision_name(res->fix_precision));
         cJSON_AddStringToObject(fx, "override", res->override);
         cJSON_AddItemToObject(fx, "gap", num_or_null(res->fix_gap));
+        cJSON_AddStringToObject(fx, "alternatives", res->alternatives);
     } else {
         cJSON_AddNullToObject(root, "fix");
     }

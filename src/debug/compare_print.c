@@ -23,6 +23,25 @@ static void whatif_label(char *buf, size_t len, const fp8t_site_diff *d) {
              d->whatif_sqnr[d->whatif_best], d->whatif_under[d->whatif_best], d->whatif_run);
 }
 
+/* "A 12.3dB/0.410% B 18.0dB/0.000%": the worst block / rowwise tile of each run that has tile
+ * data (its mean SQNR over the steps, its largest underflow), or "" when neither has any */
+static void tile_label(char *buf, size_t len, const fp8t_site_diff *d) {
+    size_t k = 0;
+    buf[0] = 0;
+    if (!isnan(d->tile_sqnr_a))
+        k += (size_t)snprintf(buf + k, len - k, "A %.1fdB/%.3f%%", d->tile_sqnr_a,
+                              d->tile_under_a);
+    if (!isnan(d->tile_sqnr_b) && k < len)
+        snprintf(buf + k, len - k, "%sB %.1fdB/%.3f%%", k ? " " : "", d->tile_sqnr_b,
+                 d->tile_under_b);
+}
+
+static int any_tiles(const fp8t_compare_result *r) {
+    for (int i = 0; i < r->n_sites; i++)
+        if (!isnan(r->sites[i].tile_sqnr_a) || !isnan(r->sites[i].tile_sqnr_b)) return 1;
+    return 0;
+}
+
 void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
                         const fp8t_compare_result *r) {
     fprintf(f, "A (baseline): %s  [%s]\n", a->label, a->metrics_path);
@@ -86,6 +105,18 @@ void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
             whatif_label(wi, sizeof(wi), d);
             fprintf(f, "  %-28s %8.1fdB %10.6f %7.3f%%  %s\n", name, in_a ? d->sqnr_a : d->sqnr_b,
                     in_a ? d->cos_a : d->cos_b, in_a ? d->under_a : d->under_b, wi);
+        }
+    }
+    if (r->have_stats && any_tiles(r)) {
+        fprintf(f, "\nworst block / rowwise tile of those tensors (each tile of the GEMM's own "
+                   "scaling on its own; mean SQNR of the worst tile / its largest underflow):\n");
+        for (int i = 0; i < r->n_sites; i++) {
+            const fp8t_site_diff *d = &r->sites[i];
+            char name[64], t[96];
+            tile_label(t, sizeof(t), d);
+            if (!t[0]) continue;
+            site_label(name, sizeof(name), d->layer, d->module, d->gemm, d->tensor);
+            fprintf(f, "  %-28s %s\n", name, t);
         }
     }
     if (r->n_dumps) {
@@ -167,6 +198,12 @@ char *fp8t_compare_to_json(const fp8t_run *a, const fp8t_run *b, const fp8t_comp
         cJSON_AddItemToObject(e, "cosine_b", num_or_null(d->cos_b));
         cJSON_AddItemToObject(e, "underflow_pct_a", num_or_null(d->under_a));
         cJSON_AddItemToObject(e, "underflow_pct_b", num_or_null(d->under_b));
+        if (!isnan(d->tile_sqnr_a) || !isnan(d->tile_sqnr_b)) {
+            cJSON_AddItemToObject(e, "tile_sqnr_min_db_a", num_or_null(d->tile_sqnr_a));
+            cJSON_AddItemToObject(e, "tile_sqnr_min_db_b", num_or_null(d->tile_sqnr_b));
+            cJSON_AddItemToObject(e, "tile_underflow_max_pct_a", num_or_null(d->tile_under_a));
+            cJSON_AddItemToObject(e, "tile_underflow_max_pct_b", num_or_null(d->tile_under_b));
+        }
         if (d->whatif_run) {
             char run[2] = {d->whatif_run, 0};
             cJSON_AddStringToObject(e, "whatif_run", run);

@@ -25,6 +25,8 @@ typedef struct {
     char precision[12];
     int n_whatif;                        /* rows with what-if data */
     double wsqnr[FP8T_WHATIF_COUNT], wunder[FP8T_WHATIF_COUNT];
+    int n_tile;                          /* rows with tile data (block, rowwise) */
+    double tsqnr, tunder;                /* sum of the worst tile's SQNR; max worst underflow */
 } site_agg;
 
 static int key_cmp(int la, const char *ma, const char *ga, const char *ta, int lb,
@@ -103,6 +105,12 @@ static site_agg *aggregate_sites(const fp8t_run *run, const int *steps, int n_st
                 s->wunder[w] += isfinite(rows[i].whatif_under[w]) ? rows[i].whatif_under[w] : 0;
             }
         }
+        if (!isnan(rows[i].tile_sqnr_min_db)) {
+            s->n_tile++;
+            s->tsqnr += fmin(rows[i].tile_sqnr_min_db, SQNR_CAP_DB);
+            if (isfinite(rows[i].tile_underflow_max_pct))
+                s->tunder = fmax(s->tunder, rows[i].tile_underflow_max_pct);
+        }
         double sq = rows[i].sqnr_db;
         if (!(sq < SQNR_CAP_DB)) sq = SQNR_CAP_DB; /* exact (1e300) or NaN-free cap */
         s->cos += rows[i].cosine;
@@ -114,6 +122,8 @@ static site_agg *aggregate_sites(const fp8t_run *run, const int *steps, int n_st
         out[i].cos /= out[i].n;
         out[i].sqnr /= out[i].n;
         out[i].under /= out[i].n;
+        out[i].tsqnr = out[i].n_tile ? out[i].tsqnr / out[i].n_tile : NAN;
+        if (!out[i].n_tile) out[i].tunder = NAN;
         for (int w = 0; w < FP8T_WHATIF_COUNT; w++) {
             out[i].wsqnr[w] = out[i].n_whatif ? out[i].wsqnr[w] / out[i].n_whatif : NAN;
             out[i].wunder[w] = out[i].n_whatif ? out[i].wunder[w] / out[i].n_whatif : NAN;
@@ -133,6 +143,7 @@ static void fill_diff(fp8t_site_diff *d, const site_agg *s) {
     d->whatif_run = 0;
     d->whatif_best = -1;
     for (int w = 0; w < FP8T_WHATIF_COUNT; w++) d->whatif_sqnr[w] = d->whatif_under[w] = NAN;
+    d->tile_sqnr_a = d->tile_sqnr_b = d->tile_under_a = d->tile_under_b = NAN;
     d->layer = s->layer;
     memcpy(d->module, s->module, sizeof(d->module));
     memcpy(d->gemm, s->gemm, sizeof(d->gemm));
@@ -143,8 +154,13 @@ static void fill_diff(fp8t_site_diff *d, const site_agg *s) {
 /* Run `side`'s (0: A, 1: B) means of a site into d's columns; its what-if means too, unless
  * B's are already there (B, the run under test, wins). */
 static void set_side(fp8t_site_diff *d, int side, const site_agg *s) {
-    if (side == 0) { d->cos_a = s->cos; d->sqnr_a = s->sqnr; d->under_a = s->under; }
-    else { d->cos_b = s->cos; d->sqnr_b = s->sqnr; d->under_b = s->under; }
+    if (side == 0) {
+        d->cos_a = s->cos, d->sqnr_a = s->sqnr, d->under_a = s->under;
+        d->tile_sqnr_a = s->tsqnr, d->tile_under_a = s->tunder;
+    } else {
+        d->cos_b = s->cos, d->sqnr_b = s->sqnr, d->under_b = s->under;
+        d->tile_sqnr_b = s->tsqnr, d->tile_under_b = s->tunder;
+    }
     if (!s->n_whatif || d->whatif_run == 'B') return;
     d->whatif_run = side ? 'B' : 'A';
     memcpy(d->precision, s->precision, sizeof(d->precision));

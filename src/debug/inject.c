@@ -101,11 +101,12 @@ const char *fp8t_injector_help(void) {
            "       corrupt-amax:V        set slot 0 of the tensor's amax history to V\n"
            "  from=S,to=E                first and last step, inclusive (default 0 .. end)\n"
            "  when=fp8|delayed|always    fp8 (default): fire only while that GEMM runs in an\n"
-           "                             FP8 precision (delayed, current, block, mxfp8, fake;\n"
-           "                             amax faults: delayed only, the one recipe that reads\n"
-           "                             the history) -- the fault acts like a broken FP8 cast\n"
-           "                             and vanishes when the GEMM goes to BF16, so bisect can\n"
-           "                             find it; delayed: only in delayed scaling (a broken\n"
+           "                             FP8 precision (delayed, current, block, rowwise,\n"
+           "                             mxfp8, fake; amax faults: delayed only, the one\n"
+           "                             recipe that reads the history) -- the fault acts like\n"
+           "                             a broken FP8 cast and vanishes when the GEMM goes to\n"
+           "                             BF16, so bisect can find it; delayed: only in delayed\n"
+           "                             scaling (a broken\n"
            "                             delayed-scaling path: current scaling avoids it too);\n"
            "                             always: in every precision (not an FP8 problem)\n"
            "  seed=N, frac=F             outlier / NaN positions\n"
@@ -466,7 +467,8 @@ static int matches_place(const fault *f, int layer, fp8t_module mod) {
 
 static int is_fp8_precision(fp8t_precision p) {
     return p == FP8T_PREC_FP8 || p == FP8T_PREC_DELAYED || p == FP8T_PREC_CURRENT ||
-           p == FP8T_PREC_BLOCK || p == FP8T_PREC_MXFP8 || p == FP8T_PREC_FAKE;
+           p == FP8T_PREC_BLOCK || p == FP8T_PREC_ROWWISE || p == FP8T_PREC_MXFP8 ||
+           p == FP8T_PREC_FAKE;
 }
 
 /* Value faults: when=fp8 fires in any FP8 precision, when=delayed only in delayed scaling

@@ -5,8 +5,10 @@
  * Which scale the statistics of an operand use: the one its GEMM really quantizes with.
  *   delayed (and bf16/fp32, where it is the scale FP8 would use): the recipe state's scale;
  *   current, fake: the current-scaling scale of this very tensor;
- *   block, mxfp8: error statistics (mse, cosine, sqnr, underflow) of the real block / MX
- *   image; "scale" is then the per-tensor current scale, used for dumps and block=N stats.
+ *   block, rowwise, mxfp8: error statistics (mse, cosine, sqnr, underflow) of the real block /
+ *   row / MX image; "scale" is then the per-tensor current scale, used for dumps and block=N
+ *   stats. Block and rowwise rows also carry their tiles' worst SQNR and underflow
+ *   (tile_sqnr_min_db, tile_underflow_max_pct, ...: each tile of the GEMM's own on its own).
  * Micro-batches: by default only the first micro-batch of a step is inspected (micro = 0);
  * micro=all writes one row per micro-batch (dumps stay first-micro-batch only). */
 #include <errno.h>
@@ -551,15 +553,27 @@ static int operand_images(fp8t_stats_req *req, fp8t_model *m, const fp8t_tensor_
     const fp8t_precision p = s->precision;
     int scale_img = 0;
     memset(req, 0, sizeof *req);
-    if (p == FP8T_PREC_BLOCK) {
-        /* the model's tiles: weights 128x128; activations and gradients 1x128 along the
-         * reduction dimension, which for Wgrad is the token dimension (128x1) */
-        int tr = 1, tc = BLOCK_TILE;
-        if (s->kind == FP8T_T_WEIGHT) tr = BLOCK_TILE;
-        else if (s->gemm == FP8T_GEMM_WGRAD) { tr = BLOCK_TILE; tc = 1; }
+    if (p == FP8T_PREC_BLOCK || p == FP8T_PREC_ROWWISE) {
+        /* the model's tiles along the reduction dimension K, which runs along the stored rows
+         * of the Wgrad's operands and of the Dgrad's W: block: weights 128x128, activations
+         * and gradients 1x128 (128x1 for the Wgrad: along the tokens); rowwise: one tile per
+         * K-major row, all of K (1 x cols, or rows x 1) */
+        const int k_rows = s->gemm == FP8T_GEMM_WGRAD ||
+                           (s->kind == FP8T_T_WEIGHT && s->gemm == FP8T_GEMM_DGRAD);
+        int tr, tc;
+        if (p == FP8T_PREC_ROWWISE) {
+            tr = k_rows ? s->rows : 1;
+            tc = k_rows ? 1 : s->cols;
+        } else if (s->kind == FP8T_T_WEIGHT) {
+            tr = tc = BLOCK_TILE;
+        } else {
+            tr = k_rows ? BLOCK_TILE : 1;
+            tc = k_rows ? 1 : BLOCK_TILE;
+        }
         im[0] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = s->fmt, .tile_r = tr,
-                                  .tile_c = tc};
-        *scale_source = "block";
+                                  .tile_c = tc, .pow2 = pow2};
+        req->tile_stats = 1;
+        *scale_source = p == FP8T_PREC_BLOCK ? "block" : "rowwise";
     } else if (p == FP8T_PREC_MXFP8) {
         im[0] = (fp8t_image_spec){.kind = FP8T_IMG_MX, .fmt = FP8_E4M3};
         *scale_source = "mxfp8";
@@ -584,7 +598,8 @@ static int operand_images(fp8t_stats_req *req, fp8t_model *m, const fp8t_tensor_
     im[4] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 1, .tile_c = BLOCK_TILE};
     im[5] = (fp8t_image_spec){.kind = FP8T_IMG_MX, .fmt = FP8_E4M3};
     req->n_images = 1 + N_WHATIF;
-    if (p == FP8T_PREC_BLOCK || p == FP8T_PREC_MXFP8) scale_img = s->fmt == FP8_E5M2 ? 2 : 1;
+    if (p == FP8T_PREC_BLOCK || p == FP8T_PREC_ROWWISE || p == FP8T_PREC_MXFP8)
+        scale_img = s->fmt == FP8_E5M2 ? 2 : 1;
     return scale_img;
 }
 
@@ -698,6 +713,18 @@ static void write_row(fp8t_inspector *in, const pending_row *pr, const fp8t_stat
         }
         lb_put(o, "}", 1);
     }
+    if (is_operand && raw.n_tiles > 0) {
+        /* block / rowwise: the GEMM's own tiles, each on its own */
+        add_num(o, "tile_r", pr->req.img[0].tile_r);
+        add_num(o, "tile_c", pr->req.img[0].tile_c);
+        add_num(o, "n_tiles", (double)raw.n_tiles);
+        add_num(o, "tile_sqnr_min_db", raw.tile_sqnr_min_db);
+        add_num(o, "tile_sqnr_min_index", (double)raw.tile_sqnr_min_index);
+        add_num(o, "tile_underflow_max_pct", raw.tile_underflow_max_pct);
+        add_num(o, "tile_underflow_max_index", (double)raw.tile_underflow_max_index);
+        add_num(o, "tiles_with_underflow_pct",
+                100.0 * (double)raw.tiles_with_underflow / (double)raw.n_tiles);
+    }
     if (is_operand && in->sel.block > 0) add_block_stats(in, o, &raw);
     lb_put(o, "}\n", 2);
     if (lb.s) fputs(lb.s, in->stats);
@@ -766,7 +793,7 @@ static int image_spec_equal(const fp8t_image_spec *a, const fp8t_image_spec *b) 
 
 static int stats_req_equal(const fp8t_stats_req *a, const fp8t_stats_req *b) {
     if (a->n_images != b->n_images || a->block != b->block || a->block_img != b->block_img ||
-        a->block_list || b->block_list)
+        a->block_list || b->block_list || a->tile_stats != b->tile_stats)
         return 0;
     for (int k = 0; k < a->n_images && k < FP8T_STATS_MAX_IMAGES; k++)
         if (!image_spec_equal(&a->img[k], &b->img[k])) return 0;

@@ -17,11 +17,12 @@
     "'layers=2-3,module=fc1+fc2,gemm=dgrad+wgrad,precision=bf16'; keys: "                     \
     "layers=A|A-B|first:N|last:N|all, module=qkv|proj|fc1|fc2|gate|up|down|head|attn|mlp|all " \
     "(joined by '+'), gemm=fprop|dgrad|wgrad|all (joined by '+'), "                            \
-    "precision=fp8|delayed|current|block|mxfp8|fake|bf16|fp32 (required); several rules are "  \
-    "joined by ';'"
+    "precision=fp8|delayed|current|block|rowwise|mxfp8|fake|bf16|fp32 (required); several "  \
+    "rules are joined by ';'"
 
 static const char *PREC_NAMES[FP8T_PREC_COUNT] = {"fp8",  "delayed", "current", "block",
-                                                  "mxfp8", "fake",   "bf16",    "fp32"};
+                                                  "mxfp8", "fake",   "bf16",    "fp32",
+                                                  "rowwise"};
 static const char *GEMM_NAMES[FP8T_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
 static const char *MODULE_NAMES[FP8T_MOD_COUNT] = {"qkv",  "proj", "fc1", "fc2",
                                                    "gate", "up",   "down", "head"};
@@ -256,7 +257,8 @@ static int parse_one(fp8t_override *o, const char *s, size_t n, char *err, size_
                      ? 0
                      : fp8t_errorf(err, errlen,
                                    "unknown precision '%.*s' in override '%s' (expected "
-                                   "fp8, delayed, current, block, mxfp8, fake, bf16 or fp32)",
+                                   "fp8, delayed, current, block, rowwise, mxfp8, fake, bf16 or "
+                                   "fp32)",
                                    (int)vn, v, rule);
         } else {
             rc = fp8t_errorf(err, errlen, "unknown key '%.*s' in override '%s'; " OVERRIDE_SYNTAX,
@@ -308,8 +310,8 @@ int fp8t_policy_apply_switches(fp8t_policy *p, const char *const value[1 + FP8T_
         if (fp8t_precision_parse(&prec, v) != 0)
             return fp8t_errorf(
                 err, errlen,
-                "%s='%s' is not a precision (expected fp8, delayed, current, block, mxfp8, "
-                "fake, bf16, fp32, 0 or 1)",
+                "%s='%s' is not a precision (expected fp8, delayed, current, block, rowwise, "
+                "mxfp8, fake, bf16, fp32, 0 or 1)",
                 source[0], v);
         p->default_precision = prec;
     }
@@ -319,7 +321,8 @@ int fp8t_policy_apply_switches(fp8t_policy *p, const char *const value[1 + FP8T_
         fp8t_override o = {FP8T_LAYER_ALL, FP8T_LAYER_ALL, 0, 1u << g, FP8T_PREC_FP8};
         if (fp8t_precision_parse(&o.precision, v) != 0)
             return fp8t_errorf(err, errlen, "%s='%s' is not a precision (expected fp8, delayed, "
-                               "current, fake, bf16, fp32, block, mxfp8, 0 = bf16 or 1 = fp8)",
+                               "current, fake, bf16, fp32, block, rowwise, mxfp8, 0 = bf16 or "
+                               "1 = fp8)",
                                source[1 + g], v);
         if (p->n_overrides >= FP8T_MAX_OVERRIDES)
             return fp8t_errorf(err, errlen, "too many precision overrides (at most %d) to add %s",
@@ -404,8 +407,10 @@ char *fp8t_policy_describe(const fp8t_policy *p, char *buf, size_t len) {
     if (p->default_precision == FP8T_PREC_FP8)
         PUT(" (= %s)", fp8t_precision_name(p->recipe == FP8T_PREC_CURRENT ? FP8T_PREC_CURRENT
                                                                           : FP8T_PREC_DELAYED));
-    PUT("\nrecipe: %s, format %s, history %d, amax %s, margin %d, epsilon %g, pow2 scales %s\n",
+    PUT("\nrecipe: %s, format %s (block/rowwise %s), history %d, amax %s, margin %d, epsilon %g, "
+        "pow2 scales %s\n",
         fp8t_precision_name(p->recipe), p->hybrid ? "hybrid (E4M3 fwd, E5M2 grads)" : "E4M3",
+        p->block_hybrid ? "hybrid" : "E4M3",
         p->history_len, p->algo == FP8T_AMAX_MOST_RECENT ? "most_recent" : "max", p->margin,
         (double)p->epsilon, p->pow2_scales ? "on" : "off");
     PUT("head: %s\n", fp8t_precision_name(p->head_precision));
@@ -427,6 +432,7 @@ char *fp8t_policy_to_json(const fp8t_policy *p) {
     cJSON_AddStringToObject(o, "default", fp8t_precision_name(p->default_precision));
     cJSON_AddStringToObject(o, "recipe", fp8t_precision_name(p->recipe));
     cJSON_AddBoolToObject(o, "hybrid", p->hybrid != 0);
+    cJSON_AddBoolToObject(o, "block_hybrid", p->block_hybrid != 0);
     cJSON_AddNumberToObject(o, "history_len", p->history_len);
     cJSON_AddStringToObject(o, "amax_algo", p->algo == FP8T_AMAX_MOST_RECENT ? "most_recent"
                                                                              : "max");
@@ -451,7 +457,7 @@ static int json_precision(fp8t_precision *out, const cJSON *v, const char *key, 
                           size_t errlen) {
     if (!cJSON_IsString(v) || fp8t_precision_parse(out, v->valuestring) != 0)
         return fp8t_errorf(err, errlen, "policy JSON: \"%s\" must be a precision string (fp8, "
-                           "delayed, current, block, mxfp8, fake, bf16 or fp32)", key);
+                           "delayed, current, block, rowwise, mxfp8, fake, bf16 or fp32)", key);
     return 0;
 }
 
@@ -494,6 +500,7 @@ int fp8t_policy_from_json(fp8t_policy *out, const char *json, char *err, size_t 
             if (!rc && p.recipe != FP8T_PREC_DELAYED && p.recipe != FP8T_PREC_CURRENT)
                 rc = fp8t_errorf(err, errlen, "policy JSON: \"recipe\" must be delayed or current");
         } else if (!strcmp(k, "hybrid")) rc = json_bool(&p.hybrid, v, k, err, errlen);
+        else if (!strcmp(k, "block_hybrid")) rc = json_bool(&p.block_hybrid, v, k, err, errlen);
         else if (!strcmp(k, "history_len"))
             rc = json_int(&p.history_len, v, k, 1, 1 << 20, err, errlen);
         else if (!strcmp(k, "amax_algo")) {
@@ -535,7 +542,8 @@ int fp8t_policy_from_json(fp8t_policy *out, const char *json, char *err, size_t 
         } else {
             rc = fp8t_errorf(err, errlen,
                              "policy JSON: unknown key \"%s\" (expected default, recipe, "
-                             "hybrid, history_len, amax_algo, margin, pow2_scales, epsilon, head, "
+                             "hybrid, block_hybrid, history_len, amax_algo, margin, pow2_scales, "
+                             "epsilon, head, "
                              "fast_accum_fprop, fast_accum_grad, overrides)",
                              k);
         }

@@ -468,7 +468,8 @@ static void tables(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
                      "<th class=\"n\">"
                      "cosine A</th><th class=\"n\">cosine B</th><th class=\"n\">underflow A</th>"
                      "<th class=\"n\">underflow B</th><th>best what-if recipe (SQNR, "
-                     "underflow)</th></tr>\n");
+                     "underflow)</th><th>worst block / rowwise tile (SQNR, underflow)</th>"
+                     "</tr>\n");
         for (int i = 0; i < r->n_sites; i++) {
             const fp8t_site_diff *d = &r->sites[i];
             rb_printf(b, "<tr>");
@@ -494,6 +495,19 @@ static void tables(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
             }
             else
                 rb_printf(b, "<td>&#8211;</td>");
+            /* the GEMM's own tiles, each on its own: a block-scaled tensor hides its error in
+             * its worst tiles */
+            if (!isnan(d->tile_sqnr_a) || !isnan(d->tile_sqnr_b)) {
+                rb_printf(b, "<td>");
+                if (!isnan(d->tile_sqnr_a))
+                    rb_printf(b, "A %.1f dB, %.3f%%", d->tile_sqnr_a, d->tile_under_a);
+                if (!isnan(d->tile_sqnr_b))
+                    rb_printf(b, "%sB %.1f dB, %.3f%%", isnan(d->tile_sqnr_a) ? "" : "; ",
+                              d->tile_sqnr_b, d->tile_under_b);
+                rb_printf(b, "</td>");
+            } else {
+                rb_printf(b, "<td>&#8211;</td>");
+            }
             rb_printf(b, "</tr>\n");
         }
         rb_printf(b, "</table></section>\n");

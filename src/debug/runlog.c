@@ -340,6 +340,8 @@ static int stats_row(void *vctx, const cJSON *obj, const char *path, int lineno,
     r->scale = get_num(obj, "scale", NULL);
     r->n_nan = get_num(obj, "n_nan", NULL);
     r->n_inf = get_num(obj, "n_inf", NULL);
+    r->tile_sqnr_min_db = get_num(obj, "tile_sqnr_min_db", NULL);
+    r->tile_underflow_max_pct = get_num(obj, "tile_underflow_max_pct", NULL);
     const cJSON *wi = cJSON_GetObjectItemCaseSensitive(obj, "whatif");
     for (int k = 0; k < FP8T_WHATIF_COUNT; k++) {
         const cJSON *w = cJSON_IsObject(wi) ? cJSON_GetObjectItemCaseSensitive(wi, fp8t_whatif_names[k]) : NULL;

@@ -14,9 +14,13 @@
  *            (which, like the BF16 one, takes the Fprop's bias)
  *   current  FP8 codes with a scale from this tensor's own amax, gemm_fp8
  *   fake     current-scaled quantize-dequantize of each operand, then gemm_bf16
- *   block    1x128 tiles along K for X/dY, 128x128 blocks for W (DeepSeek-V3): on a backend
- *            with fp8_block_native (Hopper), block_quantize + a block-scaled gemm_fp8 (the
- *            same codes and scales); elsewhere dequantized, gemm_f32 — an emulation
+ *   block    1x128 tiles along K for X/dY, 128x128 blocks for W (DeepSeek-V3): on the
+ *            scaled-operand path (model_scaled_path: Hopper's fp8_block_native, or pow2
+ *            scales) quantize_scaled + a block-scaled gemm_fp8 (the same codes and scales);
+ *            elsewhere dequantized, gemm_f32 — an emulation
+ *   rowwise  one scale per row of each K-major operand, over all of K (torchao's rowwise):
+ *            always the scaled-operand path (row-scaled gemm_fp8; the CPU's is the exact
+ *            decode + FP32 reference)
  *   mxfp8    32-element row blocks with E8M0 scales, dequantized, gemm_f32 — an emulation;
  *            the blocks run along the stored rows of each operand, which is the reduction
  *            dimension for Fprop only
@@ -31,6 +35,7 @@
  * share one (model_save_plan): the Fprop's quantize also writes the codes the Wgrad reads into
  * m->xq[lin], and the forward keeps no FP32 copy of X for the Wgrad (off with
  * FP8T_DISABLE_FP8_SAVE).
+ * Block and rowwise share their operands the same way (scaled_gemm, below).
  * BF16 operands follow the same plan: the weight's BF16 copy is cached per optimizer step, dY
  * is rounded once for its Dgrad and Wgrad, X once for its Fprop and Wgrad (kept in
  * m->xq[lin].bf16, 2 bytes per element instead of 4). All of it is off with
@@ -105,8 +110,9 @@ static void call_hook(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_tensor_kind
     }
     s.fp8_index = role >= 0 ? fp8_index(lin, role) : -1;
     /* results: the output continues as an activation (E4M3), dX and dW as gradients */
-    s.fmt = model_fp8_format(m, role >= 0 ? role : (kind == FP8T_T_OUTPUT ? FP8T_ROLE_X
-                                                                           : FP8T_ROLE_DY));
+    s.fmt = model_gemm_format(m, lin, g,
+                              role >= 0 ? role
+                                        : (kind == FP8T_T_OUTPUT ? FP8T_ROLE_X : FP8T_ROLE_DY));
     s.rows = rows;
     s.cols = cols;
     m->hook(m->hook_ctx, m, &s, x);
@@ -264,7 +270,8 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     case FP8T_PREC_BLOCK: {
         float *fq = model_scratch(m, &m->fq[op->pos], n * sizeof(float));
         if (record_act) ops->amax(be, hist0, op->x, n);
-        ops->block_fake_quantize(be, fq, op->x, op->rows, op->cols, op->tile_r, op->tile_c, fmt);
+        ops->block_fake_quantize(be, fq, op->x, op->rows, op->cols, op->tile_r, op->tile_c,
+                                 model_scaled_format(m, op->role));
         out->f = fq;
         return;
     }
@@ -322,77 +329,222 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     }
 }
 
-/* Whether run_gemm adds a bias itself (in the GEMM's epilogue, on a GPU) for precision prec:
- * the BF16-operand and the FP8 GEMMs take one. */
-static int gemm_takes_bias(const fp8t_model *m, fp8t_precision prec) {
-    return model_prec_shares_operands(m, prec);
+/* Whether run_gemm adds a bias itself (in the GEMM's epilogue, on a GPU) for precision prec
+ * in linear lin: the BF16-operand and the FP8 GEMMs (scaled ones included) take one. */
+static int gemm_takes_bias(const fp8t_model *m, int lin, fp8t_precision prec) {
+    return model_prec_shares_operands(m, prec) || model_scaled_path(m, lin, prec);
 }
 
 
-/* The block precision on a backend with block-scaled FP8 GEMMs (fp8_block_native): each
- * operand is quantized K-major by block_quantize (1x128 tiles along K, 128x128 blocks for W;
- * the operand stored [K, ..] — the Wgrad's dY and X, the Dgrad's W — is quantized as its
- * transpose, so the Wgrad's tiles run along the tokens) and gemm_fp8 multiplies the blocks.
- * The codes and scales are the emulation's; only the product's summation order differs.
- * Shapes the FP8 tensor cores do not take keep the emulation (block_native_ok); a shape that
- * cuBLASLt then refuses takes gemm_fp8's own fallback (decode + FP32 GEMM, reported once). */
-static int block_native_ok(fp8t_model *m, int M, int N, int K) {
-    if (!m->be->fp8_block_native) return 0;
-    /* FP8 tensor-core GEMMs want every dimension a multiple of 16; a K that is not one of 128
-     * (GPT-2 1.5B's 1600) ends in a partial block, as in the emulation */
-    if (M % 16 == 0 && N % 16 == 0 && K % 16 == 0) return 1;
-    if (!m->warned_block) {
-        fprintf(stderr, "fp8train: block precision: a %dx%dx%d GEMM (M x N x K) is not a "
-                        "multiple of 16 in every dimension, so it keeps the emulation (block "
-                        "quantize and dequantize, FP32 GEMM); reported once\n", M, N, K);
-        m->warned_block = 1;
+/* ---- block and rowwise: the scaled-operand path ----
+ * Each operand is quantized K-major by quantize_scaled (block: 1x128 tiles along K for X and
+ * dY, 128x128 blocks for W; rowwise: one scale per row over all of K), and gemm_fp8 multiplies
+ * the scaled operands (Hopper's cuBLASLt VEC128 / BLK128x128 / OUTER_VEC kernels; the CPU's
+ * decode + FP32 GEMM, the exact reference). An operand stored [K, ..] — the Wgrad's dY and X,
+ * the Dgrad's W — is the transpose of its tensor, so its tiles (rows) run along the other
+ * dimension: the Wgrad's along the tokens. The one pass over a tensor writes both orientations
+ * where two GEMMs read it, as the per-tensor FP8 path shares its codes:
+ *   X   the Fprop's codes (K = IN) and, when the forward keeps X for the Wgrad
+ *       (model_save_plan), Xᵀ's (K = the tokens) into m->xq[lin]: no FP32 copy of X is kept;
+ *   dY  the Dgrad's codes (K = OUT) and dYᵀ's for the Wgrad (reuse_dy_codes), with the bias
+ *       gradient (colsum) and GELU's backward (linear_backward_gelu) in the same pass;
+ *   W   the Fprop's W and the Dgrad's Wᵀ once per optimizer step, cached;
+ * and every amax the recipe history records comes from those passes. The codes and scales are
+ * the emulation's (block_quantize on each orientation); only the product's summation differs. */
+
+/* IN and OUT of linear lin */
+static void lin_shape(const fp8t_model *m, int lin, int *in, int *out) {
+    const fp8t_model_config *c = &m->cfg;
+    const int C = c->n_embd, H = c->mlp_hidden;
+    switch (model_lin_module(m, lin)) {
+    case FP8T_MOD_QKV: *in = C, *out = fp8t_model_qkv_dim(c); break;
+    case FP8T_MOD_PROJ: *in = C, *out = C; break;
+    case FP8T_MOD_FC1:
+    case FP8T_MOD_GATE:
+    case FP8T_MOD_UP: *in = C, *out = H; break;
+    case FP8T_MOD_FC2:
+    case FP8T_MOD_DOWN: *in = H, *out = C; break;
+    default: *in = C, *out = c->vocab_size; break; /* the head */
     }
-    return 0;
 }
 
-static void block_operand(fp8t_model *m, int lin, const operand *op, int transpose,
-                          fp8t_fp8_operand *q) {
-    const fp8t_backend_ops *ops = m->ops;
-    const size_t n = (size_t)op->rows * (size_t)op->cols;
-    MODEL_CHECK(!op->gelu && !op->ln && !op->dgelu_x && !op->save,
-                "the native block GEMM takes plain FP32 operands");
-    if (op->record) ops->amax(m->be, m->st.history + fp8_index(lin, op->role), op->x, n);
-    const fp8t_fp8_scaling k =
-        op->role == FP8T_ROLE_W ? FP8T_SCALING_BLK128 : FP8T_SCALING_VEC128;
-    const int R = transpose ? op->cols : op->rows, K = transpose ? op->rows : op->cols;
-    const fp8_format fmt = model_fp8_format(m, op->role);
-    uint8_t *codes;
-    float *sinv;
-    if (op->role == FP8T_ROLE_W) {
-        /* the weight's codes once per optimizer step and orientation (Fprop W, Dgrad Wᵀ),
-         * reused by every micro-batch */
-        weight_cache *c = &m->wcache[lin][WCACHE_BLOCK];
-        uint8_t **cp = transpose ? &c->codes_t : &c->codes;
-        float **sp = transpose ? &c->bsinv_t : &c->bsinv;
-        const int bit = transpose ? 2 : 1;
-        if (!*cp) { /* allocated once, kept for the model's life */
-            *cp = ops->malloc(m->be, n);
-            *sp = ops->malloc(m->be, fp8t_block_scale_floats(k, R, K) * sizeof(float));
-        }
-        if (!(c->valid & bit))
-            ops->block_quantize(m->be, *cp, *sp, op->x, op->rows, op->cols, transpose, k, fmt,
-                                0);
-        c->valid |= bit;
-        codes = *cp;
-        sinv = *sp;
-    } else {
-        codes = model_scratch(m, &m->codes[op->pos], n); /* [R, K] */
-        /* the per-block scale_inv, in fq (the emulation's buffer, unused on this path) */
-        sinv = model_scratch(m, &m->fq[op->pos], fp8t_block_scale_floats(k, R, K) * 4);
-        ops->block_quantize(m->be, codes, sinv, op->x, op->rows, op->cols, transpose, k, fmt, 0);
-    }
+/* FP8 tensor-core GEMMs want every dimension a multiple of 16 (a K that is not one of 128, as
+ * GPT-2 1.5B's 1600, ends in a partial block, as in the emulation) */
+static int lin_dims_16(const fp8t_model *m, int lin) {
+    int in, out;
+    lin_shape(m, lin, &in, &out);
+    return (m->B * m->T) % 16 == 0 && in % 16 == 0 && out % 16 == 0;
+}
+
+int model_scaled_path(const fp8t_model *m, int lin, fp8t_precision p) {
+    if (p == FP8T_PREC_ROWWISE) return 1;
+    if (p != FP8T_PREC_BLOCK) return 0;
+    return (m->be->fp8_block_native && lin_dims_16(m, lin)) || m->policy.pow2_scales;
+}
+
+/* On a backend with scaled GEMMs, a linear whose shapes they do not take: said once. */
+static void scaled_shape_note(fp8t_model *m, int lin, fp8t_precision p) {
+    if (!m->be->fp8_block_native || m->warned_block || lin_dims_16(m, lin)) return;
+    int in, out;
+    lin_shape(m, lin, &in, &out);
+    fprintf(stderr, "fp8train: %s precision: linear %d (%d tokens, %d in, %d out) is not a "
+                    "multiple of 16 in every dimension, so its GEMMs %s (reported once)\n",
+            fp8t_precision_name(p), lin, m->B * m->T, in, out,
+            p == FP8T_PREC_BLOCK ? "keep the emulation (block quantize and dequantize, FP32 GEMM)"
+                                 : "run as decode + FP32 GEMM");
+    m->warned_block = 1;
+}
+
+static fp8t_fp8_scaling scaled_kind(fp8t_precision p, int role) {
+    if (p == FP8T_PREC_ROWWISE) return FP8T_SCALING_ROW;
+    return role == FP8T_ROLE_W ? FP8T_SCALING_BLK128 : FP8T_SCALING_VEC128;
+}
+
+static void scaled_q(fp8t_fp8_operand *q, const uint8_t *codes, const float *sinv,
+                     fp8_format fmt, int rows, int cols, fp8t_fp8_scaling k) {
     memset(q, 0, sizeof(*q));
     q->data = codes;
     q->scale_inv = sinv;
     q->fmt = fmt;
-    q->rows = R;
-    q->cols = K;
+    q->rows = rows;
+    q->cols = cols;
     q->scaling = k;
+}
+
+/* The weight's codes of orientation t (0: W [OUT, IN], the Fprop's; 1: Wᵀ [IN, OUT], the
+ * Dgrad's) from the per-step cache. Making them also makes the other orientation, in the same
+ * pass, when the linear's other weight GEMM runs in this precision too (not in a frozen
+ * forward, which has no backward); the step's W amax, when asked, from that pass. */
+static void scaled_weight(fp8t_model *m, int lin, const operand *op, fp8t_precision prec, int t,
+                          fp8t_fp8_operand *q) {
+    const fp8t_backend_ops *ops = m->ops;
+    const fp8t_fp8_scaling k = scaled_kind(prec, FP8T_ROLE_W);
+    const fp8_format fmt = model_scaled_format(m, FP8T_ROLE_W);
+    const int R = op->rows, K = op->cols; /* [OUT, IN] as stored */
+    const size_t n = (size_t)R * (size_t)K;
+    weight_cache *c = &m->wcache[lin][prec == FP8T_PREC_ROWWISE ? WCACHE_ROW : WCACHE_BLOCK];
+    const fp8t_gemm_kind other = t ? FP8T_GEMM_FPROP : FP8T_GEMM_DGRAD;
+    const int share = !m->frozen && m->prec[lin][other] == prec;
+    fp8t_scaled_quant sq;
+    memset(&sq, 0, sizeof(sq));
+    if (!(c->valid & 1) && (t == 0 || share)) {
+        if (!c->codes) { /* allocated once, kept for the model's life */
+            c->codes = ops->malloc(m->be, n);
+            c->bsinv = ops->malloc(m->be, fp8t_block_scale_floats(k, R, K) * sizeof(float));
+        }
+        sq.codes = c->codes, sq.scale_inv = c->bsinv;
+    }
+    if (!(c->valid & 2) && (t == 1 || share)) {
+        if (!c->codes_t) {
+            c->codes_t = ops->malloc(m->be, n);
+            c->bsinv_t = ops->malloc(m->be, fp8t_block_scale_floats(k, K, R) * sizeof(float));
+        }
+        sq.codes_t = c->codes_t, sq.scale_inv_t = c->bsinv_t;
+    }
+    float *hist0 = m->st.history + fp8_index(lin, FP8T_ROLE_W);
+    if (sq.codes || sq.codes_t) {
+        sq.amax_out = op->record ? hist0 : NULL;
+        sq.x = op->x;
+        sq.rows = R, sq.cols = K;
+        sq.scaling = k, sq.fmt = fmt, sq.pow2 = m->policy.pow2_scales;
+        ops->quantize_scaled(m->be, &sq);
+        c->valid |= (sq.codes ? 1 : 0) | (sq.codes_t ? 2 : 0);
+    } else if (op->record) { /* made by a frozen forward, which records nothing */
+        ops->amax(m->be, hist0, op->x, n);
+    }
+    if (t) scaled_q(q, c->codes_t, c->bsinv_t, fmt, K, R, k);
+    else scaled_q(q, c->codes, c->bsinv, fmt, R, K, k);
+}
+
+static int reuse_dy_codes(const fp8t_model *m, int lin, fp8t_precision w);
+static fp8t_precision wgrad_prec(const fp8t_model *m, int lin);
+
+/* An activation operand (X or dY) in orientation t (0: as stored, 1: transposed) into *q, from
+ * one quantize_scaled pass that also writes the other orientation into *other when other is
+ * non-NULL: the Fprop's X kept for the Wgrad (op->save: the codes buffer of m->xq[lin]) or the
+ * Dgrad's dY for the Wgrad (scratch of slot 0, read before anything else writes it). */
+static void scaled_activation(fp8t_model *m, int lin, const operand *op, fp8t_precision prec,
+                              int t, fp8t_fp8_operand *q, fp8t_fp8_operand *other) {
+    MODEL_CHECK(!op->ln, "the fused LayerNorm needs a BF16-operand Fprop");
+    const fp8t_fp8_scaling k = scaled_kind(prec, op->role);
+    const fp8_format fmt = model_scaled_format(m, op->role);
+    const int rows = op->rows, cols = op->cols;
+    const size_t n = (size_t)rows * (size_t)cols;
+    const size_t f0 = fp8t_block_scale_floats(k, rows, cols) * sizeof(float);
+    const size_t f1 = fp8t_block_scale_floats(k, cols, rows) * sizeof(float);
+    const int p = op->pos;
+    fp8t_scaled_quant sq;
+    memset(&sq, 0, sizeof(sq));
+    uint8_t *c0 = NULL, *c1 = NULL;
+    float *s0 = NULL, *s1 = NULL;
+    if (t == 0 || other) {
+        c0 = model_scratch(m, &m->codes[p], n);
+        s0 = model_scratch(m, &m->bsc[p], f0);
+    }
+    if (t == 1 || other) {
+        if (op->save) {
+            x_codes *xq = &m->xq[lin];
+            if (xq->bsinv_floats < f1 / sizeof(float)) {
+                if (xq->bsinv) m->ops->free(m->be, xq->bsinv);
+                xq->bsinv = model_act_malloc(m, f1);
+                xq->bsinv_floats = f1 / sizeof(float);
+            }
+            c1 = op->save;
+            s1 = xq->bsinv;
+        } else {
+            c1 = model_scratch(m, &m->codes_t[p], n);
+            s1 = model_scratch(m, &m->bsc_t[p], f1);
+        }
+    }
+    sq.codes = c0, sq.scale_inv = s0, sq.codes_t = c1, sq.scale_inv_t = s1;
+    sq.amax_out = op->record ? m->st.history + fp8_index(lin, op->role) : NULL;
+    sq.colsum = op->colsum;
+    sq.x = op->x;
+    sq.gelu = op->gelu;
+    sq.gelu_x = op->dgelu_x;
+    sq.bias = op->gelu ? op->gelu_bias : op->dgelu_bias;
+    sq.rows = rows, sq.cols = cols;
+    sq.scaling = k, sq.fmt = fmt, sq.pow2 = m->policy.pow2_scales;
+    m->ops->quantize_scaled(m->be, &sq);
+    if (c0) scaled_q(t == 0 ? q : other, c0, s0, fmt, rows, cols, k);
+    if (c1) scaled_q(t == 1 ? q : other, c1, s1, fmt, cols, rows, k);
+}
+
+/* run_gemm of a precision on the scaled path (model_scaled_path): A as [M, K] and B as [N, K].
+ * keep_a (may be NULL) gets what the Wgrad takes from this GEMM's A: the Dgrad's dYᵀ. */
+static void scaled_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision prec,
+                        float *C, const operand *a, const operand *b, int M, int N, int K,
+                        int transA, int transB, int acc, prepared *keep_a,
+                        const prepared *given_a, const prepared *given_b, const float *bias) {
+    prepared pa, pb, ka;
+    fp8t_fp8_operand saved; /* the Fprop's Xᵀ, written into m->xq[lin] */
+    memset(&pa, 0, sizeof(pa));
+    memset(&pb, 0, sizeof(pb));
+    memset(&ka, 0, sizeof(ka));
+    scaled_shape_note(m, lin, prec);
+    if (given_a) {
+        pa = *given_a;
+    } else {
+        /* the Dgrad's dY also makes the Wgrad's dYᵀ when the Wgrad will take it */
+        const int both =
+            g == FP8T_GEMM_DGRAD && keep_a && reuse_dy_codes(m, lin, wgrad_prec(m, lin));
+        scaled_activation(m, lin, a, prec, transA, &pa.q,
+                          both ? &ka.q : a->save ? &saved : NULL);
+        ka.colsum_done = a->colsum != NULL;
+    }
+    if (given_b) {
+        pb = *given_b;
+    } else if (b->role == FP8T_ROLE_W) {
+        scaled_weight(m, lin, b, prec, !transB, &pb.q);
+    } else {
+        scaled_activation(m, lin, b, prec, !transB, &pb.q, NULL);
+    }
+    if (keep_a) *keep_a = ka;
+    MODEL_CHECK(pa.q.rows == M && pa.q.cols == K && pb.q.rows == N && pb.q.cols == K,
+                "scaled GEMM operands [%d,%d] x [%d,%d] for M=%d N=%d K=%d", pa.q.rows,
+                pa.q.cols, pb.q.rows, pb.q.cols, M, N, K);
+    const int fast = g == FP8T_GEMM_FPROP ? m->policy.fast_accum_fprop : m->policy.fast_accum_grad;
+    m->ops->gemm_fp8(m->be, C, &pa.q, &pb.q, M, N, K, 0, 1, acc, fast, NULL, bias);
 }
 
 /* C[M,N] (row stride ldc, 0: N; only with BF16 operands) (= or +=) op(A)·op(B) in precision
@@ -408,16 +560,12 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     MODEL_CHECK(ldc == 0 || model_prec_bf16_operands(m, prec),
                 "a strided GEMM result needs BF16 operands (linear_bf16_dy_fusable)");
     prepared pa, pb;
-    if (prec == FP8T_PREC_BLOCK && !given_a && !given_b && ldc == 0 &&
-        block_native_ok(m, M, N, K)) {
-        memset(&pa, 0, sizeof(pa));
-        memset(&pb, 0, sizeof(pb));
-        block_operand(m, lin, a, transA, &pa.q);  /* A as [M, K] */
-        block_operand(m, lin, b, !transB, &pb.q); /* B as [N, K] */
-        if (keep_a) *keep_a = pa;
-        m->ops->gemm_fp8(m->be, C, &pa.q, &pb.q, M, N, K, 0, 1, acc, 0, NULL, bias);
+    if (ldc == 0 && model_scaled_path(m, lin, prec)) {
+        scaled_gemm(m, lin, g, prec, C, a, b, M, N, K, transA, transB, acc, keep_a, given_a,
+                    given_b, bias);
         return;
     }
+    if (prec == FP8T_PREC_BLOCK) scaled_shape_note(m, lin, prec);
     if (given_a) pa = *given_a;
     else prepare(m, lin, a, prec, &pa);
     if (keep_a) *keep_a = pa;
@@ -478,7 +626,7 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, int gelu,
                  .record = record && !m->w_amax_done[lin], .tile_r = 128, .tile_c = 128,
                  .pos = 1};
     /* the bias goes into the GEMM unless a hook must see the output without it */
-    const int fuse_bias = bias && gemm_takes_bias(m, prec) && (replay || !m->hook);
+    const int fuse_bias = bias && gemm_takes_bias(m, lin, prec) && (replay || !m->hook);
     prepared pa;
     run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, ldy, &a, &b, N, OUT, IN, 0, 1, 0, &pa, NULL, NULL,
              fuse_bias ? bias : NULL);
@@ -508,7 +656,7 @@ void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const flo
 static int gelu_fusable(const fp8t_model *m, int lin) {
     const fp8t_precision p = m->prec[lin][FP8T_GEMM_FPROP];
     if (m->no_gelu_fusion || m->hook ||
-        !model_prec_one_pass(m, p))
+        !(model_prec_one_pass(m, p) || model_scaled_path(m, lin, p)))
         return 0;
     return m->frozen || m->xq[lin].saved;
 }
@@ -521,18 +669,26 @@ int linear_residual_takes_bias(const fp8t_model *m, int lin) {
            !model_prec_bf16_operands(m, m->prec[lin][FP8T_GEMM_FPROP]);
 }
 
+/* fc2's pass knows its scale before it reads (delayed) or computes its scales from what it
+ * read (the scaled path, block and rowwise): either way it adds the bias itself. */
+static int gelu_pass_takes_bias(const fp8t_model *m, int lin) {
+    const fp8t_precision p = m->prec[lin][FP8T_GEMM_FPROP];
+    return p == FP8T_PREC_DELAYED || model_scaled_path(m, lin, p);
+}
+
 int linear_gelu_takes_bias(const fp8t_model *m, int prod, int lin) {
     const fp8t_precision pp = m->prec[prod][FP8T_GEMM_FPROP];
-    return gelu_fusable(m, lin) && m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED &&
-           model_prec_has_codes(pp);
+    return gelu_fusable(m, lin) && gelu_pass_takes_bias(m, lin) &&
+           (model_prec_has_codes(pp) || model_scaled_path(m, prod, pp));
 }
 
 void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pre,
                          const float *pre_bias, const float *W, const float *bias, int N, int IN,
                          int OUT) {
     if (gelu_fusable(m, lin)) {
-        MODEL_CHECK(!pre_bias || m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED,
-                    "a deferred bias needs a delayed-scaled fc2 (linear_gelu_takes_bias)");
+        MODEL_CHECK(!pre_bias || gelu_pass_takes_bias(m, lin),
+                    "a deferred bias needs a delayed-scaled or scaled-path fc2 "
+                    "(linear_gelu_takes_bias)");
         fprop(m, lin, Y, 0, pre, 1, pre_bias, NULL, W, bias, N, IN, OUT, 0);
         return;
     }
@@ -570,7 +726,7 @@ void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln
 static int reuse_dy_codes(const fp8t_model *m, int lin, fp8t_precision w) {
     const fp8t_precision d = m->prec[lin][FP8T_GEMM_DGRAD];
     return !m->no_code_reuse && (!m->hook || m->hook_reads) && d == w &&
-           model_prec_shares_operands(m, d);
+           (model_prec_shares_operands(m, d) || model_scaled_path(m, lin, d));
 }
 
 /* The Wgrad's X from what the forward saved: the BF16 operand, or the codes (data or data_t as
@@ -578,6 +734,11 @@ static int reuse_dy_codes(const fp8t_model *m, int lin, fp8t_precision w) {
 static void saved_x(const fp8t_model *m, int lin, int N, int IN, prepared *out) {
     const x_codes *xq = &m->xq[lin];
     memset(out, 0, sizeof(*out));
+    if (model_prec_scaled(xq->prec)) { /* Xᵀ [IN, N], the Wgrad's K-major B */
+        scaled_q(&out->q, xq->codes, xq->bsinv, model_scaled_format(m, FP8T_ROLE_X), IN, N,
+                 scaled_kind(xq->prec, FP8T_ROLE_X));
+        return;
+    }
     if (xq->prec == FP8T_PREC_BF16) {
         out->h.data = xq->bf16;
         out->h.rows = N;
@@ -672,7 +833,7 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
 static int gelu_bwd_fusable(const fp8t_model *m, int lin, int has_bias) {
     const fp8t_precision d = m->prec[lin][FP8T_GEMM_DGRAD];
     if (m->no_gelu_bwd_fusion || m->hook || (has_bias && m->no_colsum_fusion)) return 0;
-    if (!model_prec_one_pass(m, d)) return 0;
+    if (!model_prec_one_pass(m, d) && !model_scaled_path(m, lin, d)) return 0;
     return reuse_dy_codes(m, lin, wgrad_prec(m, lin));
 }
 

@@ -30,6 +30,16 @@ fp8_format model_fp8_format(const fp8t_model *m, int role) {
     return (role == FP8T_ROLE_DY && m->policy.hybrid) ? FP8_E5M2 : FP8_E4M3;
 }
 
+fp8_format model_scaled_format(const fp8t_model *m, int role) {
+    return (role == FP8T_ROLE_DY && m->policy.block_hybrid) ? FP8_E5M2 : FP8_E4M3;
+}
+
+fp8_format model_gemm_format(const fp8t_model *m, int lin, fp8t_gemm_kind g, int role) {
+    if (lin >= 0 && lin < m->n_lin && model_prec_scaled(m->prec[lin][g]))
+        return model_scaled_format(m, role);
+    return model_fp8_format(m, role);
+}
+
 int model_lin_layer(const fp8t_model *m, int lin) {
     int mpl = fp8t_model_modules_per_layer(&m->cfg);
     return lin >= m->cfg.n_layer * mpl ? -1 : lin / mpl;
@@ -113,7 +123,7 @@ static float *wgrad_input_ptr(const fp8t_model *m, int l, int k) {
 static int can_save_codes(const fp8t_model *m, int lin) {
     const fp8t_precision f = m->prec[lin][FP8T_GEMM_FPROP], w = m->prec[lin][FP8T_GEMM_WGRAD];
     return !m->no_fp8_save && (!m->hook || m->hook_reads) && f == w &&
-           model_prec_shares_operands(m, f);
+           (model_prec_shares_operands(m, f) || model_scaled_path(m, lin, f));
 }
 
 /* ---- layer saves (layer_save): per layer in FP32 or BF16, or one layer's scratch ---- */
@@ -482,6 +492,7 @@ void fp8t_model_destroy(fp8t_model *m) {
     for (int l = 0; l < m->n_lin; l++) {
         if (m->xq[l].codes) ops->free(be, m->xq[l].codes);
         if (m->xq[l].bf16) ops->free(be, m->xq[l].bf16);
+        if (m->xq[l].bsinv) ops->free(be, m->xq[l].bsinv);
     }
     if (!m->no_fp8_save) /* else slices of act_memory */
         for (int l = 0; l < m->cfg.n_layer; l++)
@@ -500,6 +511,7 @@ void fp8t_model_destroy(fp8t_model *m) {
     free(m->sv16);
     scratch_buf *bufs[] = {&m->codes[0], &m->codes[1], &m->codes_t[0], &m->codes_t[1],
                            &m->h16[0],   &m->h16[1],   &m->fq[0],      &m->fq[1],
+                           &m->bsc[0],   &m->bsc[1],   &m->bsc_t[0],   &m->bsc_t[1],
                            &m->wgrad_tmp};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i]->p) ops->free(be, bufs[i]->p);
@@ -522,7 +534,8 @@ void fp8t_model_destroy(fp8t_model *m) {
 size_t fp8t_model_activation_bytes(const fp8t_model *m) {
     size_t n = m->act_carved_bytes + m->act_lazy_bytes;
     const scratch_buf *bufs[] = {&m->codes[0], &m->codes[1], &m->codes_t[0], &m->codes_t[1],
-                                 &m->h16[0],   &m->h16[1],   &m->fq[0],      &m->fq[1]};
+                                 &m->h16[0],   &m->h16[1],   &m->fq[0],      &m->fq[1],
+                                 &m->bsc[0],   &m->bsc[1],   &m->bsc_t[0],   &m->bsc_t[1]};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) n += bufs[i]->bytes;
     return n;
 }

@@ -102,14 +102,14 @@ typedef struct {
 } layer_view;
 
 /* One cached low-precision copy of a weight (made once per optimizer step): FP8 codes
- * (delayed / current slots), a BF16 operand (bf16 slot) or block-scaled codes (block slot:
- * codes for the Fprop, codes_t for the Dgrad, each with its per-block scale_inv). */
+ * (delayed / current slots), a BF16 operand (bf16 slot) or block- / row-scaled codes (block and
+ * row slots: codes for the Fprop, codes_t for the Dgrad, each with its scale_inv array). */
 typedef struct {
     uint8_t *codes;   /* [out, in] */
     uint8_t *codes_t; /* [in, out], only when the backend wants transposed copies */
     uint16_t *bf16;   /* BF16 operand of [out, in] (fp8t_bf16_operand layout) */
-    float *bsinv, *bsinv_t; /* block slot: the 128x128 scale_inv of codes / codes_t */
-    int valid;        /* block slot: bit 0 codes, bit 1 codes_t */
+    float *bsinv, *bsinv_t; /* block / row slot: the scale_inv of codes / codes_t */
+    int valid;        /* block / row slot: bit 0 codes, bit 1 codes_t */
 } weight_cache;
 
 enum {
@@ -117,7 +117,8 @@ enum {
     WCACHE_CURRENT = 1,
     WCACHE_BF16 = 2,
     WCACHE_BLOCK = 3,
-    WCACHE_SLOTS = 4
+    WCACHE_ROW = 4,
+    WCACHE_SLOTS = 5
 };
 
 /* The inputs X that only their linear's Wgrad reads again (the norms' backward takes the
@@ -143,7 +144,11 @@ typedef struct {
                                Fprop's operand A is the Wgrad's operand B); allocated at the
                                first BF16 save, kept */
     const float *scale_inv; /* device: the scale_inv the codes were made with */
-    fp8t_precision prec;    /* delayed, current or bf16 */
+    float *bsinv;           /* device: block / rowwise: the scale_inv array of the codes, which
+                               are then Xᵀ [IN, N] scaled along the tokens (the Wgrad's K-major
+                               operand B); allocated at the first such save, kept */
+    size_t bsinv_floats;    /* its size */
+    fp8t_precision prec;    /* delayed, current, bf16, block or rowwise */
     int saved;              /* the last training forward saved codes here instead of
                                keeping X in FP32 for the Wgrad */
 } x_codes;
@@ -218,6 +223,7 @@ struct fp8t_model {
     scratch_buf codes[2], codes_t[2]; /* FP8 codes of the activation operands (A, B) */
     scratch_buf h16[2];          /* BF16 operands of the activations (A, B) */
     scratch_buf fq[2];           /* fake/block/MX quantized copies of the operands (A, B) */
+    scratch_buf bsc[2], bsc_t[2];/* block / rowwise: scale_inv of codes / codes_t (A, B) */
     scratch_buf wgrad_tmp;       /* dW of one micro-batch, handed to the hook */
 
     fp8t_tensor_hook hook;
@@ -288,7 +294,8 @@ struct fp8t_model {
                               whose layer copy is not allocated (it lives from its norm or
                               activation to its Fprop); allocated when first needed */
     int warned_saved;      /* the backward's note on a hook/policy change was printed */
-    int warned_block;      /* a block GEMM's shape kept the emulation (printed once) */
+    int warned_block;      /* a block or rowwise GEMM's shape left the FP8 tensor cores
+                              (printed once) */
 
     /* Layer saves (layer_save): what the last forward decided per layer (model_save_plan),
      * the per-layer copies (allocated when a training forward first keeps one in that
@@ -348,9 +355,19 @@ static inline int model_prec_one_pass(const fp8t_model *m, fp8t_precision p) {
     return p == FP8T_PREC_DELAYED || model_prec_bf16_operands(m, p);
 }
 
+/* The block-family precisions: block- or row-scaled FP8 operands (quantize_scaled). */
+static inline int model_prec_scaled(fp8t_precision p) {
+    return p == FP8T_PREC_BLOCK || p == FP8T_PREC_ROWWISE;
+}
+
 /* model.c */
 void *model_scratch(fp8t_model *m, scratch_buf *s, size_t bytes);
 fp8_format model_fp8_format(const fp8t_model *m, int role);
+/* The FP8 format of role's operands in a block or rowwise GEMM: E4M3, or E5M2 for dY when the
+ * policy's block_hybrid asks for it. */
+fp8_format model_scaled_format(const fp8t_model *m, int role);
+/* The format of role's operand (or result, as call_hook reports it) in GEMM g of linear lin. */
+fp8_format model_gemm_format(const fp8t_model *m, int lin, fp8t_gemm_kind g, int role);
 void model_invalidate_weight_caches(fp8t_model *m);
 /* 1 (after a message naming fn) when the model is frozen and fn must not run */
 int model_refuse_if_frozen(const fp8t_model *m, const char *fn);
@@ -411,6 +428,13 @@ void model_head_forward(fp8t_model *m);
 int model_head_backward(fp8t_model *m, float dloss);
 /* destroy: the buffers head.c allocated */
 void model_head_free(fp8t_model *m);
+/* linear.c: whether linear lin's GEMMs of precision p take the scaled-operand path
+ * (quantize_scaled + a block- or row-scaled gemm_fp8, operands shared between the GEMMs as
+ * the per-tensor FP8 ones): rowwise always (gemm_fp8 falls back to decode + FP32 where the
+ * hardware has no kernel), block on a backend with fp8_block_native when every dimension of
+ * the linear's GEMMs is a multiple of 16, or with power-of-two scales (then the decode is
+ * exact, code * (1/scale) being code / scale); 0 for every other precision. */
+int model_scaled_path(const fp8t_model *m, int lin, fp8t_precision p);
 
 /* linear.c — one linear layer Y = X·Wᵀ (+ bias), X [N, IN], W [OUT, IN], Y [N, OUT].
  * The forward records amax(X), amax(W); the backward records amax(dY) and writes dX
@@ -461,7 +485,8 @@ void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *d
 int linear_residual_takes_bias(const fp8t_model *m, int lin);
 /* Whether linear prod (which makes GELU's input) may leave its bias to linear lin's fused
  * GELU pass: prod's Fprop is FP8 (whose bias costs a pass of its own over the output: no FP32
- * bias epilogue for FP8 GEMMs) and lin's is delayed FP8 with the GELU fusion. */
+ * bias epilogue for FP8 GEMMs; per-tensor or on the scaled path) and lin's is delayed FP8 or
+ * on the scaled path (block, rowwise), with the GELU fusion. */
 int linear_gelu_takes_bias(const fp8t_model *m, int prod, int lin);
 /* Whether lin's GEMMs all take BF16 operands, the Dgrad's dY operand serving the Wgrad, with no
  * hook: then its dY may come already rounded (softmax_xent_bf16) and its Fprop may write a

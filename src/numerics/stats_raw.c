@@ -78,8 +78,8 @@ static int make_image(image_buf *ib, const float *x, int rows, int cols,
                           (size_t)((cols + sp->tile_c - 1) / sp->tile_c);
         ib->bscales = malloc(nb * sizeof(float));
         if (!ib->bscales) return -1;
-        fp8t_block_quantize(ib->codes, ib->bscales, x, rows, cols, sp->tile_r, sp->tile_c,
-                            sp->fmt);
+        fp8t_block_quantize_pow2(ib->codes, ib->bscales, x, rows, cols, sp->tile_r,
+                                 sp->tile_c, sp->fmt, sp->pow2);
         fp8t_block_dequantize(ib->q, ib->codes, ib->bscales, rows, cols, sp->tile_r,
                               sp->tile_c, sp->fmt);
     } else if (sp->kind == FP8T_IMG_MX) {
@@ -141,6 +141,45 @@ static void block_summary(fp8t_stats_raw *out, const float *x, size_t n, int blo
         if (amax > 0 && amax < out->block_amax_min_nonzero) out->block_amax_min_nonzero = amax;
         if (under) out->blocks_with_underflow++;
         if (up > out->block_underflow_max_pct) out->block_underflow_max_pct = up;
+    }
+}
+
+/* Each tile of a TILES image q of x on its own (tile_stats): SQNR and underflow %, as
+ * block_summary's per block, summarized into out. */
+static void tile_summary(fp8t_stats_raw *out, const float *x, const float *q, int rows, int cols,
+                         int tr, int tc) {
+    const int nbr = (rows + tr - 1) / tr, nbc = (cols + tc - 1) / tc;
+    out->n_tiles = (uint64_t)nbr * (uint64_t)nbc;
+    out->tile_sqnr_min_db = INFINITY;
+    out->tile_underflow_max_pct = -1.0;
+    for (uint64_t t = 0; t < out->n_tiles; t++) {
+        const int r0 = (int)(t / (uint64_t)nbc) * tr, c0 = (int)(t % (uint64_t)nbc) * tc;
+        const int r1 = r0 + tr < rows ? r0 + tr : rows, c1 = c0 + tc < cols ? c0 + tc : cols;
+        nsum xx = {0, 0}, err = {0, 0};
+        uint64_t nonzero = 0, under = 0;
+        for (int r = r0; r < r1; r++)
+            for (int c = c0; c < c1; c++) {
+                const size_t i = (size_t)r * (size_t)cols + (size_t)c;
+                if (!isfinite(x[i])) continue;
+                const double v = x[i], d = (double)q[i] - v;
+                nsum_add(&xx, v * v);
+                nsum_add(&err, d * d);
+                if (v != 0.0) {
+                    nonzero++;
+                    under += q[i] == 0.0f;
+                }
+            }
+        const double sq = sqnr_of(nsum_val(xx), nsum_val(err));
+        const double up = nonzero ? 100.0 * (double)under / (double)nonzero : 0.0;
+        if (sq < out->tile_sqnr_min_db) {
+            out->tile_sqnr_min_db = sq;
+            out->tile_sqnr_min_index = t;
+        }
+        if (up > out->tile_underflow_max_pct) {
+            out->tile_underflow_max_pct = up;
+            out->tile_underflow_max_index = t;
+        }
+        if (under) out->tiles_with_underflow++;
     }
 }
 
@@ -212,6 +251,8 @@ void fp8t_stats_raw_compute(fp8t_stats_raw *out, const float *x, int rows, int c
             nsum_add(&qq, qv * qv);
         }
         ir->err_sq = nsum_val(err), ir->xq = nsum_val(xq), ir->qq = nsum_val(qq);
+        if (k == 0 && req->tile_stats && sp->kind == FP8T_IMG_TILES)
+            tile_summary(out, x, ib.q, rows, cols, sp->tile_r, sp->tile_c);
         free_image(&ib);
     }
     if (req->block > 0 && req->block_img >= 0 && req->block_img < out->n_images &&

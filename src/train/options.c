@@ -98,7 +98,7 @@ static void get_rope_scaling(const fp8t_train_config *c, char *b, size_t n) {
                   (double)r->high_freq_factor, r->original_max_pos);
 }
 
-#define PRECISIONS "fp8, delayed, current, block, mxfp8, fake, bf16 or fp32"
+#define PRECISIONS "fp8, delayed, current, block, rowwise, mxfp8, fake, bf16 or fp32"
 static int set_precision(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
     fp8t_precision p;
     if (fp8t_precision_parse(&p, v) != 0) return fail(err, errlen, "precision", v, PRECISIONS);
@@ -129,9 +129,11 @@ static void get_recipe(const fp8t_train_config *c, char *b, size_t n) {
     snprintf(b, n, "%s", c->policy.recipe == FP8T_PREC_CURRENT ? "current" : "delayed");
 }
 
+/* Given explicitly, the format applies to the block and rowwise GEMMs too (whose default is
+ * E4M3 everywhere, as DeepSeek-V3 and Transformer Engine's block scaling). */
 static int set_format(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
-    if (strcmp(v, "hybrid") == 0) c->policy.hybrid = 1;
-    else if (strcmp(v, "e4m3") == 0) c->policy.hybrid = 0;
+    if (strcmp(v, "hybrid") == 0) c->policy.hybrid = c->policy.block_hybrid = 1;
+    else if (strcmp(v, "e4m3") == 0) c->policy.hybrid = c->policy.block_hybrid = 0;
     else return fail(err, errlen, "format", v, "hybrid (E4M3 forward, E5M2 gradients) or e4m3");
     return 0;
 }
@@ -400,11 +402,15 @@ static const opt OPTIONS[] = {
     NUM("seed", "N", OT_U64, seed, 0, 0, G_OPT, "seed of the init and of the data order"),
 
     SPECIAL("precision", "P", set_precision, get_precision, G_PREC, 1, 0,
-            "GEMM precision: fp8 (the --recipe), delayed, current, block, mxfp8, fake, bf16, fp32"),
+            "GEMM precision: fp8 (the --recipe), delayed, current, block (1x128/128x128 tiles), "
+            "rowwise (per-row scales), mxfp8, fake, bf16, fp32. block and rowwise run on the "
+            "FP8 tensor cores on Hopper (cuBLASLt >= 12.9); mxfp8 is emulated everywhere "
+            "(Hopper has no MXFP8 hardware): its numerics, not its speed"),
     SPECIAL("recipe", "delayed|current", set_recipe, get_recipe, G_PREC, 1, 0,
             "what 'fp8' means: delayed or current per-tensor scaling"),
     SPECIAL("format", "hybrid|e4m3", set_format, get_format, G_PREC, 1, 0,
-            "hybrid: E4M3 forward, E5M2 gradients; e4m3: E4M3 everywhere"),
+            "hybrid: E4M3 forward, E5M2 gradients; e4m3: E4M3 everywhere (default of block and "
+            "rowwise unless this is given)"),
     POLICY_NUM("amax-history", "N", OT_INT, policy.history_len, 1, 1 << 20,
                "delayed scaling: amax history length"),
     SPECIAL("amax-algo", "max|most_recent", set_amax_algo, get_amax_algo, G_PREC, 1, 0,
@@ -412,7 +418,7 @@ static const opt OPTIONS[] = {
     POLICY_NUM("margin", "N", OT_INT, policy.margin, -64, 64,
                "delayed scaling: scale /= 2^margin"),
     POLICY_NUM("pow2-scales", NULL, OT_FLAG, policy.pow2_scales, 0, 1,
-               "current scaling: round scales down to powers of two"),
+               "current, block and rowwise scaling: round scales down to powers of two"),
     POLICY_NUM("amax-epsilon", "X", OT_FLOAT, policy.epsilon, 0, 1e30,
                "current scaling: amax floor"),
     SPECIAL("head-precision", "P", set_head_precision, get_head_precision, G_PREC, 1, 0,

@@ -1127,7 +1127,7 @@ static void test_block_fake_quantize(void) {
 static void test_block_quantize(void) {
     static const int cases[][2] = {{1, 1}, {5, 300}, {130, 260}, {256, 384}, {1024, 768}};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
-        for (int kind = 1; kind <= 2; kind++)
+        for (int kind = 1; kind <= 3; kind++)
             for (int t = 0; t < 2; t++)
                 for (int pow2 = 0; pow2 < 2; pow2++)
                     for (int f = 0; f < 2; f++) {
@@ -1145,7 +1145,8 @@ static void test_block_quantize(void) {
                                                           k, fmt, pow2);
                         char op[96], shape[48];
                         snprintf(op, sizeof(op), "block_quantize %s %s%s%s", fp8_format_name(fmt),
-                                 kind == 1 ? "1x128" : "128x128", t ? " transposed" : "",
+                                 kind == 1 ? "1x128" : kind == 2 ? "128x128" : "row",
+                                 t ? " transposed" : "",
                                  pow2 ? " pow2" : "");
                         snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
                         check_bits(op, shape, dc, n, 0);
@@ -1156,6 +1157,149 @@ static void test_block_quantize(void) {
                     }
 }
 
+static const char *scaling_name(fp8t_fp8_scaling k) {
+    return k == FP8T_SCALING_VEC128 ? "1x128" : k == FP8T_SCALING_BLK128 ? "128x128" : "row";
+}
+
+/* quantize_scaled, both orientations of one tensor from one pass (block: 1x128 tiles along
+ * each orientation's K, or 128x128; rowwise: one scale per row of each orientation), with the
+ * amax and the column sums: against the CPU's op (block_quantize of each orientation,
+ * bias_backward's sums) the codes, codes_t, both scale_inv arrays (padding left alone: both
+ * sides start from the same NaN poison) and the amax bit for bit, the column sums within 1e-6
+ * (another summation order); power-of-two scales; shapes with partial 128-tiles along both
+ * dimensions, GPT-2 1.5B's K = 1600, and one the tiled kernel does not take (the fallback). */
+static void test_quantize_scaled(void) {
+    static const int cases[][2] = {{256, 384}, {272, 200}, {1024, 768}, {64, 1600}, {33, 47}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+        for (int kind = 1; kind <= 3; kind++)
+            for (int pow2 = 0; pow2 < 2; pow2++)
+                for (int f = 0; f < 2; f++) {
+                    const int rows = cases[ci][0], cols = cases[ci][1];
+                    const size_t n = (size_t)rows * cols;
+                    const fp8t_fp8_scaling k = (fp8t_fp8_scaling)kind;
+                    const fp8_format fmt = f ? FP8_E5M2 : FP8_E4M3;
+                    const size_t ns = fp8t_block_scale_floats(k, rows, cols);
+                    const size_t nst = fp8t_block_scale_floats(k, cols, rows);
+                    float *x = host_quant_data(n, 0), *cs0 = host_normal((size_t)cols, 1.0f);
+                    float amax0 = 0.25f;
+                    dpair dx = dp_floats(x, n), dc = dp_alloc(n), dct = dp_alloc(n);
+                    dpair ds = dp_alloc(ns * 4), dst = dp_alloc(nst * 4);
+                    dpair da = dp_floats(&amax0, 1), dcs = dp_floats(cs0, (size_t)cols);
+                    dp_poison(dc, 1), dp_poison(dct, 1), dp_poison(ds, 0), dp_poison(dst, 0);
+                    FOR_BOTH {
+                        fp8t_scaled_quant q;
+                        memset(&q, 0, sizeof(q));
+                        q.codes = U8(dc), q.scale_inv = F(ds);
+                        q.codes_t = U8(dct), q.scale_inv_t = F(dst);
+                        q.amax_out = F(da), q.colsum = F(dcs), q.x = F(dx);
+                        q.rows = rows, q.cols = cols, q.scaling = k, q.fmt = fmt, q.pow2 = pow2;
+                        be_->ops->quantize_scaled(be_, &q);
+                    }
+                    char op[96], shape[48];
+                    snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+                    snprintf(op, sizeof(op), "quantize_scaled %s %s%s", scaling_name(k),
+                             fp8_format_name(fmt), pow2 ? " pow2" : "");
+                    char *e = op + strlen(op);
+                    const size_t room = sizeof(op) - strlen(op);
+                    snprintf(e, room, " codes");
+                    check_bits(op, shape, dc, n, 0);
+                    snprintf(e, room, " codes_t");
+                    check_bits(op, shape, dct, n, 0);
+                    snprintf(e, room, " scale_inv");
+                    check_bits(op, shape, ds, ns * 4, 1);
+                    snprintf(e, room, " scale_inv_t");
+                    check_bits(op, shape, dst, nst * 4, 1);
+                    snprintf(e, room, " amax");
+                    check_bits(op, shape, da, 4, 0);
+                    snprintf(e, room, " colsum");
+                    check_f(op, shape, dcs, (size_t)cols, 1e-6);
+                    dp_free(dx), dp_free(dc), dp_free(dct), dp_free(ds), dp_free(dst);
+                    dp_free(da), dp_free(dcs);
+                    free(x), free(cs0);
+                }
+}
+
+/* quantize_scaled with GELU (fc2's X) or GELU's backward (fc1's dY, with and without the
+ * deferred bias) applied to what it loads: on the GPU the same bytes (codes, codes_t, scale_inv
+ * arrays, amax, column sums) as gelu_forward / gelu_backward(_bias) into a buffer, then
+ * quantize_scaled of it (against the CPU, GELU's exp may differ in the last bit, which moves a
+ * block's amax and so all its codes: test_quantize_gelu bounds that). */
+static void test_quantize_scaled_gelu(void) {
+    static const int cases[][2] = {{256, 768}, {144, 200}, {64, 1600}};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+        for (int kind = 1; kind <= 3; kind++)
+            for (int pro = 0; pro < 3; pro++) { /* gelu, dgelu, dgelu + bias */
+                const int rows = cases[ci][0], cols = cases[ci][1];
+                const size_t n = (size_t)rows * cols;
+                const fp8t_fp8_scaling kk = (fp8t_fp8_scaling)kind;
+                const size_t ns = fp8t_block_scale_floats(kk, rows, cols);
+                const size_t nst = fp8t_block_scale_floats(kk, cols, rows);
+                float *x = host_normal(n, 1.5f), *gx = host_normal(n, 2.0f);
+                float *bias = host_normal((size_t)cols, 0.5f);
+                float zero = 0.0f;
+                fp8t_backend *g = GPU;
+                float *dx = g->ops->malloc(g, n * 4), *dgx = g->ops->malloc(g, n * 4);
+                float *db = g->ops->malloc(g, (size_t)cols * 4), *dv = g->ops->malloc(g, n * 4);
+                g->ops->to_device(g, dx, x, n * 4);
+                g->ops->to_device(g, dgx, gx, n * 4);
+                g->ops->to_device(g, db, bias, (size_t)cols * 4);
+                uint8_t *c[2], *ct[2];
+                float *sc[2], *sct[2], *am[2], *cs[2];
+                for (int v = 0; v < 2; v++) {
+                    c[v] = g->ops->malloc(g, n), ct[v] = g->ops->malloc(g, n);
+                    sc[v] = g->ops->malloc(g, ns * 4), sct[v] = g->ops->malloc(g, nst * 4);
+                    am[v] = g->ops->malloc(g, 4), cs[v] = g->ops->malloc(g, (size_t)cols * 4);
+                    g->ops->to_device(g, am[v], &zero, 4);
+                }
+                for (int v = 0; v < 2; v++) { /* v 0: fused; 1: the ops, then the plain pass */
+                    fp8t_scaled_quant q;
+                    memset(&q, 0, sizeof(q));
+                    q.codes = c[v], q.scale_inv = sc[v], q.codes_t = ct[v], q.scale_inv_t = sct[v];
+                    q.amax_out = am[v], q.colsum = cs[v];
+                    q.rows = rows, q.cols = cols, q.scaling = kk, q.fmt = FP8_E4M3;
+                    if (v == 0) {
+                        q.x = dx;
+                        if (pro == 0) q.gelu = 1;
+                        else q.gelu_x = dgx;
+                        if (pro == 2) q.bias = db;
+                    } else {
+                        if (pro == 0) g->ops->gelu_forward(g, dv, dx, n);
+                        else if (pro == 1) g->ops->gelu_backward(g, dv, dgx, dx, n);
+                        else g->ops->gelu_backward_bias(g, dv, dgx, db, dx, rows, cols);
+                        q.x = dv;
+                    }
+                    g->ops->zero(g, cs[v], (size_t)cols * 4);
+                    g->ops->quantize_scaled(g, &q);
+                }
+                char op[96], shape[48];
+                snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+                snprintf(op, sizeof(op), "quantize_scaled %s %s", scaling_name(kk),
+                         pro == 0 ? "gelu" : pro == 1 ? "gelu bwd" : "gelu bwd +bias");
+                const char *why = "from the op, then the plain pass";
+                char *e = op + strlen(op);
+                const size_t room = sizeof(op) - strlen(op);
+                snprintf(e, room, " codes");
+                check_gpu_identical(op, shape, c[0], c[1], n, why);
+                snprintf(e, room, " codes_t");
+                check_gpu_identical(op, shape, ct[0], ct[1], n, why);
+                snprintf(e, room, " scales");
+                check_gpu_identical(op, shape, sc[0], sc[1], ns * 4, why);
+                snprintf(e, room, " scales_t");
+                check_gpu_identical(op, shape, sct[0], sct[1], nst * 4, why);
+                snprintf(e, room, " amax");
+                check_gpu_identical(op, shape, am[0], am[1], 4, why);
+                snprintf(e, room, " colsum");
+                check_gpu_identical(op, shape, cs[0], cs[1], (size_t)cols * 4, why);
+                for (int v = 0; v < 2; v++) {
+                    g->ops->free(g, c[v]), g->ops->free(g, ct[v]), g->ops->free(g, sc[v]);
+                    g->ops->free(g, sct[v]), g->ops->free(g, am[v]), g->ops->free(g, cs[v]);
+                }
+                g->ops->free(g, dx), g->ops->free(g, dgx), g->ops->free(g, db);
+                g->ops->free(g, dv);
+                free(x), free(gx), free(bias);
+            }
+}
+
 /* gemm_fp8 on block-scaled operands (the same codes and scale_inv on both sides, from the
  * CPU's block_quantize) against the CPU's decode + FP32 GEMM. The CUDA side runs cuBLASLt's
  * VEC128 / BLK128x128 kernels where the shape allows (multiples of 16, 128-deep K) and the
@@ -1164,7 +1308,7 @@ static void test_block_quantize(void) {
  * and promote it to FP32 with its two scales (no fast accumulation), as the per-tensor FP8
  * kernels without fast accumulation: 5e-4 (gemm_fp8_case's bound, measured 1.2e-4 there). */
 static void gemm_fp8_block_case(int M, int N, int K, fp8t_fp8_scaling ka, fp8t_fp8_scaling kb,
-                                fp8_format fa, fp8_format fb, int acc, int with_bias) {
+                                fp8_format fa, fp8_format fb, int acc, int with_bias, int fast) {
     float *ha = host_quant_data((size_t)M * K, 0), *hb = host_quant_data((size_t)N * K, 0);
     dpair da = dp_floats(ha, (size_t)M * K), db = dp_floats(hb, (size_t)N * K);
     const size_t nsa = fp8t_block_scale_floats(ka, M, K), nsb = fp8t_block_scale_floats(kb, N, K);
@@ -1182,55 +1326,73 @@ static void gemm_fp8_block_case(int M, int N, int K, fp8t_fp8_scaling ka, fp8t_f
     FOR_BOTH {
         fp8t_fp8_operand A = {U8(dca), NULL, F(dsa), fa, M, K, ka};
         fp8t_fp8_operand B = {U8(dcb), NULL, F(dsb), fb, N, K, kb};
-        be_->ops->gemm_fp8(be_, F(Cm), &A, &B, M, N, K, 0, 1, acc, 0, NULL,
+        be_->ops->gemm_fp8(be_, F(Cm), &A, &B, M, N, K, 0, 1, acc, fast, NULL,
                            with_bias ? F(bias) : NULL);
     }
     fp8t_cuda_gemm_block_count(GPU, &blk1);
     const int on_lt = blk1 > blk0;
     char op[128], shape[64];
-    snprintf(op, sizeof(op), "gemm_fp8 block %s*%s %s*%s%s%s %s",
-             ka == FP8T_SCALING_VEC128 ? "1x128" : "128x128",
-             kb == FP8T_SCALING_VEC128 ? "1x128" : "128x128", fa == FP8_E4M3 ? "e4" : "e5",
-             fb == FP8_E4M3 ? "e4" : "e5", acc ? " acc" : "", with_bias ? " +bias" : "",
-             on_lt ? "[lt]" : "[fb]");
+    snprintf(op, sizeof(op), "gemm_fp8 %s %s*%s %s*%s%s%s%s %s",
+             ka == FP8T_SCALING_ROW ? "rowwise" : "block", scaling_name(ka), scaling_name(kb),
+             fa == FP8_E4M3 ? "e4" : "e5", fb == FP8_E4M3 ? "e4" : "e5", acc ? " acc" : "",
+             with_bias ? " +bias" : "", fast ? " fast" : "", on_lt ? "[lt]" : "[fb]");
     snprintf(shape, sizeof(shape), "%dx%dx%d", M, N, K);
-    check_f(op, shape, Cm, (size_t)M * N, on_lt ? 5e-4 : 1e-5);
+    /* the row-scaled kernels are the per-tensor FP8 kernels with the scales applied to the
+     * finished sums: gemm_fp8_case's bounds, 5e-4 and with fast accumulation 4e-3 */
+    check_f(op, shape, Cm, (size_t)M * N, !on_lt ? 1e-5 : fast ? 4e-3 : 5e-4);
     dp_free(da), dp_free(db), dp_free(dca), dp_free(dcb), dp_free(dsa), dp_free(dsb);
     dp_free(Cm), dp_free(bias);
     free(ha), free(hb), free(ca), free(cb), free(sa), free(sb), free(hc), free(hbias);
 }
 
 static void test_gemm_fp8_block(void) {
-    const fp8t_fp8_scaling V = FP8T_SCALING_VEC128, B2 = FP8T_SCALING_BLK128;
+    const fp8t_fp8_scaling V = FP8T_SCALING_VEC128, B2 = FP8T_SCALING_BLK128, R = FP8T_SCALING_ROW;
     /* the linear layer's three: Fprop X·Wᵀ (1x128 x 128x128), Dgrad dY·W (the same kinds, W's
-     * transpose as B), Wgrad dYᵀ·X (1x128 x 1x128 along the tokens), hybrid formats */
+     * transpose as B), Wgrad dYᵀ·X (1x128 x 1x128 along the tokens), hybrid formats; rowwise:
+     * row x row in all three */
     static const int sizes[][3] = {{256, 384, 512}, {512, 256, 1024}, {1024, 768, 3072}};
     for (int si = 0; si < 3; si++) {
         int M = sizes[si][0], N = sizes[si][1], K = sizes[si][2];
-        gemm_fp8_block_case(M, N, K, V, B2, FP8_E4M3, FP8_E4M3, 0, 0);
-        gemm_fp8_block_case(M, N, K, V, B2, FP8_E5M2, FP8_E4M3, 0, 0);
-        gemm_fp8_block_case(M, N, K, V, V, FP8_E5M2, FP8_E4M3, 1, 0);
-        gemm_fp8_block_case(M, N, K, V, V, FP8_E4M3, FP8_E4M3, 1, 0);
-        gemm_fp8_block_case(M, N, K, B2, V, FP8_E4M3, FP8_E4M3, 0, 0);
+        gemm_fp8_block_case(M, N, K, V, B2, FP8_E4M3, FP8_E4M3, 0, 0, 0);
+        gemm_fp8_block_case(M, N, K, V, B2, FP8_E5M2, FP8_E4M3, 0, 0, 0);
+        gemm_fp8_block_case(M, N, K, V, V, FP8_E5M2, FP8_E4M3, 1, 0, 0);
+        gemm_fp8_block_case(M, N, K, V, V, FP8_E4M3, FP8_E4M3, 1, 0, 0);
+        gemm_fp8_block_case(M, N, K, B2, V, FP8_E4M3, FP8_E4M3, 0, 0, 0);
+        gemm_fp8_block_case(M, N, K, R, R, FP8_E4M3, FP8_E4M3, 0, 0, 0);
+        gemm_fp8_block_case(M, N, K, R, R, FP8_E4M3, FP8_E4M3, 0, 0, 1);
+        gemm_fp8_block_case(M, N, K, R, R, FP8_E5M2, FP8_E4M3, 1, 0, 0);
     }
-    gemm_fp8_block_case(256, 384, 512, V, B2, FP8_E4M3, FP8_E4M3, 0, 1); /* the Fprop's bias */
+    gemm_fp8_block_case(256, 384, 512, V, B2, FP8_E4M3, FP8_E4M3, 0, 1, 0); /* the Fprop's bias */
+    gemm_fp8_block_case(256, 384, 512, R, R, FP8_E4M3, FP8_E4M3, 0, 1, 1);
     /* K not a multiple of 128 (GPT-2 1.5B's 1600: a partial last block along K) */
-    gemm_fp8_block_case(256, 384, 1600, V, B2, FP8_E4M3, FP8_E4M3, 0, 0);
-    gemm_fp8_block_case(1600, 256, 512, V, B2, FP8_E5M2, FP8_E4M3, 0, 0);
-    gemm_fp8_block_case(256, 1600, 1024, V, V, FP8_E5M2, FP8_E4M3, 1, 0);
+    gemm_fp8_block_case(256, 384, 1600, V, B2, FP8_E4M3, FP8_E4M3, 0, 0, 0);
+    gemm_fp8_block_case(1600, 256, 512, V, B2, FP8_E5M2, FP8_E4M3, 0, 0, 0);
+    gemm_fp8_block_case(256, 1600, 1024, V, V, FP8_E5M2, FP8_E4M3, 1, 0, 0);
+    gemm_fp8_block_case(256, 384, 1600, R, R, FP8_E4M3, FP8_E4M3, 0, 0, 0);
+    gemm_fp8_block_case(1600, 256, 4800, R, R, FP8_E5M2, FP8_E4M3, 1, 0, 0);
     /* shapes the block kernels do not take: the fallback */
-    gemm_fp8_block_case(33, 47, 300, V, B2, FP8_E4M3, FP8_E4M3, 0, 0);
-    gemm_fp8_block_case(64, 96, 200, V, V, FP8_E4M3, FP8_E4M3, 1, 1);
-    /* Hopper: the aligned E4M3 Fprop and Wgrad ran on cuBLASLt's block kernels */
+    gemm_fp8_block_case(33, 47, 300, V, B2, FP8_E4M3, FP8_E4M3, 0, 0, 0);
+    gemm_fp8_block_case(64, 96, 200, V, V, FP8_E4M3, FP8_E4M3, 1, 1, 0);
+    gemm_fp8_block_case(33, 47, 300, R, R, FP8_E4M3, FP8_E4M3, 0, 1, 0);
+    /* Hopper: the aligned E4M3 Fprop and Wgrad ran on cuBLASLt's block kernels, the rowwise
+     * Fprop (hybrid Dgrad too) on its OUTER_VEC ones */
     long b0 = 0, b1 = 0;
     fp8t_cuda_gemm_block_count(GPU, &b0);
-    gemm_fp8_block_case(256, 384, 512, V, B2, FP8_E4M3, FP8_E4M3, 0, 0);
-    gemm_fp8_block_case(256, 384, 512, V, V, FP8_E4M3, FP8_E4M3, 1, 0);
+    gemm_fp8_block_case(256, 384, 512, V, B2, FP8_E4M3, FP8_E4M3, 0, 0, 0);
+    gemm_fp8_block_case(256, 384, 512, V, V, FP8_E4M3, FP8_E4M3, 1, 0, 0);
     fp8t_cuda_gemm_block_count(GPU, &b1);
     char note[96];
     snprintf(note, sizeof(note), "%ld of 2 on cuBLASLt's block kernels (fp8_block_native %d)",
              b1 - b0, GPU->fp8_block_native);
     row("gemm_fp8 block uses the block kernels", "256x384x512", (double)(2 - (b1 - b0)), 0,
+        !GPU->fp8_block_native || b1 - b0 == 2, note);
+    fp8t_cuda_gemm_block_count(GPU, &b0);
+    gemm_fp8_block_case(256, 384, 512, R, R, FP8_E4M3, FP8_E4M3, 0, 0, 1);
+    gemm_fp8_block_case(256, 384, 512, R, R, FP8_E5M2, FP8_E4M3, 0, 0, 0);
+    fp8t_cuda_gemm_block_count(GPU, &b1);
+    snprintf(note, sizeof(note), "%ld of 2 on cuBLASLt's OUTER_VEC kernels (fp8_block_native %d)",
+             b1 - b0, GPU->fp8_block_native);
+    row("gemm_fp8 rowwise uses row kernels", "256x384x512", (double)(2 - (b1 - b0)), 0,
         !GPU->fp8_block_native || b1 - b0 == 2, note);
 }
 
@@ -1379,6 +1541,61 @@ static void test_tensor_stats(void) {
             dp_free(dx), dp_free(ds), dp_free(draw), dp_free(dlist);
             free(x);
         }
+}
+
+/* tile_stats (inspect's per-tile statistics of block and rowwise operands): image 0 a TILES
+ * image of the GEMMs' tile shapes (1x128, 128x1, 128x128, a whole row, a whole column), with
+ * and without power-of-two scales: the tile count, the tiles with underflow, the worst tiles'
+ * indices and the largest underflow exactly, the lowest SQNR within 1e-9 (double sums in
+ * another order), and image 0 itself as in tensor_stats. */
+static void test_tensor_stats_tiles(void) {
+    static const int shapes[][2] = {{256, 768}, {300, 200}, {1024, 1600}};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (int tk = 0; tk < 5; tk++)
+            for (int pow2 = 0; pow2 < 2; pow2++) {
+                const int rows = shapes[si][0], cols = shapes[si][1];
+                const int tiles[5][2] = {{1, 128}, {128, 1}, {128, 128}, {1, cols}, {rows, 1}};
+                const int tr = tiles[tk][0], tc = tiles[tk][1];
+                const size_t n = (size_t)rows * cols;
+                float *x = host_quant_data(n, 0);
+                dpair dx = dp_floats(x, n), draw = dp_alloc(sizeof(fp8t_stats_raw));
+                fp8t_stats_req req;
+                memset(&req, 0, sizeof req);
+                req.n_images = 1;
+                req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3,
+                                               .tile_r = tr, .tile_c = tc, .pow2 = pow2};
+                req.tile_stats = 1;
+                FOR_BOTH be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx), rows,
+                                                cols, &req);
+                fp8t_stats_raw *c = dl(0, draw.p[0], sizeof(fp8t_stats_raw));
+                fp8t_stats_raw *g = dl(1, draw.p[1], sizeof(fp8t_stats_raw));
+                const int ok = c->n_tiles == g->n_tiles && c->n_tiles > 0 &&
+                               c->tiles_with_underflow == g->tiles_with_underflow &&
+                               c->tile_sqnr_min_index == g->tile_sqnr_min_index &&
+                               c->tile_underflow_max_index == g->tile_underflow_max_index &&
+                               c->tile_underflow_max_pct == g->tile_underflow_max_pct &&
+                               c->img[0].n_underflow == g->img[0].n_underflow &&
+                               c->img[0].n_sat == g->img[0].n_sat;
+                double err = rel_diff(c->tile_sqnr_min_db, g->tile_sqnr_min_db);
+                err = fmax(err, rel_diff(c->img[0].err_sq, g->img[0].err_sq));
+                char op[64], shape[64], why[160] = "";
+                snprintf(op, sizeof(op), "tensor_stats tiles %dx%d%s", tr, tc, pow2 ? " pow2" : "");
+                snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+                if (!ok)
+                    snprintf(why, sizeof(why), "tiles %llu/%llu, worst %llu/%llu, uflow %g/%g at "
+                             "%llu/%llu, with %llu/%llu",
+                             (unsigned long long)c->n_tiles, (unsigned long long)g->n_tiles,
+                             (unsigned long long)c->tile_sqnr_min_index,
+                             (unsigned long long)g->tile_sqnr_min_index, c->tile_underflow_max_pct,
+                             g->tile_underflow_max_pct,
+                             (unsigned long long)c->tile_underflow_max_index,
+                             (unsigned long long)g->tile_underflow_max_index,
+                             (unsigned long long)c->tiles_with_underflow,
+                             (unsigned long long)g->tiles_with_underflow);
+                row(op, shape, err, 1e-9, ok && err <= 1e-9, why);
+                free(c), free(g), free(x);
+                dp_free(dx), dp_free(draw);
+            }
 }
 
 static void test_bf16_round(void) {
@@ -2166,6 +2383,9 @@ static void run_op_suite(void) {
     test_fake_quantize();
     test_block_fake_quantize();
     test_block_quantize();
+    test_tensor_stats_tiles();
+    test_quantize_scaled();
+    test_quantize_scaled_gelu();
     test_gemm_fp8_block();
     test_mxfp8();
     test_tensor_stats();
@@ -2214,6 +2434,8 @@ static const prec_case PRECS[] = {
      * gpt2-small-ish model: every GEMM) and the emulation elsewhere; the same rounding flips
      * as the other FP8 recipes */
     {"fp8-block", FP8T_PREC_BLOCK, 2e-3, 0.3, 0.15},
+    /* rowwise: the row-scaled kernels (OUTER_VEC) on the GPU, decode + FP32 GEMM on the CPU */
+    {"fp8-rowwise", FP8T_PREC_ROWWISE, 2e-3, 0.3, 0.15},
 };
 
 /* FP8 gradients cannot be held to a tight tolerance across backends: one rounding flip of an
@@ -2326,7 +2548,7 @@ static void model_compare(const char *cname, const fp8t_model_config *cfg, int B
         fp8t_param_info *info = malloc(nt * sizeof(*info));
         fp8t_model_param_table(cfg, info, NULL);
         int is_fp8 = pc->prec == FP8T_PREC_DELAYED || pc->prec == FP8T_PREC_CURRENT ||
-                     pc->prec == FP8T_PREC_BLOCK;
+                     pc->prec == FP8T_PREC_BLOCK || pc->prec == FP8T_PREC_ROWWISE;
         if (is_fp8) {
             /* the same step in BF16 on the CPU: FP8's own effect on the gradients */
             fp8t_model *mb = make_model(CPU, cfg, FP8T_PREC_BF16, B, T);
@@ -2787,6 +3009,8 @@ static void run_model_suite(void) {
     model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_BF16, "bf16");
     model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_DELAYED, "fp8-delayed");
     model_determinism("tiny-llama", &tiny_llama, 4, 64, FP8T_PREC_CURRENT, "fp8-current");
+    model_determinism("gpt2-small-ish", &small, 4, 128, FP8T_PREC_BLOCK, "fp8-block");
+    model_determinism("tiny-llama", &tiny_llama, 4, 64, FP8T_PREC_ROWWISE, "fp8-rowwise");
     test_inspect_on_gpu();
     test_inspect_observer_on_gpu();
     model_determinism("tiny-llama gqa untied bias llama3", &gqa, 4, 64, FP8T_PREC_DELAYED,

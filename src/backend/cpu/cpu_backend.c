@@ -174,6 +174,7 @@ static const fp8t_backend_ops cpu_ops = {
     .attention_decode = cpu_attention_decode,
     .embedding_forward_bf16 = cpu_embedding_forward_bf16,
     .block_quantize = cpu_block_quantize,
+    .quantize_scaled = cpu_quantize_scaled,
 };
 
 fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err,

@@ -163,10 +163,12 @@ void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
     (void)fast_accum; /* CPU accumulation is always full FP32 */
     if (M <= 0 || N <= 0) return;
     if (A->scaling != FP8T_SCALING_TENSOR || B->scaling != FP8T_SCALING_TENSOR) {
-        if (transA || !transB || (A->scaling == FP8T_SCALING_BLK128 &&
-                                  B->scaling == FP8T_SCALING_BLK128)) {
+        if (transA || !transB ||
+            (A->scaling == FP8T_SCALING_BLK128 && B->scaling == FP8T_SCALING_BLK128) ||
+            ((A->scaling == FP8T_SCALING_ROW) != (B->scaling == FP8T_SCALING_ROW))) {
             fprintf(stderr, "fp8train: gemm_fp8: block-scaled operands need transA = 0, "
-                            "transB = 1 and at most one 128x128-block operand (%s:%d)\n",
+                            "transB = 1, at most one 128x128-block operand, and row scales "
+                            "on both or neither (%s:%d)\n",
                     __FILE__, __LINE__);
             exit(1);
         }

@@ -142,6 +142,7 @@ void cpu_fake_quantize(fp8t_backend *b, float *out, const float *x, size_t n, fp
 void cpu_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, const float *x,
                         int rows, int cols, int transpose, fp8t_fp8_scaling scaling,
                         fp8_format fmt, int pow2);
+void cpu_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q);
 void cpu_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows, int cols,
                              int tile_r, int tile_c, fp8_format fmt);
 void cpu_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows, int cols);

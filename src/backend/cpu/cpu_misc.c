@@ -192,6 +192,31 @@ void cpu_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t 
     if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);
 }
 
+/* The reference of quantize_scaled: the values in scratch (gelu_forward after the bias, or
+ * gelu_backward(_bias): the bits of the ops the fused paths replace), their column sums as
+ * bias_backward and amax as the amax op, then block_quantize of each orientation. */
+void cpu_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
+    const int rows = q->rows, cols = q->cols;
+    if (rows <= 0 || cols <= 0) return;
+    const size_t n = (size_t)rows * (size_t)cols;
+    const float *v = q->x;
+    if (q->gelu) {
+        float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
+        cpu_gelu_forward(b, y, gelu_input(b, y, q->x, q->bias, rows, cols), n);
+        v = y;
+    } else if (q->gelu_x) {
+        v = gelu_backward_scratch(b, q->x, q->gelu_x, q->bias, rows, cols);
+    }
+    if (q->colsum) cpu_bias_backward(b, q->colsum, v, rows, cols);
+    if (q->amax_out) cpu_amax(b, q->amax_out, v, n);
+    if (q->codes)
+        cpu_block_quantize(b, q->codes, q->scale_inv, v, rows, cols, 0, q->scaling, q->fmt,
+                           q->pow2);
+    if (q->codes_t)
+        cpu_block_quantize(b, q->codes_t, q->scale_inv_t, v, rows, cols, 1, q->scaling, q->fmt,
+                           q->pow2);
+}
+
 void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out,
                                    float *colsum, const float *dout, const float *x,
                                    const float *bias, int rows, int cols) {

@@ -70,20 +70,22 @@ void cpu_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int ro
     fp8t_block_dequantize(out, codes, scales, rows, cols, tile_r, tile_c, fmt);
 }
 
-/* The block-scaled operand through the reference quantizer (fp8t_block_quantize_pow2) on the
- * operand's own [R, K] layout; its per-block scales become scale_inv in the operand layout. */
+/* The scaled operand through the reference quantizer (fp8t_block_quantize_pow2) on the
+ * operand's own [R, K] layout with the kind's tile (ROW: 1 x K); its per-block scales become
+ * scale_inv in the operand layout. */
 void cpu_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, const float *x,
                         int rows, int cols, int transpose, fp8t_fp8_scaling scaling,
                         fp8_format fmt, int pow2) {
     (void)b;
     if (rows <= 0 || cols <= 0) return;
-    if (scaling != FP8T_SCALING_VEC128 && scaling != FP8T_SCALING_BLK128) {
+    if (scaling != FP8T_SCALING_VEC128 && scaling != FP8T_SCALING_BLK128 &&
+        scaling != FP8T_SCALING_ROW) {
         fprintf(stderr, "fp8train: block_quantize: scaling %d is not a block kind (%s:%d)\n",
                 (int)scaling, __FILE__, __LINE__);
         exit(1);
     }
     const int R = transpose ? cols : rows, K = transpose ? rows : cols;
-    const int tr = scaling == FP8T_SCALING_VEC128 ? 1 : 128;
+    const int tr = fp8t_scaling_tile_r(scaling), tc = fp8t_scaling_tile_c(scaling, K);
     const float *src = x;
     float *xt = NULL; /* [R, K] when transposed */
     if (transpose) {
@@ -97,16 +99,16 @@ void cpu_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, const
             for (int c = 0; c < cols; c++) xt[(size_t)c * rows + r] = x[(size_t)r * cols + c];
         src = xt;
     }
-    const int nbr = (R + tr - 1) / tr, nbc = (K + 127) / 128;
+    const int nbr = (R + tr - 1) / tr, nbc = (K + tc - 1) / tc;
     float *sc = malloc((size_t)nbr * (size_t)nbc * sizeof(float)); /* [nbr, nbc] row-major */
     if (!sc) {
         fprintf(stderr, "fp8train: block_quantize: out of memory (%s:%d)\n", __FILE__, __LINE__);
         exit(1);
     }
-    fp8t_block_quantize_pow2(codes, sc, src, R, K, tr, 128, fmt, pow2);
+    fp8t_block_quantize_pow2(codes, sc, src, R, K, tr, tc, fmt, pow2);
     for (int br = 0; br < nbr; br++)
         for (int bc = 0; bc < nbc; bc++)
-            scale_inv[fp8t_block_scale_index(scaling, R, K, br * tr, bc * 128)] =
+            scale_inv[fp8t_block_scale_index(scaling, R, K, br * tr, bc * tc)] =
                 1.0f / sc[(size_t)br * nbc + bc];
     free(sc);
     free(xt);

@@ -286,6 +286,7 @@ static const fp8t_backend_ops cuda_ops = {
     /* .attention_decode = */ cuda_attention_decode,
     /* .embedding_forward_bf16 = */ cuda_embedding_forward_bf16,
     /* .block_quantize = */ cuda_block_quantize,
+    /* .quantize_scaled = */ cuda_quantize_scaled,
 };
 
 extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *opt, char *err,

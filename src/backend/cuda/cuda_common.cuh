@@ -332,6 +332,11 @@ void cuda_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, cons
                          fp8_format fmt, int pow2);
 /* out [rows, cols] = code * scale_inv of a K-major operand of any scaling kind */
 void cuda_block_decode(fp8t_backend *b, float *out, const fp8t_fp8_operand *o);
+void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q);
+/* block_quantize of ROW: one block per operand row (any shape; the fallback's kernel) */
+void cuda_row_quantize_generic(fp8t_backend *b, uint8_t *codes, float *scale_inv,
+                               const float *x, int rows, int cols, int transpose,
+                               fp8_format fmt, int pow2);
 void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows,
                               int cols);
 void cuda_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n);

@@ -417,6 +417,7 @@ static int lt_scale_mode(fp8t_fp8_scaling k) {
 #if CUBLAS_VERSION >= 120900
     if (k == FP8T_SCALING_VEC128) return (int)CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     if (k == FP8T_SCALING_BLK128) return (int)CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    if (k == FP8T_SCALING_ROW) return (int)CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     return (int)CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 #else
     (void)k;
@@ -424,25 +425,31 @@ static int lt_scale_mode(fp8t_fp8_scaling k) {
 #endif
 }
 
-/* gemm_fp8 with block-scaled operands: A [M,K] and B [N,K], both K-major, as the TN kernels
- * read them (cuBLAS A = our B, cuBLAS B = our A; the scale arrays go with their operands).
- * cuBLASLt's block kernels take no fast accumulation (they promote every 128-deep chunk into
- * the FP32 sum with its two scales) and on Hopper only 1D x 1D, 1D x 2D and 2D x 1D. Where it
- * has no algorithm (shapes: dimensions multiples of 16, 16-byte aligned pointers), the
- * operands are decoded (code * scale_inv) and the FP32 GEMM runs, reported once. */
+/* gemm_fp8 with block- or row-scaled operands: A [M,K] and B [N,K], both K-major, as the TN
+ * kernels read them (cuBLAS A = our B, cuBLAS B = our A; the scale arrays go with their
+ * operands: OUTER_VEC's m-vector is our B's N row scales, its n-vector our A's M). cuBLASLt's
+ * block kernels take no fast accumulation (they promote every 128-deep chunk into the FP32 sum
+ * with its two scales) and on Hopper only 1D x 1D, 1D x 2D and 2D x 1D; the row-scaled ones
+ * (OUTER_VEC x OUTER_VEC) apply both scales to the finished FP32 sum and take fast_accum as
+ * the per-tensor kernels do (retried without it where refused). Where it has no algorithm
+ * (shapes: dimensions multiples of 16, 16-byte aligned pointers), the operands are decoded
+ * (code * scale_inv) and the FP32 GEMM runs, reported once. */
 static void gemm_fp8_block(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                            const fp8t_fp8_operand *B, int M, int N, int K, int transA,
-                           int transB, int acc, float *amax_out, const float *bias) {
+                           int transB, int acc, int fast_accum, float *amax_out,
+                           const float *bias) {
     cuda_state *s = cuda_of(b);
+    const int row_a = A->scaling == FP8T_SCALING_ROW, row_b = B->scaling == FP8T_SCALING_ROW;
     if (transA || !transB || A->rows != M || A->cols != K || B->rows != N || B->cols != K ||
-        !A->data || !B->data || !A->scale_inv || !B->scale_inv ||
+        !A->data || !B->data || !A->scale_inv || !B->scale_inv || row_a != row_b ||
         (A->scaling == FP8T_SCALING_BLK128 && B->scaling == FP8T_SCALING_BLK128)) {
         fprintf(stderr,
                 "fp8train: gemm_fp8: block-scaled operands must be A [M,K] (transA = 0) and "
-                "B [N,K] (transB = 1) in data with scale_inv, not both 128x128: got A [%d,%d] "
-                "B [%d,%d] for M=%d N=%d K=%d transA=%d transB=%d (%s:%d)\n",
-                A->rows, A->cols, B->rows, B->cols, M, N, K, transA, transB, __FILE__,
-                __LINE__);
+                "B [N,K] (transB = 1) in data with scale_inv, not both 128x128, row scales on "
+                "both or neither: got A [%d,%d] B [%d,%d] (scaling %d/%d) for M=%d N=%d K=%d "
+                "transA=%d transB=%d (%s:%d)\n",
+                A->rows, A->cols, B->rows, B->cols, (int)A->scaling, (int)B->scaling, M, N, K,
+                transA, transB, __FILE__, __LINE__);
         exit(1);
     }
     if (gemm_trivial(b, C, M, N, K, acc)) {
@@ -467,15 +474,18 @@ static void gemm_fp8_block(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
             if (A->scaling == FP8T_SCALING_TENSOR) sa = s->fp8_scales;
             if (B->scaling == FP8T_SCALING_TENSOR) sb = s->fp8_scales + 4;
         }
-        if (bias && !s->plain)
-            bias_done = done =
-                lt_matmul(s, N, M, K, CUBLAS_OP_T, CUBLAS_OP_N, fp8_cuda_type(B->fmt), B->data,
-                          K, fp8_cuda_type(A->fmt), A->data, K, C, N, acc, sb, sa, 0,
-                          CUBLAS_COMPUTE_32F, bias, mode_b, mode_a) == 0;
-        if (!done)
-            done = lt_matmul(s, N, M, K, CUBLAS_OP_T, CUBLAS_OP_N, fp8_cuda_type(B->fmt),
-                             B->data, K, fp8_cuda_type(A->fmt), A->data, K, C, N, acc, sb, sa,
-                             0, CUBLAS_COMPUTE_32F, NULL, mode_b, mode_a) == 0;
+        /* fast accumulation where the row-scaled kernels take it: tried first, then without */
+        for (int fa = row_a && fast_accum ? 1 : 0; !done && fa >= 0; fa--) {
+            if (bias && !s->plain)
+                bias_done = done =
+                    lt_matmul(s, N, M, K, CUBLAS_OP_T, CUBLAS_OP_N, fp8_cuda_type(B->fmt),
+                              B->data, K, fp8_cuda_type(A->fmt), A->data, K, C, N, acc, sb, sa,
+                              fa, CUBLAS_COMPUTE_32F, bias, mode_b, mode_a) == 0;
+            if (!done)
+                done = lt_matmul(s, N, M, K, CUBLAS_OP_T, CUBLAS_OP_N, fp8_cuda_type(B->fmt),
+                                 B->data, K, fp8_cuda_type(A->fmt), A->data, K, C, N, acc, sb,
+                                 sa, fa, CUBLAS_COMPUTE_32F, NULL, mode_b, mode_a) == 0;
+        }
     }
     if (done) {
         s->n_fp8_lt++;
@@ -484,10 +494,11 @@ static void gemm_fp8_block(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
         s->n_fp8_fallback++;
         if (b->fp8_block_native && shape_ok && !s->warned_fp8_block) {
             fprintf(stderr,
-                    "fp8train: cuBLASLt has no block-scaled FP8 GEMM for M=%d N=%d K=%d (scale "
-                    "modes %d/%d); decoding the operands and running the FP32 GEMM for such "
-                    "GEMMs (reported once)\n",
-                    M, N, K, mode_a, mode_b);
+                    "fp8train: cuBLASLt has no %s-scaled FP8 GEMM for M=%d N=%d K=%d (scale "
+                    "modes %d/%d, formats %s x %s); decoding the operands and running the FP32 "
+                    "GEMM for such GEMMs (reported once)\n",
+                    row_a ? "row" : "block", M, N, K, mode_a, mode_b, fp8_format_name(A->fmt),
+                    fp8_format_name(B->fmt));
             s->warned_fp8_block = 1;
         }
         float *af = (float *)cuda_scratch(b, SCR_GEMM_A, (size_t)M * K * 4);
@@ -504,7 +515,7 @@ void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                    const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                    int acc, int fast_accum, float *amax_out, const float *bias) {
     if (A->scaling != FP8T_SCALING_TENSOR || B->scaling != FP8T_SCALING_TENSOR) {
-        gemm_fp8_block(b, C, A, B, M, N, K, transA, transB, acc, amax_out, bias);
+        gemm_fp8_block(b, C, A, B, M, N, K, transA, transB, acc, fast_accum, amax_out, bias);
         return;
     }
     check_operand("A", A, transA ? K : M, transA ? M : K, transA);

@@ -845,10 +845,15 @@ void cuda_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, cons
                          int rows, int cols, int transpose, fp8t_fp8_scaling scaling,
                          fp8_format fmt, int pow2) {
     if (rows <= 0 || cols <= 0) return;
-    if (scaling != FP8T_SCALING_VEC128 && scaling != FP8T_SCALING_BLK128) {
+    if (scaling != FP8T_SCALING_VEC128 && scaling != FP8T_SCALING_BLK128 &&
+        scaling != FP8T_SCALING_ROW) {
         fprintf(stderr, "fp8train: block_quantize: scaling %d is not a block kind (%s:%d)\n",
                 (int)scaling, __FILE__, __LINE__);
         exit(1);
+    }
+    if (scaling == FP8T_SCALING_ROW) {
+        cuda_row_quantize_generic(b, codes, scale_inv, x, rows, cols, transpose, fmt, pow2);
+        return;
     }
     cuda_state *s = cuda_of(b);
     const int R = transpose ? cols : rows, K = transpose ? rows : cols;
@@ -930,4 +935,398 @@ void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
     size_t warps = (size_t)rows * ((cols + 31) / 32);
     mxfp8_fake_quantize_kernel<<<cdiv_u(warps * 32, 256), 256, 0, s->stream>>>(out, x, rows, cols);
     CUDA_LAUNCH_CHECK(s);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* quantize_scaled: both orientations of a block- or row-scaled operand from one read.
+ *
+ * One block of 256 threads per 128x128 tile of x (edge tiles partial). Thread (tx = tid % 32,
+ * ty = tid / 32) holds the float4 at columns 4tx..4tx+3 of the tile's rows 16ty..16ty+15 in
+ * registers (a warp load is one 512-byte row segment). From the registers:
+ *   row amaxes: a warp's 32 lanes hold a whole tile row, one __reduce_max_sync over the |x|
+ *     bit patterns each (the order of the patterns is the order of the magnitudes, and every
+ *     NaN pattern lies above +Inf's, so the max is a NaN pattern exactly when a NaN is there:
+ *     the amax op's rule);
+ *   column amaxes: each thread's 16 rows, then the 8 warps through shared memory;
+ *   VEC128: a row's scale from its row amax (its 1x128 tile along x's cols), a column's from
+ *     its column amax (its 1x128 tile along x's rows, the transposed operand's K); BLK128: one
+ *     scale from the tile's amax for both; ROW: the scales from the whole-row / whole-column
+ *     amaxes a first pass (scaled_amax_kernel) left in global memory;
+ *   codes: a 4-byte store per row (a warp writes 128 contiguous bytes);
+ *   codes_t: a thread's 16 rows of one column are 16 contiguous bytes of codes_t's row: one
+ *     uint4 into a shared [128 columns][8 chunks] tile, chunk swizzled by (column / 4) % 8 so
+ *     that the 8 lanes of each store phase hit 8 different bank groups; then each column's 128
+ *     bytes go out as 8 uint4 stores by 8 lanes (coalesced 128-byte rows).
+ * The encoder is fp8_enc_dev's instruction, the scale formula current_scale_dev and
+ * scale_inv = 1 / scale: the CPU's block_quantize bits. GELU (PRO 1) and the GELU backward
+ * (PRO 2) are applied to what is loaded, with gelu_dev / gelu_grad as gelu_forward and
+ * gelu_backward(_bias) evaluate them; COLSUM writes the tile's column sums (each thread's 16
+ * rows in order, then the 8 warps in order) for cuda_column_sums_finish. Needs rows % 16 == 0,
+ * cols % 4 == 0, x (gx, bias) 16-byte aligned, codes 4-byte and codes_t 16-byte aligned. */
+#define SQ_TILE 128
+#define SQ_THREADS 256
+
+enum { SQ_VEC = 1, SQ_BLK = 2, SQ_ROW = 3 };
+enum { SQ_PLAIN = 0, SQ_GELU = 1, SQ_DGELU = 2 };
+
+typedef struct {
+    uint8_t *codes, *codes_t;
+    float *sinv, *sinv_t;
+    float *amax_out;
+    float *part;             /* COLSUM: [tiles_r, cols] */
+    const float *x, *gx, *bias;
+    unsigned *row_bits, *col_bits; /* ROW: |x| bit-pattern amaxes per row / column */
+    int rows, cols, tiles_c;
+    float fmt_max;
+    int pow2;
+} sq_args;
+
+__device__ __forceinline__ float bits_amax(unsigned m) {
+    return __uint_as_float(m > 0x7f800000u ? 0x7fc00000u : m);
+}
+
+/* the tile's float4s after the prologue: v[k] = columns 4tx.. of tile row 16ty + k (zeros
+ * outside x) */
+template <int PRO>
+__device__ __forceinline__ void sq_load(float4 v[16], const sq_args &a, int r0, int c0,
+                                        int tx, int ty) {
+    const int c = c0 + 4 * tx;
+    const bool col_ok = c < a.cols;
+    float4 bb = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (PRO != SQ_PLAIN && a.bias && col_ok) bb = *(const float4 *)(a.bias + c);
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        const int r = r0 + 16 * ty + k;
+        float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (col_ok && r < a.rows) {
+            t = *(const float4 *)(a.x + (size_t)r * a.cols + c);
+            if (PRO == SQ_GELU) {
+                if (a.bias) t = make_float4(t.x + bb.x, t.y + bb.y, t.z + bb.z, t.w + bb.w);
+                t = make_float4(gelu_dev(t.x), gelu_dev(t.y), gelu_dev(t.z), gelu_dev(t.w));
+            } else if (PRO == SQ_DGELU) {
+                float4 u = *(const float4 *)(a.gx + (size_t)r * a.cols + c);
+                if (a.bias) u = make_float4(u.x + bb.x, u.y + bb.y, u.z + bb.z, u.w + bb.w);
+                t = make_float4(gelu_grad(u.x, t.x), gelu_grad(u.y, t.y), gelu_grad(u.z, t.z),
+                                gelu_grad(u.w, t.w));
+            }
+        }
+        v[k] = t;
+    }
+}
+
+/* ROW's first pass: the amax of every row and column of the values, as |x| bit patterns
+ * max-merged into row_bits / col_bits (atomicMax: order-independent), and the tensor amax. */
+template <int PRO>
+__global__ void __launch_bounds__(SQ_THREADS) scaled_amax_kernel(sq_args a) {
+    __shared__ unsigned sm_cm[8][SQ_TILE];
+    const int tid = threadIdx.x, tx = tid & 31, ty = tid >> 5;
+    const int r0 = (int)(blockIdx.x / a.tiles_c) * SQ_TILE;
+    const int c0 = (int)(blockIdx.x % a.tiles_c) * SQ_TILE;
+    float4 v[16];
+    sq_load<PRO>(v, a, r0, c0, tx, ty);
+    unsigned cm[4] = {0u, 0u, 0u, 0u}, all = 0u;
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        cm[0] = max(cm[0], abs_bits_dev(v[k].x));
+        cm[1] = max(cm[1], abs_bits_dev(v[k].y));
+        cm[2] = max(cm[2], abs_bits_dev(v[k].z));
+        cm[3] = max(cm[3], abs_bits_dev(v[k].w));
+        const unsigned rm = __reduce_max_sync(0xffffffffu, abs_bits4_dev(0u, v[k]));
+        const int r = r0 + 16 * ty + k;
+        if (tx == 0 && r < a.rows) atomicMax(a.row_bits + r, rm);
+        all = max(all, rm);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) sm_cm[ty][4 * tx + j] = cm[j];
+    __syncthreads();
+    if (tid < SQ_TILE && c0 + tid < a.cols) {
+        unsigned m = 0u;
+        for (int w = 0; w < 8; w++) m = max(m, sm_cm[w][tid]);
+        atomicMax(a.col_bits + c0 + tid, m);
+    }
+    if (a.amax_out) block_amax_bits_merge(a.amax_out, all);
+}
+
+template <fp8_format FMT, int KIND, int PRO, bool COLSUM>
+__global__ void __launch_bounds__(SQ_THREADS) scaled_tile_kernel(sq_args a) {
+    __shared__ uint4 sm_t[SQ_TILE * 8];     /* [column][chunk of 16 rows], swizzled */
+    __shared__ unsigned sm_cm[8][SQ_TILE];  /* column amax bits per warp */
+    __shared__ float sm_cs[SQ_TILE];        /* column scales */
+    __shared__ __align__(16) float sm_part[8][SQ_TILE]; /* COLSUM: per-warp column sums */
+    const __nv_fp8_interpretation_t it = FMT == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2;
+    const int tid = threadIdx.x, tx = tid & 31, ty = tid >> 5;
+    const int tr = (int)(blockIdx.x / a.tiles_c), tcol = (int)(blockIdx.x % a.tiles_c);
+    const int r0 = tr * SQ_TILE, c0 = tcol * SQ_TILE;
+    const int nr = min(SQ_TILE, a.rows - r0), nc = min(SQ_TILE, a.cols - c0);
+    float4 v[16];
+    sq_load<PRO>(v, a, r0, c0, tx, ty);
+
+    /* row amaxes (VEC, BLK) */
+    unsigned rmax[16];
+    unsigned all = 0u;
+    if (KIND != SQ_ROW) {
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            rmax[k] = __reduce_max_sync(0xffffffffu, abs_bits4_dev(0u, v[k]));
+            all = max(all, rmax[k]);
+        }
+    }
+    /* column scales into sm_cs */
+    if (KIND == SQ_VEC) {
+        unsigned cm[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            cm[0] = max(cm[0], abs_bits_dev(v[k].x));
+            cm[1] = max(cm[1], abs_bits_dev(v[k].y));
+            cm[2] = max(cm[2], abs_bits_dev(v[k].z));
+            cm[3] = max(cm[3], abs_bits_dev(v[k].w));
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) sm_cm[ty][4 * tx + j] = cm[j];
+        __syncthreads();
+        if (tid < SQ_TILE) {
+            unsigned m = 0u;
+            for (int w = 0; w < 8; w++) m = max(m, sm_cm[w][tid]);
+            const float sc = current_scale_dev(bits_amax(m), a.fmt_max, 0.0f, a.pow2);
+            sm_cs[tid] = sc;
+            if (a.codes_t && tid < nc) /* operand [cols, rows], row c0 + tid, tile r0 / 128 */
+                a.sinv_t[(size_t)tr * fp8t_pad4(a.cols) + c0 + tid] = 1.0f / sc;
+        }
+    } else if (KIND == SQ_BLK) {
+        if (tx == 0) sm_cm[0][ty] = all;
+        __syncthreads();
+        if (tid == 0) {
+            unsigned m = 0u;
+            for (int w = 0; w < 8; w++) m = max(m, sm_cm[0][w]);
+            const float sc = current_scale_dev(bits_amax(m), a.fmt_max, 0.0f, a.pow2);
+            sm_cs[0] = sc;
+            const int kbr = (a.cols + 127) / 128, kbt = (a.rows + 127) / 128;
+            if (a.codes) a.sinv[(size_t)tr * fp8t_pad4(kbr) + tcol] = 1.0f / sc;
+            if (a.codes_t) a.sinv_t[(size_t)tcol * fp8t_pad4(kbt) + tr] = 1.0f / sc;
+        }
+    } else { /* ROW: the first pass's column amaxes */
+        if (tid < SQ_TILE) {
+            const float sc = c0 + tid < a.cols
+                                 ? current_scale_dev(bits_amax(a.col_bits[c0 + tid]), a.fmt_max,
+                                                     0.0f, a.pow2)
+                                 : 1.0f;
+            sm_cs[tid] = sc;
+            if (a.codes_t && tr == 0 && tid < nc) a.sinv_t[c0 + tid] = 1.0f / sc;
+        }
+    }
+    if (COLSUM) {
+        float4 cs = v[0];
+#pragma unroll
+        for (int k = 1; k < 16; k++)
+            cs = make_float4(cs.x + v[k].x, cs.y + v[k].y, cs.z + v[k].z, cs.w + v[k].w);
+        *(float4 *)&sm_part[ty][4 * tx] = cs;
+    }
+    __syncthreads();
+    if (COLSUM && tid < nc) {
+        float t = sm_part[0][tid];
+        for (int w = 1; w < 8; w++) t += sm_part[w][tid];
+        a.part[(size_t)tr * a.cols + c0 + tid] = t;
+    }
+
+    const int c = c0 + 4 * tx;
+    const bool col_ok = 4 * tx < nc;
+    /* row-major codes with the row scales */
+    if (a.codes) {
+        const float sblk = KIND == SQ_BLK ? sm_cs[0] : 0.0f;
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            const int rl = 16 * ty + k, r = r0 + rl;
+            float sc;
+            if (KIND == SQ_BLK) sc = sblk;
+            else if (KIND == SQ_VEC) sc = current_scale_dev(bits_amax(rmax[k]), a.fmt_max, 0.0f,
+                                                            a.pow2);
+            else sc = current_scale_dev(bits_amax(r < a.rows ? a.row_bits[r] : 0u), a.fmt_max,
+                                        0.0f, a.pow2);
+            if (rl < nr) {
+                if (col_ok)
+                    *(uint32_t *)(a.codes + (size_t)r * a.cols + c) =
+                        fp8x4_enc_dev<FMT>(v[k].x * sc, v[k].y * sc, v[k].z * sc, v[k].w * sc);
+                if (tx == 0 && KIND == SQ_VEC)
+                    a.sinv[(size_t)tcol * fp8t_pad4(a.rows) + r] = 1.0f / sc;
+                if (tx == 0 && KIND == SQ_ROW && tcol == 0) a.sinv[r] = 1.0f / sc;
+            }
+        }
+    }
+    if (!a.codes_t) {
+        if (a.amax_out && KIND != SQ_ROW) block_amax_bits_merge(a.amax_out, all);
+        return;
+    }
+    /* transposed codes with the column scales: column 4tx + j's 16 rows as one uint4 */
+    const int swz = tx & 7;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float sc = sm_cs[KIND == SQ_BLK ? 0 : 4 * tx + j];
+        uint32_t w[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            float e[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float4 t = v[4 * q + i];
+                e[i] = (j == 0 ? t.x : j == 1 ? t.y : j == 2 ? t.z : t.w) * sc;
+            }
+            const uint32_t lo =
+                __nv_cvt_float2_to_fp8x2(make_float2(e[0], e[1]), __NV_SATFINITE, it);
+            const uint32_t hi =
+                __nv_cvt_float2_to_fp8x2(make_float2(e[2], e[3]), __NV_SATFINITE, it);
+            w[q] = lo | (hi << 16);
+        }
+        sm_t[(4 * tx + j) * 8 + (ty ^ swz)] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        const int cl = (tid >> 3) + 32 * p, k = tid & 7;
+        if (cl < nc && 16 * k < nr) {
+            const uint4 o = sm_t[cl * 8 + (k ^ ((cl >> 2) & 7))];
+            *(uint4 *)(a.codes_t + (size_t)(c0 + cl) * a.rows + r0 + 16 * k) = o;
+        }
+    }
+    if (a.amax_out && KIND != SQ_ROW) block_amax_bits_merge(a.amax_out, all);
+}
+
+/* The whole-row scaled operand (ROW) for the fallback: one block per operand row (x's row, or
+ * with transpose x's column), the amax over its K elements, then the codes. Any shape. */
+__global__ void row_quantize_generic_kernel(uint8_t *codes, float *scale_inv, const float *x,
+                                            int rows, int cols, int transpose, fp8_format fmt,
+                                            float fmt_max, int pow2) {
+    const int K = transpose ? rows : cols;
+    const int r = blockIdx.x;
+    float acc = 0.0f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x)
+        acc = amax_merge_dev(acc, transpose ? x[(size_t)k * cols + r] : x[(size_t)r * cols + k]);
+    acc = block_amax(acc);
+    __shared__ float sh_sc;
+    if (threadIdx.x == 0) {
+        sh_sc = current_scale_dev(acc, fmt_max, 0.0f, pow2);
+        scale_inv[r] = 1.0f / sh_sc;
+    }
+    __syncthreads();
+    const float sc = sh_sc;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        const float v = transpose ? x[(size_t)k * cols + r] : x[(size_t)r * cols + k];
+        codes[(size_t)r * K + k] = fp8_enc_dev(v * sc, fmt);
+    }
+}
+
+void cuda_row_quantize_generic(fp8t_backend *b, uint8_t *codes, float *scale_inv,
+                               const float *x, int rows, int cols, int transpose,
+                               fp8_format fmt, int pow2) {
+    cuda_state *s = cuda_of(b);
+    const int R = transpose ? cols : rows;
+    const float fmt_max = fmt == FP8_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX;
+    row_quantize_generic_kernel<<<(unsigned)R, 256, 0, s->stream>>>(codes, scale_inv, x, rows,
+                                                                   cols, transpose, fmt,
+                                                                   fmt_max, pow2);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+template <fp8_format FMT, int KIND, int PRO>
+static void launch_scaled_tiles(cuda_state *s, const sq_args &a, unsigned tiles, int colsum) {
+    if (colsum)
+        scaled_tile_kernel<FMT, KIND, PRO, true><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
+    else
+        scaled_tile_kernel<FMT, KIND, PRO, false><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
+    CUDA_LAUNCH_CHECK(s);
+}
+
+template <fp8_format FMT, int KIND>
+static void launch_scaled_pro(cuda_state *s, const sq_args &a, unsigned tiles, int pro,
+                              int colsum) {
+    if (pro == SQ_GELU) launch_scaled_tiles<FMT, KIND, SQ_GELU>(s, a, tiles, colsum);
+    else if (pro == SQ_DGELU) launch_scaled_tiles<FMT, KIND, SQ_DGELU>(s, a, tiles, colsum);
+    else launch_scaled_tiles<FMT, KIND, SQ_PLAIN>(s, a, tiles, colsum);
+}
+
+template <fp8_format FMT>
+static void launch_scaled_kind(cuda_state *s, const sq_args &a, unsigned tiles, int kind,
+                               int pro, int colsum) {
+    if (kind == SQ_VEC) launch_scaled_pro<FMT, SQ_VEC>(s, a, tiles, pro, colsum);
+    else if (kind == SQ_BLK) launch_scaled_pro<FMT, SQ_BLK>(s, a, tiles, pro, colsum);
+    else launch_scaled_pro<FMT, SQ_ROW>(s, a, tiles, pro, colsum);
+}
+
+void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
+    const int rows = q->rows, cols = q->cols;
+    if (rows <= 0 || cols <= 0 || (!q->codes && !q->codes_t && !q->amax_out && !q->colsum))
+        return;
+    if (q->scaling != FP8T_SCALING_VEC128 && q->scaling != FP8T_SCALING_BLK128 &&
+        q->scaling != FP8T_SCALING_ROW) {
+        fprintf(stderr, "fp8train: quantize_scaled: scaling %d is not a block kind (%s:%d)\n",
+                (int)q->scaling, __FILE__, __LINE__);
+        exit(1);
+    }
+    cuda_state *s = cuda_of(b);
+    const int pro = q->gelu ? SQ_GELU : q->gelu_x ? SQ_DGELU : SQ_PLAIN;
+    const int fused = !s->plain && rows % 16 == 0 && cols % 4 == 0 && aligned16(q->x) &&
+                      (!q->gelu_x || aligned16(q->gelu_x)) && (!q->bias || aligned16(q->bias)) &&
+                      (!q->codes || aligned4(q->codes)) && (!q->codes_t || aligned16(q->codes_t));
+    if (!fused) {
+        /* the values in scratch where a prologue applies (the unfused ops' bits), then the
+         * column sums, the amax and each orientation on its own */
+        const size_t n = (size_t)rows * cols;
+        const float *v = q->x;
+        if (pro != SQ_PLAIN) {
+            float *y = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
+            if (pro == SQ_GELU) {
+                gelu_scratch_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(
+                    y, q->x, q->bias, cols, n);
+                CUDA_LAUNCH_CHECK(s);
+            } else if (q->bias) {
+                cuda_gelu_backward_bias(b, y, q->gelu_x, q->bias, q->x, rows, cols);
+            } else {
+                cuda_gelu_backward(b, y, q->gelu_x, q->x, n);
+            }
+            v = y;
+        }
+        if (q->colsum) cuda_column_sums(b, q->colsum, v, rows, cols);
+        if (q->amax_out) cuda_amax(b, q->amax_out, v, n);
+        if (q->codes)
+            cuda_block_quantize(b, q->codes, q->scale_inv, v, rows, cols, 0, q->scaling, q->fmt,
+                                q->pow2);
+        if (q->codes_t)
+            cuda_block_quantize(b, q->codes_t, q->scale_inv_t, v, rows, cols, 1, q->scaling,
+                                q->fmt, q->pow2);
+        return;
+    }
+    const int tiles_r = (rows + SQ_TILE - 1) / SQ_TILE, tiles_c = (cols + SQ_TILE - 1) / SQ_TILE;
+    const unsigned tiles = (unsigned)((size_t)tiles_r * tiles_c);
+    sq_args a;
+    memset(&a, 0, sizeof(a));
+    a.codes = q->codes, a.codes_t = q->codes_t;
+    a.sinv = q->scale_inv, a.sinv_t = q->scale_inv_t;
+    a.amax_out = q->amax_out;
+    a.x = q->x, a.gx = q->gelu_x, a.bias = q->bias;
+    a.rows = rows, a.cols = cols, a.tiles_c = tiles_c;
+    a.fmt_max = q->fmt == FP8_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX;
+    a.pow2 = q->pow2;
+    if (q->colsum)
+        a.part = (float *)cuda_scratch(b, SCR_COLSUM, (size_t)tiles_r * cols * sizeof(float));
+    const int kind = q->scaling == FP8T_SCALING_VEC128   ? SQ_VEC
+                     : q->scaling == FP8T_SCALING_BLK128 ? SQ_BLK
+                                                         : SQ_ROW;
+    if (kind == SQ_ROW) {
+        /* the whole-row and whole-column amaxes first (they span other tiles) */
+        unsigned *bits = (unsigned *)cuda_scratch(b, SCR_QUANT,
+                                                  ((size_t)rows + (size_t)cols) * sizeof(unsigned));
+        a.row_bits = bits, a.col_bits = bits + rows;
+        CUDA_CHECK(cudaMemsetAsync(bits, 0, ((size_t)rows + cols) * sizeof(unsigned), s->stream));
+        if (pro == SQ_GELU) scaled_amax_kernel<SQ_GELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
+        else if (pro == SQ_DGELU)
+            scaled_amax_kernel<SQ_DGELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
+        else scaled_amax_kernel<SQ_PLAIN><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
+        CUDA_LAUNCH_CHECK(s);
+        a.amax_out = NULL; /* taken by the first pass */
+    }
+    if (q->codes || q->codes_t || q->colsum) {
+        const int cs = q->colsum != NULL;
+        if (q->fmt == FP8_E4M3) launch_scaled_kind<FP8_E4M3>(s, a, tiles, kind, pro, cs);
+        else launch_scaled_kind<FP8_E5M2>(s, a, tiles, kind, pro, cs);
+    }
+    if (q->colsum) cuda_column_sums_finish(b, q->colsum, a.part, tiles_r, cols);
 }

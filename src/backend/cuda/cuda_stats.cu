@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(ST_THREADS)
         for (int k = 0; k < sp.n; k++)
             if (mask >> k & 1u)
                 sp.tiles[k][(size_t)r * nbc + bc] = current_scale_dev(
-                    at, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, 0);
+                    at, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, sp.pow2[k]);
     }
     sh[threadIdx.x] = a;
     tree_reduce<mom_acc, mom_merge>(sh);
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(ST_THREADS)
 /* ---- T: per-tile multiplier of image k (TILES: the block's current scale; MX: 2^-e, NaN
  * for a block holding NaN or Inf) ---- */
 __global__ void stats_tiles_kernel(float *tiles, const float *__restrict__ x, int rows, int cols,
-                                   int tr, int tc, int fmt, int mx) {
+                                   int tr, int tc, int fmt, int mx, int pow2) {
     int nbc = (cols + tc - 1) / tc;
     int br = (int)(blockIdx.x / nbc), bc = (int)(blockIdx.x % nbc);
     int r0 = br * tr, c0 = bc * tc;
@@ -256,7 +256,7 @@ __global__ void stats_tiles_kernel(float *tiles, const float *__restrict__ x, in
         tiles[blockIdx.x] = eb == 0xFF ? __int_as_float(0x7fc00000) : ldexpf(1.0f, 127 - eb);
     } else {
         tiles[blockIdx.x] =
-            current_scale_dev(acc, fmt == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, 0);
+            current_scale_dev(acc, fmt == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, pow2);
     }
 }
 
@@ -476,6 +476,77 @@ __global__ void __launch_bounds__(ST_THREADS)
     }
 }
 
+/* ---- tile_stats: each tile of image 0 (TILES) on its own, one block per tile, then one
+ * block summarizing them in tile order (the CPU's ordered scan: the first tile of the lowest
+ * SQNR and of the highest underflow) ---- */
+__global__ void __launch_bounds__(ST_THREADS)
+    stats_tile_errors_kernel(fp8t_block_raw *list, const float *__restrict__ x, int rows,
+                             int cols, img_specs sp) {
+    __shared__ blk_acc sh[ST_THREADS];
+    const int tr = sp.tr[0], tc = sp.tc[0], nbc = sp.nbc[0];
+    const int r0 = (int)(blockIdx.x / nbc) * tr, c0 = (int)(blockIdx.x % nbc) * tc;
+    const int nr = min(tr, rows - r0), nc = min(tc, cols - c0);
+    const float m = sp.tiles[0][blockIdx.x];
+    const int fmt = sp.fmt[0];
+    blk_acc a = {0.0f, 0, 0, 0.0, 0.0};
+    for (int i = threadIdx.x; i < nr * nc; i += ST_THREADS) {
+        const float v = x[(size_t)(r0 + i / nc) * cols + c0 + i % nc];
+        if (!isfinite(v)) continue;
+        const float q = image_value(v, m, fmt, 0);
+        const double dv = (double)v, e = (double)q - dv;
+        a.xx += dv * dv;
+        a.err += e * e;
+        if (v != 0.0f) {
+            a.nonzero++;
+            a.under += q == 0.0f;
+        }
+    }
+    sh[threadIdx.x] = a;
+    tree_reduce<blk_acc, blk_merge>(sh);
+    if (threadIdx.x == 0) {
+        fp8t_block_raw r;
+        r.amax = 0.0;
+        r.sqnr_db = sqnr_dev(sh[0].xx, sh[0].err);
+        r.underflow_pct = sh[0].nonzero ? 100.0 * (double)sh[0].under / (double)sh[0].nonzero : 0.0;
+        list[blockIdx.x] = r;
+    }
+}
+
+typedef struct {
+    double sq_min, up_max;
+    ull sq_idx, up_idx, with_under;
+} tile_sum;
+
+__device__ __forceinline__ void tile_sum_merge(tile_sum *a, const tile_sum *b) {
+    if (b->sq_min < a->sq_min || (b->sq_min == a->sq_min && b->sq_idx < a->sq_idx))
+        a->sq_min = b->sq_min, a->sq_idx = b->sq_idx;
+    if (b->up_max > a->up_max || (b->up_max == a->up_max && b->up_idx < a->up_idx))
+        a->up_max = b->up_max, a->up_idx = b->up_idx;
+    a->with_under += b->with_under;
+}
+
+__global__ void __launch_bounds__(ST_THREADS)
+    stats_tile_errors_finish(fp8t_stats_raw *out, const fp8t_block_raw *list, size_t nt) {
+    __shared__ tile_sum sh[ST_THREADS];
+    tile_sum a = {INFINITY, -1.0, ~0ull, ~0ull, 0};
+    for (size_t t = threadIdx.x; t < nt; t += ST_THREADS) {
+        const fp8t_block_raw *r = &list[t];
+        if (r->sqnr_db < a.sq_min) a.sq_min = r->sqnr_db, a.sq_idx = t;
+        if (r->underflow_pct > a.up_max) a.up_max = r->underflow_pct, a.up_idx = t;
+        a.with_under += r->underflow_pct > 0.0;
+    }
+    sh[threadIdx.x] = a;
+    tree_reduce<tile_sum, tile_sum_merge>(sh);
+    if (threadIdx.x == 0) {
+        out->n_tiles = nt;
+        out->tile_sqnr_min_db = sh[0].sq_min;
+        out->tile_sqnr_min_index = sh[0].sq_idx == ~0ull ? 0 : sh[0].sq_idx;
+        out->tile_underflow_max_pct = sh[0].up_max;
+        out->tile_underflow_max_index = sh[0].up_idx == ~0ull ? 0 : sh[0].up_idx;
+        out->tiles_with_underflow = sh[0].with_under;
+    }
+}
+
 void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
                        const fp8t_stats_req *req) {
     cuda_state *s = cuda_of(b);
@@ -538,6 +609,9 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
         nb = (n + (size_t)bs - 1) / (size_t)bs;
         if (!req->block_list) end += align_up(nb * sizeof(fp8t_block_raw), 256);
     }
+    const int tstats = req && nimg > 0 && req->tile_stats && sp.kind[0] == FP8T_IMG_TILES;
+    const size_t off_tlist = end;
+    if (tstats) end += align_up(ntiles[0] * sizeof(fp8t_block_raw), 256);
     char *scr = (char *)cuda_scratch(b, SCR_STATS, end);
     mom_acc *partA = (mom_acc *)scr;
     stats_params *prm = (stats_params *)(scr + off_par);
@@ -562,7 +636,7 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
         int cnt = sp.tr[k] * sp.tc[k];
         stats_tiles_kernel<<<(unsigned)ntiles[k], cnt >= 1024 ? 256 : (cnt > 32 ? 128 : 32), 0,
                              s->stream>>>(sp.tiles[k], x, rows, cols, sp.tr[k], sp.tc[k],
-                                          sp.fmt[k], sp.kind[k] == FP8T_IMG_MX);
+                                          sp.fmt[k], sp.kind[k] == FP8T_IMG_MX, sp.pow2[k]);
         CUDA_LAUNCH_CHECK(s);
     }
     stats_images_kernel<<<grid2, ST_THREADS, 0, s->stream>>>(partB, devp, prm, x, wr, wc, sp);
@@ -575,6 +649,14 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
             list, prm, x, n, (size_t)bs, req->block_img, sp.fmt[req->block_img]);
         CUDA_LAUNCH_CHECK(s);
         stats_blocks_finish<<<1, ST_THREADS, 0, s->stream>>>(out, list, nb, bs);
+        CUDA_LAUNCH_CHECK(s);
+    }
+    if (tstats) {
+        fp8t_block_raw *tl = (fp8t_block_raw *)(scr + off_tlist);
+        stats_tile_errors_kernel<<<(unsigned)ntiles[0], ST_THREADS, 0, s->stream>>>(tl, x, rows,
+                                                                                 cols, sp);
+        CUDA_LAUNCH_CHECK(s);
+        stats_tile_errors_finish<<<1, ST_THREADS, 0, s->stream>>>(out, tl, ntiles[0]);
         CUDA_LAUNCH_CHECK(s);
     }
 }
