@@ -63,7 +63,7 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
                         unsigned disable) {
     fp8t_model_config c;
     fp8t_model_preset(&c, preset);
-    const fp8t_model_options opt = {disable};
+    const fp8t_model_options opt = {.disable = disable};
     char err[256];
     fp8t_model *m = fp8t_model_create(&native, &c, pol, &opt, B, T, err, sizeof(err));
     if (!m) printf("  create %s: %s\n", preset, err);
