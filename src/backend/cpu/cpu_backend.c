@@ -174,6 +174,13 @@ static const fp8t_backend_ops cpu_ops = {
     .attention_decode = cpu_attention_decode,
     .embedding_forward_bf16 = cpu_embedding_forward_bf16,
     .block_quantize = cpu_block_quantize,
+    .add_norm_operand = cpu_add_norm_operand,
+    .swiglu_operand = cpu_swiglu_operand,
+    /* no graphs: the CPU runs every op as it is called */
+    .graph_begin = NULL,
+    .graph_end = NULL,
+    .graph_launch = NULL,
+    .graph_destroy = NULL,
 };
 
 fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err,
