@@ -70,7 +70,7 @@ run samples 0 "$BIN" generate "$CK" --prompt "ab" --tokens 8 --batch 3 --print-t
 [ "$(grep -c '^tokens:' "$TMP/samples.out")" -eq 3 ] && pass "--batch 3: three samples" ||
   fail "--batch 3 printed $(grep -c '^tokens:' "$TMP/samples.out") samples"
 run fp8_delayed 0 "$BIN" generate "$CK" --prompt "ab" --tokens 8 --precision fp8 \
-  --act-scale delayed && expect fp8_delayed "activations delayed scaling"
+  --act-scale delayed && expect fp8_delayed "activations delayed (learned) scales"
 run fp8_current 0 "$BIN" generate "$CK" --prompt "ab" --tokens 8 --precision fp8 &&
   expect fp8_current "activations current scaling"
 
@@ -78,7 +78,7 @@ run fp8_current 0 "$BIN" generate "$CK" --prompt "ab" --tokens 8 --precision fp8
 printf "x%.0s" $(seq 1 45) >"$TMP/long.txt"; printf '\nab\n' >>"$TMP/long.txt"
 run too_long 2 "$BIN" generate "$CK" --prompts "$TMP/long.txt" --tokens 8 &&
   expect too_long "seq_len 48"
-run bad_act 2 "$BIN" generate "$CK" --act-scale soon && expect bad_act "current or delayed"
+run bad_act 2 "$BIN" generate "$CK" --act-scale soon && expect bad_act "current, delayed or calibrated"
 run two_prompts 2 "$BIN" generate "$CK" --prompt a --prompts "$TMP/prompts.txt" &&
   expect two_prompts "one of --prompt"
 # a prompt + tokens beyond seq_len: the sliding window, said so
@@ -102,8 +102,19 @@ grep -q "ok: within" "$TMP/eval_infer.out" && pass "eval --infer: fp8 within 1% 
   fail "eval --infer fp8 gap"
 run eval_delayed 0 "$BIN" eval "$CK" --batches 2 --infer --act-scale delayed --json &&
   expect eval_delayed '"act_scale":"delayed"'
-run eval_infer_task 2 "$BIN" eval "$CK" --infer --task "$TMP/prompts.txt" &&
-  expect eval_infer_task "validation loss only"
+# --task through the inference model: accuracy for every precision; fp32 picks what the
+# training model picks (the same losses up to summation order)
+TASK=$(dirname "$0")/data/tiny_task.bin
+run task_train 0 "$BIN" eval "$CK" --batches 1 --precision all --task "$TASK"
+run task_infer 0 "$BIN" eval "$CK" --batches 1 --precision all --infer --task "$TASK" &&
+  expect task_infer "6 examples  bf16 [01]\.[0-9]* ([0-6]/6) fp8 [01]\.[0-9]* ([0-6]/6) fp32"
+a=$(grep -o 'fp32 [01]\.[0-9]* ([0-6]/6)' "$TMP/task_train.out")
+b=$(grep -o 'fp32 [01]\.[0-9]* ([0-6]/6)' "$TMP/task_infer.out")
+same "eval --infer --task fp32 = the training model's" "$b" "$a"
+run task_calib 0 "$BIN" eval "$CK" --batches 1 --infer --act-scale calibrated --task "$TASK" \
+  --json && expect task_calib '"act_scale":"calibrated"'
+run infer_export 2 "$BIN" eval "$CK" --infer --check-export "$TMP" &&
+  expect infer_export "without --infer"
 
 # 6. bench-infer on a tiny preset: the table, the ratios, the JSON
 run bench_help 0 "$BIN" bench-infer --help && expect bench_help "prefill and decode"

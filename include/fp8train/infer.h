@@ -89,6 +89,8 @@ int fp8t_infer_calibrate(fp8t_infer *m, const int *tokens, int n_batches, int nb
  * scales", "calibrated scales (3 batches of 8 x 256 tokens)", "calibrated scales (not yet
  * calibrated)"; "-" outside fp8. */
 const char *fp8t_infer_act_desc(const fp8t_infer *m);
+/* 1: a CALIBRATED fp8 model that fp8t_infer_calibrate has not run on yet */
+int fp8t_infer_needs_calibration(const fp8t_infer *m);
 int fp8t_infer_kv(const fp8t_infer *m);     /* the cache's fp8t_kv_kind */
 int fp8t_infer_graphs(const fp8t_infer *m); /* 1: decode steps are recorded and replayed */
 

@@ -413,4 +413,7 @@ int fp8t_infer_B(const fp8t_infer *m) { return m->B; }
 int fp8t_infer_Tmax(const fp8t_infer *m) { return m->Tmax; }
 const char *fp8t_infer_act_desc(const fp8t_infer *m) { return m->act_desc; }
 int fp8t_infer_kv(const fp8t_infer *m) { return m->kv; }
+int fp8t_infer_needs_calibration(const fp8t_infer *m) {
+    return m->prec == FP8T_EVAL_FP8 && m->act == FP8T_ACT_SCALE_CALIBRATED && !m->act_static;
+}
 int fp8t_infer_graphs(const fp8t_infer *m) { return m->use_graphs; }
