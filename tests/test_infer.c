@@ -662,7 +662,7 @@ static void test_task_eval_through_infer(void) {
  * Ops still run while "recording" (a decode step run twice gives the same state); a replay
  * runs nothing, so only the first step's results are read. */
 static struct {
-    int recording, recordings, launches, destroyed, ops_recorded, violations;
+    int recording, recordings, launches, destroyed, ops_recorded, violations, stale;
 } g_rec;
 static fp8t_backend_ops rec_ops;
 static const fp8t_backend_ops *cpu_ops_of;
@@ -678,9 +678,10 @@ static void *rec_end(fp8t_backend *b) {
     g_rec.recording = 0;
     return &g_rec;
 }
-static void rec_launch(fp8t_backend *b, void *g) {
+static int rec_launch(fp8t_backend *b, void *g) {
     (void)b, (void)g;
     g_rec.launches++;
+    return g_rec.stale ? -1 : 0;
 }
 static void rec_destroy(fp8t_backend *b, void *g) {
     (void)b, (void)g;
@@ -758,12 +759,16 @@ static void test_decode_graph_contract(void) {
         T_ASSERT(fp8t_infer_decode(m, nx, pos, 2, lg, err, sizeof(err)) == 0, "%s", err);
         if (P == FP8T_EVAL_BF16)
             T_CHECK(!memcmp(lg, ref, 2 * (size_t)V * 4), "the recorded step's logits differ");
-        const int pos2[2] = {5, 8}, one_pos = 6;
+        const int pos2[2] = {5, 8}, pos3[2] = {6, 9}, one_pos = 7;
         T_ASSERT(fp8t_infer_decode(m, nx, pos2, 2, lg, err, sizeof(err)) == 0, "%s", err);
+        g_rec.stale = 1; /* the next replay is refused: recorded again */
+        T_ASSERT(fp8t_infer_decode(m, nx, pos3, 2, lg, err, sizeof(err)) == 0, "%s", err);
+        g_rec.stale = 0;
         T_ASSERT(fp8t_infer_decode(m, nx, &one_pos, 1, lg, err, sizeof(err)) == 0, "%s", err);
-        /* recorded at batch 2, replayed at its second step, recorded again at batch 1 */
-        T_CHECK(g_rec.recordings == 2 * want && g_rec.launches == want &&
-                    g_rec.destroyed == want && (!want || g_rec.ops_recorded >= 2 * c.n_layer),
+        /* recorded at batch 2, replayed at its second step, refused and recorded at its third,
+         * recorded again at batch 1 */
+        T_CHECK(g_rec.recordings == 3 * want && g_rec.launches == 2 * want &&
+                    g_rec.destroyed == 2 * want && (!want || g_rec.ops_recorded >= 2 * c.n_layer),
                 "%s: %d recordings, %d launches, %d destroyed, %d ops recorded",
                 fp8t_eval_precision_name(P), g_rec.recordings, g_rec.launches, g_rec.destroyed,
                 g_rec.ops_recorded);

@@ -474,11 +474,14 @@ typedef struct fp8t_backend_ops {
      * replay with graph_launch (queued like one op: the recorded ops on the same device
      * pointers, reading those buffers' contents at replay time) and free with graph_destroy.
      * Between begin and end no op may wait for the device, allocate, grow a scratch buffer or
-     * copy from or to the host. graph_begin returns -1 where the backend cannot record (then
-     * run the ops directly); the CPU backend has all four NULL. */
+     * copy from or to the host (run the ops once before recording them, so every scratch
+     * buffer they use has its size). graph_launch returns 0, or -1 without replaying when the
+     * recording is stale: a scratch buffer it uses was reallocated since (by other ops that
+     * needed more); then record again. graph_begin returns -1 where the backend cannot record
+     * (then run the ops directly); the CPU backend has all four NULL. */
     int (*graph_begin)(fp8t_backend *b);
     void *(*graph_end)(fp8t_backend *b);
-    void (*graph_launch)(fp8t_backend *b, void *graph);
+    int (*graph_launch)(fp8t_backend *b, void *graph);
     void (*graph_destroy)(fp8t_backend *b, void *graph);
 } fp8t_backend_ops;
 

@@ -391,11 +391,11 @@ int fp8t_infer_decode(fp8t_infer *m, const int *tok, const int *pos, int nb, flo
     fp8t_backend *be = m->be;
     ops->to_device(be, m->tokens, tok, (size_t)nb * sizeof(int));
     ops->to_device(be, m->pos, pos, (size_t)nb * sizeof(int));
-    if (m->use_graphs && m->graph && m->graph_nb == nb) {
-        ops->graph_launch(be, m->graph);
-    } else {
+    const int replayed =
+        m->use_graphs && m->graph && m->graph_nb == nb && ops->graph_launch(be, m->graph) == 0;
+    if (!replayed) {
         /* run the step itself (which also sizes every scratch buffer it uses), then record
-         * it for the next steps of this batch size */
+         * it for the next steps of this batch size (again when the recording went stale) */
         decode_step(m, nb, pos);
         if (m->use_graphs) {
             if (m->graph) ops->graph_destroy(be, m->graph);

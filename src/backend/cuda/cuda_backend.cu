@@ -40,6 +40,7 @@ void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
         }
         s->scratch[slot] = p;
         s->scratch_bytes[slot] = want;
+        s->scratch_gen++;
         s->bytes_in_use += want;
         if (s->bytes_in_use > s->bytes_peak) s->bytes_peak = s->bytes_in_use;
     }
@@ -204,6 +205,11 @@ static void cuda_synchronize(fp8t_backend *b) {
 
 /* ---- graphs (backend.h): stream capture into a CUDA graph, replayed as one launch ---- */
 
+typedef struct {
+    cudaGraphExec_t exec;
+    unsigned long scratch_gen; /* the backend's scratch_gen when it was recorded */
+} cuda_graph;
+
 static int cuda_graph_begin(fp8t_backend *b) {
     cuda_state *s = cuda_of(b);
     if (s->sync_each_op || s->capturing) return -1; /* a sync per op cannot be recorded */
@@ -228,27 +234,37 @@ static void *cuda_graph_end(fp8t_backend *b) {
         if (g) cudaGraphDestroy(g);
         return NULL;
     }
-    cudaGraphExec_t ex = NULL;
-    e = cudaGraphInstantiate(&ex, g, 0);
+    cuda_graph *r = (cuda_graph *)calloc(1, sizeof(cuda_graph));
+    if (!r) {
+        cudaGraphDestroy(g);
+        return NULL;
+    }
+    e = cudaGraphInstantiate(&r->exec, g, 0);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) {
         cudaGetLastError();
+        free(r);
         return NULL;
     }
-    return (void *)ex;
+    r->scratch_gen = s->scratch_gen;
+    return r;
 }
 
-static void cuda_graph_launch(fp8t_backend *b, void *graph) {
+static int cuda_graph_launch(fp8t_backend *b, void *graph) {
     cuda_state *s = cuda_of(b);
-    CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, s->stream));
+    const cuda_graph *r = (const cuda_graph *)graph;
+    if (r->scratch_gen != s->scratch_gen) return -1; /* a scratch pointer in it may be freed */
+    CUDA_CHECK(cudaGraphLaunch(r->exec, s->stream));
     if (s->sync_each_op) CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    return 0;
 }
 
 static void cuda_graph_destroy(fp8t_backend *b, void *graph) {
     if (!graph) return;
     /* a replay may still be queued */
     CUDA_CHECK(cudaStreamSynchronize(cuda_of(b)->stream));
-    CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+    CUDA_CHECK(cudaGraphExecDestroy(((cuda_graph *)graph)->exec));
+    free(graph);
 }
 
 static void cuda_destroy(fp8t_backend *b) {

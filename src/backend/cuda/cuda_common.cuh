@@ -118,6 +118,8 @@ typedef struct {
                           * with cuDNN), 2 head sizes 32/64/128 (.attn = cudnn) */
     int sync_each_op;    /* .sync_each_op */
     int capturing;       /* between graph_begin and graph_end: nothing may wait or allocate */
+    unsigned long scratch_gen; /* scratch reallocations so far (a graph recorded before one
+                                  may hold a freed scratch pointer) */
     int no_lt_fp8;       /* .no_lt_fp8 */
     /* cuBLASLt algorithm cache (off with plain) */
     lt_cache_entry lt_cache[LT_CACHE_SIZE];
