@@ -618,6 +618,109 @@ static void test_fp8_kv_cache_model(void) {
     fp8t_weights_free(&w);
 }
 
+/* The loss through the KV cache (decode steps, teacher forced) = the full window's, FP32;
+ * an FP8 cache moves it a little (it rounds K and V), a BF16 one less. */
+static void test_decode_loss(void) {
+    char err[512];
+    fp8t_model_config c;
+    cfg_llama(&c);
+    fp8t_weights w;
+    T_ASSERT(make_weights(&c, 53, &w) == 0, "weights");
+    const int B = 2, T = 20, V = c.vocab_size;
+    int tok[40], tgt[40];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 19 + 2) % V, tgt[i] = i % 9 == 4 ? -1 : (i * 23 + 5) % V;
+    fp8t_infer *m = make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, B, T);
+    T_ASSERT(m, "create");
+    const double full = fp8t_infer_loss(m, tok, tgt, B, T, err, sizeof(err));
+    const double dec = fp8t_infer_loss_decode(m, tok, tgt, B, T, err, sizeof(err));
+    T_CLOSE(dec, full, 0.0, 1e-6);
+    fp8t_infer_destroy(m);
+    double l[2];
+    for (int k = 0; k < 2; k++) {
+        fp8t_infer_opts o;
+        fp8t_infer_opts_default(&o, FP8T_EVAL_BF16, FP8T_ACT_SCALE_CURRENT);
+        o.kv = k ? FP8T_KV_FP8 : FP8T_KV_BF16;
+        m = fp8t_infer_create_opts(g_be, &w, &o, B, T, err, sizeof(err));
+        T_ASSERT(m, "%s", err);
+        l[k] = fp8t_infer_loss_decode(m, tok, tgt, B, T, err, sizeof(err));
+        fp8t_infer_destroy(m);
+    }
+    T_CHECK(fabs(l[0] - full) < 1e-3 * full && l[1] != l[0] && fabs(l[1] - full) < 1e-2 * full,
+            "decode loss fp32 %.6f, bf16 cache %.6f, fp8 cache %.6f", full, l[0], l[1]);
+    fp8t_weights_free(&w);
+}
+
+/* fp8_head: the embedding table in E4M3 (embedding_forward_fp8: code * scale_inv + wpe) and
+ * the tied head an FP8 linear on it; half the table's bytes, logits still close to FP32's;
+ * calibrated on the evaluated batch it gives current scaling's bits as the other linears do;
+ * a vocabulary that is not a multiple of 16 is refused */
+static void test_fp8_head(void) {
+    char err[512];
+    fp8t_model_config c;
+    cfg_gpt2(&c);
+    fp8t_weights w;
+    T_ASSERT(make_weights(&c, 59, &w) == 0, "weights");
+    const int B = 2, T = 16, V = c.vocab_size;
+    int tok[32];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 43 + 9) % V;
+    const size_t n = (size_t)B * T * V;
+    float *lg[4];
+    fp8t_infer_memory mem[2];
+    for (int k = 0; k < 4; k++) {
+        fp8t_infer_opts o;
+        fp8t_infer_opts_default(&o, k == 0 ? FP8T_EVAL_FP32 : FP8T_EVAL_FP8,
+                                k == 3 ? FP8T_ACT_SCALE_CALIBRATED : FP8T_ACT_SCALE_CURRENT);
+        o.fp8_head = k >= 1;
+        if (k == 1) o.fp8_head = 0;
+        fp8t_infer *m = fp8t_infer_create_opts(g_be, &w, &o, B, T, err, sizeof(err));
+        T_ASSERT(m && fp8t_infer_fp8_head(m) == (k >= 2), "%s", err);
+        if (k == 3) T_ASSERT(fp8t_infer_calibrate(m, tok, 1, B, T, err, sizeof(err)) == 0, "%s", err);
+        lg[k] = malloc(n * 4);
+        T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, lg[k], err, sizeof(err)) == 0, "%s", err);
+        if (k == 1 || k == 2) fp8t_infer_memory_get(m, &mem[k - 1]);
+        fp8t_infer_destroy(m);
+    }
+    const double cs = cosine(lg[2], lg[0], n);
+    T_CHECK(cs > 0.99 && memcmp(lg[2], lg[1], n * 4) != 0, "fp8 head logits cosine to fp32 %g",
+            cs);
+    T_CHECK(!memcmp(lg[3], lg[2], n * 4), "calibrated on the batch: not current scaling's bits");
+    /* the table: V x C bytes against BF16's [pad8(V), pad8(C)] x 2 (plus the small tensors) */
+    const size_t tab16 = fp8t_bf16_bytes(V, c.n_embd), tab8 = (size_t)V * c.n_embd;
+    T_CHECK(mem[0].other - mem[1].other + 64 * 4 >= tab16 - tab8 && mem[1].other < mem[0].other,
+            "embeddings: %zu bytes with an fp8 head, %zu without", mem[1].other, mem[0].other);
+    /* the op against its definition */
+    const fp8t_backend_ops *o = g_be->ops;
+    const int Vt = 19, C = 12, N = 5;
+    uint8_t *codes = o->malloc(g_be, (size_t)Vt * C);
+    float *wpe = o->malloc(g_be, (size_t)N * C * 4), *out = o->malloc(g_be, (size_t)N * C * 4);
+    float *si = o->malloc(g_be, 4);
+    int *tk = o->malloc(g_be, N * sizeof(int)), *ps = o->malloc(g_be, N * sizeof(int));
+    for (int i = 0; i < Vt * C; i++) codes[i] = (uint8_t)((i * 37 + 1) & 0x7E);
+    for (int i = 0; i < N * C; i++) wpe[i] = (float)normal();
+    for (int i = 0; i < N; i++) tk[i] = (i * 7 + 3) % Vt, ps[i] = (i * 3 + 1) % N;
+    *si = 0.0625f * 1.5f;
+    o->embedding_forward_fp8(g_be, out, tk, codes, C, si, wpe, ps, N, 1, C);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < C; j++)
+            bad += out[i * C + j] != fp8_decode(codes[tk[i] * C + j], FP8_E4M3) * *si +
+                                         wpe[ps[i] * C + j];
+    T_CHECK(bad == 0, "embedding_forward_fp8: %d elements differ", bad);
+    o->free(g_be, codes), o->free(g_be, wpe), o->free(g_be, out), o->free(g_be, si);
+    o->free(g_be, tk), o->free(g_be, ps);
+    fp8t_weights_free(&w);
+    c.vocab_size = 250;
+    T_ASSERT(make_weights(&c, 61, &w) == 0, "weights");
+    fp8t_infer_opts op;
+    fp8t_infer_opts_default(&op, FP8T_EVAL_FP8, FP8T_ACT_SCALE_CURRENT);
+    op.fp8_head = 1;
+    fp8t_infer *bad_m = fp8t_infer_create_opts(g_be, &w, &op, 1, 8, err, sizeof(err));
+    T_CHECK(!bad_m && strstr(err, "multiple of 16"), "vocab 250: %s", bad_m ? "accepted" : err);
+    fp8t_infer_destroy(bad_m);
+    for (int k = 0; k < 4; k++) free(lg[k]);
+    fp8t_weights_free(&w);
+}
+
 /* the training model's task scoring through the inference model: FP32 picks the same
  * completions (the same losses up to summation order) */
 static void test_task_eval_through_infer(void) {
@@ -830,6 +933,8 @@ int main(void) {
     T_RUN(test_prefill_passes_equal_one_pass);
     T_RUN(test_calibrated_activation_scales);
     T_RUN(test_fp8_kv_cache_model);
+    T_RUN(test_decode_loss);
+    T_RUN(test_fp8_head);
     T_RUN(test_task_eval_through_infer);
     T_RUN(test_decode_graph_contract);
     T_RUN(test_bad_sizes_refused);

@@ -468,6 +468,12 @@ typedef struct fp8t_backend_ops {
     /* out = the operand of swiglu_forward(gate, up) [rows, cols] (its values), in one pass */
     void (*swiglu_operand)(fp8t_backend *b, void *out, const float *gate, const float *up,
                            int rows, int cols, const float *scale, fp8_format fmt);
+    /* embedding_forward_bf16 from an E4M3 table: out[i, c] = decode(codes[tok_i * ld + c]) *
+     * *scale_inv + (wpe ? wpe[t_i * C + c] : 0), t_i as embedding_forward_bf16's (the FP8
+     * table doubles as a tied FP8 head's weight) */
+    void (*embedding_forward_fp8)(fp8t_backend *b, float *out, const int *tokens,
+                                  const uint8_t *codes, int ld, const float *scale_inv,
+                                  const float *wpe, const int *pos, int B, int T, int C);
     /* ---- graphs: the ops of a step recorded once and replayed (a decode step) ----
      * graph_begin: the ops queued from here on are recorded instead of run, until graph_end,
      * which returns the recording (NULL when recording failed: then nothing ran either) to

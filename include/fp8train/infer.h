@@ -11,7 +11,8 @@
  *   - the token embedding as a BF16 table in bf16/fp8 (embedding_forward_bf16; it is a tied
  *     head's weight too), FP32 in fp32; positions, norm weights and biases in FP32.
  *   - the KV cache [L, B, NKV] blocks of [Tmax, HS] for K (after RoPE) and V: BF16 in bf16,
- *     FP32 in fp32, and in fp8 BF16 or E4M3 with one scale per position (fp8t_infer_opts.kv).
+ *     FP32 in fp32, E4M3 with one scale per position and head in fp8 (fp8t_infer_opts.kv
+ *     chooses another).
  *   - the activations of one layer for at most `rows` tokens (the prefill runs whole sequences
  *     `rows` tokens at a time; a decode step uses B rows): nothing is kept per layer but the
  *     cache.
@@ -58,10 +59,14 @@ typedef struct {
     fp8t_eval_precision prec;
     fp8t_act_scale act;   /* fp8 only */
     int kv;               /* the cache's fp8t_kv_kind (backend.h), or -1 (default): FP32 in
-                             fp32, BF16 in bf16 and fp8. FP8 needs prec fp8 and HS % 16 == 0 */
+                             fp32, BF16 in bf16, FP8 in fp8. FP8 needs prec bf16 or fp8 */
     int rows;             /* activation rows: tokens per prefill pass (0: default 4096; at
                              least B and Tmax) */
     int no_graphs;        /* never record decode steps (every op runs as it is called) */
+    int fp8_head;         /* fp8: the token embedding and the LM head in E4M3 too (one
+                             per-tensor scale, the head's input quantized as the linears'
+                             are); needs a vocabulary that is a multiple of 16 (cuBLASLt's
+                             FP8 GEMM alignment) */
 } fp8t_infer_opts;
 void fp8t_infer_opts_default(fp8t_infer_opts *o, fp8t_eval_precision prec, fp8t_act_scale act);
 
@@ -93,6 +98,7 @@ const char *fp8t_infer_act_desc(const fp8t_infer *m);
 int fp8t_infer_needs_calibration(const fp8t_infer *m);
 int fp8t_infer_kv(const fp8t_infer *m);     /* the cache's fp8t_kv_kind */
 int fp8t_infer_graphs(const fp8t_infer *m); /* 1: decode steps are recorded and replayed */
+int fp8t_infer_fp8_head(const fp8t_infer *m); /* 1: embedding table and head in E4M3 */
 
 /* Device bytes held, by kind. */
 typedef struct {
@@ -129,6 +135,11 @@ int fp8t_infer_forward_all(fp8t_infer *m, const int *tokens, int nb, int T, floa
  * on bad sizes or tokens. */
 double fp8t_infer_loss(fp8t_infer *m, const int *tokens, const int *targets, int nb, int T,
                        char *err, size_t errlen);
+/* The same mean loss through the KV cache: a prefill of each sequence's first token, then a
+ * decode step per position feeding the next token (teacher forcing), each step's logits
+ * scored on the device; what the cache's precision does to the predictions. NaN with err. */
+double fp8t_infer_loss_decode(fp8t_infer *m, const int *tokens, const int *targets, int nb,
+                              int T, char *err, size_t errlen);
 /* The per-position losses [nb, T] (host; 0 where the target is < 0) of the same forward. 0 ok;
  * -1 with err. */
 int fp8t_infer_losses(fp8t_infer *m, const int *tokens, const int *targets, int nb, int T,

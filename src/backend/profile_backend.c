@@ -20,7 +20,7 @@ enum {
     P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT, P_XENT_BF16,
     P_ADD, P_ADD_BIAS, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
     P_TENSOR_STATS, P_TO_HOST_ASYNC, P_KV_CACHE_WRITE, P_ATTN_DECODE, P_EMB_FWD_BF16,
-    P_BLOCK_QUANTIZE, P_ADD_NORM_OPERAND, P_SWIGLU_OPERAND,
+    P_BLOCK_QUANTIZE, P_ADD_NORM_OPERAND, P_SWIGLU_OPERAND, P_EMB_FWD_FP8,
     P_COUNT
 };
 
@@ -35,7 +35,7 @@ static const char *const op_names[P_COUNT] = {
     "attention_forward", "attention_backward", "softmax_xent", "softmax_xent_bf16",
     "add", "add_bias", "accumulate", "scale", "sumsq", "sum", "adamw",
     "tensor_stats", "to_host_async", "kv_cache_write", "attention_decode", "embedding_forward_bf16",
-    "block_quantize", "add_norm_operand", "swiglu_operand",
+    "block_quantize", "add_norm_operand", "swiglu_operand", "embedding_forward_fp8",
 };
 
 #define MAX_SHAPES 128
@@ -371,6 +371,13 @@ static void w_swiglu_operand(fp8t_backend *b, void *out, const float *g, const f
     TIMED(P_SWIGLU_OPERAND, ib->ops->swiglu_operand(ib, out, g, u, rows, cols, scale, fmt));
 }
 
+static void w_embedding_forward_fp8(fp8t_backend *b, float *o, const int *tok,
+                                    const uint8_t *codes, int ld, const float *si,
+                                    const float *wpe, const int *pos, int B, int T, int C) {
+    TIMED(P_EMB_FWD_FP8,
+          ib->ops->embedding_forward_fp8(ib, o, tok, codes, ld, si, wpe, pos, B, T, C));
+}
+
 /* the collectives pass through untimed: a step's time waiting for other ranks is not an op's */
 static int w_comm_init(fp8t_backend *b, char *err, size_t errlen) {
     return in(b)->ops->comm_init(in(b), err, errlen);
@@ -407,7 +414,7 @@ static const fp8t_backend_ops wrapper_ops = {
     w_tensor_stats, w_host_alloc, w_host_free, w_to_host_async,
     w_reduce_start, w_reduce_wait,
     w_kv_cache_write, w_attention_decode, w_embedding_forward_bf16, w_block_quantize,
-    w_add_norm_operand, w_swiglu_operand,
+    w_add_norm_operand, w_swiglu_operand, w_embedding_forward_fp8,
     /* no graphs: a profiled step runs op by op, each one timed (a recording would hide them) */
     NULL, NULL, NULL, NULL,
 };

@@ -48,8 +48,10 @@ static void usage(FILE *f) {
         "                        tokens)\n"
         "  --calib-data SRC      calibration text/shards for --act-scale calibrated\n"
         "  --calib-batches N     calibration batches (default 4)\n"
-        "  --kv-cache bf16|fp8|fp32  the KV cache (default: bf16, fp32 in fp32; fp32 rows keep\n"
-        "                        fp32 whatever this says, bf16 rows take fp8 as asked)\n"
+        "  --kv-cache bf16|fp8   the fp8 rows' KV cache (default fp8: E4M3 with a scale per\n"
+        "                        position and head; the bf16 rows keep BF16, fp32 FP32)\n"
+        "  --fp8-head            the fp8 rows with the embedding table and the head in E4M3\n"
+        "                        too (a vocabulary that is a multiple of 16)\n"
         "  --rows N              activation rows, the tokens of one prefill pass (default 4096)\n"
         "  --no-graphs           decode steps op by op (CUDA records a step once and replays it\n"
         "                        by default)\n"
@@ -146,6 +148,7 @@ typedef struct {
     fp8t_eval_precision prec;
     int batch;
     int kv, graphs;      /* the cache's kind; decode replayed as a graph */
+    int fp8_head;        /* embedding table and head in E4M3 */
     char act[128];       /* fp8t_infer_act_desc */
     double prefill_tps, decode_tps, prefill_s, decode_s;
     fp8t_infer_memory mem;
@@ -181,7 +184,7 @@ static int run_one(const char *device, const fp8t_weights *w, const cli_infer_op
     const int B = r->batch, V = w->model.vocab_size;
     fp8t_infer_opts mo;
     cli_infer_model_opts(io, r->prec, &mo);
-    if (r->prec == FP8T_EVAL_FP32) mo.kv = -1; /* the exact reference keeps its FP32 cache */
+    if (r->prec != FP8T_EVAL_FP8) mo.kv = -1; /* bf16 and fp32 keep their own caches */
     fp8t_infer *m = fp8t_infer_create_opts(be, w, &mo, B, plen + gen, e, sizeof(e));
     int *tok = malloc((size_t)B * plen * sizeof(int)), *lens = malloc((size_t)B * sizeof(int));
     int *next = malloc((size_t)B * sizeof(int)), *pos = malloc((size_t)B * sizeof(int));
@@ -220,6 +223,7 @@ static int run_one(const char *device, const fp8t_weights *w, const cli_infer_op
     snprintf(r->act, sizeof(r->act), "%s", fp8t_infer_act_desc(m));
     r->kv = fp8t_infer_kv(m);
     r->graphs = fp8t_infer_graphs(m);
+    r->fp8_head = fp8t_infer_fp8_head(m);
     r->prefill_s = r->decode_s = INFINITY;
     /* a warm-up round (first-call setup: GEMM algorithm choice, RoPE tables, scratch growth),
      * then `repeat` timed rounds of prefill + gen decode steps; the fastest of each kept. Each
@@ -288,7 +292,7 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--profile")) { profile = 1; continue; }
-        if (!strcmp(a, "--no-graphs")) { io.no_graphs = 1; continue; }
+        if (cli_infer_flag(a, &io)) continue;
         if (a[0] != '-' || !a[1]) {
             if (weights) {
                 fprintf(stderr, "fp8train bench-infer: one WEIGHTS argument expected, got '%s' "
@@ -376,12 +380,12 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
     }
     const char *name = weights ? weights : (preset ? preset : "tiny");
     printf("bench-infer: %s (%s%s), %s, prompt %d + %d decode steps, fp8 activations %s "
-           "scaling%s, KV cache %s, decode %s, best of %d\n", name, fp8t_arch_name(w.model.arch),
+           "scaling%s, fp8 KV cache %s%s, decode %s, best of %d\n", name, fp8t_arch_name(w.model.arch),
            weights ? "" : ", random weights", device, plen, gen, fp8t_act_scale_name(io.act),
            io.act == FP8T_ACT_SCALE_CALIBRATED
                ? (io.calib_data ? " (calibrated on --calib-data)" : " (calibrated on random tokens)")
                : "",
-           io.kv < 0 ? "default" : cli_kv_name(io.kv),
+           io.kv < 0 ? "fp8" : cli_kv_name(io.kv), io.fp8_head ? ", fp8 head" : "",
            io.no_graphs ? "op by op" : "recorded once per batch and replayed where the backend can",
            repeat);
     printf("%-9s %6s %14s %13s %11s %9s %9s %9s %9s\n", "precision", "batch", "prefill tok/s",
@@ -400,10 +404,11 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
             }
             char peak[32] = "-";
             if (r->peak_mb >= 0) snprintf(peak, sizeof(peak), "%.1f", r->peak_mb);
-            printf("%-9s %6d %14.1f %13.1f %11.1f %9.1f %9.1f %9.1f %9s  kv %s%s\n",
+            printf("%-9s %6d %14.1f %13.1f %11.1f %9.1f %9.1f %9.1f %9s  kv %s%s%s\n",
                    fp8t_eval_precision_name(r->prec), r->batch, r->prefill_tps, r->decode_tps,
                    mb(r->mem.weights), mb(r->mem.other), mb(r->mem.kv_cache),
-                   mb(r->mem.activations), peak, cli_kv_name(r->kv), r->graphs ? ", graph" : "");
+                   mb(r->mem.activations), peak, cli_kv_name(r->kv), r->graphs ? ", graph" : "",
+                   r->fp8_head ? ", fp8 head" : "");
             fflush(stdout);
         }
         /* fp8 against bf16 at this batch */
@@ -448,6 +453,7 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
             if (r->ok) {
                 cJSON_AddStringToObject(o, "kv_cache", cli_kv_name(r->kv));
                 cJSON_AddBoolToObject(o, "decode_graph", r->graphs);
+                cJSON_AddBoolToObject(o, "fp8_head", r->fp8_head);
                 if (r->prec == FP8T_EVAL_FP8) cJSON_AddStringToObject(o, "fp8_activations", r->act);
                 cJSON_AddNumberToObject(o, "prefill_tokens_per_s", r->prefill_tps);
                 cJSON_AddNumberToObject(o, "decode_tokens_per_s", r->decode_tps);

@@ -61,8 +61,12 @@ static void usage(FILE *f) {
         "                        --calib-batches training-split batches of --calib-data\n"
         "  --calib-data SRC      with --infer --act-scale calibrated: the calibration data\n"
         "                        (default: --data; its training split)\n"
-        "  --kv-cache bf16|fp8|fp32  with --infer: the KV cache kind (no effect on the loss,\n"
-        "                        which runs the full window; recorded)\n"
+        "  --kv-cache bf16|fp8|fp32  with --infer: the KV cache kind (read by --decode-loss)\n"
+        "  --fp8-head            with --infer: fp8 with the embedding table and the head in\n"
+        "                        E4M3 too (a vocabulary that is a multiple of 16)\n"
+        "  --decode-loss         with --infer: the loss through the KV cache (the first token\n"
+        "                        prefilled, then one decode step per position, teacher forced)\n"
+        "                        instead of the full-window forward\n"
         "  --json                print one JSON object instead of the table\n"
         "exit status: 0 ok, 1 flagged (FP8 gap above threshold or export check failed), 2 bad input\n",
         FP8T_EXPORT_TOL_FP32, FP8T_EXPORT_TOL_BF16, FP8T_EXPORT_TOL_FP8);
@@ -73,7 +77,7 @@ typedef struct {
     const char *tasks[MAX_TASKS];
     int n_tasks;
     int want[FP8T_EVAL_COUNT];
-    int batches, B, T, json, infer;
+    int batches, B, T, json, infer, decode_loss;
     cli_infer_opts io;
     int have_seed;
     uint64_t seed;
@@ -90,6 +94,8 @@ static int parse_args(eval_opts *o, int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
         if (!strcmp(a, "--infer")) { o->infer = 1; continue; }
+        if (!strcmp(a, "--decode-loss")) { o->decode_loss = 1; continue; }
+        if (cli_infer_flag(a, &o->io)) continue;
         if (a[0] != '-' || !a[1]) {
             if (o->weights) {
                 fprintf(stderr, "fp8train eval: one WEIGHTS argument expected, got '%s' and '%s'\n",
@@ -141,6 +147,11 @@ static int parse_args(eval_opts *o, int argc, char **argv) {
                 "directory or an llm.c .bin (see fp8train eval --help)\n");
         return -1;
     }
+    if (o->decode_loss && !o->infer) {
+        fprintf(stderr, "fp8train eval: --decode-loss runs the inference model's KV cache; add "
+                "--infer\n");
+        return -1;
+    }
     if (o->infer && o->check_export) {
         fprintf(stderr, "fp8train eval: --check-export compares the training model's losses; run "
                 "it without --infer\n");
@@ -177,7 +188,7 @@ static fp8t_infer *infer_model(fp8t_backend *be, const fp8t_weights *w, fp8t_eva
  * fp8t_evaluator_loss. NaN after a message on failure. */
 static double infer_loss(fp8t_backend *be, const fp8t_weights *w, fp8t_eval_precision p,
                          const cli_infer_opts *io, const calib_src *cs, const fp8t_data *d,
-                         int batches, int B, int T) {
+                         int batches, int B, int T, int decode) {
     char err[1024];
     fp8t_infer *m = infer_model(be, w, p, io, cs, B, T);
     int *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
@@ -188,7 +199,8 @@ static double infer_loss(fp8t_backend *be, const fp8t_weights *w, fp8t_eval_prec
     }
     for (int i = 0; i < batches && !isnan(sum); i++) {
         fp8t_data_batch(d, tok, tgt, (uint64_t)i);
-        double l = fp8t_infer_loss(m, tok, tgt, B, T, err, sizeof(err));
+        double l = decode ? fp8t_infer_loss_decode(m, tok, tgt, B, T, err, sizeof(err))
+                          : fp8t_infer_loss(m, tok, tgt, B, T, err, sizeof(err));
         if (isnan(l)) fprintf(stderr, "fp8train eval: --infer: %s\n", err);
         sum += l;
     }
@@ -305,7 +317,10 @@ int fp8t_cmd_eval(int argc, char **argv) {
                    "tensor, head bf16, activations %s scaling", fp8t_act_scale_name(o.io.act));
             if (o.io.act == FP8T_ACT_SCALE_CALIBRATED)
                 printf(" on %d training-split batches of %s", o.io.calib_batches, cs.data);
-            printf(")\n");
+            printf(")%s\n", o.decode_loss ? "; loss through the KV cache (decode steps)" : "");
+            if (o.decode_loss)
+                printf("KV cache: %s\n", o.io.kv < 0 ? "the precision's (bf16; fp32 in fp32, fp8 in fp8)"
+                                                     : cli_kv_name(o.io.kv));
         }
         printf("%-10s %-10s %s\n", "precision", "loss", "perplexity");
     }
@@ -316,6 +331,8 @@ int fp8t_cmd_eval(int argc, char **argv) {
             cJSON_AddStringToObject(js, "calib_data", cs.data);
             cJSON_AddNumberToObject(js, "calib_batches", o.io.calib_batches);
         }
+        cJSON_AddBoolToObject(js, "decode_loss", o.decode_loss);
+        cJSON_AddStringToObject(js, "kv_cache", o.io.kv < 0 ? "default" : cli_kv_name(o.io.kv));
     }
     cJSON_AddStringToObject(js, "weights", o.weights);
     cJSON_AddStringToObject(js, "description", desc);
@@ -328,7 +345,7 @@ int fp8t_cmd_eval(int argc, char **argv) {
     for (int p = 0; p < FP8T_EVAL_COUNT; p++) {
         if (!o.want[p]) continue;
         loss[p] = o.infer ? infer_loss(be, &w, (fp8t_eval_precision)p, &o.io, &cs, d, batches, B,
-                                       T)
+                                       T, o.decode_loss)
                           : loss_in(ev, d, batches, (fp8t_eval_precision)p);
         bad_tokens |= isnan(loss[p]);
         cJSON_AddNumberToObject(jl, fp8t_eval_precision_name((fp8t_eval_precision)p), loss[p]);

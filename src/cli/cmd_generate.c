@@ -53,8 +53,10 @@ static void usage(FILE *f) {
         "  --calib-data SRC      calibration text/shards (default: the run's training data;\n"
         "                        its training split is used)\n"
         "  --calib-batches N     calibration batches of the batch's shape (default 4)\n"
-        "  --kv-cache bf16|fp8|fp32  the KV cache (default bf16, fp32 in fp32; fp8: E4M3 with a\n"
-        "                        scale per position and head)\n"
+        "  --kv-cache bf16|fp8|fp32  the KV cache (default: bf16; fp32 in fp32; fp8 in fp8:\n"
+        "                        E4M3 with a scale per position and head)\n"
+        "  --fp8-head            fp8: the embedding table and the head in E4M3 too (a\n"
+        "                        vocabulary that is a multiple of 16)\n"
         "  --no-graphs           run every decode op as it is called (CUDA records a decode\n"
         "                        step once and replays it by default)\n"
         "  --no-cache            the training model's full-window forward per token (no KV\n"
@@ -252,7 +254,7 @@ int fp8t_cmd_generate(int argc, char **argv) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--print-tokens")) { print_ids = 1; continue; }
-        if (!strcmp(a, "--no-graphs")) { io.no_graphs = 1; continue; }
+        if (cli_infer_flag(a, &io)) continue;
         if (!strcmp(a, "--no-cache")) { no_cache = 1; continue; }
         if (a[0] != '-' || !a[1]) {
             if (weights) {
@@ -426,7 +428,9 @@ int fp8t_cmd_generate(int argc, char **argv) {
         fp8t_infer_memory_get(im, &mem);
         fprintf(stderr, "generate: %s weights%s%s, KV cache %s (%.1f MB), batch %d, %s%s\n",
                 fp8t_eval_precision_name(prec),
-                prec == FP8T_EVAL_FP8 ? " (E4M3, per-tensor scale; head bf16), activations " : "",
+                prec != FP8T_EVAL_FP8   ? ""
+                : fp8t_infer_fp8_head(im) ? " (E4M3, per-tensor scale; head E4M3), activations "
+                                          : " (E4M3, per-tensor scale; head bf16), activations ",
                 prec == FP8T_EVAL_FP8 ? fp8t_infer_act_desc(im) : "",
                 cli_kv_name(fp8t_infer_kv(im)), (double)mem.kv_cache / 1e6, B, be->name,
                 fp8t_infer_graphs(im) ? ", decode steps replayed as a graph" : "");

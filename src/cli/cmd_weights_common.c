@@ -137,12 +137,19 @@ int cli_infer_option(const char *cmd, const char *a, const char *v, cli_infer_op
     return 0;
 }
 
+int cli_infer_flag(const char *a, cli_infer_opts *o) {
+    if (!strcmp(a, "--no-graphs")) return o->no_graphs = 1;
+    if (!strcmp(a, "--fp8-head")) return o->fp8_head = 1;
+    return 0;
+}
+
 void cli_infer_model_opts(const cli_infer_opts *o, fp8t_eval_precision prec,
                           fp8t_infer_opts *out) {
     fp8t_infer_opts_default(out, prec, o->act);
     out->kv = o->kv;
     out->rows = o->rows;
     out->no_graphs = o->no_graphs;
+    out->fp8_head = o->fp8_head;
 }
 
 int cli_infer_calibrate(fp8t_infer *m, const char *data, const char *val_data,

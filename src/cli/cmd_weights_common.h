@@ -39,19 +39,21 @@ int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data,
 
 /* The inference model's options shared by generate, eval --infer and bench-infer:
  *   --act-scale current|delayed|calibrated, --kv-cache bf16|fp8|fp32, --calib-data SRC,
- *   --calib-batches N, --rows N (value options) and --no-graphs (a flag). */
+ *   --calib-batches N, --rows N (value options) and --no-graphs, --fp8-head (flags). */
 typedef struct {
     fp8t_act_scale act;
     int kv;                 /* fp8t_kv_kind, -1: the precision's default */
     const char *calib_data; /* NULL: the command's default data */
     int calib_batches;      /* default 4 */
     int rows;               /* 0: the default */
-    int no_graphs;
+    int no_graphs, fp8_head;
 } cli_infer_opts;
 void cli_infer_opts_init(cli_infer_opts *o);
 /* Option a with value v (a value option, already taken from argv) of the table above? 1 taken,
  * 0 not one of them, -1 a bad value (printed as "fp8train CMD: ..."). */
 int cli_infer_option(const char *cmd, const char *a, const char *v, cli_infer_opts *o);
+/* flag a (no value) of the table above? 1 taken, 0 not */
+int cli_infer_flag(const char *a, cli_infer_opts *o);
 /* the model options of prec with o's choices */
 void cli_infer_model_opts(const cli_infer_opts *o, fp8t_eval_precision prec,
                           fp8t_infer_opts *out);

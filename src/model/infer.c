@@ -201,11 +201,21 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
                  Tmax);
         return NULL;
     }
-    const int kv = o->kv >= 0 ? o->kv : prec == FP8T_EVAL_FP32 ? FP8T_KV_FP32 : FP8T_KV_BF16;
+    const int kv = o->kv >= 0               ? o->kv
+                   : prec == FP8T_EVAL_FP32 ? FP8T_KV_FP32
+                   : prec == FP8T_EVAL_FP8  ? FP8T_KV_FP8
+                                            : FP8T_KV_BF16;
     if (kv > FP8T_KV_FP8 || (kv == FP8T_KV_FP8 && prec == FP8T_EVAL_FP32)) {
         snprintf(err, errlen, "inference model: KV cache kind %d with precision %s: the cache is "
                  "fp32, bf16, or fp8 (bf16 and fp8 precisions; fp32 is the exact reference)",
                  kv, fp8t_eval_precision_name(prec));
+        return NULL;
+    }
+    const int fp8_head = o->fp8_head && prec == FP8T_EVAL_FP8;
+    if (fp8_head && c->vocab_size % 16) {
+        snprintf(err, errlen, "inference model: an FP8 head needs a vocabulary that is a "
+                 "multiple of 16 (cuBLASLt's FP8 GEMM alignment); this model's is %d: keep the "
+                 "BF16 head", c->vocab_size);
         return NULL;
     }
     const int n_lin_all = fp8t_model_num_linears(c);
@@ -331,24 +341,30 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
         }
     }
     if (rc == 0) {
-        /* bf16, fp8: the embedding table as a BF16 operand (counted with the embeddings) */
+        /* bf16, fp8: the embedding table as a BF16 operand, or E4M3 codes with fp8_head
+         * (counted with the embeddings) */
+        const inf_lin_kind hk = wte32 ? INF_LIN_F32 : fp8_head ? INF_LIN_FP8 : INF_LIN_BF16;
         if (!wte32)
-            load_linear(m, &m->emb, INF_LIN_BF16, w->params + wte->offset, V, C, stage,
-                        &m->mem.other);
-        /* the head: BF16 in bf16 and fp8 (training's and the FP8 export's choice), FP32 in
-         * fp32; a tied head reads the embedding table itself */
+            load_linear(m, &m->emb, hk, w->params + wte->offset, V, C, stage, &m->mem.other);
+        /* the head: BF16 in bf16 and fp8 (training's and the FP8 export's choice) unless
+         * fp8_head, FP32 in fp32; a tied head reads the embedding table itself (and an FP8
+         * one its scalars: the table uses only the weight's) */
         if (!c->untied_head) {
-            m->head.kind = wte32 ? INF_LIN_F32 : INF_LIN_BF16;
+            m->head.kind = hk;
             m->head.out = V;
             m->head.in = C;
             m->head.w32 = (float *)m->wte;
             m->head.w16 = m->emb.w16;
+            m->head.w8 = m->emb.w8;
+            m->head.sc = m->emb.sc;
             m->head.shared = 1;
         } else {
-            load_linear(m, &m->head, wte32 ? INF_LIN_F32 : INF_LIN_BF16,
+            load_linear(m, &m->head, hk,
                         w->params + find_param(info, n_info, "lm_head.w")->offset, V, C, stage,
                         &m->mem.weights);
         }
+        if (fp8_head && m->act == FP8T_ACT_SCALE_DELAYED)
+            rc = set_delayed_scale(m, w, &st, &m->head, L * mpl, "the head", err, errlen);
     }
 #undef SMALL
     if (stage) ops->free(be, stage);
@@ -417,3 +433,4 @@ int fp8t_infer_needs_calibration(const fp8t_infer *m) {
     return m->prec == FP8T_EVAL_FP8 && m->act == FP8T_ACT_SCALE_CALIBRATED && !m->act_static;
 }
 int fp8t_infer_graphs(const fp8t_infer *m) { return m->use_graphs; }
+int fp8t_infer_fp8_head(const fp8t_infer *m) { return m->head.kind == INF_LIN_FP8; }

@@ -15,6 +15,7 @@
  * scales), else the FP32 values first (FP32 linears, FP8 current scaling: the amax pass). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/infer_internal.h"
@@ -267,6 +268,12 @@ static void layer_forward(fp8t_infer *m, int l, int seq0, int nb, int T, att_mod
  * the host copy of m->pos) each row at its own position */
 static void embed(fp8t_infer *m, int nb, int T, const int *pos) {
     const fp8t_backend_ops *ops = m->ops;
+    if (m->emb.kind == INF_LIN_FP8) {
+        ops->embedding_forward_fp8(m->be, m->x, m->tokens, m->emb.w8, m->C,
+                                   m->emb.sc + INF_SC_W_INV, m->wpe, pos ? m->pos : NULL, nb, T,
+                                   m->C);
+        return;
+    }
     if (!m->wte) {
         ops->embedding_forward_bf16(m->be, m->x, m->tokens, m->emb.w16, fp8t_bf16_pad(m->C),
                                     m->wpe, pos ? m->pos : NULL, nb, T, m->C);
@@ -520,44 +527,102 @@ int fp8t_infer_calibrate(fp8t_infer *m, const int *tokens, int n_batches, int nb
         return -1;
     }
     const fp8t_backend_ops *ops = m->ops;
-    /* every FP8 linear's recorded amax from 0; the forward runs with current scaling */
-    inf_linear *lin[8];
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        inf_layer *y = &m->layer[l];
-        int n = 0;
-        lin[n++] = &y->qkv, lin[n++] = &y->proj;
-        if (m->cfg.arch == FP8T_ARCH_GPT2) lin[n++] = &y->fc1, lin[n++] = &y->fc2;
-        else lin[n++] = &y->gate, lin[n++] = &y->up, lin[n++] = &y->down;
-        for (int i = 0; i < n; i++)
-            if (lin[i]->kind == INF_LIN_FP8) ops->zero(m->be, lin[i]->sc + INF_SC_CALIB, 4);
+    const int L = m->cfg.n_layer, gpt2 = m->cfg.arch == FP8T_ARCH_GPT2;
+    /* every FP8 linear (the layers', and the head with fp8_head), in a fixed order */
+    const int nl = L * (gpt2 ? 4 : 5) + 1;
+    inf_linear **lin = malloc((size_t)nl * sizeof(*lin));
+    if (!lin) {
+        snprintf(err, errlen, "calibration: out of memory");
+        return -1;
     }
+    int n = 0;
+    for (int l = 0; l < L; l++) {
+        inf_layer *y = &m->layer[l];
+        lin[n++] = &y->qkv, lin[n++] = &y->proj;
+        if (gpt2) lin[n++] = &y->fc1, lin[n++] = &y->fc2;
+        else lin[n++] = &y->gate, lin[n++] = &y->up, lin[n++] = &y->down;
+    }
+    lin[n++] = &m->head;
+    /* their recorded amaxes from 0; the forward runs with current scaling (and the head: the
+     * calibrating pass runs it when it is FP8) */
+    for (int i = 0; i < n; i++)
+        if (lin[i]->kind == INF_LIN_FP8) ops->zero(m->be, lin[i]->sc + INF_SC_CALIB, 4);
     m->act_static = 0;
     m->calibrating = 1;
     int rc = 0;
+    const full_sink none = {NULL, NULL, NULL, 0};
+    const int head8 = m->head.kind == INF_LIN_FP8;
     for (int i = 0; i < n_batches && rc == 0; i++)
-        rc = forward_full(m, tokens + (size_t)i * nb * T, nb, T, NULL, err, errlen);
+        rc = forward_full(m, tokens + (size_t)i * nb * T, nb, T, head8 ? &none : NULL, err,
+                          errlen);
     m->calibrating = 0;
     if (rc) {
+        free(lin);
         snprintf(m->act_desc, sizeof(m->act_desc), "calibrated scales (not yet calibrated)");
         return -1;
     }
     /* the scale of each input's largest amax; gate's serves up too (they share an operand) */
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        inf_layer *y = &m->layer[l];
-        int n = 0;
-        lin[n++] = &y->qkv, lin[n++] = &y->proj;
-        if (m->cfg.arch == FP8T_ARCH_GPT2) lin[n++] = &y->fc1, lin[n++] = &y->fc2;
-        else lin[n++] = &y->gate, lin[n++] = &y->up, lin[n++] = &y->down;
-        for (int k = 0; k < n; k++) {
-            float *sc = lin[k]->sc;
-            if (lin[k]->kind == INF_LIN_FP8)
-                ops->compute_scale(m->be, sc + INF_SC_X, sc + INF_SC_X_INV, sc + INF_SC_CALIB,
-                                   fp8_format_max(FP8_E4M3), 0.0f, 0);
-        }
+    for (int k = 0; k < n; k++) {
+        float *sc = lin[k]->sc;
+        if (lin[k]->kind == INF_LIN_FP8)
+            ops->compute_scale(m->be, sc + INF_SC_X, sc + INF_SC_X_INV, sc + INF_SC_CALIB,
+                               fp8_format_max(FP8_E4M3), 0.0f, 0);
     }
+    free(lin);
     ops->synchronize(m->be);
     m->act_static = 1;
     snprintf(m->act_desc, sizeof(m->act_desc), "calibrated scales (%d batch%s of %d x %d tokens)",
              n_batches, n_batches == 1 ? "" : "es", nb, T);
     return 0;
+}
+
+double fp8t_infer_loss_decode(fp8t_infer *m, const int *tokens, const int *targets, int nb,
+                              int T, char *err, size_t errlen) {
+    int count;
+    if (nb < 1 || nb > m->B || T < 1 || T > m->Tmax) {
+        snprintf(err, errlen, "decode loss: %d sequences of %d tokens for a model built for %d "
+                 "of at most %d", nb, T, m->B, m->Tmax);
+        return NAN;
+    }
+    if (check_targets(m, targets, (size_t)nb * T, &count, err, errlen)) return NAN;
+    const fp8t_backend_ops *ops = m->ops;
+    if (!m->all_logits) { /* the full-window buffers: losses and targets are shared */
+        const int hr = m->R < INF_HEAD_ROWS ? m->R : INF_HEAD_ROWS;
+        m->all_logits = ops->malloc(m->be, (size_t)hr * m->V * sizeof(float));
+        m->losses = ops->malloc(m->be, ((size_t)m->R + 1) * sizeof(float));
+        m->targets = ops->malloc(m->be, (size_t)m->R * sizeof(int));
+    }
+    int *col = malloc((size_t)nb * 2 * sizeof(int)), *pos = col ? col + nb : NULL;
+    if (!col) {
+        snprintf(err, errlen, "decode loss: out of memory");
+        return NAN;
+    }
+    int rc = 0;
+    ops->zero(m->be, m->losses + m->R, sizeof(float));
+    for (int t = 0; t < T && rc == 0; t++) {
+        for (int b = 0; b < nb; b++) col[b] = tokens[(size_t)b * T + t], pos[b] = t;
+        if (t == 0) {
+            int *lens = malloc((size_t)nb * sizeof(int)); /* one token each */
+            if (!lens) {
+                rc = -1;
+                snprintf(err, errlen, "decode loss: out of memory");
+                break;
+            }
+            for (int b = 0; b < nb; b++) lens[b] = 1;
+            rc = fp8t_infer_prefill(m, col, nb, 1, lens, NULL, err, errlen);
+            free(lens);
+        } else {
+            rc = fp8t_infer_decode(m, col, pos, nb, NULL, err, errlen);
+        }
+        if (rc) break;
+        for (int b = 0; b < nb; b++) col[b] = targets[(size_t)b * T + t];
+        ops->to_device(m->be, m->targets, col, (size_t)nb * sizeof(int));
+        ops->softmax_xent(m->be, m->losses, NULL, m->logits, m->targets, nb, m->V, 0.0f);
+        ops->sum(m->be, m->losses + m->R, m->losses, (size_t)nb);
+    }
+    free(col);
+    if (rc) return NAN;
+    float sum = 0.0f;
+    ops->to_host(m->be, &sum, m->losses + m->R, sizeof(float));
+    return count > 0 ? (double)sum / count : 0.0;
 }

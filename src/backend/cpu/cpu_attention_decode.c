@@ -178,3 +178,19 @@ void cpu_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
         for (int c = 0; c < C; c++) o[c] = bf16_decode(we[c]) + (pe ? pe[c] : 0.0f);
     }
 }
+
+void cpu_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
+                               const uint8_t *codes, int ld, const float *scale_inv,
+                               const float *wpe, const int *pos, int B, int T, int C) {
+    (void)b;
+    const int N = B * T;
+    const float si = *scale_inv;
+#pragma omp parallel for schedule(static) if ((long)N * C > 65536)
+    for (int i = 0; i < N; i++) {
+        const uint8_t *we = codes + (size_t)tokens[i] * ld;        /* [C] */
+        const int t = pos ? pos[i] : i % T;
+        const float *pe = wpe ? wpe + (size_t)t * C : NULL;       /* [C] */
+        float *o = out + (size_t)i * C;                           /* [C] */
+        for (int c = 0; c < C; c++) o[c] = fp8_decode(we[c], FP8_E4M3) * si + (pe ? pe[c] : 0.0f);
+    }
+}

@@ -176,6 +176,7 @@ static const fp8t_backend_ops cpu_ops = {
     .block_quantize = cpu_block_quantize,
     .add_norm_operand = cpu_add_norm_operand,
     .swiglu_operand = cpu_swiglu_operand,
+    .embedding_forward_fp8 = cpu_embedding_forward_fp8,
     /* no graphs: the CPU runs every op as it is called */
     .graph_begin = NULL,
     .graph_end = NULL,

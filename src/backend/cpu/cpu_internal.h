@@ -186,6 +186,9 @@ void cpu_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int k
 void cpu_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
                                 const uint16_t *wte, int ld, const float *wpe, const int *pos,
                                 int B, int T, int C);
+void cpu_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
+                               const uint8_t *codes, int ld, const float *scale_inv,
+                               const float *wpe, const int *pos, int B, int T, int C);
 /* cpu_norm.c / cpu_misc.c: the inference fusions (backend.h) */
 void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a,
                           const float *y, const float *ybias, const float *w, const float *bias,

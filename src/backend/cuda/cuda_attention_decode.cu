@@ -531,3 +531,33 @@ void cuda_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
                                                        n);
     CUDA_LAUNCH_CHECK(st);
 }
+
+/* the E4M3 table's lookup: decode * scale_inv (+ wpe), one thread per element */
+__global__ void embedding_fp8_kernel(float *out, const int *__restrict__ tokens,
+                                     const uint8_t *__restrict__ codes, int ld,
+                                     const float *__restrict__ scale_inv,
+                                     const float *__restrict__ wpe, const int *__restrict__ pos,
+                                     int T, int C, size_t n) {
+    const float si = *scale_inv;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = idx / C;
+        const int c = (int)(idx % C);
+        /* the product rounded on its own (no FMA with the add): the CPU's bits */
+        float v = __fmul_rn(fp8_dec_dev(codes[(size_t)tokens[i] * ld + c], FP8_E4M3), si);
+        if (wpe) v += wpe[(pos ? (size_t)pos[i] : i % T) * C + c];
+        out[idx] = v;
+    }
+}
+
+void cuda_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
+                                const uint8_t *codes, int ld, const float *scale_inv,
+                                const float *wpe, const int *pos, int B, int T, int C) {
+    const size_t n = (size_t)B * T * C;
+    if (!n) return;
+    cuda_state *st = cuda_of(b);
+    const unsigned grid = cdiv_u(n, 256) < 65535u ? cdiv_u(n, 256) : 65535u;
+    embedding_fp8_kernel<<<grid, 256, 0, st->stream>>>(out, tokens, codes, ld, scale_inv, wpe,
+                                                      pos, T, C, n);
+    CUDA_LAUNCH_CHECK(st);
+}

@@ -361,6 +361,7 @@ static const fp8t_backend_ops cuda_ops = {
     /* .block_quantize = */ cuda_block_quantize,
     /* .add_norm_operand = */ cuda_add_norm_operand,
     /* .swiglu_operand = */ cuda_swiglu_operand,
+    /* .embedding_forward_fp8 = */ cuda_embedding_forward_fp8,
     /* .graph_begin = */ cuda_graph_begin,
     /* .graph_end = */ cuda_graph_end,
     /* .graph_launch = */ cuda_graph_launch,

@@ -490,6 +490,9 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
 void cuda_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
                                  const uint16_t *wte, int ld, const float *wpe, const int *pos,
                                  int B, int T, int C);
+void cuda_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
+                                const uint8_t *codes, int ld, const float *scale_inv,
+                                const float *wpe, const int *pos, int B, int T, int C);
 /* the inference fusions (backend.h): cuda_norm.cu, cuda_misc.cu */
 void cuda_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a,
                            const float *y, const float *ybias, const float *w,
