@@ -51,7 +51,8 @@ static void usage(FILE *f) {
         "  --kv-cache bf16|fp8   the fp8 rows' KV cache (default fp8: E4M3 with a scale per\n"
         "                        position and head; the bf16 rows keep BF16, fp32 FP32)\n"
         "  --fp8-head            the fp8 rows with the embedding table and the head in E4M3\n"
-        "                        too (a vocabulary that is a multiple of 16)\n"
+        "                        too where the vocabulary is a multiple of 16 (else BF16: the\n"
+        "                        rows say which)\n"
         "  --rows N              activation rows, the tokens of one prefill pass (default 4096)\n"
         "  --no-graphs           decode steps op by op (CUDA records a step once and replays it\n"
         "                        by default)\n"
@@ -185,6 +186,8 @@ static int run_one(const char *device, const fp8t_weights *w, const cli_infer_op
     fp8t_infer_opts mo;
     cli_infer_model_opts(io, r->prec, &mo);
     if (r->prec != FP8T_EVAL_FP8) mo.kv = -1; /* bf16 and fp32 keep their own caches */
+    /* an FP8 head where cuBLASLt's FP8 alignment allows it; the row says which */
+    mo.fp8_head = io->fp8_head && w->model.vocab_size % 16 == 0;
     fp8t_infer *m = fp8t_infer_create_opts(be, w, &mo, B, plen + gen, e, sizeof(e));
     int *tok = malloc((size_t)B * plen * sizeof(int)), *lens = malloc((size_t)B * sizeof(int));
     int *next = malloc((size_t)B * sizeof(int)), *pos = malloc((size_t)B * sizeof(int));
