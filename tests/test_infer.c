@@ -154,8 +154,11 @@ static void check_decode_op(int NH, int NKV, float theta) {
                             const float sc = fp8t_current_scale(fp8_amax(x, HS), FP8_E4M3_MAX,
                                                                 0.0f, 0);
                             for (int i = 0; i < HS; i++)
-                                bad += blk[(size_t)t * HS + i] != fp8_encode(x[i] * sc, FP8_E4M3, 1);
-                            const float si = ((const float *)(blk + fp8t_kv_scale_offset(Tmax, HS)))[t];
+                                bad += blk[(size_t)t * HS + i] !=
+                                       fp8_encode(x[i] * sc, FP8_E4M3, 1);
+                            const float *sv =
+                                (const float *)(blk + fp8t_kv_scale_offset(Tmax, HS));
+                            const float si = sv[t];
                             bad += si != 1.0f / sc;
                         }
             T_CHECK(bad == 0, "NH %d NKV %d: %d FP8 cache codes or scales differ", NH, NKV, bad);
@@ -628,7 +631,8 @@ static void test_decode_loss(void) {
     T_ASSERT(make_weights(&c, 53, &w) == 0, "weights");
     const int B = 2, T = 20, V = c.vocab_size;
     int tok[40], tgt[40];
-    for (int i = 0; i < B * T; i++) tok[i] = (i * 19 + 2) % V, tgt[i] = i % 9 == 4 ? -1 : (i * 23 + 5) % V;
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (i * 19 + 2) % V, tgt[i] = i % 9 == 4 ? -1 : (i * 23 + 5) % V;
     fp8t_infer *m = make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, B, T);
     T_ASSERT(m, "create");
     const double full = fp8t_infer_loss(m, tok, tgt, B, T, err, sizeof(err));
@@ -674,7 +678,8 @@ static void test_fp8_head(void) {
         if (k == 1) o.fp8_head = 0;
         fp8t_infer *m = fp8t_infer_create_opts(g_be, &w, &o, B, T, err, sizeof(err));
         T_ASSERT(m && fp8t_infer_fp8_head(m) == (k >= 2), "%s", err);
-        if (k == 3) T_ASSERT(fp8t_infer_calibrate(m, tok, 1, B, T, err, sizeof(err)) == 0, "%s", err);
+        if (k == 3)
+            T_ASSERT(fp8t_infer_calibrate(m, tok, 1, B, T, err, sizeof(err)) == 0, "%s", err);
         lg[k] = malloc(n * 4);
         T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, lg[k], err, sizeof(err)) == 0, "%s", err);
         if (k == 1 || k == 2) fp8t_infer_memory_get(m, &mem[k - 1]);

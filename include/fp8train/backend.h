@@ -136,7 +136,8 @@ static inline size_t fp8t_kv_scale_offset(int Tmax, int HS) {
 }
 static inline size_t fp8t_kv_head_bytes(int kv, int Tmax, int HS) {
     const size_t n = (size_t)Tmax * (size_t)HS;
-    if (kv == FP8T_KV_FP8) return fp8t_kv_scale_offset(Tmax, HS) + fp8t_kv_align16((size_t)Tmax * 4u);
+    if (kv == FP8T_KV_FP8)
+        return fp8t_kv_scale_offset(Tmax, HS) + fp8t_kv_align16((size_t)Tmax * 4u);
     return n * (kv == FP8T_KV_BF16 ? 2u : 4u);
 }
 

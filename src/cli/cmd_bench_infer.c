@@ -383,10 +383,12 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
     }
     const char *name = weights ? weights : (preset ? preset : "tiny");
     printf("bench-infer: %s (%s%s), %s, prompt %d + %d decode steps, fp8 activations %s "
-           "scaling%s, fp8 KV cache %s%s, decode %s, best of %d\n", name, fp8t_arch_name(w.model.arch),
+           "scaling%s, fp8 KV cache %s%s, decode %s, best of %d\n", name,
+           fp8t_arch_name(w.model.arch),
            weights ? "" : ", random weights", device, plen, gen, fp8t_act_scale_name(io.act),
            io.act == FP8T_ACT_SCALE_CALIBRATED
-               ? (io.calib_data ? " (calibrated on --calib-data)" : " (calibrated on random tokens)")
+               ? (io.calib_data ? " (calibrated on --calib-data)"
+                                : " (calibrated on random tokens)")
                : "",
            io.kv < 0 ? "fp8" : cli_kv_name(io.kv), io.fp8_head ? ", fp8 head" : "",
            io.no_graphs ? "op by op" : "recorded once per batch and replayed where the backend can",
@@ -399,7 +401,8 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
             result *r = &res[bi * n_prec + pi];
             r->prec = precs[pi];
             r->batch = batches[bi];
-            if (run_one(device, &w, &io, plen, gen, repeat, profile, seed, r, err, sizeof(err)) != 0) {
+            if (run_one(device, &w, &io, plen, gen, repeat, profile, seed, r, err,
+                        sizeof(err)) != 0) {
                 printf("%-9s %6d  failed: %s\n", fp8t_eval_precision_name(r->prec), r->batch,
                        err);
                 failed = 1;

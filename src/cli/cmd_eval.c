@@ -284,7 +284,8 @@ int fp8t_cmd_eval(int argc, char **argv) {
     /* the training model: for its own loss, and for calibrating FP8 scales that the weights
      * lack (with --infer only when the learned scales are asked for; it is freed before the
      * inference models are built, so they never share the device with it) */
-    const int need_calib = o.want[FP8T_EVAL_FP8] && (!o.infer || o.io.act == FP8T_ACT_SCALE_DELAYED);
+    const int need_calib =
+        o.want[FP8T_EVAL_FP8] && (!o.infer || o.io.act == FP8T_ACT_SCALE_DELAYED);
     if ((!o.infer || need_calib) && !(ev = fp8t_evaluator_create(be, &w, &dbg.model, B, T, err, sizeof(err)))) {
         fprintf(stderr, "fp8train eval: %s\n", err);
         goto done;
@@ -319,7 +320,8 @@ int fp8t_cmd_eval(int argc, char **argv) {
                 printf(" on %d training-split batches of %s", o.io.calib_batches, cs.data);
             printf(")%s\n", o.decode_loss ? "; loss through the KV cache (decode steps)" : "");
             if (o.decode_loss)
-                printf("KV cache: %s\n", o.io.kv < 0 ? "the precision's (bf16; fp32 in fp32, fp8 in fp8)"
+                printf("KV cache: %s\n", o.io.kv < 0 ? "the precision's (bf16; fp32 in fp32, "
+                                                       "fp8 in fp8)"
                                                      : cli_kv_name(o.io.kv));
         }
         printf("%-10s %-10s %s\n", "precision", "loss", "perplexity");

@@ -132,7 +132,8 @@ int cli_infer_option(const char *cmd, const char *a, const char *v, cli_infer_op
         o->calib_data = v;
         return 1;
     }
-    if (!strcmp(a, "--calib-batches")) return cli_int(cmd, a, v, 1, 100000, &o->calib_batches) ? -1 : 1;
+    if (!strcmp(a, "--calib-batches"))
+        return cli_int(cmd, a, v, 1, 100000, &o->calib_batches) ? -1 : 1;
     if (!strcmp(a, "--rows")) return cli_int(cmd, a, v, 1, 1 << 24, &o->rows) ? -1 : 1;
     return 0;
 }
@@ -170,7 +171,8 @@ int cli_infer_calibrate(fp8t_infer *m, const char *data, const char *val_data,
     if (!tok || !tgt) {
         snprintf(err, errlen, "FP8 calibration: out of memory");
     } else {
-        for (int i = 0; i < batches; i++) fp8t_data_batch(d, tok + (size_t)i * per, tgt, (uint64_t)i);
+        for (int i = 0; i < batches; i++)
+            fp8t_data_batch(d, tok + (size_t)i * per, tgt, (uint64_t)i);
         rc = fp8t_infer_calibrate(m, tok, batches, nb, T, e, sizeof(e));
         if (rc) snprintf(err, errlen, "FP8 calibration: %s", e);
     }

@@ -85,7 +85,8 @@ static void cache_floats(float *out, const void *host, int kv, size_t blocks, in
         const float *si = (const float *)(blk + fp8t_kv_scale_offset(Tmax, HS));
         for (int t = 0; t < Tmax; t++)
             for (int i = 0; i < HS; i++)
-                out[(b * Tmax + t) * HS + i] = fp8_decode(blk[(size_t)t * HS + i], FP8_E4M3) * si[t];
+                out[(b * Tmax + t) * HS + i] =
+                    fp8_decode(blk[(size_t)t * HS + i], FP8_E4M3) * si[t];
     }
 }
 
@@ -280,7 +281,8 @@ static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
         float *a = malloc(n * 4), *y = malloc(n * 4), *yb = malloc((size_t)C * 4);
         float *w = malloc((size_t)C * 4), *bias = malloc((size_t)C * 4);
         for (size_t i = 0; i < n; i++) a[i] = 2.0f * gauss(), y[i] = gauss();
-        for (int c = 0; c < C; c++) yb[c] = 0.1f * gauss(), w[c] = 1.0f + 0.1f * gauss(), bias[c] = 0.1f * gauss();
+        for (int c = 0; c < C; c++)
+            yb[c] = 0.1f * gauss(), w[c] = 1.0f + 0.1f * gauss(), bias[c] = 0.1f * gauss();
         const float scale = 448.0f / 6.0f;
         for (int fp8 = 0; fp8 < 2; fp8++) {
             const size_t ob = operand_bytes(fp8, R, C);
@@ -289,8 +291,9 @@ static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
             for (int k = 0; k < 3; k++) {
                 fp8t_backend *b = be[k ? 1 : 0];
                 const fp8t_backend_ops *o = b->ops;
-                float *da = o->malloc(b, n * 4), *dy = o->malloc(b, n * 4), *dyb = o->malloc(b, C * 4);
-                float *dw = o->malloc(b, C * 4), *dbias = o->malloc(b, C * 4), *dsum = o->malloc(b, n * 4);
+                float *da = o->malloc(b, n * 4), *dy = o->malloc(b, n * 4);
+                float *dyb = o->malloc(b, C * 4), *dw = o->malloc(b, C * 4);
+                float *dbias = o->malloc(b, C * 4), *dsum = o->malloc(b, n * 4);
                 float *dsc = o->malloc(b, 4), *tmp = o->malloc(b, n * 4);
                 void *dout = o->malloc(b, ob);
                 o->to_device(b, da, a, n * 4), o->to_device(b, dy, y, n * 4);
@@ -320,8 +323,10 @@ static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
             }
             char shape[96];
             snprintf(shape, sizeof(shape), "%dx%d %s%s%s %s", R, C, cases[ci].rms ? "rms" : "ln",
-                     cases[ci].y ? " +y" : "", cases[ci].ybias ? "+bias" : "", fp8 ? "fp8" : "bf16");
-            const int same = !memcmp(h[1], h[2], ob) && (!cases[ci].y || !memcmp(sums[1], sums[2], n * 4));
+                     cases[ci].y ? " +y" : "", cases[ci].ybias ? "+bias" : "",
+                     fp8 ? "fp8" : "bf16");
+            const int same = !memcmp(h[1], h[2], ob) &&
+                             (!cases[ci].y || !memcmp(sums[1], sums[2], n * 4));
             irow("add_norm_operand = unfused (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
             float *f[2] = {malloc(n * 4), malloc(n * 4)};
             operand_floats(f[0], h[0], fp8, R, C), operand_floats(f[1], h[1], fp8, R, C);
@@ -345,7 +350,8 @@ static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
             for (int k = 0; k < 3; k++) {
                 fp8t_backend *b = be[k ? 1 : 0];
                 const fp8t_backend_ops *o = b->ops;
-                float *dg = o->malloc(b, n * 4), *du = o->malloc(b, n * 4), *tmp = o->malloc(b, n * 4);
+                float *dg = o->malloc(b, n * 4), *du = o->malloc(b, n * 4);
+                float *tmp = o->malloc(b, n * 4);
                 float *dsc = o->malloc(b, 4);
                 void *dout = o->malloc(b, ob);
                 o->to_device(b, dg, g, n * 4), o->to_device(b, du, u, n * 4);

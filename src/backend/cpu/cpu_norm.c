@@ -65,7 +65,8 @@ void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a
     const size_t n = (size_t)rows * cols;
     const float *x = a;
     if (y) {
-        float *s = sum ? sum : cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float)); /* [rows, cols] */
+        /* [rows, cols] */
+        float *s = sum ? sum : cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float));
         if (ybias) cpu_add_bias(b, s, a, y, ybias, rows, cols);
         else cpu_add(b, s, a, y, n);
         x = s;

@@ -252,7 +252,10 @@ __device__ __forceinline__ void load_piece(float *x, const char *blk, int t, int
     }
 }
 
-template <int KV> struct kv_epl { enum { v = KV == FP8T_KV_FP32 ? 4 : KV == FP8T_KV_BF16 ? 8 : 16 }; };
+/* values per 16-byte lane piece */
+template <int KV> struct kv_epl {
+    enum { v = KV == FP8T_KV_FP32 ? 4 : KV == FP8T_KV_BF16 ? 8 : 16 };
+};
 
 /* The split kernel (see the top of the file). grid (nsplit, NKV, B); dynamic shared memory:
  * q [G][HS], scores [G][sl], warp sums [SPLIT_WARPS][SPLIT_GC][HS], (max, sum) [G][2].

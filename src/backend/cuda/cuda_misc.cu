@@ -454,7 +454,8 @@ __global__ void swiglu_operand_kernel(void *out, const float *__restrict__ gate,
         if (r < (size_t)rows) {
             if (vec) {
                 if (c0 < cols) {
-                    const float4 g = as4(gate)[(r * cols + c0) / 4], x = as4(up)[(r * cols + c0) / 4];
+                    const size_t q = (r * cols + c0) / 4;
+                    const float4 g = as4(gate)[q], x = as4(up)[q];
                     v[0] = swiglu_value(g.x, x.x), v[1] = swiglu_value(g.y, x.y);
                     v[2] = swiglu_value(g.z, x.z), v[3] = swiglu_value(g.w, x.w);
                 }
@@ -475,7 +476,8 @@ void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const fl
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
     /* FP8 codes are [rows, cols]; the BF16 operand pads both dimensions to 8 */
-    const int ld = scale ? cols : fp8t_bf16_pad(cols), rows_out = scale ? rows : fp8t_bf16_pad(rows);
+    const int ld = scale ? cols : fp8t_bf16_pad(cols);
+    const int rows_out = scale ? rows : fp8t_bf16_pad(rows);
     const int vec = cols % 4 == 0 && aligned16(gate) && aligned16(up);
     const size_t units = (size_t)rows_out * (size_t)(ld / (vec ? 4 : 1));
     swiglu_operand_kernel<<<ew_blocks(s, units, 2), EW_THREADS, 0, s->stream>>>(
