@@ -15,12 +15,13 @@
 #
 #   bench/infer_quality.sh [OUT]        results in OUT (default a new /tmp directory)
 # Environment:
-#   MODEL    small (default: GPT-2 4 x 256 with the GPT-2 tokenizer, ~10 minutes on 2 CPU
-#            cores), small-llama (Llama 4 x 256, GQA 8:2, Llama-3 tokenizer), or a preset:
-#            gpt2-1.5b, llama-1b (GPU)
+#   MODEL    small (default: GPT-2 4 x 256 with the GPT-2 tokenizer, ~20 minutes at 600 steps
+#            on 2 CPU cores), small-llama (Llama 4 x 256, GQA 8:2, Llama-3 tokenizer), tiny (the
+#            plumbing: tests/test_infer_quality.sh), or a preset: gpt2-1.5b, llama-1b (GPU)
 #   DEVICE   cpu (default) | cuda
-#   STEPS BATCH SEQ   training steps and shape (default 300, 8, 128; presets 300, 16, 512)
+#   STEPS BATCH SEQ   training steps and shape (default 600, 8, 128; presets 600, 16, 512)
 #   EVAL_BATCHES      held-out micro-batches evaluated (default 8)
+#   TASK_EXAMPLES     multiple-choice examples (default 200)
 #   FP8TRAIN_BIN      the fp8train binary (default build-gpu/fp8train when present, else
 #                     build/fp8train);  PYTHON  default python3 (make_task.py: stdlib only)
 set -euo pipefail
@@ -36,6 +37,8 @@ if [ -z "$BIN" ]; then
 fi
 [ -d .gpulibs ] && export LD_LIBRARY_PATH=$PWD/.gpulibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 case "$MODEL" in
+  tiny)        SHAPE="--preset tiny --layers 2 --dim 64 --heads 2 --mlp-hidden 256 --max-seq-len 64"
+               TOK=tests/data/tokenizer/gpt2.json; DEF_BATCH=4; DEF_SEQ=64 ;;
   small)       SHAPE="--preset tiny --layers 4 --dim 256 --heads 4 --mlp-hidden 1024 --max-seq-len 256"
                TOK=tests/data/tokenizer/gpt2.json; DEF_BATCH=8; DEF_SEQ=128 ;;
   small-llama) SHAPE="--preset tiny-llama --layers 4 --dim 256 --heads 8 --kv-heads 2 --mlp-hidden 768 --max-seq-len 256"
@@ -44,7 +47,7 @@ case "$MODEL" in
   llama*)      SHAPE="--preset $MODEL"; TOK=tests/data/tokenizer/llama3.json; DEF_BATCH=16; DEF_SEQ=512 ;;
   *) echo "infer_quality.sh: MODEL=$MODEL: expected small, small-llama or a preset" >&2; exit 2 ;;
 esac
-STEPS=${STEPS:-300}
+STEPS=${STEPS:-600}
 BATCH=${BATCH:-$DEF_BATCH}
 SEQ=${SEQ:-$DEF_SEQ}
 EB=${EVAL_BATCHES:-8}
@@ -56,7 +59,7 @@ if [ ! -f "$OUT/tok/val_000000.bin" ]; then
   rm -rf "$OUT/tok"
   "$BIN" tokenize data/tinyshakespeare.txt --tokenizer "$TOK" --out "$OUT/tok" --quiet
 fi
-"$PY" bench/make_task.py "$OUT/tok/val_000000.bin" "$OUT/task.bin" --examples 200
+"$PY" bench/make_task.py "$OUT/tok/val_000000.bin" "$OUT/task.bin" --examples "${TASK_EXAMPLES:-200}"
 DATA=(--data "$OUT/tok/train_*.bin" --val-data "$OUT/tok/val_*.bin")
 
 # 2. train in FP8 (delayed scaling), export in FP8
@@ -86,7 +89,7 @@ ev current   "$CK" --act-scale current
 ev delayed   "$CK" --act-scale delayed
 ev calibrated "$CK" --act-scale calibrated --calib-batches 8
 ev export_fp8 "$OUT/export_fp8" --act-scale delayed
-ev decode_bf16kv "$CK" --act-scale delayed --decode-loss --batches 2
+ev decode_bf16kv "$CK" --act-scale delayed --decode-loss --batches 2 --kv-cache bf16
 ev decode_fp8kv  "$CK" --act-scale delayed --decode-loss --batches 2 --kv-cache fp8 --precision fp8
 
 # 4. the table
