@@ -60,7 +60,7 @@ typedef struct {
     fp8t_act_scale act;   /* fp8 only */
     int kv;               /* the cache's fp8t_kv_kind (backend.h), or -1 (default): FP32 in
                              fp32, BF16 in bf16, FP8 in fp8. FP8 needs prec bf16 or fp8 */
-    int rows;             /* activation rows: tokens per prefill pass (0: default 4096; at
+    int rows;             /* activation rows: tokens per prefill pass (0: default 2048; at
                              least B and Tmax) */
     int no_graphs;        /* never record decode steps (every op runs as it is called) */
     int fp8_head;         /* fp8: the token embedding and the LM head in E4M3 too (one

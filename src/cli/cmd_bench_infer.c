@@ -53,7 +53,7 @@ static void usage(FILE *f) {
         "  --fp8-head            the fp8 rows with the embedding table and the head in E4M3\n"
         "                        too where the vocabulary is a multiple of 16 (else BF16: the\n"
         "                        rows say which)\n"
-        "  --rows N              activation rows, the tokens of one prefill pass (default 4096)\n"
+        "  --rows N              activation rows, the tokens of one prefill pass (default 2048)\n"
         "  --no-graphs           decode steps op by op (CUDA records a step once and replays it\n"
         "                        by default)\n"
         "  --repeat N            timed repetitions, the fastest kept (default 2)\n"

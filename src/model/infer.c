@@ -383,7 +383,7 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
 
     /* one layer's activations for R rows: whole sequences per prefill pass, B for a decode
      * step */
-    long R = o->rows > 0 ? o->rows : 4096;
+    long R = o->rows > 0 ? o->rows : 2048;
     if (R > (long)B * Tmax) R = (long)B * Tmax;
     if (R < Tmax) R = Tmax;
     if (R < B) R = B;
@@ -406,8 +406,12 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     m->logits = p;
     const int maxin = C > H ? C : H;
     if (kind != INF_LIN_F32) {
-        size_t ob = fp8t_bf16_bytes((int)N, maxin); /* also covers N x maxin FP8 codes */
-        m->opbuf = dev_alloc(m, ob, &m->mem.activations);
+        /* a linear's input: FP8 codes [N, in] or a BF16 operand; and a BF16 head's operand
+         * of at most max(B, INF_HEAD_ROWS) rows */
+        const int hr = (int)N < INF_HEAD_ROWS ? (int)N : INF_HEAD_ROWS;
+        size_t ob = kind == INF_LIN_FP8 ? N * (size_t)maxin : fp8t_bf16_bytes((int)N, maxin);
+        const size_t hb = fp8t_bf16_bytes(B > hr ? B : hr, C);
+        m->opbuf = dev_alloc(m, ob > hb ? ob : hb, &m->mem.activations);
     }
     m->tokens = dev_alloc(m, (N + (size_t)B) * sizeof(int), &m->mem.activations);
     m->pos = m->tokens + N;

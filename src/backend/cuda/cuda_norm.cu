@@ -104,7 +104,7 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd_out, const float 
  * (two-pass variance). */
 template <int V, int MODE>
 __device__ __forceinline__ void norm_row_load(float (&v)[4 * V], float &mean, float &rstd,
-                                              const float *__restrict__ x, int row, int C,
+                                              const float *x, int row, int C,
                                               float eps, int lane,
                                               const float *__restrict__ x2 = nullptr,
                                               float *sum_out = nullptr,
@@ -375,11 +375,13 @@ void cuda_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float 
 /* add_norm_operand (inference): [a + (y + ybias) ->] norm -> the next GEMM's operand */
 
 /* The fast kernel: norm_forward_bf16_vec_kernel's row walk with the input a (+ (y + ybias)),
+ * sum_out may be a itself (the residual stream updated in place: a lane loads its part of the
+ * row before it writes it, and no other lane touches it; hence no __restrict__ on a),
  * the values written as FP8 codes quantized with *scale (FP8; [N, C], no padding rows) or as a
  * BF16 operand (C % 8 == 0: [pad8(N), C], padding rows zero). */
 template <int V, int MODE, bool FP8>
 __global__ void __launch_bounds__(FWD_VEC_THREADS)
-    add_norm_operand_vec_kernel(void *out, float *sum_out, const float *__restrict__ a,
+    add_norm_operand_vec_kernel(void *out, float *sum_out, const float *a,
                                 const float *__restrict__ y, const float *__restrict__ yb,
                                 const float *__restrict__ w, const float *__restrict__ bias,
                                 int N, int rows_out, int C, float eps,
