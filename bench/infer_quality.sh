@@ -8,7 +8,8 @@
 #   2. train the model in FP8 (delayed scaling, the default recipe), export it in FP8
 #      (weights E4M3 + weight_scale_inv, the learned input_scale);
 #   3. eval --infer on the held-out split, bf16 against fp8 with each activation scaling
-#      (current, delayed = learned, calibrated on the training split), the FP8 export through
+#      (current, delayed = learned, calibrated on the training split; calibrated with the FP8
+#      embedding table and head where the vocabulary allows), the FP8 export through
 #      its input_scale, and the loss through the KV cache (--decode-loss) with a BF16 and an
 #      FP8 cache; --task accuracy per precision;
 #   4. a table of the FP8 - BF16 gaps against the 0.5% target (OUT/quality.md).
@@ -36,14 +37,19 @@ if [ -z "$BIN" ]; then
   if [ -x build-gpu/fp8train ]; then BIN=build-gpu/fp8train; else BIN=build/fp8train; fi
 fi
 [ -d .gpulibs ] && export LD_LIBRARY_PATH=$PWD/.gpulibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# the test tokenizers' vocabularies (1001, 1206 tokens) rounded up to a multiple of 16, so the
+# small models can run --fp8-head (cuBLASLt's FP8 alignment; llama-1b's 128256 is one, GPT-2's
+# 50257 is not: no fp8_head row there)
+HEAD8=1
 case "$MODEL" in
-  tiny)        SHAPE="--preset tiny --layers 2 --dim 64 --heads 2 --mlp-hidden 256 --max-seq-len 64"
+  tiny)        SHAPE="--preset tiny --layers 2 --dim 64 --heads 2 --mlp-hidden 256 --max-seq-len 64 --vocab 1008"
                TOK=tests/data/tokenizer/gpt2.json; DEF_BATCH=4; DEF_SEQ=64 ;;
-  small)       SHAPE="--preset tiny --layers 4 --dim 256 --heads 4 --mlp-hidden 1024 --max-seq-len 256"
+  small)       SHAPE="--preset tiny --layers 4 --dim 256 --heads 4 --mlp-hidden 1024 --max-seq-len 256 --vocab 1008"
                TOK=tests/data/tokenizer/gpt2.json; DEF_BATCH=8; DEF_SEQ=128 ;;
-  small-llama) SHAPE="--preset tiny-llama --layers 4 --dim 256 --heads 8 --kv-heads 2 --mlp-hidden 768 --max-seq-len 256"
+  small-llama) SHAPE="--preset tiny-llama --layers 4 --dim 256 --heads 8 --kv-heads 2 --mlp-hidden 768 --max-seq-len 256 --vocab 1216"
                TOK=tests/data/tokenizer/llama3.json; DEF_BATCH=8; DEF_SEQ=128 ;;
-  gpt2-*)      SHAPE="--preset $MODEL"; TOK=tests/data/tokenizer/gpt2.json; DEF_BATCH=16; DEF_SEQ=512 ;;
+  gpt2-*)      SHAPE="--preset $MODEL"; TOK=tests/data/tokenizer/gpt2.json; DEF_BATCH=16; DEF_SEQ=512
+               HEAD8=0 ;;
   llama*)      SHAPE="--preset $MODEL"; TOK=tests/data/tokenizer/llama3.json; DEF_BATCH=16; DEF_SEQ=512 ;;
   *) echo "infer_quality.sh: MODEL=$MODEL: expected small, small-llama or a preset" >&2; exit 2 ;;
 esac
@@ -66,7 +72,7 @@ DATA=(--data "$OUT/tok/train_*.bin" --val-data "$OUT/tok/val_*.bin")
 if [ ! -d "$OUT/run/checkpoints" ]; then
   echo "== train ($((SECONDS - start)) s)"
   # shellcheck disable=SC2086 # SHAPE is a list of options
-  "$BIN" train $SHAPE --tokenizer "$TOK" "${DATA[@]}" --batch "$BATCH" --seq-len "$SEQ" \
+  "$BIN" train $SHAPE "${DATA[@]}" --batch "$BATCH" --seq-len "$SEQ" \
     --steps "$STEPS" --precision fp8 --device "$DEVICE" --val-every 0 --ckpt-every 0 \
     --out "$OUT/run" --quiet
 fi
@@ -88,6 +94,7 @@ ev() { # ev NAME WEIGHTS ARGS...
 ev current   "$CK" --act-scale current
 ev delayed   "$CK" --act-scale delayed
 ev calibrated "$CK" --act-scale calibrated --calib-batches 8
+[ "$HEAD8" = 1 ] && ev fp8_head "$CK" --act-scale calibrated --calib-batches 8 --fp8-head
 ev export_fp8 "$OUT/export_fp8" --act-scale delayed
 ev decode_bf16kv "$CK" --act-scale delayed --decode-loss --batches 2 --kv-cache bf16
 ev decode_fp8kv  "$CK" --act-scale delayed --decode-loss --batches 2 --kv-cache fp8 --precision fp8
@@ -115,7 +122,8 @@ for r in rows:
                f"{'n/a' if rel is None else f'{100 * rel:+.3f}%'} | {ok} | "
                f"{fmt(acc.get('bf16'))} | {fmt(acc.get('fp8'))} |")
 out.append("\ncurrent / delayed / calibrated: the FP8 activation scales (each input's amax; the "
-           "scales learned in training; fixed from 8 training-split batches). export_fp8: the FP8 "
+           "scales learned in training; fixed from 8 training-split batches). fp8_head: "
+           "calibrated, with the embedding table and the head in E4M3 too. export_fp8: the FP8 "
            "export (E4M3 weights, input_scale). decode_*: the loss through the KV cache (teacher "
            "forced decode steps): decode_bf16kv with BF16 caches, decode_fp8kv the fp8 model with "
            "an FP8 cache against decode_bf16kv's bf16 row.")
