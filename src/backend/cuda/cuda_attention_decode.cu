@@ -284,7 +284,9 @@ attn_decode_split_kernel(float *out, float *part, const void *kc, const void *vc
     const char *kb = (const char *)kc + ((size_t)bb * NKV + g) * hb;
     const char *vb = (const char *)vc + ((size_t)bb * NKV + g) * hb;
     const int LPR = HS / EPL, RPW = 32 / LPR, piece = lane % LPR, rsub = lane / LPR;
-    /* scores: warp w takes rows w*RPW.., RPW rows side by side */
+    /* scores: warp w takes rows w*RPW.., RPW rows side by side (two row groups' loads in
+     * flight before either is used) */
+#pragma unroll 2
     for (int j0 = warp * RPW; j0 < n; j0 += SPLIT_WARPS * RPW) {
         const int j = j0 + rsub;
         float k[EPL];
