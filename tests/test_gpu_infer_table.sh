@@ -67,6 +67,10 @@ EOS
     fail "gpu_infer.sh failed"; tail -20 "$TMP/drv.log" | sed 's/^/    /'; fi
   has "$TMP/peer_args" "$SCRIPT --model tiny --batch 1,2 --prompt-len 8 --gen 4 --repeat 1" \
     "the peer gets bench-infer's settings"
+  # FP8_ARGS' default reaches bench-infer's fp8 rows, and the table names the configuration
+  if grep -qF "| tiny | 1 | fp8train FP8 (calibrated scales (4 batches of 1 x 8 tokens), KV fp8, head fp8) |" \
+       "$TMP/out/infer_table.md"; then pass "the fp8 rows: calibrated scales, FP8 cache and head"
+  else fail "the fp8 row's configuration"; grep "fp8train FP8" "$TMP/out/infer_table.md" | head -3; fi
   for f in fp8train_tiny.json fp8train_tiny.txt peers.jsonl infer_table.md card.txt; do
     [ -f "$TMP/out/$f" ] || fail "$f not written"
   done

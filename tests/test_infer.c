@@ -98,7 +98,7 @@ static double max_abs(const float *a, size_t n) {
 
 /* attention_decode at position t with the cache holding 0..t-1 from kv_cache_write gives
  * attention_forward's row t, FP32 cache; a BF16 cache gives the same within BF16 rounding of
- * K and V. Sequences at different positions in one call. */
+ * K and V, an FP8 one within E4M3's. Sequences at different positions in one call. */
 static void check_decode_op(int NH, int NKV, float theta) {
     const int B = 3, T = 19, HS = 16, Tmax = 24;
     fp8t_attn_shape s = {B, T, NH, NKV, HS, theta, {0}};
@@ -110,11 +110,11 @@ static void check_decode_op(int NH, int NKV, float theta) {
     float *row = o->malloc(g_be, (size_t)B * W * sizeof(float));
     float *out = o->malloc(g_be, (size_t)B * NH * HS * sizeof(float));
     int *pos = o->malloc(g_be, (size_t)B * sizeof(int));
-    const size_t kvn = (size_t)B * NKV * Tmax * HS;
-    float *kc = o->malloc(g_be, kvn * 4), *vc = o->malloc(g_be, kvn * 4);
+    const size_t kvb = (size_t)B * NKV * fp8t_kv_head_bytes(FP8T_KV_FP32, Tmax, HS);
+    float *kc = o->malloc(g_be, kvb), *vc = o->malloc(g_be, kvb); /* FP32's: the largest */
     for (size_t i = 0; i < (size_t)B * T * W; i++) qkv[i] = (float)normal();
     o->attention_forward(g_be, ref, lse, NULL, qkv, &s);
-    for (int bf = 0; bf < 2; bf++) {
+    for (int bf = 0; bf < 3; bf++) {
         /* the prefill of all T tokens, then decode each sequence's token p again at its own
          * position (p = 18, 7, 0): the cache's later positions must not matter */
         const int P[3] = {18, 7, 0};
@@ -132,9 +132,37 @@ static void check_decode_op(int NH, int NKV, float theta) {
             double e = max_abs_diff(out + (size_t)b * NH * HS, r, (size_t)NH * HS);
             worst = e > worst ? e : worst;
         }
-        /* FP32: summation order only; BF16: K, V rounded to 8 bits (2^-9 relative) */
-        T_CHECK(worst <= (bf ? 2e-2 : 2e-5), "NH %d NKV %d theta %g bf16 %d: max diff %g", NH,
-                NKV, (double)theta, bf, worst);
+        /* FP32: summation order only; BF16: K, V rounded to 8 bits (2^-9 relative); E4M3 to
+         * 4 bits (2^-4 relative at most, per element; measured 0.07 at worst here) */
+        const double tol = bf == FP8T_KV_FP8 ? 0.2 : bf ? 2e-2 : 2e-5;
+        T_CHECK(worst <= tol, "NH %d NKV %d theta %g cache kind %d: max diff %g", NH, NKV,
+                (double)theta, bf, worst);
+        if (bf == FP8T_KV_FP8 && theta == 0.0f) {
+            /* V (and K: no RoPE) of position t: E4M3 codes of x * scale, scale from the
+             * position's amax, scale_inv after the block's codes */
+            int bad = 0;
+            const size_t hb = fp8t_kv_head_bytes(FP8T_KV_FP8, Tmax, HS);
+            for (int b = 0; b < B; b++)
+                for (int g = 0; g < NKV; g++)
+                    for (int t = 0; t < T; t++)
+                        for (int kv = 0; kv < 2; kv++) {
+                            /* (the decoded row at P[b] is the prefill's row P[b] again) */
+                            const float *x = qkv + ((size_t)b * T + t) * W +
+                                             (size_t)(NH + kv * NKV + g) * HS;
+                            const uint8_t *blk = (const uint8_t *)(kv ? vc : kc) +
+                                                 ((size_t)b * NKV + g) * hb;
+                            const float sc = fp8t_current_scale(fp8_amax(x, HS), FP8_E4M3_MAX,
+                                                                0.0f, 0);
+                            for (int i = 0; i < HS; i++)
+                                bad += blk[(size_t)t * HS + i] !=
+                                       fp8_encode(x[i] * sc, FP8_E4M3, 1);
+                            const float *sv =
+                                (const float *)(blk + fp8t_kv_scale_offset(Tmax, HS));
+                            const float si = sv[t];
+                            bad += si != 1.0f / sc;
+                        }
+            T_CHECK(bad == 0, "NH %d NKV %d: %d FP8 cache codes or scales differ", NH, NKV, bad);
+        }
     }
     float *bufs[] = {qkv, ref, lse, row, out, kc, vc};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) o->free(g_be, bufs[i]);
@@ -431,6 +459,441 @@ static void test_loss_matches_training_model(void) {
     fp8t_weights_free(&w);
 }
 
+/* ------------------------------------------------------------------ passes, scales, graphs */
+
+/* The prefill and the full window run whole sequences `rows` tokens at a time: one sequence
+ * per pass gives the logits of one pass over all of them (rows are independent in every op
+ * but attention, which is per sequence); in fp32 and in fp8 with calibrated (fixed) scales. */
+static void check_passes(const fp8t_model_config *cfg, fp8t_eval_precision p) {
+    char err[512];
+    fp8t_weights w;
+    T_ASSERT(make_weights(cfg, 31, &w) == 0, "weights");
+    const int B = 3, T = 12, V = cfg->vocab_size, lens[3] = {12, 5, 9};
+    int tok[36], tgt[36];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 17 + 5) % V, tgt[i] = (i * 7 + 1) % V;
+    float *lg[2], *pf[2], *dc[2];
+    double loss[2];
+    for (int k = 0; k < 2; k++) {
+        fp8t_infer_opts o;
+        fp8t_infer_opts_default(&o, p, FP8T_ACT_SCALE_CALIBRATED);
+        o.rows = k ? T + 1 : 0; /* one sequence per pass, or all at once */
+        fp8t_infer *m = fp8t_infer_create_opts(g_be, &w, &o, B, T + 1, err, sizeof(err));
+        T_ASSERT(m, "%s", err);
+        /* calibration batches of one sequence: one pass in both (current scaling's amax is
+         * a pass's own, so the calibrating forward itself depends on the passes) */
+        T_ASSERT(fp8t_infer_calibrate(m, tok, B, 1, T, err, sizeof(err)) == 0, "%s", err);
+        lg[k] = malloc((size_t)B * T * V * 4), pf[k] = malloc((size_t)B * V * 4);
+        dc[k] = malloc((size_t)B * V * 4);
+        T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, lg[k], err, sizeof(err)) == 0, "%s", err);
+        loss[k] = fp8t_infer_loss(m, tok, tgt, B, T, err, sizeof(err));
+        T_ASSERT(fp8t_infer_prefill(m, tok, B, T, lens, pf[k], err, sizeof(err)) == 0, "%s", err);
+        const int nx[3] = {1, 2, 3}, pos[3] = {12, 5, 9};
+        T_ASSERT(fp8t_infer_decode(m, nx, pos, B, dc[k], err, sizeof(err)) == 0, "%s", err);
+        fp8t_infer_destroy(m);
+    }
+    const char *name = fp8t_eval_precision_name(p);
+    /* the same arithmetic but for the GEMM library's order of a sum at another M (OpenBLAS
+     * splits the work by M across threads: bit-identical with one thread) */
+    const double tol = 1e-5 * (1 + max_abs(lg[0], (size_t)B * T * V));
+    const double e[3] = {max_abs_diff(lg[0], lg[1], (size_t)B * T * V),
+                         max_abs_diff(pf[0], pf[1], (size_t)B * V),
+                         max_abs_diff(dc[0], dc[1], (size_t)B * V)};
+    T_CHECK(e[0] <= tol && e[1] <= tol && e[2] <= tol, "%s %s: full-window / prefill / decode "
+            "logits differ by %g / %g / %g", fp8t_arch_name(cfg->arch), name, e[0], e[1], e[2]);
+    /* the loss sums each pass's losses first: another association of the same terms */
+    T_CLOSE(loss[1], loss[0], 0.0, 1e-6);
+    for (int k = 0; k < 2; k++) free(lg[k]), free(pf[k]), free(dc[k]);
+    fp8t_weights_free(&w);
+}
+
+static void test_prefill_passes_equal_one_pass(void) {
+    fp8t_model_config c;
+    cfg_gpt2(&c);
+    check_passes(&c, FP8T_EVAL_FP32);
+    check_passes(&c, FP8T_EVAL_FP8);
+    cfg_llama(&c);
+    check_passes(&c, FP8T_EVAL_FP32);
+    check_passes(&c, FP8T_EVAL_FP8);
+}
+
+/* Calibrated scales: refused before calibration; calibrated on exactly the evaluated batch,
+ * every input's fixed scale is the one current scaling computes for it, so the fused path
+ * (the operand made by the norm / GELU / SwiGLU op) gives current scaling's bits; calibrated
+ * on other batches the scales are fixed (not the batch's own): other bits, close logits. */
+static void check_calibrated(const fp8t_model_config *cfg) {
+    char err[512];
+    fp8t_weights w;
+    T_ASSERT(make_weights(cfg, 37, &w) == 0, "weights");
+    const int B = 2, T = 16, V = cfg->vocab_size;
+    int tok[32], other[3 * 32];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 29 + 3) % V;
+    for (int i = 0; i < 3 * B * T; i++) other[i] = (i * 41 + 11) % V;
+    const size_t n = (size_t)B * T * V;
+    float *cur = malloc(n * 4), *same = malloc(n * 4), *oth = malloc(n * 4), *ref = malloc(n * 4);
+    fp8t_infer *m = make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, B, T);
+    T_ASSERT(m && fp8t_infer_forward_all(m, tok, B, T, ref, err, sizeof(err)) == 0, "%s", err);
+    fp8t_infer_destroy(m);
+    m = make_infer(&w, FP8T_EVAL_FP8, FP8T_ACT_SCALE_CURRENT, B, T);
+    T_ASSERT(m && fp8t_infer_forward_all(m, tok, B, T, cur, err, sizeof(err)) == 0, "%s", err);
+    fp8t_infer_destroy(m);
+    m = make_infer(&w, FP8T_EVAL_FP8, FP8T_ACT_SCALE_CALIBRATED, B, T);
+    T_ASSERT(m, "create");
+    T_CHECK(fp8t_infer_needs_calibration(m) &&
+                fp8t_infer_forward_all(m, tok, B, T, same, err, sizeof(err)) != 0 &&
+                strstr(err, "not calibrated"), "uncalibrated forward: %s", err);
+    T_ASSERT(fp8t_infer_calibrate(m, tok, 1, B, T, err, sizeof(err)) == 0, "%s", err);
+    T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, same, err, sizeof(err)) == 0, "%s", err);
+    T_CHECK(!memcmp(same, cur, n * 4), "%s: calibrated on the batch itself: not current "
+            "scaling's bits", fp8t_arch_name(cfg->arch));
+    T_ASSERT(fp8t_infer_calibrate(m, other, 3, B, T, err, sizeof(err)) == 0, "%s", err);
+    T_CHECK(!fp8t_infer_needs_calibration(m) &&
+            strstr(fp8t_infer_act_desc(m), "3 batches of 2 x 16 tokens"), "desc '%s'",
+            fp8t_infer_act_desc(m));
+    T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, oth, err, sizeof(err)) == 0, "%s", err);
+    T_CHECK(memcmp(oth, cur, n * 4) != 0, "%s: scales of other batches gave current's bits",
+            fp8t_arch_name(cfg->arch));
+    const double c = cosine(oth, ref, n);
+    T_CHECK(c > 0.99, "%s: calibrated fp8 logits cosine to fp32 %g", fp8t_arch_name(cfg->arch),
+            c);
+    fp8t_infer_destroy(m);
+    free(cur), free(same), free(oth), free(ref);
+    fp8t_weights_free(&w);
+}
+
+static void test_calibrated_activation_scales(void) {
+    fp8t_model_config c;
+    cfg_gpt2(&c);
+    check_calibrated(&c);
+    cfg_llama(&c);
+    check_calibrated(&c);
+}
+
+/* An FP8 KV cache (E4M3, a scale per position and head): decode logits close to a BF16
+ * cache's; the cache takes a bit over half the bytes (codes + one float per HS values). */
+static void test_fp8_kv_cache_model(void) {
+    char err[512];
+    fp8t_model_config c;
+    cfg_llama(&c);
+    fp8t_weights w;
+    T_ASSERT(make_weights(&c, 41, &w) == 0, "weights");
+    const int n_new = 12, V = c.vocab_size, plen = 6;
+    const int prompt[6] = {5, 77, 3, 190, 42, 8};
+    float *lg[2];
+    size_t kvb[2];
+    int toks[2][12];
+    for (int k = 0; k < 2; k++) {
+        fp8t_infer_opts o;
+        fp8t_infer_opts_default(&o, FP8T_EVAL_FP8, FP8T_ACT_SCALE_CURRENT);
+        o.kv = k ? FP8T_KV_FP8 : FP8T_KV_BF16;
+        fp8t_infer *m = fp8t_infer_create_opts(g_be, &w, &o, 1, plen + n_new, err, sizeof(err));
+        T_ASSERT(m && fp8t_infer_kv(m) == o.kv, "%s", err);
+        fp8t_infer_memory mem;
+        fp8t_infer_memory_get(m, &mem);
+        kvb[k] = mem.kv_cache;
+        lg[k] = malloc((size_t)n_new * V * 4);
+        int len = plen;
+        T_ASSERT(fp8t_infer_prefill(m, prompt, 1, plen, &len, lg[k], err, sizeof(err)) == 0,
+                 "%s", err);
+        /* the same tokens to both: the BF16 cache's greedy choices */
+        for (int j = 0; j + 1 < n_new; j++) {
+            const int pos = plen + j;
+            if (k == 0) toks[0][j] = fp8t_sample(lg[0] + (size_t)j * V, V, 0.0f, 0, NULL);
+            T_ASSERT(fp8t_infer_decode(m, &toks[0][j], &pos, 1, lg[k] + (size_t)(j + 1) * V, err,
+                                       sizeof(err)) == 0, "%s", err);
+        }
+        fp8t_infer_destroy(m);
+    }
+    (void)toks[1];
+    const double cs = cosine(lg[1], lg[0], (size_t)n_new * V);
+    T_CHECK(cs > 0.999, "fp8 cache logits cosine to the bf16 cache's %g", cs);
+    T_CHECK(memcmp(lg[1] + V, lg[0] + V, (size_t)(n_new - 1) * V * 4) != 0,
+            "the fp8 cache changed nothing");
+    /* HS 8 bytes of codes + 4 of scale per position against 16 bytes of BF16 */
+    T_CHECK(kvb[1] * 10 < kvb[0] * 8, "kv bytes fp8 %zu bf16 %zu", kvb[1], kvb[0]);
+    fp8t_infer_opts o;
+    fp8t_infer_opts_default(&o, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT);
+    o.kv = FP8T_KV_FP8;
+    fp8t_infer *bad = fp8t_infer_create_opts(g_be, &w, &o, 1, 8, err, sizeof(err));
+    T_CHECK(!bad && strstr(err, "exact reference"), "fp32 with an fp8 cache: %s",
+            bad ? "accepted" : err);
+    fp8t_infer_destroy(bad);
+    free(lg[0]), free(lg[1]);
+    fp8t_weights_free(&w);
+}
+
+/* The loss through the KV cache (decode steps, teacher forced) = the full window's, FP32;
+ * an FP8 cache moves it a little (it rounds K and V), a BF16 one less. */
+static void test_decode_loss(void) {
+    char err[512];
+    fp8t_model_config c;
+    cfg_llama(&c);
+    fp8t_weights w;
+    T_ASSERT(make_weights(&c, 53, &w) == 0, "weights");
+    const int B = 2, T = 20, V = c.vocab_size;
+    int tok[40], tgt[40];
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (i * 19 + 2) % V, tgt[i] = i % 9 == 4 ? -1 : (i * 23 + 5) % V;
+    fp8t_infer *m = make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, B, T);
+    T_ASSERT(m, "create");
+    const double full = fp8t_infer_loss(m, tok, tgt, B, T, err, sizeof(err));
+    const double dec = fp8t_infer_loss_decode(m, tok, tgt, B, T, err, sizeof(err));
+    T_CLOSE(dec, full, 0.0, 1e-6);
+    fp8t_infer_destroy(m);
+    double l[2];
+    for (int k = 0; k < 2; k++) {
+        fp8t_infer_opts o;
+        fp8t_infer_opts_default(&o, FP8T_EVAL_BF16, FP8T_ACT_SCALE_CURRENT);
+        o.kv = k ? FP8T_KV_FP8 : FP8T_KV_BF16;
+        m = fp8t_infer_create_opts(g_be, &w, &o, B, T, err, sizeof(err));
+        T_ASSERT(m, "%s", err);
+        l[k] = fp8t_infer_loss_decode(m, tok, tgt, B, T, err, sizeof(err));
+        fp8t_infer_destroy(m);
+    }
+    T_CHECK(fabs(l[0] - full) < 1e-3 * full && l[1] != l[0] && fabs(l[1] - full) < 1e-2 * full,
+            "decode loss fp32 %.6f, bf16 cache %.6f, fp8 cache %.6f", full, l[0], l[1]);
+    fp8t_weights_free(&w);
+}
+
+/* fp8_head: the embedding table in E4M3 (embedding_forward_fp8: code * scale_inv + wpe) and
+ * the tied head an FP8 linear on it; half the table's bytes, logits still close to FP32's;
+ * calibrated on the evaluated batch it gives current scaling's bits as the other linears do;
+ * a vocabulary that is not a multiple of 16 is refused */
+static void test_fp8_head(void) {
+    char err[512];
+    fp8t_model_config c;
+    cfg_gpt2(&c);
+    fp8t_weights w;
+    T_ASSERT(make_weights(&c, 59, &w) == 0, "weights");
+    const int B = 2, T = 16, V = c.vocab_size;
+    int tok[32];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 43 + 9) % V;
+    const size_t n = (size_t)B * T * V;
+    float *lg[4];
+    fp8t_infer_memory mem[2];
+    for (int k = 0; k < 4; k++) {
+        fp8t_infer_opts o;
+        fp8t_infer_opts_default(&o, k == 0 ? FP8T_EVAL_FP32 : FP8T_EVAL_FP8,
+                                k == 3 ? FP8T_ACT_SCALE_CALIBRATED : FP8T_ACT_SCALE_CURRENT);
+        o.fp8_head = k >= 1;
+        if (k == 1) o.fp8_head = 0;
+        fp8t_infer *m = fp8t_infer_create_opts(g_be, &w, &o, B, T, err, sizeof(err));
+        T_ASSERT(m && fp8t_infer_fp8_head(m) == (k >= 2), "%s", err);
+        if (k == 3)
+            T_ASSERT(fp8t_infer_calibrate(m, tok, 1, B, T, err, sizeof(err)) == 0, "%s", err);
+        lg[k] = malloc(n * 4);
+        T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, lg[k], err, sizeof(err)) == 0, "%s", err);
+        if (k == 1 || k == 2) fp8t_infer_memory_get(m, &mem[k - 1]);
+        fp8t_infer_destroy(m);
+    }
+    const double cs = cosine(lg[2], lg[0], n);
+    T_CHECK(cs > 0.99 && memcmp(lg[2], lg[1], n * 4) != 0, "fp8 head logits cosine to fp32 %g",
+            cs);
+    T_CHECK(!memcmp(lg[3], lg[2], n * 4), "calibrated on the batch: not current scaling's bits");
+    /* the table: V x C bytes against BF16's [pad8(V), pad8(C)] x 2 (plus the small tensors) */
+    const size_t tab16 = fp8t_bf16_bytes(V, c.n_embd), tab8 = (size_t)V * c.n_embd;
+    T_CHECK(mem[0].other - mem[1].other + 64 * 4 >= tab16 - tab8 && mem[1].other < mem[0].other,
+            "embeddings: %zu bytes with an fp8 head, %zu without", mem[1].other, mem[0].other);
+    /* the op against its definition */
+    const fp8t_backend_ops *o = g_be->ops;
+    const int Vt = 19, C = 12, N = 5;
+    uint8_t *codes = o->malloc(g_be, (size_t)Vt * C);
+    float *wpe = o->malloc(g_be, (size_t)N * C * 4), *out = o->malloc(g_be, (size_t)N * C * 4);
+    float *si = o->malloc(g_be, 4);
+    int *tk = o->malloc(g_be, N * sizeof(int)), *ps = o->malloc(g_be, N * sizeof(int));
+    for (int i = 0; i < Vt * C; i++) codes[i] = (uint8_t)((i * 37 + 1) & 0x7E);
+    for (int i = 0; i < N * C; i++) wpe[i] = (float)normal();
+    for (int i = 0; i < N; i++) tk[i] = (i * 7 + 3) % Vt, ps[i] = (i * 3 + 1) % N;
+    *si = 0.0625f * 1.5f;
+    o->embedding_forward_fp8(g_be, out, tk, codes, C, si, wpe, ps, N, 1, C);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < C; j++)
+            bad += out[i * C + j] != fp8_decode(codes[tk[i] * C + j], FP8_E4M3) * *si +
+                                         wpe[ps[i] * C + j];
+    T_CHECK(bad == 0, "embedding_forward_fp8: %d elements differ", bad);
+    o->free(g_be, codes), o->free(g_be, wpe), o->free(g_be, out), o->free(g_be, si);
+    o->free(g_be, tk), o->free(g_be, ps);
+    fp8t_weights_free(&w);
+    c.vocab_size = 250;
+    T_ASSERT(make_weights(&c, 61, &w) == 0, "weights");
+    fp8t_infer_opts op;
+    fp8t_infer_opts_default(&op, FP8T_EVAL_FP8, FP8T_ACT_SCALE_CURRENT);
+    op.fp8_head = 1;
+    fp8t_infer *bad_m = fp8t_infer_create_opts(g_be, &w, &op, 1, 8, err, sizeof(err));
+    T_CHECK(!bad_m && strstr(err, "multiple of 16"), "vocab 250: %s", bad_m ? "accepted" : err);
+    fp8t_infer_destroy(bad_m);
+    for (int k = 0; k < 4; k++) free(lg[k]);
+    fp8t_weights_free(&w);
+}
+
+/* the training model's task scoring through the inference model: FP32 picks the same
+ * completions (the same losses up to summation order) */
+static void test_task_eval_through_infer(void) {
+    char err[512];
+    fp8t_model_config c;
+    cfg_gpt2(&c);
+    fp8t_weights w;
+    T_ASSERT(make_weights(&c, 43, &w) == 0, "weights");
+    fp8t_task t;
+    memset(&t, 0, sizeof(t));
+    for (int e = 0; e < 7; e++) {
+        int ctx[9], comp[4][5];
+        const int *cp[4];
+        int cl[4];
+        const int ctx_len = 3 + e % 5, nc = 2 + e % 3;
+        for (int i = 0; i < ctx_len; i++) ctx[i] = (e * 31 + i * 7 + 1) % c.vocab_size;
+        for (int k = 0; k < nc; k++) {
+            cl[k] = 1 + (e + k) % 5;
+            for (int i = 0; i < cl[k]; i++) comp[k][i] = (e * 13 + k * 57 + i * 3) % c.vocab_size;
+            cp[k] = comp[k];
+        }
+        T_ASSERT(fp8t_task_add(&t, e % nc, ctx, ctx_len, nc, cp, cl) == 0, "task_add");
+    }
+    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, NULL, t.max_completions, t.longest, err,
+                                               sizeof(err));
+    fp8t_infer *m = make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, t.max_completions,
+                               t.longest);
+    T_ASSERT(ev && m, "setup: %s", err);
+    fp8t_evaluator_set_precision(ev, FP8T_EVAL_FP32);
+    int pa[7], pb[7], ca = 0, cb = 0;
+    T_ASSERT(fp8t_task_eval(ev, &t, &ca, pa, err, sizeof(err)) == 0, "%s", err);
+    T_ASSERT(fp8t_infer_task_eval(m, &t, &cb, pb, err, sizeof(err)) == 0, "%s", err);
+    T_CHECK(ca == cb && !memcmp(pa, pb, sizeof(pa)), "choices differ: %d vs %d correct", cb, ca);
+    fp8t_infer_destroy(m);
+    fp8t_evaluator_destroy(ev);
+    fp8t_task_free(&t);
+    fp8t_weights_free(&w);
+}
+
+/* A CPU backend that claims to record graphs, to test the model's side of the contract:
+ * between graph_begin and graph_end no op may wait, allocate or copy from or to the host.
+ * Ops still run while "recording" (a decode step run twice gives the same state); a replay
+ * runs nothing, so only the first step's results are read. */
+static struct {
+    int recording, recordings, launches, destroyed, ops_recorded, violations, stale;
+} g_rec;
+static fp8t_backend_ops rec_ops;
+static const fp8t_backend_ops *cpu_ops_of;
+
+static int rec_begin(fp8t_backend *b) {
+    (void)b;
+    g_rec.recording = 1;
+    g_rec.recordings++;
+    return 0;
+}
+static void *rec_end(fp8t_backend *b) {
+    (void)b;
+    g_rec.recording = 0;
+    return &g_rec;
+}
+static int rec_launch(fp8t_backend *b, void *g) {
+    (void)b, (void)g;
+    g_rec.launches++;
+    return g_rec.stale ? -1 : 0;
+}
+static void rec_destroy(fp8t_backend *b, void *g) {
+    (void)b, (void)g;
+    g_rec.destroyed++;
+}
+static void *rec_malloc(fp8t_backend *b, size_t n) {
+    g_rec.violations += g_rec.recording;
+    return cpu_ops_of->malloc(b, n);
+}
+static void rec_free(fp8t_backend *b, void *p) {
+    g_rec.violations += g_rec.recording;
+    cpu_ops_of->free(b, p);
+}
+static void rec_to_device(fp8t_backend *b, void *d, const void *s, size_t n) {
+    g_rec.violations += g_rec.recording;
+    cpu_ops_of->to_device(b, d, s, n);
+}
+static void rec_to_host(fp8t_backend *b, void *d, const void *s, size_t n) {
+    g_rec.violations += g_rec.recording;
+    cpu_ops_of->to_host(b, d, s, n);
+}
+static void rec_sync(fp8t_backend *b) {
+    g_rec.violations += g_rec.recording;
+    cpu_ops_of->synchronize(b);
+}
+static void rec_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
+                                  const fp8t_bf16_operand *B, int M, int N, int K, int ta,
+                                  int tb, int acc, const float *bias, int ldc) {
+    g_rec.ops_recorded += g_rec.recording;
+    cpu_ops_of->gemm_bf16_rounded(b, C, A, B, M, N, K, ta, tb, acc, bias, ldc);
+}
+static void rec_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv,
+                                 const float *qkv, const int *pos, const fp8t_attn_shape *s,
+                                 int Tmax) {
+    g_rec.ops_recorded += g_rec.recording;
+    cpu_ops_of->attention_decode(b, out, kc, vc, kv, qkv, pos, s, Tmax);
+}
+
+static void test_decode_graph_contract(void) {
+    char err[512];
+    fp8t_model_config c;
+    cfg_llama(&c);
+    fp8t_weights w;
+    T_ASSERT(make_weights(&c, 47, &w) == 0, "weights");
+    cpu_ops_of = g_be->ops;
+    rec_ops = *g_be->ops;
+    rec_ops.graph_begin = rec_begin, rec_ops.graph_end = rec_end;
+    rec_ops.graph_launch = rec_launch, rec_ops.graph_destroy = rec_destroy;
+    rec_ops.malloc = rec_malloc, rec_ops.free = rec_free, rec_ops.to_device = rec_to_device;
+    rec_ops.to_host = rec_to_host, rec_ops.synchronize = rec_sync;
+    rec_ops.gemm_bf16_rounded = rec_gemm_bf16_rounded;
+    rec_ops.attention_decode = rec_attention_decode;
+    fp8t_backend rb = *g_be;
+    rb.ops = &rec_ops;
+    const int V = c.vocab_size, lens[2] = {4, 7}, tok[14] = {1, 2, 3, 4, 0, 0, 0, 9, 8, 7, 6, 5,
+                                                            4, 3};
+    float *lg = malloc(2 * (size_t)V * 4), *ref = malloc(2 * (size_t)V * 4);
+    /* the reference: the same model on the plain CPU backend */
+    fp8t_infer *m = make_infer(&w, FP8T_EVAL_BF16, FP8T_ACT_SCALE_CURRENT, 2, 12);
+    T_ASSERT(m && !fp8t_infer_graphs(m), "the CPU backend records no graphs");
+    const int nx[2] = {11, 12}, pos[2] = {4, 7};
+    T_ASSERT(fp8t_infer_prefill(m, tok, 2, 7, lens, NULL, err, sizeof(err)) == 0 &&
+             fp8t_infer_decode(m, nx, pos, 2, ref, err, sizeof(err)) == 0, "%s", err);
+    fp8t_infer_destroy(m);
+    for (int p = 0; p < 3; p++) {
+        const fp8t_eval_precision P = p == 0 ? FP8T_EVAL_BF16 : p == 1 ? FP8T_EVAL_FP8
+                                                                       : FP8T_EVAL_FP32;
+        memset(&g_rec, 0, sizeof(g_rec));
+        m = fp8t_infer_create(&rb, &w, P, FP8T_ACT_SCALE_CURRENT, 2, 12, err, sizeof(err));
+        T_ASSERT(m, "%s", err);
+        const int want = P != FP8T_EVAL_FP32;
+        T_CHECK(fp8t_infer_graphs(m) == want, "%s: graphs %d", fp8t_eval_precision_name(P),
+                fp8t_infer_graphs(m));
+        T_ASSERT(fp8t_infer_prefill(m, tok, 2, 7, lens, NULL, err, sizeof(err)) == 0, "%s", err);
+        T_ASSERT(fp8t_infer_decode(m, nx, pos, 2, lg, err, sizeof(err)) == 0, "%s", err);
+        if (P == FP8T_EVAL_BF16)
+            T_CHECK(!memcmp(lg, ref, 2 * (size_t)V * 4), "the recorded step's logits differ");
+        const int pos2[2] = {5, 8}, pos3[2] = {6, 9}, one_pos = 7;
+        T_ASSERT(fp8t_infer_decode(m, nx, pos2, 2, lg, err, sizeof(err)) == 0, "%s", err);
+        g_rec.stale = 1; /* the next replay is refused: recorded again */
+        T_ASSERT(fp8t_infer_decode(m, nx, pos3, 2, lg, err, sizeof(err)) == 0, "%s", err);
+        g_rec.stale = 0;
+        T_ASSERT(fp8t_infer_decode(m, nx, &one_pos, 1, lg, err, sizeof(err)) == 0, "%s", err);
+        /* recorded at batch 2, replayed at its second step, refused and recorded at its third,
+         * recorded again at batch 1 */
+        T_CHECK(g_rec.recordings == 3 * want && g_rec.launches == 2 * want &&
+                    g_rec.destroyed == 2 * want && (!want || g_rec.ops_recorded >= 2 * c.n_layer),
+                "%s: %d recordings, %d launches, %d destroyed, %d ops recorded",
+                fp8t_eval_precision_name(P), g_rec.recordings, g_rec.launches, g_rec.destroyed,
+                g_rec.ops_recorded);
+        T_CHECK(g_rec.violations == 0, "%s: %d waits, allocations or host copies while "
+                "recording", fp8t_eval_precision_name(P), g_rec.violations);
+        fp8t_infer_destroy(m);
+    }
+    fp8t_infer_opts o;
+    fp8t_infer_opts_default(&o, FP8T_EVAL_BF16, FP8T_ACT_SCALE_CURRENT);
+    o.no_graphs = 1;
+    m = fp8t_infer_create_opts(&rb, &w, &o, 2, 12, err, sizeof(err));
+    T_CHECK(m && !fp8t_infer_graphs(m), "no_graphs ignored");
+    fp8t_infer_destroy(m);
+    free(lg), free(ref);
+    fp8t_weights_free(&w);
+}
+
 static void test_bad_sizes_refused(void) {
     char err[512];
     fp8t_model_config c;
@@ -472,6 +935,13 @@ int main(void) {
     T_RUN(test_bf16_fp8_precisions_and_memory);
     T_RUN(test_delayed_activation_scales);
     T_RUN(test_loss_matches_training_model);
+    T_RUN(test_prefill_passes_equal_one_pass);
+    T_RUN(test_calibrated_activation_scales);
+    T_RUN(test_fp8_kv_cache_model);
+    T_RUN(test_decode_loss);
+    T_RUN(test_fp8_head);
+    T_RUN(test_task_eval_through_infer);
+    T_RUN(test_decode_graph_contract);
     T_RUN(test_bad_sizes_refused);
     fp8t_backend_destroy(g_be);
     T_MAIN_END();

@@ -70,15 +70,26 @@ run samples 0 "$BIN" generate "$CK" --prompt "ab" --tokens 8 --batch 3 --print-t
 [ "$(grep -c '^tokens:' "$TMP/samples.out")" -eq 3 ] && pass "--batch 3: three samples" ||
   fail "--batch 3 printed $(grep -c '^tokens:' "$TMP/samples.out") samples"
 run fp8_delayed 0 "$BIN" generate "$CK" --prompt "ab" --tokens 8 --precision fp8 \
-  --act-scale delayed && expect fp8_delayed "activations delayed scaling"
+  --act-scale delayed && expect fp8_delayed "activations delayed (learned) scales"
 run fp8_current 0 "$BIN" generate "$CK" --prompt "ab" --tokens 8 --precision fp8 &&
   expect fp8_current "activations current scaling"
+
+# 3b. fixed FP8 scales calibrated by the inference model; the FP8 cache; op by op
+run fp8_calib 0 "$BIN" generate "$CK" --prompt "ab" --tokens 8 --precision fp8 \
+  --act-scale calibrated --calib-batches 2 && expect fp8_calib "activations calibrated scales (2 batches of 1 x"
+grep -q "KV cache fp8" "$TMP/fp8_calib.err" && pass "fp8: the KV cache is FP8 by default" ||
+  fail "fp8 cache: $(grep KV "$TMP/fp8_calib.err")"
+run fp8_kvbf16 0 "$BIN" generate "$CK" --prompt "ab" --tokens 8 --precision fp8 --kv-cache bf16 \
+  --no-graphs && expect fp8_kvbf16 "KV cache bf16"
+run bad_kv 2 "$BIN" generate "$CK" --kv-cache fp9 && expect bad_kv "bf16, fp8 or fp32"
+run fp32_kv8 2 "$BIN" generate "$CK" --precision fp32 --kv-cache fp8 --tokens 8 &&
+  expect fp32_kv8 "exact reference"
 
 # 4. clear failures
 printf "x%.0s" $(seq 1 45) >"$TMP/long.txt"; printf '\nab\n' >>"$TMP/long.txt"
 run too_long 2 "$BIN" generate "$CK" --prompts "$TMP/long.txt" --tokens 8 &&
   expect too_long "seq_len 48"
-run bad_act 2 "$BIN" generate "$CK" --act-scale soon && expect bad_act "current or delayed"
+run bad_act 2 "$BIN" generate "$CK" --act-scale soon && expect bad_act "current, delayed or calibrated"
 run two_prompts 2 "$BIN" generate "$CK" --prompt a --prompts "$TMP/prompts.txt" &&
   expect two_prompts "one of --prompt"
 # a prompt + tokens beyond seq_len: the sliding window, said so
@@ -102,8 +113,27 @@ grep -q "ok: within" "$TMP/eval_infer.out" && pass "eval --infer: fp8 within 1% 
   fail "eval --infer fp8 gap"
 run eval_delayed 0 "$BIN" eval "$CK" --batches 2 --infer --act-scale delayed --json &&
   expect eval_delayed '"act_scale":"delayed"'
-run eval_infer_task 2 "$BIN" eval "$CK" --infer --task "$TMP/prompts.txt" &&
-  expect eval_infer_task "validation loss only"
+# --task through the inference model: accuracy for every precision; fp32 picks what the
+# training model picks (the same losses up to summation order)
+TASK=$(dirname "$0")/data/tiny_task.bin
+run task_train 0 "$BIN" eval "$CK" --batches 1 --precision all --task "$TASK"
+run task_infer 0 "$BIN" eval "$CK" --batches 1 --precision all --infer --task "$TASK" &&
+  expect task_infer "6 examples  bf16 [01]\.[0-9]* ([0-6]/6) fp8 [01]\.[0-9]* ([0-6]/6) fp32"
+a=$(grep -o 'fp32 [01]\.[0-9]* ([0-6]/6)' "$TMP/task_train.out")
+b=$(grep -o 'fp32 [01]\.[0-9]* ([0-6]/6)' "$TMP/task_infer.out")
+same "eval --infer --task fp32 = the training model's" "$b" "$a"
+run task_calib 0 "$BIN" eval "$CK" --batches 1 --infer --act-scale calibrated --task "$TASK" \
+  --json && expect task_calib '"act_scale":"calibrated"'
+run infer_export 2 "$BIN" eval "$CK" --infer --check-export "$TMP" &&
+  expect infer_export "without --infer"
+# the loss through the KV cache (decode steps): fp32 = the full window's
+run decode_loss 0 "$BIN" eval "$CK" --batches 2 --precision fp32 --infer --decode-loss &&
+  expect decode_loss "loss through the KV cache"
+a=$(awk '$1 == "fp32" {print $2}' "$TMP/eval_infer.out")
+b=$(awk '$1 == "fp32" {print $2}' "$TMP/decode_loss.out")
+awk -v a="$a" -v b="$b" 'BEGIN { d = (a - b) / a; exit !(a != "" && d <= 3e-6 && d >= -3e-6) }' &&
+  pass "eval --decode-loss fp32 $b = the full window's $a" || fail "decode loss '$b' vs '$a'"
+run decode_noinfer 2 "$BIN" eval "$CK" --decode-loss && expect decode_noinfer "add --infer"
 
 # 6. bench-infer on a tiny preset: the table, the ratios, the JSON
 run bench_help 0 "$BIN" bench-infer --help && expect bench_help "prefill and decode"
@@ -128,6 +158,11 @@ EOF
 fi
 run bench_ckpt 0 "$BIN" bench-infer "$CK" --precisions fp8 --batch 2 --prompt-len 8 --gen 2 \
   --act-scale delayed --repeat 1 && expect bench_ckpt "activations delayed"
+run bench_fixed 0 "$BIN" bench-infer --preset tiny --precisions bf16,fp8 --batch 2 --prompt-len 8 \
+  --gen 2 --repeat 1 --act-scale calibrated --fp8-head --out "$TMP/bench2.json" &&
+  expect bench_fixed "kv fp8, fp8 head"
+grep -q '"fp8_activations":[[:space:]]*"calibrated scales (4 batches of 2 x 8 tokens)"' "$TMP/bench2.json" &&
+  pass "bench JSON records the calibrated scales" || fail "bench JSON: fp8_activations"
 run bench_bad 2 "$BIN" bench-infer --preset tiny --precisions fp9 && expect bench_bad "bf16, fp8, fp32"
 run bench_len 2 "$BIN" bench-infer --preset tiny --prompt-len 120 --gen 32 && expect bench_len "seq_len 128"
 

@@ -340,8 +340,13 @@ def table(paths, out=sys.stdout):
     for m in models:
         batches = sorted({r["batch"] for r in rows if r.get("model") == m and "batch" in r})
         for b in batches:
+            f8 = pick(m, b, "fp8train", "fp8")
+            how = [x for x in (
+                f8 and f8.get("fp8_activations"),
+                f8 and f8.get("kv_cache") and "KV " + f8["kv_cache"],
+                f8 and f8.get("fp8_head") and "head fp8") if x]
             runs = [("fp8train BF16", pick(m, b, "fp8train", "bf16")),
-                    ("fp8train FP8", pick(m, b, "fp8train", "fp8"))]
+                    ("fp8train FP8" + (" (%s)" % ", ".join(how) if how else ""), f8)]
             ref = ok_rows(m, b, "transformers", "bf16")
             for r in ref:  # one row per decode method
                 runs.append(("transformers BF16 (%s%s)" % (

@@ -164,6 +164,21 @@ static inline size_t fp8t_bf16_bytes(int rows, int cols) {
     return (size_t)fp8t_bf16_pad(rows) * (size_t)fp8t_bf16_pad(cols) * 2u;
 }
 
+/* How a KV cache stores K and V (kv_cache_write, attention_decode). */
+typedef enum { FP8T_KV_FP32 = 0, FP8T_KV_BF16 = 1, FP8T_KV_FP8 = 2 } fp8t_kv_kind;
+static inline size_t fp8t_kv_align16(size_t n) { return (n + 15) / 16 * 16; }
+/* bytes of one (sequence, K/V head) block of a cache of Tmax positions of HS values; in FP8 the
+ * codes [Tmax, HS] then scale_inv [Tmax] floats at fp8t_kv_scale_offset */
+static inline size_t fp8t_kv_scale_offset(int Tmax, int HS) {
+    return fp8t_kv_align16((size_t)Tmax * (size_t)HS);
+}
+static inline size_t fp8t_kv_head_bytes(int kv, int Tmax, int HS) {
+    const size_t n = (size_t)Tmax * (size_t)HS;
+    if (kv == FP8T_KV_FP8)
+        return fp8t_kv_scale_offset(Tmax, HS) + fp8t_kv_align16((size_t)Tmax * 4u);
+    return n * (kv == FP8T_KV_BF16 ? 2u : 4u);
+}
+
 typedef struct fp8t_backend_ops {
     /* ---- memory ---- */
     void *(*malloc)(fp8t_backend *b, size_t bytes); /* zeroed; aborts with a message on OOM */
@@ -436,20 +451,26 @@ typedef struct fp8t_backend_ops {
     void (*reduce_start)(fp8t_backend *b, float *x, size_t n, const size_t *counts, int bf16);
     void (*reduce_wait)(fp8t_backend *b);
     /* ---- inference: the KV cache (src/model/infer*.c) ----
-     * A layer's cache is kc, vc [B, NKV, Tmax, HS] each, K after RoPE, in BF16 (kv_bf16 = 1:
-     * raw bits, round to nearest even) or FP32 (kv_bf16 = 0). Attention reads K and V back
-     * from the cache, so a BF16 cache rounds them as a BF16 attention would. */
+     * A layer's cache is kc, vc [B, NKV] blocks of fp8t_kv_head_bytes(kv, Tmax, HS) bytes each
+     * (sequence b's blocks start at b * NKV * that: a cache of the sequences b0.. is the same
+     * pointer moved on), K after RoPE. A block holds positions [Tmax, HS] as FP32 (kv =
+     * FP8T_KV_FP32), BF16 (raw bits, round to nearest even) or E4M3 codes (FP8T_KV_FP8) followed
+     * by one FP32 scale_inv per position (fp8t_kv_head_bytes says where): each position's
+     * HS values are quantized with the current-scaling scale of their own amax
+     * (fp8t_current_scale, E4M3 max, epsilon 0), the value being code * scale_inv. Attention
+     * reads K and V back from the cache, so a BF16 or FP8 cache rounds them as it stores them. */
     /* the prefill's K and V: token t of sequence b (qkv [B, s->T, QKV] as attention_forward's)
      * goes to position t of b's cache, K rotated by RoPE at t when s->rope_theta > 0;
      * positions >= s->T are left alone. s->T <= Tmax. */
-    void (*kv_cache_write)(fp8t_backend *b, void *kc, void *vc, int kv_bf16, const float *qkv,
+    void (*kv_cache_write)(fp8t_backend *b, void *kc, void *vc, int kv, const float *qkv,
                            const fp8t_attn_shape *s, int Tmax);
     /* One decode step: qkv [B, QKV] holds one new token per sequence, at position pos[b]
      * (device int [B], 0 <= pos[b] < Tmax; each sequence at its own). Its K (RoPE at pos[b])
      * and V are written to position pos[b] of the cache, then out[B, NH*HS] = the causal
      * attention of its q (RoPE at pos[b]) over the cache positions 0..pos[b] — the row
-     * attention_forward would give that token, scale 1/sqrt(HS). s->T is ignored. */
-    void (*attention_decode)(fp8t_backend *b, float *out, void *kc, void *vc, int kv_bf16,
+     * attention_forward would give that token, scale 1/sqrt(HS). s->T is ignored. Reads no
+     * host memory and never waits (a decode step can be captured in a graph). */
+    void (*attention_decode)(fp8t_backend *b, float *out, void *kc, void *vc, int kv,
                              const float *qkv, const int *pos, const fp8t_attn_shape *s,
                              int Tmax);
     /* embedding_forward from a BF16 table: out[N,C] = bf16 wte[tok] (widened) + (wpe ? wpe[t]
@@ -477,6 +498,44 @@ typedef struct fp8t_backend_ops {
      * as the amax op; colsum as bias_backward on the CPU, in a fixed order on a GPU); the
      * values themselves are not written. */
     void (*quantize_scaled)(fp8t_backend *b, const fp8t_scaled_quant *q);
+    /* ---- inference: a linear's input made in its producer's pass (src/model/infer*.c) ----
+     * out is the operand of the GEMM that reads it: with scale (device pointer) FP8 codes
+     * [rows, cols] of the values quantized with *scale (fmt, saturating: quantize's), with
+     * scale NULL a BF16 operand (to_bf16's layout and rounding). No amax is taken: the scale
+     * is fixed beforehand (learned or calibrated). */
+    /* s = a + (y + ybias) (add_bias's arithmetic; ybias may be NULL: add's; y NULL: s = a),
+     * written to sum when y and sum are non-NULL; out = the operand of LayerNorm(s; w, bias)
+     * (layernorm_forward's values; bias may be NULL) or, rms = 1, RMSNorm(s; w)
+     * (rmsnorm_forward's). No mean or rstd is kept. The residual add, the norm and the next
+     * GEMM's rounding in one pass. */
+    void (*add_norm_operand)(fp8t_backend *b, void *out, float *sum, const float *a,
+                             const float *y, const float *ybias, const float *w,
+                             const float *bias, int rms, int rows, int cols, float eps,
+                             const float *scale, fp8_format fmt);
+    /* out = the operand of swiglu_forward(gate, up) [rows, cols] (its values), in one pass */
+    void (*swiglu_operand)(fp8t_backend *b, void *out, const float *gate, const float *up,
+                           int rows, int cols, const float *scale, fp8_format fmt);
+    /* embedding_forward_bf16 from an E4M3 table: out[i, c] = decode(codes[tok_i * ld + c]) *
+     * *scale_inv + (wpe ? wpe[t_i * C + c] : 0), t_i as embedding_forward_bf16's (the FP8
+     * table doubles as a tied FP8 head's weight) */
+    void (*embedding_forward_fp8)(fp8t_backend *b, float *out, const int *tokens,
+                                  const uint8_t *codes, int ld, const float *scale_inv,
+                                  const float *wpe, const int *pos, int B, int T, int C);
+    /* ---- graphs: the ops of a step recorded once and replayed (a decode step) ----
+     * graph_begin: the ops queued from here on are recorded instead of run, until graph_end,
+     * which returns the recording (NULL when recording failed: then nothing ran either) to
+     * replay with graph_launch (queued like one op: the recorded ops on the same device
+     * pointers, reading those buffers' contents at replay time) and free with graph_destroy.
+     * Between begin and end no op may wait for the device, allocate, grow a scratch buffer or
+     * copy from or to the host (run the ops once before recording them, so every scratch
+     * buffer they use has its size). graph_launch returns 0, or -1 without replaying when the
+     * recording is stale: a scratch buffer it uses was reallocated since (by other ops that
+     * needed more); then record again. graph_begin returns -1 where the backend cannot record
+     * (then run the ops directly); the CPU backend has all four NULL. */
+    int (*graph_begin)(fp8t_backend *b);
+    void *(*graph_end)(fp8t_backend *b);
+    int (*graph_launch)(fp8t_backend *b, void *graph);
+    void (*graph_destroy)(fp8t_backend *b, void *graph);
 } fp8t_backend_ops;
 
 struct fp8t_backend {

@@ -109,6 +109,14 @@ int fp8t_task_add(fp8t_task *t, int label, const int *ctx, int ctx_len, int n_co
  * 0 ok, -1 with err (tokens outside the vocabulary, model too small). */
 int fp8t_task_eval(fp8t_evaluator *ev, const fp8t_task *t, int *correct, int *pred, char *err,
                    size_t errlen);
+/* The scoring of fp8t_task_eval for any model: fn(ctx, tokens, targets, losses) fills the
+ * per-position losses [B, T] (host) of a packed batch tokens/targets [B, T] (0 ok, -1 with
+ * err); tokens, targets and losses are the caller's host buffers of B * T each. */
+typedef int (*fp8t_task_losses_fn)(void *ctx, const int *tokens, const int *targets,
+                                   float *losses, char *err, size_t errlen);
+int fp8t_task_score(const fp8t_task *t, int B, int T, int V, int *tokens, int *targets,
+                    float *losses, fp8t_task_losses_fn fn, void *ctx, int *correct, int *pred,
+                    char *err, size_t errlen);
 
 /* ---- sampling ---- */
 typedef struct {

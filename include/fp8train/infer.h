@@ -10,17 +10,25 @@
  *     buffer of one tensor's size, is converted, and the staging buffer is freed.
  *   - the token embedding as a BF16 table in bf16/fp8 (embedding_forward_bf16; it is a tied
  *     head's weight too), FP32 in fp32; positions, norm weights and biases in FP32.
- *   - the KV cache [L, B, NKV, Tmax, HS] for K (after RoPE) and V: BF16 in bf16/fp8, FP32 in
- *     fp32.
- *   - the activations of ONE layer, sized for B sequences of Tmax tokens (the prefill's rows;
- *     a decode step uses B rows of them): nothing is kept per layer but the cache.
- * FP8 activations are quantized per tensor: current scaling (an amax pass over each linear's
- * input, every call) or the delayed scale the checkpoint learned in training (its FP8 state's
- * X scales; an FP8 export's input_scale seeds them on import).
+ *   - the KV cache [L, B, NKV] blocks of [Tmax, HS] for K (after RoPE) and V: BF16 in bf16,
+ *     FP32 in fp32, E4M3 with one scale per position and head in fp8 (fp8t_infer_opts.kv
+ *     chooses another).
+ *   - the activations of one layer for at most `rows` tokens (the prefill runs whole sequences
+ *     `rows` tokens at a time; a decode step uses B rows): nothing is kept per layer but the
+ *     cache.
+ * FP8 activations are quantized per tensor with a scale that is either taken from each
+ * input's amax at every call (current), or fixed: the delayed scale the checkpoint learned in
+ * training (its FP8 state's X scales; an FP8 export's input_scale seeds them on import), or
+ * calibrated by fp8t_infer_calibrate from the amaxes each linear's input reaches over a few
+ * batches. With a fixed scale a linear's input is quantized by the op that produces it (the
+ * norm, GELU, SwiGLU: add_norm_operand, quantize_gelu, swiglu_operand), with no amax pass.
  *
  * Generation: a prefill of the prompts (right-padded to the longest; causal attention never
  * lets a prompt see its padding) writes the cache and gives each prompt's next-token logits;
- * each decode step then feeds one token per sequence at its own position. */
+ * each decode step then feeds one token per sequence at its own position. On a backend that
+ * records graphs (CUDA), a decode step in bf16/fp8 is recorded once per batch size and
+ * replayed: the step reads its tokens and positions from device buffers, so one recording
+ * serves every step. */
 #ifndef FP8TRAIN_INFER_H
 #define FP8TRAIN_INFER_H
 
@@ -37,22 +45,60 @@ extern "C" {
 
 /* Where an FP8 linear's activation scale comes from. */
 typedef enum {
-    FP8T_ACT_SCALE_CURRENT = 0, /* amax of the input at every call (no calibration needed) */
-    FP8T_ACT_SCALE_DELAYED = 1, /* the checkpoint's learned X scale (FP8 state), fixed */
+    FP8T_ACT_SCALE_CURRENT = 0,    /* amax of the input at every call (no calibration needed) */
+    FP8T_ACT_SCALE_DELAYED = 1,    /* the checkpoint's learned X scale (FP8 state), fixed */
+    FP8T_ACT_SCALE_CALIBRATED = 2, /* fixed, from the input amaxes fp8t_infer_calibrate saw */
 } fp8t_act_scale;
-const char *fp8t_act_scale_name(fp8t_act_scale a); /* "current", "delayed" */
+const char *fp8t_act_scale_name(fp8t_act_scale a); /* "current", "delayed", "calibrated" */
 int fp8t_act_scale_parse(fp8t_act_scale *out, const char *s); /* 0 ok, -1 unknown */
 
 typedef struct fp8t_infer fp8t_infer;
 
+/* How to build an inference model; fp8t_infer_opts_default fills the defaults. */
+typedef struct {
+    fp8t_eval_precision prec;
+    fp8t_act_scale act;   /* fp8 only */
+    int kv;               /* the cache's fp8t_kv_kind (backend.h), or -1 (default): FP32 in
+                             fp32, BF16 in bf16, FP8 in fp8. FP8 needs prec bf16 or fp8 */
+    int rows;             /* activation rows: tokens per prefill pass (0: default 2048; at
+                             least B and Tmax) */
+    int no_graphs;        /* never record decode steps (every op runs as it is called) */
+    int fp8_head;         /* fp8: the token embedding and the LM head in E4M3 too (one
+                             per-tensor scale, the head's input quantized as the linears'
+                             are); needs a vocabulary that is a multiple of 16 (cuBLASLt's
+                             FP8 GEMM alignment) */
+} fp8t_infer_opts;
+void fp8t_infer_opts_default(fp8t_infer_opts *o, fp8t_eval_precision prec, fp8t_act_scale act);
+
 /* Build the inference model of w (fp8t_weights_load: checkpoint, export, HF directory, llm.c
  * file) for up to B sequences of up to Tmax tokens each (prompt + generated; Tmax <=
- * seq_len) in precision prec. act applies to fp8 only; DELAYED needs w's FP8 state with an
- * amax history for every linear's input (else an error that says to use current).
- * NULL + err on failure. */
+ * seq_len). DELAYED needs w's FP8 state with an amax history for every linear's input (else
+ * an error that says what to use instead); CALIBRATED needs fp8t_infer_calibrate before the
+ * first forward. NULL + err on failure. */
+fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
+                                   const fp8t_infer_opts *o, int B, int Tmax, char *err,
+                                   size_t errlen);
+/* fp8t_infer_create_opts with the default options of prec and act */
 fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval_precision prec,
                               fp8t_act_scale act, int B, int Tmax, char *err, size_t errlen);
 void fp8t_infer_destroy(fp8t_infer *m);
+
+/* CALIBRATED: run the full-window forward over n_batches batches tokens [n_batches, nb, T]
+ * (host) with current scaling, record the largest amax each FP8 linear's input reaches, and
+ * fix every input's scale to the current-scaling scale of that amax (E4M3, epsilon 0); from
+ * then on the model runs with those scales. Calling it again recalibrates. Other modes and
+ * precisions: nothing to do, 0. 0 ok; -1 with err (sizes, tokens). */
+int fp8t_infer_calibrate(fp8t_infer *m, const int *tokens, int n_batches, int nb, int T,
+                         char *err, size_t errlen);
+/* What the FP8 activations use, for the record: "current scaling", "delayed (learned)
+ * scales", "calibrated scales (3 batches of 8 x 256 tokens)", "calibrated scales (not yet
+ * calibrated)"; "-" outside fp8. */
+const char *fp8t_infer_act_desc(const fp8t_infer *m);
+/* 1: a CALIBRATED fp8 model that fp8t_infer_calibrate has not run on yet */
+int fp8t_infer_needs_calibration(const fp8t_infer *m);
+int fp8t_infer_kv(const fp8t_infer *m);     /* the cache's fp8t_kv_kind */
+int fp8t_infer_graphs(const fp8t_infer *m); /* 1: decode steps are recorded and replayed */
+int fp8t_infer_fp8_head(const fp8t_infer *m); /* 1: embedding table and head in E4M3 */
 
 /* Device bytes held, by kind. */
 typedef struct {
@@ -89,6 +135,20 @@ int fp8t_infer_forward_all(fp8t_infer *m, const int *tokens, int nb, int T, floa
  * on bad sizes or tokens. */
 double fp8t_infer_loss(fp8t_infer *m, const int *tokens, const int *targets, int nb, int T,
                        char *err, size_t errlen);
+/* The same mean loss through the KV cache: a prefill of each sequence's first token, then a
+ * decode step per position feeding the next token (teacher forcing), each step's logits
+ * scored on the device; what the cache's precision does to the predictions. NaN with err. */
+double fp8t_infer_loss_decode(fp8t_infer *m, const int *tokens, const int *targets, int nb,
+                              int T, char *err, size_t errlen);
+/* The per-position losses [nb, T] (host; 0 where the target is < 0) of the same forward. 0 ok;
+ * -1 with err. */
+int fp8t_infer_losses(fp8t_infer *m, const int *tokens, const int *targets, int nb, int T,
+                      float *losses, char *err, size_t errlen);
+/* fp8t_task_eval (eval.h) through the inference model: the same packing and scoring (each
+ * completion's mean loss given the context, the lowest wins). The model needs B >=
+ * t->max_completions and Tmax >= t->longest. 0 ok; -1 with err. */
+int fp8t_infer_task_eval(fp8t_infer *m, const fp8t_task *t, int *correct, int *pred, char *err,
+                         size_t errlen);
 
 /* Continue n prompts (prompts[i] of lens[i] >= 1 tokens, n <= B) by n_new tokens each into
  * out[i * n_new + j]: a prefill, then n_new - 1 decode steps. Sequence i samples with its

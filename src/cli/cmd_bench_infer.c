@@ -41,8 +41,21 @@ static void usage(FILE *f) {
         "  --prompt-len N        prompt tokens per sequence, the prefill (default 128, at most\n"
         "                        seq_len - --gen)\n"
         "  --gen N               decode steps timed (default 32)\n"
-        "  --act-scale current|delayed  fp8 activation scales (default current; delayed needs\n"
-        "                        WEIGHTS with an FP8 state)\n"
+        "  --act-scale current|delayed|calibrated  fp8 activation scales (default current;\n"
+        "                        delayed needs WEIGHTS with an FP8 state; calibrated: fixed from\n"
+        "                        the input amaxes of --calib-batches batches of the prompts'\n"
+        "                        shape, from --calib-data's training split or else random\n"
+        "                        tokens)\n"
+        "  --calib-data SRC      calibration text/shards for --act-scale calibrated\n"
+        "  --calib-batches N     calibration batches (default 4)\n"
+        "  --kv-cache bf16|fp8   the fp8 rows' KV cache (default fp8: E4M3 with a scale per\n"
+        "                        position and head; the bf16 rows keep BF16, fp32 FP32)\n"
+        "  --fp8-head            the fp8 rows with the embedding table and the head in E4M3\n"
+        "                        too where the vocabulary is a multiple of 16 (else BF16: the\n"
+        "                        rows say which)\n"
+        "  --rows N              activation rows, the tokens of one prefill pass (default 2048)\n"
+        "  --no-graphs           decode steps op by op (CUDA records a step once and replays it\n"
+        "                        by default)\n"
         "  --repeat N            timed repetitions, the fastest kept (default 2)\n"
         "  --profile             after the timed rounds, one prefill and the decode steps again\n"
         "                        under the per-op profiler (each op waits for the device), and\n"
@@ -135,6 +148,9 @@ static int parse_int_list(const char *s, int *v, int max, int lo, int hi) {
 typedef struct {
     fp8t_eval_precision prec;
     int batch;
+    int kv, graphs;      /* the cache's kind; decode replayed as a graph */
+    int fp8_head;        /* embedding table and head in E4M3 */
+    char act[128];       /* fp8t_infer_act_desc */
     double prefill_tps, decode_tps, prefill_s, decode_s;
     fp8t_infer_memory mem;
     double peak_mb; /* < 0: unknown (CPU) */
@@ -142,9 +158,9 @@ typedef struct {
 } result;
 
 /* One configuration on a fresh backend. 0 ok; -1 with err. */
-static int run_one(const char *device, const fp8t_weights *w, fp8t_act_scale act, int plen,
-                   int gen, int repeat, int profile, uint64_t seed, result *r, char *err,
-                   size_t errlen) {
+static int run_one(const char *device, const fp8t_weights *w, const cli_infer_opts *io,
+                   int plen, int gen, int repeat, int profile, uint64_t seed, result *r,
+                   char *err, size_t errlen) {
     char e[1024];
     cli_debug_opts dbg;
     if (cli_debug_options("bench-infer", &dbg) != 0) {
@@ -167,9 +183,15 @@ static int run_one(const char *device, const fp8t_weights *w, fp8t_act_scale act
         be = pw;
     }
     const int B = r->batch, V = w->model.vocab_size;
-    fp8t_infer *m = fp8t_infer_create(be, w, r->prec, act, B, plen + gen, e, sizeof(e));
+    fp8t_infer_opts mo;
+    cli_infer_model_opts(io, r->prec, &mo);
+    if (r->prec != FP8T_EVAL_FP8) mo.kv = -1; /* bf16 and fp32 keep their own caches */
+    /* an FP8 head where cuBLASLt's FP8 alignment allows it; the row says which */
+    mo.fp8_head = io->fp8_head && w->model.vocab_size % 16 == 0;
+    fp8t_infer *m = fp8t_infer_create_opts(be, w, &mo, B, plen + gen, e, sizeof(e));
     int *tok = malloc((size_t)B * plen * sizeof(int)), *lens = malloc((size_t)B * sizeof(int));
     int *next = malloc((size_t)B * sizeof(int)), *pos = malloc((size_t)B * sizeof(int));
+    int *ctok = NULL;
     int rc = -1;
     if (!m) {
         snprintf(err, errlen, "%s batch %d: %s", fp8t_eval_precision_name(r->prec), B, e);
@@ -182,6 +204,29 @@ static int run_one(const char *device, const fp8t_weights *w, fp8t_act_scale act
     uint64_t s = seed;
     for (size_t i = 0; i < (size_t)B * plen; i++) tok[i] = (int)(mix(&s) % (uint64_t)V);
     for (int b = 0; b < B; b++) lens[b] = plen, next[b] = (int)(mix(&s) % (uint64_t)V);
+    if (fp8t_infer_needs_calibration(m)) {
+        /* the prompts' shape; --calib-data's training split, else random tokens of their
+         * own (never the timed prompts) */
+        if (io->calib_data) {
+            if (cli_infer_calibrate(m, io->calib_data, "", NULL, seed, io->calib_batches, B,
+                                    plen, e, sizeof(e)) != 0)
+                goto fail;
+        } else {
+            const size_t n = (size_t)io->calib_batches * B * plen;
+            if (!(ctok = malloc(n * sizeof(int)))) {
+                snprintf(err, errlen, "out of host memory");
+                goto done;
+            }
+            uint64_t cs = seed ^ 0xC0FFEEull;
+            for (size_t i = 0; i < n; i++) ctok[i] = (int)(mix(&cs) % (uint64_t)V);
+            if (fp8t_infer_calibrate(m, ctok, io->calib_batches, B, plen, e, sizeof(e)) != 0)
+                goto fail;
+        }
+    }
+    snprintf(r->act, sizeof(r->act), "%s", fp8t_infer_act_desc(m));
+    r->kv = fp8t_infer_kv(m);
+    r->graphs = fp8t_infer_graphs(m);
+    r->fp8_head = fp8t_infer_fp8_head(m);
     r->prefill_s = r->decode_s = INFINITY;
     /* a warm-up round (first-call setup: GEMM algorithm choice, RoPE tables, scratch growth),
      * then `repeat` timed rounds of prefill + gen decode steps; the fastest of each kept. Each
@@ -230,7 +275,7 @@ static int run_one(const char *device, const fp8t_weights *w, fp8t_act_scale act
 fail:
     snprintf(err, errlen, "%s batch %d: %s", fp8t_eval_precision_name(r->prec), B, e);
 done:
-    free(tok), free(lens), free(next), free(pos);
+    free(tok), free(lens), free(next), free(pos), free(ctok);
     fp8t_infer_destroy(m);
     fp8t_backend_destroy(be);
     return rc;
@@ -244,11 +289,13 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
     const char *prec_list = NULL, *batch_list = "1,64";
     int plen = 128, gen = 32, repeat = 2, profile = 0;
     uint64_t seed = 1337;
-    fp8t_act_scale act = FP8T_ACT_SCALE_CURRENT;
+    cli_infer_opts io;
+    cli_infer_opts_init(&io);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--profile")) { profile = 1; continue; }
+        if (cli_infer_flag(a, &io)) continue;
         if (a[0] != '-' || !a[1]) {
             if (weights) {
                 fprintf(stderr, "fp8train bench-infer: one WEIGHTS argument expected, got '%s' "
@@ -270,13 +317,10 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
         else if (!strcmp(a, "--gen")) { if (cli_int(CMD, a, v, 0, 1 << 20, &gen)) return 2; }
         else if (!strcmp(a, "--repeat")) { if (cli_int(CMD, a, v, 1, 1000, &repeat)) return 2; }
         else if (!strcmp(a, "--seed")) { if (cli_u64(CMD, a, v, &seed)) return 2; }
-        else if (!strcmp(a, "--act-scale")) {
-            if (fp8t_act_scale_parse(&act, v) != 0) {
-                fprintf(stderr, "fp8train bench-infer: --act-scale '%s': expected current or "
-                        "delayed\n", v);
-                return 2;
-            }
-        } else {
+        else {
+            const int r = cli_infer_option(CMD, a, v, &io);
+            if (r < 0) return 2;
+            if (r) continue;
             fprintf(stderr, "fp8train bench-infer: unknown option '%s' (see fp8train bench-infer "
                     "--help)\n", a);
             return 2;
@@ -339,8 +383,15 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
     }
     const char *name = weights ? weights : (preset ? preset : "tiny");
     printf("bench-infer: %s (%s%s), %s, prompt %d + %d decode steps, fp8 activations %s "
-           "scaling, best of %d\n", name, fp8t_arch_name(w.model.arch),
-           weights ? "" : ", random weights", device, plen, gen, fp8t_act_scale_name(act),
+           "scaling%s, fp8 KV cache %s%s, decode %s, best of %d\n", name,
+           fp8t_arch_name(w.model.arch),
+           weights ? "" : ", random weights", device, plen, gen, fp8t_act_scale_name(io.act),
+           io.act == FP8T_ACT_SCALE_CALIBRATED
+               ? (io.calib_data ? " (calibrated on --calib-data)"
+                                : " (calibrated on random tokens)")
+               : "",
+           io.kv < 0 ? "fp8" : cli_kv_name(io.kv), io.fp8_head ? ", fp8 head" : "",
+           io.no_graphs ? "op by op" : "recorded once per batch and replayed where the backend can",
            repeat);
     printf("%-9s %6s %14s %13s %11s %9s %9s %9s %9s\n", "precision", "batch", "prefill tok/s",
            "decode tok/s", "weights MB", "other MB", "kv MB", "act MB", "peak MB");
@@ -350,7 +401,8 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
             result *r = &res[bi * n_prec + pi];
             r->prec = precs[pi];
             r->batch = batches[bi];
-            if (run_one(device, &w, act, plen, gen, repeat, profile, seed, r, err, sizeof(err)) != 0) {
+            if (run_one(device, &w, &io, plen, gen, repeat, profile, seed, r, err,
+                        sizeof(err)) != 0) {
                 printf("%-9s %6d  failed: %s\n", fp8t_eval_precision_name(r->prec), r->batch,
                        err);
                 failed = 1;
@@ -358,10 +410,11 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
             }
             char peak[32] = "-";
             if (r->peak_mb >= 0) snprintf(peak, sizeof(peak), "%.1f", r->peak_mb);
-            printf("%-9s %6d %14.1f %13.1f %11.1f %9.1f %9.1f %9.1f %9s\n",
+            printf("%-9s %6d %14.1f %13.1f %11.1f %9.1f %9.1f %9.1f %9s  kv %s%s%s\n",
                    fp8t_eval_precision_name(r->prec), r->batch, r->prefill_tps, r->decode_tps,
                    mb(r->mem.weights), mb(r->mem.other), mb(r->mem.kv_cache),
-                   mb(r->mem.activations), peak);
+                   mb(r->mem.activations), peak, cli_kv_name(r->kv), r->graphs ? ", graph" : "",
+                   r->fp8_head ? ", fp8 head" : "");
             fflush(stdout);
         }
         /* fp8 against bf16 at this batch */
@@ -390,7 +443,12 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
         cJSON_AddNumberToObject(root, "prompt_len", plen);
         cJSON_AddNumberToObject(root, "gen", gen);
         cJSON_AddNumberToObject(root, "repeat", repeat);
-        cJSON_AddStringToObject(root, "act_scale", fp8t_act_scale_name(act));
+        cJSON_AddStringToObject(root, "act_scale", fp8t_act_scale_name(io.act));
+        if (io.act == FP8T_ACT_SCALE_CALIBRATED) {
+            cJSON_AddStringToObject(root, "calib_data", io.calib_data ? io.calib_data : "random");
+            cJSON_AddNumberToObject(root, "calib_batches", io.calib_batches);
+        }
+        cJSON_AddBoolToObject(root, "graphs", !io.no_graphs);
         cJSON *arr = cJSON_AddArrayToObject(root, "results");
         for (int i = 0; i < n_prec * n_batch; i++) {
             const result *r = &res[i];
@@ -399,6 +457,10 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "batch", r->batch);
             cJSON_AddBoolToObject(o, "ok", r->ok);
             if (r->ok) {
+                cJSON_AddStringToObject(o, "kv_cache", cli_kv_name(r->kv));
+                cJSON_AddBoolToObject(o, "decode_graph", r->graphs);
+                cJSON_AddBoolToObject(o, "fp8_head", r->fp8_head);
+                if (r->prec == FP8T_EVAL_FP8) cJSON_AddStringToObject(o, "fp8_activations", r->act);
                 cJSON_AddNumberToObject(o, "prefill_tokens_per_s", r->prefill_tps);
                 cJSON_AddNumberToObject(o, "decode_tokens_per_s", r->decode_tps);
                 cJSON_AddNumberToObject(o, "prefill_s", r->prefill_s);

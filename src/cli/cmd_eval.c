@@ -44,17 +44,29 @@ static void usage(FILE *f) {
         "                        (fp32), %.0e (bf16), %.0e (fp8 export)\n"
         "  --task FILE           llm.c multiple-choice eval file (HellaSwag .bin); repeatable;\n"
         "                        accuracy per precision (completion with the lowest mean loss)\n"
-        "  --calib-batches N     micro-batches for FP8 calibration when needed (default 4)\n"
+        "  --calib-batches N     micro-batches for FP8 calibration (default 4): the training\n"
+        "                        model's when the weights carry no amax history, the inference\n"
+        "                        model's with --infer --act-scale calibrated\n"
         "  --device cpu|cuda     backend (default: the run's, else cpu)\n"
         "  --dump-tokens FILE    write the evaluated windows as .npy int32 [batches, B, T+1]\n"
         "                        (compute the same loss elsewhere, e.g. tests/check_hf_transformers.py)\n"
-        "  --infer               the loss through the inference model (fp8train/infer.h: the\n"
-        "                        weights in each precision only, no training state on the\n"
-        "                        device) instead of the training model; not with --task or\n"
-        "                        --check-export\n"
-        "  --act-scale current|delayed  with --infer: fp8 activation scales from each input's\n"
-        "                        amax (default) or the learned ones (calibrated first when the\n"
-        "                        weights have none)\n"
+        "  --infer               the loss (and --task accuracy) through the inference model\n"
+        "                        (fp8train/infer.h: the weights in each precision only, no\n"
+        "                        training state on the device) instead of the training model;\n"
+        "                        not with --check-export\n"
+        "  --act-scale current|delayed|calibrated  with --infer: fp8 activation scales from\n"
+        "                        each input's amax (default), the learned ones (calibrated first\n"
+        "                        by the training model when the weights have none), or fixed\n"
+        "                        by the inference model from the input amaxes of\n"
+        "                        --calib-batches training-split batches of --calib-data\n"
+        "  --calib-data SRC      with --infer --act-scale calibrated: the calibration data\n"
+        "                        (default: --data; its training split)\n"
+        "  --kv-cache bf16|fp8|fp32  with --infer: the KV cache kind (read by --decode-loss)\n"
+        "  --fp8-head            with --infer: fp8 with the embedding table and the head in\n"
+        "                        E4M3 too (a vocabulary that is a multiple of 16)\n"
+        "  --decode-loss         with --infer: the loss through the KV cache (the first token\n"
+        "                        prefilled, then one decode step per position, teacher forced)\n"
+        "                        instead of the full-window forward\n"
         "  --json                print one JSON object instead of the table\n"
         "exit status: 0 ok, 1 flagged (FP8 gap above threshold or export check failed), 2 bad input\n",
         FP8T_EXPORT_TOL_FP32, FP8T_EXPORT_TOL_BF16, FP8T_EXPORT_TOL_FP8);
@@ -65,8 +77,8 @@ typedef struct {
     const char *tasks[MAX_TASKS];
     int n_tasks;
     int want[FP8T_EVAL_COUNT];
-    int batches, B, T, calib_batches, json, infer;
-    fp8t_act_scale act;
+    int batches, B, T, json, infer, decode_loss;
+    cli_infer_opts io;
     int have_seed;
     uint64_t seed;
     float threshold;
@@ -76,12 +88,14 @@ static int parse_args(eval_opts *o, int argc, char **argv) {
     memset(o, 0, sizeof(*o));
     o->want[FP8T_EVAL_BF16] = o->want[FP8T_EVAL_FP8] = 1;
     o->threshold = 0.01f;
-    o->calib_batches = 4;
+    cli_infer_opts_init(&o->io);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
         if (!strcmp(a, "--infer")) { o->infer = 1; continue; }
+        if (!strcmp(a, "--decode-loss")) { o->decode_loss = 1; continue; }
+        if (cli_infer_flag(a, &o->io)) continue;
         if (a[0] != '-' || !a[1]) {
             if (o->weights) {
                 fprintf(stderr, "fp8train eval: one WEIGHTS argument expected, got '%s' and '%s'\n",
@@ -98,12 +112,7 @@ static int parse_args(eval_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--check-export")) o->check_export = v;
         else if (!strcmp(a, "--dump-tokens")) o->dump_tokens = v;
         else if (!strcmp(a, "--device")) o->device = v;
-        else if (!strcmp(a, "--act-scale")) {
-            if (fp8t_act_scale_parse(&o->act, v) != 0) {
-                fprintf(stderr, "fp8train eval: --act-scale '%s': expected current or delayed\n", v);
-                return -1;
-            }
-        } else if (!strcmp(a, "--task")) {
+        else if (!strcmp(a, "--task")) {
             if (o->n_tasks == MAX_TASKS) {
                 fprintf(stderr, "fp8train eval: at most %d --task files\n", MAX_TASKS);
                 return -1;
@@ -123,10 +132,12 @@ static int parse_args(eval_opts *o, int argc, char **argv) {
         } else if (!strcmp(a, "--batches")) { if (cli_int(CMD, a, v, 1, 1000000, &o->batches)) return -1; }
         else if (!strcmp(a, "--batch")) { if (cli_int(CMD, a, v, 1, 1 << 20, &o->B)) return -1; }
         else if (!strcmp(a, "--seq-len")) { if (cli_int(CMD, a, v, 1, 1 << 20, &o->T)) return -1; }
-        else if (!strcmp(a, "--calib-batches")) { if (cli_int(CMD, a, v, 1, 100000, &o->calib_batches)) return -1; }
         else if (!strcmp(a, "--seed")) { if (cli_u64(CMD, a, v, &o->seed)) return -1; o->have_seed = 1; }
         else if (!strcmp(a, "--threshold")) { if (cli_float(CMD, a, v, 0, 1e9, &o->threshold)) return -1; }
         else {
+            const int r = cli_infer_option(CMD, a, v, &o->io);
+            if (r < 0) return -1;
+            if (r) continue;
             fprintf(stderr, "fp8train eval: unknown option '%s' (see fp8train eval --help)\n", a);
             return -1;
         }
@@ -136,31 +147,60 @@ static int parse_args(eval_opts *o, int argc, char **argv) {
                 "directory or an llm.c .bin (see fp8train eval --help)\n");
         return -1;
     }
-    if (o->infer && (o->n_tasks || o->check_export)) {
-        fprintf(stderr, "fp8train eval: --infer computes the validation loss only; run --task and "
-                "--check-export without it\n");
+    if (o->decode_loss && !o->infer) {
+        fprintf(stderr, "fp8train eval: --decode-loss runs the inference model's KV cache; add "
+                "--infer\n");
+        return -1;
+    }
+    if (o->infer && o->check_export) {
+        fprintf(stderr, "fp8train eval: --check-export compares the training model's losses; run "
+                "it without --infer\n");
         return -1;
     }
     return 0;
+}
+
+/* Where a calibrated fp8 inference model takes its calibration batches from. */
+typedef struct {
+    const char *data, *val_data, *tokenizer;
+    uint64_t seed;
+} calib_src;
+
+/* An inference model of w in precision p for [B, T], calibrated when asked. NULL after a
+ * message. */
+static fp8t_infer *infer_model(fp8t_backend *be, const fp8t_weights *w, fp8t_eval_precision p,
+                               const cli_infer_opts *io, const calib_src *cs, int B, int T) {
+    char err[1024];
+    fp8t_infer_opts mo;
+    cli_infer_model_opts(io, p, &mo);
+    fp8t_infer *m = fp8t_infer_create_opts(be, w, &mo, B, T, err, sizeof(err));
+    if (!m || cli_infer_calibrate(m, cs->data, cs->val_data, cs->tokenizer, cs->seed,
+                                  io->calib_batches, B, T, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fp8train eval: --infer %s: %s\n", fp8t_eval_precision_name(p), err);
+        fp8t_infer_destroy(m);
+        return NULL;
+    }
+    return m;
 }
 
 /* Loss in precision p through the inference model (built for [B, T] on be, destroyed after)
  * on micro-batches 0..batches-1 of d: the mean of the per-batch mean losses, as
  * fp8t_evaluator_loss. NaN after a message on failure. */
 static double infer_loss(fp8t_backend *be, const fp8t_weights *w, fp8t_eval_precision p,
-                         fp8t_act_scale act, const fp8t_data *d, int batches, int B, int T) {
+                         const cli_infer_opts *io, const calib_src *cs, const fp8t_data *d,
+                         int batches, int B, int T, int decode) {
     char err[1024];
-    fp8t_infer *m = fp8t_infer_create(be, w, p, act, B, T, err, sizeof(err));
+    fp8t_infer *m = infer_model(be, w, p, io, cs, B, T);
     int *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
     double sum = 0.0;
     if (!m || !tok || !tgt) {
-        fprintf(stderr, "fp8train eval: --infer %s: %s\n", fp8t_eval_precision_name(p),
-                m ? "out of memory" : err);
+        if (m) fprintf(stderr, "fp8train eval: --infer: out of memory\n");
         sum = NAN;
     }
     for (int i = 0; i < batches && !isnan(sum); i++) {
         fp8t_data_batch(d, tok, tgt, (uint64_t)i);
-        double l = fp8t_infer_loss(m, tok, tgt, B, T, err, sizeof(err));
+        double l = decode ? fp8t_infer_loss_decode(m, tok, tgt, B, T, err, sizeof(err))
+                          : fp8t_infer_loss(m, tok, tgt, B, T, err, sizeof(err));
         if (isnan(l)) fprintf(stderr, "fp8train eval: --infer: %s\n", err);
         sum += l;
     }
@@ -244,7 +284,8 @@ int fp8t_cmd_eval(int argc, char **argv) {
     /* the training model: for its own loss, and for calibrating FP8 scales that the weights
      * lack (with --infer only when the learned scales are asked for; it is freed before the
      * inference models are built, so they never share the device with it) */
-    const int need_calib = o.want[FP8T_EVAL_FP8] && (!o.infer || o.act == FP8T_ACT_SCALE_DELAYED);
+    const int need_calib =
+        o.want[FP8T_EVAL_FP8] && (!o.infer || o.io.act == FP8T_ACT_SCALE_DELAYED);
     if ((!o.infer || need_calib) && !(ev = fp8t_evaluator_create(be, &w, &dbg.model, B, T, err, sizeof(err)))) {
         fprintf(stderr, "fp8train eval: %s\n", err);
         goto done;
@@ -254,8 +295,10 @@ int fp8t_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "fp8train eval: data: %s\n", err);
         goto done;
     }
+    const calib_src cs = {o.io.calib_data ? o.io.calib_data : data,
+                          o.io.calib_data ? "" : val_data, tokenizer, seed};
     if (need_calib &&
-        cli_calibrate_tok(ev, &w, data, val_data, tokenizer, seed, o.calib_batches, o.json, err,
+        cli_calibrate_tok(ev, &w, data, val_data, tokenizer, seed, o.io.calib_batches, o.json, err,
                           sizeof(err)) < 0) {
         fprintf(stderr, "fp8train eval: %s\n", err);
         goto done;
@@ -270,13 +313,29 @@ int fp8t_cmd_eval(int argc, char **argv) {
         if (w.notes[0]) printf("  import: %s\n", w.notes);
         printf("data: %s; %d micro-batch%s of %d x %d tokens, seed %llu\n", fp8t_data_describe(d),
                batches, batches == 1 ? "" : "es", B, T, (unsigned long long)seed);
-        if (o.infer)
+        if (o.infer) {
             printf("model: the inference model (weights in each precision only; fp8: E4M3 per "
-                   "tensor, head bf16, activations %s scaling)\n", fp8t_act_scale_name(o.act));
+                   "tensor, head bf16, activations %s scaling", fp8t_act_scale_name(o.io.act));
+            if (o.io.act == FP8T_ACT_SCALE_CALIBRATED)
+                printf(" on %d training-split batches of %s", o.io.calib_batches, cs.data);
+            printf(")%s\n", o.decode_loss ? "; loss through the KV cache (decode steps)" : "");
+            if (o.decode_loss)
+                printf("KV cache: %s\n", o.io.kv < 0 ? "the precision's (bf16; fp32 in fp32, "
+                                                       "fp8 in fp8)"
+                                                     : cli_kv_name(o.io.kv));
+        }
         printf("%-10s %-10s %s\n", "precision", "loss", "perplexity");
     }
     cJSON_AddBoolToObject(js, "infer", o.infer);
-    if (o.infer) cJSON_AddStringToObject(js, "act_scale", fp8t_act_scale_name(o.act));
+    if (o.infer) {
+        cJSON_AddStringToObject(js, "act_scale", fp8t_act_scale_name(o.io.act));
+        if (o.io.act == FP8T_ACT_SCALE_CALIBRATED) {
+            cJSON_AddStringToObject(js, "calib_data", cs.data);
+            cJSON_AddNumberToObject(js, "calib_batches", o.io.calib_batches);
+        }
+        cJSON_AddBoolToObject(js, "decode_loss", o.decode_loss);
+        cJSON_AddStringToObject(js, "kv_cache", o.io.kv < 0 ? "default" : cli_kv_name(o.io.kv));
+    }
     cJSON_AddStringToObject(js, "weights", o.weights);
     cJSON_AddStringToObject(js, "description", desc);
     cJSON_AddStringToObject(js, "data", fp8t_data_describe(d));
@@ -287,7 +346,8 @@ int fp8t_cmd_eval(int argc, char **argv) {
     int bad_tokens = 0;
     for (int p = 0; p < FP8T_EVAL_COUNT; p++) {
         if (!o.want[p]) continue;
-        loss[p] = o.infer ? infer_loss(be, &w, (fp8t_eval_precision)p, o.act, d, batches, B, T)
+        loss[p] = o.infer ? infer_loss(be, &w, (fp8t_eval_precision)p, &o.io, &cs, d, batches, B,
+                                       T, o.decode_loss)
                           : loss_in(ev, d, batches, (fp8t_eval_precision)p);
         bad_tokens |= isnan(loss[p]);
         cJSON_AddNumberToObject(jl, fp8t_eval_precision_name((fp8t_eval_precision)p), loss[p]);
@@ -331,8 +391,10 @@ int fp8t_cmd_eval(int argc, char **argv) {
             status = 2;
             goto done;
         }
-        fp8t_evaluator *te = fp8t_evaluator_create(be, &w, &dbg.model, tB, tT, err, sizeof(err));
-        if (!te) {
+        fp8t_evaluator *te = o.infer ? NULL
+                                     : fp8t_evaluator_create(be, &w, &dbg.model, tB, tT, err,
+                                                             sizeof(err));
+        if (!te && !o.infer) {
             fprintf(stderr, "fp8train eval: --task %s: %s\n", o.tasks[k], err);
             fp8t_task_free(&t);
             status = 2;
@@ -346,9 +408,17 @@ int fp8t_cmd_eval(int argc, char **argv) {
         if (!o.json) printf("task %s: %d examples ", o.tasks[k], t.n);
         for (int p = 0; p < FP8T_EVAL_COUNT; p++) {
             if (!o.want[p]) continue;
-            fp8t_evaluator_set_precision(te, (fp8t_eval_precision)p);
-            int correct = 0;
-            if (fp8t_task_eval(te, &t, &correct, NULL, err, sizeof(err)) != 0) {
+            int correct = 0, trc;
+            if (o.infer) { /* an inference model of this precision, shaped for the task */
+                fp8t_infer *im = infer_model(be, &w, (fp8t_eval_precision)p, &o.io, &cs, tB, tT);
+                trc = im ? fp8t_infer_task_eval(im, &t, &correct, NULL, err, sizeof(err)) : -1;
+                if (!im) snprintf(err, sizeof(err), "cannot build the inference model");
+                fp8t_infer_destroy(im);
+            } else {
+                fp8t_evaluator_set_precision(te, (fp8t_eval_precision)p);
+                trc = fp8t_task_eval(te, &t, &correct, NULL, err, sizeof(err));
+            }
+            if (trc != 0) {
                 fprintf(stderr, "\nfp8train eval: --task %s: %s\n", o.tasks[k], err);
                 fp8t_evaluator_destroy(te);
                 fp8t_task_free(&t);

@@ -43,10 +43,22 @@ static void usage(FILE *f) {
         "                        seed S + i)\n"
         "  --precision P         bf16 (default) | fp8 | fp32: the weights are held in this\n"
         "                        precision only (fp8: E4M3 codes + a per-tensor scale; the head\n"
-        "                        in BF16); the KV cache is BF16 (FP32 in fp32)\n"
-        "  --act-scale current|delayed  fp8 activation scales: each input's own amax\n"
-        "                        (default), or the scales learned in training (the\n"
-        "                        checkpoint's FP8 state, an FP8 export's input_scale)\n"
+        "                        in BF16)\n"
+        "  --act-scale current|delayed|calibrated  fp8 activation scales: each input's own\n"
+        "                        amax at every call (default), the scales learned in training\n"
+        "                        (the checkpoint's FP8 state, an FP8 export's input_scale), or\n"
+        "                        fixed from the input amaxes of --calib-batches batches of\n"
+        "                        --calib-data (fixed scales: no amax pass, the quantization in\n"
+        "                        the producing op)\n"
+        "  --calib-data SRC      calibration text/shards (default: the run's training data;\n"
+        "                        its training split is used)\n"
+        "  --calib-batches N     calibration batches of the batch's shape (default 4)\n"
+        "  --kv-cache bf16|fp8|fp32  the KV cache (default: bf16; fp32 in fp32; fp8 in fp8:\n"
+        "                        E4M3 with a scale per position and head)\n"
+        "  --fp8-head            fp8: the embedding table and the head in E4M3 too (a\n"
+        "                        vocabulary that is a multiple of 16)\n"
+        "  --no-graphs           run every decode op as it is called (CUDA records a decode\n"
+        "                        step once and replays it by default)\n"
         "  --no-cache            the training model's full-window forward per token (no KV\n"
         "                        cache, one prompt; the path before the inference model)\n"
         "  --device cpu|cuda     backend (default: the run's, else cpu)\n"
@@ -236,11 +248,13 @@ int fp8t_cmd_generate(int argc, char **argv) {
     int n_new = 64, print_ids = 0, batch = 0, no_cache = 0;
     fp8t_sample_cfg sc = {1.0f, 0, 1337};
     fp8t_eval_precision prec = FP8T_EVAL_BF16;
-    fp8t_act_scale act = FP8T_ACT_SCALE_CURRENT;
+    cli_infer_opts io;
+    cli_infer_opts_init(&io);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--print-tokens")) { print_ids = 1; continue; }
+        if (cli_infer_flag(a, &io)) continue;
         if (!strcmp(a, "--no-cache")) { no_cache = 1; continue; }
         if (a[0] != '-' || !a[1]) {
             if (weights) {
@@ -267,12 +281,10 @@ int fp8t_cmd_generate(int argc, char **argv) {
                 fprintf(stderr, "fp8train generate: --precision '%s': expected bf16, fp8 or fp32\n", v);
                 return 2;
             }
-        } else if (!strcmp(a, "--act-scale")) {
-            if (fp8t_act_scale_parse(&act, v) != 0) {
-                fprintf(stderr, "fp8train generate: --act-scale '%s': expected current or delayed\n", v);
-                return 2;
-            }
         } else {
+            const int r = cli_infer_option(CMD, a, v, &io);
+            if (r < 0) return 2;
+            if (r) continue;
             fprintf(stderr, "fp8train generate: unknown option '%s' (see fp8train generate --help)\n", a);
             return 2;
         }
@@ -401,19 +413,27 @@ int fp8t_cmd_generate(int argc, char **argv) {
     } else {
         const int B = batch > 0 ? (batch < n_prompts ? batch : n_prompts)
                                 : (n_prompts < 64 ? n_prompts : 64);
-        if (!(im = fp8t_infer_create(be, &w, prec, act, B, longest + n_new - 1, err,
-                                     sizeof(err)))) {
+        fp8t_infer_opts mo;
+        cli_infer_model_opts(&io, prec, &mo);
+        const int Tm = longest + n_new - 1;
+        if (!(im = fp8t_infer_create_opts(be, &w, &mo, B, Tm, err, sizeof(err))) ||
+            cli_infer_calibrate(im, io.calib_data ? io.calib_data : def.data,
+                                io.calib_data ? "" : def.val_data,
+                                tok_json ? tok_path : NULL, def.seed, io.calib_batches, B, Tm,
+                                err, sizeof(err)) != 0) {
             fprintf(stderr, "fp8train generate: %s\n", err);
             goto done;
         }
         fp8t_infer_memory mem;
         fp8t_infer_memory_get(im, &mem);
-        fprintf(stderr, "generate: %s weights%s%s%s, KV cache %s (%.1f MB), batch %d, %s\n",
+        fprintf(stderr, "generate: %s weights%s%s, KV cache %s (%.1f MB), batch %d, %s%s\n",
                 fp8t_eval_precision_name(prec),
-                prec == FP8T_EVAL_FP8 ? " (E4M3, per-tensor scale; head bf16), activations " : "",
-                prec == FP8T_EVAL_FP8 ? fp8t_act_scale_name(act) : "",
-                prec == FP8T_EVAL_FP8 ? " scaling" : "", prec == FP8T_EVAL_FP32 ? "fp32" : "bf16",
-                (double)mem.kv_cache / 1e6, B, be->name);
+                prec != FP8T_EVAL_FP8   ? ""
+                : fp8t_infer_fp8_head(im) ? " (E4M3, per-tensor scale; head E4M3), activations "
+                                          : " (E4M3, per-tensor scale; head bf16), activations ",
+                prec == FP8T_EVAL_FP8 ? fp8t_infer_act_desc(im) : "",
+                cli_kv_name(fp8t_infer_kv(im)), (double)mem.kv_cache / 1e6, B, be->name,
+                fp8t_infer_graphs(im) ? ", decode steps replayed as a graph" : "");
         int **ids = malloc((size_t)n_prompts * sizeof(int *)), *lens = malloc((size_t)n_prompts * sizeof(int));
         if (!ids || !lens) {
             free(ids), free(lens);

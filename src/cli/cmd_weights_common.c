@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cmd_weights_common.h"
+#include "fp8train/data.h"
 #include "fp8train/recipe.h"
 #include "fp8train/train_options.h" /* fp8t_options_debug_env */
 #include "util/fs.h"
@@ -95,6 +96,90 @@ int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data,
                 "calibrated on %d training micro-batch%s of %s\n", w->kind, batches,
                 batches == 1 ? "" : "es", data);
     return 1;
+}
+
+void cli_infer_opts_init(cli_infer_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->act = FP8T_ACT_SCALE_CURRENT;
+    o->kv = -1;
+    o->calib_batches = 4;
+}
+
+const char *cli_kv_name(int kv) {
+    return kv == FP8T_KV_FP8 ? "fp8" : kv == FP8T_KV_BF16 ? "bf16" : "fp32";
+}
+
+int cli_infer_option(const char *cmd, const char *a, const char *v, cli_infer_opts *o) {
+    if (!strcmp(a, "--act-scale")) {
+        if (fp8t_act_scale_parse(&o->act, v) != 0) {
+            fprintf(stderr, "fp8train %s: --act-scale '%s': expected current, delayed or "
+                    "calibrated\n", cmd, v);
+            return -1;
+        }
+        return 1;
+    }
+    if (!strcmp(a, "--kv-cache")) {
+        if (!strcmp(v, "bf16")) o->kv = FP8T_KV_BF16;
+        else if (!strcmp(v, "fp8")) o->kv = FP8T_KV_FP8;
+        else if (!strcmp(v, "fp32")) o->kv = FP8T_KV_FP32;
+        else {
+            fprintf(stderr, "fp8train %s: --kv-cache '%s': expected bf16, fp8 or fp32\n", cmd, v);
+            return -1;
+        }
+        return 1;
+    }
+    if (!strcmp(a, "--calib-data")) {
+        o->calib_data = v;
+        return 1;
+    }
+    if (!strcmp(a, "--calib-batches"))
+        return cli_int(cmd, a, v, 1, 100000, &o->calib_batches) ? -1 : 1;
+    if (!strcmp(a, "--rows")) return cli_int(cmd, a, v, 1, 1 << 24, &o->rows) ? -1 : 1;
+    return 0;
+}
+
+int cli_infer_flag(const char *a, cli_infer_opts *o) {
+    if (!strcmp(a, "--no-graphs")) return o->no_graphs = 1;
+    if (!strcmp(a, "--fp8-head")) return o->fp8_head = 1;
+    return 0;
+}
+
+void cli_infer_model_opts(const cli_infer_opts *o, fp8t_eval_precision prec,
+                          fp8t_infer_opts *out) {
+    fp8t_infer_opts_default(out, prec, o->act);
+    out->kv = o->kv;
+    out->rows = o->rows;
+    out->no_graphs = o->no_graphs;
+    out->fp8_head = o->fp8_head;
+}
+
+int cli_infer_calibrate(fp8t_infer *m, const char *data, const char *val_data,
+                        const char *tokenizer, uint64_t seed, int batches, int nb, int T,
+                        char *err, size_t errlen) {
+    const fp8t_model_config *c = fp8t_infer_config(m);
+    char e[1024];
+    if (!fp8t_infer_needs_calibration(m)) return 0;
+    fp8t_data *d = fp8t_data_open_tok(data, val_data, tokenizer, FP8T_SPLIT_TRAIN, nb, T,
+                                      c->vocab_size, seed, e, sizeof(e));
+    if (!d) {
+        snprintf(err, errlen, "FP8 calibration data: %s", e);
+        return -1;
+    }
+    const size_t per = (size_t)nb * T;
+    int *tok = malloc((size_t)batches * per * sizeof(int)), *tgt = malloc(per * sizeof(int));
+    int rc = -1;
+    if (!tok || !tgt) {
+        snprintf(err, errlen, "FP8 calibration: out of memory");
+    } else {
+        for (int i = 0; i < batches; i++)
+            fp8t_data_batch(d, tok + (size_t)i * per, tgt, (uint64_t)i);
+        rc = fp8t_infer_calibrate(m, tok, batches, nb, T, e, sizeof(e));
+        if (rc) snprintf(err, errlen, "FP8 calibration: %s", e);
+    }
+    free(tok);
+    free(tgt);
+    fp8t_data_close(d);
+    return rc;
 }
 
 int cli_check_to(const char *cmd, const char *to, int dir_target, int overwrite,

@@ -9,6 +9,7 @@
 #include "cli/cli_args.h" /* cli_int, cli_u64, cli_float, cli_value */
 #include "fp8train/eval.h"
 #include "fp8train/export.h"
+#include "fp8train/infer.h"
 
 /* What the run that wrote a checkpoint used (its config in state.json), or general defaults
  * for other weights: data "synthetic", batch 8, seq_len min(model's, 256), 10 validation
@@ -35,6 +36,35 @@ int cli_calibrate(fp8t_evaluator *ev, fp8t_weights *w, const char *data, const c
 int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data,
                       const char *val_data, const char *tokenizer, uint64_t seed, int batches,
                       int quiet, char *err, size_t errlen);
+
+/* The inference model's options shared by generate, eval --infer and bench-infer:
+ *   --act-scale current|delayed|calibrated, --kv-cache bf16|fp8|fp32, --calib-data SRC,
+ *   --calib-batches N, --rows N (value options) and --no-graphs, --fp8-head (flags). */
+typedef struct {
+    fp8t_act_scale act;
+    int kv;                 /* fp8t_kv_kind, -1: the precision's default */
+    const char *calib_data; /* NULL: the command's default data */
+    int calib_batches;      /* default 4 */
+    int rows;               /* 0: the default */
+    int no_graphs, fp8_head;
+} cli_infer_opts;
+void cli_infer_opts_init(cli_infer_opts *o);
+/* Option a with value v (a value option, already taken from argv) of the table above? 1 taken,
+ * 0 not one of them, -1 a bad value (printed as "fp8train CMD: ..."). */
+int cli_infer_option(const char *cmd, const char *a, const char *v, cli_infer_opts *o);
+/* flag a (no value) of the table above? 1 taken, 0 not */
+int cli_infer_flag(const char *a, cli_infer_opts *o);
+/* the model options of prec with o's choices */
+void cli_infer_model_opts(const cli_infer_opts *o, fp8t_eval_precision prec,
+                          fp8t_infer_opts *out);
+/* "bf16" / "fp8" / "fp32" for a cache kind */
+const char *cli_kv_name(int kv);
+/* A calibrated fp8 model's scales from `batches` micro-batches [nb, T] of the TRAIN split of
+ * data (val_data, tokenizer as fp8t_data_open_tok; never the data it is evaluated on); other
+ * models: nothing. 0 ok; -1 with err. */
+int cli_infer_calibrate(fp8t_infer *m, const char *data, const char *val_data,
+                        const char *tokenizer, uint64_t seed, int batches, int nb, int T,
+                        char *err, size_t errlen);
 
 /* May `cmd` (import, export) write to --to `to`? A path that does not exist, or an empty
  * directory: yes. A non-empty directory (dir_target) or an existing file (!dir_target): only

@@ -18,15 +18,25 @@
 #define STAGE_FLOATS ((size_t)16 << 20) /* 64 MiB of staging */
 
 const char *fp8t_act_scale_name(fp8t_act_scale a) {
-    return a == FP8T_ACT_SCALE_DELAYED ? "delayed" : "current";
+    return a == FP8T_ACT_SCALE_DELAYED      ? "delayed"
+           : a == FP8T_ACT_SCALE_CALIBRATED ? "calibrated"
+                                            : "current";
 }
 
 int fp8t_act_scale_parse(fp8t_act_scale *out, const char *s) {
     if (!s) return -1;
     if (!strcmp(s, "current")) *out = FP8T_ACT_SCALE_CURRENT;
     else if (!strcmp(s, "delayed")) *out = FP8T_ACT_SCALE_DELAYED;
+    else if (!strcmp(s, "calibrated")) *out = FP8T_ACT_SCALE_CALIBRATED;
     else return -1;
     return 0;
+}
+
+void fp8t_infer_opts_default(fp8t_infer_opts *o, fp8t_eval_precision prec, fp8t_act_scale act) {
+    memset(o, 0, sizeof(*o));
+    o->prec = prec;
+    o->act = act;
+    o->kv = -1;
 }
 
 /* the table entry named name, or NULL */
@@ -111,6 +121,7 @@ static void free_linear(fp8t_infer *m, inf_linear *L) {
 void fp8t_infer_destroy(fp8t_infer *m) {
     if (!m) return;
     const fp8t_backend_ops *ops = m->ops;
+    if (m->graph) ops->graph_destroy(m->be, m->graph);
     if (m->layer) {
         for (int l = 0; l < m->cfg.n_layer; l++) {
             inf_layer *y = &m->layer[l];
@@ -143,7 +154,7 @@ static int set_delayed_scale(fp8t_infer *m, const fp8t_weights *w, fp8t_recipe_s
     if (!(fp8t_recipe_history_max(st, t) > 0.0f)) {
         snprintf(err, errlen, "--act-scale delayed: %s (linear %d) has no learned activation "
                  "scale in %s (its FP8 amax history is empty: the weights never trained or "
-                 "calibrated in FP8); use --act-scale current", what, lin, w->source);
+                 "calibrated in FP8); use --act-scale current or calibrated", what, lin, w->source);
         return -1;
     }
     m->ops->to_device(m->be, L->sc + INF_SC_X, &st->scale[t], sizeof(float));
@@ -153,7 +164,17 @@ static int set_delayed_scale(fp8t_infer *m, const fp8t_weights *w, fp8t_recipe_s
 
 fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval_precision prec,
                               fp8t_act_scale act, int B, int Tmax, char *err, size_t errlen) {
+    fp8t_infer_opts o;
+    fp8t_infer_opts_default(&o, prec, act);
+    return fp8t_infer_create_opts(be, w, &o, B, Tmax, err, errlen);
+}
+
+fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
+                                   const fp8t_infer_opts *o, int B, int Tmax, char *err,
+                                   size_t errlen) {
     char e[512];
+    const fp8t_eval_precision prec = o->prec;
+    const fp8t_act_scale act = o->act;
     if (!be || !w || !w->params) {
         snprintf(err, errlen, "inference model: no backend or no weights");
         return NULL;
@@ -180,11 +201,28 @@ fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval
                  Tmax);
         return NULL;
     }
+    const int kv = o->kv >= 0               ? o->kv
+                   : prec == FP8T_EVAL_FP32 ? FP8T_KV_FP32
+                   : prec == FP8T_EVAL_FP8  ? FP8T_KV_FP8
+                                            : FP8T_KV_BF16;
+    if (kv > FP8T_KV_FP8 || (kv == FP8T_KV_FP8 && prec == FP8T_EVAL_FP32)) {
+        snprintf(err, errlen, "inference model: KV cache kind %d with precision %s: the cache is "
+                 "fp32, bf16, or fp8 (bf16 and fp8 precisions; fp32 is the exact reference)",
+                 kv, fp8t_eval_precision_name(prec));
+        return NULL;
+    }
+    const int fp8_head = o->fp8_head && prec == FP8T_EVAL_FP8;
+    if (fp8_head && c->vocab_size % 16) {
+        snprintf(err, errlen, "inference model: an FP8 head needs a vocabulary that is a "
+                 "multiple of 16 (cuBLASLt's FP8 GEMM alignment); this model's is %d: keep the "
+                 "BF16 head", c->vocab_size);
+        return NULL;
+    }
     const int n_lin_all = fp8t_model_num_linears(c);
     const int have_state = w->fp8_state && w->fp8_n == 3 * n_lin_all && w->fp8_len >= 1;
     if (prec == FP8T_EVAL_FP8 && act == FP8T_ACT_SCALE_DELAYED && !have_state) {
         snprintf(err, errlen, "--act-scale delayed: %s has no FP8 state (learned activation "
-                 "scales) for this model; use --act-scale current", w->source);
+                 "scales) for this model; use --act-scale current or calibrated", w->source);
         return NULL;
     }
     size_t *soff = NULL;
@@ -202,6 +240,13 @@ fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval
     m->cfg = *c;
     m->prec = prec;
     m->act = prec == FP8T_EVAL_FP8 ? act : FP8T_ACT_SCALE_CURRENT;
+    m->act_static = m->act == FP8T_ACT_SCALE_DELAYED;
+    snprintf(m->act_desc, sizeof(m->act_desc), "%s",
+             prec != FP8T_EVAL_FP8                    ? "-"
+             : m->act == FP8T_ACT_SCALE_DELAYED       ? "delayed (learned) scales"
+             : m->act == FP8T_ACT_SCALE_CALIBRATED    ? "calibrated scales (not yet calibrated)"
+                                                      : "current scaling");
+    m->kv = kv;
     m->B = B;
     m->Tmax = Tmax;
     m->C = c->n_embd;
@@ -296,24 +341,30 @@ fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval
         }
     }
     if (rc == 0) {
-        /* bf16, fp8: the embedding table as a BF16 operand (counted with the embeddings) */
+        /* bf16, fp8: the embedding table as a BF16 operand, or E4M3 codes with fp8_head
+         * (counted with the embeddings) */
+        const inf_lin_kind hk = wte32 ? INF_LIN_F32 : fp8_head ? INF_LIN_FP8 : INF_LIN_BF16;
         if (!wte32)
-            load_linear(m, &m->emb, INF_LIN_BF16, w->params + wte->offset, V, C, stage,
-                        &m->mem.other);
-        /* the head: BF16 in bf16 and fp8 (training's and the FP8 export's choice), FP32 in
-         * fp32; a tied head reads the embedding table itself */
+            load_linear(m, &m->emb, hk, w->params + wte->offset, V, C, stage, &m->mem.other);
+        /* the head: BF16 in bf16 and fp8 (training's and the FP8 export's choice) unless
+         * fp8_head, FP32 in fp32; a tied head reads the embedding table itself (and an FP8
+         * one its scalars: the table uses only the weight's) */
         if (!c->untied_head) {
-            m->head.kind = wte32 ? INF_LIN_F32 : INF_LIN_BF16;
+            m->head.kind = hk;
             m->head.out = V;
             m->head.in = C;
             m->head.w32 = (float *)m->wte;
             m->head.w16 = m->emb.w16;
+            m->head.w8 = m->emb.w8;
+            m->head.sc = m->emb.sc;
             m->head.shared = 1;
         } else {
-            load_linear(m, &m->head, wte32 ? INF_LIN_F32 : INF_LIN_BF16,
+            load_linear(m, &m->head, hk,
                         w->params + find_param(info, n_info, "lm_head.w")->offset, V, C, stage,
                         &m->mem.weights);
         }
+        if (fp8_head && m->act == FP8T_ACT_SCALE_DELAYED)
+            rc = set_delayed_scale(m, w, &st, &m->head, L * mpl, "the head", err, errlen);
     }
 #undef SMALL
     if (stage) ops->free(be, stage);
@@ -324,40 +375,49 @@ fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval
     if (rc != 0) goto fail;
 
     /* the KV cache */
-    m->kv_bf16 = prec != FP8T_EVAL_FP32;
-    m->kv_layer_elems = (size_t)B * m->NKV * Tmax * m->HS;
-    const size_t kv_bytes = (size_t)L * m->kv_layer_elems * (m->kv_bf16 ? 2 : 4);
+    m->kv_seq_bytes = (size_t)m->NKV * fp8t_kv_head_bytes(kv, Tmax, m->HS);
+    m->kv_layer_bytes = (size_t)B * m->kv_seq_bytes;
+    const size_t kv_bytes = (size_t)L * m->kv_layer_bytes;
     m->kc = dev_alloc(m, kv_bytes ? kv_bytes : 1, &m->mem.kv_cache);
     m->vc = dev_alloc(m, kv_bytes ? kv_bytes : 1, &m->mem.kv_cache);
 
-    /* one layer's activations */
-    const size_t N = (size_t)B * Tmax;
+    /* one layer's activations for R rows: whole sequences per prefill pass, B for a decode
+     * step */
+    long R = o->rows > 0 ? o->rows : 2048;
+    if (R > (long)B * Tmax) R = (long)B * Tmax;
+    if (R < Tmax) R = Tmax;
+    if (R < B) R = B;
+    m->R = (int)R;
+    const size_t N = (size_t)R;
     const size_t NC = N * C, NH_ = N * H;
-    size_t floats = 4 * NC + N * m->QKV + (size_t)(gpt2 ? 2 : 3) * NH_ + 2 * N +
-                    (size_t)B * m->NH * Tmax + 2 * (size_t)B * C + (size_t)B * V;
+    size_t floats = 3 * NC + N * m->QKV + (size_t)(gpt2 ? 1 : 2) * NH_ + N * m->NH +
+                    2 * (size_t)B * C + (size_t)B * V;
     m->act_mem = dev_alloc(m, floats * sizeof(float), &m->mem.activations);
     float *p = m->act_mem;
     m->x = p, p += NC;
-    m->ln = p, p += NC;
     m->atty = p, p += NC;
     m->out = p, p += NC;
     m->qkv = p, p += N * m->QKV;
     m->h1 = p, p += NH_;
-    m->h2 = p, p += NH_;
-    if (!gpt2) m->h3 = p, p += NH_;
-    m->mean = p, p += N;
-    m->rstd = p, p += N;
-    m->lse = p, p += (size_t)B * m->NH * Tmax;
+    if (!gpt2) m->h2 = p, p += NH_;
+    m->lse = p, p += N * m->NH;
     m->last = p, p += (size_t)B * C;
     m->lnl = p, p += (size_t)B * C;
     m->logits = p;
     const int maxin = C > H ? C : H;
     if (kind != INF_LIN_F32) {
-        size_t ob = fp8t_bf16_bytes((int)N, maxin); /* also covers N x maxin FP8 codes */
-        m->opbuf = dev_alloc(m, ob, &m->mem.activations);
+        /* a linear's input: FP8 codes [N, in] or a BF16 operand; and a BF16 head's operand
+         * of at most max(B, INF_HEAD_ROWS) rows */
+        const int hr = (int)N < INF_HEAD_ROWS ? (int)N : INF_HEAD_ROWS;
+        size_t ob = kind == INF_LIN_FP8 ? N * (size_t)maxin : fp8t_bf16_bytes((int)N, maxin);
+        const size_t hb = fp8t_bf16_bytes(B > hr ? B : hr, C);
+        m->opbuf = dev_alloc(m, ob > hb ? ob : hb, &m->mem.activations);
     }
     m->tokens = dev_alloc(m, (N + (size_t)B) * sizeof(int), &m->mem.activations);
     m->pos = m->tokens + N;
+    /* decode steps recorded once and replayed where the backend records graphs; fp32 (the
+     * exact reference) embeds positions from the host, so it always runs op by op */
+    m->use_graphs = ops->graph_begin && !o->no_graphs && prec != FP8T_EVAL_FP32;
     ops->synchronize(be);
     return m;
 fail:
@@ -371,3 +431,10 @@ void fp8t_infer_memory_get(const fp8t_infer *m, fp8t_infer_memory *mem) { *mem =
 const fp8t_model_config *fp8t_infer_config(const fp8t_infer *m) { return &m->cfg; }
 int fp8t_infer_B(const fp8t_infer *m) { return m->B; }
 int fp8t_infer_Tmax(const fp8t_infer *m) { return m->Tmax; }
+const char *fp8t_infer_act_desc(const fp8t_infer *m) { return m->act_desc; }
+int fp8t_infer_kv(const fp8t_infer *m) { return m->kv; }
+int fp8t_infer_needs_calibration(const fp8t_infer *m) {
+    return m->prec == FP8T_EVAL_FP8 && m->act == FP8T_ACT_SCALE_CALIBRATED && !m->act_static;
+}
+int fp8t_infer_graphs(const fp8t_infer *m) { return m->use_graphs; }
+int fp8t_infer_fp8_head(const fp8t_infer *m) { return m->head.kind == INF_LIN_FP8; }

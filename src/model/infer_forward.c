@@ -1,47 +1,159 @@
-/* The inference model's forward: prefill (N = nb x T rows, the cache written), decode (nb
- * rows, one token per sequence at its own position), and the full-window forward.
+/* The inference model's forward: prefill (whole sequences, at most R rows per pass, the cache
+ * written), decode (nb rows, one token per sequence at its own position; recorded as a graph
+ * and replayed where the backend can), the full-window forward (losses, calibration).
  *
  * GPT-2 block:  x += proj(attn(qkv(LN1(x)))); x += fc2(gelu(fc1(LN2(x))))
  * Llama block:  x += proj(attn_rope(qkv(RMS1(x)))); x += down(silu(gate(h)) * up(h)), h = RMS2(x)
- * Every buffer is one layer's: the layers run one after another over the same x. Only the
- * rows whose next token is asked for go through the final norm and the head. */
+ * Every buffer is one layer's: the layers run one after another over the same x. A residual
+ * branch (proj's or the MLP's output, with the bias its GEMM left out) is added to x by the
+ * next norm (add_norm_operand: the add, the norm and the next GEMM's operand in one pass); the
+ * last one by the final norm of the rows whose next token is asked for.
+ *
+ * Every linear's input goes through make_operand: from its producer (the norm, the attention
+ * output, GELU, SwiGLU) to what the GEMM reads (FP32 values, a BF16 operand, or FP8 codes),
+ * in the producer's own pass wherever the scale is known beforehand (BF16; FP8 with fixed
+ * scales), else the FP32 values first (FP32 linears, FP8 current scaling: the amax pass). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/infer_internal.h"
 
-void infer_linear(fp8t_infer *m, const inf_linear *L, float *Y, const float *X, int N) {
+/* Where a linear's input comes from. */
+typedef enum { IN_X = 0, IN_NORM, IN_GELU, IN_SWIGLU } inf_src;
+typedef struct {
+    inf_src kind;
+    const float *x;      /* IN_X: the input; IN_NORM: the residual stream a; IN_GELU: GELU's
+                            input (overwritten by GELU where FP32 values are made); IN_SWIGLU:
+                            the gate (likewise) */
+    const float *y;      /* IN_NORM: the residual branch added to a first, or NULL */
+    const float *ybias;  /* ... its bias (may be NULL) */
+    float *sum;          /* IN_NORM with y: where a + (y + ybias) goes (the residual stream) */
+    const float *w, *b;  /* IN_NORM: the norm's weight and bias (NULL for RMSNorm) */
+    float *dst;          /* IN_NORM: where FP32 norm values go when they are made */
+    const float *bias;   /* IN_GELU: the bias of GELU's input (the linear left it out) */
+    const float *up;     /* IN_SWIGLU */
+    int rows, cols;
+} inf_input;
+
+/* what a GEMM reads as its input X */
+typedef struct {
+    const float *x32;        /* FP32 linears */
+    const void *data;        /* BF16 operand or FP8 codes (m->opbuf) */
+    const float *scale_inv;  /* FP8: the codes' scale_inv (device) */
+} inf_operand;
+
+/* The FP32 values of in (FP32 linears; FP8 current scaling before its amax): the same ops
+ * the unfused model runs, in place where an input is not read again. */
+static const float *input_values(fp8t_infer *m, const inf_input *in) {
+    const fp8t_backend_ops *o = m->ops;
+    fp8t_backend *be = m->be;
+    const int N = in->rows, K = in->cols;
+    const size_t n = (size_t)N * K;
+    switch (in->kind) {
+    case IN_X: return in->x;
+    case IN_NORM: {
+        const float *a = in->x;
+        if (in->y) {
+            if (in->ybias) o->add_bias(be, in->sum, a, in->y, in->ybias, N, K);
+            else o->add(be, in->sum, a, in->y, n);
+            a = in->sum;
+        }
+        if (m->cfg.arch == FP8T_ARCH_GPT2)
+            o->layernorm_forward(be, in->dst, NULL, NULL, a, in->w, in->b, N, K, m->cfg.norm_eps);
+        else o->rmsnorm_forward(be, in->dst, NULL, a, in->w, N, K, m->cfg.norm_eps);
+        return in->dst;
+    }
+    case IN_GELU: {
+        float *h = (float *)in->x;
+        if (in->bias) o->bias_add(be, h, in->bias, N, K);
+        o->gelu_forward(be, h, h, n);
+        return h;
+    }
+    case IN_SWIGLU: {
+        float *g = (float *)in->x;
+        o->swiglu_forward(be, g, g, in->up, n);
+        return g;
+    }
+    }
+    return NULL;
+}
+
+/* The operand of linear L's input in. Where the operand is made in the producer's pass the
+ * ops that do it are the only place a fusion choice lives (the one function a shared
+ * operand-making op would replace). */
+static void make_operand(fp8t_infer *m, const inf_input *in, const inf_linear *L,
+                         inf_operand *op) {
+    const fp8t_backend_ops *o = m->ops;
+    fp8t_backend *be = m->be;
+    const int N = in->rows, K = in->cols;
+    memset(op, 0, sizeof(*op));
+    op->data = m->opbuf;
+    op->scale_inv = L->kind == INF_LIN_FP8 ? L->sc + INF_SC_X_INV : NULL;
+    if (L->kind == INF_LIN_BF16 || (L->kind == INF_LIN_FP8 && m->act_static)) {
+        const float *scale = L->kind == INF_LIN_FP8 ? L->sc + INF_SC_X : NULL;
+        switch (in->kind) {
+        case IN_X:
+            if (scale) o->quantize(be, m->opbuf, NULL, NULL, in->x, N, K, FP8_E4M3, scale);
+            else o->to_bf16(be, m->opbuf, NULL, in->x, N, K);
+            return;
+        case IN_NORM:
+            o->add_norm_operand(be, m->opbuf, in->y ? in->sum : NULL, in->x, in->y, in->ybias,
+                                in->w, in->b, m->cfg.arch != FP8T_ARCH_GPT2, N, K,
+                                m->cfg.norm_eps, scale, FP8_E4M3);
+            return;
+        case IN_GELU: /* BF16: the bias is in fc1's GEMM (in->bias NULL) */
+            if (scale)
+                o->quantize_gelu(be, m->opbuf, NULL, NULL, in->x, in->bias, N, K, FP8_E4M3,
+                                 scale);
+            else o->gelu_forward_bf16(be, m->opbuf, NULL, in->x, N, K);
+            return;
+        case IN_SWIGLU:
+            o->swiglu_operand(be, m->opbuf, in->x, in->up, N, K, scale, FP8_E4M3);
+            return;
+        }
+    }
+    const float *x = input_values(m, in);
+    if (L->kind == INF_LIN_F32) {
+        op->x32 = x;
+        op->data = NULL;
+        return;
+    }
+    /* FP8, current scaling: this input's own amax, every call (calibration records it) */
+    float *sc = L->sc;
+    o->zero(be, sc + INF_SC_AMAX, sizeof(float));
+    o->amax(be, sc + INF_SC_AMAX, x, (size_t)N * K);
+    if (m->calibrating) o->amax(be, sc + INF_SC_CALIB, sc + INF_SC_AMAX, 1);
+    o->compute_scale(be, sc + INF_SC_X, sc + INF_SC_X_INV, sc + INF_SC_AMAX,
+                     fp8_format_max(FP8_E4M3), 0.0f, 0);
+    o->quantize(be, m->opbuf, NULL, NULL, x, N, K, FP8_E4M3, sc + INF_SC_X);
+}
+
+/* Y[N, out] = X · Wᵀ (+ bias) of linear L on operand op */
+static void linear_gemm(fp8t_infer *m, const inf_linear *L, const inf_operand *op, float *Y,
+                        int N, const float *bias) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
     switch (L->kind) {
     case INF_LIN_F32:
-        ops->gemm_f32(be, Y, X, L->w32, N, L->out, L->in, 0, 1, 0);
-        if (L->bias) ops->bias_add(be, Y, L->bias, N, L->out);
+        ops->gemm_f32(be, Y, op->x32, L->w32, N, L->out, L->in, 0, 1, 0);
+        if (bias) ops->bias_add(be, Y, bias, N, L->out);
         return;
     case INF_LIN_BF16: {
-        ops->to_bf16(be, (uint16_t *)m->opbuf, NULL, X, N, L->in);
-        const fp8t_bf16_operand a = {(const uint16_t *)m->opbuf, N, L->in};
+        const fp8t_bf16_operand a = {(const uint16_t *)op->data, N, L->in};
         const fp8t_bf16_operand w = {L->w16, L->out, L->in};
-        ops->gemm_bf16_rounded(be, Y, &a, &w, N, L->out, L->in, 0, 1, 0, L->bias, 0);
+        ops->gemm_bf16_rounded(be, Y, &a, &w, N, L->out, L->in, 0, 1, 0, bias, 0);
         return;
     }
     case INF_LIN_FP8: {
-        float *sc = L->sc;
-        if (m->act == FP8T_ACT_SCALE_CURRENT) { /* this input's own amax, every call */
-            ops->zero(be, sc + INF_SC_AMAX, sizeof(float));
-            ops->amax(be, sc + INF_SC_AMAX, X, (size_t)N * L->in);
-            ops->compute_scale(be, sc + INF_SC_X, sc + INF_SC_X_INV, sc + INF_SC_AMAX,
-                               fp8_format_max(FP8_E4M3), 0.0f, 0);
-        }
-        ops->quantize(be, (uint8_t *)m->opbuf, NULL, NULL, X, N, L->in, FP8_E4M3, sc + INF_SC_X);
         /* Y = X·Wᵀ: X [N, in] and W [out, in] are both stored K-major, the layout a TN FP8
          * GEMM reads, so no transposed copies are needed */
-        const fp8t_fp8_operand a = {(const uint8_t *)m->opbuf, NULL, sc + INF_SC_X_INV,
-                                    FP8_E4M3, N, L->in, FP8T_SCALING_TENSOR};
-        const fp8t_fp8_operand w = {L->w8, NULL, sc + INF_SC_W_INV, FP8_E4M3, L->out, L->in,
+        const fp8t_fp8_operand a = {(const uint8_t *)op->data, NULL, op->scale_inv, FP8_E4M3, N,
+                                    L->in, FP8T_SCALING_TENSOR};
+        const fp8t_fp8_operand w = {L->w8, NULL, L->sc + INF_SC_W_INV, FP8_E4M3, L->out, L->in,
                                     FP8T_SCALING_TENSOR};
-        ops->gemm_fp8(be, Y, &a, &w, N, L->out, L->in, 0, 1, 0, 1, NULL, L->bias);
+        ops->gemm_fp8(be, Y, &a, &w, N, L->out, L->in, 0, 1, 0, 1, NULL, bias);
         return;
     }
     }
@@ -65,53 +177,103 @@ static fp8t_attn_shape attn_shape(const fp8t_infer *m, int nb, int T) {
 
 typedef enum { ATT_FULL = 0, ATT_PREFILL = 1, ATT_DECODE = 2 } att_mode;
 
-static void norm(fp8t_infer *m, float *out, const float *x, const float *w, const float *b,
-                 int N) {
-    if (m->cfg.arch == FP8T_ARCH_GPT2)
-        m->ops->layernorm_forward(m->be, out, m->mean, m->rstd, x, w, b, N, m->C,
-                                  m->cfg.norm_eps);
-    else m->ops->rmsnorm_forward(m->be, out, m->rstd, x, w, N, m->C, m->cfg.norm_eps);
+/* the residual branch a layer leaves for the next norm to add: x + (y + bias) */
+typedef struct {
+    const float *y, *bias;
+} inf_pending;
+
+/* norm input: x (+ the pending branch), into the operand of L (FP32 values: into dst) */
+static inf_input norm_input(fp8t_infer *m, const inf_pending *p, const float *w, const float *b,
+                            int N, float *dst) {
+    inf_input in;
+    memset(&in, 0, sizeof(in));
+    in.kind = IN_NORM;
+    in.x = m->x;
+    in.y = p->y;
+    in.ybias = p->bias;
+    in.sum = m->x;
+    in.w = w;
+    in.b = b;
+    in.dst = dst;
+    in.rows = N;
+    in.cols = m->C;
+    return in;
 }
 
-/* Layer l over the N rows of m->x (nb sequences of T tokens; decode: T = 1). */
-static void layer_forward(fp8t_infer *m, int l, int nb, int T, att_mode mode) {
+/* Layer l over the N rows of m->x (nb sequences of T tokens; decode: T = 1); seq0: the first
+ * sequence's index in the cache. p: the branch the previous layer left, replaced by this
+ * layer's. */
+static void layer_forward(fp8t_infer *m, int l, int seq0, int nb, int T, att_mode mode,
+                          inf_pending *p) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
     const inf_layer *y = &m->layer[l];
     const int N = nb * T;
-    const size_t NC = (size_t)N * m->C, NH_ = (size_t)N * m->H;
     const fp8t_attn_shape sh = attn_shape(m, nb, T);
-    const size_t kv_off = (size_t)l * m->kv_layer_elems * (m->kv_bf16 ? 2 : 4); /* bytes */
+    const size_t kv_off = (size_t)l * m->kv_layer_bytes + (size_t)seq0 * m->kv_seq_bytes;
     void *kc = (char *)m->kc + kv_off, *vc = (char *)m->vc + kv_off;
+    inf_operand op;
 
-    norm(m, m->ln, m->x, y->ln1_w, y->ln1_b, N);
-    infer_linear(m, &y->qkv, m->qkv, m->ln, N);
+    inf_input in = norm_input(m, p, y->ln1_w, y->ln1_b, N, m->atty);
+    make_operand(m, &in, &y->qkv, &op);
+    linear_gemm(m, &y->qkv, &op, m->qkv, N, y->qkv.bias);
     if (mode == ATT_DECODE) {
-        ops->attention_decode(be, m->atty, kc, vc, m->kv_bf16, m->qkv, m->pos, &sh, m->Tmax);
+        ops->attention_decode(be, m->atty, kc, vc, m->kv, m->qkv, m->pos, &sh, m->Tmax);
     } else {
         ops->attention_forward(be, m->atty, m->lse, NULL, m->qkv, &sh);
-        if (mode == ATT_PREFILL) ops->kv_cache_write(be, kc, vc, m->kv_bf16, m->qkv, &sh, m->Tmax);
+        if (mode == ATT_PREFILL) ops->kv_cache_write(be, kc, vc, m->kv, m->qkv, &sh, m->Tmax);
     }
-    infer_linear(m, &y->proj, m->out, m->atty, N);
-    ops->add(be, m->x, m->x, m->out, NC);
-    norm(m, m->ln, m->x, y->ln2_w, y->ln2_b, N);
+    memset(&in, 0, sizeof(in));
+    in.kind = IN_X;
+    in.x = m->atty;
+    in.rows = N;
+    in.cols = m->C;
+    make_operand(m, &in, &y->proj, &op);
+    linear_gemm(m, &y->proj, &op, m->out, N, NULL); /* its bias: added by the next norm */
+    const inf_pending attn = {m->out, y->proj.bias};
+    in = norm_input(m, &attn, y->ln2_w, y->ln2_b, N, m->atty);
     if (m->cfg.arch == FP8T_ARCH_GPT2) {
-        infer_linear(m, &y->fc1, m->h1, m->ln, N);
-        ops->gelu_forward(be, m->h2, m->h1, NH_);
-        infer_linear(m, &y->fc2, m->out, m->h2, N);
+        make_operand(m, &in, &y->fc1, &op);
+        /* FP8: the bias goes into GELU's pass (cuBLASLt has no FP8 GEMM with an FP32 bias
+         * epilogue); else into the GEMM */
+        const int defer = y->fc1.kind == INF_LIN_FP8;
+        linear_gemm(m, &y->fc1, &op, m->h1, N, defer ? NULL : y->fc1.bias);
+        memset(&in, 0, sizeof(in));
+        in.kind = IN_GELU;
+        in.x = m->h1;
+        in.bias = defer ? y->fc1.bias : NULL;
+        in.rows = N;
+        in.cols = m->H;
+        make_operand(m, &in, &y->fc2, &op);
+        linear_gemm(m, &y->fc2, &op, m->out, N, NULL);
+        p->y = m->out, p->bias = y->fc2.bias;
     } else {
-        infer_linear(m, &y->gate, m->h1, m->ln, N);
-        infer_linear(m, &y->up, m->h2, m->ln, N);
-        ops->swiglu_forward(be, m->h3, m->h1, m->h2, NH_);
-        infer_linear(m, &y->down, m->out, m->h3, N);
+        /* gate and up read the same operand, made once (FP8: with gate's scale) */
+        make_operand(m, &in, &y->gate, &op);
+        linear_gemm(m, &y->gate, &op, m->h1, N, y->gate.bias);
+        linear_gemm(m, &y->up, &op, m->h2, N, y->up.bias);
+        memset(&in, 0, sizeof(in));
+        in.kind = IN_SWIGLU;
+        in.x = m->h1;
+        in.up = m->h2;
+        in.rows = N;
+        in.cols = m->H;
+        make_operand(m, &in, &y->down, &op);
+        linear_gemm(m, &y->down, &op, m->out, N, NULL);
+        p->y = m->out, p->bias = y->down.bias;
     }
-    ops->add(be, m->x, m->x, m->out, NC);
 }
 
 /* x [nb*T, C] = the embedding of m->tokens at positions t = i % T, or (decode: T = 1, pos
  * the host copy of m->pos) each row at its own position */
 static void embed(fp8t_infer *m, int nb, int T, const int *pos) {
     const fp8t_backend_ops *ops = m->ops;
+    if (m->emb.kind == INF_LIN_FP8) {
+        ops->embedding_forward_fp8(m->be, m->x, m->tokens, m->emb.w8, m->C,
+                                   m->emb.sc + INF_SC_W_INV, m->wpe, pos ? m->pos : NULL, nb, T,
+                                   m->C);
+        return;
+    }
     if (!m->wte) {
         ops->embedding_forward_bf16(m->be, m->x, m->tokens, m->emb.w16, fp8t_bf16_pad(m->C),
                                     m->wpe, pos ? m->pos : NULL, nb, T, m->C);
@@ -134,18 +296,55 @@ static int check_tokens(const fp8t_infer *m, const int *tok, size_t n, char *err
     return 0;
 }
 
-/* The layers over nb x T tokens (host) already embedded into m->x. */
-static void blocks(fp8t_infer *m, int nb, int T, att_mode mode) {
-    for (int l = 0; l < m->cfg.n_layer; l++) layer_forward(m, l, nb, T, mode);
+/* a calibrated model before its calibration cannot run */
+static int check_ready(const fp8t_infer *m, const char *what, char *err, size_t errlen) {
+    if (m->prec == FP8T_EVAL_FP8 && m->act == FP8T_ACT_SCALE_CALIBRATED && !m->act_static &&
+        !m->calibrating) {
+        snprintf(err, errlen, "%s: the FP8 activation scales are not calibrated yet (run "
+                 "fp8t_infer_calibrate first: --calib-data)", what);
+        return -1;
+    }
+    return 0;
 }
 
-/* logits [nb, V] (host) of the rows in m->last; logits NULL: computed, not copied (the
- * device is waited for) */
-static void head(fp8t_infer *m, int nb, float *logits) {
-    norm(m, m->lnl, m->last, m->lnf_w, m->lnf_b, nb);
-    infer_linear(m, &m->head, m->logits, m->lnl, nb);
-    if (logits) m->ops->to_host(m->be, logits, m->logits, (size_t)nb * m->V * sizeof(float));
-    else m->ops->synchronize(m->be);
+/* The layers over nb sequences of T tokens already embedded into m->x (sequence seq0 first
+ * in the cache); the last layer's branch is added to x */
+static void blocks(fp8t_infer *m, int seq0, int nb, int T, att_mode mode) {
+    inf_pending p = {NULL, NULL};
+    for (int l = 0; l < m->cfg.n_layer; l++) layer_forward(m, l, seq0, nb, T, mode, &p);
+    const size_t n = (size_t)nb * T * m->C;
+    if (p.bias) m->ops->add_bias(m->be, m->x, m->x, p.y, p.bias, nb * T, m->C);
+    else m->ops->add(m->be, m->x, m->x, p.y, n);
+}
+
+/* The layers of a decode step, then the final norm (with the last branch added) and the head
+ * of the nb rows into m->logits: the whole step on the device, reading m->tokens and m->pos
+ * (a graph records it) */
+static void decode_step(fp8t_infer *m, int nb, const int *pos_host) {
+    embed(m, nb, 1, pos_host);
+    inf_pending p = {NULL, NULL};
+    for (int l = 0; l < m->cfg.n_layer; l++) layer_forward(m, l, 0, nb, 1, ATT_DECODE, &p);
+    inf_input in = norm_input(m, &p, m->lnf_w, m->lnf_b, nb, m->lnl);
+    inf_operand op;
+    make_operand(m, &in, &m->head, &op);
+    linear_gemm(m, &m->head, &op, m->logits, nb, NULL);
+}
+
+/* logits [n, V] (device) of rows a [n, C] of the residual stream: the final norm and the
+ * head (FP32 norm values into dst) */
+static void head_rows(fp8t_infer *m, const float *a, int n, float *dst, float *logits) {
+    inf_input in;
+    memset(&in, 0, sizeof(in));
+    in.kind = IN_NORM;
+    in.x = a;
+    in.w = m->lnf_w;
+    in.b = m->lnf_b;
+    in.dst = dst;
+    in.rows = n;
+    in.cols = m->C;
+    inf_operand op;
+    make_operand(m, &in, &m->head, &op);
+    linear_gemm(m, &m->head, &op, logits, n, NULL);
 }
 
 int fp8t_infer_prefill(fp8t_infer *m, const int *tokens, int nb, int T, const int *lens,
@@ -161,16 +360,23 @@ int fp8t_infer_prefill(fp8t_infer *m, const int *tokens, int nb, int T, const in
             return -1;
         }
     const size_t N = (size_t)nb * T;
-    if (check_tokens(m, tokens, N, err, errlen)) return -1;
+    if (check_tokens(m, tokens, N, err, errlen) || check_ready(m, "prefill", err, errlen))
+        return -1;
     const fp8t_backend_ops *ops = m->ops;
-    ops->to_device(m->be, m->tokens, tokens, N * sizeof(int));
-    embed(m, nb, T, NULL);
-    blocks(m, nb, T, ATT_PREFILL);
     const size_t rowb = (size_t)m->C * sizeof(float);
-    for (int b = 0; b < nb; b++) /* each prompt's last token */
-        ops->copy(m->be, m->last + (size_t)b * m->C,
-                  m->x + ((size_t)b * T + (size_t)lens[b] - 1) * m->C, rowb);
-    head(m, nb, logits);
+    const int per = m->R / T; /* sequences per pass */
+    for (int s0 = 0; s0 < nb; s0 += per) {
+        const int ns = nb - s0 < per ? nb - s0 : per;
+        ops->to_device(m->be, m->tokens, tokens + (size_t)s0 * T, (size_t)ns * T * sizeof(int));
+        embed(m, ns, T, NULL);
+        blocks(m, s0, ns, T, ATT_PREFILL);
+        for (int b = 0; b < ns; b++) /* each prompt's last token */
+            ops->copy(m->be, m->last + (size_t)(s0 + b) * m->C,
+                      m->x + ((size_t)b * T + (size_t)lens[s0 + b] - 1) * m->C, rowb);
+    }
+    head_rows(m, m->last, nb, m->lnl, m->logits);
+    if (logits) ops->to_host(m->be, logits, m->logits, (size_t)nb * m->V * sizeof(float));
+    else ops->synchronize(m->be);
     return 0;
 }
 
@@ -186,72 +392,237 @@ int fp8t_infer_decode(fp8t_infer *m, const int *tok, const int *pos, int nb, flo
                      "positions", b, pos[b], m->Tmax);
             return -1;
         }
-    if (check_tokens(m, tok, (size_t)nb, err, errlen)) return -1;
+    if (check_tokens(m, tok, (size_t)nb, err, errlen) || check_ready(m, "decode", err, errlen))
+        return -1;
     const fp8t_backend_ops *ops = m->ops;
-    ops->to_device(m->be, m->tokens, tok, (size_t)nb * sizeof(int));
-    ops->to_device(m->be, m->pos, pos, (size_t)nb * sizeof(int));
-    embed(m, nb, 1, pos);
-    blocks(m, nb, 1, ATT_DECODE);
-    ops->copy(m->be, m->last, m->x, (size_t)nb * m->C * sizeof(float));
-    head(m, nb, logits);
+    fp8t_backend *be = m->be;
+    ops->to_device(be, m->tokens, tok, (size_t)nb * sizeof(int));
+    ops->to_device(be, m->pos, pos, (size_t)nb * sizeof(int));
+    const int replayed =
+        m->use_graphs && m->graph && m->graph_nb == nb && ops->graph_launch(be, m->graph) == 0;
+    if (!replayed) {
+        /* run the step itself (which also sizes every scratch buffer it uses), then record
+         * it for the next steps of this batch size (again when the recording went stale) */
+        decode_step(m, nb, pos);
+        if (m->use_graphs) {
+            if (m->graph) ops->graph_destroy(be, m->graph);
+            m->graph = NULL;
+            if (ops->graph_begin(be) == 0) {
+                decode_step(m, nb, pos);
+                m->graph = ops->graph_end(be);
+            }
+            m->graph_nb = nb;
+            if (!m->graph) m->use_graphs = 0; /* the backend could not record: run directly */
+        }
+    }
+    if (logits) ops->to_host(be, logits, m->logits, (size_t)nb * m->V * sizeof(float));
+    else ops->synchronize(be);
     return 0;
 }
 
-/* The full-window forward of tokens [nb, T] (host): the logits of every position into
- * m->all_logits [nb * T, V] (grown on first use, with losses and targets). 0 ok; -1 with err. */
-static int forward_logits(fp8t_infer *m, const int *tokens, int nb, int T, char *err,
-                          size_t errlen) {
+/* What a full-window pass does with each head pass's logits [n, V] (device) of rows
+ * r0 .. r0 + n - 1 of the batch. */
+typedef struct {
+    float *logits_host;    /* forward_all: [nb * T, V] */
+    const int *targets;    /* loss / losses: [nb * T] host */
+    float *losses_host;    /* losses: [nb * T] */
+    int want_sum;          /* loss: the sum of the losses into m->losses[R] */
+} full_sink;
+
+static void sink_rows(fp8t_infer *m, const full_sink *k, size_t r0, int n) {
+    const fp8t_backend_ops *ops = m->ops;
+    const size_t V = (size_t)m->V;
+    if (k->logits_host) {
+        ops->to_host(m->be, k->logits_host + r0 * V, m->all_logits, (size_t)n * V * sizeof(float));
+        return;
+    }
+    if (!k->targets) return;
+    ops->to_device(m->be, m->targets, k->targets + r0, (size_t)n * sizeof(int));
+    ops->softmax_xent(m->be, m->losses, NULL, m->all_logits, m->targets, n, m->V, 0.0f);
+    if (k->want_sum) ops->sum(m->be, m->losses + m->R, m->losses, (size_t)n);
+    if (k->losses_host) ops->to_host(m->be, k->losses_host + r0, m->losses, (size_t)n * 4);
+}
+
+/* The full-window forward of tokens [nb, T] (host), whole sequences R rows at a time, and
+ * the head INF_HEAD_ROWS rows at a time into m->all_logits, each pass given to the sink (NULL:
+ * no head; calibration). 0 ok; -1 with err. */
+static int forward_full(fp8t_infer *m, const int *tokens, int nb, int T, const full_sink *k,
+                        char *err, size_t errlen) {
     if (nb < 1 || nb > m->B || T < 1 || T > m->Tmax) {
         snprintf(err, errlen, "forward: %d sequences of %d tokens for a model built for %d of "
                  "at most %d", nb, T, m->B, m->Tmax);
         return -1;
     }
     const size_t N = (size_t)nb * T;
-    if (check_tokens(m, tokens, N, err, errlen)) return -1;
+    if (check_tokens(m, tokens, N, err, errlen) || check_ready(m, "forward", err, errlen))
+        return -1;
     const fp8t_backend_ops *ops = m->ops;
-    if (m->all_logits_rows < N) {
-        ops->free(m->be, m->all_logits);
-        ops->free(m->be, m->losses);
-        ops->free(m->be, m->targets);
-        m->all_logits = ops->malloc(m->be, N * m->V * sizeof(float));
-        m->losses = ops->malloc(m->be, (N + 1) * sizeof(float));
-        m->targets = ops->malloc(m->be, N * sizeof(int));
-        m->all_logits_rows = N;
+    const int hr = m->R < INF_HEAD_ROWS ? m->R : INF_HEAD_ROWS;
+    if (k && !m->all_logits) {
+        m->all_logits = ops->malloc(m->be, (size_t)hr * m->V * sizeof(float));
+        m->losses = ops->malloc(m->be, ((size_t)m->R + 1) * sizeof(float));
+        m->targets = ops->malloc(m->be, (size_t)m->R * sizeof(int));
     }
-    ops->to_device(m->be, m->tokens, tokens, N * sizeof(int));
-    embed(m, nb, T, NULL);
-    blocks(m, nb, T, ATT_FULL);
-    norm(m, m->ln, m->x, m->lnf_w, m->lnf_b, (int)N);
-    infer_linear(m, &m->head, m->all_logits, m->ln, (int)N);
+    if (k && k->want_sum) ops->zero(m->be, m->losses + m->R, sizeof(float));
+    const int per = m->R / T;
+    for (int s0 = 0; s0 < nb; s0 += per) {
+        const int ns = nb - s0 < per ? nb - s0 : per;
+        const int rows = ns * T;
+        ops->to_device(m->be, m->tokens, tokens + (size_t)s0 * T, (size_t)rows * sizeof(int));
+        embed(m, ns, T, NULL);
+        blocks(m, s0, ns, T, ATT_FULL);
+        for (int r = 0; k && r < rows; r += hr) {
+            const int n = rows - r < hr ? rows - r : hr;
+            head_rows(m, m->x + (size_t)r * m->C, n, m->atty + (size_t)r * m->C, m->all_logits);
+            sink_rows(m, k, (size_t)s0 * T + (size_t)r, n);
+        }
+    }
     return 0;
 }
 
 int fp8t_infer_forward_all(fp8t_infer *m, const int *tokens, int nb, int T, float *logits,
                            char *err, size_t errlen) {
-    if (forward_logits(m, tokens, nb, T, err, errlen)) return -1;
-    m->ops->to_host(m->be, logits, m->all_logits, (size_t)nb * T * m->V * sizeof(float));
+    const full_sink k = {logits, NULL, NULL, 0};
+    return forward_full(m, tokens, nb, T, &k, err, errlen);
+}
+
+static int check_targets(const fp8t_infer *m, const int *targets, size_t N, int *count,
+                         char *err, size_t errlen) {
+    *count = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (targets[i] >= m->V) {
+            snprintf(err, errlen, "target %d (index %zu) is outside the vocabulary [0, %d)",
+                     targets[i], i, m->V);
+            return -1;
+        }
+        *count += targets[i] >= 0;
+    }
     return 0;
 }
 
 double fp8t_infer_loss(fp8t_infer *m, const int *tokens, const int *targets, int nb, int T,
                        char *err, size_t errlen) {
-    const size_t N = (size_t)nb * T;
-    if (forward_logits(m, tokens, nb, T, err, errlen)) return NAN;
-    int count = 0;
-    for (size_t i = 0; i < N; i++) {
-        if (targets[i] >= m->V) {
-            snprintf(err, errlen, "target %d (index %zu) is outside the vocabulary [0, %d)",
-                     targets[i], i, m->V);
-            return NAN;
-        }
-        count += targets[i] >= 0;
+    int count;
+    if (check_targets(m, targets, (size_t)nb * (T > 0 ? T : 0), &count, err, errlen)) return NAN;
+    const full_sink k = {NULL, targets, NULL, 1};
+    if (forward_full(m, tokens, nb, T, &k, err, errlen)) return NAN;
+    float sum = 0.0f;
+    m->ops->to_host(m->be, &sum, m->losses + m->R, sizeof(float));
+    return count > 0 ? (double)sum / count : 0.0;
+}
+
+int fp8t_infer_losses(fp8t_infer *m, const int *tokens, const int *targets, int nb, int T,
+                      float *losses, char *err, size_t errlen) {
+    int count;
+    if (check_targets(m, targets, (size_t)nb * (T > 0 ? T : 0), &count, err, errlen)) return -1;
+    const full_sink k = {NULL, targets, losses, 0};
+    return forward_full(m, tokens, nb, T, &k, err, errlen);
+}
+
+int fp8t_infer_calibrate(fp8t_infer *m, const int *tokens, int n_batches, int nb, int T,
+                         char *err, size_t errlen) {
+    if (m->prec != FP8T_EVAL_FP8 || m->act != FP8T_ACT_SCALE_CALIBRATED) return 0;
+    if (n_batches < 1) {
+        snprintf(err, errlen, "calibration: no batches");
+        return -1;
     }
     const fp8t_backend_ops *ops = m->ops;
-    ops->to_device(m->be, m->targets, targets, N * sizeof(int));
-    ops->softmax_xent(m->be, m->losses, NULL, m->all_logits, m->targets, (int)N, m->V, 0.0f);
-    ops->zero(m->be, m->losses + N, sizeof(float));
-    ops->sum(m->be, m->losses + N, m->losses, N);
+    const int L = m->cfg.n_layer, gpt2 = m->cfg.arch == FP8T_ARCH_GPT2;
+    /* every FP8 linear (the layers', and the head with fp8_head), in a fixed order */
+    const int nl = L * (gpt2 ? 4 : 5) + 1;
+    inf_linear **lin = malloc((size_t)nl * sizeof(*lin));
+    if (!lin) {
+        snprintf(err, errlen, "calibration: out of memory");
+        return -1;
+    }
+    int n = 0;
+    for (int l = 0; l < L; l++) {
+        inf_layer *y = &m->layer[l];
+        lin[n++] = &y->qkv, lin[n++] = &y->proj;
+        if (gpt2) lin[n++] = &y->fc1, lin[n++] = &y->fc2;
+        else lin[n++] = &y->gate, lin[n++] = &y->up, lin[n++] = &y->down;
+    }
+    lin[n++] = &m->head;
+    /* their recorded amaxes from 0; the forward runs with current scaling (and the head: the
+     * calibrating pass runs it when it is FP8) */
+    for (int i = 0; i < n; i++)
+        if (lin[i]->kind == INF_LIN_FP8) ops->zero(m->be, lin[i]->sc + INF_SC_CALIB, 4);
+    m->act_static = 0;
+    m->calibrating = 1;
+    int rc = 0;
+    const full_sink none = {NULL, NULL, NULL, 0};
+    const int head8 = m->head.kind == INF_LIN_FP8;
+    for (int i = 0; i < n_batches && rc == 0; i++)
+        rc = forward_full(m, tokens + (size_t)i * nb * T, nb, T, head8 ? &none : NULL, err,
+                          errlen);
+    m->calibrating = 0;
+    if (rc) {
+        free(lin);
+        snprintf(m->act_desc, sizeof(m->act_desc), "calibrated scales (not yet calibrated)");
+        return -1;
+    }
+    /* the scale of each input's largest amax; gate's serves up too (they share an operand) */
+    for (int k = 0; k < n; k++) {
+        float *sc = lin[k]->sc;
+        if (lin[k]->kind == INF_LIN_FP8)
+            ops->compute_scale(m->be, sc + INF_SC_X, sc + INF_SC_X_INV, sc + INF_SC_CALIB,
+                               fp8_format_max(FP8_E4M3), 0.0f, 0);
+    }
+    free(lin);
+    ops->synchronize(m->be);
+    m->act_static = 1;
+    snprintf(m->act_desc, sizeof(m->act_desc), "calibrated scales (%d batch%s of %d x %d tokens)",
+             n_batches, n_batches == 1 ? "" : "es", nb, T);
+    return 0;
+}
+
+double fp8t_infer_loss_decode(fp8t_infer *m, const int *tokens, const int *targets, int nb,
+                              int T, char *err, size_t errlen) {
+    int count;
+    if (nb < 1 || nb > m->B || T < 1 || T > m->Tmax) {
+        snprintf(err, errlen, "decode loss: %d sequences of %d tokens for a model built for %d "
+                 "of at most %d", nb, T, m->B, m->Tmax);
+        return NAN;
+    }
+    if (check_targets(m, targets, (size_t)nb * T, &count, err, errlen)) return NAN;
+    const fp8t_backend_ops *ops = m->ops;
+    if (!m->all_logits) { /* the full-window buffers: losses and targets are shared */
+        const int hr = m->R < INF_HEAD_ROWS ? m->R : INF_HEAD_ROWS;
+        m->all_logits = ops->malloc(m->be, (size_t)hr * m->V * sizeof(float));
+        m->losses = ops->malloc(m->be, ((size_t)m->R + 1) * sizeof(float));
+        m->targets = ops->malloc(m->be, (size_t)m->R * sizeof(int));
+    }
+    int *col = malloc((size_t)nb * 2 * sizeof(int)), *pos = col ? col + nb : NULL;
+    if (!col) {
+        snprintf(err, errlen, "decode loss: out of memory");
+        return NAN;
+    }
+    int rc = 0;
+    ops->zero(m->be, m->losses + m->R, sizeof(float));
+    for (int t = 0; t < T && rc == 0; t++) {
+        for (int b = 0; b < nb; b++) col[b] = tokens[(size_t)b * T + t], pos[b] = t;
+        if (t == 0) {
+            int *lens = malloc((size_t)nb * sizeof(int)); /* one token each */
+            if (!lens) {
+                rc = -1;
+                snprintf(err, errlen, "decode loss: out of memory");
+                break;
+            }
+            for (int b = 0; b < nb; b++) lens[b] = 1;
+            rc = fp8t_infer_prefill(m, col, nb, 1, lens, NULL, err, errlen);
+            free(lens);
+        } else {
+            rc = fp8t_infer_decode(m, col, pos, nb, NULL, err, errlen);
+        }
+        if (rc) break;
+        for (int b = 0; b < nb; b++) col[b] = targets[(size_t)b * T + t];
+        ops->to_device(m->be, m->targets, col, (size_t)nb * sizeof(int));
+        ops->softmax_xent(m->be, m->losses, NULL, m->logits, m->targets, nb, m->V, 0.0f);
+        ops->sum(m->be, m->losses + m->R, m->losses, (size_t)nb);
+    }
+    free(col);
+    if (rc) return NAN;
     float sum = 0.0f;
-    ops->to_host(m->be, &sum, m->losses + N, sizeof(float));
+    ops->to_host(m->be, &sum, m->losses + m->R, sizeof(float));
     return count > 0 ? (double)sum / count : 0.0;
 }

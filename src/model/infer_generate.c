@@ -64,3 +64,41 @@ done:
     free(logits);
     return rc;
 }
+
+/* the inference model's per-position losses of one packed task batch */
+typedef struct {
+    fp8t_infer *m;
+    int B, T;
+} task_ctx;
+
+static int task_losses(void *ctx, const int *tokens, const int *targets, float *losses,
+                       char *err, size_t errlen) {
+    const task_ctx *c = ctx;
+    return fp8t_infer_losses(c->m, tokens, targets, c->B, c->T, losses, err, errlen);
+}
+
+int fp8t_infer_task_eval(fp8t_infer *m, const fp8t_task *t, int *correct, int *pred, char *err,
+                         size_t errlen) {
+    /* the packed rows are as long as the longest example, so the model's cache length needs
+     * to cover only that */
+    const int B = m->B, T = t->longest > 0 ? t->longest : 1;
+    *correct = 0;
+    if (T > m->Tmax) {
+        snprintf(err, errlen, "task: examples need %d positions but the inference model holds %d",
+                 T, m->Tmax);
+        return -1;
+    }
+    int *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
+    float *loss = malloc((size_t)B * T * sizeof(float));
+    int rc = -1;
+    if (!tok || !tgt || !loss) snprintf(err, errlen, "task: out of memory");
+    else {
+        task_ctx c = {m, B, T};
+        rc = fp8t_task_score(t, B, T, m->V, tok, tgt, loss, task_losses, &c, correct, pred, err,
+                             errlen);
+    }
+    free(tok);
+    free(tgt);
+    free(loss);
+    return rc;
+}

@@ -15,6 +15,7 @@ enum {
     INF_SC_W = 8,     /* quantization scales */
     INF_SC_X = 9,
     INF_SC_AMAX = 10, /* current scaling's amax */
+    INF_SC_CALIB = 11, /* calibration: the largest input amax seen */
     INF_SC_COUNT = 12
 };
 
@@ -43,7 +44,10 @@ struct fp8t_infer {
     fp8t_model_config cfg;
     fp8t_eval_precision prec;
     fp8t_act_scale act;
-    int B, Tmax;
+    int act_static;            /* fp8: every input's scale is fixed (delayed, or calibrated) */
+    int calibrating;           /* inside fp8t_infer_calibrate: amaxes recorded */
+    char act_desc[128];        /* fp8t_infer_act_desc */
+    int B, Tmax, R;            /* R: activation rows (tokens per prefill pass) */
     int C, H, V, NH, NKV, HS, QKV;
 
     float *small;              /* device FP32: wpe, norms, biases, and wte in fp32 (one
@@ -56,36 +60,39 @@ struct fp8t_infer {
     inf_layer *layer;          /* [L] host */
     inf_linear head;
 
-    int kv_bf16;
-    void *kc, *vc;             /* [L, B, NKV, Tmax, HS] each */
-    size_t kv_layer_elems;     /* B * NKV * Tmax * HS */
+    int kv;                    /* fp8t_kv_kind of the cache */
+    void *kc, *vc;             /* [L] layers of [B, NKV] blocks each */
+    size_t kv_layer_bytes;     /* B * NKV * fp8t_kv_head_bytes */
+    size_t kv_seq_bytes;       /* NKV * fp8t_kv_head_bytes: one sequence of one layer */
 
-    /* one layer's activations, N = B * Tmax rows */
+    /* one layer's activations for R rows */
     float *act_mem;            /* the allocation below */
-    float *x;                  /* [N, C] residual stream */
-    float *ln;                 /* [N, C] norm output */
-    float *qkv;                /* [N, QKV] */
-    float *atty;               /* [N, C] attention output */
-    float *out;                /* [N, C] proj / fc2 / down output */
-    float *h1, *h2, *h3;       /* [N, H]: fc1, gelu (GPT-2); gate, up, swiglu (Llama) */
-    float *mean, *rstd;        /* [N] */
-    float *lse;                /* [B, NH, Tmax] */
+    float *x;                  /* [R, C] residual stream */
+    float *atty;               /* [R, C] attention output; also the FP32 norm output where a
+                                  linear takes FP32 values (it is free at both norms) */
+    float *out;                /* [R, C] proj / fc2 / down output (added by the next norm) */
+    float *qkv;                /* [R, QKV] */
+    float *h1, *h2;            /* [R, H]: fc1 (GELU in place); gate (SwiGLU in place), up */
+    float *lse;                /* [R / T sequences, NH, T] of a full-window pass: R * NH */
     float *last;               /* [B, C] the rows whose next token is asked for */
-    float *lnl;                /* [B, C] their final norm */
+    float *lnl;                /* [B, C] their final norm (FP32 head) */
     float *logits;             /* [B, V] */
-    void *opbuf;               /* an activation's BF16 operand or FP8 codes, [N, max(C, H)] */
-    int *tokens;               /* device [N] */
+    void *opbuf;               /* an activation's BF16 operand or FP8 codes, [R, max(C, H)] */
+    int *tokens;               /* device [R] */
     int *pos;                  /* device [B] */
-    float *all_logits;         /* [n, V] for forward_all / loss, allocated on first use */
-    size_t all_logits_rows;
-    float *losses;             /* [n] per-position losses, then their sum (loss) */
-    int *targets;              /* [n] device (loss) */
+    float *all_logits;         /* [INF_HEAD_ROWS, V] full-window logits, allocated on first use */
+    float *losses;             /* [R + 1] per-position losses, then their sum (loss) */
+    int *targets;              /* [R] device (loss) */
+
+    /* the decode step's recording (graph_begin/graph_end), for batches of graph_nb */
+    int use_graphs;
+    void *graph;
+    int graph_nb;
 
     fp8t_infer_memory mem;
 };
 
-/* infer_forward.c */
-/* the linear Y[N, out] = X[N, in] · Wᵀ (+ bias) in its precision */
-void infer_linear(fp8t_infer *m, const inf_linear *L, float *Y, const float *X, int N);
+/* full-window head rows per pass (the logits [rows, V] of a loss or forward_all) */
+#define INF_HEAD_ROWS 512
 
 #endif

@@ -228,9 +228,9 @@ int fp8t_task_write(const char *path, const fp8t_task *t, char *err, size_t errl
     return rc;
 }
 
-int fp8t_task_eval(fp8t_evaluator *ev, const fp8t_task *t, int *correct, int *pred, char *err,
-                   size_t errlen) {
-    const int B = ev->B, T = ev->T;
+int fp8t_task_score(const fp8t_task *t, int B, int T, int V, int *tokens, int *targets,
+                    float *losses, fp8t_task_losses_fn fn, void *ctx, int *correct, int *pred,
+                    char *err, size_t errlen) {
     *correct = 0;
     if (t->n == 0) return 0;
     if (t->max_completions > B || t->longest > T) {
@@ -239,26 +239,25 @@ int fp8t_task_eval(fp8t_evaluator *ev, const fp8t_task *t, int *correct, int *pr
                  t->max_completions, t->longest, B, T);
         return -1;
     }
-    if (t->max_token >= ev->V) {
+    if (t->max_token >= V) {
         snprintf(err, errlen, "task: token %d is outside the model's vocabulary (%d); the task "
-                 "was tokenized for another model", t->max_token, ev->V);
+                 "was tokenized for another model", t->max_token, V);
         return -1;
     }
-    fp8t_backend *be = fp8t_model_backend(ev->m);
     int first = 0;
     while (first < t->n) {
         /* pack examples [first, last) into the B rows */
         int rows = 0, last = first;
         while (last < t->n && rows + t->ex[last].n_completions <= B) rows += t->ex[last++].n_completions;
         for (size_t i = 0; i < (size_t)B * T; i++) {
-            ev->tokens[i] = 0;
-            ev->targets[i] = -1;
+            tokens[i] = 0;
+            targets[i] = -1;
         }
         int r = 0;
         for (int i = first; i < last; i++) {
             const fp8t_task_example *e = &t->ex[i];
             for (int c = 0; c < e->n_completions; c++, r++) {
-                int *tok = ev->tokens + (size_t)r * T, *tgt = ev->targets + (size_t)r * T;
+                int *tok = tokens + (size_t)r * T, *tgt = targets + (size_t)r * T;
                 memcpy(tok, e->ctx, (size_t)e->ctx_len * sizeof(int));
                 /* the last completion token is a target only; it is no input when it would not fit */
                 int n_in = e->comp_len[c] - (e->ctx_len + e->comp_len[c] > T ? 1 : 0);
@@ -266,19 +265,14 @@ int fp8t_task_eval(fp8t_evaluator *ev, const fp8t_task *t, int *correct, int *pr
                 for (int k = 0; k < e->comp_len[c]; k++) tgt[e->ctx_len - 1 + k] = e->comp[c][k];
             }
         }
-        float l = fp8t_model_forward(ev->m, ev->tokens, ev->targets);
-        if (isnan(l)) {
-            snprintf(err, errlen, "task: the forward pass failed (see the message above)");
-            return -1;
-        }
-        be->ops->to_host(be, ev->losses, fp8t_model_losses(ev->m), (size_t)B * T * sizeof(float));
+        if (fn(ctx, tokens, targets, losses, err, errlen) != 0) return -1;
         r = 0;
         for (int i = first; i < last; i++) {
             const fp8t_task_example *e = &t->ex[i];
             int best = -1;
             double best_loss = 0.0;
             for (int c = 0; c < e->n_completions; c++, r++) {
-                const float *lr = ev->losses + (size_t)r * T + (e->ctx_len - 1);
+                const float *lr = losses + (size_t)r * T + (e->ctx_len - 1);
                 double s = 0.0;
                 for (int k = 0; k < e->comp_len[c]; k++) s += lr[k];
                 double mean = s / e->comp_len[c];
@@ -293,4 +287,24 @@ int fp8t_task_eval(fp8t_evaluator *ev, const fp8t_task *t, int *correct, int *pr
         first = last;
     }
     return 0;
+}
+
+/* the training model's per-position losses of one packed batch */
+static int evaluator_losses(void *ctx, const int *tokens, const int *targets, float *losses,
+                            char *err, size_t errlen) {
+    fp8t_evaluator *ev = ctx;
+    float l = fp8t_model_forward(ev->m, tokens, targets);
+    if (isnan(l)) {
+        snprintf(err, errlen, "task: the forward pass failed (see the message above)");
+        return -1;
+    }
+    fp8t_backend *be = fp8t_model_backend(ev->m);
+    be->ops->to_host(be, losses, fp8t_model_losses(ev->m), (size_t)ev->B * ev->T * sizeof(float));
+    return 0;
+}
+
+int fp8t_task_eval(fp8t_evaluator *ev, const fp8t_task *t, int *correct, int *pred, char *err,
+                   size_t errlen) {
+    return fp8t_task_score(t, ev->B, ev->T, ev->V, ev->tokens, ev->targets, ev->losses,
+                           evaluator_losses, ev, correct, pred, err, errlen);
 }

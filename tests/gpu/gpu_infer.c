@@ -11,7 +11,15 @@
  * (attention option tiled): GEMM summation order through 2 layers, 1e-4; BF16 (BF16 flash
  * attention in the prefill): operand rounding flips carried through the layers, 3e-2; FP8:
  * an E4M3 flip is a 6-12% step on one element and the GPU accumulates FP8 products in
- * reduced precision, 8e-2 — still far below the order-1 error of a layout or scale bug. */
+ * reduced precision, 8e-2 — still far below the order-1 error of a layout or scale bug.
+ * An FP8 cache: without RoPE the GPU stores the CPU's codes and scales bit for bit (V always);
+ * a rotated K element one ulp apart can round to the neighbouring E4M3 code (2^-4), so 2e-2;
+ * the decode output from such caches 2e-2. The fused operand ops are checked bit for bit
+ * against the CUDA backend's own unfused ops (the same kernels' arithmetic), and against the
+ * CPU within one BF16 / E4M3 rounding flip per element (norm statistics in float vs double).
+ * Calibrated scales, an FP8 cache and an FP8 head keep the model's 8e-2 (the calibrating
+ * forward's amaxes differ by rounding, so the scales do by an ulp or so). A decode step
+ * replayed from a graph gives the bits of the same step run op by op. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,15 +66,29 @@ static double rel_l2(const float *a, const float *b, size_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* cache contents as floats */
-static void cache_floats(float *out, const void *host, int bf16, size_t n) {
-    if (!bf16) {
+/* cache contents [blocks, Tmax, HS] as floats (FP8: code * the position's scale_inv) */
+static void cache_floats(float *out, const void *host, int kv, size_t blocks, int Tmax,
+                         int HS) {
+    const size_t n = blocks * Tmax * HS;
+    if (kv == FP8T_KV_FP32) {
         memcpy(out, host, n * 4);
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)((const uint16_t *)host)[i] << 16;
-        memcpy(&out[i], &u, 4);
+    if (kv == FP8T_KV_BF16) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)((const uint16_t *)host)[i] << 16;
+            memcpy(&out[i], &u, 4);
+        }
+        return;
+    }
+    const size_t hb = fp8t_kv_head_bytes(FP8T_KV_FP8, Tmax, HS);
+    for (size_t b = 0; b < blocks; b++) {
+        const uint8_t *blk = (const uint8_t *)host + b * hb;
+        const float *si = (const float *)(blk + fp8t_kv_scale_offset(Tmax, HS));
+        for (int t = 0; t < Tmax; t++)
+            for (int i = 0; i < HS; i++)
+                out[(b * Tmax + t) * HS + i] =
+                    fp8_decode(blk[(size_t)t * HS + i], FP8_E4M3) * si[t];
     }
 }
 
@@ -77,7 +99,10 @@ static void decode_ops(fp8t_backend *cpu, fp8t_backend *gpu) {
     } cases[] = {{1, 1, 1, 1, 32, 4, 0, 0},         {3, 17, 4, 4, 64, 40, 0, 0},
                  {4, 33, 8, 2, 64, 64, 1e4f, 0},     {2, 100, 4, 1, 128, 130, 5e5f, 32},
                  {2, 9, 6, 2, 80, 16, 1e4f, 0},      {2, 1500, 2, 2, 64, 2600, 1e4f, 8},
-                 {5, 5, 4, 4, 256, 8, 1e4f, 0},      {64, 20, 25, 25, 64, 24, 0, 0}};
+                 {5, 5, 4, 4, 256, 8, 1e4f, 0},      {64, 20, 25, 25, 64, 24, 0, 0},
+                 /* GPT-2 1.5B at batch 1 (several splits) and 64, llama-1b at 64 (GQA 4:1) */
+                 {1, 128, 25, 25, 64, 160, 0, 0},    {64, 140, 25, 25, 64, 160, 0, 0},
+                 {64, 140, 32, 8, 64, 160, 5e5f, 32}, {3, 40, 32, 1, 128, 300, 1e4f, 0}};
     fp8t_backend *be[2] = {cpu, gpu};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const int B = cases[ci].B, T = cases[ci].T, NH = cases[ci].NH, NKV = cases[ci].NKV;
@@ -88,6 +113,7 @@ static void decode_ops(fp8t_backend *cpu, fp8t_backend *gpu) {
             s.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, cases[ci].l3, 1.0f, 4.0f, 64};
         const int W = fp8t_attn_qkv_width(&s);
         const size_t nqkv = (size_t)B * T * W, nkv = (size_t)B * NKV * Tmax * HS;
+        const size_t nblk = (size_t)B * NKV;
         const size_t nout = (size_t)B * NH * HS;
         float *qkv = malloc(nqkv * 4), *row = malloc((size_t)B * W * 4);
         int *pos = malloc((size_t)B * sizeof(int));
@@ -103,15 +129,15 @@ static void decode_ops(fp8t_backend *cpu, fp8t_backend *gpu) {
         char shape[96];
         snprintf(shape, sizeof(shape), "B%d T%d NH%d/%d HS%d%s%s", B, T, NH, NKV, HS,
                  s.rope_theta > 0 ? " rope" : "", cases[ci].l3 > 0 ? " l3" : "");
-        for (int bf = 0; bf < 2; bf++) {
+        for (int bf = 0; bf < 3; bf++) {
             float *out[2], *kf[2], *vf[2];
+            const size_t cb = nblk * fp8t_kv_head_bytes(bf, Tmax, HS); /* cache bytes */
             for (int k = 0; k < 2; k++) {
                 const fp8t_backend_ops *o = be[k]->ops;
-                const size_t eb = bf ? 2 : 4;
                 float *dq = o->malloc(be[k], nqkv * 4), *dr = o->malloc(be[k], (size_t)B * W * 4);
                 float *dout = o->malloc(be[k], nout * 4);
                 int *dpos = o->malloc(be[k], (size_t)B * sizeof(int));
-                void *kc = o->malloc(be[k], nkv * eb), *vc = o->malloc(be[k], nkv * eb);
+                void *kc = o->malloc(be[k], cb), *vc = o->malloc(be[k], cb);
                 o->to_device(be[k], dq, qkv, nqkv * 4);
                 o->to_device(be[k], dr, row, (size_t)B * W * 4);
                 o->to_device(be[k], dpos, pos, (size_t)B * sizeof(int));
@@ -119,26 +145,30 @@ static void decode_ops(fp8t_backend *cpu, fp8t_backend *gpu) {
                 one.T = 1;
                 o->kv_cache_write(be[k], kc, vc, bf, dq, &s, Tmax);
                 o->attention_decode(be[k], dout, kc, vc, bf, dr, dpos, &one, Tmax);
-                void *hk = malloc(nkv * eb), *hv = malloc(nkv * eb);
+                void *hk = malloc(cb), *hv = malloc(cb);
                 out[k] = malloc(nout * 4), kf[k] = malloc(nkv * 4), vf[k] = malloc(nkv * 4);
                 o->to_host(be[k], out[k], dout, nout * 4);
-                o->to_host(be[k], hk, kc, nkv * eb);
-                o->to_host(be[k], hv, vc, nkv * eb);
-                cache_floats(kf[k], hk, bf, nkv);
-                cache_floats(vf[k], hv, bf, nkv);
+                o->to_host(be[k], hk, kc, cb);
+                o->to_host(be[k], hv, vc, cb);
+                cache_floats(kf[k], hk, bf, nblk, Tmax, HS);
+                cache_floats(vf[k], hv, bf, nblk, Tmax, HS);
                 free(hk), free(hv);
                 o->free(be[k], dq), o->free(be[k], dr), o->free(be[k], dout);
                 o->free(be[k], dpos), o->free(be[k], kc), o->free(be[k], vc);
             }
             const double ek = rel_l2(kf[1], kf[0], nkv), ev = rel_l2(vf[1], vf[0], nkv);
             const double eo = rel_l2(out[1], out[0], nout);
-            const double tk = bf ? 4e-3 : 1e-6, to = bf ? 5e-3 : 1e-5;
-            irow(bf ? "kv_cache_write K (bf16 cache)" : "kv_cache_write K (fp32 cache)", shape,
-                 ek, tk, ek <= tk, "");
-            irow(bf ? "kv_cache_write V (bf16 cache)" : "kv_cache_write V (fp32 cache)", shape,
-                 ev, 0, ev == 0, "V is copied (or rounded once): the same bits");
-            irow(bf ? "attention_decode (bf16 cache)" : "attention_decode (fp32 cache)", shape,
-                 eo, to, eo <= to, "");
+            const int rope = s.rope_theta > 0;
+            const double tk = bf == 2 ? (rope ? 2e-2 : 0) : bf ? 4e-3 : 1e-6;
+            const double to = bf == 2 ? 2e-2 : bf ? 5e-3 : 1e-5;
+            static const char *const kn[3] = {"fp32", "bf16", "fp8"};
+            char op[64];
+            snprintf(op, sizeof(op), "kv_cache_write K (%s cache)", kn[bf]);
+            irow(op, shape, ek, tk, ek <= tk, "");
+            snprintf(op, sizeof(op), "kv_cache_write V (%s cache)", kn[bf]);
+            irow(op, shape, ev, 0, ev == 0, "V is copied (or rounded once): the same bits");
+            snprintf(op, sizeof(op), "attention_decode (%s cache)", kn[bf]);
+            irow(op, shape, eo, to, eo <= to, "");
             for (int k = 0; k < 2; k++) free(out[k]), free(kf[k]), free(vf[k]);
         }
         free(qkv), free(row), free(pos);
@@ -190,9 +220,166 @@ static void embedding_bf16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                      per_row ? " pos" : "");
             const int same = !memcmp(out[0], out[1], n * 4);
             irow("embedding_forward_bf16 (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
+            /* the E4M3 table: the low bytes of the same bits as codes (every finite code; a
+             * NaN's payload is not defined by the op) */
+            const float sinv = 0.0123f;
+            for (int k = 0; k < 2; k++) {
+                const fp8t_backend_ops *o = be[k]->ops;
+                uint8_t *d8 = o->malloc(be[k], (size_t)V * ld);
+                uint8_t *h8 = malloc((size_t)V * ld);
+                for (size_t i = 0; i < (size_t)V * ld; i++)
+                    h8[i] = (t16[i] & 0x7F) == 0x7F ? 0x7E : (uint8_t)t16[i];
+                float *dpe = o->malloc(be[k], (size_t)T * C * 4), *dout = o->malloc(be[k], n * 4);
+                float *dsi = o->malloc(be[k], 4);
+                int *dtok = o->malloc(be[k], (size_t)B * T * sizeof(int));
+                int *dpos = o->malloc(be[k], (size_t)B * T * sizeof(int));
+                o->to_device(be[k], d8, h8, (size_t)V * ld);
+                o->to_device(be[k], dpe, wpe, (size_t)T * C * 4);
+                o->to_device(be[k], dsi, &sinv, 4);
+                o->to_device(be[k], dtok, tok, (size_t)B * T * sizeof(int));
+                o->to_device(be[k], dpos, pos, (size_t)B * T * sizeof(int));
+                o->embedding_forward_fp8(be[k], dout, dtok, d8, ld, dsi, dpe,
+                                         per_row ? dpos : NULL, B, T, C);
+                o->to_host(be[k], out[k], dout, n * 4);
+                o->free(be[k], d8), o->free(be[k], dpe), o->free(be[k], dout);
+                o->free(be[k], dsi), o->free(be[k], dtok), o->free(be[k], dpos);
+                free(h8);
+            }
+            const int same8 = !memcmp(out[0], out[1], n * 4);
+            irow("embedding_forward_fp8 (bits)", shape, same8 ? 0.0 : 1.0, 0, same8, "");
             free(out[0]), free(out[1]);
         }
         free(t16), free(wpe), free(tok), free(pos);
+    }
+}
+
+/* operand bytes of [rows, cols]: FP8 codes, or a BF16 operand */
+static size_t operand_bytes(int fp8, int rows, int cols) {
+    return fp8 ? (size_t)rows * cols : fp8t_bf16_bytes(rows, cols);
+}
+
+/* operand contents as floats [rows, cols] (FP8: the codes' values, unscaled) */
+static void operand_floats(float *out, const void *h, int fp8, int rows, int cols) {
+    const int ld = fp8 ? cols : fp8t_bf16_pad(cols);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            const size_t i = (size_t)r * ld + c;
+            out[(size_t)r * cols + c] = fp8 ? fp8_decode(((const uint8_t *)h)[i], FP8_E4M3)
+                                            : bf16_decode(((const uint16_t *)h)[i]);
+        }
+}
+
+/* add_norm_operand and swiglu_operand (the inference fusions): on the GPU bit for bit the
+ * CUDA backend's unfused ops (add_bias / add, layernorm_forward / rmsnorm_forward or
+ * swiglu_forward, then quantize / to_bf16), and the CPU's values within rounding flips */
+static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
+    static const struct { int rows, cols, rms, y, ybias; } cases[] = {
+        {64, 1600, 0, 1, 1}, {8192, 1600, 0, 0, 0}, {37, 2048, 1, 1, 0}, {5, 24, 0, 1, 1},
+        {3, 26, 1, 1, 0}, {130, 6400, 0, 1, 1}};
+    fp8t_backend *be[2] = {cpu, gpu};
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const int R = cases[ci].rows, C = cases[ci].cols;
+        const size_t n = (size_t)R * C;
+        float *a = malloc(n * 4), *y = malloc(n * 4), *yb = malloc((size_t)C * 4);
+        float *w = malloc((size_t)C * 4), *bias = malloc((size_t)C * 4);
+        for (size_t i = 0; i < n; i++) a[i] = 2.0f * gauss(), y[i] = gauss();
+        for (int c = 0; c < C; c++)
+            yb[c] = 0.1f * gauss(), w[c] = 1.0f + 0.1f * gauss(), bias[c] = 0.1f * gauss();
+        const float scale = 448.0f / 6.0f;
+        for (int fp8 = 0; fp8 < 2; fp8++) {
+            const size_t ob = operand_bytes(fp8, R, C);
+            void *h[3] = {malloc(ob), malloc(ob), malloc(ob)}; /* cpu, gpu fused, gpu unfused */
+            float *sums[3] = {malloc(n * 4), malloc(n * 4), malloc(n * 4)};
+            for (int k = 0; k < 3; k++) {
+                fp8t_backend *b = be[k ? 1 : 0];
+                const fp8t_backend_ops *o = b->ops;
+                float *da = o->malloc(b, n * 4), *dy = o->malloc(b, n * 4);
+                float *dyb = o->malloc(b, C * 4), *dw = o->malloc(b, C * 4);
+                float *dbias = o->malloc(b, C * 4), *dsum = o->malloc(b, n * 4);
+                float *dsc = o->malloc(b, 4), *tmp = o->malloc(b, n * 4);
+                void *dout = o->malloc(b, ob);
+                o->to_device(b, da, a, n * 4), o->to_device(b, dy, y, n * 4);
+                o->to_device(b, dyb, yb, C * 4), o->to_device(b, dw, w, C * 4);
+                o->to_device(b, dbias, bias, C * 4), o->to_device(b, dsc, &scale, 4);
+                const float *yy = cases[ci].y ? dy : NULL, *yyb = cases[ci].ybias ? dyb : NULL;
+                const float *nb = cases[ci].rms ? NULL : dbias;
+                if (k < 2) {
+                    o->add_norm_operand(b, dout, dsum, da, yy, yyb, dw, nb, cases[ci].rms, R, C,
+                                        1e-5f, fp8 ? dsc : NULL, FP8_E4M3);
+                } else {
+                    const float *x = da;
+                    if (yy) {
+                        if (yyb) o->add_bias(b, dsum, da, yy, yyb, R, C);
+                        else o->add(b, dsum, da, yy, n);
+                        x = dsum;
+                    }
+                    if (cases[ci].rms) o->rmsnorm_forward(b, tmp, NULL, x, dw, R, C, 1e-5f);
+                    else o->layernorm_forward(b, tmp, NULL, NULL, x, dw, nb, R, C, 1e-5f);
+                    if (fp8) o->quantize(b, dout, NULL, NULL, tmp, R, C, FP8_E4M3, dsc);
+                    else o->to_bf16(b, dout, NULL, tmp, R, C);
+                }
+                o->to_host(b, h[k], dout, ob);
+                o->to_host(b, sums[k], dsum, n * 4);
+                o->free(b, da), o->free(b, dy), o->free(b, dyb), o->free(b, dw), o->free(b, dbias);
+                o->free(b, dsum), o->free(b, dsc), o->free(b, tmp), o->free(b, dout);
+            }
+            char shape[96];
+            snprintf(shape, sizeof(shape), "%dx%d %s%s%s %s", R, C, cases[ci].rms ? "rms" : "ln",
+                     cases[ci].y ? " +y" : "", cases[ci].ybias ? "+bias" : "",
+                     fp8 ? "fp8" : "bf16");
+            const int same = !memcmp(h[1], h[2], ob) &&
+                             (!cases[ci].y || !memcmp(sums[1], sums[2], n * 4));
+            irow("add_norm_operand = unfused (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
+            float *f[2] = {malloc(n * 4), malloc(n * 4)};
+            operand_floats(f[0], h[0], fp8, R, C), operand_floats(f[1], h[1], fp8, R, C);
+            const double e = rel_l2(f[1], f[0], n), t = fp8 ? 2e-2 : 4e-3;
+            irow("add_norm_operand vs cpu", shape, e, t, e <= t, "");
+            free(f[0]), free(f[1]);
+            for (int k = 0; k < 3; k++) free(h[k]), free(sums[k]);
+        }
+        free(a), free(y), free(yb), free(w), free(bias);
+    }
+    static const int sw[][2] = {{64, 8192}, {8192, 8192}, {7, 30}, {5, 12}};
+    for (size_t ci = 0; ci < sizeof(sw) / sizeof(sw[0]); ci++) {
+        const int R = sw[ci][0], C = sw[ci][1];
+        const size_t n = (size_t)R * C;
+        float *g = malloc(n * 4), *u = malloc(n * 4);
+        for (size_t i = 0; i < n; i++) g[i] = 2.0f * gauss(), u[i] = gauss();
+        const float scale = 448.0f / 8.0f;
+        for (int fp8 = 0; fp8 < 2; fp8++) {
+            const size_t ob = operand_bytes(fp8, R, C);
+            void *h[3] = {malloc(ob), malloc(ob), malloc(ob)};
+            for (int k = 0; k < 3; k++) {
+                fp8t_backend *b = be[k ? 1 : 0];
+                const fp8t_backend_ops *o = b->ops;
+                float *dg = o->malloc(b, n * 4), *du = o->malloc(b, n * 4);
+                float *tmp = o->malloc(b, n * 4);
+                float *dsc = o->malloc(b, 4);
+                void *dout = o->malloc(b, ob);
+                o->to_device(b, dg, g, n * 4), o->to_device(b, du, u, n * 4);
+                o->to_device(b, dsc, &scale, 4);
+                if (k < 2) {
+                    o->swiglu_operand(b, dout, dg, du, R, C, fp8 ? dsc : NULL, FP8_E4M3);
+                } else {
+                    o->swiglu_forward(b, tmp, dg, du, n);
+                    if (fp8) o->quantize(b, dout, NULL, NULL, tmp, R, C, FP8_E4M3, dsc);
+                    else o->to_bf16(b, dout, NULL, tmp, R, C);
+                }
+                o->to_host(b, h[k], dout, ob);
+                o->free(b, dg), o->free(b, du), o->free(b, tmp), o->free(b, dsc), o->free(b, dout);
+            }
+            char shape[64];
+            snprintf(shape, sizeof(shape), "%dx%d %s", R, C, fp8 ? "fp8" : "bf16");
+            const int same = !memcmp(h[1], h[2], ob);
+            irow("swiglu_operand = unfused (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
+            float *f[2] = {malloc(n * 4), malloc(n * 4)};
+            operand_floats(f[0], h[0], fp8, R, C), operand_floats(f[1], h[1], fp8, R, C);
+            const double e = rel_l2(f[1], f[0], n), t = fp8 ? 2e-2 : 4e-3;
+            irow("swiglu_operand vs cpu", shape, e, t, e <= t, "");
+            free(f[0]), free(f[1]);
+            for (int k = 0; k < 3; k++) free(h[k]);
+        }
+        free(g), free(u);
     }
 }
 
@@ -215,7 +402,8 @@ static int weights_of(fp8t_backend *cpu, const fp8t_model_config *cfg, fp8t_weig
 }
 
 /* prefill + 8 decode steps of 4 prompts of different lengths on both backends, the same
- * tokens fed to both (the CPU's greedy choices) */
+ * tokens fed to both (the CPU's greedy choices); on the GPU a third model runs the decode
+ * steps op by op, against the steps replayed from the recorded graph (the same bits) */
 static void model_rows(fp8t_backend *cpu, const char *name, const fp8t_model_config *cfg) {
     fp8t_weights w;
     char err[512];
@@ -224,53 +412,80 @@ static void model_rows(fp8t_backend *cpu, const char *name, const fp8t_model_con
         return;
     }
     const int B = 4, T = 24, steps = 8, V = cfg->vocab_size, lens[4] = {24, 1, 13, 7};
-    int *tok = malloc((size_t)B * T * sizeof(int));
+    int *tok = malloc((size_t)B * T * sizeof(int)), *ctok = malloc((size_t)2 * B * T * sizeof(int));
     for (int i = 0; i < B * T; i++) tok[i] = (int)(uni() * V) % V;
-    static const fp8t_eval_precision P[3] = {FP8T_EVAL_FP32, FP8T_EVAL_BF16, FP8T_EVAL_FP8};
-    static const double tol[3] = {1e-4, 3e-2, 8e-2};
-    for (int pi = 0; pi < 3; pi++) {
+    for (int i = 0; i < 2 * B * T; i++) ctok[i] = (int)(uni() * V) % V;
+    static const struct {
+        fp8t_eval_precision p;
+        fp8t_act_scale act;
+        int kv, fp8_head;
+        double tol;
+    } runs[] = {{FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, -1, 0, 1e-4},
+                {FP8T_EVAL_BF16, FP8T_ACT_SCALE_CURRENT, -1, 0, 3e-2},
+                {FP8T_EVAL_FP8, FP8T_ACT_SCALE_CURRENT, FP8T_KV_BF16, 0, 8e-2},
+                {FP8T_EVAL_FP8, FP8T_ACT_SCALE_CALIBRATED, FP8T_KV_BF16, 0, 8e-2},
+                {FP8T_EVAL_FP8, FP8T_ACT_SCALE_CALIBRATED, FP8T_KV_FP8, 0, 8e-2},
+                {FP8T_EVAL_FP8, FP8T_ACT_SCALE_CALIBRATED, FP8T_KV_FP8, 1, 8e-2},
+                {FP8T_EVAL_BF16, FP8T_ACT_SCALE_CURRENT, FP8T_KV_FP8, 0, 3e-2}};
+    for (size_t ri = 0; ri < sizeof(runs) / sizeof(runs[0]); ri++) {
+        const fp8t_eval_precision P = runs[ri].p;
         /* FP32: the exact FP32 attention kernels for the prefill; else the default (flash) */
-        const fp8t_backend_options bo = {.attn = P[pi] == FP8T_EVAL_FP32 ? FP8T_ATTN_TILED
-                                                                         : FP8T_ATTN_DEFAULT};
+        const fp8t_backend_options bo = {.attn = P == FP8T_EVAL_FP32 ? FP8T_ATTN_TILED
+                                                                     : FP8T_ATTN_DEFAULT};
         fp8t_backend *gpu = fp8t_backend_create("cuda", &bo, err, sizeof(err));
-        fp8t_infer *m[2] = {NULL, NULL};
-        fp8t_backend *be[2] = {cpu, gpu};
-        for (int k = 0; k < 2 && gpu; k++)
-            m[k] = fp8t_infer_create(be[k], &w, P[pi], FP8T_ACT_SCALE_CURRENT, B, T + steps,
-                                     err, sizeof(err));
-        char shape[96];
-        snprintf(shape, sizeof(shape), "%s %s", name, fp8t_eval_precision_name(P[pi]));
-        if (!m[0] || !m[1]) {
+        fp8t_infer *m[3] = {NULL, NULL, NULL};
+        fp8t_backend *be[3] = {cpu, gpu, gpu};
+        int ok = gpu != NULL;
+        for (int k = 0; k < 3 && ok; k++) {
+            fp8t_infer_opts o;
+            fp8t_infer_opts_default(&o, P, runs[ri].act);
+            o.kv = runs[ri].kv;
+            o.fp8_head = runs[ri].fp8_head;
+            o.no_graphs = k == 2;
+            m[k] = fp8t_infer_create_opts(be[k], &w, &o, B, T + steps, err, sizeof(err));
+            ok = m[k] && fp8t_infer_calibrate(m[k], ctok, 2, B, T, err, sizeof(err)) == 0;
+        }
+        char shape[128];
+        snprintf(shape, sizeof(shape), "%s %s%s%s%s", name, fp8t_eval_precision_name(P),
+                 runs[ri].act == FP8T_ACT_SCALE_CALIBRATED ? " calib" : "",
+                 runs[ri].kv == FP8T_KV_FP8 ? " kv8" : "", runs[ri].fp8_head ? " head8" : "");
+        if (!ok) {
             irow("infer: create", shape, 1, 0, 0, err);
-            fp8t_infer_destroy(m[0]), fp8t_infer_destroy(m[1]);
+            for (int k = 0; k < 3; k++) fp8t_infer_destroy(m[k]);
             fp8t_backend_destroy(gpu);
             continue;
         }
-        float *lg[2] = {malloc((size_t)B * V * 4), malloc((size_t)B * V * 4)};
-        int ok = 1;
-        for (int k = 0; k < 2; k++)
+        const double tol = runs[ri].tol;
+        float *lg[3] = {malloc((size_t)B * V * 4), malloc((size_t)B * V * 4),
+                        malloc((size_t)B * V * 4)};
+        for (int k = 0; k < 3; k++)
             ok &= fp8t_infer_prefill(m[k], tok, B, T, lens, lg[k], err, sizeof(err)) == 0;
         double e = ok ? rel_l2(lg[1], lg[0], (size_t)B * V) : NAN;
-        irow("infer: prefill logits", shape, e, tol[pi], ok && e <= tol[pi], ok ? "" : err);
+        irow("infer: prefill logits", shape, e, tol, ok && e <= tol, ok ? "" : err);
         double worst = 0;
-        int next[4], pos[4];
+        int next[4], pos[4], graph_same = 1;
         for (int st = 0; st < steps && ok; st++) {
             for (int b = 0; b < B; b++) {
                 next[b] = fp8t_sample(lg[0] + (size_t)b * V, V, 0.0f, 0, NULL);
                 pos[b] = lens[b] + st;
             }
-            for (int k = 0; k < 2; k++)
+            for (int k = 0; k < 3; k++)
                 ok &= fp8t_infer_decode(m[k], next, pos, B, lg[k], err, sizeof(err)) == 0;
             double d = ok ? rel_l2(lg[1], lg[0], (size_t)B * V) : NAN;
             if (!(d <= worst)) worst = d;
+            graph_same &= ok && !memcmp(lg[1], lg[2], (size_t)B * V * 4);
         }
-        irow("infer: decode logits (8 steps)", shape, worst, tol[pi], ok && worst <= tol[pi],
+        irow("infer: decode logits (8 steps)", shape, worst, tol, ok && worst <= tol,
              "worst step");
-        free(lg[0]), free(lg[1]);
-        fp8t_infer_destroy(m[0]), fp8t_infer_destroy(m[1]);
+        if (P != FP8T_EVAL_FP32) {
+            const int rec = fp8t_infer_graphs(m[1]);
+            irow("infer: decode replayed = op by op", shape, graph_same ? 0.0 : 1.0, 0,
+                 ok && rec && graph_same, rec ? "bits of 8 steps" : "no graph was recorded");
+        }
+        for (int k = 0; k < 3; k++) free(lg[k]), fp8t_infer_destroy(m[k]);
         fp8t_backend_destroy(gpu);
     }
-    free(tok);
+    free(tok), free(ctok);
     fp8t_weights_free(&w);
 }
 
@@ -287,6 +502,7 @@ void gpu_test_infer(int *n_pass, int *n_fail) {
     printf("== cuda vs cpu: inference (KV cache ops, inference model)\n");
     decode_ops(cpu, gpu);
     embedding_bf16_rows(cpu, gpu);
+    operand_rows(cpu, gpu);
     fp8t_backend_destroy(gpu);
     fp8t_model_config c;
     fp8t_model_preset(&c, "tiny");

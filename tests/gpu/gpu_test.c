@@ -3131,16 +3131,18 @@ static int attn_bench(int iters) {
 }
 
 int main(int argc, char **argv) {
-    int skip_exhaustive = 0, ops_only = 0, bench_iters = 0;
+    int skip_exhaustive = 0, ops_only = 0, bench_iters = 0, infer_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) skip_exhaustive = 1;
         else if (!strcmp(argv[i], "--ops-only")) ops_only = 1;
         else if (!strcmp(argv[i], "--attn-bench")) bench_iters = 20;
+        else if (!strcmp(argv[i], "--infer-only")) infer_only = 1;
         else {
-            fprintf(stderr, "usage: %s [--quick] [--ops-only] [--attn-bench]\n"
+            fprintf(stderr, "usage: %s [--quick] [--ops-only] [--attn-bench] [--infer-only]\n"
                             "  --quick       skip the exhaustive 2^32-input conversion check\n"
                             "  --ops-only    skip the training-step checks\n"
-                            "  --attn-bench  only time attention: flash against cuDNN\n",
+                            "  --attn-bench  only time attention: flash against cuDNN\n"
+                            "  --infer-only  only the inference rows (tests/gpu/gpu_infer.c)\n",
                     argv[0]);
             return 2;
         }
@@ -3171,6 +3173,13 @@ int main(int argc, char **argv) {
     printf("%-34s %-24s %10s %9s  %s\n", "op", "size", "rel err", "tol", "result");
     printf("%.*s\n", 90, "------------------------------------------------------------------"
                          "------------------------------------------");
+    if (infer_only) {
+        int n_pass = 0, n_fail = 0;
+        gpu_test_infer(&n_pass, &n_fail);
+        fp8t_backend_destroy(CPU);
+        printf("%d passed, %d failed\n", n_pass, n_fail);
+        return n_fail ? 1 : 0;
+    }
     if (!skip_exhaustive) {
         unsigned long long counts[3];
         unsigned int first[3];

@@ -175,6 +175,14 @@ static const fp8t_backend_ops cpu_ops = {
     .embedding_forward_bf16 = cpu_embedding_forward_bf16,
     .block_quantize = cpu_block_quantize,
     .quantize_scaled = cpu_quantize_scaled,
+    .add_norm_operand = cpu_add_norm_operand,
+    .swiglu_operand = cpu_swiglu_operand,
+    .embedding_forward_fp8 = cpu_embedding_forward_fp8,
+    /* no graphs: the CPU runs every op as it is called */
+    .graph_begin = NULL,
+    .graph_end = NULL,
+    .graph_launch = NULL,
+    .graph_destroy = NULL,
 };
 
 fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err,

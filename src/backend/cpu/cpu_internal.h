@@ -180,13 +180,23 @@ void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, con
                             const fp8t_attn_shape *s);
 size_t cpu_attention_saved_bytes(fp8t_backend *b, const fp8t_attn_shape *s);
 /* cpu_attention_decode.c */
-void cpu_kv_cache_write(fp8t_backend *b, void *kc, void *vc, int kv_bf16, const float *qkv,
+void cpu_kv_cache_write(fp8t_backend *b, void *kc, void *vc, int kv, const float *qkv,
                         const fp8t_attn_shape *s, int Tmax);
-void cpu_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv_bf16,
+void cpu_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv,
                           const float *qkv, const int *pos, const fp8t_attn_shape *s, int Tmax);
 void cpu_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
                                 const uint16_t *wte, int ld, const float *wpe, const int *pos,
                                 int B, int T, int C);
+void cpu_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
+                               const uint8_t *codes, int ld, const float *scale_inv,
+                               const float *wpe, const int *pos, int B, int T, int C);
+/* cpu_norm.c / cpu_misc.c: the inference fusions (backend.h) */
+void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a,
+                          const float *y, const float *ybias, const float *w, const float *bias,
+                          int rms, int rows, int cols, float eps, const float *scale,
+                          fp8_format fmt);
+void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up, int rows,
+                        int cols, const float *scale, fp8_format fmt);
 /* cpu_misc.c */
 void cpu_embedding_forward(fp8t_backend *b, float *out, const int *tokens, const float *wte,
                            const float *wpe, int B, int T, int C);

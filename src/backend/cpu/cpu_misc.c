@@ -238,6 +238,17 @@ void cpu_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const fl
     }
 }
 
+/* The reference: swiglu_forward in scratch, then quantize or to_bf16 */
+void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up, int rows,
+                        int cols, const float *scale, fp8_format fmt) {
+    if (rows <= 0 || cols <= 0) return;
+    const size_t n = (size_t)rows * cols;
+    float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
+    cpu_swiglu_forward(b, y, gate, up, n);
+    if (scale) cpu_quantize(b, (uint8_t *)out, NULL, NULL, y, rows, cols, fmt, scale);
+    else cpu_to_bf16(b, (uint16_t *)out, NULL, y, rows, cols);
+}
+
 void cpu_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,
                          const float *gate, const float *up, size_t n) {
     (void)b;

@@ -55,6 +55,29 @@ void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out,
     cpu_layernorm_forward_bf16(b, out, amax_out, mean, rstd, sum, w, bias, N, C, eps);
 }
 
+/* The reference: add_bias / add into sum (or scratch), the FP32 norm in scratch, then quantize
+ * or to_bf16 */
+void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a,
+                          const float *y, const float *ybias, const float *w, const float *bias,
+                          int rms, int rows, int cols, float eps, const float *scale,
+                          fp8_format fmt) {
+    if (rows <= 0 || cols <= 0) return;
+    const size_t n = (size_t)rows * cols;
+    const float *x = a;
+    if (y) {
+        /* [rows, cols] */
+        float *s = sum ? sum : cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float));
+        if (ybias) cpu_add_bias(b, s, a, y, ybias, rows, cols);
+        else cpu_add(b, s, a, y, n);
+        x = s;
+    }
+    float *o = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
+    if (rms) cpu_rmsnorm_forward(b, o, NULL, x, w, rows, cols, eps);
+    else cpu_layernorm_forward(b, o, NULL, NULL, x, w, bias, rows, cols, eps);
+    if (scale) cpu_quantize(b, (uint8_t *)out, NULL, NULL, o, rows, cols, fmt, scale);
+    else cpu_to_bf16(b, (uint16_t *)out, NULL, o, rows, cols);
+}
+
 void cpu_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
                             const float *dout, const float *x, const float *w,
                             const float *mean, const float *rstd, int N, int C) {

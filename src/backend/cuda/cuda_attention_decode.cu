@@ -2,28 +2,48 @@
  * embedding lookup from a BF16 table (embedding_forward_bf16); the CPU references are in
  * cpu_attention_decode.c.
  *
- * Cache layout per layer: kc, vc [B, NKV, Tmax, HS], K after RoPE, BF16 bits or FP32.
- * RoPE angles are computed in the kernel as t * inv_freq_i in double, rounded once to float
+ * Cache layout per layer: kc, vc [B, NKV] blocks (fp8t_kv_head_bytes) of positions [Tmax, HS],
+ * K after RoPE: FP32, BF16 bits, or E4M3 codes followed by one FP32 scale_inv per position.
+ * RoPE angles are computed in the kernels as t * inv_freq_i in double, rounded once to float
  * cos/sin: the CPU's table values (fp8t_rope_inv_freq, in double), with no table to keep per
- * position. The frequencies travel in the kernel's parameters (HS/2 doubles, HS <= 256).
+ * position. The frequencies travel in the kernels' parameters (HS/2 doubles, HS <= 256).
  *
- * Decode: one block per (query head, sequence). Its keys 0..pos are read in chunks of
- * DEC_CHUNK: each warp scores keys (lanes over the head dimension, a warp sum), then the
- * block takes the chunk's max and exps and folds them into a running (max, sum, out) — the
- * online softmax — so any cache length fits in a fixed shared-memory budget. Each thread owns
- * out elements tid and tid + DEC_THREADS. Every sum is in a fixed order: deterministic. */
+ * Decode (split kernel, the default): flash-decoding. One block per (split of the positions,
+ * K/V head, sequence) handles the G = NH/NKV query heads of its group together, so a group's
+ * K and V are read once for all of them. Lanes read 16-byte pieces of a cache row (LPR lanes
+ * per row; a row of 64 BF16 is 8 lanes, 4 rows per warp load), score them against every
+ * query head of the group (a reduction over the LPR lanes), then the block takes each head's
+ * softmax over its split and the P·V sums (each thread a 16-byte piece of V rows, summed over
+ * the rows it visits, then over the warp's rows, then over the warps, in that fixed order).
+ * One split: the output directly; several: (max, sum, unnormalized out) per split and a
+ * combine kernel (the splits in order). The split length depends on B, NKV, Tmax and the SM
+ * count only, the grid on Tmax (not on the positions: blocks past a sequence's position exit
+ * at once), so one launch shape serves every decode step of a batch (a graph replays it).
+ * Shapes the split kernel does not take (HS not 16-byte rows of a power-of-two lane count,
+ * HS > 256, groups too large for its shared memory) go to the generic kernel: one block per
+ * (query head, sequence), keys in chunks of DEC_CHUNK with an online softmax. Every sum is in
+ * a fixed order: deterministic. */
 #include "backend/cuda/cuda_common.cuh"
 
 enum { DEC_THREADS = 128, DEC_CHUNK = 1024, DEC_MAX_HS = 256 };
+enum { SPLIT_THREADS = 128, SPLIT_WARPS = SPLIT_THREADS / 32, SPLIT_GC = 4 };
+#define SPLIT_SMEM_FLOATS 12288 /* 48 KiB: the default dynamic shared-memory limit */
 
 struct rope_freqs {
     double f[DEC_MAX_HS / 2]; /* inv_freq of pair i */
     int on;                   /* RoPE applied */
 };
 
-__device__ __forceinline__ float kv_load(const void *c, int bf16, size_t i) {
-    if (bf16) return __uint_as_float((uint32_t)((const uint16_t *)c)[i] << 16);
-    return ((const float *)c)[i];
+/* element i (0 <= i < Tmax*HS) of a cache block at p: its stored value (FP8: the code's
+ * value, without the position's scale) */
+__device__ __forceinline__ float kv_elem(const char *p, int kv, size_t i) {
+    if (kv == FP8T_KV_BF16) return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
+    if (kv == FP8T_KV_FP8) return fp8_dec_dev(((const uint8_t *)p)[i], FP8_E4M3);
+    return ((const float *)p)[i];
+}
+/* the scale_inv of position t of an FP8 block (1 for the other kinds) */
+__device__ __forceinline__ float kv_pos_scale(const char *p, int kv, int t, size_t soff) {
+    return kv == FP8T_KV_FP8 ? ((const float *)(p + soff))[t] : 1.0f;
 }
 
 __device__ __forceinline__ void kv_store(void *c, int bf16, size_t i, float x) {
@@ -31,9 +51,9 @@ __device__ __forceinline__ void kv_store(void *c, int bf16, size_t i, float x) {
     else ((float *)c)[i] = x;
 }
 
-/* Token rows of qkv into the cache. pos == NULL (prefill): row b*T + t goes to position t;
- * else (decode, T = 1) row b goes to position pos[b]. One thread per (row, K/V head, i < half):
- * elements i and i + HS/2 of K (rotated) and V. */
+/* Token rows of qkv into an FP32 or BF16 cache. pos == NULL (prefill): row b*T + t goes to
+ * position t; else (decode, T = 1) row b goes to position pos[b]. One thread per (row, K/V
+ * head, i < half): elements i and i + HS/2 of K (rotated) and V. */
 __global__ void kv_write_kernel(void *kc, void *vc, int kv_bf16, const float *__restrict__ qkv,
                                 const int *__restrict__ pos, int B, int T, int NH, int NKV,
                                 int HS, int Tmax, rope_freqs fr) {
@@ -64,6 +84,57 @@ __global__ void kv_write_kernel(void *kc, void *vc, int kv_bf16, const float *__
     }
 }
 
+/* Token rows into an FP8 cache: one warp per (row, K/V head); lane l holds elements l, l + 32,
+ * ... of K (rotated; the products rounded one by one, as the CPU's rotation) and then V, whose
+ * amax (a warp max) gives the position's scale: the codes and scale_inv of the CPU's put_row. */
+__global__ void kv_write_fp8_kernel(void *kc, void *vc, const float *__restrict__ qkv,
+                                    const int *__restrict__ pos, int B, int T, int NH, int NKV,
+                                    int HS, int Tmax, size_t hb, size_t soff, rope_freqs fr) {
+    const int lane = threadIdx.x & 31, half = HS / 2, W = (NH + 2 * NKV) * HS;
+    const size_t warps = (size_t)B * T * NKV;
+    for (size_t wi = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; wi < warps;
+         wi += ((size_t)gridDim.x * blockDim.x) >> 5) {
+        const int g = (int)(wi % NKV);
+        const size_t r = wi / NKV; /* token row */
+        const int bb = (int)(r / T);
+        const int t = pos ? pos[bb] : (int)(r % T);
+        const float *src[2] = {qkv + r * W + (size_t)(NH + g) * HS,
+                               qkv + r * W + (size_t)(NH + NKV + g) * HS};
+        char *dst[2] = {(char *)kc + ((size_t)bb * NKV + g) * hb,
+                        (char *)vc + ((size_t)bb * NKV + g) * hb};
+        for (int kv = 0; kv < 2; kv++) {
+            float x[DEC_MAX_HS / 32];
+            float am = 0.0f;
+#pragma unroll
+            for (int k = 0; k < DEC_MAX_HS / 32; k++) {
+                const int i = lane + 32 * k;
+                float v = 0.0f;
+                if (i < HS) {
+                    v = src[kv][i];
+                    if (kv == 0 && fr.on) {
+                        const int j = i < half ? i : i - half;
+                        const double ang = (double)t * fr.f[j];
+                        const float c = (float)cos(ang), s = (float)sin(ang);
+                        v = i < half ? __fsub_rn(__fmul_rn(v, c), __fmul_rn(src[0][i + half], s))
+                                     : __fadd_rn(__fmul_rn(v, c), __fmul_rn(src[0][i - half], s));
+                    }
+                }
+                x[k] = v;
+                am = amax_merge_dev(am, v);
+            }
+            am = warp_amax(am);
+            const float sc = current_scale_dev(am, FP8_E4M3_MAX, 0.0f, 0);
+            uint8_t *codes = (uint8_t *)dst[kv] + (size_t)t * HS;
+#pragma unroll
+            for (int k = 0; k < DEC_MAX_HS / 32; k++) {
+                const int i = lane + 32 * k;
+                if (i < HS) codes[i] = fp8_enc_dev(x[k] * sc, FP8_E4M3);
+            }
+            if (lane == 0) ((float *)(dst[kv] + soff))[t] = 1.0f / sc;
+        }
+    }
+}
+
 /* a block-wide max / sum every thread gets (red: DEC_THREADS/32 floats of shared memory) */
 __device__ __forceinline__ float dec_block_max(float v, float *red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -86,36 +157,42 @@ __device__ __forceinline__ float dec_block_sum(float v, float *red) {
     return s;
 }
 
+/* query head h's q (row bb of qkv) rotated at position p, element i */
+__device__ __forceinline__ float q_rot(const float *__restrict__ qs, int i, int HS, int p,
+                                       const rope_freqs &fr) {
+    float x = qs[i];
+    if (fr.on) {
+        const int half = HS / 2, j = i < half ? i : i - half;
+        const double ang = (double)p * fr.f[j];
+        const float c = (float)cos(ang), s = (float)sin(ang);
+        x = i < half ? x * c - qs[i + half] * s : x * c + qs[i - half] * s;
+    }
+    return x;
+}
+
+/* The generic kernel: one block per (query head, sequence) */
 __global__ void __launch_bounds__(DEC_THREADS)
-attn_decode_kernel(float *out, const void *kc, const void *vc, int kv_bf16,
+attn_decode_kernel(float *out, const void *kc, const void *vc, int kv,
                    const float *__restrict__ qkv, const int *__restrict__ pos, int NH, int NKV,
-                   int HS, int Tmax, float scale, rope_freqs fr) {
+                   int HS, int Tmax, size_t hb, size_t soff, float scale, rope_freqs fr) {
     __shared__ float q[DEC_MAX_HS];
     __shared__ float sc[DEC_CHUNK];
     __shared__ float red[DEC_THREADS / 32];
     const int h = blockIdx.x, bb = blockIdx.y, g = h / (NH / NKV), p = pos[bb];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const float *qs = qkv + (size_t)bb * (NH + 2 * NKV) * HS + (size_t)h * HS;
-    const int half = HS / 2;
-    for (int i = tid; i < HS; i += DEC_THREADS) {
-        float x = qs[i];
-        if (fr.on) {
-            const int j = i < half ? i : i - half;
-            const double ang = (double)p * fr.f[j];
-            const float c = (float)cos(ang), s = (float)sin(ang);
-            x = i < half ? x * c - qs[i + half] * s : x * c + qs[i - half] * s;
-        }
-        q[i] = x;
-    }
+    for (int i = tid; i < HS; i += DEC_THREADS) q[i] = q_rot(qs, i, HS, p, fr);
     __syncthreads();
-    const size_t base = ((size_t)bb * NKV + g) * Tmax * HS;
+    const char *kb = (const char *)kc + ((size_t)bb * NKV + g) * hb;
+    const char *vb = (const char *)vc + ((size_t)bb * NKV + g) * hb;
     float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
     for (int t0 = 0; t0 <= p; t0 += DEC_CHUNK) {
         const int n = min(DEC_CHUNK, p + 1 - t0);
         for (int j = warp; j < n; j += DEC_THREADS / 32) {
-            const size_t row = base + (size_t)(t0 + j) * HS;
+            const size_t row = (size_t)(t0 + j) * HS;
+            const float ks = kv_pos_scale(kb, kv, t0 + j, soff);
             float d = 0.0f;
-            for (int i = lane; i < HS; i += 32) d += q[i] * kv_load(kc, kv_bf16, row + i);
+            for (int i = lane; i < HS; i += 32) d += q[i] * (kv_elem(kb, kv, row + i) * ks);
             d = warp_sum(d);
             if (lane == 0) sc[j] = d * scale;
         }
@@ -135,10 +212,12 @@ attn_decode_kernel(float *out, const void *kc, const void *vc, int kv_bf16,
         acc0 *= corr;
         acc1 *= corr;
         for (int j = 0; j < n; j++) {
-            const size_t row = base + (size_t)(t0 + j) * HS;
+            const size_t row = (size_t)(t0 + j) * HS;
+            const float vs = kv_pos_scale(vb, kv, t0 + j, soff);
             const float w = sc[j];
-            if (tid < HS) acc0 += w * kv_load(vc, kv_bf16, row + tid);
-            if (tid + DEC_THREADS < HS) acc1 += w * kv_load(vc, kv_bf16, row + tid + DEC_THREADS);
+            if (tid < HS) acc0 += w * (kv_elem(vb, kv, row + tid) * vs);
+            if (tid + DEC_THREADS < HS)
+                acc1 += w * (kv_elem(vb, kv, row + tid + DEC_THREADS) * vs);
         }
         m = mnew;
         __syncthreads(); /* sc is rewritten by the next chunk */
@@ -147,6 +226,176 @@ attn_decode_kernel(float *out, const void *kc, const void *vc, int kv_bf16,
     const float inv = 1.0f / l;
     if (tid < HS) o[tid] = acc0 * inv;
     if (tid + DEC_THREADS < HS) o[tid + DEC_THREADS] = acc1 * inv;
+}
+
+/* the EPL values of lane piece `piece` of position t of a cache block (16 bytes) */
+template <int KV>
+__device__ __forceinline__ void load_piece(float *x, const char *blk, int t, int piece, int HS) {
+    if (KV == FP8T_KV_FP32) {
+        const float4 v = reinterpret_cast<const float4 *>(blk)[((size_t)t * HS >> 2) + piece];
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    } else {
+        const uint4 v = reinterpret_cast<const uint4 *>(
+            blk + (size_t)t * HS * (KV == FP8T_KV_BF16 ? 2 : 1))[piece];
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (KV == FP8T_KV_BF16) {
+                x[2 * k] = __uint_as_float(w[k] << 16);
+                x[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    x[4 * k + e] = fp8_dec_dev((uint8_t)(w[k] >> (8 * e)), FP8_E4M3);
+            }
+        }
+    }
+}
+
+/* values per 16-byte lane piece */
+template <int KV> struct kv_epl {
+    enum { v = KV == FP8T_KV_FP32 ? 4 : KV == FP8T_KV_BF16 ? 8 : 16 };
+};
+
+/* The split kernel (see the top of the file). grid (nsplit, NKV, B); dynamic shared memory:
+ * q [G][HS], scores [G][sl], warp sums [SPLIT_WARPS][SPLIT_GC][HS], (max, sum) [G][2].
+ * part [B, NH, nsplit, HS + 2] (nsplit > 1): each split's unnormalized out, max and sum. */
+template <int KV>
+__global__ void __launch_bounds__(SPLIT_THREADS)
+attn_decode_split_kernel(float *out, float *part, const void *kc, const void *vc,
+                         const float *__restrict__ qkv, const int *__restrict__ pos, int NH,
+                         int NKV, int HS, size_t hb, size_t soff, int sl, int nsplit,
+                         float scale, rope_freqs fr) {
+    constexpr int EPL = kv_epl<KV>::v;
+    extern __shared__ float smem[];
+    const int G = NH / NKV;
+    float *qsh = smem, *sc = qsh + G * HS, *red = sc + G * sl;
+    float *ml = red + SPLIT_WARPS * SPLIT_GC * HS;
+    const int split = blockIdx.x, g = blockIdx.y, bb = blockIdx.z, p = pos[bb];
+    const int t0 = split * sl, n = min(sl, p + 1 - t0);
+    if (n <= 0) return; /* past this sequence's position: the combine skips the split */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const float *qrow = qkv + (size_t)bb * (NH + 2 * NKV) * HS;
+    for (int idx = tid; idx < G * HS; idx += SPLIT_THREADS) {
+        const int hh = idx / HS, i = idx - hh * HS;
+        qsh[idx] = q_rot(qrow + (size_t)(g * G + hh) * HS, i, HS, p, fr);
+    }
+    __syncthreads();
+    const char *kb = (const char *)kc + ((size_t)bb * NKV + g) * hb;
+    const char *vb = (const char *)vc + ((size_t)bb * NKV + g) * hb;
+    const int LPR = HS / EPL, RPW = 32 / LPR, piece = lane % LPR, rsub = lane / LPR;
+    /* scores: warp w takes rows w*RPW.., RPW rows side by side (two row groups' loads in
+     * flight before either is used) */
+#pragma unroll 2
+    for (int j0 = warp * RPW; j0 < n; j0 += SPLIT_WARPS * RPW) {
+        const int j = j0 + rsub;
+        float k[EPL];
+        if (j < n) load_piece<KV>(k, kb, t0 + j, piece, HS);
+        else
+#pragma unroll
+            for (int e = 0; e < EPL; e++) k[e] = 0.0f;
+        const float ks = j < n ? kv_pos_scale(kb, KV, t0 + j, soff) : 0.0f;
+        for (int hh = 0; hh < G; hh++) {
+            const float *qq = qsh + hh * HS + piece * EPL;
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < EPL; e++) d += qq[e] * k[e];
+            for (int o = LPR / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            if (j < n && piece == 0) sc[hh * sl + j] = (KV == FP8T_KV_FP8 ? d * ks : d) * scale;
+        }
+    }
+    __syncthreads();
+    /* each head's softmax over the split: max, exps, sum */
+    for (int hh = warp; hh < G; hh += SPLIT_WARPS) {
+        float *s = sc + hh * sl;
+        float mx = -INFINITY;
+        for (int j = lane; j < n; j += 32) mx = fmaxf(mx, s[j]);
+        mx = warp_max(mx);
+        float sum = 0.0f;
+        for (int j = lane; j < n; j += 32) {
+            const float e = expf(s[j] - mx);
+            s[j] = e;
+            sum += e;
+        }
+        sum = warp_sum(sum);
+        if (lane == 0) ml[2 * hh] = mx, ml[2 * hh + 1] = sum;
+    }
+    __syncthreads();
+    /* P·V, SPLIT_GC heads at a time: thread (row lane rl, piece) over rows rl, rl + RPB, ... */
+    const int RPB = SPLIT_THREADS / LPR, rl = tid / LPR;
+    for (int h0 = 0; h0 < G; h0 += SPLIT_GC) {
+        float acc[SPLIT_GC][EPL];
+#pragma unroll
+        for (int c = 0; c < SPLIT_GC; c++)
+#pragma unroll
+            for (int e = 0; e < EPL; e++) acc[c][e] = 0.0f;
+#pragma unroll 2
+        for (int j = rl; j < n; j += RPB) {
+            float v[EPL];
+            load_piece<KV>(v, vb, t0 + j, piece, HS);
+            const float vs = kv_pos_scale(vb, KV, t0 + j, soff);
+#pragma unroll
+            for (int c = 0; c < SPLIT_GC; c++) {
+                if (h0 + c >= G) break;
+                const float w = KV == FP8T_KV_FP8 ? sc[(h0 + c) * sl + j] * vs
+                                                  : sc[(h0 + c) * sl + j];
+#pragma unroll
+                for (int e = 0; e < EPL; e++) acc[c][e] += w * v[e];
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < SPLIT_GC; c++)
+#pragma unroll
+            for (int e = 0; e < EPL; e++)
+                for (int o = LPR; o < 32; o <<= 1)
+                    acc[c][e] += __shfl_xor_sync(0xffffffffu, acc[c][e], o);
+        if (lane < LPR)
+#pragma unroll
+            for (int c = 0; c < SPLIT_GC; c++)
+#pragma unroll
+                for (int e = 0; e < EPL; e++)
+                    red[(warp * SPLIT_GC + c) * HS + piece * EPL + e] = acc[c][e];
+        __syncthreads();
+        for (int idx = tid; idx < SPLIT_GC * HS; idx += SPLIT_THREADS) {
+            const int c = idx / HS, i = idx - c * HS, hh = h0 + c;
+            if (hh >= G) continue;
+            float o = red[c * HS + i];
+            for (int w = 1; w < SPLIT_WARPS; w++) o += red[(w * SPLIT_GC + c) * HS + i];
+            const int h = g * G + hh;
+            if (nsplit == 1) {
+                out[((size_t)bb * NH + h) * HS + i] = o * (1.0f / ml[2 * hh + 1]);
+            } else {
+                float *pr = part + (((size_t)bb * NH + h) * nsplit + split) * (HS + 2);
+                pr[i] = o;
+                if (i == 0) pr[HS] = ml[2 * hh], pr[HS + 1] = ml[2 * hh + 1];
+            }
+        }
+        __syncthreads(); /* red is rewritten by the next heads */
+    }
+}
+
+/* out[b, h] = the splits of part combined: weights exp(m_s - M), in split order; the splits
+ * past the sequence's position never ran and are not read. grid (NH, B). */
+__global__ void attn_decode_combine_kernel(float *out, const float *__restrict__ part,
+                                           const int *__restrict__ pos, int NH, int HS, int sl,
+                                           int nsplit) {
+    extern __shared__ float wsh[]; /* [nsplit] */
+    const int h = blockIdx.x, bb = blockIdx.y;
+    const int ns = min(nsplit, pos[bb] / sl + 1);
+    const float *pr = part + ((size_t)bb * NH + h) * nsplit * (HS + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < ns; s++) M = fmaxf(M, pr[(size_t)s * (HS + 2) + HS]);
+    for (int s = threadIdx.x; s < ns; s += blockDim.x)
+        wsh[s] = expf(pr[(size_t)s * (HS + 2) + HS] - M);
+    __syncthreads();
+    float L = 0.0f;
+    for (int s = 0; s < ns; s++) L += pr[(size_t)s * (HS + 2) + HS + 1] * wsh[s];
+    const float inv = 1.0f / L;
+    for (int i = threadIdx.x; i < HS; i += blockDim.x) {
+        float o = 0.0f;
+        for (int s = 0; s < ns; s++) o += pr[(size_t)s * (HS + 2) + i] * wsh[s];
+        out[((size_t)bb * NH + h) * HS + i] = o * inv;
+    }
 }
 
 static rope_freqs make_freqs(const fp8t_attn_shape *s) {
@@ -158,45 +407,105 @@ static rope_freqs make_freqs(const fp8t_attn_shape *s) {
     return fr;
 }
 
-static void check_decode_shape(const fp8t_attn_shape *s, int T, int Tmax) {
-    if (s->HS > DEC_MAX_HS || (s->rope_theta > 0.0f && s->HS % 2) || T > Tmax || T < 1) {
+static void check_decode_shape(const fp8t_attn_shape *s, int kv, int T, int Tmax) {
+    if (s->HS > DEC_MAX_HS || (s->rope_theta > 0.0f && s->HS % 2) || T > Tmax || T < 1 ||
+        kv < FP8T_KV_FP32 || kv > FP8T_KV_FP8) {
         fprintf(stderr, "fp8train: CUDA KV cache: head size %d (at most %d, even with RoPE), %d "
-                "tokens for a cache of %d positions (%s:%d)\n", s->HS, DEC_MAX_HS, T, Tmax,
-                __FILE__, __LINE__);
+                "tokens for a cache of %d positions, cache kind %d (%s:%d)\n", s->HS, DEC_MAX_HS,
+                T, Tmax, kv, __FILE__, __LINE__);
         exit(1);
     }
 }
 
-static void launch_kv_write(fp8t_backend *b, void *kc, void *vc, int kv_bf16, const float *qkv,
+static void launch_kv_write(fp8t_backend *b, void *kc, void *vc, int kv, const float *qkv,
                             const int *pos, const fp8t_attn_shape *s, int T, int Tmax) {
     cuda_state *st = cuda_of(b);
     const int NKV = fp8t_attn_nkv(s);
+    if (kv == FP8T_KV_FP8) {
+        const size_t warps = (size_t)s->B * T * NKV;
+        if (!warps) return;
+        const unsigned grid = cdiv_u(warps, 8) < 65535u ? cdiv_u(warps, 8) : 65535u;
+        kv_write_fp8_kernel<<<grid, 256, 0, st->stream>>>(
+            kc, vc, qkv, pos, s->B, T, s->NH, NKV, s->HS, Tmax,
+            fp8t_kv_head_bytes(kv, Tmax, s->HS), fp8t_kv_scale_offset(Tmax, s->HS),
+            make_freqs(s));
+        CUDA_LAUNCH_CHECK(st);
+        return;
+    }
     const size_t total = (size_t)s->B * T * NKV * ((s->HS + 1) / 2);
     if (!total) return;
     const unsigned grid = cdiv_u(total, 256) < 65535u ? cdiv_u(total, 256) : 65535u;
-    kv_write_kernel<<<grid, 256, 0, st->stream>>>(kc, vc, kv_bf16, qkv, pos, s->B, T, s->NH,
-                                                   NKV, s->HS, Tmax, make_freqs(s));
+    kv_write_kernel<<<grid, 256, 0, st->stream>>>(kc, vc, kv == FP8T_KV_BF16, qkv, pos, s->B, T,
+                                                   s->NH, NKV, s->HS, Tmax, make_freqs(s));
     CUDA_LAUNCH_CHECK(st);
 }
 
-void cuda_kv_cache_write(fp8t_backend *b, void *kc, void *vc, int kv_bf16, const float *qkv,
+void cuda_kv_cache_write(fp8t_backend *b, void *kc, void *vc, int kv, const float *qkv,
                          const fp8t_attn_shape *s, int Tmax) {
-    check_decode_shape(s, s->T, Tmax);
-    launch_kv_write(b, kc, vc, kv_bf16, qkv, NULL, s, s->T, Tmax);
+    check_decode_shape(s, kv, s->T, Tmax);
+    launch_kv_write(b, kc, vc, kv, qkv, NULL, s, s->T, Tmax);
 }
 
-void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv_bf16,
+/* dynamic shared floats of the split kernel at split length sl */
+static size_t split_smem_floats(int G, int HS, int sl) {
+    return (size_t)G * HS + (size_t)G * sl + (size_t)SPLIT_WARPS * SPLIT_GC * HS + 2u * G;
+}
+
+/* The split length for this shape (0: the split kernel does not take it): the longest power
+ * of two in [32, 512] that still gives 2 blocks per SM, within the shared-memory budget. */
+static int split_len(const cuda_state *st, const fp8t_attn_shape *s, int kv, int Tmax) {
+    const int NKV = fp8t_attn_nkv(s), G = s->NH / NKV, HS = s->HS;
+    const int epl = kv == FP8T_KV_FP32 ? 4 : kv == FP8T_KV_BF16 ? 8 : 16;
+    const int lpr = HS / epl;
+    if (st->plain || HS % epl || lpr < 1 || lpr > 32 || (lpr & (lpr - 1))) return 0;
+    int sl = 512;
+    while (sl > 32 && split_smem_floats(G, HS, sl) > SPLIT_SMEM_FLOATS) sl /= 2;
+    if (split_smem_floats(G, HS, sl) > SPLIT_SMEM_FLOATS) return 0;
+    const size_t want = 2u * (size_t)st->num_sms;
+    while (sl > 32 && (size_t)s->B * NKV * ((Tmax + sl - 1) / sl) < want) sl /= 2;
+    return sl;
+}
+
+void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv,
                            const float *qkv, const int *pos, const fp8t_attn_shape *s,
                            int Tmax) {
-    check_decode_shape(s, 1, Tmax);
+    check_decode_shape(s, kv, 1, Tmax);
     if (s->B < 1) return;
     cuda_state *st = cuda_of(b);
     /* the new tokens' K and V first (stream order): every query head of a group reads them */
-    launch_kv_write(b, kc, vc, kv_bf16, qkv, pos, s, 1, Tmax);
+    launch_kv_write(b, kc, vc, kv, qkv, pos, s, 1, Tmax);
+    const int NKV = fp8t_attn_nkv(s), HS = s->HS;
+    const size_t hb = fp8t_kv_head_bytes(kv, Tmax, HS), soff = fp8t_kv_scale_offset(Tmax, HS);
+    const float scale = 1.0f / sqrtf((float)HS);
+    const int sl = split_len(st, s, kv, Tmax);
+    if (sl > 0) {
+        const int nsplit = (Tmax + sl - 1) / sl, G = s->NH / NKV;
+        float *part = nsplit > 1 ? (float *)cuda_scratch(b, SCR_ATTN, (size_t)s->B * s->NH *
+                                                         nsplit * (HS + 2) * sizeof(float))
+                                 : NULL;
+        const size_t smem = split_smem_floats(G, HS, sl) * sizeof(float);
+        dim3 grid((unsigned)nsplit, (unsigned)NKV, (unsigned)s->B);
+        const rope_freqs fr = make_freqs(s);
+#define SPLIT_CASE(K)                                                                         \
+    attn_decode_split_kernel<K><<<grid, SPLIT_THREADS, smem, st->stream>>>(                   \
+        out, part, kc, vc, qkv, pos, s->NH, NKV, HS, hb, soff, sl, nsplit, scale, fr)
+        if (kv == FP8T_KV_FP32) SPLIT_CASE(FP8T_KV_FP32);
+        else if (kv == FP8T_KV_BF16) SPLIT_CASE(FP8T_KV_BF16);
+        else SPLIT_CASE(FP8T_KV_FP8);
+#undef SPLIT_CASE
+        CUDA_LAUNCH_CHECK(st);
+        if (nsplit > 1) {
+            attn_decode_combine_kernel<<<dim3((unsigned)s->NH, (unsigned)s->B), 64,
+                                         (size_t)nsplit * sizeof(float), st->stream>>>(
+                out, part, pos, s->NH, HS, sl, nsplit);
+            CUDA_LAUNCH_CHECK(st);
+        }
+        return;
+    }
     dim3 grid((unsigned)s->NH, (unsigned)s->B);
-    attn_decode_kernel<<<grid, DEC_THREADS, 0, st->stream>>>(
-        out, kc, vc, kv_bf16, qkv, pos, s->NH, fp8t_attn_nkv(s), s->HS, Tmax,
-        1.0f / sqrtf((float)s->HS), make_freqs(s));
+    attn_decode_kernel<<<grid, DEC_THREADS, 0, st->stream>>>(out, kc, vc, kv, qkv, pos, s->NH,
+                                                              NKV, HS, Tmax, hb, soff, scale,
+                                                              make_freqs(s));
     CUDA_LAUNCH_CHECK(st);
 }
 
@@ -225,5 +534,35 @@ void cuda_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
     const unsigned grid = cdiv_u(n, 256) < 65535u ? cdiv_u(n, 256) : 65535u;
     embedding_bf16_kernel<<<grid, 256, 0, st->stream>>>(out, tokens, wte, ld, wpe, pos, T, C,
                                                        n);
+    CUDA_LAUNCH_CHECK(st);
+}
+
+/* the E4M3 table's lookup: decode * scale_inv (+ wpe), one thread per element */
+__global__ void embedding_fp8_kernel(float *out, const int *__restrict__ tokens,
+                                     const uint8_t *__restrict__ codes, int ld,
+                                     const float *__restrict__ scale_inv,
+                                     const float *__restrict__ wpe, const int *__restrict__ pos,
+                                     int T, int C, size_t n) {
+    const float si = *scale_inv;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        const size_t i = idx / C;
+        const int c = (int)(idx % C);
+        /* the product rounded on its own (no FMA with the add): the CPU's bits */
+        float v = __fmul_rn(fp8_dec_dev(codes[(size_t)tokens[i] * ld + c], FP8_E4M3), si);
+        if (wpe) v += wpe[(pos ? (size_t)pos[i] : i % T) * C + c];
+        out[idx] = v;
+    }
+}
+
+void cuda_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
+                                const uint8_t *codes, int ld, const float *scale_inv,
+                                const float *wpe, const int *pos, int B, int T, int C) {
+    const size_t n = (size_t)B * T * C;
+    if (!n) return;
+    cuda_state *st = cuda_of(b);
+    const unsigned grid = cdiv_u(n, 256) < 65535u ? cdiv_u(n, 256) : 65535u;
+    embedding_fp8_kernel<<<grid, 256, 0, st->stream>>>(out, tokens, codes, ld, scale_inv, wpe,
+                                                      pos, T, C, n);
     CUDA_LAUNCH_CHECK(st);
 }

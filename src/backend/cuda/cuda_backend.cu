@@ -10,6 +10,14 @@
 void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
     cuda_state *s = cuda_of(b);
     if (s->scratch_bytes[slot] < bytes) {
+        if (s->capturing) {
+            /* growing waits for the stream, which a graph recording cannot do: the recorded
+             * step must have run once before at the same sizes (graph_begin's contract) */
+            fprintf(stderr, "fp8train: scratch buffer %d would grow to %zu bytes while a graph "
+                    "is recorded; run the step once before recording it (%s:%d)\n", slot,
+                    bytes, __FILE__, __LINE__);
+            exit(1);
+        }
         /* the old buffer may still be in use by queued kernels */
         CUDA_CHECK(cudaStreamSynchronize(s->stream));
         if (s->scratch[slot]) {
@@ -32,6 +40,7 @@ void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
         }
         s->scratch[slot] = p;
         s->scratch_bytes[slot] = want;
+        s->scratch_gen++;
         s->bytes_in_use += want;
         if (s->bytes_in_use > s->bytes_peak) s->bytes_peak = s->bytes_in_use;
     }
@@ -194,6 +203,70 @@ static void cuda_synchronize(fp8t_backend *b) {
     CUDA_CHECK(cudaGetLastError());
 }
 
+/* ---- graphs (backend.h): stream capture into a CUDA graph, replayed as one launch ---- */
+
+typedef struct {
+    cudaGraphExec_t exec;
+    unsigned long scratch_gen; /* the backend's scratch_gen when it was recorded */
+} cuda_graph;
+
+static int cuda_graph_begin(fp8t_backend *b) {
+    cuda_state *s = cuda_of(b);
+    if (s->sync_each_op || s->capturing) return -1; /* a sync per op cannot be recorded */
+    /* thread-local mode: a call that would wait (from this thread) fails the recording
+     * instead of waiting; other threads' work is unaffected */
+    if (cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    s->capturing = 1;
+    return 0;
+}
+
+static void *cuda_graph_end(fp8t_backend *b) {
+    cuda_state *s = cuda_of(b);
+    if (!s->capturing) return NULL;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(s->stream, &g);
+    s->capturing = 0;
+    if (e != cudaSuccess || !g) {
+        cudaGetLastError();
+        if (g) cudaGraphDestroy(g);
+        return NULL;
+    }
+    cuda_graph *r = (cuda_graph *)calloc(1, sizeof(cuda_graph));
+    if (!r) {
+        cudaGraphDestroy(g);
+        return NULL;
+    }
+    e = cudaGraphInstantiate(&r->exec, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        free(r);
+        return NULL;
+    }
+    r->scratch_gen = s->scratch_gen;
+    return r;
+}
+
+static int cuda_graph_launch(fp8t_backend *b, void *graph) {
+    cuda_state *s = cuda_of(b);
+    const cuda_graph *r = (const cuda_graph *)graph;
+    if (r->scratch_gen != s->scratch_gen) return -1; /* a scratch pointer in it may be freed */
+    CUDA_CHECK(cudaGraphLaunch(r->exec, s->stream));
+    if (s->sync_each_op) CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    return 0;
+}
+
+static void cuda_graph_destroy(fp8t_backend *b, void *graph) {
+    if (!graph) return;
+    /* a replay may still be queued */
+    CUDA_CHECK(cudaStreamSynchronize(cuda_of(b)->stream));
+    CUDA_CHECK(cudaGraphExecDestroy(((cuda_graph *)graph)->exec));
+    free(graph);
+}
+
 static void cuda_destroy(fp8t_backend *b) {
     if (!b) return;
     cuda_state *s = cuda_of(b);
@@ -287,6 +360,13 @@ static const fp8t_backend_ops cuda_ops = {
     /* .embedding_forward_bf16 = */ cuda_embedding_forward_bf16,
     /* .block_quantize = */ cuda_block_quantize,
     /* .quantize_scaled = */ cuda_quantize_scaled,
+    /* .add_norm_operand = */ cuda_add_norm_operand,
+    /* .swiglu_operand = */ cuda_swiglu_operand,
+    /* .embedding_forward_fp8 = */ cuda_embedding_forward_fp8,
+    /* .graph_begin = */ cuda_graph_begin,
+    /* .graph_end = */ cuda_graph_end,
+    /* .graph_launch = */ cuda_graph_launch,
+    /* .graph_destroy = */ cuda_graph_destroy,
 };
 
 extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *opt, char *err,

@@ -117,6 +117,9 @@ typedef struct {
     int attn_cudnn;      /* cuDNN SDPA first: 0 no, 1 head size 128 (the default when built
                           * with cuDNN), 2 head sizes 32/64/128 (.attn = cudnn) */
     int sync_each_op;    /* .sync_each_op */
+    int capturing;       /* between graph_begin and graph_end: nothing may wait or allocate */
+    unsigned long scratch_gen; /* scratch reallocations so far (a graph recorded before one
+                                  may hold a freed scratch pointer) */
     int no_lt_fp8;       /* .no_lt_fp8 */
     /* cuBLASLt algorithm cache (off with plain) */
     lt_cache_entry lt_cache[LT_CACHE_SIZE];
@@ -484,14 +487,24 @@ void cuda_adamw(fp8t_backend *b, float *params, float *m, float *v, const float 
                 size_t n, float lr, float beta1, float beta2, float eps, float wd, int t,
                 float grad_scale);
 /* cuda_attention_decode.cu: the KV cache ops (backend.h) */
-void cuda_kv_cache_write(fp8t_backend *b, void *kc, void *vc, int kv_bf16, const float *qkv,
+void cuda_kv_cache_write(fp8t_backend *b, void *kc, void *vc, int kv, const float *qkv,
                          const fp8t_attn_shape *s, int Tmax);
-void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv_bf16,
+void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv,
                            const float *qkv, const int *pos, const fp8t_attn_shape *s,
                            int Tmax);
 void cuda_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
                                  const uint16_t *wte, int ld, const float *wpe, const int *pos,
                                  int B, int T, int C);
+void cuda_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
+                                const uint8_t *codes, int ld, const float *scale_inv,
+                                const float *wpe, const int *pos, int B, int T, int C);
+/* the inference fusions (backend.h): cuda_norm.cu, cuda_misc.cu */
+void cuda_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a,
+                           const float *y, const float *ybias, const float *w,
+                           const float *bias, int rms, int rows, int cols, float eps,
+                           const float *scale, fp8_format fmt);
+void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up,
+                         int rows, int cols, const float *scale, fp8_format fmt);
 /* cuda_stats.cu */
 void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
                        const fp8t_stats_req *req);

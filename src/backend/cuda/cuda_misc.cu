@@ -436,6 +436,55 @@ void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const f
     CUDA_LAUNCH_CHECK(s);
 }
 
+/* swiglu_operand: each element's swiglu_value, then its FP8 code (scale non-NULL: codes
+ * [rows, cols]) or BF16 (the operand [pad8(rows), pad8(cols)], padding zero). Groups of 4
+ * consecutive columns per thread when cols % 4 == 0 and the inputs are 16-byte aligned (groups
+ * never straddle rows then), single elements otherwise; the values are the same either way. */
+__global__ void swiglu_operand_kernel(void *out, const float *__restrict__ gate,
+                                      const float *__restrict__ up, int rows, int cols, int ld,
+                                      int rows_out, const float *__restrict__ scale_p,
+                                      fp8_format fmt, int vec) {
+    const float scale = scale_p ? *scale_p : 1.0f;
+    const int per = vec ? 4 : 1;
+    const size_t units = (size_t)rows_out * (size_t)(ld / per); /* ld % per == 0 */
+    GRID_STRIDE(u, units) {
+        const size_t r = u / (size_t)(ld / per);
+        const int c0 = (int)(u - r * (size_t)(ld / per)) * per;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (r < (size_t)rows) {
+            if (vec) {
+                if (c0 < cols) {
+                    const size_t q = (r * cols + c0) / 4;
+                    const float4 g = as4(gate)[q], x = as4(up)[q];
+                    v[0] = swiglu_value(g.x, x.x), v[1] = swiglu_value(g.y, x.y);
+                    v[2] = swiglu_value(g.z, x.z), v[3] = swiglu_value(g.w, x.w);
+                }
+            } else if (c0 < cols) {
+                v[0] = swiglu_value(gate[r * cols + c0], up[r * cols + c0]);
+            }
+        }
+        for (int k = 0; k < per; k++) {
+            const size_t o = r * (size_t)ld + c0 + k;
+            if (scale_p) ((uint8_t *)out)[o] = fp8_enc_dev(v[k] * scale, fmt);
+            else ((__nv_bfloat16 *)out)[o] = __float2bfloat16_rn(v[k]);
+        }
+    }
+}
+
+void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up,
+                         int rows, int cols, const float *scale, fp8_format fmt) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    /* FP8 codes are [rows, cols]; the BF16 operand pads both dimensions to 8 */
+    const int ld = scale ? cols : fp8t_bf16_pad(cols);
+    const int rows_out = scale ? rows : fp8t_bf16_pad(rows);
+    const int vec = cols % 4 == 0 && aligned16(gate) && aligned16(up);
+    const size_t units = (size_t)rows_out * (size_t)(ld / (vec ? 4 : 1));
+    swiglu_operand_kernel<<<ew_blocks(s, units, 2), EW_THREADS, 0, s->stream>>>(
+        out, gate, up, rows, cols, ld, rows_out, scale, fmt, vec);
+    CUDA_LAUNCH_CHECK(s);
+}
+
 void cuda_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,
                           const float *gate, const float *up, size_t n) {
     if (!n) return;

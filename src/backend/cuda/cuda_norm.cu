@@ -104,10 +104,11 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd_out, const float 
  * (two-pass variance). */
 template <int V, int MODE>
 __device__ __forceinline__ void norm_row_load(float (&v)[4 * V], float &mean, float &rstd,
-                                              const float *__restrict__ x, int row, int C,
+                                              const float *x, int row, int C,
                                               float eps, int lane,
                                               const float *__restrict__ x2 = nullptr,
-                                              float *sum_out = nullptr) {
+                                              float *sum_out = nullptr,
+                                              const float *__restrict__ x2b = nullptr) {
     const int C4 = C >> 2;
     const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)row * C); /* [C4] */
 #pragma unroll
@@ -115,17 +116,24 @@ __device__ __forceinline__ void norm_row_load(float (&v)[4 * V], float &mean, fl
         int q = lane + 32 * i;
         f4_unpack(v + 4 * i, q < C4 ? x4[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f));
     }
-    if (x2) { /* the norm's input is x + x2 (add's arithmetic), written to sum_out */
+    if (x2) { /* the norm's input is x + x2 (add's arithmetic), or with x2b [C] x + (x2 + x2b)
+               * (add_bias's), written to sum_out when it is given */
         const float4 *y4 = reinterpret_cast<const float4 *>(x2 + (size_t)row * C);
-        float4 *s4 = reinterpret_cast<float4 *>(sum_out + (size_t)row * C);
+        const float4 *yb4 = reinterpret_cast<const float4 *>(x2b);
+        float4 *s4 = sum_out ? reinterpret_cast<float4 *>(sum_out + (size_t)row * C) : nullptr;
 #pragma unroll
         for (int i = 0; i < V; i++) {
             int q = lane + 32 * i;
             if (q < C4) {
                 float y[4];
                 f4_unpack(y, y4[q]);
+                if (yb4) {
+                    float yb[4];
+                    f4_unpack(yb, yb4[q]);
+                    for (int k = 0; k < 4; k++) y[k] = y[k] + yb[k];
+                }
                 for (int k = 0; k < 4; k++) v[4 * i + k] = v[4 * i + k] + y[k];
-                s4[q] = f4_pack(v + 4 * i);
+                if (s4) s4[q] = f4_pack(v + 4 * i);
             }
         }
     }
@@ -361,6 +369,132 @@ void cuda_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float 
             out, rstd, x, w, N, C, eps);
     }
     CUDA_LAUNCH_CHECK(s);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* add_norm_operand (inference): [a + (y + ybias) ->] norm -> the next GEMM's operand */
+
+/* The fast kernel: norm_forward_bf16_vec_kernel's row walk with the input a (+ (y + ybias)),
+ * sum_out may be a itself (the residual stream updated in place: a lane loads its part of the
+ * row before it writes it, and no other lane touches it; hence no __restrict__ on a),
+ * the values written as FP8 codes quantized with *scale (FP8; [N, C], no padding rows) or as a
+ * BF16 operand (C % 8 == 0: [pad8(N), C], padding rows zero). */
+template <int V, int MODE, bool FP8>
+__global__ void __launch_bounds__(FWD_VEC_THREADS)
+    add_norm_operand_vec_kernel(void *out, float *sum_out, const float *a,
+                                const float *__restrict__ y, const float *__restrict__ yb,
+                                const float *__restrict__ w, const float *__restrict__ bias,
+                                int N, int rows_out, int C, float eps,
+                                const float *__restrict__ scale_p, fp8_format fmt) {
+    const int lane = threadIdx.x & 31, C4 = C >> 2;
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);    /* [C4] */
+    const float4 *b4 = reinterpret_cast<const float4 *>(bias); /* [C4] or NULL */
+    const float scale = FP8 ? *scale_p : 1.0f;
+    for (int row = blockIdx.x * (FWD_VEC_THREADS / 32) + (threadIdx.x >> 5); row < rows_out;
+         row += gridDim.x * (FWD_VEC_THREADS / 32)) {
+        if (row >= N) { /* a BF16 operand's padding row */
+            uint2 *o2 = reinterpret_cast<uint2 *>(out) + (size_t)row * C4;
+            for (int q = lane; q < C4; q += 32) o2[q] = make_uint2(0u, 0u);
+            continue;
+        }
+        float v[4 * V], mean, rstd;
+        norm_row_load<V, MODE>(v, mean, rstd, a, row, C, eps, lane, y, sum_out, yb);
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            int q = lane + 32 * i;
+            if (q < C4) {
+                float o[4];
+                norm_out4<MODE>(o, v + 4 * i, mean, rstd, w4, b4, q);
+                if (FP8) {
+                    uchar4 c;
+                    c.x = fp8_enc_dev(o[0] * scale, fmt);
+                    c.y = fp8_enc_dev(o[1] * scale, fmt);
+                    c.z = fp8_enc_dev(o[2] * scale, fmt);
+                    c.w = fp8_enc_dev(o[3] * scale, fmt);
+                    reinterpret_cast<uchar4 *>(out)[(size_t)row * C4 + q] = c;
+                } else {
+                    __nv_bfloat162 p0 = __floats2bfloat162_rn(o[0], o[1]);
+                    __nv_bfloat162 p1 = __floats2bfloat162_rn(o[2], o[3]);
+                    reinterpret_cast<uint2 *>(out)[(size_t)row * C4 + q] =
+                        make_uint2(*(unsigned *)&p0, *(unsigned *)&p1);
+                }
+            }
+        }
+    }
+}
+
+template <int MODE, bool FP8>
+static int add_norm_operand_vec(cuda_state *s, void *out, float *sum, const float *a,
+                                const float *y, const float *yb, const float *w,
+                                const float *bias, int N, int C, float eps, const float *scale,
+                                fp8_format fmt) {
+    const int per_lane = (int)cdiv_u((size_t)(C / 4), 32); /* float4 per lane */
+    const int rows_out = FP8 ? N : fp8t_bf16_pad(N);
+    size_t want = cdiv_u((size_t)rows_out, FWD_VEC_THREADS / 32), cap = (size_t)s->num_sms * 16;
+    unsigned grid = (unsigned)(want < cap ? want : cap);
+#define ANO_CASE(V)                                                                           \
+    if (per_lane <= (V)) {                                                                    \
+        add_norm_operand_vec_kernel<V, MODE, FP8><<<grid, FWD_VEC_THREADS, 0, s->stream>>>(    \
+            out, sum, a, y, yb, w, bias, N, rows_out, C, eps, scale, fmt);                    \
+        return 1;                                                                             \
+    }
+    ANO_CASE(1)
+    ANO_CASE(2)
+    ANO_CASE(4)
+    ANO_CASE(6)
+    ANO_CASE(8)
+    ANO_CASE(12)
+    ANO_CASE(16)
+    ANO_CASE(24)
+    ANO_CASE(FWD_VEC_MAX_V)
+#undef ANO_CASE
+    return 0;
+}
+
+void cuda_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a,
+                           const float *y, const float *ybias, const float *w,
+                           const float *bias, int rms, int rows, int cols, float eps,
+                           const float *scale, fp8_format fmt) {
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    const int N = rows, C = cols;
+    const int fast = !s->plain && C % (scale ? 4 : 8) == 0 && (int)cdiv_u((size_t)(C / 4), 32) <=
+                     FWD_VEC_MAX_V && aligned16(out) && aligned16(a) && aligned16(w) &&
+                     (!bias || aligned16(bias)) && (!y || aligned16(y)) &&
+                     (!ybias || aligned16(ybias)) && (!sum || aligned16(sum));
+    if (fast) {
+        int done;
+        if (rms)
+            done = scale ? add_norm_operand_vec<NORM_RMS, true>(s, out, y ? sum : NULL, a, y, ybias,
+                                                               w, NULL, N, C, eps, scale, fmt)
+                         : add_norm_operand_vec<NORM_RMS, false>(s, out, y ? sum : NULL, a, y,
+                                                                ybias, w, NULL, N, C, eps,
+                                                                scale, fmt);
+        else
+            done = scale ? add_norm_operand_vec<NORM_LN, true>(s, out, y ? sum : NULL, a, y, ybias,
+                                                              w, bias, N, C, eps, scale, fmt)
+                         : add_norm_operand_vec<NORM_LN, false>(s, out, y ? sum : NULL, a, y,
+                                                               ybias, w, bias, N, C, eps, scale,
+                                                               fmt);
+        if (done) {
+            CUDA_LAUNCH_CHECK(s);
+            return;
+        }
+    }
+    /* the unfused ops: add (into sum, or scratch), the FP32 norm in scratch, the operand */
+    const size_t n = (size_t)N * C;
+    const float *x = a;
+    if (y) {
+        float *t = sum ? sum : (float *)cuda_scratch(b, SCR_GEMM_C, n * sizeof(float));
+        if (ybias) cuda_add_bias(b, t, a, y, ybias, N, C);
+        else cuda_add(b, t, a, y, n);
+        x = t;
+    }
+    float *o = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
+    if (rms) cuda_rmsnorm_forward(b, o, NULL, x, w, N, C, eps);
+    else cuda_layernorm_forward(b, o, NULL, NULL, x, w, bias, N, C, eps);
+    if (scale) cuda_quantize(b, (uint8_t *)out, NULL, NULL, o, N, C, fmt, scale);
+    else cuda_to_bf16_operand(b, (uint16_t *)out, NULL, o, N, C);
 }
 
 /* ---------------------------------------------------------------------------------------- */
