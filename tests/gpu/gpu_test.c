@@ -1467,7 +1467,7 @@ static void test_tensor_stats(void) {
     static const int shapes[][2] = {{1, 1}, {7, 9}, {37, 300}, {256, 768}, {1024, 1600},
                                     {4096, 4096}};
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
-        for (int variant = 0; variant < 2; variant++) {
+        for (int variant = 0; variant < (default_only ? 1 : 2); variant++) {
             int rows = shapes[si][0], cols = shapes[si][1];
             size_t n = (size_t)rows * cols;
             float *x = host_quant_data(n, variant);
@@ -3131,18 +3131,22 @@ static int attn_bench(int iters) {
 }
 
 int main(int argc, char **argv) {
-    int skip_exhaustive = 0, ops_only = 0, bench_iters = 0, infer_only = 0;
+    int skip_exhaustive = 0, ops_only = 0, bench_iters = 0, infer_only = 0, default_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) skip_exhaustive = 1;
         else if (!strcmp(argv[i], "--ops-only")) ops_only = 1;
         else if (!strcmp(argv[i], "--attn-bench")) bench_iters = 20;
         else if (!strcmp(argv[i], "--infer-only")) infer_only = 1;
+        else if (!strcmp(argv[i], "--default-only")) default_only = 1;
         else {
-            fprintf(stderr, "usage: %s [--quick] [--ops-only] [--attn-bench] [--infer-only]\n"
+            fprintf(stderr, "usage: %s [--quick] [--ops-only] [--attn-bench] [--infer-only] "
+                            "[--default-only]\n"
                             "  --quick       skip the exhaustive 2^32-input conversion check\n"
                             "  --ops-only    skip the training-step checks\n"
                             "  --attn-bench  only time attention: flash against cuDNN\n"
-                            "  --infer-only  only the inference rows (tests/gpu/gpu_infer.c)\n",
+                            "  --infer-only  only the inference rows (tests/gpu/gpu_infer.c)\n"
+                            "  --default-only  the default CUDA variant only: not the plain\n"
+                            "                one nor the other attention implementations\n",
                     argv[0]);
             return 2;
         }
@@ -3258,7 +3262,7 @@ int main(int argc, char **argv) {
                  /* cuDNN's fused attention: the flash contract's tolerances (it also returns
                   * O and dq, dk, dv rounded to BF16: 2^-9 relative, well inside them) */
                  {FP8T_ATTN_CUDNN, 1, 1.5e-2, 1e-2, 3e-2}};
-    for (size_t e = 0; e < sizeof(extra) / sizeof(extra[0]); e++) {
+    for (size_t e = 0; !default_only && e < sizeof(extra) / sizeof(extra[0]); e++) {
         const fp8t_backend_options bo = {.attn = extra[e].attn};
         GPU = fp8t_backend_create("cuda", &bo, err, sizeof(err));
         if (!GPU) {
