@@ -31,9 +31,13 @@
  * additions of non-negative terms: < 4e-7 relative) and the double total is as close; p keeps
  * the squares of tensors as small as 1e-40 or as large as 1e30 in float range. The elements
  * so small against amax that p x leaves the normal range (below 2^-126 amax) can round
- * differently, which moves a sum by less than 2^-250 of it. A delayed scale the fast path
- * cannot take (0, NaN, Inf, subnormal, or too far from the data's range for p) is computed
- * per element exactly as the CPU does (the slow class, double sums).
+ * differently, which moves a sum by less than 2^-250 of it. Where that is not small, a tensor
+ * whose amax is below 2^-100 (its values q are float subnormals, rounded on the subnormal
+ * grid), P2 runs as a second instance (TINY) with p = 1, q by IEEE division and the sums in
+ * double; both instances are launched and the one that does not match the amax returns at
+ * once. A delayed scale the fast path cannot take (0, NaN, Inf, subnormal, negative, or one
+ * that clips nearly everything by more than 2^40, so that every (p q)^2 would underflow) is
+ * computed per element exactly as the CPU does (the slow class, double sums).
  * Underflows are counted as elements whose FP8 value is 0, less the elements that are 0 in x
  * (which are 0 in every image), both exact.
  * Determinism: every partition is a function of the sizes and the device (grids are as large
@@ -88,7 +92,8 @@ typedef struct {
 /* what F1 leaves for T, P2, F2 and K */
 typedef struct {
     double mean;
-    float p, invp;  /* prescale 2^k ~ 1/amax, and 2^-k */
+    float p, invp;  /* prescale 2^k ~ 1/amax, and 2^-k (1 when tiny) */
+    int tiny;       /* amax < 2^-100: the image sums in double, q by IEEE division (below) */
     float amax;     /* over finite elements */
     float qamax;    /* as the quantizers take it: NaN if any, else Inf if any, else amax */
     int cls[ST_NIMG];
@@ -226,12 +231,17 @@ __global__ void __launch_bounds__(ST_THREADS)
     prm->amax = a.amax;
     const float qamax = a.nnan ? __int_as_float(0x7fc00000) : (ninf ? INFINITY : a.amax);
     prm->qamax = qamax;
-    /* p = 2^k with p * amax in [1, 2) (k clamped so that p and 1/p are normal floats) */
+    /* p = 2^k with p * amax in [1, 2) (k clamped so that p and 1/p are normal floats). A
+     * tensor whose amax is below 2^-100 has every image value q a float subnormal or close to
+     * one, where p q would not round as q does: there P2 takes q itself (p = 1), by IEEE
+     * division, and sums in double. */
+    const int tiny = a.amax > 0.0f && a.amax < 0x1p-100f;
     int k2 = 0;
-    if (a.amax > 0.0f) {
+    if (a.amax > 0.0f && !tiny) {
         k2 = -ilogbf(a.amax);
         k2 = k2 < -126 ? -126 : (k2 > 126 ? 126 : k2);
     }
+    prm->tiny = tiny;
     const float p = ldexpf(1.0f, k2), invp = ldexpf(1.0f, -k2);
     prm->p = p, prm->invp = invp;
     for (int k = 0; k < sp.n; k++) {
@@ -247,11 +257,18 @@ __global__ void __launch_bounds__(ST_THREADS)
             /* the fast path: sc, sc / p and its reciprocal normal floats */
             mp = __fmul_rn(sc, invp);
             rp = __frcp_rn(mp);
-            const int fast = isfinite(sc) && sc >= FLT_MIN && isfinite(mp) && mp >= FLT_MIN &&
-                             isfinite(rp) && rp >= FLT_MIN;
+            int fast = isfinite(sc) && sc >= FLT_MIN && isfinite(mp) && mp >= FLT_MIN &&
+                       isfinite(rp) && rp >= FLT_MIN;
             /* the largest |x * sc| is amax * sc (rounding is monotonic): may anything clip? */
             const float ymax = __fmul_rn(a.amax, sc);
             const int clip = e5 ? !(ymax < FP8T_CLIP_FROM_E5M2) : !(ymax <= FP8T_CLIP_ABOVE_E4M3);
+            /* and the largest p q, which is that element's: a scale that clips nearly
+             * everything by a factor beyond 2^40 makes every (p q)^2 a float subnormal */
+            if (fast && !tiny && a.amax > 0.0f) {
+                int cl;
+                const float qmp = __fdiv_rn(fp8t_round_clamp(ymax, e5, &cl), mp);
+                fast = fabsf(qmp) >= 0x1p-40f;
+            }
             cls = !fast ? CLS_SLOW : (e5 ? (clip ? CLS_U5S : CLS_U5) : (clip ? CLS_U4S : CLS_U4));
         }
         prm->cls[k] = cls;
@@ -305,7 +322,7 @@ typedef struct {
 
 /* one image's sums over a lane's 4 x 4 elements, before they go into the thread's doubles */
 typedef struct {
-    float err, xq, qq;
+    double err, xq, qq;
     unsigned cz, sat;
 } img_f;
 
@@ -313,44 +330,70 @@ typedef struct {
  * NaN, Inf and padding) with xp = p xs. m[j]: tile j's multiplier; the value q p =
  * d / mp[j] (Markstein with rp[j] = 1 / mp[j]) or, MULT, d * rp[j] (MXFP8: a power of two).
  * CLIP: the clamp to +-max and the count; else the caller knows |xs m| stays below the
- * clipping threshold. */
-template <int E5, bool MULT, bool CLIP>
+ * clipping threshold. DBL (a tiny tensor: p = 1, mp = m): q = d / m by IEEE division and the
+ * sums in double, where float squares would underflow. */
+template <int E5, bool MULT, bool CLIP, bool DBL>
 __device__ __forceinline__ void image_run(const float (&xs)[ST_U][4], const float (&xp)[ST_U][4],
                                           const float (&m)[ST_U], const float (&mp)[ST_U],
                                           const float (&rp)[ST_U], img_f *o) {
-    float perr[ST_U], pxq[ST_U], pqq[ST_U];
     unsigned cz = 0, cs = 0;
+    if (!DBL) {
+        float perr[ST_U], pxq[ST_U], pqq[ST_U];
 #pragma unroll
-    for (int j = 0; j < ST_U; j++) {
-        perr[j] = pxq[j] = pqq[j] = 0.0f;
+        for (int j = 0; j < ST_U; j++) {
+            perr[j] = pxq[j] = pqq[j] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float y = __fmul_rn(xs[j][i], m[j]);
-            float d;
-            if (CLIP) {
-                int cl;
-                d = fp8t_round_clamp(y, E5, &cl);
-                cs += (unsigned)cl;
-            } else {
-                d = fp8t_round_nosat(y, E5);
+            for (int i = 0; i < 4; i++) {
+                const float y = __fmul_rn(xs[j][i], m[j]);
+                float d;
+                if (CLIP) {
+                    int cl;
+                    d = fp8t_round_clamp(y, E5, &cl);
+                    cs += (unsigned)cl;
+                } else {
+                    d = fp8t_round_nosat(y, E5);
+                }
+                const float q = MULT ? __fmul_rn(d, rp[j]) : fp8t_div_markstein(d, mp[j], rp[j]);
+                const float e = __fsub_rn(q, xp[j][i]);
+                perr[j] = __fmaf_rn(e, e, perr[j]);
+                pxq[j] = __fmaf_rn(xp[j][i], q, pxq[j]);
+                pqq[j] = __fmaf_rn(q, q, pqq[j]);
+                cz += d == 0.0f;
             }
-            const float q = MULT ? __fmul_rn(d, rp[j]) : fp8t_div_markstein(d, mp[j], rp[j]);
-            const float e = __fsub_rn(q, xp[j][i]);
-            perr[j] = __fmaf_rn(e, e, perr[j]);
-            pxq[j] = __fmaf_rn(xp[j][i], q, pxq[j]);
-            pqq[j] = __fmaf_rn(q, q, pqq[j]);
-            cz += d == 0.0f;
         }
+        o->err = (double)__fadd_rn(__fadd_rn(perr[0], perr[1]), __fadd_rn(perr[2], perr[3]));
+        o->xq = (double)__fadd_rn(__fadd_rn(pxq[0], pxq[1]), __fadd_rn(pxq[2], pxq[3]));
+        o->qq = (double)__fadd_rn(__fadd_rn(pqq[0], pqq[1]), __fadd_rn(pqq[2], pqq[3]));
+    } else {
+        double err = 0.0, xq = 0.0, qq = 0.0;
+#pragma unroll
+        for (int j = 0; j < ST_U; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float y = __fmul_rn(xs[j][i], m[j]);
+                float d;
+                if (CLIP) {
+                    int cl;
+                    d = fp8t_round_clamp(y, E5, &cl);
+                    cs += (unsigned)cl;
+                } else {
+                    d = fp8t_round_nosat(y, E5);
+                }
+                const float q = MULT ? __fmul_rn(d, rp[j]) : __fdiv_rn(d, mp[j]);
+                const double dq = (double)q, dx = (double)xs[j][i], e = dq - dx;
+                err = fma(e, e, err);
+                xq = fma(dx, dq, xq);
+                qq = fma(dq, dq, qq);
+                cz += d == 0.0f;
+            }
+        o->err = err, o->xq = xq, o->qq = qq;
     }
-    o->err = __fadd_rn(__fadd_rn(perr[0], perr[1]), __fadd_rn(perr[2], perr[3]));
-    o->xq = __fadd_rn(__fadd_rn(pxq[0], pxq[1]), __fadd_rn(pxq[2], pxq[3]));
-    o->qq = __fadd_rn(__fadd_rn(pqq[0], pqq[1]), __fadd_rn(pqq[2], pqq[3]));
     o->cz = cz, o->sat = cs;
 }
 
 /* Tiles other than 1x128 (G): the multipliers per element from the table; always with the
  * clamp (a tile holding NaN or Inf has scale 1). */
-template <int E5>
+template <int E5, bool DBL>
 __device__ __forceinline__ void image_run_table(const float (&xs)[ST_U][4],
                                                 const float (&xp)[ST_U][4], const int (&row)[ST_U],
                                                 const int (&c0)[ST_U], int lane, int cols,
@@ -358,6 +401,7 @@ __device__ __forceinline__ void image_run_table(const float (&xs)[ST_U][4],
     const float *tab = sp.gtab[k];
     const size_t nt = sp.gtiles[k];
     float perr[ST_U], pxq[ST_U], pqq[ST_U];
+    double derr = 0.0, dxq = 0.0, dqq = 0.0;
     unsigned cz = 0, cs = 0;
 #pragma unroll
     for (int j = 0; j < ST_U; j++) {
@@ -374,17 +418,22 @@ __device__ __forceinline__ void image_run_table(const float (&xs)[ST_U][4],
             int cl;
             const float d = fp8t_round_clamp(y, E5, &cl);
             cs += (unsigned)cl;
+            cz += d == 0.0f;
+            if (DBL) { /* as image_run's */
+                const double dq = (double)__fdiv_rn(d, mpp), dx = (double)xs[j][i], e = dq - dx;
+                derr = fma(e, e, derr), dxq = fma(dx, dq, dxq), dqq = fma(dq, dq, dqq);
+                continue;
+            }
             const float q = fp8t_div_markstein(d, mpp, rpp);
             const float e = __fsub_rn(q, xp[j][i]);
             perr[j] = __fmaf_rn(e, e, perr[j]);
             pxq[j] = __fmaf_rn(xp[j][i], q, pxq[j]);
             pqq[j] = __fmaf_rn(q, q, pqq[j]);
-            cz += d == 0.0f;
         }
     }
-    o->err = __fadd_rn(__fadd_rn(perr[0], perr[1]), __fadd_rn(perr[2], perr[3]));
-    o->xq = __fadd_rn(__fadd_rn(pxq[0], pxq[1]), __fadd_rn(pxq[2], pxq[3]));
-    o->qq = __fadd_rn(__fadd_rn(pqq[0], pqq[1]), __fadd_rn(pqq[2], pqq[3]));
+    o->err = DBL ? derr : (double)__fadd_rn(__fadd_rn(perr[0], perr[1]), __fadd_rn(perr[2], perr[3]));
+    o->xq = DBL ? dxq : (double)__fadd_rn(__fadd_rn(pxq[0], pxq[1]), __fadd_rn(pxq[2], pxq[3]));
+    o->qq = DBL ? dqq : (double)__fadd_rn(__fadd_rn(pqq[0], pqq[1]), __fadd_rn(pqq[2], pqq[3]));
     o->cz = cz, o->sat = cs;
 }
 
@@ -416,9 +465,13 @@ __device__ __forceinline__ void image_run_slow(const float *__restrict__ x,
         }
 }
 
+/* TINY: the kernel for tensors with amax < 2^-100 (prm->tiny); both are launched and the one
+ * that does not match returns at once, so the host never waits for the amax */
+template <bool TINY>
 __global__ void __launch_bounds__(ST_P2_THREADS)
     stats_p2_kernel(img_part *part, double *dev_part, const stats_params *prm,
                     const float *__restrict__ x, p2_view v, img_specs sp, int vec) {
+    if (prm->tiny != (int)TINY) return;
     /* per thread and image: err, xq, qq (double); FP8 zeros, clipped, MX correction */
     __shared__ double s_acc[ST_NIMG * 3 * ST_P2_THREADS];
     __shared__ unsigned s_cnt[ST_NIMG * 3 * ST_P2_THREADS];
@@ -466,7 +519,9 @@ __global__ void __launch_bounds__(ST_P2_THREADS)
                     len[j] = tj < v.ntiles ? (int)min((size_t)ST_TILE, v.n - off[j]) : 0;
                     row[j] = 0, c0[j] = 0;
                 } else {
-                    row[j] = rr, c0[j] = cc * ST_TILE;
+                    /* a tile past the end (len 0) is all padding; its row stays in range
+                     * for the G tables' index */
+                    row[j] = rr < v.rows ? rr : v.rows - 1, c0[j] = cc * ST_TILE;
                     off[j] = (size_t)rr * (size_t)v.cols + (size_t)c0[j];
                     len[j] = tj < v.ntiles ? min(ST_TILE, v.cols - c0[j]) : 0;
                     if (++cc == v.nbc) cc = 0, rr++;
@@ -567,7 +622,7 @@ __global__ void __launch_bounds__(ST_P2_THREADS)
         for (int k = 0; k < nimg; k++) {
             const int cls = s_cls[k];
             img_f o;
-            o.err = o.xq = o.qq = 0.0f;
+            o.err = o.xq = o.qq = 0.0;
             o.cz = o.sat = 0;
             unsigned corr = 0;
             if (cls <= CLS_U5S) {
@@ -575,10 +630,10 @@ __global__ void __launch_bounds__(ST_P2_THREADS)
                 const float m4[ST_U] = {mu, mu, mu, mu}, mp_[ST_U] = {mpu, mpu, mpu, mpu},
                             rp_[ST_U] = {rpu, rpu, rpu, rpu};
                 switch (cls) {
-                case CLS_U4: image_run<0, false, false>(xs, xp, m4, mp_, rp_, &o); break;
-                case CLS_U4S: image_run<0, false, true>(xs, xp, m4, mp_, rp_, &o); break;
-                case CLS_U5: image_run<1, false, false>(xs, xp, m4, mp_, rp_, &o); break;
-                default: image_run<1, false, true>(xs, xp, m4, mp_, rp_, &o); break;
+                case CLS_U4: image_run<0, false, false, TINY>(xs, xp, m4, mp_, rp_, &o); break;
+                case CLS_U4S: image_run<0, false, true, TINY>(xs, xp, m4, mp_, rp_, &o); break;
+                case CLS_U5: image_run<1, false, false, TINY>(xs, xp, m4, mp_, rp_, &o); break;
+                default: image_run<1, false, true, TINY>(xs, xp, m4, mp_, rp_, &o); break;
                 }
             } else if (cls == CLS_R4 || cls == CLS_R5) {
                 const int e5 = cls == CLS_R5;
@@ -590,19 +645,19 @@ __global__ void __launch_bounds__(ST_P2_THREADS)
                     rpt[j] = __shfl_sync(ST_FULL, e5 ? rp5 : rp4, j);
                 }
                 if (tbad) { /* a tile with NaN / Inf has scale 1: its elements may clip */
-                    if (e5) image_run<1, false, true>(xs, xp, mt, mpt, rpt, &o);
-                    else image_run<0, false, true>(xs, xp, mt, mpt, rpt, &o);
+                    if (e5) image_run<1, false, true, TINY>(xs, xp, mt, mpt, rpt, &o);
+                    else image_run<0, false, true, TINY>(xs, xp, mt, mpt, rpt, &o);
                 } else {
-                    if (e5) image_run<1, false, false>(xs, xp, mt, mpt, rpt, &o);
-                    else image_run<0, false, false>(xs, xp, mt, mpt, rpt, &o);
+                    if (e5) image_run<1, false, false, TINY>(xs, xp, mt, mpt, rpt, &o);
+                    else image_run<0, false, false, TINY>(xs, xp, mt, mpt, rpt, &o);
                 }
             } else if (cls == CLS_MX) {
-                image_run<0, true, false>(xs, xp, mxm, mxm, mxr, &o);
+                image_run<0, true, false, TINY>(xs, xp, mxm, mxm, mxr, &o);
                 corr = mxcorr;
             } else if (cls == CLS_G4) {
-                image_run_table<0>(xs, xp, row, c0, lane, v.cols, sp, k, &o);
+                image_run_table<0, TINY>(xs, xp, row, c0, lane, v.cols, sp, k, &o);
             } else if (cls == CLS_G5) {
-                image_run_table<1>(xs, xp, row, c0, lane, v.cols, sp, k, &o);
+                image_run_table<1, TINY>(xs, xp, row, c0, lane, v.cols, sp, k, &o);
             } else { /* CLS_SLOW: straight into the doubles */
                 const int b = k * 3 * ST_P2_THREADS + tid;
                 double e = 0.0, xq = 0.0, qq = 0.0;
@@ -614,9 +669,9 @@ __global__ void __launch_bounds__(ST_P2_THREADS)
                 continue;
             }
             const int b = k * 3 * ST_P2_THREADS + tid;
-            s_acc[b] += (double)o.err;
-            s_acc[b + ST_P2_THREADS] += (double)o.xq;
-            s_acc[b + 2 * ST_P2_THREADS] += (double)o.qq;
+            s_acc[b] += o.err;
+            s_acc[b + ST_P2_THREADS] += o.xq;
+            s_acc[b + 2 * ST_P2_THREADS] += o.qq;
             s_cnt[b] += o.cz;
             s_cnt[b + ST_P2_THREADS] += o.sat;
             s_cnt[b + 2 * ST_P2_THREADS] += corr;
@@ -658,8 +713,8 @@ __device__ __forceinline__ void img_part_merge(img_part *a, const img_part *b) {
     a->cz += b->cz, a->sat += b->sat, a->corr += b->corr;
 }
 
-/* F2: P2's partials in index order into *out. slots: P2's tiles * 128 (elements and padding,
- * each an FP8 zero where x is sanitized to 0) */
+/* F2: P2's partials in index order into *out. slots: the element slots P2 walked (elements and
+ * padding, each an FP8 zero where x is sanitized to 0) */
 __global__ void __launch_bounds__(ST_THREADS)
     stats_images_finish(fp8t_stats_raw *out, const stats_params *prm, const img_part *part,
                         const double *dev_part, int nparts, int nimg, ull slots) {
@@ -700,13 +755,6 @@ __global__ void __launch_bounds__(ST_THREADS)
 
 /* ---------------------------------------------------------------------------------------- */
 /* K, K2: block=N statistics at the per-tensor multiplier of image bimg */
-
-/* The non-saturating cast overflows (stats.h: fp8_overflows): |v| > 464 (E4M3), >= 61440
- * (E5M2); NaN compares false. */
-__device__ __forceinline__ int fp8_overflows_dev(float v, int fmt) {
-    const float a = fabsf(v);
-    return fmt == FP8_E5M2 ? a >= FP8T_CLIP_FROM_E5M2 : a > FP8T_CLIP_ABOVE_E4M3;
-}
 
 typedef struct {
     float amax;
@@ -883,7 +931,8 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     static std::atomic<int> occ1(0), occ2(0);
     const unsigned grid1 = st_grid(s, (const void *)stats_p1_kernel, ST_THREADS, &occ1,
                                    cdiv_u(n, (size_t)ST_THREADS * 4 * ST_P1_UNROLL));
-    const unsigned grid2 = st_grid(s, (const void *)stats_p2_kernel, ST_P2_THREADS, &occ2,
+    /* the partial buffers are sized by the common kernel's grid; the tiny one runs as many */
+    const unsigned grid2 = st_grid(s, (const void *)stats_p2_kernel<false>, ST_P2_THREADS, &occ2,
                                    cdiv_u(v.ntiles, (size_t)ST_P2_WARPS * ST_U));
     /* scratch: P1 partials | params | P2 partials | dev partials | G tables... | block list */
     const size_t off_par = align_up(grid1 * sizeof(mom_acc), 256);
@@ -928,10 +977,15 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
                                               sp.tr[k], sp.tc[k], sp.fmt[k]);
         CUDA_LAUNCH_CHECK(s);
     }
-    stats_p2_kernel<<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v, sp, vec2);
+    stats_p2_kernel<false><<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v, sp, vec2);
     CUDA_LAUNCH_CHECK(s);
+    stats_p2_kernel<true><<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v, sp, vec2);
+    CUDA_LAUNCH_CHECK(s);
+    /* the slots P2 walks: the tiles t < ntiles each warp starts at (every multiple of U below
+     * ntiles, once), U tiles each, those past the end as padding */
+    const ull slots = (ull)((v.ntiles + ST_U - 1) / ST_U) * ST_U * ST_TILE;
     stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part2, devp, (int)grid2, nimg,
-                                                         (ull)(v.ntiles * ST_TILE));
+                                                         slots);
     CUDA_LAUNCH_CHECK(s);
     if (bs > 0) {
         fp8t_block_raw *list = req->block_list ? req->block_list : (fp8t_block_raw *)(scr + off_list);
