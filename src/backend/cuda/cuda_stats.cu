@@ -21,6 +21,8 @@
  *       by float arithmetic (numerics/fp8_round_hd.h: exact, no conversion instruction),
  *       divided back by its multiplier with one Markstein correction (exact), and the error
  *       sums run in float over 4 elements, then 4 tiles, then into a double per thread;
+ *       (A request without images, a result's, runs a plain grid-stride pass for the sum
+ *       (x - mean)^2 instead, with P1's occupancy.)
  *   F2  one block merges P2's partials in order and finishes *out.
  * Only *out (about 1 KiB) ever reaches the host, by the caller's copy.
  *
@@ -202,6 +204,52 @@ __global__ void __launch_bounds__(ST_THREADS)
     sh[threadIdx.x] = b;
     tree_reduce<mom_acc, mom_merge, ST_THREADS>(sh);
     if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+
+/* P2 of a request without images (the results): sum (x - mean)^2 alone, P1's walk and
+ * occupancy (P2's registers are sized for the images) */
+__device__ __forceinline__ void dev_elem(double *dev, float v, double mean) {
+    const double dd = fabsf(v) < INFINITY ? (double)v - mean : 0.0;
+    *dev = fma(dd, dd, *dev);
+}
+
+__global__ void __launch_bounds__(ST_THREADS)
+    stats_dev_kernel(double *dev_part, const stats_params *prm, const float *__restrict__ x,
+                     size_t n, int vec) {
+    __shared__ double sh[ST_THREADS];
+    const double mean = prm->mean;
+    double dev = 0.0;
+    const size_t T = (size_t)gridDim.x * ST_THREADS;
+    const size_t i0 = (size_t)blockIdx.x * ST_THREADS + threadIdx.x;
+    size_t scalar_from = 0;
+    if (vec) {
+        const float4 *x4 = (const float4 *)x;
+        const size_t nv = n / 4;
+        size_t i = i0;
+        for (; i + (ST_P1_UNROLL - 1) * T < nv; i += ST_P1_UNROLL * T) {
+            float4 v[ST_P1_UNROLL];
+#pragma unroll
+            for (int u = 0; u < ST_P1_UNROLL; u++) v[u] = x4[i + u * T];
+#pragma unroll
+            for (int u = 0; u < ST_P1_UNROLL; u++) {
+                dev_elem(&dev, v[u].x, mean), dev_elem(&dev, v[u].y, mean);
+                dev_elem(&dev, v[u].z, mean), dev_elem(&dev, v[u].w, mean);
+            }
+        }
+        for (; i < nv; i += T) {
+            const float4 v = x4[i];
+            dev_elem(&dev, v.x, mean), dev_elem(&dev, v.y, mean);
+            dev_elem(&dev, v.z, mean), dev_elem(&dev, v.w, mean);
+        }
+        scalar_from = nv * 4;
+    }
+    for (size_t i = scalar_from + i0; i < n; i += T) dev_elem(&dev, x[i], mean);
+    sh[threadIdx.x] = dev;
+    for (int s = ST_THREADS / 2; s > 0; s >>= 1) {
+        __syncthreads();
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    }
+    if (threadIdx.x == 0) dev_part[blockIdx.x] = sh[0];
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -938,7 +986,7 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     const size_t off_par = align_up(grid1 * sizeof(mom_acc), 256);
     const size_t off_p2 = off_par + align_up(sizeof(stats_params), 256);
     const size_t off_dev = off_p2 + align_up((size_t)grid2 * ST_NIMG * sizeof(img_part), 256);
-    size_t end = off_dev + align_up(grid2 * sizeof(double), 256);
+    size_t end = off_dev + align_up((size_t)(grid2 > grid1 ? grid2 : grid1) * sizeof(double), 256);
     size_t tab_off[ST_NIMG] = {0};
     for (int k = 0; k < nimg; k++)
         if (sp.gtiles[k]) {
@@ -977,14 +1025,22 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
                                               sp.tr[k], sp.tc[k], sp.fmt[k]);
         CUDA_LAUNCH_CHECK(s);
     }
-    stats_p2_kernel<false><<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v, sp, vec2);
-    CUDA_LAUNCH_CHECK(s);
-    stats_p2_kernel<true><<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v, sp, vec2);
-    CUDA_LAUNCH_CHECK(s);
+    if (nimg > 0) {
+        stats_p2_kernel<false><<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v,
+                                                                       sp, vec2);
+        CUDA_LAUNCH_CHECK(s);
+        stats_p2_kernel<true><<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v,
+                                                                      sp, vec2);
+        CUDA_LAUNCH_CHECK(s);
+    } else {
+        stats_dev_kernel<<<grid1, ST_THREADS, 0, s->stream>>>(devp, prm, x, n, aligned);
+        CUDA_LAUNCH_CHECK(s);
+    }
     /* the slots P2 walks: the tiles t < ntiles each warp starts at (every multiple of U below
      * ntiles, once), U tiles each, those past the end as padding */
     const ull slots = (ull)((v.ntiles + ST_U - 1) / ST_U) * ST_U * ST_TILE;
-    stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part2, devp, (int)grid2, nimg,
+    stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part2, devp,
+                                                         (int)(nimg > 0 ? grid2 : grid1), nimg,
                                                          slots);
     CUDA_LAUNCH_CHECK(s);
     if (bs > 0) {
