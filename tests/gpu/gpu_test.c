@@ -1470,7 +1470,8 @@ static void test_tensor_stats_cases(void) {
         free(x);
     }
     /* delayed scales: clipping most elements, +Inf, NaN, 0, subnormal, negative (the exact
-     * slow path for all but the first), and one far from the data's range */
+     * slow path for all but the first), one that clips everything by ~1e28 (slow path too),
+     * one that flushes everything to zero */
     {
         const int rows = 300, cols = 768;
         const size_t n = (size_t)rows * cols;
@@ -1481,7 +1482,7 @@ static void test_tensor_stats_cases(void) {
         } scales[] = {{"scale 1e6 (clips)", 1e6f}, {"scale +Inf", INFINITY},
                       {"scale NaN", NAN},          {"scale 0", 0.0f},
                       {"scale 1e-40", 1e-40f},     {"scale -20", -20.0f},
-                      {"scale 1e30", 1e30f}};
+                      {"scale 1e30", 1e30f},       {"scale 1e-20 (all flush)", 1e-20f}};
         for (size_t k = 0; k < sizeof(scales) / sizeof(scales[0]); k++) {
             stats_case(scales[k].what, x, rows, cols, 0, scales[k].sc, FP8_E4M3, 0);
             stats_case(scales[k].what, x, rows, cols, 0, scales[k].sc, FP8_E5M2, 0);

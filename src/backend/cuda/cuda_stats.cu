@@ -311,11 +311,12 @@ __global__ void __launch_bounds__(ST_THREADS)
             const float ymax = __fmul_rn(a.amax, sc);
             const int clip = e5 ? !(ymax < FP8T_CLIP_FROM_E5M2) : !(ymax <= FP8T_CLIP_ABOVE_E4M3);
             /* and the largest p q, which is that element's: a scale that clips nearly
-             * everything by a factor beyond 2^40 makes every (p q)^2 a float subnormal */
+             * everything by a factor beyond 2^40 makes every (p q)^2 a float subnormal (where
+             * everything flushes to zero, q = 0 is exact either way) */
             if (fast && !tiny && a.amax > 0.0f) {
                 int cl;
                 const float qmp = __fdiv_rn(fp8t_round_clamp(ymax, e5, &cl), mp);
-                fast = fabsf(qmp) >= 0x1p-40f;
+                fast = qmp == 0.0f || fabsf(qmp) >= 0x1p-40f;
             }
             cls = !fast ? CLS_SLOW : (e5 ? (clip ? CLS_U5S : CLS_U5) : (clip ? CLS_U4S : CLS_U4));
         }
