@@ -31,7 +31,9 @@
  *      lane per tile; the FP8 value by float arithmetic (numerics/fp8_round_hd.h), the
  *      division back by a Markstein step from a per-tile reciprocal, error sums in float over
  *      16 elements (prescaled by a power of two) then in double; tile coordinates stepped,
- *      not divided.
+ *      not divided; a request without images (a result) takes a grid-stride deviation pass
+ *      instead; tensors below 2^-100 and out-of-range delayed scales take exact double
+ *      paths (a second P2 instance, the slow class).
  *
  * Checks (all must pass before anything is timed), on shapes with and without a partial
  * 1x128 tile at the row end, rows that are not a multiple of 4 floats (scalar loads), data with
