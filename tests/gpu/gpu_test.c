@@ -1413,7 +1413,9 @@ static void inspect_stats_req(fp8t_stats_req *req, const float *scale, fp8_forma
 }
 
 /* one case of test_tensor_stats_cases: x [rows, cols] at float offset `misalign` into its
- * buffers (both sides), the inspect request with delayed scale sc in fmt (result: no images) */
+ * buffers (both sides), the inspect request with delayed scale sc in fmt; result 1: no images
+ * (a result's request), 2: only the per-tensor images (delayed, current E4M3 and E5M2: the
+ * kernel walks 128 consecutive elements, not rows) */
 static void stats_case(const char *what, const float *x, int rows, int cols, int misalign,
                        float sc, fp8_format fmt, int result) {
     const size_t n = (size_t)rows * cols;
@@ -1425,8 +1427,9 @@ static void stats_case(const char *what, const float *x, int rows, int cols, int
     dp_poison(draw, 1);
     fp8t_stats_req req;
     FOR_BOTH {
-        if (result) memset(&req, 0, sizeof req);
+        if (result == 1) memset(&req, 0, sizeof req);
         else inspect_stats_req(&req, F(ds), fmt);
+        if (result == 2) req.n_images = 3;
         be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx) + misalign, rows, cols,
                                &req);
     }
@@ -1440,7 +1443,8 @@ static void stats_case(const char *what, const float *x, int rows, int cols, int
     snprintf(op, sizeof op, "tensor_stats %s", what);
     row(op, shape, err, 1e-6, ok, why);
     void *again = GPU->ops->malloc(GPU, sizeof(fp8t_stats_raw));
-    if (!result) inspect_stats_req(&req, (const float *)ds.p[1], fmt);
+    if (result != 1) inspect_stats_req(&req, (const float *)ds.p[1], fmt);
+    if (result == 2) req.n_images = 3;
     GPU->ops->tensor_stats(GPU, again, (const float *)dx.p[1] + misalign, rows, cols, &req);
     check_same_bits(op, shape, again, draw.p[1], sizeof(fp8t_stats_raw));
     GPU->ops->free(GPU, again);
@@ -1467,6 +1471,7 @@ static void test_tensor_stats_cases(void) {
         stats_case("inspect", x, rows, cols, 1, 37.5f, FP8_E4M3, 0);
         stats_case("inspect e5m2", x, rows, cols, 0, 3000.0f, FP8_E5M2, 0);
         stats_case("result", x, rows, cols, si == 2, 1.0f, FP8_E4M3, 1);
+        stats_case("per-tensor images", x, rows, cols, si == 3, 37.5f, FP8_E4M3, 2);
         free(x);
     }
     /* delayed scales: clipping most elements, +Inf, NaN, 0, subnormal, negative (the exact
@@ -1497,6 +1502,7 @@ static void test_tensor_stats_cases(void) {
         float *x = host_quant_data(n, 0);
         for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], -135);
         stats_case("x 2^-135", x, rows, cols, 0, 1e38f, FP8_E4M3, 0);
+        stats_case("x 2^-135 per-tensor", x, rows, cols, 0, 1e38f, FP8_E4M3, 2);
         stats_case("x 2^-135 result", x, rows, cols, 0, 1.0f, FP8_E4M3, 1);
         for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], 235);
         stats_case("x 2^100", x, rows, cols, 0, 1e-27f, FP8_E4M3, 0);
