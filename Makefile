@@ -123,16 +123,20 @@ $(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h
 # Sources that include generated headers wait for them.
 $(filter-out $(PROTO_OBJ),$(LIB_OBJ)) $(CLI_OBJ): | $(PROTO_H)
 
-$(BUILD)/src/backend/cuda/%.o: src/backend/cuda/%.cu $(wildcard src/backend/cuda/*.cuh) include/fp8train/backend.h
+$(BUILD)/src/backend/cuda/%.o: src/backend/cuda/%.cu $(wildcard src/backend/cuda/*.cuh) include/fp8train/backend.h \
+                               $(wildcard src/numerics/*_hd.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-$(BUILD)/dev/cuda/%: dev/cuda/%.cu $(wildcard src/backend/cuda/*.cu*)
+$(BUILD)/dev/cuda/%: dev/cuda/%.cu $(wildcard src/backend/cuda/*.cu*) $(wildcard src/numerics/*_hd.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -o $@ $< $(DEV_CU_LIBS)
 
 # the cuDNN graph check links cuDNN (and exists only where cuDNN does)
 $(BUILD)/dev/cuda/attn_cudnn_graphs: DEV_CU_LIBS = $(CUDNN_LINK)
+# the statistics ladder checks every version against the CPU reference (stats_raw.c)
+$(BUILD)/dev/cuda/stats_ladder: $(BUILD)/libfp8train.a
+$(BUILD)/dev/cuda/stats_ladder: DEV_CU_LIBS = $(BUILD)/libfp8train.a -lgomp -lm
 
 $(BUILD)/libfp8train.a: $(LIB_OBJ)
 	@rm -f $@
@@ -179,7 +183,7 @@ bench: $(BENCH_BIN) $(BUILD)/fp8train
 GPU_TEST_C   := $(wildcard tests/gpu/*.c)
 GPU_TEST_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard tests/gpu/*.cu))
 ifeq ($(HAVE_CUDA),1)
-$(BUILD)/tests/gpu/%.o: tests/gpu/%.cu
+$(BUILD)/tests/gpu/%.o: tests/gpu/%.cu $(wildcard src/numerics/*_hd.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 

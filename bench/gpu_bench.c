@@ -320,6 +320,8 @@ int main(int argc, char **argv) {
                 fp8t_model_end_step(m);
                 if (in) fp8t_inspector_end_step(in, k);
             }
+            /* the lines end_step left to a next step: one step's worth, as in steady state */
+            if (in) fp8t_inspector_flush(in);
             be->ops->synchronize(be);
             double dt = (now_s() - t0) / nsteps;
             double tps = (double)N / dt;

@@ -704,6 +704,56 @@ static char *read_text(const char *path) {
     return buf;
 }
 
+/* Two inspectors on one model, every step: A writes its lines as it goes (end_step leaves a
+ * step's lines to the next step's hook calls), B is flushed after every step. The files are
+ * the same bytes; before its flush A still holds lines back, and the flush writes them. */
+static void pair_hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
+    fp8t_inspector **in = vctx;
+    fp8t_inspector_observe(in[0], m, s, x);
+    fp8t_inspector_observe(in[1], m, s, x);
+}
+
+static int count_lines(const char *text) {
+    int n = 0;
+    for (const char *p = text; p && (p = strchr(p, '\n')); p++) n++;
+    return n;
+}
+
+static void test_inspect_deferred_lines(void) {
+    tiny t;
+    T_ASSERT(tiny_open(&t) == 0, "model");
+    char out[2][400], err[512], path[2][820];
+    fp8t_inspector *in[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(out[k], sizeof(out[k]), "%s/deferred%d", g_root, k);
+        in[k] = fp8t_inspector_create("every=1", out[k], err, sizeof(err));
+        T_ASSERT(in[k], "%s", err);
+        snprintf(path[k], sizeof(path[k]), "%s/stats.jsonl", out[k]);
+    }
+    fp8t_model_set_hook(t.m, pair_hook, in);
+    for (int step = 0; step < 3; step++) {
+        for (int k = 0; k < 2; k++) fp8t_inspector_begin_step(in[k], step);
+        tiny_step(&t, 1);
+        for (int k = 0; k < 2; k++) fp8t_inspector_end_step(in[k], step);
+        fp8t_inspector_flush(in[1]);
+    }
+    fp8t_model_set_hook(t.m, NULL, NULL);
+    char *a = read_text(path[0]), *b = read_text(path[1]);
+    const int held = count_lines(b) - count_lines(a);
+    T_CHECK(held > 0, "A wrote %d lines before its flush, B %d: nothing was deferred",
+            count_lines(a), count_lines(b));
+    free(a);
+    fp8t_inspector_flush(in[0]);
+    T_CHECK(fp8t_inspector_write_error(in[0]) == NULL, "write error");
+    a = read_text(path[0]);
+    T_CHECK(a && b && count_lines(b) > 0 && strcmp(a, b) == 0,
+            "deferred lines differ from lines written at once (%d vs %d lines)", count_lines(a),
+            count_lines(b));
+    free(a), free(b);
+    for (int k = 0; k < 2; k++) fp8t_inspector_destroy(in[k]);
+    tiny_close(&t);
+}
+
 static void test_inspect_reuse_writes_the_same_rows(void) {
     tiny t;
     T_ASSERT(tiny_open(&t) == 0, "model");
@@ -901,6 +951,7 @@ int main(void) {
     T_RUN(test_nan_tracker_names_the_poisoned_tensor);
     T_RUN(test_amax_history_max_is_the_scales_amax);
     T_RUN(test_inspect_reuse_writes_the_same_rows);
+    T_RUN(test_inspect_deferred_lines);
     T_RUN(test_inspect_read_only_hook);
     if (!getenv("FP8T_KEEP_TEST_FILES")) fp8t_rmtree(g_root);
     else printf("kept %s\n", g_root);

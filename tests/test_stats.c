@@ -7,6 +7,7 @@
 
 #include "fp8train/recipe.h"
 #include "fp8train/stats.h"
+#include "numerics/fp8_round_hd.h"
 #include "test.h"
 
 #define RTOL 1e-10
@@ -515,6 +516,101 @@ static void test_tile_stats(void) {
     free(x);
     free(buf);
     free(q);
+
+/* ---- numerics/fp8_round_hd.h: the FP8 rounding the CUDA statistics run (tests/gpu checks
+ * the same functions on all 2^32 floats on the device) ---- */
+
+/* one float against fp8_decode(fp8_encode(y, fmt, 1)): returns the number of disagreements of
+ * fp8t_round_sat (bit exact, a NaN for a NaN), fp8t_round_clamp (value and clipped flag) and,
+ * inside its range, fp8t_round_nosat (value) */
+static int round_check(uint32_t bits, int e5) {
+    float y;
+    memcpy(&y, &bits, sizeof y);
+    const fp8_format fmt = e5 ? FP8_E5M2 : FP8_E4M3;
+    const float ref = fp8_decode(fp8_encode(y, fmt, 1), fmt);
+    const float got = fp8t_round_sat(y, e5);
+    int bad = 0;
+    if (isnan(ref)) bad += !isnan(got);
+    else bad += memcmp(&ref, &got, sizeof ref) != 0;
+    if (!isnan(y)) {
+        int cl;
+        const float c = fp8t_round_clamp(y, e5, &cl);
+        bad += c != ref || cl != fp8_overflows(y, fmt);
+        const float a = fabsf(y);
+        if (e5 ? a < FP8T_CLIP_FROM_E5M2 : a <= FP8T_CLIP_ABOVE_E4M3)
+            bad += fp8t_round_nosat(y, e5) != ref;
+    }
+    return bad;
+}
+
+static void test_fast_round(void) {
+    for (int e5 = 0; e5 < 2; e5++) {
+        long bad = 0, n = 0;
+        /* a stride through all floats, both signs, every exponent */
+        for (uint64_t b = 0; b < (1ull << 32); b += 4099, n++) bad += round_check((uint32_t)b, e5);
+        /* every float whose low 16 mantissa bits are 0 (the ties of both formats, the FP8
+         * values themselves, the binade edges) and its neighbours */
+        for (uint64_t h = 0; h < (1ull << 16); h++)
+            for (int d = -2; d <= 2; d++, n++) bad += round_check((uint32_t)(h << 16) + (uint32_t)d, e5);
+        /* every float in [2^-20, 2^17) of one mantissa pattern per exponent step of 1/4096 */
+        for (uint32_t e = 107; e < 144; e++)
+            for (uint32_t m = 0; m < (1u << 23); m += 2047, n++) bad += round_check(e << 23 | m, e5);
+        T_CHECK(bad == 0, "%s: %ld of %ld floats disagree with fp8_decode(fp8_encode(y, 1))",
+                e5 ? "E5M2" : "E4M3", bad, n);
+    }
+    /* the sign of zero: fp8t_round_sat keeps it, as the encoder does */
+    T_CHECK(signbit(fp8t_round_sat(-1e-30f, 0)) && signbit(fp8t_round_sat(-0.0f, 1)),
+            "zero sign");
+}
+
+static void test_mx_exponent_bits(void) {
+    long bad = 0, n = 0;
+    for (uint64_t b = 0; b <= 0x7fffffffull; b += 257, n++) {
+        const uint32_t u = (uint32_t)b;
+        float a;
+        memcpy(&a, &u, sizeof a);
+        bad += fp8t_mx_exponent_bits(a) != (int)fp8t_mx_scale_exponent(a);
+    }
+    const float edge[] = {0.0f, 448.0f, 448.00003f, 447.99997f, 896.0f, 1e-45f, 1e-38f, 3.4e38f,
+                          INFINITY, NAN, 1.0f, 0x1.c00002p-140f};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++, n++)
+        bad += fp8t_mx_exponent_bits(edge[i]) != (int)fp8t_mx_scale_exponent(edge[i]);
+    T_CHECK(bad == 0, "%ld of %ld amaxes give another E8M0 exponent than fp8t_mx_scale_exponent",
+            bad, n);
+}
+
+static uint64_t xs_state = 88172645463325252ull;
+static uint64_t xs_next(void) {
+    xs_state ^= xs_state << 13, xs_state ^= xs_state >> 7, xs_state ^= xs_state << 17;
+    return xs_state;
+}
+
+/* every positive finite FP8 value of both formats divided by sampled multipliers (arbitrary
+ * normal floats, and current scales 448 / a) is d / m exactly where d / m is normal */
+static void test_markstein(void) {
+    float d[512];
+    int nd = 0;
+    for (int f = 0; f < 2; f++)
+        for (int c = 1; c < 0x7f; c++) {
+            const float v = fp8_decode((uint8_t)c, f ? FP8_E5M2 : FP8_E4M3);
+            if (isfinite(v)) d[nd++] = v;
+        }
+    long bad = 0, n = 0;
+    for (int it = 0; it < 200000; it++) {
+        float m;
+        uint32_t u = (uint32_t)(xs_next() % (200ull << 23)) + (27u << 23); /* 2^-100 .. 2^100 */
+        memcpy(&m, &u, sizeof m);
+        if (it & 1) m = 448.0f / m;
+        const float r = 1.0f / m;
+        for (int i = 0; i < nd; i++) {
+            const float want = d[i] / m;
+            if (!(fabsf(want) >= FLT_MIN) || isinf(want) || !(r >= FLT_MIN)) continue;
+            n++;
+            const float got = fp8t_div_markstein(d[i], m, r);
+            bad += memcmp(&got, &want, sizeof got) != 0;
+        }
+    }
+    T_CHECK(bad == 0 && n > 40000000, "%ld of %ld divisions differ from d / m", bad, n);
 }
 
 int main(void) {
@@ -530,5 +626,8 @@ int main(void) {
     T_RUN(test_saturation_is_clipping);
     T_RUN(test_raw_images);
     T_RUN(test_tile_stats);
+    T_RUN(test_fast_round);
+    T_RUN(test_mx_exponent_bits);
+    T_RUN(test_markstein);
     T_MAIN_END();
 }

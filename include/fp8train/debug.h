@@ -33,7 +33,14 @@ void fp8t_inspector_destroy(fp8t_inspector *in);
 void fp8t_inspector_begin_step(fp8t_inspector *in, int step);
 void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site,
                             float *x);
+/* The step's statistics come back from the device in one copy here. Their stats.jsonl lines
+ * are written here too, unless step + 1 is inspected as well: then the next step's hook calls
+ * write them a few at a time (formatting them exactly is most of the host's time per site,
+ * and the device has that step's work queued meanwhile), and the next end_step the rest. */
 void fp8t_inspector_end_step(fp8t_inspector *in, int step);
+/* Every line still to be written goes into stats.jsonl, and the file is flushed (a failure
+ * shows in fp8t_inspector_write_error). destroy does it too, silently. */
+void fp8t_inspector_flush(fp8t_inspector *in);
 /* The first failed write of stats.jsonl (disk full), naming the file; NULL while all went in. */
 const char *fp8t_inspector_write_error(const fp8t_inspector *in);
 /* A second destination for the statistics (train --tensorboard). For every site the inspector

@@ -64,6 +64,12 @@ struct fp8t_inspector {
     size_t d_raws_cap;
     fp8t_stats_raw *h_raws;        /* host copies at the flush */
     size_t h_raws_cap;
+    /* flushed rows whose stats.jsonl line is still to be written: formatting ~40 numbers
+     * per row exactly is most of the host's time per row, so the lines are written a few at
+     * a time by the next step's hook calls (while the device works on that step) and the rest
+     * at the next end of step (or destroy) */
+    struct ready_row *ready;
+    size_t ready_n, ready_head, ready_cap;
     float last_scale;              /* the scale of the last row written */
     fp8t_block_raw *d_blocks;
     size_t d_blocks_cap;
@@ -90,6 +96,7 @@ struct fp8t_inspector {
 };
 
 static void flush_rows(fp8t_inspector *in);
+static void write_ready(fp8t_inspector *in, size_t max_rows);
 
 /* ---- spec parsing ----
  * Messages name the key, not the option: the caller says which option the spec came from
@@ -304,6 +311,7 @@ fail:
 void fp8t_inspector_destroy(fp8t_inspector *in) {
     if (!in) return;
     if (in->be) flush_rows(in); /* a step that was never ended */
+    write_ready(in, (size_t)-1);
     if (in->writer) {
         in->be->ops->synchronize(in->be); /* the last copies land before the thread writes */
         dump_writer_destroy(in->writer);
@@ -314,6 +322,7 @@ void fp8t_inspector_destroy(fp8t_inspector *in) {
         if (in->d_blocks) in->be->ops->free(in->be, in->d_blocks);
     }
     free(in->rows);
+    free(in->ready);
     free(in->xarch);
     free(in->xarch_raw);
     free(in->h_raws);
@@ -353,15 +362,28 @@ int fp8t_inspector_reads_only(const fp8t_inspector *in) {
     return in && !in->sel.dump && !in->sel.block_list;
 }
 
-void fp8t_inspector_end_step(fp8t_inspector *in, int step) {
-    (void)step;
-    if (!in) return;
-    if (in->be) flush_rows(in);
+static void check_written(fp8t_inspector *in) {
     /* a full disk shows at the flush (or as the stream's error flag from an earlier fputs) */
-    if (in->active && (fflush(in->stats) != 0 || ferror(in->stats)) && !in->write_err[0])
+    if ((fflush(in->stats) != 0 || ferror(in->stats)) && !in->write_err[0])
         snprintf(in->write_err, sizeof(in->write_err), "cannot write %s/stats.jsonl: %s",
                  in->out_dir, strerror(errno ? errno : EIO));
+}
+
+void fp8t_inspector_end_step(fp8t_inspector *in, int step) {
+    if (!in) return;
+    /* the lines of earlier steps the hook calls did not write yet, then this step's rows */
+    const int wrote = in->ready_head < in->ready_n;
+    write_ready(in, (size_t)-1);
+    if (in->be) flush_rows(in);
+    if (!step_selected(in, step + 1)) write_ready(in, (size_t)-1);
+    if (in->active || wrote) check_written(in);
     in->active = 0;
+}
+
+void fp8t_inspector_flush(fp8t_inspector *in) {
+    if (!in) return;
+    write_ready(in, (size_t)-1);
+    check_written(in);
 }
 
 void fp8t_inspector_set_sink(fp8t_inspector *in, fp8t_inspect_sink fn, void *ctx) {
@@ -643,22 +665,27 @@ typedef struct pending_row {
     int hidden;   /* computed only as the source of a Wgrad X shown without its tensor */
 } pending_row;
 
+/* a flushed row waiting for its stats.jsonl line (write_ready) */
+typedef struct ready_row {
+    pending_row pr;
+    fp8t_stats_raw raw;
+} ready_row;
+
+/* The per-tensor scale reported for a site (NaN for results). */
+static float row_scale(const pending_row *pr, const fp8t_stats_raw *raw) {
+    return pr->is_operand ? (float)raw->img[pr->scale_img].scale : NAN;
+}
+
 /* The stats.jsonl line of one site from its raw statistics. */
-static void write_row(fp8t_inspector *in, const pending_row *pr, const fp8t_stats_raw *rawp,
-                      float *scale_out) {
+static void write_line(fp8t_inspector *in, const pending_row *pr, const fp8t_stats_raw *rawp) {
     const fp8t_tensor_site *site = &pr->site;
     const fp8t_stats_raw raw = *rawp;
-    const int is_operand = pr->is_operand, micro = pr->micro, scale_img = pr->scale_img;
+    const int is_operand = pr->is_operand, micro = pr->micro;
     const char *scale_source = pr->scale_source;
     const double hist_max = pr->hist_max;
     fp8t_stats st;
     fp8t_stats_from_raw(&st, &raw, is_operand ? 0 : -1);
-    float scale = NAN, scale_inv = NAN;
-    if (is_operand) {
-        scale = (float)raw.img[scale_img].scale;
-        scale_inv = 1.0f / scale;
-    }
-    *scale_out = scale;
+    const float scale = row_scale(pr, &raw), scale_inv = is_operand ? 1.0f / scale : NAN;
 
     line_buf lb = {0}, *o = &lb;
     lb_put(o, "{", 1);
@@ -729,8 +756,13 @@ static void write_row(fp8t_inspector *in, const pending_row *pr, const fp8t_stat
     lb_put(o, "}\n", 2);
     if (lb.s) fputs(lb.s, in->stats);
     free(lb.s);
+}
 
-    if (in->sink && micro == 0) sink_stats(in, pr->step, site, &st, is_operand, scale);
+/* The lines of up to max_rows flushed rows, oldest first. */
+static void write_ready(fp8t_inspector *in, size_t max_rows) {
+    for (; max_rows > 0 && in->ready_head < in->ready_n; max_rows--, in->ready_head++)
+        write_line(in, &in->ready[in->ready_head].pr, &in->ready[in->ready_head].raw);
+    if (in->ready_head == in->ready_n) in->ready_head = in->ready_n = 0;
 }
 
 static void dump_job_of(dump_job *job, const fp8t_inspector *in, const pending_row *pr,
@@ -744,9 +776,10 @@ static void dump_job_of(dump_job *job, const fp8t_inspector *in, const pending_r
     job->fmt = pr->site.fmt;
 }
 
-/* Write every queued site: one copy of their raw statistics to the host (which waits for the
- * device, so the dumps' copies have landed too), then the lines, then the dumps go to the
- * writer thread with their scales. */
+/* Finish every queued site: one copy of their raw statistics to the host (which waits for the
+ * device, so the dumps' copies have landed too), the sink's values, the dumps to the writer
+ * thread with their scales, and the rows to the queue of lines to write (written here when a
+ * per-block list is asked for: its one device buffer is the next site's). */
 static void flush_rows(fp8t_inspector *in) {
     if (in->n_rows == 0) return;
     fp8t_backend *be = in->be;
@@ -771,9 +804,24 @@ static void flush_rows(fp8t_inspector *in) {
             in->xarch_raw[in->xarch_n++] = *raw;
         }
         if (pr->hidden) continue;
-        float scale;
-        write_row(in, pr, raw, &scale);
+        const float scale = row_scale(pr, raw);
         in->last_scale = scale;
+        if (in->sink && pr->micro == 0) {
+            fp8t_stats st;
+            fp8t_stats_from_raw(&st, raw, pr->is_operand ? 0 : -1);
+            sink_stats(in, pr->step, &pr->site, &st, pr->is_operand, scale);
+        }
+        if (in->sel.block_list) {
+            write_ready(in, (size_t)-1);
+            write_line(in, pr, raw);
+        } else if (!grow_buf((void **)&in->ready, &in->ready_cap, in->ready_n + 1,
+                             sizeof(ready_row))) {
+            in->ready[in->ready_n].pr = *pr;
+            in->ready[in->ready_n++].raw = *raw;
+        } else {
+            write_ready(in, (size_t)-1); /* out of memory: write it now */
+            write_line(in, pr, raw);
+        }
         if (pr->dump_buf) {
             dump_job job;
             dump_job_of(&job, in, pr, scale);
@@ -940,6 +988,8 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
         }
     }
     in->n_rows++;
+    /* two lines of earlier rows per site: the host formats them while the device works */
+    write_ready(in, 2);
     /* the per-block list has one device buffer: write its row now */
     if (in->sel.block_list && pr->is_operand && !hidden) flush_rows(in);
     if (dump && !in->writer) {

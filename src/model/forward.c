@@ -199,12 +199,16 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
      * will want: (softmax - onehot) * dloss / count, with the dloss of the previous backward
      * (the exact float the plain backward would pass, so the bits are the same).
      * Not before a first backward (dloss unknown; models that only evaluate keep reading-only
-     * passes), not frozen (no backward may follow), not with a hook (debug runs stay on the
-     * plain path, so a replay of the head GEMM reproduces the logits exactly).
+     * passes), not frozen (no backward may follow), not with a hook that may write (a fault
+     * at the head's output site would not be in a replay of the head GEMM, which must
+     * reproduce the logits exactly). A read-only hook (fp8t_model_set_observer) sees the FP32
+     * logits at that site before this pass overwrites them, and their gradient at the
+     * backward's, as on the plain path.
      * When the head's GEMMs all take BF16 operands, the gradient is written straight as the
      * BF16 operand its Dgrad and Wgrad read (softmax_xent_bf16), and the logits rows are
-     * padded to pad(V) floats so that the GEMM writes aligned rows; otherwise it overwrites
-     * the FP32 logits in place.
+     * padded to pad(V) floats so that the GEMM writes aligned rows (not with any hook: it
+     * would leave no FP32 gradient to show); otherwise it overwrites the FP32 logits in
+     * place.
      * Where the head's three GEMMs take BF16 operands, no hook is set and the model chunks
      * its head (model_head_plan), a forward with targets, frozen or not, runs the head in
      * chunks of rows instead (head.c) and holds no [N, V] buffer: the losses, and in a
@@ -212,8 +216,8 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
      * (before it, the backward runs the chunks). */
     const int head = m->n_lin - 1, Vp = fp8t_bf16_pad(V);
     const int chunked = targets && model_head_chunked(m);
-    const int fuse = targets && !m->frozen && !m->hook && !m->no_fused_xent &&
-                     m->xent_dloss_known && !chunked;
+    const int fuse = targets && !m->frozen && (!m->hook || m->hook_reads) &&
+                     !m->no_fused_xent && m->xent_dloss_known && !chunked;
     const int fuse_bf16 = fuse && !m->no_bf16_xent && linear_bf16_dy_fusable(m, head);
     /* the head: logits[N, V] = lnf[N, C] · Wᵀ, W = wte (tied) or lm_head.w (untied) */
     const float *head_w = model_head_w(&m->p);

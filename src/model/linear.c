@@ -809,10 +809,11 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     prepared x_q; /* X's codes from the forward, when from_codes */
     if (from_codes) saved_x(m, lin, N, IN, &x_q);
     if (m->hook) {
-        /* the hook sees this micro-batch's dW alone, then it is accumulated */
+        /* the hook sees this micro-batch's dW alone, then it is accumulated (dY's codes from
+         * the Dgrad where reuse allows: a read-only hook) */
         float *tmp = model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float));
         run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, tmp, 0, &dy_w, &x_w, OUT, IN, N, 1, 0, 0, NULL,
-                 NULL, from_codes ? &x_q : NULL, NULL);
+                 reuse ? &dy_q : NULL, from_codes ? &x_q : NULL, NULL);
         call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, tmp, OUT, IN);
         m->ops->accumulate(m->be, dW, tmp, (size_t)OUT * IN);
     } else {

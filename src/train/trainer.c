@@ -834,6 +834,12 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             step = back; /* the loop continues at back + 1 */
         }
     }
+    if (t->inspector) { /* the last inspected step's lines (end_step may leave them) */
+        fp8t_inspector_flush(t->inspector);
+        const char *insp_err = fp8t_inspector_write_error(t->inspector);
+        if (insp_err && !t->write_err[0])
+            snprintf(t->write_err, sizeof(t->write_err), "%s", insp_err);
+    }
     if (t->write_err[0]) { /* the NaN stop's rows, or a fallback event of the last step */
         snprintf(err, errlen, "%s", t->write_err);
         res->reason = FP8T_STOP_ERROR;

@@ -72,6 +72,8 @@ int fp8t_cuda_attention_cudnn_bench(fp8t_backend *b, const fp8t_attn_shape *sh, 
 /* tests/gpu/gpu_exhaustive.cu */
 int gpu_check_conversions_exhaustive(unsigned long long counts[3], unsigned int first_bad[3],
                                      char *err, size_t errlen);
+int gpu_check_fast_round_exhaustive(unsigned long long counts[2], unsigned int first_bad[2],
+                                    char *err, size_t errlen);
 
 /* tests/gpu/gpu_dist.c: the NCCL collectives in a world of one */
 void gpu_test_collectives(int *n_pass, int *n_fail);
@@ -1425,17 +1427,65 @@ static void test_mxfp8(void) {
 /* tensor_stats: the device statistics against the CPU reference (fp8t_stats_raw_compute) on
  * the same tensors: every count exact (elements, NaN, Inf, zeros, per image underflows and
  * clipped values, blocks with underflow, the worst block's index), min / max / amax / smallest
- * nonzero and the per-tensor scales bit-exact, every sum within 1e-6 relative (both sides sum
- * in double, in different orders); the per-block list likewise. Two GPU runs give the same
- * bytes. Images: a delayed scale, current scaling (E4M3; E5M2 with pow2 and epsilon), tiles
- * 1x128, 128x128, 128x1, MXFP8; with alt (the NaN/Inf variant) 128x128 becomes a second
- * 1x128 image (E5M2: both made in the moments' read, as the what-ifs are) and an 8th image
- * has 3x100 tiles (no power of two: the per-element index by division). */
+ * nonzero and the per-tensor scales bit-exact, every sum within 1e-6 relative (the CPU sums in
+ * double with compensation, the GPU in double over float partials of 16 elements: see
+ * cuda_stats.cu); the per-block list likewise. Two GPU runs give the same bytes.
+ * test_tensor_stats: images a delayed scale, current scaling (E4M3; E5M2 with pow2 and
+ * epsilon), tiles 1x128, 128x128, 128x1, MXFP8; with alt (the NaN/Inf variant) 128x128
+ * becomes a second 1x128 image (E5M2) and an 8th image has 3x100 tiles (no power of two).
+ * test_tensor_stats_cases: --inspect's own request (the delayed scale, then the what-ifs:
+ * current E4M3 / E5M2, 1x128 E4M3 / E5M2, MXFP8) on large tensors, rows that are not a
+ * multiple of 4 floats (scalar loads) or of the tile, a misaligned pointer, special data
+ * (NaN, Inf, zeros, float subnormals, whole rows of NaN, values scaled into the subnormals and
+ * up by 2^100, constants) and delayed scales that clip, or that are 0, Inf, NaN, subnormal or
+ * negative (the kernel's exact slow path). */
 static double rel_diff(double a, double b) {
     if (isnan(a) && isnan(b)) return 0;
     if (a == b) return 0;
     double d = fabs(a - b), m = fmax(fabs(a), fabs(b));
     return m > 0 ? d / m : d;
+}
+
+/* the comparison of the GPU's raw statistics g against the CPU's c: 1 if they agree; why[]
+ * names a disagreement, *err is the largest relative difference of a sum */
+static int stats_raw_agree(const fp8t_stats_raw *c, const fp8t_stats_raw *g, char *why,
+                           size_t len, double *err) {
+    int counts_ok = c->n == g->n && c->n_finite == g->n_finite && c->n_nan == g->n_nan &&
+                    c->n_inf == g->n_inf && c->n_zero == g->n_zero &&
+                    c->n_images == g->n_images && c->n_blocks == g->n_blocks &&
+                    c->blocks_with_underflow == g->blocks_with_underflow &&
+                    c->block_sqnr_min_index == g->block_sqnr_min_index;
+    int exact_ok = c->min == g->min && c->max == g->max && c->amax == g->amax &&
+                   c->min_nonzero == g->min_nonzero && c->block_amax_max == g->block_amax_max &&
+                   c->block_amax_min_nonzero == g->block_amax_min_nonzero &&
+                   c->block_underflow_max_pct == g->block_underflow_max_pct;
+    why[0] = 0;
+    double e = 0;
+    e = fmax(e, rel_diff(c->sum, g->sum));
+    e = fmax(e, rel_diff(c->sum_abs, g->sum_abs));
+    e = fmax(e, rel_diff(c->sum_sq, g->sum_sq));
+    e = fmax(e, rel_diff(c->dev_sq, g->dev_sq));
+    e = fmax(e, rel_diff(c->block_sqnr_min_db, g->block_sqnr_min_db));
+    for (int k = 0; k < c->n_images && k < FP8T_STATS_MAX_IMAGES; k++) {
+        const fp8t_image_raw *a = &c->img[k], *b = &g->img[k];
+        if (a->n_underflow != b->n_underflow || a->n_sat != b->n_sat) {
+            counts_ok = 0;
+            snprintf(why, len, "image %d: underflow %llu/%llu clipped %llu/%llu", k,
+                     (unsigned long long)a->n_underflow, (unsigned long long)b->n_underflow,
+                     (unsigned long long)a->n_sat, (unsigned long long)b->n_sat);
+        }
+        if (!(a->scale == b->scale || (isnan(a->scale) && isnan(b->scale)))) {
+            exact_ok = 0;
+            snprintf(why, len, "image %d: scale %.9g vs %.9g", k, a->scale, b->scale);
+        }
+        e = fmax(e, rel_diff(a->err_sq, b->err_sq));
+        e = fmax(e, rel_diff(a->xq, b->xq));
+        e = fmax(e, rel_diff(a->qq, b->qq));
+    }
+    if (!counts_ok && !why[0]) snprintf(why, len, "a count differs");
+    if (!exact_ok && !why[0]) snprintf(why, len, "min/max/amax/scale differ");
+    *err = e;
+    return counts_ok && exact_ok && e <= 1e-6;
 }
 
 static void stats_req(fp8t_stats_req *req, const float *scale, int block, fp8t_block_raw *list,
@@ -1488,37 +1538,8 @@ static void test_tensor_stats(void) {
             fp8t_stats_raw *g = dl(1, draw.p[1], sizeof(fp8t_stats_raw));
             char shape[48], why[160] = "";
             snprintf(shape, sizeof(shape), "%dx%d%s", rows, cols, variant ? " NaN/Inf" : "");
-            int counts_ok = c->n == g->n && c->n_finite == g->n_finite && c->n_nan == g->n_nan &&
-                            c->n_inf == g->n_inf && c->n_zero == g->n_zero &&
-                            c->n_images == g->n_images && c->n_blocks == g->n_blocks &&
-                            c->blocks_with_underflow == g->blocks_with_underflow &&
-                            c->block_sqnr_min_index == g->block_sqnr_min_index;
-            int exact_ok = c->min == g->min && c->max == g->max && c->amax == g->amax &&
-                           c->min_nonzero == g->min_nonzero && c->block_amax_max == g->block_amax_max &&
-                           c->block_amax_min_nonzero == g->block_amax_min_nonzero &&
-                           c->block_underflow_max_pct == g->block_underflow_max_pct;
-            double err = 0;
-            err = fmax(err, rel_diff(c->sum, g->sum));
-            err = fmax(err, rel_diff(c->sum_abs, g->sum_abs));
-            err = fmax(err, rel_diff(c->sum_sq, g->sum_sq));
-            err = fmax(err, rel_diff(c->dev_sq, g->dev_sq));
-            err = fmax(err, rel_diff(c->block_sqnr_min_db, g->block_sqnr_min_db));
-            for (int k = 0; k < c->n_images && k < FP8T_STATS_MAX_IMAGES; k++) {
-                const fp8t_image_raw *a = &c->img[k], *b = &g->img[k];
-                if (a->n_underflow != b->n_underflow || a->n_sat != b->n_sat) {
-                    counts_ok = 0;
-                    snprintf(why, sizeof(why), "image %d: underflow %llu/%llu clipped %llu/%llu", k,
-                             (unsigned long long)a->n_underflow, (unsigned long long)b->n_underflow,
-                             (unsigned long long)a->n_sat, (unsigned long long)b->n_sat);
-                }
-                if (!(a->scale == b->scale || (isnan(a->scale) && isnan(b->scale)))) {
-                    exact_ok = 0;
-                    snprintf(why, sizeof(why), "image %d: scale %.9g vs %.9g", k, a->scale, b->scale);
-                }
-                err = fmax(err, rel_diff(a->err_sq, b->err_sq));
-                err = fmax(err, rel_diff(a->xq, b->xq));
-                err = fmax(err, rel_diff(a->qq, b->qq));
-            }
+            double err;
+            int ok = stats_raw_agree(c, g, why, sizeof why, &err);
             fp8t_block_raw *cl = dl(0, dlist.p[0], nb * sizeof(fp8t_block_raw));
             fp8t_block_raw *gl = dl(1, dlist.p[1], nb * sizeof(fp8t_block_raw));
             size_t list_bad = 0;
@@ -1526,11 +1547,8 @@ static void test_tensor_stats(void) {
                 if (cl[k].amax != gl[k].amax || cl[k].underflow_pct != gl[k].underflow_pct) list_bad++;
                 err = fmax(err, rel_diff(cl[k].sqnr_db, gl[k].sqnr_db));
             }
-            if (!counts_ok && !why[0]) snprintf(why, sizeof(why), "a count differs");
-            if (!exact_ok && !why[0]) snprintf(why, sizeof(why), "min/max/amax/scale differ");
             if (list_bad) snprintf(why, sizeof(why), "%zu blocks differ in amax/underflow", list_bad);
-            row("tensor_stats", shape, err, 1e-6, counts_ok && exact_ok && !list_bad && err <= 1e-6,
-                why);
+            row("tensor_stats", shape, err, 1e-6, ok && !list_bad && err <= 1e-6, why);
             /* the same bytes on a second GPU run */
             void *again = GPU->ops->malloc(GPU, sizeof(fp8t_stats_raw));
             stats_req(&req, (const float *)ds.p[1], block, NULL, variant);
@@ -1596,6 +1614,136 @@ static void test_tensor_stats_tiles(void) {
                 free(c), free(g), free(x);
                 dp_free(dx), dp_free(draw);
             }
+/* --inspect's request for an operand (inspect.c operand_images): image 0 the delayed scale
+ * in fmt, then the five what-ifs */
+static void inspect_stats_req(fp8t_stats_req *req, const float *scale, fp8_format fmt) {
+    memset(req, 0, sizeof *req);
+    req->n_images = 6;
+    req->img[0] = (fp8t_image_spec){.kind = FP8T_IMG_SCALE, .fmt = fmt, .scale = scale};
+    req->img[1] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3};
+    req->img[2] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2};
+    req->img[3] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1,
+                                    .tile_c = 128};
+    req->img[4] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 1,
+                                    .tile_c = 128};
+    req->img[5] = (fp8t_image_spec){.kind = FP8T_IMG_MX};
+}
+
+/* one case of test_tensor_stats_cases: x [rows, cols] at float offset `misalign` into its
+ * buffers (both sides), the inspect request with delayed scale sc in fmt; result 1: no images
+ * (a result's request), 2: only the per-tensor images (delayed, current E4M3 and E5M2: the
+ * kernel walks 128 consecutive elements, not rows) */
+static void stats_case(const char *what, const float *x, int rows, int cols, int misalign,
+                       float sc, fp8_format fmt, int result) {
+    const size_t n = (size_t)rows * cols;
+    float *xb = malloc((n + (size_t)misalign) * sizeof(float));
+    memcpy(xb + misalign, x, n * sizeof(float));
+    for (int i = 0; i < misalign; i++) xb[i] = 0.0f;
+    dpair dx = dp_floats(xb, n + (size_t)misalign), ds = dp_floats(&sc, 1);
+    dpair draw = dp_alloc(sizeof(fp8t_stats_raw));
+    dp_poison(draw, 1);
+    fp8t_stats_req req;
+    FOR_BOTH {
+        if (result == 1) memset(&req, 0, sizeof req);
+        else inspect_stats_req(&req, F(ds), fmt);
+        if (result == 2) req.n_images = 3;
+        be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx) + misalign, rows, cols,
+                               &req);
+    }
+    fp8t_stats_raw *c = dl(0, draw.p[0], sizeof(fp8t_stats_raw));
+    fp8t_stats_raw *g = dl(1, draw.p[1], sizeof(fp8t_stats_raw));
+    char shape[64], why[160];
+    snprintf(shape, sizeof(shape), "%dx%d%s", rows, cols, misalign ? " +1 float" : "");
+    double err;
+    const int ok = stats_raw_agree(c, g, why, sizeof why, &err);
+    char op[64];
+    snprintf(op, sizeof op, "tensor_stats %s", what);
+    row(op, shape, err, 1e-6, ok, why);
+    void *again = GPU->ops->malloc(GPU, sizeof(fp8t_stats_raw));
+    if (result != 1) inspect_stats_req(&req, (const float *)ds.p[1], fmt);
+    if (result == 2) req.n_images = 3;
+    GPU->ops->tensor_stats(GPU, again, (const float *)dx.p[1] + misalign, rows, cols, &req);
+    check_same_bits(op, shape, again, draw.p[1], sizeof(fp8t_stats_raw));
+    GPU->ops->free(GPU, again);
+    free(c), free(g), free(xb);
+    dp_free(dx), dp_free(ds), dp_free(draw);
+}
+
+static void test_tensor_stats_cases(void) {
+    /* shapes: a GPT-2 activation and weight, rows of 9 / 300 / 50257 floats (partial tiles;
+     * 9 and 50257 are not multiples of 4: scalar loads), one row, one column */
+    static const int shapes[][2] = {{512, 768}, {768, 2304}, {37, 300}, {61, 9},
+                                    {64, 50257}, {1, 1000}, {1000, 1}};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        const int rows = shapes[si][0], cols = shapes[si][1];
+        const size_t n = (size_t)rows * cols;
+        float *x = host_quant_data(n, 1);
+        /* a whole row of NaN (MX blocks with nothing finite) and one NaN in another row (MX
+         * blocks that are NaN with finite elements), where there are rows for it */
+        if (rows > 3) {
+            for (int c = 0; c < cols; c++) x[(size_t)cols + c] = NAN;
+            x[(size_t)3 * cols + cols / 2] = NAN;
+        }
+        stats_case("inspect", x, rows, cols, 0, 37.5f, FP8_E4M3, 0);
+        stats_case("inspect", x, rows, cols, 1, 37.5f, FP8_E4M3, 0);
+        stats_case("inspect e5m2", x, rows, cols, 0, 3000.0f, FP8_E5M2, 0);
+        stats_case("result", x, rows, cols, si == 2, 1.0f, FP8_E4M3, 1);
+        stats_case("per-tensor images", x, rows, cols, si == 3, 37.5f, FP8_E4M3, 2);
+        free(x);
+    }
+    /* delayed scales: clipping most elements, +Inf, NaN, 0, subnormal, negative (the exact
+     * slow path for all but the first), one that clips everything by ~1e28 (slow path too),
+     * one that flushes everything to zero */
+    {
+        const int rows = 300, cols = 768;
+        const size_t n = (size_t)rows * cols;
+        float *x = host_quant_data(n, 1);
+        static const struct {
+            const char *what;
+            float sc;
+        } scales[] = {{"scale 1e6 (clips)", 1e6f}, {"scale +Inf", INFINITY},
+                      {"scale NaN", NAN},          {"scale 0", 0.0f},
+                      {"scale 1e-40", 1e-40f},     {"scale -20", -20.0f},
+                      {"scale 1e30", 1e30f},       {"scale 1e-20 (all flush)", 1e-20f}};
+        for (size_t k = 0; k < sizeof(scales) / sizeof(scales[0]); k++) {
+            stats_case(scales[k].what, x, rows, cols, 0, scales[k].sc, FP8_E4M3, 0);
+            stats_case(scales[k].what, x, rows, cols, 0, scales[k].sc, FP8_E5M2, 0);
+        }
+        free(x);
+    }
+    /* magnitudes: every value scaled into the float subnormals, up by 2^100; all zeros; a
+     * constant (std 0); plain normal data without specials */
+    {
+        const int rows = 256, cols = 1000;
+        const size_t n = (size_t)rows * cols;
+        float *x = host_quant_data(n, 0);
+        for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], -135);
+        stats_case("x 2^-135", x, rows, cols, 0, 1e38f, FP8_E4M3, 0);
+        stats_case("x 2^-135 per-tensor", x, rows, cols, 0, 1e38f, FP8_E4M3, 2);
+        stats_case("x 2^-135 result", x, rows, cols, 0, 1.0f, FP8_E4M3, 1);
+        for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], 235);
+        stats_case("x 2^100", x, rows, cols, 0, 1e-27f, FP8_E4M3, 0);
+        for (size_t i = 0; i < n; i++) x[i] = 0.0f;
+        stats_case("zeros", x, rows, cols, 0, 37.5f, FP8_E4M3, 0);
+        for (size_t i = 0; i < n; i++) x[i] = 0.1f;
+        stats_case("constant", x, rows, cols, 0, 37.5f, FP8_E4M3, 0);
+        stats_case("constant result", x, rows, cols, 0, 1.0f, FP8_E4M3, 1);
+        free(x);
+    }
+    /* large: 64M elements with every special value, the inspect request and a result; the
+     * logits' row length at 2048 rows (103M elements, scalar loads). On the default backend
+     * only (the plain one runs the same kernels; the CPU reference of these takes seconds) */
+    if (strcmp(gpu_variant, "cuda") == 0) {
+        const int rows = 8192, cols = 8192;
+        float *x = host_quant_data((size_t)rows * cols, 1);
+        for (int c = 0; c < cols; c++) x[(size_t)5 * cols + c] = NAN;
+        stats_case("inspect large", x, rows, cols, 0, 37.5f, FP8_E4M3, 0);
+        stats_case("result large", x, rows, cols, 0, 1.0f, FP8_E4M3, 1);
+        free(x);
+        float *y = host_quant_data((size_t)2048 * 50257, 1);
+        stats_case("inspect large", y, 2048, 50257, 0, 37.5f, FP8_E5M2, 0);
+        free(y);
+    }
 }
 
 static void test_bf16_round(void) {
@@ -2389,6 +2537,7 @@ static void run_op_suite(void) {
     test_gemm_fp8_block();
     test_mxfp8();
     test_tensor_stats();
+    test_tensor_stats_cases();
     test_bf16_round();
     test_delayed_update();
     test_embedding();
@@ -3193,6 +3342,23 @@ int main(int argc, char **argv) {
             static const char *names[3] = {"hw cvt e4m3 == emulation", "hw cvt e5m2 == emulation",
                                            "hw cvt bf16 == emulation"};
             for (int k = 0; k < 3; k++) {
+                char note[64] = "";
+                if (counts[k]) snprintf(note, sizeof(note), "first input 0x%08x", first[k]);
+                row(names[k], "all 2^32 floats", (double)counts[k], 0, counts[k] == 0, note);
+            }
+        }
+    }
+    {
+        /* the statistics' FP8 rounding by float arithmetic against the hardware cast (which
+         * the check above holds to the emulation): cheap, so --quick runs it too */
+        unsigned long long counts[2];
+        unsigned int first[2];
+        if (gpu_check_fast_round_exhaustive(counts, first, err, sizeof(err)) != 0) {
+            row("fp8t_round_* vs hw cvt", "2^32", 1, 0, 0, err);
+        } else {
+            static const char *names[2] = {"fp8t_round_* e4m3 == hw cvt",
+                                           "fp8t_round_* e5m2 == hw cvt"};
+            for (int k = 0; k < 2; k++) {
                 char note[64] = "";
                 if (counts[k]) snprintf(note, sizeof(note), "first input 0x%08x", first[k]);
                 row(names[k], "all 2^32 floats", (double)counts[k], 0, counts[k] == 0, note);

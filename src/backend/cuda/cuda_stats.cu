@@ -2,211 +2,260 @@
  * fp8t_stats_raw), computed on the device so that --inspect does not copy every tensor to the
  * host. The CPU reference is fp8t_stats_raw_compute (src/numerics/stats_raw.c).
  *
- * Both passes over x walk it in 1x128 row tiles, one warp per tile (lane l takes columns
- * l, l+32, l+64, l+96 of it: four coalesced loads in flight, and an element's row and column
- * come from the tile's index without a division per element), tiles dealt to the warps of a
- * grid that is as large as the GPU holds at once (SMs x resident blocks of that kernel), so
- * no block waits for a second wave. Kernels, all on the backend's stream, nothing waits:
- *   P1  moments of x (counts, min, max, amax, sums in double) and, in the same read, the
- *       per-tile multipliers of every 1x128 TILES image (what-ifs, block scaling of
- *       activations) and of the MXFP8 image (a tile's 4 groups of 32 lanes' columns are
- *       its 4 MX blocks); one moments partial per block into scratch;
- *   A2  one block merges the partials in index order, writes the moments into *out, and the
- *       per-tensor scale of each SCALE / CURRENT image (CURRENT from the amax of P1);
- *   T   tile multipliers of any other tile shape (128x1, 128x128), one block per tile;
- *   B   second pass: sum (x - mean)^2 and, per image, q = dequant(quant(x)): the underflow
- *       and clipping counts and sum (q-x)^2, sum xq, sum q^2; partials per block. A tile
- *       multiplier's index is shifts for power-of-two tiles (every tile the recipes use);
- *   B2  one block merges them in order into *out;
- *   K, K2  (block=N) one block per N elements, then one block summarizing them.
- * Every reduction is a fixed tree over a fixed partition (the grid is a function of n and of
- * the device), so the result is the same bits on every run; sums are in double (a float
- * value, its square and a product of two floats are exact in double), so they agree with the
- * CPU's compensated sums to about 1e-15 relative. */
+ * Two reads of x, whatever the images:
+ *   P1  the moments, elementwise: counts, min / max / amax / smallest nonzero, and the sums
+ *       of x, |x|, x^2 in double; float4 loads in a grid-stride loop, a partial per block;
+ *   F1  one block merges the partials in index order, writes the moments into *out and the
+ *       parameters of P2: the mean, a power-of-two prescale p ~ 1/amax, and for every image
+ *       with one multiplier for the whole tensor (the delayed scale read from its pointer,
+ *       current scaling from the amax) that multiplier, its class (may it clip? is it inside
+ *       the fast path's range?) and the two floats the division below needs;
+ *   T   (only for block images other than 1x128, e.g. 128x128 weights) one block per tile:
+ *       the tile's scale, into a table;
+ *   P2  sum (x - mean)^2 in double, and every image's error sums in one more read: the
+ *       tensor is walked in 1x128 row tiles, 4 tiles per warp and iteration, each lane
+ *       holding 4 consecutive columns of each (one float4). The amax of a tile and of its 4
+ *       MX blocks of 32 are a butterfly over the warp's registers, so 1x128 block scaling and
+ *       MXFP8 know their scales when they encode; the per-tile scale divisions are shared out
+ *       to one lane per tile and shuffled back. Per image and element the FP8 value is found
+ *       by float arithmetic (numerics/fp8_round_hd.h: exact, no conversion instruction),
+ *       divided back by its multiplier with one Markstein correction (exact), and the error
+ *       sums run in float over 4 elements, then 4 tiles, then into a double per thread;
+ *       (A request without images, a result's, runs a plain grid-stride pass for the sum
+ *       (x - mean)^2 instead, with P1's occupancy.)
+ *   F2  one block merges P2's partials in order and finishes *out.
+ * Only *out (about 1 KiB) ever reaches the host, by the caller's copy.
+ *
+ * Exactness. Counts, min, max, amax and the scales are exact (the same as the CPU's). Every
+ * image value q is the CPU's float, bit for bit, up to a power-of-two factor p (a product p *
+ * q is exact): P2 sums (p q - p x)^2, (p x)(p q) and (p q)^2, all >= 0 (q has x's sign or is
+ * 0), so each float partial is within 6 ulps relative (one rounding per product and at most 5
+ * additions of non-negative terms: < 4e-7 relative) and the double total is as close; p keeps
+ * the squares of tensors as small as 1e-40 or as large as 1e30 in float range. The elements
+ * so small against amax that p x leaves the normal range (below 2^-126 amax) can round
+ * differently, which moves a sum by less than 2^-250 of it. Where that is not small, a tensor
+ * whose amax is below 2^-100 (its values q are float subnormals, rounded on the subnormal
+ * grid), P2 runs as a second instance (TINY) with p = 1, q by IEEE division and the sums in
+ * double; both instances are launched and the one that does not match the amax returns at
+ * once. A delayed scale the fast path cannot take (0, NaN, Inf, subnormal, negative, or one
+ * that clips nearly everything by more than 2^40, so that every (p q)^2 would underflow) is
+ * computed per element exactly as the CPU does (the slow class, double sums).
+ * Underflows are counted as elements whose FP8 value is 0, less the elements that are 0 in x
+ * (which are 0 in every image), both exact.
+ * Determinism: every partition is a function of the sizes and the device (grids are as large
+ * as the GPU holds at once), every sum a fixed sequence and a fixed tree, so the result is the
+ * same bits run to run. */
 #include "backend/cuda/cuda_common.cuh"
+#include "numerics/fp8_round_hd.h"
 
 #include <atomic>
+#include <float.h>
 #include <math.h>
 
-#define ST_THREADS 256
-#define ST_WARPS (ST_THREADS / 32)
-#define ST_TILE 128 /* the row tile both passes walk: 32 lanes x 4 columns */
+#define ST_THREADS 256      /* P1, the finishing kernels, K */
+#define ST_P2_THREADS 128   /* P2 */
+#define ST_P2_WARPS (ST_P2_THREADS / 32)
+#define ST_U 4              /* 1x128 tiles per warp and iteration in P2 */
+#define ST_TILE 128
+#define ST_P1_UNROLL 4      /* float4 loads per thread and iteration in P1 */
 #define ST_MX_BLOCK 32
+#define ST_NIMG FP8T_STATS_MAX_IMAGES
 #define SQNR_EXACT_DEV 1e300
+#define ST_FULL 0xffffffffu
+static_assert(ST_U == 4, "image_run's pairwise sums are written for 4 tiles");
 
 typedef unsigned long long ull;
+
+/* How P2 computes an image. Uniform: one multiplier for the tensor (delayed or current
+ * scaling), E4M3 / E5M2, and whether an element may clip (S: the clamp and the count). R: 1x128
+ * row tiles along the stored rows, scales from the tile in registers. G: other tiles, scales
+ * from a table (kernel T). SLOW: a uniform multiplier outside the fast path's range. */
+enum {
+    CLS_U4 = 0, CLS_U4S, CLS_U5, CLS_U5S,
+    CLS_R4, CLS_R5, CLS_MX, CLS_G4, CLS_G5, CLS_SLOW
+};
 
 /* the image specs as a kernel argument (by value) */
 typedef struct {
     int n;
-    int kind[FP8T_STATS_MAX_IMAGES];
-    int fmt[FP8T_STATS_MAX_IMAGES];   /* element format (MX: E4M3) */
-    int tr[FP8T_STATS_MAX_IMAGES], tc[FP8T_STATS_MAX_IMAGES];
-    const float *scale[FP8T_STATS_MAX_IMAGES];
-    float eps[FP8T_STATS_MAX_IMAGES];
-    int pow2[FP8T_STATS_MAX_IMAGES];
-    float *tiles[FP8T_STATS_MAX_IMAGES]; /* TILES / MX: per-tile multiplier, row-major */
-    int nbc[FP8T_STATS_MAX_IMAGES];      /* tiles per tile row */
-    int shr[FP8T_STATS_MAX_IMAGES], shc[FP8T_STATS_MAX_IMAGES]; /* log2 of tr / tc, or -1 */
+    int kind[ST_NIMG];
+    int fmt[ST_NIMG];   /* element format (MX: E4M3) */
+    int cls[ST_NIMG];   /* CLS_R4 ... CLS_G5 from the kind; -1: uniform (F1 decides) */
+    const float *scale[ST_NIMG];
+    float eps[ST_NIMG];
+    int pow2[ST_NIMG];
+    /* G images: tile shape, tiles per tile row, log2 of the sides (-1: not a power of two)
+     * and the table [3][tiles]: multiplier, prescaled multiplier, its reciprocal */
+    int tr[ST_NIMG], tc[ST_NIMG], nbc[ST_NIMG], shr[ST_NIMG], shc[ST_NIMG];
+    float *gtab[ST_NIMG];
+    size_t gtiles[ST_NIMG];
 } img_specs;
 
-/* what A2 leaves for B and K: the mean and the per-tensor multipliers */
+/* what F1 leaves for T, P2, F2 and K */
 typedef struct {
     double mean;
-    float qamax; /* amax as the quantizers take it (NaN wins, Inf counts) */
-    float scale[FP8T_STATS_MAX_IMAGES];
+    float p, invp;  /* prescale 2^k ~ 1/amax, and 2^-k (1 when tiny) */
+    int tiny;       /* amax < 2^-100: the image sums in double, q by IEEE division (below) */
+    float amax;     /* over finite elements */
+    float qamax;    /* as the quantizers take it: NaN if any, else Inf if any, else amax */
+    int cls[ST_NIMG];
+    float m[ST_NIMG];  /* uniform images: the multiplier (value = x * m) */
+    float mp[ST_NIMG]; /* m / p, and its reciprocal rounded: the division q p = d / mp */
+    float rp[ST_NIMG];
+    float scale[ST_NIMG]; /* the per-tensor scale (NaN for block images); K uses it */
 } stats_params;
 
+/* ---------------------------------------------------------------------------------------- */
+/* P1: moments */
+
 typedef struct {
-    ull nf, nnan, ninf, nzero;
-    float mn, mx, amax, minnz, qamax;
+    ull nf, nnan, nzero; /* finite; NaN; zero or not finite (n_zero = nzero - (n - nf)) */
+    float mn, mx, amax, minnz;
     double sum, sabs, ssq;
 } mom_acc;
 
 typedef struct {
-    ull under, sat;
-    double err, xq, qq;
-} img_acc;
+    unsigned nf, nnan, nzero;
+    float mn, mx, amax, minnz;
+    double sum, sabs, ssq;
+} mom_thr;
 
-__device__ __forceinline__ void mom_init(mom_acc *a) {
-    a->nf = a->nnan = a->ninf = a->nzero = 0;
-    a->mn = INFINITY, a->mx = -INFINITY, a->amax = 0.0f, a->minnz = INFINITY, a->qamax = 0.0f;
+__device__ __forceinline__ void mom_thr_init(mom_thr *a) {
+    a->nf = a->nnan = a->nzero = 0;
+    a->mn = INFINITY, a->mx = -INFINITY, a->amax = 0.0f, a->minnz = INFINITY;
     a->sum = a->sabs = a->ssq = 0.0;
 }
 
-__device__ __forceinline__ void mom_add(mom_acc *a, float v) {
-    a->qamax = amax_merge_dev(a->qamax, v);
-    if (isnan(v)) { a->nnan++; return; }
-    if (isinf(v)) { a->ninf++; return; }
-    float av = fabsf(v);
-    a->nf++;
-    if (v == 0.0f) a->nzero++;
-    a->mn = fminf(a->mn, v);
-    a->mx = fmaxf(a->mx, v);
-    a->amax = fmaxf(a->amax, av);
-    if (av > 0.0f) a->minnz = fminf(a->minnz, av);
-    double d = (double)v;
+__device__ __forceinline__ void mom_elem(mom_thr *a, float v) {
+    const bool fin = fabsf(v) < INFINITY; /* false for NaN and +-Inf */
+    a->nnan += v != v;
+    a->nf += fin;
+    const float xs = fin ? v : 0.0f;
+    const float vn = fin ? v : __int_as_float(0x7fffffff); /* NaN: fminf / fmaxf skip it */
+    a->nzero += xs == 0.0f;
+    a->mn = fminf(a->mn, vn);
+    a->mx = fmaxf(a->mx, vn);
+    a->amax = fmaxf(a->amax, fabsf(xs));
+    a->minnz = fminf(a->minnz, xs != 0.0f ? fabsf(xs) : INFINITY);
+    const double d = (double)xs;
     a->sum += d;
     a->sabs += fabs(d);
-    a->ssq += d * d;
+    a->ssq = fma(d, d, a->ssq);
 }
 
 __device__ __forceinline__ void mom_merge(mom_acc *a, const mom_acc *b) {
-    a->nf += b->nf, a->nnan += b->nnan, a->ninf += b->ninf, a->nzero += b->nzero;
+    a->nf += b->nf, a->nnan += b->nnan, a->nzero += b->nzero;
     a->mn = fminf(a->mn, b->mn), a->mx = fmaxf(a->mx, b->mx);
     a->amax = fmaxf(a->amax, b->amax), a->minnz = fminf(a->minnz, b->minnz);
-    a->qamax = amax_merge_dev(a->qamax, b->qamax);
     a->sum += b->sum, a->sabs += b->sabs, a->ssq += b->ssq;
 }
 
-__device__ __forceinline__ void img_init(img_acc *a) {
-    a->under = a->sat = 0;
-    a->err = a->xq = a->qq = 0.0;
+__device__ __forceinline__ void mom_init(mom_acc *a) {
+    a->nf = a->nnan = a->nzero = 0;
+    a->mn = INFINITY, a->mx = -INFINITY, a->amax = 0.0f, a->minnz = INFINITY;
+    a->sum = a->sabs = a->ssq = 0.0;
 }
 
-__device__ __forceinline__ void img_merge(img_acc *a, const img_acc *b) {
-    a->under += b->under, a->sat += b->sat;
-    a->err += b->err, a->xq += b->xq, a->qq += b->qq;
-}
-
-/* Fixed-order tree over the block's ST_THREADS entries of sh; the result in sh[0]. */
-template <typename T, void (*MERGE)(T *, const T *)>
+/* Fixed-order tree over the block's NT entries of sh; the result in sh[0]. */
+template <typename T, void (*MERGE)(T *, const T *), int NT>
 __device__ __forceinline__ void tree_reduce(T *sh) {
-    for (int s = ST_THREADS / 2; s > 0; s >>= 1) {
+    for (int s = NT / 2; s > 0; s >>= 1) {
         __syncthreads();
         if ((int)threadIdx.x < s) MERGE(&sh[threadIdx.x], &sh[threadIdx.x + s]);
     }
     __syncthreads();
 }
 
-/* The non-saturating cast overflows (stats.h: fp8_overflows): the value was clipped. With
- * round-to-nearest-even that is |v| > 464 for E4M3 (464, halfway between 448 and 480, rounds
- * to the even 448) and |v| >= 61440 for E5M2 (halfway between 57344 and 65536 rounds to the
- * even 2^16); NaN compares false. A compare instead of the toolkit's non-saturating cast,
- * which is software (only the saturating cast is an instruction) and was most of the cost of
- * an image; tests/test_stats.c checks the thresholds against fp8_overflows. */
-#define FP8_E4M3_OVERFLOW_ABOVE 464.0f
-#define FP8_E5M2_OVERFLOW_FROM 61440.0f
-__device__ __forceinline__ int fp8_overflows_dev(float v, int fmt) {
-    const float a = fabsf(v);
-    return fmt == FP8_E5M2 ? a >= FP8_E5M2_OVERFLOW_FROM : a > FP8_E4M3_OVERFLOW_ABOVE;
-}
-
-/* The grid of a tile-walking kernel: one warp per tile up to as many blocks as the GPU keeps
- * resident at once (a larger grid would run its last blocks as a second, mostly idle wave,
- * since every warp's share of tiles is fixed). */
-static unsigned st_grid(const cuda_state *s, const void *kernel, std::atomic<int> *occ,
-                        size_t ntiles) {
-    /* asked once per kernel (a function of the kernel and the architecture; a few us a call,
-     * and an inspected step makes hundreds) */
-    int per_sm = occ->load(std::memory_order_relaxed);
-    if (per_sm <= 0) {
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, ST_THREADS, 0));
-        occ->store(per_sm, std::memory_order_relaxed);
-    }
-    size_t cap = (size_t)s->num_sms * (size_t)(per_sm > 0 ? per_sm : 1);
-    size_t g = (ntiles + ST_WARPS - 1) / ST_WARPS;
-    if (g < 1) g = 1;
-    return (unsigned)(g < cap ? g : cap);
-}
-
-/* The walk of both passes: tile t of a rows x cols tensor is row t / nbc, columns
- * (t % nbc) * 128 + [0, 128); each warp takes tiles warp, warp + W, ... (W warps in the
- * grid). Lane l holds columns c0 + l + 32 j, j = 0..3. */
-#define ST_TILE_LOOP(t, ntiles)                                                              \
-    for (size_t t = (size_t)blockIdx.x * ST_WARPS + (threadIdx.x >> 5); t < (ntiles);          \
-         t += (size_t)gridDim.x * ST_WARPS)
-
-/* ---- P1: moments, and the 1x128 / MX tile multipliers from the same read.
- * mask: bit k set for each 1x128 TILES image k; mx: the MX image's index, or -1. ---- */
+/* vec: x is 16-byte aligned, read as float4 (the last n % 4 elements one by one) */
 __global__ void __launch_bounds__(ST_THREADS)
-    stats_pass1_kernel(mom_acc *part, img_specs sp, const float *__restrict__ x, int rows,
-                       int cols, unsigned mask, int mx) {
+    stats_p1_kernel(mom_acc *part, const float *__restrict__ x, size_t n, int vec) {
     __shared__ mom_acc sh[ST_THREADS];
-    const int lane = (int)(threadIdx.x & 31);
-    const int nbc = (cols + ST_TILE - 1) / ST_TILE;
-    const size_t ntiles = (size_t)rows * (size_t)nbc;
-    mom_acc a;
-    mom_init(&a);
-    ST_TILE_LOOP(t, ntiles) {
-        const int r = (int)(t / (size_t)nbc), bc = (int)(t % (size_t)nbc);
-        const int c0 = bc * ST_TILE;
-        const float *xr = x + (size_t)r * (size_t)cols;
-        float v[4];
+    mom_thr a;
+    mom_thr_init(&a);
+    const size_t T = (size_t)gridDim.x * ST_THREADS;
+    const size_t i0 = (size_t)blockIdx.x * ST_THREADS + threadIdx.x;
+    size_t scalar_from = 0;
+    if (vec) {
+        const float4 *x4 = (const float4 *)x;
+        const size_t nv = n / 4;
+        size_t i = i0;
+        /* ST_P1_UNROLL independent loads in flight per thread */
+        for (; i + (ST_P1_UNROLL - 1) * T < nv; i += ST_P1_UNROLL * T) {
+            float4 v[ST_P1_UNROLL];
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int c = c0 + 32 * j + lane;
-            v[j] = c < cols ? xr[c] : 0.0f;
-        }
+            for (int u = 0; u < ST_P1_UNROLL; u++) v[u] = x4[i + u * T];
 #pragma unroll
-        for (int j = 0; j < 4; j++)
-            if (c0 + 32 * j + lane < cols) mom_add(&a, v[j]);
-        if (!mask && mx < 0) continue; /* uniform over the grid */
-        float am[4], at = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            am[j] = warp_amax(amax_merge_dev(0.0f, v[j])); /* padding is 0: no effect */
-            at = amax_merge_dev(at, am[j]);
-        }
-        if (lane != 0) continue;
-        if (mx >= 0) {
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                if (c0 + 32 * j >= cols) break;
-                const int eb = mx_biased_exponent(am[j]);
-                sp.tiles[mx][(size_t)r * sp.nbc[mx] + (size_t)(c0 / ST_MX_BLOCK + j)] =
-                    eb == 0xFF ? __int_as_float(0x7fc00000) : ldexpf(1.0f, 127 - eb);
+            for (int u = 0; u < ST_P1_UNROLL; u++) {
+                mom_elem(&a, v[u].x), mom_elem(&a, v[u].y);
+                mom_elem(&a, v[u].z), mom_elem(&a, v[u].w);
             }
         }
-        for (int k = 0; k < sp.n; k++)
-            if (mask >> k & 1u)
-                sp.tiles[k][(size_t)r * nbc + bc] = current_scale_dev(
-                    at, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, sp.pow2[k]);
+        for (; i < nv; i += T) {
+            const float4 v = x4[i];
+            mom_elem(&a, v.x), mom_elem(&a, v.y), mom_elem(&a, v.z), mom_elem(&a, v.w);
+        }
+        scalar_from = nv * 4;
     }
-    sh[threadIdx.x] = a;
-    tree_reduce<mom_acc, mom_merge>(sh);
+    for (size_t i = scalar_from + i0; i < n; i += T) mom_elem(&a, x[i]);
+    mom_acc b;
+    b.nf = a.nf, b.nnan = a.nnan, b.nzero = a.nzero;
+    b.mn = a.mn, b.mx = a.mx, b.amax = a.amax, b.minnz = a.minnz;
+    b.sum = a.sum, b.sabs = a.sabs, b.ssq = a.ssq;
+    sh[threadIdx.x] = b;
+    tree_reduce<mom_acc, mom_merge, ST_THREADS>(sh);
     if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
 }
+
+/* P2 of a request without images (the results): sum (x - mean)^2 alone, P1's walk and
+ * occupancy (P2's registers are sized for the images) */
+__device__ __forceinline__ void dev_elem(double *dev, float v, double mean) {
+    const double dd = fabsf(v) < INFINITY ? (double)v - mean : 0.0;
+    *dev = fma(dd, dd, *dev);
+}
+
+__global__ void __launch_bounds__(ST_THREADS)
+    stats_dev_kernel(double *dev_part, const stats_params *prm, const float *__restrict__ x,
+                     size_t n, int vec) {
+    __shared__ double sh[ST_THREADS];
+    const double mean = prm->mean;
+    double dev = 0.0;
+    const size_t T = (size_t)gridDim.x * ST_THREADS;
+    const size_t i0 = (size_t)blockIdx.x * ST_THREADS + threadIdx.x;
+    size_t scalar_from = 0;
+    if (vec) {
+        const float4 *x4 = (const float4 *)x;
+        const size_t nv = n / 4;
+        size_t i = i0;
+        for (; i + (ST_P1_UNROLL - 1) * T < nv; i += ST_P1_UNROLL * T) {
+            float4 v[ST_P1_UNROLL];
+#pragma unroll
+            for (int u = 0; u < ST_P1_UNROLL; u++) v[u] = x4[i + u * T];
+#pragma unroll
+            for (int u = 0; u < ST_P1_UNROLL; u++) {
+                dev_elem(&dev, v[u].x, mean), dev_elem(&dev, v[u].y, mean);
+                dev_elem(&dev, v[u].z, mean), dev_elem(&dev, v[u].w, mean);
+            }
+        }
+        for (; i < nv; i += T) {
+            const float4 v = x4[i];
+            dev_elem(&dev, v.x, mean), dev_elem(&dev, v.y, mean);
+            dev_elem(&dev, v.z, mean), dev_elem(&dev, v.w, mean);
+        }
+        scalar_from = nv * 4;
+    }
+    for (size_t i = scalar_from + i0; i < n; i += T) dev_elem(&dev, x[i], mean);
+    sh[threadIdx.x] = dev;
+    for (int s = ST_THREADS / 2; s > 0; s >>= 1) {
+        __syncthreads();
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+    }
+    if (threadIdx.x == 0) dev_part[blockIdx.x] = sh[0];
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* F1: the moments into *out, the parameters of the images into *prm */
+
+__device__ __forceinline__ int fmt_is_e5(int fmt) { return fmt == FP8_E5M2; }
 
 __global__ void __launch_bounds__(ST_THREADS)
     stats_moments_finish(fp8t_stats_raw *out, stats_params *prm, const mom_acc *part,
@@ -216,152 +265,515 @@ __global__ void __launch_bounds__(ST_THREADS)
     mom_init(&a);
     for (int k = threadIdx.x; k < nparts; k += ST_THREADS) mom_merge(&a, &part[k]);
     sh[threadIdx.x] = a;
-    tree_reduce<mom_acc, mom_merge>(sh);
+    /* *out from zero (what no kernel writes stays 0, as the CPU's memset leaves it) */
+    for (size_t w = threadIdx.x; w < sizeof(fp8t_stats_raw) / sizeof(ull); w += ST_THREADS)
+        ((ull *)out)[w] = 0;
+    tree_reduce<mom_acc, mom_merge, ST_THREADS>(sh);
     if (threadIdx.x != 0) return;
     a = sh[0];
+    const ull ninf = (ull)n - a.nf - a.nnan;
     out->n = n;
-    out->n_finite = a.nf, out->n_nan = a.nnan, out->n_inf = a.ninf, out->n_zero = a.nzero;
+    out->n_finite = a.nf, out->n_nan = a.nnan, out->n_inf = ninf;
+    out->n_zero = a.nzero - ((ull)n - a.nf);
     out->min = a.mn, out->max = a.mx, out->amax = a.amax, out->min_nonzero = a.minnz;
     out->sum = a.sum, out->sum_abs = a.sabs, out->sum_sq = a.ssq;
     out->n_images = sp.n;
     prm->mean = a.nf ? a.sum / (double)a.nf : 0.0;
-    prm->qamax = a.qamax;
+    prm->amax = a.amax;
+    const float qamax = a.nnan ? __int_as_float(0x7fc00000) : (ninf ? INFINITY : a.amax);
+    prm->qamax = qamax;
+    /* p = 2^k with p * amax in [1, 2) (k clamped so that p and 1/p are normal floats). A
+     * tensor whose amax is below 2^-100 has every image value q a float subnormal or close to
+     * one, where p q would not round as q does: there P2 takes q itself (p = 1), by IEEE
+     * division, and sums in double. */
+    const int tiny = a.amax > 0.0f && a.amax < 0x1p-100f;
+    int k2 = 0;
+    if (a.amax > 0.0f && !tiny) {
+        k2 = -ilogbf(a.amax);
+        k2 = k2 < -126 ? -126 : (k2 > 126 ? 126 : k2);
+    }
+    prm->tiny = tiny;
+    const float p = ldexpf(1.0f, k2), invp = ldexpf(1.0f, -k2);
+    prm->p = p, prm->invp = invp;
     for (int k = 0; k < sp.n; k++) {
         float sc = __int_as_float(0x7fc00000);
-        if (sp.kind[k] == FP8T_IMG_SCALE) sc = *sp.scale[k];
-        else if (sp.kind[k] == FP8T_IMG_CURRENT)
-            sc = current_scale_dev(a.qamax, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX,
-                                   sp.eps[k], sp.pow2[k]);
+        int cls = sp.cls[k];
+        float mp = 0.0f, rp = 0.0f;
+        if (sp.kind[k] == FP8T_IMG_SCALE || sp.kind[k] == FP8T_IMG_CURRENT) {
+            const int e5 = fmt_is_e5(sp.fmt[k]);
+            sc = sp.kind[k] == FP8T_IMG_SCALE
+                     ? *sp.scale[k]
+                     : fp8t_current_scale_of(qamax, e5 ? FP8_E5M2_MAX : FP8_E4M3_MAX,
+                                             sp.eps[k], sp.pow2[k]);
+            /* the fast path: sc, sc / p and its reciprocal normal floats */
+            mp = __fmul_rn(sc, invp);
+            rp = __frcp_rn(mp);
+            int fast = isfinite(sc) && sc >= FLT_MIN && isfinite(mp) && mp >= FLT_MIN &&
+                       isfinite(rp) && rp >= FLT_MIN;
+            /* the largest |x * sc| is amax * sc (rounding is monotonic): may anything clip? */
+            const float ymax = __fmul_rn(a.amax, sc);
+            const int clip = e5 ? !(ymax < FP8T_CLIP_FROM_E5M2) : !(ymax <= FP8T_CLIP_ABOVE_E4M3);
+            /* and the largest p q, which is that element's: a scale that clips nearly
+             * everything by a factor beyond 2^40 makes every (p q)^2 a float subnormal (where
+             * everything flushes to zero, q = 0 is exact either way) */
+            if (fast && !tiny && a.amax > 0.0f) {
+                int cl;
+                const float qmp = __fdiv_rn(fp8t_round_clamp(ymax, e5, &cl), mp);
+                fast = qmp == 0.0f || fabsf(qmp) >= 0x1p-40f;
+            }
+            cls = !fast ? CLS_SLOW : (e5 ? (clip ? CLS_U5S : CLS_U5) : (clip ? CLS_U4S : CLS_U4));
+        }
+        prm->cls[k] = cls;
+        prm->m[k] = sc, prm->mp[k] = mp, prm->rp[k] = rp;
         prm->scale[k] = sc;
         out->img[k].scale = (double)sc;
     }
 }
 
-/* ---- T: per-tile multiplier of image k (TILES: the block's current scale; MX: 2^-e, NaN
- * for a block holding NaN or Inf) ---- */
-__global__ void stats_tiles_kernel(float *tiles, const float *__restrict__ x, int rows, int cols,
-                                   int tr, int tc, int fmt, int mx, int pow2) {
-    int nbc = (cols + tc - 1) / tc;
-    int br = (int)(blockIdx.x / nbc), bc = (int)(blockIdx.x % nbc);
-    int r0 = br * tr, c0 = bc * tc;
-    int nr = min(tr, rows - r0), nc = min(tc, cols - c0);
-    int cnt = nr * nc;
+/* ---------------------------------------------------------------------------------------- */
+/* T: the table of a G image (tiles other than 1x128): per tile its current scale (NaN wins and
+ * Inf counts in the tile's amax, either giving 1), the scale / p and the reciprocal of that */
+__global__ void stats_gtable_kernel(float *tab, size_t ntiles, const stats_params *prm,
+                                    const float *__restrict__ x, int rows, int cols, int tr,
+                                    int tc, int fmt, int pow2) {
+    const int nbc = (cols + tc - 1) / tc;
+    const int br = (int)(blockIdx.x / nbc), bc = (int)(blockIdx.x % nbc);
+    const int r0 = br * tr, c0 = bc * tc;
+    const int nr = min(tr, rows - r0), nc = min(tc, cols - c0);
+    const int cnt = nr * nc;
     float acc = 0.0f;
     for (int i = threadIdx.x; i < cnt; i += blockDim.x)
         acc = amax_merge_dev(acc, x[(size_t)(r0 + i / nc) * cols + c0 + i % nc]);
     acc = block_amax(acc);
     if (threadIdx.x != 0) return;
-    if (mx) {
-        int eb = mx_biased_exponent(acc);
-        tiles[blockIdx.x] = eb == 0xFF ? __int_as_float(0x7fc00000) : ldexpf(1.0f, 127 - eb);
-    } else {
-        tiles[blockIdx.x] =
-            current_scale_dev(acc, fmt == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, pow2);
-    }
+    const float s = fp8t_current_scale_of(acc, fmt == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX,
+                                          0.0f, pow2);
+    const float mp = fminf(__fmul_rn(s, prm->invp), FLT_MAX);
+    tab[blockIdx.x] = s;
+    tab[ntiles + blockIdx.x] = mp;
+    tab[2 * ntiles + blockIdx.x] = __frcp_rn(mp);
 }
 
-/* The image value of x at multiplier m: decode(encode(x*m)) / m; MX rounds d / m once from
- * double (as fp8t_mxfp8_dequantize's decode * 2^e). There m is a power of two 2^-e, e in
- * [-127, 127], so its reciprocal is exact in float (subnormals kept: no fast-math) and
- * d * (1/m) in double is d / m exactly: a multiply instead of a double division. */
-__device__ __forceinline__ float image_value(float v, float m, int fmt, int mx) {
-    float d = fp8_dec_dev(fp8_enc_dev(v * m, (fp8_format)fmt), (fp8_format)fmt);
-    return mx ? (float)((double)d * (double)__frcp_rn(m)) : d / m;
-}
+/* ---------------------------------------------------------------------------------------- */
+/* P2: deviations and the images */
 
-/* The multiplier of image k at (r, c): the tensor's, or its tile's (shifts when the tile's
- * sides are powers of two). */
-__device__ __forceinline__ float image_mult(const img_specs &sp, const float *m, int k, int r,
-                                            int c) {
-    if (sp.kind[k] != FP8T_IMG_TILES && sp.kind[k] != FP8T_IMG_MX) return m[k];
-    const int tr = sp.shr[k] >= 0 ? r >> sp.shr[k] : r / sp.tr[k];
-    const int tc = sp.shc[k] >= 0 ? c >> sp.shc[k] : c / sp.tc[k];
-    return sp.tiles[k][(size_t)tr * sp.nbc[k] + tc];
-}
+/* the walk: flat (tiles of 128 consecutive elements; no block images) or rows (1x128 tiles of
+ * each row, the last one of a row partial) */
+typedef struct {
+    int flat;
+    size_t n;       /* elements */
+    int rows, cols; /* rows mode */
+    int nbc;        /* tiles per row (rows mode) */
+    size_t ntiles;
+} p2_view;
 
-/* ---- B: deviation and image errors ---- */
-__global__ void __launch_bounds__(ST_THREADS)
-    stats_images_kernel(img_acc *part, double *dev_part, const stats_params *prm,
-                        const float *__restrict__ x, int rows, int cols, img_specs sp) {
-    __shared__ img_acc sh[ST_THREADS];
-    __shared__ double shd[ST_THREADS];
-    /* per-thread accumulators in registers: every index below is a constant after unrolling;
-     * the counts are 32-bit here (a thread sees about n / (grid * ST_THREADS) elements, the
-     * grid at least the SM count: far below 2^32 for any tensor below 2^40 elements) */
-    unsigned under[FP8T_STATS_MAX_IMAGES], sat[FP8T_STATS_MAX_IMAGES];
-    double err[FP8T_STATS_MAX_IMAGES], xq[FP8T_STATS_MAX_IMAGES], qq[FP8T_STATS_MAX_IMAGES];
-    float m[FP8T_STATS_MAX_IMAGES];
+typedef struct {
+    double err, xq, qq;
+    ull cz, sat, corr; /* FP8 values 0 (all elements; see the top), clipped, MX correction */
+} img_part;
+
+/* one image's sums over a lane's 4 x 4 elements, before they go into the thread's doubles */
+typedef struct {
+    double err, xq, qq;
+    unsigned cz, sat;
+} img_f;
+
+/* The statistics of one image over the lane's elements xs[j][i] (tile j, x sanitized: 0 for
+ * NaN, Inf and padding) with xp = p xs. m[j]: tile j's multiplier; the value q p =
+ * d / mp[j] (Markstein with rp[j] = 1 / mp[j]) or, MULT, d * rp[j] (MXFP8: a power of two).
+ * CLIP: the clamp to +-max and the count; else the caller knows |xs m| stays below the
+ * clipping threshold. DBL (a tiny tensor: p = 1, mp = m): q = d / m by IEEE division and the
+ * sums in double, where float squares would underflow. */
+template <int E5, bool MULT, bool CLIP, bool DBL>
+__device__ __forceinline__ void image_run(const float (&xs)[ST_U][4], const float (&xp)[ST_U][4],
+                                          const float (&m)[ST_U], const float (&mp)[ST_U],
+                                          const float (&rp)[ST_U], img_f *o) {
+    unsigned cz = 0, cs = 0;
+    if (!DBL) {
+        float perr[ST_U], pxq[ST_U], pqq[ST_U];
 #pragma unroll
-    for (int k = 0; k < FP8T_STATS_MAX_IMAGES; k++) {
-        under[k] = sat[k] = 0;
-        err[k] = xq[k] = qq[k] = 0.0;
-        m[k] = k < sp.n ? prm->scale[k] : 0.0f;
-    }
-    const double mean = prm->mean;
-    double dev = 0.0;
-    const int lane = (int)(threadIdx.x & 31);
-    const int nbc = (cols + ST_TILE - 1) / ST_TILE;
-    const size_t ntiles = (size_t)rows * (size_t)nbc;
-    ST_TILE_LOOP(t, ntiles) {
-        const int r = (int)(t / (size_t)nbc), c0 = (int)(t % (size_t)nbc) * ST_TILE;
-        const float *xr = x + (size_t)r * (size_t)cols;
-        float v[4];
-        bool ok[4];
+        for (int j = 0; j < ST_U; j++) {
+            perr[j] = pxq[j] = pqq[j] = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int c = c0 + 32 * j + lane;
-            v[j] = c < cols ? xr[c] : 0.0f;
-            ok[j] = c < cols && isfinite(v[j]);
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            if (!ok[j]) continue;
-            const double dd = (double)v[j] - mean;
-            dev += dd * dd;
-        }
-#pragma unroll
-        for (int k = 0; k < FP8T_STATS_MAX_IMAGES; k++) {
-            if (k >= sp.n) break;
-            const int fmt = sp.fmt[k], mx = sp.kind[k] == FP8T_IMG_MX;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                if (!ok[j]) continue;
-                const float vj = v[j], mk = image_mult(sp, m, k, r, c0 + 32 * j + lane);
-                const float q = image_value(vj, mk, fmt, mx);
-                const double dv = (double)vj, qv = (double)q, e = qv - dv;
-                under[k] += (vj != 0.0f && q == 0.0f);
-                sat[k] += fp8_overflows_dev(vj * mk, fmt);
-                err[k] += e * e;
-                xq[k] += dv * qv;
-                qq[k] += qv * qv;
+            for (int i = 0; i < 4; i++) {
+                const float y = __fmul_rn(xs[j][i], m[j]);
+                float d;
+                if (CLIP) {
+                    int cl;
+                    d = fp8t_round_clamp(y, E5, &cl);
+                    cs += (unsigned)cl;
+                } else {
+                    d = fp8t_round_nosat(y, E5);
+                }
+                const float q = MULT ? __fmul_rn(d, rp[j]) : fp8t_div_markstein(d, mp[j], rp[j]);
+                const float e = __fsub_rn(q, xp[j][i]);
+                perr[j] = __fmaf_rn(e, e, perr[j]);
+                pxq[j] = __fmaf_rn(xp[j][i], q, pxq[j]);
+                pqq[j] = __fmaf_rn(q, q, pqq[j]);
+                cz += d == 0.0f;
             }
         }
+        o->err = (double)__fadd_rn(__fadd_rn(perr[0], perr[1]), __fadd_rn(perr[2], perr[3]));
+        o->xq = (double)__fadd_rn(__fadd_rn(pxq[0], pxq[1]), __fadd_rn(pxq[2], pxq[3]));
+        o->qq = (double)__fadd_rn(__fadd_rn(pqq[0], pqq[1]), __fadd_rn(pqq[2], pqq[3]));
+    } else {
+        double err = 0.0, xq = 0.0, qq = 0.0;
+#pragma unroll
+        for (int j = 0; j < ST_U; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float y = __fmul_rn(xs[j][i], m[j]);
+                float d;
+                if (CLIP) {
+                    int cl;
+                    d = fp8t_round_clamp(y, E5, &cl);
+                    cs += (unsigned)cl;
+                } else {
+                    d = fp8t_round_nosat(y, E5);
+                }
+                const float q = MULT ? __fmul_rn(d, rp[j]) : __fdiv_rn(d, mp[j]);
+                const double dq = (double)q, dx = (double)xs[j][i], e = dq - dx;
+                err = fma(e, e, err);
+                xq = fma(dx, dq, xq);
+                qq = fma(dq, dq, qq);
+                cz += d == 0.0f;
+            }
+        o->err = err, o->xq = xq, o->qq = qq;
     }
-    shd[threadIdx.x] = dev;
-    for (int s = ST_THREADS / 2; s > 0; s >>= 1) {
+    o->cz = cz, o->sat = cs;
+}
+
+/* Tiles other than 1x128 (G): the multipliers per element from the table; always with the
+ * clamp (a tile holding NaN or Inf has scale 1). */
+template <int E5, bool DBL>
+__device__ __forceinline__ void image_run_table(const float (&xs)[ST_U][4],
+                                                const float (&xp)[ST_U][4], const int (&row)[ST_U],
+                                                const int (&c0)[ST_U], int lane, int cols,
+                                                const img_specs &sp, int k, img_f *o) {
+    const float *tab = sp.gtab[k];
+    const size_t nt = sp.gtiles[k];
+    float perr[ST_U], pxq[ST_U], pqq[ST_U];
+    double derr = 0.0, dxq = 0.0, dqq = 0.0;
+    unsigned cz = 0, cs = 0;
+#pragma unroll
+    for (int j = 0; j < ST_U; j++) {
+        perr[j] = pxq[j] = pqq[j] = 0.0f;
+        const int tro = sp.shr[k] >= 0 ? row[j] >> sp.shr[k] : row[j] / sp.tr[k];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int c = c0[j] + 4 * lane + i;
+            c = c < cols ? c : cols - 1; /* padding (xs = 0): any tile will do */
+            const int tco = sp.shc[k] >= 0 ? c >> sp.shc[k] : c / sp.tc[k];
+            const size_t t = (size_t)tro * (size_t)sp.nbc[k] + (size_t)tco;
+            const float mm = tab[t], mpp = tab[nt + t], rpp = tab[2 * nt + t];
+            const float y = __fmul_rn(xs[j][i], mm);
+            int cl;
+            const float d = fp8t_round_clamp(y, E5, &cl);
+            cs += (unsigned)cl;
+            cz += d == 0.0f;
+            if (DBL) { /* as image_run's */
+                const double dq = (double)__fdiv_rn(d, mpp), dx = (double)xs[j][i], e = dq - dx;
+                derr = fma(e, e, derr), dxq = fma(dx, dq, dxq), dqq = fma(dq, dq, dqq);
+                continue;
+            }
+            const float q = fp8t_div_markstein(d, mpp, rpp);
+            const float e = __fsub_rn(q, xp[j][i]);
+            perr[j] = __fmaf_rn(e, e, perr[j]);
+            pxq[j] = __fmaf_rn(xp[j][i], q, pxq[j]);
+            pqq[j] = __fmaf_rn(q, q, pqq[j]);
+        }
+    }
+    o->err = DBL ? derr : (double)__fadd_rn(__fadd_rn(perr[0], perr[1]), __fadd_rn(perr[2], perr[3]));
+    o->xq = DBL ? dxq : (double)__fadd_rn(__fadd_rn(pxq[0], pxq[1]), __fadd_rn(pxq[2], pxq[3]));
+    o->qq = DBL ? dqq : (double)__fadd_rn(__fadd_rn(pqq[0], pqq[1]), __fadd_rn(pqq[2], pqq[3]));
+    o->cz = cz, o->sat = cs;
+}
+
+/* The slow class: the CPU's own steps per element (x read again; non-finite elements and
+ * padding skipped), sums in double, the underflow count direct. */
+__device__ __forceinline__ void image_run_slow(const float *__restrict__ x,
+                                               const size_t (&off)[ST_U], const int (&len)[ST_U],
+                                               int lane, float s, int fmt, double *err,
+                                               double *xq, double *qq, unsigned *under,
+                                               unsigned *sat) {
+    const int e5 = fmt == FP8_E5M2;
+#pragma unroll
+    for (int j = 0; j < ST_U; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int c = 4 * lane + i;
+            if (c >= len[j]) continue;
+            const float v = x[off[j] + c];
+            if (!(fabsf(v) < INFINITY)) continue;
+            const float y = __fmul_rn(v, s);
+            const float q = __fdiv_rn(fp8t_round_sat(y, e5), s);
+            const double dv = v, qv = q, e = qv - dv;
+            *err = fma(e, e, *err);
+            *xq = fma(dv, qv, *xq);
+            *qq = fma(qv, qv, *qq);
+            *under += v != 0.0f && q == 0.0f;
+            *sat += y == y && (e5 ? !(fabsf(y) < FP8T_CLIP_FROM_E5M2)
+                                  : !(fabsf(y) <= FP8T_CLIP_ABOVE_E4M3));
+        }
+}
+
+/* TINY: the kernel for tensors with amax < 2^-100 (prm->tiny); both are launched and the one
+ * that does not match returns at once, so the host never waits for the amax */
+template <bool TINY>
+__global__ void __launch_bounds__(ST_P2_THREADS)
+    stats_p2_kernel(img_part *part, double *dev_part, const stats_params *prm,
+                    const float *__restrict__ x, p2_view v, img_specs sp, int vec) {
+    if (prm->tiny != (int)TINY) return;
+    /* per thread and image: err, xq, qq (double); FP8 zeros, clipped, MX correction */
+    __shared__ double s_acc[ST_NIMG * 3 * ST_P2_THREADS];
+    __shared__ unsigned s_cnt[ST_NIMG * 3 * ST_P2_THREADS];
+    __shared__ int s_cls[ST_NIMG];
+    __shared__ float s_m[ST_NIMG], s_mp[ST_NIMG], s_rp[ST_NIMG];
+    const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int nimg = sp.n;
+    if (tid < nimg) {
+        s_cls[tid] = prm->cls[tid];
+        s_m[tid] = prm->m[tid], s_mp[tid] = prm->mp[tid], s_rp[tid] = prm->rp[tid];
+    }
+    for (int i = tid; i < nimg * 3 * ST_P2_THREADS; i += ST_P2_THREADS)
+        s_acc[i] = 0.0, s_cnt[i] = 0;
+    __syncthreads();
+    int need_r = 0, need_mx = 0;
+    for (int k = 0; k < nimg; k++) {
+        need_r |= s_cls[k] == CLS_R4 || s_cls[k] == CLS_R5;
+        need_mx |= s_cls[k] == CLS_MX;
+    }
+    const double mean = prm->mean;
+    const float p = prm->p, invp = prm->invp;
+    const float nanf_ = __int_as_float(0x7fffffff);
+    double dev = 0.0;
+
+    /* tiles t = (it * W + w) * U + j: the warp's U consecutive tiles per iteration */
+    const size_t W = (size_t)gridDim.x * ST_P2_WARPS;
+    const size_t step = W * ST_U;
+    size_t t = ((size_t)blockIdx.x * ST_P2_WARPS + (size_t)warp) * ST_U;
+    /* rows mode: (row, tile column) of t, and of the step */
+    int r = 0, bc = 0, dr = 0, dc = 0;
+    if (!v.flat) {
+        r = (int)(t / (size_t)v.nbc), bc = (int)(t % (size_t)v.nbc);
+        dr = (int)(step / (size_t)v.nbc), dc = (int)(step % (size_t)v.nbc);
+    }
+    for (; t < v.ntiles; t += step) {
+        size_t off[ST_U];
+        int len[ST_U], row[ST_U], c0[ST_U];
+        {
+            int rr = r, cc = bc;
+#pragma unroll
+            for (int j = 0; j < ST_U; j++) {
+                const size_t tj = t + (size_t)j;
+                if (v.flat) {
+                    off[j] = tj * ST_TILE;
+                    len[j] = tj < v.ntiles ? (int)min((size_t)ST_TILE, v.n - off[j]) : 0;
+                    row[j] = 0, c0[j] = 0;
+                } else {
+                    /* a tile past the end (len 0) is all padding; its row stays in range
+                     * for the G tables' index */
+                    row[j] = rr < v.rows ? rr : v.rows - 1, c0[j] = cc * ST_TILE;
+                    off[j] = (size_t)rr * (size_t)v.cols + (size_t)c0[j];
+                    len[j] = tj < v.ntiles ? min(ST_TILE, v.cols - c0[j]) : 0;
+                    if (++cc == v.nbc) cc = 0, rr++;
+                }
+            }
+        }
+        float xs[ST_U][4], xp[ST_U][4];
+        unsigned lane_bad = 0, lane_fin = 0; /* bit j: tile j's 4 elements of this lane */
+#pragma unroll
+        for (int j = 0; j < ST_U; j++) {
+            const int c = 4 * lane;
+            float e[4];
+            if (vec && c + 3 < len[j]) {
+                const float4 f = *(const float4 *)(x + off[j] + c);
+                e[0] = f.x, e[1] = f.y, e[2] = f.z, e[3] = f.w;
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; i++) e[i] = c + i < len[j] ? x[off[j] + c + i] : nanf_;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const bool fin = fabsf(e[i]) < INFINITY; /* false for padding (NaN) too */
+                xs[j][i] = fin ? e[i] : 0.0f;
+                xp[j][i] = __fmul_rn(xs[j][i], p);
+                const double dd = fin ? (double)xs[j][i] - mean : 0.0;
+                dev = fma(dd, dd, dev);
+                lane_fin |= (unsigned)fin << j;
+                lane_bad |= (unsigned)(!fin && c + i < len[j]) << j;
+            }
+        }
+
+        /* the row tiles' amaxes: lane l holds columns 4l..4l+3, so xor 1, 2, 4 give the amax of
+         * its MX block of 32 and xor 8, 16 the tile's */
+        float ta[ST_U] = {0}, ga[ST_U] = {0};
+        unsigned tbad = 0, gbad = 0, gfin = 0; /* bit j: tile j / this lane's MX block */
+        if (need_r || need_mx) {
+#pragma unroll
+            for (int j = 0; j < ST_U; j++) {
+                float a = fmaxf(fmaxf(fabsf(xs[j][0]), fabsf(xs[j][1])),
+                                fmaxf(fabsf(xs[j][2]), fabsf(xs[j][3])));
+                a = fmaxf(a, __shfl_xor_sync(ST_FULL, a, 1));
+                a = fmaxf(a, __shfl_xor_sync(ST_FULL, a, 2));
+                a = fmaxf(a, __shfl_xor_sync(ST_FULL, a, 4));
+                ga[j] = a;
+                a = fmaxf(a, __shfl_xor_sync(ST_FULL, a, 8));
+                a = fmaxf(a, __shfl_xor_sync(ST_FULL, a, 16));
+                ta[j] = a;
+                const unsigned bb = __ballot_sync(ST_FULL, lane_bad >> j & 1u);
+                tbad |= (unsigned)(bb != 0) << j;
+                gbad |= (unsigned)((bb >> (lane & 24) & 0xffu) != 0) << j;
+            }
+            if (tbad) { /* rare: which bad MX blocks hold a finite element */
+#pragma unroll
+                for (int j = 0; j < ST_U; j++) {
+                    const unsigned fb = __ballot_sync(ST_FULL, lane_fin >> j & 1u);
+                    gfin |= (unsigned)((fb >> (lane & 24) & 0xffu) != 0) << j;
+                }
+            }
+        }
+        /* 1x128 scales: lane j < U computes tile j's (the divisions once per tile) */
+        float s4 = 1.0f, mp4 = 1.0f, rp4 = 1.0f, s5 = 1.0f, mp5 = 1.0f, rp5 = 1.0f;
+        if (need_r) {
+            const int jl = lane & (ST_U - 1);
+            const float a = jl == 0 ? ta[0] : jl == 1 ? ta[1] : jl == 2 ? ta[2] : ta[3];
+            const int bad = tbad >> jl & 1u;
+            const float aq = bad ? nanf_ : a;
+            s4 = fp8t_current_scale_of(aq, FP8_E4M3_MAX, 0.0f, 0);
+            /* 57344 / a = 128 * (448 / a): the same rounding while both are normal */
+            s5 = !bad && a > 0.0f && s4 < 0x1p120f
+                     ? s4 * 128.0f
+                     : fp8t_current_scale_of(aq, FP8_E5M2_MAX, 0.0f, 0);
+            mp4 = fminf(__fmul_rn(s4, invp), FLT_MAX), rp4 = __frcp_rn(mp4);
+            mp5 = fminf(__fmul_rn(s5, invp), FLT_MAX), rp5 = __frcp_rn(mp5);
+        }
+        /* MXFP8: this lane's block of each tile, 2^-e and p 2^e; a block holding NaN or Inf is
+         * NaN in every element (multiplier NaN), or contributes nothing when it holds no
+         * finite element (multiplier 0) */
+        float mxm[ST_U], mxr[ST_U];
+        unsigned mxcorr = 0; /* zeros of this lane in NaN blocks, which cz missed */
+        if (need_mx) {
+#pragma unroll
+            for (int j = 0; j < ST_U; j++) {
+                const int eb = fp8t_mx_exponent_bits(ga[j]);
+                const float mm = __uint_as_float((unsigned)(254 - eb) << 23);
+                const float rr = eb ? __uint_as_float((unsigned)eb << 23)
+                                    : __uint_as_float(0x00400000u); /* 2^-127 */
+                mxm[j] = mm, mxr[j] = __fmul_rn(rr, p);
+                if (gbad >> j & 1u) {
+                    const int f = gfin >> j & 1u;
+                    mxm[j] = mxr[j] = f ? nanf_ : 0.0f;
+                    if (f)
+                        mxcorr += (xs[j][0] == 0.0f) + (xs[j][1] == 0.0f) + (xs[j][2] == 0.0f) +
+                                  (xs[j][3] == 0.0f);
+                }
+            }
+        }
+
+        for (int k = 0; k < nimg; k++) {
+            const int cls = s_cls[k];
+            img_f o;
+            o.err = o.xq = o.qq = 0.0;
+            o.cz = o.sat = 0;
+            unsigned corr = 0;
+            if (cls <= CLS_U5S) {
+                const float mu = s_m[k], mpu = s_mp[k], rpu = s_rp[k];
+                const float m4[ST_U] = {mu, mu, mu, mu}, mp_[ST_U] = {mpu, mpu, mpu, mpu},
+                            rp_[ST_U] = {rpu, rpu, rpu, rpu};
+                switch (cls) {
+                case CLS_U4: image_run<0, false, false, TINY>(xs, xp, m4, mp_, rp_, &o); break;
+                case CLS_U4S: image_run<0, false, true, TINY>(xs, xp, m4, mp_, rp_, &o); break;
+                case CLS_U5: image_run<1, false, false, TINY>(xs, xp, m4, mp_, rp_, &o); break;
+                default: image_run<1, false, true, TINY>(xs, xp, m4, mp_, rp_, &o); break;
+                }
+            } else if (cls == CLS_R4 || cls == CLS_R5) {
+                const int e5 = cls == CLS_R5;
+                float mt[ST_U], mpt[ST_U], rpt[ST_U];
+#pragma unroll
+                for (int j = 0; j < ST_U; j++) {
+                    mt[j] = __shfl_sync(ST_FULL, e5 ? s5 : s4, j);
+                    mpt[j] = __shfl_sync(ST_FULL, e5 ? mp5 : mp4, j);
+                    rpt[j] = __shfl_sync(ST_FULL, e5 ? rp5 : rp4, j);
+                }
+                if (tbad) { /* a tile with NaN / Inf has scale 1: its elements may clip */
+                    if (e5) image_run<1, false, true, TINY>(xs, xp, mt, mpt, rpt, &o);
+                    else image_run<0, false, true, TINY>(xs, xp, mt, mpt, rpt, &o);
+                } else {
+                    if (e5) image_run<1, false, false, TINY>(xs, xp, mt, mpt, rpt, &o);
+                    else image_run<0, false, false, TINY>(xs, xp, mt, mpt, rpt, &o);
+                }
+            } else if (cls == CLS_MX) {
+                image_run<0, true, false, TINY>(xs, xp, mxm, mxm, mxr, &o);
+                corr = mxcorr;
+            } else if (cls == CLS_G4) {
+                image_run_table<0, TINY>(xs, xp, row, c0, lane, v.cols, sp, k, &o);
+            } else if (cls == CLS_G5) {
+                image_run_table<1, TINY>(xs, xp, row, c0, lane, v.cols, sp, k, &o);
+            } else { /* CLS_SLOW: straight into the doubles */
+                const int b = k * 3 * ST_P2_THREADS + tid;
+                double e = 0.0, xq = 0.0, qq = 0.0;
+                unsigned un = 0, sa = 0;
+                image_run_slow(x, off, len, lane, s_m[k], sp.fmt[k], &e, &xq, &qq, &un, &sa);
+                s_acc[b] += e, s_acc[b + ST_P2_THREADS] += xq;
+                s_acc[b + 2 * ST_P2_THREADS] += qq;
+                s_cnt[b] += un, s_cnt[b + ST_P2_THREADS] += sa;
+                continue;
+            }
+            const int b = k * 3 * ST_P2_THREADS + tid;
+            s_acc[b] += o.err;
+            s_acc[b + ST_P2_THREADS] += o.xq;
+            s_acc[b + 2 * ST_P2_THREADS] += o.qq;
+            s_cnt[b] += o.cz;
+            s_cnt[b + ST_P2_THREADS] += o.sat;
+            s_cnt[b + 2 * ST_P2_THREADS] += corr;
+        }
+        if (!v.flat) {
+            bc += dc, r += dr;
+            if (bc >= v.nbc) bc -= v.nbc, r++;
+        }
+    }
+
+    /* the block's sums, in a fixed tree */
+    __shared__ double s_dev[ST_P2_THREADS];
+    s_dev[tid] = dev;
+    for (int s = ST_P2_THREADS / 2; s > 0; s >>= 1) {
         __syncthreads();
-        if ((int)threadIdx.x < s) shd[threadIdx.x] += shd[threadIdx.x + s];
+        if (tid < s) {
+            s_dev[tid] += s_dev[tid + s];
+            for (int k = 0; k < nimg; k++)
+                for (int f = 0; f < 3; f++) {
+                    const int b = (k * 3 + f) * ST_P2_THREADS + tid;
+                    s_acc[b] += s_acc[b + s];
+                    s_cnt[b] += s_cnt[b + s];
+                }
+        }
     }
     __syncthreads();
-    if (threadIdx.x == 0) dev_part[blockIdx.x] = shd[0];
-#pragma unroll
-    for (int k = 0; k < FP8T_STATS_MAX_IMAGES; k++) {
-        if (k >= sp.n) break; /* uniform over the block: the barriers below stay matched */
-        img_acc a;
-        a.under = under[k], a.sat = sat[k], a.err = err[k], a.xq = xq[k], a.qq = qq[k];
-        sh[threadIdx.x] = a;
-        tree_reduce<img_acc, img_merge>(sh);
-        if (threadIdx.x == 0) part[(size_t)blockIdx.x * FP8T_STATS_MAX_IMAGES + k] = sh[0];
+    if (tid == 0) dev_part[blockIdx.x] = s_dev[0];
+    if (tid < nimg) {
+        const int b = tid * 3 * ST_P2_THREADS;
+        img_part o;
+        o.err = s_acc[b], o.xq = s_acc[b + ST_P2_THREADS], o.qq = s_acc[b + 2 * ST_P2_THREADS];
+        o.cz = s_cnt[b], o.sat = s_cnt[b + ST_P2_THREADS], o.corr = s_cnt[b + 2 * ST_P2_THREADS];
+        part[(size_t)blockIdx.x * ST_NIMG + tid] = o;
     }
 }
 
+__device__ __forceinline__ void img_part_merge(img_part *a, const img_part *b) {
+    a->err += b->err, a->xq += b->xq, a->qq += b->qq;
+    a->cz += b->cz, a->sat += b->sat, a->corr += b->corr;
+}
+
+/* F2: P2's partials in index order into *out. slots: the element slots P2 walked (elements and
+ * padding, each an FP8 zero where x is sanitized to 0) */
 __global__ void __launch_bounds__(ST_THREADS)
-    stats_images_finish(fp8t_stats_raw *out, const img_acc *part, const double *dev_part,
-                        int nparts, int nimg) {
-    __shared__ img_acc sh[ST_THREADS];
+    stats_images_finish(fp8t_stats_raw *out, const stats_params *prm, const img_part *part,
+                        const double *dev_part, int nparts, int nimg, ull slots) {
+    __shared__ img_part sh[ST_THREADS];
     __shared__ double shd[ST_THREADS];
     double dev = 0.0;
-    for (int p = threadIdx.x; p < nparts; p += ST_THREADS) dev += dev_part[p];
+    for (int q = threadIdx.x; q < nparts; q += ST_THREADS) dev += dev_part[q];
     shd[threadIdx.x] = dev;
     for (int s = ST_THREADS / 2; s > 0; s >>= 1) {
         __syncthreads();
@@ -369,22 +781,33 @@ __global__ void __launch_bounds__(ST_THREADS)
     }
     __syncthreads();
     if (threadIdx.x == 0) out->dev_sq = shd[0];
+    /* every slot whose x is 0 after sanitizing (zeros, NaN, Inf, padding) is an FP8 zero in
+     * every image but the slow class and the MX NaN blocks (corr) */
+    const ull zeros = out->n_zero + (out->n - out->n_finite) + (slots - out->n);
+    const double ip2 = (double)prm->invp * (double)prm->invp;
     for (int k = 0; k < nimg; k++) {
-        img_acc a;
-        img_init(&a);
-        for (int p = threadIdx.x; p < nparts; p += ST_THREADS)
-            img_merge(&a, &part[(size_t)p * FP8T_STATS_MAX_IMAGES + k]);
+        img_part a;
+        a.err = a.xq = a.qq = 0.0;
+        a.cz = a.sat = a.corr = 0;
+        for (int q = threadIdx.x; q < nparts; q += ST_THREADS)
+            img_part_merge(&a, &part[(size_t)q * ST_NIMG + k]);
         sh[threadIdx.x] = a;
-        tree_reduce<img_acc, img_merge>(sh);
+        tree_reduce<img_part, img_part_merge, ST_THREADS>(sh);
         if (threadIdx.x == 0) {
             fp8t_image_raw *ir = &out->img[k];
-            ir->n_underflow = sh[0].under, ir->n_sat = sh[0].sat;
-            ir->err_sq = sh[0].err, ir->xq = sh[0].xq, ir->qq = sh[0].qq;
+            const int slow = prm->cls[k] == CLS_SLOW;
+            ir->n_underflow = slow ? sh[0].cz : sh[0].cz + sh[0].corr - zeros;
+            ir->n_sat = sh[0].sat;
+            const double f = slow ? 1.0 : ip2;
+            ir->err_sq = sh[0].err * f, ir->xq = sh[0].xq * f, ir->qq = sh[0].qq * f;
         }
+        __syncthreads();
     }
 }
 
-/* ---- K: block=N statistics at the per-tensor multiplier of image bimg ---- */
+/* ---------------------------------------------------------------------------------------- */
+/* K, K2: block=N statistics at the per-tensor multiplier of image bimg */
+
 typedef struct {
     float amax;
     ull nonzero, under;
@@ -408,12 +831,13 @@ __global__ void __launch_bounds__(ST_THREADS)
                         const float *__restrict__ x, size_t n, size_t bs, int bimg, int fmt) {
     __shared__ blk_acc sh[ST_THREADS];
     const float m = prm->scale[bimg];
+    const int e5 = fmt == FP8_E5M2;
     size_t lo = (size_t)blockIdx.x * bs, hi = lo + bs < n ? lo + bs : n;
     blk_acc a = {0.0f, 0, 0, 0.0, 0.0};
     for (size_t i = lo + threadIdx.x; i < hi; i += ST_THREADS) {
         float v = x[i];
         if (!isfinite(v)) continue;
-        float q = image_value(v, m, fmt, 0);
+        float q = __fdiv_rn(fp8t_round_sat(__fmul_rn(v, m), e5), m);
         double dv = (double)v, e = (double)q - dv;
         a.amax = fmaxf(a.amax, fabsf(v));
         a.xx += dv * dv;
@@ -424,7 +848,7 @@ __global__ void __launch_bounds__(ST_THREADS)
         }
     }
     sh[threadIdx.x] = a;
-    tree_reduce<blk_acc, blk_merge>(sh);
+    tree_reduce<blk_acc, blk_merge, ST_THREADS>(sh);
     if (threadIdx.x == 0) {
         fp8t_block_raw r;
         r.amax = sh[0].amax;
@@ -463,7 +887,7 @@ __global__ void __launch_bounds__(ST_THREADS)
         a.under_max = fmax(a.under_max, r->underflow_pct);
     }
     sh[threadIdx.x] = a;
-    tree_reduce<blk_sum, blk_sum_merge>(sh);
+    tree_reduce<blk_sum, blk_sum_merge, ST_THREADS>(sh);
     if (threadIdx.x == 0) {
         out->block = bs;
         out->n_blocks = nb;
@@ -476,23 +900,34 @@ __global__ void __launch_bounds__(ST_THREADS)
     }
 }
 
-/* ---- tile_stats: each tile of image 0 (TILES) on its own, one block per tile, then one
- * block summarizing them in tile order (the CPU's ordered scan: the first tile of the lowest
- * SQNR and of the highest underflow) ---- */
+
+/* ---------------------------------------------------------------------------------------- */
+/* tile_stats: each tile of image 0 (TILES: the block / rowwise GEMMs' own image) on its own,
+ * one block per tile (its amax and current scale, then each element's image as the CPU makes
+ * it: decode(encode(v s)) / s), then one block summarizing them in tile order (the CPU's
+ * ordered scan: the first tile of the lowest SQNR and of the highest underflow) */
 __global__ void __launch_bounds__(ST_THREADS)
     stats_tile_errors_kernel(fp8t_block_raw *list, const float *__restrict__ x, int rows,
-                             int cols, img_specs sp) {
+                             int cols, int tr, int tc, int fmt, int pow2) {
     __shared__ blk_acc sh[ST_THREADS];
-    const int tr = sp.tr[0], tc = sp.tc[0], nbc = sp.nbc[0];
+    __shared__ float s_m;
+    const int nbc = (cols + tc - 1) / tc;
     const int r0 = (int)(blockIdx.x / nbc) * tr, c0 = (int)(blockIdx.x % nbc) * tc;
     const int nr = min(tr, rows - r0), nc = min(tc, cols - c0);
-    const float m = sp.tiles[0][blockIdx.x];
-    const int fmt = sp.fmt[0];
+    const int e5 = fmt == FP8_E5M2;
+    float am = 0.0f;
+    for (int i = threadIdx.x; i < nr * nc; i += ST_THREADS)
+        am = amax_merge_dev(am, x[(size_t)(r0 + i / nc) * cols + c0 + i % nc]);
+    am = block_amax(am);
+    if (threadIdx.x == 0)
+        s_m = fp8t_current_scale_of(am, e5 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, pow2);
+    __syncthreads();
+    const float m = s_m;
     blk_acc a = {0.0f, 0, 0, 0.0, 0.0};
     for (int i = threadIdx.x; i < nr * nc; i += ST_THREADS) {
         const float v = x[(size_t)(r0 + i / nc) * cols + c0 + i % nc];
         if (!isfinite(v)) continue;
-        const float q = image_value(v, m, fmt, 0);
+        const float q = __fdiv_rn(fp8t_round_sat(__fmul_rn(v, m), e5), m);
         const double dv = (double)v, e = (double)q - dv;
         a.xx += dv * dv;
         a.err += e * e;
@@ -502,7 +937,7 @@ __global__ void __launch_bounds__(ST_THREADS)
         }
     }
     sh[threadIdx.x] = a;
-    tree_reduce<blk_acc, blk_merge>(sh);
+    tree_reduce<blk_acc, blk_merge, ST_THREADS>(sh);
     if (threadIdx.x == 0) {
         fp8t_block_raw r;
         r.amax = 0.0;
@@ -536,7 +971,7 @@ __global__ void __launch_bounds__(ST_THREADS)
         a.with_under += r->underflow_pct > 0.0;
     }
     sh[threadIdx.x] = a;
-    tree_reduce<tile_sum, tile_sum_merge>(sh);
+    tree_reduce<tile_sum, tile_sum_merge, ST_THREADS>(sh);
     if (threadIdx.x == 0) {
         out->n_tiles = nt;
         out->tile_sqnr_min_db = sh[0].sq_min;
@@ -547,30 +982,36 @@ __global__ void __launch_bounds__(ST_THREADS)
     }
 }
 
+/* ---------------------------------------------------------------------------------------- */
+
+/* Blocks of a grid-stride kernel: enough for the work, at most as many as the GPU keeps
+ * resident at once (a larger grid would run its last blocks as a second, mostly idle wave). */
+static unsigned st_grid(const cuda_state *s, const void *kernel, int threads,
+                        std::atomic<int> *occ, size_t want) {
+    /* asked once per kernel (a function of the kernel and the architecture; a few us a call,
+     * and an inspected step makes hundreds) */
+    int per_sm = occ->load(std::memory_order_relaxed);
+    if (per_sm <= 0) {
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+        occ->store(per_sm, std::memory_order_relaxed);
+    }
+    const size_t cap = (size_t)s->num_sms * (size_t)(per_sm > 0 ? per_sm : 1);
+    if (want < 1) want = 1;
+    return (unsigned)(want < cap ? want : cap);
+}
+
 void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
                        const fp8t_stats_req *req) {
     cuda_state *s = cuda_of(b);
-    CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(*out), s->stream));
+    static_assert(sizeof(fp8t_stats_raw) % sizeof(ull) == 0, "F1 zeroes *out in 8-byte words");
     const size_t n = rows > 0 && cols > 0 ? (size_t)rows * (size_t)cols : 0;
     img_specs sp;
     memset(&sp, 0, sizeof sp);
     int nimg = req ? req->n_images : 0;
-    if (nimg > FP8T_STATS_MAX_IMAGES) nimg = FP8T_STATS_MAX_IMAGES;
+    if (nimg > ST_NIMG) nimg = ST_NIMG;
     if (nimg < 0 || n == 0) nimg = 0;
     sp.n = nimg;
-    /* the walked shape: nothing for an empty tensor */
-    const int wr = n ? rows : 0, wc = n ? cols : 1;
-    const size_t nwalk = (size_t)wr * cdiv_u((size_t)wc, ST_TILE);
-    static std::atomic<int> occ1(0), occ2(0);
-    const unsigned grid1 = st_grid(s, (const void *)stats_pass1_kernel, &occ1, nwalk);
-    const unsigned grid2 = st_grid(s, (const void *)stats_images_kernel, &occ2, nwalk);
-    /* scratch: P1 partials | params | B partials | dev partials | tiles... | block list */
-    size_t off_par = align_up(grid1 * sizeof(mom_acc), 256);
-    size_t off_b = off_par + align_up(sizeof(stats_params), 256);
-    size_t off_dev = off_b + align_up((size_t)grid2 * FP8T_STATS_MAX_IMAGES * sizeof(img_acc), 256);
-    size_t off_tiles = off_dev + align_up(grid2 * sizeof(double), 256);
-    size_t tile_off[FP8T_STATS_MAX_IMAGES] = {0}, ntiles[FP8T_STATS_MAX_IMAGES] = {0};
-    size_t end = off_tiles;
+    int rows_mode = 0;
     for (int k = 0; k < nimg; k++) {
         const fp8t_image_spec *is = &req->img[k];
         sp.kind[k] = is->kind;
@@ -578,27 +1019,69 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
         sp.scale[k] = is->scale;
         sp.eps[k] = is->epsilon;
         sp.pow2[k] = is->pow2;
-        if (is->kind == FP8T_IMG_TILES || is->kind == FP8T_IMG_MX) {
-            int tr = is->kind == FP8T_IMG_MX ? 1 : is->tile_r;
-            int tc = is->kind == FP8T_IMG_MX ? ST_MX_BLOCK : is->tile_c;
+        sp.cls[k] = -1;
+        const int e5 = sp.fmt[k] == FP8_E5M2;
+        if (is->kind == FP8T_IMG_MX) {
+            sp.cls[k] = CLS_MX;
+            rows_mode = 1;
+        } else if (is->kind == FP8T_IMG_TILES) {
+            const int tr = is->tile_r, tc = is->tile_c;
             if (tr <= 0 || tc <= 0) {
                 fprintf(stderr, "fp8train: tensor_stats: image %d has tile %dx%d (must be positive)\n",
                         k, tr, tc);
                 exit(1);
             }
-            sp.tr[k] = tr, sp.tc[k] = tc;
-            sp.shr[k] = (tr & (tr - 1)) ? -1 : __builtin_ctz((unsigned)tr);
-            sp.shc[k] = (tc & (tc - 1)) ? -1 : __builtin_ctz((unsigned)tc);
-            sp.nbc[k] = (cols + tc - 1) / tc;
-            ntiles[k] = (size_t)((rows + tr - 1) / tr) * (size_t)sp.nbc[k];
-            tile_off[k] = end;
-            end += align_up(ntiles[k] * sizeof(float), 256);
+            rows_mode = 1;
+            /* power-of-two tile scales (the block / rowwise recipes' option) take the table */
+            if (tr == 1 && tc == ST_TILE && !is->pow2) {
+                sp.cls[k] = e5 ? CLS_R5 : CLS_R4;
+            } else {
+                sp.cls[k] = e5 ? CLS_G5 : CLS_G4;
+                sp.tr[k] = tr, sp.tc[k] = tc;
+                sp.shr[k] = (tr & (tr - 1)) ? -1 : __builtin_ctz((unsigned)tr);
+                sp.shc[k] = (tc & (tc - 1)) ? -1 : __builtin_ctz((unsigned)tc);
+                sp.nbc[k] = (cols + tc - 1) / tc;
+                sp.gtiles[k] = (size_t)((rows + tr - 1) / tr) * (size_t)sp.nbc[k];
+            }
         } else if (is->kind == FP8T_IMG_SCALE && !is->scale) {
             fprintf(stderr, "fp8train: tensor_stats: image %d (SCALE) has no scale pointer\n", k);
             exit(1);
         }
     }
-    size_t nb = 0, off_list = end;
+    /* P2's walk: the rows when an image has tiles, else 128 consecutive elements at a time */
+    p2_view v;
+    memset(&v, 0, sizeof v);
+    v.n = n;
+    v.flat = !rows_mode;
+    if (rows_mode) {
+        v.rows = rows, v.cols = cols;
+        v.nbc = (int)cdiv_u((size_t)cols, ST_TILE);
+        v.ntiles = (size_t)rows * (size_t)v.nbc;
+    } else {
+        v.ntiles = (n + ST_TILE - 1) / ST_TILE;
+    }
+    const int aligned = ((uintptr_t)x & 15u) == 0;
+    const int vec2 = aligned && (v.flat || cols % 4 == 0);
+
+    static std::atomic<int> occ1(0), occ2(0);
+    const unsigned grid1 = st_grid(s, (const void *)stats_p1_kernel, ST_THREADS, &occ1,
+                                   cdiv_u(n, (size_t)ST_THREADS * 4 * ST_P1_UNROLL));
+    /* the partial buffers are sized by the common kernel's grid; the tiny one runs as many */
+    const unsigned grid2 = st_grid(s, (const void *)stats_p2_kernel<false>, ST_P2_THREADS, &occ2,
+                                   cdiv_u(v.ntiles, (size_t)ST_P2_WARPS * ST_U));
+    /* scratch: P1 partials | params | P2 partials | dev partials | G tables... | block list */
+    const size_t off_par = align_up(grid1 * sizeof(mom_acc), 256);
+    const size_t off_p2 = off_par + align_up(sizeof(stats_params), 256);
+    const size_t off_dev = off_p2 + align_up((size_t)grid2 * ST_NIMG * sizeof(img_part), 256);
+    size_t end = off_dev + align_up((size_t)(grid2 > grid1 ? grid2 : grid1) * sizeof(double), 256);
+    size_t tab_off[ST_NIMG] = {0};
+    for (int k = 0; k < nimg; k++)
+        if (sp.gtiles[k]) {
+            tab_off[k] = end;
+            end += align_up(3 * sp.gtiles[k] * sizeof(float), 256);
+        }
+    size_t nb = 0;
+    const size_t off_list = end;
     const int bs = req && nimg > 0 && req->block > 0 && req->block_img >= 0 &&
                            req->block_img < nimg &&
                            (req->img[req->block_img].kind == FP8T_IMG_SCALE ||
@@ -609,39 +1092,51 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
         nb = (n + (size_t)bs - 1) / (size_t)bs;
         if (!req->block_list) end += align_up(nb * sizeof(fp8t_block_raw), 256);
     }
-    const int tstats = req && nimg > 0 && req->tile_stats && sp.kind[0] == FP8T_IMG_TILES;
+    const int tstats = req && nimg > 0 && req->tile_stats && req->img[0].kind == FP8T_IMG_TILES;
+    size_t ntl = 0;
     const size_t off_tlist = end;
-    if (tstats) end += align_up(ntiles[0] * sizeof(fp8t_block_raw), 256);
+    if (tstats) {
+        const int tr = req->img[0].tile_r, tc = req->img[0].tile_c;
+        ntl = (size_t)((rows + tr - 1) / tr) * (size_t)((cols + tc - 1) / tc);
+        end += align_up(ntl * sizeof(fp8t_block_raw), 256);
+    }
     char *scr = (char *)cuda_scratch(b, SCR_STATS, end);
-    mom_acc *partA = (mom_acc *)scr;
+    mom_acc *part1 = (mom_acc *)scr;
     stats_params *prm = (stats_params *)(scr + off_par);
-    img_acc *partB = (img_acc *)(scr + off_b);
+    img_part *part2 = (img_part *)(scr + off_p2);
     double *devp = (double *)(scr + off_dev);
     for (int k = 0; k < nimg; k++)
-        if (ntiles[k]) sp.tiles[k] = (float *)(scr + tile_off[k]);
+        if (sp.gtiles[k]) sp.gtab[k] = (float *)(scr + tab_off[k]);
 
-    /* 1x128 tiles and MX blocks in the moments' read (the what-ifs always ask for both) */
-    unsigned mask128 = 0;
-    int mx_k = -1;
-    for (int k = 0; k < nimg; k++) {
-        if (sp.kind[k] == FP8T_IMG_TILES && sp.tr[k] == 1 && sp.tc[k] == ST_TILE) mask128 |= 1u << k;
-        else if (sp.kind[k] == FP8T_IMG_MX && mx_k < 0) mx_k = k;
-    }
-    stats_pass1_kernel<<<grid1, ST_THREADS, 0, s->stream>>>(partA, sp, x, wr, wc, mask128, mx_k);
+    stats_p1_kernel<<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
     CUDA_LAUNCH_CHECK(s);
-    stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, partA, (int)grid1, n, sp);
+    stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part1, (int)grid1, n, sp);
     CUDA_LAUNCH_CHECK(s);
     for (int k = 0; k < nimg; k++) {
-        if (!ntiles[k] || (mask128 >> k & 1u) || k == mx_k) continue;
-        int cnt = sp.tr[k] * sp.tc[k];
-        stats_tiles_kernel<<<(unsigned)ntiles[k], cnt >= 1024 ? 256 : (cnt > 32 ? 128 : 32), 0,
-                             s->stream>>>(sp.tiles[k], x, rows, cols, sp.tr[k], sp.tc[k],
-                                          sp.fmt[k], sp.kind[k] == FP8T_IMG_MX, sp.pow2[k]);
+        if (!sp.gtiles[k]) continue;
+        const int cnt = sp.tr[k] * sp.tc[k];
+        stats_gtable_kernel<<<(unsigned)sp.gtiles[k], cnt >= 1024 ? 256 : (cnt > 32 ? 128 : 32),
+                              0, s->stream>>>(sp.gtab[k], sp.gtiles[k], prm, x, rows, cols,
+                                              sp.tr[k], sp.tc[k], sp.fmt[k], sp.pow2[k]);
         CUDA_LAUNCH_CHECK(s);
     }
-    stats_images_kernel<<<grid2, ST_THREADS, 0, s->stream>>>(partB, devp, prm, x, wr, wc, sp);
-    CUDA_LAUNCH_CHECK(s);
-    stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, partB, devp, (int)grid2, nimg);
+    if (nimg > 0) {
+        stats_p2_kernel<false><<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v,
+                                                                       sp, vec2);
+        CUDA_LAUNCH_CHECK(s);
+        stats_p2_kernel<true><<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v,
+                                                                      sp, vec2);
+        CUDA_LAUNCH_CHECK(s);
+    } else {
+        stats_dev_kernel<<<grid1, ST_THREADS, 0, s->stream>>>(devp, prm, x, n, aligned);
+        CUDA_LAUNCH_CHECK(s);
+    }
+    /* the slots P2 walks: the tiles t < ntiles each warp starts at (every multiple of U below
+     * ntiles, once), U tiles each, those past the end as padding */
+    const ull slots = (ull)((v.ntiles + ST_U - 1) / ST_U) * ST_U * ST_TILE;
+    stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part2, devp,
+                                                         (int)(nimg > 0 ? grid2 : grid1), nimg,
+                                                         slots);
     CUDA_LAUNCH_CHECK(s);
     if (bs > 0) {
         fp8t_block_raw *list = req->block_list ? req->block_list : (fp8t_block_raw *)(scr + off_list);
@@ -653,10 +1148,11 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     }
     if (tstats) {
         fp8t_block_raw *tl = (fp8t_block_raw *)(scr + off_tlist);
-        stats_tile_errors_kernel<<<(unsigned)ntiles[0], ST_THREADS, 0, s->stream>>>(tl, x, rows,
-                                                                                 cols, sp);
+        stats_tile_errors_kernel<<<(unsigned)ntl, ST_THREADS, 0, s->stream>>>(
+            tl, x, rows, cols, req->img[0].tile_r, req->img[0].tile_c, sp.fmt[0],
+            req->img[0].pow2);
         CUDA_LAUNCH_CHECK(s);
-        stats_tile_errors_finish<<<1, ST_THREADS, 0, s->stream>>>(out, tl, ntiles[0]);
+        stats_tile_errors_finish<<<1, ST_THREADS, 0, s->stream>>>(out, tl, ntl);
         CUDA_LAUNCH_CHECK(s);
     }
 }
