@@ -516,6 +516,7 @@ static void test_tile_stats(void) {
     free(x);
     free(buf);
     free(q);
+}
 
 /* ---- numerics/fp8_round_hd.h: the FP8 rounding the CUDA statistics run (tests/gpu checks
  * the same functions on all 2^32 floats on the device) ---- */

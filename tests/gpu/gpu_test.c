@@ -1614,6 +1614,8 @@ static void test_tensor_stats_tiles(void) {
                 free(c), free(g), free(x);
                 dp_free(dx), dp_free(draw);
             }
+}
+
 /* --inspect's request for an operand (inspect.c operand_images): image 0 the delayed scale
  * in fmt, then the five what-ifs */
 static void inspect_stats_req(fp8t_stats_req *req, const float *scale, fp8_format fmt) {
