@@ -164,6 +164,92 @@ static inline size_t fp8t_bf16_bytes(int rows, int cols) {
     return (size_t)fp8t_bf16_pad(rows) * (size_t)fp8t_bf16_pad(cols) * 2u;
 }
 
+/* ---- the operand path: one operand type, one op that makes it (make_operand) ----
+ *
+ * fp8t_operand is what a GEMM reads, in the spirit of Transformer Engine's quantized tensor:
+ * the values of a [rows, cols] tensor as FP8 codes (E4M3 / E5M2, with a scale per tensor or
+ * per block / row: fp8t_fp8_scaling) or as a BF16 operand (fp8t_bf16_operand's padded
+ * layout), in row-major and/or transposed orientation, with the scale, scale_inv and amax that
+ * go with them. The GEMM ops read the views fp8t_operand_fp8 / fp8t_operand_bf16 give. */
+typedef enum {
+    FP8T_OPERAND_E4M3 = FP8_E4M3,
+    FP8T_OPERAND_E5M2 = FP8_E5M2,
+    FP8T_OPERAND_BF16 = 2
+} fp8t_operand_format;
+
+typedef struct {
+    void *data;        /* [rows, cols]: FP8 codes (uint8_t) or a BF16 operand (uint16_t,
+                          [pad8(rows), pad8(cols)], padding zero); NULL: not made */
+    void *data_t;      /* [cols, rows] FP8 codes (the transposed orientation), or NULL. BF16
+                          has none: one padded copy serves both orientations of a GEMM */
+    const float *scale;/* per-tensor FP8: device pointer to the scale the codes are made with
+                          (known before the values: delayed, fixed, or computed beforehand) */
+    float *scale_inv;  /* per-tensor FP8: the 1 float that dequantizes (read by the GEMM, not
+                          written here); scaled FP8: written, scaling's layout for data */
+    float *scale_inv_t;/* scaled FP8: written, scaling's layout for data_t [cols, rows] */
+    float *amax;       /* device pointer or NULL: max-accumulated with the values' amax (NaN
+                          wins), taken by the pass that makes the operand */
+    fp8t_operand_format format;
+    fp8t_fp8_scaling scaling; /* FP8 only: TENSOR, or VEC128 / BLK128 / ROW (each block with
+                          the current-scaling scale of its own amax, epsilon 0) */
+    int pow2;          /* scaled FP8: power-of-two block scales (fp8t_current_scale's pow2) */
+    int rows, cols;    /* of the values; data is [rows, cols] */
+} fp8t_operand;
+
+/* The producer step whose output the operand is made of, in the same pass (what a backend
+ * does not fuse it composes, or the model runs the producer's own op first: see
+ * make_operand_fuses). x, x2, bias are the step's inputs, all [rows, cols] but bias [cols]. */
+typedef enum {
+    FP8T_STEP_NONE = 0,      /* values = x */
+    FP8T_STEP_BIAS,          /* x + bias (bias_add's arithmetic) */
+    FP8T_STEP_GELU,          /* gelu(x (+ bias)): the linear after GELU takes GELU's input,
+                                with the bias its producer left out (gelu_forward's values) */
+    FP8T_STEP_DGELU,         /* gelu'(x2 (+ bias)) * x: x the gradient of GELU's output, x2 GELU's
+                                input (gelu_backward / gelu_backward_bias's values) */
+    FP8T_STEP_SWIGLU,        /* silu(x) * x2: x the gate, x2 up (swiglu_forward's) */
+    FP8T_STEP_LAYERNORM,     /* LayerNorm(x; norm_w, norm_b) (layernorm_forward's values) */
+    FP8T_STEP_RMSNORM,       /* RMSNorm(x; norm_w) (rmsnorm_forward's) */
+    FP8T_STEP_ADD_LAYERNORM, /* s = x + (x2 (+ bias)) (add / add_bias's), then LayerNorm(s) */
+    FP8T_STEP_ADD_RMSNORM,   /* the same with RMSNorm */
+    FP8T_STEP_COUNT
+} fp8t_operand_step;
+
+/* One make_operand call: what to make (out: its data / data_t select the orientations, its
+ * amax whether the amax is taken) of which producer step, and the side outputs. */
+typedef struct {
+    fp8t_operand out;
+    fp8t_operand_step step;
+    const float *x, *x2;  /* the step's inputs (above) */
+    const float *bias;    /* [cols] or NULL: BIAS, GELU, DGELU (on GELU's input), ADD_* (on x2) */
+    const float *norm_w, *norm_b; /* norms: weight [cols], LayerNorm bias [cols] (may be NULL) */
+    float eps;            /* norms */
+    float *sum;           /* ADD_*: the residual sum s written here (may be NULL: not kept) */
+    float *mean, *rstd;   /* norms (may be NULL): the statistics layernorm_forward /
+                             rmsnorm_forward keep (RMSNorm: rstd only) */
+    float *colsum;        /* NULL, or += the values' column sums (bias_backward's: the bias
+                             gradient from the pass that rounds dY) */
+} fp8t_operand_req;
+
+/* The GEMM views of an operand (gemm_fp8's and gemm_bf16_rounded's argument types). */
+static inline fp8t_fp8_operand fp8t_operand_fp8(const fp8t_operand *o) {
+    fp8t_fp8_operand q;
+    q.data = (const uint8_t *)o->data;
+    q.data_t = (const uint8_t *)o->data_t;
+    q.scale_inv = o->scale_inv;
+    q.fmt = (fp8_format)o->format;
+    q.rows = o->rows;
+    q.cols = o->cols;
+    q.scaling = o->scaling;
+    return q;
+}
+static inline fp8t_bf16_operand fp8t_operand_bf16(const fp8t_operand *o) {
+    fp8t_bf16_operand h;
+    h.data = (const uint16_t *)o->data;
+    h.rows = o->rows;
+    h.cols = o->cols;
+    return h;
+}
+
 /* How a KV cache stores K and V (kv_cache_write, attention_decode). */
 typedef enum { FP8T_KV_FP32 = 0, FP8T_KV_BF16 = 1, FP8T_KV_FP8 = 2 } fp8t_kv_kind;
 static inline size_t fp8t_kv_align16(size_t n) { return (n + 15) / 16 * 16; }
@@ -231,6 +317,20 @@ typedef struct fp8t_backend_ops {
     /* ---- quantization ---- */
     /* *amax_out = max(*amax_out, amax(x)); NaN propagates (device pointer) */
     void (*amax)(fp8t_backend *b, float *amax_out, const float *x, size_t n);
+    /* The operand r->out of r->step's values in one pass where make_operand_fuses says so
+     * (else composed of the unfused ops, the same bits): FP8 codes saturating (per tensor with
+     * *out.scale, or scaled blocks whose scale_inv it writes) or a BF16 operand (round to
+     * nearest even), in the orientations out.data / out.data_t ask for; amax, column sums and
+     * the step's side outputs (sum, mean, rstd) as r says. The values themselves are not
+     * written. Every combination gives the bits of its unfused ops (the producer's op into
+     * FP32, bias_backward, amax, then the cast); a GPU may sum the column sums in another
+     * (fixed) order. r is host memory, read before the op returns. */
+    void (*make_operand)(fp8t_backend *b, const fp8t_operand_req *r);
+    /* 1 when make_operand does r's combination in one pass over its inputs (the model then
+     * asks for it; otherwise it runs the producer's op into FP32 and makes the operand with
+     * step NONE). Depends on r's step, format, scaling and which outputs it asks for, not on
+     * the pointers' values but for alignment where a GPU kernel needs it. */
+    int (*make_operand_fuses)(fp8t_backend *b, const fp8t_operand_req *r);
     /* codes = fp8(x * *scale) saturating; codes_t (if non-NULL) = transposed [cols,rows];
      * *amax_out max-accumulated with amax(x) when non-NULL. Fused: one pass over x. */
     void (*quantize)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,

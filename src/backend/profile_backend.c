@@ -14,7 +14,7 @@
 enum {
     P_TO_DEVICE, P_TO_HOST, P_COPY, P_ZERO, P_SYNC,
     P_GEMM_F32, P_GEMM_BF16, P_GEMM_BF16_ROUNDED, P_GEMM_FP8,
-    P_AMAX, P_QUANTIZE, P_QUANTIZE_GELU, P_QUANTIZE_COLSUM, P_GELU_BWD_QUANTIZE_COLSUM, P_COMPUTE_SCALE, P_FAKE_QUANT, P_BLOCK_FAKE_QUANT, P_MXFP8_FAKE_QUANT,
+    P_AMAX, P_MAKE_OPERAND, P_QUANTIZE, P_QUANTIZE_GELU, P_QUANTIZE_COLSUM, P_GELU_BWD_QUANTIZE_COLSUM, P_COMPUTE_SCALE, P_FAKE_QUANT, P_BLOCK_FAKE_QUANT, P_MXFP8_FAKE_QUANT,
     P_BF16_ROUND, P_TO_BF16, P_BF16_PACK, P_BF16_UNPACK, P_TO_BF16_COLSUM, P_GELU_BWD_BF16_COLSUM, P_DELAYED_UPDATE,
     P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_FWD_BF16, P_ADD_LN_FWD_BF16, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
     P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT, P_XENT_BF16,
@@ -27,7 +27,7 @@ enum {
 static const char *const op_names[P_COUNT] = {
     "to_device", "to_host", "copy", "zero", "synchronize",
     "gemm_f32", "gemm_bf16", "gemm_bf16_rounded", "gemm_fp8",
-    "amax", "quantize", "quantize_gelu", "quantize_colsum", "gelu_backward_quantize_colsum", "compute_scale", "fake_quantize", "block_fake_quantize",
+    "amax", "make_operand", "quantize", "quantize_gelu", "quantize_colsum", "gelu_backward_quantize_colsum", "compute_scale", "fake_quantize", "block_fake_quantize",
     "mxfp8_fake_quantize", "bf16_round", "to_bf16", "bf16_pack", "bf16_unpack", "to_bf16_colsum", "gelu_backward_bf16_colsum", "delayed_update",
     "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_forward_bf16", "add_layernorm_forward_bf16", "layernorm_backward",
     "rmsnorm_forward", "rmsnorm_backward", "bias_add", "bias_backward",
@@ -149,6 +149,12 @@ static void w_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
 /* ---- quantization ---- */
 static void w_amax(fp8t_backend *b, float *o, const float *x, size_t n) {
     TIMED(P_AMAX, ib->ops->amax(ib, o, x, n));
+}
+static void w_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
+    TIMED(P_MAKE_OPERAND, ib->ops->make_operand(ib, r));
+}
+static int w_make_operand_fuses(fp8t_backend *b, const fp8t_operand_req *r) {
+    return in(b)->ops->make_operand_fuses(in(b), r);
 }
 static void w_quantize(fp8t_backend *b, uint8_t *c, uint8_t *ct, float *am, const float *x,
                        int r, int cols, fp8_format f, const float *s) {
@@ -406,7 +412,7 @@ static void w_reduce_wait(fp8t_backend *b) { in(b)->ops->reduce_wait(in(b)); }
 static const fp8t_backend_ops wrapper_ops = {
     w_malloc, w_free, w_to_device, w_to_host, w_copy, w_zero, w_synchronize, w_destroy,
     w_gemm_f32, w_gemm_bf16, w_gemm_bf16_rounded, w_gemm_fp8,
-    w_amax, w_quantize, w_quantize_gelu, w_quantize_colsum, w_gelu_backward_quantize_colsum, w_compute_scale, w_fake_quantize, w_block_fake_quantize,
+    w_amax, w_make_operand, w_make_operand_fuses, w_quantize, w_quantize_gelu, w_quantize_colsum, w_gelu_backward_quantize_colsum, w_compute_scale, w_fake_quantize, w_block_fake_quantize,
     w_mxfp8_fake_quantize, w_bf16_round, w_to_bf16, w_bf16_pack, w_bf16_unpack, w_to_bf16_colsum, w_gelu_backward_bf16_colsum, w_delayed_update,
     w_embedding_forward, w_embedding_backward, w_layernorm_forward, w_layernorm_forward_bf16, w_add_layernorm_forward_bf16, w_layernorm_backward,
     w_rmsnorm_forward, w_rmsnorm_backward, w_bias_add, w_bias_backward,

@@ -26,6 +26,8 @@ enum {
     CPU_SCRATCH_ATTN,       /* attention's head-major copies of q, k, v, dout */
     CPU_SCRATCH_ACT,        /* gelu_forward_bf16's FP32 result before the rounding */
     CPU_SCRATCH_GRAD,       /* the fused GELU-backward ops' FP32 dx before the rounding */
+    CPU_SCRATCH_OPERAND,    /* make_operand's composed values (a combination with no kernel) */
+    CPU_SCRATCH_OPERAND_SUM,/* ... and its residual sum when the caller keeps none */
     CPU_SCRATCH_COUNT
 };
 
@@ -197,6 +199,9 @@ void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a
                           fp8_format fmt);
 void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up, int rows,
                         int cols, const float *scale, fp8_format fmt);
+/* cpu_operand.c: make_operand over the kernels above (fp8t_operand_kernel_of) */
+void cpu_make_operand(fp8t_backend *b, const fp8t_operand_req *r);
+int cpu_make_operand_fuses(fp8t_backend *b, const fp8t_operand_req *r);
 /* cpu_misc.c */
 void cpu_embedding_forward(fp8t_backend *b, float *out, const int *tokens, const float *wte,
                            const float *wpe, int B, int T, int C);

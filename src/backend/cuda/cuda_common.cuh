@@ -314,6 +314,9 @@ void cuda_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *
 void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                    const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                    int acc, int fast_accum, float *amax_out, const float *bias);
+/* cuda_operand.cu: make_operand over the kernels below (fp8t_operand_kernel_of) */
+void cuda_make_operand(fp8t_backend *b, const fp8t_operand_req *r);
+int cuda_make_operand_fuses(fp8t_backend *b, const fp8t_operand_req *r);
 /* cuda_quant.cu */
 void cuda_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n);
 void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,

@@ -1,0 +1,82 @@
+/* Which of a backend's one-pass kernels makes an operand request (make_operand), shared by the
+ * CPU and CUDA backends so that both fuse the same combinations and the model takes the same
+ * path on either: the CPU's reference of each kernel is the unfused ops' composition, bit for
+ * bit, so a choice that depended on the backend would only make the two harder to compare.
+ * Internal to src/backend (C and CUDA). */
+#ifndef FP8TRAIN_OPERAND_KIND_H
+#define FP8TRAIN_OPERAND_KIND_H
+
+#include "fp8train/backend.h"
+
+typedef enum {
+    FP8T_OPK_COMPOSE = -1,     /* no one-pass kernel: the CPU composes, CUDA refuses */
+    FP8T_OPK_QUANTIZE = 0,     /* per-tensor FP8 of x (codes, codes_t, amax) */
+    FP8T_OPK_QUANTIZE_COLSUM,  /* ... and the column sums */
+    FP8T_OPK_QUANTIZE_GELU,    /* per-tensor FP8 of gelu(x (+ bias)) */
+    FP8T_OPK_QUANTIZE_DGELU,   /* per-tensor FP8 of gelu'(x2 (+ bias)) * x, colsum optional */
+    FP8T_OPK_BF16,             /* BF16 operand of x */
+    FP8T_OPK_BF16_COLSUM,      /* ... and the column sums */
+    FP8T_OPK_BF16_GELU,        /* BF16 operand of gelu(x) */
+    FP8T_OPK_BF16_DGELU,       /* BF16 operand of gelu'(x2 (+ bias)) * x, colsum optional */
+    FP8T_OPK_BF16_LAYERNORM,   /* BF16 operand of LayerNorm(x), mean and rstd kept */
+    FP8T_OPK_BF16_ADD_LAYERNORM, /* sum = x + x2, then the above */
+    FP8T_OPK_NORM_OPERAND,     /* (residual add +) LayerNorm / RMSNorm into per-tensor FP8 or
+                                  BF16, no amax, no statistics kept (the inference model's) */
+    FP8T_OPK_SWIGLU_OPERAND,   /* SwiGLU into per-tensor FP8 or BF16, no amax */
+    FP8T_OPK_SCALED,           /* block / row scaled FP8 of x, gelu(x (+ bias)) or
+                                  gelu'(x2 (+ bias)) * x, both orientations, amax, colsum */
+    FP8T_OPK_COUNT
+} fp8t_operand_kernel;
+
+static inline int fp8t_step_is_norm(fp8t_operand_step s) {
+    return s == FP8T_STEP_LAYERNORM || s == FP8T_STEP_RMSNORM || s == FP8T_STEP_ADD_LAYERNORM ||
+           s == FP8T_STEP_ADD_RMSNORM;
+}
+
+static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req *r) {
+    const fp8t_operand *o = &r->out;
+    const fp8t_operand_step st = r->step;
+    const int bf16 = o->format == FP8T_OPERAND_BF16;
+    const int norm = fp8t_step_is_norm(st);
+    const int add = st == FP8T_STEP_ADD_LAYERNORM || st == FP8T_STEP_ADD_RMSNORM;
+    const int rms = st == FP8T_STEP_RMSNORM || st == FP8T_STEP_ADD_RMSNORM;
+    /* side outputs only where their step makes them */
+    if ((r->sum && !add) || ((r->mean || r->rstd) && !norm)) return FP8T_OPK_COMPOSE;
+    if (bf16 && o->data_t) return FP8T_OPK_COMPOSE; /* BF16 has one layout for both */
+    if (!bf16 && o->scaling != FP8T_SCALING_TENSOR) {
+        if (st == FP8T_STEP_NONE && !r->bias) return FP8T_OPK_SCALED;
+        if (st == FP8T_STEP_GELU || st == FP8T_STEP_DGELU) return FP8T_OPK_SCALED;
+        return FP8T_OPK_COMPOSE;
+    }
+    if (!bf16 && (!o->scale || !o->data)) return FP8T_OPK_COMPOSE;
+    if (bf16 && !o->data) return FP8T_OPK_COMPOSE;
+    /* the inference model's producers: no amax (a fixed scale), no statistics, one layout */
+    const int infer_ok = !o->data_t && !o->amax && !r->colsum;
+    if (norm && (rms ? !r->norm_b : 1) && !r->mean && !r->rstd && infer_ok &&
+        (add || !r->bias))
+        return FP8T_OPK_NORM_OPERAND;
+    if (st == FP8T_STEP_SWIGLU)
+        return infer_ok && !r->bias ? FP8T_OPK_SWIGLU_OPERAND : FP8T_OPK_COMPOSE;
+    switch (st) {
+    case FP8T_STEP_NONE:
+        if (r->bias) return FP8T_OPK_COMPOSE;
+        if (bf16) return r->colsum ? FP8T_OPK_BF16_COLSUM : FP8T_OPK_BF16;
+        return r->colsum ? FP8T_OPK_QUANTIZE_COLSUM : FP8T_OPK_QUANTIZE;
+    case FP8T_STEP_GELU:
+        if (r->colsum || (bf16 && r->bias)) return FP8T_OPK_COMPOSE;
+        return bf16 ? FP8T_OPK_BF16_GELU : FP8T_OPK_QUANTIZE_GELU;
+    case FP8T_STEP_DGELU:
+        return bf16 ? FP8T_OPK_BF16_DGELU : FP8T_OPK_QUANTIZE_DGELU;
+    case FP8T_STEP_LAYERNORM:
+        if (bf16 && r->mean && r->rstd && !r->colsum && !r->bias) return FP8T_OPK_BF16_LAYERNORM;
+        return FP8T_OPK_COMPOSE;
+    case FP8T_STEP_ADD_LAYERNORM:
+        if (bf16 && r->mean && r->rstd && r->sum && r->x2 && !r->bias && !r->colsum)
+            return FP8T_OPK_BF16_ADD_LAYERNORM;
+        return FP8T_OPK_COMPOSE;
+    default:
+        return FP8T_OPK_COMPOSE;
+    }
+}
+
+#endif
