@@ -79,4 +79,56 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
     }
 }
 
+/* A backend's one-pass kernels, one per fp8t_operand_kernel (the signatures of the op table's
+ * fused ops they implement). fp8t_operand_run dispatches a request to them, so the mapping
+ * from a request to a kernel's arguments is written once for every backend. */
+typedef struct {
+    void (*quantize)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                     const float *x, int rows, int cols, fp8_format fmt, const float *scale);
+    void (*quantize_colsum)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                            float *colsum, const float *x, int rows, int cols, fp8_format fmt,
+                            const float *scale);
+    void (*quantize_gelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                          const float *x, const float *bias, int rows, int cols,
+                          fp8_format fmt, const float *scale);
+    void (*quantize_dgelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
+                           float *colsum, const float *dout, const float *x, const float *bias,
+                           int rows, int cols, fp8_format fmt, const float *scale);
+    void (*bf16)(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
+                 int cols);
+    void (*bf16_colsum)(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
+                        const float *x, int rows, int cols);
+    void (*bf16_gelu)(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
+                      int cols);
+    void (*bf16_dgelu)(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
+                       const float *dout, const float *x, const float *bias, int rows,
+                       int cols);
+    void (*bf16_layernorm)(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
+                           float *rstd, const float *x, const float *w, const float *bias, int N,
+                           int C, float eps);
+    void (*bf16_add_layernorm)(fp8t_backend *b, float *sum, uint16_t *out, float *amax_out,
+                               float *mean, float *rstd, const float *a, const float *c,
+                               const float *w, const float *bias, int N, int C, float eps);
+    void (*norm_operand)(fp8t_backend *b, void *out, float *sum, const float *a, const float *y,
+                         const float *ybias, const float *w, const float *bias, int rms,
+                         int rows, int cols, float eps, const float *scale, fp8_format fmt);
+    void (*swiglu_operand)(fp8t_backend *b, void *out, const float *gate, const float *up,
+                           int rows, int cols, const float *scale, fp8_format fmt);
+    void (*scaled)(fp8t_backend *b, const fp8t_scaled_quant *q);
+} fp8t_operand_kernels;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* quantize_scaled's request for r's scaled operand of the values x; with step_done the step
+ * (GELU / dGELU) is taken as already applied to x */
+fp8t_scaled_quant fp8t_operand_scaled_quant(const fp8t_operand_req *r, const float *x,
+                                            int step_done);
+/* r run by the kernel fp8t_operand_kernel_of names; 0 when it names none (FP8T_OPK_COMPOSE:
+ * nothing was done) */
+int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_operand_kernels *k);
+#ifdef __cplusplus
+}
+#endif
+
 #endif

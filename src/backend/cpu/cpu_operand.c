@@ -7,30 +7,6 @@
 #include "backend/cpu/cpu_internal.h"
 #include "backend/operand_kind.h"
 
-static fp8t_scaled_quant scaled_of(const fp8t_operand_req *r, const float *x, int step_done) {
-    const fp8t_operand *o = &r->out;
-    fp8t_scaled_quant q;
-    memset(&q, 0, sizeof(q));
-    q.codes = (uint8_t *)o->data;
-    q.scale_inv = o->scale_inv;
-    q.codes_t = (uint8_t *)o->data_t;
-    q.scale_inv_t = o->scale_inv_t;
-    q.amax_out = o->amax;
-    q.colsum = r->colsum;
-    q.x = x;
-    if (!step_done) {
-        q.gelu = r->step == FP8T_STEP_GELU;
-        if (r->step == FP8T_STEP_DGELU) q.gelu_x = r->x2;
-        if (q.gelu || q.gelu_x) q.bias = r->bias;
-    }
-    q.rows = o->rows;
-    q.cols = o->cols;
-    q.scaling = o->scaling;
-    q.fmt = (fp8_format)o->format;
-    q.pow2 = o->pow2;
-    return q;
-}
-
 /* The step's values in FP32 (scratch, or x itself for NONE), with its side outputs. */
 static const float *step_values(fp8t_backend *b, const fp8t_operand_req *r) {
     const int rows = r->out.rows, cols = r->out.cols;
@@ -85,7 +61,7 @@ static void compose(fp8t_backend *b, const fp8t_operand_req *r) {
     const int rows = o->rows, cols = o->cols;
     const float *v = step_values(b, r);
     if (o->format != FP8T_OPERAND_BF16 && o->scaling != FP8T_SCALING_TENSOR) {
-        fp8t_scaled_quant q = scaled_of(r, v, 1); /* colsum and amax there */
+        fp8t_scaled_quant q = fp8t_operand_scaled_quant(r, v, 1); /* colsum, amax there */
         cpu_quantize_scaled(b, &q);
         return;
     }
@@ -106,69 +82,25 @@ static void compose(fp8t_backend *b, const fp8t_operand_req *r) {
     }
 }
 
+static const fp8t_operand_kernels cpu_kernels = {
+    .quantize = cpu_quantize,
+    .quantize_colsum = cpu_quantize_colsum,
+    .quantize_gelu = cpu_quantize_gelu,
+    .quantize_dgelu = cpu_gelu_backward_quantize_colsum,
+    .bf16 = cpu_to_bf16,
+    .bf16_colsum = cpu_to_bf16_colsum,
+    .bf16_gelu = cpu_gelu_forward_bf16,
+    .bf16_dgelu = cpu_gelu_backward_bf16_colsum,
+    .bf16_layernorm = cpu_layernorm_forward_bf16,
+    .bf16_add_layernorm = cpu_add_layernorm_forward_bf16,
+    .norm_operand = cpu_add_norm_operand,
+    .swiglu_operand = cpu_swiglu_operand,
+    .scaled = cpu_quantize_scaled,
+};
+
 void cpu_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
-    const fp8t_operand *o = &r->out;
-    const int rows = o->rows, cols = o->cols;
-    const int bf16 = o->format == FP8T_OPERAND_BF16;
-    const fp8_format fmt = bf16 ? FP8_E4M3 : (fp8_format)o->format;
-    if (rows <= 0 || cols <= 0) return;
-    uint8_t *c = (uint8_t *)o->data, *ct = (uint8_t *)o->data_t;
-    uint16_t *h = (uint16_t *)o->data;
-    switch (fp8t_operand_kernel_of(r)) {
-    case FP8T_OPK_QUANTIZE:
-        cpu_quantize(b, c, ct, o->amax, r->x, rows, cols, fmt, o->scale);
-        return;
-    case FP8T_OPK_QUANTIZE_COLSUM:
-        cpu_quantize_colsum(b, c, ct, o->amax, r->colsum, r->x, rows, cols, fmt, o->scale);
-        return;
-    case FP8T_OPK_QUANTIZE_GELU:
-        cpu_quantize_gelu(b, c, ct, o->amax, r->x, r->bias, rows, cols, fmt, o->scale);
-        return;
-    case FP8T_OPK_QUANTIZE_DGELU:
-        cpu_gelu_backward_quantize_colsum(b, c, ct, o->amax, r->colsum, r->x, r->x2, r->bias,
-                                          rows, cols, fmt, o->scale);
-        return;
-    case FP8T_OPK_BF16:
-        cpu_to_bf16(b, h, o->amax, r->x, rows, cols);
-        return;
-    case FP8T_OPK_BF16_COLSUM:
-        cpu_to_bf16_colsum(b, h, o->amax, r->colsum, r->x, rows, cols);
-        return;
-    case FP8T_OPK_BF16_GELU:
-        cpu_gelu_forward_bf16(b, h, o->amax, r->x, rows, cols);
-        return;
-    case FP8T_OPK_BF16_DGELU:
-        cpu_gelu_backward_bf16_colsum(b, h, o->amax, r->colsum, r->x, r->x2, r->bias, rows,
-                                      cols);
-        return;
-    case FP8T_OPK_BF16_LAYERNORM:
-        cpu_layernorm_forward_bf16(b, h, o->amax, r->mean, r->rstd, r->x, r->norm_w, r->norm_b,
-                                   rows, cols, r->eps);
-        return;
-    case FP8T_OPK_BF16_ADD_LAYERNORM:
-        cpu_add_layernorm_forward_bf16(b, r->sum, h, o->amax, r->mean, r->rstd, r->x, r->x2,
-                                       r->norm_w, r->norm_b, rows, cols, r->eps);
-        return;
-    case FP8T_OPK_NORM_OPERAND: {
-        const int add = r->step == FP8T_STEP_ADD_LAYERNORM || r->step == FP8T_STEP_ADD_RMSNORM;
-        const int rms = r->step == FP8T_STEP_RMSNORM || r->step == FP8T_STEP_ADD_RMSNORM;
-        cpu_add_norm_operand(b, o->data, add ? r->sum : NULL, r->x, add ? r->x2 : NULL,
-                             add ? r->bias : NULL, r->norm_w, r->norm_b, rms, rows, cols, r->eps,
-                             bf16 ? NULL : o->scale, fmt);
-        return;
-    }
-    case FP8T_OPK_SWIGLU_OPERAND:
-        cpu_swiglu_operand(b, o->data, r->x, r->x2, rows, cols, bf16 ? NULL : o->scale, fmt);
-        return;
-    case FP8T_OPK_SCALED: {
-        fp8t_scaled_quant q = scaled_of(r, r->x, 0);
-        cpu_quantize_scaled(b, &q);
-        return;
-    }
-    default:
-        compose(b, r);
-        return;
-    }
+    if (r->out.rows <= 0 || r->out.cols <= 0) return;
+    if (!fp8t_operand_run(b, r, &cpu_kernels)) compose(b, r);
 }
 
 int cpu_make_operand_fuses(fp8t_backend *b, const fp8t_operand_req *r) {

@@ -1,0 +1,196 @@
+/* make_operand on the CPU backend: each request a one-pass kernel makes (operand_kind.h) gives
+ * the bits of the op it dispatches to, called directly; a request with no kernel (composed)
+ * gives the bits of its unfused ops run one after another; make_operand_fuses says which is
+ * which. Codes, scale_inv, amax, column sums and side outputs compared byte for byte. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp8train/backend.h"
+#include "test.h"
+
+static fp8t_backend *be;
+#define OPS (be->ops)
+enum { R = 37, C = 160 }; /* not multiples of 8 or 128: padding and partial blocks */
+
+static float *fill(size_t n, unsigned seed, float scale) {
+    float *x = (float *)OPS->malloc(be, n * sizeof(float));
+    srand(seed);
+    for (size_t i = 0; i < n; i++) x[i] = scale * ((float)rand() / (float)RAND_MAX - 0.5f);
+    return x;
+}
+static void *zalloc(size_t bytes) { return OPS->malloc(be, bytes ? bytes : 1); }
+static int same(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+static const float *scale_one(void) {
+    static float *s;
+    if (!s) {
+        s = (float *)zalloc(sizeof(float));
+        *s = 37.5f;
+    }
+    return s;
+}
+
+static fp8t_operand_req fp8_req(fp8t_operand_step step, const float *x, uint8_t *c, uint8_t *ct,
+                                float *amax) {
+    fp8t_operand_req r;
+    memset(&r, 0, sizeof r);
+    r.out.data = c;
+    r.out.data_t = ct;
+    r.out.scale = scale_one();
+    r.out.amax = amax;
+    r.out.format = FP8T_OPERAND_E4M3;
+    r.out.scaling = FP8T_SCALING_TENSOR;
+    r.out.rows = R;
+    r.out.cols = C;
+    r.step = step;
+    r.x = x;
+    return r;
+}
+
+static void test_fp8_fused_kinds(void) {
+    const size_t n = (size_t)R * C;
+    float *x = fill(n, 1, 8.0f), *x2 = fill(n, 2, 6.0f), *bias = fill(C, 3, 1.0f);
+    uint8_t *c1 = zalloc(n), *t1 = zalloc(n), *c2 = zalloc(n), *t2 = zalloc(n);
+    float *a1 = zalloc(4), *a2 = zalloc(4), *s1 = zalloc(C * 4), *s2 = zalloc(C * 4);
+    for (int kind = 0; kind < 4; kind++) {
+        memset(c1, 0, n), memset(t1, 0, n), memset(c2, 0, n), memset(t2, 0, n);
+        *a1 = *a2 = 0.0f;
+        memset(s1, 0, C * 4), memset(s2, 0, C * 4);
+        fp8t_operand_req r = fp8_req(kind < 2 ? FP8T_STEP_NONE
+                                     : kind == 2 ? FP8T_STEP_GELU : FP8T_STEP_DGELU,
+                                     x, c1, t1, a1);
+        if (kind == 1 || kind == 3) r.colsum = s1;
+        if (kind >= 2) r.bias = bias;
+        if (kind == 3) r.x2 = x2;
+        T_CHECK(OPS->make_operand_fuses(be, &r), "kind %d is one of the kernels", kind);
+        OPS->make_operand(be, &r);
+        const float *sc = scale_one();
+        if (kind == 0) OPS->quantize(be, c2, t2, a2, x, R, C, FP8_E4M3, sc);
+        if (kind == 1) OPS->quantize_colsum(be, c2, t2, a2, s2, x, R, C, FP8_E4M3, sc);
+        if (kind == 2) OPS->quantize_gelu(be, c2, t2, a2, x, bias, R, C, FP8_E4M3, sc);
+        if (kind == 3)
+            OPS->gelu_backward_quantize_colsum(be, c2, t2, a2, s2, x, x2, bias, R, C, FP8_E4M3,
+                                               sc);
+        T_CHECK(same(c1, c2, n) && same(t1, t2, n), "kind %d: codes", kind);
+        T_CHECK(same(a1, a2, 4), "kind %d: amax %g vs %g", kind, *a1, *a2);
+        T_CHECK(same(s1, s2, C * 4), "kind %d: column sums", kind);
+    }
+    float *ptrs[] = {x, x2, bias, a1, a2, s1, s2};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
+    OPS->free(be, c1), OPS->free(be, t1), OPS->free(be, c2), OPS->free(be, t2);
+}
+
+static void test_bf16_kinds(void) {
+    const size_t n = (size_t)R * C, hb = fp8t_bf16_bytes(R, C);
+    float *x = fill(n, 4, 5.0f), *w = fill(C, 5, 2.0f), *bias = fill(C, 6, 1.0f);
+    uint16_t *h1 = zalloc(hb), *h2 = zalloc(hb);
+    float *a1 = zalloc(4), *a2 = zalloc(4), *m1 = zalloc(R * 4), *m2 = zalloc(R * 4);
+    float *r1 = zalloc(R * 4), *r2 = zalloc(R * 4);
+    for (int kind = 0; kind < 3; kind++) {
+        memset(h1, 0xff, hb), memset(h2, 0xff, hb);
+        *a1 = *a2 = 0.0f;
+        fp8t_operand_req r;
+        memset(&r, 0, sizeof r);
+        r.out.data = h1;
+        r.out.amax = a1;
+        r.out.format = FP8T_OPERAND_BF16;
+        r.out.rows = R;
+        r.out.cols = C;
+        r.x = x;
+        r.step = kind == 0 ? FP8T_STEP_NONE : kind == 1 ? FP8T_STEP_GELU : FP8T_STEP_LAYERNORM;
+        if (kind == 2) r.norm_w = w, r.norm_b = bias, r.eps = 1e-5f, r.mean = m1, r.rstd = r1;
+        T_CHECK(OPS->make_operand_fuses(be, &r), "bf16 kind %d is one of the kernels", kind);
+        OPS->make_operand(be, &r);
+        if (kind == 0) OPS->to_bf16(be, h2, a2, x, R, C);
+        if (kind == 1) OPS->gelu_forward_bf16(be, h2, a2, x, R, C);
+        if (kind == 2)
+            OPS->layernorm_forward_bf16(be, h2, a2, m2, r2, x, w, bias, R, C, 1e-5f);
+        T_CHECK(same(h1, h2, hb), "bf16 kind %d: operand (padding included)", kind);
+        T_CHECK(same(a1, a2, 4), "bf16 kind %d: amax", kind);
+        if (kind == 2) T_CHECK(same(m1, m2, R * 4) && same(r1, r2, R * 4), "mean / rstd");
+    }
+    float *ptrs[] = {x, w, bias, a1, a2, m1, m2, r1, r2};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
+    OPS->free(be, h1), OPS->free(be, h2);
+}
+
+static void test_scaled_gelu(void) {
+    const size_t n = (size_t)R * C;
+    const size_t sf = fp8t_block_scale_floats(FP8T_SCALING_VEC128, R, C);
+    const size_t sft = fp8t_block_scale_floats(FP8T_SCALING_VEC128, C, R);
+    float *x = fill(n, 7, 9.0f), *bias = fill(C, 8, 1.0f);
+    uint8_t *c1 = zalloc(n), *t1 = zalloc(n), *c2 = zalloc(n), *t2 = zalloc(n);
+    float *si1 = zalloc(sf * 4), *sti1 = zalloc(sft * 4), *si2 = zalloc(sf * 4),
+          *sti2 = zalloc(sft * 4), *a1 = zalloc(4), *a2 = zalloc(4);
+    fp8t_operand_req r = fp8_req(FP8T_STEP_GELU, x, c1, t1, a1);
+    r.out.scale = NULL;
+    r.out.scaling = FP8T_SCALING_VEC128;
+    r.out.scale_inv = si1;
+    r.out.scale_inv_t = sti1;
+    r.bias = bias;
+    T_CHECK(OPS->make_operand_fuses(be, &r), "scaled GELU is one of the kernels");
+    OPS->make_operand(be, &r);
+    fp8t_scaled_quant q;
+    memset(&q, 0, sizeof q);
+    q.codes = c2, q.scale_inv = si2, q.codes_t = t2, q.scale_inv_t = sti2, q.amax_out = a2;
+    q.x = x, q.gelu = 1, q.bias = bias, q.rows = R, q.cols = C;
+    q.scaling = FP8T_SCALING_VEC128, q.fmt = FP8_E4M3;
+    OPS->quantize_scaled(be, &q);
+    T_CHECK(same(c1, c2, n) && same(t1, t2, n), "scaled codes");
+    T_CHECK(same(si1, si2, sf * 4) && same(sti1, sti2, sft * 4), "scaled scale_inv");
+    T_CHECK(same(a1, a2, 4), "scaled amax");
+    float *ptrs[] = {x, bias, si1, sti1, si2, sti2, a1, a2};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
+    OPS->free(be, c1), OPS->free(be, t1), OPS->free(be, c2), OPS->free(be, t2);
+}
+
+/* requests no kernel makes: the unfused ops' bits */
+static void test_composed(void) {
+    const size_t n = (size_t)R * C;
+    float *x = fill(n, 9, 7.0f), *bias = fill(C, 10, 1.0f), *w = fill(C, 11, 2.0f);
+    float *v = zalloc(n * 4), *rs1 = zalloc(R * 4), *rs2 = zalloc(R * 4);
+    uint8_t *c1 = zalloc(n), *c2 = zalloc(n);
+    float *a1 = zalloc(4), *a2 = zalloc(4), *s1 = zalloc(C * 4), *s2 = zalloc(C * 4);
+    /* x + bias into FP8 with amax and column sums */
+    fp8t_operand_req r = fp8_req(FP8T_STEP_BIAS, x, c1, NULL, a1);
+    r.bias = bias;
+    r.colsum = s1;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "the bias step has no one-pass kernel");
+    OPS->make_operand(be, &r);
+    memcpy(v, x, n * 4);
+    OPS->bias_add(be, v, bias, R, C);
+    OPS->bias_backward(be, s2, v, R, C);
+    OPS->quantize(be, c2, NULL, a2, v, R, C, FP8_E4M3, scale_one());
+    T_CHECK(same(c1, c2, n) && same(a1, a2, 4) && same(s1, s2, C * 4), "bias step composed");
+    /* RMSNorm into FP8 with an amax (the inference kernel takes none) and rstd kept */
+    *a1 = *a2 = 0.0f;
+    r = fp8_req(FP8T_STEP_RMSNORM, x, c1, NULL, a1);
+    r.norm_w = w, r.eps = 1e-6f, r.rstd = rs1;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "RMSNorm with an amax has no one-pass kernel");
+    OPS->make_operand(be, &r);
+    OPS->rmsnorm_forward(be, v, rs2, x, w, R, C, 1e-6f);
+    OPS->quantize(be, c2, NULL, a2, v, R, C, FP8_E4M3, scale_one());
+    T_CHECK(same(c1, c2, n) && same(a1, a2, 4) && same(rs1, rs2, R * 4), "RMSNorm composed");
+    T_CHECK(*a1 > 0.0f, "the amax was taken");
+    float *ptrs[] = {x, bias, w, v, rs1, rs2, a1, a2, s1, s2};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
+    OPS->free(be, c1), OPS->free(be, c2);
+}
+
+int main(void) {
+    t_suite = "make_operand";
+    char err[256] = "";
+    be = fp8t_backend_create("cpu", NULL, err, sizeof err);
+    if (!be) {
+        printf("FAIL make_operand: backend create: %s\n", err);
+        return 1;
+    }
+    T_RUN(test_fp8_fused_kinds);
+    T_RUN(test_bf16_kinds);
+    T_RUN(test_scaled_gelu);
+    T_RUN(test_composed);
+    fp8t_backend_destroy(be);
+    T_MAIN_END();
+}
