@@ -115,15 +115,19 @@ else
   fail override_confirms "no override printed"
 fi
 
-# --- too noisy to trust: the clean run at threshold 0.005%. Some experiment that only adds FP8
-# rounding ends more than 0.005% below BF16 (asserted: the premise; the fake-quantized run
-# ends 0.008% below, in main's build too), so the result is flagged.
-"$BIN" bisect "${SMALL[@]}" --steps 40 --threshold 0.00005 --out "$TMP/noise" >"$TMP/noise.out" 2>&1; rc=$?
+# --- too noisy to trust: a broken BF16 reference. Beside the planted FP8 fault, a fault that
+# fires only while layer 3's fc2 runs in BF16 (when=bf16) puts the baseline itself off, so the
+# runs that avoid both faults end about 1.5% BELOW it, past the 0.5% threshold on any host
+# (asserted: the premise), and the result is flagged. Rounding alone is not used: how far a
+# rounding-only run lands from BF16 depends on the host's OpenBLAS kernels.
+"$BIN" bisect "${SMALL[@]}" --steps 40 --threshold 0.005 \
+  --inject "$FAULT;layer=3,module=fc2,gemm=fprop,tensor=output,kind=scale:8,when=bf16" \
+  --out "$TMP/noise" >"$TMP/noise.out" 2>&1; rc=$?
 J="$TMP/noise/bisect.json"
 # gaps of the experiments (the "gap" keys; the baseline's is 0), lowest first
 lowest=$(grep -oE '"gap":[[:space:]]*[-0-9.e+]+' "$J" 2>/dev/null | sed 's/.*:[[:space:]]*//' | sort -g | head -1)
-if awk -v g="$lowest" 'BEGIN { exit !(g != "" && g + 0 < -0.00005) }'; then pass noise_premise
-else fail noise_premise "no experiment ends more than 0.005% below BF16 (lowest gap '$lowest')"; fi
+if awk -v g="$lowest" 'BEGIN { exit !(g != "" && g + 0 < -0.005) }'; then pass noise_premise
+else fail noise_premise "no experiment ends more than 0.5% below BF16 (lowest gap '$lowest')"; fi
 name=$(sed -n 's/^[[:space:]]*"noise_experiment":[[:space:]]*"\([^"]*\)".*/\1/p' "$J")
 outcome=$(sed -n 's/^[[:space:]]*"outcome":[[:space:]]*"\([^"]*\)".*/\1/p' "$J")
 want_rc=0; [ "$outcome" = no_fix ] && want_rc=1

@@ -340,6 +340,39 @@ static void test_when_fp8(void) {
     run_log_free(&clean);
 }
 
+/* when=bf16: the mirror of when=fp8. It fires while the GEMM runs in BF16 (a broken reference)
+ * and not once that GEMM is FP8; an amax fault can't take it. */
+static void test_when_bf16(void) {
+    const char *spec = "layer=1,module=fc2,gemm=dgrad,kind=scale:64,from=1,to=2,when=bf16";
+    fp8t_policy bf16 = policy_of(FP8T_PREC_BF16, NULL);
+    run_log clean, a, f;
+    T_ASSERT(run(&clean, FP8T_ARCH_GPT2, &bf16, NULL, 3) == 0, "clean");
+    T_ASSERT(run(&a, FP8T_ARCH_GPT2, &bf16, spec, 3) == 0, "bf16 run");
+    int i_dy = find(&a, 1, LIN(1, FC2), FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT);
+    int i_dy0 = find(&a, 0, LIN(1, FC2), FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT);
+    T_ASSERT(i_dy >= 0 && i_dy0 >= 0, "sites");
+    const size_t n_dy = numel(&a.r->rec[i_dy]);
+    int scaled = 1;
+    for (size_t k = 0; k < n_dy; k++)
+        scaled &= a.r->rec[i_dy].x[k] == 64.0f * clean.r->rec[i_dy].x[k];
+    T_CHECK(scaled, "fires in BF16");
+    T_CHECK(bit_equal(a.r->rec[i_dy0].x, clean.r->rec[i_dy0].x, n_dy), "not before from");
+    run_log_free(&a);
+
+    fp8t_policy fake = policy_of(FP8T_PREC_BF16, "layers=1,module=fc2,gemm=dgrad,precision=fake");
+    run_log fc;
+    T_ASSERT(run(&fc, FP8T_ARCH_GPT2, &fake, NULL, 3) == 0, "fake clean run");
+    T_ASSERT(run(&f, FP8T_ARCH_GPT2, &fake, spec, 3) == 0, "fake run");
+    int all_equal = fc.r->n == f.r->n;
+    for (int i = 0; all_equal && i < f.r->n; i++)
+        all_equal = bit_equal(fc.r->rec[i].x, f.r->rec[i].x, numel(&f.r->rec[i]));
+    T_CHECK(all_equal, "when=bf16 does not fire once that GEMM is FP8");
+    run_log_free(&f);
+    run_log_free(&fc);
+    run_log_free(&clean);
+    expect_error("gemm=dgrad,kind=stale-amax,when=bf16", "value faults");
+}
+
 /* outliers: a seeded sparse set of positions (frac of the tensor) becomes +-V in the Fprop
  * input only; the Wgrad reads the clean X; the same positions in every run. */
 static void test_outliers(void) {
@@ -559,6 +592,7 @@ int main(void) {
     T_RUN(test_spec_parsing);
     T_RUN(test_scale_dgrad_only);
     T_RUN(test_when_fp8);
+    T_RUN(test_when_bf16);
     T_RUN(test_outliers);
     T_RUN(test_nan);
     T_RUN(test_result_and_llama);

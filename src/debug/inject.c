@@ -15,7 +15,9 @@
  * fault behaves like a broken cast or scale and goes away when the GEMM is put back in BF16
  * (or, for amax faults, in current scaling) — exactly what bisect must discover. when=delayed
  * confines a value fault to delayed scaling too (a bug in the delayed-scaling path), and
- * when=always fires in every precision (then it is no FP8 problem at all). */
+ * when=always fires in every precision (then it is no FP8 problem at all), and when=bf16 only
+ * while the GEMM is NOT in FP8: a broken reference run, so FP8 ends below BF16 and the tools
+ * must say the comparison can't be trusted rather than blame FP8. */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -28,7 +30,7 @@
 #include "fp8train/inject.h"
 
 typedef enum { F_SCALE, F_OUTLIERS, F_NAN, F_STALE_AMAX, F_CORRUPT_AMAX } fault_kind;
-typedef enum { WHEN_FP8 = 0, WHEN_DELAYED, WHEN_ALWAYS } fault_when;
+typedef enum { WHEN_FP8 = 0, WHEN_DELAYED, WHEN_ALWAYS, WHEN_BF16 } fault_when;
 
 typedef struct {
     int layer_lo, layer_hi;   /* inclusive; ignored for the head */
@@ -41,7 +43,7 @@ typedef struct {
     fault_kind kind;
     float value;              /* S for scale, V for outliers / corrupt-amax */
     int from, to;             /* inclusive step window */
-    int when;                 /* WHEN_FP8, WHEN_DELAYED, WHEN_ALWAYS */
+    int when;                 /* WHEN_FP8, WHEN_DELAYED, WHEN_ALWAYS, WHEN_BF16 */
     uint64_t seed;
     double frac;              /* outliers: fraction of positions */
     /* stale-amax: slot-0 values captured at the first step >= from, per FP8 tensor */
@@ -100,7 +102,7 @@ const char *fp8t_injector_help(void) {
            "                             value at step `from`: the scale stops following data\n"
            "       corrupt-amax:V        set slot 0 of the tensor's amax history to V\n"
            "  from=S,to=E                first and last step, inclusive (default 0 .. end)\n"
-           "  when=fp8|delayed|always    fp8 (default): fire only while that GEMM runs in an\n"
+           "  when=fp8|delayed|always|bf16  fp8 (default): fire only while that GEMM runs in an\n"
            "                             FP8 precision (delayed, current, block, rowwise,\n"
            "                             mxfp8, fake; amax faults: delayed only, the one\n"
            "                             recipe that reads the history) -- the fault acts like\n"
@@ -108,7 +110,9 @@ const char *fp8t_injector_help(void) {
            "                             BF16, so bisect can find it; delayed: only in delayed\n"
            "                             scaling (a broken\n"
            "                             delayed-scaling path: current scaling avoids it too);\n"
-           "                             always: in every precision (not an FP8 problem)\n"
+           "                             always: in every precision (not an FP8 problem);\n"
+           "                             bf16: only while it is NOT in FP8 (a broken BF16\n"
+           "                             reference: FP8 then ends below it; value faults)\n"
            "  seed=N, frac=F             outlier / NaN positions\n"
            "  Operands are perturbed before quantization and restored after their GEMM, so a\n"
            "  buffer shared with another GEMM (X: Fprop+Wgrad, dY: Dgrad+Wgrad) stays clean\n"
@@ -242,6 +246,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
             if (strcmp(val, "fp8") == 0) f->when = WHEN_FP8;
             else if (strcmp(val, "delayed") == 0) f->when = WHEN_DELAYED;
             else if (strcmp(val, "always") == 0) f->when = WHEN_ALWAYS;
+            else if (strcmp(val, "bf16") == 0) f->when = WHEN_BF16;
             else bad = 1;
         } else if (strcmp(key, "seed") == 0) {
             char *end;
@@ -268,7 +273,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
                     ? "tensor is input | weight | grad_output | output | dgrad | wgrad"
                 : strcmp(key, "module") == 0
                     ? "module is qkv|proj|fc1|fc2|gate|up|down|head joined by '+', or mlp/attn"
-                : strcmp(key, "when") == 0 ? "when is fp8 | delayed | always"
+                : strcmp(key, "when") == 0 ? "when is fp8 | delayed | always | bf16"
                 : strcmp(key, "frac") == 0 ? "frac is a fraction in (0, 1]"
                 : strcmp(key, "layer") == 0 || strcmp(key, "layers") == 0
                     ? "layer is N, A-B (A <= B) or all"
@@ -315,6 +320,12 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
                  "grad_output), not %s",
                  f->kind == F_STALE_AMAX ? "stale-amax" : "corrupt-amax",
                  TENSOR_NAMES[f->tensor]);
+        return -1;
+    }
+    if (is_amax_fault(f) && f->when == WHEN_BF16) {
+        snprintf(err, errlen,
+                 "when=bf16 is for value faults (scale, outliers, nan): an amax history is read "
+                 "only in delayed scaling, so an amax fault can't act outside FP8");
         return -1;
     }
     if (!is_amax_fault(f) && f->tensor == FP8T_T_WEIGHT) {
@@ -472,11 +483,13 @@ static int is_fp8_precision(fp8t_precision p) {
 }
 
 /* Value faults: when=fp8 fires in any FP8 precision, when=delayed only in delayed scaling
- * (a broken delayed-scaling path: current scaling and BF16 avoid it), when=always always. */
+ * (a broken delayed-scaling path: current scaling and BF16 avoid it), when=always always,
+ * when=bf16 only outside FP8 (a broken reference). */
 static int fires_in(const fault *f, fp8t_precision p) {
     switch (f->when) {
     case WHEN_ALWAYS: return 1;
     case WHEN_DELAYED: return p == FP8T_PREC_DELAYED;
+    case WHEN_BF16: return !is_fp8_precision(p);
     default: return is_fp8_precision(p);
     }
 }
