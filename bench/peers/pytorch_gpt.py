@@ -92,8 +92,8 @@ def build_model(torch, cfg, seq):
     D = C // H
     gpt2 = cfg["arch"] == "gpt2"
 
-    def rope(x, cos, sin):  # x [B, h, T, D]: rotate the two halves (the Hugging Face layout)
-        x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    def rope(x, cos, sin):  # x [B, h, T, D], cos/sin [T, D/2]: rotate the two halves (the
+        x1, x2 = x[..., : D // 2], x[..., D // 2:]  # Hugging Face layout), pair i with i + D/2
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
     class Block(nn.Module):
@@ -141,8 +141,7 @@ def build_model(torch, cfg, seq):
             else:
                 inv = torch.tensor(rope_inv_freq(D, cfg["rope_theta"], cfg["rope_scaling"]),
                                    dtype=torch.float64)
-                ang = torch.outer(torch.arange(seq, dtype=torch.float64), inv)
-                ang = torch.cat((ang, ang), dim=-1)
+                ang = torch.outer(torch.arange(seq, dtype=torch.float64), inv)  # [T, D/2]
                 cos, sin = ang.cos().float(), ang.sin().float()
             self.register_buffer("cos", cos, persistent=False)
             self.register_buffer("sin", sin, persistent=False)
