@@ -271,6 +271,14 @@ static void test_scale_dgrad_only(void) {
     run_log_free(&hit);
 }
 
+/* the two runs saw the same tensors, bit for bit, at every recorded site */
+static int runs_equal(const run_log *a, const run_log *b) {
+    int eq = a->r->n == b->r->n;
+    for (int i = 0; eq && i < a->r->n; i++)
+        eq = bit_equal(a->r->rec[i].x, b->r->rec[i].x, numel(&a->r->rec[i]));
+    return eq;
+}
+
 /* when=fp8 (the default): nothing happens while the GEMM runs in BF16; the fault fires as soon
  * as that one GEMM is FP8 (here fake quantization), once per step of the window. */
 static void test_when_fp8(void) {
@@ -279,10 +287,7 @@ static void test_when_fp8(void) {
     run_log clean, a;
     T_ASSERT(run(&clean, FP8T_ARCH_GPT2, &bf16, NULL, 3) == 0, "clean");
     T_ASSERT(run(&a, FP8T_ARCH_GPT2, &bf16, spec, 3) == 0, "bf16 run");
-    int all_equal = clean.r->n == a.r->n;
-    for (int i = 0; all_equal && i < a.r->n; i++)
-        all_equal = bit_equal(clean.r->rec[i].x, a.r->rec[i].x, numel(&a.r->rec[i]));
-    T_CHECK(all_equal, "when=fp8 in BF16 changes nothing");
+    T_CHECK(runs_equal(&clean, &a), "when=fp8 in BF16 changes nothing");
     run_log_free(&a);
 
     /* Dgrad of that linear in fake FP8: it fires; the Dgrad input is 64x the clean one up to
@@ -331,10 +336,7 @@ static void test_when_fp8(void) {
     run_log h, hc;
     T_ASSERT(run(&h, FP8T_ARCH_GPT2, &d, spec, 3) == 0, "delayed run");
     T_ASSERT(run(&hc, FP8T_ARCH_GPT2, &d, NULL, 3) == 0, "delayed clean run");
-    all_equal = hc.r->n == h.r->n;
-    for (int i = 0; all_equal && i < h.r->n; i++)
-        all_equal = bit_equal(hc.r->rec[i].x, h.r->rec[i].x, numel(&h.r->rec[i]));
-    T_CHECK(all_equal, "a BF16 Dgrad in an FP8 run is not perturbed");
+    T_CHECK(runs_equal(&hc, &h), "a BF16 Dgrad in an FP8 run is not perturbed");
     run_log_free(&h);
     run_log_free(&hc);
     run_log_free(&clean);
@@ -363,10 +365,7 @@ static void test_when_bf16(void) {
     run_log fc;
     T_ASSERT(run(&fc, FP8T_ARCH_GPT2, &fake, NULL, 3) == 0, "fake clean run");
     T_ASSERT(run(&f, FP8T_ARCH_GPT2, &fake, spec, 3) == 0, "fake run");
-    int all_equal = fc.r->n == f.r->n;
-    for (int i = 0; all_equal && i < f.r->n; i++)
-        all_equal = bit_equal(fc.r->rec[i].x, f.r->rec[i].x, numel(&f.r->rec[i]));
-    T_CHECK(all_equal, "when=bf16 does not fire once that GEMM is FP8");
+    T_CHECK(runs_equal(&fc, &f), "when=bf16 does not fire once that GEMM is FP8");
     run_log_free(&f);
     run_log_free(&fc);
     run_log_free(&clean);
