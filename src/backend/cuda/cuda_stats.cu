@@ -2,7 +2,7 @@
  * fp8t_stats_raw), computed on the device so that --inspect does not copy every tensor to the
  * host. The CPU reference is fp8t_stats_raw_compute (src/numerics/stats_raw.c).
  *
- * Two reads of x, whatever the images:
+ * Two reads of x for a request with images, one without (a result's: P1 alone, below):
  *   P1  the moments, elementwise: counts, min / max / amax / smallest nonzero, and the sums
  *       of x, |x|, x^2 in double; float4 loads in a grid-stride loop, a partial per block;
  *   F1  one block merges the partials in index order, writes the moments into *out and the
@@ -21,8 +21,12 @@
  *       by float arithmetic (numerics/fp8_round_hd.h: exact, no conversion instruction),
  *       divided back by its multiplier with one Markstein correction (exact), and the error
  *       sums run in float over 4 elements, then 4 tiles, then into a double per thread;
- *       (A request without images, a result's, runs a plain grid-stride pass for the sum
- *       (x - mean)^2 instead, with P1's occupancy.)
+ *       (A request without images, a result's, has no P2 nor F2: P1 also sums x - s and its
+ *       square in double, s one of the thread's own elements, and the partials' (count,
+ *       mean, sum (x - mean)^2) merge by Chan's pairwise formula in the fixed tree, so F1
+ *       writes the deviation sum from the one read. Against the two-pass sum the error is
+ *       a few double roundings times the ratio of (s - mean)^2 to the variance, which the
+ *       data bound: far below the 1e-6 the statistics are held to.)
  *   F2  one block merges P2's partials in order and finishes *out.
  * Only *out (about 1 KiB) ever reaches the host, by the caller's copy.
  *
@@ -112,20 +116,26 @@ typedef struct {
     ull nf, nnan, nzero; /* finite; NaN; zero or not finite (n_zero = nzero - (n - nf)) */
     float mn, mx, amax, minnz;
     double sum, sabs, ssq;
+    double cmean, cm2;   /* DEV: mean and sum (x - mean)^2 of the finite elements, merged by
+                            Chan's pairwise formula (exact to double rounding, in one read) */
 } mom_acc;
 
 typedef struct {
     unsigned nf, nnan, nzero;
     float mn, mx, amax, minnz;
     double sum, sabs, ssq;
+    double shift, s1, s2; /* DEV: sums of (x - shift) and its square, shift one of the
+                             thread's own elements (so no cancellation beyond the data's) */
 } mom_thr;
 
 __device__ __forceinline__ void mom_thr_init(mom_thr *a) {
     a->nf = a->nnan = a->nzero = 0;
     a->mn = INFINITY, a->mx = -INFINITY, a->amax = 0.0f, a->minnz = INFINITY;
     a->sum = a->sabs = a->ssq = 0.0;
+    a->shift = a->s1 = a->s2 = 0.0;
 }
 
+template <bool DEV>
 __device__ __forceinline__ void mom_elem(mom_thr *a, float v) {
     const bool fin = fabsf(v) < INFINITY; /* false for NaN and +-Inf */
     a->nnan += v != v;
@@ -141,9 +151,28 @@ __device__ __forceinline__ void mom_elem(mom_thr *a, float v) {
     a->sum += d;
     a->sabs += fabs(d);
     a->ssq = fma(d, d, a->ssq);
+    if (DEV) {
+        const double dk = fin ? d - a->shift : 0.0;
+        a->s1 += dk;
+        a->s2 = fma(dk, dk, a->s2);
+    }
+}
+
+/* Chan et al.'s pairwise update of (count, mean, M2); a->nf is still a's own count here */
+__device__ __forceinline__ void mom_chan(mom_acc *a, const mom_acc *b) {
+    if (b->nf == 0) return;
+    if (a->nf == 0) {
+        a->cmean = b->cmean, a->cm2 = b->cm2;
+        return;
+    }
+    const double na = (double)a->nf, nb = (double)b->nf, n = na + nb;
+    const double d = b->cmean - a->cmean;
+    a->cmean += d * (nb / n);
+    a->cm2 += b->cm2 + d * d * (na * nb / n);
 }
 
 __device__ __forceinline__ void mom_merge(mom_acc *a, const mom_acc *b) {
+    mom_chan(a, b);
     a->nf += b->nf, a->nnan += b->nnan, a->nzero += b->nzero;
     a->mn = fminf(a->mn, b->mn), a->mx = fmaxf(a->mx, b->mx);
     a->amax = fmaxf(a->amax, b->amax), a->minnz = fminf(a->minnz, b->minnz);
@@ -154,6 +183,7 @@ __device__ __forceinline__ void mom_init(mom_acc *a) {
     a->nf = a->nnan = a->nzero = 0;
     a->mn = INFINITY, a->mx = -INFINITY, a->amax = 0.0f, a->minnz = INFINITY;
     a->sum = a->sabs = a->ssq = 0.0;
+    a->cmean = a->cm2 = 0.0;
 }
 
 /* Fixed-order tree over the block's NT entries of sh; the result in sh[0]. */
@@ -166,7 +196,9 @@ __device__ __forceinline__ void tree_reduce(T *sh) {
     __syncthreads();
 }
 
-/* vec: x is 16-byte aligned, read as float4 (the last n % 4 elements one by one) */
+/* vec: x is 16-byte aligned, read as float4 (the last n % 4 elements one by one).
+ * DEV (a request without images): also the sum (x - mean)^2, in this same read. */
+template <bool DEV>
 __global__ void __launch_bounds__(ST_THREADS)
     stats_p1_kernel(mom_acc *part, const float *__restrict__ x, size_t n, int vec) {
     __shared__ mom_acc sh[ST_THREADS];
@@ -174,6 +206,11 @@ __global__ void __launch_bounds__(ST_THREADS)
     mom_thr_init(&a);
     const size_t T = (size_t)gridDim.x * ST_THREADS;
     const size_t i0 = (size_t)blockIdx.x * ST_THREADS + threadIdx.x;
+    if (DEV) { /* the shift: the first element this thread reads, if finite */
+        const size_t j = vec ? i0 * 4 : i0;
+        const float k = j < n ? x[j] : 0.0f;
+        a.shift = fabsf(k) < INFINITY ? (double)k : 0.0;
+    }
     size_t scalar_from = 0;
     if (vec) {
         const float4 *x4 = (const float4 *)x;
@@ -186,70 +223,30 @@ __global__ void __launch_bounds__(ST_THREADS)
             for (int u = 0; u < ST_P1_UNROLL; u++) v[u] = x4[i + u * T];
 #pragma unroll
             for (int u = 0; u < ST_P1_UNROLL; u++) {
-                mom_elem(&a, v[u].x), mom_elem(&a, v[u].y);
-                mom_elem(&a, v[u].z), mom_elem(&a, v[u].w);
+                mom_elem<DEV>(&a, v[u].x), mom_elem<DEV>(&a, v[u].y);
+                mom_elem<DEV>(&a, v[u].z), mom_elem<DEV>(&a, v[u].w);
             }
         }
         for (; i < nv; i += T) {
             const float4 v = x4[i];
-            mom_elem(&a, v.x), mom_elem(&a, v.y), mom_elem(&a, v.z), mom_elem(&a, v.w);
+            mom_elem<DEV>(&a, v.x), mom_elem<DEV>(&a, v.y), mom_elem<DEV>(&a, v.z), mom_elem<DEV>(&a, v.w);
         }
         scalar_from = nv * 4;
     }
-    for (size_t i = scalar_from + i0; i < n; i += T) mom_elem(&a, x[i]);
+    for (size_t i = scalar_from + i0; i < n; i += T) mom_elem<DEV>(&a, x[i]);
     mom_acc b;
     b.nf = a.nf, b.nnan = a.nnan, b.nzero = a.nzero;
     b.mn = a.mn, b.mx = a.mx, b.amax = a.amax, b.minnz = a.minnz;
     b.sum = a.sum, b.sabs = a.sabs, b.ssq = a.ssq;
+    b.cmean = b.cm2 = 0.0;
+    if (DEV && a.nf > 0) {
+        const double nf = (double)a.nf;
+        b.cmean = a.shift + a.s1 / nf;
+        b.cm2 = fmax(a.s2 - a.s1 * (a.s1 / nf), 0.0);
+    }
     sh[threadIdx.x] = b;
     tree_reduce<mom_acc, mom_merge, ST_THREADS>(sh);
     if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
-}
-
-/* P2 of a request without images (the results): sum (x - mean)^2 alone, P1's walk and
- * occupancy (P2's registers are sized for the images) */
-__device__ __forceinline__ void dev_elem(double *dev, float v, double mean) {
-    const double dd = fabsf(v) < INFINITY ? (double)v - mean : 0.0;
-    *dev = fma(dd, dd, *dev);
-}
-
-__global__ void __launch_bounds__(ST_THREADS)
-    stats_dev_kernel(double *dev_part, const stats_params *prm, const float *__restrict__ x,
-                     size_t n, int vec) {
-    __shared__ double sh[ST_THREADS];
-    const double mean = prm->mean;
-    double dev = 0.0;
-    const size_t T = (size_t)gridDim.x * ST_THREADS;
-    const size_t i0 = (size_t)blockIdx.x * ST_THREADS + threadIdx.x;
-    size_t scalar_from = 0;
-    if (vec) {
-        const float4 *x4 = (const float4 *)x;
-        const size_t nv = n / 4;
-        size_t i = i0;
-        for (; i + (ST_P1_UNROLL - 1) * T < nv; i += ST_P1_UNROLL * T) {
-            float4 v[ST_P1_UNROLL];
-#pragma unroll
-            for (int u = 0; u < ST_P1_UNROLL; u++) v[u] = x4[i + u * T];
-#pragma unroll
-            for (int u = 0; u < ST_P1_UNROLL; u++) {
-                dev_elem(&dev, v[u].x, mean), dev_elem(&dev, v[u].y, mean);
-                dev_elem(&dev, v[u].z, mean), dev_elem(&dev, v[u].w, mean);
-            }
-        }
-        for (; i < nv; i += T) {
-            const float4 v = x4[i];
-            dev_elem(&dev, v.x, mean), dev_elem(&dev, v.y, mean);
-            dev_elem(&dev, v.z, mean), dev_elem(&dev, v.w, mean);
-        }
-        scalar_from = nv * 4;
-    }
-    for (size_t i = scalar_from + i0; i < n; i += T) dev_elem(&dev, x[i], mean);
-    sh[threadIdx.x] = dev;
-    for (int s = ST_THREADS / 2; s > 0; s >>= 1) {
-        __syncthreads();
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    }
-    if (threadIdx.x == 0) dev_part[blockIdx.x] = sh[0];
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -277,6 +274,7 @@ __global__ void __launch_bounds__(ST_THREADS)
     out->n_zero = a.nzero - ((ull)n - a.nf);
     out->min = a.mn, out->max = a.mx, out->amax = a.amax, out->min_nonzero = a.minnz;
     out->sum = a.sum, out->sum_abs = a.sabs, out->sum_sq = a.ssq;
+    if (sp.n == 0) out->dev_sq = a.cm2; /* P1<DEV> ran: no second read */
     out->n_images = sp.n;
     prm->mean = a.nf ? a.sum / (double)a.nf : 0.0;
     prm->amax = a.amax;
@@ -1064,7 +1062,7 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     const int vec2 = aligned && (v.flat || cols % 4 == 0);
 
     static std::atomic<int> occ1(0), occ2(0);
-    const unsigned grid1 = st_grid(s, (const void *)stats_p1_kernel, ST_THREADS, &occ1,
+    const unsigned grid1 = st_grid(s, (const void *)stats_p1_kernel<true>, ST_THREADS, &occ1,
                                    cdiv_u(n, (size_t)ST_THREADS * 4 * ST_P1_UNROLL));
     /* the partial buffers are sized by the common kernel's grid; the tiny one runs as many */
     const unsigned grid2 = st_grid(s, (const void *)stats_p2_kernel<false>, ST_P2_THREADS, &occ2,
@@ -1108,7 +1106,8 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     for (int k = 0; k < nimg; k++)
         if (sp.gtiles[k]) sp.gtab[k] = (float *)(scr + tab_off[k]);
 
-    stats_p1_kernel<<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
+    if (nimg > 0) stats_p1_kernel<false><<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
+    else stats_p1_kernel<true><<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
     CUDA_LAUNCH_CHECK(s);
     stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part1, (int)grid1, n, sp);
     CUDA_LAUNCH_CHECK(s);
@@ -1127,17 +1126,13 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
         stats_p2_kernel<true><<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v,
                                                                       sp, vec2);
         CUDA_LAUNCH_CHECK(s);
-    } else {
-        stats_dev_kernel<<<grid1, ST_THREADS, 0, s->stream>>>(devp, prm, x, n, aligned);
+        /* the slots P2 walks: the tiles t < ntiles each warp starts at (every multiple of U
+         * below ntiles, once), U tiles each, those past the end as padding */
+        const ull slots = (ull)((v.ntiles + ST_U - 1) / ST_U) * ST_U * ST_TILE;
+        stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part2, devp, (int)grid2,
+                                                             nimg, slots);
         CUDA_LAUNCH_CHECK(s);
     }
-    /* the slots P2 walks: the tiles t < ntiles each warp starts at (every multiple of U below
-     * ntiles, once), U tiles each, those past the end as padding */
-    const ull slots = (ull)((v.ntiles + ST_U - 1) / ST_U) * ST_U * ST_TILE;
-    stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part2, devp,
-                                                         (int)(nimg > 0 ? grid2 : grid1), nimg,
-                                                         slots);
-    CUDA_LAUNCH_CHECK(s);
     if (bs > 0) {
         fp8t_block_raw *list = req->block_list ? req->block_list : (fp8t_block_raw *)(scr + off_list);
         stats_blocks_kernel<<<(unsigned)nb, ST_THREADS, 0, s->stream>>>(
