@@ -68,15 +68,21 @@ const float *model_step_values(const fp8t_backend_ops *o, fp8t_backend *be,
     return values;
 }
 
+void model_compose_operand(const fp8t_backend_ops *o, fp8t_backend *be, fp8t_operand_req *r,
+                           float *values) {
+    const float *v = model_step_values(o, be, r, values);
+    fp8t_operand_req plain =
+        model_operand_req(NULL, v, r->out.rows, r->out.cols, r->out.format, NULL);
+    plain.out = r->out;
+    plain.colsum = r->colsum;
+    *r = plain;
+    o->make_operand(be, r);
+}
+
 void model_make_operand(const fp8t_backend_ops *o, fp8t_backend *be, fp8t_operand_req *r,
                         float *values) {
-    if (r->step != FP8T_STEP_NONE && !o->make_operand_fuses(be, r)) {
-        const float *v = model_step_values(o, be, r, values);
-        fp8t_operand_req plain = model_operand_req(NULL, v, r->out.rows, r->out.cols,
-                                                   r->out.format, NULL);
-        plain.out = r->out;
-        plain.colsum = r->colsum;
-        *r = plain;
-    }
-    o->make_operand(be, r);
+    if (r->step != FP8T_STEP_NONE && !o->make_operand_fuses(be, r))
+        model_compose_operand(o, be, r, values);
+    else
+        o->make_operand(be, r);
 }

@@ -19,9 +19,14 @@ fp8t_operand_req model_operand_req(void *data, const float *x, int rows, int col
 const float *model_step_values(const fp8t_backend_ops *o, fp8t_backend *be,
                                const fp8t_operand_req *r, float *values);
 
-/* make_operand of r where the backend makes it in one pass (make_operand_fuses); otherwise
- * the step's values into values first (model_step_values), then the operand of those, its
- * column sums and amax: the same bits either way. r's step is rewritten to NONE then. */
+/* The operand r asks for, composed: the step's values into values (model_step_values), then
+ * make_operand of those with step NONE (r is rewritten to that request), its column sums and
+ * amax taken there: the bits of the one-pass kernel of r where there is one. */
+void model_compose_operand(const fp8t_backend_ops *o, fp8t_backend *be, fp8t_operand_req *r,
+                           float *values);
+
+/* make_operand of r where the backend makes it in one pass (make_operand_fuses), else
+ * model_compose_operand: the same bits either way. */
 void model_make_operand(const fp8t_backend_ops *o, fp8t_backend *be, fp8t_operand_req *r,
                         float *values);
 
