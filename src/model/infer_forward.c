@@ -6,13 +6,16 @@
  * Llama block:  x += proj(attn_rope(qkv(RMS1(x)))); x += down(silu(gate(h)) * up(h)), h = RMS2(x)
  * Every buffer is one layer's: the layers run one after another over the same x. A residual
  * branch (proj's or the MLP's output, with the bias its GEMM left out) is added to x by the
- * next norm (add_norm_operand: the add, the norm and the next GEMM's operand in one pass); the
- * last one by the final norm of the rows whose next token is asked for.
+ * next norm (make_operand's ADD_LAYERNORM / ADD_RMSNORM step: the add, the norm and the next
+ * GEMM's operand in one pass); the last one by the final norm of the rows whose next token is
+ * asked for.
  *
- * Every linear's input goes through make_operand: from its producer (the norm, the attention
- * output, GELU, SwiGLU) to what the GEMM reads (FP32 values, a BF16 operand, or FP8 codes),
- * in the producer's own pass wherever the scale is known beforehand (BF16; FP8 with fixed
- * scales), else the FP32 values first (FP32 linears, FP8 current scaling: the amax pass). */
+ * Every linear's input goes through make_input_operand: from its producer (the norm, the
+ * attention output, GELU, SwiGLU) to what the GEMM reads (FP32 values, a BF16 operand, or FP8
+ * codes), in the producer's own pass (make_operand with the producer's step) wherever the
+ * scale is known beforehand (BF16; FP8 with fixed scales) and the backend fuses the step,
+ * else the FP32 values first by the producer's own ops (FP32 linears, FP8 current scaling:
+ * the amax pass). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  *
  * Precisions (the operands stay FP32 tensors; what changes is what the GEMM sees):
  *   fp32     gemm_f32 on the FP32 operands
- *   bf16     operands rounded to BF16 (to_bf16, recording the amax in the same pass), then
+ *   bf16     BF16 operands (make_operand, recording the amax in the same pass), then
  *            gemm_bf16_rounded (FP32 accumulation; the bias added in its epilogue when no hook
  *            must see the output without it)
  *   delayed  FP8 codes with the recipe state's scale (from earlier steps' amaxes), gemm_fp8
@@ -16,7 +16,8 @@
  *   fake     current-scaled quantize-dequantize of each operand, then gemm_bf16
  *   block    1x128 tiles along K for X/dY, 128x128 blocks for W (DeepSeek-V3): on the
  *            scaled-operand path (model_scaled_path: Hopper's fp8_block_native, or pow2
- *            scales) quantize_scaled + a block-scaled gemm_fp8 (the same codes and scales);
+ *            scales) scaled operands (make_operand) + a block-scaled gemm_fp8 (the same codes
+ *            and scales);
  *            elsewhere dequantized, gemm_f32 — an emulation
  *   rowwise  one scale per row of each K-major operand, over all of K (torchao's rowwise):
  *            always the scaled-operand path (row-scaled gemm_fp8; the CPU's is the exact
@@ -40,6 +41,16 @@
  * is rounded once for its Dgrad and Wgrad, X once for its Fprop and Wgrad (kept in
  * m->xq[lin].bf16, 2 bytes per element instead of 4). All of it is off with
  * FP8T_DISABLE_BF16_OPERANDS (gemm_bf16 on the FP32 operands, bit-identical on the CPU).
+ *
+ * Every operand is one make_operand request (operand_step and the request builders below):
+ * its format, scale and orientations from the precision, and the producer step its rounding
+ * pass applies where the plan fuses one (GELU into fc2's X, dGELU into fc1's dY, LayerNorm
+ * with the residual add into qkv's / fc1's X, the bias gradient as column sums of dY): the
+ * step's FP32 output is then never written. Which steps the plan fuses is decided by precision
+ * (gelu_fusable, ln_fusable, gelu_bwd_fusable: a scale known before the pass, nothing reading
+ * the FP32 values); a backend that has no one-pass kernel for a request says so
+ * (make_operand_fuses) and the model composes it instead (model_make_operand: the producer's
+ * op into the caller's FP32 buffer, then the plain operand), the same bits.
  */
 #include <math.h>
 #include <string.h>
@@ -336,9 +347,8 @@ static int gemm_takes_bias(const fp8t_model *m, int lin, fp8t_precision prec) {
     return model_prec_shares_operands(m, prec) || model_scaled_path(m, lin, prec);
 }
 
-
 /* ---- block and rowwise: the scaled-operand path ----
- * Each operand is quantized K-major by quantize_scaled (block: 1x128 tiles along K for X and
+ * Each operand is quantized K-major by make_operand (block: 1x128 tiles along K for X and
  * dY, 128x128 blocks for W; rowwise: one scale per row over all of K), and gemm_fp8 multiplies
  * the scaled operands (Hopper's cuBLASLt VEC128 / BLK128x128 / OUTER_VEC kernels; the CPU's
  * decode + FP32 GEMM, the exact reference). An operand stored [K, ..] — the Wgrad's dY and X,
@@ -351,7 +361,8 @@ static int gemm_takes_bias(const fp8t_model *m, int lin, fp8t_precision prec) {
  *       gradient (colsum) and GELU's backward (linear_backward_gelu) in the same pass;
  *   W   the Fprop's W and the Dgrad's Wᵀ once per optimizer step, cached;
  * and every amax the recipe history records comes from those passes. The codes and scales are
- * the emulation's (block_quantize on each orientation); only the product's summation differs. */
+ * the emulation's (block quantization of each orientation); only the product's summation
+ * differs. */
 
 /* IN and OUT of linear lin */
 static void lin_shape(const fp8t_model *m, int lin, int *in, int *out) {
@@ -467,7 +478,7 @@ static int reuse_dy_codes(const fp8t_model *m, int lin, fp8t_precision w);
 static fp8t_precision wgrad_prec(const fp8t_model *m, int lin);
 
 /* An activation operand (X or dY) in orientation t (0: as stored, 1: transposed) into *q, from
- * one quantize_scaled pass that also writes the other orientation into *other when other is
+ * one make_operand pass that also writes the other orientation into *other when other is
  * non-NULL: the Fprop's X kept for the Wgrad (op->save: the codes buffer of m->xq[lin]) or the
  * Dgrad's dY for the Wgrad (scratch of slot 0, read before anything else writes it). */
 static void scaled_activation(fp8t_model *m, int lin, const operand *op, fp8t_precision prec,
