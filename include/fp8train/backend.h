@@ -301,8 +301,9 @@ typedef struct fp8t_backend_ops {
      * FP32, bias_backward, amax, then the cast); a GPU may sum the column sums in another
      * (fixed) order. The only op that makes a GEMM operand, so that each fusion of a producer
      * into the cast is one request the backends agree on, not an op of its own. A combination
-     * make_operand_fuses says 0 for the CPU composes of its unfused ops and the CUDA backend
-     * refuses (it exits with a message). r is host memory, read before the op returns. */
+     * make_operand_fuses says 0 for is composed of its unfused ops by the CPU and refused by
+     * the CUDA backend (it exits with a message). r is host memory, read before the op
+     * returns. */
     void (*make_operand)(fp8t_backend *b, const fp8t_operand_req *r);
     /* 1 when make_operand does r's combination in one pass over its inputs (the model then
      * asks for it; otherwise it runs the producer's op into FP32 and makes the operand with

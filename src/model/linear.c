@@ -58,8 +58,8 @@
 #include "model/model_internal.h"
 #include "model/operand.h"
 
-/* One operand of one GEMM, as stored, and the producer step its rounding pass applies (the
- * make_operand request of operand_req): at most one of gelu, dgelu_x, ln. */
+/* One operand of one GEMM, as stored, and the producer step its rounding pass applies (at
+ * most one of gelu, dgelu_x, ln; operand_step turns them into a make_operand request's). */
 typedef struct {
     float *x;          /* device [rows, cols] */
     int rows, cols;

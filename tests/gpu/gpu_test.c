@@ -694,7 +694,7 @@ static void test_quantize_gelu(void) {
             dpair db = dp_floats(hb, (size_t)cols);
             const int with_bias = variant == 0; /* fc1's deferred bias */
             FOR_BOTH t_quantize_gelu(be_, U8(dc), with_t ? U8(dct) : NULL, F(da), F(dx),
-                                             with_bias ? F(db) : NULL, rows, cols, fmt, F(ds));
+                                     with_bias ? F(db) : NULL, rows, cols, fmt, F(ds));
             char op[80], shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
             /* GPU: the two-op path */
@@ -705,7 +705,7 @@ static void test_quantize_gelu(void) {
             if (with_bias) GPU->ops->bias_add(GPU, (float *)y, (const float *)db.p[1], rows, cols);
             GPU->ops->gelu_forward(GPU, (float *)y, (const float *)y, n);
             t_quantize(GPU, (uint8_t *)c2, with_t ? (uint8_t *)ct2 : NULL, (float *)a2,
-                               (const float *)y, rows, cols, fmt, (const float *)ds.p[1]);
+                       (const float *)y, rows, cols, fmt, (const float *)ds.p[1]);
             if (with_bias) snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), " +b");
             snprintf(op, sizeof(op), "quantize_gelu %s == gelu + quantize codes",
                      fp8_format_name(fmt));
@@ -793,8 +793,8 @@ static void test_colsum_fusion(void) {
                 if (kind == 0)
                     t_to_bf16_colsum(be_, U16(dout), F(da), F(dcs), F(dx), rows, cols);
                 else
-                    t_quantize_colsum(be_, U8(dout), U8(dct), F(da), F(dcs), F(dx), rows,
-                                              cols, fmt, F(ds));
+                    t_quantize_colsum(be_, U8(dout), U8(dct), F(da), F(dcs), F(dx), rows, cols, fmt,
+                                      F(ds));
             }
             char op[80], shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
@@ -805,12 +805,10 @@ static void test_colsum_fusion(void) {
             void *a2 = GPU->ops->malloc(GPU, 4);
             GPU->ops->to_device(GPU, a2, &amax0, 4);
             if (kind == 0)
-                t_to_bf16(GPU, (uint16_t *)o2, (float *)a2, (const float *)dx.p[1], rows,
-                                  cols);
+                t_to_bf16(GPU, (uint16_t *)o2, (float *)a2, (const float *)dx.p[1], rows, cols);
             else
-                t_quantize(GPU, (uint8_t *)o2, (uint8_t *)ct2, (float *)a2,
-                                   (const float *)dx.p[1], rows, cols, fmt,
-                                   (const float *)ds.p[1]);
+                t_quantize(GPU, (uint8_t *)o2, (uint8_t *)ct2, (float *)a2, (const float *)dx.p[1],
+                           rows, cols, fmt, (const float *)ds.p[1]);
             snprintf(op, sizeof(op), "%s == %s", name, kind == 0 ? "to_bf16" : "quantize codes");
             check_gpu_identical(op, shape, dout.p[1], o2, obytes, "from the separate op");
             if (kind) {
@@ -826,11 +824,10 @@ static void test_colsum_fusion(void) {
             GPU->ops->to_device(GPU, cs2, cs0, (size_t)cols * 4);
             if (kind == 0)
                 t_to_bf16_colsum(GPU, (uint16_t *)o2, NULL, (float *)cs2,
-                                         (const float *)dx.p[1], rows, cols);
+                                 (const float *)dx.p[1], rows, cols);
             else
                 t_quantize_colsum(GPU, (uint8_t *)o2, (uint8_t *)ct2, NULL, (float *)cs2,
-                                          (const float *)dx.p[1], rows, cols, fmt,
-                                          (const float *)ds.p[1]);
+                                  (const float *)dx.p[1], rows, cols, fmt, (const float *)ds.p[1]);
             check_same_bits(name, shape, dcs.p[1], cs2, (size_t)cols * 4);
             GPU->ops->free(GPU, o2), GPU->ops->free(GPU, ct2), GPU->ops->free(GPU, a2);
             GPU->ops->free(GPU, cs2);
@@ -865,12 +862,10 @@ static void test_gelu_bwd_fusion(void) {
             FOR_BOTH {
                 const float *bp = bias_on ? F(db) : NULL;
                 if (kind == 0)
-                    t_dgelu_bf16(be_, U16(dout), F(da), F(dcs), F(dg),
-                                                        F(dx), bp, rows, cols);
+                    t_dgelu_bf16(be_, U16(dout), F(da), F(dcs), F(dg), F(dx), bp, rows, cols);
                 else
-                    t_quantize_dgelu(be_, U8(dout), U8(dct), F(da),
-                                                            F(dcs), F(dg), F(dx), bp, rows, cols,
-                                                            fmt, F(ds));
+                    t_quantize_dgelu(be_, U8(dout), U8(dct), F(da), F(dcs), F(dg), F(dx), bp, rows,
+                                     cols, fmt, F(ds));
             }
             char op[96], shape[40];
             snprintf(shape, sizeof(shape), "%dx%d%s", rows, cols, with_bias ? " +b" : "");
@@ -959,8 +954,8 @@ static void test_quantize(void) {
             dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), da = dp_floats(&amax0, 1);
             dpair dc = dp_alloc(n), dct = dp_alloc(n);
             dp_poison(dc, 1), dp_poison(dct, 1);
-            FOR_BOTH t_quantize(be_, U8(dc), with_t ? U8(dct) : NULL,
-                                        with_amax ? F(da) : NULL, F(dx), rows, cols, fmt, F(ds));
+            FOR_BOTH t_quantize(be_, U8(dc), with_t ? U8(dct) : NULL, with_amax ? F(da) : NULL,
+                                F(dx), rows, cols, fmt, F(ds));
             char op[64], shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
             snprintf(op, sizeof(op), "quantize %s codes%s", fp8_format_name(fmt),
@@ -1002,8 +997,7 @@ static void test_quantize(void) {
         float scale = 1.0f, amax0 = 0.0f;
         dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), da = dp_floats(&amax0, 1);
         dpair dc = dp_alloc(n), dct = dp_alloc(n);
-        FOR_BOTH t_quantize(be_, U8(dc), U8(dct), F(da), F(dx), rows, cols, FP8_E4M3,
-                                    F(ds));
+        FOR_BOTH t_quantize(be_, U8(dc), U8(dct), F(da), F(dx), rows, cols, FP8_E4M3, F(ds));
         check_bits("quantize NaN codes", "40x50", dc, n, 0);
         float a = NAN;
         GPU->ops->to_host(GPU, &a, da.p[1], 4);
@@ -1123,7 +1117,9 @@ static void test_block_fake_quantize(void) {
         }
 }
 
-/* block_quantize: codes (every byte written: the two sides start from different poison) and
+/* block_quantize (make_operand's scaled operand in one orientation: the plain variant runs the
+ * block_quantize kernels, the default one the one-pass tile kernel where the shape allows):
+ * codes (every byte written: the two sides start from different poison) and
  * scale_inv (the layout's padding left alone: both start from the same NaN poison) bit for bit,
  * 1x128 and 128x128, the operand or its transpose (the Wgrad's), partial edge blocks, with and
  * without power-of-two scales, both formats */
@@ -1144,8 +1140,8 @@ static void test_block_quantize(void) {
                         dpair dx = dp_floats(x, n), dc = dp_alloc(n), ds = dp_alloc(ns * 4);
                         dp_poison(dc, 1);
                         dp_poison(ds, 0);
-                        FOR_BOTH t_block_quantize(be_, U8(dc), F(ds), F(dx), rows, cols, t,
-                                                          k, fmt, pow2);
+                        FOR_BOTH t_block_quantize(be_, U8(dc), F(ds), F(dx), rows, cols, t, k,
+                                                  fmt, pow2);
                         char op[96], shape[48];
                         snprintf(op, sizeof(op), "block_quantize %s %s%s%s", fp8_format_name(fmt),
                                  kind == 1 ? "1x128" : kind == 2 ? "128x128" : "row",
@@ -1840,7 +1836,7 @@ static void test_to_bf16(void) {
             dpair dout = dp_alloc(fp8t_bf16_bytes(rows, cols));
             dp_poison(dout, 1); /* 0xCD.. on the CPU, 0xAB.. on the GPU: unwritten words differ */
             FOR_BOTH t_to_bf16(be_, U16(dout), variants[v].with_amax ? F(da) : NULL,
-                                       F(dx) + off, rows, cols);
+                               F(dx) + off, rows, cols);
             char op[64], shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
             check_bf16_operand(variants[v].name, shape, dout, x + off, rows, cols);
@@ -2155,8 +2151,7 @@ static void test_gelu_bf16(void) {
             float am0[2] = {0.25f, 0.25f};
             dpair dx = dp_floats(x, n + 1), d16 = dp_alloc(bytes), damax = dp_floats(am0, 2);
             dp_poison(d16, 1);
-            FOR_BOTH t_gelu_bf16(be_, U16(d16), F(damax), F(dx) + offset, rows,
-                                                 cols);
+            FOR_BOTH t_gelu_bf16(be_, U16(d16), F(damax), F(dx) + offset, rows, cols);
             /* GPU: the two-op path into fresh buffers */
             void *y = GPU->ops->malloc(GPU, n * 4), *r16 = GPU->ops->malloc(GPU, bytes);
             void *ram = GPU->ops->malloc(GPU, 4);
