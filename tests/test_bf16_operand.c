@@ -1,10 +1,11 @@
-/* Tests of the CPU backend's BF16 operand ops (include/fp8train/backend.h):
- *  - to_bf16: every element equals bf16_encode (round to nearest even, NaN, Inf, signed zero,
- *    subnormals, ties with an even and an odd lower neighbour, FLT_MAX), stored with padded
- *    rows and columns whose padding is zeroed even over a buffer full of 0xFF, nothing written
- *    past fp8t_bf16_bytes, the amax max-accumulated bit for bit like the amax op (NaN wins).
+/* Tests of the CPU backend's BF16 operands (include/fp8train/backend.h):
+ *  - to_bf16 (make_operand's BF16 operand of x, operand_ops.h): every element equals
+ *    bf16_encode (round to nearest even, NaN, Inf, signed zero, subnormals, ties with an even
+ *    and an odd lower neighbour, FLT_MAX), stored with padded rows and columns whose padding
+ *    is zeroed even over a buffer full of 0xFF, nothing written past fp8t_bf16_bytes, the amax
+ *    max-accumulated bit for bit like the amax op (NaN wins).
  *  - gemm_bf16_rounded: bit for bit gemm_bf16 on the same FP32 tensors (the contract: gemm_bf16
- *    is to_bf16 of both operands, then this) in every transA/transB/acc combination, with a
+ *    is the BF16 operands of both, then this) in every transA/transB/acc combination, with a
  *    bias bit for bit gemm_bf16 followed by bias_add, and the degenerate sizes (K = 0, M = 0,
  *    N = 0) as gemm_bf16 treats them; with a row stride ldc > N, the same bits in the first N
  *    columns of each row, the columns past pad8(N) untouched, those in between zero or untouched.
@@ -18,6 +19,7 @@
 
 #include "fp8train/backend.h"
 #include "fp8train/fp8.h"
+#include "operand_ops.h"
 #include "test.h"
 #define TEST_RNG_SEED 0x243F6A8885A308D3ull /* this test's own sequence */
 #include "test_rng.h"
@@ -153,7 +155,7 @@ static float check_to_bf16(const char *what, const float *x, int rows, int cols,
     float *damax = dev_upload(&amax_start, sizeof(float));                  /* [1] */
     float *dref = dev_upload(&amax_start, sizeof(float));                   /* [1] */
 
-    OPS->to_bf16(be, dout, use_amax ? damax : NULL, dx, rows, cols);
+    t_to_bf16(be, dout, use_amax ? damax : NULL, dx, rows, cols);
     OPS->amax(be, dref, dx, n);
     OPS->synchronize(be);
 
@@ -263,7 +265,7 @@ static void test_to_bf16_specials(void) {
             for (int k = 0; k < N_KNOWN; k++) x[k] = f32_from_bits(known_bf16[k][0]);
             float *dx = dev_upload(x, n * sizeof(float));
             uint16_t *dout = dev_filled(fp8t_bf16_bytes(rows, cols), 0xFF);
-            OPS->to_bf16(be, dout, NULL, dx, rows, cols);
+            t_to_bf16(be, dout, NULL, dx, rows, cols);
             uint16_t *out = host_download(dout, fp8t_bf16_bytes(rows, cols));
             for (int k = 0; k < N_KNOWN; k++) {
                 uint16_t got = out[(size_t)(k / cols) * fp8t_bf16_pad(cols) + k % cols];
@@ -334,7 +336,7 @@ typedef struct {
 static bf16_tensor make_operand(const float *dx, int rows, int cols) {
     bf16_tensor t;
     t.buf = OPS->malloc(be, fp8t_bf16_bytes(rows, cols));
-    OPS->to_bf16(be, t.buf, NULL, dx, rows, cols);
+    t_to_bf16(be, t.buf, NULL, dx, rows, cols);
     t.op.data = t.buf;
     t.op.rows = rows;
     t.op.cols = cols;
@@ -539,7 +541,7 @@ static void check_xent_bf16(int N, int V, int ld, float dloss, int nan_row) {
     float *dam1 = dev_upload(&am0, 4), *dam2 = dev_upload(&am0, 4);
     OPS->softmax_xent_bf16(be, dl1, h1, dam1, dlg, ld, dtg, N, V, dloss);
     OPS->softmax_xent(be, dl2, dpk, dpk, dtg, N, V, dloss);
-    OPS->to_bf16(be, h2, dam2, dpk, N, V);
+    t_to_bf16(be, h2, dam2, dpk, N, V);
     OPS->synchronize(be);
     float *l1 = host_download(dl1, (size_t)N * 4), *l2 = host_download(dl2, (size_t)N * 4);
     uint16_t *o1 = host_download(h1, hb), *o2 = host_download(h2, hb);
@@ -572,8 +574,8 @@ int main(void) {
         printf("FAIL bf16_operand: backend create: %s\n", err);
         return 1;
     }
-    if (!OPS->to_bf16 || !OPS->gemm_bf16_rounded) {
-        printf("FAIL bf16_operand: the CPU backend lacks to_bf16 / gemm_bf16_rounded\n");
+    if (!OPS->make_operand || !OPS->gemm_bf16_rounded) {
+        printf("FAIL bf16_operand: the CPU backend lacks make_operand / gemm_bf16_rounded\n");
         fp8t_backend_destroy(be);
         return 1;
     }

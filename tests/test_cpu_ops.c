@@ -15,6 +15,7 @@
 #include "fp8train/backend.h"
 #include "fp8train/fp8.h"
 #include "fp8train/recipe.h"
+#include "operand_ops.h"
 #include "test.h"
 #include "test_rng.h"
 
@@ -443,7 +444,7 @@ static void test_quantize(void) {
             *scale = f ? 30000.0f : 300.0f;
             *amax = 0.5f;
             uint8_t *codes = OPS->malloc(be, n), *codes_t = OPS->malloc(be, n);
-            OPS->quantize(be, codes, codes_t, amax, x, rows, cols, fmt, scale);
+            t_quantize(be, codes, codes_t, amax, x, rows, cols, fmt, scale);
             int bad = 0, bad_t = 0;
             for (int r = 0; r < rows; r++)
                 for (int c = 0; c < cols; c++) {
@@ -457,12 +458,12 @@ static void test_quantize(void) {
             T_CHECK(codes[n / 2] == fp8_encode(fp8_format_max(fmt), fmt, 0), "no saturation");
             /* without the optional outputs, and with only the transposed one */
             uint8_t *c2 = OPS->malloc(be, n), *t2 = OPS->malloc(be, n);
-            OPS->quantize(be, c2, NULL, NULL, x, rows, cols, fmt, scale);
+            t_quantize(be, c2, NULL, NULL, x, rows, cols, fmt, scale);
             T_CHECK(bits_equal(c2, codes, n), "codes without codes_t differ");
-            OPS->quantize(be, NULL, t2, NULL, x, rows, cols, fmt, scale);
+            t_quantize(be, NULL, t2, NULL, x, rows, cols, fmt, scale);
             T_CHECK(bits_equal(t2, codes_t, n), "codes_t without codes differ");
             x[3] = NAN;
-            OPS->quantize(be, c2, NULL, amax, x, rows, cols, fmt, scale);
+            t_quantize(be, c2, NULL, amax, x, rows, cols, fmt, scale);
             T_CHECK(isnan(*amax), "NaN input must make amax NaN (%g)", *amax);
             OPS->free(be, x);
             OPS->free(be, scale);
@@ -549,7 +550,7 @@ static void test_block_quantize(void) {
                         const size_t ns = fp8t_block_scale_floats(k, R, K);
                         float *sinv = dev_floats(ns);
                         fp8t_block_quantize_pow2(want, sc, op, R, K, tr, tc, fmt, pow2);
-                        OPS->block_quantize(be, codes, sinv, x, rows, cols, t, k, fmt, pow2);
+                        t_block_quantize(be, codes, sinv, x, rows, cols, t, k, fmt, pow2);
                         T_CHECK(bits_equal(codes, want, n),
                                 "block_quantize codes %dx%d kind %d t %d pow2 %d %s", rows, cols,
                                 kind, t, pow2, fp8_format_name(fmt));
@@ -589,8 +590,8 @@ static void test_gemm_fp8_block(void) {
                 uint8_t *ca = OPS->malloc(be, (size_t)M * K), *cb = OPS->malloc(be, (size_t)N * K);
                 float *sa = dev_floats(fp8t_block_scale_floats(FP8T_SCALING_VEC128, M, K));
                 float *sb = dev_floats(fp8t_block_scale_floats(kb, N, K));
-                OPS->block_quantize(be, ca, sa, a, M, K, 0, FP8T_SCALING_VEC128, FP8_E4M3, pow2);
-                OPS->block_quantize(be, cb, sb, b, N, K, 0, kb, FP8_E4M3, pow2);
+                t_block_quantize(be, ca, sa, a, M, K, 0, FP8T_SCALING_VEC128, FP8_E4M3, pow2);
+                t_block_quantize(be, cb, sb, b, N, K, 0, kb, FP8_E4M3, pow2);
                 fp8t_fp8_operand A = {ca, NULL, sa, FP8_E4M3, M, K, FP8T_SCALING_VEC128};
                 fp8t_fp8_operand B = {cb, NULL, sb, FP8_E4M3, N, K, kb};
                 float *c0 = dev_rand((size_t)M * N, -1, 1);

@@ -12,12 +12,13 @@
  *    validation forwards in between, stays bit-identical;
  *  - a hooked model sees at each Wgrad the same X its Fprop saw; a hook set between a forward
  *    and its backward leaves the gradients as they were.
- * The models run on a CPU backend whose op table is wrapped to count quantize calls and device
+ * The models run on a CPU backend whose op table is wrapped to count quantize kernels and device
  * bytes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/operand_kind.h"
 #include "fp8train/backend.h"
 #include "fp8train/model.h"
 #include "model_state_util.h"
@@ -35,19 +36,12 @@ static struct { void *p; size_t bytes; } live[MAX_LIVE];
 static int n_live, live_overflow;
 static size_t live_bytes;
 
-static void count_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                           const float *x, int rows, int cols, fp8_format fmt,
-                           const float *scale) {
-    n_quantize++;
-    cpu->ops->quantize(b, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
-}
-
-/* fc2's quantize of gelu(fch) (GELU fused into the pass) counts as the quantize it replaces */
-static void count_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
-                                float *amax_out, const float *x, const float *bias, int rows,
-                                int cols, fp8_format fmt, const float *scale) {
-    n_quantize++;
-    cpu->ops->quantize_gelu(b, codes, codes_t, amax_out, x, bias, rows, cols, fmt, scale);
+/* make_operand's per-tensor quantize kernel; fc2's of gelu(fch) (GELU fused into the pass)
+ * counts as the quantize it replaces */
+static void count_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
+    const fp8t_operand_kernel k = fp8t_operand_kernel_of(r);
+    n_quantize += k == FP8T_OPK_QUANTIZE || k == FP8T_OPK_QUANTIZE_GELU;
+    cpu->ops->make_operand(b, r);
 }
 
 static void *count_malloc(fp8t_backend *b, size_t bytes) {
@@ -495,8 +489,7 @@ int main(void) {
         return 1;
     }
     counted_ops = *cpu->ops;
-    counted_ops.quantize = count_quantize;
-    counted_ops.quantize_gelu = count_quantize_gelu;
+    counted_ops.make_operand = count_make_operand;
     counted_ops.malloc = count_malloc;
     counted_ops.free = count_free;
     counted = *cpu;

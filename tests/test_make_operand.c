@@ -1,13 +1,18 @@
 /* make_operand on the CPU backend: each request a one-pass kernel makes (operand_kind.h) gives
- * the bits of the op it dispatches to, called directly; a request with no kernel (composed)
- * gives the bits of its unfused ops run one after another; make_operand_fuses says which is
- * which. Codes, scale_inv, amax, column sums and side outputs compared byte for byte. */
+ * the bits of the CPU kernel it dispatches to (cpu_internal.h), called directly; a request with
+ * no kernel (composed) gives the bits of its unfused ops run one after another;
+ * make_operand_fuses says which is which. And the model's own composition
+ * (model_compose_operand: the producer step by its op, then the plain operand), which it runs
+ * where a backend says it does not fuse a request, gives each kernel's bits too. Codes,
+ * scale_inv, amax, column sums and side outputs compared byte for byte. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_internal.h"
 #include "fp8train/backend.h"
+#include "model/operand.h"
 #include "test.h"
 
 static fp8t_backend *be;
@@ -67,12 +72,12 @@ static void test_fp8_fused_kinds(void) {
         T_CHECK(OPS->make_operand_fuses(be, &r), "kind %d is one of the kernels", kind);
         OPS->make_operand(be, &r);
         const float *sc = scale_one();
-        if (kind == 0) OPS->quantize(be, c2, t2, a2, x, R, C, FP8_E4M3, sc);
-        if (kind == 1) OPS->quantize_colsum(be, c2, t2, a2, s2, x, R, C, FP8_E4M3, sc);
-        if (kind == 2) OPS->quantize_gelu(be, c2, t2, a2, x, bias, R, C, FP8_E4M3, sc);
+        if (kind == 0) cpu_quantize(be, c2, t2, a2, x, R, C, FP8_E4M3, sc);
+        if (kind == 1) cpu_quantize_colsum(be, c2, t2, a2, s2, x, R, C, FP8_E4M3, sc);
+        if (kind == 2) cpu_quantize_gelu(be, c2, t2, a2, x, bias, R, C, FP8_E4M3, sc);
         if (kind == 3)
-            OPS->gelu_backward_quantize_colsum(be, c2, t2, a2, s2, x, x2, bias, R, C, FP8_E4M3,
-                                               sc);
+            cpu_gelu_backward_quantize_colsum(be, c2, t2, a2, s2, x, x2, bias, R, C, FP8_E4M3,
+                                              sc);
         T_CHECK(same(c1, c2, n) && same(t1, t2, n), "kind %d: codes", kind);
         T_CHECK(same(a1, a2, 4), "kind %d: amax %g vs %g", kind, *a1, *a2);
         T_CHECK(same(s1, s2, C * 4), "kind %d: column sums", kind);
@@ -103,10 +108,9 @@ static void test_bf16_kinds(void) {
         if (kind == 2) r.norm_w = w, r.norm_b = bias, r.eps = 1e-5f, r.mean = m1, r.rstd = r1;
         T_CHECK(OPS->make_operand_fuses(be, &r), "bf16 kind %d is one of the kernels", kind);
         OPS->make_operand(be, &r);
-        if (kind == 0) OPS->to_bf16(be, h2, a2, x, R, C);
-        if (kind == 1) OPS->gelu_forward_bf16(be, h2, a2, x, R, C);
-        if (kind == 2)
-            OPS->layernorm_forward_bf16(be, h2, a2, m2, r2, x, w, bias, R, C, 1e-5f);
+        if (kind == 0) cpu_to_bf16(be, h2, a2, x, R, C);
+        if (kind == 1) cpu_gelu_forward_bf16(be, h2, a2, x, R, C);
+        if (kind == 2) cpu_layernorm_forward_bf16(be, h2, a2, m2, r2, x, w, bias, R, C, 1e-5f);
         T_CHECK(same(h1, h2, hb), "bf16 kind %d: operand (padding included)", kind);
         T_CHECK(same(a1, a2, 4), "bf16 kind %d: amax", kind);
         if (kind == 2) T_CHECK(same(m1, m2, R * 4) && same(r1, r2, R * 4), "mean / rstd");
@@ -137,7 +141,7 @@ static void test_scaled_gelu(void) {
     q.codes = c2, q.scale_inv = si2, q.codes_t = t2, q.scale_inv_t = sti2, q.amax_out = a2;
     q.x = x, q.gelu = 1, q.bias = bias, q.rows = R, q.cols = C;
     q.scaling = FP8T_SCALING_VEC128, q.fmt = FP8_E4M3;
-    OPS->quantize_scaled(be, &q);
+    cpu_quantize_scaled(be, &q);
     T_CHECK(same(c1, c2, n) && same(t1, t2, n), "scaled codes");
     T_CHECK(same(si1, si2, sf * 4) && same(sti1, sti2, sft * 4), "scaled scale_inv");
     T_CHECK(same(a1, a2, 4), "scaled amax");
@@ -162,7 +166,7 @@ static void test_composed(void) {
     memcpy(v, x, n * 4);
     OPS->bias_add(be, v, bias, R, C);
     OPS->bias_backward(be, s2, v, R, C);
-    OPS->quantize(be, c2, NULL, a2, v, R, C, FP8_E4M3, scale_one());
+    cpu_quantize(be, c2, NULL, a2, v, R, C, FP8_E4M3, scale_one());
     T_CHECK(same(c1, c2, n) && same(a1, a2, 4) && same(s1, s2, C * 4), "bias step composed");
     /* RMSNorm into FP8 with an amax (the inference kernel takes none) and rstd kept */
     *a1 = *a2 = 0.0f;
@@ -171,12 +175,137 @@ static void test_composed(void) {
     T_CHECK(!OPS->make_operand_fuses(be, &r), "RMSNorm with an amax has no one-pass kernel");
     OPS->make_operand(be, &r);
     OPS->rmsnorm_forward(be, v, rs2, x, w, R, C, 1e-6f);
-    OPS->quantize(be, c2, NULL, a2, v, R, C, FP8_E4M3, scale_one());
+    cpu_quantize(be, c2, NULL, a2, v, R, C, FP8_E4M3, scale_one());
     T_CHECK(same(c1, c2, n) && same(a1, a2, 4) && same(rs1, rs2, R * 4), "RMSNorm composed");
     T_CHECK(*a1 > 0.0f, "the amax was taken");
     float *ptrs[] = {x, bias, w, v, rs1, rs2, a1, a2, s1, s2};
     for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
     OPS->free(be, c1), OPS->free(be, c2);
+}
+
+/* ---- the model's composition against the kernels ---- */
+
+/* every output a request may write, zeroed */
+typedef struct {
+    void *data, *data_t;
+    float *si, *sit, *amax, *colsum, *sum, *mean, *rstd;
+} outputs;
+
+static outputs outputs_new(void) {
+    const size_t n = (size_t)R * C, hb = fp8t_bf16_bytes(R, C);
+    const size_t sf = fp8t_block_scale_floats(FP8T_SCALING_VEC128, R, C);
+    const size_t sft = fp8t_block_scale_floats(FP8T_SCALING_VEC128, C, R);
+    outputs o = {zalloc(hb > n ? hb : n), zalloc(n), zalloc(sf * 4), zalloc(sft * 4), zalloc(4),
+                 zalloc(C * 4), zalloc(n * 4), zalloc(R * 4), zalloc(R * 4)};
+    return o;
+}
+
+static void outputs_free(outputs *o) {
+    void *p[] = {o->data, o->data_t, o->si, o->sit, o->amax, o->colsum, o->sum, o->mean, o->rstd};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++) OPS->free(be, p[i]);
+}
+
+/* r with each output it asks for redirected into o */
+static fp8t_operand_req into(fp8t_operand_req r, const outputs *o) {
+#define INTO(field, buf) if (r.field) r.field = (void *)(buf)
+    INTO(out.data, o->data);
+    INTO(out.data_t, o->data_t);
+    INTO(out.scale_inv, o->si);
+    INTO(out.scale_inv_t, o->sit);
+    INTO(out.amax, o->amax);
+    INTO(colsum, o->colsum);
+    INTO(sum, o->sum);
+    INTO(mean, o->mean);
+    INTO(rstd, o->rstd);
+#undef INTO
+    return r;
+}
+
+static int outputs_same(const outputs *a, const outputs *b) {
+    const size_t n = (size_t)R * C, hb = fp8t_bf16_bytes(R, C);
+    const size_t sf = fp8t_block_scale_floats(FP8T_SCALING_VEC128, R, C);
+    const size_t sft = fp8t_block_scale_floats(FP8T_SCALING_VEC128, C, R);
+    return same(a->data, b->data, hb > n ? hb : n) && same(a->data_t, b->data_t, n) &&
+           same(a->si, b->si, sf * 4) && same(a->sit, b->sit, sft * 4) &&
+           same(a->amax, b->amax, 4) && same(a->colsum, b->colsum, C * 4) &&
+           same(a->sum, b->sum, n * 4) && same(a->mean, b->mean, R * 4) &&
+           same(a->rstd, b->rstd, R * 4);
+}
+
+/* r (a request a kernel makes) by make_operand and by the model's composition: the same bits */
+static void check_composes(const char *what, const fp8t_operand_req *r, float *values) {
+    T_CHECK(OPS->make_operand_fuses(be, r), "%s is one of the kernels", what);
+    outputs k = outputs_new(), c = outputs_new();
+    const fp8t_operand_req rk = into(*r, &k);
+    OPS->make_operand(be, &rk);
+    fp8t_operand_req rc = into(*r, &c);
+    model_compose_operand(OPS, be, &rc, values);
+    T_CHECK(outputs_same(&k, &c), "%s: the kernel and the model's composition differ", what);
+    outputs_free(&k), outputs_free(&c);
+}
+
+static void test_model_composes(void) {
+    const size_t n = (size_t)R * C;
+    float *x = fill(n, 12, 6.0f), *x2 = fill(n, 13, 4.0f), *bias = fill(C, 14, 1.0f);
+    float *w = fill(C, 15, 2.0f), *nb = fill(C, 16, 0.5f), *values = zalloc(n * 4);
+    void *nz = values; /* a non-NULL output: into() redirects it */
+    fp8t_operand_req r = fp8_req(FP8T_STEP_GELU, x, nz, nz, nz);
+    r.bias = bias;
+    check_composes("FP8 GELU with a bias", &r, values);
+    r = fp8_req(FP8T_STEP_DGELU, x, nz, nz, nz);
+    r.x2 = x2, r.bias = bias, r.colsum = nz;
+    check_composes("FP8 dGELU with a bias and column sums", &r, values);
+    r.out.format = FP8T_OPERAND_BF16, r.out.data_t = NULL, r.out.scale = NULL, r.bias = NULL;
+    check_composes("BF16 dGELU with column sums", &r, values);
+    r = fp8_req(FP8T_STEP_GELU, x, nz, NULL, nz);
+    r.out.format = FP8T_OPERAND_BF16, r.out.scale = NULL;
+    check_composes("BF16 GELU", &r, values);
+    r.step = FP8T_STEP_LAYERNORM;
+    r.norm_w = w, r.norm_b = nb, r.eps = 1e-5f, r.mean = nz, r.rstd = nz;
+    check_composes("BF16 LayerNorm", &r, values);
+    r.step = FP8T_STEP_ADD_LAYERNORM, r.x2 = x2, r.sum = nz;
+    check_composes("BF16 add + LayerNorm", &r, values);
+    r = fp8_req(FP8T_STEP_ADD_RMSNORM, x, nz, NULL, NULL);
+    r.x2 = x2, r.bias = bias, r.sum = nz, r.norm_w = w, r.eps = 1e-6f;
+    check_composes("FP8 add + RMSNorm (the inference kernel)", &r, values);
+    r = fp8_req(FP8T_STEP_LAYERNORM, x, nz, NULL, NULL);
+    r.out.format = FP8T_OPERAND_BF16, r.out.scale = NULL;
+    r.norm_w = w, r.norm_b = nb, r.eps = 1e-5f;
+    check_composes("BF16 LayerNorm (the inference kernel)", &r, values);
+    r = fp8_req(FP8T_STEP_SWIGLU, x, nz, NULL, NULL);
+    r.x2 = x2;
+    check_composes("FP8 SwiGLU", &r, values);
+    r = fp8_req(FP8T_STEP_DGELU, x, nz, nz, nz);
+    r.out.scale = NULL, r.out.scaling = FP8T_SCALING_VEC128;
+    r.out.scale_inv = nz, r.out.scale_inv_t = nz;
+    r.x2 = x2, r.bias = bias, r.colsum = nz;
+    check_composes("scaled dGELU with a bias and column sums", &r, values);
+    float *ptrs[] = {x, x2, bias, w, nb, values};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
+}
+
+/* step NONE making codes or a BF16 operand is always a kernel (backend.h): the last step of
+ * every composition, so that a GPU can finish what the model composes */
+static void test_plain_always_fuses(void) {
+    uint8_t c[1], ct[1];
+    float a[1], cs[1], si[1], sit[1];
+    for (int k = 0; k < 3 * 2 * 2 * 2; k++) {
+        const int orient = k % 3, amax = k / 3 % 2, colsum = k / 6 % 2, scaled = k / 12;
+        fp8t_operand_req r = fp8_req(FP8T_STEP_NONE, NULL, orient != 1 ? c : NULL,
+                                     orient != 0 ? ct : NULL, amax ? a : NULL);
+        if (colsum) r.colsum = cs;
+        if (scaled) {
+            r.out.scale = NULL, r.out.scaling = FP8T_SCALING_ROW;
+            r.out.scale_inv = r.out.data ? si : NULL, r.out.scale_inv_t = r.out.data_t ? sit : NULL;
+        }
+        /* per-tensor transposed codes alone: the plain quantize kernel's, without column sums */
+        if (!scaled && orient == 1 && colsum) continue;
+        T_CHECK(OPS->make_operand_fuses(be, &r), "FP8 (scaled %d) orientations %d, amax %d, "
+                "colsum %d", scaled, orient, amax, colsum);
+        if (orient != 0 || scaled) continue;
+        r.out.format = FP8T_OPERAND_BF16, r.out.data_t = NULL, r.out.data = c;
+        T_CHECK(OPS->make_operand_fuses(be, &r), "BF16, amax %d, colsum %d", amax, colsum);
+    }
 }
 
 int main(void) {
@@ -191,6 +320,8 @@ int main(void) {
     T_RUN(test_bf16_kinds);
     T_RUN(test_scaled_gelu);
     T_RUN(test_composed);
+    T_RUN(test_plain_always_fuses);
+    T_RUN(test_model_composes);
     fp8t_backend_destroy(be);
     T_MAIN_END();
 }

@@ -3,22 +3,24 @@
  *    losses and gradients bit for bit, with dloss 1 and with gradient accumulation, with a
  *    dloss that changes, with the logits read after a training forward;
  *  - dY quantized once per linear backward (FP8T_DISABLE_CODE_REUSE off): delayed and
- *    current FP8 runs bit for bit, and the backend's quantize op called once fewer per linear;
+ *    current FP8 runs bit for bit, and the backend's quantize kernel run once fewer per linear;
  *  - BF16 operands (FP8T_DISABLE_BF16_OPERANDS off): BF16 runs (all-BF16, mixed with FP32 and
  *    FP8, hooked, fake quantization) bit for bit against gemm_bf16 on the FP32 operands, with
- *    to_bf16 called once per weight per step and once per X and dY per micro-batch (GPT-2's
- *    fc2 input rounded by gelu_forward_bf16 instead), and the biases added in the GEMM (no
+ *    a BF16 operand made once per weight per step and once per X and dY per micro-batch
+ *    (GPT-2's fc2 input by the GELU step's kernel instead), and the biases added in the GEMM (no
  *    bias_add) unless a hook must see the output without them;
  *  - GELU applied by fc2's rounding pass (FP8T_DISABLE_GELU_FUSION off) and the bias
  *    gradients taken by the Dgrad's pass over dY (FP8T_DISABLE_BIAS_GRAD_FUSION off): bit for
- *    bit, with the fused ops called where they apply and not where they do not;
+ *    bit, with the one-pass kernels run where they apply and not where they do not;
  *  - and the others (options.disable bits), each alone and all at once (ALL_FUSION).
- * Two models run side by side on a CPU backend whose op table is wrapped to count calls. */
+ * Two models run side by side on a CPU backend whose op table is wrapped to count calls (of
+ * make_operand: by the kernel each request runs, operand_kind.h). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/operand_kind.h"
 #include "fp8train/backend.h"
 #include "fp8train/model.h"
 #include "model_state_util.h"
@@ -29,13 +31,6 @@ static fp8t_backend counted;     /* a copy whose op table counts the calls below
 static fp8t_backend_ops counted_ops;
 static long n_quantize, n_xent, n_to_bf16, n_bias_add, n_gelu16, n_qgelu, n_h16cs, n_qcs,
     n_bias_bwd;
-
-static void count_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                           const float *x, int rows, int cols, fp8_format fmt,
-                           const float *scale) {
-    n_quantize++;
-    cpu->ops->quantize(b, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
-}
 
 static void count_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
                        const int *targets, int N, int V, float dloss) {
@@ -52,18 +47,6 @@ static void count_xent16(fp8t_backend *b, float *losses, uint16_t *dlogits, floa
     cpu->ops->softmax_xent_bf16(b, losses, dlogits, amax_out, logits, ld, targets, N, V, dloss);
 }
 
-static void count_to_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
-                          int rows, int cols) {
-    n_to_bf16++;
-    cpu->ops->to_bf16(b, out, amax_out, x, rows, cols);
-}
-
-static void count_gelu16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
-                         int rows, int cols) {
-    n_gelu16++;
-    cpu->ops->gelu_forward_bf16(b, out, amax_out, x, rows, cols);
-}
-
 static long n_qgelu_bias, n_gelu_bwd_bias, n_fp8_bias;
 static void count_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                            const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
@@ -71,67 +54,34 @@ static void count_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
     n_fp8_bias += bias != NULL;
     cpu->ops->gemm_fp8(b, C, A, B, M, N, K, transA, transB, acc, fast, amax_out, bias);
 }
-static void count_qgelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                        const float *x, const float *bias, int rows, int cols, fp8_format fmt,
-                        const float *scale) {
-    n_qgelu++;
-    n_qgelu_bias += bias != NULL;
-    cpu->ops->quantize_gelu(b, codes, codes_t, amax_out, x, bias, rows, cols, fmt, scale);
-}
-
 static void count_gelu_bwd_bias(fp8t_backend *b, float *dx, const float *x, const float *bias,
                                 const float *dout, int rows, int cols) {
     n_gelu_bwd_bias++;
     cpu->ops->gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
 }
 
-static void count_h16cs(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
-                        const float *x, int rows, int cols) {
-    n_h16cs++;
-    cpu->ops->to_bf16_colsum(b, out, amax_out, colsum, x, rows, cols);
-}
-
-static void count_qcs(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                      float *colsum, const float *x, int rows, int cols, fp8_format fmt,
-                      const float *scale) {
-    n_qcs++;
-    cpu->ops->quantize_colsum(b, codes, codes_t, amax_out, colsum, x, rows, cols, fmt, scale);
-}
-
-/* The fused GELU backward counts as the column-sum rounding op it extends, and as a consumer
- * of the deferred fc1 bias when it gets one; n_gbwd counts it alone. */
-static long n_gbwd;
-static void count_gbwd16(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
-                         const float *dout, const float *x, const float *bias, int rows,
-                         int cols) {
-    n_gbwd++, n_h16cs++;
-    n_gelu_bwd_bias += bias != NULL;
-    cpu->ops->gelu_backward_bf16_colsum(b, out, amax_out, colsum, dout, x, bias, rows, cols);
-}
-static void count_gbwdq(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                        float *colsum, const float *dout, const float *x, const float *bias,
-                        int rows, int cols, fp8_format fmt, const float *scale) {
-    n_gbwd++, n_qcs++;
-    n_gelu_bwd_bias += bias != NULL;
-    cpu->ops->gelu_backward_quantize_colsum(b, codes, codes_t, amax_out, colsum, dout, x, bias,
-                                            rows, cols, fmt, scale);
-}
-
-static long n_ln16;
-static void count_ln16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean, float *rstd,
-                       const float *x, const float *w, const float *bias, int N, int C,
-                       float eps) {
-    n_ln16++;
-    cpu->ops->layernorm_forward_bf16(b, out, amax_out, mean, rstd, x, w, bias, N, C, eps);
-}
-
-/* the residual add folded into the norm counts as the norm's fusion too */
-static void count_add_ln16(fp8t_backend *b, float *sum, uint16_t *out, float *amax_out,
-                           float *mean, float *rstd, const float *a, const float *c,
-                           const float *w, const float *bias, int N, int C, float eps) {
-    n_ln16++;
-    cpu->ops->add_layernorm_forward_bf16(b, sum, out, amax_out, mean, rstd, a, c, w, bias, N, C,
-                                         eps);
+/* make_operand, counted by the one-pass kernel that makes the request (operand_kind.h). The
+ * fused GELU backward counts as the column-sum rounding it extends, and as a consumer of the
+ * deferred fc1 bias when it gets one; n_gbwd counts it alone. The residual add folded into
+ * the norm counts as the norm's fusion. */
+static long n_gbwd, n_ln16;
+static void count_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
+    switch (fp8t_operand_kernel_of(r)) {
+    case FP8T_OPK_QUANTIZE: n_quantize++; break;
+    case FP8T_OPK_QUANTIZE_COLSUM: n_qcs++; break;
+    case FP8T_OPK_QUANTIZE_GELU: n_qgelu++, n_qgelu_bias += r->bias != NULL; break;
+    case FP8T_OPK_QUANTIZE_DGELU:
+        n_gbwd++, n_qcs++, n_gelu_bwd_bias += r->bias != NULL;
+        break;
+    case FP8T_OPK_BF16: n_to_bf16++; break;
+    case FP8T_OPK_BF16_COLSUM: n_h16cs++; break;
+    case FP8T_OPK_BF16_GELU: n_gelu16++; break;
+    case FP8T_OPK_BF16_DGELU: n_gbwd++, n_h16cs++, n_gelu_bwd_bias += r->bias != NULL; break;
+    case FP8T_OPK_BF16_LAYERNORM:
+    case FP8T_OPK_BF16_ADD_LAYERNORM: n_ln16++; break;
+    default: break;
+    }
+    cpu->ops->make_operand(b, r);
 }
 
 static long n_add_bias;
@@ -215,12 +165,12 @@ static int same_bits(float a, float b) { return !memcmp(&a, &b, sizeof(float)); 
  * each model. */
 typedef struct {
     long xent[2], quant[2], quant_bwd[2], to_bf16[2], bias_add[2], gelu16[2], qgelu[2];
-    long h16cs[2], qcs[2], bias_bwd[2]; /* to_bf16_colsum, quantize_colsum, bias_backward */
+    long h16cs[2], qcs[2], bias_bwd[2]; /* BF16 / FP8 operands with colsum, bias_backward */
     long fp8_bias[2];                   /* gemm_fp8 calls given a bias */
     long xent16[2];                     /* softmax_xent_bf16 (also counted in xent) */
-    long gbwd[2];                       /* gelu_backward_{bf16,quantize}_colsum */
+    long gbwd[2];                       /* DGELU operands */
     long add_bias[2];
-    long ln16[2];                       /* layernorm_forward_bf16 */
+    long ln16[2];                       /* (ADD_)LAYERNORM operands */
 } calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
@@ -932,23 +882,14 @@ int main(void) {
         return 1;
     }
     counted_ops = *cpu->ops;
-    counted_ops.quantize = count_quantize;
+    counted_ops.make_operand = count_make_operand;
     counted_ops.softmax_xent = count_xent;
     counted_ops.softmax_xent_bf16 = count_xent16;
-    counted_ops.to_bf16 = count_to_bf16;
     counted_ops.bias_add = count_bias_add;
-    counted_ops.gelu_forward_bf16 = count_gelu16;
-    counted_ops.quantize_gelu = count_qgelu;
     counted_ops.gelu_backward_bias = count_gelu_bwd_bias;
     counted_ops.gemm_fp8 = count_gemm_fp8;
-    counted_ops.to_bf16_colsum = count_h16cs;
-    counted_ops.quantize_colsum = count_qcs;
     counted_ops.bias_backward = count_bias_bwd;
     counted_ops.add_bias = count_add_bias;
-    counted_ops.layernorm_forward_bf16 = count_ln16;
-    counted_ops.add_layernorm_forward_bf16 = count_add_ln16;
-    counted_ops.gelu_backward_bf16_colsum = count_gbwd16;
-    counted_ops.gelu_backward_quantize_colsum = count_gbwdq;
     counted = *cpu;
     counted.ops = &counted_ops;
     T_RUN(xent_dloss_one);

@@ -1,6 +1,7 @@
-/* The block and rowwise precisions' scaled-operand path (linear.c: quantize_scaled + a scaled
- * gemm_fp8) against its switches back to the plain paths, on a CPU backend that announces
- * block-scaled GEMMs (fp8_block_native, as Hopper's cuBLASLt) and counts its ops:
+/* The block and rowwise precisions' scaled-operand path (linear.c: make_operand's scaled
+ * kernel, "quantize_scaled" below, + a scaled gemm_fp8) against its switches back to the
+ * plain paths, on a CPU backend that announces block-scaled GEMMs (fp8_block_native, as
+ * Hopper's cuBLASLt) and counts its ops:
  *  - every fusion on (X's codes of both orientations from the Fprop's pass, kept for the
  *    Wgrad instead of FP32 X; dY's from the Dgrad's pass for the Wgrad; the bias gradient and
  *    GELU's forward and backward folded into those passes; W's two orientations in one pass
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/operand_kind.h"
 #include "fp8train/backend.h"
 #include "fp8train/model.h"
 #include "model_state_util.h"
@@ -27,10 +29,13 @@ static fp8t_backend_ops counted_ops;
 static long n_qs, n_qs_both, n_amax, n_gelu_fwd, n_gelu_bwd, n_bias_bwd, n_scaled_gemm, n_gemm,
     n_gemm_bias;
 
-static void count_qs(fp8t_backend *b, const fp8t_scaled_quant *q) {
-    n_qs++;
-    n_qs_both += q->codes && q->codes_t;
-    cpu->ops->quantize_scaled(b, q);
+/* make_operand's scaled kernel (the one pass that makes a scaled operand) */
+static void count_qs(fp8t_backend *b, const fp8t_operand_req *r) {
+    if (fp8t_operand_kernel_of(r) == FP8T_OPK_SCALED) {
+        n_qs++;
+        n_qs_both += r->out.data && r->out.data_t;
+    }
+    cpu->ops->make_operand(b, r);
 }
 static void count_amax(fp8t_backend *b, float *out, const float *x, size_t n) {
     n_amax++;
@@ -262,7 +267,7 @@ int main(void) {
         return 1;
     }
     counted_ops = *cpu->ops;
-    counted_ops.quantize_scaled = count_qs;
+    counted_ops.make_operand = count_qs;
     counted_ops.amax = count_amax;
     counted_ops.gelu_forward = count_gelu_fwd;
     counted_ops.gelu_backward = count_gelu_bwd;

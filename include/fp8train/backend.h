@@ -64,7 +64,7 @@ static inline int fp8t_attn_qkv_width(const fp8t_attn_shape *s) {
 double fp8t_rope_inv_freq(const fp8t_attn_shape *s, int i);
 
 /* How an FP8 operand's scale_inv applies to its codes. TENSOR: one float for the whole tensor.
- * The other kinds (block_quantize, quantize_scaled) hold one FP32 scale_inv per block of the
+ * The other kinds (scaled operands: make_operand) hold one FP32 scale_inv per block of the
  * stored [rows, cols] codes, cols being the GEMM's reduction dimension K (the operand is
  * K-major: an A stored [M,K] with transA = 0, a B stored [N,K] with transB = 1; data only, no
  * data_t):
@@ -122,31 +122,7 @@ FP8T_LAYOUT_FN int fp8t_scaling_tile_c(fp8t_fp8_scaling k, int cols) {
     return k == FP8T_SCALING_ROW ? (cols > 0 ? cols : 1) : 128;
 }
 
-/* What quantize_scaled makes of one tensor x [rows, cols]: the scaled FP8 operands of both
- * orientations that GEMMs read it in, from one read of x. codes is x's own layout (the operand
- * whose K is x's cols: the Fprop's X and W, the Dgrad's dY), codes_t its transpose (K = x's
- * rows: the Wgrad's dYᵀ and Xᵀ, the Dgrad's Wᵀ). The values quantized are x itself, or
- * gelu(x (+ bias)) (gelu: the Fprop of the linear after GELU, as quantize_gelu), or
- * gelu'(gelu_x (+ bias)) * x (gelu_x: the Dgrad's dY of that linear, as
- * gelu_backward_quantize_colsum). */
-typedef struct {
-    uint8_t *codes;       /* [rows, cols] K-major along cols, or NULL (not wanted) */
-    float *scale_inv;     /* codes' scale_inv, scaling's layout for [rows, cols] */
-    uint8_t *codes_t;     /* [cols, rows] K-major along x's rows, or NULL */
-    float *scale_inv_t;   /* codes_t's scale_inv, scaling's layout for [cols, rows] */
-    float *amax_out;      /* may be NULL: max-accumulated with the values' amax (NaN wins) */
-    float *colsum;        /* may be NULL: += the values' column sums (bias_backward's) */
-    const float *x;       /* [rows, cols] */
-    int gelu;             /* the values are gelu(x (+ bias)) */
-    const float *gelu_x;  /* or (NULL: neither) the values are gelu'(gelu_x (+ bias)) * x */
-    const float *bias;    /* [cols], with gelu or gelu_x; may be NULL */
-    int rows, cols;
-    fp8t_fp8_scaling scaling; /* VEC128, BLK128 or ROW */
-    fp8_format fmt;
-    int pow2;             /* power-of-two scales (fp8t_current_scale's pow2) */
-} fp8t_scaled_quant;
-
-/* A BF16 operand made by to_bf16: the [rows, cols] values rounded to BF16 (round to nearest
+/* A BF16 operand (make_operand): the [rows, cols] values rounded to BF16 (round to nearest
  * even; raw bits), stored with fp8t_bf16_pad(cols) elements per row and fp8t_bf16_pad(rows)
  * rows, the padding zero. The padding lets a GEMM round any of its dimensions up to a multiple
  * of 8 (tensor-core tiles; a zero product adds nothing to an FP32 sum) without another copy.
@@ -287,11 +263,11 @@ typedef struct fp8t_backend_ops {
      * amaxes without reading the operands again). */
     void (*gemm_bf16)(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                       int K, int transA, int transB, int acc, float *amax_a, float *amax_b);
-    /* the BF16 GEMM on operands already rounded by to_bf16 (A, B: stored layouts, as for
+    /* the BF16 GEMM on BF16 operands (make_operand; A, B: stored layouts, as for
      * gemm_fp8). bias (may be NULL; only with acc = 0): C[i,j] = product + bias[j], one FP32
      * rounding as in bias_add after the product (a GPU adds it in the GEMM's epilogue, where
      * the library may pick a kernel that sums the products in another order).
-     * gemm_bf16(A, B) computes to_bf16(A), to_bf16(B), then this without bias.
+     * gemm_bf16(A, B) makes the BF16 operands of A and B, then runs this without bias.
      * ldc: C's row stride in elements (0: packed, N); with ldc >= fp8t_bf16_pad(N) and no
      * bias, the columns [N, pad(N)) of each row may be written too (zeros, or left as they
      * were with acc): that lets a GPU pad N without a copy-out of unaligned rows (the GPT-2
@@ -305,7 +281,7 @@ typedef struct fp8t_backend_ops {
      * amax of the result into *amax_out (device pointer, max-accumulate) when non-NULL. bias
      * (may be NULL; only with acc = 0): bias[j] added to every row of the result, as bias_add
      * after the product (a GPU may add it in the GEMM's epilogue, rounding once).
-     * Block-scaled operands (scaling != TENSOR, from block_quantize / quantize_scaled) only as
+     * Block-scaled operands (scaling != TENSOR, from make_operand) only as
      * A [M,K] with transA = 0 and B [N,K] with transB = 1, not both BLK128, ROW only with ROW:
      * each product takes its blocks' scale_inv (the CPU decodes code * scale_inv and runs the
      * FP32 GEMM; Hopper's cuBLASLt applies them per 128-deep chunk, or per row and column for
@@ -317,43 +293,26 @@ typedef struct fp8t_backend_ops {
     /* ---- quantization ---- */
     /* *amax_out = max(*amax_out, amax(x)); NaN propagates (device pointer) */
     void (*amax)(fp8t_backend *b, float *amax_out, const float *x, size_t n);
-    /* The operand r->out of r->step's values in one pass where make_operand_fuses says so
-     * (else composed of the unfused ops, the same bits): FP8 codes saturating (per tensor with
+    /* The operand r->out of r->step's values: FP8 codes saturating (per tensor with
      * *out.scale, or scaled blocks whose scale_inv it writes) or a BF16 operand (round to
      * nearest even), in the orientations out.data / out.data_t ask for; amax, column sums and
      * the step's side outputs (sum, mean, rstd) as r says. The values themselves are not
      * written. Every combination gives the bits of its unfused ops (the producer's op into
      * FP32, bias_backward, amax, then the cast); a GPU may sum the column sums in another
-     * (fixed) order. r is host memory, read before the op returns. */
+     * (fixed) order. The only op that makes a GEMM operand, so that each fusion of a producer
+     * into the cast is one request the backends agree on, not an op of its own. A combination
+     * make_operand_fuses says 0 for is composed of its unfused ops by the CPU and refused by
+     * the CUDA backend (it exits with a message). r is host memory, read before the op
+     * returns. */
     void (*make_operand)(fp8t_backend *b, const fp8t_operand_req *r);
     /* 1 when make_operand does r's combination in one pass over its inputs (the model then
      * asks for it; otherwise it runs the producer's op into FP32 and makes the operand with
-     * step NONE). Depends on r's step, format, scaling and which outputs it asks for, not on
-     * the pointers' values but for alignment where a GPU kernel needs it. */
+     * step NONE: model_make_operand). Depends on r's step, format, scaling and which outputs
+     * it asks for, not on the pointers' values but for alignment where a GPU kernel needs it.
+     * Step NONE without bias or side outputs, making codes (per tensor: row-major, the
+     * transposed ones optional; scaled: either orientation or both) or a BF16 operand, is
+     * always 1: the composition's last step. */
     int (*make_operand_fuses)(fp8t_backend *b, const fp8t_operand_req *r);
-    /* codes = fp8(x * *scale) saturating; codes_t (if non-NULL) = transposed [cols,rows];
-     * *amax_out max-accumulated with amax(x) when non-NULL. Fused: one pass over x. */
-    void (*quantize)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                     const float *x, int rows, int cols, fp8_format fmt, const float *scale);
-    /* quantize of gelu(x (+ bias)) (gelu_forward's values) in one pass: codes, codes_t and
-     * the amax of gelu(..), the same bits as bias_add, gelu_forward, then quantize; the FP32
-     * result is not written. bias [cols] may be NULL (the deferred bias of the linear that
-     * made x: then x itself never gets it, and the backward uses gelu_backward_bias) */
-    void (*quantize_gelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                          const float *x, const float *bias, int rows, int cols,
-                          fp8_format fmt, const float *scale);
-    /* quantize, and colsum[c] += sum over rows of x[r, c] (as bias_backward) from the same
-     * read: the Dgrad's dY gives the bias gradient without another pass over it */
-    void (*quantize_colsum)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                            float *colsum, const float *x, int rows, int cols, fp8_format fmt,
-                            const float *scale);
-    /* quantize_colsum of dx = gelu'(x (+ bias)) * dout (gelu_backward's values, or
-     * gelu_backward_bias's with a bias) in one pass: fc1's dY rounded straight from fc2's dX
-     * and GELU's input; dx itself is not written. colsum may be NULL. */
-    void (*gelu_backward_quantize_colsum)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
-                                          float *amax_out, float *colsum, const float *dout,
-                                          const float *x, const float *bias, int rows, int cols,
-                                          fp8_format fmt, const float *scale);
     /* current scaling from an amax on the device: scale, scale_inv (device pointers) */
     void (*compute_scale)(fp8t_backend *b, float *scale, float *scale_inv, const float *amax,
                           float fmt_max, float epsilon, int pow2);
@@ -369,10 +328,6 @@ typedef struct fp8t_backend_ops {
                                 int cols);
     /* out = bf16 rounding of x; out may alias x */
     void (*bf16_round)(fp8t_backend *b, float *out, const float *x, size_t n);
-    /* out = x [rows, cols] as a BF16 operand (layout: fp8t_bf16_operand, padding zeroed);
-     * *amax_out max-accumulated with amax(x) when non-NULL (NaN propagates), same pass */
-    void (*to_bf16)(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
-                    int cols);
     /* out [rows, cols] (packed BF16, no padding) = x + bias[c] rounded to BF16 (nearest even;
      * the sum in FP32, as bias_add's); bias may be NULL. An activation the forward keeps for
      * the backward in half the bytes (not a GEMM operand: no padding, no amax). */
@@ -380,13 +335,6 @@ typedef struct fp8t_backend_ops {
                       int rows, int cols);
     /* out[n] (FP32) = x[n] (packed BF16): exact, BF16 widens to FP32 without rounding */
     void (*bf16_unpack)(fp8t_backend *b, float *out, const uint16_t *x, size_t n);
-    /* to_bf16, and colsum[c] += sum over rows of x[r, c] (as bias_backward) from the same read */
-    void (*to_bf16_colsum)(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
-                           const float *x, int rows, int cols);
-    /* to_bf16_colsum of dx = gelu'(x (+ bias)) * dout, as gelu_backward_quantize_colsum */
-    void (*gelu_backward_bf16_colsum)(fp8t_backend *b, uint16_t *out, float *amax_out,
-                                      float *colsum, const float *dout, const float *x,
-                                      const float *bias, int rows, int cols);
     /* delayed-scaling update of every tensor of the flat recipe state (one launch, no sync).
      * state is the device copy of the fp8t_recipe_state layout for (n, len). */
     void (*delayed_update)(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
@@ -403,18 +351,6 @@ typedef struct fp8t_backend_ops {
     void (*layernorm_forward)(fp8t_backend *b, float *out, float *mean, float *rstd,
                               const float *x, const float *w, const float *bias, int N, int C,
                               float eps);
-    /* layernorm_forward with the output written as a BF16 operand (to_bf16's layout, rounding
-     * and amax into *amax_out, which may be NULL) instead of FP32: the Fprop's input rounded
-     * by the norm itself; mean and rstd as layernorm_forward's */
-    void (*layernorm_forward_bf16)(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
-                                   float *rstd, const float *x, const float *w,
-                                   const float *bias, int N, int C, float eps);
-    /* sum = a + c (add's arithmetic), then layernorm_forward_bf16 of sum: the residual add
-     * and the next norm in one pass (sum is still written: the residual stream goes on) */
-    void (*add_layernorm_forward_bf16)(fp8t_backend *b, float *sum, uint16_t *out,
-                                       float *amax_out, float *mean, float *rstd,
-                                       const float *a, const float *c, const float *w,
-                                       const float *bias, int N, int C, float eps);
     /* dx += ..., dw += ..., dbias += ... */
     void (*layernorm_backward)(fp8t_backend *b, float *dx, float *dw, float *dbias,
                                const float *dout, const float *x, const float *w,
@@ -431,11 +367,6 @@ typedef struct fp8t_backend_ops {
     void (*bias_backward)(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);
     /* GELU, tanh approximation: out = gelu(x) */
     void (*gelu_forward)(fp8t_backend *b, float *out, const float *x, size_t n);
-    /* out = the BF16 operand (to_bf16 layout) of gelu(x [rows, cols]), in one pass: the FP32
-     * result is not written; *amax_out max-accumulated with its amax when non-NULL. The same
-     * bits as gelu_forward then to_bf16 (the linear after GELU takes it as its input X). */
-    void (*gelu_forward_bf16)(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
-                              int rows, int cols);
     /* dx = gelu'(x) * dout (overwrite; dx may alias dout) */
     void (*gelu_backward)(fp8t_backend *b, float *dx, const float *x, const float *dout,
                           size_t n);
@@ -475,11 +406,12 @@ typedef struct fp8t_backend_ops {
      * If dlogits != NULL: dlogits = (softmax - onehot) * dloss (dlogits may alias logits). */
     void (*softmax_xent)(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
                          const int *targets, int N, int V, float dloss);
-    /* softmax_xent's losses and dlogits, the gradient written as a BF16 operand (to_bf16's
+    /* softmax_xent's losses and dlogits, the gradient written as a BF16 operand (make_operand's
      * layout and rounding: [pad(N), pad(V)], padding zero) instead of FP32: softmax_xent then
-     * to_bf16 (the same bits on the CPU; a GPU may sum a row in another order) without the FP32
-     * gradient's round trip through memory. logits rows have stride ld >= V (the model pads them to pad(V));
-     * amax_out (may be NULL) is max-accumulated with the FP32 gradient's amax, as to_bf16's. */
+     * its BF16 operand (the same bits on the CPU; a GPU may sum a row in another order) without
+     * the FP32 gradient's round trip through memory. logits rows have stride ld >= V (the model
+     * pads them to pad(V)); amax_out (may be NULL) is max-accumulated with the FP32 gradient's
+     * amax, as make_operand's. */
     void (*softmax_xent_bf16)(fp8t_backend *b, float *losses, uint16_t *dlogits,
                               float *amax_out, const float *logits, int ld, const int *targets,
                               int N, int V, float dloss);
@@ -581,40 +513,6 @@ typedef struct fp8t_backend_ops {
                                    const uint16_t *wte, int ld, const float *wpe, const int *pos,
                                    int B, int T, int C);
     /* ---- block- and row-scaled FP8 (the block and rowwise precisions) ---- */
-    /* The scaled FP8 operand of x [rows, cols] (transpose = 0) or of its transpose
-     * [cols, rows] (transpose = 1: the Wgrad's operands, whose reduction dimension is the
-     * stored rows): codes [R, K] row-major (R, K = rows, cols or cols, rows) and scale_inv in
-     * scaling's layout (fp8t_fp8_operand). Each block (1x128 along K, 128x128, or the whole
-     * row for ROW; edge blocks partial) is quantized with the current-scaling scale of its own amax (fp8t_current_scale,
-     * epsilon 0, pow2 as given): the codes and scales of fp8t_block_quantize_pow2 on the same
-     * operand, bit for bit, with scale_inv = 1 / scale. */
-    void (*block_quantize)(fp8t_backend *b, uint8_t *codes, float *scale_inv, const float *x,
-                           int rows, int cols, int transpose, fp8t_fp8_scaling scaling,
-                           fp8_format fmt, int pow2);
-    /* Both orientations of a scaled operand in one pass (fp8t_scaled_quant): codes and
-     * scale_inv are block_quantize(values, transpose 0), codes_t and scale_inv_t
-     * block_quantize(values, transpose 1), bit for bit (BLK128: codes_t is codes transposed,
-     * a 128x128 block being its transpose's); the amax and colsum those of the values (amax
-     * as the amax op; colsum as bias_backward on the CPU, in a fixed order on a GPU); the
-     * values themselves are not written. */
-    void (*quantize_scaled)(fp8t_backend *b, const fp8t_scaled_quant *q);
-    /* ---- inference: a linear's input made in its producer's pass (src/model/infer*.c) ----
-     * out is the operand of the GEMM that reads it: with scale (device pointer) FP8 codes
-     * [rows, cols] of the values quantized with *scale (fmt, saturating: quantize's), with
-     * scale NULL a BF16 operand (to_bf16's layout and rounding). No amax is taken: the scale
-     * is fixed beforehand (learned or calibrated). */
-    /* s = a + (y + ybias) (add_bias's arithmetic; ybias may be NULL: add's; y NULL: s = a),
-     * written to sum when y and sum are non-NULL; out = the operand of LayerNorm(s; w, bias)
-     * (layernorm_forward's values; bias may be NULL) or, rms = 1, RMSNorm(s; w)
-     * (rmsnorm_forward's). No mean or rstd is kept. The residual add, the norm and the next
-     * GEMM's rounding in one pass. */
-    void (*add_norm_operand)(fp8t_backend *b, void *out, float *sum, const float *a,
-                             const float *y, const float *ybias, const float *w,
-                             const float *bias, int rms, int rows, int cols, float eps,
-                             const float *scale, fp8_format fmt);
-    /* out = the operand of swiglu_forward(gate, up) [rows, cols] (its values), in one pass */
-    void (*swiglu_operand)(fp8t_backend *b, void *out, const float *gate, const float *up,
-                           int rows, int cols, const float *scale, fp8_format fmt);
     /* embedding_forward_bf16 from an E4M3 table: out[i, c] = decode(codes[tok_i * ld + c]) *
      * *scale_inv + (wpe ? wpe[t_i * C + c] : 0), t_i as embedding_forward_bf16's (the FP8
      * table doubles as a tied FP8 head's weight) */

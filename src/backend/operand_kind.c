@@ -90,3 +90,22 @@ int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_oper
         return 0;
     }
 }
+
+const char *fp8t_operand_kernel_name(fp8t_operand_kernel k) {
+    static const char *const names[FP8T_OPK_COUNT] = {
+        [FP8T_OPK_QUANTIZE] = "quantize",
+        [FP8T_OPK_QUANTIZE_COLSUM] = "quantize_colsum",
+        [FP8T_OPK_QUANTIZE_GELU] = "quantize_gelu",
+        [FP8T_OPK_QUANTIZE_DGELU] = "quantize_dgelu",
+        [FP8T_OPK_BF16] = "bf16",
+        [FP8T_OPK_BF16_COLSUM] = "bf16_colsum",
+        [FP8T_OPK_BF16_GELU] = "bf16_gelu",
+        [FP8T_OPK_BF16_DGELU] = "bf16_dgelu",
+        [FP8T_OPK_BF16_LAYERNORM] = "bf16_layernorm",
+        [FP8T_OPK_BF16_ADD_LAYERNORM] = "bf16_add_layernorm",
+        [FP8T_OPK_NORM_OPERAND] = "norm",
+        [FP8T_OPK_SWIGLU_OPERAND] = "swiglu",
+        [FP8T_OPK_SCALED] = "scaled",
+    };
+    return k >= 0 && k < FP8T_OPK_COUNT ? names[k] : "composed";
+}

@@ -8,6 +8,33 @@
 
 #include "fp8train/backend.h"
 
+/* What a backend's scaled kernel (FP8T_OPK_SCALED) makes of one tensor x [rows, cols]: the
+ * scaled FP8 operands of both orientations that GEMMs read it in, from one read of x. codes is
+ * x's own layout (the operand whose K is x's cols: the Fprop's X and W, the Dgrad's dY),
+ * codes_t its transpose (K = x's rows: the Wgrad's dYᵀ and Xᵀ, the Dgrad's Wᵀ). The values
+ * quantized are x itself, or gelu(x (+ bias)) (gelu: the Fprop of the linear after GELU, step
+ * GELU), or gelu'(gelu_x (+ bias)) * x (gelu_x: the Dgrad's dY of that linear, step DGELU).
+ * Each orientation's codes and scale_inv are those of block quantizing the values (transposed
+ * for codes_t) with the current-scaling scale of each block's own amax (fp8t_current_scale,
+ * epsilon 0), fp8t_block_quantize_pow2's bit for bit; the amax as the amax op's, the column
+ * sums as bias_backward's (a GPU: in a fixed order). */
+typedef struct {
+    uint8_t *codes;       /* [rows, cols] K-major along cols, or NULL (not wanted) */
+    float *scale_inv;     /* codes' scale_inv, scaling's layout for [rows, cols] */
+    uint8_t *codes_t;     /* [cols, rows] K-major along x's rows, or NULL */
+    float *scale_inv_t;   /* codes_t's scale_inv, scaling's layout for [cols, rows] */
+    float *amax_out;      /* may be NULL: max-accumulated with the values' amax (NaN wins) */
+    float *colsum;        /* may be NULL: += the values' column sums (bias_backward's) */
+    const float *x;       /* [rows, cols] */
+    int gelu;             /* the values are gelu(x (+ bias)) */
+    const float *gelu_x;  /* or (NULL: neither) the values are gelu'(gelu_x (+ bias)) * x */
+    const float *bias;    /* [cols], with gelu or gelu_x; may be NULL */
+    int rows, cols;
+    fp8t_fp8_scaling scaling; /* VEC128, BLK128 or ROW */
+    fp8_format fmt;
+    int pow2;             /* power-of-two scales (fp8t_current_scale's pow2) */
+} fp8t_scaled_quant;
+
 typedef enum {
     FP8T_OPK_COMPOSE = -1,     /* no one-pass kernel: the CPU composes, CUDA refuses */
     FP8T_OPK_QUANTIZE = 0,     /* per-tensor FP8 of x (codes, codes_t, amax) */
@@ -48,7 +75,10 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
         if (st == FP8T_STEP_GELU || st == FP8T_STEP_DGELU) return FP8T_OPK_SCALED;
         return FP8T_OPK_COMPOSE;
     }
-    if (!bf16 && (!o->scale || !o->data)) return FP8T_OPK_COMPOSE;
+    /* only the transposed codes: the plain quantize kernel alone takes that */
+    const int codes_t_only = !bf16 && !o->data && o->data_t;
+    if (codes_t_only && (st != FP8T_STEP_NONE || r->colsum || r->bias)) return FP8T_OPK_COMPOSE;
+    if (!bf16 && (!o->scale || (!o->data && !codes_t_only))) return FP8T_OPK_COMPOSE;
     if (bf16 && !o->data) return FP8T_OPK_COMPOSE;
     /* the inference model's producers: no amax (a fixed scale), no statistics, one layout */
     const int infer_ok = !o->data_t && !o->amax && !r->colsum;
@@ -79,9 +109,9 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
     }
 }
 
-/* A backend's one-pass kernels, one per fp8t_operand_kernel (the signatures of the op table's
- * fused ops they implement). fp8t_operand_run dispatches a request to them, so the mapping
- * from a request to a kernel's arguments is written once for every backend. */
+/* A backend's one-pass kernels, one per fp8t_operand_kernel (each backend's internal
+ * functions). fp8t_operand_run dispatches a request to them, so the mapping from a request to
+ * a kernel's arguments is written once for every backend. */
 typedef struct {
     void (*quantize)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                      const float *x, int rows, int cols, fp8_format fmt, const float *scale);
@@ -120,13 +150,15 @@ typedef struct {
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* quantize_scaled's request for r's scaled operand of the values x; with step_done the step
+/* The scaled kernel's request for r's scaled operand of the values x; with step_done the step
  * (GELU / dGELU) is taken as already applied to x */
 fp8t_scaled_quant fp8t_operand_scaled_quant(const fp8t_operand_req *r, const float *x,
                                             int step_done);
 /* r run by the kernel fp8t_operand_kernel_of names; 0 when it names none (FP8T_OPK_COMPOSE:
  * nothing was done) */
 int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_operand_kernels *k);
+/* "quantize", "bf16_gelu", ...: kernel k's name for reports ("composed" for FP8T_OPK_COMPOSE) */
+const char *fp8t_operand_kernel_name(fp8t_operand_kernel k);
 #ifdef __cplusplus
 }
 #endif

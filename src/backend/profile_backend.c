@@ -5,38 +5,55 @@
  * the report says which ops and which GEMM shapes a step spends its time in. Memory ops that
  * wait anyway (to_host, synchronize) are timed too; malloc/free are not ops of a step. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "backend/operand_kind.h"
 #include "fp8train/profile.h"
 
 enum {
     P_TO_DEVICE, P_TO_HOST, P_COPY, P_ZERO, P_SYNC,
     P_GEMM_F32, P_GEMM_BF16, P_GEMM_BF16_ROUNDED, P_GEMM_FP8,
-    P_AMAX, P_MAKE_OPERAND, P_QUANTIZE, P_QUANTIZE_GELU, P_QUANTIZE_COLSUM, P_GELU_BWD_QUANTIZE_COLSUM, P_COMPUTE_SCALE, P_FAKE_QUANT, P_BLOCK_FAKE_QUANT, P_MXFP8_FAKE_QUANT,
-    P_BF16_ROUND, P_TO_BF16, P_BF16_PACK, P_BF16_UNPACK, P_TO_BF16_COLSUM, P_GELU_BWD_BF16_COLSUM, P_DELAYED_UPDATE,
-    P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_FWD_BF16, P_ADD_LN_FWD_BF16, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
-    P_GELU_FWD, P_GELU_FWD_BF16, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD, P_XENT, P_XENT_BF16,
+    P_AMAX,
+    /* make_operand, charged to the kernel that made the operand (operand_kind.h): index
+     * P_OPERAND + 1 + the kernel, P_OPERAND itself for a composed request */
+    P_OPERAND, P_OPERAND_LAST = P_OPERAND + FP8T_OPK_COUNT,
+    P_COMPUTE_SCALE, P_FAKE_QUANT, P_BLOCK_FAKE_QUANT, P_MXFP8_FAKE_QUANT,
+    P_BF16_ROUND, P_BF16_PACK, P_BF16_UNPACK, P_DELAYED_UPDATE,
+    P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
+    P_GELU_FWD, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD,
+    P_XENT, P_XENT_BF16,
     P_ADD, P_ADD_BIAS, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
     P_TENSOR_STATS, P_TO_HOST_ASYNC, P_KV_CACHE_WRITE, P_ATTN_DECODE, P_EMB_FWD_BF16,
-    P_BLOCK_QUANTIZE, P_QUANTIZE_SCALED, P_ADD_NORM_OPERAND, P_SWIGLU_OPERAND, P_EMB_FWD_FP8,
+    P_EMB_FWD_FP8,
     P_COUNT
 };
 
+/* the operand range's names come from op_name */
 static const char *const op_names[P_COUNT] = {
     "to_device", "to_host", "copy", "zero", "synchronize",
     "gemm_f32", "gemm_bf16", "gemm_bf16_rounded", "gemm_fp8",
-    "amax", "make_operand", "quantize", "quantize_gelu", "quantize_colsum", "gelu_backward_quantize_colsum", "compute_scale", "fake_quantize", "block_fake_quantize",
-    "mxfp8_fake_quantize", "bf16_round", "to_bf16", "bf16_pack", "bf16_unpack", "to_bf16_colsum", "gelu_backward_bf16_colsum", "delayed_update",
-    "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_forward_bf16", "add_layernorm_forward_bf16", "layernorm_backward",
+    "amax",
+    [P_COMPUTE_SCALE] = "compute_scale", "fake_quantize", "block_fake_quantize",
+    "mxfp8_fake_quantize", "bf16_round", "bf16_pack", "bf16_unpack", "delayed_update",
+    "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
     "rmsnorm_forward", "rmsnorm_backward", "bias_add", "bias_backward",
-    "gelu_forward", "gelu_forward_bf16", "gelu_backward", "gelu_backward_bias", "swiglu_forward", "swiglu_backward",
+    "gelu_forward", "gelu_backward", "gelu_backward_bias", "swiglu_forward", "swiglu_backward",
     "attention_forward", "attention_backward", "softmax_xent", "softmax_xent_bf16",
     "add", "add_bias", "accumulate", "scale", "sumsq", "sum", "adamw",
     "tensor_stats", "to_host_async", "kv_cache_write", "attention_decode", "embedding_forward_bf16",
-    "block_quantize", "quantize_scaled", "add_norm_operand", "swiglu_operand", "embedding_forward_fp8",
+    "embedding_forward_fp8",
 };
+
+/* op i's name in the report (make_operand's with their kernel's, written into buf) */
+static const char *op_name(int i, char *buf, size_t len) {
+    if (i < P_OPERAND || i > P_OPERAND_LAST) return op_names[i];
+    snprintf(buf, len, "make_operand %s",
+             fp8t_operand_kernel_name((fp8t_operand_kernel)(i - P_OPERAND - 1)));
+    return buf;
+}
 
 #define MAX_SHAPES 128
 
@@ -151,29 +168,10 @@ static void w_amax(fp8t_backend *b, float *o, const float *x, size_t n) {
     TIMED(P_AMAX, ib->ops->amax(ib, o, x, n));
 }
 static void w_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
-    TIMED(P_MAKE_OPERAND, ib->ops->make_operand(ib, r));
+    TIMED(P_OPERAND + 1 + fp8t_operand_kernel_of(r), ib->ops->make_operand(ib, r));
 }
 static int w_make_operand_fuses(fp8t_backend *b, const fp8t_operand_req *r) {
     return in(b)->ops->make_operand_fuses(in(b), r);
-}
-static void w_quantize(fp8t_backend *b, uint8_t *c, uint8_t *ct, float *am, const float *x,
-                       int r, int cols, fp8_format f, const float *s) {
-    TIMED(P_QUANTIZE, ib->ops->quantize(ib, c, ct, am, x, r, cols, f, s));
-}
-static void w_quantize_gelu(fp8t_backend *b, uint8_t *c, uint8_t *ct, float *am, const float *x,
-                            const float *bias, int r, int cols, fp8_format f, const float *s) {
-    TIMED(P_QUANTIZE_GELU, ib->ops->quantize_gelu(ib, c, ct, am, x, bias, r, cols, f, s));
-}
-static void w_quantize_colsum(fp8t_backend *b, uint8_t *c, uint8_t *ct, float *am, float *cs,
-                              const float *x, int r, int cols, fp8_format f, const float *s) {
-    TIMED(P_QUANTIZE_COLSUM, ib->ops->quantize_colsum(ib, c, ct, am, cs, x, r, cols, f, s));
-}
-static void w_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *c, uint8_t *ct, float *am,
-                                            float *cs, const float *d, const float *x,
-                                            const float *bias, int r, int cols, fp8_format f,
-                                            const float *s) {
-    TIMED(P_GELU_BWD_QUANTIZE_COLSUM,
-          ib->ops->gelu_backward_quantize_colsum(ib, c, ct, am, cs, d, x, bias, r, cols, f, s));
 }
 static void w_compute_scale(fp8t_backend *b, float *s, float *si, const float *a, float mx,
                             float eps, int pow2) {
@@ -193,25 +191,12 @@ static void w_mxfp8_fake_quantize(fp8t_backend *b, float *o, const float *x, int
 static void w_bf16_round(fp8t_backend *b, float *o, const float *x, size_t n) {
     TIMED(P_BF16_ROUND, ib->ops->bf16_round(ib, o, x, n));
 }
-static void w_to_bf16(fp8t_backend *b, uint16_t *o, float *am, const float *x, int r, int c) {
-    TIMED(P_TO_BF16, ib->ops->to_bf16(ib, o, am, x, r, c));
-}
 static void w_bf16_pack(fp8t_backend *b, uint16_t *o, const float *x, const float *bias, int r,
                         int c) {
     TIMED(P_BF16_PACK, ib->ops->bf16_pack(ib, o, x, bias, r, c));
 }
 static void w_bf16_unpack(fp8t_backend *b, float *o, const uint16_t *x, size_t n) {
     TIMED(P_BF16_UNPACK, ib->ops->bf16_unpack(ib, o, x, n));
-}
-static void w_to_bf16_colsum(fp8t_backend *b, uint16_t *o, float *am, float *cs, const float *x,
-                             int r, int c) {
-    TIMED(P_TO_BF16_COLSUM, ib->ops->to_bf16_colsum(ib, o, am, cs, x, r, c));
-}
-static void w_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *o, float *am, float *cs,
-                                        const float *d, const float *x, const float *bias, int r,
-                                        int c) {
-    TIMED(P_GELU_BWD_BF16_COLSUM,
-          ib->ops->gelu_backward_bf16_colsum(ib, o, am, cs, d, x, bias, r, c));
 }
 static void w_delayed_update(fp8t_backend *b, float *st, int n, int len, fp8t_amax_algo a,
                              int margin) {
@@ -231,19 +216,6 @@ static void w_layernorm_forward(fp8t_backend *b, float *o, float *mean, float *r
                                 const float *x, const float *w, const float *bias, int N, int C,
                                 float eps) {
     TIMED(P_LN_FWD, ib->ops->layernorm_forward(ib, o, mean, rstd, x, w, bias, N, C, eps));
-}
-static void w_layernorm_forward_bf16(fp8t_backend *b, uint16_t *o, float *am, float *mean,
-                                     float *rstd, const float *x, const float *w,
-                                     const float *bias, int N, int C, float eps) {
-    TIMED(P_LN_FWD_BF16,
-          ib->ops->layernorm_forward_bf16(ib, o, am, mean, rstd, x, w, bias, N, C, eps));
-}
-static void w_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *o, float *am,
-                                         float *mean, float *rstd, const float *a,
-                                         const float *c, const float *w, const float *bias,
-                                         int N, int C, float eps) {
-    TIMED(P_ADD_LN_FWD_BF16, ib->ops->add_layernorm_forward_bf16(ib, sum, o, am, mean, rstd, a, c,
-                                                                 w, bias, N, C, eps));
 }
 static void w_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *db,
                                  const float *d, const float *x, const float *w,
@@ -266,10 +238,6 @@ static void w_bias_backward(fp8t_backend *b, float *db, const float *d, int N, i
 }
 static void w_gelu_forward(fp8t_backend *b, float *o, const float *x, size_t n) {
     TIMED(P_GELU_FWD, ib->ops->gelu_forward(ib, o, x, n));
-}
-static void w_gelu_forward_bf16(fp8t_backend *b, uint16_t *o, float *am, const float *x, int r,
-                                int c) {
-    TIMED(P_GELU_FWD_BF16, ib->ops->gelu_forward_bf16(ib, o, am, x, r, c));
 }
 static void w_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *d,
                             size_t n) {
@@ -360,26 +328,6 @@ static void w_embedding_forward_bf16(fp8t_backend *b, float *o, const int *tok,
     TIMED(P_EMB_FWD_BF16,
           ib->ops->embedding_forward_bf16(ib, o, tok, wte, ld, wpe, pos, B, T, C));
 }
-static void w_block_quantize(fp8t_backend *b, uint8_t *c, float *si, const float *x, int r,
-                             int cols, int t, fp8t_fp8_scaling k, fp8_format f, int pow2) {
-    TIMED(P_BLOCK_QUANTIZE, ib->ops->block_quantize(ib, c, si, x, r, cols, t, k, f, pow2));
-}
-static void w_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
-    TIMED(P_QUANTIZE_SCALED, ib->ops->quantize_scaled(ib, q));
-}
-
-static void w_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a,
-                               const float *y, const float *yb, const float *w, const float *bias,
-                               int rms, int rows, int cols, float eps, const float *scale,
-                               fp8_format fmt) {
-    TIMED(P_ADD_NORM_OPERAND, ib->ops->add_norm_operand(ib, out, sum, a, y, yb, w, bias, rms,
-                                                        rows, cols, eps, scale, fmt));
-}
-static void w_swiglu_operand(fp8t_backend *b, void *out, const float *g, const float *u,
-                             int rows, int cols, const float *scale, fp8_format fmt) {
-    TIMED(P_SWIGLU_OPERAND, ib->ops->swiglu_operand(ib, out, g, u, rows, cols, scale, fmt));
-}
-
 static void w_embedding_forward_fp8(fp8t_backend *b, float *o, const int *tok,
                                     const uint8_t *codes, int ld, const float *si,
                                     const float *wpe, const int *pos, int B, int T, int C) {
@@ -412,19 +360,18 @@ static void w_reduce_wait(fp8t_backend *b) { in(b)->ops->reduce_wait(in(b)); }
 static const fp8t_backend_ops wrapper_ops = {
     w_malloc, w_free, w_to_device, w_to_host, w_copy, w_zero, w_synchronize, w_destroy,
     w_gemm_f32, w_gemm_bf16, w_gemm_bf16_rounded, w_gemm_fp8,
-    w_amax, w_make_operand, w_make_operand_fuses, w_quantize, w_quantize_gelu, w_quantize_colsum, w_gelu_backward_quantize_colsum, w_compute_scale, w_fake_quantize, w_block_fake_quantize,
-    w_mxfp8_fake_quantize, w_bf16_round, w_to_bf16, w_bf16_pack, w_bf16_unpack, w_to_bf16_colsum, w_gelu_backward_bf16_colsum, w_delayed_update,
-    w_embedding_forward, w_embedding_backward, w_layernorm_forward, w_layernorm_forward_bf16, w_add_layernorm_forward_bf16, w_layernorm_backward,
+    w_amax, w_make_operand, w_make_operand_fuses, w_compute_scale, w_fake_quantize,
+    w_block_fake_quantize, w_mxfp8_fake_quantize, w_bf16_round, w_bf16_pack, w_bf16_unpack,
+    w_delayed_update,
+    w_embedding_forward, w_embedding_backward, w_layernorm_forward, w_layernorm_backward,
     w_rmsnorm_forward, w_rmsnorm_backward, w_bias_add, w_bias_backward,
-    w_gelu_forward, w_gelu_forward_bf16, w_gelu_backward, w_gelu_backward_bias, w_swiglu_forward, w_swiglu_backward,
+    w_gelu_forward, w_gelu_backward, w_gelu_backward_bias, w_swiglu_forward, w_swiglu_backward,
     w_attention_forward, w_attention_backward, w_attention_saved_bytes, w_softmax_xent, w_softmax_xent_bf16,
     w_add, w_add_bias, w_accumulate, w_scale, w_sumsq, w_sum, w_adamw,
     w_comm_init, w_allreduce, w_reduce_scatter, w_all_gather, w_broadcast,
     w_tensor_stats, w_host_alloc, w_host_free, w_to_host_async,
     w_reduce_start, w_reduce_wait,
-    w_kv_cache_write, w_attention_decode, w_embedding_forward_bf16, w_block_quantize,
-    w_quantize_scaled,
-    w_add_norm_operand, w_swiglu_operand, w_embedding_forward_fp8,
+    w_kv_cache_write, w_attention_decode, w_embedding_forward_bf16, w_embedding_forward_fp8,
     /* no graphs: a profiled step runs op by op, each one timed (a recording would hide them) */
     NULL, NULL, NULL, NULL,
 };
@@ -477,11 +424,12 @@ void fp8t_profile_report(fp8t_backend *w, FILE *out, int steps) {
     qsort(order, P_COUNT, sizeof(int), by_op_time);
     fprintf(out, "per-op time (device synchronized around each op), %d step(s), %.1f ms/step\n",
             steps, 1e3 * total / steps);
-    fprintf(out, "  %-22s %8s %12s %7s %10s\n", "op", "calls", "ms/step", "share", "TFLOP/s");
+    fprintf(out, "  %-30s %8s %12s %7s %10s\n", "op", "calls", "ms/step", "share", "TFLOP/s");
     for (int j = 0; j < P_COUNT; j++) {
         int i = order[j];
         if (!p->calls[i]) continue;
-        fprintf(out, "  %-22s %8ld %12.3f %6.1f%%", op_names[i], p->calls[i],
+        char name[48];
+        fprintf(out, "  %-30s %8ld %12.3f %6.1f%%", op_name(i, name, sizeof(name)), p->calls[i],
                 1e3 * p->seconds[i] / steps, total > 0 ? 100.0 * p->seconds[i] / total : 0.0);
         if (p->flops[i] > 0 && p->seconds[i] > 0)
             fprintf(out, " %10.1f", p->flops[i] / p->seconds[i] / 1e12);

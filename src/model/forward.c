@@ -36,9 +36,9 @@ static void *model_attn_saved(fp8t_model *m, int l) {
 }
 
 /* Layer l of GPT-2. pend_a: NULL, or the previous layer left its residual add to this layer's
- * first norm: res_in = pend_a + out_c is written by that norm's pass (add_layernorm_forward_bf16
- * where it is fused). Returns 1 when this layer leaves its own final add to the next layer the
- * same way (res3 is then not written yet), 0 when it wrote res3. */
+ * first norm: res_in = pend_a + out_c is written by that norm's pass (make_operand's
+ * ADD_LAYERNORM step where it is fused). Returns 1 when this layer leaves its own final add to
+ * the next layer the same way (res3 is then not written yet), 0 when it wrote res3. */
 static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *pend_a) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;

@@ -14,6 +14,7 @@
 
 #include "fp8train/recipe.h"
 #include "model/infer_internal.h"
+#include "model/operand.h"
 
 #define STAGE_FLOATS ((size_t)16 << 20) /* 64 MiB of staging */
 
@@ -101,11 +102,13 @@ static void load_linear(fp8t_infer *m, inf_linear *L, inf_lin_kind kind, const f
     for (size_t r0 = 0; r0 < (size_t)out; r0 += rows) {
         const int nr = (int)((size_t)out - r0 < rows ? (size_t)out - r0 : rows);
         ops->to_device(be, stage, w + r0 * in, (size_t)nr * in * sizeof(float));
-        if (kind == INF_LIN_FP8)
-            ops->quantize(be, L->w8 + r0 * in, NULL, NULL, stage, nr, in, FP8_E4M3,
-                          L->sc + INF_SC_W);
-        else
-            ops->to_bf16(be, L->w16 + r0 * (size_t)fp8t_bf16_pad(in), NULL, stage, nr, in);
+        const fp8t_operand_req r =
+            kind == INF_LIN_FP8
+                ? model_operand_req(L->w8 + r0 * in, stage, nr, in, FP8T_OPERAND_E4M3,
+                                    L->sc + INF_SC_W)
+                : model_operand_req(L->w16 + r0 * (size_t)fp8t_bf16_pad(in), stage, nr, in,
+                                    FP8T_OPERAND_BF16, NULL);
+        ops->make_operand(be, &r);
     }
     ops->synchronize(be); /* the staging buffer is reused by the next weight's upload */
 }

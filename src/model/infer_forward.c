@@ -6,19 +6,23 @@
  * Llama block:  x += proj(attn_rope(qkv(RMS1(x)))); x += down(silu(gate(h)) * up(h)), h = RMS2(x)
  * Every buffer is one layer's: the layers run one after another over the same x. A residual
  * branch (proj's or the MLP's output, with the bias its GEMM left out) is added to x by the
- * next norm (add_norm_operand: the add, the norm and the next GEMM's operand in one pass); the
- * last one by the final norm of the rows whose next token is asked for.
+ * next norm (make_operand's ADD_LAYERNORM / ADD_RMSNORM step: the add, the norm and the next
+ * GEMM's operand in one pass); the last one by the final norm of the rows whose next token is
+ * asked for.
  *
- * Every linear's input goes through make_operand: from its producer (the norm, the attention
- * output, GELU, SwiGLU) to what the GEMM reads (FP32 values, a BF16 operand, or FP8 codes),
- * in the producer's own pass wherever the scale is known beforehand (BF16; FP8 with fixed
- * scales), else the FP32 values first (FP32 linears, FP8 current scaling: the amax pass). */
+ * Every linear's input goes through make_input_operand: from its producer (the norm, the
+ * attention output, GELU, SwiGLU) to what the GEMM reads (FP32 values, a BF16 operand, or FP8
+ * codes), in the producer's own pass (make_operand with the producer's step) wherever the
+ * scale is known beforehand (BF16; FP8 with fixed scales) and the backend fuses the step,
+ * else the FP32 values first by the producer's own ops (FP32 linears, FP8 current scaling:
+ * the amax pass). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/infer_internal.h"
+#include "model/operand.h"
 
 /* Where a linear's input comes from. */
 typedef enum { IN_X = 0, IN_NORM, IN_GELU, IN_SWIGLU } inf_src;
@@ -44,77 +48,51 @@ typedef struct {
     const float *scale_inv;  /* FP8: the codes' scale_inv (device) */
 } inf_operand;
 
-/* The FP32 values of in (FP32 linears; FP8 current scaling before its amax): the same ops
- * the unfused model runs, in place where an input is not read again. */
-static const float *input_values(fp8t_infer *m, const inf_input *in) {
-    const fp8t_backend_ops *o = m->ops;
-    fp8t_backend *be = m->be;
-    const int N = in->rows, K = in->cols;
-    const size_t n = (size_t)N * K;
+/* in as the producer step of a make_operand request (out: the caller's) */
+static fp8t_operand_req input_req(const fp8t_infer *m, const inf_input *in) {
+    fp8t_operand_req r = model_operand_req(NULL, in->x, in->rows, in->cols, FP8T_OPERAND_BF16,
+                                           NULL);
+    const int rms = m->cfg.arch != FP8T_ARCH_GPT2;
     switch (in->kind) {
-    case IN_X: return in->x;
-    case IN_NORM: {
-        const float *a = in->x;
-        if (in->y) {
-            if (in->ybias) o->add_bias(be, in->sum, a, in->y, in->ybias, N, K);
-            else o->add(be, in->sum, a, in->y, n);
-            a = in->sum;
-        }
-        if (m->cfg.arch == FP8T_ARCH_GPT2)
-            o->layernorm_forward(be, in->dst, NULL, NULL, a, in->w, in->b, N, K, m->cfg.norm_eps);
-        else o->rmsnorm_forward(be, in->dst, NULL, a, in->w, N, K, m->cfg.norm_eps);
-        return in->dst;
+    case IN_X: break;
+    case IN_NORM:
+        if (in->y) r.step = rms ? FP8T_STEP_ADD_RMSNORM : FP8T_STEP_ADD_LAYERNORM;
+        else r.step = rms ? FP8T_STEP_RMSNORM : FP8T_STEP_LAYERNORM;
+        r.x2 = in->y, r.bias = in->y ? in->ybias : NULL, r.sum = in->y ? in->sum : NULL;
+        r.norm_w = in->w, r.norm_b = in->b, r.eps = m->cfg.norm_eps;
+        break;
+    case IN_GELU: r.step = FP8T_STEP_GELU, r.bias = in->bias; break;
+    case IN_SWIGLU: r.step = FP8T_STEP_SWIGLU, r.x2 = in->up; break;
     }
-    case IN_GELU: {
-        float *h = (float *)in->x;
-        if (in->bias) o->bias_add(be, h, in->bias, N, K);
-        o->gelu_forward(be, h, h, n);
-        return h;
-    }
-    case IN_SWIGLU: {
-        float *g = (float *)in->x;
-        o->swiglu_forward(be, g, g, in->up, n);
-        return g;
-    }
-    }
-    return NULL;
+    return r;
 }
 
-/* The operand of linear L's input in. Where the operand is made in the producer's pass the
- * ops that do it are the only place a fusion choice lives (the one function a shared
- * operand-making op would replace). */
-static void make_operand(fp8t_infer *m, const inf_input *in, const inf_linear *L,
-                         inf_operand *op) {
+/* where in's FP32 values go when they are made: the norm's output buffer, else in place over
+ * GELU's input or the gate, which are not read again */
+static float *input_values_dst(const inf_input *in) {
+    return in->kind == IN_NORM ? in->dst : (float *)in->x;
+}
+
+/* The operand of linear L's input in. With a scale known beforehand (BF16; FP8 with fixed
+ * scales) make_operand makes it in the producer's own pass where the backend can; else the
+ * FP32 values first (FP32 linears; FP8 current scaling, whose scale needs their amax). */
+static void make_input_operand(fp8t_infer *m, const inf_input *in, const inf_linear *L,
+                               inf_operand *op) {
     const fp8t_backend_ops *o = m->ops;
     fp8t_backend *be = m->be;
     const int N = in->rows, K = in->cols;
+    const int fp8 = L->kind == INF_LIN_FP8;
     memset(op, 0, sizeof(*op));
     op->data = m->opbuf;
-    op->scale_inv = L->kind == INF_LIN_FP8 ? L->sc + INF_SC_X_INV : NULL;
-    if (L->kind == INF_LIN_BF16 || (L->kind == INF_LIN_FP8 && m->act_static)) {
-        const float *scale = L->kind == INF_LIN_FP8 ? L->sc + INF_SC_X : NULL;
-        switch (in->kind) {
-        case IN_X:
-            if (scale) o->quantize(be, m->opbuf, NULL, NULL, in->x, N, K, FP8_E4M3, scale);
-            else o->to_bf16(be, m->opbuf, NULL, in->x, N, K);
-            return;
-        case IN_NORM:
-            o->add_norm_operand(be, m->opbuf, in->y ? in->sum : NULL, in->x, in->y, in->ybias,
-                                in->w, in->b, m->cfg.arch != FP8T_ARCH_GPT2, N, K,
-                                m->cfg.norm_eps, scale, FP8_E4M3);
-            return;
-        case IN_GELU: /* BF16: the bias is in fc1's GEMM (in->bias NULL) */
-            if (scale)
-                o->quantize_gelu(be, m->opbuf, NULL, NULL, in->x, in->bias, N, K, FP8_E4M3,
-                                 scale);
-            else o->gelu_forward_bf16(be, m->opbuf, NULL, in->x, N, K);
-            return;
-        case IN_SWIGLU:
-            o->swiglu_operand(be, m->opbuf, in->x, in->up, N, K, scale, FP8_E4M3);
-            return;
-        }
+    op->scale_inv = fp8 ? L->sc + INF_SC_X_INV : NULL;
+    fp8t_operand_req r = input_req(m, in);
+    r.out.data = m->opbuf;
+    if (L->kind == INF_LIN_BF16 || (fp8 && m->act_static)) {
+        if (fp8) r.out.format = FP8T_OPERAND_E4M3, r.out.scale = L->sc + INF_SC_X;
+        model_make_operand(o, be, &r, input_values_dst(in));
+        return;
     }
-    const float *x = input_values(m, in);
+    const float *x = model_step_values(o, be, &r, input_values_dst(in));
     if (L->kind == INF_LIN_F32) {
         op->x32 = x;
         op->data = NULL;
@@ -127,7 +105,9 @@ static void make_operand(fp8t_infer *m, const inf_input *in, const inf_linear *L
     if (m->calibrating) o->amax(be, sc + INF_SC_CALIB, sc + INF_SC_AMAX, 1);
     o->compute_scale(be, sc + INF_SC_X, sc + INF_SC_X_INV, sc + INF_SC_AMAX,
                      fp8_format_max(FP8_E4M3), 0.0f, 0);
-    o->quantize(be, m->opbuf, NULL, NULL, x, N, K, FP8_E4M3, sc + INF_SC_X);
+    const fp8t_operand_req q =
+        model_operand_req(m->opbuf, x, N, K, FP8T_OPERAND_E4M3, sc + INF_SC_X);
+    o->make_operand(be, &q);
 }
 
 /* Y[N, out] = X · Wᵀ (+ bias) of linear L on operand op */
@@ -215,7 +195,7 @@ static void layer_forward(fp8t_infer *m, int l, int seq0, int nb, int T, att_mod
     inf_operand op;
 
     inf_input in = norm_input(m, p, y->ln1_w, y->ln1_b, N, m->atty);
-    make_operand(m, &in, &y->qkv, &op);
+    make_input_operand(m, &in, &y->qkv, &op);
     linear_gemm(m, &y->qkv, &op, m->qkv, N, y->qkv.bias);
     if (mode == ATT_DECODE) {
         ops->attention_decode(be, m->atty, kc, vc, m->kv, m->qkv, m->pos, &sh, m->Tmax);
@@ -228,12 +208,12 @@ static void layer_forward(fp8t_infer *m, int l, int seq0, int nb, int T, att_mod
     in.x = m->atty;
     in.rows = N;
     in.cols = m->C;
-    make_operand(m, &in, &y->proj, &op);
+    make_input_operand(m, &in, &y->proj, &op);
     linear_gemm(m, &y->proj, &op, m->out, N, NULL); /* its bias: added by the next norm */
     const inf_pending attn = {m->out, y->proj.bias};
     in = norm_input(m, &attn, y->ln2_w, y->ln2_b, N, m->atty);
     if (m->cfg.arch == FP8T_ARCH_GPT2) {
-        make_operand(m, &in, &y->fc1, &op);
+        make_input_operand(m, &in, &y->fc1, &op);
         /* FP8: the bias goes into GELU's pass (cuBLASLt has no FP8 GEMM with an FP32 bias
          * epilogue); else into the GEMM */
         const int defer = y->fc1.kind == INF_LIN_FP8;
@@ -244,12 +224,12 @@ static void layer_forward(fp8t_infer *m, int l, int seq0, int nb, int T, att_mod
         in.bias = defer ? y->fc1.bias : NULL;
         in.rows = N;
         in.cols = m->H;
-        make_operand(m, &in, &y->fc2, &op);
+        make_input_operand(m, &in, &y->fc2, &op);
         linear_gemm(m, &y->fc2, &op, m->out, N, NULL);
         p->y = m->out, p->bias = y->fc2.bias;
     } else {
         /* gate and up read the same operand, made once (FP8: with gate's scale) */
-        make_operand(m, &in, &y->gate, &op);
+        make_input_operand(m, &in, &y->gate, &op);
         linear_gemm(m, &y->gate, &op, m->h1, N, y->gate.bias);
         linear_gemm(m, &y->up, &op, m->h2, N, y->up.bias);
         memset(&in, 0, sizeof(in));
@@ -258,7 +238,7 @@ static void layer_forward(fp8t_infer *m, int l, int seq0, int nb, int T, att_mod
         in.up = m->h2;
         in.rows = N;
         in.cols = m->H;
-        make_operand(m, &in, &y->down, &op);
+        make_input_operand(m, &in, &y->down, &op);
         linear_gemm(m, &y->down, &op, m->out, N, NULL);
         p->y = m->out, p->bias = y->down.bias;
     }
@@ -326,7 +306,7 @@ static void decode_step(fp8t_infer *m, int nb, const int *pos_host) {
     for (int l = 0; l < m->cfg.n_layer; l++) layer_forward(m, l, 0, nb, 1, ATT_DECODE, &p);
     inf_input in = norm_input(m, &p, m->lnf_w, m->lnf_b, nb, m->lnl);
     inf_operand op;
-    make_operand(m, &in, &m->head, &op);
+    make_input_operand(m, &in, &m->head, &op);
     linear_gemm(m, &m->head, &op, m->logits, nb, NULL);
 }
 
@@ -343,7 +323,7 @@ static void head_rows(fp8t_infer *m, const float *a, int n, float *dst, float *l
     in.rows = n;
     in.cols = m->C;
     inf_operand op;
-    make_operand(m, &in, &m->head, &op);
+    make_input_operand(m, &in, &m->head, &op);
     linear_gemm(m, &m->head, &op, logits, n, NULL);
 }
 

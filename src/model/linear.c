@@ -7,7 +7,7 @@
  *
  * Precisions (the operands stay FP32 tensors; what changes is what the GEMM sees):
  *   fp32     gemm_f32 on the FP32 operands
- *   bf16     operands rounded to BF16 (to_bf16, recording the amax in the same pass), then
+ *   bf16     BF16 operands (make_operand, recording the amax in the same pass), then
  *            gemm_bf16_rounded (FP32 accumulation; the bias added in its epilogue when no hook
  *            must see the output without it)
  *   delayed  FP8 codes with the recipe state's scale (from earlier steps' amaxes), gemm_fp8
@@ -16,7 +16,8 @@
  *   fake     current-scaled quantize-dequantize of each operand, then gemm_bf16
  *   block    1x128 tiles along K for X/dY, 128x128 blocks for W (DeepSeek-V3): on the
  *            scaled-operand path (model_scaled_path: Hopper's fp8_block_native, or pow2
- *            scales) quantize_scaled + a block-scaled gemm_fp8 (the same codes and scales);
+ *            scales) scaled operands (make_operand) + a block-scaled gemm_fp8 (the same codes
+ *            and scales);
  *            elsewhere dequantized, gemm_f32 — an emulation
  *   rowwise  one scale per row of each K-major operand, over all of K (torchao's rowwise):
  *            always the scaled-operand path (row-scaled gemm_fp8; the CPU's is the exact
@@ -40,13 +41,25 @@
  * is rounded once for its Dgrad and Wgrad, X once for its Fprop and Wgrad (kept in
  * m->xq[lin].bf16, 2 bytes per element instead of 4). All of it is off with
  * FP8T_DISABLE_BF16_OPERANDS (gemm_bf16 on the FP32 operands, bit-identical on the CPU).
+ *
+ * Every operand is one make_operand request (operand_step and the request builders below):
+ * its format, scale and orientations from the precision, and the producer step its rounding
+ * pass applies where the plan fuses one (GELU into fc2's X, dGELU into fc1's dY, LayerNorm
+ * with the residual add into qkv's / fc1's X, the bias gradient as column sums of dY): the
+ * step's FP32 output is then never written. Which steps the plan fuses is decided by precision
+ * (gelu_fusable, ln_fusable, gelu_bwd_fusable: a scale known before the pass, nothing reading
+ * the FP32 values); a backend that has no one-pass kernel for a request says so
+ * (make_operand_fuses) and the model composes it instead (model_make_operand: the producer's
+ * op into the caller's FP32 buffer, then the plain operand), the same bits.
  */
 #include <math.h>
 #include <string.h>
 
 #include "model/model_internal.h"
+#include "model/operand.h"
 
-/* One operand of one GEMM, as stored. */
+/* One operand of one GEMM, as stored, and the producer step its rounding pass applies (at
+ * most one of gelu, dgelu_x, ln; operand_step turns them into a make_operand request's). */
 typedef struct {
     float *x;          /* device [rows, cols] */
     int rows, cols;
@@ -59,23 +72,24 @@ typedef struct {
                           a BF16 operand: written here instead of into scratch; NULL
                           otherwise */
     int gelu;          /* the operand is gelu(x): x is GELU's input, and the rounding pass
-                          applies GELU itself (gelu_forward_bf16, quantize_gelu), so GELU's
-                          FP32 output is never written (linear_forward_gelu) */
+                          applies GELU itself (step GELU), so GELU's FP32 output is never
+                          written (linear_forward_gelu) */
     float *colsum;     /* the Dgrad's dY with a bias: its rounding pass also adds the column
-                          sums of dY into colsum (the bias gradient; to_bf16_colsum,
-                          quantize_colsum); NULL otherwise */
+                          sums of dY into colsum (the bias gradient); NULL otherwise */
     const float *gelu_bias; /* with gelu (FP8 only): GELU's input is x + gelu_bias [cols], the
                           bias its producer left to this pass (linear_forward_gelu) */
     const float *dgelu_x; /* the Dgrad's dY of the linear after GELU: x is the gradient of
                           GELU's output, dgelu_x GELU's input (+ dgelu_bias [cols], may be NULL),
-                          and the rounding pass computes dY = gelu'(..) * x itself
-                          (gelu_backward_bf16_colsum, gelu_backward_quantize_colsum), so dY is
-                          never written in FP32 (linear_backward_gelu); NULL otherwise */
+                          and the rounding pass computes dY = gelu'(..) * x itself (step
+                          DGELU), so dY is never written in FP32 (linear_backward_gelu); NULL
+                          otherwise */
     const float *dgelu_bias;
     const ln_input *ln; /* the operand is layernorm(x), x being the norm's input: the rounding
-                          pass is the norm itself (layernorm_forward_bf16), which also writes
-                          the mean and rstd, so the norm's FP32 output is never written
-                          (linear_forward_ln); NULL otherwise */
+                          pass is the norm itself (step LAYERNORM, or ADD_LAYERNORM with the
+                          residual add), which also writes the mean and rstd, so the norm's
+                          FP32 output is never written (linear_forward_ln); NULL otherwise */
+    float *values;     /* with a step: [rows, cols] where its FP32 values go if the backend
+                          has no one-pass kernel for the request (model_make_operand) */
 } operand;
 
 /* What a GEMM consumes after preparation: FP32 values, FP8 codes or a BF16 operand. */
@@ -89,6 +103,33 @@ typedef struct {
 } prepared;
 
 static int fp8_index(int lin, int role) { return lin * 3 + role; }
+
+/* op's producer step into r (x, x2, bias, the norm's parameters and side outputs, colsum) */
+static void operand_step(const operand *op, fp8t_operand_req *r) {
+    r->x = op->x;
+    r->colsum = op->colsum;
+    if (op->gelu) {
+        r->step = FP8T_STEP_GELU;
+        r->bias = op->gelu_bias;
+    } else if (op->dgelu_x) {
+        r->step = FP8T_STEP_DGELU;
+        r->x2 = op->dgelu_x;
+        r->bias = op->dgelu_bias;
+    } else if (op->ln) {
+        const ln_input *ln = op->ln;
+        r->step = ln->res_a ? FP8T_STEP_ADD_LAYERNORM : FP8T_STEP_LAYERNORM;
+        if (ln->res_a) r->x = ln->res_a, r->x2 = ln->res_c, r->sum = op->x;
+        r->norm_w = ln->w, r->norm_b = ln->b, r->eps = ln->eps;
+        r->mean = ln->mean, r->rstd = ln->rstd;
+    }
+}
+
+/* The operand r describes, of op's values: its step applied in the rounding pass where the
+ * backend can, else composed into op->values first. */
+static void make_operand_of(fp8t_model *m, const operand *op, fp8t_operand_req *r) {
+    operand_step(op, r);
+    model_make_operand(m->ops, m->be, r, op->values);
+}
 
 static void call_hook(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_tensor_kind kind, float *x,
                       int rows, int cols) {
@@ -148,9 +189,11 @@ static void weight_codes(fp8t_model *m, int lin, const operand *op, fp8t_precisi
          * scale is known before it; current scaling took it already, in current_scale) */
         if (slot == WCACHE_CURRENT) current_scale(m, t, op->x, n, fmt);
         if (slot == WCACHE_CURRENT && op->record) ops->amax(m->be, hist0, m->cur_amax + t, 1);
-        ops->quantize(m->be, c->codes, c->codes_t,
-                      slot == WCACHE_DELAYED && op->record ? hist0 : NULL, op->x, op->rows,
-                      op->cols, fmt, scale);
+        fp8t_operand_req r = model_operand_req(c->codes, op->x, op->rows, op->cols,
+                                               (fp8t_operand_format)fmt, scale);
+        r.out.data_t = c->codes_t;
+        r.out.amax = slot == WCACHE_DELAYED && op->record ? hist0 : NULL;
+        ops->make_operand(m->be, &r);
         c->valid = 1;
     } else if (op->record) { /* made by a frozen forward, which records nothing */
         ops->amax(m->be, hist0, op->x, n);
@@ -171,7 +214,10 @@ static void weight_bf16(fp8t_model *m, int lin, const operand *op, fp8t_bf16_ope
     weight_cache *c = &m->wcache[lin][WCACHE_BF16];
     if (!c->bf16) c->bf16 = ops->malloc(m->be, fp8t_bf16_bytes(op->rows, op->cols));
     if (!c->valid) {
-        ops->to_bf16(m->be, c->bf16, op->record ? hist0 : NULL, op->x, op->rows, op->cols);
+        fp8t_operand_req r = model_operand_req(c->bf16, op->x, op->rows, op->cols,
+                                               FP8T_OPERAND_BF16, NULL);
+        r.out.amax = op->record ? hist0 : NULL;
+        ops->make_operand(m->be, &r);
         c->valid = 1;
     } else if (op->record) { /* made by a frozen forward, which records nothing */
         ops->amax(m->be, hist0, op->x, (size_t)op->rows * (size_t)op->cols);
@@ -222,35 +268,18 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
                 if (be->fp8_wants_transpose)
                     codes_t = op->save ? op->save : model_scratch(m, &m->codes_t[op->pos], n);
             }
-            if (prec == FP8T_PREC_DELAYED) {
-                /* one fused pass: codes with the state's scale, amax into the history */
-                if (op->gelu)
-                    ops->quantize_gelu(be, codes, codes_t, record_act ? hist0 : NULL, op->x,
-                                       op->gelu_bias, op->rows, op->cols, fmt,
-                                       m->st.scale + t);
-                else if (op->dgelu_x)
-                    ops->gelu_backward_quantize_colsum(
-                        be, codes, codes_t, record_act ? hist0 : NULL, op->colsum, op->x,
-                        op->dgelu_x, op->dgelu_bias, op->rows, op->cols, fmt, m->st.scale + t);
-                else if (op->colsum)
-                    ops->quantize_colsum(be, codes, codes_t, record_act ? hist0 : NULL,
-                                         op->colsum, op->x, op->rows, op->cols, fmt,
-                                         m->st.scale + t);
-                else
-                    ops->quantize(be, codes, codes_t, record_act ? hist0 : NULL, op->x,
-                                  op->rows, op->cols, fmt, m->st.scale + t);
-                out->q.scale_inv = m->st.scale_inv + t;
-            } else {
-                current_scale(m, t, op->x, n, fmt);
-                if (op->colsum)
-                    ops->quantize_colsum(be, codes, codes_t, NULL, op->colsum, op->x, op->rows,
-                                         op->cols, fmt, m->cur_scale + t);
-                else
-                    ops->quantize(be, codes, codes_t, NULL, op->x, op->rows, op->cols, fmt,
-                                  m->cur_scale + t);
-                if (record_act) ops->amax(be, hist0, m->cur_amax + t, 1);
-                out->q.scale_inv = m->cur_scale_inv + t;
-            }
+            /* delayed: the state's scale, known before the pass, which takes the amax too;
+             * current: a scale from this tensor's own amax, taken first */
+            const int delayed = prec == FP8T_PREC_DELAYED;
+            if (!delayed) current_scale(m, t, op->x, n, fmt);
+            fp8t_operand_req r =
+                model_operand_req(codes, op->x, op->rows, op->cols, (fp8t_operand_format)fmt,
+                                  delayed ? m->st.scale + t : m->cur_scale + t);
+            r.out.data_t = codes_t;
+            r.out.amax = delayed && record_act ? hist0 : NULL;
+            make_operand_of(m, op, &r);
+            if (!delayed && record_act) ops->amax(be, hist0, m->cur_amax + t, 1);
+            out->q.scale_inv = delayed ? m->st.scale_inv + t : m->cur_scale_inv + t;
             out->colsum_done = op->colsum != NULL;
             out->q.data = codes;
             out->q.data_t = codes_t;
@@ -295,27 +324,10 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
             uint16_t *h = op->save ? op->save
                                    : model_scratch(m, &m->h16[op->pos],
                                                    fp8t_bf16_bytes(op->rows, op->cols));
-            if (op->gelu)
-                ops->gelu_forward_bf16(be, h, record_act ? hist0 : NULL, op->x, op->rows,
-                                       op->cols);
-            else if (op->ln && op->ln->res_a)
-                ops->add_layernorm_forward_bf16(be, op->x, h, record_act ? hist0 : NULL,
-                                                op->ln->mean, op->ln->rstd, op->ln->res_a,
-                                                op->ln->res_c, op->ln->w, op->ln->b, op->rows,
-                                                op->cols, op->ln->eps);
-            else if (op->ln)
-                ops->layernorm_forward_bf16(be, h, record_act ? hist0 : NULL, op->ln->mean,
-                                            op->ln->rstd, op->x, op->ln->w, op->ln->b, op->rows,
-                                            op->cols, op->ln->eps);
-            else if (op->dgelu_x)
-                ops->gelu_backward_bf16_colsum(be, h, record_act ? hist0 : NULL, op->colsum,
-                                               op->x, op->dgelu_x, op->dgelu_bias, op->rows,
-                                               op->cols);
-            else if (op->colsum)
-                ops->to_bf16_colsum(be, h, record_act ? hist0 : NULL, op->colsum, op->x,
-                                    op->rows, op->cols);
-            else
-                ops->to_bf16(be, h, record_act ? hist0 : NULL, op->x, op->rows, op->cols);
+            fp8t_operand_req r =
+                model_operand_req(h, op->x, op->rows, op->cols, FP8T_OPERAND_BF16, NULL);
+            r.out.amax = record_act ? hist0 : NULL;
+            make_operand_of(m, op, &r);
             out->colsum_done = op->colsum != NULL;
             out->h.data = h;
             out->h.rows = op->rows;
@@ -335,9 +347,8 @@ static int gemm_takes_bias(const fp8t_model *m, int lin, fp8t_precision prec) {
     return model_prec_shares_operands(m, prec) || model_scaled_path(m, lin, prec);
 }
 
-
 /* ---- block and rowwise: the scaled-operand path ----
- * Each operand is quantized K-major by quantize_scaled (block: 1x128 tiles along K for X and
+ * Each operand is quantized K-major by make_operand (block: 1x128 tiles along K for X and
  * dY, 128x128 blocks for W; rowwise: one scale per row over all of K), and gemm_fp8 multiplies
  * the scaled operands (Hopper's cuBLASLt VEC128 / BLK128x128 / OUTER_VEC kernels; the CPU's
  * decode + FP32 GEMM, the exact reference). An operand stored [K, ..] — the Wgrad's dY and X,
@@ -350,7 +361,8 @@ static int gemm_takes_bias(const fp8t_model *m, int lin, fp8t_precision prec) {
  *       gradient (colsum) and GELU's backward (linear_backward_gelu) in the same pass;
  *   W   the Fprop's W and the Dgrad's Wᵀ once per optimizer step, cached;
  * and every amax the recipe history records comes from those passes. The codes and scales are
- * the emulation's (block_quantize on each orientation); only the product's summation differs. */
+ * the emulation's (block quantization of each orientation); only the product's summation
+ * differs. */
 
 /* IN and OUT of linear lin */
 static void lin_shape(const fp8t_model *m, int lin, int *in, int *out) {
@@ -411,6 +423,16 @@ static void scaled_q(fp8t_fp8_operand *q, const uint8_t *codes, const float *sin
     q->scaling = k;
 }
 
+/* The request for the scaled operand of x [rows, cols]: the caller sets which orientations
+ * (data / data_t with their scale_inv) and the amax */
+static fp8t_operand_req scaled_req(const fp8t_model *m, const float *x, int rows, int cols,
+                                   fp8_format fmt, fp8t_fp8_scaling k) {
+    fp8t_operand_req r = model_operand_req(NULL, x, rows, cols, (fp8t_operand_format)fmt, NULL);
+    r.out.scaling = k;
+    r.out.pow2 = m->policy.pow2_scales;
+    return r;
+}
+
 /* The weight's codes of orientation t (0: W [OUT, IN], the Fprop's; 1: Wᵀ [IN, OUT], the
  * Dgrad's) from the per-step cache. Making them also makes the other orientation, in the same
  * pass, when the linear's other weight GEMM runs in this precision too (not in a frozen
@@ -425,30 +447,26 @@ static void scaled_weight(fp8t_model *m, int lin, const operand *op, fp8t_precis
     weight_cache *c = &m->wcache[lin][prec == FP8T_PREC_ROWWISE ? WCACHE_ROW : WCACHE_BLOCK];
     const fp8t_gemm_kind other = t ? FP8T_GEMM_FPROP : FP8T_GEMM_DGRAD;
     const int share = !m->frozen && m->prec[lin][other] == prec;
-    fp8t_scaled_quant sq;
-    memset(&sq, 0, sizeof(sq));
+    fp8t_operand_req r = scaled_req(m, op->x, R, K, fmt, k);
     if (!(c->valid & 1) && (t == 0 || share)) {
         if (!c->codes) { /* allocated once, kept for the model's life */
             c->codes = ops->malloc(m->be, n);
             c->bsinv = ops->malloc(m->be, fp8t_block_scale_floats(k, R, K) * sizeof(float));
         }
-        sq.codes = c->codes, sq.scale_inv = c->bsinv;
+        r.out.data = c->codes, r.out.scale_inv = c->bsinv;
     }
     if (!(c->valid & 2) && (t == 1 || share)) {
         if (!c->codes_t) {
             c->codes_t = ops->malloc(m->be, n);
             c->bsinv_t = ops->malloc(m->be, fp8t_block_scale_floats(k, K, R) * sizeof(float));
         }
-        sq.codes_t = c->codes_t, sq.scale_inv_t = c->bsinv_t;
+        r.out.data_t = c->codes_t, r.out.scale_inv_t = c->bsinv_t;
     }
     float *hist0 = m->st.history + fp8_index(lin, FP8T_ROLE_W);
-    if (sq.codes || sq.codes_t) {
-        sq.amax_out = op->record ? hist0 : NULL;
-        sq.x = op->x;
-        sq.rows = R, sq.cols = K;
-        sq.scaling = k, sq.fmt = fmt, sq.pow2 = m->policy.pow2_scales;
-        ops->quantize_scaled(m->be, &sq);
-        c->valid |= (sq.codes ? 1 : 0) | (sq.codes_t ? 2 : 0);
+    if (r.out.data || r.out.data_t) {
+        r.out.amax = op->record ? hist0 : NULL;
+        ops->make_operand(m->be, &r);
+        c->valid |= (r.out.data ? 1 : 0) | (r.out.data_t ? 2 : 0);
     } else if (op->record) { /* made by a frozen forward, which records nothing */
         ops->amax(m->be, hist0, op->x, n);
     }
@@ -460,7 +478,7 @@ static int reuse_dy_codes(const fp8t_model *m, int lin, fp8t_precision w);
 static fp8t_precision wgrad_prec(const fp8t_model *m, int lin);
 
 /* An activation operand (X or dY) in orientation t (0: as stored, 1: transposed) into *q, from
- * one quantize_scaled pass that also writes the other orientation into *other when other is
+ * one make_operand pass that also writes the other orientation into *other when other is
  * non-NULL: the Fprop's X kept for the Wgrad (op->save: the codes buffer of m->xq[lin]) or the
  * Dgrad's dY for the Wgrad (scratch of slot 0, read before anything else writes it). */
 static void scaled_activation(fp8t_model *m, int lin, const operand *op, fp8t_precision prec,
@@ -473,8 +491,6 @@ static void scaled_activation(fp8t_model *m, int lin, const operand *op, fp8t_pr
     const size_t f0 = fp8t_block_scale_floats(k, rows, cols) * sizeof(float);
     const size_t f1 = fp8t_block_scale_floats(k, cols, rows) * sizeof(float);
     const int p = op->pos;
-    fp8t_scaled_quant sq;
-    memset(&sq, 0, sizeof(sq));
     uint8_t *c0 = NULL, *c1 = NULL;
     float *s0 = NULL, *s1 = NULL;
     if (t == 0 || other) {
@@ -496,16 +512,10 @@ static void scaled_activation(fp8t_model *m, int lin, const operand *op, fp8t_pr
             s1 = model_scratch(m, &m->bsc_t[p], f1);
         }
     }
-    sq.codes = c0, sq.scale_inv = s0, sq.codes_t = c1, sq.scale_inv_t = s1;
-    sq.amax_out = op->record ? m->st.history + fp8_index(lin, op->role) : NULL;
-    sq.colsum = op->colsum;
-    sq.x = op->x;
-    sq.gelu = op->gelu;
-    sq.gelu_x = op->dgelu_x;
-    sq.bias = op->gelu ? op->gelu_bias : op->dgelu_bias;
-    sq.rows = rows, sq.cols = cols;
-    sq.scaling = k, sq.fmt = fmt, sq.pow2 = m->policy.pow2_scales;
-    m->ops->quantize_scaled(m->be, &sq);
+    fp8t_operand_req r = scaled_req(m, op->x, rows, cols, fmt, k);
+    r.out.data = c0, r.out.scale_inv = s0, r.out.data_t = c1, r.out.scale_inv_t = s1;
+    r.out.amax = op->record ? m->st.history + fp8_index(lin, op->role) : NULL;
+    make_operand_of(m, op, &r);
     if (c0) scaled_q(t == 0 ? q : other, c0, s0, fmt, rows, cols, k);
     if (c1) scaled_q(t == 1 ? q : other, c1, s1, fmt, cols, rows, k);
 }
@@ -594,11 +604,20 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     }
 }
 
-/* replay: linear_forward_replay (no hooks, nothing recorded). gelu: X is GELU's input and the
- * operand is made of gelu(X (+ gelu_bias)) (only where gelu_fusable). */
-static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, int gelu,
-                  const float *gelu_bias, const ln_input *ln, const float *W, const float *bias,
-                  int N, int IN, int OUT, int replay) {
+/* The producer step an Fprop's rounding pass applies to X (operand's gelu, gelu_bias, ln),
+ * and where its FP32 values go if the backend composes it */
+typedef struct {
+    int gelu;
+    const float *gelu_bias;
+    const ln_input *ln;
+    float *values;
+} x_step;
+
+/* replay: linear_forward_replay (no hooks, nothing recorded). step (may be NULL): X is GELU's
+ * input and the operand is made of gelu(X (+ gelu_bias)) (only where gelu_fusable), or X is
+ * the norm's input (only where ln_fusable). */
+static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const x_step *step,
+                  const float *W, const float *bias, int N, int IN, int OUT, int replay) {
     float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
     if (!replay) {
         call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN);
@@ -620,8 +639,13 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, int gelu,
         save_buf = xq->codes;
     }
     operand a = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .record = record,
-                 .tile_r = 1, .tile_c = 128, .pos = 0, .save = save_buf, .gelu = gelu,
-                 .gelu_bias = gelu_bias, .ln = ln};
+                 .tile_r = 1, .tile_c = 128, .pos = 0, .save = save_buf};
+    if (step) {
+        a.gelu = step->gelu;
+        a.gelu_bias = step->gelu_bias;
+        a.ln = step->ln;
+        a.values = step->values;
+    }
     operand b = {.x = Wm, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W,
                  .record = record && !m->w_amax_done[lin], .tile_r = 128, .tile_c = 128,
                  .pos = 1};
@@ -641,12 +665,12 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, int gelu,
 
 void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                     const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, 0, X, 0, NULL, NULL, W, bias, N, IN, OUT, 0);
+    fprop(m, lin, Y, 0, X, NULL, W, bias, N, IN, OUT, 0);
 }
 
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,
                            const float *bias, int N, int IN, int OUT) {
-    fprop(m, lin, Y, 0, X, 0, NULL, NULL, W, bias, N, IN, OUT, 1);
+    fprop(m, lin, Y, 0, X, NULL, W, bias, N, IN, OUT, 1);
 }
 
 /* The Fprop can round gelu(X) itself when its operand is a BF16 one or delayed-scaled FP8
@@ -689,12 +713,13 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
         MODEL_CHECK(!pre_bias || gelu_pass_takes_bias(m, lin),
                     "a deferred bias needs a delayed-scaled or scaled-path fc2 "
                     "(linear_gelu_takes_bias)");
-        fprop(m, lin, Y, 0, pre, 1, pre_bias, NULL, W, bias, N, IN, OUT, 0);
+        const x_step gelu = {.gelu = 1, .gelu_bias = pre_bias, .values = act};
+        fprop(m, lin, Y, 0, pre, &gelu, W, bias, N, IN, OUT, 0);
         return;
     }
     MODEL_CHECK(!pre_bias, "a deferred bias without the GELU fusion (linear_gelu_takes_bias)");
     m->ops->gelu_forward(m->be, act, pre, (size_t)N * (size_t)IN);
-    fprop(m, lin, Y, 0, act, 0, NULL, NULL, W, bias, N, IN, OUT, 0);
+    fprop(m, lin, Y, 0, act, NULL, W, bias, N, IN, OUT, 0);
 }
 
 /* The Fprop can make its operand from the norm's input itself when it takes BF16 operands, no
@@ -709,12 +734,13 @@ static int ln_fusable(const fp8t_model *m, int lin) {
 void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln_input *ln,
                        float *x, const float *W, const float *bias, int N, int IN, int OUT) {
     if (ln_fusable(m, lin)) {
-        fprop(m, lin, Y, 0, x, 0, NULL, ln, W, bias, N, IN, OUT, 0);
+        const x_step norm = {.ln = ln, .values = ln_out};
+        fprop(m, lin, Y, 0, x, &norm, W, bias, N, IN, OUT, 0);
         return;
     }
     if (ln->res_a) m->ops->add(m->be, x, ln->res_a, ln->res_c, (size_t)N * (size_t)IN);
     m->ops->layernorm_forward(m->be, ln_out, ln->mean, ln->rstd, x, ln->w, ln->b, N, IN, ln->eps);
-    fprop(m, lin, Y, 0, ln_out, 0, NULL, NULL, W, bias, N, IN, OUT, 0);
+    fprop(m, lin, Y, 0, ln_out, NULL, W, bias, N, IN, OUT, 0);
 }
 
 /* The Wgrad may take the Dgrad's FP8 codes (or BF16 operand) of dY instead of rounding dY a
@@ -760,10 +786,11 @@ static fp8t_precision wgrad_prec(const fp8t_model *m, int lin) {
 }
 
 /* linear_backward; with dgelu_x, dY is gelu'(dgelu_x (+ dgelu_bias)) * dY (linear_backward_gelu:
- * only where gelu_bwd_fusable, so that nothing reads dY in FP32) */
+ * only where gelu_bwd_fusable, so that nothing reads dY in FP32), dpre [N, OUT] where dY goes
+ * in FP32 if the backend composes the step */
 static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
-                     const float *dgelu_x, const float *dgelu_bias, float *X, const float *W,
-                     int N, int IN, int OUT) {
+                     const float *dgelu_x, const float *dgelu_bias, float *dpre, float *X,
+                     const float *W, int N, int IN, int OUT) {
     float *Wm = (float *)W;
     /* X as the forward left it: FP8 codes (then X itself is gone, and the Wgrad runs in the
      * precision that made them) or FP32 */
@@ -786,7 +813,7 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     float *colsum = dbias && (!m->hook || m->hook_reads) && !m->no_colsum_fusion ? dbias : NULL;
     operand dy_d = {.x = dY, .rows = N, .cols = OUT, .role = FP8T_ROLE_DY, .record = 1,
                     .tile_r = 1, .tile_c = 128, .pos = 0, .colsum = colsum,
-                    .dgelu_x = dgelu_x, .dgelu_bias = dgelu_bias};
+                    .dgelu_x = dgelu_x, .dgelu_bias = dgelu_bias, .values = dpre};
     operand w_d = {.x = Wm, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W, .tile_r = 128,
                    .tile_c = 128, .pos = 1};
     const int reuse = reuse_dy_codes(m, lin, wprec);
@@ -825,7 +852,7 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
 
 void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
                      float *X, const float *W, int N, int IN, int OUT) {
-    backward(m, lin, dX, dW, dbias, dY, NULL, NULL, X, W, N, IN, OUT);
+    backward(m, lin, dX, dW, dbias, dY, NULL, NULL, NULL, X, W, N, IN, OUT);
 }
 
 /* The Dgrad's rounding pass can apply GELU's backward itself when it is one pass with the
@@ -842,12 +869,12 @@ void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *d
                           float *dpre, const float *dact, const float *pre, const float *pre_bias,
                           float *X, const float *W, int N, int IN, int OUT) {
     if (gelu_bwd_fusable(m, lin, dbias != NULL)) {
-        backward(m, lin, dX, dW, dbias, (float *)dact, pre, pre_bias, X, W, N, IN, OUT);
+        backward(m, lin, dX, dW, dbias, (float *)dact, pre, pre_bias, dpre, X, W, N, IN, OUT);
         return;
     }
     if (pre_bias) m->ops->gelu_backward_bias(m->be, dpre, pre, pre_bias, dact, N, OUT);
     else m->ops->gelu_backward(m->be, dpre, pre, dact, (size_t)N * (size_t)OUT);
-    backward(m, lin, dX, dW, dbias, dpre, NULL, NULL, X, W, N, IN, OUT);
+    backward(m, lin, dX, dW, dbias, dpre, NULL, NULL, NULL, X, W, N, IN, OUT);
 }
 
 int linear_bf16_dy_fusable(const fp8t_model *m, int lin) {
@@ -860,7 +887,7 @@ void linear_forward_ld(fp8t_model *m, int lin, float *Y, int ldy, float *X, cons
                        int N, int IN, int OUT) {
     MODEL_CHECK(linear_bf16_dy_fusable(m, lin) && ldy >= fp8t_bf16_pad(OUT),
                 "linear_forward_ld: BF16 operands and ldy >= pad(OUT) only");
-    fprop(m, lin, Y, ldy, X, 0, NULL, NULL, W, NULL, N, IN, OUT, 0);
+    fprop(m, lin, Y, ldy, X, NULL, W, NULL, N, IN, OUT, 0);
 }
 
 void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,

@@ -337,7 +337,7 @@ static inline int model_prec_has_codes(fp8t_precision p) {
     return p == FP8T_PREC_DELAYED || p == FP8T_PREC_CURRENT;
 }
 
-/* BF16 with BF16 operands (to_bf16, gemm_bf16_rounded), i.e. not FP8T_DISABLE_BF16_OPERANDS */
+/* BF16 with BF16 operands (make_operand, gemm_bf16_rounded): not FP8T_DISABLE_BF16_OPERANDS */
 static inline int model_prec_bf16_operands(const fp8t_model *m, fp8t_precision p) {
     return p == FP8T_PREC_BF16 && !m->no_bf16_operands;
 }
@@ -355,7 +355,7 @@ static inline int model_prec_one_pass(const fp8t_model *m, fp8t_precision p) {
     return p == FP8T_PREC_DELAYED || model_prec_bf16_operands(m, p);
 }
 
-/* The block-family precisions: block- or row-scaled FP8 operands (quantize_scaled). */
+/* The block-family precisions: block- or row-scaled FP8 operands (make_operand). */
 static inline int model_prec_scaled(fp8t_precision p) {
     return p == FP8T_PREC_BLOCK || p == FP8T_PREC_ROWWISE;
 }
@@ -429,11 +429,12 @@ int model_head_backward(fp8t_model *m, float dloss);
 /* destroy: the buffers head.c allocated */
 void model_head_free(fp8t_model *m);
 /* linear.c: whether linear lin's GEMMs of precision p take the scaled-operand path
- * (quantize_scaled + a block- or row-scaled gemm_fp8, operands shared between the GEMMs as
- * the per-tensor FP8 ones): rowwise always (gemm_fp8 falls back to decode + FP32 where the
- * hardware has no kernel), block on a backend with fp8_block_native when every dimension of
- * the linear's GEMMs is a multiple of 16, or with power-of-two scales (then the decode is
- * exact, code * (1/scale) being code / scale); 0 for every other precision. */
+ * (scaled operands from make_operand + a block- or row-scaled gemm_fp8, operands shared
+ * between the GEMMs as the per-tensor FP8 ones): rowwise always (gemm_fp8 falls back to
+ * decode + FP32 where the hardware has no kernel), block on a backend with fp8_block_native
+ * when every dimension of the linear's GEMMs is a multiple of 16, or with power-of-two scales
+ * (then the decode is exact, code * (1/scale) being code / scale); 0 for every other
+ * precision. */
 int model_scaled_path(const fp8t_model *m, int lin, fp8t_precision p);
 
 /* linear.c — one linear layer Y = X·Wᵀ (+ bias), X [N, IN], W [OUT, IN], Y [N, OUT].
@@ -445,8 +446,9 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
                      float *X, const float *W, int N, int IN, int OUT);
 /* linear_forward of X = gelu(pre), pre [N, IN]: where the Fprop rounds its input itself (BF16
  * operands, delayed FP8) and nothing needs gelu(pre) in FP32, the rounding pass applies GELU
- * (gelu_forward_bf16 / quantize_gelu) and act is left alone; otherwise act = gelu(pre) [N, IN]
- * and linear_forward(act). Off with FP8T_DISABLE_GELU_FUSION. pre_bias (only where
+ * (make_operand's step GELU) and act is left alone (unless the backend has no one-pass
+ * kernel for it: model_make_operand composes into act); otherwise act = gelu(pre) [N, IN] and
+ * linear_forward(act). Off with FP8T_DISABLE_GELU_FUSION. pre_bias (only where
  * linear_gelu_takes_bias said so, else NULL): the bias of the linear that made pre, which it
  * left out: GELU's input is pre + pre_bias, added by the rounding pass (pre stays without it,
  * and the backward takes gelu_backward_bias). */
@@ -463,15 +465,17 @@ typedef struct {
 } ln_input;
 /* linear_forward of X = layernorm(x) (x [N, IN]): where the Fprop takes BF16 operands and
  * nothing needs the norm's output in FP32, the norm writes the operand itself
- * (layernorm_forward_bf16) and ln_out is left alone; otherwise ln_out = layernorm(x) [N, IN]
- * and linear_forward(ln_out). Either way ln's mean and rstd are written. Off with
- * FP8T_DISABLE_LN_FUSION. */
+ * (make_operand's step LAYERNORM / ADD_LAYERNORM) and ln_out is left alone (unless the
+ * backend has no one-pass kernel for it: model_make_operand composes into ln_out); otherwise
+ * ln_out = layernorm(x) [N, IN] and linear_forward(ln_out). Either way ln's mean and rstd
+ * are written. Off with FP8T_DISABLE_LN_FUSION. */
 void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln_input *ln,
                        float *x, const float *W, const float *bias, int N, int IN, int OUT);
 /* linear_backward of the linear whose input is gelu(pre): its dY = gelu'(pre (+ pre_bias)) *
  * dact, dact [N, OUT] being the gradient of GELU's output. Where the Dgrad rounds dY itself in
  * one pass (BF16 operands, delayed FP8) and nothing else reads dY in FP32, that pass computes
- * it (gelu_backward_bf16_colsum / gelu_backward_quantize_colsum) and dpre is left alone;
+ * it (make_operand's step DGELU, with the column sums) and dpre is left alone (or composed
+ * into, as act in linear_forward_gelu);
  * otherwise dpre [N, OUT] = dY (gelu_backward / gelu_backward_bias) and linear_backward(dpre).
  * Off with FP8T_DISABLE_GELU_BWD_FUSION. pre_bias: as linear_forward_gelu's (the deferred
  * bias of the linear that made pre), or NULL. */

@@ -31,6 +31,8 @@
 #include "fp8train/infer.h"
 #include "fp8train/model.h"
 #include "fp8train/policy.h"
+#include "model/operand.h"
+#include "../operand_ops.h"
 
 static int *np_, *nf_;
 static uint64_t g_rng = 0x1234567ull;
@@ -269,9 +271,10 @@ static void operand_floats(float *out, const void *h, int fp8, int rows, int col
         }
 }
 
-/* add_norm_operand and swiglu_operand (the inference fusions): on the GPU bit for bit the
- * CUDA backend's unfused ops (add_bias / add, layernorm_forward / rmsnorm_forward or
- * swiglu_forward, then quantize / to_bf16), and the CPU's values within rounding flips */
+/* make_operand's inference kernels (the residual add + norm, SwiGLU into FP8 or BF16): on the
+ * GPU bit for bit the CUDA backend's unfused ops as the model composes them
+ * (model_compose_operand: add_bias / add, layernorm_forward / rmsnorm_forward or
+ * swiglu_forward, then the plain operand), and the CPU's values within rounding flips */
 static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
     static const struct { int rows, cols, rms, y, ybias; } cases[] = {
         {64, 1600, 0, 1, 1}, {8192, 1600, 0, 0, 0}, {37, 2048, 1, 1, 0}, {5, 24, 0, 1, 1},
@@ -303,21 +306,10 @@ static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                 o->to_device(b, dbias, bias, C * 4), o->to_device(b, dsc, &scale, 4);
                 const float *yy = cases[ci].y ? dy : NULL, *yyb = cases[ci].ybias ? dyb : NULL;
                 const float *nb = cases[ci].rms ? NULL : dbias;
-                if (k < 2) {
-                    o->add_norm_operand(b, dout, dsum, da, yy, yyb, dw, nb, cases[ci].rms, R, C,
-                                        1e-5f, fp8 ? dsc : NULL, FP8_E4M3);
-                } else {
-                    const float *x = da;
-                    if (yy) {
-                        if (yyb) o->add_bias(b, dsum, da, yy, yyb, R, C);
-                        else o->add(b, dsum, da, yy, n);
-                        x = dsum;
-                    }
-                    if (cases[ci].rms) o->rmsnorm_forward(b, tmp, NULL, x, dw, R, C, 1e-5f);
-                    else o->layernorm_forward(b, tmp, NULL, NULL, x, dw, nb, R, C, 1e-5f);
-                    if (fp8) o->quantize(b, dout, NULL, NULL, tmp, R, C, FP8_E4M3, dsc);
-                    else o->to_bf16(b, dout, NULL, tmp, R, C);
-                }
+                fp8t_operand_req r = t_norm_req(dout, dsum, da, yy, yyb, dw, nb, cases[ci].rms,
+                                                R, C, 1e-5f, fp8 ? dsc : NULL);
+                if (k < 2) t_run(b, &r);
+                else model_compose_operand(o, b, &r, tmp);
                 o->to_host(b, h[k], dout, ob);
                 o->to_host(b, sums[k], dsum, n * 4);
                 o->free(b, da), o->free(b, dy), o->free(b, dyb), o->free(b, dw), o->free(b, dbias);
@@ -329,11 +321,11 @@ static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                      fp8 ? "fp8" : "bf16");
             const int same = !memcmp(h[1], h[2], ob) &&
                              (!cases[ci].y || !memcmp(sums[1], sums[2], n * 4));
-            irow("add_norm_operand = unfused (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
+            irow("norm operand = unfused (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
             float *f[2] = {malloc(n * 4), malloc(n * 4)};
             operand_floats(f[0], h[0], fp8, R, C), operand_floats(f[1], h[1], fp8, R, C);
             const double e = rel_l2(f[1], f[0], n), t = fp8 ? 2e-2 : 4e-3;
-            irow("add_norm_operand vs cpu", shape, e, t, e <= t, "");
+            irow("norm operand vs cpu", shape, e, t, e <= t, "");
             free(f[0]), free(f[1]);
             for (int k = 0; k < 3; k++) free(h[k]), free(sums[k]);
         }
@@ -358,24 +350,20 @@ static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                 void *dout = o->malloc(b, ob);
                 o->to_device(b, dg, g, n * 4), o->to_device(b, du, u, n * 4);
                 o->to_device(b, dsc, &scale, 4);
-                if (k < 2) {
-                    o->swiglu_operand(b, dout, dg, du, R, C, fp8 ? dsc : NULL, FP8_E4M3);
-                } else {
-                    o->swiglu_forward(b, tmp, dg, du, n);
-                    if (fp8) o->quantize(b, dout, NULL, NULL, tmp, R, C, FP8_E4M3, dsc);
-                    else o->to_bf16(b, dout, NULL, tmp, R, C);
-                }
+                fp8t_operand_req r = t_swiglu_req(dout, dg, du, R, C, fp8 ? dsc : NULL);
+                if (k < 2) t_run(b, &r);
+                else model_compose_operand(o, b, &r, tmp);
                 o->to_host(b, h[k], dout, ob);
                 o->free(b, dg), o->free(b, du), o->free(b, tmp), o->free(b, dsc), o->free(b, dout);
             }
             char shape[64];
             snprintf(shape, sizeof(shape), "%dx%d %s", R, C, fp8 ? "fp8" : "bf16");
             const int same = !memcmp(h[1], h[2], ob);
-            irow("swiglu_operand = unfused (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
+            irow("swiglu operand = unfused (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
             float *f[2] = {malloc(n * 4), malloc(n * 4)};
             operand_floats(f[0], h[0], fp8, R, C), operand_floats(f[1], h[1], fp8, R, C);
             const double e = rel_l2(f[1], f[0], n), t = fp8 ? 2e-2 : 4e-3;
-            irow("swiglu_operand vs cpu", shape, e, t, e <= t, "");
+            irow("swiglu operand vs cpu", shape, e, t, e <= t, "");
             free(f[0]), free(f[1]);
             for (int k = 0; k < 3; k++) free(h[k]);
         }

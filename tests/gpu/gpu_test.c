@@ -57,6 +57,7 @@
 #include "fp8train/policy.h"
 #include "fp8train/recipe.h"
 #include "fp8train/stats.h"
+#include "../operand_ops.h"
 
 /* src/backend/cuda/cuda_gemm.cu: gemm_fp8 calls by path */
 int fp8t_cuda_gemm_counts(fp8t_backend *b, long *fp8_lt, long *fp8_fallback);
@@ -450,8 +451,8 @@ static void gemm_bf16_rounded_case(int M, int N, int K, int ta, int tb, int acc,
     /* the GPU's gemm_bf16 (+ bias_add) result, from the same starting C */
     void *Cref = gpu_clone(Cm);
     FOR_BOTH {
-        be_->ops->to_bf16(be_, U16(A16), NULL, F(A), ar, ac);
-        be_->ops->to_bf16(be_, U16(B16), NULL, F(B), br, bc);
+        t_to_bf16(be_, U16(A16), NULL, F(A), ar, ac);
+        t_to_bf16(be_, U16(B16), NULL, F(B), br, bc);
         fp8t_bf16_operand oa = {U16(A16), ar, ac}, ob = {U16(B16), br, bc};
         be_->ops->gemm_bf16_rounded(be_, F(Cm), &oa, &ob, M, N, K, ta, tb, acc,
                                     with_bias ? F(bias) : NULL, 0);
@@ -508,8 +509,8 @@ static void gemm_bf16_rounded_ld_case(int M, int N, int K, int ldc, int acc, int
     dpair bias = dp_floats(hbias, (size_t)N), Cm = dp_floats(hc, (size_t)M * ldc);
     dpair A16 = dp_alloc(fp8t_bf16_bytes(M, K)), B16 = dp_alloc(fp8t_bf16_bytes(N, K));
     FOR_BOTH {
-        be_->ops->to_bf16(be_, U16(A16), NULL, F(A), M, K);
-        be_->ops->to_bf16(be_, U16(B16), NULL, F(B), N, K);
+        t_to_bf16(be_, U16(A16), NULL, F(A), M, K);
+        t_to_bf16(be_, U16(B16), NULL, F(B), N, K);
         fp8t_bf16_operand oa = {U16(A16), M, K}, ob = {U16(B16), N, K};
         be_->ops->gemm_bf16_rounded(be_, F(Cm), &oa, &ob, M, N, K, 0, 1, acc,
                                     with_bias ? F(bias) : NULL, ldc);
@@ -692,8 +693,8 @@ static void test_quantize_gelu(void) {
             float *hb = host_normal((size_t)cols, 0.5f);
             dpair db = dp_floats(hb, (size_t)cols);
             const int with_bias = variant == 0; /* fc1's deferred bias */
-            FOR_BOTH be_->ops->quantize_gelu(be_, U8(dc), with_t ? U8(dct) : NULL, F(da), F(dx),
-                                             with_bias ? F(db) : NULL, rows, cols, fmt, F(ds));
+            FOR_BOTH t_quantize_gelu(be_, U8(dc), with_t ? U8(dct) : NULL, F(da), F(dx),
+                                     with_bias ? F(db) : NULL, rows, cols, fmt, F(ds));
             char op[80], shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
             /* GPU: the two-op path */
@@ -703,8 +704,8 @@ static void test_quantize_gelu(void) {
             GPU->ops->copy(GPU, y, dx.p[1], n * 4);
             if (with_bias) GPU->ops->bias_add(GPU, (float *)y, (const float *)db.p[1], rows, cols);
             GPU->ops->gelu_forward(GPU, (float *)y, (const float *)y, n);
-            GPU->ops->quantize(GPU, (uint8_t *)c2, with_t ? (uint8_t *)ct2 : NULL, (float *)a2,
-                               (const float *)y, rows, cols, fmt, (const float *)ds.p[1]);
+            t_quantize(GPU, (uint8_t *)c2, with_t ? (uint8_t *)ct2 : NULL, (float *)a2,
+                       (const float *)y, rows, cols, fmt, (const float *)ds.p[1]);
             if (with_bias) snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), " +b");
             snprintf(op, sizeof(op), "quantize_gelu %s == gelu + quantize codes",
                      fp8_format_name(fmt));
@@ -790,10 +791,10 @@ static void test_colsum_fusion(void) {
             dp_poison(dout, 1), dp_poison(dct, 1);
             FOR_BOTH {
                 if (kind == 0)
-                    be_->ops->to_bf16_colsum(be_, U16(dout), F(da), F(dcs), F(dx), rows, cols);
+                    t_to_bf16_colsum(be_, U16(dout), F(da), F(dcs), F(dx), rows, cols);
                 else
-                    be_->ops->quantize_colsum(be_, U8(dout), U8(dct), F(da), F(dcs), F(dx), rows,
-                                              cols, fmt, F(ds));
+                    t_quantize_colsum(be_, U8(dout), U8(dct), F(da), F(dcs), F(dx), rows, cols, fmt,
+                                      F(ds));
             }
             char op[80], shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
@@ -804,12 +805,10 @@ static void test_colsum_fusion(void) {
             void *a2 = GPU->ops->malloc(GPU, 4);
             GPU->ops->to_device(GPU, a2, &amax0, 4);
             if (kind == 0)
-                GPU->ops->to_bf16(GPU, (uint16_t *)o2, (float *)a2, (const float *)dx.p[1], rows,
-                                  cols);
+                t_to_bf16(GPU, (uint16_t *)o2, (float *)a2, (const float *)dx.p[1], rows, cols);
             else
-                GPU->ops->quantize(GPU, (uint8_t *)o2, (uint8_t *)ct2, (float *)a2,
-                                   (const float *)dx.p[1], rows, cols, fmt,
-                                   (const float *)ds.p[1]);
+                t_quantize(GPU, (uint8_t *)o2, (uint8_t *)ct2, (float *)a2, (const float *)dx.p[1],
+                           rows, cols, fmt, (const float *)ds.p[1]);
             snprintf(op, sizeof(op), "%s == %s", name, kind == 0 ? "to_bf16" : "quantize codes");
             check_gpu_identical(op, shape, dout.p[1], o2, obytes, "from the separate op");
             if (kind) {
@@ -824,12 +823,11 @@ static void test_colsum_fusion(void) {
             void *cs2 = GPU->ops->malloc(GPU, (size_t)cols * 4);
             GPU->ops->to_device(GPU, cs2, cs0, (size_t)cols * 4);
             if (kind == 0)
-                GPU->ops->to_bf16_colsum(GPU, (uint16_t *)o2, NULL, (float *)cs2,
-                                         (const float *)dx.p[1], rows, cols);
+                t_to_bf16_colsum(GPU, (uint16_t *)o2, NULL, (float *)cs2,
+                                 (const float *)dx.p[1], rows, cols);
             else
-                GPU->ops->quantize_colsum(GPU, (uint8_t *)o2, (uint8_t *)ct2, NULL, (float *)cs2,
-                                          (const float *)dx.p[1], rows, cols, fmt,
-                                          (const float *)ds.p[1]);
+                t_quantize_colsum(GPU, (uint8_t *)o2, (uint8_t *)ct2, NULL, (float *)cs2,
+                                  (const float *)dx.p[1], rows, cols, fmt, (const float *)ds.p[1]);
             check_same_bits(name, shape, dcs.p[1], cs2, (size_t)cols * 4);
             GPU->ops->free(GPU, o2), GPU->ops->free(GPU, ct2), GPU->ops->free(GPU, a2);
             GPU->ops->free(GPU, cs2);
@@ -864,12 +862,10 @@ static void test_gelu_bwd_fusion(void) {
             FOR_BOTH {
                 const float *bp = bias_on ? F(db) : NULL;
                 if (kind == 0)
-                    be_->ops->gelu_backward_bf16_colsum(be_, U16(dout), F(da), F(dcs), F(dg),
-                                                        F(dx), bp, rows, cols);
+                    t_dgelu_bf16(be_, U16(dout), F(da), F(dcs), F(dg), F(dx), bp, rows, cols);
                 else
-                    be_->ops->gelu_backward_quantize_colsum(be_, U8(dout), U8(dct), F(da),
-                                                            F(dcs), F(dg), F(dx), bp, rows, cols,
-                                                            fmt, F(ds));
+                    t_quantize_dgelu(be_, U8(dout), U8(dct), F(da), F(dcs), F(dg), F(dx), bp, rows,
+                                     cols, fmt, F(ds));
             }
             char op[96], shape[40];
             snprintf(shape, sizeof(shape), "%dx%d%s", rows, cols, with_bias ? " +b" : "");
@@ -887,9 +883,9 @@ static void test_gelu_bwd_fusion(void) {
             else
                 GPU->ops->gelu_backward(GPU, d2, dx.p[1], dg.p[1], n);
             if (kind == 0)
-                GPU->ops->to_bf16_colsum(GPU, o2, a2, cs2, d2, rows, cols);
+                t_to_bf16_colsum(GPU, o2, a2, cs2, d2, rows, cols);
             else
-                GPU->ops->quantize_colsum(GPU, o2, ct2, a2, cs2, d2, rows, cols, fmt, ds.p[1]);
+                t_quantize_colsum(GPU, o2, ct2, a2, cs2, d2, rows, cols, fmt, ds.p[1]);
             snprintf(op, sizeof(op), "%s == two-op %s", name, kind == 0 ? "operand" : "codes");
             check_gpu_identical(op, shape, dout.p[1], o2, obytes, "from the two-op path");
             if (kind) {
@@ -958,8 +954,8 @@ static void test_quantize(void) {
             dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), da = dp_floats(&amax0, 1);
             dpair dc = dp_alloc(n), dct = dp_alloc(n);
             dp_poison(dc, 1), dp_poison(dct, 1);
-            FOR_BOTH be_->ops->quantize(be_, U8(dc), with_t ? U8(dct) : NULL,
-                                        with_amax ? F(da) : NULL, F(dx), rows, cols, fmt, F(ds));
+            FOR_BOTH t_quantize(be_, U8(dc), with_t ? U8(dct) : NULL, with_amax ? F(da) : NULL,
+                                F(dx), rows, cols, fmt, F(ds));
             char op[64], shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
             snprintf(op, sizeof(op), "quantize %s codes%s", fp8_format_name(fmt),
@@ -985,7 +981,7 @@ static void test_quantize(void) {
         float scale = 37.5f;
         dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), dct = dp_alloc(n);
         dp_poison(dct, 1);
-        FOR_BOTH be_->ops->quantize(be_, NULL, U8(dct), NULL, F(dx), rows, cols, FP8_E4M3, F(ds));
+        FOR_BOTH t_quantize(be_, NULL, U8(dct), NULL, F(dx), rows, cols, FP8_E4M3, F(ds));
         char shape[32];
         snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
         check_bits("quantize codes_t only", shape, dct, n, 0);
@@ -1001,8 +997,7 @@ static void test_quantize(void) {
         float scale = 1.0f, amax0 = 0.0f;
         dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), da = dp_floats(&amax0, 1);
         dpair dc = dp_alloc(n), dct = dp_alloc(n);
-        FOR_BOTH be_->ops->quantize(be_, U8(dc), U8(dct), F(da), F(dx), rows, cols, FP8_E4M3,
-                                    F(ds));
+        FOR_BOTH t_quantize(be_, U8(dc), U8(dct), F(da), F(dx), rows, cols, FP8_E4M3, F(ds));
         check_bits("quantize NaN codes", "40x50", dc, n, 0);
         float a = NAN;
         GPU->ops->to_host(GPU, &a, da.p[1], 4);
@@ -1122,7 +1117,9 @@ static void test_block_fake_quantize(void) {
         }
 }
 
-/* block_quantize: codes (every byte written: the two sides start from different poison) and
+/* block_quantize (make_operand's scaled operand in one orientation: the plain variant runs the
+ * block_quantize kernels, the default one the one-pass tile kernel where the shape allows):
+ * codes (every byte written: the two sides start from different poison) and
  * scale_inv (the layout's padding left alone: both start from the same NaN poison) bit for bit,
  * 1x128 and 128x128, the operand or its transpose (the Wgrad's), partial edge blocks, with and
  * without power-of-two scales, both formats */
@@ -1143,8 +1140,8 @@ static void test_block_quantize(void) {
                         dpair dx = dp_floats(x, n), dc = dp_alloc(n), ds = dp_alloc(ns * 4);
                         dp_poison(dc, 1);
                         dp_poison(ds, 0);
-                        FOR_BOTH be_->ops->block_quantize(be_, U8(dc), F(ds), F(dx), rows, cols, t,
-                                                          k, fmt, pow2);
+                        FOR_BOTH t_block_quantize(be_, U8(dc), F(ds), F(dx), rows, cols, t, k,
+                                                  fmt, pow2);
                         char op[96], shape[48];
                         snprintf(op, sizeof(op), "block_quantize %s %s%s%s", fp8_format_name(fmt),
                                  kind == 1 ? "1x128" : kind == 2 ? "128x128" : "row",
@@ -1195,7 +1192,7 @@ static void test_quantize_scaled(void) {
                         q.codes_t = U8(dct), q.scale_inv_t = F(dst);
                         q.amax_out = F(da), q.colsum = F(dcs), q.x = F(dx);
                         q.rows = rows, q.cols = cols, q.scaling = k, q.fmt = fmt, q.pow2 = pow2;
-                        be_->ops->quantize_scaled(be_, &q);
+                        t_quantize_scaled(be_, &q);
                     }
                     char op[96], shape[48];
                     snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
@@ -1271,7 +1268,7 @@ static void test_quantize_scaled_gelu(void) {
                         q.x = dv;
                     }
                     g->ops->zero(g, cs[v], (size_t)cols * 4);
-                    g->ops->quantize_scaled(g, &q);
+                    t_quantize_scaled(g, &q);
                 }
                 char op[96], shape[48];
                 snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
@@ -1316,8 +1313,8 @@ static void gemm_fp8_block_case(int M, int N, int K, fp8t_fp8_scaling ka, fp8t_f
     const size_t nsa = fp8t_block_scale_floats(ka, M, K), nsb = fp8t_block_scale_floats(kb, N, K);
     uint8_t *ca = malloc((size_t)M * K), *cb = malloc((size_t)N * K);
     float *sa = calloc(nsa, 4), *sb = calloc(nsb, 4);
-    CPU->ops->block_quantize(CPU, ca, sa, ha, M, K, 0, ka, fa, 0);
-    CPU->ops->block_quantize(CPU, cb, sb, hb, N, K, 0, kb, fb, 0);
+    t_block_quantize(CPU, ca, sa, ha, M, K, 0, ka, fa, 0);
+    t_block_quantize(CPU, cb, sb, hb, N, K, 0, kb, fb, 0);
     dpair dca = dp_from(ca, (size_t)M * K), dcb = dp_from(cb, (size_t)N * K);
     dpair dsa = dp_floats(sa, nsa), dsb = dp_floats(sb, nsb);
     float *hc = host_normal((size_t)M * N, 1.0f), *hbias = host_normal((size_t)N, 1.0f);
@@ -1838,8 +1835,8 @@ static void test_to_bf16(void) {
             dpair dx = dp_floats(x, n + 1), da = dp_floats(&amax0, 1);
             dpair dout = dp_alloc(fp8t_bf16_bytes(rows, cols));
             dp_poison(dout, 1); /* 0xCD.. on the CPU, 0xAB.. on the GPU: unwritten words differ */
-            FOR_BOTH be_->ops->to_bf16(be_, U16(dout), variants[v].with_amax ? F(da) : NULL,
-                                       F(dx) + off, rows, cols);
+            FOR_BOTH t_to_bf16(be_, U16(dout), variants[v].with_amax ? F(da) : NULL,
+                               F(dx) + off, rows, cols);
             char op[64], shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
             check_bf16_operand(variants[v].name, shape, dout, x + off, rows, cols);
@@ -1998,8 +1995,8 @@ static void test_layernorm_bf16(void) {
         dpair dh = dp_alloc(hb), dm = dp_alloc((size_t)N * 4), dr = dp_alloc((size_t)N * 4);
         dpair da = dp_floats(&amax0, 1);
         dp_poison(dh, 1);
-        FOR_BOTH be_->ops->layernorm_forward_bf16(be_, U16(dh), F(da), F(dm), F(dr), F(dx), F(dw),
-                                                  F(db), N, C, 1e-5f);
+        FOR_BOTH t_layernorm_bf16(be_, NULL, U16(dh), F(da), F(dm), F(dr), F(dx), NULL, F(dw),
+                                  F(db), N, C, 1e-5f);
         check_f("layernorm_forward_bf16 mean", shape, dm, (size_t)N, 1e-5);
         check_f("layernorm_forward_bf16 rstd", shape, dr, (size_t)N, 1e-5);
         check_f("layernorm_forward_bf16 amax", shape, da, 1, 1e-5);
@@ -2009,7 +2006,7 @@ static void test_layernorm_bf16(void) {
         uint16_t *h2 = GPU->ops->malloc(GPU, hb);
         GPU->ops->to_device(GPU, a2, &amax0, 4);
         GPU->ops->layernorm_forward(GPU, y, m2, r2, dx.p[1], dw.p[1], db.p[1], N, C, 1e-5f);
-        GPU->ops->to_bf16(GPU, h2, a2, y, N, C);
+        t_to_bf16(GPU, h2, a2, y, N, C);
         check_gpu_identical("layernorm_forward_bf16 == layernorm + to_bf16", shape, dh.p[1], h2, hb,
                             "from the two-op path");
         check_gpu_identical("layernorm_forward_bf16 amax == two-op", shape, da.p[1], a2, 4,
@@ -2031,11 +2028,11 @@ static void test_layernorm_bf16(void) {
         float *x2 = host_normal(n, 1.0f);
         dpair dx2 = dp_floats(x2, n), dsum = dp_alloc(n * 4);
         dp_poison(dsum, 0);
-        FOR_BOTH be_->ops->add_layernorm_forward_bf16(be_, F(dsum), U16(dh), NULL, F(dm), F(dr),
-                                                      F(dx), F(dx2), F(dw), F(db), N, C, 1e-5f);
+        FOR_BOTH t_layernorm_bf16(be_, F(dsum), U16(dh), NULL, F(dm), F(dr), F(dx), F(dx2), F(dw),
+                                  F(db), N, C, 1e-5f);
         check_bits("add_layernorm_forward_bf16 sum", shape, dsum, n * 4, 1);
         GPU->ops->add(GPU, y, dx.p[1], dx2.p[1], n);
-        GPU->ops->layernorm_forward_bf16(GPU, h2, NULL, m2, r2, y, dw.p[1], db.p[1], N, C, 1e-5f);
+        t_layernorm_bf16(GPU, NULL, h2, NULL, m2, r2, y, NULL, dw.p[1], db.p[1], N, C, 1e-5f);
         check_gpu_identical("add_layernorm_forward_bf16 == add + layernorm_bf16", shape, dh.p[1],
                             h2, hb, "from the two-op path");
         check_gpu_identical("add_layernorm_forward_bf16 rstd == two-op", shape, dr.p[1], r2,
@@ -2154,14 +2151,13 @@ static void test_gelu_bf16(void) {
             float am0[2] = {0.25f, 0.25f};
             dpair dx = dp_floats(x, n + 1), d16 = dp_alloc(bytes), damax = dp_floats(am0, 2);
             dp_poison(d16, 1);
-            FOR_BOTH be_->ops->gelu_forward_bf16(be_, U16(d16), F(damax), F(dx) + offset, rows,
-                                                 cols);
+            FOR_BOTH t_gelu_bf16(be_, U16(d16), F(damax), F(dx) + offset, rows, cols);
             /* GPU: the two-op path into fresh buffers */
             void *y = GPU->ops->malloc(GPU, n * 4), *r16 = GPU->ops->malloc(GPU, bytes);
             void *ram = GPU->ops->malloc(GPU, 4);
             GPU->ops->to_device(GPU, ram, am0, 4);
             GPU->ops->gelu_forward(GPU, (float *)y, (const float *)dx.p[1] + offset, n);
-            GPU->ops->to_bf16(GPU, (uint16_t *)r16, (float *)ram, (const float *)y, rows, cols);
+            t_to_bf16(GPU, (uint16_t *)r16, (float *)ram, (const float *)y, rows, cols);
             check_gpu_identical("gelu_forward_bf16 == gelu_forward + to_bf16", shape, d16.p[1],
                                 r16, bytes, "from the two-op path");
             check_gpu_identical("gelu_forward_bf16 amax == to_bf16 amax", shape, damax.p[1], ram,

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "fp8train/backend.h"
+#include "backend/operand_kind.h" /* fp8t_scaled_quant */
 #include "numerics/scaling_hd.h" /* fp8t_amax_merge */
 
 /* Scratch buffers owned by the backend; each grows as needed and is reused across calls

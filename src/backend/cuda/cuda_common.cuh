@@ -37,6 +37,7 @@
 #include <stdlib.h>
 
 #include "fp8train/backend.h"
+#include "backend/operand_kind.h" /* fp8t_scaled_quant */
 
 /* ---- error checks: print the call, file and line, then exit (a CUDA error leaves the
  * context unusable, so there is nothing sensible to continue with) ---- */
