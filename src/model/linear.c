@@ -838,13 +838,9 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     if (from_codes) saved_x(m, lin, N, IN, &x_q);
     if (m->hook) {
         /* the hook sees this micro-batch's dW alone, then it is accumulated (dY's codes from
-         * the Dgrad where reuse allows: a read-only hook). The product accumulates into the
-         * zeroed scratch, as the plain path's into dW: cuBLASLt's heuristic gives these
-         * K = N-token shapes kernels 3x slower with beta = 0 than with beta = 1 (H200), and
-         * 0 + p is p (a -0 product becomes +0, as it does added to a zeroed dW) */
+         * the Dgrad where reuse allows: a read-only hook) */
         float *tmp = model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float));
-        m->ops->zero(m->be, tmp, (size_t)OUT * IN * sizeof(float));
-        run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, tmp, 0, &dy_w, &x_w, OUT, IN, N, 1, 0, 1, NULL,
+        run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, tmp, 0, &dy_w, &x_w, OUT, IN, N, 1, 0, 0, NULL,
                  reuse ? &dy_q : NULL, from_codes ? &x_q : NULL, NULL);
         call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, tmp, OUT, IN);
         m->ops->accumulate(m->be, dW, tmp, (size_t)OUT * IN);
