@@ -10,23 +10,16 @@
 
 #include "backend/operand_kind.h"
 #include "fp8train/backend.h"
+#include "model/operand.h" /* model_operand_req: the model's own plain request */
 
 /* The plain request for x [rows, cols]: per-tensor FP8 codes (codes_t: transposed, may be
  * NULL; either may be NULL on the CPU) with *scale, amax max-accumulated when non-NULL */
 static inline fp8t_operand_req t_fp8_req(uint8_t *codes, uint8_t *codes_t, float *amax,
                                          const float *x, int rows, int cols, fp8_format fmt,
                                          const float *scale) {
-    fp8t_operand_req r;
-    memset(&r, 0, sizeof(r));
-    r.out.data = codes;
+    fp8t_operand_req r = model_operand_req(codes, x, rows, cols, (fp8t_operand_format)fmt, scale);
     r.out.data_t = codes_t;
-    r.out.scale = scale;
     r.out.amax = amax;
-    r.out.format = (fp8t_operand_format)fmt;
-    r.out.scaling = FP8T_SCALING_TENSOR;
-    r.out.rows = rows;
-    r.out.cols = cols;
-    r.x = x;
     return r;
 }
 

@@ -39,18 +39,10 @@ static const float *scale_one(void) {
 
 static fp8t_operand_req fp8_req(fp8t_operand_step step, const float *x, uint8_t *c, uint8_t *ct,
                                 float *amax) {
-    fp8t_operand_req r;
-    memset(&r, 0, sizeof r);
-    r.out.data = c;
+    fp8t_operand_req r = model_operand_req(c, x, R, C, FP8T_OPERAND_E4M3, scale_one());
     r.out.data_t = ct;
-    r.out.scale = scale_one();
     r.out.amax = amax;
-    r.out.format = FP8T_OPERAND_E4M3;
-    r.out.scaling = FP8T_SCALING_TENSOR;
-    r.out.rows = R;
-    r.out.cols = C;
     r.step = step;
-    r.x = x;
     return r;
 }
 
