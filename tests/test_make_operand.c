@@ -88,14 +88,8 @@ static void test_bf16_kinds(void) {
     for (int kind = 0; kind < 3; kind++) {
         memset(h1, 0xff, hb), memset(h2, 0xff, hb);
         *a1 = *a2 = 0.0f;
-        fp8t_operand_req r;
-        memset(&r, 0, sizeof r);
-        r.out.data = h1;
+        fp8t_operand_req r = model_operand_req(h1, x, R, C, FP8T_OPERAND_BF16, NULL);
         r.out.amax = a1;
-        r.out.format = FP8T_OPERAND_BF16;
-        r.out.rows = R;
-        r.out.cols = C;
-        r.x = x;
         r.step = kind == 0 ? FP8T_STEP_NONE : kind == 1 ? FP8T_STEP_GELU : FP8T_STEP_LAYERNORM;
         if (kind == 2) r.norm_w = w, r.norm_b = bias, r.eps = 1e-5f, r.mean = m1, r.rstd = r1;
         T_CHECK(OPS->make_operand_fuses(be, &r), "bf16 kind %d is one of the kernels", kind);

@@ -604,19 +604,11 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     }
 }
 
-/* The producer step an Fprop's rounding pass applies to X (operand's gelu, gelu_bias, ln),
- * and where its FP32 values go if the backend composes it */
-typedef struct {
-    int gelu;
-    const float *gelu_bias;
-    const ln_input *ln;
-    float *values;
-} x_step;
-
-/* replay: linear_forward_replay (no hooks, nothing recorded). step (may be NULL): X is GELU's
- * input and the operand is made of gelu(X (+ gelu_bias)) (only where gelu_fusable), or X is
- * the norm's input (only where ln_fusable). */
-static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const x_step *step,
+/* replay: linear_forward_replay (no hooks, nothing recorded). step (may be NULL): an operand
+ * with only its producer step set (gelu, gelu_bias, ln, values): X is GELU's input and the
+ * operand is made of gelu(X (+ gelu_bias)) (only where gelu_fusable), or X is the norm's
+ * input (only where ln_fusable). */
+static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const operand *step,
                   const float *W, const float *bias, int N, int IN, int OUT, int replay) {
     float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
     if (!replay) {
@@ -638,14 +630,9 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const x_s
         if (!xq->codes) xq->codes = model_act_malloc(m, (size_t)N * (size_t)IN);
         save_buf = xq->codes;
     }
-    operand a = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .record = record,
-                 .tile_r = 1, .tile_c = 128, .pos = 0, .save = save_buf};
-    if (step) {
-        a.gelu = step->gelu;
-        a.gelu_bias = step->gelu_bias;
-        a.ln = step->ln;
-        a.values = step->values;
-    }
+    operand a = step ? *step : (operand){0};
+    a.x = X, a.rows = N, a.cols = IN, a.role = FP8T_ROLE_X, a.record = record;
+    a.tile_r = 1, a.tile_c = 128, a.pos = 0, a.save = save_buf;
     operand b = {.x = Wm, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W,
                  .record = record && !m->w_amax_done[lin], .tile_r = 128, .tile_c = 128,
                  .pos = 1};
@@ -714,7 +701,7 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
         MODEL_CHECK(!pre_bias || gelu_pass_takes_bias(m, lin),
                     "a deferred bias needs a delayed-scaled or scaled-path fc2 "
                     "(linear_gelu_takes_bias)");
-        const x_step gelu = {.gelu = 1, .gelu_bias = pre_bias, .values = act};
+        const operand gelu = {.gelu = 1, .gelu_bias = pre_bias, .values = act};
         fprop(m, lin, Y, 0, pre, &gelu, W, bias, N, IN, OUT, 0);
         return;
     }
@@ -735,7 +722,7 @@ static int ln_fusable(const fp8t_model *m, int lin) {
 void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln_input *ln,
                        float *x, const float *W, const float *bias, int N, int IN, int OUT) {
     if (ln_fusable(m, lin)) {
-        const x_step norm = {.ln = ln, .values = ln_out};
+        const operand norm = {.ln = ln, .values = ln_out};
         fprop(m, lin, Y, 0, x, &norm, W, bias, N, IN, OUT, 0);
         return;
     }

@@ -71,10 +71,8 @@ const float *model_step_values(const fp8t_backend_ops *o, fp8t_backend *be,
 void model_compose_operand(const fp8t_backend_ops *o, fp8t_backend *be, fp8t_operand_req *r,
                            float *values) {
     const float *v = model_step_values(o, be, r, values);
-    fp8t_operand_req plain =
-        model_operand_req(NULL, v, r->out.rows, r->out.cols, r->out.format, NULL);
-    plain.out = r->out;
-    plain.colsum = r->colsum;
+    const fp8t_operand_req plain = {.out = r->out, .step = FP8T_STEP_NONE, .x = v,
+                                    .colsum = r->colsum};
     *r = plain;
     o->make_operand(be, r);
 }

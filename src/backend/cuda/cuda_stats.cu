@@ -1067,11 +1067,11 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     /* the partial buffers are sized by the common kernel's grid; the tiny one runs as many */
     const unsigned grid2 = st_grid(s, (const void *)stats_p2_kernel<false>, ST_P2_THREADS, &occ2,
                                    cdiv_u(v.ntiles, (size_t)ST_P2_WARPS * ST_U));
-    /* scratch: P1 partials | params | P2 partials | dev partials | G tables... | block list */
+    /* scratch: P1 partials | params | P2 partials | P2's dev partials | G tables... | block list */
     const size_t off_par = align_up(grid1 * sizeof(mom_acc), 256);
     const size_t off_p2 = off_par + align_up(sizeof(stats_params), 256);
     const size_t off_dev = off_p2 + align_up((size_t)grid2 * ST_NIMG * sizeof(img_part), 256);
-    size_t end = off_dev + align_up((size_t)(grid2 > grid1 ? grid2 : grid1) * sizeof(double), 256);
+    size_t end = off_dev + align_up((size_t)grid2 * sizeof(double), 256);
     size_t tab_off[ST_NIMG] = {0};
     for (int k = 0; k < nimg; k++)
         if (sp.gtiles[k]) {
