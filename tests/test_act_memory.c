@@ -1,4 +1,4 @@
-/* Activation memory (src/model: layer saves, model_save_plan; fp8t_model_activation_bytes):
+/* Activation memory (src/model: layer saves, model_forward_saves; fp8t_model_activation_bytes):
  *  - a backend that keeps its own attention state (here: the CPU backend wrapped to keep a
  *    copy of qkv, as the CUDA flash path keeps BF16 q, k, v) gets the same bits as the plain
  *    CPU backend, and the model then keeps no per-layer qkv: exactly those bytes fewer;

@@ -50,7 +50,14 @@ rd = lambda d: [json.loads(l) for l in open(d + "/metrics.jsonl")]
 try:
     A, B = rd(a), rd(b)
 except OSError as e:
-    print(f"FAIL dp: {name}: {e}"); sys.exit()
+    # the run's own words: the last lines of its log (run1 / run2 write OUT.log)
+    logs = []
+    for d in (a, b):
+        try:
+            logs.append(f"{d}.log: " + " | ".join(open(d + ".log").read().splitlines()[-8:]))
+        except OSError:
+            pass
+    print(f"FAIL dp: {name}: {e}" + "".join("\n    " + l for l in logs)); sys.exit()
 if [r["step"] for r in A] != [r["step"] for r in B] or not A:
     print(f"FAIL dp: {name}: steps differ ({len(A)} vs {len(B)} rows)"); sys.exit()
 gap = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(A, B))
@@ -186,7 +193,14 @@ try:
     A = {json.loads(l)["step"]: json.loads(l) for l in open(a + "/metrics.jsonl")}
     B = [json.loads(l) for l in open(b + "/metrics.jsonl")]
 except OSError as e:
-    print(f"FAIL dp: {name}: {e}"); sys.exit()
+    # the run's own words: the last lines of its log (run1 / run2 write OUT.log)
+    logs = []
+    for d in (a, b):
+        try:
+            logs.append(f"{d}.log: " + " | ".join(open(d + ".log").read().splitlines()[-8:]))
+        except OSError:
+            pass
+    print(f"FAIL dp: {name}: {e}" + "".join("\n    " + l for l in logs)); sys.exit()
 bad = [r["step"] for r in B if r["step"] not in A or r["loss"] != A[r["step"]]["loss"]
        or r["grad_norm"] != A[r["step"]]["grad_norm"]]
 ok = B and not bad
@@ -205,7 +219,7 @@ exact_from "resume at N=2 --zero 1 from a ZeRO-1 N=2 checkpoint == uninterrupted
 exact_from "resume at N=1 from a ZeRO-1 N=2 checkpoint (resharded) == from the plain one" "$TMP/r1" "$TMP/r1z"
 # N = 1 -> N = 2: the --dp-force --zero 1 run's one-shard checkpoint
 ZK1="$TMP/z1/checkpoints/step_000006"
-run2 r2zz --steps 12 --zero 1 --resume "$ZK1" & run2 r2p --steps 12 --resume "$TMP/p1/checkpoints/step_000006"; wait
+run2 r2zz --steps 12 --zero 1 --resume "$ZK1"; run2 r2p --steps 12 --resume "$TMP/p1/checkpoints/step_000006"
 run1 rp1z --steps 12 --resume "$ZK1"
 exact_from "resume at N=2 --zero 1 from a ZeRO-1 N=1 checkpoint == from the plain one" "$TMP/r2p" "$TMP/r2zz"
 exact_from "resume at N=1 plain from a ZeRO-1 N=1 checkpoint == uninterrupted" "$TMP/p1" "$TMP/rp1z"

@@ -1,4 +1,4 @@
-/* FP8 codes of X kept for the Wgrad (src/model: model_save_plan, linear.c) against the switch
+/* FP8 codes of X kept for the Wgrad (src/model: linear_plan.c's save_x, linear.c) against the switch
  * back to FP32 copies of X, FP8T_DISABLE_FP8_SAVE:
  *  - delayed and current FP8 runs (GPT-2 and Llama, gradient accumulation 2, an FP8 head, mixed
  *    policies, a backend that wants transposed copies) agree bit for bit: losses, gradients,

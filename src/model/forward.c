@@ -9,7 +9,7 @@
  * tracking and the debug hooks see all of them, the head included.
  * ln1, ln2 and fch_act (v.ln1, ...) are per-layer buffers only where a Wgrad will read them in
  * FP32; elsewhere they share one layer's scratch, and the Wgrad reads the FP8 codes of them
- * its linear's Fprop saved (model_save_plan). qkv, atty, fch (gate) and up are written to
+ * its linear's Fprop saved (the plan's save_x). qkv, atty, fch (gate) and up are written to
  * their layer's FP32 copy, or to one layer's scratch of which model_save_store keeps a BF16
  * copy (or nothing, qkv where the backend keeps its own attention state). */
 #include <math.h>
@@ -66,7 +66,7 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
                           proj_defer ? NULL : res_in, proj_defer ? NULL : out_c};
     /* fc2 of gelu(fch): its rounding pass applies GELU where it can (no FP32 fch_act), and
      * with FP8 fc1 and fc2 fc1's bias too (fch then stays without it; the backward adds it) */
-    const int defer = linear_gelu_takes_bias(m, lin0 + 2, lin0 + 3);
+    const int defer = linear_gelu_takes_bias(m, lin0 + 2);
     m->gelu_bias_deferred[l] = defer;
     linear_forward_ln(m, lin0 + 2, v.fch, v.ln2, &ln2, v.res2, p->fc1_w, defer ? NULL : p->fc1_b,
                       N, C, H);
@@ -176,7 +176,7 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     m->logits_missing = 1;         /* until the head writes them */
     m->xent_epoch = m->epoch - 1u; /* and nothing to rebuild them from before the final norm */
     /* which linears keep X's FP8 codes for their Wgrad, and where each X lives */
-    model_save_plan(m);
+    model_forward_saves(m);
 
     ops->to_device(be, m->tokens, tokens, (size_t)N * sizeof(int));
     ops->embedding_forward(be, a->encoded, m->tokens, m->p.wte,

@@ -31,10 +31,10 @@
  * model (fp8t_model_set_frozen) records nothing.
  * The weight is quantized once per optimizer step (delayed and current): its codes are cached
  * until fp8t_model_end_step, and reused by every micro-batch and by the Dgrad. dY is quantized
- * once per backward when its Dgrad and Wgrad share an FP8 precision (reuse_dy_codes; off with
- * FP8T_DISABLE_CODE_REUSE). X is quantized once per micro-batch when its Fprop and Wgrad
- * share one (model_save_plan): the Fprop's quantize also writes the codes the Wgrad reads into
- * m->xq[lin], and the forward keeps no FP32 copy of X for the Wgrad (off with
+ * once per backward when its Dgrad and Wgrad share an FP8 precision (the plan's dy_shared;
+ * off with FP8T_DISABLE_CODE_REUSE). X is quantized once per micro-batch when its Fprop and
+ * Wgrad share one (the plan's save_x): the Fprop's quantize also writes the codes the Wgrad
+ * reads into m->xq[lin], and the forward keeps no FP32 copy of X for the Wgrad (off with
  * FP8T_DISABLE_FP8_SAVE).
  * Block and rowwise share their operands the same way (scaled_gemm, below).
  * BF16 operands follow the same plan: the weight's BF16 copy is cached per optimizer step, dY
@@ -47,8 +47,8 @@
  * pass applies where the plan fuses one (GELU into fc2's X, dGELU into fc1's dY, LayerNorm
  * with the residual add into qkv's / fc1's X, the bias gradient as column sums of dY): the
  * step's FP32 output is then never written. Which steps the plan fuses is decided by precision
- * (gelu_fusable, ln_fusable, gelu_bwd_fusable: a scale known before the pass, nothing reading
- * the FP32 values); a backend that has no one-pass kernel for a request says so
+ * (linear_plan.c: step_fused, dgelu; a scale known before the pass, nothing reading the FP32
+ * values); a backend that has no one-pass kernel for a request says so
  * (make_operand_fuses) and the model composes it instead (model_make_operand: the producer's
  * op into the caller's FP32 buffer, then the plain operand), the same bits.
  */
@@ -341,12 +341,6 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     }
 }
 
-/* Whether run_gemm adds a bias itself (in the GEMM's epilogue, on a GPU) for precision prec
- * in linear lin: the BF16-operand and the FP8 GEMMs (scaled ones included) take one. */
-static int gemm_takes_bias(const fp8t_model *m, int lin, fp8t_precision prec) {
-    return model_prec_shares_operands(m, prec) || model_scaled_path(m, lin, prec);
-}
-
 /* ---- block and rowwise: the scaled-operand path ----
  * Each operand is quantized K-major by make_operand (block: 1x128 tiles along K for X and
  * dY, 128x128 blocks for W; rowwise: one scale per row over all of K), and gemm_fp8 multiplies
@@ -356,49 +350,19 @@ static int gemm_takes_bias(const fp8t_model *m, int lin, fp8t_precision prec) {
  * dimension: the Wgrad's along the tokens. The one pass over a tensor writes both orientations
  * where two GEMMs read it, as the per-tensor FP8 path shares its codes:
  *   X   the Fprop's codes (K = IN) and, when the forward keeps X for the Wgrad
- *       (model_save_plan), Xᵀ's (K = the tokens) into m->xq[lin]: no FP32 copy of X is kept;
- *   dY  the Dgrad's codes (K = OUT) and dYᵀ's for the Wgrad (reuse_dy_codes), with the bias
+ *       (the plan's save_x), Xᵀ's (K = the tokens) into m->xq[lin]: no FP32 copy of X is kept;
+ *   dY  the Dgrad's codes (K = OUT) and dYᵀ's for the Wgrad (the plan's dy_shared), with the bias
  *       gradient (colsum) and GELU's backward (linear_backward_gelu) in the same pass;
  *   W   the Fprop's W and the Dgrad's Wᵀ once per optimizer step, cached;
  * and every amax the recipe history records comes from those passes. The codes and scales are
  * the emulation's (block quantization of each orientation); only the product's summation
  * differs. */
 
-/* IN and OUT of linear lin */
-static void lin_shape(const fp8t_model *m, int lin, int *in, int *out) {
-    const fp8t_model_config *c = &m->cfg;
-    const int C = c->n_embd, H = c->mlp_hidden;
-    switch (model_lin_module(m, lin)) {
-    case FP8T_MOD_QKV: *in = C, *out = fp8t_model_qkv_dim(c); break;
-    case FP8T_MOD_PROJ: *in = C, *out = C; break;
-    case FP8T_MOD_FC1:
-    case FP8T_MOD_GATE:
-    case FP8T_MOD_UP: *in = C, *out = H; break;
-    case FP8T_MOD_FC2:
-    case FP8T_MOD_DOWN: *in = H, *out = C; break;
-    default: *in = C, *out = c->vocab_size; break; /* the head */
-    }
-}
-
-/* FP8 tensor-core GEMMs want every dimension a multiple of 16 (a K that is not one of 128, as
- * GPT-2 1.5B's 1600, ends in a partial block, as in the emulation) */
-static int lin_dims_16(const fp8t_model *m, int lin) {
-    int in, out;
-    lin_shape(m, lin, &in, &out);
-    return (m->B * m->T) % 16 == 0 && in % 16 == 0 && out % 16 == 0;
-}
-
-int model_scaled_path(const fp8t_model *m, int lin, fp8t_precision p) {
-    if (p == FP8T_PREC_ROWWISE) return 1;
-    if (p != FP8T_PREC_BLOCK) return 0;
-    return (m->be->fp8_block_native && lin_dims_16(m, lin)) || m->policy.pow2_scales;
-}
-
 /* On a backend with scaled GEMMs, a linear whose shapes they do not take: said once. */
 static void scaled_shape_note(fp8t_model *m, int lin, fp8t_precision p) {
-    if (!m->be->fp8_block_native || m->warned_block || lin_dims_16(m, lin)) return;
+    if (!m->be->fp8_block_native || m->warned_block || model_lin_dims_16(m, lin)) return;
     int in, out;
-    lin_shape(m, lin, &in, &out);
+    model_lin_shape(m, lin, &in, &out);
     fprintf(stderr, "fp8train: %s precision: linear %d (%d tokens, %d in, %d out) is not a "
                     "multiple of 16 in every dimension, so its GEMMs %s (reported once)\n",
             fp8t_precision_name(p), lin, m->B * m->T, in, out,
@@ -474,7 +438,6 @@ static void scaled_weight(fp8t_model *m, int lin, const operand *op, fp8t_precis
     else scaled_q(q, c->codes, c->bsinv, fmt, R, K, k);
 }
 
-static int reuse_dy_codes(const fp8t_model *m, int lin, fp8t_precision w);
 static fp8t_precision wgrad_prec(const fp8t_model *m, int lin);
 
 /* An activation operand (X or dY) in orientation t (0: as stored, 1: transposed) into *q, from
@@ -537,7 +500,7 @@ static void scaled_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision
     } else {
         /* the Dgrad's dY also makes the Wgrad's dYᵀ when the Wgrad will take it */
         const int both =
-            g == FP8T_GEMM_DGRAD && keep_a && reuse_dy_codes(m, lin, wgrad_prec(m, lin));
+            g == FP8T_GEMM_DGRAD && keep_a && model_plan_reuse_dy(m, lin, wgrad_prec(m, lin));
         scaled_activation(m, lin, a, prec, transA, &pa.q,
                           both ? &ka.q : a->save ? &saved : NULL);
         ka.colsum_done = a->colsum != NULL;
@@ -562,7 +525,7 @@ static void scaled_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision
  * when keep_a is non-NULL; when given_a / given_b is non-NULL it is used instead of preparing
  * that operand (the caller vouches that it is what prepare would make now: same tensor,
  * precision, format and scale, and its codes untouched since). bias [N] (only when
- * gemm_takes_bias, acc = 0) is added to every row. */
+ * the plan puts the bias in the GEMM, acc = 0) is added to every row. */
 static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision prec, float *C,
                      int ldc, const operand *a, const operand *b, int M, int N, int K, int transA,
                      int transB, int acc, prepared *keep_a, const prepared *given_a,
@@ -606,8 +569,8 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
 
 /* replay: linear_forward_replay (no hooks, nothing recorded). step (may be NULL): an operand
  * with only its producer step set (gelu, gelu_bias, ln, values): X is GELU's input and the
- * operand is made of gelu(X (+ gelu_bias)) (only where gelu_fusable), or X is the norm's
- * input (only where ln_fusable). */
+ * operand is made of gelu(X (+ gelu_bias)), or X is the norm's input (only where the plan
+ * fuses the step: step_fused). */
 static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const operand *step,
                   const float *W, const float *bias, int N, int IN, int OUT, int replay) {
     float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
@@ -618,7 +581,7 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const ope
     /* frozen (validation, shadow): no amax, and the step's W amax is still to be recorded by
      * its first training forward */
     const int record = !m->frozen && !replay;
-    /* a training forward that model_save_plan chose to keep X's codes for the Wgrad */
+    /* a training forward whose plan keeps X's codes for the Wgrad (save_x) */
     x_codes *xq = &m->xq[lin];
     const int save = record && xq->saved;
     const fp8t_precision prec = m->prec[lin][FP8T_GEMM_FPROP];
@@ -637,7 +600,8 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const ope
                  .record = record && !m->w_amax_done[lin], .tile_r = 128, .tile_c = 128,
                  .pos = 1};
     /* the bias goes into the GEMM unless a hook must see the output without it */
-    const int fuse_bias = bias && gemm_takes_bias(m, lin, prec) && (replay || !m->hook);
+    const linear_plan *pl = &m->plan[lin];
+    const int fuse_bias = bias && (replay ? pl->bias_gemm_replay : pl->bias_gemm);
     prepared pa;
     run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, ldy, &a, &b, N, OUT, IN, 0, 1, 0, &pa, NULL, NULL,
              fuse_bias ? bias : NULL);
@@ -660,45 +624,20 @@ void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const flo
     fprop(m, lin, Y, 0, X, NULL, W, bias, N, IN, OUT, 1);
 }
 
-/* The Fprop can round gelu(X) itself when its operand is a BF16 one or delayed-scaled FP8
- * codes (whose scale is known before the pass), no hook wants GELU's output in FP32, and no
- * Wgrad reads it in FP32 later (a training forward keeps the operand or codes for the Wgrad; a
- * frozen one has no backward). */
-static int gelu_fusable(const fp8t_model *m, int lin) {
-    const fp8t_precision p = m->prec[lin][FP8T_GEMM_FPROP];
-    if (m->no_gelu_fusion || m->hook ||
-        !(model_prec_one_pass(m, p) || model_scaled_path(m, lin, p)))
-        return 0;
-    return m->frozen || m->xq[lin].saved;
-}
-
 int linear_residual_takes_bias(const fp8t_model *m, int lin) {
-    /* a bias is free only in a BF16 GEMM's epilogue: cuBLASLt has no FP8 kernel with an FP32
-     * bias epilogue (gemm_fp8 adds it in a pass over the output), and the other precisions add
-     * it with bias_add. An observer sees the output without the bias here too (the add comes
-     * after its site), so it keeps the unhooked path's pass and bits */
-    return !m->no_residual_bias && (!m->hook || m->hook_reads) &&
-           !model_prec_bf16_operands(m, m->prec[lin][FP8T_GEMM_FPROP]);
+    return m->plan[lin].bias_residual;
 }
 
-/* fc2's pass knows its scale before it reads (delayed) or computes its scales from what it
- * read (the scaled path, block and rowwise): either way it adds the bias itself. */
-static int gelu_pass_takes_bias(const fp8t_model *m, int lin) {
-    const fp8t_precision p = m->prec[lin][FP8T_GEMM_FPROP];
-    return p == FP8T_PREC_DELAYED || model_scaled_path(m, lin, p);
-}
-
-int linear_gelu_takes_bias(const fp8t_model *m, int prod, int lin) {
-    const fp8t_precision pp = m->prec[prod][FP8T_GEMM_FPROP];
-    return gelu_fusable(m, lin) && gelu_pass_takes_bias(m, lin) &&
-           (model_prec_has_codes(pp) || model_scaled_path(m, prod, pp));
+int linear_gelu_takes_bias(const fp8t_model *m, int fc1) {
+    return m->plan[fc1].bias_next[m->frozen];
 }
 
 void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pre,
                          const float *pre_bias, const float *W, const float *bias, int N, int IN,
                          int OUT) {
-    if (gelu_fusable(m, lin)) {
-        MODEL_CHECK(!pre_bias || gelu_pass_takes_bias(m, lin),
+    if (m->plan[lin].step_fused[m->frozen]) {
+        MODEL_CHECK(!pre_bias || m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED ||
+                        m->plan[lin].scaled[FP8T_GEMM_FPROP],
                     "a deferred bias needs a delayed-scaled or scaled-path fc2 "
                     "(linear_gelu_takes_bias)");
         const operand gelu = {.gelu = 1, .gelu_bias = pre_bias, .values = act};
@@ -710,18 +649,9 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
     fprop(m, lin, Y, 0, act, NULL, W, bias, N, IN, OUT, 0);
 }
 
-/* The Fprop can make its operand from the norm's input itself when it takes BF16 operands, no
- * hook wants the norm's output in FP32, and no Wgrad reads it in FP32 later (as gelu_fusable). */
-static int ln_fusable(const fp8t_model *m, int lin) {
-    if (m->no_ln_fusion || m->hook ||
-        !model_prec_bf16_operands(m, m->prec[lin][FP8T_GEMM_FPROP]))
-        return 0;
-    return m->frozen || m->xq[lin].saved;
-}
-
 void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln_input *ln,
                        float *x, const float *W, const float *bias, int N, int IN, int OUT) {
-    if (ln_fusable(m, lin)) {
+    if (m->plan[lin].step_fused[m->frozen]) {
         const operand norm = {.ln = ln, .values = ln_out};
         fprop(m, lin, Y, 0, x, &norm, W, bias, N, IN, OUT, 0);
         return;
@@ -729,18 +659,6 @@ void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln
     if (ln->res_a) m->ops->add(m->be, x, ln->res_a, ln->res_c, (size_t)N * (size_t)IN);
     m->ops->layernorm_forward(m->be, ln_out, ln->mean, ln->rstd, x, ln->w, ln->b, N, IN, ln->eps);
     fprop(m, lin, Y, 0, ln_out, NULL, W, bias, N, IN, OUT, 0);
-}
-
-/* The Wgrad may take the Dgrad's FP8 codes (or BF16 operand) of dY instead of rounding dY a
- * second time: both GEMMs round the same tensor (no hook can change it in between) in the same
- * precision, so with the same format (dY's role) and the same scale (the state's for delayed;
- * for current, the one just computed from this dY) the codes are the same bytes. dY is operand
- * A of both GEMMs (scratch slot 0); the Wgrad's X is operand B (slot 1), so it cannot
- * overwrite them. */
-static int reuse_dy_codes(const fp8t_model *m, int lin, fp8t_precision w) {
-    const fp8t_precision d = m->prec[lin][FP8T_GEMM_DGRAD];
-    return !m->no_code_reuse && (!m->hook || m->hook_reads) && d == w &&
-           (model_prec_shares_operands(m, d) || model_scaled_path(m, lin, d));
 }
 
 /* The Wgrad's X from what the forward saved: the BF16 operand, or the codes (data or data_t as
@@ -774,7 +692,7 @@ static fp8t_precision wgrad_prec(const fp8t_model *m, int lin) {
 }
 
 /* linear_backward; with dgelu_x, dY is gelu'(dgelu_x (+ dgelu_bias)) * dY (linear_backward_gelu:
- * only where gelu_bwd_fusable, so that nothing reads dY in FP32), dpre [N, OUT] where dY goes
+ * only where the plan's dgelu applies, so that nothing reads dY in FP32), dpre [N, OUT] where dY goes
  * in FP32 if the backend composes the step */
 static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
                      const float *dgelu_x, const float *dgelu_bias, float *dpre, float *X,
@@ -798,13 +716,13 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, Wm, OUT, IN);
     /* the bias gradient from the Dgrad's rounding pass over dY, unless a hook may change dY
      * before the Wgrad (bias_backward reads it after both) */
-    float *colsum = dbias && (!m->hook || m->hook_reads) && !m->no_colsum_fusion ? dbias : NULL;
+    float *colsum = dbias && m->plan[lin].colsum ? dbias : NULL;
     operand dy_d = {.x = dY, .rows = N, .cols = OUT, .role = FP8T_ROLE_DY, .record = 1,
                     .tile_r = 1, .tile_c = 128, .pos = 0, .colsum = colsum,
                     .dgelu_x = dgelu_x, .dgelu_bias = dgelu_bias, .values = dpre};
     operand w_d = {.x = Wm, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W, .tile_r = 128,
                    .tile_c = 128, .pos = 1};
-    const int reuse = reuse_dy_codes(m, lin, wprec);
+    const int reuse = model_plan_reuse_dy(m, lin, wprec);
     MODEL_CHECK(!dgelu_x || (reuse && (colsum || !dbias)),
                 "the fused GELU backward leaves no FP32 dY for the Wgrad or bias_backward");
     prepared dy_q; /* dY as the Dgrad took it (codes / operand), for the Wgrad when reuse */
@@ -843,20 +761,13 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     backward(m, lin, dX, dW, dbias, dY, NULL, NULL, NULL, X, W, N, IN, OUT);
 }
 
-/* The Dgrad's rounding pass can apply GELU's backward itself when it is one pass with the
- * scale known before it (BF16 operands, delayed FP8), no hook wants dY in FP32, the Wgrad takes
- * the Dgrad's dY operand, and the bias gradient comes from the same pass. */
-static int gelu_bwd_fusable(const fp8t_model *m, int lin, int has_bias) {
-    const fp8t_precision d = m->prec[lin][FP8T_GEMM_DGRAD];
-    if (m->no_gelu_bwd_fusion || m->hook || (has_bias && m->no_colsum_fusion)) return 0;
-    if (!model_prec_one_pass(m, d) && !model_scaled_path(m, lin, d)) return 0;
-    return reuse_dy_codes(m, lin, wgrad_prec(m, lin));
-}
-
 void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
                           float *dpre, const float *dact, const float *pre, const float *pre_bias,
                           float *X, const float *W, int N, int IN, int OUT) {
-    if (gelu_bwd_fusable(m, lin, dbias != NULL)) {
+    /* the plan's GELU backward in the Dgrad's pass, where the Wgrad takes the Dgrad's dY and
+     * the bias gradient comes from the same pass (nothing else reads dY in FP32) */
+    const linear_plan *pl = &m->plan[lin];
+    if (pl->dgelu && (!dbias || pl->colsum) && model_plan_reuse_dy(m, lin, wgrad_prec(m, lin))) {
         backward(m, lin, dX, dW, dbias, (float *)dact, pre, pre_bias, dpre, X, W, N, IN, OUT);
         return;
     }
@@ -865,11 +776,7 @@ void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *d
     backward(m, lin, dX, dW, dbias, dpre, NULL, NULL, NULL, X, W, N, IN, OUT);
 }
 
-int linear_bf16_dy_fusable(const fp8t_model *m, int lin) {
-    const fp8t_precision *p = m->prec[lin];
-    return !m->hook && p[FP8T_GEMM_FPROP] == FP8T_PREC_BF16 &&
-           p[FP8T_GEMM_WGRAD] == FP8T_PREC_BF16 && reuse_dy_codes(m, lin, FP8T_PREC_BF16);
-}
+int linear_bf16_dy_fusable(const fp8t_model *m, int lin) { return m->plan[lin].bf16_dy; }
 
 void linear_forward_ld(fp8t_model *m, int lin, float *Y, int ldy, float *X, const float *W,
                        int N, int IN, int OUT) {

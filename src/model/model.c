@@ -1,7 +1,7 @@
 /* Model lifetime and bookkeeping: creation (every buffer carved from one allocation each for
  * parameters, gradients, AdamW moments, activations), the precision table, the optimizer step
  * and the end-of-step FP8 update. The inputs only a Wgrad reads again are the exception:
- * allocated per layer when a forward first needs them in FP32 (model_save_plan). */
+ * allocated per layer when a forward first needs them in FP32 (model_forward_saves). */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -117,15 +117,6 @@ static float *wgrad_input_ptr(const fp8t_model *m, int l, int k) {
     return m->wx[l][k] ? m->wx[l][k] : m->wx_scratch;
 }
 
-/* The Wgrad can take the Fprop's FP8 codes (or BF16 operand) of X: both round the same X (no
- * writing hook can change it in between) per tensor, in the same precision, with X's format and X's
- * scale. */
-static int can_save_codes(const fp8t_model *m, int lin) {
-    const fp8t_precision f = m->prec[lin][FP8T_GEMM_FPROP], w = m->prec[lin][FP8T_GEMM_WGRAD];
-    return !m->no_fp8_save && (!m->hook || m->hook_reads) && f == w &&
-           (model_prec_shares_operands(m, f) || model_scaled_path(m, lin, f));
-}
-
 /* ---- layer saves (layer_save): per layer in FP32 or BF16, or one layer's scratch ---- */
 
 static size_t save_cols(const fp8t_model *m, int k) {
@@ -135,22 +126,6 @@ static size_t save_cols(const fp8t_model *m, int k) {
     case SV_UP: return (size_t)m->cfg.mlp_hidden;
     default: return (size_t)m->cfg.n_embd; /* atty, res2, res3 */
     }
-}
-
-/* Whether layer l keeps its saves in BF16: every GEMM of its linears runs below FP32 (BF16 or
- * FP8 of any kind: each already rounds its operands at least as coarsely, so the backward
- * reading BF16 values is within the error the layer has anyway; a layer with an FP32 GEMM, as
- * the FP32 policy's or a recipe's high-precision first/last layers, stays exact), and no
- * writing hook may change the tensors (the injector's runs keep FP32 saves); an observer (the
- * inspector) leaves the numerics as they are without it. Per layer rather than per model so
- * that such a recipe loses nothing where it asked for FP32. */
-static int layer_bf16_saves(const fp8t_model *m, int l) {
-    if (m->no_bf16_saves || (m->hook && !m->hook_reads)) return 0;
-    const int mpl = fp8t_model_modules_per_layer(&m->cfg);
-    for (int lin = l * mpl; lin < (l + 1) * mpl; lin++)
-        for (int g = 0; g < FP8T_GEMM_COUNT; g++)
-            if (m->prec[lin][g] == FP8T_PREC_FP32) return 0;
-    return 1;
 }
 
 /* What each layer keeps of each save in this forward; allocates what that needs. */
@@ -164,7 +139,7 @@ static void plan_layer_saves(fp8t_model *m) {
     const int attn_state = !m->no_attn_save && c->n_layer > 0 &&
                            m->ops->attention_saved_bytes(m->be, &v0.attn) > 0;
     for (int l = 0; l < c->n_layer; l++) {
-        const int bf16 = layer_bf16_saves(m, l);
+        const int bf16 = m->layer_bf16[l];
         for (int k = 0; k < SV_COUNT; k++) {
             save_kind kind = bf16 ? SAVE_BF16 : SAVE_F32;
             if (m->frozen) kind = SAVE_NONE; /* no backward follows */
@@ -204,12 +179,12 @@ float *model_save_fwd(const fp8t_model *m, int l, layer_save k) {
     return m->sv_kind[l][k] == SAVE_F32 ? m->sv32[l][k] : m->sv_scratch[k];
 }
 
-void model_save_plan(fp8t_model *m) {
+void model_forward_saves(fp8t_model *m) {
     const fp8t_model_config *c = &m->cfg;
     const size_t N = (size_t)m->B * m->T;
     plan_layer_saves(m);
     if (!m->frozen)
-        for (int lin = 0; lin < m->n_lin; lin++) m->xq[lin].saved = can_save_codes(m, lin);
+        for (int lin = 0; lin < m->n_lin; lin++) m->xq[lin].saved = m->plan[lin].save_x;
     /* A layer copy is needed when a linear reading it keeps X in FP32 for its Wgrad. A frozen
      * forward has no backward: it writes the copies that exist, else the scratch. */
     int need_scratch = 0;
@@ -391,7 +366,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     bind_tensors(m, &m->g, m->grads);
 
     /* activations: one allocation (the Wgrad-only inputs too, under FP8T_DISABLE_FP8_SAVE;
-     * otherwise model_save_plan allocates the layer copies a forward needs) */
+     * otherwise model_forward_saves allocates the layer copies a forward needs) */
     m->no_fp8_save = (disable & FP8T_DISABLE_FP8_SAVE) != 0;
     size_t act_floats = carve_activations(&m->a, NULL, cfg, B, T, m->no_fp8_save);
     m->act_memory = ops->malloc(be, act_floats * sizeof(float));
@@ -444,7 +419,10 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->wcache = calloc((size_t)m->n_lin, sizeof(*m->wcache));
     m->w_amax_done = calloc((size_t)m->n_lin, sizeof(int));
     m->xq = calloc((size_t)m->n_lin, sizeof(*m->xq));
-    MODEL_CHECK(m->prec && m->wcache && m->w_amax_done && m->xq, "out of host memory");
+    m->plan = calloc((size_t)m->n_lin, sizeof(*m->plan));
+    m->layer_bf16 = calloc(nl, 1);
+    MODEL_CHECK(m->prec && m->wcache && m->w_amax_done && m->xq && m->plan && m->layer_bf16,
+                "out of host memory");
     resolve_precisions(m);
     /* switches back to the plain paths, fixed at creation (fused paths are bit-identical to
      * them) */
@@ -465,6 +443,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->act_tail_bytes = (size_t)((char *)(m->act_memory + act_floats) - (char *)m->act_tail);
     model_head_plan(m, opt ? opt->head_chunk : FP8T_HEAD_CHUNK_AUTO);
     /* (FP8T_DISABLE_FP8_SAVE is applied above, with the activations it shapes) */
+    model_plan(m);
     return m;
 }
 
@@ -519,6 +498,8 @@ void fp8t_model_destroy(fp8t_model *m) {
     free(m->wcache);
     free(m->w_amax_done);
     free(m->xq);
+    free(m->plan);
+    free(m->layer_bf16);
     free(m->gelu_bias_deferred);
     model_head_free(m);
     if (m->attn_saved)
@@ -584,6 +565,7 @@ void fp8t_model_set_policy(fp8t_model *m, const fp8t_policy *policy) {
     m->policy = *policy;
     m->policy.history_len = m->hist_len; /* the state's history length is fixed at create */
     resolve_precisions(m);
+    model_plan(m);
     m->epoch++; /* the head may now run in another precision */
     /* current-scaled weight codes depend on epsilon / pow2 (delayed ones on the weights and
      * the state's W scales only, which no policy change touches: W is always E4M3) */
@@ -691,11 +673,13 @@ void fp8t_model_set_hook(fp8t_model *m, fp8t_tensor_hook hook, void *ctx) {
     m->hook = hook;
     m->hook_ctx = ctx;
     m->hook_reads = 0;
+    model_plan(m);
 }
 
 void fp8t_model_set_observer(fp8t_model *m, fp8t_tensor_hook hook, void *ctx) {
     fp8t_model_set_hook(m, hook, ctx);
     m->hook_reads = hook != NULL;
+    model_plan(m);
 }
 
 void fp8t_model_set_grads_ready(fp8t_model *m, fp8t_grads_ready_fn fn, void *ctx) {

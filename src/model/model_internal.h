@@ -132,7 +132,7 @@ typedef enum {
 } wgrad_input;
 
 /* The FP8 codes of a linear's input X that its Wgrad reads, made by the Fprop's quantize
- * (model_save_plan). Valid until the next forward: the scale they were made with does not
+ * (the plan's save_x). Valid until the next forward: the scale they were made with does not
  * change before the backward (delayed: the recipe state's scale_inv, rewritten only by
  * fp8t_model_end_step; current: cur_scale_inv of this linear's X, written only by this
  * linear's X quantization from the same X). */
@@ -179,6 +179,32 @@ typedef enum {
     SAVE_BF16 = 2  /* the layer's BF16 copy (bf16_pack) of the FP32 scratch */
 } save_kind;
 
+/* The plan of one linear layer (linear_plan.c), decided once per policy, hook and option
+ * change (model_plan) and read by every call: what is fused into its operands, where its
+ * bias goes, what its forward keeps for the backward. Entries indexed [frozen] differ between
+ * a training forward (0) and a frozen one (1, no backward follows it). */
+typedef struct {
+    unsigned char scaled[FP8T_GEMM_COUNT]; /* the GEMM takes the scaled-operand path
+                                              (model_scaled_path of its precision) */
+    unsigned char save_x;       /* a training Fprop keeps its X operand (codes, BF16, scaled)
+                                   for the Wgrad instead of X in FP32 (x_codes) */
+    unsigned char step_fused[2];/* the Fprop's rounding pass applies the producer step itself
+                                   (fc2: GELU; GPT-2's qkv, fc1: the LayerNorm): its FP32
+                                   output is never written */
+    unsigned char bias_gemm;    /* the Fprop's bias rides in its GEMM (else bias_add after the
+                                   hook's output site) */
+    unsigned char bias_gemm_replay; /* ... in a replay, which has no hook */
+    unsigned char bias_residual;/* proj, fc2: the residual add after the Fprop takes the bias */
+    unsigned char bias_next[2]; /* fc1: fc2's fused GELU pass takes fc1's bias */
+    unsigned char dy_shared;    /* the Dgrad's dY operand can serve the Wgrad when the Wgrad
+                                   runs in the Dgrad's precision (model_plan_reuse_dy) */
+    unsigned char colsum;       /* the bias gradient from the Dgrad's rounding pass */
+    unsigned char dgelu;        /* fc1: the Dgrad's rounding pass applies GELU's backward
+                                   (where dY is shared and colsum holds) */
+    unsigned char bf16_dy;      /* all three GEMMs on BF16 operands, dY shared, no hook
+                                   (linear_bf16_dy_fusable: the head's fused cross-entropy) */
+} linear_plan;
+
 /* A growable device scratch buffer. */
 typedef struct {
     void *p;
@@ -220,6 +246,8 @@ struct fp8t_model {
     fp8t_precision (*prec)[FP8T_GEMM_COUNT];     /* [n_lin][3] resolved precisions */
     weight_cache (*wcache)[WCACHE_SLOTS];        /* [n_lin][2] */
     int *w_amax_done;            /* [n_lin] host: W amax recorded this step */
+    linear_plan *plan;           /* [n_lin] host (model_plan) */
+    unsigned char *layer_bf16;   /* [L] host: the layer keeps its saves in BF16 (model_plan) */
     scratch_buf codes[2], codes_t[2]; /* FP8 codes of the activation operands (A, B) */
     scratch_buf h16[2];          /* BF16 operands of the activations (A, B) */
     scratch_buf fq[2];           /* fake/block/MX quantized copies of the operands (A, B) */
@@ -281,7 +309,7 @@ struct fp8t_model {
     int *gelu_bias_deferred; /* [L] host: the last forward left fc1's bias to fc2's fused GELU
                                 pass, so fch holds fc1's output without it (forward.c) */
 
-    /* FP8 codes of X kept for the Wgrad (model_save_plan): a linear whose Fprop and Wgrad
+    /* FP8 codes of X kept for the Wgrad (the plan's save_x): a linear whose Fprop and Wgrad
      * share a per-tensor FP8 precision, with no hook, keeps the codes its Fprop made (1 byte
      * per element) instead of its FP32 input, and its Wgrad does not quantize X again. */
     int no_fp8_save;       /* FP8T_DISABLE_FP8_SAVE at create: keep every X in FP32, as the
@@ -297,7 +325,7 @@ struct fp8t_model {
     int warned_block;      /* a block or rowwise GEMM's shape left the FP8 tensor cores
                               (printed once) */
 
-    /* Layer saves (layer_save): what the last forward decided per layer (model_save_plan),
+    /* Layer saves (layer_save): what the last forward kept per layer (model_forward_saves),
      * the per-layer copies (allocated when a training forward first keeps one in that
      * format, then kept) and one layer's FP32 scratch per save. */
     unsigned char (*sv_kind)[SV_COUNT]; /* [L] save_kind */
@@ -373,10 +401,11 @@ void model_invalidate_weight_caches(fp8t_model *m);
 int model_refuse_if_frozen(const fp8t_model *m, const char *fn);
 int model_lin_layer(const fp8t_model *m, int lin);
 void model_layer_view(layer_view *v, const fp8t_model *m, int l);
-/* At the start of a forward: decide per linear whether this forward saves X's FP8 codes for
- * the Wgrad (a training forward; a frozen one changes nothing, no backward follows it), and
- * allocate the layer copies and the one-layer scratch the forward will write. */
-void model_save_plan(fp8t_model *m);
+/* At the start of a forward: mark per linear whether this forward saves X's operand for the
+ * Wgrad as the plan says (a training forward; a frozen one changes nothing, no backward
+ * follows it), and allocate the layer copies and the one-layer scratch the forward will
+ * write. */
+void model_forward_saves(fp8t_model *m);
 /* ops->malloc, counted in act_lazy_bytes (activation memory allocated after create) */
 void *model_act_malloc(fp8t_model *m, size_t bytes);
 /* The FP32 location save k of layer l is written to (and read from) in the forward: the
@@ -428,7 +457,20 @@ void model_head_forward(fp8t_model *m);
 int model_head_backward(fp8t_model *m, float dloss);
 /* destroy: the buffers head.c allocated */
 void model_head_free(fp8t_model *m);
-/* linear.c: whether linear lin's GEMMs of precision p take the scaled-operand path
+/* linear_plan.c — the plan of each linear (linear_plan) */
+/* every linear's plan and every layer's save format, from the resolved precisions, the hook,
+ * the switches, the backend and the shapes: at create, set_policy, set_hook, set_observer */
+void model_plan(fp8t_model *m);
+/* linear lin's plan as model_plan computes it (the plan of fc1 without its bias_next) */
+linear_plan model_linear_plan(const fp8t_model *m, int lin);
+/* Whether the Wgrad of linear lin, running in precision wgrad (the policy's, or the one the
+ * forward kept X's operand in), takes the Dgrad's dY operand: the plan's dy_shared, in the
+ * Dgrad's precision */
+int model_plan_reuse_dy(const fp8t_model *m, int lin, fp8t_precision wgrad);
+/* IN and OUT of linear lin; whether its GEMMs' every dimension is a multiple of 16 */
+void model_lin_shape(const fp8t_model *m, int lin, int *in, int *out);
+int model_lin_dims_16(const fp8t_model *m, int lin);
+/* Whether linear lin's GEMMs of precision p take the scaled-operand path
  * (scaled operands from make_operand + a block- or row-scaled gemm_fp8, operands shared
  * between the GEMMs as the per-tensor FP8 ones): rowwise always (gemm_fp8 falls back to
  * decode + FP32 where the hardware has no kernel), block on a backend with fp8_block_native
@@ -482,18 +524,17 @@ void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln
 void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
                           float *dpre, const float *dact, const float *pre, const float *pre_bias,
                           float *X, const float *W, int N, int IN, int OUT);
-/* Whether linear lin, whose output is added to the residual stream, should leave its bias to
- * that add (add_bias: the same bits as bias_add then add, without the pass over the output
- * that an FP8 GEMM's bias costs); not where the bias rides in a BF16 GEMM's epilogue for
- * free, not with a hook. Off with FP8T_DISABLE_RESIDUAL_BIAS. */
+/* Whether linear lin, whose output is added to the residual stream, leaves its bias to that
+ * add (add_bias: the same bits as bias_add then add, without the pass over the output that
+ * an FP8 GEMM's bias costs); not where the bias rides in a BF16 GEMM's epilogue for free, not
+ * with a writing hook. Off with FP8T_DISABLE_RESIDUAL_BIAS. (The plan's bias_residual.) */
 int linear_residual_takes_bias(const fp8t_model *m, int lin);
-/* Whether linear prod (which makes GELU's input) may leave its bias to linear lin's fused
- * GELU pass: prod's Fprop is FP8 (whose bias costs a pass of its own over the output: no FP32
- * bias epilogue for FP8 GEMMs; per-tensor or on the scaled path) and lin's is delayed FP8 or
- * on the scaled path (block, rowwise), with the GELU fusion. */
-int linear_gelu_takes_bias(const fp8t_model *m, int prod, int lin);
+/* Whether fc1 (which makes GELU's input) leaves its bias to fc2's fused GELU pass in this
+ * forward: fc1's Fprop is FP8 (per-tensor or on the scaled path) and fc2's is delayed FP8 or
+ * on the scaled path (block, rowwise), with the GELU fusion. (The plan's bias_next.) */
+int linear_gelu_takes_bias(const fp8t_model *m, int fc1);
 /* Whether lin's GEMMs all take BF16 operands, the Dgrad's dY operand serving the Wgrad, with no
- * hook: then its dY may come already rounded (softmax_xent_bf16) and its Fprop may write a
+ * hook (the plan's bf16_dy): then its dY may come already rounded (softmax_xent_bf16) and its Fprop may write a
  * strided Y (linear_forward_ld, linear_backward_bf16_dy: the head's fused cross-entropy). */
 int linear_bf16_dy_fusable(const fp8t_model *m, int lin);
 /* linear_forward without bias into Y [N, ldy], ldy >= pad(OUT) (columns >= OUT are written
