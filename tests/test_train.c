@@ -932,6 +932,12 @@ static void test_spike_detector_first_steps(void) {
     T_CHECK(t.n_events == 2 && strstr(buf, "\"step\":19,\"kind\":\"spike\"") &&
                 strstr(buf, "\"spike_step\":19"),
             "%d events (expected the spike at 19 and its recovery): %s", t.n_events, buf);
+    spike_free(&t.spike);
+    /* --spike-window 0: the detector is off, the same series raises nothing */
+    t.n_events = 0;
+    spike_init(&t.spike, 0, 6.0);
+    for (int i = 0; i < 30; i++) spike_observe(&t, i + 1, loss[i]);
+    T_CHECK(t.n_events == 0, "--spike-window 0: %d events", t.n_events);
     fclose(t.events);
     spike_free(&t.spike);
 }

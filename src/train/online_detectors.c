@@ -42,6 +42,7 @@ void spike_push(spike_state *s, double loss) {
 
 void spike_observe(trainer *t, int step, double loss) {
     spike_state *s = &t->spike;
+    if (s->cfg.window == 0) return; /* --spike-window 0: off */
     char msg[256], extra[160];
     if (s->in_spike) {
         if (loss < s->recover_below) {

@@ -493,8 +493,8 @@ static const opt OPTIONS[] = {
         "baseline run directory for the drift detector (its metrics.jsonl)"),
     NUM("drift-threshold", "X", OT_FLOAT, drift_threshold, 0, 1e9, G_DEBUG,
         "relative loss gap vs --baseline that raises a drift event"),
-    NUM("spike-window", "N", OT_INT, spike_window, 3, 1e6, G_DEBUG,
-        "loss spike detector: robust z-score window"),
+    NUM("spike-window", "N", OT_INT, spike_window, 0, 1e6, G_DEBUG,
+        "loss spike detector: robust z-score window (at least 3; 0 turns the detector off)"),
     NUM("spike-z", "X", OT_FLOAT, spike_z, 0.1, 1e9, G_DEBUG, "loss spike detector: z threshold"),
     NUM("detect-nan", "0|1", OT_BOOL, detect_nan, 0, 1, G_DEBUG,
         "stop on a non-finite loss and name the first non-finite tensor"),
@@ -818,9 +818,14 @@ int fp8t_train_config_check(fp8t_train_config *c, char *err, size_t errlen) {
         return -1;
     }
     if (c->warmup < 0 || c->ckpt_every < 0 || c->keep_ckpts < 0 || c->val_every < 0 ||
-        c->val_batches < 1 || c->shadow_every < 0 || c->progress_every < 1 || c->spike_window < 3 ||
+        c->val_batches < 1 || c->shadow_every < 0 || c->progress_every < 1 ||
         !(c->grad_clip >= 0) || !(c->weight_decay >= 0)) {
         snprintf(err, errlen, "a count option is out of range (see fp8train train --help)");
+        return -1;
+    }
+    if (c->spike_window != 0 && c->spike_window < 3) {
+        snprintf(err, errlen, "--spike-window %d: a window needs at least 3 losses (0 turns the "
+                 "spike detector off)", c->spike_window);
         return -1;
     }
     if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0) {

@@ -741,6 +741,9 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         fp8t_model_end_step(t->model);
         if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
         const float loss = (float)(loss_sum / t->accum);
+        /* the online detectors judge the step inside its time (tokens_per_s counts them) */
+        const double drift_gap = drift_observe(t, step, loss);
+        spike_observe(t, step, loss);
         const double step_s = trainer_now() - ts;
         t->train_seconds += step_s;
         t->tokens_done += tokens_per_step;
@@ -756,11 +759,10 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
             res->last_val_loss = r.val_loss;
         }
         if (isfinite(shadow_loss)) r.shadow_gap = fabsf(loss0 - shadow_loss) / shadow_loss;
-        r.drift_gap = drift_observe(t, step, loss);
+        r.drift_gap = drift_gap;
         r.elapsed_s = trainer_now() - t->t0;
         runlog_metrics(t, &r);
         runlog_tb_step(t, &r);
-        spike_observe(t, step, loss);
         res->last_step = step;
         res->last_loss = loss;
 
