@@ -24,7 +24,8 @@ NVFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc 
 CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 
 LIB_SRC  := $(wildcard src/util/*.c src/numerics/*.c src/io/*.c src/backend/*.c \
-                       src/backend/cpu/*.c src/model/*.c src/train/*.c src/debug/*.c)
+                       src/backend/cpu/*.c src/model/*.c src/instrument/*.c src/train/*.c \
+                       src/tools/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)
 CU_SRC   := $(wildcard src/backend/cuda/*.cu)
 TEST_C   := $(wildcard tests/test_*.c)
@@ -147,16 +148,16 @@ $(BUILD)/fp8train: $(CLI_OBJ) $(BUILD)/libfp8train.a $(CLI_DEPS)
 
 $(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libfp8train.a | $(PROTO_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libfp8train.a $(LDLIBS)
+	$(CC) $(CFLAGS) -MMD -MP -MF $@.d -o $@ $< $(BUILD)/libfp8train.a $(LDLIBS)
 
 # C++ tests may use the CUDA toolkit's host-side headers (cuda_fp8.h) as a reference.
 $(BUILD)/tests/%: tests/%.cpp tests/test.h $(BUILD)/libfp8train.a
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(BUILD)/libfp8train.a $(LDLIBS)
+	$(CXX) $(CXXFLAGS) -MMD -MP -MF $@.d -I$(CUDA_HOME)/include -o $@ $< $(BUILD)/libfp8train.a $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libfp8train.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libfp8train.a $(LDLIBS)
+	$(CC) $(CFLAGS) -MMD -MP -MF $@.d -o $@ $< $(BUILD)/libfp8train.a $(LDLIBS)
 
 test: $(DEPS_STAMP) $(BUILD)/fp8train $(TEST_BIN) $(CUDNN_GRAPH_CHECK)
 	@FP8TRAIN_BIN=$(abspath $(BUILD)/fp8train) tests/run.sh $(TEST_BIN) $(TEST_SH)
@@ -204,6 +205,8 @@ gpu-test:
 endif
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+# the test and bench programs' header dependencies (a changed test helper header rebuilds them)
+-include $(TEST_BIN:=.d) $(BENCH_BIN:=.d)
 
 clean:
 	rm -rf build build-san

@@ -11,6 +11,7 @@
 
 #include "fp8train/backend.h"
 #include "fp8train/checkpoint.h"
+#include "fp8train/policy_json.h"
 #include "fp8train/data.h"
 #include "fp8train/export.h"
 #include "fp8train/io.h"

@@ -1,4 +1,4 @@
-/* The inspector's background dump writer (src/debug/dump_writer.h) on the CPU backend: every
+/* The inspector's background dump writer (src/instrument/dump_writer.h) on the CPU backend: every
  * queued dump is written, with the right data, FP8 codes and scale_inv, also when the pinned
  * budget holds less than one dump (the producer then waits for the thread) and when a dump is
  * larger than every buffer so far (a buffer is replaced). */
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "debug/dump_writer.h"
+#include "instrument/dump_writer.h"
 #include "fp8train/backend.h"
 #include "fp8train/io.h"
 #include "test.h"

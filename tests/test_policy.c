@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "fp8train/policy.h"
+#include "fp8train/policy_json.h"
 #include "test.h"
 
 #define L 8 /* layers of the model the rules are resolved against */

@@ -1,5 +1,6 @@
 /* fp8train — inference on trained weights: validation loss in BF16 / FP8 / FP32, multiple-choice
- * tasks in llm.c's eval format (HellaSwag), sampling, and llm.c's GPT-2 tokenizer (decoding).
+ * tasks in llm.c's eval format (HellaSwag), sampling, and what the evaluation runs on the
+ * inference model (generation, tasks). llm.c's GPT-2 tokenizer file is io's (tokenizer.h).
  *
  * Inference precisions:
  *   bf16  every linear GEMM with BF16 operands and FP32 accumulation.
@@ -18,15 +19,16 @@
 
 #include "fp8train/data.h"
 #include "fp8train/export.h"
+#include "fp8train/infer.h"
 #include "fp8train/model.h"
+#include "fp8train/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum { FP8T_EVAL_BF16 = 0, FP8T_EVAL_FP8 = 1, FP8T_EVAL_FP32 = 2, FP8T_EVAL_COUNT } fp8t_eval_precision;
-const char *fp8t_eval_precision_name(fp8t_eval_precision p); /* "bf16", "fp8", "fp32" */
-int fp8t_eval_precision_parse(fp8t_eval_precision *out, const char *s); /* 0 ok, -1 unknown */
+/* the precisions (fp8t_eval_precision, with its name and parse) are the inference model's:
+ * fp8train/infer.h */
 
 /* A model for inference on micro-batches [B, T] holding w's parameters and FP8 state (a fresh
  * state when w has none or one of another size), plus the host buffers inference needs. The
@@ -135,17 +137,21 @@ int fp8t_generate(fp8t_evaluator *ev, const int *prompt, int n_prompt, int n_new
 int fp8t_sample(const float *logits, int V, float temperature, int top_k, uint64_t *rng);
 uint64_t fp8t_sample_seed(uint64_t seed);
 
-/* ---- llm.c's GPT-2 tokenizer file (decoding only): header 256 x uint32 (magic 20240328,
- * version 1 or 2, vocab size, EOT id in version 2), then per token a length byte and bytes. */
-typedef struct {
-    int vocab_size;
-    int eot;                   /* end-of-text token id */
-    char **piece;              /* [vocab_size] bytes of each token (NUL-terminated copies) */
-    int *piece_len;            /* [vocab_size] */
-} fp8t_tokenizer;
+/* ---- the evaluation on the inference model (src/train/eval_infer.c) ---- */
 
-int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t errlen);
-void fp8t_tokenizer_free(fp8t_tokenizer *t);
+/* fp8t_task_eval (eval.h) through the inference model: the same packing and scoring (each
+ * completion's mean loss given the context, the lowest wins). The model needs B >=
+ * t->max_completions and Tmax >= t->longest. 0 ok; -1 with err. */
+int fp8t_infer_task_eval(fp8t_infer *m, const fp8t_task *t, int *correct, int *pred, char *err,
+                         size_t errlen);
+
+/* Continue n prompts (prompts[i] of lens[i] >= 1 tokens, n <= B) by n_new tokens each into
+ * out[i * n_new + j]: a prefill, then n_new - 1 decode steps. Sequence i samples with its
+ * own random stream, fp8t_sample_seed(cfg->seed + i), so sequence 0 reproduces
+ * fp8t_generate's stream. Needs max(lens) + n_new - 1 <= Tmax. 0 ok; -1 with err. */
+int fp8t_infer_generate(fp8t_infer *m, const int *const *prompts, const int *lens, int n,
+                        int n_new, const fp8t_sample_cfg *cfg, int *out, char *err,
+                        size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -35,13 +35,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fp8train/eval.h"
 #include "fp8train/export.h"
 #include "fp8train/model.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The inference precisions (the evaluation's too: fp8train/eval.h) */
+typedef enum { FP8T_EVAL_BF16 = 0, FP8T_EVAL_FP8 = 1, FP8T_EVAL_FP32 = 2, FP8T_EVAL_COUNT } fp8t_eval_precision;
+const char *fp8t_eval_precision_name(fp8t_eval_precision p); /* "bf16", "fp8", "fp32" */
+int fp8t_eval_precision_parse(fp8t_eval_precision *out, const char *s); /* 0 ok, -1 unknown */
 
 /* Where an FP8 linear's activation scale comes from. */
 typedef enum {
@@ -144,20 +148,6 @@ double fp8t_infer_loss_decode(fp8t_infer *m, const int *tokens, const int *targe
  * -1 with err. */
 int fp8t_infer_losses(fp8t_infer *m, const int *tokens, const int *targets, int nb, int T,
                       float *losses, char *err, size_t errlen);
-/* fp8t_task_eval (eval.h) through the inference model: the same packing and scoring (each
- * completion's mean loss given the context, the lowest wins). The model needs B >=
- * t->max_completions and Tmax >= t->longest. 0 ok; -1 with err. */
-int fp8t_infer_task_eval(fp8t_infer *m, const fp8t_task *t, int *correct, int *pred, char *err,
-                         size_t errlen);
-
-/* Continue n prompts (prompts[i] of lens[i] >= 1 tokens, n <= B) by n_new tokens each into
- * out[i * n_new + j]: a prefill, then n_new - 1 decode steps. Sequence i samples with its
- * own random stream, fp8t_sample_seed(cfg->seed + i), so sequence 0 reproduces
- * fp8t_generate's stream. Needs max(lens) + n_new - 1 <= Tmax. 0 ok; -1 with err. */
-int fp8t_infer_generate(fp8t_infer *m, const int *const *prompts, const int *lens, int n,
-                        int n_new, const fp8t_sample_cfg *cfg, int *out, char *err,
-                        size_t errlen);
-
 #ifdef __cplusplus
 }
 #endif

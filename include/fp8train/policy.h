@@ -107,10 +107,6 @@ fp8t_precision fp8t_policy_resolve(const fp8t_policy *p, int n_layer, int layer,
 
 /* Human-readable one-line-per-rule description (written into buf). Returns buf. */
 char *fp8t_policy_describe(const fp8t_policy *p, char *buf, size_t len);
-/* Serialize to / parse from a JSON object string (config.json, state.json). The JSON form
- * is the canonical saved policy. to_json returns malloc'd string. */
-char *fp8t_policy_to_json(const fp8t_policy *p);
-int fp8t_policy_from_json(fp8t_policy *p, const char *json, char *err, size_t errlen);
 /* Format one override back to its string form. */
 char *fp8t_override_format(const fp8t_override *o, char *buf, size_t len);
 

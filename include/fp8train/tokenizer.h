@@ -74,6 +74,18 @@ int fp8t_bpe_is_jsonl(const char *path);
 int fp8t_bpe_encode_file(fp8t_bpe *t, const char *path, const char *field, fp8t_doc_fn fn,
                          void *ctx, char *err, size_t errlen);
 
+/* ---- llm.c's GPT-2 tokenizer file (decoding only): header 256 x uint32 (magic 20240328,
+ * version 1 or 2, vocab size, EOT id in version 2), then per token a length byte and bytes. */
+typedef struct {
+    int vocab_size;
+    int eot;                   /* end-of-text token id */
+    char **piece;              /* [vocab_size] bytes of each token (NUL-terminated copies) */
+    int *piece_len;            /* [vocab_size] */
+} fp8t_tokenizer;
+
+int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t errlen);
+void fp8t_tokenizer_free(fp8t_tokenizer *t);
+
 #ifdef __cplusplus
 }
 #endif

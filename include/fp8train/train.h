@@ -52,10 +52,10 @@ typedef struct {
     int progress_every;         /* print a progress line every N steps */
     char tensorboard[FP8T_PATH_MAX]; /* --tensorboard DIR: TensorBoard event files; "" = off */
     /* debugging */
-    char inspect[FP8T_PATH_MAX];/* --inspect spec (see debug/inspect.h); "" = off */
+    char inspect[FP8T_PATH_MAX];/* --inspect spec (see fp8train/debug.h: fp8t_inspector_create); "" = off */
     char omp_wait_policy[16];   /* OMP_WAIT_POLICY at start, for the banner (not an option) */
     int inspect_dump_mb;        /* --inspect-dump-mb: pinned MiB of dumps in flight (2048) */
-    char inject[FP8T_PATH_MAX]; /* --inject spec (see debug/inject.h); "" = off */
+    char inject[FP8T_PATH_MAX]; /* --inject spec (see fp8train/inject.h); "" = off */
     char baseline[FP8T_PATH_MAX]; /* --baseline RUN_DIR for the drift detector */
     float drift_threshold;      /* relative loss gap (default 0.01) */
     int spike_window;           /* robust z-score window (default 50) */

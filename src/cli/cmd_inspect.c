@@ -21,6 +21,7 @@
 #include "fp8train/inject.h"
 #include "fp8train/inspect_checkpoint.h"
 #include "fp8train/io.h"
+#include "fp8train/policy_json.h"
 
 #define CMD "inspect"
 #define MAX_OVERRIDE_ARGS 64

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fp8train/eval.h"
+#include "fp8train/tokenizer.h"
 #include "fp8train/io.h"
 #include "util/le.h"
 

@@ -16,6 +16,27 @@
 #include "model/infer_internal.h"
 #include "model/operand.h"
 
+/* the inference model's precisions (fp8train/eval.h's enum) */
+const char *fp8t_eval_precision_name(fp8t_eval_precision p) {
+    switch (p) {
+    case FP8T_EVAL_BF16: return "bf16";
+    case FP8T_EVAL_FP8: return "fp8";
+    case FP8T_EVAL_FP32: return "fp32";
+    default: break;
+    }
+    return "unknown";
+}
+
+int fp8t_eval_precision_parse(fp8t_eval_precision *out, const char *s) {
+    if (!s) return -1;
+    for (int p = 0; p < FP8T_EVAL_COUNT; p++)
+        if (!strcmp(s, fp8t_eval_precision_name((fp8t_eval_precision)p))) {
+            *out = (fp8t_eval_precision)p;
+            return 0;
+        }
+    return -1;
+}
+
 #define STAGE_FLOATS ((size_t)16 << 20) /* 64 MiB of staging */
 
 const char *fp8t_act_scale_name(fp8t_act_scale a) {

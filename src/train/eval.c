@@ -7,28 +7,9 @@
 #include <string.h>
 
 #include "fp8train/eval.h"
+#include "fp8train/policy_json.h"
 #include "fp8train/recipe.h"
 #include "train/eval_internal.h"
-
-const char *fp8t_eval_precision_name(fp8t_eval_precision p) {
-    switch (p) {
-    case FP8T_EVAL_BF16: return "bf16";
-    case FP8T_EVAL_FP8: return "fp8";
-    case FP8T_EVAL_FP32: return "fp32";
-    default: break;
-    }
-    return "unknown";
-}
-
-int fp8t_eval_precision_parse(fp8t_eval_precision *out, const char *s) {
-    if (!s) return -1;
-    for (int p = 0; p < FP8T_EVAL_COUNT; p++)
-        if (!strcmp(s, fp8t_eval_precision_name((fp8t_eval_precision)p))) {
-            *out = (fp8t_eval_precision)p;
-            return 0;
-        }
-    return -1;
-}
 
 fp8t_evaluator *fp8t_evaluator_create(fp8t_backend *be, const fp8t_weights *w,
                                       const fp8t_model_options *opt, int B, int T, char *err,

@@ -13,6 +13,7 @@
 #include "fp8train/export.h" /* fp8t_weights_read_config (--init) */
 #include "fp8train/inject.h"
 #include "fp8train/io.h"
+#include "fp8train/policy_json.h"
 #include "fp8train/tokenizer.h"
 #include "fp8train/train_options.h"
 #include "util/fs.h"

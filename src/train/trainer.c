@@ -19,6 +19,7 @@
 #include "fp8train/export.h" /* fp8t_weights_load (--init) */
 #include "fp8train/inject.h"
 #include "fp8train/io.h"
+#include "fp8train/policy_json.h"
 #include "fp8train/train_options.h"
 #include "train/trainer_internal.h"
 

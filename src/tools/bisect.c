@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "debug/bisect_internal.h"
+#include "tools/bisect_internal.h"
 #include "fp8train/checkpoint.h"
 #include "fp8train/compare.h"
 #include "fp8train/dist.h"

@@ -1,4 +1,4 @@
-/* compare internals shared by src/debug/compare*.c. */
+/* compare internals shared by src/tools/compare*.c. */
 #ifndef FP8TRAIN_COMPARE_INTERNAL_H
 #define FP8TRAIN_COMPARE_INTERNAL_H
 

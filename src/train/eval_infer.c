@@ -1,17 +1,21 @@
-/* Batched generation with the KV cache: one prefill of the n prompts (right-padded to the
- * longest), then one decode step per new token, every sequence at its own position. */
+/* What the evaluation runs on the inference model (fp8train/infer.h), through its public API:
+ * batched generation with the KV cache (one prefill of the n prompts, right-padded to the
+ * longest, then one decode step per new token, every sequence at its own position) and the
+ * multiple-choice tasks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/infer_internal.h"
+#include "fp8train/eval.h"
+#include "fp8train/infer.h"
 
 int fp8t_infer_generate(fp8t_infer *m, const int *const *prompts, const int *lens, int n,
                         int n_new, const fp8t_sample_cfg *cfg, int *out, char *err,
                         size_t errlen) {
-    if (n < 1 || n > m->B) {
+    const int Bm = fp8t_infer_B(m), Tmax = fp8t_infer_Tmax(m);
+    if (n < 1 || n > Bm) {
         snprintf(err, errlen, "generate: %d prompts for a model built for batches of %d", n,
-                 m->B);
+                 Bm);
         return -1;
     }
     if (n_new < 1) return 0;
@@ -23,13 +27,13 @@ int fp8t_infer_generate(fp8t_infer *m, const int *const *prompts, const int *len
         }
         T = lens[i] > T ? lens[i] : T;
     }
-    if (T + n_new - 1 > m->Tmax) {
+    if (T + n_new - 1 > Tmax) {
         snprintf(err, errlen, "generate: the longest prompt (%d tokens) + %d new tokens need %d "
                  "cache positions; the model was built for %d", T, n_new, T + n_new - 1,
-                 m->Tmax);
+                 Tmax);
         return -1;
     }
-    const int V = m->V;
+    const int V = fp8t_infer_config(m)->vocab_size;
     int *tok = calloc((size_t)n * T, sizeof(int)); /* [n, T] right-padded with token 0 */
     int *pos = malloc((size_t)n * sizeof(int));
     int *next = malloc((size_t)n * sizeof(int));
@@ -81,11 +85,11 @@ int fp8t_infer_task_eval(fp8t_infer *m, const fp8t_task *t, int *correct, int *p
                          size_t errlen) {
     /* the packed rows are as long as the longest example, so the model's cache length needs
      * to cover only that */
-    const int B = m->B, T = t->longest > 0 ? t->longest : 1;
+    const int B = fp8t_infer_B(m), T = t->longest > 0 ? t->longest : 1;
     *correct = 0;
-    if (T > m->Tmax) {
+    if (T > fp8t_infer_Tmax(m)) {
         snprintf(err, errlen, "task: examples need %d positions but the inference model holds %d",
-                 T, m->Tmax);
+                 T, fp8t_infer_Tmax(m));
         return -1;
     }
     int *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
@@ -94,7 +98,7 @@ int fp8t_infer_task_eval(fp8t_infer *m, const fp8t_task *t, int *correct, int *p
     if (!tok || !tgt || !loss) snprintf(err, errlen, "task: out of memory");
     else {
         task_ctx c = {m, B, T};
-        rc = fp8t_task_score(t, B, T, m->V, tok, tgt, loss, task_losses, &c, correct, pred, err,
+        rc = fp8t_task_score(t, B, T, fp8t_infer_config(m)->vocab_size, tok, tgt, loss, task_losses, &c, correct, pred, err,
                              errlen);
     }
     free(tok);

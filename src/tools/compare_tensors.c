@@ -9,7 +9,7 @@
 #include "fp8train/compare.h"
 #include "fp8train/io.h"
 #include "fp8train/stats.h"
-#include "debug/compare_internal.h"
+#include "tools/compare_internal.h"
 #include "util/fs.h"
 
 #define MAX_DUMPS 4096

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "debug/dump_writer.h"
+#include "instrument/dump_writer.h"
 #include "fp8train/debug.h"
 #include "fp8train/io.h"
 #include "fp8train/recipe.h"

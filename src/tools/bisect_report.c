@@ -9,8 +9,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "debug/bisect_internal.h"
+#include "tools/bisect_internal.h"
 #include "fp8train/compare.h"
+#include "fp8train/policy_json.h"
 
 static const char *outcome_name(fp8t_bisect_outcome o) {
     return o == FP8T_BISECT_NO_PROBLEM ? "no_problem" : o == FP8T_BISECT_FOUND ? "found"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "fp8train/compare.h"
-#include "debug/compare_internal.h"
+#include "tools/compare_internal.h"
 
 #define MAX_SPIKES 64
 

@@ -14,11 +14,11 @@
 #include "fp8train/checkpoint.h"
 #include "fp8train/io.h"
 #include "fp8train/recipe.h"
-#include "train/train_internal.h"
+#include "util/fmt.h"
 #include "util/fs.h"
 
 #define CKPT_FORMAT "fp8train-checkpoint"
-#define FP8T_CKPT_PATH_MAX_INTERNAL FP8T_TRAIN_PATH_BUF
+#define FP8T_CKPT_PATH_MAX_INTERNAL 4096
 
 void fp8t_checkpoint_dir(char *buf, size_t len, const char *out_dir, int step) {
     snprintf(buf, len, "%s/checkpoints/step_%06d", out_dir, step);

@@ -1,8 +1,8 @@
-/* Small helpers for the training code. */
+/* fp8t_fmt: snprintf that reports truncation (util/fmt.h). */
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "train/train_internal.h"
+#include "util/fmt.h"
 
 int fp8t_fmt(char *buf, size_t len, const char *fmt, ...) {
     va_list ap;

@@ -1,5 +1,5 @@
-/* bisect's private state, shared by src/debug/bisect.c (the procedure) and
- * src/debug/bisect_report.c (table, bisect.json, report.html). */
+/* bisect's private state, shared by src/tools/bisect.c (the procedure) and
+ * src/tools/bisect_report.c (table, bisect.json, report.html). */
 #ifndef FP8TRAIN_BISECT_INTERNAL_H
 #define FP8TRAIN_BISECT_INTERNAL_H
 

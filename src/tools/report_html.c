@@ -9,8 +9,8 @@
 
 #include "fp8train/compare.h"
 #include "fp8train/io.h"
-#include "debug/compare_internal.h"
-#include "debug/report_internal.h"
+#include "tools/compare_internal.h"
+#include "tools/report_internal.h"
 
 #define COLOR_A "#2563eb"
 #define COLOR_B "#ea580c"

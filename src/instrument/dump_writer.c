@@ -1,5 +1,5 @@
 /* The inspector's background dump writer (see dump_writer.h). */
-#include "debug/dump_writer.h"
+#include "instrument/dump_writer.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "debug/report_internal.h"
+#include "tools/report_internal.h"
 
 /* ---- text buffer ---- */
 
