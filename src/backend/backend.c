@@ -3,10 +3,50 @@
  * sanitizer builds) link without it and report a clear error instead. Also the RoPE frequencies
  * both backends build their tables from (fp8t_rope_inv_freq). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "fp8train/backend.h"
+
+/* ---- the op table's names (FP8T_BACKEND_OPS), checked against the struct field for field:
+ * each op at its index's offset, and as many ops as the struct has room for */
+#define OP_INDEX(name) OPI_##name,
+enum { FP8T_BACKEND_OPS(OP_INDEX) OP_COUNT };
+typedef void (*op_fn)(void);
+#define OP_PLACE(name)                                                                        \
+    _Static_assert(offsetof(fp8t_backend_ops, name) == OPI_##name * sizeof(op_fn),            \
+                   "FP8T_BACKEND_OPS: " #name " is not at its place in fp8t_backend_ops");
+FP8T_BACKEND_OPS(OP_PLACE)
+_Static_assert(sizeof(fp8t_backend_ops) == OP_COUNT * sizeof(op_fn),
+               "FP8T_BACKEND_OPS does not list every op of fp8t_backend_ops");
+#define OP_NAME(name) #name,
+static const char *const OP_NAMES[OP_COUNT] = {FP8T_BACKEND_OPS(OP_NAME)};
+
+const char *fp8t_backend_op_name(int i) { return i >= 0 && i < OP_COUNT ? OP_NAMES[i] : NULL; }
+int fp8t_backend_op_count(void) { return OP_COUNT; }
+
+int fp8t_backend_first_unset_op(const fp8t_backend_ops *ops) {
+    for (int i = 0; i < OP_COUNT; i++) {
+        op_fn f;
+        memcpy(&f, (const char *)ops + (size_t)i * sizeof(op_fn), sizeof f);
+        const int optional = i >= OPI_graph_begin && i <= OPI_graph_destroy;
+        if (!f && !optional) return i;
+    }
+    return -1;
+}
+
+/* b, or NULL after a message in err when its table leaves an op unset (a designated
+ * initializer forgotten: the op would be a NULL call at its first use) */
+static fp8t_backend *checked(fp8t_backend *b, char *err, size_t errlen) {
+    if (!b) return NULL;
+    const int i = fp8t_backend_first_unset_op(b->ops);
+    if (i < 0) return b;
+    snprintf(err, errlen, "the %s backend's op table leaves op '%s' unset (a build error: every "
+             "op of fp8t_backend_ops needs an implementation)", b->name, OP_NAMES[i]);
+    fp8t_backend_destroy(b);
+    return NULL;
+}
 
 extern fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *opt, char *err,
                                               size_t errlen) __attribute__((weak));
@@ -43,7 +83,8 @@ fp8t_backend *fp8t_backend_create(const char *name, const fp8t_backend_options *
                  fp8t_attn_impl_names());
         return NULL;
     }
-    if (!name || strcmp(name, "cpu") == 0) return fp8t_cpu_backend_create(opt, err, errlen);
+    if (!name || strcmp(name, "cpu") == 0)
+        return checked(fp8t_cpu_backend_create(opt, err, errlen), err, errlen);
     if (strcmp(name, "cuda") == 0) {
         if (!fp8t_cuda_backend_create) {
             snprintf(err, errlen,
@@ -51,7 +92,7 @@ fp8t_backend *fp8t_backend_create(const char *name, const fp8t_backend_options *
                      "PATH (make clean && make) or use --device cpu");
             return NULL;
         }
-        return fp8t_cuda_backend_create(opt, err, errlen);
+        return checked(fp8t_cuda_backend_create(opt, err, errlen), err, errlen);
     }
     snprintf(err, errlen, "unknown device '%s' (expected cpu or cuda)", name);
     return NULL;

@@ -357,27 +357,103 @@ static void w_reduce_start(fp8t_backend *b, float *x, size_t n, const size_t *co
 }
 static void w_reduce_wait(fp8t_backend *b) { in(b)->ops->reduce_wait(in(b)); }
 
+/* Every op wrapped (the graph ops stay unset: a profiled step runs op by op, each one timed,
+ * and a recording would hide them); fp8t_profile_wrap checks that every op the inner
+ * backend has is wrapped. */
 static const fp8t_backend_ops wrapper_ops = {
-    w_malloc, w_free, w_to_device, w_to_host, w_copy, w_zero, w_synchronize, w_destroy,
-    w_gemm_f32, w_gemm_bf16, w_gemm_bf16_rounded, w_gemm_fp8,
-    w_amax, w_make_operand, w_make_operand_fuses, w_compute_scale, w_fake_quantize,
-    w_block_fake_quantize, w_mxfp8_fake_quantize, w_bf16_round, w_bf16_pack, w_bf16_unpack,
-    w_delayed_update,
-    w_embedding_forward, w_embedding_backward, w_layernorm_forward, w_layernorm_backward,
-    w_rmsnorm_forward, w_rmsnorm_backward, w_bias_add, w_bias_backward,
-    w_gelu_forward, w_gelu_backward, w_gelu_backward_bias, w_swiglu_forward, w_swiglu_backward,
-    w_attention_forward, w_attention_backward, w_attention_saved_bytes, w_softmax_xent, w_softmax_xent_bf16,
-    w_add, w_add_bias, w_accumulate, w_scale, w_sumsq, w_sum, w_adamw,
-    w_comm_init, w_allreduce, w_reduce_scatter, w_all_gather, w_broadcast,
-    w_tensor_stats, w_host_alloc, w_host_free, w_to_host_async,
-    w_reduce_start, w_reduce_wait,
-    w_kv_cache_write, w_attention_decode, w_embedding_forward_bf16, w_embedding_forward_fp8,
-    /* no graphs: a profiled step runs op by op, each one timed (a recording would hide them) */
-    NULL, NULL, NULL, NULL,
+    .malloc = w_malloc,
+    .free = w_free,
+    .to_device = w_to_device,
+    .to_host = w_to_host,
+    .copy = w_copy,
+    .zero = w_zero,
+    .synchronize = w_synchronize,
+    .destroy = w_destroy,
+    .gemm_f32 = w_gemm_f32,
+    .gemm_bf16 = w_gemm_bf16,
+    .gemm_bf16_rounded = w_gemm_bf16_rounded,
+    .gemm_fp8 = w_gemm_fp8,
+    .amax = w_amax,
+    .make_operand = w_make_operand,
+    .make_operand_fuses = w_make_operand_fuses,
+    .compute_scale = w_compute_scale,
+    .fake_quantize = w_fake_quantize,
+    .block_fake_quantize = w_block_fake_quantize,
+    .mxfp8_fake_quantize = w_mxfp8_fake_quantize,
+    .bf16_round = w_bf16_round,
+    .bf16_pack = w_bf16_pack,
+    .bf16_unpack = w_bf16_unpack,
+    .delayed_update = w_delayed_update,
+    .embedding_forward = w_embedding_forward,
+    .embedding_backward = w_embedding_backward,
+    .layernorm_forward = w_layernorm_forward,
+    .layernorm_backward = w_layernorm_backward,
+    .rmsnorm_forward = w_rmsnorm_forward,
+    .rmsnorm_backward = w_rmsnorm_backward,
+    .bias_add = w_bias_add,
+    .bias_backward = w_bias_backward,
+    .gelu_forward = w_gelu_forward,
+    .gelu_backward = w_gelu_backward,
+    .gelu_backward_bias = w_gelu_backward_bias,
+    .swiglu_forward = w_swiglu_forward,
+    .swiglu_backward = w_swiglu_backward,
+    .attention_forward = w_attention_forward,
+    .attention_backward = w_attention_backward,
+    .attention_saved_bytes = w_attention_saved_bytes,
+    .softmax_xent = w_softmax_xent,
+    .softmax_xent_bf16 = w_softmax_xent_bf16,
+    .add = w_add,
+    .add_bias = w_add_bias,
+    .accumulate = w_accumulate,
+    .scale = w_scale,
+    .sumsq = w_sumsq,
+    .sum = w_sum,
+    .adamw = w_adamw,
+    .comm_init = w_comm_init,
+    .allreduce = w_allreduce,
+    .reduce_scatter = w_reduce_scatter,
+    .all_gather = w_all_gather,
+    .broadcast = w_broadcast,
+    .tensor_stats = w_tensor_stats,
+    .host_alloc = w_host_alloc,
+    .host_free = w_host_free,
+    .to_host_async = w_to_host_async,
+    .reduce_start = w_reduce_start,
+    .reduce_wait = w_reduce_wait,
+    .kv_cache_write = w_kv_cache_write,
+    .attention_decode = w_attention_decode,
+    .embedding_forward_bf16 = w_embedding_forward_bf16,
+    .embedding_forward_fp8 = w_embedding_forward_fp8,
 };
+/* the op names the profiler reports and checks cover the table: FP8T_BACKEND_OPS */
+#define OP_NAME(name) #name,
+static const char *const table_ops[] = {FP8T_BACKEND_OPS(OP_NAME)};
+_Static_assert(sizeof table_ops / sizeof table_ops[0] ==
+                   sizeof(fp8t_backend_ops) / sizeof(void (*)(void)),
+               "the profile backend's op names do not cover fp8t_backend_ops");
+
+
+/* The first op inner has that the wrapper does not wrap, or -1 */
+static int first_unwrapped(const fp8t_backend *inner) {
+    const int n = (int)(sizeof table_ops / sizeof table_ops[0]);
+    for (int i = 0; i < n; i++) {
+        void (*w)(void), (*f)(void);
+        memcpy(&w, (const char *)&wrapper_ops + (size_t)i * sizeof w, sizeof w);
+        memcpy(&f, (const char *)inner->ops + (size_t)i * sizeof f, sizeof f);
+        const int graph = !strncmp(table_ops[i], "graph_", 6); /* not recorded: run op by op */
+        if (f && !w && !graph) return i;
+    }
+    return -1;
+}
 
 fp8t_backend *fp8t_profile_wrap(fp8t_backend *inner) {
     if (!inner) return NULL;
+    const int u = first_unwrapped(inner);
+    if (u >= 0) {
+        fprintf(stderr, "fp8train: profile: op '%s' of the %s backend is not wrapped\n",
+                table_ops[u], inner->name);
+        return NULL;
+    }
     profiler *p = calloc(1, sizeof(*p));
     fp8t_backend *b = calloc(1, sizeof(*b));
     if (!p || !b) {
