@@ -129,9 +129,12 @@ $(BUILD)/src/backend/cuda/%.o: src/backend/cuda/%.cu $(wildcard src/backend/cuda
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
-$(BUILD)/dev/cuda/%: dev/cuda/%.cu $(wildcard src/backend/cuda/*.cu*) $(wildcard src/numerics/*_hd.h)
+# the ladders compile backend sources in; those stop and warn through src/util (check.c, error.c)
+DEV_CU_UTIL := $(BUILD)/src/util/check.o $(BUILD)/src/util/error.o
+$(BUILD)/dev/cuda/%: dev/cuda/%.cu $(wildcard src/backend/cuda/*.cu*) $(wildcard src/numerics/*_hd.h) \
+                     $(DEV_CU_UTIL)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -o $@ $< $(DEV_CU_LIBS)
+	$(NVCC) $(NVFLAGS) -o $@ $< $(DEV_CU_UTIL) $(DEV_CU_LIBS)
 
 # the cuDNN graph check links cuDNN (and exists only where cuDNN does)
 $(BUILD)/dev/cuda/attn_cudnn_graphs: DEV_CU_LIBS = $(CUDNN_LINK)

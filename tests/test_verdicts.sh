@@ -58,6 +58,12 @@ elif grep -q 'last good checkpoint\|"last_checkpoint"' "$ev"; then
   fail nan_checkpoint_not_good "the NaN checkpoint is called good: $(head -c 400 "$ev")"
 elif ! grep -q 'no good checkpoint' "$ev"; then fail nan_checkpoint_not_good "advice lacks 'no good checkpoint'"
 else pass nan_checkpoint_not_good; fi
+# the library's warning about those weights reaches the run log (events.jsonl, kind "warning")
+# and stderr, --quiet or not
+if grep -q '"kind":"warning","message":"--resume [^"]* holds 1 non-finite weight' "$ev" 2>/dev/null &&
+   grep -q 'warning: --resume .* holds 1 non-finite weight' "$TMP/err"; then
+  pass warning_in_run_log
+else fail warning_in_run_log "events: $(grep warning "$ev" 2>&1 | head -c 300); stderr: $(head -c 300 "$TMP/err")"; fi
 
 # --- the progress line: tok/s and s/step are one measurement over one window (named), so
 # tok/s x s/step = the tokens of a step (64 here) up to the printed rounding

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "backend/operand_kind.h"
+#include "fp8train/error.h"
 #include "fp8train/profile.h"
 
 enum {
@@ -450,8 +451,8 @@ fp8t_backend *fp8t_profile_wrap(fp8t_backend *inner) {
     if (!inner) return NULL;
     const int u = first_unwrapped(inner);
     if (u >= 0) {
-        fprintf(stderr, "fp8train: profile: op '%s' of the %s backend is not wrapped\n",
-                table_ops[u], inner->name);
+        fp8t_warnf("profile: op '%s' of the %s backend is not wrapped",
+                   table_ops[u], inner->name);
         return NULL;
     }
     profiler *p = calloc(1, sizeof(*p));

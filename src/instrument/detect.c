@@ -7,6 +7,7 @@
 
 #include "fp8train/compare.h"
 #include "fp8train/debug.h"
+#include "util/check.h"
 
 /* Samples needed before a judgement: fewer say nothing about the spread. */
 #define SPIKE_MIN_HISTORY 5
@@ -22,9 +23,7 @@ static int cmp_double(const void *pa, const void *pb) {
 static double *detect_alloc(size_t count, const char *file, int line) {
     double *p = malloc(sizeof(double) * (count ? count : 1));
     if (!p) {
-        fprintf(stderr, "fp8train: out of memory allocating %zu doubles (%s:%d)\n", count, file,
-                line);
-        exit(1);
+        fp8t_fatal(file, line, "out of memory allocating %zu doubles", count);
     }
     return p;
 }

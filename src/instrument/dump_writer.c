@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "fp8train/io.h"
 
 /* A pinned buffer is free, held by the producer (handed out; its job not yet released to the
@@ -42,7 +43,7 @@ struct dump_writer {
 void dump_write_files(const dump_job *job, const float *x, uint8_t **codes, size_t *codes_cap) {
     char path[1300], err[512];
     if (fp8t_mkdirs(job->dir, err, sizeof(err))) {
-        fprintf(stderr, "fp8train: inspect: %s\n", err);
+        fp8t_warnf("inspect: %s", err);
         return;
     }
     int64_t shape[2] = {job->rows, job->cols};
@@ -53,7 +54,7 @@ void dump_write_files(const dump_job *job, const float *x, uint8_t **codes, size
         if (n > *codes_cap) {
             uint8_t *c = realloc(*codes, n);
             if (!c) {
-                fprintf(stderr, "fp8train: inspect: out of memory for the codes of %s\n", path);
+                fp8t_warnf("inspect: out of memory for the codes of %s", path);
                 return;
             }
             *codes = c;
@@ -66,7 +67,7 @@ void dump_write_files(const dump_job *job, const float *x, uint8_t **codes, size
         snprintf(path, sizeof(path), "%s/%s.scale_inv.npy", job->dir, job->name);
         if (!rc) rc = fp8t_npy_write(path, "<f4", 1, &one, &job->scale_inv, err, sizeof(err));
     }
-    if (rc) fprintf(stderr, "fp8train: inspect: dump failed: %s\n", err);
+    if (rc) fp8t_warnf("inspect: dump failed: %s", err);
 }
 
 /* under mu */
@@ -169,7 +170,7 @@ float *dump_writer_buffer(dump_writer *w, size_t bytes) {
 void dump_writer_queue(dump_writer *w, const dump_job *job, float *buf) {
     job_node *j = malloc(sizeof(*j));
     if (!j) {
-        fprintf(stderr, "fp8train: inspect: dump of %s lost (out of memory)\n", job->name);
+        fp8t_warnf("inspect: dump of %s lost (out of memory)", job->name);
         pthread_mutex_lock(&w->mu);
         set_state(w, buf, BUF_FREE);
         pthread_mutex_unlock(&w->mu);

@@ -27,7 +27,9 @@
 #include <string.h>
 
 #include "fp8train/debug.h"
+#include "fp8train/error.h"
 #include "fp8train/inject.h"
+#include "util/check.h"
 
 typedef enum { F_SCALE, F_OUTLIERS, F_NAN, F_STALE_AMAX, F_CORRUPT_AMAX } fault_kind;
 typedef enum { WHEN_FP8 = 0, WHEN_DELAYED, WHEN_ALWAYS, WHEN_BF16 } fault_when;
@@ -521,8 +523,7 @@ static float *grow(float *p, size_t *cap, size_t n) {
     free(p);
     p = malloc(n * sizeof(float));
     if (!p) {
-        fprintf(stderr, "fp8train: out of memory (%s:%d)\n", __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("out of memory");
     }
     *cap = n;
     return p;
@@ -539,8 +540,8 @@ static void save_operand(fp8t_injector *inj, const fp8t_tensor_site *site, float
         if (!p->active && free_slot < 0) free_slot = i;
     }
     if (free_slot < 0) {
-        fprintf(stderr, "fp8train: inject: more than %d operands perturbed at once; the "
-                        "oldest will not be restored\n", INJ_MAX_PENDING);
+        fp8t_warnf("inject: more than %d operands perturbed at once; the oldest will not be "
+                   "restored", INJ_MAX_PENDING);
         free_slot = 0;
     }
     pending_restore *p = &inj->pend[free_slot];
@@ -629,8 +630,7 @@ void fp8t_injector_before_scale_update(fp8t_injector *inj, fp8t_model *m, int st
             f->stale = calloc((size_t)n_fp8, sizeof(float));
             f->captured = calloc((size_t)n_fp8, 1);
             if (!f->stale || !f->captured) {
-                fprintf(stderr, "fp8train: out of memory (%s:%d)\n", __FILE__, __LINE__);
-                exit(1);
+                FP8T_FATAL("out of memory");
             }
             f->n_stale = n_fp8;
         }
@@ -664,9 +664,8 @@ void fp8t_injector_before_scale_update(fp8t_injector *inj, fp8t_model *m, int st
             }
         }
         if (!matched && !f->warned) {
-            fprintf(stderr, "fp8train: warning: --inject fault %d matches no linear layer of "
-                            "this model (%d layers); check layer= and module=\n",
-                    i + 1, cfg->n_layer);
+            fp8t_warnf("--inject fault %d matches no linear layer of this model (%d layers); "
+                       "check layer= and module=", i + 1, cfg->n_layer);
             f->warned = 1;
         }
     }

@@ -20,6 +20,7 @@
 
 #include "instrument/dump_writer.h"
 #include "fp8train/debug.h"
+#include "fp8train/error.h"
 #include "fp8train/io.h"
 #include "fp8train/recipe.h"
 #include "fp8train/stats.h"
@@ -784,8 +785,8 @@ static void flush_rows(fp8t_inspector *in) {
     if (in->n_rows == 0) return;
     fp8t_backend *be = in->be;
     if (grow_buf((void **)&in->h_raws, &in->h_raws_cap, in->n_rows, sizeof(fp8t_stats_raw))) {
-        fprintf(stderr, "fp8train: inspect: out of memory: %zu rows of step %d lost\n",
-                in->n_rows, in->step);
+        fp8t_warnf("inspect: out of memory: %zu rows of step %d lost",
+                   in->n_rows, in->step);
         be->ops->synchronize(be);
         in->n_rows = 0;
         return;
@@ -926,7 +927,7 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
         in->d_raws_cap = cap;
     }
     if (grow_buf((void **)&in->rows, &in->rows_cap, in->n_rows + 1, sizeof(pending_row))) {
-        fprintf(stderr, "fp8train: inspect: out of memory\n");
+        fp8t_warnf("inspect: out of memory");
         return;
     }
     pending_row *pr = &in->rows[in->n_rows];
@@ -967,9 +968,9 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     if (pr->same_as < 0 && !x) pr->arch = find_archived(in, pr);
     if (!x && pr->same_as < 0 && pr->arch < 0) {
         if (!in->warned_gone)
-            fprintf(stderr, "fp8train: inspect: the Wgrad X of layer %d %s has no tensor and no "
-                            "Fprop X row of the same request: its row is left out\n",
-                    site->layer, fp8t_module_name(site->module));
+            fp8t_warnf("inspect: the Wgrad X of layer %d %s has no tensor and no "
+                       "Fprop X row of the same request: its row is left out",
+                       site->layer, fp8t_module_name(site->module));
         in->warned_gone = 1;
         return;
     }
@@ -983,8 +984,8 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
             be->ops->to_host_async(be, pr->dump_buf, x, n * sizeof(float));
             in->pending_dump_bytes += n * sizeof(float);
         } else {
-            fprintf(stderr, "fp8train: inspect: out of memory: dump of a %dx%d tensor lost\n",
-                    site->rows, site->cols);
+            fp8t_warnf("inspect: out of memory: dump of a %dx%d tensor lost",
+                       site->rows, site->cols);
         }
     }
     in->n_rows++;
@@ -999,8 +1000,8 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
         flush_rows(in); /* no-op if the block-list flush above wrote it already */
         dump_job_of(&job, in, &keep, in->last_scale);
         if (grow_buf((void **)&in->x, &in->x_cap, n, sizeof(float))) {
-            fprintf(stderr, "fp8train: inspect: out of memory for a %dx%d dump\n", site->rows,
-                    site->cols);
+            fp8t_warnf("inspect: out of memory for a %dx%d dump", site->rows,
+                       site->cols);
             return;
         }
         be->ops->to_host(be, in->x, x, n * sizeof(float));

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "fp8train/compare.h"
+#include "fp8train/error.h"
 #include "util/fs.h"
 
 /* ---- JSONL iteration ---- */
@@ -100,8 +101,7 @@ static int jsonl_each(const char *path, jsonl_row_fn fn, void *ctx, char *err, s
             int last = line[len - 1] != '\n';
             int c = fgetc(f);
             if (c == EOF && last) { /* a writer killed mid-line: keep what came before */
-                fprintf(stderr, "fp8train: warning: %s:%d: truncated last line skipped\n",
-                        path, lineno);
+                fp8t_warnf("%s:%d: truncated last line skipped", path, lineno);
                 break;
             }
             ungetc(c, f);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fp8train/checkpoint.h"
+#include "fp8train/error.h"
 #include "fp8train/io.h"
 #include "fp8train/recipe.h"
 #include "util/fmt.h"
@@ -172,8 +173,8 @@ static int remove_ckpt_files(const char *dir, int quiet) {
     closedir(d);
     if (f == 0 && rmdir(dir) == 0) return 0;
     if (!quiet)
-        fprintf(stderr, "fp8train: kept %s: it holds %s, which fp8train did not write (its "
-                "checkpoint files were removed)\n", dir, foreign[0] ? foreign : "other files");
+        fp8t_warnf("kept %s: it holds %s, which fp8train did not write (its "
+                   "checkpoint files were removed)", dir, foreign[0] ? foreign : "other files");
     return 1;
 }
 
@@ -434,8 +435,8 @@ static int install(const char *tmp, const char *dir, char *err, size_t errlen) {
      * somebody else's that happened to hold only files named like ours stays, aside) */
     if (had_old && has_own_state(old)) remove_ckpt_files(old, 0);
     else if (had_old)
-        fprintf(stderr, "fp8train: %s was not an fp8train checkpoint; its contents were moved to "
-                "%s\n", dir, old);
+        fp8t_warnf("%s was not an fp8train checkpoint; its contents were moved to "
+                   "%s", dir, old);
     return 0;
 }
 

@@ -93,14 +93,14 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
     activations *a = &m->a;
     if (model_refuse_if_frozen(m, "fp8t_model_backward")) return;
     if (!m->have_targets && m->last_forward_frozen) {
-        fprintf(stderr, "fp8t_model_backward: the last forward ran while the model was frozen "
-                        "(no amax recorded); run a forward with targets on the unfrozen model "
-                        "before the backward\n");
+        fp8t_warnf("fp8t_model_backward: the last forward ran while the model was frozen "
+                   "(no amax recorded); run a forward with targets on the unfrozen model "
+                   "before the backward");
         return;
     }
     if (!m->have_targets) {
-        fprintf(stderr, "fp8t_model_backward: the last forward had no targets (or failed); "
-                        "call fp8t_model_forward with targets before each backward\n");
+        fp8t_warnf("fp8t_model_backward: the last forward had no targets (or failed); "
+                   "call fp8t_model_forward with targets before each backward");
         return;
     }
     m->have_targets = 0; /* the logits are overwritten by their gradient below */

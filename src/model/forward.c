@@ -29,7 +29,7 @@ static void *model_attn_saved(fp8t_model *m, int l) {
     if (!bytes) return NULL;
     if (!m->attn_saved) {
         m->attn_saved = calloc((size_t)c->n_layer, sizeof(void *));
-        MODEL_CHECK(m->attn_saved, "out of host memory");
+        FP8T_CHECK(m->attn_saved, "out of host memory");
     }
     if (!m->attn_saved[l]) m->attn_saved[l] = model_act_malloc(m, bytes);
     return m->attn_saved[l];
@@ -124,21 +124,21 @@ static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
 static int check_inputs(const fp8t_model *m, const int *tokens, const int *targets) {
     const int N = m->B * m->T, V = m->cfg.vocab_size;
     if (!tokens) {
-        fprintf(stderr, "fp8t_model_forward: tokens is NULL\n");
+        fp8t_warnf("fp8t_model_forward: tokens is NULL");
         return -1;
     }
     for (int i = 0; i < N; i++) {
         if (tokens[i] < 0 || tokens[i] >= V) {
-            fprintf(stderr,
+            fp8t_warnf(
                     "fp8t_model_forward: token %d at position %d is outside the vocabulary "
-                    "[0, %d); check the data's tokenizer against the model's vocab_size\n",
+                    "[0, %d); check the data's tokenizer against the model's vocab_size",
                     tokens[i], i, V);
             return -1;
         }
         if (targets && targets[i] >= V) {
-            fprintf(stderr,
+            fp8t_warnf(
                     "fp8t_model_forward: target %d at position %d is outside the vocabulary "
-                    "[0, %d) (negative targets are ignored)\n",
+                    "[0, %d) (negative targets are ignored)",
                     targets[i], i, V);
             return -1;
         }

@@ -46,7 +46,7 @@ static size_t chunk_bytes(int rows, int V) {
 void model_head_plan(fp8t_model *m, int opt) {
     const int N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     m->hc_rows = 0;
-    MODEL_CHECK(opt <= 0 || opt % 8 == 0, "head_chunk %d: not a multiple of 8", opt);
+    FP8T_CHECK(opt <= 0 || opt % 8 == 0, "head_chunk %d: not a multiple of 8", opt);
     /* the chunked head is the fused BF16 cross-entropy's: off with either of them */
     if (opt < 0 || m->no_fused_xent || m->no_bf16_xent) return;
     /* act_tail from its first aligned byte */
@@ -183,9 +183,9 @@ int model_head_backward(fp8t_model *m, float dloss) {
     const fp8t_precision *p = m->prec[head];
     if ((p[FP8T_GEMM_DGRAD] != FP8T_PREC_BF16 || p[FP8T_GEMM_WGRAD] != FP8T_PREC_BF16) &&
         !m->warned_saved) {
-        fprintf(stderr, "fp8t_model_backward: the precision policy changed between the forward "
-                        "and this backward; the head's Dgrad and Wgrad ran in BF16 in the "
-                        "forward (the change applies from the next forward)\n");
+        fp8t_warnf("fp8t_model_backward: the precision policy changed between the forward "
+                   "and this backward; the head's Dgrad and Wgrad ran in BF16 in the "
+                   "forward (the change applies from the next forward)");
         m->warned_saved = 1;
     }
     float r = 1.0f;

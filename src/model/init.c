@@ -44,7 +44,7 @@ void fp8t_model_init_weights(fp8t_model *m, uint64_t seed) {
     for (int i = 0; i < m->n_tensors; i++)
         if (m->info[i].numel > max_numel) max_numel = m->info[i].numel;
     float *host = malloc(max_numel * sizeof(float));
-    MODEL_CHECK(host, "out of host memory (%zu floats) for weight init", max_numel);
+    FP8T_CHECK(host, "out of host memory (%zu floats) for weight init", max_numel);
     const float std_base = 0.02f;
     const float std_resid = std_base / sqrtf(2.0f * (float)m->cfg.n_layer);
     for (int i = 0; i < m->n_tensors; i++) {

@@ -239,9 +239,9 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     const int is_weight = op->role == FP8T_ROLE_W;
     memset(out, 0, sizeof(*out));
     out->f = op->x;
-    MODEL_CHECK(!op->dgelu_x || model_prec_one_pass(m, prec),
+    FP8T_CHECK(!op->dgelu_x || model_prec_one_pass(m, prec),
                 "the fused GELU backward needs a delayed-scaled or BF16-operand Dgrad");
-    MODEL_CHECK(!op->ln || model_prec_bf16_operands(m, prec),
+    FP8T_CHECK(!op->ln || model_prec_bf16_operands(m, prec),
                 "the fused LayerNorm needs a BF16-operand Fprop");
 
     /* the weight's amax is recorded once per step, whatever the precision; BF16 and FP8 take
@@ -363,11 +363,11 @@ static void scaled_shape_note(fp8t_model *m, int lin, fp8t_precision p) {
     if (!m->be->fp8_block_native || m->warned_block || model_lin_dims_16(m, lin)) return;
     int in, out;
     model_lin_shape(m, lin, &in, &out);
-    fprintf(stderr, "fp8train: %s precision: linear %d (%d tokens, %d in, %d out) is not a "
-                    "multiple of 16 in every dimension, so its GEMMs %s (reported once)\n",
-            fp8t_precision_name(p), lin, m->B * m->T, in, out,
-            p == FP8T_PREC_BLOCK ? "keep the emulation (block quantize and dequantize, FP32 GEMM)"
-                                 : "run as decode + FP32 GEMM");
+    fp8t_warnf("%s precision: linear %d (%d tokens, %d in, %d out) is not a "
+               "multiple of 16 in every dimension, so its GEMMs %s (reported once)",
+               fp8t_precision_name(p), lin, m->B * m->T, in, out,
+               p == FP8T_PREC_BLOCK ? "keep the emulation (block quantize and dequantize, FP32 GEMM)"
+               : "run as decode + FP32 GEMM");
     m->warned_block = 1;
 }
 
@@ -446,7 +446,7 @@ static fp8t_precision wgrad_prec(const fp8t_model *m, int lin);
  * Dgrad's dY for the Wgrad (scratch of slot 0, read before anything else writes it). */
 static void scaled_activation(fp8t_model *m, int lin, const operand *op, fp8t_precision prec,
                               int t, fp8t_fp8_operand *q, fp8t_fp8_operand *other) {
-    MODEL_CHECK(!op->ln, "the fused LayerNorm needs a BF16-operand Fprop");
+    FP8T_CHECK(!op->ln, "the fused LayerNorm needs a BF16-operand Fprop");
     const fp8t_fp8_scaling k = scaled_kind(prec, op->role);
     const fp8_format fmt = model_scaled_format(m, op->role);
     const int rows = op->rows, cols = op->cols;
@@ -513,7 +513,7 @@ static void scaled_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision
         scaled_activation(m, lin, b, prec, !transB, &pb.q, NULL);
     }
     if (keep_a) *keep_a = ka;
-    MODEL_CHECK(pa.q.rows == M && pa.q.cols == K && pb.q.rows == N && pb.q.cols == K,
+    FP8T_CHECK(pa.q.rows == M && pa.q.cols == K && pb.q.rows == N && pb.q.cols == K,
                 "scaled GEMM operands [%d,%d] x [%d,%d] for M=%d N=%d K=%d", pa.q.rows,
                 pa.q.cols, pb.q.rows, pb.q.cols, M, N, K);
     const int fast = g == FP8T_GEMM_FPROP ? m->policy.fast_accum_fprop : m->policy.fast_accum_grad;
@@ -530,7 +530,7 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
                      int ldc, const operand *a, const operand *b, int M, int N, int K, int transA,
                      int transB, int acc, prepared *keep_a, const prepared *given_a,
                      const prepared *given_b, const float *bias) {
-    MODEL_CHECK(ldc == 0 || model_prec_bf16_operands(m, prec),
+    FP8T_CHECK(ldc == 0 || model_prec_bf16_operands(m, prec),
                 "a strided GEMM result needs BF16 operands (linear_bf16_dy_fusable)");
     prepared pa, pb;
     if (ldc == 0 && model_scaled_path(m, lin, prec)) {
@@ -636,7 +636,7 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
                          const float *pre_bias, const float *W, const float *bias, int N, int IN,
                          int OUT) {
     if (m->plan[lin].step_fused[m->frozen]) {
-        MODEL_CHECK(!pre_bias || m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED ||
+        FP8T_CHECK(!pre_bias || m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED ||
                         m->plan[lin].scaled[FP8T_GEMM_FPROP],
                     "a deferred bias needs a delayed-scaled or scaled-path fc2 "
                     "(linear_gelu_takes_bias)");
@@ -644,7 +644,7 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
         fprop(m, lin, Y, 0, pre, &gelu, W, bias, N, IN, OUT, 0);
         return;
     }
-    MODEL_CHECK(!pre_bias, "a deferred bias without the GELU fusion (linear_gelu_takes_bias)");
+    FP8T_CHECK(!pre_bias, "a deferred bias without the GELU fusion (linear_gelu_takes_bias)");
     m->ops->gelu_forward(m->be, act, pre, (size_t)N * (size_t)IN);
     fprop(m, lin, Y, 0, act, NULL, W, bias, N, IN, OUT, 0);
 }
@@ -704,11 +704,11 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     const fp8t_precision wprec = wgrad_prec(m, lin);
     if (from_codes && ((m->hook && !m->hook_reads) || wprec != m->prec[lin][FP8T_GEMM_WGRAD]) &&
         !m->warned_saved) {
-        fprintf(stderr, "fp8t_model_backward: a hook was set or the precision policy changed "
-                        "between the forward and this backward; the Wgrads whose forward kept "
-                        "FP8 codes of X instead of X run from those codes in the forward's "
-                        "precision and show no X to the hook (the change applies from the next "
-                        "forward; --disable fp8-save keeps every X)\n");
+        fp8t_warnf("fp8t_model_backward: a hook was set or the precision policy changed "
+                   "between the forward and this backward; the Wgrads whose forward kept "
+                   "FP8 codes of X instead of X run from those codes in the forward's "
+                   "precision and show no X to the hook (the change applies from the next "
+                   "forward; --disable fp8-save keeps every X)");
         m->warned_saved = 1;
     }
     /* Dgrad: dX[N,IN] = dY[N,OUT]·W[OUT,IN]; dY's amax is recorded here, once */
@@ -723,7 +723,7 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     operand w_d = {.x = Wm, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W, .tile_r = 128,
                    .tile_c = 128, .pos = 1};
     const int reuse = model_plan_reuse_dy(m, lin, wprec);
-    MODEL_CHECK(!dgelu_x || (reuse && (colsum || !dbias)),
+    FP8T_CHECK(!dgelu_x || (reuse && (colsum || !dbias)),
                 "the fused GELU backward leaves no FP32 dY for the Wgrad or bias_backward");
     prepared dy_q; /* dY as the Dgrad took it (codes / operand), for the Wgrad when reuse */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, 0, &dy_d, &w_d, N, IN,
@@ -780,7 +780,7 @@ int linear_bf16_dy_fusable(const fp8t_model *m, int lin) { return m->plan[lin].b
 
 void linear_forward_ld(fp8t_model *m, int lin, float *Y, int ldy, float *X, const float *W,
                        int N, int IN, int OUT) {
-    MODEL_CHECK(linear_bf16_dy_fusable(m, lin) && ldy >= fp8t_bf16_pad(OUT),
+    FP8T_CHECK(linear_bf16_dy_fusable(m, lin) && ldy >= fp8t_bf16_pad(OUT),
                 "linear_forward_ld: BF16 operands and ldy >= pad(OUT) only");
     fprop(m, lin, Y, ldy, X, NULL, W, NULL, N, IN, OUT, 0);
 }
@@ -791,13 +791,13 @@ void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
     const fp8t_precision bf = FP8T_PREC_BF16;
     if ((m->prec[lin][FP8T_GEMM_DGRAD] != bf || m->prec[lin][FP8T_GEMM_WGRAD] != bf) &&
         !m->warned_saved) {
-        fprintf(stderr, "fp8t_model_backward: the precision policy changed between the forward "
-                        "and this backward; the head's Dgrad and Wgrad run in BF16 from the "
-                        "gradient the forward rounded (the change applies from the next "
-                        "forward)\n");
+        fp8t_warnf("fp8t_model_backward: the precision policy changed between the forward "
+                   "and this backward; the head's Dgrad and Wgrad run in BF16 from the "
+                   "gradient the forward rounded (the change applies from the next "
+                   "forward)");
         m->warned_saved = 1;
     }
-    MODEL_CHECK(dy->rows == N && dy->cols == OUT, "linear_backward_bf16_dy: dY is not [N, OUT]");
+    FP8T_CHECK(dy->rows == N && dy->cols == OUT, "linear_backward_bf16_dy: dY is not [N, OUT]");
     /* dY's amax into its history slot, as the plain path's rounding pass records it */
     if (r != 1.0f) m->ops->scale(m->be, dy_amax, fabsf(r), 1);
     m->ops->amax(m->be, m->st.history + fp8_index(lin, FP8T_ROLE_DY), dy_amax, 1);
@@ -805,7 +805,7 @@ void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
     memset(&pdy, 0, sizeof(pdy));
     pdy.h = *dy;
     const int from_codes = m->xq[lin].saved;
-    MODEL_CHECK(!from_codes || m->xq[lin].prec == bf, "linear_backward_bf16_dy: X kept as codes");
+    FP8T_CHECK(!from_codes || m->xq[lin].prec == bf, "linear_backward_bf16_dy: X kept as codes");
     operand w_d = {.x = (float *)W, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W, .pos = 1};
     operand x_w = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .pos = 1};
     prepared x_q;
@@ -831,7 +831,7 @@ void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
 void linear_bf16_fprop_operands(fp8t_model *m, int lin, float *X, const float *W, int N,
                                 int IN, int OUT, int record, fp8t_bf16_operand *x,
                                 fp8t_bf16_operand *w) {
-    MODEL_CHECK(linear_bf16_dy_fusable(m, lin) && !m->xq[lin].saved,
+    FP8T_CHECK(linear_bf16_dy_fusable(m, lin) && !m->xq[lin].saved,
                 "linear_bf16_fprop_operands: BF16 operands (linear_bf16_dy_fusable), no X kept "
                 "for a later Wgrad");
     /* fprop's operands and recording, without its GEMM and hooks */

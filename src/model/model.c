@@ -338,7 +338,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
         return NULL;
     }
     fp8t_model *m = calloc(1, sizeof(*m));
-    MODEL_CHECK(m, "out of host memory");
+    FP8T_CHECK(m, "out of host memory");
     m->be = be;
     m->ops = be->ops;
     m->cfg = *cfg;
@@ -352,7 +352,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     /* parameters, gradients, moments: one allocation each */
     m->n_tensors = fp8t_model_param_table(cfg, NULL, &m->num_params);
     m->info = calloc((size_t)m->n_tensors, sizeof(fp8t_param_info));
-    MODEL_CHECK(m->info, "out of host memory");
+    FP8T_CHECK(m->info, "out of host memory");
     fp8t_model_param_table(cfg, m->info, NULL);
     const size_t pbytes = m->num_params * sizeof(float);
     m->params = ops->malloc(be, pbytes);
@@ -361,7 +361,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->adam_v = ops->malloc(be, pbytes);
     m->p.layer = calloc((size_t)cfg->n_layer, sizeof(layer_tensors));
     m->g.layer = calloc((size_t)cfg->n_layer, sizeof(layer_tensors));
-    MODEL_CHECK(m->p.layer && m->g.layer, "out of host memory");
+    FP8T_CHECK(m->p.layer && m->g.layer, "out of host memory");
     bind_tensors(m, &m->p, m->params);
     bind_tensors(m, &m->g, m->grads);
 
@@ -378,7 +378,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->sv_kind = calloc(nl, sizeof(*m->sv_kind));
     m->sv32 = calloc(nl, sizeof(*m->sv32));
     m->sv16 = calloc(nl, sizeof(*m->sv16));
-    MODEL_CHECK(m->wx && m->sv_kind && m->sv32 && m->sv16, "out of host memory");
+    FP8T_CHECK(m->wx && m->sv_kind && m->sv32 && m->sv16, "out of host memory");
     m->no_bf16_saves = (disable & FP8T_DISABLE_BF16_SAVES) != 0;
     if (m->no_fp8_save) {
         const size_t NC = N * (size_t)cfg->n_embd, NH_ = N * (size_t)cfg->mlp_hidden;
@@ -400,7 +400,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     size_t st_floats = fp8t_recipe_state_floats(m->n_fp8, m->hist_len);
     float *host_state = malloc(st_floats * sizeof(float));
     fp8_format *fmts = malloc((size_t)m->n_fp8 * sizeof(fp8_format));
-    MODEL_CHECK(host_state && fmts, "out of host memory");
+    FP8T_CHECK(host_state && fmts, "out of host memory");
     for (int t = 0; t < m->n_fp8; t++) fmts[t] = model_fp8_format(m, t % 3);
     fp8t_recipe_state hst;
     fp8t_recipe_state_view(&hst, host_state, m->n_fp8, m->hist_len);
@@ -421,7 +421,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->xq = calloc((size_t)m->n_lin, sizeof(*m->xq));
     m->plan = calloc((size_t)m->n_lin, sizeof(*m->plan));
     m->layer_bf16 = calloc(nl, 1);
-    MODEL_CHECK(m->prec && m->wcache && m->w_amax_done && m->xq && m->plan && m->layer_bf16,
+    FP8T_CHECK(m->prec && m->wcache && m->w_amax_done && m->xq && m->plan && m->layer_bf16,
                 "out of host memory");
     resolve_precisions(m);
     /* switches back to the plain paths, fixed at creation (fused paths are bit-identical to
@@ -437,7 +437,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->no_ln_fusion = (disable & FP8T_DISABLE_LN_FUSION) != 0;
     m->no_attn_save = (disable & FP8T_DISABLE_ATTN_SAVE) != 0;
     m->gelu_bias_deferred = calloc((size_t)(cfg->n_layer > 0 ? cfg->n_layer : 1), sizeof(int));
-    MODEL_CHECK(m->gelu_bias_deferred, "out of host memory");
+    FP8T_CHECK(m->gelu_bias_deferred, "out of host memory");
     /* the chunked LM head (head.c), in the backward scratch past dc1 where it fits */
     m->act_tail = m->a.dc1 + N * (size_t)cfg->n_embd;
     m->act_tail_bytes = (size_t)((char *)(m->act_memory + act_floats) - (char *)m->act_tail);
@@ -527,8 +527,8 @@ const fp8t_policy *fp8t_model_get_policy(const fp8t_model *m) { return &m->polic
 
 int model_refuse_if_frozen(const fp8t_model *m, const char *fn) {
     if (!m->frozen) return 0;
-    fprintf(stderr, "%s: the model is frozen (fp8t_model_set_frozen), so the training state may "
-                    "not change; call fp8t_model_set_frozen(m, 0) first\n", fn);
+    fp8t_warnf("%s: the model is frozen (fp8t_model_set_frozen), so the training state may "
+               "not change; call fp8t_model_set_frozen(m, 0) first", fn);
     return 1;
 }
 
@@ -539,7 +539,7 @@ static void convert_dy_format(fp8t_model *m) {
     if (m->state_hybrid == (m->policy.hybrid != 0)) return;
     size_t n = fp8t_recipe_state_floats(m->n_fp8, m->hist_len);
     float *h = malloc(n * sizeof(float));
-    MODEL_CHECK(h, "out of host memory");
+    FP8T_CHECK(h, "out of host memory");
     m->ops->to_host(m->be, h, m->fp8_state, n * sizeof(float));
     fp8t_recipe_state hs;
     fp8t_recipe_state_view(&hs, h, m->n_fp8, m->hist_len);
@@ -602,10 +602,10 @@ float *fp8t_model_adam_v(fp8t_model *m) { return m->adam_v; }
  * logits are rebuilt first. */
 const float *fp8t_model_logits(fp8t_model *m) {
     if ((m->xent_fused || m->logits_missing) && model_restore_logits(m) != 0)
-        fprintf(stderr, "fp8t_model_logits: the last forward kept no logits (fused or chunked "
-                        "cross-entropy) and the weights, FP8 scales or policy changed since, "
-                        "so they cannot be rebuilt: run the forward again, or create the model "
-                        "with FP8T_DISABLE_FUSED_XENT (--disable fused-xent)\n");
+        fp8t_warnf("fp8t_model_logits: the last forward kept no logits (fused or chunked "
+                   "cross-entropy) and the weights, FP8 scales or policy changed since, "
+                   "so they cannot be rebuilt: run the forward again, or create the model "
+                   "with FP8T_DISABLE_FUSED_XENT (--disable fused-xent)");
     return model_logits_buf(m);
 }
 const float *fp8t_model_losses(fp8t_model *m) { return m->a.losses; }

@@ -5,17 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "fp8train/error.h" /* fp8t_warnf */
 #include "fp8train/model.h"
-
-#define MODEL_CHECK(cond, ...)                                                                \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "fp8train model error (%s:%d): ", __FILE__, __LINE__);            \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fprintf(stderr, "\n");                                                            \
-            abort();                                                                          \
-        }                                                                                     \
-    } while (0)
+#include "util/check.h"    /* FP8T_CHECK */
 
 /* Device pointers into the parameter (or gradient) buffer for one layer. Tensors an
  * architecture does not have are NULL (GPT-2: no gate/up/down; Llama: no biases, no fc1/fc2). */

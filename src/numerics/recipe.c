@@ -1,6 +1,7 @@
 /* fp8train — FP8 scaling recipes: delayed and current per-tensor scaling (Transformer Engine
  * semantics), DeepSeek-V3 block scaling and MXFP8. The exact formulas are in recipe.h and
  * docs/numerics.md; the tests in tests/test_recipe.c spell out expected values by hand. */
+#include "fp8train/error.h"
 #include "fp8train/recipe.h"
 
 #include <math.h>
@@ -68,8 +69,8 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 /* Shapes come from callers (and from files): reject nonsense instead of dividing by zero. */
 static int block_args_ok(const char *fn, int rows, int cols, int tile_r, int tile_c) {
     if (rows >= 0 && cols >= 0 && tile_r > 0 && tile_c > 0) return 1;
-    fprintf(stderr, "%s: bad shape rows=%d cols=%d tile=%dx%d (need rows, cols >= 0 and "
-                    "tiles > 0, e.g. 1x128 or 128x128)\n", fn, rows, cols, tile_r, tile_c);
+    fp8t_warnf("%s: bad shape rows=%d cols=%d tile=%dx%d (need rows, cols >= 0 and "
+               "tiles > 0, e.g. 1x128 or 128x128)", fn, rows, cols, tile_r, tile_c);
     return 0;
 }
 

@@ -13,6 +13,7 @@
  *   sqnr_db = 10 log10(sum x^2 / sum (q-x)^2), 1e300 if the error is 0, -1e300 if x is 0 and
  *   the error is not. For compare_stats an element whose ref is non-finite is skipped; a
  *   non-finite test value where ref is finite propagates into mse/cosine/sqnr (never hidden). */
+#include "fp8train/error.h"
 #include "fp8train/stats.h"
 
 #include <math.h>
@@ -133,7 +134,7 @@ static void stats_run(fp8t_stats *out, const float *x, size_t n, const stats_cmp
     stats_acc total;
     acc_init(&total);
     stats_acc *parts = nchunks > 1 ? malloc(nchunks * sizeof *parts) : NULL; /* [nchunks] */
-    if (nchunks > 1 && !parts) fprintf(stderr, "fp8t stats: out of memory, running on one thread\n");
+    if (nchunks > 1 && !parts) fp8t_warnf("fp8t stats: out of memory, running on one thread");
 
     if (parts) {
 #pragma omp parallel for schedule(static) if (n >= STATS_OMP_MIN_N)
@@ -217,7 +218,7 @@ void fp8t_compare_stats(fp8t_stats *out, const float *ref, const float *test, si
 void fp8t_block_fp8_stats(fp8t_stats *out, const float *x, size_t n, size_t block, float scale,
                           fp8_format fmt) {
     if (block == 0) {
-        fprintf(stderr, "fp8t_block_fp8_stats: block size 0 (need block >= 1, e.g. 128)\n");
+        fp8t_warnf("fp8t_block_fp8_stats: block size 0 (need block >= 1, e.g. 128)");
         return;
     }
     const size_t nb = (n + block - 1) / block;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "fp8train/recipe.h"
 #include "fp8train/stats.h"
 
@@ -227,8 +228,8 @@ void fp8t_stats_raw_compute(fp8t_stats_raw *out, const float *x, int rows, int c
         fp8t_image_raw *ir = &out->img[k];
         image_buf ib = {0};
         if (make_image(&ib, x, rows, cols, sp, qamax)) {
-            fprintf(stderr, "fp8t_stats_raw_compute: out of memory for a %dx%d image\n", rows,
-                    cols);
+            fp8t_warnf("fp8t_stats_raw_compute: out of memory for a %dx%d image", rows,
+                       cols);
             free_image(&ib);
             ir->err_sq = ir->xq = ir->qq = ir->scale = NAN;
             continue;

@@ -79,9 +79,8 @@ static int take_lock(trainer *t, int create, char *err, size_t errlen) {
                                path);
         }
         /* a file system without flock (some network mounts): go on unlocked, but say so */
-        if (!t->cfg.quiet)
-            fprintf(stderr, "fp8train: warning: cannot lock %s (%s); nothing stops a second "
-                    "training into %s meanwhile\n", path, strerror(e), t->cfg.out_dir);
+        fp8t_warnf("cannot lock %s (%s); nothing stops a second training into %s meanwhile",
+                   path, strerror(e), t->cfg.out_dir);
     } else if (ftruncate(fd, 0) == 0) {
         char pid[32];
         int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());

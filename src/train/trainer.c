@@ -487,6 +487,8 @@ static int init_checkpoint(const trainer *t, fp8t_checkpoint *ck, char *err, siz
     return 0;
 }
 
+static void train_warning(void *ctx, const char *line) { runlog_warning(ctx, line); }
+
 int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *err,
                    size_t errlen) {
     trainer *t = calloc(1, sizeof(*t));
@@ -503,6 +505,9 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
     t->cfg = *cfg;
     t->last_val = NAN;
     t->lock_fd = -1;
+    /* the library's warnings during the run go to events.jsonl too */
+    fp8t_get_warn_handler(&t->prev_warn, &t->prev_warn_ctx);
+    fp8t_set_warn_handler(train_warning, t);
     if (fp8t_train_config_check(&t->cfg, err, errlen) != 0) goto done;
     if (dp_setup(&t->dp, &t->cfg, err, errlen) != 0) goto done;
     t->B = t->cfg.batch;
@@ -645,12 +650,11 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
         t->resume_nonfinite = count_nonfinite(ck.params, ck.num_params);
         if (t->resume_nonfinite == 0 && !from_init)
             snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", t->cfg.resume);
-        else if (!t->cfg.quiet)
-            fprintf(stderr, "fp8train: warning: %s %s holds %zu non-finite weight%s (of "
-                    "%zu): training from it will go non-finite; re-import or re-export the "
-                    "weights\n", from_init ? "--init" : "--resume",
-                    from_init ? t->cfg.init : t->cfg.resume, t->resume_nonfinite,
-                    t->resume_nonfinite == 1 ? "" : "s", ck.num_params);
+        else
+            fp8t_warnf("%s %s holds %zu non-finite weight%s (of %zu): training from it will go "
+                       "non-finite; re-import or re-export the weights",
+                       from_init ? "--init" : "--resume", from_init ? t->cfg.init : t->cfg.resume,
+                       t->resume_nonfinite, t->resume_nonfinite == 1 ? "" : "s", ck.num_params);
     } else {
         fp8t_model_init_weights(t->model, t->cfg.seed);
     }
@@ -668,6 +672,7 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
     t->prog_tokens = 0;
     const double tokens_per_step = (double)t->B * t->T * t->accum;
     for (int step = t->start_step + 1; step <= t->cfg.steps; step++) {
+        t->step_now = step;
         /* precision of this step: the policy, or BF16 after a shadow alarm */
         int want_bf16 = t->fallback_left > 0 || step <= t->bf16_until;
         if (want_bf16 != t->in_bf16) {
@@ -858,6 +863,7 @@ done:
     if (rc != 0 && res->reason != FP8T_STOP_ERROR) res->reason = FP8T_STOP_ERROR;
     res->n_events = t->n_events;
     if (have_ck) fp8t_checkpoint_free(&ck);
+    fp8t_set_warn_handler(t->prev_warn, t->prev_warn_ctx);
     trainer_free(t);
     free(t);
     return rc;

@@ -7,6 +7,7 @@
 
 #include "fp8train/data.h"
 #include "fp8train/debug.h"
+#include "fp8train/error.h"
 #include "fp8train/tensorboard.h"
 #include "fp8train/train.h"
 #include "train/dist_train.h"
@@ -72,6 +73,9 @@ typedef struct {
     /* logs */
     FILE *metrics, *events;
     int n_events;
+    int step_now;              /* the step the loop is in (0 before it): warnings name it */
+    fp8t_warn_fn prev_warn;    /* the warning handler before the run's, restored after it */
+    void *prev_warn_ctx;
     fp8t_tb_writer *tb;        /* --tensorboard event file (NULL: off) */
     /* detectors */
     spike_state spike;
@@ -136,6 +140,7 @@ void runlog_tb_restart(trainer *t, int step);
 int runlog_tb_close(trainer *t, char *err, size_t errlen);
 /* kind: nan | spike | drift | shadow | fallback | rollback; extra: "" or ",\"key\":value..." */
 void runlog_event(trainer *t, int step, const char *kind, const char *message, const char *extra);
+void runlog_warning(trainer *t, const char *line);
 
 /* online_detectors.c */
 void spike_init(spike_state *s, int window, double z);

@@ -46,11 +46,10 @@ static const float *rope_tables(fp8t_backend *b, const fp8t_attn_shape *sh) {
     const float theta = sh->rope_theta;
     if (theta <= 0.0f) return NULL;
     if (HS % 2) {
-        fprintf(stderr,
-                "fp8train: attention: RoPE needs an even head size, got %d; change n_embd / "
-                "n_head or disable rope (%s:%d)\n",
-                HS, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL(
+                "attention: RoPE needs an even head size, got %d; change n_embd / "
+                "n_head or disable rope",
+                HS);
     }
     cpu_state *s = cpu_of(b);
     if (s->rope && s->rope_T >= T && s->rope_HS == HS && s->rope_theta == theta &&

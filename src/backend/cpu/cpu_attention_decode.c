@@ -92,10 +92,9 @@ static void write_token(void *kc, void *vc, int kv, const float *tok, const fp8t
 static void check_shape(const fp8t_attn_shape *s, int kv, int Tmax, int T) {
     if (s->HS > 1024 || (s->rope_theta > 0.0f && s->HS % 2) || T > Tmax || kv < FP8T_KV_FP32 ||
         kv > FP8T_KV_FP8) {
-        fprintf(stderr, "fp8train: KV cache: head size %d (at most 1024, even with RoPE), %d "
-                "tokens for a cache of %d positions, cache kind %d (%s:%d)\n", s->HS, T, Tmax,
-                kv, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("KV cache: head size %d (at most 1024, even with RoPE), %d "
+                   "tokens for a cache of %d positions, cache kind %d", s->HS, T, Tmax,
+                   kv);
     }
 }
 
@@ -118,9 +117,8 @@ void cpu_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int k
     const int W = fp8t_attn_qkv_width(s);
     for (int bi = 0; bi < B; bi++)
         if (pos[bi] < 0 || pos[bi] >= Tmax) {
-            fprintf(stderr, "fp8train: attention_decode: sequence %d at position %d, outside the "
-                    "cache's %d positions (%s:%d)\n", bi, pos[bi], Tmax, __FILE__, __LINE__);
-            exit(1);
+            FP8T_FATAL("attention_decode: sequence %d at position %d, outside the "
+                       "cache's %d positions", bi, pos[bi], Tmax);
         }
     /* the new tokens' K and V first: every query head of a group reads them */
 #pragma omp parallel for schedule(static)

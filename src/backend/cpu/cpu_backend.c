@@ -12,9 +12,7 @@ void *cpu_alloc_or_die(size_t bytes, const char *file, int line) {
     size_t padded = bytes == 0 ? 64 : (bytes + 63) & ~(size_t)63;
     void *p = padded >= bytes ? aligned_alloc(64, padded) : NULL; /* padded < bytes: overflow */
     if (!p) {
-        fprintf(stderr, "fp8train: out of memory allocating %zu bytes (%s:%d)\n", bytes, file,
-                line);
-        exit(1);
+        fp8t_fatal(file, line, "out of memory allocating %zu bytes", bytes);
     }
     memset(p, 0, padded);
     return p;

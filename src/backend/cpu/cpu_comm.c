@@ -56,10 +56,7 @@ void cpu_reduce_start(fp8t_backend *b, float *x, size_t n, const size_t *counts,
     if (s->n_bf16_pending == s->cap_bf16_pending) {
         int cap = s->cap_bf16_pending ? 2 * s->cap_bf16_pending : 16;
         struct cpu_bf16_pending *p = realloc(s->bf16_pending, (size_t)cap * sizeof(*p));
-        if (!p) {
-            fprintf(stderr, "fp8train: out of memory\n");
-            abort();
-        }
+        if (!p) FP8T_FATAL("out of memory");
         s->bf16_pending = p, s->cap_bf16_pending = cap;
     }
     uint16_t *h = CPU_ZALLOC(n * sizeof(uint16_t) + 1);

@@ -70,12 +70,10 @@ static void decode_bf16_operand(float *out, const fp8t_bf16_operand *op) {
  * layout): a mismatch is a caller bug, reported with the shapes. */
 static void check_bf16_shape(const char *name, const fp8t_bf16_operand *op, int rows, int cols) {
     if (op->rows != rows || op->cols != cols || (!op->data && rows > 0 && cols > 0)) {
-        fprintf(stderr,
-                "fp8train: gemm_bf16_rounded: operand %s is stored %dx%d (data %p) but the GEMM "
-                "needs %dx%d (%s:%d)\n",
-                name, op->rows, op->cols, (const void *)op->data, rows, cols, __FILE__,
-                __LINE__);
-        exit(1);
+        FP8T_FATAL(
+                "gemm_bf16_rounded: operand %s is stored %dx%d (data %p) but the GEMM "
+                "needs %dx%d",
+                name, op->rows, op->cols, (const void *)op->data, rows, cols);
     }
 }
 
@@ -85,9 +83,8 @@ void cpu_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A
     if (M <= 0 || N <= 0) return;
     if (ldc == 0) ldc = N;
     if (ldc < N) {
-        fprintf(stderr, "fp8train: gemm_bf16_rounded: ldc = %d is less than N = %d (%s:%d)\n", ldc,
-                N, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("gemm_bf16_rounded: ldc = %d is less than N = %d", ldc,
+                   N);
     }
     const int k = K > 0 ? K : 0;
     check_bf16_shape("A", A, transA ? k : M, transA ? M : k);
@@ -113,11 +110,10 @@ static int decode_operand(float *out, const fp8t_fp8_operand *op, int trans, con
                           int want_rows, int want_cols) {
     int need_rows = trans ? want_cols : want_rows, need_cols = trans ? want_rows : want_cols;
     if (op->rows != need_rows || op->cols != need_cols) {
-        fprintf(stderr,
-                "fp8train: gemm_fp8: operand %s is stored %dx%d but the GEMM (trans%s=%d) needs "
-                "%dx%d (%s:%d)\n",
-                name, op->rows, op->cols, name, trans, need_rows, need_cols, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL(
+                "gemm_fp8: operand %s is stored %dx%d but the GEMM (trans%s=%d) needs "
+                "%dx%d",
+                name, op->rows, op->cols, name, trans, need_rows, need_cols);
     }
     const uint8_t *codes = op->data;
     if (!codes) {
@@ -125,9 +121,8 @@ static int decode_operand(float *out, const fp8t_fp8_operand *op, int trans, con
         trans = !trans;
     }
     if (!codes) {
-        fprintf(stderr, "fp8train: gemm_fp8: operand %s has neither data nor data_t (%s:%d)\n",
-                name, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("gemm_fp8: operand %s has neither data nor data_t",
+                   name);
     }
     /* exact decode; the scales go into the GEMM's alpha */
     fp8_dequantize(out, codes, (size_t)op->rows * op->cols, 1.0f, op->fmt);
@@ -138,11 +133,10 @@ static int decode_operand(float *out, const fp8t_fp8_operand *op, int trans, con
 static void decode_block_operand(float *out, const fp8t_fp8_operand *op, const char *name,
                                  int rows, int K) {
     if (op->rows != rows || op->cols != K || !op->data || !op->scale_inv) {
-        fprintf(stderr,
-                "fp8train: gemm_fp8: block-scaled operand %s must be stored K-major as [%d,%d] "
-                "in data (A with transA = 0, B with transB = 1), got [%d,%d] data %p (%s:%d)\n",
-                name, rows, K, op->rows, op->cols, (const void *)op->data, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL(
+                "gemm_fp8: block-scaled operand %s must be stored K-major as [%d,%d] "
+                "in data (A with transA = 0, B with transB = 1), got [%d,%d] data %p",
+                name, rows, K, op->rows, op->cols, (const void *)op->data);
     }
     float table[256];
     for (int c = 0; c < 256; c++) table[c] = fp8_decode((uint8_t)c, op->fmt);
@@ -166,11 +160,9 @@ void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
         if (transA || !transB ||
             (A->scaling == FP8T_SCALING_BLK128 && B->scaling == FP8T_SCALING_BLK128) ||
             ((A->scaling == FP8T_SCALING_ROW) != (B->scaling == FP8T_SCALING_ROW))) {
-            fprintf(stderr, "fp8train: gemm_fp8: block-scaled operands need transA = 0, "
-                            "transB = 1, at most one 128x128-block operand, and row scales "
-                            "on both or neither (%s:%d)\n",
-                    __FILE__, __LINE__);
-            exit(1);
+            FP8T_FATAL("gemm_fp8: block-scaled operands need transA = 0, "
+                       "transB = 1, at most one 128x128-block operand, and row scales "
+                       "on both or neither");
         }
         size_t na = (size_t)M * K, nb = (size_t)N * K;
         float *af = cpu_scratch(b, CPU_SCRATCH_GEMM_A, (na ? na : 1) * sizeof(float));

@@ -14,8 +14,10 @@
 #include <string.h>
 
 #include "fp8train/backend.h"
+#include "fp8train/error.h"
 #include "backend/operand_kind.h" /* fp8t_scaled_quant */
 #include "numerics/scaling_hd.h" /* fp8t_amax_merge */
+#include "util/check.h"         /* FP8T_FATAL */
 
 /* Scratch buffers owned by the backend; each grows as needed and is reused across calls
  * (ops run one at a time on the backend's single "stream"). */

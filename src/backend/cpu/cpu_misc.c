@@ -268,12 +268,11 @@ void cpu_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float 
 static void check_targets(const int *targets, int N, int V) {
     for (int r = 0; r < N; r++)
         if (targets[r] >= V) {
-            fprintf(stderr,
-                    "fp8train: softmax_xent: target %d at row %d is outside the vocabulary "
+            FP8T_FATAL(
+                    "softmax_xent: target %d at row %d is outside the vocabulary "
                     "(V = %d); check the data's token ids against the model's vocab_size "
-                    "(%s:%d)\n",
+                    "(%s:%d)",
                     targets[r], r, V, __FILE__, __LINE__);
-            exit(1);
         }
 }
 
@@ -321,9 +320,8 @@ void cpu_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, fl
                            float dloss) {
     if (N <= 0 || V <= 0) return;
     if (ld < V) {
-        fprintf(stderr, "fp8train: softmax_xent_bf16: ld = %d is less than V = %d (%s:%d)\n", ld,
-                V, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("softmax_xent_bf16: ld = %d is less than V = %d", ld,
+                   V);
     }
     check_targets(targets, N, V);
     float *d = cpu_scratch(b, CPU_SCRATCH_ACT, (size_t)N * V * sizeof(float)); /* [N, V] */

@@ -57,11 +57,10 @@ void cpu_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int ro
                              int tile_r, int tile_c, fp8_format fmt) {
     if (rows <= 0 || cols <= 0) return;
     if (tile_r <= 0 || tile_c <= 0) {
-        fprintf(stderr,
-                "fp8train: block_fake_quantize: tile %dx%d must be positive (block scaling uses "
-                "1x128 or 128x128) (%s:%d)\n",
-                tile_r, tile_c, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL(
+                "block_fake_quantize: tile %dx%d must be positive (block scaling uses "
+                "1x128 or 128x128)",
+                tile_r, tile_c);
     }
     size_t nblocks = (size_t)((rows + tile_r - 1) / tile_r) * ((cols + tile_c - 1) / tile_c);
     uint8_t *codes = cpu_scratch(b, CPU_SCRATCH_CODES, (size_t)rows * cols); /* [rows, cols] */
@@ -80,9 +79,8 @@ void cpu_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, const
     if (rows <= 0 || cols <= 0) return;
     if (scaling != FP8T_SCALING_VEC128 && scaling != FP8T_SCALING_BLK128 &&
         scaling != FP8T_SCALING_ROW) {
-        fprintf(stderr, "fp8train: block_quantize: scaling %d is not a block kind (%s:%d)\n",
-                (int)scaling, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("block_quantize: scaling %d is not a block kind",
+                   (int)scaling);
     }
     const int R = transpose ? cols : rows, K = transpose ? rows : cols;
     const int tr = fp8t_scaling_tile_r(scaling), tc = fp8t_scaling_tile_c(scaling, K);
@@ -91,9 +89,7 @@ void cpu_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, const
     if (transpose) {
         xt = malloc((size_t)R * (size_t)K * sizeof(float));
         if (!xt) {
-            fprintf(stderr, "fp8train: block_quantize: out of memory (%s:%d)\n", __FILE__,
-                    __LINE__);
-            exit(1);
+            FP8T_FATAL("block_quantize: out of memory");
         }
         for (int r = 0; r < rows; r++)
             for (int c = 0; c < cols; c++) xt[(size_t)c * rows + r] = x[(size_t)r * cols + c];
@@ -102,8 +98,7 @@ void cpu_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, const
     const int nbr = (R + tr - 1) / tr, nbc = (K + tc - 1) / tc;
     float *sc = malloc((size_t)nbr * (size_t)nbc * sizeof(float)); /* [nbr, nbc] row-major */
     if (!sc) {
-        fprintf(stderr, "fp8train: block_quantize: out of memory (%s:%d)\n", __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("block_quantize: out of memory");
     }
     fp8t_block_quantize_pow2(codes, sc, src, R, K, tr, tc, fmt, pow2);
     for (int br = 0; br < nbr; br++)

@@ -75,8 +75,7 @@ static void rope_tables(fp8t_backend *b, const fp8t_attn_shape *sh, const float 
     size_t n = (size_t)T * half;
     float *h = (float *)malloc(2 * n * sizeof(float) + 1);
     if (!h) {
-        fprintf(stderr, "fp8train: out of host memory (%s:%d)\n", __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("out of host memory");
     }
     rope_table_host(h, h + n, sh);
     CUDA_CHECK(cudaStreamSynchronize(s->stream)); /* the old tables may be in use */
@@ -723,14 +722,11 @@ static void bwd_tiled(cuda_state *s, float *dq, float *dk, float *dv, const floa
 
 static void check_attention_args(int HS, float rope_theta) {
     if (HS <= 0 || HS > 32 * SIMPLE_MAXJ) {
-        fprintf(stderr, "fp8train: attention head size %d is not supported by the CUDA backend "
-                        "(1..%d) (%s:%d)\n", HS, 32 * SIMPLE_MAXJ, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("attention head size %d is not supported by the CUDA backend "
+                   "(1..%d)", HS, 32 * SIMPLE_MAXJ);
     }
     if (rope_theta > 0.0f && HS % 2 != 0) {
-        fprintf(stderr, "fp8train: RoPE needs an even head size, got %d (%s:%d)\n", HS, __FILE__,
-                __LINE__);
-        exit(1);
+        FP8T_FATAL("RoPE needs an even head size, got %d", HS);
     }
 }
 
@@ -759,9 +755,8 @@ size_t cuda_attention_saved_bytes(fp8t_backend *b, const fp8t_attn_shape *sh) {
 static int attention_kv_heads(const fp8t_attn_shape *sh) {
     const int NKV = fp8t_attn_nkv(sh);
     if (NKV <= 0 || NKV > sh->NH || sh->NH % NKV != 0) {
-        fprintf(stderr, "fp8train: attention: %d key/value heads do not divide %d query heads "
-                        "(%s:%d)\n", NKV, sh->NH, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("attention: %d key/value heads do not divide %d query heads "
+                   "(%s:%d)", NKV, sh->NH, __FILE__, __LINE__);
     }
     return NKV;
 }

@@ -631,9 +631,9 @@ static int build_plan(sdpa_graph *g, int det, cudnnBackendDescriptor_t *plan_out
                 }
                 if (st == CUDNN_STATUS_SUCCESS) {
                     if (pass == 1)
-                        fprintf(stderr, "fp8train: cuDNN attention: every engine cuDNN offers "
-                                        "for the %s graph is marked non-deterministic; using "
-                                        "one\n", g->what);
+                        fp8t_warnf("cuDNN attention: every engine cuDNN offers "
+                                   "for the %s graph is marked non-deterministic; using "
+                                   "one", g->what);
                     *plan_out = plan;
                     return 0;
                 }
@@ -659,16 +659,15 @@ static sdpa_state *sdpa_of(fp8t_backend *b) {
     if (s->cudnn) return (sdpa_state *)s->cudnn;
     sdpa_state *d = (sdpa_state *)calloc(1, sizeof(sdpa_state));
     if (!d) {
-        fprintf(stderr, "fp8train: out of host memory (%s:%d)\n", __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("out of host memory");
     }
     d->det = 1;
     cudnnStatus_t st = cudnnCreate(&d->h);
     if (st == CUDNN_STATUS_SUCCESS) st = cudnnSetStream(d->h, s->stream);
     if (st != CUDNN_STATUS_SUCCESS) {
         /* no usable cuDNN at run time (library or driver mismatch): flash from now on */
-        fprintf(stderr, "fp8train: cuDNN unavailable (cudnnCreate/cudnnSetStream: %s); "
-                        "attention uses the flash kernels\n", cudnnGetErrorString(st));
+        fp8t_warnf("cuDNN unavailable (cudnnCreate/cudnnSetStream: %s); "
+                   "attention uses the flash kernels", cudnnGetErrorString(st));
         if (d->h) cudnnDestroy(d->h);
         d->h = NULL;
     }
@@ -706,9 +705,9 @@ static sdpa_entry *sdpa_plans(fp8t_backend *b, const fp8t_attn_shape *sh, int NK
                                  k == 0 ? &e->fwd_ws : &e->bwd_ws);
         e->ndesc[k] = g.ndesc;
         if (rc) {
-            fprintf(stderr, "fp8train: cuDNN attention %s B%d NH%d NKV%d T%d HS%d not available "
-                            "(%s); using the flash kernels for this shape\n",
-                    g.what, sh->B, sh->NH, NKV, sh->T, sh->HS, g.err);
+            fp8t_warnf("cuDNN attention %s B%d NH%d NKV%d T%d HS%d not available "
+                       "(%s); using the flash kernels for this shape",
+                       g.what, sh->B, sh->NH, NKV, sh->T, sh->HS, g.err);
             e->ok = 0;
             return NULL;
         }
@@ -752,9 +751,8 @@ static void sdpa_execute(sdpa_state *d, cudnnBackendDescriptor_t plan, const int
     if (st != CUDNN_STATUS_SUCCESS) {
         char msg[256] = "";
         cudnnGetLastErrorString(msg, sizeof(msg));
-        fprintf(stderr, "fp8train: cuDNN attention %s: %s failed: %s%s%s (%s:%d)\n", what, call,
-                cudnnGetErrorString(st), msg[0] ? ": " : "", msg, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("cuDNN attention %s: %s failed: %s%s%s", what, call,
+                   cudnnGetErrorString(st), msg[0] ? ": " : "", msg);
     }
 }
 

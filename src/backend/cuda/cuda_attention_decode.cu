@@ -410,10 +410,9 @@ static rope_freqs make_freqs(const fp8t_attn_shape *s) {
 static void check_decode_shape(const fp8t_attn_shape *s, int kv, int T, int Tmax) {
     if (s->HS > DEC_MAX_HS || (s->rope_theta > 0.0f && s->HS % 2) || T > Tmax || T < 1 ||
         kv < FP8T_KV_FP32 || kv > FP8T_KV_FP8) {
-        fprintf(stderr, "fp8train: CUDA KV cache: head size %d (at most %d, even with RoPE), %d "
-                "tokens for a cache of %d positions, cache kind %d (%s:%d)\n", s->HS, DEC_MAX_HS,
-                T, Tmax, kv, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("CUDA KV cache: head size %d (at most %d, even with RoPE), %d "
+                   "tokens for a cache of %d positions, cache kind %d", s->HS, DEC_MAX_HS,
+                   T, Tmax, kv);
     }
 }
 

@@ -257,10 +257,10 @@ static int ag_matmul(cuda_state *s, int kind, int T, int HS, int batch, float al
     if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
         if (!ag_warned_reject) {
             ag_shape g = gemm_shape_of(kind, T, HS);
-            fprintf(stderr,
-                    "fp8train: cuBLASLt refused a batched BF16 attention GEMM its heuristic "
+            fp8t_warnf(
+                    "cuBLASLt refused a batched BF16 attention GEMM its heuristic "
                     "accepted (%s): m=%d n=%d k=%d batch=%d; attention falls back to the FP32 "
-                    "kernels for this shape (reported once) (%s:%d)\n",
+                    "kernels for this shape (reported once) (%s:%d)",
                     cublasLtGetStatusString(st), g.m, g.n, g.k, batch, __FILE__, __LINE__);
             ag_warned_reject = 1;
         }

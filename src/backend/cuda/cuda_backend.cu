@@ -13,10 +13,9 @@ void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
         if (s->capturing) {
             /* growing waits for the stream, which a graph recording cannot do: the recorded
              * step must have run once before at the same sizes (graph_begin's contract) */
-            fprintf(stderr, "fp8train: scratch buffer %d would grow to %zu bytes while a graph "
-                    "is recorded; run the step once before recording it (%s:%d)\n", slot,
-                    bytes, __FILE__, __LINE__);
-            exit(1);
+            FP8T_FATAL("scratch buffer %d would grow to %zu bytes while a graph "
+                       "is recorded; run the step once before recording it", slot,
+                       bytes);
         }
         /* the old buffer may still be in use by queued kernels */
         CUDA_CHECK(cudaStreamSynchronize(s->stream));
@@ -32,11 +31,10 @@ void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
             size_t free_b = 0, total_b = 0;
             cudaGetLastError();
             cudaMemGetInfo(&free_b, &total_b);
-            fprintf(stderr,
-                    "fp8train: out of GPU memory growing scratch buffer %d to %zu bytes (%zu of "
-                    "%zu bytes free): use a smaller --batch or model (%s:%d)\n",
-                    slot, want, free_b, total_b, __FILE__, __LINE__);
-            exit(1);
+            FP8T_FATAL(
+                    "out of GPU memory growing scratch buffer %d to %zu bytes (%zu of "
+                    "%zu bytes free): use a smaller --batch or model",
+                    slot, want, free_b, total_b);
         }
         s->scratch[slot] = p;
         s->scratch_bytes[slot] = want;
@@ -72,8 +70,7 @@ static void alloc_grow(void) {
     g_allocs_cap = old_cap ? old_cap * 2 : 1024;
     g_allocs = (alloc_rec *)calloc(g_allocs_cap, sizeof(alloc_rec));
     if (!g_allocs) {
-        fprintf(stderr, "fp8train: out of host memory (%s:%d)\n", __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("out of host memory");
     }
     g_allocs_n = 0;
     for (size_t i = 0; i < old_cap; i++)
@@ -116,11 +113,10 @@ static void *cuda_malloc(fp8t_backend *b, size_t bytes) {
         size_t free_b = 0, total_b = 0;
         cudaGetLastError(); /* clear the sticky-free error state */
         cudaMemGetInfo(&free_b, &total_b);
-        fprintf(stderr,
-                "fp8train: out of GPU memory allocating %zu bytes (%zu of %zu bytes free, %zu in "
-                "use by fp8train): use a smaller --batch, --seq-len or model (%s:%d)\n",
-                bytes, free_b, total_b, s->bytes_in_use, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL(
+                "out of GPU memory allocating %zu bytes (%zu of %zu bytes free, %zu in "
+                "use by fp8train): use a smaller --batch, --seq-len or model",
+                bytes, free_b, total_b, s->bytes_in_use);
     }
     CUDA_CHECK(cudaMemsetAsync(p, 0, padded, s->stream));
     alloc_insert(p, padded);
@@ -159,11 +155,10 @@ static void *cuda_host_alloc(fp8t_backend *b, size_t bytes) {
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        fprintf(stderr,
-                "fp8train: cannot allocate %zu bytes of pinned host memory (%s): dump fewer "
-                "tensors at once (inspect layers=, tensors=) (%s:%d)\n",
-                bytes, cudaGetErrorString(e), __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL(
+                "cannot allocate %zu bytes of pinned host memory (%s): dump fewer "
+                "tensors at once (inspect layers=, tensors=)",
+                bytes, cudaGetErrorString(e));
     }
     return p;
 }
@@ -415,8 +410,8 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
 #else
     s->attn_cudnn = 0;
     if (opt->attn == FP8T_ATTN_CUDNN)
-        fprintf(stderr, "fp8train: attention cudnn: this build has no cuDNN; attention runs the "
-                        "flash kernels\n");
+        fp8t_warnf("attention cudnn: this build has no cuDNN; attention runs the "
+                   "flash kernels");
 #endif
     switch (opt->attn) {
     case FP8T_ATTN_TILED: s->attn_mode = ATTN_TILED; break;

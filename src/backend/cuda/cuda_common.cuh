@@ -37,18 +37,18 @@
 #include <stdlib.h>
 
 #include "fp8train/backend.h"
+#include "fp8train/error.h" /* fp8t_warnf */
 #include "backend/operand_kind.h" /* fp8t_scaled_quant */
+#include "util/check.h" /* FP8T_FATAL */
 
-/* ---- error checks: print the call, file and line, then exit (a CUDA error leaves the
+/* ---- error checks: the call, file and line, then exit (FP8T_FATAL: a CUDA error leaves the
  * context unusable, so there is nothing sensible to continue with) ---- */
 #define CUDA_CHECK(call)                                                                      \
     do {                                                                                      \
         cudaError_t cuda_check_err_ = (call);                                                 \
         if (cuda_check_err_ != cudaSuccess) {                                                 \
-            fprintf(stderr, "fp8train: CUDA error %s (%s) in %s at %s:%d\n",                  \
-                    cudaGetErrorName(cuda_check_err_), cudaGetErrorString(cuda_check_err_),   \
-                    #call, __FILE__, __LINE__);                                               \
-            exit(1);                                                                          \
+            FP8T_FATAL("CUDA error %s (%s) in %s", cudaGetErrorName(cuda_check_err_),          \
+                       cudaGetErrorString(cuda_check_err_), #call);                            \
         }                                                                                     \
     } while (0)
 
@@ -56,10 +56,8 @@
     do {                                                                                      \
         cublasStatus_t cublas_check_st_ = (call);                                             \
         if (cublas_check_st_ != CUBLAS_STATUS_SUCCESS) {                                      \
-            fprintf(stderr, "fp8train: cuBLAS error %d (%s) in %s at %s:%d\n",                \
-                    (int)cublas_check_st_, cublasLtGetStatusString(cublas_check_st_), #call,  \
-                    __FILE__, __LINE__);                                                      \
-            exit(1);                                                                          \
+            FP8T_FATAL("cuBLAS error %d (%s) in %s", (int)cublas_check_st_,                   \
+                       cublasLtGetStatusString(cublas_check_st_), #call);                      \
         }                                                                                     \
     } while (0)
 

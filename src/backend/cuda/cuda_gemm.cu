@@ -158,10 +158,10 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
             /* the heuristic offered an algorithm that the matmul then refused: remember the
              * problem as unsupported and let the caller take its fallback */
             if (!s->warned_lt_reject) {
-                fprintf(stderr,
-                        "fp8train: cuBLASLt refused a %s GEMM its heuristic accepted (%s): m=%d "
+                fp8t_warnf(
+                        "cuBLASLt refused a %s GEMM its heuristic accepted (%s): m=%d "
                         "n=%d k=%d op=%c%c lda=%d ldb=%d ldc=%d align=%d/%d/%d scales=%p/%p; "
-                        "using the fallback for such GEMMs (reported once)\n",
+                        "using the fallback for such GEMMs (reported once)",
                         is_fp8 ? "FP8" : "BF16/FP32", cublasLtGetStatusString(st), m, n, k,
                         ta == CUBLAS_OP_T ? 'T' : 'N', tb == CUBLAS_OP_T ? 'T' : 'N', lda, ldb,
                         ldc, al_a, al_b, al_c, (const void *)scale_a, (const void *)scale_b);
@@ -223,9 +223,8 @@ void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, in
     if (gemm_trivial(b, C, M, N, K, acc)) return;
     if (rowmajor_matmul(cuda_of(b), C, CUDA_R_32F, A, CUDA_R_32F, B, M, N, K, transA, transB,
                         acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, 0, 0, 0, NULL) != 0) {
-        fprintf(stderr, "fp8train: cuBLASLt found no FP32 algorithm for M=%d N=%d K=%d (%s:%d)\n",
-                M, N, K, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("cuBLASLt found no FP32 algorithm for M=%d N=%d K=%d",
+                   M, N, K);
     }
 }
 
@@ -253,11 +252,10 @@ __global__ void bf16_operand_decode_kernel(float *out, const __nv_bfloat16 *__re
 
 static void check_bf16_operand(const char *name, const fp8t_bf16_operand *o, int rows, int cols) {
     if (o->rows != rows || o->cols != cols || !o->data) {
-        fprintf(stderr,
-                "fp8train: gemm_bf16_rounded: operand %s is stored [%d,%d] (data %p) but the GEMM "
-                "needs it stored as [%d,%d] (%s:%d)\n",
-                name, o->rows, o->cols, (const void *)o->data, rows, cols, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL(
+                "gemm_bf16_rounded: operand %s is stored [%d,%d] (data %p) but the GEMM "
+                "needs it stored as [%d,%d]",
+                name, o->rows, o->cols, (const void *)o->data, rows, cols);
     }
 }
 
@@ -310,11 +308,10 @@ static int bf16_rounded_lt(fp8t_backend *b, float *C, int ldc, const __nv_bfloat
         if (rowmajor_matmul(s, Cg, CUDA_R_16BF, ar, CUDA_R_16BF, b16, mr, Np, Kp, transA, transB,
                             0, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, ldg, NULL) != 0) {
             if (r0 == 0) return -1; /* nothing written: the caller's fallback does it all */
-            fprintf(stderr,
-                    "fp8train: cuBLASLt has a BF16 algorithm for the first %d rows of a M=%d N=%d "
-                    "K=%d GEMM but not for rows %d..%d (%s:%d); rerun with --disable cuda-fusion\n",
+            FP8T_FATAL(
+                    "cuBLASLt has a BF16 algorithm for the first %d rows of a M=%d N=%d "
+                    "K=%d GEMM but not for rows %d..%d (%s:%d); rerun with --disable cuda-fusion",
                     r0, M, N, K, r0, r0 + mr - 1, __FILE__, __LINE__);
-            exit(1);
         }
         unsigned grid = (unsigned)(mr < s->num_sms * 64 ? mr : s->num_sms * 64);
         copy_out_kernel<<<grid, 256, 0, s->stream>>>(C + (size_t)r0 * ldc, ldc, Cg, ldg, mr, N,
@@ -330,9 +327,8 @@ void cuda_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *
     if (M <= 0 || N <= 0) return;
     if (ldc == 0) ldc = N;
     if (ldc < N) {
-        fprintf(stderr, "fp8train: gemm_bf16_rounded: ldc = %d is less than N = %d (%s:%d)\n", ldc,
-                N, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("gemm_bf16_rounded: ldc = %d is less than N = %d", ldc,
+                   N);
     }
     cuda_state *s = cuda_of(b);
     if (K <= 0) {
@@ -393,13 +389,12 @@ void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, i
 static void check_operand(const char *name, const fp8t_fp8_operand *o, int rows, int cols,
                           int trans) {
     if (o->rows != rows || o->cols != cols || (!o->data && !o->data_t) || !o->scale_inv) {
-        fprintf(stderr,
-                "fp8train: gemm_fp8: operand %s is stored [%d,%d] (data %p, data_t %p, scale_inv "
+        FP8T_FATAL(
+                "gemm_fp8: operand %s is stored [%d,%d] (data %p, data_t %p, scale_inv "
                 "%p) but the GEMM (trans%s=%d) needs it stored as [%d,%d] with data or data_t "
-                "and scale_inv set (%s:%d)\n",
+                "and scale_inv set",
                 name, o->rows, o->cols, (const void *)o->data, (const void *)o->data_t,
-                (const void *)o->scale_inv, name, trans, rows, cols, __FILE__, __LINE__);
-        exit(1);
+                (const void *)o->scale_inv, name, trans, rows, cols);
     }
 }
 
@@ -443,14 +438,13 @@ static void gemm_fp8_block(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
     if (transA || !transB || A->rows != M || A->cols != K || B->rows != N || B->cols != K ||
         !A->data || !B->data || !A->scale_inv || !B->scale_inv || row_a != row_b ||
         (A->scaling == FP8T_SCALING_BLK128 && B->scaling == FP8T_SCALING_BLK128)) {
-        fprintf(stderr,
-                "fp8train: gemm_fp8: block-scaled operands must be A [M,K] (transA = 0) and "
+        FP8T_FATAL(
+                "gemm_fp8: block-scaled operands must be A [M,K] (transA = 0) and "
                 "B [N,K] (transB = 1) in data with scale_inv, not both 128x128, row scales on "
                 "both or neither: got A [%d,%d] B [%d,%d] (scaling %d/%d) for M=%d N=%d K=%d "
-                "transA=%d transB=%d (%s:%d)\n",
+                "transA=%d transB=%d",
                 A->rows, A->cols, B->rows, B->cols, (int)A->scaling, (int)B->scaling, M, N, K,
-                transA, transB, __FILE__, __LINE__);
-        exit(1);
+                transA, transB);
     }
     if (gemm_trivial(b, C, M, N, K, acc)) {
         if (bias && !acc && M > 0 && N > 0) cuda_bias_add(b, C, bias, M, N);
@@ -493,10 +487,10 @@ static void gemm_fp8_block(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
     } else {
         s->n_fp8_fallback++;
         if (b->fp8_block_native && shape_ok && !s->warned_fp8_block) {
-            fprintf(stderr,
-                    "fp8train: cuBLASLt has no %s-scaled FP8 GEMM for M=%d N=%d K=%d (scale "
+            fp8t_warnf(
+                    "cuBLASLt has no %s-scaled FP8 GEMM for M=%d N=%d K=%d (scale "
                     "modes %d/%d, formats %s x %s); decoding the operands and running the FP32 "
-                    "GEMM for such GEMMs (reported once)\n",
+                    "GEMM for such GEMMs (reported once)",
                     row_a ? "row" : "block", M, N, K, mode_a, mode_b, fp8_format_name(A->fmt),
                     fp8_format_name(B->fmt));
             s->warned_fp8_block = 1;
@@ -565,9 +559,9 @@ void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                                                sa, sb, fast_accum, CUBLAS_COMPUTE_32F, 0, 0, 0,
                                                bias) == 0;
         if (bias && !s->plain && !done && !s->warned_fp8_bias) {
-            fprintf(stderr, "fp8train: cuBLASLt has no FP8 GEMM with an FP32 bias epilogue for "
-                            "M=%d N=%d K=%d; the bias is added in its own pass (reported once)\n",
-                    M, N, K);
+            fp8t_warnf("cuBLASLt has no FP8 GEMM with an FP32 bias epilogue for "
+                       "M=%d N=%d K=%d; the bias is added in its own pass (reported once)",
+                       M, N, K);
             s->warned_fp8_bias = 1;
         }
         if (!done)

@@ -652,9 +652,8 @@ void cuda_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, f
                             float dloss) {
     if (N <= 0 || V <= 0) return;
     if (ld < V) {
-        fprintf(stderr, "fp8train: softmax_xent_bf16: ld = %d is less than V = %d (%s:%d)\n", ld,
-                V, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("softmax_xent_bf16: ld = %d is less than V = %d", ld,
+                   V);
     }
     cuda_state *s = cuda_of(b);
     const int vec = !s->plain && ld % 4 == 0 && aligned16(logits);

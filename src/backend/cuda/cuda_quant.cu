@@ -710,9 +710,8 @@ void cuda_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
                               int tile_r, int tile_c, fp8_format fmt) {
     if (rows <= 0 || cols <= 0) return;
     if (tile_r <= 0 || tile_c <= 0) {
-        fprintf(stderr, "fp8train: block_fake_quantize: tile %dx%d must be positive (%s:%d)\n",
-                tile_r, tile_c, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("block_fake_quantize: tile %dx%d must be positive",
+                   tile_r, tile_c);
     }
     cuda_state *s = cuda_of(b);
     /* 1-D grid over blocks (row-major), so any number of block rows fits */
@@ -847,9 +846,8 @@ void cuda_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, cons
     if (rows <= 0 || cols <= 0) return;
     if (scaling != FP8T_SCALING_VEC128 && scaling != FP8T_SCALING_BLK128 &&
         scaling != FP8T_SCALING_ROW) {
-        fprintf(stderr, "fp8train: block_quantize: scaling %d is not a block kind (%s:%d)\n",
-                (int)scaling, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("block_quantize: scaling %d is not a block kind",
+                   (int)scaling);
     }
     if (scaling == FP8T_SCALING_ROW) {
         cuda_row_quantize_generic(b, codes, scale_inv, x, rows, cols, transpose, fmt, pow2);
@@ -1257,9 +1255,8 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
         return;
     if (q->scaling != FP8T_SCALING_VEC128 && q->scaling != FP8T_SCALING_BLK128 &&
         q->scaling != FP8T_SCALING_ROW) {
-        fprintf(stderr, "fp8train: quantize_scaled: scaling %d is not a block kind (%s:%d)\n",
-                (int)q->scaling, __FILE__, __LINE__);
-        exit(1);
+        FP8T_FATAL("quantize_scaled: scaling %d is not a block kind",
+                   (int)q->scaling);
     }
     cuda_state *s = cuda_of(b);
     const int pro = q->gelu ? SQ_GELU : q->gelu_x ? SQ_DGELU : SQ_PLAIN;

@@ -1025,9 +1025,8 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
         } else if (is->kind == FP8T_IMG_TILES) {
             const int tr = is->tile_r, tc = is->tile_c;
             if (tr <= 0 || tc <= 0) {
-                fprintf(stderr, "fp8train: tensor_stats: image %d has tile %dx%d (must be positive)\n",
-                        k, tr, tc);
-                exit(1);
+                FP8T_FATAL("tensor_stats: image %d has tile %dx%d (must be positive)",
+                           k, tr, tc);
             }
             rows_mode = 1;
             /* power-of-two tile scales (the block / rowwise recipes' option) take the table */
@@ -1042,8 +1041,7 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
                 sp.gtiles[k] = (size_t)((rows + tr - 1) / tr) * (size_t)sp.nbc[k];
             }
         } else if (is->kind == FP8T_IMG_SCALE && !is->scale) {
-            fprintf(stderr, "fp8train: tensor_stats: image %d (SCALE) has no scale pointer\n", k);
-            exit(1);
+            FP8T_FATAL("tensor_stats: image %d (SCALE) has no scale pointer", k);
         }
     }
     /* P2's walk: the rows when an image has tiles, else 128 consecutive elements at a time */
