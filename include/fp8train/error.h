@@ -24,7 +24,7 @@ int fp8t_errorf(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* The size of an error buffer (char err[FP8T_ERR_LEN]). */
-#define FP8T_ERR_LEN 1024
+#define FP8T_ERR_LEN 2048
 
 /* A warning handler gets each warning as one line without a trailing newline. The default
  * (fn NULL) prints "fp8train: warning: <line>" to stderr. Calls are serialized (the dump writer's

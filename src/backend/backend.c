@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fp8train/backend.h"
+#include "fp8train/error.h"
 
 /* ---- the op table's names (FP8T_BACKEND_OPS), checked against the struct field for field:
  * each op at its index's offset, and as many ops as the struct has room for */
@@ -42,7 +43,7 @@ static fp8t_backend *checked(fp8t_backend *b, char *err, size_t errlen) {
     if (!b) return NULL;
     const int i = fp8t_backend_first_unset_op(b->ops);
     if (i < 0) return b;
-    snprintf(err, errlen, "the %s backend's op table leaves op '%s' unset (a build error: every "
+    fp8t_errorf(err, errlen, "the %s backend's op table leaves op '%s' unset (a build error: every "
              "op of fp8t_backend_ops needs an implementation)", b->name, OP_NAMES[i]);
     fp8t_backend_destroy(b);
     return NULL;
@@ -79,7 +80,7 @@ fp8t_backend *fp8t_backend_create(const char *name, const fp8t_backend_options *
     static const fp8t_backend_options defaults; /* zero: every path on, the default kernels */
     if (!opt) opt = &defaults;
     if (opt->attn < 0 || opt->attn >= FP8T_ATTN_IMPL_COUNT) {
-        snprintf(err, errlen, "attention implementation %d is none of %s", (int)opt->attn,
+        fp8t_errorf(err, errlen, "attention implementation %d is none of %s", (int)opt->attn,
                  fp8t_attn_impl_names());
         return NULL;
     }
@@ -87,14 +88,14 @@ fp8t_backend *fp8t_backend_create(const char *name, const fp8t_backend_options *
         return checked(fp8t_cpu_backend_create(opt, err, errlen), err, errlen);
     if (strcmp(name, "cuda") == 0) {
         if (!fp8t_cuda_backend_create) {
-            snprintf(err, errlen,
+            fp8t_errorf(err, errlen,
                      "this fp8train was built without the CUDA backend; rebuild with nvcc on "
                      "PATH (make clean && make) or use --device cpu");
             return NULL;
         }
         return checked(fp8t_cuda_backend_create(opt, err, errlen), err, errlen);
     }
-    snprintf(err, errlen, "unknown device '%s' (expected cpu or cuda)", name);
+    fp8t_errorf(err, errlen, "unknown device '%s' (expected cpu or cuda)", name);
     return NULL;
 }
 

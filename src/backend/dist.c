@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fp8train/dist.h"
+#include "fp8train/error.h"
 #include "fp8train/fp8.h"
 
 #ifdef FP8T_HAVE_MPI
@@ -82,9 +83,8 @@ int fp8t_dist_init(char *err, size_t errlen) {
     if (!already) {
         int provided = 0;
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-            snprintf(err, errlen, "MPI_Init_thread failed (started by mpirun with %d ranks); "
-                     "check the MPI installation (mpirun --version)", want);
-            return -1;
+            return fp8t_errorf(err, errlen, "MPI_Init_thread failed (started by mpirun with %d ranks); "
+                            "check the MPI installation (mpirun --version)", want);
         }
         atexit(finalize_at_exit);
     }
@@ -274,10 +274,9 @@ void fp8t_dist_abort(int code) {
 int fp8t_dist_init(char *err, size_t errlen) {
     int want = g_launch.size;
     if (want > 1) {
-        snprintf(err, errlen, "started as one of %d processes, but this fp8train was built "
-                 "without MPI: install OpenMPI (apt-get install libopenmpi-dev openmpi-bin) and "
-                 "rebuild (make clean && make), or run a single process", want);
-        return -1;
+        return fp8t_errorf(err, errlen, "started as one of %d processes, but this fp8train was built "
+                        "without MPI: install OpenMPI (apt-get install libopenmpi-dev openmpi-bin) and "
+                        "rebuild (make clean && make), or run a single process", want);
     }
     g_inited = 1;
     return 0;

@@ -197,8 +197,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
     int have_kind = 0;
     char buf[1024];
     if (strlen(spec) >= sizeof buf) {
-        snprintf(err, errlen, "spec too long (%zu characters)", strlen(spec));
-        return -1;
+        return fp8t_errorf(err, errlen, "spec too long (%zu characters)", strlen(spec));
     }
     snprintf(buf, sizeof buf, "%s", spec);
     for (char *save = NULL, *item = strtok_r(buf, ",", &save); item;
@@ -206,8 +205,7 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
         while (*item == ' ') item++;
         char *eq = strchr(item, '=');
         if (!eq) {
-            snprintf(err, errlen, "'%s' is not key=value; %s", item, SYNTAX);
-            return -1;
+            return fp8t_errorf(err, errlen, "'%s' is not key=value; %s", item, SYNTAX);
         }
         *eq = 0;
         const char *key = item, *val = eq + 1;
@@ -260,11 +258,10 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
             bad = parse_float(val, &v) || !(v > 0 && v <= 1);
             f->frac = v;
         } else {
-            snprintf(err, errlen,
-                     "unknown key '%s' (keys: layer, module, gemm, tensor, kind, "
-                     "from, to, when, seed, frac); %s",
-                     key, SYNTAX);
-            return -1;
+            return fp8t_errorf(err, errlen,
+                            "unknown key '%s' (keys: layer, module, gemm, tensor, kind, "
+                            "from, to, when, seed, frac); %s",
+                            key, SYNTAX);
         }
         if (bad) {
             const char *hint =
@@ -280,26 +277,22 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
                 : strcmp(key, "layer") == 0 || strcmp(key, "layers") == 0
                     ? "layer is N, A-B (A <= B) or all"
                     : "expected a non-negative integer";
-            snprintf(err, errlen, "bad value '%s' for %s: %s", val, key, hint);
-            return -1;
+            return fp8t_errorf(err, errlen, "bad value '%s' for %s: %s", val, key, hint);
         }
     }
     if (f->gemm == FP8T_GEMM_COUNT) {
-        snprintf(err, errlen, "gemm= is required (fprop | dgrad | wgrad); %s", SYNTAX);
-        return -1;
+        return fp8t_errorf(err, errlen, "gemm= is required (fprop | dgrad | wgrad); %s", SYNTAX);
     }
     if (!have_kind) {
-        snprintf(err, errlen,
-                 "kind= is required (scale:S | outliers:V | nan | stale-amax | "
-                 "corrupt-amax:V); %s",
-                 SYNTAX);
-        return -1;
+        return fp8t_errorf(err, errlen,
+                        "kind= is required (scale:S | outliers:V | nan | stale-amax | "
+                        "corrupt-amax:V); %s",
+                        SYNTAX);
     }
     if (f->tensor == FP8T_T_COUNT)
         f->tensor = f->gemm == FP8T_GEMM_FPROP ? FP8T_T_INPUT : FP8T_T_GRAD_OUTPUT;
     if (f->to < f->from) {
-        snprintf(err, errlen, "to=%d is before from=%d", f->to, f->from);
-        return -1;
+        return fp8t_errorf(err, errlen, "to=%d is before from=%d", f->to, f->from);
     }
     /* The tensor must belong to the GEMM: Fprop reads X and W and writes Y; Dgrad reads dY
      * and W and writes dX; Wgrad reads dY and X and writes dW. */
@@ -309,33 +302,29 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
         (1u << FP8T_T_GRAD_OUTPUT) | (1u << FP8T_T_INPUT) | (1u << FP8T_T_WGRAD),
     };
     if (!(tensors_of[f->gemm] & (1u << f->tensor))) {
-        snprintf(err, errlen,
-                 "tensor=%s is not a tensor of the %s GEMM (fprop: input, weight, "
-                 "output; dgrad: grad_output, weight, dgrad; wgrad: grad_output, input, wgrad)",
-                 TENSOR_NAMES[f->tensor], fp8t_gemm_name(f->gemm));
-        return -1;
+        return fp8t_errorf(err, errlen,
+                        "tensor=%s is not a tensor of the %s GEMM (fprop: input, weight, "
+                        "output; dgrad: grad_output, weight, dgrad; wgrad: grad_output, input, wgrad)",
+                        TENSOR_NAMES[f->tensor], fp8t_gemm_name(f->gemm));
     }
     if (is_amax_fault(f) && f->tensor != FP8T_T_INPUT && f->tensor != FP8T_T_WEIGHT &&
         f->tensor != FP8T_T_GRAD_OUTPUT) {
-        snprintf(err, errlen,
-                 "%s needs a tensor with an amax history (input, weight or "
-                 "grad_output), not %s",
-                 f->kind == F_STALE_AMAX ? "stale-amax" : "corrupt-amax",
-                 TENSOR_NAMES[f->tensor]);
-        return -1;
+        return fp8t_errorf(err, errlen,
+                        "%s needs a tensor with an amax history (input, weight or "
+                        "grad_output), not %s",
+                        f->kind == F_STALE_AMAX ? "stale-amax" : "corrupt-amax",
+                        TENSOR_NAMES[f->tensor]);
     }
     if (is_amax_fault(f) && f->when == WHEN_BF16) {
-        snprintf(err, errlen,
-                 "when=bf16 is for value faults (scale, outliers, nan): an amax history is read "
-                 "only in delayed scaling, so an amax fault can't act outside FP8");
-        return -1;
+        return fp8t_errorf(err, errlen,
+                        "when=bf16 is for value faults (scale, outliers, nan): an amax history is read "
+                        "only in delayed scaling, so an amax fault can't act outside FP8");
     }
     if (!is_amax_fault(f) && f->tensor == FP8T_T_WEIGHT) {
-        snprintf(err, errlen,
-                 "weights are read-only in the model hook; use tensor=input / "
-                 "grad_output / a result, or an amax fault (stale-amax, corrupt-amax) on the "
-                 "weight");
-        return -1;
+        return fp8t_errorf(err, errlen,
+                        "weights are read-only in the model hook; use tensor=input / "
+                        "grad_output / a result, or an amax fault (stale-amax, corrupt-amax) on the "
+                        "weight");
     }
     return 0;
 }
@@ -344,16 +333,14 @@ static int parse_spec(const char *spec, fault **out, int *n_out, char *err, size
     *out = NULL;
     *n_out = 0;
     if (!spec || !*spec) {
-        snprintf(err, errlen, "empty spec; %s", SYNTAX);
-        return -1;
+        return fp8t_errorf(err, errlen, "empty spec; %s", SYNTAX);
     }
     size_t len = strlen(spec);
     char *buf = malloc(len + 1);
     fault *f = calloc(len / 2 + 2, sizeof *f); /* a fault needs at least 2 characters */
     if (!buf || !f) {
         free(buf), free(f);
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory");
     }
     memcpy(buf, spec, len + 1);
     int n = 0;
@@ -370,8 +357,7 @@ static int parse_spec(const char *spec, fault **out, int *n_out, char *err, size
     free(buf);
     if (n == 0) {
         free(f);
-        snprintf(err, errlen, "empty spec; %s", SYNTAX);
-        return -1;
+        return fp8t_errorf(err, errlen, "empty spec; %s", SYNTAX);
     }
     *out = f;
     *n_out = n;
@@ -389,7 +375,7 @@ int fp8t_injector_check(const char *spec, char *err, size_t errlen) {
 fp8t_injector *fp8t_injector_create(const char *spec, char *err, size_t errlen) {
     fp8t_injector *inj = calloc(1, sizeof *inj);
     if (!inj) {
-        snprintf(err, errlen, "out of memory");
+        fp8t_errorf(err, errlen, "out of memory");
         return NULL;
     }
     if (parse_spec(spec, &inj->f, &inj->n, err, errlen) != 0) {
@@ -418,27 +404,24 @@ int fp8t_injector_check_model(const fp8t_injector *inj, const fp8t_model_config 
     for (int i = 0; i < inj->n; i++) {
         const fault *f = &inj->f[i];
         if (f->layer_named && f->layer_hi >= cfg->n_layer) {
-            snprintf(err, errlen,
-                     "fault %d: layer=%d%s but the model has %d layer%s (0-%d): name layers "
-                     "0-%d, or layer=all",
-                     i + 1, f->layer_lo == f->layer_hi ? f->layer_lo : f->layer_hi,
-                     f->layer_lo == f->layer_hi ? "" : " (end of the range)", cfg->n_layer,
-                     cfg->n_layer == 1 ? "" : "s", cfg->n_layer - 1, cfg->n_layer - 1);
-            return -1;
+            return fp8t_errorf(err, errlen,
+                            "fault %d: layer=%d%s but the model has %d layer%s (0-%d): name layers "
+                            "0-%d, or layer=all",
+                            i + 1, f->layer_lo == f->layer_hi ? f->layer_lo : f->layer_hi,
+                            f->layer_lo == f->layer_hi ? "" : " (end of the range)", cfg->n_layer,
+                            cfg->n_layer == 1 ? "" : "s", cfg->n_layer - 1, cfg->n_layer - 1);
         }
         for (int m = 0; m < FP8T_MOD_COUNT; m++) {
             if (!(f->named_mask & (1u << m)) || (have & (1u << m))) continue;
-            snprintf(err, errlen,
-                     "fault %d: module=%s is not a module of this %s model (its modules: %s, "
-                     "head; or mlp / attn)",
-                     i + 1, fp8t_module_name((fp8t_module)m),
-                     fp8t_arch_name(cfg->arch), names);
-            return -1;
+            return fp8t_errorf(err, errlen,
+                            "fault %d: module=%s is not a module of this %s model (its modules: %s, "
+                            "head; or mlp / attn)",
+                            i + 1, fp8t_module_name((fp8t_module)m),
+                            fp8t_arch_name(cfg->arch), names);
         }
         if (f->module_mask && !(f->module_mask & have)) {
-            snprintf(err, errlen, "fault %d: no module of module= exists in this model (its "
-                     "modules: %s, head)", i + 1, names);
-            return -1;
+            return fp8t_errorf(err, errlen, "fault %d: no module of module= exists in this model (its "
+                            "modules: %s, head)", i + 1, names);
         }
     }
     return 0;

@@ -108,8 +108,7 @@ static int parse_int(int *out, const char *v, int lo, const char *key, char *err
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > 1000000000L) {
-        snprintf(err, errlen, "%s=%s: expected an integer >= %d", key, v, lo);
-        return -1;
+        return fp8t_errorf(err, errlen, "%s=%s: expected an integer >= %d", key, v, lo);
     }
     *out = (int)x;
     return 0;
@@ -131,15 +130,13 @@ static int parse_layers(inspect_spec *sp, const char *v, char *err, size_t errle
             else end = e2;
         }
         if (end == tok || *end || a < 0 || b < a || b > 1000000) {
-            snprintf(err, errlen,
-                     "layers=%s: expected layers like 3, 0-3, 0+2+5-7, head or all",
-                     v);
-            return -1;
+            return fp8t_errorf(err, errlen,
+                            "layers=%s: expected layers like 3, 0-3, 0+2+5-7, head or all",
+                            v);
         }
         if (sp->n_ranges == MAX_LAYER_RANGES) {
-            snprintf(err, errlen, "layers=%s: at most %d ranges", v,
-                     MAX_LAYER_RANGES);
-            return -1;
+            return fp8t_errorf(err, errlen, "layers=%s: at most %d ranges", v,
+                            MAX_LAYER_RANGES);
         }
         sp->range_lo[sp->n_ranges] = (int)a;
         sp->range_hi[sp->n_ranges] = (int)b;
@@ -196,9 +193,8 @@ static int parse_list(unsigned *mask, const char *v, word_bits_fn bits, const ch
          tok = strtok_r(NULL, "+", &save)) {
         unsigned b = bits(tok);
         if (!b) {
-            snprintf(err, errlen, "%s=%s: unknown %s '%s' (expected %s, joined by '+')", key, v,
-                     what, tok, expected);
-            return -1;
+            return fp8t_errorf(err, errlen, "%s=%s: unknown %s '%s' (expected %s, joined by '+')", key, v,
+                            what, tok, expected);
         }
         *mask |= b;
     }
@@ -214,8 +210,7 @@ static int parse_spec(inspect_spec *sp, const char *spec, char *err, size_t errl
     if (!spec) spec = "";
     char buf[2048];
     if (strlen(spec) >= sizeof(buf)) {
-        snprintf(err, errlen, "spec too long (%zu characters)", strlen(spec));
-        return -1;
+        return fp8t_errorf(err, errlen, "spec too long (%zu characters)", strlen(spec));
     }
     snprintf(buf, sizeof(buf), "%s", spec);
     for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv;
@@ -224,11 +219,10 @@ static int parse_spec(inspect_spec *sp, const char *spec, char *err, size_t errl
         if (!*kv) continue;
         char *eq = strchr(kv, '=');
         if (!eq || eq == kv || !eq[1]) {
-            snprintf(err, errlen,
-                     "'%s' is not key=value (e.g. \"every=10,layers=0-3,"
-                     "tensors=input+grad_output,dump=1\")",
-                     kv);
-            return -1;
+            return fp8t_errorf(err, errlen,
+                            "'%s' is not key=value (e.g. \"every=10,layers=0-3,"
+                            "tensors=input+grad_output,dump=1\")",
+                            kv);
         }
         *eq = 0;
         const char *k = kv, *v = eq + 1;
@@ -257,11 +251,11 @@ static int parse_spec(inspect_spec *sp, const char *spec, char *err, size_t errl
             if (strcmp(v, "all") == 0) sp->all_micro = 1;
             else if (strcmp(v, "first") == 0) sp->all_micro = 0;
             else {
-                snprintf(err, errlen, "micro=%s: expected first or all", v);
+                fp8t_errorf(err, errlen, "micro=%s: expected first or all", v);
                 rc = -1;
             }
         } else {
-            snprintf(err, errlen,
+            fp8t_errorf(err, errlen,
                      "unknown key '%s' (keys: every, start, end, layers, modules, "
                      "gemms, tensors, block, block_list, dump, micro)",
                      k);
@@ -270,8 +264,7 @@ static int parse_spec(inspect_spec *sp, const char *spec, char *err, size_t errl
         if (rc) return -1;
     }
     if (sp->end >= 0 && sp->end < sp->start) {
-        snprintf(err, errlen, "end=%d is before start=%d", sp->end, sp->start);
-        return -1;
+        return fp8t_errorf(err, errlen, "end=%d is before start=%d", sp->end, sp->start);
     }
     return 0;
 }
@@ -284,13 +277,13 @@ int fp8t_inspector_spec_check(const char *spec, char *err, size_t errlen) {
 fp8t_inspector *fp8t_inspector_create(const char *spec, const char *out_dir, char *err,
                                       size_t errlen) {
     fp8t_inspector *in = calloc(1, sizeof(*in));
-    if (!in) { snprintf(err, errlen, "out of memory"); return NULL; }
+    if (!in) { fp8t_errorf(err, errlen, "out of memory"); return NULL; }
     in->step = -1;
     in->upd_step = -1;
     in->dump_budget = DUMP_INFLIGHT_BYTES;
     if (parse_spec(&in->sel, spec, err, errlen)) goto fail;
     if (!out_dir || !*out_dir || strlen(out_dir) > 900) {
-        snprintf(err, errlen, "needs an output directory (--out DIR)");
+        fp8t_errorf(err, errlen, "needs an output directory (--out DIR)");
         goto fail;
     }
     snprintf(in->out_dir, sizeof(in->out_dir), "%s", out_dir);
@@ -300,7 +293,7 @@ fp8t_inspector *fp8t_inspector_create(const char *spec, const char *out_dir, cha
     /* Appending: a resumed run continues the file of the run it resumes. */
     in->stats = fopen(path, "a");
     if (!in->stats) {
-        snprintf(err, errlen, "cannot open %s for writing: %s", path, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot open %s for writing: %s", path, strerror(errno));
         goto fail;
     }
     return in;

@@ -78,8 +78,7 @@ static int is_blank(const char *s) {
 static int jsonl_each(const char *path, jsonl_row_fn fn, void *ctx, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
+        return fp8t_errorf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     }
     char *line = NULL, *clean = NULL;
     size_t cap = 0, clean_cap = 0;
@@ -91,7 +90,7 @@ static int jsonl_each(const char *path, jsonl_row_fn fn, void *ctx, char *err, s
         if ((size_t)len * 2 + 8 > clean_cap) { /* "-inf" -> "null" can grow the text */
             clean_cap = (size_t)len * 2 + 8;
             char *nc = realloc(clean, clean_cap);
-            if (!nc) { snprintf(err, errlen, "%s: out of memory", path); rc = -1; break; }
+            if (!nc) { fp8t_errorf(err, errlen, "%s: out of memory", path); rc = -1; break; }
             clean = nc;
         }
         sanitize_line(clean, line);
@@ -105,7 +104,7 @@ static int jsonl_each(const char *path, jsonl_row_fn fn, void *ctx, char *err, s
                 break;
             }
             ungetc(c, f);
-            snprintf(err, errlen,
+            fp8t_errorf(err, errlen,
                      "%s:%d: not a JSON object (\"%.60s%s\"); a .jsonl file holds one JSON "
                      "object per line: fix or delete that line",
                      path, lineno, line, len > 60 ? "..." : "");
@@ -179,16 +178,14 @@ static int metrics_row(void *vctx, const cJSON *obj, const char *path, int linen
     double val = get_num(obj, "val_loss", &has_val);
     if (!has_step && !has_loss && !has_val) return 0; /* a summary/header row: not a step */
     if (!has_step || !isfinite(step) || step < 0 || step > 2e9) {
-        snprintf(err, errlen,
-                 "%s:%d: a metrics row needs a non-negative integer \"step\" (expected "
-                 "{\"step\": N, \"loss\": X, ...})",
-                 path, lineno);
-        return -1;
+        return fp8t_errorf(err, errlen,
+                        "%s:%d: a metrics row needs a non-negative integer \"step\" (expected "
+                        "{\"step\": N, \"loss\": X, ...})",
+                        path, lineno);
     }
     if (grow((void **)&c->rows, &c->cap, c->n, sizeof(fp8t_metric_row)) ||
         grow((void **)&c->order, &c->order_cap, c->n, sizeof(int))) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
+        return fp8t_errorf(err, errlen, "%s: out of memory", path);
     }
     fp8t_metric_row *r = &c->rows[c->n];
     r->step = (int)step;
@@ -258,8 +255,7 @@ static int events_row(void *vctx, const cJSON *obj, const char *path, int lineno
     (void)lineno;
     events_ctx *c = vctx;
     if (grow((void **)&c->rows, &c->cap, c->n, sizeof(fp8t_event_row))) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
+        return fp8t_errorf(err, errlen, "%s: out of memory", path);
     }
     fp8t_event_row *e = &c->rows[c->n++];
     memset(e, 0, sizeof(*e));
@@ -309,15 +305,13 @@ static int stats_row(void *vctx, const cJSON *obj, const char *path, int lineno,
                *tensor = get_str(obj, "tensor");
     if (!has_step || !has_layer || !module || !gemm || !tensor || !isfinite(step) ||
         !isfinite(layer) || step < 0 || step > 2e9 || fabs(layer) > 1e6) {
-        snprintf(err, errlen,
-                 "%s:%d: a stats row needs \"step\", \"layer\", \"module\", \"gemm\" and "
-                 "\"tensor\" (as written by --inspect)",
-                 path, lineno);
-        return -1;
+        return fp8t_errorf(err, errlen,
+                        "%s:%d: a stats row needs \"step\", \"layer\", \"module\", \"gemm\" and "
+                        "\"tensor\" (as written by --inspect)",
+                        path, lineno);
     }
     if (grow((void **)&c->rows, &c->cap, c->n, sizeof(fp8t_stat_row))) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
+        return fp8t_errorf(err, errlen, "%s: out of memory", path);
     }
     fp8t_stat_row *r = &c->rows[c->n++];
     memset(r, 0, sizeof(*r));
@@ -383,22 +377,19 @@ static void base_name(char *out, size_t len, const char *dir) {
 int fp8t_run_load(fp8t_run *run, const char *path, char *err, size_t errlen) {
     memset(run, 0, sizeof(*run));
     if (!path || !*path) {
-        snprintf(err, errlen, "empty run path: pass a run directory (fp8train train --out DIR)");
-        return -1;
+        return fp8t_errorf(err, errlen, "empty run path: pass a run directory (fp8train train --out DIR)");
     }
     if (strlen(path) + 32 >= FP8T_RUN_PATH) {
-        snprintf(err, errlen, "%.80s...: path too long", path);
-        return -1;
+        return fp8t_errorf(err, errlen, "%.80s...: path too long", path);
     }
     if (fp8t_is_dir(path)) {
         snprintf(run->dir, sizeof(run->dir), "%s", path);
         snprintf(run->metrics_path, sizeof(run->metrics_path), "%s/metrics.jsonl", path);
         if (!fp8t_is_regular_file(run->metrics_path)) {
-            snprintf(err, errlen,
-                     "%s: no metrics.jsonl in this directory; pass a run directory written "
-                     "by `fp8train train --out DIR` or the path of a metrics.jsonl",
-                     path);
-            return -1;
+            return fp8t_errorf(err, errlen,
+                            "%s: no metrics.jsonl in this directory; pass a run directory written "
+                            "by `fp8train train --out DIR` or the path of a metrics.jsonl",
+                            path);
         }
     } else if (fp8t_is_regular_file(path)) {
         snprintf(run->metrics_path, sizeof(run->metrics_path), "%s", path);
@@ -409,11 +400,10 @@ int fp8t_run_load(fp8t_run *run, const char *path, char *err, size_t errlen) {
             snprintf(run->dir, sizeof(run->dir), ".");
         if (!run->dir[0]) snprintf(run->dir, sizeof(run->dir), "/");
     } else {
-        snprintf(err, errlen,
-                 "%s: no such file or directory; pass a run directory written by "
-                 "`fp8train train --out DIR` or the path of a metrics.jsonl",
-                 path);
-        return -1;
+        return fp8t_errorf(err, errlen,
+                        "%s: no such file or directory; pass a run directory written by "
+                        "`fp8train train --out DIR` or the path of a metrics.jsonl",
+                        path);
     }
     base_name(run->label, sizeof(run->label), fp8t_is_dir(path) ? path : run->dir);
 
@@ -422,7 +412,7 @@ int fp8t_run_load(fp8t_run *run, const char *path, char *err, size_t errlen) {
     int n_loss = 0;
     for (int i = 0; i < run->n_metrics; i++) n_loss += run->metrics[i].has_loss;
     if (n_loss == 0) {
-        snprintf(err, errlen,
+        fp8t_errorf(err, errlen,
                  "%s: no row with a \"loss\" field (%d rows); is the run empty? train it "
                  "for a few steps first",
                  run->metrics_path, run->n_metrics);

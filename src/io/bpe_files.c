@@ -89,7 +89,7 @@ int fp8t_bpe_encode_file(fp8t_bpe *t, const char *path, const char *field, fp8t_
         return encode_jsonl(t, path, field && *field ? field : "text", fn, ctx, err, errlen);
     char *data = NULL;
     size_t len = 0;
-    char e[512];
+    char e[FP8T_ERR_LEN];
     if (fp8t_read_file(path, &data, &len, e, sizeof(e)) != 0)
         return fp8t_errorf(err, errlen, "%s", e);
     fp8t_tok_ids ids = {0};

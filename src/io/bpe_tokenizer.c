@@ -727,7 +727,7 @@ fail:
 fp8t_bpe *fp8t_bpe_load(const char *path, char *err, size_t errlen) {
     char *data = NULL;
     size_t len = 0;
-    char e[512], in_dir[4096];
+    char e[FP8T_ERR_LEN], in_dir[4096];
     if (fp8t_is_dir(path)) { /* a model directory: its tokenizer.json */
         snprintf(in_dir, sizeof(in_dir), "%s/tokenizer.json", path);
         path = in_dir;

@@ -244,17 +244,16 @@ static int write_files(const char *tmp, const fp8t_checkpoint *ck, char *err, si
     size_t total;
     fp8t_param_info *info = param_table(&ck->model, &count, &total);
     if (!info) {
-        snprintf(err, errlen, "out of memory writing checkpoint %s", tmp);
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory writing checkpoint %s", tmp);
     }
     if (count <= 0 || total != ck->num_params) {
-        snprintf(err, errlen, "checkpoint: the model config gives %zu parameters but %zu were "
+        fp8t_errorf(err, errlen, "checkpoint: the model config gives %zu parameters but %zu were "
                  "given", total, ck->num_params);
         free(info);
         return -1;
     }
     if (!ck->shards && ck->adam_hi && (ck->adam_lo || ck->adam_hi != ck->num_params)) {
-        snprintf(err, errlen, "checkpoint: the moments of parameters [%zu, %zu) only were given; "
+        fp8t_errorf(err, errlen, "checkpoint: the moments of parameters [%zu, %zu) only were given; "
                  "one optimizer file needs all %zu (a ZeRO-1 run writes shards: "
                  "fp8t_checkpoint_write_shard)", ck->adam_lo, ck->adam_hi, ck->num_params);
         free(info);
@@ -319,7 +318,7 @@ static void move_files_in(const char *tmp, const char *dir, char *err, size_t er
     err[0] = 0;
     DIR *d = opendir(tmp);
     if (!d) {
-        snprintf(err, errlen, "cannot read %s: %s", tmp, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot read %s: %s", tmp, strerror(errno));
         return;
     }
     /* every file of the checkpoint (the optimizer shards too), state.json last */
@@ -334,7 +333,7 @@ static void move_files_in(const char *tmp, const char *dir, char *err, size_t er
             fp8t_fmt(from, sizeof(from), "%s/%s", tmp, e->d_name);
             fp8t_fmt(to, sizeof(to), "%s/%s", dir, e->d_name);
             if (rename(from, to) != 0)
-                snprintf(err, errlen, "cannot move %s to %s: %s", from, to, strerror(errno));
+                fp8t_errorf(err, errlen, "cannot move %s to %s: %s", from, to, strerror(errno));
         }
     }
     closedir(d);
@@ -343,20 +342,17 @@ static void move_files_in(const char *tmp, const char *dir, char *err, size_t er
 
 int fp8t_checkpoint_begin(const char *dir, char *tmp, size_t tmplen, char *err, size_t errlen) {
     if (strlen(dir) >= FP8T_CKPT_PATH_MAX_INTERNAL - 64) {
-        snprintf(err, errlen, "checkpoint path too long: %s", dir);
-        return -1;
+        return fp8t_errorf(err, errlen, "checkpoint path too long: %s", dir);
     }
     char parent[FP8T_CKPT_PATH_MAX_INTERNAL], base[FP8T_CKPT_PATH_MAX_INTERNAL];
     split_path(dir, parent, sizeof(parent), base, sizeof(base));
     if (fp8t_mkdirs(parent, err, errlen) != 0) return -1;
     if (fp8t_fmt(tmp, tmplen, "%s/.tmp.%s.%ld", parent, base, (long)getpid()) != 0) {
-        snprintf(err, errlen, "checkpoint path too long: %s", dir);
-        return -1;
+        return fp8t_errorf(err, errlen, "checkpoint path too long: %s", dir);
     }
     (void)remove_ckpt_files(tmp, 1); /* a leftover of a crashed process with our pid */
     if (mkdir(tmp, 0777) != 0) {
-        snprintf(err, errlen, "cannot create checkpoint directory %s: %s", tmp, strerror(errno));
-        return -1;
+        return fp8t_errorf(err, errlen, "cannot create checkpoint directory %s: %s", tmp, strerror(errno));
     }
     return 0;
 }
@@ -368,10 +364,9 @@ int fp8t_checkpoint_write_shard(const char *tmp, const fp8t_checkpoint *ck, int 
     size_t lo, hi;
     fp8t_checkpoint_shard(ck->num_params, world, rank, &lo, &hi);
     if (rank < 0 || rank >= world || ck->adam_lo != lo || ck->adam_hi != hi) {
-        snprintf(err, errlen, "checkpoint shard %d of %d: the moments given are of parameters "
-                 "[%zu, %zu), its shard is [%zu, %zu)", rank, world, ck->adam_lo, ck->adam_hi,
-                 lo, hi);
-        return -1;
+        return fp8t_errorf(err, errlen, "checkpoint shard %d of %d: the moments given are of parameters "
+                        "[%zu, %zu), its shard is [%zu, %zu)", rank, world, ck->adam_lo, ck->adam_hi,
+                        lo, hi);
     }
     char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64], name[96], num[32];
     fp8t_checkpoint_shard_name(name, sizeof(name), rank, world);
@@ -420,12 +415,12 @@ static int install(const char *tmp, const char *dir, char *err, size_t errlen) {
         return failed ? -1 : 0;
     }
     if (had_old && rename(dir, old) != 0) {
-        snprintf(err, errlen, "cannot move the old checkpoint %s aside: %s", dir, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot move the old checkpoint %s aside: %s", dir, strerror(errno));
         (void)remove_ckpt_files(tmp, 1);
         return -1;
     }
     if (rename(tmp, dir) != 0) {
-        snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, dir, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot rename %s to %s: %s", tmp, dir, strerror(errno));
         if (had_old) (void)rename(old, dir);
         (void)remove_ckpt_files(tmp, 1);
         return -1;
@@ -443,7 +438,7 @@ static int install(const char *tmp, const char *dir, char *err, size_t errlen) {
 int fp8t_checkpoint_commit(const char *tmp, const char *dir, const fp8t_checkpoint *ck,
                            char *err, size_t errlen) {
     if (strlen(dir) >= FP8T_CKPT_PATH_MAX_INTERNAL - 64) {
-        snprintf(err, errlen, "checkpoint path too long: %s", dir);
+        fp8t_errorf(err, errlen, "checkpoint path too long: %s", dir);
         (void)remove_ckpt_files(tmp, 1);
         return -1;
     }
@@ -452,7 +447,7 @@ int fp8t_checkpoint_commit(const char *tmp, const char *dir, const fp8t_checkpoi
         fp8t_checkpoint_shard_name(name, sizeof(name), r, ck->shards);
         fp8t_fmt(path, sizeof(path), "%s/%s", tmp, name);
         if (!fp8t_path_exists(path)) {
-            snprintf(err, errlen, "checkpoint: the optimizer shard %s was not written", path);
+            fp8t_errorf(err, errlen, "checkpoint: the optimizer shard %s was not written", path);
             (void)remove_ckpt_files(tmp, 1);
             return -1;
         }
@@ -466,9 +461,8 @@ int fp8t_checkpoint_commit(const char *tmp, const char *dir, const fp8t_checkpoi
 
 int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, size_t errlen) {
     if (ck->shards) {
-        snprintf(err, errlen, "checkpoint: a sharded checkpoint is written by its ranks "
-                 "(fp8t_checkpoint_begin, write_shard, commit)");
-        return -1;
+        return fp8t_errorf(err, errlen, "checkpoint: a sharded checkpoint is written by its ranks "
+                        "(fp8t_checkpoint_begin, write_shard, commit)");
     }
     char tmp[FP8T_CKPT_PATH_MAX_INTERNAL * 2];
     if (fp8t_checkpoint_begin(dir, tmp, sizeof(tmp), err, errlen) != 0) return -1;
@@ -510,35 +504,33 @@ static int parse_u64(const cJSON *v, uint64_t *out) {
 int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, size_t errlen) {
     memset(ck, 0, sizeof(*ck));
     if (!fp8t_is_dir(dir)) {
-        snprintf(err, errlen, "checkpoint '%s' is not a directory; pass a checkpoint directory "
-                 "such as RUN/checkpoints/step_000100", dir);
-        return -1;
+        return fp8t_errorf(err, errlen, "checkpoint '%s' is not a directory; pass a checkpoint directory "
+                        "such as RUN/checkpoints/step_000100", dir);
     }
     char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64];
     fp8t_fmt(path, sizeof(path), "%s/state.json", dir);
     char *text = NULL;
     size_t len = 0;
-    char e[512];
+    char e[FP8T_ERR_LEN];
     if (fp8t_read_file(path, &text, &len, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "%s: cannot read (%s); %s", path, e, DAMAGED);
-        return -1;
+        return fp8t_errorf(err, errlen, "%s: cannot read (%s); %s", path, e, DAMAGED);
     }
     cJSON *o = cJSON_Parse(text);
     free(text);
     int rc = -1;
     if (!cJSON_IsObject(o)) {
-        snprintf(err, errlen, "%s: not valid JSON; %s", path, DAMAGED);
+        fp8t_errorf(err, errlen, "%s: not valid JSON; %s", path, DAMAGED);
         goto done;
     }
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(o, "version");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CKPT_FORMAT) != 0) {
-        snprintf(err, errlen, "%s: \"format\" is not \"%s\"; %s", path, CKPT_FORMAT, DAMAGED);
+        fp8t_errorf(err, errlen, "%s: \"format\" is not \"%s\"; %s", path, CKPT_FORMAT, DAMAGED);
         goto done;
     }
     if (!cJSON_IsNumber(ver) || (ver->valuedouble != FP8T_CKPT_VERSION &&
                                  ver->valuedouble != FP8T_CKPT_VERSION_SHARDED)) {
-        snprintf(err, errlen, "%s: checkpoint format version %g, this fp8train reads versions "
+        fp8t_errorf(err, errlen, "%s: checkpoint format version %g, this fp8train reads versions "
                  "%d and %d; use the fp8train that wrote it", path,
                  cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, FP8T_CKPT_VERSION,
                  FP8T_CKPT_VERSION_SHARDED);
@@ -548,7 +540,7 @@ int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, 
     if (ver->valuedouble == FP8T_CKPT_VERSION_SHARDED) {
         if (!cJSON_IsNumber(nsh) || nsh->valuedouble < 1 || nsh->valuedouble > 99999 ||
             nsh->valuedouble != floor(nsh->valuedouble)) {
-            snprintf(err, errlen, "%s: \"optimizer_shards\" is missing or not a rank count; %s",
+            fp8t_errorf(err, errlen, "%s: \"optimizer_shards\" is missing or not a rank count; %s",
                      path, DAMAGED);
             goto done;
         }
@@ -557,7 +549,7 @@ int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, 
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
     if (!cJSON_IsNumber(step) || step->valuedouble < 0 || step->valuedouble > 1e9 ||
         step->valuedouble != floor(step->valuedouble)) {
-        snprintf(err, errlen, "%s: \"step\" is missing or not a non-negative integer; %s", path,
+        fp8t_errorf(err, errlen, "%s: \"step\" is missing or not a non-negative integer; %s", path,
                  DAMAGED);
         goto done;
     }
@@ -566,19 +558,19 @@ int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, 
     ck->loss = cJSON_IsNumber(loss) ? (float)loss->valuedouble : NAN;
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(o, "data");
     if (parse_u64(cJSON_GetObjectItemCaseSensitive(data, "position"), &ck->data_position) != 0) {
-        snprintf(err, errlen, "%s: \"data.position\" is missing or not an integer; %s", path,
+        fp8t_errorf(err, errlen, "%s: \"data.position\" is missing or not an integer; %s", path,
                  DAMAGED);
         goto done;
     }
     const cJSON *rng = cJSON_GetObjectItemCaseSensitive(o, "rng");
     if (parse_u64(cJSON_GetObjectItemCaseSensitive(rng, "seed"), &ck->seed) != 0) {
-        snprintf(err, errlen, "%s: \"rng.seed\" is missing or not an integer; %s", path, DAMAGED);
+        fp8t_errorf(err, errlen, "%s: \"rng.seed\" is missing or not an integer; %s", path, DAMAGED);
         goto done;
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     char *mj = model ? cJSON_PrintUnformatted(model) : NULL;
     if (!mj || fp8t_model_config_from_json(&ck->model, mj, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "%s: \"model\": %s; %s", path, mj ? e : "missing", DAMAGED);
+        fp8t_errorf(err, errlen, "%s: \"model\": %s; %s", path, mj ? e : "missing", DAMAGED);
         free(mj);
         goto done;
     }
@@ -588,7 +580,7 @@ int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, 
     const cJSON *fl = cJSON_GetObjectItemCaseSensitive(fp8, "history_len");
     if (!cJSON_IsNumber(fn) || !cJSON_IsNumber(fl) || fn->valuedouble < 0 || fl->valuedouble < 1 ||
         fn->valuedouble > 1e7 || fl->valuedouble > 1e6) {
-        snprintf(err, errlen, "%s: \"fp8\" {n, history_len} is missing or invalid; %s", path,
+        fp8t_errorf(err, errlen, "%s: \"fp8\" {n, history_len} is missing or invalid; %s", path,
                  DAMAGED);
         goto done;
     }
@@ -618,11 +610,11 @@ static fp8t_st_file *open_st(const char *dir, const char *file, char *err, size_
     fp8t_fmt(path, sizeof(path), "%s/%s", dir, file);
     fp8t_st_file *f = NULL;
     if (!fp8t_path_exists(path)) {
-        snprintf(err, errlen, "%s is missing; %s", path, DAMAGED);
+        fp8t_errorf(err, errlen, "%s is missing; %s", path, DAMAGED);
         return NULL;
     }
     if (fp8t_st_open(&f, path, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "%s; %s", e, DAMAGED);
+        fp8t_errorf(err, errlen, "%s; %s", e, DAMAGED);
         return NULL;
     }
     return f;
@@ -637,9 +629,8 @@ static int read_params(fp8t_st_file *f, const char *path, const char *prefix,
         snprintf(name, sizeof(name), "%s%s", prefix, info[i].name);
         const fp8t_st_tensor *t = fp8t_st_find(f, name);
         if (!t) {
-            snprintf(err, errlen, "%s: tensor '%s' is missing; the file does not match the model "
-                     "in state.json; %s", path, name, DAMAGED);
-            return -1;
+            return fp8t_errorf(err, errlen, "%s: tensor '%s' is missing; the file does not match the model "
+                            "in state.json; %s", path, name, DAMAGED);
         }
         int64_t want[2] = {info[i].shape[0], info[i].shape[1]};
         int same = t->ndim == info[i].ndim && t->dtype == FP8T_ST_F32;
@@ -648,10 +639,9 @@ static int read_params(fp8t_st_file *f, const char *path, const char *prefix,
             char got[96], exp[96];
             format_shape(got, sizeof(got), t->ndim, t->shape);
             format_shape(exp, sizeof(exp), info[i].ndim, want);
-            snprintf(err, errlen, "%s: tensor '%s' is %s %s but the model config in state.json "
-                     "needs F32 %s; the checkpoint was written for another model, or is damaged",
-                     path, name, fp8t_st_dtype_name(t->dtype), got, exp);
-            return -1;
+            return fp8t_errorf(err, errlen, "%s: tensor '%s' is %s %s but the model config in state.json "
+                            "needs F32 %s; the checkpoint was written for another model, or is damaged",
+                            path, name, fp8t_st_dtype_name(t->dtype), got, exp);
         }
         if (fp8t_st_read_f32(f, name, base + info[i].offset, info[i].numel, err, errlen) != 0)
             return -1;
@@ -679,18 +669,18 @@ static int read_shards(const char *dir, fp8t_checkpoint *ck, size_t lo, size_t h
         int rc = -1;
         float *buf = malloc((b - a) * sizeof(float) + 1);
         if (!buf) {
-            snprintf(err, errlen, "out of memory loading %s", path);
+            fp8t_errorf(err, errlen, "out of memory loading %s", path);
         } else if (!mo || !mc || strtoull(mo, NULL, 10) != a || strtoull(mc, NULL, 10) != b - a) {
-            snprintf(err, errlen, "%s: metadata offset/count (%s/%s) are not shard %d of %d of "
+            fp8t_errorf(err, errlen, "%s: metadata offset/count (%s/%s) are not shard %d of %d of "
                      "%zu parameters ([%zu, %zu)); %s", path, mo ? mo : "missing",
                      mc ? mc : "missing", r, W, ck->num_params, a, b, DAMAGED);
         } else if (!st || st->dtype != FP8T_ST_I64 || st->numel != 1) {
-            snprintf(err, errlen, "%s: tensor 'step' (I64 [1]) is missing; %s", path, DAMAGED);
+            fp8t_errorf(err, errlen, "%s: tensor 'step' (I64 [1]) is missing; %s", path, DAMAGED);
         } else {
             int64_t ostep;
             memcpy(&ostep, fp8t_st_data(f, st), sizeof(ostep));
             if (ostep != ck->step)
-                snprintf(err, errlen, "%s: optimizer step %lld does not match state.json step "
+                fp8t_errorf(err, errlen, "%s: optimizer step %lld does not match state.json step "
                          "%d; files of different checkpoints were mixed; %s", path,
                          (long long)ostep, ck->step, DAMAGED);
             else if (fp8t_st_read_f32(f, "exp_avg", buf, b - a, err, errlen) == 0) {
@@ -726,13 +716,12 @@ int fp8t_checkpoint_load_range(const char *dir, const fp8t_model_config *expect,
 static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo, size_t hi,
                      fp8t_checkpoint *ck, char *err, size_t errlen) {
     if (strlen(dir) >= FP8T_CKPT_PATH_MAX_INTERNAL - 64) {
-        snprintf(err, errlen, "checkpoint path too long: %s", dir);
-        return -1;
+        return fp8t_errorf(err, errlen, "checkpoint path too long: %s", dir);
     }
     if (fp8t_checkpoint_read_state(dir, ck, err, errlen) != 0) return -1;
-    char e[512];
+    char e[FP8T_ERR_LEN];
     if (expect && fp8t_model_config_diff(&ck->model, expect, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "checkpoint %s was written for another model: %s; resume with the "
+        fp8t_errorf(err, errlen, "checkpoint %s was written for another model: %s; resume with the "
                  "model options of the run that wrote it (see its state.json \"model\")", dir, e);
         fp8t_checkpoint_free(ck);
         return -1;
@@ -744,13 +733,13 @@ static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo
     char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64];
     int rc = -1;
     if (!info) {
-        snprintf(err, errlen, "out of memory");
+        fp8t_errorf(err, errlen, "out of memory");
         goto done;
     }
     ck->num_params = total;
     if (hi == SIZE_MAX) hi = total;
     if (lo > hi || hi > total) {
-        snprintf(err, errlen, "checkpoint %s: moments of parameters [%zu, %zu) asked for, it has "
+        fp8t_errorf(err, errlen, "checkpoint %s: moments of parameters [%zu, %zu) asked for, it has "
                  "%zu parameters", dir, lo, hi, total);
         goto done;
     }
@@ -762,7 +751,7 @@ static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo
     size_t nfl = fp8t_recipe_state_floats(ck->fp8_n, ck->fp8_len);
     ck->fp8_state = malloc((nfl ? nfl : 1) * sizeof(float));
     if (!ck->params || !ck->adam_m || !ck->adam_v || !ck->fp8_state) {
-        snprintf(err, errlen, "out of memory loading checkpoint %s (%zu parameters)", dir, total);
+        fp8t_errorf(err, errlen, "out of memory loading checkpoint %s (%zu parameters)", dir, total);
         goto done;
     }
 
@@ -770,7 +759,7 @@ static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo
     fp8t_fmt(path, sizeof(path), "%s/model.safetensors", dir);
     if (!(f = open_st(dir, "model.safetensors", err, errlen))) goto done;
     if (fp8t_st_count(f) != count) {
-        snprintf(err, errlen, "%s holds %d tensors but the model in state.json has %d; %s", path,
+        fp8t_errorf(err, errlen, "%s holds %d tensors but the model in state.json has %d; %s", path,
                  fp8t_st_count(f), count, DAMAGED);
         goto done;
     }
@@ -792,7 +781,7 @@ static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo
     } else { /* a slice: through one full copy at a time */
         float *full = malloc(total * sizeof(float) + 1);
         int bad = !full;
-        if (bad) snprintf(err, errlen, "out of memory loading checkpoint %s", dir);
+        if (bad) fp8t_errorf(err, errlen, "out of memory loading checkpoint %s", dir);
         if (!bad) bad = read_params(f, path, "exp_avg.", info, count, full, err, errlen) != 0;
         if (!bad) memcpy(ck->adam_m, full + lo, (hi - lo) * sizeof(float));
         if (!bad) bad = read_params(f, path, "exp_avg_sq.", info, count, full, err, errlen) != 0;
@@ -802,13 +791,13 @@ static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo
     }
     const fp8t_st_tensor *st = fp8t_st_find(f, "step");
     if (!st || st->dtype != FP8T_ST_I64 || st->numel != 1) {
-        snprintf(err, errlen, "%s: tensor 'step' (I64 [1]) is missing; %s", path, DAMAGED);
+        fp8t_errorf(err, errlen, "%s: tensor 'step' (I64 [1]) is missing; %s", path, DAMAGED);
         goto done;
     }
     int64_t ostep;
     memcpy(&ostep, fp8t_st_data(f, st), sizeof(ostep));
     if (ostep != ck->step) {
-        snprintf(err, errlen, "%s: optimizer step %lld does not match state.json step %d; files of "
+        fp8t_errorf(err, errlen, "%s: optimizer step %lld does not match state.json step %d; files of "
                  "different checkpoints were mixed; %s", path, (long long)ostep, ck->step, DAMAGED);
         goto done;
     }
@@ -821,7 +810,7 @@ fp8_meta:
     if (!(f = open_st(dir, "fp8_meta.safetensors", err, errlen))) goto done;
     const char *mn = fp8t_st_metadata(f, "n"), *ml = fp8t_st_metadata(f, "history_len");
     if (!mn || !ml || atoi(mn) != ck->fp8_n || atoi(ml) != ck->fp8_len) {
-        snprintf(err, errlen, "%s: metadata n/history_len (%s/%s) do not match state.json "
+        fp8t_errorf(err, errlen, "%s: metadata n/history_len (%s/%s) do not match state.json "
                  "(%d/%d); %s", path, mn ? mn : "missing", ml ? ml : "missing", ck->fp8_n,
                  ck->fp8_len, DAMAGED);
         goto done;

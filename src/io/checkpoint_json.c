@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fp8train/checkpoint.h"
+#include "fp8train/error.h"
 
 char *fp8t_model_config_to_json(const fp8t_model_config *c) {
     cJSON *o = cJSON_CreateObject();
@@ -42,8 +43,7 @@ static int get_int(const cJSON *o, const char *key, int *out, char *err, size_t 
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
         fabs(v->valuedouble) > 1e9) {
-        snprintf(err, errlen, "model config: '%s' is missing or not an integer", key);
-        return -1;
+        return fp8t_errorf(err, errlen, "model config: '%s' is missing or not an integer", key);
     }
     *out = (int)v->valuedouble;
     return 0;
@@ -52,8 +52,7 @@ static int get_int(const cJSON *o, const char *key, int *out, char *err, size_t 
 static int get_float(const cJSON *o, const char *key, float *out, char *err, size_t errlen) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
-        snprintf(err, errlen, "model config: '%s' is missing or not a number", key);
-        return -1;
+        return fp8t_errorf(err, errlen, "model config: '%s' is missing or not a number", key);
     }
     *out = (float)v->valuedouble;
     return 0;
@@ -76,15 +75,13 @@ static int get_rope_scaling(const cJSON *o, fp8t_rope_scaling *r, char *err, siz
     if (!rs || cJSON_IsNull(rs)) return 0;
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
     if (!cJSON_IsObject(rs) || !cJSON_IsString(ty)) {
-        snprintf(err, errlen, "model config: 'rope_scaling' must be null or an object with a "
-                              "\"type\" (\"default\" or \"llama3\")");
-        return -1;
+        return fp8t_errorf(err, errlen, "model config: 'rope_scaling' must be null or an object with a "
+                                     "\"type\" (\"default\" or \"llama3\")");
     }
     if (!strcmp(ty->valuestring, "default")) return 0;
     if (strcmp(ty->valuestring, "llama3") != 0) {
-        snprintf(err, errlen, "model config: rope_scaling type '%s' is unknown (expected "
-                              "\"default\" or \"llama3\")", ty->valuestring);
-        return -1;
+        return fp8t_errorf(err, errlen, "model config: rope_scaling type '%s' is unknown (expected "
+                                     "\"default\" or \"llama3\")", ty->valuestring);
     }
     r->type = FP8T_ROPE_LLAMA3;
     if (get_float(rs, "factor", &r->factor, err, errlen) ||
@@ -99,7 +96,7 @@ int fp8t_model_config_from_json(fp8t_model_config *c, const char *json, char *er
                                 size_t errlen) {
     cJSON *o = cJSON_Parse(json);
     if (!cJSON_IsObject(o)) {
-        snprintf(err, errlen, "model config: not a JSON object");
+        fp8t_errorf(err, errlen, "model config: not a JSON object");
         cJSON_Delete(o);
         return -1;
     }
@@ -108,11 +105,11 @@ int fp8t_model_config_from_json(fp8t_model_config *c, const char *json, char *er
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(o, "arch");
     int rc = -1;
     if (!cJSON_IsString(arch)) {
-        snprintf(err, errlen, "model config: 'arch' is missing (expected \"gpt2\" or \"llama\")");
+        fp8t_errorf(err, errlen, "model config: 'arch' is missing (expected \"gpt2\" or \"llama\")");
         goto done;
     }
     if (fp8t_arch_parse(&m.arch, arch->valuestring) != 0) {
-        snprintf(err, errlen, "model config: arch '%s' is unknown (expected gpt2 or llama)",
+        fp8t_errorf(err, errlen, "model config: arch '%s' is unknown (expected gpt2 or llama)",
                  arch->valuestring);
         goto done;
     }
@@ -139,14 +136,13 @@ int fp8t_model_config_diff(const fp8t_model_config *a, const fp8t_model_config *
                            size_t errlen) {
 #define DIFF_INT(field, opt)                                                                  \
     if (a->field != b->field) {                                                               \
-        snprintf(err, errlen, #field " (%s) is %d in the checkpoint but %d in this run", opt,  \
+        fp8t_errorf(err, errlen, #field " (%s) is %d in the checkpoint but %d in this run", opt,  \
                  a->field, b->field);                                                         \
         return -1;                                                                            \
     }
     if (a->arch != b->arch) {
-        snprintf(err, errlen, "arch (--arch) is %s in the checkpoint but %s in this run",
-                 fp8t_arch_name(a->arch), fp8t_arch_name(b->arch));
-        return -1;
+        return fp8t_errorf(err, errlen, "arch (--arch) is %s in the checkpoint but %s in this run",
+                        fp8t_arch_name(a->arch), fp8t_arch_name(b->arch));
     }
     DIFF_INT(n_layer, "--layers")
     DIFF_INT(n_embd, "--dim")
@@ -155,9 +151,8 @@ int fp8t_model_config_diff(const fp8t_model_config *a, const fp8t_model_config *
     DIFF_INT(vocab_size, "--vocab")
     DIFF_INT(mlp_hidden, "--mlp-hidden")
     if (fp8t_model_kv_heads(a) != fp8t_model_kv_heads(b)) {
-        snprintf(err, errlen, "n_kv_head (--kv-heads) is %d in the checkpoint but %d in this run",
-                 fp8t_model_kv_heads(a), fp8t_model_kv_heads(b));
-        return -1;
+        return fp8t_errorf(err, errlen, "n_kv_head (--kv-heads) is %d in the checkpoint but %d in this run",
+                        fp8t_model_kv_heads(a), fp8t_model_kv_heads(b));
     }
     DIFF_INT(untied_head, "--tie-head, inverted")
     if (a->arch == FP8T_ARCH_LLAMA) {
@@ -168,18 +163,16 @@ int fp8t_model_config_diff(const fp8t_model_config *a, const fp8t_model_config *
              (ra->factor != rb->factor || ra->low_freq_factor != rb->low_freq_factor ||
               ra->high_freq_factor != rb->high_freq_factor ||
               ra->original_max_pos != rb->original_max_pos))) {
-            snprintf(err, errlen, "rope_scaling (--rope-scaling) differs: checkpoint %s "
-                     "(factor %g), this run %s (factor %g)",
-                     ra->type == FP8T_ROPE_LLAMA3 ? "llama3" : "none", (double)ra->factor,
-                     rb->type == FP8T_ROPE_LLAMA3 ? "llama3" : "none", (double)rb->factor);
-            return -1;
+            return fp8t_errorf(err, errlen, "rope_scaling (--rope-scaling) differs: checkpoint %s "
+                            "(factor %g), this run %s (factor %g)",
+                            ra->type == FP8T_ROPE_LLAMA3 ? "llama3" : "none", (double)ra->factor,
+                            rb->type == FP8T_ROPE_LLAMA3 ? "llama3" : "none", (double)rb->factor);
         }
     }
 #undef DIFF_INT
     if (a->rope_theta != b->rope_theta || a->norm_eps != b->norm_eps) {
-        snprintf(err, errlen, "rope_theta/norm_eps differ: checkpoint %g/%g, this run %g/%g",
-                 a->rope_theta, a->norm_eps, b->rope_theta, b->norm_eps);
-        return -1;
+        return fp8t_errorf(err, errlen, "rope_theta/norm_eps differ: checkpoint %g/%g, this run %g/%g",
+                        a->rope_theta, a->norm_eps, b->rope_theta, b->norm_eps);
     }
     return 0;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "fp8train/tokenizer.h"
 #include "fp8train/io.h"
 #include "util/le.h"
@@ -23,31 +24,30 @@ int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t e
     memset(t, 0, sizeof(*t));
     char *data = NULL;
     size_t len = 0;
-    char e[512];
+    char e[FP8T_ERR_LEN];
     if (fp8t_read_file(path, &data, &len, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "tokenizer: %s", e);
-        return -1;
+        return fp8t_errorf(err, errlen, "tokenizer: %s", e);
     }
     const uint8_t *b = (const uint8_t *)data;
     int rc = -1;
     if (len < 1024) {
-        snprintf(err, errlen, "%s: truncated (%zu bytes; the header is 1024): not an llm.c "
+        fp8t_errorf(err, errlen, "%s: truncated (%zu bytes; the header is 1024): not an llm.c "
                  "tokenizer file", path, len);
         goto done;
     }
     uint32_t magic = fp8t_load_le32(b), version = fp8t_load_le32(b + 4);
     uint32_t vocab = fp8t_load_le32(b + 8);
     if (magic != TOKENIZER_MAGIC) {
-        snprintf(err, errlen, "%s: bad magic %u; an llm.c tokenizer file (gpt2_tokenizer.bin) "
+        fp8t_errorf(err, errlen, "%s: bad magic %u; an llm.c tokenizer file (gpt2_tokenizer.bin) "
                  "starts with %u", path, magic, TOKENIZER_MAGIC);
         goto done;
     }
     if (version != 1 && version != 2) {
-        snprintf(err, errlen, "%s: tokenizer version %u is not supported (1 or 2)", path, version);
+        fp8t_errorf(err, errlen, "%s: tokenizer version %u is not supported (1 or 2)", path, version);
         goto done;
     }
     if (vocab < 1 || vocab > (1u << 20)) {
-        snprintf(err, errlen, "%s: vocabulary size %u is not plausible", path, vocab);
+        fp8t_errorf(err, errlen, "%s: vocabulary size %u is not plausible", path, vocab);
         goto done;
     }
     /* version 1 predates the EOT field: GPT-2's <|endoftext|> */
@@ -58,25 +58,25 @@ int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t e
     t->piece = calloc(vocab, sizeof(char *));
     t->piece_len = calloc(vocab, sizeof(int));
     if (!t->piece || !t->piece_len) {
-        snprintf(err, errlen, "%s: out of memory", path);
+        fp8t_errorf(err, errlen, "%s: out of memory", path);
         goto done;
     }
     size_t off = 1024;
     for (uint32_t i = 0; i < vocab; i++) {
         if (off >= len) {
-            snprintf(err, errlen, "%s: truncated at token %u of %u", path, i, vocab);
+            fp8t_errorf(err, errlen, "%s: truncated at token %u of %u", path, i, vocab);
             goto done;
         }
         unsigned n = b[off++];
         if (n == 0 || n > len - off) {
-            snprintf(err, errlen, "%s: token %u has %s", path, i,
+            fp8t_errorf(err, errlen, "%s: token %u has %s", path, i,
                      n == 0 ? "length 0 (every token has at least one byte)"
                             : "bytes past the end of the file (truncated)");
             goto done;
         }
         t->piece[i] = malloc(n + 1);
         if (!t->piece[i]) {
-            snprintf(err, errlen, "%s: out of memory", path);
+            fp8t_errorf(err, errlen, "%s: out of memory", path);
             goto done;
         }
         memcpy(t->piece[i], b + off, n);
@@ -85,7 +85,7 @@ int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t e
         off += n;
     }
     if (off != len) {
-        snprintf(err, errlen, "%s: %zu bytes after the last token (wrong vocabulary size in the "
+        fp8t_errorf(err, errlen, "%s: %zu bytes after the last token (wrong vocabulary size in the "
                  "header?)", path, len - off);
         goto done;
     }

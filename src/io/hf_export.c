@@ -33,7 +33,7 @@
 /* The parameter table of w, after checking that w's buffer matches its config. */
 static fp8t_param_info *checked_table(const fp8t_weights *w, int *count, char *err,
                                       size_t errlen) {
-    char e[256];
+    char e[FP8T_ERR_LEN];
     if (!w || !w->params) {
         fp8t_errorf(err, errlen, "export: no weights given");
         return NULL;

@@ -45,7 +45,7 @@ void fp8t_weights_free(fp8t_weights *w) {
 }
 
 static int alloc_params(fp8t_weights *w, char *err, size_t errlen) {
-    char e[256];
+    char e[FP8T_ERR_LEN];
     if (fp8t_model_config_check(&w->model, e, sizeof(e)) != 0)
         return fp8t_errorf(err, errlen, "%s: the model it describes is not valid for fp8train: %s",
                            w->source, e);
@@ -609,7 +609,7 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
     snprintf(cpath, sizeof(cpath), "%s/config.json", dir);
     char *text = NULL;
     size_t len;
-    char e[1024];
+    char e[FP8T_ERR_LEN];
     if (fp8t_read_file(cpath, &text, &len, e, sizeof(e)) != 0)
         return fp8t_errorf(err, errlen, "%s: cannot read config.json (%s); a Hugging Face model "
                            "directory holds config.json and model.safetensors", dir, e);
@@ -962,7 +962,7 @@ int fp8t_weights_read_config(const char *src, fp8t_model_config *cfg, char *err,
             }
             int tied, rc = parse_hf_config(path, o, cfg, &tied, err, errlen);
             cJSON_Delete(o);
-            char e[256];
+            char e[FP8T_ERR_LEN];
             if (rc == 0 && fp8t_model_config_check(cfg, e, sizeof(e)) != 0)
                 rc = fp8t_errorf(err, errlen, "%s: the model it describes is not valid for "
                                  "fp8train: %s", path, e);

@@ -4,6 +4,7 @@
  *   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...,
  *    "__metadata__": {"key": "value"}}
  * padded with spaces, then the data section; offsets are relative to the data section. */
+#include "fp8train/error.h"
 #include "fp8train/fp8.h"
 #include "fp8train/io.h"
 #include "io/io_internal.h"
@@ -593,7 +594,7 @@ struct fp8t_st_writer {
     int count, cap;
     char **meta_keys, **meta_values; /* [meta_count] */
     int meta_count, meta_cap;
-    char err[512]; /* first error from add/metadata, reported by save */
+    char err[FP8T_ERR_LEN]; /* first error from add/metadata, reported by save */
 };
 
 fp8t_st_writer *fp8t_st_writer_new(void) { return calloc(1, sizeof(fp8t_st_writer)); }

@@ -134,7 +134,7 @@ fp8t_tb_writer *fp8t_tb_open(const char *dir, char *err, size_t errlen) {
         fp8t_errorf(err, errlen, "--tensorboard needs a directory");
         return NULL;
     }
-    char e[768];
+    char e[FP8T_ERR_LEN];
     if (fp8t_mkdirs(dir, e, sizeof(e)) != 0) {
         fp8t_errorf(err, errlen, "--tensorboard %s: %s", dir, e);
         return NULL;

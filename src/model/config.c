@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "fp8train/model.h"
 
 typedef struct {
@@ -99,7 +100,7 @@ int fp8t_model_qkv_dim(const fp8t_model_config *c) {
 int fp8t_model_config_check(const fp8t_model_config *c, char *err, size_t errlen) {
 #define BAD(...)                                                                              \
     do {                                                                                      \
-        if (err && errlen) snprintf(err, errlen, __VA_ARGS__);                                \
+        if (err && errlen) fp8t_errorf(err, errlen, __VA_ARGS__);                                \
         return -1;                                                                            \
     } while (0)
     if (!c) BAD("model config is NULL");

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "fp8train/recipe.h"
 #include "model/infer_internal.h"
 #include "model/operand.h"
@@ -176,10 +177,9 @@ static int set_delayed_scale(fp8t_infer *m, const fp8t_weights *w, fp8t_recipe_s
     if (L->kind != INF_LIN_FP8) return 0;
     const int t = 3 * lin + FP8T_ROLE_X;
     if (!(fp8t_recipe_history_max(st, t) > 0.0f)) {
-        snprintf(err, errlen, "--act-scale delayed: %s (linear %d) has no learned activation "
-                 "scale in %s (its FP8 amax history is empty: the weights never trained or "
-                 "calibrated in FP8); use --act-scale current or calibrated", what, lin, w->source);
-        return -1;
+        return fp8t_errorf(err, errlen, "--act-scale delayed: %s (linear %d) has no learned activation "
+                        "scale in %s (its FP8 amax history is empty: the weights never trained or "
+                        "calibrated in FP8); use --act-scale current or calibrated", what, lin, w->source);
     }
     m->ops->to_device(m->be, L->sc + INF_SC_X, &st->scale[t], sizeof(float));
     m->ops->to_device(m->be, L->sc + INF_SC_X_INV, &st->scale_inv[t], sizeof(float));
@@ -196,32 +196,32 @@ fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval
 fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
                                    const fp8t_infer_opts *o, int B, int Tmax, char *err,
                                    size_t errlen) {
-    char e[512];
+    char e[FP8T_ERR_LEN];
     const fp8t_eval_precision prec = o->prec;
     const fp8t_act_scale act = o->act;
     if (!be || !w || !w->params) {
-        snprintf(err, errlen, "inference model: no backend or no weights");
+        fp8t_errorf(err, errlen, "inference model: no backend or no weights");
         return NULL;
     }
     const fp8t_model_config *c = &w->model;
     if (fp8t_model_config_check(c, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "inference model: %s", e);
+        fp8t_errorf(err, errlen, "inference model: %s", e);
         return NULL;
     }
     size_t total;
     const int n_info = fp8t_model_param_table(c, NULL, &total);
     if (total != w->num_params) {
-        snprintf(err, errlen, "inference model: the weights hold %zu parameters but their model "
+        fp8t_errorf(err, errlen, "inference model: the weights hold %zu parameters but their model "
                  "config needs %zu", w->num_params, total);
         return NULL;
     }
     if (B < 1 || Tmax < 1 || Tmax > c->seq_len) {
-        snprintf(err, errlen, "inference model: batch %d and %d positions per sequence: need "
+        fp8t_errorf(err, errlen, "inference model: batch %d and %d positions per sequence: need "
                  "batch >= 1 and 1 <= positions <= the model's seq_len %d", B, Tmax, c->seq_len);
         return NULL;
     }
     if ((size_t)B * Tmax > (size_t)1 << 30) {
-        snprintf(err, errlen, "inference model: batch %d x %d positions is too many tokens", B,
+        fp8t_errorf(err, errlen, "inference model: batch %d x %d positions is too many tokens", B,
                  Tmax);
         return NULL;
     }
@@ -230,14 +230,14 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
                    : prec == FP8T_EVAL_FP8  ? FP8T_KV_FP8
                                             : FP8T_KV_BF16;
     if (kv > FP8T_KV_FP8 || (kv == FP8T_KV_FP8 && prec == FP8T_EVAL_FP32)) {
-        snprintf(err, errlen, "inference model: KV cache kind %d with precision %s: the cache is "
+        fp8t_errorf(err, errlen, "inference model: KV cache kind %d with precision %s: the cache is "
                  "fp32, bf16, or fp8 (bf16 and fp8 precisions; fp32 is the exact reference)",
                  kv, fp8t_eval_precision_name(prec));
         return NULL;
     }
     const int fp8_head = o->fp8_head && prec == FP8T_EVAL_FP8;
     if (fp8_head && c->vocab_size % 16) {
-        snprintf(err, errlen, "inference model: an FP8 head needs a vocabulary that is a "
+        fp8t_errorf(err, errlen, "inference model: an FP8 head needs a vocabulary that is a "
                  "multiple of 16 (cuBLASLt's FP8 GEMM alignment); this model's is %d: keep the "
                  "BF16 head", c->vocab_size);
         return NULL;
@@ -245,7 +245,7 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     const int n_lin_all = fp8t_model_num_linears(c);
     const int have_state = w->fp8_state && w->fp8_n == 3 * n_lin_all && w->fp8_len >= 1;
     if (prec == FP8T_EVAL_FP8 && act == FP8T_ACT_SCALE_DELAYED && !have_state) {
-        snprintf(err, errlen, "--act-scale delayed: %s has no FP8 state (learned activation "
+        fp8t_errorf(err, errlen, "--act-scale delayed: %s has no FP8 state (learned activation "
                  "scales) for this model; use --act-scale current or calibrated", w->source);
         return NULL;
     }
@@ -255,7 +255,7 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     if (!info || !m) {
         free(info);
         free(m);
-        snprintf(err, errlen, "inference model: out of memory");
+        fp8t_errorf(err, errlen, "inference model: out of memory");
         return NULL;
     }
     fp8t_model_param_table(c, info, &total);
@@ -285,7 +285,7 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     const fp8t_backend_ops *ops = m->ops;
     m->layer = calloc((size_t)L, sizeof(inf_layer));
     if (!m->layer) {
-        snprintf(err, errlen, "inference model: out of memory");
+        fp8t_errorf(err, errlen, "inference model: out of memory");
         goto fail;
     }
 
@@ -297,7 +297,7 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     size_t small_n = 0;
     soff = malloc((size_t)n_info * sizeof(size_t));
     if (!soff) {
-        snprintf(err, errlen, "inference model: out of memory");
+        fp8t_errorf(err, errlen, "inference model: out of memory");
         goto fail;
     }
     for (int i = 0; i < n_info; i++) {

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "model/infer_internal.h"
 #include "model/operand.h"
 
@@ -269,9 +270,8 @@ static void embed(fp8t_infer *m, int nb, int T, const int *pos) {
 static int check_tokens(const fp8t_infer *m, const int *tok, size_t n, char *err, size_t errlen) {
     for (size_t i = 0; i < n; i++)
         if (tok[i] < 0 || tok[i] >= m->V) {
-            snprintf(err, errlen, "token %d (index %zu) is outside the vocabulary [0, %d)",
-                     tok[i], i, m->V);
-            return -1;
+            return fp8t_errorf(err, errlen, "token %d (index %zu) is outside the vocabulary [0, %d)",
+                            tok[i], i, m->V);
         }
     return 0;
 }
@@ -280,9 +280,8 @@ static int check_tokens(const fp8t_infer *m, const int *tok, size_t n, char *err
 static int check_ready(const fp8t_infer *m, const char *what, char *err, size_t errlen) {
     if (m->prec == FP8T_EVAL_FP8 && m->act == FP8T_ACT_SCALE_CALIBRATED && !m->act_static &&
         !m->calibrating) {
-        snprintf(err, errlen, "%s: the FP8 activation scales are not calibrated yet (run "
-                 "fp8t_infer_calibrate first: --calib-data)", what);
-        return -1;
+        return fp8t_errorf(err, errlen, "%s: the FP8 activation scales are not calibrated yet (run "
+                        "fp8t_infer_calibrate first: --calib-data)", what);
     }
     return 0;
 }
@@ -330,14 +329,12 @@ static void head_rows(fp8t_infer *m, const float *a, int n, float *dst, float *l
 int fp8t_infer_prefill(fp8t_infer *m, const int *tokens, int nb, int T, const int *lens,
                        float *logits, char *err, size_t errlen) {
     if (nb < 1 || nb > m->B || T < 1 || T > m->Tmax) {
-        snprintf(err, errlen, "prefill: %d sequences of %d tokens for a model built for %d of "
-                 "at most %d", nb, T, m->B, m->Tmax);
-        return -1;
+        return fp8t_errorf(err, errlen, "prefill: %d sequences of %d tokens for a model built for %d of "
+                        "at most %d", nb, T, m->B, m->Tmax);
     }
     for (int b = 0; b < nb; b++)
         if (lens[b] < 1 || lens[b] > T) {
-            snprintf(err, errlen, "prefill: sequence %d has %d tokens (1..%d)", b, lens[b], T);
-            return -1;
+            return fp8t_errorf(err, errlen, "prefill: sequence %d has %d tokens (1..%d)", b, lens[b], T);
         }
     const size_t N = (size_t)nb * T;
     if (check_tokens(m, tokens, N, err, errlen) || check_ready(m, "prefill", err, errlen))
@@ -363,14 +360,12 @@ int fp8t_infer_prefill(fp8t_infer *m, const int *tokens, int nb, int T, const in
 int fp8t_infer_decode(fp8t_infer *m, const int *tok, const int *pos, int nb, float *logits,
                       char *err, size_t errlen) {
     if (nb < 1 || nb > m->B) {
-        snprintf(err, errlen, "decode: %d sequences for a model built for %d", nb, m->B);
-        return -1;
+        return fp8t_errorf(err, errlen, "decode: %d sequences for a model built for %d", nb, m->B);
     }
     for (int b = 0; b < nb; b++)
         if (pos[b] < 0 || pos[b] >= m->Tmax) {
-            snprintf(err, errlen, "decode: sequence %d at position %d: the cache holds %d "
-                     "positions", b, pos[b], m->Tmax);
-            return -1;
+            return fp8t_errorf(err, errlen, "decode: sequence %d at position %d: the cache holds %d "
+                            "positions", b, pos[b], m->Tmax);
         }
     if (check_tokens(m, tok, (size_t)nb, err, errlen) || check_ready(m, "decode", err, errlen))
         return -1;
@@ -429,9 +424,8 @@ static void sink_rows(fp8t_infer *m, const full_sink *k, size_t r0, int n) {
 static int forward_full(fp8t_infer *m, const int *tokens, int nb, int T, const full_sink *k,
                         char *err, size_t errlen) {
     if (nb < 1 || nb > m->B || T < 1 || T > m->Tmax) {
-        snprintf(err, errlen, "forward: %d sequences of %d tokens for a model built for %d of "
-                 "at most %d", nb, T, m->B, m->Tmax);
-        return -1;
+        return fp8t_errorf(err, errlen, "forward: %d sequences of %d tokens for a model built for %d of "
+                        "at most %d", nb, T, m->B, m->Tmax);
     }
     const size_t N = (size_t)nb * T;
     if (check_tokens(m, tokens, N, err, errlen) || check_ready(m, "forward", err, errlen))
@@ -471,9 +465,8 @@ static int check_targets(const fp8t_infer *m, const int *targets, size_t N, int 
     *count = 0;
     for (size_t i = 0; i < N; i++) {
         if (targets[i] >= m->V) {
-            snprintf(err, errlen, "target %d (index %zu) is outside the vocabulary [0, %d)",
-                     targets[i], i, m->V);
-            return -1;
+            return fp8t_errorf(err, errlen, "target %d (index %zu) is outside the vocabulary [0, %d)",
+                            targets[i], i, m->V);
         }
         *count += targets[i] >= 0;
     }
@@ -503,8 +496,7 @@ int fp8t_infer_calibrate(fp8t_infer *m, const int *tokens, int n_batches, int nb
                          char *err, size_t errlen) {
     if (m->prec != FP8T_EVAL_FP8 || m->act != FP8T_ACT_SCALE_CALIBRATED) return 0;
     if (n_batches < 1) {
-        snprintf(err, errlen, "calibration: no batches");
-        return -1;
+        return fp8t_errorf(err, errlen, "calibration: no batches");
     }
     const fp8t_backend_ops *ops = m->ops;
     const int L = m->cfg.n_layer, gpt2 = m->cfg.arch == FP8T_ARCH_GPT2;
@@ -512,8 +504,7 @@ int fp8t_infer_calibrate(fp8t_infer *m, const int *tokens, int n_batches, int nb
     const int nl = L * (gpt2 ? 4 : 5) + 1;
     inf_linear **lin = malloc((size_t)nl * sizeof(*lin));
     if (!lin) {
-        snprintf(err, errlen, "calibration: out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "calibration: out of memory");
     }
     int n = 0;
     for (int l = 0; l < L; l++) {
@@ -560,7 +551,7 @@ double fp8t_infer_loss_decode(fp8t_infer *m, const int *tokens, const int *targe
                               int T, char *err, size_t errlen) {
     int count;
     if (nb < 1 || nb > m->B || T < 1 || T > m->Tmax) {
-        snprintf(err, errlen, "decode loss: %d sequences of %d tokens for a model built for %d "
+        fp8t_errorf(err, errlen, "decode loss: %d sequences of %d tokens for a model built for %d "
                  "of at most %d", nb, T, m->B, m->Tmax);
         return NAN;
     }
@@ -574,7 +565,7 @@ double fp8t_infer_loss_decode(fp8t_infer *m, const int *tokens, const int *targe
     }
     int *col = malloc((size_t)nb * 2 * sizeof(int)), *pos = col ? col + nb : NULL;
     if (!col) {
-        snprintf(err, errlen, "decode loss: out of memory");
+        fp8t_errorf(err, errlen, "decode loss: out of memory");
         return NAN;
     }
     int rc = 0;
@@ -585,7 +576,7 @@ double fp8t_infer_loss_decode(fp8t_infer *m, const int *tokens, const int *targe
             int *lens = malloc((size_t)nb * sizeof(int)); /* one token each */
             if (!lens) {
                 rc = -1;
-                snprintf(err, errlen, "decode loss: out of memory");
+                fp8t_errorf(err, errlen, "decode loss: out of memory");
                 break;
             }
             for (int b = 0; b < nb; b++) lens[b] = 1;

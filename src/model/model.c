@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "model/model_internal.h"
 
 /* ---- small helpers shared by the model files ---- */
@@ -295,7 +296,7 @@ static size_t carve_activations(activations *a, float *base, const fp8t_model_co
 }
 
 static int set_err(char *err, size_t errlen, const char *msg) {
-    if (err && errlen) snprintf(err, errlen, "%s", msg);
+    if (err && errlen) fp8t_errorf(err, errlen, "%s", msg);
     return -1;
 }
 

@@ -20,6 +20,7 @@
 #include "fp8train/checkpoint.h"
 #include "fp8train/compare.h"
 #include "fp8train/dist.h"
+#include "fp8train/error.h"
 
 void fp8t_bisect_config_default(fp8t_bisect_config *c) {
     memset(c, 0, sizeof *c);
@@ -106,9 +107,8 @@ int fp8t_bisect_tail_loss(double *mean, double *last, int *first_step, int *last
     }
     if (hi < 0) {
         free(rows);
-        snprintf(err, errlen, "%s has no training loss (did the run fail at its first step?)",
-                 path);
-        return -1;
+        return fp8t_errorf(err, errlen, "%s has no training loss (did the run fail at its first step?)",
+                        path);
     }
     if (tail_steps < 1) tail_steps = 1;
     int from_step = rows[hi].step - tail_steps;
@@ -150,8 +150,7 @@ int fp8t_bisect_gap(double *gap, const char *run_dir, const char *base_dir, int 
     int lo = last_step - tail_steps + 1;
     double *run = malloc(2 * (size_t)tail_steps * sizeof(double));
     if (!run) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory");
     }
     double *base = run + tail_steps;
     if (losses_of(base, base_dir, lo, last_step, err, errlen) != 0 ||
@@ -161,7 +160,7 @@ int fp8t_bisect_gap(double *gap, const char *run_dir, const char *base_dir, int 
     }
     for (int i = 0; i < tail_steps; i++) {
         if (!isfinite(base[i])) {
-            snprintf(err, errlen, "baseline %s has no finite loss at step %d", base_dir, lo + i);
+            fp8t_errorf(err, errlen, "baseline %s has no finite loss at step %d", base_dir, lo + i);
             free(run);
             return -1;
         }
@@ -481,24 +480,20 @@ static int span_is_prec(bisect_ctx *c, int lo, int hi, unsigned gemms, fp8t_prec
 
 static int check_config(const fp8t_bisect_config *cfg, char *err, size_t errlen) {
     if (cfg->steps < 2) {
-        snprintf(err, errlen, "bisect: --steps must be at least 2 (got %d); 40-200 short steps "
-                              "are typical", cfg->steps);
-        return -1;
+        return fp8t_errorf(err, errlen, "bisect: --steps must be at least 2 (got %d); 40-200 short steps "
+                                     "are typical", cfg->steps);
     }
     if (!(cfg->threshold > 0 && cfg->threshold < 1)) {
-        snprintf(err, errlen, "bisect: --threshold must be in (0, 1), e.g. 0.01 (got %g)",
-                 cfg->threshold);
-        return -1;
+        return fp8t_errorf(err, errlen, "bisect: --threshold must be in (0, 1), e.g. 0.01 (got %g)",
+                        cfg->threshold);
     }
     if (!(cfg->tail_frac > 0 && cfg->tail_frac <= 1)) {
-        snprintf(err, errlen, "bisect: --tail must be in (0, 1], e.g. 0.1 (got %g)",
-                 cfg->tail_frac);
-        return -1;
+        return fp8t_errorf(err, errlen, "bisect: --tail must be in (0, 1], e.g. 0.1 (got %g)",
+                        cfg->tail_frac);
     }
     if (cfg->train.policy.n_overrides + 2 > FP8T_MAX_OVERRIDES) {
-        snprintf(err, errlen, "bisect: the policy has %d overrides; bisect adds up to 2 and the "
-                              "limit is %d", cfg->train.policy.n_overrides, FP8T_MAX_OVERRIDES);
-        return -1;
+        return fp8t_errorf(err, errlen, "bisect: the policy has %d overrides; bisect adds up to 2 and the "
+                                     "limit is %d", cfg->train.policy.n_overrides, FP8T_MAX_OVERRIDES);
     }
     return 0;
 }
@@ -677,7 +672,7 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
     int n = snprintf(c->root, sizeof c->root, "%s", cfg->out_dir);
     if (prc == 0 && c->rank == 0 &&
         (n < 0 || (size_t)n >= sizeof c->root - 128 || mkdir_p(c->root) != 0)) {
-        snprintf(err, errlen, "bisect: cannot create %s (check --out): %s", cfg->out_dir,
+        fp8t_errorf(err, errlen, "bisect: cannot create %s (check --out): %s", cfg->out_dir,
                  n < 0 || (size_t)n >= sizeof c->root - 128 ? "path too long" : strerror(errno));
         prc = -1;
     }
@@ -704,11 +699,10 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
                        &base) != 0)
         return -1;
     if (!base->finished) {
-        snprintf(err, errlen,
-                 "bisect: the BF16 baseline itself did not finish (%s at step %d): lower --lr "
-                 "or check the data; FP8 cannot be judged against it",
-                 base->stop == FP8T_STOP_NAN ? "NaN/Inf" : "stopped", base->last_step);
-        return -1;
+        return fp8t_errorf(err, errlen,
+                        "bisect: the BF16 baseline itself did not finish (%s at step %d): lower --lr "
+                        "or check the data; FP8 cannot be judged against it",
+                        base->stop == FP8T_STOP_NAN ? "NaN/Inf" : "stopped", base->last_step);
     }
     res->baseline_loss = base->tail_loss;
     set_verdict(base, "reference");

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fp8train/compare.h"
+#include "fp8train/error.h"
 #include "tools/compare_internal.h"
 
 #define MAX_SPIKES 64
@@ -159,11 +160,10 @@ static int measure_noise(fp8t_compare_result *r, const fp8t_run *a, const fp8t_r
     memset(&nr, 0, sizeof(nr));
     if (align_losses(&nr, a, noise)) {
         fp8t_compare_result_free(&nr);
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory");
     }
     if (nr.n < 2) {
-        snprintf(err, errlen, "--noise-run %s shares %d step%s with a loss with run A %s: give it "
+        fp8t_errorf(err, errlen, "--noise-run %s shares %d step%s with a loss with run A %s: give it "
                  "the same --steps as the baseline", noise->metrics_path, nr.n, nr.n == 1 ? "" : "s",
                  a->metrics_path);
         fp8t_compare_result_free(&nr);
@@ -172,8 +172,7 @@ static int measure_noise(fp8t_compare_result *r, const fp8t_run *a, const fp8t_r
     double *s = malloc(sizeof(double) * (size_t)nr.n); /* [n] smoothed gap of the noise run */
     if (!s) {
         fp8t_compare_result_free(&nr);
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory");
     }
     fp8t_drift_detect(s, nr.loss_a, nr.loss_b, nr.n, r->window, r->threshold);
     double m = 0;
@@ -506,20 +505,18 @@ int fp8t_compare_runs(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run 
     r->drift_step = -1;
     r->val_gap = NAN;
     if (!(cfg.threshold > 0 && cfg.threshold < 10)) {
-        snprintf(err, errlen, "--threshold %g: expected a relative gap in (0, 10), e.g. 0.01",
-                 cfg.threshold);
-        return -1;
+        return fp8t_errorf(err, errlen, "--threshold %g: expected a relative gap in (0, 10), e.g. 0.01",
+                        cfg.threshold);
     }
     r->threshold = cfg.threshold;
     if (align_losses(r, a, b)) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory");
     }
     if (r->n == 0) {
         int alo, ahi, blo, bhi;
         step_range(a, &alo, &ahi);
         step_range(b, &blo, &bhi);
-        snprintf(err, errlen,
+        fp8t_errorf(err, errlen,
                  "%s (steps %d..%d) and %s (steps %d..%d) share no step with a loss: compare "
                  "runs over the same steps (the same --steps, or resume from a common checkpoint)",
                  a->metrics_path, alo, ahi, b->metrics_path, blo, bhi);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fp8train/compare.h"
+#include "fp8train/error.h"
 #include "fp8train/io.h"
 #include "fp8train/stats.h"
 #include "tools/compare_internal.h"
@@ -349,9 +350,8 @@ int fp8t_compare_dump_dirs(fp8t_dump_diff **diffs, int *n, int *n_flagged, const
     const char *dirs[2] = {dumps_a, dumps_b};
     for (int i = 0; i < 2; i++)
         if (!dirs[i] || !fp8t_is_dir(dirs[i]) || strlen(dirs[i]) >= FP8T_RUN_PATH) {
-            snprintf(err, errlen, "%s: not a readable dump directory (inspect with dump=1 writes "
-                     "OUT/dumps)", dirs[i] ? dirs[i] : "(null)");
-            return -1;
+            return fp8t_errorf(err, errlen, "%s: not a readable dump directory (inspect with dump=1 writes "
+                            "OUT/dumps)", dirs[i] ? dirs[i] : "(null)");
         }
     fp8t_compare_result r;
     memset(&r, 0, sizeof(r));

@@ -10,6 +10,7 @@
 
 #include "fp8train/compare.h"
 #include "fp8train/debug.h"
+#include "fp8train/error.h"
 #include "fp8train/inject.h"
 #include "fp8train/inspect_checkpoint.h"
 #include "fp8train/io.h"
@@ -54,12 +55,11 @@ int fp8t_inspect_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_inspect
     memset(res, 0, sizeof(*res));
     res->loss = NAN;
     if (!ev || !d || !cfg || !cfg->policy || !cfg->out_dir || cfg->batches < 1) {
-        snprintf(err, errlen, "inspect pass: no evaluator, data, policy or output directory, or "
-                 "no micro-batch to run");
-        return -1;
+        return fp8t_errorf(err, errlen, "inspect pass: no evaluator, data, policy or output directory, or "
+                        "no micro-batch to run");
     }
     pass_hooks h = {0};
-    char e[768];
+    char e[FP8T_ERR_LEN];
     int rc = -1, n_st = 0, len_st = 0;
     const int B = fp8t_evaluator_B(ev), T = fp8t_evaluator_T(ev);
     int *tokens = malloc((size_t)B * T * sizeof(int));  /* [B, T] */
@@ -68,20 +68,20 @@ int fp8t_inspect_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_inspect
     fp8t_model *m = fp8t_evaluator_model(ev);
     const fp8t_eval_precision keep = fp8t_evaluator_precision(ev);
     if (!tokens || !targets || !state) {
-        snprintf(err, errlen, "inspect pass: out of memory");
+        fp8t_errorf(err, errlen, "inspect pass: out of memory");
         goto done;
     }
     if (cfg->inject && cfg->inject[0] &&
         !(h.inj = fp8t_injector_create(cfg->inject, e, sizeof(e)))) {
-        snprintf(err, errlen, "--inject: %s", e);
+        fp8t_errorf(err, errlen, "--inject: %s", e);
         goto done;
     }
     if (!(h.insp = fp8t_inspector_create(cfg->spec, cfg->out_dir, e, sizeof(e)))) {
-        snprintf(err, errlen, "inspector: %s", e);
+        fp8t_errorf(err, errlen, "inspector: %s", e);
         goto done;
     }
     if (!(h.nan = fp8t_nan_tracker_create())) {
-        snprintf(err, errlen, "inspect pass: out of memory");
+        fp8t_errorf(err, errlen, "inspect pass: out of memory");
         goto done;
     }
 
@@ -163,25 +163,21 @@ static int path_exists(const char *dir, const char *name) {
 
 int fp8t_inspect_prepare_out(const char *dir, char *err, size_t errlen) {
     if (!dir || !*dir || strlen(dir) > 900) {
-        snprintf(err, errlen, "--out: needs a directory path (at most 900 characters)");
-        return -1;
+        return fp8t_errorf(err, errlen, "--out: needs a directory path (at most 900 characters)");
     }
     struct stat st;
     if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "--out %s: exists and is not a directory", dir);
-        return -1;
+        return fp8t_errorf(err, errlen, "--out %s: exists and is not a directory", dir);
     }
     if (path_exists(dir, "metrics.jsonl")) {
-        snprintf(err, errlen, "--out %s is a training run directory (it holds metrics.jsonl): its "
-                 "stats.jsonl and dumps would be replaced; choose another directory, e.g. "
-                 "%s/inspect", dir, dir);
-        return -1;
+        return fp8t_errorf(err, errlen, "--out %s is a training run directory (it holds metrics.jsonl): its "
+                        "stats.jsonl and dumps would be replaced; choose another directory, e.g. "
+                        "%s/inspect", dir, dir);
     }
     if (!path_exists(dir, "inspect.json") &&
         (path_exists(dir, "stats.jsonl") || path_exists(dir, "dumps"))) {
-        snprintf(err, errlen, "--out %s holds stats.jsonl or dumps/ that fp8train inspect did not "
-                 "write (no inspect.json); choose an empty or new directory", dir);
-        return -1;
+        return fp8t_errorf(err, errlen, "--out %s holds stats.jsonl or dumps/ that fp8train inspect did not "
+                        "write (no inspect.json); choose an empty or new directory", dir);
     }
     if (fp8t_mkdirs(dir, err, errlen)) return -1;
     /* an earlier inspection's outputs: stats.jsonl is appended to, and stale dumps of another
@@ -191,9 +187,8 @@ int fp8t_inspect_prepare_out(const char *dir, char *err, size_t errlen) {
         char p[1200];
         snprintf(p, sizeof(p), "%s/%s", dir, ours[i]);
         if (fp8t_rmtree(p) != 0) {
-            snprintf(err, errlen, "--out: cannot remove %s of an earlier inspection: %s", p,
-                     strerror(errno));
-            return -1;
+            return fp8t_errorf(err, errlen, "--out: cannot remove %s of an earlier inspection: %s", p,
+                            strerror(errno));
         }
     }
     char marker[1200];
@@ -266,8 +261,7 @@ int fp8t_inspect_sites_read(fp8t_inspect_site **sites, int *n, const char *stats
     fp8t_inspect_site *out = calloc((size_t)m + 1, sizeof(fp8t_inspect_site));
     if (!out) {
         free(rows);
-        snprintf(err, errlen, "%s: out of memory", stats_path);
-        return -1;
+        return fp8t_errorf(err, errlen, "%s: out of memory", stats_path);
     }
     int k = 0;
     for (int i = 0; i < m; i++) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fp8train/compare.h"
+#include "fp8train/error.h"
 #include "fp8train/io.h"
 #include "tools/compare_internal.h"
 #include "tools/report_internal.h"
@@ -609,8 +610,7 @@ int fp8t_report_html_write(const char *path, const fp8t_run *a, const fp8t_run *
                   "debugging procedure (docs/debugging.md).</footer>\n</main>\n</body>\n</html>\n");
     if (b.oom) {
         rb_free(&b);
-        snprintf(err, errlen, "%s: out of memory building the report", path);
-        return -1;
+        return fp8t_errorf(err, errlen, "%s: out of memory building the report", path);
     }
     int rc = fp8t_write_file_atomic(path, b.s, b.n, err, errlen);
     rb_free(&b);

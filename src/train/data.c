@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "train/data_internal.h"
 #include "train/rng.h"
 
@@ -33,14 +34,14 @@ fp8t_data *fp8t_data_open_tok(const char *source, const char *val_source, const 
                               fp8t_data_split split, int B, int T, int vocab, uint64_t seed,
                               char *err, size_t errlen) {
     if (B <= 0 || T <= 0) {
-        snprintf(err, errlen, "data: batch (%d) and seq-len (%d) must be positive", B, T);
+        fp8t_errorf(err, errlen, "data: batch (%d) and seq-len (%d) must be positive", B, T);
         return NULL;
     }
     int separate_val = val_source && *val_source;
     const char *src = split == FP8T_SPLIT_VAL && separate_val ? val_source : source;
     fp8t_data *d = calloc(1, sizeof(*d));
     if (!d) {
-        snprintf(err, errlen, "data: out of memory");
+        fp8t_errorf(err, errlen, "data: out of memory");
         return NULL;
     }
     d->split = split;
@@ -51,14 +52,14 @@ fp8t_data *fp8t_data_open_tok(const char *source, const char *val_source, const 
                                 0xDA7AULL);
     const char *split_name = split == FP8T_SPLIT_VAL ? "validation" : "train";
     if (is_synthetic(src) && tokenizer && *tokenizer) {
-        snprintf(err, errlen, "--tokenizer %s is for text: give --data a text file or a .jsonl "
+        fp8t_errorf(err, errlen, "--tokenizer %s is for text: give --data a text file or a .jsonl "
                  "file (the synthetic language has its own 256 tokens)", tokenizer);
         free(d);
         return NULL;
     }
     if (is_synthetic(src)) {
         if (vocab < FP8T_SYNTHETIC_VOCAB) {
-            snprintf(err, errlen,
+            fp8t_errorf(err, errlen,
                      "the synthetic language uses %d tokens but the model's vocabulary is %d; "
                      "use --vocab %d or more", FP8T_SYNTHETIC_VOCAB, vocab, FP8T_SYNTHETIC_VOCAB);
             free(d);
@@ -68,7 +69,7 @@ fp8t_data *fp8t_data_open_tok(const char *source, const char *val_source, const 
         d->lex = malloc(sizeof(syn_lexicon));
         d->scratch = malloc((size_t)(2 * T + 1) * sizeof(int));
         if (!d->lex || !d->scratch) {
-            snprintf(err, errlen, "data: out of memory");
+            fp8t_errorf(err, errlen, "data: out of memory");
             fp8t_data_close(d);
             return NULL;
         }
@@ -84,7 +85,7 @@ fp8t_data *fp8t_data_open_tok(const char *source, const char *val_source, const 
     }
     d->cum_windows = malloc((size_t)(d->corpus.n_seg + 1) * sizeof(uint64_t));
     if (!d->cum_windows) {
-        snprintf(err, errlen, "data: out of memory");
+        fp8t_errorf(err, errlen, "data: out of memory");
         fp8t_data_close(d);
         return NULL;
     }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fp8train/error.h"
 #include "fp8train/io.h"
 #include "fp8train/tokenizer.h"
 #include "train/data_internal.h"
@@ -49,11 +50,10 @@ static int check_vocab(const uint32_t *tok, size_t n, int vocab, const char *pat
                        char *err, size_t errlen) {
     for (size_t i = 0; i < n; i++) {
         if (tok[i] >= (uint32_t)vocab) {
-            snprintf(err, errlen,
-                     "%s: token %u at position %zu is outside the model's vocabulary of %d; "
-                     "use a model with --vocab %llu or more (or data made for this vocabulary)",
-                     path, tok[i], i, vocab, (unsigned long long)tok[i] + 1);
-            return -1;
+            return fp8t_errorf(err, errlen,
+                            "%s: token %u at position %zu is outside the model's vocabulary of %d; "
+                            "use a model with --vocab %llu or more (or data made for this vocabulary)",
+                            path, tok[i], i, vocab, (unsigned long long)tok[i] + 1);
         }
         if ((int)tok[i] > *max_token) *max_token = (int)tok[i];
     }
@@ -64,25 +64,23 @@ static int load_text(data_corpus *c, const char *path, int part, int T, int voca
                      size_t errlen) {
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "data '%s' is not a regular file (a directory? for llm.c shards "
-                 "pass a pattern such as '%s/x_*.bin')", path, path);
-        return -1;
+        return fp8t_errorf(err, errlen, "data '%s' is not a regular file (a directory? for llm.c shards "
+                        "pass a pattern such as '%s/x_*.bin')", path, path);
     }
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, errlen, "cannot open data file '%s': %s (pass --data synthetic, a text "
-                 "file, or 'dir/*.bin' llm.c shards)", path, strerror(errno));
-        return -1;
+        return fp8t_errorf(err, errlen, "cannot open data file '%s': %s (pass --data synthetic, a text "
+                        "file, or 'dir/*.bin' llm.c shards)", path, strerror(errno));
     }
     if (fseek(f, 0, SEEK_END) != 0) {
-        snprintf(err, errlen, "data file '%s' is not a regular file (cannot seek)", path);
+        fp8t_errorf(err, errlen, "data file '%s' is not a regular file (cannot seek)", path);
         fclose(f);
         return -1;
     }
     long size = ftell(f);
     rewind(f);
     if (size <= 0) {
-        snprintf(err, errlen, "data file '%s' is empty; give a text file with at least %d bytes",
+        fp8t_errorf(err, errlen, "data file '%s' is empty; give a text file with at least %d bytes",
                  path, part ? 10 * (T + 1) + 10 : T + 1);
         fclose(f);
         return -1;
@@ -91,7 +89,7 @@ static int load_text(data_corpus *c, const char *path, int part, int T, int voca
     unsigned char *bytes = malloc(n);
     uint32_t *tok = malloc(n * sizeof(uint32_t));
     if (!bytes || !tok || fread(bytes, 1, n, f) != n) {
-        snprintf(err, errlen, "cannot read data file '%s' (%zu bytes)", path, n);
+        fp8t_errorf(err, errlen, "cannot read data file '%s' (%zu bytes)", path, n);
         free(bytes);
         free(tok);
         fclose(f);
@@ -102,22 +100,21 @@ static int load_text(data_corpus *c, const char *path, int part, int T, int voca
     free(bytes);
     if (corpus_add_owned(c, tok) != 0) {
         free(tok);
-        snprintf(err, errlen, "out of memory loading '%s'", path);
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory loading '%s'", path);
     }
     if (check_vocab(tok, n, vocab, path, &c->max_token, err, errlen) != 0) return -1;
     size_t lo, hi;
     part_range(n, part, &lo, &hi);
     if (hi - lo < (size_t)T + 1) {
         if (part)
-            snprintf(err, errlen,
+            fp8t_errorf(err, errlen,
                      "data file '%s' is too short: %zu bytes, of which %zu are the %s split, but "
                      "a sequence needs %d (seq-len + 1); use a file of at least %d bytes, a "
                      "smaller --seq-len, or a separate --val-data",
                      path, n, hi - lo, part == 1 ? "training (first 90%)" : "validation (last 10%)",
                      T + 1, 10 * (T + 1) + 10);
         else
-            snprintf(err, errlen,
+            fp8t_errorf(err, errlen,
                      "data file '%s' is too short: %zu bytes, but a sequence needs %d "
                      "(seq-len + 1); use a longer file or a smaller --seq-len",
                      path, n, T + 1);
@@ -132,7 +129,7 @@ static int load_shards(data_corpus *c, const char *pattern, int part, int T, int
     glob_t g;
     int rc = glob(pattern, 0, NULL, &g);
     if (rc != 0) {
-        snprintf(err, errlen, "no llm.c token shards match '%s' (expected files made by llm.c's "
+        fp8t_errorf(err, errlen, "no llm.c token shards match '%s' (expected files made by llm.c's "
                  "data scripts, e.g. 'data/fineweb_train_*.bin')", pattern);
         if (rc != GLOB_NOMATCH) globfree(&g);
         return -1;
@@ -142,15 +139,15 @@ static int load_shards(data_corpus *c, const char *pattern, int part, int T, int
         const char *path = g.gl_pathv[i];
         uint32_t *tok = NULL;
         size_t n = 0;
-        char e[512];
+        char e[FP8T_ERR_LEN];
         if (fp8t_shard_read_u32(path, &tok, &n, e, sizeof(e)) != 0) {
-            snprintf(err, errlen, "bad token shard: %s", e);
+            fp8t_errorf(err, errlen, "bad token shard: %s", e);
             globfree(&g);
             return -1;
         }
         if (corpus_add_owned(c, tok) != 0) {
             free(tok);
-            snprintf(err, errlen, "out of memory loading '%s'", path);
+            fp8t_errorf(err, errlen, "out of memory loading '%s'", path);
             globfree(&g);
             return -1;
         }
@@ -163,7 +160,7 @@ static int load_shards(data_corpus *c, const char *pattern, int part, int T, int
         total += n;
         /* a shard part too short for one window contributes nothing */
         if (hi - lo >= (size_t)T + 1 && corpus_add_segment(c, tok + lo, hi - lo) != 0) {
-            snprintf(err, errlen, "out of memory loading '%s'", path);
+            fp8t_errorf(err, errlen, "out of memory loading '%s'", path);
             globfree(&g);
             return -1;
         }
@@ -171,7 +168,7 @@ static int load_shards(data_corpus *c, const char *pattern, int part, int T, int
     snprintf(c->what, sizeof(c->what), "%zu llm.c shard%s '%s' (%zu tokens)", g.gl_pathc,
              g.gl_pathc == 1 ? "" : "s", pattern, total);
     if (c->n_seg == 0) {
-        snprintf(err, errlen,
+        fp8t_errorf(err, errlen,
                  "token shards '%s' hold %zu tokens, too few for one sequence of %d (seq-len + "
                  "1) in the %s split; use more data, a smaller --seq-len, or --val-data",
                  pattern, total, T + 1,
@@ -213,19 +210,17 @@ static int collect_doc(void *ctx, const int32_t *ids, size_t n, uint64_t start, 
 /* A text or JSONL file through a tokenizer.json: its tokens, split like a text file's bytes. */
 static int load_tokenized(data_corpus *c, const char *path, const char *tok_path, int part,
                           int T, int vocab, char *err, size_t errlen) {
-    char e[1024];
+    char e[FP8T_ERR_LEN];
     if (!fp8t_is_regular_file(path)) {
-        snprintf(err, errlen, "data '%s' is not a readable file (with --tokenizer, --data is a "
-                 "text file or a .jsonl file with a \"text\" field per line)", path);
-        return -1;
+        return fp8t_errorf(err, errlen, "data '%s' is not a readable file (with --tokenizer, --data is a "
+                        "text file or a .jsonl file with a \"text\" field per line)", path);
     }
     fp8t_bpe *t = fp8t_bpe_load(tok_path, e, sizeof(e));
     if (!t) {
-        snprintf(err, errlen, "--tokenizer: %s", e);
-        return -1;
+        return fp8t_errorf(err, errlen, "--tokenizer: %s", e);
     }
     if (fp8t_bpe_vocab_size(t) > vocab) {
-        snprintf(err, errlen, "tokenizer '%s' has %d tokens but the model's vocabulary is %d; "
+        fp8t_errorf(err, errlen, "tokenizer '%s' has %d tokens but the model's vocabulary is %d; "
                  "leave out --vocab (the tokenizer then sets it) or give --vocab %d or more",
                  tok_path, fp8t_bpe_vocab_size(t), vocab, fp8t_bpe_vocab_size(t));
         fp8t_bpe_free(t);
@@ -235,7 +230,7 @@ static int load_tokenized(data_corpus *c, const char *path, const char *tok_path
     int rc = fp8t_bpe_encode_file(t, path, "text", collect_doc, &d, e, sizeof(e));
     fp8t_bpe_free(t);
     if (rc != 0) {
-        snprintf(err, errlen, "%s", d.oom ? "out of memory tokenizing the data" : e);
+        fp8t_errorf(err, errlen, "%s", d.oom ? "out of memory tokenizing the data" : e);
         free(d.all.v);
         return -1;
     }
@@ -244,19 +239,17 @@ static int load_tokenized(data_corpus *c, const char *path, const char *tok_path
     size_t n = d.all.n;
     if (corpus_add_owned(c, tok) != 0) {
         free(tok);
-        snprintf(err, errlen, "out of memory loading '%s'", path);
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory loading '%s'", path);
     }
     if (check_vocab(tok, n, vocab, path, &c->max_token, err, errlen) != 0) return -1;
     size_t lo, hi;
     part_range(n, part, &lo, &hi);
     if (hi - lo < (size_t)T + 1) {
-        snprintf(err, errlen, "data file '%s' gives %zu tokens with tokenizer '%s', of which %zu "
-                 "are the %s split, but a sequence needs %d (seq-len + 1); use more text, a "
-                 "smaller --seq-len%s", path, n, tok_path, hi - lo,
-                 part == 1 ? "training (first 90%)" : part == 2 ? "validation (last 10%)" : "whole",
-                 T + 1, part ? ", or a separate --val-data" : "");
-        return -1;
+        return fp8t_errorf(err, errlen, "data file '%s' gives %zu tokens with tokenizer '%s', of which %zu "
+                        "are the %s split, but a sequence needs %d (seq-len + 1); use more text, a "
+                        "smaller --seq-len%s", path, n, tok_path, hi - lo,
+                        part == 1 ? "training (first 90%)" : part == 2 ? "validation (last 10%)" : "whole",
+                        T + 1, part ? ", or a separate --val-data" : "");
     }
     snprintf(c->what, sizeof(c->what), "'%s' through tokenizer '%s' (%zu tokens)", path,
              tok_path, n);

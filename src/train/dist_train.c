@@ -13,6 +13,7 @@
 
 #include "fp8train/debug.h"
 #include "fp8train/dist.h"
+#include "fp8train/error.h"
 #include "train/dist_train.h"
 
 /* Remove "ranks=..." from an inspect spec (the inspector does not know it); *all = ranks=all. */
@@ -28,7 +29,7 @@ static int strip_ranks(char *spec, int *all, char *err, size_t errlen) {
             if (strcmp(tok + 6, "0") == 0) *all = 0;
             else if (strcmp(tok + 6, "all") == 0) *all = 1;
             else {
-                snprintf(err, errlen, "--inspect: ranks=%s: expected ranks=0 (rank 0's "
+                fp8t_errorf(err, errlen, "--inspect: ranks=%s: expected ranks=0 (rank 0's "
                          "statistics only) or ranks=all (every rank's)", tok + 6);
                 free(copy);
                 return -1;
@@ -60,30 +61,26 @@ int dp_setup(dp_state *d, fp8t_train_config *cfg, char *err, size_t errlen) {
         strip_ranks(d->inspect_spec, &d->inspect_all, err, errlen) != 0)
         return -1;
     if (d->inspect_spec[0]) { /* a bad spec is refused before the run directory is touched */
-        char e[768];
+        char e[FP8T_ERR_LEN];
         if (fp8t_inspector_spec_check(d->inspect_spec, e, sizeof(e)) != 0) {
-            snprintf(err, errlen, "--inspect: %s", e);
-            return -1;
+            return fp8t_errorf(err, errlen, "--inspect: %s", e);
         }
     }
     if (cfg->grad_accum % d->size != 0) {
-        snprintf(err, errlen, "--grad-accum %d is not a multiple of the %d ranks: each rank "
-                 "runs grad_accum/N micro-batches of the global batch (use --grad-accum %d)",
-                 cfg->grad_accum, d->size,
-                 (cfg->grad_accum + d->size - 1) / d->size * d->size);
-        return -1;
+        return fp8t_errorf(err, errlen, "--grad-accum %d is not a multiple of the %d ranks: each rank "
+                        "runs grad_accum/N micro-batches of the global batch (use --grad-accum %d)",
+                        cfg->grad_accum, d->size,
+                        (cfg->grad_accum + d->size - 1) / d->size * d->size);
     }
     if (d->zero && d->bf16_reduce) {
-        snprintf(err, errlen, "--zero 1 reduce-scatters the gradients in FP32; --dp-reduce bf16 "
-                 "works with plain data parallel only (drop one of the two)");
-        return -1;
+        return fp8t_errorf(err, errlen, "--zero 1 reduce-scatters the gradients in FP32; --dp-reduce bf16 "
+                        "works with plain data parallel only (drop one of the two)");
     }
     d->n_micro = cfg->grad_accum / d->size;
     d->first_micro = d->rank * d->n_micro;
     d->losses = calloc((size_t)cfg->grad_accum, sizeof(float));
     if (!d->losses) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory");
     }
     /* one voice: progress lines and the summary come from rank 0 */
     if (d->rank != 0) cfg->quiet = 1;
@@ -142,16 +139,14 @@ int dp_attach(dp_state *d, fp8t_backend *be, fp8t_model *m, const fp8t_model_con
     if (!d->active) return 0;
     const fp8t_backend_ops *ops = be->ops;
     if (!ops->comm_init || !ops->allreduce) {
-        snprintf(err, errlen, "the %s backend has no collectives: run one process without "
-                 "--dp-force", be->name);
-        return -1;
+        return fp8t_errorf(err, errlen, "the %s backend has no collectives: run one process without "
+                        "--dp-force", be->name);
     }
     if (ops->comm_init(be, err, errlen) != 0) return -1;
     size_t n = fp8t_model_num_params(m);
     d->counts = calloc((size_t)d->size, sizeof(size_t));
     if (!d->counts) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory");
     }
     /* even shards in floats, the first n % N ranks one more: the split the checkpoint's
      * optimizer shard files are cut by */
@@ -172,8 +167,7 @@ int dp_attach(dp_state *d, fp8t_backend *be, fp8t_model *m, const fp8t_model_con
     d->grads = fp8t_model_grads(m);
     if (d->bucket_bytes > 0 && ops->reduce_start && ops->reduce_wait &&
         make_buckets(d, mc, n) != 0) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory");
     }
     return 0;
 }
@@ -199,7 +193,7 @@ int dp_agree(dp_state *d, int rc, char *err, size_t errlen) {
     fp8t_dist_allreduce_i32(who, 2, FP8T_RED_MAX);
     if (!who[1]) return 0;
     if (rc == 0)
-        snprintf(err, errlen, "rank %d failed (its message is above); every rank stops",
+        fp8t_errorf(err, errlen, "rank %d failed (its message is above); every rank stops",
                  -who[0]);
     return -1;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "fp8train/eval.h"
 #include "fp8train/policy_json.h"
 #include "fp8train/recipe.h"
@@ -14,15 +15,15 @@
 fp8t_evaluator *fp8t_evaluator_create(fp8t_backend *be, const fp8t_weights *w,
                                       const fp8t_model_options *opt, int B, int T, char *err,
                                       size_t errlen) {
-    char e[512];
+    char e[FP8T_ERR_LEN];
     if (!be || !w || !w->params) {
-        snprintf(err, errlen, "evaluator: no backend or no weights");
+        fp8t_errorf(err, errlen, "evaluator: no backend or no weights");
         return NULL;
     }
     size_t total;
     fp8t_model_param_table(&w->model, NULL, &total);
     if (total != w->num_params) {
-        snprintf(err, errlen, "evaluator: the weights hold %zu parameters but their model config "
+        fp8t_errorf(err, errlen, "evaluator: the weights hold %zu parameters but their model config "
                  "needs %zu", w->num_params, total);
         return NULL;
     }
@@ -36,7 +37,7 @@ fp8t_evaluator *fp8t_evaluator_create(fp8t_backend *be, const fp8t_weights *w,
     if (have_state) pol.history_len = w->fp8_len;
     fp8t_evaluator *ev = calloc(1, sizeof(*ev));
     if (!ev) {
-        snprintf(err, errlen, "evaluator: out of memory");
+        fp8t_errorf(err, errlen, "evaluator: out of memory");
         return NULL;
     }
     ev->B = B;
@@ -45,7 +46,7 @@ fp8t_evaluator *fp8t_evaluator_create(fp8t_backend *be, const fp8t_weights *w,
     ev->policy = pol;
     ev->m = fp8t_model_create(be, &w->model, &pol, opt, B, T, e, sizeof(e));
     if (!ev->m) {
-        snprintf(err, errlen, "cannot create the model for evaluation: %s", e);
+        fp8t_errorf(err, errlen, "cannot create the model for evaluation: %s", e);
         free(ev);
         return NULL;
     }
@@ -55,7 +56,7 @@ fp8t_evaluator *fp8t_evaluator_create(fp8t_backend *be, const fp8t_weights *w,
     ev->losses = malloc(N * sizeof(float));
     ev->row = malloc((size_t)ev->V * sizeof(float));
     if (!ev->tokens || !ev->targets || !ev->losses || !ev->row) {
-        snprintf(err, errlen, "evaluator: out of memory");
+        fp8t_errorf(err, errlen, "evaluator: out of memory");
         fp8t_evaluator_destroy(ev);
         return NULL;
     }

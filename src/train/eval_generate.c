@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "fp8train/eval.h"
 #include "train/eval_internal.h"
 
@@ -79,19 +80,16 @@ int fp8t_generate(fp8t_evaluator *ev, const int *prompt, int n_prompt, int n_new
                   const fp8t_sample_cfg *cfg, int *out, char *err, size_t errlen) {
     const int T = ev->T, V = ev->V;
     if (n_prompt < 1) {
-        snprintf(err, errlen, "generate: the prompt is empty; give at least one token");
-        return -1;
+        return fp8t_errorf(err, errlen, "generate: the prompt is empty; give at least one token");
     }
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V) {
-            snprintf(err, errlen, "generate: prompt token %d (position %d) is outside the "
-                     "vocabulary [0, %d)", prompt[i], i, V);
-            return -1;
+            return fp8t_errorf(err, errlen, "generate: prompt token %d (position %d) is outside the "
+                            "vocabulary [0, %d)", prompt[i], i, V);
         }
     int *seq = malloc((size_t)(n_prompt + n_new) * sizeof(int)); /* [n_prompt + n_new] */
     if (!seq) {
-        snprintf(err, errlen, "generate: out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "generate: out of memory");
     }
     memcpy(seq, prompt, (size_t)n_prompt * sizeof(int));
     uint64_t rng = fp8t_sample_seed(cfg->seed);

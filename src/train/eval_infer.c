@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "fp8train/eval.h"
 #include "fp8train/infer.h"
 
@@ -14,24 +15,21 @@ int fp8t_infer_generate(fp8t_infer *m, const int *const *prompts, const int *len
                         size_t errlen) {
     const int Bm = fp8t_infer_B(m), Tmax = fp8t_infer_Tmax(m);
     if (n < 1 || n > Bm) {
-        snprintf(err, errlen, "generate: %d prompts for a model built for batches of %d", n,
-                 Bm);
-        return -1;
+        return fp8t_errorf(err, errlen, "generate: %d prompts for a model built for batches of %d", n,
+                        Bm);
     }
     if (n_new < 1) return 0;
     int T = 0;
     for (int i = 0; i < n; i++) {
         if (lens[i] < 1) {
-            snprintf(err, errlen, "generate: prompt %d is empty; give at least one token", i);
-            return -1;
+            return fp8t_errorf(err, errlen, "generate: prompt %d is empty; give at least one token", i);
         }
         T = lens[i] > T ? lens[i] : T;
     }
     if (T + n_new - 1 > Tmax) {
-        snprintf(err, errlen, "generate: the longest prompt (%d tokens) + %d new tokens need %d "
-                 "cache positions; the model was built for %d", T, n_new, T + n_new - 1,
-                 Tmax);
-        return -1;
+        return fp8t_errorf(err, errlen, "generate: the longest prompt (%d tokens) + %d new tokens need %d "
+                        "cache positions; the model was built for %d", T, n_new, T + n_new - 1,
+                        Tmax);
     }
     const int V = fp8t_infer_config(m)->vocab_size;
     int *tok = calloc((size_t)n * T, sizeof(int)); /* [n, T] right-padded with token 0 */
@@ -41,7 +39,7 @@ int fp8t_infer_generate(fp8t_infer *m, const int *const *prompts, const int *len
     float *logits = malloc((size_t)n * V * sizeof(float));
     int rc = -1;
     if (!tok || !pos || !next || !rng || !logits) {
-        snprintf(err, errlen, "generate: out of memory");
+        fp8t_errorf(err, errlen, "generate: out of memory");
         goto done;
     }
     for (int i = 0; i < n; i++) {
@@ -88,14 +86,13 @@ int fp8t_infer_task_eval(fp8t_infer *m, const fp8t_task *t, int *correct, int *p
     const int B = fp8t_infer_B(m), T = t->longest > 0 ? t->longest : 1;
     *correct = 0;
     if (T > fp8t_infer_Tmax(m)) {
-        snprintf(err, errlen, "task: examples need %d positions but the inference model holds %d",
-                 T, fp8t_infer_Tmax(m));
-        return -1;
+        return fp8t_errorf(err, errlen, "task: examples need %d positions but the inference model holds %d",
+                        T, fp8t_infer_Tmax(m));
     }
     int *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
     float *loss = malloc((size_t)B * T * sizeof(float));
     int rc = -1;
-    if (!tok || !tgt || !loss) snprintf(err, errlen, "task: out of memory");
+    if (!tok || !tgt || !loss) fp8t_errorf(err, errlen, "task: out of memory");
     else {
         task_ctx c = {m, B, T};
         rc = fp8t_task_score(t, B, T, fp8t_infer_config(m)->vocab_size, tok, tgt, loss, task_losses, &c, correct, pred, err,

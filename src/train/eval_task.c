@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "fp8train/eval.h"
 #include "fp8train/io.h"
 #include "train/eval_internal.h"
@@ -67,17 +68,16 @@ int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen) {
     memset(t, 0, sizeof(*t));
     char *data = NULL;
     size_t len = 0;
-    char e[512];
+    char e[FP8T_ERR_LEN];
     if (fp8t_read_file(path, &data, &len, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "task file: %s", e);
-        return -1;
+        return fp8t_errorf(err, errlen, "task file: %s", e);
     }
     const uint8_t *b = (const uint8_t *)data;
     int *ctx = NULL;
     const char *why = NULL;
     int bad_example = -1;
     if (len < TASK_HEADER_INTS * 4) {
-        snprintf(err, errlen, "%s: truncated: %zu bytes, the header alone is %d bytes; not an "
+        fp8t_errorf(err, errlen, "%s: truncated: %zu bytes, the header alone is %d bytes; not an "
                  "llm.c eval file (dev/data/hellaswag.py writes them)", path, len,
                  TASK_HEADER_INTS * 4);
         free(data);
@@ -86,19 +86,19 @@ int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen) {
     uint32_t magic = fp8t_load_le32(b), version = fp8t_load_le32(b + 4);
     uint32_t count = fp8t_load_le32(b + 8);
     if (magic != FP8T_TASK_MAGIC) {
-        snprintf(err, errlen, "%s: bad magic %u (an llm.c eval file has %d%s)", path, magic,
+        fp8t_errorf(err, errlen, "%s: bad magic %u (an llm.c eval file has %d%s)", path, magic,
                  FP8T_TASK_MAGIC, magic == 20240520 ? "; this is a token shard: use it with --data"
                                                     : "");
         free(data);
         return -1;
     }
     if (version != 1) {
-        snprintf(err, errlen, "%s: eval file version %u is not supported (1)", path, version);
+        fp8t_errorf(err, errlen, "%s: eval file version %u is not supported (1)", path, version);
         free(data);
         return -1;
     }
     if (count > 65536) {
-        snprintf(err, errlen, "%s: header claims %u examples (at most 65536: indices are uint16)",
+        fp8t_errorf(err, errlen, "%s: header claims %u examples (at most 65536: indices are uint16)",
                  path, count);
         free(data);
         return -1;
@@ -153,7 +153,7 @@ int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen) {
     }
     free(ctx);
     if (!why && off != len) {
-        snprintf(err, errlen, "%s: %zu bytes after the %u examples the header announces (wrong "
+        fp8t_errorf(err, errlen, "%s: %zu bytes after the %u examples the header announces (wrong "
                  "count in the header?)", path, len - off, count);
         free(data);
         fp8t_task_free(t);
@@ -161,7 +161,7 @@ int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen) {
     }
     free(data);
     if (why) {
-        snprintf(err, errlen, "%s: example %d: %s", path, bad_example, why);
+        fp8t_errorf(err, errlen, "%s: example %d: %s", path, bad_example, why);
         fp8t_task_free(t);
         return -1;
     }
@@ -176,21 +176,18 @@ int fp8t_task_write(const char *path, const fp8t_task *t, char *err, size_t errl
         size_t n16 = 6 + (size_t)e->ctx_len;
         for (int c = 0; c < e->n_completions; c++) n16 += 1 + (size_t)e->comp_len[c];
         if (n16 * 2 > 65535) {
-            snprintf(err, errlen, "%s: example %d is %zu bytes; the format stores sizes as uint16",
-                     path, i, n16 * 2);
-            return -1;
+            return fp8t_errorf(err, errlen, "%s: example %d is %zu bytes; the format stores sizes as uint16",
+                            path, i, n16 * 2);
         }
         longest = (int)(n16 * 2) > longest ? (int)(n16 * 2) : longest;
         total += n16 * 2;
     }
     if (t->n > 65536) {
-        snprintf(err, errlen, "%s: %d examples; the format indexes them with uint16", path, t->n);
-        return -1;
+        return fp8t_errorf(err, errlen, "%s: %d examples; the format indexes them with uint16", path, t->n);
     }
     uint8_t *buf = calloc(total, 1);
     if (!buf) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
+        return fp8t_errorf(err, errlen, "%s: out of memory", path);
     }
     int32_t hdr[4] = {FP8T_TASK_MAGIC, 1, t->n, longest};
     memcpy(buf, hdr, sizeof(hdr));
@@ -218,7 +215,7 @@ int fp8t_task_write(const char *path, const fp8t_task *t, char *err, size_t errl
         }
         continue;
     bad_token:
-        snprintf(err, errlen, "%s: example %d has a token outside 0..65534", path, i);
+        fp8t_errorf(err, errlen, "%s: example %d has a token outside 0..65534", path, i);
         free(buf);
         return -1;
     }
@@ -234,15 +231,13 @@ int fp8t_task_score(const fp8t_task *t, int B, int T, int V, int *tokens, int *t
     *correct = 0;
     if (t->n == 0) return 0;
     if (t->max_completions > B || t->longest > T) {
-        snprintf(err, errlen, "task: examples need %d rows of %d tokens but the evaluation model "
-                 "is [%d, %d]; raise --batch / --seq-len (seq-len at most the model's)",
-                 t->max_completions, t->longest, B, T);
-        return -1;
+        return fp8t_errorf(err, errlen, "task: examples need %d rows of %d tokens but the evaluation model "
+                        "is [%d, %d]; raise --batch / --seq-len (seq-len at most the model's)",
+                        t->max_completions, t->longest, B, T);
     }
     if (t->max_token >= V) {
-        snprintf(err, errlen, "task: token %d is outside the model's vocabulary (%d); the task "
-                 "was tokenized for another model", t->max_token, V);
-        return -1;
+        return fp8t_errorf(err, errlen, "task: token %d is outside the model's vocabulary (%d); the task "
+                        "was tokenized for another model", t->max_token, V);
     }
     int first = 0;
     while (first < t->n) {
@@ -295,8 +290,7 @@ static int evaluator_losses(void *ctx, const int *tokens, const int *targets, fl
     fp8t_evaluator *ev = ctx;
     float l = fp8t_model_forward(ev->m, tokens, targets);
     if (isnan(l)) {
-        snprintf(err, errlen, "task: the forward pass failed (see the message above)");
-        return -1;
+        return fp8t_errorf(err, errlen, "task: the forward pass failed (see the message above)");
     }
     fp8t_backend *be = fp8t_model_backend(ev->m);
     be->ops->to_host(be, losses, fp8t_model_losses(ev->m), (size_t)ev->B * ev->T * sizeof(float));

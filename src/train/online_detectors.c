@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "fp8train/compare.h"
+#include "fp8train/error.h"
 #include "train/trainer_internal.h"
 
 /* ---------------------------------------------------------------- spikes */
@@ -82,18 +83,16 @@ int drift_load(drift_state *d, const char *baseline, int first_step, char *err, 
     struct stat st;
     if (stat(baseline, &st) == 0 && S_ISDIR(st.st_mode)) {
         if (fp8t_fmt(path, sizeof(path), "%s/metrics.jsonl", baseline) != 0) {
-            snprintf(err, errlen, "--baseline path too long");
-            return -1;
+            return fp8t_errorf(err, errlen, "--baseline path too long");
         }
     } else {
         snprintf(path, sizeof(path), "%s", baseline);
     }
     fp8t_metric_row *rows = NULL;
     int n = 0;
-    char e[768];
+    char e[FP8T_ERR_LEN];
     if (fp8t_metrics_read(&rows, &n, path, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "--baseline: %s (pass the directory of a finished run)", e);
-        return -1;
+        return fp8t_errorf(err, errlen, "--baseline: %s (pass the directory of a finished run)", e);
     }
     d->base_step = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
     d->base_loss = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
@@ -105,7 +104,7 @@ int drift_load(drift_state *d, const char *baseline, int first_step, char *err, 
     }
     free(rows);
     if (d->n_base == 0) {
-        snprintf(err, errlen, "--baseline %s: no training losses in it", path);
+        fp8t_errorf(err, errlen, "--baseline %s: no training losses in it", path);
         drift_free(d);
         return -1;
     }

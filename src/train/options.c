@@ -11,6 +11,7 @@
 
 #include "fp8train/checkpoint.h"
 #include "fp8train/export.h" /* fp8t_weights_read_config (--init) */
+#include "fp8train/error.h"
 #include "fp8train/inject.h"
 #include "fp8train/io.h"
 #include "fp8train/policy_json.h"
@@ -42,8 +43,7 @@ typedef struct {
 /* ---------------------------------------------------------------- special options */
 
 static int fail(char *err, size_t errlen, const char *name, const char *v, const char *expect) {
-    snprintf(err, errlen, "--%s: bad value '%s' (expected %s)", name, v, expect);
-    return -1;
+    return fp8t_errorf(err, errlen, "--%s: bad value '%s' (expected %s)", name, v, expect);
 }
 
 static int set_preset(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
@@ -154,10 +154,9 @@ static void get_amax_algo(const fp8t_train_config *c, char *b, size_t n) {
 }
 
 static int set_override(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
-    char e[512];
+    char e[FP8T_ERR_LEN];
     if (fp8t_policy_add_overrides(&c->policy, v, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "--override '%s': %s", v, e);
-        return -1;
+        return fp8t_errorf(err, errlen, "--override '%s': %s", v, e);
     }
     return 0;
 }
@@ -577,8 +576,7 @@ static int opt_set(const opt *o, fp8t_train_config *c, const char *v, char *err,
     }
     case OT_STR:
         if (strlen(v) >= o->size) {
-            snprintf(err, errlen, "--%s: value too long (at most %zu characters)", o->name, o->size - 1);
-            return -1;
+            return fp8t_errorf(err, errlen, "--%s: value too long (at most %zu characters)", o->name, o->size - 1);
         }
         strcpy(base, v);
         return 0;
@@ -612,8 +610,7 @@ int fp8t_train_option_set(fp8t_train_config *c, const char *name, const char *va
                           size_t errlen) {
     const opt *o = find_option(name);
     if (!o) {
-        snprintf(err, errlen, "unknown option '%s' (see fp8train train --help)", name);
-        return -1;
+        return fp8t_errorf(err, errlen, "unknown option '%s' (see fp8train train --help)", name);
     }
     return opt_set(o, c, value, err, errlen);
 }
@@ -637,7 +634,7 @@ static int json_value_string(const cJSON *v, char *buf, size_t len) {
 static int apply_json_key(fp8t_train_config *c, const cJSON *it, int *model_set, char *err,
                           size_t errlen) {
     const char *key = it->string;
-    char e[768];
+    char e[FP8T_ERR_LEN];
     if (!strcmp(key, "version") || !strcmp(key, "policy_description") ||
         !strcmp(key, "fp8train_version") || !strcmp(key, "config"))
         return 0; /* informational keys of a written config.json */
@@ -646,8 +643,7 @@ static int apply_json_key(fp8t_train_config *c, const cJSON *it, int *model_set,
         int rc = fp8t_model_config_from_json(&c->model, s, e, sizeof(e));
         free(s);
         if (rc != 0) {
-            snprintf(err, errlen, "\"model\": %s", e);
-            return -1;
+            return fp8t_errorf(err, errlen, "\"model\": %s", e);
         }
         *model_set = 1;
         return 0;
@@ -657,29 +653,25 @@ static int apply_json_key(fp8t_train_config *c, const cJSON *it, int *model_set,
         int rc = fp8t_policy_from_json(&c->policy, s, e, sizeof(e));
         free(s);
         if (rc != 0) {
-            snprintf(err, errlen, "\"policy\": %s", e);
-            return -1;
+            return fp8t_errorf(err, errlen, "\"policy\": %s", e);
         }
         return 0;
     }
     const opt *o = find_option(!strcmp(key, "overrides") ? "override" : key);
     if (!o) {
-        snprintf(err, errlen, "unknown key \"%s\" (keys are the option names of fp8train train "
-                 "--help, e.g. \"precision\", \"seq_len\", \"overrides\")", key);
-        return -1;
+        return fp8t_errorf(err, errlen, "unknown key \"%s\" (keys are the option names of fp8train train "
+                        "--help, e.g. \"precision\", \"seq_len\", \"overrides\")", key);
     }
     if (o->is_model) *model_set = 1;
     if (cJSON_IsArray(it)) {
         if (o->set != set_override) {
-            snprintf(err, errlen, "\"%s\": a list is only allowed for \"overrides\"", key);
-            return -1;
+            return fp8t_errorf(err, errlen, "\"%s\": a list is only allowed for \"overrides\"", key);
         }
         const cJSON *x;
         cJSON_ArrayForEach(x, it) {
             if (!cJSON_IsString(x)) {
-                snprintf(err, errlen, "\"%s\": every element must be a string like "
-                         "\"layers=0,precision=bf16\"", key);
-                return -1;
+                return fp8t_errorf(err, errlen, "\"%s\": every element must be a string like "
+                                "\"layers=0,precision=bf16\"", key);
             }
             if (opt_set(o, c, x->valuestring, err, errlen) != 0) return -1;
         }
@@ -687,8 +679,7 @@ static int apply_json_key(fp8t_train_config *c, const cJSON *it, int *model_set,
     }
     char v[FP8T_PATH_MAX + 64];
     if (json_value_string(it, v, sizeof(v)) != 0) {
-        snprintf(err, errlen, "\"%s\": expected a string, number or boolean", key);
-        return -1;
+        return fp8t_errorf(err, errlen, "\"%s\": expected a string, number or boolean", key);
     }
     if (o->set == set_override && !*v) return 0; /* "" = no overrides */
     return opt_set(o, c, v, err, errlen);
@@ -704,7 +695,7 @@ static int apply_json_object(fp8t_train_config *c, const cJSON *obj, int skip_pr
         if (p) {
             char v[128];
             if (json_value_string(p, v, sizeof(v)) != 0 || set_preset(c, v, err, errlen) != 0) {
-                if (!cJSON_IsString(p)) snprintf(err, errlen, "\"preset\": expected a string");
+                if (!cJSON_IsString(p)) fp8t_errorf(err, errlen, "\"preset\": expected a string");
                 return -1;
             }
             *model_set = 1;
@@ -728,7 +719,7 @@ int fp8t_train_config_apply_json(fp8t_train_config *c, const char *json, char *e
                                  size_t errlen) {
     cJSON *obj = cJSON_Parse(json);
     if (!cJSON_IsObject(obj)) {
-        snprintf(err, errlen, "not a JSON object");
+        fp8t_errorf(err, errlen, "not a JSON object");
         cJSON_Delete(obj);
         return -1;
     }
@@ -792,74 +783,60 @@ char *fp8t_train_config_to_json(const fp8t_train_config *c) {
 /* ---------------------------------------------------------------- validation */
 
 int fp8t_train_config_check(fp8t_train_config *c, char *err, size_t errlen) {
-    char e[512];
+    char e[FP8T_ERR_LEN];
     if (fp8t_model_config_check(&c->model, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "impossible model (from --preset %s and --layers/--dim/--heads/"
-                 "--kv-heads/--vocab/--mlp-hidden/--max-seq-len/--rope-scaling): %s", c->preset,
-                 e);
-        return -1;
+        return fp8t_errorf(err, errlen, "impossible model (from --preset %s and --layers/--dim/--heads/"
+                        "--kv-heads/--vocab/--mlp-hidden/--max-seq-len/--rope-scaling): %s", c->preset,
+                        e);
     }
     if (c->seq_len == 0) c->seq_len = c->model.seq_len;
     if (c->seq_len < 1 || c->seq_len > c->model.seq_len) {
-        snprintf(err, errlen, "--seq-len %d is more than the model's maximum sequence length %d; "
-                 "use --seq-len <= %d or a model with --max-seq-len >= %d", c->seq_len,
-                 c->model.seq_len, c->model.seq_len, c->seq_len);
-        return -1;
+        return fp8t_errorf(err, errlen, "--seq-len %d is more than the model's maximum sequence length %d; "
+                        "use --seq-len <= %d or a model with --max-seq-len >= %d", c->seq_len,
+                        c->model.seq_len, c->model.seq_len, c->seq_len);
     }
     if (c->batch < 1 || c->grad_accum < 1 || c->steps < 1) {
-        snprintf(err, errlen, "--batch, --grad-accum and --steps must be at least 1");
-        return -1;
+        return fp8t_errorf(err, errlen, "--batch, --grad-accum and --steps must be at least 1");
     }
     if (!(c->lr > 0) || !isfinite(c->lr) || !(c->min_lr_frac >= 0 && c->min_lr_frac <= 1)) {
-        snprintf(err, errlen, "--lr must be positive and --min-lr-frac in [0, 1]");
-        return -1;
+        return fp8t_errorf(err, errlen, "--lr must be positive and --min-lr-frac in [0, 1]");
     }
     if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) || !(c->adam_eps > 0)) {
-        snprintf(err, errlen, "--beta1/--beta2 must be in [0, 1) and --adam-eps positive");
-        return -1;
+        return fp8t_errorf(err, errlen, "--beta1/--beta2 must be in [0, 1) and --adam-eps positive");
     }
     if (c->warmup < 0 || c->ckpt_every < 0 || c->keep_ckpts < 0 || c->val_every < 0 ||
         c->val_batches < 1 || c->shadow_every < 0 || c->progress_every < 1 ||
         !(c->grad_clip >= 0) || !(c->weight_decay >= 0)) {
-        snprintf(err, errlen, "a count option is out of range (see fp8train train --help)");
-        return -1;
+        return fp8t_errorf(err, errlen, "a count option is out of range (see fp8train train --help)");
     }
     if (c->spike_window != 0 && c->spike_window < 3) {
-        snprintf(err, errlen, "--spike-window %d: a window needs at least 3 losses (0 turns the "
-                 "spike detector off)", c->spike_window);
-        return -1;
+        return fp8t_errorf(err, errlen, "--spike-window %d: a window needs at least 3 losses (0 turns the "
+                        "spike detector off)", c->spike_window);
     }
     if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0) {
-        snprintf(err, errlen, "--device: bad value '%s' (expected cpu or cuda)", c->device);
-        return -1;
+        return fp8t_errorf(err, errlen, "--device: bad value '%s' (expected cpu or cuda)", c->device);
     }
     if (fp8t_shadow_action_parse(c->shadow_action, NULL) < 0) {
-        snprintf(err, errlen, "--shadow-action: bad value '%s' (expected warn, fallback:M or "
-                 "rollback)", c->shadow_action);
-        return -1;
+        return fp8t_errorf(err, errlen, "--shadow-action: bad value '%s' (expected warn, fallback:M or "
+                        "rollback)", c->shadow_action);
     }
     if (c->policy.history_len < 1) {
-        snprintf(err, errlen, "--amax-history must be at least 1");
-        return -1;
+        return fp8t_errorf(err, errlen, "--amax-history must be at least 1");
     }
     if (c->policy.default_precision < 0 || c->policy.default_precision >= FP8T_PREC_COUNT) {
-        snprintf(err, errlen, "--precision: invalid");
-        return -1;
+        return fp8t_errorf(err, errlen, "--precision: invalid");
     }
     if (!c->out_dir[0]) {
-        snprintf(err, errlen, "--out must name a directory");
-        return -1;
+        return fp8t_errorf(err, errlen, "--out must name a directory");
     }
     /* checked here so that a bad --tensorboard stops the run before its directory is written */
     if (c->tensorboard[0] && fp8t_path_exists(c->tensorboard) && !fp8t_is_dir(c->tensorboard)) {
-        snprintf(err, errlen, "--tensorboard %s: exists and is not a directory (name a "
-                 "directory for the event files, e.g. --tensorboard %s/tb)", c->tensorboard,
-                 c->out_dir[0] ? c->out_dir : "runs/x");
-        return -1;
+        return fp8t_errorf(err, errlen, "--tensorboard %s: exists and is not a directory (name a "
+                        "directory for the event files, e.g. --tensorboard %s/tb)", c->tensorboard,
+                        c->out_dir[0] ? c->out_dir : "runs/x");
     }
     if (c->inject[0] && fp8t_injector_check(c->inject, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "--inject: %s", e);
-        return -1;
+        return fp8t_errorf(err, errlen, "--inject: %s", e);
     }
     return 0;
 }
@@ -875,23 +852,20 @@ typedef struct {
  * may only restate it: a differing one would leave weights without a place in the model. */
 static int adopt_init_model(fp8t_train_config *c, int model_set, char *err, size_t errlen) {
     if (c->resume[0]) {
-        snprintf(err, errlen, "--init and --resume exclude each other: --resume %s continues a "
-                 "run (weights, optimizer, step, data position); --init starts a new run from "
-                 "weights only", c->resume);
-        return -1;
+        return fp8t_errorf(err, errlen, "--init and --resume exclude each other: --resume %s continues a "
+                        "run (weights, optimizer, step, data position); --init starts a new run from "
+                        "weights only", c->resume);
     }
     fp8t_model_config src;
-    char e[1536], why[512];
+    char e[FP8T_ERR_LEN], why[512];
     if (fp8t_weights_read_config(c->init, &src, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "--init: %s", e);
-        return -1;
+        return fp8t_errorf(err, errlen, "--init: %s", e);
     }
     if (model_set && fp8t_model_config_diff(&src, &c->model, why, sizeof(why)) != 0) {
-        snprintf(err, errlen, "--init %s: the model comes from it (%s, %d layers, n_embd %d), "
-                 "but the model options given ask for another: %s (\"checkpoint\" = %s); drop "
-                 "--preset and the model options, or make them match", c->init,
-                 fp8t_arch_name(src.arch), src.n_layer, src.n_embd, why, c->init);
-        return -1;
+        return fp8t_errorf(err, errlen, "--init %s: the model comes from it (%s, %d layers, n_embd %d), "
+                        "but the model options given ask for another: %s (\"checkpoint\" = %s); drop "
+                        "--preset and the model options, or make them match", c->init,
+                        fp8t_arch_name(src.arch), src.n_layer, src.n_embd, why, c->init);
     }
     c->model = src;
     return 0;
@@ -899,10 +873,9 @@ static int adopt_init_model(fp8t_train_config *c, int model_set, char *err, size
 
 static int adopt_checkpoint_model(fp8t_train_config *c, char *err, size_t errlen) {
     fp8t_checkpoint ck;
-    char e[1024];
+    char e[FP8T_ERR_LEN];
     if (fp8t_checkpoint_read_state(c->resume, &ck, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "--resume: %s", e);
-        return -1;
+        return fp8t_errorf(err, errlen, "--resume: %s", e);
     }
     c->model = ck.model;
     if (ck.config_json) {
@@ -932,9 +905,8 @@ int fp8t_options_debug_env(fp8t_model_options *m, fp8t_backend_options *b, char 
     if (env_flag("FP8TRAIN_CUDA_SYNC")) b->sync_each_op = 1;
     const char *attn = getenv("FP8TRAIN_CUDA_ATTN");
     if (attn && *attn && fp8t_attn_impl_parse(&b->attn, attn) != 0) {
-        snprintf(err, errlen, "FP8TRAIN_CUDA_ATTN=%s is not an attention implementation; use one "
-                 "of default, %s (or unset it)", attn, fp8t_attn_impl_names());
-        return -1;
+        return fp8t_errorf(err, errlen, "FP8TRAIN_CUDA_ATTN=%s is not an attention implementation; use one "
+                        "of default, %s (or unset it)", attn, fp8t_attn_impl_names());
     }
     return 0;
 }
@@ -963,8 +935,7 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
     char *text = NULL;
     cJSON *json = NULL;
     if (!pairs) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory");
     }
     /* pass 1: split into (option, value) pairs, checking names and missing values */
     for (int i = 0; i < argc; i++) {
@@ -974,7 +945,7 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
             goto done;
         }
         if (strncmp(a, "--", 2) != 0 || !a[2]) {
-            snprintf(err, errlen, "unexpected argument '%s' (options start with --; see "
+            fp8t_errorf(err, errlen, "unexpected argument '%s' (options start with --; see "
                      "fp8train train --help)", a);
             goto done;
         }
@@ -986,7 +957,7 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
         if (!strcmp(name, "config")) {
             if (!value) {
                 if (i + 1 >= argc) {
-                    snprintf(err, errlen, "--config needs a value: a JSON file of options");
+                    fp8t_errorf(err, errlen, "--config needs a value: a JSON file of options");
                     goto done;
                 }
                 value = argv[++i];
@@ -996,14 +967,14 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
         }
         const opt *o = find_option(name);
         if (!o || strchr(name, '_')) {
-            snprintf(err, errlen, "unknown option '--%s' for fp8train train (see fp8train train "
+            fp8t_errorf(err, errlen, "unknown option '--%s' for fp8train train (see fp8train train "
                      "--help for the list)", name);
             goto done;
         }
         if (!value) {
             if (!o->arg) value = "1"; /* a flag */
             else if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)) {
-                snprintf(err, errlen, "--%s needs a value (%s: %s)", o->name, o->arg, o->help);
+                fp8t_errorf(err, errlen, "--%s needs a value (%s: %s)", o->name, o->arg, o->help);
                 goto done;
             } else value = argv[++i];
         }
@@ -1017,14 +988,14 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
         if (pairs[i].o->set == set_preset) preset = &pairs[i];
     if (config_path) {
         size_t len;
-        char e[768];
+        char e[FP8T_ERR_LEN];
         if (fp8t_read_file(config_path, &text, &len, e, sizeof(e)) != 0) {
-            snprintf(err, errlen, "--config: %s", e);
+            fp8t_errorf(err, errlen, "--config: %s", e);
             goto done;
         }
         json = cJSON_Parse(text);
         if (!cJSON_IsObject(json)) {
-            snprintf(err, errlen, "--config %s: not a JSON object (expected e.g. {\"precision\": "
+            fp8t_errorf(err, errlen, "--config %s: not a JSON object (expected e.g. {\"precision\": "
                      "\"fp8\", \"overrides\": [\"layers=0,precision=bf16\"]})", config_path);
             goto done;
         }
@@ -1033,9 +1004,9 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
      * --layers 4 reads as "4 layers instead of SRC's 2", refused below) */
     for (int i = 0; i < n_pairs; i++) {
         if (strcmp(pairs[i].o->name, "init") != 0) continue;
-        char e[1536];
+        char e[FP8T_ERR_LEN];
         if (fp8t_weights_read_config(pairs[i].value, &c->model, e, sizeof(e)) != 0) {
-            snprintf(err, errlen, "--init: %s", e);
+            fp8t_errorf(err, errlen, "--init: %s", e);
             goto done;
         }
     }
@@ -1044,16 +1015,16 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
         model_set = 1;
     }
     if (json) {
-        char e[768];
+        char e[FP8T_ERR_LEN];
         if (apply_json_object(c, json, preset != NULL, &model_set, e, sizeof(e)) != 0) {
-            snprintf(err, errlen, "--config %s: %s", config_path, e);
+            fp8t_errorf(err, errlen, "--config %s: %s", config_path, e);
             goto done;
         }
     }
     {
-        char e[512];
+        char e[FP8T_ERR_LEN];
         if (apply_env(c, e, sizeof(e)) != 0) {
-            snprintf(err, errlen, "environment: %s", e);
+            fp8t_errorf(err, errlen, "environment: %s", e);
             goto done;
         }
     }
@@ -1073,10 +1044,10 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
     for (int i = 0; i < n_pairs; i++)
         if (!strcmp(pairs[i].o->name, "vocab")) vocab_given = 1;
     if (c->tokenizer[0] && !vocab_given) {
-        char e[1024];
+        char e[FP8T_ERR_LEN];
         fp8t_bpe *t = fp8t_bpe_load(c->tokenizer, e, sizeof(e));
         if (!t) {
-            snprintf(err, errlen, "--tokenizer: %s", e);
+            fp8t_errorf(err, errlen, "--tokenizer: %s", e);
             goto done;
         }
         c->model.vocab_size = fp8t_bpe_vocab_size(t);

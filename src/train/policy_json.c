@@ -115,7 +115,7 @@ int fp8t_policy_from_json(fp8t_policy *out, const char *json, char *err, size_t 
                                          "be a rule string");
                         break;
                     }
-                    char e2[512];
+                    char e2[FP8T_ERR_LEN];
                     if (fp8t_policy_add_overrides(&p, r->valuestring, e2, sizeof(e2)) != 0) {
                         rc = fp8t_errorf(err, errlen, "policy JSON: %s", e2);
                         break;

@@ -48,15 +48,14 @@ int runlog_keep_prefix(const char *path, int max_step, spike_state *spike, const
                        char *err, size_t errlen) {
     char *text = NULL;
     size_t len = 0;
-    char e[512];
+    char e[FP8T_ERR_LEN];
     if (fp8t_read_file(path, &text, &len, e, sizeof(e)) != 0) return 0; /* no file: nothing */
     char *out = malloc(len + 1), *later = malloc(len + 1);
     if (!out || !later) {
         free(out);
         free(later);
         free(text);
-        snprintf(err, errlen, "out of memory reading %s", path);
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory reading %s", path);
     }
     size_t o = 0, lo = 0;
     char *line = text;
@@ -97,16 +96,14 @@ int runlog_open(trainer *t, int resume_step, char *err, size_t errlen) {
     char mpath[FP8T_TRAIN_PATH_BUF], epath[FP8T_TRAIN_PATH_BUF];
     if (fp8t_fmt(mpath, sizeof(mpath), "%s/metrics.jsonl", t->cfg.out_dir) != 0 ||
         fp8t_fmt(epath, sizeof(epath), "%s/events.jsonl", t->cfg.out_dir) != 0) {
-        snprintf(err, errlen, "--out path too long");
-        return -1;
+        return fp8t_errorf(err, errlen, "--out path too long");
     }
     int keep = resume_step > 0 && t->same_run;
     if (keep) {
         char maside[FP8T_TRAIN_PATH_BUF], easide[FP8T_TRAIN_PATH_BUF];
         if (fp8t_fmt(maside, sizeof(maside), "%s/metrics.jsonl", t->aside_dir) != 0 ||
             fp8t_fmt(easide, sizeof(easide), "%s/events.jsonl", t->aside_dir) != 0) {
-            snprintf(err, errlen, "--out path too long");
-            return -1;
+            return fp8t_errorf(err, errlen, "--out path too long");
         }
         if (runlog_keep_prefix(mpath, resume_step, &t->spike, maside, err, errlen) != 0 ||
             runlog_keep_prefix(epath, resume_step, NULL, easide, err, errlen) != 0)
@@ -120,7 +117,7 @@ int runlog_open(trainer *t, int resume_step, char *err, size_t errlen) {
     t->metrics = fopen(mpath, keep ? "a" : "w");
     t->events = t->metrics ? fopen(epath, keep ? "a" : "w") : NULL;
     if (!t->metrics || !t->events) {
-        snprintf(err, errlen, "cannot open %s for writing", t->metrics ? epath : mpath);
+        fp8t_errorf(err, errlen, "cannot open %s for writing", t->metrics ? epath : mpath);
         runlog_close(t);
         return -1;
     }
@@ -285,12 +282,12 @@ void runlog_tb_step(trainer *t, const step_record *r) {
         fp8t_tb_add(t->tb, "shadow_gap", r->shadow_gap);
     }
     if (!isnan(r->drift_gap)) fp8t_tb_add(t->tb, "drift_gap", r->drift_gap);
-    char e[1536];
+    char e[FP8T_ERR_LEN];
     if (fp8t_tb_write_step(t->tb, r->step, e, sizeof(e)) != 0) tb_failed(t, e, r->step);
 }
 
 void runlog_tb_restart(trainer *t, int step) {
-    char e[1536];
+    char e[FP8T_ERR_LEN];
     if (t->tb && !t->write_err[0] && fp8t_tb_session_start(t->tb, step, e, sizeof(e)) != 0)
         tb_failed(t, e, step);
 }

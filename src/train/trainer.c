@@ -17,6 +17,7 @@
 #include "fp8train/checkpoint.h"
 #include "fp8train/dist.h"
 #include "fp8train/export.h" /* fp8t_weights_load (--init) */
+#include "fp8train/error.h"
 #include "fp8train/inject.h"
 #include "fp8train/io.h"
 #include "fp8train/policy_json.h"
@@ -148,7 +149,7 @@ static int save_checkpoint(trainer *t, int step, float loss, char *err, size_t e
     int rc = -1, trc = 0;
     char dir[FP8T_TRAIN_PATH_BUF] = "", tmp[FP8T_TRAIN_PATH_BUF * 2] = "";
     if (!ck.params || !ck.adam_m || !ck.adam_v || !ck.fp8_state) {
-        snprintf(err, errlen, "out of memory writing a checkpoint");
+        fp8t_errorf(err, errlen, "out of memory writing a checkpoint");
         trc = -1;
     }
     /* every rank goes the same way through the collectives below */
@@ -179,7 +180,7 @@ static int save_checkpoint(trainer *t, int step, float loss, char *err, size_t e
              * safe */
             char e[FP8T_TRAIN_PATH_BUF];
             snprintf(e, sizeof(e), "%s", err);
-            snprintf(err, errlen, "checkpoint %s not written: %s; training stopped at step %d%s%s",
+            fp8t_errorf(err, errlen, "checkpoint %s not written: %s; training stopped at step %d%s%s",
                      dir, e, step, t->last_ckpt[0] ? " (the last complete checkpoint is " : "",
                      t->last_ckpt[0] ? t->last_ckpt : "");
             if (t->last_ckpt[0]) {
@@ -437,8 +438,7 @@ static void trainer_free(trainer *t) {
 static int write_config(trainer *t, char *err, size_t errlen) {
     char path[FP8T_TRAIN_PATH_BUF];
     if (fp8t_fmt(path, sizeof(path), "%s/config.json", t->cfg.out_dir) != 0) {
-        snprintf(err, errlen, "--out path too long");
-        return -1;
+        return fp8t_errorf(err, errlen, "--out path too long");
     }
     char *json = fp8t_train_config_to_json(&t->cfg);
     int rc = fp8t_write_file_atomic(path, json, strlen(json), err, errlen);
@@ -454,14 +454,13 @@ static int write_config(trainer *t, char *err, size_t errlen) {
  * when it fits this run as a resumed one would be. */
 static int init_checkpoint(const trainer *t, fp8t_checkpoint *ck, char *err, size_t errlen) {
     fp8t_weights w;
-    char e[1536], why[512];
+    char e[FP8T_ERR_LEN], why[512];
     memset(ck, 0, sizeof(*ck));
     if (fp8t_weights_load(t->cfg.init, &w, e, sizeof(e)) != 0) {
-        snprintf(err, errlen, "--init: %s", e);
-        return -1;
+        return fp8t_errorf(err, errlen, "--init: %s", e);
     }
     if (fp8t_model_config_diff(&w.model, &t->cfg.model, why, sizeof(why)) != 0) {
-        snprintf(err, errlen, "--init %s: its model differs from the run's: %s (\"checkpoint\" "
+        fp8t_errorf(err, errlen, "--init %s: its model differs from the run's: %s (\"checkpoint\" "
                  "= the --init source)", t->cfg.init, why);
         fp8t_weights_free(&w);
         return -1;
@@ -481,35 +480,25 @@ static int init_checkpoint(const trainer *t, fp8t_checkpoint *ck, char *err, siz
     ck->adam_v = calloc(ck->num_params ? ck->num_params : 1, sizeof(float));
     if (!ck->adam_m || !ck->adam_v) {
         fp8t_checkpoint_free(ck);
-        snprintf(err, errlen, "--init: out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "--init: out of memory");
     }
     return 0;
 }
 
 static void train_warning(void *ctx, const char *line) { runlog_warning(ctx, line); }
 
-int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *err,
-                   size_t errlen) {
-    trainer *t = calloc(1, sizeof(*t));
-    fp8t_checkpoint ck;
-    memset(&ck, 0, sizeof(ck));
-    int have_ck = 0, rc = -1;
-    memset(res, 0, sizeof(*res));
-    res->reason = FP8T_STOP_ERROR;
-    res->last_loss = res->last_val_loss = NAN;
-    if (!t) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+/* ---------------------------------------------------------------- the run, step by step */
+
+/* 0. the trainer's state from the config (checked first) */
+static int init_trainer(trainer *t, const fp8t_train_config *cfg, char *err, size_t errlen) {
     t->cfg = *cfg;
     t->last_val = NAN;
     t->lock_fd = -1;
     /* the library's warnings during the run go to events.jsonl too */
     fp8t_get_warn_handler(&t->prev_warn, &t->prev_warn_ctx);
     fp8t_set_warn_handler(train_warning, t);
-    if (fp8t_train_config_check(&t->cfg, err, errlen) != 0) goto done;
-    if (dp_setup(&t->dp, &t->cfg, err, errlen) != 0) goto done;
+    if (fp8t_train_config_check(&t->cfg, err, errlen) != 0) return -1;
+    if (dp_setup(&t->dp, &t->cfg, err, errlen) != 0) return -1;
     t->B = t->cfg.batch;
     t->T = t->cfg.seq_len;
     t->accum = t->cfg.grad_accum;
@@ -520,349 +509,392 @@ int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *e
     t->bf16_policy.n_overrides = 0;
     t->shadow_action = fp8t_shadow_action_parse(t->cfg.shadow_action, &t->fallback_steps);
     spike_init(&t->spike, t->cfg.spike_window, t->cfg.spike_z);
+    return 0;
+}
 
-    /* 1. everything that can be wrong with the inputs, before anything is written */
+/* What the run starts from: the checkpoint of --resume / --init (have), and whether its FP8
+ * state is loaded (load_fp8) */
+typedef struct {
+    fp8t_checkpoint ck;
+    int have, from_init, load_fp8;
+} start_point;
+
+/* 1. everything that can be wrong with the inputs, before anything is written: the data, the
+ * injector, the checkpoint to start from, the baseline, the backend and the model */
+static int open_inputs(trainer *t, start_point *sp, char *err, size_t errlen) {
+    fp8t_checkpoint *ck = &sp->ck;
     const int V = t->cfg.model.vocab_size;
     t->train = fp8t_data_open_tok(t->cfg.data, t->cfg.val_data, t->cfg.tokenizer,
                                   FP8T_SPLIT_TRAIN, t->B, t->T, V, t->cfg.seed, err, errlen);
-    if (!t->train) goto done;
+    if (!t->train) return -1;
     if (t->cfg.val_every > 0) {
         t->val = fp8t_data_open_tok(t->cfg.data, t->cfg.val_data, t->cfg.tokenizer,
                                     FP8T_SPLIT_VAL, t->B, t->T, V, t->cfg.seed, err, errlen);
-        if (!t->val) goto done;
+        if (!t->val) return -1;
     }
+    char e[FP8T_ERR_LEN];
     if (t->cfg.inject[0]) {
-        char e[768];
         t->injector = fp8t_injector_create(t->cfg.inject, e, sizeof(e));
-        if (!t->injector) {
-            snprintf(err, errlen, "--inject: %s", e);
-            goto done;
-        }
+        if (!t->injector) return fp8t_errorf(err, errlen, "--inject: %s", e);
     }
     if (t->cfg.resume[0]) {
-        char e[1536];
-        if (load_checkpoint(t, t->cfg.resume, &ck, e, sizeof(e)) != 0) {
-            snprintf(err, errlen, "--resume: %s", e);
-            goto done;
-        }
-        have_ck = 1;
-        if (ck.step >= t->cfg.steps) {
-            snprintf(err, errlen, "--resume %s is at step %d, but --steps %d is not beyond it "
-                     "(--steps counts from the start of training)", t->cfg.resume, ck.step,
-                     t->cfg.steps);
-            goto done;
-        }
-        t->start_step = ck.step;
+        if (load_checkpoint(t, t->cfg.resume, ck, e, sizeof(e)) != 0)
+            return fp8t_errorf(err, errlen, "--resume: %s", e);
+        sp->have = 1;
+        if (ck->step >= t->cfg.steps)
+            return fp8t_errorf(err, errlen, "--resume %s is at step %d, but --steps %d is not "
+                               "beyond it (--steps counts from the start of training)",
+                               t->cfg.resume, ck->step, t->cfg.steps);
+        t->start_step = ck->step;
     } else if (t->cfg.init[0]) {
-        if (init_checkpoint(t, &ck, err, errlen) != 0) goto done;
-        have_ck = 1;
+        if (init_checkpoint(t, ck, err, errlen) != 0) return -1;
+        sp->have = 1;
     }
-    const int from_init = have_ck && !t->cfg.resume[0];
-    if (t->injector) { /* the model's shape is final here (a checkpoint may have set it) */
-        char e[768];
-        if (fp8t_injector_check_model(t->injector, &t->cfg.model, e, sizeof(e))) {
-            snprintf(err, errlen, "--inject: %s", e);
-            goto done;
-        }
-    }
+    sp->from_init = sp->have && !t->cfg.resume[0];
+    /* the model's shape is final here (a checkpoint may have set it) */
+    if (t->injector && fp8t_injector_check_model(t->injector, &t->cfg.model, e, sizeof(e)))
+        return fp8t_errorf(err, errlen, "--inject: %s", e);
     if (t->cfg.baseline[0] &&
         drift_load(&t->drift, t->cfg.baseline, t->start_step + 1, err, errlen) != 0)
-        goto done;
+        return -1;
     t->be = fp8t_backend_create(t->cfg.device, &t->cfg.backend_opts, err, errlen);
-    if (!t->be) goto done;
+    if (!t->be) return -1;
     /* A checkpoint's FP8 state is loaded in the format it was written in; set_policy then
      * converts it when this run uses the other format (a recovery experiment may change it). */
-    const int load_fp8 = have_ck && fp8_state_compatible(t, &ck);
+    sp->load_fp8 = sp->have && fp8_state_compatible(t, ck);
     fp8t_policy create_policy = t->run_policy;
-    if (load_fp8) create_policy.hybrid = checkpoint_hybrid(&ck);
-    {
-        char e[768];
-        t->model = fp8t_model_create(t->be, &t->cfg.model, &create_policy, &t->cfg.model_opts, t->B,
-                                     t->T, e, sizeof(e));
-        if (!t->model) {
-            snprintf(err, errlen, "cannot create the model: %s", e);
-            goto done;
-        }
-    }
-    if (dp_attach(&t->dp, t->be, t->model, &t->cfg.model, err, errlen) != 0) goto done;
+    if (sp->load_fp8) create_policy.hybrid = checkpoint_hybrid(ck);
+    t->model = fp8t_model_create(t->be, &t->cfg.model, &create_policy, &t->cfg.model_opts, t->B,
+                                 t->T, e, sizeof(e));
+    if (!t->model) return fp8t_errorf(err, errlen, "cannot create the model: %s", e);
+    if (dp_attach(&t->dp, t->be, t->model, &t->cfg.model, err, errlen) != 0) return -1;
     t->tokens = malloc((size_t)t->B * t->T * sizeof(int));
     t->targets = malloc((size_t)t->B * t->T * sizeof(int));
     t->nan = fp8t_nan_tracker_create();
-    if (!t->tokens || !t->targets || !t->nan) {
-        snprintf(err, errlen, "out of memory");
-        goto done;
-    }
+    if (!t->tokens || !t->targets || !t->nan) return fp8t_errorf(err, errlen, "out of memory");
+    return 0;
+}
 
-    /* 2. the run directory (rank 0's): locked, and never another run's unless --overwrite;
-     * with --inspect ranks=all each rank's statistics go to OUT/rank-R/ */
-    {
-        int drc = 0;
-        if (t->dp.rank == 0) drc = rundir_prepare(t, have_ck ? ck.step : 0, err, errlen);
-        if (dp_agree(&t->dp, drc, err, errlen) != 0) goto done;
-        char idir[FP8T_TRAIN_PATH_BUF];
-        snprintf(idir, sizeof(idir), "%s", t->cfg.out_dir);
-        if (t->dp.rank != 0 && t->dp.inspect_all &&
-            fp8t_fmt(idir, sizeof(idir), "%s/rank-%d", t->cfg.out_dir, t->dp.rank) != 0)
-            drc = -1, snprintf(err, errlen, "--out path too long");
-        if (drc == 0 && t->cfg.inspect[0] && (t->dp.rank == 0 || t->dp.inspect_all)) {
-            char e[768];
-            if (t->dp.rank != 0) drc = fp8t_mkdirs(idir, err, errlen);
-            if (drc == 0)
-                t->inspector = fp8t_inspector_create(t->dp.inspect_spec, idir, e, sizeof(e));
-            fp8t_inspector_set_dump_budget(t->inspector, (size_t)t->cfg.inspect_dump_mb << 20);
-            /* the injector may write a tensor between two sites that show it */
-            fp8t_inspector_set_reuse(t->inspector, t->injector == NULL);
-            if (drc == 0 && !t->inspector) {
-                snprintf(err, errlen, "--inspect: %s", e);
-                drc = -1;
-            }
-            t->hook_inspect = t->inspector != NULL;
-        }
-        if (drc == 0 && t->dp.rank == 0 &&
-            (write_config(t, err, errlen) != 0 || runlog_open(t, t->start_step, err, errlen) != 0 ||
-             runlog_tb_open(t, err, errlen) != 0))
-            drc = -1;
-        if (dp_agree(&t->dp, drc, err, errlen) != 0) goto done;
+/* 2. the run directory (rank 0's): locked, and never another run's unless --overwrite; with
+ * --inspect ranks=all each rank's statistics go to OUT/rank-R/ */
+static int open_run_dir(trainer *t, int ck_step, char *err, size_t errlen) {
+    int drc = 0;
+    if (t->dp.rank == 0) drc = rundir_prepare(t, ck_step, err, errlen);
+    if (dp_agree(&t->dp, drc, err, errlen) != 0) return -1;
+    char idir[FP8T_TRAIN_PATH_BUF];
+    snprintf(idir, sizeof(idir), "%s", t->cfg.out_dir);
+    if (t->dp.rank != 0 && t->dp.inspect_all &&
+        fp8t_fmt(idir, sizeof(idir), "%s/rank-%d", t->cfg.out_dir, t->dp.rank) != 0)
+        drc = fp8t_errorf(err, errlen, "--out path too long");
+    if (drc == 0 && t->cfg.inspect[0] && (t->dp.rank == 0 || t->dp.inspect_all)) {
+        char e[FP8T_ERR_LEN];
+        if (t->dp.rank != 0) drc = fp8t_mkdirs(idir, err, errlen);
+        if (drc == 0) t->inspector = fp8t_inspector_create(t->dp.inspect_spec, idir, e, sizeof(e));
+        fp8t_inspector_set_dump_budget(t->inspector, (size_t)t->cfg.inspect_dump_mb << 20);
+        /* the injector may write a tensor between two sites that show it */
+        fp8t_inspector_set_reuse(t->inspector, t->injector == NULL);
+        if (drc == 0 && !t->inspector) drc = fp8t_errorf(err, errlen, "--inspect: %s", e);
+        t->hook_inspect = t->inspector != NULL;
     }
+    if (drc == 0 && t->dp.rank == 0 &&
+        (write_config(t, err, errlen) != 0 || runlog_open(t, t->start_step, err, errlen) != 0 ||
+         runlog_tb_open(t, err, errlen) != 0))
+        drc = -1;
+    return dp_agree(&t->dp, drc, err, errlen);
+}
 
-    /* 3. weights: fresh or from the checkpoint */
+/* 3. the weights, fresh or from the checkpoint; the banner */
+static void load_weights(trainer *t, start_point *sp) {
+    fp8t_checkpoint *ck = &sp->ck;
     const char *fp8_note = "";
     char note[512];
-    if (have_ck) {
-        load_into_model(t, &ck, load_fp8);
-        if (load_fp8) {
+    if (sp->have) {
+        load_into_model(t, ck, sp->load_fp8);
+        if (sp->load_fp8) {
             fp8t_model_set_policy(t->model, &t->run_policy);
             fp8_note = "FP8 scaling state restored";
         } else if (t->cfg.resume_reset_fp8) {
             fp8_note = "FP8 scaling state reset (--reset-fp8)";
-        } else if (from_init && ck.fp8_n == 0) {
+        } else if (sp->from_init && ck->fp8_n == 0) {
             fp8_note = "fresh FP8 scaling state (the source has none)";
         } else {
             snprintf(note, sizeof(note), "FP8 scaling state reset: the checkpoint's amax history "
                      "has length %d and this run's --amax-history is %d (resume with "
-                     "--amax-history %d to carry it over)", ck.fp8_len,
-                     t->cfg.policy.history_len, ck.fp8_len);
+                     "--amax-history %d to carry it over)", ck->fp8_len,
+                     t->cfg.policy.history_len, ck->fp8_len);
             fp8_note = note;
             if (!t->cfg.quiet) fprintf(stderr, "fp8train: %s\n", note);
         }
         /* an imported or damaged checkpoint may carry NaN/Inf weights: it is then no good
          * checkpoint to go back to, and the run is told so before its first step fails */
-        t->resume_nonfinite = count_nonfinite(ck.params, ck.num_params);
-        if (t->resume_nonfinite == 0 && !from_init)
+        t->resume_nonfinite = count_nonfinite(ck->params, ck->num_params);
+        if (t->resume_nonfinite == 0 && !sp->from_init)
             snprintf(t->last_ckpt, sizeof(t->last_ckpt), "%s", t->cfg.resume);
         else
             fp8t_warnf("%s %s holds %zu non-finite weight%s (of %zu): training from it will go "
                        "non-finite; re-import or re-export the weights",
-                       from_init ? "--init" : "--resume", from_init ? t->cfg.init : t->cfg.resume,
-                       t->resume_nonfinite, t->resume_nonfinite == 1 ? "" : "s", ck.num_params);
+                       sp->from_init ? "--init" : "--resume",
+                       sp->from_init ? t->cfg.init : t->cfg.resume, t->resume_nonfinite,
+                       t->resume_nonfinite == 1 ? "" : "s", ck->num_params);
     } else {
         fp8t_model_init_weights(t->model, t->cfg.seed);
     }
-    if (!t->cfg.quiet) print_banner(t, have_ck ? &ck : NULL, fp8_note);
-    if (have_ck) {
-        fp8t_checkpoint_free(&ck);
-        have_ck = 0;
+    if (!t->cfg.quiet) print_banner(t, sp->have ? ck : NULL, fp8_note);
+    if (sp->have) {
+        fp8t_checkpoint_free(ck);
+        sp->have = 0;
     }
     update_hook(t);
+}
 
-    /* 4. the loop */
-    res->reason = FP8T_STOP_DONE;
-    t->t0 = trainer_now();
-    t->prog_t = t->t0;
-    t->prog_tokens = 0;
+/* The start of step `step`: its precision (the policy, or BF16 after a shadow alarm) and the
+ * instruments' step */
+static void begin_step(trainer *t, int step) {
+    t->step_now = step;
+    int want_bf16 = t->fallback_left > 0 || step <= t->bf16_until;
+    if (want_bf16 != t->in_bf16) {
+        fp8t_model_set_policy(t->model, want_bf16 ? &t->bf16_policy : &t->run_policy);
+        t->in_bf16 = want_bf16;
+        if (!want_bf16)
+            runlog_event(t, step, "fallback", "back to the configured precision policy", "");
+    }
+    if (t->injector) fp8t_injector_begin_step(t->injector, step);
+    if (t->inspector) {
+        fp8t_inspector_begin_step(t->inspector, step);
+        update_hook(t);
+    }
+}
+
+/* What one optimizer step measured */
+typedef struct {
+    float lr, norm;
+    float loss;             /* mean over the micro-batches */
+    float loss0;            /* the first micro-batch's (the shadow forward's batch) */
+    float shadow_loss;      /* NaN: no shadow this step */
+    double step_s, drift_gap;
+} step_outcome;
+
+/* The optimizer step: the micro-batches' forward and backward (and the shadow forward), the
+ * gradient reduction and norm, AdamW, the FP8 scale update, the online detectors. 0, or 1
+ * when a loss or the gradient went non-finite under --detect-nan: the NaN stop has run and
+ * written its row, and the run ends. */
+static int optimizer_step(trainer *t, int step, step_outcome *o) {
     const double tokens_per_step = (double)t->B * t->T * t->accum;
-    for (int step = t->start_step + 1; step <= t->cfg.steps; step++) {
-        t->step_now = step;
-        /* precision of this step: the policy, or BF16 after a shadow alarm */
-        int want_bf16 = t->fallback_left > 0 || step <= t->bf16_until;
-        if (want_bf16 != t->in_bf16) {
-            fp8t_model_set_policy(t->model, want_bf16 ? &t->bf16_policy : &t->run_policy);
-            t->in_bf16 = want_bf16;
-            if (!want_bf16)
-                runlog_event(t, step, "fallback", "back to the configured precision policy", "");
-        }
-        if (t->injector) fp8t_injector_begin_step(t->injector, step);
-        if (t->inspector) {
-            fp8t_inspector_begin_step(t->inspector, step);
-            update_hook(t);
-        }
-        const double ts = trainer_now();
-        const uint64_t pos0 = fp8t_data_position(t->train);
-        const float lr = fp8t_lr_at(&t->cfg, step);
-        const int shadow_now = t->cfg.shadow_every > 0 && step % t->cfg.shadow_every == 0 &&
-                               !t->in_bf16;
-        float loss0 = NAN, shadow_loss = NAN;
-        double loss_sum = 0;
-        int bad_micro = -1;
-        fp8t_model_zero_grad(t->model);
-        /* this rank's slice of the global batch: micro-batches [first, first + n) of accum */
-        const int j0 = t->dp.first_micro, j1 = j0 + t->dp.n_micro;
-        float *micro_loss = t->dp.losses;
-        for (int j = 0; j < t->accum; j++) micro_loss[j] = NAN;
-        fp8t_data_set_position(t->train, pos0 + (uint64_t)j0);
-        for (int j = j0; j < j1; j++) {
-            fp8t_data_next(t->train, t->tokens, t->targets);
-            if (j == 0 && shadow_now) shadow_loss = shadow_forward(t);
-            float l = fp8t_model_forward(t->model, t->tokens, t->targets);
-            micro_loss[j] = l;
-            if (!isfinite(l) && t->cfg.detect_nan) break;
-            /* only the last micro-batch's backward reduces (its buckets, as it goes) */
-            if (j == j1 - 1) dp_grads_arm(&t->dp, t->model);
-            fp8t_model_backward(t->model, 1.0f / (float)t->accum);
-        }
-        dp_grads_flush(&t->dp, t->model);
-        fp8t_data_set_position(t->train, pos0 + (uint64_t)t->accum);
-        /* every rank sees every micro-batch's loss and sums them in the one order */
-        dp_gather_losses(&t->dp, t->accum);
-        if (shadow_now) shadow_loss = dp_bcast_float(&t->dp, shadow_loss, 0);
-        for (int j = 0; j < t->accum; j++) {
-            float l = micro_loss[j];
-            if (!isfinite(l) && t->cfg.detect_nan) {
-                bad_micro = j;
-                break;
-            }
-            if (j == 0) loss0 = l;
-            loss_sum += l;
-        }
-        float norm = NAN;
-        if (bad_micro < 0) norm = dp_grad_norm(&t->dp, t->be, t->model);
-        else dp_grads_wait(&t->dp); /* the NaN re-run rewrites the gradients */
-        if (t->cfg.detect_nan && (bad_micro >= 0 || !isfinite(norm))) {
-            if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
-            nan_stop(t, step, pos0, bad_micro);
-            step_record r = new_record(t, step, lr, norm);
-            r.nonfinite = 1;
-            r.elapsed_s = trainer_now() - t->t0;
-            runlog_metrics(t, &r);
-            runlog_tb_step(t, &r);
-            res->reason = FP8T_STOP_NAN;
-            res->last_step = step - 1;
+    const double ts = trainer_now();
+    const uint64_t pos0 = fp8t_data_position(t->train);
+    o->lr = fp8t_lr_at(&t->cfg, step);
+    const int shadow_now = t->cfg.shadow_every > 0 && step % t->cfg.shadow_every == 0 &&
+                           !t->in_bf16;
+    o->loss0 = o->shadow_loss = NAN;
+    double loss_sum = 0;
+    int bad_micro = -1;
+    fp8t_model_zero_grad(t->model);
+    /* this rank's slice of the global batch: micro-batches [first, first + n) of accum */
+    const int j0 = t->dp.first_micro, j1 = j0 + t->dp.n_micro;
+    float *micro_loss = t->dp.losses;
+    for (int j = 0; j < t->accum; j++) micro_loss[j] = NAN;
+    fp8t_data_set_position(t->train, pos0 + (uint64_t)j0);
+    for (int j = j0; j < j1; j++) {
+        fp8t_data_next(t->train, t->tokens, t->targets);
+        if (j == 0 && shadow_now) o->shadow_loss = shadow_forward(t);
+        float l = fp8t_model_forward(t->model, t->tokens, t->targets);
+        micro_loss[j] = l;
+        if (!isfinite(l) && t->cfg.detect_nan) break;
+        /* only the last micro-batch's backward reduces (its buckets, as it goes) */
+        if (j == j1 - 1) dp_grads_arm(&t->dp, t->model);
+        fp8t_model_backward(t->model, 1.0f / (float)t->accum);
+    }
+    dp_grads_flush(&t->dp, t->model);
+    fp8t_data_set_position(t->train, pos0 + (uint64_t)t->accum);
+    /* every rank sees every micro-batch's loss and sums them in the one order */
+    dp_gather_losses(&t->dp, t->accum);
+    if (shadow_now) o->shadow_loss = dp_bcast_float(&t->dp, o->shadow_loss, 0);
+    for (int j = 0; j < t->accum; j++) {
+        float l = micro_loss[j];
+        if (!isfinite(l) && t->cfg.detect_nan) {
+            bad_micro = j;
             break;
         }
-        dp_adamw(&t->dp, t->be, t->model, lr, t->cfg.beta1, t->cfg.beta2, t->cfg.adam_eps,
-                 t->cfg.weight_decay, step, t->cfg.grad_clip, norm);
-        if (t->injector) fp8t_injector_before_scale_update(t->injector, t->model, step);
-        dp_reduce_amax(&t->dp, t->be, t->model);
-        if (t->inspector) fp8t_inspector_before_scale_update(t->inspector, t->model, step);
-        fp8t_model_end_step(t->model);
+        if (j == 0) o->loss0 = l;
+        loss_sum += l;
+    }
+    o->norm = NAN;
+    if (bad_micro < 0) o->norm = dp_grad_norm(&t->dp, t->be, t->model);
+    else dp_grads_wait(&t->dp); /* the NaN re-run rewrites the gradients */
+    if (t->cfg.detect_nan && (bad_micro >= 0 || !isfinite(o->norm))) {
         if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
-        const float loss = (float)(loss_sum / t->accum);
-        /* the online detectors judge the step inside its time (tokens_per_s counts them) */
-        const double drift_gap = drift_observe(t, step, loss);
-        spike_observe(t, step, loss);
-        const double step_s = trainer_now() - ts;
-        t->train_seconds += step_s;
-        t->tokens_done += tokens_per_step;
-
-        step_record r = new_record(t, step, lr, norm);
-        r.loss = loss;
-        r.nonfinite = !isfinite(loss);
-        r.tokens_per_s = tokens_per_step / step_s;
-        r.shadow_loss = shadow_loss;
-        if (t->val && (step % t->cfg.val_every == 0 || step == t->cfg.steps)) {
-            r.val_loss = validate(t);
-            t->last_val = r.val_loss;
-            res->last_val_loss = r.val_loss;
-        }
-        if (isfinite(shadow_loss)) r.shadow_gap = fabsf(loss0 - shadow_loss) / shadow_loss;
-        r.drift_gap = drift_gap;
+        nan_stop(t, step, pos0, bad_micro);
+        step_record r = new_record(t, step, o->lr, o->norm);
+        r.nonfinite = 1;
         r.elapsed_s = trainer_now() - t->t0;
         runlog_metrics(t, &r);
         runlog_tb_step(t, &r);
-        res->last_step = step;
-        res->last_loss = loss;
-
-        /* shadow BF16 judgement */
-        int do_rollback = 0;
-        if (isfinite(r.shadow_gap) && r.shadow_gap > t->cfg.shadow_threshold) {
-            char msg[FP8T_TRAIN_PATH_BUF + 512], extra[160];
-            snprintf(extra, sizeof(extra), ",\"loss\":%.9g,\"shadow_loss\":%.9g,\"gap\":%.6g",
-                     loss0, shadow_loss, r.shadow_gap);
-            snprintf(msg, sizeof(msg), "FP8 loss %.4f vs BF16 %.4f on the same batch: gap %.2f%% "
-                     "> %.2f%%", loss0, shadow_loss, 100 * r.shadow_gap,
-                     100 * t->cfg.shadow_threshold);
-            if (t->shadow_action == 1) {
-                t->fallback_left = t->fallback_steps;
-                size_t n = strlen(msg);
-                snprintf(msg + n, sizeof(msg) - n, "; running the next %d steps in BF16",
-                         t->fallback_steps);
-                runlog_event(t, step, "fallback", msg, extra);
-            } else if (t->shadow_action == 2 && t->last_ckpt[0] && t->rollbacks < MAX_ROLLBACKS) {
-                size_t n = strlen(msg);
-                snprintf(msg + n, sizeof(msg) - n, "; rolling back to %s and re-running up to "
-                         "step %d in BF16", t->last_ckpt, step);
-                runlog_event(t, step, "rollback", msg, extra);
-                do_rollback = 1;
-            } else {
-                if (t->shadow_action == 2) {
-                    size_t n = strlen(msg);
-                    snprintf(msg + n, sizeof(msg) - n, t->last_ckpt[0]
-                             ? "; too many rollbacks, only warning now"
-                             : "; no checkpoint to roll back to yet (use --ckpt-every)");
-                }
-                runlog_event(t, step, "shadow", msg, extra);
-            }
-        } else if (t->in_bf16 && t->fallback_left > 0) {
-            t->fallback_left--;
-        }
-
-        /* a log could not be written (disk full): stop before anything more is lost */
-        const char *insp_err = fp8t_inspector_write_error(t->inspector);
-        if (insp_err && !t->write_err[0])
-            snprintf(t->write_err, sizeof(t->write_err), "%s; training stopped at step %d. Free "
-                     "space on that file system (or raise ulimit -f)", insp_err, step);
-        if (t->write_err[0]) {
-            snprintf(err, errlen, "%s", t->write_err);
-            res->reason = FP8T_STOP_ERROR;
-            goto done;
-        }
-        /* not the state a rollback is about to undo: as the newest checkpoint it would be the
-         * one reloaded, and nothing re-run (and --keep-ckpts could prune the good one) */
-        if (!do_rollback &&
-            ((t->cfg.ckpt_every > 0 && step % t->cfg.ckpt_every == 0) || step == t->cfg.steps)) {
-            if (save_checkpoint(t, step, loss, err, errlen) != 0) {
-                res->reason = FP8T_STOP_ERROR;
-                goto done;
-            }
-        }
-        if (!t->cfg.quiet && (step % t->cfg.progress_every == 0 || step == t->cfg.steps ||
-                              step == t->start_step + 1))
-            print_progress(t, &r);
-        if (do_rollback) {
-            int back;
-            if (rollback(t, &back, err, errlen) != 0) {
-                res->reason = FP8T_STOP_ERROR;
-                goto done;
-            }
-            t->rollbacks++;
-            t->bf16_until = step;
-            t->fallback_left = 0;
-            /* the steps after the checkpoint are re-run: TensorBoard drops their first take */
-            runlog_tb_restart(t, back + 1);
-            step = back; /* the loop continues at back + 1 */
-        }
+        return 1;
     }
+    dp_adamw(&t->dp, t->be, t->model, o->lr, t->cfg.beta1, t->cfg.beta2, t->cfg.adam_eps,
+             t->cfg.weight_decay, step, t->cfg.grad_clip, o->norm);
+    if (t->injector) fp8t_injector_before_scale_update(t->injector, t->model, step);
+    dp_reduce_amax(&t->dp, t->be, t->model);
+    if (t->inspector) fp8t_inspector_before_scale_update(t->inspector, t->model, step);
+    fp8t_model_end_step(t->model);
+    if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
+    o->loss = (float)(loss_sum / t->accum);
+    /* the online detectors judge the step inside its time (tokens_per_s counts them) */
+    o->drift_gap = drift_observe(t, step, o->loss);
+    spike_observe(t, step, o->loss);
+    o->step_s = trainer_now() - ts;
+    t->train_seconds += o->step_s;
+    t->tokens_done += tokens_per_step;
+    return 0;
+}
+
+/* The step's metrics row (with validation where due), written */
+static step_record log_step(trainer *t, int step, const step_outcome *o, fp8t_train_result *res) {
+    step_record r = new_record(t, step, o->lr, o->norm);
+    r.loss = o->loss;
+    r.nonfinite = !isfinite(o->loss);
+    r.tokens_per_s = (double)t->B * t->T * t->accum / o->step_s;
+    r.shadow_loss = o->shadow_loss;
+    if (t->val && (step % t->cfg.val_every == 0 || step == t->cfg.steps)) {
+        r.val_loss = validate(t);
+        t->last_val = r.val_loss;
+        res->last_val_loss = r.val_loss;
+    }
+    if (isfinite(o->shadow_loss)) r.shadow_gap = fabsf(o->loss0 - o->shadow_loss) / o->shadow_loss;
+    r.drift_gap = o->drift_gap;
+    r.elapsed_s = trainer_now() - t->t0;
+    runlog_metrics(t, &r);
+    runlog_tb_step(t, &r);
+    res->last_step = step;
+    res->last_loss = o->loss;
+    return r;
+}
+
+/* The shadow BF16 judgement of a step whose gap was measured: a fallback to BF16 for some
+ * steps, a rollback (returns 1: the caller rolls back), or a warning event */
+static int judge_shadow(trainer *t, int step, const step_outcome *o, const step_record *r) {
+    int do_rollback = 0;
+    if (isfinite(r->shadow_gap) && r->shadow_gap > t->cfg.shadow_threshold) {
+        char msg[FP8T_TRAIN_PATH_BUF + 512], extra[160];
+        snprintf(extra, sizeof(extra), ",\"loss\":%.9g,\"shadow_loss\":%.9g,\"gap\":%.6g",
+                 o->loss0, o->shadow_loss, r->shadow_gap);
+        snprintf(msg, sizeof(msg), "FP8 loss %.4f vs BF16 %.4f on the same batch: gap %.2f%% "
+                 "> %.2f%%", o->loss0, o->shadow_loss, 100 * r->shadow_gap,
+                 100 * t->cfg.shadow_threshold);
+        if (t->shadow_action == 1) {
+            t->fallback_left = t->fallback_steps;
+            size_t n = strlen(msg);
+            snprintf(msg + n, sizeof(msg) - n, "; running the next %d steps in BF16",
+                     t->fallback_steps);
+            runlog_event(t, step, "fallback", msg, extra);
+        } else if (t->shadow_action == 2 && t->last_ckpt[0] && t->rollbacks < MAX_ROLLBACKS) {
+            size_t n = strlen(msg);
+            snprintf(msg + n, sizeof(msg) - n, "; rolling back to %s and re-running up to "
+                     "step %d in BF16", t->last_ckpt, step);
+            runlog_event(t, step, "rollback", msg, extra);
+            do_rollback = 1;
+        } else {
+            if (t->shadow_action == 2) {
+                size_t n = strlen(msg);
+                snprintf(msg + n, sizeof(msg) - n, t->last_ckpt[0]
+                         ? "; too many rollbacks, only warning now"
+                         : "; no checkpoint to roll back to yet (use --ckpt-every)");
+            }
+            runlog_event(t, step, "shadow", msg, extra);
+        }
+    } else if (t->in_bf16 && t->fallback_left > 0) {
+        t->fallback_left--;
+    }
+    return do_rollback;
+}
+
+/* The end of a step: stop on a log that could not be written, the checkpoint where due (not
+ * of a state a rollback is about to undo), the progress line, the rollback. -1 with err on an
+ * error; after a rollback *step is the checkpoint's step (the loop goes on after it). */
+static int end_step(trainer *t, int *step, const step_record *r, int do_rollback, char *err,
+                    size_t errlen) {
+    const int s = *step;
+    /* a log could not be written (disk full): stop before anything more is lost */
+    const char *insp_err = fp8t_inspector_write_error(t->inspector);
+    if (insp_err && !t->write_err[0])
+        snprintf(t->write_err, sizeof(t->write_err), "%s; training stopped at step %d. Free "
+                 "space on that file system (or raise ulimit -f)", insp_err, s);
+    if (t->write_err[0]) return fp8t_errorf(err, errlen, "%s", t->write_err);
+    /* not the state a rollback is about to undo: as the newest checkpoint it would be the
+     * one reloaded, and nothing re-run (and --keep-ckpts could prune the good one) */
+    if (!do_rollback && ((t->cfg.ckpt_every > 0 && s % t->cfg.ckpt_every == 0) ||
+                         s == t->cfg.steps) &&
+        save_checkpoint(t, s, r->loss, err, errlen) != 0)
+        return -1;
+    if (!t->cfg.quiet &&
+        (s % t->cfg.progress_every == 0 || s == t->cfg.steps || s == t->start_step + 1))
+        print_progress(t, r);
+    if (do_rollback) {
+        int back;
+        if (rollback(t, &back, err, errlen) != 0) return -1;
+        t->rollbacks++;
+        t->bf16_until = s;
+        t->fallback_left = 0;
+        /* the steps after the checkpoint are re-run: TensorBoard drops their first take */
+        runlog_tb_restart(t, back + 1);
+        *step = back;
+    }
+    return 0;
+}
+
+/* 5. after the loop: the last inspected step's lines, a log that could not be written, the
+ * TensorBoard file closed */
+static int finish_run(trainer *t, fp8t_train_result *res, char *err, size_t errlen) {
     if (t->inspector) { /* the last inspected step's lines (end_step may leave them) */
         fp8t_inspector_flush(t->inspector);
         const char *insp_err = fp8t_inspector_write_error(t->inspector);
         if (insp_err && !t->write_err[0])
             snprintf(t->write_err, sizeof(t->write_err), "%s", insp_err);
     }
-    if (t->write_err[0]) { /* the NaN stop's rows, or a fallback event of the last step */
-        snprintf(err, errlen, "%s", t->write_err);
-        res->reason = FP8T_STOP_ERROR;
-        goto done;
-    }
+    /* the NaN stop's rows, or a fallback event of the last step */
+    if (t->write_err[0]) return fp8t_errorf(err, errlen, "%s", t->write_err);
     res->tokens_per_s = t->train_seconds > 0 ? t->tokens_done / t->train_seconds : 0;
-    if (runlog_tb_close(t, err, errlen) != 0) {
-        res->reason = FP8T_STOP_ERROR;
+    return runlog_tb_close(t, err, errlen);
+}
+
+int fp8t_train_run(const fp8t_train_config *cfg, fp8t_train_result *res, char *err,
+                   size_t errlen) {
+    trainer *t = calloc(1, sizeof(*t));
+    start_point sp;
+    memset(&sp, 0, sizeof(sp));
+    int rc = -1;
+    memset(res, 0, sizeof(*res));
+    res->reason = FP8T_STOP_ERROR;
+    res->last_loss = res->last_val_loss = NAN;
+    if (!t) return fp8t_errorf(err, errlen, "out of memory");
+    if (init_trainer(t, cfg, err, errlen) != 0 || open_inputs(t, &sp, err, errlen) != 0 ||
+        open_run_dir(t, sp.have ? sp.ck.step : 0, err, errlen) != 0)
         goto done;
+    load_weights(t, &sp);
+
+    /* 4. the loop */
+    res->reason = FP8T_STOP_DONE;
+    t->t0 = trainer_now();
+    t->prog_t = t->t0;
+    t->prog_tokens = 0;
+    for (int step = t->start_step + 1; step <= t->cfg.steps; step++) {
+        begin_step(t, step);
+        step_outcome o;
+        if (optimizer_step(t, step, &o) != 0) {
+            res->reason = FP8T_STOP_NAN;
+            res->last_step = step - 1;
+            break;
+        }
+        const step_record r = log_step(t, step, &o, res);
+        const int do_rollback = judge_shadow(t, step, &o, &r);
+        if (end_step(t, &step, &r, do_rollback, err, errlen) != 0) goto done;
     }
+    if (finish_run(t, res, err, errlen) != 0) goto done;
     rc = 0;
 done:
-    if (rc != 0 && res->reason != FP8T_STOP_ERROR) res->reason = FP8T_STOP_ERROR;
+    if (rc != 0) res->reason = FP8T_STOP_ERROR;
     res->n_events = t->n_events;
-    if (have_ck) fp8t_checkpoint_free(&ck);
+    if (sp.have) fp8t_checkpoint_free(&sp.ck);
     fp8t_set_warn_handler(t->prev_warn, t->prev_warn_ctx);
     trainer_free(t);
     free(t);

@@ -228,7 +228,7 @@ typedef struct {
     int nops;
     int64_t next_uid;
     const char *what; /* "forward" or "backward" (messages) */
-    char err[320];
+    char err[FP8T_ERR_LEN];
 } sdpa_graph;
 
 /* Record the first failing cuDNN call (its name, status and cuDNN's last message) and make the

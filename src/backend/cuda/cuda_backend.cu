@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "backend/cuda/cuda_common.cuh"
 
 #define CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace (Hopper recommends 32 MiB) */
@@ -360,7 +361,7 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
-        snprintf(err, errlen,
+        fp8t_errorf(err, errlen,
                  "no CUDA device visible (%s): check nvidia-smi and CUDA_VISIBLE_DEVICES, or use "
                  "--device cpu",
                  e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0");
@@ -373,11 +374,11 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
     cudaDeviceProp prop;
     e = cudaGetDeviceProperties(&prop, dev);
     if (e != cudaSuccess) {
-        snprintf(err, errlen, "cannot query CUDA device %d: %s", dev, cudaGetErrorString(e));
+        fp8t_errorf(err, errlen, "cannot query CUDA device %d: %s", dev, cudaGetErrorString(e));
         return NULL;
     }
     if (prop.major != 9) {
-        snprintf(err, errlen,
+        fp8t_errorf(err, errlen,
                  "CUDA device %d (%s) has compute capability %d.%d; this build of fp8train targets "
                  "Hopper (sm_90a: H100/H200) only. Use --device cpu, or rebuild with NVFLAGS for "
                  "your GPU (FP8 GEMMs need sm_89 or newer)",
@@ -386,7 +387,7 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
     }
     e = cudaSetDevice(dev);
     if (e != cudaSuccess) {
-        snprintf(err, errlen, "cudaSetDevice(%d) failed: %s", dev, cudaGetErrorString(e));
+        fp8t_errorf(err, errlen, "cudaSetDevice(%d) failed: %s", dev, cudaGetErrorString(e));
         return NULL;
     }
     cuda_state *s = (cuda_state *)calloc(1, sizeof(cuda_state));
@@ -394,7 +395,7 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
     if (!s || !b) {
         free(s);
         free(b);
-        snprintf(err, errlen, "out of host memory creating the CUDA backend");
+        fp8t_errorf(err, errlen, "out of host memory creating the CUDA backend");
         return NULL;
     }
     s->device = dev;
@@ -421,7 +422,7 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
     case FP8T_ATTN_FLASH:
     case FP8T_ATTN_DEFAULT: s->attn_mode = ATTN_FLASH; break;
     default: /* a value this backend does not know (fp8t_backend_create checked the range) */
-        snprintf(err, errlen, "attention implementation '%s' is not in the CUDA backend",
+        fp8t_errorf(err, errlen, "attention implementation '%s' is not in the CUDA backend",
                  fp8t_attn_impl_name(opt->attn) ? fp8t_attn_impl_name(opt->attn) : "?");
         free(s);
         free(b);
@@ -435,7 +436,7 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
     s->workspace_bytes = CUDA_WORKSPACE_BYTES;
     e = cudaMalloc(&s->workspace, s->workspace_bytes);
     if (e != cudaSuccess) {
-        snprintf(err, errlen, "cannot allocate the %zu-byte cuBLASLt workspace on %s: %s",
+        fp8t_errorf(err, errlen, "cannot allocate the %zu-byte cuBLASLt workspace on %s: %s",
                  s->workspace_bytes, prop.name, cudaGetErrorString(e));
         cublasLtDestroy(s->lt);
         cudaStreamDestroy(s->stream);

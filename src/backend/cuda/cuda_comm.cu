@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "fp8train/dist.h"
+#include "fp8train/error.h"
 
 #ifdef FP8T_HAVE_NCCL
 #include <nccl.h>
@@ -105,16 +106,14 @@ int cuda_comm_init(fp8t_backend *b, char *err, size_t errlen) {
     int ok = r == ncclSuccess;
     fp8t_dist_allreduce_i32(&ok, 1, FP8T_RED_SUM);
     if (ok != s->comm_size) {
-        snprintf(err, errlen, "ncclGetUniqueId failed on rank 0 (%s)", ncclGetErrorString(r));
-        return -1;
+        return fp8t_errorf(err, errlen, "ncclGetUniqueId failed on rank 0 (%s)", ncclGetErrorString(r));
     }
     fp8t_dist_bcast(&id, sizeof(id), 0);
     ncclComm_t comm;
     r = ncclCommInitRank(&comm, s->comm_size, id, s->comm_rank);
     if (r != ncclSuccess) {
-        snprintf(err, errlen, "ncclCommInitRank (rank %d of %d, GPU %d) failed: %s; NCCL_DEBUG=INFO "
-                 "says more", s->comm_rank, s->comm_size, s->device, ncclGetErrorString(r));
-        return -1;
+        return fp8t_errorf(err, errlen, "ncclCommInitRank (rank %d of %d, GPU %d) failed: %s; NCCL_DEBUG=INFO "
+                        "says more", s->comm_rank, s->comm_size, s->device, ncclGetErrorString(r));
     }
     s->nccl = comm;
     CUDA_CHECK(cudaEventCreateWithFlags(&s->comm_done, cudaEventDisableTiming));
@@ -124,10 +123,9 @@ int cuda_comm_init(fp8t_backend *b, char *err, size_t errlen) {
     return 0;
 #else
     if (s->comm_size > 1) {
-        snprintf(err, errlen, "this fp8train was built without NCCL (nccl.h not found under "
-                 "CUDA_HOME), so the CUDA backend cannot join %d ranks: install NCCL and rebuild, "
-                 "or use --device cpu", s->comm_size);
-        return -1;
+        return fp8t_errorf(err, errlen, "this fp8train was built without NCCL (nccl.h not found under "
+                        "CUDA_HOME), so the CUDA backend cannot join %d ranks: install NCCL and rebuild, "
+                        "or use --device cpu", s->comm_size);
     }
     return 0;
 #endif
