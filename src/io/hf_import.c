@@ -602,9 +602,28 @@ static int dequantize(float *buf, int R, int Cc, const float *sc, const fp8t_st_
                        dir, name, got, R, Cc);
 }
 
-int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
-    memset(w, 0, sizeof(*w));
-    snprintf(w->source, sizeof(w->source), "%s", dir);
+/* One Hugging Face import in progress: the files, our parameter table and the HF tensor map of
+ * the config, what the tensors said about FP8 (input scales, weight amaxes, block scales) */
+typedef struct {
+    const char *dir;
+    fp8t_weights *w;
+    tensor_set s;
+    int n_info, n_map, n_lin;
+    fp8t_param_info *info;
+    fp8t_hf_tensor *map;
+    float *lin_x_scale;     /* [n_lin] max input_scale */
+    float *lin_w_amax;      /* [n_lin] amax of FP8 weights */
+    float *buf, *sc;        /* [maxn] one tensor in the HF layout, and its scales (at most one
+                               per element) */
+    size_t maxn;
+    int block[2];           /* quantization_config.weight_block_size, or 0 0 */
+    int n_fp8, n_fp8_block, n_inscale, n_dtype[FP8T_ST_DTYPE_COUNT];
+} hf_import;
+
+/* config.json: the model config (GPT-2, Llama or Qwen2), the FP8 quantization config */
+static int read_hf_config(hf_import *im, char *err, size_t errlen) {
+    const char *dir = im->dir;
+    fp8t_weights *w = im->w;
     char cpath[PATH_BUF];
     snprintf(cpath, sizeof(cpath), "%s/config.json", dir);
     char *text = NULL;
@@ -624,7 +643,6 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
         cJSON_Delete(cfg);
         return -1;
     }
-    int block[2] = {0, 0};
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
     if (q && !cJSON_IsNull(q)) {
         const cJSON *qm = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
@@ -641,259 +659,278 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
             const cJSON *b0 = cJSON_GetArrayItem(bs, 0), *b1 = cJSON_GetArrayItem(bs, 1);
             if (cJSON_IsNumber(b0) && cJSON_IsNumber(b1) && b0->valuedouble >= 1 &&
                 b1->valuedouble >= 1 && b0->valuedouble < 1e6 && b1->valuedouble < 1e6) {
-                block[0] = (int)b0->valuedouble;
-                block[1] = (int)b1->valuedouble;
+                im->block[0] = (int)b0->valuedouble;
+                im->block[1] = (int)b1->valuedouble;
             }
         }
     }
     cJSON_Delete(cfg);
     snprintf(w->kind, sizeof(w->kind), "hf-%s",
              w->model.qkv_bias ? "qwen2" : fp8t_arch_name(w->model.arch));
+    return 0;
+}
+
+/* The tables and buffers of the import, for the config read */
+static int open_import(hf_import *im, char *err, size_t errlen) {
+    const fp8t_model_config *c = &im->w->model;
+    im->n_info = fp8t_model_param_table(c, NULL, NULL);
+    im->n_map = fp8t_hf_tensor_map(c, NULL);
+    im->n_lin = fp8t_model_num_linears(c);
+    im->info = calloc((size_t)im->n_info, sizeof(*im->info));
+    im->map = calloc((size_t)im->n_map, sizeof(*im->map));
+    im->lin_x_scale = calloc((size_t)im->n_lin, sizeof(float));
+    im->lin_w_amax = calloc((size_t)im->n_lin, sizeof(float));
+    if (!im->info || !im->map || !im->lin_x_scale || !im->lin_w_amax)
+        return fp8t_errorf(err, errlen, "out of memory");
+    fp8t_model_param_table(c, im->info, NULL);
+    fp8t_hf_tensor_map(c, im->map);
+    for (int i = 0; i < im->n_map; i++) {
+        const fp8t_hf_tensor *m = &im->map[i];
+        size_t k = (size_t)m->shape[0] * (size_t)(m->ndim == 2 ? m->shape[1] : 1);
+        im->maxn = k > im->maxn ? k : im->maxn;
+    }
+    im->buf = malloc(im->maxn * sizeof(float));
+    im->sc = malloc(im->maxn * sizeof(float));
+    if (!im->buf || !im->sc)
+        return fp8t_errorf(err, errlen, "out of memory (%zu-element tensor)", im->maxn);
+    return 0;
+}
+
+/* One tensor of the map: found, of the config's shape and a float dtype, dequantized when
+ * FP8 (its weight_scale_inv), its input_scale noted, finite, scattered into our layout */
+static int import_tensor(hf_import *im, const fp8t_hf_tensor *ht, char *err, size_t errlen) {
+    const char *dir = im->dir;
+    const fp8t_model_config *c = &im->w->model;
+    tensor_set *s = &im->s;
+    float *buf = im->buf, *sc = im->sc;
+    const size_t maxn = im->maxn;
+    found_tensor ft;
+    if (!tensors_find(s, ht->name, &ft)) {
+        return fp8t_errorf(
+            err, errlen,
+            "%s: tensor '%s' is missing; the %s config in config.json (%d "
+            "layers, n_embd %d) needs it: the weights do not match the config, or the file "
+            "is incomplete",
+            dir, ht->name, fp8t_arch_name(c->arch), c->n_layer, c->n_embd);
+    }
+    const fp8t_st_tensor *t = ft.t;
+    int same = t->ndim == ht->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == ht->shape[d];
+    if (!same) {
+        char got[96], want[96];
+        shape_str(got, sizeof(got), t->ndim, t->shape);
+        shape_str(want, sizeof(want), ht->ndim, ht->shape);
+        const char *hint = ht->transform == FP8T_HF_TRANSPOSE
+                               ? " (GPT-2 Conv1D weights are [in, out]: a transposed "
+                                 "nn.Linear layout would cause this)" : "";
+        return fp8t_errorf(err, errlen, "%s: tensor '%s' has shape %s but config.json implies %s%s",
+                    dir, ft.name, got, want, hint);
+    }
+    if (!is_float_dtype(t->dtype)) {
+        return fp8t_errorf(err, errlen,
+                    "%s: tensor '%s' has dtype %s; weights must be F32, F16, BF16 or "
+                    "F8_E4M3/F8_E5M2 (with weight_scale_inv)",
+                    dir, ft.name, fp8t_st_dtype_name(t->dtype));
+    }
+    const size_t numel = t->numel;
+    if (fp8t_st_read_f32(ft.file, ft.name, buf, numel, err, errlen) != 0) return -1;
+    if (ht->lin >= 0) im->n_dtype[t->dtype]++;
+    /* the module prefix as found (with or without the top-level prefix) */
+    char module[192];
+    snprintf(module, sizeof(module), "%s", ft.name);
+    char *dot = strrchr(module, '.');
+    if (dot) *dot = 0;
+    const int is_fp8 = t->dtype == FP8T_ST_F8_E4M3 || t->dtype == FP8T_ST_F8_E5M2;
+    if (is_fp8) {
+        if (ht->lin < 0) {
+            return fp8t_errorf(err, errlen,
+                        "%s: tensor '%s' is FP8 but only linear-layer weights may be "
+                        "(embeddings, norms and biases must be F32/F16/BF16)",
+                        dir, ft.name);
+        }
+        found_tensor fs;
+        /* weight_scale_inv (DeepSeek/transformers naming); weight_scale is what vLLM's
+         * per-tensor FP8 checkpoints call the same dequantization factor */
+        int r = read_scale(s, module, "weight_scale_inv", sc, maxn, &fs, dir, err, errlen);
+        if (r == 1) r = read_scale(s, module, "weight_scale", sc, maxn, &fs, dir, err, errlen);
+        if (r < 0) return -1;
+        if (r == 1) {
+            return fp8t_errorf(err, errlen,
+                        "%s: FP8 tensor '%s' has no '%s.weight_scale_inv' to dequantize "
+                        "it with",
+                        dir, ft.name, module);
+        }
+        const int R = (int)ht->shape[0], Cc = ht->ndim == 2 ? (int)ht->shape[1] : 1;
+        if (dequantize(buf, R, Cc, sc, fs.t, im->block, dir, ft.name, err, errlen) != 0)
+            return -1;
+        im->n_fp8_block += fs.t->numel > 1;
+        float amax = fp8_amax(buf, numel);
+        if (amax > im->lin_w_amax[ht->lin]) im->lin_w_amax[ht->lin] = amax;
+        im->n_fp8++;
+    }
+    if (ht->lin >= 0) {
+        found_tensor fi;
+        float is;
+        int r = read_scale(s, module, "input_scale", &is, 1, &fi, dir, err, errlen);
+        if (r < 0) return -1;
+        if (r == 0) {
+            im->n_inscale++;
+            if (is > im->lin_x_scale[ht->lin]) im->lin_x_scale[ht->lin] = is;
+        }
+    }
+    for (size_t j = 0; j < numel; j++)
+        if (!isfinite(buf[j])) {
+            return fp8t_errorf(err, errlen,
+                        "%s: tensor '%s' holds a non-finite value (%g at element %zu)", dir,
+                        ft.name, (double)buf[j], j);
+        }
+    /* scatter into our layout */
+    const fp8t_param_info *p = &im->info[ht->param];
+    float *dst = im->w->params + p->offset;
+    if (ht->transform == FP8T_HF_TRANSPOSE) {
+        const int R = p->shape[0], Cc = p->shape[1]; /* HF [Cc, R] -> ours [R, Cc] */
+        for (int cc = 0; cc < Cc; cc++)
+            for (int r = 0; r < R; r++) dst[(size_t)r * Cc + cc] = buf[(size_t)cc * R + r];
+    } else if (ht->transform == FP8T_HF_ROWS) {
+        const size_t cols = p->ndim == 2 ? (size_t)p->shape[1] : 1; /* 1: a bias slice */
+        memcpy(dst + (size_t)ht->row0 * cols, buf, numel * sizeof(float));
+    } else {
+        memcpy(dst, buf, numel * sizeof(float));
+    }
+    return 0;
+}
+
+/* A tied LM head (an untied one is in the map): an lm_head.weight in the file must equal the
+ * embedding, since transformers would ignore it and the model would differ */
+static int check_tied_head(hf_import *im, char *err, size_t errlen) {
+    fp8t_weights *w = im->w;
+    const char *dir = im->dir;
+    if (w->model.untied_head) return 0;
+    found_tensor fh;
+    if (!tensors_find_exact(&im->s, "lm_head.weight", &fh)) return 0;
+    const fp8t_param_info *wte = &im->info[0];
+    int ok = is_float_dtype(fh.t->dtype) && fh.t->numel == wte->numel;
+    float *head = ok ? malloc(wte->numel * sizeof(float)) : NULL;
+    if (ok && (!head ||
+               fp8t_st_read_f32(fh.file, "lm_head.weight", head, wte->numel, err, errlen) != 0)) {
+        free(head);
+        return -1;
+    }
+    size_t diff = 0;
+    for (size_t j = 0; ok && j < wte->numel; j++) diff += head[j] != w->params[wte->offset + j];
+    free(head);
+    if (!ok || diff)
+        return fp8t_errorf(err, errlen,
+                           "%s: lm_head.weight differs from the token embedding (%s) but "
+                           "config.json says tie_word_embeddings is true; set it to false in "
+                           "config.json to import the head as its own matrix",
+                           dir, ok ? "values differ" : "shape or dtype differs");
+    note(w, "lm_head.weight equals the embedding (tied)");
+    return 0;
+}
+
+/* Anything left unread is a tensor this model does not have (but the attention-mask and
+ * rotary buffers some exports carry) */
+static int check_unread(hf_import *im, char *err, size_t errlen) {
+    tensor_set *s = &im->s;
+    char unknown[600] = "";
+    int n_unknown = 0, n_skipped = 0;
+    for (int f = 0; f < s->n_files; f++) {
+        int cnt = fp8t_st_count(s->files[f]);
+        for (int i = 0; i < cnt; i++) {
+            if (s->used[f][i]) continue;
+            const char *nm = fp8t_st_get(s->files[f], i)->name;
+            if (harmless_extra(nm)) {
+                n_skipped++;
+                continue;
+            }
+            if (n_unknown++ < 4) {
+                size_t u = strlen(unknown);
+                snprintf(unknown + u, sizeof(unknown) - u, "%s'%s'", u ? ", " : "", nm);
+            }
+        }
+    }
+    if (n_unknown)
+        return fp8t_errorf(err, errlen,
+                           "%s: %d tensor(s) do not belong to the %s model that config.json "
+                           "describes: %s%s; check n_layer/num_hidden_layers and the architecture",
+                           im->dir, n_unknown, fp8t_arch_name(im->w->model.arch), unknown,
+                           n_unknown > 4 ? ", ..." : "");
+    if (n_skipped) note(im->w, "ignored %d attention-mask/rotary buffers", n_skipped);
+    return 0;
+}
+
+/* What the weights were stored in, what the import dequantized, and the FP8 state seeded with
+ * what the file knows: learned input scales and FP8 weight amaxes. Without input scales
+ * (dynamic activation scaling: fine-grained FP8, per-token runtimes) there are no activation
+ * scales to seed; the state stays absent so that eval and export calibrate X and W together
+ * instead of running X at scale 1. */
+static int finish_import(hf_import *im, char *err, size_t errlen) {
+    fp8t_weights *w = im->w;
+    const int *n_dtype = im->n_dtype;
+    w->stored_dtype = n_dtype[FP8T_ST_F8_E4M3] + n_dtype[FP8T_ST_F8_E5M2] ? FP8T_EXPORT_FP8
+                      : n_dtype[FP8T_ST_F32] + n_dtype[FP8T_ST_F64] ? FP8T_EXPORT_FP32
+                                                                   : FP8T_EXPORT_BF16;
+    if (im->n_fp8 && im->n_fp8_block)
+        note(w, "dequantized %d FP8 weight matrices with their weight_scale_inv (%d with %dx%d "
+             "block scales: the block rounding is now in the FP32 weights)", im->n_fp8,
+             im->n_fp8_block, im->block[0], im->block[1]);
+    else if (im->n_fp8)
+        note(w, "dequantized %d FP8 weight matrices with their weight_scale_inv", im->n_fp8);
+    if (!im->n_inscale) return 0;
+    const int n_lin = im->n_lin;
+    fp8t_policy pol;
+    fp8t_policy_default(&pol);
+    w->fp8_n = 3 * n_lin;
+    w->fp8_len = pol.history_len;
+    w->fp8_state = malloc(fp8t_recipe_state_floats(w->fp8_n, w->fp8_len) * sizeof(float));
+    if (!w->fp8_state) return fp8t_errorf(err, errlen, "out of memory");
+    default_state(w->fp8_state, w->fp8_n, w->fp8_len);
+    fp8t_recipe_state st;
+    fp8t_recipe_state_view(&st, w->fp8_state, w->fp8_n, w->fp8_len);
+    for (int l = 0; l < n_lin; l++) {
+        float amax[2] = {im->lin_x_scale[l] * FP8_E4M3_MAX, im->lin_w_amax[l]};
+        for (int role = 0; role < 2; role++) {
+            if (!(amax[role] > 0.0f)) continue;
+            const int t = 3 * l + role;
+            /* the newest history slot that survives the next roll (len - 1) */
+            st.history[(size_t)(w->fp8_len - 1) * w->fp8_n + t] = amax[role];
+            st.scale[t] = fp8t_delayed_scale(amax[role], 1.0f, st.fmt_max[t], 0);
+            st.scale_inv[t] = 1.0f / st.scale[t];
+        }
+    }
+    note(w, "seeded FP8 activation scales from %d input_scale tensors", im->n_inscale);
+    return 0;
+}
+
+int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
+    memset(w, 0, sizeof(*w));
+    snprintf(w->source, sizeof(w->source), "%s", dir);
+    hf_import im;
+    memset(&im, 0, sizeof(im));
+    im.dir = dir;
+    im.w = w;
+    if (read_hf_config(&im, err, errlen) != 0) return -1;
     if (alloc_params(w, err, errlen) != 0) {
         fp8t_weights_free(w);
         return -1;
     }
-
-    tensor_set s;
-    if (tensors_open(&s, dir, err, errlen) != 0) {
+    if (tensors_open(&im.s, dir, err, errlen) != 0) {
         fp8t_weights_free(w);
         return -1;
     }
-    const fp8t_model_config *c = &w->model;
-    int n_info = fp8t_model_param_table(c, NULL, NULL);
-    int n_map = fp8t_hf_tensor_map(c, NULL);
-    fp8t_param_info *info = calloc((size_t)n_info, sizeof(*info));
-    fp8t_hf_tensor *map = calloc((size_t)n_map, sizeof(*map));
-    const int n_lin = fp8t_model_num_linears(c);
-    float *lin_x_scale = calloc((size_t)n_lin, sizeof(float)); /* [n_lin] max input_scale */
-    float *lin_w_amax = calloc((size_t)n_lin, sizeof(float));  /* [n_lin] amax of FP8 weights */
-    float *buf = NULL, *sc = NULL;
-    int rc = -1, n_fp8 = 0, n_fp8_block = 0, n_inscale = 0, n_dtype[FP8T_ST_DTYPE_COUNT] = {0};
-    if (!info || !map || !lin_x_scale || !lin_w_amax) {
-        fp8t_errorf(err, errlen, "out of memory");
-        goto done;
-    }
-    fp8t_model_param_table(c, info, NULL);
-    fp8t_hf_tensor_map(c, map);
-    size_t maxn = 0;
-    for (int i = 0; i < n_map; i++) {
-        size_t k = (size_t)map[i].shape[0] * (size_t)(map[i].ndim == 2 ? map[i].shape[1] : 1);
-        maxn = k > maxn ? k : maxn;
-    }
-    buf = malloc(maxn * sizeof(float)); /* [maxn] one tensor in the HF layout */
-    sc = malloc(maxn * sizeof(float));  /* [maxn] its scales (at most one per element) */
-    if (!buf || !sc) {
-        fp8t_errorf(err, errlen, "out of memory (%zu-element tensor)", maxn);
-        goto done;
-    }
-    for (int i = 0; i < n_map; i++) {
-        const fp8t_hf_tensor *ht = &map[i];
-        found_tensor ft;
-        if (!tensors_find(&s, ht->name, &ft)) {
-            fp8t_errorf(
-                err, errlen,
-                "%s: tensor '%s' is missing; the %s config in config.json (%d "
-                "layers, n_embd %d) needs it: the weights do not match the config, or the file "
-                "is incomplete",
-                dir, ht->name, fp8t_arch_name(c->arch), c->n_layer, c->n_embd);
-            goto done;
-        }
-        const fp8t_st_tensor *t = ft.t;
-        int same = t->ndim == ht->ndim;
-        for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == ht->shape[d];
-        if (!same) {
-            char got[96], want[96];
-            shape_str(got, sizeof(got), t->ndim, t->shape);
-            shape_str(want, sizeof(want), ht->ndim, ht->shape);
-            const char *hint = ht->transform == FP8T_HF_TRANSPOSE
-                                   ? " (GPT-2 Conv1D weights are [in, out]: a transposed "
-                                     "nn.Linear layout would cause this)" : "";
-            fp8t_errorf(err, errlen, "%s: tensor '%s' has shape %s but config.json implies %s%s",
-                        dir, ft.name, got, want, hint);
-            goto done;
-        }
-        if (!is_float_dtype(t->dtype)) {
-            fp8t_errorf(err, errlen,
-                        "%s: tensor '%s' has dtype %s; weights must be F32, F16, BF16 or "
-                        "F8_E4M3/F8_E5M2 (with weight_scale_inv)",
-                        dir, ft.name, fp8t_st_dtype_name(t->dtype));
-            goto done;
-        }
-        const size_t numel = t->numel;
-        if (fp8t_st_read_f32(ft.file, ft.name, buf, numel, err, errlen) != 0) goto done;
-        if (ht->lin >= 0) n_dtype[t->dtype]++;
-        /* the module prefix as found (with or without the top-level prefix) */
-        char module[192];
-        snprintf(module, sizeof(module), "%s", ft.name);
-        char *dot = strrchr(module, '.');
-        if (dot) *dot = 0;
-        const int is_fp8 = t->dtype == FP8T_ST_F8_E4M3 || t->dtype == FP8T_ST_F8_E5M2;
-        if (is_fp8) {
-            if (ht->lin < 0) {
-                fp8t_errorf(err, errlen,
-                            "%s: tensor '%s' is FP8 but only linear-layer weights may be "
-                            "(embeddings, norms and biases must be F32/F16/BF16)",
-                            dir, ft.name);
-                goto done;
-            }
-            found_tensor fs;
-            /* weight_scale_inv (DeepSeek/transformers naming); weight_scale is what vLLM's
-             * per-tensor FP8 checkpoints call the same dequantization factor */
-            int r = read_scale(&s, module, "weight_scale_inv", sc, maxn, &fs, dir, err, errlen);
-            if (r == 1) r = read_scale(&s, module, "weight_scale", sc, maxn, &fs, dir, err, errlen);
-            if (r < 0) goto done;
-            if (r == 1) {
-                fp8t_errorf(err, errlen,
-                            "%s: FP8 tensor '%s' has no '%s.weight_scale_inv' to dequantize "
-                            "it with",
-                            dir, ft.name, module);
-                goto done;
-            }
-            const int R = (int)ht->shape[0], Cc = ht->ndim == 2 ? (int)ht->shape[1] : 1;
-            if (dequantize(buf, R, Cc, sc, fs.t, block, dir, ft.name, err, errlen) != 0)
-                goto done;
-            n_fp8_block += fs.t->numel > 1;
-            float amax = fp8_amax(buf, numel);
-            if (amax > lin_w_amax[ht->lin]) lin_w_amax[ht->lin] = amax;
-            n_fp8++;
-        }
-        if (ht->lin >= 0) {
-            found_tensor fi;
-            float is;
-            int r = read_scale(&s, module, "input_scale", &is, 1, &fi, dir, err, errlen);
-            if (r < 0) goto done;
-            if (r == 0) {
-                n_inscale++;
-                if (is > lin_x_scale[ht->lin]) lin_x_scale[ht->lin] = is;
-            }
-        }
-        for (size_t j = 0; j < numel; j++)
-            if (!isfinite(buf[j])) {
-                fp8t_errorf(err, errlen,
-                            "%s: tensor '%s' holds a non-finite value (%g at element %zu)", dir,
-                            ft.name, (double)buf[j], j);
-                goto done;
-            }
-        /* scatter into our layout */
-        const fp8t_param_info *p = &info[ht->param];
-        float *dst = w->params + p->offset;
-        if (ht->transform == FP8T_HF_TRANSPOSE) {
-            const int R = p->shape[0], Cc = p->shape[1]; /* HF [Cc, R] -> ours [R, Cc] */
-            for (int cc = 0; cc < Cc; cc++)
-                for (int r = 0; r < R; r++) dst[(size_t)r * Cc + cc] = buf[(size_t)cc * R + r];
-        } else if (ht->transform == FP8T_HF_ROWS) {
-            const size_t cols = p->ndim == 2 ? (size_t)p->shape[1] : 1; /* 1: a bias slice */
-            memcpy(dst + (size_t)ht->row0 * cols, buf, numel * sizeof(float));
-        } else {
-            memcpy(dst, buf, numel * sizeof(float));
-        }
-    }
-    /* a tied LM head (an untied one is in the map): an lm_head.weight in the file must equal
-     * the embedding, since transformers would ignore it and the model would differ */
-    if (!c->untied_head) {
-        found_tensor fh;
-        if (tensors_find_exact(&s, "lm_head.weight", &fh)) {
-            const fp8t_param_info *wte = &info[0];
-            int ok = is_float_dtype(fh.t->dtype) && fh.t->numel == wte->numel;
-            float *head = ok ? malloc(wte->numel * sizeof(float)) : NULL;
-            if (ok && (!head || fp8t_st_read_f32(fh.file, "lm_head.weight", head, wte->numel, err,
-                                                 errlen) != 0)) {
-                free(head);
-                goto done;
-            }
-            size_t diff = 0;
-            for (size_t j = 0; ok && j < wte->numel; j++)
-                diff += head[j] != w->params[wte->offset + j];
-            free(head);
-            if (!ok || diff) {
-                fp8t_errorf(
-                    err, errlen,
-                    "%s: lm_head.weight differs from the token embedding (%s) but "
-                    "config.json says tie_word_embeddings is true; set it to false in "
-                    "config.json to import the head as its own matrix",
-                    dir, ok ? "values differ" : "shape or dtype differs");
-                goto done;
-            }
-            note(w, "lm_head.weight equals the embedding (tied)");
-        }
-    }
-    /* anything left unread is a tensor this model does not have */
-    {
-        char unknown[600] = "";
-        int n_unknown = 0, n_skipped = 0;
-        for (int f = 0; f < s.n_files; f++) {
-            int cnt = fp8t_st_count(s.files[f]);
-            for (int i = 0; i < cnt; i++) {
-                if (s.used[f][i]) continue;
-                const char *nm = fp8t_st_get(s.files[f], i)->name;
-                if (harmless_extra(nm)) {
-                    n_skipped++;
-                    continue;
-                }
-                if (n_unknown++ < 4) {
-                    size_t u = strlen(unknown);
-                    snprintf(unknown + u, sizeof(unknown) - u, "%s'%s'", u ? ", " : "", nm);
-                }
-            }
-        }
-        if (n_unknown) {
-            fp8t_errorf(err, errlen,
-                        "%s: %d tensor(s) do not belong to the %s model that config.json "
-                        "describes: %s%s; check n_layer/num_hidden_layers and the architecture",
-                        dir, n_unknown, fp8t_arch_name(c->arch), unknown,
-                        n_unknown > 4 ? ", ..." : "");
-            goto done;
-        }
-        if (n_skipped) note(w, "ignored %d attention-mask/rotary buffers", n_skipped);
-    }
-    w->stored_dtype = n_dtype[FP8T_ST_F8_E4M3] + n_dtype[FP8T_ST_F8_E5M2] ? FP8T_EXPORT_FP8
-                      : n_dtype[FP8T_ST_F32] + n_dtype[FP8T_ST_F64] ? FP8T_EXPORT_FP32
-                                                                   : FP8T_EXPORT_BF16;
-    if (n_fp8 && n_fp8_block)
-        note(w, "dequantized %d FP8 weight matrices with their weight_scale_inv (%d with %dx%d "
-             "block scales: the block rounding is now in the FP32 weights)", n_fp8, n_fp8_block,
-             block[0], block[1]);
-    else if (n_fp8)
-        note(w, "dequantized %d FP8 weight matrices with their weight_scale_inv", n_fp8);
-    /* seed the FP8 state with what the file knows: learned input scales and FP8 weight amaxes.
-     * Without input scales (dynamic activation scaling: fine-grained FP8, per-token runtimes)
-     * there are no activation scales to seed; the state stays absent so that eval and export
-     * calibrate X and W together instead of running X at scale 1. */
-    if (n_inscale) {
-        fp8t_policy pol;
-        fp8t_policy_default(&pol);
-        w->fp8_n = 3 * n_lin;
-        w->fp8_len = pol.history_len;
-        w->fp8_state = malloc(fp8t_recipe_state_floats(w->fp8_n, w->fp8_len) * sizeof(float));
-        if (!w->fp8_state) {
-            fp8t_errorf(err, errlen, "out of memory");
-            goto done;
-        }
-        default_state(w->fp8_state, w->fp8_n, w->fp8_len);
-        fp8t_recipe_state st;
-        fp8t_recipe_state_view(&st, w->fp8_state, w->fp8_n, w->fp8_len);
-        for (int l = 0; l < n_lin; l++) {
-            float amax[2] = {lin_x_scale[l] * FP8_E4M3_MAX, lin_w_amax[l]};
-            for (int role = 0; role < 2; role++) {
-                if (!(amax[role] > 0.0f)) continue;
-                const int t = 3 * l + role;
-                /* the newest history slot that survives the next roll (len - 1) */
-                st.history[(size_t)(w->fp8_len - 1) * w->fp8_n + t] = amax[role];
-                st.scale[t] = fp8t_delayed_scale(amax[role], 1.0f, st.fmt_max[t], 0);
-                st.scale_inv[t] = 1.0f / st.scale[t];
-            }
-        }
-        if (n_inscale) note(w, "seeded FP8 activation scales from %d input_scale tensors", n_inscale);
-    }
-    rc = 0;
-done:
-    free(buf);
-    free(sc);
-    free(info);
-    free(map);
-    free(lin_x_scale);
-    free(lin_w_amax);
-    tensors_close(&s);
+    int rc = open_import(&im, err, errlen);
+    for (int i = 0; rc == 0 && i < im.n_map; i++) rc = import_tensor(&im, &im.map[i], err, errlen);
+    if (rc == 0) rc = check_tied_head(&im, err, errlen);
+    if (rc == 0) rc = check_unread(&im, err, errlen);
+    if (rc == 0) rc = finish_import(&im, err, errlen);
+    free(im.buf);
+    free(im.sc);
+    free(im.info);
+    free(im.map);
+    free(im.lin_x_scale);
+    free(im.lin_w_amax);
+    tensors_close(&im.s);
     if (rc != 0) fp8t_weights_free(w);
     return rc;
 }
