@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli_args.h"
 
@@ -52,4 +53,29 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
         return NULL;
     }
     return argv[++*i];
+}
+
+int cli_parse(const fp8t_opt_spec *s, void *obj, size_t size, int argc, char **argv,
+              const char **pos, int *n_pos) {
+    /* the defaults, for --help after options that changed them ("--rows 5 --help") */
+    void *defaults = malloc(size);
+    char err[2048];
+    if (!defaults) {
+        fprintf(stderr, "fp8train %s: out of memory\n", s->cmd);
+        return 2;
+    }
+    memcpy(defaults, obj, size);
+    int rc = fp8t_opt_parse(s, obj, argc, argv, pos, n_pos, err, sizeof(err)), status = -1;
+    if (rc == FP8T_OPT_HELP) {
+        fp8t_opt_help(stdout, s, defaults);
+        status = 0;
+    } else if (rc == FP8T_OPT_LIST) {
+        fp8t_opt_list(stdout, s);
+        status = 0;
+    } else if (rc != 0) {
+        fprintf(stderr, "fp8train %s: %s\n", s->cmd, err);
+        status = 2;
+    }
+    free(defaults);
+    return status;
 }

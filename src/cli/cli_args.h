@@ -1,9 +1,24 @@
-/* Option values of the subcommands: one parser per kind of number, each printing what the
- * option needs when the value does not fit. */
+/* Option values of the subcommands: the command line parsed by a command's option table
+ * (util/opt_table.h), and, for the commands not on a table yet, one parser per kind of number,
+ * each printing what the option needs when the value does not fit. */
 #ifndef FP8TRAIN_CLI_ARGS_H
 #define FP8TRAIN_CLI_ARGS_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "util/opt_table.h"
+
+/* the column at which the subcommands' generated --help wraps its lines */
+#define CLI_HELP_WRAP 92
+
+/* Parse argv by the command's table into obj (`size` bytes, holding the command's defaults),
+ * the positional arguments into pos (room for s->max_pos of them, or argc when that is -1)
+ * and their count into *n_pos. Returns -1 to go on, else the exit status to return at once:
+ * 0 after printing --help (the defaults as obj held them before the parse) or --list-options
+ * to stdout, 2 after printing the error as "fp8train CMD: ..." to stderr. */
+int cli_parse(const fp8t_opt_spec *s, void *obj, size_t size, int argc, char **argv,
+              const char **pos, int *n_pos);
 
 /* Parse an option's value; on failure print "fp8train CMD: OPT needs ..." and return -1. */
 int cli_int(const char *cmd, const char *opt, const char *v, long lo, long hi, int *out);
