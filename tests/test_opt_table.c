@@ -12,7 +12,7 @@
 #include "util/opt_table.h"
 
 /* the subcommands whose options come from a table */
-static const char *const CONVERTED[] = {"train", NULL};
+static const char *const CONVERTED[] = {"train", "import", NULL};
 
 typedef struct {
     int n;
