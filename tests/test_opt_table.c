@@ -12,7 +12,7 @@
 #include "util/opt_table.h"
 
 /* the subcommands whose options come from a table */
-static const char *const CONVERTED[] = {"train", "import", "tensorboard", NULL};
+static const char *const CONVERTED[] = {"train", "import", "tensorboard", "curves", NULL};
 
 typedef struct {
     int n;
