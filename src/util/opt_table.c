@@ -166,20 +166,22 @@ fp8t_opt_step fp8t_opt_next(const fp8t_opt_spec *s, int argc, char **argv, int *
         *value = a;
         return FP8T_OPT_POSITIONAL;
     }
+    /* "--name" or "--name=value"; a single-dash "-x" is no table's (only -h is known) */
     char name[64];
     const char *eq = strchr(a, '=');
-    size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
-    const char *start = a[1] == '-' ? a + 2 : a + 1; /* "-x": looked up as x, refused below */
-    nlen -= (size_t)(start - a);
-    snprintf(name, sizeof(name), "%.*s", (int)(nlen < 63 ? nlen : 63), start);
-    const fp8t_opt *o = a[1] == '-' ? fp8t_opt_find(s->opts, s->n_opts, name) : NULL;
+    const size_t alen = eq ? (size_t)(eq - a) : strlen(a);
+    const fp8t_opt *o = NULL;
+    if (a[1] == '-' && alen - 2 < sizeof(name)) {
+        snprintf(name, sizeof(name), "%.*s", (int)(alen - 2), a + 2);
+        o = fp8t_opt_find(s->opts, s->n_opts, name);
+    }
     if (!o) {
         if (s->pass_unknown) {
             *value = a;
             return FP8T_OPT_POSITIONAL;
         }
         snprintf(err, errlen, "unknown option '%.*s' for fp8train %s (see fp8train %s --help "
-                 "for the list)", (int)(eq ? eq - a : (long)strlen(a)), a, s->cmd, s->cmd);
+                 "for the list)", (int)alen, a, s->cmd, s->cmd);
         return FP8T_OPT_ERROR;
     }
     *row = o;
