@@ -105,6 +105,15 @@ void cli_infer_opts_init(cli_infer_opts *o) {
     o->calib_batches = 4;
 }
 
+const fp8t_opt_choice CLI_ACT_SCALES[] = {{"current", FP8T_ACT_SCALE_CURRENT},
+                                          {"delayed", FP8T_ACT_SCALE_DELAYED},
+                                          {"calibrated", FP8T_ACT_SCALE_CALIBRATED},
+                                          {NULL, 0}};
+const fp8t_opt_choice CLI_KV_CACHES[] = {
+    {"bf16", FP8T_KV_BF16}, {"fp8", FP8T_KV_FP8}, {"fp32", FP8T_KV_FP32}, {NULL, 0}};
+const fp8t_opt_choice CLI_EVAL_PRECISIONS[] = {
+    {"bf16", FP8T_EVAL_BF16}, {"fp8", FP8T_EVAL_FP8}, {"fp32", FP8T_EVAL_FP32}, {NULL, 0}};
+
 const char *cli_kv_name(int kv) {
     return kv == FP8T_KV_FP8 ? "fp8" : kv == FP8T_KV_BF16 ? "bf16" : "fp32";
 }
