@@ -79,3 +79,12 @@ int cli_parse(const fp8t_opt_spec *s, void *obj, size_t size, int argc, char **a
     free(defaults);
     return status;
 }
+
+int cli_set_u64_given(const char *name, const char *v, uint64_t *out, int *given, char *err,
+                      size_t errlen) {
+    /* a row of its own over *out alone, so the value and its message are the table's */
+    const fp8t_opt row = {.name = name, .type = FP8T_OPT_U64, .off = 0, .size = sizeof(*out)};
+    if (fp8t_opt_set(&row, out, v, err, errlen) != 0) return -1;
+    *given = 1;
+    return 0;
+}

@@ -20,6 +20,12 @@
 int cli_parse(const fp8t_opt_spec *s, void *obj, size_t size, int argc, char **argv,
               const char **pos, int *n_pos);
 
+/* A SPECIAL row's setter for a u64 option whose default depends on the weights (a checkpoint's
+ * seed, its data position), so the command must know whether it was given: v parsed as a U64
+ * row parses it ("--NAME: bad value ..." into err), then *given = 1. 0 ok, -1 bad value. */
+int cli_set_u64_given(const char *name, const char *v, uint64_t *out, int *given, char *err,
+                      size_t errlen);
+
 /* Parse an option's value; on failure print "fp8train CMD: OPT needs ..." and return -1. */
 int cli_int(const char *cmd, const char *opt, const char *v, long lo, long hi, int *out);
 int cli_u64(const char *cmd, const char *opt, const char *v, uint64_t *out);
