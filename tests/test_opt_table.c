@@ -12,7 +12,7 @@
 #include "util/opt_table.h"
 
 /* the subcommands whose options come from a table */
-static const char *const CONVERTED[] = {"train", "import", "tensorboard", "curves", "compare", "bisect", "export", "tokenize", "generate", "eval", "inspect", NULL};
+static const char *const CONVERTED[] = {"train", "import", "tensorboard", "curves", "compare", "bisect", "export", "tokenize", "generate", "eval", "inspect", "bench-infer", NULL};
 
 typedef struct {
     int n;
