@@ -1,6 +1,5 @@
 /* Option values of the subcommands: the command line parsed by a command's option table
- * (util/opt_table.h), and, for the commands not on a table yet, one parser per kind of number,
- * each printing what the option needs when the value does not fit. */
+ * (util/opt_table.h), with the messages and exit statuses every subcommand shares. */
 #ifndef FP8TRAIN_CLI_ARGS_H
 #define FP8TRAIN_CLI_ARGS_H
 
@@ -25,12 +24,5 @@ int cli_parse(const fp8t_opt_spec *s, void *obj, size_t size, int argc, char **a
  * row parses it ("--NAME: bad value ..." into err), then *given = 1. 0 ok, -1 bad value. */
 int cli_set_u64_given(const char *name, const char *v, uint64_t *out, int *given, char *err,
                       size_t errlen);
-
-/* Parse an option's value; on failure print "fp8train CMD: OPT needs ..." and return -1. */
-int cli_int(const char *cmd, const char *opt, const char *v, long lo, long hi, int *out);
-int cli_u64(const char *cmd, const char *opt, const char *v, uint64_t *out);
-int cli_float(const char *cmd, const char *opt, const char *v, double lo, double hi, float *out);
-/* The value after option argv[*i] (advancing *i), or NULL with a message when it is missing. */
-const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cli/cli_args.h" /* cli_parse; cli_int, cli_u64, cli_float, cli_value */
+#include "cli/cli_args.h" /* cli_parse, cli_set_u64_given */
 #include "fp8train/eval.h"
 #include "fp8train/export.h"
 #include "fp8train/infer.h"
@@ -73,11 +73,6 @@ extern const fp8t_opt_choice CLI_ACT_SCALES[], CLI_KV_CACHES[], CLI_EVAL_PRECISI
 #define CLI_ROW_FP8_HEAD(T, M, help_)                                                          \
     {.name = "fp8-head", .type = FP8T_OPT_FLAG, FP8T_OPT_FIELD(T, M.fp8_head), .help = help_}
 
-/* Option a with value v (a value option, already taken from argv) of the table above? 1 taken,
- * 0 not one of them, -1 a bad value (printed as "fp8train CMD: ..."). */
-int cli_infer_option(const char *cmd, const char *a, const char *v, cli_infer_opts *o);
-/* flag a (no value) of the table above? 1 taken, 0 not */
-int cli_infer_flag(const char *a, cli_infer_opts *o);
 /* the model options of prec with o's choices */
 void cli_infer_model_opts(const cli_infer_opts *o, fp8t_eval_precision prec,
                           fp8t_infer_opts *out);
