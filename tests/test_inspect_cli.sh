@@ -210,7 +210,7 @@ expect_usage missing_weights "does not exist" "$TMP/no/such/ckpt"
 expect_usage two_weights "one WEIGHTS argument" "$CK" "$CK"
 expect_usage bad_spec_key "--spec: unknown key 'bogus'" "$CK" --spec 'bogus=1'
 expect_usage bad_spec_layers "--spec: layers=x" "$CK" --spec 'layers=x'
-expect_usage bad_precision "--precision 'fp9'" "$CK" --precision fp9
+expect_usage bad_precision "--precision: bad value 'fp9'" "$CK" --precision fp9
 expect_usage bad_override "--override" "$CK" --override 'layers=1,precision=zz'
 expect_usage bad_inject "--inject" "$CK" --inject 'layer=1,gemm=fprop,kind=explode'
 expect_usage bad_batches "--batches" "$CK" --batches 0

@@ -27,7 +27,8 @@ int fp8t_train_option_set(fp8t_train_config *c, const char *name, const char *va
 
 /* Parse `fp8train train` arguments (argv[0] is the first option, not the program name) on
  * top of the defaults, with the precedence above; then fp8t_train_config_check. Returns 0 ok,
- * 1 when --help was asked for (nothing else done), -1 on bad usage with err filled. With
+ * 1 when --help was asked for, 2 for --list-options (nothing else done then), -1 on bad usage
+ * with err filled. With
  * --resume and no model option anywhere, the model comes from the checkpoint's state.json. */
 int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err,
                           size_t errlen);
@@ -46,6 +47,8 @@ char *fp8t_train_config_to_json(const fp8t_train_config *c);
 
 /* Every option with its argument, meaning and default, grouped (`fp8train train --help`). */
 void fp8t_train_options_help(FILE *f);
+/* `fp8train train --list-options`: "--name ARG" of every option, one a line. */
+void fp8t_train_options_list(FILE *f);
 
 /* The launcher's announcement (OpenMPI, PMIx, MPICH or Slurm variables: world size and local
  * rank; 1 / 0 without a launcher) and FP8TRAIN_NCCL_TIMEOUT (seconds, default 300), read from

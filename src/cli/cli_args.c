@@ -1,55 +1,40 @@
-/* Option values of the subcommands (see cli_args.h). */
-#include <errno.h>
-#include <math.h>
+/* The subcommands' command lines, parsed by their option tables (see cli_args.h). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/cli_args.h"
 
-int cli_int(const char *cmd, const char *opt, const char *v, long lo, long hi, int *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "fp8train %s: %s needs an integer in %ld..%ld (got '%s')\n", cmd, opt, lo,
-                hi, v ? v : "");
-        return -1;
+int cli_parse(const fp8t_opt_spec *s, void *obj, size_t size, int argc, char **argv,
+              const char **pos, int *n_pos) {
+    /* the defaults, for --help after options that changed them ("--rows 5 --help") */
+    void *defaults = malloc(size);
+    char err[2048];
+    if (!defaults) {
+        fprintf(stderr, "fp8train %s: out of memory\n", s->cmd);
+        return 2;
     }
-    *out = (int)x;
-    return 0;
+    memcpy(defaults, obj, size);
+    int rc = fp8t_opt_parse(s, obj, argc, argv, pos, n_pos, err, sizeof(err)), status = -1;
+    if (rc == FP8T_OPT_HELP) {
+        fp8t_opt_help(stdout, s, defaults);
+        status = 0;
+    } else if (rc == FP8T_OPT_LIST) {
+        fp8t_opt_list(stdout, s);
+        status = 0;
+    } else if (rc != 0) {
+        fprintf(stderr, "fp8train %s: %s\n", s->cmd, err);
+        status = 2;
+    }
+    free(defaults);
+    return status;
 }
 
-int cli_u64(const char *cmd, const char *opt, const char *v, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long x = v ? strtoull(v, &end, 10) : 0;
-    if (!v || errno || end == v || *end || v[0] == '-') {
-        fprintf(stderr, "fp8train %s: %s needs a non-negative integer (got '%s')\n", cmd, opt,
-                v ? v : "");
-        return -1;
-    }
-    *out = x;
+int cli_set_u64_given(const char *name, const char *v, uint64_t *out, int *given, char *err,
+                      size_t errlen) {
+    /* a row of its own over *out alone, so the value and its message are the table's */
+    const fp8t_opt row = {.name = name, .type = FP8T_OPT_U64, .off = 0, .size = sizeof(*out)};
+    if (fp8t_opt_set(&row, out, v, err, errlen) != 0) return -1;
+    *given = 1;
     return 0;
-}
-
-int cli_float(const char *cmd, const char *opt, const char *v, double lo, double hi, float *out) {
-    char *end;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || errno || end == v || *end || !isfinite(x) || x < lo || x > hi) {
-        fprintf(stderr, "fp8train %s: %s needs a number in [%g, %g] (got '%s')\n", cmd, opt, lo, hi,
-                v ? v : "");
-        return -1;
-    }
-    *out = (float)x;
-    return 0;
-}
-
-const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "fp8train %s: %s needs a value (see fp8train %s --help)\n", cmd, argv[*i],
-                cmd);
-        return NULL;
-    }
-    return argv[++*i];
 }

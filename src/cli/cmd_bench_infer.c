@@ -25,51 +25,6 @@
 extern int fp8t_cuda_memory_info(fp8t_backend *b, size_t *in_use, size_t *peak, size_t *dev_free,
                                  size_t *dev_total) __attribute__((weak));
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: fp8train bench-infer [WEIGHTS] [options]\n"
-        "  Prefill and decode tokens/s and memory of the inference model (weights in the\n"
-        "  inference precision only, a KV cache), precisions side by side, batch 1 and a large\n"
-        "  batch. WEIGHTS: a checkpoint, export, Hugging Face directory or llm.c file; without\n"
-        "  it, --preset's shape with random weights.\n"
-        "options:\n"
-        "  --preset NAME         model shape when no WEIGHTS (default tiny): %s\n"
-        "  --device cpu|cuda     backend (default cpu)\n"
-        "  --precisions LIST     comma-separated of bf16, fp8, fp32 (default bf16,fp8; on the\n"
-        "                        CPU bf16,fp8,fp32)\n"
-        "  --batch LIST          batch sizes (default 1,64)\n"
-        "  --prompt-len N        prompt tokens per sequence, the prefill (default 128, at most\n"
-        "                        seq_len - --gen)\n"
-        "  --gen N               decode steps timed (default 32)\n"
-        "  --act-scale current|delayed|calibrated  fp8 activation scales (default current;\n"
-        "                        delayed needs WEIGHTS with an FP8 state; calibrated: fixed from\n"
-        "                        the input amaxes of --calib-batches batches of the prompts'\n"
-        "                        shape, from --calib-data's training split or else random\n"
-        "                        tokens)\n"
-        "  --calib-data SRC      calibration text/shards for --act-scale calibrated\n"
-        "  --calib-batches N     calibration batches (default 4)\n"
-        "  --kv-cache bf16|fp8   the fp8 rows' KV cache (default fp8: E4M3 with a scale per\n"
-        "                        position and head; the bf16 rows keep BF16, fp32 FP32)\n"
-        "  --fp8-head            the fp8 rows with the embedding table and the head in E4M3\n"
-        "                        too where the vocabulary is a multiple of 16 (else BF16: the\n"
-        "                        rows say which)\n"
-        "  --rows N              activation rows, the tokens of one prefill pass (default 2048)\n"
-        "  --no-graphs           decode steps op by op (CUDA records a step once and replays it\n"
-        "                        by default)\n"
-        "  --repeat N            timed repetitions, the fastest kept (default 2)\n"
-        "  --profile             after the timed rounds, one prefill and the decode steps again\n"
-        "                        under the per-op profiler (each op waits for the device), and\n"
-        "                        a table of where each went (ms per call of prefill / decode)\n"
-        "  --seed S              random weights and prompt tokens (default 1337)\n"
-        "  --out FILE            also write the results as JSON\n"
-        "Columns: prefill and decode tokens/s (all sequences), the model's device bytes\n"
-        "(linear weights, embeddings+norms, KV cache, one layer's activations), and peak device\n"
-        "memory (CUDA: everything the backend held, workspace and scratch included; '-' on\n"
-        "the CPU). fp8 / bf16 ratios follow each batch's rows. Times exclude copying the\n"
-        "logits to the host (sampling).\n",
-        fp8t_model_preset_names());
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -143,6 +98,153 @@ static int parse_int_list(const char *s, int *v, int max, int lo, int hi) {
         else if (*p) return -1;
     }
     return n > 0 ? n : -1;
+}
+
+#define MAX_BATCHES 16
+
+typedef struct {
+    const char *preset, *device, *out; /* preset NULL: not given (tiny without WEIGHTS) */
+    fp8t_eval_precision precs[FP8T_EVAL_COUNT];
+    int n_prec, have_precs; /* without --precisions: the device's default list */
+    int batches[MAX_BATCHES], n_batch;
+    int plen, gen, repeat, profile;
+    uint64_t seed;
+    cli_infer_opts io;
+} bench_opts;
+
+/* "bf16,fp8": at most one entry per precision, as strtok splits it (empty entries skipped) */
+static int parse_precisions(const char *list, fp8t_eval_precision *precs, int *n) {
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", list);
+    *n = 0;
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        if (*n == FP8T_EVAL_COUNT || fp8t_eval_precision_parse(&precs[*n], t) != 0) return -1;
+        (*n)++;
+    }
+    return 0;
+}
+static int set_precisions(void *obj, const char *v, char *err, size_t errlen) {
+    bench_opts *o = obj;
+    if (parse_precisions(v, o->precs, &o->n_prec) != 0) {
+        snprintf(err, errlen, "--precisions: bad value '%s' (expected a list of bf16, fp8, fp32)",
+                 v);
+        return -1;
+    }
+    o->have_precs = 1;
+    return 0;
+}
+static int set_batches(void *obj, const char *v, char *err, size_t errlen) {
+    bench_opts *o = obj;
+    const int n = parse_int_list(v, o->batches, MAX_BATCHES, 1, 1 << 16);
+    if (n < 0) {
+        snprintf(err, errlen, "--batch: bad value '%s' (expected up to %d batch sizes in "
+                 "1..65536 such as \"1,64\")", v, MAX_BATCHES);
+        return -1;
+    }
+    o->n_batch = n;
+    return 0;
+}
+static void get_batches(const void *obj, char *buf, size_t len) {
+    const bench_opts *o = obj;
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < o->n_batch && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%d", i ? "," : "", o->batches[i]);
+}
+
+/* --preset's help names the presets, which the model library lists at run time */
+static char preset_help[1024];
+
+#define F(f) FP8T_OPT_FIELD(bench_opts, f)
+static const fp8t_opt OPTS[] = {
+    {.name = "preset", .arg = "NAME", .type = FP8T_OPT_STR, F(preset), .dflt = "tiny",
+     .help = preset_help},
+    {.name = "device", .arg = "cpu|cuda", .type = FP8T_OPT_STR, F(device), .help = "backend"},
+    {.name = "precisions", .arg = "LIST", .type = FP8T_OPT_SPECIAL, .set = set_precisions,
+     .dflt = "bf16,fp8; on the CPU bf16,fp8,fp32", .help = "comma-separated of bf16, fp8, fp32"},
+    {.name = "batch", .arg = "LIST", .type = FP8T_OPT_SPECIAL, .set = set_batches,
+     .get = get_batches, .help = "batch sizes, comma-separated"},
+    {.name = "prompt-len", .arg = "N", .type = FP8T_OPT_INT, F(plen), .lo = 1, .hi = 1 << 20,
+     .help = "prompt tokens per sequence, the prefill (at most seq_len - --gen)"},
+    {.name = "gen", .arg = "N", .type = FP8T_OPT_INT, F(gen), .lo = 0, .hi = 1 << 20,
+     .help = "decode steps timed"},
+    {.name = "repeat", .arg = "N", .type = FP8T_OPT_INT, F(repeat), .lo = 1, .hi = 1000,
+     .help = "timed repetitions, the fastest kept"},
+    {.name = "profile", .type = FP8T_OPT_FLAG, F(profile),
+     .help = "after the timed rounds, one prefill and the decode steps again under the per-op "
+             "profiler (each op waits for the device), and a table of where each went (ms per "
+             "call of prefill / decode)"},
+    {.name = "seed", .arg = "S", .type = FP8T_OPT_U64, F(seed),
+     .help = "random weights and prompt tokens"},
+    {.name = "out", .arg = "FILE", .type = FP8T_OPT_STR, F(out),
+     .help = "also write the results as JSON"},
+    CLI_ROW_ACT_SCALE(bench_opts, io,
+                      "fp8 activation scales: each input's amax (current), the learned ones "
+                      "(delayed: needs WEIGHTS with an FP8 state), or fixed from the input "
+                      "amaxes of --calib-batches batches of the prompts' shape (calibrated), "
+                      "from --calib-data's training split or else random tokens"),
+    CLI_ROW_CALIB_DATA(bench_opts, io, "random tokens",
+                       "calibration text/shards for --act-scale calibrated"),
+    CLI_ROW_CALIB_BATCHES(bench_opts, io, "calibration batches"),
+    CLI_ROW_KV_CACHE(bench_opts, io, "fp8",
+                     "the fp8 rows' KV cache (fp8: E4M3 with a scale per position and head); "
+                     "the bf16 rows keep BF16, fp32 FP32"),
+    CLI_ROW_FP8_HEAD(bench_opts, io,
+                     "the fp8 rows with the embedding table and the head in E4M3 too where the "
+                     "vocabulary is a multiple of 16 (else BF16: the rows say which)"),
+    CLI_ROW_ROWS(bench_opts, io, "2048", "activation rows, the tokens of one prefill pass"),
+    CLI_ROW_NO_GRAPHS(bench_opts, io, "decode steps op by op (CUDA records a step once and "
+                                      "replays it by default)"),
+};
+#undef F
+
+static const fp8t_opt_spec SPEC = {
+    .cmd = CMD,
+    .usage = "[WEIGHTS] [options]",
+    .about = "Prefill and decode tokens/s and memory of the inference model (weights in the\n"
+             "inference precision only, a KV cache), precisions side by side, batch 1 and a large\n"
+             "batch. WEIGHTS: a checkpoint, export, Hugging Face directory or llm.c file; without\n"
+             "it, --preset's shape with random weights.\n",
+    .epilog = "Columns: prefill and decode tokens/s (all sequences), the model's device bytes\n"
+              "(linear weights, embeddings+norms, KV cache, one layer's activations), and peak "
+              "device\nmemory (CUDA: everything the backend held, workspace and scratch "
+              "included; '-' on\nthe CPU). fp8 / bf16 ratios follow each batch's rows. Times "
+              "exclude copying the\nlogits to the host (sampling).\n"
+              "Exit status: 0 ok, 2 bad input or usage (or a configuration that failed).\n",
+    .opts = OPTS,
+    .n_opts = (int)(sizeof(OPTS) / sizeof(OPTS[0])),
+    .max_pos = 2, /* a second one gets its own message (below) */
+    .wrap = CLI_HELP_WRAP,
+};
+
+/* The options into o and WEIGHTS (or NULL) into *weights. -1: go on; else the exit status to
+ * return (0 after --help / --list-options, 2 after a message). */
+static int parse_args(bench_opts *o, const char **weights, int argc, char **argv) {
+    memset(o, 0, sizeof(*o));
+    o->device = "cpu";
+    o->batches[0] = 1, o->batches[1] = 64, o->n_batch = 2;
+    o->plen = 128, o->gen = 32, o->repeat = 2;
+    o->seed = 1337;
+    cli_infer_opts_init(&o->io);
+    snprintf(preset_help, sizeof(preset_help), "model shape when no WEIGHTS: %s",
+             fp8t_model_preset_names());
+    const char *pos[2] = {NULL, NULL};
+    int n_pos = 0, st = cli_parse(&SPEC, o, sizeof(*o), argc, argv, pos, &n_pos);
+    if (st >= 0) return st;
+    *weights = pos[0];
+    if (n_pos > 1) {
+        fprintf(stderr, "fp8train bench-infer: one WEIGHTS argument expected, got '%s' and '%s'\n",
+                pos[0], pos[1]);
+        return 2;
+    }
+    if (*weights && o->preset) {
+        fprintf(stderr, "fp8train bench-infer: give WEIGHTS or --preset, not both\n");
+        return 2;
+    }
+    if (!o->have_precs) /* the default list is valid */
+        parse_precisions(!strcmp(o->device, "cpu") ? "bf16,fp8,fp32" : "bf16,fp8", o->precs,
+                         &o->n_prec);
+    return -1;
 }
 
 typedef struct {
@@ -283,125 +385,59 @@ done:
 
 static double mb(size_t b) { return (double)b / 1e6; }
 
-int fp8t_cmd_bench_infer(int argc, char **argv) {
-    if (argc > 0 && !strcmp(argv[0], CMD)) { argc--; argv++; }
-    const char *weights = NULL, *preset = NULL, *device = "cpu", *out_path = NULL;
-    const char *prec_list = NULL, *batch_list = "1,64";
-    int plen = 128, gen = 32, repeat = 2, profile = 0;
-    uint64_t seed = 1337;
-    cli_infer_opts io;
-    cli_infer_opts_init(&io);
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--profile")) { profile = 1; continue; }
-        if (cli_infer_flag(a, &io)) continue;
-        if (a[0] != '-' || !a[1]) {
-            if (weights) {
-                fprintf(stderr, "fp8train bench-infer: one WEIGHTS argument expected, got '%s' "
-                        "and '%s'\n", weights, a);
-                return 2;
-            }
-            weights = a;
-            continue;
-        }
-        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-        if (!strcmp(a, "--preset")) preset = v;
-        else if (!strcmp(a, "--device")) device = v;
-        else if (!strcmp(a, "--precisions")) prec_list = v;
-        else if (!strcmp(a, "--batch")) batch_list = v;
-        else if (!strcmp(a, "--out")) out_path = v;
-        else if (!strcmp(a, "--prompt-len")) {
-            if (cli_int(CMD, a, v, 1, 1 << 20, &plen)) return 2;
-        }
-        else if (!strcmp(a, "--gen")) { if (cli_int(CMD, a, v, 0, 1 << 20, &gen)) return 2; }
-        else if (!strcmp(a, "--repeat")) { if (cli_int(CMD, a, v, 1, 1000, &repeat)) return 2; }
-        else if (!strcmp(a, "--seed")) { if (cli_u64(CMD, a, v, &seed)) return 2; }
-        else {
-            const int r = cli_infer_option(CMD, a, v, &io);
-            if (r < 0) return 2;
-            if (r) continue;
-            fprintf(stderr, "fp8train bench-infer: unknown option '%s' (see fp8train bench-infer "
-                    "--help)\n", a);
-            return 2;
-        }
-    }
-    if (weights && preset) {
-        fprintf(stderr, "fp8train bench-infer: give WEIGHTS or --preset, not both\n");
-        return 2;
-    }
-    fp8t_eval_precision precs[FP8T_EVAL_COUNT];
-    int n_prec = 0;
-    {
-        const char *list = prec_list ? prec_list
-                                     : (!strcmp(device, "cpu") ? "bf16,fp8,fp32" : "bf16,fp8");
-        char buf[128];
-        snprintf(buf, sizeof(buf), "%s", list);
-        for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-            if (n_prec == FP8T_EVAL_COUNT || fp8t_eval_precision_parse(&precs[n_prec], t) != 0) {
-                fprintf(stderr, "fp8train bench-infer: --precisions '%s': expected a list of "
-                        "bf16, fp8, fp32\n", list);
-                return 2;
-            }
-            n_prec++;
-        }
-    }
-    int batches[16];
-    const int n_batch = parse_int_list(batch_list, batches, 16, 1, 1 << 16);
-    if (n_batch < 0) {
-        fprintf(stderr, "fp8train bench-infer: --batch '%s': expected batch sizes such as "
-                "\"1,64\"\n", batch_list);
-        return 2;
-    }
+/* ---------------------------------------------------------------- the command's steps */
+
+/* WEIGHTS loaded, or --preset's shape (tiny by default) with random weights. 0 ok, 2 after a
+ * message. */
+static int bench_weights(const bench_opts *o, const char *weights, fp8t_weights *w) {
     char err[2048];
-    fp8t_weights w;
     if (weights) {
-        if (fp8t_weights_load(weights, &w, err, sizeof(err)) != 0) {
+        if (fp8t_weights_load(weights, w, err, sizeof(err)) != 0) {
             fprintf(stderr, "fp8train bench-infer: %s\n", err);
             return 2;
         }
-    } else {
-        fp8t_model_config cfg;
-        if (fp8t_model_preset(&cfg, preset ? preset : "tiny") != 0) {
-            fprintf(stderr, "fp8train bench-infer: --preset '%s': expected one of %s\n", preset,
-                    fp8t_model_preset_names());
-            return 2;
-        }
-        if (random_weights(&cfg, seed, &w) != 0) {
-            fprintf(stderr, "fp8train bench-infer: out of host memory for the weights\n");
-            return 2;
-        }
+        return 0;
     }
-    int status = 2;
-    result *res = calloc((size_t)n_prec * n_batch, sizeof(result));
-    cJSON *root = NULL;
-    if (!res) goto done;
-    if (plen + gen > w.model.seq_len) {
-        fprintf(stderr, "fp8train bench-infer: --prompt-len %d + --gen %d exceed the model's "
-                "seq_len %d\n", plen, gen, w.model.seq_len);
-        goto done;
+    fp8t_model_config cfg;
+    if (fp8t_model_preset(&cfg, o->preset ? o->preset : "tiny") != 0) {
+        fprintf(stderr, "fp8train bench-infer: --preset '%s': expected one of %s\n", o->preset,
+                fp8t_model_preset_names());
+        return 2;
     }
-    const char *name = weights ? weights : (preset ? preset : "tiny");
+    if (random_weights(&cfg, o->seed, w) != 0) {
+        fprintf(stderr, "fp8train bench-infer: out of host memory for the weights\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* Every configuration (batch x precision, res[bi * n_prec + pi]) timed and printed as a row,
+ * each batch's rows followed by its fp8 / bf16 ratios. Returns 1 if one failed (its row says
+ * why), else 0. */
+static int bench_table(const bench_opts *o, const fp8t_weights *w, const char *name,
+                       int random, result *res) {
+    const cli_infer_opts *io = &o->io;
+    char err[2048];
     printf("bench-infer: %s (%s%s), %s, prompt %d + %d decode steps, fp8 activations %s "
            "scaling%s, fp8 KV cache %s%s, decode %s, best of %d\n", name,
-           fp8t_arch_name(w.model.arch),
-           weights ? "" : ", random weights", device, plen, gen, fp8t_act_scale_name(io.act),
-           io.act == FP8T_ACT_SCALE_CALIBRATED
-               ? (io.calib_data ? " (calibrated on --calib-data)"
-                                : " (calibrated on random tokens)")
+           fp8t_arch_name(w->model.arch), random ? ", random weights" : "", o->device, o->plen,
+           o->gen, fp8t_act_scale_name(io->act),
+           io->act == FP8T_ACT_SCALE_CALIBRATED
+               ? (io->calib_data ? " (calibrated on --calib-data)"
+                                 : " (calibrated on random tokens)")
                : "",
-           io.kv < 0 ? "fp8" : cli_kv_name(io.kv), io.fp8_head ? ", fp8 head" : "",
-           io.no_graphs ? "op by op" : "recorded once per batch and replayed where the backend can",
-           repeat);
+           io->kv < 0 ? "fp8" : cli_kv_name(io->kv), io->fp8_head ? ", fp8 head" : "",
+           io->no_graphs ? "op by op" : "recorded once per batch and replayed where the backend can",
+           o->repeat);
     printf("%-9s %6s %14s %13s %11s %9s %9s %9s %9s\n", "precision", "batch", "prefill tok/s",
            "decode tok/s", "weights MB", "other MB", "kv MB", "act MB", "peak MB");
     int failed = 0;
-    for (int bi = 0; bi < n_batch; bi++) {
-        for (int pi = 0; pi < n_prec; pi++) {
-            result *r = &res[bi * n_prec + pi];
-            r->prec = precs[pi];
-            r->batch = batches[bi];
-            if (run_one(device, &w, &io, plen, gen, repeat, profile, seed, r, err,
+    for (int bi = 0; bi < o->n_batch; bi++) {
+        for (int pi = 0; pi < o->n_prec; pi++) {
+            result *r = &res[bi * o->n_prec + pi];
+            r->prec = o->precs[pi];
+            r->batch = o->batches[bi];
+            if (run_one(o->device, w, io, o->plen, o->gen, o->repeat, o->profile, o->seed, r, err,
                         sizeof(err)) != 0) {
                 printf("%-9s %6d  failed: %s\n", fp8t_eval_precision_name(r->prec), r->batch,
                        err);
@@ -419,14 +455,14 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
         }
         /* fp8 against bf16 at this batch */
         const result *b16 = NULL, *f8 = NULL;
-        for (int pi = 0; pi < n_prec; pi++) {
-            const result *r = &res[bi * n_prec + pi];
+        for (int pi = 0; pi < o->n_prec; pi++) {
+            const result *r = &res[bi * o->n_prec + pi];
             if (r->ok && r->prec == FP8T_EVAL_BF16) b16 = r;
             if (r->ok && r->prec == FP8T_EVAL_FP8) f8 = r;
         }
         if (b16 && f8) {
             printf("  fp8/bf16 at batch %d: prefill x%.2f, decode x%.2f, linear weights x%.2f",
-                   batches[bi], f8->prefill_tps / b16->prefill_tps,
+                   o->batches[bi], f8->prefill_tps / b16->prefill_tps,
                    b16->decode_tps > 0 ? f8->decode_tps / b16->decode_tps : 0.0,
                    (double)f8->mem.weights / (double)b16->mem.weights);
             if (f8->peak_mb >= 0 && b16->peak_mb > 0)
@@ -434,61 +470,87 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
             printf("\n");
         }
     }
-    if (out_path) {
-        root = cJSON_CreateObject();
-        cJSON_AddStringToObject(root, "model", name);
-        cJSON_AddStringToObject(root, "arch", fp8t_arch_name(w.model.arch));
-        cJSON_AddBoolToObject(root, "random_weights", !weights);
-        cJSON_AddStringToObject(root, "device", device);
-        cJSON_AddNumberToObject(root, "prompt_len", plen);
-        cJSON_AddNumberToObject(root, "gen", gen);
-        cJSON_AddNumberToObject(root, "repeat", repeat);
-        cJSON_AddStringToObject(root, "act_scale", fp8t_act_scale_name(io.act));
-        if (io.act == FP8T_ACT_SCALE_CALIBRATED) {
-            cJSON_AddStringToObject(root, "calib_data", io.calib_data ? io.calib_data : "random");
-            cJSON_AddNumberToObject(root, "calib_batches", io.calib_batches);
-        }
-        cJSON_AddBoolToObject(root, "graphs", !io.no_graphs);
-        cJSON *arr = cJSON_AddArrayToObject(root, "results");
-        for (int i = 0; i < n_prec * n_batch; i++) {
-            const result *r = &res[i];
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "precision", fp8t_eval_precision_name(r->prec));
-            cJSON_AddNumberToObject(o, "batch", r->batch);
-            cJSON_AddBoolToObject(o, "ok", r->ok);
-            if (r->ok) {
-                cJSON_AddStringToObject(o, "kv_cache", cli_kv_name(r->kv));
-                cJSON_AddBoolToObject(o, "decode_graph", r->graphs);
-                cJSON_AddBoolToObject(o, "fp8_head", r->fp8_head);
-                if (r->prec == FP8T_EVAL_FP8) cJSON_AddStringToObject(o, "fp8_activations", r->act);
-                cJSON_AddNumberToObject(o, "prefill_tokens_per_s", r->prefill_tps);
-                cJSON_AddNumberToObject(o, "decode_tokens_per_s", r->decode_tps);
-                cJSON_AddNumberToObject(o, "prefill_s", r->prefill_s);
-                cJSON_AddNumberToObject(o, "decode_s", r->decode_s);
-                cJSON_AddNumberToObject(o, "weight_bytes", (double)r->mem.weights);
-                cJSON_AddNumberToObject(o, "other_bytes", (double)r->mem.other);
-                cJSON_AddNumberToObject(o, "kv_cache_bytes", (double)r->mem.kv_cache);
-                cJSON_AddNumberToObject(o, "activation_bytes", (double)r->mem.activations);
-                if (r->peak_mb >= 0) cJSON_AddNumberToObject(o, "peak_bytes", r->peak_mb * 1e6);
-                else cJSON_AddNullToObject(o, "peak_bytes");
-            }
-            cJSON_AddItemToArray(arr, o);
-        }
-        char *text = cJSON_Print(root);
-        FILE *f = text ? fopen(out_path, "wb") : NULL;
-        if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0) {
-            fprintf(stderr, "fp8train bench-infer: --out %s: cannot write it\n", out_path);
-            if (f) fclose(f);
-            free(text);
-            goto done;
-        }
-        fclose(f);
-        free(text);
-        printf("wrote %s\n", out_path);
+    return failed;
+}
+
+/* --out: the settings and every configuration's result as JSON. 0 ok, -1 after a message. */
+static int bench_write_json(const bench_opts *o, const fp8t_weights *w, const char *name,
+                            int random, const result *res) {
+    const cli_infer_opts *io = &o->io;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "model", name);
+    cJSON_AddStringToObject(root, "arch", fp8t_arch_name(w->model.arch));
+    cJSON_AddBoolToObject(root, "random_weights", random);
+    cJSON_AddStringToObject(root, "device", o->device);
+    cJSON_AddNumberToObject(root, "prompt_len", o->plen);
+    cJSON_AddNumberToObject(root, "gen", o->gen);
+    cJSON_AddNumberToObject(root, "repeat", o->repeat);
+    cJSON_AddStringToObject(root, "act_scale", fp8t_act_scale_name(io->act));
+    if (io->act == FP8T_ACT_SCALE_CALIBRATED) {
+        cJSON_AddStringToObject(root, "calib_data", io->calib_data ? io->calib_data : "random");
+        cJSON_AddNumberToObject(root, "calib_batches", io->calib_batches);
     }
+    cJSON_AddBoolToObject(root, "graphs", !io->no_graphs);
+    cJSON *arr = cJSON_AddArrayToObject(root, "results");
+    for (int i = 0; i < o->n_prec * o->n_batch; i++) {
+        const result *r = &res[i];
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "precision", fp8t_eval_precision_name(r->prec));
+        cJSON_AddNumberToObject(j, "batch", r->batch);
+        cJSON_AddBoolToObject(j, "ok", r->ok);
+        if (r->ok) {
+            cJSON_AddStringToObject(j, "kv_cache", cli_kv_name(r->kv));
+            cJSON_AddBoolToObject(j, "decode_graph", r->graphs);
+            cJSON_AddBoolToObject(j, "fp8_head", r->fp8_head);
+            if (r->prec == FP8T_EVAL_FP8) cJSON_AddStringToObject(j, "fp8_activations", r->act);
+            cJSON_AddNumberToObject(j, "prefill_tokens_per_s", r->prefill_tps);
+            cJSON_AddNumberToObject(j, "decode_tokens_per_s", r->decode_tps);
+            cJSON_AddNumberToObject(j, "prefill_s", r->prefill_s);
+            cJSON_AddNumberToObject(j, "decode_s", r->decode_s);
+            cJSON_AddNumberToObject(j, "weight_bytes", (double)r->mem.weights);
+            cJSON_AddNumberToObject(j, "other_bytes", (double)r->mem.other);
+            cJSON_AddNumberToObject(j, "kv_cache_bytes", (double)r->mem.kv_cache);
+            cJSON_AddNumberToObject(j, "activation_bytes", (double)r->mem.activations);
+            if (r->peak_mb >= 0) cJSON_AddNumberToObject(j, "peak_bytes", r->peak_mb * 1e6);
+            else cJSON_AddNullToObject(j, "peak_bytes");
+        }
+        cJSON_AddItemToArray(arr, j);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    FILE *f = text ? fopen(o->out, "wb") : NULL;
+    const int ok = f && fputs(text, f) >= 0 && fputc('\n', f) >= 0;
+    if (f) fclose(f);
+    free(text);
+    if (!ok) {
+        fprintf(stderr, "fp8train bench-infer: --out %s: cannot write it\n", o->out);
+        return -1;
+    }
+    printf("wrote %s\n", o->out);
+    return 0;
+}
+
+int fp8t_cmd_bench_infer(int argc, char **argv) {
+    if (argc > 0 && !strcmp(argv[0], CMD)) { argc--; argv++; }
+    bench_opts o;
+    const char *weights = NULL;
+    int status = parse_args(&o, &weights, argc, argv);
+    if (status >= 0) return status;
+    fp8t_weights w;
+    if ((status = bench_weights(&o, weights, &w)) != 0) return status;
+    status = 2;
+    result *res = calloc((size_t)o.n_prec * o.n_batch, sizeof(result));
+    if (!res) goto done;
+    if (o.plen + o.gen > w.model.seq_len) {
+        fprintf(stderr, "fp8train bench-infer: --prompt-len %d + --gen %d exceed the model's "
+                "seq_len %d\n", o.plen, o.gen, w.model.seq_len);
+        goto done;
+    }
+    const char *name = weights ? weights : (o.preset ? o.preset : "tiny");
+    const int failed = bench_table(&o, &w, name, !weights, res);
+    if (o.out && bench_write_json(&o, &w, name, !weights, res) != 0) goto done;
     status = failed ? 2 : 0;
 done:
-    cJSON_Delete(root);
     free(res);
     fp8t_weights_free(&w);
     return status;

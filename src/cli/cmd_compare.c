@@ -1,96 +1,72 @@
 /* `fp8train compare RUN_A RUN_B`: align two runs' losses, classify the gap, print it (or
  * JSON), optionally write the HTML report. Exit code for CI: 0 match, 1 mismatch, 2 bad input. */
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli_args.h"
 #include "cli/cmd_compare.h"
 #include "fp8train/compare.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: fp8train compare RUN_A RUN_B [--noise-run RUN_C] [options]\n"
-            "  Compare run B (e.g. FP8) against baseline A (e.g. BF16). A RUN is a run directory\n"
-            "  (fp8train train --out DIR) or the path of its metrics.jsonl.\n"
-            "options:\n"
-            "  --report FILE        write a self-contained HTML report (charts, tables)\n"
-            "  --threshold X        relative loss gap that counts as a mismatch (default 0.01)\n"
-            "  --noise-run RUN      a second baseline (e.g. BF16 with another --seed): its gap to\n"
-            "                       A measures the noise; an end gap inside it is a match\n"
-            "                       (default: estimated from the runs' step-to-step spread)\n"
-            "  --json               print the result as one JSON object\n"
-            "  --window N           smoothing window of the gap in steps (default: n/10, 3..50)\n"
-            "  --spike-z Z          robust z-score of a spike (default 6)\n"
-            "  --spike-window N     samples in the spike detector's window (default 50)\n"
-            "  --slow-recovery N    a spike recovering slower than N steps points at FP8\n"
-            "                       (default: max(10, steps/10))\n"
-            "  --cosine-flag X      flag dumped tensors with cosine below X (default 0.99)\n"
-            "  --labels A,B         names of the runs in output (default: directory names)\n"
-            "exit code: 0 match, 1 mismatch (spike, drift, early-divergence, nan), 2 bad input\n");
-}
+typedef struct {
+    fp8t_compare_cfg cfg;
+    const char *report, *labels, *noise;
+    int json;
+} compare_opts;
 
-static int parse_double(double *out, const char *opt, const char *v) {
-    char *end;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || errno || end == v || *end || !isfinite(x)) {
-        fprintf(stderr, "fp8train compare: %s needs a number (got '%s')\n", opt, v ? v : "");
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
+#define F(f) FP8T_OPT_FIELD(compare_opts, f)
+static const fp8t_opt OPTS[] = {
+    {.name = "report", .arg = "FILE", .type = FP8T_OPT_STR, F(report),
+     .help = "write a self-contained HTML report (charts, tables)"},
+    /* (0, 10) is checked after the parse, with an example of a sensible value */
+    {.name = "threshold", .arg = "X", .type = FP8T_OPT_FLOAT, F(cfg.threshold), .lo = 0, .hi = 10,
+     .help = "relative loss gap that counts as a mismatch"},
+    {.name = "noise-run", .arg = "RUN", .type = FP8T_OPT_STR, F(noise),
+     .dflt = "estimated from the runs' step-to-step spread",
+     .help = "a second baseline (e.g. BF16 with another --seed): its gap to A measures the "
+             "noise; an end gap inside it is a match"},
+    {.name = "json", .type = FP8T_OPT_FLAG, F(json), .help = "print the result as one JSON object"},
+    {.name = "window", .arg = "N", .type = FP8T_OPT_INT, F(cfg.window), .lo = 1, .hi = 1e9,
+     .dflt = "n/10, 3..50", .help = "smoothing window of the gap in steps"},
+    {.name = "spike-z", .arg = "Z", .type = FP8T_OPT_FLOAT, F(cfg.spike_z),
+     .help = "robust z-score of a spike"},
+    {.name = "spike-window", .arg = "N", .type = FP8T_OPT_INT, F(cfg.spike_window), .lo = 1,
+     .hi = 1e9, .help = "samples in the spike detector's window"},
+    {.name = "slow-recovery", .arg = "N", .type = FP8T_OPT_INT, F(cfg.slow_recovery), .lo = 1,
+     .hi = 1e9, .dflt = "max(10, steps/10)",
+     .help = "a spike recovering slower than N steps points at FP8"},
+    {.name = "cosine-flag", .arg = "X", .type = FP8T_OPT_FLOAT, F(cfg.cosine_flag),
+     .help = "flag dumped tensors with cosine below X"},
+    {.name = "labels", .arg = "A,B", .type = FP8T_OPT_STR, F(labels), .dflt = "directory names",
+     .help = "names of the runs in output"},
+};
+#undef F
 
-static int parse_int(int *out, const char *opt, const char *v) {
-    double x;
-    if (parse_double(&x, opt, v)) return -1;
-    if (x < 1 || x > 1e9 || x != floor(x)) {
-        fprintf(stderr, "fp8train compare: %s needs a positive integer (got '%s')\n", opt, v);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
+static const fp8t_opt_spec SPEC = {
+    .cmd = "compare",
+    .usage = "RUN_A RUN_B [--noise-run RUN_C] [options]",
+    .about = "Compare run B (e.g. FP8) against baseline A (e.g. BF16). A RUN is a run directory\n"
+             "(fp8train train --out DIR) or the path of its metrics.jsonl.\n",
+    .epilog = "exit code: 0 match, 1 mismatch (spike, drift, early-divergence, nan), 2 bad input\n",
+    .opts = OPTS,
+    .n_opts = (int)(sizeof(OPTS) / sizeof(OPTS[0])),
+    .max_pos = 2,
+    .wrap = CLI_HELP_WRAP,
+};
 
 int fp8t_cmd_compare(int argc, char **argv) {
     if (argc > 0 && strcmp(argv[0], "compare") == 0) { argc--; argv++; }
-    fp8t_compare_cfg cfg;
-    fp8t_compare_cfg_default(&cfg);
-    const char *runs[2] = {NULL, NULL}, *report = NULL, *labels = NULL, *noise = NULL;
-    int json = 0, nruns = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout); return 0; }
-        else if (strcmp(a, "--json") == 0) json = 1;
-        else if (strcmp(a, "--report") == 0) { report = v; i++; if (!v) rc = -1; }
-        else if (strcmp(a, "--labels") == 0) { labels = v; i++; if (!v) rc = -1; }
-        else if (strcmp(a, "--noise-run") == 0) { noise = v; i++; if (!v) rc = -1; }
-        else if (strcmp(a, "--threshold") == 0) { rc = parse_double(&cfg.threshold, a, v); i++; }
-        else if (strcmp(a, "--window") == 0) { rc = parse_int(&cfg.window, a, v); i++; }
-        else if (strcmp(a, "--spike-z") == 0) { rc = parse_double(&cfg.spike_z, a, v); i++; }
-        else if (strcmp(a, "--spike-window") == 0) { rc = parse_int(&cfg.spike_window, a, v); i++; }
-        else if (strcmp(a, "--slow-recovery") == 0) { rc = parse_int(&cfg.slow_recovery, a, v); i++; }
-        else if (strcmp(a, "--cosine-flag") == 0) { rc = parse_double(&cfg.cosine_flag, a, v); i++; }
-        else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "fp8train compare: unknown option '%s' (see fp8train compare --help)\n", a);
-            return 2;
-        } else if (nruns < 2) runs[nruns++] = a;
-        else {
-            fprintf(stderr, "fp8train compare: too many runs ('%s'); compare takes RUN_A RUN_B\n", a);
-            return 2;
-        }
-        if (rc) {
-            if (!v) fprintf(stderr, "fp8train compare: %s needs a value\n", a);
-            return 2;
-        }
-    }
+    compare_opts o = {.report = NULL, .labels = NULL, .noise = NULL, .json = 0};
+    fp8t_compare_cfg_default(&o.cfg);
+    const char *runs[2] = {NULL, NULL};
+    int nruns = 0, st = cli_parse(&SPEC, &o, sizeof(o), argc, argv, runs, &nruns);
+    if (st >= 0) return st;
+    fp8t_compare_cfg cfg = o.cfg;
+    const char *report = o.report, *labels = o.labels, *noise = o.noise;
+    const int json = o.json;
     if (nruns != 2) {
         fprintf(stderr, "fp8train compare: need two runs, got %d\n", nruns);
-        usage(stderr);
+        fp8t_opt_help(stderr, &SPEC, &o);
         return 2;
     }
     if (!(cfg.threshold > 0 && cfg.threshold < 10)) {

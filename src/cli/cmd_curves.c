@@ -11,13 +11,35 @@
 #define MAX_RUNS 6
 static const char MARKS[MAX_RUNS] = {'o', '*', '+', 'x', '#', '@'};
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: fp8train curves RUN_A [RUN_B ...] [--rows N] [--width N] [--height N]\n\n"
-               "Prints the training loss of up to %d runs (directories or metrics.jsonl files)\n"
-               "side by side: N sampled steps (default 12), an ASCII plot (default 64x16), and\n"
-               "each run's final loss (mean over the last 10%% of its steps) and its gap to\n"
-               "RUN_A. Exit status: 0, or 2 on bad input.\n", MAX_RUNS);
-}
+typedef struct {
+    int rows, width, height;
+} curves_opts;
+
+#define F(f) FP8T_OPT_FIELD(curves_opts, f)
+static const fp8t_opt OPTS[] = {
+    {.name = "rows", .arg = "N", .type = FP8T_OPT_INT, F(rows), .lo = 2, .hi = 1000,
+     .help = "sampled steps in the table"},
+    {.name = "width", .arg = "N", .type = FP8T_OPT_INT, F(width), .lo = 16, .hi = 400,
+     .help = "columns of the ASCII plot"},
+    {.name = "height", .arg = "N", .type = FP8T_OPT_INT, F(height), .lo = 4, .hi = 200,
+     .help = "rows of the ASCII plot"},
+};
+#undef F
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+static const fp8t_opt_spec SPEC = {
+    .cmd = "curves",
+    .usage = "RUN_A [RUN_B ...] [--rows N] [--width N] [--height N]",
+    .about = "Prints the training loss of up to " STR(MAX_RUNS) " runs (directories or "
+             "metrics.jsonl files)\nside by side: sampled steps, an ASCII plot, and each run's "
+             "final loss\n(mean over the last 10% of its steps) and its gap to RUN_A.\n",
+    .epilog = "Exit status: 0, or 2 on bad input.\n",
+    .opts = OPTS,
+    .n_opts = (int)(sizeof(OPTS) / sizeof(OPTS[0])),
+    .max_pos = MAX_RUNS,
+    .wrap = CLI_HELP_WRAP,
+};
 
 /* Loss of run r at `step` (NaN when it has no finite loss there). */
 static double loss_at(const fp8t_run *r, int step) {
@@ -169,34 +191,12 @@ static void plot(const fp8t_run *runs, int n, int lo, int hi, int width, int hei
 
 int fp8t_cmd_curves(int argc, char **argv) {
     const char *paths[MAX_RUNS];
-    int n = 0, rows = 12, width = 64, height = 16;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--rows")) {
-            if (cli_int("curves", a, v, 2, 1000, &rows)) return 2;
-            i++;
-        } else if (!strcmp(a, "--width")) {
-            if (cli_int("curves", a, v, 16, 400, &width)) return 2;
-            i++;
-        } else if (!strcmp(a, "--height")) {
-            if (cli_int("curves", a, v, 4, 200, &height)) return 2;
-            i++;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "fp8train curves: unknown option '%s' (expected --rows, --width, "
-                    "--height)\n", a);
-            return 2;
-        } else if (n < MAX_RUNS) {
-            paths[n++] = a;
-        } else {
-            fprintf(stderr, "fp8train curves: at most %d runs\n", MAX_RUNS);
-            return 2;
-        }
-    }
+    curves_opts o = {.rows = 12, .width = 64, .height = 16};
+    int n = 0, st = cli_parse(&SPEC, &o, sizeof(o), argc, argv, paths, &n);
+    if (st >= 0) return st;
+    const int rows = o.rows, width = o.width, height = o.height;
     if (n < 1) {
-        usage(stderr);
+        fp8t_opt_help(stderr, &SPEC, &o);
         return 2;
     }
     fp8t_run runs[MAX_RUNS];

@@ -13,40 +13,6 @@
 
 #define CMD "export"
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: fp8train export WEIGHTS --to DIR [options]\n"
-        "  Export WEIGHTS (usually a checkpoint, RUN/checkpoints/step_N) for other tools.\n"
-        "options:\n"
-        "  --to DIR              output directory (config.json + model.safetensors), new or\n"
-        "                        empty; or the .bin file with --format llmc, new\n"
-        "  --overwrite           DIR may hold files: replace config.json and model.safetensors\n"
-        "                        in it and keep the rest (with llmc: replace the .bin)\n"
-        "  --dtype D             bf16 (default) | fp8 | fp32\n"
-        "                        fp8: linear weights F8_E4M3 + <module>.weight_scale_inv (F32 [1],\n"
-        "                        weight = fp8 * weight_scale_inv, from the weight's own amax) +\n"
-        "                        <module>.input_scale (F32 [1], the activation scale learned in\n"
-        "                        training: max of the FP8 amax history / 448); embeddings, norms,\n"
-        "                        biases BF16; config.json gets a quantization_config (docs/export.md)\n"
-        "  --block 128           with --dtype fp8 (Llama/Qwen2): transformers' fine-grained FP8\n"
-        "                        layout instead, which AutoModelForCausalLM loads as it is:\n"
-        "                        <module>.weight_scale_inv F32 [ceil(N/128), ceil(K/128)], one per\n"
-        "                        128x128 block (the `block` precision's DeepSeek-V3 rule), no\n"
-        "                        input_scale (activation_scheme dynamic); no calibration needed\n"
-        "  --pow2-scales         with --dtype fp8: weight scales rounded down to powers of two\n"
-        "                        (weight_scale_inv exactly 1/scale; at most 1 bit of range lost)\n"
-        "  --max-shard-size S    cut the safetensors into shards of at most S (e.g. 5GB, 500MB,\n"
-        "                        2GiB, or bytes) with model.safetensors.index.json, as\n"
-        "                        transformers' save_pretrained does (default: one file)\n"
-        "  --format F            hf (default) | llmc (llm.c GPT-2 checkpoint; --dtype fp32 -> v3,\n"
-        "                        bf16 -> v5)\n"
-        "  --calib-data SRC      data to calibrate FP8 input scales on when the weights carry no\n"
-        "                        amax history (default: the run's data, else synthetic)\n"
-        "  --calib-batches N     calibration micro-batches (default 4)\n"
-        "  --device cpu|cuda     backend used for calibration (default cpu)\n"
-        "exit status: 0 ok, 1 failed while writing, 2 bad input\n");
-}
-
 /* "5GB", "500MB", "100KB" (powers of 10, as transformers reads them), "2GiB", or bytes. */
 static int parse_size(const char *v, size_t *out) {
     char *end;
@@ -63,57 +29,96 @@ static int parse_size(const char *v, size_t *out) {
     return -1;
 }
 
+typedef struct {
+    const char *to, *calib_data, *device;
+    int llmc; /* --format */
+    fp8t_export_dtype dtype;
+    int calib_batches, overwrite, block, pow2;
+    size_t max_shard;
+} export_opts;
+
+static int set_dtype(void *obj, const char *v, char *err, size_t errlen) {
+    if (fp8t_export_dtype_parse(&((export_opts *)obj)->dtype, v) == 0) return 0;
+    snprintf(err, errlen, "--dtype: bad value '%s' (expected bf16, fp8 or fp32)", v);
+    return -1;
+}
+static void get_dtype(const void *obj, char *b, size_t n) {
+    snprintf(b, n, "%s", fp8t_export_dtype_name(((const export_opts *)obj)->dtype));
+}
+static int set_max_shard(void *obj, const char *v, char *err, size_t errlen) {
+    if (parse_size(v, &((export_opts *)obj)->max_shard) == 0) return 0;
+    snprintf(err, errlen, "--max-shard-size: bad value '%s' (expected a size like 5GB, 500MB, "
+             "2GiB or a number of bytes)", v);
+    return -1;
+}
+
+static const fp8t_opt_choice FORMATS[] = {{"hf", 0}, {"llmc", 1}, {NULL, 0}};
+
+#define F(f) FP8T_OPT_FIELD(export_opts, f)
+static const fp8t_opt OPTS[] = {
+    {.name = "to", .arg = "DIR", .type = FP8T_OPT_STR, F(to), .dflt = FP8T_OPT_NO_DEFAULT,
+     .help = "output directory (config.json + model.safetensors), new or empty; or the .bin "
+             "file with --format llmc, new (required)"},
+    {.name = "overwrite", .type = FP8T_OPT_FLAG, F(overwrite),
+     .help = "DIR may hold files: replace config.json and model.safetensors in it and keep the "
+             "rest (with llmc: replace the .bin)"},
+    {.name = "dtype", .arg = "D", .type = FP8T_OPT_SPECIAL, .set = set_dtype, .get = get_dtype,
+     .help = "bf16 | fp8 | fp32. fp8: linear weights F8_E4M3 + <module>.weight_scale_inv (F32 "
+             "[1], weight = fp8 * weight_scale_inv, from the weight's own amax) + "
+             "<module>.input_scale (F32 [1], the activation scale learned in training: max of "
+             "the FP8 amax history / 448); embeddings, norms, biases BF16; config.json gets a "
+             "quantization_config (docs/export.md)"},
+    {.name = "block", .arg = "B", .type = FP8T_OPT_INT, F(block), .lo = 1, .hi = 1 << 20,
+     .dflt = "off",
+     .help = "with --dtype fp8 (Llama/Qwen2), B = 128: transformers' fine-grained FP8 layout "
+             "instead, which AutoModelForCausalLM loads as it is: <module>.weight_scale_inv F32 "
+             "[ceil(N/128), ceil(K/128)], one per 128x128 block (the `block` precision's "
+             "DeepSeek-V3 rule), no input_scale (activation_scheme dynamic); no calibration "
+             "needed"},
+    {.name = "pow2-scales", .type = FP8T_OPT_FLAG, F(pow2),
+     .help = "with --dtype fp8: weight scales rounded down to powers of two (weight_scale_inv "
+             "exactly 1/scale; at most 1 bit of range lost)"},
+    {.name = "max-shard-size", .arg = "S", .type = FP8T_OPT_SPECIAL, .set = set_max_shard,
+     .dflt = "one file",
+     .help = "cut the safetensors into shards of at most S (e.g. 5GB, 500MB, 2GiB, or bytes) "
+             "with model.safetensors.index.json, as transformers' save_pretrained does"},
+    {.name = "format", .arg = "F", .type = FP8T_OPT_CHOICE, F(llmc), .choices = FORMATS,
+     .help = "hf | llmc (llm.c GPT-2 checkpoint; --dtype fp32 -> v3, bf16 -> v5)"},
+    {.name = "calib-data", .arg = "SRC", .type = FP8T_OPT_STR, F(calib_data),
+     .dflt = "the run's data, else synthetic",
+     .help = "data to calibrate FP8 input scales on when the weights carry no amax history"},
+    {.name = "calib-batches", .arg = "N", .type = FP8T_OPT_INT, F(calib_batches), .lo = 1,
+     .hi = 100000, .help = "calibration micro-batches"},
+    {.name = "device", .arg = "cpu|cuda", .type = FP8T_OPT_STR, F(device),
+     .help = "backend used for calibration"},
+};
+#undef F
+
+static const fp8t_opt_spec SPEC = {
+    .cmd = CMD,
+    .usage = "WEIGHTS --to DIR [options]",
+    .about = "Export WEIGHTS (usually a checkpoint, RUN/checkpoints/step_N) for other tools.\n",
+    .epilog = "exit status: 0 ok, 1 failed while writing, 2 bad input\n",
+    .opts = OPTS,
+    .n_opts = (int)(sizeof(OPTS) / sizeof(OPTS[0])),
+    .max_pos = 1,
+    .wrap = CLI_HELP_WRAP,
+};
+
 int fp8t_cmd_export(int argc, char **argv) {
     if (argc > 0 && !strcmp(argv[0], "export")) { argc--; argv++; }
-    const char *weights = NULL, *to = NULL, *format = "hf", *calib_data = NULL, *device = "cpu";
-    fp8t_export_dtype dtype = FP8T_EXPORT_BF16;
-    int calib_batches = 4, overwrite = 0, block = 0, pow2 = 0;
-    size_t max_shard = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--overwrite")) { overwrite = 1; continue; }
-        if (!strcmp(a, "--pow2-scales")) { pow2 = 1; continue; }
-        if (a[0] != '-' || !a[1]) {
-            if (weights) {
-                fprintf(stderr, "fp8train export: one WEIGHTS argument expected, got '%s' and '%s'\n",
-                        weights, a);
-                return 2;
-            }
-            weights = a;
-            continue;
-        }
-        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-        if (!strcmp(a, "--to")) to = v;
-        else if (!strcmp(a, "--format")) format = v;
-        else if (!strcmp(a, "--calib-data")) calib_data = v;
-        else if (!strcmp(a, "--device")) device = v;
-        else if (!strcmp(a, "--max-shard-size")) {
-            if (parse_size(v, &max_shard) != 0) {
-                fprintf(stderr, "fp8train export: --max-shard-size '%s': expected a size like "
-                        "5GB, 500MB, 2GiB or a number of bytes\n", v);
-                return 2;
-            }
-        }
-        else if (!strcmp(a, "--calib-batches")) { if (cli_int(CMD, a, v, 1, 100000, &calib_batches)) return 2; }
-        else if (!strcmp(a, "--block")) { if (cli_int(CMD, a, v, 1, 1 << 20, &block)) return 2; }
-        else if (!strcmp(a, "--dtype")) {
-            if (fp8t_export_dtype_parse(&dtype, v) != 0) {
-                fprintf(stderr, "fp8train export: --dtype '%s': expected bf16, fp8 or fp32\n", v);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "fp8train export: unknown option '%s' (see fp8train export --help)\n", a);
-            return 2;
-        }
-    }
+    export_opts o = {.to = NULL, .calib_data = NULL, .device = "cpu", .llmc = 0,
+                     .dtype = FP8T_EXPORT_BF16, .calib_batches = 4};
+    const char *weights = NULL;
+    int n_pos = 0, st = cli_parse(&SPEC, &o, sizeof(o), argc, argv, &weights, &n_pos);
+    if (st >= 0) return st;
+    const char *to = o.to, *calib_data = o.calib_data, *device = o.device;
+    const fp8t_export_dtype dtype = o.dtype;
+    const int calib_batches = o.calib_batches, overwrite = o.overwrite, block = o.block,
+              pow2 = o.pow2, llmc = o.llmc;
+    const size_t max_shard = o.max_shard;
     if (!weights || !to) {
         fprintf(stderr, "fp8train export: need WEIGHTS and --to DIR (see fp8train export --help)\n");
-        return 2;
-    }
-    const int llmc = !strcmp(format, "llmc");
-    if (!llmc && strcmp(format, "hf") != 0) {
-        fprintf(stderr, "fp8train export: --format '%s': expected hf or llmc\n", format);
         return 2;
     }
     if (llmc && dtype == FP8T_EXPORT_FP8) {

@@ -19,53 +19,86 @@
 
 #define CMD "generate"
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: fp8train generate WEIGHTS [options]\n"
-        "  Sample a continuation from WEIGHTS (checkpoint, Hugging Face directory or llm.c .bin).\n"
-        "options:\n"
-        "  --prompt TEXT         the prompt: text through --tokenizer tokenizer.json, else bytes\n"
-        "                        (each byte a token; default: a newline, or the tokenizer's\n"
-        "                        document token)\n"
-        "  --prompt-tokens IDS   the prompt as token ids, e.g. \"50256,464,2068\" (with an\n"
-        "                        llm.c tokenizer .bin; default there: the end-of-text token)\n"
-        "  --tokens N            tokens to generate (default 64)\n"
-        "  --temperature T       0 = greedy (default 1.0)\n"
-        "  --top-k K             sample among the K most likely tokens (default 0 = all)\n"
-        "  --seed S              sampler seed (default 1337): the same seed gives the same text\n"
-        "  --tokenizer FILE      a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama-3,\n"
-        "                        Qwen2; default: the run's --tokenizer) to encode the prompt and\n"
-        "                        decode the output, or llm.c's gpt2_tokenizer.bin (decoding only)\n"
-        "  --prompts FILE        one prompt per line (text, or token ids \"1,2,3\" with an llm.c\n"
-        "                        tokenizer), generated as batches of --batch sequences\n"
-        "  --batch N             sequences per batch (default: the number of prompts, at most\n"
-        "                        64); with a single prompt, N samples of it (sample i uses\n"
-        "                        seed S + i)\n"
-        "  --precision P         bf16 (default) | fp8 | fp32: the weights are held in this\n"
-        "                        precision only (fp8: E4M3 codes + a per-tensor scale; the head\n"
-        "                        in BF16)\n"
-        "  --act-scale current|delayed|calibrated  fp8 activation scales: each input's own\n"
-        "                        amax at every call (default), the scales learned in training\n"
-        "                        (the checkpoint's FP8 state, an FP8 export's input_scale), or\n"
-        "                        fixed from the input amaxes of --calib-batches batches of\n"
-        "                        --calib-data (fixed scales: no amax pass, the quantization in\n"
-        "                        the producing op)\n"
-        "  --calib-data SRC      calibration text/shards (default: the run's training data;\n"
-        "                        its training split is used)\n"
-        "  --calib-batches N     calibration batches of the batch's shape (default 4)\n"
-        "  --kv-cache bf16|fp8|fp32  the KV cache (default: bf16; fp32 in fp32; fp8 in fp8:\n"
-        "                        E4M3 with a scale per position and head)\n"
-        "  --fp8-head            fp8: the embedding table and the head in E4M3 too (a\n"
-        "                        vocabulary that is a multiple of 16)\n"
-        "  --no-graphs           run every decode op as it is called (CUDA records a decode\n"
-        "                        step once and replays it by default)\n"
-        "  --no-cache            the training model's full-window forward per token (no KV\n"
-        "                        cache, one prompt; the path before the inference model)\n"
-        "  --device cpu|cuda     backend (default: the run's, else cpu)\n"
-        "  --print-tokens        also print the generated token ids\n"
-        "A prompt + --tokens longer than the model's seq_len runs --no-cache (a sliding window).\n"
-        "With several sequences each is printed after a line \"--- sample I\".\n");
-}
+typedef struct {
+    const char *prompt, *prompt_tokens, *tokenizer, *device, *prompts;
+    int tokens, print_ids, batch, no_cache;
+    fp8t_sample_cfg sc;
+    fp8t_eval_precision prec;
+    cli_infer_opts io;
+} generate_opts;
+
+#define F(f) FP8T_OPT_FIELD(generate_opts, f)
+static const fp8t_opt OPTS[] = {
+    {.name = "prompt", .arg = "TEXT", .type = FP8T_OPT_STR, F(prompt),
+     .dflt = "a newline, or the tokenizer's document token",
+     .help = "the prompt: text through --tokenizer tokenizer.json, else bytes (each byte a "
+             "token)"},
+    {.name = "prompt-tokens", .arg = "IDS", .type = FP8T_OPT_STR, F(prompt_tokens),
+     .dflt = "with an llm.c tokenizer, its end-of-text token",
+     .help = "the prompt as token ids, e.g. \"50256,464,2068\" (with an llm.c tokenizer .bin)"},
+    {.name = "tokens", .arg = "N", .type = FP8T_OPT_INT, F(tokens), .lo = 1, .hi = 1000000,
+     .help = "tokens to generate"},
+    {.name = "temperature", .arg = "T", .type = FP8T_OPT_FLOAT, F(sc.temperature), .lo = 0,
+     .hi = 1e6, .help = "0 = greedy"},
+    {.name = "top-k", .arg = "K", .type = FP8T_OPT_INT, F(sc.top_k), .lo = 0, .hi = 1 << 30,
+     .help = "sample among the K most likely tokens (0 = all)"},
+    {.name = "seed", .arg = "S", .type = FP8T_OPT_U64, F(sc.seed),
+     .help = "sampler seed: the same seed gives the same text"},
+    {.name = "tokenizer", .arg = "FILE", .type = FP8T_OPT_STR, F(tokenizer),
+     .dflt = "the run's --tokenizer",
+     .help = "a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama-3, Qwen2) to encode "
+             "the prompt and decode the output, or llm.c's gpt2_tokenizer.bin (decoding only)"},
+    {.name = "prompts", .arg = "FILE", .type = FP8T_OPT_STR, F(prompts),
+     .help = "one prompt per line (text, or token ids \"1,2,3\" with an llm.c tokenizer), "
+             "generated as batches of --batch sequences"},
+    {.name = "batch", .arg = "N", .type = FP8T_OPT_INT, F(batch), .lo = 1, .hi = 1 << 20,
+     .dflt = "the number of prompts, at most 64",
+     .help = "sequences per batch; with a single prompt, N samples of it (sample i uses seed "
+             "S + i)"},
+    {.name = "precision", .arg = "P", .type = FP8T_OPT_CHOICE, F(prec),
+     .choices = CLI_EVAL_PRECISIONS,
+     .help = "bf16 | fp8 | fp32: the weights are held in this precision only (fp8: E4M3 codes "
+             "+ a per-tensor scale; the head in BF16)"},
+    CLI_ROW_ACT_SCALE(generate_opts, io,
+                      "fp8 activation scales: each input's own amax at every call (current), "
+                      "the scales learned in training (delayed: the checkpoint's FP8 state, an "
+                      "FP8 export's input_scale), or fixed from the input amaxes of "
+                      "--calib-batches batches of --calib-data (calibrated: fixed scales, no "
+                      "amax pass, the quantization in the producing op)"),
+    CLI_ROW_CALIB_DATA(generate_opts, io, "the run's training data",
+                       "calibration text/shards (its training split is used)"),
+    CLI_ROW_CALIB_BATCHES(generate_opts, io, "calibration batches of the batch's shape"),
+    CLI_ROW_KV_CACHE(generate_opts, io, "bf16; fp32 in fp32; fp8 in fp8",
+                     "the KV cache (fp8: E4M3 with a scale per position and head)"),
+    CLI_ROW_FP8_HEAD(generate_opts, io, "fp8: the embedding table and the head in E4M3 too (a "
+                                        "vocabulary that is a multiple of 16)"),
+    CLI_ROW_NO_GRAPHS(generate_opts, io, "run every decode op as it is called (CUDA records a "
+                                         "decode step once and replays it by default)"),
+    CLI_ROW_ROWS(generate_opts, io, "2048",
+                 "activation rows, the tokens of one prefill pass"),
+    {.name = "no-cache", .type = FP8T_OPT_FLAG, F(no_cache),
+     .help = "the training model's full-window forward per token (no KV cache, one prompt; the "
+             "path before the inference model)"},
+    {.name = "device", .arg = "cpu|cuda", .type = FP8T_OPT_STR, F(device),
+     .dflt = "the run's, else cpu", .help = "backend"},
+    {.name = "print-tokens", .type = FP8T_OPT_FLAG, F(print_ids),
+     .help = "also print the generated token ids"},
+};
+#undef F
+
+static const fp8t_opt_spec SPEC = {
+    .cmd = CMD,
+    .usage = "WEIGHTS [options]",
+    .about = "Sample a continuation from WEIGHTS (checkpoint, Hugging Face directory or llm.c "
+             ".bin).\n",
+    .epilog = "A prompt + --tokens longer than the model's seq_len runs --no-cache (a sliding "
+              "window).\nWith several sequences each is printed after a line \"--- sample I\".\n"
+              "Exit status: 0 ok, 2 bad input or usage.\n",
+    .opts = OPTS,
+    .n_opts = (int)(sizeof(OPTS) / sizeof(OPTS[0])),
+    .max_pos = 2, /* a second one gets a word on quoting prompts (below) */
+    .wrap = CLI_HELP_WRAP,
+};
 
 /* "1,2,3" -> ids (malloc'd), count in *n; -1 on a malformed list. */
 static int parse_ids(const char *s, int **ids, int *n) {
@@ -243,52 +276,24 @@ static void print_tokens(const prompt_coder *pc, const int *seq, int n) {
 
 int fp8t_cmd_generate(int argc, char **argv) {
     if (argc > 0 && !strcmp(argv[0], "generate")) { argc--; argv++; }
-    const char *weights = NULL, *prompt = NULL, *prompt_tokens = NULL, *tok_path = NULL,
-               *device = NULL, *prompts_file = NULL;
-    int n_new = 64, print_ids = 0, batch = 0, no_cache = 0;
-    fp8t_sample_cfg sc = {1.0f, 0, 1337};
-    fp8t_eval_precision prec = FP8T_EVAL_BF16;
-    cli_infer_opts io;
-    cli_infer_opts_init(&io);
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(a, "--print-tokens")) { print_ids = 1; continue; }
-        if (cli_infer_flag(a, &io)) continue;
-        if (!strcmp(a, "--no-cache")) { no_cache = 1; continue; }
-        if (a[0] != '-' || !a[1]) {
-            if (weights) {
-                fprintf(stderr, "fp8train generate: one WEIGHTS argument expected, got '%s' and "
-                        "'%s' (quote a prompt with spaces: --prompt \"...\")\n", weights, a);
-                return 2;
-            }
-            weights = a;
-            continue;
-        }
-        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
-        if (!strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "--prompt-tokens")) prompt_tokens = v;
-        else if (!strcmp(a, "--prompts")) prompts_file = v;
-        else if (!strcmp(a, "--tokenizer")) tok_path = v;
-        else if (!strcmp(a, "--device")) device = v;
-        else if (!strcmp(a, "--tokens")) { if (cli_int(CMD, a, v, 1, 1000000, &n_new)) return 2; }
-        else if (!strcmp(a, "--batch")) { if (cli_int(CMD, a, v, 1, 1 << 20, &batch)) return 2; }
-        else if (!strcmp(a, "--temperature")) { if (cli_float(CMD, a, v, 0, 1e6, &sc.temperature)) return 2; }
-        else if (!strcmp(a, "--top-k")) { if (cli_int(CMD, a, v, 0, 1 << 30, &sc.top_k)) return 2; }
-        else if (!strcmp(a, "--seed")) { if (cli_u64(CMD, a, v, &sc.seed)) return 2; }
-        else if (!strcmp(a, "--precision")) {
-            if (fp8t_eval_precision_parse(&prec, v) != 0) {
-                fprintf(stderr, "fp8train generate: --precision '%s': expected bf16, fp8 or fp32\n", v);
-                return 2;
-            }
-        } else {
-            const int r = cli_infer_option(CMD, a, v, &io);
-            if (r < 0) return 2;
-            if (r) continue;
-            fprintf(stderr, "fp8train generate: unknown option '%s' (see fp8train generate --help)\n", a);
-            return 2;
-        }
+    generate_opts o = {.tokens = 64, .sc = {1.0f, 0, 1337}, .prec = FP8T_EVAL_BF16};
+    cli_infer_opts_init(&o.io);
+    const char *pos[2] = {NULL, NULL};
+    int n_pos = 0, st = cli_parse(&SPEC, &o, sizeof(o), argc, argv, pos, &n_pos);
+    if (st >= 0) return st;
+    const char *weights = pos[0];
+    if (n_pos > 1) {
+        fprintf(stderr, "fp8train generate: one WEIGHTS argument expected, got '%s' and '%s' "
+                "(quote a prompt with spaces: --prompt \"...\")\n", pos[0], pos[1]);
+        return 2;
     }
+    const char *prompt = o.prompt, *prompt_tokens = o.prompt_tokens, *tok_path = o.tokenizer,
+               *device = o.device, *prompts_file = o.prompts;
+    const int n_new = o.tokens, print_ids = o.print_ids;
+    int batch = o.batch, no_cache = o.no_cache;
+    fp8t_sample_cfg sc = o.sc;
+    const fp8t_eval_precision prec = o.prec;
+    const cli_infer_opts io = o.io;
     if (!weights) {
         fprintf(stderr, "fp8train generate: which weights? (see fp8train generate --help)\n");
         return 2;

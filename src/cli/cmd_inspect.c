@@ -26,149 +26,162 @@
 #define CMD "inspect"
 #define MAX_OVERRIDE_ARGS 64
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: fp8train inspect WEIGHTS [options]\n"
-        "  Tensor statistics of WEIGHTS' GEMMs: forward and backward (no optimizer or scale\n"
-        "  update) on a few micro-batches with the FP8 state of WEIGHTS under its precision\n"
-        "  policy, then a table per layer / module / GEMM / tensor: amax, scale, underflow %%,\n"
-        "  saturation %%, SQNR and cosine of the FP8 image. Cosine < 0.99 means that tensor's\n"
-        "  quantization error is too large: the row is flagged.\n"
-        "  WEIGHTS: a checkpoint directory (RUN/checkpoints/step_N), a Hugging Face directory\n"
-        "  or an llm.c GPT-2 .bin (as for fp8train eval).\n"
-        "  A checkpoint at step S is inspected on the micro-batches its step S+1 would train on\n"
-        "  (its data position); rows are labelled step S+1, like `train --resume CKPT --inspect`.\n"
-        "options:\n"
-        "  --spec SPEC           what to inspect and dump (the --inspect syntax of train), e.g.\n"
-        "                        'layers=0-1,gemms=fprop+dgrad,tensors=input+output,dump=1'\n"
-        "                        (default: every GEMM tensor, no dumps)\n"
-        "  --out DIR             stats.jsonl, dumps/, bf16/ and inspect.json (default:\n"
-        "                        RUN/inspect/step_N for a checkpoint, else ./inspect_out)\n"
-        "  --compare-bf16        also run the micro-batches with every GEMM in BF16 (into\n"
-        "                        OUT/bf16) and compare the dumped tensors one by one (cosine,\n"
-        "                        relative error); implies dump=1 (dumps: the first micro-batch)\n"
-        "  --precision P         every GEMM in P: fp8 | delayed | current | block | rowwise |\n"
-        "                        mxfp8 | fake | bf16 | fp32 (replaces the checkpoint's policy\n"
-        "                        and its overrides)\n"
-        "  --override SPEC       per-layer/module/GEMM precision on top (repeatable), e.g.\n"
-        "                        'layers=1,gemm=dgrad,precision=bf16'\n"
-        "  --inject SPEC         a fault during the passes (the train syntax, --help-inject);\n"
-        "                        value faults only: amax faults need a scale update\n"
-        "  --data SRC            synthetic | text file | 'dir/*.bin' (default: the checkpoint's)\n"
-        "  --data-position N     index of the first training micro-batch (default: the\n"
-        "                        checkpoint's data position with its data, else 0)\n"
-        "  --batches N           micro-batches (default: the run's --grad-accum, else 1)\n"
-        "  --batch B --seq-len T micro-batch shape (default: the run's, else 8 and\n"
-        "                        min(seq_len, 256))\n"
-        "  --seed S              data seed (default: the checkpoint's, else 1337)\n"
-        "  --cosine-flag X       flag below this cosine (default %.2f)\n"
-        "  --sort site|sqnr|cosine  row order: model order (default) or worst first\n"
-        "  --top N               print at most N rows per table (default: all)\n"
-        "  --device cpu|cuda     backend (default: the run's, else cpu)\n"
-        "  --json                print one JSON object instead of the tables\n"
-        "  --help-inject         the --inject syntax\n"
-        "Weights without an amax history (an import) get delayed-scaling scales from one\n"
-        "BF16 forward + backward + scale update on the inspected micro-batches first.\n"
-        "exit status: 0 nothing flagged, 1 a tensor flagged (cosine below the flag, NaN/Inf,\n"
-        "or with --compare-bf16 a dump whose cosine against BF16 is below it), 2 bad input\n",
-        FP8T_INSPECT_COSINE_FLAG);
-}
-
 typedef enum { SORT_SITE = 0, SORT_SQNR, SORT_COSINE } sort_order;
 
 typedef struct {
-    const char *weights, *data, *spec, *out, *inject, *device, *precision;
+    const char *data, *spec, *out, *inject, *device;
     const char *overrides[MAX_OVERRIDE_ARGS];
     int n_overrides;
-    int batches, B, T, top, json, compare_bf16, have_seed, have_position;
+    int batches, B, T, top, json, compare_bf16, help_inject; /* 0 (batches, B, T): the run's */
+    int have_seed, have_position, have_precision;
     uint64_t seed, position;
+    fp8t_precision precision; /* with have_precision: every GEMM in it */
     float cosine_flag;
     sort_order sort;
 } inspect_opts;
 
-static int parse_args(inspect_opts *o, int argc, char **argv) {
+static int set_override(void *obj, const char *v, char *err, size_t errlen) {
+    inspect_opts *o = obj;
+    if (o->n_overrides == MAX_OVERRIDE_ARGS) {
+        snprintf(err, errlen, "at most %d --override options", MAX_OVERRIDE_ARGS);
+        return -1;
+    }
+    /* checked against the checkpoint's policy once it is loaded (build_policy) */
+    o->overrides[o->n_overrides++] = v;
+    return 0;
+}
+static int set_precision(void *obj, const char *v, char *err, size_t errlen) {
+    inspect_opts *o = obj;
+    if (fp8t_precision_parse(&o->precision, v) != 0) {
+        snprintf(err, errlen, "--precision: bad value '%s' (expected fp8, delayed, current, "
+                 "block, rowwise, mxfp8, fake, bf16 or fp32)", v);
+        return -1;
+    }
+    o->have_precision = 1;
+    return 0;
+}
+static int set_seed(void *obj, const char *v, char *err, size_t errlen) {
+    inspect_opts *o = obj;
+    return cli_set_u64_given("seed", v, &o->seed, &o->have_seed, err, errlen);
+}
+static int set_position(void *obj, const char *v, char *err, size_t errlen) {
+    inspect_opts *o = obj;
+    return cli_set_u64_given("data-position", v, &o->position, &o->have_position, err, errlen);
+}
+
+static const fp8t_opt_choice SORTS[] = {
+    {"site", SORT_SITE}, {"sqnr", SORT_SQNR}, {"cosine", SORT_COSINE}, {NULL, 0}};
+
+#define F(f) FP8T_OPT_FIELD(inspect_opts, f)
+static const fp8t_opt OPTS[] = {
+    {.name = "spec", .arg = "SPEC", .type = FP8T_OPT_STR, F(spec),
+     .dflt = "every GEMM tensor, no dumps",
+     .help = "what to inspect and dump (the --inspect syntax of train), e.g. "
+             "'layers=0-1,gemms=fprop+dgrad,tensors=input+output,dump=1'"},
+    {.name = "out", .arg = "DIR", .type = FP8T_OPT_STR, F(out),
+     .dflt = "RUN/inspect/step_N for a checkpoint, else ./inspect_out",
+     .help = "stats.jsonl, dumps/, bf16/ and inspect.json"},
+    {.name = "compare-bf16", .type = FP8T_OPT_FLAG, F(compare_bf16),
+     .help = "also run the micro-batches with every GEMM in BF16 (into OUT/bf16) and compare "
+             "the dumped tensors one by one (cosine, relative error); implies dump=1 (dumps: "
+             "the first micro-batch)"},
+    {.name = "precision", .arg = "P", .type = FP8T_OPT_SPECIAL, .set = set_precision,
+     .dflt = "the checkpoint's policy",
+     .help = "every GEMM in P: fp8 | delayed | current | block | rowwise | mxfp8 | fake | bf16 "
+             "| fp32 (replaces the checkpoint's policy and its overrides)"},
+    {.name = "override", .arg = "SPEC", .type = FP8T_OPT_SPECIAL, .set = set_override,
+     .dflt = FP8T_OPT_NO_DEFAULT,
+     .help = "per-layer/module/GEMM precision on top (repeatable), e.g. "
+             "'layers=1,gemm=dgrad,precision=bf16'"},
+    {.name = "inject", .arg = "SPEC", .type = FP8T_OPT_STR, F(inject),
+     .dflt = FP8T_OPT_NO_DEFAULT,
+     .help = "a fault during the passes (the train syntax, --help-inject); value faults only: "
+             "amax faults need a scale update"},
+    {.name = "data", .arg = "SRC", .type = FP8T_OPT_STR, F(data), .dflt = "the checkpoint's",
+     .help = "synthetic | text file | 'dir/*.bin'"},
+    {.name = "data-position", .arg = "N", .type = FP8T_OPT_SPECIAL, .set = set_position,
+     .dflt = "the checkpoint's data position with its data, else 0",
+     .help = "index of the first training micro-batch"},
+    {.name = "batches", .arg = "N", .type = FP8T_OPT_INT, F(batches), .lo = 1, .hi = 100000,
+     .dflt = "the run's --grad-accum, else 1", .help = "micro-batches"},
+    {.name = "batch", .arg = "B", .type = FP8T_OPT_INT, F(B), .lo = 1, .hi = 1 << 20,
+     .dflt = "the run's, else 8", .help = "micro-batch size"},
+    {.name = "seq-len", .arg = "T", .type = FP8T_OPT_INT, F(T), .lo = 1, .hi = 1 << 20,
+     .dflt = "the run's, else min(seq_len, 256)", .help = "micro-batch sequence length"},
+    {.name = "seed", .arg = "S", .type = FP8T_OPT_SPECIAL, .set = set_seed,
+     .dflt = "the checkpoint's, else 1337", .help = "data seed"},
+    {.name = "cosine-flag", .arg = "X", .type = FP8T_OPT_FLOAT, F(cosine_flag), .lo = 0, .hi = 1,
+     .help = "flag below this cosine"},
+    {.name = "sort", .arg = "site|sqnr|cosine", .type = FP8T_OPT_CHOICE, F(sort),
+     .choices = SORTS, .help = "row order: model order (site) or worst first"},
+    {.name = "top", .arg = "N", .type = FP8T_OPT_INT, F(top), .lo = 1, .hi = 1 << 30,
+     .dflt = "all", .help = "print at most N rows per table"},
+    {.name = "device", .arg = "cpu|cuda", .type = FP8T_OPT_STR, F(device),
+     .dflt = "the run's, else cpu", .help = "backend"},
+    {.name = "json", .type = FP8T_OPT_FLAG, F(json),
+     .help = "print one JSON object instead of the tables"},
+    {.name = "help-inject", .type = FP8T_OPT_FLAG, F(help_inject), .dflt = FP8T_OPT_NO_DEFAULT,
+     .help = "the --inject syntax"},
+};
+#undef F
+
+static const fp8t_opt_spec SPEC = {
+    .cmd = CMD,
+    .usage = "WEIGHTS [options]",
+    .about = "Tensor statistics of WEIGHTS' GEMMs: forward and backward (no optimizer or scale\n"
+             "update) on a few micro-batches with the FP8 state of WEIGHTS under its precision\n"
+             "policy, then a table per layer / module / GEMM / tensor: amax, scale, underflow %,\n"
+             "saturation %, SQNR and cosine of the FP8 image. Cosine < 0.99 means that tensor's\n"
+             "quantization error is too large: the row is flagged.\n"
+             "WEIGHTS: a checkpoint directory (RUN/checkpoints/step_N), a Hugging Face directory\n"
+             "or an llm.c GPT-2 .bin (as for fp8train eval).\n"
+             "A checkpoint at step S is inspected on the micro-batches its step S+1 would train on\n"
+             "(its data position); rows are labelled step S+1, like `train --resume CKPT "
+             "--inspect`.\n",
+    .epilog = "Weights without an amax history (an import) get delayed-scaling scales from one\n"
+              "BF16 forward + backward + scale update on the inspected micro-batches first.\n"
+              "exit status: 0 nothing flagged, 1 a tensor flagged (cosine below the flag, NaN/Inf,\n"
+              "or with --compare-bf16 a dump whose cosine against BF16 is below it), 2 bad input\n",
+    .opts = OPTS,
+    .n_opts = (int)(sizeof(OPTS) / sizeof(OPTS[0])),
+    .max_pos = 2, /* a second one gets its own message (below) */
+    .wrap = CLI_HELP_WRAP,
+};
+
+/* The options into o and WEIGHTS into *weights. -1: go on; else the exit status to return
+ * (0 after --help, --list-options or --help-inject; 2 after a message). */
+static int parse_args(inspect_opts *o, const char **weights, int argc, char **argv) {
     memset(o, 0, sizeof(*o));
     o->cosine_flag = (float)FP8T_INSPECT_COSINE_FLAG;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
-        if (!strcmp(a, "--help-inject")) return 3;
-        if (!strcmp(a, "--json")) { o->json = 1; continue; }
-        if (!strcmp(a, "--compare-bf16")) { o->compare_bf16 = 1; continue; }
-        if (a[0] != '-' || !a[1]) {
-            if (o->weights) {
-                fprintf(stderr, "fp8train inspect: one WEIGHTS argument expected, got '%s' and "
-                        "'%s'\n", o->weights, a);
-                return -1;
-            }
-            o->weights = a;
-            continue;
-        }
-        if (!(v = cli_value(CMD, argc, argv, &i))) return -1;
-        if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--spec")) o->spec = v;
-        else if (!strcmp(a, "--out")) o->out = v;
-        else if (!strcmp(a, "--inject")) o->inject = v;
-        else if (!strcmp(a, "--device")) o->device = v;
-        else if (!strcmp(a, "--precision")) o->precision = v;
-        else if (!strcmp(a, "--override")) {
-            if (o->n_overrides == MAX_OVERRIDE_ARGS) {
-                fprintf(stderr, "fp8train inspect: at most %d --override options\n",
-                        MAX_OVERRIDE_ARGS);
-                return -1;
-            }
-            o->overrides[o->n_overrides++] = v;
-        } else if (!strcmp(a, "--sort")) {
-            if (!strcmp(v, "site")) o->sort = SORT_SITE;
-            else if (!strcmp(v, "sqnr")) o->sort = SORT_SQNR;
-            else if (!strcmp(v, "cosine")) o->sort = SORT_COSINE;
-            else {
-                fprintf(stderr, "fp8train inspect: --sort '%s': expected site, sqnr or cosine\n",
-                        v);
-                return -1;
-            }
-        } else if (!strcmp(a, "--batches")) {
-            if (cli_int(CMD, a, v, 1, 100000, &o->batches)) return -1;
-        }
-        else if (!strcmp(a, "--batch")) { if (cli_int(CMD, a, v, 1, 1 << 20, &o->B)) return -1; }
-        else if (!strcmp(a, "--seq-len")) { if (cli_int(CMD, a, v, 1, 1 << 20, &o->T)) return -1; }
-        else if (!strcmp(a, "--top")) { if (cli_int(CMD, a, v, 1, 1 << 30, &o->top)) return -1; }
-        else if (!strcmp(a, "--seed")) {
-            if (cli_u64(CMD, a, v, &o->seed)) return -1;
-            o->have_seed = 1;
-        }
-        else if (!strcmp(a, "--data-position")) {
-            if (cli_u64(CMD, a, v, &o->position)) return -1;
-            o->have_position = 1;
-        } else if (!strcmp(a, "--cosine-flag")) {
-            if (cli_float(CMD, a, v, 0, 1, &o->cosine_flag)) return -1;
-        } else {
-            fprintf(stderr, "fp8train inspect: unknown option '%s' (see fp8train inspect --help)\n",
-                    a);
-            return -1;
-        }
+    const char *pos[2] = {NULL, NULL};
+    int n_pos = 0, st = cli_parse(&SPEC, o, sizeof(*o), argc, argv, pos, &n_pos);
+    if (st >= 0) return st;
+    if (o->help_inject) { /* a help: asked for without WEIGHTS */
+        fputs(fp8t_injector_help(), stdout);
+        return 0;
     }
-    if (!o->weights) {
+    *weights = pos[0];
+    if (n_pos > 1) {
+        fprintf(stderr, "fp8train inspect: one WEIGHTS argument expected, got '%s' and '%s'\n",
+                pos[0], pos[1]);
+        return 2;
+    }
+    if (!*weights) {
         fprintf(stderr, "fp8train inspect: which weights? give a checkpoint directory "
                 "(RUN/checkpoints/step_N), a Hugging Face directory or an llm.c .bin (see fp8train "
                 "inspect --help)\n");
-        return -1;
+        return 2;
     }
-    if (o->spec) {
-        char e[768];
-        if (fp8t_inspector_spec_check(o->spec, e, sizeof(e)) != 0) {
-            fprintf(stderr, "fp8train inspect: --spec: %s\n", e);
-            return -1;
-        }
+    char e[768];
+    if (o->spec && fp8t_inspector_spec_check(o->spec, e, sizeof(e)) != 0) {
+        fprintf(stderr, "fp8train inspect: --spec: %s\n", e);
+        return 2;
     }
-    if (o->inject) {
-        char e[768];
-        if (fp8t_injector_check(o->inject, e, sizeof(e)) != 0) {
-            fprintf(stderr, "fp8train inspect: --inject: %s\n", e);
-            return -1;
-        }
+    if (o->inject && fp8t_injector_check(o->inject, e, sizeof(e)) != 0) {
+        fprintf(stderr, "fp8train inspect: --inject: %s\n", e);
+        return 2;
     }
-    return 0;
+    return -1;
 }
 
 /* ---------------------------------------------------------------- defaults from the run */
@@ -223,14 +236,8 @@ static int build_policy(fp8t_policy *pol, const fp8t_policy *model_pol, const fp
     pol->head_precision = saved.head_precision;
     pol->n_overrides = saved.n_overrides;
     memcpy(pol->overrides, saved.overrides, sizeof(pol->overrides));
-    if (o->precision) {
-        fp8t_precision p;
-        if (fp8t_precision_parse(&p, o->precision) != 0) {
-            fprintf(stderr, "fp8train inspect: --precision '%s': expected fp8, delayed, current, "
-                    "block, rowwise, mxfp8, fake, bf16 or fp32\n", o->precision);
-            return -1;
-        }
-        pol->default_precision = p;
+    if (o->have_precision) {
+        pol->default_precision = o->precision;
         pol->n_overrides = 0;
     }
     for (int i = 0; i < o->n_overrides; i++)
@@ -369,16 +376,30 @@ static cJSON *dumps_json(const fp8t_dump_diff *d, int n) {
     return a;
 }
 
-/* ---------------------------------------------------------------- the command */
+/* ---------------------------------------------------------------- the command's steps */
 
+/* One inspection: the options resolved against what the weights' run used, what is built
+ * from them, the passes' results and the summary; state_free releases it all. */
 typedef struct {
+    const inspect_opts *o;
+    const char *weights; /* the argument */
     fp8t_weights w;
     fp8t_backend *be;
     fp8t_evaluator *ev;
     fp8t_data *d;
+    fp8t_policy pol, bf16; /* the policy inspected; --compare-bf16's all-BF16 one */
+    int B, T, batches, step, calibrated;
+    uint64_t seed, first; /* first: the data position of the first micro-batch */
+    char out[1024];
+    const char *user_spec; /* --spec, or "" */
+    char *spec;            /* what the passes inspect: user_spec for every micro-batch */
+    fp8t_inspect_pass_result main_res, ref_res; /* ref_res: the BF16 pass */
     fp8t_inspect_site *sites;
+    int n_sites, n_flagged, worst_i; /* worst_i: the worst SQNR's row before sorting, or -1 */
+    fp8t_inspect_site worst;
     fp8t_dump_diff *dumps;
-    char *spec;
+    int n_dumps, n_dumps_flagged;
+    char note[512], desc[512], pol_desc[2048];
     cJSON *js;
 } inspect_state;
 
@@ -406,227 +427,259 @@ static int run_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_policy *p
     return 0;
 }
 
-int fp8t_cmd_inspect(int argc, char **argv) {
-    if (argc > 0 && !strcmp(argv[0], "inspect")) { argc--; argv++; }
-    inspect_opts o;
-    int pr = parse_args(&o, argc, argv);
-    if (pr == 1) { usage(stdout); return 0; }
-    if (pr == 3) { fputs(fp8t_injector_help(), stdout); return 0; }
-    if (pr != 0) return 2;
-
-    inspect_state s;
-    memset(&s, 0, sizeof(s));
-    char err[2048], desc[512], out[1024], path[1200], pol_desc[2048];
-    int status = 2;
-    if (fp8t_weights_load(o.weights, &s.w, err, sizeof(err)) != 0) {
-        fprintf(stderr, "fp8train inspect: %s\n", err);
-        return 2;
-    }
-    const fp8t_weights *w = &s.w;
+/* The defaults the run suggests (data, shape, seed, the micro-batches its next step would
+ * train on), the backend and evaluator, the policies, the data, OUT, the pass's spec, and
+ * scales for weights without an amax history. s->w is loaded. 0 ok, 2 after a message. */
+static int inspect_setup(inspect_state *s) {
+    const inspect_opts *o = s->o;
+    const fp8t_weights *w = &s->w;
+    char err[2048];
     cli_run_defaults def;
     cli_run_defaults_from(w, &def);
     const int is_ckpt = !strcmp(w->kind, "checkpoint");
-    const char *data = o.data ? o.data : def.data;
-    const int own_data = !o.data || !strcmp(o.data, def.data);
+    const char *data = o->data ? o->data : def.data;
+    const int own_data = !o->data || !strcmp(o->data, def.data);
     const char *val_data = own_data ? def.val_data : "";
-    const int B = o.B ? o.B : def.batch, T = o.T ? o.T : def.seq_len;
-    const int batches = o.batches ? o.batches : run_grad_accum(w);
-    const uint64_t seed = o.have_seed ? o.seed : def.seed;
-    const char *device = o.device ? o.device : def.device;
-    const int step = w->step + 1; /* the step these micro-batches would train */
-    uint64_t first = o.have_position ? o.position : 0;
-    if (!o.have_position && is_ckpt && own_data) {
+    s->B = o->B ? o->B : def.batch;
+    s->T = o->T ? o->T : def.seq_len;
+    s->batches = o->batches ? o->batches : run_grad_accum(w);
+    s->seed = o->have_seed ? o->seed : def.seed;
+    const char *device = o->device ? o->device : def.device;
+    s->step = w->step + 1; /* the step these micro-batches would train */
+    s->first = o->have_position ? o->position : 0;
+    if (!o->have_position && is_ckpt && own_data) {
         fp8t_checkpoint st;
         memset(&st, 0, sizeof(st));
         if (fp8t_checkpoint_read_state(w->source, &st, err, sizeof(err)) == 0)
-            first = st.data_position;
+            s->first = st.data_position;
         fp8t_checkpoint_free(&st);
     }
-    if (T > w->model.seq_len) {
-        fprintf(stderr, "fp8train inspect: --seq-len %d exceeds the model's maximum %d\n", T,
+    if (s->T > w->model.seq_len) {
+        fprintf(stderr, "fp8train inspect: --seq-len %d exceeds the model's maximum %d\n", s->T,
                 w->model.seq_len);
-        goto done;
+        return 2;
     }
     cli_debug_opts dbg;
-    if (cli_debug_options("inspect", &dbg) != 0) goto done;
-    if (!(s.be = fp8t_backend_create(device, &dbg.backend, err, sizeof(err)))) {
+    if (cli_debug_options("inspect", &dbg) != 0) return 2;
+    if (!(s->be = fp8t_backend_create(device, &dbg.backend, err, sizeof(err)))) {
         fprintf(stderr, "fp8train inspect: --device %s: %s\n", device, err);
-        goto done;
+        return 2;
     }
-    if (!(s.ev = fp8t_evaluator_create(s.be, w, &dbg.model, B, T, err, sizeof(err)))) {
+    if (!(s->ev = fp8t_evaluator_create(s->be, w, &dbg.model, s->B, s->T, err, sizeof(err)))) {
         fprintf(stderr, "fp8train inspect: %s\n", err);
-        goto done;
+        return 2;
     }
-    fp8t_policy pol, bf16;
-    if (build_policy(&pol, fp8t_model_get_policy(fp8t_evaluator_model(s.ev)), w, &o) != 0)
-        goto done;
-    bf16 = pol;
-    bf16.default_precision = bf16.head_precision = FP8T_PREC_BF16;
-    bf16.n_overrides = 0;
+    if (build_policy(&s->pol, fp8t_model_get_policy(fp8t_evaluator_model(s->ev)), w, o) != 0)
+        return 2;
+    s->bf16 = s->pol;
+    s->bf16.default_precision = s->bf16.head_precision = FP8T_PREC_BF16;
+    s->bf16.n_overrides = 0;
     /* text data goes through the run's tokenizer, if it trained with one */
-    if (!(s.d = fp8t_data_open_tok(data, val_data, def.tokenizer, FP8T_SPLIT_TRAIN, B, T,
-                                   w->model.vocab_size, seed, err, sizeof(err)))) {
+    if (!(s->d = fp8t_data_open_tok(data, val_data, def.tokenizer, FP8T_SPLIT_TRAIN, s->B, s->T,
+                                    w->model.vocab_size, s->seed, err, sizeof(err)))) {
         fprintf(stderr, "fp8train inspect: data: %s\n", err);
-        goto done;
+        return 2;
     }
-    if (o.out) snprintf(out, sizeof(out), "%s", o.out);
-    else default_out(out, sizeof(out), w);
-    if (fp8t_inspect_prepare_out(out, err, sizeof(err)) != 0) {
+    if (o->out) snprintf(s->out, sizeof(s->out), "%s", o->out);
+    else default_out(s->out, sizeof(s->out), w);
+    if (fp8t_inspect_prepare_out(s->out, err, sizeof(err)) != 0) {
         fprintf(stderr, "fp8train inspect: %s\n", err);
-        goto done;
+        return 2;
     }
     /* every micro-batch gets its rows (the spec may still say micro=first); dumps stay those
      * of the first micro-batch */
-    const char *user_spec = o.spec ? o.spec : "";
-    size_t spec_len = strlen(user_spec) + 32;
-    if (!(s.spec = malloc(spec_len))) goto done;
-    snprintf(s.spec, spec_len, "micro=all,%s%s", user_spec, o.compare_bf16 ? ",dump=1" : "");
-    int calibrated = fp8t_inspect_calibrate(s.ev, s.d, first, batches);
-    if (calibrated && !o.json)
+    s->user_spec = o->spec ? o->spec : "";
+    size_t spec_len = strlen(s->user_spec) + 32;
+    if (!(s->spec = malloc(spec_len))) return 2;
+    snprintf(s->spec, spec_len, "micro=all,%s%s", s->user_spec, o->compare_bf16 ? ",dump=1" : "");
+    s->calibrated = fp8t_inspect_calibrate(s->ev, s->d, s->first, s->batches);
+    if (s->calibrated && !o->json)
         fprintf(stderr, "fp8train inspect: the weights carry no FP8 amax history (%s); delayed-"
                 "scaling scales were calibrated on the inspected micro-batches\n", w->kind);
+    return 0;
+}
 
-    fp8t_inspect_pass_result main_res, ref_res;
-    memset(&ref_res, 0, sizeof(ref_res));
-    ref_res.loss = NAN;
-    if (run_pass(s.ev, s.d, &pol, s.spec, out, o.inject, step, first, batches, &main_res))
-        goto done;
-    snprintf(path, sizeof(path), "%s/stats.jsonl", out);
-    int n_sites = 0;
-    if (fp8t_inspect_sites_read(&s.sites, &n_sites, path, step, o.cosine_flag, err, sizeof(err))) {
+/* The inspected pass and its rows, then with --compare-bf16 the all-BF16 pass and the dumps
+ * compared. 0 ok, 2 after a message. */
+static int inspect_passes(inspect_state *s) {
+    const inspect_opts *o = s->o;
+    char err[2048], path[1200];
+    memset(&s->ref_res, 0, sizeof(s->ref_res));
+    s->ref_res.loss = NAN;
+    if (run_pass(s->ev, s->d, &s->pol, s->spec, s->out, o->inject, s->step, s->first,
+                 s->batches, &s->main_res))
+        return 2;
+    snprintf(path, sizeof(path), "%s/stats.jsonl", s->out);
+    if (fp8t_inspect_sites_read(&s->sites, &s->n_sites, path, s->step, o->cosine_flag, err,
+                                sizeof(err))) {
         fprintf(stderr, "fp8train inspect: %s\n", err);
-        goto done;
+        return 2;
     }
-    if (n_sites == 0) {
+    if (s->n_sites == 0) {
         fprintf(stderr, "fp8train inspect: --spec '%s' selected no tensor (note: every/start/end "
                 "select steps, and this inspection is step %d; layers must exist: the model has "
-                "%d)\n", user_spec, step, w->model.n_layer);
-        goto done;
+                "%d)\n", s->user_spec, s->step, s->w.model.n_layer);
+        return 2;
     }
-    if (o.inject && main_res.injected == 0)
+    if (o->inject && s->main_res.injected == 0)
         fprintf(stderr, "fp8train inspect: warning: the --inject fault never fired (amax faults "
                 "need a scale update, which inspect does not make; when=fp8 faults skip BF16 "
-                "GEMMs; from= must be <= step %d)\n", step);
-    int n_dumps = 0, n_dumps_flagged = 0;
-    char note[512] = "";
-    if (o.compare_bf16) {
-        char ref_out[1100], ref_dumps[1200], test_dumps[1200];
-        snprintf(ref_out, sizeof(ref_out), "%s/bf16", out);
-        if (run_pass(s.ev, s.d, &bf16, s.spec, ref_out, o.inject, step, first, batches, &ref_res))
-            goto done;
-        snprintf(ref_dumps, sizeof(ref_dumps), "%s/dumps", ref_out);
-        snprintf(test_dumps, sizeof(test_dumps), "%s/dumps", out);
-        if (fp8t_compare_dump_dirs(&s.dumps, &n_dumps, &n_dumps_flagged, ref_dumps, test_dumps,
-                                   o.cosine_flag, note, sizeof(note), err, sizeof(err))) {
-            fprintf(stderr, "fp8train inspect: --compare-bf16: %s\n", err);
-            goto done;
-        }
+                "GEMMs; from= must be <= step %d)\n", s->step);
+    if (!o->compare_bf16) return 0;
+    char ref_out[1100], ref_dumps[1200], test_dumps[1200];
+    snprintf(ref_out, sizeof(ref_out), "%s/bf16", s->out);
+    if (run_pass(s->ev, s->d, &s->bf16, s->spec, ref_out, o->inject, s->step, s->first,
+                 s->batches, &s->ref_res))
+        return 2;
+    snprintf(ref_dumps, sizeof(ref_dumps), "%s/dumps", ref_out);
+    snprintf(test_dumps, sizeof(test_dumps), "%s/dumps", s->out);
+    if (fp8t_compare_dump_dirs(&s->dumps, &s->n_dumps, &s->n_dumps_flagged, ref_dumps,
+                               test_dumps, o->cosine_flag, s->note, sizeof(s->note), err,
+                               sizeof(err))) {
+        fprintf(stderr, "fp8train inspect: --compare-bf16: %s\n", err);
+        return 2;
     }
+    return 0;
+}
 
-    int n_flagged = 0;
-    for (int i = 0; i < n_sites; i++) n_flagged += s.sites[i].flagged;
-    const int worst_i = worst_sqnr_site(s.sites, n_sites);
-    fp8t_inspect_site worst;
-    if (worst_i >= 0) worst = s.sites[worst_i];
-    status = n_flagged || n_dumps_flagged || main_res.nonfinite ? 1 : 0;
-    cli_describe_weights(desc, sizeof(desc), w);
-    fp8t_policy_describe(&pol, pol_desc, sizeof(pol_desc));
+/* The verdict (0 nothing flagged, 1 flagged; returned) and the record: OUT/inspect.json, and
+ * stdout with --json. */
+static int inspect_record(inspect_state *s) {
+    const inspect_opts *o = s->o;
+    char err[2048], path[1200];
+    s->n_flagged = 0;
+    for (int i = 0; i < s->n_sites; i++) s->n_flagged += s->sites[i].flagged;
+    s->worst_i = worst_sqnr_site(s->sites, s->n_sites);
+    if (s->worst_i >= 0) s->worst = s->sites[s->worst_i];
+    const int status = s->n_flagged || s->n_dumps_flagged || s->main_res.nonfinite ? 1 : 0;
+    cli_describe_weights(s->desc, sizeof(s->desc), &s->w);
+    fp8t_policy_describe(&s->pol, s->pol_desc, sizeof(s->pol_desc));
 
-    /* the record: OUT/inspect.json (and stdout with --json) */
-    s.js = cJSON_CreateObject();
-    cJSON_AddStringToObject(s.js, "command", "inspect");
-    cJSON_AddBoolToObject(s.js, "complete", 1);
-    cJSON_AddStringToObject(s.js, "weights", o.weights);
-    cJSON_AddStringToObject(s.js, "description", desc);
-    cJSON_AddNumberToObject(s.js, "step", step);
-    cJSON_AddStringToObject(s.js, "out", out);
-    cJSON_AddStringToObject(s.js, "data", fp8t_data_describe(s.d));
-    cJSON_AddNumberToObject(s.js, "data_position", (double)first);
-    cJSON_AddNumberToObject(s.js, "batches", batches);
-    cJSON_AddNumberToObject(s.js, "batch", B);
-    cJSON_AddNumberToObject(s.js, "seq_len", T);
-    cJSON_AddStringToObject(s.js, "spec", s.spec);
-    cJSON_AddStringToObject(s.js, "policy", pol_desc);
-    if (o.inject) {
-        cJSON_AddStringToObject(s.js, "inject", o.inject);
-        cJSON_AddNumberToObject(s.js, "injected", (double)main_res.injected);
+    cJSON *js = s->js = cJSON_CreateObject();
+    cJSON_AddStringToObject(js, "command", "inspect");
+    cJSON_AddBoolToObject(js, "complete", 1);
+    cJSON_AddStringToObject(js, "weights", s->weights);
+    cJSON_AddStringToObject(js, "description", s->desc);
+    cJSON_AddNumberToObject(js, "step", s->step);
+    cJSON_AddStringToObject(js, "out", s->out);
+    cJSON_AddStringToObject(js, "data", fp8t_data_describe(s->d));
+    cJSON_AddNumberToObject(js, "data_position", (double)s->first);
+    cJSON_AddNumberToObject(js, "batches", s->batches);
+    cJSON_AddNumberToObject(js, "batch", s->B);
+    cJSON_AddNumberToObject(js, "seq_len", s->T);
+    cJSON_AddStringToObject(js, "spec", s->spec);
+    cJSON_AddStringToObject(js, "policy", s->pol_desc);
+    if (o->inject) {
+        cJSON_AddStringToObject(js, "inject", o->inject);
+        cJSON_AddNumberToObject(js, "injected", (double)s->main_res.injected);
     }
-    cJSON_AddBoolToObject(s.js, "calibrated", calibrated);
-    json_num(s.js, "loss", main_res.loss);
-    if (main_res.nonfinite)
-        cJSON_AddStringToObject(s.js, "first_nonfinite", main_res.first_nonfinite);
-    json_num(s.js, "cosine_flag", o.cosine_flag);
-    cJSON_AddNumberToObject(s.js, "flagged_sites", n_flagged);
-    cJSON_AddItemToObject(s.js, "sites", sites_json(s.sites, n_sites));
-    if (o.compare_bf16) {
-        cJSON *c = cJSON_AddObjectToObject(s.js, "compare_bf16");
-        json_num(c, "bf16_loss", ref_res.loss);
-        cJSON_AddNumberToObject(c, "flagged", n_dumps_flagged);
-        if (note[0]) cJSON_AddStringToObject(c, "note", note);
-        cJSON_AddItemToObject(c, "tensors", dumps_json(s.dumps, n_dumps));
+    cJSON_AddBoolToObject(js, "calibrated", s->calibrated);
+    json_num(js, "loss", s->main_res.loss);
+    if (s->main_res.nonfinite)
+        cJSON_AddStringToObject(js, "first_nonfinite", s->main_res.first_nonfinite);
+    json_num(js, "cosine_flag", o->cosine_flag);
+    cJSON_AddNumberToObject(js, "flagged_sites", s->n_flagged);
+    cJSON_AddItemToObject(js, "sites", sites_json(s->sites, s->n_sites));
+    if (o->compare_bf16) {
+        cJSON *c = cJSON_AddObjectToObject(js, "compare_bf16");
+        json_num(c, "bf16_loss", s->ref_res.loss);
+        cJSON_AddNumberToObject(c, "flagged", s->n_dumps_flagged);
+        if (s->note[0]) cJSON_AddStringToObject(c, "note", s->note);
+        cJSON_AddItemToObject(c, "tensors", dumps_json(s->dumps, s->n_dumps));
     }
-    cJSON_AddNumberToObject(s.js, "exit_status", status);
-    char *text = cJSON_Print(s.js);
-    snprintf(path, sizeof(path), "%s/inspect.json", out);
+    cJSON_AddNumberToObject(js, "exit_status", status);
+    char *text = cJSON_Print(js);
+    snprintf(path, sizeof(path), "%s/inspect.json", s->out);
     if (!text || fp8t_write_file_atomic(path, text, strlen(text), err, sizeof(err)) != 0)
         fprintf(stderr, "fp8train inspect: cannot write %s: %s\n", path,
                 text ? err : "out of memory");
     free(text);
-    if (o.json) {
-        char *line = cJSON_PrintUnformatted(s.js);
+    if (o->json) {
+        char *line = cJSON_PrintUnformatted(js);
         if (line) printf("%s\n", line);
         free(line);
-        goto done;
     }
+    return status;
+}
 
-    printf("weights: %s (%s)\n", o.weights, desc);
+/* The tables: what was inspected, the rows (in --sort's order), the worst SQNR, and with
+ * --compare-bf16 the dumps against BF16. */
+static void inspect_print(inspect_state *s) {
+    const inspect_opts *o = s->o;
+    const fp8t_inspect_pass_result *mr = &s->main_res;
+    printf("weights: %s (%s)\n", s->weights, s->desc);
     printf("data: %s; %d micro-batch%s of %d x %d tokens from position %llu (step %d)\n",
-           fp8t_data_describe(s.d), batches, batches == 1 ? "" : "es", B, T,
-           (unsigned long long)first, step);
+           fp8t_data_describe(s->d), s->batches, s->batches == 1 ? "" : "es", s->B, s->T,
+           (unsigned long long)s->first, s->step);
     printf("policy:\n");
-    for (const char *line = pol_desc; *line;) { /* the description's lines, indented */
+    for (const char *line = s->pol_desc; *line;) { /* the description's lines, indented */
         size_t k = strcspn(line, "\n");
         printf("  %.*s\n", (int)k, line);
         line += k + (line[k] == '\n');
     }
-    if (o.inject)
-        printf("fault: %s (applied %ld time%s)\n", o.inject, main_res.injected,
-               main_res.injected == 1 ? "" : "s");
-    printf("loss: %.6f", main_res.loss);
-    if (o.compare_bf16)
-        printf("   all-BF16: %.6f (%+.3f%%)", ref_res.loss,
-               100.0 * (main_res.loss - ref_res.loss) / fabs(ref_res.loss));
+    if (o->inject)
+        printf("fault: %s (applied %ld time%s)\n", o->inject, mr->injected,
+               mr->injected == 1 ? "" : "s");
+    printf("loss: %.6f", mr->loss);
+    if (o->compare_bf16)
+        printf("   all-BF16: %.6f (%+.3f%%)", s->ref_res.loss,
+               100.0 * (mr->loss - s->ref_res.loss) / fabs(s->ref_res.loss));
     printf("\n");
-    if (main_res.nonfinite) printf("first non-finite tensor: %s\n", main_res.first_nonfinite);
+    if (mr->nonfinite) printf("first non-finite tensor: %s\n", mr->first_nonfinite);
     printf("\n");
-    if (o.sort == SORT_SQNR) qsort(s.sites, (size_t)n_sites, sizeof(*s.sites), cmp_sqnr);
-    if (o.sort == SORT_COSINE) qsort(s.sites, (size_t)n_sites, sizeof(*s.sites), cmp_cosine);
-    int worst_pos = -1;
-    for (int i = 0; worst_i >= 0 && i < n_sites; i++)
-        if (s.sites[i].layer == worst.layer && !strcmp(s.sites[i].module, worst.module) &&
-            !strcmp(s.sites[i].gemm, worst.gemm) && !strcmp(s.sites[i].tensor, worst.tensor))
+    const int n_sites = s->n_sites;
+    if (o->sort == SORT_SQNR) qsort(s->sites, (size_t)n_sites, sizeof(*s->sites), cmp_sqnr);
+    if (o->sort == SORT_COSINE) qsort(s->sites, (size_t)n_sites, sizeof(*s->sites), cmp_cosine);
+    const fp8t_inspect_site *worst = &s->worst;
+    int worst_pos = -1; /* where the worst row went in the sorted table */
+    for (int i = 0; s->worst_i >= 0 && i < n_sites; i++)
+        if (s->sites[i].layer == worst->layer && !strcmp(s->sites[i].module, worst->module) &&
+            !strcmp(s->sites[i].gemm, worst->gemm) && !strcmp(s->sites[i].tensor, worst->tensor))
             worst_pos = i;
-    print_sites(s.sites, n_sites, worst_pos, o.top, o.cosine_flag);
-    if (worst_i >= 0) {
+    print_sites(s->sites, n_sites, worst_pos, o->top, o->cosine_flag);
+    if (s->worst_i >= 0) {
         char l[16];
-        layer_name(l, sizeof(l), worst.layer);
-        printf("\nworst SQNR: layer %s %s %s %s: %.2f dB, cosine %.5f\n", l, worst.module,
-               worst.gemm, worst.tensor, worst.sqnr_db, worst.cosine);
+        layer_name(l, sizeof(l), worst->layer);
+        printf("\nworst SQNR: layer %s %s %s %s: %.2f dB, cosine %.5f\n", l, worst->module,
+               worst->gemm, worst->tensor, worst->sqnr_db, worst->cosine);
     }
-    printf("%d of %d tensor site%s flagged (cosine < %.2f or NaN/Inf)\n", n_flagged, n_sites,
-           n_sites == 1 ? "" : "s", o.cosine_flag);
-    if (o.compare_bf16) {
+    printf("%d of %d tensor site%s flagged (cosine < %.2f or NaN/Inf)\n", s->n_flagged, n_sites,
+           n_sites == 1 ? "" : "s", o->cosine_flag);
+    if (o->compare_bf16) {
         printf("\nFP8 pass against an all-BF16 pass of the same micro-batches (dumps of the first "
                "micro-batch, worst cosine first):\n");
-        print_dumps(s.dumps, n_dumps, o.top, o.cosine_flag);
-        if (note[0]) printf("note: %s\n", note);
-        printf("%d of %d dumped tensor%s below cosine %.2f against BF16%s\n", n_dumps_flagged,
-               n_dumps, n_dumps == 1 ? "" : "s", o.cosine_flag,
-               n_dumps_flagged ? ": that quantization error is too large (the seeds' rule)" : "");
+        print_dumps(s->dumps, s->n_dumps, o->top, o->cosine_flag);
+        if (s->note[0]) printf("note: %s\n", s->note);
+        printf("%d of %d dumped tensor%s below cosine %.2f against BF16%s\n", s->n_dumps_flagged,
+               s->n_dumps, s->n_dumps == 1 ? "" : "s", o->cosine_flag,
+               s->n_dumps_flagged ? ": that quantization error is too large (the seeds' rule)"
+                                  : "");
     }
-    printf("\nstats: %s/stats.jsonl  record: %s/inspect.json%s\n", out, out,
-           o.compare_bf16 ? "  (BF16 pass: OUT/bf16)" : "");
-done:
+    printf("\nstats: %s/stats.jsonl  record: %s/inspect.json%s\n", s->out, s->out,
+           o->compare_bf16 ? "  (BF16 pass: OUT/bf16)" : "");
+}
+
+int fp8t_cmd_inspect(int argc, char **argv) {
+    if (argc > 0 && !strcmp(argv[0], "inspect")) { argc--; argv++; }
+    inspect_opts o;
+    const char *weights = NULL;
+    int status = parse_args(&o, &weights, argc, argv);
+    if (status >= 0) return status;
+    inspect_state s;
+    memset(&s, 0, sizeof(s));
+    s.o = &o;
+    s.weights = weights;
+    char err[2048];
+    if (fp8t_weights_load(weights, &s.w, err, sizeof(err)) != 0) {
+        fprintf(stderr, "fp8train inspect: %s\n", err);
+        return 2;
+    }
+    status = inspect_setup(&s);
+    if (status == 0) status = inspect_passes(&s);
+    if (status == 0) {
+        status = inspect_record(&s);
+        if (!o.json) inspect_print(&s);
+    }
     state_free(&s);
     return status;
 }

@@ -9,21 +9,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli_args.h"
 #include "fp8train/io.h"
 #include "fp8train/tensorboard.h"
 #include "util/fs.h"
 
 #define CMD "tensorboard"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: fp8train tensorboard RUN [--out DIR]\n\n"
-               "Writes TensorBoard event files for a run directory from its metrics.jsonl\n"
-               "(loss, val_loss, lr, grad_norm, tokens_per_s, shadow/drift gaps) and, when\n"
-               "present, stats.jsonl (--inspect: inspect/<site>/<stat> with underflow_pct,\n"
-               "saturation_pct, sqnr_db, scale, amax): the tags train --tensorboard writes\n"
-               "live. DIR defaults to RUN/tb; a new file is added there, never overwritten.\n"
-               "Then: tensorboard --logdir DIR. Exit status: 0, or 2 on bad input.\n");
-}
+typedef struct {
+    const char *out;
+} tb_opts;
+
+static const fp8t_opt OPTS[] = {
+    {.name = "out", .arg = "DIR", .type = FP8T_OPT_STR, FP8T_OPT_FIELD(tb_opts, out),
+     .dflt = "RUN/tb", .help = "where the event file goes; a new file is added there, never "
+                               "overwritten"},
+};
+
+static const fp8t_opt_spec SPEC = {
+    .cmd = CMD,
+    .usage = "RUN [--out DIR]",
+    .about = "Writes TensorBoard event files for a run directory from its metrics.jsonl\n"
+             "(loss, val_loss, lr, grad_norm, tokens_per_s, shadow/drift gaps) and, when\n"
+             "present, stats.jsonl (--inspect: inspect/<site>/<stat> with underflow_pct,\n"
+             "saturation_pct, sqnr_db, scale, amax): the tags train --tensorboard writes\n"
+             "live.\n",
+    .epilog = "Then: tensorboard --logdir DIR. Exit status: 0, or 2 on bad input.\n",
+    .opts = OPTS,
+    .n_opts = (int)(sizeof(OPTS) / sizeof(OPTS[0])),
+    .max_pos = 1,
+    .wrap = CLI_HELP_WRAP,
+};
 
 /* The JSON objects of a .jsonl file, in order (NULL and err when it cannot be read or a
  * complete line is not an object; a truncated last line, as a killed writer leaves, is
@@ -169,31 +185,13 @@ static int add_stats(fp8t_tb_writer *w, const stat_row *idx, int n, int step) {
 }
 
 int fp8t_cmd_tensorboard(int argc, char **argv) {
-    const char *run = NULL, *out = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--out")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "fp8train " CMD ": --out needs a directory\n");
-                return 2;
-            }
-            out = argv[++i];
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "fp8train " CMD ": unknown option '%s' (expected --out DIR)\n", a);
-            return 2;
-        } else if (!run) {
-            run = a;
-        } else {
-            fprintf(stderr, "fp8train " CMD ": one run directory at a time ('%s' and '%s')\n",
-                    run, a);
-            return 2;
-        }
-    }
+    tb_opts o = {.out = NULL};
+    const char *run = NULL;
+    int n_pos = 0, st = cli_parse(&SPEC, &o, sizeof(o), argc, argv, &run, &n_pos);
+    if (st >= 0) return st;
+    const char *out = o.out;
     if (!run) {
-        usage(stderr);
+        fp8t_opt_help(stderr, &SPEC, &o);
         return 2;
     }
     char mpath[1100], spath[1100], dir[1100], err[1536] = "";

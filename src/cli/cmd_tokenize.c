@@ -23,30 +23,56 @@
 
 #define CMD "tokenize"
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: fp8train tokenize FILES... --tokenizer tokenizer.json --out DIR [options]\n"
-        "       fp8train tokenize --tokenizer tokenizer.json --text STRING   (print its tokens)\n"
-        "  Tokenize text files (one document each) and JSONL files (.jsonl/.ndjson: one document\n"
-        "  per line, its \"text\" field) with a Hugging Face byte-level BPE tokenizer (GPT-2,\n"
-        "  Llama-3, Qwen2 style) into llm.c token shards DIR/train_NNNNNN.bin and\n"
-        "  DIR/val_NNNNNN.bin. Each document starts with the document token (<|endoftext|> or\n"
-        "  <|begin_of_text|>). Vocabularies up to 65536 give GPT-2 shards (16-bit tokens), larger\n"
-        "  ones llm.c's Llama-3 shards (32-bit).\n"
-        "options:\n"
-        "  --tokenizer FILE      the tokenizer.json (required)\n"
-        "  --out DIR             where the shards go (created; must not hold shards already)\n"
-        "  --val-frac X          the last X of the input (by bytes) is the validation split\n"
-        "                        (default 0.1; 0 = no validation shards)\n"
-        "  --shard-tokens N      tokens per shard (default 100000000, as llm.c)\n"
-        "  --field NAME          the JSONL field holding the text (default text)\n"
-        "  --quiet               no progress bar\n"
-        "  --text STRING         print the ids and pieces of STRING (no document token, as\n"
-        "                        tokenizers' encode(STRING, add_special_tokens=False)) and exit\n"
-        "example:\n"
-        "  fp8train tokenize corpus.jsonl --tokenizer llama3/tokenizer.json --out data/tok\n"
-        "  fp8train train --data 'data/tok/train_*.bin' --val-data 'data/tok/val_*.bin' ...\n");
-}
+typedef struct {
+    const char *tokenizer, *out, *field, *text;
+    float val_frac;
+    uint64_t shard_tokens;
+    int quiet;
+} tokenize_opts;
+
+#define F(f) FP8T_OPT_FIELD(tokenize_opts, f)
+static const fp8t_opt OPTS[] = {
+    {.name = "tokenizer", .arg = "FILE", .type = FP8T_OPT_STR, F(tokenizer),
+     .dflt = FP8T_OPT_NO_DEFAULT, .help = "the tokenizer.json (required)"},
+    {.name = "out", .arg = "DIR", .type = FP8T_OPT_STR, F(out), .dflt = FP8T_OPT_NO_DEFAULT,
+     .help = "where the shards go (created; must not hold shards already)"},
+    {.name = "val-frac", .arg = "X", .type = FP8T_OPT_FLOAT, F(val_frac), .lo = 0, .hi = 0.99,
+     .help = "the last X of the input (by bytes) is the validation split; 0: no validation "
+             "shards"},
+    /* an llm.c shard counts its tokens in an int32 */
+    {.name = "shard-tokens", .arg = "N", .type = FP8T_OPT_U64, F(shard_tokens), .lo = 1,
+     .hi = INT32_MAX, .help = "tokens per shard, as llm.c (at most 2^31 - 1: an llm.c shard "
+                              "counts its tokens in an int32)"},
+    {.name = "field", .arg = "NAME", .type = FP8T_OPT_STR, F(field),
+     .help = "the JSONL field holding the text"},
+    {.name = "quiet", .type = FP8T_OPT_FLAG, F(quiet), .help = "no progress bar"},
+    {.name = "text", .arg = "STRING", .type = FP8T_OPT_STR, F(text), .dflt = FP8T_OPT_NO_DEFAULT,
+     .help = "print the ids and pieces of STRING (no document token, as tokenizers' "
+             "encode(STRING, add_special_tokens=False)) and exit"},
+};
+#undef F
+
+static const fp8t_opt_spec SPEC = {
+    .cmd = CMD,
+    .usage = "FILES... --tokenizer tokenizer.json --out DIR [options]\n"
+             "       fp8train tokenize --tokenizer tokenizer.json --text STRING   (print its "
+             "tokens)",
+    .about =
+        "Tokenize text files (one document each) and JSONL files (.jsonl/.ndjson: one document\n"
+        "per line, its \"text\" field) with a Hugging Face byte-level BPE tokenizer (GPT-2,\n"
+        "Llama-3, Qwen2 style) into llm.c token shards DIR/train_NNNNNN.bin and\n"
+        "DIR/val_NNNNNN.bin. Each document starts with the document token (<|endoftext|> or\n"
+        "<|begin_of_text|>). Vocabularies up to 65536 give GPT-2 shards (16-bit tokens), larger\n"
+        "ones llm.c's Llama-3 shards (32-bit).\n",
+    .epilog = "example:\n"
+              "  fp8train tokenize corpus.jsonl --tokenizer llama3/tokenizer.json --out data/tok\n"
+              "  fp8train train --data 'data/tok/train_*.bin' --val-data 'data/tok/val_*.bin' ...\n"
+              "Exit status: 0 ok, 1 a failed write, 2 bad input or usage.\n",
+    .opts = OPTS,
+    .n_opts = (int)(sizeof(OPTS) / sizeof(OPTS[0])),
+    .max_pos = -1,
+    .wrap = CLI_HELP_WRAP,
+};
 
 typedef struct {
     const char *dir, *kind; /* "train" / "val" */
@@ -231,39 +257,20 @@ static const char *existing_shard(const char *dir) {
 
 int fp8t_cmd_tokenize(int argc, char **argv) {
     if (argc > 0 && !strcmp(argv[0], CMD)) { argc--; argv++; }
-    const char *tok_path = NULL, *out = NULL, *field = "text", *text = NULL;
-    float val_frac = 0.1f;
-    uint64_t shard_tokens = 100000000;
-    int quiet = 0, n_files = 0;
+    tokenize_opts o = {.tokenizer = NULL, .out = NULL, .field = "text", .text = NULL,
+                       .val_frac = 0.1f, .shard_tokens = 100000000, .quiet = 0};
+    int n_files = 0;
     const char **files = calloc((size_t)argc + 1, sizeof(char *));
     if (!files) return 1;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); free(files); return 0; }
-        if (!strcmp(a, "--quiet")) { quiet = 1; continue; }
-        if (a[0] != '-' || !a[1]) { files[n_files++] = a; continue; }
-        if (!(v = cli_value(CMD, argc, argv, &i))) { free(files); return 2; }
-        if (!strcmp(a, "--tokenizer")) tok_path = v;
-        else if (!strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--field")) field = v;
-        else if (!strcmp(a, "--text")) text = v;
-        else if (!strcmp(a, "--val-frac")) {
-            if (cli_float(CMD, a, v, 0, 0.99, &val_frac)) { free(files); return 2; }
-        } else if (!strcmp(a, "--shard-tokens")) {
-            if (cli_u64(CMD, a, v, &shard_tokens)) { free(files); return 2; }
-            if (shard_tokens < 1 || shard_tokens > (uint64_t)INT32_MAX) {
-                fprintf(stderr, "fp8train tokenize: --shard-tokens %s: expected 1 to %d (an "
-                        "llm.c shard counts its tokens in an int32)\n", v, INT32_MAX);
-                free(files);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "fp8train tokenize: unknown option '%s' (see fp8train tokenize "
-                    "--help)\n", a);
-            free(files);
-            return 2;
-        }
+    int st = cli_parse(&SPEC, &o, sizeof(o), argc, argv, files, &n_files);
+    if (st >= 0) {
+        free(files);
+        return st;
     }
+    const char *tok_path = o.tokenizer, *out = o.out, *field = o.field, *text = o.text;
+    const float val_frac = o.val_frac;
+    const uint64_t shard_tokens = o.shard_tokens;
+    const int quiet = o.quiet;
     if (text) {
         int rc = print_tokens(tok_path, text, n_files);
         free(files);

@@ -17,8 +17,9 @@ int fp8t_cmd_train(int argc, char **argv) {
         return 1;
     }
     int rc = fp8t_train_parse_args(c, argc, argv, err, sizeof(err));
-    if (rc == 1) {
-        fp8t_train_options_help(stdout);
+    if (rc == 1 || rc == 2) {
+        if (rc == 1) fp8t_train_options_help(stdout);
+        else fp8t_train_options_list(stdout);
         free(c);
         return 0;
     }

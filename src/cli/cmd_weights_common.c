@@ -105,43 +105,17 @@ void cli_infer_opts_init(cli_infer_opts *o) {
     o->calib_batches = 4;
 }
 
+const fp8t_opt_choice CLI_ACT_SCALES[] = {{"current", FP8T_ACT_SCALE_CURRENT},
+                                          {"delayed", FP8T_ACT_SCALE_DELAYED},
+                                          {"calibrated", FP8T_ACT_SCALE_CALIBRATED},
+                                          {NULL, 0}};
+const fp8t_opt_choice CLI_KV_CACHES[] = {
+    {"bf16", FP8T_KV_BF16}, {"fp8", FP8T_KV_FP8}, {"fp32", FP8T_KV_FP32}, {NULL, 0}};
+const fp8t_opt_choice CLI_EVAL_PRECISIONS[] = {
+    {"bf16", FP8T_EVAL_BF16}, {"fp8", FP8T_EVAL_FP8}, {"fp32", FP8T_EVAL_FP32}, {NULL, 0}};
+
 const char *cli_kv_name(int kv) {
     return kv == FP8T_KV_FP8 ? "fp8" : kv == FP8T_KV_BF16 ? "bf16" : "fp32";
-}
-
-int cli_infer_option(const char *cmd, const char *a, const char *v, cli_infer_opts *o) {
-    if (!strcmp(a, "--act-scale")) {
-        if (fp8t_act_scale_parse(&o->act, v) != 0) {
-            fprintf(stderr, "fp8train %s: --act-scale '%s': expected current, delayed or "
-                    "calibrated\n", cmd, v);
-            return -1;
-        }
-        return 1;
-    }
-    if (!strcmp(a, "--kv-cache")) {
-        if (!strcmp(v, "bf16")) o->kv = FP8T_KV_BF16;
-        else if (!strcmp(v, "fp8")) o->kv = FP8T_KV_FP8;
-        else if (!strcmp(v, "fp32")) o->kv = FP8T_KV_FP32;
-        else {
-            fprintf(stderr, "fp8train %s: --kv-cache '%s': expected bf16, fp8 or fp32\n", cmd, v);
-            return -1;
-        }
-        return 1;
-    }
-    if (!strcmp(a, "--calib-data")) {
-        o->calib_data = v;
-        return 1;
-    }
-    if (!strcmp(a, "--calib-batches"))
-        return cli_int(cmd, a, v, 1, 100000, &o->calib_batches) ? -1 : 1;
-    if (!strcmp(a, "--rows")) return cli_int(cmd, a, v, 1, 1 << 24, &o->rows) ? -1 : 1;
-    return 0;
-}
-
-int cli_infer_flag(const char *a, cli_infer_opts *o) {
-    if (!strcmp(a, "--no-graphs")) return o->no_graphs = 1;
-    if (!strcmp(a, "--fp8-head")) return o->fp8_head = 1;
-    return 0;
 }
 
 void cli_infer_model_opts(const cli_infer_opts *o, fp8t_eval_precision prec,

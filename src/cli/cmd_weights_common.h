@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cli/cli_args.h" /* cli_int, cli_u64, cli_float, cli_value */
+#include "cli/cli_args.h" /* cli_parse, cli_set_u64_given */
 #include "fp8train/eval.h"
 #include "fp8train/export.h"
 #include "fp8train/infer.h"
@@ -49,11 +49,30 @@ typedef struct {
     int no_graphs, fp8_head;
 } cli_infer_opts;
 void cli_infer_opts_init(cli_infer_opts *o);
-/* Option a with value v (a value option, already taken from argv) of the table above? 1 taken,
- * 0 not one of them, -1 a bad value (printed as "fp8train CMD: ..."). */
-int cli_infer_option(const char *cmd, const char *a, const char *v, cli_infer_opts *o);
-/* flag a (no value) of the table above? 1 taken, 0 not */
-int cli_infer_flag(const char *a, cli_infer_opts *o);
+/* The same options as rows of a command's option table, for a cli_infer_opts at member M of
+ * the command's options struct T; each command gives the help in its own words (and the
+ * default of --kv-cache and --calib-data, which depend on it). */
+extern const fp8t_opt_choice CLI_ACT_SCALES[], CLI_KV_CACHES[], CLI_EVAL_PRECISIONS[];
+#define CLI_ROW_ACT_SCALE(T, M, help_)                                                         \
+    {.name = "act-scale", .arg = "current|delayed|calibrated", .type = FP8T_OPT_CHOICE,        \
+     FP8T_OPT_FIELD(T, M.act), .choices = CLI_ACT_SCALES, .help = help_}
+#define CLI_ROW_KV_CACHE(T, M, dflt_, help_)                                                   \
+    {.name = "kv-cache", .arg = "bf16|fp8|fp32", .type = FP8T_OPT_CHOICE,                      \
+     FP8T_OPT_FIELD(T, M.kv), .choices = CLI_KV_CACHES, .dflt = dflt_, .help = help_}
+#define CLI_ROW_CALIB_DATA(T, M, dflt_, help_)                                                 \
+    {.name = "calib-data", .arg = "SRC", .type = FP8T_OPT_STR, FP8T_OPT_FIELD(T, M.calib_data), \
+     .dflt = dflt_, .help = help_}
+#define CLI_ROW_CALIB_BATCHES(T, M, help_)                                                     \
+    {.name = "calib-batches", .arg = "N", .type = FP8T_OPT_INT,                                \
+     FP8T_OPT_FIELD(T, M.calib_batches), .lo = 1, .hi = 100000, .help = help_}
+#define CLI_ROW_ROWS(T, M, dflt_, help_)                                                       \
+    {.name = "rows", .arg = "N", .type = FP8T_OPT_INT, FP8T_OPT_FIELD(T, M.rows), .lo = 1,      \
+     .hi = 1 << 24, .dflt = dflt_, .help = help_}
+#define CLI_ROW_NO_GRAPHS(T, M, help_)                                                         \
+    {.name = "no-graphs", .type = FP8T_OPT_FLAG, FP8T_OPT_FIELD(T, M.no_graphs), .help = help_}
+#define CLI_ROW_FP8_HEAD(T, M, help_)                                                          \
+    {.name = "fp8-head", .type = FP8T_OPT_FLAG, FP8T_OPT_FIELD(T, M.fp8_head), .help = help_}
+
 /* the model options of prec with o's choices */
 void cli_infer_model_opts(const cli_infer_opts *o, fp8t_eval_precision prec,
                           fp8t_infer_opts *out);

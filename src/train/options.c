@@ -18,27 +18,13 @@
 #include "fp8train/tokenizer.h"
 #include "fp8train/train_options.h"
 #include "util/fs.h"
+#include "util/opt_table.h"
 
-typedef enum { OT_INT, OT_FLOAT, OT_U64, OT_STR, OT_FLAG, OT_BOOL, OT_SPECIAL } opt_type;
+/* the table's own bits of fp8t_opt.user */
+#define IN_OBJECT 1u /* written inside "model" / "policy" in config.json, not as a key */
+#define IS_MODEL 2u  /* sets the model config (decides --resume's model adoption) */
 
-typedef int (*opt_setter)(fp8t_train_config *c, const char *v, char *err, size_t errlen);
-typedef void (*opt_getter)(const fp8t_train_config *c, char *buf, size_t len);
-
-typedef struct {
-    const char *name;  /* command-line spelling without "--" */
-    const char *arg;   /* metavariable, NULL for flags */
-    const char *help;
-    const char *group;
-    opt_type type;
-    size_t off, size;  /* field offset in fp8t_train_config; size of a string field */
-    double lo, hi;     /* inclusive range of numeric values */
-    opt_setter set;    /* OT_SPECIAL */
-    opt_getter get;    /* OT_SPECIAL */
-    int in_object;     /* written inside "model" / "policy" in config.json, not as a key */
-    int is_model;      /* sets the model config (decides --resume's model adoption) */
-} opt;
-
-#define FIELD(f) offsetof(fp8t_train_config, f), sizeof(((fp8t_train_config *)0)->f)
+#define FIELD(f) FP8T_OPT_FIELD(fp8t_train_config, f)
 
 /* ---------------------------------------------------------------- special options */
 
@@ -46,7 +32,8 @@ static int fail(char *err, size_t errlen, const char *name, const char *v, const
     return fp8t_errorf(err, errlen, "--%s: bad value '%s' (expected %s)", name, v, expect);
 }
 
-static int set_preset(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_preset(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     fp8t_model_config m;
     if (fp8t_model_preset(&m, v) != 0) return fail(err, errlen, "preset", v, fp8t_model_preset_names());
     if (strlen(v) >= sizeof(c->preset)) return fail(err, errlen, "preset", v, "a shorter name");
@@ -54,28 +41,35 @@ static int set_preset(fp8t_train_config *c, const char *v, char *err, size_t err
     c->model = m;
     return 0;
 }
-static void get_preset(const fp8t_train_config *c, char *b, size_t n) { snprintf(b, n, "%s", c->preset); }
+static void get_preset(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
+    snprintf(b, n, "%s", c->preset); }
 
-static int set_arch(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_arch(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     if (fp8t_arch_parse(&c->model.arch, v) != 0) return fail(err, errlen, "arch", v, "gpt2 or llama");
     return 0;
 }
-static void get_arch(const fp8t_train_config *c, char *b, size_t n) {
+static void get_arch(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     snprintf(b, n, "%s", fp8t_arch_name(c->model.arch));
 }
 
-static int set_tie_head(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_tie_head(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     if (strcmp(v, "1") == 0) c->model.untied_head = 0;
     else if (strcmp(v, "0") == 0) c->model.untied_head = 1;
     else return fail(err, errlen, "tie-head", v, "1 (the LM head is wte) or 0 (its own lm_head.w)");
     return 0;
 }
-static void get_tie_head(const fp8t_train_config *c, char *b, size_t n) {
+static void get_tie_head(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     snprintf(b, n, "%d", !c->model.untied_head);
 }
 
 /* none | llama3:FACTOR[,LOW,HIGH,ORIGINAL_MAX_POS] (defaults 1, 4, 8192 as Llama 3.1) */
-static int set_rope_scaling(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_rope_scaling(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     fp8t_rope_scaling r = {FP8T_ROPE_DEFAULT, 0.0f, 0.0f, 0.0f, 0};
     if (strcmp(v, "none") != 0) {
         float f = 0, lo = 1.0f, hi = 4.0f;
@@ -92,7 +86,8 @@ static int set_rope_scaling(fp8t_train_config *c, const char *v, char *err, size
     c->model.rope_scaling = r;
     return 0;
 }
-static void get_rope_scaling(const fp8t_train_config *c, char *b, size_t n) {
+static void get_rope_scaling(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     const fp8t_rope_scaling *r = &c->model.rope_scaling;
     if (r->type != FP8T_ROPE_LLAMA3) snprintf(b, n, "none");
     else snprintf(b, n, "llama3:%g,%g,%g,%d", (double)r->factor, (double)r->low_freq_factor,
@@ -100,67 +95,79 @@ static void get_rope_scaling(const fp8t_train_config *c, char *b, size_t n) {
 }
 
 #define PRECISIONS "fp8, delayed, current, block, rowwise, mxfp8, fake, bf16 or fp32"
-static int set_precision(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_precision(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     fp8t_precision p;
     if (fp8t_precision_parse(&p, v) != 0) return fail(err, errlen, "precision", v, PRECISIONS);
     c->policy.default_precision = p;
     return 0;
 }
-static void get_precision(const fp8t_train_config *c, char *b, size_t n) {
+static void get_precision(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     snprintf(b, n, "%s", fp8t_precision_name(c->policy.default_precision));
 }
 
-static int set_head_precision(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_head_precision(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     fp8t_precision p;
     if (fp8t_precision_parse(&p, v) != 0) return fail(err, errlen, "head-precision", v, PRECISIONS);
     c->policy.head_precision = p;
     return 0;
 }
-static void get_head_precision(const fp8t_train_config *c, char *b, size_t n) {
+static void get_head_precision(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     snprintf(b, n, "%s", fp8t_precision_name(c->policy.head_precision));
 }
 
-static int set_recipe(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_recipe(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     if (strcmp(v, "delayed") == 0) c->policy.recipe = FP8T_PREC_DELAYED;
     else if (strcmp(v, "current") == 0) c->policy.recipe = FP8T_PREC_CURRENT;
     else return fail(err, errlen, "recipe", v, "delayed or current");
     return 0;
 }
-static void get_recipe(const fp8t_train_config *c, char *b, size_t n) {
+static void get_recipe(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     snprintf(b, n, "%s", c->policy.recipe == FP8T_PREC_CURRENT ? "current" : "delayed");
 }
 
 /* Given explicitly, the format applies to the block and rowwise GEMMs too (whose default is
  * E4M3 everywhere, as DeepSeek-V3 and Transformer Engine's block scaling). */
-static int set_format(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_format(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     if (strcmp(v, "hybrid") == 0) c->policy.hybrid = c->policy.block_hybrid = 1;
     else if (strcmp(v, "e4m3") == 0) c->policy.hybrid = c->policy.block_hybrid = 0;
     else return fail(err, errlen, "format", v, "hybrid (E4M3 forward, E5M2 gradients) or e4m3");
     return 0;
 }
-static void get_format(const fp8t_train_config *c, char *b, size_t n) {
+static void get_format(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     snprintf(b, n, "%s", c->policy.hybrid ? "hybrid" : "e4m3");
 }
 
-static int set_amax_algo(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_amax_algo(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     if (strcmp(v, "max") == 0) c->policy.algo = FP8T_AMAX_MAX;
     else if (strcmp(v, "most_recent") == 0 || strcmp(v, "most-recent") == 0)
         c->policy.algo = FP8T_AMAX_MOST_RECENT;
     else return fail(err, errlen, "amax-algo", v, "max or most_recent");
     return 0;
 }
-static void get_amax_algo(const fp8t_train_config *c, char *b, size_t n) {
+static void get_amax_algo(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     snprintf(b, n, "%s", c->policy.algo == FP8T_AMAX_MOST_RECENT ? "most_recent" : "max");
 }
 
-static int set_override(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_override(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     char e[FP8T_ERR_LEN];
     if (fp8t_policy_add_overrides(&c->policy, v, e, sizeof(e)) != 0) {
         return fp8t_errorf(err, errlen, "--override '%s': %s", v, e);
     }
     return 0;
 }
-static void get_override(const fp8t_train_config *c, char *b, size_t n) {
+static void get_override(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     size_t o = 0;
     b[0] = 0;
     for (int i = 0; i < c->policy.n_overrides && o < n; i++) {
@@ -170,12 +177,15 @@ static void get_override(const fp8t_train_config *c, char *b, size_t n) {
     }
 }
 
-static int set_device(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_device(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) return fail(err, errlen, "device", v, "cpu or cuda");
     strcpy(c->device, v);
     return 0;
 }
-static void get_device(const fp8t_train_config *c, char *b, size_t n) { snprintf(b, n, "%s", c->device); }
+static void get_device(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
+    snprintf(b, n, "%s", c->device); }
 
 int fp8t_shadow_action_parse(const char *s, int *fallback_steps) {
     if (fallback_steps) *fallback_steps = 0;
@@ -191,23 +201,27 @@ int fp8t_shadow_action_parse(const char *s, int *fallback_steps) {
     }
     return -1;
 }
-static int set_shadow_action(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_shadow_action(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     if (fp8t_shadow_action_parse(v, NULL) < 0 || strlen(v) >= sizeof(c->shadow_action))
         return fail(err, errlen, "shadow-action", v, "warn, fallback:M (M >= 1 steps in BF16) or rollback");
     strcpy(c->shadow_action, v);
     return 0;
 }
-static void get_shadow_action(const fp8t_train_config *c, char *b, size_t n) {
+static void get_shadow_action(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     snprintf(b, n, "%s", c->shadow_action);
 }
 
-static int set_dp_reduce(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_dp_reduce(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     if (strcmp(v, "fp32") == 0) c->dp_bf16_reduce = 0;
     else if (strcmp(v, "bf16") == 0) c->dp_bf16_reduce = 1;
     else return fail(err, errlen, "dp-reduce", v, "fp32 or bf16");
     return 0;
 }
-static void get_dp_reduce(const fp8t_train_config *c, char *b, size_t n) {
+static void get_dp_reduce(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     snprintf(b, n, "%s", c->dp_bf16_reduce ? "bf16" : "fp32");
 }
 
@@ -249,7 +263,8 @@ static void disable_store(fp8t_model_options *m, fp8t_backend_options *b, unsign
     b->no_lt_fp8 = (mask & DIS_CUDA_LT_FP8) != 0;
 }
 
-static int set_disable(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_disable(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     unsigned mask = 0;
     const char *s = v;
     while (*s && strcmp(v, "none") != 0) {
@@ -284,7 +299,8 @@ static int set_disable(fp8t_train_config *c, const char *v, char *err, size_t er
     disable_store(&c->model_opts, &c->backend_opts, mask);
     return 0;
 }
-static void get_disable(const fp8t_train_config *c, char *b, size_t n) {
+static void get_disable(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     unsigned mask = disable_mask(&c->model_opts, &c->backend_opts);
     size_t o = 0;
     b[0] = 0;
@@ -299,7 +315,8 @@ static void get_disable(const fp8t_train_config *c, char *b, size_t n) {
 }
 
 /* --head-chunk auto | 0 (off) | N rows: fp8t_model_options.head_chunk (0 there is auto) */
-static int set_head_chunk(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_head_chunk(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     if (!strcmp(v, "auto")) {
         c->model_opts.head_chunk = FP8T_HEAD_CHUNK_AUTO;
         return 0;
@@ -313,13 +330,15 @@ static int set_head_chunk(fp8t_train_config *c, const char *v, char *err, size_t
     c->model_opts.head_chunk = x == 0 ? FP8T_HEAD_CHUNK_OFF : (int)x;
     return 0;
 }
-static void get_head_chunk(const fp8t_train_config *c, char *b, size_t n) {
+static void get_head_chunk(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     const int h = c->model_opts.head_chunk;
     if (h == FP8T_HEAD_CHUNK_AUTO) snprintf(b, n, "auto");
     else snprintf(b, n, "%d", h < 0 ? 0 : h);
 }
 
-static int set_cuda_attn(fp8t_train_config *c, const char *v, char *err, size_t errlen) {
+static int set_cuda_attn(void *obj, const char *v, char *err, size_t errlen) {
+    fp8t_train_config *c = obj;
     if (fp8t_attn_impl_parse(&c->backend_opts.attn, v) != 0) {
         char expect[160];
         snprintf(expect, sizeof(expect), "default, %s", fp8t_attn_impl_names());
@@ -327,7 +346,8 @@ static int set_cuda_attn(fp8t_train_config *c, const char *v, char *err, size_t 
     }
     return 0;
 }
-static void get_cuda_attn(const fp8t_train_config *c, char *b, size_t n) {
+static void get_cuda_attn(const void *obj, char *b, size_t n) {
+    const fp8t_train_config *c = obj;
     const char *name = fp8t_attn_impl_name(c->backend_opts.attn);
     snprintf(b, n, "%s", name ? name : "?");
 }
@@ -344,17 +364,36 @@ static void get_cuda_attn(const fp8t_train_config *c, char *b, size_t n) {
 #define G_DP "Data parallel (mpirun -np N fp8train train ...)"
 
 #define NUM(name_, arg_, type_, field_, lo_, hi_, group_, help_)                               \
-    {name_, arg_, help_, group_, type_, FIELD(field_), lo_, hi_, NULL, NULL, 0, 0}
+    {.name = name_, .arg = arg_, .help = help_, .group = group_, .type = type_, FIELD(field_),   \
+     .lo = lo_, .hi = hi_}
 #define MODEL_INT(name_, field_, help_)                                                        \
-    {name_, "N", help_, G_MODEL, OT_INT, FIELD(field_), 1, 1 << 20, NULL, NULL, 1, 1}
+    {.name = name_, .arg = "N", .help = help_, .group = G_MODEL, .type = OT_INT, FIELD(field_), \
+     .lo = 1, .hi = 1 << 20, .user = IN_OBJECT | IS_MODEL}
 #define POLICY_NUM(name_, arg_, type_, field_, lo_, hi_, help_)                                \
-    {name_, arg_, help_, G_PREC, type_, FIELD(field_), lo_, hi_, NULL, NULL, 1, 0}
+    {.name = name_, .arg = arg_, .help = help_, .group = G_PREC, .type = type_, FIELD(field_),  \
+     .lo = lo_, .hi = hi_, .user = IN_OBJECT}
 #define SPECIAL(name_, arg_, set_, get_, group_, in_obj_, model_, help_)                       \
-    {name_, arg_, help_, group_, OT_SPECIAL, 0, 0, 0, 0, set_, get_, in_obj_, model_}
+    {.name = name_, .arg = arg_, .help = help_, .group = group_, .type = OT_SPECIAL,            \
+     .set = set_, .get = get_, .user = ((in_obj_) ? IN_OBJECT : 0u) | ((model_) ? IS_MODEL : 0u)}
 #define STR(name_, arg_, field_, group_, help_)                                                \
-    {name_, arg_, help_, group_, OT_STR, FIELD(field_), 0, 0, NULL, NULL, 0, 0}
+    {.name = name_, .arg = arg_, .help = help_, .group = group_, .type = OT_STR, FIELD(field_)}
+
+/* the short names of the engine's types, for the rows below */
+#define OT_INT FP8T_OPT_INT
+#define OT_FLOAT FP8T_OPT_FLOAT
+#define OT_U64 FP8T_OPT_U64
+#define OT_STR FP8T_OPT_STRBUF
+#define OT_FLAG FP8T_OPT_FLAG
+#define OT_BOOL FP8T_OPT_BOOL
+#define OT_SPECIAL FP8T_OPT_SPECIAL
+
+typedef fp8t_opt opt;
 
 static const opt OPTIONS[] = {
+    /* read by fp8t_train_parse_args itself (a file of options, applied before the others);
+     * a row so that --help lists it and the command line finds it */
+    {.name = "config", .arg = "FILE", .help = "JSON file of options (see above)",
+     .group = G_MODEL, .type = OT_SPECIAL, .dflt = FP8T_OPT_NO_DEFAULT, .user = IN_OBJECT},
     SPECIAL("preset", "NAME", set_preset, get_preset, G_MODEL, 0, 1,
             "model preset: tiny, tiny-llama, gpt2-124m, gpt2-350m, gpt2-1.5b, llama-1b, llama3-8b"),
     SPECIAL("arch", "gpt2|llama", set_arch, get_arch, G_MODEL, 1, 1,
@@ -365,12 +404,14 @@ static const opt OPTIONS[] = {
     MODEL_INT("vocab", model.vocab_size, "vocabulary size (>= the data's largest token + 1)"),
     MODEL_INT("mlp-hidden", model.mlp_hidden, "MLP hidden size (fc1 / gate / up outputs)"),
     MODEL_INT("max-seq-len", model.seq_len, "the model's maximum sequence length (positions)"),
-    {"kv-heads", "N", "key/value heads (grouped-query attention, llama; must divide --heads; "
-     "0 = --heads)", G_MODEL, OT_INT, FIELD(model.n_kv_head), 0, 1 << 20, NULL, NULL, 1, 1},
+    {.name = "kv-heads", .arg = "N", .help = "key/value heads (grouped-query attention, llama; "
+     "must divide --heads; 0 = --heads)", .group = G_MODEL, .type = OT_INT,
+     FIELD(model.n_kv_head), .lo = 0, .hi = 1 << 20, .user = IN_OBJECT | IS_MODEL},
     SPECIAL("tie-head", "0|1", set_tie_head, get_tie_head, G_MODEL, 1, 1,
             "1: the LM head is the token embedding wte; 0: its own weight lm_head.w"),
-    {"qkv-bias", "0|1", "llama: biases on the q, k, v projections (Qwen2)", G_MODEL, OT_BOOL,
-     FIELD(model.qkv_bias), 0, 1, NULL, NULL, 1, 1},
+    {.name = "qkv-bias", .arg = "0|1", .help = "llama: biases on the q, k, v projections (Qwen2)",
+     .group = G_MODEL, .type = OT_BOOL, FIELD(model.qkv_bias), .lo = 0, .hi = 1,
+     .user = IN_OBJECT | IS_MODEL},
     SPECIAL("rope-scaling", "SPEC", set_rope_scaling, get_rope_scaling, G_MODEL, 1, 1,
             "llama RoPE frequency scaling: none or llama3:FACTOR[,LOW,HIGH,ORIG_MAX_POS]"),
 
@@ -521,89 +562,32 @@ static const opt OPTIONS[] = {
 };
 #define N_OPTIONS ((int)(sizeof(OPTIONS) / sizeof(OPTIONS[0])))
 
+static const fp8t_opt_spec TRAIN_SPEC = {
+    .cmd = "train",
+    .usage = "[options]",
+    .about = "Trains a model and writes OUT/config.json, metrics.jsonl, events.jsonl and\n"
+             "checkpoints/step_NNNNNN/. Options may also come from --config FILE (a JSON\n"
+             "object with the same names, e.g. {\"precision\": \"fp8\", \"overrides\":\n"
+             "[\"layers=0,precision=bf16\"]}; a run's config.json is one) and from the\n"
+             "environment (FP8TRAIN_PRECISION, FP8TRAIN_FPROP/_DGRAD/_WGRAD=bf16|...;\n"
+             "FP8TRAIN_NO_*, FP8TRAIN_CUDA_* for the debugging switches, see --disable).\n"
+             "Precedence: config file < environment < command line.\n",
+    .epilog = "Model options after --preset change the preset's values; --seq-len must not\n"
+              "exceed the model's --max-seq-len. With --resume and no model option, the model\n"
+              "is the checkpoint's; with --init SRC it is always SRC's. Exit status: 0 done, 2 "
+              "bad usage, 3 stopped by a NaN/Inf.\n",
+    .opts = OPTIONS,
+    .n_opts = N_OPTIONS,
+};
+
+/* The row of a name as the command line or a config file spells it ("seq-len", "seq_len"). */
 static const opt *find_option(const char *name) {
     while (*name == '-') name++;
     char canon[64];
     size_t n = strlen(name);
     if (n >= sizeof(canon)) return NULL;
     for (size_t i = 0; i <= n; i++) canon[i] = name[i] == '_' ? '-' : name[i];
-    for (int i = 0; i < N_OPTIONS; i++)
-        if (strcmp(OPTIONS[i].name, canon) == 0) return &OPTIONS[i];
-    return NULL;
-}
-
-/* ---------------------------------------------------------------- set / get */
-
-static int parse_bool(const char *v, int *out) {
-    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on")) *out = 1;
-    else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off")) *out = 0;
-    else return -1;
-    return 0;
-}
-
-static int opt_set(const opt *o, fp8t_train_config *c, const char *v, char *err, size_t errlen) {
-    char *base = (char *)c + o->off;
-    char expect[128];
-    switch (o->type) {
-    case OT_INT: {
-        char *end;
-        errno = 0;
-        long x = strtol(v, &end, 10);
-        snprintf(expect, sizeof(expect), "an integer in %.0f..%.0f", o->lo, o->hi);
-        if (errno || end == v || *end || x < o->lo || x > o->hi)
-            return fail(err, errlen, o->name, v, expect);
-        *(int *)base = (int)x;
-        return 0;
-    }
-    case OT_FLOAT: {
-        char *end;
-        errno = 0;
-        double x = strtod(v, &end);
-        snprintf(expect, sizeof(expect), "a number in [%g, %g]", o->lo, o->hi);
-        if (errno || end == v || *end || !isfinite(x) || x < o->lo || x > o->hi)
-            return fail(err, errlen, o->name, v, expect);
-        *(float *)base = (float)x;
-        return 0;
-    }
-    case OT_U64: {
-        char *end;
-        errno = 0;
-        if (*v == '-') return fail(err, errlen, o->name, v, "a non-negative integer");
-        unsigned long long x = strtoull(v, &end, 10);
-        if (errno || end == v || *end) return fail(err, errlen, o->name, v, "a non-negative integer");
-        *(uint64_t *)base = x;
-        return 0;
-    }
-    case OT_STR:
-        if (strlen(v) >= o->size) {
-            return fp8t_errorf(err, errlen, "--%s: value too long (at most %zu characters)", o->name, o->size - 1);
-        }
-        strcpy(base, v);
-        return 0;
-    case OT_FLAG:
-    case OT_BOOL: {
-        int b;
-        if (parse_bool(v, &b) != 0) return fail(err, errlen, o->name, v, "0 or 1");
-        *(int *)base = b;
-        return 0;
-    }
-    case OT_SPECIAL:
-        return o->set(c, v, err, errlen);
-    }
-    return -1;
-}
-
-static void opt_get(const opt *o, const fp8t_train_config *c, char *buf, size_t len) {
-    const char *base = (const char *)c + o->off;
-    switch (o->type) {
-    case OT_INT: snprintf(buf, len, "%d", *(const int *)base); break;
-    case OT_FLOAT: snprintf(buf, len, "%g", (double)*(const float *)base); break;
-    case OT_U64: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)base); break;
-    case OT_STR: snprintf(buf, len, "%s", base); break;
-    case OT_FLAG:
-    case OT_BOOL: snprintf(buf, len, "%d", *(const int *)base); break;
-    case OT_SPECIAL: o->get(c, buf, len); break;
-    }
+    return fp8t_opt_find(OPTIONS, N_OPTIONS, canon);
 }
 
 int fp8t_train_option_set(fp8t_train_config *c, const char *name, const char *value, char *err,
@@ -612,7 +596,7 @@ int fp8t_train_option_set(fp8t_train_config *c, const char *name, const char *va
     if (!o) {
         return fp8t_errorf(err, errlen, "unknown option '%s' (see fp8train train --help)", name);
     }
-    return opt_set(o, c, value, err, errlen);
+    return fp8t_opt_set(o, c, value, err, errlen);
 }
 
 /* ---------------------------------------------------------------- JSON */
@@ -662,7 +646,7 @@ static int apply_json_key(fp8t_train_config *c, const cJSON *it, int *model_set,
         return fp8t_errorf(err, errlen, "unknown key \"%s\" (keys are the option names of fp8train train "
                         "--help, e.g. \"precision\", \"seq_len\", \"overrides\")", key);
     }
-    if (o->is_model) *model_set = 1;
+    if (o->user & IS_MODEL) *model_set = 1;
     if (cJSON_IsArray(it)) {
         if (o->set != set_override) {
             return fp8t_errorf(err, errlen, "\"%s\": a list is only allowed for \"overrides\"", key);
@@ -673,7 +657,7 @@ static int apply_json_key(fp8t_train_config *c, const cJSON *it, int *model_set,
                 return fp8t_errorf(err, errlen, "\"%s\": every element must be a string like "
                                 "\"layers=0,precision=bf16\"", key);
             }
-            if (opt_set(o, c, x->valuestring, err, errlen) != 0) return -1;
+            if (fp8t_opt_set(o, c, x->valuestring, err, errlen) != 0) return -1;
         }
         return 0;
     }
@@ -682,7 +666,7 @@ static int apply_json_key(fp8t_train_config *c, const cJSON *it, int *model_set,
         return fp8t_errorf(err, errlen, "\"%s\": expected a string, number or boolean", key);
     }
     if (o->set == set_override && !*v) return 0; /* "" = no overrides */
-    return opt_set(o, c, v, err, errlen);
+    return fp8t_opt_set(o, c, v, err, errlen);
 }
 
 /* preset first (it resets the model), then "policy" and "model" (whole objects), then the
@@ -735,7 +719,7 @@ char *fp8t_train_config_to_json(const fp8t_train_config *c) {
     char buf[FP8T_PATH_MAX + 64];
     for (int i = 0; i < N_OPTIONS; i++) {
         const opt *p = &OPTIONS[i];
-        if (p->in_object) continue;
+        if ((p->user & IN_OBJECT)) continue;
         /* a permission for this invocation, not a property of the run: a --config FILE made
          * from this config.json must not replace runs unasked */
         if (p->off == offsetof(fp8t_train_config, overwrite)) continue;
@@ -751,16 +735,15 @@ char *fp8t_train_config_to_json(const fp8t_train_config *c) {
             uint64_t x = *(const uint64_t *)base;
             if (x < (1ULL << 53)) cJSON_AddNumberToObject(o, key, (double)x);
             else {
-                opt_get(p, c, buf, sizeof(buf));
+                fp8t_opt_get(p, c, buf, sizeof(buf));
                 cJSON_AddStringToObject(o, key, buf);
             }
             break;
         }
         case OT_FLAG: cJSON_AddBoolToObject(o, key, *(const int *)base); break;
         case OT_BOOL: cJSON_AddNumberToObject(o, key, *(const int *)base); break;
-        case OT_STR:
-        case OT_SPECIAL:
-            opt_get(p, c, buf, sizeof(buf));
+        default: /* strings and the special rows: their text */
+            fp8t_opt_get(p, c, buf, sizeof(buf));
             cJSON_AddStringToObject(o, key, buf);
             break;
         }
@@ -938,48 +921,26 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
         return fp8t_errorf(err, errlen, "out of memory");
     }
     /* pass 1: split into (option, value) pairs, checking names and missing values */
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    for (int i = 0;;) {
+        const opt *o;
+        const char *value;
+        fp8t_opt_step st = fp8t_opt_next(&TRAIN_SPEC, argc, argv, &i, &o, &value, err, errlen);
+        if (st == FP8T_OPT_END) break;
+        if (st == FP8T_OPT_HELP) {
             rc = 1;
             goto done;
         }
-        if (strncmp(a, "--", 2) != 0 || !a[2]) {
-            fp8t_errorf(err, errlen, "unexpected argument '%s' (options start with --; see "
-                     "fp8train train --help)", a);
+        if (st == FP8T_OPT_LIST) {
+            rc = 2;
             goto done;
         }
-        char name[64];
-        const char *eq = strchr(a, '=');
-        size_t nlen = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        snprintf(name, sizeof(name), "%.*s", (int)(nlen < 63 ? nlen : 63), a + 2);
-        const char *value = eq ? eq + 1 : NULL;
-        if (!strcmp(name, "config")) {
-            if (!value) {
-                if (i + 1 >= argc) {
-                    fp8t_errorf(err, errlen, "--config needs a value: a JSON file of options");
-                    goto done;
-                }
-                value = argv[++i];
-            }
+        if (st != FP8T_OPT_OPTION) goto done; /* err says why (no positionals here) */
+        if (!strcmp(o->name, "config")) {
             config_path = value;
             continue;
         }
-        const opt *o = find_option(name);
-        if (!o || strchr(name, '_')) {
-            fp8t_errorf(err, errlen, "unknown option '--%s' for fp8train train (see fp8train train "
-                     "--help for the list)", name);
-            goto done;
-        }
-        if (!value) {
-            if (!o->arg) value = "1"; /* a flag */
-            else if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)) {
-                fp8t_errorf(err, errlen, "--%s needs a value (%s: %s)", o->name, o->arg, o->help);
-                goto done;
-            } else value = argv[++i];
-        }
         pairs[n_pairs].o = o;
-        pairs[n_pairs].value = value;
+        pairs[n_pairs].value = value ? value : "1"; /* a flag alone */
         n_pairs++;
     }
     /* the preset, from the command line or else the config file, comes before any tweak */
@@ -1030,8 +991,8 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
     }
     for (int i = 0; i < n_pairs; i++) {
         if (pairs[i].o->set == set_preset) continue;
-        if (pairs[i].o->is_model) model_set = 1;
-        if (opt_set(pairs[i].o, c, pairs[i].value, err, errlen) != 0) goto done;
+        if (pairs[i].o->user & IS_MODEL) model_set = 1;
+        if (fp8t_opt_set(pairs[i].o, c, pairs[i].value, err, errlen) != 0) goto done;
     }
     if (c->init[0] && adopt_init_model(c, model_set, err, errlen) != 0) goto done;
     if (c->resume[0] && !model_set && adopt_checkpoint_model(c, err, errlen) != 0) goto done;
@@ -1066,36 +1027,10 @@ done:
 void fp8t_train_options_help(FILE *f) {
     fp8t_train_config d;
     fp8t_train_config_default(&d);
-    const char *group = NULL;
-    fprintf(f, "usage: fp8train train [options]\n\n"
-               "Trains a model and writes OUT/config.json, metrics.jsonl, events.jsonl and\n"
-               "checkpoints/step_NNNNNN/. Options may also come from --config FILE (a JSON\n"
-               "object with the same names, e.g. {\"precision\": \"fp8\", \"overrides\":\n"
-               "[\"layers=0,precision=bf16\"]}; a run's config.json is one) and from the\n"
-               "environment (FP8TRAIN_PRECISION, FP8TRAIN_FPROP/_DGRAD/_WGRAD=bf16|...;\n"
-               "FP8TRAIN_NO_*, FP8TRAIN_CUDA_* for the debugging switches, see --disable).\n"
-               "Precedence: config file < environment < command line.\n");
-    for (int i = 0; i < N_OPTIONS; i++) {
-        const opt *o = &OPTIONS[i];
-        if (!group || strcmp(o->group, group) != 0) {
-            group = o->group;
-            fprintf(f, "\n%s:\n", group);
-            if (!strcmp(group, G_MODEL))
-                fprintf(f, "  %-28s %s\n", "--config FILE", "JSON file of options (see above)");
-        }
-        char lhs[64], def[256];
-        snprintf(lhs, sizeof(lhs), "--%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
-        opt_get(o, &d, def, sizeof(def));
-        if (o->type == OT_FLAG) snprintf(def, sizeof(def), "off");
-        else if (!def[0]) snprintf(def, sizeof(def), "none");
-        if (o->set == set_override) snprintf(def, sizeof(def), "none");
-        if (strlen(lhs) > 28) fprintf(f, "  %s\n  %-28s %s (default %s)\n", lhs, "", o->help, def);
-        else fprintf(f, "  %-28s %s (default %s)\n", lhs, o->help, def);
-    }
-    fprintf(f, "\nModel options after --preset change the preset's values; --seq-len must not\n"
-               "exceed the model's --max-seq-len. With --resume and no model option, the model\n"
-               "is the checkpoint's; with --init SRC it is always SRC's. Exit status: 0 done, 2 bad usage, 3 stopped by a NaN/Inf.\n");
+    fp8t_opt_help(f, &TRAIN_SPEC, &d);
 }
+
+void fp8t_train_options_list(FILE *f) { fp8t_opt_list(f, &TRAIN_SPEC); }
 
 /* ---- the launcher's environment ---- */
 
