@@ -3,13 +3,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "cli/cli_args.h"
 
 int cli_parse(const fp8t_opt_spec *s, void *obj, size_t size, int argc, char **argv,
               const char **pos, int *n_pos) {
     /* the defaults, for --help after options that changed them ("--rows 5 --help") */
     void *defaults = malloc(size);
-    char err[2048];
+    char err[FP8T_ERR_LEN];
     if (!defaults) {
         fprintf(stderr, "fp8train %s: out of memory\n", s->cmd);
         return 2;

@@ -16,6 +16,7 @@
 
 #include "cli/cmd_weights_common.h"
 #include "fp8train/backend.h"
+#include "fp8train/error.h"
 #include "fp8train/infer.h"
 #include "fp8train/profile.h"
 
@@ -126,9 +127,8 @@ static int parse_precisions(const char *list, fp8t_eval_precision *precs, int *n
 static int set_precisions(void *obj, const char *v, char *err, size_t errlen) {
     bench_opts *o = obj;
     if (parse_precisions(v, o->precs, &o->n_prec) != 0) {
-        snprintf(err, errlen, "--precisions: bad value '%s' (expected a list of bf16, fp8, fp32)",
-                 v);
-        return -1;
+        return fp8t_errorf(err, errlen, "--precisions: bad value '%s' (expected a list of bf16, fp8, fp32)",
+                        v);
     }
     o->have_precs = 1;
     return 0;
@@ -137,9 +137,8 @@ static int set_batches(void *obj, const char *v, char *err, size_t errlen) {
     bench_opts *o = obj;
     const int n = parse_int_list(v, o->batches, MAX_BATCHES, 1, 1 << 16);
     if (n < 0) {
-        snprintf(err, errlen, "--batch: bad value '%s' (expected up to %d batch sizes in "
-                 "1..65536 such as \"1,64\")", v, MAX_BATCHES);
-        return -1;
+        return fp8t_errorf(err, errlen, "--batch: bad value '%s' (expected up to %d batch sizes in "
+                        "1..65536 such as \"1,64\")", v, MAX_BATCHES);
     }
     o->n_batch = n;
     return 0;
@@ -263,24 +262,21 @@ typedef struct {
 static int run_one(const char *device, const fp8t_weights *w, const cli_infer_opts *io,
                    int plen, int gen, int repeat, int profile, uint64_t seed, result *r,
                    char *err, size_t errlen) {
-    char e[1024];
+    char e[FP8T_ERR_LEN];
     cli_debug_opts dbg;
     if (cli_debug_options("bench-infer", &dbg) != 0) {
-        snprintf(err, errlen, "the debug environment variables are not valid");
-        return -1;
+        return fp8t_errorf(err, errlen, "the debug environment variables are not valid");
     }
     fp8t_backend *be = fp8t_backend_create(device, &dbg.backend, e, sizeof(e));
     if (!be) {
-        snprintf(err, errlen, "--device %s: %s", device, e);
-        return -1;
+        return fp8t_errorf(err, errlen, "--device %s: %s", device, e);
     }
     fp8t_backend *inner = be; /* the real backend (memory figures) under the profiler */
     if (profile) {
         fp8t_backend *pw = fp8t_profile_wrap(be);
         if (!pw) {
             fp8t_backend_destroy(be);
-            snprintf(err, errlen, "out of host memory for the profiler");
-            return -1;
+            return fp8t_errorf(err, errlen, "out of host memory for the profiler");
         }
         be = pw;
     }
@@ -296,11 +292,11 @@ static int run_one(const char *device, const fp8t_weights *w, const cli_infer_op
     int *ctok = NULL;
     int rc = -1;
     if (!m) {
-        snprintf(err, errlen, "%s batch %d: %s", fp8t_eval_precision_name(r->prec), B, e);
+        fp8t_errorf(err, errlen, "%s batch %d: %s", fp8t_eval_precision_name(r->prec), B, e);
         goto done;
     }
     if (!tok || !lens || !next || !pos) {
-        snprintf(err, errlen, "out of host memory");
+        fp8t_errorf(err, errlen, "out of host memory");
         goto done;
     }
     uint64_t s = seed;
@@ -316,7 +312,7 @@ static int run_one(const char *device, const fp8t_weights *w, const cli_infer_op
         } else {
             const size_t n = (size_t)io->calib_batches * B * plen;
             if (!(ctok = malloc(n * sizeof(int)))) {
-                snprintf(err, errlen, "out of host memory");
+                fp8t_errorf(err, errlen, "out of host memory");
                 goto done;
             }
             uint64_t cs = seed ^ 0xC0FFEEull;
@@ -375,7 +371,7 @@ static int run_one(const char *device, const fp8t_weights *w, const cli_infer_op
     rc = 0;
     goto done;
 fail:
-    snprintf(err, errlen, "%s batch %d: %s", fp8t_eval_precision_name(r->prec), B, e);
+    fp8t_errorf(err, errlen, "%s batch %d: %s", fp8t_eval_precision_name(r->prec), B, e);
 done:
     free(tok), free(lens), free(next), free(pos), free(ctok);
     fp8t_infer_destroy(m);
@@ -390,7 +386,7 @@ static double mb(size_t b) { return (double)b / 1e6; }
 /* WEIGHTS loaded, or --preset's shape (tiny by default) with random weights. 0 ok, 2 after a
  * message. */
 static int bench_weights(const bench_opts *o, const char *weights, fp8t_weights *w) {
-    char err[2048];
+    char err[FP8T_ERR_LEN];
     if (weights) {
         if (fp8t_weights_load(weights, w, err, sizeof(err)) != 0) {
             fprintf(stderr, "fp8train bench-infer: %s\n", err);
@@ -417,7 +413,7 @@ static int bench_weights(const bench_opts *o, const char *weights, fp8t_weights 
 static int bench_table(const bench_opts *o, const fp8t_weights *w, const char *name,
                        int random, result *res) {
     const cli_infer_opts *io = &o->io;
-    char err[2048];
+    char err[FP8T_ERR_LEN];
     printf("bench-infer: %s (%s%s), %s, prompt %d + %d decode steps, fp8 activations %s "
            "scaling%s, fp8 KV cache %s%s, decode %s, best of %d\n", name,
            fp8t_arch_name(w->model.arch), random ? ", random weights" : "", o->device, o->plen,

@@ -14,6 +14,7 @@
 
 #include "fp8train/bisect.h"
 #include "fp8train/dist.h"
+#include "fp8train/error.h"
 #include "fp8train/inject.h"
 #include "fp8train/train_options.h"
 #include "cli/cli_args.h"
@@ -34,9 +35,8 @@ static int parse_fraction(const char *opt, const char *v, int one_ok, const char
     char *end;
     double x = strtod(v, &end);
     if (end == v || *end || !(x > 0 && (x < 1 || (one_ok && x == 1)))) {
-        snprintf(err, errlen, "%s: bad value '%s' (expected a number in (0, 1%s, e.g. %s)", opt, v,
-                 one_ok ? "]" : ")", example);
-        return -1;
+        return fp8t_errorf(err, errlen, "%s: bad value '%s' (expected a number in (0, 1%s, e.g. %s)", opt, v,
+                        one_ok ? "]" : ")", example);
     }
     *out = x;
     return 0;
@@ -128,7 +128,7 @@ int fp8t_cmd_bisect(int argc, char **argv) {
     if (argc > 0 && !strcmp(argv[0], "bisect")) argc--, argv++;
     bisect_opts o = {.threshold = bc->threshold, .tail = bc->tail_frac};
     int n_rest = 0, rc = 2;
-    char err[1024];
+    char err[FP8T_ERR_LEN];
     int prc = fp8t_opt_parse(&SPEC, &o, argc, argv, (const char **)rest, &n_rest, err, sizeof err);
     if (prc == FP8T_OPT_HELP || prc == FP8T_OPT_LIST || o.help_inject) {
         if (prc == FP8T_OPT_HELP) usage(stdout, bc);

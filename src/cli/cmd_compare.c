@@ -7,6 +7,7 @@
 #include "cli/cli_args.h"
 #include "cli/cmd_compare.h"
 #include "fp8train/compare.h"
+#include "fp8train/error.h"
 
 typedef struct {
     fp8t_compare_cfg cfg;
@@ -75,7 +76,7 @@ int fp8t_cmd_compare(int argc, char **argv) {
         return 2;
     }
     fp8t_run ra, rb;
-    char err[1024];
+    char err[FP8T_ERR_LEN];
     if (fp8t_run_load(&ra, runs[0], err, sizeof(err))) {
         fprintf(stderr, "fp8train compare: run A: %s\n", err);
         return 2;

@@ -7,6 +7,7 @@
 
 #include "cli/cli_args.h"
 #include "fp8train/compare.h"
+#include "fp8train/error.h"
 
 #define MAX_RUNS 6
 static const char MARKS[MAX_RUNS] = {'o', '*', '+', 'x', '#', '@'};
@@ -200,7 +201,7 @@ int fp8t_cmd_curves(int argc, char **argv) {
         return 2;
     }
     fp8t_run runs[MAX_RUNS];
-    char err[1024];
+    char err[FP8T_ERR_LEN];
     for (int r = 0; r < n; r++) {
         if (fp8t_run_load(&runs[r], paths[r], err, sizeof(err)) != 0) {
             fprintf(stderr, "fp8train curves: %s\n", err);

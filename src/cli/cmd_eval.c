@@ -12,6 +12,7 @@
 #include "fp8train/backend.h"
 #include "fp8train/checkpoint.h"
 #include "fp8train/data.h"
+#include "fp8train/error.h"
 #include "fp8train/eval.h"
 #include "fp8train/export.h"
 #include "fp8train/infer.h"
@@ -35,8 +36,7 @@ typedef struct {
 static int set_task(void *obj, const char *v, char *err, size_t errlen) {
     eval_opts *o = obj;
     if (o->n_tasks == MAX_TASKS) {
-        snprintf(err, errlen, "at most %d --task files", MAX_TASKS);
-        return -1;
+        return fp8t_errorf(err, errlen, "at most %d --task files", MAX_TASKS);
     }
     o->tasks[o->n_tasks++] = v;
     return 0;
@@ -194,7 +194,7 @@ typedef struct {
  * message. */
 static fp8t_infer *infer_model(fp8t_backend *be, const fp8t_weights *w, fp8t_eval_precision p,
                                const cli_infer_opts *io, const calib_src *cs, int B, int T) {
-    char err[1024];
+    char err[FP8T_ERR_LEN];
     fp8t_infer_opts mo;
     cli_infer_model_opts(io, p, &mo);
     fp8t_infer *m = fp8t_infer_create_opts(be, w, &mo, B, T, err, sizeof(err));
@@ -213,7 +213,7 @@ static fp8t_infer *infer_model(fp8t_backend *be, const fp8t_weights *w, fp8t_eva
 static double infer_loss(fp8t_backend *be, const fp8t_weights *w, fp8t_eval_precision p,
                          const cli_infer_opts *io, const calib_src *cs, const fp8t_data *d,
                          int batches, int B, int T, int decode) {
-    char err[1024];
+    char err[FP8T_ERR_LEN];
     fp8t_infer *m = infer_model(be, w, p, io, cs, B, T);
     int *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
     double sum = 0.0;
@@ -244,7 +244,7 @@ static int dump_tokens(const char *path, const fp8t_data *d, int batches, int B,
     const size_t per = (size_t)B * (T + 1);
     int32_t *out = malloc((size_t)batches * per * sizeof(int32_t)); /* [batches, B, T+1] */
     int *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
-    char err[512];
+    char err[FP8T_ERR_LEN];
     int rc = -1;
     if (out && tok && tgt) {
         for (int i = 0; i < batches; i++) {
@@ -292,7 +292,7 @@ typedef struct {
  * calibrating FP8 scales the weights lack), the validation data. 0 ok, 2 after a message. */
 static int eval_setup(eval_run *r) {
     const eval_opts *o = r->o;
-    char err[2048];
+    char err[FP8T_ERR_LEN];
     cli_run_defaults def;
     cli_run_defaults_from(&r->w, &def);
     r->data = o->data ? o->data : def.data;
@@ -428,7 +428,7 @@ static int eval_losses(eval_run *r) {
  * calibrated state. 0 ok, 2 after a message. */
 static int eval_task(eval_run *r, const char *path, cJSON *jt) {
     const eval_opts *o = r->o;
-    char err[2048];
+    char err[FP8T_ERR_LEN];
     fp8t_task t;
     if (fp8t_task_read(path, &t, err, sizeof(err)) != 0) {
         fprintf(stderr, "fp8train eval: --task: %s\n", err);
@@ -488,7 +488,7 @@ done:
 static int eval_check_export(eval_run *r) {
     const eval_opts *o = r->o;
     const char *dir = o->check_export;
-    char err[2048], e2[512];
+    char err[FP8T_ERR_LEN], e2[512];
     fp8t_weights *wx = &r->wx;
     if (fp8t_weights_load(dir, wx, err, sizeof(err)) != 0) {
         fprintf(stderr, "fp8train eval: --check-export: %s\n", err);
@@ -569,7 +569,7 @@ int fp8t_cmd_eval(int argc, char **argv) {
     r.o = &o;
     r.weights = weights;
     for (int p = 0; p < FP8T_EVAL_COUNT; p++) r.loss[p] = NAN;
-    char err[2048];
+    char err[FP8T_ERR_LEN];
     if (fp8t_weights_load(weights, &r.w, err, sizeof(err)) != 0) {
         fprintf(stderr, "fp8train eval: %s\n", err);
         return 2; /* before the record: --json prints nothing */

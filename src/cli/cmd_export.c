@@ -8,6 +8,7 @@
 
 #include "cli/cmd_weights_common.h"
 #include "fp8train/backend.h"
+#include "fp8train/error.h"
 #include "fp8train/eval.h"
 #include "fp8train/export.h"
 
@@ -39,17 +40,15 @@ typedef struct {
 
 static int set_dtype(void *obj, const char *v, char *err, size_t errlen) {
     if (fp8t_export_dtype_parse(&((export_opts *)obj)->dtype, v) == 0) return 0;
-    snprintf(err, errlen, "--dtype: bad value '%s' (expected bf16, fp8 or fp32)", v);
-    return -1;
+    return fp8t_errorf(err, errlen, "--dtype: bad value '%s' (expected bf16, fp8 or fp32)", v);
 }
 static void get_dtype(const void *obj, char *b, size_t n) {
     snprintf(b, n, "%s", fp8t_export_dtype_name(((const export_opts *)obj)->dtype));
 }
 static int set_max_shard(void *obj, const char *v, char *err, size_t errlen) {
     if (parse_size(v, &((export_opts *)obj)->max_shard) == 0) return 0;
-    snprintf(err, errlen, "--max-shard-size: bad value '%s' (expected a size like 5GB, 500MB, "
-             "2GiB or a number of bytes)", v);
-    return -1;
+    return fp8t_errorf(err, errlen, "--max-shard-size: bad value '%s' (expected a size like 5GB, 500MB, "
+                    "2GiB or a number of bytes)", v);
 }
 
 static const fp8t_opt_choice FORMATS[] = {{"hf", 0}, {"llmc", 1}, {NULL, 0}};
@@ -126,7 +125,7 @@ int fp8t_cmd_export(int argc, char **argv) {
                 "not fp8\n");
         return 2;
     }
-    char err[2048], desc[512];
+    char err[FP8T_ERR_LEN], desc[512];
     fp8t_export_options xo = {dtype, max_shard, block, pow2};
     /* the FP8 options alone (the model's architecture is checked once it is read) */
     if ((block || pow2) && (llmc || fp8t_export_options_check(NULL, &xo, err, sizeof(err)) != 0)) {

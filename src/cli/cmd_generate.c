@@ -12,6 +12,7 @@
 
 #include "cli/cmd_weights_common.h"
 #include "fp8train/backend.h"
+#include "fp8train/error.h"
 #include "fp8train/eval.h"
 #include "fp8train/infer.h"
 #include "fp8train/tokenizer.h"
@@ -309,7 +310,7 @@ int fp8t_cmd_generate(int argc, char **argv) {
                 "prompt pass a Hugging Face tokenizer.json as --tokenizer\n", tok_path);
         return 2;
     }
-    char err[2048];
+    char err[FP8T_ERR_LEN];
     fp8t_weights w;
     fp8t_tokenizer tk;
     memset(&tk, 0, sizeof(tk));

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cmd_weights_common.h"
+#include "fp8train/error.h"
 #include "fp8train/export.h"
 
 #define CMD "import"
@@ -68,7 +69,7 @@ int fp8t_cmd_import(int argc, char **argv) {
     if (cli_check_to(CMD, to, 1, overwrite, "the checkpoint files (model.safetensors, "
                      "optimizer.safetensors, fp8_meta.safetensors, state.json)"))
         return 2;
-    char err[2048], desc[512];
+    char err[FP8T_ERR_LEN], desc[512];
     fp8t_weights w;
     if (fp8t_weights_load(src, &w, err, sizeof(err)) != 0) {
         fprintf(stderr, "fp8train import: %s\n", err);

@@ -18,6 +18,7 @@
 #include "fp8train/checkpoint.h"
 #include "fp8train/compare.h"
 #include "fp8train/debug.h"
+#include "fp8train/error.h"
 #include "fp8train/inject.h"
 #include "fp8train/inspect_checkpoint.h"
 #include "fp8train/io.h"
@@ -43,8 +44,7 @@ typedef struct {
 static int set_override(void *obj, const char *v, char *err, size_t errlen) {
     inspect_opts *o = obj;
     if (o->n_overrides == MAX_OVERRIDE_ARGS) {
-        snprintf(err, errlen, "at most %d --override options", MAX_OVERRIDE_ARGS);
-        return -1;
+        return fp8t_errorf(err, errlen, "at most %d --override options", MAX_OVERRIDE_ARGS);
     }
     /* checked against the checkpoint's policy once it is loaded (build_policy) */
     o->overrides[o->n_overrides++] = v;
@@ -53,9 +53,8 @@ static int set_override(void *obj, const char *v, char *err, size_t errlen) {
 static int set_precision(void *obj, const char *v, char *err, size_t errlen) {
     inspect_opts *o = obj;
     if (fp8t_precision_parse(&o->precision, v) != 0) {
-        snprintf(err, errlen, "--precision: bad value '%s' (expected fp8, delayed, current, "
-                 "block, rowwise, mxfp8, fake, bf16 or fp32)", v);
-        return -1;
+        return fp8t_errorf(err, errlen, "--precision: bad value '%s' (expected fp8, delayed, current, "
+                        "block, rowwise, mxfp8, fake, bf16 or fp32)", v);
     }
     o->have_precision = 1;
     return 0;
@@ -172,7 +171,7 @@ static int parse_args(inspect_opts *o, const char **weights, int argc, char **ar
                 "inspect --help)\n");
         return 2;
     }
-    char e[768];
+    char e[FP8T_ERR_LEN];
     if (o->spec && fp8t_inspector_spec_check(o->spec, e, sizeof(e)) != 0) {
         fprintf(stderr, "fp8train inspect: --spec: %s\n", e);
         return 2;
@@ -222,7 +221,7 @@ static void default_out(char *buf, size_t len, const fp8t_weights *w) {
  * evaluator's model has it. -1 on a bad option. */
 static int build_policy(fp8t_policy *pol, const fp8t_policy *model_pol, const fp8t_weights *w,
                         const inspect_opts *o) {
-    char e[768];
+    char e[FP8T_ERR_LEN];
     fp8t_policy saved;
     fp8t_policy_default(&saved);
     if (w->policy_json && fp8t_policy_from_json(&saved, w->policy_json, e, sizeof(e)) != 0) {
@@ -417,7 +416,7 @@ static void state_free(inspect_state *s) {
 static int run_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_policy *pol,
                     const char *spec, const char *out, const char *inject, int step,
                     uint64_t first, int batches, fp8t_inspect_pass_result *res) {
-    char err[1024];
+    char err[FP8T_ERR_LEN];
     fp8t_inspect_pass_cfg pc = {.policy = pol, .spec = spec, .out_dir = out, .inject = inject,
                                 .step = step, .first_batch = first, .batches = batches};
     if (fp8t_inspect_pass(ev, d, &pc, res, err, sizeof(err)) != 0) {
@@ -433,7 +432,7 @@ static int run_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_policy *p
 static int inspect_setup(inspect_state *s) {
     const inspect_opts *o = s->o;
     const fp8t_weights *w = &s->w;
-    char err[2048];
+    char err[FP8T_ERR_LEN];
     cli_run_defaults def;
     cli_run_defaults_from(w, &def);
     const int is_ckpt = !strcmp(w->kind, "checkpoint");
@@ -503,7 +502,7 @@ static int inspect_setup(inspect_state *s) {
  * compared. 0 ok, 2 after a message. */
 static int inspect_passes(inspect_state *s) {
     const inspect_opts *o = s->o;
-    char err[2048], path[1200];
+    char err[FP8T_ERR_LEN], path[1200];
     memset(&s->ref_res, 0, sizeof(s->ref_res));
     s->ref_res.loss = NAN;
     if (run_pass(s->ev, s->d, &s->pol, s->spec, s->out, o->inject, s->step, s->first,
@@ -546,7 +545,7 @@ static int inspect_passes(inspect_state *s) {
  * stdout with --json. */
 static int inspect_record(inspect_state *s) {
     const inspect_opts *o = s->o;
-    char err[2048], path[1200];
+    char err[FP8T_ERR_LEN], path[1200];
     s->n_flagged = 0;
     for (int i = 0; i < s->n_sites; i++) s->n_flagged += s->sites[i].flagged;
     s->worst_i = worst_sqnr_site(s->sites, s->n_sites);
@@ -669,7 +668,7 @@ int fp8t_cmd_inspect(int argc, char **argv) {
     memset(&s, 0, sizeof(s));
     s.o = &o;
     s.weights = weights;
-    char err[2048];
+    char err[FP8T_ERR_LEN];
     if (fp8t_weights_load(weights, &s.w, err, sizeof(err)) != 0) {
         fprintf(stderr, "fp8train inspect: %s\n", err);
         return 2;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/cli_args.h"
+#include "fp8train/error.h"
 #include "fp8train/io.h"
 #include "fp8train/tensorboard.h"
 #include "util/fs.h"
@@ -59,7 +60,7 @@ static cJSON *read_jsonl(const char *path, char *err, size_t errlen) {
         if (!cJSON_IsObject(o)) {
             cJSON_Delete(o);
             if (!nl) break; /* the last line, cut short */
-            snprintf(err, errlen, "%s:%d: not a JSON object (is this a run's log?)", path,
+            fp8t_errorf(err, errlen, "%s:%d: not a JSON object (is this a run's log?)", path,
                      line_no);
             cJSON_Delete(arr);
             arr = NULL;
@@ -123,8 +124,7 @@ static int index_stats(const cJSON *stats, stat_row **out, int *n_out, char *err
     int n = cJSON_GetArraySize(stats), k = 0;
     stat_row *r = calloc(n > 0 ? (size_t)n : 1, sizeof(*r));
     if (!r) {
-        snprintf(err, errlen, "out of memory indexing stats.jsonl");
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory indexing stats.jsonl");
     }
     const cJSON *row;
     long line = 0;
@@ -135,7 +135,7 @@ static int index_stats(const cJSON *stats, stat_row **out, int *n_out, char *err
                    *tensor = str(row, "tensor");
         if (!num(row, "step", &step) || !num(row, "micro", &micro) ||
             !num(row, "layer", &layer) || !module || !gemm || !tensor) {
-            snprintf(err, errlen, "stats.jsonl: row %ld lacks step/micro/layer/module/gemm/"
+            fp8t_errorf(err, errlen, "stats.jsonl: row %ld lacks step/micro/layer/module/gemm/"
                      "tensor", line);
             free(r);
             return -1;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli/cli_args.h"
+#include "fp8train/error.h"
 #include "fp8train/io.h"
 #include "fp8train/tokenizer.h"
 #include "util/fs.h"
@@ -94,7 +95,7 @@ typedef struct {
     int progress;
     char **written;       /* shard paths written, removed again if the command fails */
     int n_written;
-    char err[1024];
+    char err[FP8T_ERR_LEN];
 } job;
 
 static double now(void) {
@@ -196,7 +197,7 @@ static int print_tokens(const char *tok_path, const char *text, int n_files) {
         fprintf(stderr, "fp8train tokenize: --text takes --tokenizer and no FILES\n");
         return 2;
     }
-    char err[1024];
+    char err[FP8T_ERR_LEN];
     fp8t_bpe *t = fp8t_bpe_load(tok_path, err, sizeof(err));
     if (!t) {
         fprintf(stderr, "fp8train tokenize: --tokenizer: %s\n", err);

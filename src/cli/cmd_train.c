@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "fp8train/dist.h"
+#include "fp8train/error.h"
 #include "fp8train/train.h"
 #include "fp8train/train_options.h"
 
@@ -11,7 +12,7 @@
  * 2 bad usage or bad input (nothing run), 3 stopped by the NaN/Inf detector. */
 int fp8t_cmd_train(int argc, char **argv) {
     fp8t_train_config *c = malloc(sizeof(*c));
-    char err[4096] = "";
+    char err[FP8T_ERR_LEN] = "";
     if (!c) {
         fprintf(stderr, "fp8train train: out of memory\n");
         return 1;

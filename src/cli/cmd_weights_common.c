@@ -8,6 +8,7 @@
 
 #include "cli/cmd_weights_common.h"
 #include "fp8train/data.h"
+#include "fp8train/error.h"
 #include "fp8train/recipe.h"
 #include "fp8train/train_options.h" /* fp8t_options_debug_env */
 #include "util/fs.h"
@@ -70,21 +71,19 @@ int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data,
                       const char *val_data, const char *tokenizer, uint64_t seed, int batches,
                       int quiet, char *err, size_t errlen) {
     if (!fp8t_evaluator_needs_calibration(ev)) return 0;
-    char e[1024];
+    char e[FP8T_ERR_LEN];
     fp8t_data *d = fp8t_data_open_tok(data, val_data, tokenizer, FP8T_SPLIT_TRAIN,
                                       fp8t_evaluator_B(ev), fp8t_evaluator_T(ev),
                                       w->model.vocab_size, seed, e, sizeof(e));
     if (!d) {
-        snprintf(err, errlen, "FP8 calibration data: %s", e);
-        return -1;
+        return fp8t_errorf(err, errlen, "FP8 calibration data: %s", e);
     }
     fp8t_evaluator_calibrate(ev, d, batches);
     fp8t_data_close(d);
     int n = 3 * fp8t_model_num_linears(&w->model), len = fp8t_model_fp8_history_len(fp8t_evaluator_model(ev));
     float *st = malloc(fp8t_recipe_state_floats(n, len) * sizeof(float));
     if (!st) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return fp8t_errorf(err, errlen, "out of memory");
     }
     fp8t_evaluator_fp8_state(ev, st, &n, &len);
     free(w->fp8_state);
@@ -131,24 +130,23 @@ int cli_infer_calibrate(fp8t_infer *m, const char *data, const char *val_data,
                         const char *tokenizer, uint64_t seed, int batches, int nb, int T,
                         char *err, size_t errlen) {
     const fp8t_model_config *c = fp8t_infer_config(m);
-    char e[1024];
+    char e[FP8T_ERR_LEN];
     if (!fp8t_infer_needs_calibration(m)) return 0;
     fp8t_data *d = fp8t_data_open_tok(data, val_data, tokenizer, FP8T_SPLIT_TRAIN, nb, T,
                                       c->vocab_size, seed, e, sizeof(e));
     if (!d) {
-        snprintf(err, errlen, "FP8 calibration data: %s", e);
-        return -1;
+        return fp8t_errorf(err, errlen, "FP8 calibration data: %s", e);
     }
     const size_t per = (size_t)nb * T;
     int *tok = malloc((size_t)batches * per * sizeof(int)), *tgt = malloc(per * sizeof(int));
     int rc = -1;
     if (!tok || !tgt) {
-        snprintf(err, errlen, "FP8 calibration: out of memory");
+        fp8t_errorf(err, errlen, "FP8 calibration: out of memory");
     } else {
         for (int i = 0; i < batches; i++)
             fp8t_data_batch(d, tok + (size_t)i * per, tgt, (uint64_t)i);
         rc = fp8t_infer_calibrate(m, tok, batches, nb, T, e, sizeof(e));
-        if (rc) snprintf(err, errlen, "FP8 calibration: %s", e);
+        if (rc) fp8t_errorf(err, errlen, "FP8 calibration: %s", e);
     }
     free(tok);
     free(tgt);
@@ -194,7 +192,7 @@ int cli_check_to(const char *cmd, const char *to, int dir_target, int overwrite,
 }
 
 int cli_debug_options(const char *cmd, cli_debug_opts *o) {
-    char err[256];
+    char err[FP8T_ERR_LEN];
     memset(o, 0, sizeof(*o));
     if (fp8t_options_debug_env(&o->model, &o->backend, err, sizeof(err)) != 0) {
         fprintf(stderr, "fp8train %s: environment: %s\n", cmd, err);

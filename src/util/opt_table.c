@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8train/error.h"
 #include "util/opt_table.h"
 
 #define HELP_LHS 28 /* the column of "--name ARG" in --help; longer ones get a line of their own */
@@ -17,8 +18,7 @@ const fp8t_opt *fp8t_opt_find(const fp8t_opt *t, int n, const char *name) {
 }
 
 static int bad_value(char *err, size_t errlen, const char *name, const char *v, const char *expect) {
-    snprintf(err, errlen, "--%s: bad value '%s' (expected %s)", name, v, expect);
-    return -1;
+    return fp8t_errorf(err, errlen, "--%s: bad value '%s' (expected %s)", name, v, expect);
 }
 
 static int parse_bool(const char *v, int *out) {
@@ -86,9 +86,8 @@ int fp8t_opt_set(const fp8t_opt *o, void *obj, const char *v, char *err, size_t 
         return 0;
     case FP8T_OPT_STRBUF:
         if (strlen(v) >= o->size) {
-            snprintf(err, errlen, "--%s: value too long (at most %zu characters)", o->name,
-                     o->size - 1);
-            return -1;
+            return fp8t_errorf(err, errlen, "--%s: value too long (at most %zu characters)", o->name,
+                            o->size - 1);
         }
         strcpy(base, v);
         return 0;
@@ -109,8 +108,7 @@ int fp8t_opt_set(const fp8t_opt *o, void *obj, const char *v, char *err, size_t 
         return bad_value(err, errlen, o->name, v, expect);
     case FP8T_OPT_SPECIAL:
         if (!o->set) {
-            snprintf(err, errlen, "--%s cannot be set here", o->name);
-            return -1;
+            return fp8t_errorf(err, errlen, "--%s cannot be set here", o->name);
         }
         return o->set(obj, v, err, errlen);
     }
@@ -159,7 +157,7 @@ fp8t_opt_step fp8t_opt_next(const fp8t_opt_spec *s, int argc, char **argv, int *
     /* "-" alone is a positional (stdin, by convention); "-x" is an option no table has */
     if (a[0] != '-' || !a[1]) {
         if (s->max_pos == 0 && !s->pass_unknown) {
-            snprintf(err, errlen, "unexpected argument '%s' (options start with --; see fp8train "
+            fp8t_errorf(err, errlen, "unexpected argument '%s' (options start with --; see fp8train "
                      "%s --help)", a, s->cmd);
             return FP8T_OPT_ERROR;
         }
@@ -180,7 +178,7 @@ fp8t_opt_step fp8t_opt_next(const fp8t_opt_spec *s, int argc, char **argv, int *
             *value = a;
             return FP8T_OPT_POSITIONAL;
         }
-        snprintf(err, errlen, "unknown option '%.*s' for fp8train %s (see fp8train %s --help "
+        fp8t_errorf(err, errlen, "unknown option '%.*s' for fp8train %s (see fp8train %s --help "
                  "for the list)", (int)alen, a, s->cmd, s->cmd);
         return FP8T_OPT_ERROR;
     }
@@ -189,7 +187,7 @@ fp8t_opt_step fp8t_opt_next(const fp8t_opt_spec *s, int argc, char **argv, int *
     else if (o->type != FP8T_OPT_FLAG) {
         /* "--steps --out DIR": the value was forgotten, rather than "--out" being it */
         if (*i >= argc || !strncmp(argv[*i], "--", 2)) {
-            snprintf(err, errlen, "--%s needs a value (%s: %s)", o->name, o->arg ? o->arg : "X",
+            fp8t_errorf(err, errlen, "--%s needs a value (%s: %s)", o->name, o->arg ? o->arg : "X",
                      o->help);
             return FP8T_OPT_ERROR;
         }
@@ -214,9 +212,8 @@ int fp8t_opt_parse(const fp8t_opt_spec *s, void *obj, int argc, char **argv, con
         case FP8T_OPT_ERROR: return -1;
         case FP8T_OPT_POSITIONAL:
             if (!s->pass_unknown && s->max_pos >= 0 && np >= s->max_pos) {
-                snprintf(err, errlen, "unexpected argument '%s' (usage: fp8train %s %s)", a,
-                         s->cmd, s->usage);
-                return -1;
+                return fp8t_errorf(err, errlen, "unexpected argument '%s' (usage: fp8train %s %s)", a,
+                                s->cmd, s->usage);
             }
             if (pos) pos[np] = v;
             np++;
