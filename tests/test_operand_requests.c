@@ -3,8 +3,8 @@
  * (fp8t_operand_kernel_of's COMPOSE: the CPU composes it, CUDA exits), so a request the CPU
  * suite accepts could still stop a GPU run. Here the CPU backend takes Hopper's two flags
  * (fp8_wants_transpose: every FP8 operand also in transposed codes, some only so;
- * fp8_block_native: block and rowwise on the scaled-operand path), its make_operand is wrapped
- * to record every request's kernel, and training steps of both architectures run in every
+ * fp8_block_native: block and rowwise on the scaled-operand path) and CUDA's answer to
+ * make_operand_fuses, its make_operand is wrapped to record every request's kernel, and training steps of both architectures run in every
  * precision, plainly, under an observer, with the chunked head and with every fusion off:
  * none may ask for COMPOSE, and the operand path must be in use (requests made; but by BF16
  * GEMMs with every fusion off, which round their FP32 operands themselves). */
@@ -35,6 +35,13 @@ static void record_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
                      r->colsum ? ", colsum" : "", r->out.rows, r->out.cols);
     }
     cpu->ops->make_operand(b, r);
+}
+
+/* CUDA's answer (cuda_make_operand_fuses): a request with a producer step fuses where a
+ * one-pass kernel exists; the model composes the others itself before make_operand */
+static int cuda_fuses(fp8t_backend *b, const fp8t_operand_req *r) {
+    (void)b;
+    return fp8t_operand_kernel_of(r) != FP8T_OPK_COMPOSE;
 }
 
 static void observe(void *ctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
@@ -113,6 +120,7 @@ int main(void) {
     }
     hopper_ops = *cpu->ops;
     hopper_ops.make_operand = record_make_operand;
+    hopper_ops.make_operand_fuses = cuda_fuses;
     hopper = *cpu;
     hopper.ops = &hopper_ops;
     hopper.fp8_wants_transpose = 1;
