@@ -637,8 +637,10 @@ static int clear_previous_bisect(bisect_ctx *c) {
     return 0;
 }
 
-int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char *err,
-                    size_t errlen) {
+/* The result before any experiment: nothing found, nothing run (-1 / NAN where a field is only
+ * meaningful once its experiment ran), reliable until the noise says otherwise. Set before the
+ * config is checked, so a refused bisect still leaves a well-defined result. */
+static void init_result(fp8t_bisect_result *res, const fp8t_bisect_config *cfg) {
     memset(res, 0, sizeof *res);
     res->recovered = -1;
     res->fake_matches = -1;
@@ -648,40 +650,52 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
     res->noise_exp = -1;
     res->reliable = 1;
     res->tail_steps = fp8t_bisect_tail_steps(cfg);
-    bisect_ctx ctx, *c = &ctx;
-    memset(c, 0, sizeof ctx);
-    c->cfg = cfg;
-    c->res = res;
-    c->err = err;
-    c->errlen = errlen;
-    if (check_config(cfg, err, errlen) != 0) return -1;
-    /* under mpirun: every rank runs this procedure (fp8t_dist_init is what dp_setup calls) */
-    if (fp8t_dist_init(err, errlen) != 0) return -1;
+}
+
+/* Rank 0's share of the preparation: the step of --resume (every experiment runs cfg->steps
+ * past it) and --out made bisect's own, clear of a previous bisect's runs. root_fits: c->root
+ * holds --out with room for the experiments' names. 0, or nonzero with c->err. */
+static int prepare_on_rank0(bisect_ctx *c, int root_fits) {
+    const fp8t_bisect_config *cfg = c->cfg;
+    if (cfg->train.resume[0]) {
+        fp8t_checkpoint ck;
+        memset(&ck, 0, sizeof ck);
+        int rc = fp8t_checkpoint_read_state(cfg->train.resume, &ck, c->err, c->errlen);
+        c->start_step = ck.step;
+        fp8t_checkpoint_free(&ck);
+        if (rc != 0) return rc;
+    }
+    if (!root_fits || mkdir_p(c->root) != 0)
+        return fp8t_errorf(c->err, c->errlen, "bisect: cannot create %s (check --out): %s",
+                           cfg->out_dir, !root_fits ? "path too long" : strerror(errno));
+    return clear_previous_bisect(c);
+}
+
+/* Everything the experiments need before the first one: the ranks (under mpirun every rank
+ * runs this procedure; fp8t_dist_init is what dp_setup calls), the positions the span search
+ * runs over, the start step and the output directory (rank 0 prepares them, every rank learns
+ * the outcome, so that all fail together or none does), and the number of experiments
+ * expected, for the ETA. */
+static int prepare(bisect_ctx *c) {
+    const fp8t_bisect_config *cfg = c->cfg;
+    if (fp8t_dist_init(c->err, c->errlen) != 0) return -1;
     c->rank = fp8t_dist_rank();
     c->n_layer = cfg->train.model.n_layer;
     c->n_pos = c->n_layer + head_in_fp8(&cfg->train);
-    res->n_layer = c->n_layer;
-    int prc = 0;
-    if (c->rank == 0 && cfg->train.resume[0]) {
-        fp8t_checkpoint ck;
-        memset(&ck, 0, sizeof ck);
-        prc = fp8t_checkpoint_read_state(cfg->train.resume, &ck, err, errlen);
-        c->start_step = ck.step;
-        fp8t_checkpoint_free(&ck);
-    }
+    c->res->n_layer = c->n_layer;
     int n = snprintf(c->root, sizeof c->root, "%s", cfg->out_dir);
-    if (prc == 0 && c->rank == 0 &&
-        (n < 0 || (size_t)n >= sizeof c->root - 128 || mkdir_p(c->root) != 0)) {
-        fp8t_errorf(err, errlen, "bisect: cannot create %s (check --out): %s", cfg->out_dir,
-                 n < 0 || (size_t)n >= sizeof c->root - 128 ? "path too long" : strerror(errno));
-        prc = -1;
-    }
-    if (prc == 0 && c->rank == 0) prc = clear_previous_bisect(c);
-    if (from_rank0(c, prc) != 0) return -1;
+    int root_fits = !(n < 0 || (size_t)n >= sizeof c->root - 128);
+    if (from_rank0(c, c->rank == 0 ? prepare_on_rank0(c, root_fits) : 0) != 0) return -1;
     if (fp8t_dist_size() > 1) fp8t_dist_bcast(&c->start_step, sizeof c->start_step, 0);
     /* bf16, fp8, recovery, fake, 3 kinds, the span search, the FP8 alternatives */
     c->planned = 7 + (c->n_pos > 1 ? 2 * ceil_log2(c->n_pos) : 0) + FP8T_BISECT_N_ALTS;
+    return 0;
+}
 
+/* The header of the log: what is compared from where, so that a log read later says which
+ * policy (and which injected fault) the evidence below it is about. */
+static void log_plan(bisect_ctx *c) {
+    const fp8t_bisect_config *cfg = c->cfg;
     char pol[1024];
     fp8t_policy_describe(&cfg->train.policy, pol, sizeof pol);
     logf_(c, "bisect: %d steps per experiment from %s, threshold %.2f%%, runs in %s\n",
@@ -692,105 +706,100 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
           100 * cfg->threshold, c->root);
     logf_(c, "bisect: policy under test: %s\n", pol);
     if (cfg->train.inject[0]) logf_(c, "bisect: injected fault: %s\n", cfg->train.inject);
+}
 
-    fp8t_bisect_exp *e, *base, *fp8;
-    /* 1. the BF16 baseline */
+/* Step 1: the BF16 baseline, the reference every other gap is measured against. A baseline
+ * that does not finish makes every gap meaningless, so the bisect stops there. */
+static int run_baseline(bisect_ctx *c, fp8t_bisect_exp **base_out) {
+    fp8t_bisect_exp *base;
     if (run_experiment(c, "bf16", "BF16 baseline (every GEMM in BF16)", POL_BF16, NULL, NULL, 0,
                        &base) != 0)
         return -1;
     if (!base->finished) {
-        return fp8t_errorf(err, errlen,
-                        "bisect: the BF16 baseline itself did not finish (%s at step %d): lower --lr "
-                        "or check the data; FP8 cannot be judged against it",
-                        base->stop == FP8T_STOP_NAN ? "NaN/Inf" : "stopped", base->last_step);
+        return fp8t_errorf(c->err, c->errlen,
+                           "bisect: the BF16 baseline itself did not finish (%s at step %d): "
+                           "lower --lr or check the data; FP8 cannot be judged against it",
+                           base->stop == FP8T_STOP_NAN ? "NaN/Inf" : "stopped", base->last_step);
     }
-    res->baseline_loss = base->tail_loss;
+    c->res->baseline_loss = base->tail_loss;
     set_verdict(base, "reference");
+    *base_out = base;
+    return 0;
+}
 
-    /* 2. FP8 as configured, with a checkpoint at the midpoint for the recovery experiment */
-    int half = cfg->steps / 2;
-    if (run_experiment(c, "fp8", "FP8 as configured", POL_RUN, NULL, NULL, half, &fp8) != 0)
+/* Step 2: FP8 as configured: the gap the bisect explains. It checkpoints at the midpoint, the
+ * start of the recovery experiment. */
+static int run_fp8_as_configured(bisect_ctx *c, fp8t_bisect_exp **fp8_out) {
+    fp8t_bisect_exp *fp8;
+    if (run_experiment(c, "fp8", "FP8 as configured", POL_RUN, NULL, NULL, c->cfg->steps / 2,
+                       &fp8) != 0)
         return -1;
-    res->fp8_gap = fp8->gap;
-    if (fp8->closes) {
-        set_verdict(fp8, "matches BF16: no FP8 problem");
-        res->outcome = FP8T_BISECT_NO_PROBLEM;
-        snprintf(res->conclusion, sizeof res->conclusion,
-                 "no FP8 problem found: FP8 as configured ends within %.2f%% of BF16 "
-                 "(gap %+.3f%%; tail loss %.4f vs %.4f after %d steps)",
-                 100 * cfg->threshold, 100 * fp8->gap, fp8->tail_loss, base->tail_loss,
-                 cfg->steps);
-        goto done;
-    }
-    {
-        char v[96];
-        if (fp8->finished) snprintf(v, sizeof v, "FP8 is off by %+.2f%%", 100 * fp8->gap);
-        else snprintf(v, sizeof v, "FP8 does not finish");
-        set_verdict(fp8, v);
-    }
+    c->res->fp8_gap = fp8->gap;
+    char v[96];
+    if (fp8->closes) snprintf(v, sizeof v, "matches BF16: no FP8 problem");
+    else if (fp8->finished) snprintf(v, sizeof v, "FP8 is off by %+.2f%%", 100 * fp8->gap);
+    else snprintf(v, sizeof v, "FP8 does not finish");
+    set_verdict(fp8, v);
+    *fp8_out = fp8;
+    return 0;
+}
 
-    /* 3. recovery: the FP8 checkpoint at the midpoint continued in BF16 */
-    {
-        char fp8_dir[BPATH];
-        snprintf(fp8_dir, sizeof fp8_dir, "%s/fp8", c->root);
-        int mid = c->rank == 0 ? checkpoint_near(fp8_dir, c->start_step + half, c->start_step,
-                                                 c->start_step + cfg->steps)
-                               : -1;
-        if (fp8t_dist_size() > 1) fp8t_dist_bcast(&mid, sizeof mid, 0);
-        if (mid < 0) {
-            logf_(c, "bisect: recovery experiment skipped: the fp8 run left no checkpoint "
-                     "before step %d\n", c->start_step + cfg->steps);
-            c->planned--;
-        } else {
-            char ck[BPATH], what[160];
-            fp8t_checkpoint_dir(ck, sizeof ck, fp8_dir, mid);
-            snprintf(what, sizeof what, "recovery: FP8 checkpoint of step %d continued in BF16",
-                     mid);
-            if (run_experiment(c, "recovery", what, POL_BF16, NULL, ck, 0, &e) != 0) return -1;
-            res->recovered = e->closes;
-            char v[160];
-            if (e->closes)
-                snprintf(v, sizeof v, "recovers: back to the baseline, the damage is not "
-                                      "permanent");
-            else if (e->finished && fp8->finished && fabs(e->gap) < 0.5 * fabs(fp8->gap))
-                snprintf(v, sizeof v, "recovering: the gap shrinks in %d BF16 steps but is not "
-                                      "closed yet", e->last_step - mid);
-            else
-                snprintf(v, sizeof v, "does not recover in %d BF16 steps", e->last_step - mid);
-            set_verdict(e, v);
-        }
+/* Step 3: the fp8 run's checkpoint nearest its midpoint continued in BF16: whether the loss
+ * comes back tells a transient fault from permanent damage to the weights. Skipped (one
+ * experiment fewer planned) when the fp8 run stopped before leaving a checkpoint. */
+static int run_recovery(bisect_ctx *c, const fp8t_bisect_exp *fp8) {
+    const int steps = c->cfg->steps, half = steps / 2;
+    char fp8_dir[BPATH];
+    snprintf(fp8_dir, sizeof fp8_dir, "%s/fp8", c->root);
+    int mid = c->rank == 0 ? checkpoint_near(fp8_dir, c->start_step + half, c->start_step,
+                                             c->start_step + steps)
+                           : -1;
+    if (fp8t_dist_size() > 1) fp8t_dist_bcast(&mid, sizeof mid, 0);
+    if (mid < 0) {
+        logf_(c, "bisect: recovery experiment skipped: the fp8 run left no checkpoint "
+                 "before step %d\n", c->start_step + steps);
+        c->planned--;
+        return 0;
     }
+    char ck[BPATH], what[160];
+    fp8t_checkpoint_dir(ck, sizeof ck, fp8_dir, mid);
+    snprintf(what, sizeof what, "recovery: FP8 checkpoint of step %d continued in BF16", mid);
+    fp8t_bisect_exp *e;
+    if (run_experiment(c, "recovery", what, POL_BF16, NULL, ck, 0, &e) != 0) return -1;
+    c->res->recovered = e->closes;
+    char v[160];
+    if (e->closes)
+        snprintf(v, sizeof v, "recovers: back to the baseline, the damage is not permanent");
+    else if (e->finished && fp8->finished && fabs(e->gap) < 0.5 * fabs(fp8->gap))
+        snprintf(v, sizeof v, "recovering: the gap shrinks in %d BF16 steps but is not "
+                              "closed yet", e->last_step - mid);
+    else
+        snprintf(v, sizeof v, "does not recover in %d BF16 steps", e->last_step - mid);
+    set_verdict(e, v);
+    return 0;
+}
 
-    /* 4. every GEMM fake-quantized */
-    {
-        char ov[256];
-        span_override(c, ov, sizeof ov, 0, c->n_pos - 1, (1u << FP8T_GEMM_COUNT) - 1,
-                      FP8T_PREC_FAKE);
-        if (run_experiment(c, "fake", "every FP8 GEMM fake-quantized (FP8 values, BF16 GEMM)",
-                           POL_RUN, ov, NULL, 0, &e) != 0)
-            return -1;
-        res->fake_matches = e->closes;
-        set_verdict(e, e->closes ? "matches: the values fit FP8; suspect the scaling recipe"
-                                 : "off too: the values themselves lose too much in FP8");
-    }
+/* Step 4: every FP8 GEMM fake-quantized (FP8 values, BF16 GEMM): tells values that do not fit
+ * FP8 from a scaling recipe that fails them. */
+static int run_fake_quantized(bisect_ctx *c) {
+    char ov[256];
+    span_override(c, ov, sizeof ov, 0, c->n_pos - 1, (1u << FP8T_GEMM_COUNT) - 1, FP8T_PREC_FAKE);
+    fp8t_bisect_exp *e;
+    if (run_experiment(c, "fake", "every FP8 GEMM fake-quantized (FP8 values, BF16 GEMM)",
+                       POL_RUN, ov, NULL, 0, &e) != 0)
+        return -1;
+    c->res->fake_matches = e->closes;
+    set_verdict(e, e->closes ? "matches: the values fit FP8; suspect the scaling recipe"
+                             : "off too: the values themselves lose too much in FP8");
+    return 0;
+}
 
-    /* 5. one GEMM kind back in BF16 at a time */
-    int culprit = find_culprit_kinds(c);
-    if (culprit < 0) return -1;
-    if (culprit == 0) {
-        res->outcome = FP8T_BISECT_NO_FIX;
-        fp8t_bisect_judge_noise(res, cfg->threshold);
-        snprintf(res->conclusion, sizeof res->conclusion,
-                 "FP8 is off by %+.2f%%%s but no BF16 override of the FP8 GEMMs closes the gap: "
-                 "look outside them (non-GEMM code, data, the optimizer), or compare tensors "
-                 "with --inspect",
-                 100 * fp8->gap,
-                 res->reliable ? "" : " (UNCONFIRMED: within the noise, see the WARNING)");
-        goto done;
-    }
-    res->culprit_gemms = (unsigned)culprit;
-
-    /* 6. narrow to layers */
+/* Step 6: the culprit kinds (res->culprit_gemms) narrowed to the smallest span of positions
+ * (res->layer_lo..layer_hi) whose BF16 override closes the gap; that override, already
+ * measured by the search (or by step 5 when the span is everything), is the fix until an FP8
+ * recipe does as well. */
+static int locate_culprit(bisect_ctx *c) {
+    fp8t_bisect_result *res = c->res;
     int lo = 0, hi = c->n_pos - 1;
     if (c->n_pos > 1 && narrow_span(c, res->culprit_gemms, &lo, &hi) != 0) return -1;
     res->layer_lo = lo;
@@ -799,83 +808,164 @@ int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char
                   FP8T_PREC_BF16);
     const fp8t_bisect_exp *bf16_fix = find_by_override(res, res->override);
     res->fix_gap = bf16_fix ? bf16_fix->gap : NAN;
+    return 0;
+}
 
-    /* 7. the FP8 recipes that might fix the culprit instead of BF16 (the GEMM stays FP8),
-     * each tried, the cheapest that closes the gap kept */
-    {
-        char tried[sizeof res->alternatives] = "";
-        size_t used = 0;
+/* Step 7: the FP8 recipes that might fix the culprit instead of BF16 (the GEMM stays FP8),
+ * each tried, cheapest first; the first that closes the gap replaces the BF16 fix. A recipe
+ * the culprit already runs in is not tried (one experiment fewer planned). What each did goes
+ * into res->alternatives for the conclusion. */
+static int try_fp8_alternatives(bisect_ctx *c) {
+    fp8t_bisect_result *res = c->res;
+    const int lo = res->layer_lo, hi = res->layer_hi;
+    char tried[sizeof res->alternatives] = "";
+    size_t used = 0;
 #define TRIED_ROOM (used < sizeof tried ? sizeof tried - used : 0)
-        for (int k = 0; k < FP8T_BISECT_N_ALTS; k++) {
-            const fp8t_precision alt = bisect_alternatives[k];
-            const char *an = fp8t_precision_name(alt);
-            if (span_is_prec(c, lo, hi, res->culprit_gemms, alt)) {
-                logf_(c, "bisect: %s not tried: the culprit already runs in it\n", an);
-                c->planned--;
-                used += (size_t)snprintf(tried + used, TRIED_ROOM, "%s%s: already the culprit's",
-                                         used ? "; " : "", an);
-                continue;
-            }
-            if (try_span(c, lo, hi, res->culprit_gemms, alt, &e) != 0) return -1;
-            char v[200];
-            if (e->closes && res->fix_precision == FP8T_PREC_BF16) {
-                snprintf(v, sizeof v, "closes the gap and keeps FP8: the cheapest fix");
-                snprintf(res->override, sizeof res->override, "%s", e->override);
-                res->fix_precision = alt;
-                res->fix_gap = e->gap;
-            } else if (e->closes) {
-                snprintf(v, sizeof v, "closes the gap too, but %s is cheaper",
-                         fp8t_precision_name(res->fix_precision));
-            } else {
-                snprintf(v, sizeof v, "gap remains: %s is not enough", an);
-            }
-            set_verdict(e, v);
-            if (e->finished)
-                used += (size_t)snprintf(tried + used, TRIED_ROOM, "%s%s %s (gap %+.2f%%)",
-                                         used ? "; " : "", an,
-                                         e->closes ? "closes" : "does not close", 100 * e->gap);
-            else
-                used += (size_t)snprintf(tried + used, TRIED_ROOM, "%s%s does not finish",
-                                         used ? "; " : "", an);
+    for (int k = 0; k < FP8T_BISECT_N_ALTS; k++) {
+        const fp8t_precision alt = bisect_alternatives[k];
+        const char *an = fp8t_precision_name(alt);
+        if (span_is_prec(c, lo, hi, res->culprit_gemms, alt)) {
+            logf_(c, "bisect: %s not tried: the culprit already runs in it\n", an);
+            c->planned--;
+            used += (size_t)snprintf(tried + used, TRIED_ROOM, "%s%s: already the culprit's",
+                                     used ? "; " : "", an);
+            continue;
         }
-#undef TRIED_ROOM
-        snprintf(res->alternatives, sizeof res->alternatives, "%s", tried);
+        fp8t_bisect_exp *e;
+        if (try_span(c, lo, hi, res->culprit_gemms, alt, &e) != 0) return -1;
+        char v[200];
+        if (e->closes && res->fix_precision == FP8T_PREC_BF16) {
+            snprintf(v, sizeof v, "closes the gap and keeps FP8: the cheapest fix");
+            snprintf(res->override, sizeof res->override, "%s", e->override);
+            res->fix_precision = alt;
+            res->fix_gap = e->gap;
+        } else if (e->closes) {
+            snprintf(v, sizeof v, "closes the gap too, but %s is cheaper",
+                     fp8t_precision_name(res->fix_precision));
+        } else {
+            snprintf(v, sizeof v, "gap remains: %s is not enough", an);
+        }
+        set_verdict(e, v);
+        if (e->finished)
+            used += (size_t)snprintf(tried + used, TRIED_ROOM, "%s%s %s (gap %+.2f%%)",
+                                     used ? "; " : "", an,
+                                     e->closes ? "closes" : "does not close", 100 * e->gap);
+        else
+            used += (size_t)snprintf(tried + used, TRIED_ROOM, "%s%s does not finish",
+                                     used ? "; " : "", an);
     }
+#undef TRIED_ROOM
+    snprintf(res->alternatives, sizeof res->alternatives, "%s", tried);
+    return 0;
+}
+
+/* The conclusions, one per outcome. Each is the few lines people read first, so each names
+ * the gap it is about and, where the noise swamps the gaps, says the result is unconfirmed. */
+
+/* FP8 as configured already matches the baseline: nothing to bisect. */
+static void conclude_no_problem(bisect_ctx *c, const fp8t_bisect_exp *base,
+                                const fp8t_bisect_exp *fp8) {
+    fp8t_bisect_result *res = c->res;
+    res->outcome = FP8T_BISECT_NO_PROBLEM;
+    snprintf(res->conclusion, sizeof res->conclusion,
+             "no FP8 problem found: FP8 as configured ends within %.2f%% of BF16 "
+             "(gap %+.3f%%; tail loss %.4f vs %.4f after %d steps)",
+             100 * c->cfg->threshold, 100 * fp8->gap, fp8->tail_loss, base->tail_loss,
+             c->cfg->steps);
+}
+
+/* FP8 is off but not even all three GEMM kinds in BF16 close the gap: the cause lies outside
+ * the FP8 GEMMs, which is all bisect can change. */
+static void conclude_no_fix(bisect_ctx *c, const fp8t_bisect_exp *fp8) {
+    fp8t_bisect_result *res = c->res;
+    res->outcome = FP8T_BISECT_NO_FIX;
+    fp8t_bisect_judge_noise(res, c->cfg->threshold);
+    snprintf(res->conclusion, sizeof res->conclusion,
+             "FP8 is off by %+.2f%%%s but no BF16 override of the FP8 GEMMs closes the gap: "
+             "look outside them (non-GEMM code, data, the optimizer), or compare tensors "
+             "with --inspect",
+             100 * fp8->gap,
+             res->reliable ? "" : " (UNCONFIRMED: within the noise, see the WARNING)");
+}
+
+/* The culprit (kinds and span) and the cheapest fix, with the override to paste. */
+static void conclude_found(bisect_ctx *c, const fp8t_bisect_exp *fp8) {
+    fp8t_bisect_result *res = c->res;
     res->outcome = FP8T_BISECT_FOUND;
     /* still the best guess when the noise swamps the gaps, but labelled as such */
-    fp8t_bisect_judge_noise(res, cfg->threshold);
-    {
-        char g[32], words[96];
-        bisect_gemm_set_name(g, sizeof g, res->culprit_gemms);
-        bisect_span_words(words, sizeof words, c->n_layer, lo, hi);
-        char detail[160];
-        if (fp8->finished) snprintf(detail, sizeof detail, "%+.2f%%", 100 * fp8->gap);
-        else snprintf(detail, sizeof detail, "NaN/Inf at step %d", fp8->last_step);
-        char fixw[64];
-        if (res->fix_precision == FP8T_PREC_BF16) snprintf(fixw, sizeof fixw, "BF16");
-        else snprintf(fixw, sizeof fixw, "%s scaling (keeps FP8)",
-                      fp8t_precision_name(res->fix_precision));
-        snprintf(res->conclusion, sizeof res->conclusion,
-                 "culprit%s: %s of %s (FP8 %s%s%s)\n"
-                 "%s: %s for those GEMMs (gap %+.2f%%)\n"
-                 "  --override '%s'\n"
-                 "FP8 alternatives to BF16, cheapest first: %s",
-                 res->reliable ? "" : " (UNCONFIRMED: within the noise, see the WARNING)", g,
-                 words, fp8->finished ? "gap " : "", detail,
-                 res->recovered == 1   ? "; recovers when continued in BF16"
-                 : res->recovered == 0 ? "; not recovered when continued in BF16"
-                                       : "",
-                 res->reliable ? "cheapest fix" : "best guess for a fix (UNCONFIRMED)", fixw,
-                 100 * res->fix_gap, res->override, res->alternatives);
-    }
+    fp8t_bisect_judge_noise(res, c->cfg->threshold);
+    char g[32], words[96];
+    bisect_gemm_set_name(g, sizeof g, res->culprit_gemms);
+    bisect_span_words(words, sizeof words, c->n_layer, res->layer_lo, res->layer_hi);
+    char detail[160];
+    if (fp8->finished) snprintf(detail, sizeof detail, "%+.2f%%", 100 * fp8->gap);
+    else snprintf(detail, sizeof detail, "NaN/Inf at step %d", fp8->last_step);
+    char fixw[64];
+    if (res->fix_precision == FP8T_PREC_BF16) snprintf(fixw, sizeof fixw, "BF16");
+    else snprintf(fixw, sizeof fixw, "%s scaling (keeps FP8)",
+                  fp8t_precision_name(res->fix_precision));
+    snprintf(res->conclusion, sizeof res->conclusion,
+             "culprit%s: %s of %s (FP8 %s%s%s)\n"
+             "%s: %s for those GEMMs (gap %+.2f%%)\n"
+             "  --override '%s'\n"
+             "FP8 alternatives to BF16, cheapest first: %s",
+             res->reliable ? "" : " (UNCONFIRMED: within the noise, see the WARNING)", g, words,
+             fp8->finished ? "gap " : "", detail,
+             res->recovered == 1   ? "; recovers when continued in BF16"
+             : res->recovered == 0 ? "; not recovered when continued in BF16"
+                                   : "",
+             res->reliable ? "cheapest fix" : "best guess for a fix (UNCONFIRMED)", fixw,
+             100 * res->fix_gap, res->override, res->alternatives);
+}
 
-done:
-    fp8t_bisect_judge_noise(res, cfg->threshold);
-    fp8t_bisect_print(cfg->log, res, cfg->threshold);
+/* The end of every concluded bisect: the noise judged over all the experiments, the evidence
+ * table and the conclusion printed, bisect.json and report.html written (by rank 0; every rank
+ * learns whether that worked, so all return the same). */
+static int report(bisect_ctx *c) {
+    fp8t_bisect_result *res = c->res;
+    fp8t_bisect_judge_noise(res, c->cfg->threshold);
+    fp8t_bisect_print(c->cfg->log, res, c->cfg->threshold);
     if (from_rank0(c, c->rank == 0 && (bisect_write_json(c) != 0 || bisect_write_html(c) != 0)
                           ? -1 : 0) != 0)
         return -1;
     logf_(c, "bisect: %.0fs in %d experiments; summary %s/bisect.json, report %s/report.html\n",
           c->spent, res->n_exp, c->root, c->root);
     return 0;
+}
+
+/* The steps in order (include/fp8train/bisect.h describes the experiments); it stops at the
+ * first conclusion, and on the first error with err set. */
+int fp8t_bisect_run(const fp8t_bisect_config *cfg, fp8t_bisect_result *res, char *err,
+                    size_t errlen) {
+    init_result(res, cfg);
+    if (check_config(cfg, err, errlen) != 0) return -1;
+    bisect_ctx ctx, *c = &ctx;
+    memset(c, 0, sizeof ctx);
+    c->cfg = cfg;
+    c->res = res;
+    c->err = err;
+    c->errlen = errlen;
+    if (prepare(c) != 0) return -1;
+    log_plan(c);
+
+    fp8t_bisect_exp *base = NULL, *fp8 = NULL;
+    if (run_baseline(c, &base) != 0) return -1;
+    if (run_fp8_as_configured(c, &fp8) != 0) return -1;
+    if (fp8->closes) {
+        conclude_no_problem(c, base, fp8);
+        return report(c);
+    }
+    if (run_recovery(c, fp8) != 0) return -1;
+    if (run_fake_quantized(c) != 0) return -1;
+    int culprit = find_culprit_kinds(c);
+    if (culprit < 0) return -1;
+    if (culprit == 0) {
+        conclude_no_fix(c, fp8);
+        return report(c);
+    }
+    res->culprit_gemms = (unsigned)culprit;
+    if (locate_culprit(c) != 0) return -1;
+    if (try_fp8_alternatives(c) != 0) return -1;
+    conclude_found(c, fp8);
+    return report(c);
 }
