@@ -283,7 +283,7 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
                           int ckpt_every, fp8t_bisect_exp **out) {
     fp8t_bisect_result *res = c->res;
     if (res->n_exp >= FP8T_BISECT_MAX_EXP) {
-        snprintf(c->err, c->errlen, "bisect: more than %d experiments", FP8T_BISECT_MAX_EXP);
+        fp8t_errorf(c->err, c->errlen, "bisect: more than %d experiments", FP8T_BISECT_MAX_EXP);
         return -1;
     }
     fp8t_bisect_exp *e = &res->exp[res->n_exp++];
@@ -295,7 +295,7 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
 
     fp8t_train_config *tc = malloc(sizeof *tc);
     if (!tc) {
-        snprintf(c->err, c->errlen, "bisect: out of memory");
+        fp8t_errorf(c->err, c->errlen, "bisect: out of memory");
         return -1;
     }
     *tc = c->cfg->train;
@@ -311,7 +311,7 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
     }
     int n = snprintf(tc->out_dir, sizeof tc->out_dir, "%s/%s", c->root, name);
     if (n < 0 || (size_t)n >= sizeof tc->out_dir) {
-        snprintf(c->err, c->errlen, "bisect: output path too long under %s", c->root);
+        fp8t_errorf(c->err, c->errlen, "bisect: output path too long under %s", c->root);
         free(tc);
         return -1;
     }
@@ -331,7 +331,7 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
     tc->detect_nan = 1;
     int rrc = 0;
     if (c->rank == 0 && rm_tree(tc->out_dir) != 0) {
-        snprintf(c->err, c->errlen, "bisect: cannot clear %s: %s", tc->out_dir,
+        fp8t_errorf(c->err, c->errlen, "bisect: cannot clear %s: %s", tc->out_dir,
                  strerror(errno));
         rrc = -1;
     }
@@ -352,7 +352,7 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
     /* the ranks agreed on rc inside the run (every one fails when one does) */
     if (rc != 0 || tr.reason == FP8T_STOP_ERROR) {
         logf_(c, " failed\n");
-        snprintf(c->err, c->errlen, "bisect: experiment %s failed: %s", name,
+        fp8t_errorf(c->err, c->errlen, "bisect: experiment %s failed: %s", name,
                  terr[0] ? terr : "(no message)");
         if (c->rank != 0) /* rank 0 prints the bisect's error; a rank's own cause is here */
             fprintf(stderr, "fp8train bisect: rank %d: %s\n", c->rank, c->err);
@@ -590,7 +590,7 @@ static int is_experiment_name(const char *n) {
 static int clear_previous_bisect(bisect_ctx *c) {
     DIR *d = opendir(c->root);
     if (!d) {
-        snprintf(c->err, c->errlen, "bisect: cannot read %s: %s", c->root, strerror(errno));
+        fp8t_errorf(c->err, c->errlen, "bisect: cannot read %s: %s", c->root, strerror(errno));
         return -1;
     }
     char probe[BPATH + 32];
@@ -602,7 +602,7 @@ static int clear_previous_bisect(bisect_ctx *c) {
     for (struct dirent *de; rc == 0 && (de = readdir(d));) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         if (!ours) {
-            snprintf(c->err, c->errlen, "bisect: --out %s already holds files of something else "
+            fp8t_errorf(c->err, c->errlen, "bisect: --out %s already holds files of something else "
                      "('%s'); give bisect a new or empty directory of its own, e.g. --out %s/bisect",
                      c->root, de->d_name, c->root);
             closedir(d);
@@ -623,7 +623,7 @@ static int clear_previous_bisect(bisect_ctx *c) {
     }
     closedir(d);
     if (rc != 0) {
-        snprintf(c->err, c->errlen, "bisect: cannot clear the previous bisect in %s: %s", c->root,
+        fp8t_errorf(c->err, c->errlen, "bisect: cannot clear the previous bisect in %s: %s", c->root,
                  strerror(errno));
         return rc;
     }
@@ -631,7 +631,7 @@ static int clear_previous_bisect(bisect_ctx *c) {
     FILE *m = fopen(probe, "w");
     if (!m || fputs("fp8train bisect writes this directory; a new bisect with the same --out "
                     "replaces its experiments\n", m) < 0 || fclose(m) != 0) {
-        snprintf(c->err, c->errlen, "bisect: cannot write %s: %s", probe, strerror(errno));
+        fp8t_errorf(c->err, c->errlen, "bisect: cannot write %s: %s", probe, strerror(errno));
         return -1;
     }
     return 0;

@@ -11,6 +11,7 @@
 
 #include "tools/bisect_internal.h"
 #include "fp8train/compare.h"
+#include "fp8train/error.h"
 #include "fp8train/policy_json.h"
 
 static const char *outcome_name(fp8t_bisect_outcome o) {
@@ -65,7 +66,7 @@ static int write_text(bisect_ctx *c, const char *path, const char *text) {
     snprintf(tmp, sizeof tmp, "%.*s.tmp", FP8T_PATH_MAX + 256, path);
     FILE *f = fopen(tmp, "w");
     if (!f || fputs(text, f) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
-        snprintf(c->err, c->errlen, "bisect: cannot write %s: %s", path, strerror(errno));
+        fp8t_errorf(c->err, c->errlen, "bisect: cannot write %s: %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -156,7 +157,7 @@ int bisect_write_json(bisect_ctx *c) {
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text) {
-        snprintf(c->err, c->errlen, "bisect: out of memory");
+        fp8t_errorf(c->err, c->errlen, "bisect: out of memory");
         return -1;
     }
     char path[BPATH];
@@ -261,7 +262,7 @@ int bisect_write_html(bisect_ctx *c) {
     snprintf(tmp, sizeof tmp, "%.*s.tmp", FP8T_PATH_MAX + 256, path);
     FILE *f = fopen(tmp, "w");
     if (!f) {
-        snprintf(c->err, c->errlen, "bisect: cannot write %s: %s", tmp, strerror(errno));
+        fp8t_errorf(c->err, c->errlen, "bisect: cannot write %s: %s", tmp, strerror(errno));
         return -1;
     }
     fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>fp8train bisect"
@@ -323,7 +324,7 @@ int bisect_write_html(bisect_ctx *c) {
                "<code>bisect.json</code> holds this summary. Compare any two with "
                "<code>fp8train compare bf16 fp8</code>.</p>\n</body></html>\n");
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        snprintf(c->err, c->errlen, "bisect: cannot write %s: %s", path, strerror(errno));
+        fp8t_errorf(c->err, c->errlen, "bisect: cannot write %s: %s", path, strerror(errno));
         return -1;
     }
     return 0;
