@@ -41,18 +41,18 @@ int main(int argc, char **argv) {
         ops->attention_forward(be, out, lse, NULL, qkv, &sh); /* warm up */
         int reps = 3;
         double t0 = now(), c0 = cpu_now();
-        for (int r = 0; r < reps; r++)
-            ops->attention_forward(be, out, lse, NULL, qkv, &sh);
+        for (int r = 0; r < reps; r++) ops->attention_forward(be, out, lse, NULL, qkv, &sh);
         double tf = (now() - t0) / reps, cf = (cpu_now() - c0) / reps;
         t0 = now();
         c0 = cpu_now();
         for (int r = 0; r < reps; r++)
             ops->attention_backward(be, dqkv, dout, qkv, NULL, out, lse, &sh);
         double tb = (now() - t0) / reps, cb = (cpu_now() - c0) / reps;
-        printf("attention B=%d T=%d NH=%d HS=%d rope=%d threads=%d: forward %.1f ms (%.1f GFLOP/s, "
-               "cpu %.1f ms), backward %.1f ms (%.1f GFLOP/s, cpu %.1f ms)\n",
-               B, T, NH, HS, rope, omp_get_max_threads(), tf * 1e3, fwd_flops / tf * 1e-9,
-               cf * 1e3, tb * 1e3, bwd_flops / tb * 1e-9, cb * 1e3);
+        printf(
+            "attention B=%d T=%d NH=%d HS=%d rope=%d threads=%d: forward %.1f ms (%.1f GFLOP/s, "
+            "cpu %.1f ms), backward %.1f ms (%.1f GFLOP/s, cpu %.1f ms)\n",
+            B, T, NH, HS, rope, omp_get_max_threads(), tf * 1e3, fwd_flops / tf * 1e-9, cf * 1e3,
+            tb * 1e3, bwd_flops / tb * 1e-9, cb * 1e3);
     }
     /* the fc1 GEMM of the same model for scale: [B*T, C] x [C, 4C] */
     int M = B * T, N = 4 * C, K = C;

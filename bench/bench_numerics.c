@@ -17,9 +17,19 @@
 
 #include "fp8train/fp8.h"
 
-typedef enum { B_ENCODE, B_QUANT, B_QUANT_AMAX, B_DEQUANT, B_FAKE, B_BF16, B_AMAX, B_COUNT } bench_kind;
-static const char *NAMES[B_COUNT] = {"encode (scalar)", "quantize",   "quantize+amax",
-                                     "dequantize",      "fake_quantize", "bf16_round", "amax"};
+typedef enum {
+    B_ENCODE,
+    B_QUANT,
+    B_QUANT_AMAX,
+    B_DEQUANT,
+    B_FAKE,
+    B_BF16,
+    B_AMAX,
+    B_COUNT
+} bench_kind;
+static const char *NAMES[B_COUNT] = {
+    "encode (scalar)", "quantize",   "quantize+amax", "dequantize",
+    "fake_quantize",   "bf16_round", "amax"};
 
 static volatile float sink; /* keeps results alive */
 
@@ -64,7 +74,7 @@ static double rate(bench_kind k, float *y, uint8_t *q, const float *x, size_t n,
 /* Runs every op on n elements; returns the one-thread quantize+amax rate (0 on error). */
 static double bench_size(size_t n) {
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y); /* [n] */
-    uint8_t *q = malloc(n);                                        /* [n] */
+    uint8_t *q = malloc(n);                                       /* [n] */
     if (!x || !y || !q) {
         fprintf(stderr, "bench_numerics: cannot allocate %zu elements\n", n);
         free(x), free(y), free(q);

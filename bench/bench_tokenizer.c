@@ -98,7 +98,8 @@ int main(int argc, char **argv) {
     double tok_per_byte = (double)ids.n / (double)len;
     printf("tokens: %zu (%.2f bytes/token)\n", ids.n, 1.0 / tok_per_byte);
     printf("encode, cold cache: %7.2f MB/s  %6.2f M tokens/s  (per CPU second; wall clock "
-           "%.2f MB/s)\n", best_cold / 1e6, best_cold * tok_per_byte / 1e6, best_cold_wall / 1e6);
+           "%.2f MB/s)\n",
+           best_cold / 1e6, best_cold * tok_per_byte / 1e6, best_cold_wall / 1e6);
     printf("encode, warm cache: %7.2f MB/s  %6.2f M tokens/s\n", best_warm / 1e6,
            best_warm * tok_per_byte / 1e6);
     printf("decode:             %7.2f MB/s\n", best_dec / 1e6);

@@ -46,8 +46,8 @@
 #include "fp8train/train_options.h" /* fp8t_options_debug_env */
 
 /* from src/backend/cuda (weak: absent in CPU-only builds) */
-extern int fp8t_cuda_memory_info(fp8t_backend *b, size_t *in_use, size_t *peak,
-                                 size_t *dev_free, size_t *dev_total) __attribute__((weak));
+extern int fp8t_cuda_memory_info(fp8t_backend *b, size_t *in_use, size_t *peak, size_t *dev_free,
+                                 size_t *dev_total) __attribute__((weak));
 extern int fp8t_cuda_gemm_counts(fp8t_backend *b, long *fp8_lt, long *fp8_fallback)
     __attribute__((weak));
 
@@ -142,26 +142,37 @@ int main(int argc, char **argv) {
             usage(argv[0]);
             return 2;
         }
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--batch")) B = atoi(v);
-        else if (!strcmp(a, "--seq")) T = atoi(v);
-        else if (!strcmp(a, "--warmup")) warmup = atoi(v);
-        else if (!strcmp(a, "--steps")) steps = atoi(v);
-        else if (!strcmp(a, "--prec")) precs = v;
-        else if (!strcmp(a, "--inspect-out")) inspect_out = v;
+        if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--batch"))
+            B = atoi(v);
+        else if (!strcmp(a, "--seq"))
+            T = atoi(v);
+        else if (!strcmp(a, "--warmup"))
+            warmup = atoi(v);
+        else if (!strcmp(a, "--steps"))
+            steps = atoi(v);
+        else if (!strcmp(a, "--prec"))
+            precs = v;
+        else if (!strcmp(a, "--inspect-out"))
+            inspect_out = v;
         else if (!strcmp(a, "--head-chunk")) {
             char *end;
             long x = strtol(v, &end, 10);
-            if (!strcmp(v, "auto")) head_chunk = FP8T_HEAD_CHUNK_AUTO;
-            else if (end != v && !*end && x == 0) head_chunk = FP8T_HEAD_CHUNK_OFF;
-            else if (end != v && !*end && x > 0 && x % 8 == 0 && x <= (1L << 24)) head_chunk = (int)x;
+            if (!strcmp(v, "auto"))
+                head_chunk = FP8T_HEAD_CHUNK_AUTO;
+            else if (end != v && !*end && x == 0)
+                head_chunk = FP8T_HEAD_CHUNK_OFF;
+            else if (end != v && !*end && x > 0 && x % 8 == 0 && x <= (1L << 24))
+                head_chunk = (int)x;
             else {
-                fprintf(stderr, "gpu_bench: --head-chunk %s: expected auto, 0 or a positive "
-                                "multiple of 8\n", v);
+                fprintf(stderr,
+                        "gpu_bench: --head-chunk %s: expected auto, 0 or a positive "
+                        "multiple of 8\n",
+                        v);
                 return 2;
             }
-        }
-        else if (!strcmp(a, "--inspect") || !strcmp(a, "--shadow-every")) {
+        } else if (!strcmp(a, "--inspect") || !strcmp(a, "--shadow-every")) {
             if (n_vars == MAX_VARIANTS) {
                 fprintf(stderr, "gpu_bench: at most %d variants\n", MAX_VARIANTS - 1);
                 return 2;
@@ -176,7 +187,8 @@ int main(int argc, char **argv) {
             } else {
                 vars[n_vars].shadow_every = atoi(v);
                 if (vars[n_vars++].shadow_every <= 0) {
-                    fprintf(stderr, "gpu_bench: --shadow-every %s: expected a positive integer\n", v);
+                    fprintf(stderr, "gpu_bench: --shadow-every %s: expected a positive integer\n",
+                            v);
                     return 2;
                 }
             }
@@ -264,8 +276,11 @@ int main(int argc, char **argv) {
             fp8t_model_init_weights(m, 42);
             if (vi == 0) {
                 const int rows = fp8t_model_head_chunk_rows(m);
-                if (rows) printf("  %s: LM head in chunks of %d rows\n", name, rows);
-                else printf("  %s: LM head unchunked ([%d, %d] logits held)\n", name, N, cfg.vocab_size);
+                if (rows)
+                    printf("  %s: LM head in chunks of %d rows\n", name, rows);
+                else
+                    printf("  %s: LM head unchunked ([%d, %d] logits held)\n", name, N,
+                           cfg.vocab_size);
             }
             fp8t_inspector *in = NULL;
             if (var->inspect) {
@@ -300,7 +315,8 @@ int main(int argc, char **argv) {
                     if (fp8t_inspector_active(in) && fp8t_inspector_reads_only(in))
                         fp8t_model_set_observer(m, inspect_hook, in);
                     else
-                        fp8t_model_set_hook(m, fp8t_inspector_active(in) ? inspect_hook : NULL, in);
+                        fp8t_model_set_hook(m, fp8t_inspector_active(in) ? inspect_hook : NULL,
+                                            in);
                 }
                 fp8t_model_zero_grad(m);
                 if (var->shadow_every > 0 && k >= 0 && k % var->shadow_every == 0) {
@@ -341,8 +357,10 @@ int main(int argc, char **argv) {
                 plain_tps = tps;
             } else {
                 char what[200];
-                if (var->inspect) snprintf(what, sizeof(what), "--inspect %s", var->inspect);
-                else snprintf(what, sizeof(what), "--shadow-every %d", var->shadow_every);
+                if (var->inspect)
+                    snprintf(what, sizeof(what), "--inspect %s", var->inspect);
+                else
+                    snprintf(what, sizeof(what), "--shadow-every %d", var->shadow_every);
                 /* ratio: tokens/s against the plain step; cost: extra time per step */
                 printf("  %-40s %d timed steps, %d inspected, %d shadow: %.4fx plain tokens/s, "
                        "cost %+.2f%% step time\n",

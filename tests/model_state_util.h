@@ -23,9 +23,13 @@ static void *host_copy(fp8t_backend *be, const void *dev, size_t bytes) {
  * state); prints the first difference. */
 static int diff_model_state(fp8t_backend *be, fp8t_model *a, fp8t_model *b, const char *when) {
     const size_t np = fp8t_model_num_params(a);
-    const size_t st = fp8t_recipe_state_floats(fp8t_model_fp8_count(a),
-                                               fp8t_model_fp8_history_len(a));
-    struct { const char *name; const float *pa, *pb; size_t n; } bufs[3] = {
+    const size_t st =
+        fp8t_recipe_state_floats(fp8t_model_fp8_count(a), fp8t_model_fp8_history_len(a));
+    struct {
+        const char *name;
+        const float *pa, *pb;
+        size_t n;
+    } bufs[3] = {
         {"grads", fp8t_model_grads(a), fp8t_model_grads(b), np},
         {"params", fp8t_model_params(a), fp8t_model_params(b), np},
         {"fp8 state", fp8t_model_fp8_state(a), fp8t_model_fp8_state(b), st},
@@ -40,8 +44,9 @@ static int diff_model_state(fp8t_backend *be, fp8t_model *a, fp8t_model *b, cons
         } else if (memcmp(ha, hb, n * sizeof(float)) != 0) {
             size_t k = 0;
             while (k < n && !memcmp(&ha[k], &hb[k], sizeof(float))) k++;
-            if (!ndiff) printf("  %s: %s differ at %zu: %.9g vs %.9g\n", when, bufs[i].name, k,
-                               ha[k], hb[k]);
+            if (!ndiff)
+                printf("  %s: %s differ at %zu: %.9g vs %.9g\n", when, bufs[i].name, k, ha[k],
+                       hb[k]);
             ndiff++;
         }
         free(ha);

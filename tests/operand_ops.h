@@ -53,9 +53,9 @@ static inline void t_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *c
     t_run(b, &r);
 }
 /* codes of gelu(x (+ bias)) */
-static inline void t_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
-                                   float *amax, const float *x, const float *bias, int rows,
-                                   int cols, fp8_format fmt, const float *scale) {
+static inline void t_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax,
+                                   const float *x, const float *bias, int rows, int cols,
+                                   fp8_format fmt, const float *scale) {
     fp8t_operand_req r = t_fp8_req(codes, codes_t, amax, x, rows, cols, fmt, scale);
     r.step = FP8T_STEP_GELU;
     r.bias = bias;
@@ -63,9 +63,9 @@ static inline void t_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *cod
 }
 /* codes of dx = gelu'(x (+ bias)) * dout, colsum (may be NULL) += dx's column sums */
 static inline void t_quantize_dgelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
-                                    float *amax, float *colsum, const float *dout,
-                                    const float *x, const float *bias, int rows, int cols,
-                                    fp8_format fmt, const float *scale) {
+                                    float *amax, float *colsum, const float *dout, const float *x,
+                                    const float *bias, int rows, int cols, fp8_format fmt,
+                                    const float *scale) {
     fp8t_operand_req r = t_fp8_req(codes, codes_t, amax, dout, rows, cols, fmt, scale);
     r.step = FP8T_STEP_DGELU;
     r.x2 = x;
@@ -132,8 +132,10 @@ static inline fp8t_operand_req t_norm_req(void *out, float *sum, const float *a,
                                           int rms, int rows, int cols, float eps,
                                           const float *scale) {
     fp8t_operand_req r = t_infer_req(out, a, rows, cols, scale);
-    if (y) r.step = rms ? FP8T_STEP_ADD_RMSNORM : FP8T_STEP_ADD_LAYERNORM;
-    else r.step = rms ? FP8T_STEP_RMSNORM : FP8T_STEP_LAYERNORM;
+    if (y)
+        r.step = rms ? FP8T_STEP_ADD_RMSNORM : FP8T_STEP_ADD_LAYERNORM;
+    else
+        r.step = rms ? FP8T_STEP_RMSNORM : FP8T_STEP_LAYERNORM;
     r.x2 = y;
     r.bias = y ? ybias : NULL;
     r.sum = y ? sum : NULL;
@@ -152,8 +154,8 @@ static inline fp8t_operand_req t_swiglu_req(void *out, const float *gate, const 
 /* ---- block- and row-scaled FP8 ---- */
 /* both orientations q asks for (operand_kind.h's fp8t_scaled_quant) */
 static inline void t_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
-    fp8t_operand_req r = t_fp8_req(q->codes, q->codes_t, q->amax_out, q->x, q->rows, q->cols,
-                                   q->fmt, NULL);
+    fp8t_operand_req r =
+        t_fp8_req(q->codes, q->codes_t, q->amax_out, q->x, q->rows, q->cols, q->fmt, NULL);
     r.out.scale_inv = q->scale_inv;
     r.out.scale_inv_t = q->scale_inv_t;
     r.out.scaling = q->scaling;
@@ -171,8 +173,10 @@ static inline void t_block_quantize(fp8t_backend *b, uint8_t *codes, float *scal
                                     fp8t_fp8_scaling scaling, fp8_format fmt, int pow2) {
     fp8t_scaled_quant q;
     memset(&q, 0, sizeof(q));
-    if (transpose) q.codes_t = codes, q.scale_inv_t = scale_inv;
-    else q.codes = codes, q.scale_inv = scale_inv;
+    if (transpose)
+        q.codes_t = codes, q.scale_inv_t = scale_inv;
+    else
+        q.codes = codes, q.scale_inv = scale_inv;
     q.x = x;
     q.rows = rows, q.cols = cols;
     q.scaling = scaling, q.fmt = fmt, q.pow2 = pow2;

@@ -49,12 +49,14 @@ static void keep_backward(fp8t_backend *b, float *dqkv, const float *dout, const
 
 static fp8t_model *make(fp8t_backend *be, const fp8t_model_config *c, const fp8t_policy *pol,
                         int B, int T, int no_bf16_saves) {
-    const fp8t_model_options opt = {
-        .disable = no_bf16_saves ? (unsigned)FP8T_DISABLE_BF16_SAVES : 0u};
+    const fp8t_model_options opt = {.disable =
+                                        no_bf16_saves ? (unsigned)FP8T_DISABLE_BF16_SAVES : 0u};
     char err[256];
     fp8t_model *m = fp8t_model_create(be, c, pol, &opt, B, T, err, sizeof(err));
-    if (!m) printf("  create: %s\n", err);
-    else fp8t_model_init_weights(m, 4242);
+    if (!m)
+        printf("  create: %s\n", err);
+    else
+        fp8t_model_init_weights(m, 4242);
     return m;
 }
 
@@ -160,14 +162,16 @@ static void attention_state_case(const char *name, fp8t_precision prec, int no_b
     /* bytes: no per-layer qkv (4 bytes per value, or 2 as BF16); the state per layer and one
      * layer's qkv scratch instead (the BF16 plain model has that scratch too) */
     const size_t L = (size_t)c.n_layer, qkv = (size_t)N * (size_t)fp8t_model_qkv_dim(&c);
-    fp8t_attn_shape sh = {B, T, c.n_head, fp8t_model_kv_heads(&c), c.n_embd / c.n_head, 0.0f,
-                          {0}};
+    fp8t_attn_shape sh = {B,    T,  c.n_head, fp8t_model_kv_heads(&c), c.n_embd / c.n_head,
+                          0.0f, {0}};
     const size_t state = keep_saved_bytes(NULL, &sh);
     const size_t bp = fp8t_model_activation_bytes(plain), bk = fp8t_model_activation_bytes(kept);
-    const size_t want = bf16_saves ? bp - L * qkv * 2 + L * state
-                                   : bp - L * qkv * 4 + L * state + qkv * 4;
-    T_CHECK(bk == want, "%s: %zu activation bytes with the attention state, %zu without: "
-            "expected %zu", what, bk, bp, want);
+    const size_t want =
+        bf16_saves ? bp - L * qkv * 2 + L * state : bp - L * qkv * 4 + L * state + qkv * 4;
+    T_CHECK(bk == want,
+            "%s: %zu activation bytes with the attention state, %zu without: "
+            "expected %zu",
+            what, bk, bp, want);
     fp8t_model_destroy(plain);
     fp8t_model_destroy(kept);
 }
@@ -274,8 +278,8 @@ static void bf16_close_case(const char *name, fp8t_precision prec) {
                 /* BF16 GEMMs: each saved value carries at most BF16's relative rounding error
                  * 2^-9, and the backward's products and sums keep the gradient's relative
                  * error within a small multiple of it */
-                printf("  %s: gradient relative L2 error %.3g (BF16 unit roundoff %.3g)\n",
-                       what, e, ldexp(1.0, -9));
+                printf("  %s: gradient relative L2 error %.3g (BF16 unit roundoff %.3g)\n", what,
+                       e, ldexp(1.0, -9));
                 T_CHECK(e < 4 * ldexp(1.0, -9), "%s: gradient relative error %.3g", what, e);
             } else {
                 /* FP8 GEMMs: a saved value rounded to BF16 moves some of dY's FP8 codes by a
@@ -286,9 +290,12 @@ static void bf16_close_case(const char *name, fp8t_precision prec) {
                 const double ea = rel_l2(fp8t_model_grads(a), fp8t_model_grads(r), np);
                 const double eb = rel_l2(fp8t_model_grads(b), fp8t_model_grads(r), np);
                 printf("  %s: gradient relative L2 error %.3g between the saves; against the "
-                       "FP32 policy %.3g (BF16 saves) %.3g (FP32 saves)\n", what, e, ea, eb);
-                T_CHECK(ea <= 1.25 * eb, "%s: FP8 gradient error %.3g with BF16 saves, %.3g "
-                        "with FP32 saves", what, ea, eb);
+                       "FP32 policy %.3g (BF16 saves) %.3g (FP32 saves)\n",
+                       what, e, ea, eb);
+                T_CHECK(ea <= 1.25 * eb,
+                        "%s: FP8 gradient error %.3g with BF16 saves, %.3g "
+                        "with FP32 saves",
+                        what, ea, eb);
             }
         }
         const double d = fabs((double)la - (double)lb) / fabs((double)lb);
@@ -346,14 +353,18 @@ static void figure_case(const char *name, double max_ratio) {
     c.seq_len = T;
     const fp8t_precision prec = FP8T_PREC_DELAYED;
     /* per layer: the slope between 2 and 4 layers */
-    const double f32 = (double)(bytes_at(cpu, c, 4, prec, 1, B, T) -
-                                bytes_at(cpu, c, 2, prec, 1, B, T)) / 2.0 / N;
-    const double b16 = (double)(bytes_at(cpu, c, 4, prec, 0, B, T) -
-                                bytes_at(cpu, c, 2, prec, 0, B, T)) / 2.0 / N;
+    const double f32 =
+        (double)(bytes_at(cpu, c, 4, prec, 1, B, T) - bytes_at(cpu, c, 2, prec, 1, B, T)) / 2.0 /
+        N;
+    const double b16 =
+        (double)(bytes_at(cpu, c, 4, prec, 0, B, T) - bytes_at(cpu, c, 2, prec, 0, B, T)) / 2.0 /
+        N;
     const double k32 = (double)(bytes_at(&keeper, c, 4, prec, 1, B, T) -
-                                bytes_at(&keeper, c, 2, prec, 1, B, T)) / 2.0 / N;
+                                bytes_at(&keeper, c, 2, prec, 1, B, T)) /
+                       2.0 / N;
     const double k16 = (double)(bytes_at(&keeper, c, 4, prec, 0, B, T) -
-                                bytes_at(&keeper, c, 2, prec, 0, B, T)) / 2.0 / N;
+                                bytes_at(&keeper, c, 2, prec, 0, B, T)) /
+                       2.0 / N;
     /* the CUDA flash path: its BF16 q, k, v (NH heads each, the group's k, v expanded) in place
      * of the keeper's FP32 qkv copy */
     const int HS = c.n_embd / c.n_head;
@@ -364,12 +375,16 @@ static void figure_case(const char *name, double max_ratio) {
            name, f32, cuda32, b16, cuda16, b16 / f32, cuda16 / f32);
     /* the figure before the layer saves was the CPU FP32-save one on both backends (qkv was
      * kept per layer beside the CUDA state) */
-    T_CHECK(b16 <= max_ratio * f32, "%s: BF16 saves keep %.0f bytes per token and layer, FP32 "
-            "saves %.0f", name, b16, f32);
+    T_CHECK(b16 <= max_ratio * f32,
+            "%s: BF16 saves keep %.0f bytes per token and layer, FP32 "
+            "saves %.0f",
+            name, b16, f32);
     T_CHECK(cuda16 <= max_ratio * f32, "%s: CUDA figure %.0f vs %.0f", name, cuda16, f32);
     /* the exact per-layer differences: 2 bytes per save value fewer; the state for qkv */
-    T_CHECK(f32 - b16 == 2.0 * save_width(&c), "%s: BF16 saves take %.0f bytes fewer, expected "
-            "%zu", name, f32 - b16, 2 * save_width(&c));
+    T_CHECK(f32 - b16 == 2.0 * save_width(&c),
+            "%s: BF16 saves take %.0f bytes fewer, expected "
+            "%zu",
+            name, f32 - b16, 2 * save_width(&c));
     T_CHECK(f32 - k32 == 4.0 * fp8t_model_qkv_dim(&c) - keep_state,
             "%s: the attention state takes %.0f bytes fewer", name, f32 - k32);
 }

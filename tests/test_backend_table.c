@@ -31,10 +31,14 @@ static void names_cover_the_table(void) {
             T_CHECK(strcmp(a, fp8t_backend_op_name(j)) != 0, "'%s' twice (%d, %d)", a, j, i);
     }
     /* spot checks of the order against the struct's offsets */
-    T_CHECK(!strcmp(fp8t_backend_op_name((int)(offsetof(fp8t_backend_ops, make_operand) /
-                                              sizeof(op_fn))), "make_operand"), "make_operand");
-    T_CHECK(!strcmp(fp8t_backend_op_name((int)(offsetof(fp8t_backend_ops, graph_destroy) /
-                                              sizeof(op_fn))), "graph_destroy"), "graph_destroy");
+    T_CHECK(!strcmp(fp8t_backend_op_name(
+                        (int)(offsetof(fp8t_backend_ops, make_operand) / sizeof(op_fn))),
+                    "make_operand"),
+            "make_operand");
+    T_CHECK(!strcmp(fp8t_backend_op_name(
+                        (int)(offsetof(fp8t_backend_ops, graph_destroy) / sizeof(op_fn))),
+                    "graph_destroy"),
+            "graph_destroy");
 }
 
 static void unset_ops_are_found(void) {
@@ -44,7 +48,8 @@ static void unset_ops_are_found(void) {
     T_CHECK(fp8t_backend_first_unset_op(cpu->ops) == -1, "the CPU table leaves op '%s' unset",
             fp8t_backend_op_name(fp8t_backend_first_unset_op(cpu->ops)));
     T_CHECK(op_at(cpu->ops, (int)(offsetof(fp8t_backend_ops, graph_begin) / sizeof(op_fn))) ==
-                NULL, "the CPU backend records no graphs (its graph ops are the optional ones)");
+                NULL,
+            "the CPU backend records no graphs (its graph ops are the optional ones)");
     fp8t_backend_ops t = *cpu->ops;
     t.softmax_xent = NULL;
     const int i = fp8t_backend_first_unset_op(&t);

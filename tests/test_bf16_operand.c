@@ -29,8 +29,6 @@ static fp8t_backend *be;
 
 /* ---- helpers ---- */
 
-
-
 static float f32_from_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
@@ -124,7 +122,8 @@ static void test_bf16_encode_reference(void) {
     for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
         uint16_t got = bf16_encode(f32_from_bits(nans[i]));
         T_CHECK((got & 0x7F80u) == 0x7F80u && (got & 0x7Fu) != 0,
-                "bf16_encode(NaN 0x%08X) = 0x%04X is not a NaN", (unsigned)nans[i], (unsigned)got);
+                "bf16_encode(NaN 0x%08X) = 0x%04X is not a NaN", (unsigned)nans[i],
+                (unsigned)got);
     }
 }
 
@@ -150,10 +149,10 @@ static float check_to_bf16(const char *what, const float *x, int rows, int cols,
     size_t n = (size_t)rows * cols, bytes = fp8t_bf16_bytes(rows, cols);
     int prow = fp8t_bf16_pad(rows), pcol = fp8t_bf16_pad(cols);
     size_t guard = guard_bytes((size_t)pcol * sizeof(uint16_t));
-    float *dx = dev_upload(x, n * sizeof(float));                           /* [rows, cols] */
-    uint16_t *dout = dev_filled(bytes + guard, 0xFF); /* [pad(rows), pad(cols)] + guard */
-    float *damax = dev_upload(&amax_start, sizeof(float));                  /* [1] */
-    float *dref = dev_upload(&amax_start, sizeof(float));                   /* [1] */
+    float *dx = dev_upload(x, n * sizeof(float));          /* [rows, cols] */
+    uint16_t *dout = dev_filled(bytes + guard, 0xFF);      /* [pad(rows), pad(cols)] + guard */
+    float *damax = dev_upload(&amax_start, sizeof(float)); /* [1] */
+    float *dref = dev_upload(&amax_start, sizeof(float));  /* [1] */
 
     t_to_bf16(be, dout, use_amax ? damax : NULL, dx, rows, cols);
     OPS->amax(be, dref, dx, n);
@@ -205,8 +204,9 @@ static float host_amax(const float *x, size_t n) { /* finite or Inf inputs only 
     return m;
 }
 
-static const int shapes[][2] = {{1, 1}, {3, 5}, {7, 13}, {8, 8}, {37, 1001}, {64, 768},
-                                {1, 9}, {9, 1}, {300, 257} /* > the OpenMP threshold */};
+static const int shapes[][2] = {
+    {1, 1},    {3, 5}, {7, 13}, {8, 8},    {37, 1001},
+    {64, 768}, {1, 9}, {9, 1},  {300, 257} /* > the OpenMP threshold */};
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
 static void test_to_bf16_random(void) {
@@ -248,7 +248,8 @@ static void test_to_bf16_specials(void) {
             int has_inf = 0;
             for (size_t k = 0; k < take; k++) {
                 uint32_t u = specials[done + k];
-                x[k * stride + (stride > 1 ? (size_t)rng_int((int)stride) : 0)] = f32_from_bits(u);
+                x[k * stride + (stride > 1 ? (size_t)rng_int((int)stride) : 0)] =
+                    f32_from_bits(u);
             }
             for (size_t i = 0; i < n; i++) has_inf |= isinf(x[i]) != 0;
             done += take;
@@ -365,14 +366,15 @@ static void check_gemm_rounded(int M, int N, int K, int ta, int tb, int acc, int
     for (int j = 0; j < N; j++) bias[j] = (float)(rng_uniform() * 2.0 - 1.0);
     size_t cbytes = (nc + nguard) * sizeof(float); /* C + guard */
 
-    float *dA = dev_upload(A, na * sizeof(float));    /* stored [ar, ac] */
-    float *dB = dev_upload(B, nb * sizeof(float));    /* stored [br, bc] */
+    float *dA = dev_upload(A, na * sizeof(float)); /* stored [ar, ac] */
+    float *dB = dev_upload(B, nb * sizeof(float)); /* stored [br, bc] */
     float *dbias = dev_upload(bias, (size_t)(N > 0 ? N : 0) * sizeof(float)); /* [N] */
-    float *dCw = dev_upload(C0, cbytes);              /* [M, N] + guard: gemm_bf16 */
-    float *dCg = dev_upload(C0, cbytes);              /* [M, N] + guard: gemm_bf16_rounded */
+    float *dCw = dev_upload(C0, cbytes); /* [M, N] + guard: gemm_bf16 */
+    float *dCg = dev_upload(C0, cbytes); /* [M, N] + guard: gemm_bf16_rounded */
     bf16_tensor a16 = make_operand(dA, ar, ac), b16 = make_operand(dB, br, bc);
     size_t abytes = fp8t_bf16_bytes(ar, ac), bbytes = fp8t_bf16_bytes(br, bc);
-    uint16_t *a_before = host_download(a16.buf, abytes), *b_before = host_download(b16.buf, bbytes);
+    uint16_t *a_before = host_download(a16.buf, abytes),
+             *b_before = host_download(b16.buf, bbytes);
 
     OPS->gemm_bf16(be, dCw, dA, dB, M, N, K, ta, tb, acc, NULL, NULL);
     if (with_bias) OPS->bias_add(be, dCw, dbias, M, N);
@@ -390,7 +392,8 @@ static void check_gemm_rounded(int M, int N, int K, int ta, int tb, int acc, int
                    with_bias ? " + bias_add" : "", Cw[i], (unsigned)f32_bits(Cw[i]));
             break;
         }
-    T_CHECK(memcmp(Cg + nc, C0 + nc, nguard * sizeof(float)) == 0, "%s: wrote past C[M, N]", what);
+    T_CHECK(memcmp(Cg + nc, C0 + nc, nguard * sizeof(float)) == 0, "%s: wrote past C[M, N]",
+            what);
     T_CHECK(memcmp(a_after, a_before, abytes) == 0 && memcmp(b_after, b_before, bbytes) == 0,
             "%s: modified an operand", what);
     /* the sizes gemm_bf16 treats specially, checked directly too */
@@ -431,22 +434,22 @@ static const int gemm_shapes[][3] = {{5, 7, 3},   {37, 1001, 13}, {64, 96, 128},
 static void test_gemm_bf16_rounded(void) {
     for (size_t s = 0; s < sizeof gemm_shapes / sizeof gemm_shapes[0]; s++)
         for (int combo = 0; combo < 8; combo++)
-            check_gemm_rounded(gemm_shapes[s][0], gemm_shapes[s][1], gemm_shapes[s][2],
-                               combo & 1, (combo >> 1) & 1, (combo >> 2) & 1, 0);
+            check_gemm_rounded(gemm_shapes[s][0], gemm_shapes[s][1], gemm_shapes[s][2], combo & 1,
+                               (combo >> 1) & 1, (combo >> 2) & 1, 0);
 }
 
 static void test_gemm_bf16_rounded_bias(void) {
     for (size_t s = 0; s < sizeof gemm_shapes / sizeof gemm_shapes[0]; s++)
         for (int combo = 0; combo < 4; combo++)
-            check_gemm_rounded(gemm_shapes[s][0], gemm_shapes[s][1], gemm_shapes[s][2],
-                               combo & 1, (combo >> 1) & 1, 0, 1);
+            check_gemm_rounded(gemm_shapes[s][0], gemm_shapes[s][1], gemm_shapes[s][2], combo & 1,
+                               (combo >> 1) & 1, 0, 1);
 }
 
 /* K = 0 (empty sum: C zeroed, or left alone with acc; bias alone with a bias), M = 0, N = 0
  * (nothing written), in every layout */
 static void test_gemm_bf16_rounded_degenerate(void) {
-    const int deg[][3] = {{5, 7, 0}, {9, 1, 0}, {0, 7, 3}, {0, 7, 0}, {5, 0, 3}, {5, 0, 0},
-                          {0, 0, 4}};
+    const int deg[][3] = {{5, 7, 0}, {9, 1, 0}, {0, 7, 3}, {0, 7, 0},
+                          {5, 0, 3}, {5, 0, 0}, {0, 0, 4}};
     for (size_t s = 0; s < sizeof deg / sizeof deg[0]; s++)
         for (int combo = 0; combo < 12; combo++) {
             int acc = (combo >> 2) == 1, bias = (combo >> 2) == 2;
@@ -473,7 +476,8 @@ static void check_gemm_rounded_ld(int M, int N, int K, int ldc, int ta, int tb, 
     for (int j = 0; j < N; j++) bias[j] = (float)(rng_uniform() * 2.0 - 1.0);
     for (size_t i = 0; i < ns; i++) Cs0[i] = (float)(rng_uniform() * 8.0 - 4.0);
     for (int r = 0; r < M; r++) memcpy(Cp0 + (size_t)r * N, Cs0 + (size_t)r * ldc, (size_t)N * 4);
-    float *dA = dev_upload(A, na * 4), *dB = dev_upload(B, nb * 4), *dbias = dev_upload(bias, (size_t)N * 4);
+    float *dA = dev_upload(A, na * 4), *dB = dev_upload(B, nb * 4),
+          *dbias = dev_upload(bias, (size_t)N * 4);
     float *dCp = dev_upload(Cp0, nc * 4), *dCs = dev_upload(Cs0, ns * 4);
     bf16_tensor a16 = make_operand(dA, ar, ac), b16 = make_operand(dB, br, bc);
     const float *bp = with_bias ? dbias : NULL;
@@ -506,8 +510,8 @@ static void check_gemm_rounded_ld(int M, int N, int K, int ldc, int ta, int tb, 
 }
 
 static void test_gemm_bf16_rounded_ldc(void) {
-    const int shapes[][4] = {{5, 7, 3, 8}, {37, 1001, 13, 1008}, {9, 16, 17, 24}, {1, 1, 1, 11},
-                             {13, 17, 19, 17}};
+    const int shapes[][4] = {
+        {5, 7, 3, 8}, {37, 1001, 13, 1008}, {9, 16, 17, 24}, {1, 1, 1, 11}, {13, 17, 19, 17}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int combo = 0; combo < 12; combo++) {
             int acc = (combo >> 2) == 1, bias = (combo >> 2) == 2;
@@ -531,7 +535,8 @@ static void check_xent_bf16(int N, int V, int ld, float dloss, int nan_row) {
         tg[r] = r % 5 == 3 ? -1 : rng_int(V); /* some positions ignored */
     }
     if (nan_row >= 0) lg[(size_t)nan_row * ld + V / 2] = NAN;
-    for (int r = 0; r < N; r++) memcpy(packed + (size_t)r * V, lg + (size_t)r * ld, (size_t)V * 4);
+    for (int r = 0; r < N; r++)
+        memcpy(packed + (size_t)r * V, lg + (size_t)r * ld, (size_t)V * 4);
     size_t hb = fp8t_bf16_bytes(N, V);
     float *dlg = dev_upload(lg, (size_t)N * ld * 4), *dpk = dev_upload(packed, (size_t)N * V * 4);
     int *dtg = dev_upload(tg, (size_t)N * sizeof(int));

@@ -104,8 +104,8 @@ static void expect_found_cfg(const char *name, const char *inject, fp8t_gemm_kin
             res->culprit_gemms, fp8t_gemm_name(gemm));
     T_CHECK(res->layer_lo <= lo && res->layer_hi >= hi, "%s: layers %d-%d must contain %d-%d",
             name, res->layer_lo, res->layer_hi, lo, hi);
-    T_CHECK(res->layer_hi - res->layer_lo <= hi - lo + 1, "%s: the span %d-%d was narrowed",
-            name, res->layer_lo, res->layer_hi);
+    T_CHECK(res->layer_hi - res->layer_lo <= hi - lo + 1, "%s: the span %d-%d was narrowed", name,
+            res->layer_lo, res->layer_hi);
     T_CHECK(res->fix_precision == fix, "%s: fix precision %s, want %s", name,
             fp8t_precision_name(res->fix_precision), fp8t_precision_name(fix));
     /* the FP8 alternatives to BF16 were each tried on the culprit, and the fix is the first
@@ -179,8 +179,8 @@ static void test_outliers_fprop(void) {
 
 /* A NaN in the Wgrad operand of layer 3 from step 10: the FP8 run dies. */
 static void test_nan_wgrad(void) {
-    expect_found("nan", "layer=3,module=proj,gemm=wgrad,kind=nan,from=10", FP8T_GEMM_WGRAD, 3,
-                 3, FP8T_PREC_BF16);
+    expect_found("nan", "layer=3,module=proj,gemm=wgrad,kind=nan,from=10", FP8T_GEMM_WGRAD, 3, 3,
+                 FP8T_PREC_BF16);
 }
 
 /* Amax faults only shrink a tensor (underflow or saturation), which inside the layers a
@@ -379,8 +379,8 @@ static void test_noise_judgement(void) {
     T_ASSERT(out, "print");
     const char *first = out;
     while (*first == '\n') first++;
-    T_CHECK(!strncmp(first, "WARNING: unreliable", 19), "the summary starts with the warning: %.80s",
-            first);
+    T_CHECK(!strncmp(first, "WARNING: unreliable", 19),
+            "the summary starts with the warning: %.80s", first);
     const char *warn = strstr(out, "WARNING"), *table = strstr(out, "experiment ");
     T_CHECK(warn && table && warn < table, "warning before the table");
     T_CHECK(strstr(out, "layers-6-11-dgrad-bf16 ends 3% BELOW") && strstr(out, "gap -3%"),
@@ -432,10 +432,13 @@ static void test_noise_end_to_end(void) {
     int below = -1;
     for (int i = 0; i < res->n_exp; i++)
         if (strcmp(res->exp[i].name, "bf16") && res->exp[i].ran && isfinite(res->exp[i].gap) &&
-            -res->exp[i].gap > bc.threshold && (below < 0 || res->exp[i].gap < res->exp[below].gap))
+            -res->exp[i].gap > bc.threshold &&
+            (below < 0 || res->exp[i].gap < res->exp[below].gap))
             below = i;
-    T_ASSERT(below >= 0, "premise: some experiment ends more than %g below the baseline "
-                         "(%d experiments, outcome %d)", bc.threshold, res->n_exp, res->outcome);
+    T_ASSERT(below >= 0,
+             "premise: some experiment ends more than %g below the baseline "
+             "(%d experiments, outcome %d)",
+             bc.threshold, res->n_exp, res->outcome);
     T_CHECK(!res->reliable && res->noise_exp == below && res->noise == -res->exp[below].gap,
             "unreliable, noise %g from exp %d (want %d, %s)", res->noise, res->noise_exp, below,
             res->exp[below].name);
@@ -445,8 +448,10 @@ static void test_noise_end_to_end(void) {
             "exit status rules unchanged");
     char *log = slurp(logpath), needle[256];
     T_ASSERT(log, "read %s", logpath);
-    snprintf(needle, sizeof needle, "\nWARNING: unreliable, these experiments are too noisy to "
-                                    "trust: %s ends ", res->exp[below].name);
+    snprintf(needle, sizeof needle,
+             "\nWARNING: unreliable, these experiments are too noisy to "
+             "trust: %s ends ",
+             res->exp[below].name);
     const char *warn = strstr(log, needle), *table = strstr(log, "\nexperiment ");
     T_CHECK(warn && table && warn < table, "printed: the warning naming %s opens the summary",
             res->exp[below].name);
@@ -458,7 +463,8 @@ static void test_noise_end_to_end(void) {
     free(text);
     T_ASSERT(j, "%s parses", path);
     cJSON *rel = cJSON_GetObjectItem(j, "reliable"), *noise = cJSON_GetObjectItem(j, "noise"),
-          *ne = cJSON_GetObjectItem(j, "noise_experiment"), *w = cJSON_GetObjectItem(j, "warning");
+          *ne = cJSON_GetObjectItem(j, "noise_experiment"),
+          *w = cJSON_GetObjectItem(j, "warning");
     T_CHECK(cJSON_IsFalse(rel), "json: reliable false");
     T_CHECK(cJSON_IsNumber(noise) && fabs(noise->valuedouble - res->noise) <= 1e-12,
             "json: noise %g", cJSON_IsNumber(noise) ? noise->valuedouble : NAN);
@@ -511,7 +517,9 @@ int main(void) {
     T_RUN(test_stale_amax_head);
     T_RUN(test_resume);
     T_RUN(test_noise_end_to_end);
-    if (!getenv("FP8T_TEST_KEEP")) nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    else printf("kept %s\n", g_root);
+    if (!getenv("FP8T_TEST_KEEP"))
+        nftw(g_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    else
+        printf("kept %s\n", g_root);
     T_MAIN_END();
 }

@@ -17,9 +17,15 @@
 static char root[256];
 
 static fp8t_model_config small_config(void) {
-    fp8t_model_config c = {.arch = FP8T_ARCH_GPT2, .n_layer = 2, .n_embd = 16, .n_head = 2,
-                           .seq_len = 8, .vocab_size = 32, .mlp_hidden = 64,
-                           .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+    fp8t_model_config c = {.arch = FP8T_ARCH_GPT2,
+                           .n_layer = 2,
+                           .n_embd = 16,
+                           .n_head = 2,
+                           .seq_len = 8,
+                           .vocab_size = 32,
+                           .mlp_hidden = 64,
+                           .rope_theta = 10000.0f,
+                           .norm_eps = 1e-5f};
     return c;
 }
 
@@ -85,7 +91,8 @@ static void test_round_trip(void) {
                 !memcmp(back.fp8_state, ck.fp8_state,
                         fp8t_recipe_state_floats(ck.fp8_n, 4) * sizeof(float)),
             "FP8 state differs");
-    T_CHECK(back.config_json && strstr(back.config_json, "\"steps\":100"), "config: %s", back.config_json);
+    T_CHECK(back.config_json && strstr(back.config_json, "\"steps\":100"), "config: %s",
+            back.config_json);
     T_CHECK(back.policy_json && strstr(back.policy_json, "fp8"), "policy: %s", back.policy_json);
     /* the safetensors files are readable with their documented names */
     char p[600];
@@ -97,7 +104,8 @@ static void test_round_trip(void) {
     fp8t_st_close(f);
     path_of(p, sizeof(p), dir, "optimizer.safetensors");
     T_ASSERT(fp8t_st_open(&f, p, err, sizeof(err)) == 0, "%s", err);
-    T_CHECK(fp8t_st_find(f, "exp_avg.wte") && fp8t_st_find(f, "exp_avg_sq.lnf.b") && fp8t_st_find(f, "step"),
+    T_CHECK(fp8t_st_find(f, "exp_avg.wte") && fp8t_st_find(f, "exp_avg_sq.lnf.b") &&
+                fp8t_st_find(f, "step"),
             "optimizer tensor names");
     fp8t_st_close(f);
     fp8t_checkpoint_free(&back);
@@ -229,13 +237,23 @@ static void other_step(const char *dir) {
     fp8t_checkpoint_free(&ck);
 }
 
-static void test_missing_file(void) { expect_damage(20, rm_optimizer, "optimizer.safetensors", "missing"); }
+static void test_missing_file(void) {
+    expect_damage(20, rm_optimizer, "optimizer.safetensors", "missing");
+}
 static void test_missing_state(void) { expect_damage(21, rm_state, "state.json", "cannot read"); }
-static void test_truncated(void) { expect_damage(22, truncate_model, "model.safetensors", "resume from another"); }
-static void test_corrupt_header(void) { expect_damage(23, corrupt_fp8_header, "fp8_meta.safetensors", NULL); }
+static void test_truncated(void) {
+    expect_damage(22, truncate_model, "model.safetensors", "resume from another");
+}
+static void test_corrupt_header(void) {
+    expect_damage(23, corrupt_fp8_header, "fp8_meta.safetensors", NULL);
+}
 static void test_bad_json(void) { expect_damage(24, bad_json, "state.json", "not valid JSON"); }
-static void test_shape_mismatch(void) { expect_damage(25, other_model, "tensor 'wte' is F32 [32, 32]", "needs F32 [32, 16]"); }
-static void test_mixed_files(void) { expect_damage(26, other_step, "optimizer step 3", "state.json step 26"); }
+static void test_shape_mismatch(void) {
+    expect_damage(25, other_model, "tensor 'wte' is F32 [32, 32]", "needs F32 [32, 16]");
+}
+static void test_mixed_files(void) {
+    expect_damage(26, other_step, "optimizer step 3", "state.json step 26");
+}
 
 static void test_model_mismatch_and_missing_dir(void) {
     fp8t_checkpoint ck, back;
@@ -245,8 +263,10 @@ static void test_model_mismatch_and_missing_dir(void) {
     T_ASSERT(fp8t_checkpoint_save(dir, &ck, err, sizeof(err)) == 0, "%s", err);
     fp8t_model_config other = small_config();
     other.n_layer = 3;
-    T_CHECK(fp8t_checkpoint_load(dir, &other, &back, err, sizeof(err)) != 0, "wrong model accepted");
-    T_CHECK(strstr(err, "n_layer") && strstr(err, "--layers") && strstr(err, "checkpoint"), "%s", err);
+    T_CHECK(fp8t_checkpoint_load(dir, &other, &back, err, sizeof(err)) != 0,
+            "wrong model accepted");
+    T_CHECK(strstr(err, "n_layer") && strstr(err, "--layers") && strstr(err, "checkpoint"), "%s",
+            err);
     char missing[600];
     snprintf(missing, sizeof(missing), "%s/checkpoints/step_999999", root);
     T_CHECK(fp8t_checkpoint_load(missing, NULL, &back, err, sizeof(err)) != 0 &&
@@ -280,7 +300,8 @@ static void test_prune_and_latest(void) {
     fp8t_checkpoint_dir(latest, sizeof(latest), out, 20);
     struct stat st;
     T_CHECK(stat(latest, &st) == 0, "step 20 pruned");
-    T_CHECK(fp8t_checkpoint_latest("/nonexistent/dir", latest, sizeof(latest)) == -1, "latest of nothing");
+    T_CHECK(fp8t_checkpoint_latest("/nonexistent/dir", latest, sizeof(latest)) == -1,
+            "latest of nothing");
     fp8t_checkpoint_free(&ck);
 }
 
@@ -297,10 +318,11 @@ static void write_text(const char *path, const char *text) {
 static void test_only_own_checkpoints_removed(void) {
     T_CHECK(fp8t_checkpoint_step_of_name("step_000020") == 20, "step_000020");
     T_CHECK(fp8t_checkpoint_step_of_name("step_1234567") == 1234567, "step_1234567");
-    const char *not_ours[] = {"step_20", "step_0000020", "step_000020.bak", "step_", "step_-00001",
-                              "xstep_000020", "step_00002a", "model_final.pt"};
+    const char *not_ours[] = {"step_20",     "step_0000020", "step_000020.bak", "step_",
+                              "step_-00001", "xstep_000020", "step_00002a",     "model_final.pt"};
     for (size_t i = 0; i < sizeof(not_ours) / sizeof(not_ours[0]); i++)
-        T_CHECK(fp8t_checkpoint_step_of_name(not_ours[i]) == -1, "'%s' taken for ours", not_ours[i]);
+        T_CHECK(fp8t_checkpoint_step_of_name(not_ours[i]) == -1, "'%s' taken for ours",
+                not_ours[i]);
 
     char out[512], dir[600], p[700], err[512];
     snprintf(out, sizeof(out), "%s/own", root);
@@ -337,8 +359,8 @@ static void test_only_own_checkpoints_removed(void) {
     /* keep 1: steps 1..3 go; step 1 only loses its own files */
     T_CHECK(fp8t_checkpoint_prune(out, 1) == 2, "prune count");
     struct stat st;
-    const char *kept[] = {"step_000000/weights.bin", "step_0/state.json", "model_final.pt",
-                          "step_000001/NOTES", "step_000004/state.json", ".tmp.mine"};
+    const char *kept[] = {"step_000000/weights.bin", "step_0/state.json",      "model_final.pt",
+                          "step_000001/NOTES",       "step_000004/state.json", ".tmp.mine"};
     for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
         snprintf(p, sizeof(p), "%s/checkpoints/%s", out, kept[i]);
         T_CHECK(stat(p, &st) == 0, "%s was deleted", kept[i]);
@@ -353,7 +375,8 @@ static void test_only_own_checkpoints_removed(void) {
     snprintf(p, sizeof(p), "%s/checkpoints/step_000000", out);
     T_CHECK(fp8t_checkpoint_remove(p, 1) == -1, "removed a foreign step_000000");
     fp8t_checkpoint_dir(dir, sizeof(dir), out, 4);
-    T_CHECK(fp8t_checkpoint_remove(dir, 1) == 0 && stat(dir, &st) != 0, "own checkpoint not removed");
+    T_CHECK(fp8t_checkpoint_remove(dir, 1) == 0 && stat(dir, &st) != 0,
+            "own checkpoint not removed");
 
     /* a step_NNNNNN directory of somebody else's holding only a file named like ours: a save
      * of that step moves it aside (.old.step_000005.<pid>), never deletes it, and a later prune
@@ -397,12 +420,14 @@ static void test_model_config_json(void) {
     T_CHECK(fp8t_model_config_from_json(&d, "{\"arch\":\"gpt3\"}", err, sizeof(err)) != 0 &&
                 strstr(err, "gpt3"),
             "bad arch: %s", err);
-    T_CHECK(fp8t_model_config_from_json(&d, "{\"arch\":\"gpt2\",\"n_layer\":2}", err, sizeof(err)) != 0 &&
+    T_CHECK(fp8t_model_config_from_json(&d, "{\"arch\":\"gpt2\",\"n_layer\":2}", err,
+                                        sizeof(err)) != 0 &&
                 strstr(err, "n_embd"),
             "missing field: %s", err);
     d = c;
     d.n_head = 4;
-    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "--heads"), "%s", err);
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "--heads"), "%s",
+            err);
     /* the config without the GQA-era fields writes none of them (old files stay the same) */
     j = fp8t_model_config_to_json(&c);
     T_CHECK(!strstr(j, "n_kv_head") && !strstr(j, "untied") && !strstr(j, "qkv_bias") &&
@@ -416,28 +441,35 @@ static void test_model_config_json(void) {
     T_ASSERT(fp8t_model_config_from_json(&d, j, err, sizeof(err)) == 0, "%s", err);
     T_CHECK(d.n_kv_head == 1 && d.untied_head == 1 && d.qkv_bias == 1 &&
                 d.rope_scaling.type == FP8T_ROPE_LLAMA3 && d.rope_scaling.factor == 32.0f &&
-                d.rope_scaling.low_freq_factor == 1.0f && d.rope_scaling.high_freq_factor == 4.0f &&
+                d.rope_scaling.low_freq_factor == 1.0f &&
+                d.rope_scaling.high_freq_factor == 4.0f &&
                 d.rope_scaling.original_max_pos == 8192,
             "new fields lost: %s", j);
     T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) == 0, "round trip differs: %s", err);
     free(j);
     /* each new field is compared when resuming */
     d = c, d.n_kv_head = 2;
-    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "--kv-heads"), "%s", err);
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "--kv-heads"),
+            "%s", err);
     d = c, d.untied_head = 0;
-    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "untied_head"), "%s", err);
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "untied_head"),
+            "%s", err);
     d = c, d.qkv_bias = 0;
-    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "--qkv-bias"), "%s", err);
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "--qkv-bias"),
+            "%s", err);
     d = c, d.rope_scaling.factor = 8.0f;
-    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "rope_scaling"), "%s", err);
+    T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) != 0 && strstr(err, "rope_scaling"),
+            "%s", err);
     /* n_kv_head 0 and n_kv_head = n_head are the same model */
     d = c, c.n_kv_head = 0, d.n_kv_head = c.n_head;
     T_CHECK(fp8t_model_config_diff(&c, &d, err, sizeof(err)) == 0, "%s", err);
-    T_CHECK(fp8t_model_config_from_json(&d, "{\"arch\":\"llama\",\"n_layer\":2,\"n_embd\":16,"
-                                            "\"n_head\":2,\"seq_len\":8,\"vocab_size\":32,"
-                                            "\"mlp_hidden\":64,\"rope_theta\":1e4,"
-                                            "\"norm_eps\":1e-5,\"rope_scaling\":{\"type\":\"yarn\"}}",
-                                        err, sizeof(err)) != 0 && strstr(err, "yarn"),
+    T_CHECK(fp8t_model_config_from_json(&d,
+                                        "{\"arch\":\"llama\",\"n_layer\":2,\"n_embd\":16,"
+                                        "\"n_head\":2,\"seq_len\":8,\"vocab_size\":32,"
+                                        "\"mlp_hidden\":64,\"rope_theta\":1e4,"
+                                        "\"norm_eps\":1e-5,\"rope_scaling\":{\"type\":\"yarn\"}}",
+                                        err, sizeof(err)) != 0 &&
+                strstr(err, "yarn"),
             "unknown rope scaling: %s", err);
 }
 
@@ -490,18 +522,19 @@ static void test_sharded(void) {
     T_CHECK(back.shards == 3 && back.adam_lo == 0 && back.adam_hi == n, "shards %d, [%zu, %zu)",
             back.shards, back.adam_lo, back.adam_hi);
     T_CHECK(!memcmp(back.params, ck.params, n * sizeof(float)) &&
-            !memcmp(back.adam_m, ck.adam_m, n * sizeof(float)) &&
-            !memcmp(back.adam_v, ck.adam_v, n * sizeof(float)), "the sharded round trip differs");
+                !memcmp(back.adam_m, ck.adam_m, n * sizeof(float)) &&
+                !memcmp(back.adam_v, ck.adam_v, n * sizeof(float)),
+            "the sharded round trip differs");
     fp8t_checkpoint_free(&back);
     /* a range across shard boundaries (another N's shard: resharding on load) */
     lo = n / 3 - 5, hi = 2 * n / 3 + 7;
     T_ASSERT(fp8t_checkpoint_load_range(dir, NULL, lo, hi, &back, err, sizeof(err)) == 0, "%s",
              err);
     T_CHECK(back.adam_lo == lo && back.adam_hi == hi &&
-            !memcmp(back.adam_m, ck.adam_m + lo, (hi - lo) * sizeof(float)) &&
-            !memcmp(back.adam_v, ck.adam_v + lo, (hi - lo) * sizeof(float)) &&
-            !memcmp(back.params, ck.params, n * sizeof(float)), "the range [%zu, %zu) differs",
-            lo, hi);
+                !memcmp(back.adam_m, ck.adam_m + lo, (hi - lo) * sizeof(float)) &&
+                !memcmp(back.adam_v, ck.adam_v + lo, (hi - lo) * sizeof(float)) &&
+                !memcmp(back.params, ck.params, n * sizeof(float)),
+            "the range [%zu, %zu) differs", lo, hi);
     fp8t_checkpoint_free(&back);
     /* and a range of a plain checkpoint */
     char plain[512];
@@ -522,7 +555,8 @@ static void test_sharded(void) {
     fp8t_checkpoint_free(&back);
     /* a missing shard that is needed is named */
     T_CHECK(fp8t_checkpoint_load(dir, NULL, &back, err, sizeof(err)) != 0 &&
-            strstr(err, "optimizer.rank-00000-of-00003.safetensors") && strstr(err, "missing"),
+                strstr(err, "optimizer.rank-00000-of-00003.safetensors") &&
+                strstr(err, "missing"),
             "missing shard: %s", err);
     T_ASSERT(rename(aside, path) == 0, "rename back");
     /* shards of another step are refused */
@@ -536,7 +570,8 @@ static void test_sharded(void) {
     path_of(path, sizeof(path), dir, "optimizer.rank-00001-of-00003.safetensors");
     T_ASSERT(rename(from, path) == 0, "rename");
     T_CHECK(fp8t_checkpoint_load(dir, NULL, &back, err, sizeof(err)) != 0 &&
-            strstr(err, "optimizer step 5"), "mixed shard: %s", err);
+                strstr(err, "optimizer step 5"),
+            "mixed shard: %s", err);
     fp8t_checkpoint_free(&other);
     /* a shard that is not the rank's is refused at the write */
     char tmp[1024];
@@ -544,11 +579,12 @@ static void test_sharded(void) {
     T_ASSERT(fp8t_checkpoint_begin(odir, tmp, sizeof(tmp), err, sizeof(err)) == 0, "%s", err);
     fp8t_checkpoint_shard(n, 2, 0, &part.adam_lo, &part.adam_hi);
     T_CHECK(fp8t_checkpoint_write_shard(tmp, &part, 1, 2, err, sizeof(err)) != 0 &&
-            strstr(err, "shard 1 of 2"), "wrong shard accepted: %s", err);
+                strstr(err, "shard 1 of 2"),
+            "wrong shard accepted: %s", err);
     /* a commit without every shard is refused and leaves nothing */
     part.shards = 2;
     T_CHECK(fp8t_checkpoint_commit(tmp, odir, &part, err, sizeof(err)) != 0 &&
-            strstr(err, "was not written") && access(tmp, F_OK) != 0,
+                strstr(err, "was not written") && access(tmp, F_OK) != 0,
             "commit without its shards: %s", err);
     /* removal takes the shard files (and their crash temporaries), never a foreign file */
     path_of(path, sizeof(path), dir, "optimizer.rank-00002-of-00003.safetensors.tmp.123");
@@ -556,7 +592,8 @@ static void test_sharded(void) {
     path_of(path, sizeof(path), dir, "optimizer.rank-00003-of-00003.safetensors");
     write_text(path, "not ours: rank 3 of 3 is no name fp8train writes");
     T_CHECK(fp8t_checkpoint_remove(dir, 1) == 1 && access(path, F_OK) == 0 &&
-            count_entries(dir, "optimizer.rank-0000") == 1 && count_entries(dir, "state") == 0,
+                count_entries(dir, "optimizer.rank-0000") == 1 &&
+                count_entries(dir, "state") == 0,
             "remove: %d shard names left", count_entries(dir, "optimizer.rank-"));
     unlink(path);
     rmdir(dir);

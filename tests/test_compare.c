@@ -75,7 +75,8 @@ typedef struct {
 static void run_compare_noise(cmp_case *c, const char *da, const char *db, const char *dn) {
     char err[1024];
     memset(c, 0, sizeof(*c));
-    if (fp8t_run_load(&c->a, da, err, sizeof(err)) || fp8t_run_load(&c->b, db, err, sizeof(err))) {
+    if (fp8t_run_load(&c->a, da, err, sizeof(err)) ||
+        fp8t_run_load(&c->b, db, err, sizeof(err))) {
         printf("  load: %s\n", err);
         return;
     }
@@ -128,7 +129,8 @@ static void test_match(void) {
             c.r.verdict);
     T_CHECK(fp8t_compare_exit_code(&c.r) == 0, "exit code");
     T_CHECK(c.r.n == N_STEPS, "aligned %d", c.r.n);
-    T_CHECK(c.r.mean_abs_gap > 0.001 && c.r.mean_abs_gap < 0.006, "mean gap %g", c.r.mean_abs_gap);
+    T_CHECK(c.r.mean_abs_gap > 0.001 && c.r.mean_abs_gap < 0.006, "mean gap %g",
+            c.r.mean_abs_gap);
     T_CHECK(isfinite(c.r.val_gap) && c.r.val_step == 300, "val gap %g at %d", c.r.val_gap,
             c.r.val_step);
     free_case(&c);
@@ -183,8 +185,10 @@ static void test_spike_in_both_runs_is_a_match(void) {
     char da[512], db[512];
     series(a, 11);
     series(b, 55);
-    a[199] *= 1.25; a[200] *= 1.05;
-    b[199] *= 1.25; b[200] *= 1.05;
+    a[199] *= 1.25;
+    a[200] *= 1.05;
+    b[199] *= 1.25;
+    b[200] *= 1.05;
     write_run(da, "both_a", a, N_STEPS);
     write_run(db, "both_b", b, N_STEPS);
     cmp_case c;
@@ -241,7 +245,8 @@ static void test_noise_run_measures_the_noise(void) {
     T_CHECK(c.r.cls == FP8T_CMP_MATCH && fp8t_compare_exit_code(&c.r) == 0, "class %s: %s",
             fp8t_compare_class_name(c.r.cls), c.r.verdict);
     int noted = 0;
-    for (int i = 0; i < c.r.n_notes; i++) noted |= strstr(c.r.notes[i], "inside the noise") != NULL;
+    for (int i = 0; i < c.r.n_notes; i++)
+        noted |= strstr(c.r.notes[i], "inside the noise") != NULL;
     T_CHECK(noted && strstr(c.r.verdict, "noise run seed2"), "verdict/notes do not say noise");
     free_case(&c);
     /* the same run against a quiet noise run: drift again */
@@ -444,13 +449,15 @@ static void test_bad_input(void) {
     mkdir(p, 0755);
     T_CHECK(fp8t_run_load(&r, p, err, sizeof(err)) == -1 && strstr(err, "no metrics.jsonl"),
             "empty dir: %s", err);
-    write_text(p, "metrics.jsonl", "{\"step\": 1, \"loss\": 3}\n{\"step\": 2, \"loss\": \n"
-                                   "{\"step\": 3, \"loss\": 3}\n");
+    write_text(p, "metrics.jsonl",
+               "{\"step\": 1, \"loss\": 3}\n{\"step\": 2, \"loss\": \n"
+               "{\"step\": 3, \"loss\": 3}\n");
     T_CHECK(fp8t_run_load(&r, p, err, sizeof(err)) == -1 && strstr(err, "metrics.jsonl:2:"),
             "bad line: %s", err);
     /* a truncated LAST line is what a killed writer leaves: skipped */
-    write_text(p, "metrics.jsonl", "{\"step\": 1, \"loss\": 3}\n{\"step\": 2, \"loss\": 2.9}\n"
-                                   "{\"step\": 3, \"lo");
+    write_text(p, "metrics.jsonl",
+               "{\"step\": 1, \"loss\": 3}\n{\"step\": 2, \"loss\": 2.9}\n"
+               "{\"step\": 3, \"lo");
     T_CHECK(fp8t_run_load(&r, p, err, sizeof(err)) == 0 && r.n_metrics == 2, "truncated: %s",
             err);
     fp8t_run_free(&r);
@@ -491,12 +498,13 @@ static void test_metrics_reader_merges_and_tolerates(void) {
     snprintf(d, sizeof(d), "%s/reader", g_root);
     mkdir(d, 0755);
     /* resumed run: steps 3-4 logged twice (later wins); val row merges; non-finite forms */
-    write_text(d, "metrics.jsonl",
-               "{\"step\": 1, \"loss\": 5.0}\n{\"step\": 2, \"loss\": 4.0}\n"
-               "{\"step\": 3, \"loss\": 9.9}\n{\"step\": 4, \"loss\": 9.9}\n"
-               "{\"step\": 3, \"loss\": 3.5, \"grad_norm\": 1.25e-1}\n{\"step\": 4, \"loss\": -inf}\n"
-               "{\"step\": 4, \"val_loss\": 3.75}\n{\"step\": 5, \"loss\": null}\n"
-               "{\"step\": 6, \"loss\": \"NaN\", \"note\": \"nan inside a string\"}\n");
+    write_text(
+        d, "metrics.jsonl",
+        "{\"step\": 1, \"loss\": 5.0}\n{\"step\": 2, \"loss\": 4.0}\n"
+        "{\"step\": 3, \"loss\": 9.9}\n{\"step\": 4, \"loss\": 9.9}\n"
+        "{\"step\": 3, \"loss\": 3.5, \"grad_norm\": 1.25e-1}\n{\"step\": 4, \"loss\": -inf}\n"
+        "{\"step\": 4, \"val_loss\": 3.75}\n{\"step\": 5, \"loss\": null}\n"
+        "{\"step\": 6, \"loss\": \"NaN\", \"note\": \"nan inside a string\"}\n");
     fp8t_metric_row *rows;
     int n;
     char err[512], p[700];
@@ -505,7 +513,8 @@ static void test_metrics_reader_merges_and_tolerates(void) {
     T_CHECK(n == 6, "rows %d", n);
     T_CHECK(rows[2].step == 3 && rows[2].loss == 3.5 && rows[2].grad_norm == 0.125,
             "step 3: %g %g", rows[2].loss, rows[2].grad_norm);
-    T_CHECK(rows[3].step == 4 && rows[3].has_loss && isnan(rows[3].loss) && rows[3].val_loss == 3.75,
+    T_CHECK(rows[3].step == 4 && rows[3].has_loss && isnan(rows[3].loss) &&
+                rows[3].val_loss == 3.75,
             "step 4: %g val %g", rows[3].loss, rows[3].val_loss);
     T_CHECK(rows[4].has_loss && isnan(rows[4].loss) && rows[5].has_loss && isnan(rows[5].loss),
             "null / \"NaN\" losses");
@@ -525,13 +534,15 @@ static void write_stats(const char *dir, double sqnr_fc2_dgrad) {
                 for (int g = 0; g < 2; g++) {
                     const char *gemm = g ? "dgrad" : "fprop", *t = g ? "grad_output" : "input";
                     double sq = (l == 2 && m == 1 && g == 1) ? sqnr_fc2_dgrad : 30.0 + l;
-                    double under = (l == 2 && m == 1 && g == 1 && sqnr_fc2_dgrad < 20) ? 12.5 : 0.01;
-                    fprintf(f,
-                            "{\"step\":%d,\"micro\":0,\"layer\":%d,\"module\":\"%s\",\"gemm\":"
-                            "\"%s\",\"tensor\":\"%s\",\"precision\":\"delayed\",\"fmt\":\"e4m3\","
-                            "\"amax\":1.5,\"underflow_pct\":%g,\"saturation_pct\":0,\"cosine\":%.9f,"
-                            "\"sqnr_db\":%g,\"scale\":128}\n",
-                            step, l, mods[m], gemm, t, under, 1 - pow(10, -sq / 10) / 2, sq);
+                    double under =
+                        (l == 2 && m == 1 && g == 1 && sqnr_fc2_dgrad < 20) ? 12.5 : 0.01;
+                    fprintf(
+                        f,
+                        "{\"step\":%d,\"micro\":0,\"layer\":%d,\"module\":\"%s\",\"gemm\":"
+                        "\"%s\",\"tensor\":\"%s\",\"precision\":\"delayed\",\"fmt\":\"e4m3\","
+                        "\"amax\":1.5,\"underflow_pct\":%g,\"saturation_pct\":0,\"cosine\":%.9f,"
+                        "\"sqnr_db\":%g,\"scale\":128}\n",
+                        step, l, mods[m], gemm, t, under, 1 - pow(10, -sq / 10) / 2, sq);
                     /* a result row: no error statistics */
                     fprintf(f,
                             "{\"step\":%d,\"micro\":0,\"layer\":%d,\"module\":\"%s\",\"gemm\":"
@@ -562,10 +573,11 @@ static void make_inspected_runs(void) {
     write_run(g_drift_stats_b, "inspected_fp8", b, N_STEPS);
     write_stats(g_drift_stats_a, 31.0);
     write_stats(g_drift_stats_b, 9.0);
-    write_text(g_drift_stats_b, "events.jsonl",
-               "{\"step\": 100, \"kind\": \"spike\", \"message\": \"loss z 11.2\"}\n"
-               "{\"step\": 222, \"kind\": \"drift\", \"message\": \"gap 1.0% vs baseline\"}\n"
-               "{\"step\": 250, \"kind\": \"shadow\", \"message\": \"bf16 shadow loss differs 1.9%\"}\n");
+    write_text(
+        g_drift_stats_b, "events.jsonl",
+        "{\"step\": 100, \"kind\": \"spike\", \"message\": \"loss z 11.2\"}\n"
+        "{\"step\": 222, \"kind\": \"drift\", \"message\": \"gap 1.0% vs baseline\"}\n"
+        "{\"step\": 250, \"kind\": \"shadow\", \"message\": \"bf16 shadow loss differs 1.9%\"}\n");
     float x[64], same[64], off[64];
     rng_state = 123;
     for (int i = 0; i < 64; i++) {
@@ -588,8 +600,8 @@ static void test_stats_and_dump_tables(void) {
     T_ASSERT(c.r.have_stats == 2 && c.r.n_sites == 10, "stats %d sites %d", c.r.have_stats,
              c.r.n_sites);
     const fp8t_site_diff *top = &c.r.sites[0];
-    T_CHECK(top->layer == 2 && strcmp(top->module, "fc2") == 0 && strcmp(top->gemm, "dgrad") == 0 &&
-                strcmp(top->tensor, "grad_output") == 0,
+    T_CHECK(top->layer == 2 && strcmp(top->module, "fc2") == 0 &&
+                strcmp(top->gemm, "dgrad") == 0 && strcmp(top->tensor, "grad_output") == 0,
             "top site L%d %s %s %s", top->layer, top->module, top->gemm, top->tensor);
     T_CLOSE(top->sqnr_a - top->sqnr_b, 22.0, 1e-9, 0);
     T_CHECK(top->n_steps == 5 && top->under_b == 12.5, "steps %d under %g", top->n_steps,
@@ -644,8 +656,10 @@ static void test_tile_columns(void) {
              c.r.n_sites);
     const fp8t_site_diff *blk = NULL, *pt = NULL;
     for (int i = 0; i < c.r.n_sites; i++) {
-        if (c.r.sites[i].layer == 2) blk = &c.r.sites[i];
-        else pt = &c.r.sites[i];
+        if (c.r.sites[i].layer == 2)
+            blk = &c.r.sites[i];
+        else
+            pt = &c.r.sites[i];
     }
     T_ASSERT(blk && pt, "sites");
     T_CHECK(isnan(blk->tile_sqnr_a) && isnan(blk->tile_under_a) && blk->tile_sqnr_b == 12.0 &&
@@ -662,7 +676,8 @@ static void test_tile_columns(void) {
             "text: %s", txt ? txt : "");
     free(txt);
     char *js = fp8t_compare_to_json(&c.a, &c.b, &c.r);
-    T_CHECK(js && strstr(js, "\"tile_sqnr_min_db_b\"") && strstr(js, "\"tile_underflow_max_pct_b\""),
+    T_CHECK(js && strstr(js, "\"tile_sqnr_min_db_b\"") &&
+                strstr(js, "\"tile_underflow_max_pct_b\""),
             "json lacks the tile fields");
     free(js);
     free_case(&c);
@@ -680,13 +695,22 @@ static const char *check_markup(const char *s, char *why, size_t len) {
     for (const char *p = s; *p; p++) {
         if (*p == '&') {
             const char *e = strchr(p, ';');
-            if (!e || e - p > 8) { snprintf(why, len, "bare & near \"%.30s\"", p); return why; }
+            if (!e || e - p > 8) {
+                snprintf(why, len, "bare & near \"%.30s\"", p);
+                return why;
+            }
             continue;
         }
         if (*p != '<') continue;
-        if (strncmp(p, "<!DOCTYPE", 9) == 0) { p = strchr(p, '>'); continue; }
+        if (strncmp(p, "<!DOCTYPE", 9) == 0) {
+            p = strchr(p, '>');
+            continue;
+        }
         const char *end = strchr(p, '>');
-        if (!end) { snprintf(why, len, "unclosed tag"); return why; }
+        if (!end) {
+            snprintf(why, len, "unclosed tag");
+            return why;
+        }
         int closing = p[1] == '/';
         const char *nm = p + 1 + closing;
         size_t k = strcspn(nm, " \t\n/>");
@@ -696,10 +720,16 @@ static const char *check_markup(const char *s, char *why, size_t len) {
         /* quotes balanced inside the tag */
         int q = 0;
         for (const char *t = p; t < end; t++) q += *t == '"';
-        if (q % 2) { snprintf(why, len, "unbalanced quotes in <%s>", name); return why; }
+        if (q % 2) {
+            snprintf(why, len, "unbalanced quotes in <%s>", name);
+            return why;
+        }
         if (!strcmp(name, "style")) { /* CSS is text */
             const char *close = strstr(end, "</style>");
-            if (!close) { snprintf(why, len, "unclosed style"); return why; }
+            if (!close) {
+                snprintf(why, len, "unclosed style");
+                return why;
+            }
             p = close + 7;
             continue;
         }
@@ -707,17 +737,24 @@ static const char *check_markup(const char *s, char *why, size_t len) {
         for (int i = 0; VOID_TAGS[i]; i++) is_void |= !strcmp(name, VOID_TAGS[i]);
         if (closing) {
             if (depth == 0 || strcmp(stack[depth - 1], name)) {
-                snprintf(why, len, "</%s> closes <%s>", name, depth ? stack[depth - 1] : "nothing");
+                snprintf(why, len, "</%s> closes <%s>", name,
+                         depth ? stack[depth - 1] : "nothing");
                 return why;
             }
             depth--;
         } else if (!self && !is_void) {
-            if (depth == 256) { snprintf(why, len, "too deep"); return why; }
+            if (depth == 256) {
+                snprintf(why, len, "too deep");
+                return why;
+            }
             snprintf(stack[depth++], 24, "%s", name);
         }
         p = end;
     }
-    if (depth) { snprintf(why, len, "<%s> never closed", stack[depth - 1]); return why; }
+    if (depth) {
+        snprintf(why, len, "<%s> never closed", stack[depth - 1]);
+        return why;
+    }
     return NULL;
 }
 
@@ -774,10 +811,16 @@ static void test_report_html_structure(void) {
         while (*q && *q != '"') {
             char *e;
             double x = strtod(q, &e);
-            if (e == q || *e != ',') { outside += 1000; break; }
+            if (e == q || *e != ',') {
+                outside += 1000;
+                break;
+            }
             q = e + 1;
             double y = strtod(q, &e);
-            if (e == q) { outside += 1000; break; }
+            if (e == q) {
+                outside += 1000;
+                break;
+            }
             q = e;
             outside += !(x >= 0 && x <= 1100);
             out_here += !(y >= 0 && y <= 400);
@@ -786,7 +829,8 @@ static void test_report_html_structure(void) {
         if (out_here) {
             /* the nearest <g before the polyline must be a clip group still open */
             const char *g = NULL;
-            for (const char *t = strstr(html, "<g clip-path"); t && t < p; t = strstr(t + 1, "<g clip-path"))
+            for (const char *t = strstr(html, "<g clip-path"); t && t < p;
+                 t = strstr(t + 1, "<g clip-path"))
                 g = t;
             const char *close = g ? strstr(g, "</g>") : NULL;
             unclipped += !(g && close && close > p);
@@ -801,7 +845,10 @@ static void test_report_html_structure(void) {
 int main(void) {
     t_suite = "compare";
     snprintf(g_root, sizeof(g_root), "/tmp/fp8t_test_compare_XXXXXX");
-    if (!mkdtemp(g_root)) { perror("mkdtemp"); return 1; }
+    if (!mkdtemp(g_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
     make_baseline();
     make_inspected_runs();
     T_RUN(test_match);
@@ -821,7 +868,9 @@ int main(void) {
     T_RUN(test_metrics_reader_merges_and_tolerates);
     T_RUN(test_stats_and_dump_tables);
     T_RUN(test_report_html_structure);
-    if (!getenv("FP8T_KEEP_TEST_FILES")) fp8t_rmtree(g_root);
-    else printf("kept %s\n", g_root);
+    if (!getenv("FP8T_KEEP_TEST_FILES"))
+        fp8t_rmtree(g_root);
+    else
+        printf("kept %s\n", g_root);
     T_MAIN_END();
 }

@@ -43,7 +43,9 @@ static double *to_double(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) d[i] = x[i];
     return d;
 }
-static int bits_equal(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+static int bits_equal(const void *a, const void *b, size_t bytes) {
+    return memcmp(a, b, bytes) == 0;
+}
 
 /* ---- finite differences of a double reference ----
  * A reference computes out[n_out] from its double inputs; the loss is sum(r * out). */
@@ -222,7 +224,8 @@ static void test_gemm_f32(void) {
             float *C = dev_rand((size_t)M * N, -1, 1);
             float *C0 = acc ? dev_copy(C, (size_t)M * N) : NULL;
             if (!acc) C[0] = NAN; /* overwrite must not read C */
-            double *ref = malloc(sizeof(double) * M * N), *absref = malloc(sizeof(double) * M * N);
+            double *ref = malloc(sizeof(double) * M * N),
+                   *absref = malloc(sizeof(double) * M * N);
             gemm_ref(ref, absref, A, B, M, N, K, ta, tb);
             OPS->gemm_f32(be, C, A, B, M, N, K, ta, tb, acc);
             char what[96];
@@ -267,10 +270,12 @@ static void test_gemm_bf16(void) {
             T_CHECK(am[0] == ea && am[1] == eb, "gemm_bf16 amax %g %g, expected %g %g", am[0],
                     am[1], ea, eb);
             char what[96];
-            snprintf(what, sizeof what, "gemm_bf16 %dx%dx%d transA=%d transB=%d acc=%d", M, N,
-                     K, ta, tb, acc);
-            T_CHECK(bits_equal(C, Cw, nc * sizeof(float)), "%s: differs from sgemm of rounded "
-                                                          "operands", what);
+            snprintf(what, sizeof what, "gemm_bf16 %dx%dx%d transA=%d transB=%d acc=%d", M, N, K,
+                     ta, tb, acc);
+            T_CHECK(bits_equal(C, Cw, nc * sizeof(float)),
+                    "%s: differs from sgemm of rounded "
+                    "operands",
+                    what);
             /* and the layout against a double reference of the rounded operands */
             double *ref = malloc(sizeof(double) * nc), *absref = malloc(sizeof(double) * nc);
             gemm_ref(ref, absref, Ar, Br, M, N, K, ta, tb);
@@ -301,7 +306,8 @@ static void test_gemm_bf16(void) {
 /* FP8 operand with values decode(encode(x * scale)) for x in [-r, r] */
 static uint8_t *fp8_rand_codes(size_t n, fp8_format fmt, float range, float scale) {
     uint8_t *codes = OPS->malloc(be, n);
-    for (size_t i = 0; i < n; i++) codes[i] = fp8_encode(rng_float(-range, range) * scale, fmt, 1);
+    for (size_t i = 0; i < n; i++)
+        codes[i] = fp8_encode(rng_float(-range, range) * scale, fmt, 1);
     return codes;
 }
 
@@ -328,9 +334,9 @@ static void test_gemm_fp8(void) {
                 for (int j = 0; j < ac; j++) ca_t[(size_t)j * ar + i] = ca[(size_t)i * ac + j];
             for (int i = 0; i < br; i++)
                 for (int j = 0; j < bc; j++) cb_t[(size_t)j * br + i] = cb[(size_t)i * bc + j];
-            fp8t_fp8_operand A = {use_t ? NULL : ca, use_t ? ca_t : NULL, sa, fa, ar, ac,
+            fp8t_fp8_operand A = {use_t ? NULL : ca,  use_t ? ca_t : NULL, sa, fa, ar, ac,
                                   FP8T_SCALING_TENSOR};
-            fp8t_fp8_operand B = {use_t ? NULL : cb, use_t ? cb_t : NULL, sb, fb, br, bc,
+            fp8t_fp8_operand B = {use_t ? NULL : cb,  use_t ? cb_t : NULL, sb, fb, br, bc,
                                   FP8T_SCALING_TENSOR};
             /* the reference: decode each code with fp8_decode, product in double, times the
              * scale_invs */
@@ -345,8 +351,8 @@ static void test_gemm_fp8(void) {
             OPS->gemm_fp8(be, C, &A, &B, M, N, K, ta, tb, acc, combo & 1, amax, NULL);
             char what[128];
             snprintf(what, sizeof what,
-                     "gemm_fp8 %dx%dx%d transA=%d transB=%d acc=%d data_t_only=%d %s*%s", M, N,
-                     K, ta, tb, acc, use_t, fp8_format_name(fa), fp8_format_name(fb));
+                     "gemm_fp8 %dx%dx%d transA=%d transB=%d acc=%d data_t_only=%d %s*%s", M, N, K,
+                     ta, tb, acc, use_t, fp8_format_name(fa), fp8_format_name(fb));
             double alpha = (double)(*sa) * (double)(*sb);
             check_gemm(what, C, acc ? C0 : NULL, ref, absref, alpha, M, N, K);
             float want_amax = 1e-3f;
@@ -378,7 +384,8 @@ static void test_gemm_fp8_composition(void) {
     uint8_t *xc = OPS->malloc(be, (size_t)M * K), *wc = OPS->malloc(be, (size_t)N * K);
     for (size_t i = 0; i < (size_t)M * K; i++) xc[i] = fp8_encode(X[i] * xs, FP8_E4M3, 1);
     for (size_t i = 0; i < (size_t)N * K; i++) wc[i] = fp8_encode(W[i] * ws, FP8_E4M3, 1);
-    float *sx = dev_floats(1), *sw = dev_floats(1), *amax = dev_floats(1), *Y = dev_floats((size_t)M * N);
+    float *sx = dev_floats(1), *sw = dev_floats(1), *amax = dev_floats(1),
+          *Y = dev_floats((size_t)M * N);
     *sx = 1.0f / xs;
     *sw = 1.0f / ws;
     *amax = 1e6f;
@@ -587,7 +594,8 @@ static void test_gemm_fp8_block(void) {
                 const fp8t_fp8_scaling kb = (fp8t_fp8_scaling)cfg[c][3];
                 float *a = dev_rand((size_t)M * K, -2, 2), *b = dev_rand((size_t)N * K, -1, 1);
                 for (size_t i = 0; i < (size_t)M * K; i += 61) a[i] *= 50.0f;
-                uint8_t *ca = OPS->malloc(be, (size_t)M * K), *cb = OPS->malloc(be, (size_t)N * K);
+                uint8_t *ca = OPS->malloc(be, (size_t)M * K),
+                        *cb = OPS->malloc(be, (size_t)N * K);
                 float *sa = dev_floats(fp8t_block_scale_floats(FP8T_SCALING_VEC128, M, K));
                 float *sb = dev_floats(fp8t_block_scale_floats(kb, N, K));
                 t_block_quantize(be, ca, sa, a, M, K, 0, FP8T_SCALING_VEC128, FP8_E4M3, pow2);
@@ -670,8 +678,9 @@ static void test_block_fake_quantize(void) {
             fp8t_block_quantize(codes, scales, x, rows, cols, tr, tc, fmt);
             fp8t_block_dequantize(want, codes, scales, rows, cols, tr, tc, fmt);
             OPS->block_fake_quantize(be, out, x, rows, cols, tr, tc, fmt);
-            T_CHECK(bits_equal(out, want, n * sizeof(float)), "block %dx%d tiles %dx%d %s differs",
-                    rows, cols, tr, tc, fp8_format_name(fmt));
+            T_CHECK(bits_equal(out, want, n * sizeof(float)),
+                    "block %dx%d tiles %dx%d %s differs", rows, cols, tr, tc,
+                    fp8_format_name(fmt));
             OPS->block_fake_quantize(be, x, x, rows, cols, tr, tc, fmt);
             T_CHECK(bits_equal(x, want, n * sizeof(float)), "in-place block fake quant differs");
             free(codes);
@@ -752,14 +761,18 @@ static void test_delayed_update(void) {
 /* ================================ model ops ================================ */
 
 /* ---- embedding ---- */
-typedef struct { int B, T, C, V; const int *tok; int use_wpe; } emb_ctx;
+typedef struct {
+    int B, T, C, V;
+    const int *tok;
+    int use_wpe;
+} emb_ctx;
 
 static void emb_ref(double *out, double **in, const void *vctx) {
     const emb_ctx *c = vctx;
     for (int i = 0; i < c->B * c->T; i++)
         for (int k = 0; k < c->C; k++)
-            out[i * c->C + k] = in[0][c->tok[i] * c->C + k] +
-                                (c->use_wpe ? in[1][(i % c->T) * c->C + k] : 0.0);
+            out[i * c->C + k] =
+                in[0][c->tok[i] * c->C + k] + (c->use_wpe ? in[1][(i % c->T) * c->C + k] : 0.0);
 }
 
 static void test_embedding(void) {
@@ -782,7 +795,9 @@ static void test_embedding(void) {
         float *dwte = dev_rand((size_t)V * C, -1, 1), *dwpe = dev_rand((size_t)T * C, -1, 1);
         float *dwte0 = dev_copy(dwte, (size_t)V * C), *dwpe0 = dev_copy(dwpe, (size_t)T * C);
         OPS->embedding_backward(be, dwte, use_wpe ? dwpe : NULL, dout, tok, B, T, C);
-        double *g = malloc(sizeof(double) * V * C > sizeof(double) * T * C ? sizeof(double) * V * C : sizeof(double) * T * C);
+        double *g =
+            malloc(sizeof(double) * V * C > sizeof(double) * T * C ? sizeof(double) * V * C
+                                                                   : sizeof(double) * T * C);
         fd_grad(g, emb_ref, &ctx, in, 0, (size_t)V * C, (size_t)N * C, r);
         check_grad("embedding dwte", dwte, dwte0, g, (size_t)V * C, 1e-5);
         if (use_wpe) {
@@ -809,7 +824,11 @@ static void test_embedding(void) {
 }
 
 /* ---- layernorm / rmsnorm ---- */
-typedef struct { int N, C; double eps; int rms; } norm_ctx;
+typedef struct {
+    int N, C;
+    double eps;
+    int rms;
+} norm_ctx;
 
 static void norm_ref(double *out, double **in, const void *vctx) {
     const norm_ctx *c = vctx;
@@ -834,8 +853,10 @@ static void test_norm(int rms) {
     float *x = dev_rand(nx, -2, 2), *w = dev_rand(C, 0.5f, 1.5f), *bias = dev_rand(C, -1, 1);
     for (int k = 0; k < C; k++) x[C + k] += 3.0f; /* a row with a large mean */
     float *out = dev_floats(nx), *mean = dev_floats(N), *rstd = dev_floats(N);
-    if (rms) OPS->rmsnorm_forward(be, out, rstd, x, w, N, C, eps);
-    else OPS->layernorm_forward(be, out, mean, rstd, x, w, bias, N, C, eps);
+    if (rms)
+        OPS->rmsnorm_forward(be, out, rstd, x, w, N, C, eps);
+    else
+        OPS->layernorm_forward(be, out, mean, rstd, x, w, bias, N, C, eps);
     norm_ctx ctx = {N, C, eps, rms};
     double *in[3] = {to_double(x, nx), to_double(w, C), to_double(bias, C)};
     double *ref = calloc(nx, sizeof(double));
@@ -854,8 +875,10 @@ static void test_norm(int rms) {
     for (size_t i = 0; i < nx; i++) dout[i] = (float)(r[i] = rng_float(-1, 1));
     float *dx = dev_rand(nx, -1, 1), *dw = dev_rand(C, -1, 1), *db = dev_rand(C, -1, 1);
     float *dx0 = dev_copy(dx, nx), *dw0 = dev_copy(dw, C), *db0 = dev_copy(db, C);
-    if (rms) OPS->rmsnorm_backward(be, dx, dw, dout, x, w, rstd, N, C);
-    else OPS->layernorm_backward(be, dx, dw, db, dout, x, w, mean, rstd, N, C);
+    if (rms)
+        OPS->rmsnorm_backward(be, dx, dw, dout, x, w, rstd, N, C);
+    else
+        OPS->layernorm_backward(be, dx, dw, db, dout, x, w, mean, rstd, N, C);
     fd_grad(g, norm_ref, &ctx, in, 0, nx, nx, r);
     check_grad(rms ? "rmsnorm dx" : "layernorm dx", dx, dx0, g, nx, 1e-4);
     fd_grad(g, norm_ref, &ctx, in, 1, C, nx, r);
@@ -897,7 +920,9 @@ static void test_bias(void) {
 }
 
 /* ---- activations ---- */
-typedef struct { size_t n; } ew_ctx;
+typedef struct {
+    size_t n;
+} ew_ctx;
 
 static void gelu_ref(double *out, double **in, const void *vctx) {
     const ew_ctx *c = vctx;
@@ -974,7 +999,11 @@ static void test_swiglu(void) {
 }
 
 /* ---- attention ---- */
-typedef struct { int B, T, NH, NKV, HS; double theta; double l3_factor; } att_ctx;
+typedef struct {
+    int B, T, NH, NKV, HS;
+    double theta;
+    double l3_factor;
+} att_ctx;
 
 /* the RoPE inverse frequency of pair i in double, written out here from the Llama 3.1 recipe
  * (l3_factor > 0: the "llama3" scaling with low/high frequency factors 1 and 4 and an original
@@ -983,9 +1012,9 @@ static double inv_freq_ref(const att_ctx *c, int i) {
     double f = pow(c->theta, -2.0 * i / c->HS);
     if (c->l3_factor <= 0) return f;
     const double ctx = 64, lo = 1, hi = 4, wl = 2 * M_PI / f;
-    if (wl < ctx / hi) return f;                 /* high frequencies: kept */
-    if (wl > ctx / lo) return f / c->l3_factor;  /* low frequencies: stretched */
-    double a = (ctx / wl - lo) / (hi - lo);      /* between: a linear blend */
+    if (wl < ctx / hi) return f;                /* high frequencies: kept */
+    if (wl > ctx / lo) return f / c->l3_factor; /* low frequencies: stretched */
+    double a = (ctx / wl - lo) / (hi - lo);     /* between: a linear blend */
     return (1 - a) * f / c->l3_factor + a * f;
 }
 
@@ -1002,10 +1031,15 @@ static void rope_ref(double *v, int t, const att_ctx *c) {
 }
 
 static fp8t_attn_shape att_shape(const att_ctx *c) {
-    fp8t_attn_shape s = {.B = c->B, .T = c->T, .NH = c->NH, .NKV = c->NKV, .HS = c->HS,
+    fp8t_attn_shape s = {.B = c->B,
+                         .T = c->T,
+                         .NH = c->NH,
+                         .NKV = c->NKV,
+                         .HS = c->HS,
                          .rope_theta = (float)c->theta};
     if (c->l3_factor > 0)
-        s.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, (float)c->l3_factor, 1.0f, 4.0f, 64};
+        s.rope_scaling =
+            (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, (float)c->l3_factor, 1.0f, 4.0f, 64};
     return s;
 }
 
@@ -1066,8 +1100,8 @@ static void check_attention_kv(int B, int T, int NH, int NKV, int HS, float thet
     double *ref = calloc(nout, sizeof(double)), *ref_lse = calloc(nlse, sizeof(double));
     att_ref_full(ref, ref_lse, in[0], &ctx);
     char what[128];
-    snprintf(what, sizeof what, "attention_forward B%d T%d NH%d NKV%d HS%d theta %g llama3 %g",
-             B, T, NH, NKV, HS, theta, l3_factor);
+    snprintf(what, sizeof what, "attention_forward B%d T%d NH%d NKV%d HS%d theta %g llama3 %g", B,
+             T, NH, NKV, HS, theta, l3_factor);
     check_close(what, out, ref, nout, 1e-5, 1e-4);
     check_close(what, lse, ref_lse, nlse, 1e-5, 1e-5);
     double *r = malloc(sizeof(double) * nout), *g = malloc(sizeof(double) * nqkv);
@@ -1076,8 +1110,8 @@ static void check_attention_kv(int B, int T, int NH, int NKV, int HS, float thet
     for (size_t i = 0; i < nqkv; i++) dqkv[i] = NAN; /* overwritten completely */
     OPS->attention_backward(be, dqkv, dout, qkv, NULL, out, lse, &sh);
     fd_grad(g, att_ref, &ctx, in, 0, nqkv, nout, r);
-    snprintf(what, sizeof what, "attention dqkv B%d T%d NH%d NKV%d HS%d theta %g llama3 %g", B,
-             T, NH, NKV, HS, theta, l3_factor);
+    snprintf(what, sizeof what, "attention dqkv B%d T%d NH%d NKV%d HS%d theta %g llama3 %g", B, T,
+             NH, NKV, HS, theta, l3_factor);
     check_grad(what, dqkv, NULL, g, nqkv, 1e-4);
     free(in[0]);
     free(ref);
@@ -1120,7 +1154,11 @@ static void test_attention_llama3_rope(void) {
 }
 
 /* ---- softmax + cross-entropy ---- */
-typedef struct { int N, V; const int *tgt; double dloss; } xent_ctx;
+typedef struct {
+    int N, V;
+    const int *tgt;
+    double dloss;
+} xent_ctx;
 
 static void xent_ref(double *out, double **in, const void *vctx) {
     const xent_ctx *c = vctx;
@@ -1157,7 +1195,8 @@ static void test_softmax_xent(void) {
     for (int i = 0; i < N; i++) r[i] = dloss;
     fd_grad(g, xent_ref, &ctx, in, 0, nl, N, r);
     check_grad("softmax_xent dlogits", dl, NULL, g, nl, 1e-4);
-    for (int v = 0; v < V; v++) T_CHECK(dl[3 * V + v] == 0.0f && dl[5 * V + v] == 0.0f, "ignored row has gradient");
+    for (int v = 0; v < V; v++)
+        T_CHECK(dl[3 * V + v] == 0.0f && dl[5 * V + v] == 0.0f, "ignored row has gradient");
     T_CHECK(losses[3] == 0.0f && losses[5] == 0.0f, "ignored rows have loss");
     /* in place (dlogits aliasing logits) and without dlogits */
     float *l2 = dev_copy(logits, nl), *losses2 = dev_floats(N);
@@ -1224,7 +1263,8 @@ static void test_sum_sumsq(void) {
 
 static void test_adamw(void) {
     size_t n = 50001;
-    float *p = dev_rand(n, -1, 1), *m = dev_floats(n), *v = dev_floats(n), *gr = dev_rand(n, -1, 1);
+    float *p = dev_rand(n, -1, 1), *m = dev_floats(n), *v = dev_floats(n),
+          *gr = dev_rand(n, -1, 1);
     float *hp = malloc(n * 4), *hm = calloc(n, 4), *hv = calloc(n, 4);
     memcpy(hp, p, n * 4);
     float lr = 3e-4f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
@@ -1243,7 +1283,8 @@ static void test_adamw(void) {
     }
     /* the formula itself, in double: after one step mhat = g and vhat = g^2, so
      * p1 = p0 - lr * (g / (|g| + eps) + wd * p0) (catches a formula wrong in both loops) */
-    float *p1 = dev_rand(4, -1, 1), *m1 = dev_floats(4), *v1 = dev_floats(4), *g1 = dev_rand(4, -1, 1);
+    float *p1 = dev_rand(4, -1, 1), *m1 = dev_floats(4), *v1 = dev_floats(4),
+          *g1 = dev_rand(4, -1, 1);
     float *p1_0 = dev_copy(p1, 4);
     OPS->adamw(be, p1, m1, v1, g1, 4, lr, b1, b2, eps, wd, 1, gs);
     for (int i = 0; i < 4; i++) {
@@ -1266,13 +1307,15 @@ static void test_determinism_threads(void) {
     int N = 512, C = 192, B = 2, T = 70, NH = 3, HS = 16, V = 50;
     size_t nx = (size_t)N * C;
     float *x = dev_rand(nx, -2, 2), *dout = dev_rand(nx, -1, 1), *w = dev_rand(C, 0.5f, 1.5f);
-    float *bias = dev_rand(C, -1, 1), *out = dev_floats(nx), *mean = dev_floats(N), *rstd = dev_floats(N);
+    float *bias = dev_rand(C, -1, 1), *out = dev_floats(nx), *mean = dev_floats(N),
+          *rstd = dev_floats(N);
     OPS->layernorm_forward(be, out, mean, rstd, x, w, bias, N, C, 1e-5f);
     int *tok = OPS->malloc(be, (size_t)N * sizeof(int));
     for (int i = 0; i < N; i++) tok[i] = rng_int(V);
     int Ta = T, Ca = NH * HS;
     size_t nqkv = (size_t)B * Ta * 3 * Ca, nout = (size_t)B * Ta * Ca;
-    float *qkv = dev_rand(nqkv, -1, 1), *aout = dev_floats(nout), *lse = dev_floats((size_t)B * NH * Ta);
+    float *qkv = dev_rand(nqkv, -1, 1), *aout = dev_floats(nout),
+          *lse = dev_floats((size_t)B * NH * Ta);
     float *adout = dev_rand(nout, -1, 1);
     size_t big = 1000003;
     float *xb = dev_rand(big, -1, 1);
@@ -1286,16 +1329,26 @@ static void test_determinism_threads(void) {
         omp_set_num_threads(threads[k]);
         float *r = res[k] = calloc(nres, sizeof(float));
         float *p = r;
-        float *dx = p; p += nx;
-        float *dw = p; p += C;
-        float *db = p; p += C;
-        float *dbias = p; p += C;
-        float *dwte = p; p += (size_t)V * C;
-        float *dwpe = p; p += (size_t)(N / 8) * C;
-        float *sums = p; p += 2;
-        float *ao = p; p += nout;
-        float *dq = p; p += nqkv;
-        float *rdx_dw = p; p += 2 * C;
+        float *dx = p;
+        p += nx;
+        float *dw = p;
+        p += C;
+        float *db = p;
+        p += C;
+        float *dbias = p;
+        p += C;
+        float *dwte = p;
+        p += (size_t)V * C;
+        float *dwpe = p;
+        p += (size_t)(N / 8) * C;
+        float *sums = p;
+        p += 2;
+        float *ao = p;
+        p += nout;
+        float *dq = p;
+        p += nqkv;
+        float *rdx_dw = p;
+        p += 2 * C;
         (void)rdx_dw;
         OPS->layernorm_backward(be, dx, dw, db, dout, x, w, mean, rstd, N, C);
         OPS->rmsnorm_backward(be, dx, rdx_dw, dout, x, w, rstd, N, C);
@@ -1305,7 +1358,11 @@ static void test_determinism_threads(void) {
         OPS->sumsq(be, &sums[1], xb, big);
         /* multi-query (the group sum of dk, dv over 3 heads) with Llama-3 RoPE; the qkv rows
          * are 5 HS wide then (the buffers are sized for 9 HS) */
-        const fp8t_attn_shape sh = {.B = B, .T = Ta, .NH = NH, .NKV = 1, .HS = HS,
+        const fp8t_attn_shape sh = {.B = B,
+                                    .T = Ta,
+                                    .NH = NH,
+                                    .NKV = 1,
+                                    .HS = HS,
                                     .rope_theta = 10000.0f,
                                     .rope_scaling = {FP8T_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 64}};
         OPS->attention_forward(be, ao, lse, NULL, qkv, &sh);

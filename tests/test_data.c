@@ -23,13 +23,18 @@ static void make_tmpdir(void) {
     mkdir(tmpdir, 0777);
 }
 
-static int batch_equal(const int *a, const int *b) { return memcmp(a, b, B * T * sizeof(int)) == 0; }
+static int batch_equal(const int *a, const int *b) {
+    return memcmp(a, b, B * T * sizeof(int)) == 0;
+}
 
 static void test_synthetic_deterministic(void) {
     char err[512];
-    fp8t_data *d1 = fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 256, 42, err, sizeof(err));
-    fp8t_data *d2 = fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 256, 42, err, sizeof(err));
-    fp8t_data *d3 = fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 256, 43, err, sizeof(err));
+    fp8t_data *d1 =
+        fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 256, 42, err, sizeof(err));
+    fp8t_data *d2 =
+        fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 256, 42, err, sizeof(err));
+    fp8t_data *d3 =
+        fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 256, 43, err, sizeof(err));
     T_ASSERT(d1 && d2 && d3, "open failed: %s", err);
     int a[B * T], at[B * T], b[B * T], bt[B * T];
     /* the same index gives the same batch, whatever was generated before */
@@ -47,7 +52,8 @@ static void test_synthetic_deterministic(void) {
         for (int t = 0; t + 1 < T; t++) shifted &= at[r * T + t] == a[r * T + t + 1];
     T_CHECK(shifted, "targets are not the tokens shifted by one");
     int in_range = 1;
-    for (int i = 0; i < B * T; i++) in_range &= a[i] >= 0 && a[i] < 256 && at[i] >= 0 && at[i] < 256;
+    for (int i = 0; i < B * T; i++)
+        in_range &= a[i] >= 0 && a[i] < 256 && at[i] >= 0 && at[i] < 256;
     T_CHECK(in_range, "token outside 0..255");
     /* rows of one batch differ */
     T_CHECK(memcmp(a, a + T, T * sizeof(int)) != 0, "rows 0 and 1 are identical");
@@ -58,21 +64,25 @@ static void test_synthetic_deterministic(void) {
 
 static void test_position_round_trip(void) {
     char err[512];
-    fp8t_data *d = fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 256, 7, err, sizeof(err));
+    fp8t_data *d =
+        fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 256, 7, err, sizeof(err));
     T_ASSERT(d != NULL, "%s", err);
     int x[B * T], y[B * T], want[B * T], wy[B * T];
-    T_CHECK(fp8t_data_position(d) == 0, "fresh stream at position %llu", (unsigned long long)fp8t_data_position(d));
+    T_CHECK(fp8t_data_position(d) == 0, "fresh stream at position %llu",
+            (unsigned long long)fp8t_data_position(d));
     for (int i = 0; i < 3; i++) fp8t_data_next(d, x, y);
     uint64_t pos = fp8t_data_position(d);
     T_CHECK(pos == 3, "position %llu after 3 batches", (unsigned long long)pos);
     fp8t_data_next(d, want, wy);
     fp8t_data_next(d, x, y);
     /* restore the saved position in another stream: the same continuation */
-    fp8t_data *e = fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 256, 7, err, sizeof(err));
+    fp8t_data *e =
+        fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 256, 7, err, sizeof(err));
     T_ASSERT(e != NULL, "%s", err);
     fp8t_data_set_position(e, pos);
     fp8t_data_next(e, x, y);
-    T_CHECK(batch_equal(x, want) && batch_equal(y, wy), "resumed stream differs at the saved position");
+    T_CHECK(batch_equal(x, want) && batch_equal(y, wy),
+            "resumed stream differs at the saved position");
     T_CHECK(fp8t_data_position(e) == pos + 1, "position not advanced");
     fp8t_data_batch(e, x, y, pos);
     T_CHECK(batch_equal(x, want), "fp8t_data_batch(pos) differs from next() at pos");
@@ -82,8 +92,10 @@ static void test_position_round_trip(void) {
 
 static void test_val_stream_differs(void) {
     char err[512];
-    fp8t_data *tr = fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 256, 1, err, sizeof(err));
-    fp8t_data *va = fp8t_data_open("synthetic", "", FP8T_SPLIT_VAL, B, T, 256, 1, err, sizeof(err));
+    fp8t_data *tr =
+        fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 256, 1, err, sizeof(err));
+    fp8t_data *va =
+        fp8t_data_open("synthetic", "", FP8T_SPLIT_VAL, B, T, 256, 1, err, sizeof(err));
     T_ASSERT(tr && va, "%s", err);
     int a[B * T], at[B * T], b[B * T], bt[B * T];
     int same = 0;
@@ -112,11 +124,15 @@ static void test_synthetic_structure(void) {
     double h1 = 0, h2 = 0;
     int used = 0;
     for (int a = 0; a < 256; a++) {
-        if (uni[a]) { h1 -= uni[a] / n * log(uni[a] / n); used++; }
+        if (uni[a]) {
+            h1 -= uni[a] / n * log(uni[a] / n);
+            used++;
+        }
         for (int b = 0; b < 256; b++)
             if (bi[a][b]) h2 -= bi[a][b] / n * log(bi[a][b] / uni[a]);
     }
-    T_CHECK(h1 < 4.0 && h2 < 3.0, "unigram %.3f / bigram %.3f nats: too close to uniform 5.55", h1, h2);
+    T_CHECK(h1 < 4.0 && h2 < 3.0, "unigram %.3f / bigram %.3f nats: too close to uniform 5.55",
+            h1, h2);
     T_CHECK(used > 100, "only %d distinct tokens", used);
     /* brackets: every closer matches the innermost opener of its document */
     int stack[64], depth = 0, mism = 0, topic = -1, hash_ok = 0, hash_bad = 0;
@@ -131,16 +147,21 @@ static void test_synthetic_structure(void) {
         const char *cl = c > 0 && c < 128 ? strchr(close, c) : NULL;
         if (o && depth < 64) stack[depth++] = (int)(o - open);
         if (cl) {
-            if (depth == 0 || stack[depth - 1] != (int)(cl - close)) mism++;
-            else depth--;
+            if (depth == 0 || stack[depth - 1] != (int)(cl - close))
+                mism++;
+            else
+                depth--;
         }
         if (c == '#' && i + 1 < n && topic >= 0) {
-            if (x[i + 1] == topic) hash_ok++;
-            else hash_bad++;
+            if (x[i + 1] == topic)
+                hash_ok++;
+            else
+                hash_bad++;
         }
     }
     T_CHECK(mism == 0, "%d mismatched closing brackets", mism);
-    T_CHECK(hash_ok > 100 && hash_bad == 0, "'#' followed by the topic %d times, by another token %d times", hash_ok, hash_bad);
+    T_CHECK(hash_ok > 100 && hash_bad == 0,
+            "'#' followed by the topic %d times, by another token %d times", hash_ok, hash_bad);
     free(x);
 }
 
@@ -164,7 +185,10 @@ static void test_text_file_splits(void) {
     enum { N = 3000 };
     unsigned char text[N];
     uint32_t s = 12345;
-    for (int i = 0; i < N; i++) { s = s * 1664525u + 1013904223u; text[i] = (unsigned char)(s >> 24); }
+    for (int i = 0; i < N; i++) {
+        s = s * 1664525u + 1013904223u;
+        text[i] = (unsigned char)(s >> 24);
+    }
     char path[512], err[512];
     snprintf(path, sizeof(path), "%s/corpus.txt", tmpdir);
     write_bytes(path, text, N);
@@ -206,7 +230,8 @@ static void test_text_file_splits(void) {
     tr = fp8t_data_open(path, vpath, FP8T_SPLIT_TRAIN, B, T, 256, 3, err, sizeof(err));
     T_ASSERT(va && tr, "%s", err);
     T_CHECK(fp8t_data_num_tokens(va) == 100 && fp8t_data_num_tokens(tr) == N,
-            "with --val-data: %zu / %zu tokens", fp8t_data_num_tokens(tr), fp8t_data_num_tokens(va));
+            "with --val-data: %zu / %zu tokens", fp8t_data_num_tokens(tr),
+            fp8t_data_num_tokens(va));
     fp8t_data_close(tr);
     fp8t_data_close(va);
 }
@@ -215,7 +240,8 @@ static void test_text_file_errors(void) {
     char path[512], err[512];
     snprintf(path, sizeof(path), "%s/missing.txt", tmpdir);
     fp8t_data *d = fp8t_data_open(path, "", FP8T_SPLIT_TRAIN, B, T, 256, 1, err, sizeof(err));
-    T_CHECK(!d && strstr(err, "missing.txt") && strstr(err, "cannot open"), "missing file: %s", err);
+    T_CHECK(!d && strstr(err, "missing.txt") && strstr(err, "cannot open"), "missing file: %s",
+            err);
     snprintf(path, sizeof(path), "%s/empty.txt", tmpdir);
     write_bytes(path, (const unsigned char *)"", 0);
     d = fp8t_data_open(path, "", FP8T_SPLIT_TRAIN, B, T, 256, 1, err, sizeof(err));
@@ -230,7 +256,8 @@ static void test_text_file_errors(void) {
     snprintf(path, sizeof(path), "%s/mid.txt", tmpdir);
     write_bytes(path, mid, sizeof(mid));
     d = fp8t_data_open(path, "", FP8T_SPLIT_VAL, B, T, 256, 1, err, sizeof(err));
-    T_CHECK(!d && strstr(err, "validation") && strstr(err, "--val-data"), "short val split: %s", err);
+    T_CHECK(!d && strstr(err, "validation") && strstr(err, "--val-data"), "short val split: %s",
+            err);
     /* a byte the model cannot represent */
     unsigned char hi[400];
     memset(hi, 'a', sizeof(hi));
@@ -238,7 +265,8 @@ static void test_text_file_errors(void) {
     snprintf(path, sizeof(path), "%s/hi.txt", tmpdir);
     write_bytes(path, hi, sizeof(hi));
     d = fp8t_data_open(path, "", FP8T_SPLIT_TRAIN, B, T, 128, 1, err, sizeof(err));
-    T_CHECK(!d && strstr(err, "token 200") && strstr(err, "position 123") && strstr(err, "--vocab 201"),
+    T_CHECK(!d && strstr(err, "token 200") && strstr(err, "position 123") &&
+                strstr(err, "--vocab 201"),
             "token >= vocab: %s", err);
     /* the synthetic language needs a vocabulary of 256 */
     d = fp8t_data_open("synthetic", "", FP8T_SPLIT_TRAIN, B, T, 100, 1, err, sizeof(err));
@@ -265,8 +293,8 @@ static void test_shards(void) {
     fp8t_data *tr = fp8t_data_open(pat, "", FP8T_SPLIT_TRAIN, B, T, 2048, 5, err, sizeof(err));
     fp8t_data *va = fp8t_data_open(pat, "", FP8T_SPLIT_VAL, B, T, 2048, 5, err, sizeof(err));
     T_ASSERT(tr && va, "%s", err);
-    T_CHECK(fp8t_data_num_tokens(tr) == (N0 - N0 / 10) + (N1 - N1 / 10),
-            "train tokens %zu", fp8t_data_num_tokens(tr));
+    T_CHECK(fp8t_data_num_tokens(tr) == (N0 - N0 / 10) + (N1 - N1 / 10), "train tokens %zu",
+            fp8t_data_num_tokens(tr));
     T_CHECK(fp8t_data_vocab_needed(tr) == 1200, "vocab needed %d", fp8t_data_vocab_needed(tr));
     /* every window is consecutive tokens of one shard, and both shards are used */
     int x[B * T], y[B * T], from0 = 0, from1 = 0, broken = 0;
@@ -281,10 +309,12 @@ static void test_shards(void) {
                 int base = shard1 ? 1000 : 0;
                 broken += (w[t + 1] - base) != ((w[t] - base) + 1) % 200;
             }
-            broken += y[r * T + T - 1] != ((shard1 ? w[T - 1] - 1000 : w[T - 1]) + 1) % 200 + (shard1 ? 1000 : 0);
+            broken += y[r * T + T - 1] !=
+                      ((shard1 ? w[T - 1] - 1000 : w[T - 1]) + 1) % 200 + (shard1 ? 1000 : 0);
         }
     }
-    T_CHECK(broken == 0 && from0 > 0 && from1 > 0, "broken %d, windows from shard 0: %d, 1: %d", broken, from0, from1);
+    T_CHECK(broken == 0 && from0 > 0 && from1 > 0, "broken %d, windows from shard 0: %d, 1: %d",
+            broken, from0, from1);
     fp8t_data_close(tr);
     fp8t_data_close(va);
     /* vocabulary check names the shard */
@@ -305,7 +335,8 @@ static void test_shards(void) {
     fclose(f);
     snprintf(pat, sizeof(pat), "%s/bad_*.bin", dir);
     tr = fp8t_data_open(pat, "", FP8T_SPLIT_TRAIN, B, T, 2048, 5, err, sizeof(err));
-    T_CHECK(!tr && strstr(err, "bad token shard") && strstr(err, "bad_000.bin"), "bad magic: %s", err);
+    T_CHECK(!tr && strstr(err, "bad token shard") && strstr(err, "bad_000.bin"), "bad magic: %s",
+            err);
     /* too few tokens for one sequence */
     uint16_t few[20] = {0};
     snprintf(bad, sizeof(bad), "%s/few_000.bin", dir);

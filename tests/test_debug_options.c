@@ -18,14 +18,25 @@
 #include "fp8train/train_options.h"
 #include "test.h"
 
-static const char *const ENV_VARS[] = {
-    "FP8TRAIN_NO_FUSED_XENT",  "FP8TRAIN_NO_BF16_XENT",       "FP8TRAIN_NO_CODE_REUSE",
-    "FP8TRAIN_NO_BF16_OPERANDS", "FP8TRAIN_NO_GELU_FUSION",   "FP8TRAIN_NO_BIAS_GRAD_FUSION",
-    "FP8TRAIN_NO_GELU_BWD_FUSION", "FP8TRAIN_NO_RESIDUAL_BIAS", "FP8TRAIN_NO_LN_FUSION",
-    "FP8TRAIN_NO_ATTN_SAVE",   "FP8TRAIN_NO_FP8_SAVE",        "FP8TRAIN_CUDA_PLAIN",
-    "FP8TRAIN_CUDA_NO_LT_FP8", "FP8TRAIN_CUDA_SYNC",          "FP8TRAIN_CUDA_ATTN",
-    "FP8TRAIN_PRECISION",      "FP8TRAIN_FPROP",              "FP8TRAIN_DGRAD",
-    "FP8TRAIN_WGRAD"};
+static const char *const ENV_VARS[] = {"FP8TRAIN_NO_FUSED_XENT",
+                                       "FP8TRAIN_NO_BF16_XENT",
+                                       "FP8TRAIN_NO_CODE_REUSE",
+                                       "FP8TRAIN_NO_BF16_OPERANDS",
+                                       "FP8TRAIN_NO_GELU_FUSION",
+                                       "FP8TRAIN_NO_BIAS_GRAD_FUSION",
+                                       "FP8TRAIN_NO_GELU_BWD_FUSION",
+                                       "FP8TRAIN_NO_RESIDUAL_BIAS",
+                                       "FP8TRAIN_NO_LN_FUSION",
+                                       "FP8TRAIN_NO_ATTN_SAVE",
+                                       "FP8TRAIN_NO_FP8_SAVE",
+                                       "FP8TRAIN_CUDA_PLAIN",
+                                       "FP8TRAIN_CUDA_NO_LT_FP8",
+                                       "FP8TRAIN_CUDA_SYNC",
+                                       "FP8TRAIN_CUDA_ATTN",
+                                       "FP8TRAIN_PRECISION",
+                                       "FP8TRAIN_FPROP",
+                                       "FP8TRAIN_DGRAD",
+                                       "FP8TRAIN_WGRAD"};
 
 static void clear_env(void) {
     for (size_t i = 0; i < sizeof(ENV_VARS) / sizeof(ENV_VARS[0]); i++) unsetenv(ENV_VARS[i]);
@@ -95,7 +106,8 @@ static void disable_list(void) {
             "cuda-lt-fp8,fp8-save,cuda-fusion: 0x%x", c.model_opts.disable);
 
     /* the last --disable wins, as for every option; none clears */
-    T_ASSERT(parse(&c, err, sizeof(err), "--disable", "all-fusion", "--disable", "none", NULL) == 0,
+    T_ASSERT(parse(&c, err, sizeof(err), "--disable", "all-fusion", "--disable", "none", NULL) ==
+                 0,
              "%s", err);
     T_CHECK(c.model_opts.disable == 0 && !c.backend_opts.plain, "none after all-fusion: 0x%x",
             c.model_opts.disable);
@@ -205,9 +217,8 @@ static void environment_defaults(void) {
     /* the policy's variables stay where they were: config file < environment < command line */
     setenv("FP8TRAIN_DGRAD", "bf16", 1);
     T_ASSERT(parse(&c, err, sizeof(err), NULL) == 0, "%s", err);
-    T_CHECK(c.policy.n_overrides == 1 &&
-                fp8t_policy_resolve(&c.policy, 4, 1, FP8T_MOD_FC1, FP8T_GEMM_DGRAD) ==
-                    FP8T_PREC_BF16,
+    T_CHECK(c.policy.n_overrides == 1 && fp8t_policy_resolve(&c.policy, 4, 1, FP8T_MOD_FC1,
+                                                             FP8T_GEMM_DGRAD) == FP8T_PREC_BF16,
             "FP8TRAIN_DGRAD=bf16: %d overrides", c.policy.n_overrides);
     setenv("FP8TRAIN_DGRAD", "half", 1);
     T_CHECK(parse(&c, err, sizeof(err), NULL) == -1 && strstr(err, "FP8TRAIN_DGRAD='half'"),

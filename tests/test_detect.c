@@ -25,8 +25,8 @@ static void test_robust_sigma_known_values(void) {
     double x[5] = {1, 2, 3, 4, 100}, med;
     double s = fp8t_robust_sigma(x, 5, &med);
     T_CLOSE(med, 3.0, 0, 0);
-    T_CLOSE(s, 1.4826, 1e-12, 0); /* |dev| = 2 1 0 1 97, MAD 1 */
-    double y[6] = {1, 1, 1, 1, 1, 4};  /* MAD 0: mean abs deviation 0.5 takes over */
+    T_CLOSE(s, 1.4826, 1e-12, 0);     /* |dev| = 2 1 0 1 97, MAD 1 */
+    double y[6] = {1, 1, 1, 1, 1, 4}; /* MAD 0: mean abs deviation 0.5 takes over */
     s = fp8t_robust_sigma(y, 6, &med);
     T_CLOSE(med, 1.0, 0, 0);
     T_CLOSE(s, 1.2533 * 0.5, 1e-12, 0);
@@ -81,7 +81,7 @@ static void test_spike_check_mad_zero(void) {
 static void test_spike_check_window_and_short_history(void) {
     fp8t_spike_cfg cfg = {20, 6};
     double h[120];
-    for (int i = 0; i < 100; i++) h[i] = 100 + gauss();   /* old regime */
+    for (int i = 0; i < 100; i++) h[i] = 100 + gauss();        /* old regime */
     for (int i = 100; i < 120; i++) h[i] = 1 + 0.01 * gauss(); /* the last 20 */
     fp8t_spike_verdict v = fp8t_spike_check(&cfg, h, 120, 2.0);
     T_CHECK(v.is_spike, "window ignored: z %g median %g", v.zscore, v.median);
@@ -119,7 +119,9 @@ static void test_spike_scan_events(void) {
     enum { N = 400 };
     double x[N];
     for (int i = 0; i < N; i++) x[i] = 3.0 + 0.01 * gauss();
-    x[100] += 1.0; x[101] += 0.6; x[102] += 0.2;           /* fast: back at 103 */
+    x[100] += 1.0;
+    x[101] += 0.6;
+    x[102] += 0.2;                                                  /* fast: back at 103 */
     for (int k = 0; k < 40; k++) x[250 + k] += 0.8 * exp(-k / 8.0); /* slow */
     fp8t_spike_cfg cfg = {50, 6};
     fp8t_spike_event ev[8];

@@ -16,8 +16,8 @@ static void test_world_of_one(void) {
     char err[512] = "";
     unsetenv("OMPI_COMM_WORLD_SIZE");
     T_ASSERT(fp8t_dist_init(err, sizeof(err)) == 0, "init: %s", err);
-    T_CHECK(fp8t_dist_size() == 1 && fp8t_dist_rank() == 0, "size %d rank %d",
-            fp8t_dist_size(), fp8t_dist_rank());
+    T_CHECK(fp8t_dist_size() == 1 && fp8t_dist_rank() == 0, "size %d rank %d", fp8t_dist_size(),
+            fp8t_dist_rank());
     float a[3] = {1.5f, -2.0f, 3.25f}, all[3];
     fp8t_dist_allgather(a, all, sizeof(a));
     T_CHECK(memcmp(a, all, sizeof(a)) == 0, "allgather of one rank copies");
@@ -33,7 +33,8 @@ static void test_cpu_collectives_identity(void) {
     T_ASSERT(be->ops->comm_init(be, err, sizeof(err)) == 0, "%s", err);
     enum { N = 1001 };
     float *x = be->ops->malloc(be, N * sizeof(float)), ref[N];
-    for (int i = 0; i < N; i++) ref[i] = ldexpf((float)((i * 2654435761u) % 100003) - 50000, -(i % 40));
+    for (int i = 0; i < N; i++)
+        ref[i] = ldexpf((float)((i * 2654435761u) % 100003) - 50000, -(i % 40));
     ref[5] = NAN;
     size_t counts[1] = {N};
     for (int c = 0; c < 5; c++) {
@@ -43,7 +44,8 @@ static void test_cpu_collectives_identity(void) {
         if (c == 2) be->ops->reduce_scatter(be, x, counts);
         if (c == 3) be->ops->all_gather(be, x, counts);
         if (c == 4) be->ops->broadcast(be, x, N * sizeof(float), 0);
-        T_CHECK(memcmp(x, ref, sizeof(ref)) == 0, "collective %d of one rank changed the data", c);
+        T_CHECK(memcmp(x, ref, sizeof(ref)) == 0, "collective %d of one rank changed the data",
+                c);
     }
     float r16[N];
     bf16_round(r16, ref, N);
@@ -61,7 +63,8 @@ static void test_adamw_range_equals_full(void) {
     T_ASSERT(be, "%s", err);
     fp8t_model_config c;
     fp8t_model_preset(&c, "tiny");
-    c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.seq_len = 16, c.vocab_size = 64, c.mlp_hidden = 64;
+    c.n_layer = 2, c.n_embd = 32, c.n_head = 2, c.seq_len = 16, c.vocab_size = 64,
+    c.mlp_hidden = 64;
     fp8t_model *a = fp8t_model_create(be, &c, NULL, NULL, 2, 8, err, sizeof(err));
     fp8t_model *b = fp8t_model_create(be, &c, NULL, NULL, 2, 8, err, sizeof(err));
     T_ASSERT(a && b, "%s", err);
@@ -84,8 +87,8 @@ static void test_adamw_range_equals_full(void) {
     T_CHECK(memcmp(fp8t_model_params(a), fp8t_model_params(b), n * sizeof(float)) == 0,
             "weights after 3 sharded AdamW steps differ from the full update");
     T_CHECK(memcmp(fp8t_model_adam_m(a), m0, cut * sizeof(float)) == 0 &&
-            memcmp(fp8t_model_adam_m(a) + cut, m1, (n - cut) * sizeof(float)) == 0 &&
-            memcmp(fp8t_model_adam_v(a) + cut, v1, (n - cut) * sizeof(float)) == 0,
+                memcmp(fp8t_model_adam_m(a) + cut, m1, (n - cut) * sizeof(float)) == 0 &&
+                memcmp(fp8t_model_adam_v(a) + cut, v1, (n - cut) * sizeof(float)) == 0,
             "sharded moments differ from the full ones");
     fp8t_model_release_adam(b);
     T_CHECK(fp8t_model_adam_m(b) == NULL && fp8t_model_adam_v(b) == NULL, "moments released");
@@ -104,7 +107,8 @@ static void test_cpu_buckets_identity(void) {
     T_ASSERT(be->ops->comm_init(be, err, sizeof(err)) == 0, "%s", err);
     enum { N = 1001 };
     float *x = be->ops->malloc(be, N * sizeof(float)), ref[N], r16[N];
-    for (int i = 0; i < N; i++) ref[i] = ldexpf((float)((i * 2654435761u) % 100003) - 50000, -(i % 40));
+    for (int i = 0; i < N; i++)
+        ref[i] = ldexpf((float)((i * 2654435761u) % 100003) - 50000, -(i % 40));
     bf16_round(r16, ref, N);
     const size_t cut[4] = {0, 300, 301, N};
     for (int c = 0; c < 3; c++) { /* fp32, bf16, reduce-scatter */
@@ -129,7 +133,7 @@ typedef struct {
     fp8t_model *m;
     const fp8t_param_info *info;
     int n_info;
-    float *snap;  /* [n] the gradients as they were when each position was reported final */
+    float *snap; /* [n] the gradients as they were when each position was reported final */
     int order[16], n_calls;
 } ready_log;
 
@@ -175,7 +179,8 @@ static void test_grads_ready(void) {
         int tok[16], tgt[16];
         fp8t_model_zero_grad(m);
         for (int mb = 0; mb < 2; mb++) {
-            for (int i = 0; i < 16; i++) tok[i] = (i * 7 + mb) % 64, tgt[i] = (i * 5 + 3 * mb) % 64;
+            for (int i = 0; i < 16; i++)
+                tok[i] = (i * 7 + mb) % 64, tgt[i] = (i * 5 + 3 * mb) % 64;
             fp8t_model_forward(m, tok, tgt);
             if (mb == 1) fp8t_model_set_grads_ready(m, on_ready, &r);
             fp8t_model_backward(m, 0.5f);

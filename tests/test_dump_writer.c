@@ -14,7 +14,8 @@
 static char g_root[256];
 
 static void fill(float *x, size_t n, int seed) {
-    for (size_t i = 0; i < n; i++) x[i] = (float)((int)((i * 2654435761u + (unsigned)seed * 97u) % 2001) - 1000) / 37.0f;
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((int)((i * 2654435761u + (unsigned)seed * 97u) % 2001) - 1000) / 37.0f;
 }
 
 static int check_dump(const dump_job *job, int seed) {
@@ -64,7 +65,7 @@ static void run(size_t budget, const char *sub, int hold) {
         memset(j, 0, sizeof(*j));
         snprintf(j->dir, sizeof(j->dir), "%s/%s/step_%06d", g_root, sub, k % 3);
         snprintf(j->name, sizeof(j->name), "%d.fc1.fprop.input", k);
-        j->rows = 10 + k % 5;          /* sizes vary and grow: buffers are reused and replaced */
+        j->rows = 10 + k % 5; /* sizes vary and grow: buffers are reused and replaced */
         j->cols = 50 + 7 * k;
         j->operand = k % 2;
         j->scale = 8.0f, j->scale_inv = 0.125f;
@@ -99,12 +100,17 @@ static void test_hold_large_budget(void) { run((size_t)64 << 20, "hold_large", 1
 int main(void) {
     t_suite = "dump_writer";
     snprintf(g_root, sizeof(g_root), "/tmp/fp8t_test_dump_writer_XXXXXX");
-    if (!mkdtemp(g_root)) { perror("mkdtemp"); return 1; }
+    if (!mkdtemp(g_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
     T_RUN(test_tiny_budget);
     T_RUN(test_large_budget);
     T_RUN(test_hold_tiny_budget);
     T_RUN(test_hold_large_budget);
-    if (!getenv("FP8T_KEEP_TEST_FILES")) fp8t_rmtree(g_root);
-    else printf("kept %s\n", g_root);
+    if (!getenv("FP8T_KEEP_TEST_FILES"))
+        fp8t_rmtree(g_root);
+    else
+        printf("kept %s\n", g_root);
     T_MAIN_END();
 }

@@ -21,7 +21,8 @@ static fp8t_evaluator *make_ev(const fp8t_weights *w, int B, int T) {
 
 static fp8t_data *val_data(int B, int T) {
     char err[512];
-    fp8t_data *d = fp8t_data_open("synthetic", "", FP8T_SPLIT_VAL, B, T, 256, 1234, err, sizeof(err));
+    fp8t_data *d =
+        fp8t_data_open("synthetic", "", FP8T_SPLIT_VAL, B, T, 256, 1234, err, sizeof(err));
     if (!d) printf("  data: %s\n", err);
     return d;
 }
@@ -38,7 +39,8 @@ static void test_fp8_eval_uses_and_keeps_state(void) {
     float *s0 = malloc(nf * sizeof(float)), *s1 = malloc(nf * sizeof(float));
     fp8t_evaluator_fp8_state(ev, s0, &n, &len);
     T_CHECK(n == g_w.fp8_n && len == g_w.fp8_len, "state size %d x %d", n, len);
-    T_CHECK(memcmp(s0, g_w.fp8_state, nf * sizeof(float)) == 0, "the checkpoint's state was not loaded");
+    T_CHECK(memcmp(s0, g_w.fp8_state, nf * sizeof(float)) == 0,
+            "the checkpoint's state was not loaded");
     double bf = fp8t_evaluator_loss(ev, d, 3);
     fp8t_evaluator_set_precision(ev, FP8T_EVAL_FP8);
     double f1 = fp8t_evaluator_loss(ev, d, 3), f2 = fp8t_evaluator_loss(ev, d, 3);
@@ -47,8 +49,8 @@ static void test_fp8_eval_uses_and_keeps_state(void) {
     printf("  loss bf16 %.6f fp8 %.6f fp32 %.6f\n", bf, f1, f32);
     T_CHECK(isfinite(bf) && isfinite(f1) && isfinite(f32), "finite losses");
     T_CHECK(f1 == f2, "FP8 evaluation must be repeatable: %.9g vs %.9g", f1, f2);
-    T_CHECK(f1 != bf && f32 != bf, "the precisions must actually differ (bf16 %.9g fp8 %.9g fp32 %.9g)",
-            bf, f1, f32);
+    T_CHECK(f1 != bf && f32 != bf,
+            "the precisions must actually differ (bf16 %.9g fp8 %.9g fp32 %.9g)", bf, f1, f32);
     T_CLOSE(f1, bf, 0.0, 1e-2);
     T_CLOSE(f32, bf, 0.0, 1e-2);
     /* no delayed-scaling update: scales and the stored history (slots 1..len-1) unchanged */
@@ -84,7 +86,8 @@ static void test_calibration_of_fresh_state(void) {
     for (int i = 0; i < n_info; i++) {
         float mul = 1.0f;
         if (strstr(info[i].name, ".ln1.") || strstr(info[i].name, ".ln2.")) mul = 1024.0f;
-        if (strstr(info[i].name, ".qkv.w") || strstr(info[i].name, ".fc1.w")) mul = 1.0f / 1024.0f;
+        if (strstr(info[i].name, ".qkv.w") || strstr(info[i].name, ".fc1.w"))
+            mul = 1.0f / 1024.0f;
         for (size_t j = 0; j < info[i].numel; j++) w.params[info[i].offset + j] *= mul;
     }
     free(info);
@@ -93,16 +96,18 @@ static void test_calibration_of_fresh_state(void) {
     T_ASSERT(ev && ref && d, "setup");
     T_CHECK(fp8t_evaluator_needs_calibration(ev), "a fresh state needs calibration");
     double bf = fp8t_evaluator_loss(ev, d, 3), bf_ref = fp8t_evaluator_loss(ref, d, 3);
-    T_CHECK(bf == bf_ref, "the reparametrization must not change the BF16 loss (%.9g vs %.9g)", bf,
-            bf_ref);
+    T_CHECK(bf == bf_ref, "the reparametrization must not change the BF16 loss (%.9g vs %.9g)",
+            bf, bf_ref);
     fp8t_evaluator_set_precision(ev, FP8T_EVAL_FP8);
     double raw = fp8t_evaluator_loss(ev, d, 3);
     fp8t_evaluator_calibrate(ev, d, 2);
-    T_CHECK(fp8t_evaluator_precision(ev) == FP8T_EVAL_FP8, "calibration must restore the precision");
+    T_CHECK(fp8t_evaluator_precision(ev) == FP8T_EVAL_FP8,
+            "calibration must restore the precision");
     T_CHECK(!fp8t_evaluator_needs_calibration(ev), "calibrated");
     /* every X and W scale is 448 / the amax the calibration batches recorded */
     int n, len;
-    float *s = malloc(fp8t_recipe_state_floats(3 * fp8t_model_num_linears(&w.model), 1024) * sizeof(float));
+    float *s = malloc(fp8t_recipe_state_floats(3 * fp8t_model_num_linears(&w.model), 1024) *
+                      sizeof(float));
     fp8t_evaluator_fp8_state(ev, s, &n, &len);
     fp8t_recipe_state st;
     fp8t_recipe_state_view(&st, s, n, len);
@@ -133,7 +138,8 @@ static void last_logits(fp8t_evaluator *ev, const int *ctx, int n, float *out) {
     memcpy(tok, ctx, (size_t)n * sizeof(int));
     fp8t_model *m = fp8t_evaluator_model(ev);
     fp8t_model_forward(m, tok, NULL);
-    g_be->ops->to_host(g_be, out, fp8t_model_logits(m) + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
+    g_be->ops->to_host(g_be, out, fp8t_model_logits(m) + (size_t)(n - 1) * V,
+                       (size_t)V * sizeof(float));
     free(tok);
 }
 
@@ -209,7 +215,8 @@ static void test_task_packing_matches_reference(void) {
         }
         T_ASSERT(fp8t_task_add(&t, e % nc, stream, ctx_len, nc, comp, lens) == 0, "add");
     }
-    T_CHECK(t.max_completions == 4 && t.longest <= T, "task shape %d %d", t.max_completions, t.longest);
+    T_CHECK(t.max_completions == 4 && t.longest <= T, "task shape %d %d", t.max_completions,
+            t.longest);
     fp8t_evaluator *ev = make_ev(&g_w, 8, T), *one = make_ev(&g_w, 1, T);
     T_ASSERT(ev && one, "setup");
     int pred[10], correct;
@@ -239,7 +246,8 @@ static void test_task_packing_matches_reference(void) {
     /* too small a model is refused with an error, not overrun */
     fp8t_evaluator *small = make_ev(&g_w, 2, T);
     T_CHECK(small && fp8t_task_eval(small, &t, &correct, NULL, err, sizeof(err)) != 0 &&
-                strstr(err, "--batch"), "B=2 must be refused: %s", err);
+                strstr(err, "--batch"),
+            "B=2 must be refused: %s", err);
     fp8t_evaluator_destroy(small);
     fp8t_evaluator_destroy(ev);
     fp8t_evaluator_destroy(one);
@@ -264,10 +272,11 @@ static void test_task_file_format(void) {
     const uint16_t ex0[] = {65535, 28, 0, 1, 2, 3, 1, 2, 65534, 2, 7, 8, 1, 9};
     int32_t hdr[4];
     memcpy(hdr, data, sizeof(hdr));
-    T_CHECK(hdr[0] == 20240522 && hdr[1] == 1 && hdr[2] == 2 && hdr[3] == 28, "header %d %d %d %d",
-            hdr[0], hdr[1], hdr[2], hdr[3]);
+    T_CHECK(hdr[0] == 20240522 && hdr[1] == 1 && hdr[2] == 2 && hdr[3] == 28,
+            "header %d %d %d %d", hdr[0], hdr[1], hdr[2], hdr[3]);
     T_CHECK(len == 1024 + 28 + 26, "file size %zu", len);
-    T_CHECK(memcmp(data + 1024, ex0, sizeof(ex0)) == 0, "example 0 bytes differ from llm.c's layout");
+    T_CHECK(memcmp(data + 1024, ex0, sizeof(ex0)) == 0,
+            "example 0 bytes differ from llm.c's layout");
     fp8t_task r;
     T_ASSERT(fp8t_task_read(path, &r, err, sizeof(err)) == 0, "%s", err);
     T_CHECK(r.n == 2 && r.ex[0].label == 1 && r.ex[0].ctx[2] == 65534 && r.ex[1].ctx_len == 2 &&
@@ -276,13 +285,16 @@ static void test_task_file_format(void) {
             "read back differs");
     fp8t_task_free(&r);
     /* damaged copies */
-    struct { const char *what; size_t at; uint16_t value; size_t cut; const char *expect; } cases[] = {
-        {"magic", 0, 1234, 0, "magic"},
-        {"start", 1024, 7, 0, "delimiter"},
-        {"label", 1024 + 6, 2, 0, "label"},
-        {"index", 1024 + 4, 5, 0, "index"},
-        {"bytes", 1024 + 2, 24, 0, "byte count"},
-        {"truncated", 0, 0, 1024 + 30, "truncated"},
+    struct {
+        const char *what;
+        size_t at;
+        uint16_t value;
+        size_t cut;
+        const char *expect;
+    } cases[] = {
+        {"magic", 0, 1234, 0, "magic"},           {"start", 1024, 7, 0, "delimiter"},
+        {"label", 1024 + 6, 2, 0, "label"},       {"index", 1024 + 4, 5, 0, "index"},
+        {"bytes", 1024 + 2, 24, 0, "byte count"}, {"truncated", 0, 0, 1024 + 30, "truncated"},
         {"trailing", 0, 0, 1, "after"},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
@@ -291,10 +303,17 @@ static void test_task_file_format(void) {
         size_t blen = len;
         char *copy = malloc(len + 2);
         memcpy(copy, data, len);
-        if (!strcmp(cases[k].what, "trailing")) { copy[len] = 0; copy[len + 1] = 0; blen = len + 2; }
-        else if (cases[k].cut) blen = cases[k].cut;
-        else if (cases[k].at == 0) { int32_t m = 1234; memcpy(copy, &m, 4); }
-        else memcpy(copy + cases[k].at, &cases[k].value, 2);
+        if (!strcmp(cases[k].what, "trailing")) {
+            copy[len] = 0;
+            copy[len + 1] = 0;
+            blen = len + 2;
+        } else if (cases[k].cut)
+            blen = cases[k].cut;
+        else if (cases[k].at == 0) {
+            int32_t m = 1234;
+            memcpy(copy, &m, 4);
+        } else
+            memcpy(copy + cases[k].at, &cases[k].value, 2);
         fp8t_write_file_atomic(bad, copy, blen, err, sizeof(err));
         free(copy);
         int rc = fp8t_task_read(bad, &r, err, sizeof(err));
@@ -333,7 +352,8 @@ static void test_generate(void) {
     T_ASSERT(ev, "setup");
     int prompt[5] = {72, 101, 108, 108, 111}, a[24], b[24], c[24], g[24], k1[24];
     char err[512];
-    fp8t_sample_cfg s7 = {1.0f, 40, 7}, s8 = {1.0f, 40, 8}, greedy = {0.0f, 0, 7}, top1 = {1.0f, 1, 9};
+    fp8t_sample_cfg s7 = {1.0f, 40, 7}, s8 = {1.0f, 40, 8}, greedy = {0.0f, 0, 7},
+                    top1 = {1.0f, 1, 9};
     T_ASSERT(fp8t_generate(ev, prompt, 5, 24, &s7, a, err, sizeof(err)) == 0, "%s", err);
     T_ASSERT(fp8t_generate(ev, prompt, 5, 24, &s7, b, err, sizeof(err)) == 0, "%s", err);
     T_ASSERT(fp8t_generate(ev, prompt, 5, 24, &s8, c, err, sizeof(err)) == 0, "%s", err);
@@ -351,7 +371,8 @@ static void test_generate(void) {
     T_CHECK(g[0] == best, "first greedy token %d, argmax %d", g[0], best);
     free(lg);
     int badp[2] = {1, 300};
-    T_CHECK(fp8t_generate(ev, badp, 2, 3, &s7, a, err, sizeof(err)) != 0 && strstr(err, "vocabulary"),
+    T_CHECK(fp8t_generate(ev, badp, 2, 3, &s7, a, err, sizeof(err)) != 0 &&
+                strstr(err, "vocabulary"),
             "out-of-vocabulary prompt accepted");
     fp8t_evaluator_destroy(ev);
 }
@@ -372,7 +393,8 @@ static void test_tokenizer_file(void) {
     T_ASSERT(fp8t_write_file_atomic(path, buf, o, err, sizeof(err)) == 0, "%s", err);
     fp8t_tokenizer t;
     T_ASSERT(fp8t_tokenizer_read(path, &t, err, sizeof(err)) == 0, "%s", err);
-    T_CHECK(t.vocab_size == 3 && t.eot == 2 && t.piece_len[1] == 6 && !strcmp(t.piece[1], " hello"),
+    T_CHECK(t.vocab_size == 3 && t.eot == 2 && t.piece_len[1] == 6 &&
+                !strcmp(t.piece[1], " hello"),
             "pieces");
     fp8t_tokenizer_free(&t);
     T_CHECK(fp8t_write_file_atomic(path, buf, o - 2, err, sizeof(err)) == 0 &&

@@ -17,11 +17,12 @@ static double val_loss(const fp8t_weights *w, fp8t_eval_precision p) {
     char err[512];
     fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     fp8t_evaluator *ev = fp8t_evaluator_create(be, w, NULL, TU_B, TU_T, err, sizeof(err));
-    fp8t_data *d = fp8t_data_open("synthetic", "", FP8T_SPLIT_VAL, TU_B, TU_T, w->model.vocab_size,
-                                  1234, err, sizeof(err));
+    fp8t_data *d = fp8t_data_open("synthetic", "", FP8T_SPLIT_VAL, TU_B, TU_T,
+                                  w->model.vocab_size, 1234, err, sizeof(err));
     double l = NAN;
     if (ev && d) {
-        if (p == FP8T_EVAL_FP8 && fp8t_evaluator_needs_calibration(ev)) fp8t_evaluator_calibrate(ev, d, 1);
+        if (p == FP8T_EVAL_FP8 && fp8t_evaluator_needs_calibration(ev))
+            fp8t_evaluator_calibrate(ev, d, 1);
         fp8t_evaluator_set_precision(ev, p);
         l = fp8t_evaluator_loss(ev, d, 3);
     } else {
@@ -188,8 +189,8 @@ static void check_fp8(const char *ckpt, const char *tag) {
     T_ASSERT(fp8t_st_open(&f, path, err, sizeof(err)) == 0, "%s", err);
     const char *fmt = fp8t_st_metadata(f, "format");
     T_CHECK(fmt && !strcmp(fmt, "pt"), "metadata format %s", fmt ? fmt : "missing");
-    const char *wname = c->arch == FP8T_ARCH_GPT2 ? "transformer.h.1.mlp.c_fc"
-                                                   : "model.layers.1.mlp.up_proj";
+    const char *wname =
+        c->arch == FP8T_ARCH_GPT2 ? "transformer.h.1.mlp.c_fc" : "model.layers.1.mlp.up_proj";
     char name[256];
     snprintf(name, sizeof(name), "%s.weight", wname);
     const fp8t_st_tensor *wt = fp8t_st_find(f, name);
@@ -200,8 +201,10 @@ static void check_fp8(const char *ckpt, const char *tag) {
     T_ASSERT(wt && st && it, "FP8 tensors of %s missing", wname);
     T_CHECK(wt->dtype == FP8T_ST_F8_E4M3, "weight dtype %s", fp8t_st_dtype_name(wt->dtype));
     T_CHECK(st->dtype == FP8T_ST_F32 && st->numel == 1 && it->dtype == FP8T_ST_F32 &&
-                it->numel == 1, "scales must be F32 [1]");
-    const char *emb = c->arch == FP8T_ARCH_GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+                it->numel == 1,
+            "scales must be F32 [1]");
+    const char *emb =
+        c->arch == FP8T_ARCH_GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
     const fp8t_st_tensor *et = fp8t_st_find(f, emb);
     T_CHECK(et && et->dtype == FP8T_ST_BF16, "embedding must stay BF16");
     /* input_scale = max(amax history of that linear's X) / 448 */
@@ -211,7 +214,8 @@ static void check_fp8(const char *ckpt, const char *tag) {
     fp8t_recipe_state_view(&rs, r.orig.fp8_state, r.orig.fp8_n, r.orig.fp8_len);
     const int lin = 1 * mpl + (c->arch == FP8T_ARCH_GPT2 ? 2 : 3);
     float want = fp8t_recipe_history_max(&rs, 3 * lin + FP8T_ROLE_X) / 448.0f;
-    T_CHECK(want > 0 && is == want, "input_scale %g, history max/448 = %g", (double)is, (double)want);
+    T_CHECK(want > 0 && is == want, "input_scale %g, history max/448 = %g", (double)is,
+            (double)want);
     /* codes * scale_inv: within half an FP8 step of the weight (current scaling from its amax) */
     float sinv;
     snprintf(name, sizeof(name), "%s.weight_scale_inv", wname);
@@ -219,7 +223,8 @@ static void check_fp8(const char *ckpt, const char *tag) {
     int n_info = fp8t_model_param_table(c, NULL, NULL);
     fp8t_param_info *info = calloc((size_t)n_info, sizeof(*info));
     fp8t_model_param_table(c, info, NULL);
-    const fp8t_param_info *p = param_named(info, n_info, c->arch == FP8T_ARCH_GPT2 ? "h.1.fc1.w" : "h.1.up.w");
+    const fp8t_param_info *p =
+        param_named(info, n_info, c->arch == FP8T_ARCH_GPT2 ? "h.1.fc1.w" : "h.1.up.w");
     float amax = fp8_amax(r.orig.params + p->offset, p->numel);
     T_CLOSE(sinv, amax / 448.0f, 0.0, 1e-6);
     double worst = 0.0;
@@ -245,14 +250,16 @@ static void check_fp8(const char *ckpt, const char *tag) {
     }
     fp8t_st_close(f);
     /* the learned activation scales come back as the X scales of the imported FP8 state */
-    T_ASSERT(r.back.fp8_state && r.back.fp8_n == r.orig.fp8_n, "import did not seed an FP8 state");
+    T_ASSERT(r.back.fp8_state && r.back.fp8_n == r.orig.fp8_n,
+             "import did not seed an FP8 state");
     fp8t_recipe_state bs;
     fp8t_recipe_state_view(&bs, r.back.fp8_state, r.back.fp8_n, r.back.fp8_len);
     T_CLOSE(bs.scale_inv[3 * lin + FP8T_ROLE_X], is, 0.0, 1e-6);
     double a = val_loss(&r.orig, FP8T_EVAL_BF16), b = val_loss(&r.back, FP8T_EVAL_BF16);
     double a8 = val_loss(&r.orig, FP8T_EVAL_FP8), b8 = val_loss(&r.back, FP8T_EVAL_FP8);
-    printf("  %s fp8 export: bf16 loss %.6f -> %.6f (rel %.2e); fp8 loss %.6f -> %.6f (rel %.2e)\n",
-           tag, a, b, fabs(b - a) / a, a8, b8, fabs(b8 - a8) / a8);
+    printf(
+        "  %s fp8 export: bf16 loss %.6f -> %.6f (rel %.2e); fp8 loss %.6f -> %.6f (rel %.2e)\n",
+        tag, a, b, fabs(b - a) / a, a8, b8, fabs(b8 - a8) / a8);
     T_CLOSE(b, a, 0.0, FP8T_EXPORT_TOL_FP8);
     T_CLOSE(b8, a8, 0.0, FP8T_EXPORT_TOL_FP8);
     free(info);
@@ -304,9 +311,11 @@ static void test_gpt2_layout_and_config(void) {
     T_CHECK(cJSON_GetObjectItem(o, "n_head")->valueint == c->n_head, "n_head");
     T_CHECK(cJSON_GetObjectItem(o, "n_positions")->valueint == c->seq_len, "n_positions");
     T_CHECK(cJSON_GetObjectItem(o, "vocab_size")->valueint == c->vocab_size, "vocab_size");
-    T_CHECK(!strcmp(cJSON_GetObjectItem(o, "activation_function")->valuestring, "gelu_new"), "act");
+    T_CHECK(!strcmp(cJSON_GetObjectItem(o, "activation_function")->valuestring, "gelu_new"),
+            "act");
     T_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(o, "tie_word_embeddings")), "tied");
-    T_CHECK(!strcmp(cJSON_GetObjectItem(o, "torch_dtype")->valuestring, "float32"), "torch_dtype");
+    T_CHECK(!strcmp(cJSON_GetObjectItem(o, "torch_dtype")->valuestring, "float32"),
+            "torch_dtype");
     T_CHECK(fabs(cJSON_GetObjectItem(o, "layer_norm_epsilon")->valuedouble - 1e-5) < 1e-9, "eps");
     cJSON_Delete(o);
     roundtrip_free(&r);
@@ -320,11 +329,22 @@ static void test_gpt2_layout_and_config(void) {
 static void test_llmc_import_order(void) {
     const int L = 2, C = 16, NH = 2, V = 100, Vp = 128, maxT = 8;
     fp8t_llmc_gpt2 ck = {maxT, V, Vp, L, NH, C, 3, NULL, 0};
-    const size_t sizes[16] = {(size_t)Vp * C, (size_t)maxT * C, (size_t)L * C, (size_t)L * C,
-                              (size_t)L * 3 * C * C, (size_t)L * 3 * C, (size_t)L * C * C,
-                              (size_t)L * C, (size_t)L * C, (size_t)L * C,
-                              (size_t)L * 4 * C * C, (size_t)L * 4 * C, (size_t)L * C * 4 * C,
-                              (size_t)L * C, (size_t)C, (size_t)C};
+    const size_t sizes[16] = {(size_t)Vp * C,
+                              (size_t)maxT * C,
+                              (size_t)L * C,
+                              (size_t)L * C,
+                              (size_t)L * 3 * C * C,
+                              (size_t)L * 3 * C,
+                              (size_t)L * C * C,
+                              (size_t)L * C,
+                              (size_t)L * C,
+                              (size_t)L * C,
+                              (size_t)L * 4 * C * C,
+                              (size_t)L * 4 * C,
+                              (size_t)L * C * 4 * C,
+                              (size_t)L * C,
+                              (size_t)C,
+                              (size_t)C};
     size_t off[16], total = 0;
     for (int k = 0; k < 16; k++) {
         off[k] = total;
@@ -345,12 +365,13 @@ static void test_llmc_import_order(void) {
     T_CHECK(w.model.vocab_size == V && w.model.n_layer == L && w.model.n_embd == C &&
                 w.model.n_head == NH && w.model.seq_len == maxT && w.model.mlp_hidden == 4 * C,
             "config from the llm.c header");
-    T_CHECK(strstr(w.notes, "padding") != NULL, "notes should say the padding was dropped: %s", w.notes);
+    T_CHECK(strstr(w.notes, "padding") != NULL, "notes should say the padding was dropped: %s",
+            w.notes);
     int n_info = fp8t_model_param_table(&w.model, NULL, NULL);
     fp8t_param_info *info = calloc((size_t)n_info, sizeof(*info));
     fp8t_model_param_table(&w.model, info, NULL);
     static const char *per_layer[12] = {"ln1.w", "ln1.b", "qkv.w", "qkv.b", "proj.w", "proj.b",
-                                        "ln2.w", "ln2.b", "fc1.w", "fc1.b", "fc2.w", "fc2.b"};
+                                        "ln2.w", "ln2.b", "fc1.w", "fc1.b", "fc2.w",  "fc2.b"};
     int bad = 0;
     const fp8t_param_info *p = param_named(info, n_info, "wte");
     for (size_t i = 0; i < p->numel; i++) bad += w.params[p->offset + i] != ck.params[off[0] + i];
@@ -367,9 +388,11 @@ static void test_llmc_import_order(void) {
                 bad += w.params[p->offset + i] != ck.params[off[2 + k] + (size_t)l * per + i];
         }
     p = param_named(info, n_info, "lnf.w");
-    for (size_t i = 0; i < p->numel; i++) bad += w.params[p->offset + i] != ck.params[off[14] + i];
+    for (size_t i = 0; i < p->numel; i++)
+        bad += w.params[p->offset + i] != ck.params[off[14] + i];
     p = param_named(info, n_info, "lnf.b");
-    for (size_t i = 0; i < p->numel; i++) bad += w.params[p->offset + i] != ck.params[off[15] + i];
+    for (size_t i = 0; i < p->numel; i++)
+        bad += w.params[p->offset + i] != ck.params[off[15] + i];
     T_CHECK(bad == 0, "%d parameters landed in the wrong place", bad);
     /* and back out: our llm.c export reproduces the file's tensors (padding zeroed) */
     char path2[700];
@@ -377,7 +400,8 @@ static void test_llmc_import_order(void) {
     T_ASSERT(fp8t_export_llmc(&w, path2, 3, err, sizeof(err)) == 0, "%s", err);
     fp8t_llmc_gpt2 back;
     T_ASSERT(fp8t_llmc_gpt2_read(path2, &back, err, sizeof(err)) == 0, "%s", err);
-    T_CHECK(back.padded_vocab_size == Vp && back.num_params == total, "Vp %d", back.padded_vocab_size);
+    T_CHECK(back.padded_vocab_size == Vp && back.num_params == total, "Vp %d",
+            back.padded_vocab_size);
     int diff = 0;
     for (size_t i = 0; i < total; i++) {
         int in_padding = i >= (size_t)V * C && i < (size_t)Vp * C;
@@ -436,7 +460,8 @@ static void test_llmc_roundtrip_logits(void) {
 
 static void test_import_to_checkpoint(void) {
     roundtrip r;
-    T_ASSERT(do_roundtrip(&r, g_ckpt_llama, FP8T_EXPORT_BF16, "to_ckpt") == 0, "round trip failed");
+    T_ASSERT(do_roundtrip(&r, g_ckpt_llama, FP8T_EXPORT_BF16, "to_ckpt") == 0,
+             "round trip failed");
     char dir[700], err[512];
     snprintf(dir, sizeof(dir), "%s/imported_ckpt", g_root);
     T_ASSERT(fp8t_weights_save_checkpoint(&r.back, dir, 42, err, sizeof(err)) == 0, "%s", err);
@@ -514,12 +539,18 @@ static int gpt2_edit(const char *tag, void (*edit)(cJSON *), const char *expect)
 static void drop_n_embd(cJSON *o) { cJSON_DeleteItemFromObject(o, "n_embd"); }
 static void wider(cJSON *o) { cJSON_ReplaceItemInObject(o, "n_embd", cJSON_CreateNumber(256)); }
 static void deeper(cJSON *o) { cJSON_ReplaceItemInObject(o, "n_layer", cJSON_CreateNumber(3)); }
-static void shallower(cJSON *o) { cJSON_ReplaceItemInObject(o, "n_layer", cJSON_CreateNumber(1)); }
-static void other_arch(cJSON *o) { cJSON_ReplaceItemInObject(o, "model_type", cJSON_CreateString("mistral")); }
+static void shallower(cJSON *o) {
+    cJSON_ReplaceItemInObject(o, "n_layer", cJSON_CreateNumber(1));
+}
+static void other_arch(cJSON *o) {
+    cJSON_ReplaceItemInObject(o, "model_type", cJSON_CreateString("mistral"));
+}
 static void erf_gelu(cJSON *o) {
     cJSON_ReplaceItemInObject(o, "activation_function", cJSON_CreateString("gelu"));
 }
-static void bad_type(cJSON *o) { cJSON_ReplaceItemInObject(o, "n_head", cJSON_CreateString("four")); }
+static void bad_type(cJSON *o) {
+    cJSON_ReplaceItemInObject(o, "n_head", cJSON_CreateString("four"));
+}
 static void bad_heads(cJSON *o) { cJSON_ReplaceItemInObject(o, "n_head", cJSON_CreateNumber(3)); }
 
 static void test_malformed_config(void) {
@@ -535,8 +566,12 @@ static void test_malformed_config(void) {
 
 /* GQA, llama3 RoPE and untied heads are supported: what stays wrong is a config that does not
  * fit the weights or names a variant fp8train lacks */
-static void llama_gqa(cJSON *o) { cJSON_ReplaceItemInObject(o, "num_key_value_heads", cJSON_CreateNumber(2)); }
-static void llama_gqa3(cJSON *o) { cJSON_ReplaceItemInObject(o, "num_key_value_heads", cJSON_CreateNumber(3)); }
+static void llama_gqa(cJSON *o) {
+    cJSON_ReplaceItemInObject(o, "num_key_value_heads", cJSON_CreateNumber(2));
+}
+static void llama_gqa3(cJSON *o) {
+    cJSON_ReplaceItemInObject(o, "num_key_value_heads", cJSON_CreateNumber(3));
+}
 static void llama_rope(cJSON *o) {
     cJSON *rs = cJSON_CreateObject();
     cJSON_AddStringToObject(rs, "rope_type", "llama3");
@@ -547,8 +582,12 @@ static void llama_yarn(cJSON *o) {
     cJSON_AddStringToObject(rs, "rope_type", "yarn");
     cJSON_AddItemToObject(o, "rope_parameters", rs);
 }
-static void llama_untied(cJSON *o) { cJSON_ReplaceItemInObject(o, "tie_word_embeddings", cJSON_CreateFalse()); }
-static void llama_attn_bias(cJSON *o) { cJSON_ReplaceItemInObject(o, "attention_bias", cJSON_CreateTrue()); }
+static void llama_untied(cJSON *o) {
+    cJSON_ReplaceItemInObject(o, "tie_word_embeddings", cJSON_CreateFalse());
+}
+static void llama_attn_bias(cJSON *o) {
+    cJSON_ReplaceItemInObject(o, "attention_bias", cJSON_CreateTrue());
+}
 
 /* the BF16 Llama export */
 static int llama_edit(const char *tag, void (*edit)(cJSON *), const char *expect) {
@@ -556,8 +595,10 @@ static int llama_edit(const char *tag, void (*edit)(cJSON *), const char *expect
 }
 
 static void test_malformed_llama_config(void) {
-    T_CHECK(llama_edit("gqa", llama_gqa, "k_proj.weight' has shape [64, 64] but config.json "
-                       "implies [32, 64]") == 0, "GQA config on MHA weights");
+    T_CHECK(llama_edit("gqa", llama_gqa,
+                       "k_proj.weight' has shape [64, 64] but config.json "
+                       "implies [32, 64]") == 0,
+            "GQA config on MHA weights");
     T_CHECK(llama_edit("gqa3", llama_gqa3, "must divide") == 0, "K/V heads not dividing");
     T_CHECK(llama_edit("rope", llama_rope, "needs \"factor\"") == 0, "llama3 without factor");
     T_CHECK(llama_edit("yarn", llama_yarn, "\"rope_parameters\" has rope_type \"yarn\"") == 0,
@@ -587,8 +628,9 @@ static void test_malformed_tensors(void) {
         /* 0: Hub names + buffers (ok); 1: FP8 c_attn.weight w/o scale; 2: I32 c_attn.weight;
          * 3: truncated */
         snprintf(dir, sizeof(dir), "%s/tensors_%d", g_root, variant);
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s' && cp '%s/export_layout/config.json' '%s/'",
-                 dir, dir, g_root, dir);
+        snprintf(cmd, sizeof(cmd),
+                 "rm -rf '%s' && mkdir -p '%s' && cp '%s/export_layout/config.json' '%s/'", dir,
+                 dir, g_root, dir);
         T_ASSERT(system(cmd) == 0, "setup");
         fp8t_st_writer *wr = fp8t_st_writer_new();
         for (int i = 0; i < n; i++) {
@@ -598,14 +640,18 @@ static void test_malformed_tensors(void) {
             if (t->transform == FP8T_HF_TRANSPOSE) {
                 for (int r = 0; r < p->shape[0]; r++)
                     for (int c = 0; c < p->shape[1]; c++)
-                        buf[(size_t)c * p->shape[0] + r] = w.params[p->offset + (size_t)r * p->shape[1] + c];
+                        buf[(size_t)c * p->shape[0] + r] =
+                            w.params[p->offset + (size_t)r * p->shape[1] + c];
             } else {
                 memcpy(buf, w.params + p->offset, p->numel * sizeof(float));
             }
             const char *name = variant == 0 ? t->name + strlen("transformer.") : t->name;
-            if (variant == 1 && i == 4) fp8t_st_writer_add(wr, name, FP8T_ST_F8_E4M3, t->ndim, t->shape, codes);
-            else if (variant == 2 && i == 4) fp8t_st_writer_add(wr, name, FP8T_ST_I32, t->ndim, t->shape, buf);
-            else fp8t_st_writer_add(wr, name, FP8T_ST_F32, t->ndim, t->shape, buf);
+            if (variant == 1 && i == 4)
+                fp8t_st_writer_add(wr, name, FP8T_ST_F8_E4M3, t->ndim, t->shape, codes);
+            else if (variant == 2 && i == 4)
+                fp8t_st_writer_add(wr, name, FP8T_ST_I32, t->ndim, t->shape, buf);
+            else
+                fp8t_st_writer_add(wr, name, FP8T_ST_F32, t->ndim, t->shape, buf);
         }
         if (variant == 0) {
             int64_t shp[4] = {1, 1, w.model.seq_len, w.model.seq_len};
@@ -637,8 +683,11 @@ static void test_malformed_tensors(void) {
             printf("  variant %d: %s\n", variant, rc ? err : "(accepted!)");
             T_CHECK(rc != 0, "variant %d must fail", variant);
             if (rc == 0) fp8t_weights_free(&b);
-            const char *want = variant == 1 ? "weight_scale_inv" : variant == 2 ? "dtype" : "model.safetensors";
-            T_CHECK(rc != 0 && strstr(err, want), "variant %d error should mention '%s'", variant, want);
+            const char *want = variant == 1   ? "weight_scale_inv"
+                               : variant == 2 ? "dtype"
+                                              : "model.safetensors";
+            T_CHECK(rc != 0 && strstr(err, want), "variant %d error should mention '%s'", variant,
+                    want);
         }
     }
     /* no config.json / no weights / a run directory instead of a checkpoint */
@@ -648,13 +697,15 @@ static void test_malformed_tensors(void) {
     T_CHECK(fp8t_weights_load(dir, &e2, err, sizeof(err)) != 0 && strstr(err, "neither"),
             "empty dir: %s", err);
     snprintf(dir, sizeof(dir), "%s/no_weights", g_root);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s' && cp '%s/export_layout/config.json' '%s/'",
-             dir, dir, g_root, dir);
+    snprintf(cmd, sizeof(cmd),
+             "rm -rf '%s' && mkdir -p '%s' && cp '%s/export_layout/config.json' '%s/'", dir, dir,
+             g_root, dir);
     T_ASSERT(system(cmd) == 0, "setup");
     fp8t_weights b;
     T_CHECK(fp8t_weights_load(dir, &b, err, sizeof(err)) != 0 && strstr(err, "model.safetensors"),
             "no weights: %s", err);
-    T_CHECK(fp8t_weights_load("/nonexistent/x", &b, err, sizeof(err)) != 0 && strstr(err, "does not exist"),
+    T_CHECK(fp8t_weights_load("/nonexistent/x", &b, err, sizeof(err)) != 0 &&
+                strstr(err, "does not exist"),
             "missing path: %s", err);
     free(buf);
     free(codes);

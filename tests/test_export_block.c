@@ -107,7 +107,9 @@ static void fixture_free(fixture *f) {
 static int export_block(const fixture *f, const char *dir, size_t shard, int pow2,
                         fp8t_export_report *rep) {
     char err[1024];
-    fp8t_export_options o = {.dtype = FP8T_EXPORT_FP8, .max_shard_bytes = shard, .fp8_block = 128,
+    fp8t_export_options o = {.dtype = FP8T_EXPORT_FP8,
+                             .max_shard_bytes = shard,
+                             .fp8_block = 128,
                              .pow2_scales = pow2};
     if (fp8t_export_hf_opts(&f->w, dir, &o, rep, err, sizeof(err)) != 0) {
         printf("  export %s: %s\n", dir, err);
@@ -144,7 +146,8 @@ static void check_block_export(int pow2) {
         hf_matrix(f.x, t, &f.info[t->param], f.w.params);
         if (t->lin < 0) { /* embeddings, norms, the untied head: BF16 */
             const size_t numel = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
-            if (!wt || wt->dtype != FP8T_ST_BF16 || !shape_is(wt, t->ndim, t->shape[0], t->shape[1])) {
+            if (!wt || wt->dtype != FP8T_ST_BF16 ||
+                !shape_is(wt, t->ndim, t->shape[0], t->shape[1])) {
                 bad_other++;
                 continue;
             }
@@ -161,7 +164,8 @@ static void check_block_export(int pow2) {
         bad_other += fp8t_st_find(sf, name) != NULL; /* dynamic activations: none */
         if (!wt || wt->dtype != FP8T_ST_F8_E4M3 || !shape_is(wt, 2, N, K) || !st ||
             st->dtype != FP8T_ST_F32 || !shape_is(st, 2, nbr, nbc)) {
-            if (bad_shape++ < 3) printf("  %s: weight or scale missing, wrong dtype or shape\n", t->name);
+            if (bad_shape++ < 3)
+                printf("  %s: weight or scale missing, wrong dtype or shape\n", t->name);
             continue;
         }
         const uint8_t *codes = fp8t_st_data(sf, wt);
@@ -172,7 +176,8 @@ static void check_block_export(int pow2) {
                 const int c1 = (bc + 1) * 128 < K ? (bc + 1) * 128 : K;
                 float amax = 0.0f;
                 for (int r = br * 128; r < r1; r++)
-                    for (int c = bc * 128; c < c1; c++) amax = fmaxf(amax, fabsf(f.x[(size_t)r * K + c]));
+                    for (int c = bc * 128; c < c1; c++)
+                        amax = fmaxf(amax, fabsf(f.x[(size_t)r * K + c]));
                 /* the DeepSeek-V3 rule: scale = 448 / amax, 1 for a block of zeros; with pow2
                  * the largest power of two not above it */
                 float scale = amax > 0.0f ? 448.0f / amax : 1.0f;
@@ -183,8 +188,8 @@ static void check_block_export(int pow2) {
                 if (si != 1.0f / scale || (amax > 0.0f && fabs(si - want) > 1e-6 * want) ||
                     (pow2 && si != ldexpf(1.0f, ilogbf(si)))) {
                     if (bad_scale++ < 3)
-                        printf("  %s block (%d,%d): scale_inv %.9g, amax/448 = %.9g\n", t->name, br,
-                               bc, (double)si, (double)amax / 448.0);
+                        printf("  %s block (%d,%d): scale_inv %.9g, amax/448 = %.9g\n", t->name,
+                               br, bc, (double)si, (double)amax / 448.0);
                 }
                 for (int r = br * 128; r < r1; r++)
                     for (int c = bc * 128; c < c1; c++) {
@@ -199,8 +204,10 @@ static void check_block_export(int pow2) {
     T_CHECK(bad_scale == 0, "%d block scales are not 1 / (448 / block amax)", bad_scale);
     T_CHECK(bad_code == 0, "%d codes are not the E4M3 rounding of x * block scale", bad_code);
     T_CHECK(bad_other == 0, "%d BF16 tensors/elements wrong or input_scale present", bad_other);
-    T_CHECK(zero_blocks == 2 && partial == n_mats, "%d all-zero blocks (want 2), %d matrices with "
-            "partial blocks (want %d)", zero_blocks, partial, n_mats);
+    T_CHECK(zero_blocks == 2 && partial == n_mats,
+            "%d all-zero blocks (want 2), %d matrices with "
+            "partial blocks (want %d)",
+            zero_blocks, partial, n_mats);
 
     /* config.json: what transformers' FineGrainedFP8Config reads */
     snprintf(path, sizeof(path), "%s/config.json", dir);
@@ -212,17 +219,21 @@ static void check_block_export(int pow2) {
     T_ASSERT(o, "config.json is not JSON");
     const cJSON *q = cJSON_GetObjectItem(o, "quantization_config");
     T_ASSERT(cJSON_IsObject(q), "no quantization_config");
-    const cJSON *qm = cJSON_GetObjectItem(q, "quant_method"), *as = cJSON_GetObjectItem(q, "activation_scheme");
-    const cJSON *bs = cJSON_GetObjectItem(q, "weight_block_size"), *skip = cJSON_GetObjectItem(q, "modules_to_not_convert");
+    const cJSON *qm = cJSON_GetObjectItem(q, "quant_method"),
+                *as = cJSON_GetObjectItem(q, "activation_scheme");
+    const cJSON *bs = cJSON_GetObjectItem(q, "weight_block_size"),
+                *skip = cJSON_GetObjectItem(q, "modules_to_not_convert");
     T_CHECK(cJSON_IsString(qm) && !strcmp(qm->valuestring, "fp8"), "quant_method");
     T_CHECK(cJSON_IsString(as) && !strcmp(as->valuestring, "dynamic"), "activation_scheme");
     T_CHECK(cJSON_IsArray(bs) && cJSON_GetArraySize(bs) == 2 &&
                 cJSON_GetArrayItem(bs, 0)->valuedouble == 128 &&
-                cJSON_GetArrayItem(bs, 1)->valuedouble == 128, "weight_block_size [128, 128]");
+                cJSON_GetArrayItem(bs, 1)->valuedouble == 128,
+            "weight_block_size [128, 128]");
     T_CHECK(cJSON_IsArray(skip) && cJSON_GetArraySize(skip) == 1 &&
                 !strcmp(cJSON_GetArrayItem(skip, 0)->valuestring, "lm_head"),
             "modules_to_not_convert [\"lm_head\"]");
-    T_CHECK(!strcmp(cJSON_GetObjectItem(o, "torch_dtype")->valuestring, "bfloat16"), "torch_dtype");
+    T_CHECK(!strcmp(cJSON_GetObjectItem(o, "torch_dtype")->valuestring, "bfloat16"),
+            "torch_dtype");
     T_CHECK(cJSON_IsFalse(cJSON_GetObjectItem(o, "tie_word_embeddings")), "untied head");
     cJSON_Delete(o);
 
@@ -266,8 +277,10 @@ static void check_block_export(int pow2) {
         }
     }
     fp8t_st_close(sf);
-    T_CHECK(bad == 0, "%zu imported values are not float(code) * scale_inv (BF16 ones: their "
-            "rounding)", bad);
+    T_CHECK(bad == 0,
+            "%zu imported values are not float(code) * scale_inv (BF16 ones: their "
+            "rounding)",
+            bad);
     T_CHECK(bad_pow2 == 0, "%zu matrices: code * scale_inv differs from code / scale", bad_pow2);
     printf("  %d FP8 matrices, %zu weights checked against code * block scale_inv%s\n", n_mats,
            checked, pow2 ? " (power-of-two scales)" : "");
@@ -322,7 +335,12 @@ static void test_block_refused(void) {
     fixture f;
     fixture_init(&f);
     char dir[700], err[1024];
-    static const struct { fp8t_export_dtype dt; int block; int gpt2; const char *want; } C[] = {
+    static const struct {
+        fp8t_export_dtype dt;
+        int block;
+        int gpt2;
+        const char *want;
+    } C[] = {
         {FP8T_EXPORT_FP8, 64, 0, "128x128"},
         {FP8T_EXPORT_FP8, 256, 0, "--block 256 is not supported"},
         {FP8T_EXPORT_BF16, 128, 0, "need --dtype fp8"},
@@ -338,14 +356,14 @@ static void test_block_refused(void) {
     g.params = calloc(g.num_params, sizeof(float));
     for (size_t k = 0; k < sizeof(C) / sizeof(C[0]); k++) {
         snprintf(dir, sizeof(dir), "%s/refused_%zu", g_root, k);
-        fp8t_export_options o = {.dtype = C[k].dt, .fp8_block = C[k].block,
-                                 .pow2_scales = C[k].block == 0};
+        fp8t_export_options o = {
+            .dtype = C[k].dt, .fp8_block = C[k].block, .pow2_scales = C[k].block == 0};
         const fp8t_weights *w = C[k].gpt2 ? &g : &f.w;
         err[0] = 0;
         int rc = fp8t_export_hf_opts(w, dir, &o, NULL, err, sizeof(err));
         printf("  case %zu: %s\n", k, err);
-        T_CHECK(rc != 0 && strstr(err, C[k].want), "case %zu: rc %d, error should mention '%s'", k,
-                rc, C[k].want);
+        T_CHECK(rc != 0 && strstr(err, C[k].want), "case %zu: rc %d, error should mention '%s'",
+                k, rc, C[k].want);
         T_CHECK(!fp8t_path_exists(dir), "case %zu: %s was created", k, dir);
         char e2[1024] = "";
         T_CHECK(fp8t_export_options_check(&w->model, &o, e2, sizeof(e2)) != 0 && !strcmp(e2, err),

@@ -40,45 +40,45 @@ static void test_e4m3_hand_values(void) {
     const enc_case cs[] = {
         {0.0f, 0x00, 0x00},
         {-0.0f, 0x80, 0x80},
-        {1.0f, 0x38, 0x38},          /* e=7: 0 0111 000 */
-        {-2.0f, 0xC0, 0xC0},         /* 1 1000 000 */
-        {1.0625f, 0x38, 0x38},       /* halfway 1 / 1.125: tie to even mantissa 000 */
-        {1.1875f, 0x3A, 0x3A},       /* halfway 1.125 / 1.25: tie to even 010 */
-        {1.06f, 0x38, 0x38},         /* below halfway 1.0625 -> 1 */
-        {1.07f, 0x39, 0x39},         /* above halfway -> 1.125 */
-        {448.0f, 0x7E, 0x7E},        /* max */
-        {464.0f, 0x7E, 0x7E},        /* halfway 448 / (480): tie to even stays 448 */
-        {464.00003f, 0x7F, 0x7E},    /* just above: overflow -> NaN / clamp */
-        {-1000.0f, 0xFF, 0xFE},      /* negative overflow keeps its sign */
-        {0x1p-6f, 0x08, 0x08},       /* smallest normal */
-        {0x1p-9f, 0x01, 0x01},       /* smallest subnormal */
-        {0x1p-10f, 0x00, 0x00},      /* half of it: tie to even -> 0 */
-        {0x1.8p-10f, 0x01, 0x01},    /* 0.75 of a step -> 1 step */
-        {0x1.8p-9f, 0x02, 0x02},     /* 1.5 steps: tie to even -> 2 */
-        {0x1.Ep-7f, 0x08, 0x08},     /* 7.5 steps: tie to even -> 8 = smallest normal */
-        {-0x1p-11f, 0x80, 0x80},     /* underflow keeps the sign */
+        {1.0f, 0x38, 0x38},       /* e=7: 0 0111 000 */
+        {-2.0f, 0xC0, 0xC0},      /* 1 1000 000 */
+        {1.0625f, 0x38, 0x38},    /* halfway 1 / 1.125: tie to even mantissa 000 */
+        {1.1875f, 0x3A, 0x3A},    /* halfway 1.125 / 1.25: tie to even 010 */
+        {1.06f, 0x38, 0x38},      /* below halfway 1.0625 -> 1 */
+        {1.07f, 0x39, 0x39},      /* above halfway -> 1.125 */
+        {448.0f, 0x7E, 0x7E},     /* max */
+        {464.0f, 0x7E, 0x7E},     /* halfway 448 / (480): tie to even stays 448 */
+        {464.00003f, 0x7F, 0x7E}, /* just above: overflow -> NaN / clamp */
+        {-1000.0f, 0xFF, 0xFE},   /* negative overflow keeps its sign */
+        {0x1p-6f, 0x08, 0x08},    /* smallest normal */
+        {0x1p-9f, 0x01, 0x01},    /* smallest subnormal */
+        {0x1p-10f, 0x00, 0x00},   /* half of it: tie to even -> 0 */
+        {0x1.8p-10f, 0x01, 0x01}, /* 0.75 of a step -> 1 step */
+        {0x1.8p-9f, 0x02, 0x02},  /* 1.5 steps: tie to even -> 2 */
+        {0x1.Ep-7f, 0x08, 0x08},  /* 7.5 steps: tie to even -> 8 = smallest normal */
+        {-0x1p-11f, 0x80, 0x80},  /* underflow keeps the sign */
         {INFINITY, 0x7F, 0x7E},
         {-INFINITY, 0xFF, 0xFE},
         {NAN, 0x7F, 0x7F},
-        {-NAN, 0x7F, 0x7F},          /* NaN sign dropped, as the CUDA toolkit does */
+        {-NAN, 0x7F, 0x7F}, /* NaN sign dropped, as the CUDA toolkit does */
     };
     check_cases(cs, (int)(sizeof cs / sizeof cs[0]), FP8_E4M3);
 }
 
 static void test_e5m2_hand_values(void) {
     const enc_case cs[] = {
-        {1.0f, 0x3C, 0x3C},         /* e=15: 0 01111 00 */
-        {1.125f, 0x3C, 0x3C},       /* halfway 1 / 1.25: tie to even */
-        {1.375f, 0x3E, 0x3E},       /* halfway 1.25 / 1.5: tie to even 10 */
-        {57344.0f, 0x7B, 0x7B},     /* max */
-        {61439.996f, 0x7B, 0x7B},   /* just below halfway max / 2^16 */
-        {61440.0f, 0x7C, 0x7B},     /* halfway: ties to even = Inf -> Inf / clamp */
+        {1.0f, 0x3C, 0x3C},       /* e=15: 0 01111 00 */
+        {1.125f, 0x3C, 0x3C},     /* halfway 1 / 1.25: tie to even */
+        {1.375f, 0x3E, 0x3E},     /* halfway 1.25 / 1.5: tie to even 10 */
+        {57344.0f, 0x7B, 0x7B},   /* max */
+        {61439.996f, 0x7B, 0x7B}, /* just below halfway max / 2^16 */
+        {61440.0f, 0x7C, 0x7B},   /* halfway: ties to even = Inf -> Inf / clamp */
         {-1e10f, 0xFC, 0xFB},
-        {INFINITY, 0x7C, 0x7B},     /* Inf input saturates to max, like the toolkit */
+        {INFINITY, 0x7C, 0x7B}, /* Inf input saturates to max, like the toolkit */
         {-INFINITY, 0xFC, 0xFB},
-        {0x1p-14f, 0x04, 0x04},     /* smallest normal */
-        {0x1p-16f, 0x01, 0x01},     /* smallest subnormal */
-        {0x1p-17f, 0x00, 0x00},     /* tie -> 0 */
+        {0x1p-14f, 0x04, 0x04}, /* smallest normal */
+        {0x1p-16f, 0x01, 0x01}, /* smallest subnormal */
+        {0x1p-17f, 0x00, 0x00}, /* tie -> 0 */
         {-0x1.0002p-17f, 0x81, 0x81},
         {NAN, 0x7F, 0x7F},
     };
@@ -91,25 +91,30 @@ static void test_decode_hand_values(void) {
     T_CHECK(fp8_decode(0x07, FP8_E4M3) == 7 * 0x1p-9f, "e4m3 subnormal");
     T_CHECK(isnan(fp8_decode(0x7F, FP8_E4M3)) && isnan(fp8_decode(0xFF, FP8_E4M3)), "e4m3 NaN");
     T_CHECK(fp8_decode(0x78, FP8_E4M3) == 256.0f, "e4m3 0x78 is finite (fn variant)");
-    T_CHECK(fp8_decode(0x7C, FP8_E5M2) == INFINITY && fp8_decode(0xFC, FP8_E5M2) == -INFINITY, "e5m2 Inf");
+    T_CHECK(fp8_decode(0x7C, FP8_E5M2) == INFINITY && fp8_decode(0xFC, FP8_E5M2) == -INFINITY,
+            "e5m2 Inf");
     T_CHECK(isnan(fp8_decode(0x7D, FP8_E5M2)), "e5m2 NaN");
     T_CHECK(u_of(fp8_decode(0x80, FP8_E5M2)) == 0x80000000u, "e5m2 -0");
     T_CHECK(fp8_format_max(FP8_E4M3) == 448.0f && fp8_format_max(FP8_E5M2) == 57344.0f, "max");
-    T_CHECK(!strcmp(fp8_format_name(FP8_E4M3), "e4m3") && !strcmp(fp8_format_name(FP8_E5M2), "e5m2"),
+    T_CHECK(!strcmp(fp8_format_name(FP8_E4M3), "e4m3") &&
+                !strcmp(fp8_format_name(FP8_E5M2), "e5m2"),
             "names");
 }
 
 static void test_bf16_hand_values(void) {
-    const struct { float x; uint16_t want; } cs[] = {
+    const struct {
+        float x;
+        uint16_t want;
+    } cs[] = {
         {1.0f, 0x3F80},
-        {1.0f + 0x1p-8f, 0x3F80},      /* tie to even */
-        {1.0f + 0x3p-8f, 0x3F82},      /* tie to even (up) */
-        {1.0f + 0x1.2p-8f, 0x3F81},    /* above halfway */
+        {1.0f + 0x1p-8f, 0x3F80},   /* tie to even */
+        {1.0f + 0x3p-8f, 0x3F82},   /* tie to even (up) */
+        {1.0f + 0x1.2p-8f, 0x3F81}, /* above halfway */
         {-0.0f, 0x8000},
-        {FLT_MAX, 0x7F80},             /* rounds up to Inf */
-        {0x1.FEp127f, 0x7F7F},         /* largest finite bf16 */
-        {0x1p-133f, 0x0001},           /* smallest bf16 subnormal */
-        {0x1p-149f, 0x0000},           /* float's smallest subnormal underflows */
+        {FLT_MAX, 0x7F80},     /* rounds up to Inf */
+        {0x1.FEp127f, 0x7F7F}, /* largest finite bf16 */
+        {0x1p-133f, 0x0001},   /* smallest bf16 subnormal */
+        {0x1p-149f, 0x0000},   /* float's smallest subnormal underflows */
         {-INFINITY, 0xFF80},
         {NAN, 0x7FFF},
         {-NAN, 0x7FFF},
@@ -143,9 +148,9 @@ static void fill_test_data(float *x, size_t n) {
 }
 
 static void check_bulk_matches_scalar(size_t n) {
-    float *x = malloc(n * sizeof *x);           /* [n] */
-    uint8_t *q = malloc(n);                     /* [n] */
-    float *y = malloc(n * sizeof *y);           /* [n] */
+    float *x = malloc(n * sizeof *x); /* [n] */
+    uint8_t *q = malloc(n);           /* [n] */
+    float *y = malloc(n * sizeof *y); /* [n] */
     T_ASSERT(x && q && y, "out of memory");
     fill_test_data(x, n);
     const float scales[3] = {1.0f, 0.37f, 1024.0f};
@@ -166,7 +171,8 @@ static void check_bulk_matches_scalar(size_t n) {
                 memset(q, 0xAA, n);
                 fp8_quantize(q, x, n, s, (fp8_format)fm, sat);
                 bad = 0;
-                for (size_t i = 0; i < n; i++) bad += q[i] != fp8_encode(x[i] * s, (fp8_format)fm, sat);
+                for (size_t i = 0; i < n; i++)
+                    bad += q[i] != fp8_encode(x[i] * s, (fp8_format)fm, sat);
                 T_CHECK(bad == 0, "quantize n=%zu: %zu codes differ", n, bad);
                 /* dequantize: decode(c) * scale_inv */
                 fp8_dequantize(y, q, n, 1.0f / s, (fp8_format)fm);
@@ -181,7 +187,8 @@ static void check_bulk_matches_scalar(size_t n) {
         fp8_fake_quantize(y, x, n, s, (fp8_format)fm);
         size_t bad = 0;
         for (size_t i = 0; i < n; i++)
-            bad += u_of(y[i]) != u_of(fp8_decode(fp8_encode(x[i] * s, (fp8_format)fm, 1), (fp8_format)fm) / s);
+            bad += u_of(y[i]) !=
+                   u_of(fp8_decode(fp8_encode(x[i] * s, (fp8_format)fm, 1), (fp8_format)fm) / s);
         T_CHECK(bad == 0, "fake_quantize n=%zu: %zu differ", n, bad);
         float *z = malloc(n * sizeof *z);
         T_ASSERT(z, "out of memory");

@@ -58,10 +58,14 @@ static double ref_decode(const fmt_desc &d, int code) {
     const int s = code >> 7, e = (code >> d.mant_bits) & ((1 << (7 - d.mant_bits)) - 1);
     const int m = code & ((1 << d.mant_bits) - 1), emax_field = (1 << (7 - d.mant_bits)) - 1;
     double v;
-    if (!d.has_inf && e == emax_field && m == (1 << d.mant_bits) - 1) v = NAN;
-    else if (d.has_inf && e == emax_field) v = m ? NAN : INFINITY;
-    else if (e == 0) v = std::ldexp((double)m, 1 - d.bias - d.mant_bits);
-    else v = std::ldexp(1.0 + std::ldexp((double)m, -d.mant_bits), e - d.bias);
+    if (!d.has_inf && e == emax_field && m == (1 << d.mant_bits) - 1)
+        v = NAN;
+    else if (d.has_inf && e == emax_field)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = std::ldexp((double)m, 1 - d.bias - d.mant_bits);
+    else
+        v = std::ldexp(1.0 + std::ldexp((double)m, -d.mant_bits), e - d.bias);
     return s ? -v : v;
 }
 
@@ -103,8 +107,10 @@ static int ref_fp8_of(const fmt_desc &d, float x, double r, int sat, double *val
         return R_NAN_CODE;
     }
     if (r > d.maxv) {
-        if (sat) r = d.maxv;
-        else if (d.has_inf) r = INFINITY;
+        if (sat)
+            r = d.maxv;
+        else if (d.has_inf)
+            r = INFINITY;
         else {
             *nan_code = 0x7F | (neg << 7);
             return R_NAN_CODE;
@@ -125,7 +131,8 @@ static bool ref_bf16_ok(float x, uint16_t got_bits) {
     const float got = f_of((uint32_t)got_bits << 16);
     if (std::isnan(x)) return std::isnan(got);
     double r;
-    if (std::isinf(x)) r = INFINITY;
+    if (std::isinf(x))
+        r = INFINITY;
     else {
         const int E = (int)((u_of(x) >> 23) & 0xFF);
         r = std::rint(std::fabs((double)x) * GRID_BF16.inv_step[E]) * GRID_BF16.step[E];
@@ -142,11 +149,13 @@ static bool ref_bf16_ok(float x, uint16_t got_bits) {
 struct failures {
     long long n[6] = {0, 0, 0, 0, 0, 0}; /* cuda, double ref, bulk, bf16 cuda, bf16 ref, amax */
 };
-static const char *FAIL_WHAT[6] = {"fp8 vs CUDA", "fp8 vs double reference", "bulk vs scalar",
+static const char *FAIL_WHAT[6] = {"fp8 vs CUDA",  "fp8 vs double reference",  "bulk vs scalar",
                                    "bf16 vs CUDA", "bf16 vs double reference", "bulk amax"};
 static int n_reported = 0;
 
-static const char *fmt_name_safe(int fmt) { return fmt == 0 ? "e4m3" : fmt == 1 ? "e5m2" : "bf16"; }
+static const char *fmt_name_safe(int fmt) {
+    return fmt == 0 ? "e4m3" : fmt == 1 ? "e5m2" : "bf16";
+}
 
 static void report(int what, uint32_t u, int fmt, int sat, unsigned got, unsigned want) {
 #pragma omp critical(fp8_report)
@@ -186,9 +195,9 @@ static failures sweep(unsigned stride) {
 #pragma omp parallel num_threads(2)
     {
         failures f;
-        std::vector<float> x(BLOCK), xr(BLOCK);            /* [BLOCK] inputs, bf16_round out */
-        std::vector<float> fq(2 * (size_t)BLOCK);          /* [fmt][BLOCK] fake_quantize out */
-        std::vector<uint8_t> q(4 * (size_t)BLOCK);         /* [fmt*2+sat][BLOCK] bulk codes */
+        std::vector<float> x(BLOCK), xr(BLOCK);    /* [BLOCK] inputs, bf16_round out */
+        std::vector<float> fq(2 * (size_t)BLOCK);  /* [fmt][BLOCK] fake_quantize out */
+        std::vector<uint8_t> q(4 * (size_t)BLOCK); /* [fmt*2+sat][BLOCK] bulk codes */
 #pragma omp for schedule(dynamic, 16)
         for (unsigned b = 0; b < NBLOCKS; b += stride) {
             const uint32_t base = b * BLOCK;
@@ -202,8 +211,8 @@ static failures sweep(unsigned stride) {
                 for (int s = 0; s < 2; s++) {
                     const float am = fp8_quantize_amax(&q[(size_t)(fm * 2 + s) * BLOCK], x.data(),
                                                        BLOCK, 1.0f, (fp8_format)fm, s);
-                    const bool ok = amax_bits > 0x7F800000u ? std::isnan(am)
-                                                            : u_of(am) == amax_bits;
+                    const bool ok =
+                        amax_bits > 0x7F800000u ? std::isnan(am) : u_of(am) == amax_bits;
                     if (!ok) f.n[5]++, report(5, base, fm, s, 0, 0);
                 }
             bf16_round(xr.data(), x.data(), BLOCK);
@@ -222,8 +231,10 @@ static failures sweep(unsigned stride) {
                         const unsigned bulk = q[(size_t)(fm * 2 + s) * BLOCK + i];
                         if (bulk != got) f.n[2]++, report(2, u, fm, s, bulk, got);
                         /* fake quantize (saturating) = decode of the saturating code, bit exact */
-                        if (s == 1 && u_of(fq[(size_t)fm * BLOCK + i]) != u_of(fp8_decode(got, (fp8_format)fm)))
-                            f.n[2]++, report(2, u, fm, s, u_of(fq[(size_t)fm * BLOCK + i]) >> 24, got);
+                        if (s == 1 && u_of(fq[(size_t)fm * BLOCK + i]) !=
+                                          u_of(fp8_decode(got, (fp8_format)fm)))
+                            f.n[2]++,
+                                report(2, u, fm, s, u_of(fq[(size_t)fm * BLOCK + i]) >> 24, got);
                         double val = 0;
                         int nan_code = 0;
                         const int kind = ref_fp8_of(FMTS[fm], xi, rounded, s, &val, &nan_code);
@@ -234,9 +245,9 @@ static failures sweep(unsigned stride) {
 #pragma omp critical(fp8_report)
                             if (n_reported++ < 12)
                                 printf("  mismatch (double reference): x=0x%08x (%.9g) %s sat=%d "
-                                       "got 0x%02x = %.9g, want %.9g%s\n", u, (double)xi,
-                                       fmt_name_safe(fm), s, got, DEC[fm][got], val,
-                                       kind == R_VALUE ? "" : " (a NaN code)");
+                                       "got 0x%02x = %.9g, want %.9g%s\n",
+                                       u, (double)xi, fmt_name_safe(fm), s, got, DEC[fm][got],
+                                       val, kind == R_VALUE ? "" : " (a NaN code)");
                         }
                     }
                 }
@@ -266,12 +277,14 @@ static void test_all_float32_inputs(void) {
     const unsigned stride = stride_blocks();
     if (stride > 1)
         printf("  note: checking every %u-th block of %u patterns (sanitizer build or "
-               "FP8TRAIN_EXHAUSTIVE_STRIDE), not all 2^32\n", stride, BLOCK);
+               "FP8TRAIN_EXHAUSTIVE_STRIDE), not all 2^32\n",
+               stride, BLOCK);
     const double t0 = omp_get_wtime();
     const failures f = sweep(stride);
     const double t1 = omp_get_wtime();
-    printf("  %s 2^32 float32 inputs x {e4m3,e5m2} x {sat,nosat} + bf16 in %.1f s on %d threads\n",
-           stride > 1 ? "swept a subset of" : "swept all", t1 - t0, 2);
+    printf(
+        "  %s 2^32 float32 inputs x {e4m3,e5m2} x {sat,nosat} + bf16 in %.1f s on %d threads\n",
+        stride > 1 ? "swept a subset of" : "swept all", t1 - t0, 2);
     for (int k = 0; k < 6; k++) T_CHECK(f.n[k] == 0, "%lld mismatches: %s", f.n[k], FAIL_WHAT[k]);
 }
 
@@ -298,7 +311,8 @@ static void test_decode_all_codes(void) {
     /* the NaN codes are exactly: E4M3 0x7F, 0xFF; E5M2 exponent 31 with m != 0 (6 codes) */
     int nan_count[2] = {0, 0};
     for (int fm = 0; fm < 2; fm++)
-        for (int c = 0; c < 256; c++) nan_count[fm] += std::isnan(fp8_decode((uint8_t)c, (fp8_format)fm));
+        for (int c = 0; c < 256; c++)
+            nan_count[fm] += std::isnan(fp8_decode((uint8_t)c, (fp8_format)fm));
     T_CHECK(nan_count[0] == 2 && nan_count[1] == 6, "NaN codes: e4m3 %d e5m2 %d", nan_count[0],
             nan_count[1]);
     T_CHECK(fp8_decode(0x7E, FP8_E4M3) == 448.0f && fp8_decode(0x7B, FP8_E5M2) == 57344.0f,
@@ -313,19 +327,23 @@ static void test_round_trip_every_finite_code(void) {
             const float v = fp8_decode((uint8_t)c, (fp8_format)fm);
             if (!std::isfinite(v)) continue;
             for (int s = 0; s < 2; s++)
-                T_CHECK(fp8_encode(v, (fp8_format)fm, s) == c, "%s 0x%02x sat %d -> %.9g -> 0x%02x",
-                        fmt_name_safe(fm), c, s, (double)v, fp8_encode(v, (fp8_format)fm, s));
+                T_CHECK(fp8_encode(v, (fp8_format)fm, s) == c,
+                        "%s 0x%02x sat %d -> %.9g -> 0x%02x", fmt_name_safe(fm), c, s, (double)v,
+                        fp8_encode(v, (fp8_format)fm, s));
         }
     /* E5M2 Inf: kept without saturation, clamped to max with it (as the toolkit does) */
-    T_CHECK(fp8_encode(INFINITY, FP8_E5M2, 0) == 0x7C && fp8_encode(-INFINITY, FP8_E5M2, 0) == 0xFC,
+    T_CHECK(fp8_encode(INFINITY, FP8_E5M2, 0) == 0x7C &&
+                fp8_encode(-INFINITY, FP8_E5M2, 0) == 0xFC,
             "e5m2 Inf nosat");
-    T_CHECK(fp8_encode(INFINITY, FP8_E5M2, 1) == 0x7B && fp8_encode(-INFINITY, FP8_E5M2, 1) == 0xFB,
+    T_CHECK(fp8_encode(INFINITY, FP8_E5M2, 1) == 0x7B &&
+                fp8_encode(-INFINITY, FP8_E5M2, 1) == 0xFB,
             "e5m2 Inf sat");
 }
 
 /* The toolkit's NaN and Inf conventions, pinned down (documented in docs/numerics.md). */
 static void test_toolkit_nan_inf_conventions(void) {
-    const float nans[4] = {f_of(0x7FC00000u), f_of(0xFFC00000u), f_of(0x7F800001u), f_of(0xFFFFFFFFu)};
+    const float nans[4] = {f_of(0x7FC00000u), f_of(0xFFC00000u), f_of(0x7F800001u),
+                           f_of(0xFFFFFFFFu)};
     for (int k = 0; k < 4; k++) {
         for (int fm = 0; fm < 2; fm++)
             for (int s = 0; s < 2; s++)
@@ -339,9 +357,11 @@ static void test_toolkit_nan_inf_conventions(void) {
         memcpy(&cbits, &cb, 2);
         T_CHECK(cbits == 0x7FFF, "toolkit bf16 NaN is 0x%04x", cbits);
     }
-    T_CHECK(fp8_encode(INFINITY, FP8_E4M3, 1) == 0x7E && fp8_encode(-INFINITY, FP8_E4M3, 1) == 0xFE,
+    T_CHECK(fp8_encode(INFINITY, FP8_E4M3, 1) == 0x7E &&
+                fp8_encode(-INFINITY, FP8_E4M3, 1) == 0xFE,
             "e4m3 Inf sat -> +-448");
-    T_CHECK(fp8_encode(INFINITY, FP8_E4M3, 0) == 0x7F && fp8_encode(-INFINITY, FP8_E4M3, 0) == 0xFF,
+    T_CHECK(fp8_encode(INFINITY, FP8_E4M3, 0) == 0x7F &&
+                fp8_encode(-INFINITY, FP8_E4M3, 0) == 0xFF,
             "e4m3 Inf nosat -> NaN code with the sign");
     T_CHECK(fp8_encode(-1e6f, FP8_E4M3, 0) == 0xFF, "e4m3 overflow nosat keeps the sign");
 }

@@ -24,15 +24,18 @@
 #include "model_state_util.h"
 #include "test.h"
 
-static fp8t_backend *cpu;          /* the real backend */
-static fp8t_backend counted;       /* a copy whose op table counts, below */
-static fp8t_backend counted_t;     /* the same, announcing fp8_wants_transpose */
+static fp8t_backend *cpu;      /* the real backend */
+static fp8t_backend counted;   /* a copy whose op table counts, below */
+static fp8t_backend counted_t; /* the same, announcing fp8_wants_transpose */
 static fp8t_backend_ops counted_ops;
 static long n_quantize;
 
 /* live device allocations: pointer and size */
 enum { MAX_LIVE = 4096 };
-static struct { void *p; size_t bytes; } live[MAX_LIVE];
+static struct {
+    void *p;
+    size_t bytes;
+} live[MAX_LIVE];
 static int n_live, live_overflow;
 static size_t live_bytes;
 
@@ -78,8 +81,10 @@ static fp8t_model *make(fp8t_backend *be, const char *preset, const fp8t_policy 
                                                (unsigned)FP8T_DISABLE_BF16_SAVES};
     char err[256];
     fp8t_model *m = fp8t_model_create(be, &c, pol, &opt, B, T, err, sizeof(err));
-    if (!m) printf("  create %s: %s\n", preset, err);
-    else fp8t_model_init_weights(m, 777);
+    if (!m)
+        printf("  create %s: %s\n", preset, err);
+    else
+        fp8t_model_init_weights(m, 777);
     return m;
 }
 
@@ -102,7 +107,6 @@ static void batch(int *tok, int *tgt, int N, int V, int k) {
     }
 }
 
-
 /* Linears whose Fprop and Wgrad share a per-tensor FP8 precision: each saves one quantize of
  * X per micro-batch. */
 static long saveable(const fp8t_model *m) {
@@ -119,10 +123,12 @@ static long saveable(const fp8t_model *m) {
 typedef struct {
     const fp8t_policy *fallback; /* when set: the policy of steps 3 and 4 (the others: run) */
     const fp8t_policy *run;
-    int frozen_forwards;         /* shadow (frozen, BF16 policy) and validation forwards */
+    int frozen_forwards; /* shadow (frozen, BF16 policy) and validation forwards */
 } extras;
 
-typedef struct { long quant_fwd[2], quant_bwd[2], saved_expected; } calls;
+typedef struct {
+    long quant_fwd[2], quant_bwd[2], saved_expected;
+} calls;
 
 /* Train a (saving) and b (FP8T_DISABLE_FP8_SAVE) side by side for `steps` steps of `accum`
  * micro-batches; every loss, gradient, parameter and FP8 state entry must agree bit for bit. */
@@ -184,7 +190,8 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
     T_CHECK(!bad_loss, "%s: %d micro-batches with different losses", what, bad_loss);
     T_CHECK(!bad_pos, "%s: %d micro-batches with different per-position losses", what, bad_pos);
     T_CHECK(!bad_state, "%s: %d micro-batches with different gradients/state", what, bad_state);
-    T_CHECK(diff_model_state(cpu, a, b, when) == 0, "%s: params or FP8 state differ at the end", what);
+    T_CHECK(diff_model_state(cpu, a, b, when) == 0, "%s: params or FP8 state differ at the end",
+            what);
     free(tok);
     free(tgt);
     free(vtok);
@@ -235,8 +242,8 @@ static void save_current(void) {
 
 static void save_only_when_allowed(void) {
     /* Fprop delayed, Wgrad current: another scale, X kept in FP32 and quantized again */
-    save_case(&counted, "tiny", FP8T_PREC_DELAYED, "gemm=wgrad,precision=current",
-              FP8T_PREC_BF16, NULL, 0);
+    save_case(&counted, "tiny", FP8T_PREC_DELAYED, "gemm=wgrad,precision=current", FP8T_PREC_BF16,
+              NULL, 0);
     /* some layers' Wgrads in BF16 or block, or one module's: those keep X in FP32 (Llama up
      * in BF16 keeps ln2 for both up and gate, which still reads its codes) */
     save_case(&counted, "tiny", FP8T_PREC_CURRENT, "layers=0,gemm=wgrad,precision=bf16",
@@ -268,12 +275,14 @@ static void save_policy_switch(void) {
 
 /* ---- device memory ---- */
 
-typedef struct { size_t created, trained; } footprint;
+typedef struct {
+    size_t created, trained;
+} footprint;
 
 /* Live device bytes of a model just created and after two training steps with a policy switch
  * to `then` (NULL: none) before the second; destroy must give every byte back. */
-static footprint measure(const char *preset, const fp8t_policy *p, const fp8t_policy *then,
-                         int B, int T, int nosave) {
+static footprint measure(const char *preset, const fp8t_policy *p, const fp8t_policy *then, int B,
+                         int T, int nosave) {
     footprint f = {0, 0};
     const size_t before = live_bytes;
     fp8t_model *m = make(&counted, preset, p, B, T, nosave);
@@ -331,7 +340,8 @@ static void memory_case(const char *preset) {
      * vocabulary is smaller than H) */
     const size_t layer_x16 = L * N * ((llama ? 4 : 3) * C + H) * 2, head_x16 = N * C * 2;
     const size_t wgrad_x16_scratch = N * H * 2;
-    footprint sb = measure(preset, &bf16, NULL, B, T, 0), qb = measure(preset, &bf16, NULL, B, T, 1);
+    footprint sb = measure(preset, &bf16, NULL, B, T, 0),
+              qb = measure(preset, &bf16, NULL, B, T, 1);
     T_CHECK(qb.created - sb.created == fp32_copies, "%s bf16: created with %zu bytes, plain %zu",
             preset, sb.created, qb.created);
     const size_t want16 = fp32_copies + wgrad_x16_scratch - layer_x16 - head_x16 - scratch;
@@ -361,7 +371,7 @@ static void memory(void) {
 /* Remembers each linear's X at its Fprop and compares it with the X its Wgrad gets. */
 typedef struct {
     int n_lin, N;
-    float **fprop_x;    /* [n_lin] host copies */
+    float **fprop_x; /* [n_lin] host copies */
     size_t *fprop_n;
     long wgrad_inputs, mismatches;
 } x_log;
@@ -427,8 +437,8 @@ static void hooked_case(const char *preset, int hook_from_step) {
         T_CHECK(h[k].wgrad_inputs == hooked_micro * n_lin,
                 "%s %s: the hook saw %ld Wgrad inputs, expected %ld", preset,
                 k ? "plain" : "saving", h[k].wgrad_inputs, hooked_micro * n_lin);
-        T_CHECK(h[k].mismatches == 0, "%s %s: %ld Wgrad inputs differ from the Fprop's X",
-                preset, k ? "plain" : "saving", h[k].mismatches);
+        T_CHECK(h[k].mismatches == 0, "%s %s: %ld Wgrad inputs differ from the Fprop's X", preset,
+                k ? "plain" : "saving", h[k].mismatches);
         for (int i = 0; i < n_lin; i++) free(h[k].fprop_x[i]);
         free(h[k].fprop_x);
         free(h[k].fprop_n);

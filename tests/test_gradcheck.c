@@ -36,8 +36,10 @@ typedef struct {
 
 static const double *tensor(const ref_ctx *r, const double *params, const char *name, int l) {
     char full[64];
-    if (l >= 0) snprintf(full, sizeof(full), "h.%d.%s", l, name);
-    else snprintf(full, sizeof(full), "%s", name);
+    if (l >= 0)
+        snprintf(full, sizeof(full), "h.%d.%s", l, name);
+    else
+        snprintf(full, sizeof(full), "%s", name);
     for (int i = 0; i < r->n_tensors; i++)
         if (!strcmp(r->info[i].name, full)) return params + r->info[i].offset;
     fprintf(stderr, "reference: no tensor %s\n", full);
@@ -55,8 +57,8 @@ static void ref_linear(double *out, const double *in, const double *w, const dou
         }
 }
 
-static void ref_norm(double *out, const double *x, const double *w, const double *b, int n,
-                     int C, double eps, int rms) {
+static void ref_norm(double *out, const double *x, const double *w, const double *b, int n, int C,
+                     double eps, int rms) {
     for (int i = 0; i < n; i++) {
         const double *xi = x + (size_t)i * C;
         double mean = 0.0, var = 0.0;
@@ -130,8 +132,8 @@ static void ref_attention(double *out, const double *qkv, int B, int T,
                 for (int i = 0; i < HS; i++) {
                     double acc = 0.0;
                     for (int s = 0; s <= t; s++)
-                        acc += p[s] / z *
-                               qkv[((size_t)b * T + s) * W + C + NKV * HS + kh * HS + i];
+                        acc +=
+                            p[s] / z * qkv[((size_t)b * T + s) * W + C + NKV * HS + kh * HS + i];
                     o[i] = acc;
                 }
             }
@@ -143,12 +145,12 @@ static void ref_attention(double *out, const double *qkv, int B, int T,
 
 static double ref_loss(const ref_ctx *r, const double *P) {
     const fp8t_model_config *c = r->c;
-    const int B = r->B, T = r->T, N = B * T, C = c->n_embd, H = c->mlp_hidden,
-              V = c->vocab_size;
+    const int B = r->B, T = r->T, N = B * T, C = c->n_embd, H = c->mlp_hidden, V = c->vocab_size;
     const int gpt2 = c->arch == FP8T_ARCH_GPT2;
     const double eps = c->norm_eps;
     double *x = calloc((size_t)N * C, sizeof(double)), *ln = calloc((size_t)N * C, 8);
-    const int HS = C / c->n_head, QKV = (c->n_head + 2 * (c->n_kv_head ? c->n_kv_head : c->n_head)) * HS;
+    const int HS = C / c->n_head,
+              QKV = (c->n_head + 2 * (c->n_kv_head ? c->n_kv_head : c->n_head)) * HS;
     double *qkv = calloc((size_t)N * QKV, 8), *att = calloc((size_t)N * C, 8);
     double *tmp = calloc((size_t)N * C, 8), *h1 = calloc((size_t)N * H, 8);
     double *h2 = calloc((size_t)N * H, 8), *logits = calloc((size_t)N * V, 8);
@@ -185,8 +187,8 @@ static double ref_loss(const ref_ctx *r, const double *P) {
         }
         for (size_t i = 0; i < (size_t)N * C; i++) x[i] += tmp[i];
     }
-    ref_norm(ln, x, tensor(r, P, "lnf.w", -1), gpt2 ? tensor(r, P, "lnf.b", -1) : NULL, N, C,
-             eps, !gpt2);
+    ref_norm(ln, x, tensor(r, P, "lnf.w", -1), gpt2 ? tensor(r, P, "lnf.b", -1) : NULL, N, C, eps,
+             !gpt2);
     ref_linear(logits, ln, c->untied_head ? tensor(r, P, "lm_head.w", -1) : wte, NULL, N, C, V);
     double loss = 0.0;
     int count = 0;
@@ -199,7 +201,14 @@ static double ref_loss(const ref_ctx *r, const double *P) {
         loss += mx + log(s) - z[r->targets[i]];
         count++;
     }
-    free(x); free(ln); free(qkv); free(att); free(tmp); free(h1); free(h2); free(logits);
+    free(x);
+    free(ln);
+    free(qkv);
+    free(att);
+    free(tmp);
+    free(h1);
+    free(h2);
+    free(logits);
     return loss / count;
 }
 
@@ -286,13 +295,13 @@ static void gradcheck_config(const fp8t_model_config *cfg, const char *label) {
         }
         double rel = sqrt(num) / (sqrt(den) > 1e-12 ? sqrt(den) : 1e-12);
         if (rel > worst) worst = rel;
-        T_CHECK(rel < 1e-4, "%s %s: gradient relative error %.3g (|g_fd| = %.3g)",
-                label, info[i].name, rel, sqrt(den));
-        T_CHECK(sqrt(den) > 1e-6, "%s %s: the gradient is zero, so the check is vacuous",
-                label, info[i].name);
+        T_CHECK(rel < 1e-4, "%s %s: gradient relative error %.3g (|g_fd| = %.3g)", label,
+                info[i].name, rel, sqrt(den));
+        T_CHECK(sqrt(den) > 1e-6, "%s %s: the gradient is zero, so the check is vacuous", label,
+                info[i].name);
     }
-    printf("  %s: %d tensors, %zu parameters, worst relative gradient error %.3g\n",
-           label, nt, np, worst);
+    printf("  %s: %d tensors, %zu parameters, worst relative gradient error %.3g\n", label, nt,
+           np, worst);
     free(grad);
     free(pf);
     free(pd);
@@ -302,9 +311,15 @@ static void gradcheck_config(const fp8t_model_config *cfg, const char *label) {
 }
 
 static fp8t_model_config small(fp8t_arch arch) {
-    fp8t_model_config c = {.arch = arch, .n_layer = 2, .n_embd = 16, .n_head = 2, .seq_len = 8,
-                           .vocab_size = 32, .mlp_hidden = arch == FP8T_ARCH_GPT2 ? 64 : 48,
-                           .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+    fp8t_model_config c = {.arch = arch,
+                           .n_layer = 2,
+                           .n_embd = 16,
+                           .n_head = 2,
+                           .seq_len = 8,
+                           .vocab_size = 32,
+                           .mlp_hidden = arch == FP8T_ARCH_GPT2 ? 64 : 48,
+                           .rope_theta = 10000.0f,
+                           .norm_eps = 1e-5f};
     return c;
 }
 
@@ -349,13 +364,15 @@ static void noop_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *s, float
     (void)ctx, (void)m, (void)s, (void)x;
 }
 
-static fp8t_model *chunk_model(fp8t_backend *be, const fp8t_model_config *c,
-                               const fp8t_policy *p, int B, int T, int head_chunk) {
+static fp8t_model *chunk_model(fp8t_backend *be, const fp8t_model_config *c, const fp8t_policy *p,
+                               int B, int T, int head_chunk) {
     const fp8t_model_options o = {.head_chunk = head_chunk};
     char err[256];
     fp8t_model *m = fp8t_model_create(be, c, p, &o, B, T, err, sizeof(err));
-    if (!m) printf("  create: %s\n", err);
-    else fp8t_model_init_weights(m, 777);
+    if (!m)
+        printf("  create: %s\n", err);
+    else
+        fp8t_model_init_weights(m, 777);
     return m;
 }
 
@@ -371,7 +388,8 @@ static int compare_chunk_grads(fp8t_backend *be, fp8t_model *a, fp8t_model *b,
                                const fp8t_param_info *info, int nt, const char *head, int exact,
                                const char *when, double *head_rel) {
     const size_t np = fp8t_model_num_params(a);
-    float *ga = dev_copy(be, fp8t_model_grads(a), np * 4), *gb = dev_copy(be, fp8t_model_grads(b), np * 4);
+    float *ga = dev_copy(be, fp8t_model_grads(a), np * 4),
+          *gb = dev_copy(be, fp8t_model_grads(b), np * 4);
     int bad = 0;
     *head_rel = 0;
     for (int i = 0; i < nt; i++) {
@@ -379,7 +397,8 @@ static int compare_chunk_grads(fp8t_backend *be, fp8t_model *a, fp8t_model *b,
         const int is_head = !strcmp(info[i].name, head);
         if (exact && !is_head) {
             if (memcmp(x, y, info[i].numel * 4) != 0) {
-                if (!bad) printf("  %s: gradient of %s differs (exact expected)\n", when, info[i].name);
+                if (!bad)
+                    printf("  %s: gradient of %s differs (exact expected)\n", when, info[i].name);
                 bad++;
             }
             continue;
@@ -392,8 +411,9 @@ static int compare_chunk_grads(fp8t_backend *be, fp8t_model *a, fp8t_model *b,
         const double rel = den > 0 ? sqrt(num / den) : INFINITY;
         if (rel > *head_rel) *head_rel = rel;
         if (!(rel <= CHUNK_DW_TOL) || !(den > 0)) {
-            if (!bad) printf("  %s: %s gradient %.3g of its norm apart (tolerance %g)\n", when,
-                             info[i].name, rel, CHUNK_DW_TOL);
+            if (!bad)
+                printf("  %s: %s gradient %.3g of its norm apart (tolerance %g)\n", when,
+                       info[i].name, rel, CHUNK_DW_TOL);
             bad++;
         }
     }
@@ -436,8 +456,8 @@ typedef struct {
 /* a (unchunked) and b (chunks of `rows`) side by side over the micro-batches of `plan`.
  * exact: on one OpenBLAS thread, everything but the head weight's gradient bit for bit; else
  * every gradient, loss and amax within 1e-5. */
-static void chunk_case(const char *label, fp8t_model_config c, fp8t_precision body, int B,
-                       int T, int rows, int exact) {
+static void chunk_case(const char *label, fp8t_model_config c, fp8t_precision body, int B, int T,
+                       int rows, int exact) {
     char err[256];
     fp8t_backend *be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
     T_ASSERT(be, "cpu backend: %s", err);
@@ -461,8 +481,8 @@ static void chunk_case(const char *label, fp8t_model_config c, fp8t_precision bo
     fp8t_model_param_table(&c, info, NULL);
     const char *head = c.untied_head ? "lm_head.w" : "wte";
     const size_t np = fp8t_model_num_params(a);
-    const size_t st = fp8t_recipe_state_floats(fp8t_model_fp8_count(a),
-                                               fp8t_model_fp8_history_len(a));
+    const size_t st =
+        fp8t_recipe_state_floats(fp8t_model_fp8_count(a), fp8t_model_fp8_history_len(a));
     /* the first forward has no known dloss (the chunked one makes the losses, its backward
      * the chunks' gradient); then a chunk of ignored targets, a logits read, a dloss that
      * changes (the chunks made again with it), the policy set again with the same dloss (the
@@ -522,9 +542,10 @@ static void chunk_case(const char *label, fp8t_model_config c, fp8t_precision bo
             /* no [N, V] buffer in the chunked model (its chunk buffers fit the backward's
              * scratch) */
             const size_t ba = fp8t_model_activation_bytes(a), bb = fp8t_model_activation_bytes(b);
-            T_CHECK(ba >= bb + (size_t)N * Vp * 4, "%s: activation bytes %zu unchunked, %zu "
-                    "chunked: expected at least the logits' %zu fewer", when, ba, bb,
-                    (size_t)N * Vp * 4);
+            T_CHECK(ba >= bb + (size_t)N * Vp * 4,
+                    "%s: activation bytes %zu unchunked, %zu "
+                    "chunked: expected at least the logits' %zu fewer",
+                    when, ba, bb, (size_t)N * Vp * 4);
         }
         if (j % 2 == 1) {
             /* the optimizer step on the same gradients, so the next step starts equal */
@@ -534,7 +555,8 @@ static void chunk_case(const char *label, fp8t_model_config c, fp8t_precision bo
                 fp8t_model_adamw(m[k], 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, j / 2 + 1, 1.0f, norm);
                 fp8t_model_end_step(m[k]);
             }
-            if (!exact) be->ops->copy(be, fp8t_model_fp8_state(b), fp8t_model_fp8_state(a), st * 4);
+            if (!exact)
+                be->ops->copy(be, fp8t_model_fp8_state(b), fp8t_model_fp8_state(a), st * 4);
         }
     }
     /* validation: a frozen forward, the losses only, and still no logits buffer beyond the
@@ -554,9 +576,11 @@ static void chunk_case(const char *label, fp8t_model_config c, fp8t_precision bo
             "%s: the frozen forward allocated %zu bytes, %zu unchunked", label,
             fp8t_model_activation_bytes(b) - bb, fp8t_model_activation_bytes(a) - ba);
     printf("  %s: %d micro-batches of %d tokens in chunks of %d, gradients at most %.3g of "
-           "their norm from the unchunked ones%s\n", label, n_micro, N, rows, worst,
+           "their norm from the unchunked ones%s\n",
+           label, n_micro, N, rows, worst,
            exact ? " (the head weight's; every other tensor, the losses and the amaxes bit for "
-                   "bit)" : "");
+                   "bit)"
+                 : "");
     T_CHECK(bad == 0, "%s: %d mismatches", label, bad);
     omp_set_num_threads(threads);
     free(tok);
@@ -575,8 +599,8 @@ static void head_chunks_gpt2(void) {
     c.untied_head = 1;
     chunk_case("gpt2 untied, fp8 delayed body", c, FP8T_PREC_DELAYED, 3, 83, 96, 1);
     /* 45 tokens in chunks of 16 (16, 16, 13) on OpenBLAS's threads, FP32 body */
-    chunk_case("gpt2 tied, fp32 body, threaded", small(FP8T_ARCH_GPT2), FP8T_PREC_FP32, 3, 15,
-               16, 0);
+    chunk_case("gpt2 tied, fp32 body, threaded", small(FP8T_ARCH_GPT2), FP8T_PREC_FP32, 3, 15, 16,
+               0);
 }
 
 static void head_chunks_llama(void) {
@@ -626,7 +650,8 @@ static void head_chunks_hook_between(void) {
         fp8t_model_set_hook(m[k], noop_hook, NULL);
         fp8t_model_backward(m[k], 0.375f);
     }
-    float *g0 = dev_copy(be, fp8t_model_grads(m[0]), np * 4), *g1 = dev_copy(be, fp8t_model_grads(m[1]), np * 4);
+    float *g0 = dev_copy(be, fp8t_model_grads(m[0]), np * 4),
+          *g1 = dev_copy(be, fp8t_model_grads(m[1]), np * 4);
     double num = 0, den = 0;
     for (size_t i = 0; i < np; i++) {
         num += ((double)g1[i] - g0[i]) * ((double)g1[i] - g0[i]);
@@ -698,7 +723,8 @@ static void head_chunks_when(void) {
     fp8t_policy fp8_head = pol;
     fp8_head.head_precision = FP8T_PREC_DELAYED;
     fp8t_model_set_policy(m, &fp8_head);
-    T_CHECK(fp8t_model_head_chunk_rows(m) == 0, "fp8 head: %d rows", fp8t_model_head_chunk_rows(m));
+    T_CHECK(fp8t_model_head_chunk_rows(m) == 0, "fp8 head: %d rows",
+            fp8t_model_head_chunk_rows(m));
     fp8t_model_set_policy(m, &pol);
     T_CHECK(fp8t_model_head_chunk_rows(m) == 128, "bf16 head again: %d rows",
             fp8t_model_head_chunk_rows(m));

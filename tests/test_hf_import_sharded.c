@@ -19,10 +19,10 @@
 
 #define N_SHARDS 3
 
-static char g_root[512];     /* scratch directory */
-static char g_single[700];   /* the single-file FP32 export */
-static char g_cli[1024];     /* the fp8train binary ("" when it is not built) */
-static fp8t_weights g_orig;  /* the weights exported */
+static char g_root[512];    /* scratch directory */
+static char g_single[700];  /* the single-file FP32 export */
+static char g_cli[1024];    /* the fp8train binary ("" when it is not built) */
+static fp8t_weights g_orig; /* the weights exported */
 
 /* Random but reproducible weights, with a few values an inexact path would change: -0.0, a
  * subnormal, the largest finite float. */
@@ -55,10 +55,10 @@ static void shard_name(char *buf, size_t len, int i) {
 /* How an index is spoiled. */
 typedef enum {
     INDEX_OK = 0,
-    INDEX_MISSING_SHARD,     /* one tensor's weight_map entry names a shard file not written */
-    INDEX_WRONG_SHARD,       /* one tensor's entry names shard 1, but it is stored in shard 2 */
-    INDEX_PHANTOM_TENSOR,    /* a tensor is in no shard, the weight_map puts it in shard 1 */
-    INDEX_TRUNCATED,         /* index.json cut in the middle */
+    INDEX_MISSING_SHARD,  /* one tensor's weight_map entry names a shard file not written */
+    INDEX_WRONG_SHARD,    /* one tensor's entry names shard 1, but it is stored in shard 2 */
+    INDEX_PHANTOM_TENSOR, /* a tensor is in no shard, the weight_map puts it in shard 1 */
+    INDEX_TRUNCATED,      /* index.json cut in the middle */
 } index_fault;
 
 /* The tensor the faults move around: one of the second shard's (so shard 1 lacks it). */
@@ -156,7 +156,8 @@ static void test_sharded_import_is_exact(void) {
     char dir[700], err[1024], first[128];
     snprintf(dir, sizeof(dir), "%s/sharded", g_root);
     T_ASSERT(write_sharded(dir, INDEX_OK) == 0, "writing the shards failed");
-    T_ASSERT(!file_exists(dir, "model.safetensors"), "the sharded directory must not hold "
+    T_ASSERT(!file_exists(dir, "model.safetensors"),
+             "the sharded directory must not hold "
              "model.safetensors, or the import reads that instead of the shards");
     fp8t_weights w;
     T_ASSERT(fp8t_weights_load(dir, &w, err, sizeof(err)) == 0, "sharded import: %s", err);
@@ -214,8 +215,8 @@ static void check_broken(index_fault fault, const char *tag, const char *file) {
     T_CHECK(w.params == NULL && w.num_params == 0 && w.fp8_state == NULL,
             "%s: a failed import must leave no weights behind", tag);
     dir_listing(after, sizeof(after), dir);
-    T_CHECK(!strcmp(before, after), "%s: the import changed the directory: %s -> %s", tag,
-            before, after);
+    T_CHECK(!strcmp(before, after), "%s: the import changed the directory: %s -> %s", tag, before,
+            after);
     if (!g_cli[0]) return;
     /* the CLI: exit status 2, the message, and no checkpoint directory */
     char out[800], log[800], cmd[4096];
@@ -279,7 +280,8 @@ int main(int argc, char **argv) {
     }
     if (access(g_cli, X_OK) != 0) {
         printf("  (no fp8train binary at %s: the `fp8train import` checks are skipped; "
-               "make test builds it)\n", g_cli);
+               "make test builds it)\n",
+               g_cli);
         g_cli[0] = 0;
     }
     T_RUN(test_sharded_import_is_exact);

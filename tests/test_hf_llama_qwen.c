@@ -79,9 +79,7 @@ static int read_expected(const fixture *f, expected *e) {
     size_t k = 0;
     const cJSON *win, *row, *tok;
     cJSON_ArrayForEach(win, w) {
-        cJSON_ArrayForEach(row, win) {
-            cJSON_ArrayForEach(tok, row) e->win[k++] = tok->valueint;
-        }
+        cJSON_ArrayForEach(row, win) { cJSON_ArrayForEach(tok, row) e->win[k++] = tok->valueint; }
     }
     cJSON_Delete(o);
     return k == (size_t)e->n * e->B * (e->T + 1) ? 0 : -1;
@@ -243,7 +241,8 @@ static char *tensor_list(const char *dir) {
             const fp8t_st_tensor *t = fp8t_st_get(f, i);
             char *s = malloc(400);
             int o = snprintf(s, 400, "%s:", t->name);
-            for (int d = 0; d < t->ndim; d++) o += snprintf(s + o, 400 - o, "%lld,", (long long)t->shape[d]);
+            for (int d = 0; d < t->ndim; d++)
+                o += snprintf(s + o, 400 - o, "%lld,", (long long)t->shape[d]);
             items = realloc(items, (size_t)(n + 1) * sizeof(*items));
             items[n++] = s;
         }
@@ -359,7 +358,8 @@ static void test_sharded_export(void) {
     }
     /* into the single-file export's directory: refused, the directory left as it was */
     snprintf(out, sizeof(out), "%s/single_fp32", g_root);
-    T_CHECK(fp8t_export_hf_sharded(&w, out, FP8T_EXPORT_FP32, 100000, NULL, err, sizeof(err)) != 0 &&
+    T_CHECK(fp8t_export_hf_sharded(&w, out, FP8T_EXPORT_FP32, 100000, NULL, err, sizeof(err)) !=
+                    0 &&
                 strstr(err, "model.safetensors exists"),
             "shards over a single file: %s", err);
     snprintf(path, sizeof(path), "%s/model.safetensors.index.json", out);
@@ -433,7 +433,8 @@ int main(void) {
     snprintf(probe, sizeof(probe), "%s/%s/config.json", g_data, FIX[0].name);
     if (!fp8t_is_regular_file(probe)) {
         printf("FAIL hf_llama_qwen: fixtures not found at %s (run from the repository root or "
-               "set FP8TRAIN_TEST_DATA=.../tests/data)\n", g_data);
+               "set FP8TRAIN_TEST_DATA=.../tests/data)\n",
+               g_data);
         return 1;
     }
     snprintf(g_root, sizeof(g_root), "/tmp/fp8t_hfllama_%ld", (long)getpid());

@@ -147,15 +147,15 @@ static void check_decode_op(int NH, int NKV, float theta) {
                     for (int t = 0; t < T; t++)
                         for (int kv = 0; kv < 2; kv++) {
                             /* (the decoded row at P[b] is the prefill's row P[b] again) */
-                            const float *x = qkv + ((size_t)b * T + t) * W +
-                                             (size_t)(NH + kv * NKV + g) * HS;
-                            const uint8_t *blk = (const uint8_t *)(kv ? vc : kc) +
-                                                 ((size_t)b * NKV + g) * hb;
-                            const float sc = fp8t_current_scale(fp8_amax(x, HS), FP8_E4M3_MAX,
-                                                                0.0f, 0);
+                            const float *x =
+                                qkv + ((size_t)b * T + t) * W + (size_t)(NH + kv * NKV + g) * HS;
+                            const uint8_t *blk =
+                                (const uint8_t *)(kv ? vc : kc) + ((size_t)b * NKV + g) * hb;
+                            const float sc =
+                                fp8t_current_scale(fp8_amax(x, HS), FP8_E4M3_MAX, 0.0f, 0);
                             for (int i = 0; i < HS; i++)
-                                bad += blk[(size_t)t * HS + i] !=
-                                       fp8_encode(x[i] * sc, FP8_E4M3, 1);
+                                bad +=
+                                    blk[(size_t)t * HS + i] != fp8_encode(x[i] * sc, FP8_E4M3, 1);
                             const float *sv =
                                 (const float *)(blk + fp8t_kv_scale_offset(Tmax, HS));
                             const float si = sv[t];
@@ -183,7 +183,8 @@ static void test_embedding_bf16_op(void) {
     const fp8t_backend_ops *o = g_be->ops;
     uint16_t *t16 = o->malloc(g_be, (size_t)V * ld * 2);
     float *t32 = o->malloc(g_be, (size_t)V * C * 4), *wpe = o->malloc(g_be, (size_t)T * C * 4);
-    float *a = o->malloc(g_be, (size_t)B * T * C * 4), *b = o->malloc(g_be, (size_t)B * T * C * 4);
+    float *a = o->malloc(g_be, (size_t)B * T * C * 4),
+          *b = o->malloc(g_be, (size_t)B * T * C * 4);
     int *tok = o->malloc(g_be, (size_t)B * T * sizeof(int));
     int *pos = o->malloc(g_be, (size_t)B * T * sizeof(int));
     for (int v = 0; v < V; v++)
@@ -196,7 +197,8 @@ static void test_embedding_bf16_op(void) {
     for (int k = 0; k < 2; k++) {
         o->embedding_forward(g_be, a, tok, t32, k ? wpe : NULL, B, T, C);
         o->embedding_forward_bf16(g_be, b, tok, t16, ld, k ? wpe : NULL, NULL, B, T, C);
-        T_CHECK(!memcmp(a, b, (size_t)B * T * C * 4), "with%s positions: differs", k ? "" : "out");
+        T_CHECK(!memcmp(a, b, (size_t)B * T * C * 4), "with%s positions: differs",
+                k ? "" : "out");
     }
     for (int i = 0; i < B * T; i++) pos[i] = (i * 7 + 2) % T;
     o->embedding_forward(g_be, a, tok, t32, NULL, B * T, 1, C);
@@ -228,7 +230,8 @@ static void check_forward_matches_training(const fp8t_model_config *cfg) {
     g_be->ops->to_host(g_be, ref, fp8t_model_logits(fp8t_evaluator_model(ev)),
                        (size_t)B * T * V * sizeof(float));
     T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, got, err, sizeof(err)) == 0, "%s", err);
-    const double e = max_abs_diff(got, ref, (size_t)B * T * V), a = max_abs(ref, (size_t)B * T * V);
+    const double e = max_abs_diff(got, ref, (size_t)B * T * V),
+                 a = max_abs(ref, (size_t)B * T * V);
     /* the same FP32 arithmetic up to the order of a few sums */
     T_CHECK(e <= 1e-5 * (a > 1 ? a : 1), "%s: max |diff| %g (max |logit| %g)",
             fp8t_arch_name(cfg->arch), e, a);
@@ -255,7 +258,8 @@ static void check_cached_generation(const fp8t_model_config *cfg) {
     T_ASSERT(make_weights(cfg, 11, &w) == 0, "weights");
     const int n_prompt = 5, n_new = 30, V = cfg->vocab_size;
     const int prompt[5] = {3, 141, 59, 26, 5};
-    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, NULL, 1, n_prompt + n_new, err, sizeof(err));
+    fp8t_evaluator *ev =
+        fp8t_evaluator_create(g_be, &w, NULL, 1, n_prompt + n_new, err, sizeof(err));
     fp8t_infer *m = make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, 1, n_prompt + n_new);
     T_ASSERT(ev && m, "setup: %s", err);
     fp8t_evaluator_set_precision(ev, FP8T_EVAL_FP32);
@@ -264,8 +268,9 @@ static void check_cached_generation(const fp8t_model_config *cfg) {
     T_ASSERT(fp8t_generate(ev, prompt, n_prompt, n_new, &greedy, ref, err, sizeof(err)) == 0,
              "%s", err);
     const int *pp = prompt;
-    T_ASSERT(fp8t_infer_generate(m, &pp, &n_prompt, 1, n_new, &greedy, got, err,
-                                 sizeof(err)) == 0, "%s", err);
+    T_ASSERT(fp8t_infer_generate(m, &pp, &n_prompt, 1, n_new, &greedy, got, err, sizeof(err)) ==
+                 0,
+             "%s", err);
     int same = 0;
     while (same < n_new && got[same] == ref[same]) same++;
     T_CHECK(same == n_new, "%s: cached and uncached greedy tokens differ at %d (%d vs %d)",
@@ -319,10 +324,12 @@ static void check_batch(const fp8t_model_config *cfg) {
     const fp8t_sample_cfg cfgs[2] = {{0.0f, 0, 1}, {0.8f, 20, 42}};
     for (int k = 0; k < 2; k++) {
         T_ASSERT(fp8t_infer_generate(m, prompts, lens, 3, n_new, &cfgs[k], batch, err,
-                                     sizeof(err)) == 0, "%s", err);
+                                     sizeof(err)) == 0,
+                 "%s", err);
         for (int i = 0; i < (k ? 1 : 3); i++) {
-            T_ASSERT(fp8t_infer_generate(m, &prompts[i], &lens[i], 1, n_new, &cfgs[k], alone,
-                                         err, sizeof(err)) == 0, "%s", err);
+            T_ASSERT(fp8t_infer_generate(m, &prompts[i], &lens[i], 1, n_new, &cfgs[k], alone, err,
+                                         sizeof(err)) == 0,
+                     "%s", err);
             T_CHECK(!memcmp(alone, batch + i * n_new, sizeof(alone)),
                     "%s: sequence %d (%d prompt tokens, temperature %g) differs in a batch",
                     fp8t_arch_name(cfg->arch), i, lens[i], (double)cfgs[k].temperature);
@@ -383,8 +390,8 @@ static void test_bf16_fp8_precisions_and_memory(void) {
     T_CHECK(mem[2].weights - head16 < (mem[1].weights - head16) * 6 / 10,
             "fp8 linear weights %zu bytes, bf16 %zu", mem[2].weights - head16,
             mem[1].weights - head16);
-    T_CHECK(mem[1].kv_cache * 2 == mem[0].kv_cache, "kv cache bf16 %zu fp32 %zu",
-            mem[1].kv_cache, mem[0].kv_cache);
+    T_CHECK(mem[1].kv_cache * 2 == mem[0].kv_cache, "kv cache bf16 %zu fp32 %zu", mem[1].kv_cache,
+            mem[0].kv_cache);
     for (int i = 0; i < 3; i++) free(lg[i]);
     fp8t_weights_free(&w);
 }
@@ -498,8 +505,10 @@ static void check_passes(const fp8t_model_config *cfg, fp8t_eval_precision p) {
     const double e[3] = {max_abs_diff(lg[0], lg[1], (size_t)B * T * V),
                          max_abs_diff(pf[0], pf[1], (size_t)B * V),
                          max_abs_diff(dc[0], dc[1], (size_t)B * V)};
-    T_CHECK(e[0] <= tol && e[1] <= tol && e[2] <= tol, "%s %s: full-window / prefill / decode "
-            "logits differ by %g / %g / %g", fp8t_arch_name(cfg->arch), name, e[0], e[1], e[2]);
+    T_CHECK(e[0] <= tol && e[1] <= tol && e[2] <= tol,
+            "%s %s: full-window / prefill / decode "
+            "logits differ by %g / %g / %g",
+            fp8t_arch_name(cfg->arch), name, e[0], e[1], e[2]);
     /* the loss sums each pass's losses first: another association of the same terms */
     T_CLOSE(loss[1], loss[0], 0.0, 1e-6);
     for (int k = 0; k < 2; k++) free(lg[k]), free(pf[k]), free(dc[k]);
@@ -540,15 +549,18 @@ static void check_calibrated(const fp8t_model_config *cfg) {
     T_ASSERT(m, "create");
     T_CHECK(fp8t_infer_needs_calibration(m) &&
                 fp8t_infer_forward_all(m, tok, B, T, same, err, sizeof(err)) != 0 &&
-                strstr(err, "not calibrated"), "uncalibrated forward: %s", err);
+                strstr(err, "not calibrated"),
+            "uncalibrated forward: %s", err);
     T_ASSERT(fp8t_infer_calibrate(m, tok, 1, B, T, err, sizeof(err)) == 0, "%s", err);
     T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, same, err, sizeof(err)) == 0, "%s", err);
-    T_CHECK(!memcmp(same, cur, n * 4), "%s: calibrated on the batch itself: not current "
-            "scaling's bits", fp8t_arch_name(cfg->arch));
+    T_CHECK(!memcmp(same, cur, n * 4),
+            "%s: calibrated on the batch itself: not current "
+            "scaling's bits",
+            fp8t_arch_name(cfg->arch));
     T_ASSERT(fp8t_infer_calibrate(m, other, 3, B, T, err, sizeof(err)) == 0, "%s", err);
     T_CHECK(!fp8t_infer_needs_calibration(m) &&
-            strstr(fp8t_infer_act_desc(m), "3 batches of 2 x 16 tokens"), "desc '%s'",
-            fp8t_infer_act_desc(m));
+                strstr(fp8t_infer_act_desc(m), "3 batches of 2 x 16 tokens"),
+            "desc '%s'", fp8t_infer_act_desc(m));
     T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, oth, err, sizeof(err)) == 0, "%s", err);
     T_CHECK(memcmp(oth, cur, n * 4) != 0, "%s: scales of other batches gave current's bits",
             fp8t_arch_name(cfg->arch));
@@ -592,14 +604,15 @@ static void test_fp8_kv_cache_model(void) {
         kvb[k] = mem.kv_cache;
         lg[k] = malloc((size_t)n_new * V * 4);
         int len = plen;
-        T_ASSERT(fp8t_infer_prefill(m, prompt, 1, plen, &len, lg[k], err, sizeof(err)) == 0,
-                 "%s", err);
+        T_ASSERT(fp8t_infer_prefill(m, prompt, 1, plen, &len, lg[k], err, sizeof(err)) == 0, "%s",
+                 err);
         /* the same tokens to both: the BF16 cache's greedy choices */
         for (int j = 0; j + 1 < n_new; j++) {
             const int pos = plen + j;
             if (k == 0) toks[0][j] = fp8t_sample(lg[0] + (size_t)j * V, V, 0.0f, 0, NULL);
             T_ASSERT(fp8t_infer_decode(m, &toks[0][j], &pos, 1, lg[k] + (size_t)(j + 1) * V, err,
-                                       sizeof(err)) == 0, "%s", err);
+                                       sizeof(err)) == 0,
+                     "%s", err);
         }
         fp8t_infer_destroy(m);
     }
@@ -708,8 +721,8 @@ static void test_fp8_head(void) {
     int bad = 0;
     for (int i = 0; i < N; i++)
         for (int j = 0; j < C; j++)
-            bad += out[i * C + j] != fp8_decode(codes[tk[i] * C + j], FP8_E4M3) * *si +
-                                         wpe[ps[i] * C + j];
+            bad += out[i * C + j] !=
+                   fp8_decode(codes[tk[i] * C + j], FP8_E4M3) * *si + wpe[ps[i] * C + j];
     T_CHECK(bad == 0, "embedding_forward_fp8: %d elements differ", bad);
     o->free(g_be, codes), o->free(g_be, wpe), o->free(g_be, out), o->free(g_be, si);
     o->free(g_be, tk), o->free(g_be, ps);
@@ -749,10 +762,10 @@ static void test_task_eval_through_infer(void) {
         }
         T_ASSERT(fp8t_task_add(&t, e % nc, ctx, ctx_len, nc, cp, cl) == 0, "task_add");
     }
-    fp8t_evaluator *ev = fp8t_evaluator_create(g_be, &w, NULL, t.max_completions, t.longest, err,
-                                               sizeof(err));
-    fp8t_infer *m = make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, t.max_completions,
-                               t.longest);
+    fp8t_evaluator *ev =
+        fp8t_evaluator_create(g_be, &w, NULL, t.max_completions, t.longest, err, sizeof(err));
+    fp8t_infer *m =
+        make_infer(&w, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT, t.max_completions, t.longest);
     T_ASSERT(ev && m, "setup: %s", err);
     fp8t_evaluator_set_precision(ev, FP8T_EVAL_FP32);
     int pa[7], pb[7], ca = 0, cb = 0;
@@ -816,8 +829,8 @@ static void rec_sync(fp8t_backend *b) {
     cpu_ops_of->synchronize(b);
 }
 static void rec_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
-                                  const fp8t_bf16_operand *B, int M, int N, int K, int ta,
-                                  int tb, int acc, const float *bias, int ldc) {
+                                  const fp8t_bf16_operand *B, int M, int N, int K, int ta, int tb,
+                                  int acc, const float *bias, int ldc) {
     g_rec.ops_recorded += g_rec.recording;
     cpu_ops_of->gemm_bf16_rounded(b, C, A, B, M, N, K, ta, tb, acc, bias, ldc);
 }
@@ -844,19 +857,21 @@ static void test_decode_graph_contract(void) {
     rec_ops.attention_decode = rec_attention_decode;
     fp8t_backend rb = *g_be;
     rb.ops = &rec_ops;
-    const int V = c.vocab_size, lens[2] = {4, 7}, tok[14] = {1, 2, 3, 4, 0, 0, 0, 9, 8, 7, 6, 5,
-                                                            4, 3};
+    const int V = c.vocab_size, lens[2] = {4, 7},
+              tok[14] = {1, 2, 3, 4, 0, 0, 0, 9, 8, 7, 6, 5, 4, 3};
     float *lg = malloc(2 * (size_t)V * 4), *ref = malloc(2 * (size_t)V * 4);
     /* the reference: the same model on the plain CPU backend */
     fp8t_infer *m = make_infer(&w, FP8T_EVAL_BF16, FP8T_ACT_SCALE_CURRENT, 2, 12);
     T_ASSERT(m && !fp8t_infer_graphs(m), "the CPU backend records no graphs");
     const int nx[2] = {11, 12}, pos[2] = {4, 7};
     T_ASSERT(fp8t_infer_prefill(m, tok, 2, 7, lens, NULL, err, sizeof(err)) == 0 &&
-             fp8t_infer_decode(m, nx, pos, 2, ref, err, sizeof(err)) == 0, "%s", err);
+                 fp8t_infer_decode(m, nx, pos, 2, ref, err, sizeof(err)) == 0,
+             "%s", err);
     fp8t_infer_destroy(m);
     for (int p = 0; p < 3; p++) {
-        const fp8t_eval_precision P = p == 0 ? FP8T_EVAL_BF16 : p == 1 ? FP8T_EVAL_FP8
-                                                                       : FP8T_EVAL_FP32;
+        const fp8t_eval_precision P = p == 0   ? FP8T_EVAL_BF16
+                                      : p == 1 ? FP8T_EVAL_FP8
+                                               : FP8T_EVAL_FP32;
         memset(&g_rec, 0, sizeof(g_rec));
         m = fp8t_infer_create(&rb, &w, P, FP8T_ACT_SCALE_CURRENT, 2, 12, err, sizeof(err));
         T_ASSERT(m, "%s", err);
@@ -880,8 +895,10 @@ static void test_decode_graph_contract(void) {
                 "%s: %d recordings, %d launches, %d destroyed, %d ops recorded",
                 fp8t_eval_precision_name(P), g_rec.recordings, g_rec.launches, g_rec.destroyed,
                 g_rec.ops_recorded);
-        T_CHECK(g_rec.violations == 0, "%s: %d waits, allocations or host copies while "
-                "recording", fp8t_eval_precision_name(P), g_rec.violations);
+        T_CHECK(g_rec.violations == 0,
+                "%s: %d waits, allocations or host copies while "
+                "recording",
+                fp8t_eval_precision_name(P), g_rec.violations);
         fp8t_infer_destroy(m);
     }
     fp8t_infer_opts o;
@@ -910,11 +927,13 @@ static void test_bad_sizes_refused(void) {
     int out[4];
     fp8t_sample_cfg g = {0.0f, 0, 1};
     T_CHECK(fp8t_infer_generate(m, &pp, &len, 1, 4, &g, out, err, sizeof(err)) != 0 &&
-            strstr(err, "cache positions"), "6 + 4 tokens in 8 positions: %s", err);
+                strstr(err, "cache positions"),
+            "6 + 4 tokens in 8 positions: %s", err);
     const int badtok = 100000, pos = 0;
     float lg[256];
     T_CHECK(fp8t_infer_decode(m, &badtok, &pos, 1, lg, err, sizeof(err)) != 0 &&
-            strstr(err, "vocabulary"), "bad token: %s", err);
+                strstr(err, "vocabulary"),
+            "bad token: %s", err);
     fp8t_infer_destroy(m);
     fp8t_weights_free(&w);
 }

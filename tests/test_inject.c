@@ -61,16 +61,21 @@ static void run_log_free(run_log *L) {
 }
 
 static fp8t_model_config small_cfg(fp8t_arch arch) {
-    fp8t_model_config c = {.arch = arch, .n_layer = 2, .n_embd = 32, .n_head = 2, .seq_len = T,
-                           .vocab_size = 64, .mlp_hidden = 64, .rope_theta = 10000.0f,
+    fp8t_model_config c = {.arch = arch,
+                           .n_layer = 2,
+                           .n_embd = 32,
+                           .n_head = 2,
+                           .seq_len = T,
+                           .vocab_size = 64,
+                           .mlp_hidden = 64,
+                           .rope_theta = 10000.0f,
                            .norm_eps = 1e-5f};
     return c;
 }
 
 /* Run `steps` steps (forward + backward, no optimizer so the weights stay fixed) of the small
  * model under policy pol with the fault spec (NULL = clean), recording everything. */
-static int run(run_log *L, fp8t_arch arch, const fp8t_policy *pol, const char *spec,
-               int steps) {
+static int run(run_log *L, fp8t_arch arch, const fp8t_policy *pol, const char *spec, int steps) {
     memset(L, 0, sizeof *L);
     L->r = calloc(1, sizeof(recorder));
     char err[512];
@@ -160,7 +165,7 @@ static fp8t_policy policy_of(fp8t_precision prec, const char *overrides) {
 }
 
 /* lin of (layer, slot) in the small GPT-2 (4 linears per layer). */
-#define LIN(layer, slot) ((layer) * 4 + (slot))
+#define LIN(layer, slot) ((layer)*4 + (slot))
 enum { QKV = 0, PROJ = 1, FC1 = 2, FC2 = 3 };
 
 /* ---------------------------------------------------------------- spec parsing */
@@ -170,8 +175,8 @@ static void expect_error(const char *spec, const char *mention) {
     fp8t_injector *inj = fp8t_injector_create(spec, err, sizeof err);
     T_CHECK(inj == NULL, "spec '%s' should be rejected", spec);
     fp8t_injector_destroy(inj);
-    T_CHECK(strstr(err, mention) != NULL, "error for '%s' should mention '%s': %s", spec,
-            mention, err);
+    T_CHECK(strstr(err, mention) != NULL, "error for '%s' should mention '%s': %s", spec, mention,
+            err);
     T_CHECK(fp8t_injector_check(spec, err, sizeof err) != 0, "check agrees on '%s'", spec);
 }
 
@@ -195,7 +200,7 @@ static void test_spec_parsing(void) {
     expect_error("", "empty");
     expect_error("layer=2,kind=nan", "gemm");
     expect_error("layer=2,gemm=dgrad", "kind");
-    expect_error("gemm=dgrad,kind=scale", "kind");           /* scale needs :S */
+    expect_error("gemm=dgrad,kind=scale", "kind"); /* scale needs :S */
     expect_error("gemm=dgrad,kind=explode", "kind");
     expect_error("gemm=dgrad,kind=nan,colour=red", "colour");
     expect_error("gemm=fprop,tensor=grad_output,kind=nan", "not a tensor of the fprop");
@@ -221,8 +226,8 @@ static void test_scale_dgrad_only(void) {
     run_log clean, hit;
     T_ASSERT(run(&clean, FP8T_ARCH_GPT2, &pol, NULL, 4) == 0, "clean run");
     T_ASSERT(run(&hit, FP8T_ARCH_GPT2, &pol,
-                 "layer=1,module=fc2,gemm=dgrad,kind=scale:64,from=1,to=2,when=always",
-                 4) == 0, "faulty run");
+                 "layer=1,module=fc2,gemm=dgrad,kind=scale:64,from=1,to=2,when=always", 4) == 0,
+             "faulty run");
     T_ASSERT(clean.r->n == hit.r->n, "same sites %d vs %d", clean.r->n, hit.r->n);
     const int lin = LIN(1, FC2);
     for (int step = 0; step < 4; step++) {
@@ -236,8 +241,8 @@ static void test_scale_dgrad_only(void) {
             T_ASSERT(same_site(&a->site, &b->site), "site order differs at %d", i);
             size_t n = numel(a);
             if (!in_window || i < i_dy) {
-                T_CHECK(bit_equal(a->x, b->x, n), "step %d site %d (lin %d %s %s) changed",
-                        step, i, a->site.lin, fp8t_gemm_name(a->site.gemm),
+                T_CHECK(bit_equal(a->x, b->x, n), "step %d site %d (lin %d %s %s) changed", step,
+                        i, a->site.lin, fp8t_gemm_name(a->site.gemm),
                         fp8t_tensor_kind_name(a->site.kind));
             } else if (i == i_dy || i == i_dx) {
                 int exact = 1;
@@ -257,8 +262,8 @@ static void test_scale_dgrad_only(void) {
     int nt = fp8t_model_param_table(&cfg, info, NULL);
     for (int step = 0; step < 4; step++) {
         for (int t = 0; t < nt; t++) {
-            int eq = bit_equal(clean.grads[step] + info[t].offset, hit.grads[step] + info[t].offset,
-                               info[t].numel);
+            int eq = bit_equal(clean.grads[step] + info[t].offset,
+                               hit.grads[step] + info[t].offset, info[t].numel);
             if (!strcmp(info[t].name, "h.1.fc2.w") || !strcmp(info[t].name, "h.1.fc2.b"))
                 T_CHECK(eq, "step %d: gradient %s changed", step, info[t].name);
             if (!strcmp(info[t].name, "h.0.fc1.w"))
@@ -306,7 +311,8 @@ static void test_when_fp8(void) {
     T_CHECK(bit_equal(f.r->rec[i_dy0].x, clean.r->rec[i_dy0].x, n_dy), "not before from");
     /* the same spec on fprop of that linear, whose Fprop is BF16 here: nothing */
     run_log g;
-    T_ASSERT(run(&g, FP8T_ARCH_GPT2, &fake, "layer=1,module=fc2,gemm=fprop,kind=scale:64", 2) == 0,
+    T_ASSERT(run(&g, FP8T_ARCH_GPT2, &fake, "layer=1,module=fc2,gemm=fprop,kind=scale:64", 2) ==
+                 0,
              "fprop run");
     int i_x = find(&g, 1, LIN(1, FC2), FP8T_GEMM_FPROP, FP8T_T_INPUT);
     T_CHECK(bit_equal(g.r->rec[i_x].x, clean.r->rec[i_x].x, numel(&g.r->rec[i_x])),
@@ -322,7 +328,8 @@ static void test_when_fp8(void) {
     T_CHECK(bit_equal(dl.r->rec[i_dy].x, clean.r->rec[i_dy].x, n_dy),
             "when=delayed does not fire under fake quantization");
     run_log_free(&dl);
-    fp8t_policy del = policy_of(FP8T_PREC_BF16, "layers=1,module=fc2,gemm=dgrad,precision=delayed");
+    fp8t_policy del =
+        policy_of(FP8T_PREC_BF16, "layers=1,module=fc2,gemm=dgrad,precision=delayed");
     T_ASSERT(run(&dl, FP8T_ARCH_GPT2, &del,
                  "layer=1,module=fc2,gemm=dgrad,kind=scale:64,from=1,to=2,when=delayed", 3) == 0,
              "when=delayed run");
@@ -415,7 +422,8 @@ static void test_outliers(void) {
         T_CHECK(bit_equal(a.r->rec[iw].x, clean.r->rec[iw].x, numel(&a.r->rec[iw])),
                 "step %d: the Wgrad's X is clean", step);
         int io = find(&a, step, lin, FP8T_GEMM_FPROP, FP8T_T_OUTPUT);
-        T_CHECK(bit_equal(a.r->rec[io].x, clean.r->rec[io].x, numel(&a.r->rec[io])) == (step == 2),
+        T_CHECK(bit_equal(a.r->rec[io].x, clean.r->rec[io].x, numel(&a.r->rec[io])) ==
+                    (step == 2),
                 "step %d: the Fprop output %s", step, step == 2 ? "is clean" : "is hit");
     }
     run_log_free(&clean);
@@ -428,7 +436,8 @@ static void test_nan(void) {
     fp8t_policy pol = policy_of(FP8T_PREC_FP8, NULL);
     run_log a;
     T_ASSERT(run(&a, FP8T_ARCH_GPT2, &pol, "layer=1,module=proj,gemm=dgrad,kind=nan,from=2,to=2",
-                 4) == 0, "run");
+                 4) == 0,
+             "run");
     const int lin = LIN(1, PROJ);
     for (int step = 0; step < 3; step++) {
         int i = find(&a, step, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT);
@@ -456,7 +465,8 @@ static void test_result_and_llama(void) {
     run_log clean, a, b;
     T_ASSERT(run(&clean, FP8T_ARCH_LLAMA, &pol, NULL, 1) == 0, "clean");
     T_ASSERT(run(&a, FP8T_ARCH_LLAMA, &pol,
-                 "layer=0,module=gate,gemm=fprop,kind=scale:4,when=always", 1) == 0, "run a");
+                 "layer=0,module=gate,gemm=fprop,kind=scale:4,when=always", 1) == 0,
+             "run a");
     T_ASSERT(run(&b, FP8T_ARCH_LLAMA, &pol,
                  "layer=1,module=qkv,gemm=fprop,tensor=output,kind=scale:2,when=always", 1) == 0,
              "run b");
@@ -507,14 +517,15 @@ static void test_stale_amax(void) {
         }
         for (int u = 0; u < a.n_fp8; u++)
             if (u != t)
-                T_CHECK(a.h0_after[step][u] == a.h0_before[step][u],
-                        "step %d: tensor %d touched", step, u);
+                T_CHECK(a.h0_after[step][u] == a.h0_before[step][u], "step %d: tensor %d touched",
+                        step, u);
     }
     T_CHECK(moved, "the data's amax moved (so freezing matters)");
     run_log_free(&a);
 
     /* that Fprop in current scaling: the history is not read, the fault does not fire */
-    fp8t_policy cur = policy_of(FP8T_PREC_FP8, "layers=1,module=fc1,gemm=fprop,precision=current");
+    fp8t_policy cur =
+        policy_of(FP8T_PREC_FP8, "layers=1,module=fc1,gemm=fprop,precision=current");
     run_log b;
     T_ASSERT(run(&b, FP8T_ARCH_GPT2, &cur, spec, 4) == 0, "run current");
     for (int step = 0; step < 4; step++)
@@ -539,8 +550,10 @@ static void test_corrupt_amax(void) {
              "run");
     const int t = LIN(0, QKV) * 3 + FP8T_ROLE_DY;
     for (int step = 0; step < 4; step++) {
-        if (step == 2) T_CHECK(a.h0_after[step][t] == 1e6f, "slot 0 = %g", a.h0_after[step][t]);
-        else T_CHECK(a.h0_after[step][t] == a.h0_before[step][t], "step %d untouched", step);
+        if (step == 2)
+            T_CHECK(a.h0_after[step][t] == 1e6f, "slot 0 = %g", a.h0_after[step][t]);
+        else
+            T_CHECK(a.h0_after[step][t] == a.h0_before[step][t], "step %d untouched", step);
         for (int u = 0; u < a.n_fp8; u++)
             if (u != t) T_CHECK(a.h0_after[step][u] == a.h0_before[step][u], "others untouched");
     }
@@ -560,7 +573,12 @@ static void test_check_model(void) {
     fp8t_model_config gpt, llama;
     T_ASSERT(fp8t_model_preset(&gpt, "tiny") == 0 && fp8t_model_preset(&llama, "tiny-llama") == 0,
              "presets");
-    struct { const char *spec; const fp8t_model_config *cfg; int ok; const char *needle; } cases[] = {
+    struct {
+        const char *spec;
+        const fp8t_model_config *cfg;
+        int ok;
+        const char *needle;
+    } cases[] = {
         {"layer=99,module=fc2,gemm=dgrad,kind=scale:64", &gpt, 0, "layer=99"},
         {"layer=2-9,gemm=dgrad,kind=scale:64", &gpt, 0, "end of the range"},
         {"module=gate,gemm=dgrad,kind=scale:64", &gpt, 0, "module=gate"},

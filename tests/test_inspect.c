@@ -25,8 +25,7 @@ static char g_root[256];
 static size_t g_dump_budget; /* 0: the inspector's default */
 
 /* x [rows, cols] through 1x128 blocks and back (the block quantizer of recipe.h) */
-static void block128_image(float *out, const float *x, int rows, int cols,
-                                         fp8_format fmt) {
+static void block128_image(float *out, const float *x, int rows, int cols, fp8_format fmt) {
     size_t n = (size_t)rows * cols;
     uint8_t *codes = malloc(n);
     float *sc = malloc((size_t)rows * (size_t)((cols + 127) / 128) * sizeof(float));
@@ -36,7 +35,7 @@ static void block128_image(float *out, const float *x, int rows, int cols,
     free(sc);
 }
 static int g_hist_len = 16; /* the amax history length of the next tiny_open */
-static unsigned g_disable; /* the model options' disable bits of the next tiny_open */
+static unsigned g_disable;  /* the model options' disable bits of the next tiny_open */
 
 typedef struct {
     fp8t_backend *be;
@@ -48,7 +47,10 @@ static int tiny_open(tiny *t) {
     char err[512];
     memset(t, 0, sizeof(*t));
     t->be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
-    if (!t->be) { printf("  backend: %s\n", err); return -1; }
+    if (!t->be) {
+        printf("  backend: %s\n", err);
+        return -1;
+    }
     fp8t_model_config cfg;
     fp8t_model_preset(&cfg, "tiny");
     cfg.n_layer = 3;
@@ -57,7 +59,11 @@ static int tiny_open(tiny *t) {
     pol.history_len = g_hist_len;
     const fp8t_model_options opt = {.disable = g_disable};
     t->m = fp8t_model_create(t->be, &cfg, &pol, &opt, B, T, err, sizeof(err));
-    if (!t->m) { printf("  model: %s\n", err); fp8t_backend_destroy(t->be); return -1; }
+    if (!t->m) {
+        printf("  model: %s\n", err);
+        fp8t_backend_destroy(t->be);
+        return -1;
+    }
     fp8t_model_init_weights(t->m, 1234);
     for (int i = 0; i < B * T; i++) {
         t->tokens[i] = (i * 37 + 11) % cfg.vocab_size;
@@ -187,8 +193,8 @@ static void check_stats_equal(const cJSON *row, const fp8t_stats *s, int operand
         const char *ek[] = {"underflow_pct", "saturation_pct", "mse", "cosine", "sqnr_db"};
         double ev[] = {s->underflow_pct, s->saturation_pct, s->mse, s->cosine, s->sqnr_db};
         for (int k = 0; k < 5; k++)
-            T_CHECK(exact(num(row, ek[k]), ev[k]), "%s %s: json %.17g numerics %.17g", what, ek[k],
-                    num(row, ek[k]), ev[k]);
+            T_CHECK(exact(num(row, ek[k]), ev[k]), "%s %s: json %.17g numerics %.17g", what,
+                    ek[k], num(row, ek[k]), ev[k]);
     } else {
         T_CHECK(cJSON_IsNull(cJSON_GetObjectItem(row, "cosine")) &&
                     cJSON_IsNull(cJSON_GetObjectItem(row, "scale")),
@@ -237,14 +243,16 @@ static void test_inspect_selection_stats_and_dumps(void) {
         if (step >= 0 && step < 5) per_step[step]++;
         T_CHECK(num(r, "micro") == 0, "micro %g", num(r, "micro"));
         const char *module = str(r, "module"), *gemm = str(r, "gemm"), *tensor = str(r, "tensor");
-        T_CHECK((layer == 1 && !strcmp(module, "fc2")) || (layer == -1 && !strcmp(module, "head")),
+        T_CHECK((layer == 1 && !strcmp(module, "fc2")) ||
+                    (layer == -1 && !strcmp(module, "head")),
                 "site layer %d %s", layer, module);
         T_CHECK(strcmp(gemm, "wgrad") != 0 && strcmp(tensor, "weight") != 0 &&
                     strcmp(tensor, "dgrad") != 0,
                 "unselected %s %s", gemm, tensor);
         /* the dump of this site */
         char name[128], f[900];
-        snprintf(name, sizeof(name), "%s.%s.%s.%s", layer < 0 ? "head" : "1", module, gemm, tensor);
+        snprintf(name, sizeof(name), "%s.%s.%s.%s", layer < 0 ? "head" : "1", module, gemm,
+                 tensor);
         snprintf(f, sizeof(f), "%s/dumps/step_%06d/%s.npy", out, step, name);
         char *raw;
         size_t rawlen;
@@ -254,15 +262,17 @@ static void test_inspect_selection_stats_and_dumps(void) {
         int rows_ = (int)num(r, "rows"), cols = (int)num(r, "cols");
         char shape[64];
         snprintf(shape, sizeof(shape), "'shape': (%d, %d)", rows_, cols);
-        T_CHECK(off > 0 && strstr(dict, "'descr': '<f4'") && strstr(dict, "'fortran_order': False") &&
-                    strstr(dict, shape) && (size_t)off + (size_t)rows_ * cols * 4 == rawlen,
+        T_CHECK(off > 0 && strstr(dict, "'descr': '<f4'") &&
+                    strstr(dict, "'fortran_order': False") && strstr(dict, shape) &&
+                    (size_t)off + (size_t)rows_ * cols * 4 == rawlen,
                 "%s header: %s", name, dict);
         char descr[16];
         int ndim;
         int64_t sh[8];
         void *data;
         size_t nbytes;
-        T_ASSERT(fp8t_npy_read(f, descr, &ndim, sh, &data, &nbytes, err, sizeof(err)) == 0, "%s", err);
+        T_ASSERT(fp8t_npy_read(f, descr, &ndim, sh, &data, &nbytes, err, sizeof(err)) == 0, "%s",
+                 err);
         T_CHECK(ndim == 2 && sh[0] == rows_ && sh[1] == cols && !strcmp(descr, "<f4") &&
                     nbytes == (size_t)rawlen - (size_t)off && !memcmp(data, raw + off, nbytes),
                 "%s: npy round trip", name);
@@ -280,7 +290,8 @@ static void test_inspect_selection_stats_and_dumps(void) {
             /* raw codes and scale_inv */
             snprintf(f, sizeof(f), "%s/dumps/step_%06d/%s.fp8.npy", out, step, name);
             void *codes;
-            T_ASSERT(fp8t_npy_read(f, descr, &ndim, sh, &codes, &nbytes, err, sizeof(err)) == 0, "%s", err);
+            T_ASSERT(fp8t_npy_read(f, descr, &ndim, sh, &codes, &nbytes, err, sizeof(err)) == 0,
+                     "%s", err);
             uint8_t *expect = malloc(count);
             fp8_quantize(expect, x, count, scale, fmt, 1);
             T_CHECK(!strcmp(descr, "|u1") && nbytes == count && !memcmp(codes, expect, count),
@@ -289,8 +300,10 @@ static void test_inspect_selection_stats_and_dumps(void) {
             free(codes);
             snprintf(f, sizeof(f), "%s/dumps/step_%06d/%s.scale_inv.npy", out, step, name);
             void *si;
-            T_ASSERT(fp8t_npy_read(f, descr, &ndim, sh, &si, &nbytes, err, sizeof(err)) == 0, "%s", err);
-            T_CHECK(nbytes == 4 && ndim == 1 && sh[0] == 1 && *(float *)si == (float)num(r, "scale_inv"),
+            T_ASSERT(fp8t_npy_read(f, descr, &ndim, sh, &si, &nbytes, err, sizeof(err)) == 0,
+                     "%s", err);
+            T_CHECK(nbytes == 4 && ndim == 1 && sh[0] == 1 &&
+                        *(float *)si == (float)num(r, "scale_inv"),
                     "%s: scale_inv", name);
             free(si);
             /* block statistics: worst block SQNR equals the numerics library's */
@@ -309,7 +322,8 @@ static void test_inspect_selection_stats_and_dumps(void) {
             const cJSON *wc = cJSON_GetObjectItem(wi, "current_e5m2");
             const cJSON *wb = cJSON_GetObjectItem(wi, "block128_e4m3");
             T_ASSERT(wc && wb && cJSON_GetObjectItem(wi, "current_e4m3") &&
-                         cJSON_GetObjectItem(wi, "block128_e5m2") && cJSON_GetObjectItem(wi, "mxfp8"),
+                         cJSON_GetObjectItem(wi, "block128_e5m2") &&
+                         cJSON_GetObjectItem(wi, "mxfp8"),
                      "%s: whatif fields missing", name);
             fp8t_stats w;
             fp8t_fp8_stats(&w, x, count, fp8t_current_scale(fp8_amax(x, count), 57344.0f, 0, 0),
@@ -317,9 +331,9 @@ static void test_inspect_selection_stats_and_dumps(void) {
             T_CHECK(num(wc, "underflow_pct") == w.underflow_pct &&
                         num(wc, "saturation_pct") == w.saturation_pct &&
                         fabs(num(wc, "sqnr_db") - w.sqnr_db) < 1e-9,
-                    "%s: whatif current_e5m2 %g %g %g vs %g %g %g", name, num(wc, "underflow_pct"),
-                    num(wc, "saturation_pct"), num(wc, "sqnr_db"), w.underflow_pct,
-                    w.saturation_pct, w.sqnr_db);
+                    "%s: whatif current_e5m2 %g %g %g vs %g %g %g", name,
+                    num(wc, "underflow_pct"), num(wc, "saturation_pct"), num(wc, "sqnr_db"),
+                    w.underflow_pct, w.saturation_pct, w.sqnr_db);
             {
                 float *img = malloc(count * sizeof(float));
                 block128_image(img, x, rows_, cols, FP8_E4M3);
@@ -328,9 +342,11 @@ static void test_inspect_selection_stats_and_dumps(void) {
                 for (size_t k = 0; k < count; k++)
                     if (isfinite(x[k]) && x[k] != 0) nz++, un += img[k] == 0;
                 T_CHECK(fabs(num(wb, "sqnr_db") - w.sqnr_db) < 1e-9 &&
-                            num(wb, "underflow_pct") == (nz ? 100.0 * (double)un / (double)nz : 0) &&
+                            num(wb, "underflow_pct") ==
+                                (nz ? 100.0 * (double)un / (double)nz : 0) &&
                             num(wb, "saturation_pct") == 0,
-                        "%s: whatif block128_e4m3 sqnr %g vs %g", name, num(wb, "sqnr_db"), w.sqnr_db);
+                        "%s: whatif block128_e4m3 sqnr %g vs %g", name, num(wb, "sqnr_db"),
+                        w.sqnr_db);
                 free(img);
             }
             /* the scale is the recipe state's (delayed) for layer 1 fc2, bf16 head too */
@@ -340,7 +356,8 @@ static void test_inspect_selection_stats_and_dumps(void) {
                 T_CHECK((float)num(r, "scale") == c.expect_scale[step] &&
                             exact(num(r, "amax_history_max"), c.expect_hist_max[step]),
                         "step %d scale %g vs state %g, hist %g vs %g", step, num(r, "scale"),
-                        c.expect_scale[step], num(r, "amax_history_max"), c.expect_hist_max[step]);
+                        c.expect_scale[step], num(r, "amax_history_max"),
+                        c.expect_hist_max[step]);
                 if (step == 3)
                     T_CHECK(num(r, "scale") != 1.0 && num(r, "amax_history_max") > 0,
                             "step 3 scale still the initial one: %g", num(r, "scale"));
@@ -385,7 +402,8 @@ static void test_inspect_micro_all_and_current_scaling(void) {
     fp8t_policy pol = *fp8t_model_get_policy(t.m);
     char err[512], out[400];
     T_ASSERT(fp8t_policy_add_overrides(&pol, "layers=0,module=qkv,gemm=fprop,precision=current",
-                                       err, sizeof(err)) == 0, "%s", err);
+                                       err, sizeof(err)) == 0,
+             "%s", err);
     fp8t_model_set_policy(t.m, &pol);
     snprintf(out, sizeof(out), "%s/inspect2", g_root);
     fp8t_inspector *in = fp8t_inspector_create(
@@ -405,10 +423,11 @@ static void test_inspect_micro_all_and_current_scaling(void) {
         T_CHECK(num(rows[i], "micro") == i, "micro %g", num(rows[i], "micro"));
         T_CHECK(!strcmp(str(rows[i], "precision"), "current") &&
                     !strcmp(str(rows[i], "scale_source"), "current"),
-                "precision %s source %s", str(rows[i], "precision"), str(rows[i], "scale_source"));
+                "precision %s source %s", str(rows[i], "precision"),
+                str(rows[i], "scale_source"));
         /* current scaling: scale = 448 / amax of this tensor */
-        T_CLOSE(num(rows[i], "scale"), fp8t_current_scale((float)num(rows[i], "amax"), 448.0f, 0, 0),
-                0, 1e-7);
+        T_CLOSE(num(rows[i], "scale"),
+                fp8t_current_scale((float)num(rows[i], "amax"), 448.0f, 0, 0), 0, 1e-7);
         T_CHECK(num(rows[i], "saturation_pct") == 0, "current scaling saturated");
     }
     free_rows(rows, n);
@@ -425,8 +444,10 @@ static void test_inspect_tile_stats(void) {
     T_ASSERT(tiny_open(&t) == 0, "model");
     fp8t_policy pol = *fp8t_model_get_policy(t.m);
     char err[512], out[400];
-    T_ASSERT(fp8t_policy_add_overrides(&pol, "layers=1,precision=block;layers=2,precision=rowwise",
-                                       err, sizeof(err)) == 0, "%s", err);
+    T_ASSERT(fp8t_policy_add_overrides(&pol,
+                                       "layers=1,precision=block;layers=2,precision=rowwise", err,
+                                       sizeof(err)) == 0,
+             "%s", err);
     fp8t_model_set_policy(t.m, &pol);
     snprintf(out, sizeof(out), "%s/inspect_tiles", g_root);
     fp8t_inspector *in = fp8t_inspector_create("tensors=operands", out, err, sizeof(err));
@@ -456,20 +477,26 @@ static void test_inspect_tile_stats(void) {
         const int weight = !strcmp(k, "weight");
         const int k_rows = !strcmp(g, "wgrad") || (weight && !strcmp(g, "dgrad"));
         double tr, tc;
-        if (layer == 2) tr = k_rows ? rows_ : 1, tc = k_rows ? 1 : cols;
-        else if (weight) tr = tc = 128;
-        else tr = k_rows ? 128 : 1, tc = k_rows ? 1 : 128;
+        if (layer == 2)
+            tr = k_rows ? rows_ : 1, tc = k_rows ? 1 : cols;
+        else if (weight)
+            tr = tc = 128;
+        else
+            tr = k_rows ? 128 : 1, tc = k_rows ? 1 : 128;
         const double nt = ceil(rows_ / tr) * ceil(cols / tc);
-        const int ok = num(r, "tile_r") == tr && num(r, "tile_c") == tc && num(r, "n_tiles") == nt &&
-                       num(r, "tile_sqnr_min_db") <= num(r, "sqnr_db") + 1e-9 &&
-                       num(r, "tile_underflow_max_pct") >= num(r, "underflow_pct") - 1e-12 &&
-                       num(r, "tile_sqnr_min_index") < nt && num(r, "tile_underflow_max_index") < nt &&
-                       !strcmp(str(r, "scale_source"), layer == 1 ? "block" : "rowwise");
+        const int ok =
+            num(r, "tile_r") == tr && num(r, "tile_c") == tc && num(r, "n_tiles") == nt &&
+            num(r, "tile_sqnr_min_db") <= num(r, "sqnr_db") + 1e-9 &&
+            num(r, "tile_underflow_max_pct") >= num(r, "underflow_pct") - 1e-12 &&
+            num(r, "tile_sqnr_min_index") < nt && num(r, "tile_underflow_max_index") < nt &&
+            !strcmp(str(r, "scale_source"), layer == 1 ? "block" : "rowwise");
         if (!ok && !bad)
-            printf("  layer %d %s %s %s: tile %gx%g (want %gx%g), %g tiles, worst %g dB (tensor %g), "
-                   "underflow %g (tensor %g)\n", layer, str(r, "module"), g, k, num(r, "tile_r"),
-                   num(r, "tile_c"), tr, tc, num(r, "n_tiles"), num(r, "tile_sqnr_min_db"),
-                   num(r, "sqnr_db"), num(r, "tile_underflow_max_pct"), num(r, "underflow_pct"));
+            printf(
+                "  layer %d %s %s %s: tile %gx%g (want %gx%g), %g tiles, worst %g dB (tensor %g), "
+                "underflow %g (tensor %g)\n",
+                layer, str(r, "module"), g, k, num(r, "tile_r"), num(r, "tile_c"), tr, tc,
+                num(r, "n_tiles"), num(r, "tile_sqnr_min_db"), num(r, "sqnr_db"),
+                num(r, "tile_underflow_max_pct"), num(r, "underflow_pct"));
         bad += !ok;
     }
     /* layers 1 and 2: 4 linears x 3 GEMMs x 2 operands each */
@@ -481,10 +508,10 @@ static void test_inspect_tile_stats(void) {
 static void test_inspect_off_and_spec_errors(void) {
     char err[512], out[400];
     snprintf(out, sizeof(out), "%s/inspect3", g_root);
-    const char *bad[] = {"bogus=1", "every=0", "layers=3-1", "modules=fc9", "gemms=fwd",
+    const char *bad[] = {"bogus=1",   "every=0",       "layers=3-1", "modules=fc9", "gemms=fwd",
                          "tensors=x", "end=2,start=5", "micro=some", "dump"};
-    const char *word[] = {"bogus", "every", "layers", "fc9", "fwd", "'x'", "before", "micro",
-                          "key=value"};
+    const char *word[] = {"bogus", "every",  "layers", "fc9",      "fwd",
+                          "'x'",   "before", "micro",  "key=value"};
     for (int i = 0; i < 9; i++) {
         err[0] = 0;
         fp8t_inspector *in = fp8t_inspector_create(bad[i], out, err, sizeof(err));
@@ -506,7 +533,8 @@ static void test_inspect_off_and_spec_errors(void) {
     char path[600], *text;
     size_t len;
     snprintf(path, sizeof(path), "%s/stats.jsonl", out);
-    T_CHECK(fp8t_read_file(path, &text, &len, err, sizeof(err)) == 0 && len == 0, "%zu bytes", len);
+    T_CHECK(fp8t_read_file(path, &text, &len, err, sizeof(err)) == 0 && len == 0, "%zu bytes",
+            len);
     free(text);
     /* a NULL inspector is a no-op */
     fp8t_inspector_begin_step(NULL, 0);
@@ -522,7 +550,7 @@ typedef struct {
     fp8t_module module;
     fp8t_gemm_kind gemm;
     fp8t_tensor_kind kind;
-    float value;    /* NaN or Inf */
+    float value; /* NaN or Inf */
     int armed;
 } nan_ctx;
 
@@ -582,16 +610,16 @@ static void test_nan_tracker_names_the_poisoned_tensor(void) {
 static void test_spec_check_matches_create(void) {
     char out[400], e_check[512], e_create[512];
     snprintf(out, sizeof(out), "%s/inspect_check", g_root);
-    const char *bad[] = {"bogus=1", "every=0", "layers=3-1", "modules=fc9", "gemms=fwd",
-                         "tensors=x", "end=2,start=5", "micro=some", "dump", "layers=x"};
+    const char *bad[] = {"bogus=1",   "every=0",       "layers=3-1", "modules=fc9", "gemms=fwd",
+                         "tensors=x", "end=2,start=5", "micro=some", "dump",        "layers=x"};
     for (int i = 0; i < 10; i++) {
         e_check[0] = e_create[0] = 0;
         int rc = fp8t_inspector_spec_check(bad[i], e_check, sizeof(e_check));
         fp8t_inspector *in = fp8t_inspector_create(bad[i], out, e_create, sizeof(e_create));
         T_CHECK(rc == -1 && !in && e_check[0] && !strcmp(e_check, e_create),
                 "spec '%s': check %d '%s', create '%s'", bad[i], rc, e_check, e_create);
-        T_CHECK(strncmp(e_check, "--", 2) != 0, "spec '%s': message names an option: %s",
-                bad[i], e_check);
+        T_CHECK(strncmp(e_check, "--", 2) != 0, "spec '%s': message names an option: %s", bad[i],
+                e_check);
         fp8t_inspector_destroy(in);
     }
     const char *good[] = {NULL, "", "every=2,start=1,end=3,layers=1+head,modules=fc2+head",
@@ -658,7 +686,6 @@ static void test_amax_history_max_is_the_scales_amax(void) {
     free_rows(rows, n);
     tiny_close(&t);
 }
-
 
 /* ---- reuse of an earlier site's statistics ----
  * Four inspectors see the same steps: A and B with reuse on and off must write the same file
@@ -825,7 +852,8 @@ static void test_inspect_reuse_writes_the_same_rows(void) {
         nan_c++;
         const int layer = (int)num(rows[i], "layer");
         const int wgrad = !strcmp(str(rows[i], "gemm"), "wgrad");
-        bad_c += !(wgrad && (layer == 1 || (layer == 2 && !strcmp(str(rows[i], "module"), "fc1"))));
+        bad_c +=
+            !(wgrad && (layer == 1 || (layer == 2 && !strcmp(str(rows[i], "module"), "fc1"))));
     }
     free_rows(rows, n);
     /* 4 linears of layer 1 + fc1 of layer 2, 2 sites each, 2 micro-batches, 3 steps */
@@ -842,7 +870,6 @@ static void test_inspect_reuse_writes_the_same_rows(void) {
     for (int k = 0; k < 4; k++) free(text[k]);
     tiny_close(&t);
 }
-
 
 /* ---- a read-only hook (fp8t_model_set_observer) ----
  * The model keeps its FP8 save of X and shows the Wgrad X as NULL; the inspector writes that
@@ -872,8 +899,10 @@ static void observer_case(const char *spec, const char *name) {
         observe_ctx c = {fp8t_inspector_create(spec, out, err, sizeof(err)), 0};
         T_ASSERT(c.in, "%s", err);
         fp8t_inspector_set_dump_budget(c.in, g_dump_budget);
-        if (ro) fp8t_model_set_observer(t.m, observe_hook, &c);
-        else fp8t_model_set_hook(t.m, observe_hook, &c);
+        if (ro)
+            fp8t_model_set_observer(t.m, observe_hook, &c);
+        else
+            fp8t_model_set_hook(t.m, observe_hook, &c);
         for (int step = 0; step < 3; step++) {
             fp8t_inspector_begin_step(c.in, step);
             tiny_step(&t, 2);
@@ -938,7 +967,10 @@ static void test_inspect_read_only_hook(void) {
 int main(void) {
     t_suite = "inspect";
     snprintf(g_root, sizeof(g_root), "/tmp/fp8t_test_inspect_XXXXXX");
-    if (!mkdtemp(g_root)) { perror("mkdtemp"); return 1; }
+    if (!mkdtemp(g_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
     T_RUN(test_inspect_selection_stats_and_dumps);
     /* again with a pinned budget below one dump: mid-step flushes and writer back pressure */
     g_dump_budget = 1000;
@@ -953,7 +985,9 @@ int main(void) {
     T_RUN(test_inspect_reuse_writes_the_same_rows);
     T_RUN(test_inspect_deferred_lines);
     T_RUN(test_inspect_read_only_hook);
-    if (!getenv("FP8T_KEEP_TEST_FILES")) fp8t_rmtree(g_root);
-    else printf("kept %s\n", g_root);
+    if (!getenv("FP8T_KEEP_TEST_FILES"))
+        fp8t_rmtree(g_root);
+    else
+        printf("kept %s\n", g_root);
     T_MAIN_END();
 }

@@ -101,8 +101,8 @@ static void test_mkdirs_and_rmtree(void) {
     T_CHECK(stat(tpath("tree/a/b/c"), &st) == 0 && S_ISDIR(st.st_mode), "not created");
     T_ASSERT(fp8t_write_file_atomic(tpath("tree/a/file"), "x", 1, err, sizeof err) == 0, "%s",
              err);
-    T_ASSERT(fp8t_write_file_atomic(tpath("tree/a/b/c/deep"), "y", 1, err, sizeof err) == 0,
-             "%s", err);
+    T_ASSERT(fp8t_write_file_atomic(tpath("tree/a/b/c/deep"), "y", 1, err, sizeof err) == 0, "%s",
+             err);
     err[0] = '\0';
     T_CHECK(fp8t_mkdirs(tpath("tree/a/file/sub"), err, sizeof err) == -1, "through a file");
     T_CHECK(strstr(err, "not a directory") != NULL, "%s", err);
@@ -123,11 +123,11 @@ static void test_mkdirs_and_rmtree(void) {
 static void test_st_roundtrip(void) {
     char err[512] = "";
     const char *p = tpath("model.safetensors");
-    float w[2][3] = {{1, 2, 3}, {-4.5f, 1e-30f, 3e38f}};       /* [2, 3] */
-    uint16_t h[5] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x8000};  /* [5] F16 */
-    uint8_t q[3] = {0x38, 0xB8, 0x7E};                         /* [3] E4M3 */
-    int64_t ids[2] = {-1, INT64_MAX};                          /* [2] I64 */
-    double dd[1] = {0.1};                                      /* [] F64 scalar */
+    float w[2][3] = {{1, 2, 3}, {-4.5f, 1e-30f, 3e38f}};      /* [2, 3] */
+    uint16_t h[5] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x8000}; /* [5] F16 */
+    uint8_t q[3] = {0x38, 0xB8, 0x7E};                        /* [3] E4M3 */
+    int64_t ids[2] = {-1, INT64_MAX};                         /* [2] I64 */
+    double dd[1] = {0.1};                                     /* [] F64 scalar */
     int64_t sw[2] = {2, 3}, sh[1] = {5}, sq[1] = {3}, si[1] = {2}, se[2] = {0, 7};
     fp8t_st_writer *wr = fp8t_st_writer_new();
     T_ASSERT(wr, "writer_new");
@@ -163,7 +163,8 @@ static void test_st_roundtrip(void) {
         T_CHECK(t->end - t->begin == bytes[i], "%s bytes", names[i]);
         T_CHECK(t->begin % fp8t_st_dtype_size(t->dtype) == 0, "%s misaligned at %llu", names[i],
                 (unsigned long long)t->begin);
-        if (bytes[i]) T_CHECK(memcmp(fp8t_st_data(f, t), datas[i], bytes[i]) == 0, "%s data", names[i]);
+        if (bytes[i])
+            T_CHECK(memcmp(fp8t_st_data(f, t), datas[i], bytes[i]) == 0, "%s data", names[i]);
     }
     const fp8t_st_tensor *t = fp8t_st_find(f, "h.0.attn.w");
     T_CHECK(t && t->shape[0] == 2 && t->shape[1] == 3 && t->numel == 6, "shape");
@@ -248,8 +249,9 @@ static void test_st_golden_bytes(void) {
     fp8t_st_writer_metadata(wr, "format", "pt");
     T_ASSERT(fp8t_st_writer_save(wr, p, err, sizeof err) == 0, "%s", err);
     fp8t_st_writer_free(wr);
-    const char json[] = "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2],"
-                        "\"data_offsets\":[0,8]}}";
+    const char json[] =
+        "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2],"
+        "\"data_offsets\":[0,8]}}";
     size_t jn = strlen(json), padded = (jn + 7) / 8 * 8;
     unsigned char want[256] = {0};
     want[0] = (unsigned char)padded;
@@ -264,8 +266,9 @@ static void test_st_golden_bytes(void) {
     free(raw);
 
     /* and a foreign file with extra whitespace and another key order reads fine */
-    const char foreign[] = "{ \"b\" : {\"data_offsets\":[0,2],\"shape\":[1,1],\"dtype\":\"BF16\"} ,"
-                           "\n \"__metadata__\": {} }";
+    const char foreign[] =
+        "{ \"b\" : {\"data_offsets\":[0,2],\"shape\":[1,1],\"dtype\":\"BF16\"} ,"
+        "\n \"__metadata__\": {} }";
     unsigned char buf[256] = {0};
     size_t fn = strlen(foreign);
     buf[0] = (unsigned char)fn;
@@ -284,10 +287,10 @@ static void test_st_read_f32_conversions(void) {
     char err[512] = "";
     const char *p = tpath("conv.safetensors");
     /* hand-encoded bit patterns with known values (independent of any encoder) */
-    uint16_t bf[4] = {0x3F80, 0xC000, 0x4049, 0x0001};     /* 1, -2, 3.140625, 2^-133 */
+    uint16_t bf[4] = {0x3F80, 0xC000, 0x4049, 0x0001}; /* 1, -2, 3.140625, 2^-133 */
     uint16_t hf[8] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x7C00, 0x8000, 0x3555, 0x7E00};
-    uint8_t e4[5] = {0x38, 0xB8, 0x7E, 0x01, 0x40};        /* 1, -1, 448, 2^-9, 2 */
-    uint8_t e5[4] = {0x3C, 0x7B, 0x01, 0x7C};              /* 1, 57344, 2^-16, inf */
+    uint8_t e4[5] = {0x38, 0xB8, 0x7E, 0x01, 0x40}; /* 1, -1, 448, 2^-9, 2 */
+    uint8_t e5[4] = {0x3C, 0x7B, 0x01, 0x7C};       /* 1, 57344, 2^-16, inf */
     double f64[2] = {0.5, -1e300};
     int32_t i32[1] = {7};
     int64_t s4[1] = {4}, s8[1] = {8}, s5[1] = {5}, s2[2] = {2, 1}, s1[1] = {1};
@@ -342,8 +345,10 @@ static void test_st_writer_rejects_bad_input(void) {
         int dtype, ndim;
         int64_t dim;
     } cases[] = {
-        {"duplicate", "a", FP8T_ST_F32, 1, 1}, {"bad dtype", "b", 99, 1, 1},
-        {"9 dims", "c", FP8T_ST_F32, 9, 1},    {"negative dim", "d", FP8T_ST_F32, 1, -3},
+        {"duplicate", "a", FP8T_ST_F32, 1, 1},
+        {"bad dtype", "b", 99, 1, 1},
+        {"9 dims", "c", FP8T_ST_F32, 9, 1},
+        {"negative dim", "d", FP8T_ST_F32, 1, -3},
         {"reserved", "__metadata__", FP8T_ST_F32, 1, 1},
         {"bad utf-8", "\xff\xfe", FP8T_ST_F32, 1, 1},
     };
@@ -395,10 +400,8 @@ static void test_npy_roundtrip_shapes(void) {
         int64_t shape[3];
         const char *text;
     } cases[] = {
-        {0, {0}, "'shape': ()"},
-        {1, {5}, "'shape': (5,)"},
-        {2, {3, 4}, "'shape': (3, 4)"},
-        {3, {2, 3, 4}, "'shape': (2, 3, 4)"},
+        {0, {0}, "'shape': ()"},        {1, {5}, "'shape': (5,)"},
+        {2, {3, 4}, "'shape': (3, 4)"}, {3, {2, 3, 4}, "'shape': (2, 3, 4)"},
         {1, {0}, "'shape': (0,)"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -412,7 +415,8 @@ static void test_npy_roundtrip_shapes(void) {
         T_ASSERT(fp8t_read_file(p, &raw, &len, err, sizeof err) == 0, "%s", err);
         size_t hlen = (uint8_t)raw[8] | ((size_t)(uint8_t)raw[9] << 8);
         T_CHECK(memcmp(raw, "\x93NUMPY\x01\x00", 8) == 0, "magic/version");
-        T_CHECK((10 + hlen) % 64 == 0 && raw[10 + hlen - 1] == '\n', "header padding (%zu)", hlen);
+        T_CHECK((10 + hlen) % 64 == 0 && raw[10 + hlen - 1] == '\n', "header padding (%zu)",
+                hlen);
         T_CHECK(len == 10 + hlen + 4 * numel, "file length %zu", len);
         T_CHECK(memcmp(raw + 10, "{'descr': '<f4', 'fortran_order': False, ", 41) == 0 &&
                     strstr(raw + 10, cases[c].text),
@@ -463,9 +467,9 @@ static void test_npy_dtypes_and_foreign_headers(void) {
     int32_t v[2] = {-7, 9};
     memcpy(buf + 12 + hl, v, 8);
     T_ASSERT(write_raw(tpath("v2.npy"), buf, 12 + hl + 8) == 0, "write");
-    T_ASSERT(fp8t_npy_read(tpath("v2.npy"), descr, &ndim, shape, &data, &nbytes, err,
-                           sizeof err) == 0,
-             "%s", err);
+    T_ASSERT(
+        fp8t_npy_read(tpath("v2.npy"), descr, &ndim, shape, &data, &nbytes, err, sizeof err) == 0,
+        "%s", err);
     T_CHECK(strcmp(descr, "<i4") == 0 && ndim == 2 && shape[0] == 2 && shape[1] == 1 &&
                 memcmp(data, v, 8) == 0,
             "v2 read");
@@ -534,8 +538,13 @@ static void test_shard_roundtrip_and_errors(void) {
 /* ---- llm.c GPT-2 checkpoints ---- */
 
 static fp8t_llmc_gpt2 tiny_gpt2(void) {
-    fp8t_llmc_gpt2 ck = {.max_seq_len = 4, .vocab_size = 5, .padded_vocab_size = 8,
-                         .num_layers = 2, .num_heads = 2, .channels = 4, .version = 3};
+    fp8t_llmc_gpt2 ck = {.max_seq_len = 4,
+                         .vocab_size = 5,
+                         .padded_vocab_size = 8,
+                         .num_layers = 2,
+                         .num_heads = 2,
+                         .channels = 4,
+                         .version = 3};
     /* wte 8*4 + wpe 4*4 + 2 * (12*16 + 13*4) + 2*4 */
     ck.num_params = 32 + 16 + 2 * (192 + 52) + 8;
     ck.params = malloc(ck.num_params * sizeof(float));
@@ -577,8 +586,8 @@ static void test_gpt2_roundtrip(void) {
     size_t bad = 0;
     for (size_t i = 0; i < ck.num_params; i++) {
         float want = bf16_decode(bf16_encode(ck.params[i]));
-        if (back.params[i] != want || fabsf(back.params[i] - ck.params[i]) >
-                                          fabsf(ck.params[i]) * 0x1p-8f)
+        if (back.params[i] != want ||
+            fabsf(back.params[i] - ck.params[i]) > fabsf(ck.params[i]) * 0x1p-8f)
             bad++;
     }
     T_CHECK(bad == 0, "%zu bf16 params wrong", bad);

@@ -134,11 +134,14 @@ static int run_case(reader_fn rd, const void *buf, size_t n, int expect, const c
     int rc = rd(g_path, err, sizeof err);
     g_cases++;
     if (rc == -1) g_rejected++;
-    if (rc == -2) T_FAIL("%s #%ld: accepted but inconsistent", what, index);
+    if (rc == -2)
+        T_FAIL("%s #%ld: accepted but inconsistent", what, index);
     else if (rc == -1 && strstr(err, g_path) == NULL)
         T_FAIL("%s #%ld: rejected without naming the file: \"%s\"", what, index, err);
-    else if (rc == 0 && expect == MUST_REJECT) T_FAIL("%s #%ld: malformed input accepted", what, index);
-    else if (rc == -1 && expect == MUST_ACCEPT) T_FAIL("%s #%ld: valid input rejected: %s", what, index, err);
+    else if (rc == 0 && expect == MUST_REJECT)
+        T_FAIL("%s #%ld: malformed input accepted", what, index);
+    else if (rc == -1 && expect == MUST_ACCEPT)
+        T_FAIL("%s #%ld: valid input rejected: %s", what, index, err);
     return rc;
 }
 
@@ -169,8 +172,10 @@ static void truncate_and_flip(reader_fn rd, const char *what, int extension_reje
         for (int j = 0; j < m; j++) {
             /* half the flips land in the header, where the parsing happens */
             size_t at = (rnd() & 1) ? rnd_below(hot_bytes < n ? hot_bytes : n) : rnd_below(n);
-            if (rnd() & 1) buf[at] ^= (unsigned char)(1u << rnd_below(8));
-            else buf[at] = (unsigned char)rnd();
+            if (rnd() & 1)
+                buf[at] ^= (unsigned char)(1u << rnd_below(8));
+            else
+                buf[at] = (unsigned char)rnd();
         }
         run_case(rd, buf, n, MAY_ACCEPT, what, k);
     }
@@ -216,8 +221,21 @@ static int st_case(uint64_t n, const char *json, size_t json_len, size_t data, i
 
 static void test_fuzz_st_malformed_headers(void) {
     static const char *bad[] = {
-        "", " ", "not json", "[]", "123", "\"str\"", "null", "{", "{}}", "{} x", "{\"a\":1}",
-        "{\"a\":[]}", "{\"a\":null}", "{\"a\":{}}", "{\"a\":\"F32\"}",
+        "",
+        " ",
+        "not json",
+        "[]",
+        "123",
+        "\"str\"",
+        "null",
+        "{",
+        "{}}",
+        "{} x",
+        "{\"a\":1}",
+        "{\"a\":[]}",
+        "{\"a\":null}",
+        "{\"a\":{}}",
+        "{\"a\":\"F32\"}",
         "{\"a\":{\"dtype\":\"F33\",\"shape\":[1],\"data_offsets\":[0,4]}}",
         "{\"a\":{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
         "{\"a\":{\"dtype\":5,\"shape\":[1],\"data_offsets\":[0,4]}}",
@@ -249,8 +267,11 @@ static void test_fuzz_st_malformed_headers(void) {
         "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
         "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-        "{\"__metadata__\":[]}", "{\"__metadata__\":\"x\"}", "{\"__metadata__\":{\"k\":1}}",
-        "{\"__metadata__\":{\"k\":null}}", "{\"__metadata__\":{\"k\":{}}}",
+        "{\"__metadata__\":[]}",
+        "{\"__metadata__\":\"x\"}",
+        "{\"__metadata__\":{\"k\":1}}",
+        "{\"__metadata__\":{\"k\":null}}",
+        "{\"__metadata__\":{\"k\":{}}}",
         "{\"__metadata__\":{\"k\":\"v\",\"k\":\"w\"}}",
         "{\"__metadata__\":{},\"__metadata__\":{}}",
         "{\"\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
@@ -281,8 +302,15 @@ static void test_fuzz_st_malformed_headers(void) {
     /* header length lies */
     const char *ok = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
     size_t okn = strlen(ok);
-    const uint64_t lens[] = {0, 1, okn + 5, okn + 100, UINT64_MAX, UINT64_MAX - 7,
-                             (uint64_t)1 << 63, 0xFFFFFFFFull, okn - 1};
+    const uint64_t lens[] = {0,
+                             1,
+                             okn + 5,
+                             okn + 100,
+                             UINT64_MAX,
+                             UINT64_MAX - 7,
+                             (uint64_t)1 << 63,
+                             0xFFFFFFFFull,
+                             okn - 1};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
         st_case(lens[i], ok, okn, 4, MUST_REJECT, "st-len", (long)i);
     /* the same header told the truth is accepted, as are padding and an empty file */
@@ -321,10 +349,11 @@ static void test_fuzz_st_malformed_headers(void) {
 /* Randomly generated headers from plausible and implausible pieces. */
 static void test_fuzz_st_generated(void) {
     static const char *dtypes[] = {"F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "I64", "I32",
-                                   "I16", "I8",  "U8",  "F64",  "BOOL",    "",        "F8"};
-    static const char *nums[] = {"0", "1", "2", "3", "4", "8", "16", "-1", "1.5", "1e3",
-                                 "4294967296", "9007199254740993", "1e400", "\"2\"", "null",
-                                 "true", "[]", "{}"};
+                                   "I16", "I8",  "U8",   "F64",     "BOOL",    "",    "F8"};
+    static const char *nums[] = {
+        "0",     "1",     "2",    "3",    "4",          "8",
+        "16",    "-1",    "1.5",  "1e3",  "4294967296", "9007199254740993",
+        "1e400", "\"2\"", "null", "true", "[]",         "{}"};
     char *json = malloc(1 << 16);
     long accepted = 0;
     for (int c = 0; c < 1500; c++) {
@@ -336,23 +365,27 @@ static void test_fuzz_st_generated(void) {
             if (t) PUT(",");
             PUT("\"t%d\":{", (int)rnd_below(3)); /* names may repeat */
             int fields = 0;
-            if (rnd_below(8)) PUT("%s\"dtype\":\"%s\"", fields++ ? "," : "", dtypes[rnd_below(14)]);
+            if (rnd_below(8))
+                PUT("%s\"dtype\":\"%s\"", fields++ ? "," : "", dtypes[rnd_below(14)]);
             if (rnd_below(8)) {
                 PUT("%s\"shape\":[", fields++ ? "," : "");
                 int nd = (int)rnd_below(rnd_below(4) ? 4 : 11);
-                for (int d = 0; d < nd; d++) PUT("%s%s", d ? "," : "", nums[rnd_below(rnd_below(2) ? 6 : 18)]);
+                for (int d = 0; d < nd; d++)
+                    PUT("%s%s", d ? "," : "", nums[rnd_below(rnd_below(2) ? 6 : 18)]);
                 PUT("]");
             }
             if (rnd_below(8)) {
                 PUT("%s\"data_offsets\":[", fields++ ? "," : "");
                 int no = rnd_below(6) ? 2 : (int)rnd_below(4);
-                for (int d = 0; d < no; d++) PUT("%s%s", d ? "," : "", nums[rnd_below(rnd_below(2) ? 7 : 18)]);
+                for (int d = 0; d < no; d++)
+                    PUT("%s%s", d ? "," : "", nums[rnd_below(rnd_below(2) ? 7 : 18)]);
                 PUT("]");
             }
             PUT("}");
         }
-        if (rnd_below(3) == 0) PUT("%s\"__metadata__\":{\"a\":%s}", nt ? "," : "",
-                                   rnd_below(2) ? "\"b\"" : nums[rnd_below(18)]);
+        if (rnd_below(3) == 0)
+            PUT("%s\"__metadata__\":{\"a\":%s}", nt ? "," : "",
+                rnd_below(2) ? "\"b\"" : nums[rnd_below(18)]);
         PUT("}");
 #undef PUT
         accepted += st_case(k, json, k, rnd_below(40), MAY_ACCEPT, "st-generated", c) == 0;
@@ -387,8 +420,14 @@ static int npy_case(int major, const char *header, size_t data, int expect, cons
 
 static void test_fuzz_npy_malformed_headers(void) {
     static const char *bad[] = {
-        "", "{", "}", "{}", "[]", "{'descr': '<f4', 'fortran_order': False}",
-        "{'descr': '<f4', 'shape': (4,)}", "{'fortran_order': False, 'shape': (4,)}",
+        "",
+        "{",
+        "}",
+        "{}",
+        "[]",
+        "{'descr': '<f4', 'fortran_order': False}",
+        "{'descr': '<f4', 'shape': (4,)}",
+        "{'fortran_order': False, 'shape': (4,)}",
         "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'extra': 1}",
         "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (4,)}",
         "{'descr': '>f4', 'fortran_order': False, 'shape': (4,)}",
@@ -439,8 +478,8 @@ static void test_fuzz_npy_malformed_headers(void) {
     static const char *descrs[] = {"'<f4'", "'|u1'", "'<i8'", "\"<u2\"", "'<f4", "''", "'<f5'"};
     static const size_t descr_size[] = {4, 1, 8, 2, 0, 0, 0};
     static const char *orders[] = {"False", "False", "True", "false", "0"};
-    static const char *shapes[] = {"()", "(2,)", "(2, 2)", "(3,1,)", "(4)", "(-1,)", "(2,",
-                                   "(0, 5)", "( 1 , 2 )", "(2L,)", "(2 2)"};
+    static const char *shapes[] = {"()",  "(2,)",   "(2, 2)",    "(3,1,)", "(4)",  "(-1,)",
+                                   "(2,", "(0, 5)", "( 1 , 2 )", "(2L,)",  "(2 2)"};
     static const size_t shape_numel[] = {1, 2, 4, 3, 0, 0, 0, 0, 2, 2, 0};
     char h[512];
     long accepted = 0;
@@ -469,7 +508,8 @@ static void test_fuzz_npy_malformed_headers(void) {
                                   (i < nkeys - 1 || rnd_below(2)) ? ", " : "");
         }
         if (rnd_below(16)) k += (size_t)snprintf(h + k, sizeof h - k, "}");
-        if (rnd_below(2)) k += (size_t)snprintf(h + k, sizeof h - k, "%*s\n", (int)rnd_below(40), "");
+        if (rnd_below(2))
+            k += (size_t)snprintf(h + k, sizeof h - k, "%*s\n", (int)rnd_below(40), "");
         size_t data = rnd_below(4) ? numel * elem : rnd_below(20);
         accepted += npy_case(1 + (int)rnd_below(2), h, data, MAY_ACCEPT, "npy-generated", c) == 0;
     }
@@ -502,8 +542,13 @@ static void test_fuzz_shard(void) {
 static void test_fuzz_gpt2(void) {
     char err[512];
     /* maxT 2, V 3, Vp 4, L 1, NH 1, C 2: 8 + 4 + (48 + 26) + 4 = 90 parameters */
-    fp8t_llmc_gpt2 ck = {.max_seq_len = 2, .vocab_size = 3, .padded_vocab_size = 4,
-                         .num_layers = 1, .num_heads = 1, .channels = 2, .num_params = 90};
+    fp8t_llmc_gpt2 ck = {.max_seq_len = 2,
+                         .vocab_size = 3,
+                         .padded_vocab_size = 4,
+                         .num_layers = 1,
+                         .num_heads = 1,
+                         .channels = 2,
+                         .num_params = 90};
     float p[90];
     for (int i = 0; i < 90; i++) p[i] = (float)i - 45.0f;
     ck.params = p;

@@ -114,8 +114,7 @@ static double *quantized(ctx *c, const float *x, int rows, int cols, fp8_format 
         free(e8);
         break;
     }
-    default:
-        abort();
+    default: abort();
     }
     free(tmp);
     return out;
@@ -127,16 +126,26 @@ static void check_result(ctx *c, const fp8t_tensor_site *s, const float *y) {
     double sa, sb, sa32, sb32;
     /* operand A is X (fprop) or dY (dgrad, wgrad); B is W (fprop, dgrad) or X (wgrad) */
     double *qa = quantized(c, c->a, c->a_rows, c->a_cols, c->a_fmt, c->a_t, 0, g, p, &sa);
-    double *qb = quantized(c, c->b, c->b_rows, c->b_cols, c->b_fmt, c->b_t,
-                           g != FP8T_GEMM_WGRAD, g, p, &sb);
-    double *fa = quantized(c, c->a, c->a_rows, c->a_cols, c->a_fmt, c->a_t, 0, g,
-                           FP8T_PREC_FP32, &sa32);
-    double *fb = quantized(c, c->b, c->b_rows, c->b_cols, c->b_fmt, c->b_t, 0, g,
-                           FP8T_PREC_FP32, &sb32);
+    double *qb = quantized(c, c->b, c->b_rows, c->b_cols, c->b_fmt, c->b_t, g != FP8T_GEMM_WGRAD,
+                           g, p, &sb);
+    double *fa =
+        quantized(c, c->a, c->a_rows, c->a_cols, c->a_fmt, c->a_t, 0, g, FP8T_PREC_FP32, &sa32);
+    double *fb =
+        quantized(c, c->b, c->b_rows, c->b_cols, c->b_fmt, c->b_t, 0, g, FP8T_PREC_FP32, &sb32);
     int M, Nn, K;
-    if (g == FP8T_GEMM_FPROP) { M = c->a_rows; Nn = c->b_rows; K = c->a_cols; }
-    else if (g == FP8T_GEMM_DGRAD) { M = c->a_rows; Nn = c->b_cols; K = c->a_cols; }
-    else { M = c->a_cols; Nn = c->b_cols; K = c->a_rows; }
+    if (g == FP8T_GEMM_FPROP) {
+        M = c->a_rows;
+        Nn = c->b_rows;
+        K = c->a_cols;
+    } else if (g == FP8T_GEMM_DGRAD) {
+        M = c->a_rows;
+        Nn = c->b_cols;
+        K = c->a_cols;
+    } else {
+        M = c->a_cols;
+        Nn = c->b_cols;
+        K = c->a_rows;
+    }
     if (s->rows != M || s->cols != Nn) {
         c->n_site_errors++;
         return;
@@ -149,14 +158,20 @@ static void check_result(ctx *c, const fp8t_tensor_site *s, const float *y) {
             for (int k = 0; k < K; k++) {
                 double av, bv, af, bf;
                 if (g == FP8T_GEMM_FPROP) { /* X[i,k] W[j,k] */
-                    av = qa[(size_t)i * K + k]; bv = qb[(size_t)j * K + k];
-                    af = fa[(size_t)i * K + k]; bf = fb[(size_t)j * K + k];
+                    av = qa[(size_t)i * K + k];
+                    bv = qb[(size_t)j * K + k];
+                    af = fa[(size_t)i * K + k];
+                    bf = fb[(size_t)j * K + k];
                 } else if (g == FP8T_GEMM_DGRAD) { /* dY[i,k] W[k,j] */
-                    av = qa[(size_t)i * K + k]; bv = qb[(size_t)k * Nn + j];
-                    af = fa[(size_t)i * K + k]; bf = fb[(size_t)k * Nn + j];
+                    av = qa[(size_t)i * K + k];
+                    bv = qb[(size_t)k * Nn + j];
+                    af = fa[(size_t)i * K + k];
+                    bf = fb[(size_t)k * Nn + j];
                 } else { /* dY[k,i] X[k,j] */
-                    av = qa[(size_t)k * M + i]; bv = qb[(size_t)k * Nn + j];
-                    af = fa[(size_t)k * M + i]; bf = fb[(size_t)k * Nn + j];
+                    av = qa[(size_t)k * M + i];
+                    bv = qb[(size_t)k * Nn + j];
+                    af = fa[(size_t)k * M + i];
+                    bf = fb[(size_t)k * Nn + j];
                 }
                 ref += av * bv;
                 abs_sum += fabs(av * bv);
@@ -182,7 +197,10 @@ static void check_result(ctx *c, const fp8t_tensor_site *s, const float *y) {
     c->n_results++;
     c->n_bad += bad;
     c->n_fp32_match += fp32_all_close;
-    free(qa); free(qb); free(fa); free(fb);
+    free(qa);
+    free(qb);
+    free(fa);
+    free(fb);
 }
 
 static void hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
@@ -205,16 +223,21 @@ static void hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, float *x)
     case FP8T_T_GRAD_OUTPUT:
         if (first) {
             c->a = grab(c, c->a, x, n);
-            c->a_rows = s->rows; c->a_cols = s->cols; c->a_fmt = s->fmt; c->a_t = s->fp8_index;
+            c->a_rows = s->rows;
+            c->a_cols = s->cols;
+            c->a_fmt = s->fmt;
+            c->a_t = s->fp8_index;
         } else {
             c->b = grab(c, c->b, x, n);
-            c->b_rows = s->rows; c->b_cols = s->cols; c->b_fmt = s->fmt; c->b_t = s->fp8_index;
+            c->b_rows = s->rows;
+            c->b_cols = s->cols;
+            c->b_fmt = s->fmt;
+            c->b_t = s->fp8_index;
         }
         /* the amaxes the model must record: X and W at Fprop, dY at Dgrad */
         if ((s->gemm == FP8T_GEMM_FPROP) ||
             (s->gemm == FP8T_GEMM_DGRAD && s->kind == FP8T_T_GRAD_OUTPUT))
-            fp8t_recipe_record_amax(&c->ref, s->fp8_index,
-                                    fp8_amax(first ? c->a : c->b, n));
+            fp8t_recipe_record_amax(&c->ref, s->fp8_index, fp8_amax(first ? c->a : c->b, n));
         break;
     default: {
         float *y = grab(c, NULL, x, n);
@@ -290,8 +313,14 @@ static void run_policy_on(fp8t_arch arch, const fp8t_policy *pol, const char *la
         n_block_gemms = 0;
     }
     /* sizes chosen so block tiles (128) and MX blocks (32) have full and partial blocks */
-    fp8t_model_config cfg = {.arch = arch, .n_layer = 1, .n_embd = 32, .n_head = 2, .seq_len = 48,
-                             .vocab_size = 160, .mlp_hidden = 192, .rope_theta = 10000.0f,
+    fp8t_model_config cfg = {.arch = arch,
+                             .n_layer = 1,
+                             .n_embd = 32,
+                             .n_head = 2,
+                             .seq_len = 48,
+                             .vocab_size = 160,
+                             .mlp_hidden = 192,
+                             .rope_theta = 10000.0f,
                              .norm_eps = 1e-5f};
     if (native) cfg.n_embd = 128, cfg.mlp_hidden = 208, cfg.seq_len = 64, cfg.vocab_size = 256;
     const int B = native ? 2 : 3, T = native ? 64 : 48, N = B * T, steps = 3;
@@ -343,7 +372,8 @@ static void run_policy_on(fp8t_arch arch, const fp8t_policy *pol, const char *la
         be->ops->to_host(be, state, fp8t_model_fp8_state(m), sf * sizeof(float));
         T_CHECK(memcmp(state, c.ref_mem, sf * sizeof(float)) == 0,
                 "%s step %d: FP8 recipe state differs from fp8t_delayed_update on the same "
-                "amaxes", label, step);
+                "amaxes",
+                label, step);
         if (step == 0) {
             /* independent of the library: after one step, scale = fmt_max / amax of step 0 */
             fp8t_recipe_state v;
@@ -360,10 +390,14 @@ static void run_policy_on(fp8t_arch arch, const fp8t_policy *pol, const char *la
            c.n_results, c.worst);
     T_CHECK(c.n_results == steps * 2 * 3 * fp8t_model_num_linears(&cfg),
             "%s: %d GEMM results seen", label, c.n_results);
-    T_CHECK(c.n_site_errors == 0, "%s: %d tensor sites with a wrong precision, format, index or "
-            "shape", label, c.n_site_errors);
-    T_CHECK(c.n_bad == 0, "%s: %d of %d GEMM results differ from the numerics composition; "
-            "first: %s", label, c.n_bad, c.n_results, c.first_bad);
+    T_CHECK(c.n_site_errors == 0,
+            "%s: %d tensor sites with a wrong precision, format, index or "
+            "shape",
+            label, c.n_site_errors);
+    T_CHECK(c.n_bad == 0,
+            "%s: %d of %d GEMM results differ from the numerics composition; "
+            "first: %s",
+            label, c.n_bad, c.n_results, c.first_bad);
     free(state);
     free(tokens);
     free(targets);
@@ -374,8 +408,10 @@ static void run_policy_on(fp8t_arch arch, const fp8t_policy *pol, const char *la
     fp8t_backend_destroy(cpu);
     if (transpose) {
         T_CHECK(n_fp8_gemms > 0, "%s: no FP8 GEMM ran", label);
-        T_CHECK(n_bad_transposes == 0, "%s: %d of %d FP8 GEMMs got data_t that is not the "
-                "transpose of data", label, n_bad_transposes, n_fp8_gemms);
+        T_CHECK(n_bad_transposes == 0,
+                "%s: %d of %d FP8 GEMMs got data_t that is not the "
+                "transpose of data",
+                label, n_bad_transposes, n_fp8_gemms);
     }
     if (native)
         T_CHECK(n_block_gemms == c.n_results, "%s: %d of %d GEMMs ran block-scaled", label,
@@ -431,10 +467,11 @@ static void linear_mixed(void) {
     pol.history_len = 4;
     pol.hybrid = 0;
     char err[256];
-    int rc = fp8t_policy_add_overrides(&pol, "gemm=dgrad,precision=current;"
-                                             "gemm=wgrad,precision=fake;"
-                                             "module=head,gemm=fprop,precision=delayed;"
-                                             "module=head,gemm=wgrad,precision=block",
+    int rc = fp8t_policy_add_overrides(&pol,
+                                       "gemm=dgrad,precision=current;"
+                                       "gemm=wgrad,precision=fake;"
+                                       "module=head,gemm=fprop,precision=delayed;"
+                                       "module=head,gemm=wgrad,precision=block",
                                        err, sizeof(err));
     T_ASSERT(rc == 0, "%s", err);
     run_policy(FP8T_ARCH_LLAMA, &pol, "llama mixed per-gemm");
@@ -447,8 +484,9 @@ static void linear_transposed_copies(void) {
     pol.history_len = 2;
     pol.head_precision = FP8T_PREC_FP8;
     char err[256];
-    T_ASSERT(fp8t_policy_add_overrides(&pol, "gemm=dgrad,precision=current", err,
-                                       sizeof(err)) == 0, "%s", err);
+    T_ASSERT(fp8t_policy_add_overrides(&pol, "gemm=dgrad,precision=current", err, sizeof(err)) ==
+                 0,
+             "%s", err);
     run_policy_on(FP8T_ARCH_GPT2, &pol, "gpt2 fp8, transposed copies", 1);
 }
 

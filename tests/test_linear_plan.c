@@ -40,8 +40,10 @@ static fp8t_model *make(const char *preset, fp8t_precision prec, unsigned disabl
     o.disable = disable;
     char err[256];
     fp8t_model *m = fp8t_model_create(cpu, &c, &p, &o, B, T, err, sizeof err);
-    if (!m) T_FAIL("%s: %s", preset, err);
-    else fp8t_model_init_weights(m, 3);
+    if (!m)
+        T_FAIL("%s: %s", preset, err);
+    else
+        fp8t_model_init_weights(m, 3);
     return m;
 }
 
@@ -64,7 +66,8 @@ static void decides_per_precision(void) {
     T_CHECK(L(m, PROJ)->bias_residual && L(m, FC2)->bias_residual, "delayed: residual biases");
     T_CHECK(!L(m, QKV)->step_fused[0], "delayed: LayerNorm is fused only into BF16 operands");
     for (int k = 0; k < 4; k++)
-        T_CHECK(L(m, k)->save_x && L(m, k)->dy_shared && L(m, k)->bias_gemm, "delayed: lin %d", k);
+        T_CHECK(L(m, k)->save_x && L(m, k)->dy_shared && L(m, k)->bias_gemm, "delayed: lin %d",
+                k);
     T_CHECK(L(m, FC1)->dgelu && !L(m, FC2)->dgelu, "delayed: dGELU in fc1's Dgrad only");
     T_CHECK(m->layer_bf16[0], "delayed: BF16 layer saves");
     /* current scaling: the scale comes from a pass over the values, so GELU is not fused */
@@ -180,8 +183,8 @@ static float step(fp8t_model *m, int s) {
 
 static void current_after_every_change(void) {
     static const char *presets[] = {"tiny", "tiny-llama"};
-    static const fp8t_precision seq[] = {FP8T_PREC_BF16, FP8T_PREC_DELAYED, FP8T_PREC_CURRENT,
-                                         FP8T_PREC_BLOCK, FP8T_PREC_ROWWISE, FP8T_PREC_FP32,
+    static const fp8t_precision seq[] = {FP8T_PREC_BF16,   FP8T_PREC_DELAYED, FP8T_PREC_CURRENT,
+                                         FP8T_PREC_BLOCK,  FP8T_PREC_ROWWISE, FP8T_PREC_FP32,
                                          FP8T_PREC_DELAYED};
     for (int a = 0; a < 2; a++) {
         fp8t_model *m = make(presets[a], FP8T_PREC_FP32, 0);
@@ -194,9 +197,13 @@ static void current_after_every_change(void) {
                 fp8t_model *fresh = make(presets[a], seq[i], 0);
                 T_ASSERT(fresh, "model");
                 if (h == 1) fp8t_model_set_observer(fresh, observe, NULL);
-                T_CHECK(same_plan(m, fresh), "%s: the plan after switching to %s (%s) is not "
-                        "a fresh model's", presets[a], fp8t_precision_name(seq[i]),
-                        h == 1 ? "observer set" : h == 2 ? "observer cleared" : "no hook");
+                T_CHECK(same_plan(m, fresh),
+                        "%s: the plan after switching to %s (%s) is not "
+                        "a fresh model's",
+                        presets[a], fp8t_precision_name(seq[i]),
+                        h == 1   ? "observer set"
+                        : h == 2 ? "observer cleared"
+                                 : "no hook");
                 fp8t_model_destroy(fresh);
             }
         }

@@ -55,8 +55,9 @@ static void test_fp8_fused_kinds(void) {
         memset(c1, 0, n), memset(t1, 0, n), memset(c2, 0, n), memset(t2, 0, n);
         *a1 = *a2 = 0.0f;
         memset(s1, 0, C * 4), memset(s2, 0, C * 4);
-        fp8t_operand_req r = fp8_req(kind < 2 ? FP8T_STEP_NONE
-                                     : kind == 2 ? FP8T_STEP_GELU : FP8T_STEP_DGELU,
+        fp8t_operand_req r = fp8_req(kind < 2    ? FP8T_STEP_NONE
+                                     : kind == 2 ? FP8T_STEP_GELU
+                                                 : FP8T_STEP_DGELU,
                                      x, c1, t1, a1);
         if (kind == 1 || kind == 3) r.colsum = s1;
         if (kind >= 2) r.bias = bias;
@@ -181,8 +182,9 @@ static outputs outputs_new(void) {
     const size_t n = (size_t)R * C, hb = fp8t_bf16_bytes(R, C);
     const size_t sf = fp8t_block_scale_floats(FP8T_SCALING_VEC128, R, C);
     const size_t sft = fp8t_block_scale_floats(FP8T_SCALING_VEC128, C, R);
-    outputs o = {zalloc(hb > n ? hb : n), zalloc(n), zalloc(sf * 4), zalloc(sft * 4), zalloc(4),
-                 zalloc(C * 4), zalloc(n * 4), zalloc(R * 4), zalloc(R * 4)};
+    outputs o = {zalloc(hb > n ? hb : n), zalloc(n),     zalloc(sf * 4),
+                 zalloc(sft * 4),         zalloc(4),     zalloc(C * 4),
+                 zalloc(n * 4),           zalloc(R * 4), zalloc(R * 4)};
     return o;
 }
 
@@ -193,7 +195,8 @@ static void outputs_free(outputs *o) {
 
 /* r with each output it asks for redirected into o */
 static fp8t_operand_req into(fp8t_operand_req r, const outputs *o) {
-#define INTO(field, buf) if (r.field) r.field = (void *)(buf)
+#define INTO(field, buf)                                                                         \
+    if (r.field) r.field = (void *)(buf)
     INTO(out.data, o->data);
     INTO(out.data_t, o->data_t);
     INTO(out.scale_inv, o->si);
@@ -282,12 +285,15 @@ static void test_plain_always_fuses(void) {
         if (colsum) r.colsum = cs;
         if (scaled) {
             r.out.scale = NULL, r.out.scaling = FP8T_SCALING_ROW;
-            r.out.scale_inv = r.out.data ? si : NULL, r.out.scale_inv_t = r.out.data_t ? sit : NULL;
+            r.out.scale_inv = r.out.data ? si : NULL,
+            r.out.scale_inv_t = r.out.data_t ? sit : NULL;
         }
         /* per-tensor transposed codes alone: the plain quantize kernel's, without column sums */
         if (!scaled && orient == 1 && colsum) continue;
-        T_CHECK(OPS->make_operand_fuses(be, &r), "FP8 (scaled %d) orientations %d, amax %d, "
-                "colsum %d", scaled, orient, amax, colsum);
+        T_CHECK(OPS->make_operand_fuses(be, &r),
+                "FP8 (scaled %d) orientations %d, amax %d, "
+                "colsum %d",
+                scaled, orient, amax, colsum);
         if (orient != 0 || scaled) continue;
         r.out.format = FP8T_OPERAND_BF16, r.out.data_t = NULL, r.out.data = c;
         T_CHECK(OPS->make_operand_fuses(be, &r), "BF16, amax %d, colsum %d", amax, colsum);

@@ -27,8 +27,8 @@ static size_t expected_params(const fp8t_model_config *c) {
 }
 
 static void model_presets(void) {
-    const char *names[] = {"tiny", "tiny-llama", "gpt2-124m", "gpt2-350m", "gpt2-1.5b",
-                           "llama-1b", "llama3-8b"};
+    const char *names[] = {"tiny",      "tiny-llama", "gpt2-124m", "gpt2-350m",
+                           "gpt2-1.5b", "llama-1b",   "llama3-8b"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         fp8t_model_config c;
         char err[256];
@@ -50,7 +50,8 @@ static void model_presets(void) {
     fp8t_model_param_table(&c, NULL, &total);
     T_CHECK(total == 124439808u, "gpt2-124m: %zu", total);
     T_CHECK(c.n_layer == 12 && c.n_embd == 768 && c.n_head == 12 && c.vocab_size == 50257 &&
-                c.seq_len == 1024 && c.mlp_hidden == 3072, "gpt2-124m shape");
+                c.seq_len == 1024 && c.mlp_hidden == 3072,
+            "gpt2-124m shape");
     fp8t_model_preset(&c, "gpt2-350m");
     fp8t_model_param_table(&c, NULL, &total);
     T_CHECK(total == 354823168u, "gpt2-350m: %zu", total);
@@ -58,15 +59,18 @@ static void model_presets(void) {
     fp8t_model_param_table(&c, NULL, &total);
     T_CHECK(total == 1557611200u, "gpt2-1.5b: %zu", total);
     fp8t_model_preset(&c, "llama-1b");
-    T_CHECK(c.arch == FP8T_ARCH_LLAMA && c.n_layer == 16 && c.n_embd == 2048 &&
-                c.n_head == 32 && c.mlp_hidden == 8192 && c.vocab_size == 128256 &&
-                c.seq_len == 2048 && c.rope_theta == 500000.0f, "llama-1b shape");
+    T_CHECK(c.arch == FP8T_ARCH_LLAMA && c.n_layer == 16 && c.n_embd == 2048 && c.n_head == 32 &&
+                c.mlp_hidden == 8192 && c.vocab_size == 128256 && c.seq_len == 2048 &&
+                c.rope_theta == 500000.0f,
+            "llama-1b shape");
     /* Llama-3.2-1B: 8 KV heads, tied, llama3 RoPE (32, 1, 4, 8192): 1,235,814,400 parameters
      * as transformers counts them */
     T_CHECK(c.n_kv_head == 8 && !c.untied_head && !c.qkv_bias &&
                 c.rope_scaling.type == FP8T_ROPE_LLAMA3 && c.rope_scaling.factor == 32.0f &&
-                c.rope_scaling.low_freq_factor == 1.0f && c.rope_scaling.high_freq_factor == 4.0f &&
-                c.rope_scaling.original_max_pos == 8192, "llama-1b is Llama-3.2-1B");
+                c.rope_scaling.low_freq_factor == 1.0f &&
+                c.rope_scaling.high_freq_factor == 4.0f &&
+                c.rope_scaling.original_max_pos == 8192,
+            "llama-1b is Llama-3.2-1B");
     fp8t_model_param_table(&c, NULL, &total);
     T_CHECK(total == 1235814400u, "llama-1b: %zu", total);
     fp8t_param_info *info = calloc(FP8T_MAX_PARAM_TENSORS, sizeof(*info));
@@ -98,10 +102,12 @@ static void model_presets(void) {
     T_CHECK(fp8t_model_preset(&c, "gpt5") == -1, "unknown preset accepted");
     T_CHECK(fp8t_model_num_linears(&c) == 16 * 5 + 1, "llama linears");
     T_CHECK(fp8t_model_module_of_slot(&c, 2) == FP8T_MOD_GATE &&
-                fp8t_model_module_of_slot(&c, 4) == FP8T_MOD_DOWN, "llama slots");
+                fp8t_model_module_of_slot(&c, 4) == FP8T_MOD_DOWN,
+            "llama slots");
     fp8t_model_preset(&c, "tiny");
     T_CHECK(fp8t_model_modules_per_layer(&c) == 4 &&
-                fp8t_model_module_of_slot(&c, 3) == FP8T_MOD_FC2, "gpt2 slots");
+                fp8t_model_module_of_slot(&c, 3) == FP8T_MOD_FC2,
+            "gpt2 slots");
 }
 
 static void expect_bad(fp8t_model_config c, const char *field) {
@@ -113,52 +119,104 @@ static void expect_bad(fp8t_model_config c, const char *field) {
 static void model_config_check(void) {
     fp8t_model_config c;
     fp8t_model_preset(&c, "tiny");
-    fp8t_model_config b = c; b.n_head = 3; expect_bad(b, "n_head");       /* 128 % 3 */
-    b = c; b.n_layer = 0; expect_bad(b, "n_layer");
-    b = c; b.n_layer = 100000; expect_bad(b, "n_layer");
-    b = c; b.n_embd = -4; expect_bad(b, "n_embd");
-    b = c; b.vocab_size = 0; expect_bad(b, "vocab_size");
-    b = c; b.seq_len = 0; expect_bad(b, "seq_len");
-    b = c; b.mlp_hidden = 0; expect_bad(b, "mlp_hidden");
-    b = c; b.norm_eps = 0; expect_bad(b, "norm_eps");
-    b = c; b.norm_eps = NAN; expect_bad(b, "norm_eps");
-    b = c; b.arch = (fp8t_arch)7; expect_bad(b, "arch");
+    fp8t_model_config b = c;
+    b.n_head = 3;
+    expect_bad(b, "n_head"); /* 128 % 3 */
+    b = c;
+    b.n_layer = 0;
+    expect_bad(b, "n_layer");
+    b = c;
+    b.n_layer = 100000;
+    expect_bad(b, "n_layer");
+    b = c;
+    b.n_embd = -4;
+    expect_bad(b, "n_embd");
+    b = c;
+    b.vocab_size = 0;
+    expect_bad(b, "vocab_size");
+    b = c;
+    b.seq_len = 0;
+    expect_bad(b, "seq_len");
+    b = c;
+    b.mlp_hidden = 0;
+    expect_bad(b, "mlp_hidden");
+    b = c;
+    b.norm_eps = 0;
+    expect_bad(b, "norm_eps");
+    b = c;
+    b.norm_eps = NAN;
+    expect_bad(b, "norm_eps");
+    b = c;
+    b.arch = (fp8t_arch)7;
+    expect_bad(b, "arch");
     fp8t_model_preset(&c, "tiny-llama");
-    b = c; b.n_embd = 12; b.n_head = 4; expect_bad(b, "RoPE");           /* head size 3 */
-    b = c; b.rope_theta = 0; expect_bad(b, "rope_theta");
-    b = c; b.n_kv_head = 3; expect_bad(b, "n_kv_head");                   /* 4 % 3 */
-    b = c; b.n_kv_head = 8; expect_bad(b, "n_kv_head");                   /* > n_head */
-    b = c; b.n_kv_head = -1; expect_bad(b, "n_kv_head");
-    b = c; b.untied_head = 2; expect_bad(b, "untied_head");
-    b = c; b.qkv_bias = -1; expect_bad(b, "qkv_bias");
-    b = c; b.rope_scaling.type = FP8T_ROPE_LLAMA3; expect_bad(b, "factor");
+    b = c;
+    b.n_embd = 12;
+    b.n_head = 4;
+    expect_bad(b, "RoPE"); /* head size 3 */
+    b = c;
+    b.rope_theta = 0;
+    expect_bad(b, "rope_theta");
+    b = c;
+    b.n_kv_head = 3;
+    expect_bad(b, "n_kv_head"); /* 4 % 3 */
+    b = c;
+    b.n_kv_head = 8;
+    expect_bad(b, "n_kv_head"); /* > n_head */
+    b = c;
+    b.n_kv_head = -1;
+    expect_bad(b, "n_kv_head");
+    b = c;
+    b.untied_head = 2;
+    expect_bad(b, "untied_head");
+    b = c;
+    b.qkv_bias = -1;
+    expect_bad(b, "qkv_bias");
+    b = c;
+    b.rope_scaling.type = FP8T_ROPE_LLAMA3;
+    expect_bad(b, "factor");
     b.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, 8.0f, 4.0f, 1.0f, 8192};
     expect_bad(b, "high_freq_factor");
     b.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 0};
     expect_bad(b, "original_max_pos");
-    b = c; b.rope_scaling.type = (fp8t_rope_type)9; expect_bad(b, "rope_scaling");
-    b = c; b.n_kv_head = 1; b.untied_head = 1; b.qkv_bias = 1;             /* MQA is fine */
+    b = c;
+    b.rope_scaling.type = (fp8t_rope_type)9;
+    expect_bad(b, "rope_scaling");
+    b = c;
+    b.n_kv_head = 1;
+    b.untied_head = 1;
+    b.qkv_bias = 1; /* MQA is fine */
     b.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 8192};
     {
         char e2[256];
         T_CHECK(fp8t_model_config_check(&b, e2, sizeof(e2)) == 0, "%s", e2);
     }
-    b = c; b.arch = FP8T_ARCH_GPT2; b.n_kv_head = 2; expect_bad(b, "n_kv_head"); /* no GQA */
-    b.n_kv_head = 4; b.untied_head = 1;                                    /* = n_head: fine */
+    b = c;
+    b.arch = FP8T_ARCH_GPT2;
+    b.n_kv_head = 2;
+    expect_bad(b, "n_kv_head"); /* no GQA */
+    b.n_kv_head = 4;
+    b.untied_head = 1; /* = n_head: fine */
     {
         char e2[256];
         T_CHECK(fp8t_model_config_check(&b, e2, sizeof(e2)) == 0, "%s", e2);
     }
-    b = c; b.n_embd = 12; b.n_head = 4; b.arch = FP8T_ARCH_GPT2;          /* fine for GPT-2 */
+    b = c;
+    b.n_embd = 12;
+    b.n_head = 4;
+    b.arch = FP8T_ARCH_GPT2; /* fine for GPT-2 */
     char err[256];
     T_CHECK(fp8t_model_config_check(&b, err, sizeof(err)) == 0, "%s", err);
     /* create refuses bad batch shapes with a message */
     err[0] = 0;
     T_CHECK(fp8t_model_create(be, &c, NULL, NULL, 2, c.seq_len + 1, err, sizeof(err)) == NULL &&
-                strstr(err, "seq_len"), "T > seq_len: %s", err);
-    b = c; b.n_head = 5;
+                strstr(err, "seq_len"),
+            "T > seq_len: %s", err);
+    b = c;
+    b.n_head = 5;
     T_CHECK(fp8t_model_create(be, &b, NULL, NULL, 2, 8, err, sizeof(err)) == NULL &&
-                strstr(err, "n_head"), "bad config: %s", err);
+                strstr(err, "n_head"),
+            "bad config: %s", err);
 }
 
 static void model_param_table(void) {
@@ -168,10 +226,11 @@ static void model_param_table(void) {
     size_t total;
     int n = fp8t_model_param_table(&c, info, &total);
     T_ASSERT(n == 52, "n %d", n);
-    const char *want[] = {"wte", "wpe", "h.0.ln1.w", "h.0.ln1.b", "h.0.qkv.w", "h.0.qkv.b",
-                          "h.0.proj.w", "h.0.proj.b", "h.0.ln2.w", "h.0.ln2.b", "h.0.fc1.w",
-                          "h.0.fc1.b", "h.0.fc2.w", "h.0.fc2.b", "h.1.ln1.w"};
-    for (int i = 0; i < 15; i++) T_CHECK(!strcmp(info[i].name, want[i]), "%d: %s", i, info[i].name);
+    const char *want[] = {"wte",       "wpe",        "h.0.ln1.w",  "h.0.ln1.b", "h.0.qkv.w",
+                          "h.0.qkv.b", "h.0.proj.w", "h.0.proj.b", "h.0.ln2.w", "h.0.ln2.b",
+                          "h.0.fc1.w", "h.0.fc1.b",  "h.0.fc2.w",  "h.0.fc2.b", "h.1.ln1.w"};
+    for (int i = 0; i < 15; i++)
+        T_CHECK(!strcmp(info[i].name, want[i]), "%d: %s", i, info[i].name);
     T_CHECK(!strcmp(info[n - 2].name, "lnf.w") && !strcmp(info[n - 1].name, "lnf.b"), "lnf");
     size_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -185,8 +244,8 @@ static void model_param_table(void) {
     T_CHECK(info[0].layer == -1 && info[0].shape[0] == 256, "wte");
     fp8t_model_preset(&c, "tiny-llama");
     n = fp8t_model_param_table(&c, info, &total);
-    const char *want_l[] = {"wte", "h.0.ln1.w", "h.0.qkv.w", "h.0.proj.w", "h.0.ln2.w",
-                            "h.0.gate.w", "h.0.up.w", "h.0.down.w", "h.1.ln1.w"};
+    const char *want_l[] = {"wte",        "h.0.ln1.w", "h.0.qkv.w",  "h.0.proj.w", "h.0.ln2.w",
+                            "h.0.gate.w", "h.0.up.w",  "h.0.down.w", "h.1.ln1.w"};
     for (int i = 0; i < 9; i++)
         T_CHECK(!strcmp(info[i].name, want_l[i]), "%d: %s", i, info[i].name);
     T_CHECK(n == 30 && !strcmp(info[n - 1].name, "lnf.w"), "llama lnf");
@@ -203,8 +262,10 @@ static fp8t_model *make(const char *preset, fp8t_precision prec, int B, int T) {
     p.history_len = 16;
     char err[256];
     fp8t_model *m = fp8t_model_create(be, &c, &p, NULL, B, T, err, sizeof(err));
-    if (!m) printf("  create %s: %s\n", preset, err);
-    else fp8t_model_init_weights(m, 1234);
+    if (!m)
+        printf("  create %s: %s\n", preset, err);
+    else
+        fp8t_model_init_weights(m, 1234);
     return m;
 }
 
@@ -244,8 +305,8 @@ static void model_init_stats(void) {
         if (info[i].ndim == 2) {
             int resid = strstr(info[i].name, "proj.w") || strstr(info[i].name, "fc2.w");
             double want = resid ? 0.02 / sqrt(2.0 * 4) : 0.02;
-            T_CHECK(fabs(std - want) < 0.1 * want && fabs(mean) < 0.1 * want, "%s: std %g (want %g) mean %g",
-                    info[i].name, std, want, mean);
+            T_CHECK(fabs(std - want) < 0.1 * want && fabs(mean) < 0.1 * want,
+                    "%s: std %g (want %g) mean %g", info[i].name, std, want, mean);
         } else {
             double want = strstr(info[i].name, ".w") ? 1.0 : 0.0;
             T_CHECK(mean == want && std == 0.0, "%s: mean %g std %g", info[i].name, mean, std);
@@ -270,8 +331,8 @@ static void loss_decreases(const char *preset, fp8t_precision prec) {
     int tok[64], tgt[64];
     batch(tok, tgt, N, fp8t_model_get_config(m)->vocab_size, 3);
     float prev = train_step(m, tok, tgt, 1), first = prev;
-    T_CHECK(fabsf(first - logf(256.0f)) < 0.1f, "%s %s: initial loss %g, expected ~ln(V)",
-            preset, fp8t_precision_name(prec), first);
+    T_CHECK(fabsf(first - logf(256.0f)) < 0.1f, "%s %s: initial loss %g, expected ~ln(V)", preset,
+            fp8t_precision_name(prec), first);
     for (int t = 2; t <= 4; t++) {
         float loss = train_step(m, tok, tgt, t);
         T_CHECK(loss < prev, "%s %s: step %d loss %g not below %g", preset,
@@ -327,7 +388,10 @@ static void model_determinism(void) {
             loss[1][2]);
     T_CHECK(!memcmp(params[0], params[1], 2 * np * sizeof(float)), "weights differ");
     T_CHECK(!memcmp(state[0], state[1], ns * sizeof(float)), "FP8 state differs");
-    for (int r = 0; r < 2; r++) { free(params[r]); free(state[r]); }
+    for (int r = 0; r < 2; r++) {
+        free(params[r]);
+        free(state[r]);
+    }
 }
 
 /* BF16 and FP32 runs track the amax of every X, W and dY, so FP8 can take over at any step */
@@ -392,7 +456,8 @@ static void model_switch_without_jolt(void) {
     fp8t_model_set_policy(m, &p);
     T_CHECK(fp8t_model_gemm_precision(m, 0, FP8T_GEMM_FPROP) == FP8T_PREC_DELAYED, "switched");
     T_CHECK(fp8t_model_gemm_precision(m, fp8t_model_num_linears(fp8t_model_get_config(m)) - 1,
-                                      FP8T_GEMM_FPROP) == FP8T_PREC_BF16, "head stays bf16");
+                                      FP8T_GEMM_FPROP) == FP8T_PREC_BF16,
+            "head stays bf16");
     float fp8 = fp8t_model_forward(m, tok, tgt);
     printf("  loss after switching BF16 -> FP8 delayed: %.5f vs %.5f\n", fp8, bf16);
     T_CHECK(fabsf(fp8 - bf16) < 0.01f * bf16, "jolt: %g vs %g", fp8, bf16);
@@ -431,7 +496,8 @@ static void model_set_policy_hybrid(void) {
         if (t % 3 == FP8T_ROLE_DY)
             ok &= vb.fmt_max[t] == 448.0f &&
                   fabsf(vb.scale[t] - va.scale[t] * (448.0f / 57344.0f)) <= 1e-6f * vb.scale[t];
-        else ok &= vb.fmt_max[t] == va.fmt_max[t] && vb.scale[t] == va.scale[t];
+        else
+            ok &= vb.fmt_max[t] == va.fmt_max[t] && vb.scale[t] == va.scale[t];
     }
     T_CHECK(ok, "fmt_max / scale of the dY tensors not switched to E4M3");
     float loss = train_step(m, tok, tgt, 2);
@@ -526,7 +592,8 @@ static void model_frozen_forward(void) {
     fp8t_model_adamw(m, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, 3, 1.0f, 1.0f);
     fp8t_model_end_step(m);
     snapshot(&s1, m);
-    T_CHECK(same_state(&s0, &s1), "a frozen forward (or the policy detour) changed the FP8 state");
+    T_CHECK(same_state(&s0, &s1),
+            "a frozen forward (or the policy detour) changed the FP8 state");
     T_CHECK(same_grads(&s0, &s1), "a backward or zero_grad ran on a frozen model");
     T_CHECK(same_params(&s0, &s1), "adamw ran on a frozen model");
     snapshot_free(&s1);
@@ -545,8 +612,9 @@ static void model_frozen_forward(void) {
     float train_loss = fp8t_model_forward(m, tok, tgt);
     T_CHECK(frozen_loss == train_loss, "frozen loss %.9g vs training loss %.9g", frozen_loss,
             train_loss);
-    T_CHECK(isfinite(bf16_loss) && bf16_loss != frozen_loss && fabsf(bf16_loss - frozen_loss) <
-                0.05f * bf16_loss, "BF16 detour loss %.9g vs FP8 %.9g", bf16_loss, frozen_loss);
+    T_CHECK(isfinite(bf16_loss) && bf16_loss != frozen_loss &&
+                fabsf(bf16_loss - frozen_loss) < 0.05f * bf16_loss,
+            "BF16 detour loss %.9g vs FP8 %.9g", bf16_loss, frozen_loss);
     snapshot(&s1, m);
     T_CHECK(!same_state(&s0, &s1), "an unfrozen forward recorded no amax");
     snapshot_free(&s1);
@@ -569,8 +637,10 @@ static void model_frozen_forward(void) {
     fp8t_model_set_frozen(m, 0);
     snapshot(&s1, m);
     fp8t_recipe_state_view(&v, s1.state, n, len);
-    T_CHECK(v.fmt_max[FP8T_ROLE_DY] == 448.0f, "the dY format change was not applied at the "
-            "unfreeze: fmt_max %g", v.fmt_max[FP8T_ROLE_DY]);
+    T_CHECK(v.fmt_max[FP8T_ROLE_DY] == 448.0f,
+            "the dY format change was not applied at the "
+            "unfreeze: fmt_max %g",
+            v.fmt_max[FP8T_ROLE_DY]);
     snapshot_free(&s1);
     snapshot_free(&s0);
     fp8t_model_destroy(m);
@@ -591,8 +661,10 @@ static void model_frozen_keeps_trajectory(void) {
             m[k] = make("tiny", FP8T_PREC_FP8, B, T);
             T_ASSERT(m[k], "create");
             fp8t_policy p = *fp8t_model_get_policy(m[k]);
-            if (v == 0) p.head_precision = FP8T_PREC_DELAYED;
-            else p.recipe = FP8T_PREC_CURRENT;
+            if (v == 0)
+                p.head_precision = FP8T_PREC_DELAYED;
+            else
+                p.recipe = FP8T_PREC_CURRENT;
             fp8t_model_set_policy(m[k], &p);
         }
         for (int t = 1; t <= steps; t++) {
@@ -603,9 +675,9 @@ static void model_frozen_keeps_trajectory(void) {
                 if (k == 1) {
                     fp8t_policy run = *fp8t_model_get_policy(m[k]), d = detour_policy(&run);
                     fp8t_model_set_frozen(m[k], 1);
-                    fp8t_model_forward(m[k], vtok, vtgt);         /* validation */
+                    fp8t_model_forward(m[k], vtok, vtgt); /* validation */
                     fp8t_model_set_policy(m[k], &d);
-                    fp8t_model_forward(m[k], tok, tgt);           /* shadow BF16 */
+                    fp8t_model_forward(m[k], tok, tgt); /* shadow BF16 */
                     fp8t_model_set_policy(m[k], &run);
                     fp8t_model_set_frozen(m[k], 0);
                 }
@@ -721,18 +793,31 @@ static void model_logits_and_adamw(void) {
         }
     }
     T_CHECK(ok, "weight decay applied to the wrong tensors");
-    free(p0); free(p1); free(l1); free(l2);
+    free(p0);
+    free(p1);
+    free(l1);
+    free(l2);
     fp8t_model_destroy(m);
 }
 
 /* the hook sees 9 sites per linear per micro-batch, in execution order */
-typedef struct { int n; int bad_order; int last_lin; int phase; int counts[FP8T_T_COUNT]; } site_log;
+typedef struct {
+    int n;
+    int bad_order;
+    int last_lin;
+    int phase;
+    int counts[FP8T_T_COUNT];
+} site_log;
 static void log_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
-    (void)m; (void)x;
+    (void)m;
+    (void)x;
     site_log *L = ctx;
     int backward = s->gemm != FP8T_GEMM_FPROP;
     if (!backward && s->lin < L->last_lin) L->bad_order++;
-    if (backward && L->phase == 0) { L->phase = 1; L->last_lin = 1 << 30; }
+    if (backward && L->phase == 0) {
+        L->phase = 1;
+        L->last_lin = 1 << 30;
+    }
     if (backward && s->lin > L->last_lin) L->bad_order++;
     L->last_lin = s->lin;
     L->counts[s->kind]++;

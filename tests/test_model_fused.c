@@ -26,8 +26,8 @@
 #include "model_state_util.h"
 #include "test.h"
 
-static fp8t_backend *cpu;        /* the real backend */
-static fp8t_backend counted;     /* a copy whose op table counts the calls below */
+static fp8t_backend *cpu;    /* the real backend */
+static fp8t_backend counted; /* a copy whose op table counts the calls below */
 static fp8t_backend_ops counted_ops;
 static long n_quantize, n_xent, n_to_bf16, n_bias_add, n_gelu16, n_qgelu, n_h16cs, n_qcs,
     n_bias_bwd;
@@ -70,9 +70,7 @@ static void count_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
     case FP8T_OPK_QUANTIZE: n_quantize++; break;
     case FP8T_OPK_QUANTIZE_COLSUM: n_qcs++; break;
     case FP8T_OPK_QUANTIZE_GELU: n_qgelu++, n_qgelu_bias += r->bias != NULL; break;
-    case FP8T_OPK_QUANTIZE_DGELU:
-        n_gbwd++, n_qcs++, n_gelu_bwd_bias += r->bias != NULL;
-        break;
+    case FP8T_OPK_QUANTIZE_DGELU: n_gbwd++, n_qcs++, n_gelu_bwd_bias += r->bias != NULL; break;
     case FP8T_OPK_BF16: n_to_bf16++; break;
     case FP8T_OPK_BF16_COLSUM: n_h16cs++; break;
     case FP8T_OPK_BF16_GELU: n_gelu16++; break;
@@ -118,8 +116,7 @@ static int make_extra; /* switches every model made gets (both sides of a pair) 
 
 /* A model on the counting backend; switches = PLAIN_XENT | NO_REUSE ...: the model options'
  * FP8T_DISABLE_* bits of the create. */
-static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T,
-                        int switches) {
+static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T, int switches) {
     fp8t_model_config c;
     if (!strcmp(preset, "tiny-llama-gqa")) {
         /* tiny-llama with the Llama-3 / Qwen2 features: 4 query heads on 2 K/V heads, its own
@@ -135,8 +132,10 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     const fp8t_model_options opt = {.disable = (unsigned)switches};
     char err[256];
     fp8t_model *m = fp8t_model_create(&counted, &c, pol, &opt, B, T, err, sizeof(err));
-    if (!m) printf("  create %s: %s\n", preset, err);
-    else fp8t_model_init_weights(m, 4321);
+    if (!m)
+        printf("  create %s: %s\n", preset, err);
+    else
+        fp8t_model_init_weights(m, 4321);
     return m;
 }
 
@@ -156,7 +155,6 @@ static void batch(int *tok, int *tgt, int N, int V, int k) {
     }
 }
 
-
 static int same_bits(float a, float b) { return !memcmp(&a, &b, sizeof(float)); }
 
 /* Train a (fused/reusing) and b (plain) side by side for `steps` steps of `accum`
@@ -170,7 +168,7 @@ typedef struct {
     long xent16[2];                     /* softmax_xent_bf16 (also counted in xent) */
     long gbwd[2];                       /* DGELU operands */
     long add_bias[2];
-    long ln16[2];                       /* (ADD_)LAYERNORM operands */
+    long ln16[2]; /* (ADD_)LAYERNORM operands */
 } calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
@@ -187,10 +185,10 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
             batch(tok, tgt, N, V, s * accum + j);
             float loss[2];
             for (int k = 0; k < 2; k++) {
-                long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add,
-                     g0 = n_gelu16, qg0 = n_qgelu, hc0 = n_h16cs, qc0 = n_qcs,
-                     bb0 = n_bias_bwd, fb0 = n_fp8_bias, x16 = n_xent16, gw0 = n_gbwd,
-                     ab0 = n_add_bias, l0 = n_ln16;
+                long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add, g0 = n_gelu16,
+                     qg0 = n_qgelu, hc0 = n_h16cs, qc0 = n_qcs, bb0 = n_bias_bwd,
+                     fb0 = n_fp8_bias, x16 = n_xent16, gw0 = n_gbwd, ab0 = n_add_bias,
+                     l0 = n_ln16;
                 loss[k] = fp8t_model_forward(m[k], tok, tgt);
                 long q1 = n_quantize;
                 fp8t_model_backward(m[k], dloss[j % n_dloss]);
@@ -228,7 +226,8 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
     T_CHECK(!bad_loss, "%s: %d micro-batches with different losses", what, bad_loss);
     T_CHECK(!bad_pos, "%s: %d micro-batches with different per-position losses", what, bad_pos);
     T_CHECK(!bad_state, "%s: %d micro-batches with different gradients/state", what, bad_state);
-    T_CHECK(diff_model_state(cpu, a, b, when) == 0, "%s: params or FP8 state differ at the end", what);
+    T_CHECK(diff_model_state(cpu, a, b, when) == 0, "%s: params or FP8 state differ at the end",
+            what);
     free(tok);
     free(tgt);
 }
@@ -287,7 +286,8 @@ static void xent_dloss_changes(void) {
     const int B = 2, T = 16;
     fp8t_policy p = policy(FP8T_PREC_CURRENT);
     p.head_precision = FP8T_PREC_CURRENT;
-    fp8t_model *f = make("tiny-llama", &p, B, T, 0), *q = make("tiny-llama", &p, B, T, PLAIN_XENT);
+    fp8t_model *f = make("tiny-llama", &p, B, T, 0),
+               *q = make("tiny-llama", &p, B, T, PLAIN_XENT);
     T_ASSERT(f && q, "create");
     calls c;
     lockstep("tiny-llama fp8 head, changing dloss", f, q, B, T, 2, 3, d, 3, &c);
@@ -321,17 +321,19 @@ static void xent_logits_readable(void) {
             fp8t_model_forward(m[k], tok, tgt);
             lg[k][1] = host_copy(cpu, fp8t_model_logits(m[k]), nl * sizeof(float));
             fp8t_model_backward(m[k], 1.0f);
-            if (k == 0) T_CHECK(n_xent - x0 == 2, "head %s: %ld xent passes after a logits read",
-                                fp8t_precision_name(heads[h]), n_xent - x0);
+            if (k == 0)
+                T_CHECK(n_xent - x0 == 2, "head %s: %ld xent passes after a logits read",
+                        fp8t_precision_name(heads[h]), n_xent - x0);
         }
         int ok = 1;
-        for (int k = 0; k < 2; k++) ok &= lg[k][0] && lg[k][1] && !memcmp(lg[k][0], lg[k][1], nl * 4);
+        for (int k = 0; k < 2; k++)
+            ok &= lg[k][0] && lg[k][1] && !memcmp(lg[k][0], lg[k][1], nl * 4);
         T_CHECK(ok, "head %s: logits after a forward with targets differ from those without",
                 fp8t_precision_name(heads[h]));
         T_CHECK(lg[0][1] && lg[1][1] && !memcmp(lg[0][1], lg[1][1], nl * 4),
                 "head %s: fused and plain logits differ", fp8t_precision_name(heads[h]));
-        T_CHECK(diff_model_state(cpu, f, q, "after a logits read") == 0, "head %s: gradients differ",
-                fp8t_precision_name(heads[h]));
+        T_CHECK(diff_model_state(cpu, f, q, "after a logits read") == 0,
+                "head %s: gradients differ", fp8t_precision_name(heads[h]));
         for (int k = 0; k < 2; k++) free(lg[k][0]), free(lg[k][1]);
         fp8t_model_destroy(f);
         fp8t_model_destroy(q);
@@ -476,7 +478,8 @@ static void reuse_only_when_allowed(void) {
 static void bf16_case(const char *preset, fp8t_precision prec, const char *overrides,
                       int hooked) {
     pair_run pr;
-    if (!run_pair(&pr, preset, prec, overrides, hooked, NO_BF16_OPERANDS, "bf16 operands")) return;
+    if (!run_pair(&pr, preset, prec, overrides, hooked, NO_BF16_OPERANDS, "bf16 operands"))
+        return;
     fp8t_model *r = pr.r, *q = pr.q;
     const calls c = pr.c;
     const char *what = pr.what;
@@ -529,8 +532,8 @@ static void bf16_case(const char *preset, fp8t_precision prec, const char *overr
         /* GPT-2's layer linears have biases (a qkv_bias Llama's qkv): added in the GEMM unless a
          * hook watches */
         const long biases = cfg->arch == FP8T_ARCH_GPT2 ? 4L * cfg->n_layer
-                        : cfg->qkv_bias                ? (long)cfg->n_layer
-                                                       : 0;
+                            : cfg->qkv_bias             ? (long)cfg->n_layer
+                                                        : 0;
         /* (plain: qkv and fc1 with bias_add; proj and fc2 leave theirs to the residual add;
          * a Llama's only biases are qkv's, Qwen2 style) */
         const long plain_biases = hooked || cfg->arch != FP8T_ARCH_GPT2 ? biases : biases / 2;
@@ -626,7 +629,8 @@ static void gelu_fusion(void) {
 
 static void colsum_case(const char *preset, fp8t_precision prec, int hooked) {
     pair_run pr;
-    if (!run_pair(&pr, preset, prec, NULL, hooked, NO_BIAS_GRAD_FUSION, "bias-grad fusion")) return;
+    if (!run_pair(&pr, preset, prec, NULL, hooked, NO_BIAS_GRAD_FUSION, "bias-grad fusion"))
+        return;
     fp8t_model *r = pr.r, *q = pr.q;
     const calls c = pr.c;
     const char *what = pr.what;
@@ -634,8 +638,8 @@ static void colsum_case(const char *preset, fp8t_precision prec, int hooked) {
 
     const fp8t_model_config *cfg = fp8t_model_get_config(r);
     const long biases = cfg->arch == FP8T_ARCH_GPT2 ? 4L * cfg->n_layer
-                        : cfg->qkv_bias                ? (long)cfg->n_layer
-                                                       : 0;
+                        : cfg->qkv_bias             ? (long)cfg->n_layer
+                                                    : 0;
     const long fused = hooked ? 0 : (long)steps * accum * biases;
     T_CHECK(c.qcs[0] + c.h16cs[0] == fused && c.qcs[1] + c.h16cs[1] == 0,
             "%s: fused column sums %ld (plain %ld), expected %ld", what, c.qcs[0] + c.h16cs[0],
@@ -651,7 +655,7 @@ static void bias_grad_fusion(void) {
     colsum_case("tiny", FP8T_PREC_CURRENT, 0);
     colsum_case("tiny", FP8T_PREC_BF16, 0);
     colsum_case("tiny", FP8T_PREC_DELAYED, 1);
-    colsum_case("tiny-llama", FP8T_PREC_DELAYED, 0); /* no biases: nothing to fuse */
+    colsum_case("tiny-llama", FP8T_PREC_DELAYED, 0);     /* no biases: nothing to fuse */
     colsum_case("tiny-llama-gqa", FP8T_PREC_DELAYED, 0); /* qkv's bias (Qwen2) */
     colsum_case("tiny-llama-gqa", FP8T_PREC_BF16, 0);
 }
@@ -704,7 +708,8 @@ static void bf16_xent_dloss_changes(void) {
     xent_case("tiny", FP8T_PREC_BF16, 3, d, 3, 2 + 8 + 5);
     const int B = 2, T = 16;
     fp8t_policy p = policy(FP8T_PREC_BF16);
-    fp8t_model *f = make("tiny", &p, B, T, 0), *q = make("tiny", &p, B, T, NO_BF16_XENT | PLAIN_XENT);
+    fp8t_model *f = make("tiny", &p, B, T, 0),
+               *q = make("tiny", &p, B, T, NO_BF16_XENT | PLAIN_XENT);
     make_vocab = 0;
     T_ASSERT(f && q, "create");
     const int N = B * T, V = 251;
@@ -724,7 +729,8 @@ static void bf16_xent_dloss_changes(void) {
         if (k == 0) T_CHECK(n_xent == x0, "the backward made a cross-entropy pass");
     }
     size_t np = fp8t_model_num_params(f);
-    float *gf = host_copy(cpu, fp8t_model_grads(f), np * 4), *gq = host_copy(cpu, fp8t_model_grads(q), np * 4);
+    float *gf = host_copy(cpu, fp8t_model_grads(f), np * 4),
+          *gq = host_copy(cpu, fp8t_model_grads(q), np * 4);
     double num = 0, den = 0;
     int finite = 1;
     for (size_t i = 0; i < np; i++) {

@@ -104,9 +104,11 @@ static void no_compose_requests(void) {
                 const int plain_bf16 = precs[k] == FP8T_PREC_BF16 && variant == 3;
                 T_CHECK(made > 0 || plain_bf16, "%s %s variant %d: no make_operand request",
                         presets[a], fp8t_precision_name(precs[k]), variant);
-                T_CHECK(n_compose == 0, "%s %s variant %d: %ld requests CUDA has no kernel for, "
-                        "the first: %s", presets[a], fp8t_precision_name(precs[k]), variant,
-                        n_compose, first_compose);
+                T_CHECK(n_compose == 0,
+                        "%s %s variant %d: %ld requests CUDA has no kernel for, "
+                        "the first: %s",
+                        presets[a], fp8t_precision_name(precs[k]), variant, n_compose,
+                        first_compose);
             }
 }
 

@@ -12,7 +12,9 @@
 #include "util/opt_table.h"
 
 /* the subcommands whose options come from a table */
-static const char *const CONVERTED[] = {"train", "import", "tensorboard", "curves", "compare", "bisect", "export", "tokenize", "generate", "eval", "inspect", "bench-infer", NULL};
+static const char *const CONVERTED[] = {
+    "train",    "import",   "tensorboard", "curves",  "compare",     "bisect", "export",
+    "tokenize", "generate", "eval",        "inspect", "bench-infer", NULL};
 
 typedef struct {
     int n;
@@ -44,36 +46,91 @@ static const fp8t_opt_choice KINDS[] = {{"alpha", 1}, {"beta", 2}, {"gamma", 7},
 
 #define F(f) FP8T_OPT_FIELD(opts, f)
 static const fp8t_opt ROWS[] = {
-    {.name = "n", .arg = "N", .help = "a count", .group = "Numbers", .type = FP8T_OPT_INT, F(n),
-     .lo = 0, .hi = 10},
-    {.name = "x", .arg = "X", .help = "a float", .group = "Numbers", .type = FP8T_OPT_FLOAT,
-     F(x), .lo = 0, .hi = 1},
-    {.name = "d", .arg = "D", .help = "a double", .group = "Numbers", .type = FP8T_OPT_FLOAT,
-     F(d), .lo = -5, .hi = 5},
-    {.name = "seed", .arg = "S", .help = "any u64", .group = "Numbers", .type = FP8T_OPT_U64,
+    {.name = "n",
+     .arg = "N",
+     .help = "a count",
+     .group = "Numbers",
+     .type = FP8T_OPT_INT,
+     F(n),
+     .lo = 0,
+     .hi = 10},
+    {.name = "x",
+     .arg = "X",
+     .help = "a float",
+     .group = "Numbers",
+     .type = FP8T_OPT_FLOAT,
+     F(x),
+     .lo = 0,
+     .hi = 1},
+    {.name = "d",
+     .arg = "D",
+     .help = "a double",
+     .group = "Numbers",
+     .type = FP8T_OPT_FLOAT,
+     F(d),
+     .lo = -5,
+     .hi = 5},
+    {.name = "seed",
+     .arg = "S",
+     .help = "any u64",
+     .group = "Numbers",
+     .type = FP8T_OPT_U64,
      F(seed)},
-    {.name = "big", .arg = "B", .help = "a ranged u64", .group = "Numbers",
-     .type = FP8T_OPT_U64, F(big), .lo = 1, .hi = 1000},
-    {.name = "name", .arg = "NAME", .help = "a borrowed string", .group = "Text",
-     .type = FP8T_OPT_STR, F(name)},
-    {.name = "buf", .arg = "S", .help = "a copied string", .group = "Text",
-     .type = FP8T_OPT_STRBUF, F(buf)},
-    {.name = "req", .arg = "R", .help = "required, no default shown", .group = "Text",
-     .type = FP8T_OPT_STR, F(req), .dflt = FP8T_OPT_NO_DEFAULT},
+    {.name = "big",
+     .arg = "B",
+     .help = "a ranged u64",
+     .group = "Numbers",
+     .type = FP8T_OPT_U64,
+     F(big),
+     .lo = 1,
+     .hi = 1000},
+    {.name = "name",
+     .arg = "NAME",
+     .help = "a borrowed string",
+     .group = "Text",
+     .type = FP8T_OPT_STR,
+     F(name)},
+    {.name = "buf",
+     .arg = "S",
+     .help = "a copied string",
+     .group = "Text",
+     .type = FP8T_OPT_STRBUF,
+     F(buf)},
+    {.name = "req",
+     .arg = "R",
+     .help = "required, no default shown",
+     .group = "Text",
+     .type = FP8T_OPT_STR,
+     F(req),
+     .dflt = FP8T_OPT_NO_DEFAULT},
     {.name = "flag", .help = "a flag", .type = FP8T_OPT_FLAG, F(flag)},
     {.name = "on", .arg = "0|1", .help = "a switch", .type = FP8T_OPT_BOOL, F(on)},
-    {.name = "kind", .arg = "K", .help = "one of three", .type = FP8T_OPT_CHOICE, F(kind),
+    {.name = "kind",
+     .arg = "K",
+     .help = "one of three",
+     .type = FP8T_OPT_CHOICE,
+     F(kind),
      .choices = KINDS},
-    {.name = "twice", .arg = "T", .help = "stored doubled", .type = FP8T_OPT_SPECIAL,
-     .set = set_twice, .get = get_twice, .dflt = NULL},
+    {.name = "twice",
+     .arg = "T",
+     .help = "stored doubled",
+     .type = FP8T_OPT_SPECIAL,
+     .set = set_twice,
+     .get = get_twice,
+     .dflt = NULL},
 };
 #undef F
 
 static fp8t_opt_spec spec(int max_pos, int pass_unknown) {
-    fp8t_opt_spec s = {.cmd = "demo", .usage = "IN [options]", .about = "Does nothing.\n",
-                       .epilog = "example: fp8train demo in --n 3\n", .opts = ROWS,
-                       .n_opts = (int)(sizeof(ROWS) / sizeof(ROWS[0])), .max_pos = max_pos,
-                       .pass_unknown = pass_unknown, .wrap = 60};
+    fp8t_opt_spec s = {.cmd = "demo",
+                       .usage = "IN [options]",
+                       .about = "Does nothing.\n",
+                       .epilog = "example: fp8train demo in --n 3\n",
+                       .opts = ROWS,
+                       .n_opts = (int)(sizeof(ROWS) / sizeof(ROWS[0])),
+                       .max_pos = max_pos,
+                       .pass_unknown = pass_unknown,
+                       .wrap = 60};
     return s;
 }
 
@@ -114,13 +171,15 @@ static void every_type_parses(void) {
             (unsigned long long)o.seed, (unsigned long long)o.big);
     T_CHECK(o.name && !strcmp(o.name, "nm") && !strcmp(o.buf, "1234567") && !strcmp(o.req, "r"),
             "strings %s %s", o.name ? o.name : "(null)", o.buf);
-    T_CHECK(o.flag == 1 && o.on == 1 && o.kind == 7 && o.twice == 42, "flag %d on %d kind %d "
-            "twice %d", o.flag, o.on, o.kind, o.twice);
+    T_CHECK(o.flag == 1 && o.on == 1 && o.kind == 7 && o.twice == 42,
+            "flag %d on %d kind %d "
+            "twice %d",
+            o.flag, o.on, o.kind, o.twice);
     T_CHECK(np == 2 && !strcmp(pos[0], "in") && !strcmp(pos[1], "out"), "positionals %d", np);
     o = defaults();
     rc = parse(&s, &o, "--flag=0 --on off --n=0", pos, &np, err, sizeof(err));
-    T_CHECK(rc == 0 && o.flag == 0 && o.on == 0 && o.n == 0 && np == 0, "rc %d flag %d on %d",
-            rc, o.flag, o.on);
+    T_CHECK(rc == 0 && o.flag == 0 && o.on == 0 && o.n == 0 && np == 0, "rc %d flag %d on %d", rc,
+            o.flag, o.on);
 }
 
 /* each bad value is refused with "--name: bad value 'v' (expected ...)" and leaves the field */
@@ -188,8 +247,10 @@ static void help_and_list_requests(void) {
     fp8t_opt_spec s = spec(2, 0);
     opts o = defaults();
     char err[512];
-    T_CHECK(parse(&s, &o, "--n 1 --help", NULL, NULL, err, sizeof(err)) == FP8T_OPT_HELP, "--help");
-    T_CHECK(parse(&s, &o, "-h --frobnicate", NULL, NULL, err, sizeof(err)) == FP8T_OPT_HELP, "-h");
+    T_CHECK(parse(&s, &o, "--n 1 --help", NULL, NULL, err, sizeof(err)) == FP8T_OPT_HELP,
+            "--help");
+    T_CHECK(parse(&s, &o, "-h --frobnicate", NULL, NULL, err, sizeof(err)) == FP8T_OPT_HELP,
+            "-h");
     T_CHECK(parse(&s, &o, "--list-options", NULL, NULL, err, sizeof(err)) == FP8T_OPT_LIST,
             "--list-options");
 }
@@ -205,7 +266,8 @@ static void unknown_passed_through(void) {
     T_ASSERT(rc == 0, "rc %d: %s", rc, err);
     T_CHECK(o.n == 4 && o.flag == 1, "n %d flag %d", o.n, o.flag);
     T_CHECK(np == 4 && !strcmp(pos[0], "--steps") && !strcmp(pos[1], "10") &&
-            !strcmp(pos[2], "--out=dir") && !strcmp(pos[3], "x"), "passed %d", np);
+                !strcmp(pos[2], "--out=dir") && !strcmp(pos[3], "x"),
+            "passed %d", np);
 }
 
 static char *help_text(const fp8t_opt_spec *s, const void *d) {
@@ -223,12 +285,28 @@ static void help_is_generated(void) {
     opts d = defaults();
     char *h = help_text(&s, &d);
     T_ASSERT(h, "no help");
-    static const char *const want[] = {
-        "usage: fp8train demo IN [options]\n\nDoes nothing.\n", "\nNumbers:\n", "\nText:\n",
-        "\nOptions:\n", "--n N", "(default 3)", "--x X", "(default 0.5)", "(default 1.25)",
-        "--seed S", "(default 1337)", "--name NAME", "--buf S", "(default abc)", "--req R",
-        "--flag ", "--on 0|1", "--kind K", "(default beta)", "--twice T", "(default 8/2)",
-        "\nexample: fp8train demo in --n 3\n"};
+    static const char *const want[] = {"usage: fp8train demo IN [options]\n\nDoes nothing.\n",
+                                       "\nNumbers:\n",
+                                       "\nText:\n",
+                                       "\nOptions:\n",
+                                       "--n N",
+                                       "(default 3)",
+                                       "--x X",
+                                       "(default 0.5)",
+                                       "(default 1.25)",
+                                       "--seed S",
+                                       "(default 1337)",
+                                       "--name NAME",
+                                       "--buf S",
+                                       "(default abc)",
+                                       "--req R",
+                                       "--flag ",
+                                       "--on 0|1",
+                                       "--kind K",
+                                       "(default beta)",
+                                       "--twice T",
+                                       "(default 8/2)",
+                                       "\nexample: fp8train demo in --n 3\n"};
     for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++)
         T_CHECK(strstr(h, want[k]), "help lacks '%s':\n%s", want[k], h);
     /* a flag's default is off, an unset string's none; a required row shows no default */
@@ -306,12 +384,15 @@ int main(int argc, char **argv) {
     (void)argc;
     t_suite = "opt_table";
     const char *env = getenv("FP8TRAIN_BIN");
-    if (env && *env) snprintf(bin, sizeof(bin), "%s", env);
+    if (env && *env)
+        snprintf(bin, sizeof(bin), "%s", env);
     else { /* BUILD/tests/test_opt_table -> BUILD/fp8train */
         snprintf(bin, sizeof(bin), "%s", argv[0]);
         char *slash = strrchr(bin, '/');
-        if (slash) snprintf(slash + 1, sizeof(bin) - (size_t)(slash + 1 - bin), "../fp8train");
-        else snprintf(bin, sizeof(bin), "../fp8train");
+        if (slash)
+            snprintf(slash + 1, sizeof(bin) - (size_t)(slash + 1 - bin), "../fp8train");
+        else
+            snprintf(bin, sizeof(bin), "../fp8train");
     }
     T_RUN(every_type_parses);
     T_RUN(values_are_range_checked);

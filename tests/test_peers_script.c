@@ -87,21 +87,22 @@ static void markdown_table(void) {
     FILE *f = fopen(path, "w");
     T_ASSERT(f, "cannot write %s", path);
     /* 124M: every run; llama-1b: the peers failed (an error line, a skipped torchao) */
-    fputs("{\"source\": \"fp8train\", \"model\": \"gpt2-124m\", \"batch\": 32, \"precision\": "
-          "\"bf16\", \"tokens_per_s\": 400000, \"peak_gib\": 30.0}\n"
-          "{\"source\": \"fp8train\", \"model\": \"gpt2-124m\", \"batch\": 32, \"precision\": "
-          "\"fp8-delayed\", \"tokens_per_s\": 600000, \"peak_gib\": 12.0}\n"
-          "{\"model\": \"gpt2-124m\", \"batch\": 32, \"precision\": \"bf16\", \"tokens_per_s\": "
-          "500000, \"peak_gib\": 15.0}\n"
-          "{\"model\": \"gpt2-124m\", \"batch\": 32, \"precision\": \"torchao-fp8\", "
-          "\"tokens_per_s\": 480000, \"peak_gib\": 11.5}\n"
-          "noise from a compiler warning\n"
-          "{\"source\": \"fp8train\", \"model\": \"llama-1b\", \"batch\": 16, \"precision\": "
-          "\"bf16\", \"tokens_per_s\": 55300, \"peak_gib\": 77.0}\n"
-          "{\"model\": \"llama-1b\", \"batch\": 16, \"precision\": \"bf16\", \"error\": \"OOM\"}\n"
-          "{\"model\": \"llama-1b\", \"batch\": 16, \"precision\": \"torchao-fp8\", \"skipped\": "
-          "\"torchao not importable\"}\n",
-          f);
+    fputs(
+        "{\"source\": \"fp8train\", \"model\": \"gpt2-124m\", \"batch\": 32, \"precision\": "
+        "\"bf16\", \"tokens_per_s\": 400000, \"peak_gib\": 30.0}\n"
+        "{\"source\": \"fp8train\", \"model\": \"gpt2-124m\", \"batch\": 32, \"precision\": "
+        "\"fp8-delayed\", \"tokens_per_s\": 600000, \"peak_gib\": 12.0}\n"
+        "{\"model\": \"gpt2-124m\", \"batch\": 32, \"precision\": \"bf16\", \"tokens_per_s\": "
+        "500000, \"peak_gib\": 15.0}\n"
+        "{\"model\": \"gpt2-124m\", \"batch\": 32, \"precision\": \"torchao-fp8\", "
+        "\"tokens_per_s\": 480000, \"peak_gib\": 11.5}\n"
+        "noise from a compiler warning\n"
+        "{\"source\": \"fp8train\", \"model\": \"llama-1b\", \"batch\": 16, \"precision\": "
+        "\"bf16\", \"tokens_per_s\": 55300, \"peak_gib\": 77.0}\n"
+        "{\"model\": \"llama-1b\", \"batch\": 16, \"precision\": \"bf16\", \"error\": \"OOM\"}\n"
+        "{\"model\": \"llama-1b\", \"batch\": 16, \"precision\": \"torchao-fp8\", \"skipped\": "
+        "\"torchao not importable\"}\n",
+        f);
     fclose(f);
     static char buf[8192];
     char args[300];
@@ -132,8 +133,8 @@ static void bad_arguments(void) {
 int main(void) {
     t_suite = "peers_script";
     py = getenv("FP8TRAIN_PYTHON") ? getenv("FP8TRAIN_PYTHON") : "python3";
-    script = getenv("FP8T_PEERS_SCRIPT") ? getenv("FP8T_PEERS_SCRIPT")
-                                         : "bench/peers/pytorch_gpt.py";
+    script =
+        getenv("FP8T_PEERS_SCRIPT") ? getenv("FP8T_PEERS_SCRIPT") : "bench/peers/pytorch_gpt.py";
     char probe[512];
     snprintf(probe, sizeof(probe), "%s -c 'import json' >/dev/null 2>&1", py);
     if (system(probe) != 0 || access(script, R_OK) != 0) {

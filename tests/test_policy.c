@@ -56,7 +56,8 @@ static void policy_rowwise(void) {
             "switch: %s", err);
     /* the error lists it */
     T_CHECK(fp8t_policy_add_overrides(&p, "precision=rowise", err, sizeof(err)) != 0 &&
-                strstr(err, "rowwise"), "message: %s", err);
+                strstr(err, "rowwise"),
+            "message: %s", err);
 }
 
 static void policy_names(void) {
@@ -100,9 +101,10 @@ static void policy_parse_fields(void) {
     T_CHECK(o->precision == FP8T_PREC_BF16, "precision");
 
     /* several rules with ';', spaces, groups, the special layer forms */
-    rc = fp8t_policy_add_overrides(&p, " module=attn , precision=fake ; layers=first:2,"
-                                       "precision=current;layers=last:1,module=mlp,"
-                                       "precision=fp32;layers=5,gemm=all,precision=1",
+    rc = fp8t_policy_add_overrides(&p,
+                                   " module=attn , precision=fake ; layers=first:2,"
+                                   "precision=current;layers=last:1,module=mlp,"
+                                   "precision=fp32;layers=5,gemm=all,precision=1",
                                    err, sizeof(err));
     T_ASSERT(rc == 0, "%s", err);
     T_ASSERT(p.n_overrides == 5, "n %d", p.n_overrides);
@@ -125,8 +127,9 @@ static void policy_matching(void) {
     fp8t_policy p;
     fp8t_policy_default(&p);
     char err[512];
-    T_ASSERT(fp8t_policy_add_overrides(&p, "layers=2-3,module=fc2,gemm=dgrad,precision=bf16",
-                                       err, sizeof(err)) == 0, "%s", err);
+    T_ASSERT(fp8t_policy_add_overrides(&p, "layers=2-3,module=fc2,gemm=dgrad,precision=bf16", err,
+                                       sizeof(err)) == 0,
+             "%s", err);
     T_CHECK(R(&p, 2, FP8T_MOD_FC2, FP8T_GEMM_DGRAD) == FP8T_PREC_BF16, "in range");
     T_CHECK(R(&p, 3, FP8T_MOD_FC2, FP8T_GEMM_DGRAD) == FP8T_PREC_BF16, "in range (hi)");
     T_CHECK(R(&p, 1, FP8T_MOD_FC2, FP8T_GEMM_DGRAD) == FP8T_PREC_DELAYED, "below range");
@@ -140,14 +143,17 @@ static void policy_matching(void) {
     T_CHECK(R(&p, 2, FP8T_MOD_FC2, FP8T_GEMM_DGRAD) == FP8T_PREC_FAKE, "later wins");
     T_CHECK(R(&p, 7, FP8T_MOD_QKV, FP8T_GEMM_DGRAD) == FP8T_PREC_FAKE, "all layers");
     T_ASSERT(fp8t_policy_add_overrides(&p, "layers=2,module=fc2,precision=bf16", err,
-                                       sizeof(err)) == 0, "%s", err);
+                                       sizeof(err)) == 0,
+             "%s", err);
     T_CHECK(R(&p, 2, FP8T_MOD_FC2, FP8T_GEMM_DGRAD) == FP8T_PREC_BF16, "later wins again");
     T_CHECK(R(&p, 3, FP8T_MOD_FC2, FP8T_GEMM_DGRAD) == FP8T_PREC_FAKE, "layer 3 keeps fake");
 
     /* first:N / last:N */
     fp8t_policy_default(&p);
-    T_ASSERT(fp8t_policy_add_overrides(&p, "layers=first:2,precision=bf16;layers=last:3,"
-                                           "precision=current", err, sizeof(err)) == 0,
+    T_ASSERT(fp8t_policy_add_overrides(&p,
+                                       "layers=first:2,precision=bf16;layers=last:3,"
+                                       "precision=current",
+                                       err, sizeof(err)) == 0,
              "%s", err);
     const fp8t_precision want[L] = {FP8T_PREC_BF16,    FP8T_PREC_BF16,    FP8T_PREC_DELAYED,
                                     FP8T_PREC_DELAYED, FP8T_PREC_DELAYED, FP8T_PREC_CURRENT,
@@ -162,18 +168,22 @@ static void policy_head(void) {
     fp8t_policy_default(&p);
     char err[512];
     /* a rule without module never matches the head, even with layers=all */
-    T_ASSERT(fp8t_policy_add_overrides(&p, "precision=fp32;layers=all,gemm=fprop,"
-                                           "precision=current;module=all,precision=fake",
-                                       err, sizeof(err)) == 0, "%s", err);
+    T_ASSERT(fp8t_policy_add_overrides(&p,
+                                       "precision=fp32;layers=all,gemm=fprop,"
+                                       "precision=current;module=all,precision=fake",
+                                       err, sizeof(err)) == 0,
+             "%s", err);
     for (int g = 0; g < FP8T_GEMM_COUNT; g++)
-        T_CHECK(R(&p, -1, FP8T_MOD_HEAD, (fp8t_gemm_kind)g) == FP8T_PREC_BF16,
-                "head %s: %s", fp8t_gemm_name((fp8t_gemm_kind)g),
+        T_CHECK(R(&p, -1, FP8T_MOD_HEAD, (fp8t_gemm_kind)g) == FP8T_PREC_BF16, "head %s: %s",
+                fp8t_gemm_name((fp8t_gemm_kind)g),
                 fp8t_precision_name(R(&p, -1, FP8T_MOD_HEAD, (fp8t_gemm_kind)g)));
     T_CHECK(R(&p, 0, FP8T_MOD_QKV, FP8T_GEMM_DGRAD) == FP8T_PREC_FAKE, "body follows rules");
     /* naming the head matches it, whatever its layers */
-    T_ASSERT(fp8t_policy_add_overrides(&p, "module=head,gemm=wgrad,precision=fp8;"
-                                           "layers=0,module=head+qkv,gemm=dgrad,precision=fake",
-                                       err, sizeof(err)) == 0, "%s", err);
+    T_ASSERT(fp8t_policy_add_overrides(&p,
+                                       "module=head,gemm=wgrad,precision=fp8;"
+                                       "layers=0,module=head+qkv,gemm=dgrad,precision=fake",
+                                       err, sizeof(err)) == 0,
+             "%s", err);
     T_CHECK(R(&p, -1, FP8T_MOD_HEAD, FP8T_GEMM_WGRAD) == FP8T_PREC_DELAYED, "head wgrad fp8");
     T_CHECK(R(&p, -1, FP8T_MOD_HEAD, FP8T_GEMM_DGRAD) == FP8T_PREC_FAKE, "head dgrad fake");
     T_CHECK(R(&p, -1, FP8T_MOD_HEAD, FP8T_GEMM_FPROP) == FP8T_PREC_BF16, "head fprop");
@@ -204,8 +214,9 @@ static void policy_env(void) {
         T_CHECK(R(&p, l, FP8T_MOD_FC1, FP8T_GEMM_FPROP) == FP8T_PREC_DELAYED, "fprop");
     }
     /* the environment adds to what is there: an override added after it wins */
-    T_ASSERT(fp8t_policy_add_overrides(&p, "layers=0,gemm=dgrad,precision=1", err,
-                                       sizeof(err)) == 0, "%s", err);
+    T_ASSERT(fp8t_policy_add_overrides(&p, "layers=0,gemm=dgrad,precision=1", err, sizeof(err)) ==
+                 0,
+             "%s", err);
     T_CHECK(R(&p, 0, FP8T_MOD_FC1, FP8T_GEMM_DGRAD) == FP8T_PREC_DELAYED, "cli after env");
 
     fp8t_policy_default(&p);
@@ -243,11 +254,13 @@ static void policy_json_roundtrip(void) {
     p.fast_accum_grad = 1;
     p.block_hybrid = 1;
     T_ASSERT(fp8t_policy_add_overrides(
-                 &p, "layers=2-3,module=fc2+fc1,gemm=dgrad+wgrad,precision=bf16;"
-                     "layers=first:1,precision=fp32;layers=last:2,module=head+down,"
-                     "precision=block;layers=4,gemm=fprop,precision=mxfp8;precision=fp8;"
-                     "layers=1,module=attn,gemm=fprop+dgrad,precision=rowwise",
-                 err, sizeof(err)) == 0, "%s", err);
+                 &p,
+                 "layers=2-3,module=fc2+fc1,gemm=dgrad+wgrad,precision=bf16;"
+                 "layers=first:1,precision=fp32;layers=last:2,module=head+down,"
+                 "precision=block;layers=4,gemm=fprop,precision=mxfp8;precision=fp8;"
+                 "layers=1,module=attn,gemm=fprop+dgrad,precision=rowwise",
+                 err, sizeof(err)) == 0,
+             "%s", err);
     char *js = fp8t_policy_to_json(&p);
     T_ASSERT(js, "to_json");
     int rc = fp8t_policy_from_json(&q, js, err, sizeof(err));
@@ -271,8 +284,7 @@ static void policy_json_roundtrip(void) {
             for (int g = 0; g < FP8T_GEMM_COUNT; g++) {
                 int lay = mod == FP8T_MOD_HEAD ? -1 : (l < 0 ? 0 : l);
                 T_CHECK(fp8t_policy_resolve(&p, L, lay, (fp8t_module)mod, (fp8t_gemm_kind)g) ==
-                            fp8t_policy_resolve(&q, L, lay, (fp8t_module)mod,
-                                                (fp8t_gemm_kind)g),
+                            fp8t_policy_resolve(&q, L, lay, (fp8t_module)mod, (fp8t_gemm_kind)g),
                         "resolve differs at %d %d %d", lay, mod, g);
             }
     /* the formatted rules parse back to themselves */
@@ -299,7 +311,8 @@ static void policy_json_roundtrip(void) {
                 strstr(err, "head"),
             "bad precision: %s", err);
     T_CHECK(fp8t_policy_from_json(&q, "{\"overrides\":[\"module=fc3,precision=bf16\"]}", err,
-                                  sizeof(err)) != 0 && strstr(err, "fc3"),
+                                  sizeof(err)) != 0 &&
+                strstr(err, "fc3"),
             "bad override: %s", err);
     T_CHECK(fp8t_policy_from_json(&q, "{\"history_len\":0}", err, sizeof(err)) != 0 &&
                 strstr(err, "history_len"),
@@ -336,7 +349,7 @@ static void policy_errors(void) {
     expect_error("layers=x,precision=bf16", "'x'", 1);                 /* not a number */
     expect_error("layers=first:0,precision=bf16", "first:0", 1);       /* N must be >= 1 */
     expect_error("layers=last:,precision=bf16", "last:", 1);
-    expect_error("precision", "precision", 1);                         /* not key=value */
+    expect_error("precision", "precision", 1); /* not key=value */
     expect_error("precision=bf16,precision=fp32", "twice", 0);
     expect_error("precision=bf16;module=up,precision=nope", "nope", 0); /* 2nd rule bad */
     expect_error("", "empty", 1);
@@ -359,12 +372,13 @@ static void policy_describe(void) {
     fp8t_policy_default(&p);
     char err[512], buf[4096];
     T_ASSERT(fp8t_policy_add_overrides(&p, "layers=last:2,module=fc2,gemm=dgrad,precision=bf16",
-                                       err, sizeof(err)) == 0, "%s", err);
+                                       err, sizeof(err)) == 0,
+             "%s", err);
     fp8t_policy_describe(&p, buf, sizeof(buf));
     T_CHECK(strstr(buf, "default: fp8 (= delayed)") != NULL, "%s", buf);
     T_CHECK(strstr(buf, "head: bf16") != NULL, "%s", buf);
-    T_CHECK(strstr(buf, "override 1: layers=last:2,module=fc2,gemm=dgrad,precision=bf16"),
-            "%s", buf);
+    T_CHECK(strstr(buf, "override 1: layers=last:2,module=fc2,gemm=dgrad,precision=bf16"), "%s",
+            buf);
     char small[16];
     fp8t_policy_describe(&p, small, sizeof(small)); /* truncates, never overflows */
     T_CHECK(strlen(small) == sizeof(small) - 1, "truncated length %zu", strlen(small));

@@ -66,9 +66,10 @@ static void profiled_run_is_identical_and_reported(void) {
     T_ASSERT(f, "open_memstream");
     fp8t_profile_report(wrapped, f, 2);
     fclose(f);
-    static const char *const must[] = {"gemm_fp8", "attention_forward", "attention_backward",
-                                       "layernorm_forward", "softmax_xent", "adamw", "quantize",
-                                       "GEMM shapes"};
+    static const char *const must[] = {"gemm_fp8",           "attention_forward",
+                                       "attention_backward", "layernorm_forward",
+                                       "softmax_xent",       "adamw",
+                                       "quantize",           "GEMM shapes"};
     for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++)
         T_CHECK(strstr(buf, must[i]) != NULL, "report lacks %s:\n%s", must[i], buf);
     /* tiny: 4 layers x 4 linears + head, 3 GEMMs each, 2 steps; the head is BF16 by default */

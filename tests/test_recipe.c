@@ -58,9 +58,10 @@ static void test_delayed_history_window(void) {
     fp8t_recipe_state st;
     fp8t_recipe_state_view(&st, base, 1, 3);
     fp8t_recipe_state_reset(&st, NULL);
-    const float steps[8][2] = {{4, 0}, {2, 1}, {1, 0}, {0.5f, 0}, {0.25f, 0}, {0, 0}, {0, 0}, {0, 0}};
+    const float steps[8][2] = {{4, 0},     {2, 1}, {1, 0}, {0.5f, 0},
+                               {0.25f, 0}, {0, 0}, {0, 0}, {0, 0}};
     const float want_max[8] = {112, 112, 112, 224, 448, 896, 1792, 1792};
-    const float want_hist[8][3] = {{0, 0, 4},     {0, 4, 2},        {0, 2, 1}, {0, 1, 0.5f},
+    const float want_hist[8][3] = {{0, 0, 4},        {0, 4, 2},     {0, 2, 1}, {0, 1, 0.5f},
                                    {0, 0.5f, 0.25f}, {0, 0.25f, 0}, {0, 0, 0}, {0, 0, 0}};
     for (int s = 0; s < 8; s++) {
         if (s == 1) T_CHECK(fp8t_recipe_history_max(&st, 0) == 4.0f, "history max before step 2");
@@ -69,8 +70,8 @@ static void test_delayed_history_window(void) {
                 (double)st.scale[0], (double)want_max[s]);
         T_CHECK(st.scale_inv[0] == 1.0f / want_max[s], "scale_inv step %d", s + 1);
         for (int i = 0; i < 3; i++)
-            T_CHECK(st.history[i] == want_hist[s][i], "step %d history[%d] = %g want %g", s + 1, i,
-                    (double)st.history[i], (double)want_hist[s][i]);
+            T_CHECK(st.history[i] == want_hist[s][i], "step %d history[%d] = %g want %g", s + 1,
+                    i, (double)st.history[i], (double)want_hist[s][i]);
     }
     fp8t_recipe_state_reset(&st, NULL);
     const float want_recent[8] = {112, 224, 448, 896, 1792, 1792, 1792, 1792};
@@ -121,8 +122,8 @@ static void test_delayed_nonfinite_and_layout(void) {
     fp8t_recipe_record_amax(&st, 0, 1.0f);
     fp8t_recipe_record_amax(&st, 1, 1.0f);
     fp8t_delayed_update(&st, FP8T_AMAX_MAX, 0);
-    T_CHECK(st.scale[0] == 448.0f && st.scale[1] == 7168.0f, "step 3: NaN skipped, Inf kept: %g %g",
-            (double)st.scale[0], (double)st.scale[1]);
+    T_CHECK(st.scale[0] == 448.0f && st.scale[1] == 7168.0f,
+            "step 3: NaN skipped, Inf kept: %g %g", (double)st.scale[0], (double)st.scale[1]);
     T_CHECK(base[2] == 1 && base[3] == 1, "step 3 history");
 
     fp8t_delayed_update(&st, FP8T_AMAX_MAX, 0);
@@ -167,7 +168,8 @@ static void test_block_quantize_hand(void) {
     const float want_s[4] = {224, 896, 1, 0.5f};
     const uint8_t want_c[8] = {0x76, 0xFE, 0x7E, 0x76, 0x00, 0x00, 0x64, 0xFE};
     const float want_y[8] = {1, -2, 0.5f, 0.25f, 0, 0, 96, -896};
-    for (int i = 0; i < 4; i++) T_CHECK(scales[i] == want_s[i], "scale[%d] = %g", i, (double)scales[i]);
+    for (int i = 0; i < 4; i++)
+        T_CHECK(scales[i] == want_s[i], "scale[%d] = %g", i, (double)scales[i]);
     for (int i = 0; i < 8; i++) T_CHECK(codes[i] == want_c[i], "code[%d] = 0x%02x", i, codes[i]);
     fp8t_block_dequantize(y, codes, scales, 2, 4, 1, 2, FP8_E4M3);
     for (int i = 0; i < 8; i++) T_CHECK(y[i] == want_y[i], "y[%d] = %g", i, (double)y[i]);
@@ -253,7 +255,8 @@ static void test_mxfp8_hand(void) {
     T_CHECK(codes[40 + 32] == 0x7F && codes[40 + 39] == 0x7F, "NaN block codes");
     fp8t_mxfp8_dequantize(y, codes, e8, 2, 40);
     T_CHECK(y[0] == 1.0f && y[1] == -0.5f && y[2] == 0.0f && y[32] == 448.0f && y[33] == 3.0f,
-            "row 0 dequantized %g %g %g %g", (double)y[0], (double)y[1], (double)y[32], (double)y[33]);
+            "row 0 dequantized %g %g %g %g", (double)y[0], (double)y[1], (double)y[32],
+            (double)y[33]);
     T_CHECK(y[40] == 0.0f && isnan(y[40 + 32]) && isnan(y[79]), "row 1 dequantized");
 
     /* exact power-of-two ratios: amax 448 -> 2^0 (127), 224 -> 2^-1 (126), 896 -> 2^1 (128);

@@ -23,8 +23,8 @@
 #include "model_state_util.h"
 #include "test.h"
 
-static fp8t_backend *cpu;    /* the real backend */
-static fp8t_backend native;  /* a copy announcing fp8_block_native, with counting ops */
+static fp8t_backend *cpu;   /* the real backend */
+static fp8t_backend native; /* a copy announcing fp8_block_native, with counting ops */
 static fp8t_backend_ops counted_ops;
 static long n_qs, n_qs_both, n_amax, n_gelu_fwd, n_gelu_bwd, n_bias_bwd, n_scaled_gemm, n_gemm,
     n_gemm_bias;
@@ -55,9 +55,8 @@ static void count_bias_bwd(fp8t_backend *b, float *dbias, const float *dout, int
     cpu->ops->bias_backward(b, dbias, dout, N, OC);
 }
 static void count_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
-                           const fp8t_fp8_operand *B, int M, int N, int K, int transA,
-                           int transB, int acc, int fast_accum, float *amax_out,
-                           const float *bias) {
+                           const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
+                           int acc, int fast_accum, float *amax_out, const float *bias) {
     n_gemm++;
     n_gemm_bias += bias != NULL;
     n_scaled_gemm += A->scaling != FP8T_SCALING_TENSOR && B->scaling != FP8T_SCALING_TENSOR;
@@ -71,8 +70,10 @@ static fp8t_model *make(const char *preset, const fp8t_policy *pol, int B, int T
     const fp8t_model_options opt = {.disable = disable};
     char err[256];
     fp8t_model *m = fp8t_model_create(&native, &c, pol, &opt, B, T, err, sizeof(err));
-    if (!m) printf("  create %s: %s\n", preset, err);
-    else fp8t_model_init_weights(m, 2468);
+    if (!m)
+        printf("  create %s: %s\n", preset, err);
+    else
+        fp8t_model_init_weights(m, 2468);
     return m;
 }
 
@@ -98,8 +99,8 @@ typedef struct {
 } counts;
 
 static void snap(counts *c) {
-    *c = (counts){n_qs,          n_qs_both, n_amax, n_gelu_fwd, n_gelu_bwd, n_bias_bwd,
-                  n_scaled_gemm, n_gemm,    n_gemm_bias};
+    *c = (counts){n_qs,       n_qs_both,     n_amax, n_gelu_fwd, n_gelu_bwd,
+                  n_bias_bwd, n_scaled_gemm, n_gemm, n_gemm_bias};
 }
 static void add_since(counts *acc, const counts *t0) {
     acc->qs += n_qs - t0->qs, acc->qs_both += n_qs_both - t0->qs_both;
@@ -251,9 +252,10 @@ static void scaled_memory(void) {
         const size_t bf16 = act_bytes(presets[i], FP8T_PREC_BF16, 0);
         const size_t nosave = act_bytes(presets[i], FP8T_PREC_BLOCK, FP8T_DISABLE_FP8_SAVE);
         printf("  %-10s activation bytes: block %zu, rowwise %zu, bf16 %zu, block with FP32 X "
-               "%zu\n", presets[i], blk, row, bf16, nosave);
-        T_CHECK(blk > 0 && blk < bf16 && blk < nosave, "%s: block %zu bytes, bf16 %zu, nosave %zu",
-                presets[i], blk, bf16, nosave);
+               "%zu\n",
+               presets[i], blk, row, bf16, nosave);
+        T_CHECK(blk > 0 && blk < bf16 && blk < nosave,
+                "%s: block %zu bytes, bf16 %zu, nosave %zu", presets[i], blk, bf16, nosave);
         T_CHECK(row > 0 && row < bf16, "%s: rowwise %zu bytes, bf16 %zu", presets[i], row, bf16);
     }
 }

@@ -28,14 +28,21 @@ static int clipped(float v, float fmt_max) {
 }
 
 /* q == NULL: x alone. Otherwise q is the image; sat_scale > 0 counts saturation. */
-static ref_stats reference(const float *x, const float *q, size_t n, float sat_scale, float fmt_max) {
+static ref_stats reference(const float *x, const float *q, size_t n, float sat_scale,
+                           float fmt_max) {
     ref_stats r;
     memset(&r, 0, sizeof r);
     r.min = INFINITY, r.max = -INFINITY, r.minnz = INFINITY;
     double sum = 0, sxx = 0, sqq = 0, sxq = 0, see = 0;
     for (size_t i = 0; i < n; i++) {
-        if (isnan(x[i])) { r.n_nan++; continue; }
-        if (isinf(x[i])) { r.n_inf++; continue; }
+        if (isnan(x[i])) {
+            r.n_nan++;
+            continue;
+        }
+        if (isinf(x[i])) {
+            r.n_inf++;
+            continue;
+        }
         const double v = x[i];
         r.n_fin++;
         r.n_zero += v == 0;
@@ -61,7 +68,8 @@ static ref_stats reference(const float *x, const float *q, size_t n, float sat_s
     return r;
 }
 
-static void check_against_reference(const fp8t_stats *s, const ref_stats *r, size_t n, int with_q) {
+static void check_against_reference(const fp8t_stats *s, const ref_stats *r, size_t n,
+                                    int with_q) {
     T_CHECK(s->n == n && s->n_nan == r->n_nan && s->n_inf == r->n_inf && s->n_zero == r->n_zero,
             "counts n=%zu nan=%zu inf=%zu zero=%zu vs %zu %zu %zu", s->n, s->n_nan, s->n_inf,
             s->n_zero, r->n_nan, r->n_inf, r->n_zero);
@@ -134,7 +142,8 @@ static void test_tensor_stats_vs_reference(void) {
     fp8t_tensor_stats(&s, x, n);
     const ref_stats r = reference(x, NULL, n, 0, 0);
     check_against_reference(&s, &r, n, 0);
-    T_CHECK(s.n_nan == 2 && s.n_inf == 2, "non-finite counted: nan %zu inf %zu", s.n_nan, s.n_inf);
+    T_CHECK(s.n_nan == 2 && s.n_inf == 2, "non-finite counted: nan %zu inf %zu", s.n_nan,
+            s.n_inf);
     free(x);
 }
 
@@ -273,8 +282,9 @@ static void test_saturation_is_clipping(void) {
     const float z[3] = {amax, -amax, amax / 3};
     fp8t_fp8_stats(&s, z, 3, 448.0f / amax, FP8_E4M3);
     T_CHECK(s.saturation_pct == 0, "rounding onto the max counted as clipped (amax %.9g)", amax);
-    T_CHECK(fp8_overflows(amax * (448.0f / amax), FP8_E4M3) == 0 && fp8_overflows(465, FP8_E4M3) &&
-                fp8_overflows(INFINITY, FP8_E5M2) && !fp8_overflows(NAN, FP8_E4M3),
+    T_CHECK(fp8_overflows(amax * (448.0f / amax), FP8_E4M3) == 0 &&
+                fp8_overflows(465, FP8_E4M3) && fp8_overflows(INFINITY, FP8_E5M2) &&
+                !fp8_overflows(NAN, FP8_E4M3),
             "fp8_overflows");
     /* the thresholds (which the CUDA statistics compare against instead of casting) are
      * fp8_overflows on every float within 2^22 ulps of them, both signs; rounding is monotonic
@@ -304,7 +314,8 @@ static uint64_t count_clipped(const float *x, size_t n, const float *sc, float f
 }
 
 static void check_image_vs_compare(const fp8t_stats_raw *raw, int img, const float *x,
-                                   const float *q, size_t n, uint64_t want_sat, const char *what) {
+                                   const float *q, size_t n, uint64_t want_sat,
+                                   const char *what) {
     fp8t_stats a, b;
     fp8t_stats_from_raw(&a, raw, img);
     fp8t_compare_stats(&b, x, q, n);
@@ -337,8 +348,10 @@ static void test_raw_images(void) {
     req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_SCALE, .fmt = FP8_E4M3, .scale = &delayed};
     req.img[1] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3};
     req.img[2] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2, .pow2 = 1};
-    req.img[3] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = 128};
-    req.img[4] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 16, .tile_c = 64};
+    req.img[3] =
+        (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = 128};
+    req.img[4] =
+        (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 16, .tile_c = 64};
     req.img[5] = (fp8t_image_spec){.kind = FP8T_IMG_MX};
     req.block = 100, req.block_img = 0;
     fp8t_block_raw list[112];
@@ -399,7 +412,8 @@ static void test_raw_images(void) {
     /* block=100 at the delayed scale = fp8t_block_fp8_stats */
     fp8t_stats bs[112];
     fp8t_block_fp8_stats(bs, x, n, 100, delayed, FP8_E4M3);
-    T_CHECK(raw.n_blocks == 111 && raw.block == 100, "n_blocks %llu", (unsigned long long)raw.n_blocks);
+    T_CHECK(raw.n_blocks == 111 && raw.block == 100, "n_blocks %llu",
+            (unsigned long long)raw.n_blocks);
     double worst = INFINITY, amax_max = 0, under_max = 0;
     size_t wi = 0, with = 0;
     int list_ok = 1;
@@ -466,8 +480,8 @@ static void test_tile_stats(void) {
                 fp8t_stats_req req;
                 memset(&req, 0, sizeof req);
                 req.n_images = 1;
-                req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = fmt, .tile_r = tr,
-                                               .tile_c = tc, .pow2 = pow2};
+                req.img[0] = (fp8t_image_spec){
+                    .kind = FP8T_IMG_TILES, .fmt = fmt, .tile_r = tr, .tile_c = tc, .pow2 = pow2};
                 req.tile_stats = 1;
                 fp8t_stats_raw raw;
                 fp8t_stats_raw_compute(&raw, x, rows, cols, &req);
@@ -480,8 +494,8 @@ static void test_tile_stats(void) {
                     for (int r = r0; r < rows && r < r0 + tr; r++)
                         for (int c = c0; c < cols && c < c0 + tc; c++)
                             buf[m++] = x[(size_t)r * cols + c];
-                    const float sc = fp8t_current_scale(fp8_amax(buf, m), fp8_format_max(fmt),
-                                                        0.0f, pow2);
+                    const float sc =
+                        fp8t_current_scale(fp8_amax(buf, m), fp8_format_max(fmt), 0.0f, pow2);
                     fp8_fake_quantize(q, buf, m, sc, fmt);
                     const ref_stats rs = reference(buf, q, m, 0, fp8_format_max(fmt));
                     const double up = rs.n_nz ? 100.0 * (double)rs.n_under / (double)rs.n_nz : 0;
@@ -489,27 +503,28 @@ static void test_tile_stats(void) {
                     if (up > umax) umax = up, ui = (size_t)t;
                     with += rs.n_under > 0;
                 }
-                T_CHECK(raw.n_tiles == (uint64_t)nbr * nbc && raw.tile_sqnr_min_index == wi &&
-                            raw.tile_underflow_max_index == ui &&
-                            raw.tile_underflow_max_pct == umax && raw.tiles_with_underflow == with,
-                        "tiles %dx%d pow2 %d %s: %llu tiles, worst %llu (want %zu), underflow "
-                        "%g at %llu (want %g at %zu), %llu with underflow (want %zu)",
-                        tr, tc, pow2, fp8_format_name(fmt), (unsigned long long)raw.n_tiles,
-                        (unsigned long long)raw.tile_sqnr_min_index, wi,
-                        raw.tile_underflow_max_pct, (unsigned long long)raw.tile_underflow_max_index,
-                        umax, ui, (unsigned long long)raw.tiles_with_underflow, with);
+                T_CHECK(
+                    raw.n_tiles == (uint64_t)nbr * nbc && raw.tile_sqnr_min_index == wi &&
+                        raw.tile_underflow_max_index == ui &&
+                        raw.tile_underflow_max_pct == umax && raw.tiles_with_underflow == with,
+                    "tiles %dx%d pow2 %d %s: %llu tiles, worst %llu (want %zu), underflow "
+                    "%g at %llu (want %g at %zu), %llu with underflow (want %zu)",
+                    tr, tc, pow2, fp8_format_name(fmt), (unsigned long long)raw.n_tiles,
+                    (unsigned long long)raw.tile_sqnr_min_index, wi, raw.tile_underflow_max_pct,
+                    (unsigned long long)raw.tile_underflow_max_index, umax, ui,
+                    (unsigned long long)raw.tiles_with_underflow, with);
                 T_CLOSE(raw.tile_sqnr_min_db, worst, 1e-9, 0);
                 /* E5M2's range holds these data: only E4M3 tiles underflow */
                 T_CHECK(with < (size_t)nbr * nbc && (fmt == FP8_E5M2 || with > 0),
-                        "tiles %dx%d %s: %zu of %d tiles underflow", tr, tc,
-                        fp8_format_name(fmt), with, nbr * nbc);
+                        "tiles %dx%d %s: %zu of %d tiles underflow", tr, tc, fp8_format_name(fmt),
+                        with, nbr * nbc);
             }
     /* not asked: not computed */
     fp8t_stats_req req;
     memset(&req, 0, sizeof req);
     req.n_images = 1;
-    req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1,
-                                   .tile_c = 128};
+    req.img[0] =
+        (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = 128};
     fp8t_stats_raw raw;
     fp8t_stats_raw_compute(&raw, x, rows, cols, &req);
     T_CHECK(raw.n_tiles == 0, "tile stats without tile_stats");
@@ -531,8 +546,10 @@ static int round_check(uint32_t bits, int e5) {
     const float ref = fp8_decode(fp8_encode(y, fmt, 1), fmt);
     const float got = fp8t_round_sat(y, e5);
     int bad = 0;
-    if (isnan(ref)) bad += !isnan(got);
-    else bad += memcmp(&ref, &got, sizeof ref) != 0;
+    if (isnan(ref))
+        bad += !isnan(got);
+    else
+        bad += memcmp(&ref, &got, sizeof ref) != 0;
     if (!isnan(y)) {
         int cl;
         const float c = fp8t_round_clamp(y, e5, &cl);
@@ -548,14 +565,17 @@ static void test_fast_round(void) {
     for (int e5 = 0; e5 < 2; e5++) {
         long bad = 0, n = 0;
         /* a stride through all floats, both signs, every exponent */
-        for (uint64_t b = 0; b < (1ull << 32); b += 4099, n++) bad += round_check((uint32_t)b, e5);
+        for (uint64_t b = 0; b < (1ull << 32); b += 4099, n++)
+            bad += round_check((uint32_t)b, e5);
         /* every float whose low 16 mantissa bits are 0 (the ties of both formats, the FP8
          * values themselves, the binade edges) and its neighbours */
         for (uint64_t h = 0; h < (1ull << 16); h++)
-            for (int d = -2; d <= 2; d++, n++) bad += round_check((uint32_t)(h << 16) + (uint32_t)d, e5);
+            for (int d = -2; d <= 2; d++, n++)
+                bad += round_check((uint32_t)(h << 16) + (uint32_t)d, e5);
         /* every float in [2^-20, 2^17) of one mantissa pattern per exponent step of 1/4096 */
         for (uint32_t e = 107; e < 144; e++)
-            for (uint32_t m = 0; m < (1u << 23); m += 2047, n++) bad += round_check(e << 23 | m, e5);
+            for (uint32_t m = 0; m < (1u << 23); m += 2047, n++)
+                bad += round_check(e << 23 | m, e5);
         T_CHECK(bad == 0, "%s: %ld of %ld floats disagree with fp8_decode(fp8_encode(y, 1))",
                 e5 ? "E5M2" : "E4M3", bad, n);
     }
@@ -572,8 +592,8 @@ static void test_mx_exponent_bits(void) {
         memcpy(&a, &u, sizeof a);
         bad += fp8t_mx_exponent_bits(a) != (int)fp8t_mx_scale_exponent(a);
     }
-    const float edge[] = {0.0f, 448.0f, 448.00003f, 447.99997f, 896.0f, 1e-45f, 1e-38f, 3.4e38f,
-                          INFINITY, NAN, 1.0f, 0x1.c00002p-140f};
+    const float edge[] = {0.0f,   448.0f,  448.00003f, 447.99997f, 896.0f, 1e-45f,
+                          1e-38f, 3.4e38f, INFINITY,   NAN,        1.0f,   0x1.c00002p-140f};
     for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++, n++)
         bad += fp8t_mx_exponent_bits(edge[i]) != (int)fp8t_mx_scale_exponent(edge[i]);
     T_CHECK(bad == 0, "%ld of %ld amaxes give another E8M0 exponent than fp8t_mx_scale_exponent",

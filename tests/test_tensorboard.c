@@ -158,8 +158,8 @@ static int list_event_files(const char *dir, char names[][512], int max) {
  * metrics.jsonl prints them with 6 digits. 1 same; 0 with why. */
 static int same_event(const Fp8tTb__Event *a, const Fp8tTb__Event *b, char *why, size_t len) {
     if (a->what_case != b->what_case || a->step != b->step) {
-        fmt(why, len, "kind %d step %lld vs kind %d step %lld", a->what_case,
-            (long long)a->step, b->what_case, (long long)b->step);
+        fmt(why, len, "kind %d step %lld vs kind %d step %lld", a->what_case, (long long)a->step,
+            b->what_case, (long long)b->step);
         return 0;
     }
     if (a->what_case != FP8T_TB__EVENT__WHAT_SUMMARY) return 1;
@@ -271,7 +271,8 @@ static void test_writer_roundtrip(void) {
     T_ASSERT(read_events(path_copy, &l, why, sizeof(why)) == 0, "read back: %s", why);
     T_ASSERT(l.n == 4, "%d events, expected the version + 3 steps", l.n);
     T_CHECK(l.ev[0]->what_case == FP8T_TB__EVENT__WHAT_FILE_VERSION &&
-            strcmp(l.ev[0]->file_version, "brain.Event:2") == 0, "first event not the version");
+                strcmp(l.ev[0]->file_version, "brain.Event:2") == 0,
+            "first event not the version");
     for (int i = 0; i < l.n; i++)
         T_CHECK(fabs(l.ev[i]->wall_time - t0) < 120, "wall_time %f vs now %f", l.ev[i]->wall_time,
                 t0);
@@ -280,7 +281,8 @@ static void test_writer_roundtrip(void) {
     T_CHECK(find_value(l.ev[1], "lr", &v) && v == 1e-4f, "step 0 lr %g", v);
     T_CHECK(l.ev[2]->step == 7 && l.ev[2]->summary->n_value == 3, "step 7: 3 values");
     T_CHECK(find_value(l.ev[2], "inspect/layer03.fc2.dgrad.grad_output/underflow_pct", &v) &&
-            v == 0.125f, "inspect tag");
+                v == 0.125f,
+            "inspect tag");
     T_CHECK(find_value(l.ev[2], "grad_norm", &v) && isnan(v), "NaN kept");
     T_CHECK(!find_value(l.ev[2], "lr", &v), "lr of step 0 repeated at step 7");
     T_CHECK(l.ev[3]->step == (int64_t)1 << 40 && find_value(l.ev[3], "loss", &v) && v == 1e30f,
@@ -462,14 +464,15 @@ static int check_against_logs(const char *out, const event_list *l, int first_st
             double want = num(row, keys[k]);
             float got;
             int have = find_value(ev, keys[k], &got);
-            if (isnan(want)) T_CHECK(!have, "step %d: %s in the events, not in metrics", step,
-                                     keys[k]);
-            else T_CHECK(have && got == (float)want, "step %d %s: event %.9g, metrics %.9g", step,
-                         keys[k], have ? got : NAN, want);
+            if (isnan(want))
+                T_CHECK(!have, "step %d: %s in the events, not in metrics", step, keys[k]);
+            else
+                T_CHECK(have && got == (float)want, "step %d %s: event %.9g, metrics %.9g", step,
+                        keys[k], have ? got : NAN, want);
         }
         float tps;
         T_CHECK(find_value(ev, "tokens_per_s", &tps) &&
-                fabs(tps - num(row, "tokens_per_s")) <= 1e-5 * num(row, "tokens_per_s"),
+                    fabs(tps - num(row, "tokens_per_s")) <= 1e-5 * num(row, "tokens_per_s"),
                 "step %d tokens_per_s", step);
     }
     T_CHECK(rows > 0, "no metrics rows from step %d", first_step);
@@ -522,19 +525,19 @@ static void test_train_run(void) {
     /* the version, the session start at step 1, then one event per step, in order */
     T_ASSERT(l.n == 2 + c.steps, "%d events for %d steps", l.n, c.steps);
     T_CHECK(l.ev[1]->what_case == FP8T_TB__EVENT__WHAT_SESSION_LOG && l.ev[1]->step == 1 &&
-            l.ev[1]->session_log->status == FP8T_TB__SESSION_LOG__SESSION_STATUS__START,
+                l.ev[1]->session_log->status == FP8T_TB__SESSION_LOG__SESSION_STATUS__START,
             "no session START at step 1");
-    for (int i = 2; i < l.n; i++) T_CHECK(l.ev[i]->step == i - 1, "event %d has step %lld", i,
-                                          (long long)l.ev[i]->step);
+    for (int i = 2; i < l.n; i++)
+        T_CHECK(l.ev[i]->step == i - 1, "event %d has step %lld", i, (long long)l.ev[i]->step);
     int n = check_against_logs(c.out_dir, &l, 1);
     /* steps 3, 6, 9, 12 inspected; fc2 of layer 1: 3 GEMMs x 3 tensors, 6 of them operands */
     T_CHECK(n >= 4 * 6 * 3, "only %d inspect values compared", n);
     float v;
     T_CHECK(!find_value(event_at(&l, 4), "inspect/layer01.fc2.fprop.input/amax", &v) &&
-            find_value(event_at(&l, 3), "inspect/layer01.fc2.fprop.input/amax", &v),
+                find_value(event_at(&l, 3), "inspect/layer01.fc2.fprop.input/amax", &v),
             "inspect values at the wrong steps");
     T_CHECK(find_value(event_at(&l, 3), "inspect/layer01.fc2.fprop.output/amax", &v) &&
-            !find_value(event_at(&l, 3), "inspect/layer01.fc2.fprop.output/sqnr_db", &v),
+                !find_value(event_at(&l, 3), "inspect/layer01.fc2.fprop.output/sqnr_db", &v),
             "results: amax only");
     events_free(&l);
 
@@ -547,7 +550,7 @@ static void test_train_run(void) {
     /* names sort by time; in the same second the resumed one has the ".1" suffix */
     T_ASSERT(read_events(names[1], &l, why, sizeof(why)) == 0, "%s: %s", names[1], why);
     T_CHECK(l.n == 2 + 6 && l.ev[1]->what_case == FP8T_TB__EVENT__WHAT_SESSION_LOG &&
-            l.ev[1]->step == 7 && l.ev[2]->step == 7 && l.ev[7]->step == 12,
+                l.ev[1]->step == 7 && l.ev[2]->step == 7 && l.ev[7]->step == 12,
             "resumed file: %d events, START at 7 then steps 7..12", l.n);
     check_against_logs(c.out_dir, &l, 7);
 
@@ -604,8 +607,10 @@ static void test_train_rollback(void) {
     for (int i = 0; i < nw; i++) {
         const Fp8tTb__Event *ev = l.ev[1 + i];
         int start = ev->what_case == FP8T_TB__EVENT__WHAT_SESSION_LOG;
-        T_CHECK(start == (want[i] < 0) && ev->step == abs(want[i]), "event %d: %s at %lld, "
-                "expected %s at %d", i + 1, start ? "START" : "summary", (long long)ev->step,
+        T_CHECK(start == (want[i] < 0) && ev->step == abs(want[i]),
+                "event %d: %s at %lld, "
+                "expected %s at %d",
+                i + 1, start ? "START" : "summary", (long long)ev->step,
                 want[i] < 0 ? "START" : "summary", abs(want[i]));
     }
     fmt(path, sizeof(path), "%s/metrics.jsonl", c.out_dir);
@@ -616,9 +621,9 @@ static void test_train_rollback(void) {
     cJSON_ArrayForEach(row, metrics) {
         while (k < l.n && l.ev[k]->what_case != FP8T_TB__EVENT__WHAT_SUMMARY) k++;
         float v;
-        T_CHECK(k < l.n && l.ev[k]->step == (int)num(row, "step") && find_value(l.ev[k], "loss", &v)
-                && v == (float)num(row, "loss"), "metrics row of step %d: event %d differs",
-                (int)num(row, "step"), k);
+        T_CHECK(k < l.n && l.ev[k]->step == (int)num(row, "step") &&
+                    find_value(l.ev[k], "loss", &v) && v == (float)num(row, "loss"),
+                "metrics row of step %d: event %d differs", (int)num(row, "step"), k);
         /* metrics.jsonl prints the gap with 6 significant digits */
         double gap = num(row, "shadow_gap");
         T_CHECK(k < l.n && (isnan(gap) ? !find_value(l.ev[k], "shadow_gap", &v)
@@ -656,7 +661,8 @@ static void test_train_bad_dir(void) {
     char err[2048] = "";
     T_CHECK(fp8t_train_run(&c, &res, err, sizeof(err)) != 0, "ran with a file as --tensorboard");
     T_CHECK(strstr(err, "--tensorboard") && strstr(err, c.tensorboard) &&
-            strstr(err, "not a directory"), "err: %s", err);
+                strstr(err, "not a directory"),
+            "err: %s", err);
     struct stat st;
     T_CHECK(stat(c.out_dir, &st) != 0, "%s was created", c.out_dir);
 }
@@ -677,7 +683,8 @@ int main(int argc, char **argv) {
     }
     if (access(g_cli, X_OK) != 0) {
         printf("  (no fp8train binary at %s: the `fp8train tensorboard` checks are skipped; "
-               "make test builds it)\n", g_cli);
+               "make test builds it)\n",
+               g_cli);
         g_cli[0] = 0;
     }
     snprintf(root, sizeof(root), "/tmp/fp8t_tensorboard.XXXXXX");

@@ -73,14 +73,15 @@ static void check_same_ids(const char *tok, const char *text) {
         size_t k;
         const char *p = first < ids.n ? fp8t_bpe_piece(t, ids.v[first], &k) : NULL;
         T_FAIL("%s on %s: %zu ids, `tokenizers` %zu; first difference at %zu: %d ('%.*s') vs %d",
-               tok, text, ids.n, n_ref, first, first < ids.n ? ids.v[first] : -1,
-               p ? (int)k : 0, p ? p : "", first < n_ref ? ref[first] : -1);
+               tok, text, ids.n, n_ref, first, first < ids.n ? ids.v[first] : -1, p ? (int)k : 0,
+               p ? p : "", first < n_ref ? ref[first] : -1);
     }
     /* a second encode runs from the word cache, a third with a cache emptied every 7 words,
      * a fourth with none: same ids */
     fp8t_tok_ids again = {0};
     T_CHECK(fp8t_bpe_encode(t, s, len, &again) == 0 && again.n == ids.n &&
-                !memcmp(again.v, ids.v, ids.n * sizeof(int32_t)), "cached encode differs");
+                !memcmp(again.v, ids.v, ids.n * sizeof(int32_t)),
+            "cached encode differs");
     for (int lim = 7; lim >= 0; lim -= 7) {
         fp8t_bpe_set_cache_limit(t, (size_t)lim);
         again.n = 0;
@@ -91,7 +92,8 @@ static void check_same_ids(const char *tok, const char *text) {
     char *dec = NULL;
     size_t dlen = 0;
     T_CHECK(fp8t_bpe_decode(t, ids.v, ids.n, &dec, &dlen) == 0 && dlen == len &&
-                !memcmp(dec, s, len), "decode(encode(x)) != x (%zu vs %zu bytes)", dlen, len);
+                !memcmp(dec, s, len),
+            "decode(encode(x)) != x (%zu vs %zu bytes)", dlen, len);
     free(dec);
     free(again.v);
     free(ids.v);
@@ -131,7 +133,8 @@ static void check_strings(const char *tok, const char *set, int want_n) {
         T_ASSERT(fp8t_bpe_encode(t, b + s, i - s, &ids) == 0, "encode");
         char got[4096] = "";
         for (size_t k = 0; k < ids.n && strlen(got) < sizeof(got) - 16; k++)
-            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%d", k ? " " : "", ids.v[k]);
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%d", k ? " " : "",
+                     ids.v[k]);
         if (strcmp(got, line) && bad++ < 3)
             T_FAIL("%s, string %d (\"%.*s\"): got [%s], `tokenizers` [%s]", tok, n_str,
                    (int)(i - s), b + s, got, line);
@@ -147,8 +150,10 @@ static void check_strings(const char *tok, const char *set, int want_n) {
     }
     T_CHECK(n_str == want_n && bad == 0, "%d strings, %d differ", n_str, bad);
     /* decode(encode(x)) is x, except where NFC changed it (nfc.bin: most strings) */
-    if (!strcmp(set, "nfc")) T_CHECK(changed > n_str / 2, "NFC changed only %d of %d", changed, n_str);
-    else T_CHECK(changed == 0, "%d strings do not decode back", changed);
+    if (!strcmp(set, "nfc"))
+        T_CHECK(changed > n_str / 2, "NFC changed only %d of %d", changed, n_str);
+    else
+        T_CHECK(changed == 0, "%d strings do not decode back", changed);
     free(b);
     free(ids_text);
     fp8t_bpe_free(t);
@@ -171,7 +176,9 @@ static void test_roundtrip_random_bytes(void) {
             unsigned char buf[300];
             size_t n = (size_t)(trial % 7 == 0 ? 0 : 1 + trial % 299);
             for (size_t i = 0; i < n; i++) {
-                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
                 /* mostly text-like bytes with some high and control bytes */
                 unsigned r = (unsigned)(x >> 24);
                 buf[i] = r % 4 == 0 ? (unsigned char)(r >> 8)
@@ -182,8 +189,10 @@ static void test_roundtrip_random_bytes(void) {
             size_t dlen;
             T_ASSERT(fp8t_bpe_encode(t, (const char *)buf, n, &ids) == 0, "encode");
             T_ASSERT(fp8t_bpe_decode(t, ids.v, ids.n, &dec, &dlen) == 0, "decode");
-            T_CHECK(dlen == n && !memcmp(dec, buf, n), "%s trial %d: round trip of %zu bytes "
-                    "gave %zu", toks[k], trial, n, dlen);
+            T_CHECK(dlen == n && !memcmp(dec, buf, n),
+                    "%s trial %d: round trip of %zu bytes "
+                    "gave %zu",
+                    toks[k], trial, n, dlen);
             for (size_t i = 0; i < ids.n; i++)
                 T_CHECK(ids.v[i] >= 0 && ids.v[i] < fp8t_bpe_vocab_size(t), "id %d", ids.v[i]);
             free(dec);
@@ -220,7 +229,8 @@ static void test_special_tokens(void) {
     t = load("gpt2.json");
     T_ASSERT(t, "load gpt2");
     T_CHECK(fp8t_bpe_doc_token(t) == fp8t_bpe_token_id(t, "<|endoftext|>") &&
-                fp8t_bpe_doc_token(t) == 1000, "gpt2 doc token %d", fp8t_bpe_doc_token(t));
+                fp8t_bpe_doc_token(t) == 1000,
+            "gpt2 doc token %d", fp8t_bpe_doc_token(t));
     fp8t_bpe_free(t);
 }
 
@@ -238,7 +248,9 @@ static void test_handmade(void) {
         "             \"abb\": 7, \"bb\": 8},"
         "  \"merges\": [[\"a\", \"b\"], \"a a\", [\"Ġ\", \"a\"], \"aa b\"]}}";
     char json[2048], err[512];
-    struct { const char *lstrip, *rstrip, *prefix, *ignore, *text, *want; } cases[] = {
+    struct {
+        const char *lstrip, *rstrip, *prefix, *ignore, *text, *want;
+    } cases[] = {
         /* "aab": a+b has rank 0 -> a,ab; then nothing ("a ab" is not a merge) */
         {"false", "false", "false", "false", "aab", "0 3"},
         /* ignore_merges: "aab" is in the vocab, taken whole */
@@ -265,7 +277,8 @@ static void test_handmade(void) {
         T_ASSERT(fp8t_bpe_encode(t, cases[c].text, strlen(cases[c].text), &ids) == 0, "encode");
         char got[256] = "";
         for (size_t i = 0; i < ids.n; i++)
-            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%d", i ? " " : "", ids.v[i]);
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%d", i ? " " : "",
+                     ids.v[i]);
         T_CHECK(!strcmp(got, cases[c].want), "case %zu \"%s\": got \"%s\", want \"%s\"", c,
                 cases[c].text, got, cases[c].want);
         free(ids.v);
@@ -282,7 +295,9 @@ static void test_split_string(void) {
         "  {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}]},"
         " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"-\": 2, \"+\": 3,"
         "  \"-+\": 4, \"a-\": 5, \"+b\": 6}, \"merges\": [\"- +\", \"a -\", \"+ b\"]}}";
-    struct { const char *behavior, *want; } cases[] = {
+    struct {
+        const char *behavior, *want;
+    } cases[] = {
         /* "a-+b": the literal "-+" (not a regex: '+' is no quantifier) is its own piece, so
          * "a -" and "+ b" never merge across it */
         {"Isolated", "0 4 1"},
@@ -297,7 +312,8 @@ static void test_split_string(void) {
         T_ASSERT(fp8t_bpe_encode(t, "a-+b", 4, &ids) == 0, "encode");
         char got[64] = "";
         for (size_t i = 0; i < ids.n; i++)
-            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%d", i ? " " : "", ids.v[i]);
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%d", i ? " " : "",
+                     ids.v[i]);
         T_CHECK(!strcmp(got, cases[c].want), "%s: got \"%s\", want \"%s\"", cases[c].behavior,
                 got, cases[c].want);
         free(ids.v);
@@ -308,24 +324,32 @@ static void test_split_string(void) {
 /* Bad tokenizer.json files: each error names the file and says what is wrong. */
 static void test_bad_files(void) {
     char err[1024];
-    struct { const char *json, *want; } cases[] = {
+    struct {
+        const char *json, *want;
+    } cases[] = {
         {"{not json", "not valid JSON"},
         {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "WordPiece"},
         {"{\"version\": \"1.0\"}", "no \"model\" object"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\"]},"
-         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "not in model.vocab"},
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "not in model.vocab"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"ab\"]},"
-         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "not two tokens"},
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "not two tokens"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
-         " \"pre_tokenizer\": {\"type\": \"Metaspace\"}}", "Metaspace"},
+         " \"pre_tokenizer\": {\"type\": \"Metaspace\"}}",
+         "Metaspace"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
          " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"},"
-         " \"behavior\": \"Isolated\"}}", "does not compile"},
+         " \"behavior\": \"Isolated\"}}",
+         "does not compile"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
          " \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"},"
-         " \"behavior\": \"Isolated\"}}", "no ByteLevel"},
+         " \"behavior\": \"Isolated\"}}",
+         "no ByteLevel"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -3}, \"merges\": []},"
-         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", "not a token id"},
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "not a token id"},
         {"{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": {}, \"merges\": []}}",
          "byte_fallback"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
@@ -334,8 +358,8 @@ static void test_bad_files(void) {
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         err[0] = 0;
-        fp8t_bpe *t = fp8t_bpe_parse(cases[c].json, strlen(cases[c].json), "bad.json", err,
-                                     sizeof(err));
+        fp8t_bpe *t =
+            fp8t_bpe_parse(cases[c].json, strlen(cases[c].json), "bad.json", err, sizeof(err));
         T_CHECK(!t && strstr(err, "bad.json") && strstr(err, cases[c].want),
                 "case %zu: want an error with '%s', got '%s'", c, cases[c].want, err);
         fp8t_bpe_free(t);
@@ -382,7 +406,8 @@ static void test_shard_u32(void) {
     int x[16], y[16], found = 0;
     fp8t_data_batch(d, x, y, 3);
     for (int i = 0; i + 8 < N; i++) /* the window must be a stretch of the shard */
-        if ((uint32_t)x[0] == tok[i] && (uint32_t)x[7] == tok[i + 7] && (uint32_t)y[7] == tok[i + 8])
+        if ((uint32_t)x[0] == tok[i] && (uint32_t)x[7] == tok[i + 7] &&
+            (uint32_t)y[7] == tok[i + 8])
             found = 1;
     T_CHECK(found, "a batch of the 32-bit shard is not a window of it");
     fp8t_data_close(d);

@@ -36,7 +36,7 @@ static void fmt(char *buf, size_t len, const char *f, ...) {
 typedef struct {
     int n;
     int step[MAX_ROWS];
-    double loss[MAX_ROWS];   /* NaN for null */
+    double loss[MAX_ROWS]; /* NaN for null */
     int has_val[MAX_ROWS], has_shadow[MAX_ROWS], fallback[MAX_ROWS];
     double shadow_gap[MAX_ROWS];  /* NaN when the row has none */
     char precision[MAX_ROWS][16]; /* the row's "precision" ("" if absent) */
@@ -178,8 +178,10 @@ static int run_stderr_to(const fp8t_train_config *c, fp8t_train_result *res, con
     int fds[4] = {saved_out, saved_err, fd, null};
     for (int i = 0; i < 4; i++)
         if (fds[i] >= 0) close(fds[i]);
-    if (!ok) printf("    cannot redirect stderr to %s\n", path);
-    else if (rc != 0) printf("    fp8t_train_run: %s\n", err);
+    if (!ok)
+        printf("    cannot redirect stderr to %s\n", path);
+    else if (rc != 0)
+        printf("    fp8t_train_run: %s\n", err);
     return rc;
 }
 
@@ -264,8 +266,8 @@ static void test_exact_resume(void) {
     res.steps = 14;
     T_ASSERT(run(&res, &r) == 0, "resume in place");
     read_metrics(&mr, full.out_dir);
-    T_CHECK(mr.n == 14 && loss_at(&mr, 12) == loss_at(&mf, 12), "rows %d after an in-place resume",
-            mr.n);
+    T_CHECK(mr.n == 14 && loss_at(&mr, 12) == loss_at(&mf, 12),
+            "rows %d after an in-place resume", mr.n);
 }
 
 /* Two checkpoints hold the same weights, AdamW moments and FP8 state, bit for bit. */
@@ -335,8 +337,8 @@ static void test_eval_has_no_side_effects(void) {
         b.shadow_every = 3;
         b.shadow_threshold = 1e9f; /* never acts */
         T_ASSERT(run(&a, &ra) == 0 && run(&b, &rb) == 0, "%s: run", what[k]);
-        T_CHECK(isfinite(rb.last_val_loss) && isnan(ra.last_val_loss), "%s: validation loss %g %g",
-                what[k], rb.last_val_loss, ra.last_val_loss);
+        T_CHECK(isfinite(rb.last_val_loss) && isnan(ra.last_val_loss),
+                "%s: validation loss %g %g", what[k], rb.last_val_loss, ra.last_val_loss);
         metrics ma, mb;
         read_metrics(&ma, a.out_dir);
         read_metrics(&mb, b.out_dir);
@@ -344,8 +346,9 @@ static void test_eval_has_no_side_effects(void) {
         int same = ma.n == mb.n, vals = 0, shadows = 0;
         for (int i = 0; i < ma.n && i < mb.n; i++) {
             if (ma.loss[i] != mb.loss[i] || !isfinite(ma.loss[i])) {
-                if (same) printf("    %s step %d: %.9g vs %.9g\n", what[k], ma.step[i], ma.loss[i],
-                                 mb.loss[i]);
+                if (same)
+                    printf("    %s step %d: %.9g vs %.9g\n", what[k], ma.step[i], ma.loss[i],
+                           mb.loss[i]);
                 same = 0;
             }
             vals += mb.has_val[i];
@@ -357,7 +360,8 @@ static void test_eval_has_no_side_effects(void) {
         char pa[600], pb[600];
         fmt(pa, sizeof(pa), "%s/checkpoints/step_000012", a.out_dir);
         fmt(pb, sizeof(pb), "%s/checkpoints/step_000012", b.out_dir);
-        T_CHECK(same_checkpoint(pa, pb), "%s: final weights, moments or FP8 state differ", what[k]);
+        T_CHECK(same_checkpoint(pa, pb), "%s: final weights, moments or FP8 state differ",
+                what[k]);
         if (k == 2) {
             fmt(pa, sizeof(pa), "%s/stats.jsonl", a.out_dir);
             fmt(pb, sizeof(pb), "%s/stats.jsonl", b.out_dir);
@@ -467,10 +471,11 @@ static int rows_are(const metrics *m, const int *steps, const int *bf16, int n) 
     if (!ok) printf("    %d rows, expected %d\n", m->n, n);
     for (int i = 0; i < n && i < m->n; i++) {
         const char *prec = bf16[i] ? "bf16" : run_prec;
-        if (m->step[i] != steps[i] || m->fallback[i] != bf16[i] || strcmp(m->precision[i], prec)) {
+        if (m->step[i] != steps[i] || m->fallback[i] != bf16[i] ||
+            strcmp(m->precision[i], prec)) {
             printf("    row %d: step %d fallback %d precision %s; expected step %d fallback %d "
-                   "precision %s\n", i, m->step[i], m->fallback[i], m->precision[i], steps[i],
-                   bf16[i], prec);
+                   "precision %s\n",
+                   i, m->step[i], m->fallback[i], m->precision[i], steps[i], bf16[i], prec);
             ok = 0;
         }
     }
@@ -615,11 +620,16 @@ static void test_shadow_rollback(void) {
     events e;
     read_events(&e, c.out_dir);
     char ck3[600], ck9[600];
-    fmt(ck3, sizeof(ck3), "rolling back to %s/checkpoints/step_000003 and re-running up to "
-        "step 5 in BF16", c.out_dir);
-    fmt(ck9, sizeof(ck9), "rolling back to %s/checkpoints/step_000009 and re-running up to "
-        "step 10 in BF16", c.out_dir);
-    T_CHECK(count_events(&e, 5, "rollback", ck3) == 1 && count_events(&e, 10, "rollback", ck9) == 1,
+    fmt(ck3, sizeof(ck3),
+        "rolling back to %s/checkpoints/step_000003 and re-running up to "
+        "step 5 in BF16",
+        c.out_dir);
+    fmt(ck9, sizeof(ck9),
+        "rolling back to %s/checkpoints/step_000009 and re-running up to "
+        "step 10 in BF16",
+        c.out_dir);
+    T_CHECK(count_events(&e, 5, "rollback", ck3) == 1 &&
+                count_events(&e, 10, "rollback", ck9) == 1,
             "rollback events do not name checkpoints 3 and 9");
     T_CHECK(count_events(&e, 6, "fallback", "back to the configured precision policy") == 1 &&
                 count_events(&e, 11, "fallback", "back to the configured precision policy") == 1,
@@ -670,7 +680,8 @@ static void test_shadow_rollback_at_checkpoint_step(void) {
     char ck2[600], ck6[600];
     fmt(ck2, sizeof(ck2), "rolling back to %s/checkpoints/step_000002 and", c.out_dir);
     fmt(ck6, sizeof(ck6), "rolling back to %s/checkpoints/step_000006 and", c.out_dir);
-    T_CHECK(count_events(&e, 4, "rollback", ck2) == 1 && count_events(&e, 8, "rollback", ck6) == 1,
+    T_CHECK(count_events(&e, 4, "rollback", ck2) == 1 &&
+                count_events(&e, 8, "rollback", ck6) == 1,
             "rollback events do not name checkpoints 2 and 6");
     char p[600];
     fmt(p, sizeof(p), "%s/checkpoints/step_000008/state.json", c.out_dir);
@@ -731,8 +742,8 @@ static void test_shadow_rollback_other_format(void) {
 
 /* What check_fp8_state found in a checkpoint. */
 typedef struct {
-    int ok;            /* every tensor: history recorded, scale from it, != 1 */
-    int recent_ok;     /* every tensor has an amax in the newest history slot */
+    int ok;        /* every tensor: history recorded, scale from it, != 1 */
+    int recent_ok; /* every tensor has an amax in the newest history slot */
 } fp8_state_check;
 
 /* Check a checkpoint's FP8 state: each tensor's history holds amaxes (> 0, finite), its scale
@@ -755,8 +766,8 @@ static fp8_state_check check_fp8_state(const char *dir) {
         int good = isfinite(hmax) && hmax > 0 && st.scale[t] == want && st.scale[t] != 1.0f &&
                    st.scale_inv[t] == 1.0f / st.scale[t];
         if (!good && r.ok)
-            printf("    %s tensor %d: history max %g, scale %g (expected %g), scale_inv %g\n", dir,
-                   t, hmax, st.scale[t], want, st.scale_inv[t]);
+            printf("    %s tensor %d: history max %g, scale %g (expected %g), scale_inv %g\n",
+                   dir, t, hmax, st.scale[t], want, st.scale_inv[t]);
         r.ok &= good;
         r.recent_ok &= st.history[(size_t)(ck.fp8_len - 1) * ck.fp8_n + t] > 0;
     }
@@ -811,13 +822,15 @@ static void test_recovery_bf16_fp8_bf16(void) {
             "precisions %s %s %s", mb.precision[4], mf.precision[0], mg.precision[0]);
     /* the mean relative loss change of one step of the uninterrupted BF16 run */
     double step_change = 0;
-    for (int i = 1; i < 12; i++) step_change += fabs(mb.loss[i] - mb.loss[i - 1]) / mb.loss[i - 1];
+    for (int i = 1; i < 12; i++)
+        step_change += fabs(mb.loss[i] - mb.loss[i - 1]) / mb.loss[i - 1];
     step_change /= 11;
     /* BF16 -> FP8 at step 5; FP8 -> BF16 at step 9 (against FP8 uninterrupted) */
     const double to_fp8 = fabs(mf.loss[0] - mb.loss[4]) / mb.loss[4];
     const double to_bf16 = fabs(mg.loss[0] - mf.loss[4]) / mf.loss[4];
     printf("    relative loss jump at the switch: BF16->FP8 %.3g, FP8->BF16 %.3g; mean "
-           "step-to-step change %.3g\n", to_fp8, to_bf16, step_change);
+           "step-to-step change %.3g\n",
+           to_fp8, to_bf16, step_change);
     T_CHECK(to_fp8 <= 0.02 && to_fp8 < 0.1 * step_change, "BF16 -> FP8 jump %g", to_fp8);
     T_CHECK(to_bf16 <= 0.02 && to_bf16 < 0.1 * step_change, "FP8 -> BF16 jump %g", to_bf16);
     T_CHECK(mz.loss[0] != mf.loss[0], "a reset FP8 state gives the restored one's loss %.9g",
@@ -855,7 +868,7 @@ static void test_bad_configs_write_nothing(void) {
     struct {
         const char *what, *needle;
     } cases[] = {
-        {"heads", "divisible"},        {"seq_len", "--seq-len"},  {"data", "cannot open"},
+        {"heads", "divisible"},        {"seq_len", "--seq-len"},   {"data", "cannot open"},
         {"resume", "--resume"},        {"baseline", "--baseline"}, {"inject", "--inject"},
         {"resume_step", "not beyond"}, {"vocab", "--vocab 256"},   {"device", "--device"},
     };

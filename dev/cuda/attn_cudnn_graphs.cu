@@ -20,17 +20,21 @@ void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
 
 int main(void) {
 #ifdef FP8T_HAVE_CUDNN
-    static const int shapes[][5] = {/* B, NH, NKV, T, HS */
-                                    {8, 16, 16, 2048, 128}, {16, 32, 8, 1024, 64},
-                                    {1, 4, 2, 100, 128},    {2, 6, 2, 64, 64},
-                                    {1, 4, 1, 130, 64},     {2, 3, 3, 17, 32},
-                                    {1, 1, 1, 1, 32}};
+    static const int shapes[][5] = {
+        /* B, NH, NKV, T, HS */
+        {8, 16, 16, 2048, 128}, {16, 32, 8, 1024, 64}, {1, 4, 2, 100, 128}, {2, 6, 2, 64, 64},
+        {1, 4, 1, 130, 64},     {2, 3, 3, 17, 32},     {1, 1, 1, 1, 32}};
     int fails = 0;
     printf("cuDNN %zu (built against %d)\n", cudnnGetVersion(), CUDNN_VERSION);
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         const int *sh = shapes[i];
-        const sdpa_dims z = {sh[0], sh[1], sh[2], sh[3], sh[4],
-                             (int64_t)(sh[1] + 2 * sh[2]) * sh[4], (int64_t)sh[1] * sh[4]};
+        const sdpa_dims z = {sh[0],
+                             sh[1],
+                             sh[2],
+                             sh[3],
+                             sh[4],
+                             (int64_t)(sh[1] + 2 * sh[2]) * sh[4],
+                             (int64_t)sh[1] * sh[4]};
         static const char *names[3] = {"forward", "backward (deterministic)",
                                        "backward (atomic dq)"};
         for (int k = 0; k < 3; k++) {
@@ -41,8 +45,8 @@ int main(void) {
             int rc = k == 0 ? build_fwd_ops(&g, &z) : build_bwd_ops(&g, &z, k == 1);
             cudnnBackendDescriptor_t og = NULL;
             if (!rc) { /* the operation graph without a handle (the plan needs one) */
-                cudnnStatus_t st = cudnnBackendCreateDescriptor(
-                    CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &og);
+                cudnnStatus_t st =
+                    cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &og);
                 if (st == CUDNN_STATUS_SUCCESS)
                     st = cudnnBackendSetAttribute(og, CUDNN_ATTR_OPERATIONGRAPH_OPS,
                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, g.nops, g.ops);

@@ -123,8 +123,8 @@ namespace v1 {
 /* ==== device primitives ==== */
 
 /* c += a * b, one m16n8k16 BF16 tensor-core product with FP32 accumulation (layout above) */
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4],
-                                         uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -150,8 +150,7 @@ __device__ __forceinline__ void cp_async_commit(void) {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 /* wait until at most N of this thread's committed groups are still in flight */
-template <int N>
-__device__ __forceinline__ void cp_async_wait(void) {
+template <int N> __device__ __forceinline__ void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
@@ -177,9 +176,9 @@ __device__ __forceinline__ uint32_t ld32(const uint16_t *p) {
  * src[(bh / NH) * sB + (bh % NH) * sH + t * sT + d]; rows t >= T are zero. One thread per 8
  * consecutive head dims: two float4 loads (vec, 16-byte aligned source) or 8 scalar loads, one
  * 16-byte store. */
-__global__ void flash_to_bf16_kernel(uint16_t *dst, const float *__restrict__ src, int BH,
-                                     int T, int Tp, int NH, int D, size_t sB, size_t sH,
-                                     size_t sT, int vec) {
+__global__ void flash_to_bf16_kernel(uint16_t *dst, const float *__restrict__ src, int BH, int T,
+                                     int Tp, int NH, int D, size_t sB, size_t sH, size_t sT,
+                                     int vec) {
     int D8 = D / 8;
     size_t n = (size_t)BH * Tp * D8;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -190,8 +189,8 @@ __global__ void flash_to_bf16_kernel(uint16_t *dst, const float *__restrict__ sr
         int bh = (int)(row / Tp);
         float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (t < T) {
-            const float *p = src + (size_t)(bh / NH) * sB + (size_t)(bh % NH) * sH +
-                             (size_t)t * sT + 8 * c;
+            const float *p =
+                src + (size_t)(bh / NH) * sB + (size_t)(bh % NH) * sH + (size_t)t * sT + 8 * c;
             if (vec) {
                 float4 u = *reinterpret_cast<const float4 *>(p);
                 float4 w = *reinterpret_cast<const float4 *>(p + 4);
@@ -248,7 +247,8 @@ __global__ void flash_qkv_to_bf16_kernel(uint16_t *qh, uint16_t *kh, uint16_t *v
             }
             if (cosv) {
                 for (int e = 0; e < 8; e++) {
-                    float cs = cosv[(size_t)t * half + d0 + e], sn = sinv[(size_t)t * half + d0 + e];
+                    float cs = cosv[(size_t)t * half + d0 + e],
+                          sn = sinv[(size_t)t * half + d0 + e];
                     float q1 = x[0][e], q2 = x[1][e], k1 = x[2][e], k2 = x[3][e];
                     x[0][e] = q1 * cs - q2 * sn;
                     x[1][e] = q2 * cs + q1 * sn;
@@ -296,8 +296,7 @@ __device__ __forceinline__ void cp_tile(uint16_t *s, const uint16_t *g, int tid)
 
 /* A fragment (16 x 16) of a row-major BF16 matrix in shared memory, s at (row m0, col k0),
  * row pitch ld elements */
-__device__ __forceinline__ void lds_a(uint32_t (&a)[4], const uint16_t *s, int ld, int g,
-                                      int t) {
+__device__ __forceinline__ void lds_a(uint32_t (&a)[4], const uint16_t *s, int ld, int g, int t) {
     a[0] = ld32(s + g * ld + 2 * t);
     a[1] = ld32(s + (g + 8) * ld + 2 * t);
     a[2] = ld32(s + g * ld + 2 * t + 8);
@@ -374,7 +373,7 @@ __global__ void __launch_bounds__(FL_THREADS)
     constexpr int LDT = D + 8, TILE = FL_TILE * LDT;
     extern __shared__ uint4 flash_smem[];
     uint16_t *Ks = reinterpret_cast<uint16_t *>(flash_smem); /* [2][64][LDT] */
-    uint16_t *Vs = Ks + 2 * TILE;                              /* [2][64][LDT] */
+    uint16_t *Vs = Ks + 2 * TILE;                            /* [2][64][LDT] */
     int nT = Tp / FL_TILE;
     int bh = blockIdx.x, qt = nT - 1 - (int)blockIdx.y;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -427,7 +426,7 @@ __global__ void __launch_bounds__(FL_THREADS)
                 mma_bf16(s[j], qf[kk], ld32(bp), ld32(bp + 8));
             }
 
-        /* scale to base 2; on the diagonal tile mask keys after the query (this also masks
+            /* scale to base 2; on the diagonal tile mask keys after the query (this also masks
          * keys >= T for every row < T; the explicit test keeps the padded rows finite too) */
 #pragma unroll
         for (int j = 0; j < 8; j++)
@@ -507,17 +506,16 @@ __global__ void __launch_bounds__(FL_THREADS)
  * dS = P (dP - Dv), dq += dS K (K as [k = key][n = d], ldmatrix.trans). */
 template <int D>
 __global__ void __launch_bounds__(FL_THREADS)
-    flash_bwd_dq_kernel(fl_out dq, const uint16_t *__restrict__ q,
-                        const uint16_t *__restrict__ k, const uint16_t *__restrict__ v,
-                        const uint16_t *__restrict__ dout, const float *__restrict__ lse,
-                        const float *__restrict__ Dv, int T, int Tp, float scale,
-                        float scale_log2) {
+    flash_bwd_dq_kernel(fl_out dq, const uint16_t *__restrict__ q, const uint16_t *__restrict__ k,
+                        const uint16_t *__restrict__ v, const uint16_t *__restrict__ dout,
+                        const float *__restrict__ lse, const float *__restrict__ Dv, int T,
+                        int Tp, float scale, float scale_log2) {
     constexpr int LDT = D + 8, TILE = FL_TILE * LDT;
     extern __shared__ uint4 flash_smem[];
     uint16_t *Qs = reinterpret_cast<uint16_t *>(flash_smem); /* [64][LDT] */
-    uint16_t *dOs = Qs + TILE;                                /* [64][LDT] */
-    uint16_t *Ks = dOs + TILE;                                /* [2][64][LDT] */
-    uint16_t *Vs = Ks + 2 * TILE;                             /* [2][64][LDT] */
+    uint16_t *dOs = Qs + TILE;                               /* [64][LDT] */
+    uint16_t *Ks = dOs + TILE;                               /* [2][64][LDT] */
+    uint16_t *Vs = Ks + 2 * TILE;                            /* [2][64][LDT] */
     int nT = Tp / FL_TILE;
     int bh = blockIdx.x, qt = nT - 1 - (int)blockIdx.y;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -610,11 +608,11 @@ __global__ void __launch_bounds__(FL_THREADS)
     constexpr int LDT = D + 8, TILE = FL_TILE * LDT;
     extern __shared__ uint4 flash_smem[];
     uint16_t *Ks = reinterpret_cast<uint16_t *>(flash_smem); /* [64][LDT] */
-    uint16_t *Vs = Ks + TILE;                                 /* [64][LDT] */
-    uint16_t *Qs = Vs + TILE;                                 /* [2][64][LDT] */
-    uint16_t *dOs = Qs + 2 * TILE;                            /* [2][64][LDT] */
-    float *Ls = reinterpret_cast<float *>(dOs + 2 * TILE);    /* [2][64] lse * log2e */
-    float *Ds = Ls + 2 * FL_TILE;                             /* [2][64] Dv */
+    uint16_t *Vs = Ks + TILE;                                /* [64][LDT] */
+    uint16_t *Qs = Vs + TILE;                                /* [2][64][LDT] */
+    uint16_t *dOs = Qs + 2 * TILE;                           /* [2][64][LDT] */
+    float *Ls = reinterpret_cast<float *>(dOs + 2 * TILE);   /* [2][64] lse * log2e */
+    float *Ds = Ls + 2 * FL_TILE;                            /* [2][64] Dv */
     int nT = Tp / FL_TILE;
     int bh = blockIdx.x, kt = (int)blockIdx.y;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -668,7 +666,7 @@ __global__ void __launch_bounds__(FL_THREADS)
             s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
             dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.f;
         }
-        scores_from_smem_a<D>(s, Kw, Qc, g, t);  /* S^T: rows keys, cols queries */
+        scores_from_smem_a<D>(s, Kw, Qc, g, t);   /* S^T: rows keys, cols queries */
         scores_from_smem_a<D>(dp, Vw, dOc, g, t); /* dP^T */
         /* masks: query before key (diagonal tile) and queries >= T (last tile) */
         bool need_mask = qt == kt || qt == nT - 1;
@@ -682,7 +680,7 @@ __global__ void __launch_bounds__(FL_THREADS)
                 if (need_mask &&
                     (qt * FL_TILE + lq < kt * FL_TILE + lkey || qt * FL_TILE + lq >= T))
                     p = 0.f;
-                s[j][e] = p;                         /* P^T */
+                s[j][e] = p;                        /* P^T */
                 dp[j][e] = p * (dp[j][e] - Dc[lq]); /* dS^T */
             }
         pv_accumulate<D>(adv, s, dOc, lane);
@@ -723,16 +721,13 @@ static size_t dkdv_smem(int D) {
 }
 
 /* Raise the dynamic shared-memory limit of the kernels for head size D, once. */
-template <int D>
-static void flash_setup(void) {
+template <int D> static void flash_setup(void) {
     static int done = 0;
     if (done) return;
-    CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_kernel<D>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)fwd_smem(D)));
-    CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_dq_kernel<D>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)dq_smem(D)));
+    CUDA_CHECK(cudaFuncSetAttribute(
+        flash_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fwd_smem(D)));
+    CUDA_CHECK(cudaFuncSetAttribute(
+        flash_bwd_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dq_smem(D)));
     CUDA_CHECK(cudaFuncSetAttribute(flash_bwd_dkdv_kernel<D>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)dkdv_smem(D)));
@@ -786,8 +781,7 @@ __device__ __forceinline__ void cp_async_commit(void) {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 /* wait until at most N of this thread's committed groups are still in flight */
-template <int N>
-__device__ __forceinline__ void cp_async_wait(void) {
+template <int N> __device__ __forceinline__ void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
@@ -835,8 +829,7 @@ constexpr float LN2 = 0.6931471805599453f;
  *       (version 4 takes 1 for every head size: 16 rows per warp like version 1, fewer
  *       registers, more blocks per SM). A block covers ROWS = 4 warps x 16 MT query rows
  *       (forward, dq) or keys (dk/dv). */
-template <bool FAST>
-__device__ __forceinline__ float exp2_v(float x) {
+template <bool FAST> __device__ __forceinline__ float exp2_v(float x) {
     if constexpr (FAST)
         return ex2_ftz(x);
     else
@@ -844,10 +837,7 @@ __device__ __forceinline__ float exp2_v(float x) {
 }
 
 /* the default m16 tiles per warp: two where the accumulators fit in registers */
-template <int D>
-constexpr int default_mt(void) {
-    return D <= 64 ? 2 : 1;
-}
+template <int D> constexpr int default_mt(void) { return D <= 64 ? 2 : 1; }
 
 /* Where a backward kernel writes head bh's row t of dq, dk or dv (as version 1's fl_out):
  * p + (bh / NH) * sB + (bh % NH) * sH + t * sT. */
@@ -868,7 +858,8 @@ __device__ __forceinline__ float *fl_row(const fl_out &o, int bh, int t) {
  * instructions per cp.async). */
 template <int D, int R>
 __device__ __forceinline__ void cp_rows(uint16_t *s, const uint16_t *g, int tid) {
-    constexpr int LDT = D + 8, CPR = D / 8, RPP = THREADS / CPR; /* chunks per row, rows per pass */
+    constexpr int LDT = D + 8, CPR = D / 8,
+                  RPP = THREADS / CPR; /* chunks per row, rows per pass */
     static_assert(THREADS % CPR == 0 && R % RPP == 0, "every thread copies R / RPP chunks");
     const unsigned r = (unsigned)tid / CPR, cc = (unsigned)tid % CPR;
     uint16_t *sp = s + r * LDT + 8 * cc;
@@ -935,8 +926,9 @@ __device__ __forceinline__ void scores(float (&s)[MT][NJ][4], const uint32_t (&a
  * row 16 kk + (l & 15), dims 16 n2 + 8 (l >> 4): b0, b1 of n-tiles 2 n2 and 2 n2 + 1). Per acc
  * element the k-steps are accumulated in order kk = 0, 1, .. */
 template <int D, int MT, int NK>
-__device__ __forceinline__ void pv_acc(float (&acc)[MT][D / 8][4], const float (&p)[MT][2 * NK][4],
-                                       const uint16_t *Ms, int lane) {
+__device__ __forceinline__ void pv_acc(float (&acc)[MT][D / 8][4],
+                                       const float (&p)[MT][2 * NK][4], const uint16_t *Ms,
+                                       int lane) {
     constexpr int LDT = D + 8;
 #pragma unroll
     for (int kk = 0; kk < NK; kk++) {
@@ -967,10 +959,10 @@ __device__ __forceinline__ void pv_acc(float (&acc)[MT][D / 8][4], const float (
  * same order. DIAG: the warp's diagonal tile, where keys after the row (and keys >= T) are
  * masked; every other tile is unmasked. */
 template <int D, int MT, bool DIAG, bool FAST>
-__device__ __forceinline__ void fwd_tile(float (&o)[MT][D / 8][4], float (&mrow)[MT][2],
-                                         float (&lsum)[MT][2], const uint32_t (&qf)[MT][D / 16][4],
-                                         const uint16_t *Qw, const uint16_t *Kc, const uint16_t *Vc,
-                                         int lane, int lrow, int kbase, int T, float scale_log2) {
+__device__ __forceinline__ void
+fwd_tile(float (&o)[MT][D / 8][4], float (&mrow)[MT][2], float (&lsum)[MT][2],
+         const uint32_t (&qf)[MT][D / 16][4], const uint16_t *Qw, const uint16_t *Kc,
+         const uint16_t *Vc, int lane, int lrow, int kbase, int T, float scale_log2) {
     const int g = lane >> 2, t = lane & 3;
     float s[MT][8][4];
 #pragma unroll
@@ -1061,15 +1053,16 @@ __device__ __forceinline__ void fwd_tile(float (&o)[MT][D / 8][4], float (&mrow)
 template <int D, bool FAST = false, int MT = default_mt<D>(), bool HM = false>
 __global__ void __launch_bounds__(THREADS)
     flash_fwd_kernel(float *out, float *lse, const uint16_t *__restrict__ q,
-                     const uint16_t *__restrict__ k, const uint16_t *__restrict__ v, int T, int Tp,
-                     int NH, float scale_log2) {
+                     const uint16_t *__restrict__ k, const uint16_t *__restrict__ v, int T,
+                     int Tp, int NH, float scale_log2) {
     constexpr int BM = 4 * 16 * MT, LDT = D + 8, TILE = KT * LDT;
     extern __shared__ uint4 flash2_smem[];
     uint16_t *Qs = reinterpret_cast<uint16_t *>(flash2_smem); /* [BM][LDT] */
     uint16_t *Ks = Qs + BM * LDT;                             /* [2][64][LDT] */
     uint16_t *Vs = Ks + 2 * TILE;                             /* [2][64][LDT] */
     const int nQ = (Tp + BM - 1) / BM;
-    const int bh = HM ? blockIdx.y : blockIdx.x, qb = nQ - 1 - (int)(HM ? blockIdx.x : blockIdx.y);
+    const int bh = HM ? blockIdx.y : blockIdx.x,
+              qb = nQ - 1 - (int)(HM ? blockIdx.x : blockIdx.y);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const size_t base = (size_t)bh * Tp * D;
     const uint16_t *kb = k + base, *vb = v + base;
@@ -1205,8 +1198,8 @@ template <int D, bool FAST = false, int MT = default_mt<D>(), bool HM = false>
 __global__ void __launch_bounds__(THREADS)
     flash_bwd_dq_kernel(fl_out dq, const uint16_t *__restrict__ q, const uint16_t *__restrict__ k,
                         const uint16_t *__restrict__ v, const uint16_t *__restrict__ dout,
-                        const float *__restrict__ lse, const float *__restrict__ Dv, int T, int Tp,
-                        float scale, float scale_log2) {
+                        const float *__restrict__ lse, const float *__restrict__ Dv, int T,
+                        int Tp, float scale, float scale_log2) {
     constexpr int BM = 4 * 16 * MT, LDT = D + 8, TILE = KT * LDT;
     constexpr int SW = MT == 2 ? 32 : 64;
     extern __shared__ uint4 flash2_smem[];
@@ -1215,7 +1208,8 @@ __global__ void __launch_bounds__(THREADS)
     uint16_t *Ks = dOs + BM * LDT;                            /* [2][64][LDT] */
     uint16_t *Vs = Ks + 2 * TILE;                             /* [2][64][LDT] */
     const int nQ = (Tp + BM - 1) / BM;
-    const int bh = HM ? blockIdx.y : blockIdx.x, qb = nQ - 1 - (int)(HM ? blockIdx.x : blockIdx.y);
+    const int bh = HM ? blockIdx.y : blockIdx.x,
+              qb = nQ - 1 - (int)(HM ? blockIdx.x : blockIdx.y);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const size_t base = (size_t)bh * Tp * D;
     const uint16_t *kb = k + base, *vb = v + base;
@@ -1277,8 +1271,8 @@ __global__ void __launch_bounds__(THREADS)
             dq_tile<D, MT, SW, false, FAST>(acc, qf, df, Qw, dOw, Kc, Vc, L, Dr, lane, lrow,
                                             kt * KT, T, scale_log2);
         else if (active && kt == wtile)
-            dq_tile<D, MT, SW, true, FAST>(acc, qf, df, Qw, dOw, Kc, Vc, L, Dr, lane, lrow, kt * KT,
-                                           T, scale_log2);
+            dq_tile<D, MT, SW, true, FAST>(acc, qf, df, Qw, dOw, Kc, Vc, L, Dr, lane, lrow,
+                                           kt * KT, T, scale_log2);
         __syncthreads();
     }
 
@@ -1426,8 +1420,8 @@ __global__ void __launch_bounds__(THREADS)
         const float *Lc = Ls + st * KT, *Dc = Ds + st * KT;
         if (active && qt >= wtile) {
             if (qt == wtile || qt == nT - 1)
-                dkdv_tile<D, MT, true, FAST>(adk, adv, Kw, Vw, Qc, dOc, Lc, Dc, lane, wkey, qt * KT,
-                                             T, scale_log2);
+                dkdv_tile<D, MT, true, FAST>(adk, adv, Kw, Vw, Qc, dOc, Lc, Dc, lane, wkey,
+                                             qt * KT, T, scale_log2);
             else
                 dkdv_tile<D, MT, false, FAST>(adk, adv, Kw, Vw, Qc, dOc, Lc, Dc, lane, wkey,
                                               qt * KT, T, scale_log2);
@@ -1468,27 +1462,20 @@ __global__ void __launch_bounds__(THREADS)
 /* ---- v2 host side ---- */
 
 /* shared-memory bytes of each kernel (BF16 rows of pitch D + 8; ROWS = 64 MT) */
-static size_t fwd_smem(int D, int MT) {
-    return (size_t)(64 * MT + 4 * KT) * (D + 8) * 2;
-}
-static size_t dq_smem(int D, int MT) {
-    return (size_t)(2 * 64 * MT + 4 * KT) * (D + 8) * 2;
-}
+static size_t fwd_smem(int D, int MT) { return (size_t)(64 * MT + 4 * KT) * (D + 8) * 2; }
+static size_t dq_smem(int D, int MT) { return (size_t)(2 * 64 * MT + 4 * KT) * (D + 8) * 2; }
 static size_t dkdv_smem(int D, int MT) {
     return (size_t)(2 * 64 * MT + 4 * KT) * (D + 8) * 2 + (size_t)4 * KT * sizeof(float);
 }
 /* query blocks (forward, dq) = key blocks (dk/dv) */
-static int row_blocks(int Tp, int MT) {
-    return (Tp + 64 * MT - 1) / (64 * MT);
-}
+static int row_blocks(int Tp, int MT) { return (Tp + 64 * MT - 1) / (64 * MT); }
 /* the grid of every kernel: (BH, row blocks), or (row blocks, BH) head-major */
 static dim3 grid_of(int BH, int Tp, int MT, bool HM) {
     return HM ? dim3(row_blocks(Tp, MT), BH) : dim3(BH, row_blocks(Tp, MT));
 }
 
 /* Raise the dynamic shared-memory limit of the kernels of a variant, once. */
-template <int D, bool FAST, int MT, bool HM>
-static void flash_setup(void) {
+template <int D, bool FAST, int MT, bool HM> static void flash_setup(void) {
     static int done = 0;
     if (done) return;
     CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_kernel<D, FAST, MT, HM>,
@@ -1525,8 +1512,7 @@ struct layout {
     size_t sB, sH, sT;
     int NH;
 };
-template <class O>
-static O as_fl_out(const layout &l) {
+template <class O> static O as_fl_out(const layout &l) {
     O o;
     o.p = l.p, o.sB = l.sB, o.sH = l.sH, o.sT = l.sT, o.NH = l.NH;
     return o;
@@ -1546,13 +1532,11 @@ static problem make_problem(int B, int NH, int T, int D) {
 }
 
 /* versions 2.. are variants of the v2 kernels: f(variant<FAST, MT, HM>{}) */
-template <bool FAST_, int MT_, bool HM_>
-struct variant {
+template <bool FAST_, int MT_, bool HM_> struct variant {
     static constexpr bool FAST = FAST_, HM = HM_;
     static constexpr int MT = MT_;
 };
-template <int D, class F>
-static void with_variant(int ver, F f) {
+template <int D, class F> static void with_variant(int ver, F f) {
     constexpr int M = v2::default_mt<D>();
     if (ver == 2)
         f(variant<false, M, false>{});
@@ -1611,9 +1595,9 @@ static void bwd_d(int ver, int which, const problem &P, const layout &dq, const 
             dim3 grid = v2::grid_of(P.BH, P.Tp, MT, Var::HM);
             if (which & 1)
                 v2::flash_bwd_dkdv_kernel<D, Var::FAST, MT, Var::HM>
-                    <<<grid, 128, v2::dkdv_smem(D, MT)>>>(as_fl_out<v2::fl_out>(dk),
-                                                          as_fl_out<v2::fl_out>(dv), q, k, v, dout,
-                                                          lse, Dv, P.T, P.Tp, scale, scale_log2);
+                    <<<grid, 128, v2::dkdv_smem(D, MT)>>>(
+                        as_fl_out<v2::fl_out>(dk), as_fl_out<v2::fl_out>(dv), q, k, v, dout, lse,
+                        Dv, P.T, P.Tp, scale, scale_log2);
             if (which & 2)
                 v2::flash_bwd_dq_kernel<D, Var::FAST, MT, Var::HM>
                     <<<grid, 128, v2::dq_smem(D, MT)>>>(as_fl_out<v2::fl_out>(dq), q, k, v, dout,
@@ -1646,7 +1630,8 @@ static void run_bwd(int ver, int which, const problem &P, const layout *g, const
 /* Dv[bh, t] = sum_d dout[bh, t, d] * out[b, t, h * D + d] (FP32, fixed order; the backward's
  * input, computed once per problem from version 1's out so every version gets the same) */
 __global__ void rowdot_kernel(float *Dv, const uint16_t *__restrict__ dout,
-                              const float *__restrict__ out, int BH, int T, int Tp, int NH, int D) {
+                              const float *__restrict__ out, int BH, int T, int Tp, int NH,
+                              int D) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)BH * T) return;
     int bh = (int)(i / T), t = (int)(i % T), b = bh / NH, h = bh % NH;
@@ -1704,7 +1689,8 @@ static void ref_attention(ref_head &r, const problem &P, int bh, const std::vect
     auto at = [&](const std::vector<uint16_t> &x, int t, int d) {
         return (double)bf16_to_f(x[((size_t)bh * P.Tp + t) * D + d]);
     };
-    std::vector<double> qd((size_t)T * D), kd((size_t)T * D), vd((size_t)T * D), dod((size_t)T * D);
+    std::vector<double> qd((size_t)T * D), kd((size_t)T * D), vd((size_t)T * D),
+        dod((size_t)T * D);
     for (int t = 0; t < T; t++)
         for (int d = 0; d < D; d++) {
             qd[(size_t)t * D + d] = at(q, t, d), kd[(size_t)t * D + d] = at(k, t, d);
@@ -1822,8 +1808,8 @@ struct dev_problem {
     problem P;
     uint16_t *q, *k, *v, *dout; /* [BH, Tp, D] each */
     float *out, *lse;           /* the forward's outputs, each followed by GUARD_FLOATS */
-    float *bwd_lse, *Dv;        /* the backward's inputs: version 1's lse and rowsum(dout * out) */
-    float *grads;               /* dq, dk, dv: 3 * BH * T * D, then GUARD_FLOATS */
+    float *bwd_lse, *Dv; /* the backward's inputs: version 1's lse and rowsum(dout * out) */
+    float *grads;        /* dq, dk, dv: 3 * BH * T * D, then GUARD_FLOATS */
     size_t n_in, n_out, n_lse, n_grads;
     layout g[3];
 };
@@ -1911,7 +1897,8 @@ static void check_version(int ver, const dev_problem &d, const results &r, const
     strcpy(group_errs, " errors vs CPU:");
     check_close(ver, "forward out vs CPU", "out", shape, got.data(), ref.data(), got.size(), 1e-2,
                 0);
-    check_close(ver, "forward lse vs CPU", "lse", shape, gl.data(), rl.data(), gl.size(), 1e-4, 1);
+    check_close(ver, "forward lse vs CPU", "lse", shape, gl.data(), rl.data(), gl.size(), 1e-4,
+                1);
     static const char *const names[3] = {"backward dq vs CPU", "backward dk vs CPU",
                                          "backward dv vs CPU"};
     static const char *const labels[3] = {"dq", "dk", "dv"};
@@ -1932,7 +1919,8 @@ static void check_version(int ver, const dev_problem &d, const results &r, const
                 }
             }
         }
-        check_close(ver, names[gi], labels[gi], shape, got.data(), ref.data(), got.size(), 2e-2, 0);
+        check_close(ver, names[gi], labels[gi], shape, got.data(), ref.data(), got.size(), 2e-2,
+                    0);
     }
     size_t guard_bad = 0;
     const std::vector<float> *bufs[3] = {&r.out, &r.lse, &r.grads};
@@ -1991,8 +1979,7 @@ static void check_case(int B, int NH, int T, int D, int token_major) {
 }
 
 /* ---- timing ---- */
-template <class F>
-static float time_ms(int iters, F launch) {
+template <class F> static float time_ms(int iters, F launch) {
     launch(); /* warm-up (and the shared-memory setup) */
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0));
@@ -2093,7 +2080,8 @@ int main(int argc, char **argv) {
 
     printf("\n");
     for (int ver = 1; ver <= N_VERSIONS; ver++)
-        printf("v%d: %s\n", ver, version_failed[ver] ? "SOME CHECKS FAILED" : "all checks passed");
+        printf("v%d: %s\n", ver,
+               version_failed[ver] ? "SOME CHECKS FAILED" : "all checks passed");
     printf("checks: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -121,8 +121,8 @@ static void v1_add(fp8t_backend *b, float *out, const float *a, const float *c, 
     }
     if (n4 * 4 < n) {
         size_t off = n4 * 4;
-        v1_add_kernel<<<ew_blocks(s, n - off, 4), EW_THREADS, 0, s->stream>>>(
-            out + off, a + off, c + off, n - off);
+        v1_add_kernel<<<ew_blocks(s, n - off, 4), EW_THREADS, 0, s->stream>>>(out + off, a + off,
+                                                                              c + off, n - off);
         CUDA_LAUNCH_CHECK(s);
     }
 }
@@ -144,7 +144,8 @@ __global__ void v1_adamw_kernel(float *params, float *m, float *v,
         v[i] = vi;
         float mhat = __fdiv_rn(mi, bc1), vhat = __fdiv_rn(vi, bc2);
         float p = params[i];
-        float upd = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)), __fmul_rn(wd, p));
+        float upd =
+            __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)), __fmul_rn(wd, p));
         params[i] = __fsub_rn(p, __fmul_rn(lr, upd));
     }
 }
@@ -196,8 +197,8 @@ static void v1_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, con
     if (dwte) {
         size_t temp_bytes = 0;
         CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const int *)NULL,
-                                                   (int *)NULL, (const int *)NULL, (int *)NULL,
-                                                   N, 0, 32, s->stream));
+                                                   (int *)NULL, (const int *)NULL, (int *)NULL, N,
+                                                   0, 32, s->stream));
         size_t arr = align_up((size_t)N * sizeof(int), 256);
         char *base = (char *)cuda_scratch(b, SCR_SORT, 3 * arr + temp_bytes);
         int *pos_in = (int *)base, *tok_sorted = (int *)(base + arr);
@@ -210,7 +211,7 @@ static void v1_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, con
         CUDA_LAUNCH_CHECK(s);
         int threads = C >= 256 ? 256 : (C >= 128 ? 128 : 64);
         v1_embedding_backward_wte_kernel<<<N, threads, 0, s->stream>>>(dwte, dout, tok_sorted,
-                                                                      pos_sorted, N, C);
+                                                                       pos_sorted, N, C);
         CUDA_LAUNCH_CHECK(s);
     }
     if (dwpe) {
@@ -267,41 +268,51 @@ static void run_swiglu_fwd(int v, float **p, size_t n) {
 }
 static void run_swiglu_bwd(int v, float **p, size_t n) {
     if (v == 1) {
-        v1_swiglu_backward_kernel<<<ew_blocks(&g_state, n, 4), EW_THREADS, 0,
-                                    g_state.stream>>>(p[0], p[1], p[2], p[3], p[4], n);
+        v1_swiglu_backward_kernel<<<ew_blocks(&g_state, n, 4), EW_THREADS, 0, g_state.stream>>>(
+            p[0], p[1], p[2], p[3], p[4], n);
         CUDA_LAUNCH_CHECK(&g_state);
     } else {
         cuda_swiglu_backward(&g_be, p[0], p[1], p[2], p[3], p[4], n);
     }
 }
 static void run_add(int v, float **p, size_t n) {
-    if (v == 1) v1_add(&g_be, p[0], p[1], p[2], n);
-    else cuda_add(&g_be, p[0], p[1], p[2], n);
+    if (v == 1)
+        v1_add(&g_be, p[0], p[1], p[2], n);
+    else
+        cuda_add(&g_be, p[0], p[1], p[2], n);
 }
 static void run_add_out_a(int v, float **p, size_t n) {
-    if (v == 1) v1_add(&g_be, p[0], p[0], p[1], n);
-    else cuda_add(&g_be, p[0], p[0], p[1], n);
+    if (v == 1)
+        v1_add(&g_be, p[0], p[0], p[1], n);
+    else
+        cuda_add(&g_be, p[0], p[0], p[1], n);
 }
 static void run_add_out_c(int v, float **p, size_t n) {
-    if (v == 1) v1_add(&g_be, p[0], p[1], p[0], n);
-    else cuda_add(&g_be, p[0], p[1], p[0], n);
+    if (v == 1)
+        v1_add(&g_be, p[0], p[1], p[0], n);
+    else
+        cuda_add(&g_be, p[0], p[1], p[0], n);
 }
 static void run_accumulate(int v, float **p, size_t n) {
-    if (v == 1) v1_add(&g_be, p[0], p[0], p[1], n);
-    else cuda_accumulate(&g_be, p[0], p[1], n);
+    if (v == 1)
+        v1_add(&g_be, p[0], p[0], p[1], n);
+    else
+        cuda_accumulate(&g_be, p[0], p[1], n);
 }
 static void run_scale(int v, float **p, size_t n) {
     if (v == 1) {
-        v1_scale_kernel<<<ew_blocks(&g_state, n, 4), EW_THREADS, 0, g_state.stream>>>(
-            p[0], 0.999f, n);
+        v1_scale_kernel<<<ew_blocks(&g_state, n, 4), EW_THREADS, 0, g_state.stream>>>(p[0],
+                                                                                      0.999f, n);
         CUDA_LAUNCH_CHECK(&g_state);
     } else {
         cuda_scale(&g_be, p[0], 0.999f, n);
     }
 }
 static void run_adamw(int v, float **p, size_t n) {
-    if (v == 1) v1_adamw(&g_be, p[0], p[1], p[2], p[3], n, ADAMW_ARGS);
-    else cuda_adamw(&g_be, p[0], p[1], p[2], p[3], n, ADAMW_ARGS);
+    if (v == 1)
+        v1_adamw(&g_be, p[0], p[1], p[2], p[3], n, ADAMW_ARGS);
+    else
+        cuda_adamw(&g_be, p[0], p[1], p[2], p[3], n, ADAMW_ARGS);
 }
 
 static const ew_op OPS[] = {
@@ -350,8 +361,10 @@ static int n_pass, n_fail;
 
 static void report(const char *what, const char *shape, int ok) {
     printf("%s %s [%s]\n", ok ? "PASS" : "FAIL", what, shape);
-    if (ok) n_pass++;
-    else n_fail++;
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
 }
 
 #define GUARD 8 /* floats after each op's range */
@@ -377,8 +390,9 @@ static void check_op(const ew_op *op, size_t n, size_t off) {
         if (memcmp(&got1[i], &got2[i], 4) && !bad++) first = i;
     char shape[96];
     snprintf(shape, sizeof(shape), "n=%zu, +%zu floats", n, off);
-    if (bad) printf("  %zu floats differ, first: buffer %zu float %zu\n", bad, first / len,
-                    first % len);
+    if (bad)
+        printf("  %zu floats differ, first: buffer %zu float %zu\n", bad, first / len,
+               first % len);
     report(op->name, shape, !bad);
     CUDA_CHECK(cudaFree(dev[0]));
     CUDA_CHECK(cudaFree(dev[1]));
@@ -393,8 +407,10 @@ static void check_bias(int N, int OC, size_t off) {
         CUDA_CHECK(cudaMalloc(&dev[v], init.size() * 4));
         CUDA_CHECK(cudaMemcpy(dev[v], init.data(), init.size() * 4, cudaMemcpyHostToDevice));
         float *out = dev[v] + off, *bias = dev[v] + len_out + off;
-        if (v == 0) v1_bias_add(&g_be, out, bias, N, OC);
-        else cuda_bias_add(&g_be, out, bias, N, OC);
+        if (v == 0)
+            v1_bias_add(&g_be, out, bias, N, OC);
+        else
+            cuda_bias_add(&g_be, out, bias, N, OC);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(got1.data(), dev[0], init.size() * 4, cudaMemcpyDeviceToHost));
@@ -422,8 +438,10 @@ static void check_embedding_backward(int B, int T, int C, int V, size_t off) {
         CUDA_CHECK(cudaMalloc(&dev[v], init.size() * 4));
         CUDA_CHECK(cudaMemcpy(dev[v], init.data(), init.size() * 4, cudaMemcpyHostToDevice));
         float *dwte = dev[v] + off, *dwpe = dev[v] + lw + off, *dout = dev[v] + lw + lp + off;
-        if (v == 0) v1_embedding_backward(&g_be, dwte, dwpe, dout, dtok, B, T, C);
-        else cuda_embedding_backward(&g_be, dwte, dwpe, dout, dtok, B, T, C);
+        if (v == 0)
+            v1_embedding_backward(&g_be, dwte, dwpe, dout, dtok, B, T, C);
+        else
+            cuda_embedding_backward(&g_be, dwte, dwpe, dout, dtok, B, T, C);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(got1.data(), dev[0], init.size() * 4, cudaMemcpyDeviceToHost));
@@ -441,14 +459,13 @@ static void run_checks(void) {
     for (size_t o = 0; o < N_OPS; o++)
         for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
             for (size_t off = 0; off < 2; off++) check_op(&OPS[o], ns[ni], off);
-    static const int bias_cases[][2] = {{1, 1},   {7, 33},   {300, 768}, {5000, 64},
-                                        {2048, 2304}, {3, 4}, {100, 1600}, {20, 6400},
-                                        {9, 50257}};
+    static const int bias_cases[][2] = {{1, 1}, {7, 33},     {300, 768}, {5000, 64}, {2048, 2304},
+                                        {3, 4}, {100, 1600}, {20, 6400}, {9, 50257}};
     for (size_t ci = 0; ci < sizeof(bias_cases) / sizeof(bias_cases[0]); ci++)
         for (size_t off = 0; off < 2; off++)
             check_bias(bias_cases[ci][0], bias_cases[ci][1], off);
-    static const int emb_cases[][4] = {{4, 64, 768, 1000}, {2, 33, 6, 7}, {3, 17, 64, 5},
-                                       {2, 128, 1600, 4099}};
+    static const int emb_cases[][4] = {
+        {4, 64, 768, 1000}, {2, 33, 6, 7}, {3, 17, 64, 5}, {2, 128, 1600, 4099}};
     for (size_t ci = 0; ci < sizeof(emb_cases) / sizeof(emb_cases[0]); ci++)
         for (size_t off = 0; off < 2; off++)
             check_embedding_backward(emb_cases[ci][0], emb_cases[ci][1], emb_cases[ci][2],
@@ -474,8 +491,10 @@ static float time_ms(int iters, void (*fn)(int, float **, size_t), int v, float 
 
 static int g_bias_N, g_bias_OC;
 static void run_bias(int v, float **p, size_t) {
-    if (v == 1) v1_bias_add(&g_be, p[0], p[1], g_bias_N, g_bias_OC);
-    else cuda_bias_add(&g_be, p[0], p[1], g_bias_N, g_bias_OC);
+    if (v == 1)
+        v1_bias_add(&g_be, p[0], p[1], g_bias_N, g_bias_OC);
+    else
+        cuda_bias_add(&g_be, p[0], p[1], g_bias_N, g_bias_OC);
 }
 
 static void bench_line(const char *name, const char *shape, double bytes, int iters,

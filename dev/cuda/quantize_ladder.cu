@@ -66,8 +66,8 @@ void cuda_gelu_backward(fp8t_backend *, float *, const float *, const float *, s
     fprintf(stderr, "quantize_ladder: cuda_gelu_backward is not part of the ladder\n");
     exit(1);
 }
-void cuda_gelu_backward_bias(fp8t_backend *, float *, const float *, const float *,
-                             const float *, int, int) {
+void cuda_gelu_backward_bias(fp8t_backend *, float *, const float *, const float *, const float *,
+                             int, int) {
     fprintf(stderr, "quantize_ladder: cuda_gelu_backward_bias is not part of the ladder\n");
     exit(1);
 }
@@ -123,13 +123,13 @@ static void quantize_v1(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
     if (!codes_t) {
         int vec = aligned16(x) && (!codes || aligned16(codes)) ? 1 : 0;
         cast_fp8_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(codes, amax_out, x, n,
-                                                                         fmt, scale, vec);
+                                                                          fmt, scale, vec);
         CUDA_LAUNCH_CHECK(s);
         return;
     }
     dim3 grid(cdiv_u(cols, V1_TILE), cdiv_u(rows, V1_TILE)), block(V1_TILE, V1_ROWS);
-    v1_cast_transpose_fp8_kernel<<<grid, block, 0, s->stream>>>(codes, codes_t, amax_out, x,
-                                                               rows, cols, fmt, scale);
+    v1_cast_transpose_fp8_kernel<<<grid, block, 0, s->stream>>>(codes, codes_t, amax_out, x, rows,
+                                                                cols, fmt, scale);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -140,8 +140,10 @@ static fp8t_backend g_be;
 static void run_version(int version, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                         const float *x, int rows, int cols, fp8_format fmt, const float *scale) {
     g_state.plain = version == 0;
-    if (version == 1) quantize_v1(&g_be, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
-    else cuda_quantize(&g_be, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
+    if (version == 1)
+        quantize_v1(&g_be, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
+    else
+        cuda_quantize(&g_be, codes, codes_t, amax_out, x, rows, cols, fmt, scale);
 }
 
 /* ---- CPU reference ---- */
@@ -154,8 +156,10 @@ static uint8_t ref_enc(float v, fp8_format fmt) {
 static float ref_amax(float amax0, const float *x, size_t n) {
     float a = amax0;
     for (size_t i = 0; i < n && !isnan(a); i++) {
-        if (isnan(x[i])) a = NAN;
-        else if (fabsf(x[i]) > a) a = fabsf(x[i]);
+        if (isnan(x[i]))
+            a = NAN;
+        else if (fabsf(x[i]) > a)
+            a = fabsf(x[i]);
     }
     return a;
 }
@@ -184,12 +188,18 @@ static void fill_data(float *x, size_t n, int kind) {
     for (size_t i = 0; i < n; i++) {
         float v = rnd_normal();
         int r = (int)(rnd_u32() % 100);
-        if (r == 0) v *= 1000.0f;
-        else if (r == 1) v *= 1e-6f;
-        else if (kind >= 1 && r == 2) v = (rnd_u32() & 1) ? INFINITY : -INFINITY;
-        else if (kind >= 1 && r == 3) v *= 1e-40f;
-        else if (kind >= 1 && r == 4) v = (rnd_u32() & 1) ? 0.0f : -0.0f;
-        else if (kind >= 1 && r == 5) v = (rnd_u32() & 1) ? 3.0e38f : -3.4028235e38f;
+        if (r == 0)
+            v *= 1000.0f;
+        else if (r == 1)
+            v *= 1e-6f;
+        else if (kind >= 1 && r == 2)
+            v = (rnd_u32() & 1) ? INFINITY : -INFINITY;
+        else if (kind >= 1 && r == 3)
+            v *= 1e-40f;
+        else if (kind >= 1 && r == 4)
+            v = (rnd_u32() & 1) ? 0.0f : -0.0f;
+        else if (kind >= 1 && r == 5)
+            v = (rnd_u32() & 1) ? 3.0e38f : -3.4028235e38f;
         x[i] = v;
     }
     if (kind == 2 && n > 0) {
@@ -283,13 +293,13 @@ static void check_case(int rows, int cols, fp8_format fmt, int want_codes, int w
 }
 
 static void run_checks(void) {
-    static const int shapes[][2] = {
-        {1, 1},     {3, 7},      {16, 4},    {64, 64},   {128, 768}, {64, 68},
-        {144, 200}, {208, 1600}, {100, 130}, {130, 64},  {1000, 1001}, {80, 5},
-        {192, 324}, {64, 4800},  {320, 132}, {16, 256},  {2048, 96},  {48, 4}};
+    static const int shapes[][2] = {{1, 1},       {3, 7},     {16, 4},     {64, 64},   {128, 768},
+                                    {64, 68},     {144, 200}, {208, 1600}, {100, 130}, {130, 64},
+                                    {1000, 1001}, {80, 5},    {192, 324},  {64, 4800}, {320, 132},
+                                    {16, 256},    {2048, 96}, {48, 4}};
     /* which outputs: codes, codes_t, amax */
-    static const int modes[][3] = {{1, 1, 1}, {1, 0, 1}, {0, 1, 1}, {0, 0, 1}, {1, 1, 0},
-                                   {0, 1, 0}, {1, 0, 0}};
+    static const int modes[][3] = {{1, 1, 1}, {1, 0, 1}, {0, 1, 1}, {0, 0, 1},
+                                   {1, 1, 0}, {0, 1, 0}, {1, 0, 0}};
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
         for (int fi = 0; fi < 2; fi++)
             for (size_t mi = 0; mi < sizeof(modes) / sizeof(modes[0]); mi++) {
@@ -298,8 +308,8 @@ static void run_checks(void) {
                            modes[mi][1], modes[mi][2], kind, 0, 0, 0);
             }
     /* misaligned x, codes, codes_t: the fallbacks */
-    static const int offs[][3] = {{1, 0, 0}, {0, 1, 0}, {0, 4, 0}, {0, 0, 4}, {0, 2, 8},
-                                  {2, 3, 1}};
+    static const int offs[][3] = {{1, 0, 0}, {0, 1, 0}, {0, 4, 0},
+                                  {0, 0, 4}, {0, 2, 8}, {2, 3, 1}};
     for (size_t oi = 0; oi < sizeof(offs) / sizeof(offs[0]); oi++)
         for (int with_t = 0; with_t < 2; with_t++)
             check_case(192, 200, FP8_E4M3, 1, with_t, 1, 2, offs[oi][0], offs[oi][1],
@@ -346,13 +356,17 @@ static void check_tile_layout(void) {
     ok = ok && worst_write <= 2 && worst_read <= 1;
     ok ? n_pass++ : n_fail++;
     printf("%s  64x64 tile layout: words written once and read in row order; bank conflicts "
-           "%d-way on writes, %d-way on reads\n", ok ? "PASS" : "FAIL", worst_write, worst_read);
+           "%d-way on writes, %d-way on reads\n",
+           ok ? "PASS" : "FAIL", worst_write, worst_read);
 }
 
 /* ---- timing ---- */
 static void bench(int iters) {
     static const int shapes[][2] = {{32768, 768}, {32768, 3072}, {8192, 1600}, {8192, 6400}};
-    static const struct { int codes, codes_t; const char *name; } modes[] = {
+    static const struct {
+        int codes, codes_t;
+        const char *name;
+    } modes[] = {
         {1, 1, "codes+codes_t+amax"}, {1, 0, "codes+amax"}, {0, 1, "codes_t+amax (codes NULL)"}};
     size_t max_n = (size_t)32768 * 3072;
     float *dx, *dscale, *damax;
@@ -416,8 +430,7 @@ static void bench(int iters) {
                 for (int it = -2; it < iters; it++) { /* 2 warm-up launches */
                     CUDA_CHECK(cudaMemsetAsync(flush, it & 0xff, flush_bytes, g_state.stream));
                     CUDA_CHECK(cudaEventRecord(e0, g_state.stream));
-                    run_version(version, codes, codes_t, damax, dx, rows, cols, FP8_E4M3,
-                                dscale);
+                    run_version(version, codes, codes_t, damax, dx, rows, cols, FP8_E4M3, dscale);
                     CUDA_CHECK(cudaEventRecord(e1, g_state.stream));
                     CUDA_CHECK(cudaEventSynchronize(e1));
                     float ms;

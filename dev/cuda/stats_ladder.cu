@@ -70,8 +70,6 @@ void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
 /* ---- version 1: the previous cuda_stats.cu, verbatim but for the namespace and names ---- */
 namespace v1 {
 
-
-
 #define ST_THREADS 256
 #define ST_MAX_GRID 512
 #define ST_MX_BLOCK 32
@@ -83,7 +81,7 @@ typedef unsigned long long ull;
 typedef struct {
     int n;
     int kind[FP8T_STATS_MAX_IMAGES];
-    int fmt[FP8T_STATS_MAX_IMAGES];   /* element format (MX: E4M3) */
+    int fmt[FP8T_STATS_MAX_IMAGES]; /* element format (MX: E4M3) */
     int tr[FP8T_STATS_MAX_IMAGES], tc[FP8T_STATS_MAX_IMAGES];
     const float *scale[FP8T_STATS_MAX_IMAGES];
     float eps[FP8T_STATS_MAX_IMAGES];
@@ -118,8 +116,14 @@ __device__ __forceinline__ void mom_init(mom_acc *a) {
 
 __device__ __forceinline__ void mom_add(mom_acc *a, float v) {
     a->qamax = amax_merge_dev(a->qamax, v);
-    if (isnan(v)) { a->nnan++; return; }
-    if (isinf(v)) { a->ninf++; return; }
+    if (isnan(v)) {
+        a->nnan++;
+        return;
+    }
+    if (isinf(v)) {
+        a->ninf++;
+        return;
+    }
     float av = fabsf(v);
     a->nf++;
     if (v == 0.0f) a->nzero++;
@@ -164,12 +168,11 @@ __device__ __forceinline__ void tree_reduce(T *sh) {
 /* The non-saturating cast overflows (stats.h: fp8_overflows): the value was clipped. */
 __device__ __forceinline__ int fp8_overflows_dev(float v, int fmt) {
     if (isnan(v)) return 0;
-    unsigned c = (unsigned)__nv_cvt_float_to_fp8(v, __NV_NOSAT,
-                                                 fmt == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2) &
-                 0x7Fu;
+    unsigned c =
+        (unsigned)__nv_cvt_float_to_fp8(v, __NV_NOSAT, fmt == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2) &
+        0x7Fu;
     return c == (fmt == FP8_E5M2 ? 0x7Cu : 0x7Fu);
 }
-
 
 static unsigned st_grid(size_t n) {
     size_t g = (n + ST_THREADS * 4 - 1) / (ST_THREADS * 4);
@@ -193,7 +196,7 @@ __global__ void __launch_bounds__(ST_THREADS)
 
 __global__ void __launch_bounds__(ST_THREADS)
     v1_stats_moments_finish(fp8t_stats_raw *out, v1_stats_params *prm, const mom_acc *part,
-                         int nparts, size_t n, img_specs sp) {
+                            int nparts, size_t n, img_specs sp) {
     __shared__ mom_acc sh[ST_THREADS];
     mom_acc a;
     mom_init(&a);
@@ -211,7 +214,8 @@ __global__ void __launch_bounds__(ST_THREADS)
     prm->qamax = a.qamax;
     for (int k = 0; k < sp.n; k++) {
         float sc = __int_as_float(0x7fc00000);
-        if (sp.kind[k] == FP8T_IMG_SCALE) sc = *sp.scale[k];
+        if (sp.kind[k] == FP8T_IMG_SCALE)
+            sc = *sp.scale[k];
         else if (sp.kind[k] == FP8T_IMG_CURRENT)
             sc = current_scale_dev(a.qamax, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX,
                                    sp.eps[k], sp.pow2[k]);
@@ -222,8 +226,8 @@ __global__ void __launch_bounds__(ST_THREADS)
 
 /* ---- T: per-tile multiplier of image k (TILES: the block's current scale; MX: 2^-e, NaN
  * for a block holding NaN or Inf) ---- */
-__global__ void v1_stats_tiles_kernel(float *tiles, const float *__restrict__ x, int rows, int cols,
-                                   int tr, int tc, int fmt, int mx) {
+__global__ void v1_stats_tiles_kernel(float *tiles, const float *__restrict__ x, int rows,
+                                      int cols, int tr, int tc, int fmt, int mx) {
     int nbc = (cols + tc - 1) / tc;
     int br = (int)(blockIdx.x / nbc), bc = (int)(blockIdx.x % nbc);
     int r0 = br * tr, c0 = bc * tc;
@@ -249,7 +253,7 @@ __global__ void v1_stats_tiles_kernel(float *tiles, const float *__restrict__ x,
  * mask: bit k set for each 1x128 TILES image k; mx: the MX image's index, or -1. ---- */
 __global__ void __launch_bounds__(128)
     v1_stats_rowtiles_kernel(img_specs sp, const float *__restrict__ x, int rows, int cols,
-                          unsigned mask, int mx) {
+                             unsigned mask, int mx) {
     int nbc = (cols + 127) / 128;
     int r = (int)(blockIdx.x / nbc), bc = (int)(blockIdx.x % nbc);
     int c = bc * 128 + (int)threadIdx.x;
@@ -264,8 +268,8 @@ __global__ void __launch_bounds__(128)
     if (threadIdx.x != 0) return;
     for (int k = 0; k < sp.n; k++)
         if (mask >> k & 1u)
-            sp.tiles[k][(size_t)r * nbc + bc] =
-                current_scale_dev(a, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, 0);
+            sp.tiles[k][(size_t)r * nbc + bc] = current_scale_dev(
+                a, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, 0);
 }
 
 /* The image value of x at multiplier m: decode(encode(x*m)) / m; MX divides in double and
@@ -278,7 +282,7 @@ __device__ __forceinline__ float image_value(float v, float m, int fmt, int mx) 
 /* ---- B: deviation and image errors ---- */
 __global__ void __launch_bounds__(ST_THREADS)
     v1_stats_images_kernel(img_acc *part, double *dev_part, const v1_stats_params *prm,
-                        const float *__restrict__ x, size_t n, int cols, img_specs sp) {
+                           const float *__restrict__ x, size_t n, int cols, img_specs sp) {
     __shared__ img_acc sh[ST_THREADS];
     __shared__ double shd[ST_THREADS];
     /* per-thread accumulators in registers: every index below is a constant after unrolling;
@@ -338,7 +342,7 @@ __global__ void __launch_bounds__(ST_THREADS)
 
 __global__ void __launch_bounds__(ST_THREADS)
     v1_stats_images_finish(fp8t_stats_raw *out, const img_acc *part, const double *dev_part,
-                        int nparts, int nimg) {
+                           int nparts, int nimg) {
     __shared__ img_acc sh[ST_THREADS];
     __shared__ double shd[ST_THREADS];
     double dev = 0.0;
@@ -386,7 +390,7 @@ __device__ __forceinline__ double sqnr_dev(double xx, double err) {
 
 __global__ void __launch_bounds__(ST_THREADS)
     v1_stats_blocks_kernel(fp8t_block_raw *list, const v1_stats_params *prm,
-                        const float *__restrict__ x, size_t n, size_t bs, int bimg, int fmt) {
+                           const float *__restrict__ x, size_t n, size_t bs, int bimg, int fmt) {
     __shared__ blk_acc sh[ST_THREADS];
     const float m = prm->scale[bimg];
     size_t lo = (size_t)blockIdx.x * bs, hi = lo + bs < n ? lo + bs : n;
@@ -410,7 +414,8 @@ __global__ void __launch_bounds__(ST_THREADS)
         fp8t_block_raw r;
         r.amax = sh[0].amax;
         r.sqnr_db = sqnr_dev(sh[0].xx, sh[0].err);
-        r.underflow_pct = sh[0].nonzero ? 100.0 * (double)sh[0].under / (double)sh[0].nonzero : 0.0;
+        r.underflow_pct =
+            sh[0].nonzero ? 100.0 * (double)sh[0].under / (double)sh[0].nonzero : 0.0;
         list[blockIdx.x] = r;
     }
 }
@@ -472,7 +477,8 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     const unsigned grid = st_grid(n);
     size_t off_par = align_up(grid * sizeof(mom_acc), 256);
     size_t off_b = off_par + align_up(sizeof(v1_stats_params), 256);
-    size_t off_dev = off_b + align_up((size_t)grid * FP8T_STATS_MAX_IMAGES * sizeof(img_acc), 256);
+    size_t off_dev =
+        off_b + align_up((size_t)grid * FP8T_STATS_MAX_IMAGES * sizeof(img_acc), 256);
     size_t off_tiles = off_dev + align_up(grid * sizeof(double), 256);
     size_t tile_off[FP8T_STATS_MAX_IMAGES] = {0}, ntiles[FP8T_STATS_MAX_IMAGES] = {0};
     size_t end = off_tiles;
@@ -487,8 +493,9 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
             int tr = is->kind == FP8T_IMG_MX ? 1 : is->tile_r;
             int tc = is->kind == FP8T_IMG_MX ? ST_MX_BLOCK : is->tile_c;
             if (tr <= 0 || tc <= 0) {
-                fprintf(stderr, "fp8train: tensor_stats: image %d has tile %dx%d (must be positive)\n",
-                        k, tr, tc);
+                fprintf(stderr,
+                        "fp8train: tensor_stats: image %d has tile %dx%d (must be positive)\n", k,
+                        tr, tc);
                 exit(1);
             }
             sp.tr[k] = tr, sp.tc[k] = tc;
@@ -528,29 +535,32 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     unsigned mask128 = 0;
     int mx_k = -1;
     for (int k = 0; k < nimg; k++) {
-        if (sp.kind[k] == FP8T_IMG_TILES && sp.tr[k] == 1 && sp.tc[k] == 128) mask128 |= 1u << k;
-        else if (sp.kind[k] == FP8T_IMG_MX && mx_k < 0) mx_k = k;
+        if (sp.kind[k] == FP8T_IMG_TILES && sp.tr[k] == 1 && sp.tc[k] == 128)
+            mask128 |= 1u << k;
+        else if (sp.kind[k] == FP8T_IMG_MX && mx_k < 0)
+            mx_k = k;
     }
     if (mask128 || mx_k >= 0) {
         v1_stats_rowtiles_kernel<<<(unsigned)((size_t)rows * cdiv_u(cols, 128)), 128, 0,
-                                s->stream>>>(sp, x, rows, cols, mask128, mx_k);
+                                   s->stream>>>(sp, x, rows, cols, mask128, mx_k);
         CUDA_LAUNCH_CHECK(s);
     }
     for (int k = 0; k < nimg; k++) {
         if (!ntiles[k] || (mask128 >> k & 1u) || k == mx_k) continue;
         int cnt = sp.tr[k] * sp.tc[k];
         v1_stats_tiles_kernel<<<(unsigned)ntiles[k], cnt >= 1024 ? 256 : (cnt > 32 ? 128 : 32), 0,
-                             s->stream>>>(sp.tiles[k], x, rows, cols, sp.tr[k], sp.tc[k],
-                                          sp.fmt[k], sp.kind[k] == FP8T_IMG_MX);
+                                s->stream>>>(sp.tiles[k], x, rows, cols, sp.tr[k], sp.tc[k],
+                                             sp.fmt[k], sp.kind[k] == FP8T_IMG_MX);
         CUDA_LAUNCH_CHECK(s);
     }
     v1_stats_images_kernel<<<grid, ST_THREADS, 0, s->stream>>>(partB, devp, prm, x, n,
-                                                            cols > 0 ? cols : 1, sp);
+                                                               cols > 0 ? cols : 1, sp);
     CUDA_LAUNCH_CHECK(s);
     v1_stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, partB, devp, (int)grid, nimg);
     CUDA_LAUNCH_CHECK(s);
     if (bs > 0) {
-        fp8t_block_raw *list = req->block_list ? req->block_list : (fp8t_block_raw *)(scr + off_list);
+        fp8t_block_raw *list =
+            req->block_list ? req->block_list : (fp8t_block_raw *)(scr + off_list);
         v1_stats_blocks_kernel<<<(unsigned)nb, ST_THREADS, 0, s->stream>>>(
             list, prm, x, n, (size_t)bs, req->block_img, sp.fmt[req->block_img]);
         CUDA_LAUNCH_CHECK(s);
@@ -576,7 +586,7 @@ typedef unsigned long long ull;
 typedef struct {
     int n;
     int kind[FP8T_STATS_MAX_IMAGES];
-    int fmt[FP8T_STATS_MAX_IMAGES];   /* element format (MX: E4M3) */
+    int fmt[FP8T_STATS_MAX_IMAGES]; /* element format (MX: E4M3) */
     int tr[FP8T_STATS_MAX_IMAGES], tc[FP8T_STATS_MAX_IMAGES];
     const float *scale[FP8T_STATS_MAX_IMAGES];
     float eps[FP8T_STATS_MAX_IMAGES];
@@ -612,8 +622,14 @@ __device__ __forceinline__ void mom_init(mom_acc *a) {
 
 __device__ __forceinline__ void mom_add(mom_acc *a, float v) {
     a->qamax = amax_merge_dev(a->qamax, v);
-    if (isnan(v)) { a->nnan++; return; }
-    if (isinf(v)) { a->ninf++; return; }
+    if (isnan(v)) {
+        a->nnan++;
+        return;
+    }
+    if (isinf(v)) {
+        a->ninf++;
+        return;
+    }
     float av = fabsf(v);
     a->nf++;
     if (v == 0.0f) a->nzero++;
@@ -672,7 +688,7 @@ __device__ __forceinline__ int fp8_overflows_dev(float v, int fmt) {
  * resident at once (a larger grid would run its last blocks as a second, mostly idle wave,
  * since every warp's share of tiles is fixed). */
 static unsigned v2_st_grid(const cuda_state *s, const void *kernel, std::atomic<int> *occ,
-                        size_t ntiles) {
+                           size_t ntiles) {
     /* asked once per kernel (a function of the kernel and the architecture; a few us a call,
      * and an inspected step makes hundreds) */
     int per_sm = occ->load(std::memory_order_relaxed);
@@ -689,15 +705,15 @@ static unsigned v2_st_grid(const cuda_state *s, const void *kernel, std::atomic<
 /* The walk of both passes: tile t of a rows x cols tensor is row t / nbc, columns
  * (t % nbc) * 128 + [0, 128); each warp takes tiles warp, warp + W, ... (W warps in the
  * grid). Lane l holds columns c0 + l + 32 j, j = 0..3. */
-#define ST_TILE_LOOP(t, ntiles)                                                              \
-    for (size_t t = (size_t)blockIdx.x * ST_WARPS + (threadIdx.x >> 5); t < (ntiles);          \
+#define ST_TILE_LOOP(t, ntiles)                                                                  \
+    for (size_t t = (size_t)blockIdx.x * ST_WARPS + (threadIdx.x >> 5); t < (ntiles);            \
          t += (size_t)gridDim.x * ST_WARPS)
 
 /* ---- P1: moments, and the 1x128 / MX tile multipliers from the same read.
  * mask: bit k set for each 1x128 TILES image k; mx: the MX image's index, or -1. ---- */
 __global__ void __launch_bounds__(ST_THREADS)
     v2_stats_pass1_kernel(mom_acc *part, img_specs sp, const float *__restrict__ x, int rows,
-                       int cols, unsigned mask, int mx) {
+                          int cols, unsigned mask, int mx) {
     __shared__ mom_acc sh[ST_THREADS];
     const int lane = (int)(threadIdx.x & 31);
     const int nbc = (cols + ST_TILE - 1) / ST_TILE;
@@ -746,7 +762,7 @@ __global__ void __launch_bounds__(ST_THREADS)
 
 __global__ void __launch_bounds__(ST_THREADS)
     v2_stats_moments_finish(fp8t_stats_raw *out, v2_stats_params *prm, const mom_acc *part,
-                         int nparts, size_t n, img_specs sp) {
+                            int nparts, size_t n, img_specs sp) {
     __shared__ mom_acc sh[ST_THREADS];
     mom_acc a;
     mom_init(&a);
@@ -764,7 +780,8 @@ __global__ void __launch_bounds__(ST_THREADS)
     prm->qamax = a.qamax;
     for (int k = 0; k < sp.n; k++) {
         float sc = __int_as_float(0x7fc00000);
-        if (sp.kind[k] == FP8T_IMG_SCALE) sc = *sp.scale[k];
+        if (sp.kind[k] == FP8T_IMG_SCALE)
+            sc = *sp.scale[k];
         else if (sp.kind[k] == FP8T_IMG_CURRENT)
             sc = current_scale_dev(a.qamax, sp.fmt[k] == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX,
                                    sp.eps[k], sp.pow2[k]);
@@ -775,8 +792,8 @@ __global__ void __launch_bounds__(ST_THREADS)
 
 /* ---- T: per-tile multiplier of image k (TILES: the block's current scale; MX: 2^-e, NaN
  * for a block holding NaN or Inf) ---- */
-__global__ void v2_stats_tiles_kernel(float *tiles, const float *__restrict__ x, int rows, int cols,
-                                   int tr, int tc, int fmt, int mx) {
+__global__ void v2_stats_tiles_kernel(float *tiles, const float *__restrict__ x, int rows,
+                                      int cols, int tr, int tc, int fmt, int mx) {
     int nbc = (cols + tc - 1) / tc;
     int br = (int)(blockIdx.x / nbc), bc = (int)(blockIdx.x % nbc);
     int r0 = br * tr, c0 = bc * tc;
@@ -818,7 +835,7 @@ __device__ __forceinline__ float image_mult(const img_specs &sp, const float *m,
 /* ---- B: deviation and image errors ---- */
 __global__ void __launch_bounds__(ST_THREADS)
     v2_stats_images_kernel(img_acc *part, double *dev_part, const v2_stats_params *prm,
-                        const float *__restrict__ x, int rows, int cols, img_specs sp) {
+                           const float *__restrict__ x, int rows, int cols, img_specs sp) {
     __shared__ img_acc sh[ST_THREADS];
     __shared__ double shd[ST_THREADS];
     /* per-thread accumulators in registers: every index below is a constant after unrolling;
@@ -893,7 +910,7 @@ __global__ void __launch_bounds__(ST_THREADS)
 
 __global__ void __launch_bounds__(ST_THREADS)
     v2_stats_images_finish(fp8t_stats_raw *out, const img_acc *part, const double *dev_part,
-                        int nparts, int nimg) {
+                           int nparts, int nimg) {
     __shared__ img_acc sh[ST_THREADS];
     __shared__ double shd[ST_THREADS];
     double dev = 0.0;
@@ -941,7 +958,7 @@ __device__ __forceinline__ double sqnr_dev(double xx, double err) {
 
 __global__ void __launch_bounds__(ST_THREADS)
     v2_stats_blocks_kernel(fp8t_block_raw *list, const v2_stats_params *prm,
-                        const float *__restrict__ x, size_t n, size_t bs, int bimg, int fmt) {
+                           const float *__restrict__ x, size_t n, size_t bs, int bimg, int fmt) {
     __shared__ blk_acc sh[ST_THREADS];
     const float m = prm->scale[bimg];
     size_t lo = (size_t)blockIdx.x * bs, hi = lo + bs < n ? lo + bs : n;
@@ -965,7 +982,8 @@ __global__ void __launch_bounds__(ST_THREADS)
         fp8t_block_raw r;
         r.amax = sh[0].amax;
         r.sqnr_db = sqnr_dev(sh[0].xx, sh[0].err);
-        r.underflow_pct = sh[0].nonzero ? 100.0 * (double)sh[0].under / (double)sh[0].nonzero : 0.0;
+        r.underflow_pct =
+            sh[0].nonzero ? 100.0 * (double)sh[0].under / (double)sh[0].nonzero : 0.0;
         list[blockIdx.x] = r;
     }
 }
@@ -1032,7 +1050,8 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     /* scratch: P1 partials | params | B partials | dev partials | tiles... | block list */
     size_t off_par = align_up(grid1 * sizeof(mom_acc), 256);
     size_t off_b = off_par + align_up(sizeof(v2_stats_params), 256);
-    size_t off_dev = off_b + align_up((size_t)grid2 * FP8T_STATS_MAX_IMAGES * sizeof(img_acc), 256);
+    size_t off_dev =
+        off_b + align_up((size_t)grid2 * FP8T_STATS_MAX_IMAGES * sizeof(img_acc), 256);
     size_t off_tiles = off_dev + align_up(grid2 * sizeof(double), 256);
     size_t tile_off[FP8T_STATS_MAX_IMAGES] = {0}, ntiles[FP8T_STATS_MAX_IMAGES] = {0};
     size_t end = off_tiles;
@@ -1047,8 +1066,9 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
             int tr = is->kind == FP8T_IMG_MX ? 1 : is->tile_r;
             int tc = is->kind == FP8T_IMG_MX ? ST_MX_BLOCK : is->tile_c;
             if (tr <= 0 || tc <= 0) {
-                fprintf(stderr, "fp8train: tensor_stats: image %d has tile %dx%d (must be positive)\n",
-                        k, tr, tc);
+                fprintf(stderr,
+                        "fp8train: tensor_stats: image %d has tile %dx%d (must be positive)\n", k,
+                        tr, tc);
                 exit(1);
             }
             sp.tr[k] = tr, sp.tc[k] = tc;
@@ -1086,10 +1106,13 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     unsigned mask128 = 0;
     int mx_k = -1;
     for (int k = 0; k < nimg; k++) {
-        if (sp.kind[k] == FP8T_IMG_TILES && sp.tr[k] == 1 && sp.tc[k] == ST_TILE) mask128 |= 1u << k;
-        else if (sp.kind[k] == FP8T_IMG_MX && mx_k < 0) mx_k = k;
+        if (sp.kind[k] == FP8T_IMG_TILES && sp.tr[k] == 1 && sp.tc[k] == ST_TILE)
+            mask128 |= 1u << k;
+        else if (sp.kind[k] == FP8T_IMG_MX && mx_k < 0)
+            mx_k = k;
     }
-    v2_stats_pass1_kernel<<<grid1, ST_THREADS, 0, s->stream>>>(partA, sp, x, wr, wc, mask128, mx_k);
+    v2_stats_pass1_kernel<<<grid1, ST_THREADS, 0, s->stream>>>(partA, sp, x, wr, wc, mask128,
+                                                               mx_k);
     CUDA_LAUNCH_CHECK(s);
     v2_stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, partA, (int)grid1, n, sp);
     CUDA_LAUNCH_CHECK(s);
@@ -1097,8 +1120,8 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
         if (!ntiles[k] || (mask128 >> k & 1u) || k == mx_k) continue;
         int cnt = sp.tr[k] * sp.tc[k];
         v2_stats_tiles_kernel<<<(unsigned)ntiles[k], cnt >= 1024 ? 256 : (cnt > 32 ? 128 : 32), 0,
-                             s->stream>>>(sp.tiles[k], x, rows, cols, sp.tr[k], sp.tc[k],
-                                          sp.fmt[k], sp.kind[k] == FP8T_IMG_MX);
+                                s->stream>>>(sp.tiles[k], x, rows, cols, sp.tr[k], sp.tc[k],
+                                             sp.fmt[k], sp.kind[k] == FP8T_IMG_MX);
         CUDA_LAUNCH_CHECK(s);
     }
     v2_stats_images_kernel<<<grid2, ST_THREADS, 0, s->stream>>>(partB, devp, prm, x, wr, wc, sp);
@@ -1106,7 +1129,8 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     v2_stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, partB, devp, (int)grid2, nimg);
     CUDA_LAUNCH_CHECK(s);
     if (bs > 0) {
-        fp8t_block_raw *list = req->block_list ? req->block_list : (fp8t_block_raw *)(scr + off_list);
+        fp8t_block_raw *list =
+            req->block_list ? req->block_list : (fp8t_block_raw *)(scr + off_list);
         v2_stats_blocks_kernel<<<(unsigned)nb, ST_THREADS, 0, s->stream>>>(
             list, prm, x, n, (size_t)bs, req->block_img, sp.fmt[req->block_img]);
         CUDA_LAUNCH_CHECK(s);
@@ -1116,7 +1140,6 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
 }
 
 } /* namespace v2 */
-
 
 static cuda_state g_state;
 static fp8t_backend g_be;
@@ -1237,17 +1260,24 @@ static void check_case(int rows, int cols, int kind, int bad) {
     inspect_req(&req, d_scale, kind);
     char line[400];
     int n_len = snprintf(line, sizeof line, "%6d x %-6d %-9s%-9s", rows, cols,
-                         kind == 4 ? "scale inf" : kind == 3 ? "clip/T" : kind == 2 ? "result"
-                                           : kind == 1 ? "block=128" : "operand",
-                         bad == 4 ? " x 2^100" : bad == 3 ? " x 2^-130" : bad == 2 ? " NaN row"
-                                           : bad ? " NaN/Inf" : "");
+                         kind == 4   ? "scale inf"
+                         : kind == 3 ? "clip/T"
+                         : kind == 2 ? "result"
+                         : kind == 1 ? "block=128"
+                                     : "operand",
+                         bad == 4   ? " x 2^100"
+                         : bad == 3 ? " x 2^-130"
+                         : bad == 2 ? " NaN row"
+                         : bad      ? " NaN/Inf"
+                                    : "");
     int ok = 1;
     for (int v = 0; v < N_VERSIONS; v++) {
         /* only the shipped version must pass; the older ones' disagreements are shown */
         for (int rep = 0; rep < 2; rep++) {
             VERSIONS[v](&g_be, d_out, x, rows, cols, &req);
             CUDA_CHECK(cudaStreamSynchronize(g_state.stream));
-            CUDA_CHECK(cudaMemcpy(&h[rep], d_out, sizeof(fp8t_stats_raw), cudaMemcpyDeviceToHost));
+            CUDA_CHECK(
+                cudaMemcpy(&h[rep], d_out, sizeof(fp8t_stats_raw), cudaMemcpyDeviceToHost));
         }
         char why[200];
         double err;
@@ -1256,13 +1286,15 @@ static void check_case(int rows, int cols, int kind, int bad) {
             snprintf(why, sizeof why, "twice: different bytes");
         const int held = v == N_VERSIONS - 1;
         if (why[0] && held) ok = 0;
-        n_len += snprintf(line + n_len, sizeof line - (size_t)n_len, "  v%d %s %.1e%s%s", v + 1,
-                          why[0] ? (held ? "FAIL" : "(differs)") : "ok", err, why[0] ? ": " : "",
-                          why);
+        n_len +=
+            snprintf(line + n_len, sizeof line - (size_t)n_len, "  v%d %s %.1e%s%s", v + 1,
+                     why[0] ? (held ? "FAIL" : "(differs)") : "ok", err, why[0] ? ": " : "", why);
     }
     printf("%-4s %s\n", ok ? "ok" : "FAIL", line);
-    if (ok) n_pass++;
-    else n_fail++;
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
     free(hx);
     CUDA_CHECK(cudaFree(d_out));
     CUDA_CHECK(cudaFree(x));
@@ -1286,11 +1318,11 @@ static void bench(int iters) {
     static const struct {
         const char *what;
         int rows, cols, kind;
-    } cases[] = {{"X 768", 32768, 768, 0},        {"X 3072", 32768, 3072, 0},
+    } cases[] = {{"X 768", 32768, 768, 0},         {"X 3072", 32768, 3072, 0},
                  {"W qkv", 2304, 768, 0},          {"Y 3072 (result)", 32768, 3072, 2},
                  {"logits (dY)", 32768, 50257, 0}, {"logits (result)", 32768, 50257, 2}};
-    printf("\n%-18s %14s %10s %10s %10s %9s %10s\n", "tensor", "shape", "v1 ms", "v2 ms",
-           "v3 ms", "v3/v2", "v3 GB/s*");
+    printf("\n%-18s %14s %10s %10s %10s %9s %10s\n", "tensor", "shape", "v1 ms", "v2 ms", "v3 ms",
+           "v3/v2", "v3 GB/s*");
     float *d_scale;
     CUDA_CHECK(cudaMalloc(&d_scale, sizeof(float)));
     const float scale = 40.0f;

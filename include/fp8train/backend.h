@@ -84,9 +84,9 @@ typedef enum {
 
 /* An FP8 operand: codes plus the device pointer to its scale_inv (value = code * scale_inv). */
 typedef struct {
-    const uint8_t *data;   /* [rows, cols] row-major codes */
-    const uint8_t *data_t; /* [cols, rows] transposed codes, or NULL (see fp8_wants_transpose) */
-    const float *scale_inv;/* device pointer to 1 float, or per block (scaling) */
+    const uint8_t *data;    /* [rows, cols] row-major codes */
+    const uint8_t *data_t;  /* [cols, rows] transposed codes, or NULL (see fp8_wants_transpose) */
+    const float *scale_inv; /* device pointer to 1 float, or per block (scaling) */
     fp8_format fmt;
     int rows, cols;
     fp8t_fp8_scaling scaling; /* 0: per tensor */
@@ -103,13 +103,14 @@ FP8T_LAYOUT_FN int fp8t_pad4(int n) { return (n + 3) / 4 * 4; }
 FP8T_LAYOUT_FN size_t fp8t_block_scale_floats(fp8t_fp8_scaling k, int rows, int cols) {
     const size_t kb = (size_t)((cols + 127) / 128);
     if (k == FP8T_SCALING_VEC128) return kb * (size_t)fp8t_pad4(rows);
-    if (k == FP8T_SCALING_BLK128) return (size_t)((rows + 127) / 128) * (size_t)fp8t_pad4((int)kb);
+    if (k == FP8T_SCALING_BLK128)
+        return (size_t)((rows + 127) / 128) * (size_t)fp8t_pad4((int)kb);
     if (k == FP8T_SCALING_ROW) return (size_t)fp8t_pad4(rows);
     return 1;
 }
 /* index of the scale_inv of element (r, c) of a block-scaled [rows, cols] operand */
 FP8T_LAYOUT_FN size_t fp8t_block_scale_index(fp8t_fp8_scaling k, int rows, int cols, int r,
-                                            int c) {
+                                             int c) {
     if (k == FP8T_SCALING_VEC128) return (size_t)(c / 128) * (size_t)fp8t_pad4(rows) + (size_t)r;
     if (k == FP8T_SCALING_ROW) return (size_t)r;
     return (size_t)(r / 128) * (size_t)fp8t_pad4((cols + 127) / 128) + (size_t)(c / 128);
@@ -154,22 +155,22 @@ typedef enum {
 } fp8t_operand_format;
 
 typedef struct {
-    void *data;        /* [rows, cols]: FP8 codes (uint8_t) or a BF16 operand (uint16_t,
+    void *data;         /* [rows, cols]: FP8 codes (uint8_t) or a BF16 operand (uint16_t,
                           [pad8(rows), pad8(cols)], padding zero); NULL: not made */
-    void *data_t;      /* [cols, rows] FP8 codes (the transposed orientation), or NULL. BF16
+    void *data_t;       /* [cols, rows] FP8 codes (the transposed orientation), or NULL. BF16
                           has none: one padded copy serves both orientations of a GEMM */
-    const float *scale;/* per-tensor FP8: device pointer to the scale the codes are made with
+    const float *scale; /* per-tensor FP8: device pointer to the scale the codes are made with
                           (known before the values: delayed, fixed, or computed beforehand) */
-    float *scale_inv;  /* per-tensor FP8: the 1 float that dequantizes (read by the GEMM, not
+    float *scale_inv;   /* per-tensor FP8: the 1 float that dequantizes (read by the GEMM, not
                           written here); scaled FP8: written, scaling's layout for data */
-    float *scale_inv_t;/* scaled FP8: written, scaling's layout for data_t [cols, rows] */
-    float *amax;       /* device pointer or NULL: max-accumulated with the values' amax (NaN
+    float *scale_inv_t; /* scaled FP8: written, scaling's layout for data_t [cols, rows] */
+    float *amax;        /* device pointer or NULL: max-accumulated with the values' amax (NaN
                           wins), taken by the pass that makes the operand */
     fp8t_operand_format format;
     fp8t_fp8_scaling scaling; /* FP8 only: TENSOR, or VEC128 / BLK128 / ROW (each block with
                           the current-scaling scale of its own amax, epsilon 0) */
-    int pow2;          /* scaled FP8: power-of-two block scales (fp8t_current_scale's pow2) */
-    int rows, cols;    /* of the values; data is [rows, cols] */
+    int pow2;       /* scaled FP8: power-of-two block scales (fp8t_current_scale's pow2) */
+    int rows, cols; /* of the values; data is [rows, cols] */
 } fp8t_operand;
 
 /* The producer step whose output the operand is made of, in the same pass (what a backend
@@ -195,14 +196,14 @@ typedef enum {
 typedef struct {
     fp8t_operand out;
     fp8t_operand_step step;
-    const float *x, *x2;  /* the step's inputs (above) */
-    const float *bias;    /* [cols] or NULL: BIAS, GELU, DGELU (on GELU's input), ADD_* (on x2) */
+    const float *x, *x2; /* the step's inputs (above) */
+    const float *bias;   /* [cols] or NULL: BIAS, GELU, DGELU (on GELU's input), ADD_* (on x2) */
     const float *norm_w, *norm_b; /* norms: weight [cols], LayerNorm bias [cols] (may be NULL) */
-    float eps;            /* norms */
-    float *sum;           /* ADD_*: the residual sum s written here (may be NULL: not kept) */
-    float *mean, *rstd;   /* norms (may be NULL): the statistics layernorm_forward /
+    float eps;                    /* norms */
+    float *sum;         /* ADD_*: the residual sum s written here (may be NULL: not kept) */
+    float *mean, *rstd; /* norms (may be NULL): the statistics layernorm_forward /
                              rmsnorm_forward keep (RMSNorm: rstd only) */
-    float *colsum;        /* NULL, or += the values' column sums (bias_backward's: the bias
+    float *colsum;      /* NULL, or += the values' column sums (bias_backward's: the bias
                              gradient from the pass that rounds dY) */
 } fp8t_operand_req;
 
@@ -317,22 +318,21 @@ typedef struct fp8t_backend_ops {
     void (*compute_scale)(fp8t_backend *b, float *scale, float *scale_inv, const float *amax,
                           float fmt_max, float epsilon, int pow2);
     /* out = dequant(quant(x * *scale)) / *scale (saturating); out may alias x */
-    void (*fake_quantize)(fp8t_backend *b, float *out, const float *x, size_t n,
-                          fp8_format fmt, const float *scale);
+    void (*fake_quantize)(fp8t_backend *b, float *out, const float *x, size_t n, fp8_format fmt,
+                          const float *scale);
     /* out = x quantized per tile_r x tile_c block (block scaling), dequantized; emulation
      * around a higher-precision GEMM. out may alias x. */
     void (*block_fake_quantize)(fp8t_backend *b, float *out, const float *x, int rows, int cols,
                                 int tile_r, int tile_c, fp8_format fmt);
     /* out = x quantized as MXFP8 (32-element row blocks, E8M0 scales), dequantized */
-    void (*mxfp8_fake_quantize)(fp8t_backend *b, float *out, const float *x, int rows,
-                                int cols);
+    void (*mxfp8_fake_quantize)(fp8t_backend *b, float *out, const float *x, int rows, int cols);
     /* out = bf16 rounding of x; out may alias x */
     void (*bf16_round)(fp8t_backend *b, float *out, const float *x, size_t n);
     /* out [rows, cols] (packed BF16, no padding) = x + bias[c] rounded to BF16 (nearest even;
      * the sum in FP32, as bias_add's); bias may be NULL. An activation the forward keeps for
      * the backward in half the bytes (not a GEMM operand: no padding, no amax). */
-    void (*bf16_pack)(fp8t_backend *b, uint16_t *out, const float *x, const float *bias,
-                      int rows, int cols);
+    void (*bf16_pack)(fp8t_backend *b, uint16_t *out, const float *x, const float *bias, int rows,
+                      int cols);
     /* out[n] (FP32) = x[n] (packed BF16): exact, BF16 widens to FP32 without rounding */
     void (*bf16_unpack)(fp8t_backend *b, float *out, const uint16_t *x, size_t n);
     /* delayed-scaling update of every tensor of the flat recipe state (one launch, no sync).
@@ -395,9 +395,9 @@ typedef struct fp8t_backend_ops {
      * k and v gradients of a key/value head sum over the query heads of its group (in a fixed
      * order: deterministic). saved: what the forward that made out and lse kept there (the
      * same bits as rebuilding it), or NULL */
-    void (*attention_backward)(fp8t_backend *b, float *dqkv, const float *dout,
-                               const float *qkv, const void *saved, const float *out,
-                               const float *lse, const fp8t_attn_shape *s);
+    void (*attention_backward)(fp8t_backend *b, float *dqkv, const float *dout, const float *qkv,
+                               const void *saved, const float *out, const float *lse,
+                               const fp8t_attn_shape *s);
     /* bytes attention_forward's saved wants for this shape; 0 when the backend keeps nothing
      * (then saved is ignored) */
     size_t (*attention_saved_bytes)(fp8t_backend *b, const fp8t_attn_shape *s);
@@ -412,9 +412,9 @@ typedef struct fp8t_backend_ops {
      * the FP32 gradient's round trip through memory. logits rows have stride ld >= V (the model
      * pads them to pad(V)); amax_out (may be NULL) is max-accumulated with the FP32 gradient's
      * amax, as make_operand's. */
-    void (*softmax_xent_bf16)(fp8t_backend *b, float *losses, uint16_t *dlogits,
-                              float *amax_out, const float *logits, int ld, const int *targets,
-                              int N, int V, float dloss);
+    void (*softmax_xent_bf16)(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,
+                              const float *logits, int ld, const int *targets, int N, int V,
+                              float dloss);
     /* out = a + c (out may alias a or c) */
     void (*add)(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
     /* out[N,OC] = a + (y + bias[OC] broadcast): bias_add on y then add, without writing y (the
@@ -461,8 +461,8 @@ typedef struct fp8t_backend_ops {
      * to run). req is host memory, read before the op returns; its SCALE images' scale and
      * its block_list are device pointers. Asynchronous: to_host the struct to read it. The
      * CPU op is fp8t_stats_raw_compute, the reference. */
-    void (*tensor_stats)(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows,
-                         int cols, const fp8t_stats_req *req);
+    void (*tensor_stats)(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
+                         const fp8t_stats_req *req);
     /* Pinned (page-locked) host memory for to_host_async (the CPU: plain malloc). host_alloc
      * aborts with a message on OOM; host_free may wait for the device. */
     void *(*host_alloc)(fp8t_backend *b, size_t bytes);
@@ -540,19 +540,28 @@ typedef struct fp8t_backend_ops {
  * compile time that the list and the struct agree field for field): what must cover every op
  * (the profile backend's wrapper, the check that a backend left none unset) is generated from
  * it. A new op goes into the struct and here. */
-#define FP8T_BACKEND_OPS(X) X(malloc) X(free) X(to_device) X(to_host) X(copy) X(zero) \
-    X(synchronize) X(destroy) X(gemm_f32) X(gemm_bf16) X(gemm_bf16_rounded) X(gemm_fp8) X(amax) \
-    X(make_operand) X(make_operand_fuses) X(compute_scale) X(fake_quantize) \
-    X(block_fake_quantize) X(mxfp8_fake_quantize) X(bf16_round) X(bf16_pack) X(bf16_unpack) \
-    X(delayed_update) X(embedding_forward) X(embedding_backward) X(layernorm_forward) \
-    X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward) X(bias_add) X(bias_backward) \
-    X(gelu_forward) X(gelu_backward) X(gelu_backward_bias) X(swiglu_forward) X(swiglu_backward) \
-    X(attention_forward) X(attention_backward) X(attention_saved_bytes) X(softmax_xent) \
-    X(softmax_xent_bf16) X(add) X(add_bias) X(accumulate) X(scale) X(sumsq) X(sum) X(adamw) \
-    X(comm_init) X(allreduce) X(reduce_scatter) X(all_gather) X(broadcast) X(tensor_stats) \
-    X(host_alloc) X(host_free) X(to_host_async) X(reduce_start) X(reduce_wait) X(kv_cache_write) \
-    X(attention_decode) X(embedding_forward_bf16) X(embedding_forward_fp8) X(graph_begin) \
-    X(graph_end) X(graph_launch) X(graph_destroy)
+#define FP8T_BACKEND_OPS(X)                                                                      \
+    X(malloc)                                                                                    \
+    X(free) X(to_device) X(to_host) X(copy) X(zero) X(synchronize) X(destroy) X(gemm_f32)        \
+        X(gemm_bf16) X(gemm_bf16_rounded) X(gemm_fp8) X(amax) X(make_operand)                    \
+            X(make_operand_fuses) X(compute_scale) X(fake_quantize) X(block_fake_quantize) X(    \
+                mxfp8_fake_quantize) X(bf16_round) X(bf16_pack) X(bf16_unpack) X(delayed_update) \
+                X(embedding_forward) X(embedding_backward) X(layernorm_forward)                  \
+                    X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward) X(bias_add)     \
+                        X(bias_backward) X(gelu_forward) X(gelu_backward) X(gelu_backward_bias)  \
+                            X(swiglu_forward) X(swiglu_backward) X(attention_forward) X(         \
+                                attention_backward) X(attention_saved_bytes) X(softmax_xent)     \
+                                X(softmax_xent_bf16) X(add) X(add_bias) X(accumulate) X(scale)   \
+                                    X(sumsq) X(sum) X(adamw) X(comm_init) X(allreduce)           \
+                                        X(reduce_scatter) X(all_gather) X(broadcast)             \
+                                            X(tensor_stats) X(host_alloc) X(host_free)           \
+                                                X(to_host_async) X(reduce_start) X(reduce_wait)  \
+                                                    X(kv_cache_write) X(attention_decode)        \
+                                                        X(embedding_forward_bf16)                \
+                                                            X(embedding_forward_fp8)             \
+                                                                X(graph_begin) X(graph_end)      \
+                                                                    X(graph_launch)              \
+                                                                        X(graph_destroy)
 /* The name of op i of fp8t_backend_ops (0-based, the struct's order), NULL past the last;
  * the number of ops. */
 const char *fp8t_backend_op_name(int i);
@@ -563,11 +572,11 @@ int fp8t_backend_first_unset_op(const fp8t_backend_ops *ops);
 
 struct fp8t_backend {
     const fp8t_backend_ops *ops;
-    const char *name;         /* "cpu", "cuda" */
-    int fp8_wants_transpose;  /* gemm_fp8 needs data_t for K-major access (Hopper TN) */
-    int fp8_block_native;     /* gemm_fp8 runs block-scaled operands on hardware (Hopper's
+    const char *name;        /* "cpu", "cuda" */
+    int fp8_wants_transpose; /* gemm_fp8 needs data_t for K-major access (Hopper TN) */
+    int fp8_block_native;    /* gemm_fp8 runs block-scaled operands on hardware (Hopper's
                                  cuBLASLt); 0: the model keeps the block emulation */
-    void *impl;               /* backend-private state */
+    void *impl;              /* backend-private state */
 };
 
 /* The attention kernels a backend runs (the CPU backend has one). A new implementation is one
@@ -578,7 +587,7 @@ typedef enum {
     FP8T_ATTN_GEMM,        /* cuBLASLt batched GEMMs around a softmax kernel */
     FP8T_ATTN_TILED,       /* FP32 tiled kernels: the CPU backend's arithmetic */
     FP8T_ATTN_SIMPLE,      /* the plain FP32 kernel */
-    FP8T_ATTN_CUDNN,       /* cuDNN's fused attention at head sizes 32, 64, 128 (flash fallback) */
+    FP8T_ATTN_CUDNN, /* cuDNN's fused attention at head sizes 32, 64, 128 (flash fallback) */
     FP8T_ATTN_IMPL_COUNT
 } fp8t_attn_impl;
 
@@ -607,10 +616,8 @@ fp8t_backend *fp8t_backend_create(const char *name, const fp8t_backend_options *
 void fp8t_backend_destroy(fp8t_backend *b);
 
 /* Implementations (the CUDA one exists only in builds with nvcc); opt is never NULL here. */
-fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err,
-                                      size_t errlen);
-fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *opt, char *err,
-                                       size_t errlen);
+fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err, size_t errlen);
+fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *opt, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

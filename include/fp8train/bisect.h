@@ -51,13 +51,13 @@ typedef struct {
      * and --resume. Its steps / out_dir / checkpoint / detector settings are replaced per
      * experiment. */
     fp8t_train_config train;
-    int steps;            /* optimizer steps per experiment, counted from the start point */
-    double threshold;     /* |gap| below which two runs match (default 0.01) */
-    double tail_frac;     /* fraction of the last steps judged (default 0.1; at least 5 steps,
+    int steps;        /* optimizer steps per experiment, counted from the start point */
+    double threshold; /* |gap| below which two runs match (default 0.01) */
+    double tail_frac; /* fraction of the last steps judged (default 0.1; at least 5 steps,
                              at most half) */
     char out_dir[FP8T_PATH_MAX]; /* experiments go into out_dir/<name>/ (a new or empty
                                     directory, or a previous bisect's) */
-    FILE *log;            /* progress lines, evidence table, conclusion; NULL: silent */
+    FILE *log;                   /* progress lines, evidence table, conclusion; NULL: silent */
 } fp8t_bisect_config;
 
 /* Defaults: train per fp8t_train_config_default, steps 60, threshold 0.01, tail 0.1,
@@ -65,21 +65,21 @@ typedef struct {
 void fp8t_bisect_config_default(fp8t_bisect_config *c);
 
 typedef struct {
-    char name[96];        /* directory under OUT/bisect/ */
-    char what[160];       /* what the experiment tests, one line */
-    char override[256];   /* overrides added to the policy ("" = none); same syntax as
+    char name[96];             /* directory under OUT/bisect/ */
+    char what[160];            /* what the experiment tests, one line */
+    char override[256];        /* overrides added to the policy ("" = none); same syntax as
                              --override */
-    int ran;              /* 0: skipped (see verdict) */
-    int stop;             /* fp8t_stop_reason of the run */
-    int finished;         /* reached the last step with finite losses */
+    int ran;                   /* 0: skipped (see verdict) */
+    int stop;                  /* fp8t_stop_reason of the run */
+    int finished;              /* reached the last step with finite losses */
     int first_step, last_step; /* steps the run logged */
-    double final_loss;    /* training loss of the last step */
-    double tail_loss;     /* mean training loss over the tail window */
-    double gap;           /* median relative loss difference vs BF16 over the tail window;
+    double final_loss;         /* training loss of the last step */
+    double tail_loss;          /* mean training loss over the tail window */
+    double gap;                /* median relative loss difference vs BF16 over the tail window;
                              +Inf when the run did not finish with finite losses */
-    int closes;           /* |gap| < threshold */
+    int closes;                /* |gap| < threshold */
     double seconds;
-    char verdict[200];    /* what this result says so far */
+    char verdict[200]; /* what this result says so far */
 } fp8t_bisect_exp;
 
 typedef enum {
@@ -90,31 +90,31 @@ typedef enum {
 
 typedef struct {
     fp8t_bisect_outcome outcome;
-    double baseline_loss;     /* BF16 tail loss */
-    int tail_steps;           /* steps judged at the end of every experiment */
-    double fp8_gap;           /* gap of the policy as configured */
-    int recovered;            /* recovery experiment: 1 back to baseline, 0 not, -1 not run */
-    int fake_matches;         /* all-fake run closes the gap: 1 / 0, -1 not run */
-    unsigned culprit_gemms;   /* bit (1u << fp8t_gemm_kind) of the culprit kinds; 0 none */
-    int n_layer;              /* transformer layers of the model */
-    int layer_lo, layer_hi;   /* culprit span, inclusive, over positions 0..n_layer-1 (the
+    double baseline_loss;         /* BF16 tail loss */
+    int tail_steps;               /* steps judged at the end of every experiment */
+    double fp8_gap;               /* gap of the policy as configured */
+    int recovered;                /* recovery experiment: 1 back to baseline, 0 not, -1 not run */
+    int fake_matches;             /* all-fake run closes the gap: 1 / 0, -1 not run */
+    unsigned culprit_gemms;       /* bit (1u << fp8t_gemm_kind) of the culprit kinds; 0 none */
+    int n_layer;                  /* transformer layers of the model */
+    int layer_lo, layer_hi;       /* culprit span, inclusive, over positions 0..n_layer-1 (the
                                  layers) and n_layer (the LM head, searched when the policy
                                  runs it in FP8); -1 when not found */
     fp8t_precision fix_precision; /* current, block, rowwise or bf16 (the cheapest closing) */
-    char alternatives[384];   /* the FP8 alternatives tried for the culprit and their verdicts,
+    char alternatives[384]; /* the FP8 alternatives tried for the culprit and their verdicts,
                                  one line ("current does not close (gap +1.20%); block closes
                                  (gap +0.10%); rowwise ..."); "" before the culprit is found */
-    char override[256];       /* the cheapest closing override, ready for --override '...' */
-    double fix_gap;           /* gap of the run with that override */
+    char override[256];     /* the cheapest closing override, ready for --override '...' */
+    double fix_gap;         /* gap of the run with that override */
     /* How far runs that differ only by rounding spread here (fp8t_bisect_noise): every
      * experiment only replaces BF16 GEMMs of the baseline by FP8, fake-quantized or
      * current-scaled ones, so one that ends BELOW the baseline does so by chance. */
-    double noise;             /* max over the experiments other than the baseline of -gap;
+    double noise;          /* max over the experiments other than the baseline of -gap;
                                  0 when none ends below it */
-    int noise_exp;            /* index in exp[] of the experiment that set it; -1 if none */
-    int reliable;             /* noise <= threshold; 0: the gaps cannot be told apart from
+    int noise_exp;         /* index in exp[] of the experiment that set it; -1 if none */
+    int reliable;          /* noise <= threshold; 0: the gaps cannot be told apart from
                                  noise, the culprit and fix are unconfirmed best guesses */
-    char conclusion[1536];    /* a few lines for people */
+    char conclusion[1536]; /* a few lines for people */
     int n_exp;
     fp8t_bisect_exp exp[FP8T_BISECT_MAX_EXP];
 } fp8t_bisect_result;

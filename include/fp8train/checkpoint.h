@@ -31,26 +31,26 @@
 extern "C" {
 #endif
 
-#define FP8T_CKPT_VERSION 1        /* written without optimizer shards (the plain layout) */
+#define FP8T_CKPT_VERSION 1         /* written without optimizer shards (the plain layout) */
 #define FP8T_CKPT_VERSION_SHARDED 2 /* with them; a reader of version 1 refuses it by name */
 
 typedef struct {
-    int step;                 /* optimizer steps completed */
-    uint64_t data_position;   /* training stream position (micro-batches consumed) */
-    uint64_t seed;            /* the run's seed (data order, init) */
-    float loss;               /* training loss of `step` */
+    int step;               /* optimizer steps completed */
+    uint64_t data_position; /* training stream position (micro-batches consumed) */
+    uint64_t seed;          /* the run's seed (data order, init) */
+    float loss;             /* training loss of `step` */
     fp8t_model_config model;
     size_t num_params;
-    float *params;            /* [num_params] FP32 master weights (host) */
-    float *adam_m, *adam_v;   /* AdamW moments (host) of the parameters [adam_lo, adam_hi):
+    float *params;           /* [num_params] FP32 master weights (host) */
+    float *adam_m, *adam_v;  /* AdamW moments (host) of the parameters [adam_lo, adam_hi):
                                  [num_params] unless loaded by fp8t_checkpoint_load_range or
                                  set up for fp8t_checkpoint_write_shard */
-    size_t adam_lo, adam_hi;  /* adam_hi 0: all num_params (what a memset checkpoint means) */
-    int shards;               /* ZeRO-1 optimizer shards it has (0: optimizer.safetensors) */
-    int fp8_n, fp8_len;       /* recipe state: n tensors, history length */
-    float *fp8_state;         /* [(fp8_len + 3) * fp8_n] (host) */
-    char *config_json;        /* the run's resolved config (JSON object text), may be NULL */
-    char *policy_json;        /* fp8t_policy_to_json of the policy at this step, may be NULL */
+    size_t adam_lo, adam_hi; /* adam_hi 0: all num_params (what a memset checkpoint means) */
+    int shards;              /* ZeRO-1 optimizer shards it has (0: optimizer.safetensors) */
+    int fp8_n, fp8_len;      /* recipe state: n tensors, history length */
+    float *fp8_state;        /* [(fp8_len + 3) * fp8_n] (host) */
+    char *config_json;       /* the run's resolved config (JSON object text), may be NULL */
+    char *policy_json;       /* fp8t_policy_to_json of the policy at this step, may be NULL */
 } fp8t_checkpoint;
 
 /* Write ck into directory `dir` atomically (a checkpoint already there is replaced). The
@@ -72,8 +72,8 @@ int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, 
 int fp8t_checkpoint_begin(const char *dir, char *tmp, size_t tmplen, char *err, size_t errlen);
 int fp8t_checkpoint_write_shard(const char *tmp, const fp8t_checkpoint *ck, int rank, int world,
                                 char *err, size_t errlen);
-int fp8t_checkpoint_commit(const char *tmp, const char *dir, const fp8t_checkpoint *ck,
-                           char *err, size_t errlen);
+int fp8t_checkpoint_commit(const char *tmp, const char *dir, const fp8t_checkpoint *ck, char *err,
+                           size_t errlen);
 void fp8t_checkpoint_abandon(const char *tmp);
 /* Rank `rank` of `world`'s shard [*lo, *hi) of n parameters: even shards, the first n % world
  * ranks one more (ZeRO-1's split, and the one the shard files are cut by). */
@@ -117,8 +117,7 @@ int fp8t_checkpoint_remove(const char *dir, int quiet);
 
 /* The model config as a JSON object text (malloc'd) and back; from_json checks every field. */
 char *fp8t_model_config_to_json(const fp8t_model_config *c);
-int fp8t_model_config_from_json(fp8t_model_config *c, const char *json, char *err,
-                                size_t errlen);
+int fp8t_model_config_from_json(fp8t_model_config *c, const char *json, char *err, size_t errlen);
 /* 0 if equal; else -1 and err says which field differs (a: "checkpoint", b: "this run"). */
 int fp8t_model_config_diff(const fp8t_model_config *a, const fp8t_model_config *b, char *err,
                            size_t errlen);

@@ -99,15 +99,15 @@ void fp8t_injector_before_scale_update(fp8t_injector *inj, fp8t_model *m, int st
 
 /* ---- detectors on a metric series ---- */
 typedef struct {
-    int window;       /* samples in the robust window (median / MAD) */
-    double z;         /* robust z-score threshold */
+    int window; /* samples in the robust window (median / MAD) */
+    double z;   /* robust z-score threshold */
 } fp8t_spike_cfg;
 typedef struct {
     int is_spike;
-    double zscore;        /* (x - median) / sigma */
-    double median;        /* the level x is expected at: the window's median, or where a trend
+    double zscore; /* (x - median) / sigma */
+    double median; /* the level x is expected at: the window's median, or where a trend
                              dominates the window, the last sample plus the median change */
-    double sigma;         /* the robust sigma z is measured in (of the window, or of its
+    double sigma;  /* the robust sigma z is measured in (of the window, or of its
                              step-to-step changes) */
 } fp8t_spike_verdict;
 /* Judge sample x against the previous `n` samples hist[0..n-1] (oldest first; the last

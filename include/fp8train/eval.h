@@ -80,20 +80,20 @@ double fp8t_evaluator_batch_loss(fp8t_evaluator *ev, const int *tokens, const in
 #define FP8T_TASK_MAX_COMPLETIONS 16
 
 typedef struct {
-    int label;                 /* index of the correct completion */
+    int label; /* index of the correct completion */
     int n_completions;
     int ctx_len;
-    int *ctx;                  /* [ctx_len] */
+    int *ctx; /* [ctx_len] */
     int comp_len[FP8T_TASK_MAX_COMPLETIONS];
     int *comp[FP8T_TASK_MAX_COMPLETIONS]; /* [comp_len[c]] each */
 } fp8t_task_example;
 
 typedef struct {
-    int n;                     /* examples */
-    fp8t_task_example *ex;     /* [n] (tokens owned) */
-    int max_completions;       /* over the examples */
-    int longest;               /* longest context + completion - 1 (the positions scored) */
-    int max_token;             /* largest token id */
+    int n;                 /* examples */
+    fp8t_task_example *ex; /* [n] (tokens owned) */
+    int max_completions;   /* over the examples */
+    int longest;           /* longest context + completion - 1 (the positions scored) */
+    int max_token;         /* largest token id */
 } fp8t_task;
 
 int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen);
@@ -122,9 +122,9 @@ int fp8t_task_score(const fp8t_task *t, int B, int T, int V, int *tokens, int *t
 
 /* ---- sampling ---- */
 typedef struct {
-    float temperature;         /* <= 0: greedy (argmax, ties: the lowest id) */
-    int top_k;                 /* <= 0: the whole vocabulary */
-    uint64_t seed;             /* the sampler's random stream */
+    float temperature; /* <= 0: greedy (argmax, ties: the lowest id) */
+    int top_k;         /* <= 0: the whole vocabulary */
+    uint64_t seed;     /* the sampler's random stream */
 } fp8t_sample_cfg;
 
 /* Append n_new tokens to prompt[n_prompt] (n_prompt >= 1) into out[n_new], feeding the model

@@ -38,24 +38,28 @@ extern "C" {
 #endif
 
 /* Storage dtype of exported weights (also: what an import found). */
-typedef enum { FP8T_EXPORT_BF16 = 0, FP8T_EXPORT_FP8 = 1, FP8T_EXPORT_FP32 = 2 } fp8t_export_dtype;
-const char *fp8t_export_dtype_name(fp8t_export_dtype d); /* "bf16", "fp8", "fp32" */
+typedef enum {
+    FP8T_EXPORT_BF16 = 0,
+    FP8T_EXPORT_FP8 = 1,
+    FP8T_EXPORT_FP32 = 2
+} fp8t_export_dtype;
+const char *fp8t_export_dtype_name(fp8t_export_dtype d);            /* "bf16", "fp8", "fp32" */
 int fp8t_export_dtype_parse(fp8t_export_dtype *out, const char *s); /* 0 ok, -1 unknown */
 
 typedef struct {
     fp8t_model_config model;
     size_t num_params;
-    float *params;          /* [num_params] FP32, fp8t_model_param_table layout (malloc'd) */
-    int fp8_n, fp8_len;     /* FP8 recipe state: n tensors, history length (0 when none) */
-    float *fp8_state;       /* [(fp8_len + 3) * fp8_n] or NULL (malloc'd) */
-    int step;               /* training step of a checkpoint, else 0 */
-    uint64_t seed;          /* the run's seed of a checkpoint, else 0 */
-    char *config_json;      /* a checkpoint's run config (JSON text) or NULL (malloc'd) */
-    char *policy_json;      /* a checkpoint's policy (JSON text) or NULL (malloc'd) */
+    float *params;      /* [num_params] FP32, fp8t_model_param_table layout (malloc'd) */
+    int fp8_n, fp8_len; /* FP8 recipe state: n tensors, history length (0 when none) */
+    float *fp8_state;   /* [(fp8_len + 3) * fp8_n] or NULL (malloc'd) */
+    int step;           /* training step of a checkpoint, else 0 */
+    uint64_t seed;      /* the run's seed of a checkpoint, else 0 */
+    char *config_json;  /* a checkpoint's run config (JSON text) or NULL (malloc'd) */
+    char *policy_json;  /* a checkpoint's policy (JSON text) or NULL (malloc'd) */
     fp8t_export_dtype stored_dtype; /* precision the weights were stored in (imports) */
-    char kind[32];          /* "checkpoint", "hf-gpt2", "hf-llama", "hf-qwen2", "llmc-gpt2" */
-    char source[1024];      /* the path loaded */
-    char notes[1024];       /* what the import did that a user should know ("" none) */
+    char kind[32];     /* "checkpoint", "hf-gpt2", "hf-llama", "hf-qwen2", "llmc-gpt2" */
+    char source[1024]; /* the path loaded */
+    char notes[1024];  /* what the import did that a user should know ("" none) */
 } fp8t_weights;
 
 void fp8t_weights_free(fp8t_weights *w);
@@ -83,18 +87,18 @@ int fp8t_import_llmc(const char *path, fp8t_weights *w, char *err, size_t errlen
 /* Write w as a fresh training checkpoint in `dir`: step 0, data position 0, zero AdamW
  * moments, the given seed, and w's FP8 state if it has one of the right size (else a fresh
  * state with the default history length). `fp8train train --resume dir` continues from it. */
-int fp8t_weights_save_checkpoint(const fp8t_weights *w, const char *dir, uint64_t seed,
-                                 char *err, size_t errlen);
+int fp8t_weights_save_checkpoint(const fp8t_weights *w, const char *dir, uint64_t seed, char *err,
+                                 size_t errlen);
 
 typedef struct {
-    int n_tensors;          /* tensors written to model.safetensors */
-    size_t bytes;           /* size of model.safetensors (all shards) */
-    int n_shards;           /* safetensors files written (1: model.safetensors) */
-    int n_fp8;              /* FP8 weight matrices */
-    int n_act_fallback;     /* FP8: linears without an amax history (input_scale from the
+    int n_tensors;      /* tensors written to model.safetensors */
+    size_t bytes;       /* size of model.safetensors (all shards) */
+    int n_shards;       /* safetensors files written (1: model.safetensors) */
+    int n_fp8;          /* FP8 weight matrices */
+    int n_act_fallback; /* FP8: linears without an amax history (input_scale from the
                                state's scale_inv instead) */
     float min_input_scale, max_input_scale; /* FP8: range of the input scales written */
-    int fp8_block;          /* FP8: 0 per-tensor scales, else the block edge (128) */
+    int fp8_block; /* FP8: 0 per-tensor scales, else the block edge (128) */
 } fp8t_export_report;
 
 /* How to write a Hugging Face directory. Zero-initialized = BF16, one file. */
@@ -140,20 +144,20 @@ int fp8t_export_llmc(const fp8t_weights *w, const char *path, int version, char 
 
 /* ---- the name mapping, for tests and tools ---- */
 typedef enum {
-    FP8T_HF_COPY = 0,       /* same layout */
-    FP8T_HF_TRANSPOSE = 1,  /* ours [r, c] -> HF [c, r] (GPT-2 Conv1D) */
-    FP8T_HF_ROWS = 2,       /* rows [row0, row0 + rows) of ours (Llama q/k/v from qkv) */
+    FP8T_HF_COPY = 0,      /* same layout */
+    FP8T_HF_TRANSPOSE = 1, /* ours [r, c] -> HF [c, r] (GPT-2 Conv1D) */
+    FP8T_HF_ROWS = 2,      /* rows [row0, row0 + rows) of ours (Llama q/k/v from qkv) */
 } fp8t_hf_transform;
 
 typedef struct {
-    char name[128];         /* Hugging Face tensor name, e.g. "transformer.h.0.attn.c_attn.weight" */
+    char name[128]; /* Hugging Face tensor name, e.g. "transformer.h.0.attn.c_attn.weight" */
     int ndim;
-    int64_t shape[2];       /* Hugging Face shape */
-    int param;              /* index into fp8t_model_param_table */
+    int64_t shape[2]; /* Hugging Face shape */
+    int param;        /* index into fp8t_model_param_table */
     fp8t_hf_transform transform;
-    int row0, rows;         /* FP8T_HF_ROWS slice */
-    int lin;                /* linear index (FP8 state) for linear weights, else -1 */
-    char module[128];       /* "<name without .weight>" for linear weights (scale names) */
+    int row0, rows;   /* FP8T_HF_ROWS slice */
+    int lin;          /* linear index (FP8 state) for linear weights, else -1 */
+    char module[128]; /* "<name without .weight>" for linear weights (scale names) */
 } fp8t_hf_tensor;
 
 /* The Hugging Face tensors of a model config, in file order. Returns the count (fills map when
@@ -164,8 +168,7 @@ int fp8t_hf_tensor_map(const fp8t_model_config *cfg, fp8t_hf_tensor *map);
  * fp8t_model_param_table index) starts among llm.c's parameters, wte holding the first V of
  * padded_vocab rows. Returns llm.c's parameter count (0: out of memory). GPT-2 configs only;
  * offset needs room for the table's count. */
-size_t fp8t_llmc_param_offsets(const fp8t_model_config *cfg, size_t padded_vocab,
-                               size_t *offset);
+size_t fp8t_llmc_param_offsets(const fp8t_model_config *cfg, size_t padded_vocab, size_t *offset);
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,7 @@ float fp8_decode(uint8_t bits, fp8_format fmt);
 uint16_t bf16_encode(float x); /* round to nearest even */
 float bf16_decode(uint16_t bits);
 
-float fp8_format_max(fp8_format fmt);      /* 448 or 57344 */
+float fp8_format_max(fp8_format fmt);        /* 448 or 57344 */
 const char *fp8_format_name(fp8_format fmt); /* "e4m3" / "e5m2" */
 
 /* ---- bulk operations (CPU reference; OpenMP-parallel where large) ----
@@ -40,8 +40,7 @@ const char *fp8_format_name(fp8_format fmt); /* "e4m3" / "e5m2" */
  * bf16_encode_n / bf16_decode_n: the scalar conversions over n elements */
 void fp8_quantize(uint8_t *out, const float *x, size_t n, float scale, fp8_format fmt,
                   int saturate);
-void fp8_dequantize(float *out, const uint8_t *codes, size_t n, float scale_inv,
-                    fp8_format fmt);
+void fp8_dequantize(float *out, const uint8_t *codes, size_t n, float scale_inv, fp8_format fmt);
 float fp8_amax(const float *x, size_t n);
 float fp8_quantize_amax(uint8_t *out, const float *x, size_t n, float scale, fp8_format fmt,
                         int saturate);

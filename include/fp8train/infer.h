@@ -43,7 +43,12 @@ extern "C" {
 #endif
 
 /* The inference precisions (the evaluation's too: fp8train/eval.h) */
-typedef enum { FP8T_EVAL_BF16 = 0, FP8T_EVAL_FP8 = 1, FP8T_EVAL_FP32 = 2, FP8T_EVAL_COUNT } fp8t_eval_precision;
+typedef enum {
+    FP8T_EVAL_BF16 = 0,
+    FP8T_EVAL_FP8 = 1,
+    FP8T_EVAL_FP32 = 2,
+    FP8T_EVAL_COUNT
+} fp8t_eval_precision;
 const char *fp8t_eval_precision_name(fp8t_eval_precision p); /* "bf16", "fp8", "fp32" */
 int fp8t_eval_precision_parse(fp8t_eval_precision *out, const char *s); /* 0 ok, -1 unknown */
 
@@ -61,13 +66,13 @@ typedef struct fp8t_infer fp8t_infer;
 /* How to build an inference model; fp8t_infer_opts_default fills the defaults. */
 typedef struct {
     fp8t_eval_precision prec;
-    fp8t_act_scale act;   /* fp8 only */
-    int kv;               /* the cache's fp8t_kv_kind (backend.h), or -1 (default): FP32 in
+    fp8t_act_scale act; /* fp8 only */
+    int kv;             /* the cache's fp8t_kv_kind (backend.h), or -1 (default): FP32 in
                              fp32, BF16 in bf16, FP8 in fp8. FP8 needs prec bf16 or fp8 */
-    int rows;             /* activation rows: tokens per prefill pass (0: default 2048; at
+    int rows;           /* activation rows: tokens per prefill pass (0: default 2048; at
                              least B and Tmax) */
-    int no_graphs;        /* never record decode steps (every op runs as it is called) */
-    int fp8_head;         /* fp8: the token embedding and the LM head in E4M3 too (one
+    int no_graphs;      /* never record decode steps (every op runs as it is called) */
+    int fp8_head;       /* fp8: the token embedding and the LM head in E4M3 too (one
                              per-tensor scale, the head's input quantized as the linears'
                              are); needs a vocabulary that is a multiple of 16 (cuBLASLt's
                              FP8 GEMM alignment) */
@@ -100,14 +105,14 @@ int fp8t_infer_calibrate(fp8t_infer *m, const int *tokens, int n_batches, int nb
 const char *fp8t_infer_act_desc(const fp8t_infer *m);
 /* 1: a CALIBRATED fp8 model that fp8t_infer_calibrate has not run on yet */
 int fp8t_infer_needs_calibration(const fp8t_infer *m);
-int fp8t_infer_kv(const fp8t_infer *m);     /* the cache's fp8t_kv_kind */
-int fp8t_infer_graphs(const fp8t_infer *m); /* 1: decode steps are recorded and replayed */
+int fp8t_infer_kv(const fp8t_infer *m);       /* the cache's fp8t_kv_kind */
+int fp8t_infer_graphs(const fp8t_infer *m);   /* 1: decode steps are recorded and replayed */
 int fp8t_infer_fp8_head(const fp8t_infer *m); /* 1: embedding table and head in E4M3 */
 
 /* Device bytes held, by kind. */
 typedef struct {
-    size_t weights;     /* linear weights (codes, BF16 or FP32) and their scales */
-    size_t other;       /* embeddings, norms, biases */
+    size_t weights; /* linear weights (codes, BF16 or FP32) and their scales */
+    size_t other;   /* embeddings, norms, biases */
     size_t kv_cache;
     size_t activations; /* one layer's buffers for B x Tmax, the logits, operand scratch */
 } fp8t_infer_memory;
@@ -142,8 +147,8 @@ double fp8t_infer_loss(fp8t_infer *m, const int *tokens, const int *targets, int
 /* The same mean loss through the KV cache: a prefill of each sequence's first token, then a
  * decode step per position feeding the next token (teacher forcing), each step's logits
  * scored on the device; what the cache's precision does to the predictions. NaN with err. */
-double fp8t_infer_loss_decode(fp8t_infer *m, const int *tokens, const int *targets, int nb,
-                              int T, char *err, size_t errlen);
+double fp8t_infer_loss_decode(fp8t_infer *m, const int *tokens, const int *targets, int nb, int T,
+                              char *err, size_t errlen);
 /* The per-position losses [nb, T] (host; 0 where the target is < 0) of the same forward. 0 ok;
  * -1 with err. */
 int fp8t_infer_losses(fp8t_infer *m, const int *tokens, const int *targets, int nb, int T,

@@ -71,19 +71,19 @@ int fp8t_inspect_prepare_out(const char *dir, char *err, size_t errlen);
 
 /* One inspected GEMM tensor site, its stats.jsonl rows (one per micro-batch) merged. */
 typedef struct {
-    int layer;                     /* -1: the LM head */
+    int layer; /* -1: the LM head */
     char module[8], gemm[8], tensor[16], precision[12];
-    int is_operand;                /* input / weight / grad_output: quantized by its GEMM */
-    int quantized;                 /* the GEMM runs in an FP8 precision (not bf16 / fp32): the
+    int is_operand; /* input / weight / grad_output: quantized by its GEMM */
+    int quantized;  /* the GEMM runs in an FP8 precision (not bf16 / fp32): the
                                       error statistics are what training suffers; otherwise
                                       they say what FP8 would do */
-    int n;                         /* rows merged */
-    double amax;                   /* largest over the rows */
-    double scale;                  /* the scale the statistics used (first row) */
+    int n;          /* rows merged */
+    double amax;    /* largest over the rows */
+    double scale;   /* the scale the statistics used (first row) */
     double underflow_pct, saturation_pct; /* largest over the rows (operands; NaN for results) */
-    double sqnr_db, cosine;        /* smallest (worst) over the rows (operands; NaN for results) */
-    double nonfinite;              /* NaN + Inf elements, summed */
-    int flagged;                   /* quantized operand with cosine < cosine_flag (or no
+    double sqnr_db, cosine; /* smallest (worst) over the rows (operands; NaN for results) */
+    double nonfinite;       /* NaN + Inf elements, summed */
+    int flagged;            /* quantized operand with cosine < cosine_flag (or no
                                       cosine at all), or a tensor with non-finite values */
 } fp8t_inspect_site;
 

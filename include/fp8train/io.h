@@ -27,8 +27,17 @@ int fp8t_rmtree(const char *path);
  * 8-byte little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets},
  * "__metadata__": {str: str}}, then the data. */
 typedef enum {
-    FP8T_ST_F32 = 0, FP8T_ST_F16, FP8T_ST_BF16, FP8T_ST_F8_E4M3, FP8T_ST_F8_E5M2,
-    FP8T_ST_I64, FP8T_ST_I32, FP8T_ST_I16, FP8T_ST_I8, FP8T_ST_U8, FP8T_ST_F64,
+    FP8T_ST_F32 = 0,
+    FP8T_ST_F16,
+    FP8T_ST_BF16,
+    FP8T_ST_F8_E4M3,
+    FP8T_ST_F8_E5M2,
+    FP8T_ST_I64,
+    FP8T_ST_I32,
+    FP8T_ST_I16,
+    FP8T_ST_I8,
+    FP8T_ST_U8,
+    FP8T_ST_F64,
     FP8T_ST_DTYPE_COUNT
 } fp8t_st_dtype;
 const char *fp8t_st_dtype_name(fp8t_st_dtype d); /* "F32", "BF16", "F8_E4M3", ... */
@@ -57,8 +66,8 @@ const void *fp8t_st_data(const fp8t_st_file *f, const fp8t_st_tensor *t);
 const char *fp8t_st_metadata(const fp8t_st_file *f, const char *key);
 /* Read tensor `name` as FP32 into out (numel floats expected; F32/BF16/F16/F8 converted). A
  * missing tensor or a numel mismatch is an error naming the tensor, file and both sizes. */
-int fp8t_st_read_f32(const fp8t_st_file *f, const char *name, float *out, size_t numel,
-                     char *err, size_t errlen);
+int fp8t_st_read_f32(const fp8t_st_file *f, const char *name, float *out, size_t numel, char *err,
+                     size_t errlen);
 
 typedef struct fp8t_st_writer fp8t_st_writer;
 fp8t_st_writer *fp8t_st_writer_new(void);
@@ -90,8 +99,7 @@ int fp8t_shard_write(const char *path, const uint16_t *tokens, size_t n, char *e
 /* llm.c's Llama-3 shards (vocabularies past 65536): magic 20240801, version 7, uint32 tokens.
  * fp8t_shard_read_u32 reads both kinds (GPT-2 shards widened to uint32); fp8t_shard_read
  * refuses a 32-bit shard with a message saying so. */
-int fp8t_shard_read_u32(const char *path, uint32_t **tokens, size_t *n, char *err,
-                        size_t errlen);
+int fp8t_shard_read_u32(const char *path, uint32_t **tokens, size_t *n, char *err, size_t errlen);
 int fp8t_shard_write_u32(const char *path, const uint32_t *tokens, size_t n, char *err,
                          size_t errlen);
 
@@ -102,8 +110,8 @@ int fp8t_shard_write_u32(const char *path, const uint32_t *tokens, size_t n, cha
  * lnfw[C] lnfb[C] */
 typedef struct {
     int max_seq_len, vocab_size, padded_vocab_size, num_layers, num_heads, channels;
-    int version;     /* 3 or 5 */
-    float *params;   /* all parameters as FP32, llm.c order (malloc'd) */
+    int version;   /* 3 or 5 */
+    float *params; /* all parameters as FP32, llm.c order (malloc'd) */
     size_t num_params;
 } fp8t_llmc_gpt2;
 int fp8t_llmc_gpt2_read(const char *path, fp8t_llmc_gpt2 *out, char *err, size_t errlen);

@@ -29,16 +29,16 @@ typedef enum { FP8T_ARCH_GPT2 = 0, FP8T_ARCH_LLAMA = 1 } fp8t_arch;
 typedef struct {
     fp8t_arch arch;
     int n_layer;
-    int n_embd;      /* C */
-    int n_head;      /* NH; head size C/NH */
-    int seq_len;     /* max T */
-    int vocab_size;  /* V */
-    int mlp_hidden;  /* fc1 out (GPT-2, 4C) or gate/up out (Llama) */
-    float rope_theta;/* Llama only (10000) */
-    float norm_eps;  /* 1e-5 */
+    int n_embd;       /* C */
+    int n_head;       /* NH; head size C/NH */
+    int seq_len;      /* max T */
+    int vocab_size;   /* V */
+    int mlp_hidden;   /* fc1 out (GPT-2, 4C) or gate/up out (Llama) */
+    float rope_theta; /* Llama only (10000) */
+    float norm_eps;   /* 1e-5 */
     /* Fields below default to 0 = the behaviour before they existed (positional presets and
      * older checkpoints stay valid). */
-    int n_kv_head;   /* K/V heads, grouped-query attention (n_head % n_kv_head == 0); 0 = n_head */
+    int n_kv_head; /* K/V heads, grouped-query attention (n_head % n_kv_head == 0); 0 = n_head */
     int untied_head; /* 1: the LM head has its own weight "lm_head.w" [V, C]; 0: tied to wte */
     int qkv_bias;    /* Llama arch: q, k, v projections carry biases (Qwen2); GPT-2 always has
                         them (the flag is ignored there) */
@@ -56,19 +56,19 @@ int fp8t_model_preset(fp8t_model_config *cfg, const char *name);
 const char *fp8t_model_preset_names(void); /* "tiny, tiny-llama, ..." for help texts */
 /* 0 if valid; else -1 and err says which field is wrong and why. */
 int fp8t_model_config_check(const fp8t_model_config *cfg, char *err, size_t errlen);
-const char *fp8t_arch_name(fp8t_arch a); /* "gpt2", "llama" */
+const char *fp8t_arch_name(fp8t_arch a);            /* "gpt2", "llama" */
 int fp8t_arch_parse(fp8t_arch *out, const char *s); /* fp8t_arch_name back; 0 ok, -1 unknown */
 
 /* ---- parameters: one FP32 buffer carved into named tensors ---- */
 #define FP8T_MAX_PARAM_TENSORS 4096
 typedef struct {
-    char name[64];     /* "wte", "wpe", "h.3.qkv.w", "h.3.qkv.b", "lnf.w", ... */
-    int ndim;          /* 1 or 2 */
-    int shape[2];      /* [out, in] for linear weights (row-major) */
-    size_t offset;     /* in floats from the start of the parameter buffer */
+    char name[64]; /* "wte", "wpe", "h.3.qkv.w", "h.3.qkv.b", "lnf.w", ... */
+    int ndim;      /* 1 or 2 */
+    int shape[2];  /* [out, in] for linear weights (row-major) */
+    size_t offset; /* in floats from the start of the parameter buffer */
     size_t numel;
-    int layer;         /* -1 for embeddings / final norm */
-    int decay;         /* AdamW weight decay applies (2-D weights) */
+    int layer; /* -1 for embeddings / final norm */
+    int decay; /* AdamW weight decay applies (2-D weights) */
 } fp8t_param_info;
 
 /* Fill info (may be NULL) and return the number of parameter tensors; *total gets the
@@ -98,14 +98,14 @@ typedef enum {
 const char *fp8t_tensor_kind_name(fp8t_tensor_kind k);
 
 typedef struct {
-    int layer;            /* -1 for the head */
+    int layer; /* -1 for the head */
     fp8t_module module;
-    int lin;              /* linear index */
-    fp8t_gemm_kind gemm;  /* the GEMM this tensor belongs to */
+    int lin;             /* linear index */
+    fp8t_gemm_kind gemm; /* the GEMM this tensor belongs to */
     fp8t_tensor_kind kind;
-    int fp8_index;        /* FP8 meta index of this tensor (X/W/dY), -1 for results */
+    int fp8_index;            /* FP8 meta index of this tensor (X/W/dY), -1 for results */
     fp8t_precision precision; /* resolved precision of that GEMM */
-    fp8_format fmt;       /* the FP8 format this tensor is cast to */
+    fp8_format fmt;           /* the FP8 format this tensor is cast to */
     int rows, cols;
 } fp8t_tensor_site;
 
@@ -122,17 +122,17 @@ typedef struct fp8t_model fp8t_model;
  * to switch it back to its plain version (debugging: "turn off the recent or risky features").
  * Every plain version gives the same bits as the fused one on the same backend (tested). */
 enum {
-    FP8T_DISABLE_FUSED_XENT = 1u << 0,     /* loss and dlogits in two passes over the logits */
-    FP8T_DISABLE_BF16_XENT = 1u << 1,      /* FP32 dlogits, rounded by the head's Dgrad */
-    FP8T_DISABLE_CODE_REUSE = 1u << 2,     /* the Wgrad quantizes dY again */
-    FP8T_DISABLE_BF16_OPERANDS = 1u << 3,  /* BF16 GEMMs round their FP32 operands every time */
-    FP8T_DISABLE_GELU_FUSION = 1u << 4,    /* GELU writes FP32; fc2 rounds it in its own pass */
+    FP8T_DISABLE_FUSED_XENT = 1u << 0,       /* loss and dlogits in two passes over the logits */
+    FP8T_DISABLE_BF16_XENT = 1u << 1,        /* FP32 dlogits, rounded by the head's Dgrad */
+    FP8T_DISABLE_CODE_REUSE = 1u << 2,       /* the Wgrad quantizes dY again */
+    FP8T_DISABLE_BF16_OPERANDS = 1u << 3,    /* BF16 GEMMs round their FP32 operands every time */
+    FP8T_DISABLE_GELU_FUSION = 1u << 4,      /* GELU writes FP32; fc2 rounds it in its own pass */
     FP8T_DISABLE_BIAS_GRAD_FUSION = 1u << 5, /* bias_backward reads dY in its own pass */
     FP8T_DISABLE_GELU_BWD_FUSION = 1u << 6,  /* gelu_backward writes fc1's dY in FP32 */
-    FP8T_DISABLE_RESIDUAL_BIAS = 1u << 7,  /* proj and fc2 add their bias themselves */
-    FP8T_DISABLE_LN_FUSION = 1u << 8,      /* LayerNorm writes FP32; the linear rounds it */
-    FP8T_DISABLE_ATTN_SAVE = 1u << 9,      /* the attention backward rebuilds q, k, v */
-    FP8T_DISABLE_FP8_SAVE = 1u << 10,      /* every linear keeps its input X in FP32 */
+    FP8T_DISABLE_RESIDUAL_BIAS = 1u << 7,    /* proj and fc2 add their bias themselves */
+    FP8T_DISABLE_LN_FUSION = 1u << 8,        /* LayerNorm writes FP32; the linear rounds it */
+    FP8T_DISABLE_ATTN_SAVE = 1u << 9,        /* the attention backward rebuilds q, k, v */
+    FP8T_DISABLE_FP8_SAVE = 1u << 10,        /* every linear keeps its input X in FP32 */
     FP8T_DISABLE_ALL_FUSION = (1u << 11) - 1, /* every bit above */
     /* Not a fusion and not bit-identical: layers whose GEMMs all run below FP32 keep what the
      * backward reads again (attention output, MLP pre-activations, residuals) in BF16; this bit
@@ -151,7 +151,8 @@ enum {
  * head's dX are the unchunked path's bits where the GEMM computes a row the same whatever the
  * rows of the call (the CPU's OpenBLAS on one thread, chunks a multiple of its row tile), else
  * FP32 rounding apart too. */
-#define FP8T_HEAD_CHUNK_AUTO 0 /* chunk when the whole batch's logits and BF16 dlogits would
+#define FP8T_HEAD_CHUNK_AUTO                                                                     \
+    0 /* chunk when the whole batch's logits and BF16 dlogits would
                                   take more than FP8T_HEAD_CHUNK_AUTO_MIB, in chunks sized to
                                   the backward's free gradient scratch (at least 1024 rows) */
 #define FP8T_HEAD_CHUNK_OFF (-1)

@@ -24,25 +24,35 @@ extern "C" {
 #endif
 
 typedef enum {
-    FP8T_PREC_FP8 = 0,  /* the run's recipe (policy.recipe: delayed or current) */
-    FP8T_PREC_DELAYED,  /* per-tensor delayed scaling */
-    FP8T_PREC_CURRENT,  /* per-tensor current scaling */
-    FP8T_PREC_BLOCK,    /* 1x128 / 128x128 block scaling (DeepSeek-V3; native on Hopper) */
-    FP8T_PREC_MXFP8,    /* MXFP8 (emulated around the GEMM) */
-    FP8T_PREC_FAKE,     /* quantize-dequantize (current scaling), GEMM in BF16 */
-    FP8T_PREC_BF16,     /* BF16 operands, FP32 accumulation */
-    FP8T_PREC_FP32,     /* FP32 (gradient checks, references) */
-    FP8T_PREC_ROWWISE,  /* one scale per row of each K-major operand, over K (torchao rowwise;
+    FP8T_PREC_FP8 = 0, /* the run's recipe (policy.recipe: delayed or current) */
+    FP8T_PREC_DELAYED, /* per-tensor delayed scaling */
+    FP8T_PREC_CURRENT, /* per-tensor current scaling */
+    FP8T_PREC_BLOCK,   /* 1x128 / 128x128 block scaling (DeepSeek-V3; native on Hopper) */
+    FP8T_PREC_MXFP8,   /* MXFP8 (emulated around the GEMM) */
+    FP8T_PREC_FAKE,    /* quantize-dequantize (current scaling), GEMM in BF16 */
+    FP8T_PREC_BF16,    /* BF16 operands, FP32 accumulation */
+    FP8T_PREC_FP32,    /* FP32 (gradient checks, references) */
+    FP8T_PREC_ROWWISE, /* one scale per row of each K-major operand, over K (torchao rowwise;
                            native on Hopper) */
     FP8T_PREC_COUNT
 } fp8t_precision;
 
-typedef enum { FP8T_GEMM_FPROP = 0, FP8T_GEMM_DGRAD = 1, FP8T_GEMM_WGRAD = 2, FP8T_GEMM_COUNT } fp8t_gemm_kind;
+typedef enum {
+    FP8T_GEMM_FPROP = 0,
+    FP8T_GEMM_DGRAD = 1,
+    FP8T_GEMM_WGRAD = 2,
+    FP8T_GEMM_COUNT
+} fp8t_gemm_kind;
 
 typedef enum {
-    FP8T_MOD_QKV = 0, FP8T_MOD_PROJ, FP8T_MOD_FC1, FP8T_MOD_FC2, /* GPT-2 */
-    FP8T_MOD_GATE, FP8T_MOD_UP, FP8T_MOD_DOWN,                   /* Llama SwiGLU (qkv, proj too) */
-    FP8T_MOD_HEAD,                                               /* LM head (tied embedding) */
+    FP8T_MOD_QKV = 0,
+    FP8T_MOD_PROJ,
+    FP8T_MOD_FC1,
+    FP8T_MOD_FC2, /* GPT-2 */
+    FP8T_MOD_GATE,
+    FP8T_MOD_UP,
+    FP8T_MOD_DOWN, /* Llama SwiGLU (qkv, proj too) */
+    FP8T_MOD_HEAD, /* LM head (tied embedding) */
     FP8T_MOD_COUNT
 } fp8t_module;
 
@@ -52,9 +62,9 @@ typedef enum {
 #define FP8T_LAYER_LAST_BASE (-3000000)  /* layers=last:N  stored as lo = BASE - N */
 
 typedef struct {
-    int layer_lo, layer_hi;  /* inclusive range, or FP8T_LAYER_ALL / FIRST / LAST encodings */
-    unsigned module_mask;    /* bit (1u<<fp8t_module); 0 = every module but the head */
-    unsigned gemm_mask;      /* bit (1u<<fp8t_gemm_kind); 0 = all three */
+    int layer_lo, layer_hi; /* inclusive range, or FP8T_LAYER_ALL / FIRST / LAST encodings */
+    unsigned module_mask;   /* bit (1u<<fp8t_module); 0 = every module but the head */
+    unsigned gemm_mask;     /* bit (1u<<fp8t_gemm_kind); 0 = all three */
     fp8t_precision precision;
 } fp8t_override;
 

@@ -13,12 +13,12 @@ extern "C" {
 #endif
 
 typedef struct {
-    size_t n;          /* elements */
+    size_t n; /* elements */
     size_t n_nan, n_inf, n_zero;
     double min, max, mean, std; /* over finite elements; std is the population std */
-    double l1, l2;     /* sum |x|, sqrt(sum x^2) */
-    double amax;       /* max |x| over finite elements */
-    double dynamic_range; /* log2(amax) - log2(smallest nonzero |x|); 0 if no nonzero */
+    double l1, l2;              /* sum |x|, sqrt(sum x^2) */
+    double amax;                /* max |x| over finite elements */
+    double dynamic_range;       /* log2(amax) - log2(smallest nonzero |x|); 0 if no nonzero */
     /* Against a quantized image (fp8t_fp8_stats) or another tensor (fp8t_compare_stats);
      * 0 when not computed: */
     double underflow_pct;  /* % of nonzero elements that became zero */
@@ -45,7 +45,6 @@ void fp8t_compare_stats(fp8t_stats *out, const float *ref, const float *test, si
 void fp8t_block_fp8_stats(fp8t_stats *out, const float *x, size_t n, size_t block, float scale,
                           fp8_format fmt);
 
-
 /* ---- raw statistics: what the backend op tensor_stats computes (backend.h) ----
  * A tensor x [rows, cols] and up to FP8T_STATS_MAX_IMAGES FP8 images of it, each made with
  * its own recipe (the one a GEMM uses, and what-ifs: the same tensor under other recipes).
@@ -63,16 +62,16 @@ typedef enum {
 } fp8t_image_kind;
 
 typedef struct {
-    int kind;            /* fp8t_image_kind */
-    fp8_format fmt;      /* element format (MX: always E4M3) */
-    int tile_r, tile_c;  /* FP8T_IMG_TILES */
-    const float *scale;  /* FP8T_IMG_SCALE: device pointer to the scale (value = x * scale) */
-    float epsilon;       /* FP8T_IMG_CURRENT: fp8t_current_scale's epsilon (TILES: 0) */
-    int pow2;            /* CURRENT and TILES: fp8t_current_scale's pow2 */
+    int kind;           /* fp8t_image_kind */
+    fp8_format fmt;     /* element format (MX: always E4M3) */
+    int tile_r, tile_c; /* FP8T_IMG_TILES */
+    const float *scale; /* FP8T_IMG_SCALE: device pointer to the scale (value = x * scale) */
+    float epsilon;      /* FP8T_IMG_CURRENT: fp8t_current_scale's epsilon (TILES: 0) */
+    int pow2;           /* CURRENT and TILES: fp8t_current_scale's pow2 */
 } fp8t_image_spec;
 
 typedef struct {
-    int n_images;        /* <= FP8T_STATS_MAX_IMAGES; 0: moments of x only */
+    int n_images; /* <= FP8T_STATS_MAX_IMAGES; 0: moments of x only */
     fp8t_image_spec img[FP8T_STATS_MAX_IMAGES];
     /* block > 0: per-block statistics of `block` consecutive elements (last partial) under
      * the per-tensor scale of image block_img (a SCALE or CURRENT image), summarized in the
@@ -92,20 +91,20 @@ typedef struct fp8t_block_raw {
 
 /* The error of one image q of x, over the finite elements of x. */
 typedef struct {
-    uint64_t n_underflow; /* x != 0 and q == 0 (the value flushed to zero) */
-    uint64_t n_sat;       /* clipped: |x * s| rounds above the format max, so the saturating
+    uint64_t n_underflow;  /* x != 0 and q == 0 (the value flushed to zero) */
+    uint64_t n_sat;        /* clipped: |x * s| rounds above the format max, so the saturating
                              cast changed it to +-max (fp8_encode(x*s, fmt, 0) overflows);
                              a value that rounds to the max itself is not counted */
     double err_sq, xq, qq; /* sum (q-x)^2, sum x q, sum q^2 */
-    double scale;         /* the per-tensor scale used (SCALE, CURRENT); NaN for blocks */
+    double scale;          /* the per-tensor scale used (SCALE, CURRENT); NaN for blocks */
 } fp8t_image_raw;
 
 typedef struct {
     uint64_t n, n_finite, n_nan, n_inf, n_zero;
-    double min, max, amax;      /* over finite elements (+inf, -inf, 0 if none) */
-    double min_nonzero;         /* smallest nonzero finite |x|; +inf if none */
-    double sum, sum_abs, sum_sq;/* of finite x */
-    double dev_sq;              /* sum (x - mean)^2 (second pass, mean = sum / n_finite) */
+    double min, max, amax;       /* over finite elements (+inf, -inf, 0 if none) */
+    double min_nonzero;          /* smallest nonzero finite |x|; +inf if none */
+    double sum, sum_abs, sum_sq; /* of finite x */
+    double dev_sq;               /* sum (x - mean)^2 (second pass, mean = sum / n_finite) */
     int32_t n_images, block;
     fp8t_image_raw img[FP8T_STATS_MAX_IMAGES];
     /* block > 0 */

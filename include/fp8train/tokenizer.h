@@ -68,8 +68,7 @@ int fp8t_bpe_decode(const fp8t_bpe *t, const int32_t *ids, size_t n, char **out,
  * fp8t_bpe_doc_token; none if it has none) and handed to fn with its byte range [start, end)
  * in the file. fn returns 0 to go on, nonzero to stop (fp8t_bpe_encode_file then returns -1 and
  * leaves err to fn). Errors name the file (and the line of a JSONL file). */
-typedef int (*fp8t_doc_fn)(void *ctx, const int32_t *ids, size_t n, uint64_t start,
-                           uint64_t end);
+typedef int (*fp8t_doc_fn)(void *ctx, const int32_t *ids, size_t n, uint64_t start, uint64_t end);
 int fp8t_bpe_is_jsonl(const char *path);
 int fp8t_bpe_encode_file(fp8t_bpe *t, const char *path, const char *field, fp8t_doc_fn fn,
                          void *ctx, char *err, size_t errlen);
@@ -78,9 +77,9 @@ int fp8t_bpe_encode_file(fp8t_bpe *t, const char *path, const char *field, fp8t_
  * version 1 or 2, vocab size, EOT id in version 2), then per token a length byte and bytes. */
 typedef struct {
     int vocab_size;
-    int eot;                   /* end-of-text token id */
-    char **piece;              /* [vocab_size] bytes of each token (NUL-terminated copies) */
-    int *piece_len;            /* [vocab_size] */
+    int eot;        /* end-of-text token id */
+    char **piece;   /* [vocab_size] bytes of each token (NUL-terminated copies) */
+    int *piece_len; /* [vocab_size] */
 } fp8t_tokenizer;
 
 int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t errlen);

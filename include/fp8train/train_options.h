@@ -30,8 +30,7 @@ int fp8t_train_option_set(fp8t_train_config *c, const char *name, const char *va
  * 1 when --help was asked for, 2 for --list-options (nothing else done then), -1 on bad usage
  * with err filled. With
  * --resume and no model option anywhere, the model comes from the checkpoint's state.json. */
-int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err,
-                          size_t errlen);
+int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err, size_t errlen);
 
 /* Apply a JSON object of options (a --config file's text). 0 ok, -1 + err (naming the key). */
 int fp8t_train_config_apply_json(fp8t_train_config *c, const char *json, char *err,

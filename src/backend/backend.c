@@ -15,8 +15,8 @@
 #define OP_INDEX(name) OPI_##name,
 enum { FP8T_BACKEND_OPS(OP_INDEX) OP_COUNT };
 typedef void (*op_fn)(void);
-#define OP_PLACE(name)                                                                        \
-    _Static_assert(offsetof(fp8t_backend_ops, name) == OPI_##name * sizeof(op_fn),            \
+#define OP_PLACE(name)                                                                           \
+    _Static_assert(offsetof(fp8t_backend_ops, name) == OPI_##name * sizeof(op_fn),               \
                    "FP8T_BACKEND_OPS: " #name " is not at its place in fp8t_backend_ops");
 FP8T_BACKEND_OPS(OP_PLACE)
 _Static_assert(sizeof(fp8t_backend_ops) == OP_COUNT * sizeof(op_fn),
@@ -43,8 +43,10 @@ static fp8t_backend *checked(fp8t_backend *b, char *err, size_t errlen) {
     if (!b) return NULL;
     const int i = fp8t_backend_first_unset_op(b->ops);
     if (i < 0) return b;
-    fp8t_errorf(err, errlen, "the %s backend's op table leaves op '%s' unset (a build error: every "
-             "op of fp8t_backend_ops needs an implementation)", b->name, OP_NAMES[i]);
+    fp8t_errorf(err, errlen,
+                "the %s backend's op table leaves op '%s' unset (a build error: every "
+                "op of fp8t_backend_ops needs an implementation)",
+                b->name, OP_NAMES[i]);
     fp8t_backend_destroy(b);
     return NULL;
 }
@@ -53,7 +55,7 @@ extern fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *opt, c
                                               size_t errlen) __attribute__((weak));
 
 static const char *const ATTN_NAMES[FP8T_ATTN_IMPL_COUNT] = {
-    [FP8T_ATTN_DEFAULT] = "default", [FP8T_ATTN_FLASH] = "flash", [FP8T_ATTN_GEMM] = "gemm",
+    [FP8T_ATTN_DEFAULT] = "default", [FP8T_ATTN_FLASH] = "flash",   [FP8T_ATTN_GEMM] = "gemm",
     [FP8T_ATTN_TILED] = "tiled",     [FP8T_ATTN_SIMPLE] = "simple", [FP8T_ATTN_CUDNN] = "cudnn",
 };
 
@@ -81,7 +83,7 @@ fp8t_backend *fp8t_backend_create(const char *name, const fp8t_backend_options *
     if (!opt) opt = &defaults;
     if (opt->attn < 0 || opt->attn >= FP8T_ATTN_IMPL_COUNT) {
         fp8t_errorf(err, errlen, "attention implementation %d is none of %s", (int)opt->attn,
-                 fp8t_attn_impl_names());
+                    fp8t_attn_impl_names());
         return NULL;
     }
     if (!name || strcmp(name, "cpu") == 0)
@@ -89,8 +91,8 @@ fp8t_backend *fp8t_backend_create(const char *name, const fp8t_backend_options *
     if (strcmp(name, "cuda") == 0) {
         if (!fp8t_cuda_backend_create) {
             fp8t_errorf(err, errlen,
-                     "this fp8train was built without the CUDA backend; rebuild with nvcc on "
-                     "PATH (make clean && make) or use --device cpu");
+                        "this fp8train was built without the CUDA backend; rebuild with nvcc on "
+                        "PATH (make clean && make) or use --device cpu");
             return NULL;
         }
         return checked(fp8t_cuda_backend_create(opt, err, errlen), err, errlen);

@@ -83,8 +83,10 @@ int fp8t_dist_init(char *err, size_t errlen) {
     if (!already) {
         int provided = 0;
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-            return fp8t_errorf(err, errlen, "MPI_Init_thread failed (started by mpirun with %d ranks); "
-                            "check the MPI installation (mpirun --version)", want);
+            return fp8t_errorf(err, errlen,
+                               "MPI_Init_thread failed (started by mpirun with %d ranks); "
+                               "check the MPI installation (mpirun --version)",
+                               want);
         }
         atexit(finalize_at_exit);
     }
@@ -151,8 +153,10 @@ static void int_counts(const size_t *counts, int *c, int *d) {
     size_t off = 0;
     for (int r = 0; r < g_size; r++) {
         if (counts[r] > INT_MAX || off > INT_MAX) {
-            fprintf(stderr, "fp8train: a shard of %zu floats is too large for one MPI call "
-                    "(use more ranks)\n", counts[r]);
+            fprintf(stderr,
+                    "fp8train: a shard of %zu floats is too large for one MPI call "
+                    "(use more ranks)\n",
+                    counts[r]);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
         c[r] = (int)counts[r];
@@ -188,8 +192,8 @@ void fp8t_dist_allgather_f32(float *x, const size_t *counts) {
  * alive until it completes and its block moved to the rank's range afterwards. */
 typedef struct {
     MPI_Request req;
-    int *counts;     /* reduce-scatter: [2 * size] counts and displacements, else NULL */
-    float *x;        /* reduce-scatter: the buffer whose start holds this rank's block */
+    int *counts; /* reduce-scatter: [2 * size] counts and displacements, else NULL */
+    float *x;    /* reduce-scatter: the buffer whose start holds this rank's block */
 } pending_op;
 static pending_op *g_pending;
 static int g_n_pending, g_cap_pending;
@@ -274,9 +278,12 @@ void fp8t_dist_abort(int code) {
 int fp8t_dist_init(char *err, size_t errlen) {
     int want = g_launch.size;
     if (want > 1) {
-        return fp8t_errorf(err, errlen, "started as one of %d processes, but this fp8train was built "
-                        "without MPI: install OpenMPI (apt-get install libopenmpi-dev openmpi-bin) and "
-                        "rebuild (make clean && make), or run a single process", want);
+        return fp8t_errorf(
+            err, errlen,
+            "started as one of %d processes, but this fp8train was built "
+            "without MPI: install OpenMPI (apt-get install libopenmpi-dev openmpi-bin) and "
+            "rebuild (make clean && make), or run a single process",
+            want);
     }
     g_inited = 1;
     return 0;
@@ -287,7 +294,9 @@ void fp8t_dist_bcast(void *buf, size_t bytes, int root) { (void)buf, (void)bytes
 void fp8t_dist_allgather(const void *mine, void *all, size_t bytes_each) {
     memmove(all, mine, bytes_each);
 }
-void fp8t_dist_allreduce_f32(float *x, size_t n, fp8t_reduce_op op) { (void)x, (void)n, (void)op; }
+void fp8t_dist_allreduce_f32(float *x, size_t n, fp8t_reduce_op op) {
+    (void)x, (void)n, (void)op;
+}
 void fp8t_dist_allreduce_i32(int *x, size_t n, fp8t_reduce_op op) { (void)x, (void)n, (void)op; }
 void fp8t_dist_allreduce_bf16(uint16_t *x, size_t n) { (void)x, (void)n; }
 void fp8t_dist_reduce_scatter_f32(float *x, const size_t *counts) { (void)x, (void)counts; }

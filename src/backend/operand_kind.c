@@ -50,21 +50,17 @@ int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_oper
         k->quantize_dgelu(b, c, ct, o->amax, r->colsum, r->x, r->x2, r->bias, rows, cols, fmt,
                           o->scale);
         return 1;
-    case FP8T_OPK_BF16:
-        k->bf16(b, h, o->amax, r->x, rows, cols);
-        return 1;
+    case FP8T_OPK_BF16: k->bf16(b, h, o->amax, r->x, rows, cols); return 1;
     case FP8T_OPK_BF16_COLSUM:
         k->bf16_colsum(b, h, o->amax, r->colsum, r->x, rows, cols);
         return 1;
-    case FP8T_OPK_BF16_GELU:
-        k->bf16_gelu(b, h, o->amax, r->x, rows, cols);
-        return 1;
+    case FP8T_OPK_BF16_GELU: k->bf16_gelu(b, h, o->amax, r->x, rows, cols); return 1;
     case FP8T_OPK_BF16_DGELU:
         k->bf16_dgelu(b, h, o->amax, r->colsum, r->x, r->x2, r->bias, rows, cols);
         return 1;
     case FP8T_OPK_BF16_LAYERNORM:
-        k->bf16_layernorm(b, h, o->amax, r->mean, r->rstd, r->x, r->norm_w, r->norm_b, rows,
-                          cols, r->eps);
+        k->bf16_layernorm(b, h, o->amax, r->mean, r->rstd, r->x, r->norm_w, r->norm_b, rows, cols,
+                          r->eps);
         return 1;
     case FP8T_OPK_BF16_ADD_LAYERNORM:
         k->bf16_add_layernorm(b, r->sum, h, o->amax, r->mean, r->rstd, r->x, r->x2, r->norm_w,
@@ -86,8 +82,7 @@ int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_oper
         k->scaled(b, &q);
         return 1;
     }
-    default:
-        return 0;
+    default: return 0;
     }
 }
 

@@ -19,38 +19,38 @@
  * epsilon 0), fp8t_block_quantize_pow2's bit for bit; the amax as the amax op's, the column
  * sums as bias_backward's (a GPU: in a fixed order). */
 typedef struct {
-    uint8_t *codes;       /* [rows, cols] K-major along cols, or NULL (not wanted) */
-    float *scale_inv;     /* codes' scale_inv, scaling's layout for [rows, cols] */
-    uint8_t *codes_t;     /* [cols, rows] K-major along x's rows, or NULL */
-    float *scale_inv_t;   /* codes_t's scale_inv, scaling's layout for [cols, rows] */
-    float *amax_out;      /* may be NULL: max-accumulated with the values' amax (NaN wins) */
-    float *colsum;        /* may be NULL: += the values' column sums (bias_backward's) */
-    const float *x;       /* [rows, cols] */
-    int gelu;             /* the values are gelu(x (+ bias)) */
-    const float *gelu_x;  /* or (NULL: neither) the values are gelu'(gelu_x (+ bias)) * x */
-    const float *bias;    /* [cols], with gelu or gelu_x; may be NULL */
+    uint8_t *codes;      /* [rows, cols] K-major along cols, or NULL (not wanted) */
+    float *scale_inv;    /* codes' scale_inv, scaling's layout for [rows, cols] */
+    uint8_t *codes_t;    /* [cols, rows] K-major along x's rows, or NULL */
+    float *scale_inv_t;  /* codes_t's scale_inv, scaling's layout for [cols, rows] */
+    float *amax_out;     /* may be NULL: max-accumulated with the values' amax (NaN wins) */
+    float *colsum;       /* may be NULL: += the values' column sums (bias_backward's) */
+    const float *x;      /* [rows, cols] */
+    int gelu;            /* the values are gelu(x (+ bias)) */
+    const float *gelu_x; /* or (NULL: neither) the values are gelu'(gelu_x (+ bias)) * x */
+    const float *bias;   /* [cols], with gelu or gelu_x; may be NULL */
     int rows, cols;
     fp8t_fp8_scaling scaling; /* VEC128, BLK128 or ROW */
     fp8_format fmt;
-    int pow2;             /* power-of-two scales (fp8t_current_scale's pow2) */
+    int pow2; /* power-of-two scales (fp8t_current_scale's pow2) */
 } fp8t_scaled_quant;
 
 typedef enum {
-    FP8T_OPK_COMPOSE = -1,     /* no one-pass kernel: the CPU composes, CUDA refuses */
-    FP8T_OPK_QUANTIZE = 0,     /* per-tensor FP8 of x (codes, codes_t, amax) */
-    FP8T_OPK_QUANTIZE_COLSUM,  /* ... and the column sums */
-    FP8T_OPK_QUANTIZE_GELU,    /* per-tensor FP8 of gelu(x (+ bias)) */
-    FP8T_OPK_QUANTIZE_DGELU,   /* per-tensor FP8 of gelu'(x2 (+ bias)) * x, colsum optional */
-    FP8T_OPK_BF16,             /* BF16 operand of x */
-    FP8T_OPK_BF16_COLSUM,      /* ... and the column sums */
-    FP8T_OPK_BF16_GELU,        /* BF16 operand of gelu(x) */
-    FP8T_OPK_BF16_DGELU,       /* BF16 operand of gelu'(x2 (+ bias)) * x, colsum optional */
-    FP8T_OPK_BF16_LAYERNORM,   /* BF16 operand of LayerNorm(x), mean and rstd kept */
+    FP8T_OPK_COMPOSE = -1,       /* no one-pass kernel: the CPU composes, CUDA refuses */
+    FP8T_OPK_QUANTIZE = 0,       /* per-tensor FP8 of x (codes, codes_t, amax) */
+    FP8T_OPK_QUANTIZE_COLSUM,    /* ... and the column sums */
+    FP8T_OPK_QUANTIZE_GELU,      /* per-tensor FP8 of gelu(x (+ bias)) */
+    FP8T_OPK_QUANTIZE_DGELU,     /* per-tensor FP8 of gelu'(x2 (+ bias)) * x, colsum optional */
+    FP8T_OPK_BF16,               /* BF16 operand of x */
+    FP8T_OPK_BF16_COLSUM,        /* ... and the column sums */
+    FP8T_OPK_BF16_GELU,          /* BF16 operand of gelu(x) */
+    FP8T_OPK_BF16_DGELU,         /* BF16 operand of gelu'(x2 (+ bias)) * x, colsum optional */
+    FP8T_OPK_BF16_LAYERNORM,     /* BF16 operand of LayerNorm(x), mean and rstd kept */
     FP8T_OPK_BF16_ADD_LAYERNORM, /* sum = x + x2, then the above */
-    FP8T_OPK_NORM_OPERAND,     /* (residual add +) LayerNorm / RMSNorm into per-tensor FP8 or
+    FP8T_OPK_NORM_OPERAND,       /* (residual add +) LayerNorm / RMSNorm into per-tensor FP8 or
                                   BF16, no amax, no statistics kept (the inference model's) */
-    FP8T_OPK_SWIGLU_OPERAND,   /* SwiGLU into per-tensor FP8 or BF16, no amax */
-    FP8T_OPK_SCALED,           /* block / row scaled FP8 of x, gelu(x (+ bias)) or
+    FP8T_OPK_SWIGLU_OPERAND,     /* SwiGLU into per-tensor FP8 or BF16, no amax */
+    FP8T_OPK_SCALED,             /* block / row scaled FP8 of x, gelu(x (+ bias)) or
                                   gelu'(x2 (+ bias)) * x, both orientations, amax, colsum */
     FP8T_OPK_COUNT
 } fp8t_operand_kernel;
@@ -82,8 +82,7 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
     if (bf16 && !o->data) return FP8T_OPK_COMPOSE;
     /* the inference model's producers: no amax (a fixed scale), no statistics, one layout */
     const int infer_ok = !o->data_t && !o->amax && !r->colsum;
-    if (norm && (rms ? !r->norm_b : 1) && !r->mean && !r->rstd && infer_ok &&
-        (add || !r->bias))
+    if (norm && (rms ? !r->norm_b : 1) && !r->mean && !r->rstd && infer_ok && (add || !r->bias))
         return FP8T_OPK_NORM_OPERAND;
     if (st == FP8T_STEP_SWIGLU)
         return infer_ok && !r->bias ? FP8T_OPK_SWIGLU_OPERAND : FP8T_OPK_COMPOSE;
@@ -95,8 +94,7 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
     case FP8T_STEP_GELU:
         if (r->colsum || (bf16 && r->bias)) return FP8T_OPK_COMPOSE;
         return bf16 ? FP8T_OPK_BF16_GELU : FP8T_OPK_QUANTIZE_GELU;
-    case FP8T_STEP_DGELU:
-        return bf16 ? FP8T_OPK_BF16_DGELU : FP8T_OPK_QUANTIZE_DGELU;
+    case FP8T_STEP_DGELU: return bf16 ? FP8T_OPK_BF16_DGELU : FP8T_OPK_QUANTIZE_DGELU;
     case FP8T_STEP_LAYERNORM:
         if (bf16 && r->mean && r->rstd && !r->colsum && !r->bias) return FP8T_OPK_BF16_LAYERNORM;
         return FP8T_OPK_COMPOSE;
@@ -104,8 +102,7 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
         if (bf16 && r->mean && r->rstd && r->sum && r->x2 && !r->bias && !r->colsum)
             return FP8T_OPK_BF16_ADD_LAYERNORM;
         return FP8T_OPK_COMPOSE;
-    default:
-        return FP8T_OPK_COMPOSE;
+    default: return FP8T_OPK_COMPOSE;
     }
 }
 
@@ -119,8 +116,8 @@ typedef struct {
                             float *colsum, const float *x, int rows, int cols, fp8_format fmt,
                             const float *scale);
     void (*quantize_gelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                          const float *x, const float *bias, int rows, int cols,
-                          fp8_format fmt, const float *scale);
+                          const float *x, const float *bias, int rows, int cols, fp8_format fmt,
+                          const float *scale);
     void (*quantize_dgelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                            float *colsum, const float *dout, const float *x, const float *bias,
                            int rows, int cols, fp8_format fmt, const float *scale);
@@ -131,8 +128,7 @@ typedef struct {
     void (*bf16_gelu)(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
                       int cols);
     void (*bf16_dgelu)(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
-                       const float *dout, const float *x, const float *bias, int rows,
-                       int cols);
+                       const float *dout, const float *x, const float *bias, int rows, int cols);
     void (*bf16_layernorm)(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                            float *rstd, const float *x, const float *w, const float *bias, int N,
                            int C, float eps);
@@ -140,8 +136,8 @@ typedef struct {
                                float *mean, float *rstd, const float *a, const float *c,
                                const float *w, const float *bias, int N, int C, float eps);
     void (*norm_operand)(fp8t_backend *b, void *out, float *sum, const float *a, const float *y,
-                         const float *ybias, const float *w, const float *bias, int rms,
-                         int rows, int cols, float eps, const float *scale, fp8_format fmt);
+                         const float *ybias, const float *w, const float *bias, int rms, int rows,
+                         int cols, float eps, const float *scale, fp8_format fmt);
     void (*swiglu_operand)(fp8t_backend *b, void *out, const float *gate, const float *up,
                            int rows, int cols, const float *scale, fp8_format fmt);
     void (*scaled)(fp8t_backend *b, const fp8t_scaled_quant *q);

@@ -15,36 +15,110 @@
 #include "fp8train/profile.h"
 
 enum {
-    P_TO_DEVICE, P_TO_HOST, P_COPY, P_ZERO, P_SYNC,
-    P_GEMM_F32, P_GEMM_BF16, P_GEMM_BF16_ROUNDED, P_GEMM_FP8,
+    P_TO_DEVICE,
+    P_TO_HOST,
+    P_COPY,
+    P_ZERO,
+    P_SYNC,
+    P_GEMM_F32,
+    P_GEMM_BF16,
+    P_GEMM_BF16_ROUNDED,
+    P_GEMM_FP8,
     P_AMAX,
     /* make_operand, charged to the kernel that made the operand (operand_kind.h): index
      * P_OPERAND + 1 + the kernel, P_OPERAND itself for a composed request */
-    P_OPERAND, P_OPERAND_LAST = P_OPERAND + FP8T_OPK_COUNT,
-    P_COMPUTE_SCALE, P_FAKE_QUANT, P_BLOCK_FAKE_QUANT, P_MXFP8_FAKE_QUANT,
-    P_BF16_ROUND, P_BF16_PACK, P_BF16_UNPACK, P_DELAYED_UPDATE,
-    P_EMB_FWD, P_EMB_BWD, P_LN_FWD, P_LN_BWD, P_RMS_FWD, P_RMS_BWD, P_BIAS_ADD, P_BIAS_BWD,
-    P_GELU_FWD, P_GELU_BWD, P_GELU_BWD_BIAS, P_SWIGLU_FWD, P_SWIGLU_BWD, P_ATTN_FWD, P_ATTN_BWD,
-    P_XENT, P_XENT_BF16,
-    P_ADD, P_ADD_BIAS, P_ACCUMULATE, P_SCALE, P_SUMSQ, P_SUM, P_ADAMW,
-    P_TENSOR_STATS, P_TO_HOST_ASYNC, P_KV_CACHE_WRITE, P_ATTN_DECODE, P_EMB_FWD_BF16,
+    P_OPERAND,
+    P_OPERAND_LAST = P_OPERAND + FP8T_OPK_COUNT,
+    P_COMPUTE_SCALE,
+    P_FAKE_QUANT,
+    P_BLOCK_FAKE_QUANT,
+    P_MXFP8_FAKE_QUANT,
+    P_BF16_ROUND,
+    P_BF16_PACK,
+    P_BF16_UNPACK,
+    P_DELAYED_UPDATE,
+    P_EMB_FWD,
+    P_EMB_BWD,
+    P_LN_FWD,
+    P_LN_BWD,
+    P_RMS_FWD,
+    P_RMS_BWD,
+    P_BIAS_ADD,
+    P_BIAS_BWD,
+    P_GELU_FWD,
+    P_GELU_BWD,
+    P_GELU_BWD_BIAS,
+    P_SWIGLU_FWD,
+    P_SWIGLU_BWD,
+    P_ATTN_FWD,
+    P_ATTN_BWD,
+    P_XENT,
+    P_XENT_BF16,
+    P_ADD,
+    P_ADD_BIAS,
+    P_ACCUMULATE,
+    P_SCALE,
+    P_SUMSQ,
+    P_SUM,
+    P_ADAMW,
+    P_TENSOR_STATS,
+    P_TO_HOST_ASYNC,
+    P_KV_CACHE_WRITE,
+    P_ATTN_DECODE,
+    P_EMB_FWD_BF16,
     P_EMB_FWD_FP8,
     P_COUNT
 };
 
 /* the operand range's names come from op_name */
 static const char *const op_names[P_COUNT] = {
-    "to_device", "to_host", "copy", "zero", "synchronize",
-    "gemm_f32", "gemm_bf16", "gemm_bf16_rounded", "gemm_fp8",
+    "to_device",
+    "to_host",
+    "copy",
+    "zero",
+    "synchronize",
+    "gemm_f32",
+    "gemm_bf16",
+    "gemm_bf16_rounded",
+    "gemm_fp8",
     "amax",
-    [P_COMPUTE_SCALE] = "compute_scale", "fake_quantize", "block_fake_quantize",
-    "mxfp8_fake_quantize", "bf16_round", "bf16_pack", "bf16_unpack", "delayed_update",
-    "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
-    "rmsnorm_forward", "rmsnorm_backward", "bias_add", "bias_backward",
-    "gelu_forward", "gelu_backward", "gelu_backward_bias", "swiglu_forward", "swiglu_backward",
-    "attention_forward", "attention_backward", "softmax_xent", "softmax_xent_bf16",
-    "add", "add_bias", "accumulate", "scale", "sumsq", "sum", "adamw",
-    "tensor_stats", "to_host_async", "kv_cache_write", "attention_decode", "embedding_forward_bf16",
+    [P_COMPUTE_SCALE] = "compute_scale",
+    "fake_quantize",
+    "block_fake_quantize",
+    "mxfp8_fake_quantize",
+    "bf16_round",
+    "bf16_pack",
+    "bf16_unpack",
+    "delayed_update",
+    "embedding_forward",
+    "embedding_backward",
+    "layernorm_forward",
+    "layernorm_backward",
+    "rmsnorm_forward",
+    "rmsnorm_backward",
+    "bias_add",
+    "bias_backward",
+    "gelu_forward",
+    "gelu_backward",
+    "gelu_backward_bias",
+    "swiglu_forward",
+    "swiglu_backward",
+    "attention_forward",
+    "attention_backward",
+    "softmax_xent",
+    "softmax_xent_bf16",
+    "add",
+    "add_bias",
+    "accumulate",
+    "scale",
+    "sumsq",
+    "sum",
+    "adamw",
+    "tensor_stats",
+    "to_host_async",
+    "kv_cache_write",
+    "attention_decode",
+    "embedding_forward_bf16",
     "embedding_forward_fp8",
 };
 
@@ -84,17 +158,17 @@ static double now_s(void) {
 
 /* Time one statement that calls the inner backend (`ib`) as op `id`; the seconds it took are
  * left in dt_ for the statements in `after` (the GEMMs' per-shape accounting). */
-#define TIMED_THEN(id, stmt, after)                                                           \
-    do {                                                                                      \
-        fp8t_backend *ib = in(b);                                                             \
-        ib->ops->synchronize(ib);                                                             \
-        double t0_ = now_s();                                                                 \
-        stmt;                                                                                 \
-        ib->ops->synchronize(ib);                                                             \
-        double dt_ = now_s() - t0_;                                                           \
-        prof(b)->calls[id]++;                                                                 \
-        prof(b)->seconds[id] += dt_;                                                          \
-        after;                                                                                \
+#define TIMED_THEN(id, stmt, after)                                                              \
+    do {                                                                                         \
+        fp8t_backend *ib = in(b);                                                                \
+        ib->ops->synchronize(ib);                                                                \
+        double t0_ = now_s();                                                                    \
+        stmt;                                                                                    \
+        ib->ops->synchronize(ib);                                                                \
+        double dt_ = now_s() - t0_;                                                              \
+        prof(b)->calls[id]++;                                                                    \
+        prof(b)->seconds[id] += dt_;                                                             \
+        after;                                                                                   \
     } while (0)
 #define TIMED(id, stmt) TIMED_THEN(id, stmt, (void)dt_)
 
@@ -145,8 +219,7 @@ static void w_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B
 }
 static void w_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                         int K, int ta, int tb, int acc, float *amax_a, float *amax_b) {
-    TIMED_THEN(P_GEMM_BF16,
-               ib->ops->gemm_bf16(ib, C, A, B, M, N, K, ta, tb, acc, amax_a, amax_b),
+    TIMED_THEN(P_GEMM_BF16, ib->ops->gemm_bf16(ib, C, A, B, M, N, K, ta, tb, acc, amax_a, amax_b),
                gemm_account(b, P_GEMM_BF16, M, N, K, ta, tb, dt_));
 }
 static void w_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
@@ -182,8 +255,8 @@ static void w_fake_quantize(fp8t_backend *b, float *o, const float *x, size_t n,
                             const float *s) {
     TIMED(P_FAKE_QUANT, ib->ops->fake_quantize(ib, o, x, n, f, s));
 }
-static void w_block_fake_quantize(fp8t_backend *b, float *o, const float *x, int r, int c,
-                                  int tr, int tc, fp8_format f) {
+static void w_block_fake_quantize(fp8t_backend *b, float *o, const float *x, int r, int c, int tr,
+                                  int tc, fp8_format f) {
     TIMED(P_BLOCK_FAKE_QUANT, ib->ops->block_fake_quantize(ib, o, x, r, c, tr, tc, f));
 }
 static void w_mxfp8_fake_quantize(fp8t_backend *b, float *o, const float *x, int r, int c) {
@@ -218,9 +291,9 @@ static void w_layernorm_forward(fp8t_backend *b, float *o, float *mean, float *r
                                 float eps) {
     TIMED(P_LN_FWD, ib->ops->layernorm_forward(ib, o, mean, rstd, x, w, bias, N, C, eps));
 }
-static void w_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *db,
-                                 const float *d, const float *x, const float *w,
-                                 const float *mean, const float *rstd, int N, int C) {
+static void w_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *db, const float *d,
+                                 const float *x, const float *w, const float *mean,
+                                 const float *rstd, int N, int C) {
     TIMED(P_LN_BWD, ib->ops->layernorm_backward(ib, dx, dw, db, d, x, w, mean, rstd, N, C));
 }
 static void w_rmsnorm_forward(fp8t_backend *b, float *o, float *rstd, const float *x,
@@ -433,7 +506,6 @@ _Static_assert(sizeof table_ops / sizeof table_ops[0] ==
                    sizeof(fp8t_backend_ops) / sizeof(void (*)(void)),
                "the profile backend's op names do not cover fp8t_backend_ops");
 
-
 /* The first op inner has that the wrapper does not wrap, or -1 */
 static int first_unwrapped(const fp8t_backend *inner) {
     const int n = (int)(sizeof table_ops / sizeof table_ops[0]);
@@ -451,8 +523,8 @@ fp8t_backend *fp8t_profile_wrap(fp8t_backend *inner) {
     if (!inner) return NULL;
     const int u = first_unwrapped(inner);
     if (u >= 0) {
-        fp8t_warnf("profile: op '%s' of the %s backend is not wrapped",
-                   table_ops[u], inner->name);
+        fp8t_warnf("profile: op '%s' of the %s backend is not wrapped", table_ops[u],
+                   inner->name);
         return NULL;
     }
     profiler *p = calloc(1, sizeof(*p));

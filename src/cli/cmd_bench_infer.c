@@ -95,8 +95,10 @@ static int parse_int_list(const char *s, int *v, int max, int lo, int hi) {
         if (end == p || x < lo || x > hi || n == max) return -1;
         v[n++] = (int)x;
         p = end;
-        if (*p == ',') p++;
-        else if (*p) return -1;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
     }
     return n > 0 ? n : -1;
 }
@@ -127,8 +129,8 @@ static int parse_precisions(const char *list, fp8t_eval_precision *precs, int *n
 static int set_precisions(void *obj, const char *v, char *err, size_t errlen) {
     bench_opts *o = obj;
     if (parse_precisions(v, o->precs, &o->n_prec) != 0) {
-        return fp8t_errorf(err, errlen, "--precisions: bad value '%s' (expected a list of bf16, fp8, fp32)",
-                        v);
+        return fp8t_errorf(
+            err, errlen, "--precisions: bad value '%s' (expected a list of bf16, fp8, fp32)", v);
     }
     o->have_precs = 1;
     return 0;
@@ -137,8 +139,10 @@ static int set_batches(void *obj, const char *v, char *err, size_t errlen) {
     bench_opts *o = obj;
     const int n = parse_int_list(v, o->batches, MAX_BATCHES, 1, 1 << 16);
     if (n < 0) {
-        return fp8t_errorf(err, errlen, "--batch: bad value '%s' (expected up to %d batch sizes in "
-                        "1..65536 such as \"1,64\")", v, MAX_BATCHES);
+        return fp8t_errorf(err, errlen,
+                           "--batch: bad value '%s' (expected up to %d batch sizes in "
+                           "1..65536 such as \"1,64\")",
+                           v, MAX_BATCHES);
     }
     o->n_batch = n;
     return 0;
@@ -156,26 +160,61 @@ static char preset_help[1024];
 
 #define F(f) FP8T_OPT_FIELD(bench_opts, f)
 static const fp8t_opt OPTS[] = {
-    {.name = "preset", .arg = "NAME", .type = FP8T_OPT_STR, F(preset), .dflt = "tiny",
+    {.name = "preset",
+     .arg = "NAME",
+     .type = FP8T_OPT_STR,
+     F(preset),
+     .dflt = "tiny",
      .help = preset_help},
     {.name = "device", .arg = "cpu|cuda", .type = FP8T_OPT_STR, F(device), .help = "backend"},
-    {.name = "precisions", .arg = "LIST", .type = FP8T_OPT_SPECIAL, .set = set_precisions,
-     .dflt = "bf16,fp8; on the CPU bf16,fp8,fp32", .help = "comma-separated of bf16, fp8, fp32"},
-    {.name = "batch", .arg = "LIST", .type = FP8T_OPT_SPECIAL, .set = set_batches,
-     .get = get_batches, .help = "batch sizes, comma-separated"},
-    {.name = "prompt-len", .arg = "N", .type = FP8T_OPT_INT, F(plen), .lo = 1, .hi = 1 << 20,
+    {.name = "precisions",
+     .arg = "LIST",
+     .type = FP8T_OPT_SPECIAL,
+     .set = set_precisions,
+     .dflt = "bf16,fp8; on the CPU bf16,fp8,fp32",
+     .help = "comma-separated of bf16, fp8, fp32"},
+    {.name = "batch",
+     .arg = "LIST",
+     .type = FP8T_OPT_SPECIAL,
+     .set = set_batches,
+     .get = get_batches,
+     .help = "batch sizes, comma-separated"},
+    {.name = "prompt-len",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(plen),
+     .lo = 1,
+     .hi = 1 << 20,
      .help = "prompt tokens per sequence, the prefill (at most seq_len - --gen)"},
-    {.name = "gen", .arg = "N", .type = FP8T_OPT_INT, F(gen), .lo = 0, .hi = 1 << 20,
+    {.name = "gen",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(gen),
+     .lo = 0,
+     .hi = 1 << 20,
      .help = "decode steps timed"},
-    {.name = "repeat", .arg = "N", .type = FP8T_OPT_INT, F(repeat), .lo = 1, .hi = 1000,
+    {.name = "repeat",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(repeat),
+     .lo = 1,
+     .hi = 1000,
      .help = "timed repetitions, the fastest kept"},
-    {.name = "profile", .type = FP8T_OPT_FLAG, F(profile),
+    {.name = "profile",
+     .type = FP8T_OPT_FLAG,
+     F(profile),
      .help = "after the timed rounds, one prefill and the decode steps again under the per-op "
              "profiler (each op waits for the device), and a table of where each went (ms per "
              "call of prefill / decode)"},
-    {.name = "seed", .arg = "S", .type = FP8T_OPT_U64, F(seed),
+    {.name = "seed",
+     .arg = "S",
+     .type = FP8T_OPT_U64,
+     F(seed),
      .help = "random weights and prompt tokens"},
-    {.name = "out", .arg = "FILE", .type = FP8T_OPT_STR, F(out),
+    {.name = "out",
+     .arg = "FILE",
+     .type = FP8T_OPT_STR,
+     F(out),
      .help = "also write the results as JSON"},
     CLI_ROW_ACT_SCALE(bench_opts, io,
                       "fp8 activation scales: each input's amax (current), the learned ones "
@@ -192,18 +231,20 @@ static const fp8t_opt OPTS[] = {
                      "the fp8 rows with the embedding table and the head in E4M3 too where the "
                      "vocabulary is a multiple of 16 (else BF16: the rows say which)"),
     CLI_ROW_ROWS(bench_opts, io, "2048", "activation rows, the tokens of one prefill pass"),
-    CLI_ROW_NO_GRAPHS(bench_opts, io, "decode steps op by op (CUDA records a step once and "
-                                      "replays it by default)"),
+    CLI_ROW_NO_GRAPHS(bench_opts, io,
+                      "decode steps op by op (CUDA records a step once and "
+                      "replays it by default)"),
 };
 #undef F
 
 static const fp8t_opt_spec SPEC = {
     .cmd = CMD,
     .usage = "[WEIGHTS] [options]",
-    .about = "Prefill and decode tokens/s and memory of the inference model (weights in the\n"
-             "inference precision only, a KV cache), precisions side by side, batch 1 and a large\n"
-             "batch. WEIGHTS: a checkpoint, export, Hugging Face directory or llm.c file; without\n"
-             "it, --preset's shape with random weights.\n",
+    .about =
+        "Prefill and decode tokens/s and memory of the inference model (weights in the\n"
+        "inference precision only, a KV cache), precisions side by side, batch 1 and a large\n"
+        "batch. WEIGHTS: a checkpoint, export, Hugging Face directory or llm.c file; without\n"
+        "it, --preset's shape with random weights.\n",
     .epilog = "Columns: prefill and decode tokens/s (all sequences), the model's device bytes\n"
               "(linear weights, embeddings+norms, KV cache, one layer's activations), and peak "
               "device\nmemory (CUDA: everything the backend held, workspace and scratch "
@@ -232,7 +273,8 @@ static int parse_args(bench_opts *o, const char **weights, int argc, char **argv
     if (st >= 0) return st;
     *weights = pos[0];
     if (n_pos > 1) {
-        fprintf(stderr, "fp8train bench-infer: one WEIGHTS argument expected, got '%s' and '%s'\n",
+        fprintf(stderr,
+                "fp8train bench-infer: one WEIGHTS argument expected, got '%s' and '%s'\n",
                 pos[0], pos[1]);
         return 2;
     }
@@ -249,9 +291,9 @@ static int parse_args(bench_opts *o, const char **weights, int argc, char **argv
 typedef struct {
     fp8t_eval_precision prec;
     int batch;
-    int kv, graphs;      /* the cache's kind; decode replayed as a graph */
-    int fp8_head;        /* embedding table and head in E4M3 */
-    char act[128];       /* fp8t_infer_act_desc */
+    int kv, graphs; /* the cache's kind; decode replayed as a graph */
+    int fp8_head;   /* embedding table and head in E4M3 */
+    char act[128];  /* fp8t_infer_act_desc */
     double prefill_tps, decode_tps, prefill_s, decode_s;
     fp8t_infer_memory mem;
     double peak_mb; /* < 0: unknown (CPU) */
@@ -259,9 +301,9 @@ typedef struct {
 } result;
 
 /* One configuration on a fresh backend. 0 ok; -1 with err. */
-static int run_one(const char *device, const fp8t_weights *w, const cli_infer_opts *io,
-                   int plen, int gen, int repeat, int profile, uint64_t seed, result *r,
-                   char *err, size_t errlen) {
+static int run_one(const char *device, const fp8t_weights *w, const cli_infer_opts *io, int plen,
+                   int gen, int repeat, int profile, uint64_t seed, result *r, char *err,
+                   size_t errlen) {
     char e[FP8T_ERR_LEN];
     cli_debug_opts dbg;
     if (cli_debug_options("bench-infer", &dbg) != 0) {
@@ -306,8 +348,8 @@ static int run_one(const char *device, const fp8t_weights *w, const cli_infer_op
         /* the prompts' shape; --calib-data's training split, else random tokens of their
          * own (never the timed prompts) */
         if (io->calib_data) {
-            if (cli_infer_calibrate(m, io->calib_data, "", NULL, seed, io->calib_batches, B,
-                                    plen, e, sizeof(e)) != 0)
+            if (cli_infer_calibrate(m, io->calib_data, "", NULL, seed, io->calib_batches, B, plen,
+                                    e, sizeof(e)) != 0)
                 goto fail;
         } else {
             const size_t n = (size_t)io->calib_batches * B * plen;
@@ -410,21 +452,21 @@ static int bench_weights(const bench_opts *o, const char *weights, fp8t_weights 
 /* Every configuration (batch x precision, res[bi * n_prec + pi]) timed and printed as a row,
  * each batch's rows followed by its fp8 / bf16 ratios. Returns 1 if one failed (its row says
  * why), else 0. */
-static int bench_table(const bench_opts *o, const fp8t_weights *w, const char *name,
-                       int random, result *res) {
+static int bench_table(const bench_opts *o, const fp8t_weights *w, const char *name, int random,
+                       result *res) {
     const cli_infer_opts *io = &o->io;
     char err[FP8T_ERR_LEN];
-    printf("bench-infer: %s (%s%s), %s, prompt %d + %d decode steps, fp8 activations %s "
-           "scaling%s, fp8 KV cache %s%s, decode %s, best of %d\n", name,
-           fp8t_arch_name(w->model.arch), random ? ", random weights" : "", o->device, o->plen,
-           o->gen, fp8t_act_scale_name(io->act),
-           io->act == FP8T_ACT_SCALE_CALIBRATED
-               ? (io->calib_data ? " (calibrated on --calib-data)"
-                                 : " (calibrated on random tokens)")
-               : "",
-           io->kv < 0 ? "fp8" : cli_kv_name(io->kv), io->fp8_head ? ", fp8 head" : "",
-           io->no_graphs ? "op by op" : "recorded once per batch and replayed where the backend can",
-           o->repeat);
+    printf(
+        "bench-infer: %s (%s%s), %s, prompt %d + %d decode steps, fp8 activations %s "
+        "scaling%s, fp8 KV cache %s%s, decode %s, best of %d\n",
+        name, fp8t_arch_name(w->model.arch), random ? ", random weights" : "", o->device, o->plen,
+        o->gen, fp8t_act_scale_name(io->act),
+        io->act == FP8T_ACT_SCALE_CALIBRATED ? (io->calib_data ? " (calibrated on --calib-data)"
+                                                               : " (calibrated on random tokens)")
+                                             : "",
+        io->kv < 0 ? "fp8" : cli_kv_name(io->kv), io->fp8_head ? ", fp8 head" : "",
+        io->no_graphs ? "op by op" : "recorded once per batch and replayed where the backend can",
+        o->repeat);
     printf("%-9s %6s %14s %13s %11s %9s %9s %9s %9s\n", "precision", "batch", "prefill tok/s",
            "decode tok/s", "weights MB", "other MB", "kv MB", "act MB", "peak MB");
     int failed = 0;
@@ -507,8 +549,10 @@ static int bench_write_json(const bench_opts *o, const fp8t_weights *w, const ch
             cJSON_AddNumberToObject(j, "other_bytes", (double)r->mem.other);
             cJSON_AddNumberToObject(j, "kv_cache_bytes", (double)r->mem.kv_cache);
             cJSON_AddNumberToObject(j, "activation_bytes", (double)r->mem.activations);
-            if (r->peak_mb >= 0) cJSON_AddNumberToObject(j, "peak_bytes", r->peak_mb * 1e6);
-            else cJSON_AddNullToObject(j, "peak_bytes");
+            if (r->peak_mb >= 0)
+                cJSON_AddNumberToObject(j, "peak_bytes", r->peak_mb * 1e6);
+            else
+                cJSON_AddNullToObject(j, "peak_bytes");
         }
         cJSON_AddItemToArray(arr, j);
     }
@@ -527,7 +571,10 @@ static int bench_write_json(const bench_opts *o, const fp8t_weights *w, const ch
 }
 
 int fp8t_cmd_bench_infer(int argc, char **argv) {
-    if (argc > 0 && !strcmp(argv[0], CMD)) { argc--; argv++; }
+    if (argc > 0 && !strcmp(argv[0], CMD)) {
+        argc--;
+        argv++;
+    }
     bench_opts o;
     const char *weights = NULL;
     int status = parse_args(&o, &weights, argc, argv);
@@ -538,8 +585,10 @@ int fp8t_cmd_bench_infer(int argc, char **argv) {
     result *res = calloc((size_t)o.n_prec * o.n_batch, sizeof(result));
     if (!res) goto done;
     if (o.plen + o.gen > w.model.seq_len) {
-        fprintf(stderr, "fp8train bench-infer: --prompt-len %d + --gen %d exceed the model's "
-                "seq_len %d\n", o.plen, o.gen, w.model.seq_len);
+        fprintf(stderr,
+                "fp8train bench-infer: --prompt-len %d + --gen %d exceed the model's "
+                "seq_len %d\n",
+                o.plen, o.gen, w.model.seq_len);
         goto done;
     }
     const char *name = weights ? weights : (o.preset ? o.preset : "tiny");

@@ -35,8 +35,9 @@ static int parse_fraction(const char *opt, const char *v, int one_ok, const char
     char *end;
     double x = strtod(v, &end);
     if (end == v || *end || !(x > 0 && (x < 1 || (one_ok && x == 1)))) {
-        return fp8t_errorf(err, errlen, "%s: bad value '%s' (expected a number in (0, 1%s, e.g. %s)", opt, v,
-                        one_ok ? "]" : ")", example);
+        return fp8t_errorf(err, errlen,
+                           "%s: bad value '%s' (expected a number in (0, 1%s, e.g. %s)", opt, v,
+                           one_ok ? "]" : ")", example);
     }
     *out = x;
     return 0;
@@ -58,18 +59,40 @@ static void get_tail(const void *obj, char *b, size_t n) {
 #define G "bisect options"
 #define F(f) FP8T_OPT_FIELD(bisect_opts, f)
 static const fp8t_opt OPTS[] = {
-    {.name = "steps", .arg = "N", .group = G, .type = FP8T_OPT_STR, F(steps),
+    {.name = "steps",
+     .arg = "N",
+     .group = G,
+     .type = FP8T_OPT_STR,
+     F(steps),
      .dflt = FP8T_OPT_NO_DEFAULT,
      .help = "steps of every experiment, from the start point (required; with --resume: N "
              "steps after the checkpoint)"},
-    {.name = "threshold", .arg = "X", .group = G, .type = FP8T_OPT_SPECIAL, .set = set_threshold,
-     .get = get_threshold, .help = "relative loss gap under which two runs match"},
-    {.name = "tail", .arg = "F", .group = G, .type = FP8T_OPT_SPECIAL, .set = set_tail,
-     .get = get_tail, .help = "fraction of the last steps whose mean loss is compared"},
-    {.name = "out", .arg = "DIR", .group = G, .type = FP8T_OPT_STR, F(out), .dflt = "runs/bisect",
+    {.name = "threshold",
+     .arg = "X",
+     .group = G,
+     .type = FP8T_OPT_SPECIAL,
+     .set = set_threshold,
+     .get = get_threshold,
+     .help = "relative loss gap under which two runs match"},
+    {.name = "tail",
+     .arg = "F",
+     .group = G,
+     .type = FP8T_OPT_SPECIAL,
+     .set = set_tail,
+     .get = get_tail,
+     .help = "fraction of the last steps whose mean loss is compared"},
+    {.name = "out",
+     .arg = "DIR",
+     .group = G,
+     .type = FP8T_OPT_STR,
+     F(out),
+     .dflt = "runs/bisect",
      .help = "the bisect's own directory; a directory that holds anything but a previous "
              "bisect is refused"},
-    {.name = "help-inject", .group = G, .type = FP8T_OPT_FLAG, F(help_inject),
+    {.name = "help-inject",
+     .group = G,
+     .type = FP8T_OPT_FLAG,
+     F(help_inject),
      .dflt = FP8T_OPT_NO_DEFAULT,
      .help = "the --inject fault syntax (to try bisect on a known fault)"},
 };
@@ -129,11 +152,15 @@ int fp8t_cmd_bisect(int argc, char **argv) {
     bisect_opts o = {.threshold = bc->threshold, .tail = bc->tail_frac};
     int n_rest = 0, rc = 2;
     char err[FP8T_ERR_LEN];
-    int prc = fp8t_opt_parse(&SPEC, &o, argc, argv, (const char **)rest, &n_rest, err, sizeof err);
+    int prc =
+        fp8t_opt_parse(&SPEC, &o, argc, argv, (const char **)rest, &n_rest, err, sizeof err);
     if (prc == FP8T_OPT_HELP || prc == FP8T_OPT_LIST || o.help_inject) {
-        if (prc == FP8T_OPT_HELP) usage(stdout, bc);
-        else if (prc == FP8T_OPT_LIST) fp8t_opt_list(stdout, &SPEC);
-        else fputs(fp8t_injector_help(), stdout);
+        if (prc == FP8T_OPT_HELP)
+            usage(stdout, bc);
+        else if (prc == FP8T_OPT_LIST)
+            fp8t_opt_list(stdout, &SPEC);
+        else
+            fputs(fp8t_injector_help(), stdout);
         rc = 0;
         goto out;
     }

@@ -17,28 +17,68 @@ typedef struct {
 
 #define F(f) FP8T_OPT_FIELD(compare_opts, f)
 static const fp8t_opt OPTS[] = {
-    {.name = "report", .arg = "FILE", .type = FP8T_OPT_STR, F(report),
+    {.name = "report",
+     .arg = "FILE",
+     .type = FP8T_OPT_STR,
+     F(report),
      .help = "write a self-contained HTML report (charts, tables)"},
     /* (0, 10) is checked after the parse, with an example of a sensible value */
-    {.name = "threshold", .arg = "X", .type = FP8T_OPT_FLOAT, F(cfg.threshold), .lo = 0, .hi = 10,
+    {.name = "threshold",
+     .arg = "X",
+     .type = FP8T_OPT_FLOAT,
+     F(cfg.threshold),
+     .lo = 0,
+     .hi = 10,
      .help = "relative loss gap that counts as a mismatch"},
-    {.name = "noise-run", .arg = "RUN", .type = FP8T_OPT_STR, F(noise),
+    {.name = "noise-run",
+     .arg = "RUN",
+     .type = FP8T_OPT_STR,
+     F(noise),
      .dflt = "estimated from the runs' step-to-step spread",
      .help = "a second baseline (e.g. BF16 with another --seed): its gap to A measures the "
              "noise; an end gap inside it is a match"},
-    {.name = "json", .type = FP8T_OPT_FLAG, F(json), .help = "print the result as one JSON object"},
-    {.name = "window", .arg = "N", .type = FP8T_OPT_INT, F(cfg.window), .lo = 1, .hi = 1e9,
-     .dflt = "n/10, 3..50", .help = "smoothing window of the gap in steps"},
-    {.name = "spike-z", .arg = "Z", .type = FP8T_OPT_FLOAT, F(cfg.spike_z),
+    {.name = "json",
+     .type = FP8T_OPT_FLAG,
+     F(json),
+     .help = "print the result as one JSON object"},
+    {.name = "window",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(cfg.window),
+     .lo = 1,
+     .hi = 1e9,
+     .dflt = "n/10, 3..50",
+     .help = "smoothing window of the gap in steps"},
+    {.name = "spike-z",
+     .arg = "Z",
+     .type = FP8T_OPT_FLOAT,
+     F(cfg.spike_z),
      .help = "robust z-score of a spike"},
-    {.name = "spike-window", .arg = "N", .type = FP8T_OPT_INT, F(cfg.spike_window), .lo = 1,
-     .hi = 1e9, .help = "samples in the spike detector's window"},
-    {.name = "slow-recovery", .arg = "N", .type = FP8T_OPT_INT, F(cfg.slow_recovery), .lo = 1,
-     .hi = 1e9, .dflt = "max(10, steps/10)",
+    {.name = "spike-window",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(cfg.spike_window),
+     .lo = 1,
+     .hi = 1e9,
+     .help = "samples in the spike detector's window"},
+    {.name = "slow-recovery",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(cfg.slow_recovery),
+     .lo = 1,
+     .hi = 1e9,
+     .dflt = "max(10, steps/10)",
      .help = "a spike recovering slower than N steps points at FP8"},
-    {.name = "cosine-flag", .arg = "X", .type = FP8T_OPT_FLOAT, F(cfg.cosine_flag),
+    {.name = "cosine-flag",
+     .arg = "X",
+     .type = FP8T_OPT_FLOAT,
+     F(cfg.cosine_flag),
      .help = "flag dumped tensors with cosine below X"},
-    {.name = "labels", .arg = "A,B", .type = FP8T_OPT_STR, F(labels), .dflt = "directory names",
+    {.name = "labels",
+     .arg = "A,B",
+     .type = FP8T_OPT_STR,
+     F(labels),
+     .dflt = "directory names",
      .help = "names of the runs in output"},
 };
 #undef F
@@ -48,7 +88,8 @@ static const fp8t_opt_spec SPEC = {
     .usage = "RUN_A RUN_B [--noise-run RUN_C] [options]",
     .about = "Compare run B (e.g. FP8) against baseline A (e.g. BF16). A RUN is a run directory\n"
              "(fp8train train --out DIR) or the path of its metrics.jsonl.\n",
-    .epilog = "exit code: 0 match, 1 mismatch (spike, drift, early-divergence, nan), 2 bad input\n",
+    .epilog =
+        "exit code: 0 match, 1 mismatch (spike, drift, early-divergence, nan), 2 bad input\n",
     .opts = OPTS,
     .n_opts = (int)(sizeof(OPTS) / sizeof(OPTS[0])),
     .max_pos = 2,
@@ -56,7 +97,10 @@ static const fp8t_opt_spec SPEC = {
 };
 
 int fp8t_cmd_compare(int argc, char **argv) {
-    if (argc > 0 && strcmp(argv[0], "compare") == 0) { argc--; argv++; }
+    if (argc > 0 && strcmp(argv[0], "compare") == 0) {
+        argc--;
+        argv++;
+    }
     compare_opts o = {.report = NULL, .labels = NULL, .noise = NULL, .json = 0};
     fp8t_compare_cfg_default(&o.cfg);
     const char *runs[2] = {NULL, NULL};
@@ -71,8 +115,10 @@ int fp8t_cmd_compare(int argc, char **argv) {
         return 2;
     }
     if (!(cfg.threshold > 0 && cfg.threshold < 10)) {
-        fprintf(stderr, "fp8train compare: --threshold %g: expected a relative gap in (0, 10), "
-                        "e.g. 0.01 for 1%%\n", cfg.threshold);
+        fprintf(stderr,
+                "fp8train compare: --threshold %g: expected a relative gap in (0, 10), "
+                "e.g. 0.01 for 1%%\n",
+                cfg.threshold);
         return 2;
     }
     fp8t_run ra, rb;
@@ -119,7 +165,10 @@ int fp8t_cmd_compare(int argc, char **argv) {
         code = fp8t_compare_exit_code(&res);
         if (json) {
             char *s = fp8t_compare_to_json(&ra, &rb, &res);
-            if (s) { puts(s); free(s); }
+            if (s) {
+                puts(s);
+                free(s);
+            }
         } else {
             fp8t_compare_print(stdout, &ra, &rb, &res);
         }

@@ -18,11 +18,26 @@ typedef struct {
 
 #define F(f) FP8T_OPT_FIELD(curves_opts, f)
 static const fp8t_opt OPTS[] = {
-    {.name = "rows", .arg = "N", .type = FP8T_OPT_INT, F(rows), .lo = 2, .hi = 1000,
+    {.name = "rows",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(rows),
+     .lo = 2,
+     .hi = 1000,
      .help = "sampled steps in the table"},
-    {.name = "width", .arg = "N", .type = FP8T_OPT_INT, F(width), .lo = 16, .hi = 400,
+    {.name = "width",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(width),
+     .lo = 16,
+     .hi = 400,
      .help = "columns of the ASCII plot"},
-    {.name = "height", .arg = "N", .type = FP8T_OPT_INT, F(height), .lo = 4, .hi = 200,
+    {.name = "height",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(height),
+     .lo = 4,
+     .hi = 200,
      .help = "rows of the ASCII plot"},
 };
 #undef F
@@ -32,9 +47,10 @@ static const fp8t_opt OPTS[] = {
 static const fp8t_opt_spec SPEC = {
     .cmd = "curves",
     .usage = "RUN_A [RUN_B ...] [--rows N] [--width N] [--height N]",
-    .about = "Prints the training loss of up to " STR(MAX_RUNS) " runs (directories or "
-             "metrics.jsonl files)\nside by side: sampled steps, an ASCII plot, and each run's "
-             "final loss\n(mean over the last 10% of its steps) and its gap to RUN_A.\n",
+    .about = "Prints the training loss of up to " STR(
+        MAX_RUNS) " runs (directories or "
+                  "metrics.jsonl files)\nside by side: sampled steps, an ASCII plot, and each run's "
+                  "final loss\n(mean over the last 10% of its steps) and its gap to RUN_A.\n",
     .epilog = "Exit status: 0, or 2 on bad input.\n",
     .opts = OPTS,
     .n_opts = (int)(sizeof(OPTS) / sizeof(OPTS[0])),
@@ -84,7 +100,7 @@ static int cmp_dbl(const void *pa, const void *pb) {
 
 static void plot(const fp8t_run *runs, int n, int lo, int hi, int width, int height) {
     double *v = malloc(sizeof(double) * (size_t)n * width); /* [n][width] column means */
-    char *off = calloc((size_t)n * width, 1);                /* [n][width] off-scale */
+    char *off = calloc((size_t)n * width, 1);               /* [n][width] off-scale */
     char *grid = malloc((size_t)width * height);
     if (!v || !off || !grid) {
         free(v), free(off), free(grid);
@@ -155,10 +171,13 @@ static void plot(const fp8t_run *runs, int n, int lo, int hi, int width, int hei
         for (int c = 0; c < width; c++) {
             double y = v[r * width + c];
             if (!isfinite(y)) continue;
-            int row = off[r * width + c] ? 0 : (int)lround((ymax - y) / (ymax - ymin) * (height - 1));
+            int row =
+                off[r * width + c] ? 0 : (int)lround((ymax - y) / (ymax - ymin) * (height - 1));
             char *cell = &grid[(size_t)row * width + c];
-            if (off[r * width + c]) *cell = '^';
-            else if (*cell != '^') *cell = (*cell == ' ' || *cell == MARKS[r]) ? MARKS[r] : '=';
+            if (off[r * width + c])
+                *cell = '^';
+            else if (*cell != '^')
+                *cell = (*cell == ' ' || *cell == MARKS[r]) ? MARKS[r] : '=';
         }
     }
     for (int row = 0; row < height; row++) {
@@ -182,8 +201,10 @@ static void plot(const fp8t_run *runs, int n, int lo, int hi, int width, int hei
                 int s0 = lo + (int)((double)(hi - lo + 1) * c / width);
                 int s1 = lo + (int)((double)(hi - lo + 1) * (c + 1) / width) - 1;
                 if (s1 < s0) s1 = s0;
-                if (s1 > s0) printf(" %s steps %d-%d mean %.4g;", runs[r].label, s0, s1, v[r * width + c]);
-                else printf(" %s step %d %.4g;", runs[r].label, s0, v[r * width + c]);
+                if (s1 > s0)
+                    printf(" %s steps %d-%d mean %.4g;", runs[r].label, s0, s1, v[r * width + c]);
+                else
+                    printf(" %s step %d %.4g;", runs[r].label, s0, v[r * width + c]);
             }
         printf("\n");
     }

@@ -63,85 +63,174 @@ static const fp8t_opt_choice PRECISION_SETS[] = {
 #define F(f) FP8T_OPT_FIELD(eval_opts, f)
 #define G_INFER "With --infer (the inference model)"
 static const fp8t_opt OPTS[] = {
-    {.name = "data", .arg = "SRC", .type = FP8T_OPT_STR, F(data),
+    {.name = "data",
+     .arg = "SRC",
+     .type = FP8T_OPT_STR,
+     F(data),
      .dflt = "the checkpoint's training data, else synthetic",
      .help = "synthetic | text file | 'dir/*.bin' shards"},
-    {.name = "val-data", .arg = "SRC", .type = FP8T_OPT_STR, F(val_data),
-     .dflt = "the held-out split", .help = "separate validation source"},
-    {.name = "tokenizer", .arg = "FILE", .type = FP8T_OPT_STR, F(tokenizer),
-     .dflt = "the run's", .help = "tokenizer.json for text/JSONL data"},
-    {.name = "precision", .arg = "P", .type = FP8T_OPT_CHOICE, F(precisions),
+    {.name = "val-data",
+     .arg = "SRC",
+     .type = FP8T_OPT_STR,
+     F(val_data),
+     .dflt = "the held-out split",
+     .help = "separate validation source"},
+    {.name = "tokenizer",
+     .arg = "FILE",
+     .type = FP8T_OPT_STR,
+     F(tokenizer),
+     .dflt = "the run's",
+     .help = "tokenizer.json for text/JSONL data"},
+    {.name = "precision",
+     .arg = "P",
+     .type = FP8T_OPT_CHOICE,
+     F(precisions),
      .choices = PRECISION_SETS,
      .help = "bf16 | fp8 | fp32 | both (bf16 and fp8) | all (the three)"},
-    {.name = "batches", .arg = "N", .type = FP8T_OPT_INT, F(batches), .lo = 1, .hi = 1000000,
-     .dflt = "the run's val_batches, else 10", .help = "validation micro-batches"},
-    {.name = "batch", .arg = "B", .type = FP8T_OPT_INT, F(B), .lo = 1, .hi = 1 << 20,
-     .dflt = "the run's, else 8", .help = "micro-batch size"},
-    {.name = "seq-len", .arg = "T", .type = FP8T_OPT_INT, F(T), .lo = 1, .hi = 1 << 20,
-     .dflt = "the run's, else min(seq_len, 256)", .help = "micro-batch sequence length"},
-    {.name = "seed", .arg = "S", .type = FP8T_OPT_SPECIAL, .set = set_seed,
-     .dflt = "the checkpoint's seed, else 1337", .help = "data seed"},
-    {.name = "threshold", .arg = "X", .type = FP8T_OPT_FLOAT, F(threshold), .lo = 0, .hi = 1e9,
+    {.name = "batches",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(batches),
+     .lo = 1,
+     .hi = 1000000,
+     .dflt = "the run's val_batches, else 10",
+     .help = "validation micro-batches"},
+    {.name = "batch",
+     .arg = "B",
+     .type = FP8T_OPT_INT,
+     F(B),
+     .lo = 1,
+     .hi = 1 << 20,
+     .dflt = "the run's, else 8",
+     .help = "micro-batch size"},
+    {.name = "seq-len",
+     .arg = "T",
+     .type = FP8T_OPT_INT,
+     F(T),
+     .lo = 1,
+     .hi = 1 << 20,
+     .dflt = "the run's, else min(seq_len, 256)",
+     .help = "micro-batch sequence length"},
+    {.name = "seed",
+     .arg = "S",
+     .type = FP8T_OPT_SPECIAL,
+     .set = set_seed,
+     .dflt = "the checkpoint's seed, else 1337",
+     .help = "data seed"},
+    {.name = "threshold",
+     .arg = "X",
+     .type = FP8T_OPT_FLOAT,
+     F(threshold),
+     .lo = 0,
+     .hi = 1e9,
      .help = "flag |fp8 - bf16| / bf16 above X: exit 1"},
-    {.name = "check-export", .arg = "DIR", .type = FP8T_OPT_STR, F(check_export),
+    {.name = "check-export",
+     .arg = "DIR",
+     .type = FP8T_OPT_STR,
+     F(check_export),
      .help = "evaluate the export DIR (fp8train export) on the same batches and fail if its "
-             "loss differs beyond rounding: relative " STR(FP8T_EXPORT_TOL_FP32) " (fp32), "
-             STR(FP8T_EXPORT_TOL_BF16) " (bf16), " STR(FP8T_EXPORT_TOL_FP8) " (fp8 export)"},
-    {.name = "task", .arg = "FILE", .type = FP8T_OPT_SPECIAL, .set = set_task,
+             "loss differs beyond rounding: relative " STR(FP8T_EXPORT_TOL_FP32) " (fp32), " STR(
+                 FP8T_EXPORT_TOL_BF16) " (bf16), " STR(FP8T_EXPORT_TOL_FP8) " (fp8 export)"},
+    {.name = "task",
+     .arg = "FILE",
+     .type = FP8T_OPT_SPECIAL,
+     .set = set_task,
      .dflt = FP8T_OPT_NO_DEFAULT,
-     .help = "llm.c multiple-choice eval file (HellaSwag .bin); repeatable (at most "
-             STR(MAX_TASKS) "); accuracy per precision (the completion with the lowest mean "
-             "loss)"},
+     .help = "llm.c multiple-choice eval file (HellaSwag .bin); repeatable (at most " STR(
+         MAX_TASKS) "); accuracy per precision (the completion with the lowest mean "
+                    "loss)"},
     CLI_ROW_CALIB_BATCHES(eval_opts, io,
                           "micro-batches for FP8 calibration: the training model's when the "
                           "weights carry no amax history, the inference model's with --infer "
                           "--act-scale calibrated"),
-    {.name = "device", .arg = "cpu|cuda", .type = FP8T_OPT_STR, F(device),
-     .dflt = "the run's, else cpu", .help = "backend"},
-    {.name = "dump-tokens", .arg = "FILE", .type = FP8T_OPT_STR, F(dump_tokens),
+    {.name = "device",
+     .arg = "cpu|cuda",
+     .type = FP8T_OPT_STR,
+     F(device),
+     .dflt = "the run's, else cpu",
+     .help = "backend"},
+    {.name = "dump-tokens",
+     .arg = "FILE",
+     .type = FP8T_OPT_STR,
+     F(dump_tokens),
      .help = "write the evaluated windows as .npy int32 [batches, B, T+1] (compute the same "
              "loss elsewhere, e.g. tests/check_hf_transformers.py)"},
-    {.name = "json", .type = FP8T_OPT_FLAG, F(json),
+    {.name = "json",
+     .type = FP8T_OPT_FLAG,
+     F(json),
      .help = "print one JSON object instead of the table"},
-    {.name = "infer", .group = G_INFER, .type = FP8T_OPT_FLAG, F(infer),
+    {.name = "infer",
+     .group = G_INFER,
+     .type = FP8T_OPT_FLAG,
+     F(infer),
      .help = "the loss (and --task accuracy) through the inference model (fp8train/infer.h: "
              "the weights in each precision only, no training state on the device) instead of "
              "the training model; not with --check-export"},
-    {.name = "act-scale", .arg = "current|delayed|calibrated", .group = G_INFER,
-     .type = FP8T_OPT_CHOICE, F(io.act), .choices = CLI_ACT_SCALES,
+    {.name = "act-scale",
+     .arg = "current|delayed|calibrated",
+     .group = G_INFER,
+     .type = FP8T_OPT_CHOICE,
+     F(io.act),
+     .choices = CLI_ACT_SCALES,
      .help = "fp8 activation scales from each input's amax (current), the learned ones "
              "(delayed; calibrated first by the training model when the weights have none), or "
              "fixed by the inference model from the input amaxes of --calib-batches "
              "training-split batches of --calib-data (calibrated)"},
-    {.name = "calib-data", .arg = "SRC", .group = G_INFER, .type = FP8T_OPT_STR,
-     F(io.calib_data), .dflt = "--data; its training split",
+    {.name = "calib-data",
+     .arg = "SRC",
+     .group = G_INFER,
+     .type = FP8T_OPT_STR,
+     F(io.calib_data),
+     .dflt = "--data; its training split",
      .help = "with --act-scale calibrated: the calibration data"},
-    {.name = "kv-cache", .arg = "bf16|fp8|fp32", .group = G_INFER, .type = FP8T_OPT_CHOICE,
-     F(io.kv), .choices = CLI_KV_CACHES, .dflt = "the precision's: bf16; fp32 in fp32, fp8 in fp8",
+    {.name = "kv-cache",
+     .arg = "bf16|fp8|fp32",
+     .group = G_INFER,
+     .type = FP8T_OPT_CHOICE,
+     F(io.kv),
+     .choices = CLI_KV_CACHES,
+     .dflt = "the precision's: bf16; fp32 in fp32, fp8 in fp8",
      .help = "the KV cache kind (read by --decode-loss)"},
-    {.name = "fp8-head", .group = G_INFER, .type = FP8T_OPT_FLAG, F(io.fp8_head),
+    {.name = "fp8-head",
+     .group = G_INFER,
+     .type = FP8T_OPT_FLAG,
+     F(io.fp8_head),
      .help = "fp8 with the embedding table and the head in E4M3 too (a vocabulary that is a "
              "multiple of 16)"},
-    {.name = "decode-loss", .group = G_INFER, .type = FP8T_OPT_FLAG, F(decode_loss),
+    {.name = "decode-loss",
+     .group = G_INFER,
+     .type = FP8T_OPT_FLAG,
+     F(decode_loss),
      .help = "the loss through the KV cache (the first token prefilled, then one decode step "
              "per position, teacher forced) instead of the full-window forward"},
-    {.name = "no-graphs", .group = G_INFER, .type = FP8T_OPT_FLAG, F(io.no_graphs),
+    {.name = "no-graphs",
+     .group = G_INFER,
+     .type = FP8T_OPT_FLAG,
+     F(io.no_graphs),
      .help = "--decode-loss's decode steps op by op (CUDA records a decode step once and "
              "replays it by default)"},
-    {.name = "rows", .arg = "N", .group = G_INFER, .type = FP8T_OPT_INT, F(io.rows), .lo = 1,
-     .hi = 1 << 24, .dflt = "2048", .help = "activation rows, the tokens of one prefill pass"},
+    {.name = "rows",
+     .arg = "N",
+     .group = G_INFER,
+     .type = FP8T_OPT_INT,
+     F(io.rows),
+     .lo = 1,
+     .hi = 1 << 24,
+     .dflt = "2048",
+     .help = "activation rows, the tokens of one prefill pass"},
 };
 #undef F
 
 static const fp8t_opt_spec SPEC = {
     .cmd = CMD,
     .usage = "WEIGHTS [options]",
-    .about = "Validation loss of WEIGHTS in BF16 and FP8 inference, their difference, and more.\n"
-             "WEIGHTS: a checkpoint directory (RUN/checkpoints/step_N), a Hugging Face directory\n"
-             "(our export or a GPT-2/Llama from the Hub) or an llm.c GPT-2 .bin.\n"
-             "FP8 inference runs every linear GEMM in FP8 with delayed scaling from the weights'\n"
-             "FP8 state (the scales learned in training; no history update); weights without an\n"
-             "amax history are calibrated first on training micro-batches.\n",
+    .about =
+        "Validation loss of WEIGHTS in BF16 and FP8 inference, their difference, and more.\n"
+        "WEIGHTS: a checkpoint directory (RUN/checkpoints/step_N), a Hugging Face directory\n"
+        "(our export or a GPT-2/Llama from the Hub) or an llm.c GPT-2 .bin.\n"
+        "FP8 inference runs every linear GEMM in FP8 with delayed scaling from the weights'\n"
+        "FP8 state (the scales learned in training; no history update); weights without an\n"
+        "amax history are calibrated first on training micro-batches.\n",
     .epilog = "exit status: 0 ok, 1 flagged (FP8 gap above threshold or export check failed), 2 "
               "bad input\n",
     .opts = OPTS,
@@ -167,18 +256,19 @@ static int parse_args(eval_opts *o, const char **weights, int argc, char **argv)
         return 2;
     }
     if (!*weights) {
-        fprintf(stderr, "fp8train eval: which weights? give a checkpoint directory, a Hugging Face "
+        fprintf(stderr,
+                "fp8train eval: which weights? give a checkpoint directory, a Hugging Face "
                 "directory or an llm.c .bin (see fp8train eval --help)\n");
         return 2;
     }
     if (o->decode_loss && !o->infer) {
         fprintf(stderr, "fp8train eval: --decode-loss runs the inference model's KV cache; add "
-                "--infer\n");
+                        "--infer\n");
         return 2;
     }
     if (o->infer && o->check_export) {
         fprintf(stderr, "fp8train eval: --check-export compares the training model's losses; run "
-                "it without --infer\n");
+                        "it without --infer\n");
         return 2;
     }
     return -1;
@@ -235,7 +325,8 @@ static double infer_loss(fp8t_backend *be, const fp8t_weights *w, fp8t_eval_prec
 }
 
 /* Loss of the evaluator in precision p on micro-batches 0..batches-1 of d. */
-static double loss_in(fp8t_evaluator *ev, const fp8t_data *d, int batches, fp8t_eval_precision p) {
+static double loss_in(fp8t_evaluator *ev, const fp8t_data *d, int batches,
+                      fp8t_eval_precision p) {
     fp8t_evaluator_set_precision(ev, p);
     return fp8t_evaluator_loss(ev, d, batches);
 }
@@ -320,8 +411,8 @@ static int eval_setup(eval_run *r) {
     const int need_calib =
         wants(o, FP8T_EVAL_FP8) && (!o->infer || o->io.act == FP8T_ACT_SCALE_DELAYED);
     if ((!o->infer || need_calib) &&
-        !(r->ev = fp8t_evaluator_create(r->be, &r->w, &r->dbg.model, r->B, r->T, err,
-                                        sizeof(err)))) {
+        !(r->ev =
+              fp8t_evaluator_create(r->be, &r->w, &r->dbg.model, r->B, r->T, err, sizeof(err)))) {
         fprintf(stderr, "fp8train eval: %s\n", err);
         return 2;
     }
@@ -332,9 +423,8 @@ static int eval_setup(eval_run *r) {
     }
     r->cs = (calib_src){o->io.calib_data ? o->io.calib_data : r->data,
                         o->io.calib_data ? "" : r->val_data, r->tokenizer, r->seed};
-    if (need_calib &&
-        cli_calibrate_tok(r->ev, &r->w, r->data, r->val_data, r->tokenizer, r->seed,
-                          o->io.calib_batches, o->json, err, sizeof(err)) < 0) {
+    if (need_calib && cli_calibrate_tok(r->ev, &r->w, r->data, r->val_data, r->tokenizer, r->seed,
+                                        o->io.calib_batches, o->json, err, sizeof(err)) < 0) {
         fprintf(stderr, "fp8train eval: %s\n", err);
         return 2;
     }
@@ -357,7 +447,8 @@ static void eval_describe(eval_run *r) {
                (unsigned long long)r->seed);
         if (o->infer) {
             printf("model: the inference model (weights in each precision only; fp8: E4M3 per "
-                   "tensor, head bf16, activations %s scaling", fp8t_act_scale_name(o->io.act));
+                   "tensor, head bf16, activations %s scaling",
+                   fp8t_act_scale_name(o->io.act));
             if (o->io.act == FP8T_ACT_SCALE_CALIBRATED)
                 printf(" on %d training-split batches of %s", o->io.calib_batches, r->cs.data);
             printf(")%s\n", o->decode_loss ? "; loss through the KV cache (decode steps)" : "");
@@ -407,7 +498,7 @@ static int eval_losses(eval_run *r) {
     }
     if (bad_tokens) {
         fprintf(stderr, "fp8train eval: the loss is not a number (see the message above: tokens "
-                "outside the model's vocabulary?)\n");
+                        "outside the model's vocabulary?)\n");
         return 2;
     }
     if (!wants(o, FP8T_EVAL_BF16) || !wants(o, FP8T_EVAL_FP8)) return 0;
@@ -439,8 +530,10 @@ static int eval_task(eval_run *r, const char *path, cJSON *jt) {
     int status = 2;
     fp8t_evaluator *te = NULL;
     if (tT > r->w.model.seq_len) {
-        fprintf(stderr, "fp8train eval: --task %s: an example needs %d positions but the model's "
-                "maximum sequence length is %d\n", path, tT, r->w.model.seq_len);
+        fprintf(stderr,
+                "fp8train eval: --task %s: an example needs %d positions but the model's "
+                "maximum sequence length is %d\n",
+                path, tT, r->w.model.seq_len);
         goto done;
     }
     if (!o->infer &&
@@ -499,8 +592,8 @@ static int eval_check_export(eval_run *r) {
                 dir, e2);
         return 1;
     }
-    if (!(r->evx = fp8t_evaluator_create(r->be, wx, &r->dbg.model, r->B, r->T, err,
-                                         sizeof(err)))) {
+    if (!(r->evx =
+              fp8t_evaluator_create(r->be, wx, &r->dbg.model, r->B, r->T, err, sizeof(err)))) {
         fprintf(stderr, "fp8train eval: --check-export: %s\n", err);
         return 2;
     }
@@ -515,7 +608,8 @@ static int eval_check_export(eval_run *r) {
                                       wants(o, FP8T_EVAL_FP32)};
     if (!o->json && wants(o, FP8T_EVAL_FP8) && wx->stored_dtype == FP8T_EXPORT_FP8 && !has_scales)
         printf("export check %s (fp8 export), fp8: not compared (the export carries no "
-               "activation scales: dynamic scaling, e.g. --block 128)\n", dir);
+               "activation scales: dynamic scaling, e.g. --block 128)\n",
+               dir);
     cJSON *jc = cJSON_AddObjectToObject(r->js, "export_check");
     cJSON_AddStringToObject(jc, "dir", dir);
     cJSON_AddStringToObject(jc, "dtype", fp8t_export_dtype_name(wx->stored_dtype));
@@ -536,15 +630,17 @@ static int eval_check_export(eval_run *r) {
         cJSON_AddNumberToObject(jp, "relative_difference", rel);
         if (!o->json)
             printf("export check %s (%s export), %s: loss %.6f vs %.6f, relative difference "
-                   "%.2e %s %.0e: %s\n", dir, fp8t_export_dtype_name(wx->stored_dtype), pn, lx,
-                   r->loss[p], rel, good ? "<=" : ">", tol, good ? "ok" : "FAILED");
+                   "%.2e %s %.0e: %s\n",
+                   dir, fp8t_export_dtype_name(wx->stored_dtype), pn, lx, r->loss[p], rel,
+                   good ? "<=" : ">", tol, good ? "ok" : "FAILED");
     }
     cJSON_AddBoolToObject(jc, "ok", ok);
     if (ok) return 0;
     if (!o->json)
-        fprintf(stderr, "fp8train eval: the export %s does not reproduce %s: a broken export "
-                "(layout, transposition, scales) is the usual cause of downstream gaps\n", dir,
-                r->weights);
+        fprintf(stderr,
+                "fp8train eval: the export %s does not reproduce %s: a broken export "
+                "(layout, transposition, scales) is the usual cause of downstream gaps\n",
+                dir, r->weights);
     return 1;
 }
 
@@ -559,7 +655,10 @@ static void eval_free(eval_run *r) {
 }
 
 int fp8t_cmd_eval(int argc, char **argv) {
-    if (argc > 0 && !strcmp(argv[0], "eval")) { argc--; argv++; }
+    if (argc > 0 && !strcmp(argv[0], "eval")) {
+        argc--;
+        argv++;
+    }
     eval_opts o;
     const char *weights = NULL;
     int status = parse_args(&o, &weights, argc, argv);

@@ -30,33 +30,71 @@ typedef struct {
 
 #define F(f) FP8T_OPT_FIELD(generate_opts, f)
 static const fp8t_opt OPTS[] = {
-    {.name = "prompt", .arg = "TEXT", .type = FP8T_OPT_STR, F(prompt),
+    {.name = "prompt",
+     .arg = "TEXT",
+     .type = FP8T_OPT_STR,
+     F(prompt),
      .dflt = "a newline, or the tokenizer's document token",
      .help = "the prompt: text through --tokenizer tokenizer.json, else bytes (each byte a "
              "token)"},
-    {.name = "prompt-tokens", .arg = "IDS", .type = FP8T_OPT_STR, F(prompt_tokens),
+    {.name = "prompt-tokens",
+     .arg = "IDS",
+     .type = FP8T_OPT_STR,
+     F(prompt_tokens),
      .dflt = "with an llm.c tokenizer, its end-of-text token",
      .help = "the prompt as token ids, e.g. \"50256,464,2068\" (with an llm.c tokenizer .bin)"},
-    {.name = "tokens", .arg = "N", .type = FP8T_OPT_INT, F(tokens), .lo = 1, .hi = 1000000,
+    {.name = "tokens",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(tokens),
+     .lo = 1,
+     .hi = 1000000,
      .help = "tokens to generate"},
-    {.name = "temperature", .arg = "T", .type = FP8T_OPT_FLOAT, F(sc.temperature), .lo = 0,
-     .hi = 1e6, .help = "0 = greedy"},
-    {.name = "top-k", .arg = "K", .type = FP8T_OPT_INT, F(sc.top_k), .lo = 0, .hi = 1 << 30,
+    {.name = "temperature",
+     .arg = "T",
+     .type = FP8T_OPT_FLOAT,
+     F(sc.temperature),
+     .lo = 0,
+     .hi = 1e6,
+     .help = "0 = greedy"},
+    {.name = "top-k",
+     .arg = "K",
+     .type = FP8T_OPT_INT,
+     F(sc.top_k),
+     .lo = 0,
+     .hi = 1 << 30,
      .help = "sample among the K most likely tokens (0 = all)"},
-    {.name = "seed", .arg = "S", .type = FP8T_OPT_U64, F(sc.seed),
+    {.name = "seed",
+     .arg = "S",
+     .type = FP8T_OPT_U64,
+     F(sc.seed),
      .help = "sampler seed: the same seed gives the same text"},
-    {.name = "tokenizer", .arg = "FILE", .type = FP8T_OPT_STR, F(tokenizer),
+    {.name = "tokenizer",
+     .arg = "FILE",
+     .type = FP8T_OPT_STR,
+     F(tokenizer),
      .dflt = "the run's --tokenizer",
      .help = "a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama-3, Qwen2) to encode "
              "the prompt and decode the output, or llm.c's gpt2_tokenizer.bin (decoding only)"},
-    {.name = "prompts", .arg = "FILE", .type = FP8T_OPT_STR, F(prompts),
+    {.name = "prompts",
+     .arg = "FILE",
+     .type = FP8T_OPT_STR,
+     F(prompts),
      .help = "one prompt per line (text, or token ids \"1,2,3\" with an llm.c tokenizer), "
              "generated as batches of --batch sequences"},
-    {.name = "batch", .arg = "N", .type = FP8T_OPT_INT, F(batch), .lo = 1, .hi = 1 << 20,
+    {.name = "batch",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(batch),
+     .lo = 1,
+     .hi = 1 << 20,
      .dflt = "the number of prompts, at most 64",
      .help = "sequences per batch; with a single prompt, N samples of it (sample i uses seed "
              "S + i)"},
-    {.name = "precision", .arg = "P", .type = FP8T_OPT_CHOICE, F(prec),
+    {.name = "precision",
+     .arg = "P",
+     .type = FP8T_OPT_CHOICE,
+     F(prec),
      .choices = CLI_EVAL_PRECISIONS,
      .help = "bf16 | fp8 | fp32: the weights are held in this precision only (fp8: E4M3 codes "
              "+ a per-tensor scale; the head in BF16)"},
@@ -71,18 +109,27 @@ static const fp8t_opt OPTS[] = {
     CLI_ROW_CALIB_BATCHES(generate_opts, io, "calibration batches of the batch's shape"),
     CLI_ROW_KV_CACHE(generate_opts, io, "bf16; fp32 in fp32; fp8 in fp8",
                      "the KV cache (fp8: E4M3 with a scale per position and head)"),
-    CLI_ROW_FP8_HEAD(generate_opts, io, "fp8: the embedding table and the head in E4M3 too (a "
-                                        "vocabulary that is a multiple of 16)"),
-    CLI_ROW_NO_GRAPHS(generate_opts, io, "run every decode op as it is called (CUDA records a "
-                                         "decode step once and replays it by default)"),
-    CLI_ROW_ROWS(generate_opts, io, "2048",
-                 "activation rows, the tokens of one prefill pass"),
-    {.name = "no-cache", .type = FP8T_OPT_FLAG, F(no_cache),
+    CLI_ROW_FP8_HEAD(generate_opts, io,
+                     "fp8: the embedding table and the head in E4M3 too (a "
+                     "vocabulary that is a multiple of 16)"),
+    CLI_ROW_NO_GRAPHS(generate_opts, io,
+                      "run every decode op as it is called (CUDA records a "
+                      "decode step once and replays it by default)"),
+    CLI_ROW_ROWS(generate_opts, io, "2048", "activation rows, the tokens of one prefill pass"),
+    {.name = "no-cache",
+     .type = FP8T_OPT_FLAG,
+     F(no_cache),
      .help = "the training model's full-window forward per token (no KV cache, one prompt; the "
              "path before the inference model)"},
-    {.name = "device", .arg = "cpu|cuda", .type = FP8T_OPT_STR, F(device),
-     .dflt = "the run's, else cpu", .help = "backend"},
-    {.name = "print-tokens", .type = FP8T_OPT_FLAG, F(print_ids),
+    {.name = "device",
+     .arg = "cpu|cuda",
+     .type = FP8T_OPT_STR,
+     F(device),
+     .dflt = "the run's, else cpu",
+     .help = "backend"},
+    {.name = "print-tokens",
+     .type = FP8T_OPT_FLAG,
+     F(print_ids),
      .help = "also print the generated token ids"},
 };
 #undef F
@@ -114,8 +161,10 @@ static int parse_ids(const char *s, int **ids, int *n) {
         (*ids)[(*n)++] = (int)v;
         p = end;
         while (*p == ' ') p++;
-        if (*p == ',') p++;
-        else if (*p) return -1;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
     }
     return *n > 0 ? 0 : -1;
 }
@@ -128,15 +177,18 @@ static int is_tokenizer_json(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
     int c;
-    while ((c = fgetc(f)) == ' ' || c == '\n' || c == '\t' || c == '\r') {}
+    while ((c = fgetc(f)) == ' ' || c == '\n' || c == '\t' || c == '\r') {
+    }
     fclose(f);
     return c == '{';
 }
 
 /* Print one byte-level token: printable bytes and whitespace as they are, others escaped. */
 static void put_byte(int tok) {
-    if (tok < 256 && (isprint(tok) || tok == '\n' || tok == '\t')) putchar(tok);
-    else printf("\\x%02x", tok & 0xff);
+    if (tok < 256 && (isprint(tok) || tok == '\n' || tok == '\t'))
+        putchar(tok);
+    else
+        printf("\\x%02x", tok & 0xff);
 }
 
 /* One prompt as token ids (ids malloc'd); skip: leading tokens that are not printed (the
@@ -161,8 +213,10 @@ static int encode_prompt(const prompt_coder *pc, const char *text, const char *i
     memset(p, 0, sizeof(*p));
     if (id_list) {
         if (parse_ids(id_list, &p->ids, &p->n) != 0) {
-            fprintf(stderr, "fp8train generate: prompt tokens '%s': expected comma-separated "
-                    "token ids such as \"464,2068\"\n", id_list);
+            fprintf(stderr,
+                    "fp8train generate: prompt tokens '%s': expected comma-separated "
+                    "token ids such as \"464,2068\"\n",
+                    id_list);
             return -1;
         }
     } else if (pc->bpe) {
@@ -187,7 +241,7 @@ static int encode_prompt(const prompt_coder *pc, const char *text, const char *i
         p->skip = doc >= 0; /* not part of the text: not printed */
         if (p->n == 0) {
             fprintf(stderr, "fp8train generate: give a --prompt (the tokenizer has no document "
-                    "token to start from)\n");
+                            "token to start from)\n");
             return -1;
         }
     } else if (pc->tk) { /* llm.c's tokenizer decodes only: start from its end-of-text token */
@@ -208,8 +262,10 @@ static int encode_prompt(const prompt_coder *pc, const char *text, const char *i
     }
     for (int i = 0; i < p->n; i++)
         if (p->ids[i] >= pc->V) {
-            fprintf(stderr, "fp8train generate: prompt token %d is outside the model's vocabulary "
-                    "(%d)\n", p->ids[i], pc->V);
+            fprintf(stderr,
+                    "fp8train generate: prompt token %d is outside the model's vocabulary "
+                    "(%d)\n",
+                    p->ids[i], pc->V);
             return -1;
         }
     return 0;
@@ -263,12 +319,15 @@ static void print_tokens(const prompt_coder *pc, const int *seq, int n) {
         if (pc->bpe) {
             size_t k;
             const char *piece = fp8t_bpe_piece(pc->bpe, seq[i], &k);
-            if (piece) fwrite(piece, 1, k, stdout);
-            else printf("<%d>", seq[i]);
+            if (piece)
+                fwrite(piece, 1, k, stdout);
+            else
+                printf("<%d>", seq[i]);
         } else if (pc->tk) {
             if (seq[i] < pc->tk->vocab_size)
                 fwrite(pc->tk->piece[seq[i]], 1, (size_t)pc->tk->piece_len[seq[i]], stdout);
-            else printf("<%d>", seq[i]);
+            else
+                printf("<%d>", seq[i]);
         } else {
             put_byte(seq[i]);
         }
@@ -276,7 +335,10 @@ static void print_tokens(const prompt_coder *pc, const int *seq, int n) {
 }
 
 int fp8t_cmd_generate(int argc, char **argv) {
-    if (argc > 0 && !strcmp(argv[0], "generate")) { argc--; argv++; }
+    if (argc > 0 && !strcmp(argv[0], "generate")) {
+        argc--;
+        argv++;
+    }
     generate_opts o = {.tokens = 64, .sc = {1.0f, 0, 1337}, .prec = FP8T_EVAL_BF16};
     cli_infer_opts_init(&o.io);
     const char *pos[2] = {NULL, NULL};
@@ -284,8 +346,10 @@ int fp8t_cmd_generate(int argc, char **argv) {
     if (st >= 0) return st;
     const char *weights = pos[0];
     if (n_pos > 1) {
-        fprintf(stderr, "fp8train generate: one WEIGHTS argument expected, got '%s' and '%s' "
-                "(quote a prompt with spaces: --prompt \"...\")\n", pos[0], pos[1]);
+        fprintf(stderr,
+                "fp8train generate: one WEIGHTS argument expected, got '%s' and '%s' "
+                "(quote a prompt with spaces: --prompt \"...\")\n",
+                pos[0], pos[1]);
         return 2;
     }
     const char *prompt = o.prompt, *prompt_tokens = o.prompt_tokens, *tok_path = o.tokenizer,
@@ -305,9 +369,11 @@ int fp8t_cmd_generate(int argc, char **argv) {
     }
     int tok_json = tok_path && is_tokenizer_json(tok_path);
     if (tok_path && !tok_json && prompt) {
-        fprintf(stderr, "fp8train generate: with an llm.c tokenizer file (%s) the prompt must be "
+        fprintf(stderr,
+                "fp8train generate: with an llm.c tokenizer file (%s) the prompt must be "
                 "token ids (--prompt-tokens \"1,2,3\"): that file only decodes; for a text "
-                "prompt pass a Hugging Face tokenizer.json as --tokenizer\n", tok_path);
+                "prompt pass a Hugging Face tokenizer.json as --tokenizer\n",
+                tok_path);
         return 2;
     }
     char err[FP8T_ERR_LEN];
@@ -336,7 +402,8 @@ int fp8t_cmd_generate(int argc, char **argv) {
             goto done;
         }
         if (fp8t_bpe_vocab_size(bpe) != w.model.vocab_size)
-            fprintf(stderr, "fp8train generate: note: the tokenizer has %d tokens and the model %d\n",
+            fprintf(stderr,
+                    "fp8train generate: note: the tokenizer has %d tokens and the model %d\n",
                     fp8t_bpe_vocab_size(bpe), w.model.vocab_size);
     } else if (tok_path) {
         if (fp8t_tokenizer_read(tok_path, &tk, err, sizeof(err)) != 0) {
@@ -344,7 +411,8 @@ int fp8t_cmd_generate(int argc, char **argv) {
             goto done;
         }
         if (tk.vocab_size != w.model.vocab_size)
-            fprintf(stderr, "fp8train generate: note: the tokenizer has %d tokens and the model %d\n",
+            fprintf(stderr,
+                    "fp8train generate: note: the tokenizer has %d tokens and the model %d\n",
                     tk.vocab_size, w.model.vocab_size);
     }
     const prompt_coder pc = {bpe, (tok_path && !tok_json) ? &tk : NULL, w.model.vocab_size};
@@ -366,7 +434,8 @@ int fp8t_cmd_generate(int argc, char **argv) {
             memcpy(pr[n_prompts].ids, pr[0].ids, (size_t)pr[0].n * sizeof(int));
         }
         if (!bpe && !pc.tk && !prompt_tokens && prompt && w.model.vocab_size != 256)
-            fprintf(stderr, "fp8train generate: note: a byte-level prompt for a model with vocab "
+            fprintf(stderr,
+                    "fp8train generate: note: a byte-level prompt for a model with vocab "
                     "%d; if it was trained on BPE tokens pass its --tokenizer tokenizer.json\n",
                     w.model.vocab_size);
     }
@@ -375,19 +444,21 @@ int fp8t_cmd_generate(int argc, char **argv) {
     /* the cache holds a whole sequence; longer ones slide a window over the training model */
     if (!no_cache && longest + n_new - 1 > w.model.seq_len) {
         if (n_prompts > 1) {
-            fprintf(stderr, "fp8train generate: the longest prompt (%d tokens) + --tokens %d do "
-                    "not fit the model's seq_len %d; use fewer --tokens\n", longest, n_new,
-                    w.model.seq_len);
+            fprintf(stderr,
+                    "fp8train generate: the longest prompt (%d tokens) + --tokens %d do "
+                    "not fit the model's seq_len %d; use fewer --tokens\n",
+                    longest, n_new, w.model.seq_len);
             goto done;
         }
-        fprintf(stderr, "fp8train generate: note: %d prompt tokens + %d new exceed seq_len %d: "
-                "running without the KV cache (a sliding window)\n", longest, n_new,
-                w.model.seq_len);
+        fprintf(stderr,
+                "fp8train generate: note: %d prompt tokens + %d new exceed seq_len %d: "
+                "running without the KV cache (a sliding window)\n",
+                longest, n_new, w.model.seq_len);
         no_cache = 1;
     }
     if (no_cache && n_prompts > 1) {
         fprintf(stderr, "fp8train generate: --no-cache generates one sequence; drop --prompts / "
-                "--batch\n");
+                        "--batch\n");
         goto done;
     }
     if (!device) device = def.device;
@@ -424,9 +495,8 @@ int fp8t_cmd_generate(int argc, char **argv) {
         const int Tm = longest + n_new - 1;
         if (!(im = fp8t_infer_create_opts(be, &w, &mo, B, Tm, err, sizeof(err))) ||
             cli_infer_calibrate(im, io.calib_data ? io.calib_data : def.data,
-                                io.calib_data ? "" : def.val_data,
-                                tok_json ? tok_path : NULL, def.seed, io.calib_batches, B, Tm,
-                                err, sizeof(err)) != 0) {
+                                io.calib_data ? "" : def.val_data, tok_json ? tok_path : NULL,
+                                def.seed, io.calib_batches, B, Tm, err, sizeof(err)) != 0) {
             fprintf(stderr, "fp8train generate: %s\n", err);
             goto done;
         }
@@ -434,13 +504,14 @@ int fp8t_cmd_generate(int argc, char **argv) {
         fp8t_infer_memory_get(im, &mem);
         fprintf(stderr, "generate: %s weights%s%s, KV cache %s (%.1f MB), batch %d, %s%s\n",
                 fp8t_eval_precision_name(prec),
-                prec != FP8T_EVAL_FP8   ? ""
+                prec != FP8T_EVAL_FP8     ? ""
                 : fp8t_infer_fp8_head(im) ? " (E4M3, per-tensor scale; head E4M3), activations "
                                           : " (E4M3, per-tensor scale; head bf16), activations ",
                 prec == FP8T_EVAL_FP8 ? fp8t_infer_act_desc(im) : "",
                 cli_kv_name(fp8t_infer_kv(im)), (double)mem.kv_cache / 1e6, B, be->name,
                 fp8t_infer_graphs(im) ? ", decode steps replayed as a graph" : "");
-        int **ids = malloc((size_t)n_prompts * sizeof(int *)), *lens = malloc((size_t)n_prompts * sizeof(int));
+        int **ids = malloc((size_t)n_prompts * sizeof(int *)),
+            *lens = malloc((size_t)n_prompts * sizeof(int));
         if (!ids || !lens) {
             free(ids), free(lens);
             goto done;
@@ -451,8 +522,8 @@ int fp8t_cmd_generate(int argc, char **argv) {
             const int nb = n_prompts - s0 < B ? n_prompts - s0 : B;
             fp8t_sample_cfg c = sc;
             c.seed = sc.seed + (uint64_t)s0;
-            rc = fp8t_infer_generate(im, (const int *const *)(ids + s0), lens + s0, nb, n_new,
-                                     &c, out + (size_t)s0 * n_new, err, sizeof(err));
+            rc = fp8t_infer_generate(im, (const int *const *)(ids + s0), lens + s0, nb, n_new, &c,
+                                     out + (size_t)s0 * n_new, err, sizeof(err));
         }
         free(ids), free(lens);
         if (rc != 0) {
@@ -467,7 +538,8 @@ int fp8t_cmd_generate(int argc, char **argv) {
         printf("\n");
         if (print_ids) {
             printf("tokens:");
-            for (int j = 0; j < n_new; j++) printf("%s%d", j ? "," : " ", out[(size_t)i * n_new + j]);
+            for (int j = 0; j < n_new; j++)
+                printf("%s%d", j ? "," : " ", out[(size_t)i * n_new + j]);
             printf("\n");
         }
     }

@@ -20,12 +20,21 @@ typedef struct {
 
 #define F(f) FP8T_OPT_FIELD(import_opts, f)
 static const fp8t_opt OPTS[] = {
-    {.name = "to", .arg = "CKPT_DIR", .type = FP8T_OPT_STR, F(to), .dflt = FP8T_OPT_NO_DEFAULT,
+    {.name = "to",
+     .arg = "CKPT_DIR",
+     .type = FP8T_OPT_STR,
+     F(to),
+     .dflt = FP8T_OPT_NO_DEFAULT,
      .help = "the checkpoint directory to write: new or empty (required)"},
-    {.name = "overwrite", .type = FP8T_OPT_FLAG, F(overwrite),
+    {.name = "overwrite",
+     .type = FP8T_OPT_FLAG,
+     F(overwrite),
      .help = "CKPT_DIR may hold files: replace the checkpoint files in it "
              "(model/optimizer/fp8_meta.safetensors, state.json), keep the rest"},
-    {.name = "seed", .arg = "S", .type = FP8T_OPT_U64, F(seed),
+    {.name = "seed",
+     .arg = "S",
+     .type = FP8T_OPT_U64,
+     F(seed),
      .help = "the seed recorded in the checkpoint (the data order of a resumed run; the "
              "default is fp8train train's)"},
 };
@@ -53,7 +62,10 @@ static const fp8t_opt_spec SPEC = {
 };
 
 int fp8t_cmd_import(int argc, char **argv) {
-    if (argc > 0 && !strcmp(argv[0], "import")) { argc--; argv++; }
+    if (argc > 0 && !strcmp(argv[0], "import")) {
+        argc--;
+        argv++;
+    }
     import_opts o = {.to = NULL, .seed = 1337, .overwrite = 0};
     const char *src = NULL;
     int n_pos = 0, rc = cli_parse(&SPEC, &o, sizeof(o), argc, argv, &src, &n_pos);
@@ -62,11 +74,13 @@ int fp8t_cmd_import(int argc, char **argv) {
     const uint64_t seed = o.seed;
     const int overwrite = o.overwrite;
     if (!src || !to) {
-        fprintf(stderr, "fp8train import: need SRC and --to CKPT_DIR (see fp8train import --help)\n");
+        fprintf(stderr,
+                "fp8train import: need SRC and --to CKPT_DIR (see fp8train import --help)\n");
         return 2;
     }
     /* before reading SRC (which may take long): a refusal comes at once */
-    if (cli_check_to(CMD, to, 1, overwrite, "the checkpoint files (model.safetensors, "
+    if (cli_check_to(CMD, to, 1, overwrite,
+                     "the checkpoint files (model.safetensors, "
                      "optimizer.safetensors, fp8_meta.safetensors, state.json)"))
         return 2;
     char err[FP8T_ERR_LEN], desc[512];

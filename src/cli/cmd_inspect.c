@@ -53,8 +53,10 @@ static int set_override(void *obj, const char *v, char *err, size_t errlen) {
 static int set_precision(void *obj, const char *v, char *err, size_t errlen) {
     inspect_opts *o = obj;
     if (fp8t_precision_parse(&o->precision, v) != 0) {
-        return fp8t_errorf(err, errlen, "--precision: bad value '%s' (expected fp8, delayed, current, "
-                        "block, rowwise, mxfp8, fake, bf16 or fp32)", v);
+        return fp8t_errorf(err, errlen,
+                           "--precision: bad value '%s' (expected fp8, delayed, current, "
+                           "block, rowwise, mxfp8, fake, bf16 or fp32)",
+                           v);
     }
     o->have_precision = 1;
     return 0;
@@ -73,53 +75,123 @@ static const fp8t_opt_choice SORTS[] = {
 
 #define F(f) FP8T_OPT_FIELD(inspect_opts, f)
 static const fp8t_opt OPTS[] = {
-    {.name = "spec", .arg = "SPEC", .type = FP8T_OPT_STR, F(spec),
+    {.name = "spec",
+     .arg = "SPEC",
+     .type = FP8T_OPT_STR,
+     F(spec),
      .dflt = "every GEMM tensor, no dumps",
      .help = "what to inspect and dump (the --inspect syntax of train), e.g. "
              "'layers=0-1,gemms=fprop+dgrad,tensors=input+output,dump=1'"},
-    {.name = "out", .arg = "DIR", .type = FP8T_OPT_STR, F(out),
+    {.name = "out",
+     .arg = "DIR",
+     .type = FP8T_OPT_STR,
+     F(out),
      .dflt = "RUN/inspect/step_N for a checkpoint, else ./inspect_out",
      .help = "stats.jsonl, dumps/, bf16/ and inspect.json"},
-    {.name = "compare-bf16", .type = FP8T_OPT_FLAG, F(compare_bf16),
+    {.name = "compare-bf16",
+     .type = FP8T_OPT_FLAG,
+     F(compare_bf16),
      .help = "also run the micro-batches with every GEMM in BF16 (into OUT/bf16) and compare "
              "the dumped tensors one by one (cosine, relative error); implies dump=1 (dumps: "
              "the first micro-batch)"},
-    {.name = "precision", .arg = "P", .type = FP8T_OPT_SPECIAL, .set = set_precision,
+    {.name = "precision",
+     .arg = "P",
+     .type = FP8T_OPT_SPECIAL,
+     .set = set_precision,
      .dflt = "the checkpoint's policy",
      .help = "every GEMM in P: fp8 | delayed | current | block | rowwise | mxfp8 | fake | bf16 "
              "| fp32 (replaces the checkpoint's policy and its overrides)"},
-    {.name = "override", .arg = "SPEC", .type = FP8T_OPT_SPECIAL, .set = set_override,
+    {.name = "override",
+     .arg = "SPEC",
+     .type = FP8T_OPT_SPECIAL,
+     .set = set_override,
      .dflt = FP8T_OPT_NO_DEFAULT,
      .help = "per-layer/module/GEMM precision on top (repeatable), e.g. "
              "'layers=1,gemm=dgrad,precision=bf16'"},
-    {.name = "inject", .arg = "SPEC", .type = FP8T_OPT_STR, F(inject),
+    {.name = "inject",
+     .arg = "SPEC",
+     .type = FP8T_OPT_STR,
+     F(inject),
      .dflt = FP8T_OPT_NO_DEFAULT,
      .help = "a fault during the passes (the train syntax, --help-inject); value faults only: "
              "amax faults need a scale update"},
-    {.name = "data", .arg = "SRC", .type = FP8T_OPT_STR, F(data), .dflt = "the checkpoint's",
+    {.name = "data",
+     .arg = "SRC",
+     .type = FP8T_OPT_STR,
+     F(data),
+     .dflt = "the checkpoint's",
      .help = "synthetic | text file | 'dir/*.bin'"},
-    {.name = "data-position", .arg = "N", .type = FP8T_OPT_SPECIAL, .set = set_position,
+    {.name = "data-position",
+     .arg = "N",
+     .type = FP8T_OPT_SPECIAL,
+     .set = set_position,
      .dflt = "the checkpoint's data position with its data, else 0",
      .help = "index of the first training micro-batch"},
-    {.name = "batches", .arg = "N", .type = FP8T_OPT_INT, F(batches), .lo = 1, .hi = 100000,
-     .dflt = "the run's --grad-accum, else 1", .help = "micro-batches"},
-    {.name = "batch", .arg = "B", .type = FP8T_OPT_INT, F(B), .lo = 1, .hi = 1 << 20,
-     .dflt = "the run's, else 8", .help = "micro-batch size"},
-    {.name = "seq-len", .arg = "T", .type = FP8T_OPT_INT, F(T), .lo = 1, .hi = 1 << 20,
-     .dflt = "the run's, else min(seq_len, 256)", .help = "micro-batch sequence length"},
-    {.name = "seed", .arg = "S", .type = FP8T_OPT_SPECIAL, .set = set_seed,
-     .dflt = "the checkpoint's, else 1337", .help = "data seed"},
-    {.name = "cosine-flag", .arg = "X", .type = FP8T_OPT_FLOAT, F(cosine_flag), .lo = 0, .hi = 1,
+    {.name = "batches",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(batches),
+     .lo = 1,
+     .hi = 100000,
+     .dflt = "the run's --grad-accum, else 1",
+     .help = "micro-batches"},
+    {.name = "batch",
+     .arg = "B",
+     .type = FP8T_OPT_INT,
+     F(B),
+     .lo = 1,
+     .hi = 1 << 20,
+     .dflt = "the run's, else 8",
+     .help = "micro-batch size"},
+    {.name = "seq-len",
+     .arg = "T",
+     .type = FP8T_OPT_INT,
+     F(T),
+     .lo = 1,
+     .hi = 1 << 20,
+     .dflt = "the run's, else min(seq_len, 256)",
+     .help = "micro-batch sequence length"},
+    {.name = "seed",
+     .arg = "S",
+     .type = FP8T_OPT_SPECIAL,
+     .set = set_seed,
+     .dflt = "the checkpoint's, else 1337",
+     .help = "data seed"},
+    {.name = "cosine-flag",
+     .arg = "X",
+     .type = FP8T_OPT_FLOAT,
+     F(cosine_flag),
+     .lo = 0,
+     .hi = 1,
      .help = "flag below this cosine"},
-    {.name = "sort", .arg = "site|sqnr|cosine", .type = FP8T_OPT_CHOICE, F(sort),
-     .choices = SORTS, .help = "row order: model order (site) or worst first"},
-    {.name = "top", .arg = "N", .type = FP8T_OPT_INT, F(top), .lo = 1, .hi = 1 << 30,
-     .dflt = "all", .help = "print at most N rows per table"},
-    {.name = "device", .arg = "cpu|cuda", .type = FP8T_OPT_STR, F(device),
-     .dflt = "the run's, else cpu", .help = "backend"},
-    {.name = "json", .type = FP8T_OPT_FLAG, F(json),
+    {.name = "sort",
+     .arg = "site|sqnr|cosine",
+     .type = FP8T_OPT_CHOICE,
+     F(sort),
+     .choices = SORTS,
+     .help = "row order: model order (site) or worst first"},
+    {.name = "top",
+     .arg = "N",
+     .type = FP8T_OPT_INT,
+     F(top),
+     .lo = 1,
+     .hi = 1 << 30,
+     .dflt = "all",
+     .help = "print at most N rows per table"},
+    {.name = "device",
+     .arg = "cpu|cuda",
+     .type = FP8T_OPT_STR,
+     F(device),
+     .dflt = "the run's, else cpu",
+     .help = "backend"},
+    {.name = "json",
+     .type = FP8T_OPT_FLAG,
+     F(json),
      .help = "print one JSON object instead of the tables"},
-    {.name = "help-inject", .type = FP8T_OPT_FLAG, F(help_inject), .dflt = FP8T_OPT_NO_DEFAULT,
+    {.name = "help-inject",
+     .type = FP8T_OPT_FLAG,
+     F(help_inject),
+     .dflt = FP8T_OPT_NO_DEFAULT,
      .help = "the --inject syntax"},
 };
 #undef F
@@ -127,20 +199,22 @@ static const fp8t_opt OPTS[] = {
 static const fp8t_opt_spec SPEC = {
     .cmd = CMD,
     .usage = "WEIGHTS [options]",
-    .about = "Tensor statistics of WEIGHTS' GEMMs: forward and backward (no optimizer or scale\n"
-             "update) on a few micro-batches with the FP8 state of WEIGHTS under its precision\n"
-             "policy, then a table per layer / module / GEMM / tensor: amax, scale, underflow %,\n"
-             "saturation %, SQNR and cosine of the FP8 image. Cosine < 0.99 means that tensor's\n"
-             "quantization error is too large: the row is flagged.\n"
-             "WEIGHTS: a checkpoint directory (RUN/checkpoints/step_N), a Hugging Face directory\n"
-             "or an llm.c GPT-2 .bin (as for fp8train eval).\n"
-             "A checkpoint at step S is inspected on the micro-batches its step S+1 would train on\n"
-             "(its data position); rows are labelled step S+1, like `train --resume CKPT "
-             "--inspect`.\n",
-    .epilog = "Weights without an amax history (an import) get delayed-scaling scales from one\n"
-              "BF16 forward + backward + scale update on the inspected micro-batches first.\n"
-              "exit status: 0 nothing flagged, 1 a tensor flagged (cosine below the flag, NaN/Inf,\n"
-              "or with --compare-bf16 a dump whose cosine against BF16 is below it), 2 bad input\n",
+    .about =
+        "Tensor statistics of WEIGHTS' GEMMs: forward and backward (no optimizer or scale\n"
+        "update) on a few micro-batches with the FP8 state of WEIGHTS under its precision\n"
+        "policy, then a table per layer / module / GEMM / tensor: amax, scale, underflow %,\n"
+        "saturation %, SQNR and cosine of the FP8 image. Cosine < 0.99 means that tensor's\n"
+        "quantization error is too large: the row is flagged.\n"
+        "WEIGHTS: a checkpoint directory (RUN/checkpoints/step_N), a Hugging Face directory\n"
+        "or an llm.c GPT-2 .bin (as for fp8train eval).\n"
+        "A checkpoint at step S is inspected on the micro-batches its step S+1 would train on\n"
+        "(its data position); rows are labelled step S+1, like `train --resume CKPT "
+        "--inspect`.\n",
+    .epilog =
+        "Weights without an amax history (an import) get delayed-scaling scales from one\n"
+        "BF16 forward + backward + scale update on the inspected micro-batches first.\n"
+        "exit status: 0 nothing flagged, 1 a tensor flagged (cosine below the flag, NaN/Inf,\n"
+        "or with --compare-bf16 a dump whose cosine against BF16 is below it), 2 bad input\n",
     .opts = OPTS,
     .n_opts = (int)(sizeof(OPTS) / sizeof(OPTS[0])),
     .max_pos = 2, /* a second one gets its own message (below) */
@@ -166,9 +240,11 @@ static int parse_args(inspect_opts *o, const char **weights, int argc, char **ar
         return 2;
     }
     if (!*weights) {
-        fprintf(stderr, "fp8train inspect: which weights? give a checkpoint directory "
-                "(RUN/checkpoints/step_N), a Hugging Face directory or an llm.c .bin (see fp8train "
-                "inspect --help)\n");
+        fprintf(
+            stderr,
+            "fp8train inspect: which weights? give a checkpoint directory "
+            "(RUN/checkpoints/step_N), a Hugging Face directory or an llm.c .bin (see fp8train "
+            "inspect --help)\n");
         return 2;
     }
     char e[FP8T_ERR_LEN];
@@ -225,8 +301,10 @@ static int build_policy(fp8t_policy *pol, const fp8t_policy *model_pol, const fp
     fp8t_policy saved;
     fp8t_policy_default(&saved);
     if (w->policy_json && fp8t_policy_from_json(&saved, w->policy_json, e, sizeof(e)) != 0) {
-        fprintf(stderr, "fp8train inspect: the checkpoint's policy is unreadable (%s); using the "
-                "default policy (fp8, delayed scaling)\n", e);
+        fprintf(stderr,
+                "fp8train inspect: the checkpoint's policy is unreadable (%s); using the "
+                "default policy (fp8, delayed scaling)\n",
+                e);
         fp8t_policy_default(&saved);
     }
     *pol = *model_pol;
@@ -267,14 +345,19 @@ static int cmp_cosine(const void *pa, const void *pb) {
 }
 
 static void fmt_num(char *b, size_t n, const char *f, double x) {
-    if (isnan(x)) snprintf(b, n, "-");
-    else if (x >= 1e299) snprintf(b, n, "exact");
-    else snprintf(b, n, f, x);
+    if (isnan(x))
+        snprintf(b, n, "-");
+    else if (x >= 1e299)
+        snprintf(b, n, "exact");
+    else
+        snprintf(b, n, f, x);
 }
 
 static void layer_name(char *b, size_t n, int layer) {
-    if (layer < 0) snprintf(b, n, "head");
-    else snprintf(b, n, "%d", layer);
+    if (layer < 0)
+        snprintf(b, n, "head");
+    else
+        snprintf(b, n, "%d", layer);
 }
 
 /* The worst quantized operand by SQNR, or -1. */
@@ -301,8 +384,10 @@ static void print_sites(const fp8t_inspect_site *s, int n, int worst, int top, d
         fmt_num(cs, sizeof(cs), "%.5f", r->cosine);
         const char *mark = "";
         char why[64] = "";
-        if (r->nonfinite > 0) snprintf(why, sizeof(why), "  << %.0f NaN/Inf", r->nonfinite);
-        else if (r->flagged) snprintf(why, sizeof(why), "  << cosine < %.2f", flag);
+        if (r->nonfinite > 0)
+            snprintf(why, sizeof(why), "  << %.0f NaN/Inf", r->nonfinite);
+        else if (r->flagged)
+            snprintf(why, sizeof(why), "  << cosine < %.2f", flag);
         if (i == worst && !why[0]) mark = "  < worst SQNR";
         unquantized += r->is_operand && !r->quantized;
         printf("%-5s %-6s %-6s %-12s %-8s %10s %10s %7s %7s %8s %9s%s%s\n", l, r->module, r->gemm,
@@ -330,8 +415,10 @@ static void print_dumps(const fp8t_dump_diff *d, int n, int top, double flag) {
 }
 
 static void json_num(cJSON *o, const char *k, double v) {
-    if (isfinite(v)) cJSON_AddNumberToObject(o, k, v);
-    else cJSON_AddNullToObject(o, k);
+    if (isfinite(v))
+        cJSON_AddNumberToObject(o, k, v);
+    else
+        cJSON_AddNullToObject(o, k);
 }
 
 static cJSON *sites_json(const fp8t_inspect_site *s, int n) {
@@ -417,8 +504,13 @@ static int run_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_policy *p
                     const char *spec, const char *out, const char *inject, int step,
                     uint64_t first, int batches, fp8t_inspect_pass_result *res) {
     char err[FP8T_ERR_LEN];
-    fp8t_inspect_pass_cfg pc = {.policy = pol, .spec = spec, .out_dir = out, .inject = inject,
-                                .step = step, .first_batch = first, .batches = batches};
+    fp8t_inspect_pass_cfg pc = {.policy = pol,
+                                .spec = spec,
+                                .out_dir = out,
+                                .inject = inject,
+                                .step = step,
+                                .first_batch = first,
+                                .batches = batches};
     if (fp8t_inspect_pass(ev, d, &pc, res, err, sizeof(err)) != 0) {
         fprintf(stderr, "fp8train inspect: %s\n", err);
         return -1;
@@ -479,8 +571,10 @@ static int inspect_setup(inspect_state *s) {
         fprintf(stderr, "fp8train inspect: data: %s\n", err);
         return 2;
     }
-    if (o->out) snprintf(s->out, sizeof(s->out), "%s", o->out);
-    else default_out(s->out, sizeof(s->out), w);
+    if (o->out)
+        snprintf(s->out, sizeof(s->out), "%s", o->out);
+    else
+        default_out(s->out, sizeof(s->out), w);
     if (fp8t_inspect_prepare_out(s->out, err, sizeof(err)) != 0) {
         fprintf(stderr, "fp8train inspect: %s\n", err);
         return 2;
@@ -493,8 +587,10 @@ static int inspect_setup(inspect_state *s) {
     snprintf(s->spec, spec_len, "micro=all,%s%s", s->user_spec, o->compare_bf16 ? ",dump=1" : "");
     s->calibrated = fp8t_inspect_calibrate(s->ev, s->d, s->first, s->batches);
     if (s->calibrated && !o->json)
-        fprintf(stderr, "fp8train inspect: the weights carry no FP8 amax history (%s); delayed-"
-                "scaling scales were calibrated on the inspected micro-batches\n", w->kind);
+        fprintf(stderr,
+                "fp8train inspect: the weights carry no FP8 amax history (%s); delayed-"
+                "scaling scales were calibrated on the inspected micro-batches\n",
+                w->kind);
     return 0;
 }
 
@@ -505,8 +601,8 @@ static int inspect_passes(inspect_state *s) {
     char err[FP8T_ERR_LEN], path[1200];
     memset(&s->ref_res, 0, sizeof(s->ref_res));
     s->ref_res.loss = NAN;
-    if (run_pass(s->ev, s->d, &s->pol, s->spec, s->out, o->inject, s->step, s->first,
-                 s->batches, &s->main_res))
+    if (run_pass(s->ev, s->d, &s->pol, s->spec, s->out, o->inject, s->step, s->first, s->batches,
+                 &s->main_res))
         return 2;
     snprintf(path, sizeof(path), "%s/stats.jsonl", s->out);
     if (fp8t_inspect_sites_read(&s->sites, &s->n_sites, path, s->step, o->cosine_flag, err,
@@ -515,15 +611,19 @@ static int inspect_passes(inspect_state *s) {
         return 2;
     }
     if (s->n_sites == 0) {
-        fprintf(stderr, "fp8train inspect: --spec '%s' selected no tensor (note: every/start/end "
+        fprintf(stderr,
+                "fp8train inspect: --spec '%s' selected no tensor (note: every/start/end "
                 "select steps, and this inspection is step %d; layers must exist: the model has "
-                "%d)\n", s->user_spec, s->step, s->w.model.n_layer);
+                "%d)\n",
+                s->user_spec, s->step, s->w.model.n_layer);
         return 2;
     }
     if (o->inject && s->main_res.injected == 0)
-        fprintf(stderr, "fp8train inspect: warning: the --inject fault never fired (amax faults "
+        fprintf(stderr,
+                "fp8train inspect: warning: the --inject fault never fired (amax faults "
                 "need a scale update, which inspect does not make; when=fp8 faults skip BF16 "
-                "GEMMs; from= must be <= step %d)\n", s->step);
+                "GEMMs; from= must be <= step %d)\n",
+                s->step);
     if (!o->compare_bf16) return 0;
     char ref_out[1100], ref_dumps[1200], test_dumps[1200];
     snprintf(ref_out, sizeof(ref_out), "%s/bf16", s->out);
@@ -532,9 +632,8 @@ static int inspect_passes(inspect_state *s) {
         return 2;
     snprintf(ref_dumps, sizeof(ref_dumps), "%s/dumps", ref_out);
     snprintf(test_dumps, sizeof(test_dumps), "%s/dumps", s->out);
-    if (fp8t_compare_dump_dirs(&s->dumps, &s->n_dumps, &s->n_dumps_flagged, ref_dumps,
-                               test_dumps, o->cosine_flag, s->note, sizeof(s->note), err,
-                               sizeof(err))) {
+    if (fp8t_compare_dump_dirs(&s->dumps, &s->n_dumps, &s->n_dumps_flagged, ref_dumps, test_dumps,
+                               o->cosine_flag, s->note, sizeof(s->note), err, sizeof(err))) {
         fprintf(stderr, "fp8train inspect: --compare-bf16: %s\n", err);
         return 2;
     }
@@ -645,8 +744,9 @@ static void inspect_print(inspect_state *s) {
     printf("%d of %d tensor site%s flagged (cosine < %.2f or NaN/Inf)\n", s->n_flagged, n_sites,
            n_sites == 1 ? "" : "s", o->cosine_flag);
     if (o->compare_bf16) {
-        printf("\nFP8 pass against an all-BF16 pass of the same micro-batches (dumps of the first "
-               "micro-batch, worst cosine first):\n");
+        printf(
+            "\nFP8 pass against an all-BF16 pass of the same micro-batches (dumps of the first "
+            "micro-batch, worst cosine first):\n");
         print_dumps(s->dumps, s->n_dumps, o->top, o->cosine_flag);
         if (s->note[0]) printf("note: %s\n", s->note);
         printf("%d of %d dumped tensor%s below cosine %.2f against BF16%s\n", s->n_dumps_flagged,
@@ -659,7 +759,10 @@ static void inspect_print(inspect_state *s) {
 }
 
 int fp8t_cmd_inspect(int argc, char **argv) {
-    if (argc > 0 && !strcmp(argv[0], "inspect")) { argc--; argv++; }
+    if (argc > 0 && !strcmp(argv[0], "inspect")) {
+        argc--;
+        argv++;
+    }
     inspect_opts o;
     const char *weights = NULL;
     int status = parse_args(&o, &weights, argc, argv);

@@ -22,9 +22,13 @@ typedef struct {
 } tb_opts;
 
 static const fp8t_opt OPTS[] = {
-    {.name = "out", .arg = "DIR", .type = FP8T_OPT_STR, FP8T_OPT_FIELD(tb_opts, out),
-     .dflt = "RUN/tb", .help = "where the event file goes; a new file is added there, never "
-                               "overwritten"},
+    {.name = "out",
+     .arg = "DIR",
+     .type = FP8T_OPT_STR,
+     FP8T_OPT_FIELD(tb_opts, out),
+     .dflt = "RUN/tb",
+     .help = "where the event file goes; a new file is added there, never "
+             "overwritten"},
 };
 
 static const fp8t_opt_spec SPEC = {
@@ -61,7 +65,7 @@ static cJSON *read_jsonl(const char *path, char *err, size_t errlen) {
             cJSON_Delete(o);
             if (!nl) break; /* the last line, cut short */
             fp8t_errorf(err, errlen, "%s:%d: not a JSON object (is this a run's log?)", path,
-                     line_no);
+                        line_no);
             cJSON_Delete(arr);
             arr = NULL;
             break;
@@ -92,7 +96,8 @@ static void add_metrics(fp8t_tb_writer *w, const cJSON *row) {
                                      "drift_gap"};
     double v;
     for (size_t i = 0; i < sizeof(always) / sizeof(always[0]); i++) {
-        if (num(row, always[i], &v)) fp8t_tb_add(w, always[i], v);
+        if (num(row, always[i], &v))
+            fp8t_tb_add(w, always[i], v);
         else if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(row, always[i])))
             fp8t_tb_add(w, always[i], NAN);
     }
@@ -105,8 +110,8 @@ static void add_metrics(fp8t_tb_writer *w, const cJSON *row) {
  * stands (as TensorBoard keeps the last take). Sorted by step, then site. */
 typedef struct {
     int step;
-    long order;            /* line in the file */
-    char site[160];        /* layerNN.module.gemm.tensor, head.head.gemm.tensor */
+    long order;     /* line in the file */
+    char site[160]; /* layerNN.module.gemm.tensor, head.head.gemm.tensor */
     const cJSON *row;
 } stat_row;
 
@@ -119,8 +124,7 @@ static int cmp_stat(const void *pa, const void *pb) {
 }
 
 /* *out: the index (sorted, duplicates dropped); -1 with err on a malformed row. */
-static int index_stats(const cJSON *stats, stat_row **out, int *n_out, char *err,
-                       size_t errlen) {
+static int index_stats(const cJSON *stats, stat_row **out, int *n_out, char *err, size_t errlen) {
     int n = cJSON_GetArraySize(stats), k = 0;
     stat_row *r = calloc(n > 0 ? (size_t)n : 1, sizeof(*r));
     if (!r) {
@@ -135,8 +139,10 @@ static int index_stats(const cJSON *stats, stat_row **out, int *n_out, char *err
                    *tensor = str(row, "tensor");
         if (!num(row, "step", &step) || !num(row, "micro", &micro) ||
             !num(row, "layer", &layer) || !module || !gemm || !tensor) {
-            fp8t_errorf(err, errlen, "stats.jsonl: row %ld lacks step/micro/layer/module/gemm/"
-                     "tensor", line);
+            fp8t_errorf(err, errlen,
+                        "stats.jsonl: row %ld lacks step/micro/layer/module/gemm/"
+                        "tensor",
+                        line);
             free(r);
             return -1;
         }
@@ -147,8 +153,8 @@ static int index_stats(const cJSON *stats, stat_row **out, int *n_out, char *err
         if (layer < 0)
             snprintf(r[k].site, sizeof(r[k].site), "head.%s.%s.%s", module, gemm, tensor);
         else
-            snprintf(r[k].site, sizeof(r[k].site), "layer%02d.%s.%s.%s", (int)layer, module,
-                     gemm, tensor);
+            snprintf(r[k].site, sizeof(r[k].site), "layer%02d.%s.%s.%s", (int)layer, module, gemm,
+                     tensor);
         k++;
     }
     qsort(r, (size_t)k, sizeof(*r), cmp_stat);
@@ -168,8 +174,10 @@ static int add_stats(fp8t_tb_writer *w, const stat_row *idx, int n, int step) {
     int lo = 0, hi = n, added = 0;
     while (lo < hi) { /* the first entry of the step */
         int mid = lo + (hi - lo) / 2;
-        if (idx[mid].step < step) lo = mid + 1;
-        else hi = mid;
+        if (idx[mid].step < step)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     for (int i = lo; i < n && idx[i].step == step; i++)
         for (size_t k = 0; k < sizeof(stat_keys) / sizeof(stat_keys[0]); k++) {
@@ -200,8 +208,10 @@ int fp8t_cmd_tensorboard(int argc, char **argv) {
     snprintf(dir, sizeof(dir), "%s", out ? out : "");
     if (!out) snprintf(dir, sizeof(dir), "%s/tb", run);
     if (!fp8t_is_regular_file(mpath)) {
-        fprintf(stderr, "fp8train " CMD ": %s has no metrics.jsonl: name a run directory "
-                "(fp8train train --out DIR)\n", run);
+        fprintf(stderr,
+                "fp8train " CMD ": %s has no metrics.jsonl: name a run directory "
+                "(fp8train train --out DIR)\n",
+                run);
         return 2;
     }
     cJSON *metrics = read_jsonl(mpath, err, sizeof(err)), *stats = NULL;
@@ -233,8 +243,7 @@ int fp8t_cmd_tensorboard(int argc, char **argv) {
         num(row, "step", &s); /* checked above */
         const int step = (int)s;
         /* the first row, and any row whose step goes back: a (re)start at that step */
-        if ((prev < 0 || step <= prev) &&
-            fp8t_tb_session_start(w, step, err, sizeof(err)) != 0)
+        if ((prev < 0 || step <= prev) && fp8t_tb_session_start(w, step, err, sizeof(err)) != 0)
             goto fail;
         prev = step;
         add_metrics(w, row);

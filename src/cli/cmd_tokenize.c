@@ -33,21 +33,46 @@ typedef struct {
 
 #define F(f) FP8T_OPT_FIELD(tokenize_opts, f)
 static const fp8t_opt OPTS[] = {
-    {.name = "tokenizer", .arg = "FILE", .type = FP8T_OPT_STR, F(tokenizer),
-     .dflt = FP8T_OPT_NO_DEFAULT, .help = "the tokenizer.json (required)"},
-    {.name = "out", .arg = "DIR", .type = FP8T_OPT_STR, F(out), .dflt = FP8T_OPT_NO_DEFAULT,
+    {.name = "tokenizer",
+     .arg = "FILE",
+     .type = FP8T_OPT_STR,
+     F(tokenizer),
+     .dflt = FP8T_OPT_NO_DEFAULT,
+     .help = "the tokenizer.json (required)"},
+    {.name = "out",
+     .arg = "DIR",
+     .type = FP8T_OPT_STR,
+     F(out),
+     .dflt = FP8T_OPT_NO_DEFAULT,
      .help = "where the shards go (created; must not hold shards already)"},
-    {.name = "val-frac", .arg = "X", .type = FP8T_OPT_FLOAT, F(val_frac), .lo = 0, .hi = 0.99,
+    {.name = "val-frac",
+     .arg = "X",
+     .type = FP8T_OPT_FLOAT,
+     F(val_frac),
+     .lo = 0,
+     .hi = 0.99,
      .help = "the last X of the input (by bytes) is the validation split; 0: no validation "
              "shards"},
     /* an llm.c shard counts its tokens in an int32 */
-    {.name = "shard-tokens", .arg = "N", .type = FP8T_OPT_U64, F(shard_tokens), .lo = 1,
-     .hi = INT32_MAX, .help = "tokens per shard, as llm.c (at most 2^31 - 1: an llm.c shard "
-                              "counts its tokens in an int32)"},
-    {.name = "field", .arg = "NAME", .type = FP8T_OPT_STR, F(field),
+    {.name = "shard-tokens",
+     .arg = "N",
+     .type = FP8T_OPT_U64,
+     F(shard_tokens),
+     .lo = 1,
+     .hi = INT32_MAX,
+     .help = "tokens per shard, as llm.c (at most 2^31 - 1: an llm.c shard "
+             "counts its tokens in an int32)"},
+    {.name = "field",
+     .arg = "NAME",
+     .type = FP8T_OPT_STR,
+     F(field),
      .help = "the JSONL field holding the text"},
     {.name = "quiet", .type = FP8T_OPT_FLAG, F(quiet), .help = "no progress bar"},
-    {.name = "text", .arg = "STRING", .type = FP8T_OPT_STR, F(text), .dflt = FP8T_OPT_NO_DEFAULT,
+    {.name = "text",
+     .arg = "STRING",
+     .type = FP8T_OPT_STR,
+     F(text),
+     .dflt = FP8T_OPT_NO_DEFAULT,
      .help = "print the ids and pieces of STRING (no document token, as tokenizers' "
              "encode(STRING, add_special_tokens=False)) and exit"},
 };
@@ -65,10 +90,11 @@ static const fp8t_opt_spec SPEC = {
         "DIR/val_NNNNNN.bin. Each document starts with the document token (<|endoftext|> or\n"
         "<|begin_of_text|>). Vocabularies up to 65536 give GPT-2 shards (16-bit tokens), larger\n"
         "ones llm.c's Llama-3 shards (32-bit).\n",
-    .epilog = "example:\n"
-              "  fp8train tokenize corpus.jsonl --tokenizer llama3/tokenizer.json --out data/tok\n"
-              "  fp8train train --data 'data/tok/train_*.bin' --val-data 'data/tok/val_*.bin' ...\n"
-              "Exit status: 0 ok, 1 a failed write, 2 bad input or usage.\n",
+    .epilog =
+        "example:\n"
+        "  fp8train tokenize corpus.jsonl --tokenizer llama3/tokenizer.json --out data/tok\n"
+        "  fp8train train --data 'data/tok/train_*.bin' --val-data 'data/tok/val_*.bin' ...\n"
+        "Exit status: 0 ok, 1 a failed write, 2 bad input or usage.\n",
     .opts = OPTS,
     .n_opts = (int)(sizeof(OPTS) / sizeof(OPTS[0])),
     .max_pos = -1,
@@ -87,13 +113,13 @@ typedef struct {
 
 typedef struct {
     sink train, val;
-    uint64_t base;        /* bytes of the files before the current one */
-    uint64_t mark;        /* input bytes before the validation split */
+    uint64_t base; /* bytes of the files before the current one */
+    uint64_t mark; /* input bytes before the validation split */
     uint64_t total_bytes, done_bytes;
     size_t docs, tokens;
     double t0, last_print;
     int progress;
-    char **written;       /* shard paths written, removed again if the command fails */
+    char **written; /* shard paths written, removed again if the command fails */
     int n_written;
     char err[FP8T_ERR_LEN];
 } job;
@@ -141,8 +167,10 @@ static int sink_add(job *j, sink *s, const int32_t *ids, size_t n) {
             if (cap > s->shard_tokens) cap = s->shard_tokens;
             uint32_t *b = realloc(s->buf, cap * sizeof(uint32_t));
             if (!b) {
-                snprintf(j->err, sizeof(j->err), "out of memory (a shard of %zu tokens; use a "
-                         "smaller --shard-tokens)", s->shard_tokens);
+                snprintf(j->err, sizeof(j->err),
+                         "out of memory (a shard of %zu tokens; use a "
+                         "smaller --shard-tokens)",
+                         s->shard_tokens);
                 return -1;
             }
             s->buf = b;
@@ -167,9 +195,9 @@ static void print_progress(job *j, int final) {
     for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
     bar[w] = 0;
     double dt = t - j->t0 > 1e-9 ? t - j->t0 : 1e-9;
-    fprintf(stderr, "\r[%s] %3.0f%%  %.1f/%.1f MB  %zu tokens  %.2fM tokens/s%s", bar,
-            100 * frac, j->done_bytes / 1e6, j->total_bytes / 1e6, j->tokens,
-            j->tokens / dt / 1e6, final ? "\n" : "");
+    fprintf(stderr, "\r[%s] %3.0f%%  %.1f/%.1f MB  %zu tokens  %.2fM tokens/s%s", bar, 100 * frac,
+            j->done_bytes / 1e6, j->total_bytes / 1e6, j->tokens, j->tokens / dt / 1e6,
+            final ? "\n" : "");
     fflush(stderr);
 }
 
@@ -178,7 +206,8 @@ static int on_doc(void *ctx, const int32_t *ids, size_t n, uint64_t start, uint6
     job *j = ctx;
     uint64_t gs = j->base + start, ge = j->base + end;
     size_t cut = n;
-    if (gs >= j->mark) cut = 0;
+    if (gs >= j->mark)
+        cut = 0;
     else if (ge > j->mark) /* straddles the split: cut in proportion to the bytes */
         cut = (size_t)((double)n * (double)(j->mark - gs) / (double)(ge - gs));
     if (cut > 0 && sink_add(j, &j->train, ids, cut) != 0) return -1;
@@ -219,17 +248,23 @@ static int print_tokens(const char *tok_path, const char *text, int n_files) {
          * tokens) shows its high bytes as \xNN */
         int utf8 = 1;
         for (size_t j = 0; j < k && utf8;) {
-            int len = p[j] < 0x80 ? 1 : (p[j] & 0xE0) == 0xC0 ? 2 : (p[j] & 0xF0) == 0xE0 ? 3
-                      : (p[j] & 0xF8) == 0xF0 ? 4 : 0;
+            int len = p[j] < 0x80             ? 1
+                      : (p[j] & 0xE0) == 0xC0 ? 2
+                      : (p[j] & 0xF0) == 0xE0 ? 3
+                      : (p[j] & 0xF8) == 0xF0 ? 4
+                                              : 0;
             if (!len || j + (size_t)len > k) utf8 = 0;
             for (int c = 1; utf8 && c < len; c++) utf8 = (p[j + (size_t)c] & 0xC0) == 0x80;
             j += (size_t)(len ? len : 1);
         }
         printf(" \"");
         for (size_t j = 0; j < k; j++) {
-            if (p[j] == '"' || p[j] == '\\') printf("\\%c", p[j]);
-            else if (p[j] < 0x20 || p[j] == 0x7f || (p[j] >= 0x80 && !utf8)) printf("\\x%02x", p[j]);
-            else putchar(p[j]);
+            if (p[j] == '"' || p[j] == '\\')
+                printf("\\%c", p[j]);
+            else if (p[j] < 0x20 || p[j] == 0x7f || (p[j] >= 0x80 && !utf8))
+                printf("\\x%02x", p[j]);
+            else
+                putchar(p[j]);
         }
         printf("\"");
     }
@@ -257,9 +292,17 @@ static const char *existing_shard(const char *dir) {
 }
 
 int fp8t_cmd_tokenize(int argc, char **argv) {
-    if (argc > 0 && !strcmp(argv[0], CMD)) { argc--; argv++; }
-    tokenize_opts o = {.tokenizer = NULL, .out = NULL, .field = "text", .text = NULL,
-                       .val_frac = 0.1f, .shard_tokens = 100000000, .quiet = 0};
+    if (argc > 0 && !strcmp(argv[0], CMD)) {
+        argc--;
+        argv++;
+    }
+    tokenize_opts o = {.tokenizer = NULL,
+                       .out = NULL,
+                       .field = "text",
+                       .text = NULL,
+                       .val_frac = 0.1f,
+                       .shard_tokens = 100000000,
+                       .quiet = 0};
     int n_files = 0;
     const char **files = calloc((size_t)argc + 1, sizeof(char *));
     if (!files) return 1;
@@ -279,7 +322,7 @@ int fp8t_cmd_tokenize(int argc, char **argv) {
     }
     if (!n_files || !tok_path || !out) {
         fprintf(stderr, "fp8train tokenize: %s (see fp8train tokenize --help)\n",
-                !n_files ? "which files? give one or more text or .jsonl files"
+                !n_files    ? "which files? give one or more text or .jsonl files"
                 : !tok_path ? "--tokenizer tokenizer.json is required"
                             : "--out DIR is required");
         free(files);
@@ -294,7 +337,8 @@ int fp8t_cmd_tokenize(int argc, char **argv) {
         struct stat st;
         if (stat(files[i], &st) != 0 || !S_ISREG(st.st_mode)) {
             fprintf(stderr, "fp8train tokenize: '%s' is not a readable file%s\n", files[i],
-                    fp8t_is_dir(files[i]) ? " (a directory: give its files, e.g. dir/*.txt)" : "");
+                    fp8t_is_dir(files[i]) ? " (a directory: give its files, e.g. dir/*.txt)"
+                                          : "");
             goto done;
         }
         j.total_bytes += (uint64_t)st.st_size;
@@ -305,8 +349,10 @@ int fp8t_cmd_tokenize(int argc, char **argv) {
     }
     const char *old = existing_shard(out);
     if (old) {
-        fprintf(stderr, "fp8train tokenize: --out %s already holds shards (%s); choose another "
-                "directory or remove them first (fp8train does not overwrite data)\n", out, old);
+        fprintf(stderr,
+                "fp8train tokenize: --out %s already holds shards (%s); choose another "
+                "directory or remove them first (fp8train does not overwrite data)\n",
+                out, old);
         goto done;
     }
     if (fp8t_mkdirs(out, j.err, sizeof(j.err)) != 0) {
@@ -346,7 +392,8 @@ int fp8t_cmd_tokenize(int argc, char **argv) {
     double dt = now() - j.t0;
     if (dt < 1e-9) dt = 1e-9;
     printf("tokenize: %zu document%s -> %zu tokens in %.2f s (%.2fM tokens/s, %.1f MB/s)\n",
-           j.docs, j.docs == 1 ? "" : "s", j.tokens, dt, j.tokens / dt / 1e6, j.total_bytes / dt / 1e6);
+           j.docs, j.docs == 1 ? "" : "s", j.tokens, dt, j.tokens / dt / 1e6,
+           j.total_bytes / dt / 1e6);
     printf("  train: %zu tokens in %d shard%s %s/train_*.bin\n", j.train.total, j.train.shards,
            j.train.shards == 1 ? "" : "s", out);
     if (j.val.shards)
@@ -362,7 +409,8 @@ int fp8t_cmd_tokenize(int argc, char **argv) {
     status = 0;
 done:
     if (status != 0) /* remove the shards this run wrote: no half data set is left behind */
-        for (int i = 0; i < j.n_written; i++) if (j.written[i]) unlink(j.written[i]);
+        for (int i = 0; i < j.n_written; i++)
+            if (j.written[i]) unlink(j.written[i]);
     for (int i = 0; i < j.n_written; i++) free(j.written[i]);
     free(j.written);
     free(j.train.buf);

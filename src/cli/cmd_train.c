@@ -19,8 +19,10 @@ int fp8t_cmd_train(int argc, char **argv) {
     }
     int rc = fp8t_train_parse_args(c, argc, argv, err, sizeof(err));
     if (rc == 1 || rc == 2) {
-        if (rc == 1) fp8t_train_options_help(stdout);
-        else fp8t_train_options_list(stdout);
+        if (rc == 1)
+            fp8t_train_options_help(stdout);
+        else
+            fp8t_train_options_list(stdout);
         free(c);
         return 0;
     }
@@ -39,7 +41,8 @@ int fp8t_cmd_train(int argc, char **argv) {
     if (res.reason == FP8T_STOP_NAN && fp8t_dist_rank() != 0) {
         status = 3; /* rank 0 says it */
     } else if (res.reason == FP8T_STOP_NAN) {
-        fprintf(stderr, "fp8train train: stopped at step %d by a non-finite loss; see %s/events.jsonl\n",
+        fprintf(stderr,
+                "fp8train train: stopped at step %d by a non-finite loss; see %s/events.jsonl\n",
                 res.last_step + 1, c->out_dir);
         status = 3;
     } else if (!c->quiet && fp8t_dist_rank() == 0) { /* one summary for a data-parallel run */

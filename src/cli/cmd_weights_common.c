@@ -33,8 +33,8 @@ void cli_run_defaults_from(const fp8t_weights *w, cli_run_defaults *d) {
     if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "batch")) && v->valuedouble >= 1 &&
         v->valuedouble <= 1 << 20)
         d->batch = (int)v->valuedouble;
-    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "seq_len")) && v->valuedouble >= 1 &&
-        v->valuedouble <= w->model.seq_len)
+    if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "seq_len")) &&
+        v->valuedouble >= 1 && v->valuedouble <= w->model.seq_len)
         d->seq_len = (int)v->valuedouble;
     if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(c, "val_batches")) &&
         v->valuedouble >= 1 && v->valuedouble <= 1e6)
@@ -53,13 +53,18 @@ void cli_describe_weights(char *buf, size_t len, const fp8t_weights *w) {
     /* what sets Llama-3 / Qwen2 checkpoints apart, when present */
     if (c->n_kv_head > 0 && c->n_kv_head != c->n_head && (size_t)n < len)
         n += snprintf(buf + n, len - (size_t)n, ", %d K/V heads", c->n_kv_head);
-    if (c->untied_head && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ", untied head");
+    if (c->untied_head && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, ", untied head");
     if (c->qkv_bias && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ", q/k/v biases");
     if (c->rope_scaling.type == FP8T_ROPE_LLAMA3 && (size_t)n < len)
-        n += snprintf(buf + n, len - (size_t)n, ", llama3 RoPE x%g", (double)c->rope_scaling.factor);
+        n += snprintf(buf + n, len - (size_t)n, ", llama3 RoPE x%g",
+                      (double)c->rope_scaling.factor);
     if (n < 0 || (size_t)n >= len) return;
-    if (!strcmp(w->kind, "checkpoint")) snprintf(buf + n, len - (size_t)n, ", step %d", w->step);
-    else snprintf(buf + n, len - (size_t)n, ", %s weights", fp8t_export_dtype_name(w->stored_dtype));
+    if (!strcmp(w->kind, "checkpoint"))
+        snprintf(buf + n, len - (size_t)n, ", step %d", w->step);
+    else
+        snprintf(buf + n, len - (size_t)n, ", %s weights",
+                 fp8t_export_dtype_name(w->stored_dtype));
 }
 
 int cli_calibrate(fp8t_evaluator *ev, fp8t_weights *w, const char *data, const char *val_data,
@@ -67,20 +72,21 @@ int cli_calibrate(fp8t_evaluator *ev, fp8t_weights *w, const char *data, const c
     return cli_calibrate_tok(ev, w, data, val_data, NULL, seed, batches, quiet, err, errlen);
 }
 
-int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data,
-                      const char *val_data, const char *tokenizer, uint64_t seed, int batches,
-                      int quiet, char *err, size_t errlen) {
+int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data, const char *val_data,
+                      const char *tokenizer, uint64_t seed, int batches, int quiet, char *err,
+                      size_t errlen) {
     if (!fp8t_evaluator_needs_calibration(ev)) return 0;
     char e[FP8T_ERR_LEN];
-    fp8t_data *d = fp8t_data_open_tok(data, val_data, tokenizer, FP8T_SPLIT_TRAIN,
-                                      fp8t_evaluator_B(ev), fp8t_evaluator_T(ev),
-                                      w->model.vocab_size, seed, e, sizeof(e));
+    fp8t_data *d =
+        fp8t_data_open_tok(data, val_data, tokenizer, FP8T_SPLIT_TRAIN, fp8t_evaluator_B(ev),
+                           fp8t_evaluator_T(ev), w->model.vocab_size, seed, e, sizeof(e));
     if (!d) {
         return fp8t_errorf(err, errlen, "FP8 calibration data: %s", e);
     }
     fp8t_evaluator_calibrate(ev, d, batches);
     fp8t_data_close(d);
-    int n = 3 * fp8t_model_num_linears(&w->model), len = fp8t_model_fp8_history_len(fp8t_evaluator_model(ev));
+    int n = 3 * fp8t_model_num_linears(&w->model),
+        len = fp8t_model_fp8_history_len(fp8t_evaluator_model(ev));
     float *st = malloc(fp8t_recipe_state_floats(n, len) * sizeof(float));
     if (!st) {
         return fp8t_errorf(err, errlen, "out of memory");
@@ -91,9 +97,10 @@ int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data,
     w->fp8_n = n;
     w->fp8_len = len;
     if (!quiet)
-        fprintf(stderr, "fp8train: the weights carry no FP8 amax history (%s); FP8 scales were "
-                "calibrated on %d training micro-batch%s of %s\n", w->kind, batches,
-                batches == 1 ? "" : "es", data);
+        fprintf(stderr,
+                "fp8train: the weights carry no FP8 amax history (%s); FP8 scales were "
+                "calibrated on %d training micro-batch%s of %s\n",
+                w->kind, batches, batches == 1 ? "" : "es", data);
     return 1;
 }
 
@@ -164,13 +171,17 @@ int cli_check_to(const char *cmd, const char *to, int dir_target, int overwrite,
             return 2;
         }
         if (overwrite) return 0;
-        fprintf(stderr, "fp8train %s: --to %s exists; choose another name, or add --overwrite to "
-                "replace it\n", cmd, to);
+        fprintf(stderr,
+                "fp8train %s: --to %s exists; choose another name, or add --overwrite to "
+                "replace it\n",
+                cmd, to);
         return 2;
     }
     if (!fp8t_is_dir(to)) {
-        fprintf(stderr, "fp8train %s: --to %s exists and is not a directory; give a new or empty "
-                "directory\n", cmd, to);
+        fprintf(stderr,
+                "fp8train %s: --to %s exists and is not a directory; give a new or empty "
+                "directory\n",
+                cmd, to);
         return 2;
     }
     DIR *d = opendir(to);
@@ -185,9 +196,11 @@ int cli_check_to(const char *cmd, const char *to, int dir_target, int overwrite,
             snprintf(first, sizeof(first), "%s", e->d_name);
     closedir(d);
     if (!first[0] || overwrite) return 0;
-    fprintf(stderr, "fp8train %s: --to %s is not empty (it holds %s); give a new or empty "
+    fprintf(stderr,
+            "fp8train %s: --to %s is not empty (it holds %s); give a new or empty "
             "directory, or add --overwrite to write %s into it (replacing those files only; "
-            "nothing else there is touched)\n", cmd, to, first, writes);
+            "nothing else there is touched)\n",
+            cmd, to, first, writes);
     return 2;
 }
 

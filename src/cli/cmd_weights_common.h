@@ -33,9 +33,9 @@ void cli_describe_weights(char *buf, size_t len, const fp8t_weights *w);
 int cli_calibrate(fp8t_evaluator *ev, fp8t_weights *w, const char *data, const char *val_data,
                   uint64_t seed, int batches, int quiet, char *err, size_t errlen);
 /* The same with text data through a tokenizer.json (NULL or "" = bytes). */
-int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data,
-                      const char *val_data, const char *tokenizer, uint64_t seed, int batches,
-                      int quiet, char *err, size_t errlen);
+int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data, const char *val_data,
+                      const char *tokenizer, uint64_t seed, int batches, int quiet, char *err,
+                      size_t errlen);
 
 /* The inference model's options shared by generate, eval --infer and bench-infer:
  *   --act-scale current|delayed|calibrated, --kv-cache bf16|fp8|fp32, --calib-data SRC,
@@ -53,25 +53,35 @@ void cli_infer_opts_init(cli_infer_opts *o);
  * the command's options struct T; each command gives the help in its own words (and the
  * default of --kv-cache and --calib-data, which depend on it). */
 extern const fp8t_opt_choice CLI_ACT_SCALES[], CLI_KV_CACHES[], CLI_EVAL_PRECISIONS[];
-#define CLI_ROW_ACT_SCALE(T, M, help_)                                                         \
-    {.name = "act-scale", .arg = "current|delayed|calibrated", .type = FP8T_OPT_CHOICE,        \
-     FP8T_OPT_FIELD(T, M.act), .choices = CLI_ACT_SCALES, .help = help_}
-#define CLI_ROW_KV_CACHE(T, M, dflt_, help_)                                                   \
-    {.name = "kv-cache", .arg = "bf16|fp8|fp32", .type = FP8T_OPT_CHOICE,                      \
-     FP8T_OPT_FIELD(T, M.kv), .choices = CLI_KV_CACHES, .dflt = dflt_, .help = help_}
-#define CLI_ROW_CALIB_DATA(T, M, dflt_, help_)                                                 \
-    {.name = "calib-data", .arg = "SRC", .type = FP8T_OPT_STR, FP8T_OPT_FIELD(T, M.calib_data), \
-     .dflt = dflt_, .help = help_}
-#define CLI_ROW_CALIB_BATCHES(T, M, help_)                                                     \
-    {.name = "calib-batches", .arg = "N", .type = FP8T_OPT_INT,                                \
-     FP8T_OPT_FIELD(T, M.calib_batches), .lo = 1, .hi = 100000, .help = help_}
-#define CLI_ROW_ROWS(T, M, dflt_, help_)                                                       \
-    {.name = "rows", .arg = "N", .type = FP8T_OPT_INT, FP8T_OPT_FIELD(T, M.rows), .lo = 1,      \
-     .hi = 1 << 24, .dflt = dflt_, .help = help_}
-#define CLI_ROW_NO_GRAPHS(T, M, help_)                                                         \
-    {.name = "no-graphs", .type = FP8T_OPT_FLAG, FP8T_OPT_FIELD(T, M.no_graphs), .help = help_}
-#define CLI_ROW_FP8_HEAD(T, M, help_)                                                          \
-    {.name = "fp8-head", .type = FP8T_OPT_FLAG, FP8T_OPT_FIELD(T, M.fp8_head), .help = help_}
+#define CLI_ROW_ACT_SCALE(T, M, help_)                                                           \
+    {                                                                                            \
+        .name = "act-scale", .arg = "current|delayed|calibrated", .type = FP8T_OPT_CHOICE,       \
+        FP8T_OPT_FIELD(T, M.act), .choices = CLI_ACT_SCALES, .help = help_                       \
+    }
+#define CLI_ROW_KV_CACHE(T, M, dflt_, help_)                                                     \
+    {                                                                                            \
+        .name = "kv-cache", .arg = "bf16|fp8|fp32", .type = FP8T_OPT_CHOICE,                     \
+        FP8T_OPT_FIELD(T, M.kv), .choices = CLI_KV_CACHES, .dflt = dflt_, .help = help_          \
+    }
+#define CLI_ROW_CALIB_DATA(T, M, dflt_, help_)                                                   \
+    {                                                                                            \
+        .name = "calib-data", .arg = "SRC", .type = FP8T_OPT_STR,                                \
+        FP8T_OPT_FIELD(T, M.calib_data), .dflt = dflt_, .help = help_                            \
+    }
+#define CLI_ROW_CALIB_BATCHES(T, M, help_)                                                       \
+    {                                                                                            \
+        .name = "calib-batches", .arg = "N", .type = FP8T_OPT_INT,                               \
+        FP8T_OPT_FIELD(T, M.calib_batches), .lo = 1, .hi = 100000, .help = help_                 \
+    }
+#define CLI_ROW_ROWS(T, M, dflt_, help_)                                                         \
+    {                                                                                            \
+        .name = "rows", .arg = "N", .type = FP8T_OPT_INT, FP8T_OPT_FIELD(T, M.rows), .lo = 1,    \
+        .hi = 1 << 24, .dflt = dflt_, .help = help_                                              \
+    }
+#define CLI_ROW_NO_GRAPHS(T, M, help_)                                                           \
+    { .name = "no-graphs", .type = FP8T_OPT_FLAG, FP8T_OPT_FIELD(T, M.no_graphs), .help = help_ }
+#define CLI_ROW_FP8_HEAD(T, M, help_)                                                            \
+    { .name = "fp8-head", .type = FP8T_OPT_FLAG, FP8T_OPT_FIELD(T, M.fp8_head), .help = help_ }
 
 /* the model options of prec with o's choices */
 void cli_infer_model_opts(const cli_infer_opts *o, fp8t_eval_precision prec,

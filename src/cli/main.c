@@ -37,13 +37,17 @@ typedef struct {
 static const command COMMANDS[] = {
     {"train", fp8t_cmd_train, "train a model in FP8/BF16: metrics, checkpoints, detectors"},
     {"curves", fp8t_cmd_curves, "print runs' loss curves side by side (table + ASCII plot)"},
-    {"compare", fp8t_cmd_compare, "compare two runs: gap over time, spike/drift/NaN, HTML report"},
+    {"compare", fp8t_cmd_compare,
+     "compare two runs: gap over time, spike/drift/NaN, HTML report"},
     {"bisect", fp8t_cmd_bisect, "find the GEMM kind and layers behind an FP8 gap, and the fix"},
     {"inspect", fp8t_cmd_inspect, "tensor statistics and dumps of a run or a checkpoint"},
     {"eval", fp8t_cmd_eval, "evaluate a checkpoint's loss on data"},
-    {"generate", fp8t_cmd_generate, "sample text from a checkpoint (KV cache, batches of prompts)"},
-    {"bench-infer", fp8t_cmd_bench_infer, "inference tokens/s and memory: bf16 vs fp8, batch 1 and large"},
-    {"export", fp8t_cmd_export, "export a checkpoint (Hugging Face layout, BF16 or FP8 + scales)"},
+    {"generate", fp8t_cmd_generate,
+     "sample text from a checkpoint (KV cache, batches of prompts)"},
+    {"bench-infer", fp8t_cmd_bench_infer,
+     "inference tokens/s and memory: bf16 vs fp8, batch 1 and large"},
+    {"export", fp8t_cmd_export,
+     "export a checkpoint (Hugging Face layout, BF16 or FP8 + scales)"},
     {"import", fp8t_cmd_import, "import llm.c / Hugging Face weights as a checkpoint"},
     {"tokenize", fp8t_cmd_tokenize, "text/JSONL -> llm.c token shards with a tokenizer.json"},
     {"tensorboard", fp8t_cmd_tensorboard, "TensorBoard event files from a run's logs"},
@@ -51,14 +55,17 @@ static const command COMMANDS[] = {
 #define N_COMMANDS ((int)(sizeof(COMMANDS) / sizeof(COMMANDS[0])))
 
 static void usage(FILE *f) {
-    fprintf(f, "fp8train %s — train transformer language models in FP8 and debug FP8 training\n\n"
-               "usage: fp8train <command> [options]     (fp8train <command> --help for its "
-               "options)\n\ncommands:\n", FP8T_VERSION);
+    fprintf(f,
+            "fp8train %s — train transformer language models in FP8 and debug FP8 training\n\n"
+            "usage: fp8train <command> [options]     (fp8train <command> --help for its "
+            "options)\n\ncommands:\n",
+            FP8T_VERSION);
     for (int i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-11s %s%s\n", COMMANDS[i].name, COMMANDS[i].help,
                 COMMANDS[i].fn ? "" : " (not built yet)");
-    fprintf(f, "\nother:\n  --help     this text\n  --version  the version\n\n"
-               "example: fp8train train --preset tiny --precision fp8 --steps 300 --out runs/fp8\n");
+    fprintf(f,
+            "\nother:\n  --help     this text\n  --version  the version\n\n"
+            "example: fp8train train --preset tiny --precision fp8 --steps 300 --out runs/fp8\n");
 }
 
 /* OpenMP threads that wait for work by spinning (libgomp's default) steal the cores from
@@ -103,7 +110,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N_COMMANDS; i++) {
         if (strcmp(COMMANDS[i].name, name) != 0) continue;
         if (!COMMANDS[i].fn) {
-            fprintf(stderr, "fp8train: the '%s' command is not built yet in this version\n", name);
+            fprintf(stderr, "fp8train: the '%s' command is not built yet in this version\n",
+                    name);
             return 2;
         }
         return COMMANDS[i].fn(argc - 2, argv + 2);

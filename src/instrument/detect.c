@@ -170,8 +170,8 @@ static double rel_gap(double base, double test) {
     return (test - base) / fabs(base);
 }
 
-int fp8t_drift_detect(double *smoothed, const double *base, const double *test, int n,
-                      int window, double threshold) {
+int fp8t_drift_detect(double *smoothed, const double *base, const double *test, int n, int window,
+                      double threshold) {
     if (window < 1) window = 1;
     double *g = DETECT_ALLOC(n > 0 ? n : 1); /* [n] relative gaps */
     double *w = DETECT_ALLOC(window);        /* [window] scratch */

@@ -33,7 +33,7 @@ struct dump_writer {
     job_node *pending, *pending_tail; /* producer only: copies maybe still in flight */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_free;
-    job_node *ready, *ready_tail;      /* under mu: for the thread */
+    job_node *ready, *ready_tail; /* under mu: for the thread */
     int quit;
     pthread_t thread;
     uint8_t *codes; /* the thread's scratch for FP8 codes */
@@ -179,8 +179,10 @@ void dump_writer_queue(dump_writer *w, const dump_job *job, float *buf) {
     j->job = *job;
     j->buf = buf;
     j->next = NULL;
-    if (w->pending_tail) w->pending_tail->next = j;
-    else w->pending = j;
+    if (w->pending_tail)
+        w->pending_tail->next = j;
+    else
+        w->pending = j;
     w->pending_tail = j;
 }
 
@@ -190,8 +192,10 @@ void dump_writer_release(dump_writer *w) {
     if (!w || !w->pending) return;
     pthread_mutex_lock(&w->mu);
     for (job_node *j = w->pending; j; j = j->next) set_state(w, j->buf, BUF_THREAD);
-    if (w->ready_tail) w->ready_tail->next = w->pending;
-    else w->ready = w->pending;
+    if (w->ready_tail)
+        w->ready_tail->next = w->pending;
+    else
+        w->ready = w->pending;
     w->ready_tail = w->pending_tail;
     w->pending = w->pending_tail = NULL;
     pthread_cond_signal(&w->cv_work);

@@ -21,10 +21,10 @@
 #include "fp8train/backend.h"
 
 typedef struct {
-    char dir[1100];   /* OUT/dumps/step_NNNNNN (created by the thread) */
-    char name[96];    /* <layer>.<module>.<gemm>.<tensor> */
+    char dir[1100]; /* OUT/dumps/step_NNNNNN (created by the thread) */
+    char name[96];  /* <layer>.<module>.<gemm>.<tensor> */
     int rows, cols;
-    int operand;      /* also the .fp8.npy codes and .scale_inv.npy */
+    int operand; /* also the .fp8.npy codes and .scale_inv.npy */
     float scale, scale_inv;
     fp8_format fmt;
 } dump_job;

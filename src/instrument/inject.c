@@ -35,33 +35,33 @@ typedef enum { F_SCALE, F_OUTLIERS, F_NAN, F_STALE_AMAX, F_CORRUPT_AMAX } fault_
 typedef enum { WHEN_FP8 = 0, WHEN_DELAYED, WHEN_ALWAYS, WHEN_BF16 } fault_when;
 
 typedef struct {
-    int layer_lo, layer_hi;   /* inclusive; ignored for the head */
-    unsigned module_mask;     /* bit (1u << fp8t_module); 0 = every module but the head */
-    unsigned named_mask;      /* the modules named one by one (not through mlp / attn): each
+    int layer_lo, layer_hi; /* inclusive; ignored for the head */
+    unsigned module_mask;   /* bit (1u << fp8t_module); 0 = every module but the head */
+    unsigned named_mask;    /* the modules named one by one (not through mlp / attn): each
                                  must exist in the model */
-    int layer_named;          /* layer= gave numbers (not all): they must exist in the model */
+    int layer_named;        /* layer= gave numbers (not all): they must exist in the model */
     fp8t_gemm_kind gemm;
     fp8t_tensor_kind tensor;
     fault_kind kind;
-    float value;              /* S for scale, V for outliers / corrupt-amax */
-    int from, to;             /* inclusive step window */
-    int when;                 /* WHEN_FP8, WHEN_DELAYED, WHEN_ALWAYS, WHEN_BF16 */
+    float value;  /* S for scale, V for outliers / corrupt-amax */
+    int from, to; /* inclusive step window */
+    int when;     /* WHEN_FP8, WHEN_DELAYED, WHEN_ALWAYS, WHEN_BF16 */
     uint64_t seed;
-    double frac;              /* outliers: fraction of positions */
+    double frac; /* outliers: fraction of positions */
     /* stale-amax: slot-0 values captured at the first step >= from, per FP8 tensor */
-    float *stale;             /* [n_stale] host */
-    unsigned char *captured;  /* [n_stale] */
+    float *stale;            /* [n_stale] host */
+    unsigned char *captured; /* [n_stale] */
     int n_stale;
-    int warned;               /* "matches nothing" warning printed */
+    int warned; /* "matches nothing" warning printed */
 } fault;
 
 /* An operand perturbed in place, to be put back when its GEMM's result is reported. */
 typedef struct {
-    float *x;                 /* device, [n] */
+    float *x; /* device, [n] */
     size_t n;
     int lin;
     fp8t_gemm_kind gemm;
-    float *saved;             /* host copy of the clean values, [cap] */
+    float *saved; /* host copy of the clean values, [cap] */
     size_t cap;
     int active;
 } pending_restore;
@@ -73,9 +73,9 @@ struct fp8t_injector {
     fault *f;
     int step;
     long fired;
-    fp8t_backend *be;         /* the backend of the model being observed */
+    fp8t_backend *be; /* the backend of the model being observed */
     pending_restore pend[INJ_MAX_PENDING];
-    float *work;              /* host copy of a tensor being edited (outliers, nan), [work_cap] */
+    float *work; /* host copy of a tensor being edited (outliers, nan), [work_cap] */
     size_t work_cap;
 };
 
@@ -168,12 +168,18 @@ static int parse_kind(fault *f, const char *val) {
     int has_value = colon != NULL;
     if (has_value && parse_float(colon + 1, &v) != 0) return -1;
 #define IS(name) (name_len == strlen(name) && strncmp(val, name, name_len) == 0)
-    if (IS("scale") && has_value && isfinite(v)) f->kind = F_SCALE;
-    else if (IS("outliers") && has_value && isfinite(v)) f->kind = F_OUTLIERS;
-    else if (IS("nan") && !has_value) f->kind = F_NAN;
-    else if (IS("stale-amax") && !has_value) f->kind = F_STALE_AMAX;
-    else if (IS("corrupt-amax") && has_value && v >= 0) f->kind = F_CORRUPT_AMAX;
-    else return -1;
+    if (IS("scale") && has_value && isfinite(v))
+        f->kind = F_SCALE;
+    else if (IS("outliers") && has_value && isfinite(v))
+        f->kind = F_OUTLIERS;
+    else if (IS("nan") && !has_value)
+        f->kind = F_NAN;
+    else if (IS("stale-amax") && !has_value)
+        f->kind = F_STALE_AMAX;
+    else if (IS("corrupt-amax") && has_value && v >= 0)
+        f->kind = F_CORRUPT_AMAX;
+    else
+        return -1;
 #undef IS
     f->value = (float)v;
     return 0;
@@ -243,11 +249,16 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
         } else if (strcmp(key, "to") == 0) {
             bad = parse_int(val, &f->to) || f->to < 0;
         } else if (strcmp(key, "when") == 0) {
-            if (strcmp(val, "fp8") == 0) f->when = WHEN_FP8;
-            else if (strcmp(val, "delayed") == 0) f->when = WHEN_DELAYED;
-            else if (strcmp(val, "always") == 0) f->when = WHEN_ALWAYS;
-            else if (strcmp(val, "bf16") == 0) f->when = WHEN_BF16;
-            else bad = 1;
+            if (strcmp(val, "fp8") == 0)
+                f->when = WHEN_FP8;
+            else if (strcmp(val, "delayed") == 0)
+                f->when = WHEN_DELAYED;
+            else if (strcmp(val, "always") == 0)
+                f->when = WHEN_ALWAYS;
+            else if (strcmp(val, "bf16") == 0)
+                f->when = WHEN_BF16;
+            else
+                bad = 1;
         } else if (strcmp(key, "seed") == 0) {
             char *end;
             unsigned long long s = strtoull(val, &end, 10);
@@ -259,9 +270,9 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
             f->frac = v;
         } else {
             return fp8t_errorf(err, errlen,
-                            "unknown key '%s' (keys: layer, module, gemm, tensor, kind, "
-                            "from, to, when, seed, frac); %s",
-                            key, SYNTAX);
+                               "unknown key '%s' (keys: layer, module, gemm, tensor, kind, "
+                               "from, to, when, seed, frac); %s",
+                               key, SYNTAX);
         }
         if (bad) {
             const char *hint =
@@ -285,9 +296,9 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
     }
     if (!have_kind) {
         return fp8t_errorf(err, errlen,
-                        "kind= is required (scale:S | outliers:V | nan | stale-amax | "
-                        "corrupt-amax:V); %s",
-                        SYNTAX);
+                           "kind= is required (scale:S | outliers:V | nan | stale-amax | "
+                           "corrupt-amax:V); %s",
+                           SYNTAX);
     }
     if (f->tensor == FP8T_T_COUNT)
         f->tensor = f->gemm == FP8T_GEMM_FPROP ? FP8T_T_INPUT : FP8T_T_GRAD_OUTPUT;
@@ -302,29 +313,32 @@ static int parse_fault(fault *f, const char *spec, char *err, size_t errlen) {
         (1u << FP8T_T_GRAD_OUTPUT) | (1u << FP8T_T_INPUT) | (1u << FP8T_T_WGRAD),
     };
     if (!(tensors_of[f->gemm] & (1u << f->tensor))) {
-        return fp8t_errorf(err, errlen,
-                        "tensor=%s is not a tensor of the %s GEMM (fprop: input, weight, "
-                        "output; dgrad: grad_output, weight, dgrad; wgrad: grad_output, input, wgrad)",
-                        TENSOR_NAMES[f->tensor], fp8t_gemm_name(f->gemm));
+        return fp8t_errorf(
+            err, errlen,
+            "tensor=%s is not a tensor of the %s GEMM (fprop: input, weight, "
+            "output; dgrad: grad_output, weight, dgrad; wgrad: grad_output, input, wgrad)",
+            TENSOR_NAMES[f->tensor], fp8t_gemm_name(f->gemm));
     }
     if (is_amax_fault(f) && f->tensor != FP8T_T_INPUT && f->tensor != FP8T_T_WEIGHT &&
         f->tensor != FP8T_T_GRAD_OUTPUT) {
         return fp8t_errorf(err, errlen,
-                        "%s needs a tensor with an amax history (input, weight or "
-                        "grad_output), not %s",
-                        f->kind == F_STALE_AMAX ? "stale-amax" : "corrupt-amax",
-                        TENSOR_NAMES[f->tensor]);
+                           "%s needs a tensor with an amax history (input, weight or "
+                           "grad_output), not %s",
+                           f->kind == F_STALE_AMAX ? "stale-amax" : "corrupt-amax",
+                           TENSOR_NAMES[f->tensor]);
     }
     if (is_amax_fault(f) && f->when == WHEN_BF16) {
-        return fp8t_errorf(err, errlen,
-                        "when=bf16 is for value faults (scale, outliers, nan): an amax history is read "
-                        "only in delayed scaling, so an amax fault can't act outside FP8");
+        return fp8t_errorf(
+            err, errlen,
+            "when=bf16 is for value faults (scale, outliers, nan): an amax history is read "
+            "only in delayed scaling, so an amax fault can't act outside FP8");
     }
     if (!is_amax_fault(f) && f->tensor == FP8T_T_WEIGHT) {
-        return fp8t_errorf(err, errlen,
-                        "weights are read-only in the model hook; use tensor=input / "
-                        "grad_output / a result, or an amax fault (stale-amax, corrupt-amax) on the "
-                        "weight");
+        return fp8t_errorf(
+            err, errlen,
+            "weights are read-only in the model hook; use tensor=input / "
+            "grad_output / a result, or an amax fault (stale-amax, corrupt-amax) on the "
+            "weight");
     }
     return 0;
 }
@@ -404,24 +418,27 @@ int fp8t_injector_check_model(const fp8t_injector *inj, const fp8t_model_config 
     for (int i = 0; i < inj->n; i++) {
         const fault *f = &inj->f[i];
         if (f->layer_named && f->layer_hi >= cfg->n_layer) {
-            return fp8t_errorf(err, errlen,
-                            "fault %d: layer=%d%s but the model has %d layer%s (0-%d): name layers "
-                            "0-%d, or layer=all",
-                            i + 1, f->layer_lo == f->layer_hi ? f->layer_lo : f->layer_hi,
-                            f->layer_lo == f->layer_hi ? "" : " (end of the range)", cfg->n_layer,
-                            cfg->n_layer == 1 ? "" : "s", cfg->n_layer - 1, cfg->n_layer - 1);
+            return fp8t_errorf(
+                err, errlen,
+                "fault %d: layer=%d%s but the model has %d layer%s (0-%d): name layers "
+                "0-%d, or layer=all",
+                i + 1, f->layer_lo == f->layer_hi ? f->layer_lo : f->layer_hi,
+                f->layer_lo == f->layer_hi ? "" : " (end of the range)", cfg->n_layer,
+                cfg->n_layer == 1 ? "" : "s", cfg->n_layer - 1, cfg->n_layer - 1);
         }
         for (int m = 0; m < FP8T_MOD_COUNT; m++) {
             if (!(f->named_mask & (1u << m)) || (have & (1u << m))) continue;
-            return fp8t_errorf(err, errlen,
-                            "fault %d: module=%s is not a module of this %s model (its modules: %s, "
-                            "head; or mlp / attn)",
-                            i + 1, fp8t_module_name((fp8t_module)m),
-                            fp8t_arch_name(cfg->arch), names);
+            return fp8t_errorf(
+                err, errlen,
+                "fault %d: module=%s is not a module of this %s model (its modules: %s, "
+                "head; or mlp / attn)",
+                i + 1, fp8t_module_name((fp8t_module)m), fp8t_arch_name(cfg->arch), names);
         }
         if (f->module_mask && !(f->module_mask & have)) {
-            return fp8t_errorf(err, errlen, "fault %d: no module of module= exists in this model (its "
-                            "modules: %s, head)", i + 1, names);
+            return fp8t_errorf(err, errlen,
+                               "fault %d: no module of module= exists in this model (its "
+                               "modules: %s, head)",
+                               i + 1, names);
         }
     }
     return 0;
@@ -480,8 +497,9 @@ static int fires_in(const fault *f, fp8t_precision p) {
 }
 
 static fp8t_tensor_kind result_of(fp8t_gemm_kind g) {
-    return g == FP8T_GEMM_FPROP ? FP8T_T_OUTPUT : g == FP8T_GEMM_DGRAD ? FP8T_T_DGRAD
-                                                                       : FP8T_T_WGRAD;
+    return g == FP8T_GEMM_FPROP   ? FP8T_T_OUTPUT
+           : g == FP8T_GEMM_DGRAD ? FP8T_T_DGRAD
+                                  : FP8T_T_WGRAD;
 }
 
 static uint64_t splitmix64(uint64_t *s) {
@@ -524,7 +542,8 @@ static void save_operand(fp8t_injector *inj, const fp8t_tensor_site *site, float
     }
     if (free_slot < 0) {
         fp8t_warnf("inject: more than %d operands perturbed at once; the oldest will not be "
-                   "restored", INJ_MAX_PENDING);
+                   "restored",
+                   INJ_MAX_PENDING);
         free_slot = 0;
     }
     pending_restore *p = &inj->pend[free_slot];
@@ -620,8 +639,8 @@ void fp8t_injector_before_scale_update(fp8t_injector *inj, fp8t_model *m, int st
         int matched = 0;
         for (int lin = 0; lin < fp8t_model_num_linears(cfg); lin++) {
             int layer = lin / mpl;
-            fp8t_module mod = layer < cfg->n_layer ? fp8t_model_module_of_slot(cfg, lin % mpl)
-                                                   : FP8T_MOD_HEAD;
+            fp8t_module mod =
+                layer < cfg->n_layer ? fp8t_model_module_of_slot(cfg, lin % mpl) : FP8T_MOD_HEAD;
             if (mod == FP8T_MOD_HEAD) layer = -1;
             if (!matches_place(f, layer, mod)) continue;
             matched = 1;
@@ -648,7 +667,8 @@ void fp8t_injector_before_scale_update(fp8t_injector *inj, fp8t_model *m, int st
         }
         if (!matched && !f->warned) {
             fp8t_warnf("--inject fault %d matches no linear layer of this model (%d layers); "
-                       "check layer= and module=", i + 1, cfg->n_layer);
+                       "check layer= and module=",
+                       i + 1, cfg->n_layer);
             f->warned = 1;
         }
     }

@@ -28,42 +28,43 @@
 #define MAX_LAYER_RANGES 32
 #define BLOCK_TILE 128
 /* dumps: pinned host memory in flight to the writer thread before a dump waits for it */
-#define DUMP_INFLIGHT_BYTES ((size_t)2 << 30) /* DeepSeek-V3 tiles: 1x128 activations/gradients, 128x128 weights */
+#define DUMP_INFLIGHT_BYTES                                                                      \
+    ((size_t)2 << 30) /* DeepSeek-V3 tiles: 1x128 activations/gradients, 128x128 weights */
 
 /* What a spec selects and asks for (the debug.h syntax), as parse_spec reads it. */
 typedef struct {
-    int every, start, end;         /* end < 0: no end */
-    int n_ranges;                  /* 0: every layer (and the head) */
+    int every, start, end; /* end < 0: no end */
+    int n_ranges;          /* 0: every layer (and the head) */
     int range_lo[MAX_LAYER_RANGES], range_hi[MAX_LAYER_RANGES];
-    int head;                      /* the LM head (layer -1) explicitly selected */
+    int head; /* the LM head (layer -1) explicitly selected */
     unsigned module_mask, gemm_mask, tensor_mask;
     int all_micro;
-    int block, block_list, dump;   /* outputs */
+    int block, block_list, dump; /* outputs */
 } inspect_spec;
 
 struct fp8t_inspector {
     inspect_spec sel;
     char out_dir[1024];
-    FILE *stats;                   /* OUT/stats.jsonl */
-    char write_err[1200];          /* first failed write of stats.jsonl ("" none) */
+    FILE *stats;          /* OUT/stats.jsonl */
+    char write_err[1200]; /* first failed write of stats.jsonl ("" none) */
     /* per step */
     int step, active;
-    int *seen;                     /* [num_linears * GEMMS * KINDS] micro-batch counters */
+    int *seen; /* [num_linears * GEMMS * KINDS] micro-batch counters */
     size_t seen_n;
     /* the amax each tensor's delayed scale of this step came from: taken from the recipe
      * state just before the previous step's scale update (fp8t_inspector_before_scale_update) */
-    float *state;                  /* host copy of the recipe state before that update */
+    float *state; /* host copy of the recipe state before that update */
     size_t state_cap;
-    float *upd_amax;               /* [upd_n] */
+    float *upd_amax; /* [upd_n] */
     size_t upd_cap;
-    int upd_n, upd_step;           /* upd_step: the step whose scales came from upd_amax */
+    int upd_n, upd_step; /* upd_step: the step whose scales came from upd_amax */
     /* device memory (the statistics op's results and block list), from the model's backend */
     fp8t_backend *be;
-    struct pending_row *rows;      /* [n_rows] sites queued since the last flush */
+    struct pending_row *rows; /* [n_rows] sites queued since the last flush */
     size_t n_rows, rows_cap;
-    fp8t_stats_raw *d_raws;        /* [d_raws_cap] on the device, one per queued site */
+    fp8t_stats_raw *d_raws; /* [d_raws_cap] on the device, one per queued site */
     size_t d_raws_cap;
-    fp8t_stats_raw *h_raws;        /* host copies at the flush */
+    fp8t_stats_raw *h_raws; /* host copies at the flush */
     size_t h_raws_cap;
     /* flushed rows whose stats.jsonl line is still to be written: formatting ~40 numbers
      * per row exactly is most of the host's time per row, so the lines are written a few at
@@ -71,29 +72,29 @@ struct fp8t_inspector {
      * at the next end of step (or destroy) */
     struct ready_row *ready;
     size_t ready_n, ready_head, ready_cap;
-    float last_scale;              /* the scale of the last row written */
+    float last_scale; /* the scale of the last row written */
     fp8t_block_raw *d_blocks;
     size_t d_blocks_cap;
-    fp8t_block_raw *blocks;        /* host copy of the block list */
+    fp8t_block_raw *blocks; /* host copy of the block list */
     size_t blocks_cap;
-    dump_writer *writer;           /* dumps: pinned buffers + a background thread */
-    size_t dump_budget;            /* pinned bytes in flight (--inspect-dump-mb) */
-    size_t pending_dump_bytes;     /* held by the dumps of queued rows */
-    int writer_failed;             /* could not start it: dumps are written synchronously */
+    dump_writer *writer;       /* dumps: pinned buffers + a background thread */
+    size_t dump_budget;        /* pinned bytes in flight (--inspect-dump-mb) */
+    size_t pending_dump_bytes; /* held by the dumps of queued rows */
+    int writer_failed;         /* could not start it: dumps are written synchronously */
     /* host copy of a dumped tensor (synchronous dumps) */
-    float *x;                      /* [rows, cols] */
+    float *x; /* [rows, cols] */
     size_t x_cap;
-    uint8_t *codes;                /* [rows, cols] */
+    uint8_t *codes; /* [rows, cols] */
     size_t codes_cap;
-    fp8t_inspect_sink sink;        /* optional second destination (TensorBoard) */
+    fp8t_inspect_sink sink; /* optional second destination (TensorBoard) */
     void *sink_ctx;
-    int no_reuse;                  /* fp8t_inspector_set_reuse(in, 0): compute every site */
+    int no_reuse; /* fp8t_inspector_set_reuse(in, 0): compute every site */
     /* the Fprop X rows of this step already flushed: the source of a Wgrad X site a read-only
      * hook shows without the tensor (x NULL, fp8t_model_set_observer) */
     struct pending_row *xarch;
     fp8t_stats_raw *xarch_raw;
     size_t xarch_n, xarch_cap, xarch_raw_cap;
-    int warned_gone;               /* a Wgrad X without tensor or source row was reported */
+    int warned_gone; /* a Wgrad X without tensor or source row was reported */
 };
 
 static void flush_rows(fp8t_inspector *in);
@@ -119,24 +120,31 @@ static int parse_layers(inspect_spec *sp, const char *v, char *err, size_t errle
     snprintf(buf, sizeof(buf), "%s", v);
     for (char *save = NULL, *tok = strtok_r(buf, "+", &save); tok;
          tok = strtok_r(NULL, "+", &save)) {
-        if (strcmp(tok, "all") == 0) { sp->n_ranges = 0; sp->head = 0; return 0; }
-        if (strcmp(tok, "head") == 0) { sp->head = 1; continue; }
+        if (strcmp(tok, "all") == 0) {
+            sp->n_ranges = 0;
+            sp->head = 0;
+            return 0;
+        }
+        if (strcmp(tok, "head") == 0) {
+            sp->head = 1;
+            continue;
+        }
         char *end;
         long a = strtol(tok, &end, 10), b = a;
         if (end != tok && *end == '-') {
             char *e2;
             b = strtol(end + 1, &e2, 10);
-            if (e2 == end + 1 || *e2) end = tok; /* malformed */
-            else end = e2;
+            if (e2 == end + 1 || *e2)
+                end = tok; /* malformed */
+            else
+                end = e2;
         }
         if (end == tok || *end || a < 0 || b < a || b > 1000000) {
             return fp8t_errorf(err, errlen,
-                            "layers=%s: expected layers like 3, 0-3, 0+2+5-7, head or all",
-                            v);
+                               "layers=%s: expected layers like 3, 0-3, 0+2+5-7, head or all", v);
         }
         if (sp->n_ranges == MAX_LAYER_RANGES) {
-            return fp8t_errorf(err, errlen, "layers=%s: at most %d ranges", v,
-                            MAX_LAYER_RANGES);
+            return fp8t_errorf(err, errlen, "layers=%s: at most %d ranges", v, MAX_LAYER_RANGES);
         }
         sp->range_lo[sp->n_ranges] = (int)a;
         sp->range_hi[sp->n_ranges] = (int)b;
@@ -159,8 +167,8 @@ static unsigned module_bits(const char *w) {
     if (strcmp(w, "all") == 0) return (1u << FP8T_MOD_COUNT) - 1;
     if (strcmp(w, "attn") == 0) return 1u << FP8T_MOD_QKV | 1u << FP8T_MOD_PROJ;
     if (strcmp(w, "mlp") == 0)
-        return 1u << FP8T_MOD_FC1 | 1u << FP8T_MOD_FC2 | 1u << FP8T_MOD_GATE |
-               1u << FP8T_MOD_UP | 1u << FP8T_MOD_DOWN;
+        return 1u << FP8T_MOD_FC1 | 1u << FP8T_MOD_FC2 | 1u << FP8T_MOD_GATE | 1u << FP8T_MOD_UP |
+               1u << FP8T_MOD_DOWN;
     return fp8t_module_parse(&m, w) == 0 ? 1u << m : 0;
 }
 
@@ -193,8 +201,8 @@ static int parse_list(unsigned *mask, const char *v, word_bits_fn bits, const ch
          tok = strtok_r(NULL, "+", &save)) {
         unsigned b = bits(tok);
         if (!b) {
-            return fp8t_errorf(err, errlen, "%s=%s: unknown %s '%s' (expected %s, joined by '+')", key, v,
-                            what, tok, expected);
+            return fp8t_errorf(err, errlen, "%s=%s: unknown %s '%s' (expected %s, joined by '+')",
+                               key, v, what, tok, expected);
         }
         *mask |= b;
     }
@@ -220,17 +228,21 @@ static int parse_spec(inspect_spec *sp, const char *spec, char *err, size_t errl
         char *eq = strchr(kv, '=');
         if (!eq || eq == kv || !eq[1]) {
             return fp8t_errorf(err, errlen,
-                            "'%s' is not key=value (e.g. \"every=10,layers=0-3,"
-                            "tensors=input+grad_output,dump=1\")",
-                            kv);
+                               "'%s' is not key=value (e.g. \"every=10,layers=0-3,"
+                               "tensors=input+grad_output,dump=1\")",
+                               kv);
         }
         *eq = 0;
         const char *k = kv, *v = eq + 1;
         int rc;
-        if (strcmp(k, "every") == 0) rc = parse_int(&sp->every, v, 1, k, err, errlen);
-        else if (strcmp(k, "start") == 0) rc = parse_int(&sp->start, v, 0, k, err, errlen);
-        else if (strcmp(k, "end") == 0) rc = parse_int(&sp->end, v, 0, k, err, errlen);
-        else if (strcmp(k, "layers") == 0) rc = parse_layers(sp, v, err, errlen);
+        if (strcmp(k, "every") == 0)
+            rc = parse_int(&sp->every, v, 1, k, err, errlen);
+        else if (strcmp(k, "start") == 0)
+            rc = parse_int(&sp->start, v, 0, k, err, errlen);
+        else if (strcmp(k, "end") == 0)
+            rc = parse_int(&sp->end, v, 0, k, err, errlen);
+        else if (strcmp(k, "layers") == 0)
+            rc = parse_layers(sp, v, err, errlen);
         else if (strcmp(k, "modules") == 0 || strcmp(k, "module") == 0)
             rc = parse_list(&sp->module_mask, v, module_bits, "modules", "module",
                             "qkv, proj, fc1, fc2, gate, up, down, head, attn, mlp or all", err,
@@ -241,24 +253,29 @@ static int parse_spec(inspect_spec *sp, const char *spec, char *err, size_t errl
         else if (strcmp(k, "tensors") == 0 || strcmp(k, "tensor") == 0)
             rc = parse_list(&sp->tensor_mask, v, tensor_bits, "tensors", "tensor",
                             "input, weight, grad_output, output, dgrad, wgrad, operands, "
-                            "results or all", err, errlen);
-        else if (strcmp(k, "block") == 0) rc = parse_int(&sp->block, v, 1, k, err, errlen);
+                            "results or all",
+                            err, errlen);
+        else if (strcmp(k, "block") == 0)
+            rc = parse_int(&sp->block, v, 1, k, err, errlen);
         else if (strcmp(k, "block_list") == 0)
             rc = parse_int(&sp->block_list, v, 0, k, err, errlen);
-        else if (strcmp(k, "dump") == 0) rc = parse_int(&sp->dump, v, 0, k, err, errlen);
+        else if (strcmp(k, "dump") == 0)
+            rc = parse_int(&sp->dump, v, 0, k, err, errlen);
         else if (strcmp(k, "micro") == 0) {
             rc = 0;
-            if (strcmp(v, "all") == 0) sp->all_micro = 1;
-            else if (strcmp(v, "first") == 0) sp->all_micro = 0;
+            if (strcmp(v, "all") == 0)
+                sp->all_micro = 1;
+            else if (strcmp(v, "first") == 0)
+                sp->all_micro = 0;
             else {
                 fp8t_errorf(err, errlen, "micro=%s: expected first or all", v);
                 rc = -1;
             }
         } else {
             fp8t_errorf(err, errlen,
-                     "unknown key '%s' (keys: every, start, end, layers, modules, "
-                     "gemms, tensors, block, block_list, dump, micro)",
-                     k);
+                        "unknown key '%s' (keys: every, start, end, layers, modules, "
+                        "gemms, tensors, block, block_list, dump, micro)",
+                        k);
             rc = -1;
         }
         if (rc) return -1;
@@ -277,7 +294,10 @@ int fp8t_inspector_spec_check(const char *spec, char *err, size_t errlen) {
 fp8t_inspector *fp8t_inspector_create(const char *spec, const char *out_dir, char *err,
                                       size_t errlen) {
     fp8t_inspector *in = calloc(1, sizeof(*in));
-    if (!in) { fp8t_errorf(err, errlen, "out of memory"); return NULL; }
+    if (!in) {
+        fp8t_errorf(err, errlen, "out of memory");
+        return NULL;
+    }
     in->step = -1;
     in->upd_step = -1;
     in->dump_budget = DUMP_INFLIGHT_BYTES;
@@ -390,10 +410,12 @@ void fp8t_inspector_set_sink(fp8t_inspector *in, fp8t_inspect_sink fn, void *ctx
  * layer03 before layer10. */
 static void sink_site(char *buf, size_t len, const fp8t_tensor_site *s) {
     char layer[16];
-    if (s->layer < 0) snprintf(layer, sizeof(layer), "head");
-    else snprintf(layer, sizeof(layer), "layer%02d", s->layer);
-    snprintf(buf, len, "%s.%s.%s.%s", layer, fp8t_module_name(s->module),
-             fp8t_gemm_name(s->gemm), fp8t_tensor_kind_name(s->kind));
+    if (s->layer < 0)
+        snprintf(layer, sizeof(layer), "head");
+    else
+        snprintf(layer, sizeof(layer), "layer%02d", s->layer);
+    snprintf(buf, len, "%s.%s.%s.%s", layer, fp8t_module_name(s->module), fp8t_gemm_name(s->gemm),
+             fp8t_tensor_kind_name(s->kind));
 }
 
 static void sink_stats(fp8t_inspector *in, int step, const fp8t_tensor_site *site,
@@ -405,8 +427,10 @@ static void sink_stats(fp8t_inspector *in, int step, const fp8t_tensor_site *sit
         double v;
         int operand_only;
     } rows[] = {
-        {"underflow_pct", st->underflow_pct, 1}, {"saturation_pct", st->saturation_pct, 1},
-        {"sqnr_db", st->sqnr_db, 1},             {"scale", scale, 1},
+        {"underflow_pct", st->underflow_pct, 1},
+        {"saturation_pct", st->saturation_pct, 1},
+        {"sqnr_db", st->sqnr_db, 1},
+        {"scale", scale, 1},
         {"amax", st->amax, 0},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
@@ -439,8 +463,8 @@ static int grow_buf(void **p, size_t *cap, size_t need, size_t elem) {
 
 /* The micro-batch index of this site within the step (0 for the first time it is seen). */
 static int next_micro(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site *site) {
-    size_t need = (size_t)fp8t_model_num_linears(fp8t_model_get_config(m)) * FP8T_GEMM_COUNT *
-                  FP8T_T_COUNT;
+    size_t need =
+        (size_t)fp8t_model_num_linears(fp8t_model_get_config(m)) * FP8T_GEMM_COUNT * FP8T_T_COUNT;
     if (need > in->seen_n) {
         int *p = realloc(in->seen, need * sizeof(int));
         if (!p) return 0;
@@ -456,10 +480,12 @@ static int next_micro(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site 
 
 static void site_name(char *buf, size_t len, const fp8t_tensor_site *s) {
     char layer[16];
-    if (s->layer < 0) snprintf(layer, sizeof(layer), "head");
-    else snprintf(layer, sizeof(layer), "%d", s->layer);
-    snprintf(buf, len, "%s.%s.%s.%s", layer, fp8t_module_name(s->module),
-             fp8t_gemm_name(s->gemm), fp8t_tensor_kind_name(s->kind));
+    if (s->layer < 0)
+        snprintf(layer, sizeof(layer), "head");
+    else
+        snprintf(layer, sizeof(layer), "%d", s->layer);
+    snprintf(buf, len, "%s.%s.%s.%s", layer, fp8t_module_name(s->module), fp8t_gemm_name(s->gemm),
+             fp8t_tensor_kind_name(s->kind));
 }
 
 /* ---- one JSON line, numbers printed so that they read back bit-exact ---- */
@@ -491,7 +517,10 @@ static void lb_key(line_buf *b, const char *k) {
 /* The shortest %.Ng that parses back to the same double; non-finite values are null. */
 static void lb_number(line_buf *b, double v) {
     char t[40];
-    if (!isfinite(v)) { lb_put(b, "null", 4); return; }
+    if (!isfinite(v)) {
+        lb_put(b, "null", 4);
+        return;
+    }
     for (int prec = 15; prec <= 17; prec++) {
         snprintf(t, sizeof(t), "%.*g", prec, v);
         if (strtod(t, NULL) == v) break;
@@ -586,8 +615,8 @@ static int operand_images(fp8t_stats_req *req, fp8t_model *m, const fp8t_tensor_
             tr = k_rows ? BLOCK_TILE : 1;
             tc = k_rows ? 1 : BLOCK_TILE;
         }
-        im[0] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = s->fmt, .tile_r = tr,
-                                  .tile_c = tc, .pow2 = pow2};
+        im[0] = (fp8t_image_spec){
+            .kind = FP8T_IMG_TILES, .fmt = s->fmt, .tile_r = tr, .tile_c = tc, .pow2 = pow2};
         req->tile_stats = 1;
         *scale_source = p == FP8T_PREC_BLOCK ? "block" : "rowwise";
     } else if (p == FP8T_PREC_MXFP8) {
@@ -595,8 +624,8 @@ static int operand_images(fp8t_stats_req *req, fp8t_model *m, const fp8t_tensor_
         *scale_source = "mxfp8";
     } else if (p == FP8T_PREC_CURRENT || p == FP8T_PREC_FAKE || s->fp8_index < 0 ||
                s->fp8_index >= fp8t_model_fp8_count(m)) {
-        im[0] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = s->fmt, .epsilon = eps,
-                                  .pow2 = pow2};
+        im[0] = (fp8t_image_spec){
+            .kind = FP8T_IMG_CURRENT, .fmt = s->fmt, .epsilon = eps, .pow2 = pow2};
         *scale_source = "current";
     } else {
         /* delayed (and bf16/fp32, where it is the scale FP8 would use): the recipe state's
@@ -604,14 +633,18 @@ static int operand_images(fp8t_stats_req *req, fp8t_model *m, const fp8t_tensor_
         fp8t_recipe_state rs;
         fp8t_recipe_state_view(&rs, fp8t_model_fp8_state(m), fp8t_model_fp8_count(m),
                                fp8t_model_fp8_history_len(m));
-        im[0] = (fp8t_image_spec){.kind = FP8T_IMG_SCALE, .fmt = s->fmt,
-                                  .scale = rs.scale + s->fp8_index};
+        im[0] = (fp8t_image_spec){
+            .kind = FP8T_IMG_SCALE, .fmt = s->fmt, .scale = rs.scale + s->fp8_index};
         *scale_source = "delayed";
     }
-    im[1] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3, .epsilon = eps, .pow2 = pow2};
-    im[2] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2, .epsilon = eps, .pow2 = pow2};
-    im[3] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = BLOCK_TILE};
-    im[4] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 1, .tile_c = BLOCK_TILE};
+    im[1] = (fp8t_image_spec){
+        .kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3, .epsilon = eps, .pow2 = pow2};
+    im[2] = (fp8t_image_spec){
+        .kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2, .epsilon = eps, .pow2 = pow2};
+    im[3] = (fp8t_image_spec){
+        .kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = BLOCK_TILE};
+    im[4] = (fp8t_image_spec){
+        .kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 1, .tile_c = BLOCK_TILE};
     im[5] = (fp8t_image_spec){.kind = FP8T_IMG_MX, .fmt = FP8_E4M3};
     req->n_images = 1 + N_WHATIF;
     if (p == FP8T_PREC_BLOCK || p == FP8T_PREC_ROWWISE || p == FP8T_PREC_MXFP8)
@@ -778,8 +811,7 @@ static void flush_rows(fp8t_inspector *in) {
     if (in->n_rows == 0) return;
     fp8t_backend *be = in->be;
     if (grow_buf((void **)&in->h_raws, &in->h_raws_cap, in->n_rows, sizeof(fp8t_stats_raw))) {
-        fp8t_warnf("inspect: out of memory: %zu rows of step %d lost",
-                   in->n_rows, in->step);
+        fp8t_warnf("inspect: out of memory: %zu rows of step %d lost", in->n_rows, in->step);
         be->ops->synchronize(be);
         in->n_rows = 0;
         return;
@@ -787,11 +819,13 @@ static void flush_rows(fp8t_inspector *in) {
     be->ops->to_host(be, in->h_raws, in->d_raws, in->n_rows * sizeof(fp8t_stats_raw));
     for (size_t k = 0; k < in->n_rows; k++) {
         const pending_row *pr = &in->rows[k];
-        const fp8t_stats_raw *raw = pr->arch >= 0 ? &in->xarch_raw[pr->arch]
-                                                  : &in->h_raws[pr->same_as >= 0 ? (size_t)pr->same_as : k];
+        const fp8t_stats_raw *raw = pr->arch >= 0
+                                        ? &in->xarch_raw[pr->arch]
+                                        : &in->h_raws[pr->same_as >= 0 ? (size_t)pr->same_as : k];
         /* an Fprop X, kept for a Wgrad X site a read-only hook may show without the tensor */
         if (pr->site.gemm == FP8T_GEMM_FPROP && pr->site.kind == FP8T_T_INPUT && pr->is_operand &&
-            !grow_buf((void **)&in->xarch, &in->xarch_cap, in->xarch_n + 1, sizeof(pending_row)) &&
+            !grow_buf((void **)&in->xarch, &in->xarch_cap, in->xarch_n + 1,
+                      sizeof(pending_row)) &&
             !grow_buf((void **)&in->xarch_raw, &in->xarch_raw_cap, in->xarch_n + 1,
                       sizeof(fp8t_stats_raw))) {
             in->xarch[in->xarch_n] = *pr;
@@ -853,8 +887,8 @@ static int stats_req_equal(const fp8t_stats_req *a, const fp8t_stats_req *b) {
  * the trainer turns this off when a fault injector shares the hook). */
 static int same_tensor(const pending_row *q, const pending_row *pr) {
     /* x NULL: a Wgrad X shown without the tensor, which is its linear's Fprop X */
-    const int same_x = pr->x ? q->x == pr->x
-                             : q->site.gemm == FP8T_GEMM_FPROP && q->site.kind == FP8T_T_INPUT;
+    const int same_x =
+        pr->x ? q->x == pr->x : q->site.gemm == FP8T_GEMM_FPROP && q->site.kind == FP8T_T_INPUT;
     return same_x && q->is_operand && q->micro == pr->micro && q->site.lin == pr->site.lin &&
            q->site.kind == pr->site.kind && q->site.rows == pr->site.rows &&
            q->site.cols == pr->site.cols && stats_req_equal(&q->req, &pr->req);
@@ -881,8 +915,7 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     if (!in || !in->active || !site) return;
     /* x NULL: a read-only hook's Wgrad X whose forward kept only FP8 codes (model.h) */
     if (!x && !(site->gemm == FP8T_GEMM_WGRAD && site->kind == FP8T_T_INPUT)) return;
-    if (!layer_selected(in, site->layer) || !(in->sel.module_mask >> site->module & 1u))
-        return;
+    if (!layer_selected(in, site->layer) || !(in->sel.module_mask >> site->module & 1u)) return;
     int hidden = 0;
     if (!(in->sel.gemm_mask >> site->gemm & 1u) || !(in->sel.tensor_mask >> site->kind & 1u)) {
         /* an Fprop X not selected, when its Wgrad X is: computed for that row, not written */
@@ -977,8 +1010,8 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
             be->ops->to_host_async(be, pr->dump_buf, x, n * sizeof(float));
             in->pending_dump_bytes += n * sizeof(float);
         } else {
-            fp8t_warnf("inspect: out of memory: dump of a %dx%d tensor lost",
-                       site->rows, site->cols);
+            fp8t_warnf("inspect: out of memory: dump of a %dx%d tensor lost", site->rows,
+                       site->cols);
         }
     }
     in->n_rows++;
@@ -993,8 +1026,7 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
         flush_rows(in); /* no-op if the block-list flush above wrote it already */
         dump_job_of(&job, in, &keep, in->last_scale);
         if (grow_buf((void **)&in->x, &in->x_cap, n, sizeof(float))) {
-            fp8t_warnf("inspect: out of memory for a %dx%d dump", site->rows,
-                       site->cols);
+            fp8t_warnf("inspect: out of memory for a %dx%d dump", site->rows, site->cols);
             return;
         }
         be->ops->to_host(be, in->x, x, n * sizeof(float));

@@ -13,9 +13,9 @@
 struct fp8t_nan_tracker {
     int step;
     int found;
-    char where[160];       /* "layer 2 fc2 fprop output (forward)" */
-    fp8t_backend *be;      /* owner of amax_dev */
-    float *amax_dev;       /* device scalar [1] */
+    char where[160];  /* "layer 2 fc2 fprop output (forward)" */
+    fp8t_backend *be; /* owner of amax_dev */
+    float *amax_dev;  /* device scalar [1] */
 };
 
 fp8t_nan_tracker *fp8t_nan_tracker_create(void) {

@@ -27,21 +27,30 @@ static void sanitize_line(char *out, const char *line) {
         char c = *p;
         if (in_str) {
             *o++ = c;
-            if (c == '\\' && p[1]) { *o++ = p[1]; p += 2; continue; }
+            if (c == '\\' && p[1]) {
+                *o++ = p[1];
+                p += 2;
+                continue;
+            }
             if (c == '"') in_str = 0;
             p++;
             continue;
         }
-        if (c == '"') { in_str = 1; *o++ = c; p++; continue; }
+        if (c == '"') {
+            in_str = 1;
+            *o++ = c;
+            p++;
+            continue;
+        }
         if ((c >= '0' && c <= '9') || (c == '-' && p[1] >= '0' && p[1] <= '9')) {
             /* a number, exponent letters included */
-            while ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' ||
-                   *p == '-' || *p == '+')
+            while ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' || *p == '-' ||
+                   *p == '+')
                 *o++ = *p++;
             continue;
         }
-        int neg = (c == '-' || c == '+') && (p[1] == 'n' || p[1] == 'N' || p[1] == 'i' ||
-                                             p[1] == 'I');
+        int neg =
+            (c == '-' || c == '+') && (p[1] == 'n' || p[1] == 'N' || p[1] == 'i' || p[1] == 'I');
         const char *w = neg ? p + 1 : p;
         if ((*w >= 'a' && *w <= 'z') || (*w >= 'A' && *w <= 'Z')) {
             const char *e = w;
@@ -66,8 +75,8 @@ static void sanitize_line(char *out, const char *line) {
     *o = 0;
 }
 
-typedef int (*jsonl_row_fn)(void *ctx, const cJSON *obj, const char *path, int lineno,
-                            char *err, size_t errlen);
+typedef int (*jsonl_row_fn)(void *ctx, const cJSON *obj, const char *path, int lineno, char *err,
+                            size_t errlen);
 
 static int is_blank(const char *s) {
     for (; *s; s++)
@@ -90,7 +99,11 @@ static int jsonl_each(const char *path, jsonl_row_fn fn, void *ctx, char *err, s
         if ((size_t)len * 2 + 8 > clean_cap) { /* "-inf" -> "null" can grow the text */
             clean_cap = (size_t)len * 2 + 8;
             char *nc = realloc(clean, clean_cap);
-            if (!nc) { fp8t_errorf(err, errlen, "%s: out of memory", path); rc = -1; break; }
+            if (!nc) {
+                fp8t_errorf(err, errlen, "%s: out of memory", path);
+                rc = -1;
+                break;
+            }
             clean = nc;
         }
         sanitize_line(clean, line);
@@ -105,9 +118,9 @@ static int jsonl_each(const char *path, jsonl_row_fn fn, void *ctx, char *err, s
             }
             ungetc(c, f);
             fp8t_errorf(err, errlen,
-                     "%s:%d: not a JSON object (\"%.60s%s\"); a .jsonl file holds one JSON "
-                     "object per line: fix or delete that line",
-                     path, lineno, line, len > 60 ? "..." : "");
+                        "%s:%d: not a JSON object (\"%.60s%s\"); a .jsonl file holds one JSON "
+                        "object per line: fix or delete that line",
+                        path, lineno, line, len > 60 ? "..." : "");
             rc = -1;
             break;
         }
@@ -179,9 +192,9 @@ static int metrics_row(void *vctx, const cJSON *obj, const char *path, int linen
     if (!has_step && !has_loss && !has_val) return 0; /* a summary/header row: not a step */
     if (!has_step || !isfinite(step) || step < 0 || step > 2e9) {
         return fp8t_errorf(err, errlen,
-                        "%s:%d: a metrics row needs a non-negative integer \"step\" (expected "
-                        "{\"step\": N, \"loss\": X, ...})",
-                        path, lineno);
+                           "%s:%d: a metrics row needs a non-negative integer \"step\" (expected "
+                           "{\"step\": N, \"loss\": X, ...})",
+                           path, lineno);
     }
     if (grow((void **)&c->rows, &c->cap, c->n, sizeof(fp8t_metric_row)) ||
         grow((void **)&c->order, &c->order_cap, c->n, sizeof(int))) {
@@ -228,7 +241,10 @@ int fp8t_metrics_read(fp8t_metric_row **rows, int *n, const char *path, char *er
         const fp8t_metric_row *r = &c.rows[c.order[k]];
         if (m > 0 && out[m - 1].step == r->step) {
             fp8t_metric_row *o = &out[m - 1];
-            if (r->has_loss) { o->has_loss = 1; o->loss = r->loss; }
+            if (r->has_loss) {
+                o->has_loss = 1;
+                o->loss = r->loss;
+            }
             if (!isnan(r->val_loss)) o->val_loss = r->val_loss;
             if (!isnan(r->lr)) o->lr = r->lr;
             if (!isnan(r->grad_norm)) o->grad_norm = r->grad_norm;
@@ -274,8 +290,7 @@ static int events_row(void *vctx, const cJSON *obj, const char *path, int lineno
     return 0;
 }
 
-int fp8t_events_read(fp8t_event_row **rows, int *n, const char *path, char *err,
-                     size_t errlen) {
+int fp8t_events_read(fp8t_event_row **rows, int *n, const char *path, char *err, size_t errlen) {
     events_ctx c = {0};
     *rows = NULL;
     *n = 0;
@@ -305,10 +320,11 @@ static int stats_row(void *vctx, const cJSON *obj, const char *path, int lineno,
                *tensor = get_str(obj, "tensor");
     if (!has_step || !has_layer || !module || !gemm || !tensor || !isfinite(step) ||
         !isfinite(layer) || step < 0 || step > 2e9 || fabs(layer) > 1e6) {
-        return fp8t_errorf(err, errlen,
-                        "%s:%d: a stats row needs \"step\", \"layer\", \"module\", \"gemm\" and "
-                        "\"tensor\" (as written by --inspect)",
-                        path, lineno);
+        return fp8t_errorf(
+            err, errlen,
+            "%s:%d: a stats row needs \"step\", \"layer\", \"module\", \"gemm\" and "
+            "\"tensor\" (as written by --inspect)",
+            path, lineno);
     }
     if (grow((void **)&c->rows, &c->cap, c->n, sizeof(fp8t_stat_row))) {
         return fp8t_errorf(err, errlen, "%s: out of memory", path);
@@ -338,7 +354,9 @@ static int stats_row(void *vctx, const cJSON *obj, const char *path, int lineno,
     r->tile_underflow_max_pct = get_num(obj, "tile_underflow_max_pct", NULL);
     const cJSON *wi = cJSON_GetObjectItemCaseSensitive(obj, "whatif");
     for (int k = 0; k < FP8T_WHATIF_COUNT; k++) {
-        const cJSON *w = cJSON_IsObject(wi) ? cJSON_GetObjectItemCaseSensitive(wi, fp8t_whatif_names[k]) : NULL;
+        const cJSON *w = cJSON_IsObject(wi)
+                             ? cJSON_GetObjectItemCaseSensitive(wi, fp8t_whatif_names[k])
+                             : NULL;
         r->whatif_sqnr[k] = w ? get_num(w, "sqnr_db", NULL) : NAN;
         r->whatif_under[k] = w ? get_num(w, "underflow_pct", NULL) : NAN;
         r->whatif_sat[k] = w ? get_num(w, "saturation_pct", NULL) : NAN;
@@ -377,7 +395,8 @@ static void base_name(char *out, size_t len, const char *dir) {
 int fp8t_run_load(fp8t_run *run, const char *path, char *err, size_t errlen) {
     memset(run, 0, sizeof(*run));
     if (!path || !*path) {
-        return fp8t_errorf(err, errlen, "empty run path: pass a run directory (fp8train train --out DIR)");
+        return fp8t_errorf(err, errlen,
+                           "empty run path: pass a run directory (fp8train train --out DIR)");
     }
     if (strlen(path) + 32 >= FP8T_RUN_PATH) {
         return fp8t_errorf(err, errlen, "%.80s...: path too long", path);
@@ -386,10 +405,11 @@ int fp8t_run_load(fp8t_run *run, const char *path, char *err, size_t errlen) {
         snprintf(run->dir, sizeof(run->dir), "%s", path);
         snprintf(run->metrics_path, sizeof(run->metrics_path), "%s/metrics.jsonl", path);
         if (!fp8t_is_regular_file(run->metrics_path)) {
-            return fp8t_errorf(err, errlen,
-                            "%s: no metrics.jsonl in this directory; pass a run directory written "
-                            "by `fp8train train --out DIR` or the path of a metrics.jsonl",
-                            path);
+            return fp8t_errorf(
+                err, errlen,
+                "%s: no metrics.jsonl in this directory; pass a run directory written "
+                "by `fp8train train --out DIR` or the path of a metrics.jsonl",
+                path);
         }
     } else if (fp8t_is_regular_file(path)) {
         snprintf(run->metrics_path, sizeof(run->metrics_path), "%s", path);
@@ -401,9 +421,9 @@ int fp8t_run_load(fp8t_run *run, const char *path, char *err, size_t errlen) {
         if (!run->dir[0]) snprintf(run->dir, sizeof(run->dir), "/");
     } else {
         return fp8t_errorf(err, errlen,
-                        "%s: no such file or directory; pass a run directory written by "
-                        "`fp8train train --out DIR` or the path of a metrics.jsonl",
-                        path);
+                           "%s: no such file or directory; pass a run directory written by "
+                           "`fp8train train --out DIR` or the path of a metrics.jsonl",
+                           path);
     }
     base_name(run->label, sizeof(run->label), fp8t_is_dir(path) ? path : run->dir);
 
@@ -413,9 +433,9 @@ int fp8t_run_load(fp8t_run *run, const char *path, char *err, size_t errlen) {
     for (int i = 0; i < run->n_metrics; i++) n_loss += run->metrics[i].has_loss;
     if (n_loss == 0) {
         fp8t_errorf(err, errlen,
-                 "%s: no row with a \"loss\" field (%d rows); is the run empty? train it "
-                 "for a few steps first",
-                 run->metrics_path, run->n_metrics);
+                    "%s: no row with a \"loss\" field (%d rows); is the run empty? train it "
+                    "for a few steps first",
+                    run->metrics_path, run->n_metrics);
         goto fail;
     }
 
@@ -460,8 +480,10 @@ const fp8t_metric_row *fp8t_run_metric_at(const fp8t_run *run, int step) {
         int mid = lo + (hi - lo) / 2;
         int s = run->metrics[mid].step;
         if (s == step) return &run->metrics[mid];
-        if (s < step) lo = mid + 1;
-        else hi = mid - 1;
+        if (s < step)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return NULL;
 }

@@ -15,7 +15,8 @@
 
 int fp8t_bpe_is_jsonl(const char *path) {
     size_t n = strlen(path);
-    return (n >= 6 && !strcmp(path + n - 6, ".jsonl")) || (n >= 7 && !strcmp(path + n - 7, ".ndjson"));
+    return (n >= 6 && !strcmp(path + n - 6, ".jsonl")) ||
+           (n >= 7 && !strcmp(path + n - 7, ".ndjson"));
 }
 
 /* Encode one document (doc token first) into ids (reset) and hand it on. */
@@ -40,8 +41,7 @@ static int one_doc(fp8t_bpe *t, const char *s, size_t len, fp8t_tok_ids *ids, fp
 static int encode_jsonl(fp8t_bpe *t, const char *path, const char *field, fp8t_doc_fn fn,
                         void *ctx, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return fp8t_errorf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+    if (!f) return fp8t_errorf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
     char *line = NULL;
     size_t cap = 0;
     ssize_t got;
@@ -54,27 +54,30 @@ static int encode_jsonl(fp8t_bpe *t, const char *path, const char *field, fp8t_d
         uint64_t start = off;
         off += (uint64_t)got;
         size_t k = 0;
-        while (k < (size_t)got && (line[k] == ' ' || line[k] == '\t' || line[k] == '\n' ||
-                                   line[k] == '\r'))
+        while (k < (size_t)got &&
+               (line[k] == ' ' || line[k] == '\t' || line[k] == '\n' || line[k] == '\r'))
             k++;
         if (k == (size_t)got) continue; /* a blank line */
         cJSON *o = cJSON_ParseWithLength(line, (size_t)got);
         const cJSON *txt = cJSON_GetObjectItemCaseSensitive(o, field);
         if (!o || !cJSON_IsObject(o)) {
-            rc = fp8t_errorf(err, errlen, "%s:%ld: not a JSON object (a JSONL file holds one "
-                             "object per line, such as {\"%s\": \"...\"})", path, lineno, field);
+            rc = fp8t_errorf(err, errlen,
+                             "%s:%ld: not a JSON object (a JSONL file holds one "
+                             "object per line, such as {\"%s\": \"...\"})",
+                             path, lineno, field);
         } else if (!cJSON_IsString(txt)) {
-            rc = fp8t_errorf(err, errlen, "%s:%ld: no string field \"%s\" in this line's object%s",
-                             path, lineno, field,
-                             strcmp(field, "text") ? "" : " (name another field with --field)");
+            rc = fp8t_errorf(
+                err, errlen, "%s:%ld: no string field \"%s\" in this line's object%s", path,
+                lineno, field, strcmp(field, "text") ? "" : " (name another field with --field)");
         } else {
-            rc = one_doc(t, txt->valuestring, strlen(txt->valuestring), &ids, fn, ctx, start,
-                         off, path, err, errlen);
+            rc = one_doc(t, txt->valuestring, strlen(txt->valuestring), &ids, fn, ctx, start, off,
+                         path, err, errlen);
         }
         cJSON_Delete(o);
         if (rc) break;
     }
-    if (!rc && ferror(f)) rc = fp8t_errorf(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+    if (!rc && ferror(f))
+        rc = fp8t_errorf(err, errlen, "cannot read '%s': %s", path, strerror(errno));
     free(line);
     free(ids.v);
     fclose(f);

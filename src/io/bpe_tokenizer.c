@@ -23,9 +23,9 @@
 #include "io/nfc.h"
 #include "util/fs.h"
 
-#define MAX_STEPS 8          /* pre-tokenizer steps */
+#define MAX_STEPS 8 /* pre-tokenizer steps */
 #define MAX_TOKEN_ID (1 << 24)
-#define CACHE_MAX_PIECE 128  /* longer pieces are rare and not worth caching */
+#define CACHE_MAX_PIECE 128 /* longer pieces are rare and not worth caching */
 #define CACHE_MAX_ENTRIES (1u << 20)
 
 /* ---------------------------------------------------------------- hashing */
@@ -187,14 +187,14 @@ typedef enum { SPLIT_ISOLATED, SPLIT_REMOVED } split_behavior;
 
 typedef struct {
     step_kind kind;
-    pcre2_code *re;          /* NULL: ByteLevel without its regex */
+    pcre2_code *re; /* NULL: ByteLevel without its regex */
     pcre2_match_data *md;
     split_behavior behavior;
-    int add_prefix_space;    /* ByteLevel */
+    int add_prefix_space; /* ByteLevel */
 } pretok_step;
 
 typedef struct {
-    uint32_t off, len;       /* content, in added_text */
+    uint32_t off, len; /* content, in added_text */
     int32_t id;
     int lstrip, rstrip;
 } added_token;
@@ -209,15 +209,15 @@ typedef struct {
 struct fp8t_bpe {
     char name[256];
     int vocab_size;
-    smap vocab;               /* tokenizer.json token string (byte-mapped form) -> id */
+    smap vocab; /* tokenizer.json token string (byte-mapped form) -> id */
     merge_map merges;
     int ignore_merges;
-    int nfc;                  /* the normalizer is NFC */
-    char *nfc_buf;            /* a segment's NFC when it differs */
+    int nfc;       /* the normalizer is NFC */
+    char *nfc_buf; /* a segment's NFC when it differs */
     size_t nfc_cap;
-    int unk_id;               /* -1: unknown characters are dropped, as `tokenizers` does */
-    int byte_id[256];         /* the token of each single byte, -1 if the vocab lacks it */
-    uint32_t byte_char[256];  /* ByteLevel: byte -> code point */
+    int unk_id;              /* -1: unknown characters are dropped, as `tokenizers` does */
+    int byte_id[256];        /* the token of each single byte, -1 if the vocab lacks it */
+    uint32_t byte_char[256]; /* ByteLevel: byte -> code point */
     /* decoded bytes of every id */
     uint32_t *piece_off, *piece_len;
     arena pieces;
@@ -226,7 +226,7 @@ struct fp8t_bpe {
     added_token *added;
     int n_added;
     arena added_text;
-    int added_first[256];     /* index of the first added token starting with that byte, -1 */
+    int added_first[256]; /* index of the first added token starting with that byte, -1 */
     int added_count[256];
     /* pre-tokenizer */
     pretok_step steps[MAX_STEPS];
@@ -239,10 +239,12 @@ struct fp8t_bpe {
     arena cache_keys;
     int32_t *cache_ids;
     size_t cache_ids_n, cache_ids_cap;
-    char *buf;                /* prefix-space / byte-mapped scratch */
+    char *buf; /* prefix-space / byte-mapped scratch */
     size_t buf_cap;
     int32_t *sym, *prev, *next; /* BPE scratch, [piece length] */
-    struct heap_item { int32_t rank, pos, id; } *heap;
+    struct heap_item {
+        int32_t rank, pos, id;
+    } * heap;
     size_t sym_cap, heap_cap;
 };
 
@@ -258,7 +260,10 @@ static void byte_level_table(uint32_t byte_char[256]) {
 }
 
 static int utf8_put(char *out, uint32_t c) {
-    if (c < 0x80) { out[0] = (char)c; return 1; }
+    if (c < 0x80) {
+        out[0] = (char)c;
+        return 1;
+    }
     if (c < 0x800) {
         out[0] = (char)(0xC0 | (c >> 6));
         out[1] = (char)(0x80 | (c & 0x3F));
@@ -281,7 +286,10 @@ static int utf8_put(char *out, uint32_t c) {
 static int32_t utf8_get(const unsigned char *s, size_t n, int *adv) {
     if (n == 0) return -1;
     unsigned c = s[0];
-    if (c < 0x80) { *adv = 1; return (int32_t)c; }
+    if (c < 0x80) {
+        *adv = 1;
+        return (int32_t)c;
+    }
     int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
     if (!len || (size_t)len > n) return -1;
     uint32_t v = c & (0x7F >> len);
@@ -334,7 +342,11 @@ static void cache_clear(fp8t_bpe *t);
 
 /* ---------------------------------------------------------------- loading */
 
-#define LOADFAIL(...) do { fp8t_errorf(err, errlen, __VA_ARGS__); goto fail; } while (0)
+#define LOADFAIL(...)                                                                            \
+    do {                                                                                         \
+        fp8t_errorf(err, errlen, __VA_ARGS__);                                                   \
+        goto fail;                                                                               \
+    } while (0)
 
 static const char *json_type(const cJSON *o) {
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(o, "type");
@@ -361,9 +373,10 @@ static pcre2_code *compile_re(const char *pat, size_t len, int literal, const ch
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof(msg));
-        fp8t_errorf(err, errlen, "%s: pre-tokenizer regex does not compile (PCRE2: %s, at "
-                    "offset %zu of \"%.*s\"); fix the pattern in the file", name, (char *)msg,
-                    (size_t)eo, (int)(len > 200 ? 200 : len), pat);
+        fp8t_errorf(err, errlen,
+                    "%s: pre-tokenizer regex does not compile (PCRE2: %s, at "
+                    "offset %zu of \"%.*s\"); fix the pattern in the file",
+                    name, (char *)msg, (size_t)eo, (int)(len > 200 ? 200 : len), pat);
         return NULL;
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter if it fails */
@@ -380,14 +393,17 @@ static int add_step(fp8t_bpe *t, const cJSON *p, int *have_bytelevel, char *err,
     if (!strcmp(ty, "Sequence")) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers");
         if (!cJSON_IsArray(list))
-            return fp8t_errorf(err, errlen, "%s: pre_tokenizer Sequence without a "
-                               "\"pretokenizers\" list", t->name);
+            return fp8t_errorf(err, errlen,
+                               "%s: pre_tokenizer Sequence without a "
+                               "\"pretokenizers\" list",
+                               t->name);
         const cJSON *c;
         cJSON_ArrayForEach(c, list) if (add_step(t, c, have_bytelevel, err, errlen)) return -1;
         return 0;
     }
     if (t->n_steps == MAX_STEPS)
-        return fp8t_errorf(err, errlen, "%s: more than %d pre-tokenizer steps", t->name, MAX_STEPS);
+        return fp8t_errorf(err, errlen, "%s: more than %d pre-tokenizer steps", t->name,
+                           MAX_STEPS);
     pretok_step *s = &t->steps[t->n_steps];
     memset(s, 0, sizeof(*s));
     if (!strcmp(ty, "ByteLevel")) {
@@ -402,24 +418,32 @@ static int add_step(fp8t_bpe *t, const cJSON *p, int *have_bytelevel, char *err,
         }
     } else if (!strcmp(ty, "Split")) {
         if (*have_bytelevel)
-            return fp8t_errorf(err, errlen, "%s: a Split pre-tokenizer after ByteLevel is not "
+            return fp8t_errorf(err, errlen,
+                               "%s: a Split pre-tokenizer after ByteLevel is not "
                                "supported (it would split the byte-mapped text); put the Split "
-                               "first, as GPT-2, Llama-3 and Qwen2 do", t->name);
+                               "first, as GPT-2, Llama-3 and Qwen2 do",
+                               t->name);
         s->kind = STEP_SPLIT;
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
         const cJSON *rx = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
         const cJSON *str = cJSON_GetObjectItemCaseSensitive(pat, "String");
         const cJSON *use = cJSON_IsString(rx) ? rx : str;
         if (!cJSON_IsString(use))
-            return fp8t_errorf(err, errlen, "%s: Split pre-tokenizer without a \"pattern\" "
-                               "{\"Regex\": ...} or {\"String\": ...}", t->name);
+            return fp8t_errorf(err, errlen,
+                               "%s: Split pre-tokenizer without a \"pattern\" "
+                               "{\"Regex\": ...} or {\"String\": ...}",
+                               t->name);
         const cJSON *beh = cJSON_GetObjectItemCaseSensitive(p, "behavior");
         const char *b = cJSON_IsString(beh) ? beh->valuestring : "Isolated";
-        if (!strcmp(b, "Isolated")) s->behavior = SPLIT_ISOLATED;
-        else if (!strcmp(b, "Removed")) s->behavior = SPLIT_REMOVED;
+        if (!strcmp(b, "Isolated"))
+            s->behavior = SPLIT_ISOLATED;
+        else if (!strcmp(b, "Removed"))
+            s->behavior = SPLIT_REMOVED;
         else
-            return fp8t_errorf(err, errlen, "%s: Split behavior \"%s\" is not supported "
-                               "(Isolated or Removed)", t->name, b);
+            return fp8t_errorf(err, errlen,
+                               "%s: Split behavior \"%s\" is not supported "
+                               "(Isolated or Removed)",
+                               t->name, b);
         if (flag(p, "invert", 0))
             return fp8t_errorf(err, errlen, "%s: Split with \"invert\": true is not supported",
                                t->name);
@@ -427,9 +451,11 @@ static int add_step(fp8t_bpe *t, const cJSON *p, int *have_bytelevel, char *err,
                            errlen);
         if (!s->re) return -1;
     } else {
-        return fp8t_errorf(err, errlen, "%s: pre_tokenizer \"%s\" is not supported: fp8train "
+        return fp8t_errorf(err, errlen,
+                           "%s: pre_tokenizer \"%s\" is not supported: fp8train "
                            "reads byte-level BPE tokenizers (ByteLevel, Split, Sequence of them: "
-                           "GPT-2, Llama-3, Qwen2 style)", t->name, ty);
+                           "GPT-2, Llama-3, Qwen2 style)",
+                           t->name, ty);
     }
     if (s->re) {
         s->md = pcre2_match_data_create_from_pattern(s->re, NULL);
@@ -501,8 +527,10 @@ static int load_merges(fp8t_bpe *t, const cJSON *merges, char *err, size_t errle
         if (cJSON_IsString(m)) { /* "a b" */
             const char *s = m->valuestring, *sp = strchr(s, ' ');
             if (!sp || strchr(sp + 1, ' ') || sp == s || !sp[1])
-                return fp8t_errorf(err, errlen, "%s: merge %d \"%s\" is not two tokens "
-                                   "separated by one space", t->name, rank, s);
+                return fp8t_errorf(err, errlen,
+                                   "%s: merge %d \"%s\" is not two tokens "
+                                   "separated by one space",
+                                   t->name, rank, s);
             la = (size_t)(sp - s);
             lb = strlen(sp + 1);
             if (la >= sizeof(two[0]) || lb >= sizeof(two[0]))
@@ -528,22 +556,30 @@ static int load_merges(fp8t_bpe *t, const cJSON *merges, char *err, size_t errle
         if (la + lb + 1 > catcap) {
             catcap = 2 * (la + lb + 1);
             char *c2 = realloc(cat, catcap);
-            if (!c2) { free(cat); return fp8t_errorf(err, errlen, "%s: out of memory", t->name); }
+            if (!c2) {
+                free(cat);
+                return fp8t_errorf(err, errlen, "%s: out of memory", t->name);
+            }
             cat = c2;
         }
         memcpy(cat, a, la);
         memcpy(cat + la, b, lb);
         int ic = smap_get(&t->vocab, cat, la + lb);
         if (ia < 0 || ib < 0 || ic < 0) {
-            fp8t_errorf(err, errlen, "%s: merge %d (\"%s\" + \"%s\") uses a token that is not in "
+            fp8t_errorf(err, errlen,
+                        "%s: merge %d (\"%s\" + \"%s\") uses a token that is not in "
                         "model.vocab (\"%s\"); the vocab and merges do not belong together",
-                        t->name, rank, a, b, ia < 0 ? a : ib < 0 ? b : "the merged token");
+                        t->name, rank, a, b,
+                        ia < 0   ? a
+                        : ib < 0 ? b
+                                 : "the merged token");
             free(cat);
             return -1;
         }
         uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
         size_t i = hash_u64(key) & (cap - 1);
-        while (t->merges.s[i].key != UINT64_MAX && t->merges.s[i].key != key) i = (i + 1) & (cap - 1);
+        while (t->merges.s[i].key != UINT64_MAX && t->merges.s[i].key != key)
+            i = (i + 1) & (cap - 1);
         if (t->merges.s[i].key == UINT64_MAX) { /* a repeated pair keeps its first (best) rank */
             t->merges.s[i].key = key;
             t->merges.s[i].rank = rank;
@@ -574,31 +610,36 @@ fp8t_bpe *fp8t_bpe_parse(const char *json, size_t len, const char *name, char *e
         const char *at = cJSON_GetErrorPtr();
         size_t off = at && at >= json && at <= json + len ? (size_t)(at - json) : 0;
         LOADFAIL("%s: not valid JSON (error near byte %zu); expected a Hugging Face "
-                 "tokenizer.json (the file `tokenizers` saves with Tokenizer.save)", name, off);
+                 "tokenizer.json (the file `tokenizers` saves with Tokenizer.save)",
+                 name, off);
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
     if (!cJSON_IsObject(model))
         LOADFAIL("%s: no \"model\" object: not a Hugging Face tokenizer.json (tokenizer_config."
-                 "json and vocab.json/merges.txt are other files; pass tokenizer.json)", name);
+                 "json and vocab.json/merges.txt are other files; pass tokenizer.json)",
+                 name);
     const char *mty = json_type(model);
     if (mty && strcmp(mty, "BPE"))
         LOADFAIL("%s: model type \"%s\" is not supported: fp8train reads byte-level BPE "
-                 "tokenizers (GPT-2, Llama-3, Qwen2 style)", name, mty);
+                 "tokenizers (GPT-2, Llama-3, Qwen2 style)",
+                 name, mty);
     if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
         LOADFAIL("%s: model.vocab (an object) and model.merges (a list) are required for BPE",
                  name);
     const cJSON *v;
     if ((v = cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")) && cJSON_IsTrue(v))
         LOADFAIL("%s: model.byte_fallback is true (a SentencePiece-style BPE such as Llama-2's); "
-                 "fp8train reads byte-level BPE (GPT-2, Llama-3, Qwen2)", name);
+                 "fp8train reads byte-level BPE (GPT-2, Llama-3, Qwen2)",
+                 name);
     v = cJSON_GetObjectItemCaseSensitive(model, "continuing_subword_prefix");
     const cJSON *v2 = cJSON_GetObjectItemCaseSensitive(model, "end_of_word_suffix");
     if ((v && cJSON_IsString(v) && v->valuestring[0]) ||
         (v2 && cJSON_IsString(v2) && v2->valuestring[0]))
         LOADFAIL("%s: continuing_subword_prefix / end_of_word_suffix are not supported "
-                 "(byte-level BPE has neither)", name);
+                 "(byte-level BPE has neither)",
+                 name);
     v = cJSON_GetObjectItemCaseSensitive(model, "dropout");
     if (cJSON_IsNumber(v) && v->valuedouble > 0)
         LOADFAIL("%s: BPE dropout %g would make encoding random; set \"dropout\": null", name,
@@ -626,12 +667,14 @@ fp8t_bpe *fp8t_bpe_parse(const char *json, size_t len, const char *name, char *e
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= MAX_TOKEN_ID ||
             !cJSON_IsString(content) || !content->valuestring[0])
             LOADFAIL("%s: added_tokens[%d] needs an \"id\" in [0, %d) and a non-empty "
-                     "\"content\"", name, t->n_added, MAX_TOKEN_ID);
+                     "\"content\"",
+                     name, t->n_added, MAX_TOKEN_ID);
         if (id->valueint > max_id) max_id = id->valueint;
         added_token *a = realloc(t->added, (size_t)(t->n_added + 1) * sizeof(*a));
         if (!a) LOADFAIL("%s: out of memory", name);
         t->added = a;
-        int64_t off = arena_add(&t->added_text, content->valuestring, strlen(content->valuestring));
+        int64_t off =
+            arena_add(&t->added_text, content->valuestring, strlen(content->valuestring));
         if (off < 0) LOADFAIL("%s: out of memory", name);
         a[t->n_added].off = (uint32_t)off;
         a[t->n_added].len = (uint32_t)strlen(content->valuestring);
@@ -645,7 +688,8 @@ fp8t_bpe *fp8t_bpe_parse(const char *json, size_t len, const char *name, char *e
     if (load_merges(t, merges, err, errlen) != 0) goto fail;
 
     const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
-    if (cJSON_IsString(unk)) t->unk_id = smap_get(&t->vocab, unk->valuestring, strlen(unk->valuestring));
+    if (cJSON_IsString(unk))
+        t->unk_id = smap_get(&t->vocab, unk->valuestring, strlen(unk->valuestring));
     for (int b = 0; b < 256; b++) {
         char u[4];
         int k = utf8_put(u, t->byte_char[b]);
@@ -689,7 +733,8 @@ fp8t_bpe *fp8t_bpe_parse(const char *json, size_t len, const char *name, char *e
         }
         if (!ok)
             LOADFAIL("%s: normalizer \"%s\" is not supported (none or NFC, as GPT-2, Llama-3 "
-                     "and Qwen2 use)", name, nty ? nty : "?");
+                     "and Qwen2 use)",
+                     name, nty ? nty : "?");
         t->nfc = 1;
     }
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
@@ -697,12 +742,14 @@ fp8t_bpe *fp8t_bpe_parse(const char *json, size_t len, const char *name, char *e
     if (is_null_or_missing(pre) || add_step(t, pre, &have_bl, err, errlen) != 0) {
         if (is_null_or_missing(pre))
             LOADFAIL("%s: no pre_tokenizer: fp8train needs a byte-level one (ByteLevel, "
-                     "possibly after a Split)", name);
+                     "possibly after a Split)",
+                     name);
         goto fail;
     }
     if (!have_bl)
         LOADFAIL("%s: the pre_tokenizer has no ByteLevel step: fp8train reads byte-level BPE "
-                 "only (GPT-2, Llama-3, Qwen2 style)", name);
+                 "only (GPT-2, Llama-3, Qwen2 style)",
+                 name);
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
     const char *dty = json_type(dec);
     if (!is_null_or_missing(dec) && (!dty || strcmp(dty, "ByteLevel")))
@@ -714,8 +761,10 @@ fp8t_bpe *fp8t_bpe_parse(const char *json, size_t len, const char *name, char *e
     for (int i = 0; i < t->n_steps; i++)
         snprintf(steps + strlen(steps), sizeof(steps) - strlen(steps), "%s%s", i ? "+" : "",
                  t->steps[i].kind == STEP_SPLIT ? "Split" : "ByteLevel");
-    snprintf(t->desc, sizeof(t->desc), "byte-level BPE '%s': vocab %d (%d added tokens), %zu "
-             "merges, pre-tokenizer %s", name, t->vocab_size, t->n_added, t->merges.n, steps);
+    snprintf(t->desc, sizeof(t->desc),
+             "byte-level BPE '%s': vocab %d (%d added tokens), %zu "
+             "merges, pre-tokenizer %s",
+             name, t->vocab_size, t->n_added, t->merges.n, steps);
     cJSON_Delete(root);
     return t;
 fail:
@@ -733,8 +782,10 @@ fp8t_bpe *fp8t_bpe_load(const char *path, char *err, size_t errlen) {
         path = in_dir;
     }
     if (fp8t_read_file(path, &data, &len, e, sizeof(e)) != 0) {
-        fp8t_errorf(err, errlen, "tokenizer: %s (pass the tokenizer.json of a Hugging Face "
-                    "model directory)", e);
+        fp8t_errorf(err, errlen,
+                    "tokenizer: %s (pass the tokenizer.json of a Hugging Face "
+                    "model directory)",
+                    e);
         return NULL;
     }
     fp8t_bpe *t = fp8t_bpe_parse(data, len, path, err, errlen);
@@ -775,7 +826,9 @@ void fp8t_bpe_set_cache_limit(fp8t_bpe *t, size_t entries) {
 }
 int fp8t_bpe_doc_token(const fp8t_bpe *t) { return t->doc_token; }
 const char *fp8t_bpe_describe(const fp8t_bpe *t) { return t->desc; }
-int fp8t_bpe_token_id(const fp8t_bpe *t, const char *s) { return smap_get(&t->vocab, s, strlen(s)); }
+int fp8t_bpe_token_id(const fp8t_bpe *t, const char *s) {
+    return smap_get(&t->vocab, s, strlen(s));
+}
 
 const char *fp8t_bpe_piece(const fp8t_bpe *t, int id, size_t *len) {
     if (id < 0 || id >= t->vocab_size || !t->has_piece[id]) {
@@ -1040,7 +1093,8 @@ static int pretok(fp8t_bpe *t, int step, const unsigned char *s, size_t n, fp8t_
         if (!c) return -1;
         c[0] = ' ';
         memcpy(c + 1, s, n);
-        int rc = st->re ? split_regex(t, step, c, n + 1, out) : pretok(t, step + 1, c, n + 1, out);
+        int rc =
+            st->re ? split_regex(t, step, c, n + 1, out) : pretok(t, step + 1, c, n + 1, out);
         free(c);
         return rc;
     }
@@ -1084,8 +1138,10 @@ int fp8t_bpe_encode(fp8t_bpe *t, const char *text, size_t len, fp8t_tok_ids *out
         }
         size_t end = i, after = i + a->len;
         /* lstrip/rstrip: the token takes the whitespace beside it */
-        if (a->lstrip) while (end > seg && is_space(s[end - 1])) end--;
-        if (a->rstrip) while (after < len && is_space(s[after])) after++;
+        if (a->lstrip)
+            while (end > seg && is_space(s[end - 1])) end--;
+        if (a->rstrip)
+            while (after < len && is_space(s[after])) after++;
         if (encode_segment(t, s + seg, end - seg, out) || ids_push(out, a->id)) return -1;
         seg = i = after;
     }

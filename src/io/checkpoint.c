@@ -174,7 +174,8 @@ static int remove_ckpt_files(const char *dir, int quiet) {
     if (f == 0 && rmdir(dir) == 0) return 0;
     if (!quiet)
         fp8t_warnf("kept %s: it holds %s, which fp8train did not write (its "
-                   "checkpoint files were removed)", dir, foreign[0] ? foreign : "other files");
+                   "checkpoint files were removed)",
+                   dir, foreign[0] ? foreign : "other files");
     return 1;
 }
 
@@ -247,15 +248,19 @@ static int write_files(const char *tmp, const fp8t_checkpoint *ck, char *err, si
         return fp8t_errorf(err, errlen, "out of memory writing checkpoint %s", tmp);
     }
     if (count <= 0 || total != ck->num_params) {
-        fp8t_errorf(err, errlen, "checkpoint: the model config gives %zu parameters but %zu were "
-                 "given", total, ck->num_params);
+        fp8t_errorf(err, errlen,
+                    "checkpoint: the model config gives %zu parameters but %zu were "
+                    "given",
+                    total, ck->num_params);
         free(info);
         return -1;
     }
     if (!ck->shards && ck->adam_hi && (ck->adam_lo || ck->adam_hi != ck->num_params)) {
-        fp8t_errorf(err, errlen, "checkpoint: the moments of parameters [%zu, %zu) only were given; "
-                 "one optimizer file needs all %zu (a ZeRO-1 run writes shards: "
-                 "fp8t_checkpoint_write_shard)", ck->adam_lo, ck->adam_hi, ck->num_params);
+        fp8t_errorf(err, errlen,
+                    "checkpoint: the moments of parameters [%zu, %zu) only were given; "
+                    "one optimizer file needs all %zu (a ZeRO-1 run writes shards: "
+                    "fp8t_checkpoint_write_shard)",
+                    ck->adam_lo, ck->adam_hi, ck->num_params);
         free(info);
         return -1;
     }
@@ -294,7 +299,8 @@ static int write_files(const char *tmp, const fp8t_checkpoint *ck, char *err, si
     fp8t_st_writer_metadata(w, "n", num);
     snprintf(num, sizeof(num), "%d", ck->fp8_len);
     fp8t_st_writer_metadata(w, "history_len", num);
-    fp8t_st_writer_metadata(w, "layout", "history[len][n], scale[n], scale_inv[n], fmt_max[n]; "
+    fp8t_st_writer_metadata(w, "layout",
+                            "history[len][n], scale[n], scale_inv[n], fmt_max[n]; "
                             "tensor t = linear*3 + role (0 x, 1 w, 2 dy)");
     fp8t_fmt(path, sizeof(path), "%s/fp8_meta.safetensors", tmp);
     if (fp8t_st_writer_save(w, path, err, errlen) != 0) goto fail;
@@ -352,7 +358,8 @@ int fp8t_checkpoint_begin(const char *dir, char *tmp, size_t tmplen, char *err, 
     }
     (void)remove_ckpt_files(tmp, 1); /* a leftover of a crashed process with our pid */
     if (mkdir(tmp, 0777) != 0) {
-        return fp8t_errorf(err, errlen, "cannot create checkpoint directory %s: %s", tmp, strerror(errno));
+        return fp8t_errorf(err, errlen, "cannot create checkpoint directory %s: %s", tmp,
+                           strerror(errno));
     }
     return 0;
 }
@@ -364,9 +371,10 @@ int fp8t_checkpoint_write_shard(const char *tmp, const fp8t_checkpoint *ck, int 
     size_t lo, hi;
     fp8t_checkpoint_shard(ck->num_params, world, rank, &lo, &hi);
     if (rank < 0 || rank >= world || ck->adam_lo != lo || ck->adam_hi != hi) {
-        return fp8t_errorf(err, errlen, "checkpoint shard %d of %d: the moments given are of parameters "
-                        "[%zu, %zu), its shard is [%zu, %zu)", rank, world, ck->adam_lo, ck->adam_hi,
-                        lo, hi);
+        return fp8t_errorf(err, errlen,
+                           "checkpoint shard %d of %d: the moments given are of parameters "
+                           "[%zu, %zu), its shard is [%zu, %zu)",
+                           rank, world, ck->adam_lo, ck->adam_hi, lo, hi);
     }
     char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64], name[96], num[32];
     fp8t_checkpoint_shard_name(name, sizeof(name), rank, world);
@@ -415,7 +423,8 @@ static int install(const char *tmp, const char *dir, char *err, size_t errlen) {
         return failed ? -1 : 0;
     }
     if (had_old && rename(dir, old) != 0) {
-        fp8t_errorf(err, errlen, "cannot move the old checkpoint %s aside: %s", dir, strerror(errno));
+        fp8t_errorf(err, errlen, "cannot move the old checkpoint %s aside: %s", dir,
+                    strerror(errno));
         (void)remove_ckpt_files(tmp, 1);
         return -1;
     }
@@ -428,15 +437,17 @@ static int install(const char *tmp, const char *dir, char *err, size_t errlen) {
     fsync_dir(parent);
     /* what was there before: deleted only if it was a checkpoint of fp8train's (a directory of
      * somebody else's that happened to hold only files named like ours stays, aside) */
-    if (had_old && has_own_state(old)) remove_ckpt_files(old, 0);
+    if (had_old && has_own_state(old))
+        remove_ckpt_files(old, 0);
     else if (had_old)
         fp8t_warnf("%s was not an fp8train checkpoint; its contents were moved to "
-                   "%s", dir, old);
+                   "%s",
+                   dir, old);
     return 0;
 }
 
-int fp8t_checkpoint_commit(const char *tmp, const char *dir, const fp8t_checkpoint *ck,
-                           char *err, size_t errlen) {
+int fp8t_checkpoint_commit(const char *tmp, const char *dir, const fp8t_checkpoint *ck, char *err,
+                           size_t errlen) {
     if (strlen(dir) >= FP8T_CKPT_PATH_MAX_INTERNAL - 64) {
         fp8t_errorf(err, errlen, "checkpoint path too long: %s", dir);
         (void)remove_ckpt_files(tmp, 1);
@@ -461,8 +472,9 @@ int fp8t_checkpoint_commit(const char *tmp, const char *dir, const fp8t_checkpoi
 
 int fp8t_checkpoint_save(const char *dir, const fp8t_checkpoint *ck, char *err, size_t errlen) {
     if (ck->shards) {
-        return fp8t_errorf(err, errlen, "checkpoint: a sharded checkpoint is written by its ranks "
-                        "(fp8t_checkpoint_begin, write_shard, commit)");
+        return fp8t_errorf(err, errlen,
+                           "checkpoint: a sharded checkpoint is written by its ranks "
+                           "(fp8t_checkpoint_begin, write_shard, commit)");
     }
     char tmp[FP8T_CKPT_PATH_MAX_INTERNAL * 2];
     if (fp8t_checkpoint_begin(dir, tmp, sizeof(tmp), err, errlen) != 0) return -1;
@@ -498,14 +510,17 @@ static int parse_u64(const cJSON *v, uint64_t *out) {
     return -1;
 }
 
-#define DAMAGED "the checkpoint is damaged or was not written by fp8train; resume from another " \
-                "checkpoint (ls the checkpoints directory) or start fresh without --resume"
+#define DAMAGED                                                                                  \
+    "the checkpoint is damaged or was not written by fp8train; resume from another "             \
+    "checkpoint (ls the checkpoints directory) or start fresh without --resume"
 
 int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, size_t errlen) {
     memset(ck, 0, sizeof(*ck));
     if (!fp8t_is_dir(dir)) {
-        return fp8t_errorf(err, errlen, "checkpoint '%s' is not a directory; pass a checkpoint directory "
-                        "such as RUN/checkpoints/step_000100", dir);
+        return fp8t_errorf(err, errlen,
+                           "checkpoint '%s' is not a directory; pass a checkpoint directory "
+                           "such as RUN/checkpoints/step_000100",
+                           dir);
     }
     char path[FP8T_CKPT_PATH_MAX_INTERNAL * 2 + 64];
     fp8t_fmt(path, sizeof(path), "%s/state.json", dir);
@@ -530,18 +545,20 @@ int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, 
     }
     if (!cJSON_IsNumber(ver) || (ver->valuedouble != FP8T_CKPT_VERSION &&
                                  ver->valuedouble != FP8T_CKPT_VERSION_SHARDED)) {
-        fp8t_errorf(err, errlen, "%s: checkpoint format version %g, this fp8train reads versions "
-                 "%d and %d; use the fp8train that wrote it", path,
-                 cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, FP8T_CKPT_VERSION,
-                 FP8T_CKPT_VERSION_SHARDED);
+        fp8t_errorf(err, errlen,
+                    "%s: checkpoint format version %g, this fp8train reads versions "
+                    "%d and %d; use the fp8train that wrote it",
+                    path, cJSON_IsNumber(ver) ? ver->valuedouble : -1.0, FP8T_CKPT_VERSION,
+                    FP8T_CKPT_VERSION_SHARDED);
         goto done;
     }
     const cJSON *nsh = cJSON_GetObjectItemCaseSensitive(o, "optimizer_shards");
     if (ver->valuedouble == FP8T_CKPT_VERSION_SHARDED) {
         if (!cJSON_IsNumber(nsh) || nsh->valuedouble < 1 || nsh->valuedouble > 99999 ||
             nsh->valuedouble != floor(nsh->valuedouble)) {
-            fp8t_errorf(err, errlen, "%s: \"optimizer_shards\" is missing or not a rank count; %s",
-                     path, DAMAGED);
+            fp8t_errorf(err, errlen,
+                        "%s: \"optimizer_shards\" is missing or not a rank count; %s", path,
+                        DAMAGED);
             goto done;
         }
         ck->shards = (int)nsh->valuedouble;
@@ -549,8 +566,8 @@ int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, 
     const cJSON *step = cJSON_GetObjectItemCaseSensitive(o, "step");
     if (!cJSON_IsNumber(step) || step->valuedouble < 0 || step->valuedouble > 1e9 ||
         step->valuedouble != floor(step->valuedouble)) {
-        fp8t_errorf(err, errlen, "%s: \"step\" is missing or not a non-negative integer; %s", path,
-                 DAMAGED);
+        fp8t_errorf(err, errlen, "%s: \"step\" is missing or not a non-negative integer; %s",
+                    path, DAMAGED);
         goto done;
     }
     ck->step = (int)step->valuedouble;
@@ -559,12 +576,13 @@ int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, 
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(o, "data");
     if (parse_u64(cJSON_GetObjectItemCaseSensitive(data, "position"), &ck->data_position) != 0) {
         fp8t_errorf(err, errlen, "%s: \"data.position\" is missing or not an integer; %s", path,
-                 DAMAGED);
+                    DAMAGED);
         goto done;
     }
     const cJSON *rng = cJSON_GetObjectItemCaseSensitive(o, "rng");
     if (parse_u64(cJSON_GetObjectItemCaseSensitive(rng, "seed"), &ck->seed) != 0) {
-        fp8t_errorf(err, errlen, "%s: \"rng.seed\" is missing or not an integer; %s", path, DAMAGED);
+        fp8t_errorf(err, errlen, "%s: \"rng.seed\" is missing or not an integer; %s", path,
+                    DAMAGED);
         goto done;
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
@@ -578,10 +596,10 @@ int fp8t_checkpoint_read_state(const char *dir, fp8t_checkpoint *ck, char *err, 
     const cJSON *fp8 = cJSON_GetObjectItemCaseSensitive(o, "fp8");
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(fp8, "n");
     const cJSON *fl = cJSON_GetObjectItemCaseSensitive(fp8, "history_len");
-    if (!cJSON_IsNumber(fn) || !cJSON_IsNumber(fl) || fn->valuedouble < 0 || fl->valuedouble < 1 ||
-        fn->valuedouble > 1e7 || fl->valuedouble > 1e6) {
+    if (!cJSON_IsNumber(fn) || !cJSON_IsNumber(fl) || fn->valuedouble < 0 ||
+        fl->valuedouble < 1 || fn->valuedouble > 1e7 || fl->valuedouble > 1e6) {
         fp8t_errorf(err, errlen, "%s: \"fp8\" {n, history_len} is missing or invalid; %s", path,
-                 DAMAGED);
+                    DAMAGED);
         goto done;
     }
     ck->fp8_n = (int)fn->valuedouble;
@@ -629,8 +647,10 @@ static int read_params(fp8t_st_file *f, const char *path, const char *prefix,
         snprintf(name, sizeof(name), "%s%s", prefix, info[i].name);
         const fp8t_st_tensor *t = fp8t_st_find(f, name);
         if (!t) {
-            return fp8t_errorf(err, errlen, "%s: tensor '%s' is missing; the file does not match the model "
-                            "in state.json; %s", path, name, DAMAGED);
+            return fp8t_errorf(err, errlen,
+                               "%s: tensor '%s' is missing; the file does not match the model "
+                               "in state.json; %s",
+                               path, name, DAMAGED);
         }
         int64_t want[2] = {info[i].shape[0], info[i].shape[1]};
         int same = t->ndim == info[i].ndim && t->dtype == FP8T_ST_F32;
@@ -639,9 +659,11 @@ static int read_params(fp8t_st_file *f, const char *path, const char *prefix,
             char got[96], exp[96];
             format_shape(got, sizeof(got), t->ndim, t->shape);
             format_shape(exp, sizeof(exp), info[i].ndim, want);
-            return fp8t_errorf(err, errlen, "%s: tensor '%s' is %s %s but the model config in state.json "
-                            "needs F32 %s; the checkpoint was written for another model, or is damaged",
-                            path, name, fp8t_st_dtype_name(t->dtype), got, exp);
+            return fp8t_errorf(
+                err, errlen,
+                "%s: tensor '%s' is %s %s but the model config in state.json "
+                "needs F32 %s; the checkpoint was written for another model, or is damaged",
+                path, name, fp8t_st_dtype_name(t->dtype), got, exp);
         }
         if (fp8t_st_read_f32(f, name, base + info[i].offset, info[i].numel, err, errlen) != 0)
             return -1;
@@ -671,18 +693,21 @@ static int read_shards(const char *dir, fp8t_checkpoint *ck, size_t lo, size_t h
         if (!buf) {
             fp8t_errorf(err, errlen, "out of memory loading %s", path);
         } else if (!mo || !mc || strtoull(mo, NULL, 10) != a || strtoull(mc, NULL, 10) != b - a) {
-            fp8t_errorf(err, errlen, "%s: metadata offset/count (%s/%s) are not shard %d of %d of "
-                     "%zu parameters ([%zu, %zu)); %s", path, mo ? mo : "missing",
-                     mc ? mc : "missing", r, W, ck->num_params, a, b, DAMAGED);
+            fp8t_errorf(err, errlen,
+                        "%s: metadata offset/count (%s/%s) are not shard %d of %d of "
+                        "%zu parameters ([%zu, %zu)); %s",
+                        path, mo ? mo : "missing", mc ? mc : "missing", r, W, ck->num_params, a,
+                        b, DAMAGED);
         } else if (!st || st->dtype != FP8T_ST_I64 || st->numel != 1) {
             fp8t_errorf(err, errlen, "%s: tensor 'step' (I64 [1]) is missing; %s", path, DAMAGED);
         } else {
             int64_t ostep;
             memcpy(&ostep, fp8t_st_data(f, st), sizeof(ostep));
             if (ostep != ck->step)
-                fp8t_errorf(err, errlen, "%s: optimizer step %lld does not match state.json step "
-                         "%d; files of different checkpoints were mixed; %s", path,
-                         (long long)ostep, ck->step, DAMAGED);
+                fp8t_errorf(err, errlen,
+                            "%s: optimizer step %lld does not match state.json step "
+                            "%d; files of different checkpoints were mixed; %s",
+                            path, (long long)ostep, ck->step, DAMAGED);
             else if (fp8t_st_read_f32(f, "exp_avg", buf, b - a, err, errlen) == 0) {
                 memcpy(ck->adam_m + (from - lo), buf + (from - a), (to - from) * sizeof(float));
                 if (fp8t_st_read_f32(f, "exp_avg_sq", buf, b - a, err, errlen) == 0) {
@@ -721,8 +746,10 @@ static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo
     if (fp8t_checkpoint_read_state(dir, ck, err, errlen) != 0) return -1;
     char e[FP8T_ERR_LEN];
     if (expect && fp8t_model_config_diff(&ck->model, expect, e, sizeof(e)) != 0) {
-        fp8t_errorf(err, errlen, "checkpoint %s was written for another model: %s; resume with the "
-                 "model options of the run that wrote it (see its state.json \"model\")", dir, e);
+        fp8t_errorf(err, errlen,
+                    "checkpoint %s was written for another model: %s; resume with the "
+                    "model options of the run that wrote it (see its state.json \"model\")",
+                    dir, e);
         fp8t_checkpoint_free(ck);
         return -1;
     }
@@ -739,8 +766,10 @@ static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo
     ck->num_params = total;
     if (hi == SIZE_MAX) hi = total;
     if (lo > hi || hi > total) {
-        fp8t_errorf(err, errlen, "checkpoint %s: moments of parameters [%zu, %zu) asked for, it has "
-                 "%zu parameters", dir, lo, hi, total);
+        fp8t_errorf(err, errlen,
+                    "checkpoint %s: moments of parameters [%zu, %zu) asked for, it has "
+                    "%zu parameters",
+                    dir, lo, hi, total);
         goto done;
     }
     ck->adam_lo = lo;
@@ -751,7 +780,8 @@ static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo
     size_t nfl = fp8t_recipe_state_floats(ck->fp8_n, ck->fp8_len);
     ck->fp8_state = malloc((nfl ? nfl : 1) * sizeof(float));
     if (!ck->params || !ck->adam_m || !ck->adam_v || !ck->fp8_state) {
-        fp8t_errorf(err, errlen, "out of memory loading checkpoint %s (%zu parameters)", dir, total);
+        fp8t_errorf(err, errlen, "out of memory loading checkpoint %s (%zu parameters)", dir,
+                    total);
         goto done;
     }
 
@@ -759,8 +789,8 @@ static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo
     fp8t_fmt(path, sizeof(path), "%s/model.safetensors", dir);
     if (!(f = open_st(dir, "model.safetensors", err, errlen))) goto done;
     if (fp8t_st_count(f) != count) {
-        fp8t_errorf(err, errlen, "%s holds %d tensors but the model in state.json has %d; %s", path,
-                 fp8t_st_count(f), count, DAMAGED);
+        fp8t_errorf(err, errlen, "%s holds %d tensors but the model in state.json has %d; %s",
+                    path, fp8t_st_count(f), count, DAMAGED);
         goto done;
     }
     if (read_params(f, path, "", info, count, ck->params, err, errlen) != 0) goto done;
@@ -797,8 +827,10 @@ static int load_impl(const char *dir, const fp8t_model_config *expect, size_t lo
     int64_t ostep;
     memcpy(&ostep, fp8t_st_data(f, st), sizeof(ostep));
     if (ostep != ck->step) {
-        fp8t_errorf(err, errlen, "%s: optimizer step %lld does not match state.json step %d; files of "
-                 "different checkpoints were mixed; %s", path, (long long)ostep, ck->step, DAMAGED);
+        fp8t_errorf(err, errlen,
+                    "%s: optimizer step %lld does not match state.json step %d; files of "
+                    "different checkpoints were mixed; %s",
+                    path, (long long)ostep, ck->step, DAMAGED);
         goto done;
     }
     fp8t_st_close(f);
@@ -810,9 +842,11 @@ fp8_meta:
     if (!(f = open_st(dir, "fp8_meta.safetensors", err, errlen))) goto done;
     const char *mn = fp8t_st_metadata(f, "n"), *ml = fp8t_st_metadata(f, "history_len");
     if (!mn || !ml || atoi(mn) != ck->fp8_n || atoi(ml) != ck->fp8_len) {
-        fp8t_errorf(err, errlen, "%s: metadata n/history_len (%s/%s) do not match state.json "
-                 "(%d/%d); %s", path, mn ? mn : "missing", ml ? ml : "missing", ck->fp8_n,
-                 ck->fp8_len, DAMAGED);
+        fp8t_errorf(err, errlen,
+                    "%s: metadata n/history_len (%s/%s) do not match state.json "
+                    "(%d/%d); %s",
+                    path, mn ? mn : "missing", ml ? ml : "missing", ck->fp8_n, ck->fp8_len,
+                    DAMAGED);
         goto done;
     }
     if (fp8t_st_read_f32(f, "recipe_state", ck->fp8_state, nfl, err, errlen) != 0) goto done;

@@ -75,13 +75,16 @@ static int get_rope_scaling(const cJSON *o, fp8t_rope_scaling *r, char *err, siz
     if (!rs || cJSON_IsNull(rs)) return 0;
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
     if (!cJSON_IsObject(rs) || !cJSON_IsString(ty)) {
-        return fp8t_errorf(err, errlen, "model config: 'rope_scaling' must be null or an object with a "
-                                     "\"type\" (\"default\" or \"llama3\")");
+        return fp8t_errorf(err, errlen,
+                           "model config: 'rope_scaling' must be null or an object with a "
+                           "\"type\" (\"default\" or \"llama3\")");
     }
     if (!strcmp(ty->valuestring, "default")) return 0;
     if (strcmp(ty->valuestring, "llama3") != 0) {
-        return fp8t_errorf(err, errlen, "model config: rope_scaling type '%s' is unknown (expected "
-                                     "\"default\" or \"llama3\")", ty->valuestring);
+        return fp8t_errorf(err, errlen,
+                           "model config: rope_scaling type '%s' is unknown (expected "
+                           "\"default\" or \"llama3\")",
+                           ty->valuestring);
     }
     r->type = FP8T_ROPE_LLAMA3;
     if (get_float(rs, "factor", &r->factor, err, errlen) ||
@@ -105,16 +108,19 @@ int fp8t_model_config_from_json(fp8t_model_config *c, const char *json, char *er
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(o, "arch");
     int rc = -1;
     if (!cJSON_IsString(arch)) {
-        fp8t_errorf(err, errlen, "model config: 'arch' is missing (expected \"gpt2\" or \"llama\")");
+        fp8t_errorf(err, errlen,
+                    "model config: 'arch' is missing (expected \"gpt2\" or \"llama\")");
         goto done;
     }
     if (fp8t_arch_parse(&m.arch, arch->valuestring) != 0) {
         fp8t_errorf(err, errlen, "model config: arch '%s' is unknown (expected gpt2 or llama)",
-                 arch->valuestring);
+                    arch->valuestring);
         goto done;
     }
-    if (get_int(o, "n_layer", &m.n_layer, err, errlen) || get_int(o, "n_embd", &m.n_embd, err, errlen) ||
-        get_int(o, "n_head", &m.n_head, err, errlen) || get_int(o, "seq_len", &m.seq_len, err, errlen) ||
+    if (get_int(o, "n_layer", &m.n_layer, err, errlen) ||
+        get_int(o, "n_embd", &m.n_embd, err, errlen) ||
+        get_int(o, "n_head", &m.n_head, err, errlen) ||
+        get_int(o, "seq_len", &m.seq_len, err, errlen) ||
         get_int(o, "vocab_size", &m.vocab_size, err, errlen) ||
         get_int(o, "mlp_hidden", &m.mlp_hidden, err, errlen) ||
         get_float(o, "rope_theta", &m.rope_theta, err, errlen) ||
@@ -134,15 +140,16 @@ done:
 
 int fp8t_model_config_diff(const fp8t_model_config *a, const fp8t_model_config *b, char *err,
                            size_t errlen) {
-#define DIFF_INT(field, opt)                                                                  \
-    if (a->field != b->field) {                                                               \
-        fp8t_errorf(err, errlen, #field " (%s) is %d in the checkpoint but %d in this run", opt,  \
-                 a->field, b->field);                                                         \
-        return -1;                                                                            \
+#define DIFF_INT(field, opt)                                                                     \
+    if (a->field != b->field) {                                                                  \
+        fp8t_errorf(err, errlen, #field " (%s) is %d in the checkpoint but %d in this run", opt, \
+                    a->field, b->field);                                                         \
+        return -1;                                                                               \
     }
     if (a->arch != b->arch) {
-        return fp8t_errorf(err, errlen, "arch (--arch) is %s in the checkpoint but %s in this run",
-                        fp8t_arch_name(a->arch), fp8t_arch_name(b->arch));
+        return fp8t_errorf(err, errlen,
+                           "arch (--arch) is %s in the checkpoint but %s in this run",
+                           fp8t_arch_name(a->arch), fp8t_arch_name(b->arch));
     }
     DIFF_INT(n_layer, "--layers")
     DIFF_INT(n_embd, "--dim")
@@ -151,8 +158,9 @@ int fp8t_model_config_diff(const fp8t_model_config *a, const fp8t_model_config *
     DIFF_INT(vocab_size, "--vocab")
     DIFF_INT(mlp_hidden, "--mlp-hidden")
     if (fp8t_model_kv_heads(a) != fp8t_model_kv_heads(b)) {
-        return fp8t_errorf(err, errlen, "n_kv_head (--kv-heads) is %d in the checkpoint but %d in this run",
-                        fp8t_model_kv_heads(a), fp8t_model_kv_heads(b));
+        return fp8t_errorf(err, errlen,
+                           "n_kv_head (--kv-heads) is %d in the checkpoint but %d in this run",
+                           fp8t_model_kv_heads(a), fp8t_model_kv_heads(b));
     }
     DIFF_INT(untied_head, "--tie-head, inverted")
     if (a->arch == FP8T_ARCH_LLAMA) {
@@ -163,16 +171,19 @@ int fp8t_model_config_diff(const fp8t_model_config *a, const fp8t_model_config *
              (ra->factor != rb->factor || ra->low_freq_factor != rb->low_freq_factor ||
               ra->high_freq_factor != rb->high_freq_factor ||
               ra->original_max_pos != rb->original_max_pos))) {
-            return fp8t_errorf(err, errlen, "rope_scaling (--rope-scaling) differs: checkpoint %s "
-                            "(factor %g), this run %s (factor %g)",
-                            ra->type == FP8T_ROPE_LLAMA3 ? "llama3" : "none", (double)ra->factor,
-                            rb->type == FP8T_ROPE_LLAMA3 ? "llama3" : "none", (double)rb->factor);
+            return fp8t_errorf(
+                err, errlen,
+                "rope_scaling (--rope-scaling) differs: checkpoint %s "
+                "(factor %g), this run %s (factor %g)",
+                ra->type == FP8T_ROPE_LLAMA3 ? "llama3" : "none", (double)ra->factor,
+                rb->type == FP8T_ROPE_LLAMA3 ? "llama3" : "none", (double)rb->factor);
         }
     }
 #undef DIFF_INT
     if (a->rope_theta != b->rope_theta || a->norm_eps != b->norm_eps) {
-        return fp8t_errorf(err, errlen, "rope_theta/norm_eps differ: checkpoint %g/%g, this run %g/%g",
-                        a->rope_theta, a->norm_eps, b->rope_theta, b->norm_eps);
+        return fp8t_errorf(err, errlen,
+                           "rope_theta/norm_eps differ: checkpoint %g/%g, this run %g/%g",
+                           a->rope_theta, a->norm_eps, b->rope_theta, b->norm_eps);
     }
     return 0;
 }

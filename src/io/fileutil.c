@@ -110,9 +110,12 @@ int fp8t_atomic_write(fp8t_atomic_file *a, const void *data, size_t len, char *e
 static void fsync_parent_dir(const char *path) {
     const char *slash = strrchr(path, '/');
     char *dir;
-    if (!slash) dir = strdup(".");
-    else if (slash == path) dir = strdup("/");
-    else dir = strndup(path, (size_t)(slash - path));
+    if (!slash)
+        dir = strdup(".");
+    else if (slash == path)
+        dir = strdup("/");
+    else
+        dir = strndup(path, (size_t)(slash - path));
     if (!dir) return;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
@@ -157,8 +160,7 @@ int fp8t_atomic_commit(fp8t_atomic_file *a, char *err, size_t errlen) {
 int fp8t_write_file_atomic(const char *path, const void *data, size_t len, char *err,
                            size_t errlen) {
     if (!data && len > 0) {
-        fp8t_errorf(err, errlen, "%s: no data given for %zu bytes", path ? path : "(null)",
-                    len);
+        fp8t_errorf(err, errlen, "%s: no data given for %zu bytes", path ? path : "(null)", len);
         return -1;
     }
     fp8t_atomic_file a;

@@ -31,19 +31,24 @@ int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t e
     const uint8_t *b = (const uint8_t *)data;
     int rc = -1;
     if (len < 1024) {
-        fp8t_errorf(err, errlen, "%s: truncated (%zu bytes; the header is 1024): not an llm.c "
-                 "tokenizer file", path, len);
+        fp8t_errorf(err, errlen,
+                    "%s: truncated (%zu bytes; the header is 1024): not an llm.c "
+                    "tokenizer file",
+                    path, len);
         goto done;
     }
     uint32_t magic = fp8t_load_le32(b), version = fp8t_load_le32(b + 4);
     uint32_t vocab = fp8t_load_le32(b + 8);
     if (magic != TOKENIZER_MAGIC) {
-        fp8t_errorf(err, errlen, "%s: bad magic %u; an llm.c tokenizer file (gpt2_tokenizer.bin) "
-                 "starts with %u", path, magic, TOKENIZER_MAGIC);
+        fp8t_errorf(err, errlen,
+                    "%s: bad magic %u; an llm.c tokenizer file (gpt2_tokenizer.bin) "
+                    "starts with %u",
+                    path, magic, TOKENIZER_MAGIC);
         goto done;
     }
     if (version != 1 && version != 2) {
-        fp8t_errorf(err, errlen, "%s: tokenizer version %u is not supported (1 or 2)", path, version);
+        fp8t_errorf(err, errlen, "%s: tokenizer version %u is not supported (1 or 2)", path,
+                    version);
         goto done;
     }
     if (vocab < 1 || vocab > (1u << 20)) {
@@ -70,8 +75,8 @@ int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t e
         unsigned n = b[off++];
         if (n == 0 || n > len - off) {
             fp8t_errorf(err, errlen, "%s: token %u has %s", path, i,
-                     n == 0 ? "length 0 (every token has at least one byte)"
-                            : "bytes past the end of the file (truncated)");
+                        n == 0 ? "length 0 (every token has at least one byte)"
+                               : "bytes past the end of the file (truncated)");
             goto done;
         }
         t->piece[i] = malloc(n + 1);
@@ -85,8 +90,10 @@ int fp8t_tokenizer_read(const char *path, fp8t_tokenizer *t, char *err, size_t e
         off += n;
     }
     if (off != len) {
-        fp8t_errorf(err, errlen, "%s: %zu bytes after the last token (wrong vocabulary size in the "
-                 "header?)", path, len - off);
+        fp8t_errorf(err, errlen,
+                    "%s: %zu bytes after the last token (wrong vocabulary size in the "
+                    "header?)",
+                    path, len - off);
         goto done;
     }
     rc = 0;

@@ -45,8 +45,9 @@ static fp8t_param_info *checked_table(const fp8t_weights *w, int *count, char *e
     size_t total;
     int n = fp8t_model_param_table(&w->model, NULL, &total);
     if (total != w->num_params) {
-        fp8t_errorf(err, errlen, "export: the model config needs %zu parameters but %zu were given",
-                    total, w->num_params);
+        fp8t_errorf(err, errlen,
+                    "export: the model config needs %zu parameters but %zu were given", total,
+                    w->num_params);
         return NULL;
     }
     fp8t_param_info *info = calloc((size_t)n, sizeof(*info));
@@ -275,7 +276,8 @@ static size_t n_blocks(const fp8t_hf_tensor *t, int b) {
 static size_t stored_bytes(const fp8t_hf_tensor *t, fp8t_export_dtype dtype, int block) {
     const size_t n = numel_of(t);
     if (dtype == FP8T_EXPORT_FP32) return 4 * n;
-    if (dtype == FP8T_EXPORT_FP8 && t->lin >= 0) return n + (block > 0 ? 4 * n_blocks(t, block) : 8);
+    if (dtype == FP8T_EXPORT_FP8 && t->lin >= 0)
+        return n + (block > 0 ? 4 * n_blocks(t, block) : 8);
     return 2 * n;
 }
 
@@ -325,26 +327,33 @@ int fp8t_export_options_check(const fp8t_model_config *c, const fp8t_export_opti
                               size_t errlen) {
     const fp8t_export_dtype dtype = o->dtype;
     if (dtype != FP8T_EXPORT_BF16 && dtype != FP8T_EXPORT_FP8 && dtype != FP8T_EXPORT_FP32)
-        return fp8t_errorf(err, errlen, "export: unknown dtype %d (bf16, fp8 or fp32)", (int)dtype);
+        return fp8t_errorf(err, errlen, "export: unknown dtype %d (bf16, fp8 or fp32)",
+                           (int)dtype);
     if (o->pow2_scales && dtype != FP8T_EXPORT_FP8)
-        return fp8t_errorf(err, errlen, "export: power-of-two scales (--pow2-scales) need --dtype "
-                           "fp8 (this export's dtype is %s)", fp8t_export_dtype_name(dtype));
+        return fp8t_errorf(err, errlen,
+                           "export: power-of-two scales (--pow2-scales) need --dtype "
+                           "fp8 (this export's dtype is %s)",
+                           fp8t_export_dtype_name(dtype));
     if (o->fp8_block == 0) return 0;
     if (dtype != FP8T_EXPORT_FP8)
-        return fp8t_errorf(err, errlen, "export: block scales (--block %d) need --dtype fp8 "
-                           "(this export's dtype is %s)", o->fp8_block,
-                           fp8t_export_dtype_name(dtype));
+        return fp8t_errorf(err, errlen,
+                           "export: block scales (--block %d) need --dtype fp8 "
+                           "(this export's dtype is %s)",
+                           o->fp8_block, fp8t_export_dtype_name(dtype));
     if (o->fp8_block != FP8T_EXPORT_FP8_BLOCK)
-        return fp8t_errorf(err, errlen, "export: --block %d is not supported: the block-scaled "
+        return fp8t_errorf(err, errlen,
+                           "export: --block %d is not supported: the block-scaled "
                            "FP8 layout uses %dx%d weight blocks (the DeepSeek-V3 blocks of the "
                            "`block` precision, and the size transformers' FP8 kernels take)",
                            o->fp8_block, FP8T_EXPORT_FP8_BLOCK, FP8T_EXPORT_FP8_BLOCK);
     if (c && c->arch == FP8T_ARCH_GPT2)
-        return fp8t_errorf(err, errlen, "export: --block %d needs a Llama or Qwen2 model: "
-                           "transformers' fine-grained FP8 loader converts nn.Linear modules, and "
-                           "GPT-2's are Conv1D (it would load the E4M3 codes without their "
-                           "scales); export GPT-2 with --dtype fp8 (per-tensor scales) or bf16",
-                           o->fp8_block);
+        return fp8t_errorf(
+            err, errlen,
+            "export: --block %d needs a Llama or Qwen2 model: "
+            "transformers' fine-grained FP8 loader converts nn.Linear modules, and "
+            "GPT-2's are Conv1D (it would load the E4M3 codes without their "
+            "scales); export GPT-2 with --dtype fp8 (per-tensor scales) or bf16",
+            o->fp8_block);
     return 0;
 }
 
@@ -406,9 +415,11 @@ int fp8t_export_hf_opts(const fp8t_weights *w, const char *dir, const fp8t_expor
         /* a single model.safetensors next to the shards would win over them in every loader */
         snprintf(path, sizeof(path), "%s/model.safetensors", dir);
         if (fp8t_is_regular_file(path)) {
-            fp8t_errorf(err, errlen, "export: %s exists (an earlier single-file export?) and "
+            fp8t_errorf(err, errlen,
+                        "export: %s exists (an earlier single-file export?) and "
                         "loaders would read it instead of the shards; remove it or export to "
-                        "a new directory", path);
+                        "a new directory",
+                        path);
             goto done;
         }
     }
@@ -418,7 +429,7 @@ int fp8t_export_hf_opts(const fp8t_weights *w, const char *dir, const fp8t_expor
         if (block > 0 && map[i].lin >= 0 && n_blocks(&map[i], block) > maxb)
             maxb = n_blocks(&map[i], block);
     }
-    buf = malloc(maxn * sizeof(float));  /* [maxn] one tensor in the HF layout */
+    buf = malloc(maxn * sizeof(float));    /* [maxn] one tensor in the HF layout */
     enc = malloc(maxn * sizeof(uint16_t)); /* [maxn] its BF16 bits or FP8 codes */
     bsc = malloc(maxb * sizeof(float));    /* [ceil(N/b), ceil(K/b)] its block scales */
     if (!buf || !enc || !bsc) {
@@ -438,7 +449,8 @@ int fp8t_export_hf_opts(const fp8t_weights *w, const char *dir, const fp8t_expor
             /* [N, K] in the HF (nn.Linear) layout: the blocks transformers' FP8Linear reads */
             const int R = (int)t->shape[0], K = (int)t->shape[1];
             const int64_t sshape[2] = {(R + block - 1) / block, (K + block - 1) / block};
-            fp8t_block_quantize_pow2((uint8_t *)enc, bsc, buf, R, K, block, block, FP8_E4M3, pow2);
+            fp8t_block_quantize_pow2((uint8_t *)enc, bsc, buf, R, K, block, block, FP8_E4M3,
+                                     pow2);
             /* the quantizer keeps the multiplier x -> code; the file wants code -> x */
             for (int64_t j = 0; j < sshape[0] * sshape[1]; j++) bsc[j] = 1.0f / bsc[j];
             fp8t_st_writer_add(wr, t->name, FP8T_ST_F8_E4M3, 2, t->shape, enc);
@@ -474,7 +486,8 @@ int fp8t_export_hf_opts(const fp8t_weights *w, const char *dir, const fp8t_expor
         if (n_shards > 1)
             snprintf(path, sizeof(path), "%s/model-%05d-of-%05d.safetensors", dir, k + 1,
                      n_shards);
-        else snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+        else
+            snprintf(path, sizeof(path), "%s/model.safetensors", dir);
         if (fp8t_st_writer_save(wrs[k], path, err, errlen) != 0) goto done;
         FILE *f = fopen(path, "rb");
         if (f) {

@@ -47,8 +47,9 @@ void fp8t_weights_free(fp8t_weights *w) {
 static int alloc_params(fp8t_weights *w, char *err, size_t errlen) {
     char e[FP8T_ERR_LEN];
     if (fp8t_model_config_check(&w->model, e, sizeof(e)) != 0)
-        return fp8t_errorf(err, errlen, "%s: the model it describes is not valid for fp8train: %s",
-                           w->source, e);
+        return fp8t_errorf(err, errlen,
+                           "%s: the model it describes is not valid for fp8train: %s", w->source,
+                           e);
     fp8t_model_param_table(&w->model, NULL, &w->num_params);
     w->params = calloc(w->num_params ? w->num_params : 1, sizeof(float));
     if (!w->params)
@@ -132,8 +133,9 @@ int fp8t_import_llmc(const char *path, fp8t_weights *w, char *err, size_t errlen
     fp8t_model_param_table(c, info, NULL);
     for (int i = 0; i < n; i++) /* wte: the first V of the Vp rows */
         memcpy(w->params + info[i].offset, ck.params + at[i], info[i].numel * sizeof(float));
-    if (Vp > V) note(w, "dropped llm.c's %zu vocabulary padding rows (Vp %zu -> vocab %zu)", Vp - V,
-                     Vp, V);
+    if (Vp > V)
+        note(w, "dropped llm.c's %zu vocabulary padding rows (Vp %zu -> vocab %zu)", Vp - V, Vp,
+             V);
     free(info);
     free(at);
     fp8t_llmc_gpt2_free(&ck);
@@ -325,7 +327,8 @@ static int cfg_int(cfg_reader *r, const char *key, int def, int *out) {
             *out = def;
             return 0;
         }
-        return fp8t_errorf(r->err, r->errlen, "%s: \"%s\" is missing; %s", r->path, key, r->needs);
+        return fp8t_errorf(r->err, r->errlen, "%s: \"%s\" is missing; %s", r->path, key,
+                           r->needs);
     }
     if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > (1 << 30) ||
         v->valuedouble != floor(v->valuedouble))
@@ -342,7 +345,8 @@ static int cfg_float(cfg_reader *r, const char *key, double def, float *out) {
         return 0;
     }
     if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
-        return fp8t_errorf(r->err, r->errlen, "%s: \"%s\" must be a positive number", r->path, key);
+        return fp8t_errorf(r->err, r->errlen, "%s: \"%s\" must be a positive number", r->path,
+                           key);
     *out = (float)v->valuedouble;
     return 0;
 }
@@ -370,8 +374,8 @@ static int cfg_string_in(cfg_reader *r, const char *key, const char *def, const 
     }
     for (int i = 0; ok[i]; i++)
         if (strcmp(s, ok[i]) == 0) return 0;
-    return fp8t_errorf(r->err, r->errlen, "%s: \"%s\" = \"%s\" is not supported: %s", r->path, key,
-                       s, why);
+    return fp8t_errorf(r->err, r->errlen, "%s: \"%s\" = \"%s\" is not supported: %s", r->path,
+                       key, s, why);
 }
 
 /* One number of a RoPE object; absent -> def. */
@@ -453,12 +457,14 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
                            path);
     const cJSON *tw = cJSON_GetObjectItemCaseSensitive(o, "tie_word_embeddings");
     if (tw && !cJSON_IsNull(tw) && !cJSON_IsBool(tw))
-        return fp8t_errorf(err, errlen, "%s: \"tie_word_embeddings\" must be true or false", path);
+        return fp8t_errorf(err, errlen, "%s: \"tie_word_embeddings\" must be true or false",
+                           path);
     if (!strcmp(mt->valuestring, "gpt2")) {
         r.needs = "a GPT-2 config needs n_embd, n_layer, n_head, n_positions and vocab_size";
         c->arch = FP8T_ARCH_GPT2;
         if (cfg_int(&r, "n_embd", -1, &c->n_embd) || cfg_int(&r, "n_layer", -1, &c->n_layer) ||
-            cfg_int(&r, "n_head", -1, &c->n_head) || cfg_int(&r, "vocab_size", -1, &c->vocab_size))
+            cfg_int(&r, "n_head", -1, &c->n_head) ||
+            cfg_int(&r, "vocab_size", -1, &c->vocab_size))
             return -1;
         int n_ctx = -1;
         if (cfg_int(&r, "n_ctx", 0, &n_ctx)) return -1;
@@ -469,7 +475,8 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
         static const char *const acts[] = {"gelu_new", "gelu_pytorch_tanh", NULL};
         if (cfg_string_in(&r, "activation_function", "gelu_new", acts,
                           "fp8train's GPT-2 MLP uses the tanh GELU (gelu_new)") ||
-            cfg_bool_must(&r, "scale_attn_weights", 1, "fp8train scales attention by 1/sqrt(HS)") ||
+            cfg_bool_must(&r, "scale_attn_weights", 1,
+                          "fp8train scales attention by 1/sqrt(HS)") ||
             cfg_bool_must(&r, "scale_attn_by_inverse_layer_idx", 0,
                           "fp8train does not scale attention per layer") ||
             cfg_bool_must(&r, "add_cross_attention", 0, "decoder-only models only"))
@@ -479,8 +486,9 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
     } else if (!strcmp(mt->valuestring, "llama") || !strcmp(mt->valuestring, "qwen2")) {
         /* Qwen2 is Llama with biases on q, k and v (and a sliding window we refuse) */
         const int qwen2 = !strcmp(mt->valuestring, "qwen2");
-        r.needs = "a Llama/Qwen2 config needs hidden_size, num_hidden_layers, "
-                  "num_attention_heads, intermediate_size, max_position_embeddings and vocab_size";
+        r.needs =
+            "a Llama/Qwen2 config needs hidden_size, num_hidden_layers, "
+            "num_attention_heads, intermediate_size, max_position_embeddings and vocab_size";
         c->arch = FP8T_ARCH_LLAMA;
         if (cfg_int(&r, "hidden_size", -1, &c->n_embd) ||
             cfg_int(&r, "num_hidden_layers", -1, &c->n_layer) ||
@@ -516,12 +524,14 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
             return -1;
         if (parse_rope(path, o, c, err, errlen) != 0) return -1;
         static const char *const acts[] = {"silu", "swish", NULL};
-        if (cfg_string_in(&r, "hidden_act", "silu", acts, "fp8train's Llama MLP is SwiGLU (silu)"))
+        if (cfg_string_in(&r, "hidden_act", "silu", acts,
+                          "fp8train's Llama MLP is SwiGLU (silu)"))
             return -1;
         if (qwen2) {
             c->qkv_bias = 1;
-            if (cfg_bool_must(&r, "use_sliding_window", 0,
-                              "fp8train's attention is full causal attention (no sliding window)"))
+            if (cfg_bool_must(
+                    &r, "use_sliding_window", 0,
+                    "fp8train's attention is full causal attention (no sliding window)"))
                 return -1;
         } else if (cfg_bool_must(&r, "attention_bias", 0,
                                  "Llama's attention_bias adds a bias to o_proj too; fp8train's "
@@ -533,10 +543,12 @@ static int parse_hf_config(const char *path, const cJSON *o, fp8t_model_config *
         *tied = tw && cJSON_IsTrue(tw);
         c->untied_head = !*tied;
     } else {
-        return fp8t_errorf(err, errlen, "%s: model_type \"%s\" is not supported; fp8train imports "
-                           "\"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) and \"qwen2\" "
-                           "(Qwen2ForCausalLM)", path,
-                           mt->valuestring);
+        return fp8t_errorf(
+            err, errlen,
+            "%s: model_type \"%s\" is not supported; fp8train imports "
+            "\"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) and \"qwen2\" "
+            "(Qwen2ForCausalLM)",
+            path, mt->valuestring);
     }
     return 0;
 }
@@ -589,7 +601,8 @@ static int dequantize(float *buf, int R, int Cc, const float *sc, const fp8t_st_
         if (st->shape[0] == br && st->shape[1] == bc) {
             for (int r = 0; r < R; r++)
                 for (int c = 0; c < Cc; c++)
-                    buf[(size_t)r * Cc + c] *= sc[(size_t)(r / block[0]) * (size_t)bc + (size_t)(c / block[1])];
+                    buf[(size_t)r * Cc + c] *=
+                        sc[(size_t)(r / block[0]) * (size_t)bc + (size_t)(c / block[1])];
             return 0;
         }
     }
@@ -611,12 +624,12 @@ typedef struct {
     int n_info, n_map, n_lin;
     fp8t_param_info *info;
     fp8t_hf_tensor *map;
-    float *lin_x_scale;     /* [n_lin] max input_scale */
-    float *lin_w_amax;      /* [n_lin] amax of FP8 weights */
-    float *buf, *sc;        /* [maxn] one tensor in the HF layout, and its scales (at most one
+    float *lin_x_scale; /* [n_lin] max input_scale */
+    float *lin_w_amax;  /* [n_lin] amax of FP8 weights */
+    float *buf, *sc;    /* [maxn] one tensor in the HF layout, and its scales (at most one
                                per element) */
     size_t maxn;
-    int block[2];           /* quantization_config.weight_block_size, or 0 0 */
+    int block[2]; /* quantization_config.weight_block_size, or 0 0 */
     int n_fp8, n_fp8_block, n_inscale, n_dtype[FP8T_ST_DTYPE_COUNT];
 } hf_import;
 
@@ -630,8 +643,10 @@ static int read_hf_config(hf_import *im, char *err, size_t errlen) {
     size_t len;
     char e[FP8T_ERR_LEN];
     if (fp8t_read_file(cpath, &text, &len, e, sizeof(e)) != 0)
-        return fp8t_errorf(err, errlen, "%s: cannot read config.json (%s); a Hugging Face model "
-                           "directory holds config.json and model.safetensors", dir, e);
+        return fp8t_errorf(err, errlen,
+                           "%s: cannot read config.json (%s); a Hugging Face model "
+                           "directory holds config.json and model.safetensors",
+                           dir, e);
     cJSON *cfg = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(cfg)) {
@@ -648,9 +663,11 @@ static int read_hf_config(hf_import *im, char *err, size_t errlen) {
         const cJSON *qm = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
         const char *qms = cJSON_IsString(qm) ? qm->valuestring : "";
         if (strcmp(qms, "fp8") != 0) {
-            int rc = fp8t_errorf(err, errlen, "%s: quantization_config.quant_method \"%s\" is not "
-                                 "supported (only \"fp8\": F8_E4M3 weights with weight_scale_inv)",
-                                 cpath, qms);
+            int rc =
+                fp8t_errorf(err, errlen,
+                            "%s: quantization_config.quant_method \"%s\" is not "
+                            "supported (only \"fp8\": F8_E4M3 weights with weight_scale_inv)",
+                            cpath, qms);
             cJSON_Delete(cfg);
             return rc;
         }
@@ -722,15 +739,17 @@ static int import_tensor(hf_import *im, const fp8t_hf_tensor *ht, char *err, siz
         shape_str(want, sizeof(want), ht->ndim, ht->shape);
         const char *hint = ht->transform == FP8T_HF_TRANSPOSE
                                ? " (GPT-2 Conv1D weights are [in, out]: a transposed "
-                                 "nn.Linear layout would cause this)" : "";
-        return fp8t_errorf(err, errlen, "%s: tensor '%s' has shape %s but config.json implies %s%s",
-                    dir, ft.name, got, want, hint);
+                                 "nn.Linear layout would cause this)"
+                               : "";
+        return fp8t_errorf(err, errlen,
+                           "%s: tensor '%s' has shape %s but config.json implies %s%s", dir,
+                           ft.name, got, want, hint);
     }
     if (!is_float_dtype(t->dtype)) {
         return fp8t_errorf(err, errlen,
-                    "%s: tensor '%s' has dtype %s; weights must be F32, F16, BF16 or "
-                    "F8_E4M3/F8_E5M2 (with weight_scale_inv)",
-                    dir, ft.name, fp8t_st_dtype_name(t->dtype));
+                           "%s: tensor '%s' has dtype %s; weights must be F32, F16, BF16 or "
+                           "F8_E4M3/F8_E5M2 (with weight_scale_inv)",
+                           dir, ft.name, fp8t_st_dtype_name(t->dtype));
     }
     const size_t numel = t->numel;
     if (fp8t_st_read_f32(ft.file, ft.name, buf, numel, err, errlen) != 0) return -1;
@@ -744,9 +763,9 @@ static int import_tensor(hf_import *im, const fp8t_hf_tensor *ht, char *err, siz
     if (is_fp8) {
         if (ht->lin < 0) {
             return fp8t_errorf(err, errlen,
-                        "%s: tensor '%s' is FP8 but only linear-layer weights may be "
-                        "(embeddings, norms and biases must be F32/F16/BF16)",
-                        dir, ft.name);
+                               "%s: tensor '%s' is FP8 but only linear-layer weights may be "
+                               "(embeddings, norms and biases must be F32/F16/BF16)",
+                               dir, ft.name);
         }
         found_tensor fs;
         /* weight_scale_inv (DeepSeek/transformers naming); weight_scale is what vLLM's
@@ -756,9 +775,9 @@ static int import_tensor(hf_import *im, const fp8t_hf_tensor *ht, char *err, siz
         if (r < 0) return -1;
         if (r == 1) {
             return fp8t_errorf(err, errlen,
-                        "%s: FP8 tensor '%s' has no '%s.weight_scale_inv' to dequantize "
-                        "it with",
-                        dir, ft.name, module);
+                               "%s: FP8 tensor '%s' has no '%s.weight_scale_inv' to dequantize "
+                               "it with",
+                               dir, ft.name, module);
         }
         const int R = (int)ht->shape[0], Cc = ht->ndim == 2 ? (int)ht->shape[1] : 1;
         if (dequantize(buf, R, Cc, sc, fs.t, im->block, dir, ft.name, err, errlen) != 0)
@@ -781,8 +800,8 @@ static int import_tensor(hf_import *im, const fp8t_hf_tensor *ht, char *err, siz
     for (size_t j = 0; j < numel; j++)
         if (!isfinite(buf[j])) {
             return fp8t_errorf(err, errlen,
-                        "%s: tensor '%s' holds a non-finite value (%g at element %zu)", dir,
-                        ft.name, (double)buf[j], j);
+                               "%s: tensor '%s' holds a non-finite value (%g at element %zu)",
+                               dir, ft.name, (double)buf[j], j);
         }
     /* scatter into our layout */
     const fp8t_param_info *p = &im->info[ht->param];
@@ -851,11 +870,12 @@ static int check_unread(hf_import *im, char *err, size_t errlen) {
         }
     }
     if (n_unknown)
-        return fp8t_errorf(err, errlen,
-                           "%s: %d tensor(s) do not belong to the %s model that config.json "
-                           "describes: %s%s; check n_layer/num_hidden_layers and the architecture",
-                           im->dir, n_unknown, fp8t_arch_name(im->w->model.arch), unknown,
-                           n_unknown > 4 ? ", ..." : "");
+        return fp8t_errorf(
+            err, errlen,
+            "%s: %d tensor(s) do not belong to the %s model that config.json "
+            "describes: %s%s; check n_layer/num_hidden_layers and the architecture",
+            im->dir, n_unknown, fp8t_arch_name(im->w->model.arch), unknown,
+            n_unknown > 4 ? ", ..." : "");
     if (n_skipped) note(im->w, "ignored %d attention-mask/rotary buffers", n_skipped);
     return 0;
 }
@@ -869,12 +889,13 @@ static int finish_import(hf_import *im, char *err, size_t errlen) {
     fp8t_weights *w = im->w;
     const int *n_dtype = im->n_dtype;
     w->stored_dtype = n_dtype[FP8T_ST_F8_E4M3] + n_dtype[FP8T_ST_F8_E5M2] ? FP8T_EXPORT_FP8
-                      : n_dtype[FP8T_ST_F32] + n_dtype[FP8T_ST_F64] ? FP8T_EXPORT_FP32
-                                                                   : FP8T_EXPORT_BF16;
+                      : n_dtype[FP8T_ST_F32] + n_dtype[FP8T_ST_F64]       ? FP8T_EXPORT_FP32
+                                                                          : FP8T_EXPORT_BF16;
     if (im->n_fp8 && im->n_fp8_block)
-        note(w, "dequantized %d FP8 weight matrices with their weight_scale_inv (%d with %dx%d "
-             "block scales: the block rounding is now in the FP32 weights)", im->n_fp8,
-             im->n_fp8_block, im->block[0], im->block[1]);
+        note(w,
+             "dequantized %d FP8 weight matrices with their weight_scale_inv (%d with %dx%d "
+             "block scales: the block rounding is now in the FP32 weights)",
+             im->n_fp8, im->n_fp8_block, im->block[0], im->block[1]);
     else if (im->n_fp8)
         note(w, "dequantized %d FP8 weight matrices with their weight_scale_inv", im->n_fp8);
     if (!im->n_inscale) return 0;
@@ -920,7 +941,8 @@ int fp8t_import_hf(const char *dir, fp8t_weights *w, char *err, size_t errlen) {
         return -1;
     }
     int rc = open_import(&im, err, errlen);
-    for (int i = 0; rc == 0 && i < im.n_map; i++) rc = import_tensor(&im, &im.map[i], err, errlen);
+    for (int i = 0; rc == 0 && i < im.n_map; i++)
+        rc = import_tensor(&im, &im.map[i], err, errlen);
     if (rc == 0) rc = check_tied_head(&im, err, errlen);
     if (rc == 0) rc = check_unread(&im, err, errlen);
     if (rc == 0) rc = finish_import(&im, err, errlen);
@@ -957,8 +979,10 @@ int fp8t_weights_load(const char *src, fp8t_weights *w, char *err, size_t errlen
                                "%s is a run directory; give one of its checkpoints, e.g. "
                                "%s/checkpoints/step_N (ls %s/checkpoints)",
                                src, src, src);
-        return fp8t_errorf(err, errlen, "%s holds neither state.json (fp8train checkpoint) nor "
-                           "config.json (Hugging Face model)", src);
+        return fp8t_errorf(err, errlen,
+                           "%s holds neither state.json (fp8train checkpoint) nor "
+                           "config.json (Hugging Face model)",
+                           src);
     }
     /* a file inside a Hugging Face directory stands for the directory */
     size_t n = strlen(src);
@@ -966,8 +990,10 @@ int fp8t_weights_load(const char *src, fp8t_weights *w, char *err, size_t errlen
         (n >= 12 && !strcmp(src + n - 12, ".safetensors"))) {
         snprintf(path, sizeof(path), "%s", src);
         char *slash = strrchr(path, '/');
-        if (slash) *slash = 0;
-        else snprintf(path, sizeof(path), ".");
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(path, sizeof(path), ".");
         return fp8t_import_hf(path, w, err, errlen);
     }
     return fp8t_import_llmc(src, w, err, errlen);
@@ -1001,8 +1027,10 @@ int fp8t_weights_read_config(const char *src, fp8t_model_config *cfg, char *err,
             cJSON_Delete(o);
             char e[FP8T_ERR_LEN];
             if (rc == 0 && fp8t_model_config_check(cfg, e, sizeof(e)) != 0)
-                rc = fp8t_errorf(err, errlen, "%s: the model it describes is not valid for "
-                                 "fp8train: %s", path, e);
+                rc = fp8t_errorf(err, errlen,
+                                 "%s: the model it describes is not valid for "
+                                 "fp8train: %s",
+                                 path, e);
             return rc;
         }
     }
@@ -1015,8 +1043,8 @@ int fp8t_weights_read_config(const char *src, fp8t_model_config *cfg, char *err,
 
 /* ================================================================ to a training checkpoint */
 
-int fp8t_weights_save_checkpoint(const fp8t_weights *w, const char *dir, uint64_t seed,
-                                 char *err, size_t errlen) {
+int fp8t_weights_save_checkpoint(const fp8t_weights *w, const char *dir, uint64_t seed, char *err,
+                                 size_t errlen) {
     size_t total;
     fp8t_model_param_table(&w->model, NULL, &total);
     if (!w->params || total != w->num_params)
@@ -1050,7 +1078,8 @@ int fp8t_weights_save_checkpoint(const fp8t_weights *w, const char *dir, uint64_
     int rc;
     if (!ck.adam_m || !ck.adam_v || !ck.fp8_state)
         rc = fp8t_errorf(err, errlen, "import: out of memory");
-    else rc = fp8t_checkpoint_save(dir, &ck, err, errlen);
+    else
+        rc = fp8t_checkpoint_save(dir, &ck, err, errlen);
     free(ck.adam_m);
     free(ck.adam_v);
     free(fresh);

@@ -68,13 +68,18 @@ int fp8t_hf_tensor_map(const fp8t_model_config *cfg, fp8t_hf_tensor *map) {
     const int C = cfg->n_embd, mpl = fp8t_model_modules_per_layer(cfg);
     const int NH = cfg->n_head, HS = C / NH, NKV = cfg->n_kv_head > 0 ? cfg->n_kv_head : NH;
     char hf[128], ours[64];
-#define P(fmt_ours, ...) (snprintf(ours, sizeof(ours), fmt_ours, __VA_ARGS__), find(info, n, ours))
+#define P(fmt_ours, ...)                                                                         \
+    (snprintf(ours, sizeof(ours), fmt_ours, __VA_ARGS__), find(info, n, ours))
     if (cfg->arch == FP8T_ARCH_GPT2) {
         add(&b, info, find(info, n, "wte"), "transformer.wte.weight", FP8T_HF_COPY, 0, 0, -1);
         add(&b, info, find(info, n, "wpe"), "transformer.wpe.weight", FP8T_HF_COPY, 0, 0, -1);
         for (int l = 0; l < cfg->n_layer; l++) {
             /* ours, HF suffix, transform, linear slot (-1: not a linear weight) */
-            static const struct { const char *ours, *hf; fp8t_hf_transform tr; int slot; } G[] = {
+            static const struct {
+                const char *ours, *hf;
+                fp8t_hf_transform tr;
+                int slot;
+            } G[] = {
                 {"ln1.w", "ln_1.weight", FP8T_HF_COPY, -1},
                 {"ln1.b", "ln_1.bias", FP8T_HF_COPY, -1},
                 {"qkv.w", "attn.c_attn.weight", FP8T_HF_TRANSPOSE, 0},
@@ -178,9 +183,13 @@ const char *fp8t_export_dtype_name(fp8t_export_dtype d) {
 
 int fp8t_export_dtype_parse(fp8t_export_dtype *out, const char *s) {
     if (!s) return -1;
-    if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) *out = FP8T_EXPORT_BF16;
-    else if (!strcmp(s, "fp8") || !strcmp(s, "e4m3") || !strcmp(s, "fp8-e4m3")) *out = FP8T_EXPORT_FP8;
-    else if (!strcmp(s, "fp32") || !strcmp(s, "float32") || !strcmp(s, "f32")) *out = FP8T_EXPORT_FP32;
-    else return -1;
+    if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16"))
+        *out = FP8T_EXPORT_BF16;
+    else if (!strcmp(s, "fp8") || !strcmp(s, "e4m3") || !strcmp(s, "fp8-e4m3"))
+        *out = FP8T_EXPORT_FP8;
+    else if (!strcmp(s, "fp32") || !strcmp(s, "float32") || !strcmp(s, "f32"))
+        *out = FP8T_EXPORT_FP32;
+    else
+        return -1;
     return 0;
 }

@@ -54,9 +54,8 @@ static int open_with_header(const char *path, const char *what, uint8_t hdr[LLMC
     int fd = fp8t_open_regular(path, size, err, errlen);
     if (fd < 0) return -1;
     if (*size < LLMC_HEADER_BYTES) {
-        fp8t_errorf(err, errlen,
-                    "%s is not an %s: %llu bytes, smaller than the %d-byte header", path, what,
-                    (unsigned long long)*size, LLMC_HEADER_BYTES);
+        fp8t_errorf(err, errlen, "%s is not an %s: %llu bytes, smaller than the %d-byte header",
+                    path, what, (unsigned long long)*size, LLMC_HEADER_BYTES);
         close(fd);
         return -1;
     }
@@ -90,8 +89,10 @@ static int shard_read(const char *path, int want32, void **tokens, size_t *n, ch
     if (fd < 0) return -1;
     int32_t magic = header_int(hdr, 0), version = header_int(hdr, 1), count = header_int(hdr, 2);
     if (magic == LLMC_SHARD32_MAGIC && !want32) {
-        fp8t_errorf(err, errlen, "%s is an llm.c Llama-3 token shard (32-bit tokens); this "
-                    "reader takes GPT-2 shards (16-bit tokens) only", path);
+        fp8t_errorf(err, errlen,
+                    "%s is an llm.c Llama-3 token shard (32-bit tokens); this "
+                    "reader takes GPT-2 shards (16-bit tokens) only",
+                    path);
         goto fail;
     }
     if (magic != LLMC_SHARD_MAGIC && magic != LLMC_SHARD32_MAGIC) {
@@ -110,8 +111,8 @@ static int shard_read(const char *path, int want32, void **tokens, size_t *n, ch
         goto fail;
     }
     if (count < 0) {
-        fp8t_errorf(err, errlen, "%s: corrupt llm.c token shard: negative token count %d",
-                    path, count);
+        fp8t_errorf(err, errlen, "%s: corrupt llm.c token shard: negative token count %d", path,
+                    count);
         goto fail;
     }
     uint64_t body = size - LLMC_HEADER_BYTES;
@@ -144,10 +145,12 @@ static int shard_read(const char *path, int want32, void **tokens, size_t *n, ch
     if (want32 && !wide) { /* widen in place, from the end so nothing is overwritten unread */
         const uint16_t *src = buf;
         uint32_t *dst = buf;
-        for (size_t i = (size_t)count; i-- > 0;) dst[i] = fp8t_load_le16((const uint8_t *)(src + i));
+        for (size_t i = (size_t)count; i-- > 0;)
+            dst[i] = fp8t_load_le16((const uint8_t *)(src + i));
     } else if (wide) {
         uint32_t *t = buf;
-        for (size_t i = 0; i < (size_t)count; i++) t[i] = fp8t_load_le32((const uint8_t *)(t + i));
+        for (size_t i = 0; i < (size_t)count; i++)
+            t[i] = fp8t_load_le32((const uint8_t *)(t + i));
     }
     close(fd);
     *tokens = buf;
@@ -177,8 +180,10 @@ int fp8t_shard_write_u32(const char *path, const uint32_t *tokens, size_t n, cha
                          size_t errlen) {
     const char *p = path ? path : "(null)";
     if (n > (size_t)INT32_MAX)
-        return fp8t_errorf(err, errlen, "%s: %zu tokens do not fit one llm.c shard (at most "
-                           "%d; split them)", p, n, INT32_MAX);
+        return fp8t_errorf(err, errlen,
+                           "%s: %zu tokens do not fit one llm.c shard (at most "
+                           "%d; split them)",
+                           p, n, INT32_MAX);
     if (n > 0 && !tokens)
         return fp8t_errorf(err, errlen, "%s: no tokens given for a shard of %zu", p, n);
     uint8_t hdr[LLMC_HEADER_BYTES] = {0};
@@ -284,9 +289,8 @@ int fp8t_llmc_gpt2_read(const char *path, fp8t_llmc_gpt2 *out, char *err, size_t
     float *params = NULL;
     uint16_t *chunk = NULL;
     if (magic != LLMC_GPT2_MAGIC) {
-        fp8t_errorf(err, errlen,
-                    "%s is not an llm.c GPT-2 checkpoint (magic %d, expected %d)%s", path,
-                    magic, LLMC_GPT2_MAGIC, magic_hint(magic));
+        fp8t_errorf(err, errlen, "%s is not an llm.c GPT-2 checkpoint (magic %d, expected %d)%s",
+                    path, magic, LLMC_GPT2_MAGIC, magic_hint(magic));
         goto fail;
     }
     if (version != 3 && version != 5) {
@@ -380,8 +384,8 @@ int fp8t_llmc_gpt2_write(const char *path, const fp8t_llmc_gpt2 *ck, int version
                          ck->channels, ck->padded_vocab_size, &count, &why) != 0) {
         fp8t_errorf(err, errlen,
                     "%s: invalid GPT-2 config (maxT=%d V=%d L=%d NH=%d C=%d Vp=%d): %s", p,
-                    ck->max_seq_len, ck->vocab_size, ck->num_layers, ck->num_heads,
-                    ck->channels, ck->padded_vocab_size, why);
+                    ck->max_seq_len, ck->vocab_size, ck->num_layers, ck->num_heads, ck->channels,
+                    ck->padded_vocab_size, why);
         return -1;
     }
     if (ck->num_params != count || !ck->params) {

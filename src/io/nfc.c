@@ -13,8 +13,17 @@
 #define N_ROWS(t) (sizeof(t) / sizeof((t)[0]))
 #define INVALID_BYTE 0x80000000u /* a byte of invalid UTF-8, kept as it is: flag | byte */
 
-enum { SBASE = 0xAC00, LBASE = 0x1100, VBASE = 0x1161, TBASE = 0x11A7, LCOUNT = 19,
-       VCOUNT = 21, TCOUNT = 28, NCOUNT = VCOUNT * TCOUNT, SCOUNT = LCOUNT * NCOUNT };
+enum {
+    SBASE = 0xAC00,
+    LBASE = 0x1100,
+    VBASE = 0x1161,
+    TBASE = 0x11A7,
+    LCOUNT = 19,
+    VCOUNT = 21,
+    TCOUNT = 28,
+    NCOUNT = VCOUNT * TCOUNT,
+    SCOUNT = LCOUNT * NCOUNT
+};
 
 /* Row of table t (rows of `width` uint32, sorted by the first column) with first column cp. */
 static const uint32_t *find_row(const uint32_t *t, size_t rows, size_t width, uint32_t cp) {
@@ -23,8 +32,10 @@ static const uint32_t *find_row(const uint32_t *t, size_t rows, size_t width, ui
         size_t mid = (lo + hi) / 2;
         uint32_t v = t[mid * width];
         if (v == cp) return t + mid * width;
-        if (v < cp) lo = mid + 1;
-        else hi = mid;
+        if (v < cp)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -40,8 +51,10 @@ static int unsafe(uint32_t cp) {
     size_t lo = 0, hi = N_ROWS(NFC_UNSAFE);
     while (lo < hi) { /* the last range starting at or before cp */
         size_t mid = (lo + hi) / 2;
-        if (NFC_UNSAFE[mid][0] <= cp) lo = mid + 1;
-        else hi = mid;
+        if (NFC_UNSAFE[mid][0] <= cp)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo > 0 && cp <= NFC_UNSAFE[lo - 1][1];
 }
@@ -59,8 +72,10 @@ static uint32_t compose(uint32_t a, uint32_t b) {
         size_t mid = (lo + hi) / 2;
         const uint32_t *r = NFC_COMPOSE[mid];
         if (r[0] == a && r[1] == b) return r[2];
-        if (r[0] < a || (r[0] == a && r[1] < b)) lo = mid + 1;
-        else hi = mid;
+        if (r[0] < a || (r[0] == a && r[1] < b))
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return 0;
 }
@@ -95,7 +110,8 @@ static void decompose(cps *c, uint32_t cp) {
         return;
     }
     const uint32_t *r = cp >= 0xC0 && !(cp & INVALID_BYTE)
-                            ? find_row(&NFC_DECOMP[0][0], N_ROWS(NFC_DECOMP), 3, cp) : NULL;
+                            ? find_row(&NFC_DECOMP[0][0], N_ROWS(NFC_DECOMP), 3, cp)
+                            : NULL;
     if (!r) {
         push(c, cp);
         return;
@@ -106,8 +122,11 @@ static void decompose(cps *c, uint32_t cp) {
 
 static int utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
     unsigned c = s[0];
-    int len = c < 0x80 ? 1 : c >= 0xF0 && c < 0xF8 ? 4 : c >= 0xE0 ? (c < 0xF0 ? 3 : 0)
-              : c >= 0xC2 ? 2 : 0;
+    int len = c < 0x80                ? 1
+              : c >= 0xF0 && c < 0xF8 ? 4
+              : c >= 0xE0             ? (c < 0xF0 ? 3 : 0)
+              : c >= 0xC2             ? 2
+                                      : 0;
     if (!len || (size_t)len > n) {
         *cp = INVALID_BYTE | c;
         return 1;
@@ -121,7 +140,8 @@ static int utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
         v = v << 6 | (s[i] & 0x3F);
     }
     /* overlong forms, surrogates and values past U+10FFFF are not valid UTF-8 either */
-    if ((len == 3 && (v < 0x800 || (v >= 0xD800 && v < 0xE000))) || (len == 4 && (v < 0x10000 || v > 0x10FFFF))) {
+    if ((len == 3 && (v < 0x800 || (v >= 0xD800 && v < 0xE000))) ||
+        (len == 4 && (v < 0x10000 || v > 0x10FFFF))) {
         *cp = INVALID_BYTE | c;
         return 1;
     }
@@ -197,8 +217,10 @@ int fp8t_nfc(const char *text, size_t n, char **out, size_t *outn, size_t *cap) 
     size_t k = 0;
     for (size_t j = 0; j < c.n; j++) {
         uint32_t v = c.v[j];
-        if (v & INVALID_BYTE) o[k++] = (unsigned char)(v & 0xFF);
-        else if (v < 0x80) o[k++] = (unsigned char)v;
+        if (v & INVALID_BYTE)
+            o[k++] = (unsigned char)(v & 0xFF);
+        else if (v < 0x80)
+            o[k++] = (unsigned char)v;
         else if (v < 0x800) {
             o[k++] = (unsigned char)(0xC0 | v >> 6);
             o[k++] = (unsigned char)(0x80 | (v & 0x3F));

@@ -22,8 +22,8 @@
 static const struct {
     char kind; /* numpy type character */
     size_t size;
-} npy_types[] = {{'f', 2}, {'f', 4}, {'f', 8}, {'i', 1}, {'i', 2}, {'i', 4}, {'i', 8},
-                 {'u', 1}, {'u', 2}, {'u', 4}, {'u', 8}, {'b', 1}};
+} npy_types[] = {{'f', 2}, {'f', 4}, {'f', 8}, {'i', 1}, {'i', 2}, {'i', 4},
+                 {'i', 8}, {'u', 1}, {'u', 2}, {'u', 4}, {'u', 8}, {'b', 1}};
 #define NPY_TYPE_LIST "<f2 <f4 <f8 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 |b1"
 
 /* Normalizes descr to its canonical spelling ("<f4", "|u1") and gives the element size.
@@ -152,9 +152,12 @@ static int parse_string(cursor *c, char *out, size_t outlen) {
 static int parse_bool(cursor *c, int *v) {
     skip_ws(c);
     size_t left = (size_t)(c->end - c->p);
-    if (left >= 4 && memcmp(c->p, "True", 4) == 0) *v = 1, c->p += 4;
-    else if (left >= 5 && memcmp(c->p, "False", 5) == 0) *v = 0, c->p += 5;
-    else return -1;
+    if (left >= 4 && memcmp(c->p, "True", 4) == 0)
+        *v = 1, c->p += 4;
+    else if (left >= 5 && memcmp(c->p, "False", 5) == 0)
+        *v = 0, c->p += 5;
+    else
+        return -1;
     return 0;
 }
 
@@ -220,8 +223,8 @@ int fp8t_npy_read(const char *path, char descr[16], int *ndim, int64_t shape[8],
     got = fp8t_read_full(fd, pre + 8, len_bytes);
     if (got < 0) goto io_error;
     if ((size_t)got < len_bytes) {
-        fp8t_errorf(err, errlen, "%s: truncated .npy file (%llu bytes, no header length)",
-                    path, (unsigned long long)size);
+        fp8t_errorf(err, errlen, "%s: truncated .npy file (%llu bytes, no header length)", path,
+                    (unsigned long long)size);
         goto fail;
     }
     uint64_t prefix_len = 8 + len_bytes;
@@ -269,7 +272,8 @@ int fp8t_npy_read(const char *path, char descr[16], int *ndim, int64_t shape[8],
         }
         if (strcmp(key, "descr") == 0 && !have_descr) {
             if (parse_string(&c, dval, sizeof dval) != 0) {
-                bad = "'descr' must be a short quoted string (structured dtypes are not supported)";
+                bad =
+                    "'descr' must be a short quoted string (structured dtypes are not supported)";
                 goto bad_header;
             }
             have_descr = 1;

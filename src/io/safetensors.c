@@ -65,10 +65,14 @@ static int utf8_valid(const unsigned char *s, size_t n) {
         }
         int len;
         unsigned min;
-        if ((c & 0xE0) == 0xC0) len = 2, min = 0x80, c &= 0x1F;
-        else if ((c & 0xF0) == 0xE0) len = 3, min = 0x800, c &= 0x0F;
-        else if ((c & 0xF8) == 0xF0) len = 4, min = 0x10000, c &= 0x07;
-        else return 0;
+        if ((c & 0xE0) == 0xC0)
+            len = 2, min = 0x80, c &= 0x1F;
+        else if ((c & 0xF0) == 0xE0)
+            len = 3, min = 0x800, c &= 0x0F;
+        else if ((c & 0xF8) == 0xF0)
+            len = 4, min = 0x10000, c &= 0x07;
+        else
+            return 0;
         if (n - i < (size_t)len) return 0;
         for (int k = 1; k < len; k++) {
             if ((s[i + k] & 0xC0) != 0x80) return 0;
@@ -106,7 +110,7 @@ struct fp8t_st_file {
     uint64_t data_len;
     fp8t_st_tensor *tensors; /* [count], in header order */
     int count;
-    int *by_name; /* [count] tensor indices sorted by name, for fp8t_st_find */
+    int *by_name;                    /* [count] tensor indices sorted by name, for fp8t_st_find */
     char **meta_keys, **meta_values; /* [meta_count] */
     int meta_count;
 };
@@ -151,8 +155,8 @@ static const cJSON *json_unique_field(const cJSON *obj, const char *key, int *du
 static int st_parse_metadata(fp8t_st_file *f, const cJSON *meta, char *err, size_t errlen) {
     if (!cJSON_IsObject(meta)) {
         fp8t_errorf(err, errlen,
-                    "%s: \"__metadata__\" must be an object of string values, got %s",
-                    f->path, json_kind(meta));
+                    "%s: \"__metadata__\" must be an object of string values, got %s", f->path,
+                    json_kind(meta));
         return -1;
     }
     int n = cJSON_GetArraySize(meta);
@@ -170,8 +174,8 @@ static int st_parse_metadata(fp8t_st_file *f, const cJSON *meta, char *err, size
         }
         for (int i = 0; i < f->meta_count; i++)
             if (strcmp(f->meta_keys[i], c->string) == 0) {
-                fp8t_errorf(err, errlen, "%s: __metadata__ key \"%.200s\" appears twice",
-                            f->path, c->string);
+                fp8t_errorf(err, errlen, "%s: __metadata__ key \"%.200s\" appears twice", f->path,
+                            c->string);
                 return -1;
             }
         f->meta_keys[f->meta_count] = strdup(c->string);
@@ -261,9 +265,10 @@ static int st_parse_tensor(const fp8t_st_file *f, const cJSON *e, fp8t_st_tensor
                     path, name, json_kind(offs));
         return -1;
     }
-    if (json_to_u64(offs->child, &t->begin) != 0 || json_to_u64(offs->child->next, &t->end) != 0) {
-        fp8t_errorf(err, errlen,
-                    "%s: tensor '%s': data_offsets must be non-negative integers", path, name);
+    if (json_to_u64(offs->child, &t->begin) != 0 ||
+        json_to_u64(offs->child->next, &t->end) != 0) {
+        fp8t_errorf(err, errlen, "%s: tensor '%s': data_offsets must be non-negative integers",
+                    path, name);
         return -1;
     }
     if (t->begin > t->end || t->end > f->data_len) {
@@ -285,8 +290,8 @@ static int st_parse_tensor(const fp8t_st_file *f, const cJSON *e, fp8t_st_tensor
     }
     return 0;
 duplicate_field:
-    fp8t_errorf(err, errlen, "%s: tensor '%s': a field appears twice in its header entry",
-                path, name);
+    fp8t_errorf(err, errlen, "%s: tensor '%s': a field appears twice in its header entry", path,
+                name);
     return -1;
 }
 
@@ -445,9 +450,8 @@ int fp8t_st_open(fp8t_st_file **out, const char *path, char *err, size_t errlen)
         goto fail;
     }
     if (n < 2) {
-        fp8t_errorf(err, errlen,
-                    "%s: safetensors header length %llu cannot hold a JSON object", path,
-                    (unsigned long long)n);
+        fp8t_errorf(err, errlen, "%s: safetensors header length %llu cannot hold a JSON object",
+                    path, (unsigned long long)n);
         goto fail;
     }
     f->data = f->map + 8 + n;
@@ -474,8 +478,10 @@ const fp8t_st_tensor *fp8t_st_find(const fp8t_st_file *f, const char *name) {
         const fp8t_st_tensor *t = &f->tensors[f->by_name[mid]];
         int c = strcmp(name, t->name);
         if (c == 0) return t;
-        if (c < 0) hi = mid - 1;
-        else lo = mid + 1;
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
     }
     return NULL;
 }
@@ -504,8 +510,10 @@ static float f16_decode(uint16_t h) {
         float v = (float)man * 0x1p-24f;
         return sign ? -v : v;
     }
-    if (exp == 31) bits = sign | 0x7F800000u | (man << 13); /* Inf / NaN (payload kept) */
-    else bits = sign | ((exp + 112u) << 23) | (man << 13);  /* rebias 15 -> 127 */
+    if (exp == 31)
+        bits = sign | 0x7F800000u | (man << 13); /* Inf / NaN (payload kept) */
+    else
+        bits = sign | ((exp + 112u) << 23) | (man << 13); /* rebias 15 -> 127 */
     float v;
     memcpy(&v, &bits, sizeof v);
     return v;
@@ -519,16 +527,16 @@ static void format_shape(char *buf, size_t n, const fp8t_st_tensor *t) {
     if (used < n) snprintf(buf + used, n - used, "]");
 }
 
-int fp8t_st_read_f32(const fp8t_st_file *f, const char *name, float *out, size_t numel,
-                     char *err, size_t errlen) {
+int fp8t_st_read_f32(const fp8t_st_file *f, const char *name, float *out, size_t numel, char *err,
+                     size_t errlen) {
     if (!f || !name) {
         fp8t_errorf(err, errlen, "fp8t_st_read_f32: no file or no tensor name given");
         return -1;
     }
     const fp8t_st_tensor *t = fp8t_st_find(f, name);
     if (!t) {
-        fp8t_errorf(err, errlen, "%s: tensor '%s' not found (the file holds %d tensors)",
-                    f->path, name, f->count);
+        fp8t_errorf(err, errlen, "%s: tensor '%s' not found (the file holds %d tensors)", f->path,
+                    name, f->count);
         return -1;
     }
     if (t->numel != numel) {
@@ -613,8 +621,8 @@ void fp8t_st_writer_free(fp8t_st_writer *w) {
     free(w);
 }
 
-__attribute__((format(printf, 2, 3))) static void writer_fail(fp8t_st_writer *w,
-                                                               const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static void writer_fail(fp8t_st_writer *w, const char *fmt,
+                                                              ...) {
     if (w->err[0]) return; /* keep the first error: later ones are usually consequences */
     va_list ap;
     va_start(ap, fmt);
@@ -793,13 +801,16 @@ static void sb_putu64(strbuf *b, uint64_t v) {
 static void sb_json_string(strbuf *b, const char *s) {
     sb_putn(b, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"') sb_putn(b, "\\\"", 2);
-        else if (*p == '\\') sb_putn(b, "\\\\", 2);
+        if (*p == '"')
+            sb_putn(b, "\\\"", 2);
+        else if (*p == '\\')
+            sb_putn(b, "\\\\", 2);
         else if (*p < 0x20) {
             char tmp[8];
             snprintf(tmp, sizeof tmp, "\\u%04x", *p);
             sb_putn(b, tmp, 6);
-        } else sb_putn(b, (const char *)p, 1);
+        } else
+            sb_putn(b, (const char *)p, 1);
     }
     sb_putn(b, "\"", 1);
 }

@@ -27,11 +27,11 @@ typedef struct {
 struct fp8t_tb_writer {
     int fd;
     char path[1280];
-    int failed;            /* a write failed: the file may end in a partial record */
-    int oom;               /* fp8t_tb_add ran out of memory since the last write */
-    tb_scalar *q;          /* queued scalars of the coming step */
+    int failed;   /* a write failed: the file may end in a partial record */
+    int oom;      /* fp8t_tb_add ran out of memory since the last write */
+    tb_scalar *q; /* queued scalars of the coming step */
     size_t nq, capq;
-    uint8_t *buf;          /* framing buffer, grown as needed */
+    uint8_t *buf; /* framing buffer, grown as needed */
     size_t cap;
 };
 
@@ -68,9 +68,7 @@ uint32_t fp8t_crc32c(const void *data, size_t n) {
 
 /* TFRecord stores a rotated and offset CRC, so that a CRC computed over data that itself
  * holds CRCs does not degenerate. */
-uint32_t fp8t_tfrecord_mask(uint32_t crc) {
-    return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
-}
+uint32_t fp8t_tfrecord_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u; }
 
 static void put_le32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -86,9 +84,10 @@ static int write_all(fp8t_tb_writer *w, const uint8_t *p, size_t n, char *err, s
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
             w->failed = 1;
-            return fp8t_errorf(err, errlen, "cannot write TensorBoard events to %s: %s (free "
-                               "space there or drop --tensorboard)", w->path,
-                               k < 0 ? strerror(errno) : "nothing written");
+            return fp8t_errorf(err, errlen,
+                               "cannot write TensorBoard events to %s: %s (free "
+                               "space there or drop --tensorboard)",
+                               w->path, k < 0 ? strerror(errno) : "nothing written");
         }
         p += k;
         n -= (size_t)k;
@@ -98,13 +97,15 @@ static int write_all(fp8t_tb_writer *w, const uint8_t *p, size_t n, char *err, s
 
 /* Frame and write one Event. */
 static int write_event(fp8t_tb_writer *w, const Fp8tTb__Event *ev, char *err, size_t errlen) {
-    if (w->failed)
-        return fp8t_errorf(err, errlen, "%s: an earlier write failed", w->path);
+    if (w->failed) return fp8t_errorf(err, errlen, "%s: an earlier write failed", w->path);
     size_t len = fp8t_tb__event__get_packed_size(ev), need = len + 16;
     if (need > w->cap) {
         uint8_t *b = realloc(w->buf, need);
-        if (!b) return fp8t_errorf(err, errlen, "out of memory for a %zu-byte TensorBoard "
-                                   "event", len);
+        if (!b)
+            return fp8t_errorf(err, errlen,
+                               "out of memory for a %zu-byte TensorBoard "
+                               "event",
+                               len);
         w->buf = b;
         w->cap = need;
     }
@@ -149,14 +150,15 @@ fp8t_tb_writer *fp8t_tb_open(const char *dir, char *err, size_t errlen) {
      * directory in name order, so the time in the name orders a resumed run after the run it
      * resumes. The host tells apart the files of runs on several machines. */
     char host[256] = "localhost";
-    if (gethostname(host, sizeof(host)) != 0 || !host[0]) snprintf(host, sizeof(host), "localhost");
+    if (gethostname(host, sizeof(host)) != 0 || !host[0])
+        snprintf(host, sizeof(host), "localhost");
     host[sizeof(host) - 1] = 0;
     for (char *c = host; *c; c++)
         if (*c == '/') *c = '_';
     const long long now = (long long)time(NULL);
     for (int n = 0; n < 1000 && w->fd < 0; n++) {
-        int k = n == 0 ? snprintf(w->path, sizeof(w->path), "%s/events.out.tfevents.%lld.%s",
-                                  dir, now, host)
+        int k = n == 0 ? snprintf(w->path, sizeof(w->path), "%s/events.out.tfevents.%lld.%s", dir,
+                                  now, host)
                        : snprintf(w->path, sizeof(w->path), "%s/events.out.tfevents.%lld.%s.%d",
                                   dir, now, host, n);
         if (k < 0 || (size_t)k >= sizeof(w->path)) {

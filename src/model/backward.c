@@ -38,17 +38,16 @@ static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
     linear_backward_gelu(m, lin0 + 2, a->dc1, g->fc1_w, g->fc1_b, a->dh2, a->dh1, fch,
                          fch_has_bias ? NULL : p->fc1_b, v.ln2, p->fc1_w, N, C, H);
     /* dres becomes d(res2): the skip path plus the norm's contribution */
-    ops->layernorm_backward(be, a->dres, g->ln2_w, g->ln2_b, a->dc1, res2, p->ln2_w,
-                            v.ln2_mean, v.ln2_rstd, N, C);
+    ops->layernorm_backward(be, a->dres, g->ln2_w, g->ln2_b, a->dc1, res2, p->ln2_w, v.ln2_mean,
+                            v.ln2_rstd, N, C);
     /* attention */
-    linear_backward(m, lin0 + 1, a->dc1, g->proj_w, g->proj_b, a->dres, atty, p->proj_w, N, C,
-                    C);
+    linear_backward(m, lin0 + 1, a->dc1, g->proj_w, g->proj_b, a->dres, atty, p->proj_w, N, C, C);
     ops->attention_backward(be, a->dqkv, a->dc1, qkv, model_attn_saved_for_backward(m, l), atty,
                             v.lse, &v.attn);
     linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, g->qkv_b, a->dqkv, v.ln1, p->qkv_w, N, C,
                     3 * C);
-    ops->layernorm_backward(be, a->dres, g->ln1_w, g->ln1_b, a->dc1, res_in, p->ln1_w,
-                            v.ln1_mean, v.ln1_rstd, N, C);
+    ops->layernorm_backward(be, a->dres, g->ln1_w, g->ln1_b, a->dc1, res_in, p->ln1_w, v.ln1_mean,
+                            v.ln1_rstd, N, C);
 }
 
 static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
@@ -67,8 +66,7 @@ static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
     const float *res2 = model_save_restore(m, l, SV_RES2);
 
     /* SwiGLU MLP: dres holds d(res3) = d(down output) */
-    linear_backward(m, lin0 + 4, a->dh1, g->down_w, NULL, a->dres, v.fch_act, p->down_w, N, H,
-                    C);
+    linear_backward(m, lin0 + 4, a->dh1, g->down_w, NULL, a->dres, v.fch_act, p->down_w, N, H, C);
     ops->swiglu_backward(be, a->dh2, a->dh3, a->dh1, gate, up, v.NH_);
     /* reverse execution order: up, then gate */
     linear_backward(m, lin0 + 3, a->dc1, g->up_w, NULL, a->dh3, v.ln2, p->up_w, N, C, H);
@@ -119,8 +117,8 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
         /* the BF16 dlogits the forward wrote (softmax_xent_bf16) and their amax */
         const float r = dloss == m->xent_dloss ? 1.0f : dloss / m->xent_dloss;
         const fp8t_bf16_operand dy = {(const uint16_t *)m->h16[0].p, N, V};
-        linear_backward_bf16_dy(m, head, a->dc1, model_head_w(&m->g), &dy, m->scalars + 2,
-                                a->lnf, model_head_w(&m->p), N, C, V, r);
+        linear_backward_bf16_dy(m, head, a->dc1, model_head_w(&m->g), &dy, m->scalars + 2, a->lnf,
+                                model_head_w(&m->p), N, C, V, r);
         m->logits_missing = 1; /* a->logits has its rows pad(V) apart: rebuilt when read */
     } else if (m->xent_fused && dloss != m->xent_dloss && model_restore_logits(m) != 0) {
         ops->scale(be, a->logits, dloss / m->xent_dloss, (size_t)N * V);
@@ -141,8 +139,8 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
                         model_head_w(&m->p), N, C, V);
     ops->zero(be, a->dres, NC * sizeof(float));
     /* the final norm's input: the last layer's res3 (restored from its BF16 copy) */
-    const float *res = c->n_layer > 0 ? model_save_restore(m, c->n_layer - 1, SV_RES3)
-                                      : a->encoded;
+    const float *res =
+        c->n_layer > 0 ? model_save_restore(m, c->n_layer - 1, SV_RES3) : a->encoded;
     if (c->arch == FP8T_ARCH_GPT2)
         ops->layernorm_backward(be, a->dres, m->g.lnf_w, m->g.lnf_b, a->dc1, res, m->p.lnf_w,
                                 a->lnf_mean, a->lnf_rstd, N, C);
@@ -154,8 +152,10 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
     for (int l = c->n_layer - 1; l >= 0; l--) {
         /* ln1's input: the previous layer's res3 (its scratch is free again by now) */
         const float *res_in = l == 0 ? a->encoded : model_save_restore(m, l - 1, SV_RES3);
-        if (c->arch == FP8T_ARCH_GPT2) gpt2_block_backward(m, l, res_in);
-        else llama_block_backward(m, l, res_in);
+        if (c->arch == FP8T_ARCH_GPT2)
+            gpt2_block_backward(m, l, res_in);
+        else
+            llama_block_backward(m, l, res_in);
         if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, l);
     }
     ops->embedding_backward(be, m->g.wte, c->arch == FP8T_ARCH_GPT2 ? m->g.wpe : NULL, a->dres,

@@ -13,29 +13,92 @@ typedef struct {
 } preset;
 
 static const preset PRESETS[] = {
-    {"tiny", {.arch = FP8T_ARCH_GPT2, .n_layer = 4, .n_embd = 128, .n_head = 4, .seq_len = 128,
-        .vocab_size = 256, .mlp_hidden = 512, .rope_theta = 10000.0f, .norm_eps = 1e-5f}},
+    {"tiny",
+     {.arch = FP8T_ARCH_GPT2,
+      .n_layer = 4,
+      .n_embd = 128,
+      .n_head = 4,
+      .seq_len = 128,
+      .vocab_size = 256,
+      .mlp_hidden = 512,
+      .rope_theta = 10000.0f,
+      .norm_eps = 1e-5f}},
     /* SwiGLU hidden ~ 8C/3 rounded up to a multiple of 128, as Llama does */
-    {"tiny-llama", {.arch = FP8T_ARCH_LLAMA, .n_layer = 4, .n_embd = 128, .n_head = 4, .seq_len = 128,
-        .vocab_size = 256, .mlp_hidden = 384, .rope_theta = 10000.0f, .norm_eps = 1e-5f}},
-    {"gpt2-124m", {.arch = FP8T_ARCH_GPT2, .n_layer = 12, .n_embd = 768, .n_head = 12, .seq_len = 1024,
-        .vocab_size = 50257, .mlp_hidden = 3072, .rope_theta = 10000.0f, .norm_eps = 1e-5f}},
-    {"gpt2-350m", {.arch = FP8T_ARCH_GPT2, .n_layer = 24, .n_embd = 1024, .n_head = 16, .seq_len = 1024,
-        .vocab_size = 50257, .mlp_hidden = 4096, .rope_theta = 10000.0f, .norm_eps = 1e-5f}},
-    {"gpt2-1.5b", {.arch = FP8T_ARCH_GPT2, .n_layer = 48, .n_embd = 1600, .n_head = 25, .seq_len = 1024,
-        .vocab_size = 50257, .mlp_hidden = 6400, .rope_theta = 10000.0f, .norm_eps = 1e-5f}},
+    {"tiny-llama",
+     {.arch = FP8T_ARCH_LLAMA,
+      .n_layer = 4,
+      .n_embd = 128,
+      .n_head = 4,
+      .seq_len = 128,
+      .vocab_size = 256,
+      .mlp_hidden = 384,
+      .rope_theta = 10000.0f,
+      .norm_eps = 1e-5f}},
+    {"gpt2-124m",
+     {.arch = FP8T_ARCH_GPT2,
+      .n_layer = 12,
+      .n_embd = 768,
+      .n_head = 12,
+      .seq_len = 1024,
+      .vocab_size = 50257,
+      .mlp_hidden = 3072,
+      .rope_theta = 10000.0f,
+      .norm_eps = 1e-5f}},
+    {"gpt2-350m",
+     {.arch = FP8T_ARCH_GPT2,
+      .n_layer = 24,
+      .n_embd = 1024,
+      .n_head = 16,
+      .seq_len = 1024,
+      .vocab_size = 50257,
+      .mlp_hidden = 4096,
+      .rope_theta = 10000.0f,
+      .norm_eps = 1e-5f}},
+    {"gpt2-1.5b",
+     {.arch = FP8T_ARCH_GPT2,
+      .n_layer = 48,
+      .n_embd = 1600,
+      .n_head = 25,
+      .seq_len = 1024,
+      .vocab_size = 50257,
+      .mlp_hidden = 6400,
+      .rope_theta = 10000.0f,
+      .norm_eps = 1e-5f}},
     /* Llama-3.2-1B's shape: 8 KV heads, tied head, llama3 RoPE scaling (factor 32) */
-    {"llama-1b", {.arch = FP8T_ARCH_LLAMA, .n_layer = 16, .n_embd = 2048, .n_head = 32, .seq_len = 2048,
-        .vocab_size = 128256, .mlp_hidden = 8192, .rope_theta = 500000.0f, .norm_eps = 1e-5f,
-        .n_kv_head = 8,
-        .rope_scaling = {.type = FP8T_ROPE_LLAMA3, .factor = 32.0f, .low_freq_factor = 1.0f,
-                         .high_freq_factor = 4.0f, .original_max_pos = 8192}}},
+    {"llama-1b",
+     {.arch = FP8T_ARCH_LLAMA,
+      .n_layer = 16,
+      .n_embd = 2048,
+      .n_head = 32,
+      .seq_len = 2048,
+      .vocab_size = 128256,
+      .mlp_hidden = 8192,
+      .rope_theta = 500000.0f,
+      .norm_eps = 1e-5f,
+      .n_kv_head = 8,
+      .rope_scaling = {.type = FP8T_ROPE_LLAMA3,
+                       .factor = 32.0f,
+                       .low_freq_factor = 1.0f,
+                       .high_freq_factor = 4.0f,
+                       .original_max_pos = 8192}}},
     /* Llama-3.1-8B's shape (for memory planning): 8 KV heads, untied head, factor 8 */
-    {"llama3-8b", {.arch = FP8T_ARCH_LLAMA, .n_layer = 32, .n_embd = 4096, .n_head = 32, .seq_len = 8192,
-        .vocab_size = 128256, .mlp_hidden = 14336, .rope_theta = 500000.0f, .norm_eps = 1e-5f,
-        .n_kv_head = 8, .untied_head = 1,
-        .rope_scaling = {.type = FP8T_ROPE_LLAMA3, .factor = 8.0f, .low_freq_factor = 1.0f,
-                         .high_freq_factor = 4.0f, .original_max_pos = 8192}}},
+    {"llama3-8b",
+     {.arch = FP8T_ARCH_LLAMA,
+      .n_layer = 32,
+      .n_embd = 4096,
+      .n_head = 32,
+      .seq_len = 8192,
+      .vocab_size = 128256,
+      .mlp_hidden = 14336,
+      .rope_theta = 500000.0f,
+      .norm_eps = 1e-5f,
+      .n_kv_head = 8,
+      .untied_head = 1,
+      .rope_scaling = {.type = FP8T_ROPE_LLAMA3,
+                       .factor = 8.0f,
+                       .low_freq_factor = 1.0f,
+                       .high_freq_factor = 4.0f,
+                       .original_max_pos = 8192}}},
 };
 #define N_PRESETS ((int)(sizeof(PRESETS) / sizeof(PRESETS[0])))
 
@@ -72,8 +135,8 @@ int fp8t_arch_parse(fp8t_arch *out, const char *s) {
 }
 
 const char *fp8t_tensor_kind_name(fp8t_tensor_kind k) {
-    static const char *names[FP8T_T_COUNT] = {"input", "weight", "grad_output",
-                                              "output", "dgrad", "wgrad"};
+    static const char *names[FP8T_T_COUNT] = {"input",  "weight", "grad_output",
+                                              "output", "dgrad",  "wgrad"};
     return (k >= 0 && k < FP8T_T_COUNT) ? names[k] : "unknown";
 }
 
@@ -98,17 +161,16 @@ int fp8t_model_qkv_dim(const fp8t_model_config *c) {
 #define MAX_DIM (1 << 20)
 
 int fp8t_model_config_check(const fp8t_model_config *c, char *err, size_t errlen) {
-#define BAD(...)                                                                              \
-    do {                                                                                      \
+#define BAD(...)                                                                                 \
+    do {                                                                                         \
         if (err && errlen) fp8t_errorf(err, errlen, __VA_ARGS__);                                \
-        return -1;                                                                            \
+        return -1;                                                                               \
     } while (0)
     if (!c) BAD("model config is NULL");
     if (c->arch != FP8T_ARCH_GPT2 && c->arch != FP8T_ARCH_LLAMA)
         BAD("model.arch = %d is not a known architecture (expected gpt2 or llama)", (int)c->arch);
     if (c->n_layer <= 0) BAD("model.n_layer = %d must be positive", c->n_layer);
-    int max_layers = (FP8T_MAX_PARAM_TENSORS - tensors_outside_layers(c)) /
-                     tensors_per_layer(c);
+    int max_layers = (FP8T_MAX_PARAM_TENSORS - tensors_outside_layers(c)) / tensors_per_layer(c);
     if (c->n_layer > max_layers)
         BAD("model.n_layer = %d is too large: at most %d layers fit the %d-tensor parameter "
             "table of the %s architecture",
@@ -135,7 +197,8 @@ int fp8t_model_config_check(const fp8t_model_config *c, char *err, size_t errlen
     if (c->arch == FP8T_ARCH_LLAMA && (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta)))
         BAD("model.rope_theta = %g must be a positive finite number (e.g. 10000)",
             (double)c->rope_theta);
-    if (c->n_kv_head < 0 || c->n_kv_head > c->n_head || (c->n_kv_head && c->n_head % c->n_kv_head))
+    if (c->n_kv_head < 0 || c->n_kv_head > c->n_head ||
+        (c->n_kv_head && c->n_head % c->n_kv_head))
         BAD("model.n_kv_head = %d must divide model.n_head = %d (grouped-query attention: "
             "1 = multi-query, n_head or 0 = multi-head)",
             c->n_kv_head, c->n_head);
@@ -156,7 +219,8 @@ int fp8t_model_config_check(const fp8t_model_config *c, char *err, size_t errlen
         if (r->type == FP8T_ROPE_LLAMA3) {
             if (!(r->factor > 0.0f) || !isfinite(r->factor))
                 BAD("model.rope_scaling.factor = %g must be a positive finite number (llama3: "
-                    "e.g. 8 or 32)", (double)r->factor);
+                    "e.g. 8 or 32)",
+                    (double)r->factor);
             if (!(r->low_freq_factor > 0.0f) || !isfinite(r->high_freq_factor) ||
                 !(r->high_freq_factor > r->low_freq_factor))
                 BAD("model.rope_scaling low_freq_factor = %g, high_freq_factor = %g: llama3 "
@@ -164,7 +228,8 @@ int fp8t_model_config_check(const fp8t_model_config *c, char *err, size_t errlen
                     (double)r->low_freq_factor, (double)r->high_freq_factor);
             if (r->original_max_pos <= 0)
                 BAD("model.rope_scaling.original_max_pos = %d must be positive (llama3: the "
-                    "pre-training context, e.g. 8192)", r->original_max_pos);
+                    "pre-training context, e.g. 8192)",
+                    r->original_max_pos);
         }
     }
     return 0;
@@ -179,7 +244,8 @@ fp8t_module fp8t_model_module_of_slot(const fp8t_model_config *cfg, int slot) {
     static const fp8t_module gpt2[4] = {FP8T_MOD_QKV, FP8T_MOD_PROJ, FP8T_MOD_FC1, FP8T_MOD_FC2};
     static const fp8t_module llama[5] = {FP8T_MOD_QKV, FP8T_MOD_PROJ, FP8T_MOD_GATE, FP8T_MOD_UP,
                                          FP8T_MOD_DOWN};
-    if (cfg->arch == FP8T_ARCH_LLAMA) return (slot >= 0 && slot < 5) ? llama[slot] : FP8T_MOD_HEAD;
+    if (cfg->arch == FP8T_ARCH_LLAMA)
+        return (slot >= 0 && slot < 5) ? llama[slot] : FP8T_MOD_HEAD;
     return (slot >= 0 && slot < 4) ? gpt2[slot] : FP8T_MOD_HEAD;
 }
 
@@ -194,8 +260,10 @@ static void add_tensor(fp8t_param_info *info, int *count, size_t *offset, const 
     if (info) {
         fp8t_param_info *p = &info[*count];
         memset(p, 0, sizeof(*p));
-        if (layer >= 0) snprintf(p->name, sizeof(p->name), "h.%d.%s", layer, name);
-        else snprintf(p->name, sizeof(p->name), "%s", name);
+        if (layer >= 0)
+            snprintf(p->name, sizeof(p->name), "h.%d.%s", layer, name);
+        else
+            snprintf(p->name, sizeof(p->name), "%s", name);
         p->ndim = cols > 0 ? 2 : 1;
         p->shape[0] = rows;
         p->shape[1] = cols > 0 ? cols : 0;

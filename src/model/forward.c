@@ -50,8 +50,8 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
     const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
 
     /* the norms write their output straight as qkv's / fc1's operand where they can */
-    const ln_input ln1 = {v.ln1_mean, v.ln1_rstd, p->ln1_w, p->ln1_b, c->norm_eps, pend_a,
-                          pend_a ? out_c : NULL};
+    const ln_input ln1 = {v.ln1_mean, v.ln1_rstd,           p->ln1_w, p->ln1_b, c->norm_eps,
+                          pend_a,     pend_a ? out_c : NULL};
     linear_forward_ln(m, lin0 + 0, v.qkv, v.ln1, &ln1, res_in, p->qkv_w, p->qkv_b, N, C, 3 * C);
     if (pend_a) model_save_store(m, l - 1, SV_RES3, NULL); /* the add ln1's pass made */
     model_save_store(m, l, SV_QKV, NULL);
@@ -62,8 +62,13 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
     linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, proj_defer ? NULL : p->proj_b, N, C, C);
     /* the residual add: by ln2's pass (below) unless the bias goes in with it */
     if (proj_defer) ops->add_bias(be, v.res2, res_in, out_c, p->proj_b, N, C);
-    const ln_input ln2 = {v.ln2_mean, v.ln2_rstd, p->ln2_w, p->ln2_b, c->norm_eps,
-                          proj_defer ? NULL : res_in, proj_defer ? NULL : out_c};
+    const ln_input ln2 = {v.ln2_mean,
+                          v.ln2_rstd,
+                          p->ln2_w,
+                          p->ln2_b,
+                          c->norm_eps,
+                          proj_defer ? NULL : res_in,
+                          proj_defer ? NULL : out_c};
     /* fc2 of gelu(fch): its rounding pass applies GELU where it can (no FP32 fch_act), and
      * with FP8 fc1 and fc2 fc1's bias too (fch then stays without it; the backward adds it) */
     const int defer = linear_gelu_takes_bias(m, lin0 + 2);
@@ -129,17 +134,15 @@ static int check_inputs(const fp8t_model *m, const int *tokens, const int *targe
     }
     for (int i = 0; i < N; i++) {
         if (tokens[i] < 0 || tokens[i] >= V) {
-            fp8t_warnf(
-                    "fp8t_model_forward: token %d at position %d is outside the vocabulary "
-                    "[0, %d); check the data's tokenizer against the model's vocab_size",
-                    tokens[i], i, V);
+            fp8t_warnf("fp8t_model_forward: token %d at position %d is outside the vocabulary "
+                       "[0, %d); check the data's tokenizer against the model's vocab_size",
+                       tokens[i], i, V);
             return -1;
         }
         if (targets && targets[i] >= V) {
-            fp8t_warnf(
-                    "fp8t_model_forward: target %d at position %d is outside the vocabulary "
-                    "[0, %d) (negative targets are ignored)",
-                    targets[i], i, V);
+            fp8t_warnf("fp8t_model_forward: target %d at position %d is outside the vocabulary "
+                       "[0, %d) (negative targets are ignored)",
+                       targets[i], i, V);
             return -1;
         }
     }
@@ -187,12 +190,13 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
         if (c->arch == FP8T_ARCH_GPT2)
             pending = gpt2_block_forward(m, l, res_in,
                                          pending ? model_save_fwd(m, l - 1, SV_RES2) : NULL);
-        else llama_block_forward(m, l, res_in);
+        else
+            llama_block_forward(m, l, res_in);
     }
     const float *res = model_final_residual(m);
     if (c->arch == FP8T_ARCH_GPT2)
-        ops->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->p.lnf_w,
-                               m->p.lnf_b, N, C, c->norm_eps);
+        ops->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->p.lnf_w, m->p.lnf_b,
+                               N, C, c->norm_eps);
     else
         ops->rmsnorm_forward(be, a->lnf, a->lnf_rstd, res, m->p.lnf_w, N, C, c->norm_eps);
     /* A training forward computes the loss and, in the same pass, the gradient the backward
@@ -216,14 +220,16 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
      * (before it, the backward runs the chunks). */
     const int head = m->n_lin - 1, Vp = fp8t_bf16_pad(V);
     const int chunked = targets && model_head_chunked(m);
-    const int fuse = targets && !m->frozen && (!m->hook || m->hook_reads) &&
-                     !m->no_fused_xent && m->xent_dloss_known && !chunked;
+    const int fuse = targets && !m->frozen && (!m->hook || m->hook_reads) && !m->no_fused_xent &&
+                     m->xent_dloss_known && !chunked;
     const int fuse_bf16 = fuse && !m->no_bf16_xent && linear_bf16_dy_fusable(m, head);
     /* the head: logits[N, V] = lnf[N, C] · Wᵀ, W = wte (tied) or lm_head.w (untied) */
     const float *head_w = model_head_w(&m->p);
     float *logits = chunked ? NULL : model_logits_buf(m);
-    if (fuse_bf16) linear_forward_ld(m, head, logits, Vp, a->lnf, head_w, N, C, V);
-    else if (!chunked) linear_forward(m, head, logits, a->lnf, head_w, NULL, N, C, V);
+    if (fuse_bf16)
+        linear_forward_ld(m, head, logits, Vp, a->lnf, head_w, N, C, V);
+    else if (!chunked)
+        linear_forward(m, head, logits, a->lnf, head_w, NULL, N, C, V);
     m->logits_missing = chunked;
     if (!targets) return 0.0f;
 
@@ -237,8 +243,8 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     } else if (fuse_bf16) {
         uint16_t *dh = model_scratch(m, &m->h16[0], fp8t_bf16_bytes(N, V));
         ops->zero(be, m->scalars + 2, sizeof(float));
-        ops->softmax_xent_bf16(be, a->losses, dh, m->scalars + 2, a->logits, Vp, m->targets, N,
-                               V, d);
+        ops->softmax_xent_bf16(be, a->losses, dh, m->scalars + 2, a->logits, Vp, m->targets, N, V,
+                               d);
     } else if (fuse) {
         ops->softmax_xent(be, a->losses, a->logits, a->logits, m->targets, N, V, d);
     } else {

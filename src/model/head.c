@@ -58,8 +58,8 @@ void model_head_plan(fp8t_model *m, int opt) {
     if (opt == 0) {
         /* auto: only where the whole batch's head buffers are large, in the rows that fit
          * beside hc_dw (or in all of act_tail when hc_dw does not fit there) */
-        const size_t whole = (size_t)N * (size_t)fp8t_bf16_pad(V) * sizeof(float) +
-                             fp8t_bf16_bytes(N, V);
+        const size_t whole =
+            (size_t)N * (size_t)fp8t_bf16_pad(V) * sizeof(float) + fp8t_bf16_bytes(N, V);
         if (whole <= ((size_t)FP8T_HEAD_CHUNK_AUTO_MIB << 20)) return;
         const size_t free_b = dw <= room ? room - dw : room;
         const size_t per_row = (size_t)fp8t_bf16_pad(V) * (sizeof(float) + sizeof(uint16_t));
@@ -103,7 +103,8 @@ int fp8t_model_head_chunk_rows(const fp8t_model *m) {
 static void chunk_buffers(fp8t_model *m) {
     const int C = m->cfg.n_embd, V = m->cfg.vocab_size, rows = m->hc_rows;
     if (m->hc_chunk_own && !m->hc_logits) {
-        m->hc_logits = model_act_malloc(m, (size_t)rows * (size_t)fp8t_bf16_pad(V) * sizeof(float));
+        m->hc_logits =
+            model_act_malloc(m, (size_t)rows * (size_t)fp8t_bf16_pad(V) * sizeof(float));
         m->hc_dlogits = model_act_malloc(m, fp8t_bf16_bytes(rows, V));
     }
     if (m->hc_dw_own && !m->hc_dw) m->hc_dw = model_act_malloc(m, (size_t)V * C * sizeof(float));

@@ -48,10 +48,14 @@ const char *fp8t_act_scale_name(fp8t_act_scale a) {
 
 int fp8t_act_scale_parse(fp8t_act_scale *out, const char *s) {
     if (!s) return -1;
-    if (!strcmp(s, "current")) *out = FP8T_ACT_SCALE_CURRENT;
-    else if (!strcmp(s, "delayed")) *out = FP8T_ACT_SCALE_DELAYED;
-    else if (!strcmp(s, "calibrated")) *out = FP8T_ACT_SCALE_CALIBRATED;
-    else return -1;
+    if (!strcmp(s, "current"))
+        *out = FP8T_ACT_SCALE_CURRENT;
+    else if (!strcmp(s, "delayed"))
+        *out = FP8T_ACT_SCALE_DELAYED;
+    else if (!strcmp(s, "calibrated"))
+        *out = FP8T_ACT_SCALE_CALIBRATED;
+    else
+        return -1;
     return 0;
 }
 
@@ -125,11 +129,10 @@ static void load_linear(fp8t_infer *m, inf_linear *L, inf_lin_kind kind, const f
         const int nr = (int)((size_t)out - r0 < rows ? (size_t)out - r0 : rows);
         ops->to_device(be, stage, w + r0 * in, (size_t)nr * in * sizeof(float));
         const fp8t_operand_req r =
-            kind == INF_LIN_FP8
-                ? model_operand_req(L->w8 + r0 * in, stage, nr, in, FP8T_OPERAND_E4M3,
-                                    L->sc + INF_SC_W)
-                : model_operand_req(L->w16 + r0 * (size_t)fp8t_bf16_pad(in), stage, nr, in,
-                                    FP8T_OPERAND_BF16, NULL);
+            kind == INF_LIN_FP8 ? model_operand_req(L->w8 + r0 * in, stage, nr, in,
+                                                    FP8T_OPERAND_E4M3, L->sc + INF_SC_W)
+                                : model_operand_req(L->w16 + r0 * (size_t)fp8t_bf16_pad(in),
+                                                    stage, nr, in, FP8T_OPERAND_BF16, NULL);
         ops->make_operand(be, &r);
     }
     ops->synchronize(be); /* the staging buffer is reused by the next weight's upload */
@@ -172,14 +175,16 @@ void fp8t_infer_destroy(fp8t_infer *m) {
 /* The delayed X scales of w's FP8 state into each FP8 linear's sc (lin: its linear index).
  * -1 with err when a linear's input never saw an amax. */
 static int set_delayed_scale(fp8t_infer *m, const fp8t_weights *w, fp8t_recipe_state *st,
-                             inf_linear *L, int lin, const char *what, char *err,
-                             size_t errlen) {
+                             inf_linear *L, int lin, const char *what, char *err, size_t errlen) {
     if (L->kind != INF_LIN_FP8) return 0;
     const int t = 3 * lin + FP8T_ROLE_X;
     if (!(fp8t_recipe_history_max(st, t) > 0.0f)) {
-        return fp8t_errorf(err, errlen, "--act-scale delayed: %s (linear %d) has no learned activation "
-                        "scale in %s (its FP8 amax history is empty: the weights never trained or "
-                        "calibrated in FP8); use --act-scale current or calibrated", what, lin, w->source);
+        return fp8t_errorf(
+            err, errlen,
+            "--act-scale delayed: %s (linear %d) has no learned activation "
+            "scale in %s (its FP8 amax history is empty: the weights never trained or "
+            "calibrated in FP8); use --act-scale current or calibrated",
+            what, lin, w->source);
     }
     m->ops->to_device(m->be, L->sc + INF_SC_X, &st->scale[t], sizeof(float));
     m->ops->to_device(m->be, L->sc + INF_SC_X_INV, &st->scale_inv[t], sizeof(float));
@@ -211,18 +216,22 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     size_t total;
     const int n_info = fp8t_model_param_table(c, NULL, &total);
     if (total != w->num_params) {
-        fp8t_errorf(err, errlen, "inference model: the weights hold %zu parameters but their model "
-                 "config needs %zu", w->num_params, total);
+        fp8t_errorf(err, errlen,
+                    "inference model: the weights hold %zu parameters but their model "
+                    "config needs %zu",
+                    w->num_params, total);
         return NULL;
     }
     if (B < 1 || Tmax < 1 || Tmax > c->seq_len) {
-        fp8t_errorf(err, errlen, "inference model: batch %d and %d positions per sequence: need "
-                 "batch >= 1 and 1 <= positions <= the model's seq_len %d", B, Tmax, c->seq_len);
+        fp8t_errorf(err, errlen,
+                    "inference model: batch %d and %d positions per sequence: need "
+                    "batch >= 1 and 1 <= positions <= the model's seq_len %d",
+                    B, Tmax, c->seq_len);
         return NULL;
     }
     if ((size_t)B * Tmax > (size_t)1 << 30) {
         fp8t_errorf(err, errlen, "inference model: batch %d x %d positions is too many tokens", B,
-                 Tmax);
+                    Tmax);
         return NULL;
     }
     const int kv = o->kv >= 0               ? o->kv
@@ -230,23 +239,29 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
                    : prec == FP8T_EVAL_FP8  ? FP8T_KV_FP8
                                             : FP8T_KV_BF16;
     if (kv > FP8T_KV_FP8 || (kv == FP8T_KV_FP8 && prec == FP8T_EVAL_FP32)) {
-        fp8t_errorf(err, errlen, "inference model: KV cache kind %d with precision %s: the cache is "
-                 "fp32, bf16, or fp8 (bf16 and fp8 precisions; fp32 is the exact reference)",
-                 kv, fp8t_eval_precision_name(prec));
+        fp8t_errorf(err, errlen,
+                    "inference model: KV cache kind %d with precision %s: the cache is "
+                    "fp32, bf16, or fp8 (bf16 and fp8 precisions; fp32 is the exact reference)",
+                    kv, fp8t_eval_precision_name(prec));
         return NULL;
     }
     const int fp8_head = o->fp8_head && prec == FP8T_EVAL_FP8;
     if (fp8_head && c->vocab_size % 16) {
-        fp8t_errorf(err, errlen, "inference model: an FP8 head needs a vocabulary that is a "
-                 "multiple of 16 (cuBLASLt's FP8 GEMM alignment); this model's is %d: keep the "
-                 "BF16 head", c->vocab_size);
+        fp8t_errorf(
+            err, errlen,
+            "inference model: an FP8 head needs a vocabulary that is a "
+            "multiple of 16 (cuBLASLt's FP8 GEMM alignment); this model's is %d: keep the "
+            "BF16 head",
+            c->vocab_size);
         return NULL;
     }
     const int n_lin_all = fp8t_model_num_linears(c);
     const int have_state = w->fp8_state && w->fp8_n == 3 * n_lin_all && w->fp8_len >= 1;
     if (prec == FP8T_EVAL_FP8 && act == FP8T_ACT_SCALE_DELAYED && !have_state) {
-        fp8t_errorf(err, errlen, "--act-scale delayed: %s has no FP8 state (learned activation "
-                 "scales) for this model; use --act-scale current or calibrated", w->source);
+        fp8t_errorf(err, errlen,
+                    "--act-scale delayed: %s has no FP8 state (learned activation "
+                    "scales) for this model; use --act-scale current or calibrated",
+                    w->source);
         return NULL;
     }
     size_t *soff = NULL;
@@ -266,10 +281,10 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     m->act = prec == FP8T_EVAL_FP8 ? act : FP8T_ACT_SCALE_CURRENT;
     m->act_static = m->act == FP8T_ACT_SCALE_DELAYED;
     snprintf(m->act_desc, sizeof(m->act_desc), "%s",
-             prec != FP8T_EVAL_FP8                    ? "-"
-             : m->act == FP8T_ACT_SCALE_DELAYED       ? "delayed (learned) scales"
-             : m->act == FP8T_ACT_SCALE_CALIBRATED    ? "calibrated scales (not yet calibrated)"
-                                                      : "current scaling");
+             prec != FP8T_EVAL_FP8                 ? "-"
+             : m->act == FP8T_ACT_SCALE_DELAYED    ? "delayed (learned) scales"
+             : m->act == FP8T_ACT_SCALE_CALIBRATED ? "calibrated scales (not yet calibrated)"
+                                                   : "current scaling");
     m->kv = kv;
     m->B = B;
     m->Tmax = Tmax;
@@ -292,8 +307,8 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     /* the small FP32 tensors (every 1-D tensor, wpe, and wte in fp32) packed in one
      * allocation; soff[i]: tensor i's offset in it. bf16 and fp8 hold wte as BF16 only. */
     const int wte32 = prec == FP8T_EVAL_FP32;
-#define IS_SMALL(i) (info[i].ndim == 1 || !strcmp(info[i].name, "wpe") || \
-                     (wte32 && !strcmp(info[i].name, "wte")))
+#define IS_SMALL(i)                                                                              \
+    (info[i].ndim == 1 || !strcmp(info[i].name, "wpe") || (wte32 && !strcmp(info[i].name, "wte")))
     size_t small_n = 0;
     soff = malloc((size_t)n_info * sizeof(size_t));
     if (!soff) {
@@ -310,7 +325,7 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
         if (IS_SMALL(i))
             ops->to_device(be, m->small + soff[i], w->params + info[i].offset,
                            info[i].numel * sizeof(float));
-#define SMALL(p) ((p) ? m->small + soff[(p) - info] : NULL)
+#define SMALL(p) ((p) ? m->small + soff[(p)-info] : NULL)
     const fp8t_param_info *wte = find_param(info, n_info, "wte");
     m->wte = wte32 ? SMALL(wte) : NULL;
 #undef IS_SMALL

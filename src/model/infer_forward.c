@@ -29,36 +29,38 @@
 typedef enum { IN_X = 0, IN_NORM, IN_GELU, IN_SWIGLU } inf_src;
 typedef struct {
     inf_src kind;
-    const float *x;      /* IN_X: the input; IN_NORM: the residual stream a; IN_GELU: GELU's
+    const float *x;     /* IN_X: the input; IN_NORM: the residual stream a; IN_GELU: GELU's
                             input (overwritten by GELU where FP32 values are made); IN_SWIGLU:
                             the gate (likewise) */
-    const float *y;      /* IN_NORM: the residual branch added to a first, or NULL */
-    const float *ybias;  /* ... its bias (may be NULL) */
-    float *sum;          /* IN_NORM with y: where a + (y + ybias) goes (the residual stream) */
-    const float *w, *b;  /* IN_NORM: the norm's weight and bias (NULL for RMSNorm) */
-    float *dst;          /* IN_NORM: where FP32 norm values go when they are made */
-    const float *bias;   /* IN_GELU: the bias of GELU's input (the linear left it out) */
-    const float *up;     /* IN_SWIGLU */
+    const float *y;     /* IN_NORM: the residual branch added to a first, or NULL */
+    const float *ybias; /* ... its bias (may be NULL) */
+    float *sum;         /* IN_NORM with y: where a + (y + ybias) goes (the residual stream) */
+    const float *w, *b; /* IN_NORM: the norm's weight and bias (NULL for RMSNorm) */
+    float *dst;         /* IN_NORM: where FP32 norm values go when they are made */
+    const float *bias;  /* IN_GELU: the bias of GELU's input (the linear left it out) */
+    const float *up;    /* IN_SWIGLU */
     int rows, cols;
 } inf_input;
 
 /* what a GEMM reads as its input X */
 typedef struct {
-    const float *x32;        /* FP32 linears */
-    const void *data;        /* BF16 operand or FP8 codes (m->opbuf) */
-    const float *scale_inv;  /* FP8: the codes' scale_inv (device) */
+    const float *x32;       /* FP32 linears */
+    const void *data;       /* BF16 operand or FP8 codes (m->opbuf) */
+    const float *scale_inv; /* FP8: the codes' scale_inv (device) */
 } inf_operand;
 
 /* in as the producer step of a make_operand request (out: the caller's) */
 static fp8t_operand_req input_req(const fp8t_infer *m, const inf_input *in) {
-    fp8t_operand_req r = model_operand_req(NULL, in->x, in->rows, in->cols, FP8T_OPERAND_BF16,
-                                           NULL);
+    fp8t_operand_req r =
+        model_operand_req(NULL, in->x, in->rows, in->cols, FP8T_OPERAND_BF16, NULL);
     const int rms = m->cfg.arch != FP8T_ARCH_GPT2;
     switch (in->kind) {
     case IN_X: break;
     case IN_NORM:
-        if (in->y) r.step = rms ? FP8T_STEP_ADD_RMSNORM : FP8T_STEP_ADD_LAYERNORM;
-        else r.step = rms ? FP8T_STEP_RMSNORM : FP8T_STEP_LAYERNORM;
+        if (in->y)
+            r.step = rms ? FP8T_STEP_ADD_RMSNORM : FP8T_STEP_ADD_LAYERNORM;
+        else
+            r.step = rms ? FP8T_STEP_RMSNORM : FP8T_STEP_LAYERNORM;
         r.x2 = in->y, r.bias = in->y ? in->ybias : NULL, r.sum = in->y ? in->sum : NULL;
         r.norm_w = in->w, r.norm_b = in->b, r.eps = m->cfg.norm_eps;
         break;
@@ -130,10 +132,11 @@ static void linear_gemm(fp8t_infer *m, const inf_linear *L, const inf_operand *o
     case INF_LIN_FP8: {
         /* Y = X·Wᵀ: X [N, in] and W [out, in] are both stored K-major, the layout a TN FP8
          * GEMM reads, so no transposed copies are needed */
-        const fp8t_fp8_operand a = {(const uint8_t *)op->data, NULL, op->scale_inv, FP8_E4M3, N,
-                                    L->in, FP8T_SCALING_TENSOR};
-        const fp8t_fp8_operand w = {L->w8, NULL, L->sc + INF_SC_W_INV, FP8_E4M3, L->out, L->in,
-                                    FP8T_SCALING_TENSOR};
+        const fp8t_fp8_operand a = {
+            (const uint8_t *)op->data, NULL, op->scale_inv, FP8_E4M3, N, L->in,
+            FP8T_SCALING_TENSOR};
+        const fp8t_fp8_operand w = {L->w8,  NULL,  L->sc + INF_SC_W_INV, FP8_E4M3,
+                                    L->out, L->in, FP8T_SCALING_TENSOR};
         ops->gemm_fp8(be, Y, &a, &w, N, L->out, L->in, 0, 1, 0, 1, NULL, bias);
         return;
     }
@@ -270,8 +273,9 @@ static void embed(fp8t_infer *m, int nb, int T, const int *pos) {
 static int check_tokens(const fp8t_infer *m, const int *tok, size_t n, char *err, size_t errlen) {
     for (size_t i = 0; i < n; i++)
         if (tok[i] < 0 || tok[i] >= m->V) {
-            return fp8t_errorf(err, errlen, "token %d (index %zu) is outside the vocabulary [0, %d)",
-                            tok[i], i, m->V);
+            return fp8t_errorf(err, errlen,
+                               "token %d (index %zu) is outside the vocabulary [0, %d)", tok[i],
+                               i, m->V);
         }
     return 0;
 }
@@ -280,8 +284,10 @@ static int check_tokens(const fp8t_infer *m, const int *tok, size_t n, char *err
 static int check_ready(const fp8t_infer *m, const char *what, char *err, size_t errlen) {
     if (m->prec == FP8T_EVAL_FP8 && m->act == FP8T_ACT_SCALE_CALIBRATED && !m->act_static &&
         !m->calibrating) {
-        return fp8t_errorf(err, errlen, "%s: the FP8 activation scales are not calibrated yet (run "
-                        "fp8t_infer_calibrate first: --calib-data)", what);
+        return fp8t_errorf(err, errlen,
+                           "%s: the FP8 activation scales are not calibrated yet (run "
+                           "fp8t_infer_calibrate first: --calib-data)",
+                           what);
     }
     return 0;
 }
@@ -292,8 +298,10 @@ static void blocks(fp8t_infer *m, int seq0, int nb, int T, att_mode mode) {
     inf_pending p = {NULL, NULL};
     for (int l = 0; l < m->cfg.n_layer; l++) layer_forward(m, l, seq0, nb, T, mode, &p);
     const size_t n = (size_t)nb * T * m->C;
-    if (p.bias) m->ops->add_bias(m->be, m->x, m->x, p.y, p.bias, nb * T, m->C);
-    else m->ops->add(m->be, m->x, m->x, p.y, n);
+    if (p.bias)
+        m->ops->add_bias(m->be, m->x, m->x, p.y, p.bias, nb * T, m->C);
+    else
+        m->ops->add(m->be, m->x, m->x, p.y, n);
 }
 
 /* The layers of a decode step, then the final norm (with the last branch added) and the head
@@ -329,12 +337,15 @@ static void head_rows(fp8t_infer *m, const float *a, int n, float *dst, float *l
 int fp8t_infer_prefill(fp8t_infer *m, const int *tokens, int nb, int T, const int *lens,
                        float *logits, char *err, size_t errlen) {
     if (nb < 1 || nb > m->B || T < 1 || T > m->Tmax) {
-        return fp8t_errorf(err, errlen, "prefill: %d sequences of %d tokens for a model built for %d of "
-                        "at most %d", nb, T, m->B, m->Tmax);
+        return fp8t_errorf(err, errlen,
+                           "prefill: %d sequences of %d tokens for a model built for %d of "
+                           "at most %d",
+                           nb, T, m->B, m->Tmax);
     }
     for (int b = 0; b < nb; b++)
         if (lens[b] < 1 || lens[b] > T) {
-            return fp8t_errorf(err, errlen, "prefill: sequence %d has %d tokens (1..%d)", b, lens[b], T);
+            return fp8t_errorf(err, errlen, "prefill: sequence %d has %d tokens (1..%d)", b,
+                               lens[b], T);
         }
     const size_t N = (size_t)nb * T;
     if (check_tokens(m, tokens, N, err, errlen) || check_ready(m, "prefill", err, errlen))
@@ -352,20 +363,25 @@ int fp8t_infer_prefill(fp8t_infer *m, const int *tokens, int nb, int T, const in
                       m->x + ((size_t)b * T + (size_t)lens[s0 + b] - 1) * m->C, rowb);
     }
     head_rows(m, m->last, nb, m->lnl, m->logits);
-    if (logits) ops->to_host(m->be, logits, m->logits, (size_t)nb * m->V * sizeof(float));
-    else ops->synchronize(m->be);
+    if (logits)
+        ops->to_host(m->be, logits, m->logits, (size_t)nb * m->V * sizeof(float));
+    else
+        ops->synchronize(m->be);
     return 0;
 }
 
 int fp8t_infer_decode(fp8t_infer *m, const int *tok, const int *pos, int nb, float *logits,
                       char *err, size_t errlen) {
     if (nb < 1 || nb > m->B) {
-        return fp8t_errorf(err, errlen, "decode: %d sequences for a model built for %d", nb, m->B);
+        return fp8t_errorf(err, errlen, "decode: %d sequences for a model built for %d", nb,
+                           m->B);
     }
     for (int b = 0; b < nb; b++)
         if (pos[b] < 0 || pos[b] >= m->Tmax) {
-            return fp8t_errorf(err, errlen, "decode: sequence %d at position %d: the cache holds %d "
-                            "positions", b, pos[b], m->Tmax);
+            return fp8t_errorf(err, errlen,
+                               "decode: sequence %d at position %d: the cache holds %d "
+                               "positions",
+                               b, pos[b], m->Tmax);
         }
     if (check_tokens(m, tok, (size_t)nb, err, errlen) || check_ready(m, "decode", err, errlen))
         return -1;
@@ -390,25 +406,28 @@ int fp8t_infer_decode(fp8t_infer *m, const int *tok, const int *pos, int nb, flo
             if (!m->graph) m->use_graphs = 0; /* the backend could not record: run directly */
         }
     }
-    if (logits) ops->to_host(be, logits, m->logits, (size_t)nb * m->V * sizeof(float));
-    else ops->synchronize(be);
+    if (logits)
+        ops->to_host(be, logits, m->logits, (size_t)nb * m->V * sizeof(float));
+    else
+        ops->synchronize(be);
     return 0;
 }
 
 /* What a full-window pass does with each head pass's logits [n, V] (device) of rows
  * r0 .. r0 + n - 1 of the batch. */
 typedef struct {
-    float *logits_host;    /* forward_all: [nb * T, V] */
-    const int *targets;    /* loss / losses: [nb * T] host */
-    float *losses_host;    /* losses: [nb * T] */
-    int want_sum;          /* loss: the sum of the losses into m->losses[R] */
+    float *logits_host; /* forward_all: [nb * T, V] */
+    const int *targets; /* loss / losses: [nb * T] host */
+    float *losses_host; /* losses: [nb * T] */
+    int want_sum;       /* loss: the sum of the losses into m->losses[R] */
 } full_sink;
 
 static void sink_rows(fp8t_infer *m, const full_sink *k, size_t r0, int n) {
     const fp8t_backend_ops *ops = m->ops;
     const size_t V = (size_t)m->V;
     if (k->logits_host) {
-        ops->to_host(m->be, k->logits_host + r0 * V, m->all_logits, (size_t)n * V * sizeof(float));
+        ops->to_host(m->be, k->logits_host + r0 * V, m->all_logits,
+                     (size_t)n * V * sizeof(float));
         return;
     }
     if (!k->targets) return;
@@ -424,8 +443,10 @@ static void sink_rows(fp8t_infer *m, const full_sink *k, size_t r0, int n) {
 static int forward_full(fp8t_infer *m, const int *tokens, int nb, int T, const full_sink *k,
                         char *err, size_t errlen) {
     if (nb < 1 || nb > m->B || T < 1 || T > m->Tmax) {
-        return fp8t_errorf(err, errlen, "forward: %d sequences of %d tokens for a model built for %d of "
-                        "at most %d", nb, T, m->B, m->Tmax);
+        return fp8t_errorf(err, errlen,
+                           "forward: %d sequences of %d tokens for a model built for %d of "
+                           "at most %d",
+                           nb, T, m->B, m->Tmax);
     }
     const size_t N = (size_t)nb * T;
     if (check_tokens(m, tokens, N, err, errlen) || check_ready(m, "forward", err, errlen))
@@ -460,13 +481,14 @@ int fp8t_infer_forward_all(fp8t_infer *m, const int *tokens, int nb, int T, floa
     return forward_full(m, tokens, nb, T, &k, err, errlen);
 }
 
-static int check_targets(const fp8t_infer *m, const int *targets, size_t N, int *count,
-                         char *err, size_t errlen) {
+static int check_targets(const fp8t_infer *m, const int *targets, size_t N, int *count, char *err,
+                         size_t errlen) {
     *count = 0;
     for (size_t i = 0; i < N; i++) {
         if (targets[i] >= m->V) {
-            return fp8t_errorf(err, errlen, "target %d (index %zu) is outside the vocabulary [0, %d)",
-                            targets[i], i, m->V);
+            return fp8t_errorf(err, errlen,
+                               "target %d (index %zu) is outside the vocabulary [0, %d)",
+                               targets[i], i, m->V);
         }
         *count += targets[i] >= 0;
     }
@@ -510,8 +532,10 @@ int fp8t_infer_calibrate(fp8t_infer *m, const int *tokens, int n_batches, int nb
     for (int l = 0; l < L; l++) {
         inf_layer *y = &m->layer[l];
         lin[n++] = &y->qkv, lin[n++] = &y->proj;
-        if (gpt2) lin[n++] = &y->fc1, lin[n++] = &y->fc2;
-        else lin[n++] = &y->gate, lin[n++] = &y->up, lin[n++] = &y->down;
+        if (gpt2)
+            lin[n++] = &y->fc1, lin[n++] = &y->fc2;
+        else
+            lin[n++] = &y->gate, lin[n++] = &y->up, lin[n++] = &y->down;
     }
     lin[n++] = &m->head;
     /* their recorded amaxes from 0; the forward runs with current scaling (and the head: the
@@ -547,12 +571,14 @@ int fp8t_infer_calibrate(fp8t_infer *m, const int *tokens, int n_batches, int nb
     return 0;
 }
 
-double fp8t_infer_loss_decode(fp8t_infer *m, const int *tokens, const int *targets, int nb,
-                              int T, char *err, size_t errlen) {
+double fp8t_infer_loss_decode(fp8t_infer *m, const int *tokens, const int *targets, int nb, int T,
+                              char *err, size_t errlen) {
     int count;
     if (nb < 1 || nb > m->B || T < 1 || T > m->Tmax) {
-        fp8t_errorf(err, errlen, "decode loss: %d sequences of %d tokens for a model built for %d "
-                 "of at most %d", nb, T, m->B, m->Tmax);
+        fp8t_errorf(err, errlen,
+                    "decode loss: %d sequences of %d tokens for a model built for %d "
+                    "of at most %d",
+                    nb, T, m->B, m->Tmax);
         return NAN;
     }
     if (check_targets(m, targets, (size_t)nb * T, &count, err, errlen)) return NAN;

@@ -12,9 +12,9 @@ typedef enum { INF_LIN_F32 = 0, INF_LIN_BF16 = 1, INF_LIN_FP8 = 2 } inf_lin_kind
 enum {
     INF_SC_W_INV = 0, /* dequantization scales (value = code * scale_inv) */
     INF_SC_X_INV = 4,
-    INF_SC_W = 8,     /* quantization scales */
+    INF_SC_W = 8, /* quantization scales */
     INF_SC_X = 9,
-    INF_SC_AMAX = 10, /* current scaling's amax */
+    INF_SC_AMAX = 10,  /* current scaling's amax */
     INF_SC_CALIB = 11, /* calibration: the largest input amax seen */
     INF_SC_COUNT = 12
 };
@@ -23,12 +23,12 @@ enum {
 typedef struct {
     inf_lin_kind kind;
     int out, in;
-    float *w32;      /* F32: [out, in] */
-    uint16_t *w16;   /* BF16: fp8t_bf16_operand data [pad(out), pad(in)] */
-    uint8_t *w8;     /* FP8: E4M3 codes [out, in] */
-    float *sc;       /* FP8: device [INF_SC_COUNT] */
+    float *w32;        /* F32: [out, in] */
+    uint16_t *w16;     /* BF16: fp8t_bf16_operand data [pad(out), pad(in)] */
+    uint8_t *w8;       /* FP8: E4M3 codes [out, in] */
+    float *sc;         /* FP8: device [INF_SC_COUNT] */
     const float *bias; /* [out] or NULL (points into the model's FP32 small-tensor buffer) */
-    int shared;      /* the weight is another tensor's (a tied head: wte's), not freed here */
+    int shared;        /* the weight is another tensor's (a tied head: wte's), not freed here */
 } inf_linear;
 
 typedef struct {
@@ -44,45 +44,45 @@ struct fp8t_infer {
     fp8t_model_config cfg;
     fp8t_eval_precision prec;
     fp8t_act_scale act;
-    int act_static;            /* fp8: every input's scale is fixed (delayed, or calibrated) */
-    int calibrating;           /* inside fp8t_infer_calibrate: amaxes recorded */
-    char act_desc[128];        /* fp8t_infer_act_desc */
-    int B, Tmax, R;            /* R: activation rows (tokens per prefill pass) */
+    int act_static;     /* fp8: every input's scale is fixed (delayed, or calibrated) */
+    int calibrating;    /* inside fp8t_infer_calibrate: amaxes recorded */
+    char act_desc[128]; /* fp8t_infer_act_desc */
+    int B, Tmax, R;     /* R: activation rows (tokens per prefill pass) */
     int C, H, V, NH, NKV, HS, QKV;
 
-    float *small;              /* device FP32: wpe, norms, biases, and wte in fp32 (one
+    float *small;           /* device FP32: wpe, norms, biases, and wte in fp32 (one
                                   allocation) */
-    const float *wte, *wpe;    /* [V, C] (fp32 only, else NULL), [seq_len, C] (GPT-2) */
-    inf_linear emb;            /* bf16 and fp8: wte as a BF16 operand [pad(V), pad(C)]: the
+    const float *wte, *wpe; /* [V, C] (fp32 only, else NULL), [seq_len, C] (GPT-2) */
+    inf_linear emb;         /* bf16 and fp8: wte as a BF16 operand [pad(V), pad(C)]: the
                                   embedding table (embedding_forward_bf16) and a tied head's
                                   weight */
     const float *lnf_w, *lnf_b;
-    inf_layer *layer;          /* [L] host */
+    inf_layer *layer; /* [L] host */
     inf_linear head;
 
-    int kv;                    /* fp8t_kv_kind of the cache */
-    void *kc, *vc;             /* [L] layers of [B, NKV] blocks each */
-    size_t kv_layer_bytes;     /* B * NKV * fp8t_kv_head_bytes */
-    size_t kv_seq_bytes;       /* NKV * fp8t_kv_head_bytes: one sequence of one layer */
+    int kv;                /* fp8t_kv_kind of the cache */
+    void *kc, *vc;         /* [L] layers of [B, NKV] blocks each */
+    size_t kv_layer_bytes; /* B * NKV * fp8t_kv_head_bytes */
+    size_t kv_seq_bytes;   /* NKV * fp8t_kv_head_bytes: one sequence of one layer */
 
     /* one layer's activations for R rows */
-    float *act_mem;            /* the allocation below */
-    float *x;                  /* [R, C] residual stream */
-    float *atty;               /* [R, C] attention output; also the FP32 norm output where a
+    float *act_mem;    /* the allocation below */
+    float *x;          /* [R, C] residual stream */
+    float *atty;       /* [R, C] attention output; also the FP32 norm output where a
                                   linear takes FP32 values (it is free at both norms) */
-    float *out;                /* [R, C] proj / fc2 / down output (added by the next norm) */
-    float *qkv;                /* [R, QKV] */
-    float *h1, *h2;            /* [R, H]: fc1 (GELU in place); gate (SwiGLU in place), up */
-    float *lse;                /* [R / T sequences, NH, T] of a full-window pass: R * NH */
-    float *last;               /* [B, C] the rows whose next token is asked for */
-    float *lnl;                /* [B, C] their final norm (FP32 head) */
-    float *logits;             /* [B, V] */
-    void *opbuf;               /* an activation's BF16 operand or FP8 codes, [R, max(C, H)] */
-    int *tokens;               /* device [R] */
-    int *pos;                  /* device [B] */
-    float *all_logits;         /* [INF_HEAD_ROWS, V] full-window logits, allocated on first use */
-    float *losses;             /* [R + 1] per-position losses, then their sum (loss) */
-    int *targets;              /* [R] device (loss) */
+    float *out;        /* [R, C] proj / fc2 / down output (added by the next norm) */
+    float *qkv;        /* [R, QKV] */
+    float *h1, *h2;    /* [R, H]: fc1 (GELU in place); gate (SwiGLU in place), up */
+    float *lse;        /* [R / T sequences, NH, T] of a full-window pass: R * NH */
+    float *last;       /* [B, C] the rows whose next token is asked for */
+    float *lnl;        /* [B, C] their final norm (FP32 head) */
+    float *logits;     /* [B, V] */
+    void *opbuf;       /* an activation's BF16 operand or FP8 codes, [R, max(C, H)] */
+    int *tokens;       /* device [R] */
+    int *pos;          /* device [B] */
+    float *all_logits; /* [INF_HEAD_ROWS, V] full-window logits, allocated on first use */
+    float *losses;     /* [R + 1] per-position losses, then their sum (loss) */
+    int *targets;      /* [R] device (loss) */
 
     /* the decode step's recording (graph_begin/graph_end), for batches of graph_nb */
     int use_graphs;

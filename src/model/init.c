@@ -35,7 +35,8 @@ static int is_residual_projection(const char *name) {
     const char *dot = strrchr(name, '.');
     if (!dot || strcmp(dot, ".w") != 0) return 0;
     size_t len = (size_t)(dot - name);
-    return (len >= 4 && !strncmp(dot - 4, "proj", 4)) || (len >= 3 && !strncmp(dot - 3, "fc2", 3)) ||
+    return (len >= 4 && !strncmp(dot - 4, "proj", 4)) ||
+           (len >= 3 && !strncmp(dot - 3, "fc2", 3)) ||
            (len >= 4 && !strncmp(dot - 4, "down", 4));
 }
 

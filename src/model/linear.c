@@ -61,24 +61,24 @@
 /* One operand of one GEMM, as stored, and the producer step its rounding pass applies (at
  * most one of gelu, dgelu_x, ln; operand_step turns them into a make_operand request's). */
 typedef struct {
-    float *x;          /* device [rows, cols] */
+    float *x; /* device [rows, cols] */
     int rows, cols;
-    int role;          /* FP8T_ROLE_X / _W / _DY */
-    int record;        /* record amax(x) into history slot 0 during this GEMM */
-    int tile_r, tile_c;/* block-scaling tile: along K for activations, 128x128 for weights */
-    int pos;           /* 0: GEMM operand A, 1: operand B (selects the scratch buffers) */
-    void *save;        /* Fprop X that the Wgrad will read again, FP8 codes (the layout it
+    int role;               /* FP8T_ROLE_X / _W / _DY */
+    int record;             /* record amax(x) into history slot 0 during this GEMM */
+    int tile_r, tile_c;     /* block-scaling tile: along K for activations, 128x128 for weights */
+    int pos;                /* 0: GEMM operand A, 1: operand B (selects the scratch buffers) */
+    void *save;             /* Fprop X that the Wgrad will read again, FP8 codes (the layout it
                           reads: data, or data_t when the backend wants transposed copies) or
                           a BF16 operand: written here instead of into scratch; NULL
                           otherwise */
-    int gelu;          /* the operand is gelu(x): x is GELU's input, and the rounding pass
+    int gelu;               /* the operand is gelu(x): x is GELU's input, and the rounding pass
                           applies GELU itself (step GELU), so GELU's FP32 output is never
                           written (linear_forward_gelu) */
-    float *colsum;     /* the Dgrad's dY with a bias: its rounding pass also adds the column
+    float *colsum;          /* the Dgrad's dY with a bias: its rounding pass also adds the column
                           sums of dY into colsum (the bias gradient); NULL otherwise */
     const float *gelu_bias; /* with gelu (FP8 only): GELU's input is x + gelu_bias [cols], the
                           bias its producer left to this pass (linear_forward_gelu) */
-    const float *dgelu_x; /* the Dgrad's dY of the linear after GELU: x is the gradient of
+    const float *dgelu_x;   /* the Dgrad's dY of the linear after GELU: x is the gradient of
                           GELU's output, dgelu_x GELU's input (+ dgelu_bias [cols], may be NULL),
                           and the rounding pass computes dY = gelu'(..) * x itself (step
                           DGELU), so dY is never written in FP32 (linear_backward_gelu); NULL
@@ -88,7 +88,7 @@ typedef struct {
                           pass is the norm itself (step LAYERNORM, or ADD_LAYERNORM with the
                           residual add), which also writes the mean and rstd, so the norm's
                           FP32 output is never written (linear_forward_ln); NULL otherwise */
-    float *values;     /* with a step: [rows, cols] where its FP32 values go if the backend
+    float *values;      /* with a step: [rows, cols] where its FP32 values go if the backend
                           has no one-pass kernel for the request (model_make_operand) */
 } operand;
 
@@ -97,7 +97,7 @@ typedef struct {
     const float *f;
     fp8t_fp8_operand q;
     fp8t_bf16_operand h;
-    float *amax; /* history slot gemm_bf16 records amax(f) into while rounding, or NULL
+    float *amax;     /* history slot gemm_bf16 records amax(f) into while rounding, or NULL
                     (FP8T_DISABLE_BF16_OPERANDS) */
     int colsum_done; /* the operand's colsum was added by its rounding pass */
 } prepared;
@@ -151,9 +151,8 @@ static void call_hook(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_tensor_kind
     }
     s.fp8_index = role >= 0 ? fp8_index(lin, role) : -1;
     /* results: the output continues as an activation (E4M3), dX and dW as gradients */
-    s.fmt = model_gemm_format(m, lin, g,
-                              role >= 0 ? role
-                                        : (kind == FP8T_T_OUTPUT ? FP8T_ROLE_X : FP8T_ROLE_DY));
+    s.fmt = model_gemm_format(
+        m, lin, g, role >= 0 ? role : (kind == FP8T_T_OUTPUT ? FP8T_ROLE_X : FP8T_ROLE_DY));
     s.rows = rows;
     s.cols = cols;
     m->hook(m->hook_ctx, m, &s, x);
@@ -214,8 +213,8 @@ static void weight_bf16(fp8t_model *m, int lin, const operand *op, fp8t_bf16_ope
     weight_cache *c = &m->wcache[lin][WCACHE_BF16];
     if (!c->bf16) c->bf16 = ops->malloc(m->be, fp8t_bf16_bytes(op->rows, op->cols));
     if (!c->valid) {
-        fp8t_operand_req r = model_operand_req(c->bf16, op->x, op->rows, op->cols,
-                                               FP8T_OPERAND_BF16, NULL);
+        fp8t_operand_req r =
+            model_operand_req(c->bf16, op->x, op->rows, op->cols, FP8T_OPERAND_BF16, NULL);
         r.out.amax = op->record ? hist0 : NULL;
         ops->make_operand(m->be, &r);
         c->valid = 1;
@@ -240,9 +239,9 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     memset(out, 0, sizeof(*out));
     out->f = op->x;
     FP8T_CHECK(!op->dgelu_x || model_prec_one_pass(m, prec),
-                "the fused GELU backward needs a delayed-scaled or BF16-operand Dgrad");
+               "the fused GELU backward needs a delayed-scaled or BF16-operand Dgrad");
     FP8T_CHECK(!op->ln || model_prec_bf16_operands(m, prec),
-                "the fused LayerNorm needs a BF16-operand Fprop");
+               "the fused LayerNorm needs a BF16-operand Fprop");
 
     /* the weight's amax is recorded once per step, whatever the precision; BF16 and FP8 take
      * it (as the activations' below) in the pass that rounds or quantizes the weight */
@@ -366,8 +365,9 @@ static void scaled_shape_note(fp8t_model *m, int lin, fp8t_precision p) {
     fp8t_warnf("%s precision: linear %d (%d tokens, %d in, %d out) is not a "
                "multiple of 16 in every dimension, so its GEMMs %s (reported once)",
                fp8t_precision_name(p), lin, m->B * m->T, in, out,
-               p == FP8T_PREC_BLOCK ? "keep the emulation (block quantize and dequantize, FP32 GEMM)"
-               : "run as decode + FP32 GEMM");
+               p == FP8T_PREC_BLOCK
+                   ? "keep the emulation (block quantize and dequantize, FP32 GEMM)"
+                   : "run as decode + FP32 GEMM");
     m->warned_block = 1;
 }
 
@@ -376,8 +376,8 @@ static fp8t_fp8_scaling scaled_kind(fp8t_precision p, int role) {
     return role == FP8T_ROLE_W ? FP8T_SCALING_BLK128 : FP8T_SCALING_VEC128;
 }
 
-static void scaled_q(fp8t_fp8_operand *q, const uint8_t *codes, const float *sinv,
-                     fp8_format fmt, int rows, int cols, fp8t_fp8_scaling k) {
+static void scaled_q(fp8t_fp8_operand *q, const uint8_t *codes, const float *sinv, fp8_format fmt,
+                     int rows, int cols, fp8t_fp8_scaling k) {
     memset(q, 0, sizeof(*q));
     q->data = codes;
     q->scale_inv = sinv;
@@ -434,8 +434,10 @@ static void scaled_weight(fp8t_model *m, int lin, const operand *op, fp8t_precis
     } else if (op->record) { /* made by a frozen forward, which records nothing */
         ops->amax(m->be, hist0, op->x, n);
     }
-    if (t) scaled_q(q, c->codes_t, c->bsinv_t, fmt, K, R, k);
-    else scaled_q(q, c->codes, c->bsinv, fmt, R, K, k);
+    if (t)
+        scaled_q(q, c->codes_t, c->bsinv_t, fmt, K, R, k);
+    else
+        scaled_q(q, c->codes, c->bsinv, fmt, R, K, k);
 }
 
 static fp8t_precision wgrad_prec(const fp8t_model *m, int lin);
@@ -485,10 +487,10 @@ static void scaled_activation(fp8t_model *m, int lin, const operand *op, fp8t_pr
 
 /* run_gemm of a precision on the scaled path (model_scaled_path): A as [M, K] and B as [N, K].
  * keep_a (may be NULL) gets what the Wgrad takes from this GEMM's A: the Dgrad's dYᵀ. */
-static void scaled_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision prec,
-                        float *C, const operand *a, const operand *b, int M, int N, int K,
-                        int transA, int transB, int acc, prepared *keep_a,
-                        const prepared *given_a, const prepared *given_b, const float *bias) {
+static void scaled_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision prec, float *C,
+                        const operand *a, const operand *b, int M, int N, int K, int transA,
+                        int transB, int acc, prepared *keep_a, const prepared *given_a,
+                        const prepared *given_b, const float *bias) {
     prepared pa, pb, ka;
     fp8t_fp8_operand saved; /* the Fprop's Xᵀ, written into m->xq[lin] */
     memset(&pa, 0, sizeof(pa));
@@ -501,8 +503,7 @@ static void scaled_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision
         /* the Dgrad's dY also makes the Wgrad's dYᵀ when the Wgrad will take it */
         const int both =
             g == FP8T_GEMM_DGRAD && keep_a && model_plan_reuse_dy(m, lin, wgrad_prec(m, lin));
-        scaled_activation(m, lin, a, prec, transA, &pa.q,
-                          both ? &ka.q : a->save ? &saved : NULL);
+        scaled_activation(m, lin, a, prec, transA, &pa.q, both ? &ka.q : a->save ? &saved : NULL);
         ka.colsum_done = a->colsum != NULL;
     }
     if (given_b) {
@@ -514,9 +515,10 @@ static void scaled_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision
     }
     if (keep_a) *keep_a = ka;
     FP8T_CHECK(pa.q.rows == M && pa.q.cols == K && pb.q.rows == N && pb.q.cols == K,
-                "scaled GEMM operands [%d,%d] x [%d,%d] for M=%d N=%d K=%d", pa.q.rows,
-                pa.q.cols, pb.q.rows, pb.q.cols, M, N, K);
-    const int fast = g == FP8T_GEMM_FPROP ? m->policy.fast_accum_fprop : m->policy.fast_accum_grad;
+               "scaled GEMM operands [%d,%d] x [%d,%d] for M=%d N=%d K=%d", pa.q.rows, pa.q.cols,
+               pb.q.rows, pb.q.cols, M, N, K);
+    const int fast =
+        g == FP8T_GEMM_FPROP ? m->policy.fast_accum_fprop : m->policy.fast_accum_grad;
     m->ops->gemm_fp8(m->be, C, &pa.q, &pb.q, M, N, K, 0, 1, acc, fast, NULL, bias);
 }
 
@@ -531,7 +533,7 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
                      int transB, int acc, prepared *keep_a, const prepared *given_a,
                      const prepared *given_b, const float *bias) {
     FP8T_CHECK(ldc == 0 || model_prec_bf16_operands(m, prec),
-                "a strided GEMM result needs BF16 operands (linear_bf16_dy_fusable)");
+               "a strided GEMM result needs BF16 operands (linear_bf16_dy_fusable)");
     prepared pa, pb;
     if (ldc == 0 && model_scaled_path(m, lin, prec)) {
         scaled_gemm(m, lin, g, prec, C, a, b, M, N, K, transA, transB, acc, keep_a, given_a,
@@ -539,11 +541,15 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
         return;
     }
     if (prec == FP8T_PREC_BLOCK) scaled_shape_note(m, lin, prec);
-    if (given_a) pa = *given_a;
-    else prepare(m, lin, a, prec, &pa);
+    if (given_a)
+        pa = *given_a;
+    else
+        prepare(m, lin, a, prec, &pa);
     if (keep_a) *keep_a = pa;
-    if (given_b) pb = *given_b;
-    else prepare(m, lin, b, prec, &pb);
+    if (given_b)
+        pb = *given_b;
+    else
+        prepare(m, lin, b, prec, &pb);
     fp8t_backend *be = m->be;
     switch (prec) {
     case FP8T_PREC_DELAYED:
@@ -558,8 +564,7 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
             m->ops->gemm_bf16_rounded(be, C, &pa.h, &pb.h, M, N, K, transA, transB, acc, bias,
                                       ldc);
         else /* fake's quantize-dequantized floats; bf16 under FP8T_DISABLE_BF16_OPERANDS */
-            m->ops->gemm_bf16(be, C, pa.f, pb.f, M, N, K, transA, transB, acc, pa.amax,
-                              pb.amax);
+            m->ops->gemm_bf16(be, C, pa.f, pb.f, M, N, K, transA, transB, acc, pa.amax, pb.amax);
         break;
     default: /* fp32, and block / mxfp8 whose operands are already quantize-dequantized */
         m->ops->gemm_f32(be, C, pa.f, pb.f, M, N, K, transA, transB, acc);
@@ -596,8 +601,13 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const ope
     operand a = step ? *step : (operand){0};
     a.x = X, a.rows = N, a.cols = IN, a.role = FP8T_ROLE_X, a.record = record;
     a.tile_r = 1, a.tile_c = 128, a.pos = 0, a.save = save_buf;
-    operand b = {.x = Wm, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W,
-                 .record = record && !m->w_amax_done[lin], .tile_r = 128, .tile_c = 128,
+    operand b = {.x = Wm,
+                 .rows = OUT,
+                 .cols = IN,
+                 .role = FP8T_ROLE_W,
+                 .record = record && !m->w_amax_done[lin],
+                 .tile_r = 128,
+                 .tile_c = 128,
                  .pos = 1};
     /* the bias goes into the GEMM unless a hook must see the output without it */
     const linear_plan *pl = &m->plan[lin];
@@ -614,8 +624,8 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const ope
     if (bias && !fuse_bias) m->ops->bias_add(m->be, Y, bias, N, OUT);
 }
 
-void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
-                    const float *bias, int N, int IN, int OUT) {
+void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W, const float *bias,
+                    int N, int IN, int OUT) {
     fprop(m, lin, Y, 0, X, NULL, W, bias, N, IN, OUT, 0);
 }
 
@@ -637,9 +647,9 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
                          int OUT) {
     if (m->plan[lin].step_fused[m->frozen]) {
         FP8T_CHECK(!pre_bias || m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED ||
-                        m->plan[lin].scaled[FP8T_GEMM_FPROP],
-                    "a deferred bias needs a delayed-scaled or scaled-path fc2 "
-                    "(linear_gelu_takes_bias)");
+                       m->plan[lin].scaled[FP8T_GEMM_FPROP],
+                   "a deferred bias needs a delayed-scaled or scaled-path fc2 "
+                   "(linear_gelu_takes_bias)");
         const operand gelu = {.gelu = 1, .gelu_bias = pre_bias, .values = act};
         fprop(m, lin, Y, 0, pre, &gelu, W, bias, N, IN, OUT, 0);
         return;
@@ -677,8 +687,10 @@ static void saved_x(const fp8t_model *m, int lin, int N, int IN, prepared *out) 
         out->h.cols = IN;
         return;
     }
-    if (m->be->fp8_wants_transpose) out->q.data_t = xq->codes;
-    else out->q.data = xq->codes;
+    if (m->be->fp8_wants_transpose)
+        out->q.data_t = xq->codes;
+    else
+        out->q.data = xq->codes;
     out->q.scale_inv = xq->scale_inv;
     out->q.fmt = model_fp8_format(m, FP8T_ROLE_X);
     out->q.rows = N;
@@ -717,14 +729,28 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     /* the bias gradient from the Dgrad's rounding pass over dY, unless a hook may change dY
      * before the Wgrad (bias_backward reads it after both) */
     float *colsum = dbias && m->plan[lin].colsum ? dbias : NULL;
-    operand dy_d = {.x = dY, .rows = N, .cols = OUT, .role = FP8T_ROLE_DY, .record = 1,
-                    .tile_r = 1, .tile_c = 128, .pos = 0, .colsum = colsum,
-                    .dgelu_x = dgelu_x, .dgelu_bias = dgelu_bias, .values = dpre};
-    operand w_d = {.x = Wm, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W, .tile_r = 128,
-                   .tile_c = 128, .pos = 1};
+    operand dy_d = {.x = dY,
+                    .rows = N,
+                    .cols = OUT,
+                    .role = FP8T_ROLE_DY,
+                    .record = 1,
+                    .tile_r = 1,
+                    .tile_c = 128,
+                    .pos = 0,
+                    .colsum = colsum,
+                    .dgelu_x = dgelu_x,
+                    .dgelu_bias = dgelu_bias,
+                    .values = dpre};
+    operand w_d = {.x = Wm,
+                   .rows = OUT,
+                   .cols = IN,
+                   .role = FP8T_ROLE_W,
+                   .tile_r = 128,
+                   .tile_c = 128,
+                   .pos = 1};
     const int reuse = model_plan_reuse_dy(m, lin, wprec);
     FP8T_CHECK(!dgelu_x || (reuse && (colsum || !dbias)),
-                "the fused GELU backward leaves no FP32 dY for the Wgrad or bias_backward");
+               "the fused GELU backward leaves no FP32 dY for the Wgrad or bias_backward");
     prepared dy_q; /* dY as the Dgrad took it (codes / operand), for the Wgrad when reuse */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, 0, &dy_d, &w_d, N, IN,
              OUT, 0, 0, 0, &dy_q, NULL, NULL, NULL);
@@ -735,10 +761,15 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     /* from codes, a read-only hook gets NULL: X is the Fprop's, which it saw */
     if (!from_codes || m->hook_reads)
         call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, from_codes ? NULL : X, N, IN);
-    operand dy_w = {.x = dY, .rows = N, .cols = OUT, .role = FP8T_ROLE_DY, .tile_r = 128,
-                    .tile_c = 1, .pos = 0};
-    operand x_w = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .tile_r = 128,
-                   .tile_c = 1, .pos = 1};
+    operand dy_w = {.x = dY,
+                    .rows = N,
+                    .cols = OUT,
+                    .role = FP8T_ROLE_DY,
+                    .tile_r = 128,
+                    .tile_c = 1,
+                    .pos = 0};
+    operand x_w = {
+        .x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .tile_r = 128, .tile_c = 1, .pos = 1};
     prepared x_q; /* X's codes from the forward, when from_codes */
     if (from_codes) saved_x(m, lin, N, IN, &x_q);
     if (m->hook) {
@@ -761,9 +792,9 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     backward(m, lin, dX, dW, dbias, dY, NULL, NULL, NULL, X, W, N, IN, OUT);
 }
 
-void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
-                          float *dpre, const float *dact, const float *pre, const float *pre_bias,
-                          float *X, const float *W, int N, int IN, int OUT) {
+void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dpre,
+                          const float *dact, const float *pre, const float *pre_bias, float *X,
+                          const float *W, int N, int IN, int OUT) {
     /* the plan's GELU backward in the Dgrad's pass, where the Wgrad takes the Dgrad's dY and
      * the bias gradient comes from the same pass (nothing else reads dY in FP32) */
     const linear_plan *pl = &m->plan[lin];
@@ -771,17 +802,19 @@ void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *d
         backward(m, lin, dX, dW, dbias, (float *)dact, pre, pre_bias, dpre, X, W, N, IN, OUT);
         return;
     }
-    if (pre_bias) m->ops->gelu_backward_bias(m->be, dpre, pre, pre_bias, dact, N, OUT);
-    else m->ops->gelu_backward(m->be, dpre, pre, dact, (size_t)N * (size_t)OUT);
+    if (pre_bias)
+        m->ops->gelu_backward_bias(m->be, dpre, pre, pre_bias, dact, N, OUT);
+    else
+        m->ops->gelu_backward(m->be, dpre, pre, dact, (size_t)N * (size_t)OUT);
     backward(m, lin, dX, dW, dbias, dpre, NULL, NULL, NULL, X, W, N, IN, OUT);
 }
 
 int linear_bf16_dy_fusable(const fp8t_model *m, int lin) { return m->plan[lin].bf16_dy; }
 
-void linear_forward_ld(fp8t_model *m, int lin, float *Y, int ldy, float *X, const float *W,
-                       int N, int IN, int OUT) {
+void linear_forward_ld(fp8t_model *m, int lin, float *Y, int ldy, float *X, const float *W, int N,
+                       int IN, int OUT) {
     FP8T_CHECK(linear_bf16_dy_fusable(m, lin) && ldy >= fp8t_bf16_pad(OUT),
-                "linear_forward_ld: BF16 operands and ldy >= pad(OUT) only");
+               "linear_forward_ld: BF16 operands and ldy >= pad(OUT) only");
     fprop(m, lin, Y, ldy, X, NULL, W, NULL, N, IN, OUT, 0);
 }
 
@@ -828,18 +861,28 @@ void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
     m->ops->accumulate(m->be, dW, tmp, (size_t)OUT * IN);
 }
 
-void linear_bf16_fprop_operands(fp8t_model *m, int lin, float *X, const float *W, int N,
-                                int IN, int OUT, int record, fp8t_bf16_operand *x,
-                                fp8t_bf16_operand *w) {
+void linear_bf16_fprop_operands(fp8t_model *m, int lin, float *X, const float *W, int N, int IN,
+                                int OUT, int record, fp8t_bf16_operand *x, fp8t_bf16_operand *w) {
     FP8T_CHECK(linear_bf16_dy_fusable(m, lin) && !m->xq[lin].saved,
-                "linear_bf16_fprop_operands: BF16 operands (linear_bf16_dy_fusable), no X kept "
-                "for a later Wgrad");
+               "linear_bf16_fprop_operands: BF16 operands (linear_bf16_dy_fusable), no X kept "
+               "for a later Wgrad");
     /* fprop's operands and recording, without its GEMM and hooks */
     record = record && !m->frozen;
-    operand a = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .record = record,
-                 .tile_r = 1, .tile_c = 128, .pos = 0};
-    operand b = {.x = (float *)W, .rows = OUT, .cols = IN, .role = FP8T_ROLE_W,
-                 .record = record && !m->w_amax_done[lin], .tile_r = 128, .tile_c = 128,
+    operand a = {.x = X,
+                 .rows = N,
+                 .cols = IN,
+                 .role = FP8T_ROLE_X,
+                 .record = record,
+                 .tile_r = 1,
+                 .tile_c = 128,
+                 .pos = 0};
+    operand b = {.x = (float *)W,
+                 .rows = OUT,
+                 .cols = IN,
+                 .role = FP8T_ROLE_W,
+                 .record = record && !m->w_amax_done[lin],
+                 .tile_r = 128,
+                 .tile_c = 128,
                  .pos = 1};
     prepared pa, pb;
     prepare(m, lin, &a, FP8T_PREC_BF16, &pa);

@@ -102,9 +102,9 @@ linear_plan model_linear_plan(const fp8t_model *m, int lin) {
      * scale known before it (BF16 operands, delayed FP8) or the scaled path, and no hook wants
      * dY in FP32; the Wgrad must then take the Dgrad's dY (model_plan_dy_shared) and the bias
      * gradient come from the same pass (linear_backward_gelu checks both) */
-    pl.dgelu = (unsigned char)(model_lin_module(m, lin) == FP8T_MOD_FC1 &&
-                               !m->no_gelu_bwd_fusion && !m->hook &&
-                               (model_prec_one_pass(m, d) || pl.scaled[FP8T_GEMM_DGRAD]));
+    pl.dgelu =
+        (unsigned char)(model_lin_module(m, lin) == FP8T_MOD_FC1 && !m->no_gelu_bwd_fusion &&
+                        !m->hook && (model_prec_one_pass(m, d) || pl.scaled[FP8T_GEMM_DGRAD]));
     /* all three GEMMs on BF16 operands, dY's operand shared, no hook: the head's dY may come
      * already rounded (softmax_xent_bf16) and its Fprop may write a strided Y */
     pl.bf16_dy = (unsigned char)(!m->hook && f == FP8T_PREC_BF16 && w == FP8T_PREC_BF16 &&

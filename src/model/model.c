@@ -62,9 +62,9 @@ void model_invalidate_weight_caches(fp8t_model *m) {
 static void resolve_precisions(fp8t_model *m) {
     for (int lin = 0; lin < m->n_lin; lin++)
         for (int g = 0; g < FP8T_GEMM_COUNT; g++)
-            m->prec[lin][g] = fp8t_policy_resolve(&m->policy, m->cfg.n_layer,
-                                                  model_lin_layer(m, lin),
-                                                  model_lin_module(m, lin), (fp8t_gemm_kind)g);
+            m->prec[lin][g] =
+                fp8t_policy_resolve(&m->policy, m->cfg.n_layer, model_lin_layer(m, lin),
+                                    model_lin_module(m, lin), (fp8t_gemm_kind)g);
 }
 
 /* Views of one layer's tensors inside a buffer laid out by the parameter table. */
@@ -73,16 +73,24 @@ static void bind_tensors(fp8t_model *m, model_tensors *t, float *base) {
         const fp8t_param_info *p = &m->info[i];
         float *x = base + p->offset;
         if (p->layer < 0) {
-            if (!strcmp(p->name, "wte")) t->wte = x;
-            else if (!strcmp(p->name, "wpe")) t->wpe = x;
-            else if (!strcmp(p->name, "lnf.w")) t->lnf_w = x;
-            else if (!strcmp(p->name, "lnf.b")) t->lnf_b = x;
-            else if (!strcmp(p->name, "lm_head.w")) t->lm_head = x;
+            if (!strcmp(p->name, "wte"))
+                t->wte = x;
+            else if (!strcmp(p->name, "wpe"))
+                t->wpe = x;
+            else if (!strcmp(p->name, "lnf.w"))
+                t->lnf_w = x;
+            else if (!strcmp(p->name, "lnf.b"))
+                t->lnf_b = x;
+            else if (!strcmp(p->name, "lm_head.w"))
+                t->lm_head = x;
             continue;
         }
         layer_tensors *lt = &t->layer[p->layer];
         const char *n = strchr(p->name + 2, '.') + 1; /* skip "h.<l>." */
-        struct { const char *name; float **slot; } map[] = {
+        struct {
+            const char *name;
+            float **slot;
+        } map[] = {
             {"ln1.w", &lt->ln1_w},   {"ln1.b", &lt->ln1_b},   {"qkv.w", &lt->qkv_w},
             {"qkv.b", &lt->qkv_b},   {"proj.w", &lt->proj_w}, {"proj.b", &lt->proj_b},
             {"ln2.w", &lt->ln2_w},   {"ln2.b", &lt->ln2_b},   {"fc1.w", &lt->fc1_w},
@@ -137,8 +145,8 @@ static void plan_layer_saves(fp8t_model *m) {
      * one shape) */
     layer_view v0;
     model_layer_view(&v0, m, 0);
-    const int attn_state = !m->no_attn_save && c->n_layer > 0 &&
-                           m->ops->attention_saved_bytes(m->be, &v0.attn) > 0;
+    const int attn_state =
+        !m->no_attn_save && c->n_layer > 0 && m->ops->attention_saved_bytes(m->be, &v0.attn) > 0;
     for (int l = 0; l < c->n_layer; l++) {
         const int bf16 = m->layer_bf16[l];
         for (int k = 0; k < SV_COUNT; k++) {
@@ -261,11 +269,11 @@ static size_t carve_activations(activations *a, float *base, const fp8t_model_co
     const int gpt2 = c->arch == FP8T_ARCH_GPT2, llama = !gpt2;
     const size_t wx = carve_wgrad_inputs ? L : 0; /* ln1, ln2, fch_act: see activations */
     size_t off = 0;
-#define CARVE(field, count)                                                                   \
-    do {                                                                                      \
-        size_t n_ = (count);                                                                  \
-        a->field = (base && n_) ? base + off : NULL;                                          \
-        off += n_;                                                                            \
+#define CARVE(field, count)                                                                      \
+    do {                                                                                         \
+        size_t n_ = (count);                                                                     \
+        a->field = (base && n_) ? base + off : NULL;                                             \
+        off += n_;                                                                               \
     } while (0)
     CARVE(encoded, N * C);
     CARVE(ln1, wx * N * C);
@@ -304,7 +312,10 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
                               const fp8t_policy *policy, const fp8t_model_options *opt, int B,
                               int T, char *err, size_t errlen) {
     char buf[256];
-    if (!be) { set_err(err, errlen, "fp8t_model_create: no backend"); return NULL; }
+    if (!be) {
+        set_err(err, errlen, "fp8t_model_create: no backend");
+        return NULL;
+    }
     const unsigned disable = opt ? opt->disable : 0;
     if (disable & ~(unsigned)FP8T_DISABLE_KNOWN) {
         snprintf(buf, sizeof(buf), "fp8t_model_create: unknown disable bits 0x%x",
@@ -316,8 +327,10 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
         /* chunks start at multiples of 8 rows: a GEMM that pads a dimension to 8 (the GPU's
          * Wgrad pads K, the chunk's tokens) reads past a chunk's last row into zero padding
          * only then */
-        snprintf(buf, sizeof(buf), "fp8t_model_create: head_chunk %d: the rows per chunk must "
-                 "be a multiple of 8 (0: auto, negative: off)", opt->head_chunk);
+        snprintf(buf, sizeof(buf),
+                 "fp8t_model_create: head_chunk %d: the rows per chunk must "
+                 "be a multiple of 8 (0: auto, negative: off)",
+                 opt->head_chunk);
         set_err(err, errlen, buf);
         return NULL;
     }
@@ -333,8 +346,8 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
         return NULL;
     }
     if ((size_t)B * (size_t)T > (size_t)(1 << 24)) {
-        snprintf(buf, sizeof(buf), "batch B*T = %zu tokens is too large (max %d)",
-                 (size_t)B * T, 1 << 24);
+        snprintf(buf, sizeof(buf), "batch B*T = %zu tokens is too large (max %d)", (size_t)B * T,
+                 1 << 24);
         set_err(err, errlen, buf);
         return NULL;
     }
@@ -343,8 +356,10 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->be = be;
     m->ops = be->ops;
     m->cfg = *cfg;
-    if (policy) m->policy = *policy;
-    else fp8t_policy_default(&m->policy);
+    if (policy)
+        m->policy = *policy;
+    else
+        fp8t_policy_default(&m->policy);
     if (m->policy.history_len < 1) m->policy.history_len = 1;
     m->B = B;
     m->T = T;
@@ -423,7 +438,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->plan = calloc((size_t)m->n_lin, sizeof(*m->plan));
     m->layer_bf16 = calloc(nl, 1);
     FP8T_CHECK(m->prec && m->wcache && m->w_amax_done && m->xq && m->plan && m->layer_bf16,
-                "out of host memory");
+               "out of host memory");
     resolve_precisions(m);
     /* switches back to the plain paths, fixed at creation (fused paths are bit-identical to
      * them) */
@@ -489,10 +504,9 @@ void fp8t_model_destroy(fp8t_model *m) {
     free(m->sv_kind);
     free(m->sv32);
     free(m->sv16);
-    scratch_buf *bufs[] = {&m->codes[0], &m->codes[1], &m->codes_t[0], &m->codes_t[1],
-                           &m->h16[0],   &m->h16[1],   &m->fq[0],      &m->fq[1],
-                           &m->bsc[0],   &m->bsc[1],   &m->bsc_t[0],   &m->bsc_t[1],
-                           &m->wgrad_tmp};
+    scratch_buf *bufs[] = {&m->codes[0], &m->codes[1], &m->codes_t[0], &m->codes_t[1], &m->h16[0],
+                           &m->h16[1],   &m->fq[0],    &m->fq[1],      &m->bsc[0],     &m->bsc[1],
+                           &m->bsc_t[0], &m->bsc_t[1], &m->wgrad_tmp};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i]->p) ops->free(be, bufs[i]->p);
     free(m->prec);
@@ -529,7 +543,8 @@ const fp8t_policy *fp8t_model_get_policy(const fp8t_model *m) { return &m->polic
 int model_refuse_if_frozen(const fp8t_model *m, const char *fn) {
     if (!m->frozen) return 0;
     fp8t_warnf("%s: the model is frozen (fp8t_model_set_frozen), so the training state may "
-               "not change; call fp8t_model_set_frozen(m, 0) first", fn);
+               "not change; call fp8t_model_set_frozen(m, 0) first",
+               fn);
     return 1;
 }
 

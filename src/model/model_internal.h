@@ -7,27 +7,27 @@
 
 #include "fp8train/error.h" /* fp8t_warnf */
 #include "fp8train/model.h"
-#include "util/check.h"    /* FP8T_CHECK */
+#include "util/check.h" /* FP8T_CHECK */
 
 /* Device pointers into the parameter (or gradient) buffer for one layer. Tensors an
  * architecture does not have are NULL (GPT-2: no gate/up/down; Llama: no biases, no fc1/fc2). */
 typedef struct {
-    float *ln1_w, *ln1_b;     /* [C] */
-    float *qkv_w, *qkv_b;     /* [QKV, C], [QKV]; QKV = (NH + 2 NKV) * HS (3C without GQA) */
-    float *proj_w, *proj_b;   /* [C, C], [C] */
-    float *ln2_w, *ln2_b;     /* [C] */
-    float *fc1_w, *fc1_b;     /* [H, C], [H] */
-    float *fc2_w, *fc2_b;     /* [C, H], [C] */
-    float *gate_w, *up_w;     /* [H, C] */
-    float *down_w;            /* [C, H] */
+    float *ln1_w, *ln1_b;   /* [C] */
+    float *qkv_w, *qkv_b;   /* [QKV, C], [QKV]; QKV = (NH + 2 NKV) * HS (3C without GQA) */
+    float *proj_w, *proj_b; /* [C, C], [C] */
+    float *ln2_w, *ln2_b;   /* [C] */
+    float *fc1_w, *fc1_b;   /* [H, C], [H] */
+    float *fc2_w, *fc2_b;   /* [C, H], [C] */
+    float *gate_w, *up_w;   /* [H, C] */
+    float *down_w;          /* [C, H] */
 } layer_tensors;
 
 typedef struct {
-    float *wte;               /* [V, C] (also the LM head when tied) */
-    float *lm_head;           /* [V, C] the untied LM head, NULL when tied */
-    float *wpe;               /* [maxT, C] (GPT-2 only) */
-    float *lnf_w, *lnf_b;     /* [C] */
-    layer_tensors *layer;     /* [L] (host array of device pointers) */
+    float *wte;           /* [V, C] (also the LM head when tied) */
+    float *lm_head;       /* [V, C] the untied LM head, NULL when tied */
+    float *wpe;           /* [maxT, C] (GPT-2 only) */
+    float *lnf_w, *lnf_b; /* [C] */
+    layer_tensors *layer; /* [L] (host array of device pointers) */
 } model_tensors;
 
 /* Activations of one micro-batch (N = B*T tokens), carved from one allocation. Per-layer
@@ -38,33 +38,33 @@ typedef struct {
  * either: they are layer saves (layer_save, below), allocated per layer as a training forward
  * first needs them, in FP32 or BF16. */
 typedef struct {
-    float *encoded;    /* [N, C] embedding output = residual stream into layer 0 */
-    float *ln1;        /* [L, N, C] (FP8T_DISABLE_FP8_SAVE only) */
-    float *ln1_mean;   /* [L, N] (GPT-2) */
-    float *ln1_rstd;   /* [L, N] */
-    float *lse;        /* [L, B, NH, T] softmax log-sum-exp saved for the backward */
-    float *ln2;        /* [L, N, C] (FP8T_DISABLE_FP8_SAVE only) */
-    float *ln2_mean;   /* [L, N] (GPT-2) */
-    float *ln2_rstd;   /* [L, N] */
-    float *fch_act;    /* [L, N, H] GELU(fch) (GPT-2) / silu(gate)*up (Llama)
+    float *encoded;  /* [N, C] embedding output = residual stream into layer 0 */
+    float *ln1;      /* [L, N, C] (FP8T_DISABLE_FP8_SAVE only) */
+    float *ln1_mean; /* [L, N] (GPT-2) */
+    float *ln1_rstd; /* [L, N] */
+    float *lse;      /* [L, B, NH, T] softmax log-sum-exp saved for the backward */
+    float *ln2;      /* [L, N, C] (FP8T_DISABLE_FP8_SAVE only) */
+    float *ln2_mean; /* [L, N] (GPT-2) */
+    float *ln2_rstd; /* [L, N] */
+    float *fch_act;  /* [L, N, H] GELU(fch) (GPT-2) / silu(gate)*up (Llama)
                           (FP8T_DISABLE_FP8_SAVE only) */
-    float *lnf;        /* [N, C] */
-    float *lnf_mean;   /* [N] (GPT-2) */
-    float *lnf_rstd;   /* [N] */
-    float *logits;     /* [N, pad(V)], not carved: allocated by the first forward that writes
+    float *lnf;      /* [N, C] */
+    float *lnf_mean; /* [N] (GPT-2) */
+    float *lnf_rstd; /* [N] */
+    float *logits;   /* [N, pad(V)], not carved: allocated by the first forward that writes
                           the whole batch's logits (model_logits_buf; the chunked head never
                           does); holds dlogits after a plain backward */
-    float *losses;     /* [N] */
-    float *out_c;      /* [N, C] scratch: proj / fc2 / down output before the residual add */
+    float *losses;   /* [N] */
+    float *out_c;    /* [N, C] scratch: proj / fc2 / down output before the residual add */
     /* backward scratch; everything carved after dc1 is free during a forward and holds the
      * chunked head's buffers where they fit (head.c: model_head_plan) */
-    float *dres;       /* [N, C] gradient of the residual stream */
-    float *dc1;        /* [N, C] gradient of a norm output / attention output */
-    float *dc2;        /* [N, C] second Dgrad contribution (Llama up) */
-    float *dqkv;       /* [N, QKV] */
-    float *dh1;        /* [N, H] gradient of fch_act */
-    float *dh2;        /* [N, H] gradient of fch (gate) */
-    float *dh3;        /* [N, H] gradient of up (Llama) */
+    float *dres; /* [N, C] gradient of the residual stream */
+    float *dc1;  /* [N, C] gradient of a norm output / attention output */
+    float *dc2;  /* [N, C] second Dgrad contribution (Llama up) */
+    float *dqkv; /* [N, QKV] */
+    float *dh1;  /* [N, H] gradient of fch_act */
+    float *dh2;  /* [N, H] gradient of fch (gate) */
+    float *dh3;  /* [N, H] gradient of up (Llama) */
 } activations;
 
 /* Layer l of one micro-batch: the dimensions of its GEMMs and its slices of the per-layer
@@ -97,11 +97,11 @@ typedef struct {
  * (delayed / current slots), a BF16 operand (bf16 slot) or block- / row-scaled codes (block and
  * row slots: codes for the Fprop, codes_t for the Dgrad, each with its scale_inv array). */
 typedef struct {
-    uint8_t *codes;   /* [out, in] */
-    uint8_t *codes_t; /* [in, out], only when the backend wants transposed copies */
-    uint16_t *bf16;   /* BF16 operand of [out, in] (fp8t_bf16_operand layout) */
+    uint8_t *codes;         /* [out, in] */
+    uint8_t *codes_t;       /* [in, out], only when the backend wants transposed copies */
+    uint16_t *bf16;         /* BF16 operand of [out, in] (fp8t_bf16_operand layout) */
     float *bsinv, *bsinv_t; /* block / row slot: the scale_inv of codes / codes_t */
-    int valid;        /* block / row slot: bit 0 codes, bit 1 codes_t */
+    int valid;              /* block / row slot: bit 0 codes, bit 1 codes_t */
 } weight_cache;
 
 enum {
@@ -178,22 +178,22 @@ typedef enum {
 typedef struct {
     unsigned char scaled[FP8T_GEMM_COUNT]; /* the GEMM takes the scaled-operand path
                                               (model_scaled_path of its precision) */
-    unsigned char save_x;       /* a training Fprop keeps its X operand (codes, BF16, scaled)
+    unsigned char save_x;           /* a training Fprop keeps its X operand (codes, BF16, scaled)
                                    for the Wgrad instead of X in FP32 (x_codes) */
-    unsigned char step_fused[2];/* the Fprop's rounding pass applies the producer step itself
+    unsigned char step_fused[2];    /* the Fprop's rounding pass applies the producer step itself
                                    (fc2: GELU; GPT-2's qkv, fc1: the LayerNorm): its FP32
                                    output is never written */
-    unsigned char bias_gemm;    /* the Fprop's bias rides in its GEMM (else bias_add after the
+    unsigned char bias_gemm;        /* the Fprop's bias rides in its GEMM (else bias_add after the
                                    hook's output site) */
     unsigned char bias_gemm_replay; /* ... in a replay, which has no hook */
-    unsigned char bias_residual;/* proj, fc2: the residual add after the Fprop takes the bias */
-    unsigned char bias_next[2]; /* fc1: fc2's fused GELU pass takes fc1's bias */
-    unsigned char dy_shared;    /* the Dgrad's dY operand can serve the Wgrad when the Wgrad
+    unsigned char bias_residual; /* proj, fc2: the residual add after the Fprop takes the bias */
+    unsigned char bias_next[2];  /* fc1: fc2's fused GELU pass takes fc1's bias */
+    unsigned char dy_shared;     /* the Dgrad's dY operand can serve the Wgrad when the Wgrad
                                    runs in the Dgrad's precision (model_plan_reuse_dy) */
-    unsigned char colsum;       /* the bias gradient from the Dgrad's rounding pass */
-    unsigned char dgelu;        /* fc1: the Dgrad's rounding pass applies GELU's backward
+    unsigned char colsum;        /* the bias gradient from the Dgrad's rounding pass */
+    unsigned char dgelu;         /* fc1: the Dgrad's rounding pass applies GELU's backward
                                    (where dY is shared and colsum holds) */
-    unsigned char bf16_dy;      /* all three GEMMs on BF16 operands, dY shared, no hook
+    unsigned char bf16_dy;       /* all three GEMMs on BF16 operands, dY shared, no hook
                                    (linear_bf16_dy_fusable: the head's fused cross-entropy) */
 } linear_plan;
 
@@ -225,30 +225,30 @@ struct fp8t_model {
     int n_valid_targets;   /* non-ignored targets of the last forward */
     int frozen;            /* fp8t_model_set_frozen: forwards leave the training state alone */
     int last_forward_frozen; /* the last forward ran frozen (a backward is refused) */
-    float *scalars;        /* device [4]: loss sum, sumsq accumulator, dlogits amax */
+    float *scalars;          /* device [4]: loss sum, sumsq accumulator, dlogits amax */
 
     /* FP8 */
     int n_lin, n_fp8, hist_len;
-    int state_hybrid;            /* dY format of fp8_state (1: E5M2); policy.hybrid may differ
+    int state_hybrid;     /* dY format of fp8_state (1: E5M2); policy.hybrid may differ
                                     only while frozen (the conversion waits for the unfreeze) */
-    float *fp8_state;            /* device, fp8t_recipe_state layout over (n_fp8, hist_len) */
-    fp8t_recipe_state st;        /* views into fp8_state (device pointers) */
-    float *cur;                  /* device [3 * n_fp8]: current-scaling amax, scale, scale_inv */
+    float *fp8_state;     /* device, fp8t_recipe_state layout over (n_fp8, hist_len) */
+    fp8t_recipe_state st; /* views into fp8_state (device pointers) */
+    float *cur;           /* device [3 * n_fp8]: current-scaling amax, scale, scale_inv */
     float *cur_amax, *cur_scale, *cur_scale_inv; /* views into cur, [n_fp8] each */
     fp8t_precision (*prec)[FP8T_GEMM_COUNT];     /* [n_lin][3] resolved precisions */
     weight_cache (*wcache)[WCACHE_SLOTS];        /* [n_lin][2] */
-    int *w_amax_done;            /* [n_lin] host: W amax recorded this step */
-    linear_plan *plan;           /* [n_lin] host (model_plan) */
-    unsigned char *layer_bf16;   /* [L] host: the layer keeps its saves in BF16 (model_plan) */
+    int *w_amax_done;                            /* [n_lin] host: W amax recorded this step */
+    linear_plan *plan;                           /* [n_lin] host (model_plan) */
+    unsigned char *layer_bf16; /* [L] host: the layer keeps its saves in BF16 (model_plan) */
     scratch_buf codes[2], codes_t[2]; /* FP8 codes of the activation operands (A, B) */
-    scratch_buf h16[2];          /* BF16 operands of the activations (A, B) */
-    scratch_buf fq[2];           /* fake/block/MX quantized copies of the operands (A, B) */
-    scratch_buf bsc[2], bsc_t[2];/* block / rowwise: scale_inv of codes / codes_t (A, B) */
-    scratch_buf wgrad_tmp;       /* dW of one micro-batch, handed to the hook */
+    scratch_buf h16[2];               /* BF16 operands of the activations (A, B) */
+    scratch_buf fq[2];                /* fake/block/MX quantized copies of the operands (A, B) */
+    scratch_buf bsc[2], bsc_t[2];     /* block / rowwise: scale_inv of codes / codes_t (A, B) */
+    scratch_buf wgrad_tmp;            /* dW of one micro-batch, handed to the hook */
 
     fp8t_tensor_hook hook;
     void *hook_ctx;
-    int hook_reads;              /* the hook only reads (fp8t_model_set_observer) */
+    int hook_reads;                  /* the hook only reads (fp8t_model_set_observer) */
     fp8t_grads_ready_fn grads_ready; /* fp8t_model_set_grads_ready (NULL: none) */
     void *grads_ready_ctx;
 
@@ -258,18 +258,18 @@ struct fp8t_model {
      * dloss of the previous backward (the trainer's 1/accum is the same every micro-batch), so
      * fusion starts after a model's first backward and the result is bit-identical to the
      * plain path. */
-    int no_fused_xent;     /* FP8T_DISABLE_FUSED_XENT at create: always the plain path */
-    int xent_fused;        /* a->logits holds the last forward's dlogits, not its logits */
+    int no_fused_xent; /* FP8T_DISABLE_FUSED_XENT at create: always the plain path */
+    int xent_fused;    /* a->logits holds the last forward's dlogits, not its logits */
     /* ... or, when xent_bf16 is also set, a->logits holds the logits with rows pad(V) apart
      * and the dlogits are the BF16 operand in h16[0], their amax in scalars[2] (the head's
      * three GEMMs in BF16: linear_bf16_dy_fusable). Off with FP8T_DISABLE_BF16_XENT. */
     int xent_bf16;
     int no_bf16_xent;
-    int xent_dloss_known;  /* a backward has run with a finite, nonzero dloss */
-    float xent_dloss;      /* that dloss, folded into the next fused forward */
-    unsigned epoch;        /* bumped by whatever changes the head GEMM's result: adamw,
+    int xent_dloss_known; /* a backward has run with a finite, nonzero dloss */
+    float xent_dloss;     /* that dloss, folded into the next fused forward */
+    unsigned epoch;       /* bumped by whatever changes the head GEMM's result: adamw,
                               end_step, set_policy (so a stale replay is never trusted) */
-    unsigned xent_epoch;   /* epoch of the fused forward */
+    unsigned xent_epoch;  /* epoch of the fused forward */
     /* FP8T_DISABLE_CODE_REUSE at create: the Wgrad quantizes dY again instead of reusing the
      * Dgrad's codes (linear.c) */
     int no_code_reuse;
@@ -304,17 +304,17 @@ struct fp8t_model {
     /* FP8 codes of X kept for the Wgrad (the plan's save_x): a linear whose Fprop and Wgrad
      * share a per-tensor FP8 precision, with no hook, keeps the codes its Fprop made (1 byte
      * per element) instead of its FP32 input, and its Wgrad does not quantize X again. */
-    int no_fp8_save;       /* FP8T_DISABLE_FP8_SAVE at create: keep every X in FP32, as the
+    int no_fp8_save;        /* FP8T_DISABLE_FP8_SAVE at create: keep every X in FP32, as the
                               carved [L, ...] buffers, and re-quantize it for the Wgrad */
-    x_codes *xq;           /* [n_lin] */
-    float *(*wx)[WX_COUNT];/* [L][WX_COUNT] device [N, C] / [N, H]: layer l's FP32 copy of a
+    x_codes *xq;            /* [n_lin] */
+    float *(*wx)[WX_COUNT]; /* [L][WX_COUNT] device [N, C] / [N, H]: layer l's FP32 copy of a
                               Wgrad-only input, NULL until a training forward first needs it
                               (then kept); slices of act_memory under no_fp8_save */
-    float *wx_scratch;     /* device [N, max(C, H)]: the one-layer home of a Wgrad-only input
+    float *wx_scratch;      /* device [N, max(C, H)]: the one-layer home of a Wgrad-only input
                               whose layer copy is not allocated (it lives from its norm or
                               activation to its Fprop); allocated when first needed */
-    int warned_saved;      /* the backward's note on a hook/policy change was printed */
-    int warned_block;      /* a block or rowwise GEMM's shape left the FP8 tensor cores
+    int warned_saved;       /* the backward's note on a hook/policy change was printed */
+    int warned_block;       /* a block or rowwise GEMM's shape left the FP8 tensor cores
                               (printed once) */
 
     /* Layer saves (layer_save): what the last forward kept per layer (model_forward_saves),
@@ -338,16 +338,16 @@ struct fp8t_model {
     /* The LM head in chunks (head.c). The chunked forward leaves the head's gradient for the
      * backward: dlnf in a->dc1, this micro-batch's dW in hc_dw, the dlogits' amax in
      * scalars[2], all made with the dloss hc_dloss. */
-    int hc_rows;             /* rows per chunk; 0: this model never chunks (model_head_plan) */
-    int hc_grad;             /* the last forward left that gradient (a backward may follow) */
-    int hc_pending;          /* ... or the losses only, before the model's first backward: the
+    int hc_rows;    /* rows per chunk; 0: this model never chunks (model_head_plan) */
+    int hc_grad;    /* the last forward left that gradient (a backward may follow) */
+    int hc_pending; /* ... or the losses only, before the model's first backward: the
                                 backward runs the chunks */
     float hc_dloss;
-    float *hc_dw;            /* [V, C] FP32: in act_tail, or allocated when first needed */
-    float *hc_logits;        /* [hc_rows, pad(V)] FP32 logits of one chunk (likewise) */
-    uint16_t *hc_dlogits;    /* BF16 operand of one chunk's dlogits [hc_rows, V] (likewise) */
+    float *hc_dw;                /* [V, C] FP32: in act_tail, or allocated when first needed */
+    float *hc_logits;            /* [hc_rows, pad(V)] FP32 logits of one chunk (likewise) */
+    uint16_t *hc_dlogits;        /* BF16 operand of one chunk's dlogits [hc_rows, V] (likewise) */
     int hc_dw_own, hc_chunk_own; /* allocated (freed by destroy), else inside act_tail */
-    int logits_missing;      /* a->logits does not hold the last forward's logits (packed): the
+    int logits_missing; /* a->logits does not hold the last forward's logits (packed): the
                                 chunked head ran, or a BF16 fused backward left them rows
                                 pad(V) apart */
 };
@@ -414,7 +414,9 @@ float *model_save_restore(fp8t_model *m, int l, layer_save k);
 fp8t_module model_lin_module(const fp8t_model *m, int lin);
 
 /* The LM head's weight [V, C]: lm_head.w when untied, else wte (params or grads) */
-static inline float *model_head_w(const model_tensors *t) { return t->lm_head ? t->lm_head : t->wte; }
+static inline float *model_head_w(const model_tensors *t) {
+    return t->lm_head ? t->lm_head : t->wte;
+}
 
 /* forward.c: the residual stream after the last block, [N, C], where the forward wrote it */
 const float *model_final_residual(const fp8t_model *m);
@@ -474,8 +476,8 @@ int model_scaled_path(const fp8t_model *m, int lin, fp8t_precision p);
 /* linear.c — one linear layer Y = X·Wᵀ (+ bias), X [N, IN], W [OUT, IN], Y [N, OUT].
  * The forward records amax(X), amax(W); the backward records amax(dY) and writes dX
  * (overwrite) and accumulates dW (+=) and dbias (+=, when non-NULL). */
-void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W,
-                    const float *bias, int N, int IN, int OUT);
+void linear_forward(fp8t_model *m, int lin, float *Y, float *X, const float *W, const float *bias,
+                    int N, int IN, int OUT);
 void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
                      float *X, const float *W, int N, int IN, int OUT);
 /* linear_forward of X = gelu(pre), pre [N, IN]: where the Fprop rounds its input itself (BF16
@@ -491,8 +493,8 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
                          int OUT);
 /* A LayerNorm whose output is a linear's input: its statistics outputs and parameters */
 typedef struct {
-    float *mean, *rstd;     /* [N] each, written */
-    const float *w, *b;     /* [C] each */
+    float *mean, *rstd; /* [N] each, written */
+    const float *w, *b; /* [C] each */
     float eps;
     const float *res_a, *res_c; /* NULL, or the norm's input x is res_a + res_c [N, C]: the
                                    residual add, written to x by the norm's pass */
@@ -513,9 +515,9 @@ void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln
  * otherwise dpre [N, OUT] = dY (gelu_backward / gelu_backward_bias) and linear_backward(dpre).
  * Off with FP8T_DISABLE_GELU_BWD_FUSION. pre_bias: as linear_forward_gelu's (the deferred
  * bias of the linear that made pre), or NULL. */
-void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
-                          float *dpre, const float *dact, const float *pre, const float *pre_bias,
-                          float *X, const float *W, int N, int IN, int OUT);
+void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dpre,
+                          const float *dact, const float *pre, const float *pre_bias, float *X,
+                          const float *W, int N, int IN, int OUT);
 /* Whether linear lin, whose output is added to the residual stream, leaves its bias to that
  * add (add_bias: the same bits as bias_add then add, without the pass over the output that
  * an FP8 GEMM's bias costs); not where the bias rides in a BF16 GEMM's epilogue for free, not
@@ -531,8 +533,8 @@ int linear_gelu_takes_bias(const fp8t_model *m, int fc1);
 int linear_bf16_dy_fusable(const fp8t_model *m, int lin);
 /* linear_forward without bias into Y [N, ldy], ldy >= pad(OUT) (columns >= OUT are written
  * too, with zeros); only where linear_bf16_dy_fusable. */
-void linear_forward_ld(fp8t_model *m, int lin, float *Y, int ldy, float *X, const float *W,
-                       int N, int IN, int OUT);
+void linear_forward_ld(fp8t_model *m, int lin, float *Y, int ldy, float *X, const float *W, int N,
+                       int IN, int OUT);
 /* linear_backward (no bias) from dY's BF16 operand dy [N, OUT], both GEMMs in BF16, dY's amax
  * (device scalar dy_amax, the FP32 values' before rounding) recorded into its history; dX,
  * this micro-batch's dW and the amax scaled by r when r != 1 (dy_amax is overwritten then). */
@@ -549,8 +551,7 @@ void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const flo
  * rounded into the operand scratch, W from the per-step cache. record (ignored while frozen):
  * a training forward's pass, which records amax(X) and, once per step, amax(W). Valid until
  * another linear's GEMM. */
-void linear_bf16_fprop_operands(fp8t_model *m, int lin, float *X, const float *W, int N,
-                                int IN, int OUT, int record, fp8t_bf16_operand *x,
-                                fp8t_bf16_operand *w);
+void linear_bf16_fprop_operands(fp8t_model *m, int lin, float *X, const float *W, int N, int IN,
+                                int OUT, int record, fp8t_bf16_operand *x, fp8t_bf16_operand *w);
 
 #endif

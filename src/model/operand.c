@@ -35,12 +35,17 @@ static void norm_values(const fp8t_backend_ops *o, fp8t_backend *be, const fp8t_
     const int rms = r->step == FP8T_STEP_RMSNORM || r->step == FP8T_STEP_ADD_RMSNORM;
     const float *s = r->x;
     if (add && r->x2) {
-        if (r->bias) o->add_bias(be, r->sum, r->x, r->x2, r->bias, rows, cols);
-        else o->add(be, r->sum, r->x, r->x2, (size_t)rows * (size_t)cols);
+        if (r->bias)
+            o->add_bias(be, r->sum, r->x, r->x2, r->bias, rows, cols);
+        else
+            o->add(be, r->sum, r->x, r->x2, (size_t)rows * (size_t)cols);
         s = r->sum;
     }
-    if (rms) o->rmsnorm_forward(be, v, r->rstd, s, r->norm_w, rows, cols, r->eps);
-    else o->layernorm_forward(be, v, r->mean, r->rstd, s, r->norm_w, r->norm_b, rows, cols, r->eps);
+    if (rms)
+        o->rmsnorm_forward(be, v, r->rstd, s, r->norm_w, rows, cols, r->eps);
+    else
+        o->layernorm_forward(be, v, r->mean, r->rstd, s, r->norm_w, r->norm_b, rows, cols,
+                             r->eps);
 }
 
 const float *model_step_values(const fp8t_backend_ops *o, fp8t_backend *be,
@@ -59,8 +64,10 @@ const float *model_step_values(const fp8t_backend_ops *o, fp8t_backend *be,
         }
         break;
     case FP8T_STEP_DGELU:
-        if (r->bias) o->gelu_backward_bias(be, values, r->x2, r->bias, r->x, rows, cols);
-        else o->gelu_backward(be, values, r->x2, r->x, n);
+        if (r->bias)
+            o->gelu_backward_bias(be, values, r->x2, r->bias, r->x, rows, cols);
+        else
+            o->gelu_backward(be, values, r->x2, r->x, n);
         break;
     case FP8T_STEP_SWIGLU: o->swiglu_forward(be, values, r->x, r->x2, n); break;
     default: norm_values(o, be, r, values); break;
@@ -71,8 +78,8 @@ const float *model_step_values(const fp8t_backend_ops *o, fp8t_backend *be,
 void model_compose_operand(const fp8t_backend_ops *o, fp8t_backend *be, fp8t_operand_req *r,
                            float *values) {
     const float *v = model_step_values(o, be, r, values);
-    const fp8t_operand_req plain = {.out = r->out, .step = FP8T_STEP_NONE, .x = v,
-                                    .colsum = r->colsum};
+    const fp8t_operand_req plain = {
+        .out = r->out, .step = FP8T_STEP_NONE, .x = v, .colsum = r->colsum};
     *r = plain;
     o->make_operand(be, r);
 }

@@ -12,24 +12,23 @@
 #include "fp8train/error.h"
 #include "fp8train/policy.h"
 
-#define OVERRIDE_SYNTAX                                                                       \
-    "expected comma-separated key=value pairs, e.g. "                                        \
-    "'layers=2-3,module=fc1+fc2,gemm=dgrad+wgrad,precision=bf16'; keys: "                     \
-    "layers=A|A-B|first:N|last:N|all, module=qkv|proj|fc1|fc2|gate|up|down|head|attn|mlp|all " \
-    "(joined by '+'), gemm=fprop|dgrad|wgrad|all (joined by '+'), "                            \
-    "precision=fp8|delayed|current|block|rowwise|mxfp8|fake|bf16|fp32 (required); several "  \
+#define OVERRIDE_SYNTAX                                                                          \
+    "expected comma-separated key=value pairs, e.g. "                                            \
+    "'layers=2-3,module=fc1+fc2,gemm=dgrad+wgrad,precision=bf16'; keys: "                        \
+    "layers=A|A-B|first:N|last:N|all, module=qkv|proj|fc1|fc2|gate|up|down|head|attn|mlp|all "   \
+    "(joined by '+'), gemm=fprop|dgrad|wgrad|all (joined by '+'), "                              \
+    "precision=fp8|delayed|current|block|rowwise|mxfp8|fake|bf16|fp32 (required); several "      \
     "rules are joined by ';'"
 
-static const char *PREC_NAMES[FP8T_PREC_COUNT] = {"fp8",  "delayed", "current", "block",
-                                                  "mxfp8", "fake",   "bf16",    "fp32",
-                                                  "rowwise"};
+static const char *PREC_NAMES[FP8T_PREC_COUNT] = {"fp8",  "delayed", "current", "block",  "mxfp8",
+                                                  "fake", "bf16",    "fp32",    "rowwise"};
 static const char *GEMM_NAMES[FP8T_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
-static const char *MODULE_NAMES[FP8T_MOD_COUNT] = {"qkv",  "proj", "fc1", "fc2",
+static const char *MODULE_NAMES[FP8T_MOD_COUNT] = {"qkv",  "proj", "fc1",  "fc2",
                                                    "gate", "up",   "down", "head"};
 
 #define MASK_ALL_BUT_HEAD ((1u << FP8T_MOD_HEAD) - 1u)
 #define MASK_ATTN ((1u << FP8T_MOD_QKV) | (1u << FP8T_MOD_PROJ))
-#define MASK_MLP                                                                              \
+#define MASK_MLP                                                                                 \
     ((1u << FP8T_MOD_FC1) | (1u << FP8T_MOD_FC2) | (1u << FP8T_MOD_GATE) | (1u << FP8T_MOD_UP) | \
      (1u << FP8T_MOD_DOWN))
 #define MASK_ALL_GEMMS ((1u << FP8T_GEMM_COUNT) - 1u)
@@ -77,8 +76,14 @@ static int precision_parse_n(fp8t_precision *out, const char *s, size_t n) {
             return 0;
         }
     /* the seed's NVTE_FP8_DGRAD=0 style: 0 = off (bf16), 1 = on (the run's fp8 recipe) */
-    if (word_eq(s, n, "0")) { *out = FP8T_PREC_BF16; return 0; }
-    if (word_eq(s, n, "1")) { *out = FP8T_PREC_FP8; return 0; }
+    if (word_eq(s, n, "0")) {
+        *out = FP8T_PREC_BF16;
+        return 0;
+    }
+    if (word_eq(s, n, "1")) {
+        *out = FP8T_PREC_FP8;
+        return 0;
+    }
     return -1;
 }
 
@@ -156,8 +161,10 @@ static int parse_layers(fp8t_override *o, const char *v, size_t n, const char *r
                            "index A, a range A-B, first:N, last:N or all); " OVERRIDE_SYNTAX,
                            (int)n, v, rule);
     if (b < a)
-        return fp8t_errorf(err, errlen, "bad layers range '%.*s' in override '%s': the range A-B "
-                           "needs A <= B", (int)n, v, rule);
+        return fp8t_errorf(err, errlen,
+                           "bad layers range '%.*s' in override '%s': the range A-B "
+                           "needs A <= B",
+                           (int)n, v, rule);
     o->layer_lo = a;
     o->layer_hi = b;
     return 0;
@@ -193,12 +200,15 @@ static int parse_list(unsigned *mask, const char *v, size_t n, word_bits_fn bits
         const char *w = v + i;
         size_t wn = j - i;
         if (wn == 0)
-            return fp8t_errorf(err, errlen, "empty %s name in '%.*s' of override '%s'; "
-                               OVERRIDE_SYNTAX, what, (int)n, v, rule);
+            return fp8t_errorf(err, errlen,
+                               "empty %s name in '%.*s' of override '%s'; " OVERRIDE_SYNTAX, what,
+                               (int)n, v, rule);
         unsigned b = bits(w, wn);
         if (!b)
-            return fp8t_errorf(err, errlen, "unknown %s '%.*s' in override '%s' (expected %s, "
-                               "joined by '+')", what, (int)wn, w, rule, expected);
+            return fp8t_errorf(err, errlen,
+                               "unknown %s '%.*s' in override '%s' (expected %s, "
+                               "joined by '+')",
+                               what, (int)wn, w, rule, expected);
         *mask |= b;
         i = j + 1;
     }
@@ -220,26 +230,36 @@ static int parse_one(fp8t_override *o, const char *s, size_t n, char *err, size_
         const char *kv = s + i;
         size_t kvn = j - i;
         /* trim spaces */
-        while (kvn && isspace((unsigned char)kv[0])) { kv++; kvn--; }
+        while (kvn && isspace((unsigned char)kv[0])) {
+            kv++;
+            kvn--;
+        }
         while (kvn && isspace((unsigned char)kv[kvn - 1])) kvn--;
-        if (kvn == 0) { i = j + 1; continue; }
+        if (kvn == 0) {
+            i = j + 1;
+            continue;
+        }
         const char *eq = memchr(kv, '=', kvn);
         if (!eq)
-            return fp8t_errorf(err, errlen, "'%.*s' in override '%s' is not key=value; "
-                               OVERRIDE_SYNTAX, (int)kvn, kv, rule);
+            return fp8t_errorf(err, errlen,
+                               "'%.*s' in override '%s' is not key=value; " OVERRIDE_SYNTAX,
+                               (int)kvn, kv, rule);
         size_t kn = (size_t)(eq - kv), vn = kvn - kn - 1;
         const char *v = eq + 1;
         if (vn == 0)
-            return fp8t_errorf(err, errlen, "key '%.*s' in override '%s' has an empty value; "
-                               OVERRIDE_SYNTAX, (int)kn, kv, rule);
+            return fp8t_errorf(err, errlen,
+                               "key '%.*s' in override '%s' has an empty value; " OVERRIDE_SYNTAX,
+                               (int)kn, kv, rule);
         int rc;
         if (word_eq(kv, kn, "layers") || word_eq(kv, kn, "layer")) {
             if (seen_layers++)
-                return fp8t_errorf(err, errlen, "key 'layers' given twice in override '%s'", rule);
+                return fp8t_errorf(err, errlen, "key 'layers' given twice in override '%s'",
+                                   rule);
             rc = parse_layers(o, v, vn, rule, err, errlen);
         } else if (word_eq(kv, kn, "module") || word_eq(kv, kn, "modules")) {
             if (seen_module++)
-                return fp8t_errorf(err, errlen, "key 'module' given twice in override '%s'", rule);
+                return fp8t_errorf(err, errlen, "key 'module' given twice in override '%s'",
+                                   rule);
             rc = parse_list(&o->module_mask, v, vn, module_bits, "module",
                             "qkv, proj, fc1, fc2, gate, up, down, head, attn, mlp or all", rule,
                             err, errlen);
@@ -320,7 +340,8 @@ int fp8t_policy_apply_switches(fp8t_policy *p, const char *const value[1 + FP8T_
         if (!v || !*v) continue;
         fp8t_override o = {FP8T_LAYER_ALL, FP8T_LAYER_ALL, 0, 1u << g, FP8T_PREC_FP8};
         if (fp8t_precision_parse(&o.precision, v) != 0)
-            return fp8t_errorf(err, errlen, "%s='%s' is not a precision (expected fp8, delayed, "
+            return fp8t_errorf(err, errlen,
+                               "%s='%s' is not a precision (expected fp8, delayed, "
                                "current, fake, bf16, fp32, block, rowwise, mxfp8, 0 = bf16 or "
                                "1 = fp8)",
                                source[1 + g], v);
@@ -366,13 +387,18 @@ fp8t_precision fp8t_policy_resolve(const fp8t_policy *p, int n_layer, int layer,
 char *fp8t_override_format(const fp8t_override *o, char *buf, size_t len) {
     char tmp[256];
     size_t k = 0;
-#define PUT(...) k += (size_t)snprintf(tmp + k, k < sizeof(tmp) ? sizeof(tmp) - k : 0, __VA_ARGS__)
+#define PUT(...)                                                                                 \
+    k += (size_t)snprintf(tmp + k, k < sizeof(tmp) ? sizeof(tmp) - k : 0, __VA_ARGS__)
     int lo = o->layer_lo;
     if (lo == FP8T_LAYER_ALL) {
-    } else if (lo <= FP8T_LAYER_LAST_BASE) PUT("layers=last:%d,", FP8T_LAYER_LAST_BASE - lo);
-    else if (lo <= FP8T_LAYER_FIRST_BASE) PUT("layers=first:%d,", FP8T_LAYER_FIRST_BASE - lo);
-    else if (o->layer_lo == o->layer_hi) PUT("layers=%d,", o->layer_lo);
-    else PUT("layers=%d-%d,", o->layer_lo, o->layer_hi);
+    } else if (lo <= FP8T_LAYER_LAST_BASE)
+        PUT("layers=last:%d,", FP8T_LAYER_LAST_BASE - lo);
+    else if (lo <= FP8T_LAYER_FIRST_BASE)
+        PUT("layers=first:%d,", FP8T_LAYER_FIRST_BASE - lo);
+    else if (o->layer_lo == o->layer_hi)
+        PUT("layers=%d,", o->layer_lo);
+    else
+        PUT("layers=%d-%d,", o->layer_lo, o->layer_hi);
     if (o->module_mask) {
         PUT("module=");
         int first = 1;
@@ -410,9 +436,9 @@ char *fp8t_policy_describe(const fp8t_policy *p, char *buf, size_t len) {
     PUT("\nrecipe: %s, format %s (block/rowwise %s), history %d, amax %s, margin %d, epsilon %g, "
         "pow2 scales %s\n",
         fp8t_precision_name(p->recipe), p->hybrid ? "hybrid (E4M3 fwd, E5M2 grads)" : "E4M3",
-        p->block_hybrid ? "hybrid" : "E4M3",
-        p->history_len, p->algo == FP8T_AMAX_MOST_RECENT ? "most_recent" : "max", p->margin,
-        (double)p->epsilon, p->pow2_scales ? "on" : "off");
+        p->block_hybrid ? "hybrid" : "E4M3", p->history_len,
+        p->algo == FP8T_AMAX_MOST_RECENT ? "most_recent" : "max", p->margin, (double)p->epsilon,
+        p->pow2_scales ? "on" : "off");
     PUT("head: %s\n", fp8t_precision_name(p->head_precision));
     PUT("fast accumulation: fprop %s, dgrad/wgrad %s\n", p->fast_accum_fprop ? "on" : "off",
         p->fast_accum_grad ? "on" : "off");

@@ -38,12 +38,12 @@ static inline float f32_from_bits(uint32_t u) {
 
 /* The constants that describe one FP8 format in terms of the float32 bit pattern. */
 typedef struct {
-    int mant_shift;       /* 23 - fp8 mantissa bits: 20 (E4M3) or 21 (E5M2) */
-    int32_t min_normal;   /* float32 bits of the smallest fp8 normal: 2^-6 / 2^-14 */
-    int32_t rebias;       /* (127 - fp8 bias) << fp8 mantissa bits */
-    float sub_magic;      /* float whose ulp is the fp8 subnormal step: 2^14 / 2^7 */
-    int32_t max_code;     /* 0x7E / 0x7B */
-    int32_t ovf_nosat;    /* overflow code without saturation: NaN 0x7F / Inf 0x7C */
+    int mant_shift;     /* 23 - fp8 mantissa bits: 20 (E4M3) or 21 (E5M2) */
+    int32_t min_normal; /* float32 bits of the smallest fp8 normal: 2^-6 / 2^-14 */
+    int32_t rebias;     /* (127 - fp8 bias) << fp8 mantissa bits */
+    float sub_magic;    /* float whose ulp is the fp8 subnormal step: 2^14 / 2^7 */
+    int32_t max_code;   /* 0x7E / 0x7B */
+    int32_t ovf_nosat;  /* overflow code without saturation: NaN 0x7F / Inf 0x7C */
 } fp8_consts;
 
 static inline fp8_consts fp8_consts_of(fp8_format fmt) {
@@ -52,8 +52,7 @@ static inline fp8_consts fp8_consts_of(fp8_format fmt) {
         c.mant_shift = 21, c.min_normal = 113 << 23, c.rebias = 112 << 2, c.sub_magic = 128.0f;
         c.max_code = 0x7B, c.ovf_nosat = 0x7C;
     } else {
-        c.mant_shift = 20, c.min_normal = 121 << 23, c.rebias = 120 << 3,
-        c.sub_magic = 16384.0f;
+        c.mant_shift = 20, c.min_normal = 121 << 23, c.rebias = 120 << 3, c.sub_magic = 16384.0f;
         c.max_code = 0x7E, c.ovf_nosat = 0x7F;
     }
     return c;
@@ -72,12 +71,15 @@ static inline uint32_t fp8_encode_bits(uint32_t u, fp8_consts c, int saturate) {
     const uint32_t sign = (u >> 24) & 0x80u;
     /* normal: (a + half ulp - 1 + lsb - rebias) >> shift. Wraps (harmlessly, in unsigned) only
      * for |x| below the smallest normal, whose result the subnormal path replaces. */
-    const uint32_t bias_adj = ((1u << (c.mant_shift - 1)) - 1u) - ((uint32_t)c.rebias << c.mant_shift);
+    const uint32_t bias_adj =
+        ((1u << (c.mant_shift - 1)) - 1u) - ((uint32_t)c.rebias << c.mant_shift);
     const uint32_t normal = (a + ((a >> c.mant_shift) & 1u) + bias_adj) >> c.mant_shift;
     const uint32_t sub = f32_bits(f32_from_bits(a) + c.sub_magic) - f32_bits(c.sub_magic);
     uint32_t code = (int32_t)a < c.min_normal ? sub : normal;
-    if (saturate) code = code < (uint32_t)c.max_code ? code : (uint32_t)c.max_code;
-    else code = code > (uint32_t)c.max_code ? (uint32_t)c.ovf_nosat : code;
+    if (saturate)
+        code = code < (uint32_t)c.max_code ? code : (uint32_t)c.max_code;
+    else
+        code = code > (uint32_t)c.max_code ? (uint32_t)c.ovf_nosat : code;
     code |= sign;
     return (int32_t)a > 0x7F800000 ? 0x7Fu : code; /* NaN: the positive code 0x7F */
 }
@@ -91,14 +93,20 @@ float fp8_decode(uint8_t bits, fp8_format fmt) {
     float mag;
     if (fmt == FP8_E5M2) {
         const uint32_t e = (bits >> 2) & 31u, m = bits & 3u;
-        if (e == 31u) mag = m ? NAN : INFINITY;
-        else if (e == 0u) mag = (float)m * 0x1p-16f; /* exact */
-        else mag = f32_from_bits(((e + 112u) << 23) | (m << 21));
+        if (e == 31u)
+            mag = m ? NAN : INFINITY;
+        else if (e == 0u)
+            mag = (float)m * 0x1p-16f; /* exact */
+        else
+            mag = f32_from_bits(((e + 112u) << 23) | (m << 21));
     } else {
         const uint32_t e = (bits >> 3) & 15u, m = bits & 7u;
-        if (e == 15u && m == 7u) mag = NAN;
-        else if (e == 0u) mag = (float)m * 0x1p-9f; /* exact */
-        else mag = f32_from_bits(((e + 120u) << 23) | (m << 20));
+        if (e == 15u && m == 7u)
+            mag = NAN;
+        else if (e == 0u)
+            mag = (float)m * 0x1p-9f; /* exact */
+        else
+            mag = f32_from_bits(((e + 120u) << 23) | (m << 20));
     }
     return f32_from_bits(f32_bits(mag) | sign);
 }
@@ -187,7 +195,7 @@ FP8_INLINE uint32_t quant_sse(uint8_t *restrict out, const float *restrict x, si
                                              fp8_encode_mag_sse(a1, c, saturate));
         const __m128i m23 = _mm_packus_epi32(fp8_encode_mag_sse(a2, c, saturate),
                                              fp8_encode_mag_sse(a3, c, saturate));
-        const __m128i mag = _mm_packus_epi16(m01, m23);                         /* [16] */
+        const __m128i mag = _mm_packus_epi16(m01, m23); /* [16] */
         const __m128i sign = _mm_and_si128(pack_s32_to_s8(u0, u1, u2, u3), _mm_set1_epi8(-128));
         const __m128i nan = pack_s32_to_s8(_mm_cmpgt_epi32(a0, inf), _mm_cmpgt_epi32(a1, inf),
                                            _mm_cmpgt_epi32(a2, inf), _mm_cmpgt_epi32(a3, inf));
@@ -222,10 +230,10 @@ FP8_HOT static inline uint32_t quant_c(uint8_t *restrict out, const float *restr
 /* One kernel per (format, saturate) so all constants fold. Returns the max of |x| as float32
  * bits: for non-negative floats the bit patterns order like the values, and every NaN pattern
  * is above +Inf's, so an integer max is an amax in which NaN wins. */
-#define DEFINE_QUANT_KERNEL(NAME, FMT, SAT)                                                   \
-    static uint32_t NAME(uint8_t *restrict out, const float *restrict x, size_t n,           \
-                         float scale) {                                                       \
-        return QUANT_LOOP(out, x, n, scale, FMT, SAT);                                        \
+#define DEFINE_QUANT_KERNEL(NAME, FMT, SAT)                                                      \
+    static uint32_t NAME(uint8_t *restrict out, const float *restrict x, size_t n,               \
+                         float scale) {                                                          \
+        return QUANT_LOOP(out, x, n, scale, FMT, SAT);                                           \
     }
 DEFINE_QUANT_KERNEL(quant_e4m3_sat, FP8_E4M3, 1)
 DEFINE_QUANT_KERNEL(quant_e4m3_nosat, FP8_E4M3, 0)
@@ -240,7 +248,9 @@ static quant_kernel quant_kernel_of(fp8_format fmt, int saturate) {
 }
 
 /* Positive float from |x| bits; any NaN pattern becomes the canonical quiet NaN. */
-static float amax_from_bits(uint32_t bits) { return bits > 0x7F800000u ? NAN : f32_from_bits(bits); }
+static float amax_from_bits(uint32_t bits) {
+    return bits > 0x7F800000u ? NAN : f32_from_bits(bits);
+}
 
 /* Work is split into fixed chunks so each thread runs the vector kernel on a long range. */
 #define FP8_CHUNK 16384
@@ -288,8 +298,7 @@ float fp8_amax(const float *x, size_t n) {
     return amax_from_bits(amax_bits);
 }
 
-void fp8_dequantize(float *out, const uint8_t *codes, size_t n, float scale_inv,
-                    fp8_format fmt) {
+void fp8_dequantize(float *out, const uint8_t *codes, size_t n, float scale_inv, fp8_format fmt) {
     /* [256] decode table with the scale folded in: decode(c) * scale_inv, the same float
      * product the per-element formula gives. Cheap to build next to any tensor worth it. */
     float table[256];
@@ -304,7 +313,8 @@ void fp8_dequantize(float *out, const uint8_t *codes, size_t n, float scale_inv,
 FP8_HOT static void fake_quant_table(float *out, const float *x, size_t n, float scale,
                                      fp8_format fmt, const float *table) {
     const fp8_consts c = fp8_consts_of(fmt);
-    for (size_t i = 0; i < n; i++) out[i] = table[fp8_encode_bits(f32_bits(x[i] * scale), c, 1)] / scale;
+    for (size_t i = 0; i < n; i++)
+        out[i] = table[fp8_encode_bits(f32_bits(x[i] * scale), c, 1)] / scale;
 }
 #endif
 
@@ -314,7 +324,7 @@ FP8_HOT static void fake_quant_table(float *out, const float *x, size_t n, float
  * bits; subnormal range: (|v| + magic) - magic, exact; above max: max (as bits, which order
  * like the values); NaN: the quiet NaN fp8_decode gives (0x7FC00000). Then sign, / scale. */
 FP8_INLINE void fake_quant_sse(float *out, const float *x, size_t n, float scale,
-                                  fp8_format fmt) {
+                               fp8_format fmt) {
     const fp8_consts c = fp8_consts_of(fmt);
     const __m128 vs = _mm_set1_ps(scale), magic = _mm_set1_ps(c.sub_magic);
     const __m128i absmask = _mm_set1_epi32(0x7FFFFFFF), one = _mm_set1_epi32(1);
@@ -343,12 +353,14 @@ FP8_INLINE void fake_quant_sse(float *out, const float *x, size_t n, float scale
 }
 #endif
 
-static void fake_quant_kernel(float *out, const float *x, size_t n, float scale,
-                              fp8_format fmt, const float *table) {
+static void fake_quant_kernel(float *out, const float *x, size_t n, float scale, fp8_format fmt,
+                              const float *table) {
 #if defined(__SSE4_1__)
     (void)table;
-    if (fmt == FP8_E5M2) fake_quant_sse(out, x, n, scale, FP8_E5M2);
-    else fake_quant_sse(out, x, n, scale, FP8_E4M3);
+    if (fmt == FP8_E5M2)
+        fake_quant_sse(out, x, n, scale, FP8_E5M2);
+    else
+        fake_quant_sse(out, x, n, scale, FP8_E4M3);
 #else
     fake_quant_table(out, x, n, scale, fmt, table);
 #endif

@@ -20,10 +20,10 @@ size_t fp8t_recipe_state_floats(int n, int len) {
 void fp8t_recipe_state_view(fp8t_recipe_state *st, float *base, int n, int len) {
     st->n = n;
     st->len = len;
-    st->history = base;                                 /* [len][n] */
-    st->scale = base + (size_t)len * (size_t)n;          /* [n] */
-    st->scale_inv = st->scale + n;                       /* [n] */
-    st->fmt_max = st->scale_inv + n;                     /* [n] */
+    st->history = base;                         /* [len][n] */
+    st->scale = base + (size_t)len * (size_t)n; /* [n] */
+    st->scale_inv = st->scale + n;              /* [n] */
+    st->fmt_max = st->scale_inv + n;            /* [n] */
 }
 
 void fp8t_recipe_state_reset(fp8t_recipe_state *st, const fp8_format *fmts) {
@@ -70,7 +70,8 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 static int block_args_ok(const char *fn, int rows, int cols, int tile_r, int tile_c) {
     if (rows >= 0 && cols >= 0 && tile_r > 0 && tile_c > 0) return 1;
     fp8t_warnf("%s: bad shape rows=%d cols=%d tile=%dx%d (need rows, cols >= 0 and "
-               "tiles > 0, e.g. 1x128 or 128x128)", fn, rows, cols, tile_r, tile_c);
+               "tiles > 0, e.g. 1x128 or 128x128)",
+               fn, rows, cols, tile_r, tile_c);
     return 0;
 }
 
@@ -158,7 +159,8 @@ void fp8t_mxfp8_dequantize(float *out, const uint8_t *codes, const uint8_t *e8m0
             const uint8_t eb = e8m0[(size_t)r * nb + c / MX_BLOCK];
             const size_t i = (size_t)r * cols + c;
             /* in double, so a result in the float subnormal range is rounded once */
-            out[i] = eb == 0xFF ? NAN : (float)((double)table[codes[i]] * ldexp(1.0, (int)eb - 127));
+            out[i] =
+                eb == 0xFF ? NAN : (float)((double)table[codes[i]] * ldexp(1.0, (int)eb - 127));
         }
     }
 }

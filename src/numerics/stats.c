@@ -32,8 +32,10 @@ typedef struct {
 
 static inline void ksum_add(ksum *k, double v) {
     const double t = k->s + v;
-    if (fabs(k->s) >= fabs(v)) k->c += (k->s - t) + v;
-    else k->c += (v - t) + k->s;
+    if (fabs(k->s) >= fabs(v))
+        k->c += (k->s - t) + v;
+    else
+        k->c += (v - t) + k->s;
     k->s = t;
 }
 
@@ -73,8 +75,14 @@ static void acc_chunk(stats_acc *a, const float *x, size_t lo, size_t len, const
     }
     for (size_t i = 0; i < len; i++) {
         const float xf = x[i];
-        if (isnan(xf)) { a->n_nan++; continue; }
-        if (isinf(xf)) { a->n_inf++; continue; }
+        if (isnan(xf)) {
+            a->n_nan++;
+            continue;
+        }
+        if (isinf(xf)) {
+            a->n_inf++;
+            continue;
+        }
         const double v = xf, av = fabs(v);
         a->n_finite++;
         if (v == 0.0) a->n_zero++;
@@ -188,16 +196,24 @@ static void stats_run(fp8t_stats *out, const float *x, size_t n, const stats_cmp
         total.min_nonzero < INFINITY ? log2(total.amax) - log2(total.min_nonzero) : 0.0;
     if (cmp->kind == CMP_NONE) return;
 
-    if (total.n_nonzero) out->underflow_pct = 100.0 * (double)total.n_underflow / (double)total.n_nonzero;
-    if (cmp->kind == CMP_FP8 && total.n_finite) out->saturation_pct = 100.0 * (double)total.n_sat / nf;
+    if (total.n_nonzero)
+        out->underflow_pct = 100.0 * (double)total.n_underflow / (double)total.n_nonzero;
+    if (cmp->kind == CMP_FP8 && total.n_finite)
+        out->saturation_pct = 100.0 * (double)total.n_sat / nf;
     const double err = ksum_val(total.err_sq), xq = ksum_val(total.xq), qq = ksum_val(total.qq);
     out->mse = total.n_finite ? err / nf : 0.0;
-    if (xx == 0.0 && qq == 0.0) out->cosine = 1.0;
-    else if (xx == 0.0 || qq == 0.0) out->cosine = 0.0;
-    else out->cosine = xq / (sqrt(xx) * sqrt(qq));
-    if (err == 0.0) out->sqnr_db = SQNR_EXACT;
-    else if (xx == 0.0) out->sqnr_db = -SQNR_EXACT;
-    else out->sqnr_db = 10.0 * log10(xx / err);
+    if (xx == 0.0 && qq == 0.0)
+        out->cosine = 1.0;
+    else if (xx == 0.0 || qq == 0.0)
+        out->cosine = 0.0;
+    else
+        out->cosine = xq / (sqrt(xx) * sqrt(qq));
+    if (err == 0.0)
+        out->sqnr_db = SQNR_EXACT;
+    else if (xx == 0.0)
+        out->sqnr_db = -SQNR_EXACT;
+    else
+        out->sqnr_db = 10.0 * log10(xx / err);
 }
 
 void fp8t_tensor_stats(fp8t_stats *out, const float *x, size_t n) {

@@ -30,8 +30,10 @@ typedef struct {
 
 static void nsum_add(nsum *k, double v) {
     const double t = k->s + v;
-    if (fabs(k->s) >= fabs(v)) k->c += (k->s - t) + v;
-    else k->c += (v - t) + k->s;
+    if (fabs(k->s) >= fabs(v))
+        k->c += (k->s - t) + v;
+    else
+        k->c += (v - t) + k->s;
     k->s = t;
 }
 
@@ -48,13 +50,12 @@ static double sqnr_of(double xx, double err) {
 typedef struct {
     float *q;
     uint8_t *codes;
-    float *bscales;  /* TILES: per-block scale */
-    uint8_t *e8m0;   /* MX: per-block biased exponent */
+    float *bscales; /* TILES: per-block scale */
+    uint8_t *e8m0;  /* MX: per-block biased exponent */
     float tensor_scale;
 } image_buf;
 
-static float elem_scale(const image_buf *ib, const fp8t_image_spec *sp, int r, int c,
-                        int cols) {
+static float elem_scale(const image_buf *ib, const fp8t_image_spec *sp, int r, int c, int cols) {
     if (sp->kind == FP8T_IMG_TILES) {
         const int nbc = (cols + sp->tile_c - 1) / sp->tile_c;
         return ib->bscales[(size_t)(r / sp->tile_r) * (size_t)nbc + (size_t)(c / sp->tile_c)];
@@ -79,20 +80,20 @@ static int make_image(image_buf *ib, const float *x, int rows, int cols,
                           (size_t)((cols + sp->tile_c - 1) / sp->tile_c);
         ib->bscales = malloc(nb * sizeof(float));
         if (!ib->bscales) return -1;
-        fp8t_block_quantize_pow2(ib->codes, ib->bscales, x, rows, cols, sp->tile_r,
-                                 sp->tile_c, sp->fmt, sp->pow2);
-        fp8t_block_dequantize(ib->q, ib->codes, ib->bscales, rows, cols, sp->tile_r,
-                              sp->tile_c, sp->fmt);
+        fp8t_block_quantize_pow2(ib->codes, ib->bscales, x, rows, cols, sp->tile_r, sp->tile_c,
+                                 sp->fmt, sp->pow2);
+        fp8t_block_dequantize(ib->q, ib->codes, ib->bscales, rows, cols, sp->tile_r, sp->tile_c,
+                              sp->fmt);
     } else if (sp->kind == FP8T_IMG_MX) {
         ib->e8m0 = malloc((size_t)rows * (size_t)((cols + MX_BLOCK - 1) / MX_BLOCK));
         if (!ib->e8m0) return -1;
         fp8t_mxfp8_quantize(ib->codes, ib->e8m0, x, rows, cols);
         fp8t_mxfp8_dequantize(ib->q, ib->codes, ib->e8m0, rows, cols);
     } else {
-        ib->tensor_scale = sp->kind == FP8T_IMG_SCALE
-                               ? *sp->scale
-                               : fp8t_current_scale(amax, fp8_format_max(sp->fmt), sp->epsilon,
-                                                    sp->pow2);
+        ib->tensor_scale =
+            sp->kind == FP8T_IMG_SCALE
+                ? *sp->scale
+                : fp8t_current_scale(amax, fp8_format_max(sp->fmt), sp->epsilon, sp->pow2);
         fp8_fake_quantize(ib->q, x, n, ib->tensor_scale, sp->fmt);
     }
     return 0;
@@ -193,8 +194,14 @@ void fp8t_stats_raw_compute(fp8t_stats_raw *out, const float *x, int rows, int c
     nsum sum = {0, 0}, sabs = {0, 0}, ssq = {0, 0}, dev = {0, 0};
     for (size_t i = 0; i < n; i++) {
         const float xf = x[i];
-        if (isnan(xf)) { out->n_nan++; continue; }
-        if (isinf(xf)) { out->n_inf++; continue; }
+        if (isnan(xf)) {
+            out->n_nan++;
+            continue;
+        }
+        if (isinf(xf)) {
+            out->n_inf++;
+            continue;
+        }
         const double v = xf, av = fabs(v);
         out->n_finite++;
         if (v == 0.0) out->n_zero++;
@@ -228,8 +235,7 @@ void fp8t_stats_raw_compute(fp8t_stats_raw *out, const float *x, int rows, int c
         fp8t_image_raw *ir = &out->img[k];
         image_buf ib = {0};
         if (make_image(&ib, x, rows, cols, sp, qamax)) {
-            fp8t_warnf("fp8t_stats_raw_compute: out of memory for a %dx%d image", rows,
-                       cols);
+            fp8t_warnf("fp8t_stats_raw_compute: out of memory for a %dx%d image", rows, cols);
             free_image(&ib);
             ir->err_sq = ir->xq = ir->qq = ir->scale = NAN;
             continue;
@@ -244,8 +250,8 @@ void fp8t_stats_raw_compute(fp8t_stats_raw *out, const float *x, int rows, int c
             if (!isfinite(xf)) continue;
             const double v = xf, qv = ib.q[i], d = qv - v;
             if (v != 0.0 && qv == 0.0) ir->n_underflow++;
-            const float s = elem_scale(&ib, sp, (int)(i / (size_t)cols), (int)(i % (size_t)cols),
-                                       cols);
+            const float s =
+                elem_scale(&ib, sp, (int)(i / (size_t)cols), (int)(i % (size_t)cols), cols);
             ir->n_sat += (uint64_t)fp8_overflows(xf * s, efmt);
             nsum_add(&err, d * d);
             nsum_add(&xq, v * qv);
@@ -288,9 +294,12 @@ void fp8t_stats_from_raw(fp8t_stats *out, const fp8t_stats_raw *raw, int img) {
     if (raw->n_finite) out->saturation_pct = 100.0 * (double)ir->n_sat / nf;
     const double xx = raw->sum_sq;
     out->mse = raw->n_finite ? ir->err_sq / nf : 0.0;
-    if (xx == 0.0 && ir->qq == 0.0) out->cosine = 1.0;
-    else if (xx == 0.0 || ir->qq == 0.0) out->cosine = 0.0;
-    else out->cosine = ir->xq / (sqrt(xx) * sqrt(ir->qq));
+    if (xx == 0.0 && ir->qq == 0.0)
+        out->cosine = 1.0;
+    else if (xx == 0.0 || ir->qq == 0.0)
+        out->cosine = 0.0;
+    else
+        out->cosine = ir->xq / (sqrt(xx) * sqrt(ir->qq));
     out->sqnr_db = sqnr_of(xx, ir->err_sq);
 }
 

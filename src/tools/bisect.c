@@ -107,8 +107,8 @@ int fp8t_bisect_tail_loss(double *mean, double *last, int *first_step, int *last
     }
     if (hi < 0) {
         free(rows);
-        return fp8t_errorf(err, errlen, "%s has no training loss (did the run fail at its first step?)",
-                        path);
+        return fp8t_errorf(err, errlen,
+                           "%s has no training loss (did the run fail at its first step?)", path);
     }
     if (tail_steps < 1) tail_steps = 1;
     int from_step = rows[hi].step - tail_steps;
@@ -129,8 +129,7 @@ int fp8t_bisect_tail_loss(double *mean, double *last, int *first_step, int *last
 
 /* Losses of steps lo..hi of RUN/metrics.jsonl into out[0..hi-lo] (NaN where the step is
  * missing or its loss non-finite). */
-static int losses_of(double *out, const char *run_dir, int lo, int hi, char *err,
-                     size_t errlen) {
+static int losses_of(double *out, const char *run_dir, int lo, int hi, char *err, size_t errlen) {
     char path[BPATH];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
     fp8t_metric_row *rows = NULL;
@@ -160,7 +159,8 @@ int fp8t_bisect_gap(double *gap, const char *run_dir, const char *base_dir, int 
     }
     for (int i = 0; i < tail_steps; i++) {
         if (!isfinite(base[i])) {
-            fp8t_errorf(err, errlen, "baseline %s has no finite loss at step %d", base_dir, lo + i);
+            fp8t_errorf(err, errlen, "baseline %s has no finite loss at step %d", base_dir,
+                        lo + i);
             free(run);
             return -1;
         }
@@ -219,8 +219,10 @@ void bisect_gemm_set_name(char *buf, size_t len, unsigned mask) {
 }
 
 static void layers_str(char *buf, size_t len, int lo, int hi) {
-    if (lo == hi) snprintf(buf, len, "%d", lo);
-    else snprintf(buf, len, "%d-%d", lo, hi);
+    if (lo == hi)
+        snprintf(buf, len, "%d", lo);
+    else
+        snprintf(buf, len, "%d-%d", lo, hi);
 }
 
 void bisect_span_words(char *buf, size_t len, int n_layer, int lo, int hi) {
@@ -228,9 +230,12 @@ void bisect_span_words(char *buf, size_t len, int n_layer, int lo, int hi) {
     int last = hi < n_layer ? hi : n_layer - 1;
     layers_str(l, sizeof l, lo, last);
     const char *plural = lo == last ? "" : "s";
-    if (lo >= n_layer) snprintf(buf, len, "the LM head");
-    else if (hi >= n_layer) snprintf(buf, len, "layer%s %s and the LM head", plural, l);
-    else snprintf(buf, len, "layer%s %s", plural, l);
+    if (lo >= n_layer)
+        snprintf(buf, len, "the LM head");
+    else if (hi >= n_layer)
+        snprintf(buf, len, "layer%s %s and the LM head", plural, l);
+    else
+        snprintf(buf, len, "layer%s %s", plural, l);
 }
 
 /* One override rule: "[layers=L,][module=head,][gemm=G,]precision=P" (no gemm key for all
@@ -278,9 +283,9 @@ static void span_dirname(bisect_ctx *c, char *buf, size_t len, int lo, int hi, u
 
 typedef enum { POL_BF16, POL_RUN } policy_base;
 
-static int run_experiment(bisect_ctx *c, const char *name, const char *what,
-                          policy_base base, const char *override, const char *resume,
-                          int ckpt_every, fp8t_bisect_exp **out) {
+static int run_experiment(bisect_ctx *c, const char *name, const char *what, policy_base base,
+                          const char *override, const char *resume, int ckpt_every,
+                          fp8t_bisect_exp **out) {
     fp8t_bisect_result *res = c->res;
     if (res->n_exp >= FP8T_BISECT_MAX_EXP) {
         fp8t_errorf(c->err, c->errlen, "bisect: more than %d experiments", FP8T_BISECT_MAX_EXP);
@@ -323,16 +328,16 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
     tc->quiet = 1;
     tc->ckpt_every = ckpt_every;
     tc->keep_ckpts = 0;
-    tc->val_every = 0;         /* the gap is judged on the training loss */
+    tc->val_every = 0; /* the gap is judged on the training loss */
     tc->inspect[0] = 0;
-    tc->tensorboard[0] = 0;    /* the experiments would add their curves to the user's run */
+    tc->tensorboard[0] = 0; /* the experiments would add their curves to the user's run */
     tc->baseline[0] = 0;
-    tc->shadow_every = 0;      /* shadow fallbacks would change the run under test */
+    tc->shadow_every = 0; /* shadow fallbacks would change the run under test */
     tc->detect_nan = 1;
     int rrc = 0;
     if (c->rank == 0 && rm_tree(tc->out_dir) != 0) {
         fp8t_errorf(c->err, c->errlen, "bisect: cannot clear %s: %s", tc->out_dir,
-                 strerror(errno));
+                    strerror(errno));
         rrc = -1;
     }
     if (from_rank0(c, rrc) != 0) {
@@ -341,8 +346,8 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
     }
 
     int idx = res->n_exp;
-    logf_(c, "bisect [%d/%d] %-22s %s%s%s ...", idx, c->planned > idx ? c->planned : idx,
-          name, what, *e->override ? "  --override " : "", e->override);
+    logf_(c, "bisect [%d/%d] %-22s %s%s%s ...", idx, c->planned > idx ? c->planned : idx, name,
+          what, *e->override ? "  --override " : "", e->override);
     double t0 = now_s();
     fp8t_train_result tr;
     memset(&tr, 0, sizeof tr);
@@ -353,7 +358,7 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
     if (rc != 0 || tr.reason == FP8T_STOP_ERROR) {
         logf_(c, " failed\n");
         fp8t_errorf(c->err, c->errlen, "bisect: experiment %s failed: %s", name,
-                 terr[0] ? terr : "(no message)");
+                    terr[0] ? terr : "(no message)");
         if (c->rank != 0) /* rank 0 prints the bisect's error; a rank's own cause is here */
             fprintf(stderr, "fp8train bisect: rank %d: %s\n", c->rank, c->err);
         free(tc);
@@ -364,8 +369,8 @@ static int run_experiment(bisect_ctx *c, const char *name, const char *what,
     int tail = fp8t_bisect_tail_steps(c->cfg);
     int jrc = 0; /* rank 0 judges the run from its logs */
     if (c->rank == 0) {
-        jrc = fp8t_bisect_tail_loss(&e->tail_loss, &e->final_loss, &e->first_step,
-                                    &e->last_step, tc->out_dir, tail, c->err, c->errlen);
+        jrc = fp8t_bisect_tail_loss(&e->tail_loss, &e->final_loss, &e->first_step, &e->last_step,
+                                    tc->out_dir, tail, c->err, c->errlen);
         if (jrc == 0 && base == POL_BF16 && !override && !resume) {
             e->gap = 0; /* the baseline itself */
         } else if (jrc == 0) {
@@ -426,9 +431,11 @@ static int ceil_log2(int n) {
 }
 
 static void set_verdict(fp8t_bisect_exp *e, const char *text) {
-    if (e->finished) snprintf(e->verdict, sizeof e->verdict, "%s", text);
-    else snprintf(e->verdict, sizeof e->verdict, "%s (%s at step %d)", text,
-                  e->stop == FP8T_STOP_NAN ? "NaN/Inf" : "stopped", e->last_step);
+    if (e->finished)
+        snprintf(e->verdict, sizeof e->verdict, "%s", text);
+    else
+        snprintf(e->verdict, sizeof e->verdict, "%s (%s at step %d)", text,
+                 e->stop == FP8T_STOP_NAN ? "NaN/Inf" : "stopped", e->last_step);
 }
 
 /* Run `gemms` of positions lo..hi in precision prec; *closes says whether the gap closed. */
@@ -469,8 +476,8 @@ static int span_is_prec(bisect_ctx *c, int lo, int hi, unsigned gemms, fp8t_prec
         for (int s = 0; s < (l < c->n_layer ? mpl : 1); s++)
             for (int g = 0; g < FP8T_GEMM_COUNT; g++) {
                 if (!(gemms & (1u << g))) continue;
-                fp8t_module mod = l < c->n_layer ? fp8t_model_module_of_slot(&t->model, s)
-                                                 : FP8T_MOD_HEAD;
+                fp8t_module mod =
+                    l < c->n_layer ? fp8t_model_module_of_slot(&t->model, s) : FP8T_MOD_HEAD;
                 if (fp8t_policy_resolve(&t->policy, c->n_layer, l < c->n_layer ? l : -1, mod,
                                         (fp8t_gemm_kind)g) != prec)
                     return 0;
@@ -480,20 +487,25 @@ static int span_is_prec(bisect_ctx *c, int lo, int hi, unsigned gemms, fp8t_prec
 
 static int check_config(const fp8t_bisect_config *cfg, char *err, size_t errlen) {
     if (cfg->steps < 2) {
-        return fp8t_errorf(err, errlen, "bisect: --steps must be at least 2 (got %d); 40-200 short steps "
-                                     "are typical", cfg->steps);
+        return fp8t_errorf(err, errlen,
+                           "bisect: --steps must be at least 2 (got %d); 40-200 short steps "
+                           "are typical",
+                           cfg->steps);
     }
     if (!(cfg->threshold > 0 && cfg->threshold < 1)) {
-        return fp8t_errorf(err, errlen, "bisect: --threshold must be in (0, 1), e.g. 0.01 (got %g)",
-                        cfg->threshold);
+        return fp8t_errorf(err, errlen,
+                           "bisect: --threshold must be in (0, 1), e.g. 0.01 (got %g)",
+                           cfg->threshold);
     }
     if (!(cfg->tail_frac > 0 && cfg->tail_frac <= 1)) {
         return fp8t_errorf(err, errlen, "bisect: --tail must be in (0, 1], e.g. 0.1 (got %g)",
-                        cfg->tail_frac);
+                           cfg->tail_frac);
     }
     if (cfg->train.policy.n_overrides + 2 > FP8T_MAX_OVERRIDES) {
-        return fp8t_errorf(err, errlen, "bisect: the policy has %d overrides; bisect adds up to 2 and the "
-                                     "limit is %d", cfg->train.policy.n_overrides, FP8T_MAX_OVERRIDES);
+        return fp8t_errorf(err, errlen,
+                           "bisect: the policy has %d overrides; bisect adds up to 2 and the "
+                           "limit is %d",
+                           cfg->train.policy.n_overrides, FP8T_MAX_OVERRIDES);
     }
     return 0;
 }
@@ -546,16 +558,20 @@ static int narrow_span(bisect_ctx *c, unsigned gemms, int *lo_out, int *hi_out) 
     while (a < b) {
         int m = (a + b + 1) / 2;
         if (try_span(c, m, end, gemms, FP8T_PREC_BF16, &e) != 0) return -1;
-        if (e->closes) a = m;
-        else b = m - 1;
+        if (e->closes)
+            a = m;
+        else
+            b = m - 1;
     }
     int lo = a;
     a = lo, b = end; /* [lo, b] closes */
     while (a < b) {
         int m = (a + b) / 2;
         if (try_span(c, lo, m, gemms, FP8T_PREC_BF16, &e) != 0) return -1;
-        if (e->closes) b = m;
-        else a = m + 1;
+        if (e->closes)
+            b = m;
+        else
+            a = m + 1;
     }
     *lo_out = lo;
     *hi_out = b;
@@ -573,8 +589,8 @@ static const fp8t_bisect_exp *find_by_override(const fp8t_bisect_result *res, co
  * run directories (config.json or metrics.jsonl inside) and bisect's own files are removed. */
 /* The name of a directory bisect writes an experiment into (run_experiment's names). */
 static int is_experiment_name(const char *n) {
-    static const char *fixed[] = {"bf16", "fp8", "recovery", "fake", "fprop-bf16", "dgrad-bf16",
-                                  "wgrad-bf16"};
+    static const char *fixed[] = {"bf16",       "fp8",        "recovery",  "fake",
+                                  "fprop-bf16", "dgrad-bf16", "wgrad-bf16"};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         if (!strcmp(n, fixed[i])) return 1;
     return !strncmp(n, "layers-", 7) || !strncmp(n, "head-", 5);
@@ -602,9 +618,11 @@ static int clear_previous_bisect(bisect_ctx *c) {
     for (struct dirent *de; rc == 0 && (de = readdir(d));) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         if (!ours) {
-            fp8t_errorf(c->err, c->errlen, "bisect: --out %s already holds files of something else "
-                     "('%s'); give bisect a new or empty directory of its own, e.g. --out %s/bisect",
-                     c->root, de->d_name, c->root);
+            fp8t_errorf(
+                c->err, c->errlen,
+                "bisect: --out %s already holds files of something else "
+                "('%s'); give bisect a new or empty directory of its own, e.g. --out %s/bisect",
+                c->root, de->d_name, c->root);
             closedir(d);
             return -1;
         }
@@ -623,14 +641,17 @@ static int clear_previous_bisect(bisect_ctx *c) {
     }
     closedir(d);
     if (rc != 0) {
-        fp8t_errorf(c->err, c->errlen, "bisect: cannot clear the previous bisect in %s: %s", c->root,
-                 strerror(errno));
+        fp8t_errorf(c->err, c->errlen, "bisect: cannot clear the previous bisect in %s: %s",
+                    c->root, strerror(errno));
         return rc;
     }
     snprintf(probe, sizeof probe, "%s/" BISECT_MARKER, c->root);
     FILE *m = fopen(probe, "w");
-    if (!m || fputs("fp8train bisect writes this directory; a new bisect with the same --out "
-                    "replaces its experiments\n", m) < 0 || fclose(m) != 0) {
+    if (!m ||
+        fputs("fp8train bisect writes this directory; a new bisect with the same --out "
+              "replaces its experiments\n",
+              m) < 0 ||
+        fclose(m) != 0) {
         fp8t_errorf(c->err, c->errlen, "bisect: cannot write %s: %s", probe, strerror(errno));
         return -1;
     }
@@ -736,9 +757,12 @@ static int run_fp8_as_configured(bisect_ctx *c, fp8t_bisect_exp **fp8_out) {
         return -1;
     c->res->fp8_gap = fp8->gap;
     char v[96];
-    if (fp8->closes) snprintf(v, sizeof v, "matches BF16: no FP8 problem");
-    else if (fp8->finished) snprintf(v, sizeof v, "FP8 is off by %+.2f%%", 100 * fp8->gap);
-    else snprintf(v, sizeof v, "FP8 does not finish");
+    if (fp8->closes)
+        snprintf(v, sizeof v, "matches BF16: no FP8 problem");
+    else if (fp8->finished)
+        snprintf(v, sizeof v, "FP8 is off by %+.2f%%", 100 * fp8->gap);
+    else
+        snprintf(v, sizeof v, "FP8 does not finish");
     set_verdict(fp8, v);
     *fp8_out = fp8;
     return 0;
@@ -756,8 +780,10 @@ static int run_recovery(bisect_ctx *c, const fp8t_bisect_exp *fp8) {
                            : -1;
     if (fp8t_dist_size() > 1) fp8t_dist_bcast(&mid, sizeof mid, 0);
     if (mid < 0) {
-        logf_(c, "bisect: recovery experiment skipped: the fp8 run left no checkpoint "
-                 "before step %d\n", c->start_step + steps);
+        logf_(c,
+              "bisect: recovery experiment skipped: the fp8 run left no checkpoint "
+              "before step %d\n",
+              c->start_step + steps);
         c->planned--;
         return 0;
     }
@@ -771,8 +797,10 @@ static int run_recovery(bisect_ctx *c, const fp8t_bisect_exp *fp8) {
     if (e->closes)
         snprintf(v, sizeof v, "recovers: back to the baseline, the damage is not permanent");
     else if (e->finished && fp8->finished && fabs(e->gap) < 0.5 * fabs(fp8->gap))
-        snprintf(v, sizeof v, "recovering: the gap shrinks in %d BF16 steps but is not "
-                              "closed yet", e->last_step - mid);
+        snprintf(v, sizeof v,
+                 "recovering: the gap shrinks in %d BF16 steps but is not "
+                 "closed yet",
+                 e->last_step - mid);
     else
         snprintf(v, sizeof v, "does not recover in %d BF16 steps", e->last_step - mid);
     set_verdict(e, v);
@@ -898,12 +926,16 @@ static void conclude_found(bisect_ctx *c, const fp8t_bisect_exp *fp8) {
     bisect_gemm_set_name(g, sizeof g, res->culprit_gemms);
     bisect_span_words(words, sizeof words, c->n_layer, res->layer_lo, res->layer_hi);
     char detail[160];
-    if (fp8->finished) snprintf(detail, sizeof detail, "%+.2f%%", 100 * fp8->gap);
-    else snprintf(detail, sizeof detail, "NaN/Inf at step %d", fp8->last_step);
+    if (fp8->finished)
+        snprintf(detail, sizeof detail, "%+.2f%%", 100 * fp8->gap);
+    else
+        snprintf(detail, sizeof detail, "NaN/Inf at step %d", fp8->last_step);
     char fixw[64];
-    if (res->fix_precision == FP8T_PREC_BF16) snprintf(fixw, sizeof fixw, "BF16");
-    else snprintf(fixw, sizeof fixw, "%s scaling (keeps FP8)",
-                  fp8t_precision_name(res->fix_precision));
+    if (res->fix_precision == FP8T_PREC_BF16)
+        snprintf(fixw, sizeof fixw, "BF16");
+    else
+        snprintf(fixw, sizeof fixw, "%s scaling (keeps FP8)",
+                 fp8t_precision_name(res->fix_precision));
     snprintf(res->conclusion, sizeof res->conclusion,
              "culprit%s: %s of %s (FP8 %s%s%s)\n"
              "%s: %s for those GEMMs (gap %+.2f%%)\n"
@@ -926,7 +958,8 @@ static int report(bisect_ctx *c) {
     fp8t_bisect_judge_noise(res, c->cfg->threshold);
     fp8t_bisect_print(c->cfg->log, res, c->cfg->threshold);
     if (from_rank0(c, c->rank == 0 && (bisect_write_json(c) != 0 || bisect_write_html(c) != 0)
-                          ? -1 : 0) != 0)
+                          ? -1
+                          : 0) != 0)
         return -1;
     logf_(c, "bisect: %.0fs in %d experiments; summary %s/bisect.json, report %s/report.html\n",
           c->spent, res->n_exp, c->root, c->root);

@@ -13,14 +13,14 @@
 typedef struct {
     const fp8t_bisect_config *cfg;
     fp8t_bisect_result *res;
-    char root[FP8T_PATH_MAX];  /* OUT/bisect */
-    int start_step;            /* 0, or the step of --resume */
+    char root[FP8T_PATH_MAX]; /* OUT/bisect */
+    int start_step;           /* 0, or the step of --resume */
     int n_layer;
-    int n_pos;                 /* places the layer search runs over: the layers, then the LM
+    int n_pos;    /* places the layer search runs over: the layers, then the LM
                                   head when the policy runs it in FP8 (position n_layer) */
-    int planned;               /* experiments expected in total (for the ETA) */
-    double spent;              /* seconds in experiments so far */
-    int rank;                  /* under a launcher: only rank 0 writes bisect's files and
+    int planned;  /* experiments expected in total (for the ETA) */
+    double spent; /* seconds in experiments so far */
+    int rank;     /* under a launcher: only rank 0 writes bisect's files and
                                   reads the experiments' logs (bisect.c: from_rank0) */
     char *err;
     size_t errlen;

@@ -15,8 +15,9 @@
 #include "fp8train/policy_json.h"
 
 static const char *outcome_name(fp8t_bisect_outcome o) {
-    return o == FP8T_BISECT_NO_PROBLEM ? "no_problem" : o == FP8T_BISECT_FOUND ? "found"
-                                                                              : "no_fix";
+    return o == FP8T_BISECT_NO_PROBLEM ? "no_problem"
+           : o == FP8T_BISECT_FOUND    ? "found"
+                                       : "no_fix";
 }
 
 static cJSON *num_or_null(double v) {
@@ -34,16 +35,17 @@ static double threshold_for_noise(double noise) {
 
 /* The WARNING paragraph of a bisect whose noise (fp8t_bisect_noise) exceeds the threshold,
  * lines ending in '\n'; "" and 0 when the result is reliable. */
-static int noise_warning(char *buf, size_t len, const fp8t_bisect_result *res,
-                         double threshold) {
+static int noise_warning(char *buf, size_t len, const fp8t_bisect_result *res, double threshold) {
     int which;
     double noise = fp8t_bisect_noise(res, &which);
     buf[0] = 0;
     if (!(noise > threshold) || which < 0) return 0;
     double suggest = threshold_for_noise(noise);
     char fix[96];
-    if (suggest < 1) snprintf(fix, sizeof fix, "--threshold %g or more", suggest);
-    else snprintf(fix, sizeof fix, "(no --threshold under 1 is above 2x this noise)");
+    if (suggest < 1)
+        snprintf(fix, sizeof fix, "--threshold %g or more", suggest);
+    else
+        snprintf(fix, sizeof fix, "(no --threshold under 1 is above 2x this noise)");
     snprintf(buf, len,
              "WARNING: unreliable, these experiments are too noisy to trust: %s ends %.3g%% "
              "BELOW the BF16 baseline (gap %+.3g%%).\n"
@@ -99,10 +101,14 @@ int bisect_write_json(bisect_ctx *c) {
         int warn = noise_warning(warning, sizeof warning, res, c->cfg->threshold);
         cJSON_AddNumberToObject(root, "noise", noise);
         cJSON_AddBoolToObject(root, "reliable", !warn);
-        if (which >= 0) cJSON_AddStringToObject(root, "noise_experiment", res->exp[which].name);
-        else cJSON_AddNullToObject(root, "noise_experiment");
-        if (warn) cJSON_AddStringToObject(root, "warning", warning);
-        else cJSON_AddNullToObject(root, "warning");
+        if (which >= 0)
+            cJSON_AddStringToObject(root, "noise_experiment", res->exp[which].name);
+        else
+            cJSON_AddNullToObject(root, "noise_experiment");
+        if (warn)
+            cJSON_AddStringToObject(root, "warning", warning);
+        else
+            cJSON_AddNullToObject(root, "warning");
     }
     if (res->culprit_gemms) {
         cJSON *cu = cJSON_AddObjectToObject(root, "culprit");
@@ -141,9 +147,10 @@ int bisect_write_json(bisect_ctx *c) {
         cJSON_AddStringToObject(o, "name", e->name);
         cJSON_AddStringToObject(o, "what", e->what);
         cJSON_AddStringToObject(o, "override", e->override);
-        cJSON_AddStringToObject(o, "stop", e->stop == FP8T_STOP_DONE  ? "done"
-                                           : e->stop == FP8T_STOP_NAN ? "nan"
-                                                                      : "error");
+        cJSON_AddStringToObject(o, "stop",
+                                e->stop == FP8T_STOP_DONE  ? "done"
+                                : e->stop == FP8T_STOP_NAN ? "nan"
+                                                           : "error");
         cJSON_AddNumberToObject(o, "first_step", e->first_step);
         cJSON_AddNumberToObject(o, "last_step", e->last_step);
         cJSON_AddItemToObject(o, "final_loss", num_or_null(e->final_loss));
@@ -201,7 +208,8 @@ static void html_chart(FILE *f, bisect_ctx *c) {
         for (int k = 0; k < nrows[i]; k++) {
             double y = rows[i][k].loss;
             /* the first few steps dwarf the rest; scale to what follows them */
-            if (!rows[i][k].has_loss || !isfinite(y) || rows[i][k].step < xmin + c->cfg->steps / 10)
+            if (!rows[i][k].has_loss || !isfinite(y) ||
+                rows[i][k].step < xmin + c->cfg->steps / 10)
                 continue;
             if (y < ymin) ymin = y;
             if (y > ymax) ymax = y;
@@ -210,15 +218,19 @@ static void html_chart(FILE *f, bisect_ctx *c) {
     if (!(ymax > ymin)) ymax = ymin + 1;
     double pad = 0.05 * (ymax - ymin);
     ymin -= pad, ymax += pad;
-    fprintf(f, "<svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-               "xmlns=\"http://www.w3.org/2000/svg\" style=\"background:#fff\">\n",
+    fprintf(f,
+            "<svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+            "xmlns=\"http://www.w3.org/2000/svg\" style=\"background:#fff\">\n",
             W, H, W, H);
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
-               "stroke=\"#999\"/>\n", PAD, 10, W - PAD - 10, H - PAD - 10);
-    fprintf(f, "<text x=\"4\" y=\"18\" font-size=\"11\">%.3f</text>"
-               "<text x=\"4\" y=\"%d\" font-size=\"11\">%.3f</text>"
-               "<text x=\"%d\" y=\"%d\" font-size=\"11\">step %d</text>"
-               "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"end\">step %d</text>\n",
+    fprintf(f,
+            "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
+            "stroke=\"#999\"/>\n",
+            PAD, 10, W - PAD - 10, H - PAD - 10);
+    fprintf(f,
+            "<text x=\"4\" y=\"18\" font-size=\"11\">%.3f</text>"
+            "<text x=\"4\" y=\"%d\" font-size=\"11\">%.3f</text>"
+            "<text x=\"%d\" y=\"%d\" font-size=\"11\">step %d</text>"
+            "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"end\">step %d</text>\n",
             ymax, H - PAD, ymin, PAD, H - PAD + 16, xmin, W - 10, H - PAD + 16, xmax);
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < res->n_exp; i++) {
@@ -226,9 +238,12 @@ static void html_chart(FILE *f, bisect_ctx *c) {
             const fp8t_bisect_exp *e = &res->exp[i];
             const char *color = "#bbb";
             int width = 1, fix = res->override[0] && strcmp(e->override, res->override) == 0;
-            if (strcmp(e->name, "bf16") == 0) color = "#000", width = 2;
-            else if (strcmp(e->name, "fp8") == 0) color = "#d62728", width = 2;
-            else if (fix) color = "#2ca02c", width = 2;
+            if (strcmp(e->name, "bf16") == 0)
+                color = "#000", width = 2;
+            else if (strcmp(e->name, "fp8") == 0)
+                color = "#d62728", width = 2;
+            else if (fix)
+                color = "#2ca02c", width = 2;
             if ((width == 2) != (pass == 1)) continue; /* highlighted lines on top */
             fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%d\" points=\"",
                     color, width);
@@ -282,10 +297,11 @@ int bisect_write_html(bisect_ctx *c) {
         html_escape(f, warning);
         fprintf(f, "</pre></div>\n");
     }
-    fprintf(f, "<p>%d steps per experiment from %s. Tail loss: the mean training loss of the "
-               "last %d steps; gap: the median over those steps of the relative loss "
-               "difference against the BF16 baseline on the same batch (a median, so one "
-               "hard batch does not decide); threshold %.2f%%.",
+    fprintf(f,
+            "<p>%d steps per experiment from %s. Tail loss: the mean training loss of the "
+            "last %d steps; gap: the median over those steps of the relative loss "
+            "difference against the BF16 baseline on the same batch (a median, so one "
+            "hard batch does not decide); threshold %.2f%%.",
             c->cfg->steps, c->start_step ? "a checkpoint" : "a fresh init", res->tail_steps,
             100 * c->cfg->threshold);
     if (c->cfg->train.inject[0]) {
@@ -303,7 +319,10 @@ int bisect_write_html(bisect_ctx *c) {
         const fp8t_bisect_exp *e = &res->exp[i];
         int is_base = strcmp(e->name, "bf16") == 0;
         fprintf(f, "<tr class=\"%s\"><td>%d</td><td><a href=\"%s/metrics.jsonl\">",
-                is_base ? "" : e->closes ? "ok" : "bad", i + 1, e->name);
+                is_base     ? ""
+                : e->closes ? "ok"
+                            : "bad",
+                i + 1, e->name);
         html_escape(f, e->name);
         fprintf(f, "</a></td><td>");
         html_escape(f, e->what);
@@ -311,8 +330,10 @@ int bisect_write_html(bisect_ctx *c) {
         html_escape(f, e->override);
         fprintf(f, "</code></td><td class=\"num\">%.4f</td><td class=\"num\">%.4f</td>",
                 e->final_loss, e->tail_loss);
-        if (isfinite(e->gap)) fprintf(f, "<td class=\"num\">%+.2f%%</td>", 100 * e->gap);
-        else fprintf(f, "<td class=\"num\">inf</td>");
+        if (isfinite(e->gap))
+            fprintf(f, "<td class=\"num\">%+.2f%%</td>", 100 * e->gap);
+        else
+            fprintf(f, "<td class=\"num\">inf</td>");
         fprintf(f, "<td class=\"num\">%.1fs</td><td>", e->seconds);
         html_escape(f, e->verdict);
         fprintf(f, "</td></tr>\n");
@@ -345,14 +366,17 @@ void fp8t_bisect_print(FILE *f, const fp8t_bisect_result *res, double threshold)
     for (int i = 0; i < res->n_exp; i++) {
         const fp8t_bisect_exp *e = &res->exp[i];
         char gap[32];
-        if (isfinite(e->gap)) snprintf(gap, sizeof gap, "%+.2f%%", 100 * e->gap);
-        else snprintf(gap, sizeof gap, "inf");
+        if (isfinite(e->gap))
+            snprintf(gap, sizeof gap, "%+.2f%%", 100 * e->gap);
+        else
+            snprintf(gap, sizeof gap, "inf");
         fprintf(f, "%-*s %10.4f %10.4f %9s  %s\n", w, e->name, e->final_loss, e->tail_loss, gap,
                 e->verdict);
     }
-    fprintf(f, "(tail loss: mean training loss of the last %d steps; gap: median over those "
-               "steps of the relative loss difference vs BF16 on the same batch; threshold "
-               "%.2f%%)\n\n%s\n",
+    fprintf(f,
+            "(tail loss: mean training loss of the last %d steps; gap: median over those "
+            "steps of the relative loss difference vs BF16 on the same batch; threshold "
+            "%.2f%%)\n\n%s\n",
             res->tail_steps, 100 * threshold, res->conclusion);
     fflush(f);
 }

@@ -45,10 +45,22 @@ static int align_losses(fp8t_compare_result *r, const fp8t_run *a, const fp8t_ru
     int i = 0, j = 0, n = 0;
     while (i < a->n_metrics && j < b->n_metrics) {
         const fp8t_metric_row *x = &a->metrics[i], *y = &b->metrics[j];
-        if (!x->has_loss) { i++; continue; }
-        if (!y->has_loss) { j++; continue; }
-        if (x->step < y->step) { i++; continue; }
-        if (y->step < x->step) { j++; continue; }
+        if (!x->has_loss) {
+            i++;
+            continue;
+        }
+        if (!y->has_loss) {
+            j++;
+            continue;
+        }
+        if (x->step < y->step) {
+            i++;
+            continue;
+        }
+        if (y->step < x->step) {
+            j++;
+            continue;
+        }
         r->steps[n] = x->step;
         r->loss_a[n] = x->loss;
         r->loss_b[n] = y->loss;
@@ -113,7 +125,10 @@ static void gap_stats(fp8t_compare_result *r) {
     for (int i = n / 2; i < n; i++) {
         if (!isfinite(r->gap[i])) continue;
         double x = r->steps[i], y = fabs(r->gap[i]);
-        sx += x; sy += y; sxx += x * x; sxy += x * y;
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
         c++;
     }
     double den = c * sxx - sx * sx;
@@ -163,9 +178,10 @@ static int measure_noise(fp8t_compare_result *r, const fp8t_run *a, const fp8t_r
         return fp8t_errorf(err, errlen, "out of memory");
     }
     if (nr.n < 2) {
-        fp8t_errorf(err, errlen, "--noise-run %s shares %d step%s with a loss with run A %s: give it "
-                 "the same --steps as the baseline", noise->metrics_path, nr.n, nr.n == 1 ? "" : "s",
-                 a->metrics_path);
+        fp8t_errorf(err, errlen,
+                    "--noise-run %s shares %d step%s with a loss with run A %s: give it "
+                    "the same --steps as the baseline",
+                    noise->metrics_path, nr.n, nr.n == 1 ? "" : "s", a->metrics_path);
         fp8t_compare_result_free(&nr);
         return -1;
     }
@@ -247,12 +263,15 @@ static void find_spikes(fp8t_compare_result *r, const fp8t_compare_cfg *cfg) {
     }
     r->spikes = calloc((size_t)(nraw[0] + nraw[1] + 1), sizeof(fp8t_spike_report));
     double *ratio = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)); /* [n] */
-    if (!r->spikes || !ratio) { free(ratio); return; }
+    if (!r->spikes || !ratio) {
+        free(ratio);
+        return;
+    }
     for (int k = 0; k < 2; k++) {
         const double *num = x[k], *den = x[1 - k];
         for (int i = 0; i < n; i++)
-            ratio[i] = (isfinite(num[i]) && isfinite(den[i]) && den[i] != 0) ? num[i] / den[i]
-                                                                              : NAN;
+            ratio[i] =
+                (isfinite(num[i]) && isfinite(den[i]) && den[i] != 0) ? num[i] / den[i] : NAN;
         for (int e = 0; e < nraw[k]; e++) {
             const fp8t_spike_event *v = &raw[k][e];
             fp8t_spike_report *s = &r->spikes[r->n_spikes++];
@@ -273,8 +292,10 @@ static void find_spikes(fp8t_compare_result *r, const fp8t_compare_cfg *cfg) {
 /* ---- classification ---- */
 
 static void fmt_pct(char *buf, size_t len, double x) {
-    if (!isfinite(x)) snprintf(buf, len, "n/a");
-    else snprintf(buf, len, "%+.2f%%", 100.0 * x);
+    if (!isfinite(x))
+        snprintf(buf, len, "n/a");
+    else
+        snprintf(buf, len, "%+.2f%%", 100.0 * x);
 }
 
 static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b) {
@@ -283,8 +304,9 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
     snprintf(thr, sizeof(thr), "%.3g%%", 100.0 * r->threshold);
     if (r->nan_run >= 0) {
         r->cls = FP8T_CMP_NAN;
-        snprintf(r->verdict, sizeof(r->verdict), "NaN: run %c (%s) went non-finite at step %d: %s",
-                 'A' + r->nan_run, runs[r->nan_run]->label, r->nan_step, r->nan_where);
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "NaN: run %c (%s) went non-finite at step %d: %s", 'A' + r->nan_run,
+                 runs[r->nan_run]->label, r->nan_step, r->nan_where);
         snprintf(r->advice, sizeof(r->advice),
                  "resume the last good checkpoint before step %d with --inspect "
                  "'start=%d,tensors=all' to see the amax/scale of the named tensor; put its GEMM "
@@ -336,13 +358,14 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
                  "early divergence: the gap is already %s (median |gap|) over the first 10%% of "
                  "steps (threshold %s): likely a software bug, not the FP8 recipe",
                  g + 1, thr);
-        snprintf(r->advice, sizeof(r->advice),
-                 "turn off recently added or risky features (fused and cached paths), check that "
-                 "both runs start from the same weights, data and seed, and check scales and "
-                 "export; then bisect the GEMMs (fp8train bisect). One recipe effect looks alike: "
-                 "delayed scaling runs its first step with scale 1 (no amax recorded yet); if a "
-                 "--recipe current run stays under the threshold early, that cold start, not a "
-                 "bug, is the likely cause");
+        snprintf(
+            r->advice, sizeof(r->advice),
+            "turn off recently added or risky features (fused and cached paths), check that "
+            "both runs start from the same weights, data and seed, and check scales and "
+            "export; then bisect the GEMMs (fp8train bisect). One recipe effect looks alike: "
+            "delayed scaling runs its first step with scale 1 (no amax recorded yet); if a "
+            "--recipe current run stays under the threshold early, that cold start, not a "
+            "bug, is the likely cause");
         return;
     }
     if (closes && r->late_gap > bar) {
@@ -359,21 +382,29 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
     }
     if (closes) {
         char note[160];
-        snprintf(note, sizeof(note), "%s over the first 10%% of steps, %s at the end", eg + 1, lg);
-        compare_add_note(r, "the gap closes: %s (a recovery experiment that works looks like this)%s",
-                 note, "");
+        snprintf(note, sizeof(note), "%s over the first 10%% of steps, %s at the end", eg + 1,
+                 lg);
+        compare_add_note(
+            r, "the gap closes: %s (a recovery experiment that works looks like this)%s", note,
+            "");
     }
     if (isfinite(r->late_gap) && r->late_gap < -r->threshold) {
         char g[32];
         fmt_pct(g, sizeof(g), r->late_gap);
-        compare_add_note(r, "run B ends BELOW the baseline (%s): it is not worse, so this is no "
-                 "recipe problem%s", g, fabs(r->late_gap) > bar ? " (beyond the noise: check that "
-                 "both runs saw the same data and steps)" : ", and inside the noise");
+        compare_add_note(r,
+                         "run B ends BELOW the baseline (%s): it is not worse, so this is no "
+                         "recipe problem%s",
+                         g,
+                         fabs(r->late_gap) > bar ? " (beyond the noise: check that "
+                                                   "both runs saw the same data and steps)"
+                                                 : ", and inside the noise");
     } else if (isfinite(r->late_gap) && r->late_gap > r->threshold && r->late_gap <= bar) {
         char g[32];
         fmt_pct(g, sizeof(g), r->late_gap);
-        compare_add_note(r, "the end gap %s is above the threshold but inside the noise "
-                 "(%.120s): a match", g, nz);
+        compare_add_note(r,
+                         "the end gap %s is above the threshold but inside the noise "
+                         "(%.120s): a match",
+                         g, nz);
         in_noise = 1;
     }
     /* Where the smoothed gap first left the threshold right after a spike of B's own (none in
@@ -395,31 +426,36 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
     if (isfinite(r->late_gap) && r->late_gap > bar && first_own) {
         char g[32], rec[64];
         fmt_pct(g, sizeof(g), r->late_gap);
-        if (first_own->recovery_steps < 0) snprintf(rec, sizeof(rec), "never comes back");
-        else snprintf(rec, sizeof(rec), "comes back in %d steps", first_own->recovery_steps);
+        if (first_own->recovery_steps < 0)
+            snprintf(rec, sizeof(rec), "never comes back");
+        else
+            snprintf(rec, sizeof(rec), "comes back in %d steps", first_own->recovery_steps);
         r->cls = FP8T_CMP_SPIKE;
-        snprintf(r->verdict, sizeof(r->verdict),
-                 "spike, then a lasting gap: run B (%s) jumps %+.1f%% at step %d (robust z %.1f; "
-                 "the baseline does not) and %s, but the runs part there: the smoothed gap leaves "
-                 "the threshold %s at step %d and ends at %s (noise %.100s)",
-                 runs[1]->label, 100.0 * first_own->size_rel, first_own->step,
-                 first_own->zscore, rec, thr, first_exit, g, nz);
-        snprintf(r->advice, sizeof(r->advice),
-                 "the spike is FP8's (BF16 has none there): inspect its steps (--inspect "
-                 "'start=%d,end=%d,tensors=operands') for an amax/scale jump, e.g. delayed scaling "
-                 "still on its first amaxes; try --recipe current or a shorter --amax-history; "
-                 "if the gap persists without the spike, bisect it as drift (fp8train bisect)",
-                 first_own->step > 2 ? first_own->step - 2 : 1, first_own->step + 1);
+        snprintf(
+            r->verdict, sizeof(r->verdict),
+            "spike, then a lasting gap: run B (%s) jumps %+.1f%% at step %d (robust z %.1f; "
+            "the baseline does not) and %s, but the runs part there: the smoothed gap leaves "
+            "the threshold %s at step %d and ends at %s (noise %.100s)",
+            runs[1]->label, 100.0 * first_own->size_rel, first_own->step, first_own->zscore, rec,
+            thr, first_exit, g, nz);
+        snprintf(
+            r->advice, sizeof(r->advice),
+            "the spike is FP8's (BF16 has none there): inspect its steps (--inspect "
+            "'start=%d,end=%d,tensors=operands') for an amax/scale jump, e.g. delayed scaling "
+            "still on its first amaxes; try --recipe current or a shorter --amax-history; "
+            "if the gap persists without the spike, bisect it as drift (fp8train bisect)",
+            first_own->step > 2 ? first_own->step - 2 : 1, first_own->step + 1);
         return;
     }
     if (isfinite(r->late_gap) && r->late_gap > bar) {
         char g[32];
         fmt_pct(g, sizeof(g), r->late_gap);
         r->cls = FP8T_CMP_DRIFT;
-        snprintf(r->verdict, sizeof(r->verdict),
-                 "drift: the smoothed gap ends at %s (threshold %s, noise %s), above the threshold "
-                 "since step %d, trend %+.2e/step: the FP8 recipe does not suit this data/model",
-                 g, thr, nz, r->drift_step, r->trend);
+        snprintf(
+            r->verdict, sizeof(r->verdict),
+            "drift: the smoothed gap ends at %s (threshold %s, noise %s), above the threshold "
+            "since step %d, trend %+.2e/step: the FP8 recipe does not suit this data/model",
+            g, thr, nz, r->drift_step, r->trend);
         snprintf(r->advice, sizeof(r->advice),
                  "recovery experiment: resume run B's last checkpoint with --precision bf16 "
                  "(loss should return to the baseline); then --precision fake; then one GEMM "
@@ -433,7 +469,10 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
     int n_own = 0, n_shared = 0;
     for (int i = 0; i < r->n_spikes; i++) {
         const fp8t_spike_report *s = &r->spikes[i];
-        if (s->in_other_run && !s->slow) { n_shared++; continue; }
+        if (s->in_other_run && !s->slow) {
+            n_shared++;
+            continue;
+        }
         n_own++;
         if (!big || s->slow > big->slow || (s->slow == big->slow && s->size_rel > big->size_rel))
             big = s;
@@ -441,13 +480,15 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
     if (n_shared) {
         char k[16];
         snprintf(k, sizeof(k), "%d", n_shared);
-        compare_add_note(r, "%s spike(s) appear in both runs at the same steps: the data, not FP8%s", k,
-                 "");
+        compare_add_note(
+            r, "%s spike(s) appear in both runs at the same steps: the data, not FP8%s", k, "");
     }
     if (big) {
         char rec[96];
-        if (big->recovery_steps < 0) snprintf(rec, sizeof(rec), "does not recover before the end");
-        else snprintf(rec, sizeof(rec), "recovers in %d steps", big->recovery_steps);
+        if (big->recovery_steps < 0)
+            snprintf(rec, sizeof(rec), "does not recover before the end");
+        else
+            snprintf(rec, sizeof(rec), "recovers in %d steps", big->recovery_steps);
         r->cls = FP8T_CMP_SPIKE;
         snprintf(r->verdict, sizeof(r->verdict),
                  "spike: run %c (%s) jumps %+.1f%% at step %d (robust z %.1f) and %s%s%s",
@@ -470,14 +511,19 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
      * classes: a note, not a verdict. */
     int first = -1, back = -1;
     for (int i = 0; i < r->n && !closes; i++) {
-        if (first < 0 && fabs(r->gap_smooth[i]) > r->threshold) first = i;
-        else if (first >= 0 && fabs(r->gap_smooth[i]) <= r->threshold) { back = i; break; }
+        if (first < 0 && fabs(r->gap_smooth[i]) > r->threshold)
+            first = i;
+        else if (first >= 0 && fabs(r->gap_smooth[i]) <= r->threshold) {
+            back = i;
+            break;
+        }
     }
     if (first >= 0 && back >= 0) {
         char x[64];
         snprintf(x, sizeof(x), "from step %d to step %d", r->steps[first], r->steps[back]);
-        compare_add_note(r, "the smoothed gap left the threshold %s and came back, with no loss spike%s",
-                 x, "");
+        compare_add_note(
+            r, "the smoothed gap left the threshold %s and came back, with no loss spike%s", x,
+            "");
     }
     char mg[32], xg[32];
     fmt_pct(mg, sizeof(mg), r->mean_abs_gap);
@@ -497,16 +543,19 @@ static void classify(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *
 int fp8t_compare_runs(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b,
                       const fp8t_compare_cfg *cfg_in, char *err, size_t errlen) {
     fp8t_compare_cfg cfg;
-    if (cfg_in) cfg = *cfg_in;
-    else fp8t_compare_cfg_default(&cfg);
+    if (cfg_in)
+        cfg = *cfg_in;
+    else
+        fp8t_compare_cfg_default(&cfg);
     memset(r, 0, sizeof(*r));
     r->nan_run = -1;
     r->nan_step = -1;
     r->drift_step = -1;
     r->val_gap = NAN;
     if (!(cfg.threshold > 0 && cfg.threshold < 10)) {
-        return fp8t_errorf(err, errlen, "--threshold %g: expected a relative gap in (0, 10), e.g. 0.01",
-                        cfg.threshold);
+        return fp8t_errorf(err, errlen,
+                           "--threshold %g: expected a relative gap in (0, 10), e.g. 0.01",
+                           cfg.threshold);
     }
     r->threshold = cfg.threshold;
     if (align_losses(r, a, b)) {
@@ -516,10 +565,11 @@ int fp8t_compare_runs(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run 
         int alo, ahi, blo, bhi;
         step_range(a, &alo, &ahi);
         step_range(b, &blo, &bhi);
-        fp8t_errorf(err, errlen,
-                 "%s (steps %d..%d) and %s (steps %d..%d) share no step with a loss: compare "
-                 "runs over the same steps (the same --steps, or resume from a common checkpoint)",
-                 a->metrics_path, alo, ahi, b->metrics_path, blo, bhi);
+        fp8t_errorf(
+            err, errlen,
+            "%s (steps %d..%d) and %s (steps %d..%d) share no step with a loss: compare "
+            "runs over the same steps (the same --steps, or resume from a common checkpoint)",
+            a->metrics_path, alo, ahi, b->metrics_path, blo, bhi);
         fp8t_compare_result_free(r);
         return -1;
     }
@@ -530,12 +580,14 @@ int fp8t_compare_runs(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run 
     }
     if (r->window > r->n) r->window = r->n;
     int span = r->steps[r->n - 1] - r->steps[0];
-    r->slow_recovery = cfg.slow_recovery > 0 ? cfg.slow_recovery : (span / 10 > 10 ? span / 10 : 10);
+    r->slow_recovery =
+        cfg.slow_recovery > 0 ? cfg.slow_recovery : (span / 10 > 10 ? span / 10 : 10);
 
     gap_stats(r);
     val_gap(r, a, b);
     char where[2][256];
-    int ns[2] = {first_nan(a, where[0], sizeof(where[0])), first_nan(b, where[1], sizeof(where[1]))};
+    int ns[2] = {first_nan(a, where[0], sizeof(where[0])),
+                 first_nan(b, where[1], sizeof(where[1]))};
     for (int k = 1; k >= 0; k--) /* B (the run under test) first */
         if (ns[k] >= 0 && r->nan_run < 0) {
             r->nan_run = k;
@@ -543,7 +595,8 @@ int fp8t_compare_runs(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run 
             snprintf(r->nan_where, sizeof(r->nan_where), "%.250s", where[k]);
         }
     if (ns[0] >= 0 && ns[1] >= 0)
-        compare_add_note(r, "both runs went non-finite (baseline %s at its step too)%s", a->label, "");
+        compare_add_note(r, "both runs went non-finite (baseline %s at its step too)%s", a->label,
+                         "");
     if (measure_noise(r, a, cfg.noise_run, err, errlen)) {
         fp8t_compare_result_free(r);
         return -1;
@@ -559,8 +612,8 @@ int fp8t_compare_runs(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run 
         char x[64], y[64];
         snprintf(x, sizeof(x), "A ends at step %d, B at %d", a_hi, b_hi);
         snprintf(y, sizeof(y), "%d", r->n);
-        compare_add_note(r, "the runs have different lengths (%s); compared over their %s common steps",
-                 x, y);
+        compare_add_note(
+            r, "the runs have different lengths (%s); compared over their %s common steps", x, y);
     }
     return 0;
 }

@@ -9,8 +9,10 @@
 
 static void site_label(char *buf, size_t len, int layer, const char *module, const char *gemm,
                        const char *tensor) {
-    if (layer < 0) snprintf(buf, len, "head %s %s", gemm, tensor);
-    else snprintf(buf, len, "L%d %s %s %s", layer, module, gemm, tensor);
+    if (layer < 0)
+        snprintf(buf, len, "head %s %s", gemm, tensor);
+    else
+        snprintf(buf, len, "L%d %s %s %s", layer, module, gemm, tensor);
 }
 
 /* "block128_e4m3 38.2dB (B)": the what-if recipe with the best mean SQNR, or "-" */
@@ -48,20 +50,27 @@ void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
     fprintf(f, "B (test):     %s  [%s]\n", b->label, b->metrics_path);
     fprintf(f, "aligned: %d steps (%d..%d); gap = (loss_B - loss_A) / |loss_A|\n", r->n,
             r->steps[0], r->steps[r->n - 1]);
-    fprintf(f, "gap: mean |gap| %.3f%%  max %.3f%% (step %d)  early %.3f%%  end %+.3f%%  "
-               "trend %+.2e/step  noise %.2f%%/step",
+    fprintf(f,
+            "gap: mean |gap| %.3f%%  max %.3f%% (step %d)  early %.3f%%  end %+.3f%%  "
+            "trend %+.2e/step  noise %.2f%%/step",
             100 * r->mean_abs_gap, 100 * r->max_abs_gap, r->max_gap_step, 100 * r->early_gap,
             100 * r->late_gap, r->trend, 100 * r->gap_noise);
-    if (isfinite(r->val_gap)) fprintf(f, "  val %+.3f%% (step %d)", 100 * r->val_gap, r->val_step);
+    if (isfinite(r->val_gap))
+        fprintf(f, "  val %+.3f%% (step %d)", 100 * r->val_gap, r->val_step);
     fprintf(f, "\n");
     if (r->noise_from_run) {
-        fprintf(f, "noise: +-%.3f%% (largest smoothed gap of the noise run %s against A over the "
-                   "second half)", 100 * r->noise, r->noise_label);
-        if (isfinite(r->noise_val_gap)) fprintf(f, "; its val gap %+.3f%%", 100 * r->noise_val_gap);
+        fprintf(f,
+                "noise: +-%.3f%% (largest smoothed gap of the noise run %s against A over the "
+                "second half)",
+                100 * r->noise, r->noise_label);
+        if (isfinite(r->noise_val_gap))
+            fprintf(f, "; its val gap %+.3f%%", 100 * r->noise_val_gap);
         fprintf(f, "\n");
     } else {
-        fprintf(f, "noise: +-%.3f%% (estimated: 2 x the gap's step-to-step spread; measure it with "
-                   "--noise-run, a second baseline seed)\n", 100 * r->noise);
+        fprintf(f,
+                "noise: +-%.3f%% (estimated: 2 x the gap's step-to-step spread; measure it with "
+                "--noise-run, a second baseline seed)\n",
+                100 * r->noise);
     }
     fprintf(f, "\nverdict: %s\n", r->verdict);
     fprintf(f, "next:    %s\n", r->advice);
@@ -72,16 +81,19 @@ void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
         for (int i = 0; i < r->n_spikes; i++) {
             const fp8t_spike_report *s = &r->spikes[i];
             char rec[24];
-            if (s->recovery_steps < 0) snprintf(rec, sizeof(rec), "never");
-            else snprintf(rec, sizeof(rec), "%d", s->recovery_steps);
+            if (s->recovery_steps < 0)
+                snprintf(rec, sizeof(rec), "never");
+            else
+                snprintf(rec, sizeof(rec), "%d", s->recovery_steps);
             fprintf(f, "  %-4c %8d %+8.1f%% %7.1f %10s  %s%s\n", 'A' + s->run, s->step,
                     100 * s->size_rel, s->zscore, rec, s->slow ? "slow" : "fast",
                     s->in_other_run ? ", in both runs" : "");
         }
     }
     if (r->have_stats == 2) {
-        fprintf(f, "\ntensors whose FP8 error differs most (mean over %s steps inspected in both):\n",
-                "the");
+        fprintf(
+            f, "\ntensors whose FP8 error differs most (mean over %s steps inspected in both):\n",
+            "the");
         fprintf(f, "  %-28s %9s %9s %10s %10s %8s %8s  %s\n", "site", "SQNR A", "SQNR B", "cos A",
                 "cos B", "uflow A", "uflow B", "best what-if recipe");
         for (int i = 0; i < r->n_sites; i++) {
@@ -135,7 +147,9 @@ void fp8t_compare_print(FILE *f, const fp8t_run *a, const fp8t_run *b,
     if (r->dump_note[0]) fprintf(f, "dumps: %s\n", r->dump_note);
 }
 
-static cJSON *num_or_null(double x) { return isfinite(x) ? cJSON_CreateNumber(x) : cJSON_CreateNull(); }
+static cJSON *num_or_null(double x) {
+    return isfinite(x) ? cJSON_CreateNumber(x) : cJSON_CreateNull();
+}
 
 char *fp8t_compare_to_json(const fp8t_run *a, const fp8t_run *b, const fp8t_compare_result *r) {
     cJSON *o = cJSON_CreateObject();
@@ -232,7 +246,8 @@ char *fp8t_compare_to_json(const fp8t_run *a, const fp8t_run *b, const fp8t_comp
         cJSON_AddItemToArray(du, e);
     }
     cJSON *nt = cJSON_AddArrayToObject(o, "notes");
-    for (int i = 0; i < r->n_notes; i++) cJSON_AddItemToArray(nt, cJSON_CreateString(r->notes[i]));
+    for (int i = 0; i < r->n_notes; i++)
+        cJSON_AddItemToArray(nt, cJSON_CreateString(r->notes[i]));
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     return s;

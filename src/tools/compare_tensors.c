@@ -24,14 +24,14 @@ typedef struct {
     int n;
     double cos, sqnr, under;
     char precision[12];
-    int n_whatif;                        /* rows with what-if data */
+    int n_whatif; /* rows with what-if data */
     double wsqnr[FP8T_WHATIF_COUNT], wunder[FP8T_WHATIF_COUNT];
-    int n_tile;                          /* rows with tile data (block, rowwise) */
-    double tsqnr, tunder;                /* sum of the worst tile's SQNR; max worst underflow */
+    int n_tile;           /* rows with tile data (block, rowwise) */
+    double tsqnr, tunder; /* sum of the worst tile's SQNR; max worst underflow */
 } site_agg;
 
-static int key_cmp(int la, const char *ma, const char *ga, const char *ta, int lb,
-                   const char *mb, const char *gb, const char *tb) {
+static int key_cmp(int la, const char *ma, const char *ga, const char *ta, int lb, const char *mb,
+                   const char *gb, const char *tb) {
     if (la != lb) return (la > lb) - (la < lb);
     int c = strcmp(ma, mb);
     if (c) return c;
@@ -50,8 +50,10 @@ static int has_step(const int *steps, int n, int s) {
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
         if (steps[mid] == s) return 1;
-        if (steps[mid] < s) lo = mid + 1;
-        else hi = mid - 1;
+        if (steps[mid] < s)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return 0;
 }
@@ -194,13 +196,17 @@ void compare_stats(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b)
         free(sa);
         free(sb);
         if (nc == 0) {
-            compare_add_note(r, "stats.jsonl of both runs share no inspected step%s%s: no per-tensor "
-                        "comparison (inspect the same steps in both runs)", "", "");
+            compare_add_note(
+                r,
+                "stats.jsonl of both runs share no inspected step%s%s: no per-tensor "
+                "comparison (inspect the same steps in both runs)",
+                "", "");
             free(common);
             return;
         }
         int ka, kb;
-        site_agg *ga = aggregate_sites(a, common, nc, &ka), *gb = aggregate_sites(b, common, nc, &kb);
+        site_agg *ga = aggregate_sites(a, common, nc, &ka),
+                 *gb = aggregate_sites(b, common, nc, &kb);
         free(common);
         fp8t_site_diff *d = calloc((size_t)(ka + 1), sizeof(fp8t_site_diff));
         int n = 0, i = 0, j = 0;
@@ -208,8 +214,14 @@ void compare_stats(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b)
         while (i < ka && j < kb) {
             int c = key_cmp(ga[i].layer, ga[i].module, ga[i].gemm, ga[i].tensor, gb[j].layer,
                             gb[j].module, gb[j].gemm, gb[j].tensor);
-            if (c < 0) { i++; continue; }
-            if (c > 0) { j++; continue; }
+            if (c < 0) {
+                i++;
+                continue;
+            }
+            if (c > 0) {
+                j++;
+                continue;
+            }
             fp8t_site_diff *o = &d[n++];
             fill_diff(o, &ga[i]);
             o->n_steps = ga[i].n < gb[j].n ? ga[i].n : gb[j].n;
@@ -265,7 +277,8 @@ static void compare_one_dump(fp8t_compare_result *r, const char *dir_a, const ch
     int64_t sha[8], shb[8];
     void *xa = NULL, *xb = NULL;
     size_t bytes_a, bytes_b;
-    if (fp8t_npy_read(pb, db, &ndim_b, shb, &xb, &bytes_b, err, sizeof(err))) return; /* not in B */
+    if (fp8t_npy_read(pb, db, &ndim_b, shb, &xb, &bytes_b, err, sizeof(err)))
+        return; /* not in B */
     if (fp8t_npy_read(pa, da, &ndim_a, sha, &xa, &bytes_a, err, sizeof(err))) {
         snprintf(r->dump_note, sizeof(r->dump_note), "%.250s", err);
         free(xb);
@@ -276,8 +289,7 @@ static void compare_one_dump(fp8t_compare_result *r, const char *dir_a, const ch
     for (int d = 0; same && d < ndim_a; d++) same = sha[d] == shb[d];
     if (!same) {
         snprintf(r->dump_note, sizeof(r->dump_note),
-                 "%.180s: dtype or shape differs between the runs (same model and batch?)",
-                 pa);
+                 "%.180s: dtype or shape differs between the runs (same model and batch?)", pa);
     } else if (r->n_dumps < MAX_DUMPS) {
         size_t n = bytes_a / sizeof(float);
         fp8t_stats st;
@@ -350,8 +362,10 @@ int fp8t_compare_dump_dirs(fp8t_dump_diff **diffs, int *n, int *n_flagged, const
     const char *dirs[2] = {dumps_a, dumps_b};
     for (int i = 0; i < 2; i++)
         if (!dirs[i] || !fp8t_is_dir(dirs[i]) || strlen(dirs[i]) >= FP8T_RUN_PATH) {
-            return fp8t_errorf(err, errlen, "%s: not a readable dump directory (inspect with dump=1 writes "
-                            "OUT/dumps)", dirs[i] ? dirs[i] : "(null)");
+            return fp8t_errorf(err, errlen,
+                               "%s: not a readable dump directory (inspect with dump=1 writes "
+                               "OUT/dumps)",
+                               dirs[i] ? dirs[i] : "(null)");
         }
     fp8t_compare_result r;
     memset(&r, 0, sizeof(r));

@@ -55,8 +55,9 @@ int fp8t_inspect_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_inspect
     memset(res, 0, sizeof(*res));
     res->loss = NAN;
     if (!ev || !d || !cfg || !cfg->policy || !cfg->out_dir || cfg->batches < 1) {
-        return fp8t_errorf(err, errlen, "inspect pass: no evaluator, data, policy or output directory, or "
-                        "no micro-batch to run");
+        return fp8t_errorf(err, errlen,
+                           "inspect pass: no evaluator, data, policy or output directory, or "
+                           "no micro-batch to run");
     }
     pass_hooks h = {0};
     char e[FP8T_ERR_LEN];
@@ -89,8 +90,10 @@ int fp8t_inspect_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_inspect
     /* a fault may write a tensor between two sites that show it: then every site is read, and
      * the hook is a writing one; else it only reads (the model keeps its FP8 save of X) */
     fp8t_inspector_set_reuse(h.insp, h.inj == NULL);
-    if (!h.inj && fp8t_inspector_reads_only(h.insp)) fp8t_model_set_observer(m, pass_hook, &h);
-    else fp8t_model_set_hook(m, pass_hook, &h);
+    if (!h.inj && fp8t_inspector_reads_only(h.insp))
+        fp8t_model_set_observer(m, pass_hook, &h);
+    else
+        fp8t_model_set_hook(m, pass_hook, &h);
     if (h.inj) fp8t_injector_begin_step(h.inj, cfg->step);
     fp8t_nan_tracker_begin_step(h.nan, cfg->step);
     fp8t_inspector_begin_step(h.insp, cfg->step);
@@ -106,8 +109,8 @@ int fp8t_inspect_pass(fp8t_evaluator *ev, const fp8t_data *d, const fp8t_inspect
     fp8t_model_set_hook(m, NULL, NULL);
     res->batches = cfg->batches;
     res->loss = isfinite(sum) ? sum / cfg->batches : NAN;
-    res->nonfinite = fp8t_nan_tracker_first(h.nan, res->first_nonfinite,
-                                            sizeof(res->first_nonfinite));
+    res->nonfinite =
+        fp8t_nan_tracker_first(h.nan, res->first_nonfinite, sizeof(res->first_nonfinite));
     res->injected = h.inj ? fp8t_injector_fired(h.inj) : 0;
     /* the evaluator as it was: precision first (a policy change may convert dY scales), then
      * the recipe state, whose history slot 0 the pass's forwards have written into */
@@ -170,14 +173,19 @@ int fp8t_inspect_prepare_out(const char *dir, char *err, size_t errlen) {
         return fp8t_errorf(err, errlen, "--out %s: exists and is not a directory", dir);
     }
     if (path_exists(dir, "metrics.jsonl")) {
-        return fp8t_errorf(err, errlen, "--out %s is a training run directory (it holds metrics.jsonl): its "
-                        "stats.jsonl and dumps would be replaced; choose another directory, e.g. "
-                        "%s/inspect", dir, dir);
+        return fp8t_errorf(
+            err, errlen,
+            "--out %s is a training run directory (it holds metrics.jsonl): its "
+            "stats.jsonl and dumps would be replaced; choose another directory, e.g. "
+            "%s/inspect",
+            dir, dir);
     }
     if (!path_exists(dir, "inspect.json") &&
         (path_exists(dir, "stats.jsonl") || path_exists(dir, "dumps"))) {
-        return fp8t_errorf(err, errlen, "--out %s holds stats.jsonl or dumps/ that fp8train inspect did not "
-                        "write (no inspect.json); choose an empty or new directory", dir);
+        return fp8t_errorf(err, errlen,
+                           "--out %s holds stats.jsonl or dumps/ that fp8train inspect did not "
+                           "write (no inspect.json); choose an empty or new directory",
+                           dir);
     }
     if (fp8t_mkdirs(dir, err, errlen)) return -1;
     /* an earlier inspection's outputs: stats.jsonl is appended to, and stale dumps of another
@@ -187,8 +195,9 @@ int fp8t_inspect_prepare_out(const char *dir, char *err, size_t errlen) {
         char p[1200];
         snprintf(p, sizeof(p), "%s/%s", dir, ours[i]);
         if (fp8t_rmtree(p) != 0) {
-            return fp8t_errorf(err, errlen, "--out: cannot remove %s of an earlier inspection: %s", p,
-                            strerror(errno));
+            return fp8t_errorf(err, errlen,
+                               "--out: cannot remove %s of an earlier inspection: %s", p,
+                               strerror(errno));
         }
     }
     char marker[1200];

@@ -16,7 +16,7 @@
 #define COLOR_A "#2563eb"
 #define COLOR_B "#ea580c"
 #define CHART_W 1100.0
-#define HEAT_MAX_COLS 240  /* wider step ranges are binned (worst value per bin) */
+#define HEAT_MAX_COLS 240 /* wider step ranges are binned (worst value per bin) */
 
 static const char *CSS =
     ":root{--ink:#1f2937;--muted:#6b7280;--line:#e5e7eb;--bg:#f6f7f9;--card:#fff}"
@@ -79,8 +79,10 @@ static const char *event_color(const char *kind) {
 }
 
 static void pct(char *buf, size_t len, double x, int sign) {
-    if (!isfinite(x)) snprintf(buf, len, "n/a");
-    else snprintf(buf, len, sign ? "%+.2f%%" : "%.2f%%", 100.0 * x);
+    if (!isfinite(x))
+        snprintf(buf, len, "n/a");
+    else
+        snprintf(buf, len, sign ? "%+.2f%%" : "%.2f%%", 100.0 * x);
 }
 
 static void card(rpt_buf *b, const char *k, const char *v, const char *sub, int bad) {
@@ -108,14 +110,20 @@ static void draw_events(rpt_buf *b, const rpt_frame *f, const fp8t_run *a, const
             const char *c = event_color(e->kind);
             rb_printf(b, "<g><title>run %c step %d: %s", 'A' + k, e->step, "");
             rb_esc(b, e->kind);
-            if (e->message[0]) { rb_printf(b, " - "); rb_esc(b, e->message); }
-            rb_printf(b, "</title><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                         "stroke-width=\"1.2\" stroke-dasharray=\"4 3\" opacity=\"0.8\"/>"
-                         "<path d=\"M%.1f %.1f l5 -8 h-10 z\" fill=\"%s\"/>",
-                      x, f->y0, x, f->y0 + f->h, c, x, f->y0, c);
+            if (e->message[0]) {
+                rb_printf(b, " - ");
+                rb_esc(b, e->message);
+            }
+            rb_printf(
+                b,
+                "</title><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                "stroke-width=\"1.2\" stroke-dasharray=\"4 3\" opacity=\"0.8\"/>"
+                "<path d=\"M%.1f %.1f l5 -8 h-10 z\" fill=\"%s\"/>",
+                x, f->y0, x, f->y0 + f->h, c, x, f->y0, c);
             if (labels && drawn < 14) {
-                rb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"evlabel\" fill=\"%s\" "
-                             "text-anchor=\"middle\">",
+                rb_printf(b,
+                          "<text x=\"%.1f\" y=\"%.1f\" class=\"evlabel\" fill=\"%s\" "
+                          "text-anchor=\"middle\">",
                           x, f->y0 - 11, c);
                 rb_esc(b, e->kind);
                 rb_printf(b, "</text>");
@@ -126,8 +134,9 @@ static void draw_events(rpt_buf *b, const rpt_frame *f, const fp8t_run *a, const
 }
 
 static void chart_open(rpt_buf *b, double h) {
-    rb_printf(b, "<svg class=\"chart\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" height=\"%.0f\" "
-                 "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\">\n",
+    rb_printf(b,
+              "<svg class=\"chart\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" height=\"%.0f\" "
+              "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\">\n",
               CHART_W, h, CHART_W, h);
 }
 
@@ -140,7 +149,10 @@ static void loss_chart(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
     for (int i = n / 20; i < n; i++) {
         double v[2] = {r->loss_a[i], r->loss_b[i]};
         for (int k = 0; k < 2; k++)
-            if (isfinite(v[k])) { lo = fmin(lo, v[k]); hi = fmax(hi, v[k]); }
+            if (isfinite(v[k])) {
+                lo = fmin(lo, v[k]);
+                hi = fmax(hi, v[k]);
+            }
     }
     int clipped = 0;
     for (int i = 0; i < n / 20; i++)
@@ -153,7 +165,8 @@ static void loss_chart(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
     rpt_nice_range(&lo, &hi, &ystep, 6);
     rpt_nice_range(&xlo, &xhi, &xstep, 10);
     rpt_frame f = {78, 30, CHART_W - 78 - 24, 300, xlo, xhi, lo, hi};
-    rb_printf(b, "<div class=\"legend\"><span><i class=\"sw\" style=\"background:" COLOR_A "\"></i>A: ");
+    rb_printf(b, "<div class=\"legend\"><span><i class=\"sw\" style=\"background:" COLOR_A
+                 "\"></i>A: ");
     rb_esc(b, a->label);
     rb_printf(b, "</span><span><i class=\"sw\" style=\"background:" COLOR_B "\"></i>B: ");
     rb_esc(b, bb->label);
@@ -164,12 +177,14 @@ static void loss_chart(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
     if (a->n_events || bb->n_events)
         rb_printf(b, "<span><i class=\"sw\" style=\"background:#64748b\"></i>events (dashed; "
                      "hover for details)</span>");
-    if (clipped) rb_printf(b, "<span class=\"muted\">y axis fitted to steps after the first 5%%</span>");
+    if (clipped)
+        rb_printf(b, "<span class=\"muted\">y axis fitted to steps after the first 5%%</span>");
     rb_printf(b, "</div>\n");
     chart_open(b, 380);
     rpt_axes(b, &f, xstep, ystep, "step", "training loss", 0);
-    rb_printf(b, "<defs><clipPath id=\"clip-loss\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                 "height=\"%.1f\"/></clipPath></defs>\n",
+    rb_printf(b,
+              "<defs><clipPath id=\"clip-loss\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+              "height=\"%.1f\"/></clipPath></defs>\n",
               f.x0, f.y0, f.w, f.h);
     rb_printf(b, "<g clip-path=\"url(#clip-loss)\">\n");
     rpt_series(b, &f, r->steps, r->loss_a, n, COLOR_A, 1.8, "class=\"series-a\"");
@@ -178,12 +193,16 @@ static void loss_chart(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
         const fp8t_spike_report *s = &r->spikes[i];
         int idx = -1;
         for (int j = 0; j < n; j++)
-            if (r->steps[j] == s->step) { idx = j; break; }
+            if (r->steps[j] == s->step) {
+                idx = j;
+                break;
+            }
         if (idx < 0) continue;
         double v = s->run ? r->loss_b[idx] : r->loss_a[idx];
-        rb_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"7\" fill=\"none\" stroke=\"#d97706\" "
-                     "stroke-width=\"2\"><title>spike in run %c at step %d: %+.1f%%, %s</title>"
-                     "</circle>\n",
+        rb_printf(b,
+                  "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"7\" fill=\"none\" stroke=\"#d97706\" "
+                  "stroke-width=\"2\"><title>spike in run %c at step %d: %+.1f%%, %s</title>"
+                  "</circle>\n",
                   rpt_px(&f, s->step), rpt_py(&f, v), 'A' + s->run, s->step, 100 * s->size_rel,
                   s->recovery_steps < 0 ? "no recovery" : "recovered");
     }
@@ -202,14 +221,17 @@ static void gap_chart(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
     for (int side = 0; side < 2; side++) {
         int k = 0;
         for (int i = 0; i < n; i++) {
-            double g = side ? r->gap[i] : -r->gap[i], sm = side ? r->gap_smooth[i] : -r->gap_smooth[i];
+            double g = side ? r->gap[i] : -r->gap[i],
+                   sm = side ? r->gap_smooth[i] : -r->gap_smooth[i];
             if (isfinite(sm)) ext[side] = fmax(ext[side], 1.15 * sm);
             if (isfinite(g) && g > 0) tmp[k++] = g;
         }
         if (k) {
             for (int i = 1; i < k; i++) /* insertion sort is fine for a report */
                 for (int j = i; j > 0 && tmp[j - 1] > tmp[j]; j--) {
-                    double t = tmp[j]; tmp[j] = tmp[j - 1]; tmp[j - 1] = t;
+                    double t = tmp[j];
+                    tmp[j] = tmp[j - 1];
+                    tmp[j - 1] = t;
                 }
             ext[side] = fmax(ext[side], 1.1 * tmp[(int)(0.98 * (k - 1))]);
         }
@@ -221,36 +243,43 @@ static void gap_chart(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
     rpt_frame f = {78, 30, CHART_W - 78 - 24, 230, xlo, xhi, lo, hi};
     char thr[32];
     pct(thr, sizeof(thr), r->threshold, 0);
-    rb_printf(b, "<div class=\"legend\"><span><i class=\"sw\" style=\"background:#fdba74\"></i>"
-                 "gap per step (B&#8722;A)/|A|</span><span><i class=\"sw\" style=\"background:#9a3412\">"
-                 "</i>trailing median over %d steps</span><span><i class=\"sw\" style=\"background:#dcfce7;"
-                 "border:1px dashed #16a34a\"></i>within &#177;%s</span></div>\n",
-              r->window, thr);
+    rb_printf(
+        b,
+        "<div class=\"legend\"><span><i class=\"sw\" style=\"background:#fdba74\"></i>"
+        "gap per step (B&#8722;A)/|A|</span><span><i class=\"sw\" style=\"background:#9a3412\">"
+        "</i>trailing median over %d steps</span><span><i class=\"sw\" style=\"background:#dcfce7;"
+        "border:1px dashed #16a34a\"></i>within &#177;%s</span></div>\n",
+        r->window, thr);
     chart_open(b, 310);
     rpt_axes(b, &f, xstep, ystep, "step", "relative gap", 1);
     double yt = rpt_py(&f, r->threshold), yb = rpt_py(&f, -r->threshold);
-    rb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#dcfce7\" "
-                 "opacity=\"0.6\"/>\n",
+    rb_printf(b,
+              "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#dcfce7\" "
+              "opacity=\"0.6\"/>\n",
               f.x0, yt, f.w, yb - yt);
-    rb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#16a34a\" "
-                 "stroke-dasharray=\"5 4\"/><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                 "stroke=\"#16a34a\" stroke-dasharray=\"5 4\"/>\n",
+    rb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#16a34a\" "
+              "stroke-dasharray=\"5 4\"/><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+              "stroke=\"#16a34a\" stroke-dasharray=\"5 4\"/>\n",
               f.x0, yt, f.x0 + f.w, yt, f.x0, yb, f.x0 + f.w, yb);
     double y0 = rpt_py(&f, 0);
-    rb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#6b7280\" "
-                 "stroke-width=\"1\"/>\n",
+    rb_printf(b,
+              "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#6b7280\" "
+              "stroke-width=\"1\"/>\n",
               f.x0, y0, f.x0 + f.w, y0);
-    rb_printf(b, "<defs><clipPath id=\"clip-gap\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                 "height=\"%.1f\"/></clipPath></defs><g clip-path=\"url(#clip-gap)\">\n",
+    rb_printf(b,
+              "<defs><clipPath id=\"clip-gap\"><rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+              "height=\"%.1f\"/></clipPath></defs><g clip-path=\"url(#clip-gap)\">\n",
               f.x0, f.y0, f.w, f.h);
     rpt_series(b, &f, r->steps, r->gap, n, "#fdba74", 1.2, "class=\"series-gap\"");
     rpt_series(b, &f, r->steps, r->gap_smooth, n, "#9a3412", 2.2, "class=\"series-smooth\"");
     rb_printf(b, "</g>\n");
     if (r->drift_step >= 0 && r->cls == FP8T_CMP_DRIFT) {
         double x = rpt_px(&f, r->drift_step);
-        rb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#7c3aed\" "
-                     "stroke-width=\"1.5\"/><text x=\"%.1f\" y=\"%.1f\" class=\"evlabel\" "
-                     "fill=\"#7c3aed\">drift from step %d</text>\n",
+        rb_printf(b,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#7c3aed\" "
+                  "stroke-width=\"1.5\"/><text x=\"%.1f\" y=\"%.1f\" class=\"evlabel\" "
+                  "fill=\"#7c3aed\">drift from step %d</text>\n",
                   x, f.y0, x, f.y0 + f.h, x + 4, f.y0 + 12, r->drift_step);
     }
     draw_events(b, &f, a, bb, 0);
@@ -278,8 +307,10 @@ static int index_of(const int *v, int n, int x) {
     while (lo <= hi) {
         int mid = lo + (hi - lo) / 2;
         if (v[mid] == x) return mid;
-        if (v[mid] < x) lo = mid + 1;
-        else hi = mid - 1;
+        if (v[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return -1;
 }
@@ -299,15 +330,22 @@ static heat_domain heat_domain_of(const fp8t_run *a, const fp8t_run *bb) {
             if (!s->is_operand || s->micro != 0) continue;
             if (isfinite(s->underflow_pct)) d.under_hi = fmax(d.under_hi, s->underflow_pct);
             double q = s->sqnr_db > SQNR_CAP_DB ? SQNR_CAP_DB : s->sqnr_db;
-            if (isfinite(q)) { d.sqnr_lo = fmin(d.sqnr_lo, q); d.sqnr_hi = fmax(d.sqnr_hi, q); }
+            if (isfinite(q)) {
+                d.sqnr_lo = fmin(d.sqnr_lo, q);
+                d.sqnr_hi = fmax(d.sqnr_hi, q);
+            }
         }
-    if (!isfinite(d.sqnr_lo)) { d.sqnr_lo = 0; d.sqnr_hi = 1; }
+    if (!isfinite(d.sqnr_lo)) {
+        d.sqnr_lo = 0;
+        d.sqnr_hi = 1;
+    }
     return d;
 }
 
 static void run_heatmaps(rpt_buf *b, const fp8t_run *run, char which, const heat_domain *dom) {
     int n = run->n_stats;
-    int *layers = malloc(sizeof(int) * (size_t)(n + 1)), *steps = malloc(sizeof(int) * (size_t)(n + 1));
+    int *layers = malloc(sizeof(int) * (size_t)(n + 1)),
+        *steps = malloc(sizeof(int) * (size_t)(n + 1));
     int nl = 0, ns = 0;
     for (int i = 0; i < n; i++) {
         if (!run->stats[i].is_operand) continue;
@@ -352,8 +390,10 @@ static void run_heatmaps(rpt_buf *b, const fp8t_run *run, char which, const heat
     char **row_labels = malloc(sizeof(char *) * (size_t)nl);
     for (int l = 0; l < nl; l++) {
         row_labels[l] = malloc(16);
-        if (layers[l] == 1 << 30) snprintf(row_labels[l], 16, "head");
-        else snprintf(row_labels[l], 16, "layer %d", layers[l]);
+        if (layers[l] == 1 << 30)
+            snprintf(row_labels[l], 16, "head");
+        else
+            snprintf(row_labels[l], 16, "layer %d", layers[l]);
     }
     char **tips_u = calloc(cells, sizeof(char *)), **tips_s = calloc(cells, sizeof(char *));
     for (size_t c = 0; c < cells; c++) {
@@ -373,27 +413,60 @@ static void run_heatmaps(rpt_buf *b, const fp8t_run *run, char which, const heat
     rb_printf(b, "<h3>run %c: ", which);
     rb_esc(b, run->label);
     rb_printf(b, "</h3>\n");
-    snprintf(title, sizeof(title), "underflow %% (nonzero values that become 0), worst tensor of the layer");
-    rpt_heatmap h = {title, "%", nl, cols, under, (const char *const *)row_labels, col_steps,
-                     (const char *const *)tips_u, 0, dom->under_hi, rpt_color_heat, 0};
+    snprintf(title, sizeof(title),
+             "underflow %% (nonzero values that become 0), worst tensor of the layer");
+    rpt_heatmap h = {title,
+                     "%",
+                     nl,
+                     cols,
+                     under,
+                     (const char *const *)row_labels,
+                     col_steps,
+                     (const char *const *)tips_u,
+                     0,
+                     dom->under_hi,
+                     rpt_color_heat,
+                     0};
     rpt_heatmap_svg(b, &h, CHART_W);
-    snprintf(title, sizeof(title), "SQNR dB of the FP8 image, worst tensor of the layer (low = bad)");
-    rpt_heatmap hs = {title, " dB", nl, cols, sqnr, (const char *const *)row_labels, col_steps,
-                      (const char *const *)tips_s, dom->sqnr_lo, dom->sqnr_hi, rpt_color_viridis,
+    snprintf(title, sizeof(title),
+             "SQNR dB of the FP8 image, worst tensor of the layer (low = bad)");
+    rpt_heatmap hs = {title,
+                      " dB",
+                      nl,
+                      cols,
+                      sqnr,
+                      (const char *const *)row_labels,
+                      col_steps,
+                      (const char *const *)tips_s,
+                      dom->sqnr_lo,
+                      dom->sqnr_hi,
+                      rpt_color_viridis,
                       0};
     rpt_heatmap_svg(b, &hs, CHART_W);
-    for (size_t c = 0; c < cells; c++) { free(tips_u[c]); free(tips_s[c]); }
+    for (size_t c = 0; c < cells; c++) {
+        free(tips_u[c]);
+        free(tips_s[c]);
+    }
     for (int l = 0; l < nl; l++) free(row_labels[l]);
-    free(tips_u); free(tips_s); free(row_labels);
-    free(under); free(sqnr); free(under_src); free(sqnr_src); free(col_steps);
-    free(layers); free(steps);
+    free(tips_u);
+    free(tips_s);
+    free(row_labels);
+    free(under);
+    free(sqnr);
+    free(under_src);
+    free(sqnr_src);
+    free(col_steps);
+    free(layers);
+    free(steps);
 }
 
 /* ---- tables ---- */
 
 static void site_cell(rpt_buf *b, const fp8t_site_diff *d) {
-    if (d->layer < 0) rb_printf(b, "<td>head</td>");
-    else rb_printf(b, "<td>layer %d</td>", d->layer);
+    if (d->layer < 0)
+        rb_printf(b, "<td>head</td>");
+    else
+        rb_printf(b, "<td>layer %d</td>", d->layer);
     rb_printf(b, "<td>");
     rb_esc(b, d->module);
     rb_printf(b, "</td><td>");
@@ -404,7 +477,10 @@ static void site_cell(rpt_buf *b, const fp8t_site_diff *d) {
 }
 
 static void num_cell(rpt_buf *b, const char *fmt, double v) {
-    if (!isfinite(v)) { rb_printf(b, "<td class=\"n\">&#8212;</td>"); return; }
+    if (!isfinite(v)) {
+        rb_printf(b, "<td class=\"n\">&#8212;</td>");
+        return;
+    }
     rb_printf(b, "<td class=\"n\">");
     rb_printf(b, fmt, v);
     rb_printf(b, "</td>");
@@ -418,12 +494,15 @@ static void tables(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
                      "<th class=\"n\">recovery (steps)</th><th>reading</th></tr>\n");
         for (int i = 0; i < r->n_spikes; i++) {
             const fp8t_spike_report *s = &r->spikes[i];
-            rb_printf(b, "<tr%s><td>%c</td><td class=\"n\">%d</td><td class=\"n\">%+.1f%%</td>"
-                         "<td class=\"n\">%.1f</td>",
+            rb_printf(b,
+                      "<tr%s><td>%c</td><td class=\"n\">%d</td><td class=\"n\">%+.1f%%</td>"
+                      "<td class=\"n\">%.1f</td>",
                       s->slow && !s->in_other_run ? " class=\"flag\"" : "", 'A' + s->run, s->step,
                       100 * s->size_rel, s->zscore);
-            if (s->recovery_steps < 0) rb_printf(b, "<td class=\"n\">never</td>");
-            else rb_printf(b, "<td class=\"n\">%d</td>", s->recovery_steps);
+            if (s->recovery_steps < 0)
+                rb_printf(b, "<td class=\"n\">never</td>");
+            else
+                rb_printf(b, "<td class=\"n\">%d</td>", s->recovery_steps);
             rb_printf(b, "<td>%s</td></tr>\n",
                       s->in_other_run ? "in both runs: the data, not FP8"
                       : s->slow       ? "slow recovery: points at FP8 (treat as drift)"
@@ -439,8 +518,9 @@ static void tables(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
         for (int k = 0; k < 2; k++)
             for (int i = 0; i < runs[k]->n_events && shown < 200; i++, shown++) {
                 const fp8t_event_row *e = &runs[k]->events[i];
-                rb_printf(b, "<tr><td>%c</td><td class=\"n\">%d</td><td><i class=\"sw\" "
-                             "style=\"background:%s\"></i>",
+                rb_printf(b,
+                          "<tr><td>%c</td><td class=\"n\">%d</td><td><i class=\"sw\" "
+                          "style=\"background:%s\"></i>",
                           'A' + k, e->step, event_color(e->kind));
                 rb_esc(b, e->kind);
                 rb_printf(b, "</td><td>");
@@ -462,15 +542,18 @@ static void tables(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
                          "<p class=\"muted\">Mean over the steps inspected in both runs, ranked "
                          "by SQNR(A) &#8722; SQNR(B).</p>\n");
         else
-            rb_printf(b, "<h3>Tensors with the largest FP8 error (only run %c was inspected)</h3>\n",
+            rb_printf(b,
+                      "<h3>Tensors with the largest FP8 error (only run %c was inspected)</h3>\n",
                       a->n_stats ? 'A' : 'B');
-        rb_printf(b, "<table><tr><th>layer</th><th>module</th><th>GEMM</th><th>tensor</th>"
-                     "<th class=\"n\">SQNR A</th><th class=\"n\">SQNR B</th><th class=\"n\">&#916; SQNR</th>"
-                     "<th class=\"n\">"
-                     "cosine A</th><th class=\"n\">cosine B</th><th class=\"n\">underflow A</th>"
-                     "<th class=\"n\">underflow B</th><th>best what-if recipe (SQNR, "
-                     "underflow)</th><th>worst block / rowwise tile (SQNR, underflow)</th>"
-                     "</tr>\n");
+        rb_printf(
+            b,
+            "<table><tr><th>layer</th><th>module</th><th>GEMM</th><th>tensor</th>"
+            "<th class=\"n\">SQNR A</th><th class=\"n\">SQNR B</th><th class=\"n\">&#916; SQNR</th>"
+            "<th class=\"n\">"
+            "cosine A</th><th class=\"n\">cosine B</th><th class=\"n\">underflow A</th>"
+            "<th class=\"n\">underflow B</th><th>best what-if recipe (SQNR, "
+            "underflow)</th><th>worst block / rowwise tile (SQNR, underflow)</th>"
+            "</tr>\n");
         for (int i = 0; i < r->n_sites; i++) {
             const fp8t_site_diff *d = &r->sites[i];
             rb_printf(b, "<tr>");
@@ -486,15 +569,13 @@ static void tables(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
             num_cell(b, "%.3f%%", d->under_a);
             num_cell(b, "%.3f%%", d->under_b);
             /* the recipe that would quantize this tensor best, next to the one in use */
-            if (d->whatif_run && d->whatif_best >= 0)
-            {
+            if (d->whatif_run && d->whatif_best >= 0) {
                 rb_printf(b, "<td>%s: %.1f dB, %.3f%% (run %c, in use: ",
                           fp8t_whatif_names[d->whatif_best], d->whatif_sqnr[d->whatif_best],
                           d->whatif_under[d->whatif_best], d->whatif_run);
                 rb_esc(b, d->precision);
                 rb_printf(b, ")</td>");
-            }
-            else
+            } else
                 rb_printf(b, "<td>&#8211;</td>");
             /* the GEMM's own tiles, each on its own: a block-scaled tensor hides its error in
              * its worst tiles */
@@ -514,17 +595,22 @@ static void tables(rpt_buf *b, const fp8t_run *a, const fp8t_run *bb,
         rb_printf(b, "</table></section>\n");
     }
     if (r->n_dumps || r->dump_note[0]) {
-        rb_printf(b, "<section><h2>Dumped tensors, B against A</h2><p class=\"muted\">%d "
-                     "tensors compared, <b class=\"%s\">%d with cosine &lt; 0.99</b> (the seeds' "
-                     "rule: that layer's quantization error is too large).",
+        rb_printf(b,
+                  "<section><h2>Dumped tensors, B against A</h2><p class=\"muted\">%d "
+                  "tensors compared, <b class=\"%s\">%d with cosine &lt; 0.99</b> (the seeds' "
+                  "rule: that layer's quantization error is too large).",
                   r->n_dumps, r->n_dumps_flagged ? "bad" : "ok", r->n_dumps_flagged);
-        if (r->dump_note[0]) { rb_printf(b, " "); rb_esc(b, r->dump_note); }
-        rb_printf(b, "</p>\n<table><tr><th class=\"n\">step</th><th>tensor</th><th class=\"n\">"
-                     "cosine</th><th class=\"n\">relative L2</th><th class=\"n\">SQNR</th></tr>\n");
+        if (r->dump_note[0]) {
+            rb_printf(b, " ");
+            rb_esc(b, r->dump_note);
+        }
+        rb_printf(b,
+                  "</p>\n<table><tr><th class=\"n\">step</th><th>tensor</th><th class=\"n\">"
+                  "cosine</th><th class=\"n\">relative L2</th><th class=\"n\">SQNR</th></tr>\n");
         for (int i = 0; i < r->n_dumps && i < 30; i++) {
             const fp8t_dump_diff *d = &r->dumps[i];
-            rb_printf(b, "<tr%s><td class=\"n\">%d</td><td><code>", d->flagged ? " class=\"flag\"" : "",
-                      d->step);
+            rb_printf(b, "<tr%s><td class=\"n\">%d</td><td><code>",
+                      d->flagged ? " class=\"flag\"" : "", d->step);
             rb_esc(b, d->name);
             rb_printf(b, "</code></td>");
             num_cell(b, "%.6f", d->cosine);
@@ -551,16 +637,18 @@ int fp8t_report_html_write(const char *path, const fp8t_run *a, const fp8t_run *
     rb_esc(&b, a->label);
     rb_printf(&b, "</b> <code>");
     rb_esc(&b, a->metrics_path);
-    rb_printf(&b, "</code></div><div><i class=\"sw\" style=\"background:" COLOR_B "\"></i><b>B</b> "
-                  "under test <b>");
+    rb_printf(&b,
+              "</code></div><div><i class=\"sw\" style=\"background:" COLOR_B "\"></i><b>B</b> "
+              "under test <b>");
     rb_esc(&b, bb->label);
     rb_printf(&b, "</b> <code>");
     rb_esc(&b, bb->metrics_path);
     rb_printf(&b, "</code></div></div></header>\n");
 
     /* verdict */
-    rb_printf(&b, "<section class=\"verdict\" style=\"--vc:%s\"><div class=\"badge\">%s</div><div>"
-                  "<p class=\"why\">",
+    rb_printf(&b,
+              "<section class=\"verdict\" style=\"--vc:%s\"><div class=\"badge\">%s</div><div>"
+              "<p class=\"why\">",
               class_color(r->cls), fp8t_compare_class_name(r->cls));
     rb_esc(&b, r->verdict);
     rb_printf(&b, "</p><p class=\"next\"><b>Next:</b> ");
@@ -605,9 +693,10 @@ int fp8t_report_html_write(const char *path, const fp8t_run *a, const fp8t_run *
     gap_chart(&b, a, bb, r);
     rb_printf(&b, "</section>\n");
     tables(&b, a, bb, r);
-    rb_printf(&b, "<footer>Generated by <code>fp8train compare</code>. Gap = (loss<sub>B</sub> "
-                  "&#8722; loss<sub>A</sub>) / |loss<sub>A</sub>|; classes follow the FP8 "
-                  "debugging procedure (docs/debugging.md).</footer>\n</main>\n</body>\n</html>\n");
+    rb_printf(&b,
+              "<footer>Generated by <code>fp8train compare</code>. Gap = (loss<sub>B</sub> "
+              "&#8722; loss<sub>A</sub>) / |loss<sub>A</sub>|; classes follow the FP8 "
+              "debugging procedure (docs/debugging.md).</footer>\n</main>\n</body>\n</html>\n");
     if (b.oom) {
         rb_free(&b);
         return fp8t_errorf(err, errlen, "%s: out of memory building the report", path);

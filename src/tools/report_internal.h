@@ -43,7 +43,7 @@ void rpt_color_heat(char out[8], double t); /* light yellow -> dark red */
  * per-cell tooltip texts. lo/hi: color domain; reverse: low values get the "hot" end. */
 typedef struct {
     const char *title;
-    const char *unit;            /* legend unit, e.g. "%" or "dB" */
+    const char *unit; /* legend unit, e.g. "%" or "dB" */
     int rows, cols;
     const double *values;
     const char *const *row_labels;

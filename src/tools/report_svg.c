@@ -67,7 +67,10 @@ double rpt_py(const rpt_frame *f, double y) {
 }
 
 void rpt_nice_range(double *lo, double *hi, double *step, int target) {
-    if (!isfinite(*lo) || !isfinite(*hi)) { *lo = 0; *hi = 1; }
+    if (!isfinite(*lo) || !isfinite(*hi)) {
+        *lo = 0;
+        *hi = 1;
+    }
     if (*hi <= *lo) {
         double c = *lo, d = fabs(c) > 0 ? fabs(c) * 0.05 : 0.5;
         *lo = c - d;
@@ -84,20 +87,26 @@ void rpt_nice_range(double *lo, double *hi, double *step, int target) {
 
 /* A tick label without float noise: enough decimals for the tick spacing. */
 static void tick_label(char *buf, size_t len, double v, double step, int pct) {
-    if (pct) { v *= 100; step *= 100; }
+    if (pct) {
+        v *= 100;
+        step *= 100;
+    }
     int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
     if (step < 1 && fabs(step * pow(10, dec) - round(step * pow(10, dec))) > 1e-6) dec++;
     if (dec > 6) dec = 6;
     if (fabs(v) < step * 1e-6) v = 0;
-    if (!pct && fabs(v) >= 1e5 && dec == 0) snprintf(buf, len, "%.0fk", v / 1000);
-    else snprintf(buf, len, "%.*f%s", dec, v, pct ? "%" : "");
+    if (!pct && fabs(v) >= 1e5 && dec == 0)
+        snprintf(buf, len, "%.0fk", v / 1000);
+    else
+        snprintf(buf, len, "%.*f%s", dec, v, pct ? "%" : "");
 }
 
 void rpt_axes(rpt_buf *b, const rpt_frame *f, double xstep, double ystep, const char *xtitle,
               const char *ytitle, int y_pct) {
     char lab[48];
     rb_printf(b, "<g class=\"axes\">\n");
-    rb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"plotbg\"/>\n",
+    rb_printf(b,
+              "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"plotbg\"/>\n",
               f->x0, f->y0, f->w, f->h);
     for (double y = f->ymin; y <= f->ymax + ystep * 1e-6; y += ystep) {
         double py = rpt_py(f, y);
@@ -147,10 +156,12 @@ static void flush_points(rpt_buf *b, const double *pts, int np, const char *colo
                   width, color);
         return;
     }
-    rb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\" "
-                 "stroke-linejoin=\"round\" stroke-linecap=\"round\" %s points=\"",
+    rb_printf(b,
+              "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\" "
+              "stroke-linejoin=\"round\" stroke-linecap=\"round\" %s points=\"",
               color, width, extra ? extra : "");
-    for (int i = 0; i < np; i++) rb_printf(b, "%s%.1f,%.1f", i ? " " : "", pts[2 * i], pts[2 * i + 1]);
+    for (int i = 0; i < np; i++)
+        rb_printf(b, "%s%.1f,%.1f", i ? " " : "", pts[2 * i], pts[2 * i + 1]);
     rb_printf(b, "\"/>\n");
 }
 
@@ -232,10 +243,14 @@ void rpt_color_heat(char out[8], double t) {
 
 static void value_label(char *buf, size_t len, double v, const char *unit) {
     double a = fabs(v);
-    if (a >= 100 || a == 0) snprintf(buf, len, "%.0f%s", v, unit);
-    else if (a >= 10) snprintf(buf, len, "%.1f%s", v, unit);
-    else if (a >= 0.01) snprintf(buf, len, "%.2f%s", v, unit);
-    else snprintf(buf, len, "%.1e%s", v, unit);
+    if (a >= 100 || a == 0)
+        snprintf(buf, len, "%.0f%s", v, unit);
+    else if (a >= 10)
+        snprintf(buf, len, "%.1f%s", v, unit);
+    else if (a >= 0.01)
+        snprintf(buf, len, "%.2f%s", v, unit);
+    else
+        snprintf(buf, len, "%.1e%s", v, unit);
 }
 
 void rpt_heatmap_svg(rpt_buf *b, const rpt_heatmap *h, double width) {
@@ -248,14 +263,16 @@ void rpt_heatmap_svg(rpt_buf *b, const rpt_heatmap *h, double width) {
     double height = top + plot_h + bottom;
     double lo = h->lo, hi = h->hi;
     if (!(hi > lo)) hi = lo + 1;
-    rb_printf(b, "<svg class=\"chart\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" height=\"%.0f\" "
-                 "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\">\n",
+    rb_printf(b,
+              "<svg class=\"chart\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\" height=\"%.0f\" "
+              "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\">\n",
               width, height, width, height);
-    rb_printf(b, "<defs><pattern id=\"nodata%d\" width=\"6\" height=\"6\" "
-                 "patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
-                 "<rect width=\"6\" height=\"6\" fill=\"#f1f3f5\"/>"
-                 "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d0d4d9\" stroke-width=\"2\"/>"
-                 "</pattern>\n<linearGradient id=\"lg%d\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">",
+    rb_printf(b,
+              "<defs><pattern id=\"nodata%d\" width=\"6\" height=\"6\" "
+              "patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
+              "<rect width=\"6\" height=\"6\" fill=\"#f1f3f5\"/>"
+              "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#d0d4d9\" stroke-width=\"2\"/>"
+              "</pattern>\n<linearGradient id=\"lg%d\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">",
               gid, gid);
     for (int s = 0; s <= 10; s++) {
         char c[8];
@@ -283,7 +300,8 @@ void rpt_heatmap_svg(rpt_buf *b, const rpt_heatmap *h, double width) {
                 snprintf(color, sizeof(color), "url(#nodata%d)", gid);
             }
             /* a hair of overlap hides anti-aliasing seams between cells */
-            rb_printf(b, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\">",
+            rb_printf(b,
+                      "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\">",
                       left + c * cell_w, y, cell_w + 0.4, row_h - 1, color);
             if (h->tips && h->tips[(size_t)r * h->cols + c]) {
                 rb_printf(b, "<title>");
@@ -296,22 +314,26 @@ void rpt_heatmap_svg(rpt_buf *b, const rpt_heatmap *h, double width) {
     /* step labels: about 8 of them */
     int every = h->cols > 8 ? (h->cols + 7) / 8 : 1;
     for (int c = 0; c < h->cols; c += every)
-        rb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"middle\">%d</text>\n",
+        rb_printf(b,
+                  "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\" text-anchor=\"middle\">%d</text>\n",
                   left + (c + 0.5) * cell_w, top + plot_h + 16, h->col_steps[c]);
-    rb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" class=\"axtitle\" text-anchor=\"middle\">step</text>\n",
-              left + plot_w / 2, top + plot_h + 38);
+    rb_printf(
+        b, "<text x=\"%.1f\" y=\"%.1f\" class=\"axtitle\" text-anchor=\"middle\">step</text>\n",
+        left + plot_w / 2, top + plot_h + 38);
     /* legend */
     double lx = left + plot_w + 24, lh = plot_h < 60 ? 60 : plot_h;
     if (lh > 220) lh = 220;
-    rb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"%.1f\" fill=\"url(#lg%d)\" "
-                 "stroke=\"#9aa3ad\" stroke-width=\"0.5\"/>\n",
+    rb_printf(b,
+              "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"%.1f\" fill=\"url(#lg%d)\" "
+              "stroke=\"#9aa3ad\" stroke-width=\"0.5\"/>\n",
               lx, top, lh, gid);
     for (int k = 0; k <= 4; k++) {
         double v = lo + (hi - lo) * k / 4.0, y = top + lh - lh * k / 4.0;
         char lab[32];
         value_label(lab, sizeof(lab), v, h->unit);
-        rb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#6b7280\"/>"
-                     "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\">%s</text>\n",
+        rb_printf(b,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#6b7280\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\" class=\"tick\">%s</text>\n",
                   lx + 14, y, lx + 18, y, lx + 21, y + 4, lab);
     }
     rb_printf(b, "</svg>\n");

@@ -48,20 +48,23 @@ fp8t_data *fp8t_data_open_tok(const char *source, const char *val_source, const 
     d->B = B;
     d->T = T;
     /* the two splits of one seed are independent streams */
-    d->stream_seed = fp8t_hash3(seed, split == FP8T_SPLIT_VAL ? 0x76616cULL : 0x747261696eULL,
-                                0xDA7AULL);
+    d->stream_seed =
+        fp8t_hash3(seed, split == FP8T_SPLIT_VAL ? 0x76616cULL : 0x747261696eULL, 0xDA7AULL);
     const char *split_name = split == FP8T_SPLIT_VAL ? "validation" : "train";
     if (is_synthetic(src) && tokenizer && *tokenizer) {
-        fp8t_errorf(err, errlen, "--tokenizer %s is for text: give --data a text file or a .jsonl "
-                 "file (the synthetic language has its own 256 tokens)", tokenizer);
+        fp8t_errorf(err, errlen,
+                    "--tokenizer %s is for text: give --data a text file or a .jsonl "
+                    "file (the synthetic language has its own 256 tokens)",
+                    tokenizer);
         free(d);
         return NULL;
     }
     if (is_synthetic(src)) {
         if (vocab < FP8T_SYNTHETIC_VOCAB) {
             fp8t_errorf(err, errlen,
-                     "the synthetic language uses %d tokens but the model's vocabulary is %d; "
-                     "use --vocab %d or more", FP8T_SYNTHETIC_VOCAB, vocab, FP8T_SYNTHETIC_VOCAB);
+                        "the synthetic language uses %d tokens but the model's vocabulary is %d; "
+                        "use --vocab %d or more",
+                        FP8T_SYNTHETIC_VOCAB, vocab, FP8T_SYNTHETIC_VOCAB);
             free(d);
             return NULL;
         }
@@ -93,7 +96,10 @@ fp8t_data *fp8t_data_open_tok(const char *source, const char *val_source, const 
     for (int i = 0; i < d->corpus.n_seg; i++)
         d->cum_windows[i + 1] = d->cum_windows[i] + (d->corpus.seg[i].len - (size_t)T);
     snprintf(d->desc, sizeof(d->desc), "%s, %s split%s: %zu tokens", d->corpus.what, split_name,
-             part == 1 ? " (first 90%)" : part == 2 ? " (last 10%)" : "", d->corpus.n_tokens);
+             part == 1   ? " (first 90%)"
+             : part == 2 ? " (last 10%)"
+                         : "",
+             d->corpus.n_tokens);
     return d;
 }
 
@@ -111,8 +117,10 @@ static const uint32_t *corpus_window(const fp8t_data *d, uint64_t w) {
     int lo = 0, hi = d->corpus.n_seg - 1; /* find the segment with cum[s] <= w < cum[s+1] */
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (d->cum_windows[mid] <= w) lo = mid;
-        else hi = mid - 1;
+        if (d->cum_windows[mid] <= w)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return d->corpus.seg[lo].tokens + (w - d->cum_windows[lo]);
 }

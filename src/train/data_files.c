@@ -50,10 +50,11 @@ static int check_vocab(const uint32_t *tok, size_t n, int vocab, const char *pat
                        char *err, size_t errlen) {
     for (size_t i = 0; i < n; i++) {
         if (tok[i] >= (uint32_t)vocab) {
-            return fp8t_errorf(err, errlen,
-                            "%s: token %u at position %zu is outside the model's vocabulary of %d; "
-                            "use a model with --vocab %llu or more (or data made for this vocabulary)",
-                            path, tok[i], i, vocab, (unsigned long long)tok[i] + 1);
+            return fp8t_errorf(
+                err, errlen,
+                "%s: token %u at position %zu is outside the model's vocabulary of %d; "
+                "use a model with --vocab %llu or more (or data made for this vocabulary)",
+                path, tok[i], i, vocab, (unsigned long long)tok[i] + 1);
         }
         if ((int)tok[i] > *max_token) *max_token = (int)tok[i];
     }
@@ -64,13 +65,17 @@ static int load_text(data_corpus *c, const char *path, int part, int T, int voca
                      size_t errlen) {
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        return fp8t_errorf(err, errlen, "data '%s' is not a regular file (a directory? for llm.c shards "
-                        "pass a pattern such as '%s/x_*.bin')", path, path);
+        return fp8t_errorf(err, errlen,
+                           "data '%s' is not a regular file (a directory? for llm.c shards "
+                           "pass a pattern such as '%s/x_*.bin')",
+                           path, path);
     }
     FILE *f = fopen(path, "rb");
     if (!f) {
-        return fp8t_errorf(err, errlen, "cannot open data file '%s': %s (pass --data synthetic, a text "
-                        "file, or 'dir/*.bin' llm.c shards)", path, strerror(errno));
+        return fp8t_errorf(err, errlen,
+                           "cannot open data file '%s': %s (pass --data synthetic, a text "
+                           "file, or 'dir/*.bin' llm.c shards)",
+                           path, strerror(errno));
     }
     if (fseek(f, 0, SEEK_END) != 0) {
         fp8t_errorf(err, errlen, "data file '%s' is not a regular file (cannot seek)", path);
@@ -80,8 +85,9 @@ static int load_text(data_corpus *c, const char *path, int part, int T, int voca
     long size = ftell(f);
     rewind(f);
     if (size <= 0) {
-        fp8t_errorf(err, errlen, "data file '%s' is empty; give a text file with at least %d bytes",
-                 path, part ? 10 * (T + 1) + 10 : T + 1);
+        fp8t_errorf(err, errlen,
+                    "data file '%s' is empty; give a text file with at least %d bytes", path,
+                    part ? 10 * (T + 1) + 10 : T + 1);
         fclose(f);
         return -1;
     }
@@ -107,30 +113,33 @@ static int load_text(data_corpus *c, const char *path, int part, int T, int voca
     part_range(n, part, &lo, &hi);
     if (hi - lo < (size_t)T + 1) {
         if (part)
-            fp8t_errorf(err, errlen,
-                     "data file '%s' is too short: %zu bytes, of which %zu are the %s split, but "
-                     "a sequence needs %d (seq-len + 1); use a file of at least %d bytes, a "
-                     "smaller --seq-len, or a separate --val-data",
-                     path, n, hi - lo, part == 1 ? "training (first 90%)" : "validation (last 10%)",
-                     T + 1, 10 * (T + 1) + 10);
+            fp8t_errorf(
+                err, errlen,
+                "data file '%s' is too short: %zu bytes, of which %zu are the %s split, but "
+                "a sequence needs %d (seq-len + 1); use a file of at least %d bytes, a "
+                "smaller --seq-len, or a separate --val-data",
+                path, n, hi - lo, part == 1 ? "training (first 90%)" : "validation (last 10%)",
+                T + 1, 10 * (T + 1) + 10);
         else
             fp8t_errorf(err, errlen,
-                     "data file '%s' is too short: %zu bytes, but a sequence needs %d "
-                     "(seq-len + 1); use a longer file or a smaller --seq-len",
-                     path, n, T + 1);
+                        "data file '%s' is too short: %zu bytes, but a sequence needs %d "
+                        "(seq-len + 1); use a longer file or a smaller --seq-len",
+                        path, n, T + 1);
         return -1;
     }
     snprintf(c->what, sizeof(c->what), "text file '%s' (%zu bytes)", path, n);
     return corpus_add_segment(c, tok + lo, hi - lo);
 }
 
-static int load_shards(data_corpus *c, const char *pattern, int part, int T, int vocab,
-                       char *err, size_t errlen) {
+static int load_shards(data_corpus *c, const char *pattern, int part, int T, int vocab, char *err,
+                       size_t errlen) {
     glob_t g;
     int rc = glob(pattern, 0, NULL, &g);
     if (rc != 0) {
-        fp8t_errorf(err, errlen, "no llm.c token shards match '%s' (expected files made by llm.c's "
-                 "data scripts, e.g. 'data/fineweb_train_*.bin')", pattern);
+        fp8t_errorf(err, errlen,
+                    "no llm.c token shards match '%s' (expected files made by llm.c's "
+                    "data scripts, e.g. 'data/fineweb_train_*.bin')",
+                    pattern);
         if (rc != GLOB_NOMATCH) globfree(&g);
         return -1;
     }
@@ -168,12 +177,14 @@ static int load_shards(data_corpus *c, const char *pattern, int part, int T, int
     snprintf(c->what, sizeof(c->what), "%zu llm.c shard%s '%s' (%zu tokens)", g.gl_pathc,
              g.gl_pathc == 1 ? "" : "s", pattern, total);
     if (c->n_seg == 0) {
-        fp8t_errorf(err, errlen,
-                 "token shards '%s' hold %zu tokens, too few for one sequence of %d (seq-len + "
-                 "1) in the %s split; use more data, a smaller --seq-len, or --val-data",
-                 pattern, total, T + 1,
-                 part == 1 ? "training (first 90% of each shard)"
-                 : part == 2 ? "validation (last 10% of each shard)" : "");
+        fp8t_errorf(
+            err, errlen,
+            "token shards '%s' hold %zu tokens, too few for one sequence of %d (seq-len + "
+            "1) in the %s split; use more data, a smaller --seq-len, or --val-data",
+            pattern, total, T + 1,
+            part == 1   ? "training (first 90% of each shard)"
+            : part == 2 ? "validation (last 10% of each shard)"
+                        : "");
         globfree(&g);
         return -1;
     }
@@ -208,21 +219,24 @@ static int collect_doc(void *ctx, const int32_t *ids, size_t n, uint64_t start, 
 }
 
 /* A text or JSONL file through a tokenizer.json: its tokens, split like a text file's bytes. */
-static int load_tokenized(data_corpus *c, const char *path, const char *tok_path, int part,
-                          int T, int vocab, char *err, size_t errlen) {
+static int load_tokenized(data_corpus *c, const char *path, const char *tok_path, int part, int T,
+                          int vocab, char *err, size_t errlen) {
     char e[FP8T_ERR_LEN];
     if (!fp8t_is_regular_file(path)) {
-        return fp8t_errorf(err, errlen, "data '%s' is not a readable file (with --tokenizer, --data is a "
-                        "text file or a .jsonl file with a \"text\" field per line)", path);
+        return fp8t_errorf(err, errlen,
+                           "data '%s' is not a readable file (with --tokenizer, --data is a "
+                           "text file or a .jsonl file with a \"text\" field per line)",
+                           path);
     }
     fp8t_bpe *t = fp8t_bpe_load(tok_path, e, sizeof(e));
     if (!t) {
         return fp8t_errorf(err, errlen, "--tokenizer: %s", e);
     }
     if (fp8t_bpe_vocab_size(t) > vocab) {
-        fp8t_errorf(err, errlen, "tokenizer '%s' has %d tokens but the model's vocabulary is %d; "
-                 "leave out --vocab (the tokenizer then sets it) or give --vocab %d or more",
-                 tok_path, fp8t_bpe_vocab_size(t), vocab, fp8t_bpe_vocab_size(t));
+        fp8t_errorf(err, errlen,
+                    "tokenizer '%s' has %d tokens but the model's vocabulary is %d; "
+                    "leave out --vocab (the tokenizer then sets it) or give --vocab %d or more",
+                    tok_path, fp8t_bpe_vocab_size(t), vocab, fp8t_bpe_vocab_size(t));
         fp8t_bpe_free(t);
         return -1;
     }
@@ -245,14 +259,19 @@ static int load_tokenized(data_corpus *c, const char *path, const char *tok_path
     size_t lo, hi;
     part_range(n, part, &lo, &hi);
     if (hi - lo < (size_t)T + 1) {
-        return fp8t_errorf(err, errlen, "data file '%s' gives %zu tokens with tokenizer '%s', of which %zu "
-                        "are the %s split, but a sequence needs %d (seq-len + 1); use more text, a "
-                        "smaller --seq-len%s", path, n, tok_path, hi - lo,
-                        part == 1 ? "training (first 90%)" : part == 2 ? "validation (last 10%)" : "whole",
-                        T + 1, part ? ", or a separate --val-data" : "");
+        return fp8t_errorf(
+            err, errlen,
+            "data file '%s' gives %zu tokens with tokenizer '%s', of which %zu "
+            "are the %s split, but a sequence needs %d (seq-len + 1); use more text, a "
+            "smaller --seq-len%s",
+            path, n, tok_path, hi - lo,
+            part == 1   ? "training (first 90%)"
+            : part == 2 ? "validation (last 10%)"
+                        : "whole",
+            T + 1, part ? ", or a separate --val-data" : "");
     }
-    snprintf(c->what, sizeof(c->what), "'%s' through tokenizer '%s' (%zu tokens)", path,
-             tok_path, n);
+    snprintf(c->what, sizeof(c->what), "'%s' through tokenizer '%s' (%zu tokens)", path, tok_path,
+             n);
     return corpus_add_segment(c, tok + lo, hi - lo);
 }
 

@@ -8,12 +8,12 @@
 #include "fp8train/data.h"
 
 /* ---- the synthetic language (data_synthetic.c) ---- */
-#define SYN_WORDS 96     /* lexicon size */
+#define SYN_WORDS 96 /* lexicon size */
 #define SYN_MAX_LETTERS 6
-#define SYN_TOPICS 16    /* topic keys: tokens SYN_TOK_TOPIC0 .. +15 */
-#define SYN_DIALECTS 4   /* a document's topic picks one word-transition table */
-#define SYN_SUCC 4       /* likely successors of each word */
-#define SYN_STARTS 8     /* sentence-initial words per dialect */
+#define SYN_TOPICS 16  /* topic keys: tokens SYN_TOK_TOPIC0 .. +15 */
+#define SYN_DIALECTS 4 /* a document's topic picks one word-transition table */
+#define SYN_SUCC 4     /* likely successors of each word */
+#define SYN_STARTS 8   /* sentence-initial words per dialect */
 
 typedef struct {
     uint8_t word_len[SYN_WORDS];
@@ -34,13 +34,13 @@ typedef struct {
 } data_segment;
 
 typedef struct {
-    uint32_t **owned;   /* buffers to free */
+    uint32_t **owned; /* buffers to free */
     int n_owned;
-    data_segment *seg;  /* the split's segments */
+    data_segment *seg; /* the split's segments */
     int n_seg;
-    size_t n_tokens;    /* sum of seg[i].len */
-    int max_token;      /* over everything loaded */
-    char what[256];     /* "text file 'x.txt' (123456 bytes)" */
+    size_t n_tokens; /* sum of seg[i].len */
+    int max_token;   /* over everything loaded */
+    char what[256];  /* "text file 'x.txt' (123456 bytes)" */
 } data_corpus;
 
 /* Load `source` (a text file or a shard glob) and cut out `part`: 0 = everything,

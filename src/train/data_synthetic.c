@@ -38,7 +38,8 @@ void syn_lexicon_build(syn_lexicon *lex) {
     for (int w = 0; w < SYN_WORDS; w++) {
         int len = 2 + (int)fp8t_rng_below(&s, SYN_MAX_LETTERS - 1); /* 2..6 letters */
         lex->word_len[w] = (uint8_t)len;
-        for (int i = 0; i < len; i++) lex->letters[w][i] = (uint8_t)('a' + fp8t_rng_below(&s, 26));
+        for (int i = 0; i < len; i++)
+            lex->letters[w][i] = (uint8_t)('a' + fp8t_rng_below(&s, 26));
     }
     for (int d = 0; d < SYN_DIALECTS; d++) {
         for (int w = 0; w < SYN_WORDS; w++)
@@ -81,8 +82,10 @@ static void emit_sentence(syn_sink *k, const syn_lexicon *lex, uint64_t *s, int 
             opened = 1;
         }
         for (int c = 0; c < lex->word_len[word]; c++) emit(k, lex->letters[word][c]);
-        if (fp8t_rng_uniform(s) < 0.01) emit(k, SYN_TOK_NOISE0 + (int)fp8t_rng_below(s, SYN_NOISE_COUNT));
-        if (!opened && depth > 0 && fp8t_rng_uniform(s) < 0.30) emit(k, syn_close[stack[--depth]]);
+        if (fp8t_rng_uniform(s) < 0.01)
+            emit(k, SYN_TOK_NOISE0 + (int)fp8t_rng_below(s, SYN_NOISE_COUNT));
+        if (!opened && depth > 0 && fp8t_rng_uniform(s) < 0.30)
+            emit(k, syn_close[stack[--depth]]);
         if (fp8t_rng_uniform(s) < 0.04) {
             emit(k, SYN_TOK_SPACE);
             emit(k, SYN_TOK_HASH);

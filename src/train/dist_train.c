@@ -26,11 +26,15 @@ static int strip_ranks(char *spec, int *all, char *err, size_t errlen) {
     if (!copy) return -1;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (strncmp(tok, "ranks=", 6) == 0) {
-            if (strcmp(tok + 6, "0") == 0) *all = 0;
-            else if (strcmp(tok + 6, "all") == 0) *all = 1;
+            if (strcmp(tok + 6, "0") == 0)
+                *all = 0;
+            else if (strcmp(tok + 6, "all") == 0)
+                *all = 1;
             else {
-                fp8t_errorf(err, errlen, "--inspect: ranks=%s: expected ranks=0 (rank 0's "
-                         "statistics only) or ranks=all (every rank's)", tok + 6);
+                fp8t_errorf(err, errlen,
+                            "--inspect: ranks=%s: expected ranks=0 (rank 0's "
+                            "statistics only) or ranks=all (every rank's)",
+                            tok + 6);
                 free(copy);
                 return -1;
             }
@@ -67,14 +71,16 @@ int dp_setup(dp_state *d, fp8t_train_config *cfg, char *err, size_t errlen) {
         }
     }
     if (cfg->grad_accum % d->size != 0) {
-        return fp8t_errorf(err, errlen, "--grad-accum %d is not a multiple of the %d ranks: each rank "
-                        "runs grad_accum/N micro-batches of the global batch (use --grad-accum %d)",
-                        cfg->grad_accum, d->size,
-                        (cfg->grad_accum + d->size - 1) / d->size * d->size);
+        return fp8t_errorf(
+            err, errlen,
+            "--grad-accum %d is not a multiple of the %d ranks: each rank "
+            "runs grad_accum/N micro-batches of the global batch (use --grad-accum %d)",
+            cfg->grad_accum, d->size, (cfg->grad_accum + d->size - 1) / d->size * d->size);
     }
     if (d->zero && d->bf16_reduce) {
-        return fp8t_errorf(err, errlen, "--zero 1 reduce-scatters the gradients in FP32; --dp-reduce bf16 "
-                        "works with plain data parallel only (drop one of the two)");
+        return fp8t_errorf(err, errlen,
+                           "--zero 1 reduce-scatters the gradients in FP32; --dp-reduce bf16 "
+                           "works with plain data parallel only (drop one of the two)");
     }
     d->n_micro = cfg->grad_accum / d->size;
     d->first_micro = d->rank * d->n_micro;
@@ -139,8 +145,10 @@ int dp_attach(dp_state *d, fp8t_backend *be, fp8t_model *m, const fp8t_model_con
     if (!d->active) return 0;
     const fp8t_backend_ops *ops = be->ops;
     if (!ops->comm_init || !ops->allreduce) {
-        return fp8t_errorf(err, errlen, "the %s backend has no collectives: run one process without "
-                        "--dp-force", be->name);
+        return fp8t_errorf(err, errlen,
+                           "the %s backend has no collectives: run one process without "
+                           "--dp-force",
+                           be->name);
     }
     if (ops->comm_init(be, err, errlen) != 0) return -1;
     size_t n = fp8t_model_num_params(m);
@@ -194,7 +202,7 @@ int dp_agree(dp_state *d, int rc, char *err, size_t errlen) {
     if (!who[1]) return 0;
     if (rc == 0)
         fp8t_errorf(err, errlen, "rank %d failed (its message is above); every rank stops",
-                 -who[0]);
+                    -who[0]);
     return -1;
 }
 
@@ -228,7 +236,8 @@ void dp_grads_arm(dp_state *d, fp8t_model *m) {
 
 void dp_grads_flush(dp_state *d, fp8t_model *m) {
     if (!d->n_buckets) return;
-    fp8t_model_set_grads_ready(m, NULL, NULL); /* other backwards (the NaN re-run) reduce nothing */
+    fp8t_model_set_grads_ready(m, NULL,
+                               NULL); /* other backwards (the NaN re-run) reduce nothing */
     if (!d->started) d->next_bucket = 0, d->started = 1;
     start_buckets(d, -1);
 }
@@ -244,9 +253,12 @@ float dp_grad_norm(dp_state *d, fp8t_backend *be, fp8t_model *m) {
     const fp8t_backend_ops *ops = be->ops;
     float *g = fp8t_model_grads(m);
     /* the same elementwise sums whether in buckets or at once (backend.h: reduce_start) */
-    if (d->n_buckets) dp_grads_wait(d);
-    else if (d->zero) ops->reduce_scatter(be, g, d->counts);
-    else ops->allreduce(be, g, fp8t_model_num_params(m), FP8T_RED_SUM, d->bf16_reduce);
+    if (d->n_buckets)
+        dp_grads_wait(d);
+    else if (d->zero)
+        ops->reduce_scatter(be, g, d->counts);
+    else
+        ops->allreduce(be, g, fp8t_model_num_params(m), FP8T_RED_SUM, d->bf16_reduce);
     /* The norm from one partial sum of squares per shard, added in rank order: plain data
      * parallel and ZeRO-1 (where a rank holds only its shard of the reduced gradients) get
      * the same bits, and one shard (N = 1) is the plain path's sum exactly. */
@@ -269,25 +281,26 @@ void dp_adamw(dp_state *d, fp8t_backend *be, fp8t_model *m, float lr, float beta
         fp8t_model_adamw(m, lr, beta1, beta2, eps, weight_decay, t, grad_clip, grad_norm);
         return;
     }
-    fp8t_model_adamw_range(m, d->m_shard, d->v_shard, d->shard_lo, d->shard_hi, lr, beta1,
-                           beta2, eps, weight_decay, t, grad_clip, grad_norm);
+    fp8t_model_adamw_range(m, d->m_shard, d->v_shard, d->shard_lo, d->shard_hi, lr, beta1, beta2,
+                           eps, weight_decay, t, grad_clip, grad_norm);
     be->ops->all_gather(be, fp8t_model_params(m), d->counts);
 }
 
 void dp_reduce_amax(dp_state *d, fp8t_backend *be, fp8t_model *m) {
     if (!d->active || !d->amax_reduce) return;
     /* slot 0 of the history ([len][n] first) holds this step's amax of every tensor */
-    be->ops->allreduce(be, fp8t_model_fp8_state(m), (size_t)fp8t_model_fp8_count(m),
-                       FP8T_RED_MAX, 0);
+    be->ops->allreduce(be, fp8t_model_fp8_state(m), (size_t)fp8t_model_fp8_count(m), FP8T_RED_MAX,
+                       0);
 }
 
 void dp_moment_range(const dp_state *d, size_t n, size_t *lo, size_t *hi) {
-    if (d->zero) fp8t_checkpoint_shard(n, d->size, d->rank, lo, hi);
-    else *lo = 0, *hi = n;
+    if (d->zero)
+        fp8t_checkpoint_shard(n, d->size, d->rank, lo, hi);
+    else
+        *lo = 0, *hi = n;
 }
 
-void dp_adam_to_host(dp_state *d, fp8t_backend *be, fp8t_model *m, float *adam_m,
-                     float *adam_v) {
+void dp_adam_to_host(dp_state *d, fp8t_backend *be, fp8t_model *m, float *adam_m, float *adam_v) {
     const fp8t_backend_ops *ops = be->ops;
     if (!d->zero) {
         size_t n = fp8t_model_num_params(m);

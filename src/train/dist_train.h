@@ -12,29 +12,29 @@
 
 typedef struct dp_state {
     int rank, size;
-    int active;            /* collectives run: size > 1 or --dp-force */
-    int zero;              /* ZeRO-1 */
+    int active; /* collectives run: size > 1 or --dp-force */
+    int zero;   /* ZeRO-1 */
     int bf16_reduce, amax_reduce;
-    int first_micro, n_micro; /* this rank's micro-batches of the step: [first, first + n) */
-    size_t *counts;        /* [size] parameter shard sizes (floats) */
+    int first_micro, n_micro;  /* this rank's micro-batches of the step: [first, first + n) */
+    size_t *counts;            /* [size] parameter shard sizes (floats) */
     size_t shard_lo, shard_hi; /* this rank's shard [lo, hi) */
     float *m_shard, *v_shard;  /* ZeRO-1: the AdamW moments of the shard (device) */
-    float *scalar;         /* device scratch float (sumsq) */
-    float *losses;         /* [accum] host: every micro-batch loss of the step */
+    float *scalar;             /* device scratch float (sumsq) */
+    float *losses;             /* [accum] host: every micro-batch loss of the step */
     /* --bucket-mb: the gradient reduction in buckets of whole layers, started by the last
      * micro-batch's backward as it finishes them (fp8t_model_set_grads_ready), in the same
      * order on every rank: from the end of the parameter table (the head) to its start */
-    double bucket_bytes;   /* 0: one reduction after the backward */
+    double bucket_bytes; /* 0: one reduction after the backward */
     struct dp_bucket {
-        size_t lo, hi;     /* the gradients [lo, hi) */
-        int layer;         /* final once the backward reports this layer */
-        size_t *counts;    /* ZeRO-1: [size] each rank's part of [lo, hi) (its shard's) */
-    } *buckets;
+        size_t lo, hi;  /* the gradients [lo, hi) */
+        int layer;      /* final once the backward reports this layer */
+        size_t *counts; /* ZeRO-1: [size] each rank's part of [lo, hi) (its shard's) */
+    } * buckets;
     int n_buckets, next_bucket;
-    int started;           /* this step's buckets are under way: wait before reading grads */
-    fp8t_backend *be;      /* for the grads_ready callback */
+    int started;      /* this step's buckets are under way: wait before reading grads */
+    fp8t_backend *be; /* for the grads_ready callback */
     float *grads;
-    int inspect_all;       /* --inspect ranks=all */
+    int inspect_all;                  /* --inspect ranks=all */
     char inspect_spec[FP8T_PATH_MAX]; /* --inspect without ranks= (the inspector's spec) */
 } dp_state;
 

@@ -23,8 +23,10 @@ fp8t_evaluator *fp8t_evaluator_create(fp8t_backend *be, const fp8t_weights *w,
     size_t total;
     fp8t_model_param_table(&w->model, NULL, &total);
     if (total != w->num_params) {
-        fp8t_errorf(err, errlen, "evaluator: the weights hold %zu parameters but their model config "
-                 "needs %zu", w->num_params, total);
+        fp8t_errorf(err, errlen,
+                    "evaluator: the weights hold %zu parameters but their model config "
+                    "needs %zu",
+                    w->num_params, total);
         return NULL;
     }
     fp8t_policy pol;

@@ -84,8 +84,10 @@ int fp8t_generate(fp8t_evaluator *ev, const int *prompt, int n_prompt, int n_new
     }
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V) {
-            return fp8t_errorf(err, errlen, "generate: prompt token %d (position %d) is outside the "
-                            "vocabulary [0, %d)", prompt[i], i, V);
+            return fp8t_errorf(err, errlen,
+                               "generate: prompt token %d (position %d) is outside the "
+                               "vocabulary [0, %d)",
+                               prompt[i], i, V);
         }
     int *seq = malloc((size_t)(n_prompt + n_new) * sizeof(int)); /* [n_prompt + n_new] */
     if (!seq) {

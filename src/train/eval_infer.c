@@ -15,21 +15,23 @@ int fp8t_infer_generate(fp8t_infer *m, const int *const *prompts, const int *len
                         size_t errlen) {
     const int Bm = fp8t_infer_B(m), Tmax = fp8t_infer_Tmax(m);
     if (n < 1 || n > Bm) {
-        return fp8t_errorf(err, errlen, "generate: %d prompts for a model built for batches of %d", n,
-                        Bm);
+        return fp8t_errorf(err, errlen,
+                           "generate: %d prompts for a model built for batches of %d", n, Bm);
     }
     if (n_new < 1) return 0;
     int T = 0;
     for (int i = 0; i < n; i++) {
         if (lens[i] < 1) {
-            return fp8t_errorf(err, errlen, "generate: prompt %d is empty; give at least one token", i);
+            return fp8t_errorf(err, errlen,
+                               "generate: prompt %d is empty; give at least one token", i);
         }
         T = lens[i] > T ? lens[i] : T;
     }
     if (T + n_new - 1 > Tmax) {
-        return fp8t_errorf(err, errlen, "generate: the longest prompt (%d tokens) + %d new tokens need %d "
-                        "cache positions; the model was built for %d", T, n_new, T + n_new - 1,
-                        Tmax);
+        return fp8t_errorf(err, errlen,
+                           "generate: the longest prompt (%d tokens) + %d new tokens need %d "
+                           "cache positions; the model was built for %d",
+                           T, n_new, T + n_new - 1, Tmax);
     }
     const int V = fp8t_infer_config(m)->vocab_size;
     int *tok = calloc((size_t)n * T, sizeof(int)); /* [n, T] right-padded with token 0 */
@@ -49,8 +51,8 @@ int fp8t_infer_generate(fp8t_infer *m, const int *const *prompts, const int *len
     if (fp8t_infer_prefill(m, tok, n, T, lens, logits, err, errlen)) goto done;
     for (int j = 0;; j++) {
         for (int i = 0; i < n; i++) {
-            next[i] = fp8t_sample(logits + (size_t)i * V, V, cfg->temperature, cfg->top_k,
-                                  &rng[i]);
+            next[i] =
+                fp8t_sample(logits + (size_t)i * V, V, cfg->temperature, cfg->top_k, &rng[i]);
             out[(size_t)i * n_new + j] = next[i];
             pos[i] = lens[i] + j; /* where the token just sampled goes */
         }
@@ -73,8 +75,8 @@ typedef struct {
     int B, T;
 } task_ctx;
 
-static int task_losses(void *ctx, const int *tokens, const int *targets, float *losses,
-                       char *err, size_t errlen) {
+static int task_losses(void *ctx, const int *tokens, const int *targets, float *losses, char *err,
+                       size_t errlen) {
     const task_ctx *c = ctx;
     return fp8t_infer_losses(c->m, tokens, targets, c->B, c->T, losses, err, errlen);
 }
@@ -86,17 +88,19 @@ int fp8t_infer_task_eval(fp8t_infer *m, const fp8t_task *t, int *correct, int *p
     const int B = fp8t_infer_B(m), T = t->longest > 0 ? t->longest : 1;
     *correct = 0;
     if (T > fp8t_infer_Tmax(m)) {
-        return fp8t_errorf(err, errlen, "task: examples need %d positions but the inference model holds %d",
-                        T, fp8t_infer_Tmax(m));
+        return fp8t_errorf(err, errlen,
+                           "task: examples need %d positions but the inference model holds %d", T,
+                           fp8t_infer_Tmax(m));
     }
     int *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
     float *loss = malloc((size_t)B * T * sizeof(float));
     int rc = -1;
-    if (!tok || !tgt || !loss) fp8t_errorf(err, errlen, "task: out of memory");
+    if (!tok || !tgt || !loss)
+        fp8t_errorf(err, errlen, "task: out of memory");
     else {
         task_ctx c = {m, B, T};
-        rc = fp8t_task_score(t, B, T, fp8t_infer_config(m)->vocab_size, tok, tgt, loss, task_losses, &c, correct, pred, err,
-                             errlen);
+        rc = fp8t_task_score(t, B, T, fp8t_infer_config(m)->vocab_size, tok, tgt, loss,
+                             task_losses, &c, correct, pred, err, errlen);
     }
     free(tok);
     free(tgt);

@@ -48,7 +48,8 @@ int fp8t_task_add(fp8t_task *t, int label, const int *ctx, int ctx_len, int n_co
     e->ctx = block;
     memcpy(block, ctx, (size_t)ctx_len * sizeof(int));
     int *p = block + ctx_len;
-    for (int i = 0; i < ctx_len; i++) t->max_token = ctx[i] > t->max_token ? ctx[i] : t->max_token;
+    for (int i = 0; i < ctx_len; i++)
+        t->max_token = ctx[i] > t->max_token ? ctx[i] : t->max_token;
     for (int c = 0; c < n_completions; c++) {
         e->comp_len[c] = comp_len[c];
         e->comp[c] = p;
@@ -77,9 +78,10 @@ int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen) {
     const char *why = NULL;
     int bad_example = -1;
     if (len < TASK_HEADER_INTS * 4) {
-        fp8t_errorf(err, errlen, "%s: truncated: %zu bytes, the header alone is %d bytes; not an "
-                 "llm.c eval file (dev/data/hellaswag.py writes them)", path, len,
-                 TASK_HEADER_INTS * 4);
+        fp8t_errorf(err, errlen,
+                    "%s: truncated: %zu bytes, the header alone is %d bytes; not an "
+                    "llm.c eval file (dev/data/hellaswag.py writes them)",
+                    path, len, TASK_HEADER_INTS * 4);
         free(data);
         return -1;
     }
@@ -87,8 +89,8 @@ int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen) {
     uint32_t count = fp8t_load_le32(b + 8);
     if (magic != FP8T_TASK_MAGIC) {
         fp8t_errorf(err, errlen, "%s: bad magic %u (an llm.c eval file has %d%s)", path, magic,
-                 FP8T_TASK_MAGIC, magic == 20240520 ? "; this is a token shard: use it with --data"
-                                                    : "");
+                    FP8T_TASK_MAGIC,
+                    magic == 20240520 ? "; this is a token shard: use it with --data" : "");
         free(data);
         return -1;
     }
@@ -98,44 +100,75 @@ int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen) {
         return -1;
     }
     if (count > 65536) {
-        fp8t_errorf(err, errlen, "%s: header claims %u examples (at most 65536: indices are uint16)",
-                 path, count);
+        fp8t_errorf(err, errlen,
+                    "%s: header claims %u examples (at most 65536: indices are uint16)", path,
+                    count);
         free(data);
         return -1;
     }
     size_t off = TASK_HEADER_INTS * 4;
     for (uint32_t i = 0; i < count; i++) {
         bad_example = (int)i;
-        if (len - off < 12) { why = "the file ends inside the example header (truncated)"; break; }
+        if (len - off < 12) {
+            why = "the file ends inside the example header (truncated)";
+            break;
+        }
         const uint8_t *p = b + off;
         unsigned start = fp8t_load_le16(p), nbytes = fp8t_load_le16(p + 2);
         unsigned index = fp8t_load_le16(p + 4), label = fp8t_load_le16(p + 6);
         unsigned ncomp = fp8t_load_le16(p + 8), ctx_len = fp8t_load_le16(p + 10);
-        if (start != TASK_START) { why = "missing the start delimiter 65535 (corrupt file)"; break; }
-        if (index != (i & 0xFFFFu)) { why = "its index does not match its position"; break; }
+        if (start != TASK_START) {
+            why = "missing the start delimiter 65535 (corrupt file)";
+            break;
+        }
+        if (index != (i & 0xFFFFu)) {
+            why = "its index does not match its position";
+            break;
+        }
         if (nbytes % 2 || nbytes < 14 || nbytes > len - off) {
             why = nbytes > len - off ? "its byte count runs past the end of the file (truncated)"
                                      : "its byte count is invalid";
             break;
         }
-        if (ncomp < 1 || ncomp > FP8T_TASK_MAX_COMPLETIONS) { why = "number of completions not in 1..16"; break; }
-        if (label >= ncomp) { why = "its label is not a completion index"; break; }
-        if (ctx_len < 1) { why = "its context is empty"; break; }
+        if (ncomp < 1 || ncomp > FP8T_TASK_MAX_COMPLETIONS) {
+            why = "number of completions not in 1..16";
+            break;
+        }
+        if (label >= ncomp) {
+            why = "its label is not a completion index";
+            break;
+        }
+        if (ctx_len < 1) {
+            why = "its context is empty";
+            break;
+        }
         const size_t n16 = nbytes / 2; /* uint16s in the example */
         size_t pos = 6 + (size_t)ctx_len;
-        if (pos > n16) { why = "its context runs past its byte count"; break; }
+        if (pos > n16) {
+            why = "its context runs past its byte count";
+            break;
+        }
         const int *comp[FP8T_TASK_MAX_COMPLETIONS];
         int comp_len[FP8T_TASK_MAX_COMPLETIONS];
         free(ctx);
         ctx = malloc(n16 * sizeof(int)); /* [n16] every token of the example, decoded */
-        if (!ctx) { why = "out of memory"; break; }
+        if (!ctx) {
+            why = "out of memory";
+            break;
+        }
         for (unsigned k = 0; k < ctx_len; k++) ctx[k] = (int)fp8t_load_le16(p + 2 * (6 + k));
         size_t filled = ctx_len;
         for (unsigned c = 0; c < ncomp && !why; c++) {
-            if (pos >= n16) { why = "a completion runs past its byte count"; break; }
+            if (pos >= n16) {
+                why = "a completion runs past its byte count";
+                break;
+            }
             unsigned cl = fp8t_load_le16(p + 2 * pos);
             pos++;
-            if (cl < 1 || pos + cl > n16) { why = "a completion length is 0 or runs past its byte count"; break; }
+            if (cl < 1 || pos + cl > n16) {
+                why = "a completion length is 0 or runs past its byte count";
+                break;
+            }
             comp[c] = ctx + filled;
             comp_len[c] = (int)cl;
             for (unsigned k = 0; k < cl; k++)
@@ -144,7 +177,10 @@ int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen) {
             pos += cl;
         }
         if (why) break;
-        if (pos != n16) { why = "its byte count does not match its contents"; break; }
+        if (pos != n16) {
+            why = "its byte count does not match its contents";
+            break;
+        }
         if (fp8t_task_add(t, (int)label, ctx, (int)ctx_len, (int)ncomp, comp, comp_len) != 0) {
             why = "out of memory";
             break;
@@ -153,8 +189,10 @@ int fp8t_task_read(const char *path, fp8t_task *t, char *err, size_t errlen) {
     }
     free(ctx);
     if (!why && off != len) {
-        fp8t_errorf(err, errlen, "%s: %zu bytes after the %u examples the header announces (wrong "
-                 "count in the header?)", path, len - off, count);
+        fp8t_errorf(err, errlen,
+                    "%s: %zu bytes after the %u examples the header announces (wrong "
+                    "count in the header?)",
+                    path, len - off, count);
         free(data);
         fp8t_task_free(t);
         return -1;
@@ -176,14 +214,16 @@ int fp8t_task_write(const char *path, const fp8t_task *t, char *err, size_t errl
         size_t n16 = 6 + (size_t)e->ctx_len;
         for (int c = 0; c < e->n_completions; c++) n16 += 1 + (size_t)e->comp_len[c];
         if (n16 * 2 > 65535) {
-            return fp8t_errorf(err, errlen, "%s: example %d is %zu bytes; the format stores sizes as uint16",
-                            path, i, n16 * 2);
+            return fp8t_errorf(err, errlen,
+                               "%s: example %d is %zu bytes; the format stores sizes as uint16",
+                               path, i, n16 * 2);
         }
         longest = (int)(n16 * 2) > longest ? (int)(n16 * 2) : longest;
         total += n16 * 2;
     }
     if (t->n > 65536) {
-        return fp8t_errorf(err, errlen, "%s: %d examples; the format indexes them with uint16", path, t->n);
+        return fp8t_errorf(err, errlen, "%s: %d examples; the format indexes them with uint16",
+                           path, t->n);
     }
     uint8_t *buf = calloc(total, 1);
     if (!buf) {
@@ -192,7 +232,13 @@ int fp8t_task_write(const char *path, const fp8t_task *t, char *err, size_t errl
     int32_t hdr[4] = {FP8T_TASK_MAGIC, 1, t->n, longest};
     memcpy(buf, hdr, sizeof(hdr));
     uint8_t *p = buf + TASK_HEADER_INTS * 4;
-#define PUT16(v) do { unsigned v_ = (unsigned)(v); p[0] = (uint8_t)v_; p[1] = (uint8_t)(v_ >> 8); p += 2; } while (0)
+#define PUT16(v)                                                                                 \
+    do {                                                                                         \
+        unsigned v_ = (unsigned)(v);                                                             \
+        p[0] = (uint8_t)v_;                                                                      \
+        p[1] = (uint8_t)(v_ >> 8);                                                               \
+        p += 2;                                                                                  \
+    } while (0)
     for (int i = 0; i < t->n; i++) {
         const fp8t_task_example *e = &t->ex[i];
         size_t n16 = 6 + (size_t)e->ctx_len;
@@ -231,19 +277,23 @@ int fp8t_task_score(const fp8t_task *t, int B, int T, int V, int *tokens, int *t
     *correct = 0;
     if (t->n == 0) return 0;
     if (t->max_completions > B || t->longest > T) {
-        return fp8t_errorf(err, errlen, "task: examples need %d rows of %d tokens but the evaluation model "
-                        "is [%d, %d]; raise --batch / --seq-len (seq-len at most the model's)",
-                        t->max_completions, t->longest, B, T);
+        return fp8t_errorf(err, errlen,
+                           "task: examples need %d rows of %d tokens but the evaluation model "
+                           "is [%d, %d]; raise --batch / --seq-len (seq-len at most the model's)",
+                           t->max_completions, t->longest, B, T);
     }
     if (t->max_token >= V) {
-        return fp8t_errorf(err, errlen, "task: token %d is outside the model's vocabulary (%d); the task "
-                        "was tokenized for another model", t->max_token, V);
+        return fp8t_errorf(err, errlen,
+                           "task: token %d is outside the model's vocabulary (%d); the task "
+                           "was tokenized for another model",
+                           t->max_token, V);
     }
     int first = 0;
     while (first < t->n) {
         /* pack examples [first, last) into the B rows */
         int rows = 0, last = first;
-        while (last < t->n && rows + t->ex[last].n_completions <= B) rows += t->ex[last++].n_completions;
+        while (last < t->n && rows + t->ex[last].n_completions <= B)
+            rows += t->ex[last++].n_completions;
         for (size_t i = 0; i < (size_t)B * T; i++) {
             tokens[i] = 0;
             targets[i] = -1;

@@ -48,10 +48,13 @@ void spike_observe(trainer *t, int step, double loss) {
     if (s->in_spike) {
         if (loss < s->recover_below) {
             int n = step - s->spike_step;
-            snprintf(msg, sizeof(msg), "loss back to %.4f (under %.4f) %d step%s after the spike "
-                     "at step %d%s", loss, s->recover_below, n, n == 1 ? "" : "s", s->spike_step,
+            snprintf(msg, sizeof(msg),
+                     "loss back to %.4f (under %.4f) %d step%s after the spike "
+                     "at step %d%s",
+                     loss, s->recover_below, n, n == 1 ? "" : "s", s->spike_step,
                      n > 20 ? "; slow recovery points at numerics (try fp8train bisect)" : "");
-            snprintf(extra, sizeof(extra), ",\"spike_step\":%d,\"recovery_steps\":%d", s->spike_step, n);
+            snprintf(extra, sizeof(extra), ",\"spike_step\":%d,\"recovery_steps\":%d",
+                     s->spike_step, n);
             runlog_event(t, step, "spike", msg, extra);
             s->in_spike = 0;
         }
@@ -61,8 +64,10 @@ void spike_observe(trainer *t, int step, double loss) {
             s->in_spike = 1;
             s->spike_step = step;
             s->recover_below = v.median + SPIKE_RECOVER_SIGMAS * v.sigma;
-            snprintf(msg, sizeof(msg), "loss spike: %.4f is %.1f robust sigmas above the level "
-                     "%.4f expected from the last %d steps", loss, v.zscore, v.median, s->n);
+            snprintf(msg, sizeof(msg),
+                     "loss spike: %.4f is %.1f robust sigmas above the level "
+                     "%.4f expected from the last %d steps",
+                     loss, v.zscore, v.median, s->n);
             snprintf(extra, sizeof(extra), ",\"loss\":%.9g,\"zscore\":%.4g,\"median\":%.9g", loss,
                      v.zscore, v.median);
             runlog_event(t, step, "spike", msg, extra);
@@ -92,7 +97,8 @@ int drift_load(drift_state *d, const char *baseline, int first_step, char *err, 
     int n = 0;
     char e[FP8T_ERR_LEN];
     if (fp8t_metrics_read(&rows, &n, path, e, sizeof(e)) != 0) {
-        return fp8t_errorf(err, errlen, "--baseline: %s (pass the directory of a finished run)", e);
+        return fp8t_errorf(err, errlen, "--baseline: %s (pass the directory of a finished run)",
+                           e);
     }
     d->base_step = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
     d->base_loss = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
@@ -124,8 +130,10 @@ static int find_step(const drift_state *d, int step) {
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
         if (d->base_step[mid] == step) return mid;
-        if (d->base_step[mid] < step) lo = mid + 1;
-        else hi = mid - 1;
+        if (d->base_step[mid] < step)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return -1;
 }
@@ -157,8 +165,10 @@ double drift_observe(trainer *t, int step, double loss) {
         /* the seeds' rule of thumb: a gap from the first steps is a software bug, a gap that
          * grows late is a recipe that does not suit the data or the model */
         int early = step - d->first_step <= (t->cfg.steps - d->first_step) / 10 + d->window;
-        snprintf(msg, sizeof(msg), "loss drifts %+.2f%% from the baseline (smoothed over %d steps, "
-                 "threshold %.2f%%): %s", 100 * gap, d->window, 100 * thr,
+        snprintf(msg, sizeof(msg),
+                 "loss drifts %+.2f%% from the baseline (smoothed over %d steps, "
+                 "threshold %.2f%%): %s",
+                 100 * gap, d->window, 100 * thr,
                  early ? "early, which usually means a software bug (scales, formats, a wrong "
                          "transpose); check with --precision fake and fp8train bisect"
                        : "late, which usually means the recipe does not suit the data/model; "

@@ -35,7 +35,8 @@ static int fail(char *err, size_t errlen, const char *name, const char *v, const
 static int set_preset(void *obj, const char *v, char *err, size_t errlen) {
     fp8t_train_config *c = obj;
     fp8t_model_config m;
-    if (fp8t_model_preset(&m, v) != 0) return fail(err, errlen, "preset", v, fp8t_model_preset_names());
+    if (fp8t_model_preset(&m, v) != 0)
+        return fail(err, errlen, "preset", v, fp8t_model_preset_names());
     if (strlen(v) >= sizeof(c->preset)) return fail(err, errlen, "preset", v, "a shorter name");
     strcpy(c->preset, v);
     c->model = m;
@@ -43,11 +44,13 @@ static int set_preset(void *obj, const char *v, char *err, size_t errlen) {
 }
 static void get_preset(const void *obj, char *b, size_t n) {
     const fp8t_train_config *c = obj;
-    snprintf(b, n, "%s", c->preset); }
+    snprintf(b, n, "%s", c->preset);
+}
 
 static int set_arch(void *obj, const char *v, char *err, size_t errlen) {
     fp8t_train_config *c = obj;
-    if (fp8t_arch_parse(&c->model.arch, v) != 0) return fail(err, errlen, "arch", v, "gpt2 or llama");
+    if (fp8t_arch_parse(&c->model.arch, v) != 0)
+        return fail(err, errlen, "arch", v, "gpt2 or llama");
     return 0;
 }
 static void get_arch(const void *obj, char *b, size_t n) {
@@ -57,9 +60,13 @@ static void get_arch(const void *obj, char *b, size_t n) {
 
 static int set_tie_head(void *obj, const char *v, char *err, size_t errlen) {
     fp8t_train_config *c = obj;
-    if (strcmp(v, "1") == 0) c->model.untied_head = 0;
-    else if (strcmp(v, "0") == 0) c->model.untied_head = 1;
-    else return fail(err, errlen, "tie-head", v, "1 (the LM head is wte) or 0 (its own lm_head.w)");
+    if (strcmp(v, "1") == 0)
+        c->model.untied_head = 0;
+    else if (strcmp(v, "0") == 0)
+        c->model.untied_head = 1;
+    else
+        return fail(err, errlen, "tie-head", v,
+                    "1 (the LM head is wte) or 0 (its own lm_head.w)");
     return 0;
 }
 static void get_tie_head(const void *obj, char *b, size_t n) {
@@ -89,9 +96,11 @@ static int set_rope_scaling(void *obj, const char *v, char *err, size_t errlen) 
 static void get_rope_scaling(const void *obj, char *b, size_t n) {
     const fp8t_train_config *c = obj;
     const fp8t_rope_scaling *r = &c->model.rope_scaling;
-    if (r->type != FP8T_ROPE_LLAMA3) snprintf(b, n, "none");
-    else snprintf(b, n, "llama3:%g,%g,%g,%d", (double)r->factor, (double)r->low_freq_factor,
-                  (double)r->high_freq_factor, r->original_max_pos);
+    if (r->type != FP8T_ROPE_LLAMA3)
+        snprintf(b, n, "none");
+    else
+        snprintf(b, n, "llama3:%g,%g,%g,%d", (double)r->factor, (double)r->low_freq_factor,
+                 (double)r->high_freq_factor, r->original_max_pos);
 }
 
 #define PRECISIONS "fp8, delayed, current, block, rowwise, mxfp8, fake, bf16 or fp32"
@@ -110,7 +119,8 @@ static void get_precision(const void *obj, char *b, size_t n) {
 static int set_head_precision(void *obj, const char *v, char *err, size_t errlen) {
     fp8t_train_config *c = obj;
     fp8t_precision p;
-    if (fp8t_precision_parse(&p, v) != 0) return fail(err, errlen, "head-precision", v, PRECISIONS);
+    if (fp8t_precision_parse(&p, v) != 0)
+        return fail(err, errlen, "head-precision", v, PRECISIONS);
     c->policy.head_precision = p;
     return 0;
 }
@@ -121,9 +131,12 @@ static void get_head_precision(const void *obj, char *b, size_t n) {
 
 static int set_recipe(void *obj, const char *v, char *err, size_t errlen) {
     fp8t_train_config *c = obj;
-    if (strcmp(v, "delayed") == 0) c->policy.recipe = FP8T_PREC_DELAYED;
-    else if (strcmp(v, "current") == 0) c->policy.recipe = FP8T_PREC_CURRENT;
-    else return fail(err, errlen, "recipe", v, "delayed or current");
+    if (strcmp(v, "delayed") == 0)
+        c->policy.recipe = FP8T_PREC_DELAYED;
+    else if (strcmp(v, "current") == 0)
+        c->policy.recipe = FP8T_PREC_CURRENT;
+    else
+        return fail(err, errlen, "recipe", v, "delayed or current");
     return 0;
 }
 static void get_recipe(const void *obj, char *b, size_t n) {
@@ -135,9 +148,12 @@ static void get_recipe(const void *obj, char *b, size_t n) {
  * E4M3 everywhere, as DeepSeek-V3 and Transformer Engine's block scaling). */
 static int set_format(void *obj, const char *v, char *err, size_t errlen) {
     fp8t_train_config *c = obj;
-    if (strcmp(v, "hybrid") == 0) c->policy.hybrid = c->policy.block_hybrid = 1;
-    else if (strcmp(v, "e4m3") == 0) c->policy.hybrid = c->policy.block_hybrid = 0;
-    else return fail(err, errlen, "format", v, "hybrid (E4M3 forward, E5M2 gradients) or e4m3");
+    if (strcmp(v, "hybrid") == 0)
+        c->policy.hybrid = c->policy.block_hybrid = 1;
+    else if (strcmp(v, "e4m3") == 0)
+        c->policy.hybrid = c->policy.block_hybrid = 0;
+    else
+        return fail(err, errlen, "format", v, "hybrid (E4M3 forward, E5M2 gradients) or e4m3");
     return 0;
 }
 static void get_format(const void *obj, char *b, size_t n) {
@@ -147,10 +163,12 @@ static void get_format(const void *obj, char *b, size_t n) {
 
 static int set_amax_algo(void *obj, const char *v, char *err, size_t errlen) {
     fp8t_train_config *c = obj;
-    if (strcmp(v, "max") == 0) c->policy.algo = FP8T_AMAX_MAX;
+    if (strcmp(v, "max") == 0)
+        c->policy.algo = FP8T_AMAX_MAX;
     else if (strcmp(v, "most_recent") == 0 || strcmp(v, "most-recent") == 0)
         c->policy.algo = FP8T_AMAX_MOST_RECENT;
-    else return fail(err, errlen, "amax-algo", v, "max or most_recent");
+    else
+        return fail(err, errlen, "amax-algo", v, "max or most_recent");
     return 0;
 }
 static void get_amax_algo(const void *obj, char *b, size_t n) {
@@ -179,13 +197,15 @@ static void get_override(const void *obj, char *b, size_t n) {
 
 static int set_device(void *obj, const char *v, char *err, size_t errlen) {
     fp8t_train_config *c = obj;
-    if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) return fail(err, errlen, "device", v, "cpu or cuda");
+    if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
+        return fail(err, errlen, "device", v, "cpu or cuda");
     strcpy(c->device, v);
     return 0;
 }
 static void get_device(const void *obj, char *b, size_t n) {
     const fp8t_train_config *c = obj;
-    snprintf(b, n, "%s", c->device); }
+    snprintf(b, n, "%s", c->device);
+}
 
 int fp8t_shadow_action_parse(const char *s, int *fallback_steps) {
     if (fallback_steps) *fallback_steps = 0;
@@ -204,7 +224,8 @@ int fp8t_shadow_action_parse(const char *s, int *fallback_steps) {
 static int set_shadow_action(void *obj, const char *v, char *err, size_t errlen) {
     fp8t_train_config *c = obj;
     if (fp8t_shadow_action_parse(v, NULL) < 0 || strlen(v) >= sizeof(c->shadow_action))
-        return fail(err, errlen, "shadow-action", v, "warn, fallback:M (M >= 1 steps in BF16) or rollback");
+        return fail(err, errlen, "shadow-action", v,
+                    "warn, fallback:M (M >= 1 steps in BF16) or rollback");
     strcpy(c->shadow_action, v);
     return 0;
 }
@@ -215,9 +236,12 @@ static void get_shadow_action(const void *obj, char *b, size_t n) {
 
 static int set_dp_reduce(void *obj, const char *v, char *err, size_t errlen) {
     fp8t_train_config *c = obj;
-    if (strcmp(v, "fp32") == 0) c->dp_bf16_reduce = 0;
-    else if (strcmp(v, "bf16") == 0) c->dp_bf16_reduce = 1;
-    else return fail(err, errlen, "dp-reduce", v, "fp32 or bf16");
+    if (strcmp(v, "fp32") == 0)
+        c->dp_bf16_reduce = 0;
+    else if (strcmp(v, "bf16") == 0)
+        c->dp_bf16_reduce = 1;
+    else
+        return fail(err, errlen, "dp-reduce", v, "fp32 or bf16");
     return 0;
 }
 static void get_dp_reduce(const void *obj, char *b, size_t n) {
@@ -290,7 +314,8 @@ static int set_disable(void *obj, const char *v, char *err, size_t errlen) {
                 snprintf(expect + n, sizeof(expect) - n, " %s,", DISABLE_NAMES[i].name);
             }
             size_t n = strlen(expect);
-            snprintf(expect + n, sizeof(expect) - n, " all-fusion (all but cuda-lt-fp8), or none");
+            snprintf(expect + n, sizeof(expect) - n,
+                     " all-fusion (all but cuda-lt-fp8), or none");
             return fail(err, errlen, "disable", v, expect);
         }
         s += len;
@@ -333,8 +358,10 @@ static int set_head_chunk(void *obj, const char *v, char *err, size_t errlen) {
 static void get_head_chunk(const void *obj, char *b, size_t n) {
     const fp8t_train_config *c = obj;
     const int h = c->model_opts.head_chunk;
-    if (h == FP8T_HEAD_CHUNK_AUTO) snprintf(b, n, "auto");
-    else snprintf(b, n, "%d", h < 0 ? 0 : h);
+    if (h == FP8T_HEAD_CHUNK_AUTO)
+        snprintf(b, n, "auto");
+    else
+        snprintf(b, n, "%d", h < 0 ? 0 : h);
 }
 
 static int set_cuda_attn(void *obj, const char *v, char *err, size_t errlen) {
@@ -363,20 +390,29 @@ static void get_cuda_attn(const void *obj, char *b, size_t n) {
 #define G_DEBUG "Debugging"
 #define G_DP "Data parallel (mpirun -np N fp8train train ...)"
 
-#define NUM(name_, arg_, type_, field_, lo_, hi_, group_, help_)                               \
-    {.name = name_, .arg = arg_, .help = help_, .group = group_, .type = type_, FIELD(field_),   \
-     .lo = lo_, .hi = hi_}
-#define MODEL_INT(name_, field_, help_)                                                        \
-    {.name = name_, .arg = "N", .help = help_, .group = G_MODEL, .type = OT_INT, FIELD(field_), \
-     .lo = 1, .hi = 1 << 20, .user = IN_OBJECT | IS_MODEL}
-#define POLICY_NUM(name_, arg_, type_, field_, lo_, hi_, help_)                                \
-    {.name = name_, .arg = arg_, .help = help_, .group = G_PREC, .type = type_, FIELD(field_),  \
-     .lo = lo_, .hi = hi_, .user = IN_OBJECT}
-#define SPECIAL(name_, arg_, set_, get_, group_, in_obj_, model_, help_)                       \
-    {.name = name_, .arg = arg_, .help = help_, .group = group_, .type = OT_SPECIAL,            \
-     .set = set_, .get = get_, .user = ((in_obj_) ? IN_OBJECT : 0u) | ((model_) ? IS_MODEL : 0u)}
-#define STR(name_, arg_, field_, group_, help_)                                                \
-    {.name = name_, .arg = arg_, .help = help_, .group = group_, .type = OT_STR, FIELD(field_)}
+#define NUM(name_, arg_, type_, field_, lo_, hi_, group_, help_)                                 \
+    {                                                                                            \
+        .name = name_, .arg = arg_, .help = help_, .group = group_, .type = type_,               \
+        FIELD(field_), .lo = lo_, .hi = hi_                                                      \
+    }
+#define MODEL_INT(name_, field_, help_)                                                          \
+    {                                                                                            \
+        .name = name_, .arg = "N", .help = help_, .group = G_MODEL, .type = OT_INT,              \
+        FIELD(field_), .lo = 1, .hi = 1 << 20, .user = IN_OBJECT | IS_MODEL                      \
+    }
+#define POLICY_NUM(name_, arg_, type_, field_, lo_, hi_, help_)                                  \
+    {                                                                                            \
+        .name = name_, .arg = arg_, .help = help_, .group = G_PREC, .type = type_,               \
+        FIELD(field_), .lo = lo_, .hi = hi_, .user = IN_OBJECT                                   \
+    }
+#define SPECIAL(name_, arg_, set_, get_, group_, in_obj_, model_, help_)                         \
+    {                                                                                            \
+        .name = name_, .arg = arg_, .help = help_, .group = group_, .type = OT_SPECIAL,          \
+        .set = set_, .get = get_,                                                                \
+        .user = ((in_obj_) ? IN_OBJECT : 0u) | ((model_) ? IS_MODEL : 0u)                        \
+    }
+#define STR(name_, arg_, field_, group_, help_)                                                  \
+    { .name = name_, .arg = arg_, .help = help_, .group = group_, .type = OT_STR, FIELD(field_) }
 
 /* the short names of the engine's types, for the rows below */
 #define OT_INT FP8T_OPT_INT
@@ -392,10 +428,16 @@ typedef fp8t_opt opt;
 static const opt OPTIONS[] = {
     /* read by fp8t_train_parse_args itself (a file of options, applied before the others);
      * a row so that --help lists it and the command line finds it */
-    {.name = "config", .arg = "FILE", .help = "JSON file of options (see above)",
-     .group = G_MODEL, .type = OT_SPECIAL, .dflt = FP8T_OPT_NO_DEFAULT, .user = IN_OBJECT},
-    SPECIAL("preset", "NAME", set_preset, get_preset, G_MODEL, 0, 1,
-            "model preset: tiny, tiny-llama, gpt2-124m, gpt2-350m, gpt2-1.5b, llama-1b, llama3-8b"),
+    {.name = "config",
+     .arg = "FILE",
+     .help = "JSON file of options (see above)",
+     .group = G_MODEL,
+     .type = OT_SPECIAL,
+     .dflt = FP8T_OPT_NO_DEFAULT,
+     .user = IN_OBJECT},
+    SPECIAL(
+        "preset", "NAME", set_preset, get_preset, G_MODEL, 0, 1,
+        "model preset: tiny, tiny-llama, gpt2-124m, gpt2-350m, gpt2-1.5b, llama-1b, llama3-8b"),
     SPECIAL("arch", "gpt2|llama", set_arch, get_arch, G_MODEL, 1, 1,
             "architecture (GPT-2: LayerNorm, GELU, biases; Llama: RMSNorm, SwiGLU, RoPE)"),
     MODEL_INT("layers", model.n_layer, "transformer layers"),
@@ -404,13 +446,26 @@ static const opt OPTIONS[] = {
     MODEL_INT("vocab", model.vocab_size, "vocabulary size (>= the data's largest token + 1)"),
     MODEL_INT("mlp-hidden", model.mlp_hidden, "MLP hidden size (fc1 / gate / up outputs)"),
     MODEL_INT("max-seq-len", model.seq_len, "the model's maximum sequence length (positions)"),
-    {.name = "kv-heads", .arg = "N", .help = "key/value heads (grouped-query attention, llama; "
-     "must divide --heads; 0 = --heads)", .group = G_MODEL, .type = OT_INT,
-     FIELD(model.n_kv_head), .lo = 0, .hi = 1 << 20, .user = IN_OBJECT | IS_MODEL},
+    {.name = "kv-heads",
+     .arg = "N",
+     .help = "key/value heads (grouped-query attention, llama; "
+             "must divide --heads; 0 = --heads)",
+     .group = G_MODEL,
+     .type = OT_INT,
+     FIELD(model.n_kv_head),
+     .lo = 0,
+     .hi = 1 << 20,
+     .user = IN_OBJECT | IS_MODEL},
     SPECIAL("tie-head", "0|1", set_tie_head, get_tie_head, G_MODEL, 1, 1,
             "1: the LM head is the token embedding wte; 0: its own weight lm_head.w"),
-    {.name = "qkv-bias", .arg = "0|1", .help = "llama: biases on the q, k, v projections (Qwen2)",
-     .group = G_MODEL, .type = OT_BOOL, FIELD(model.qkv_bias), .lo = 0, .hi = 1,
+    {.name = "qkv-bias",
+     .arg = "0|1",
+     .help = "llama: biases on the q, k, v projections (Qwen2)",
+     .group = G_MODEL,
+     .type = OT_BOOL,
+     FIELD(model.qkv_bias),
+     .lo = 0,
+     .hi = 1,
      .user = IN_OBJECT | IS_MODEL},
     SPECIAL("rope-scaling", "SPEC", set_rope_scaling, get_rope_scaling, G_MODEL, 1, 1,
             "llama RoPE frequency scaling: none or llama3:FACTOR[,LOW,HIGH,ORIG_MAX_POS]"),
@@ -545,14 +600,15 @@ static const opt OPTIONS[] = {
             "above the threshold: warn | fallback:M (M steps in BF16) | rollback"),
     NUM("shadow-threshold", "X", OT_FLOAT, shadow_threshold, 0, 1e9, G_DEBUG,
         "relative |loss - loss_bf16| / loss_bf16 that triggers the shadow action"),
-    SPECIAL("disable", "LIST", set_disable, get_disable, G_DEBUG, 0, 0,
-            "fused/cached paths back to their plain versions, comma-separated: fused-xent, "
-            "bf16-xent, code-reuse, bf16-operands, gelu-fusion, bias-grad-fusion, "
-            "gelu-bwd-fusion, residual-bias, ln-fusion, attn-save, fp8-save (the model's, "
-            "bit-identical), bf16-saves (activations kept for the backward in FP32: not "
-            "bit-identical, not in all-fusion), cuda-fusion (every CUDA one), cuda-lt-fp8 (FP8 GEMMs by exact "
-            "decode), all-fusion (all but cuda-lt-fp8), none; FP8TRAIN_NO_GELU_FUSION=1 ..., "
-            "FP8TRAIN_CUDA_PLAIN=1, FP8TRAIN_CUDA_NO_LT_FP8=1 add to it"),
+    SPECIAL(
+        "disable", "LIST", set_disable, get_disable, G_DEBUG, 0, 0,
+        "fused/cached paths back to their plain versions, comma-separated: fused-xent, "
+        "bf16-xent, code-reuse, bf16-operands, gelu-fusion, bias-grad-fusion, "
+        "gelu-bwd-fusion, residual-bias, ln-fusion, attn-save, fp8-save (the model's, "
+        "bit-identical), bf16-saves (activations kept for the backward in FP32: not "
+        "bit-identical, not in all-fusion), cuda-fusion (every CUDA one), cuda-lt-fp8 (FP8 GEMMs by exact "
+        "decode), all-fusion (all but cuda-lt-fp8), none; FP8TRAIN_NO_GELU_FUSION=1 ..., "
+        "FP8TRAIN_CUDA_PLAIN=1, FP8TRAIN_CUDA_NO_LT_FP8=1 add to it"),
     SPECIAL("cuda-attn", "IMPL", set_cuda_attn, get_cuda_attn, G_DEBUG, 0, 0,
             "CUDA attention kernels: default (flash), flash (BF16 tensor cores), gemm "
             "(cuBLASLt), tiled (FP32: the CPU's arithmetic), simple (FP32); FP8TRAIN_CUDA_ATTN"),
@@ -603,13 +659,18 @@ int fp8t_train_option_set(fp8t_train_config *c, const char *name, const char *va
 
 /* A JSON value as the option string it stands for. */
 static int json_value_string(const cJSON *v, char *buf, size_t len) {
-    if (cJSON_IsString(v)) snprintf(buf, len, "%s", v->valuestring);
-    else if (cJSON_IsBool(v)) snprintf(buf, len, "%d", cJSON_IsTrue(v) ? 1 : 0);
+    if (cJSON_IsString(v))
+        snprintf(buf, len, "%s", v->valuestring);
+    else if (cJSON_IsBool(v))
+        snprintf(buf, len, "%d", cJSON_IsTrue(v) ? 1 : 0);
     else if (cJSON_IsNumber(v)) {
         double d = v->valuedouble;
-        if (d == floor(d) && fabs(d) < 9007199254740992.0) snprintf(buf, len, "%.0f", d);
-        else snprintf(buf, len, "%.17g", d);
-    } else return -1;
+        if (d == floor(d) && fabs(d) < 9007199254740992.0)
+            snprintf(buf, len, "%.0f", d);
+        else
+            snprintf(buf, len, "%.17g", d);
+    } else
+        return -1;
     return 0;
 }
 
@@ -643,19 +704,24 @@ static int apply_json_key(fp8t_train_config *c, const cJSON *it, int *model_set,
     }
     const opt *o = find_option(!strcmp(key, "overrides") ? "override" : key);
     if (!o) {
-        return fp8t_errorf(err, errlen, "unknown key \"%s\" (keys are the option names of fp8train train "
-                        "--help, e.g. \"precision\", \"seq_len\", \"overrides\")", key);
+        return fp8t_errorf(err, errlen,
+                           "unknown key \"%s\" (keys are the option names of fp8train train "
+                           "--help, e.g. \"precision\", \"seq_len\", \"overrides\")",
+                           key);
     }
     if (o->user & IS_MODEL) *model_set = 1;
     if (cJSON_IsArray(it)) {
         if (o->set != set_override) {
-            return fp8t_errorf(err, errlen, "\"%s\": a list is only allowed for \"overrides\"", key);
+            return fp8t_errorf(err, errlen, "\"%s\": a list is only allowed for \"overrides\"",
+                               key);
         }
         const cJSON *x;
         cJSON_ArrayForEach(x, it) {
             if (!cJSON_IsString(x)) {
-                return fp8t_errorf(err, errlen, "\"%s\": every element must be a string like "
-                                "\"layers=0,precision=bf16\"", key);
+                return fp8t_errorf(err, errlen,
+                                   "\"%s\": every element must be a string like "
+                                   "\"layers=0,precision=bf16\"",
+                                   key);
             }
             if (fp8t_opt_set(o, c, x->valuestring, err, errlen) != 0) return -1;
         }
@@ -733,7 +799,8 @@ char *fp8t_train_config_to_json(const fp8t_train_config *c) {
         case OT_FLOAT: cJSON_AddNumberToObject(o, key, *(const float *)base); break;
         case OT_U64: {
             uint64_t x = *(const uint64_t *)base;
-            if (x < (1ULL << 53)) cJSON_AddNumberToObject(o, key, (double)x);
+            if (x < (1ULL << 53))
+                cJSON_AddNumberToObject(o, key, (double)x);
             else {
                 fp8t_opt_get(p, c, buf, sizeof(buf));
                 cJSON_AddStringToObject(o, key, buf);
@@ -768,15 +835,17 @@ char *fp8t_train_config_to_json(const fp8t_train_config *c) {
 int fp8t_train_config_check(fp8t_train_config *c, char *err, size_t errlen) {
     char e[FP8T_ERR_LEN];
     if (fp8t_model_config_check(&c->model, e, sizeof(e)) != 0) {
-        return fp8t_errorf(err, errlen, "impossible model (from --preset %s and --layers/--dim/--heads/"
-                        "--kv-heads/--vocab/--mlp-hidden/--max-seq-len/--rope-scaling): %s", c->preset,
-                        e);
+        return fp8t_errorf(err, errlen,
+                           "impossible model (from --preset %s and --layers/--dim/--heads/"
+                           "--kv-heads/--vocab/--mlp-hidden/--max-seq-len/--rope-scaling): %s",
+                           c->preset, e);
     }
     if (c->seq_len == 0) c->seq_len = c->model.seq_len;
     if (c->seq_len < 1 || c->seq_len > c->model.seq_len) {
-        return fp8t_errorf(err, errlen, "--seq-len %d is more than the model's maximum sequence length %d; "
-                        "use --seq-len <= %d or a model with --max-seq-len >= %d", c->seq_len,
-                        c->model.seq_len, c->model.seq_len, c->seq_len);
+        return fp8t_errorf(err, errlen,
+                           "--seq-len %d is more than the model's maximum sequence length %d; "
+                           "use --seq-len <= %d or a model with --max-seq-len >= %d",
+                           c->seq_len, c->model.seq_len, c->model.seq_len, c->seq_len);
     }
     if (c->batch < 1 || c->grad_accum < 1 || c->steps < 1) {
         return fp8t_errorf(err, errlen, "--batch, --grad-accum and --steps must be at least 1");
@@ -784,24 +853,32 @@ int fp8t_train_config_check(fp8t_train_config *c, char *err, size_t errlen) {
     if (!(c->lr > 0) || !isfinite(c->lr) || !(c->min_lr_frac >= 0 && c->min_lr_frac <= 1)) {
         return fp8t_errorf(err, errlen, "--lr must be positive and --min-lr-frac in [0, 1]");
     }
-    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) || !(c->adam_eps > 0)) {
-        return fp8t_errorf(err, errlen, "--beta1/--beta2 must be in [0, 1) and --adam-eps positive");
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) ||
+        !(c->adam_eps > 0)) {
+        return fp8t_errorf(err, errlen,
+                           "--beta1/--beta2 must be in [0, 1) and --adam-eps positive");
     }
     if (c->warmup < 0 || c->ckpt_every < 0 || c->keep_ckpts < 0 || c->val_every < 0 ||
         c->val_batches < 1 || c->shadow_every < 0 || c->progress_every < 1 ||
         !(c->grad_clip >= 0) || !(c->weight_decay >= 0)) {
-        return fp8t_errorf(err, errlen, "a count option is out of range (see fp8train train --help)");
+        return fp8t_errorf(err, errlen,
+                           "a count option is out of range (see fp8train train --help)");
     }
     if (c->spike_window != 0 && c->spike_window < 3) {
-        return fp8t_errorf(err, errlen, "--spike-window %d: a window needs at least 3 losses (0 turns the "
-                        "spike detector off)", c->spike_window);
+        return fp8t_errorf(err, errlen,
+                           "--spike-window %d: a window needs at least 3 losses (0 turns the "
+                           "spike detector off)",
+                           c->spike_window);
     }
     if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0) {
-        return fp8t_errorf(err, errlen, "--device: bad value '%s' (expected cpu or cuda)", c->device);
+        return fp8t_errorf(err, errlen, "--device: bad value '%s' (expected cpu or cuda)",
+                           c->device);
     }
     if (fp8t_shadow_action_parse(c->shadow_action, NULL) < 0) {
-        return fp8t_errorf(err, errlen, "--shadow-action: bad value '%s' (expected warn, fallback:M or "
-                        "rollback)", c->shadow_action);
+        return fp8t_errorf(err, errlen,
+                           "--shadow-action: bad value '%s' (expected warn, fallback:M or "
+                           "rollback)",
+                           c->shadow_action);
     }
     if (c->policy.history_len < 1) {
         return fp8t_errorf(err, errlen, "--amax-history must be at least 1");
@@ -814,9 +891,10 @@ int fp8t_train_config_check(fp8t_train_config *c, char *err, size_t errlen) {
     }
     /* checked here so that a bad --tensorboard stops the run before its directory is written */
     if (c->tensorboard[0] && fp8t_path_exists(c->tensorboard) && !fp8t_is_dir(c->tensorboard)) {
-        return fp8t_errorf(err, errlen, "--tensorboard %s: exists and is not a directory (name a "
-                        "directory for the event files, e.g. --tensorboard %s/tb)", c->tensorboard,
-                        c->out_dir[0] ? c->out_dir : "runs/x");
+        return fp8t_errorf(err, errlen,
+                           "--tensorboard %s: exists and is not a directory (name a "
+                           "directory for the event files, e.g. --tensorboard %s/tb)",
+                           c->tensorboard, c->out_dir[0] ? c->out_dir : "runs/x");
     }
     if (c->inject[0] && fp8t_injector_check(c->inject, e, sizeof(e)) != 0) {
         return fp8t_errorf(err, errlen, "--inject: %s", e);
@@ -835,9 +913,12 @@ typedef struct {
  * may only restate it: a differing one would leave weights without a place in the model. */
 static int adopt_init_model(fp8t_train_config *c, int model_set, char *err, size_t errlen) {
     if (c->resume[0]) {
-        return fp8t_errorf(err, errlen, "--init and --resume exclude each other: --resume %s continues a "
-                        "run (weights, optimizer, step, data position); --init starts a new run from "
-                        "weights only", c->resume);
+        return fp8t_errorf(
+            err, errlen,
+            "--init and --resume exclude each other: --resume %s continues a "
+            "run (weights, optimizer, step, data position); --init starts a new run from "
+            "weights only",
+            c->resume);
     }
     fp8t_model_config src;
     char e[FP8T_ERR_LEN], why[512];
@@ -845,10 +926,12 @@ static int adopt_init_model(fp8t_train_config *c, int model_set, char *err, size
         return fp8t_errorf(err, errlen, "--init: %s", e);
     }
     if (model_set && fp8t_model_config_diff(&src, &c->model, why, sizeof(why)) != 0) {
-        return fp8t_errorf(err, errlen, "--init %s: the model comes from it (%s, %d layers, n_embd %d), "
-                        "but the model options given ask for another: %s (\"checkpoint\" = %s); drop "
-                        "--preset and the model options, or make them match", c->init,
-                        fp8t_arch_name(src.arch), src.n_layer, src.n_embd, why, c->init);
+        return fp8t_errorf(
+            err, errlen,
+            "--init %s: the model comes from it (%s, %d layers, n_embd %d), "
+            "but the model options given ask for another: %s (\"checkpoint\" = %s); drop "
+            "--preset and the model options, or make them match",
+            c->init, fp8t_arch_name(src.arch), src.n_layer, src.n_embd, why, c->init);
     }
     c->model = src;
     return 0;
@@ -888,8 +971,10 @@ int fp8t_options_debug_env(fp8t_model_options *m, fp8t_backend_options *b, char 
     if (env_flag("FP8TRAIN_CUDA_SYNC")) b->sync_each_op = 1;
     const char *attn = getenv("FP8TRAIN_CUDA_ATTN");
     if (attn && *attn && fp8t_attn_impl_parse(&b->attn, attn) != 0) {
-        return fp8t_errorf(err, errlen, "FP8TRAIN_CUDA_ATTN=%s is not an attention implementation; use one "
-                        "of default, %s (or unset it)", attn, fp8t_attn_impl_names());
+        return fp8t_errorf(err, errlen,
+                           "FP8TRAIN_CUDA_ATTN=%s is not an attention implementation; use one "
+                           "of default, %s (or unset it)",
+                           attn, fp8t_attn_impl_names());
     }
     return 0;
 }
@@ -897,16 +982,15 @@ int fp8t_options_debug_env(fp8t_model_options *m, fp8t_backend_options *b, char 
 /* Between a config file and the command line: the precision switches (FP8TRAIN_PRECISION,
  * FP8TRAIN_FPROP / _DGRAD / _WGRAD) and the debug switches above. */
 static int apply_env(fp8t_train_config *c, char *err, size_t errlen) {
-    static const char *const vars[1 + FP8T_GEMM_COUNT] = {
-        "FP8TRAIN_PRECISION", "FP8TRAIN_FPROP", "FP8TRAIN_DGRAD", "FP8TRAIN_WGRAD"};
+    static const char *const vars[1 + FP8T_GEMM_COUNT] = {"FP8TRAIN_PRECISION", "FP8TRAIN_FPROP",
+                                                          "FP8TRAIN_DGRAD", "FP8TRAIN_WGRAD"};
     const char *values[1 + FP8T_GEMM_COUNT];
     for (int i = 0; i < 1 + FP8T_GEMM_COUNT; i++) values[i] = getenv(vars[i]);
     if (fp8t_policy_apply_switches(&c->policy, values, vars, err, errlen) != 0) return -1;
     return fp8t_options_debug_env(&c->model_opts, &c->backend_opts, err, errlen);
 }
 
-int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err,
-                          size_t errlen) {
+int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err, size_t errlen) {
     fp8t_train_config_default(c);
     /* shown in the banner, not an option (libgomp read it at start; fp8train's main sets
      * passive unless the user set it) */
@@ -956,8 +1040,10 @@ int fp8t_train_parse_args(fp8t_train_config *c, int argc, char **argv, char *err
         }
         json = cJSON_Parse(text);
         if (!cJSON_IsObject(json)) {
-            fp8t_errorf(err, errlen, "--config %s: not a JSON object (expected e.g. {\"precision\": "
-                     "\"fp8\", \"overrides\": [\"layers=0,precision=bf16\"]})", config_path);
+            fp8t_errorf(err, errlen,
+                        "--config %s: not a JSON object (expected e.g. {\"precision\": "
+                        "\"fp8\", \"overrides\": [\"layers=0,precision=bf16\"]})",
+                        config_path);
             goto done;
         }
     }
@@ -1047,7 +1133,7 @@ static int env_int(const char *const *names, int dflt) {
 }
 
 void fp8t_options_launch(fp8t_dist_launch *l) {
-    static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE",
+    static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE",  "PMIX_SIZE",    "PMI_SIZE",
                                             "MPI_LOCALNRANKS_WORLD", "SLURM_NTASKS", NULL};
     static const char *const local_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
                                              "SLURM_LOCALID", NULL};

@@ -63,8 +63,10 @@ static int take_lock(trainer *t, int create, char *err, size_t errlen) {
     /* no lock file (or no directory yet): nobody holds it */
     if (fd < 0 && !create && (errno == ENOENT || errno == ENOTDIR)) return 0;
     if (fd < 0)
-        return fp8t_errorf(err, errlen, "cannot create the run lock %s: %s (is --out %s "
-                           "writable?)", path, strerror(errno), t->cfg.out_dir);
+        return fp8t_errorf(err, errlen,
+                           "cannot create the run lock %s: %s (is --out %s "
+                           "writable?)",
+                           path, strerror(errno), t->cfg.out_dir);
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         if (e == EWOULDBLOCK) {
@@ -73,18 +75,20 @@ static int take_lock(trainer *t, int create, char *err, size_t errlen) {
             pid[n > 0 ? n : 0] = 0;
             pid[strcspn(pid, "\n")] = 0;
             close(fd);
-            return fp8t_errorf(err, errlen, "another fp8train%s%s%s is training into %s (it "
+            return fp8t_errorf(err, errlen,
+                               "another fp8train%s%s%s is training into %s (it "
                                "holds %s); wait for it to finish, or give this run another --out",
                                pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", t->cfg.out_dir,
                                path);
         }
         /* a file system without flock (some network mounts): go on unlocked, but say so */
-        fp8t_warnf("cannot lock %s (%s); nothing stops a second training into %s meanwhile",
-                   path, strerror(e), t->cfg.out_dir);
+        fp8t_warnf("cannot lock %s (%s); nothing stops a second training into %s meanwhile", path,
+                   strerror(e), t->cfg.out_dir);
     } else if (ftruncate(fd, 0) == 0) {
         char pid[32];
         int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-        if (pwrite(fd, pid, (size_t)n, 0) != n) { /* only the message of a rival loses */ }
+        if (pwrite(fd, pid, (size_t)n, 0) != n) { /* only the message of a rival loses */
+        }
     }
     t->lock_fd = fd;
     return 0;
@@ -138,9 +142,9 @@ static void clear_superseded(const char *out_dir, const char *spare, int quiet, 
     while ((e = readdir(d))) {
         int step, len = 0;
         if (sscanf(e->d_name, "after_step_%d%n", &step, &len) != 1 || len != 17) continue;
-        if (e->d_name[len] && !(e->d_name[len] == '.' && e->d_name[len + 1] >= '1' &&
-                                strspn(e->d_name + len + 1, "0123456789") ==
-                                    strlen(e->d_name + len + 1)))
+        if (e->d_name[len] &&
+            !(e->d_name[len] == '.' && e->d_name[len + 1] >= '1' &&
+              strspn(e->d_name + len + 1, "0123456789") == strlen(e->d_name + len + 1)))
             continue;
         fp8t_fmt(sub, sizeof(sub), "%s/%s", dir, e->d_name);
         fp8t_fmt(p, sizeof(p), "%s/checkpoints", sub);
@@ -169,8 +173,10 @@ static int clear_own_run(const char *out_dir, const char *spare, int quiet, char
     clear_superseded(out_dir, spare, quiet, &removed, &kept);
     if (fp8t_fmt(p, sizeof(p), "%s/stats.jsonl", out_dir) == 0) (void)unlink(p);
     if (!quiet)
-        fprintf(stderr, "fp8train: --overwrite: replacing the run in %s (%d checkpoint%s "
-                "removed%s)\n", out_dir, removed, removed == 1 ? "" : "s",
+        fprintf(stderr,
+                "fp8train: --overwrite: replacing the run in %s (%d checkpoint%s "
+                "removed%s)\n",
+                out_dir, removed, removed == 1 ? "" : "s",
                 kept ? "; the one resumed from and any holding other files were kept" : "");
     return 0;
 }
@@ -188,8 +194,10 @@ static int pick_aside_dir(trainer *t, int step, char *err, size_t errlen) {
             return fp8t_errorf(err, errlen, "--out path too long");
         if (!fp8t_path_exists(t->aside_dir)) return 0;
     }
-    return fp8t_errorf(err, errlen, "%s/superseded holds 999 directories for step %d; move "
-                       "some away", t->cfg.out_dir, step);
+    return fp8t_errorf(err, errlen,
+                       "%s/superseded holds 999 directories for step %d; move "
+                       "some away",
+                       t->cfg.out_dir, step);
 }
 
 /* Move the run's step_NNNNNN entries of OUT/<sub> after `step` (the old run's future, which
@@ -217,8 +225,10 @@ static int move_later_steps(trainer *t, const char *sub, int step, int *moved, c
             break;
         }
         if (rename(from, to) != 0) {
-            rc = fp8t_errorf(err, errlen, "cannot move %s to %s: %s (the resumed run would mix "
-                             "with the old run's later steps)", from, to, strerror(errno));
+            rc = fp8t_errorf(err, errlen,
+                             "cannot move %s to %s: %s (the resumed run would mix "
+                             "with the old run's later steps)",
+                             from, to, strerror(errno));
             break;
         }
         (*moved)++;
@@ -234,11 +244,13 @@ static int check_other_run(trainer *t, char *err, size_t errlen) {
     const char *out = t->cfg.out_dir;
     char what[128];
     if (t->same_run || t->cfg.overwrite || !run_sign(out, what, sizeof(what))) return 0;
-    return fp8t_errorf(err, errlen, "--out %s holds another run (%s/%s); fp8train does not mix "
+    return fp8t_errorf(err, errlen,
+                       "--out %s holds another run (%s/%s); fp8train does not mix "
                        "two runs in one directory or replace one unasked: give this run a new "
                        "--out, continue that run with --resume %s/checkpoints/step_NNNNNN, or "
                        "add --overwrite to replace its logs and checkpoints (files fp8train did "
-                       "not write are kept)", out, out, what, out);
+                       "not write are kept)",
+                       out, out, what, out);
 }
 
 int rundir_prepare(trainer *t, int resume_step, char *err, size_t errlen) {

@@ -109,10 +109,11 @@ int runlog_open(trainer *t, int resume_step, char *err, size_t errlen) {
             runlog_keep_prefix(epath, resume_step, NULL, easide, err, errlen) != 0)
             return -1;
         if (fp8t_is_dir(t->aside_dir) && !t->cfg.quiet)
-            fprintf(stderr, "fp8train: resuming step %d of the run in %s: what it did after "
-                    "step %d (%d checkpoint%s, its log rows) moved to %s\n", resume_step,
-                    t->cfg.out_dir, resume_step, t->moved_ckpts, t->moved_ckpts == 1 ? "" : "s",
-                    t->aside_dir);
+            fprintf(stderr,
+                    "fp8train: resuming step %d of the run in %s: what it did after "
+                    "step %d (%d checkpoint%s, its log rows) moved to %s\n",
+                    resume_step, t->cfg.out_dir, resume_step, t->moved_ckpts,
+                    t->moved_ckpts == 1 ? "" : "s", t->aside_dir);
     }
     t->metrics = fopen(mpath, keep ? "a" : "w");
     t->events = t->metrics ? fopen(epath, keep ? "a" : "w") : NULL;
@@ -140,12 +141,16 @@ static void append_line(trainer *t, FILE *f, const char *name, const char *line)
             int e = n < 0 ? errno : ENOSPC;
             /* if even the truncation fails, the part written stays: the reader of metrics
              * (fp8t_metrics_read) skips a torn last line with a warning */
-            if (start >= 0 && ftruncate(fd, start) != 0) { }
-            snprintf(t->write_err, sizeof(t->write_err), "cannot append to %s/%s: %s; training "
+            if (start >= 0 && ftruncate(fd, start) != 0) {
+            }
+            snprintf(t->write_err, sizeof(t->write_err),
+                     "cannot append to %s/%s: %s; training "
                      "stopped (%s ends at its last complete line). Free space on that file "
-                     "system (or raise the file size limit, ulimit -f), then %s%s", t->cfg.out_dir,
-                     name, strerror(e), name, t->last_ckpt[0] ? "continue with --resume " :
-                     "start again (no checkpoint was written yet)", t->last_ckpt);
+                     "system (or raise the file size limit, ulimit -f), then %s%s",
+                     t->cfg.out_dir, name, strerror(e), name,
+                     t->last_ckpt[0] ? "continue with --resume "
+                                     : "start again (no checkpoint was written yet)",
+                     t->last_ckpt);
             return;
         }
         done += (size_t)n;
@@ -165,8 +170,10 @@ void runlog_close(trainer *t) {
  * exactly, so two runs' losses can be compared bit for bit from the logs). */
 static void put_num(char *buf, size_t len, size_t *o, const char *key, double v, int digits) {
     if (*o >= len) return;
-    if (isfinite(v)) *o += (size_t)snprintf(buf + *o, len - *o, ",\"%s\":%.*g", key, digits, v);
-    else *o += (size_t)snprintf(buf + *o, len - *o, ",\"%s\":null", key);
+    if (isfinite(v))
+        *o += (size_t)snprintf(buf + *o, len - *o, ",\"%s\":%.*g", key, digits, v);
+    else
+        *o += (size_t)snprintf(buf + *o, len - *o, ",\"%s\":null", key);
 }
 
 void runlog_metrics(trainer *t, const step_record *r) {
@@ -186,8 +193,10 @@ void runlog_metrics(trainer *t, const step_record *r) {
         put_num(buf, sizeof(buf), &o, "shadow_gap", r->shadow_gap, 6);
     }
     if (!isnan(r->drift_gap)) put_num(buf, sizeof(buf), &o, "drift_gap", r->drift_gap, 6);
-    if (r->fallback && o < sizeof(buf)) o += (size_t)snprintf(buf + o, sizeof(buf) - o, ",\"fallback\":true");
-    if (r->nonfinite && o < sizeof(buf)) o += (size_t)snprintf(buf + o, sizeof(buf) - o, ",\"nonfinite\":true");
+    if (r->fallback && o < sizeof(buf))
+        o += (size_t)snprintf(buf + o, sizeof(buf) - o, ",\"fallback\":true");
+    if (r->nonfinite && o < sizeof(buf))
+        o += (size_t)snprintf(buf + o, sizeof(buf) - o, ",\"nonfinite\":true");
     if (o < sizeof(buf)) o += (size_t)snprintf(buf + o, sizeof(buf) - o, "}\n");
     append_line(t, t->metrics, "metrics.jsonl", buf);
 }
@@ -195,21 +204,25 @@ void runlog_metrics(trainer *t, const step_record *r) {
 /* A warning of the library during the run (fp8t_warnf): always on stderr, and a line of
  * events.jsonl (kind "warning") once the file is open; not counted as a detector event. */
 void runlog_warning(trainer *t, const char *line) {
-    if (t->step_now > 0) fprintf(stderr, "fp8train: step %d: warning: %s\n", t->step_now, line);
-    else fprintf(stderr, "fp8train: warning: %s\n", line);
+    if (t->step_now > 0)
+        fprintf(stderr, "fp8train: step %d: warning: %s\n", t->step_now, line);
+    else
+        fprintf(stderr, "fp8train: warning: %s\n", line);
     if (!t->events) return;
     cJSON *s = cJSON_CreateString(line);
     char *msg = s ? cJSON_PrintUnformatted(s) : NULL;
     char buf[FP8T_ERR_LEN + 256];
-    if (msg && snprintf(buf, sizeof buf, "{\"step\":%d,\"kind\":\"warning\",\"message\":%s,"
-                        "\"elapsed_s\":%.3f}\n", t->step_now, msg, trainer_now() - t->t0) <
-                   (int)sizeof buf)
+    if (msg && snprintf(buf, sizeof buf,
+                        "{\"step\":%d,\"kind\":\"warning\",\"message\":%s,"
+                        "\"elapsed_s\":%.3f}\n",
+                        t->step_now, msg, trainer_now() - t->t0) < (int)sizeof buf)
         append_line(t, t->events, "events.jsonl", buf);
     free(msg);
     cJSON_Delete(s);
 }
 
-void runlog_event(trainer *t, int step, const char *kind, const char *message, const char *extra) {
+void runlog_event(trainer *t, int step, const char *kind, const char *message,
+                  const char *extra) {
     t->n_events++;
     if (!t->events) return;
     cJSON *s = cJSON_CreateString(message); /* escapes the message */
@@ -229,7 +242,8 @@ void runlog_event(trainer *t, int step, const char *kind, const char *message, c
     free(line);
     free(msg);
     cJSON_Delete(s);
-    if (!t->cfg.quiet || !strcmp(kind, "nan")) fprintf(stderr, "fp8train: step %d: %s: %s\n", step, kind, message);
+    if (!t->cfg.quiet || !strcmp(kind, "nan"))
+        fprintf(stderr, "fp8train: step %d: %s: %s\n", step, kind, message);
 }
 
 /* ---------------------------------------------------------------- TensorBoard */
@@ -261,10 +275,14 @@ int runlog_tb_open(trainer *t, char *err, size_t errlen) {
 /* A failed event write: the loop stops on t->write_err, as for the other logs. */
 static void tb_failed(trainer *t, const char *e, int step) {
     if (t->write_err[0]) return;
-    snprintf(t->write_err, sizeof(t->write_err), "%s; training stopped at step %d. Free space "
-             "on that file system (or raise ulimit -f), then %s%s", e, step,
-             t->last_ckpt[0] ? "continue with --resume " : "start again (no checkpoint was "
-             "written yet)", t->last_ckpt);
+    snprintf(t->write_err, sizeof(t->write_err),
+             "%s; training stopped at step %d. Free space "
+             "on that file system (or raise ulimit -f), then %s%s",
+             e, step,
+             t->last_ckpt[0] ? "continue with --resume "
+                             : "start again (no checkpoint was "
+                               "written yet)",
+             t->last_ckpt);
 }
 
 void runlog_tb_step(trainer *t, const step_record *r) {

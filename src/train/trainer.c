@@ -60,8 +60,10 @@ static void update_hook(trainer *t) {
     /* without the injector the hook only reads: the model keeps its FP8 save of X and its dY
      * code reuse (no FP32 copy of X per layer while inspecting) */
     const int reads = !t->injector && (!t->inspector || fp8t_inspector_reads_only(t->inspector));
-    if (on && reads) fp8t_model_set_observer(t->model, trainer_hook, t);
-    else fp8t_model_set_hook(t->model, on ? trainer_hook : NULL, t);
+    if (on && reads)
+        fp8t_model_set_observer(t->model, trainer_hook, t);
+    else
+        fp8t_model_set_hook(t->model, on ? trainer_hook : NULL, t);
 }
 
 /* ---------------------------------------------------------------- frozen forwards */
@@ -180,9 +182,10 @@ static int save_checkpoint(trainer *t, int step, float loss, char *err, size_t e
              * safe */
             char e[FP8T_TRAIN_PATH_BUF];
             snprintf(e, sizeof(e), "%s", err);
-            fp8t_errorf(err, errlen, "checkpoint %s not written: %s; training stopped at step %d%s%s",
-                     dir, e, step, t->last_ckpt[0] ? " (the last complete checkpoint is " : "",
-                     t->last_ckpt[0] ? t->last_ckpt : "");
+            fp8t_errorf(err, errlen,
+                        "checkpoint %s not written: %s; training stopped at step %d%s%s", dir, e,
+                        step, t->last_ckpt[0] ? " (the last complete checkpoint is " : "",
+                        t->last_ckpt[0] ? t->last_ckpt : "");
             if (t->last_ckpt[0]) {
                 size_t n = strlen(err);
                 if (n + 1 < errlen) snprintf(err + n, errlen - n, ")");
@@ -250,7 +253,8 @@ static int rollback(trainer *t, int *step, char *err, size_t errlen) {
     if (load_checkpoint(t, t->last_ckpt, &ck, err, errlen) != 0) return -1;
     fp8t_model_end_step(t->model); /* invalidates the weight caches before the weights change */
     const int with_fp8 = ck.fp8_len == fp8t_model_fp8_history_len(t->model) &&
-                         ck.fp8_n == fp8t_model_fp8_count(t->model) && checkpoint_hybrid(&ck) >= 0;
+                         ck.fp8_n == fp8t_model_fp8_count(t->model) &&
+                         checkpoint_hybrid(&ck) >= 0;
     if (with_fp8) {
         fp8t_policy as_saved = t->bf16_policy;
         as_saved.hybrid = checkpoint_hybrid(&ck);
@@ -282,7 +286,8 @@ static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro) {
     fp8t_data_set_position(t->train, pos0 + (uint64_t)t->dp.first_micro);
     fp8t_model_zero_grad(t->model);
     int last = bad_micro >= 0 ? bad_micro : t->accum - 1;
-    if (last > t->dp.first_micro + t->dp.n_micro - 1) last = t->dp.first_micro + t->dp.n_micro - 1;
+    if (last > t->dp.first_micro + t->dp.n_micro - 1)
+        last = t->dp.first_micro + t->dp.n_micro - 1;
     for (int j = t->dp.first_micro; j <= last; j++) {
         fp8t_data_next(t->train, t->tokens, t->targets);
         fp8t_model_forward(t->model, t->tokens, t->targets);
@@ -300,18 +305,25 @@ static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro) {
         snprintf(msg, sizeof(msg), "non-finite %s at step %d; first non-finite tensor: %s", what,
                  step, where);
     else
-        snprintf(msg, sizeof(msg), "non-finite %s at step %d; every GEMM tensor was finite, so it "
+        snprintf(msg, sizeof(msg),
+                 "non-finite %s at step %d; every GEMM tensor was finite, so it "
                  "arose outside the linear layers (softmax / cross-entropy, a norm, attention or "
-                 "the embedding)", what, step);
+                 "the embedding)",
+                 what, step);
     if (t->last_ckpt[0])
-        snprintf(advice, sizeof(advice), "stopped; the last good checkpoint is %s (resume it, e.g. "
-                 "with --precision bf16, for a recovery experiment)", t->last_ckpt);
+        snprintf(advice, sizeof(advice),
+                 "stopped; the last good checkpoint is %s (resume it, e.g. "
+                 "with --precision bf16, for a recovery experiment)",
+                 t->last_ckpt);
     else if (t->resume_nonfinite)
-        snprintf(advice, sizeof(advice), "stopped; there is no good checkpoint: the one this run "
+        snprintf(advice, sizeof(advice),
+                 "stopped; there is no good checkpoint: the one this run "
                  "resumed from, %s, already holds %zu non-finite weights (re-import or re-export "
-                 "them)", t->cfg.resume, t->resume_nonfinite);
+                 "them)",
+                 t->cfg.resume, t->resume_nonfinite);
     else
-        snprintf(advice, sizeof(advice), "stopped; no checkpoint was written before the NaN (use "
+        snprintf(advice, sizeof(advice),
+                 "stopped; no checkpoint was written before the NaN (use "
                  "--ckpt-every N)");
     /* the event's extra keys, escaped by cJSON (a checkpoint path may hold any character) */
     cJSON *o = cJSON_CreateObject();
@@ -336,11 +348,18 @@ static void nan_stop(trainer *t, int step, uint64_t pos0, int bad_micro) {
 /* A metrics row of this step with nothing measured yet (NaN: not evaluated), in the precision
  * the model runs now. */
 static step_record new_record(const trainer *t, int step, float lr, float grad_norm) {
-    return (step_record){.step = step, .loss = NAN, .lr = lr, .grad_norm = grad_norm,
-                         .tokens_per_s = NAN, .val_loss = NAN, .shadow_loss = NAN,
-                         .shadow_gap = NAN, .drift_gap = NAN, .fallback = t->in_bf16,
-                         .precision = fp8t_precision_name(
-                             fp8t_model_get_policy(t->model)->default_precision)};
+    return (step_record){
+        .step = step,
+        .loss = NAN,
+        .lr = lr,
+        .grad_norm = grad_norm,
+        .tokens_per_s = NAN,
+        .val_loss = NAN,
+        .shadow_loss = NAN,
+        .shadow_gap = NAN,
+        .drift_gap = NAN,
+        .fallback = t->in_bf16,
+        .precision = fp8t_precision_name(fp8t_model_get_policy(t->model)->default_precision)};
 }
 
 /* ---------------------------------------------------------------- progress */
@@ -348,8 +367,10 @@ static step_record new_record(const trainer *t, int step, float lr, float grad_n
 static void format_duration(char *buf, size_t len, double s) {
     if (!isfinite(s) || s < 0) s = 0;
     long sec = (long)(s + 0.5);
-    if (sec >= 3600) snprintf(buf, len, "%ldh%02ldm", sec / 3600, (sec / 60) % 60);
-    else snprintf(buf, len, "%ldm%02lds", sec / 60, sec % 60);
+    if (sec >= 3600)
+        snprintf(buf, len, "%ldh%02ldm", sec / 3600, (sec / 60) % 60);
+    else
+        snprintf(buf, len, "%ldm%02lds", sec / 60, sec % 60);
 }
 
 /* tok/s and s/step are one measurement, over one window: the wall clock and the steps run
@@ -362,7 +383,8 @@ static void print_progress(trainer *t, const step_record *r) {
     const double now = trainer_now(), per_tokens = (double)t->B * t->T * t->accum;
     const double dt = now - t->prog_t, steps = (t->tokens_done - t->prog_tokens) / per_tokens;
     const int left = t->cfg.steps - r->step;
-    const double per_step = steps > 0 ? dt / steps : 0, tok_s = dt > 0 ? steps * per_tokens / dt : 0;
+    const double per_step = steps > 0 ? dt / steps : 0,
+                 tok_s = dt > 0 ? steps * per_tokens / dt : 0;
     t->prog_t = now;
     t->prog_tokens = t->tokens_done;
     format_duration(eta, sizeof(eta), per_step * left);
@@ -370,7 +392,8 @@ static void print_progress(trainer *t, const step_record *r) {
     printf("step %*d/%d | loss %.4f%s | lr %.2e | %.0f tok/s | %.3f s/step (last %.0f step%s) | "
            "ETA %s%s\n",
            (int)snprintf(NULL, 0, "%d", t->cfg.steps), r->step, t->cfg.steps, r->loss, val, r->lr,
-           tok_s, per_step, steps, steps == 1 ? "" : "s", eta, r->fallback ? " | BF16 fallback" : "");
+           tok_s, per_step, steps, steps == 1 ? "" : "s", eta,
+           r->fallback ? " | BF16 fallback" : "");
     fflush(stdout);
 }
 
@@ -380,37 +403,43 @@ static void print_banner(trainer *t, const fp8t_checkpoint *ck, const char *fp8_
     char extra[96] = "";
     size_t ne = 0;
     if (fp8t_model_kv_heads(m) < m->n_head)
-        ne += (size_t)snprintf(extra + ne, sizeof(extra) - ne, " (%d KV)", fp8t_model_kv_heads(m));
+        ne +=
+            (size_t)snprintf(extra + ne, sizeof(extra) - ne, " (%d KV)", fp8t_model_kv_heads(m));
     if (m->untied_head) ne += (size_t)snprintf(extra + ne, sizeof(extra) - ne, ", untied head");
     if (m->arch == FP8T_ARCH_LLAMA && m->qkv_bias)
         ne += (size_t)snprintf(extra + ne, sizeof(extra) - ne, ", qkv bias");
     if (m->arch == FP8T_ARCH_LLAMA && m->rope_scaling.type == FP8T_ROPE_LLAMA3)
-        snprintf(extra + ne, sizeof(extra) - ne, ", llama3 rope x%g", (double)m->rope_scaling.factor);
+        snprintf(extra + ne, sizeof(extra) - ne, ", llama3 rope x%g",
+                 (double)m->rope_scaling.factor);
     printf("fp8train %s: training %s (%s, %d layers, C=%d, %d heads%s, V=%d, %.2fM parameters) "
-           "on %s\n", FP8T_VERSION, t->cfg.init[0] ? t->cfg.init : t->cfg.preset,
-           fp8t_arch_name(m->arch), m->n_layer, m->n_embd, m->n_head, extra, m->vocab_size,
+           "on %s\n",
+           FP8T_VERSION, t->cfg.init[0] ? t->cfg.init : t->cfg.preset, fp8t_arch_name(m->arch),
+           m->n_layer, m->n_embd, m->n_head, extra, m->vocab_size,
            fp8t_model_num_params(t->model) / 1e6, t->be->name);
     printf("data: %s\n", fp8t_data_describe(t->train));
     printf("batch: B=%d T=%d grad_accum=%d (%d tokens per step), steps %d..%d, lr %g "
-           "(warmup %d, cosine to %g)\n", t->B, t->T, t->accum, t->B * t->T * t->accum,
-           t->start_step + 1, t->cfg.steps, t->cfg.lr, t->cfg.warmup,
-           t->cfg.lr * t->cfg.min_lr_frac);
+           "(warmup %d, cosine to %g)\n",
+           t->B, t->T, t->accum, t->B * t->T * t->accum, t->start_step + 1, t->cfg.steps,
+           t->cfg.lr, t->cfg.warmup, t->cfg.lr * t->cfg.min_lr_frac);
     char desc[8192];
     fp8t_policy_describe(&t->run_policy, desc, sizeof(desc));
-    printf("precision policy:\n%s%s", desc, desc[0] && desc[strlen(desc) - 1] == '\n' ? "" : "\n");
+    printf("precision policy:\n%s%s", desc,
+           desc[0] && desc[strlen(desc) - 1] == '\n' ? "" : "\n");
     char dp_line[256];
     dp_describe(&t->dp, dp_line, sizeof(dp_line));
     if (dp_line[0]) printf("%s\n", dp_line);
     if (ck && !t->cfg.resume[0])
         printf("initialized from %s (fresh AdamW moments, step 0); %s\n", t->cfg.init, fp8_note);
-    else if (ck) printf("resumed from %s at step %d; %s\n", t->cfg.resume, ck->step, fp8_note);
+    else if (ck)
+        printf("resumed from %s at step %d; %s\n", t->cfg.resume, ck->step, fp8_note);
     printf("out: %s\n", t->cfg.out_dir);
 #ifdef _OPENMP
     printf("threads: %d (OpenMP, OMP_WAIT_POLICY=%s)\n", omp_get_max_threads(),
            t->cfg.omp_wait_policy[0] ? t->cfg.omp_wait_policy : "unset");
 #endif
-    if (t->tb) printf("tensorboard: %s (tensorboard --logdir %s)\n", fp8t_tb_path(t->tb),
-                      t->cfg.tensorboard);
+    if (t->tb)
+        printf("tensorboard: %s (tensorboard --logdir %s)\n", fp8t_tb_path(t->tb),
+               t->cfg.tensorboard);
     fflush(stdout);
 }
 
@@ -460,8 +489,10 @@ static int init_checkpoint(const trainer *t, fp8t_checkpoint *ck, char *err, siz
         return fp8t_errorf(err, errlen, "--init: %s", e);
     }
     if (fp8t_model_config_diff(&w.model, &t->cfg.model, why, sizeof(why)) != 0) {
-        fp8t_errorf(err, errlen, "--init %s: its model differs from the run's: %s (\"checkpoint\" "
-                 "= the --init source)", t->cfg.init, why);
+        fp8t_errorf(err, errlen,
+                    "--init %s: its model differs from the run's: %s (\"checkpoint\" "
+                    "= the --init source)",
+                    t->cfg.init, why);
         fp8t_weights_free(&w);
         return -1;
     }
@@ -542,7 +573,8 @@ static int open_inputs(trainer *t, start_point *sp, char *err, size_t errlen) {
             return fp8t_errorf(err, errlen, "--resume: %s", e);
         sp->have = 1;
         if (ck->step >= t->cfg.steps)
-            return fp8t_errorf(err, errlen, "--resume %s is at step %d, but --steps %d is not "
+            return fp8t_errorf(err, errlen,
+                               "--resume %s is at step %d, but --steps %d is not "
                                "beyond it (--steps counts from the start of training)",
                                t->cfg.resume, ck->step, t->cfg.steps);
         t->start_step = ck->step;
@@ -589,7 +621,8 @@ static int open_run_dir(trainer *t, int ck_step, char *err, size_t errlen) {
     if (drc == 0 && t->cfg.inspect[0] && (t->dp.rank == 0 || t->dp.inspect_all)) {
         char e[FP8T_ERR_LEN];
         if (t->dp.rank != 0) drc = fp8t_mkdirs(idir, err, errlen);
-        if (drc == 0) t->inspector = fp8t_inspector_create(t->dp.inspect_spec, idir, e, sizeof(e));
+        if (drc == 0)
+            t->inspector = fp8t_inspector_create(t->dp.inspect_spec, idir, e, sizeof(e));
         fp8t_inspector_set_dump_budget(t->inspector, (size_t)t->cfg.inspect_dump_mb << 20);
         /* the injector may write a tensor between two sites that show it */
         fp8t_inspector_set_reuse(t->inspector, t->injector == NULL);
@@ -618,10 +651,11 @@ static void load_weights(trainer *t, start_point *sp) {
         } else if (sp->from_init && ck->fp8_n == 0) {
             fp8_note = "fresh FP8 scaling state (the source has none)";
         } else {
-            snprintf(note, sizeof(note), "FP8 scaling state reset: the checkpoint's amax history "
+            snprintf(note, sizeof(note),
+                     "FP8 scaling state reset: the checkpoint's amax history "
                      "has length %d and this run's --amax-history is %d (resume with "
-                     "--amax-history %d to carry it over)", ck->fp8_len,
-                     t->cfg.policy.history_len, ck->fp8_len);
+                     "--amax-history %d to carry it over)",
+                     ck->fp8_len, t->cfg.policy.history_len, ck->fp8_len);
             fp8_note = note;
             if (!t->cfg.quiet) fprintf(stderr, "fp8train: %s\n", note);
         }
@@ -668,9 +702,9 @@ static void begin_step(trainer *t, int step) {
 /* What one optimizer step measured */
 typedef struct {
     float lr, norm;
-    float loss;             /* mean over the micro-batches */
-    float loss0;            /* the first micro-batch's (the shadow forward's batch) */
-    float shadow_loss;      /* NaN: no shadow this step */
+    float loss;        /* mean over the micro-batches */
+    float loss0;       /* the first micro-batch's (the shadow forward's batch) */
+    float shadow_loss; /* NaN: no shadow this step */
     double step_s, drift_gap;
 } step_outcome;
 
@@ -683,8 +717,8 @@ static int optimizer_step(trainer *t, int step, step_outcome *o) {
     const double ts = trainer_now();
     const uint64_t pos0 = fp8t_data_position(t->train);
     o->lr = fp8t_lr_at(&t->cfg, step);
-    const int shadow_now = t->cfg.shadow_every > 0 && step % t->cfg.shadow_every == 0 &&
-                           !t->in_bf16;
+    const int shadow_now =
+        t->cfg.shadow_every > 0 && step % t->cfg.shadow_every == 0 && !t->in_bf16;
     o->loss0 = o->shadow_loss = NAN;
     double loss_sum = 0;
     int bad_micro = -1;
@@ -719,8 +753,10 @@ static int optimizer_step(trainer *t, int step, step_outcome *o) {
         loss_sum += l;
     }
     o->norm = NAN;
-    if (bad_micro < 0) o->norm = dp_grad_norm(&t->dp, t->be, t->model);
-    else dp_grads_wait(&t->dp); /* the NaN re-run rewrites the gradients */
+    if (bad_micro < 0)
+        o->norm = dp_grad_norm(&t->dp, t->be, t->model);
+    else
+        dp_grads_wait(&t->dp); /* the NaN re-run rewrites the gradients */
     if (t->cfg.detect_nan && (bad_micro >= 0 || !isfinite(o->norm))) {
         if (t->inspector) fp8t_inspector_end_step(t->inspector, step);
         nan_stop(t, step, pos0, bad_micro);
@@ -760,7 +796,8 @@ static step_record log_step(trainer *t, int step, const step_outcome *o, fp8t_tr
         t->last_val = r.val_loss;
         res->last_val_loss = r.val_loss;
     }
-    if (isfinite(o->shadow_loss)) r.shadow_gap = fabsf(o->loss0 - o->shadow_loss) / o->shadow_loss;
+    if (isfinite(o->shadow_loss))
+        r.shadow_gap = fabsf(o->loss0 - o->shadow_loss) / o->shadow_loss;
     r.drift_gap = o->drift_gap;
     r.elapsed_s = trainer_now() - t->t0;
     runlog_metrics(t, &r);
@@ -778,9 +815,10 @@ static int judge_shadow(trainer *t, int step, const step_outcome *o, const step_
         char msg[FP8T_TRAIN_PATH_BUF + 512], extra[160];
         snprintf(extra, sizeof(extra), ",\"loss\":%.9g,\"shadow_loss\":%.9g,\"gap\":%.6g",
                  o->loss0, o->shadow_loss, r->shadow_gap);
-        snprintf(msg, sizeof(msg), "FP8 loss %.4f vs BF16 %.4f on the same batch: gap %.2f%% "
-                 "> %.2f%%", o->loss0, o->shadow_loss, 100 * r->shadow_gap,
-                 100 * t->cfg.shadow_threshold);
+        snprintf(msg, sizeof(msg),
+                 "FP8 loss %.4f vs BF16 %.4f on the same batch: gap %.2f%% "
+                 "> %.2f%%",
+                 o->loss0, o->shadow_loss, 100 * r->shadow_gap, 100 * t->cfg.shadow_threshold);
         if (t->shadow_action == 1) {
             t->fallback_left = t->fallback_steps;
             size_t n = strlen(msg);
@@ -789,16 +827,19 @@ static int judge_shadow(trainer *t, int step, const step_outcome *o, const step_
             runlog_event(t, step, "fallback", msg, extra);
         } else if (t->shadow_action == 2 && t->last_ckpt[0] && t->rollbacks < MAX_ROLLBACKS) {
             size_t n = strlen(msg);
-            snprintf(msg + n, sizeof(msg) - n, "; rolling back to %s and re-running up to "
-                     "step %d in BF16", t->last_ckpt, step);
+            snprintf(msg + n, sizeof(msg) - n,
+                     "; rolling back to %s and re-running up to "
+                     "step %d in BF16",
+                     t->last_ckpt, step);
             runlog_event(t, step, "rollback", msg, extra);
             do_rollback = 1;
         } else {
             if (t->shadow_action == 2) {
                 size_t n = strlen(msg);
-                snprintf(msg + n, sizeof(msg) - n, t->last_ckpt[0]
-                         ? "; too many rollbacks, only warning now"
-                         : "; no checkpoint to roll back to yet (use --ckpt-every)");
+                snprintf(msg + n, sizeof(msg) - n,
+                         t->last_ckpt[0]
+                             ? "; too many rollbacks, only warning now"
+                             : "; no checkpoint to roll back to yet (use --ckpt-every)");
             }
             runlog_event(t, step, "shadow", msg, extra);
         }
@@ -817,13 +858,15 @@ static int end_step(trainer *t, int *step, const step_record *r, int do_rollback
     /* a log could not be written (disk full): stop before anything more is lost */
     const char *insp_err = fp8t_inspector_write_error(t->inspector);
     if (insp_err && !t->write_err[0])
-        snprintf(t->write_err, sizeof(t->write_err), "%s; training stopped at step %d. Free "
-                 "space on that file system (or raise ulimit -f)", insp_err, s);
+        snprintf(t->write_err, sizeof(t->write_err),
+                 "%s; training stopped at step %d. Free "
+                 "space on that file system (or raise ulimit -f)",
+                 insp_err, s);
     if (t->write_err[0]) return fp8t_errorf(err, errlen, "%s", t->write_err);
     /* not the state a rollback is about to undo: as the newest checkpoint it would be the
      * one reloaded, and nothing re-run (and --keep-ckpts could prune the good one) */
-    if (!do_rollback && ((t->cfg.ckpt_every > 0 && s % t->cfg.ckpt_every == 0) ||
-                         s == t->cfg.steps) &&
+    if (!do_rollback &&
+        ((t->cfg.ckpt_every > 0 && s % t->cfg.ckpt_every == 0) || s == t->cfg.steps) &&
         save_checkpoint(t, s, r->loss, err, errlen) != 0)
         return -1;
     if (!t->cfg.quiet &&

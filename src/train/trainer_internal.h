@@ -21,85 +21,85 @@ float fp8t_lr_at(const fp8t_train_config *c, int t);
 /* ---- one metrics.jsonl row ---- */
 typedef struct {
     int step;
-    float loss;            /* training loss (mean over the micro-batches) */
-    int nonfinite;         /* loss or gradient non-finite: "loss": null */
+    float loss;    /* training loss (mean over the micro-batches) */
+    int nonfinite; /* loss or gradient non-finite: "loss": null */
     float lr, grad_norm;
     double tokens_per_s, elapsed_s;
-    float val_loss;        /* NaN: not evaluated this step */
+    float val_loss;                /* NaN: not evaluated this step */
     float shadow_loss, shadow_gap; /* NaN: no shadow this step */
-    double drift_gap;      /* NaN: no baseline at this step */
-    int fallback;          /* the step ran in BF16 because of a shadow fallback */
-    const char *precision; /* "fp8", "bf16", ... */
+    double drift_gap;              /* NaN: no baseline at this step */
+    int fallback;                  /* the step ran in BF16 because of a shadow fallback */
+    const char *precision;         /* "fp8", "bf16", ... */
 } step_record;
 
 /* ---- online detectors (online_detectors.c) ---- */
 typedef struct {
     fp8t_spike_cfg cfg;
-    double *hist;          /* [cap] last losses, oldest first */
+    double *hist; /* [cap] last losses, oldest first */
     int n, cap;
     int in_spike, spike_step;
-    double recover_below;  /* median + margin of the window before the spike */
+    double recover_below; /* median + margin of the window before the spike */
 } spike_state;
 
 typedef struct {
-    int n_base;            /* baseline: steps and losses sorted by step */
+    int n_base; /* baseline: steps and losses sorted by step */
     int *base_step;
     double *base_loss;
-    double *a, *b;         /* aligned baseline / run losses seen so far */
+    double *a, *b; /* aligned baseline / run losses seen so far */
     int n, cap;
     int window;
-    int above;             /* currently above the threshold */
-    int first_step;        /* first step of the run (for early / late) */
+    int above;      /* currently above the threshold */
+    int first_step; /* first step of the run (for early / late) */
 } drift_state;
 
 /* ---- the trainer ---- */
 typedef struct {
-    fp8t_train_config cfg;     /* resolved */
+    fp8t_train_config cfg; /* resolved */
     int B, T, accum;
     fp8t_backend *be;
-    fp8t_model *model;         /* the model being trained; validation and shadow BF16 run
+    fp8t_model *model; /* the model being trained; validation and shadow BF16 run
                                   frozen forwards on it (fp8t_model_set_frozen) */
     fp8t_data *train, *val;
-    int *tokens, *targets;     /* [B*T] host */
-    fp8t_policy run_policy;    /* the configured policy */
-    fp8t_policy bf16_policy;   /* everything in BF16 (shadow, fallback, rollback) */
-    int in_bf16;               /* the model currently runs bf16_policy */
+    int *tokens, *targets;   /* [B*T] host */
+    fp8t_policy run_policy;  /* the configured policy */
+    fp8t_policy bf16_policy; /* everything in BF16 (shadow, fallback, rollback) */
+    int in_bf16;             /* the model currently runs bf16_policy */
     /* debugging instruments and the one model hook that drives them */
     fp8t_inspector *inspector;
     fp8t_injector *injector;
     fp8t_nan_tracker *nan;
-    int track_nan;             /* the NaN tracker observes (only while re-running a bad step) */
-    int hook_inspect;          /* the inspector observes */
+    int track_nan;    /* the NaN tracker observes (only while re-running a bad step) */
+    int hook_inspect; /* the inspector observes */
     /* logs */
     FILE *metrics, *events;
     int n_events;
-    int step_now;              /* the step the loop is in (0 before it): warnings name it */
-    fp8t_warn_fn prev_warn;    /* the warning handler before the run's, restored after it */
+    int step_now;           /* the step the loop is in (0 before it): warnings name it */
+    fp8t_warn_fn prev_warn; /* the warning handler before the run's, restored after it */
     void *prev_warn_ctx;
-    fp8t_tb_writer *tb;        /* --tensorboard event file (NULL: off) */
+    fp8t_tb_writer *tb; /* --tensorboard event file (NULL: off) */
     /* detectors */
     spike_state spike;
     drift_state drift;
     int shadow_action, fallback_steps;
-    int fallback_left;         /* steps left to run in BF16 after a shadow alarm */
-    int bf16_until;            /* after a rollback: BF16 up to and including this step */
+    int fallback_left; /* steps left to run in BF16 after a shadow alarm */
+    int bf16_until;    /* after a rollback: BF16 up to and including this step */
     int rollbacks;
     /* progress */
-    int start_step;            /* 0 or the resumed step */
-    double t0;                 /* wall clock at the first step */
-    double train_seconds;      /* time in training steps (not validation / checkpoints) */
+    int start_step;       /* 0 or the resumed step */
+    double t0;            /* wall clock at the first step */
+    double train_seconds; /* time in training steps (not validation / checkpoints) */
     double tokens_done;
     double prog_t, prog_tokens; /* wall clock and tokens_done at the last progress line */
     char last_ckpt[FP8T_TRAIN_PATH_BUF]; /* newest good checkpoint ("" none) */
-    size_t resume_nonfinite;   /* non-finite weights in the --resume checkpoint (then it is no
+    size_t resume_nonfinite; /* non-finite weights in the --resume checkpoint (then it is no
                                   "good" checkpoint: last_ckpt stays "") */
     float last_val;
-    dp_state dp;               /* data parallel (dist_train.c): this rank's place and shards */
+    dp_state dp; /* data parallel (dist_train.c): this rank's place and shards */
     /* the run directory (rundir.c) */
-    int lock_fd;               /* OUT/.lock, flock'ed for the whole run (-1 none) */
-    int same_run;              /* resumed from a checkpoint of OUT itself: the run continues */
+    int lock_fd;  /* OUT/.lock, flock'ed for the whole run (-1 none) */
+    int same_run; /* resumed from a checkpoint of OUT itself: the run continues */
     char aside_dir[FP8T_TRAIN_PATH_BUF]; /* same_run: where the old run's later steps go */
-    int moved_ckpts;           /* same_run: how many of its checkpoints went there */
+    int moved_ckpts;                     /* same_run: how many of its checkpoints went there */
     char write_err[2 * FP8T_TRAIN_PATH_BUF + 512]; /* first failed log write ("" none): the loop
                                                   stops with it */
 } trainer;

@@ -24,9 +24,9 @@ void fp8t_fatal(const char *file, int line, const char *fmt, ...)
 }
 #endif
 
-#define FP8T_CHECK(cond, ...)                                                                 \
-    do {                                                                                      \
-        if (!(cond)) fp8t_check_failed(__FILE__, __LINE__, __VA_ARGS__);                      \
+#define FP8T_CHECK(cond, ...)                                                                    \
+    do {                                                                                         \
+        if (!(cond)) fp8t_check_failed(__FILE__, __LINE__, __VA_ARGS__);                         \
     } while (0)
 
 #define FP8T_FATAL(...) fp8t_fatal(__FILE__, __LINE__, __VA_ARGS__)

@@ -40,7 +40,9 @@ void fp8t_warnf(const char *fmt, ...) {
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     pthread_mutex_lock(&warn_lock);
-    if (warn_fn) warn_fn(warn_ctx, line);
-    else fprintf(stderr, "fp8train: warning: %s\n", line);
+    if (warn_fn)
+        warn_fn(warn_ctx, line);
+    else
+        fprintf(stderr, "fp8train: warning: %s\n", line);
     pthread_mutex_unlock(&warn_lock);
 }

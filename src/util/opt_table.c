@@ -9,7 +9,8 @@
 #include "fp8train/error.h"
 #include "util/opt_table.h"
 
-#define HELP_LHS 28 /* the column of "--name ARG" in --help; longer ones get a line of their own */
+#define HELP_LHS                                                                                 \
+    28 /* the column of "--name ARG" in --help; longer ones get a line of their own */
 
 const fp8t_opt *fp8t_opt_find(const fp8t_opt *t, int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -17,14 +18,18 @@ const fp8t_opt *fp8t_opt_find(const fp8t_opt *t, int n, const char *name) {
     return NULL;
 }
 
-static int bad_value(char *err, size_t errlen, const char *name, const char *v, const char *expect) {
+static int bad_value(char *err, size_t errlen, const char *name, const char *v,
+                     const char *expect) {
     return fp8t_errorf(err, errlen, "--%s: bad value '%s' (expected %s)", name, v, expect);
 }
 
 static int parse_bool(const char *v, int *out) {
-    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on")) *out = 1;
-    else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off")) *out = 0;
-    else return -1;
+    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on"))
+        *out = 1;
+    else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off"))
+        *out = 0;
+    else
+        return -1;
     return 0;
 }
 
@@ -35,7 +40,10 @@ static void choice_list(const fp8t_opt *o, char *buf, size_t len) {
     while (o->choices[k].name) k++;
     buf[0] = 0;
     for (int j = 0; j < k && n < len; j++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%s", j == 0 ? "" : j + 1 == k ? " or " : ", ",
+        n += (size_t)snprintf(buf + n, len - n, "%s%s",
+                              j == 0       ? ""
+                              : j + 1 == k ? " or "
+                                           : ", ",
                               o->choices[j].name);
 }
 
@@ -59,20 +67,26 @@ int fp8t_opt_set(const fp8t_opt *o, void *obj, const char *v, char *err, size_t 
         errno = 0;
         double x = strtod(v, &end);
         int ranged = o->hi > o->lo;
-        if (ranged) snprintf(expect, sizeof(expect), "a number in [%g, %g]", o->lo, o->hi);
-        else snprintf(expect, sizeof(expect), "a number");
+        if (ranged)
+            snprintf(expect, sizeof(expect), "a number in [%g, %g]", o->lo, o->hi);
+        else
+            snprintf(expect, sizeof(expect), "a number");
         if (errno || end == v || *end || !isfinite(x) || (ranged && (x < o->lo || x > o->hi)))
             return bad_value(err, errlen, o->name, v, expect);
-        if (o->size == sizeof(double)) *(double *)base = x;
-        else *(float *)base = (float)x;
+        if (o->size == sizeof(double))
+            *(double *)base = x;
+        else
+            *(float *)base = (float)x;
         return 0;
     }
     case FP8T_OPT_U64: {
         char *end;
         errno = 0;
         int ranged = o->hi > o->lo;
-        if (ranged) snprintf(expect, sizeof(expect), "an integer in %.0f..%.0f", o->lo, o->hi);
-        else snprintf(expect, sizeof(expect), "a non-negative integer");
+        if (ranged)
+            snprintf(expect, sizeof(expect), "an integer in %.0f..%.0f", o->lo, o->hi);
+        else
+            snprintf(expect, sizeof(expect), "a non-negative integer");
         /* strtoull would take "-1" as 2^64 - 1 */
         if (*v == '-') return bad_value(err, errlen, o->name, v, expect);
         unsigned long long x = strtoull(v, &end, 10);
@@ -81,13 +95,11 @@ int fp8t_opt_set(const fp8t_opt *o, void *obj, const char *v, char *err, size_t 
         *(uint64_t *)base = x;
         return 0;
     }
-    case FP8T_OPT_STR:
-        *(const char **)base = v;
-        return 0;
+    case FP8T_OPT_STR: *(const char **)base = v; return 0;
     case FP8T_OPT_STRBUF:
         if (strlen(v) >= o->size) {
-            return fp8t_errorf(err, errlen, "--%s: value too long (at most %zu characters)", o->name,
-                            o->size - 1);
+            return fp8t_errorf(err, errlen, "--%s: value too long (at most %zu characters)",
+                               o->name, o->size - 1);
         }
         strcpy(base, v);
         return 0;
@@ -123,10 +135,13 @@ void fp8t_opt_get(const fp8t_opt *o, const void *obj, char *buf, size_t len) {
     case FP8T_OPT_FLAG:
     case FP8T_OPT_BOOL: snprintf(buf, len, "%d", *(const int *)base); break;
     case FP8T_OPT_FLOAT:
-        snprintf(buf, len, "%g", o->size == sizeof(double) ? *(const double *)base
-                                                           : (double)*(const float *)base);
+        snprintf(buf, len, "%g",
+                 o->size == sizeof(double) ? *(const double *)base
+                                           : (double)*(const float *)base);
         break;
-    case FP8T_OPT_U64: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)base); break;
+    case FP8T_OPT_U64:
+        snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)base);
+        break;
     case FP8T_OPT_STR: {
         const char *s = *(const char *const *)base;
         snprintf(buf, len, "%s", s ? s : "");
@@ -157,8 +172,10 @@ fp8t_opt_step fp8t_opt_next(const fp8t_opt_spec *s, int argc, char **argv, int *
     /* "-" alone is a positional (stdin, by convention); "-x" is an option no table has */
     if (a[0] != '-' || !a[1]) {
         if (s->max_pos == 0 && !s->pass_unknown) {
-            fp8t_errorf(err, errlen, "unexpected argument '%s' (options start with --; see fp8train "
-                     "%s --help)", a, s->cmd);
+            fp8t_errorf(err, errlen,
+                        "unexpected argument '%s' (options start with --; see fp8train "
+                        "%s --help)",
+                        a, s->cmd);
             return FP8T_OPT_ERROR;
         }
         *value = a;
@@ -178,17 +195,20 @@ fp8t_opt_step fp8t_opt_next(const fp8t_opt_spec *s, int argc, char **argv, int *
             *value = a;
             return FP8T_OPT_POSITIONAL;
         }
-        fp8t_errorf(err, errlen, "unknown option '%.*s' for fp8train %s (see fp8train %s --help "
-                 "for the list)", (int)alen, a, s->cmd, s->cmd);
+        fp8t_errorf(err, errlen,
+                    "unknown option '%.*s' for fp8train %s (see fp8train %s --help "
+                    "for the list)",
+                    (int)alen, a, s->cmd, s->cmd);
         return FP8T_OPT_ERROR;
     }
     *row = o;
-    if (eq) *value = eq + 1;
+    if (eq)
+        *value = eq + 1;
     else if (o->type != FP8T_OPT_FLAG) {
         /* "--steps --out DIR": the value was forgotten, rather than "--out" being it */
         if (*i >= argc || !strncmp(argv[*i], "--", 2)) {
-            fp8t_errorf(err, errlen, "--%s needs a value (%s: %s)", o->name, o->arg ? o->arg : "X",
-                     o->help);
+            fp8t_errorf(err, errlen, "--%s needs a value (%s: %s)", o->name,
+                        o->arg ? o->arg : "X", o->help);
             return FP8T_OPT_ERROR;
         }
         *value = argv[(*i)++];
@@ -212,8 +232,9 @@ int fp8t_opt_parse(const fp8t_opt_spec *s, void *obj, int argc, char **argv, con
         case FP8T_OPT_ERROR: return -1;
         case FP8T_OPT_POSITIONAL:
             if (!s->pass_unknown && s->max_pos >= 0 && np >= s->max_pos) {
-                return fp8t_errorf(err, errlen, "unexpected argument '%s' (usage: fp8train %s %s)", a,
-                                s->cmd, s->usage);
+                return fp8t_errorf(err, errlen,
+                                   "unexpected argument '%s' (usage: fp8train %s %s)", a, s->cmd,
+                                   s->usage);
             }
             if (pos) pos[np] = v;
             np++;
@@ -270,17 +291,23 @@ void fp8t_opt_help(FILE *f, const fp8t_opt_spec *s, const void *defaults) {
         }
         char lhs[96], def[512], text[2048];
         snprintf(lhs, sizeof(lhs), "--%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
-        if (o->dflt) snprintf(def, sizeof(def), "%s", o->dflt);
-        else if (o->type == FP8T_OPT_FLAG) snprintf(def, sizeof(def), "off");
+        if (o->dflt)
+            snprintf(def, sizeof(def), "%s", o->dflt);
+        else if (o->type == FP8T_OPT_FLAG)
+            snprintf(def, sizeof(def), "off");
         else {
             fp8t_opt_get(o, defaults, def, sizeof(def));
             if (!def[0]) snprintf(def, sizeof(def), "none");
         }
-        if (def[0]) snprintf(text, sizeof(text), "%s (default %s)", o->help, def);
-        else snprintf(text, sizeof(text), "%s", o->help);
+        if (def[0])
+            snprintf(text, sizeof(text), "%s (default %s)", o->help, def);
+        else
+            snprintf(text, sizeof(text), "%s", o->help);
         const int indent = 2 + HELP_LHS + 1;
-        if ((int)strlen(lhs) > HELP_LHS) fprintf(f, "  %s\n  %-*s ", lhs, HELP_LHS, "");
-        else fprintf(f, "  %-*s ", HELP_LHS, lhs);
+        if ((int)strlen(lhs) > HELP_LHS)
+            fprintf(f, "  %s\n  %-*s ", lhs, HELP_LHS, "");
+        else
+            fprintf(f, "  %-*s ", HELP_LHS, lhs);
         put_wrapped(f, text, indent, indent, s->wrap);
     }
     if (s->epilog) fprintf(f, "\n%s", s->epilog);

@@ -37,19 +37,19 @@ typedef void (*fp8t_opt_getter)(const void *obj, char *buf, size_t len);
 #define FP8T_OPT_NO_DEFAULT ""
 
 typedef struct {
-    const char *name;  /* command-line spelling without "--" */
-    const char *arg;   /* metavariable; NULL for FLAG rows */
+    const char *name; /* command-line spelling without "--" */
+    const char *arg;  /* metavariable; NULL for FLAG rows */
     const char *help;
     const char *group; /* the help's heading; NULL: "Options" */
     fp8t_opt_type type;
-    size_t off, size;  /* field offset in the options struct, and its size */
-    double lo, hi;     /* inclusive range of numeric values */
-    fp8t_opt_setter set; /* SPECIAL (NULL: the owner handles the row itself) */
-    fp8t_opt_getter get; /* SPECIAL (NULL: no value to show) */
+    size_t off, size;               /* field offset in the options struct, and its size */
+    double lo, hi;                  /* inclusive range of numeric values */
+    fp8t_opt_setter set;            /* SPECIAL (NULL: the owner handles the row itself) */
+    fp8t_opt_getter get;            /* SPECIAL (NULL: no value to show) */
     const fp8t_opt_choice *choices; /* CHOICE: ended by a {NULL, 0} entry */
-    const char *dflt;  /* NULL: the default read from the struct; else this text, or nothing
+    const char *dflt; /* NULL: the default read from the struct; else this text, or nothing
                           for FP8T_OPT_NO_DEFAULT ("" read from a struct shows as "none") */
-    unsigned user;     /* bits for the table's owner (train: written inside "model") */
+    unsigned user;    /* bits for the table's owner (train: written inside "model") */
 } fp8t_opt;
 
 /* the offset and size of member f of struct type T, for a row */
@@ -63,10 +63,10 @@ typedef struct {
     const char *epilog; /* text after the options (examples, exit status); NULL: none */
     const fp8t_opt *opts;
     int n_opts;
-    int max_pos;        /* positional arguments accepted: 0 none, -1 any number */
-    int pass_unknown;   /* unknown options and extra arguments are handed back in order, as
+    int max_pos;      /* positional arguments accepted: 0 none, -1 any number */
+    int pass_unknown; /* unknown options and extra arguments are handed back in order, as
                            positionals (bisect hands them to train) */
-    int wrap;           /* the help's lines are wrapped at this column; 0: one line per row */
+    int wrap;         /* the help's lines are wrapped at this column; 0: one line per row */
 } fp8t_opt_spec;
 
 /* the row named `name` (without "--"), or NULL */

@@ -20,8 +20,10 @@ static void drow(const char *op, const char *shape, double err, int ok, const ch
     printf("%-34s %-24s %10.3e %9.1e  %s%s%s\n", op, shape, err, 0.0, ok ? "PASS" : "FAIL",
            note && *note ? "  " : "", note ? note : "");
     fflush(stdout);
-    if (ok) (*np_)++;
-    else (*nf_)++;
+    if (ok)
+        (*np_)++;
+    else
+        (*nf_)++;
 }
 
 /* differing elements of two float arrays, bit for bit (any NaN equals any NaN: the device's
@@ -63,11 +65,15 @@ static void collectives(void) {
         struct {
             const char *name;
             int which;
-        } cases[] = {{"allreduce sum fp32 (1 rank)", 0}, {"allreduce max (1 rank)", 1},
-                     {"allreduce sum bf16 (1 rank)", 2}, {"reduce_scatter (1 rank)", 3},
-                     {"all_gather (1 rank)", 4},          {"broadcast (1 rank)", 5},
+        } cases[] = {{"allreduce sum fp32 (1 rank)", 0},
+                     {"allreduce max (1 rank)", 1},
+                     {"allreduce sum bf16 (1 rank)", 2},
+                     {"reduce_scatter (1 rank)", 3},
+                     {"all_gather (1 rank)", 4},
+                     {"broadcast (1 rank)", 5},
                      /* the buckets: x in three pieces on the comm stream, one wait */
-                     {"reduce_start fp32, 3 buckets", 6}, {"reduce_start bf16, 3 buckets", 7},
+                     {"reduce_start fp32, 3 buckets", 6},
+                     {"reduce_start bf16, 3 buckets", 7},
                      {"reduce_start scatter, 3 buckets", 8}};
         for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
             g->ops->to_device(g, d, x, n * sizeof(float));
@@ -148,8 +154,11 @@ static void training(void) {
     /* the default buckets (25 MiB: tiny's gradients in one, after the backward, on the comm
      * stream), no buckets, and one bucket per layer */
     enum { NR = 6 };
-    const char *names[NR] = {"plain",         "dpforce",         "dpforce-zero1",
-                             "dpforce-nobucket", "dpforce-layer-buckets",
+    const char *names[NR] = {"plain",
+                             "dpforce",
+                             "dpforce-zero1",
+                             "dpforce-nobucket",
+                             "dpforce-layer-buckets",
                              "dpforce-zero1-layer-buckets"};
     const float bucket_mb[NR] = {25, 25, 25, 0, 0.001f, 0.001f};
     const int zero[NR] = {0, 0, 1, 0, 0, 1};
@@ -170,7 +179,8 @@ static void training(void) {
         int ok = metrics[0] && metrics[i] && strcmp(metrics[0], metrics[i]) == 0;
         char op[64];
         snprintf(op, sizeof(op), "train tiny %s == plain", names[i]);
-        drow(op, "6 steps, fp8", ok ? 0 : 1, ok, ok ? "losses and norms bit-identical" : "metrics differ");
+        drow(op, "6 steps, fp8", ok ? 0 : 1, ok,
+             ok ? "losses and norms bit-identical" : "metrics differ");
     }
     for (int i = 0; i < NR; i++) free(metrics[i]);
     char cmd[400];

@@ -42,8 +42,10 @@ static void irow(const char *op, const char *shape, double err, double tol, int 
     printf("%-34s %-24s %10.3e %9.1e  %s%s%s\n", op, shape, err, tol, ok ? "PASS" : "FAIL",
            note && *note ? "  " : "", note ? note : "");
     fflush(stdout);
-    if (ok) (*np_)++;
-    else (*nf_)++;
+    if (ok)
+        (*np_)++;
+    else
+        (*nf_)++;
 }
 
 static double uni(void) { /* splitmix64 -> [0, 1) */
@@ -69,8 +71,7 @@ static double rel_l2(const float *a, const float *b, size_t n) {
 }
 
 /* cache contents [blocks, Tmax, HS] as floats (FP8: code * the position's scale_inv) */
-static void cache_floats(float *out, const void *host, int kv, size_t blocks, int Tmax,
-                         int HS) {
+static void cache_floats(float *out, const void *host, int kv, size_t blocks, int Tmax, int HS) {
     const size_t n = blocks * Tmax * HS;
     if (kv == FP8T_KV_FP32) {
         memcpy(out, host, n * 4);
@@ -98,19 +99,25 @@ static void decode_ops(fp8t_backend *cpu, fp8t_backend *gpu) {
     static const struct {
         int B, T, NH, NKV, HS, Tmax;
         float rope, l3;
-    } cases[] = {{1, 1, 1, 1, 32, 4, 0, 0},         {3, 17, 4, 4, 64, 40, 0, 0},
-                 {4, 33, 8, 2, 64, 64, 1e4f, 0},     {2, 100, 4, 1, 128, 130, 5e5f, 32},
-                 {2, 9, 6, 2, 80, 16, 1e4f, 0},      {2, 1500, 2, 2, 64, 2600, 1e4f, 8},
-                 {5, 5, 4, 4, 256, 8, 1e4f, 0},      {64, 20, 25, 25, 64, 24, 0, 0},
+    } cases[] = {{1, 1, 1, 1, 32, 4, 0, 0},
+                 {3, 17, 4, 4, 64, 40, 0, 0},
+                 {4, 33, 8, 2, 64, 64, 1e4f, 0},
+                 {2, 100, 4, 1, 128, 130, 5e5f, 32},
+                 {2, 9, 6, 2, 80, 16, 1e4f, 0},
+                 {2, 1500, 2, 2, 64, 2600, 1e4f, 8},
+                 {5, 5, 4, 4, 256, 8, 1e4f, 0},
+                 {64, 20, 25, 25, 64, 24, 0, 0},
                  /* GPT-2 1.5B at batch 1 (several splits) and 64, llama-1b at 64 (GQA 4:1) */
-                 {1, 128, 25, 25, 64, 160, 0, 0},    {64, 140, 25, 25, 64, 160, 0, 0},
-                 {64, 140, 32, 8, 64, 160, 5e5f, 32}, {3, 40, 32, 1, 128, 300, 1e4f, 0}};
+                 {1, 128, 25, 25, 64, 160, 0, 0},
+                 {64, 140, 25, 25, 64, 160, 0, 0},
+                 {64, 140, 32, 8, 64, 160, 5e5f, 32},
+                 {3, 40, 32, 1, 128, 300, 1e4f, 0}};
     fp8t_backend *be[2] = {cpu, gpu};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const int B = cases[ci].B, T = cases[ci].T, NH = cases[ci].NH, NKV = cases[ci].NKV;
         const int HS = cases[ci].HS, Tmax = cases[ci].Tmax;
-        fp8t_attn_shape s = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS,
-                             .rope_theta = cases[ci].rope};
+        fp8t_attn_shape s = {
+            .B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS, .rope_theta = cases[ci].rope};
         if (cases[ci].l3 > 0)
             s.rope_scaling = (fp8t_rope_scaling){FP8T_ROPE_LLAMA3, cases[ci].l3, 1.0f, 4.0f, 64};
         const int W = fp8t_attn_qkv_width(&s);
@@ -186,7 +193,8 @@ static void embedding_bf16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
         const int T = N > 4 ? 4 : N, B = N / T;
         uint16_t *t16 = malloc((size_t)V * ld * 2);
         float *wpe = malloc((size_t)T * C * 4);
-        int *tok = malloc((size_t)B * T * sizeof(int)), *pos = malloc((size_t)B * T * sizeof(int));
+        int *tok = malloc((size_t)B * T * sizeof(int)),
+            *pos = malloc((size_t)B * T * sizeof(int));
         for (size_t i = 0; i < (size_t)V * ld; i++) {
             float x = gauss();
             uint32_t u;
@@ -209,8 +217,8 @@ static void embedding_bf16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                 o->to_device(be[k], d16, t16, (size_t)V * ld * 2);
                 o->to_device(be[k], dpe, wpe, (size_t)T * C * 4);
                 o->to_device(be[k], dtok, tok, (size_t)B * T * sizeof(int));
-                o->embedding_forward_bf16(be[k], dout, dtok, d16, ld, dpe, per_row ? dpos : NULL, B,
-                                          T, C);
+                o->embedding_forward_bf16(be[k], dout, dtok, d16, ld, dpe, per_row ? dpos : NULL,
+                                          B, T, C);
                 out[k] = malloc(n * 4);
                 o->to_host(be[k], out[k], dout, n * 4);
                 o->free(be[k], d16), o->free(be[k], dpe), o->free(be[k], dout);
@@ -276,9 +284,10 @@ static void operand_floats(float *out, const void *h, int fp8, int rows, int col
  * (model_compose_operand: add_bias / add, layernorm_forward / rmsnorm_forward or
  * swiglu_forward, then the plain operand), and the CPU's values within rounding flips */
 static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
-    static const struct { int rows, cols, rms, y, ybias; } cases[] = {
-        {64, 1600, 0, 1, 1}, {8192, 1600, 0, 0, 0}, {37, 2048, 1, 1, 0}, {5, 24, 0, 1, 1},
-        {3, 26, 1, 1, 0}, {130, 6400, 0, 1, 1}};
+    static const struct {
+        int rows, cols, rms, y, ybias;
+    } cases[] = {{64, 1600, 0, 1, 1}, {8192, 1600, 0, 0, 0}, {37, 2048, 1, 1, 0},
+                 {5, 24, 0, 1, 1},    {3, 26, 1, 1, 0},      {130, 6400, 0, 1, 1}};
     fp8t_backend *be[2] = {cpu, gpu};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         const int R = cases[ci].rows, C = cases[ci].cols;
@@ -306,21 +315,24 @@ static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                 o->to_device(b, dbias, bias, C * 4), o->to_device(b, dsc, &scale, 4);
                 const float *yy = cases[ci].y ? dy : NULL, *yyb = cases[ci].ybias ? dyb : NULL;
                 const float *nb = cases[ci].rms ? NULL : dbias;
-                fp8t_operand_req r = t_norm_req(dout, dsum, da, yy, yyb, dw, nb, cases[ci].rms,
-                                                R, C, 1e-5f, fp8 ? dsc : NULL);
-                if (k < 2) t_run(b, &r);
-                else model_compose_operand(o, b, &r, tmp);
+                fp8t_operand_req r = t_norm_req(dout, dsum, da, yy, yyb, dw, nb, cases[ci].rms, R,
+                                                C, 1e-5f, fp8 ? dsc : NULL);
+                if (k < 2)
+                    t_run(b, &r);
+                else
+                    model_compose_operand(o, b, &r, tmp);
                 o->to_host(b, h[k], dout, ob);
                 o->to_host(b, sums[k], dsum, n * 4);
-                o->free(b, da), o->free(b, dy), o->free(b, dyb), o->free(b, dw), o->free(b, dbias);
+                o->free(b, da), o->free(b, dy), o->free(b, dyb), o->free(b, dw),
+                    o->free(b, dbias);
                 o->free(b, dsum), o->free(b, dsc), o->free(b, tmp), o->free(b, dout);
             }
             char shape[96];
             snprintf(shape, sizeof(shape), "%dx%d %s%s%s %s", R, C, cases[ci].rms ? "rms" : "ln",
                      cases[ci].y ? " +y" : "", cases[ci].ybias ? "+bias" : "",
                      fp8 ? "fp8" : "bf16");
-            const int same = !memcmp(h[1], h[2], ob) &&
-                             (!cases[ci].y || !memcmp(sums[1], sums[2], n * 4));
+            const int same =
+                !memcmp(h[1], h[2], ob) && (!cases[ci].y || !memcmp(sums[1], sums[2], n * 4));
             irow("norm operand = unfused (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
             float *f[2] = {malloc(n * 4), malloc(n * 4)};
             operand_floats(f[0], h[0], fp8, R, C), operand_floats(f[1], h[1], fp8, R, C);
@@ -351,10 +363,13 @@ static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                 o->to_device(b, dg, g, n * 4), o->to_device(b, du, u, n * 4);
                 o->to_device(b, dsc, &scale, 4);
                 fp8t_operand_req r = t_swiglu_req(dout, dg, du, R, C, fp8 ? dsc : NULL);
-                if (k < 2) t_run(b, &r);
-                else model_compose_operand(o, b, &r, tmp);
+                if (k < 2)
+                    t_run(b, &r);
+                else
+                    model_compose_operand(o, b, &r, tmp);
                 o->to_host(b, h[k], dout, ob);
-                o->free(b, dg), o->free(b, du), o->free(b, tmp), o->free(b, dsc), o->free(b, dout);
+                o->free(b, dg), o->free(b, du), o->free(b, tmp), o->free(b, dsc),
+                    o->free(b, dout);
             }
             char shape[64];
             snprintf(shape, sizeof(shape), "%dx%d %s", R, C, fp8 ? "fp8" : "bf16");
@@ -400,7 +415,8 @@ static void model_rows(fp8t_backend *cpu, const char *name, const fp8t_model_con
         return;
     }
     const int B = 4, T = 24, steps = 8, V = cfg->vocab_size, lens[4] = {24, 1, 13, 7};
-    int *tok = malloc((size_t)B * T * sizeof(int)), *ctok = malloc((size_t)2 * B * T * sizeof(int));
+    int *tok = malloc((size_t)B * T * sizeof(int)),
+        *ctok = malloc((size_t)2 * B * T * sizeof(int));
     for (int i = 0; i < B * T; i++) tok[i] = (int)(uni() * V) % V;
     for (int i = 0; i < 2 * B * T; i++) ctok[i] = (int)(uni() * V) % V;
     static const struct {

@@ -119,8 +119,10 @@ static void row(const char *op, const char *shape, double err, double tol, int o
     printf("%-34s %-24s %10.3e %9.1e  %s%s%s\n", opname, shape, err, tol, ok ? "PASS" : "FAIL",
            note && *note ? "  " : "", note ? note : "");
     fflush(stdout);
-    if (ok) n_pass++;
-    else n_fail++;
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -207,8 +209,9 @@ static int check_f(const char *op, const char *shape, dpair d, size_t n, double 
     double err = rel_err(out, ref, n, &bad, &first);
     char note[160] = "";
     if (bad)
-        snprintf(note, sizeof(note), "%zu non-finite/mismatched specials, first at %zu: gpu %g cpu %g",
-                 bad, first, (double)out[first], (double)ref[first]);
+        snprintf(note, sizeof(note),
+                 "%zu non-finite/mismatched specials, first at %zu: gpu %g cpu %g", bad, first,
+                 (double)out[first], (double)ref[first]);
     int ok = bad == 0 && err <= tol;
     if (!ok && !bad) {
         /* name the worst element to help debugging */
@@ -218,8 +221,8 @@ static int check_f(const char *op, const char *shape, dpair d, size_t n, double 
             double dd = fabs((double)out[i] - ref[i]);
             if (dd > wd) wd = dd, worst = i;
         }
-        snprintf(note, sizeof(note), "worst at %zu: gpu %.9g cpu %.9g", worst,
-                 (double)out[worst], (double)ref[worst]);
+        snprintf(note, sizeof(note), "worst at %zu: gpu %.9g cpu %.9g", worst, (double)out[worst],
+                 (double)ref[worst]);
     }
     row(op, shape, err, tol, ok, note);
     free(ref);
@@ -237,8 +240,8 @@ static int check_f_abs(const char *op, const char *shape, dpair d, size_t n, dou
     double ss = 0, wd = -1;
     size_t bad = 0, worst = 0;
     for (size_t i = 0; i < n; i++) {
-        if (isfinite(ref[i]) != isfinite(out[i]) || (!isfinite(ref[i]) && ref[i] != out[i] &&
-                                                      !(isnan(ref[i]) && isnan(out[i])))) {
+        if (isfinite(ref[i]) != isfinite(out[i]) ||
+            (!isfinite(ref[i]) && ref[i] != out[i] && !(isnan(ref[i]) && isnan(out[i])))) {
             bad++;
             continue;
         }
@@ -250,10 +253,11 @@ static int check_f_abs(const char *op, const char *shape, dpair d, size_t n, dou
     double err = n ? sqrt(ss / (double)n) : 0.0;
     int ok = bad == 0 && err <= tol;
     char note[160] = "";
-    if (bad) snprintf(note, sizeof(note), "%zu non-finite mismatches", bad);
+    if (bad)
+        snprintf(note, sizeof(note), "%zu non-finite mismatches", bad);
     else if (!ok)
-        snprintf(note, sizeof(note), "worst at %zu: gpu %.9g cpu %.9g", worst,
-                 (double)out[worst], (double)ref[worst]);
+        snprintf(note, sizeof(note), "worst at %zu: gpu %.9g cpu %.9g", worst, (double)out[worst],
+                 (double)ref[worst]);
     row(op, shape, err, tol, ok, note);
     free(ref);
     free(out);
@@ -282,8 +286,8 @@ static int check_bits(const char *op, const char *shape, dpair d, size_t bytes, 
             float a, b;
             memcpy(&a, ref + 4 * first, 4);
             memcpy(&b, out + 4 * first, 4);
-            snprintf(note, sizeof(note), "%zu of %zu differ, first at %zu: gpu %.9g cpu %.9g", mism,
-                     units, first, (double)b, (double)a);
+            snprintf(note, sizeof(note), "%zu of %zu differ, first at %zu: gpu %.9g cpu %.9g",
+                     mism, units, first, (double)b, (double)a);
         } else {
             snprintf(note, sizeof(note), "%zu of %zu differ, first at %zu: gpu 0x%02x cpu 0x%02x",
                      mism, units, first, out[first], ref[first]);
@@ -343,17 +347,23 @@ static int check_bf16_operand(const char *op, const char *shape, dpair d, const 
         }
     char note[200] = "";
     if (mism)
-        snprintf(note, sizeof(note), "%zu of %zu words differ, first at [%zu,%zu]%s: gpu 0x%04x "
-                 "cpu 0x%04x", mism, words, first / ld, first % ld,
+        snprintf(note, sizeof(note),
+                 "%zu of %zu words differ, first at [%zu,%zu]%s: gpu 0x%04x "
+                 "cpu 0x%04x",
+                 mism, words, first / ld, first % ld,
                  first / ld >= (size_t)rows || first % ld >= (size_t)cols ? " (padding)" : "",
                  out[first], ref[first]);
     else if (pad_bad)
-        snprintf(note, sizeof(note), "%zu padding words not zero (on both), first at [%zu,%zu]: "
-                 "0x%04x", pad_bad, first_pad / ld, first_pad % ld, out[first_pad]);
+        snprintf(note, sizeof(note),
+                 "%zu padding words not zero (on both), first at [%zu,%zu]: "
+                 "0x%04x",
+                 pad_bad, first_pad / ld, first_pad % ld, out[first_pad]);
     else if (enc_bad)
-        snprintf(note, sizeof(note), "%zu words are not bf16_encode(x) (on both), first at "
-                 "[%zu,%zu]: 0x%04x, want 0x%04x", enc_bad, first_enc / ld, first_enc % ld,
-                 out[first_enc], bf16_encode(x[first_enc / ld * (size_t)cols + first_enc % ld]));
+        snprintf(note, sizeof(note),
+                 "%zu words are not bf16_encode(x) (on both), first at "
+                 "[%zu,%zu]: 0x%04x, want 0x%04x",
+                 enc_bad, first_enc / ld, first_enc % ld, out[first_enc],
+                 bf16_encode(x[first_enc / ld * (size_t)cols + first_enc % ld]));
     int ok = mism == 0 && pad_bad == 0 && enc_bad == 0;
     row(op, shape, (double)(mism + pad_bad + enc_bad) / (double)words, 0.0, ok, note);
     free(ref);
@@ -372,9 +382,8 @@ static void *gpu_clone(dpair d) {
 /* GEMMs */
 
 static void test_gemm_float(int bf16) {
-    static const int sizes[][3] = {{1, 1, 1},     {3, 5, 7},       {16, 16, 16},
-                                   {64, 48, 32},  {100, 257, 129}, {256, 768, 384},
-                                   {513, 130, 771}};
+    static const int sizes[][3] = {{1, 1, 1},       {3, 5, 7},       {16, 16, 16},   {64, 48, 32},
+                                   {100, 257, 129}, {256, 768, 384}, {513, 130, 771}};
     const char *name = bf16 ? "gemm_bf16" : "gemm_f32";
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         int M = sizes[si][0], N = sizes[si][1], K = sizes[si][2];
@@ -394,7 +403,8 @@ static void test_gemm_float(int bf16) {
                 if (bf16)
                     be_->ops->gemm_bf16(be_, F(Cm), F(A), F(B), M, N, K, ta, tb, acc, F(am),
                                         F(am) + 1);
-                else be_->ops->gemm_f32(be_, F(Cm), F(A), F(B), M, N, K, ta, tb, acc);
+                else
+                    be_->ops->gemm_f32(be_, F(Cm), F(A), F(B), M, N, K, ta, tb, acc);
             }
             char op[64], shape[64];
             snprintf(op, sizeof(op), "%s tA%d tB%d%s", name, ta, tb, acc ? " acc" : "");
@@ -442,11 +452,12 @@ static void gemm_bf16_rounded_case(int M, int N, int K, int ta, int tb, int acc,
     int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N; /* stored layouts */
     float *ha = host_normal((size_t)M * K, 1.0f), *hb = host_normal((size_t)K * N, 1.0f);
     float *hc = host_normal((size_t)M * N, 1.0f), *hbias = host_normal((size_t)N, 1.0f);
-    dpair A = dp_floats(ha, (size_t)M * K), B = dp_floats(hb, (size_t)K * N); /* [ar,ac] [br,bc] */
-    dpair bias = dp_floats(hbias, (size_t)N);                                   /* [N] */
+    dpair A = dp_floats(ha, (size_t)M * K),
+          B = dp_floats(hb, (size_t)K * N);   /* [ar,ac] [br,bc] */
+    dpair bias = dp_floats(hbias, (size_t)N); /* [N] */
     dpair A16 = dp_alloc(fp8t_bf16_bytes(ar, ac)), B16 = dp_alloc(fp8t_bf16_bytes(br, bc));
-    dp_poison(A16, 1), dp_poison(B16, 1); /* to_bf16 must write the padding the GEMM reads */
-    dpair Cm = dp_floats(hc, (size_t)M * N);                                    /* [M, N] */
+    dp_poison(A16, 1), dp_poison(B16, 1);    /* to_bf16 must write the padding the GEMM reads */
+    dpair Cm = dp_floats(hc, (size_t)M * N); /* [M, N] */
     if (!acc) dp_poison(Cm, 0);
     /* the GPU's gemm_bf16 (+ bias_add) result, from the same starting C */
     void *Cref = gpu_clone(Cm);
@@ -464,8 +475,8 @@ static void gemm_bf16_rounded_case(int M, int N, int K, int ta, int tb, int acc,
     snprintf(shape, sizeof(shape), "%dx%dx%d%s", M, N, K, shape_note);
     snprintf(op, sizeof(op), "gemm_bf16_rounded tA%d tB%d%s", ta, tb, mode);
     check_f(op, shape, Cm, (size_t)M * N, 1e-5);
-    snprintf(op, sizeof(op), "rounded == gemm_bf16%s tA%d tB%d%s", with_bias ? "+bias" : "",
-             ta, tb, acc ? " acc" : "");
+    snprintf(op, sizeof(op), "rounded == gemm_bf16%s tA%d tB%d%s", with_bias ? "+bias" : "", ta,
+             tb, acc ? " acc" : "");
     check_gpu_identical(op, shape, Cm.p[1], Cref, (size_t)M * N * 4,
                         with_bias ? "from gemm_bf16 + bias_add on the GPU"
                                   : "from gemm_bf16 on the GPU");
@@ -476,8 +487,8 @@ static void gemm_bf16_rounded_case(int M, int N, int K, int ta, int tb, int acc,
 
 static void test_gemm_bf16_rounded(void) {
     /* odd M, N, K (padding in every dimension), N odd and large-ish, and the GPT-2 MLP's shape */
-    static const int sizes[][3] = {{1, 1, 1},      {3, 5, 7},       {37, 5, 13},
-                                   {16, 16, 16},   {64, 1001, 96},  {100, 257, 129},
+    static const int sizes[][3] = {{1, 1, 1},       {3, 5, 7},       {37, 5, 13},
+                                   {16, 16, 16},    {64, 1001, 96},  {100, 257, 129},
                                    {513, 130, 771}, {256, 768, 3072}};
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
         for (int combo = 0; combo < 4; combo++)
@@ -558,7 +569,8 @@ static void gemm_fp8_case(int M, int N, int K, int ta, int tb, fp8_format fa, fp
                           int layout, int acc, int fast, int with_bias) {
     int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
     float sa, sb;
-    uint8_t *ca = host_codes((size_t)ar * ac, fa, &sa), *cb = host_codes((size_t)br * bc, fb, &sb);
+    uint8_t *ca = host_codes((size_t)ar * ac, fa, &sa),
+            *cb = host_codes((size_t)br * bc, fb, &sb);
     uint8_t *ca_t = host_transpose_u8(ca, ar, ac), *cb_t = host_transpose_u8(cb, br, bc);
     dpair dA = dp_from(ca, (size_t)ar * ac), dB = dp_from(cb, (size_t)br * bc);
     dpair dAt = dp_from(ca_t, (size_t)ar * ac), dBt = dp_from(cb_t, (size_t)br * bc);
@@ -574,10 +586,12 @@ static void gemm_fp8_case(int M, int N, int K, int ta, int tb, fp8_format fa, fp
     long lt0 = 0, fb0 = 0, lt1 = 0, fb1 = 0;
     fp8t_cuda_gemm_counts(GPU, &lt0, &fb0);
     FOR_BOTH {
-        fp8t_fp8_operand A = {layout == 2 ? NULL : U8(dA), layout >= 1 ? U8(dAt) : NULL,
-                              F(dsa) + 1, fa, ar, ac, FP8T_SCALING_TENSOR};
-        fp8t_fp8_operand B = {layout == 2 ? NULL : U8(dB), layout >= 1 ? U8(dBt) : NULL,
-                              F(dsb) + 1, fb, br, bc, FP8T_SCALING_TENSOR};
+        fp8t_fp8_operand A = {
+            layout == 2 ? NULL : U8(dA), layout >= 1 ? U8(dAt) : NULL, F(dsa) + 1, fa, ar, ac,
+            FP8T_SCALING_TENSOR};
+        fp8t_fp8_operand B = {
+            layout == 2 ? NULL : U8(dB), layout >= 1 ? U8(dBt) : NULL, F(dsb) + 1, fb, br, bc,
+            FP8T_SCALING_TENSOR};
         if (layout == 3) {
             /* the same values at 4-byte offsets: copy them one float further */
             be_->ops->copy(be_, F(dsa), F(dsa) + 1, 4);
@@ -649,8 +663,9 @@ static void test_gemm_fp8(void) {
     gemm_fp8_case(256, 384, 512, 1, 0, FP8_E5M2, FP8_E4M3, 0, 1, 0, 0);
     fp8t_cuda_gemm_counts(GPU, &lt, &fb);
     char note[96];
-    snprintf(note, sizeof(note), "%ld of 2 on cuBLASLt FP8, %ld on the fallback (all calls: %ld/%ld)",
-             lt - before_lt, fb - before_fb, lt, fb);
+    snprintf(note, sizeof(note),
+             "%ld of 2 on cuBLASLt FP8, %ld on the fallback (all calls: %ld/%ld)", lt - before_lt,
+             fb - before_fb, lt, fb);
     row("gemm_fp8 uses the FP8 tensor cores", "256x384x512", (double)(fb - before_fb), 0,
         lt - before_lt == 2, note);
 }
@@ -663,11 +678,16 @@ static float *host_quant_data(size_t n, int specials) {
     float *x = host_normal(n, 1.0f);
     for (size_t i = 0; i < n; i++) {
         int r = rnd_int(100);
-        if (r == 0) x[i] *= 1000.0f;                 /* outliers: saturate */
-        else if (r == 1) x[i] *= 1e-6f;              /* underflow */
-        else if (specials && r == 2) x[i] = (rnd_int(2) ? 1 : -1) * INFINITY;
-        else if (specials && r == 3) x[i] = (float)rnd_normal() * 1e-40f; /* float subnormal */
-        else if (specials && r == 4) x[i] = rnd_int(2) ? 0.0f : -0.0f;
+        if (r == 0)
+            x[i] *= 1000.0f; /* outliers: saturate */
+        else if (r == 1)
+            x[i] *= 1e-6f; /* underflow */
+        else if (specials && r == 2)
+            x[i] = (rnd_int(2) ? 1 : -1) * INFINITY;
+        else if (specials && r == 3)
+            x[i] = (float)rnd_normal() * 1e-40f; /* float subnormal */
+        else if (specials && r == 4)
+            x[i] = rnd_int(2) ? 0.0f : -0.0f;
     }
     return x;
 }
@@ -702,7 +722,8 @@ static void test_quantize_gelu(void) {
             void *ct2 = GPU->ops->malloc(GPU, n), *a2 = GPU->ops->malloc(GPU, 4);
             GPU->ops->to_device(GPU, a2, &amax0, 4);
             GPU->ops->copy(GPU, y, dx.p[1], n * 4);
-            if (with_bias) GPU->ops->bias_add(GPU, (float *)y, (const float *)db.p[1], rows, cols);
+            if (with_bias)
+                GPU->ops->bias_add(GPU, (float *)y, (const float *)db.p[1], rows, cols);
             GPU->ops->gelu_forward(GPU, (float *)y, (const float *)y, n);
             t_quantize(GPU, (uint8_t *)c2, with_t ? (uint8_t *)ct2 : NULL, (float *)a2,
                        (const float *)y, rows, cols, fmt, (const float *)ds.p[1]);
@@ -730,8 +751,9 @@ static void test_quantize_gelu(void) {
             }
             snprintf(op, sizeof(op), "quantize_gelu %s codes vs cpu", fp8_format_name(fmt));
             char note[96] = "";
-            if (diff) snprintf(note, sizeof(note), "%zu of %zu codes differ, %zu by more than a step",
-                               diff, n, far);
+            if (diff)
+                snprintf(note, sizeof(note), "%zu of %zu codes differ, %zu by more than a step",
+                         diff, n, far);
             row(op, shape, (double)diff / (double)n, 1e-3, diff * 1000 <= n && far == 0, note);
             snprintf(op, sizeof(op), "quantize_gelu %s amax vs cpu", fp8_format_name(fmt));
             check_f(op, shape, da, 1, 1e-6);
@@ -793,13 +815,14 @@ static void test_colsum_fusion(void) {
                 if (kind == 0)
                     t_to_bf16_colsum(be_, U16(dout), F(da), F(dcs), F(dx), rows, cols);
                 else
-                    t_quantize_colsum(be_, U8(dout), U8(dct), F(da), F(dcs), F(dx), rows, cols, fmt,
-                                      F(ds));
+                    t_quantize_colsum(be_, U8(dout), U8(dct), F(da), F(dcs), F(dx), rows, cols,
+                                      fmt, F(ds));
             }
             char op[80], shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
-            const char *name = kind == 0 ? "to_bf16_colsum" : kind == 1 ? "quantize_colsum e4m3"
-                                                                        : "quantize_colsum e5m2";
+            const char *name = kind == 0   ? "to_bf16_colsum"
+                               : kind == 1 ? "quantize_colsum e4m3"
+                                           : "quantize_colsum e5m2";
             /* the GPU's separate ops */
             void *o2 = GPU->ops->malloc(GPU, obytes), *ct2 = GPU->ops->malloc(GPU, n);
             void *a2 = GPU->ops->malloc(GPU, 4);
@@ -807,8 +830,8 @@ static void test_colsum_fusion(void) {
             if (kind == 0)
                 t_to_bf16(GPU, (uint16_t *)o2, (float *)a2, (const float *)dx.p[1], rows, cols);
             else
-                t_quantize(GPU, (uint8_t *)o2, (uint8_t *)ct2, (float *)a2, (const float *)dx.p[1],
-                           rows, cols, fmt, (const float *)ds.p[1]);
+                t_quantize(GPU, (uint8_t *)o2, (uint8_t *)ct2, (float *)a2,
+                           (const float *)dx.p[1], rows, cols, fmt, (const float *)ds.p[1]);
             snprintf(op, sizeof(op), "%s == %s", name, kind == 0 ? "to_bf16" : "quantize codes");
             check_gpu_identical(op, shape, dout.p[1], o2, obytes, "from the separate op");
             if (kind) {
@@ -823,11 +846,12 @@ static void test_colsum_fusion(void) {
             void *cs2 = GPU->ops->malloc(GPU, (size_t)cols * 4);
             GPU->ops->to_device(GPU, cs2, cs0, (size_t)cols * 4);
             if (kind == 0)
-                t_to_bf16_colsum(GPU, (uint16_t *)o2, NULL, (float *)cs2,
-                                 (const float *)dx.p[1], rows, cols);
+                t_to_bf16_colsum(GPU, (uint16_t *)o2, NULL, (float *)cs2, (const float *)dx.p[1],
+                                 rows, cols);
             else
                 t_quantize_colsum(GPU, (uint8_t *)o2, (uint8_t *)ct2, NULL, (float *)cs2,
-                                  (const float *)dx.p[1], rows, cols, fmt, (const float *)ds.p[1]);
+                                  (const float *)dx.p[1], rows, cols, fmt,
+                                  (const float *)ds.p[1]);
             check_same_bits(name, shape, dcs.p[1], cs2, (size_t)cols * 4);
             GPU->ops->free(GPU, o2), GPU->ops->free(GPU, ct2), GPU->ops->free(GPU, a2);
             GPU->ops->free(GPU, cs2);
@@ -864,14 +888,14 @@ static void test_gelu_bwd_fusion(void) {
                 if (kind == 0)
                     t_dgelu_bf16(be_, U16(dout), F(da), F(dcs), F(dg), F(dx), bp, rows, cols);
                 else
-                    t_quantize_dgelu(be_, U8(dout), U8(dct), F(da), F(dcs), F(dg), F(dx), bp, rows,
-                                     cols, fmt, F(ds));
+                    t_quantize_dgelu(be_, U8(dout), U8(dct), F(da), F(dcs), F(dg), F(dx), bp,
+                                     rows, cols, fmt, F(ds));
             }
             char op[96], shape[40];
             snprintf(shape, sizeof(shape), "%dx%d%s", rows, cols, with_bias ? " +b" : "");
-            const char *name = kind == 0 ? "gelu_bwd_bf16_colsum"
-                                         : kind == 1 ? "gelu_bwd_quantize_colsum e4m3"
-                                                     : "gelu_bwd_quantize_colsum e5m2";
+            const char *name = kind == 0   ? "gelu_bwd_bf16_colsum"
+                               : kind == 1 ? "gelu_bwd_quantize_colsum e4m3"
+                                           : "gelu_bwd_quantize_colsum e5m2";
             /* the GPU's two-op path */
             float *d2 = GPU->ops->malloc(GPU, n * 4);
             void *o2 = GPU->ops->malloc(GPU, obytes), *ct2 = GPU->ops->malloc(GPU, n);
@@ -895,7 +919,8 @@ static void test_gelu_bwd_fusion(void) {
             snprintf(op, sizeof(op), "%s == two-op amax", name);
             check_gpu_identical(op, shape, da.p[1], a2, 4, "from the two-op path");
             snprintf(op, sizeof(op), "%s == two-op column sums", name);
-            check_gpu_identical(op, shape, dcs.p[1], cs2, (size_t)cols * 4, "from the two-op path");
+            check_gpu_identical(op, shape, dcs.p[1], cs2, (size_t)cols * 4,
+                                "from the two-op path");
             /* against the CPU */
             snprintf(op, sizeof(op), "%s amax", name);
             check_f(op, shape, da, 1, 1e-5);
@@ -924,10 +949,11 @@ static void test_gelu_bwd_fusion(void) {
                 }
                 char note[96] = "";
                 if (diff)
-                    snprintf(note, sizeof(note), "%zu of %zu codes differ, %zu by more than a step",
-                             diff, n, far);
+                    snprintf(note, sizeof(note),
+                             "%zu of %zu codes differ, %zu by more than a step", diff, n, far);
                 snprintf(op, sizeof(op), "%s codes vs cpu", name);
-                row(op, shape, (double)diff / (double)n, 1e-3, diff * 1000 <= n && far == 0, note);
+                row(op, shape, (double)diff / (double)n, 1e-3, diff * 1000 <= n && far == 0,
+                    note);
             }
             free(hc), free(hg);
             GPU->ops->free(GPU, d2), GPU->ops->free(GPU, o2), GPU->ops->free(GPU, ct2);
@@ -940,8 +966,8 @@ static void test_gelu_bwd_fusion(void) {
 
 static void test_quantize(void) {
     /* 144x200 and 208x1600: the 64x64 fast tiles together with edge tiles */
-    static const int sizes[][2] = {{1, 1},     {3, 7},      {32, 32},    {33, 65},
-                                   {128, 768}, {144, 200},  {208, 1600}, {1000, 1001}};
+    static const int sizes[][2] = {{1, 1},     {3, 7},     {32, 32},    {33, 65},
+                                   {128, 768}, {144, 200}, {208, 1600}, {1000, 1001}};
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         int rows = sizes[si][0], cols = sizes[si][1];
         size_t n = (size_t)rows * cols;
@@ -1019,8 +1045,10 @@ static void test_amax(void) {
             /* variant 1 reads from a pointer 4 bytes past a 16-byte boundary */
             FOR_BOTH be_->ops->amax(be_, F(da), F(dx) + (variant == 1), n);
             char op[64], shape[32];
-            snprintf(op, sizeof(op), "amax%s", variant == 1 ? " (misaligned, big prior)"
-                                               : variant == 2 ? " (NaN)" : "");
+            snprintf(op, sizeof(op), "amax%s",
+                     variant == 1   ? " (misaligned, big prior)"
+                     : variant == 2 ? " (NaN)"
+                                    : "");
             snprintf(shape, sizeof(shape), "%zu", n);
             check_bits(op, shape, da, 4, 1);
             if (variant == 2) {
@@ -1035,8 +1063,9 @@ static void test_amax(void) {
 }
 
 static void test_compute_scale(void) {
-    static const float amaxes[] = {0.0f, 1e-45f, 1e-38f, 1e-30f, 3e-5f, 0.5f, 1.0f, 447.0f,
-                                   448.0f, 1e30f, FLT_MAX, INFINITY, NAN, -1.0f, 6.1e-5f};
+    static const float amaxes[] = {0.0f,    1e-45f,   1e-38f, 1e-30f, 3e-5f,
+                                   0.5f,    1.0f,     447.0f, 448.0f, 1e30f,
+                                   FLT_MAX, INFINITY, NAN,    -1.0f,  6.1e-5f};
     static const float eps[] = {0.0f, 1e-12f, 1.0f};
     static const float fmax[] = {FP8_E4M3_MAX, FP8_E5M2_MAX};
     int cases = 0, bad = 0;
@@ -1097,8 +1126,8 @@ static void test_fake_quantize(void) {
 }
 
 static void test_block_fake_quantize(void) {
-    static const int cases[][4] = {{1, 1, 1, 128},     {5, 300, 1, 128}, {130, 260, 128, 128},
-                                   {256, 256, 128, 128}, {7, 9, 4, 4},    {64, 1024, 1, 128}};
+    static const int cases[][4] = {{1, 1, 1, 128},       {5, 300, 1, 128}, {130, 260, 128, 128},
+                                   {256, 256, 128, 128}, {7, 9, 4, 4},     {64, 1024, 1, 128}};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
         for (int f = 0; f < 2; f++) {
             int rows = cases[ci][0], cols = cases[ci][1], tr = cases[ci][2], tc = cases[ci][3];
@@ -1109,7 +1138,8 @@ static void test_block_fake_quantize(void) {
             dp_poison(dout, 0);
             FOR_BOTH be_->ops->block_fake_quantize(be_, F(dout), F(dx), rows, cols, tr, tc, fmt);
             char op[64], shape[48];
-            snprintf(op, sizeof(op), "block_fake_quantize %s %dx%d", fp8_format_name(fmt), tr, tc);
+            snprintf(op, sizeof(op), "block_fake_quantize %s %dx%d", fp8_format_name(fmt), tr,
+                     tc);
             snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
             check_bits(op, shape, dout, n * 4, 1);
             dp_free(dx), dp_free(dout);
@@ -1144,9 +1174,10 @@ static void test_block_quantize(void) {
                                                   fmt, pow2);
                         char op[96], shape[48];
                         snprintf(op, sizeof(op), "block_quantize %s %s%s%s", fp8_format_name(fmt),
-                                 kind == 1 ? "1x128" : kind == 2 ? "128x128" : "row",
-                                 t ? " transposed" : "",
-                                 pow2 ? " pow2" : "");
+                                 kind == 1   ? "1x128"
+                                 : kind == 2 ? "128x128"
+                                             : "row",
+                                 t ? " transposed" : "", pow2 ? " pow2" : "");
                         snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
                         check_bits(op, shape, dc, n, 0);
                         snprintf(op + strlen(op), sizeof(op) - strlen(op), " scale_inv");
@@ -1253,18 +1284,24 @@ static void test_quantize_scaled_gelu(void) {
                 for (int v = 0; v < 2; v++) { /* v 0: fused; 1: the ops, then the plain pass */
                     fp8t_scaled_quant q;
                     memset(&q, 0, sizeof(q));
-                    q.codes = c[v], q.scale_inv = sc[v], q.codes_t = ct[v], q.scale_inv_t = sct[v];
+                    q.codes = c[v], q.scale_inv = sc[v], q.codes_t = ct[v],
+                    q.scale_inv_t = sct[v];
                     q.amax_out = am[v], q.colsum = cs[v];
                     q.rows = rows, q.cols = cols, q.scaling = kk, q.fmt = FP8_E4M3;
                     if (v == 0) {
                         q.x = dx;
-                        if (pro == 0) q.gelu = 1;
-                        else q.gelu_x = dgx;
+                        if (pro == 0)
+                            q.gelu = 1;
+                        else
+                            q.gelu_x = dgx;
                         if (pro == 2) q.bias = db;
                     } else {
-                        if (pro == 0) g->ops->gelu_forward(g, dv, dx, n);
-                        else if (pro == 1) g->ops->gelu_backward(g, dv, dgx, dx, n);
-                        else g->ops->gelu_backward_bias(g, dv, dgx, db, dx, rows, cols);
+                        if (pro == 0)
+                            g->ops->gelu_forward(g, dv, dx, n);
+                        else if (pro == 1)
+                            g->ops->gelu_backward(g, dv, dgx, dx, n);
+                        else
+                            g->ops->gelu_backward_bias(g, dv, dgx, db, dx, rows, cols);
                         q.x = dv;
                     }
                     g->ops->zero(g, cs[v], (size_t)cols * 4);
@@ -1273,7 +1310,9 @@ static void test_quantize_scaled_gelu(void) {
                 char op[96], shape[48];
                 snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
                 snprintf(op, sizeof(op), "quantize_scaled %s %s", scaling_name(kk),
-                         pro == 0 ? "gelu" : pro == 1 ? "gelu bwd" : "gelu bwd +bias");
+                         pro == 0   ? "gelu"
+                         : pro == 1 ? "gelu bwd"
+                                    : "gelu bwd +bias");
                 const char *why = "from the op, then the plain pass";
                 char *e = op + strlen(op);
                 const size_t room = sizeof(op) - strlen(op);
@@ -1345,7 +1384,8 @@ static void gemm_fp8_block_case(int M, int N, int K, fp8t_fp8_scaling ka, fp8t_f
 }
 
 static void test_gemm_fp8_block(void) {
-    const fp8t_fp8_scaling V = FP8T_SCALING_VEC128, B2 = FP8T_SCALING_BLK128, R = FP8T_SCALING_ROW;
+    const fp8t_fp8_scaling V = FP8T_SCALING_VEC128, B2 = FP8T_SCALING_BLK128,
+                           R = FP8T_SCALING_ROW;
     /* the linear layer's three: Fprop X·Wᵀ (1x128 x 128x128), Dgrad dY·W (the same kinds, W's
      * transpose as B), Wgrad dYᵀ·X (1x128 x 1x128 along the tokens), hybrid formats; rowwise:
      * row x row in all three */
@@ -1491,28 +1531,28 @@ static void stats_req(fp8t_stats_req *req, const float *scale, int block, fp8t_b
     req->n_images = 7;
     req->img[0] = (fp8t_image_spec){.kind = FP8T_IMG_SCALE, .fmt = FP8_E4M3, .scale = scale};
     req->img[1] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3};
-    req->img[2] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2, .epsilon = 1e-4f,
-                                    .pow2 = 1};
-    req->img[3] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1,
-                                    .tile_c = 128};
-    req->img[4] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 128,
-                                    .tile_c = 128};
-    req->img[5] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 128,
-                                    .tile_c = 1};
+    req->img[2] =
+        (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2, .epsilon = 1e-4f, .pow2 = 1};
+    req->img[3] =
+        (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = 128};
+    req->img[4] =
+        (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 128, .tile_c = 128};
+    req->img[5] =
+        (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 128, .tile_c = 1};
     req->img[6] = (fp8t_image_spec){.kind = FP8T_IMG_MX};
     if (alt) {
         req->img[4].tile_r = 1;
         req->n_images = 8;
-        req->img[7] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 3,
-                                        .tile_c = 100};
+        req->img[7] = (fp8t_image_spec){
+            .kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 3, .tile_c = 100};
     }
     req->block = block, req->block_img = 0;
     req->block_list = list;
 }
 
 static void test_tensor_stats(void) {
-    static const int shapes[][2] = {{1, 1}, {7, 9}, {37, 300}, {256, 768}, {1024, 1600},
-                                    {4096, 4096}};
+    static const int shapes[][2] = {{1, 1},     {7, 9},       {37, 300},
+                                    {256, 768}, {1024, 1600}, {4096, 4096}};
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
         for (int variant = 0; variant < 2; variant++) {
             int rows = shapes[si][0], cols = shapes[si][1];
@@ -1529,7 +1569,8 @@ static void test_tensor_stats(void) {
             fp8t_stats_req req;
             FOR_BOTH {
                 stats_req(&req, F(ds), block, (fp8t_block_raw *)dlist.p[s_], variant);
-                be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx), rows, cols, &req);
+                be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx), rows, cols,
+                                       &req);
             }
             fp8t_stats_raw *c = dl(0, draw.p[0], sizeof(fp8t_stats_raw));
             fp8t_stats_raw *g = dl(1, draw.p[1], sizeof(fp8t_stats_raw));
@@ -1541,10 +1582,12 @@ static void test_tensor_stats(void) {
             fp8t_block_raw *gl = dl(1, dlist.p[1], nb * sizeof(fp8t_block_raw));
             size_t list_bad = 0;
             for (size_t k = 0; k < nb; k++) {
-                if (cl[k].amax != gl[k].amax || cl[k].underflow_pct != gl[k].underflow_pct) list_bad++;
+                if (cl[k].amax != gl[k].amax || cl[k].underflow_pct != gl[k].underflow_pct)
+                    list_bad++;
                 err = fmax(err, rel_diff(cl[k].sqnr_db, gl[k].sqnr_db));
             }
-            if (list_bad) snprintf(why, sizeof(why), "%zu blocks differ in amax/underflow", list_bad);
+            if (list_bad)
+                snprintf(why, sizeof(why), "%zu blocks differ in amax/underflow", list_bad);
             row("tensor_stats", shape, err, 1e-6, ok && !list_bad && err <= 1e-6, why);
             /* the same bytes on a second GPU run */
             void *again = GPU->ops->malloc(GPU, sizeof(fp8t_stats_raw));
@@ -1578,8 +1621,11 @@ static void test_tensor_stats_tiles(void) {
                 fp8t_stats_req req;
                 memset(&req, 0, sizeof req);
                 req.n_images = 1;
-                req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3,
-                                               .tile_r = tr, .tile_c = tc, .pow2 = pow2};
+                req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_TILES,
+                                               .fmt = FP8_E4M3,
+                                               .tile_r = tr,
+                                               .tile_c = tc,
+                                               .pow2 = pow2};
                 req.tile_stats = 1;
                 FOR_BOTH be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx), rows,
                                                 cols, &req);
@@ -1595,15 +1641,17 @@ static void test_tensor_stats_tiles(void) {
                 const double err = rel_diff(c->tile_sqnr_min_db, g->tile_sqnr_min_db);
                 const double err_img = rel_diff(c->img[0].err_sq, g->img[0].err_sq);
                 char op[64], shape[64], why[160] = "";
-                snprintf(op, sizeof(op), "tensor_stats tiles %dx%d%s", tr, tc, pow2 ? " pow2" : "");
+                snprintf(op, sizeof(op), "tensor_stats tiles %dx%d%s", tr, tc,
+                         pow2 ? " pow2" : "");
                 snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
                 if (!ok)
-                    snprintf(why, sizeof(why), "tiles %llu/%llu, worst %llu/%llu, uflow %g/%g at "
+                    snprintf(why, sizeof(why),
+                             "tiles %llu/%llu, worst %llu/%llu, uflow %g/%g at "
                              "%llu/%llu, with %llu/%llu",
                              (unsigned long long)c->n_tiles, (unsigned long long)g->n_tiles,
                              (unsigned long long)c->tile_sqnr_min_index,
-                             (unsigned long long)g->tile_sqnr_min_index, c->tile_underflow_max_pct,
-                             g->tile_underflow_max_pct,
+                             (unsigned long long)g->tile_sqnr_min_index,
+                             c->tile_underflow_max_pct, g->tile_underflow_max_pct,
                              (unsigned long long)c->tile_underflow_max_index,
                              (unsigned long long)g->tile_underflow_max_index,
                              (unsigned long long)c->tiles_with_underflow,
@@ -1625,10 +1673,10 @@ static void inspect_stats_req(fp8t_stats_req *req, const float *scale, fp8_forma
     req->img[0] = (fp8t_image_spec){.kind = FP8T_IMG_SCALE, .fmt = fmt, .scale = scale};
     req->img[1] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3};
     req->img[2] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2};
-    req->img[3] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1,
-                                    .tile_c = 128};
-    req->img[4] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 1,
-                                    .tile_c = 128};
+    req->img[3] =
+        (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = 128};
+    req->img[4] =
+        (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 1, .tile_c = 128};
     req->img[5] = (fp8t_image_spec){.kind = FP8T_IMG_MX};
 }
 
@@ -1647,8 +1695,10 @@ static void stats_case(const char *what, const float *x, int rows, int cols, int
     dp_poison(draw, 1);
     fp8t_stats_req req;
     FOR_BOTH {
-        if (result == 1) memset(&req, 0, sizeof req);
-        else inspect_stats_req(&req, F(ds), fmt);
+        if (result == 1)
+            memset(&req, 0, sizeof req);
+        else
+            inspect_stats_req(&req, F(ds), fmt);
         if (result == 2) req.n_images = 3;
         be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx) + misalign, rows, cols,
                                &req);
@@ -1675,8 +1725,8 @@ static void stats_case(const char *what, const float *x, int rows, int cols, int
 static void test_tensor_stats_cases(void) {
     /* shapes: a GPT-2 activation and weight, rows of 9 / 300 / 50257 floats (partial tiles;
      * 9 and 50257 are not multiples of 4: scalar loads), one row, one column */
-    static const int shapes[][2] = {{512, 768}, {768, 2304}, {37, 300}, {61, 9},
-                                    {64, 50257}, {1, 1000}, {1000, 1}};
+    static const int shapes[][2] = {{512, 768},  {768, 2304}, {37, 300}, {61, 9},
+                                    {64, 50257}, {1, 1000},   {1000, 1}};
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         const int rows = shapes[si][0], cols = shapes[si][1];
         const size_t n = (size_t)rows * cols;
@@ -1766,7 +1816,8 @@ static void test_bf16_round(void) {
         FOR_BOTH be_->ops->bf16_round(be_, alias ? F(dx) : F(dout), F(dx), n);
         char shape[32];
         snprintf(shape, sizeof(shape), "%zu", n);
-        check_bits(alias ? "bf16_round (out=x)" : "bf16_round", shape, alias ? dx : dout, n * 4, 1);
+        check_bits(alias ? "bf16_round (out=x)" : "bf16_round", shape, alias ? dx : dout, n * 4,
+                   1);
         dp_free(dx), dp_free(dout);
         free(x);
     }
@@ -1788,9 +1839,12 @@ static float *host_bf16_data(size_t n, int kind) {
         uint32_t kept = (uint32_t)rnd_u64() & 0x007F0000u; /* the 7 mantissa bits BF16 keeps */
         static const uint32_t low[] = {0x8000u, 0x8000u, 0x7FFFu, 0x8001u, 0x0001u, 0xFFFFu};
         uint32_t u;
-        if (r == 0 || r == 1) u = sign | expo << 23 | kept | low[rnd_int(6)];
-        else if (r == 2) u = sign | kept | low[rnd_int(6)]; /* subnormal, exponent 0 */
-        else continue;
+        if (r == 0 || r == 1)
+            u = sign | expo << 23 | kept | low[rnd_int(6)];
+        else if (r == 2)
+            u = sign | kept | low[rnd_int(6)]; /* subnormal, exponent 0 */
+        else
+            continue;
         memcpy(&x[i], &u, 4);
     }
     if (kind >= 1) {
@@ -1812,13 +1866,13 @@ static float *host_bf16_data(size_t n, int kind) {
 static void test_to_bf16(void) {
     /* cols a multiple of 8 with rows that are not (13x64) or are: the CUDA backend's
      * vectorized path, its row-padding tail, and its per-row path for odd cols */
-    static const int shapes[][2] = {{1, 1},     {3, 5},    {7, 13},    {8, 8},
-                                    {13, 64},   {37, 1001}, {64, 768}, {128, 3072}};
+    static const int shapes[][2] = {{1, 1},   {3, 5},     {7, 13},   {8, 8},
+                                    {13, 64}, {37, 1001}, {64, 768}, {128, 3072}};
     static const struct {
-        int kind;       /* host_bf16_data */
+        int kind; /* host_bf16_data */
         int with_amax;
-        float amax0;    /* the prior value of *amax_out */
-        int x_offset;   /* x read one float past the 16-byte aligned start */
+        float amax0;  /* the prior value of *amax_out */
+        int x_offset; /* x read one float past the 16-byte aligned start */
         const char *name;
     } variants[] = {{0, 1, 0.25f, 0, "to_bf16"},
                     {0, 0, 0.0f, 1, "to_bf16 (no amax, x +1 float)"},
@@ -1830,13 +1884,13 @@ static void test_to_bf16(void) {
             int rows = shapes[si][0], cols = shapes[si][1], off = variants[v].x_offset;
             size_t n = (size_t)rows * cols;
             float *x = host_bf16_data(n + 1, variants[v].kind); /* x + off: n elements */
-            if (variants[v].kind == 2) x[off + n / 2] = NAN;   /* a NaN in the read range */
+            if (variants[v].kind == 2) x[off + n / 2] = NAN;    /* a NaN in the read range */
             float amax0 = variants[v].amax0;
             dpair dx = dp_floats(x, n + 1), da = dp_floats(&amax0, 1);
             dpair dout = dp_alloc(fp8t_bf16_bytes(rows, cols));
             dp_poison(dout, 1); /* 0xCD.. on the CPU, 0xAB.. on the GPU: unwritten words differ */
-            FOR_BOTH t_to_bf16(be_, U16(dout), variants[v].with_amax ? F(da) : NULL,
-                               F(dx) + off, rows, cols);
+            FOR_BOTH t_to_bf16(be_, U16(dout), variants[v].with_amax ? F(da) : NULL, F(dx) + off,
+                               rows, cols);
             char op[64], shape[32];
             snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
             check_bf16_operand(variants[v].name, shape, dout, x + off, rows, cols);
@@ -1847,14 +1901,17 @@ static void test_to_bf16(void) {
                 float want = amax0, got = 0;
                 for (size_t i = 0; i < n; i++) {
                     float a = fabsf(x[off + i]);
-                    if (isnan(a) || isnan(want)) want = NAN;
-                    else if (a > want) want = a;
+                    if (isnan(a) || isnan(want))
+                        want = NAN;
+                    else if (a > want)
+                        want = a;
                 }
                 GPU->ops->to_host(GPU, &got, da.p[1], 4);
                 int ok = isnan(want) ? isnan(got) != 0 : memcmp(&got, &want, 4) == 0;
                 char note[96] = "";
-                if (!ok) snprintf(note, sizeof(note), "gpu %.9g, host max(prior, |x|) %.9g",
-                                  (double)got, (double)want);
+                if (!ok)
+                    snprintf(note, sizeof(note), "gpu %.9g, host max(prior, |x|) %.9g",
+                             (double)got, (double)want);
                 snprintf(op, sizeof(op), "%s amax == host", variants[v].name);
                 row(op, shape, ok ? 0.0 : 1.0, 0.0, ok, note);
             }
@@ -1868,8 +1925,8 @@ static void test_to_bf16(void) {
  * byte for byte. pack's inputs have no NaNs (the two backends may pick other NaN payloads;
  * a saved activation is NaN either way). */
 static void test_bf16_pack(void) {
-    static const int shapes[][2] = {{1, 1},     {3, 5},      {7, 13},   {8, 8},
-                                    {13, 64},   {37, 1001},  {64, 768}, {128, 3072}};
+    static const int shapes[][2] = {{1, 1},   {3, 5},     {7, 13},   {8, 8},
+                                    {13, 64}, {37, 1001}, {64, 768}, {128, 3072}};
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
         for (int v = 0; v < 4; v++) {
             const int rows = shapes[si][0], cols = shapes[si][1], off = v & 1, with_bias = v >> 1;
@@ -1914,10 +1971,10 @@ static void test_delayed_update(void) {
                     int kind = rnd_int(10);
                     for (int i = 0; i < len; i++) {
                         float a = fabsf(rnd_normal()) * powf(10.0f, (float)(rnd_int(8) - 4));
-                        if (kind == 0) a = 0.0f;                           /* never seen data */
-                        if (kind == 1 && i == len / 2) a = NAN;            /* a broken step */
+                        if (kind == 0) a = 0.0f;                /* never seen data */
+                        if (kind == 1 && i == len / 2) a = NAN; /* a broken step */
                         if (kind == 2 && i == 0) a = INFINITY;
-                        if (kind == 3) a = 1e-44f;                         /* subnormal amax */
+                        if (kind == 3) a = 1e-44f; /* subnormal amax */
                         if (rnd_int(4) == 0) a = 0.0f;
                         v.history[(size_t)i * n + t] = a;
                     }
@@ -1926,9 +1983,11 @@ static void test_delayed_update(void) {
                     v.fmt_max[t] = rnd_int(2) ? FP8_E4M3_MAX : FP8_E5M2_MAX;
                 }
                 dpair d = dp_floats(st, nf);
-                FOR_BOTH be_->ops->delayed_update(be_, F(d), n, len, (fp8t_amax_algo)algo, margin);
+                FOR_BOTH be_->ops->delayed_update(be_, F(d), n, len, (fp8t_amax_algo)algo,
+                                                  margin);
                 /* twice, so the rolled history is used too */
-                FOR_BOTH be_->ops->delayed_update(be_, F(d), n, len, (fp8t_amax_algo)algo, margin);
+                FOR_BOTH be_->ops->delayed_update(be_, F(d), n, len, (fp8t_amax_algo)algo,
+                                                  margin);
                 char op[64], shape[48];
                 snprintf(op, sizeof(op), "delayed_update %s m%d", algo ? "most_recent" : "max",
                          margin);
@@ -1943,14 +2002,16 @@ static void test_delayed_update(void) {
 /* model ops */
 
 static void test_embedding(void) {
-    static const int cases[][4] = {{2, 5, 7, 50}, {4, 64, 128, 300}, {1, 1, 1, 1}, {8, 128, 96, 10}};
+    static const int cases[][4] = {
+        {2, 5, 7, 50}, {4, 64, 128, 300}, {1, 1, 1, 1}, {8, 128, 96, 10}};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
         for (int with_pe = 0; with_pe < 2; with_pe++) {
             int B = cases[ci][0], T = cases[ci][1], C = cases[ci][2], V = cases[ci][3];
             size_t N = (size_t)B * T;
             int *tok = malloc(N * sizeof(int));
             for (size_t i = 0; i < N; i++) tok[i] = rnd_int(V);
-            float *wte = host_normal((size_t)V * C, 1.0f), *wpe = host_normal((size_t)T * C, 1.0f);
+            float *wte = host_normal((size_t)V * C, 1.0f),
+                  *wpe = host_normal((size_t)T * C, 1.0f);
             dpair dtok = dp_from(tok, N * sizeof(int)), dwte = dp_floats(wte, (size_t)V * C);
             dpair dwpe = dp_floats(wpe, (size_t)T * C), dout = dp_alloc(N * C * 4);
             dp_poison(dout, 0);
@@ -1969,8 +2030,8 @@ static void test_embedding(void) {
             check_f("embedding_backward dwte", shape, dwte, (size_t)V * C, 1e-6);
             if (with_pe) check_f("embedding_backward dwpe", shape, dwpe, (size_t)T * C, 1e-6);
             /* determinism: the same backward from the same start */
-            GPU->ops->embedding_backward(GPU, wte0, with_pe ? wpe0 : NULL, dg.p[1], dtok.p[1], B, T,
-                                         C);
+            GPU->ops->embedding_backward(GPU, wte0, with_pe ? wpe0 : NULL, dg.p[1], dtok.p[1], B,
+                                         T, C);
             check_same_bits("embedding_backward", shape, wte0, dwte.p[1], (size_t)V * C * 4);
             GPU->ops->free(GPU, wte0), GPU->ops->free(GPU, wpe0);
             dp_free(dtok), dp_free(dwte), dp_free(dwpe), dp_free(dout), dp_free(dg);
@@ -2007,8 +2068,8 @@ static void test_layernorm_bf16(void) {
         GPU->ops->to_device(GPU, a2, &amax0, 4);
         GPU->ops->layernorm_forward(GPU, y, m2, r2, dx.p[1], dw.p[1], db.p[1], N, C, 1e-5f);
         t_to_bf16(GPU, h2, a2, y, N, C);
-        check_gpu_identical("layernorm_forward_bf16 == layernorm + to_bf16", shape, dh.p[1], h2, hb,
-                            "from the two-op path");
+        check_gpu_identical("layernorm_forward_bf16 == layernorm + to_bf16", shape, dh.p[1], h2,
+                            hb, "from the two-op path");
         check_gpu_identical("layernorm_forward_bf16 amax == two-op", shape, da.p[1], a2, 4,
                             "from the two-op path");
         check_gpu_identical("layernorm_forward_bf16 mean == two-op", shape, dm.p[1], m2,
@@ -2021,7 +2082,8 @@ static void test_layernorm_bf16(void) {
         float *fc = malloc(m * 4), *fg = malloc(m * 4);
         for (size_t i = 0; i < m; i++) fc[i] = bf16_decode(hc[i]), fg[i] = bf16_decode(hg[i]);
         double err = rel_err(fg, fc, m, &bad, &first);
-        row("layernorm_forward_bf16 operand", shape, err, 1.0 / 256, err <= 1.0 / 256 && !bad, "");
+        row("layernorm_forward_bf16 operand", shape, err, 1.0 / 256, err <= 1.0 / 256 && !bad,
+            "");
         free(fc), free(fg), free(hc), free(hg);
         /* the residual add folded in (add_layernorm_forward_bf16): the sum bit for bit with
          * the CPU's add; operand, mean, rstd the same bytes as add then the op above */
@@ -2053,7 +2115,8 @@ static void test_norms(void) {
             int N = cases[ci][0], C = cases[ci][1];
             size_t n = (size_t)N * C;
             int no_bias = ci == 1;
-            float *x = host_normal(n, 2.0f), *w = host_normal(C, 1.0f), *bs = host_normal(C, 1.0f);
+            float *x = host_normal(n, 2.0f), *w = host_normal(C, 1.0f),
+                  *bs = host_normal(C, 1.0f);
             for (size_t i = 0; i < n; i++) x[i] += 0.5f; /* a nonzero mean */
             dpair dx = dp_floats(x, n), dw = dp_floats(w, C), db = dp_floats(bs, C);
             dpair dout = dp_alloc(n * 4), dmean = dp_alloc(N * 4), drstd = dp_alloc(N * 4);
@@ -2062,9 +2125,11 @@ static void test_norms(void) {
             char op[64], shape[32];
             snprintf(shape, sizeof(shape), "N%d C%d", N, C);
             FOR_BOTH {
-                if (rms) be_->ops->rmsnorm_forward(be_, F(dout), F(drstd), F(dx), F(dw), N, C, 1e-5f);
-                else be_->ops->layernorm_forward(be_, F(dout), F(dmean), F(drstd), F(dx), F(dw),
-                                                 no_bias ? NULL : F(db), N, C, 1e-5f);
+                if (rms)
+                    be_->ops->rmsnorm_forward(be_, F(dout), F(drstd), F(dx), F(dw), N, C, 1e-5f);
+                else
+                    be_->ops->layernorm_forward(be_, F(dout), F(dmean), F(drstd), F(dx), F(dw),
+                                                no_bias ? NULL : F(db), N, C, 1e-5f);
             }
             snprintf(op, sizeof(op), "%s_forward out%s", nm, !rms && no_bias ? " (no bias)" : "");
             check_f(op, shape, dout, n, 1e-5);
@@ -2085,10 +2150,12 @@ static void test_norms(void) {
             dpair dgb = dp_floats(gb, C);
             void *gw0 = gpu_clone(dgw), *gb0 = gpu_clone(dgb), *gx0 = gpu_clone(dgx);
             FOR_BOTH {
-                if (rms) be_->ops->rmsnorm_backward(be_, F(dgx), F(dgw), F(dgo), F(dx), F(dw),
-                                                    F(drstd), N, C);
-                else be_->ops->layernorm_backward(be_, F(dgx), F(dgw), no_bias ? NULL : F(dgb),
-                                                  F(dgo), F(dx), F(dw), F(dmean), F(drstd), N, C);
+                if (rms)
+                    be_->ops->rmsnorm_backward(be_, F(dgx), F(dgw), F(dgo), F(dx), F(dw),
+                                               F(drstd), N, C);
+                else
+                    be_->ops->layernorm_backward(be_, F(dgx), F(dgw), no_bias ? NULL : F(dgb),
+                                                 F(dgo), F(dx), F(dw), F(dmean), F(drstd), N, C);
             }
             snprintf(op, sizeof(op), "%s_backward dx", nm);
             check_f(op, shape, dgx, n, 1e-5);
@@ -2096,8 +2163,8 @@ static void test_norms(void) {
             check_f(op, shape, dgw, C, 1e-5);
             if (!rms && !no_bias) check_f("layernorm_backward dbias", shape, dgb, C, 1e-5);
             if (!rms) {
-                GPU->ops->layernorm_backward(GPU, gx0, gw0, no_bias ? NULL : gb0, dgo.p[1], dx.p[1],
-                                             dw.p[1], dmean.p[1], drstd.p[1], N, C);
+                GPU->ops->layernorm_backward(GPU, gx0, gw0, no_bias ? NULL : gb0, dgo.p[1],
+                                             dx.p[1], dw.p[1], dmean.p[1], drstd.p[1], N, C);
             } else {
                 GPU->ops->rmsnorm_backward(GPU, gx0, gw0, dgo.p[1], dx.p[1], dw.p[1], drstd.p[1],
                                            N, C);
@@ -2107,7 +2174,8 @@ static void test_norms(void) {
             GPU->ops->free(GPU, gw0), GPU->ops->free(GPU, gb0), GPU->ops->free(GPU, gx0);
             dp_free(dx), dp_free(dw), dp_free(db), dp_free(dout), dp_free(dmean), dp_free(drstd);
             dp_free(dgo), dp_free(dgx), dp_free(dgw), dp_free(dgb);
-            free(x), free(w), free(bs), free(hm), free(hr), free(gout), free(gx), free(gw), free(gb);
+            free(x), free(w), free(bs), free(hm), free(hr), free(gout), free(gx), free(gw),
+                free(gb);
         }
 }
 
@@ -2226,7 +2294,7 @@ static void test_activations(void) {
  * at head size 32 for unit-normal data, and at T = 1 the lse is that one score (measured
  * 5.3e-3 on an H200): 1e-2. */
 static double attn_tol_out = 1e-5, attn_tol_lse = 1e-5, attn_tol_grad = 1e-5;
-static int attn_expect_tc; /* the variant must run head sizes 32, 64, 128 on tensor cores */
+static int attn_expect_tc;    /* the variant must run head sizes 32, 64, 128 on tensor cores */
 static int attn_expect_flash; /* ... on the flash path, which keeps q, k, v for the backward */
 static int attn_expect_cudnn; /* ... through cuDNN's fused attention (attention option cudnn) */
 
@@ -2237,16 +2305,25 @@ static void test_attention(void) {
     static const struct {
         int B, T, NH, NKV, HS;
         float rope, l3;
-    } cases[] = {{1, 1, 1, 1, 32, 0, 0},       {2, 17, 3, 3, 32, 1e4f, 0},
-                 {2, 64, 2, 2, 64, 0, 0},      {1, 130, 2, 2, 64, 1e4f, 0},
-                 {1, 100, 2, 2, 128, 5e5f, 0}, {2, 33, 2, 2, 24, 0, 0},
-                 {1, 70, 1, 1, 16, 1e4f, 0},   {1, 200, 3, 3, 64, 1e4f, 0},
-                 {4, 256, 4, 4, 64, 0, 0},     {1, 1024, 2, 2, 64, 1e4f, 0},
+    } cases[] = {{1, 1, 1, 1, 32, 0, 0},
+                 {2, 17, 3, 3, 32, 1e4f, 0},
+                 {2, 64, 2, 2, 64, 0, 0},
+                 {1, 130, 2, 2, 64, 1e4f, 0},
+                 {1, 100, 2, 2, 128, 5e5f, 0},
+                 {2, 33, 2, 2, 24, 0, 0},
+                 {1, 70, 1, 1, 16, 1e4f, 0},
+                 {1, 200, 3, 3, 64, 1e4f, 0},
+                 {4, 256, 4, 4, 64, 0, 0},
+                 {1, 1024, 2, 2, 64, 1e4f, 0},
                  /* grouped-query (2:1, 3:1, 4:1) and multi-query attention, every path */
-                 {2, 17, 4, 2, 32, 1e4f, 0},   {2, 64, 6, 2, 64, 0, 0},
-                 {1, 130, 4, 1, 64, 1e4f, 8},  {1, 100, 4, 2, 128, 5e5f, 32},
-                 {2, 33, 4, 2, 24, 0, 0},      {1, 70, 4, 1, 16, 1e4f, 8},
-                 {2, 200, 8, 2, 64, 5e5f, 32}, {1, 300, 2, 2, 64, 5e5f, 32}};
+                 {2, 17, 4, 2, 32, 1e4f, 0},
+                 {2, 64, 6, 2, 64, 0, 0},
+                 {1, 130, 4, 1, 64, 1e4f, 8},
+                 {1, 100, 4, 2, 128, 5e5f, 32},
+                 {2, 33, 4, 2, 24, 0, 0},
+                 {1, 70, 4, 1, 16, 1e4f, 8},
+                 {2, 200, 8, 2, 64, 5e5f, 32},
+                 {1, 300, 2, 2, 64, 5e5f, 32}};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         int B = cases[ci].B, T = cases[ci].T, NH = cases[ci].NH, NKV = cases[ci].NKV;
         int HS = cases[ci].HS;
@@ -2268,17 +2345,18 @@ static void test_attention(void) {
                  NKV < NH ? (NKV == 1 ? " MQA" : " GQA") : "", rope > 0 ? " rope" : "",
                  cases[ci].l3 > 0 ? " llama3" : "");
         check_f("attention_forward out", shape, dout, nout, attn_tol_out);
-        if (attn_expect_tc) check_f_abs("attention_forward lse (abs)", shape, dlse, nlse,
-                                        attn_tol_lse);
-        else check_f("attention_forward lse", shape, dlse, nlse, attn_tol_lse);
+        if (attn_expect_tc)
+            check_f_abs("attention_forward lse (abs)", shape, dlse, nlse, attn_tol_lse);
+        else
+            check_f("attention_forward lse", shape, dlse, nlse, attn_tol_lse);
         /* backward on identical saved tensors (the CPU's out and lse on both sides) */
         float *ho = dl(0, dout.p[0], nout * 4), *hl = dl(0, dlse.p[0], nlse * 4);
         GPU->ops->to_device(GPU, dout.p[1], ho, nout * 4);
         GPU->ops->to_device(GPU, dlse.p[1], hl, nlse * 4);
         dpair dg = dp_floats(g, nout), dd = dp_alloc(nqkv * 4);
         dp_poison(dd, 0);
-        FOR_BOTH be_->ops->attention_backward(be_, F(dd), F(dg), F(dqkv), NULL, F(dout),
-                                              F(dlse), &sh);
+        FOR_BOTH be_->ops->attention_backward(be_, F(dd), F(dg), F(dqkv), NULL, F(dout), F(dlse),
+                                              &sh);
         check_f("attention_backward dqkv", shape, dd, nqkv, attn_tol_grad);
         void *dd2 = GPU->ops->malloc(GPU, nqkv * 4);
         GPU->ops->attention_backward(GPU, dd2, dg.p[1], dqkv.p[1], NULL, dout.p[1], dlse.p[1],
@@ -2286,8 +2364,8 @@ static void test_attention(void) {
         check_same_bits("attention_backward", shape, dd2, dd.p[1], nqkv * 4);
         fp8t_cuda_attention_counts(GPU, &tc1, NULL);
         if (attn_expect_tc && (HS == 32 || HS == 64 || HS == 128))
-            row("attention ran on tensor cores", shape, (double)(tc1 - tc0), 3,
-                tc1 - tc0 == 3, "calls on the tensor-core path (of 3)");
+            row("attention ran on tensor cores", shape, (double)(tc1 - tc0), 3, tc1 - tc0 == 3,
+                "calls on the tensor-core path (of 3)");
         /* cuDNN must really have run at head sizes 64 and 128 (a shape it refuses falls back
          * to flash quietly but for one line on stderr; head size 32 may: not checked) */
         fp8t_cuda_attention_cudnn_calls(GPU, &dnn1);
@@ -2333,8 +2411,8 @@ static void test_softmax_xent(void) {
             dpair dlg = dp_floats(lg, n), dtg = dp_from(tg, N * sizeof(int));
             dpair dloss = dp_alloc(N * 4), ddl = dp_alloc(n * 4);
             dp_poison(dloss, 0), dp_poison(ddl, 0);
-            FOR_BOTH be_->ops->softmax_xent(be_, F(dloss), alias ? F(dlg) : F(ddl), F(dlg), I(dtg),
-                                            N, V, 0.37f);
+            FOR_BOTH be_->ops->softmax_xent(be_, F(dloss), alias ? F(dlg) : F(ddl), F(dlg),
+                                            I(dtg), N, V, 0.37f);
             char shape[32];
             snprintf(shape, sizeof(shape), "N%d V%d", N, V);
             check_f(alias ? "softmax_xent losses (aliased)" : "softmax_xent losses", shape, dloss,
@@ -2357,8 +2435,9 @@ static void test_softmax_xent(void) {
  * padding exactly zero on the GPU, the amax (1e-5); logits rows with a padded stride (the
  * model's: float4 loads) and packed (odd V: scalar loads). */
 static void test_softmax_xent_bf16(void) {
-    static const int cases[][3] = {{1, 1, 8}, {4, 5, 5}, {33, 257, 264}, {8, 50257, 50264},
-                                   {8, 50257, 50257}, {64, 512, 512}, {3, 100, 104}};
+    static const int cases[][3] = {{1, 1, 8},         {4, 5, 5},         {33, 257, 264},
+                                   {8, 50257, 50264}, {8, 50257, 50257}, {64, 512, 512},
+                                   {3, 100, 104}};
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
         int N = cases[ci][0], V = cases[ci][1], ld = cases[ci][2];
         const int Np = fp8t_bf16_pad(N), Vp = fp8t_bf16_pad(V);
@@ -2367,10 +2446,11 @@ static void test_softmax_xent_bf16(void) {
         for (int i = 0; i < N; i++) tg[i] = rnd_int(7) == 0 ? -1 : rnd_int(V);
         float amax0 = 1e-3f;
         dpair dlg = dp_floats(lg, (size_t)N * ld), dtg = dp_from(tg, N * sizeof(int));
-        dpair dloss = dp_alloc(N * 4), dh = dp_alloc(fp8t_bf16_bytes(N, V)), da = dp_floats(&amax0, 1);
+        dpair dloss = dp_alloc(N * 4), dh = dp_alloc(fp8t_bf16_bytes(N, V)),
+              da = dp_floats(&amax0, 1);
         dp_poison(dloss, 0), dp_poison(dh, 1);
-        FOR_BOTH be_->ops->softmax_xent_bf16(be_, F(dloss), U16(dh), F(da), F(dlg), ld, I(dtg),
-                                             N, V, 0.37f);
+        FOR_BOTH be_->ops->softmax_xent_bf16(be_, F(dloss), U16(dh), F(da), F(dlg), ld, I(dtg), N,
+                                             V, 0.37f);
         char shape[48];
         snprintf(shape, sizeof(shape), "N%d V%d ld%d", N, V, ld);
         check_f("softmax_xent_bf16 losses", shape, dloss, N, 1e-5);
@@ -2390,8 +2470,8 @@ static void test_softmax_xent_bf16(void) {
         double err = rel_err(f[1], f[0], n, &bad, &first);
         char note[96] = "";
         if (pad_bad) snprintf(note, sizeof(note), "%zu padding elements not zero", pad_bad);
-        row("softmax_xent_bf16 dlogits", shape, err, 1.0 / 256, err <= 1.0 / 256 && !bad && !pad_bad,
-            note);
+        row("softmax_xent_bf16 dlogits", shape, err, 1.0 / 256,
+            err <= 1.0 / 256 && !bad && !pad_bad, note);
         for (int s = 0; s < 2; s++) free(h[s]), free(f[s]);
         dp_free(dlg), dp_free(dtg), dp_free(dloss), dp_free(dh), dp_free(da);
         free(lg), free(tg);
@@ -2487,8 +2567,8 @@ static void test_adamw(void) {
             for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
             dpair dp_ = dp_floats(p, n), dg = dp_floats(g, n), dm = dp_floats(m, n);
             dpair dv = dp_floats(v, n);
-            FOR_BOTH be_->ops->adamw(be_, F(dp_), F(dm), F(dv), F(dg), n, 3e-4f, 0.9f, 0.95f, 1e-8f,
-                                     0.1f, t, 0.5f);
+            FOR_BOTH be_->ops->adamw(be_, F(dp_), F(dm), F(dv), F(dg), n, 3e-4f, 0.9f, 0.95f,
+                                     1e-8f, 0.1f, t, 0.5f);
             char shape[32];
             snprintf(shape, sizeof(shape), "%zu t=%d", n, t);
             check_f("adamw params", shape, dp_, n, 1e-6);
@@ -2608,9 +2688,10 @@ static void fp8_effect(const char *pname, const char *shape, const float *gg, co
     int over = 0, worst_i = 0;
     double worst = 0;
     for (int i = 0; i < nt; i++) {
-        double eb = rel_err(gg + info[i].offset, gc + info[i].offset, info[i].numel, &bad, &first);
-        double ef = rel_err(gc + info[i].offset, gbf16 + info[i].offset, info[i].numel, &bad2,
-                            &first2);
+        double eb =
+            rel_err(gg + info[i].offset, gc + info[i].offset, info[i].numel, &bad, &first);
+        double ef =
+            rel_err(gc + info[i].offset, gbf16 + info[i].offset, info[i].numel, &bad2, &first2);
         double r = ef > 0 ? eb / ef : (eb > 0 ? INFINITY : 0);
         if (r > 1.0) over++;
         if (r > worst || i == 0) worst = r, worst_i = i;
@@ -2625,16 +2706,16 @@ static void fp8_effect(const char *pname, const char *shape, const float *gg, co
  * give the same bits, so a GPU model with every fusion off is held to the same tolerances). */
 static fp8t_model_options gpu_model_opts;
 
-static fp8t_model *make_model(fp8t_backend *be, const fp8t_model_config *cfg,
-                              fp8t_precision prec, int B, int T) {
+static fp8t_model *make_model(fp8t_backend *be, const fp8t_model_config *cfg, fp8t_precision prec,
+                              int B, int T) {
     fp8t_policy p;
     fp8t_policy_default(&p);
     p.default_precision = prec;
     p.history_len = 16;
     if (prec == FP8T_PREC_FP32 || prec == FP8T_PREC_BF16) p.head_precision = prec;
     char err[256];
-    fp8t_model *m = fp8t_model_create(be, cfg, &p, be == GPU ? &gpu_model_opts : NULL, B, T,
-                                      err, sizeof(err));
+    fp8t_model *m = fp8t_model_create(be, cfg, &p, be == GPU ? &gpu_model_opts : NULL, B, T, err,
+                                      sizeof(err));
     if (!m) {
         printf("  model create on %s failed: %s\n", be->name, err);
         return NULL;
@@ -2718,8 +2799,8 @@ static void model_compare(const char *cname, const fp8t_model_config *cfg, int B
         int worst_i = 0, nbad = 0;
         for (int i = 0; i < nt; i++) {
             size_t bad, first;
-            double e = rel_err(gg + info[i].offset, gc + info[i].offset, info[i].numel, &bad,
-                               &first);
+            double e =
+                rel_err(gg + info[i].offset, gc + info[i].offset, info[i].numel, &bad, &first);
             if (bad) e = INFINITY;
             if (e > pc->grad_tol) nbad++;
             if (e > worst || i == 0) worst = e, worst_i = i;
@@ -2866,14 +2947,19 @@ static void test_inspect_on_gpu(void) {
     for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line;
          line = strtok_r(NULL, "\n", &save)) {
         cJSON *r = cJSON_Parse(line);
-        if (!r) { bad++; continue; }
+        if (!r) {
+            bad++;
+            continue;
+        }
         rows_n++;
         const char *tensor = cJSON_GetObjectItem(r, "tensor")->valuestring;
         const char *fmt_s = cJSON_GetObjectItem(r, "fmt")->valuestring;
         int layer = (int)num_of(r, "layer"), step_i = (int)num_of(r, "step");
         char name[128], f[700], descr[16], lname[16];
-        if (layer < 0) snprintf(lname, sizeof(lname), "head");
-        else snprintf(lname, sizeof(lname), "%d", layer);
+        if (layer < 0)
+            snprintf(lname, sizeof(lname), "head");
+        else
+            snprintf(lname, sizeof(lname), "%d", layer);
         snprintf(name, sizeof(name), "%s.%s.%s.%s", lname,
                  cJSON_GetObjectItem(r, "module")->valuestring,
                  cJSON_GetObjectItem(r, "gemm")->valuestring, tensor);
@@ -2895,11 +2981,14 @@ static void test_inspect_on_gpu(void) {
         fp8t_stats st;
         float scale = (float)num_of(r, "scale");
         fp8_format fmt = !strcmp(fmt_s, "e5m2") ? FP8_E5M2 : FP8_E4M3;
-        if (operand) fp8t_fp8_stats(&st, x, n, scale, fmt);
-        else fp8t_tensor_stats(&st, x, n);
+        if (operand)
+            fp8t_fp8_stats(&st, x, n, scale, fmt);
+        else
+            fp8t_tensor_stats(&st, x, n);
         int ok = num_of(r, "min") == st.min && num_of(r, "max") == st.max &&
                  num_of(r, "amax") == st.amax && num_of(r, "n_nan") == (double)st.n_nan &&
-                 num_of(r, "n_inf") == (double)st.n_inf && num_of(r, "n_zero") == (double)st.n_zero;
+                 num_of(r, "n_inf") == (double)st.n_inf &&
+                 num_of(r, "n_zero") == (double)st.n_zero;
         const char *keys[] = {"mean", "std", "l1", "l2", "dynamic_range"};
         const double vals[] = {st.mean, st.std, st.l1, st.l2, st.dynamic_range};
         for (int k = 0; k < 5; k++) {
@@ -2920,8 +3009,10 @@ static void test_inspect_on_gpu(void) {
             req.n_images = 5;
             req.img[0] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E4M3};
             req.img[1] = (fp8t_image_spec){.kind = FP8T_IMG_CURRENT, .fmt = FP8_E5M2};
-            req.img[2] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = 128};
-            req.img[3] = (fp8t_image_spec){.kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 1, .tile_c = 128};
+            req.img[2] = (fp8t_image_spec){
+                .kind = FP8T_IMG_TILES, .fmt = FP8_E4M3, .tile_r = 1, .tile_c = 128};
+            req.img[3] = (fp8t_image_spec){
+                .kind = FP8T_IMG_TILES, .fmt = FP8_E5M2, .tile_r = 1, .tile_c = 128};
             req.img[4] = (fp8t_image_spec){.kind = FP8T_IMG_MX};
             fp8t_stats_raw raw;
             fp8t_stats_raw_compute(&raw, x, rows, cols, &req);
@@ -2936,14 +3027,17 @@ static void test_inspect_on_gpu(void) {
                     !(fabs(num_of(w, "sqnr_db") - sq) <= 1e-5)) {
                     ok = 0;
                     snprintf(why, sizeof(why), "%s whatif %s: %g %g %g vs %g %g %g", name, wn[k],
-                             w ? num_of(w, "underflow_pct") : NAN, w ? num_of(w, "saturation_pct") : NAN,
+                             w ? num_of(w, "underflow_pct") : NAN,
+                             w ? num_of(w, "saturation_pct") : NAN,
                              w ? num_of(w, "sqnr_db") : NAN, up, sp, sq);
                 }
             }
         }
         if (!ok) {
             bad++;
-            if (!why[0]) snprintf(why, sizeof(why), "step %d %s differs from its dump's statistics", step_i, name);
+            if (!why[0])
+                snprintf(why, sizeof(why), "step %d %s differs from its dump's statistics",
+                         step_i, name);
         }
         free(data);
         cJSON_Delete(r);
@@ -2958,7 +3052,6 @@ static void test_inspect_on_gpu(void) {
     row("inspect on the GPU vs its dumps", shape, worst, 1e-6, bad == 0 && rows_n > 100, why);
     fp8t_rmtree(dir);
 }
-
 
 /* A read-only hook (fp8t_model_set_observer) on the CUDA backend: the model keeps its FP8 save
  * of X (the Wgrad X site shows NULL) and its dY code reuse, and the inspector writes the
@@ -2997,8 +3090,10 @@ static void test_inspect_observer_on_gpu(void) {
         if (!m || !c.in) {
             snprintf(why, sizeof(why), "create: %s", c.in ? "model" : err);
         } else {
-            if (ro) fp8t_model_set_observer(m, gpu_observe_hook, &c);
-            else fp8t_model_set_hook(m, gpu_observe_hook, &c);
+            if (ro)
+                fp8t_model_set_observer(m, gpu_observe_hook, &c);
+            else
+                fp8t_model_set_hook(m, gpu_observe_hook, &c);
             for (int t = 0; t < 2; t++) {
                 fp8t_inspector_begin_step(c.in, t);
                 fp8t_model_zero_grad(m);
@@ -3021,8 +3116,9 @@ static void test_inspect_observer_on_gpu(void) {
     int lines = 0;
     for (const char *p = text[0]; p && (p = strchr(p, '\n')); p++) lines++;
     if (!why[0] && (null_x[0] != 0 || null_x[1] == 0))
-        snprintf(why, sizeof(why), "Wgrad X shown as NULL: %d under the writing hook, %d read-only",
-                 null_x[0], null_x[1]);
+        snprintf(why, sizeof(why),
+                 "Wgrad X shown as NULL: %d under the writing hook, %d read-only", null_x[0],
+                 null_x[1]);
     if (!why[0] && strcmp(text[0], text[1]) != 0) {
         /* the first row that differs */
         const char *a = text[0], *b = text[1];
@@ -3078,7 +3174,8 @@ static void model_head_chunks_gpu(const char *cname, const fp8t_model_config *cf
     fp8t_model_backward(mu, 1.0f), fp8t_model_backward(mk, 1.0f);
     double lerr = fabs((double)lk - lu) / fabs((double)lu);
     snprintf(note, sizeof(note), "chunked %.7f unchunked %.7f", (double)lk, (double)lu);
-    row("head chunks: loss", shape, lerr, pc->loss_tol, isfinite(lk) && lerr <= pc->loss_tol, note);
+    row("head chunks: loss", shape, lerr, pc->loss_tol, isfinite(lk) && lerr <= pc->loss_tol,
+        note);
     const size_t np = fp8t_model_num_params(mu);
     float *gu = malloc(np * 4), *gk = malloc(np * 4);
     GPU->ops->to_host(GPU, gu, fp8t_model_grads(mu), np * 4);
@@ -3095,8 +3192,8 @@ static void model_head_chunks_gpu(const char *cname, const fp8t_model_config *cf
         if (e > pc->grad_tol) nbad++;
         if (e > worst || i == 0) worst = e, worst_i = i;
     }
-    snprintf(note, sizeof(note), "%d tensors, worst %s, %d over tolerance", nt, info[worst_i].name,
-             nbad);
+    snprintf(note, sizeof(note), "%d tensors, worst %s, %d over tolerance", nt,
+             info[worst_i].name, nbad);
     row("head chunks: grads (per tensor)", shape, worst, pc->grad_tol, nbad == 0, note);
     size_t bad_all, first_all;
     double all = rel_err(gk, gu, np, &bad_all, &first_all);
@@ -3197,8 +3294,8 @@ static int attn_bench(int iters) {
     for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
         const int B = shapes[si].B, T = shapes[si].T, NH = shapes[si].NH;
         const int NKV = shapes[si].NKV, HS = shapes[si].HS;
-        fp8t_attn_shape sh = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS,
-                              .rope_theta = shapes[si].rope};
+        fp8t_attn_shape sh = {
+            .B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS, .rope_theta = shapes[si].rope};
         const size_t nqkv = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * NH * HS;
         const size_t nlse = (size_t)B * NH * T;
         const double ffwd = 2.0 * B * NH * (double)T * T * HS, fbwd = 2.5 * ffwd;
@@ -3236,7 +3333,8 @@ static int attn_bench(int iters) {
             fp8t_cuda_attention_cudnn_calls(GPU, &c1);
             printf("attn-bench %-40s %-6s op   fwd %8.3f ms %6.1f TFLOP/s   bwd %8.3f ms "
                    "%6.1f TFLOP/s%s\n",
-                   shapes[si].name, fp8t_attn_impl_name(impl[v]), fms, ffwd / fms * 1e-9, bms, fbwd / bms * 1e-9,
+                   shapes[si].name, fp8t_attn_impl_name(impl[v]), fms, ffwd / fms * 1e-9, bms,
+                   fbwd / bms * 1e-9,
                    v == 1 && c1 - c0 != 2 * iters ? "   (NOT cuDNN: fell back to flash)" : "");
             if (v == 1) {
                 for (int det = 1; det >= 0; det--) {
@@ -3249,8 +3347,8 @@ static int attn_bench(int iters) {
                                det ? "deterministic" : "atomic dq");
                     else
                         printf("attn-bench %-40s cudnn  core: cuDNN does not take the shape "
-                               "(%s backward)\n", shapes[si].name,
-                               det ? "deterministic" : "atomic dq");
+                               "(%s backward)\n",
+                               shapes[si].name, det ? "deterministic" : "atomic dq");
                 }
                 fp8t_cuda_attention_cudnn_deterministic(GPU, 1);
             }
@@ -3284,20 +3382,26 @@ static int attn_bench(int iters) {
 int main(int argc, char **argv) {
     int skip_exhaustive = 0, ops_only = 0, bench_iters = 0, infer_only = 0, default_only = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) skip_exhaustive = 1;
-        else if (!strcmp(argv[i], "--ops-only")) ops_only = 1;
-        else if (!strcmp(argv[i], "--attn-bench")) bench_iters = 20;
-        else if (!strcmp(argv[i], "--infer-only")) infer_only = 1;
-        else if (!strcmp(argv[i], "--default-only")) default_only = 1;
+        if (!strcmp(argv[i], "--quick"))
+            skip_exhaustive = 1;
+        else if (!strcmp(argv[i], "--ops-only"))
+            ops_only = 1;
+        else if (!strcmp(argv[i], "--attn-bench"))
+            bench_iters = 20;
+        else if (!strcmp(argv[i], "--infer-only"))
+            infer_only = 1;
+        else if (!strcmp(argv[i], "--default-only"))
+            default_only = 1;
         else {
-            fprintf(stderr, "usage: %s [--quick] [--ops-only] [--attn-bench] [--infer-only] "
-                            "[--default-only]\n"
-                            "  --quick       skip the exhaustive 2^32-input conversion check\n"
-                            "  --ops-only    skip the training-step checks\n"
-                            "  --attn-bench  only time attention: flash against cuDNN\n"
-                            "  --infer-only  only the inference rows (tests/gpu/gpu_infer.c)\n"
-                            "  --default-only  the default CUDA variant only: not the plain\n"
-                            "                one nor the other attention implementations\n",
+            fprintf(stderr,
+                    "usage: %s [--quick] [--ops-only] [--attn-bench] [--infer-only] "
+                    "[--default-only]\n"
+                    "  --quick       skip the exhaustive 2^32-input conversion check\n"
+                    "  --ops-only    skip the training-step checks\n"
+                    "  --attn-bench  only time attention: flash against cuDNN\n"
+                    "  --infer-only  only the inference rows (tests/gpu/gpu_infer.c)\n"
+                    "  --default-only  the default CUDA variant only: not the plain\n"
+                    "                one nor the other attention implementations\n",
                     argv[0]);
             return 2;
         }
@@ -3326,8 +3430,9 @@ int main(int argc, char **argv) {
     fp8t_backend_destroy(GPU);
     GPU = NULL;
     printf("%-34s %-24s %10s %9s  %s\n", "op", "size", "rel err", "tol", "result");
-    printf("%.*s\n", 90, "------------------------------------------------------------------"
-                         "------------------------------------------");
+    printf("%.*s\n", 90,
+           "------------------------------------------------------------------"
+           "------------------------------------------");
     if (infer_only) {
         int n_pass = 0, n_fail = 0;
         gpu_test_infer(&n_pass, &n_fail);
@@ -3423,7 +3528,7 @@ int main(int argc, char **argv) {
     /* the optional fast paths, op by op (the training-step checks above use the defaults) */
     static const struct {
         fp8t_attn_impl attn;
-        int attention;       /* run the attention rows (else the float GEMM rows) */
+        int attention; /* run the attention rows (else the float GEMM rows) */
         double out, lse, grad;
     } extra[] = {{FP8T_ATTN_FLASH, 1, 1.5e-2, 1e-2, 3e-2},
                  {FP8T_ATTN_GEMM, 1, 1.5e-2, 1e-2, 3e-2},
@@ -3450,7 +3555,8 @@ int main(int argc, char **argv) {
         printf("== %s vs cpu: ops\n", gpu_variant);
         rng_state = seed + 7919u * (uint64_t)(e + 2);
         if (extra[e].attention) {
-            attn_tol_out = extra[e].out, attn_tol_lse = extra[e].lse, attn_tol_grad = extra[e].grad;
+            attn_tol_out = extra[e].out, attn_tol_lse = extra[e].lse,
+            attn_tol_grad = extra[e].grad;
             attn_expect_tc = 1;
             /* cuDNN keeps q|k|v too (BF16 [B, T, W]) */
             attn_expect_flash = extra[e].attn == FP8T_ATTN_FLASH || is_cudnn;
@@ -3462,8 +3568,8 @@ int main(int argc, char **argv) {
                 /* whole BF16 steps with BF16 attention: the GEMM rows' tolerances (bf16 in
                  * PRECS) plus the attention op's own BF16 error (~1e-2 in dqkv) carried
                  * through the layers */
-                static const prec_case bf16_attn = {"bf16 (bf16 attention)", FP8T_PREC_BF16,
-                                                    1e-3, 0.1, 3e-2};
+                static const prec_case bf16_attn = {"bf16 (bf16 attention)", FP8T_PREC_BF16, 1e-3,
+                                                    0.1, 3e-2};
                 model_only = &bf16_attn;
                 fp8t_model_config small;
                 fp8t_model_preset(&small, "tiny");

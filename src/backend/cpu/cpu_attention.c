@@ -38,7 +38,8 @@ enum { ATT_QB = 64 };
 static int same_scaling(const fp8t_rope_scaling *a, const fp8t_rope_scaling *b) {
     return a->type == b->type && a->factor == b->factor &&
            a->low_freq_factor == b->low_freq_factor &&
-           a->high_freq_factor == b->high_freq_factor && a->original_max_pos == b->original_max_pos;
+           a->high_freq_factor == b->high_freq_factor &&
+           a->original_max_pos == b->original_max_pos;
 }
 
 static const float *rope_tables(fp8t_backend *b, const fp8t_attn_shape *sh) {
@@ -46,10 +47,9 @@ static const float *rope_tables(fp8t_backend *b, const fp8t_attn_shape *sh) {
     const float theta = sh->rope_theta;
     if (theta <= 0.0f) return NULL;
     if (HS % 2) {
-        FP8T_FATAL(
-                "attention: RoPE needs an even head size, got %d; change n_embd / "
-                "n_head or disable rope",
-                HS);
+        FP8T_FATAL("attention: RoPE needs an even head size, got %d; change n_embd / "
+                   "n_head or disable rope",
+                   HS);
     }
     cpu_state *s = cpu_of(b);
     if (s->rope && s->rope_T >= T && s->rope_HS == HS && s->rope_theta == theta &&
@@ -142,8 +142,8 @@ static inline void gemm(int transA, int transB, int M, int N, int K, float alpha
 /* Head-major copies of q (rotated), k (rotated) and v: Q[B][NH][T][HS], K/V[B][NKV][T][HS],
  * made by one pass over qkv in token order. Reading qkv sequentially streams from memory; gathering one head's
  * rows (stride 3C) inside each work item instead stalls on every row. */
-static void split_heads(float *Q, float *K, float *V, const float *qkv,
-                        const fp8t_attn_shape *sh, const float *tab) {
+static void split_heads(float *Q, float *K, float *V, const float *qkv, const fp8t_attn_shape *sh,
+                        const float *tab) {
     const int B = sh->B, T = sh->T, NH = sh->NH, NKV = fp8t_attn_nkv(sh), HS = sh->HS;
     const int CQ = NH * HS, CKV = NKV * HS, W = fp8t_attn_qkv_width(sh);
 #pragma omp parallel for schedule(static)
@@ -160,8 +160,8 @@ static void split_heads(float *Q, float *K, float *V, const float *qkv,
     }
 }
 
-void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved,
-                           const float *qkv, const fp8t_attn_shape *sh) {
+void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved, const float *qkv,
+                           const fp8t_attn_shape *sh) {
     (void)saved; /* the CPU rebuilds everything from qkv: attention_saved_bytes is 0 */
     const int B = sh->B, T = sh->T, NH = sh->NH, NKV = fp8t_attn_nkv(sh), HS = sh->HS;
     const int C = NH * HS, G = NH / NKV; /* G query heads per key/value head */
@@ -179,9 +179,9 @@ void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved,
         for (int bh = 0; bh < B * NH; bh++) {
             int bi = bh / NH, h = bh % NH;
             const size_t kvh = (size_t)bi * NKV + h / G;
-            const float *Q = Qall + (size_t)bh * T * HS; /* [T][HS] */
-            const float *K = Kall + kvh * T * HS;        /* [T][HS] */
-            const float *V = Vall + kvh * T * HS;        /* [T][HS] */
+            const float *Q = Qall + (size_t)bh * T * HS;       /* [T][HS] */
+            const float *K = Kall + kvh * T * HS;              /* [T][HS] */
+            const float *V = Vall + kvh * T * HS;              /* [T][HS] */
             float *lse_bh = lse ? lse + (size_t)bh * T : NULL; /* [T]; NULL: not kept */
             for (int t0 = 0; t0 < T; t0 += ATT_QB) {
                 int nq_ = T - t0 < ATT_QB ? T - t0 : ATT_QB, kend = t0 + nq_;
@@ -265,8 +265,7 @@ void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, con
                     for (int j = nk; j < kend; j++) prow[j] = srow[j] = 0.0f;
                 }
                 /* dQ_blk = scale * dS · K;  dK += scale * dSᵀ · Q_blk;  dV += Pᵀ · dO_blk */
-                gemm(0, 0, nq_, HS, kend, scale, dS, kend, K, HS, 0.0f, dQ + (size_t)t0 * HS,
-                     HS);
+                gemm(0, 0, nq_, HS, kend, scale, dS, kend, K, HS, 0.0f, dQ + (size_t)t0 * HS, HS);
                 gemm(1, 0, kend, HS, nq_, scale, dS, kend, Qb, HS, 1.0f, dK, HS);
                 gemm(1, 0, kend, HS, nq_, 1.0f, P, kend, dOb, HS, 1.0f, dV, HS);
             }

@@ -70,8 +70,10 @@ static void get_row(float *x, const void *cache, int kv, size_t blk, int t, int 
     if (kv == FP8T_KV_FP8)
         fp8_dequantize(x, (const uint8_t *)p + off, (size_t)HS,
                        ((const float *)(p + fp8t_kv_scale_offset(Tmax, HS)))[t], FP8_E4M3);
-    else if (kv == FP8T_KV_BF16) bf16_decode_n(x, (const uint16_t *)p + off, (size_t)HS);
-    else memcpy(x, (const float *)p + off, (size_t)HS * sizeof(float));
+    else if (kv == FP8T_KV_BF16)
+        bf16_decode_n(x, (const uint16_t *)p + off, (size_t)HS);
+    else
+        memcpy(x, (const float *)p + off, (size_t)HS * sizeof(float));
 }
 
 /* K (rotated at t) and V of token row tok (one qkv row) into position t of sequence bi */
@@ -93,8 +95,8 @@ static void check_shape(const fp8t_attn_shape *s, int kv, int Tmax, int T) {
     if (s->HS > 1024 || (s->rope_theta > 0.0f && s->HS % 2) || T > Tmax || kv < FP8T_KV_FP32 ||
         kv > FP8T_KV_FP8) {
         FP8T_FATAL("KV cache: head size %d (at most 1024, even with RoPE), %d "
-                   "tokens for a cache of %d positions, cache kind %d", s->HS, T, Tmax,
-                   kv);
+                   "tokens for a cache of %d positions, cache kind %d",
+                   s->HS, T, Tmax, kv);
     }
 }
 
@@ -118,9 +120,10 @@ void cpu_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int k
     for (int bi = 0; bi < B; bi++)
         if (pos[bi] < 0 || pos[bi] >= Tmax) {
             FP8T_FATAL("attention_decode: sequence %d at position %d, outside the "
-                       "cache's %d positions", bi, pos[bi], Tmax);
+                       "cache's %d positions",
+                       bi, pos[bi], Tmax);
         }
-    /* the new tokens' K and V first: every query head of a group reads them */
+        /* the new tokens' K and V first: every query head of a group reads them */
 #pragma omp parallel for schedule(static)
     for (int bi = 0; bi < B; bi++) {
         float tmp[1024];
@@ -169,10 +172,10 @@ void cpu_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
     const int N = B * T;
 #pragma omp parallel for schedule(static) if ((long)N * C > 65536)
     for (int i = 0; i < N; i++) {
-        const uint16_t *we = wte + (size_t)tokens[i] * ld;         /* [C] */
+        const uint16_t *we = wte + (size_t)tokens[i] * ld; /* [C] */
         const int t = pos ? pos[i] : i % T;
-        const float *pe = wpe ? wpe + (size_t)t * C : NULL;       /* [C] */
-        float *o = out + (size_t)i * C;                           /* [C] */
+        const float *pe = wpe ? wpe + (size_t)t * C : NULL; /* [C] */
+        float *o = out + (size_t)i * C;                     /* [C] */
         for (int c = 0; c < C; c++) o[c] = bf16_decode(we[c]) + (pe ? pe[c] : 0.0f);
     }
 }
@@ -185,10 +188,10 @@ void cpu_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
     const float si = *scale_inv;
 #pragma omp parallel for schedule(static) if ((long)N * C > 65536)
     for (int i = 0; i < N; i++) {
-        const uint8_t *we = codes + (size_t)tokens[i] * ld;        /* [C] */
+        const uint8_t *we = codes + (size_t)tokens[i] * ld; /* [C] */
         const int t = pos ? pos[i] : i % T;
-        const float *pe = wpe ? wpe + (size_t)t * C : NULL;       /* [C] */
-        float *o = out + (size_t)i * C;                           /* [C] */
+        const float *pe = wpe ? wpe + (size_t)t * C : NULL; /* [C] */
+        float *o = out + (size_t)i * C;                     /* [C] */
         for (int c = 0; c < C; c++) o[c] = fp8_decode(we[c], FP8_E4M3) * si + (pe ? pe[c] : 0.0f);
     }
 }

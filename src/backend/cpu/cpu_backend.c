@@ -171,8 +171,7 @@ static const fp8t_backend_ops cpu_ops = {
     .graph_destroy = NULL,
 };
 
-fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err,
-                                      size_t errlen) {
+fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err, size_t errlen) {
     (void)opt; /* one attention, no fused or cached paths of its own: nothing to choose */
     (void)err;
     (void)errlen; /* the CPU backend cannot fail short of OOM, which exits with a message */

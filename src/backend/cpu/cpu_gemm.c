@@ -39,8 +39,8 @@ void cpu_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int
     sgemm_rowmajor(C, A, B, M, N, K, transA, transB, acc, 1.0f);
 }
 
-void cpu_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
-                   int K, int transA, int transB, int acc, float *amax_a, float *amax_b) {
+void cpu_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N, int K,
+                   int transA, int transB, int acc, float *amax_a, float *amax_b) {
     size_t na = (size_t)(M > 0 ? M : 0) * (size_t)(K > 0 ? K : 0);
     size_t nb = (size_t)(K > 0 ? K : 0) * (size_t)(N > 0 ? N : 0);
     /* the reference: a separate pass (the CUDA backend fuses it into its BF16 conversion) */
@@ -70,10 +70,9 @@ static void decode_bf16_operand(float *out, const fp8t_bf16_operand *op) {
  * layout): a mismatch is a caller bug, reported with the shapes. */
 static void check_bf16_shape(const char *name, const fp8t_bf16_operand *op, int rows, int cols) {
     if (op->rows != rows || op->cols != cols || (!op->data && rows > 0 && cols > 0)) {
-        FP8T_FATAL(
-                "gemm_bf16_rounded: operand %s is stored %dx%d (data %p) but the GEMM "
-                "needs %dx%d",
-                name, op->rows, op->cols, (const void *)op->data, rows, cols);
+        FP8T_FATAL("gemm_bf16_rounded: operand %s is stored %dx%d (data %p) but the GEMM "
+                   "needs %dx%d",
+                   name, op->rows, op->cols, (const void *)op->data, rows, cols);
     }
 }
 
@@ -83,8 +82,7 @@ void cpu_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A
     if (M <= 0 || N <= 0) return;
     if (ldc == 0) ldc = N;
     if (ldc < N) {
-        FP8T_FATAL("gemm_bf16_rounded: ldc = %d is less than N = %d", ldc,
-                   N);
+        FP8T_FATAL("gemm_bf16_rounded: ldc = %d is less than N = %d", ldc, N);
     }
     const int k = K > 0 ? K : 0;
     check_bf16_shape("A", A, transA ? k : M, transA ? M : k);
@@ -97,7 +95,8 @@ void cpu_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A
         decode_bf16_operand(bf, B);
     }
     sgemm_rowmajor_ld(C, ldc, af, bf, M, N, K, transA, transB, acc, 1.0f);
-    if (bias && ldc == N) cpu_bias_add(b, C, bias, M, N);
+    if (bias && ldc == N)
+        cpu_bias_add(b, C, bias, M, N);
     else if (bias) /* bias_add's arithmetic, row by row */
         for (int r = 0; r < M; r++) cpu_bias_add(b, C + (size_t)r * ldc, bias, 1, N);
 }
@@ -110,10 +109,9 @@ static int decode_operand(float *out, const fp8t_fp8_operand *op, int trans, con
                           int want_rows, int want_cols) {
     int need_rows = trans ? want_cols : want_rows, need_cols = trans ? want_rows : want_cols;
     if (op->rows != need_rows || op->cols != need_cols) {
-        FP8T_FATAL(
-                "gemm_fp8: operand %s is stored %dx%d but the GEMM (trans%s=%d) needs "
-                "%dx%d",
-                name, op->rows, op->cols, name, trans, need_rows, need_cols);
+        FP8T_FATAL("gemm_fp8: operand %s is stored %dx%d but the GEMM (trans%s=%d) needs "
+                   "%dx%d",
+                   name, op->rows, op->cols, name, trans, need_rows, need_cols);
     }
     const uint8_t *codes = op->data;
     if (!codes) {
@@ -121,8 +119,7 @@ static int decode_operand(float *out, const fp8t_fp8_operand *op, int trans, con
         trans = !trans;
     }
     if (!codes) {
-        FP8T_FATAL("gemm_fp8: operand %s has neither data nor data_t",
-                   name);
+        FP8T_FATAL("gemm_fp8: operand %s has neither data nor data_t", name);
     }
     /* exact decode; the scales go into the GEMM's alpha */
     fp8_dequantize(out, codes, (size_t)op->rows * op->cols, 1.0f, op->fmt);
@@ -133,27 +130,26 @@ static int decode_operand(float *out, const fp8t_fp8_operand *op, int trans, con
 static void decode_block_operand(float *out, const fp8t_fp8_operand *op, const char *name,
                                  int rows, int K) {
     if (op->rows != rows || op->cols != K || !op->data || !op->scale_inv) {
-        FP8T_FATAL(
-                "gemm_fp8: block-scaled operand %s must be stored K-major as [%d,%d] "
-                "in data (A with transA = 0, B with transB = 1), got [%d,%d] data %p",
-                name, rows, K, op->rows, op->cols, (const void *)op->data);
+        FP8T_FATAL("gemm_fp8: block-scaled operand %s must be stored K-major as [%d,%d] "
+                   "in data (A with transA = 0, B with transB = 1), got [%d,%d] data %p",
+                   name, rows, K, op->rows, op->cols, (const void *)op->data);
     }
     float table[256];
     for (int c = 0; c < 256; c++) table[c] = fp8_decode((uint8_t)c, op->fmt);
     for (int r = 0; r < rows; r++)
         for (int k = 0; k < K; k++) {
             const size_t i = (size_t)r * K + k;
-            const float si = op->scaling == FP8T_SCALING_TENSOR
-                                 ? *op->scale_inv
-                                 : op->scale_inv[fp8t_block_scale_index(op->scaling, rows, K, r,
-                                                                        k)];
+            const float si =
+                op->scaling == FP8T_SCALING_TENSOR
+                    ? *op->scale_inv
+                    : op->scale_inv[fp8t_block_scale_index(op->scaling, rows, K, r, k)];
             out[i] = table[op->data[i]] * si;
         }
 }
 
-void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
-                  const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
-                  int acc, int fast_accum, float *amax_out, const float *bias) {
+void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A, const fp8t_fp8_operand *B,
+                  int M, int N, int K, int transA, int transB, int acc, int fast_accum,
+                  float *amax_out, const float *bias) {
     (void)fast_accum; /* CPU accumulation is always full FP32 */
     if (M <= 0 || N <= 0) return;
     if (A->scaling != FP8T_SCALING_TENSOR || B->scaling != FP8T_SCALING_TENSOR) {

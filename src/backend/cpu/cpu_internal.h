@@ -16,21 +16,21 @@
 #include "fp8train/backend.h"
 #include "fp8train/error.h"
 #include "backend/operand_kind.h" /* fp8t_scaled_quant */
-#include "numerics/scaling_hd.h" /* fp8t_amax_merge */
-#include "util/check.h"         /* FP8T_FATAL */
+#include "numerics/scaling_hd.h"  /* fp8t_amax_merge */
+#include "util/check.h"           /* FP8T_FATAL */
 
 /* Scratch buffers owned by the backend; each grows as needed and is reused across calls
  * (ops run one at a time on the backend's single "stream"). */
 enum {
     CPU_SCRATCH_GEMM_A = 0, /* float operand copies of gemm_bf16 / gemm_fp8 */
     CPU_SCRATCH_GEMM_B,
-    CPU_SCRATCH_CODES,      /* block / mxfp8 fake quantization codes */
-    CPU_SCRATCH_SCALES,     /* block scales / e8m0 exponents */
-    CPU_SCRATCH_ATTN,       /* attention's head-major copies of q, k, v, dout */
-    CPU_SCRATCH_ACT,        /* gelu_forward_bf16's FP32 result before the rounding */
-    CPU_SCRATCH_GRAD,       /* the fused GELU-backward ops' FP32 dx before the rounding */
-    CPU_SCRATCH_OPERAND,    /* make_operand's composed values (a combination with no kernel) */
-    CPU_SCRATCH_OPERAND_SUM,/* ... and its residual sum when the caller keeps none */
+    CPU_SCRATCH_CODES,       /* block / mxfp8 fake quantization codes */
+    CPU_SCRATCH_SCALES,      /* block scales / e8m0 exponents */
+    CPU_SCRATCH_ATTN,        /* attention's head-major copies of q, k, v, dout */
+    CPU_SCRATCH_ACT,         /* gelu_forward_bf16's FP32 result before the rounding */
+    CPU_SCRATCH_GRAD,        /* the fused GELU-backward ops' FP32 dx before the rounding */
+    CPU_SCRATCH_OPERAND,     /* make_operand's composed values (a combination with no kernel) */
+    CPU_SCRATCH_OPERAND_SUM, /* ... and its residual sum when the caller keeps none */
     CPU_SCRATCH_COUNT
 };
 
@@ -48,7 +48,7 @@ typedef struct {
         float *x;
         uint16_t *h;
         size_t n;
-    } *bf16_pending;
+    } * bf16_pending;
     int n_bf16_pending, cap_bf16_pending;
 } cpu_state;
 
@@ -128,14 +128,14 @@ static inline float cpu_row_max(const float *x, int n) {
 /* cpu_gemm.c */
 void cpu_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N, int K,
                   int transA, int transB, int acc);
-void cpu_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
-                   int K, int transA, int transB, int acc, float *amax_a, float *amax_b);
+void cpu_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N, int K,
+                   int transA, int transB, int acc, float *amax_a, float *amax_b);
 void cpu_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
                            const fp8t_bf16_operand *B, int M, int N, int K, int transA,
                            int transB, int acc, const float *bias, int ldc);
-void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
-                  const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
-                  int acc, int fast_accum, float *amax_out, const float *bias);
+void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A, const fp8t_fp8_operand *B,
+                  int M, int N, int K, int transA, int transB, int acc, int fast_accum,
+                  float *amax_out, const float *bias);
 /* cpu_quant.c */
 void cpu_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n);
 void cpu_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
@@ -160,26 +160,24 @@ void cpu_to_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x
 void cpu_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
                         int margin);
 /* cpu_norm.c */
-void cpu_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd,
-                           const float *x, const float *w, const float *bias, int N, int C,
-                           float eps);
+void cpu_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd, const float *x,
+                           const float *w, const float *bias, int N, int C, float eps);
 void cpu_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                                 float *rstd, const float *x, const float *w, const float *bias,
                                 int N, int C, float eps);
-void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out,
-                                    float *amax_out, float *mean, float *rstd, const float *a,
-                                    const float *c, const float *w, const float *bias, int N,
-                                    int C, float eps);
+void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out, float *amax_out,
+                                    float *mean, float *rstd, const float *a, const float *c,
+                                    const float *w, const float *bias, int N, int C, float eps);
 void cpu_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
-                            const float *dout, const float *x, const float *w,
-                            const float *mean, const float *rstd, int N, int C);
-void cpu_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x,
-                         const float *w, int N, int C, float eps);
+                            const float *dout, const float *x, const float *w, const float *mean,
+                            const float *rstd, int N, int C);
+void cpu_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x, const float *w,
+                         int N, int C, float eps);
 void cpu_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *dout,
                           const float *x, const float *w, const float *rstd, int N, int C);
 /* cpu_attention.c */
-void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved,
-                           const float *qkv, const fp8t_attn_shape *s);
+void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved, const float *qkv,
+                           const fp8t_attn_shape *s);
 void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, const float *qkv,
                             const void *saved, const float *out, const float *lse,
                             const fp8t_attn_shape *s);
@@ -196,10 +194,9 @@ void cpu_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
                                const uint8_t *codes, int ld, const float *scale_inv,
                                const float *wpe, const int *pos, int B, int T, int C);
 /* cpu_norm.c / cpu_misc.c: the inference fusions (backend.h) */
-void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a,
-                          const float *y, const float *ybias, const float *w, const float *bias,
-                          int rms, int rows, int cols, float eps, const float *scale,
-                          fp8_format fmt);
+void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a, const float *y,
+                          const float *ybias, const float *w, const float *bias, int rms,
+                          int rows, int cols, float eps, const float *scale, fp8_format fmt);
 void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up, int rows,
                         int cols, const float *scale, fp8_format fmt);
 /* cpu_operand.c: make_operand over the kernels above (fp8t_operand_kernel_of) */
@@ -227,13 +224,12 @@ void cpu_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t 
                                        float *amax_out, float *colsum, const float *dout,
                                        const float *x, const float *bias, int rows, int cols,
                                        fp8_format fmt, const float *scale);
-void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out,
-                                   float *colsum, const float *dout, const float *x,
-                                   const float *bias, int rows, int cols);
+void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
+                                   const float *dout, const float *x, const float *bias, int rows,
+                                   int cols);
 void cpu_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);
 void cpu_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n);
-void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,
-                       size_t n);
+void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout, size_t n);
 void cpu_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const float *up,
                         size_t n);
 void cpu_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,
@@ -251,8 +247,7 @@ void cpu_scale(fp8t_backend *b, float *out, float s, size_t n);
 void cpu_sumsq(fp8t_backend *b, float *out, const float *x, size_t n);
 void cpu_sum(fp8t_backend *b, float *out, const float *x, size_t n);
 void cpu_adamw(fp8t_backend *b, float *params, float *m, float *v, const float *grads, size_t n,
-               float lr, float beta1, float beta2, float eps, float wd, int t,
-               float grad_scale);
+               float lr, float beta1, float beta2, float eps, float wd, int t, float grad_scale);
 
 /* Column sums in a fixed order: colsum[c] += sum over rows r of x[r*ld + c] (c < cols),
  * accumulated in double per column, rows visited in order. Parallel over column blocks, so

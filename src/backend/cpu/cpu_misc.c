@@ -24,7 +24,7 @@ void cpu_embedding_forward(fp8t_backend *b, float *out, const int *tokens, const
     int N = B * T;
 #pragma omp parallel for schedule(static) if ((long)N * C > PAR_MIN)
     for (int i = 0; i < N; i++) {
-        const float *we = wte + (size_t)tokens[i] * C;           /* [C] */
+        const float *we = wte + (size_t)tokens[i] * C;            /* [C] */
         const float *pe = wpe ? wpe + (size_t)(i % T) * C : NULL; /* [C] */
         float *o = out + (size_t)i * C;                           /* [C] */
         for (int c = 0; c < C; c++) o[c] = we[c] + (pe ? pe[c] : 0.0f);
@@ -42,8 +42,8 @@ void cpu_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const flo
     for (int blk = 0; blk < nblocks; blk++) {
         int c0 = blk * COL_BLOCK, c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
         for (int i = 0; i < N; i++) {
-            const float *d = dout + (size_t)i * C;              /* [C] */
-            float *dw = dwte + (size_t)tokens[i] * C;           /* [C] */
+            const float *d = dout + (size_t)i * C;                /* [C] */
+            float *dw = dwte + (size_t)tokens[i] * C;             /* [C] */
             float *dp = dwpe ? dwpe + (size_t)(i % T) * C : NULL; /* [C] */
             for (int c = c0; c < c1; c++) dw[c] += d[c];
             if (dp)
@@ -157,8 +157,7 @@ void cpu_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const fl
     cpu_gelu_backward(b, dx, gelu_input(b, y, x, bias, rows, cols), dout, n);
 }
 
-void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,
-                       size_t n) {
+void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout, size_t n) {
     (void)b;
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) {
@@ -177,8 +176,10 @@ static const float *gelu_backward_scratch(fp8t_backend *b, const float *dout, co
                                           const float *bias, int rows, int cols) {
     size_t n = (size_t)rows * (size_t)cols;
     float *dx = cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float)); /* [rows, cols] */
-    if (bias) cpu_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
-    else cpu_gelu_backward(b, dx, x, dout, n);
+    if (bias)
+        cpu_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
+    else
+        cpu_gelu_backward(b, dx, x, dout, n);
     return dx;
 }
 
@@ -217,9 +218,9 @@ void cpu_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
                            q->pow2);
 }
 
-void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out,
-                                   float *colsum, const float *dout, const float *x,
-                                   const float *bias, int rows, int cols) {
+void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
+                                   const float *dout, const float *x, const float *bias, int rows,
+                                   int cols) {
     if (rows <= 0 || cols <= 0) return;
     const float *dx = gelu_backward_scratch(b, dout, x, bias, rows, cols);
     cpu_to_bf16(b, out, amax_out, dx, rows, cols);
@@ -245,8 +246,10 @@ void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const flo
     const size_t n = (size_t)rows * cols;
     float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
     cpu_swiglu_forward(b, y, gate, up, n);
-    if (scale) cpu_quantize(b, (uint8_t *)out, NULL, NULL, y, rows, cols, fmt, scale);
-    else cpu_to_bf16(b, (uint16_t *)out, NULL, y, rows, cols);
+    if (scale)
+        cpu_quantize(b, (uint8_t *)out, NULL, NULL, y, rows, cols, fmt, scale);
+    else
+        cpu_to_bf16(b, (uint16_t *)out, NULL, y, rows, cols);
 }
 
 void cpu_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,
@@ -268,11 +271,10 @@ void cpu_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float 
 static void check_targets(const int *targets, int N, int V) {
     for (int r = 0; r < N; r++)
         if (targets[r] >= V) {
-            FP8T_FATAL(
-                    "softmax_xent: target %d at row %d is outside the vocabulary "
-                    "(V = %d); check the data's token ids against the model's vocab_size "
-                    "(%s:%d)",
-                    targets[r], r, V, __FILE__, __LINE__);
+            FP8T_FATAL("softmax_xent: target %d at row %d is outside the vocabulary "
+                       "(V = %d); check the data's token ids against the model's vocab_size "
+                       "(%s:%d)",
+                       targets[r], r, V, __FILE__, __LINE__);
         }
 }
 
@@ -320,8 +322,7 @@ void cpu_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, fl
                            float dloss) {
     if (N <= 0 || V <= 0) return;
     if (ld < V) {
-        FP8T_FATAL("softmax_xent_bf16: ld = %d is less than V = %d", ld,
-                   V);
+        FP8T_FATAL("softmax_xent_bf16: ld = %d is less than V = %d", ld, V);
     }
     check_targets(targets, N, V);
     float *d = cpu_scratch(b, CPU_SCRATCH_ACT, (size_t)N * V * sizeof(float)); /* [N, V] */
@@ -398,8 +399,7 @@ void cpu_sum(fp8t_backend *b, float *out, const float *x, size_t n) {
 /* ---- optimizer ---- */
 
 void cpu_adamw(fp8t_backend *b, float *params, float *m, float *v, const float *grads, size_t n,
-               float lr, float beta1, float beta2, float eps, float wd, int t,
-               float grad_scale) {
+               float lr, float beta1, float beta2, float eps, float wd, int t, float grad_scale) {
     (void)b;
     float bc1 = 1.0f - powf(beta1, (float)t); /* bias corrections */
     float bc2 = 1.0f - powf(beta2, (float)t);

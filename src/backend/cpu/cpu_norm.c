@@ -9,9 +9,8 @@
 /* Columns per work item of the column-parallel weight-gradient passes. */
 enum { NORM_COL_BLOCK = 64 };
 
-void cpu_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd,
-                           const float *x, const float *w, const float *bias, int N, int C,
-                           float eps) {
+void cpu_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd, const float *x,
+                           const float *w, const float *bias, int N, int C, float eps) {
     (void)b;
 #pragma omp parallel for schedule(static) if ((long)N * C > 16384)
     for (int r = 0; r < N; r++) {
@@ -46,10 +45,9 @@ void cpu_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out,
 }
 
 /* The reference: add, then layernorm_forward_bf16 */
-void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out,
-                                    float *amax_out, float *mean, float *rstd, const float *a,
-                                    const float *c, const float *w, const float *bias, int N,
-                                    int C, float eps) {
+void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out, float *amax_out,
+                                    float *mean, float *rstd, const float *a, const float *c,
+                                    const float *w, const float *bias, int N, int C, float eps) {
     if (N <= 0 || C <= 0) return;
     cpu_add(b, sum, a, c, (size_t)N * C);
     cpu_layernorm_forward_bf16(b, out, amax_out, mean, rstd, sum, w, bias, N, C, eps);
@@ -57,37 +55,42 @@ void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out,
 
 /* The reference: add_bias / add into sum (or scratch), the FP32 norm in scratch, then quantize
  * or to_bf16 */
-void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a,
-                          const float *y, const float *ybias, const float *w, const float *bias,
-                          int rms, int rows, int cols, float eps, const float *scale,
-                          fp8_format fmt) {
+void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a, const float *y,
+                          const float *ybias, const float *w, const float *bias, int rms,
+                          int rows, int cols, float eps, const float *scale, fp8_format fmt) {
     if (rows <= 0 || cols <= 0) return;
     const size_t n = (size_t)rows * cols;
     const float *x = a;
     if (y) {
         /* [rows, cols] */
         float *s = sum ? sum : cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float));
-        if (ybias) cpu_add_bias(b, s, a, y, ybias, rows, cols);
-        else cpu_add(b, s, a, y, n);
+        if (ybias)
+            cpu_add_bias(b, s, a, y, ybias, rows, cols);
+        else
+            cpu_add(b, s, a, y, n);
         x = s;
     }
     float *o = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
-    if (rms) cpu_rmsnorm_forward(b, o, NULL, x, w, rows, cols, eps);
-    else cpu_layernorm_forward(b, o, NULL, NULL, x, w, bias, rows, cols, eps);
-    if (scale) cpu_quantize(b, (uint8_t *)out, NULL, NULL, o, rows, cols, fmt, scale);
-    else cpu_to_bf16(b, (uint16_t *)out, NULL, o, rows, cols);
+    if (rms)
+        cpu_rmsnorm_forward(b, o, NULL, x, w, rows, cols, eps);
+    else
+        cpu_layernorm_forward(b, o, NULL, NULL, x, w, bias, rows, cols, eps);
+    if (scale)
+        cpu_quantize(b, (uint8_t *)out, NULL, NULL, o, rows, cols, fmt, scale);
+    else
+        cpu_to_bf16(b, (uint16_t *)out, NULL, o, rows, cols);
 }
 
 void cpu_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
-                            const float *dout, const float *x, const float *w,
-                            const float *mean, const float *rstd, int N, int C) {
+                            const float *dout, const float *x, const float *w, const float *mean,
+                            const float *rstd, int N, int C) {
     (void)b;
     /* dx: per row, dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd */
     if (dx) {
 #pragma omp parallel for schedule(static) if ((long)N * C > 16384)
         for (int r = 0; r < N; r++) {
             const float *xr = x + (size_t)r * C, *dr = dout + (size_t)r * C; /* [C] */
-            float *dxr = dx + (size_t)r * C;                                  /* [C] */
+            float *dxr = dx + (size_t)r * C;                                 /* [C] */
             float m = mean[r], rs = rstd[r];
             double sum_dn = 0.0, sum_dn_n = 0.0;
             for (int c = 0; c < C; c++) {
@@ -129,8 +132,8 @@ void cpu_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
     }
 }
 
-void cpu_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x,
-                         const float *w, int N, int C, float eps) {
+void cpu_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x, const float *w,
+                         int N, int C, float eps) {
     (void)b;
 #pragma omp parallel for schedule(static) if ((long)N * C > 16384)
     for (int r = 0; r < N; r++) {
@@ -152,7 +155,7 @@ void cpu_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *do
 #pragma omp parallel for schedule(static) if ((long)N * C > 16384)
         for (int r = 0; r < N; r++) {
             const float *xr = x + (size_t)r * C, *dr = dout + (size_t)r * C; /* [C] */
-            float *dxr = dx + (size_t)r * C;                                  /* [C] */
+            float *dxr = dx + (size_t)r * C;                                 /* [C] */
             float rs = rstd[r];
             double sum_dn_n = 0.0;
             for (int c = 0; c < C; c++) sum_dn_n += (double)(w[c] * dr[c]) * (xr[c] * rs);

@@ -28,28 +28,32 @@ static const float *step_values(fp8t_backend *b, const fp8t_operand_req *r) {
         }
         break;
     case FP8T_STEP_DGELU:
-        if (r->bias) cpu_gelu_backward_bias(b, v, r->x2, r->bias, r->x, rows, cols);
-        else cpu_gelu_backward(b, v, r->x2, r->x, n);
+        if (r->bias)
+            cpu_gelu_backward_bias(b, v, r->x2, r->bias, r->x, rows, cols);
+        else
+            cpu_gelu_backward(b, v, r->x2, r->x, n);
         break;
-    case FP8T_STEP_SWIGLU:
-        cpu_swiglu_forward(b, v, r->x, r->x2, n);
-        break;
+    case FP8T_STEP_SWIGLU: cpu_swiglu_forward(b, v, r->x, r->x2, n); break;
     default: { /* the norms, after the residual add */
         const int add = r->step == FP8T_STEP_ADD_LAYERNORM || r->step == FP8T_STEP_ADD_RMSNORM;
         const int rms = r->step == FP8T_STEP_RMSNORM || r->step == FP8T_STEP_ADD_RMSNORM;
         const float *s = r->x;
         if (add && r->x2) {
-            float *sum = r->sum ? r->sum
-                                : cpu_scratch(b, CPU_SCRATCH_OPERAND_SUM, n * sizeof(float));
-            if (r->bias) cpu_add_bias(b, sum, r->x, r->x2, r->bias, rows, cols);
-            else cpu_add(b, sum, r->x, r->x2, n);
+            float *sum =
+                r->sum ? r->sum : cpu_scratch(b, CPU_SCRATCH_OPERAND_SUM, n * sizeof(float));
+            if (r->bias)
+                cpu_add_bias(b, sum, r->x, r->x2, r->bias, rows, cols);
+            else
+                cpu_add(b, sum, r->x, r->x2, n);
             s = sum;
         } else if (add && r->sum) {
             memcpy(r->sum, r->x, n * sizeof(float));
         }
-        if (rms) cpu_rmsnorm_forward(b, v, r->rstd, s, r->norm_w, rows, cols, r->eps);
-        else cpu_layernorm_forward(b, v, r->mean, r->rstd, s, r->norm_w, r->norm_b, rows, cols,
-                                   r->eps);
+        if (rms)
+            cpu_rmsnorm_forward(b, v, r->rstd, s, r->norm_w, rows, cols, r->eps);
+        else
+            cpu_layernorm_forward(b, v, r->mean, r->rstd, s, r->norm_w, r->norm_b, rows, cols,
+                                  r->eps);
         break;
     }
     }
@@ -67,8 +71,10 @@ static void compose(fp8t_backend *b, const fp8t_operand_req *r) {
     }
     if (r->colsum) cpu_bias_backward(b, r->colsum, v, rows, cols);
     if (o->format == FP8T_OPERAND_BF16) {
-        if (o->data) cpu_to_bf16(b, (uint16_t *)o->data, o->amax, v, rows, cols);
-        else if (o->amax) cpu_amax(b, o->amax, v, (size_t)rows * (size_t)cols);
+        if (o->data)
+            cpu_to_bf16(b, (uint16_t *)o->data, o->amax, v, rows, cols);
+        else if (o->amax)
+            cpu_amax(b, o->amax, v, (size_t)rows * (size_t)cols);
         return;
     }
     if (o->data) {

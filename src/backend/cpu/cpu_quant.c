@@ -57,10 +57,9 @@ void cpu_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int ro
                              int tile_r, int tile_c, fp8_format fmt) {
     if (rows <= 0 || cols <= 0) return;
     if (tile_r <= 0 || tile_c <= 0) {
-        FP8T_FATAL(
-                "block_fake_quantize: tile %dx%d must be positive (block scaling uses "
-                "1x128 or 128x128)",
-                tile_r, tile_c);
+        FP8T_FATAL("block_fake_quantize: tile %dx%d must be positive (block scaling uses "
+                   "1x128 or 128x128)",
+                   tile_r, tile_c);
     }
     size_t nblocks = (size_t)((rows + tile_r - 1) / tile_r) * ((cols + tile_c - 1) / tile_c);
     uint8_t *codes = cpu_scratch(b, CPU_SCRATCH_CODES, (size_t)rows * cols); /* [rows, cols] */
@@ -79,8 +78,7 @@ void cpu_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, const
     if (rows <= 0 || cols <= 0) return;
     if (scaling != FP8T_SCALING_VEC128 && scaling != FP8T_SCALING_BLK128 &&
         scaling != FP8T_SCALING_ROW) {
-        FP8T_FATAL("block_quantize: scaling %d is not a block kind",
-                   (int)scaling);
+        FP8T_FATAL("block_quantize: scaling %d is not a block kind", (int)scaling);
     }
     const int R = transpose ? cols : rows, K = transpose ? rows : cols;
     const int tr = fp8t_scaling_tile_r(scaling), tc = fp8t_scaling_tile_c(scaling, K);

@@ -52,7 +52,8 @@ static void rope_table_host(float *cosv, float *sinv, const fp8t_attn_shape *sh)
 static int same_scaling(const fp8t_rope_scaling *a, const fp8t_rope_scaling *b) {
     return a->type == b->type && a->factor == b->factor &&
            a->low_freq_factor == b->low_freq_factor &&
-           a->high_freq_factor == b->high_freq_factor && a->original_max_pos == b->original_max_pos;
+           a->high_freq_factor == b->high_freq_factor &&
+           a->original_max_pos == b->original_max_pos;
 }
 
 /* Device cos/sin tables for the shape's (T, HS, theta, scaling); NULL pointers when
@@ -115,9 +116,9 @@ __global__ void attn_prep_kernel(float *q, float *k, float *v, const float *__re
         int t = (int)(r % T);
         int bb = (int)(r / T);
         const float *tok = qkv + ((size_t)bb * T + t) * (C + 2 * CKV);
-        const float *src = tok + (size_t)h * HS;                          /* q of head h */
-        const float *ksrc = tok + C + (size_t)(h / (NH / NKV)) * HS;      /* its group's k */
-        const float *vsrc = ksrc + CKV;                                   /* and v */
+        const float *src = tok + (size_t)h * HS;                     /* q of head h */
+        const float *ksrc = tok + C + (size_t)(h / (NH / NKV)) * HS; /* its group's k */
+        const float *vsrc = ksrc + CKV;                              /* and v */
         size_t dst = (((size_t)bb * NH + h) * T + t) * HS;
         int i2 = i + HS / 2; /* odd HS (never rotated): the middle element is visited twice */
         float q1 = src[i], q2 = src[i2];
@@ -216,9 +217,8 @@ __global__ void attn_rowdot_kernel(float *Dv, const float *__restrict__ dout,
 #define SIMPLE_MAXJ 8
 
 __global__ void attn_fwd_simple_kernel(float *out, float *lse, const float *__restrict__ q,
-                                       const float *__restrict__ k,
-                                       const float *__restrict__ v, int B, int T, int NH,
-                                       int HS, float scale) {
+                                       const float *__restrict__ k, const float *__restrict__ v,
+                                       int B, int T, int NH, int HS, float scale) {
     size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (w >= (size_t)B * NH * T) return;
@@ -267,13 +267,11 @@ __global__ void attn_fwd_simple_kernel(float *out, float *lse, const float *__re
 }
 
 /* dq'[bh, t] = scale * sum_{s<=t} P_ts (dP_ts - D_t) k_s */
-__global__ void attn_bwd_dq_simple_kernel(float *dq, const float *__restrict__ q,
-                                          const float *__restrict__ k,
-                                          const float *__restrict__ v,
-                                          const float *__restrict__ dout,
-                                          const float *__restrict__ lse,
-                                          const float *__restrict__ Dv, int B, int T, int NH,
-                                          int HS, float scale) {
+__global__ void
+attn_bwd_dq_simple_kernel(float *dq, const float *__restrict__ q, const float *__restrict__ k,
+                          const float *__restrict__ v, const float *__restrict__ dout,
+                          const float *__restrict__ lse, const float *__restrict__ Dv, int B,
+                          int T, int NH, int HS, float scale) {
     size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (w >= (size_t)B * NH * T) return;
@@ -317,13 +315,10 @@ __global__ void attn_bwd_dq_simple_kernel(float *dq, const float *__restrict__ q
 }
 
 /* dv[bh, s] = sum_{t>=s} P_ts dout_t;  dk'[bh, s] = scale * sum_{t>=s} P_ts (dP_ts - D_t) q_t */
-__global__ void attn_bwd_dkdv_simple_kernel(float *dk, float *dv, const float *__restrict__ q,
-                                            const float *__restrict__ k,
-                                            const float *__restrict__ v,
-                                            const float *__restrict__ dout,
-                                            const float *__restrict__ lse,
-                                            const float *__restrict__ Dv, int B, int T, int NH,
-                                            int HS, float scale) {
+__global__ void attn_bwd_dkdv_simple_kernel(
+    float *dk, float *dv, const float *__restrict__ q, const float *__restrict__ k,
+    const float *__restrict__ v, const float *__restrict__ dout, const float *__restrict__ lse,
+    const float *__restrict__ Dv, int B, int T, int NH, int HS, float scale) {
     size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (w >= (size_t)B * NH * T) return;
@@ -435,24 +430,21 @@ __device__ __forceinline__ void tile_pv(float (&o)[4][D / 8], const float *P, co
     }
 }
 
-template <int D>
-static size_t fwd_smem_bytes() {
+template <int D> static size_t fwd_smem_bytes() {
     return (size_t)(3 * AT * (D + 4) + AT * AT_LDP) * sizeof(float);
 }
-template <int D>
-static size_t dq_smem_bytes() {
+template <int D> static size_t dq_smem_bytes() {
     return (size_t)(4 * AT * (D + 4) + AT * AT_LDP) * sizeof(float);
 }
-template <int D>
-static size_t dkdv_smem_bytes() {
+template <int D> static size_t dkdv_smem_bytes() {
     return (size_t)(4 * AT * (D + 4) + 2 * AT * AT_LDP + 2 * AT) * sizeof(float);
 }
 
 template <int D>
 __global__ void __launch_bounds__(AT_THREADS)
     attn_fwd_tiled_kernel(float *out, float *lse, const float *__restrict__ q,
-                          const float *__restrict__ k, const float *__restrict__ v, int T,
-                          int NH, float scale) {
+                          const float *__restrict__ k, const float *__restrict__ v, int T, int NH,
+                          float scale) {
     constexpr int LD = D + 4, G = D / 32;
     extern __shared__ float4 smem4[];
     float *Qs = (float *)smem4, *Ks = Qs + AT * LD, *Vs = Ks + AT * LD, *Ps = Vs + AT * LD;
@@ -537,10 +529,10 @@ __global__ void __launch_bounds__(AT_THREADS)
 /* dq' per query tile: loops over key tiles kt <= qt; dS to shared, dq += dS K */
 template <int D>
 __global__ void __launch_bounds__(AT_THREADS)
-    attn_bwd_dq_tiled_kernel(float *dq, const float *__restrict__ q,
-                             const float *__restrict__ k, const float *__restrict__ v,
-                             const float *__restrict__ dout, const float *__restrict__ lse,
-                             const float *__restrict__ Dv, int T, int NH, float scale) {
+    attn_bwd_dq_tiled_kernel(float *dq, const float *__restrict__ q, const float *__restrict__ k,
+                             const float *__restrict__ v, const float *__restrict__ dout,
+                             const float *__restrict__ lse, const float *__restrict__ Dv, int T,
+                             int NH, float scale) {
     constexpr int LD = D + 4, G = D / 32;
     extern __shared__ float4 smem4[];
     float *Qs = (float *)smem4, *dOs = Qs + AT * LD, *Ks = dOs + AT * LD, *Vs = Ks + AT * LD;
@@ -581,7 +573,8 @@ __global__ void __launch_bounds__(AT_THREADS)
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 int col = kt * AT + cg + 8 * j;
-                float p = (col <= row && col < T && row < T) ? expf(sc[i][j] * scale - L[i]) : 0.0f;
+                float p =
+                    (col <= row && col < T && row < T) ? expf(sc[i][j] * scale - L[i]) : 0.0f;
                 dSs[(4 * rg + i) * AT_LDP + cg + 8 * j] = p * (dp[i][j] - Dt[i]);
             }
         }
@@ -651,7 +644,8 @@ __global__ void __launch_bounds__(AT_THREADS)
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 int r = cg + 8 * j, row = qt * AT + r;
-                float p = (key <= row && row < T && key < T) ? expf(st[i][j] * scale - Ls[r]) : 0.0f;
+                float p =
+                    (key <= row && row < T && key < T) ? expf(st[i][j] * scale - Ls[r]) : 0.0f;
                 PTs[(4 * rg + i) * AT_LDP + r] = p;
                 dSTs[(4 * rg + i) * AT_LDP + r] = p * (dpt[i][j] - Ds[r]);
             }
@@ -670,15 +664,14 @@ __global__ void __launch_bounds__(AT_THREADS)
             *(float4 *)(ok + 32 * g + 4 * cg) =
                 make_float4(adk[i][4 * g] * scale, adk[i][4 * g + 1] * scale,
                             adk[i][4 * g + 2] * scale, adk[i][4 * g + 3] * scale);
-            *(float4 *)(ov + 32 * g + 4 * cg) =
-                make_float4(adv[i][4 * g], adv[i][4 * g + 1], adv[i][4 * g + 2], adv[i][4 * g + 3]);
+            *(float4 *)(ov + 32 * g + 4 * cg) = make_float4(adv[i][4 * g], adv[i][4 * g + 1],
+                                                            adv[i][4 * g + 2], adv[i][4 * g + 3]);
         }
     }
 }
 
 /* Raise the dynamic shared-memory limit of each tiled kernel once. */
-template <int D>
-static void tiled_setup(void) {
+template <int D> static void tiled_setup(void) {
     static int done = 0;
     if (done) return;
     CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_tiled_kernel<D>,
@@ -698,8 +691,8 @@ static void fwd_tiled(cuda_state *s, float *out, float *lse, const float *q, con
                       const float *v, int B, int T, int NH, float scale) {
     tiled_setup<D>();
     dim3 grid((T + AT - 1) / AT, B * NH);
-    attn_fwd_tiled_kernel<D><<<grid, AT_THREADS, fwd_smem_bytes<D>(), s->stream>>>(
-        out, lse, q, k, v, T, NH, scale);
+    attn_fwd_tiled_kernel<D>
+        <<<grid, AT_THREADS, fwd_smem_bytes<D>(), s->stream>>>(out, lse, q, k, v, T, NH, scale);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -723,7 +716,8 @@ static void bwd_tiled(cuda_state *s, float *dq, float *dk, float *dv, const floa
 static void check_attention_args(int HS, float rope_theta) {
     if (HS <= 0 || HS > 32 * SIMPLE_MAXJ) {
         FP8T_FATAL("attention head size %d is not supported by the CUDA backend "
-                   "(1..%d)", HS, 32 * SIMPLE_MAXJ);
+                   "(1..%d)",
+                   HS, 32 * SIMPLE_MAXJ);
     }
     if (rope_theta > 0.0f && HS % 2 != 0) {
         FP8T_FATAL("RoPE needs an even head size, got %d", HS);
@@ -756,7 +750,8 @@ static int attention_kv_heads(const fp8t_attn_shape *sh) {
     const int NKV = fp8t_attn_nkv(sh);
     if (NKV <= 0 || NKV > sh->NH || sh->NH % NKV != 0) {
         FP8T_FATAL("attention: %d key/value heads do not divide %d query heads "
-                   "(%s:%d)", NKV, sh->NH, __FILE__, __LINE__);
+                   "(%s:%d)",
+                   NKV, sh->NH, __FILE__, __LINE__);
     }
     return NKV;
 }
@@ -787,8 +782,8 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved
     float *q = (float *)cuda_scratch(b, SCR_ATTN, 3 * per * sizeof(float));
     float *k = q + per, *v = k + per;
     size_t pairs = (size_t)B * T * NH * ((HS + 1) / 2);
-    attn_prep_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(q, k, v, qkv, cosv, sinv, B,
-                                                                  T, NH, NKV, HS);
+    attn_prep_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(q, k, v, qkv, cosv, sinv, B, T,
+                                                                   NH, NKV, HS);
     CUDA_LAUNCH_CHECK(s);
     if (s->attn_mode == ATTN_GEMM &&
         cuda_attn_gemm_fwd(b, out, lse, q, k, v, B, T, NH, HS, scale) == 0) {
@@ -797,9 +792,12 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved
     }
     s->n_attn_fp32++;
     if (use_tiled(s, HS)) {
-        if (HS == 32) fwd_tiled<32>(s, out, lse, q, k, v, B, T, NH, scale);
-        else if (HS == 64) fwd_tiled<64>(s, out, lse, q, k, v, B, T, NH, scale);
-        else fwd_tiled<128>(s, out, lse, q, k, v, B, T, NH, scale);
+        if (HS == 32)
+            fwd_tiled<32>(s, out, lse, q, k, v, B, T, NH, scale);
+        else if (HS == 64)
+            fwd_tiled<64>(s, out, lse, q, k, v, B, T, NH, scale);
+        else
+            fwd_tiled<128>(s, out, lse, q, k, v, B, T, NH, scale);
     } else {
         size_t threads = (size_t)B * NH * T * 32;
         attn_fwd_simple_kernel<<<cdiv_u(threads, 256), 256, 0, s->stream>>>(out, lse, q, k, v, B,
@@ -808,9 +806,9 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved
     }
 }
 
-void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
-                             const float *qkv, const void *saved, const float *out,
-                             const float *lse, const fp8t_attn_shape *sh) {
+void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, const float *qkv,
+                             const void *saved, const float *out, const float *lse,
+                             const fp8t_attn_shape *sh) {
     const int B = sh->B, T = sh->T, NH = sh->NH, HS = sh->HS;
     if (B <= 0 || T <= 0 || NH <= 0) return;
     check_attention_args(HS, sh->rope_theta);
@@ -853,23 +851,28 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
         return;
     }
     attn_rowdot_kernel<<<cdiv_u(rows * 32, 256), 256, 0, s->stream>>>(Dv, dout, out, B, T, NH,
-                                                                     HS);
+                                                                      HS);
     CUDA_LAUNCH_CHECK(s);
-    attn_prep_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(q, k, v, qkv, cosv, sinv, B,
-                                                                  T, NH, NKV, HS);
+    attn_prep_kernel<<<prep_blocks(s, pairs), 256, 0, s->stream>>>(q, k, v, qkv, cosv, sinv, B, T,
+                                                                   NH, NKV, HS);
     CUDA_LAUNCH_CHECK(s);
     int done = 0;
     if (s->attn_mode == ATTN_GEMM)
-        done = cuda_attn_gemm_bwd(b, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, HS,
-                                  scale) == 0;
-    if (done) s->n_attn_tc++;
-    else s->n_attn_fp32++;
+        done =
+            cuda_attn_gemm_bwd(b, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, HS, scale) == 0;
+    if (done)
+        s->n_attn_tc++;
+    else
+        s->n_attn_fp32++;
     if (done) {
         /* the tensor-core core wrote dq, dk, dv; the scatter below is shared */
     } else if (use_tiled(s, HS)) {
-        if (HS == 32) bwd_tiled<32>(s, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, scale);
-        else if (HS == 64) bwd_tiled<64>(s, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, scale);
-        else bwd_tiled<128>(s, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, scale);
+        if (HS == 32)
+            bwd_tiled<32>(s, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, scale);
+        else if (HS == 64)
+            bwd_tiled<64>(s, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, scale);
+        else
+            bwd_tiled<128>(s, dq, dk, dv, q, k, v, dout, lse, Dv, B, T, NH, scale);
     } else {
         size_t threads = rows * 32;
         attn_bwd_dq_simple_kernel<<<cdiv_u(threads, 256), 256, 0, s->stream>>>(
@@ -879,8 +882,8 @@ void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
             dk, dv, q, k, v, dout, lse, Dv, B, T, NH, HS, scale);
         CUDA_LAUNCH_CHECK(s);
     }
-    attn_post_kernel<<<prep_blocks(s, post_pairs), 256, 0, s->stream>>>(
-        dqkv, dq, dk, dv, cosv, sinv, B, T, NH, NKV, HS);
+    attn_post_kernel<<<prep_blocks(s, post_pairs), 256, 0, s->stream>>>(dqkv, dq, dk, dv, cosv,
+                                                                        sinv, B, T, NH, NKV, HS);
     CUDA_LAUNCH_CHECK(s);
 }
 

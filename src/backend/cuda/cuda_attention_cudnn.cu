@@ -138,8 +138,7 @@ __global__ void sdpa_to_f32_kernel(float *dst, const uint16_t *__restrict__ src,
  * (x1 c + x2 s, x2 c - x1 s). Same walk as sdpa_qkv_kernel. */
 __global__ void sdpa_dqkv_kernel(float *dqkv, const uint16_t *__restrict__ g,
                                  const float *__restrict__ cosv, const float *__restrict__ sinv,
-                                 int ntok, int T, int slots, int NHK, int HS, int lg4,
-                                 int vec) {
+                                 int ntok, int T, int slots, int NHK, int HS, int lg4, int vec) {
     const int half = HS / 2, groups = slots << lg4, W = slots * HS;
     for (int tok = blockIdx.x; tok < ntok; tok += gridDim.x) {
         const int t = tok % T;
@@ -195,8 +194,20 @@ static int sdpa_lg4(int HS) { return HS == 32 ? 2 : HS == 64 ? 3 : 4; }
 
 /* tensor ids in the variant packs */
 enum {
-    UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEGINF, UID_DO, UID_DQ, UID_DK,
-    UID_DV, UID_ONE, UID_DSUM, UID_DQACC,
+    UID_Q = 1,
+    UID_K,
+    UID_V,
+    UID_O,
+    UID_STATS,
+    UID_SCALE,
+    UID_NEGINF,
+    UID_DO,
+    UID_DQ,
+    UID_DK,
+    UID_DV,
+    UID_ONE,
+    UID_DSUM,
+    UID_DQACC,
     UID_VIRTUAL = 100 /* virtual tensors from here on */
 };
 
@@ -204,8 +215,8 @@ typedef struct {
     int B, NH, NKV, T, HS, det;
     int ok; /* 1 both plans finalized, 0 unsupported (fall back) */
     cudnnBackendDescriptor_t fwd_plan, bwd_plan;
-    int64_t fwd_ws, bwd_ws;     /* the plans' workspace bytes */
-    size_t bwd_extra;           /* our part of the backward's workspace: Dsum (+ dq accumulator) */
+    int64_t fwd_ws, bwd_ws; /* the plans' workspace bytes */
+    size_t bwd_extra;       /* our part of the backward's workspace: Dsum (+ dq accumulator) */
     cudnnBackendDescriptor_t desc[2][SDPA_MAX_DESC]; /* everything the plans were built from */
     int ndesc[2];
 } sdpa_entry;
@@ -242,31 +253,32 @@ static int sdpa_fail(sdpa_graph *g, const char *call, cudnnStatus_t st) {
     }
     return -1;
 }
-#define DNN(g, call)                                                                          \
-    do {                                                                                      \
-        cudnnStatus_t dnn_st_ = (call);                                                       \
-        if (dnn_st_ != CUDNN_STATUS_SUCCESS) return sdpa_fail((g), #call, dnn_st_);           \
+#define DNN(g, call)                                                                             \
+    do {                                                                                         \
+        cudnnStatus_t dnn_st_ = (call);                                                          \
+        if (dnn_st_ != CUDNN_STATUS_SUCCESS) return sdpa_fail((g), #call, dnn_st_);              \
     } while (0)
 /* the same for builders that return a descriptor */
-#define DNN_D(g, call)                                                                        \
-    do {                                                                                      \
-        cudnnStatus_t dnn_st_ = (call);                                                       \
-        if (dnn_st_ != CUDNN_STATUS_SUCCESS) {                                                \
-            sdpa_fail((g), #call, dnn_st_);                                                   \
-            return NULL;                                                                      \
-        }                                                                                     \
+#define DNN_D(g, call)                                                                           \
+    do {                                                                                         \
+        cudnnStatus_t dnn_st_ = (call);                                                          \
+        if (dnn_st_ != CUDNN_STATUS_SUCCESS) {                                                   \
+            sdpa_fail((g), #call, dnn_st_);                                                      \
+            return NULL;                                                                         \
+        }                                                                                        \
     } while (0)
 /* one descriptor-valued attribute of op (the call, attribute named, in the failure message) */
-#define SET_DESC(g, op, attr, d)                                                              \
+#define SET_DESC(g, op, attr, d)                                                                 \
     DNN(g, cudnnBackendSetAttribute(op, attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &(d)))
-#define TRY(x)                                                                                \
-    do {                                                                                      \
-        if (!(x)) return -1;                                                                  \
+#define TRY(x)                                                                                   \
+    do {                                                                                         \
+        if (!(x)) return -1;                                                                     \
     } while (0)
 
 static cudnnBackendDescriptor_t g_new(sdpa_graph *g, cudnnBackendDescriptorType_t type) {
     if (g->ndesc >= SDPA_MAX_DESC) {
-        if (!g->err[0]) snprintf(g->err, sizeof(g->err), "more than %d descriptors", SDPA_MAX_DESC);
+        if (!g->err[0])
+            snprintf(g->err, sizeof(g->err), "more than %d descriptors", SDPA_MAX_DESC);
         return NULL;
     }
     cudnnBackendDescriptor_t d = NULL;
@@ -332,16 +344,15 @@ static int g_pointwise(sdpa_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t
     DNN(g, cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1,
                                     &prec));
     if (axis >= 0)
-        DNN(g, cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis));
+        DNN(g,
+            cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis));
     DNN(g, cudnnBackendFinalize(pw));
     cudnnBackendDescriptor_t op = g_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     TRY(op);
     SET_DESC(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
     SET_DESC(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
-    if (b)
-        SET_DESC(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
-    if (t)
-        SET_DESC(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
+    if (b) SET_DESC(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
+    if (t) SET_DESC(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
     SET_DESC(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
     return g_op(g, op);
 }
@@ -437,7 +448,8 @@ static cudnnBackendDescriptor_t t_ss(sdpa_graph *g, const sdpa_dims *z, cudnnDat
 static cudnnBackendDescriptor_t g_causal(sdpa_graph *g, const sdpa_dims *z,
                                          cudnnBackendDescriptor_t S,
                                          cudnnBackendDescriptor_t neginf) {
-    cudnnBackendDescriptor_t row = t_ss(g, z, CUDNN_DATA_INT32), col = t_ss(g, z, CUDNN_DATA_INT32);
+    cudnnBackendDescriptor_t row = t_ss(g, z, CUDNN_DATA_INT32),
+                             col = t_ss(g, z, CUDNN_DATA_INT32);
     cudnnBackendDescriptor_t keep = t_ss(g, z, CUDNN_DATA_BOOLEAN);
     cudnnBackendDescriptor_t out = t_ss(g, z, CUDNN_DATA_FLOAT);
     if (g_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, S, NULL, NULL, row, 2) ||
@@ -496,8 +508,8 @@ static int build_bwd_ops(sdpa_graph *g, const sdpa_dims *z, int det) {
     cudnnBackendDescriptor_t one = t_scalar(g, UID_ONE), dsum = t_rows(g, z, UID_DSUM);
     TRY(Q && KT && VT && O && dO && stats && dQ && dK && dV && scale && neginf && one && dsum);
     /* Dsum = rowsum(dO * O), kept in memory for the whole backward */
-    cudnnBackendDescriptor_t dOO = g_virt(g, F, z->b, z->hq, z->s, z->d, z->hq * z->s * z->d,
-                                          z->s * z->d, z->hq * z->d, 1);
+    cudnnBackendDescriptor_t dOO =
+        g_virt(g, F, z->b, z->hq, z->s, z->d, z->hq * z->s * z->d, z->s * z->d, z->hq * z->d, 1);
     cudnnBackendDescriptor_t rs = t_rows(g, z, 0);
     TRY(dOO && rs);
     TRY(!g_pointwise(g, CUDNN_POINTWISE_MUL, F, dO, O, NULL, dOO, -1));
@@ -532,7 +544,8 @@ static int build_bwd_ops(sdpa_graph *g, const sdpa_dims *z, int det) {
     TRY(!g_reshape(g, dS, dST));
     TRY(!g_grad_kv(g, z, dST, Q, dK));
     /* dQ = dS K (K as [b, hk, s, d]: a view of K^T) */
-    cudnnBackendDescriptor_t K = g_virt(g, F, z->b, z->hk, z->s, z->d, z->s * z->W, z->d, z->W, 1);
+    cudnnBackendDescriptor_t K =
+        g_virt(g, F, z->b, z->hk, z->s, z->d, z->s * z->W, z->d, z->W, 1);
     TRY(K);
     TRY(!g_reshape(g, KT, K));
     if (det) return g_matmul(g, dS, K, dQ); /* the dP-workspace form: no atomics */
@@ -547,7 +560,8 @@ static int build_bwd_ops(sdpa_graph *g, const sdpa_dims *z, int det) {
 /* 1 if the engine behind cfg is marked non-deterministic */
 static int cfg_nondeterministic(cudnnBackendDescriptor_t cfg) {
     cudnnBackendDescriptor_t eng = NULL;
-    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS)
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) !=
+        CUDNN_STATUS_SUCCESS)
         return 1;
     int64_t n = 0;
     int nondet = 1;
@@ -609,8 +623,8 @@ static int build_plan(sdpa_graph *g, int det, cudnnBackendDescriptor_t *plan_out
                     continue;
                 }
                 cudnnBackendDescriptor_t plan = NULL;
-                DNN(g, cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
-                                                    &plan));
+                DNN(g,
+                    cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
                 const char *call = "cudnnBackendSetAttribute(CUDNN_ATTR_EXECUTION_PLAN_HANDLE)";
                 cudnnStatus_t st = cudnnBackendSetAttribute(
                     plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->h);
@@ -633,7 +647,8 @@ static int build_plan(sdpa_graph *g, int det, cudnnBackendDescriptor_t *plan_out
                     if (pass == 1)
                         fp8t_warnf("cuDNN attention: every engine cuDNN offers "
                                    "for the %s graph is marked non-deterministic; using "
-                                   "one", g->what);
+                                   "one",
+                                   g->what);
                     *plan_out = plan;
                     return 0;
                 }
@@ -667,7 +682,8 @@ static sdpa_state *sdpa_of(fp8t_backend *b) {
     if (st != CUDNN_STATUS_SUCCESS) {
         /* no usable cuDNN at run time (library or driver mismatch): flash from now on */
         fp8t_warnf("cuDNN unavailable (cudnnCreate/cudnnSetStream: %s); "
-                   "attention uses the flash kernels", cudnnGetErrorString(st));
+                   "attention uses the flash kernels",
+                   cudnnGetErrorString(st));
         if (d->h) cudnnDestroy(d->h);
         d->h = NULL;
     }
@@ -687,13 +703,19 @@ static sdpa_entry *sdpa_plans(fp8t_backend *b, const fp8t_attn_shape *sh, int NK
     }
     sdpa_entry *e = &d->cache[d->next];
     d->next = (d->next + 1) % CUDNN_CACHE;
-    if (d->used < CUDNN_CACHE) d->used++;
+    if (d->used < CUDNN_CACHE)
+        d->used++;
     else {
         CUDA_CHECK(cudaStreamSynchronize(cuda_of(b)->stream)); /* the old plan may be queued */
         entry_release(e);
     }
     e->B = sh->B, e->NH = sh->NH, e->NKV = NKV, e->T = sh->T, e->HS = sh->HS, e->det = d->det;
-    const sdpa_dims z = {sh->B, sh->NH, NKV, sh->T, sh->HS, (int64_t)(sh->NH + 2 * NKV) * sh->HS,
+    const sdpa_dims z = {sh->B,
+                         sh->NH,
+                         NKV,
+                         sh->T,
+                         sh->HS,
+                         (int64_t)(sh->NH + 2 * NKV) * sh->HS,
                          (int64_t)sh->NH * sh->HS};
     for (int k = 0; k < 2; k++) {
         sdpa_graph g;
@@ -701,8 +723,9 @@ static sdpa_entry *sdpa_plans(fp8t_backend *b, const fp8t_attn_shape *sh, int NK
         g.h = d->h, g.desc = e->desc[k], g.next_uid = UID_VIRTUAL;
         g.what = k == 0 ? "forward" : "backward";
         int rc = k == 0 ? build_fwd_ops(&g, &z) : build_bwd_ops(&g, &z, d->det);
-        if (!rc) rc = build_plan(&g, k == 0 || d->det, k == 0 ? &e->fwd_plan : &e->bwd_plan,
-                                 k == 0 ? &e->fwd_ws : &e->bwd_ws);
+        if (!rc)
+            rc = build_plan(&g, k == 0 || d->det, k == 0 ? &e->fwd_plan : &e->bwd_plan,
+                            k == 0 ? &e->fwd_ws : &e->bwd_ws);
         e->ndesc[k] = g.ndesc;
         if (rc) {
             fp8t_warnf("cuDNN attention %s B%d NH%d NKV%d T%d HS%d not available "
@@ -751,8 +774,8 @@ static void sdpa_execute(sdpa_state *d, cudnnBackendDescriptor_t plan, const int
     if (st != CUDNN_STATUS_SUCCESS) {
         char msg[256] = "";
         cudnnGetLastErrorString(msg, sizeof(msg));
-        FP8T_FATAL("cuDNN attention %s: %s failed: %s%s%s", what, call,
-                   cudnnGetErrorString(st), msg[0] ? ": " : "", msg);
+        FP8T_FATAL("cuDNN attention %s: %s failed: %s%s%s", what, call, cudnnGetErrorString(st),
+                   msg[0] ? ": " : "", msg);
     }
 }
 
@@ -767,8 +790,8 @@ static void sdpa_fwd_core(fp8t_backend *b, sdpa_entry *e, uint16_t *o16, float *
     void *ws = cuda_scratch(b, SCR_ATTN, round16((size_t)e->fwd_ws) + 16);
     float neginf = -INFINITY;
     const int64_t uids[7] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEGINF};
-    void *ptrs[7] = {(void *)qkv16, (void *)(qkv16 + C), (void *)(qkv16 + C + CKV), o16, lse,
-                     &scale, &neginf};
+    void *ptrs[7] = {
+        (void *)qkv16, (void *)(qkv16 + C), (void *)(qkv16 + C + CKV), o16, lse, &scale, &neginf};
     sdpa_execute(d, e->fwd_plan, uids, ptrs, 7, ws, "forward");
 }
 
@@ -785,11 +808,22 @@ static void sdpa_bwd_core(fp8t_backend *b, sdpa_entry *e, uint16_t *g16, const u
     float *dsum = (float *)(ws + off);
     float *dqacc = (float *)(ws + off + round16(rows * 4));
     float neginf = -INFINITY, one = 1.0f;
-    int64_t uids[14] = {UID_Q,  UID_K,  UID_V,  UID_O,     UID_DO,     UID_STATS, UID_DQ,
-                        UID_DK, UID_DV, UID_SCALE, UID_NEGINF, UID_ONE, UID_DSUM, UID_DQACC};
-    void *ptrs[14] = {(void *)qkv16, (void *)(qkv16 + C), (void *)(qkv16 + C + CKV), (void *)o16,
-                      (void *)do16,  (void *)lse,         g16,  g16 + C, g16 + C + CKV,
-                      &scale,        &neginf,             &one, dsum,    dqacc};
+    int64_t uids[14] = {UID_Q,  UID_K,  UID_V,     UID_O,      UID_DO,  UID_STATS, UID_DQ,
+                        UID_DK, UID_DV, UID_SCALE, UID_NEGINF, UID_ONE, UID_DSUM,  UID_DQACC};
+    void *ptrs[14] = {(void *)qkv16,
+                      (void *)(qkv16 + C),
+                      (void *)(qkv16 + C + CKV),
+                      (void *)o16,
+                      (void *)do16,
+                      (void *)lse,
+                      g16,
+                      g16 + C,
+                      g16 + C + CKV,
+                      &scale,
+                      &neginf,
+                      &one,
+                      dsum,
+                      dqacc};
     int n = 13;
     if (!e->det) {
         /* the atomic form accumulates dq in FP32: start from zero (cuDNN >= 9.6 also clears
@@ -873,9 +907,9 @@ int cuda_attn_cudnn_bwd(fp8t_backend *b, float *dqkv, const float *dout, const f
     const uint16_t *qkv16 = (const uint16_t *)saved;
     const int ntok = B * T, lg4 = sdpa_lg4(HS);
     if (!saved) { /* the forward's conversion again: the same bits */
-        sdpa_qkv_kernel<<<sdpa_rows(s, ntok), 256, 0, s->stream>>>(
-            (uint16_t *)scr, qkv, cosv, sinv, ntok, T, slots, NH + NKV, HS, lg4,
-            sdpa_aligned(qkv));
+        sdpa_qkv_kernel<<<sdpa_rows(s, ntok), 256, 0, s->stream>>>((uint16_t *)scr, qkv, cosv,
+                                                                   sinv, ntok, T, slots, NH + NKV,
+                                                                   HS, lg4, sdpa_aligned(qkv));
         CUDA_LAUNCH_CHECK(s);
         qkv16 = (const uint16_t *)scr;
     }

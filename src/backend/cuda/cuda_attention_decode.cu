@@ -47,8 +47,10 @@ __device__ __forceinline__ float kv_pos_scale(const char *p, int kv, int t, size
 }
 
 __device__ __forceinline__ void kv_store(void *c, int bf16, size_t i, float x) {
-    if (bf16) ((uint16_t *)c)[i] = (uint16_t)(__float_as_uint(bf16_round_dev(x)) >> 16);
-    else ((float *)c)[i] = x;
+    if (bf16)
+        ((uint16_t *)c)[i] = (uint16_t)(__float_as_uint(bf16_round_dev(x)) >> 16);
+    else
+        ((float *)c)[i] = x;
 }
 
 /* Token rows of qkv into an FP32 or BF16 cache. pos == NULL (prefill): row b*T + t goes to
@@ -172,9 +174,10 @@ __device__ __forceinline__ float q_rot(const float *__restrict__ qs, int i, int 
 
 /* The generic kernel: one block per (query head, sequence) */
 __global__ void __launch_bounds__(DEC_THREADS)
-attn_decode_kernel(float *out, const void *kc, const void *vc, int kv,
-                   const float *__restrict__ qkv, const int *__restrict__ pos, int NH, int NKV,
-                   int HS, int Tmax, size_t hb, size_t soff, float scale, rope_freqs fr) {
+    attn_decode_kernel(float *out, const void *kc, const void *vc, int kv,
+                       const float *__restrict__ qkv, const int *__restrict__ pos, int NH,
+                       int NKV, int HS, int Tmax, size_t hb, size_t soff, float scale,
+                       rope_freqs fr) {
     __shared__ float q[DEC_MAX_HS];
     __shared__ float sc[DEC_CHUNK];
     __shared__ float red[DEC_THREADS / 32];
@@ -262,10 +265,10 @@ template <int KV> struct kv_epl {
  * part [B, NH, nsplit, HS + 2] (nsplit > 1): each split's unnormalized out, max and sum. */
 template <int KV>
 __global__ void __launch_bounds__(SPLIT_THREADS)
-attn_decode_split_kernel(float *out, float *part, const void *kc, const void *vc,
-                         const float *__restrict__ qkv, const int *__restrict__ pos, int NH,
-                         int NKV, int HS, size_t hb, size_t soff, int sl, int nsplit,
-                         float scale, rope_freqs fr) {
+    attn_decode_split_kernel(float *out, float *part, const void *kc, const void *vc,
+                             const float *__restrict__ qkv, const int *__restrict__ pos, int NH,
+                             int NKV, int HS, size_t hb, size_t soff, int sl, int nsplit,
+                             float scale, rope_freqs fr) {
     constexpr int EPL = kv_epl<KV>::v;
     extern __shared__ float smem[];
     const int G = NH / NKV;
@@ -290,7 +293,8 @@ attn_decode_split_kernel(float *out, float *part, const void *kc, const void *vc
     for (int j0 = warp * RPW; j0 < n; j0 += SPLIT_WARPS * RPW) {
         const int j = j0 + rsub;
         float k[EPL];
-        if (j < n) load_piece<KV>(k, kb, t0 + j, piece, HS);
+        if (j < n)
+            load_piece<KV>(k, kb, t0 + j, piece, HS);
         else
 #pragma unroll
             for (int e = 0; e < EPL; e++) k[e] = 0.0f;
@@ -337,8 +341,8 @@ attn_decode_split_kernel(float *out, float *part, const void *kc, const void *vc
 #pragma unroll
             for (int c = 0; c < SPLIT_GC; c++) {
                 if (h0 + c >= G) break;
-                const float w = KV == FP8T_KV_FP8 ? sc[(h0 + c) * sl + j] * vs
-                                                  : sc[(h0 + c) * sl + j];
+                const float w =
+                    KV == FP8T_KV_FP8 ? sc[(h0 + c) * sl + j] * vs : sc[(h0 + c) * sl + j];
 #pragma unroll
                 for (int e = 0; e < EPL; e++) acc[c][e] += w * v[e];
             }
@@ -411,8 +415,8 @@ static void check_decode_shape(const fp8t_attn_shape *s, int kv, int T, int Tmax
     if (s->HS > DEC_MAX_HS || (s->rope_theta > 0.0f && s->HS % 2) || T > Tmax || T < 1 ||
         kv < FP8T_KV_FP32 || kv > FP8T_KV_FP8) {
         FP8T_FATAL("CUDA KV cache: head size %d (at most %d, even with RoPE), %d "
-                   "tokens for a cache of %d positions, cache kind %d", s->HS, DEC_MAX_HS,
-                   T, Tmax, kv);
+                   "tokens for a cache of %d positions, cache kind %d",
+                   s->HS, DEC_MAX_HS, T, Tmax, kv);
     }
 }
 
@@ -435,7 +439,7 @@ static void launch_kv_write(fp8t_backend *b, void *kc, void *vc, int kv, const f
     if (!total) return;
     const unsigned grid = cdiv_u(total, 256) < 65535u ? cdiv_u(total, 256) : 65535u;
     kv_write_kernel<<<grid, 256, 0, st->stream>>>(kc, vc, kv == FP8T_KV_BF16, qkv, pos, s->B, T,
-                                                   s->NH, NKV, s->HS, Tmax, make_freqs(s));
+                                                  s->NH, NKV, s->HS, Tmax, make_freqs(s));
     CUDA_LAUNCH_CHECK(st);
 }
 
@@ -466,8 +470,7 @@ static int split_len(const cuda_state *st, const fp8t_attn_shape *s, int kv, int
 }
 
 void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv,
-                           const float *qkv, const int *pos, const fp8t_attn_shape *s,
-                           int Tmax) {
+                           const float *qkv, const int *pos, const fp8t_attn_shape *s, int Tmax) {
     check_decode_shape(s, kv, 1, Tmax);
     if (s->B < 1) return;
     cuda_state *st = cuda_of(b);
@@ -479,18 +482,23 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
     const int sl = split_len(st, s, kv, Tmax);
     if (sl > 0) {
         const int nsplit = (Tmax + sl - 1) / sl, G = s->NH / NKV;
-        float *part = nsplit > 1 ? (float *)cuda_scratch(b, SCR_ATTN, (size_t)s->B * s->NH *
-                                                         nsplit * (HS + 2) * sizeof(float))
-                                 : NULL;
+        float *part =
+            nsplit > 1
+                ? (float *)cuda_scratch(b, SCR_ATTN,
+                                        (size_t)s->B * s->NH * nsplit * (HS + 2) * sizeof(float))
+                : NULL;
         const size_t smem = split_smem_floats(G, HS, sl) * sizeof(float);
         dim3 grid((unsigned)nsplit, (unsigned)NKV, (unsigned)s->B);
         const rope_freqs fr = make_freqs(s);
-#define SPLIT_CASE(K)                                                                         \
-    attn_decode_split_kernel<K><<<grid, SPLIT_THREADS, smem, st->stream>>>(                   \
+#define SPLIT_CASE(K)                                                                            \
+    attn_decode_split_kernel<K><<<grid, SPLIT_THREADS, smem, st->stream>>>(                      \
         out, part, kc, vc, qkv, pos, s->NH, NKV, HS, hb, soff, sl, nsplit, scale, fr)
-        if (kv == FP8T_KV_FP32) SPLIT_CASE(FP8T_KV_FP32);
-        else if (kv == FP8T_KV_BF16) SPLIT_CASE(FP8T_KV_BF16);
-        else SPLIT_CASE(FP8T_KV_FP8);
+        if (kv == FP8T_KV_FP32)
+            SPLIT_CASE(FP8T_KV_FP32);
+        else if (kv == FP8T_KV_BF16)
+            SPLIT_CASE(FP8T_KV_BF16);
+        else
+            SPLIT_CASE(FP8T_KV_FP8);
 #undef SPLIT_CASE
         CUDA_LAUNCH_CHECK(st);
         if (nsplit > 1) {
@@ -502,9 +510,8 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
         return;
     }
     dim3 grid((unsigned)s->NH, (unsigned)s->B);
-    attn_decode_kernel<<<grid, DEC_THREADS, 0, st->stream>>>(out, kc, vc, kv, qkv, pos, s->NH,
-                                                              NKV, HS, Tmax, hb, soff, scale,
-                                                              make_freqs(s));
+    attn_decode_kernel<<<grid, DEC_THREADS, 0, st->stream>>>(
+        out, kc, vc, kv, qkv, pos, s->NH, NKV, HS, Tmax, hb, soff, scale, make_freqs(s));
     CUDA_LAUNCH_CHECK(st);
 }
 
@@ -512,8 +519,8 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
  * thread per element */
 __global__ void embedding_bf16_kernel(float *out, const int *__restrict__ tokens,
                                       const uint16_t *__restrict__ wte, int ld,
-                                      const float *__restrict__ wpe,
-                                      const int *__restrict__ pos, int T, int C, size_t n) {
+                                      const float *__restrict__ wpe, const int *__restrict__ pos,
+                                      int T, int C, size_t n) {
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
          idx += (size_t)gridDim.x * blockDim.x) {
         const size_t i = idx / C;
@@ -531,8 +538,7 @@ void cuda_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
     if (!n) return;
     cuda_state *st = cuda_of(b);
     const unsigned grid = cdiv_u(n, 256) < 65535u ? cdiv_u(n, 256) : 65535u;
-    embedding_bf16_kernel<<<grid, 256, 0, st->stream>>>(out, tokens, wte, ld, wpe, pos, T, C,
-                                                       n);
+    embedding_bf16_kernel<<<grid, 256, 0, st->stream>>>(out, tokens, wte, ld, wpe, pos, T, C, n);
     CUDA_LAUNCH_CHECK(st);
 }
 
@@ -562,6 +568,6 @@ void cuda_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
     cuda_state *st = cuda_of(b);
     const unsigned grid = cdiv_u(n, 256) < 65535u ? cdiv_u(n, 256) : 65535u;
     embedding_fp8_kernel<<<grid, 256, 0, st->stream>>>(out, tokens, codes, ld, scale_inv, wpe,
-                                                      pos, T, C, n);
+                                                       pos, T, C, n);
     CUDA_LAUNCH_CHECK(st);
 }

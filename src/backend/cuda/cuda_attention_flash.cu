@@ -110,8 +110,7 @@ __device__ __forceinline__ void cp_async_commit(void) {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 /* wait until at most N of this thread's committed groups are still in flight */
-template <int N>
-__device__ __forceinline__ void cp_async_wait(void) {
+template <int N> __device__ __forceinline__ void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
@@ -170,7 +169,8 @@ __global__ void flash_dout_kernel(uint16_t *dst, float *Dv, const float *__restr
         int t = (int)(row % Tp), bh = (int)(row / Tp);
         float x[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, s = 0.0f;
         if (active && t < T) {
-            const size_t off = ((size_t)(bh / NH) * T + t) * NH * D + (size_t)(bh % NH) * D + 8 * c;
+            const size_t off =
+                ((size_t)(bh / NH) * T + t) * NH * D + (size_t)(bh % NH) * D + 8 * c;
             const float *p = dout + off, *q = out + off;
             float y[8];
             if (vec) {
@@ -243,7 +243,8 @@ __global__ void flash_qkv_to_bf16_kernel(uint16_t *qh, uint16_t *kh, uint16_t *v
             }
             if (cosv) {
                 for (int e = 0; e < 8; e++) {
-                    float cs = cosv[(size_t)t * half + d0 + e], sn = sinv[(size_t)t * half + d0 + e];
+                    float cs = cosv[(size_t)t * half + d0 + e],
+                          sn = sinv[(size_t)t * half + d0 + e];
                     float q1 = x[0][e], q2 = x[1][e], k1 = x[2][e], k2 = x[3][e];
                     x[0][e] = q1 * cs - q2 * sn;
                     x[1][e] = q2 * cs + q1 * sn;
@@ -280,10 +281,7 @@ __device__ __forceinline__ float *fl_row(const fl_out &o, int bh, int t) {
 /* ==== forward (head sizes 32, 64) and backward (all head sizes) kernels ==== */
 
 /* the m16 tiles per warp: two where the accumulators fit in registers */
-template <int D>
-constexpr int default_mt(void) {
-    return D <= 64 ? 2 : 1;
-}
+template <int D> constexpr int default_mt(void) { return D <= 64 ? 2 : 1; }
 
 /* Rows [0, R) of a BF16 [.., D] row-major matrix at g (row stride D) into shared s[R][D + 8]
  * with cp.async; every thread of the block takes part. Thread tid copies the 16-byte chunk
@@ -360,8 +358,9 @@ __device__ __forceinline__ void scores(float (&s)[MT][NJ][4], const uint32_t (&a
  * row 16 kk + (l & 15), dims 16 n2 + 8 (l >> 4): b0, b1 of n-tiles 2 n2 and 2 n2 + 1). Per acc
  * element the k-steps are accumulated in order kk = 0, 1, .. */
 template <int D, int MT, int NK>
-__device__ __forceinline__ void pv_acc(float (&acc)[MT][D / 8][4], const float (&p)[MT][2 * NK][4],
-                                       const uint16_t *Ms, int lane) {
+__device__ __forceinline__ void pv_acc(float (&acc)[MT][D / 8][4],
+                                       const float (&p)[MT][2 * NK][4], const uint16_t *Ms,
+                                       int lane) {
     constexpr int LDT = D + 8;
 #pragma unroll
     for (int kk = 0; kk < NK; kk++) {
@@ -394,10 +393,10 @@ __device__ __forceinline__ void pv_acc(float (&acc)[MT][D / 8][4], const float (
  * DIAG: the warp's diagonal tile, where keys after the row (and keys >= T) are masked (-inf,
  * so p = 0); every other tile is unmasked. */
 template <int D, int MT, bool DIAG>
-__device__ __forceinline__ void fwd_tile(float (&o)[MT][D / 8][4], float (&mrow)[MT][2],
-                                         float (&lsum)[MT][2], const uint32_t (&qf)[MT][D / 16][4],
-                                         const uint16_t *Qw, const uint16_t *Kc, const uint16_t *Vc,
-                                         int lane, int lrow, int kbase, int T, float scale_log2) {
+__device__ __forceinline__ void
+fwd_tile(float (&o)[MT][D / 8][4], float (&mrow)[MT][2], float (&lsum)[MT][2],
+         const uint32_t (&qf)[MT][D / 16][4], const uint16_t *Qw, const uint16_t *Kc,
+         const uint16_t *Vc, int lane, int lrow, int kbase, int T, float scale_log2) {
     const int g = lane >> 2, t = lane & 3;
     float s[MT][8][4];
 #pragma unroll
@@ -461,13 +460,13 @@ __device__ __forceinline__ void fwd_tile(float (&o)[MT][D / 8][4], float (&mrow)
 template <int D, int MT = default_mt<D>()>
 __global__ void __launch_bounds__(FL_THREADS)
     flash_fwd_kernel(float *out, float *lse, const uint16_t *__restrict__ q,
-                     const uint16_t *__restrict__ k, const uint16_t *__restrict__ v, int T, int Tp,
-                     int NH, float scale_log2) {
+                     const uint16_t *__restrict__ k, const uint16_t *__restrict__ v, int T,
+                     int Tp, int NH, float scale_log2) {
     constexpr int BM = 4 * 16 * MT, LDT = D + 8, TILE = FL_TILE * LDT;
     extern __shared__ uint4 flash_smem[];
     uint16_t *Qs = reinterpret_cast<uint16_t *>(flash_smem); /* [BM][LDT] */
-    uint16_t *Ks = Qs + BM * LDT;                             /* [2][64][LDT] */
-    uint16_t *Vs = Ks + 2 * TILE;                             /* [2][64][LDT] */
+    uint16_t *Ks = Qs + BM * LDT;                            /* [2][64][LDT] */
+    uint16_t *Vs = Ks + 2 * TILE;                            /* [2][64][LDT] */
     const int nQ = (Tp + BM - 1) / BM;
     const int bh = blockIdx.x, qb = nQ - 1 - (int)blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -475,7 +474,7 @@ __global__ void __launch_bounds__(FL_THREADS)
     const uint16_t *kb = k + base, *vb = v + base;
     const int q0 = qb * BM, nrows = min(BM, Tp - q0);
     const int ntiles = (q0 + nrows) / FL_TILE; /* key tiles 0 .. ntiles - 1 */
-    const int wrow = q0 + 16 * MT * warp; /* the warp's first query row */
+    const int wrow = q0 + 16 * MT * warp;      /* the warp's first query row */
     const bool active = wrow < Tp;
     /* its diagonal key tile, and its first row within that tile */
     const int wtile = wrow / FL_TILE, lrow = wrow % FL_TILE;
@@ -522,10 +521,10 @@ __global__ void __launch_bounds__(FL_THREADS)
         const uint16_t *Kc = Ks + st * TILE, *Vc = Vs + st * TILE;
         if (active && kt < wtile)
             fwd_tile<D, MT, false>(o, mrow, lsum, qf, Qw, Kc, Vc, lane, lrow, kt * FL_TILE, T,
-                                         scale_log2);
+                                   scale_log2);
         else if (active && kt == wtile)
             fwd_tile<D, MT, true>(o, mrow, lsum, qf, Qw, Kc, Vc, lane, lrow, kt * FL_TILE, T,
-                                        scale_log2);
+                                  scale_log2);
         __syncthreads(); /* the stage is overwritten by the prefetch of iteration kt + 1 */
     }
 
@@ -606,15 +605,15 @@ template <int D, int MT = default_mt<D>()>
 __global__ void __launch_bounds__(FL_THREADS)
     flash_bwd_dq_kernel(fl_out dq, const uint16_t *__restrict__ q, const uint16_t *__restrict__ k,
                         const uint16_t *__restrict__ v, const uint16_t *__restrict__ dout,
-                        const float *__restrict__ lse, const float *__restrict__ Dv, int T, int Tp,
-                        float scale, float scale_log2) {
+                        const float *__restrict__ lse, const float *__restrict__ Dv, int T,
+                        int Tp, float scale, float scale_log2) {
     constexpr int BM = 4 * 16 * MT, LDT = D + 8, TILE = FL_TILE * LDT;
     constexpr int SW = MT == 2 ? 32 : 64;
     extern __shared__ uint4 flash_smem[];
     uint16_t *Qs = reinterpret_cast<uint16_t *>(flash_smem); /* [BM][LDT] */
-    uint16_t *dOs = Qs + BM * LDT;                            /* [BM][LDT] */
-    uint16_t *Ks = dOs + BM * LDT;                            /* [2][64][LDT] */
-    uint16_t *Vs = Ks + 2 * TILE;                             /* [2][64][LDT] */
+    uint16_t *dOs = Qs + BM * LDT;                           /* [BM][LDT] */
+    uint16_t *Ks = dOs + BM * LDT;                           /* [2][64][LDT] */
+    uint16_t *Vs = Ks + 2 * TILE;                            /* [2][64][LDT] */
     const int nQ = (Tp + BM - 1) / BM;
     const int bh = blockIdx.x, qb = nQ - 1 - (int)blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -676,10 +675,10 @@ __global__ void __launch_bounds__(FL_THREADS)
         const uint16_t *Kc = Ks + st * TILE, *Vc = Vs + st * TILE;
         if (active && kt < wtile)
             dq_tile<D, MT, SW, false>(acc, qf, df, Qw, dOw, Kc, Vc, L, Dr, lane, lrow,
-                                            kt * FL_TILE, T, scale_log2);
+                                      kt * FL_TILE, T, scale_log2);
         else if (active && kt == wtile)
-            dq_tile<D, MT, SW, true>(acc, qf, df, Qw, dOw, Kc, Vc, L, Dr, lane, lrow, kt * FL_TILE,
-                                           T, scale_log2);
+            dq_tile<D, MT, SW, true>(acc, qf, df, Qw, dOw, Kc, Vc, L, Dr, lane, lrow,
+                                     kt * FL_TILE, T, scale_log2);
         __syncthreads();
     }
 
@@ -768,11 +767,11 @@ __global__ void __launch_bounds__(FL_THREADS)
     constexpr int BN = 4 * 16 * MT, LDT = D + 8, TILE = FL_TILE * LDT;
     extern __shared__ uint4 flash_smem[];
     uint16_t *Ks = reinterpret_cast<uint16_t *>(flash_smem); /* [BN][LDT] */
-    uint16_t *Vs = Ks + BN * LDT;                             /* [BN][LDT] */
-    uint16_t *Qs = Vs + BN * LDT;                             /* [2][64][LDT] */
-    uint16_t *dOs = Qs + 2 * TILE;                            /* [2][64][LDT] */
-    float *Ls = reinterpret_cast<float *>(dOs + 2 * TILE);    /* [2][64] lse * log2e */
-    float *Ds = Ls + 2 * FL_TILE;                                  /* [2][64] Dv */
+    uint16_t *Vs = Ks + BN * LDT;                            /* [BN][LDT] */
+    uint16_t *Qs = Vs + BN * LDT;                            /* [2][64][LDT] */
+    uint16_t *dOs = Qs + 2 * TILE;                           /* [2][64][LDT] */
+    float *Ls = reinterpret_cast<float *>(dOs + 2 * TILE);   /* [2][64] lse * log2e */
+    float *Ds = Ls + 2 * FL_TILE;                            /* [2][64] Dv */
     const int nT = Tp / FL_TILE;
     const int bh = blockIdx.x, kb = (int)blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -780,7 +779,7 @@ __global__ void __launch_bounds__(FL_THREADS)
     const uint16_t *qb = q + base, *dob = dout + base;
     const float *lseb = lse + (size_t)bh * T, *Dvb = Dv + (size_t)bh * T;
     const int k0 = kb * BN, nrows = min(BN, Tp - k0);
-    const int qt0 = k0 / FL_TILE;              /* the block's first query tile */
+    const int qt0 = k0 / FL_TILE;         /* the block's first query tile */
     const int wkey = k0 + 16 * MT * warp; /* the warp's first key */
     const bool active = wkey < Tp;
     const int wtile = wkey / FL_TILE; /* its diagonal query tile */
@@ -827,13 +826,14 @@ __global__ void __launch_bounds__(FL_THREADS)
         const float *Lc = Ls + st * FL_TILE, *Dc = Ds + st * FL_TILE;
         if (active && qt >= wtile) {
             if (qt == wtile || qt == nT - 1)
-                dkdv_tile<D, MT, true>(adk, adv, Kw, Vw, Qc, dOc, Lc, Dc, lane, wkey, qt * FL_TILE,
-                                             T, scale_log2);
+                dkdv_tile<D, MT, true>(adk, adv, Kw, Vw, Qc, dOc, Lc, Dc, lane, wkey,
+                                       qt * FL_TILE, T, scale_log2);
             else
                 dkdv_tile<D, MT, false>(adk, adv, Kw, Vw, Qc, dOc, Lc, Dc, lane, wkey,
-                                              qt * FL_TILE, T, scale_log2);
+                                        qt * FL_TILE, T, scale_log2);
         }
-        if (qt + 1 < nT && tid < FL_TILE) { /* stage nx was last read before the previous barrier */
+        if (qt + 1 < nT &&
+            tid < FL_TILE) { /* stage nx was last read before the previous barrier */
             Ls[nx * FL_TILE + tid] = nextL;
             Ds[nx * FL_TILE + tid] = nextD;
         }
@@ -924,7 +924,7 @@ __global__ void __launch_bounds__(FL_THREADS)
     constexpr int LDT = D + 8, TILE = FL_TILE * LDT;
     extern __shared__ uint4 flash_smem[];
     uint16_t *Ks = reinterpret_cast<uint16_t *>(flash_smem); /* [2][64][LDT] */
-    uint16_t *Vs = Ks + 2 * TILE;                              /* [2][64][LDT] */
+    uint16_t *Vs = Ks + 2 * TILE;                            /* [2][64][LDT] */
     int nT = Tp / FL_TILE;
     int bh = blockIdx.x, qt = nT - 1 - (int)blockIdx.y;
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -977,7 +977,7 @@ __global__ void __launch_bounds__(FL_THREADS)
                 mma_bf16(s[j], qf[kk], ld32(bp), ld32(bp + 8));
             }
 
-        /* scale to base 2; on the diagonal tile mask keys after the query (this also masks
+            /* scale to base 2; on the diagonal tile mask keys after the query (this also masks
          * keys >= T for every row < T; the explicit test keeps the padded rows finite too) */
 #pragma unroll
         for (int j = 0; j < 8; j++)
@@ -1056,30 +1056,21 @@ __global__ void __launch_bounds__(FL_THREADS)
 /* The forward for head size 128 is flash_fwd_v1_kernel: on the H200 it measured faster there
  * than flash_fwd_kernel (B=8, NH=16, T=2048: 0.638 vs 0.684 ms; dev/cuda/flash_ladder.cu
  * versions 1 and 3). Head sizes 32, 64 and every backward use the two-tile kernels. */
-template <int D>
-constexpr bool fwd_is_v1(void) {
-    return D == 128;
-}
+template <int D> constexpr bool fwd_is_v1(void) { return D == 128; }
 
 /* shared-memory bytes of each kernel (BF16 rows of pitch D + 8; ROWS = 64 MT) */
-static size_t fwd_smem(int D, int MT) {
-    return (size_t)(64 * MT + 4 * FL_TILE) * (D + 8) * 2;
-}
+static size_t fwd_smem(int D, int MT) { return (size_t)(64 * MT + 4 * FL_TILE) * (D + 8) * 2; }
 static size_t fwd_v1_smem(int D) { return (size_t)4 * FL_TILE * (D + 8) * 2; }
-static size_t dq_smem(int D, int MT) {
-    return (size_t)(2 * 64 * MT + 4 * FL_TILE) * (D + 8) * 2;
-}
+static size_t dq_smem(int D, int MT) { return (size_t)(2 * 64 * MT + 4 * FL_TILE) * (D + 8) * 2; }
 static size_t dkdv_smem(int D, int MT) {
-    return (size_t)(2 * 64 * MT + 4 * FL_TILE) * (D + 8) * 2 + (size_t)4 * FL_TILE * sizeof(float);
+    return (size_t)(2 * 64 * MT + 4 * FL_TILE) * (D + 8) * 2 +
+           (size_t)4 * FL_TILE * sizeof(float);
 }
 /* query blocks (forward, dq) = key blocks (dk/dv): grid.y of the two-tile kernels */
-static int row_blocks(int Tp, int MT) {
-    return (Tp + 64 * MT - 1) / (64 * MT);
-}
+static int row_blocks(int Tp, int MT) { return (Tp + 64 * MT - 1) / (64 * MT); }
 
 /* Raise the dynamic shared-memory limit of the kernels for head size D, once. */
-template <int D>
-static void flash_setup(void) {
+template <int D> static void flash_setup(void) {
     constexpr int MT = default_mt<D>();
     static int done = 0;
     if (done) return;
@@ -1122,9 +1113,9 @@ static void dout_to_bf16(cuda_state *s, uint16_t *dst, float *Dv, const float *d
 }
 
 /* q, k, v as padded BF16 [BH, Tp, HS] from qkv (RoPE applied when cosv is non-NULL). */
-static void qkv_to_bf16(cuda_state *s, uint16_t *qh, uint16_t *kh, uint16_t *vh,
-                        const float *qkv, const float *cosv, const float *sinv, int B, int T,
-                        int Tp, int NH, int NKV, int HS) {
+static void qkv_to_bf16(cuda_state *s, uint16_t *qh, uint16_t *kh, uint16_t *vh, const float *qkv,
+                        const float *cosv, const float *sinv, int B, int T, int Tp, int NH,
+                        int NKV, int HS) {
     int vec = ((uintptr_t)qkv & 15) == 0; /* every head starts at a multiple of HS >= 32 */
     size_t n = (size_t)B * NH * Tp * (HS / 16);
     size_t want = (n + 255) / 256, cap = (size_t)s->num_sms * 32;
@@ -1182,22 +1173,24 @@ int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, uint16_t *saved
     size_t per = (size_t)BH * Tp * HS; /* BF16 elements of one padded copy */
     /* the BF16 q, k, v: into the caller's saved buffer (the backward reads them there) or
      * into scratch */
-    uint16_t *qh = saved ? saved
-                         : (uint16_t *)cuda_scratch(b, SCR_ATTN2, 3 * per * sizeof(uint16_t));
+    uint16_t *qh =
+        saved ? saved : (uint16_t *)cuda_scratch(b, SCR_ATTN2, 3 * per * sizeof(uint16_t));
     uint16_t *kh = qh + per, *vh = kh + per;
     qkv_to_bf16(s, qh, kh, vh, qkv, cosv, sinv, B, T, Tp, NH, NKV, HS);
     float scale_log2 = scale * FL_LOG2E;
-    if (HS == 32) fwd_launch<32>(s, out, lse, qh, kh, vh, BH, T, Tp, NH, scale_log2);
-    else if (HS == 64) fwd_launch<64>(s, out, lse, qh, kh, vh, BH, T, Tp, NH, scale_log2);
-    else fwd_launch<128>(s, out, lse, qh, kh, vh, BH, T, Tp, NH, scale_log2);
+    if (HS == 32)
+        fwd_launch<32>(s, out, lse, qh, kh, vh, BH, T, Tp, NH, scale_log2);
+    else if (HS == 64)
+        fwd_launch<64>(s, out, lse, qh, kh, vh, BH, T, Tp, NH, scale_log2);
+    else
+        fwd_launch<128>(s, out, lse, qh, kh, vh, BH, T, Tp, NH, scale_log2);
     return 0;
 }
 
 int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, float *dv,
                         const float *qkv, const uint16_t *saved, const float *cosv,
-                        const float *sinv, const float *dout, const float *out,
-                        const float *lse, float *Dv, int B, int T, int NH, int NKV, int HS,
-                        float scale) {
+                        const float *sinv, const float *dout, const float *out, const float *lse,
+                        float *Dv, int B, int T, int NH, int NKV, int HS, float scale) {
     if (!cuda_attn_flash_supported(B, T, NH, HS)) return -1;
     if (dqkv && NKV != NH) return -1; /* a group's dk, dv must be summed: the post kernel */
     cuda_state *s = cuda_of(b);

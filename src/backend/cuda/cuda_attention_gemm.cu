@@ -130,8 +130,10 @@ static size_t ag_chunk_heads(int bwd, size_t BH, int T, int HS, size_t budget) {
     size_t lo = 1, hi = BH; /* largest nh with layout(nh) <= budget (monotone in nh) */
     while (lo < hi) {
         size_t mid = lo + (hi - lo + 1) / 2;
-        if (ag_layout_of(bwd, mid, T, HS).total <= budget) lo = mid;
-        else hi = mid - 1;
+        if (ag_layout_of(bwd, mid, T, HS).total <= budget)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     size_t nchunks = (BH + lo - 1) / lo;
     return (BH + nchunks - 1) / nchunks;
@@ -179,8 +181,8 @@ static cublasLtMatrixLayout_t ag_layout_create(cudaDataType_t type, int rows, in
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, (uint64_t)rows, (uint64_t)cols, ld));
     int32_t bc = batch;
     int64_t st = stride;
-    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc,
-                                                  sizeof(bc)));
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)));
     CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                                   &st, sizeof(st)));
     return l;
@@ -194,8 +196,8 @@ static ag_plan *ag_plan_get(cuda_state *s, int kind, int T, int HS, int batch, c
     for (int i = 0; i < AG_CACHE_SIZE; i++) {
         ag_plan *e = &ag_cache[i];
         if (e->valid && e->device == s->device && e->workspace_bytes == s->workspace_bytes &&
-            e->kind == kind && e->T == T && e->HS == HS && e->batch == batch &&
-            e->al_a == al_a && e->al_b == al_b && e->al_c == al_c)
+            e->kind == kind && e->T == T && e->HS == HS && e->batch == batch && e->al_a == al_a &&
+            e->al_b == al_b && e->al_c == al_c)
             return e->ok ? e : NULL;
     }
     ag_plan *e = &ag_cache[ag_cache_next];
@@ -206,10 +208,10 @@ static ag_plan *ag_plan_get(cuda_state *s, int kind, int T, int HS, int batch, c
     cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&e->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                                sizeof(ta)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                                sizeof(tb)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     e->la = ag_layout_create(CUDA_R_16BF, g.a_rows, g.a_cols, g.lda, batch, g.stride_a);
     e->lb = ag_layout_create(CUDA_R_16BF, g.b_rows, g.b_cols, g.ldb, batch, g.stride_b);
     e->lc = ag_layout_create(CUDA_R_32F, g.m, g.n, g.ldc, batch, g.stride_c);
@@ -231,9 +233,8 @@ static ag_plan *ag_plan_get(cuda_state *s, int kind, int T, int HS, int batch, c
     cublasLtMatmulHeuristicResult_t heur;
     memset(&heur, 0, sizeof(heur));
     int nres = 0;
-    cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(s->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, 1, &heur,
-                                       &nres);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s->lt, e->op, e->la, e->lb, e->lc, e->lc,
+                                                       pref, 1, &heur, &nres);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     e->valid = 1;
     e->ok = st == CUBLAS_STATUS_SUCCESS && nres > 0 && heur.state == CUBLAS_STATUS_SUCCESS;
@@ -251,17 +252,16 @@ static int ag_matmul(cuda_state *s, int kind, int T, int HS, int batch, float al
     ag_plan *e = ag_plan_get(s, kind, T, HS, batch, A, B, C);
     if (!e) return -1;
     float beta = 0.0f;
-    cublasStatus_t st = cublasLtMatmul(s->lt, e->op, &alpha, A, e->la, B, e->lb, &beta, C,
-                                       e->lc, C, e->lc, &e->algo, s->workspace,
-                                       s->workspace_bytes, s->stream);
+    cublasStatus_t st =
+        cublasLtMatmul(s->lt, e->op, &alpha, A, e->la, B, e->lb, &beta, C, e->lc, C, e->lc,
+                       &e->algo, s->workspace, s->workspace_bytes, s->stream);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
         if (!ag_warned_reject) {
             ag_shape g = gemm_shape_of(kind, T, HS);
-            fp8t_warnf(
-                    "cuBLASLt refused a batched BF16 attention GEMM its heuristic "
-                    "accepted (%s): m=%d n=%d k=%d batch=%d; attention falls back to the FP32 "
-                    "kernels for this shape (reported once) (%s:%d)",
-                    cublasLtGetStatusString(st), g.m, g.n, g.k, batch, __FILE__, __LINE__);
+            fp8t_warnf("cuBLASLt refused a batched BF16 attention GEMM its heuristic "
+                       "accepted (%s): m=%d n=%d k=%d batch=%d; attention falls back to the FP32 "
+                       "kernels for this shape (reported once) (%s:%d)",
+                       cublasLtGetStatusString(st), g.m, g.n, g.k, batch, __FILE__, __LINE__);
             ag_warned_reject = 1;
         }
         e->ok = 0;
@@ -418,12 +418,12 @@ int cuda_attn_gemm_fwd(fp8t_backend *b, float *out, float *lse, const float *q, 
         /* S = q kᵀ (AG_SCORE: A = k, B = q) */
         if (ag_matmul(s, AG_SCORE, T, HS, (int)nh, 1.0f, k16, q16, S)) return -1;
         ag_softmax_kernel<<<cdiv_u(rows * 32, 256), 256, 0, s->stream>>>(P, lse + h0 * T, S, nh,
-                                                                       T, ldT, scale);
+                                                                         T, ldT, scale);
         CUDA_LAUNCH_CHECK(s);
         /* O = P v (AG_PV: A = v, B = P) */
         if (ag_matmul(s, AG_PV, T, HS, (int)nh, 1.0f, v16, P, O)) return -1;
         ag_scatter_out_kernel<<<ag_blocks(s, rows * HS), 256, 0, s->stream>>>(out, O, h0, nh, T,
-                                                                             NH, HS);
+                                                                              NH, HS);
         CUDA_LAUNCH_CHECK(s);
     }
     /* A -1 after a launch (cuBLASLt refusing its own heuristic's algorithm, reported) is still

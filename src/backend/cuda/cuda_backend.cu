@@ -6,7 +6,8 @@
 #include "fp8train/error.h"
 #include "backend/cuda/cuda_common.cuh"
 
-#define CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace (Hopper recommends 32 MiB) */
+#define CUDA_WORKSPACE_BYTES                                                                     \
+    ((size_t)32 << 20) /* cuBLASLt workspace (Hopper recommends 32 MiB) */
 
 void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
     cuda_state *s = cuda_of(b);
@@ -15,8 +16,8 @@ void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
             /* growing waits for the stream, which a graph recording cannot do: the recorded
              * step must have run once before at the same sizes (graph_begin's contract) */
             FP8T_FATAL("scratch buffer %d would grow to %zu bytes while a graph "
-                       "is recorded; run the step once before recording it", slot,
-                       bytes);
+                       "is recorded; run the step once before recording it",
+                       slot, bytes);
         }
         /* the old buffer may still be in use by queued kernels */
         CUDA_CHECK(cudaStreamSynchronize(s->stream));
@@ -32,10 +33,9 @@ void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes) {
             size_t free_b = 0, total_b = 0;
             cudaGetLastError();
             cudaMemGetInfo(&free_b, &total_b);
-            FP8T_FATAL(
-                    "out of GPU memory growing scratch buffer %d to %zu bytes (%zu of "
-                    "%zu bytes free): use a smaller --batch or model",
-                    slot, want, free_b, total_b);
+            FP8T_FATAL("out of GPU memory growing scratch buffer %d to %zu bytes (%zu of "
+                       "%zu bytes free): use a smaller --batch or model",
+                       slot, want, free_b, total_b);
         }
         s->scratch[slot] = p;
         s->scratch_bytes[slot] = want;
@@ -114,10 +114,9 @@ static void *cuda_malloc(fp8t_backend *b, size_t bytes) {
         size_t free_b = 0, total_b = 0;
         cudaGetLastError(); /* clear the sticky-free error state */
         cudaMemGetInfo(&free_b, &total_b);
-        FP8T_FATAL(
-                "out of GPU memory allocating %zu bytes (%zu of %zu bytes free, %zu in "
-                "use by fp8train): use a smaller --batch, --seq-len or model",
-                bytes, free_b, total_b, s->bytes_in_use);
+        FP8T_FATAL("out of GPU memory allocating %zu bytes (%zu of %zu bytes free, %zu in "
+                   "use by fp8train): use a smaller --batch, --seq-len or model",
+                   bytes, free_b, total_b, s->bytes_in_use);
     }
     CUDA_CHECK(cudaMemsetAsync(p, 0, padded, s->stream));
     alloc_insert(p, padded);
@@ -146,7 +145,8 @@ static void cuda_to_device(fp8t_backend *b, void *dst, const void *src_host, siz
 
 static void cuda_to_host(fp8t_backend *b, void *dst_host, const void *src, size_t bytes) {
     cuda_state *s = cuda_of(b);
-    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, s->stream));
+    if (bytes)
+        CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, s->stream));
     CUDA_CHECK(cudaStreamSynchronize(s->stream));
 }
 
@@ -156,10 +156,9 @@ static void *cuda_host_alloc(fp8t_backend *b, size_t bytes) {
     cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        FP8T_FATAL(
-                "cannot allocate %zu bytes of pinned host memory (%s): dump fewer "
-                "tensors at once (inspect layers=, tensors=)",
-                bytes, cudaGetErrorString(e));
+        FP8T_FATAL("cannot allocate %zu bytes of pinned host memory (%s): dump fewer "
+                   "tensors at once (inspect layers=, tensors=)",
+                   bytes, cudaGetErrorString(e));
     }
     return p;
 }
@@ -361,10 +360,11 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
-        fp8t_errorf(err, errlen,
-                 "no CUDA device visible (%s): check nvidia-smi and CUDA_VISIBLE_DEVICES, or use "
-                 "--device cpu",
-                 e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0");
+        fp8t_errorf(
+            err, errlen,
+            "no CUDA device visible (%s): check nvidia-smi and CUDA_VISIBLE_DEVICES, or use "
+            "--device cpu",
+            e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0");
         cudaGetLastError();
         return NULL;
     }
@@ -378,11 +378,12 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
         return NULL;
     }
     if (prop.major != 9) {
-        fp8t_errorf(err, errlen,
-                 "CUDA device %d (%s) has compute capability %d.%d; this build of fp8train targets "
-                 "Hopper (sm_90a: H100/H200) only. Use --device cpu, or rebuild with NVFLAGS for "
-                 "your GPU (FP8 GEMMs need sm_89 or newer)",
-                 dev, prop.name, prop.major, prop.minor);
+        fp8t_errorf(
+            err, errlen,
+            "CUDA device %d (%s) has compute capability %d.%d; this build of fp8train targets "
+            "Hopper (sm_90a: H100/H200) only. Use --device cpu, or rebuild with NVFLAGS for "
+            "your GPU (FP8 GEMMs need sm_89 or newer)",
+            dev, prop.name, prop.major, prop.minor);
         return NULL;
     }
     e = cudaSetDevice(dev);
@@ -423,7 +424,7 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
     case FP8T_ATTN_DEFAULT: s->attn_mode = ATTN_FLASH; break;
     default: /* a value this backend does not know (fp8t_backend_create checked the range) */
         fp8t_errorf(err, errlen, "attention implementation '%s' is not in the CUDA backend",
-                 fp8t_attn_impl_name(opt->attn) ? fp8t_attn_impl_name(opt->attn) : "?");
+                    fp8t_attn_impl_name(opt->attn) ? fp8t_attn_impl_name(opt->attn) : "?");
         free(s);
         free(b);
         return NULL;
@@ -437,7 +438,7 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
     e = cudaMalloc(&s->workspace, s->workspace_bytes);
     if (e != cudaSuccess) {
         fp8t_errorf(err, errlen, "cannot allocate the %zu-byte cuBLASLt workspace on %s: %s",
-                 s->workspace_bytes, prop.name, cudaGetErrorString(e));
+                    s->workspace_bytes, prop.name, cudaGetErrorString(e));
         cublasLtDestroy(s->lt);
         cudaStreamDestroy(s->stream);
         free(s);

@@ -24,7 +24,8 @@ __global__ void to_bf16_rows_kernel(__nv_bfloat16 *out, int ld_out, int rows_out
                 o[c] = __float2bfloat16_rn(v);
             }
         } else {
-            for (int c = threadIdx.x; c < ld_out; c += blockDim.x) o[c] = __float2bfloat16_rn(0.0f);
+            for (int c = threadIdx.x; c < ld_out; c += blockDim.x)
+                o[c] = __float2bfloat16_rn(0.0f);
         }
     }
     if (amax_out) {
@@ -48,8 +49,10 @@ __global__ void to_bf16_vec8_kernel(uint4 *out, const float4 *__restrict__ x, si
             am = amax_merge_dev(am, a.z), am = amax_merge_dev(am, a.w);
             am = amax_merge_dev(am, c.x), am = amax_merge_dev(am, c.y);
             am = amax_merge_dev(am, c.z), am = amax_merge_dev(am, c.w);
-            __nv_bfloat162 p0 = __floats2bfloat162_rn(a.x, a.y), p1 = __floats2bfloat162_rn(a.z, a.w);
-            __nv_bfloat162 p2 = __floats2bfloat162_rn(c.x, c.y), p3 = __floats2bfloat162_rn(c.z, c.w);
+            __nv_bfloat162 p0 = __floats2bfloat162_rn(a.x, a.y),
+                           p1 = __floats2bfloat162_rn(a.z, a.w);
+            __nv_bfloat162 p2 = __floats2bfloat162_rn(c.x, c.y),
+                           p3 = __floats2bfloat162_rn(c.z, c.w);
             o.x = *(unsigned *)&p0, o.y = *(unsigned *)&p1;
             o.z = *(unsigned *)&p2, o.w = *(unsigned *)&p3;
         }
@@ -161,8 +164,8 @@ void cuda_bf16_unpack(fp8t_backend *b, float *out, const uint16_t *x, size_t n) 
             (float4 *)out, (const uint4 *)x, n8);
     } else {
         const size_t blocks = (n + 255) / 256;
-        bf16_unpack_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s->stream>>>(
-            out, x, n);
+        bf16_unpack_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s->stream>>>(out, x,
+                                                                                           n);
     }
     CUDA_LAUNCH_CHECK(s);
 }
@@ -329,9 +332,9 @@ static void to_bf16_colsum_launch(fp8t_backend *b, uint16_t *out, float *amax_ou
     const int nchunks = (rows + COLSUM_ROWS - 1) / COLSUM_ROWS, G = cols / 8;
     float *part = (float *)cuda_scratch(b, SCR_COLSUM, (size_t)nchunks * cols * sizeof(float));
     dim3 grid((unsigned)((G + 31) / 32), (unsigned)nchunks), block(32, COLSUM_LANES);
-    to_bf16_colsum_kernel<GBWD><<<grid, block, 0, s->stream>>>(
-        (uint4 *)out, part, amax_out, (const float4 *)x, (const float4 *)gx, gbias, rows,
-        fp8t_bf16_pad(rows), G);
+    to_bf16_colsum_kernel<GBWD>
+        <<<grid, block, 0, s->stream>>>((uint4 *)out, part, amax_out, (const float4 *)x,
+                                        (const float4 *)gx, gbias, rows, fp8t_bf16_pad(rows), G);
     CUDA_LAUNCH_CHECK(s);
     if (colsum) cuda_column_sums_finish(b, colsum, part, nchunks, cols);
 }
@@ -354,8 +357,10 @@ void cuda_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_
     if (!colsum_fusable(cuda_of(b), dout, x, rows, cols)) {
         /* dx in scratch (the unfused ops' bits), then its rounding and sums */
         float *dx = (float *)cuda_scratch(b, SCR_ACT, (size_t)rows * cols * sizeof(float));
-        if (bias) cuda_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
-        else cuda_gelu_backward(b, dx, x, dout, (size_t)rows * cols);
+        if (bias)
+            cuda_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
+        else
+            cuda_gelu_backward(b, dx, x, dout, (size_t)rows * cols);
         cuda_to_bf16_operand(b, out, amax_out, dx, rows, cols);
         if (colsum) cuda_column_sums(b, colsum, dx, rows, cols);
         return;

@@ -49,18 +49,20 @@ static double now_s(void) {
 }
 
 static void nccl_fail(cuda_state *s, const char *what, const char *why) {
-    fprintf(stderr, "fp8train: rank %d: NCCL %s failed: %s; another rank probably died (see its "
-            "output above); this rank stops\n", s->comm_rank, what, why);
+    fprintf(stderr,
+            "fp8train: rank %d: NCCL %s failed: %s; another rank probably died (see its "
+            "output above); this rank stops\n",
+            s->comm_rank, what, why);
     if (s->nccl) ncclCommAbort(comm_of(s));
     s->nccl = NULL;
     fp8t_dist_abort(1);
 }
 
-#define NCCL_CHECK(s, what, call)                                                             \
-    do {                                                                                      \
-        ncclResult_t nccl_r_ = (call);                                                        \
-        if (nccl_r_ != ncclSuccess && nccl_r_ != ncclInProgress)                              \
-            nccl_fail((s), (what), ncclGetErrorString(nccl_r_));                              \
+#define NCCL_CHECK(s, what, call)                                                                \
+    do {                                                                                         \
+        ncclResult_t nccl_r_ = (call);                                                           \
+        if (nccl_r_ != ncclSuccess && nccl_r_ != ncclInProgress)                                 \
+            nccl_fail((s), (what), ncclGetErrorString(nccl_r_));                                 \
     } while (0)
 
 /* Wait on the host for ev, watching for NCCL's asynchronous errors, with the timeout. */
@@ -106,14 +108,17 @@ int cuda_comm_init(fp8t_backend *b, char *err, size_t errlen) {
     int ok = r == ncclSuccess;
     fp8t_dist_allreduce_i32(&ok, 1, FP8T_RED_SUM);
     if (ok != s->comm_size) {
-        return fp8t_errorf(err, errlen, "ncclGetUniqueId failed on rank 0 (%s)", ncclGetErrorString(r));
+        return fp8t_errorf(err, errlen, "ncclGetUniqueId failed on rank 0 (%s)",
+                           ncclGetErrorString(r));
     }
     fp8t_dist_bcast(&id, sizeof(id), 0);
     ncclComm_t comm;
     r = ncclCommInitRank(&comm, s->comm_size, id, s->comm_rank);
     if (r != ncclSuccess) {
-        return fp8t_errorf(err, errlen, "ncclCommInitRank (rank %d of %d, GPU %d) failed: %s; NCCL_DEBUG=INFO "
-                        "says more", s->comm_rank, s->comm_size, s->device, ncclGetErrorString(r));
+        return fp8t_errorf(err, errlen,
+                           "ncclCommInitRank (rank %d of %d, GPU %d) failed: %s; NCCL_DEBUG=INFO "
+                           "says more",
+                           s->comm_rank, s->comm_size, s->device, ncclGetErrorString(r));
     }
     s->nccl = comm;
     CUDA_CHECK(cudaEventCreateWithFlags(&s->comm_done, cudaEventDisableTiming));
@@ -123,9 +128,12 @@ int cuda_comm_init(fp8t_backend *b, char *err, size_t errlen) {
     return 0;
 #else
     if (s->comm_size > 1) {
-        return fp8t_errorf(err, errlen, "this fp8train was built without NCCL (nccl.h not found under "
-                        "CUDA_HOME), so the CUDA backend cannot join %d ranks: install NCCL and rebuild, "
-                        "or use --device cpu", s->comm_size);
+        return fp8t_errorf(
+            err, errlen,
+            "this fp8train was built without NCCL (nccl.h not found under "
+            "CUDA_HOME), so the CUDA backend cannot join %d ranks: install NCCL and rebuild, "
+            "or use --device cpu",
+            s->comm_size);
     }
     return 0;
 #endif
@@ -165,8 +173,8 @@ void cuda_allreduce(fp8t_backend *b, float *x, size_t n, fp8t_reduce_op op, int 
         /* ncclMax on floats may drop a NaN where the CPU backend keeps it; every rank still
          * gets the same value, and a NaN loss stops the run before the scale update anyway */
         NCCL_CHECK(s, "all-reduce",
-                   ncclAllReduce(bf ? (const void *)h : (const void *)x, bf ? (void *)h : (void *)x,
-                                 n, bf ? ncclBfloat16 : ncclFloat,
+                   ncclAllReduce(bf ? (const void *)h : (const void *)x,
+                                 bf ? (void *)h : (void *)x, n, bf ? ncclBfloat16 : ncclFloat,
                                  op == FP8T_RED_MAX ? ncclMax : ncclSum, comm_of(s), s->stream));
         comm_wait(s, "all-reduce");
     }
@@ -207,9 +215,9 @@ void cuda_all_gather(fp8t_backend *b, float *x, const size_t *counts) {
     NCCL_CHECK(s, "all-gather", ncclGroupStart());
     for (int r = 0; r < s->comm_size; r++) {
         if (counts[r])
-            NCCL_CHECK(s, "all-gather",
-                       ncclBroadcast(x + off, x + off, counts[r], ncclFloat, r, comm_of(s),
-                                     s->stream));
+            NCCL_CHECK(
+                s, "all-gather",
+                ncclBroadcast(x + off, x + off, counts[r], ncclFloat, r, comm_of(s), s->stream));
         off += counts[r];
     }
     NCCL_CHECK(s, "all-gather", ncclGroupEnd());

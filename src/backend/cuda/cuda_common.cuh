@@ -37,36 +37,36 @@
 #include <stdlib.h>
 
 #include "fp8train/backend.h"
-#include "fp8train/error.h" /* fp8t_warnf */
+#include "fp8train/error.h"       /* fp8t_warnf */
 #include "backend/operand_kind.h" /* fp8t_scaled_quant */
-#include "util/check.h" /* FP8T_FATAL */
+#include "util/check.h"           /* FP8T_FATAL */
 
 /* ---- error checks: the call, file and line, then exit (FP8T_FATAL: a CUDA error leaves the
  * context unusable, so there is nothing sensible to continue with) ---- */
-#define CUDA_CHECK(call)                                                                      \
-    do {                                                                                      \
-        cudaError_t cuda_check_err_ = (call);                                                 \
-        if (cuda_check_err_ != cudaSuccess) {                                                 \
-            FP8T_FATAL("CUDA error %s (%s) in %s", cudaGetErrorName(cuda_check_err_),          \
-                       cudaGetErrorString(cuda_check_err_), #call);                            \
-        }                                                                                     \
+#define CUDA_CHECK(call)                                                                         \
+    do {                                                                                         \
+        cudaError_t cuda_check_err_ = (call);                                                    \
+        if (cuda_check_err_ != cudaSuccess) {                                                    \
+            FP8T_FATAL("CUDA error %s (%s) in %s", cudaGetErrorName(cuda_check_err_),            \
+                       cudaGetErrorString(cuda_check_err_), #call);                              \
+        }                                                                                        \
     } while (0)
 
-#define CUBLAS_CHECK(call)                                                                    \
-    do {                                                                                      \
-        cublasStatus_t cublas_check_st_ = (call);                                             \
-        if (cublas_check_st_ != CUBLAS_STATUS_SUCCESS) {                                      \
-            FP8T_FATAL("cuBLAS error %d (%s) in %s", (int)cublas_check_st_,                   \
-                       cublasLtGetStatusString(cublas_check_st_), #call);                      \
-        }                                                                                     \
+#define CUBLAS_CHECK(call)                                                                       \
+    do {                                                                                         \
+        cublasStatus_t cublas_check_st_ = (call);                                                \
+        if (cublas_check_st_ != CUBLAS_STATUS_SUCCESS) {                                         \
+            FP8T_FATAL("cuBLAS error %d (%s) in %s", (int)cublas_check_st_,                      \
+                       cublasLtGetStatusString(cublas_check_st_), #call);                        \
+        }                                                                                        \
     } while (0)
 
 /* After a kernel launch: launch-configuration errors now, execution errors at the next sync
  * (or right away with sync_each_op). */
-#define CUDA_LAUNCH_CHECK(s)                                                                  \
-    do {                                                                                      \
-        CUDA_CHECK(cudaGetLastError());                                                       \
-        if ((s)->sync_each_op) CUDA_CHECK(cudaStreamSynchronize((s)->stream));                \
+#define CUDA_LAUNCH_CHECK(s)                                                                     \
+    do {                                                                                         \
+        CUDA_CHECK(cudaGetLastError());                                                          \
+        if ((s)->sync_each_op) CUDA_CHECK(cudaStreamSynchronize((s)->stream));                   \
     } while (0)
 
 /* Scratch buffers owned by the backend; each grows as needed and is reused across calls. Two
@@ -97,7 +97,7 @@ typedef struct {
     int compute;          /* cublasComputeType_t */
     int bias;             /* with the bias epilogue */
     int mode_a, mode_b;   /* cuBLASLt scale modes of its A and B (0: one scalar each) */
-    int ok; /* 0: cuBLASLt has no algorithm for this problem (use the fallback) */
+    int ok;               /* 0: cuBLASLt has no algorithm for this problem (use the fallback) */
     cublasLtMatmulAlgo_t algo;
 } lt_cache_entry;
 
@@ -111,15 +111,15 @@ typedef struct {
     void *scratch[SCR_COUNT];
     size_t scratch_bytes[SCR_COUNT];
     /* switches (fp8t_backend_options, fixed at creation) */
-    int plain;           /* .plain */
-    int attn_mode;       /* ATTN_* (.attn) */
-    int attn_cudnn;      /* cuDNN SDPA first: 0 no, 1 head size 128 (the default when built
+    int plain;        /* .plain */
+    int attn_mode;    /* ATTN_* (.attn) */
+    int attn_cudnn;   /* cuDNN SDPA first: 0 no, 1 head size 128 (the default when built
                           * with cuDNN), 2 head sizes 32/64/128 (.attn = cudnn) */
-    int sync_each_op;    /* .sync_each_op */
-    int capturing;       /* between graph_begin and graph_end: nothing may wait or allocate */
+    int sync_each_op; /* .sync_each_op */
+    int capturing;    /* between graph_begin and graph_end: nothing may wait or allocate */
     unsigned long scratch_gen; /* scratch reallocations so far (a graph recorded before one
                                   may hold a freed scratch pointer) */
-    int no_lt_fp8;       /* .no_lt_fp8 */
+    int no_lt_fp8;             /* .no_lt_fp8 */
     /* cuBLASLt algorithm cache (off with plain) */
     lt_cache_entry lt_cache[LT_CACHE_SIZE];
     int lt_cache_next;
@@ -129,8 +129,8 @@ typedef struct {
     float rope_theta;
     fp8t_rope_scaling rope_scaling; /* the scaling the cached tables were made with */
     /* accounting */
-    long n_attn_tc, n_attn_fp32;   /* attention calls by path (fp8t_cuda_attention_counts) */
-    long n_attn_cudnn;             /* ... of the tensor-core ones, through cuDNN */
+    long n_attn_tc, n_attn_fp32; /* attention calls by path (fp8t_cuda_attention_counts) */
+    long n_attn_cudnn;           /* ... of the tensor-core ones, through cuDNN */
     size_t bytes_in_use, bytes_peak;
     long n_fp8_lt, n_fp8_fallback; /* gemm_fp8 calls by path (fp8t_cuda_gemm_counts) */
     int warned_lt_reject;          /* cuBLASLt refused a problem its heuristic offered */
@@ -139,8 +139,8 @@ typedef struct {
     long n_fp8_block_lt;           /* ... of the cuBLASLt ones, block-scaled */
     float *fp8_scales;             /* [8] 16-byte aligned copies of FP8 scale_inv pointers */
     /* data parallel (cuda_comm.cu) */
-    void *nccl;                    /* ncclComm_t once comm_init ran (NULL: none) */
-    cudaEvent_t comm_done;         /* recorded after each collective, polled with a timeout */
+    void *nccl;            /* ncclComm_t once comm_init ran (NULL: none) */
+    cudaEvent_t comm_done; /* recorded after each collective, polled with a timeout */
     int comm_rank, comm_size;
     void *cudnn; /* cuda_attention_cudnn.cu: handle and plan cache (NULL until first use) */
     /* the gradient buckets (reduce_start / reduce_wait): NCCL on a stream of their own,
@@ -175,8 +175,8 @@ __device__ __forceinline__ uint8_t fp8_enc_dev(float x, fp8_format fmt) {
 
 __device__ __forceinline__ float fp8_dec_dev(uint8_t c, fp8_format fmt) {
     /* exact: every E4M3 and E5M2 value is a half */
-    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c,
-                                           fmt == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
+    __half_raw h =
+        __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, fmt == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
     return __half2float(__half(h));
 }
 
@@ -235,7 +235,8 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 __device__ __forceinline__ float warp_amax(float acc) {
-    for (int o = 16; o > 0; o >>= 1) acc = amax_merge_dev(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+    for (int o = 16; o > 0; o >>= 1)
+        acc = amax_merge_dev(acc, __shfl_xor_sync(0xffffffffu, acc, o));
     return acc;
 }
 
@@ -284,8 +285,10 @@ __device__ __forceinline__ float current_scale_dev(float amax, float fmt_max, fl
         /* largest power of two <= s: normal keeps sign and exponent; subnormal keeps its
          * highest set bit */
         unsigned int u = __float_as_uint(s);
-        if (u >= 0x00800000u) u &= 0xff800000u;
-        else u = 1u << (31 - __clz(u));
+        if (u >= 0x00800000u)
+            u &= 0xff800000u;
+        else
+            u = 1u << (31 - __clz(u));
         s = __uint_as_float(u);
     }
     return s;
@@ -303,8 +306,8 @@ void cuda_reduce_wait(fp8t_backend *b);
 void cuda_broadcast(fp8t_backend *b, void *x, size_t bytes, int root);
 void cuda_comm_destroy(cuda_state *s);
 
-void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
-                   int K, int transA, int transB, int acc);
+void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N, int K,
+                   int transA, int transB, int acc);
 void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
                     int K, int transA, int transB, int acc, float *amax_a, float *amax_b);
 void cuda_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
@@ -339,11 +342,9 @@ void cuda_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, cons
 void cuda_block_decode(fp8t_backend *b, float *out, const fp8t_fp8_operand *o);
 void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q);
 /* block_quantize of ROW: one block per operand row (any shape; the fallback's kernel) */
-void cuda_row_quantize_generic(fp8t_backend *b, uint8_t *codes, float *scale_inv,
-                               const float *x, int rows, int cols, int transpose,
-                               fp8_format fmt, int pow2);
-void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows,
-                              int cols);
+void cuda_row_quantize_generic(fp8t_backend *b, uint8_t *codes, float *scale_inv, const float *x,
+                               int rows, int cols, int transpose, fp8_format fmt, int pow2);
+void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows, int cols);
 void cuda_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n);
 /* cuda_bf16_operand.cu */
 void cuda_bf16_pack(fp8t_backend *b, uint16_t *out, const float *x, const float *bias, int rows,
@@ -367,22 +368,20 @@ void cuda_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_ama
 /* helpers used by the GEMMs: codes [rows, cols] -> codes_t [cols, rows];
  * fp8 codes -> floats times *scale_inv */
 void cuda_transpose_u8(fp8t_backend *b, uint8_t *out, const uint8_t *in, int rows, int cols);
-void cuda_fp8_decode(fp8t_backend *b, float *out, const uint8_t *codes, size_t n,
-                     fp8_format fmt, const float *scale_inv);
+void cuda_fp8_decode(fp8t_backend *b, float *out, const uint8_t *codes, size_t n, fp8_format fmt,
+                     const float *scale_inv);
 /* cuda_norm.cu */
-void cuda_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd,
-                            const float *x, const float *w, const float *bias, int N, int C,
-                            float eps);
+void cuda_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd, const float *x,
+                            const float *w, const float *bias, int N, int C, float eps);
 void cuda_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
-                             const float *dout, const float *x, const float *w,
-                             const float *mean, const float *rstd, int N, int C);
+                             const float *dout, const float *x, const float *w, const float *mean,
+                             const float *rstd, int N, int C);
 void cuda_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                                  float *rstd, const float *x, const float *w, const float *bias,
                                  int N, int C, float eps);
-void cuda_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out,
-                                     float *amax_out, float *mean, float *rstd, const float *a,
-                                     const float *c, const float *w, const float *bias, int N,
-                                     int C, float eps);
+void cuda_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out, float *amax_out,
+                                     float *mean, float *rstd, const float *a, const float *c,
+                                     const float *w, const float *bias, int N, int C, float eps);
 void cuda_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x,
                           const float *w, int N, int C, float eps);
 void cuda_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *dout,
@@ -403,9 +402,9 @@ void cuda_column_sums_finish(fp8t_backend *b, float *colsum, const float *part, 
  * dqkv. */
 void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved,
                             const float *qkv, const fp8t_attn_shape *sh);
-void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout,
-                             const float *qkv, const void *saved, const float *out,
-                             const float *lse, const fp8t_attn_shape *sh);
+void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, const float *qkv,
+                             const void *saved, const float *out, const float *lse,
+                             const fp8t_attn_shape *sh);
 size_t cuda_attention_saved_bytes(fp8t_backend *b, const fp8t_attn_shape *sh);
 /* Tensor-core attention cores. The gemm core's inputs are the prep kernel's per-head FP32
  * layouts q, k, v [B*NH, T, HS] (RoPE already applied); scale = 1/sqrt(HS).
@@ -430,9 +429,8 @@ int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, uint16_t *saved
                         int NH, int NKV, int HS, float scale);
 int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, float *dv,
                         const float *qkv, const uint16_t *saved, const float *cosv,
-                        const float *sinv, const float *dout, const float *out,
-                        const float *lse, float *Dv, int B, int T, int NH, int NKV, int HS,
-                        float scale);
+                        const float *sinv, const float *dout, const float *out, const float *lse,
+                        float *Dv, int B, int T, int NH, int NKV, int HS, float scale);
 /* cuda_attention_cudnn.cu: cuDNN's fused attention (built with FP8T_HAVE_CUDNN). Reads the
  * op's qkv itself like flash (RoPE applied in its conversion pass), grouped-query attention
  * natively (no expanded K/V copies).
@@ -461,14 +459,13 @@ void cuda_embedding_forward(fp8t_backend *b, float *out, const int *tokens, cons
 void cuda_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const float *dout,
                              const int *tokens, int B, int T, int C);
 void cuda_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC);
-void cuda_add_bias(fp8t_backend *b, float *out, const float *a, const float *y,
-                   const float *bias, int N, int OC);
+void cuda_add_bias(fp8t_backend *b, float *out, const float *a, const float *y, const float *bias,
+                   int N, int OC);
 /* bias_add on out [N, ld] (ld >= OC; columns >= OC untouched) */
 void cuda_bias_add_ld(fp8t_backend *b, float *out, int ld, const float *bias, int N, int OC);
 void cuda_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);
 void cuda_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n);
-void cuda_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,
-                        size_t n);
+void cuda_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout, size_t n);
 void cuda_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const float *bias,
                              const float *dout, int rows, int cols);
 void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const float *up,
@@ -485,15 +482,13 @@ void cuda_accumulate(fp8t_backend *b, float *out, const float *x, size_t n);
 void cuda_scale(fp8t_backend *b, float *out, float s, size_t n);
 void cuda_sumsq(fp8t_backend *b, float *out, const float *x, size_t n);
 void cuda_sum(fp8t_backend *b, float *out, const float *x, size_t n);
-void cuda_adamw(fp8t_backend *b, float *params, float *m, float *v, const float *grads,
-                size_t n, float lr, float beta1, float beta2, float eps, float wd, int t,
-                float grad_scale);
+void cuda_adamw(fp8t_backend *b, float *params, float *m, float *v, const float *grads, size_t n,
+                float lr, float beta1, float beta2, float eps, float wd, int t, float grad_scale);
 /* cuda_attention_decode.cu: the KV cache ops (backend.h) */
 void cuda_kv_cache_write(fp8t_backend *b, void *kc, void *vc, int kv, const float *qkv,
                          const fp8t_attn_shape *s, int Tmax);
 void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv,
-                           const float *qkv, const int *pos, const fp8t_attn_shape *s,
-                           int Tmax);
+                           const float *qkv, const int *pos, const fp8t_attn_shape *s, int Tmax);
 void cuda_embedding_forward_bf16(fp8t_backend *b, float *out, const int *tokens,
                                  const uint16_t *wte, int ld, const float *wpe, const int *pos,
                                  int B, int T, int C);
@@ -501,12 +496,11 @@ void cuda_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
                                 const uint8_t *codes, int ld, const float *scale_inv,
                                 const float *wpe, const int *pos, int B, int T, int C);
 /* the inference fusions (backend.h): cuda_norm.cu, cuda_misc.cu */
-void cuda_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a,
-                           const float *y, const float *ybias, const float *w,
-                           const float *bias, int rms, int rows, int cols, float eps,
-                           const float *scale, fp8_format fmt);
-void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up,
-                         int rows, int cols, const float *scale, fp8_format fmt);
+void cuda_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a, const float *y,
+                           const float *ybias, const float *w, const float *bias, int rms,
+                           int rows, int cols, float eps, const float *scale, fp8_format fmt);
+void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up, int rows,
+                         int cols, const float *scale, fp8_format fmt);
 /* cuda_stats.cu */
 void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
                        const fp8t_stats_req *req);

@@ -67,8 +67,10 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
 
     cublasLtMatmulDesc_t op;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     if (scale_a)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                                     &scale_a, sizeof(scale_a)));
@@ -78,8 +80,8 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
     if (has_bias) {
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bias_type = CUDA_R_32F;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                    sizeof(epi)));
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                     &bias_type, sizeof(bias_type)));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
@@ -96,8 +98,8 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
     int is_fp8 = type_a == CUDA_R_8F_E4M3 || type_a == CUDA_R_8F_E5M2;
     if (is_fp8) {
         int8_t fa = fast_accum ? 1 : 0;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fa,
-                                                    sizeof(fa)));
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fa, sizeof(fa)));
     }
     cublasLtMatrixLayout_t la, lb, lc;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type_a, ta == CUBLAS_OP_N ? m : k,
@@ -158,13 +160,12 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
             /* the heuristic offered an algorithm that the matmul then refused: remember the
              * problem as unsupported and let the caller take its fallback */
             if (!s->warned_lt_reject) {
-                fp8t_warnf(
-                        "cuBLASLt refused a %s GEMM its heuristic accepted (%s): m=%d "
-                        "n=%d k=%d op=%c%c lda=%d ldb=%d ldc=%d align=%d/%d/%d scales=%p/%p; "
-                        "using the fallback for such GEMMs (reported once)",
-                        is_fp8 ? "FP8" : "BF16/FP32", cublasLtGetStatusString(st), m, n, k,
-                        ta == CUBLAS_OP_T ? 'T' : 'N', tb == CUBLAS_OP_T ? 'T' : 'N', lda, ldb,
-                        ldc, al_a, al_b, al_c, (const void *)scale_a, (const void *)scale_b);
+                fp8t_warnf("cuBLASLt refused a %s GEMM its heuristic accepted (%s): m=%d "
+                           "n=%d k=%d op=%c%c lda=%d ldb=%d ldc=%d align=%d/%d/%d scales=%p/%p; "
+                           "using the fallback for such GEMMs (reported once)",
+                           is_fp8 ? "FP8" : "BF16/FP32", cublasLtGetStatusString(st), m, n, k,
+                           ta == CUBLAS_OP_T ? 'T' : 'N', tb == CUBLAS_OP_T ? 'T' : 'N', lda, ldb,
+                           ldc, al_a, al_b, al_c, (const void *)scale_a, (const void *)scale_b);
                 s->warned_lt_reject = 1;
             }
             ok = 0;
@@ -198,33 +199,33 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
 static int rowmajor_matmul(cuda_state *s, float *C, cudaDataType_t type_a, const void *A,
                            cudaDataType_t type_b, const void *B, int M, int N, int K, int transA,
                            int transB, int acc, const float *scale_a, const float *scale_b,
-                           int fast_accum, cublasComputeType_t compute, int lda, int ldb,
-                           int ldc, const float *bias) {
+                           int fast_accum, cublasComputeType_t compute, int lda, int ldb, int ldc,
+                           const float *bias) {
     cublasOperation_t op_b = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     int ld_b = ldb ? ldb : (transB ? K : N);
     cublasOperation_t op_a = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
     int ld_a = lda ? lda : (transA ? M : K);
-    return lt_matmul(s, N, M, K, op_b, op_a, type_b, B, ld_b, type_a, A, ld_a, C,
-                     ldc ? ldc : N, acc, scale_b, scale_a, fast_accum, compute, bias);
+    return lt_matmul(s, N, M, K, op_b, op_a, type_b, B, ld_b, type_a, A, ld_a, C, ldc ? ldc : N,
+                     acc, scale_b, scale_a, fast_accum, compute, bias);
 }
 
 /* Degenerate sizes: nothing to multiply. K == 0 gives C = 0 (or C unchanged when acc). */
 static int gemm_trivial(fp8t_backend *b, float *C, int M, int N, int K, int acc) {
     if (M <= 0 || N <= 0) return 1;
     if (K <= 0) {
-        if (!acc) CUDA_CHECK(cudaMemsetAsync(C, 0, (size_t)M * N * sizeof(float), cuda_of(b)->stream));
+        if (!acc)
+            CUDA_CHECK(cudaMemsetAsync(C, 0, (size_t)M * N * sizeof(float), cuda_of(b)->stream));
         return 1;
     }
     return 0;
 }
 
-void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N,
-                   int K, int transA, int transB, int acc) {
+void cuda_gemm_f32(fp8t_backend *b, float *C, const float *A, const float *B, int M, int N, int K,
+                   int transA, int transB, int acc) {
     if (gemm_trivial(b, C, M, N, K, acc)) return;
-    if (rowmajor_matmul(cuda_of(b), C, CUDA_R_32F, A, CUDA_R_32F, B, M, N, K, transA, transB,
-                        acc, NULL, NULL, 0, CUBLAS_COMPUTE_32F, 0, 0, 0, NULL) != 0) {
-        FP8T_FATAL("cuBLASLt found no FP32 algorithm for M=%d N=%d K=%d",
-                   M, N, K);
+    if (rowmajor_matmul(cuda_of(b), C, CUDA_R_32F, A, CUDA_R_32F, B, M, N, K, transA, transB, acc,
+                        NULL, NULL, 0, CUBLAS_COMPUTE_32F, 0, 0, 0, NULL) != 0) {
+        FP8T_FATAL("cuBLASLt found no FP32 algorithm for M=%d N=%d K=%d", M, N, K);
     }
 }
 
@@ -252,10 +253,9 @@ __global__ void bf16_operand_decode_kernel(float *out, const __nv_bfloat16 *__re
 
 static void check_bf16_operand(const char *name, const fp8t_bf16_operand *o, int rows, int cols) {
     if (o->rows != rows || o->cols != cols || !o->data) {
-        FP8T_FATAL(
-                "gemm_bf16_rounded: operand %s is stored [%d,%d] (data %p) but the GEMM "
-                "needs it stored as [%d,%d]",
-                name, o->rows, o->cols, (const void *)o->data, rows, cols);
+        FP8T_FATAL("gemm_bf16_rounded: operand %s is stored [%d,%d] (data %p) but the GEMM "
+                   "needs it stored as [%d,%d]",
+                   name, o->rows, o->cols, (const void *)o->data, rows, cols);
     }
 }
 
@@ -309,9 +309,9 @@ static int bf16_rounded_lt(fp8t_backend *b, float *C, int ldc, const __nv_bfloat
                             0, NULL, NULL, 0, CUBLAS_COMPUTE_32F, lda, ldb, ldg, NULL) != 0) {
             if (r0 == 0) return -1; /* nothing written: the caller's fallback does it all */
             FP8T_FATAL(
-                    "cuBLASLt has a BF16 algorithm for the first %d rows of a M=%d N=%d "
-                    "K=%d GEMM but not for rows %d..%d (%s:%d); rerun with --disable cuda-fusion",
-                    r0, M, N, K, r0, r0 + mr - 1, __FILE__, __LINE__);
+                "cuBLASLt has a BF16 algorithm for the first %d rows of a M=%d N=%d "
+                "K=%d GEMM but not for rows %d..%d (%s:%d); rerun with --disable cuda-fusion",
+                r0, M, N, K, r0, r0 + mr - 1, __FILE__, __LINE__);
         }
         unsigned grid = (unsigned)(mr < s->num_sms * 64 ? mr : s->num_sms * 64);
         copy_out_kernel<<<grid, 256, 0, s->stream>>>(C + (size_t)r0 * ldc, ldc, Cg, ldg, mr, N,
@@ -327,13 +327,13 @@ void cuda_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *
     if (M <= 0 || N <= 0) return;
     if (ldc == 0) ldc = N;
     if (ldc < N) {
-        FP8T_FATAL("gemm_bf16_rounded: ldc = %d is less than N = %d", ldc,
-                   N);
+        FP8T_FATAL("gemm_bf16_rounded: ldc = %d is less than N = %d", ldc, N);
     }
     cuda_state *s = cuda_of(b);
     if (K <= 0) {
-        if (!acc) CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0,
-                                               (size_t)N * sizeof(float), (size_t)M, s->stream));
+        if (!acc)
+            CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0,
+                                         (size_t)N * sizeof(float), (size_t)M, s->stream));
         if (bias && !acc) cuda_bias_add_ld(b, C, ldc, bias, M, N);
         return;
     }
@@ -389,12 +389,11 @@ void cuda_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, i
 static void check_operand(const char *name, const fp8t_fp8_operand *o, int rows, int cols,
                           int trans) {
     if (o->rows != rows || o->cols != cols || (!o->data && !o->data_t) || !o->scale_inv) {
-        FP8T_FATAL(
-                "gemm_fp8: operand %s is stored [%d,%d] (data %p, data_t %p, scale_inv "
-                "%p) but the GEMM (trans%s=%d) needs it stored as [%d,%d] with data or data_t "
-                "and scale_inv set",
-                name, o->rows, o->cols, (const void *)o->data, (const void *)o->data_t,
-                (const void *)o->scale_inv, name, trans, rows, cols);
+        FP8T_FATAL("gemm_fp8: operand %s is stored [%d,%d] (data %p, data_t %p, scale_inv "
+                   "%p) but the GEMM (trans%s=%d) needs it stored as [%d,%d] with data or data_t "
+                   "and scale_inv set",
+                   name, o->rows, o->cols, (const void *)o->data, (const void *)o->data_t,
+                   (const void *)o->scale_inv, name, trans, rows, cols);
     }
 }
 
@@ -430,21 +429,19 @@ static int lt_scale_mode(fp8t_fp8_scaling k) {
  * (shapes: dimensions multiples of 16, 16-byte aligned pointers), the operands are decoded
  * (code * scale_inv) and the FP32 GEMM runs, reported once. */
 static void gemm_fp8_block(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
-                           const fp8t_fp8_operand *B, int M, int N, int K, int transA,
-                           int transB, int acc, int fast_accum, float *amax_out,
-                           const float *bias) {
+                           const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
+                           int acc, int fast_accum, float *amax_out, const float *bias) {
     cuda_state *s = cuda_of(b);
     const int row_a = A->scaling == FP8T_SCALING_ROW, row_b = B->scaling == FP8T_SCALING_ROW;
     if (transA || !transB || A->rows != M || A->cols != K || B->rows != N || B->cols != K ||
         !A->data || !B->data || !A->scale_inv || !B->scale_inv || row_a != row_b ||
         (A->scaling == FP8T_SCALING_BLK128 && B->scaling == FP8T_SCALING_BLK128)) {
-        FP8T_FATAL(
-                "gemm_fp8: block-scaled operands must be A [M,K] (transA = 0) and "
-                "B [N,K] (transB = 1) in data with scale_inv, not both 128x128, row scales on "
-                "both or neither: got A [%d,%d] B [%d,%d] (scaling %d/%d) for M=%d N=%d K=%d "
-                "transA=%d transB=%d",
-                A->rows, A->cols, B->rows, B->cols, (int)A->scaling, (int)B->scaling, M, N, K,
-                transA, transB);
+        FP8T_FATAL("gemm_fp8: block-scaled operands must be A [M,K] (transA = 0) and "
+                   "B [N,K] (transB = 1) in data with scale_inv, not both 128x128, row scales on "
+                   "both or neither: got A [%d,%d] B [%d,%d] (scaling %d/%d) for M=%d N=%d K=%d "
+                   "transA=%d transB=%d",
+                   A->rows, A->cols, B->rows, B->cols, (int)A->scaling, (int)B->scaling, M, N, K,
+                   transA, transB);
     }
     if (gemm_trivial(b, C, M, N, K, acc)) {
         if (bias && !acc && M > 0 && N > 0) cuda_bias_add(b, C, bias, M, N);
@@ -477,8 +474,8 @@ static void gemm_fp8_block(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                               fa, CUBLAS_COMPUTE_32F, bias, mode_b, mode_a) == 0;
             if (!done)
                 done = lt_matmul(s, N, M, K, CUBLAS_OP_T, CUBLAS_OP_N, fp8_cuda_type(B->fmt),
-                                 B->data, K, fp8_cuda_type(A->fmt), A->data, K, C, N, acc, sb,
-                                 sa, fa, CUBLAS_COMPUTE_32F, NULL, mode_b, mode_a) == 0;
+                                 B->data, K, fp8_cuda_type(A->fmt), A->data, K, C, N, acc, sb, sa,
+                                 fa, CUBLAS_COMPUTE_32F, NULL, mode_b, mode_a) == 0;
         }
     }
     if (done) {
@@ -488,11 +485,11 @@ static void gemm_fp8_block(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
         s->n_fp8_fallback++;
         if (b->fp8_block_native && shape_ok && !s->warned_fp8_block) {
             fp8t_warnf(
-                    "cuBLASLt has no %s-scaled FP8 GEMM for M=%d N=%d K=%d (scale "
-                    "modes %d/%d, formats %s x %s); decoding the operands and running the FP32 "
-                    "GEMM for such GEMMs (reported once)",
-                    row_a ? "row" : "block", M, N, K, mode_a, mode_b, fp8_format_name(A->fmt),
-                    fp8_format_name(B->fmt));
+                "cuBLASLt has no %s-scaled FP8 GEMM for M=%d N=%d K=%d (scale "
+                "modes %d/%d, formats %s x %s); decoding the operands and running the FP32 "
+                "GEMM for such GEMMs (reported once)",
+                row_a ? "row" : "block", M, N, K, mode_a, mode_b, fp8_format_name(A->fmt),
+                fp8_format_name(B->fmt));
             s->warned_fp8_block = 1;
         }
         float *af = (float *)cuda_scratch(b, SCR_GEMM_A, (size_t)M * K * 4);
@@ -554,10 +551,10 @@ void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
         /* the bias in the epilogue unless plain or cuBLASLt has no such kernel (then the
          * product alone, and the bias below) */
         if (bias && !s->plain)
-            bias_done = done = rowmajor_matmul(s, C, fp8_cuda_type(A->fmt), a_mk,
-                                               fp8_cuda_type(B->fmt), b_nk, M, N, K, 0, 1, acc,
-                                               sa, sb, fast_accum, CUBLAS_COMPUTE_32F, 0, 0, 0,
-                                               bias) == 0;
+            bias_done = done =
+                rowmajor_matmul(s, C, fp8_cuda_type(A->fmt), a_mk, fp8_cuda_type(B->fmt), b_nk, M,
+                                N, K, 0, 1, acc, sa, sb, fast_accum, CUBLAS_COMPUTE_32F, 0, 0, 0,
+                                bias) == 0;
         if (bias && !s->plain && !done && !s->warned_fp8_bias) {
             fp8t_warnf("cuBLASLt has no FP8 GEMM with an FP32 bias epilogue for "
                        "M=%d N=%d K=%d; the bias is added in its own pass (reported once)",
@@ -565,12 +562,14 @@ void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
             s->warned_fp8_bias = 1;
         }
         if (!done)
-            done = rowmajor_matmul(s, C, fp8_cuda_type(A->fmt), a_mk, fp8_cuda_type(B->fmt),
-                                   b_nk, M, N, K, 0, 1, acc, sa, sb, fast_accum,
-                                   CUBLAS_COMPUTE_32F, 0, 0, 0, NULL) == 0;
+            done = rowmajor_matmul(s, C, fp8_cuda_type(A->fmt), a_mk, fp8_cuda_type(B->fmt), b_nk,
+                                   M, N, K, 0, 1, acc, sa, sb, fast_accum, CUBLAS_COMPUTE_32F, 0,
+                                   0, 0, NULL) == 0;
     }
-    if (done) s->n_fp8_lt++;
-    else s->n_fp8_fallback++;
+    if (done)
+        s->n_fp8_lt++;
+    else
+        s->n_fp8_fallback++;
     if (!done) {
         /* decode codes * scale_inv exactly into floats, FP32 GEMM; data_t (the transpose of the
          * stored layout) is used with the transpose flag flipped when data is missing */

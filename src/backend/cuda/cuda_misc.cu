@@ -21,13 +21,13 @@ static unsigned ew_blocks(cuda_state *s, size_t n, size_t per_thread) {
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-#define GRID_STRIDE(i, n)                                                                     \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                   \
+#define GRID_STRIDE(i, n)                                                                        \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
          i += (size_t)gridDim.x * blockDim.x)
 
 /* the same from element `start` on: the scalar tail after a float4 body */
-#define GRID_STRIDE_FROM(i, start, n)                                                         \
-    for (size_t i = (start) + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);         \
+#define GRID_STRIDE_FROM(i, start, n)                                                            \
+    for (size_t i = (start) + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);            \
          i += (size_t)gridDim.x * blockDim.x)
 
 /* Elementwise kernels work on float4 groups, four times the bytes per load instruction (the
@@ -47,9 +47,7 @@ static unsigned ew_vec_blocks(cuda_state *s, size_t n, size_t n4) {
 }
 
 /* a float array as float4 groups (16-byte aligned, checked by the caller) */
-__host__ __device__ static inline const float4 *as4(const float *p) {
-    return (const float4 *)p;
-}
+__host__ __device__ static inline const float4 *as4(const float *p) { return (const float4 *)p; }
 __host__ __device__ static inline float4 *as4(float *p) { return (float4 *)p; }
 
 /* acc += x per component (float or float4), in the scalar code's operand order */
@@ -102,9 +100,7 @@ void cuda_embedding_forward(fp8t_backend *b, float *out, const int *tokens, cons
     CUDA_LAUNCH_CHECK(s);
 }
 
-__global__ void iota_kernel(int *v, int n) {
-    GRID_STRIDE(i, (size_t)n) v[i] = (int)i;
-}
+__global__ void iota_kernel(int *v, int n) { GRID_STRIDE(i, (size_t)n) v[i] = (int)i; }
 
 /* One block per position of the token-sorted order; the block at the first position of a
  * token's run adds that token's dout rows, in position order, onto dwte[token]. V is float,
@@ -113,8 +109,7 @@ __global__ void iota_kernel(int *v, int n) {
 template <class V>
 __global__ void embedding_backward_wte_kernel(V *dwte, const V *__restrict__ dout,
                                               const int *__restrict__ sorted_tok,
-                                              const int *__restrict__ sorted_pos, int N,
-                                              int CV) {
+                                              const int *__restrict__ sorted_pos, int N, int CV) {
     int j = blockIdx.x;
     int tok = sorted_tok[j];
     if (j > 0 && sorted_tok[j - 1] == tok) return; /* not the head of its run */
@@ -156,8 +151,8 @@ void cuda_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const fl
     if (dwte) {
         size_t temp_bytes = 0;
         CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const int *)NULL,
-                                                   (int *)NULL, (const int *)NULL, (int *)NULL,
-                                                   N, 0, 32, s->stream));
+                                                   (int *)NULL, (const int *)NULL, (int *)NULL, N,
+                                                   0, 32, s->stream));
         size_t arr = align_up((size_t)N * sizeof(int), 256);
         char *base = (char *)cuda_scratch(b, SCR_SORT, 3 * arr + temp_bytes);
         int *pos_in = (int *)base, *tok_sorted = (int *)(base + arr);
@@ -173,20 +168,20 @@ void cuda_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const fl
             embedding_backward_wte_kernel<float4><<<N, row_threads(C / 4), 0, s->stream>>>(
                 as4(dwte), as4(dout), tok_sorted, pos_sorted, N, C / 4);
         } else {
-            embedding_backward_wte_kernel<float><<<N, row_threads(C), 0, s->stream>>>(
-                dwte, dout, tok_sorted, pos_sorted, N, C);
+            embedding_backward_wte_kernel<float>
+                <<<N, row_threads(C), 0, s->stream>>>(dwte, dout, tok_sorted, pos_sorted, N, C);
         }
         CUDA_LAUNCH_CHECK(s);
     }
     if (dwpe) {
         size_t TC = (size_t)T * C;
         if (C % 4 == 0 && aligned16(dwpe) && aligned16(dout)) {
-            embedding_backward_wpe_kernel<float4><<<ew_blocks(s, TC / 4, 1), EW_THREADS, 0,
-                                                    s->stream>>>(as4(dwpe), as4(dout), B,
-                                                                 TC / 4);
+            embedding_backward_wpe_kernel<float4>
+                <<<ew_blocks(s, TC / 4, 1), EW_THREADS, 0, s->stream>>>(as4(dwpe), as4(dout), B,
+                                                                        TC / 4);
         } else {
-            embedding_backward_wpe_kernel<float><<<ew_blocks(s, TC, 1), EW_THREADS, 0,
-                                                   s->stream>>>(dwpe, dout, B, TC);
+            embedding_backward_wpe_kernel<float>
+                <<<ew_blocks(s, TC, 1), EW_THREADS, 0, s->stream>>>(dwpe, dout, B, TC);
         }
         CUDA_LAUNCH_CHECK(s);
     }
@@ -258,12 +253,12 @@ __global__ void add_bias_kernel(V *out, const V *a, const V *__restrict__ y,
     }
 }
 
-void cuda_add_bias(fp8t_backend *b, float *out, const float *a, const float *y,
-                   const float *bias, int N, int OC) {
+void cuda_add_bias(fp8t_backend *b, float *out, const float *a, const float *y, const float *bias,
+                   int N, int OC) {
     if (N <= 0 || OC <= 0) return;
     cuda_state *s = cuda_of(b);
-    const int vec = OC % 4 == 0 && aligned16(out) && aligned16(a) && aligned16(y) &&
-                    aligned16(bias);
+    const int vec =
+        OC % 4 == 0 && aligned16(out) && aligned16(a) && aligned16(y) && aligned16(bias);
     const int units = vec ? OC / 4 : OC;
     int tx = row_threads(units);
     dim3 block((unsigned)tx, (unsigned)(256 / tx));
@@ -274,8 +269,8 @@ void cuda_add_bias(fp8t_backend *b, float *out, const float *a, const float *y,
     if (cap > 65535) cap = 65535;
     dim3 grid(col_blocks, (unsigned)(row_blocks < cap ? row_blocks : cap));
     if (vec)
-        add_bias_kernel<float4><<<grid, block, 0, s->stream>>>(as4(out), as4(a), as4(y), as4(bias),
-                                                               N, units);
+        add_bias_kernel<float4>
+            <<<grid, block, 0, s->stream>>>(as4(out), as4(a), as4(y), as4(bias), N, units);
     else
         add_bias_kernel<float><<<grid, block, 0, s->stream>>>(out, a, y, bias, N, units);
     CUDA_LAUNCH_CHECK(s);
@@ -304,8 +299,8 @@ __global__ void gelu_backward_kernel(float *dx, const float *x, const float *dou
                                      size_t n4) {
     GRID_STRIDE(i, n4) {
         float4 v = as4(x)[i], d = as4(dout)[i];
-        as4(dx)[i] = make_float4(gelu_grad(v.x, d.x), gelu_grad(v.y, d.y),
-                                 gelu_grad(v.z, d.z), gelu_grad(v.w, d.w));
+        as4(dx)[i] = make_float4(gelu_grad(v.x, d.x), gelu_grad(v.y, d.y), gelu_grad(v.z, d.z),
+                                 gelu_grad(v.w, d.w));
     }
     GRID_STRIDE_FROM(i, n4 * 4, n) dx[i] = gelu_grad(x[i], dout[i]);
 }
@@ -318,13 +313,12 @@ void cuda_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n) {
     CUDA_LAUNCH_CHECK(s);
 }
 
-void cuda_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout,
-                        size_t n) {
+void cuda_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout, size_t n) {
     if (!n) return;
     cuda_state *s = cuda_of(b);
     size_t n4 = ew_groups(n, aligned16(dx) && aligned16(x) && aligned16(dout));
-    gelu_backward_kernel<<<ew_vec_blocks(s, n, n4), EW_THREADS, 0, s->stream>>>(dx, x, dout,
-                                                                               n, n4);
+    gelu_backward_kernel<<<ew_vec_blocks(s, n, n4), EW_THREADS, 0, s->stream>>>(dx, x, dout, n,
+                                                                                n4);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -362,8 +356,8 @@ void cuda_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const f
                              const float *dout, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
-    const int vec = cols % 4 == 0 && aligned16(dx) && aligned16(x) && aligned16(bias) &&
-                    aligned16(dout);
+    const int vec =
+        cols % 4 == 0 && aligned16(dx) && aligned16(x) && aligned16(bias) && aligned16(dout);
     const int units = vec ? cols / 4 : cols;
     unsigned gy = (unsigned)((units + EW_THREADS - 1) / EW_THREADS);
     if (gy > 65535u) gy = 65535u;
@@ -375,7 +369,7 @@ void cuda_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const f
             as4(dx), as4(x), as4(bias), as4(dout), rows, cols / 4);
     else
         gelu_backward_bias_kernel<<<grid, EW_THREADS, 0, s->stream>>>(dx, x, bias, dout, rows,
-                                                                     cols);
+                                                                      cols);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -431,8 +425,8 @@ void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const f
     if (!n) return;
     cuda_state *s = cuda_of(b);
     size_t n4 = ew_groups(n, aligned16(out) && aligned16(gate) && aligned16(up));
-    swiglu_forward_kernel<<<ew_vec_blocks(s, n, n4), EW_THREADS, 0, s->stream>>>(out, gate, up,
-                                                                                n, n4);
+    swiglu_forward_kernel<<<ew_vec_blocks(s, n, n4), EW_THREADS, 0, s->stream>>>(out, gate, up, n,
+                                                                                 n4);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -465,14 +459,16 @@ __global__ void swiglu_operand_kernel(void *out, const float *__restrict__ gate,
         }
         for (int k = 0; k < per; k++) {
             const size_t o = r * (size_t)ld + c0 + k;
-            if (scale_p) ((uint8_t *)out)[o] = fp8_enc_dev(v[k] * scale, fmt);
-            else ((__nv_bfloat16 *)out)[o] = __float2bfloat16_rn(v[k]);
+            if (scale_p)
+                ((uint8_t *)out)[o] = fp8_enc_dev(v[k] * scale, fmt);
+            else
+                ((__nv_bfloat16 *)out)[o] = __float2bfloat16_rn(v[k]);
         }
     }
 }
 
-void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up,
-                         int rows, int cols, const float *scale, fp8_format fmt) {
+void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up, int rows,
+                         int cols, const float *scale, fp8_format fmt) {
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
     /* FP8 codes are [rows, cols]; the BF16 operand pads both dimensions to 8 */
@@ -562,7 +558,7 @@ void cuda_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const flo
     if (N <= 0 || V <= 0) return;
     cuda_state *s = cuda_of(b);
     softmax_xent_kernel<<<N, XENT_THREADS, 0, s->stream>>>(losses, dlogits, logits, targets, V,
-                                                          dloss);
+                                                           dloss);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -605,7 +601,8 @@ __global__ void softmax_xent_bf16_kernel(float *losses, uint2 *dlogits, float *a
     __shared__ float sh_max, sh_sum;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int off = 16; off > 0; off >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        float m2 = __shfl_xor_sync(0xffffffffu, m, off),
+              s2 = __shfl_xor_sync(0xffffffffu, s, off);
         lse_merge(m, s, m2, s2);
     }
     if (lane == 0) sh_m[warp] = m, sh_s[warp] = s;
@@ -638,7 +635,8 @@ __global__ void softmax_xent_bf16_kernel(float *losses, uint2 *dlogits, float *a
                 am = amax_merge_dev(am, d[e]);
             }
         }
-        __nv_bfloat162 p0 = __floats2bfloat162_rn(d[0], d[1]), p1 = __floats2bfloat162_rn(d[2], d[3]);
+        __nv_bfloat162 p0 = __floats2bfloat162_rn(d[0], d[1]),
+                       p1 = __floats2bfloat162_rn(d[2], d[3]);
         o[g] = make_uint2(*(unsigned *)&p0, *(unsigned *)&p1);
     }
     if (amax_out) {
@@ -652,8 +650,7 @@ void cuda_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, f
                             float dloss) {
     if (N <= 0 || V <= 0) return;
     if (ld < V) {
-        FP8T_FATAL("softmax_xent_bf16: ld = %d is less than V = %d", ld,
-                   V);
+        FP8T_FATAL("softmax_xent_bf16: ld = %d is less than V = %d", ld, V);
     }
     cuda_state *s = cuda_of(b);
     const int vec = !s->plain && ld % 4 == 0 && aligned16(logits);
@@ -818,8 +815,8 @@ __global__ void adamw_kernel(float *params, float *m, float *v, const float *__r
     }
 }
 
-void cuda_adamw(fp8t_backend *b, float *params, float *m, float *v, const float *grads,
-                size_t n, float lr, float beta1, float beta2, float eps, float wd, int t,
+void cuda_adamw(fp8t_backend *b, float *params, float *m, float *v, const float *grads, size_t n,
+                float lr, float beta1, float beta2, float eps, float wd, int t,
                 float grad_scale) {
     if (!n) return;
     cuda_state *s = cuda_of(b);
@@ -829,9 +826,9 @@ void cuda_adamw(fp8t_backend *b, float *params, float *m, float *v, const float 
     h.bc1 = 1.0f - powf(beta1, (float)t);
     h.bc2 = 1.0f - powf(beta2, (float)t);
     h.grad_scale = grad_scale;
-    size_t n4 = ew_groups(n, aligned16(params) && aligned16(m) && aligned16(v) &&
-                                 aligned16(grads));
+    size_t n4 =
+        ew_groups(n, aligned16(params) && aligned16(m) && aligned16(v) && aligned16(grads));
     adamw_kernel<<<ew_vec_blocks(s, n, n4), EW_THREADS, 0, s->stream>>>(params, m, v, grads, n,
-                                                                       n4, h);
+                                                                        n4, h);
     CUDA_LAUNCH_CHECK(s);
 }

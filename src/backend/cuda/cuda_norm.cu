@@ -36,7 +36,7 @@
 #define CS_LANES 8      /* ... rows summed side by side per block */
 #define CS_ROWS_PER_LANE 16
 #define CS_CHUNK (CS_LANES * CS_ROWS_PER_LANE) /* 128 rows per partial */
-#define FIN_COLS4 8  /* finishing: float4 columns per block */
+#define FIN_COLS4 8                            /* finishing: float4 columns per block */
 #define FIN_LANES 32 /* ... partials summed side by side (a power of 2) */
 
 enum { NORM_LN = 0, NORM_RMS = 1 };
@@ -56,8 +56,7 @@ __device__ __forceinline__ float4 f4_pack(const float *src) {
 /* forward */
 
 __global__ void layernorm_forward_kernel(float *out, float *mean_out, float *rstd_out,
-                                         const float *__restrict__ x,
-                                         const float *__restrict__ w,
+                                         const float *__restrict__ x, const float *__restrict__ w,
                                          const float *__restrict__ bias, int N, int C,
                                          float eps) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -103,12 +102,10 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd_out, const float 
  * past C / 4), and the row's statistics from those registers: the original kernels' formulas
  * (two-pass variance). */
 template <int V, int MODE>
-__device__ __forceinline__ void norm_row_load(float (&v)[4 * V], float &mean, float &rstd,
-                                              const float *x, int row, int C,
-                                              float eps, int lane,
-                                              const float *__restrict__ x2 = nullptr,
-                                              float *sum_out = nullptr,
-                                              const float *__restrict__ x2b = nullptr) {
+__device__ __forceinline__ void
+norm_row_load(float (&v)[4 * V], float &mean, float &rstd, const float *x, int row, int C,
+              float eps, int lane, const float *__restrict__ x2 = nullptr,
+              float *sum_out = nullptr, const float *__restrict__ x2b = nullptr) {
     const int C4 = C >> 2;
     const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)row * C); /* [C4] */
 #pragma unroll
@@ -235,7 +232,7 @@ __global__ void __launch_bounds__(FWD_VEC_THREADS)
     for (int row = blockIdx.x * (FWD_VEC_THREADS / 32) + (threadIdx.x >> 5); row < rows_out;
          row += gridDim.x * (FWD_VEC_THREADS / 32)) {
         uint2 *o2 = out + (size_t)row * C4; /* 4 BF16 per float4 column */
-        if (row >= N) { /* a padding row */
+        if (row >= N) {                     /* a padding row */
             for (int q = lane; q < C4; q += 32) o2[q] = make_uint2(0u, 0u);
             continue;
         }
@@ -266,19 +263,18 @@ __global__ void __launch_bounds__(FWD_VEC_THREADS)
 
 /* Launches the fast forward when the shape allows it; returns 0 (nothing launched) otherwise. */
 template <int MODE>
-static int norm_forward_vec(cudaStream_t st, float *out, float *mean, float *rstd,
-                            const float *x, const float *w, const float *bias, int N, int C,
-                            float eps) {
+static int norm_forward_vec(cudaStream_t st, float *out, float *mean, float *rstd, const float *x,
+                            const float *w, const float *bias, int N, int C, float eps) {
     if (C % 4 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(w) ||
         (bias && !aligned16(bias)))
         return 0;
     int per_lane = (int)cdiv_u((size_t)(C / 4), 32); /* float4 per lane */
     unsigned grid = cdiv_u((size_t)N, FWD_VEC_THREADS / 32);
-#define FWD_VEC_CASE(V)                                                                       \
-    if (per_lane <= (V)) {                                                                    \
-        norm_forward_vec_kernel<V, MODE>                                                      \
-            <<<grid, FWD_VEC_THREADS, 0, st>>>(out, mean, rstd, x, w, bias, N, C, eps);       \
-        return 1;                                                                             \
+#define FWD_VEC_CASE(V)                                                                          \
+    if (per_lane <= (V)) {                                                                       \
+        norm_forward_vec_kernel<V, MODE>                                                         \
+            <<<grid, FWD_VEC_THREADS, 0, st>>>(out, mean, rstd, x, w, bias, N, C, eps);          \
+        return 1;                                                                                \
     }
     FWD_VEC_CASE(1)
     FWD_VEC_CASE(2)
@@ -293,9 +289,8 @@ static int norm_forward_vec(cudaStream_t st, float *out, float *mean, float *rst
     return 0;
 }
 
-void cuda_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd,
-                            const float *x, const float *w, const float *bias, int N, int C,
-                            float eps) {
+void cuda_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd, const float *x,
+                            const float *w, const float *bias, int N, int C, float eps) {
     if (N <= 0 || C <= 0) return;
     cuda_state *s = cuda_of(b);
     if (!norm_forward_vec<NORM_LN>(s->stream, out, mean, rstd, x, w, bias, N, C, eps)) {
@@ -327,12 +322,12 @@ static void layernorm_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, floa
     const int rows_out = fp8t_bf16_pad(N);
     size_t want = cdiv_u((size_t)rows_out, FWD_VEC_THREADS / 32), cap = (size_t)s->num_sms * 16;
     unsigned grid = (unsigned)(want < cap ? want : cap);
-#define FWD16_CASE(V)                                                                         \
-    if (per_lane <= (V)) {                                                                    \
-        norm_forward_bf16_vec_kernel<V, NORM_LN><<<grid, FWD_VEC_THREADS, 0, s->stream>>>(     \
-            (uint2 *)out, amax_out, mean, rstd, x, w, bias, N, rows_out, C, eps, x2, sum_out); \
-        CUDA_LAUNCH_CHECK(s);                                                                 \
-        return;                                                                               \
+#define FWD16_CASE(V)                                                                            \
+    if (per_lane <= (V)) {                                                                       \
+        norm_forward_bf16_vec_kernel<V, NORM_LN><<<grid, FWD_VEC_THREADS, 0, s->stream>>>(       \
+            (uint2 *)out, amax_out, mean, rstd, x, w, bias, N, rows_out, C, eps, x2, sum_out);   \
+        CUDA_LAUNCH_CHECK(s);                                                                    \
+        return;                                                                                  \
     }
     FWD16_CASE(1)
     FWD16_CASE(2)
@@ -352,10 +347,9 @@ void cuda_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out
     layernorm_bf16(b, out, amax_out, mean, rstd, NULL, x, NULL, w, bias, N, C, eps);
 }
 
-void cuda_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out,
-                                     float *amax_out, float *mean, float *rstd, const float *a,
-                                     const float *c, const float *w, const float *bias, int N,
-                                     int C, float eps) {
+void cuda_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out, float *amax_out,
+                                     float *mean, float *rstd, const float *a, const float *c,
+                                     const float *w, const float *bias, int N, int C, float eps) {
     layernorm_bf16(b, out, amax_out, mean, rstd, sum, a, c, w, bias, N, C, eps);
 }
 
@@ -432,11 +426,11 @@ static int add_norm_operand_vec(cuda_state *s, void *out, float *sum, const floa
     const int rows_out = FP8 ? N : fp8t_bf16_pad(N);
     size_t want = cdiv_u((size_t)rows_out, FWD_VEC_THREADS / 32), cap = (size_t)s->num_sms * 16;
     unsigned grid = (unsigned)(want < cap ? want : cap);
-#define ANO_CASE(V)                                                                           \
-    if (per_lane <= (V)) {                                                                    \
-        add_norm_operand_vec_kernel<V, MODE, FP8><<<grid, FWD_VEC_THREADS, 0, s->stream>>>(    \
-            out, sum, a, y, yb, w, bias, N, rows_out, C, eps, scale, fmt);                    \
-        return 1;                                                                             \
+#define ANO_CASE(V)                                                                              \
+    if (per_lane <= (V)) {                                                                       \
+        add_norm_operand_vec_kernel<V, MODE, FP8><<<grid, FWD_VEC_THREADS, 0, s->stream>>>(      \
+            out, sum, a, y, yb, w, bias, N, rows_out, C, eps, scale, fmt);                       \
+        return 1;                                                                                \
     }
     ANO_CASE(1)
     ANO_CASE(2)
@@ -451,31 +445,31 @@ static int add_norm_operand_vec(cuda_state *s, void *out, float *sum, const floa
     return 0;
 }
 
-void cuda_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a,
-                           const float *y, const float *ybias, const float *w,
-                           const float *bias, int rms, int rows, int cols, float eps,
-                           const float *scale, fp8_format fmt) {
+void cuda_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a, const float *y,
+                           const float *ybias, const float *w, const float *bias, int rms,
+                           int rows, int cols, float eps, const float *scale, fp8_format fmt) {
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
     const int N = rows, C = cols;
-    const int fast = !s->plain && C % (scale ? 4 : 8) == 0 && (int)cdiv_u((size_t)(C / 4), 32) <=
-                     FWD_VEC_MAX_V && aligned16(out) && aligned16(a) && aligned16(w) &&
-                     (!bias || aligned16(bias)) && (!y || aligned16(y)) &&
-                     (!ybias || aligned16(ybias)) && (!sum || aligned16(sum));
+    const int fast = !s->plain && C % (scale ? 4 : 8) == 0 &&
+                     (int)cdiv_u((size_t)(C / 4), 32) <= FWD_VEC_MAX_V && aligned16(out) &&
+                     aligned16(a) && aligned16(w) && (!bias || aligned16(bias)) &&
+                     (!y || aligned16(y)) && (!ybias || aligned16(ybias)) &&
+                     (!sum || aligned16(sum));
     if (fast) {
         int done;
         if (rms)
-            done = scale ? add_norm_operand_vec<NORM_RMS, true>(s, out, y ? sum : NULL, a, y, ybias,
-                                                               w, NULL, N, C, eps, scale, fmt)
-                         : add_norm_operand_vec<NORM_RMS, false>(s, out, y ? sum : NULL, a, y,
-                                                                ybias, w, NULL, N, C, eps,
-                                                                scale, fmt);
+            done =
+                scale ? add_norm_operand_vec<NORM_RMS, true>(s, out, y ? sum : NULL, a, y, ybias,
+                                                             w, NULL, N, C, eps, scale, fmt)
+                      : add_norm_operand_vec<NORM_RMS, false>(s, out, y ? sum : NULL, a, y, ybias,
+                                                              w, NULL, N, C, eps, scale, fmt);
         else
-            done = scale ? add_norm_operand_vec<NORM_LN, true>(s, out, y ? sum : NULL, a, y, ybias,
-                                                              w, bias, N, C, eps, scale, fmt)
-                         : add_norm_operand_vec<NORM_LN, false>(s, out, y ? sum : NULL, a, y,
-                                                               ybias, w, bias, N, C, eps, scale,
-                                                               fmt);
+            done = scale
+                       ? add_norm_operand_vec<NORM_LN, true>(s, out, y ? sum : NULL, a, y, ybias,
+                                                             w, bias, N, C, eps, scale, fmt)
+                       : add_norm_operand_vec<NORM_LN, false>(s, out, y ? sum : NULL, a, y, ybias,
+                                                              w, bias, N, C, eps, scale, fmt);
         if (done) {
             CUDA_LAUNCH_CHECK(s);
             return;
@@ -486,15 +480,21 @@ void cuda_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *
     const float *x = a;
     if (y) {
         float *t = sum ? sum : (float *)cuda_scratch(b, SCR_GEMM_C, n * sizeof(float));
-        if (ybias) cuda_add_bias(b, t, a, y, ybias, N, C);
-        else cuda_add(b, t, a, y, n);
+        if (ybias)
+            cuda_add_bias(b, t, a, y, ybias, N, C);
+        else
+            cuda_add(b, t, a, y, n);
         x = t;
     }
     float *o = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
-    if (rms) cuda_rmsnorm_forward(b, o, NULL, x, w, N, C, eps);
-    else cuda_layernorm_forward(b, o, NULL, NULL, x, w, bias, N, C, eps);
-    if (scale) cuda_quantize(b, (uint8_t *)out, NULL, NULL, o, N, C, fmt, scale);
-    else cuda_to_bf16_operand(b, (uint16_t *)out, NULL, o, N, C);
+    if (rms)
+        cuda_rmsnorm_forward(b, o, NULL, x, w, N, C, eps);
+    else
+        cuda_layernorm_forward(b, o, NULL, NULL, x, w, bias, N, C, eps);
+    if (scale)
+        cuda_quantize(b, (uint8_t *)out, NULL, NULL, o, N, C, fmt, scale);
+    else
+        cuda_to_bf16_operand(b, (uint16_t *)out, NULL, o, N, C);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -559,11 +559,10 @@ enum { COLSUM_PLAIN = 0, COLSUM_LN = 1, COLSUM_RMS = 2 };
  *   LN:    f0 = dout * (x - mean) * rstd  (dw),  f1 = dout  (dbias)
  *   RMS:   f0 = dout * x * rstd           (dw) */
 template <int MODE>
-__global__ void colsum_partials_kernel(float *part0, float *part1, const float *__restrict__ a,
-                                       const float *__restrict__ x,
-                                       const float *__restrict__ mean,
-                                       const float *__restrict__ rstd, int N, int C,
-                                       int chunk_rows) {
+__global__ void
+colsum_partials_kernel(float *part0, float *part1, const float *__restrict__ a,
+                       const float *__restrict__ x, const float *__restrict__ mean,
+                       const float *__restrict__ rstd, int N, int C, int chunk_rows) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     int chunk = blockIdx.y;
     if (c >= C) return;
@@ -607,8 +606,8 @@ static int col_chunk_rows(int N) {
 
 /* out0 (+= f0 column sums), out1 (+= f1 column sums, LN only, may be NULL) */
 template <int MODE>
-static void column_sums(fp8t_backend *b, float *out0, float *out1, const float *a,
-                        const float *x, const float *mean, const float *rstd, int N, int C) {
+static void column_sums(fp8t_backend *b, float *out0, float *out1, const float *a, const float *x,
+                        const float *mean, const float *rstd, int N, int C) {
     cuda_state *s = cuda_of(b);
     int chunk = col_chunk_rows(N);
     int nchunks = (N + chunk - 1) / chunk;
@@ -616,8 +615,8 @@ static void column_sums(fp8t_backend *b, float *out0, float *out1, const float *
     float *part0 = (float *)cuda_scratch(b, SCR_REDUCE, per * 2 * sizeof(float));
     float *part1 = part0 + per;
     dim3 grid(cdiv_u(C, COL_THREADS), nchunks);
-    colsum_partials_kernel<MODE><<<grid, COL_THREADS, 0, s->stream>>>(part0, part1, a, x, mean,
-                                                                      rstd, N, C, chunk);
+    colsum_partials_kernel<MODE>
+        <<<grid, COL_THREADS, 0, s->stream>>>(part0, part1, a, x, mean, rstd, N, C, chunk);
     CUDA_LAUNCH_CHECK(s);
     colsum_finish_kernel<<<cdiv_u(C, COL_THREADS), COL_THREADS, 0, s->stream>>>(
         out0, MODE == COLSUM_LN ? out1 : NULL, part0, part1, nchunks, C);
@@ -630,7 +629,7 @@ static void column_sums(fp8t_backend *b, float *out0, float *out1, const float *
  * only for out1): each column's nchunks partials are summed in double by FIN_LANES threads
  * (thread l takes partials l, l + FIN_LANES, ...), whose sums are then added in a fixed tree.
  * The order depends on nchunks alone. part0/part1 [nchunks, C4] float4, out0/out1 [4 * C4]. */
-__global__ void __launch_bounds__(FIN_COLS4 * FIN_LANES)
+__global__ void __launch_bounds__(FIN_COLS4 *FIN_LANES)
     colsum_finish_vec_kernel(float *out0, float *out1, const float4 *__restrict__ part0,
                              const float4 *__restrict__ part1, int nchunks, int C4) {
     __shared__ double sh[2][FIN_LANES][4 * FIN_COLS4];
@@ -676,8 +675,7 @@ static void colsum_finish_vec(cuda_state *s, float *out0, float *out1, const flo
                               const float *part1, int nchunks, int C4) {
     colsum_finish_vec_kernel<<<cdiv_u((size_t)C4, FIN_COLS4), dim3(FIN_COLS4, FIN_LANES), 0,
                                s->stream>>>(out0, out1, reinterpret_cast<const float4 *>(part0),
-                                            reinterpret_cast<const float4 *>(part1), nchunks,
-                                            C4);
+                                            reinterpret_cast<const float4 *>(part1), nchunks, C4);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -685,7 +683,7 @@ static void colsum_finish_vec(cuda_state *s, float *out0, float *out1, const flo
  * r0 + ty, r0 + ty + CS_LANES, ... of float4 column q in order (all its loads issued before
  * the first add), then the CS_LANES sums are added in lane order. a [N, 4 * C4],
  * part [nchunks, C4] float4. */
-__global__ void __launch_bounds__(CS_COLS4 * CS_LANES)
+__global__ void __launch_bounds__(CS_COLS4 *CS_LANES)
     colsum_vec_partials_kernel(float4 *part, const float4 *__restrict__ a, int N, int C4) {
     __shared__ float4 sh[CS_LANES][CS_COLS4];
     int tx = threadIdx.x, ty = threadIdx.y;
@@ -749,14 +747,14 @@ __global__ void __launch_bounds__(BWD_VEC_MAX_THREADS)
     const int lane = tid & 31, warp = tid >> 5, nwarps = T >> 5;
     const int r0 = blockIdx.x * chunk_rows, r1 = min(N, r0 + chunk_rows);
     const float4 *w4 = reinterpret_cast<const float4 *>(w); /* [C4] */
-    float acc_w[4 * V], acc_b[4 * V];                        /* this thread's column sums */
+    float acc_w[4 * V], acc_b[4 * V];                       /* this thread's column sums */
 #pragma unroll
     for (int j = 0; j < 4 * V; j++) acc_w[j] = 0.0f, acc_b[j] = 0.0f;
     int buf = 0;
     for (int r = r0; r < r1; r++) {
         const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)r * C);    /* [C4] */
         const float4 *d4 = reinterpret_cast<const float4 *>(dout + (size_t)r * C); /* [C4] */
-        float4 *o4 = dx ? reinterpret_cast<float4 *>(dx + (size_t)r * C) : NULL;  /* [C4] */
+        float4 *o4 = dx ? reinterpret_cast<float4 *>(dx + (size_t)r * C) : NULL;   /* [C4] */
         /* every load of the row first (x, dout, w and the dx accumulator), then the math */
         float xv[4 * V], dv[4 * V], wv[4 * V], ov[4 * V];
 #pragma unroll
@@ -840,13 +838,14 @@ __global__ void __launch_bounds__(BWD_VEC_MAX_THREADS)
  * launched) when the shape or the pointers do not allow it. */
 template <int MODE>
 static int norm_backward_vec(fp8t_backend *b, float *dx, float *dw, float *dbias,
-                             const float *dout, const float *x, const float *w,
-                             const float *mean, const float *rstd, int N, int C) {
+                             const float *dout, const float *x, const float *w, const float *mean,
+                             const float *rstd, int N, int C) {
     if (C % 4 != 0) return 0;
     const int C4 = C / 4;
-    const int V = C4 <= BWD_VEC_MAX_THREADS ? 1 : C4 <= 2 * BWD_VEC_MAX_THREADS ? 2
-                  : C4 <= BWD_VEC_MAX_V * BWD_VEC_MAX_THREADS                ? BWD_VEC_MAX_V
-                                                                              : 0;
+    const int V = C4 <= BWD_VEC_MAX_THREADS                   ? 1
+                  : C4 <= 2 * BWD_VEC_MAX_THREADS             ? 2
+                  : C4 <= BWD_VEC_MAX_V * BWD_VEC_MAX_THREADS ? BWD_VEC_MAX_V
+                                                              : 0;
     if (!V || !aligned16(dout) || !aligned16(x) || (dx && (!aligned16(dx) || !aligned16(w))))
         return 0;
     if (MODE == NORM_RMS) dbias = NULL;
@@ -862,12 +861,15 @@ static int norm_backward_vec(fp8t_backend *b, float *dx, float *dw, float *dbias
         part_w = (float *)cuda_scratch(b, SCR_REDUCE, per * (dbias ? 2 : 1) * sizeof(float));
         part_b = dbias ? part_w + per : NULL;
     }
-#define BWD_VEC_LAUNCH(VV)                                                                    \
-    norm_backward_vec_kernel<VV, MODE><<<nchunks, threads, 0, s->stream>>>(                  \
+#define BWD_VEC_LAUNCH(VV)                                                                       \
+    norm_backward_vec_kernel<VV, MODE><<<nchunks, threads, 0, s->stream>>>(                      \
         dx, part_w, part_b, dout, x, w, mean, rstd, N, C, chunk_rows)
-    if (V == 1) BWD_VEC_LAUNCH(1);
-    else if (V == 2) BWD_VEC_LAUNCH(2);
-    else BWD_VEC_LAUNCH(BWD_VEC_MAX_V);
+    if (V == 1)
+        BWD_VEC_LAUNCH(1);
+    else if (V == 2)
+        BWD_VEC_LAUNCH(2);
+    else
+        BWD_VEC_LAUNCH(BWD_VEC_MAX_V);
 #undef BWD_VEC_LAUNCH
     CUDA_LAUNCH_CHECK(s);
     /* dw NULL: its partials are computed and dropped */
@@ -886,7 +888,8 @@ void cuda_column_sums(fp8t_backend *b, float *colsum, const float *x, int rows, 
     if (cols % 4 == 0 && aligned16(x) && nchunks <= 65535) {
         cuda_state *s = cuda_of(b);
         int C4 = cols / 4;
-        float *part = (float *)cuda_scratch(b, SCR_REDUCE, (size_t)nchunks * cols * sizeof(float));
+        float *part =
+            (float *)cuda_scratch(b, SCR_REDUCE, (size_t)nchunks * cols * sizeof(float));
         dim3 grid(cdiv_u((size_t)C4, CS_COLS4), nchunks);
         colsum_vec_partials_kernel<<<grid, dim3(CS_COLS4, CS_LANES), 0, s->stream>>>(
             reinterpret_cast<float4 *>(part), reinterpret_cast<const float4 *>(x), rows, C4);
@@ -898,8 +901,8 @@ void cuda_column_sums(fp8t_backend *b, float *colsum, const float *x, int rows, 
 }
 
 void cuda_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
-                             const float *dout, const float *x, const float *w,
-                             const float *mean, const float *rstd, int N, int C) {
+                             const float *dout, const float *x, const float *w, const float *mean,
+                             const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
     if (norm_backward_vec<NORM_LN>(b, dx, dw, dbias, dout, x, w, mean, rstd, N, C)) return;
     cuda_state *s = cuda_of(b);

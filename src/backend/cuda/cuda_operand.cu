@@ -32,11 +32,11 @@ void cuda_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
     if (fp8t_operand_run(b, r, &k)) return;
     const fp8t_operand *o = &r->out;
     FP8T_FATAL(
-            "make_operand: the CUDA backend has no one-pass kernel for step %d into "
-            "format %d (scaling %d%s%s%s); ask make_operand_fuses first and run the producer's "
-            "op, then make_operand with step NONE",
-            (int)r->step, (int)o->format, (int)o->scaling, o->data_t ? ", transposed" : "",
-            o->amax ? ", amax" : "", r->colsum ? ", column sums" : "");
+        "make_operand: the CUDA backend has no one-pass kernel for step %d into "
+        "format %d (scaling %d%s%s%s); ask make_operand_fuses first and run the producer's "
+        "op, then make_operand with step NONE",
+        (int)r->step, (int)o->format, (int)o->scaling, o->data_t ? ", transposed" : "",
+        o->amax ? ", amax" : "", r->colsum ? ", column sums" : "");
 }
 
 int cuda_make_operand_fuses(fp8t_backend *b, const fp8t_operand_req *r) {

@@ -204,8 +204,8 @@ __global__ void __launch_bounds__(CAST_THREADS)
 template <fp8_format FMT, bool GELU, bool COLSUM, bool GBWD>
 __global__ void __launch_bounds__(QT2_THREADS)
     cast_transpose_fp8_tiled_kernel(uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                                    const float *__restrict__ x, int rows, int cols,
-                                    int tiles_c, const float *scale_p, float *part,
+                                    const float *__restrict__ x, int rows, int cols, int tiles_c,
+                                    const float *scale_p, float *part,
                                     const float *__restrict__ gbias,
                                     const float *__restrict__ gx) {
     __shared__ uint4 sm_t[QT2_C * QT2_R / 16]; /* [64 cols][4 groups of 16 row bytes] */
@@ -243,8 +243,8 @@ __global__ void __launch_bounds__(QT2_THREADS)
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         m = abs_bits4_dev(m, v[i]);
-        rw[i] = fp8x4_enc_dev<FMT>(v[i].x * scale, v[i].y * scale, v[i].z * scale,
-                                   v[i].w * scale);
+        rw[i] =
+            fp8x4_enc_dev<FMT>(v[i].x * scale, v[i].y * scale, v[i].z * scale, v[i].w * scale);
     }
     if (COLSUM) {
         __shared__ float4 sm_cs[16][16]; /* [mr][mc] */
@@ -331,7 +331,8 @@ __global__ void cast_transpose_fp8_region_kernel(uint8_t *codes, uint8_t *codes_
 #pragma unroll
         for (int i = 0; i < QT_TILE / QT_ROWS; i++) {
             int c = c0 + ty + i * QT_ROWS, r = r0 + tx; /* codes_t[c][r] = codes[r][c] */
-            if (r < r_end && c < c_end) codes_t[(size_t)c * rows + r] = tile[tx][ty + i * QT_ROWS];
+            if (r < r_end && c < c_end)
+                codes_t[(size_t)c * rows + r] = tile[tx][ty + i * QT_ROWS];
         }
         __syncthreads(); /* the tile is rewritten by the next iteration */
     }
@@ -377,16 +378,16 @@ void cuda_transpose_u8(fp8t_backend *b, uint8_t *out, const uint8_t *in, int row
 }
 
 static void launch_region(cuda_state *s, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                          const float *x, int rows, int cols, int r_begin, int r_end,
-                          int c_begin, int c_end, fp8_format fmt, const float *scale,
-                          int gelu = 0, const float *gbias = NULL) {
+                          const float *x, int rows, int cols, int r_begin, int r_end, int c_begin,
+                          int c_end, fp8_format fmt, const float *scale, int gelu = 0,
+                          const float *gbias = NULL) {
     if (r_end <= r_begin || c_end <= c_begin) return;
     unsigned tiles_r = cdiv_u((size_t)(r_end - r_begin), QT_TILE);
     dim3 grid(cdiv_u((size_t)(c_end - c_begin), QT_TILE), tiles_r < 65535u ? tiles_r : 65535u);
     dim3 block(QT_TILE, QT_ROWS);
     cast_transpose_fp8_region_kernel<<<grid, block, 0, s->stream>>>(
-        codes, codes_t, amax_out, x, rows, cols, r_begin, r_end, c_begin, c_end, fmt, scale,
-        gelu, gbias);
+        codes, codes_t, amax_out, x, rows, cols, r_begin, r_end, c_begin, c_end, fmt, scale, gelu,
+        gbias);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -403,8 +404,8 @@ void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *ama
         uint8_t *rm = codes;
         if (!rm && codes_t) rm = (uint8_t *)cuda_scratch(b, SCR_QUANT, n);
         int vec = aligned16(x) && (!rm || aligned16(rm)) ? 1 : 0;
-        cast_fp8_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(rm, amax_out, x, n,
-                                                                         fmt, scale, vec);
+        cast_fp8_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(rm, amax_out, x, n, fmt,
+                                                                          scale, vec);
         CUDA_LAUNCH_CHECK(s);
         if (codes_t) cuda_transpose_u8(b, codes_t, rm, rows, cols);
         return;
@@ -412,17 +413,18 @@ void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *ama
     if (!codes && !codes_t && !amax_out) return; /* nothing asked for */
     if (!codes_t) {
         if (aligned16(x) && (!codes || aligned4(codes))) {
-            size_t blocks = (n / 4 + CAST_THREADS * CAST_UNROLL - 1) / (CAST_THREADS * CAST_UNROLL);
+            size_t blocks =
+                (n / 4 + CAST_THREADS * CAST_UNROLL - 1) / (CAST_THREADS * CAST_UNROLL);
             unsigned grid = (unsigned)(blocks > 0 ? blocks : 1);
             if (fmt == FP8_E4M3)
-                cast_fp8_vec_kernel<FP8_E4M3><<<grid, CAST_THREADS, 0, s->stream>>>(
-                    codes, amax_out, x, n, scale);
+                cast_fp8_vec_kernel<FP8_E4M3>
+                    <<<grid, CAST_THREADS, 0, s->stream>>>(codes, amax_out, x, n, scale);
             else
-                cast_fp8_vec_kernel<FP8_E5M2><<<grid, CAST_THREADS, 0, s->stream>>>(
-                    codes, amax_out, x, n, scale);
+                cast_fp8_vec_kernel<FP8_E5M2>
+                    <<<grid, CAST_THREADS, 0, s->stream>>>(codes, amax_out, x, n, scale);
         } else {
-            cast_fp8_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(
-                codes, amax_out, x, n, fmt, scale, 0);
+            cast_fp8_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(codes, amax_out, x,
+                                                                              n, fmt, scale, 0);
         }
         CUDA_LAUNCH_CHECK(s);
         return;
@@ -441,13 +443,14 @@ void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *ama
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, NULL, NULL, NULL);
+                                                   tiles_c, scale, NULL, NULL, NULL);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, NULL, NULL, NULL);
+                                                   tiles_c, scale, NULL, NULL, NULL);
     CUDA_LAUNCH_CHECK(s);
-    launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale);
+    launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt,
+                  scale);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, rows_f, rows, 0, cols, fmt, scale);
 }
 
@@ -472,7 +475,7 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
     if (s->plain || !codes_t) {
         float *y = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
         gelu_scratch_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(y, x, bias, cols,
-                                                                             n);
+                                                                              n);
         CUDA_LAUNCH_CHECK(s);
         cuda_quantize(b, codes, codes_t, amax_out, y, rows, cols, fmt, scale);
         return;
@@ -491,11 +494,11 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, true, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, NULL, bias, NULL);
+                                                   tiles_c, scale, NULL, bias, NULL);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, true, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, NULL, bias, NULL);
+                                                   tiles_c, scale, NULL, bias, NULL);
     CUDA_LAUNCH_CHECK(s);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale,
                   1, bias);
@@ -525,11 +528,11 @@ void cuda_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, flo
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, true, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, part, NULL, NULL);
+                                                   tiles_c, scale, part, NULL, NULL);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, true, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                    tiles_c, scale, part, NULL, NULL);
+                                                   tiles_c, scale, part, NULL, NULL);
     CUDA_LAUNCH_CHECK(s);
     cuda_column_sums_finish(b, colsum, part, tiles_r, cols);
 }
@@ -548,11 +551,14 @@ void cuda_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t
                 aligned16(codes_t) && (!codes || aligned4(codes));
     if (!whole) {
         float *dx = (float *)cuda_scratch(b, SCR_ACT, (size_t)rows * cols * sizeof(float));
-        if (bias) cuda_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
-        else cuda_gelu_backward(b, dx, x, dout, (size_t)rows * cols);
-        if (colsum) cuda_quantize_colsum(b, codes, codes_t, amax_out, colsum, dx, rows, cols, fmt,
-                                         scale);
-        else cuda_quantize(b, codes, codes_t, amax_out, dx, rows, cols, fmt, scale);
+        if (bias)
+            cuda_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
+        else
+            cuda_gelu_backward(b, dx, x, dout, (size_t)rows * cols);
+        if (colsum)
+            cuda_quantize_colsum(b, codes, codes_t, amax_out, colsum, dx, rows, cols, fmt, scale);
+        else
+            cuda_quantize(b, codes, codes_t, amax_out, dx, rows, cols, fmt, scale);
         return;
     }
     int tiles_r = rows / QT2_R, tiles_c = cols / QT2_C;
@@ -561,11 +567,11 @@ void cuda_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, true, true>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, dout, rows, cols,
-                                                    tiles_c, scale, part, bias, x);
+                                                   tiles_c, scale, part, bias, x);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, true, true>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, dout, rows, cols,
-                                                    tiles_c, scale, part, bias, x);
+                                                   tiles_c, scale, part, bias, x);
     CUDA_LAUNCH_CHECK(s);
     if (colsum) cuda_column_sums_finish(b, colsum, part, tiles_r, cols);
 }
@@ -668,12 +674,12 @@ __global__ void fp8_decode_kernel(float *out, const uint8_t *__restrict__ codes,
         out[i] = fp8_dec_dev(codes[i], fmt) * si;
 }
 
-void cuda_fp8_decode(fp8t_backend *b, float *out, const uint8_t *codes, size_t n,
-                     fp8_format fmt, const float *scale_inv) {
+void cuda_fp8_decode(fp8t_backend *b, float *out, const uint8_t *codes, size_t n, fp8_format fmt,
+                     const float *scale_inv) {
     if (n == 0) return;
     cuda_state *s = cuda_of(b);
     fp8_decode_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(out, codes, n, fmt,
-                                                                       scale_inv);
+                                                                        scale_inv);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -710,8 +716,7 @@ void cuda_block_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
                               int tile_r, int tile_c, fp8_format fmt) {
     if (rows <= 0 || cols <= 0) return;
     if (tile_r <= 0 || tile_c <= 0) {
-        FP8T_FATAL("block_fake_quantize: tile %dx%d must be positive",
-                   tile_r, tile_c);
+        FP8T_FATAL("block_fake_quantize: tile %dx%d must be positive", tile_r, tile_c);
     }
     cuda_state *s = cuda_of(b);
     /* 1-D grid over blocks (row-major), so any number of block rows fits */
@@ -758,8 +763,10 @@ __global__ void block_quantize_kernel(uint8_t *codes, float *scale_inv, const fl
     for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
         const int a = i / xc, b = i % xc; /* x element (xr0 + a, xc0 + b) */
         const uint8_t q = fp8_enc_dev(x[(size_t)(xr0 + a) * cols + xc0 + b] * scale, fmt);
-        if (transpose) sh[b][a] = q; /* operand (r0 + b, k0 + a) */
-        else codes[(size_t)(r0 + a) * K + k0 + b] = q;
+        if (transpose)
+            sh[b][a] = q; /* operand (r0 + b, k0 + a) */
+        else
+            codes[(size_t)(r0 + a) * K + k0 + b] = q;
     }
     if (!transpose) return;
     __syncthreads();
@@ -846,8 +853,7 @@ void cuda_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, cons
     if (rows <= 0 || cols <= 0) return;
     if (scaling != FP8T_SCALING_VEC128 && scaling != FP8T_SCALING_BLK128 &&
         scaling != FP8T_SCALING_ROW) {
-        FP8T_FATAL("block_quantize: scaling %d is not a block kind",
-                   (int)scaling);
+        FP8T_FATAL("block_quantize: scaling %d is not a block kind", (int)scaling);
     }
     if (scaling == FP8T_SCALING_ROW) {
         cuda_row_quantize_generic(b, codes, scale_inv, x, rows, cols, transpose, fmt, pow2);
@@ -859,7 +865,7 @@ void cuda_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, cons
     if (transpose && scaling == FP8T_SCALING_VEC128) {
         dim3 grid_t(cdiv_u(cols, 32), cdiv_u(rows, 128));
         block_quantize_t_kernel<<<grid_t, 256, 0, s->stream>>>(codes, scale_inv, x, rows, cols,
-                                                              fmt, fmt_max, pow2);
+                                                               fmt, fmt_max, pow2);
         CUDA_LAUNCH_CHECK(s);
         return;
     }
@@ -871,8 +877,8 @@ void cuda_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, cons
         return;
     }
     const unsigned grid = cdiv_u(K, 128) * cdiv_u(R, 128); /* 1-D over the blocks */
-    block_quantize_kernel<<<grid, 256, 0, s->stream>>>(codes, scale_inv, x, rows, cols,
-                                                       transpose, fmt, fmt_max, pow2);
+    block_quantize_kernel<<<grid, 256, 0, s->stream>>>(codes, scale_inv, x, rows, cols, transpose,
+                                                       fmt, fmt_max, pow2);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -884,10 +890,10 @@ __global__ void block_decode_kernel(float *out, const uint8_t *__restrict__ code
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         int r = (int)(i / K), k = (int)(i % K);
-        float si = scaling == FP8T_SCALING_TENSOR
-                       ? scale_inv[0]
-                       : scale_inv[fp8t_block_scale_index((fp8t_fp8_scaling)scaling, rows, K, r,
-                                                          k)];
+        float si =
+            scaling == FP8T_SCALING_TENSOR
+                ? scale_inv[0]
+                : scale_inv[fp8t_block_scale_index((fp8t_fp8_scaling)scaling, rows, K, r, k)];
         out[i] = fp8_dec_dev(codes[i], fmt) * si;
     }
 }
@@ -926,12 +932,12 @@ __global__ void mxfp8_fake_quantize_kernel(float *out, const float *x, int rows,
     out[k] = (float)((double)fp8_dec_dev(code, FP8_E4M3) * ldexp(1.0, eb - 127));
 }
 
-void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows,
-                              int cols) {
+void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
     size_t warps = (size_t)rows * ((cols + 31) / 32);
-    mxfp8_fake_quantize_kernel<<<cdiv_u(warps * 32, 256), 256, 0, s->stream>>>(out, x, rows, cols);
+    mxfp8_fake_quantize_kernel<<<cdiv_u(warps * 32, 256), 256, 0, s->stream>>>(out, x, rows,
+                                                                               cols);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -971,7 +977,7 @@ typedef struct {
     uint8_t *codes, *codes_t;
     float *sinv, *sinv_t;
     float *amax_out;
-    float *part;             /* COLSUM: [tiles_r, cols] */
+    float *part; /* COLSUM: [tiles_r, cols] */
     const float *x, *gx, *bias;
     unsigned *row_bits, *col_bits; /* ROW: |x| bit-pattern amaxes per row / column */
     int rows, cols, tiles_c;
@@ -986,8 +992,8 @@ __device__ __forceinline__ float bits_amax(unsigned m) {
 /* the tile's float4s after the prologue: v[k] = columns 4tx.. of tile row 16ty + k (zeros
  * outside x) */
 template <int PRO>
-__device__ __forceinline__ void sq_load(float4 v[16], const sq_args &a, int r0, int c0,
-                                        int tx, int ty) {
+__device__ __forceinline__ void sq_load(float4 v[16], const sq_args &a, int r0, int c0, int tx,
+                                        int ty) {
     const int c = c0 + 4 * tx;
     const bool col_ok = c < a.cols;
     float4 bb = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -1014,8 +1020,7 @@ __device__ __forceinline__ void sq_load(float4 v[16], const sq_args &a, int r0, 
 
 /* ROW's first pass: the amax of every row and column of the values, as |x| bit patterns
  * max-merged into row_bits / col_bits (atomicMax: order-independent), and the tensor amax. */
-template <int PRO>
-__global__ void __launch_bounds__(SQ_THREADS) scaled_amax_kernel(sq_args a) {
+template <int PRO> __global__ void __launch_bounds__(SQ_THREADS) scaled_amax_kernel(sq_args a) {
     __shared__ unsigned sm_cm[8][SQ_TILE];
     const int tid = threadIdx.x, tx = tid & 31, ty = tid >> 5;
     const int r0 = (int)(blockIdx.x / a.tiles_c) * SQ_TILE;
@@ -1047,9 +1052,9 @@ __global__ void __launch_bounds__(SQ_THREADS) scaled_amax_kernel(sq_args a) {
 
 template <fp8_format FMT, int KIND, int PRO, bool COLSUM>
 __global__ void __launch_bounds__(SQ_THREADS) scaled_tile_kernel(sq_args a) {
-    __shared__ uint4 sm_t[SQ_TILE * 8];     /* [column][chunk of 16 rows], swizzled */
-    __shared__ unsigned sm_cm[8][SQ_TILE];  /* column amax bits per warp */
-    __shared__ float sm_cs[SQ_TILE];        /* column scales */
+    __shared__ uint4 sm_t[SQ_TILE * 8];                 /* [column][chunk of 16 rows], swizzled */
+    __shared__ unsigned sm_cm[8][SQ_TILE];              /* column amax bits per warp */
+    __shared__ float sm_cs[SQ_TILE];                    /* column scales */
     __shared__ __align__(16) float sm_part[8][SQ_TILE]; /* COLSUM: per-warp column sums */
     const __nv_fp8_interpretation_t it = FMT == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2;
     const int tid = threadIdx.x, tx = tid & 31, ty = tid >> 5;
@@ -1104,10 +1109,10 @@ __global__ void __launch_bounds__(SQ_THREADS) scaled_tile_kernel(sq_args a) {
         }
     } else { /* ROW: the first pass's column amaxes */
         if (tid < SQ_TILE) {
-            const float sc = c0 + tid < a.cols
-                                 ? current_scale_dev(bits_amax(a.col_bits[c0 + tid]), a.fmt_max,
-                                                     0.0f, a.pow2)
-                                 : 1.0f;
+            const float sc =
+                c0 + tid < a.cols
+                    ? current_scale_dev(bits_amax(a.col_bits[c0 + tid]), a.fmt_max, 0.0f, a.pow2)
+                    : 1.0f;
             sm_cs[tid] = sc;
             if (a.codes_t && tr == 0 && tid < nc) a.sinv_t[c0 + tid] = 1.0f / sc;
         }
@@ -1135,11 +1140,13 @@ __global__ void __launch_bounds__(SQ_THREADS) scaled_tile_kernel(sq_args a) {
         for (int k = 0; k < 16; k++) {
             const int rl = 16 * ty + k, r = r0 + rl;
             float sc;
-            if (KIND == SQ_BLK) sc = sblk;
-            else if (KIND == SQ_VEC) sc = current_scale_dev(bits_amax(rmax[k]), a.fmt_max, 0.0f,
-                                                            a.pow2);
-            else sc = current_scale_dev(bits_amax(r < a.rows ? a.row_bits[r] : 0u), a.fmt_max,
-                                        0.0f, a.pow2);
+            if (KIND == SQ_BLK)
+                sc = sblk;
+            else if (KIND == SQ_VEC)
+                sc = current_scale_dev(bits_amax(rmax[k]), a.fmt_max, 0.0f, a.pow2);
+            else
+                sc = current_scale_dev(bits_amax(r < a.rows ? a.row_bits[r] : 0u), a.fmt_max,
+                                       0.0f, a.pow2);
             if (rl < nr) {
                 if (col_ok)
                     *(uint32_t *)(a.codes + (size_t)r * a.cols + c) =
@@ -1212,15 +1219,13 @@ __global__ void row_quantize_generic_kernel(uint8_t *codes, float *scale_inv, co
     }
 }
 
-void cuda_row_quantize_generic(fp8t_backend *b, uint8_t *codes, float *scale_inv,
-                               const float *x, int rows, int cols, int transpose,
-                               fp8_format fmt, int pow2) {
+void cuda_row_quantize_generic(fp8t_backend *b, uint8_t *codes, float *scale_inv, const float *x,
+                               int rows, int cols, int transpose, fp8_format fmt, int pow2) {
     cuda_state *s = cuda_of(b);
     const int R = transpose ? cols : rows;
     const float fmt_max = fmt == FP8_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX;
-    row_quantize_generic_kernel<<<(unsigned)R, 256, 0, s->stream>>>(codes, scale_inv, x, rows,
-                                                                   cols, transpose, fmt,
-                                                                   fmt_max, pow2);
+    row_quantize_generic_kernel<<<(unsigned)R, 256, 0, s->stream>>>(
+        codes, scale_inv, x, rows, cols, transpose, fmt, fmt_max, pow2);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -1236,17 +1241,23 @@ static void launch_scaled_tiles(cuda_state *s, const sq_args &a, unsigned tiles,
 template <fp8_format FMT, int KIND>
 static void launch_scaled_pro(cuda_state *s, const sq_args &a, unsigned tiles, int pro,
                               int colsum) {
-    if (pro == SQ_GELU) launch_scaled_tiles<FMT, KIND, SQ_GELU>(s, a, tiles, colsum);
-    else if (pro == SQ_DGELU) launch_scaled_tiles<FMT, KIND, SQ_DGELU>(s, a, tiles, colsum);
-    else launch_scaled_tiles<FMT, KIND, SQ_PLAIN>(s, a, tiles, colsum);
+    if (pro == SQ_GELU)
+        launch_scaled_tiles<FMT, KIND, SQ_GELU>(s, a, tiles, colsum);
+    else if (pro == SQ_DGELU)
+        launch_scaled_tiles<FMT, KIND, SQ_DGELU>(s, a, tiles, colsum);
+    else
+        launch_scaled_tiles<FMT, KIND, SQ_PLAIN>(s, a, tiles, colsum);
 }
 
 template <fp8_format FMT>
-static void launch_scaled_kind(cuda_state *s, const sq_args &a, unsigned tiles, int kind,
-                               int pro, int colsum) {
-    if (kind == SQ_VEC) launch_scaled_pro<FMT, SQ_VEC>(s, a, tiles, pro, colsum);
-    else if (kind == SQ_BLK) launch_scaled_pro<FMT, SQ_BLK>(s, a, tiles, pro, colsum);
-    else launch_scaled_pro<FMT, SQ_ROW>(s, a, tiles, pro, colsum);
+static void launch_scaled_kind(cuda_state *s, const sq_args &a, unsigned tiles, int kind, int pro,
+                               int colsum) {
+    if (kind == SQ_VEC)
+        launch_scaled_pro<FMT, SQ_VEC>(s, a, tiles, pro, colsum);
+    else if (kind == SQ_BLK)
+        launch_scaled_pro<FMT, SQ_BLK>(s, a, tiles, pro, colsum);
+    else
+        launch_scaled_pro<FMT, SQ_ROW>(s, a, tiles, pro, colsum);
 }
 
 void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
@@ -1255,8 +1266,7 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
         return;
     if (q->scaling != FP8T_SCALING_VEC128 && q->scaling != FP8T_SCALING_BLK128 &&
         q->scaling != FP8T_SCALING_ROW) {
-        FP8T_FATAL("quantize_scaled: scaling %d is not a block kind",
-                   (int)q->scaling);
+        FP8T_FATAL("quantize_scaled: scaling %d is not a block kind", (int)q->scaling);
     }
     cuda_state *s = cuda_of(b);
     const int pro = q->gelu ? SQ_GELU : q->gelu_x ? SQ_DGELU : SQ_PLAIN;
@@ -1309,21 +1319,25 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
                                                          : SQ_ROW;
     if (kind == SQ_ROW) {
         /* the whole-row and whole-column amaxes first (they span other tiles) */
-        unsigned *bits = (unsigned *)cuda_scratch(b, SCR_QUANT,
-                                                  ((size_t)rows + (size_t)cols) * sizeof(unsigned));
+        unsigned *bits = (unsigned *)cuda_scratch(
+            b, SCR_QUANT, ((size_t)rows + (size_t)cols) * sizeof(unsigned));
         a.row_bits = bits, a.col_bits = bits + rows;
         CUDA_CHECK(cudaMemsetAsync(bits, 0, ((size_t)rows + cols) * sizeof(unsigned), s->stream));
-        if (pro == SQ_GELU) scaled_amax_kernel<SQ_GELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
+        if (pro == SQ_GELU)
+            scaled_amax_kernel<SQ_GELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
         else if (pro == SQ_DGELU)
             scaled_amax_kernel<SQ_DGELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
-        else scaled_amax_kernel<SQ_PLAIN><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
+        else
+            scaled_amax_kernel<SQ_PLAIN><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
         CUDA_LAUNCH_CHECK(s);
         a.amax_out = NULL; /* taken by the first pass */
     }
     if (q->codes || q->codes_t || q->colsum) {
         const int cs = q->colsum != NULL;
-        if (q->fmt == FP8_E4M3) launch_scaled_kind<FP8_E4M3>(s, a, tiles, kind, pro, cs);
-        else launch_scaled_kind<FP8_E5M2>(s, a, tiles, kind, pro, cs);
+        if (q->fmt == FP8_E4M3)
+            launch_scaled_kind<FP8_E4M3>(s, a, tiles, kind, pro, cs);
+        else
+            launch_scaled_kind<FP8_E5M2>(s, a, tiles, kind, pro, cs);
     }
     if (q->colsum) cuda_column_sums_finish(b, q->colsum, a.part, tiles_r, cols);
 }

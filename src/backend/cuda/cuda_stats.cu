@@ -56,12 +56,12 @@
 #include <float.h>
 #include <math.h>
 
-#define ST_THREADS 256      /* P1, the finishing kernels, K */
-#define ST_P2_THREADS 128   /* P2 */
+#define ST_THREADS 256    /* P1, the finishing kernels, K */
+#define ST_P2_THREADS 128 /* P2 */
 #define ST_P2_WARPS (ST_P2_THREADS / 32)
-#define ST_U 4              /* 1x128 tiles per warp and iteration in P2 */
+#define ST_U 4 /* 1x128 tiles per warp and iteration in P2 */
 #define ST_TILE 128
-#define ST_P1_UNROLL 4      /* float4 loads per thread and iteration in P1 */
+#define ST_P1_UNROLL 4 /* float4 loads per thread and iteration in P1 */
 #define ST_MX_BLOCK 32
 #define ST_NIMG FP8T_STATS_MAX_IMAGES
 #define SQNR_EXACT_DEV 1e300
@@ -74,17 +74,14 @@ typedef unsigned long long ull;
  * scaling), E4M3 / E5M2, and whether an element may clip (S: the clamp and the count). R: 1x128
  * row tiles along the stored rows, scales from the tile in registers. G: other tiles, scales
  * from a table (kernel T). SLOW: a uniform multiplier outside the fast path's range. */
-enum {
-    CLS_U4 = 0, CLS_U4S, CLS_U5, CLS_U5S,
-    CLS_R4, CLS_R5, CLS_MX, CLS_G4, CLS_G5, CLS_SLOW
-};
+enum { CLS_U4 = 0, CLS_U4S, CLS_U5, CLS_U5S, CLS_R4, CLS_R5, CLS_MX, CLS_G4, CLS_G5, CLS_SLOW };
 
 /* the image specs as a kernel argument (by value) */
 typedef struct {
     int n;
     int kind[ST_NIMG];
-    int fmt[ST_NIMG];   /* element format (MX: E4M3) */
-    int cls[ST_NIMG];   /* CLS_R4 ... CLS_G5 from the kind; -1: uniform (F1 decides) */
+    int fmt[ST_NIMG]; /* element format (MX: E4M3) */
+    int cls[ST_NIMG]; /* CLS_R4 ... CLS_G5 from the kind; -1: uniform (F1 decides) */
     const float *scale[ST_NIMG];
     float eps[ST_NIMG];
     int pow2[ST_NIMG];
@@ -98,10 +95,10 @@ typedef struct {
 /* what F1 leaves for T, P2, F2 and K */
 typedef struct {
     double mean;
-    float p, invp;  /* prescale 2^k ~ 1/amax, and 2^-k (1 when tiny) */
-    int tiny;       /* amax < 2^-100: the image sums in double, q by IEEE division (below) */
-    float amax;     /* over finite elements */
-    float qamax;    /* as the quantizers take it: NaN if any, else Inf if any, else amax */
+    float p, invp; /* prescale 2^k ~ 1/amax, and 2^-k (1 when tiny) */
+    int tiny;      /* amax < 2^-100: the image sums in double, q by IEEE division (below) */
+    float amax;    /* over finite elements */
+    float qamax;   /* as the quantizers take it: NaN if any, else Inf if any, else amax */
     int cls[ST_NIMG];
     float m[ST_NIMG];  /* uniform images: the multiplier (value = x * m) */
     float mp[ST_NIMG]; /* m / p, and its reciprocal rounded: the division q p = d / mp */
@@ -116,7 +113,7 @@ typedef struct {
     ull nf, nnan, nzero; /* finite; NaN; zero or not finite (n_zero = nzero - (n - nf)) */
     float mn, mx, amax, minnz;
     double sum, sabs, ssq;
-    double cmean, cm2;   /* DEV: mean and sum (x - mean)^2 of the finite elements, merged by
+    double cmean, cm2; /* DEV: mean and sum (x - mean)^2 of the finite elements, merged by
                             Chan's pairwise formula (exact to double rounding, in one read) */
 } mom_acc;
 
@@ -135,8 +132,7 @@ __device__ __forceinline__ void mom_thr_init(mom_thr *a) {
     a->shift = a->s1 = a->s2 = 0.0;
 }
 
-template <bool DEV>
-__device__ __forceinline__ void mom_elem(mom_thr *a, float v) {
+template <bool DEV> __device__ __forceinline__ void mom_elem(mom_thr *a, float v) {
     const bool fin = fabsf(v) < INFINITY; /* false for NaN and +-Inf */
     a->nnan += v != v;
     a->nf += fin;
@@ -229,7 +225,8 @@ __global__ void __launch_bounds__(ST_THREADS)
         }
         for (; i < nv; i += T) {
             const float4 v = x4[i];
-            mom_elem<DEV>(&a, v.x), mom_elem<DEV>(&a, v.y), mom_elem<DEV>(&a, v.z), mom_elem<DEV>(&a, v.w);
+            mom_elem<DEV>(&a, v.x), mom_elem<DEV>(&a, v.y), mom_elem<DEV>(&a, v.z),
+                mom_elem<DEV>(&a, v.w);
         }
         scalar_from = nv * 4;
     }
@@ -255,8 +252,8 @@ __global__ void __launch_bounds__(ST_THREADS)
 __device__ __forceinline__ int fmt_is_e5(int fmt) { return fmt == FP8_E5M2; }
 
 __global__ void __launch_bounds__(ST_THREADS)
-    stats_moments_finish(fp8t_stats_raw *out, stats_params *prm, const mom_acc *part,
-                         int nparts, size_t n, img_specs sp) {
+    stats_moments_finish(fp8t_stats_raw *out, stats_params *prm, const mom_acc *part, int nparts,
+                         size_t n, img_specs sp) {
     __shared__ mom_acc sh[ST_THREADS];
     mom_acc a;
     mom_init(&a);
@@ -301,8 +298,8 @@ __global__ void __launch_bounds__(ST_THREADS)
             const int e5 = fmt_is_e5(sp.fmt[k]);
             sc = sp.kind[k] == FP8T_IMG_SCALE
                      ? *sp.scale[k]
-                     : fp8t_current_scale_of(qamax, e5 ? FP8_E5M2_MAX : FP8_E4M3_MAX,
-                                             sp.eps[k], sp.pow2[k]);
+                     : fp8t_current_scale_of(qamax, e5 ? FP8_E5M2_MAX : FP8_E4M3_MAX, sp.eps[k],
+                                             sp.pow2[k]);
             /* the fast path: sc, sc / p and its reciprocal normal floats */
             mp = __fmul_rn(sc, invp);
             rp = __frcp_rn(mp);
@@ -344,8 +341,8 @@ __global__ void stats_gtable_kernel(float *tab, size_t ntiles, const stats_param
         acc = amax_merge_dev(acc, x[(size_t)(r0 + i / nc) * cols + c0 + i % nc]);
     acc = block_amax(acc);
     if (threadIdx.x != 0) return;
-    const float s = fp8t_current_scale_of(acc, fmt == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX,
-                                          0.0f, pow2);
+    const float s =
+        fp8t_current_scale_of(acc, fmt == FP8_E5M2 ? FP8_E5M2_MAX : FP8_E4M3_MAX, 0.0f, pow2);
     const float mp = fminf(__fmul_rn(s, prm->invp), FLT_MAX);
     tab[blockIdx.x] = s;
     tab[ntiles + blockIdx.x] = mp;
@@ -444,10 +441,9 @@ __device__ __forceinline__ void image_run(const float (&xs)[ST_U][4], const floa
 /* Tiles other than 1x128 (G): the multipliers per element from the table; always with the
  * clamp (a tile holding NaN or Inf has scale 1). */
 template <int E5, bool DBL>
-__device__ __forceinline__ void image_run_table(const float (&xs)[ST_U][4],
-                                                const float (&xp)[ST_U][4], const int (&row)[ST_U],
-                                                const int (&c0)[ST_U], int lane, int cols,
-                                                const img_specs &sp, int k, img_f *o) {
+__device__ __forceinline__ void
+image_run_table(const float (&xs)[ST_U][4], const float (&xp)[ST_U][4], const int (&row)[ST_U],
+                const int (&c0)[ST_U], int lane, int cols, const img_specs &sp, int k, img_f *o) {
     const float *tab = sp.gtab[k];
     const size_t nt = sp.gtiles[k];
     float perr[ST_U], pxq[ST_U], pqq[ST_U];
@@ -481,7 +477,8 @@ __device__ __forceinline__ void image_run_table(const float (&xs)[ST_U][4],
             pqq[j] = __fmaf_rn(q, q, pqq[j]);
         }
     }
-    o->err = DBL ? derr : (double)__fadd_rn(__fadd_rn(perr[0], perr[1]), __fadd_rn(perr[2], perr[3]));
+    o->err =
+        DBL ? derr : (double)__fadd_rn(__fadd_rn(perr[0], perr[1]), __fadd_rn(perr[2], perr[3]));
     o->xq = DBL ? dxq : (double)__fadd_rn(__fadd_rn(pxq[0], pxq[1]), __fadd_rn(pxq[2], pxq[3]));
     o->qq = DBL ? dqq : (double)__fadd_rn(__fadd_rn(pqq[0], pqq[1]), __fadd_rn(pqq[2], pqq[3]));
     o->cz = cz, o->sat = cs;
@@ -695,11 +692,15 @@ __global__ void __launch_bounds__(ST_P2_THREADS)
                     rpt[j] = __shfl_sync(ST_FULL, e5 ? rp5 : rp4, j);
                 }
                 if (tbad) { /* a tile with NaN / Inf has scale 1: its elements may clip */
-                    if (e5) image_run<1, false, true, TINY>(xs, xp, mt, mpt, rpt, &o);
-                    else image_run<0, false, true, TINY>(xs, xp, mt, mpt, rpt, &o);
+                    if (e5)
+                        image_run<1, false, true, TINY>(xs, xp, mt, mpt, rpt, &o);
+                    else
+                        image_run<0, false, true, TINY>(xs, xp, mt, mpt, rpt, &o);
                 } else {
-                    if (e5) image_run<1, false, false, TINY>(xs, xp, mt, mpt, rpt, &o);
-                    else image_run<0, false, false, TINY>(xs, xp, mt, mpt, rpt, &o);
+                    if (e5)
+                        image_run<1, false, false, TINY>(xs, xp, mt, mpt, rpt, &o);
+                    else
+                        image_run<0, false, false, TINY>(xs, xp, mt, mpt, rpt, &o);
                 }
             } else if (cls == CLS_MX) {
                 image_run<0, true, false, TINY>(xs, xp, mxm, mxm, mxr, &o);
@@ -851,7 +852,8 @@ __global__ void __launch_bounds__(ST_THREADS)
         fp8t_block_raw r;
         r.amax = sh[0].amax;
         r.sqnr_db = sqnr_dev(sh[0].xx, sh[0].err);
-        r.underflow_pct = sh[0].nonzero ? 100.0 * (double)sh[0].under / (double)sh[0].nonzero : 0.0;
+        r.underflow_pct =
+            sh[0].nonzero ? 100.0 * (double)sh[0].under / (double)sh[0].nonzero : 0.0;
         list[blockIdx.x] = r;
     }
 }
@@ -898,7 +900,6 @@ __global__ void __launch_bounds__(ST_THREADS)
     }
 }
 
-
 /* ---------------------------------------------------------------------------------------- */
 /* tile_stats: each tile of image 0 (TILES: the block / rowwise GEMMs' own image) on its own,
  * one block per tile (its amax and current scale, then each element's image as the CPU makes
@@ -940,7 +941,8 @@ __global__ void __launch_bounds__(ST_THREADS)
         fp8t_block_raw r;
         r.amax = 0.0;
         r.sqnr_db = sqnr_dev(sh[0].xx, sh[0].err);
-        r.underflow_pct = sh[0].nonzero ? 100.0 * (double)sh[0].under / (double)sh[0].nonzero : 0.0;
+        r.underflow_pct =
+            sh[0].nonzero ? 100.0 * (double)sh[0].under / (double)sh[0].nonzero : 0.0;
         list[blockIdx.x] = r;
     }
 }
@@ -1025,8 +1027,7 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
         } else if (is->kind == FP8T_IMG_TILES) {
             const int tr = is->tile_r, tc = is->tile_c;
             if (tr <= 0 || tc <= 0) {
-                FP8T_FATAL("tensor_stats: image %d has tile %dx%d (must be positive)",
-                           k, tr, tc);
+                FP8T_FATAL("tensor_stats: image %d has tile %dx%d (must be positive)", k, tr, tc);
             }
             rows_mode = 1;
             /* power-of-two tile scales (the block / rowwise recipes' option) take the table */
@@ -1104,8 +1105,10 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     for (int k = 0; k < nimg; k++)
         if (sp.gtiles[k]) sp.gtab[k] = (float *)(scr + tab_off[k]);
 
-    if (nimg > 0) stats_p1_kernel<false><<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
-    else stats_p1_kernel<true><<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
+    if (nimg > 0)
+        stats_p1_kernel<false><<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
+    else
+        stats_p1_kernel<true><<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
     CUDA_LAUNCH_CHECK(s);
     stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part1, (int)grid1, n, sp);
     CUDA_LAUNCH_CHECK(s);
@@ -1118,11 +1121,11 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
         CUDA_LAUNCH_CHECK(s);
     }
     if (nimg > 0) {
-        stats_p2_kernel<false><<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v,
-                                                                       sp, vec2);
+        stats_p2_kernel<false>
+            <<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v, sp, vec2);
         CUDA_LAUNCH_CHECK(s);
-        stats_p2_kernel<true><<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v,
-                                                                      sp, vec2);
+        stats_p2_kernel<true>
+            <<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v, sp, vec2);
         CUDA_LAUNCH_CHECK(s);
         /* the slots P2 walks: the tiles t < ntiles each warp starts at (every multiple of U
          * below ntiles, once), U tiles each, those past the end as padding */
@@ -1132,7 +1135,8 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
         CUDA_LAUNCH_CHECK(s);
     }
     if (bs > 0) {
-        fp8t_block_raw *list = req->block_list ? req->block_list : (fp8t_block_raw *)(scr + off_list);
+        fp8t_block_raw *list =
+            req->block_list ? req->block_list : (fp8t_block_raw *)(scr + off_list);
         stats_blocks_kernel<<<(unsigned)nb, ST_THREADS, 0, s->stream>>>(
             list, prm, x, n, (size_t)bs, req->block_img, sp.fmt[req->block_img]);
         CUDA_LAUNCH_CHECK(s);
