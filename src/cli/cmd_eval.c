@@ -366,6 +366,8 @@ typedef struct {
     const eval_opts *o;
     const char *weights; /* the argument */
     fp8t_weights w, wx;  /* wx: --check-export's */
+    cli_run_defaults def;  /* what the weights' run used: data, val_data, tokenizer and device
+                              point into it unless given */
     const char *data, *val_data, *tokenizer, *device;
     int B, T, batches;
     uint64_t seed;
@@ -384,17 +386,17 @@ typedef struct {
 static int eval_setup(eval_run *r) {
     const eval_opts *o = r->o;
     char err[FP8T_ERR_LEN];
-    cli_run_defaults def;
-    cli_run_defaults_from(&r->w, &def);
-    r->data = o->data ? o->data : def.data;
-    r->val_data = o->val_data ? o->val_data : (o->data ? "" : def.val_data);
+    cli_run_defaults_from(&r->w, &r->def);
+    const cli_run_defaults *def = &r->def;
+    r->data = o->data ? o->data : def->data;
+    r->val_data = o->val_data ? o->val_data : (o->data ? "" : def->val_data);
     /* the model's tokenizer applies to any text data given to it */
-    r->tokenizer = o->tokenizer ? o->tokenizer : def.tokenizer;
-    r->B = o->B ? o->B : def.batch;
-    r->batches = o->batches ? o->batches : def.val_batches;
-    r->T = o->T ? o->T : def.seq_len;
-    r->seed = o->have_seed ? o->seed : def.seed;
-    r->device = o->device ? o->device : def.device;
+    r->tokenizer = o->tokenizer ? o->tokenizer : def->tokenizer;
+    r->B = o->B ? o->B : def->batch;
+    r->batches = o->batches ? o->batches : def->val_batches;
+    r->T = o->T ? o->T : def->seq_len;
+    r->seed = o->have_seed ? o->seed : def->seed;
+    r->device = o->device ? o->device : def->device;
     if (r->T > r->w.model.seq_len) {
         fprintf(stderr, "fp8train eval: --seq-len %d exceeds the model's maximum %d\n", r->T,
                 r->w.model.seq_len);
