@@ -11,13 +11,8 @@
 #include "fp8train/profile.h"
 #include "test.h"
 
-typedef void (*op_fn)(void);
-
-static op_fn op_at(const fp8t_backend_ops *o, int i) {
-    op_fn f;
-    memcpy(&f, (const char *)o + (size_t)i * sizeof f, sizeof f);
-    return f;
-}
+typedef fp8t_backend_op_fn op_fn;
+#define op_at fp8t_backend_op
 
 static void names_cover_the_table(void) {
     const int n = fp8t_backend_op_count();

@@ -21,44 +21,11 @@ if [ ! -d "$OBJ" ] || ! command -v nm >/dev/null; then
 fi
 ORDER="util numerics backend model io instrument train tools cli"
 
-# check_symbols OBJDIR [EXTRA_OBJ FOLDER]: prints "FOLDER -> UPPER symbol" for each upward call
-check_symbols() {
-  python3 - "$1" "$ORDER" "${2:-}" "${3:-}" <<'PY'
-import os, subprocess, sys
-objdir, order, extra, extra_folder = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
-objs = []
-for root, _, files in os.walk(objdir):
-    for fn in files:
-        if not fn.endswith(".o"):
-            continue
-        rel = os.path.relpath(os.path.join(root, fn), objdir)[:-2]
-        if not any(os.path.exists(os.path.join("src", rel + ext)) for ext in (".c", ".cu")):
-            continue  # stale: its source moved or went away
-        objs.append((rel.split("/")[0], os.path.join(root, fn)))
-if extra:
-    objs.append((extra_folder, extra))
-defined, undef = {}, []
-for folder, o in objs:
-    out = subprocess.run(["nm", "-P", o], capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        p = line.split()
-        if len(p) < 2:
-            continue
-        if p[1] in "TDBR":
-            defined[p[0]] = folder
-        elif p[1] == "U":
-            undef.append((folder, p[0]))
-rank = {f: i for i, f in enumerate(order)}
-bad = sorted({(f, defined[s], s) for f, s in undef
-              if s in defined and defined[s] != f and f in rank and defined[s] in rank
-              and rank[defined[s]] > rank[f]})
-for f, d, s in bad:
-    print(f"{f} -> {d} {s}")
-print(f"# {len(objs)} objects", file=sys.stderr)
-PY
-}
+# check_symbols BUILD [EXTRA_OBJ FOLDER]: "FOLDER -> LATER symbol" for each call into a later
+# folder (scripts/layer_graph.py, which also prints the whole graph)
+check_symbols() { python3 scripts/layer_graph.py --check "$@"; }
 
-up=$(check_symbols "$OBJ" 2>/dev/null)
+up=$(check_symbols "$(dirname "$BIN")" 2>/dev/null)
 if [ -z "$up" ]; then pass "no folder calls a later one ($ORDER)"
 else fail "calls into later folders" "$(echo "$up" | head -10 | tr '\n' ';')"; fi
 
@@ -83,7 +50,7 @@ trap 'rm -rf "$TMP"' EXIT
 printf 'int fp8t_train_config_default(void *);\nint planted(void) { return fp8t_train_config_default(0); }\n' \
   >"$TMP/planted.c"
 if cc -c -o "$TMP/planted.o" "$TMP/planted.c" 2>/dev/null; then
-  up=$(check_symbols "$OBJ" "$TMP/planted.o" model 2>/dev/null)
+  up=$(check_symbols "$(dirname "$BIN")" "$TMP/planted.o" model 2>/dev/null)
   if echo "$up" | grep -q "^model -> train fp8t_train_config_default"; then
     pass "a planted model -> train call is caught"
   else fail "a planted model -> train call is caught" "got: $up"; fi

@@ -540,34 +540,31 @@ typedef struct fp8t_backend_ops {
  * compile time that the list and the struct agree field for field): what must cover every op
  * (the profile backend's wrapper, the check that a backend left none unset) is generated from
  * it. A new op goes into the struct and here. */
-#define FP8T_BACKEND_OPS(X)                                                                      \
-    X(malloc)                                                                                    \
-    X(free) X(to_device) X(to_host) X(copy) X(zero) X(synchronize) X(destroy) X(gemm_f32)        \
-        X(gemm_bf16) X(gemm_bf16_rounded) X(gemm_fp8) X(amax) X(make_operand)                    \
-            X(make_operand_fuses) X(compute_scale) X(fake_quantize) X(block_fake_quantize) X(    \
-                mxfp8_fake_quantize) X(bf16_round) X(bf16_pack) X(bf16_unpack) X(delayed_update) \
-                X(embedding_forward) X(embedding_backward) X(layernorm_forward)                  \
-                    X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward) X(bias_add)     \
-                        X(bias_backward) X(gelu_forward) X(gelu_backward) X(gelu_backward_bias)  \
-                            X(swiglu_forward) X(swiglu_backward) X(attention_forward) X(         \
-                                attention_backward) X(attention_saved_bytes) X(softmax_xent)     \
-                                X(softmax_xent_bf16) X(add) X(add_bias) X(accumulate) X(scale)   \
-                                    X(sumsq) X(sum) X(adamw) X(comm_init) X(allreduce)           \
-                                        X(reduce_scatter) X(all_gather) X(broadcast)             \
-                                            X(tensor_stats) X(host_alloc) X(host_free)           \
-                                                X(to_host_async) X(reduce_start) X(reduce_wait)  \
-                                                    X(kv_cache_write) X(attention_decode)        \
-                                                        X(embedding_forward_bf16)                \
-                                                            X(embedding_forward_fp8)             \
-                                                                X(graph_begin) X(graph_end)      \
-                                                                    X(graph_launch)              \
-                                                                        X(graph_destroy)
+/* clang-format off */
+#define FP8T_BACKEND_OPS(X) X(malloc) X(free) X(to_device) X(to_host) X(copy) X(zero)           \
+    X(synchronize) X(destroy) X(gemm_f32) X(gemm_bf16) X(gemm_bf16_rounded) X(gemm_fp8)         \
+    X(amax) X(make_operand) X(make_operand_fuses) X(compute_scale) X(fake_quantize)             \
+    X(block_fake_quantize) X(mxfp8_fake_quantize) X(bf16_round) X(bf16_pack) X(bf16_unpack)     \
+    X(delayed_update) X(embedding_forward) X(embedding_backward) X(layernorm_forward)           \
+    X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward) X(bias_add) X(bias_backward)   \
+    X(gelu_forward) X(gelu_backward) X(gelu_backward_bias) X(swiglu_forward)                    \
+    X(swiglu_backward) X(attention_forward) X(attention_backward) X(attention_saved_bytes)      \
+    X(softmax_xent) X(softmax_xent_bf16) X(add) X(add_bias) X(accumulate) X(scale) X(sumsq)     \
+    X(sum) X(adamw) X(comm_init) X(allreduce) X(reduce_scatter) X(all_gather) X(broadcast)      \
+    X(tensor_stats) X(host_alloc) X(host_free) X(to_host_async) X(reduce_start) X(reduce_wait)  \
+    X(kv_cache_write) X(attention_decode) X(embedding_forward_bf16) X(embedding_forward_fp8)    \
+    X(graph_begin) X(graph_end) X(graph_launch) X(graph_destroy)
+/* clang-format on */
 /* The name of op i of fp8t_backend_ops (0-based, the struct's order), NULL past the last;
  * the number of ops. */
 const char *fp8t_backend_op_name(int i);
 int fp8t_backend_op_count(void);
-/* The index of the first op of ops that is NULL but must be set (every op but the four graph
- * ops, which a backend that cannot record leaves NULL), or -1 when none is. */
+/* Op i of ops as a generic function pointer (NULL when unset); whether op i may be unset (the
+ * four graph ops, which a backend that cannot record leaves NULL) */
+typedef void (*fp8t_backend_op_fn)(void);
+fp8t_backend_op_fn fp8t_backend_op(const fp8t_backend_ops *ops, int i);
+int fp8t_backend_op_optional(int i);
+/* The index of the first op of ops that is NULL but must be set, or -1 when none is. */
 int fp8t_backend_first_unset_op(const fp8t_backend_ops *ops);
 
 struct fp8t_backend {

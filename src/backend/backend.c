@@ -14,7 +14,7 @@
  * each op at its index's offset, and as many ops as the struct has room for */
 #define OP_INDEX(name) OPI_##name,
 enum { FP8T_BACKEND_OPS(OP_INDEX) OP_COUNT };
-typedef void (*op_fn)(void);
+typedef fp8t_backend_op_fn op_fn;
 #define OP_PLACE(name)                                                                           \
     _Static_assert(offsetof(fp8t_backend_ops, name) == OPI_##name * sizeof(op_fn),               \
                    "FP8T_BACKEND_OPS: " #name " is not at its place in fp8t_backend_ops");
@@ -27,13 +27,18 @@ static const char *const OP_NAMES[OP_COUNT] = {FP8T_BACKEND_OPS(OP_NAME)};
 const char *fp8t_backend_op_name(int i) { return i >= 0 && i < OP_COUNT ? OP_NAMES[i] : NULL; }
 int fp8t_backend_op_count(void) { return OP_COUNT; }
 
-int fp8t_backend_first_unset_op(const fp8t_backend_ops *ops) {
-    for (int i = 0; i < OP_COUNT; i++) {
-        op_fn f;
+fp8t_backend_op_fn fp8t_backend_op(const fp8t_backend_ops *ops, int i) {
+    op_fn f = NULL;
+    if (i >= 0 && i < OP_COUNT)
         memcpy(&f, (const char *)ops + (size_t)i * sizeof(op_fn), sizeof f);
-        const int optional = i >= OPI_graph_begin && i <= OPI_graph_destroy;
-        if (!f && !optional) return i;
-    }
+    return f;
+}
+
+int fp8t_backend_op_optional(int i) { return i >= OPI_graph_begin && i <= OPI_graph_destroy; }
+
+int fp8t_backend_first_unset_op(const fp8t_backend_ops *ops) {
+    for (int i = 0; i < OP_COUNT; i++)
+        if (!fp8t_backend_op(ops, i) && !fp8t_backend_op_optional(i)) return i;
     return -1;
 }
 

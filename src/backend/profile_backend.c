@@ -499,23 +499,14 @@ static const fp8t_backend_ops wrapper_ops = {
     .embedding_forward_bf16 = w_embedding_forward_bf16,
     .embedding_forward_fp8 = w_embedding_forward_fp8,
 };
-/* the op names the profiler reports and checks cover the table: FP8T_BACKEND_OPS */
-#define OP_NAME(name) #name,
-static const char *const table_ops[] = {FP8T_BACKEND_OPS(OP_NAME)};
-_Static_assert(sizeof table_ops / sizeof table_ops[0] ==
-                   sizeof(fp8t_backend_ops) / sizeof(void (*)(void)),
-               "the profile backend's op names do not cover fp8t_backend_ops");
-
-/* The first op inner has that the wrapper does not wrap, or -1 */
+/* The first op inner has that the wrapper does not wrap, or -1 (the graph ops stay unset:
+ * not recorded, run op by op); the names and the count are FP8T_BACKEND_OPS's, which
+ * backend.c checks against the struct */
 static int first_unwrapped(const fp8t_backend *inner) {
-    const int n = (int)(sizeof table_ops / sizeof table_ops[0]);
-    for (int i = 0; i < n; i++) {
-        void (*w)(void), (*f)(void);
-        memcpy(&w, (const char *)&wrapper_ops + (size_t)i * sizeof w, sizeof w);
-        memcpy(&f, (const char *)inner->ops + (size_t)i * sizeof f, sizeof f);
-        const int graph = !strncmp(table_ops[i], "graph_", 6); /* not recorded: run op by op */
-        if (f && !w && !graph) return i;
-    }
+    for (int i = 0; i < fp8t_backend_op_count(); i++)
+        if (fp8t_backend_op(inner->ops, i) && !fp8t_backend_op(&wrapper_ops, i) &&
+            !fp8t_backend_op_optional(i))
+            return i;
     return -1;
 }
 
@@ -523,7 +514,7 @@ fp8t_backend *fp8t_profile_wrap(fp8t_backend *inner) {
     if (!inner) return NULL;
     const int u = first_unwrapped(inner);
     if (u >= 0) {
-        fp8t_warnf("profile: op '%s' of the %s backend is not wrapped", table_ops[u],
+        fp8t_warnf("profile: op '%s' of the %s backend is not wrapped", fp8t_backend_op_name(u),
                    inner->name);
         return NULL;
     }

@@ -95,22 +95,8 @@ static const fp8t_opt OPTS[] = {
      .hi = 1000000,
      .dflt = "the run's val_batches, else 10",
      .help = "validation micro-batches"},
-    {.name = "batch",
-     .arg = "B",
-     .type = FP8T_OPT_INT,
-     F(B),
-     .lo = 1,
-     .hi = 1 << 20,
-     .dflt = "the run's, else 8",
-     .help = "micro-batch size"},
-    {.name = "seq-len",
-     .arg = "T",
-     .type = FP8T_OPT_INT,
-     F(T),
-     .lo = 1,
-     .hi = 1 << 20,
-     .dflt = "the run's, else min(seq_len, 256)",
-     .help = "micro-batch sequence length"},
+    CLI_ROW_BATCH(eval_opts),
+    CLI_ROW_SEQ_LEN(eval_opts),
     {.name = "seed",
      .arg = "S",
      .type = FP8T_OPT_SPECIAL,
@@ -364,10 +350,10 @@ static int wants(const eval_opts *o, int p) { return (o->precisions >> p) & 1; }
  * from them; eval_free releases it all. */
 typedef struct {
     const eval_opts *o;
-    const char *weights; /* the argument */
-    fp8t_weights w, wx;  /* wx: --check-export's */
-    cli_run_defaults def;  /* what the weights' run used: data, val_data, tokenizer and device
-                              point into it unless given */
+    const char *weights;  /* the argument */
+    fp8t_weights w, wx;   /* wx: --check-export's */
+    cli_run_defaults def; /* what the weights' run used: data, val_data, tokenizer and device
+                             point into it unless given */
     const char *data, *val_data, *tokenizer, *device;
     int B, T, batches;
     uint64_t seed;

@@ -80,6 +80,19 @@ extern const fp8t_opt_choice CLI_ACT_SCALES[], CLI_KV_CACHES[], CLI_EVAL_PRECISI
     }
 #define CLI_ROW_NO_GRAPHS(T, M, help_)                                                           \
     { .name = "no-graphs", .type = FP8T_OPT_FLAG, FP8T_OPT_FIELD(T, M.no_graphs), .help = help_ }
+/* The micro-batch shape of a command that runs a checkpoint on data (eval, inspect): --batch
+ * and --seq-len into int members B and T of T_, by default the run's */
+#define CLI_ROW_BATCH(T_)                                                                        \
+    {                                                                                            \
+        .name = "batch", .arg = "B", .type = FP8T_OPT_INT, FP8T_OPT_FIELD(T_, B), .lo = 1,       \
+        .hi = 1 << 20, .dflt = "the run's, else 8", .help = "micro-batch size"                   \
+    }
+#define CLI_ROW_SEQ_LEN(T_)                                                                      \
+    {                                                                                            \
+        .name = "seq-len", .arg = "T", .type = FP8T_OPT_INT, FP8T_OPT_FIELD(T_, T), .lo = 1,     \
+        .hi = 1 << 20, .dflt = "the run's, else min(seq_len, 256)",                              \
+        .help = "micro-batch sequence length"                                                    \
+    }
 #define CLI_ROW_FP8_HEAD(T, M, help_)                                                            \
     { .name = "fp8-head", .type = FP8T_OPT_FLAG, FP8T_OPT_FIELD(T, M.fp8_head), .help = help_ }
 

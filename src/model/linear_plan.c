@@ -46,7 +46,7 @@ static int shares(const fp8t_model *m, int lin, fp8t_precision p) {
 }
 
 /* The Fprop can make its operand from the producer's input itself (the GELU or the norm in
- * the rounding pass, precisions as model_linear_plan's comment says), no hook wants the
+ * the rounding pass, in the precisions the cases below name), no hook wants the
  * producer's output in FP32, and, in a training forward, no Wgrad reads it in FP32 later
  * (the forward keeps the operand for the Wgrad); a frozen forward has no backward. */
 static void plan_step(const fp8t_model *m, int lin, linear_plan *pl) {
@@ -67,7 +67,8 @@ static void plan_step(const fp8t_model *m, int lin, linear_plan *pl) {
     pl->step_fused[0] = (unsigned char)(can && pl->save_x);
 }
 
-linear_plan model_linear_plan(const fp8t_model *m, int lin) {
+/* linear lin's plan (but fc1's bias_next, which needs fc2's: plan_gelu_bias) */
+static linear_plan linear_plan_of(const fp8t_model *m, int lin) {
     const fp8t_precision *p = m->prec[lin];
     const fp8t_precision f = p[FP8T_GEMM_FPROP], d = p[FP8T_GEMM_DGRAD], w = p[FP8T_GEMM_WGRAD];
     const int hook_writes = m->hook && !m->hook_reads;
@@ -144,7 +145,7 @@ static int layer_bf16_saves(const fp8t_model *m, int l) {
 }
 
 void model_plan(fp8t_model *m) {
-    for (int lin = 0; lin < m->n_lin; lin++) m->plan[lin] = model_linear_plan(m, lin);
+    for (int lin = 0; lin < m->n_lin; lin++) m->plan[lin] = linear_plan_of(m, lin);
     for (int lin = 0; lin < m->n_lin; lin++)
         if (model_lin_module(m, lin) == FP8T_MOD_FC1) plan_gelu_bias(m, lin);
     for (int l = 0; l < m->cfg.n_layer; l++)

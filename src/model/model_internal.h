@@ -455,8 +455,6 @@ void model_head_free(fp8t_model *m);
 /* every linear's plan and every layer's save format, from the resolved precisions, the hook,
  * the switches, the backend and the shapes: at create, set_policy, set_hook, set_observer */
 void model_plan(fp8t_model *m);
-/* linear lin's plan as model_plan computes it (the plan of fc1 without its bias_next) */
-linear_plan model_linear_plan(const fp8t_model *m, int lin);
 /* Whether the Wgrad of linear lin, running in precision wgrad (the policy's, or the one the
  * forward kept X's operand in), takes the Dgrad's dY operand: the plan's dy_shared, in the
  * Dgrad's precision */

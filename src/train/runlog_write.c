@@ -201,29 +201,10 @@ void runlog_metrics(trainer *t, const step_record *r) {
     append_line(t, t->metrics, "metrics.jsonl", buf);
 }
 
-/* A warning of the library during the run (fp8t_warnf): always on stderr, and a line of
- * events.jsonl (kind "warning") once the file is open; not counted as a detector event. */
-void runlog_warning(trainer *t, const char *line) {
-    if (t->step_now > 0)
-        fprintf(stderr, "fp8train: step %d: warning: %s\n", t->step_now, line);
-    else
-        fprintf(stderr, "fp8train: warning: %s\n", line);
-    if (!t->events) return;
-    cJSON *s = cJSON_CreateString(line);
-    char *msg = s ? cJSON_PrintUnformatted(s) : NULL;
-    char buf[FP8T_ERR_LEN + 256];
-    if (msg && snprintf(buf, sizeof buf,
-                        "{\"step\":%d,\"kind\":\"warning\",\"message\":%s,"
-                        "\"elapsed_s\":%.3f}\n",
-                        t->step_now, msg, trainer_now() - t->t0) < (int)sizeof buf)
-        append_line(t, t->events, "events.jsonl", buf);
-    free(msg);
-    cJSON_Delete(s);
-}
-
-void runlog_event(trainer *t, int step, const char *kind, const char *message,
-                  const char *extra) {
-    t->n_events++;
+/* One line of events.jsonl (once the file is open): the message escaped, extra (",key":value
+ * pairs, may be NULL) after it */
+static void write_event(trainer *t, int step, const char *kind, const char *message,
+                        const char *extra) {
     if (!t->events) return;
     cJSON *s = cJSON_CreateString(message); /* escapes the message */
     char *msg = cJSON_PrintUnformatted(s);
@@ -242,6 +223,22 @@ void runlog_event(trainer *t, int step, const char *kind, const char *message,
     free(line);
     free(msg);
     cJSON_Delete(s);
+}
+
+/* A warning of the library during the run (fp8t_warnf): always on stderr, and a line of
+ * events.jsonl (kind "warning") once the file is open; not counted as a detector event. */
+void runlog_warning(trainer *t, const char *line) {
+    if (t->step_now > 0)
+        fprintf(stderr, "fp8train: step %d: warning: %s\n", t->step_now, line);
+    else
+        fprintf(stderr, "fp8train: warning: %s\n", line);
+    write_event(t, t->step_now, "warning", line, NULL);
+}
+
+void runlog_event(trainer *t, int step, const char *kind, const char *message,
+                  const char *extra) {
+    t->n_events++;
+    write_event(t, step, kind, message, extra);
     if (!t->cfg.quiet || !strcmp(kind, "nan"))
         fprintf(stderr, "fp8train: step %d: %s: %s\n", step, kind, message);
 }

@@ -705,7 +705,7 @@ typedef struct {
     float loss;        /* mean over the micro-batches */
     float loss0;       /* the first micro-batch's (the shadow forward's batch) */
     float shadow_loss; /* NaN: no shadow this step */
-    double step_s, drift_gap;
+    double step_s, tokens_per_s, drift_gap;
 } step_outcome;
 
 /* The optimizer step: the micro-batches' forward and backward (and the shadow forward), the
@@ -781,6 +781,7 @@ static int optimizer_step(trainer *t, int step, step_outcome *o) {
     o->step_s = trainer_now() - ts;
     t->train_seconds += o->step_s;
     t->tokens_done += tokens_per_step;
+    o->tokens_per_s = tokens_per_step / o->step_s;
     return 0;
 }
 
@@ -789,7 +790,7 @@ static step_record log_step(trainer *t, int step, const step_outcome *o, fp8t_tr
     step_record r = new_record(t, step, o->lr, o->norm);
     r.loss = o->loss;
     r.nonfinite = !isfinite(o->loss);
-    r.tokens_per_s = (double)t->B * t->T * t->accum / o->step_s;
+    r.tokens_per_s = o->tokens_per_s;
     r.shadow_loss = o->shadow_loss;
     if (t->val && (step % t->cfg.val_every == 0 || step == t->cfg.steps)) {
         r.val_loss = validate(t);
