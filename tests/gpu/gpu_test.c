@@ -3057,7 +3057,9 @@ static void test_inspect_on_gpu(void) {
  * of X (the Wgrad X site shows NULL) and its dY code reuse, and the inspector writes the
  * Wgrad X rows from the Fprop X rows and reuses repeated sites. Two steps (no optimizer
  * update, so both runs see the same weights) under a writing hook and under the read-only
- * one: the same stats.jsonl, byte for byte. */
+ * one: the same stats.jsonl, byte for byte. A writing hook keeps the saved activations in
+ * FP32 and an observer keeps the model's BF16 saves, so both runs take FP32 saves here; with
+ * the BF16 saves on, an observed run has the losses and gradient norms of an unhooked one. */
 typedef struct {
     fp8t_inspector *in;
     int null_x;
@@ -3067,6 +3069,45 @@ static void gpu_observe_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *s
     gpu_observe_ctx *c = ctx;
     c->null_x += x == NULL;
     fp8t_inspector_observe(c->in, m, site, x);
+}
+
+static void observe_nothing(void *ctx, fp8t_model *m, const fp8t_tensor_site *site, float *x) {
+    (void)m, (void)site;
+    *(int *)ctx += x == NULL;
+}
+
+/* BF16 saves on: two steps without a hook and two under an observer, the same losses and
+ * gradient norms bit for bit (inspecting does not change what it reports) */
+static void observer_keeps_numerics(const fp8t_model_config *cfg, const int *tok, const int *tgt,
+                                    int B, int T) {
+    float loss[2][2] = {{0}}, norm[2][2] = {{0}};
+    int calls = 0, ok = 1;
+    for (int ro = 0; ro < 2 && ok; ro++) {
+        fp8t_model *m = make_model(GPU, cfg, FP8T_PREC_DELAYED, B, T);
+        if (!m) {
+            ok = 0;
+            break;
+        }
+        if (ro) fp8t_model_set_observer(m, observe_nothing, &calls);
+        for (int t = 0; t < 2; t++) {
+            fp8t_model_zero_grad(m);
+            loss[ro][t] = fp8t_model_forward(m, tok, tgt);
+            fp8t_model_backward(m, 1.0f);
+            norm[ro][t] = fp8t_model_grad_norm(m);
+            fp8t_model_end_step(m);
+        }
+        fp8t_model_destroy(m);
+    }
+    char why[200] = "";
+    if (!ok)
+        snprintf(why, sizeof(why), "model create failed");
+    else if (memcmp(loss[0], loss[1], sizeof(loss[0])) || memcmp(norm[0], norm[1], sizeof(norm[0])))
+        snprintf(why, sizeof(why), "loss %.9g/%.9g, grad norm %.9g/%.9g without a hook vs %.9g/%.9g, "
+                 "%.9g/%.9g observed", loss[0][0], loss[0][1], norm[0][0], norm[0][1], loss[1][0],
+                 loss[1][1], norm[1][0], norm[1][1]);
+    else if (calls == 0)
+        snprintf(why, sizeof(why), "the observer saw no Wgrad X site as NULL (no FP8 save of X)");
+    row("inspect: observer = no hook (bf16 saves)", "2 steps, loss + grad norm", 0, 0, !why[0], why);
 }
 
 static void test_inspect_observer_on_gpu(void) {
@@ -3079,6 +3120,9 @@ static void test_inspect_observer_on_gpu(void) {
     int null_x[2] = {0, 0};
     int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
     make_batch(tok, tgt, B * T, cfg.vocab_size);
+    observer_keeps_numerics(&cfg, tok, tgt, B, T);
+    const unsigned disable = gpu_model_opts.disable;
+    gpu_model_opts.disable |= FP8T_DISABLE_BF16_SAVES;
     for (int ro = 0; ro < 2 && !why[0]; ro++) {
         char dir[256] = "/tmp/fp8t_gpu_observer_XXXXXX", path[400];
         if (!mkdtemp(dir)) {
@@ -3113,6 +3157,7 @@ static void test_inspect_observer_on_gpu(void) {
             snprintf(why, sizeof(why), "%s", err);
         fp8t_rmtree(dir);
     }
+    gpu_model_opts.disable = disable;
     int lines = 0;
     for (const char *p = text[0]; p && (p = strchr(p, '\n')); p++) lines++;
     if (!why[0] && (null_x[0] != 0 || null_x[1] == 0))
@@ -3381,6 +3426,7 @@ static int attn_bench(int iters) {
 
 int main(int argc, char **argv) {
     int skip_exhaustive = 0, ops_only = 0, bench_iters = 0, infer_only = 0, default_only = 0;
+    int inspect_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             skip_exhaustive = 1;
@@ -3392,16 +3438,19 @@ int main(int argc, char **argv) {
             infer_only = 1;
         else if (!strcmp(argv[i], "--default-only"))
             default_only = 1;
+        else if (!strcmp(argv[i], "--inspect-only"))
+            inspect_only = 1;
         else {
             fprintf(stderr,
                     "usage: %s [--quick] [--ops-only] [--attn-bench] [--infer-only] "
-                    "[--default-only]\n"
+                    "[--default-only] [--inspect-only]\n"
                     "  --quick       skip the exhaustive 2^32-input conversion check\n"
                     "  --ops-only    skip the training-step checks\n"
                     "  --attn-bench  only time attention: flash against cuDNN\n"
                     "  --infer-only  only the inference rows (tests/gpu/gpu_infer.c)\n"
                     "  --default-only  the default CUDA variant only: not the plain\n"
-                    "                one nor the other attention implementations\n",
+                    "                one nor the other attention implementations\n"
+                    "  --inspect-only  only the --inspect rows (statistics, observer)\n",
                     argv[0]);
             return 2;
         }
@@ -3436,6 +3485,21 @@ int main(int argc, char **argv) {
     if (infer_only) {
         int n_pass = 0, n_fail = 0;
         gpu_test_infer(&n_pass, &n_fail);
+        fp8t_backend_destroy(CPU);
+        printf("%d passed, %d failed\n", n_pass, n_fail);
+        return n_fail ? 1 : 0;
+    }
+    if (inspect_only) {
+        const fp8t_backend_options bo = {.attn = FP8T_ATTN_TILED};
+        GPU = fp8t_backend_create("cuda", &bo, err, sizeof(err));
+        if (!GPU) {
+            fprintf(stderr, "gpu_test: cannot create the CUDA backend: %s\n", err);
+            return 1;
+        }
+        rng_state = seed;
+        test_inspect_on_gpu();
+        test_inspect_observer_on_gpu();
+        fp8t_backend_destroy(GPU);
         fp8t_backend_destroy(CPU);
         printf("%d passed, %d failed\n", n_pass, n_fail);
         return n_fail ? 1 : 0;
