@@ -2,7 +2,8 @@
  *   - warnings reach the handler in place as one formatted line; get returns the handler, and
  *     setting NULL goes back to the default (stderr);
  *   - FP8T_FATAL prints "fp8train: <message> (file:line)" and exits 1; a failed FP8T_CHECK
- *     prints "fp8train: internal error (file:line): <message>" and aborts (each in a child). */
+ *     prints "fp8train: internal error (file:line): <message>" and aborts (each in a child);
+ *   - FP8T_FATAL leaves through the exit a world of several ranks installs (MPI_Abort). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,6 +61,12 @@ static int run_child(void (*fn)(void), char *err, size_t len, int *status) {
 }
 
 static void fatal_child(void) { FP8T_FATAL("out of memory allocating %d bytes", 42); }
+/* what a world of several ranks installs (MPI_Abort): called with the code after the message */
+static void world_exit(int code) { _exit(40 + code); }
+static void fatal_world_child(void) {
+    fp8t_set_fatal_exit(world_exit);
+    FP8T_FATAL("NCCL %s failed", "allreduce");
+}
 static void check_child(void) {
     const int rows = 3;
     FP8T_CHECK(rows == 4, "rows = %d, expected 4", rows);
@@ -72,6 +79,11 @@ static void fatal_and_check(void) {
     T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "FP8T_FATAL: status %d", st);
     T_CHECK(strstr(err, "fp8train: out of memory allocating 42 bytes (tests/test_error_vocab.c:"),
             "FP8T_FATAL printed '%s'", err);
+    T_ASSERT(run_child(fatal_world_child, err, sizeof err, &st) == 0, "fork");
+    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 41, "FP8T_FATAL with a world exit: status %d",
+            st);
+    T_CHECK(strstr(err, "fp8train: NCCL allreduce failed (tests/test_error_vocab.c:"),
+            "FP8T_FATAL with a world exit printed '%s'", err);
     T_ASSERT(run_child(check_child, err, sizeof err, &st) == 0, "fork");
     T_CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "FP8T_CHECK: status %d", st);
     T_CHECK(strstr(err, "fp8train: internal error (tests/test_error_vocab.c:") &&

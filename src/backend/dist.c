@@ -10,6 +10,7 @@
 #include "fp8train/dist.h"
 #include "fp8train/error.h"
 #include "fp8train/fp8.h"
+#include "util/check.h"
 
 #ifdef FP8T_HAVE_MPI
 #include <mpi.h>
@@ -96,6 +97,8 @@ int fp8t_dist_init(char *err, size_t errlen) {
     MPI_Op_create(bf16_sum_fn, 1, &g_bf16_sum_op);
     MPI_Type_contiguous(2, MPI_BYTE, &g_bf16_type);
     MPI_Type_commit(&g_bf16_type);
+    /* a rank's FP8T_FATAL stops the whole world (the others would wait in a collective) */
+    if (g_size > 1) fp8t_set_fatal_exit(fp8t_dist_abort);
     g_inited = 1;
     return 0;
 }
@@ -120,10 +123,8 @@ void fp8t_dist_allgather(const void *mine, void *all, size_t bytes_each) {
         memmove(all, mine, bytes_each);
         return;
     }
-    if (bytes_each > INT_MAX) {
-        fprintf(stderr, "fp8train: allgather of %zu bytes per rank is too large\n", bytes_each);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    if (bytes_each > INT_MAX)
+        FP8T_FATAL("allgather of %zu bytes per rank is too large for one MPI call", bytes_each);
     MPI_Allgather(mine, (int)bytes_each, MPI_BYTE, all, (int)bytes_each, MPI_BYTE,
                   MPI_COMM_WORLD);
 }
@@ -152,13 +153,9 @@ void fp8t_dist_allreduce_bf16(uint16_t *x, size_t n) {
 static void int_counts(const size_t *counts, int *c, int *d) {
     size_t off = 0;
     for (int r = 0; r < g_size; r++) {
-        if (counts[r] > INT_MAX || off > INT_MAX) {
-            fprintf(stderr,
-                    "fp8train: a shard of %zu floats is too large for one MPI call "
-                    "(use more ranks)\n",
-                    counts[r]);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
+        if (counts[r] > INT_MAX || off > INT_MAX)
+            FP8T_FATAL("a shard of %zu floats is too large for one MPI call (use more ranks)",
+                       counts[r]);
         c[r] = (int)counts[r];
         d[r] = (int)off;
         off += counts[r];
@@ -168,7 +165,7 @@ static void int_counts(const size_t *counts, int *c, int *d) {
 void fp8t_dist_reduce_scatter_f32(float *x, const size_t *counts) {
     if (g_size <= 1) return;
     int *c = malloc(2 * sizeof(int) * (size_t)g_size);
-    if (!c) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (!c) FP8T_FATAL("out of memory for the counts of %d ranks", g_size);
     int_counts(counts, c, c + g_size);
     /* MPI_IN_PLACE takes the input from the receive buffer (all of x) and leaves this rank's
      * block at its start: move it to the rank's own range */
@@ -181,7 +178,7 @@ void fp8t_dist_reduce_scatter_f32(float *x, const size_t *counts) {
 void fp8t_dist_allgather_f32(float *x, const size_t *counts) {
     if (g_size <= 1) return;
     int *c = malloc(2 * sizeof(int) * (size_t)g_size);
-    if (!c) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (!c) FP8T_FATAL("out of memory for the counts of %d ranks", g_size);
     int_counts(counts, c, c + g_size);
     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, c, c + g_size, MPI_FLOAT,
                    MPI_COMM_WORLD);
@@ -202,10 +199,7 @@ static pending_op *new_pending(void) {
     if (g_n_pending == g_cap_pending) {
         int cap = g_cap_pending ? 2 * g_cap_pending : 16;
         pending_op *p = realloc(g_pending, (size_t)cap * sizeof(*p));
-        if (!p) {
-            fprintf(stderr, "fp8train: out of memory\n");
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
+        if (!p) FP8T_FATAL("out of memory for %d pending MPI operations", cap);
         g_pending = p, g_cap_pending = cap;
     }
     pending_op *op = &g_pending[g_n_pending++];
@@ -244,7 +238,7 @@ void fp8t_dist_ireduce_scatter_f32(float *x, const size_t *counts) {
     if (g_size <= 1) return;
     poke_pending();
     int *c = malloc(2 * sizeof(int) * (size_t)g_size);
-    if (!c) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (!c) FP8T_FATAL("out of memory for the counts of %d ranks", g_size);
     int_counts(counts, c, c + g_size);
     pending_op *op = new_pending();
     op->counts = c;

@@ -15,6 +15,10 @@ void fp8t_check_failed(const char *file, int line, const char *fmt, ...) {
     abort();
 }
 
+static void (*g_fatal_exit)(int code);
+
+void fp8t_set_fatal_exit(void (*exit_fn)(int code)) { g_fatal_exit = exit_fn; }
+
 void fp8t_fatal(const char *file, int line, const char *fmt, ...) {
     fputs("fp8train: ", stderr);
     va_list ap;
@@ -22,5 +26,6 @@ void fp8t_fatal(const char *file, int line, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fprintf(stderr, " (%s:%d)\n", file, line);
+    if (g_fatal_exit) g_fatal_exit(1);
     exit(1);
 }

@@ -19,6 +19,10 @@ void fp8t_check_failed(const char *file, int line, const char *fmt, ...)
 /* "fp8train: message (file:line)", then exit(1) */
 void fp8t_fatal(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
+/* FP8T_FATAL's way out after its message: exit() by default. A world of several processes
+ * sets one that stops every rank (src/backend/dist.c: MPI_Abort), so that a rank's fatal
+ * error never leaves the others waiting in a collective. It must not return. NULL: exit(). */
+void fp8t_set_fatal_exit(void (*exit_fn)(int code));
 
 #ifdef __cplusplus
 }

@@ -49,13 +49,12 @@ static double now_s(void) {
 }
 
 static void nccl_fail(cuda_state *s, const char *what, const char *why) {
-    fprintf(stderr,
-            "fp8train: rank %d: NCCL %s failed: %s; another rank probably died (see its "
-            "output above); this rank stops\n",
-            s->comm_rank, what, why);
+    /* the communicator first (its abort returns what is queued on it), then the world */
     if (s->nccl) ncclCommAbort(comm_of(s));
     s->nccl = NULL;
-    fp8t_dist_abort(1);
+    FP8T_FATAL("rank %d: NCCL %s failed: %s; another rank probably died (see its output "
+               "above); this rank stops",
+               s->comm_rank, what, why);
 }
 
 #define NCCL_CHECK(s, what, call)                                                                \
