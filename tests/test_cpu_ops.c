@@ -975,7 +975,7 @@ static void test_swiglu(void) {
     float *gate = dev_rand(n, -6, 6), *up = dev_rand(n, -2, 2), *out = dev_floats(n);
     gate[0] = -40.0f;
     gate[1] = 40.0f;
-    OPS->swiglu_forward(be, out, gate, up, n);
+    OPS->swiglu_forward(be, out, gate, up, NULL, NULL, n);
     ew_ctx ctx = {n};
     double *in[2] = {to_double(gate, n), to_double(up, n)}, *ref = calloc(n, sizeof(double));
     swiglu_ref(ref, in, &ctx);
@@ -984,11 +984,43 @@ static void test_swiglu(void) {
     float *dout = dev_floats(n), *dg = dev_floats(n), *du = dev_floats(n);
     for (size_t i = 0; i < n; i++) dout[i] = (float)(r[i] = rng_float(-1, 1));
     dg[0] = du[0] = NAN;
-    OPS->swiglu_backward(be, dg, du, dout, gate, up, n);
+    OPS->swiglu_backward(be, dg, du, dout, gate, up, NULL, NULL, n);
     fd_grad(g, swiglu_ref, &ctx, in, 0, n, n, r);
     check_grad("swiglu dgate", dg, NULL, g, n, 1e-4);
     fd_grad(g, swiglu_ref, &ctx, in, 1, n, n, r);
     check_grad("swiglu dup", du, NULL, g, n, 1e-4);
+    /* the BF16 saves: the forward writes bf16_pack's bits of gate and up beside the same
+     * output; the backward from them (either or both) gives the bits of the backward on their
+     * widened values */
+    uint16_t *g16 = OPS->malloc(be, n * 2), *u16 = OPS->malloc(be, n * 2);
+    uint16_t *gp = OPS->malloc(be, n * 2), *up_p = OPS->malloc(be, n * 2);
+    float *out2 = dev_floats(n), *gw = dev_floats(n), *uw = dev_floats(n);
+    OPS->swiglu_forward(be, out2, gate, up, g16, u16, n);
+    OPS->bf16_pack(be, gp, gate, NULL, 1, (int)n);
+    OPS->bf16_pack(be, up_p, up, NULL, 1, (int)n);
+    T_CHECK(bits_equal(out2, out, n * sizeof(float)), "swiglu_forward with saves: output differs");
+    T_CHECK(bits_equal(g16, gp, n * 2) && bits_equal(u16, up_p, n * 2),
+            "swiglu_forward's BF16 saves differ from bf16_pack's");
+    OPS->bf16_unpack(be, gw, g16, n);
+    OPS->bf16_unpack(be, uw, u16, n);
+    float *dg_ref = dev_floats(n), *du_ref = dev_floats(n), *dg2 = dev_floats(n),
+          *du2 = dev_floats(n);
+    OPS->swiglu_backward(be, dg_ref, du_ref, dout, gw, uw, NULL, NULL, n);
+    const struct {
+        int g16, u16;
+    } mix[] = {{1, 1}, {1, 0}, {0, 1}};
+    for (size_t k = 0; k < sizeof mix / sizeof mix[0]; k++) {
+        OPS->swiglu_backward(be, dg2, du2, dout, mix[k].g16 ? NULL : gw, mix[k].u16 ? NULL : uw,
+                             mix[k].g16 ? g16 : NULL, mix[k].u16 ? u16 : NULL, n);
+        T_CHECK(bits_equal(dg2, dg_ref, n * sizeof(float)) &&
+                    bits_equal(du2, du_ref, n * sizeof(float)),
+                "swiglu_backward from BF16 saves (gate %d, up %d) differs from the widened "
+                "values'",
+                mix[k].g16, mix[k].u16);
+    }
+    float *more[] = {out2, gw, uw, dg_ref, du_ref, dg2, du2};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) OPS->free(be, more[i]);
+    OPS->free(be, g16), OPS->free(be, u16), OPS->free(be, gp), OPS->free(be, up_p);
     free(in[0]);
     free(in[1]);
     free(ref);

@@ -263,7 +263,7 @@ static void run_swiglu_fwd(int v, float **p, size_t n) {
             p[0], p[1], p[2], n);
         CUDA_LAUNCH_CHECK(&g_state);
     } else {
-        cuda_swiglu_forward(&g_be, p[0], p[1], p[2], n);
+        cuda_swiglu_forward(&g_be, p[0], p[1], p[2], NULL, NULL, n);
     }
 }
 static void run_swiglu_bwd(int v, float **p, size_t n) {
@@ -272,7 +272,7 @@ static void run_swiglu_bwd(int v, float **p, size_t n) {
             p[0], p[1], p[2], p[3], p[4], n);
         CUDA_LAUNCH_CHECK(&g_state);
     } else {
-        cuda_swiglu_backward(&g_be, p[0], p[1], p[2], p[3], p[4], n);
+        cuda_swiglu_backward(&g_be, p[0], p[1], p[2], p[3], p[4], NULL, NULL, n);
     }
 }
 static void run_add(int v, float **p, size_t n) {

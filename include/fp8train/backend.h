@@ -374,12 +374,16 @@ typedef struct fp8t_backend_ops {
      * copy of x, then gelu_backward); dx may alias dout */
     void (*gelu_backward_bias)(fp8t_backend *b, float *dx, const float *x, const float *bias,
                                const float *dout, int rows, int cols);
-    /* out = silu(gate) * up */
+    /* out = silu(gate) * up. gate16, up16 (may be NULL): gate and up as packed BF16 too
+     * (bf16_pack's bits, no bias), from the same read: the layer's saves for the backward */
     void (*swiglu_forward)(fp8t_backend *b, float *out, const float *gate, const float *up,
-                           size_t n);
-    /* dgate, dup overwritten */
+                           uint16_t *gate16, uint16_t *up16, size_t n);
+    /* dgate, dup overwritten. gate (up) NULL: read from gate16 (up16), packed BF16 (the
+     * saves swiglu_forward wrote; widening is exact, so the bits are those of bf16_unpack
+     * followed by this op on the FP32 values) */
     void (*swiglu_backward)(fp8t_backend *b, float *dgate, float *dup, const float *dout,
-                            const float *gate, const float *up, size_t n);
+                            const float *gate, const float *up, const uint16_t *gate16,
+                            const uint16_t *up16, size_t n);
     /* Causal multi-head self-attention of shape *s (fp8t_attn_shape: B, T, NH query heads,
      * NKV key/value heads, head size HS, RoPE). qkv[B,T,(NH+2NKV)*HS] holds q|k|v per token;
      * query head h attends with key/value head h / (NH/NKV). If s->rope_theta > 0, RoPE

@@ -322,12 +322,13 @@ static void w_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, con
     TIMED(P_GELU_BWD_BIAS, ib->ops->gelu_backward_bias(ib, dx, x, bias, d, r, c));
 }
 static void w_swiglu_forward(fp8t_backend *b, float *o, const float *g, const float *u,
-                             size_t n) {
-    TIMED(P_SWIGLU_FWD, ib->ops->swiglu_forward(ib, o, g, u, n));
+                             uint16_t *g16, uint16_t *u16, size_t n) {
+    TIMED(P_SWIGLU_FWD, ib->ops->swiglu_forward(ib, o, g, u, g16, u16, n));
 }
 static void w_swiglu_backward(fp8t_backend *b, float *dg, float *du, const float *d,
-                              const float *g, const float *u, size_t n) {
-    TIMED(P_SWIGLU_BWD, ib->ops->swiglu_backward(ib, dg, du, d, g, u, n));
+                              const float *g, const float *u, const uint16_t *g16,
+                              const uint16_t *u16, size_t n) {
+    TIMED(P_SWIGLU_BWD, ib->ops->swiglu_backward(ib, dg, du, d, g, u, g16, u16, n));
 }
 static void w_attention_forward(fp8t_backend *b, float *o, float *lse, void *sv, const float *qkv,
                                 const fp8t_attn_shape *s) {

@@ -59,15 +59,17 @@ static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
     model_layer_view(&v, m, l);
     const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
     /* the saves this layer's backward reads (model_save_restore), each in its own scratch */
-    const float *gate = model_save_restore(m, l, SV_FCH); /* [N, H] */
-    const float *up = model_save_restore(m, l, SV_UP);    /* [N, H] */
+    /* gate and up [N, H]: SwiGLU's backward reads BF16 saves as they are (no widening pass) */
+    const uint16_t *gate16 = model_save_bf16(m, l, SV_FCH), *up16 = model_save_bf16(m, l, SV_UP);
+    const float *gate = gate16 ? NULL : model_save_restore(m, l, SV_FCH);
+    const float *up = up16 ? NULL : model_save_restore(m, l, SV_UP);
     float *atty = model_save_restore(m, l, SV_ATTY);
     const float *qkv = model_save_restore(m, l, SV_QKV);
     const float *res2 = model_save_restore(m, l, SV_RES2);
 
     /* SwiGLU MLP: dres holds d(res3) = d(down output) */
     linear_backward(m, lin0 + 4, a->dh1, g->down_w, NULL, a->dres, v.fch_act, p->down_w, N, H, C);
-    ops->swiglu_backward(be, a->dh2, a->dh3, a->dh1, gate, up, v.NH_);
+    ops->swiglu_backward(be, a->dh2, a->dh3, a->dh1, gate, up, gate16, up16, v.NH_);
     /* reverse execution order: up, then gate */
     linear_backward(m, lin0 + 3, a->dc1, g->up_w, NULL, a->dh3, v.ln2, p->up_w, N, C, H);
     linear_backward(m, lin0 + 2, a->dc2, g->gate_w, NULL, a->dh2, v.ln2, p->gate_w, N, C, H);

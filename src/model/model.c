@@ -184,6 +184,10 @@ float *model_save_restore(fp8t_model *m, int l, layer_save k) {
     }
 }
 
+uint16_t *model_save_bf16(const fp8t_model *m, int l, layer_save k) {
+    return m->sv_kind[l][k] == SAVE_BF16 ? m->sv16[l][k] : NULL;
+}
+
 float *model_save_fwd(const fp8t_model *m, int l, layer_save k) {
     return m->sv_kind[l][k] == SAVE_F32 ? m->sv32[l][k] : m->sv_scratch[k];
 }

@@ -407,6 +407,10 @@ float *model_save_fwd(const fp8t_model *m, int l, layer_save k);
  * the layer's BF16 copy where the plan keeps one; bias (may be NULL) is added first (the
  * deferred bias of fc1: the copy then holds GELU's whole input, as without the deferral). */
 void model_save_store(fp8t_model *m, int l, layer_save k, const float *bias);
+/* The layer's BF16 copy of save k where the plan keeps one (SAVE_BF16), else NULL: for an op
+ * that writes the copy in its own pass (swiglu_forward) or reads it as it is
+ * (swiglu_backward), instead of model_save_store / model_save_restore */
+uint16_t *model_save_bf16(const fp8t_model *m, int l, layer_save k);
 /* Backward: the FP32 values of save k of layer l: the layer's FP32 copy, or its BF16 copy
  * widened into the scratch (valid until the next restore of k); the scratch, unread, when
  * nothing was kept. */

@@ -69,7 +69,7 @@ const float *model_step_values(const fp8t_backend_ops *o, fp8t_backend *be,
         else
             o->gelu_backward(be, values, r->x2, r->x, n);
         break;
-    case FP8T_STEP_SWIGLU: o->swiglu_forward(be, values, r->x, r->x2, n); break;
+    case FP8T_STEP_SWIGLU: o->swiglu_forward(be, values, r->x, r->x2, NULL, NULL, n); break;
     default: norm_values(o, be, r, values); break;
     }
     return values;

@@ -2255,6 +2255,54 @@ static void test_gelu_bf16(void) {
         }
 }
 
+/* SwiGLU with the layer's BF16 saves: the forward's saves are bf16_pack's bits (CPU and GPU
+ * alike), its output the same as without them; the backward from the saves gives, on the GPU,
+ * the bits of the backward on the widened values, and the CPU's values to 1e-5 */
+static void swiglu_saves(const char *shape, size_t n, dpair gate, dpair up, dpair dout) {
+    dpair out = dp_alloc(n * 4), ref = dp_alloc(n * 4), g16 = dp_alloc(n * 2),
+          u16 = dp_alloc(n * 2), gp = dp_alloc(n * 2), gw = dp_alloc(n * 4), uw = dp_alloc(n * 4),
+          dg = dp_alloc(n * 4), du = dp_alloc(n * 4), dg_ref = dp_alloc(n * 4),
+          du_ref = dp_alloc(n * 4);
+    char op[96];
+    FOR_BOTH be_->ops->swiglu_forward(be_, F(ref), F(gate), F(up), NULL, NULL, n);
+    FOR_BOTH be_->ops->swiglu_forward(be_, F(out), F(gate), F(up), U16(g16), U16(u16), n);
+    FOR_BOTH be_->ops->bf16_pack(be_, U16(gp), F(gate), NULL, 1, (int)n);
+    check_bits("swiglu_forward saves: gate16", shape, g16, n * 2, 0);
+    check_bits("swiglu_forward saves: up16", shape, u16, n * 2, 0);
+    check_bits("swiglu_forward saves: gate16 cpu = pack", shape, gp, n * 2, 0);
+    {
+        /* on the GPU: the output with saves = without, gate16 = bf16_pack's */
+        unsigned char *a = dl(1, out.p[1], n * 4), *b = dl(1, ref.p[1], n * 4);
+        unsigned char *c = dl(1, g16.p[1], n * 2), *d = dl(1, gp.p[1], n * 2);
+        const int same = !memcmp(a, b, n * 4) && !memcmp(c, d, n * 2);
+        row("swiglu_forward saves: gpu out, gate16 = plain, bf16_pack", shape, 0, 0, same, "");
+        free(a), free(b), free(c), free(d);
+    }
+    FOR_BOTH be_->ops->bf16_unpack(be_, F(gw), U16(g16), n);
+    FOR_BOTH be_->ops->bf16_unpack(be_, F(uw), U16(u16), n);
+    FOR_BOTH be_->ops->swiglu_backward(be_, F(dg_ref), F(du_ref), F(dout), F(gw), F(uw), NULL,
+                                       NULL, n);
+    static const int mix[3][2] = {{1, 1}, {1, 0}, {0, 1}};
+    for (int k = 0; k < 3; k++) {
+        const int a16 = mix[k][0], b16 = mix[k][1];
+        dp_poison(dg, 0), dp_poison(du, 0);
+        FOR_BOTH be_->ops->swiglu_backward(be_, F(dg), F(du), F(dout), a16 ? NULL : F(gw),
+                                           b16 ? NULL : F(uw), a16 ? U16(g16) : NULL,
+                                           b16 ? U16(u16) : NULL, n);
+        snprintf(op, sizeof(op), "swiglu_backward from saves (%s%s%s) dgate",
+                 a16 ? "gate16" : "", a16 && b16 ? ", " : "", b16 ? "up16" : "");
+        check_f(op, shape, dg, n, 1e-5);
+        unsigned char *x = dl(1, dg.p[1], n * 4), *y = dl(1, dg_ref.p[1], n * 4);
+        unsigned char *z = dl(1, du.p[1], n * 4), *w = dl(1, du_ref.p[1], n * 4);
+        const int same = !memcmp(x, y, n * 4) && !memcmp(z, w, n * 4);
+        snprintf(op, sizeof(op), "swiglu_backward from saves (mix %d): gpu = widened", k);
+        row(op, shape, 0, 0, same, "");
+        free(x), free(y), free(z), free(w);
+    }
+    dp_free(out), dp_free(ref), dp_free(g16), dp_free(u16), dp_free(gp), dp_free(gw);
+    dp_free(uw), dp_free(dg), dp_free(du), dp_free(dg_ref), dp_free(du_ref);
+}
+
 static void test_activations(void) {
     static const size_t ns[] = {1, 1001, 1u << 20};
     for (size_t ni = 0; ni < 3; ni++) {
@@ -2275,12 +2323,14 @@ static void test_activations(void) {
         FOR_BOTH be_->ops->gelu_backward(be_, F(dg2), F(dx), F(dg2), n);
         check_f("gelu_backward (dx=dout)", shape, dg2, n, 1e-5);
         dp_poison(dout, 0);
-        FOR_BOTH be_->ops->swiglu_forward(be_, F(dout), F(dx), F(du), n);
+        FOR_BOTH be_->ops->swiglu_forward(be_, F(dout), F(dx), F(du), NULL, NULL, n);
         check_f("swiglu_forward", shape, dout, n, 1e-5);
         dp_poison(dout, 0), dp_poison(d2, 0);
-        FOR_BOTH be_->ops->swiglu_backward(be_, F(dout), F(d2), F(dg), F(dx), F(du), n);
+        FOR_BOTH be_->ops->swiglu_backward(be_, F(dout), F(d2), F(dg), F(dx), F(du), NULL, NULL,
+                                           n);
         check_f("swiglu_backward dgate", shape, dout, n, 1e-5);
         check_f("swiglu_backward dup", shape, d2, n, 1e-5);
+        swiglu_saves(shape, n, dx, du, dg);
         dp_free(dx), dp_free(dg), dp_free(du), dp_free(dout), dp_free(d2), dp_free(dg2);
         free(x), free(g), free(u);
     }

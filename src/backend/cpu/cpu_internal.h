@@ -231,9 +231,10 @@ void cpu_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, 
 void cpu_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n);
 void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout, size_t n);
 void cpu_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const float *up,
-                        size_t n);
+                        uint16_t *gate16, uint16_t *up16, size_t n);
 void cpu_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,
-                         const float *gate, const float *up, size_t n);
+                         const float *gate, const float *up, const uint16_t *gate16,
+                         const uint16_t *up16, size_t n);
 void cpu_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
                       const int *targets, int N, int V, float dloss);
 void cpu_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,

@@ -230,13 +230,16 @@ void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_o
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + cpu_expf(-x)); }
 
 void cpu_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const float *up,
-                        size_t n) {
+                        uint16_t *gate16, uint16_t *up16, size_t n) {
     (void)b;
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        out[i] = g * sigmoidf(g) * up[i];
+        float g = gate[i], u = up[i]; /* out may alias neither, but read both first */
+        out[i] = g * sigmoidf(g) * u;
     }
+    /* the saves: bf16_pack's encoding */
+    if (gate16) bf16_encode_n(gate16, gate, n);
+    if (up16) bf16_encode_n(up16, up, n);
 }
 
 /* The reference: swiglu_forward in scratch, then quantize or to_bf16 */
@@ -245,24 +248,40 @@ void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const flo
     if (rows <= 0 || cols <= 0) return;
     const size_t n = (size_t)rows * cols;
     float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
-    cpu_swiglu_forward(b, y, gate, up, n);
+    cpu_swiglu_forward(b, y, gate, up, NULL, NULL, n);
     if (scale)
         cpu_quantize(b, (uint8_t *)out, NULL, NULL, y, rows, cols, fmt, scale);
     else
         cpu_to_bf16(b, (uint16_t *)out, NULL, y, rows, cols);
 }
 
+/* one element's gradients: dgate = d * up * silu'(g), dup = d * silu(g) */
+static inline void swiglu_grads(float *dg, float *du, float d, float g, float u) {
+    float s = sigmoidf(g);
+    float silu = g * s;
+    float dsilu = s * (1.0f + g * (1.0f - s)); /* d/dg of g*sigmoid(g) */
+    *dg = d * u * dsilu;
+    *du = d * silu;
+}
+
 void cpu_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,
-                         const float *gate, const float *up, size_t n) {
+                         const float *gate, const float *up, const uint16_t *gate16,
+                         const uint16_t *up16, size_t n) {
     (void)b;
+    if (gate && up) {
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float g = gate[i], u = up[i], d = dout[i]; /* all reads before the writes */
+            swiglu_grads(&dgate[i], &dup[i], d, g, u);
+        }
+        return;
+    }
+    /* from the BF16 saves (exact widening: the same values as after bf16_unpack) */
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        float g = gate[i], u = up[i], d = dout[i]; /* all reads before the writes */
-        float s = sigmoidf(g);
-        float silu = g * s;
-        float dsilu = s * (1.0f + g * (1.0f - s)); /* d/dg of g*sigmoid(g) */
-        dgate[i] = d * u * dsilu;
-        dup[i] = d * silu;
+        float g = gate ? gate[i] : bf16_decode(gate16[i]), u = up ? up[i] : bf16_decode(up16[i]);
+        float d = dout[i];
+        swiglu_grads(&dgate[i], &dup[i], d, g, u);
     }
 }
 

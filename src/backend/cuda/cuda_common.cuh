@@ -469,9 +469,10 @@ void cuda_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float 
 void cuda_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const float *bias,
                              const float *dout, int rows, int cols);
 void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const float *up,
-                         size_t n);
+                         uint16_t *gate16, uint16_t *up16, size_t n);
 void cuda_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,
-                          const float *gate, const float *up, size_t n);
+                          const float *gate, const float *up, const uint16_t *gate16,
+                          const uint16_t *up16, size_t n);
 void cuda_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
                        const int *targets, int N, int V, float dloss);
 void cuda_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,

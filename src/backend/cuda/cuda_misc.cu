@@ -388,22 +388,49 @@ __device__ __forceinline__ void swiglu_grads(float &dg, float &du, float d, floa
     du = d * silu;
 }
 
-/* [n] each */
-__global__ void swiglu_forward_kernel(float *out, const float *gate, const float *up, size_t n,
-                                      size_t n4) {
+/* 4 BF16 values (8 bytes, round to nearest even: bf16_pack's) and back */
+__device__ __forceinline__ uint2 pack_bf16x4(float4 v) {
+    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), c = __floats2bfloat162_rn(v.z, v.w);
+    return make_uint2(*(unsigned *)&a, *(unsigned *)&c);
+}
+__device__ __forceinline__ float4 unpack_bf16x4(uint2 w) {
+    const __nv_bfloat162 a = *(const __nv_bfloat162 *)&w.x, c = *(const __nv_bfloat162 *)&w.y;
+    return make_float4(__low2float(a), __high2float(a), __low2float(c), __high2float(c));
+}
+
+/* [n] each; gate16 / up16 (may be NULL): the inputs' BF16 saves from the same read */
+__global__ void swiglu_forward_kernel(float *out, const float *gate, const float *up,
+                                      uint16_t *gate16, uint16_t *up16, size_t n, size_t n4) {
     GRID_STRIDE(i, n4) {
         float4 g = as4(gate)[i], u = as4(up)[i];
         as4(out)[i] = make_float4(swiglu_value(g.x, u.x), swiglu_value(g.y, u.y),
                                   swiglu_value(g.z, u.z), swiglu_value(g.w, u.w));
+        if (gate16) ((uint2 *)gate16)[i] = pack_bf16x4(g);
+        if (up16) ((uint2 *)up16)[i] = pack_bf16x4(u);
     }
-    GRID_STRIDE_FROM(i, n4 * 4, n) out[i] = swiglu_value(gate[i], up[i]);
+    GRID_STRIDE_FROM(i, n4 * 4, n) {
+        const float g = gate[i], u = up[i];
+        out[i] = swiglu_value(g, u);
+        if (gate16) ((__nv_bfloat16 *)gate16)[i] = __float2bfloat16_rn(g);
+        if (up16) ((__nv_bfloat16 *)up16)[i] = __float2bfloat16_rn(u);
+    }
 }
 
-/* [n] each */
+/* element i of an input given as FP32 (f) or as its BF16 save (h) */
+__device__ __forceinline__ float in_at(const float *f, const uint16_t *h, size_t i) {
+    return f ? f[i] : __bfloat162float(((const __nv_bfloat16 *)h)[i]);
+}
+__device__ __forceinline__ float4 in4_at(const float *f, const uint16_t *h, size_t i) {
+    return f ? as4(f)[i] : unpack_bf16x4(((const uint2 *)h)[i]);
+}
+
+/* [n] each; gate (up) NULL: from gate16 (up16) */
 __global__ void swiglu_backward_kernel(float *dgate, float *dup, const float *dout,
-                                       const float *gate, const float *up, size_t n, size_t n4) {
+                                       const float *gate, const float *up,
+                                       const uint16_t *gate16, const uint16_t *up16, size_t n,
+                                       size_t n4) {
     GRID_STRIDE(i, n4) {
-        float4 g = as4(gate)[i], u = as4(up)[i], d = as4(dout)[i];
+        float4 g = in4_at(gate, gate16, i), u = in4_at(up, up16, i), d = as4(dout)[i];
         float4 dg, du;
         swiglu_grads(dg.x, du.x, d.x, g.x, u.x);
         swiglu_grads(dg.y, du.y, d.y, g.y, u.y);
@@ -414,19 +441,22 @@ __global__ void swiglu_backward_kernel(float *dgate, float *dup, const float *do
     }
     GRID_STRIDE_FROM(i, n4 * 4, n) {
         float dg, du;
-        swiglu_grads(dg, du, dout[i], gate[i], up[i]);
+        swiglu_grads(dg, du, dout[i], in_at(gate, gate16, i), in_at(up, up16, i));
         dgate[i] = dg;
         dup[i] = du;
     }
 }
 
+static int aligned8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
+
 void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const float *up,
-                         size_t n) {
+                         uint16_t *gate16, uint16_t *up16, size_t n) {
     if (!n) return;
     cuda_state *s = cuda_of(b);
-    size_t n4 = ew_groups(n, aligned16(out) && aligned16(gate) && aligned16(up));
-    swiglu_forward_kernel<<<ew_vec_blocks(s, n, n4), EW_THREADS, 0, s->stream>>>(out, gate, up, n,
-                                                                                 n4);
+    size_t n4 = ew_groups(n, aligned16(out) && aligned16(gate) && aligned16(up) &&
+                                 aligned8(gate16) && aligned8(up16));
+    swiglu_forward_kernel<<<ew_vec_blocks(s, n, n4), EW_THREADS, 0, s->stream>>>(
+        out, gate, up, gate16, up16, n, n4);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -482,13 +512,15 @@ void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const fl
 }
 
 void cuda_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,
-                          const float *gate, const float *up, size_t n) {
+                          const float *gate, const float *up, const uint16_t *gate16,
+                          const uint16_t *up16, size_t n) {
     if (!n) return;
     cuda_state *s = cuda_of(b);
     size_t n4 = ew_groups(n, aligned16(dgate) && aligned16(dup) && aligned16(dout) &&
-                                 aligned16(gate) && aligned16(up));
+                                 aligned16(gate) && aligned16(up) && aligned8(gate16) &&
+                                 aligned8(up16));
     swiglu_backward_kernel<<<ew_vec_blocks(s, n, n4), EW_THREADS, 0, s->stream>>>(
-        dgate, dup, dout, gate, up, n, n4);
+        dgate, dup, dout, gate, up, gate16, up16, n, n4);
     CUDA_LAUNCH_CHECK(s);
 }
 
