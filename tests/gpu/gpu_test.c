@@ -3491,7 +3491,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--inspect-only"))
             inspect_only = 1;
         else {
-            fprintf(stderr,
+            const int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+            fprintf(help ? stdout : stderr,
                     "usage: %s [--quick] [--ops-only] [--attn-bench] [--infer-only] "
                     "[--default-only] [--inspect-only]\n"
                     "  --quick       skip the exhaustive 2^32-input conversion check\n"
@@ -3502,7 +3503,7 @@ int main(int argc, char **argv) {
                     "                one nor the other attention implementations\n"
                     "  --inspect-only  only the --inspect rows (statistics, observer)\n",
                     argv[0]);
-            return 2;
+            return help ? 0 : 2;
         }
     }
     if (bench_iters) {
