@@ -58,8 +58,8 @@ static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
     layer_view v;
     model_layer_view(&v, m, l);
     const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
-    /* the saves this layer's backward reads (model_save_restore), each in its own scratch */
-    /* gate and up [N, H]: SwiGLU's backward reads BF16 saves as they are (no widening pass) */
+    /* the saves this layer's backward reads (model_save_restore), each in its own scratch;
+     * gate and up [N, H] not where they are BF16: SwiGLU's backward reads those as they are */
     const uint16_t *gate16 = model_save_bf16(m, l, SV_FCH), *up16 = model_save_bf16(m, l, SV_UP);
     const float *gate = gate16 ? NULL : model_save_restore(m, l, SV_FCH);
     const float *up = up16 ? NULL : model_save_restore(m, l, SV_UP);

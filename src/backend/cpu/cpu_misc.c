@@ -234,8 +234,8 @@ void cpu_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const fl
     (void)b;
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        float g = gate[i], u = up[i]; /* out may alias neither, but read both first */
-        out[i] = g * sigmoidf(g) * u;
+        float g = gate[i];
+        out[i] = g * sigmoidf(g) * up[i];
     }
     /* the saves: bf16_pack's encoding */
     if (gate16) bf16_encode_n(gate16, gate, n);
