@@ -129,12 +129,7 @@ static const fp8t_opt OPTS[] = {
                           "micro-batches for FP8 calibration: the training model's when the "
                           "weights carry no amax history, the inference model's with --infer "
                           "--act-scale calibrated"),
-    {.name = "device",
-     .arg = "cpu|cuda",
-     .type = FP8T_OPT_STR,
-     F(device),
-     .dflt = "the run's, else cpu",
-     .help = "backend"},
+    CLI_ROW_RUN_DEVICE(eval_opts),
     {.name = "dump-tokens",
      .arg = "FILE",
      .type = FP8T_OPT_STR,

@@ -121,12 +121,7 @@ static const fp8t_opt OPTS[] = {
      F(no_cache),
      .help = "the training model's full-window forward per token (no KV cache, one prompt; the "
              "path before the inference model)"},
-    {.name = "device",
-     .arg = "cpu|cuda",
-     .type = FP8T_OPT_STR,
-     F(device),
-     .dflt = "the run's, else cpu",
-     .help = "backend"},
+    CLI_ROW_RUN_DEVICE(generate_opts),
     {.name = "print-tokens",
      .type = FP8T_OPT_FLAG,
      F(print_ids),

@@ -93,6 +93,13 @@ extern const fp8t_opt_choice CLI_ACT_SCALES[], CLI_KV_CACHES[], CLI_EVAL_PRECISI
         .hi = 1 << 20, .dflt = "the run's, else min(seq_len, 256)",                              \
         .help = "micro-batch sequence length"                                                    \
     }
+/* --device of a command that runs a checkpoint (eval, generate, inspect): a string member
+ * device of T_, by default the run's */
+#define CLI_ROW_RUN_DEVICE(T_)                                                                   \
+    {                                                                                            \
+        .name = "device", .arg = "cpu|cuda", .type = FP8T_OPT_STR, FP8T_OPT_FIELD(T_, device),   \
+        .dflt = "the run's, else cpu", .help = "backend"                                         \
+    }
 #define CLI_ROW_FP8_HEAD(T, M, help_)                                                            \
     { .name = "fp8-head", .type = FP8T_OPT_FLAG, FP8T_OPT_FIELD(T, M.fp8_head), .help = help_ }
 

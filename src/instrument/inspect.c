@@ -406,14 +406,15 @@ void fp8t_inspector_set_sink(fp8t_inspector *in, fp8t_inspect_sink fn, void *ctx
     in->sink_ctx = ctx;
 }
 
-/* The site for the sink: the layer zero-padded so that a dashboard sorting tags by name lists
- * layer03 before layer10. */
-static void sink_site(char *buf, size_t len, const fp8t_tensor_site *s) {
+/* "layer.module.gemm.tensor" ("head" for the LM head's layer); tag: the sink's form, the layer
+ * as "layer03" so that a dashboard sorting tags by name lists it before layer10; else the
+ * dumps' form, the layer number alone */
+static void site_label(char *buf, size_t len, const fp8t_tensor_site *s, int tag) {
     char layer[16];
     if (s->layer < 0)
         snprintf(layer, sizeof(layer), "head");
     else
-        snprintf(layer, sizeof(layer), "layer%02d", s->layer);
+        snprintf(layer, sizeof(layer), tag ? "layer%02d" : "%d", s->layer);
     snprintf(buf, len, "%s.%s.%s.%s", layer, fp8t_module_name(s->module), fp8t_gemm_name(s->gemm),
              fp8t_tensor_kind_name(s->kind));
 }
@@ -421,7 +422,7 @@ static void sink_site(char *buf, size_t len, const fp8t_tensor_site *s) {
 static void sink_stats(fp8t_inspector *in, int step, const fp8t_tensor_site *site,
                        const fp8t_stats *st, int is_operand, float scale) {
     char name[96];
-    sink_site(name, sizeof(name), site);
+    site_label(name, sizeof(name), site, 1);
     const struct {
         const char *stat;
         double v;
@@ -476,16 +477,6 @@ static int next_micro(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor_site 
                  (size_t)site->kind;
     if (site->lin < 0 || idx >= in->seen_n) return 0;
     return in->seen[idx]++;
-}
-
-static void site_name(char *buf, size_t len, const fp8t_tensor_site *s) {
-    char layer[16];
-    if (s->layer < 0)
-        snprintf(layer, sizeof(layer), "head");
-    else
-        snprintf(layer, sizeof(layer), "%d", s->layer);
-    snprintf(buf, len, "%s.%s.%s.%s", layer, fp8t_module_name(s->module), fp8t_gemm_name(s->gemm),
-             fp8t_tensor_kind_name(s->kind));
 }
 
 /* ---- one JSON line, numbers printed so that they read back bit-exact ---- */
@@ -796,7 +787,7 @@ static void dump_job_of(dump_job *job, const fp8t_inspector *in, const pending_r
                         float scale) {
     memset(job, 0, sizeof *job);
     snprintf(job->dir, sizeof(job->dir), "%s/dumps/step_%06d", in->out_dir, pr->step);
-    site_name(job->name, sizeof(job->name), &pr->site);
+    site_label(job->name, sizeof(job->name), &pr->site, 0);
     job->rows = pr->site.rows, job->cols = pr->site.cols;
     job->operand = pr->is_operand;
     job->scale = scale, job->scale_inv = 1.0f / scale;

@@ -140,19 +140,21 @@ static void gap_stats(fp8t_compare_result *r) {
     free(res);
 }
 
-static void val_gap(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run *b) {
-    r->val_gap = NAN;
-    r->val_step = -1;
+/* (b - a) / |a| of the validation loss at the last step where both have one; NaN (step -1)
+ * when they share none */
+static double last_val_gap(const fp8t_run *a, const fp8t_run *b, int *step) {
+    *step = -1;
     for (int i = a->n_metrics - 1; i >= 0; i--) {
         const fp8t_metric_row *x = &a->metrics[i];
         if (!isfinite(x->val_loss) || x->val_loss == 0) continue;
         const fp8t_metric_row *y = fp8t_run_metric_at(b, x->step);
         if (!y || !isfinite(y->val_loss)) continue;
-        r->val_gap = (y->val_loss - x->val_loss) / fabs(x->val_loss);
-        r->val_step = x->step;
-        return;
+        *step = x->step;
+        return (y->val_loss - x->val_loss) / fabs(x->val_loss);
     }
+    return NAN;
 }
+
 
 /* ---- noise ----
  * How far apart the end gap of two runs that are equally good may land. Measured: the noise
@@ -198,14 +200,8 @@ static int measure_noise(fp8t_compare_result *r, const fp8t_run *a, const fp8t_r
     r->noise = m;
     r->noise_from_run = 1;
     snprintf(r->noise_label, sizeof(r->noise_label), "%s", noise->label);
-    for (int i = a->n_metrics - 1; i >= 0; i--) {
-        const fp8t_metric_row *x = &a->metrics[i];
-        if (!isfinite(x->val_loss) || x->val_loss == 0) continue;
-        const fp8t_metric_row *y = fp8t_run_metric_at(noise, x->step);
-        if (!y || !isfinite(y->val_loss)) continue;
-        r->noise_val_gap = (y->val_loss - x->val_loss) / fabs(x->val_loss);
-        break;
-    }
+    int step;
+    r->noise_val_gap = last_val_gap(a, noise, &step);
     fp8t_compare_result_free(&nr);
     return 0;
 }
@@ -584,7 +580,7 @@ int fp8t_compare_runs(fp8t_compare_result *r, const fp8t_run *a, const fp8t_run 
         cfg.slow_recovery > 0 ? cfg.slow_recovery : (span / 10 > 10 ? span / 10 : 10);
 
     gap_stats(r);
-    val_gap(r, a, b);
+    r->val_gap = last_val_gap(a, b, &r->val_step);
     char where[2][256];
     int ns[2] = {first_nan(a, where[0], sizeof(where[0])),
                  first_nan(b, where[1], sizeof(where[1]))};
