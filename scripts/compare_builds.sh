@@ -11,6 +11,8 @@
 # generates greedily from the fp8/bf16 checkpoints with the inference model (its fused operand
 # path: the residual add + norm, GELU, SwiGLU into FP8 codes or BF16 operands) and compares
 # the output text. A refactoring that claims "the same bits" must print "all identical".
+# DEVICE=cuda trains on the GPU (both binaries CUDA builds); ARCHS picks the presets (default
+# "tiny tiny-llama").
 # Exit status 0 when every pair is identical, 1 otherwise.
 set -u
 BASE=${1:?usage: compare_builds.sh BASE_BIN NEW_BIN [DATA] [WORKDIR]}
@@ -23,10 +25,11 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
 common=(--data "$DATA" --batch 4 --seq-len 64 --steps "$STEPS" --warmup 2 --val-every 3
         --val-batches 2 --progress-every 100 --quiet --overwrite)
+[ -n "${DEVICE:-}" ] && common+=(--device "$DEVICE")
 
 # name | options
 cases=()
-for arch in tiny tiny-llama; do
+for arch in ${ARCHS:-tiny tiny-llama}; do
     for p in fp32 bf16 "fp8 --recipe delayed" "fp8 --recipe current" block rowwise mxfp8 fake; do
         cases+=("$arch|--preset $arch --precision $p")
     done
@@ -48,7 +51,14 @@ done
 fail=0
 n=0
 metrics() { # the exact fields of each step, as text
-    jq -c '{step, loss, grad_norm, val_loss}' "$1/metrics.jsonl"
+    if command -v jq >/dev/null; then
+        jq -c '{step, loss, grad_norm, val_loss}' "$1/metrics.jsonl"
+    else
+        python3 -c 'import json, sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    print([d.get(k) for k in ("step", "loss", "grad_norm", "val_loss")])' "$1/metrics.jsonl"
+    fi
 }
 for c in "${cases[@]}"; do
     n=$((n + 1))

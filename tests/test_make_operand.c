@@ -67,10 +67,10 @@ static void test_fp8_fused_kinds(void) {
         const float *sc = scale_one();
         if (kind == 0) cpu_quantize(be, c2, t2, a2, x, R, C, FP8_E4M3, sc);
         if (kind == 1) cpu_quantize_colsum(be, c2, t2, a2, s2, x, R, C, FP8_E4M3, sc);
-        if (kind == 2) cpu_quantize_gelu(be, c2, t2, a2, x, bias, R, C, FP8_E4M3, sc);
+        if (kind == 2) cpu_quantize_gelu(be, c2, t2, a2, NULL, x, bias, R, C, FP8_E4M3, sc);
         if (kind == 3)
-            cpu_gelu_backward_quantize_colsum(be, c2, t2, a2, s2, x, x2, bias, R, C, FP8_E4M3,
-                                              sc);
+            cpu_gelu_backward_quantize_colsum(be, c2, t2, a2, s2, x, x2, NULL, bias, R, C,
+                                              FP8_E4M3, sc);
         T_CHECK(same(c1, c2, n) && same(t1, t2, n), "kind %d: codes", kind);
         T_CHECK(same(a1, a2, 4), "kind %d: amax %g vs %g", kind, *a1, *a2);
         T_CHECK(same(s1, s2, C * 4), "kind %d: column sums", kind);
@@ -96,7 +96,7 @@ static void test_bf16_kinds(void) {
         T_CHECK(OPS->make_operand_fuses(be, &r), "bf16 kind %d is one of the kernels", kind);
         OPS->make_operand(be, &r);
         if (kind == 0) cpu_to_bf16(be, h2, a2, x, R, C);
-        if (kind == 1) cpu_gelu_forward_bf16(be, h2, a2, x, R, C);
+        if (kind == 1) cpu_gelu_forward_bf16(be, h2, a2, NULL, x, R, C);
         if (kind == 2) cpu_layernorm_forward_bf16(be, h2, a2, m2, r2, x, w, bias, R, C, 1e-5f);
         T_CHECK(same(h1, h2, hb), "bf16 kind %d: operand (padding included)", kind);
         T_CHECK(same(a1, a2, 4), "bf16 kind %d: amax", kind);
@@ -176,6 +176,7 @@ static void test_composed(void) {
 typedef struct {
     void *data, *data_t;
     float *si, *sit, *amax, *colsum, *sum, *mean, *rstd;
+    uint16_t *save16;
 } outputs;
 
 static outputs outputs_new(void) {
@@ -184,12 +185,14 @@ static outputs outputs_new(void) {
     const size_t sft = fp8t_block_scale_floats(FP8T_SCALING_VEC128, C, R);
     outputs o = {zalloc(hb > n ? hb : n), zalloc(n),     zalloc(sf * 4),
                  zalloc(sft * 4),         zalloc(4),     zalloc(C * 4),
-                 zalloc(n * 4),           zalloc(R * 4), zalloc(R * 4)};
+                 zalloc(n * 4),           zalloc(R * 4), zalloc(R * 4),
+                 zalloc(n * 2)};
     return o;
 }
 
 static void outputs_free(outputs *o) {
-    void *p[] = {o->data, o->data_t, o->si, o->sit, o->amax, o->colsum, o->sum, o->mean, o->rstd};
+    void *p[] = {o->data, o->data_t, o->si,   o->sit,  o->amax,
+                 o->colsum, o->sum,  o->mean, o->rstd, o->save16};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) OPS->free(be, p[i]);
 }
 
@@ -206,6 +209,7 @@ static fp8t_operand_req into(fp8t_operand_req r, const outputs *o) {
     INTO(sum, o->sum);
     INTO(mean, o->mean);
     INTO(rstd, o->rstd);
+    INTO(save16, o->save16);
 #undef INTO
     return r;
 }
@@ -218,7 +222,7 @@ static int outputs_same(const outputs *a, const outputs *b) {
            same(a->si, b->si, sf * 4) && same(a->sit, b->sit, sft * 4) &&
            same(a->amax, b->amax, 4) && same(a->colsum, b->colsum, C * 4) &&
            same(a->sum, b->sum, n * 4) && same(a->mean, b->mean, R * 4) &&
-           same(a->rstd, b->rstd, R * 4);
+           same(a->rstd, b->rstd, R * 4) && same(a->save16, b->save16, n * 2);
 }
 
 /* r (a request a kernel makes) by make_operand and by the model's composition: the same bits */
@@ -269,8 +273,85 @@ static void test_model_composes(void) {
     r.out.scale_inv = nz, r.out.scale_inv_t = nz;
     r.x2 = x2, r.bias = bias, r.colsum = nz;
     check_composes("scaled dGELU with a bias and column sums", &r, values);
+    /* GELU's input kept in BF16 by the GELU pass, read back by the dGELU pass */
+    uint16_t *x2_16 = zalloc(n * 2);
+    OPS->bf16_pack(be, x2_16, x2, bias, R, C);
+    for (int fam = 0; fam < 3; fam++) { /* per-tensor FP8, BF16, scaled */
+        static const char *const names[3] = {"FP8", "BF16", "scaled"};
+        char what[96];
+        r = fp8_req(FP8T_STEP_GELU, x, nz, fam == 1 ? NULL : nz, nz);
+        if (fam == 1) r.out.format = FP8T_OPERAND_BF16, r.out.scale = NULL;
+        if (fam == 2) {
+            r.out.scale = NULL, r.out.scaling = FP8T_SCALING_VEC128;
+            r.out.scale_inv = nz, r.out.scale_inv_t = nz;
+        }
+        if (fam != 1) r.bias = bias; /* the BF16 GELU kernel takes no bias */
+        r.save16 = (uint16_t *)nz;
+        snprintf(what, sizeof what, "%s GELU writing its input's BF16 save", names[fam]);
+        check_composes(what, &r, values);
+        r.step = FP8T_STEP_DGELU, r.bias = NULL, r.x2_16 = x2_16, r.save16 = NULL, r.colsum = nz;
+        snprintf(what, sizeof what, "%s dGELU reading GELU's input from its BF16 save",
+                 names[fam]);
+        check_composes(what, &r, values);
+    }
+    OPS->free(be, x2_16);
     float *ptrs[] = {x, x2, bias, w, nb, values};
     for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
+}
+
+/* GELU's input kept in BF16 by the pass that applies GELU: bf16_pack's bits, and the codes as
+ * without the save; the dGELU pass reading that copy: the bits of the same pass reading it
+ * widened to FP32 (bf16_unpack), for the per-tensor, BF16 and scaled kernels */
+static void test_gelu_bf16_save(void) {
+    const size_t n = (size_t)R * C;
+    float *x = fill(n, 17, 6.0f), *g = fill(n, 18, 3.0f), *bias = fill(C, 19, 1.0f);
+    float *gw = zalloc(n * 4);
+    uint16_t *s1 = zalloc(n * 2), *s2 = zalloc(n * 2);
+    OPS->bf16_pack(be, s2, g, bias, R, C);
+    OPS->bf16_unpack(be, gw, s2, n);
+    for (int fam = 0; fam < 3; fam++) {
+        outputs a = outputs_new(), b = outputs_new();
+        void *nz = gw;
+        fp8t_operand_req r = fp8_req(FP8T_STEP_GELU, g, nz, fam == 1 ? NULL : nz, nz);
+        if (fam == 1) r.out.format = FP8T_OPERAND_BF16, r.out.scale = NULL;
+        if (fam == 2) {
+            r.out.scale = NULL, r.out.scaling = FP8T_SCALING_VEC128;
+            r.out.scale_inv = nz, r.out.scale_inv_t = nz;
+        }
+        r.bias = fam == 1 ? NULL : bias;
+        fp8t_operand_req ra = into(r, &a), rb = into(r, &b);
+        ra.save16 = s1;
+        memset(s1, 0, n * 2);
+        OPS->make_operand(be, &ra);
+        OPS->make_operand(be, &rb);
+        T_CHECK(outputs_same(&a, &b), "family %d: the save changes the operand", fam);
+        if (fam == 1) OPS->bf16_pack(be, s2, g, NULL, R, C);
+        T_CHECK(same(s1, s2, n * 2), "family %d: the save is not bf16_pack's", fam);
+        if (fam == 1) OPS->bf16_pack(be, s2, g, bias, R, C);
+        outputs_free(&a), outputs_free(&b);
+        /* the backward: dout x with GELU's input from s2, or from gw = its widened copy */
+        a = outputs_new(), b = outputs_new();
+        r.step = FP8T_STEP_DGELU, r.x = x, r.bias = NULL, r.colsum = nz;
+        ra = into(r, &a), rb = into(r, &b);
+        ra.x2_16 = s2, rb.x2 = gw;
+        T_CHECK(OPS->make_operand_fuses(be, &ra), "family %d: dGELU from BF16 fuses", fam);
+        OPS->make_operand(be, &ra);
+        OPS->make_operand(be, &rb);
+        T_CHECK(outputs_same(&a, &b), "family %d: dGELU from the BF16 save differs", fam);
+        T_CHECK(*a.amax > 0.0f, "family %d: the amax was taken", fam);
+        outputs_free(&a), outputs_free(&b);
+    }
+    /* no kernel reads the save next to another GELU input or a bias, nor writes one outside GELU */
+    uint8_t *c = (uint8_t *)s1;
+    fp8t_operand_req r = fp8_req(FP8T_STEP_DGELU, x, c, c, NULL);
+    r.x2_16 = s2, r.bias = bias;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "dGELU from the save with a bias: composed");
+    r = fp8_req(FP8T_STEP_NONE, x, c, c, NULL);
+    r.save16 = s1;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "a save without GELU: composed");
+    float *ptrs[] = {x, g, bias, gw};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
+    OPS->free(be, s1), OPS->free(be, s2);
 }
 
 /* step NONE making codes or a BF16 operand is always a kernel (backend.h): the last step of
@@ -314,6 +395,7 @@ int main(void) {
     T_RUN(test_composed);
     T_RUN(test_plain_always_fuses);
     T_RUN(test_model_composes);
+    T_RUN(test_gelu_bf16_save);
     fp8t_backend_destroy(be);
     T_MAIN_END();
 }

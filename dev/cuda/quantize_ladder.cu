@@ -71,6 +71,16 @@ void cuda_gelu_backward_bias(fp8t_backend *, float *, const float *, const float
     fprintf(stderr, "quantize_ladder: cuda_gelu_backward_bias is not part of the ladder\n");
     exit(1);
 }
+/* nor the BF16 copies of GELU's input (cuda_bf16_operand.cu) */
+void cuda_bf16_pack(fp8t_backend *, uint16_t *, const float *, const float *, int, int) {
+    fprintf(stderr, "quantize_ladder: cuda_bf16_pack is not part of the ladder\n");
+    exit(1);
+}
+const float *cuda_gelu_x_f32(fp8t_backend *, const float *x, const uint16_t *x16, size_t) {
+    if (!x16) return x;
+    fprintf(stderr, "quantize_ladder: cuda_gelu_x_f32 is not part of the ladder\n");
+    exit(1);
+}
 
 /* ---- version 1: the previous fused kernel, verbatim but for the name ---- */
 #define V1_TILE 32

@@ -205,6 +205,11 @@ typedef struct {
                              rmsnorm_forward keep (RMSNorm: rstd only) */
     float *colsum;      /* NULL, or += the values' column sums (bias_backward's: the bias
                              gradient from the pass that rounds dY) */
+    /* GELU's input kept for the backward in BF16 [rows, cols] packed (bf16_pack's layout), so
+     * that neither direction needs a pass of its own over it: */
+    uint16_t *save16;      /* GELU (or NULL): also write bf16_pack(x, bias) here */
+    const uint16_t *x2_16; /* DGELU (or NULL): GELU's input as that copy, read instead of x2
+                             (bias then NULL: the copy holds it) */
 } fp8t_operand_req;
 
 /* The GEMM views of an operand (gemm_fp8's and gemm_bf16_rounded's argument types). */
@@ -367,7 +372,7 @@ typedef struct fp8t_backend_ops {
     void (*bias_backward)(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);
     /* GELU, tanh approximation: out = gelu(x) */
     void (*gelu_forward)(fp8t_backend *b, float *out, const float *x, size_t n);
-    /* dx = gelu'(x) * dout (overwrite; dx may alias dout) */
+    /* dx = gelu'(x) * dout (overwrite; dx may alias dout or x: elementwise) */
     void (*gelu_backward)(fp8t_backend *b, float *dx, const float *x, const float *dout,
                           size_t n);
     /* dx = gelu'(x + bias) * dout, x [rows, cols], bias [cols] (the same bits as bias_add on a

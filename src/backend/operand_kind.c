@@ -18,8 +18,9 @@ fp8t_scaled_quant fp8t_operand_scaled_quant(const fp8t_operand_req *r, const flo
     q.x = x;
     if (!step_done) {
         q.gelu = r->step == FP8T_STEP_GELU;
-        if (r->step == FP8T_STEP_DGELU) q.gelu_x = r->x2;
-        if (q.gelu || q.gelu_x) q.bias = r->bias;
+        if (q.gelu) q.gelu_save16 = r->save16;
+        if (r->step == FP8T_STEP_DGELU) q.gelu_x = r->x2, q.gelu_x16 = r->x2_16;
+        if (q.gelu || q.gelu_x || q.gelu_x16) q.bias = r->bias;
     }
     q.rows = o->rows;
     q.cols = o->cols;
@@ -44,19 +45,20 @@ int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_oper
         k->quantize_colsum(b, c, ct, o->amax, r->colsum, r->x, rows, cols, fmt, o->scale);
         return 1;
     case FP8T_OPK_QUANTIZE_GELU:
-        k->quantize_gelu(b, c, ct, o->amax, r->x, r->bias, rows, cols, fmt, o->scale);
+        k->quantize_gelu(b, c, ct, o->amax, r->save16, r->x, r->bias, rows, cols, fmt,
+                         o->scale);
         return 1;
     case FP8T_OPK_QUANTIZE_DGELU:
-        k->quantize_dgelu(b, c, ct, o->amax, r->colsum, r->x, r->x2, r->bias, rows, cols, fmt,
-                          o->scale);
+        k->quantize_dgelu(b, c, ct, o->amax, r->colsum, r->x, r->x2, r->x2_16, r->bias, rows,
+                          cols, fmt, o->scale);
         return 1;
     case FP8T_OPK_BF16: k->bf16(b, h, o->amax, r->x, rows, cols); return 1;
     case FP8T_OPK_BF16_COLSUM:
         k->bf16_colsum(b, h, o->amax, r->colsum, r->x, rows, cols);
         return 1;
-    case FP8T_OPK_BF16_GELU: k->bf16_gelu(b, h, o->amax, r->x, rows, cols); return 1;
+    case FP8T_OPK_BF16_GELU: k->bf16_gelu(b, h, o->amax, r->save16, r->x, rows, cols); return 1;
     case FP8T_OPK_BF16_DGELU:
-        k->bf16_dgelu(b, h, o->amax, r->colsum, r->x, r->x2, r->bias, rows, cols);
+        k->bf16_dgelu(b, h, o->amax, r->colsum, r->x, r->x2, r->x2_16, r->bias, rows, cols);
         return 1;
     case FP8T_OPK_BF16_LAYERNORM:
         k->bf16_layernorm(b, h, o->amax, r->mean, r->rstd, r->x, r->norm_w, r->norm_b, rows, cols,

@@ -27,7 +27,9 @@ typedef struct {
     float *colsum;       /* may be NULL: += the values' column sums (bias_backward's) */
     const float *x;      /* [rows, cols] */
     int gelu;            /* the values are gelu(x (+ bias)) */
+    uint16_t *gelu_save16; /* with gelu (or NULL): bf16_pack(x, bias) written here too */
     const float *gelu_x; /* or (NULL: neither) the values are gelu'(gelu_x (+ bias)) * x */
+    const uint16_t *gelu_x16; /* or gelu_x as a BF16 copy [rows, cols] (gelu_x NULL, no bias) */
     const float *bias;   /* [cols], with gelu or gelu_x; may be NULL */
     int rows, cols;
     fp8t_fp8_scaling scaling; /* VEC128, BLK128 or ROW */
@@ -70,6 +72,10 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
     /* side outputs only where their step makes them */
     if ((r->sum && !add) || ((r->mean || r->rstd) && !norm)) return FP8T_OPK_COMPOSE;
     if (bf16 && o->data_t) return FP8T_OPK_COMPOSE; /* BF16 has one layout for both */
+    /* the BF16 copy of GELU's input: written by a GELU pass, read by a dGELU pass (alone) */
+    if ((r->save16 && st != FP8T_STEP_GELU) ||
+        (r->x2_16 && (st != FP8T_STEP_DGELU || r->x2 || r->bias)))
+        return FP8T_OPK_COMPOSE;
     if (!bf16 && o->scaling != FP8T_SCALING_TENSOR) {
         if (st == FP8T_STEP_NONE && !r->bias) return FP8T_OPK_SCALED;
         if (st == FP8T_STEP_GELU || st == FP8T_STEP_DGELU) return FP8T_OPK_SCALED;
@@ -115,20 +121,23 @@ typedef struct {
     void (*quantize_colsum)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                             float *colsum, const float *x, int rows, int cols, fp8_format fmt,
                             const float *scale);
+    /* save16 / x16: the request's save16 / x2_16 (x NULL when x16 is given) */
     void (*quantize_gelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                          const float *x, const float *bias, int rows, int cols, fp8_format fmt,
-                          const float *scale);
+                          uint16_t *save16, const float *x, const float *bias, int rows,
+                          int cols, fp8_format fmt, const float *scale);
     void (*quantize_dgelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                           float *colsum, const float *dout, const float *x, const float *bias,
-                           int rows, int cols, fp8_format fmt, const float *scale);
+                           float *colsum, const float *dout, const float *x, const uint16_t *x16,
+                           const float *bias, int rows, int cols, fp8_format fmt,
+                           const float *scale);
     void (*bf16)(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
                  int cols);
     void (*bf16_colsum)(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
                         const float *x, int rows, int cols);
-    void (*bf16_gelu)(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
-                      int cols);
+    void (*bf16_gelu)(fp8t_backend *b, uint16_t *out, float *amax_out, uint16_t *save16,
+                      const float *x, int rows, int cols);
     void (*bf16_dgelu)(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
-                       const float *dout, const float *x, const float *bias, int rows, int cols);
+                       const float *dout, const float *x, const uint16_t *x16, const float *bias,
+                       int rows, int cols);
     void (*bf16_layernorm)(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                            float *rstd, const float *x, const float *w, const float *bias, int N,
                            int C, float eps);

@@ -24,8 +24,11 @@ static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
     model_layer_view(&v, m, l);
     const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
 
-    /* the saves this layer's backward reads (model_save_restore), each in its own scratch */
-    const float *fch = model_save_restore(m, l, SV_FCH);
+    /* the saves this layer's backward reads (model_save_restore), each in its own scratch;
+     * fch's BF16 save read by fc1's fused GELU backward itself where it runs */
+    const uint16_t *fch16 =
+        linear_dgelu_fused(m, lin0 + 2, g->fc1_b != NULL) ? model_save_bf16(m, l, SV_FCH) : NULL;
+    const float *fch = fch16 ? NULL : model_save_restore(m, l, SV_FCH);
     float *atty = model_save_restore(m, l, SV_ATTY);
     const float *qkv = model_save_restore(m, l, SV_QKV);
     const float *res2 = model_save_restore(m, l, SV_RES2);
@@ -35,7 +38,7 @@ static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
     /* GELU's backward, by fc1's Dgrad rounding pass where it can (fch was kept without fc1's
      * bias when the forward deferred it, unless its BF16 copy took it: forward.c) */
     const int fch_has_bias = !m->gelu_bias_deferred[l] || m->sv_kind[l][SV_FCH] == SAVE_BF16;
-    linear_backward_gelu(m, lin0 + 2, a->dc1, g->fc1_w, g->fc1_b, a->dh2, a->dh1, fch,
+    linear_backward_gelu(m, lin0 + 2, a->dc1, g->fc1_w, g->fc1_b, a->dh2, a->dh1, fch, fch16,
                          fch_has_bias ? NULL : p->fc1_b, v.ln2, p->fc1_w, N, C, H);
     /* dres becomes d(res2): the skip path plus the norm's contribution */
     ops->layernorm_backward(be, a->dres, g->ln2_w, g->ln2_b, a->dc1, res2, p->ln2_w, v.ln2_mean,

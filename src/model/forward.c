@@ -77,11 +77,12 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
                       N, C, H);
     model_save_store(m, l, SV_RES2, NULL); /* written by now: by add_bias or ln2's pass */
     const int fc2_defer = linear_residual_takes_bias(m, lin0 + 3);
-    linear_forward_gelu(m, lin0 + 3, out_c, v.fch_act, v.fch, defer ? p->fc1_b : NULL, p->fc2_w,
-                        fc2_defer ? NULL : p->fc2_b, N, H, C);
-    /* a BF16 copy of fch holds GELU's whole input, fc1's bias included (the same bits as
-     * without the deferral: bias_add's sum, then the rounding) */
-    model_save_store(m, l, SV_FCH, defer ? p->fc1_b : NULL);
+    /* fch's BF16 save (where the layer keeps one) from GELU's read of fch, not a bf16_pack pass
+     * of its own; it holds GELU's whole input, fc1's bias included (the same bits as without
+     * the deferral: bias_add's sum, then the rounding) */
+    linear_forward_gelu(m, lin0 + 3, out_c, v.fch_act, v.fch, defer ? p->fc1_b : NULL,
+                        model_save_bf16(m, l, SV_FCH), p->fc2_w, fc2_defer ? NULL : p->fc2_b, N,
+                        H, C);
     if (fc2_defer) {
         ops->add_bias(be, v.res3, v.res2, out_c, p->fc2_b, N, C);
         model_save_store(m, l, SV_RES3, NULL);

@@ -78,12 +78,15 @@ typedef struct {
                           sums of dY into colsum (the bias gradient); NULL otherwise */
     const float *gelu_bias; /* with gelu (FP8 only): GELU's input is x + gelu_bias [cols], the
                           bias its producer left to this pass (linear_forward_gelu) */
+    uint16_t *gelu_save16;  /* with gelu (or NULL): the pass also keeps GELU's input (with
+                          gelu_bias) in BF16 here for the backward (the layer's save) */
     const float *dgelu_x;   /* the Dgrad's dY of the linear after GELU: x is the gradient of
                           GELU's output, dgelu_x GELU's input (+ dgelu_bias [cols], may be NULL),
                           and the rounding pass computes dY = gelu'(..) * x itself (step
                           DGELU), so dY is never written in FP32 (linear_backward_gelu); NULL
                           otherwise */
     const float *dgelu_bias;
+    const uint16_t *dgelu_x16; /* or GELU's input as that BF16 save (dgelu_x NULL, no bias) */
     const ln_input *ln; /* the operand is layernorm(x), x being the norm's input: the rounding
                           pass is the norm itself (step LAYERNORM, or ADD_LAYERNORM with the
                           residual add), which also writes the mean and rstd, so the norm's
@@ -111,9 +114,11 @@ static void operand_step(const operand *op, fp8t_operand_req *r) {
     if (op->gelu) {
         r->step = FP8T_STEP_GELU;
         r->bias = op->gelu_bias;
-    } else if (op->dgelu_x) {
+        r->save16 = op->gelu_save16;
+    } else if (op->dgelu_x || op->dgelu_x16) {
         r->step = FP8T_STEP_DGELU;
         r->x2 = op->dgelu_x;
+        r->x2_16 = op->dgelu_x16;
         r->bias = op->dgelu_bias;
     } else if (op->ln) {
         const ln_input *ln = op->ln;
@@ -238,7 +243,7 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
     const int is_weight = op->role == FP8T_ROLE_W;
     memset(out, 0, sizeof(*out));
     out->f = op->x;
-    FP8T_CHECK(!op->dgelu_x || model_prec_one_pass(m, prec),
+    FP8T_CHECK(!(op->dgelu_x || op->dgelu_x16) || model_prec_one_pass(m, prec),
                "the fused GELU backward needs a delayed-scaled or BF16-operand Dgrad");
     FP8T_CHECK(!op->ln || model_prec_bf16_operands(m, prec),
                "the fused LayerNorm needs a BF16-operand Fprop");
@@ -643,18 +648,20 @@ int linear_gelu_takes_bias(const fp8t_model *m, int fc1) {
 }
 
 void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pre,
-                         const float *pre_bias, const float *W, const float *bias, int N, int IN,
-                         int OUT) {
+                         const float *pre_bias, uint16_t *pre16, const float *W,
+                         const float *bias, int N, int IN, int OUT) {
     if (m->plan[lin].step_fused[m->frozen]) {
         FP8T_CHECK(!pre_bias || m->prec[lin][FP8T_GEMM_FPROP] == FP8T_PREC_DELAYED ||
                        m->plan[lin].scaled[FP8T_GEMM_FPROP],
                    "a deferred bias needs a delayed-scaled or scaled-path fc2 "
                    "(linear_gelu_takes_bias)");
-        const operand gelu = {.gelu = 1, .gelu_bias = pre_bias, .values = act};
+        const operand gelu = {
+            .gelu = 1, .gelu_bias = pre_bias, .gelu_save16 = pre16, .values = act};
         fprop(m, lin, Y, 0, pre, &gelu, W, bias, N, IN, OUT, 0);
         return;
     }
     FP8T_CHECK(!pre_bias, "a deferred bias without the GELU fusion (linear_gelu_takes_bias)");
+    if (pre16) m->ops->bf16_pack(m->be, pre16, pre, NULL, N, IN);
     m->ops->gelu_forward(m->be, act, pre, (size_t)N * (size_t)IN);
     fprop(m, lin, Y, 0, act, NULL, W, bias, N, IN, OUT, 0);
 }
@@ -707,8 +714,8 @@ static fp8t_precision wgrad_prec(const fp8t_model *m, int lin) {
  * only where the plan's dgelu applies, so that nothing reads dY in FP32), dpre [N, OUT] where dY goes
  * in FP32 if the backend composes the step */
 static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
-                     const float *dgelu_x, const float *dgelu_bias, float *dpre, float *X,
-                     const float *W, int N, int IN, int OUT) {
+                     const float *dgelu_x, const uint16_t *dgelu_x16, const float *dgelu_bias,
+                     float *dpre, float *X, const float *W, int N, int IN, int OUT) {
     float *Wm = (float *)W;
     /* X as the forward left it: FP8 codes (then X itself is gone, and the Wgrad runs in the
      * precision that made them) or FP32 */
@@ -740,6 +747,7 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
                     .colsum = colsum,
                     .dgelu_x = dgelu_x,
                     .dgelu_bias = dgelu_bias,
+                    .dgelu_x16 = dgelu_x16,
                     .values = dpre};
     operand w_d = {.x = Wm,
                    .rows = OUT,
@@ -749,7 +757,7 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
                    .tile_c = 128,
                    .pos = 1};
     const int reuse = model_plan_reuse_dy(m, lin, wprec);
-    FP8T_CHECK(!dgelu_x || (reuse && (colsum || !dbias)),
+    FP8T_CHECK(!(dgelu_x || dgelu_x16) || (reuse && (colsum || !dbias)),
                "the fused GELU backward leaves no FP32 dY for the Wgrad or bias_backward");
     prepared dy_q; /* dY as the Dgrad took it (codes / operand), for the Wgrad when reuse */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, 0, &dy_d, &w_d, N, IN,
@@ -786,24 +794,34 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
 
 void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
                      float *X, const float *W, int N, int IN, int OUT) {
-    backward(m, lin, dX, dW, dbias, dY, NULL, NULL, NULL, X, W, N, IN, OUT);
+    backward(m, lin, dX, dW, dbias, dY, NULL, NULL, NULL, NULL, X, W, N, IN, OUT);
+}
+
+int linear_dgelu_fused(const fp8t_model *m, int lin, int has_bias) {
+    /* the Wgrad takes the Dgrad's dY and the bias gradient comes from the same pass (nothing
+     * else reads dY in FP32) */
+    const linear_plan *pl = &m->plan[lin];
+    return pl->dgelu && (!has_bias || pl->colsum) &&
+           model_plan_reuse_dy(m, lin, wgrad_prec(m, lin));
 }
 
 void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dpre,
-                          const float *dact, const float *pre, const float *pre_bias, float *X,
-                          const float *W, int N, int IN, int OUT) {
-    /* the plan's GELU backward in the Dgrad's pass, where the Wgrad takes the Dgrad's dY and
-     * the bias gradient comes from the same pass (nothing else reads dY in FP32) */
-    const linear_plan *pl = &m->plan[lin];
-    if (pl->dgelu && (!dbias || pl->colsum) && model_plan_reuse_dy(m, lin, wgrad_prec(m, lin))) {
-        backward(m, lin, dX, dW, dbias, (float *)dact, pre, pre_bias, dpre, X, W, N, IN, OUT);
+                          const float *dact, const float *pre, const uint16_t *pre16,
+                          const float *pre_bias, float *X, const float *W, int N, int IN,
+                          int OUT) {
+    FP8T_CHECK(!pre16 || (!pre && !pre_bias && linear_dgelu_fused(m, lin, dbias != NULL)),
+               "GELU's input from its BF16 save: only in the fused GELU backward, which the "
+               "save's bias is in (linear_dgelu_fused)");
+    if (linear_dgelu_fused(m, lin, dbias != NULL)) {
+        backward(m, lin, dX, dW, dbias, (float *)dact, pre, pre16, pre_bias, dpre, X, W, N, IN,
+                 OUT);
         return;
     }
     if (pre_bias)
         m->ops->gelu_backward_bias(m->be, dpre, pre, pre_bias, dact, N, OUT);
     else
         m->ops->gelu_backward(m->be, dpre, pre, dact, (size_t)N * (size_t)OUT);
-    backward(m, lin, dX, dW, dbias, dpre, NULL, NULL, NULL, X, W, N, IN, OUT);
+    backward(m, lin, dX, dW, dbias, dpre, NULL, NULL, NULL, NULL, X, W, N, IN, OUT);
 }
 
 int linear_bf16_dy_fusable(const fp8t_model *m, int lin) { return m->plan[lin].bf16_dy; }

@@ -489,10 +489,11 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
  * linear_forward(act). Off with FP8T_DISABLE_GELU_FUSION. pre_bias (only where
  * linear_gelu_takes_bias said so, else NULL): the bias of the linear that made pre, which it
  * left out: GELU's input is pre + pre_bias, added by the rounding pass (pre stays without it,
- * and the backward takes gelu_backward_bias). */
+ * and the backward takes gelu_backward_bias). pre16 (or NULL): the layer's BF16 save of GELU's
+ * input (pre + pre_bias: bf16_pack's bits), written by that pass (else by bf16_pack). */
 void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pre,
-                         const float *pre_bias, const float *W, const float *bias, int N, int IN,
-                         int OUT);
+                         const float *pre_bias, uint16_t *pre16, const float *W,
+                         const float *bias, int N, int IN, int OUT);
 /* A LayerNorm whose output is a linear's input: its statistics outputs and parameters */
 typedef struct {
     float *mean, *rstd; /* [N] each, written */
@@ -516,10 +517,15 @@ void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln
  * into, as act in linear_forward_gelu);
  * otherwise dpre [N, OUT] = dY (gelu_backward / gelu_backward_bias) and linear_backward(dpre).
  * Off with FP8T_DISABLE_GELU_BWD_FUSION. pre_bias: as linear_forward_gelu's (the deferred
- * bias of the linear that made pre), or NULL. */
+ * bias of the linear that made pre), or NULL. pre16: instead of pre (NULL, no pre_bias), GELU's
+ * input as the layer's BF16 save, read by that pass: only where linear_dgelu_fused. */
 void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dpre,
-                          const float *dact, const float *pre, const float *pre_bias, float *X,
-                          const float *W, int N, int IN, int OUT);
+                          const float *dact, const float *pre, const uint16_t *pre16,
+                          const float *pre_bias, float *X, const float *W, int N, int IN,
+                          int OUT);
+/* Whether linear_backward_gelu of lin (with a bias gradient or not) applies GELU's backward in
+ * the Dgrad's rounding pass (the plan's dgelu, dY shared with the Wgrad, the column sums there) */
+int linear_dgelu_fused(const fp8t_model *m, int lin, int has_bias);
 /* Whether linear lin, whose output is added to the residual stream, leaves its bias to that
  * add (add_bias: the same bits as bias_add then add, without the pass over the output that
  * an FP8 GEMM's bias costs); not where the bias rides in a BF16 GEMM's epilogue for free, not

@@ -56,6 +56,7 @@ const float *model_step_values(const fp8t_backend_ops *o, fp8t_backend *be,
     case FP8T_STEP_NONE: return r->x;
     case FP8T_STEP_BIAS: bias_values(o, be, r, values); break;
     case FP8T_STEP_GELU:
+        if (r->save16) o->bf16_pack(be, r->save16, r->x, r->bias, rows, cols);
         if (r->bias) { /* the bias first (bias_add's sum), then GELU in place */
             bias_values(o, be, r, values);
             o->gelu_forward(be, values, values, n);
@@ -64,10 +65,14 @@ const float *model_step_values(const fp8t_backend_ops *o, fp8t_backend *be,
         }
         break;
     case FP8T_STEP_DGELU:
-        if (r->bias)
+        if (r->x2_16) { /* GELU's input widened into values, then the backward in place */
+            o->bf16_unpack(be, values, r->x2_16, n);
+            o->gelu_backward(be, values, values, r->x, n);
+        } else if (r->bias) {
             o->gelu_backward_bias(be, values, r->x2, r->bias, r->x, rows, cols);
-        else
+        } else {
             o->gelu_backward(be, values, r->x2, r->x, n);
+        }
         break;
     case FP8T_STEP_SWIGLU: o->swiglu_forward(be, values, r->x, r->x2, NULL, NULL, n); break;
     default: norm_values(o, be, r, values); break;

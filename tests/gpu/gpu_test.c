@@ -1249,6 +1249,152 @@ static void test_quantize_scaled(void) {
                 }
 }
 
+/* GELU's input kept in BF16 by the pass that applies GELU (make_operand's save16) and read back
+ * by the pass of GELU's backward (x2_16), for the per-tensor FP8, BF16 and scaled (1x128, row)
+ * kernels, on shapes the one-pass kernels take and one they leave to the fallbacks: the save is
+ * bf16_pack's bytes on the GPU and the CPU's; the operand (codes, codes_t, scales, amax) the
+ * same bytes as the same request without the save; the dGELU operand from the save the same
+ * bytes as from its FP32 widening (bf16_unpack) by the FP32 pass. */
+typedef struct {
+    void *data, *data_t;
+    float *si, *sit, *amax, *colsum;
+    size_t n, nd, ns, nst, cols;
+} gelu_save_out;
+
+static gelu_save_out gelu_save_out_new(int rows, int cols, fp8t_fp8_scaling kk) {
+    fp8t_backend *g = GPU;
+    const size_t n = (size_t)rows * cols, hb = fp8t_bf16_bytes(rows, cols);
+    gelu_save_out o;
+    o.n = n, o.nd = hb > n ? hb : n;
+    o.ns = kk == FP8T_SCALING_TENSOR ? 1 : fp8t_block_scale_floats(kk, rows, cols);
+    o.nst = kk == FP8T_SCALING_TENSOR ? 1 : fp8t_block_scale_floats(kk, cols, rows);
+    o.cols = (size_t)cols;
+    o.data = g->ops->malloc(g, o.nd), o.data_t = g->ops->malloc(g, n);
+    o.si = g->ops->malloc(g, o.ns * 4), o.sit = g->ops->malloc(g, o.nst * 4);
+    o.amax = g->ops->malloc(g, 4), o.colsum = g->ops->malloc(g, o.cols * 4);
+    return o;
+}
+
+static void gelu_save_out_free(gelu_save_out *o) {
+    void *p[] = {o->data, o->data_t, o->si, o->sit, o->amax, o->colsum};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++) GPU->ops->free(GPU, p[i]);
+}
+
+/* r's outputs in o (fam 0: FP8 codes + codes_t with scale; 1: BF16; 2, 3: scaled) */
+static fp8t_operand_req gelu_save_req(int fam, const gelu_save_out *o, const float *x,
+                                      const float *scale, int rows, int cols) {
+    fp8t_operand_req r =
+        t_fp8_req((uint8_t *)o->data, fam == 1 ? NULL : (uint8_t *)o->data_t, o->amax, x, rows,
+                  cols, FP8_E4M3, scale);
+    if (fam == 1) r.out.format = FP8T_OPERAND_BF16, r.out.scale = NULL;
+    if (fam >= 2) {
+        r.out.scale = NULL;
+        r.out.scaling = fam == 2 ? FP8T_SCALING_VEC128 : FP8T_SCALING_ROW;
+        r.out.scale_inv = o->si, r.out.scale_inv_t = o->sit;
+    }
+    return r;
+}
+
+static void gelu_save_compare(const char *op, const char *shape, const gelu_save_out *a,
+                              const gelu_save_out *b, int fam, const char *why) {
+    char name[96];
+    snprintf(name, sizeof name, "%s operand", op);
+    check_gpu_identical(name, shape, a->data, b->data, a->nd, why);
+    if (fam != 1) {
+        snprintf(name, sizeof name, "%s codes_t", op);
+        check_gpu_identical(name, shape, a->data_t, b->data_t, a->n, why);
+    }
+    if (fam >= 2) {
+        snprintf(name, sizeof name, "%s scales", op);
+        check_gpu_identical(name, shape, a->si, b->si, a->ns * 4, why);
+        snprintf(name, sizeof name, "%s scales_t", op);
+        check_gpu_identical(name, shape, a->sit, b->sit, a->nst * 4, why);
+    }
+    snprintf(name, sizeof name, "%s amax", op);
+    check_gpu_identical(name, shape, a->amax, b->amax, 4, why);
+    snprintf(name, sizeof name, "%s colsum", op);
+    check_gpu_identical(name, shape, a->colsum, b->colsum, a->cols * 4, why);
+}
+
+static void test_gelu_bf16_save(void) {
+    static const int sizes[][2] = {{256, 3072}, {128, 1600}, {37, 1001}};
+    static const char *const fams[4] = {"fp8", "bf16", "scaled 1x128", "scaled row"};
+    fp8t_backend *g = GPU;
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        const int rows = sizes[si][0], cols = sizes[si][1];
+        const size_t n = (size_t)rows * cols;
+        float *hx = host_normal(n, 2.0f), *hg = host_normal(n, 1.0f);
+        float *hb = host_normal((size_t)cols, 0.5f), scale = 448.0f / 16.0f;
+        dpair dx = dp_floats(hx, n), db = dp_floats(hb, (size_t)cols);
+        float *dg = g->ops->malloc(g, n * 4), *dw = g->ops->malloc(g, n * 4);
+        float *ds = g->ops->malloc(g, 4);
+        g->ops->to_device(g, dg, hg, n * 4);
+        g->ops->to_device(g, ds, &scale, 4);
+        dpair s16 = dp_alloc(n * 2);
+        uint16_t *ref16 = g->ops->malloc(g, n * 2);
+        char shape[48];
+        snprintf(shape, sizeof shape, "%dx%d", rows, cols);
+        for (int fam = 0; fam < 4; fam++) {
+            const fp8t_fp8_scaling kk = fam == 2   ? FP8T_SCALING_VEC128
+                                        : fam == 3 ? FP8T_SCALING_ROW
+                                                   : FP8T_SCALING_TENSOR;
+            const int with_bias = fam != 1; /* the BF16 GELU kernel takes no bias */
+            char op[96];
+            /* forward: the GELU pass with and without the save */
+            gelu_save_out a = gelu_save_out_new(rows, cols, kk), b = gelu_save_out_new(rows, cols, kk);
+            FOR_BOTH {
+                if (s_ == 0) { /* the CPU's save, for the cross-check */
+                    be_->ops->bf16_pack(be_, U16(s16), F(dx), with_bias ? F(db) : NULL, rows,
+                                        cols);
+                    continue;
+                }
+                gelu_save_out *o[2] = {&a, &b};
+                for (int v = 0; v < 2; v++) {
+                    g->ops->zero(g, o[v]->amax, 4), g->ops->zero(g, o[v]->colsum, o[v]->cols * 4);
+                    fp8t_operand_req r = gelu_save_req(fam, o[v], F(dx), ds, rows, cols);
+                    r.step = FP8T_STEP_GELU;
+                    r.bias = with_bias ? F(db) : NULL;
+                    if (v == 0) r.save16 = U16(s16);
+                    t_run(g, &r);
+                }
+            }
+            g->ops->bf16_pack(g, ref16, dx.p[1], with_bias ? db.p[1] : NULL, rows, cols);
+            snprintf(op, sizeof op, "gelu save %s", fams[fam]);
+            check_gpu_identical(op, shape, s16.p[1], ref16, n * 2, "from bf16_pack");
+            {
+                uint16_t *hc = dl(0, s16.p[0], n * 2), *hgp = dl(1, s16.p[1], n * 2);
+                size_t mism = 0;
+                for (size_t i = 0; i < n; i++) mism += hc[i] != hgp[i];
+                snprintf(op, sizeof op, "gelu save %s vs cpu", fams[fam]);
+                row(op, shape, (double)mism, 0.0, mism == 0, mism ? "BF16 words differ" : "");
+                free(hc), free(hgp);
+            }
+            snprintf(op, sizeof op, "gelu save %s:", fams[fam]);
+            gelu_save_compare(op, shape, &a, &b, fam, "from the pass without the save");
+            /* backward: GELU's input from the save, or its widening by the FP32 pass */
+            g->ops->bf16_unpack(g, dw, ref16, n);
+            gelu_save_out *o[2] = {&a, &b};
+            for (int v = 0; v < 2; v++) {
+                g->ops->zero(g, o[v]->amax, 4), g->ops->zero(g, o[v]->colsum, o[v]->cols * 4);
+                fp8t_operand_req r = gelu_save_req(fam, o[v], dg, ds, rows, cols);
+                r.step = FP8T_STEP_DGELU;
+                r.colsum = o[v]->colsum;
+                if (v == 0)
+                    r.x2_16 = ref16;
+                else
+                    r.x2 = dw;
+                t_run(g, &r);
+            }
+            snprintf(op, sizeof op, "dgelu from save %s:", fams[fam]);
+            gelu_save_compare(op, shape, &a, &b, fam, "from the widened save");
+            gelu_save_out_free(&a), gelu_save_out_free(&b);
+        }
+        dp_free(dx), dp_free(db), dp_free(s16);
+        g->ops->free(g, dg), g->ops->free(g, dw), g->ops->free(g, ds), g->ops->free(g, ref16);
+        free(hx), free(hg), free(hb);
+    }
+}
+
 /* quantize_scaled with GELU (fc2's X) or GELU's backward (fc1's dY, with and without the
  * deferred bias) applied to what it loads: on the GPU the same bytes (codes, codes_t, scale_inv
  * arrays, amax, column sums) as gelu_forward / gelu_backward(_bias) into a buffer, then
@@ -2666,6 +2812,7 @@ static void run_op_suite(void) {
     test_tensor_stats_tiles();
     test_quantize_scaled();
     test_quantize_scaled_gelu();
+    test_gelu_bf16_save();
     test_gemm_fp8_block();
     test_mxfp8();
     test_tensor_stats();

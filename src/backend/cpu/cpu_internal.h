@@ -208,11 +208,12 @@ void cpu_embedding_forward(fp8t_backend *b, float *out, const int *tokens, const
 void cpu_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const float *dout,
                             const int *tokens, int B, int T, int C);
 void cpu_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC);
-void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
-                           int rows, int cols);
+/* save16 / x16 (may be NULL): make_operand's save16 / x2_16 (backend.h) */
+void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, uint16_t *save16,
+                           const float *x, int rows, int cols);
 void cpu_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                       const float *x, const float *bias, int rows, int cols, fp8_format fmt,
-                       const float *scale);
+                       uint16_t *save16, const float *x, const float *bias, int rows, int cols,
+                       fp8_format fmt, const float *scale);
 void cpu_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const float *bias,
                             const float *dout, int rows, int cols);
 void cpu_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
@@ -222,11 +223,11 @@ void cpu_to_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *
                         const float *x, int rows, int cols);
 void cpu_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
                                        float *amax_out, float *colsum, const float *dout,
-                                       const float *x, const float *bias, int rows, int cols,
-                                       fp8_format fmt, const float *scale);
+                                       const float *x, const uint16_t *x16, const float *bias,
+                                       int rows, int cols, fp8_format fmt, const float *scale);
 void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
-                                   const float *dout, const float *x, const float *bias, int rows,
-                                   int cols);
+                                   const float *dout, const float *x, const uint16_t *x16,
+                                   const float *bias, int rows, int cols);
 void cpu_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);
 void cpu_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n);
 void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *dout, size_t n);

@@ -105,10 +105,11 @@ void cpu_gelu_forward(fp8t_backend *b, float *out, const float *x, size_t n) {
 
 /* The reference: the FP32 result in scratch, then to_bf16 (the CUDA backend does both in one
  * kernel). */
-void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
-                           int rows, int cols) {
+void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, uint16_t *save16,
+                           const float *x, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
     size_t n = (size_t)rows * (size_t)cols;
+    if (save16) cpu_bf16_pack(b, save16, x, NULL, rows, cols);
     float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
     cpu_gelu_forward(b, y, x, n);
     cpu_to_bf16(b, out, amax_out, y, rows, cols);
@@ -125,10 +126,11 @@ static const float *gelu_input(fp8t_backend *b, float *y, const float *x, const 
 }
 
 void cpu_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                       const float *x, const float *bias, int rows, int cols, fp8_format fmt,
-                       const float *scale) {
+                       uint16_t *save16, const float *x, const float *bias, int rows, int cols,
+                       fp8_format fmt, const float *scale) {
     if (rows <= 0 || cols <= 0) return;
     size_t n = (size_t)rows * (size_t)cols;
+    if (save16) cpu_bf16_pack(b, save16, x, bias, rows, cols);
     float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
     cpu_gelu_forward(b, y, gelu_input(b, y, x, bias, rows, cols), n);
     cpu_quantize(b, codes, codes_t, amax_out, y, rows, cols, fmt, scale);
@@ -170,6 +172,16 @@ void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *
     }
 }
 
+/* GELU's input for a backward: x, or its BF16 copy x16 widened into scratch (bf16_unpack) */
+static const float *gelu_x_of(fp8t_backend *b, const float *x, const uint16_t *x16, int rows,
+                              int cols) {
+    if (!x16) return x;
+    const size_t n = (size_t)rows * (size_t)cols;
+    float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
+    cpu_bf16_unpack(b, y, x16, n);
+    return y;
+}
+
 /* The references of the fused GELU backward: dx into scratch (gelu_backward, or
  * gelu_backward_bias with a bias), then the rounding op with its column sums. */
 static const float *gelu_backward_scratch(fp8t_backend *b, const float *dout, const float *x,
@@ -185,9 +197,10 @@ static const float *gelu_backward_scratch(fp8t_backend *b, const float *dout, co
 
 void cpu_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
                                        float *amax_out, float *colsum, const float *dout,
-                                       const float *x, const float *bias, int rows, int cols,
-                                       fp8_format fmt, const float *scale) {
+                                       const float *x, const uint16_t *x16, const float *bias,
+                                       int rows, int cols, fp8_format fmt, const float *scale) {
     if (rows <= 0 || cols <= 0) return;
+    x = gelu_x_of(b, x, x16, rows, cols);
     const float *dx = gelu_backward_scratch(b, dout, x, bias, rows, cols);
     cpu_quantize(b, codes, codes_t, amax_out, dx, rows, cols, fmt, scale);
     if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);
@@ -201,12 +214,14 @@ void cpu_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
     if (rows <= 0 || cols <= 0) return;
     const size_t n = (size_t)rows * (size_t)cols;
     const float *v = q->x;
+    if (q->gelu && q->gelu_save16) cpu_bf16_pack(b, q->gelu_save16, q->x, q->bias, rows, cols);
     if (q->gelu) {
         float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
         cpu_gelu_forward(b, y, gelu_input(b, y, q->x, q->bias, rows, cols), n);
         v = y;
-    } else if (q->gelu_x) {
-        v = gelu_backward_scratch(b, q->x, q->gelu_x, q->bias, rows, cols);
+    } else if (q->gelu_x || q->gelu_x16) {
+        const float *gx = gelu_x_of(b, q->gelu_x, q->gelu_x16, rows, cols);
+        v = gelu_backward_scratch(b, q->x, gx, q->bias, rows, cols);
     }
     if (q->colsum) cpu_bias_backward(b, q->colsum, v, rows, cols);
     if (q->amax_out) cpu_amax(b, q->amax_out, v, n);
@@ -219,9 +234,10 @@ void cpu_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
 }
 
 void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
-                                   const float *dout, const float *x, const float *bias, int rows,
-                                   int cols) {
+                                   const float *dout, const float *x, const uint16_t *x16,
+                                   const float *bias, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
+    x = gelu_x_of(b, x, x16, rows, cols);
     const float *dx = gelu_backward_scratch(b, dout, x, bias, rows, cols);
     cpu_to_bf16(b, out, amax_out, dx, rows, cols);
     if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);

@@ -19,6 +19,7 @@ static const float *step_values(fp8t_backend *b, const fp8t_operand_req *r) {
         if (r->bias) cpu_bias_add(b, v, r->bias, rows, cols);
         break;
     case FP8T_STEP_GELU:
+        if (r->save16) cpu_bf16_pack(b, r->save16, r->x, r->bias, rows, cols);
         if (r->bias) { /* gelu_input's bits: x + bias, then GELU in place */
             memcpy(v, r->x, n * sizeof(float));
             cpu_bias_add(b, v, r->bias, rows, cols);
@@ -28,10 +29,14 @@ static const float *step_values(fp8t_backend *b, const fp8t_operand_req *r) {
         }
         break;
     case FP8T_STEP_DGELU:
-        if (r->bias)
+        if (r->x2_16) { /* GELU's input widened into v, then the backward in place */
+            cpu_bf16_unpack(b, v, r->x2_16, n);
+            cpu_gelu_backward(b, v, v, r->x, n);
+        } else if (r->bias) {
             cpu_gelu_backward_bias(b, v, r->x2, r->bias, r->x, rows, cols);
-        else
+        } else {
             cpu_gelu_backward(b, v, r->x2, r->x, n);
+        }
         break;
     case FP8T_STEP_SWIGLU: cpu_swiglu_forward(b, v, r->x, r->x2, NULL, NULL, n); break;
     default: { /* the norms, after the residual add */

@@ -83,6 +83,8 @@ enum {
     SCR_BF16_A,     /* gemm_bf16: the BF16 operand copy of A (gemm_bf16_rounded's input) */
     SCR_BF16_B,     /* ... of B */
     SCR_ACT,        /* quantize_gelu's FP32 GELU output, where it is not fused */
+    SCR_GELU_X,     /* a dGELU pass's GELU input widened from its BF16 copy, where the pass
+                       reads FP32 (cuda_gelu_x_f32) */
     SCR_COLSUM,     /* column-sum partials of to_bf16_colsum / quantize_colsum */
     SCR_STATS,      /* tensor_stats: block partials, tile scales, per-block results */
     SCR_COUNT
@@ -323,9 +325,10 @@ int cuda_make_operand_fuses(fp8t_backend *b, const fp8t_operand_req *r);
 void cuda_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n);
 void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                    const float *x, int rows, int cols, fp8_format fmt, const float *scale);
+/* save16 / x16 (may be NULL): make_operand's save16 / x2_16 (backend.h) */
 void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                        const float *x, const float *bias, int rows, int cols, fp8_format fmt,
-                        const float *scale);
+                        uint16_t *save16, const float *x, const float *bias, int rows, int cols,
+                        fp8_format fmt, const float *scale);
 void cuda_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                           float *colsum, const float *x, int rows, int cols, fp8_format fmt,
                           const float *scale);
@@ -350,19 +353,22 @@ void cuda_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n);
 void cuda_bf16_pack(fp8t_backend *b, uint16_t *out, const float *x, const float *bias, int rows,
                     int cols);
 void cuda_bf16_unpack(fp8t_backend *b, float *out, const uint16_t *x, size_t n);
+/* GELU's input in FP32 for a dGELU pass: x itself, or its BF16 copy x16 (x NULL) widened into
+ * SCR_GELU_X */
+const float *cuda_gelu_x_f32(fp8t_backend *b, const float *x, const uint16_t *x16, size_t n);
 void cuda_to_bf16_operand(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
                           int rows, int cols);
-void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
-                            int rows, int cols);
+void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, uint16_t *save16,
+                            const float *x, int rows, int cols);
 void cuda_to_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
                          const float *x, int rows, int cols);
 void cuda_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out,
                                     float *colsum, const float *dout, const float *x,
-                                    const float *bias, int rows, int cols);
+                                    const uint16_t *x16, const float *bias, int rows, int cols);
 void cuda_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
                                         float *amax_out, float *colsum, const float *dout,
-                                        const float *x, const float *bias, int rows, int cols,
-                                        fp8_format fmt, const float *scale);
+                                        const float *x, const uint16_t *x16, const float *bias,
+                                        int rows, int cols, fp8_format fmt, const float *scale);
 void cuda_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
                          int margin);
 /* helpers used by the GEMMs: codes [rows, cols] -> codes_t [cols, rows];

@@ -201,13 +201,20 @@ __global__ void __launch_bounds__(CAST_THREADS)
  * COLSUM: part[tile row][c] = the sum of the tile's 64 values of column c (quantize_colsum):
  * each thread adds its 4 rows in order, then the 16 threads of a column group add theirs in
  * mr order (a fixed order: the result depends only on the shape). */
+/* 4 floats rounded to BF16 (nearest even) as 8 bytes: bf16_pack's bits */
+__device__ __forceinline__ uint2 bf16x4_of(float4 v) {
+    __nv_bfloat162 p = __floats2bfloat162_rn(v.x, v.y), q = __floats2bfloat162_rn(v.z, v.w);
+    return make_uint2(*(unsigned *)&p, *(unsigned *)&q);
+}
+
 template <fp8_format FMT, bool GELU, bool COLSUM, bool GBWD>
 __global__ void __launch_bounds__(QT2_THREADS)
     cast_transpose_fp8_tiled_kernel(uint8_t *codes, uint8_t *codes_t, float *amax_out,
                                     const float *__restrict__ x, int rows, int cols, int tiles_c,
                                     const float *scale_p, float *part,
                                     const float *__restrict__ gbias,
-                                    const float *__restrict__ gx) {
+                                    const float *__restrict__ gx,
+                                    const uint16_t *__restrict__ gx16, uint16_t *save16) {
     __shared__ uint4 sm_t[QT2_C * QT2_R / 16]; /* [64 cols][4 groups of 16 row bytes] */
     uint32_t *sm_w = (uint32_t *)sm_t;         /* word (c, g, q) at c*16 + 4*(g^swz(c)) + q */
     const float scale = *scale_p;
@@ -220,8 +227,16 @@ __global__ void __launch_bounds__(QT2_THREADS)
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         v[i] = *(const float4 *)(xp + (size_t)i * cols);
+        const size_t e0 = (size_t)(r0 + 4 * mr + i) * cols + c0 + 4 * mc; /* v[i].x's index */
         if (GBWD) {
-            float4 u = *(const float4 *)(gx + (size_t)(r0 + 4 * mr + i) * cols + c0 + 4 * mc);
+            float4 u;
+            if (gx16) { /* GELU's input from its BF16 copy (which holds the bias) */
+                const uint2 w = *(const uint2 *)(gx16 + e0);
+                u = make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
+                                __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
+            } else {
+                u = *(const float4 *)(gx + e0);
+            }
             if (gbias) { /* GELU's input with the deferred bias, as gelu_backward_bias */
                 float4 bb = *(const float4 *)(gbias + c0 + 4 * mc);
                 u = make_float4(u.x + bb.x, u.y + bb.y, u.z + bb.z, u.w + bb.w);
@@ -234,6 +249,7 @@ __global__ void __launch_bounds__(QT2_THREADS)
                 float4 bb = *(const float4 *)(gbias + c0 + 4 * mc);
                 v[i] = make_float4(v[i].x + bb.x, v[i].y + bb.y, v[i].z + bb.z, v[i].w + bb.w);
             }
+            if (save16) *(uint2 *)(save16 + e0) = bf16x4_of(v[i]); /* GELU's input (bf16_pack) */
             v[i] = make_float4(gelu_dev(v[i].x), gelu_dev(v[i].y), gelu_dev(v[i].z),
                                gelu_dev(v[i].w));
         }
@@ -443,11 +459,11 @@ void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *ama
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                   tiles_c, scale, NULL, NULL, NULL);
+                                                   tiles_c, scale, NULL, NULL, NULL, NULL, NULL);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                   tiles_c, scale, NULL, NULL, NULL);
+                                                   tiles_c, scale, NULL, NULL, NULL, NULL, NULL);
     CUDA_LAUNCH_CHECK(s);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt,
                   scale);
@@ -467,11 +483,18 @@ __global__ void gelu_scratch_kernel(float *y, const float *__restrict__ x,
  * path): they apply GELU to what they load. Otherwise (plain, or only row-major codes wanted)
  * GELU's output goes through scratch and cuda_quantize, which gives the same codes. */
 void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                        const float *x, const float *bias, int rows, int cols, fp8_format fmt,
-                        const float *scale) {
+                        uint16_t *save16, const float *x, const float *bias, int rows, int cols,
+                        fp8_format fmt, const float *scale) {
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
     size_t n = (size_t)rows * cols;
+    int rows_f = rows / QT2_R * QT2_R, cols_f = cols / QT2_C * QT2_C;
+    /* GELU's BF16 copy from the tiled kernel where it covers x, else by bf16_pack */
+    const int save_tiled = save16 && rows_f == rows && cols_f == cols && aligned16(save16);
+    if (save16 && (s->plain || !codes_t || !save_tiled)) {
+        cuda_bf16_pack(b, save16, x, bias, rows, cols);
+        save16 = NULL;
+    }
     if (s->plain || !codes_t) {
         float *y = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
         gelu_scratch_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(y, x, bias, cols,
@@ -480,11 +503,11 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
         cuda_quantize(b, codes, codes_t, amax_out, y, rows, cols, fmt, scale);
         return;
     }
-    int rows_f = rows / QT2_R * QT2_R, cols_f = cols / QT2_C * QT2_C;
     int tiled_ok = cols % 4 == 0 && rows % 16 == 0 && aligned16(x) && aligned16(codes_t) &&
                    (!codes || aligned4(codes)) && rows_f > 0 && cols_f > 0 &&
                    (!bias || aligned16(bias));
     if (!tiled_ok) {
+        if (save16) cuda_bf16_pack(b, save16, x, bias, rows, cols);
         launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows, 0, cols, fmt, scale, 1,
                       bias);
         return;
@@ -494,11 +517,13 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, true, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                   tiles_c, scale, NULL, bias, NULL);
+                                                   tiles_c, scale, NULL, bias, NULL, NULL,
+                                                   save16);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, true, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                   tiles_c, scale, NULL, bias, NULL);
+                                                   tiles_c, scale, NULL, bias, NULL, NULL,
+                                                   save16);
     CUDA_LAUNCH_CHECK(s);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale,
                   1, bias);
@@ -528,11 +553,11 @@ void cuda_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, flo
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, true, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                   tiles_c, scale, part, NULL, NULL);
+                                                   tiles_c, scale, part, NULL, NULL, NULL, NULL);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, true, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                   tiles_c, scale, part, NULL, NULL);
+                                                   tiles_c, scale, part, NULL, NULL, NULL, NULL);
     CUDA_LAUNCH_CHECK(s);
     cuda_column_sums_finish(b, colsum, part, tiles_r, cols);
 }
@@ -542,14 +567,15 @@ void cuda_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, flo
  * (the unfused ops' bits) and quantize_colsum. */
 void cuda_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
                                         float *amax_out, float *colsum, const float *dout,
-                                        const float *x, const float *bias, int rows, int cols,
-                                        fp8_format fmt, const float *scale) {
+                                        const float *x, const uint16_t *x16, const float *bias,
+                                        int rows, int cols, fp8_format fmt, const float *scale) {
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
     int whole = !s->plain && codes_t && rows % QT2_R == 0 && cols % QT2_C == 0 &&
                 aligned16(dout) && aligned16(x) && (!bias || aligned16(bias)) &&
-                aligned16(codes_t) && (!codes || aligned4(codes));
+                aligned16(codes_t) && (!codes || aligned4(codes)) && aligned16(x16);
     if (!whole) {
+        x = cuda_gelu_x_f32(b, x, x16, (size_t)rows * cols);
         float *dx = (float *)cuda_scratch(b, SCR_ACT, (size_t)rows * cols * sizeof(float));
         if (bias)
             cuda_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
@@ -567,11 +593,11 @@ void cuda_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, true, true>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, dout, rows, cols,
-                                                   tiles_c, scale, part, bias, x);
+                                                   tiles_c, scale, part, bias, x, x16, NULL);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, true, true>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, dout, rows, cols,
-                                                   tiles_c, scale, part, bias, x);
+                                                   tiles_c, scale, part, bias, x, x16, NULL);
     CUDA_LAUNCH_CHECK(s);
     if (colsum) cuda_column_sums_finish(b, colsum, part, tiles_r, cols);
 }
@@ -979,6 +1005,8 @@ typedef struct {
     float *amax_out;
     float *part; /* COLSUM: [tiles_r, cols] */
     const float *x, *gx, *bias;
+    const uint16_t *gx16; /* DGELU: GELU's input as its BF16 copy (gx NULL, no bias) */
+    uint16_t *save16;     /* GELU: GELU's input written as BF16 here too (bf16_pack's bits) */
     unsigned *row_bits, *col_bits; /* ROW: |x| bit-pattern amaxes per row / column */
     int rows, cols, tiles_c;
     float fmt_max;
@@ -1003,12 +1031,21 @@ __device__ __forceinline__ void sq_load(float4 v[16], const sq_args &a, int r0, 
         const int r = r0 + 16 * ty + k;
         float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (col_ok && r < a.rows) {
-            t = *(const float4 *)(a.x + (size_t)r * a.cols + c);
+            const size_t e0 = (size_t)r * a.cols + c;
+            t = *(const float4 *)(a.x + e0);
             if (PRO == SQ_GELU) {
                 if (a.bias) t = make_float4(t.x + bb.x, t.y + bb.y, t.z + bb.z, t.w + bb.w);
+                if (a.save16) *(uint2 *)(a.save16 + e0) = bf16x4_of(t);
                 t = make_float4(gelu_dev(t.x), gelu_dev(t.y), gelu_dev(t.z), gelu_dev(t.w));
             } else if (PRO == SQ_DGELU) {
-                float4 u = *(const float4 *)(a.gx + (size_t)r * a.cols + c);
+                float4 u;
+                if (a.gx16) {
+                    const uint2 w = *(const uint2 *)(a.gx16 + e0);
+                    u = make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
+                                    __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
+                } else {
+                    u = *(const float4 *)(a.gx + e0);
+                }
                 if (a.bias) u = make_float4(u.x + bb.x, u.y + bb.y, u.z + bb.z, u.w + bb.w);
                 t = make_float4(gelu_grad(u.x, t.x), gelu_grad(u.y, t.y), gelu_grad(u.z, t.z),
                                 gelu_grad(u.w, t.w));
@@ -1269,9 +1306,10 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
         FP8T_FATAL("quantize_scaled: scaling %d is not a block kind", (int)q->scaling);
     }
     cuda_state *s = cuda_of(b);
-    const int pro = q->gelu ? SQ_GELU : q->gelu_x ? SQ_DGELU : SQ_PLAIN;
+    const int pro = q->gelu ? SQ_GELU : (q->gelu_x || q->gelu_x16) ? SQ_DGELU : SQ_PLAIN;
     const int fused = !s->plain && rows % 16 == 0 && cols % 4 == 0 && aligned16(q->x) &&
-                      (!q->gelu_x || aligned16(q->gelu_x)) && (!q->bias || aligned16(q->bias)) &&
+                      aligned16(q->gelu_x) && aligned16(q->gelu_x16) &&
+                      aligned16(q->gelu_save16) && (!q->bias || aligned16(q->bias)) &&
                       (!q->codes || aligned4(q->codes)) && (!q->codes_t || aligned16(q->codes_t));
     if (!fused) {
         /* the values in scratch where a prologue applies (the unfused ops' bits), then the
@@ -1280,14 +1318,17 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
         const float *v = q->x;
         if (pro != SQ_PLAIN) {
             float *y = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
+            const float *gx = cuda_gelu_x_f32(b, q->gelu_x, q->gelu_x16, n);
+            if (pro == SQ_GELU && q->gelu_save16)
+                cuda_bf16_pack(b, q->gelu_save16, q->x, q->bias, rows, cols);
             if (pro == SQ_GELU) {
                 gelu_scratch_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(
                     y, q->x, q->bias, cols, n);
                 CUDA_LAUNCH_CHECK(s);
             } else if (q->bias) {
-                cuda_gelu_backward_bias(b, y, q->gelu_x, q->bias, q->x, rows, cols);
+                cuda_gelu_backward_bias(b, y, gx, q->bias, q->x, rows, cols);
             } else {
-                cuda_gelu_backward(b, y, q->gelu_x, q->x, n);
+                cuda_gelu_backward(b, y, gx, q->x, n);
             }
             v = y;
         }
@@ -1309,6 +1350,7 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
     a.sinv = q->scale_inv, a.sinv_t = q->scale_inv_t;
     a.amax_out = q->amax_out;
     a.x = q->x, a.gx = q->gelu_x, a.bias = q->bias;
+    a.gx16 = q->gelu_x16, a.save16 = q->gelu_save16;
     a.rows = rows, a.cols = cols, a.tiles_c = tiles_c;
     a.fmt_max = q->fmt == FP8_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX;
     a.pow2 = q->pow2;
@@ -1323,12 +1365,14 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
             b, SCR_QUANT, ((size_t)rows + (size_t)cols) * sizeof(unsigned));
         a.row_bits = bits, a.col_bits = bits + rows;
         CUDA_CHECK(cudaMemsetAsync(bits, 0, ((size_t)rows + cols) * sizeof(unsigned), s->stream));
+        sq_args a1 = a;
+        a1.save16 = NULL; /* written by the second pass */
         if (pro == SQ_GELU)
-            scaled_amax_kernel<SQ_GELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
+            scaled_amax_kernel<SQ_GELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
         else if (pro == SQ_DGELU)
-            scaled_amax_kernel<SQ_DGELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
+            scaled_amax_kernel<SQ_DGELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
         else
-            scaled_amax_kernel<SQ_PLAIN><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
+            scaled_amax_kernel<SQ_PLAIN><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
         CUDA_LAUNCH_CHECK(s);
         a.amax_out = NULL; /* taken by the first pass */
     }
