@@ -162,7 +162,8 @@ static inline void t_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q
     r.out.pow2 = q->pow2;
     r.colsum = q->colsum;
     if (q->gelu) r.step = FP8T_STEP_GELU, r.save16 = q->gelu_save16;
-    if (q->gelu_x || q->gelu_x16) r.step = FP8T_STEP_DGELU, r.x2 = q->gelu_x, r.x2_16 = q->gelu_x16;
+    if (q->gelu_x || q->gelu_x16)
+        r.step = FP8T_STEP_DGELU, r.x2 = q->gelu_x, r.x2_16 = q->gelu_x16;
     r.bias = q->gelu || q->gelu_x || q->gelu_x16 ? q->bias : NULL;
     t_run(b, &r);
 }

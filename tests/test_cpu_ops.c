@@ -876,9 +876,9 @@ static void test_norm(int rms) {
     float *dx = dev_rand(nx, -1, 1), *dw = dev_rand(C, -1, 1), *db = dev_rand(C, -1, 1);
     float *dx0 = dev_copy(dx, nx), *dw0 = dev_copy(dw, C), *db0 = dev_copy(db, C);
     if (rms)
-        OPS->rmsnorm_backward(be, dx, dw, dout, x, w, rstd, N, C);
+        OPS->rmsnorm_backward(be, dx, dw, dout, x, NULL, w, rstd, N, C);
     else
-        OPS->layernorm_backward(be, dx, dw, db, dout, x, w, mean, rstd, N, C);
+        OPS->layernorm_backward(be, dx, dw, db, dout, x, NULL, w, mean, rstd, N, C);
     fd_grad(g, norm_ref, &ctx, in, 0, nx, nx, r);
     check_grad(rms ? "rmsnorm dx" : "layernorm dx", dx, dx0, g, nx, 1e-4);
     fd_grad(g, norm_ref, &ctx, in, 1, C, nx, r);
@@ -886,6 +886,30 @@ static void test_norm(int rms) {
     if (!rms) {
         fd_grad(g, norm_ref, &ctx, in, 2, C, nx, r);
         check_grad("layernorm dbias", db, db0, g, C, 1e-4);
+    }
+    /* x from its BF16 copy: the bits of the backward of that copy widened */
+    {
+        uint16_t *x16 = (uint16_t *)OPS->malloc(be, nx * sizeof(uint16_t));
+        float *xw = dev_floats(nx);
+        OPS->bf16_pack(be, x16, x, NULL, N, C);
+        OPS->bf16_unpack(be, xw, x16, nx);
+        float *a[2][3];
+        for (int v = 0; v < 2; v++) {
+            a[v][0] = dev_copy(dx0, nx), a[v][1] = dev_copy(dw0, C), a[v][2] = dev_copy(db0, C);
+            if (rms)
+                OPS->rmsnorm_backward(be, a[v][0], a[v][1], dout, v ? xw : NULL, v ? NULL : x16,
+                                      w, rstd, N, C);
+            else
+                OPS->layernorm_backward(be, a[v][0], a[v][1], a[v][2], dout, v ? xw : NULL,
+                                        v ? NULL : x16, w, mean, rstd, N, C);
+        }
+        T_CHECK(!memcmp(a[0][0], a[1][0], nx * 4) && !memcmp(a[0][1], a[1][1], C * 4) &&
+                    !memcmp(a[0][2], a[1][2], C * 4),
+                "%s backward from x's BF16 copy = from the copy widened", rms ? "rms" : "ln");
+        T_CHECK(memcmp(a[0][0], dx0, nx * 4) != 0, "the backward from x16 wrote dx");
+        for (int v = 0; v < 2; v++)
+            for (int k = 0; k < 3; k++) OPS->free(be, a[v][k]);
+        OPS->free(be, x16), OPS->free(be, xw);
     }
     for (int i = 0; i < 3; i++) free(in[i]);
     free(ref);
@@ -998,7 +1022,8 @@ static void test_swiglu(void) {
     OPS->swiglu_forward(be, out2, gate, up, g16, u16, n);
     OPS->bf16_pack(be, gp, gate, NULL, 1, (int)n);
     OPS->bf16_pack(be, up_p, up, NULL, 1, (int)n);
-    T_CHECK(bits_equal(out2, out, n * sizeof(float)), "swiglu_forward with saves: output differs");
+    T_CHECK(bits_equal(out2, out, n * sizeof(float)),
+            "swiglu_forward with saves: output differs");
     T_CHECK(bits_equal(g16, gp, n * 2) && bits_equal(u16, up_p, n * 2),
             "swiglu_forward's BF16 saves differ from bf16_pack's");
     OPS->bf16_unpack(be, gw, g16, n);
@@ -1006,9 +1031,7 @@ static void test_swiglu(void) {
     float *dg_ref = dev_floats(n), *du_ref = dev_floats(n), *dg2 = dev_floats(n),
           *du2 = dev_floats(n);
     OPS->swiglu_backward(be, dg_ref, du_ref, dout, gw, uw, NULL, NULL, n);
-    const struct {
-        int g16, u16;
-    } mix[] = {{1, 1}, {1, 0}, {0, 1}};
+    const struct { int g16, u16; } mix[] = {{1, 1}, {1, 0}, {0, 1}};
     for (size_t k = 0; k < sizeof mix / sizeof mix[0]; k++) {
         OPS->swiglu_backward(be, dg2, du2, dout, mix[k].g16 ? NULL : gw, mix[k].u16 ? NULL : uw,
                              mix[k].g16 ? g16 : NULL, mix[k].u16 ? u16 : NULL, n);
@@ -1382,8 +1405,8 @@ static void test_determinism_threads(void) {
         float *rdx_dw = p;
         p += 2 * C;
         (void)rdx_dw;
-        OPS->layernorm_backward(be, dx, dw, db, dout, x, w, mean, rstd, N, C);
-        OPS->rmsnorm_backward(be, dx, rdx_dw, dout, x, w, rstd, N, C);
+        OPS->layernorm_backward(be, dx, dw, db, dout, x, NULL, w, mean, rstd, N, C);
+        OPS->rmsnorm_backward(be, dx, rdx_dw, dout, x, NULL, w, rstd, N, C);
         OPS->bias_backward(be, dbias, dout, N, C);
         OPS->embedding_backward(be, dwte, dwpe, dout, tok, 8, N / 8, C);
         OPS->sum(be, &sums[0], xb, big);

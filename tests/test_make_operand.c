@@ -183,16 +183,15 @@ static outputs outputs_new(void) {
     const size_t n = (size_t)R * C, hb = fp8t_bf16_bytes(R, C);
     const size_t sf = fp8t_block_scale_floats(FP8T_SCALING_VEC128, R, C);
     const size_t sft = fp8t_block_scale_floats(FP8T_SCALING_VEC128, C, R);
-    outputs o = {zalloc(hb > n ? hb : n), zalloc(n),     zalloc(sf * 4),
-                 zalloc(sft * 4),         zalloc(4),     zalloc(C * 4),
-                 zalloc(n * 4),           zalloc(R * 4), zalloc(R * 4),
-                 zalloc(n * 2)};
+    outputs o = {
+        zalloc(hb > n ? hb : n), zalloc(n),     zalloc(sf * 4), zalloc(sft * 4), zalloc(4),
+        zalloc(C * 4),           zalloc(n * 4), zalloc(R * 4),  zalloc(R * 4),   zalloc(n * 2)};
     return o;
 }
 
 static void outputs_free(outputs *o) {
-    void *p[] = {o->data, o->data_t, o->si,   o->sit,  o->amax,
-                 o->colsum, o->sum,  o->mean, o->rstd, o->save16};
+    void *p[] = {o->data,   o->data_t, o->si,   o->sit,  o->amax,
+                 o->colsum, o->sum,    o->mean, o->rstd, o->save16};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) OPS->free(be, p[i]);
 }
 

@@ -356,16 +356,19 @@ typedef struct fp8t_backend_ops {
     void (*layernorm_forward)(fp8t_backend *b, float *out, float *mean, float *rstd,
                               const float *x, const float *w, const float *bias, int N, int C,
                               float eps);
-    /* dx += ..., dw += ..., dbias += ... */
+    /* dx += ..., dw += ..., dbias += ...; x16 (or NULL): the norm's input x as a BF16 copy
+     * [N, C] packed (bf16_pack's), read instead of x (NULL then) */
     void (*layernorm_backward)(fp8t_backend *b, float *dx, float *dw, float *dbias,
-                               const float *dout, const float *x, const float *w,
-                               const float *mean, const float *rstd, int N, int C);
+                               const float *dout, const float *x, const uint16_t *x16,
+                               const float *w, const float *mean, const float *rstd, int N,
+                               int C);
     /* out = x * rstd * w, rstd = 1/sqrt(mean(x^2)+eps); saves rstd[N] */
     void (*rmsnorm_forward)(fp8t_backend *b, float *out, float *rstd, const float *x,
                             const float *w, int N, int C, float eps);
-    /* dx += ..., dw += ... */
+    /* dx += ..., dw += ...; x16 as layernorm_backward's */
     void (*rmsnorm_backward)(fp8t_backend *b, float *dx, float *dw, const float *dout,
-                             const float *x, const float *w, const float *rstd, int N, int C);
+                             const float *x, const uint16_t *x16, const float *w,
+                             const float *rstd, int N, int C);
     /* out[N,OC] += bias[OC] broadcast */
     void (*bias_add)(fp8t_backend *b, float *out, const float *bias, int N, int OC);
     /* dbias[OC] += sum over rows of dout[N,OC] */

@@ -19,18 +19,18 @@
  * epsilon 0), fp8t_block_quantize_pow2's bit for bit; the amax as the amax op's, the column
  * sums as bias_backward's (a GPU: in a fixed order). */
 typedef struct {
-    uint8_t *codes;      /* [rows, cols] K-major along cols, or NULL (not wanted) */
-    float *scale_inv;    /* codes' scale_inv, scaling's layout for [rows, cols] */
-    uint8_t *codes_t;    /* [cols, rows] K-major along x's rows, or NULL */
-    float *scale_inv_t;  /* codes_t's scale_inv, scaling's layout for [cols, rows] */
-    float *amax_out;     /* may be NULL: max-accumulated with the values' amax (NaN wins) */
-    float *colsum;       /* may be NULL: += the values' column sums (bias_backward's) */
-    const float *x;      /* [rows, cols] */
-    int gelu;            /* the values are gelu(x (+ bias)) */
-    uint16_t *gelu_save16; /* with gelu (or NULL): bf16_pack(x, bias) written here too */
-    const float *gelu_x; /* or (NULL: neither) the values are gelu'(gelu_x (+ bias)) * x */
+    uint8_t *codes;           /* [rows, cols] K-major along cols, or NULL (not wanted) */
+    float *scale_inv;         /* codes' scale_inv, scaling's layout for [rows, cols] */
+    uint8_t *codes_t;         /* [cols, rows] K-major along x's rows, or NULL */
+    float *scale_inv_t;       /* codes_t's scale_inv, scaling's layout for [cols, rows] */
+    float *amax_out;          /* may be NULL: max-accumulated with the values' amax (NaN wins) */
+    float *colsum;            /* may be NULL: += the values' column sums (bias_backward's) */
+    const float *x;           /* [rows, cols] */
+    int gelu;                 /* the values are gelu(x (+ bias)) */
+    uint16_t *gelu_save16;    /* with gelu (or NULL): bf16_pack(x, bias) written here too */
+    const float *gelu_x;      /* or (NULL: neither) the values are gelu'(gelu_x (+ bias)) * x */
     const uint16_t *gelu_x16; /* or gelu_x as a BF16 copy [rows, cols] (gelu_x NULL, no bias) */
-    const float *bias;   /* [cols], with gelu or gelu_x; may be NULL */
+    const float *bias;        /* [cols], with gelu or gelu_x; may be NULL */
     int rows, cols;
     fp8t_fp8_scaling scaling; /* VEC128, BLK128 or ROW */
     fp8_format fmt;
@@ -123,8 +123,8 @@ typedef struct {
                             const float *scale);
     /* save16 / x16: the request's save16 / x2_16 (x NULL when x16 is given) */
     void (*quantize_gelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
-                          uint16_t *save16, const float *x, const float *bias, int rows,
-                          int cols, fp8_format fmt, const float *scale);
+                          uint16_t *save16, const float *x, const float *bias, int rows, int cols,
+                          fp8_format fmt, const float *scale);
     void (*quantize_dgelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                            float *colsum, const float *dout, const float *x, const uint16_t *x16,
                            const float *bias, int rows, int cols, fp8_format fmt,

@@ -292,17 +292,18 @@ static void w_layernorm_forward(fp8t_backend *b, float *o, float *mean, float *r
     TIMED(P_LN_FWD, ib->ops->layernorm_forward(ib, o, mean, rstd, x, w, bias, N, C, eps));
 }
 static void w_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *db, const float *d,
-                                 const float *x, const float *w, const float *mean,
-                                 const float *rstd, int N, int C) {
-    TIMED(P_LN_BWD, ib->ops->layernorm_backward(ib, dx, dw, db, d, x, w, mean, rstd, N, C));
+                                 const float *x, const uint16_t *x16, const float *w,
+                                 const float *mean, const float *rstd, int N, int C) {
+    TIMED(P_LN_BWD, ib->ops->layernorm_backward(ib, dx, dw, db, d, x, x16, w, mean, rstd, N, C));
 }
 static void w_rmsnorm_forward(fp8t_backend *b, float *o, float *rstd, const float *x,
                               const float *w, int N, int C, float eps) {
     TIMED(P_RMS_FWD, ib->ops->rmsnorm_forward(ib, o, rstd, x, w, N, C, eps));
 }
 static void w_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *d,
-                               const float *x, const float *w, const float *rstd, int N, int C) {
-    TIMED(P_RMS_BWD, ib->ops->rmsnorm_backward(ib, dx, dw, d, x, w, rstd, N, C));
+                               const float *x, const uint16_t *x16, const float *w,
+                               const float *rstd, int N, int C) {
+    TIMED(P_RMS_BWD, ib->ops->rmsnorm_backward(ib, dx, dw, d, x, x16, w, rstd, N, C));
 }
 static void w_bias_add(fp8t_backend *b, float *o, const float *bias, int N, int OC) {
     TIMED(P_BIAS_ADD, ib->ops->bias_add(ib, o, bias, N, OC));

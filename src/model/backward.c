@@ -15,7 +15,9 @@ static const void *model_attn_saved_for_backward(const fp8t_model *m, int l) {
     return m->attn_saved ? m->attn_saved[l] : NULL;
 }
 
-static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
+/* res_in / res_in16: ln1's input, in FP32 or as the previous layer's BF16 save of res3 */
+static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in,
+                                const uint16_t *res_in16) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
     const layer_tensors *p = &m->p.layer[l], *g = &m->g.layer[l];
@@ -31,7 +33,8 @@ static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
     const float *fch = fch16 ? NULL : model_save_restore(m, l, SV_FCH);
     float *atty = model_save_restore(m, l, SV_ATTY);
     const float *qkv = model_save_restore(m, l, SV_QKV);
-    const float *res2 = model_save_restore(m, l, SV_RES2);
+    const uint16_t *res2_16 = model_save_bf16(m, l, SV_RES2); /* read by the norm itself */
+    const float *res2 = res2_16 ? NULL : model_save_restore(m, l, SV_RES2);
     /* MLP: dres holds d(res3) = d(fc2 output) */
     linear_backward(m, lin0 + 3, a->dh1, g->fc2_w, g->fc2_b, a->dres, v.fch_act, p->fc2_w, N, H,
                     C);
@@ -41,19 +44,20 @@ static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in) {
     linear_backward_gelu(m, lin0 + 2, a->dc1, g->fc1_w, g->fc1_b, a->dh2, a->dh1, fch, fch16,
                          fch_has_bias ? NULL : p->fc1_b, v.ln2, p->fc1_w, N, C, H);
     /* dres becomes d(res2): the skip path plus the norm's contribution */
-    ops->layernorm_backward(be, a->dres, g->ln2_w, g->ln2_b, a->dc1, res2, p->ln2_w, v.ln2_mean,
-                            v.ln2_rstd, N, C);
+    ops->layernorm_backward(be, a->dres, g->ln2_w, g->ln2_b, a->dc1, res2, res2_16, p->ln2_w,
+                            v.ln2_mean, v.ln2_rstd, N, C);
     /* attention */
     linear_backward(m, lin0 + 1, a->dc1, g->proj_w, g->proj_b, a->dres, atty, p->proj_w, N, C, C);
     ops->attention_backward(be, a->dqkv, a->dc1, qkv, model_attn_saved_for_backward(m, l), atty,
                             v.lse, &v.attn);
     linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, g->qkv_b, a->dqkv, v.ln1, p->qkv_w, N, C,
                     3 * C);
-    ops->layernorm_backward(be, a->dres, g->ln1_w, g->ln1_b, a->dc1, res_in, p->ln1_w, v.ln1_mean,
-                            v.ln1_rstd, N, C);
+    ops->layernorm_backward(be, a->dres, g->ln1_w, g->ln1_b, a->dc1, res_in, res_in16, p->ln1_w,
+                            v.ln1_mean, v.ln1_rstd, N, C);
 }
 
-static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
+static void llama_block_backward(fp8t_model *m, int l, const float *res_in,
+                                 const uint16_t *res_in16) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
     const layer_tensors *p = &m->p.layer[l], *g = &m->g.layer[l];
@@ -68,7 +72,8 @@ static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
     const float *up = up16 ? NULL : model_save_restore(m, l, SV_UP);
     float *atty = model_save_restore(m, l, SV_ATTY);
     const float *qkv = model_save_restore(m, l, SV_QKV);
-    const float *res2 = model_save_restore(m, l, SV_RES2);
+    const uint16_t *res2_16 = model_save_bf16(m, l, SV_RES2); /* read by the norm itself */
+    const float *res2 = res2_16 ? NULL : model_save_restore(m, l, SV_RES2);
 
     /* SwiGLU MLP: dres holds d(res3) = d(down output) */
     linear_backward(m, lin0 + 4, a->dh1, g->down_w, NULL, a->dres, v.fch_act, p->down_w, N, H, C);
@@ -77,14 +82,16 @@ static void llama_block_backward(fp8t_model *m, int l, const float *res_in) {
     linear_backward(m, lin0 + 3, a->dc1, g->up_w, NULL, a->dh3, v.ln2, p->up_w, N, C, H);
     linear_backward(m, lin0 + 2, a->dc2, g->gate_w, NULL, a->dh2, v.ln2, p->gate_w, N, C, H);
     ops->add(be, a->dc1, a->dc1, a->dc2, v.NC); /* ln2 feeds both gate and up */
-    ops->rmsnorm_backward(be, a->dres, g->ln2_w, a->dc1, res2, p->ln2_w, v.ln2_rstd, N, C);
+    ops->rmsnorm_backward(be, a->dres, g->ln2_w, a->dc1, res2, res2_16, p->ln2_w, v.ln2_rstd, N,
+                          C);
     /* attention with RoPE */
     linear_backward(m, lin0 + 1, a->dc1, g->proj_w, NULL, a->dres, atty, p->proj_w, N, C, C);
     ops->attention_backward(be, a->dqkv, a->dc1, qkv, model_attn_saved_for_backward(m, l), atty,
                             v.lse, &v.attn);
     linear_backward(m, lin0 + 0, a->dc1, g->qkv_w, g->qkv_b, a->dqkv, v.ln1, p->qkv_w, N, C,
                     v.QKV);
-    ops->rmsnorm_backward(be, a->dres, g->ln1_w, a->dc1, res_in, p->ln1_w, v.ln1_rstd, N, C);
+    ops->rmsnorm_backward(be, a->dres, g->ln1_w, a->dc1, res_in, res_in16, p->ln1_w, v.ln1_rstd,
+                          N, C);
 }
 
 void fp8t_model_backward(fp8t_model *m, float dloss) {
@@ -143,24 +150,29 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
         linear_backward(m, head, a->dc1, model_head_w(&m->g), NULL, a->logits, a->lnf,
                         model_head_w(&m->p), N, C, V);
     ops->zero(be, a->dres, NC * sizeof(float));
-    /* the final norm's input: the last layer's res3 (restored from its BF16 copy) */
-    const float *res =
-        c->n_layer > 0 ? model_save_restore(m, c->n_layer - 1, SV_RES3) : a->encoded;
+    /* the final norm's input: the last layer's res3 (its BF16 copy read by the norm itself) */
+    const uint16_t *res16 = c->n_layer > 0 ? model_save_bf16(m, c->n_layer - 1, SV_RES3) : NULL;
+    const float *res = res16            ? NULL
+                       : c->n_layer > 0 ? model_save_restore(m, c->n_layer - 1, SV_RES3)
+                                        : a->encoded;
     if (c->arch == FP8T_ARCH_GPT2)
-        ops->layernorm_backward(be, a->dres, m->g.lnf_w, m->g.lnf_b, a->dc1, res, m->p.lnf_w,
-                                a->lnf_mean, a->lnf_rstd, N, C);
+        ops->layernorm_backward(be, a->dres, m->g.lnf_w, m->g.lnf_b, a->dc1, res, res16,
+                                m->p.lnf_w, a->lnf_mean, a->lnf_rstd, N, C);
     else
-        ops->rmsnorm_backward(be, a->dres, m->g.lnf_w, a->dc1, res, m->p.lnf_w, a->lnf_rstd, N,
-                              C);
+        ops->rmsnorm_backward(be, a->dres, m->g.lnf_w, a->dc1, res, res16, m->p.lnf_w,
+                              a->lnf_rstd, N, C);
     /* each grads_ready: the gradients from that layer to the end of the table are final */
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, c->n_layer);
     for (int l = c->n_layer - 1; l >= 0; l--) {
         /* ln1's input: the previous layer's res3 (its scratch is free again by now) */
-        const float *res_in = l == 0 ? a->encoded : model_save_restore(m, l - 1, SV_RES3);
+        const uint16_t *res_in16 = l == 0 ? NULL : model_save_bf16(m, l - 1, SV_RES3);
+        const float *res_in = res_in16 ? NULL
+                              : l == 0 ? a->encoded
+                                       : model_save_restore(m, l - 1, SV_RES3);
         if (c->arch == FP8T_ARCH_GPT2)
-            gpt2_block_backward(m, l, res_in);
+            gpt2_block_backward(m, l, res_in, res_in16);
         else
-            llama_block_backward(m, l, res_in);
+            llama_block_backward(m, l, res_in, res_in16);
         if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, l);
     }
     ops->embedding_backward(be, m->g.wte, c->arch == FP8T_ARCH_GPT2 ? m->g.wpe : NULL, a->dres,

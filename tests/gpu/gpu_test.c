@@ -700,11 +700,11 @@ static float *host_quant_data(size_t n, int specials) {
 static void test_quantize_gelu(void) {
     static const int sizes[][2] = {{3, 7}, {128, 768}, {144, 200}, {208, 1600}};
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
-        for (int variant = 0; variant < 3; variant++) {
+        for (int variant = 0; variant < 4; variant++) {
             int rows = sizes[si][0], cols = sizes[si][1];
             size_t n = (size_t)rows * cols;
             fp8_format fmt = variant == 1 ? FP8_E5M2 : FP8_E4M3;
-            int with_t = variant != 2;
+            int with_t = variant < 2; /* 2, 3: the row-major codes alone (one elementwise pass) */
             float *x = host_normal(n, 3.0f);
             float scale = fp8_format_max(fmt) / 8.0f, amax0 = 0.25f;
             dpair dx = dp_floats(x, n), ds = dp_floats(&scale, 1), da = dp_floats(&amax0, 1);
@@ -712,7 +712,7 @@ static void test_quantize_gelu(void) {
             dp_poison(dc, 1), dp_poison(dct, 1);
             float *hb = host_normal((size_t)cols, 0.5f);
             dpair db = dp_floats(hb, (size_t)cols);
-            const int with_bias = variant == 0; /* fc1's deferred bias */
+            const int with_bias = variant == 0 || variant == 3; /* fc1's deferred bias */
             FOR_BOTH t_quantize_gelu(be_, U8(dc), with_t ? U8(dct) : NULL, F(da), F(dx),
                                      with_bias ? F(db) : NULL, rows, cols, fmt, F(ds));
             char op[80], shape[32];
@@ -1280,14 +1280,15 @@ static void gelu_save_out_free(gelu_save_out *o) {
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) GPU->ops->free(GPU, p[i]);
 }
 
-/* r's outputs in o (fam 0: FP8 codes + codes_t with scale; 1: BF16; 2, 3: scaled) */
+/* r's outputs in o (fam 0: FP8 codes + codes_t with scale; 1: BF16; 2, 3: scaled; 4: FP8
+ * codes alone) */
 static fp8t_operand_req gelu_save_req(int fam, const gelu_save_out *o, const float *x,
                                       const float *scale, int rows, int cols) {
     fp8t_operand_req r =
-        t_fp8_req((uint8_t *)o->data, fam == 1 ? NULL : (uint8_t *)o->data_t, o->amax, x, rows,
-                  cols, FP8_E4M3, scale);
+        t_fp8_req((uint8_t *)o->data, fam == 1 || fam == 4 ? NULL : (uint8_t *)o->data_t, o->amax,
+                  x, rows, cols, FP8_E4M3, scale);
     if (fam == 1) r.out.format = FP8T_OPERAND_BF16, r.out.scale = NULL;
-    if (fam >= 2) {
+    if (fam == 2 || fam == 3) {
         r.out.scale = NULL;
         r.out.scaling = fam == 2 ? FP8T_SCALING_VEC128 : FP8T_SCALING_ROW;
         r.out.scale_inv = o->si, r.out.scale_inv_t = o->sit;
@@ -1300,11 +1301,11 @@ static void gelu_save_compare(const char *op, const char *shape, const gelu_save
     char name[96];
     snprintf(name, sizeof name, "%s operand", op);
     check_gpu_identical(name, shape, a->data, b->data, a->nd, why);
-    if (fam != 1) {
+    if (fam != 1 && fam != 4) {
         snprintf(name, sizeof name, "%s codes_t", op);
         check_gpu_identical(name, shape, a->data_t, b->data_t, a->n, why);
     }
-    if (fam >= 2) {
+    if (fam == 2 || fam == 3) {
         snprintf(name, sizeof name, "%s scales", op);
         check_gpu_identical(name, shape, a->si, b->si, a->ns * 4, why);
         snprintf(name, sizeof name, "%s scales_t", op);
@@ -1318,7 +1319,8 @@ static void gelu_save_compare(const char *op, const char *shape, const gelu_save
 
 static void test_gelu_bf16_save(void) {
     static const int sizes[][2] = {{256, 3072}, {128, 1600}, {37, 1001}};
-    static const char *const fams[4] = {"fp8", "bf16", "scaled 1x128", "scaled row"};
+    static const char *const fams[5] = {"fp8", "bf16", "scaled 1x128", "scaled row",
+                                        "fp8 codes only"};
     fp8t_backend *g = GPU;
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         const int rows = sizes[si][0], cols = sizes[si][1];
@@ -1334,14 +1336,15 @@ static void test_gelu_bf16_save(void) {
         uint16_t *ref16 = g->ops->malloc(g, n * 2);
         char shape[48];
         snprintf(shape, sizeof shape, "%dx%d", rows, cols);
-        for (int fam = 0; fam < 4; fam++) {
+        for (int fam = 0; fam < 5; fam++) {
             const fp8t_fp8_scaling kk = fam == 2   ? FP8T_SCALING_VEC128
                                         : fam == 3 ? FP8T_SCALING_ROW
                                                    : FP8T_SCALING_TENSOR;
             const int with_bias = fam != 1; /* the BF16 GELU kernel takes no bias */
             char op[96];
             /* forward: the GELU pass with and without the save */
-            gelu_save_out a = gelu_save_out_new(rows, cols, kk), b = gelu_save_out_new(rows, cols, kk);
+            gelu_save_out a = gelu_save_out_new(rows, cols, kk),
+                          b = gelu_save_out_new(rows, cols, kk);
             FOR_BOTH {
                 if (s_ == 0) { /* the CPU's save, for the cross-check */
                     be_->ops->bf16_pack(be_, U16(s16), F(dx), with_bias ? F(db) : NULL, rows,
@@ -2297,11 +2300,12 @@ static void test_norms(void) {
             void *gw0 = gpu_clone(dgw), *gb0 = gpu_clone(dgb), *gx0 = gpu_clone(dgx);
             FOR_BOTH {
                 if (rms)
-                    be_->ops->rmsnorm_backward(be_, F(dgx), F(dgw), F(dgo), F(dx), F(dw),
+                    be_->ops->rmsnorm_backward(be_, F(dgx), F(dgw), F(dgo), F(dx), NULL, F(dw),
                                                F(drstd), N, C);
                 else
                     be_->ops->layernorm_backward(be_, F(dgx), F(dgw), no_bias ? NULL : F(dgb),
-                                                 F(dgo), F(dx), F(dw), F(dmean), F(drstd), N, C);
+                                                 F(dgo), F(dx), NULL, F(dw), F(dmean), F(drstd),
+                                                 N, C);
             }
             snprintf(op, sizeof(op), "%s_backward dx", nm);
             check_f(op, shape, dgx, n, 1e-5);
@@ -2310,13 +2314,52 @@ static void test_norms(void) {
             if (!rms && !no_bias) check_f("layernorm_backward dbias", shape, dgb, C, 1e-5);
             if (!rms) {
                 GPU->ops->layernorm_backward(GPU, gx0, gw0, no_bias ? NULL : gb0, dgo.p[1],
-                                             dx.p[1], dw.p[1], dmean.p[1], drstd.p[1], N, C);
+                                             dx.p[1], NULL, dw.p[1], dmean.p[1], drstd.p[1], N,
+                                             C);
             } else {
-                GPU->ops->rmsnorm_backward(GPU, gx0, gw0, dgo.p[1], dx.p[1], dw.p[1], drstd.p[1],
-                                           N, C);
+                GPU->ops->rmsnorm_backward(GPU, gx0, gw0, dgo.p[1], dx.p[1], NULL, dw.p[1],
+                                           drstd.p[1], N, C);
             }
             snprintf(op, sizeof(op), "%s_backward dw", nm);
             check_same_bits(op, shape, gw0, dgw.p[1], (size_t)C * 4);
+            /* x read from its BF16 copy (a layer's BF16 save): the bytes of the backward of
+             * that copy widened (bf16_unpack) */
+            {
+                fp8t_backend *g = GPU;
+                uint16_t *x16 = g->ops->malloc(g, n * 2);
+                float *xw = g->ops->malloc(g, n * 4), *acc[2][3];
+                g->ops->bf16_pack(g, x16, dx.p[1], NULL, N, C);
+                g->ops->bf16_unpack(g, xw, x16, n);
+                for (int v = 0; v < 2; v++) {
+                    const float *hs[3] = {gx, gw, gb};
+                    const size_t ns[3] = {n, (size_t)C, (size_t)C};
+                    for (int k = 0; k < 3; k++) {
+                        acc[v][k] = g->ops->malloc(g, ns[k] * 4);
+                        g->ops->to_device(g, acc[v][k], hs[k], ns[k] * 4);
+                    }
+                    const float *xv = v ? xw : NULL;
+                    const uint16_t *x16v = v ? NULL : x16;
+                    if (rms)
+                        g->ops->rmsnorm_backward(g, acc[v][0], acc[v][1], dgo.p[1], xv, x16v,
+                                                 dw.p[1], drstd.p[1], N, C);
+                    else
+                        g->ops->layernorm_backward(g, acc[v][0], acc[v][1],
+                                                   no_bias ? NULL : acc[v][2], dgo.p[1], xv, x16v,
+                                                   dw.p[1], dmean.p[1], drstd.p[1], N, C);
+                }
+                const char *why = "from x's BF16 copy widened";
+                snprintf(op, sizeof(op), "%s_backward x16 dx", nm);
+                check_gpu_identical(op, shape, acc[0][0], acc[1][0], n * 4, why);
+                snprintf(op, sizeof(op), "%s_backward x16 dw", nm);
+                check_gpu_identical(op, shape, acc[0][1], acc[1][1], (size_t)C * 4, why);
+                if (!rms) {
+                    snprintf(op, sizeof(op), "%s_backward x16 dbias", nm);
+                    check_gpu_identical(op, shape, acc[0][2], acc[1][2], (size_t)C * 4, why);
+                }
+                for (int v = 0; v < 2; v++)
+                    for (int k = 0; k < 3; k++) g->ops->free(g, acc[v][k]);
+                g->ops->free(g, x16), g->ops->free(g, xw);
+            }
             GPU->ops->free(GPU, gw0), GPU->ops->free(GPU, gb0), GPU->ops->free(GPU, gx0);
             dp_free(dx), dp_free(dw), dp_free(db), dp_free(dout), dp_free(dmean), dp_free(drstd);
             dp_free(dgo), dp_free(dgx), dp_free(dgw), dp_free(dgb);
@@ -2435,8 +2478,8 @@ static void swiglu_saves(const char *shape, size_t n, dpair gate, dpair up, dpai
         FOR_BOTH be_->ops->swiglu_backward(be_, F(dg), F(du), F(dout), a16 ? NULL : F(gw),
                                            b16 ? NULL : F(uw), a16 ? U16(g16) : NULL,
                                            b16 ? U16(u16) : NULL, n);
-        snprintf(op, sizeof(op), "swiglu_backward from saves (%s%s%s) dgate",
-                 a16 ? "gate16" : "", a16 && b16 ? ", " : "", b16 ? "up16" : "");
+        snprintf(op, sizeof(op), "swiglu_backward from saves (%s%s%s) dgate", a16 ? "gate16" : "",
+                 a16 && b16 ? ", " : "", b16 ? "up16" : "");
         check_f(op, shape, dg, n, 1e-5);
         unsigned char *x = dl(1, dg.p[1], n * 4), *y = dl(1, dg_ref.p[1], n * 4);
         unsigned char *z = dl(1, du.p[1], n * 4), *w = dl(1, du_ref.p[1], n * 4);
@@ -3298,13 +3341,17 @@ static void observer_keeps_numerics(const fp8t_model_config *cfg, const int *tok
     char why[200] = "";
     if (!ok)
         snprintf(why, sizeof(why), "model create failed");
-    else if (memcmp(loss[0], loss[1], sizeof(loss[0])) || memcmp(norm[0], norm[1], sizeof(norm[0])))
-        snprintf(why, sizeof(why), "loss %.9g/%.9g, grad norm %.9g/%.9g without a hook vs %.9g/%.9g, "
-                 "%.9g/%.9g observed", loss[0][0], loss[0][1], norm[0][0], norm[0][1], loss[1][0],
-                 loss[1][1], norm[1][0], norm[1][1]);
+    else if (memcmp(loss[0], loss[1], sizeof(loss[0])) ||
+             memcmp(norm[0], norm[1], sizeof(norm[0])))
+        snprintf(why, sizeof(why),
+                 "loss %.9g/%.9g, grad norm %.9g/%.9g without a hook vs %.9g/%.9g, "
+                 "%.9g/%.9g observed",
+                 loss[0][0], loss[0][1], norm[0][0], norm[0][1], loss[1][0], loss[1][1],
+                 norm[1][0], norm[1][1]);
     else if (calls == 0)
         snprintf(why, sizeof(why), "the observer saw no Wgrad X site as NULL (no FP8 save of X)");
-    row("inspect: observer = no hook (bf16 saves)", "2 steps, loss + grad norm", 0, 0, !why[0], why);
+    row("inspect: observer = no hook (bf16 saves)", "2 steps, loss + grad norm", 0, 0, !why[0],
+        why);
 }
 
 static void test_inspect_observer_on_gpu(void) {

@@ -31,6 +31,7 @@ enum {
     CPU_SCRATCH_GRAD,        /* the fused GELU-backward ops' FP32 dx before the rounding */
     CPU_SCRATCH_OPERAND,     /* make_operand's composed values (a combination with no kernel) */
     CPU_SCRATCH_OPERAND_SUM, /* ... and its residual sum when the caller keeps none */
+    CPU_SCRATCH_NORM_X,      /* a norm backward's input widened from its BF16 copy */
     CPU_SCRATCH_COUNT
 };
 
@@ -169,12 +170,13 @@ void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out, 
                                     float *mean, float *rstd, const float *a, const float *c,
                                     const float *w, const float *bias, int N, int C, float eps);
 void cpu_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
-                            const float *dout, const float *x, const float *w, const float *mean,
-                            const float *rstd, int N, int C);
+                            const float *dout, const float *x, const uint16_t *x16,
+                            const float *w, const float *mean, const float *rstd, int N, int C);
 void cpu_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x, const float *w,
                          int N, int C, float eps);
 void cpu_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *dout,
-                          const float *x, const float *w, const float *rstd, int N, int C);
+                          const float *x, const uint16_t *x16, const float *w, const float *rstd,
+                          int N, int C);
 /* cpu_attention.c */
 void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved, const float *qkv,
                            const fp8t_attn_shape *s);

@@ -81,10 +81,20 @@ void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a
         cpu_to_bf16(b, (uint16_t *)out, NULL, o, rows, cols);
 }
 
+/* a norm backward's input: x, or its BF16 copy widened (exact) into scratch */
+static const float *norm_x(fp8t_backend *b, const float *x, const uint16_t *x16, int N, int C) {
+    if (!x16) return x;
+    const size_t n = (size_t)N * (size_t)C;
+    float *w = cpu_scratch(b, CPU_SCRATCH_NORM_X, n * sizeof(float)); /* [N, C] */
+    cpu_bf16_unpack(b, w, x16, n);
+    return w;
+}
+
 void cpu_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
-                            const float *dout, const float *x, const float *w, const float *mean,
-                            const float *rstd, int N, int C) {
-    (void)b;
+                            const float *dout, const float *x, const uint16_t *x16,
+                            const float *w, const float *mean, const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    x = norm_x(b, x, x16, N, C);
     /* dx: per row, dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd */
     if (dx) {
 #pragma omp parallel for schedule(static) if ((long)N * C > 16384)
@@ -148,8 +158,10 @@ void cpu_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *
 }
 
 void cpu_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *dout,
-                          const float *x, const float *w, const float *rstd, int N, int C) {
-    (void)b;
+                          const float *x, const uint16_t *x16, const float *w, const float *rstd,
+                          int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    x = norm_x(b, x, x16, N, C);
     /* dx += rstd * (dnorm - norm * mean(dnorm * norm)), dnorm = w * dout, norm = x * rstd */
     if (dx) {
 #pragma omp parallel for schedule(static) if ((long)N * C > 16384)

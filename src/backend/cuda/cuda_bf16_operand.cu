@@ -368,10 +368,9 @@ static void to_bf16_colsum_launch(fp8t_backend *b, uint16_t *out, float *amax_ou
     const int nchunks = (rows + COLSUM_ROWS - 1) / COLSUM_ROWS, G = cols / 8;
     float *part = (float *)cuda_scratch(b, SCR_COLSUM, (size_t)nchunks * cols * sizeof(float));
     dim3 grid((unsigned)((G + 31) / 32), (unsigned)nchunks), block(32, COLSUM_LANES);
-    to_bf16_colsum_kernel<GBWD>
-        <<<grid, block, 0, s->stream>>>((uint4 *)out, part, amax_out, (const float4 *)x,
-                                        (const float4 *)gx, (const uint4 *)gx16, gbias, rows,
-                                        fp8t_bf16_pad(rows), G);
+    to_bf16_colsum_kernel<GBWD><<<grid, block, 0, s->stream>>>(
+        (uint4 *)out, part, amax_out, (const float4 *)x, (const float4 *)gx, (const uint4 *)gx16,
+        gbias, rows, fp8t_bf16_pad(rows), G);
     CUDA_LAUNCH_CHECK(s);
     if (colsum) cuda_column_sums_finish(b, colsum, part, nchunks, cols);
 }

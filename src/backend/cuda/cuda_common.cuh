@@ -85,6 +85,7 @@ enum {
     SCR_ACT,        /* quantize_gelu's FP32 GELU output, where it is not fused */
     SCR_GELU_X,     /* a dGELU pass's GELU input widened from its BF16 copy, where the pass
                        reads FP32 (cuda_gelu_x_f32) */
+    SCR_NORM_X,     /* a norm backward's input widened from its BF16 copy (the row kernels) */
     SCR_COLSUM,     /* column-sum partials of to_bf16_colsum / quantize_colsum */
     SCR_STATS,      /* tensor_stats: block partials, tile scales, per-block results */
     SCR_COUNT
@@ -380,8 +381,8 @@ void cuda_fp8_decode(fp8t_backend *b, float *out, const uint8_t *codes, size_t n
 void cuda_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd, const float *x,
                             const float *w, const float *bias, int N, int C, float eps);
 void cuda_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
-                             const float *dout, const float *x, const float *w, const float *mean,
-                             const float *rstd, int N, int C);
+                             const float *dout, const float *x, const uint16_t *x16,
+                             const float *w, const float *mean, const float *rstd, int N, int C);
 void cuda_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                                  float *rstd, const float *x, const float *w, const float *bias,
                                  int N, int C, float eps);
@@ -391,7 +392,8 @@ void cuda_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out,
 void cuda_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x,
                           const float *w, int N, int C, float eps);
 void cuda_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *dout,
-                           const float *x, const float *w, const float *rstd, int N, int C);
+                           const float *x, const uint16_t *x16, const float *w, const float *rstd,
+                           int N, int C);
 /* Deterministic column sums: colsum[c] += sum_r x[r*C + c] (bias_backward; the norms use the
  * same two-pass scheme). */
 void cuda_column_sums(fp8t_backend *b, float *colsum, const float *x, int rows, int cols);

@@ -733,13 +733,15 @@ static int bwd_chunk_rows(int N) {
  *   part_w (if non-NULL): part_w[chunk][c] = sum over the chunk's rows, in order, of
  *     dout * norm (the original column-sum kernels' terms); part_b (LN, if non-NULL) likewise
  *     of dout.
- * dout, x, dx [N, C]; w [C]; mean (LN), rstd [N]; part_w, part_b [nchunks, C]. */
-template <int V, int MODE>
+ * dout, x, dx [N, C]; w [C]; mean (LN), rstd [N]; part_w, part_b [nchunks, C]. X16: x is read
+ * from its BF16 copy x16 [N, C] (8 bytes per float4 group) and widened, exactly. */
+template <int V, int MODE, bool X16>
 __global__ void __launch_bounds__(BWD_VEC_MAX_THREADS)
     norm_backward_vec_kernel(float *dx, float *part_w, float *part_b,
                              const float *__restrict__ dout, const float *__restrict__ x,
-                             const float *__restrict__ w, const float *__restrict__ mean,
-                             const float *__restrict__ rstd, int N, int C, int chunk_rows) {
+                             const uint16_t *__restrict__ x16, const float *__restrict__ w,
+                             const float *__restrict__ mean, const float *__restrict__ rstd,
+                             int N, int C, int chunk_rows) {
     /* per-warp row sums, two buffers used by alternate rows: the one __syncthreads per row
      * also orders a buffer's reads (row k) before its next writes (row k + 2) */
     __shared__ float2 red[2][BWD_VEC_MAX_THREADS / 32];
@@ -752,7 +754,8 @@ __global__ void __launch_bounds__(BWD_VEC_MAX_THREADS)
     for (int j = 0; j < 4 * V; j++) acc_w[j] = 0.0f, acc_b[j] = 0.0f;
     int buf = 0;
     for (int r = r0; r < r1; r++) {
-        const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)r * C);    /* [C4] */
+        const float4 *x4 = X16 ? NULL : reinterpret_cast<const float4 *>(x + (size_t)r * C);
+        const uint2 *x2 = X16 ? reinterpret_cast<const uint2 *>(x16 + (size_t)r * C) : NULL;
         const float4 *d4 = reinterpret_cast<const float4 *>(dout + (size_t)r * C); /* [C4] */
         float4 *o4 = dx ? reinterpret_cast<float4 *>(dx + (size_t)r * C) : NULL;   /* [C4] */
         /* every load of the row first (x, dout, w and the dx accumulator), then the math */
@@ -761,7 +764,15 @@ __global__ void __launch_bounds__(BWD_VEC_MAX_THREADS)
         for (int i = 0; i < V; i++) {
             int q = tid + T * i;
             float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            f4_unpack(xv + 4 * i, q < C4 ? x4[q] : zero);
+            if (X16) {
+                const uint2 h = q < C4 ? x2[q] : make_uint2(0u, 0u);
+                xv[4 * i] = __uint_as_float(h.x << 16);
+                xv[4 * i + 1] = __uint_as_float(h.x & 0xffff0000u);
+                xv[4 * i + 2] = __uint_as_float(h.y << 16);
+                xv[4 * i + 3] = __uint_as_float(h.y & 0xffff0000u);
+            } else {
+                f4_unpack(xv + 4 * i, q < C4 ? x4[q] : zero);
+            }
             f4_unpack(dv + 4 * i, q < C4 ? d4[q] : zero);
             f4_unpack(wv + 4 * i, o4 && q < C4 ? w4[q] : zero);
             f4_unpack(ov + 4 * i, o4 && q < C4 ? o4[q] : zero);
@@ -838,15 +849,16 @@ __global__ void __launch_bounds__(BWD_VEC_MAX_THREADS)
  * launched) when the shape or the pointers do not allow it. */
 template <int MODE>
 static int norm_backward_vec(fp8t_backend *b, float *dx, float *dw, float *dbias,
-                             const float *dout, const float *x, const float *w, const float *mean,
-                             const float *rstd, int N, int C) {
+                             const float *dout, const float *x, const uint16_t *x16,
+                             const float *w, const float *mean, const float *rstd, int N, int C) {
     if (C % 4 != 0) return 0;
     const int C4 = C / 4;
     const int V = C4 <= BWD_VEC_MAX_THREADS                   ? 1
                   : C4 <= 2 * BWD_VEC_MAX_THREADS             ? 2
                   : C4 <= BWD_VEC_MAX_V * BWD_VEC_MAX_THREADS ? BWD_VEC_MAX_V
                                                               : 0;
-    if (!V || !aligned16(dout) || !aligned16(x) || (dx && (!aligned16(dx) || !aligned16(w))))
+    if (!V || !aligned16(dout) || !aligned16(x) || ((uintptr_t)x16 & 7u) ||
+        (dx && (!aligned16(dx) || !aligned16(w))))
         return 0;
     if (MODE == NORM_RMS) dbias = NULL;
     cuda_state *s = cuda_of(b);
@@ -862,8 +874,12 @@ static int norm_backward_vec(fp8t_backend *b, float *dx, float *dw, float *dbias
         part_b = dbias ? part_w + per : NULL;
     }
 #define BWD_VEC_LAUNCH(VV)                                                                       \
-    norm_backward_vec_kernel<VV, MODE><<<nchunks, threads, 0, s->stream>>>(                      \
-        dx, part_w, part_b, dout, x, w, mean, rstd, N, C, chunk_rows)
+    if (x16)                                                                                     \
+        norm_backward_vec_kernel<VV, MODE, true><<<nchunks, threads, 0, s->stream>>>(            \
+            dx, part_w, part_b, dout, NULL, x16, w, mean, rstd, N, C, chunk_rows);               \
+    else                                                                                         \
+        norm_backward_vec_kernel<VV, MODE, false><<<nchunks, threads, 0, s->stream>>>(           \
+            dx, part_w, part_b, dout, x, NULL, w, mean, rstd, N, C, chunk_rows)
     if (V == 1)
         BWD_VEC_LAUNCH(1);
     else if (V == 2)
@@ -900,12 +916,23 @@ void cuda_column_sums(fp8t_backend *b, float *colsum, const float *x, int rows, 
     column_sums<COLSUM_PLAIN>(b, colsum, NULL, x, NULL, NULL, NULL, rows, cols);
 }
 
+/* the other kernels' x: x, or its BF16 copy widened into scratch */
+static const float *norm_x_f32(fp8t_backend *b, const float *x, const uint16_t *x16, int N,
+                               int C) {
+    if (!x16) return x;
+    const size_t n = (size_t)N * (size_t)C;
+    float *w = (float *)cuda_scratch(b, SCR_NORM_X, n * sizeof(float));
+    cuda_bf16_unpack(b, w, x16, n);
+    return w;
+}
+
 void cuda_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
-                             const float *dout, const float *x, const float *w, const float *mean,
-                             const float *rstd, int N, int C) {
+                             const float *dout, const float *x, const uint16_t *x16,
+                             const float *w, const float *mean, const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    if (norm_backward_vec<NORM_LN>(b, dx, dw, dbias, dout, x, w, mean, rstd, N, C)) return;
+    if (norm_backward_vec<NORM_LN>(b, dx, dw, dbias, dout, x, x16, w, mean, rstd, N, C)) return;
     cuda_state *s = cuda_of(b);
+    x = norm_x_f32(b, x, x16, N, C);
     if (dx) {
         int rows_per_block = NORM_THREADS / 32;
         layernorm_backward_dx_kernel<<<cdiv_u(N, rows_per_block), NORM_THREADS, 0, s->stream>>>(
@@ -921,10 +948,12 @@ void cuda_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias
 }
 
 void cuda_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *dout,
-                           const float *x, const float *w, const float *rstd, int N, int C) {
+                           const float *x, const uint16_t *x16, const float *w, const float *rstd,
+                           int N, int C) {
     if (N <= 0 || C <= 0) return;
-    if (norm_backward_vec<NORM_RMS>(b, dx, dw, NULL, dout, x, w, NULL, rstd, N, C)) return;
+    if (norm_backward_vec<NORM_RMS>(b, dx, dw, NULL, dout, x, x16, w, NULL, rstd, N, C)) return;
     cuda_state *s = cuda_of(b);
+    x = norm_x_f32(b, x, x16, N, C);
     if (dx) {
         int rows_per_block = NORM_THREADS / 32;
         rmsnorm_backward_dx_kernel<<<cdiv_u(N, rows_per_block), NORM_THREADS, 0, s->stream>>>(

@@ -143,10 +143,20 @@ __device__ __forceinline__ uint32_t fp8x4_enc_dev(float a, float b, float c, flo
  * CAST_THREADS * CAST_UNROLL float4; block 0 also does the last n % 4 elements. */
 #define CAST_THREADS 256
 #define CAST_UNROLL 4
-template <fp8_format FMT>
+/* 4 floats rounded to BF16 (nearest even) as 8 bytes: bf16_pack's bits */
+__device__ __forceinline__ uint2 bf16x4_of(float4 v) {
+    __nv_bfloat162 p = __floats2bfloat162_rn(v.x, v.y), q = __floats2bfloat162_rn(v.z, v.w);
+    return make_uint2(*(unsigned *)&p, *(unsigned *)&q);
+}
+
+/* GELU: the values cast are gelu_dev(x (+ bias[col])) (quantize_gelu's codes-only request, as
+ * bias_add then gelu_forward then this cast compute them); save16 (or NULL) keeps GELU's input
+ * in BF16 (bf16_pack's bits). Needs cols % 4 == 0 with a bias or save16. */
+template <fp8_format FMT, bool GELU>
 __global__ void __launch_bounds__(CAST_THREADS)
     cast_fp8_vec_kernel(uint8_t *codes, float *amax_out, const float *__restrict__ x, size_t n,
-                        const float *scale_p) {
+                        const float *scale_p, const float *__restrict__ bias, int cols,
+                        uint16_t *save16) {
     const float scale = *scale_p;
     const size_t n4 = n / 4;
     const float4 *x4 = (const float4 *)x;
@@ -157,6 +167,15 @@ __global__ void __launch_bounds__(CAST_THREADS)
     for (int u = 0; u < CAST_UNROLL; u++) {
         size_t i = base + (size_t)u * CAST_THREADS;
         v[u] = i < n4 ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (GELU && i < n4) {
+            if (bias) {
+                const float4 bb = *(const float4 *)(bias + (4 * i) % (size_t)cols);
+                v[u] = make_float4(v[u].x + bb.x, v[u].y + bb.y, v[u].z + bb.z, v[u].w + bb.w);
+            }
+            if (save16) ((uint2 *)save16)[i] = bf16x4_of(v[u]);
+            v[u] = make_float4(gelu_dev(v[u].x), gelu_dev(v[u].y), gelu_dev(v[u].z),
+                               gelu_dev(v[u].w));
+        }
     }
     unsigned m = 0; /* zeros for missing elements leave the max alone */
 #pragma unroll
@@ -170,6 +189,9 @@ __global__ void __launch_bounds__(CAST_THREADS)
     if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) {
         size_t i = n4 * 4 + threadIdx.x;
         float xi = x[i];
+        if (GELU) { /* cols % 4 == 0 leaves no tail where a bias or save16 is given */
+            xi = gelu_dev(xi);
+        }
         m = max(m, abs_bits_dev(xi));
         if (codes) codes[i] = fp8_enc_dev(xi * scale, FMT);
     }
@@ -201,19 +223,12 @@ __global__ void __launch_bounds__(CAST_THREADS)
  * COLSUM: part[tile row][c] = the sum of the tile's 64 values of column c (quantize_colsum):
  * each thread adds its 4 rows in order, then the 16 threads of a column group add theirs in
  * mr order (a fixed order: the result depends only on the shape). */
-/* 4 floats rounded to BF16 (nearest even) as 8 bytes: bf16_pack's bits */
-__device__ __forceinline__ uint2 bf16x4_of(float4 v) {
-    __nv_bfloat162 p = __floats2bfloat162_rn(v.x, v.y), q = __floats2bfloat162_rn(v.z, v.w);
-    return make_uint2(*(unsigned *)&p, *(unsigned *)&q);
-}
-
 template <fp8_format FMT, bool GELU, bool COLSUM, bool GBWD>
 __global__ void __launch_bounds__(QT2_THREADS)
     cast_transpose_fp8_tiled_kernel(uint8_t *codes, uint8_t *codes_t, float *amax_out,
                                     const float *__restrict__ x, int rows, int cols, int tiles_c,
                                     const float *scale_p, float *part,
-                                    const float *__restrict__ gbias,
-                                    const float *__restrict__ gx,
+                                    const float *__restrict__ gbias, const float *__restrict__ gx,
                                     const uint16_t *__restrict__ gx16, uint16_t *save16) {
     __shared__ uint4 sm_t[QT2_C * QT2_R / 16]; /* [64 cols][4 groups of 16 row bytes] */
     uint32_t *sm_w = (uint32_t *)sm_t;         /* word (c, g, q) at c*16 + 4*(g^swz(c)) + q */
@@ -433,11 +448,11 @@ void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *ama
                 (n / 4 + CAST_THREADS * CAST_UNROLL - 1) / (CAST_THREADS * CAST_UNROLL);
             unsigned grid = (unsigned)(blocks > 0 ? blocks : 1);
             if (fmt == FP8_E4M3)
-                cast_fp8_vec_kernel<FP8_E4M3>
-                    <<<grid, CAST_THREADS, 0, s->stream>>>(codes, amax_out, x, n, scale);
+                cast_fp8_vec_kernel<FP8_E4M3, false><<<grid, CAST_THREADS, 0, s->stream>>>(
+                    codes, amax_out, x, n, scale, NULL, cols, NULL);
             else
-                cast_fp8_vec_kernel<FP8_E5M2>
-                    <<<grid, CAST_THREADS, 0, s->stream>>>(codes, amax_out, x, n, scale);
+                cast_fp8_vec_kernel<FP8_E5M2, false><<<grid, CAST_THREADS, 0, s->stream>>>(
+                    codes, amax_out, x, n, scale, NULL, cols, NULL);
         } else {
             cast_fp8_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(codes, amax_out, x,
                                                                               n, fmt, scale, 0);
@@ -488,6 +503,22 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
     size_t n = (size_t)rows * cols;
+    if (!s->plain && !codes_t && aligned16(x) && (!codes || aligned4(codes)) &&
+        ((!bias && !save16) || (cols % 4 == 0 && aligned16(bias) && aligned16(save16)))) {
+        /* row-major codes only (a frozen forward's, the inference model's): one elementwise
+         * pass applying the bias and GELU to what it loads */
+        const size_t blocks =
+            (n / 4 + CAST_THREADS * CAST_UNROLL - 1) / (CAST_THREADS * CAST_UNROLL);
+        const unsigned grid = (unsigned)(blocks > 0 ? blocks : 1);
+        if (fmt == FP8_E4M3)
+            cast_fp8_vec_kernel<FP8_E4M3, true><<<grid, CAST_THREADS, 0, s->stream>>>(
+                codes, amax_out, x, n, scale, bias, cols, save16);
+        else
+            cast_fp8_vec_kernel<FP8_E5M2, true><<<grid, CAST_THREADS, 0, s->stream>>>(
+                codes, amax_out, x, n, scale, bias, cols, save16);
+        CUDA_LAUNCH_CHECK(s);
+        return;
+    }
     int rows_f = rows / QT2_R * QT2_R, cols_f = cols / QT2_C * QT2_C;
     /* GELU's BF16 copy from the tiled kernel where it covers x, else by bf16_pack */
     const int save_tiled = save16 && rows_f == rows && cols_f == cols && aligned16(save16);
@@ -1041,8 +1072,9 @@ __device__ __forceinline__ void sq_load(float4 v[16], const sq_args &a, int r0, 
                 float4 u;
                 if (a.gx16) {
                     const uint2 w = *(const uint2 *)(a.gx16 + e0);
-                    u = make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
-                                    __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
+                    u = make_float4(
+                        __uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
+                        __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
                 } else {
                     u = *(const float4 *)(a.gx + e0);
                 }
