@@ -187,6 +187,17 @@ __device__ __forceinline__ float bf16_round_dev(float x) {
     return __bfloat162float(__float2bfloat16_rn(x));
 }
 
+/* 4 floats rounded to BF16 (nearest even) as 8 bytes, bf16_pack's bits, and back (exact: a
+ * BF16 value is its bits in the high half of a float) */
+__device__ __forceinline__ uint2 bf16x4_of(float4 v) {
+    __nv_bfloat162 p = __floats2bfloat162_rn(v.x, v.y), q = __floats2bfloat162_rn(v.z, v.w);
+    return make_uint2(*(unsigned *)&p, *(unsigned *)&q);
+}
+__device__ __forceinline__ float4 f32x4_of_bf16(uint2 w) {
+    return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
+                       __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
+}
+
 /* GELU, the sigmoid form of the tanh approximation (see cpu_misc.c: no cancellation for
  * v < 0): gelu_forward and gelu_forward_bf16 both evaluate exactly this expression. */
 __device__ __forceinline__ float gelu_dev(float v) {

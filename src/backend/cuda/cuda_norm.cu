@@ -764,15 +764,10 @@ __global__ void __launch_bounds__(BWD_VEC_MAX_THREADS)
         for (int i = 0; i < V; i++) {
             int q = tid + T * i;
             float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (X16) {
-                const uint2 h = q < C4 ? x2[q] : make_uint2(0u, 0u);
-                xv[4 * i] = __uint_as_float(h.x << 16);
-                xv[4 * i + 1] = __uint_as_float(h.x & 0xffff0000u);
-                xv[4 * i + 2] = __uint_as_float(h.y << 16);
-                xv[4 * i + 3] = __uint_as_float(h.y & 0xffff0000u);
-            } else {
+            if (X16)
+                f4_unpack(xv + 4 * i, q < C4 ? f32x4_of_bf16(x2[q]) : zero);
+            else
                 f4_unpack(xv + 4 * i, q < C4 ? x4[q] : zero);
-            }
             f4_unpack(dv + 4 * i, q < C4 ? d4[q] : zero);
             f4_unpack(wv + 4 * i, o4 && q < C4 ? w4[q] : zero);
             f4_unpack(ov + 4 * i, o4 && q < C4 ? o4[q] : zero);

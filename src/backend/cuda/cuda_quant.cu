@@ -143,12 +143,6 @@ __device__ __forceinline__ uint32_t fp8x4_enc_dev(float a, float b, float c, flo
  * CAST_THREADS * CAST_UNROLL float4; block 0 also does the last n % 4 elements. */
 #define CAST_THREADS 256
 #define CAST_UNROLL 4
-/* 4 floats rounded to BF16 (nearest even) as 8 bytes: bf16_pack's bits */
-__device__ __forceinline__ uint2 bf16x4_of(float4 v) {
-    __nv_bfloat162 p = __floats2bfloat162_rn(v.x, v.y), q = __floats2bfloat162_rn(v.z, v.w);
-    return make_uint2(*(unsigned *)&p, *(unsigned *)&q);
-}
-
 /* GELU: the values cast are gelu_dev(x (+ bias[col])) (quantize_gelu's codes-only request, as
  * bias_add then gelu_forward then this cast compute them); save16 (or NULL) keeps GELU's input
  * in BF16 (bf16_pack's bits). Needs cols % 4 == 0 with a bias or save16. */
@@ -244,14 +238,9 @@ __global__ void __launch_bounds__(QT2_THREADS)
         v[i] = *(const float4 *)(xp + (size_t)i * cols);
         const size_t e0 = (size_t)(r0 + 4 * mr + i) * cols + c0 + 4 * mc; /* v[i].x's index */
         if (GBWD) {
-            float4 u;
-            if (gx16) { /* GELU's input from its BF16 copy (which holds the bias) */
-                const uint2 w = *(const uint2 *)(gx16 + e0);
-                u = make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
-                                __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
-            } else {
-                u = *(const float4 *)(gx + e0);
-            }
+            /* GELU's input, or its BF16 copy (which holds the bias) */
+            float4 u =
+                gx16 ? f32x4_of_bf16(*(const uint2 *)(gx16 + e0)) : *(const float4 *)(gx + e0);
             if (gbias) { /* GELU's input with the deferred bias, as gelu_backward_bias */
                 float4 bb = *(const float4 *)(gbias + c0 + 4 * mc);
                 u = make_float4(u.x + bb.x, u.y + bb.y, u.z + bb.z, u.w + bb.w);
@@ -1069,15 +1058,8 @@ __device__ __forceinline__ void sq_load(float4 v[16], const sq_args &a, int r0, 
                 if (a.save16) *(uint2 *)(a.save16 + e0) = bf16x4_of(t);
                 t = make_float4(gelu_dev(t.x), gelu_dev(t.y), gelu_dev(t.z), gelu_dev(t.w));
             } else if (PRO == SQ_DGELU) {
-                float4 u;
-                if (a.gx16) {
-                    const uint2 w = *(const uint2 *)(a.gx16 + e0);
-                    u = make_float4(
-                        __uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
-                        __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
-                } else {
-                    u = *(const float4 *)(a.gx + e0);
-                }
+                float4 u = a.gx16 ? f32x4_of_bf16(*(const uint2 *)(a.gx16 + e0))
+                                  : *(const float4 *)(a.gx + e0);
                 if (a.bias) u = make_float4(u.x + bb.x, u.y + bb.y, u.z + bb.z, u.w + bb.w);
                 t = make_float4(gelu_grad(u.x, t.x), gelu_grad(u.y, t.y), gelu_grad(u.z, t.z),
                                 gelu_grad(u.w, t.w));
