@@ -1285,6 +1285,30 @@ static void test_elementwise(void) {
     T_CHECK(bits_equal(a, out, n * 4), "add in place differs");
     OPS->accumulate(be, a0, c, n);
     T_CHECK(bits_equal(a0, out, n * 4), "accumulate differs from add");
+    /* add_bias without a bias is add, bit for bit; with one, a + (y + bias); the BF16 copy of
+     * the sum from the same call is bf16_pack's */
+    {
+        const int R = 100, C = 400; /* R * C == n */
+        float *bias = dev_rand(C, -1, 1), *o2 = dev_floats(n), *o3 = dev_floats(n);
+        uint16_t *h = OPS->malloc(be, n * 2), *h2 = OPS->malloc(be, n * 2);
+        OPS->add(be, o3, a0, c, n);
+        OPS->add_bias(be, o2, h, a0, c, NULL, R, C);
+        T_CHECK(bits_equal(o2, o3, n * 4), "add_bias without a bias differs from add");
+        OPS->bf16_pack(be, h2, o2, NULL, R, C);
+        T_CHECK(!memcmp(h, h2, n * 2), "add_bias's BF16 copy differs from bf16_pack's");
+        OPS->add_bias(be, o2, h, a0, c, bias, R, C);
+        bad = 0;
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < C; k++) {
+                const size_t i = (size_t)r * C + k;
+                bad += o2[i] != a0[i] + (c[i] + bias[k]);
+            }
+        T_CHECK(bad == 0, "add_bias: %d wrong", bad);
+        OPS->bf16_pack(be, h2, o2, NULL, R, C);
+        T_CHECK(!memcmp(h, h2, n * 2), "add_bias's BF16 copy (with a bias) differs");
+        OPS->free(be, bias), OPS->free(be, o2), OPS->free(be, o3);
+        OPS->free(be, h), OPS->free(be, h2);
+    }
     OPS->scale(be, out, -0.37f, n);
     bad = 0;
     for (size_t i = 0; i < n; i++) bad += out[i] != a0[i] * -0.37f;

@@ -176,22 +176,23 @@ static void test_composed(void) {
 typedef struct {
     void *data, *data_t;
     float *si, *sit, *amax, *colsum, *sum, *mean, *rstd;
-    uint16_t *save16;
+    uint16_t *save16, *sum16;
 } outputs;
 
 static outputs outputs_new(void) {
     const size_t n = (size_t)R * C, hb = fp8t_bf16_bytes(R, C);
     const size_t sf = fp8t_block_scale_floats(FP8T_SCALING_VEC128, R, C);
     const size_t sft = fp8t_block_scale_floats(FP8T_SCALING_VEC128, C, R);
-    outputs o = {
-        zalloc(hb > n ? hb : n), zalloc(n),     zalloc(sf * 4), zalloc(sft * 4), zalloc(4),
-        zalloc(C * 4),           zalloc(n * 4), zalloc(R * 4),  zalloc(R * 4),   zalloc(n * 2)};
+    outputs o = {zalloc(hb > n ? hb : n), zalloc(n),     zalloc(sf * 4),
+                 zalloc(sft * 4),         zalloc(4),     zalloc(C * 4),
+                 zalloc(n * 4),           zalloc(R * 4), zalloc(R * 4),
+                 zalloc(n * 2),           zalloc(n * 2)};
     return o;
 }
 
 static void outputs_free(outputs *o) {
-    void *p[] = {o->data,   o->data_t, o->si,   o->sit,  o->amax,
-                 o->colsum, o->sum,    o->mean, o->rstd, o->save16};
+    void *p[] = {o->data, o->data_t, o->si,   o->sit,    o->amax, o->colsum,
+                 o->sum,  o->mean,   o->rstd, o->save16, o->sum16};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) OPS->free(be, p[i]);
 }
 
@@ -209,6 +210,7 @@ static fp8t_operand_req into(fp8t_operand_req r, const outputs *o) {
     INTO(mean, o->mean);
     INTO(rstd, o->rstd);
     INTO(save16, o->save16);
+    INTO(sum16, o->sum16);
 #undef INTO
     return r;
 }
@@ -221,7 +223,8 @@ static int outputs_same(const outputs *a, const outputs *b) {
            same(a->si, b->si, sf * 4) && same(a->sit, b->sit, sft * 4) &&
            same(a->amax, b->amax, 4) && same(a->colsum, b->colsum, C * 4) &&
            same(a->sum, b->sum, n * 4) && same(a->mean, b->mean, R * 4) &&
-           same(a->rstd, b->rstd, R * 4) && same(a->save16, b->save16, n * 2);
+           same(a->rstd, b->rstd, R * 4) && same(a->save16, b->save16, n * 2) &&
+           same(a->sum16, b->sum16, n * 2);
 }
 
 /* r (a request a kernel makes) by make_operand and by the model's composition: the same bits */
@@ -257,6 +260,9 @@ static void test_model_composes(void) {
     check_composes("BF16 LayerNorm", &r, values);
     r.step = FP8T_STEP_ADD_LAYERNORM, r.x2 = x2, r.sum = nz;
     check_composes("BF16 add + LayerNorm", &r, values);
+    r.sum16 = (uint16_t *)nz;
+    check_composes("BF16 add + LayerNorm with the sum's BF16 copy", &r, values);
+    r.sum16 = NULL;
     r = fp8_req(FP8T_STEP_ADD_RMSNORM, x, nz, NULL, NULL);
     r.x2 = x2, r.bias = bias, r.sum = nz, r.norm_w = w, r.eps = 1e-6f;
     check_composes("FP8 add + RMSNorm (the inference kernel)", &r, values);

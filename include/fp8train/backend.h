@@ -205,6 +205,8 @@ typedef struct {
                              rmsnorm_forward keep (RMSNorm: rstd only) */
     float *colsum;      /* NULL, or += the values' column sums (bias_backward's: the bias
                              gradient from the pass that rounds dY) */
+    uint16_t *sum16;    /* ADD_* (or NULL): the sum's BF16 copy [rows, cols] packed too
+                             (bf16_pack's bits: a layer's save of the residual stream) */
     /* GELU's input kept for the backward in BF16 [rows, cols] packed (bf16_pack's layout), so
      * that neither direction needs a pass of its own over it: */
     uint16_t *save16;      /* GELU (or NULL): also write bf16_pack(x, bias) here */
@@ -430,8 +432,10 @@ typedef struct fp8t_backend_ops {
     /* out = a + c (out may alias a or c) */
     void (*add)(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
     /* out[N,OC] = a + (y + bias[OC] broadcast): bias_add on y then add, without writing y (the
-     * residual add taking the bias its linear left out); out may alias a */
-    void (*add_bias)(fp8t_backend *b, float *out, const float *a, const float *y,
+     * residual add taking the bias its linear left out); bias NULL: a + y (add's bits); out
+     * may alias a. out16 (or NULL): out's BF16 copy [N, OC] packed (bf16_pack's bits) from the
+     * same pass (a layer's BF16 save of the residual stream) */
+    void (*add_bias)(fp8t_backend *b, float *out, uint16_t *out16, const float *a, const float *y,
                      const float *bias, int N, int OC);
     /* out += x */
     void (*accumulate)(fp8t_backend *b, float *out, const float *x, size_t n);

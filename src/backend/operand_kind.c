@@ -64,8 +64,8 @@ int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_oper
                           r->eps);
         return 1;
     case FP8T_OPK_BF16_ADD_LAYERNORM:
-        k->bf16_add_layernorm(b, r->sum, h, o->amax, r->mean, r->rstd, r->x, r->x2, r->norm_w,
-                              r->norm_b, rows, cols, r->eps);
+        k->bf16_add_layernorm(b, r->sum, r->sum16, h, o->amax, r->mean, r->rstd, r->x, r->x2,
+                              r->norm_w, r->norm_b, rows, cols, r->eps);
         return 1;
     case FP8T_OPK_NORM_OPERAND: {
         const int add = r->step == FP8T_STEP_ADD_LAYERNORM || r->step == FP8T_STEP_ADD_RMSNORM;

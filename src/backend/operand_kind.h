@@ -70,7 +70,8 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
     const int add = st == FP8T_STEP_ADD_LAYERNORM || st == FP8T_STEP_ADD_RMSNORM;
     const int rms = st == FP8T_STEP_RMSNORM || st == FP8T_STEP_ADD_RMSNORM;
     /* side outputs only where their step makes them */
-    if ((r->sum && !add) || ((r->mean || r->rstd) && !norm)) return FP8T_OPK_COMPOSE;
+    if (((r->sum || r->sum16) && !add) || ((r->mean || r->rstd) && !norm))
+        return FP8T_OPK_COMPOSE;
     if (bf16 && o->data_t) return FP8T_OPK_COMPOSE; /* BF16 has one layout for both */
     /* the BF16 copy of GELU's input: written by a GELU pass, read by a dGELU pass (alone) */
     if ((r->save16 && st != FP8T_STEP_GELU) ||
@@ -88,7 +89,8 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
     if (bf16 && !o->data) return FP8T_OPK_COMPOSE;
     /* the inference model's producers: no amax (a fixed scale), no statistics, one layout */
     const int infer_ok = !o->data_t && !o->amax && !r->colsum;
-    if (norm && (rms ? !r->norm_b : 1) && !r->mean && !r->rstd && infer_ok && (add || !r->bias))
+    if (norm && (rms ? !r->norm_b : 1) && !r->mean && !r->rstd && infer_ok && (add || !r->bias) &&
+        !r->sum16)
         return FP8T_OPK_NORM_OPERAND;
     if (st == FP8T_STEP_SWIGLU)
         return infer_ok && !r->bias ? FP8T_OPK_SWIGLU_OPERAND : FP8T_OPK_COMPOSE;
@@ -141,9 +143,10 @@ typedef struct {
     void (*bf16_layernorm)(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                            float *rstd, const float *x, const float *w, const float *bias, int N,
                            int C, float eps);
-    void (*bf16_add_layernorm)(fp8t_backend *b, float *sum, uint16_t *out, float *amax_out,
-                               float *mean, float *rstd, const float *a, const float *c,
-                               const float *w, const float *bias, int N, int C, float eps);
+    void (*bf16_add_layernorm)(fp8t_backend *b, float *sum, uint16_t *sum16, uint16_t *out,
+                               float *amax_out, float *mean, float *rstd, const float *a,
+                               const float *c, const float *w, const float *bias, int N, int C,
+                               float eps);
     void (*norm_operand)(fp8t_backend *b, void *out, float *sum, const float *a, const float *y,
                          const float *ybias, const float *w, const float *bias, int rms, int rows,
                          int cols, float eps, const float *scale, fp8_format fmt);

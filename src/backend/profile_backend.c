@@ -355,9 +355,9 @@ static void w_softmax_xent_bf16(fp8t_backend *b, float *l, uint16_t *dl, float *
 static void w_add(fp8t_backend *b, float *o, const float *a, const float *c, size_t n) {
     TIMED(P_ADD, ib->ops->add(ib, o, a, c, n));
 }
-static void w_add_bias(fp8t_backend *b, float *o, const float *a, const float *y,
+static void w_add_bias(fp8t_backend *b, float *o, uint16_t *o16, const float *a, const float *y,
                        const float *bias, int N, int OC) {
-    TIMED(P_ADD_BIAS, ib->ops->add_bias(ib, o, a, y, bias, N, OC));
+    TIMED(P_ADD_BIAS, ib->ops->add_bias(ib, o, o16, a, y, bias, N, OC));
 }
 static void w_accumulate(fp8t_backend *b, float *o, const float *x, size_t n) {
     TIMED(P_ACCUMULATE, ib->ops->accumulate(ib, o, x, n));

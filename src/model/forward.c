@@ -49,11 +49,17 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
     model_layer_view(&v, m, l);
     const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
 
-    /* the norms write their output straight as qkv's / fc1's operand where they can */
-    const ln_input ln1 = {v.ln1_mean, v.ln1_rstd,           p->ln1_w, p->ln1_b, c->norm_eps,
-                          pend_a,     pend_a ? out_c : NULL};
+    /* the norms write their output straight as qkv's / fc1's operand where they can; the
+     * residual adds (the norms' or add_bias) write the residual stream's BF16 saves too */
+    const ln_input ln1 = {v.ln1_mean,
+                          v.ln1_rstd,
+                          p->ln1_w,
+                          p->ln1_b,
+                          c->norm_eps,
+                          pend_a,
+                          pend_a ? out_c : NULL,
+                          pend_a ? model_save_bf16(m, l - 1, SV_RES3) : NULL};
     linear_forward_ln(m, lin0 + 0, v.qkv, v.ln1, &ln1, res_in, p->qkv_w, p->qkv_b, N, C, 3 * C);
-    if (pend_a) model_save_store(m, l - 1, SV_RES3, NULL); /* the add ln1's pass made */
     model_save_store(m, l, SV_QKV, NULL);
     ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, &v.attn);
     model_save_store(m, l, SV_ATTY, NULL);
@@ -61,21 +67,22 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
     const int proj_defer = linear_residual_takes_bias(m, lin0 + 1);
     linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, proj_defer ? NULL : p->proj_b, N, C, C);
     /* the residual add: by ln2's pass (below) unless the bias goes in with it */
-    if (proj_defer) ops->add_bias(be, v.res2, res_in, out_c, p->proj_b, N, C);
+    uint16_t *res2_16 = model_save_bf16(m, l, SV_RES2), *res3_16 = model_save_bf16(m, l, SV_RES3);
+    if (proj_defer) ops->add_bias(be, v.res2, res2_16, res_in, out_c, p->proj_b, N, C);
     const ln_input ln2 = {v.ln2_mean,
                           v.ln2_rstd,
                           p->ln2_w,
                           p->ln2_b,
                           c->norm_eps,
                           proj_defer ? NULL : res_in,
-                          proj_defer ? NULL : out_c};
+                          proj_defer ? NULL : out_c,
+                          proj_defer ? NULL : res2_16};
     /* fc2 of gelu(fch): its rounding pass applies GELU where it can (no FP32 fch_act), and
      * with FP8 fc1 and fc2 fc1's bias too (fch then stays without it; the backward adds it) */
     const int defer = linear_gelu_takes_bias(m, lin0 + 2);
     m->gelu_bias_deferred[l] = defer;
     linear_forward_ln(m, lin0 + 2, v.fch, v.ln2, &ln2, v.res2, p->fc1_w, defer ? NULL : p->fc1_b,
                       N, C, H);
-    model_save_store(m, l, SV_RES2, NULL); /* written by now: by add_bias or ln2's pass */
     const int fc2_defer = linear_residual_takes_bias(m, lin0 + 3);
     /* fch's BF16 save (where the layer keeps one) from GELU's read of fch, not a bf16_pack pass
      * of its own; it holds GELU's whole input, fc1's bias included (the same bits as without
@@ -84,14 +91,12 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
                         model_save_bf16(m, l, SV_FCH), p->fc2_w, fc2_defer ? NULL : p->fc2_b, N,
                         H, C);
     if (fc2_defer) {
-        ops->add_bias(be, v.res3, v.res2, out_c, p->fc2_b, N, C);
-        model_save_store(m, l, SV_RES3, NULL);
+        ops->add_bias(be, v.res3, res3_16, v.res2, out_c, p->fc2_b, N, C);
         return 0;
     }
-    /* the next layer's ln1 adds (and keeps res3's copy) */
+    /* the next layer's ln1 adds (and writes res3's copy) */
     if (l + 1 < c->n_layer && !m->no_ln_fusion) return 1;
-    ops->add(be, v.res3, v.res2, out_c, v.NC);
-    model_save_store(m, l, SV_RES3, NULL);
+    ops->add_bias(be, v.res3, res3_16, v.res2, out_c, NULL, N, C);
     return 0;
 }
 
@@ -113,8 +118,7 @@ static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
     ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, &v.attn);
     model_save_store(m, l, SV_ATTY, NULL);
     linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, NULL, N, C, C);
-    ops->add(be, v.res2, res_in, out_c, v.NC);
-    model_save_store(m, l, SV_RES2, NULL);
+    ops->add_bias(be, v.res2, model_save_bf16(m, l, SV_RES2), res_in, out_c, NULL, N, C);
     ops->rmsnorm_forward(be, v.ln2, v.ln2_rstd, v.res2, p->ln2_w, N, C, c->norm_eps);
     linear_forward(m, lin0 + 2, gate, v.ln2, p->gate_w, NULL, N, C, H);
     linear_forward(m, lin0 + 3, v.up, v.ln2, p->up_w, NULL, N, C, H);
@@ -123,8 +127,7 @@ static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
     ops->swiglu_forward(be, v.fch_act, gate, v.up, model_save_bf16(m, l, SV_FCH),
                         model_save_bf16(m, l, SV_UP), v.NH_);
     linear_forward(m, lin0 + 4, out_c, v.fch_act, p->down_w, NULL, N, H, C);
-    ops->add(be, v.res3, v.res2, out_c, v.NC);
-    model_save_store(m, l, SV_RES3, NULL);
+    ops->add_bias(be, v.res3, model_save_bf16(m, l, SV_RES3), v.res2, out_c, NULL, N, C);
 }
 
 /* Tokens must index the vocabulary; targets too, or be negative (ignored). */

@@ -297,11 +297,7 @@ static int check_ready(const fp8t_infer *m, const char *what, char *err, size_t 
 static void blocks(fp8t_infer *m, int seq0, int nb, int T, att_mode mode) {
     inf_pending p = {NULL, NULL};
     for (int l = 0; l < m->cfg.n_layer; l++) layer_forward(m, l, seq0, nb, T, mode, &p);
-    const size_t n = (size_t)nb * T * m->C;
-    if (p.bias)
-        m->ops->add_bias(m->be, m->x, m->x, p.y, p.bias, nb * T, m->C);
-    else
-        m->ops->add(m->be, m->x, m->x, p.y, n);
+    m->ops->add_bias(m->be, m->x, NULL, m->x, p.y, p.bias, nb * T, m->C);
 }
 
 /* The layers of a decode step, then the final norm (with the last branch added) and the head

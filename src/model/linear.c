@@ -123,7 +123,7 @@ static void operand_step(const operand *op, fp8t_operand_req *r) {
     } else if (op->ln) {
         const ln_input *ln = op->ln;
         r->step = ln->res_a ? FP8T_STEP_ADD_LAYERNORM : FP8T_STEP_LAYERNORM;
-        if (ln->res_a) r->x = ln->res_a, r->x2 = ln->res_c, r->sum = op->x;
+        if (ln->res_a) r->x = ln->res_a, r->x2 = ln->res_c, r->sum = op->x, r->sum16 = ln->sum16;
         r->norm_w = ln->w, r->norm_b = ln->b, r->eps = ln->eps;
         r->mean = ln->mean, r->rstd = ln->rstd;
     }
@@ -673,7 +673,7 @@ void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln
         fprop(m, lin, Y, 0, x, &norm, W, bias, N, IN, OUT, 0);
         return;
     }
-    if (ln->res_a) m->ops->add(m->be, x, ln->res_a, ln->res_c, (size_t)N * (size_t)IN);
+    if (ln->res_a) m->ops->add_bias(m->be, x, ln->sum16, ln->res_a, ln->res_c, NULL, N, IN);
     m->ops->layernorm_forward(m->be, ln_out, ln->mean, ln->rstd, x, ln->w, ln->b, N, IN, ln->eps);
     fprop(m, lin, Y, 0, ln_out, NULL, W, bias, N, IN, OUT, 0);
 }

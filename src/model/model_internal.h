@@ -501,6 +501,7 @@ typedef struct {
     float eps;
     const float *res_a, *res_c; /* NULL, or the norm's input x is res_a + res_c [N, C]: the
                                    residual add, written to x by the norm's pass */
+    uint16_t *sum16;            /* with res_a (or NULL): x's BF16 copy too (a layer's save) */
 } ln_input;
 /* linear_forward of X = layernorm(x) (x [N, IN]): where the Fprop takes BF16 operands and
  * nothing needs the norm's output in FP32, the norm writes the operand itself

@@ -35,11 +35,10 @@ static void norm_values(const fp8t_backend_ops *o, fp8t_backend *be, const fp8t_
     const int rms = r->step == FP8T_STEP_RMSNORM || r->step == FP8T_STEP_ADD_RMSNORM;
     const float *s = r->x;
     if (add && r->x2) {
-        if (r->bias)
-            o->add_bias(be, r->sum, r->x, r->x2, r->bias, rows, cols);
-        else
-            o->add(be, r->sum, r->x, r->x2, (size_t)rows * (size_t)cols);
+        o->add_bias(be, r->sum, r->sum16, r->x, r->x2, r->bias, rows, cols);
         s = r->sum;
+    } else if (add && r->sum16) {
+        o->bf16_pack(be, r->sum16, r->x, NULL, rows, cols);
     }
     if (rms)
         o->rmsnorm_forward(be, v, r->rstd, s, r->norm_w, rows, cols, r->eps);

@@ -2248,6 +2248,24 @@ static void test_layernorm_bf16(void) {
                             h2, hb, "from the two-op path");
         check_gpu_identical("add_layernorm_forward_bf16 rstd == two-op", shape, dr.p[1], r2,
                             (size_t)N * 4, "from the two-op path");
+        /* the sum's BF16 copy from the same pass (sum16: a layer's residual save) */
+        {
+            uint16_t *s16 = GPU->ops->malloc(GPU, n * 2), *p16 = GPU->ops->malloc(GPU, n * 2);
+            float *sum2 = GPU->ops->malloc(GPU, n * 4);
+            fp8t_operand_req r = t_bf16_req(h2, NULL, dx.p[1], N, C);
+            r.step = FP8T_STEP_ADD_LAYERNORM;
+            r.x2 = dx2.p[1], r.sum = sum2, r.sum16 = s16;
+            r.norm_w = dw.p[1], r.norm_b = db.p[1], r.eps = 1e-5f, r.mean = m2, r.rstd = r2;
+            t_run(GPU, &r);
+            GPU->ops->bf16_pack(GPU, p16, dsum.p[1], NULL, N, C);
+            check_gpu_identical("add_layernorm_forward_bf16 sum16 == bf16_pack", shape, s16, p16,
+                                n * 2, "from bf16_pack of the sum");
+            check_gpu_identical("add_layernorm_forward_bf16 +sum16 operand", shape, dh.p[1], h2,
+                                hb, "from the pass without sum16");
+            check_gpu_identical("add_layernorm_forward_bf16 +sum16 sum", shape, dsum.p[1], sum2,
+                                n * 4, "from the pass without sum16");
+            GPU->ops->free(GPU, s16), GPU->ops->free(GPU, p16), GPU->ops->free(GPU, sum2);
+        }
         dp_free(dx2), dp_free(dsum);
         free(x2);
         GPU->ops->free(GPU, y), GPU->ops->free(GPU, m2), GPU->ops->free(GPU, r2);
@@ -2723,28 +2741,45 @@ static void test_softmax_xent_bf16(void) {
 static void test_add_bias(void) {
     static const int sizes[][2] = {{256, 768}, {37, 1001}, {5, 12}};
     for (size_t si = 0; si < 3; si++)
-        for (int alias = 0; alias < 2; alias++) {
+        for (int variant = 0; variant < 8; variant++) {
+            /* out aliasing a; with the bias (else add's sum); with the BF16 copy (a save) */
+            const int alias = variant & 1, with_bias = !(variant & 2), save = variant >> 2 & 1;
             int rows = sizes[si][0], cols = sizes[si][1];
             size_t n = (size_t)rows * cols;
-            char shape[40];
-            snprintf(shape, sizeof(shape), "%dx%d%s", rows, cols, alias ? " out=a" : "");
+            char shape[48];
+            snprintf(shape, sizeof(shape), "%dx%d%s%s%s", rows, cols, alias ? " out=a" : "",
+                     with_bias ? "" : " no bias", save ? " +bf16" : "");
             float *ha = host_normal(n, 2.0f), *hy = host_normal(n, 1.0f);
             float *hb = host_normal((size_t)cols, 0.5f);
             dpair da = dp_floats(ha, n), dy = dp_floats(hy, n), db = dp_floats(hb, (size_t)cols);
-            dpair dout = dp_alloc(n * 4);
+            dpair dout = dp_alloc(n * 4), d16 = dp_alloc(n * 2);
             dp_poison(dout, 0);
-            FOR_BOTH be_->ops->add_bias(be_, alias ? F(da) : F(dout), F(da), F(dy), F(db), rows,
-                                        cols);
+            FOR_BOTH be_->ops->add_bias(be_, alias ? F(da) : F(dout), save ? U16(d16) : NULL,
+                                        F(da), F(dy), with_bias ? F(db) : NULL, rows, cols);
             check_bits("add_bias", shape, alias ? da : dout, n * 4, 1);
             float *y2 = GPU->ops->malloc(GPU, n * 4), *o2 = GPU->ops->malloc(GPU, n * 4);
             GPU->ops->to_device(GPU, y2, hy, n * 4);
             GPU->ops->to_device(GPU, o2, ha, n * 4);
-            GPU->ops->bias_add(GPU, y2, db.p[1], rows, cols);
+            if (with_bias) GPU->ops->bias_add(GPU, y2, db.p[1], rows, cols);
             GPU->ops->add(GPU, o2, o2, y2, n);
-            check_gpu_identical("add_bias == bias_add + add", shape, alias ? da.p[1] : dout.p[1],
-                                o2, n * 4, "from the two-op path");
+            check_gpu_identical(with_bias ? "add_bias == bias_add + add" : "add_bias == add",
+                                shape, alias ? da.p[1] : dout.p[1], o2, n * 4,
+                                "from the two-op path");
+            if (save) {
+                uint16_t *p16 = GPU->ops->malloc(GPU, n * 2);
+                GPU->ops->bf16_pack(GPU, p16, o2, NULL, rows, cols);
+                check_gpu_identical("add_bias bf16 copy == bf16_pack", shape, d16.p[1], p16,
+                                    n * 2, "from bf16_pack of the sum");
+                GPU->ops->free(GPU, p16);
+                uint16_t *hc = dl(0, d16.p[0], n * 2), *hg = dl(1, d16.p[1], n * 2);
+                size_t mism = 0;
+                for (size_t k = 0; k < n; k++) mism += hc[k] != hg[k];
+                row("add_bias bf16 copy vs cpu", shape, (double)mism, 0.0, mism == 0,
+                    mism ? "BF16 words differ" : "");
+                free(hc), free(hg);
+            }
             GPU->ops->free(GPU, y2), GPU->ops->free(GPU, o2);
-            dp_free(da), dp_free(dy), dp_free(db), dp_free(dout);
+            dp_free(da), dp_free(dy), dp_free(db), dp_free(dout), dp_free(d16);
             free(ha), free(hy), free(hb);
         }
 }

@@ -166,9 +166,10 @@ void cpu_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rstd
 void cpu_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                                 float *rstd, const float *x, const float *w, const float *bias,
                                 int N, int C, float eps);
-void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out, float *amax_out,
-                                    float *mean, float *rstd, const float *a, const float *c,
-                                    const float *w, const float *bias, int N, int C, float eps);
+void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *sum16, uint16_t *out,
+                                    float *amax_out, float *mean, float *rstd, const float *a,
+                                    const float *c, const float *w, const float *bias, int N,
+                                    int C, float eps);
 void cpu_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
                             const float *dout, const float *x, const uint16_t *x16,
                             const float *w, const float *mean, const float *rstd, int N, int C);
@@ -244,8 +245,8 @@ void cpu_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, fl
                            const float *logits, int ld, const int *targets, int N, int V,
                            float dloss);
 void cpu_add(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
-void cpu_add_bias(fp8t_backend *b, float *out, const float *a, const float *y, const float *bias,
-                  int N, int OC);
+void cpu_add_bias(fp8t_backend *b, float *out, uint16_t *out16, const float *a, const float *y,
+                  const float *bias, int N, int OC);
 void cpu_accumulate(fp8t_backend *b, float *out, const float *x, size_t n);
 void cpu_scale(fp8t_backend *b, float *out, float s, size_t n);
 void cpu_sumsq(fp8t_backend *b, float *out, const float *x, size_t n);

@@ -376,14 +376,20 @@ void cpu_add(fp8t_backend *b, float *out, const float *a, const float *c, size_t
     for (size_t i = 0; i < n; i++) out[i] = a[i] + c[i];
 }
 
-void cpu_add_bias(fp8t_backend *b, float *out, const float *a, const float *y, const float *bias,
-                  int N, int OC) {
-    (void)b;
+void cpu_add_bias(fp8t_backend *b, float *out, uint16_t *out16, const float *a, const float *y,
+                  const float *bias, int N, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    if (!bias) {
+        cpu_add(b, out, a, y, (size_t)N * OC);
+    } else {
 #pragma omp parallel for schedule(static) if ((long)N * OC > PAR_MIN)
-    for (int r = 0; r < N; r++) {
-        const size_t o = (size_t)r * OC;
-        for (int c = 0; c < OC; c++) out[o + c] = a[o + c] + (y[o + c] + bias[c]);
+        for (int r = 0; r < N; r++) {
+            const size_t o = (size_t)r * OC;
+            for (int c = 0; c < OC; c++) out[o + c] = a[o + c] + (y[o + c] + bias[c]);
+        }
     }
+    /* the reference of the copy from the same pass: bf16_pack of the sum */
+    if (out16) cpu_bf16_pack(b, out16, out, NULL, N, OC);
 }
 
 void cpu_accumulate(fp8t_backend *b, float *out, const float *x, size_t n) {

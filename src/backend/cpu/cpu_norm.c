@@ -44,12 +44,13 @@ void cpu_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out,
     cpu_to_bf16(b, out, amax_out, y, N, C);
 }
 
-/* The reference: add, then layernorm_forward_bf16 */
-void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out, float *amax_out,
-                                    float *mean, float *rstd, const float *a, const float *c,
-                                    const float *w, const float *bias, int N, int C, float eps) {
+/* The reference: add (with the sum's BF16 copy), then layernorm_forward_bf16 */
+void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *sum16, uint16_t *out,
+                                    float *amax_out, float *mean, float *rstd, const float *a,
+                                    const float *c, const float *w, const float *bias, int N,
+                                    int C, float eps) {
     if (N <= 0 || C <= 0) return;
-    cpu_add(b, sum, a, c, (size_t)N * C);
+    cpu_add_bias(b, sum, sum16, a, c, NULL, N, C);
     cpu_layernorm_forward_bf16(b, out, amax_out, mean, rstd, sum, w, bias, N, C, eps);
 }
 
@@ -65,7 +66,7 @@ void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a
         /* [rows, cols] */
         float *s = sum ? sum : cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float));
         if (ybias)
-            cpu_add_bias(b, s, a, y, ybias, rows, cols);
+            cpu_add_bias(b, s, NULL, a, y, ybias, rows, cols);
         else
             cpu_add(b, s, a, y, n);
         x = s;

@@ -46,13 +46,11 @@ static const float *step_values(fp8t_backend *b, const fp8t_operand_req *r) {
         if (add && r->x2) {
             float *sum =
                 r->sum ? r->sum : cpu_scratch(b, CPU_SCRATCH_OPERAND_SUM, n * sizeof(float));
-            if (r->bias)
-                cpu_add_bias(b, sum, r->x, r->x2, r->bias, rows, cols);
-            else
-                cpu_add(b, sum, r->x, r->x2, n);
+            cpu_add_bias(b, sum, r->sum16, r->x, r->x2, r->bias, rows, cols);
             s = sum;
-        } else if (add && r->sum) {
-            memcpy(r->sum, r->x, n * sizeof(float));
+        } else if (add) {
+            if (r->sum) memcpy(r->sum, r->x, n * sizeof(float));
+            if (r->sum16) cpu_bf16_pack(b, r->sum16, r->x, NULL, rows, cols);
         }
         if (rms)
             cpu_rmsnorm_forward(b, v, r->rstd, s, r->norm_w, rows, cols, r->eps);

@@ -397,9 +397,10 @@ void cuda_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias
 void cuda_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                                  float *rstd, const float *x, const float *w, const float *bias,
                                  int N, int C, float eps);
-void cuda_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out, float *amax_out,
-                                     float *mean, float *rstd, const float *a, const float *c,
-                                     const float *w, const float *bias, int N, int C, float eps);
+void cuda_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *sum16, uint16_t *out,
+                                     float *amax_out, float *mean, float *rstd, const float *a,
+                                     const float *c, const float *w, const float *bias, int N,
+                                     int C, float eps);
 void cuda_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x,
                           const float *w, int N, int C, float eps);
 void cuda_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *dout,
@@ -478,8 +479,8 @@ void cuda_embedding_forward(fp8t_backend *b, float *out, const int *tokens, cons
 void cuda_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const float *dout,
                              const int *tokens, int B, int T, int C);
 void cuda_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC);
-void cuda_add_bias(fp8t_backend *b, float *out, const float *a, const float *y, const float *bias,
-                   int N, int OC);
+void cuda_add_bias(fp8t_backend *b, float *out, uint16_t *out16, const float *a, const float *y,
+                   const float *bias, int N, int OC);
 /* bias_add on out [N, ld] (ld >= OC; columns >= OC untouched) */
 void cuda_bias_add_ld(fp8t_backend *b, float *out, int ld, const float *bias, int N, int OC);
 void cuda_bias_backward(fp8t_backend *b, float *dbias, const float *dout, int N, int OC);

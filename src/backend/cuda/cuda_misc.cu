@@ -236,29 +236,40 @@ void cuda_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC
     cuda_bias_add_ld(b, out, OC, bias, N, OC);
 }
 
-/* out = a + (y + bias) over [N, units], laid out as bias_add_kernel's threads (each loads its
- * bias value once and walks rows); out may alias a. */
+/* one value or a float4 of them rounded to BF16 (nearest even) at unit i of a packed copy */
+__device__ __forceinline__ void store_bf16(uint16_t *o, size_t i, float v) {
+    o[i] = (uint16_t)(__float_as_uint(bf16_round_dev(v)) >> 16);
+}
+__device__ __forceinline__ void store_bf16(uint16_t *o, size_t i, float4 v) {
+    reinterpret_cast<uint2 *>(o)[i] = bf16x4_of(v);
+}
+
+/* out = a + (y + bias) over [N, units] (bias NULL: a + y), laid out as bias_add_kernel's
+ * threads (each loads its bias value once and walks rows); out may alias a; out16 (or NULL)
+ * gets the BF16 copy. */
 template <class V>
-__global__ void add_bias_kernel(V *out, const V *a, const V *__restrict__ y,
+__global__ void add_bias_kernel(V *out, uint16_t *out16, const V *a, const V *__restrict__ y,
                                 const V *__restrict__ bias, int N, int units) {
     unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= (unsigned)units) return;
-    V bc = bias[c];
+    V bc;
+    if (bias) bc = bias[c];
     size_t row_step = (size_t)gridDim.y * blockDim.y;
     for (size_t r = (size_t)blockIdx.y * blockDim.y + threadIdx.y; r < (size_t)N; r += row_step) {
         V t = y[r * units + c];
-        add_into(t, bc);
+        if (bias) add_into(t, bc);
         add_into(t, a[r * units + c]);
         out[r * units + c] = t;
+        if (out16) store_bf16(out16, r * units + c, t);
     }
 }
 
-void cuda_add_bias(fp8t_backend *b, float *out, const float *a, const float *y, const float *bias,
-                   int N, int OC) {
+void cuda_add_bias(fp8t_backend *b, float *out, uint16_t *out16, const float *a, const float *y,
+                   const float *bias, int N, int OC) {
     if (N <= 0 || OC <= 0) return;
     cuda_state *s = cuda_of(b);
-    const int vec =
-        OC % 4 == 0 && aligned16(out) && aligned16(a) && aligned16(y) && aligned16(bias);
+    const int vec = OC % 4 == 0 && aligned16(out) && aligned16(a) && aligned16(y) &&
+                    aligned16(bias) && ((uintptr_t)out16 & 7u) == 0;
     const int units = vec ? OC / 4 : OC;
     int tx = row_threads(units);
     dim3 block((unsigned)tx, (unsigned)(256 / tx));
@@ -270,9 +281,9 @@ void cuda_add_bias(fp8t_backend *b, float *out, const float *a, const float *y, 
     dim3 grid(col_blocks, (unsigned)(row_blocks < cap ? row_blocks : cap));
     if (vec)
         add_bias_kernel<float4>
-            <<<grid, block, 0, s->stream>>>(as4(out), as4(a), as4(y), as4(bias), N, units);
+            <<<grid, block, 0, s->stream>>>(as4(out), out16, as4(a), as4(y), as4(bias), N, units);
     else
-        add_bias_kernel<float><<<grid, block, 0, s->stream>>>(out, a, y, bias, N, units);
+        add_bias_kernel<float><<<grid, block, 0, s->stream>>>(out, out16, a, y, bias, N, units);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -426,9 +437,8 @@ __device__ __forceinline__ float4 in4_at(const float *f, const uint16_t *h, size
 
 /* [n] each; gate (up) NULL: from gate16 (up16) */
 __global__ void swiglu_backward_kernel(float *dgate, float *dup, const float *dout,
-                                       const float *gate, const float *up,
-                                       const uint16_t *gate16, const uint16_t *up16, size_t n,
-                                       size_t n4) {
+                                       const float *gate, const float *up, const uint16_t *gate16,
+                                       const uint16_t *up16, size_t n, size_t n4) {
     GRID_STRIDE(i, n4) {
         float4 g = in4_at(gate, gate16, i), u = in4_at(up, up16, i), d = as4(dout)[i];
         float4 dg, du;
@@ -516,9 +526,9 @@ void cuda_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float
                           const uint16_t *up16, size_t n) {
     if (!n) return;
     cuda_state *s = cuda_of(b);
-    size_t n4 = ew_groups(n, aligned16(dgate) && aligned16(dup) && aligned16(dout) &&
-                                 aligned16(gate) && aligned16(up) && aligned8(gate16) &&
-                                 aligned8(up16));
+    size_t n4 =
+        ew_groups(n, aligned16(dgate) && aligned16(dup) && aligned16(dout) && aligned16(gate) &&
+                         aligned16(up) && aligned8(gate16) && aligned8(up16));
     swiglu_backward_kernel<<<ew_vec_blocks(s, n, n4), EW_THREADS, 0, s->stream>>>(
         dgate, dup, dout, gate, up, gate16, up16, n, n4);
     CUDA_LAUNCH_CHECK(s);

@@ -105,7 +105,8 @@ template <int V, int MODE>
 __device__ __forceinline__ void
 norm_row_load(float (&v)[4 * V], float &mean, float &rstd, const float *x, int row, int C,
               float eps, int lane, const float *__restrict__ x2 = nullptr,
-              float *sum_out = nullptr, const float *__restrict__ x2b = nullptr) {
+              float *sum_out = nullptr, const float *__restrict__ x2b = nullptr,
+              uint16_t *sum16 = nullptr) {
     const int C4 = C >> 2;
     const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)row * C); /* [C4] */
 #pragma unroll
@@ -114,7 +115,7 @@ norm_row_load(float (&v)[4 * V], float &mean, float &rstd, const float *x, int r
         f4_unpack(v + 4 * i, q < C4 ? x4[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f));
     }
     if (x2) { /* the norm's input is x + x2 (add's arithmetic), or with x2b [C] x + (x2 + x2b)
-               * (add_bias's), written to sum_out when it is given */
+               * (add_bias's), written to sum_out when it is given (and to sum16 as BF16) */
         const float4 *y4 = reinterpret_cast<const float4 *>(x2 + (size_t)row * C);
         const float4 *yb4 = reinterpret_cast<const float4 *>(x2b);
         float4 *s4 = sum_out ? reinterpret_cast<float4 *>(sum_out + (size_t)row * C) : nullptr;
@@ -131,6 +132,9 @@ norm_row_load(float (&v)[4 * V], float &mean, float &rstd, const float *x, int r
                 }
                 for (int k = 0; k < 4; k++) v[4 * i + k] = v[4 * i + k] + y[k];
                 if (s4) s4[q] = f4_pack(v + 4 * i);
+                if (sum16)
+                    reinterpret_cast<uint2 *>(sum16 + (size_t)row * C)[q] = bf16x4_of(
+                        make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]));
             }
         }
     }
@@ -224,7 +228,8 @@ __global__ void __launch_bounds__(FWD_VEC_THREADS)
     norm_forward_bf16_vec_kernel(uint2 *out, float *amax_out, float *mean_out, float *rstd_out,
                                  const float *__restrict__ x, const float *__restrict__ w,
                                  const float *__restrict__ bias, int N, int rows_out, int C,
-                                 float eps, const float *__restrict__ x2, float *sum_out) {
+                                 float eps, const float *__restrict__ x2, float *sum_out,
+                                 uint16_t *sum16) {
     const int lane = threadIdx.x & 31, C4 = C >> 2;
     const float4 *w4 = reinterpret_cast<const float4 *>(w);    /* [C4] */
     const float4 *b4 = reinterpret_cast<const float4 *>(bias); /* [C4] or NULL */
@@ -237,7 +242,7 @@ __global__ void __launch_bounds__(FWD_VEC_THREADS)
             continue;
         }
         float v[4 * V], mean, rstd;
-        norm_row_load<V, MODE>(v, mean, rstd, x, row, C, eps, lane, x2, sum_out);
+        norm_row_load<V, MODE>(v, mean, rstd, x, row, C, eps, lane, x2, sum_out, nullptr, sum16);
 #pragma unroll
         for (int i = 0; i < V; i++) {
             int q = lane + 32 * i;
@@ -303,17 +308,19 @@ void cuda_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rst
 
 /* [add, then] LayerNorm straight into a BF16 operand where the fast kernel takes the shape
  * (C % 8 == 0, aligned pointers, C <= 4096); otherwise the FP32 result through scratch and
- * to_bf16. x2 (may be NULL): the input is x + x2, written to sum_out. */
+ * to_bf16. x2 (may be NULL): the input is x + x2, written to sum_out (and as BF16 to sum16,
+ * may be NULL). */
 static void layernorm_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
-                           float *rstd, float *sum_out, const float *x, const float *x2,
-                           const float *w, const float *bias, int N, int C, float eps) {
+                           float *rstd, float *sum_out, uint16_t *sum16, const float *x,
+                           const float *x2, const float *w, const float *bias, int N, int C,
+                           float eps) {
     if (N <= 0 || C <= 0) return;
     cuda_state *s = cuda_of(b);
     const int per_lane = (int)cdiv_u((size_t)(C / 4), 32); /* float4 per lane */
     if (s->plain || C % 8 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(w) ||
         (bias && !aligned16(bias)) || (x2 && (!aligned16(x2) || !aligned16(sum_out))) ||
-        per_lane > FWD_VEC_MAX_V) {
-        if (x2) cuda_add(b, sum_out, x, x2, (size_t)N * C);
+        ((uintptr_t)sum16 & 7u) || per_lane > FWD_VEC_MAX_V) {
+        if (x2) cuda_add_bias(b, sum_out, sum16, x, x2, NULL, N, C);
         float *y = (float *)cuda_scratch(b, SCR_ACT, (size_t)N * C * sizeof(float));
         cuda_layernorm_forward(b, y, mean, rstd, x2 ? sum_out : x, w, bias, N, C, eps);
         cuda_to_bf16_operand(b, out, amax_out, y, N, C);
@@ -325,7 +332,8 @@ static void layernorm_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, floa
 #define FWD16_CASE(V)                                                                            \
     if (per_lane <= (V)) {                                                                       \
         norm_forward_bf16_vec_kernel<V, NORM_LN><<<grid, FWD_VEC_THREADS, 0, s->stream>>>(       \
-            (uint2 *)out, amax_out, mean, rstd, x, w, bias, N, rows_out, C, eps, x2, sum_out);   \
+            (uint2 *)out, amax_out, mean, rstd, x, w, bias, N, rows_out, C, eps, x2, sum_out,    \
+            x2 ? sum16 : NULL);                                                                  \
         CUDA_LAUNCH_CHECK(s);                                                                    \
         return;                                                                                  \
     }
@@ -344,13 +352,14 @@ static void layernorm_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, floa
 void cuda_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                                  float *rstd, const float *x, const float *w, const float *bias,
                                  int N, int C, float eps) {
-    layernorm_bf16(b, out, amax_out, mean, rstd, NULL, x, NULL, w, bias, N, C, eps);
+    layernorm_bf16(b, out, amax_out, mean, rstd, NULL, NULL, x, NULL, w, bias, N, C, eps);
 }
 
-void cuda_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *out, float *amax_out,
-                                     float *mean, float *rstd, const float *a, const float *c,
-                                     const float *w, const float *bias, int N, int C, float eps) {
-    layernorm_bf16(b, out, amax_out, mean, rstd, sum, a, c, w, bias, N, C, eps);
+void cuda_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *sum16, uint16_t *out,
+                                     float *amax_out, float *mean, float *rstd, const float *a,
+                                     const float *c, const float *w, const float *bias, int N,
+                                     int C, float eps) {
+    layernorm_bf16(b, out, amax_out, mean, rstd, sum, sum16, a, c, w, bias, N, C, eps);
 }
 
 void cuda_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x,
@@ -481,7 +490,7 @@ void cuda_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *
     if (y) {
         float *t = sum ? sum : (float *)cuda_scratch(b, SCR_GEMM_C, n * sizeof(float));
         if (ybias)
-            cuda_add_bias(b, t, a, y, ybias, N, C);
+            cuda_add_bias(b, t, NULL, a, y, ybias, N, C);
         else
             cuda_add(b, t, a, y, n);
         x = t;
