@@ -2,8 +2,9 @@
  * micro-batches add up; activation gradients live in one layer's worth of scratch:
  *   dres [N, C]  gradient of the residual stream, carried from block to block
  *   dc1, dc2 [N, C], dqkv [N, 3C], dh1..dh3 [N, H]  gradients inside one block
- * The layer saves a forward kept in BF16 are widened back to FP32 (model_save_restore) into
- * one layer's scratch each as the layer's backward starts. */
+ * The layer saves a forward kept in BF16 are read as they are by the ops that take them (fc1's
+ * fused GELU backward, SwiGLU's backward, the norms' backward), or widened back to FP32
+ * (model_save_restore) into one layer's scratch each as the layer's backward starts. */
 #include <math.h>
 #include <string.h>
 

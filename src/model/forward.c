@@ -9,9 +9,11 @@
  * tracking and the debug hooks see all of them, the head included.
  * ln1, ln2 and fch_act (v.ln1, ...) are per-layer buffers only where a Wgrad will read them in
  * FP32; elsewhere they share one layer's scratch, and the Wgrad reads the FP8 codes of them
- * its linear's Fprop saved (the plan's save_x). qkv, atty, fch (gate) and up are written to
- * their layer's FP32 copy, or to one layer's scratch of which model_save_store keeps a BF16
- * copy (or nothing, qkv where the backend keeps its own attention state). */
+ * its linear's Fprop saved (the plan's save_x). qkv, atty, fch (gate), up, res2 and res3 are
+ * written to their layer's FP32 copy, or to one layer's scratch and a BF16 copy (or nothing,
+ * qkv where the backend keeps its own attention state): the copy written by the pass that
+ * makes or reads the values anyway (fc2's GELU pass, SwiGLU, the residual adds), else by
+ * model_save_store (qkv, atty). */
 #include <math.h>
 #include <string.h>
 
