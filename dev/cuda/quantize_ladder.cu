@@ -76,9 +76,9 @@ void cuda_bf16_pack(fp8t_backend *, uint16_t *, const float *, const float *, in
     fprintf(stderr, "quantize_ladder: cuda_bf16_pack is not part of the ladder\n");
     exit(1);
 }
-const float *cuda_gelu_x_f32(fp8t_backend *, const float *x, const uint16_t *x16, size_t) {
+const float *cuda_bf16_widen(fp8t_backend *, int, const float *x, const uint16_t *x16, size_t) {
     if (!x16) return x;
-    fprintf(stderr, "quantize_ladder: cuda_gelu_x_f32 is not part of the ladder\n");
+    fprintf(stderr, "quantize_ladder: cuda_bf16_widen is not part of the ladder\n");
     exit(1);
 }
 

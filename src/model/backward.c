@@ -16,6 +16,16 @@ static const void *model_attn_saved_for_backward(const fp8t_model *m, int l) {
     return m->attn_saved ? m->attn_saved[l] : NULL;
 }
 
+/* Layer l's input from the residual stream (l = L: the final norm's): the embedding output,
+ * or layer l-1's res3, whose BF16 save the norm's backward reads as it is */
+static const float *residual_in(fp8t_model *m, int l, const uint16_t **x16) {
+    if (l == 0) {
+        *x16 = NULL;
+        return m->a.encoded;
+    }
+    return model_save_read(m, l - 1, SV_RES3, 1, x16);
+}
+
 /* res_in / res_in16: ln1's input, in FP32 or as the previous layer's BF16 save of res3 */
 static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in,
                                 const uint16_t *res_in16) {
@@ -27,15 +37,14 @@ static void gpt2_block_backward(fp8t_model *m, int l, const float *res_in,
     model_layer_view(&v, m, l);
     const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
 
-    /* the saves this layer's backward reads (model_save_restore), each in its own scratch;
-     * fch's BF16 save read by fc1's fused GELU backward itself where it runs */
-    const uint16_t *fch16 =
-        linear_dgelu_fused(m, lin0 + 2, g->fc1_b != NULL) ? model_save_bf16(m, l, SV_FCH) : NULL;
-    const float *fch = fch16 ? NULL : model_save_restore(m, l, SV_FCH);
+    /* the saves this layer's backward reads, each in its own scratch or (fch where fc1's fused
+     * GELU backward runs, res2 for the norm) as the BF16 copy itself */
+    const uint16_t *fch16, *res2_16;
+    const float *fch =
+        model_save_read(m, l, SV_FCH, linear_dgelu_fused(m, lin0 + 2, g->fc1_b != NULL), &fch16);
     float *atty = model_save_restore(m, l, SV_ATTY);
     const float *qkv = model_save_restore(m, l, SV_QKV);
-    const uint16_t *res2_16 = model_save_bf16(m, l, SV_RES2); /* read by the norm itself */
-    const float *res2 = res2_16 ? NULL : model_save_restore(m, l, SV_RES2);
+    const float *res2 = model_save_read(m, l, SV_RES2, 1, &res2_16);
     /* MLP: dres holds d(res3) = d(fc2 output) */
     linear_backward(m, lin0 + 3, a->dh1, g->fc2_w, g->fc2_b, a->dres, v.fch_act, p->fc2_w, N, H,
                     C);
@@ -66,15 +75,14 @@ static void llama_block_backward(fp8t_model *m, int l, const float *res_in,
     layer_view v;
     model_layer_view(&v, m, l);
     const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
-    /* the saves this layer's backward reads (model_save_restore), each in its own scratch;
-     * gate and up [N, H] not where they are BF16: SwiGLU's backward reads those as they are */
-    const uint16_t *gate16 = model_save_bf16(m, l, SV_FCH), *up16 = model_save_bf16(m, l, SV_UP);
-    const float *gate = gate16 ? NULL : model_save_restore(m, l, SV_FCH);
-    const float *up = up16 ? NULL : model_save_restore(m, l, SV_UP);
+    /* the saves this layer's backward reads, each in its own scratch or (gate and up for
+     * SwiGLU's backward, res2 for the norm) as the BF16 copy itself */
+    const uint16_t *gate16, *up16, *res2_16;
+    const float *gate = model_save_read(m, l, SV_FCH, 1, &gate16);
+    const float *up = model_save_read(m, l, SV_UP, 1, &up16);
     float *atty = model_save_restore(m, l, SV_ATTY);
     const float *qkv = model_save_restore(m, l, SV_QKV);
-    const uint16_t *res2_16 = model_save_bf16(m, l, SV_RES2); /* read by the norm itself */
-    const float *res2 = res2_16 ? NULL : model_save_restore(m, l, SV_RES2);
+    const float *res2 = model_save_read(m, l, SV_RES2, 1, &res2_16);
 
     /* SwiGLU MLP: dres holds d(res3) = d(down output) */
     linear_backward(m, lin0 + 4, a->dh1, g->down_w, NULL, a->dres, v.fch_act, p->down_w, N, H, C);
@@ -152,10 +160,8 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
                         model_head_w(&m->p), N, C, V);
     ops->zero(be, a->dres, NC * sizeof(float));
     /* the final norm's input: the last layer's res3 (its BF16 copy read by the norm itself) */
-    const uint16_t *res16 = c->n_layer > 0 ? model_save_bf16(m, c->n_layer - 1, SV_RES3) : NULL;
-    const float *res = res16            ? NULL
-                       : c->n_layer > 0 ? model_save_restore(m, c->n_layer - 1, SV_RES3)
-                                        : a->encoded;
+    const uint16_t *res16;
+    const float *res = residual_in(m, c->n_layer, &res16);
     if (c->arch == FP8T_ARCH_GPT2)
         ops->layernorm_backward(be, a->dres, m->g.lnf_w, m->g.lnf_b, a->dc1, res, res16,
                                 m->p.lnf_w, a->lnf_mean, a->lnf_rstd, N, C);
@@ -166,10 +172,8 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, c->n_layer);
     for (int l = c->n_layer - 1; l >= 0; l--) {
         /* ln1's input: the previous layer's res3 (its scratch is free again by now) */
-        const uint16_t *res_in16 = l == 0 ? NULL : model_save_bf16(m, l - 1, SV_RES3);
-        const float *res_in = res_in16 ? NULL
-                              : l == 0 ? a->encoded
-                                       : model_save_restore(m, l - 1, SV_RES3);
+        const uint16_t *res_in16;
+        const float *res_in = residual_in(m, l, &res_in16);
         if (c->arch == FP8T_ARCH_GPT2)
             gpt2_block_backward(m, l, res_in, res_in16);
         else

@@ -809,10 +809,11 @@ void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *d
                           const float *dact, const float *pre, const uint16_t *pre16,
                           const float *pre_bias, float *X, const float *W, int N, int IN,
                           int OUT) {
-    FP8T_CHECK(!pre16 || (!pre && !pre_bias && linear_dgelu_fused(m, lin, dbias != NULL)),
+    const int fused = linear_dgelu_fused(m, lin, dbias != NULL);
+    FP8T_CHECK(!pre16 || (!pre && !pre_bias && fused),
                "GELU's input from its BF16 save: only in the fused GELU backward, which the "
                "save's bias is in (linear_dgelu_fused)");
-    if (linear_dgelu_fused(m, lin, dbias != NULL)) {
+    if (fused) {
         backward(m, lin, dX, dW, dbias, (float *)dact, pre, pre16, pre_bias, dpre, X, W, N, IN,
                  OUT);
         return;

@@ -188,6 +188,12 @@ uint16_t *model_save_bf16(const fp8t_model *m, int l, layer_save k) {
     return m->sv_kind[l][k] == SAVE_BF16 ? m->sv16[l][k] : NULL;
 }
 
+const float *model_save_read(fp8t_model *m, int l, layer_save k, int takes16,
+                             const uint16_t **x16) {
+    *x16 = takes16 ? model_save_bf16(m, l, k) : NULL;
+    return *x16 ? NULL : model_save_restore(m, l, k);
+}
+
 float *model_save_fwd(const fp8t_model *m, int l, layer_save k) {
     return m->sv_kind[l][k] == SAVE_F32 ? m->sv32[l][k] : m->sv_scratch[k];
 }

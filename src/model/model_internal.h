@@ -415,6 +415,10 @@ uint16_t *model_save_bf16(const fp8t_model *m, int l, layer_save k);
  * widened into the scratch (valid until the next restore of k); the scratch, unread, when
  * nothing was kept. */
 float *model_save_restore(fp8t_model *m, int l, layer_save k);
+/* Backward, for a reader that can take the BF16 copy as it is (takes16): *x16 = that copy and
+ * NULL returned where the layer keeps one, else *x16 = NULL and model_save_restore's values */
+const float *model_save_read(fp8t_model *m, int l, layer_save k, int takes16,
+                             const uint16_t **x16);
 fp8t_module model_lin_module(const fp8t_model *m, int lin);
 
 /* The LM head's weight [V, C]: lm_head.w when untied, else wte (params or grads) */

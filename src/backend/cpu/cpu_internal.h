@@ -32,6 +32,8 @@ enum {
     CPU_SCRATCH_OPERAND,     /* make_operand's composed values (a combination with no kernel) */
     CPU_SCRATCH_OPERAND_SUM, /* ... and its residual sum when the caller keeps none */
     CPU_SCRATCH_NORM_X,      /* a norm backward's input widened from its BF16 copy */
+    /* (the fused GELU backward's GELU input widened likewise goes in CPU_SCRATCH_ACT, which
+     * its bias-free path leaves unused) */
     CPU_SCRATCH_COUNT
 };
 
@@ -156,6 +158,10 @@ void cpu_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n);
 void cpu_bf16_pack(fp8t_backend *b, uint16_t *out, const float *x, const float *bias, int rows,
                    int cols);
 void cpu_bf16_unpack(fp8t_backend *b, float *out, const uint16_t *x, size_t n);
+/* An input in FP32: x itself, or its BF16 copy x16 (x NULL: a layer's save) widened into
+ * scratch slot `slot` (bf16_unpack's values) */
+const float *cpu_bf16_widen(fp8t_backend *b, int slot, const float *x, const uint16_t *x16,
+                            size_t n);
 void cpu_to_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
                  int cols);
 void cpu_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,

@@ -172,16 +172,6 @@ void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *
     }
 }
 
-/* GELU's input for a backward: x, or its BF16 copy x16 widened into scratch (bf16_unpack) */
-static const float *gelu_x_of(fp8t_backend *b, const float *x, const uint16_t *x16, int rows,
-                              int cols) {
-    if (!x16) return x;
-    const size_t n = (size_t)rows * (size_t)cols;
-    float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
-    cpu_bf16_unpack(b, y, x16, n);
-    return y;
-}
-
 /* The references of the fused GELU backward: dx into scratch (gelu_backward, or
  * gelu_backward_bias with a bias), then the rounding op with its column sums. */
 static const float *gelu_backward_scratch(fp8t_backend *b, const float *dout, const float *x,
@@ -200,7 +190,7 @@ void cpu_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t 
                                        const float *x, const uint16_t *x16, const float *bias,
                                        int rows, int cols, fp8_format fmt, const float *scale) {
     if (rows <= 0 || cols <= 0) return;
-    x = gelu_x_of(b, x, x16, rows, cols);
+    x = cpu_bf16_widen(b, CPU_SCRATCH_ACT, x, x16, (size_t)rows * cols);
     const float *dx = gelu_backward_scratch(b, dout, x, bias, rows, cols);
     cpu_quantize(b, codes, codes_t, amax_out, dx, rows, cols, fmt, scale);
     if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);
@@ -220,7 +210,7 @@ void cpu_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
         cpu_gelu_forward(b, y, gelu_input(b, y, q->x, q->bias, rows, cols), n);
         v = y;
     } else if (q->gelu_x || q->gelu_x16) {
-        const float *gx = gelu_x_of(b, q->gelu_x, q->gelu_x16, rows, cols);
+        const float *gx = cpu_bf16_widen(b, CPU_SCRATCH_ACT, q->gelu_x, q->gelu_x16, n);
         v = gelu_backward_scratch(b, q->x, gx, q->bias, rows, cols);
     }
     if (q->colsum) cpu_bias_backward(b, q->colsum, v, rows, cols);
@@ -237,7 +227,7 @@ void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_o
                                    const float *dout, const float *x, const uint16_t *x16,
                                    const float *bias, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
-    x = gelu_x_of(b, x, x16, rows, cols);
+    x = cpu_bf16_widen(b, CPU_SCRATCH_ACT, x, x16, (size_t)rows * cols);
     const float *dx = gelu_backward_scratch(b, dout, x, bias, rows, cols);
     cpu_to_bf16(b, out, amax_out, dx, rows, cols);
     if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);

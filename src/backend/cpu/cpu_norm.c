@@ -65,10 +65,7 @@ void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a
     if (y) {
         /* [rows, cols] */
         float *s = sum ? sum : cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float));
-        if (ybias)
-            cpu_add_bias(b, s, NULL, a, y, ybias, rows, cols);
-        else
-            cpu_add(b, s, a, y, n);
+        cpu_add_bias(b, s, NULL, a, y, ybias, rows, cols); /* no ybias: add's sum */
         x = s;
     }
     float *o = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
@@ -82,20 +79,11 @@ void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a
         cpu_to_bf16(b, (uint16_t *)out, NULL, o, rows, cols);
 }
 
-/* a norm backward's input: x, or its BF16 copy widened (exact) into scratch */
-static const float *norm_x(fp8t_backend *b, const float *x, const uint16_t *x16, int N, int C) {
-    if (!x16) return x;
-    const size_t n = (size_t)N * (size_t)C;
-    float *w = cpu_scratch(b, CPU_SCRATCH_NORM_X, n * sizeof(float)); /* [N, C] */
-    cpu_bf16_unpack(b, w, x16, n);
-    return w;
-}
-
 void cpu_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
                             const float *dout, const float *x, const uint16_t *x16,
                             const float *w, const float *mean, const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    x = norm_x(b, x, x16, N, C);
+    x = cpu_bf16_widen(b, CPU_SCRATCH_NORM_X, x, x16, (size_t)N * C);
     /* dx: per row, dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd */
     if (dx) {
 #pragma omp parallel for schedule(static) if ((long)N * C > 16384)
@@ -162,7 +150,7 @@ void cpu_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *do
                           const float *x, const uint16_t *x16, const float *w, const float *rstd,
                           int N, int C) {
     if (N <= 0 || C <= 0) return;
-    x = norm_x(b, x, x16, N, C);
+    x = cpu_bf16_widen(b, CPU_SCRATCH_NORM_X, x, x16, (size_t)N * C);
     /* dx += rstd * (dnorm - norm * mean(dnorm * norm)), dnorm = w * dout, norm = x * rstd */
     if (dx) {
 #pragma omp parallel for schedule(static) if ((long)N * C > 16384)

@@ -158,6 +158,14 @@ void cpu_bf16_unpack(fp8t_backend *b, float *out, const uint16_t *x, size_t n) {
     bf16_decode_n(out, x, n);
 }
 
+const float *cpu_bf16_widen(fp8t_backend *b, int slot, const float *x, const uint16_t *x16,
+                            size_t n) {
+    if (!x16) return x;
+    float *w = cpu_scratch(b, slot, n * sizeof(float)); /* [n] */
+    bf16_decode_n(w, x16, n);
+    return w;
+}
+
 void cpu_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n) {
     (void)b;
     bf16_round(out, x, n);

@@ -170,45 +170,29 @@ void cuda_bf16_unpack(fp8t_backend *b, float *out, const uint16_t *x, size_t n) 
     CUDA_LAUNCH_CHECK(s);
 }
 
-const float *cuda_gelu_x_f32(fp8t_backend *b, const float *x, const uint16_t *x16, size_t n) {
+const float *cuda_bf16_widen(fp8t_backend *b, int slot, const float *x, const uint16_t *x16,
+                             size_t n) {
     if (!x16) return x;
-    float *y = (float *)cuda_scratch(b, SCR_GELU_X, n * sizeof(float));
+    float *y = (float *)cuda_scratch(b, slot, n * sizeof(float));
     cuda_bf16_unpack(b, y, x16, n);
     return y;
-}
-
-/* 8 floats rounded to BF16 (nearest even) as one 16-byte word, bf16_pack's bits */
-__device__ __forceinline__ uint4 bf16x8_of(float4 a, float4 c) {
-    const float y[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-    unsigned w[4];
-    for (int e = 0; e < 4; e++) {
-        __nv_bfloat162 p = __floats2bfloat162_rn(y[2 * e], y[2 * e + 1]);
-        w[e] = *(unsigned *)&p;
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-/* 8 BF16 values of a 16-byte word widened (exact) */
-__device__ __forceinline__ void f32x8_of_bf16(const uint4 w, float v[8]) {
-    const unsigned u[4] = {w.x, w.y, w.z, w.w};
-    for (int e = 0; e < 4; e++) {
-        v[2 * e] = __uint_as_float(u[e] << 16);
-        v[2 * e + 1] = __uint_as_float(u[e] & 0xffff0000u);
-    }
 }
 
 /* gelu(x) [rows, cols] -> out, a BF16 operand: the GELU of gelu_forward (gelu_dev, the same
  * expression), rounded to nearest even; amax of the GELU values into *amax_out. 8 elements per
  * thread when cols % 8 == 0 and x is 16-byte aligned, else one block per row. */
 __global__ void gelu_bf16_vec8_kernel(uint4 *out, const float4 *__restrict__ x, size_t n8_data,
-                                      size_t n8, float *amax_out, uint4 *save16) {
+                                      size_t n8, float *amax_out, uint2 *save16) {
     float am = 0.0f;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
          i += (size_t)gridDim.x * blockDim.x) {
         uint4 o = make_uint4(0u, 0u, 0u, 0u);
         if (i < n8_data) {
             float4 a = x[2 * i], c = x[2 * i + 1];
-            if (save16) save16[i] = bf16x8_of(a, c); /* GELU's input, as bf16_pack */
+            if (save16) { /* GELU's input, as bf16_pack */
+                save16[2 * i] = bf16x4_of(a);
+                save16[2 * i + 1] = bf16x4_of(c);
+            }
             float y[8] = {gelu_dev(a.x), gelu_dev(a.y), gelu_dev(a.z), gelu_dev(a.w),
                           gelu_dev(c.x), gelu_dev(c.y), gelu_dev(c.z), gelu_dev(c.w)};
             unsigned w[4];
@@ -254,12 +238,11 @@ void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, uin
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
     const int rows_out = fp8t_bf16_pad(rows), ld = fp8t_bf16_pad(cols);
-    if (!s->plain && cols % 8 == 0 && ((uintptr_t)x & 15u) == 0 &&
-        ((uintptr_t)save16 & 15u) == 0) {
+    if (!s->plain && cols % 8 == 0 && aligned16(x) && aligned8(save16)) {
         size_t n8 = (size_t)rows_out * cols / 8, n8_data = (size_t)rows * cols / 8;
         size_t blocks = (n8 + 255) / 256, cap = (size_t)s->num_sms * 16;
         gelu_bf16_vec8_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s->stream>>>(
-            (uint4 *)out, (const float4 *)x, n8_data, n8, amax_out, (uint4 *)save16);
+            (uint4 *)out, (const float4 *)x, n8_data, n8, amax_out, (uint2 *)save16);
     } else {
         if (save16) cuda_bf16_pack(b, save16, x, NULL, rows, cols);
         unsigned grid = (unsigned)(rows_out < s->num_sms * 64 ? rows_out : s->num_sms * 64);
@@ -284,7 +267,7 @@ void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, uin
 template <bool GBWD>
 __global__ void __launch_bounds__(32 * COLSUM_LANES)
     to_bf16_colsum_kernel(uint4 *out, float *part, float *amax_out, const float4 *__restrict__ x,
-                          const float4 *__restrict__ gx, const uint4 *__restrict__ gx16,
+                          const float4 *__restrict__ gx, const uint2 *__restrict__ gx16,
                           const float *__restrict__ gbias, int rows, int rows_out, int G) {
     __shared__ float sh[COLSUM_LANES][32 * 8];
     const int tx = threadIdx.x, ty = threadIdx.y, g = blockIdx.x * 32 + tx;
@@ -303,14 +286,10 @@ __global__ void __launch_bounds__(32 * COLSUM_LANES)
                 float4 a = x[i], c = x[i + 1];
                 float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
                 if (GBWD) {
-                    float u[8];
-                    if (gx16) { /* GELU's input from its BF16 copy (which holds the bias) */
-                        f32x8_of_bf16(gx16[i / 2], u);
-                    } else {
-                        const float4 ga = gx[i], gc = gx[i + 1];
-                        u[0] = ga.x, u[1] = ga.y, u[2] = ga.z, u[3] = ga.w;
-                        u[4] = gc.x, u[5] = gc.y, u[6] = gc.z, u[7] = gc.w;
-                    }
+                    /* GELU's input, or its BF16 copy (which holds the bias) */
+                    const float4 ga = gx16 ? f32x4_of_bf16(gx16[i]) : gx[i];
+                    const float4 gc = gx16 ? f32x4_of_bf16(gx16[i + 1]) : gx[i + 1];
+                    float u[8] = {ga.x, ga.y, ga.z, ga.w, gc.x, gc.y, gc.z, gc.w};
                     for (int e = 0; e < 8; e++)
                         v[e] = gelu_grad(gbias ? u[e] + bb[e] : u[e], v[e]);
                 }
@@ -369,7 +348,7 @@ static void to_bf16_colsum_launch(fp8t_backend *b, uint16_t *out, float *amax_ou
     float *part = (float *)cuda_scratch(b, SCR_COLSUM, (size_t)nchunks * cols * sizeof(float));
     dim3 grid((unsigned)((G + 31) / 32), (unsigned)nchunks), block(32, COLSUM_LANES);
     to_bf16_colsum_kernel<GBWD><<<grid, block, 0, s->stream>>>(
-        (uint4 *)out, part, amax_out, (const float4 *)x, (const float4 *)gx, (const uint4 *)gx16,
+        (uint4 *)out, part, amax_out, (const float4 *)x, (const float4 *)gx, (const uint2 *)gx16,
         gbias, rows, fp8t_bf16_pad(rows), G);
     CUDA_LAUNCH_CHECK(s);
     if (colsum) cuda_column_sums_finish(b, colsum, part, nchunks, cols);
@@ -390,9 +369,9 @@ void cuda_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_
                                     float *colsum, const float *dout, const float *x,
                                     const uint16_t *x16, const float *bias, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
-    if (!colsum_fusable(cuda_of(b), dout, x16 ? dout : x, rows, cols) || ((uintptr_t)x16 & 15u)) {
+    if (!colsum_fusable(cuda_of(b), dout, x16 ? dout : x, rows, cols) || !aligned8(x16)) {
         /* dx in scratch (the unfused ops' bits), then its rounding and sums */
-        x = cuda_gelu_x_f32(b, x, x16, (size_t)rows * cols);
+        x = cuda_bf16_widen(b, SCR_GELU_X, x, x16, (size_t)rows * cols);
         float *dx = (float *)cuda_scratch(b, SCR_ACT, (size_t)rows * cols * sizeof(float));
         if (bias)
             cuda_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);

@@ -84,8 +84,8 @@ enum {
     SCR_BF16_B,     /* ... of B */
     SCR_ACT,        /* quantize_gelu's FP32 GELU output, where it is not fused */
     SCR_GELU_X,     /* a dGELU pass's GELU input widened from its BF16 copy, where the pass
-                       reads FP32 (cuda_gelu_x_f32) */
-    SCR_NORM_X,     /* a norm backward's input widened from its BF16 copy (the row kernels) */
+                       reads FP32 (cuda_bf16_widen) */
+    SCR_NORM_X,     /* a norm backward's input widened likewise (the row kernels) */
     SCR_COLSUM,     /* column-sum partials of to_bf16_colsum / quantize_colsum */
     SCR_STATS,      /* tensor_stats: block partials, tile scales, per-block results */
     SCR_COUNT
@@ -186,6 +186,11 @@ __device__ __forceinline__ float fp8_dec_dev(uint8_t c, fp8_format fmt) {
 __device__ __forceinline__ float bf16_round_dev(float x) {
     return __bfloat162float(__float2bfloat16_rn(x));
 }
+
+/* pointer alignment the vector loads and stores need (NULL passes) */
+static inline int aligned4(const void *p) { return ((uintptr_t)p & 3u) == 0; }
+static inline int aligned8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
+static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* 4 floats rounded to BF16 (nearest even) as 8 bytes, bf16_pack's bits, and back (exact: a
  * BF16 value is its bits in the high half of a float) */
@@ -365,9 +370,10 @@ void cuda_bf16_round(fp8t_backend *b, float *out, const float *x, size_t n);
 void cuda_bf16_pack(fp8t_backend *b, uint16_t *out, const float *x, const float *bias, int rows,
                     int cols);
 void cuda_bf16_unpack(fp8t_backend *b, float *out, const uint16_t *x, size_t n);
-/* GELU's input in FP32 for a dGELU pass: x itself, or its BF16 copy x16 (x NULL) widened into
- * SCR_GELU_X */
-const float *cuda_gelu_x_f32(fp8t_backend *b, const float *x, const uint16_t *x16, size_t n);
+/* An input in FP32 for a pass that reads no BF16: x itself, or its BF16 copy x16 (x NULL: a
+ * layer's save) widened into scratch slot `slot` */
+const float *cuda_bf16_widen(fp8t_backend *b, int slot, const float *x, const uint16_t *x16,
+                             size_t n);
 void cuda_to_bf16_operand(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x,
                           int rows, int cols);
 void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, uint16_t *save16,

@@ -19,8 +19,6 @@ static unsigned ew_blocks(cuda_state *s, size_t n, size_t per_thread) {
     return (unsigned)(want < cap ? want : cap);
 }
 
-static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 #define GRID_STRIDE(i, n)                                                                        \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
          i += (size_t)gridDim.x * blockDim.x)
@@ -269,7 +267,7 @@ void cuda_add_bias(fp8t_backend *b, float *out, uint16_t *out16, const float *a,
     if (N <= 0 || OC <= 0) return;
     cuda_state *s = cuda_of(b);
     const int vec = OC % 4 == 0 && aligned16(out) && aligned16(a) && aligned16(y) &&
-                    aligned16(bias) && ((uintptr_t)out16 & 7u) == 0;
+                    aligned16(bias) && aligned8(out16);
     const int units = vec ? OC / 4 : OC;
     int tx = row_threads(units);
     dim3 block((unsigned)tx, (unsigned)(256 / tx));
@@ -399,16 +397,6 @@ __device__ __forceinline__ void swiglu_grads(float &dg, float &du, float d, floa
     du = d * silu;
 }
 
-/* 4 BF16 values (8 bytes, round to nearest even: bf16_pack's) and back */
-__device__ __forceinline__ uint2 pack_bf16x4(float4 v) {
-    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), c = __floats2bfloat162_rn(v.z, v.w);
-    return make_uint2(*(unsigned *)&a, *(unsigned *)&c);
-}
-__device__ __forceinline__ float4 unpack_bf16x4(uint2 w) {
-    const __nv_bfloat162 a = *(const __nv_bfloat162 *)&w.x, c = *(const __nv_bfloat162 *)&w.y;
-    return make_float4(__low2float(a), __high2float(a), __low2float(c), __high2float(c));
-}
-
 /* [n] each; gate16 / up16 (may be NULL): the inputs' BF16 saves from the same read */
 __global__ void swiglu_forward_kernel(float *out, const float *gate, const float *up,
                                       uint16_t *gate16, uint16_t *up16, size_t n, size_t n4) {
@@ -416,8 +404,8 @@ __global__ void swiglu_forward_kernel(float *out, const float *gate, const float
         float4 g = as4(gate)[i], u = as4(up)[i];
         as4(out)[i] = make_float4(swiglu_value(g.x, u.x), swiglu_value(g.y, u.y),
                                   swiglu_value(g.z, u.z), swiglu_value(g.w, u.w));
-        if (gate16) ((uint2 *)gate16)[i] = pack_bf16x4(g);
-        if (up16) ((uint2 *)up16)[i] = pack_bf16x4(u);
+        if (gate16) ((uint2 *)gate16)[i] = bf16x4_of(g);
+        if (up16) ((uint2 *)up16)[i] = bf16x4_of(u);
     }
     GRID_STRIDE_FROM(i, n4 * 4, n) {
         const float g = gate[i], u = up[i];
@@ -432,7 +420,7 @@ __device__ __forceinline__ float in_at(const float *f, const uint16_t *h, size_t
     return f ? f[i] : __bfloat162float(((const __nv_bfloat16 *)h)[i]);
 }
 __device__ __forceinline__ float4 in4_at(const float *f, const uint16_t *h, size_t i) {
-    return f ? as4(f)[i] : unpack_bf16x4(((const uint2 *)h)[i]);
+    return f ? as4(f)[i] : f32x4_of_bf16(((const uint2 *)h)[i]);
 }
 
 /* [n] each; gate (up) NULL: from gate16 (up16) */
@@ -456,8 +444,6 @@ __global__ void swiglu_backward_kernel(float *dgate, float *dup, const float *do
         dup[i] = du;
     }
 }
-
-static int aligned8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
 
 void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const float *up,
                          uint16_t *gate16, uint16_t *up16, size_t n) {

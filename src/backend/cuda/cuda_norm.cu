@@ -41,8 +41,6 @@
 
 enum { NORM_LN = 0, NORM_RMS = 1 };
 
-static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* float4 <-> four consecutive floats of a register array (indices are compile-time constants
  * after unrolling, so the arrays stay in registers) */
 __device__ __forceinline__ void f4_unpack(float *dst, float4 v) {
@@ -319,7 +317,7 @@ static void layernorm_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, floa
     const int per_lane = (int)cdiv_u((size_t)(C / 4), 32); /* float4 per lane */
     if (s->plain || C % 8 != 0 || !aligned16(out) || !aligned16(x) || !aligned16(w) ||
         (bias && !aligned16(bias)) || (x2 && (!aligned16(x2) || !aligned16(sum_out))) ||
-        ((uintptr_t)sum16 & 7u) || per_lane > FWD_VEC_MAX_V) {
+        !aligned8(sum16) || per_lane > FWD_VEC_MAX_V) {
         if (x2) cuda_add_bias(b, sum_out, sum16, x, x2, NULL, N, C);
         float *y = (float *)cuda_scratch(b, SCR_ACT, (size_t)N * C * sizeof(float));
         cuda_layernorm_forward(b, y, mean, rstd, x2 ? sum_out : x, w, bias, N, C, eps);
@@ -489,10 +487,7 @@ void cuda_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *
     const float *x = a;
     if (y) {
         float *t = sum ? sum : (float *)cuda_scratch(b, SCR_GEMM_C, n * sizeof(float));
-        if (ybias)
-            cuda_add_bias(b, t, NULL, a, y, ybias, N, C);
-        else
-            cuda_add(b, t, a, y, n);
+        cuda_add_bias(b, t, NULL, a, y, ybias, N, C); /* no ybias: add's sum */
         x = t;
     }
     float *o = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
@@ -861,7 +856,7 @@ static int norm_backward_vec(fp8t_backend *b, float *dx, float *dw, float *dbias
                   : C4 <= 2 * BWD_VEC_MAX_THREADS             ? 2
                   : C4 <= BWD_VEC_MAX_V * BWD_VEC_MAX_THREADS ? BWD_VEC_MAX_V
                                                               : 0;
-    if (!V || !aligned16(dout) || !aligned16(x) || ((uintptr_t)x16 & 7u) ||
+    if (!V || !aligned16(dout) || !aligned16(x) || !aligned8(x16) ||
         (dx && (!aligned16(dx) || !aligned16(w))))
         return 0;
     if (MODE == NORM_RMS) dbias = NULL;
@@ -920,23 +915,13 @@ void cuda_column_sums(fp8t_backend *b, float *colsum, const float *x, int rows, 
     column_sums<COLSUM_PLAIN>(b, colsum, NULL, x, NULL, NULL, NULL, rows, cols);
 }
 
-/* the other kernels' x: x, or its BF16 copy widened into scratch */
-static const float *norm_x_f32(fp8t_backend *b, const float *x, const uint16_t *x16, int N,
-                               int C) {
-    if (!x16) return x;
-    const size_t n = (size_t)N * (size_t)C;
-    float *w = (float *)cuda_scratch(b, SCR_NORM_X, n * sizeof(float));
-    cuda_bf16_unpack(b, w, x16, n);
-    return w;
-}
-
 void cuda_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
                              const float *dout, const float *x, const uint16_t *x16,
                              const float *w, const float *mean, const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
     if (norm_backward_vec<NORM_LN>(b, dx, dw, dbias, dout, x, x16, w, mean, rstd, N, C)) return;
     cuda_state *s = cuda_of(b);
-    x = norm_x_f32(b, x, x16, N, C);
+    x = cuda_bf16_widen(b, SCR_NORM_X, x, x16, (size_t)N * C);
     if (dx) {
         int rows_per_block = NORM_THREADS / 32;
         layernorm_backward_dx_kernel<<<cdiv_u(N, rows_per_block), NORM_THREADS, 0, s->stream>>>(
@@ -957,7 +942,7 @@ void cuda_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *d
     if (N <= 0 || C <= 0) return;
     if (norm_backward_vec<NORM_RMS>(b, dx, dw, NULL, dout, x, x16, w, NULL, rstd, N, C)) return;
     cuda_state *s = cuda_of(b);
-    x = norm_x_f32(b, x, x16, N, C);
+    x = cuda_bf16_widen(b, SCR_NORM_X, x, x16, (size_t)N * C);
     if (dx) {
         int rows_per_block = NORM_THREADS / 32;
         rmsnorm_backward_dx_kernel<<<cdiv_u(N, rows_per_block), NORM_THREADS, 0, s->stream>>>(

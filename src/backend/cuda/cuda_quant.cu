@@ -15,8 +15,6 @@ static unsigned ew_blocks(cuda_state *s, size_t n, size_t per_thread) {
     return (unsigned)(want < cap ? want : cap);
 }
 
-static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* ---------------------------------------------------------------------------------------- */
 /* amax */
 
@@ -411,8 +409,6 @@ static void launch_region(cuda_state *s, uint8_t *codes, uint8_t *codes_t, float
     CUDA_LAUNCH_CHECK(s);
 }
 
-static int aligned4(const void *p) { return ((uintptr_t)p & 3u) == 0; }
-
 void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                    const float *x, int rows, int cols, fp8_format fmt, const float *scale) {
     if (rows <= 0 || cols <= 0) return;
@@ -493,7 +489,7 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
     cuda_state *s = cuda_of(b);
     size_t n = (size_t)rows * cols;
     if (!s->plain && !codes_t && aligned16(x) && (!codes || aligned4(codes)) &&
-        ((!bias && !save16) || (cols % 4 == 0 && aligned16(bias) && aligned16(save16)))) {
+        ((!bias && !save16) || (cols % 4 == 0 && aligned16(bias) && aligned8(save16)))) {
         /* row-major codes only (a frozen forward's, the inference model's): one elementwise
          * pass applying the bias and GELU to what it loads */
         const size_t blocks =
@@ -509,9 +505,11 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
         return;
     }
     int rows_f = rows / QT2_R * QT2_R, cols_f = cols / QT2_C * QT2_C;
-    /* GELU's BF16 copy from the tiled kernel where it covers x, else by bf16_pack */
-    const int save_tiled = save16 && rows_f == rows && cols_f == cols && aligned16(save16);
-    if (save16 && (s->plain || !codes_t || !save_tiled)) {
+    const int tiled_ok = !s->plain && codes_t && cols % 4 == 0 && rows % 16 == 0 &&
+                         aligned16(x) && aligned16(codes_t) && (!codes || aligned4(codes)) &&
+                         rows_f > 0 && cols_f > 0 && (!bias || aligned16(bias));
+    /* GELU's BF16 copy from the tiled kernel where its tiles cover x, else by bf16_pack */
+    if (save16 && !(tiled_ok && rows_f == rows && cols_f == cols && aligned8(save16))) {
         cuda_bf16_pack(b, save16, x, bias, rows, cols);
         save16 = NULL;
     }
@@ -523,11 +521,7 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
         cuda_quantize(b, codes, codes_t, amax_out, y, rows, cols, fmt, scale);
         return;
     }
-    int tiled_ok = cols % 4 == 0 && rows % 16 == 0 && aligned16(x) && aligned16(codes_t) &&
-                   (!codes || aligned4(codes)) && rows_f > 0 && cols_f > 0 &&
-                   (!bias || aligned16(bias));
     if (!tiled_ok) {
-        if (save16) cuda_bf16_pack(b, save16, x, bias, rows, cols);
         launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows, 0, cols, fmt, scale, 1,
                       bias);
         return;
@@ -595,7 +589,7 @@ void cuda_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t
                 aligned16(dout) && aligned16(x) && (!bias || aligned16(bias)) &&
                 aligned16(codes_t) && (!codes || aligned4(codes)) && aligned16(x16);
     if (!whole) {
-        x = cuda_gelu_x_f32(b, x, x16, (size_t)rows * cols);
+        x = cuda_bf16_widen(b, SCR_GELU_X, x, x16, (size_t)rows * cols);
         float *dx = (float *)cuda_scratch(b, SCR_ACT, (size_t)rows * cols * sizeof(float));
         if (bias)
             cuda_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
@@ -1332,7 +1326,7 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
         const float *v = q->x;
         if (pro != SQ_PLAIN) {
             float *y = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
-            const float *gx = cuda_gelu_x_f32(b, q->gelu_x, q->gelu_x16, n);
+            const float *gx = cuda_bf16_widen(b, SCR_GELU_X, q->gelu_x, q->gelu_x16, n);
             if (pro == SQ_GELU && q->gelu_save16)
                 cuda_bf16_pack(b, q->gelu_save16, q->x, q->bias, rows, cols);
             if (pro == SQ_GELU) {
