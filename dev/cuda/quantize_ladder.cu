@@ -6,7 +6,9 @@
  *
  *   mkdir -p build-quant/dev && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Xcompiler -Wall,-Wextra -o build-quant/dev/quantize_ladder dev/cuda/quantize_ladder.cu && build-quant/dev/quantize_ladder
  *
- * Optional arguments: `quantize_ladder [iters]` (timed iterations per case, default 20).
+ * (or `make build-gpu/dev/cuda/quantize_ladder BUILD=build-gpu`). Optional arguments:
+ * `quantize_ladder [iters] [all|per-tensor|scaled]` (timed iterations per case, default 20;
+ * which op, default both).
  *
  * Versions:
  *   0  plain: the plain backend's (--disable cuda-fusion) path of cuda_quantize (cast kernel,
@@ -30,7 +32,20 @@
  *
  * Timing: CUDA events around each launch, L2 flushed (a 256 MiB memset) before each one, so
  * the figures are DRAM-bound like a training step whose input has left L2. GB/s counts 4 bytes
- * read per element plus 1 byte per element for each output written (codes, codes_t). */
+ * read per element plus 1 byte per element for each output written (codes, codes_t).
+ *
+ * The block- and row-scaled quantize (cuda_quantize_scaled, the make_operand of `block` and
+ * `rowwise`), both orientations from one read:
+ *   s1  the first kernels, copied here: 256 threads per 128x128 tile, 16 rows per thread.
+ *   s2  cuda_quantize_scaled as shipped: 512 threads per tile, 8 rows per thread, 64
+ *       registers (see cuda_quant.cu).
+ * Checks: s2 equals s1 byte for byte in every output (codes, codes_t, both scale_inv arrays,
+ * amax, column sums, GELU's BF16 save) for VEC128 / BLK128 / ROW, every prologue (none, GELU
+ * with and without bias and its save, the GELU backward from a BF16 or an FP32 input with
+ * bias), with and without column sums, E4M3 and E5M2, power-of-two scales or not, on shapes
+ * with partial tiles and NaN / Inf data (s1 is checked against the CPU by gpu_test). Timed on
+ * the GPT-2 1.5B and Llama 1B shapes; GB/s there counts every byte read and written (ROW's
+ * amax pass reads x a second time). */
 #include "backend/cuda/cuda_quant.cu"
 
 #include <math.h>
@@ -58,9 +73,21 @@ void cuda_column_sums(fp8t_backend *, float *, const float *, int, int) {
     fprintf(stderr, "quantize_ladder: cuda_column_sums is not part of the ladder\n");
     exit(1);
 }
-void cuda_column_sums_finish(fp8t_backend *, float *, const float *, int, int) {
-    fprintf(stderr, "quantize_ladder: cuda_column_sums_finish is not part of the ladder\n");
-    exit(1);
+/* the scaled versions' column sums: colsum[c] += the tiles' partials in tile order (one order
+ * for every version, so the versions' sums compare bit for bit) */
+__global__ void ladder_colsum_finish_kernel(float *colsum, const float *part, int nchunks,
+                                            int cols) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float t = part[c];
+    for (int i = 1; i < nchunks; i++) t += part[(size_t)i * cols + c];
+    colsum[c] += t;
+}
+void cuda_column_sums_finish(fp8t_backend *b, float *colsum, const float *part, int nchunks,
+                             int cols) {
+    ladder_colsum_finish_kernel<<<cdiv_u((size_t)cols, 256), 256, 0, cuda_of(b)->stream>>>(
+        colsum, part, nchunks, cols);
+    CUDA_LAUNCH_CHECK(cuda_of(b));
 }
 void cuda_gelu_backward(fp8t_backend *, float *, const float *, const float *, size_t) {
     fprintf(stderr, "quantize_ladder: cuda_gelu_backward is not part of the ladder\n");
@@ -463,10 +490,565 @@ static void bench(int iters) {
     cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
+/* ---- scaled version 1: the first quantize_scaled kernels, verbatim but for the names ----
+ * 256 threads per 128x128 tile, 16 rows per thread: the VEC kernels need ~120 registers, so
+ * an SM holds 2 blocks (16 warps) whose load, reductions and stores run one after the other;
+ * with GELU or its backward in the prologue that left them compute-bound (1.2-1.5 TB/s on an
+ * H100). */
+#define S1_THREADS 256
+
+/* the tile's float4s after the prologue: v[k] = columns 4tx.. of tile row 16ty + k (zeros
+ * outside x) */
+template <int PRO>
+__device__ __forceinline__ void s1_load(float4 v[16], const sq_args &a, int r0, int c0, int tx,
+                                        int ty) {
+    const int c = c0 + 4 * tx;
+    const bool col_ok = c < a.cols;
+    float4 bb = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (PRO != SQ_PLAIN && a.bias && col_ok) bb = *(const float4 *)(a.bias + c);
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        const int r = r0 + 16 * ty + k;
+        float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (col_ok && r < a.rows) {
+            const size_t e0 = (size_t)r * a.cols + c;
+            t = *(const float4 *)(a.x + e0);
+            if (PRO == SQ_GELU) {
+                if (a.bias) t = make_float4(t.x + bb.x, t.y + bb.y, t.z + bb.z, t.w + bb.w);
+                if (a.save16) *(uint2 *)(a.save16 + e0) = bf16x4_of(t);
+                t = make_float4(gelu_dev(t.x), gelu_dev(t.y), gelu_dev(t.z), gelu_dev(t.w));
+            } else if (PRO == SQ_DGELU) {
+                float4 u = a.gx16 ? f32x4_of_bf16(*(const uint2 *)(a.gx16 + e0))
+                                  : *(const float4 *)(a.gx + e0);
+                if (a.bias) u = make_float4(u.x + bb.x, u.y + bb.y, u.z + bb.z, u.w + bb.w);
+                t = make_float4(gelu_grad(u.x, t.x), gelu_grad(u.y, t.y), gelu_grad(u.z, t.z),
+                                gelu_grad(u.w, t.w));
+            }
+        }
+        v[k] = t;
+    }
+}
+
+/* ROW's first pass: the amax of every row and column of the values, as |x| bit patterns
+ * max-merged into row_bits / col_bits (atomicMax: order-independent), and the tensor amax. */
+template <int PRO> __global__ void __launch_bounds__(S1_THREADS) s1_amax_kernel(sq_args a) {
+    __shared__ unsigned sm_cm[8][SQ_TILE];
+    const int tid = threadIdx.x, tx = tid & 31, ty = tid >> 5;
+    const int r0 = (int)(blockIdx.x / a.tiles_c) * SQ_TILE;
+    const int c0 = (int)(blockIdx.x % a.tiles_c) * SQ_TILE;
+    float4 v[16];
+    s1_load<PRO>(v, a, r0, c0, tx, ty);
+    unsigned cm[4] = {0u, 0u, 0u, 0u}, all = 0u;
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        cm[0] = max(cm[0], abs_bits_dev(v[k].x));
+        cm[1] = max(cm[1], abs_bits_dev(v[k].y));
+        cm[2] = max(cm[2], abs_bits_dev(v[k].z));
+        cm[3] = max(cm[3], abs_bits_dev(v[k].w));
+        const unsigned rm = __reduce_max_sync(0xffffffffu, abs_bits4_dev(0u, v[k]));
+        const int r = r0 + 16 * ty + k;
+        if (tx == 0 && r < a.rows) atomicMax(a.row_bits + r, rm);
+        all = max(all, rm);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++) sm_cm[ty][4 * tx + j] = cm[j];
+    __syncthreads();
+    if (tid < SQ_TILE && c0 + tid < a.cols) {
+        unsigned m = 0u;
+        for (int w = 0; w < 8; w++) m = max(m, sm_cm[w][tid]);
+        atomicMax(a.col_bits + c0 + tid, m);
+    }
+    if (a.amax_out) block_amax_bits_merge(a.amax_out, all);
+}
+
+template <fp8_format FMT, int KIND, int PRO, bool COLSUM>
+__global__ void __launch_bounds__(S1_THREADS) s1_tile_kernel(sq_args a) {
+    __shared__ uint4 sm_t[SQ_TILE * 8];                 /* [column][chunk of 16 rows], swizzled */
+    __shared__ unsigned sm_cm[8][SQ_TILE];              /* column amax bits per warp */
+    __shared__ float sm_cs[SQ_TILE];                    /* column scales */
+    __shared__ __align__(16) float sm_part[8][SQ_TILE]; /* COLSUM: per-warp column sums */
+    const __nv_fp8_interpretation_t it = FMT == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2;
+    const int tid = threadIdx.x, tx = tid & 31, ty = tid >> 5;
+    const int tr = (int)(blockIdx.x / a.tiles_c), tcol = (int)(blockIdx.x % a.tiles_c);
+    const int r0 = tr * SQ_TILE, c0 = tcol * SQ_TILE;
+    const int nr = min(SQ_TILE, a.rows - r0), nc = min(SQ_TILE, a.cols - c0);
+    float4 v[16];
+    s1_load<PRO>(v, a, r0, c0, tx, ty);
+
+    /* row amaxes (VEC, BLK) */
+    unsigned rmax[16];
+    unsigned all = 0u;
+    if (KIND != SQ_ROW) {
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            rmax[k] = __reduce_max_sync(0xffffffffu, abs_bits4_dev(0u, v[k]));
+            all = max(all, rmax[k]);
+        }
+    }
+    /* column scales into sm_cs */
+    if (KIND == SQ_VEC) {
+        unsigned cm[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            cm[0] = max(cm[0], abs_bits_dev(v[k].x));
+            cm[1] = max(cm[1], abs_bits_dev(v[k].y));
+            cm[2] = max(cm[2], abs_bits_dev(v[k].z));
+            cm[3] = max(cm[3], abs_bits_dev(v[k].w));
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) sm_cm[ty][4 * tx + j] = cm[j];
+        __syncthreads();
+        if (tid < SQ_TILE) {
+            unsigned m = 0u;
+            for (int w = 0; w < 8; w++) m = max(m, sm_cm[w][tid]);
+            const float sc = current_scale_dev(bits_amax(m), a.fmt_max, 0.0f, a.pow2);
+            sm_cs[tid] = sc;
+            if (a.codes_t && tid < nc) /* operand [cols, rows], row c0 + tid, tile r0 / 128 */
+                a.sinv_t[(size_t)tr * fp8t_pad4(a.cols) + c0 + tid] = 1.0f / sc;
+        }
+    } else if (KIND == SQ_BLK) {
+        if (tx == 0) sm_cm[0][ty] = all;
+        __syncthreads();
+        if (tid == 0) {
+            unsigned m = 0u;
+            for (int w = 0; w < 8; w++) m = max(m, sm_cm[0][w]);
+            const float sc = current_scale_dev(bits_amax(m), a.fmt_max, 0.0f, a.pow2);
+            sm_cs[0] = sc;
+            const int kbr = (a.cols + 127) / 128, kbt = (a.rows + 127) / 128;
+            if (a.codes) a.sinv[(size_t)tr * fp8t_pad4(kbr) + tcol] = 1.0f / sc;
+            if (a.codes_t) a.sinv_t[(size_t)tcol * fp8t_pad4(kbt) + tr] = 1.0f / sc;
+        }
+    } else { /* ROW: the first pass's column amaxes */
+        if (tid < SQ_TILE) {
+            const float sc =
+                c0 + tid < a.cols
+                    ? current_scale_dev(bits_amax(a.col_bits[c0 + tid]), a.fmt_max, 0.0f, a.pow2)
+                    : 1.0f;
+            sm_cs[tid] = sc;
+            if (a.codes_t && tr == 0 && tid < nc) a.sinv_t[c0 + tid] = 1.0f / sc;
+        }
+    }
+    if (COLSUM) {
+        float4 cs = v[0];
+#pragma unroll
+        for (int k = 1; k < 16; k++)
+            cs = make_float4(cs.x + v[k].x, cs.y + v[k].y, cs.z + v[k].z, cs.w + v[k].w);
+        *(float4 *)&sm_part[ty][4 * tx] = cs;
+    }
+    __syncthreads();
+    if (COLSUM && tid < nc) {
+        float t = sm_part[0][tid];
+        for (int w = 1; w < 8; w++) t += sm_part[w][tid];
+        a.part[(size_t)tr * a.cols + c0 + tid] = t;
+    }
+
+    const int c = c0 + 4 * tx;
+    const bool col_ok = 4 * tx < nc;
+    /* row-major codes with the row scales */
+    if (a.codes) {
+        const float sblk = KIND == SQ_BLK ? sm_cs[0] : 0.0f;
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            const int rl = 16 * ty + k, r = r0 + rl;
+            float sc;
+            if (KIND == SQ_BLK)
+                sc = sblk;
+            else if (KIND == SQ_VEC)
+                sc = current_scale_dev(bits_amax(rmax[k]), a.fmt_max, 0.0f, a.pow2);
+            else
+                sc = current_scale_dev(bits_amax(r < a.rows ? a.row_bits[r] : 0u), a.fmt_max,
+                                       0.0f, a.pow2);
+            if (rl < nr) {
+                if (col_ok)
+                    *(uint32_t *)(a.codes + (size_t)r * a.cols + c) =
+                        fp8x4_enc_dev<FMT>(v[k].x * sc, v[k].y * sc, v[k].z * sc, v[k].w * sc);
+                if (tx == 0 && KIND == SQ_VEC)
+                    a.sinv[(size_t)tcol * fp8t_pad4(a.rows) + r] = 1.0f / sc;
+                if (tx == 0 && KIND == SQ_ROW && tcol == 0) a.sinv[r] = 1.0f / sc;
+            }
+        }
+    }
+    if (!a.codes_t) {
+        if (a.amax_out && KIND != SQ_ROW) block_amax_bits_merge(a.amax_out, all);
+        return;
+    }
+    /* transposed codes with the column scales: column 4tx + j's 16 rows as one uint4 */
+    const int swz = tx & 7;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float sc = sm_cs[KIND == SQ_BLK ? 0 : 4 * tx + j];
+        uint32_t w[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            float e[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float4 t = v[4 * q + i];
+                e[i] = (j == 0 ? t.x : j == 1 ? t.y : j == 2 ? t.z : t.w) * sc;
+            }
+            const uint32_t lo =
+                __nv_cvt_float2_to_fp8x2(make_float2(e[0], e[1]), __NV_SATFINITE, it);
+            const uint32_t hi =
+                __nv_cvt_float2_to_fp8x2(make_float2(e[2], e[3]), __NV_SATFINITE, it);
+            w[q] = lo | (hi << 16);
+        }
+        sm_t[(4 * tx + j) * 8 + (ty ^ swz)] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        const int cl = (tid >> 3) + 32 * p, k = tid & 7;
+        if (cl < nc && 16 * k < nr) {
+            const uint4 o = sm_t[cl * 8 + (k ^ ((cl >> 2) & 7))];
+            *(uint4 *)(a.codes_t + (size_t)(c0 + cl) * a.rows + r0 + 16 * k) = o;
+        }
+    }
+    if (a.amax_out && KIND != SQ_ROW) block_amax_bits_merge(a.amax_out, all);
+}
+
+/* version 1's host side: cuda_quantize_scaled's fused path with the version 1 kernels (what
+ * the shipped version does not fuse goes to it) */
+template <fp8_format FMT, int KIND, int PRO>
+static void s1_launch_cs(cuda_state *s, const sq_args &a, unsigned tiles, int colsum) {
+    if (colsum)
+        s1_tile_kernel<FMT, KIND, PRO, true><<<tiles, S1_THREADS, 0, s->stream>>>(a);
+    else
+        s1_tile_kernel<FMT, KIND, PRO, false><<<tiles, S1_THREADS, 0, s->stream>>>(a);
+    CUDA_LAUNCH_CHECK(s);
+}
+template <fp8_format FMT, int KIND>
+static void s1_launch_pro(cuda_state *s, const sq_args &a, unsigned tiles, int pro, int colsum) {
+    if (pro == SQ_GELU)
+        s1_launch_cs<FMT, KIND, SQ_GELU>(s, a, tiles, colsum);
+    else if (pro == SQ_DGELU)
+        s1_launch_cs<FMT, KIND, SQ_DGELU>(s, a, tiles, colsum);
+    else
+        s1_launch_cs<FMT, KIND, SQ_PLAIN>(s, a, tiles, colsum);
+}
+template <fp8_format FMT>
+static void s1_launch_kind(cuda_state *s, const sq_args &a, unsigned tiles, int kind, int pro,
+                           int colsum) {
+    if (kind == SQ_VEC)
+        s1_launch_pro<FMT, SQ_VEC>(s, a, tiles, pro, colsum);
+    else if (kind == SQ_BLK)
+        s1_launch_pro<FMT, SQ_BLK>(s, a, tiles, pro, colsum);
+    else
+        s1_launch_pro<FMT, SQ_ROW>(s, a, tiles, pro, colsum);
+}
+
+static void quantize_scaled_v1(fp8t_backend *b, const fp8t_scaled_quant *q) {
+    const int rows = q->rows, cols = q->cols;
+    cuda_state *s = cuda_of(b);
+    const int fused = rows > 0 && cols > 0 && (q->codes || q->codes_t || q->colsum) &&
+                      rows % 16 == 0 && cols % 4 == 0 && aligned16(q->x) &&
+                      aligned16(q->gelu_x) && aligned16(q->gelu_x16) &&
+                      aligned16(q->gelu_save16) && (!q->bias || aligned16(q->bias)) &&
+                      (!q->codes || aligned4(q->codes)) && (!q->codes_t || aligned16(q->codes_t));
+    if (!fused) {
+        cuda_quantize_scaled(b, q);
+        return;
+    }
+    const int pro = q->gelu ? SQ_GELU : (q->gelu_x || q->gelu_x16) ? SQ_DGELU : SQ_PLAIN;
+    const int tiles_r = (rows + SQ_TILE - 1) / SQ_TILE, tiles_c = (cols + SQ_TILE - 1) / SQ_TILE;
+    const unsigned tiles = (unsigned)((size_t)tiles_r * tiles_c);
+    sq_args a;
+    memset(&a, 0, sizeof(a));
+    a.codes = q->codes, a.codes_t = q->codes_t;
+    a.sinv = q->scale_inv, a.sinv_t = q->scale_inv_t;
+    a.amax_out = q->amax_out;
+    a.x = q->x, a.gx = q->gelu_x, a.bias = q->bias;
+    a.gx16 = q->gelu_x16, a.save16 = q->gelu_save16;
+    a.rows = rows, a.cols = cols, a.tiles_c = tiles_c;
+    a.fmt_max = q->fmt == FP8_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX;
+    a.pow2 = q->pow2;
+    if (q->colsum)
+        a.part = (float *)cuda_scratch(b, SCR_COLSUM, (size_t)tiles_r * cols * sizeof(float));
+    const int kind = q->scaling == FP8T_SCALING_VEC128   ? SQ_VEC
+                     : q->scaling == FP8T_SCALING_BLK128 ? SQ_BLK
+                                                         : SQ_ROW;
+    if (kind == SQ_ROW) {
+        unsigned *bits = (unsigned *)cuda_scratch(
+            b, SCR_QUANT, ((size_t)rows + (size_t)cols) * sizeof(unsigned));
+        a.row_bits = bits, a.col_bits = bits + rows;
+        CUDA_CHECK(cudaMemsetAsync(bits, 0, ((size_t)rows + cols) * sizeof(unsigned), s->stream));
+        sq_args a1 = a;
+        a1.save16 = NULL;
+        if (pro == SQ_GELU)
+            s1_amax_kernel<SQ_GELU><<<tiles, S1_THREADS, 0, s->stream>>>(a1);
+        else if (pro == SQ_DGELU)
+            s1_amax_kernel<SQ_DGELU><<<tiles, S1_THREADS, 0, s->stream>>>(a1);
+        else
+            s1_amax_kernel<SQ_PLAIN><<<tiles, S1_THREADS, 0, s->stream>>>(a1);
+        CUDA_LAUNCH_CHECK(s);
+        a.amax_out = NULL;
+    }
+    if (q->codes || q->codes_t || q->colsum) {
+        const int cs = q->colsum != NULL;
+        if (q->fmt == FP8_E4M3)
+            s1_launch_kind<FP8_E4M3>(s, a, tiles, kind, pro, cs);
+        else
+            s1_launch_kind<FP8_E5M2>(s, a, tiles, kind, pro, cs);
+    }
+    if (q->colsum) cuda_column_sums_finish(b, q->colsum, a.part, tiles_r, cols);
+}
+
+static void run_scaled(int version, const fp8t_scaled_quant *q) {
+    if (version == 1)
+        quantize_scaled_v1(&g_be, q);
+    else
+        cuda_quantize_scaled(&g_be, q);
+}
+
+/* One scaled request's device buffers: every output with guard room, filled with 0xA5 */
+typedef struct {
+    float *x, *gx, *bias, *sinv, *sinv_t, *amax, *colsum;
+    uint16_t *gx16, *save16;
+    uint8_t *codes, *codes_t;
+    size_t n, nscale;
+} sq_bufs;
+
+static size_t sq_scale_count(int rows, int cols) {
+    const size_t tr = (size_t)(rows + 127) / 128, tc = (size_t)(cols + 127) / 128;
+    size_t m = tc * fp8t_pad4(rows);
+    m = tr * fp8t_pad4(cols) > m ? tr * fp8t_pad4(cols) : m;
+    m = tr * fp8t_pad4((int)tc) > m ? tr * fp8t_pad4((int)tc) : m;
+    m = tc * fp8t_pad4((int)tr) > m ? tc * fp8t_pad4((int)tr) : m;
+    return m + (size_t)rows + (size_t)cols + 64;
+}
+
+static void sq_alloc(sq_bufs *d, int rows, int cols) {
+    d->n = (size_t)rows * cols;
+    d->nscale = sq_scale_count(rows, cols);
+    CUDA_CHECK(cudaMalloc(&d->x, d->n * 4));
+    CUDA_CHECK(cudaMalloc(&d->gx, d->n * 4));
+    CUDA_CHECK(cudaMalloc(&d->gx16, d->n * 2));
+    CUDA_CHECK(cudaMalloc(&d->save16, d->n * 2));
+    CUDA_CHECK(cudaMalloc(&d->bias, (size_t)cols * 4));
+    CUDA_CHECK(cudaMalloc(&d->colsum, (size_t)cols * 4));
+    CUDA_CHECK(cudaMalloc(&d->codes, d->n));
+    CUDA_CHECK(cudaMalloc(&d->codes_t, d->n));
+    CUDA_CHECK(cudaMalloc(&d->sinv, d->nscale * 4));
+    CUDA_CHECK(cudaMalloc(&d->sinv_t, d->nscale * 4));
+    CUDA_CHECK(cudaMalloc(&d->amax, 4));
+}
+
+static void sq_free(sq_bufs *d) {
+    cudaFree(d->x), cudaFree(d->gx), cudaFree(d->gx16), cudaFree(d->save16), cudaFree(d->bias);
+    cudaFree(d->colsum), cudaFree(d->codes), cudaFree(d->codes_t), cudaFree(d->sinv);
+    cudaFree(d->sinv_t), cudaFree(d->amax);
+}
+
+/* the outputs (everything a version may write) into one host vector */
+static std::vector<uint8_t> sq_outputs(const sq_bufs *d, int cols) {
+    std::vector<uint8_t> h(d->n * 4 + d->nscale * 8 + (size_t)cols * 4 + 4);
+    uint8_t *p = h.data();
+    CUDA_CHECK(cudaMemcpy(p, d->codes, d->n, cudaMemcpyDeviceToHost));
+    p += d->n;
+    CUDA_CHECK(cudaMemcpy(p, d->codes_t, d->n, cudaMemcpyDeviceToHost));
+    p += d->n;
+    CUDA_CHECK(cudaMemcpy(p, d->save16, d->n * 2, cudaMemcpyDeviceToHost));
+    p += d->n * 2;
+    CUDA_CHECK(cudaMemcpy(p, d->sinv, d->nscale * 4, cudaMemcpyDeviceToHost));
+    p += d->nscale * 4;
+    CUDA_CHECK(cudaMemcpy(p, d->sinv_t, d->nscale * 4, cudaMemcpyDeviceToHost));
+    p += d->nscale * 4;
+    CUDA_CHECK(cudaMemcpy(p, d->colsum, (size_t)cols * 4, cudaMemcpyDeviceToHost));
+    p += (size_t)cols * 4;
+    CUDA_CHECK(cudaMemcpy(p, d->amax, 4, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static void sq_reset_outputs(const sq_bufs *d, int cols) {
+    const float amax0 = 0.25f;
+    CUDA_CHECK(cudaMemset(d->codes, 0xA5, d->n));
+    CUDA_CHECK(cudaMemset(d->codes_t, 0xA5, d->n));
+    CUDA_CHECK(cudaMemset(d->save16, 0xA5, d->n * 2));
+    CUDA_CHECK(cudaMemset(d->sinv, 0xA5, d->nscale * 4));
+    CUDA_CHECK(cudaMemset(d->sinv_t, 0xA5, d->nscale * 4));
+    std::vector<float> cs0(cols);
+    for (int c = 0; c < cols; c++) cs0[c] = 0.5f * (float)(c % 7) - 1.0f;
+    CUDA_CHECK(cudaMemcpy(d->colsum, cs0.data(), (size_t)cols * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d->amax, &amax0, 4, cudaMemcpyHostToDevice));
+}
+
+enum { SQP_PLAIN, SQP_GELU_SAVE, SQP_GELU_BIAS, SQP_DGELU16, SQP_DGELU_BIAS, SQP_COUNT };
+static const char *const sqp_names[SQP_COUNT] = {"plain", "gelu+save16", "gelu+bias+save16",
+                                                 "dgelu(x16)", "dgelu(x)+bias"};
+
+static fp8t_scaled_quant sq_request(const sq_bufs *d, int rows, int cols, fp8t_fp8_scaling sc,
+                                    fp8_format fmt, int pro, int colsum, int want_codes,
+                                    int want_t, int pow2) {
+    fp8t_scaled_quant q;
+    memset(&q, 0, sizeof(q));
+    q.codes = want_codes ? d->codes : NULL;
+    q.scale_inv = d->sinv;
+    q.codes_t = want_t ? d->codes_t : NULL;
+    q.scale_inv_t = d->sinv_t;
+    q.amax_out = d->amax;
+    q.colsum = colsum ? d->colsum : NULL;
+    q.x = d->x;
+    q.gelu = pro == SQP_GELU_SAVE || pro == SQP_GELU_BIAS;
+    q.gelu_save16 = q.gelu ? d->save16 : NULL;
+    q.gelu_x = pro == SQP_DGELU_BIAS ? d->gx : NULL;
+    q.gelu_x16 = pro == SQP_DGELU16 ? d->gx16 : NULL;
+    q.bias = pro == SQP_GELU_BIAS || pro == SQP_DGELU_BIAS ? d->bias : NULL;
+    q.rows = rows, q.cols = cols;
+    q.scaling = sc;
+    q.fmt = fmt;
+    q.pow2 = pow2;
+    return q;
+}
+
+static void sq_fill_inputs(const sq_bufs *d, int rows, int cols, int kind) {
+    std::vector<float> h(d->n), g(d->n), bias(cols);
+    std::vector<uint16_t> g16(d->n);
+    fill_data(h.data(), d->n, kind);
+    for (size_t i = 0; i < d->n; i++) {
+        g[i] = 2.0f * rnd_normal();
+        uint32_t u;
+        memcpy(&u, &g[i], 4);
+        g16[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    for (int c = 0; c < cols; c++) bias[c] = 0.1f * rnd_normal();
+    (void)rows;
+    CUDA_CHECK(cudaMemcpy(d->x, h.data(), d->n * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d->gx, g.data(), d->n * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d->gx16, g16.data(), d->n * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d->bias, bias.data(), (size_t)cols * 4, cudaMemcpyHostToDevice));
+}
+
+static const fp8t_fp8_scaling sq_kinds[3] = {FP8T_SCALING_VEC128, FP8T_SCALING_BLK128,
+                                             FP8T_SCALING_ROW};
+static const char *const sq_kind_names[3] = {"vec128", "blk128", "row"};
+
+/* version 2 against version 1, every output byte for byte */
+static void run_scaled_checks(void) {
+    static const int shapes[][2] = {{16, 4}, {48, 132}, {144, 200}, {256, 1600}, {272, 516}};
+    static const int outs[][2] = {{1, 1}, {1, 0}, {0, 1}};
+    int pass0 = n_pass, fail0 = n_fail;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        const int rows = shapes[si][0], cols = shapes[si][1];
+        sq_bufs d;
+        sq_alloc(&d, rows, cols);
+        sq_fill_inputs(&d, rows, cols, (int)(si % 3));
+        for (int ki = 0; ki < 3; ki++)
+            for (int pro = 0; pro < SQP_COUNT; pro++)
+                for (int colsum = 0; colsum < 2; colsum++)
+                    for (int fi = 0; fi < 2; fi++)
+                        for (int oi = 0; oi < 3; oi++) {
+                            const int pow2 = (ki + pro + oi) & 1;
+                            const fp8_format fmt = fi ? FP8_E5M2 : FP8_E4M3;
+                            fp8t_scaled_quant q =
+                                sq_request(&d, rows, cols, sq_kinds[ki], fmt, pro, colsum,
+                                           outs[oi][0], outs[oi][1], pow2);
+                            std::vector<uint8_t> want, got;
+                            for (int version = 1; version <= 2; version++) {
+                                sq_reset_outputs(&d, cols);
+                                run_scaled(version, &q);
+                                CUDA_CHECK(cudaDeviceSynchronize());
+                                (version == 1 ? want : got) = sq_outputs(&d, cols);
+                            }
+                            size_t first = 0;
+                            while (first < want.size() && want[first] == got[first]) first++;
+                            const int ok = first == want.size();
+                            ok ? n_pass++ : n_fail++;
+                            if (!ok || getenv("LADDER_VERBOSE"))
+                                printf("%s  scaled v2 == v1: %dx%d %s %s colsum=%d %s codes=%d "
+                                       "codes_t=%d pow2=%d%s%zu\n",
+                                       ok ? "PASS" : "FAIL", rows, cols, sq_kind_names[ki],
+                                       sqp_names[pro], colsum, fi ? "e5m2" : "e4m3", outs[oi][0],
+                                       outs[oi][1], pow2,
+                                       ok ? "" : " first differing output byte ", ok ? 0 : first);
+                        }
+        sq_free(&d);
+    }
+    printf("scaled checks: %d passed, %d failed\n", n_pass - pass0, n_fail - fail0);
+}
+
+/* each version on the training shapes that make block and row operands, L2 flushed before
+ * each launch; GB/s counts x (4 bytes), GELU's BF16 input (2) and save (2) and each code */
+static void bench_scaled(int iters) {
+    static const struct {
+        int rows, cols, kind, pro, colsum;
+        const char *what;
+    } cases[] = {
+        {16384, 1600, 0, SQP_PLAIN, 0, "1.5B ln1/ln2/atty X"},
+        {16384, 6400, 0, SQP_GELU_BIAS, 0, "1.5B fc2 X (GELU)"},
+        {16384, 6400, 0, SQP_DGELU16, 1, "1.5B fc1 dY (dGELU)"},
+        {16384, 4800, 0, SQP_PLAIN, 1, "1.5B qkv dY"},
+        {16384, 1600, 0, SQP_PLAIN, 1, "1.5B attproj/fc2 dY"},
+        {16384, 2048, 0, SQP_PLAIN, 0, "llama X / dY"},
+        {16384, 8192, 0, SQP_PLAIN, 0, "llama down X"},
+        {16384, 2048, 2, SQP_PLAIN, 0, "llama rowwise X"},
+        {16384, 8192, 2, SQP_PLAIN, 0, "llama rowwise down X"},
+        {8192, 2048, 1, SQP_PLAIN, 0, "llama weight 128x128"},
+    };
+    const size_t flush_bytes = (size_t)256 << 20;
+    uint8_t *flush;
+    CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    printf("\n%-24s %-12s %-7s %-17s %-3s %9s %8s %7s\n", "case", "shape", "kind", "prologue",
+           "ver", "time_us", "GB/s", "vs v1");
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const int rows = cases[ci].rows, cols = cases[ci].cols;
+        sq_bufs d;
+        sq_alloc(&d, rows, cols);
+        sq_fill_inputs(&d, rows, cols, 0);
+        fp8t_scaled_quant q = sq_request(&d, rows, cols, sq_kinds[cases[ci].kind], FP8_E4M3,
+                                         cases[ci].pro, cases[ci].colsum, 1, 1, 0);
+        /* the timed request gives version 1's bytes */
+        std::vector<uint8_t> want, got;
+        for (int version = 1; version <= 2; version++) {
+            sq_reset_outputs(&d, cols);
+            run_scaled(version, &q);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            (version == 1 ? want : got) = sq_outputs(&d, cols);
+        }
+        const int same = want == got;
+        same ? n_pass++ : n_fail++;
+        double bytes = (double)d.n * (4 + 2);
+        if (q.gelu_x16) bytes += (double)d.n * 2;
+        if (q.gelu_x) bytes += (double)d.n * 4;
+        if (q.gelu_save16) bytes += (double)d.n * 2;
+        if (q.scaling == FP8T_SCALING_ROW) bytes += (double)d.n * 4; /* the amax pass's read */
+        double us_v1 = 0.0;
+        for (int version = 1; version <= 2; version++) {
+            double total_ms = 0.0;
+            for (int it = -2; it < iters; it++) {
+                CUDA_CHECK(cudaMemsetAsync(flush, it & 0xff, flush_bytes, g_state.stream));
+                CUDA_CHECK(cudaEventRecord(e0, g_state.stream));
+                run_scaled(version, &q);
+                CUDA_CHECK(cudaEventRecord(e1, g_state.stream));
+                CUDA_CHECK(cudaEventSynchronize(e1));
+                float ms;
+                CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+                if (it >= 0) total_ms += ms;
+            }
+            const double us = total_ms * 1000.0 / iters;
+            if (version == 1) us_v1 = us;
+            char shape[32], rel[16] = "";
+            snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+            if (version == 2) snprintf(rel, sizeof(rel), "%.2fx", us_v1 / us);
+            printf("%-24s %-12s %-7s %-17s v%-2d %9.1f %8.1f %7s%s\n", cases[ci].what, shape,
+                   sq_kind_names[cases[ci].kind], sqp_names[cases[ci].pro], version, us,
+                   bytes / (us * 1e3), rel,
+                   version == 2 && !same ? "  (bytes DIFFER: FAIL)" : "");
+        }
+        sq_free(&d);
+    }
+    cudaFree(flush);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+
 int main(int argc, char **argv) {
     int iters = argc > 1 ? atoi(argv[1]) : 20;
-    if (iters < 1) {
-        fprintf(stderr, "usage: %s [iters >= 1]\n", argv[0]);
+    const char *part = argc > 2 ? argv[2] : "all";
+    const int per_tensor = !strcmp(part, "all") || !strcmp(part, "per-tensor");
+    const int scaled = !strcmp(part, "all") || !strcmp(part, "scaled");
+    if (iters < 1 || (!per_tensor && !scaled)) {
+        fprintf(stderr, "usage: %s [iters >= 1] [all|per-tensor|scaled]\n", argv[0]);
         return 2;
     }
     check_tile_layout(); /* host only */
@@ -481,12 +1063,14 @@ int main(int argc, char **argv) {
     g_be.name = "cuda";
     g_be.impl = &g_state;
 
-    run_checks();
+    if (per_tensor) run_checks();
+    if (scaled) run_scaled_checks();
     if (n_fail) {
         printf("checks failed: not timing\n");
         return 1;
     }
-    bench(iters);
+    if (per_tensor) bench(iters);
+    if (scaled) bench_scaled(iters);
     printf("\n%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

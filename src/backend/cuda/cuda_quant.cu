@@ -984,31 +984,39 @@ void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
 /* ---------------------------------------------------------------------------------------- */
 /* quantize_scaled: both orientations of a block- or row-scaled operand from one read.
  *
- * One block of 256 threads per 128x128 tile of x (edge tiles partial). Thread (tx = tid % 32,
- * ty = tid / 32) holds the float4 at columns 4tx..4tx+3 of the tile's rows 16ty..16ty+15 in
- * registers (a warp load is one 512-byte row segment). From the registers:
+ * One block of 512 threads per 128x128 tile of x (edge tiles partial). Thread (tx = tid % 32,
+ * ty = tid / 32) holds the float4 at columns 4tx..4tx+3 of the tile's rows 8ty..8ty+7 in
+ * registers (a warp load is one 512-byte row segment). 8 rows a thread, not 16, so that the
+ * kernels fit 64 registers and an SM runs 2 blocks of 16 warps: with 16 rows (~120 registers,
+ * 8 warps a block) the GELU and dGELU tiles were compute-bound at 1.2-1.5 TB/s on an H100,
+ * 1.4x slower (dev/cuda/quantize_ladder.cu keeps that version). From the registers:
  *   row amaxes: a warp's 32 lanes hold a whole tile row, one __reduce_max_sync over the |x|
  *     bit patterns each (the order of the patterns is the order of the magnitudes, and every
  *     NaN pattern lies above +Inf's, so the max is a NaN pattern exactly when a NaN is there:
  *     the amax op's rule);
- *   column amaxes: each thread's 16 rows, then the 8 warps through shared memory;
+ *   column amaxes: each thread's 8 rows, then the 16 warps through shared memory;
  *   VEC128: a row's scale from its row amax (its 1x128 tile along x's cols), a column's from
  *     its column amax (its 1x128 tile along x's rows, the transposed operand's K); BLK128: one
  *     scale from the tile's amax for both; ROW: the scales from the whole-row / whole-column
  *     amaxes a first pass (scaled_amax_kernel) left in global memory;
  *   codes: a 4-byte store per row (a warp writes 128 contiguous bytes);
- *   codes_t: a thread's 16 rows of one column are 16 contiguous bytes of codes_t's row: one
- *     uint4 into a shared [128 columns][8 chunks] tile, chunk swizzled by (column / 4) % 8 so
- *     that the 8 lanes of each store phase hit 8 different bank groups; then each column's 128
- *     bytes go out as 8 uint4 stores by 8 lanes (coalesced 128-byte rows).
+ *   codes_t: a thread's 8 rows of one column are 8 contiguous bytes of codes_t's row: one
+ *     uint2 into a shared [128 columns][16 chunks] tile, chunk q of column c at slot
+ *     q ^ ((c ^ c / 4) % 16), so that the 16 lanes of a store phase (16 columns) and of a read
+ *     phase (one column's 16 chunks) hit 16 different slots; each column's 128 bytes then go
+ *     out as 16 uint2 stores by 16 lanes (coalesced 128-byte rows).
  * The encoder is fp8_enc_dev's instruction, the scale formula current_scale_dev and
  * scale_inv = 1 / scale: the CPU's block_quantize bits. GELU (PRO 1) and the GELU backward
  * (PRO 2) are applied to what is loaded, with gelu_dev / gelu_grad as gelu_forward and
- * gelu_backward(_bias) evaluate them; COLSUM writes the tile's column sums (each thread's 16
- * rows in order, then the 8 warps in order) for cuda_column_sums_finish. Needs rows % 16 == 0,
- * cols % 4 == 0, x (gx, bias) 16-byte aligned, codes 4-byte and codes_t 16-byte aligned. */
+ * gelu_backward(_bias) evaluate them; COLSUM writes the tile's column sums in a fixed order:
+ * each 16-row group row by row (the odd warp of a pair continues the even warp's partial
+ * through shared memory), then the 8 groups in order, for cuda_column_sums_finish. Needs
+ * rows % 16 == 0, cols % 4 == 0, x (gx, bias) 16-byte aligned, codes 4-byte and codes_t
+ * 16-byte aligned. */
 #define SQ_TILE 128
-#define SQ_THREADS 256
+#define SQ_RPT 8                    /* tile rows per thread */
+#define SQ_WARPS (SQ_TILE / SQ_RPT) /* 16 */
+#define SQ_THREADS (32 * SQ_WARPS)  /* 512 */
 
 enum { SQ_VEC = 1, SQ_BLK = 2, SQ_ROW = 3 };
 enum { SQ_PLAIN = 0, SQ_GELU = 1, SQ_DGELU = 2 };
@@ -1031,18 +1039,18 @@ __device__ __forceinline__ float bits_amax(unsigned m) {
     return __uint_as_float(m > 0x7f800000u ? 0x7fc00000u : m);
 }
 
-/* the tile's float4s after the prologue: v[k] = columns 4tx.. of tile row 16ty + k (zeros
+/* the tile's float4s after the prologue: v[k] = columns 4tx.. of tile row 8ty + k (zeros
  * outside x) */
 template <int PRO>
-__device__ __forceinline__ void sq_load(float4 v[16], const sq_args &a, int r0, int c0, int tx,
-                                        int ty) {
+__device__ __forceinline__ void sq_load(float4 v[SQ_RPT], const sq_args &a, int r0, int c0,
+                                        int tx, int ty) {
     const int c = c0 + 4 * tx;
     const bool col_ok = c < a.cols;
     float4 bb = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (PRO != SQ_PLAIN && a.bias && col_ok) bb = *(const float4 *)(a.bias + c);
 #pragma unroll
-    for (int k = 0; k < 16; k++) {
-        const int r = r0 + 16 * ty + k;
+    for (int k = 0; k < SQ_RPT; k++) {
+        const int r = r0 + SQ_RPT * ty + k;
         float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (col_ok && r < a.rows) {
             const size_t e0 = (size_t)r * a.cols + c;
@@ -1065,22 +1073,23 @@ __device__ __forceinline__ void sq_load(float4 v[16], const sq_args &a, int r0, 
 
 /* ROW's first pass: the amax of every row and column of the values, as |x| bit patterns
  * max-merged into row_bits / col_bits (atomicMax: order-independent), and the tensor amax. */
-template <int PRO> __global__ void __launch_bounds__(SQ_THREADS) scaled_amax_kernel(sq_args a) {
-    __shared__ unsigned sm_cm[8][SQ_TILE];
+template <int PRO>
+__global__ void __launch_bounds__(SQ_THREADS, 2) scaled_amax_kernel(sq_args a) {
+    __shared__ unsigned sm_cm[SQ_WARPS][SQ_TILE];
     const int tid = threadIdx.x, tx = tid & 31, ty = tid >> 5;
     const int r0 = (int)(blockIdx.x / a.tiles_c) * SQ_TILE;
     const int c0 = (int)(blockIdx.x % a.tiles_c) * SQ_TILE;
-    float4 v[16];
+    float4 v[SQ_RPT];
     sq_load<PRO>(v, a, r0, c0, tx, ty);
     unsigned cm[4] = {0u, 0u, 0u, 0u}, all = 0u;
 #pragma unroll
-    for (int k = 0; k < 16; k++) {
+    for (int k = 0; k < SQ_RPT; k++) {
         cm[0] = max(cm[0], abs_bits_dev(v[k].x));
         cm[1] = max(cm[1], abs_bits_dev(v[k].y));
         cm[2] = max(cm[2], abs_bits_dev(v[k].z));
         cm[3] = max(cm[3], abs_bits_dev(v[k].w));
         const unsigned rm = __reduce_max_sync(0xffffffffu, abs_bits4_dev(0u, v[k]));
-        const int r = r0 + 16 * ty + k;
+        const int r = r0 + SQ_RPT * ty + k;
         if (tx == 0 && r < a.rows) atomicMax(a.row_bits + r, rm);
         all = max(all, rm);
     }
@@ -1089,41 +1098,44 @@ template <int PRO> __global__ void __launch_bounds__(SQ_THREADS) scaled_amax_ker
     __syncthreads();
     if (tid < SQ_TILE && c0 + tid < a.cols) {
         unsigned m = 0u;
-        for (int w = 0; w < 8; w++) m = max(m, sm_cm[w][tid]);
+        for (int w = 0; w < SQ_WARPS; w++) m = max(m, sm_cm[w][tid]);
         atomicMax(a.col_bits + c0 + tid, m);
     }
     if (a.amax_out) block_amax_bits_merge(a.amax_out, all);
 }
 
+/* codes_t's staging slot of chunk (8 rows) `chunk` of tile column `col` (see the top) */
+__device__ __forceinline__ int sq_t_slot(int col, int chunk) {
+    return col * 16 + (chunk ^ ((col ^ (col >> 2)) & 15));
+}
+
 template <fp8_format FMT, int KIND, int PRO, bool COLSUM>
-__global__ void __launch_bounds__(SQ_THREADS) scaled_tile_kernel(sq_args a) {
-    __shared__ uint4 sm_t[SQ_TILE * 8];                 /* [column][chunk of 16 rows], swizzled */
-    __shared__ unsigned sm_cm[8][SQ_TILE];              /* column amax bits per warp */
-    __shared__ float sm_cs[SQ_TILE];                    /* column scales */
-    __shared__ __align__(16) float sm_part[8][SQ_TILE]; /* COLSUM: per-warp column sums */
+__global__ void __launch_bounds__(SQ_THREADS, 2) scaled_tile_kernel(sq_args a) {
+    __shared__ uint2 sm_t[SQ_TILE * 16];          /* [column][16 chunks of 8 rows], swizzled */
+    __shared__ unsigned sm_cm[SQ_WARPS][SQ_TILE]; /* column amax bits per warp */
+    __shared__ float sm_cs[SQ_TILE];              /* column scales */
+    __shared__ __align__(16) float sm_part[COLSUM ? SQ_WARPS / 2 : 1][SQ_TILE];
     const __nv_fp8_interpretation_t it = FMT == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2;
     const int tid = threadIdx.x, tx = tid & 31, ty = tid >> 5;
     const int tr = (int)(blockIdx.x / a.tiles_c), tcol = (int)(blockIdx.x % a.tiles_c);
     const int r0 = tr * SQ_TILE, c0 = tcol * SQ_TILE;
     const int nr = min(SQ_TILE, a.rows - r0), nc = min(SQ_TILE, a.cols - c0);
-    float4 v[16];
+    float4 v[SQ_RPT];
     sq_load<PRO>(v, a, r0, c0, tx, ty);
 
-    /* row amaxes (VEC, BLK) */
-    unsigned rmax[16];
+    unsigned rmax[SQ_RPT];
     unsigned all = 0u;
     if (KIND != SQ_ROW) {
 #pragma unroll
-        for (int k = 0; k < 16; k++) {
+        for (int k = 0; k < SQ_RPT; k++) {
             rmax[k] = __reduce_max_sync(0xffffffffu, abs_bits4_dev(0u, v[k]));
             all = max(all, rmax[k]);
         }
     }
-    /* column scales into sm_cs */
     if (KIND == SQ_VEC) {
         unsigned cm[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-        for (int k = 0; k < 16; k++) {
+        for (int k = 0; k < SQ_RPT; k++) {
             cm[0] = max(cm[0], abs_bits_dev(v[k].x));
             cm[1] = max(cm[1], abs_bits_dev(v[k].y));
             cm[2] = max(cm[2], abs_bits_dev(v[k].z));
@@ -1134,10 +1146,10 @@ __global__ void __launch_bounds__(SQ_THREADS) scaled_tile_kernel(sq_args a) {
         __syncthreads();
         if (tid < SQ_TILE) {
             unsigned m = 0u;
-            for (int w = 0; w < 8; w++) m = max(m, sm_cm[w][tid]);
+            for (int w = 0; w < SQ_WARPS; w++) m = max(m, sm_cm[w][tid]);
             const float sc = current_scale_dev(bits_amax(m), a.fmt_max, 0.0f, a.pow2);
             sm_cs[tid] = sc;
-            if (a.codes_t && tid < nc) /* operand [cols, rows], row c0 + tid, tile r0 / 128 */
+            if (a.codes_t && tid < nc)
                 a.sinv_t[(size_t)tr * fp8t_pad4(a.cols) + c0 + tid] = 1.0f / sc;
         }
     } else if (KIND == SQ_BLK) {
@@ -1145,14 +1157,14 @@ __global__ void __launch_bounds__(SQ_THREADS) scaled_tile_kernel(sq_args a) {
         __syncthreads();
         if (tid == 0) {
             unsigned m = 0u;
-            for (int w = 0; w < 8; w++) m = max(m, sm_cm[0][w]);
+            for (int w = 0; w < SQ_WARPS; w++) m = max(m, sm_cm[0][w]);
             const float sc = current_scale_dev(bits_amax(m), a.fmt_max, 0.0f, a.pow2);
             sm_cs[0] = sc;
             const int kbr = (a.cols + 127) / 128, kbt = (a.rows + 127) / 128;
             if (a.codes) a.sinv[(size_t)tr * fp8t_pad4(kbr) + tcol] = 1.0f / sc;
             if (a.codes_t) a.sinv_t[(size_t)tcol * fp8t_pad4(kbt) + tr] = 1.0f / sc;
         }
-    } else { /* ROW: the first pass's column amaxes */
+    } else {
         if (tid < SQ_TILE) {
             const float sc =
                 c0 + tid < a.cols
@@ -1162,28 +1174,37 @@ __global__ void __launch_bounds__(SQ_THREADS) scaled_tile_kernel(sq_args a) {
             if (a.codes_t && tr == 0 && tid < nc) a.sinv_t[c0 + tid] = 1.0f / sc;
         }
     }
-    if (COLSUM) {
+    if (COLSUM && (ty & 1) == 0) {
         float4 cs = v[0];
 #pragma unroll
-        for (int k = 1; k < 16; k++)
+        for (int k = 1; k < SQ_RPT; k++)
             cs = make_float4(cs.x + v[k].x, cs.y + v[k].y, cs.z + v[k].z, cs.w + v[k].w);
-        *(float4 *)&sm_part[ty][4 * tx] = cs;
+        *(float4 *)&sm_part[ty >> 1][4 * tx] = cs;
     }
     __syncthreads();
-    if (COLSUM && tid < nc) {
-        float t = sm_part[0][tid];
-        for (int w = 1; w < 8; w++) t += sm_part[w][tid];
-        a.part[(size_t)tr * a.cols + c0 + tid] = t;
+    if (COLSUM) {
+        if (ty & 1) {
+            float4 cs = *(const float4 *)&sm_part[ty >> 1][4 * tx];
+#pragma unroll
+            for (int k = 0; k < SQ_RPT; k++)
+                cs = make_float4(cs.x + v[k].x, cs.y + v[k].y, cs.z + v[k].z, cs.w + v[k].w);
+            *(float4 *)&sm_part[ty >> 1][4 * tx] = cs;
+        }
+        __syncthreads();
+        if (tid < nc) {
+            float t = sm_part[0][tid];
+            for (int w = 1; w < SQ_WARPS / 2; w++) t += sm_part[w][tid];
+            a.part[(size_t)tr * a.cols + c0 + tid] = t;
+        }
     }
 
     const int c = c0 + 4 * tx;
     const bool col_ok = 4 * tx < nc;
-    /* row-major codes with the row scales */
     if (a.codes) {
         const float sblk = KIND == SQ_BLK ? sm_cs[0] : 0.0f;
 #pragma unroll
-        for (int k = 0; k < 16; k++) {
-            const int rl = 16 * ty + k, r = r0 + rl;
+        for (int k = 0; k < SQ_RPT; k++) {
+            const int rl = SQ_RPT * ty + k, r = r0 + rl;
             float sc;
             if (KIND == SQ_BLK)
                 sc = sblk;
@@ -1206,14 +1227,12 @@ __global__ void __launch_bounds__(SQ_THREADS) scaled_tile_kernel(sq_args a) {
         if (a.amax_out && KIND != SQ_ROW) block_amax_bits_merge(a.amax_out, all);
         return;
     }
-    /* transposed codes with the column scales: column 4tx + j's 16 rows as one uint4 */
-    const int swz = tx & 7;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const float sc = sm_cs[KIND == SQ_BLK ? 0 : 4 * tx + j];
-        uint32_t w[4];
+        uint32_t w[2];
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
+        for (int q = 0; q < 2; q++) {
             float e[4];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -1226,16 +1245,15 @@ __global__ void __launch_bounds__(SQ_THREADS) scaled_tile_kernel(sq_args a) {
                 __nv_cvt_float2_to_fp8x2(make_float2(e[2], e[3]), __NV_SATFINITE, it);
             w[q] = lo | (hi << 16);
         }
-        sm_t[(4 * tx + j) * 8 + (ty ^ swz)] = make_uint4(w[0], w[1], w[2], w[3]);
+        sm_t[sq_t_slot(4 * tx + j, ty)] = make_uint2(w[0], w[1]);
     }
     __syncthreads();
 #pragma unroll
     for (int p = 0; p < 4; p++) {
-        const int cl = (tid >> 3) + 32 * p, k = tid & 7;
-        if (cl < nc && 16 * k < nr) {
-            const uint4 o = sm_t[cl * 8 + (k ^ ((cl >> 2) & 7))];
-            *(uint4 *)(a.codes_t + (size_t)(c0 + cl) * a.rows + r0 + 16 * k) = o;
-        }
+        const int idx = tid + SQ_THREADS * p, cl = idx >> 4, k = idx & 15;
+        if (cl < nc && 8 * k < nr)
+            *(uint2 *)(a.codes_t + (size_t)(c0 + cl) * a.rows + r0 + 8 * k) =
+                sm_t[sq_t_slot(cl, k)];
     }
     if (a.amax_out && KIND != SQ_ROW) block_amax_bits_merge(a.amax_out, all);
 }
