@@ -153,6 +153,21 @@ static void switches(void) {
     T_CHECK(L(ln_off, FC2)->step_fused[0], "--disable ln leaves GELU's fusion");
     fp8t_model_destroy(ln_on);
     fp8t_model_destroy(ln_off);
+    /* Llama's SwiGLU (tiny-llama's linears per layer: qkv, proj, gate, up, down): down's
+     * rounding pass and gate's / up's Dgrad passes, on the scaled path (rowwise) */
+    fp8t_model *sw_on = make("tiny-llama", FP8T_PREC_ROWWISE, 0);
+    fp8t_model *sw_fwd = make("tiny-llama", FP8T_PREC_ROWWISE, FP8T_DISABLE_SWIGLU_FUSION);
+    fp8t_model *sw_bwd = make("tiny-llama", FP8T_PREC_ROWWISE, FP8T_DISABLE_SWIGLU_BWD_FUSION);
+    T_ASSERT(sw_on && sw_fwd && sw_bwd, "models");
+    T_CHECK(L(sw_on, 4)->step_fused[0] && L(sw_on, 2)->dswiglu && L(sw_on, 3)->dswiglu,
+            "rowwise tiny-llama fuses SwiGLU (%u) and its gradients (%u, %u)",
+            L(sw_on, 4)->step_fused[0], L(sw_on, 2)->dswiglu, L(sw_on, 3)->dswiglu);
+    T_CHECK(!L(sw_fwd, 4)->step_fused[0] && L(sw_fwd, 2)->dswiglu, "--disable swiglu-fusion");
+    T_CHECK(L(sw_bwd, 4)->step_fused[0] && !L(sw_bwd, 2)->dswiglu && !L(sw_bwd, 3)->dswiglu,
+            "--disable swiglu-bwd-fusion");
+    fp8t_model_destroy(sw_on);
+    fp8t_model_destroy(sw_fwd);
+    fp8t_model_destroy(sw_bwd);
     fp8t_model *s_on = make("tiny", FP8T_PREC_DELAYED, 0);
     fp8t_model *s_off = make("tiny", FP8T_PREC_DELAYED, FP8T_DISABLE_BF16_SAVES);
     T_ASSERT(s_on && s_off, "models");

@@ -359,6 +359,98 @@ static void test_gelu_bf16_save(void) {
     OPS->free(be, s1), OPS->free(be, s2);
 }
 
+/* SwiGLU into a scaled operand (the Fprop of Llama's down) and its two gradients into scaled
+ * dY operands (the Dgrads of gate and up), each in one pass: the bits of swiglu_forward (with
+ * the saves of gate and up it writes) or swiglu_backward, then the plain scaled operand; the
+ * gradients from the FP32 inputs or from their BF16 saves. Only the scaled kernel takes these
+ * steps (no bias, no column sums). */
+static void test_swiglu_steps(void) {
+    const size_t n = (size_t)R * C;
+    static const fp8t_fp8_scaling kinds[3] = {FP8T_SCALING_VEC128, FP8T_SCALING_BLK128,
+                                              FP8T_SCALING_ROW};
+    static const char *const kind_names[3] = {"vec128", "blk128", "row"};
+    float *g = fill(n, 21, 8.0f), *u = fill(n, 22, 5.0f), *d = fill(n, 23, 3.0f);
+    float *v = zalloc(n * 4), *dg = zalloc(n * 4), *du = zalloc(n * 4);
+    float *gw = zalloc(n * 4), *uw = zalloc(n * 4);
+    uint16_t *g16 = zalloc(n * 2), *u16 = zalloc(n * 2), *s1 = zalloc(n * 2), *s2 = zalloc(n * 2);
+    OPS->bf16_pack(be, g16, g, NULL, R, C);
+    OPS->bf16_pack(be, u16, u, NULL, R, C);
+    OPS->bf16_unpack(be, gw, g16, n);
+    OPS->bf16_unpack(be, uw, u16, n);
+    for (int ki = 0; ki < 3; ki++) {
+        const size_t sf = fp8t_block_scale_floats(kinds[ki], R, C);
+        const size_t sft = fp8t_block_scale_floats(kinds[ki], C, R);
+        for (int st = 0; st < 5; st++) {
+            /* 0 SwiGLU, 1 / 2 the gate's gradient from FP32 / the saves, 3 / 4 up's */
+            uint8_t *c1 = zalloc(n), *t1 = zalloc(n), *c2 = zalloc(n), *t2 = zalloc(n);
+            float *si1 = zalloc(sf * 4), *sit1 = zalloc(sft * 4), *si2 = zalloc(sf * 4),
+                  *sit2 = zalloc(sft * 4), *a1 = zalloc(4), *a2 = zalloc(4);
+            fp8t_operand_req r = fp8_req(FP8T_STEP_NONE, d, c1, t1, a1);
+            r.out.scale = NULL, r.out.scaling = kinds[ki], r.out.pow2 = st & 1;
+            r.out.scale_inv = si1, r.out.scale_inv_t = sit1;
+            fp8t_operand_req plain = r;
+            plain.out.data = c2, plain.out.data_t = t2, plain.out.amax = a2;
+            plain.out.scale_inv = si2, plain.out.scale_inv_t = sit2, plain.x = v;
+            const int from16 = st == 2 || st == 4;
+            if (st == 0) {
+                r.step = FP8T_STEP_SWIGLU, r.x = g, r.x2 = u, r.save16 = s1, r.save16_2 = s2;
+                memset(s1, 0, n * 2), memset(s2, 0, n * 2);
+                OPS->swiglu_forward(be, v, g, u, NULL, NULL, n);
+            } else {
+                r.step = st <= 2 ? FP8T_STEP_DSWIGLU_GATE : FP8T_STEP_DSWIGLU_UP;
+                if (from16)
+                    r.x2_16 = g16;
+                else
+                    r.x2 = g;
+                if (st <= 2 && from16) r.x3_16 = u16;
+                if (st <= 2 && !from16) r.x3 = u;
+                /* swiglu_backward on the same values (the saves widened) */
+                OPS->swiglu_backward(be, dg, du, d, from16 ? gw : g, from16 ? uw : u, NULL, NULL,
+                                     n);
+                memcpy(v, st <= 2 ? dg : du, n * 4);
+            }
+            T_CHECK(OPS->make_operand_fuses(be, &r), "%s: scaled step %d is one of the kernels",
+                    kind_names[ki], st);
+            OPS->make_operand(be, &r);
+            OPS->make_operand(be, &plain);
+            T_CHECK(same(c1, c2, n) && same(t1, t2, n) && same(si1, si2, sf * 4) &&
+                        same(sit1, sit2, sft * 4) && same(a1, a2, 4),
+                    "%s: step %d differs from its unfused op then the plain operand",
+                    kind_names[ki], st);
+            T_CHECK(*a1 > 0.0f, "%s: step %d took the amax", kind_names[ki], st);
+            if (st == 0)
+                T_CHECK(same(s1, g16, n * 2) && same(s2, u16, n * 2),
+                        "%s: SwiGLU's saves are not bf16_pack's of gate and up", kind_names[ki]);
+            float *ptrs[] = {si1, sit1, si2, sit2, a1, a2};
+            for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
+            OPS->free(be, c1), OPS->free(be, t1), OPS->free(be, c2), OPS->free(be, t2);
+        }
+    }
+    /* the combinations no kernel makes */
+    uint8_t *c = (uint8_t *)s1;
+    float *sc = v;
+    fp8t_operand_req r = fp8_req(FP8T_STEP_DSWIGLU_UP, d, c, c, NULL);
+    r.x2 = g;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "per-tensor dSwiGLU: composed");
+    r.out.scale = NULL, r.out.scaling = FP8T_SCALING_VEC128;
+    r.out.scale_inv = sc, r.out.scale_inv_t = sc;
+    T_CHECK(OPS->make_operand_fuses(be, &r), "scaled dSwiGLU (up): a kernel");
+    r.x3 = u;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "up's gradient reading up: composed");
+    r.x3 = NULL, r.colsum = sc;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "scaled dSwiGLU with column sums: composed");
+    r.colsum = NULL, r.step = FP8T_STEP_DSWIGLU_GATE, r.x3 = u, r.x3_16 = u16;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "up both in FP32 and BF16: composed");
+    r = fp8_req(FP8T_STEP_SWIGLU, g, c, NULL, NULL);
+    r.x2 = u, r.save16 = s1;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "per-tensor SwiGLU with a save: composed");
+    r.save16 = NULL;
+    T_CHECK(OPS->make_operand_fuses(be, &r), "the inference model's SwiGLU: its kernel");
+    float *ptrs[] = {g, u, d, v, dg, du, gw, uw};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
+    OPS->free(be, g16), OPS->free(be, u16), OPS->free(be, s1), OPS->free(be, s2);
+}
+
 /* step NONE making codes or a BF16 operand is always a kernel (backend.h): the last step of
  * every composition, so that a GPU can finish what the model composes */
 static void test_plain_always_fuses(void) {
@@ -401,6 +493,7 @@ int main(void) {
     T_RUN(test_plain_always_fuses);
     T_RUN(test_model_composes);
     T_RUN(test_gelu_bf16_save);
+    T_RUN(test_swiglu_steps);
     fp8t_backend_destroy(be);
     T_MAIN_END();
 }

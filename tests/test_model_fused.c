@@ -65,8 +65,14 @@ static void count_gelu_bwd_bias(fp8t_backend *b, float *dx, const float *x, cons
  * deferred fc1 bias when it gets one; n_gbwd counts it alone. The residual add folded into
  * the norm counts as the norm's fusion. */
 static long n_gbwd, n_ln16;
+static long n_swiglu, n_dswiglu; /* scaled operands made with SwiGLU's step / a gradient's */
 static void count_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
-    switch (fp8t_operand_kernel_of(r)) {
+    const fp8t_operand_kernel k = fp8t_operand_kernel_of(r);
+    if (k == FP8T_OPK_SCALED) {
+        n_swiglu += r->step == FP8T_STEP_SWIGLU;
+        n_dswiglu += r->step == FP8T_STEP_DSWIGLU_GATE || r->step == FP8T_STEP_DSWIGLU_UP;
+    }
+    switch (k) {
     case FP8T_OPK_QUANTIZE: n_quantize++; break;
     case FP8T_OPK_QUANTIZE_COLSUM: n_qcs++; break;
     case FP8T_OPK_QUANTIZE_GELU: n_qgelu++, n_qgelu_bias += r->bias != NULL; break;
@@ -170,6 +176,7 @@ typedef struct {
     long gbwd[2];                       /* DGELU operands */
     long add_bias[2];
     long ln16[2]; /* (ADD_)LAYERNORM operands */
+    long swiglu[2], dswiglu[2];
 } calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
@@ -189,7 +196,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
                 long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add, g0 = n_gelu16,
                      qg0 = n_qgelu, hc0 = n_h16cs, qc0 = n_qcs, bb0 = n_bias_bwd,
                      fb0 = n_fp8_bias, x16 = n_xent16, gw0 = n_gbwd, ab0 = n_add_bias,
-                     l0 = n_ln16;
+                     l0 = n_ln16, sw0 = n_swiglu, dsw0 = n_dswiglu;
                 loss[k] = fp8t_model_forward(m[k], tok, tgt);
                 long q1 = n_quantize;
                 fp8t_model_backward(m[k], dloss[j % n_dloss]);
@@ -206,6 +213,8 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
                 out->gbwd[k] += n_gbwd - gw0;
                 out->add_bias[k] += n_add_bias - ab0;
                 out->ln16[k] += n_ln16 - l0;
+                out->swiglu[k] += n_swiglu - sw0;
+                out->dswiglu[k] += n_dswiglu - dsw0;
                 out->quant[k] += n_quantize - q0;
                 out->quant_bwd[k] += n_quantize - q1;
             }
@@ -782,6 +791,48 @@ static void gelu_bwd_fusion(void) {
     gelu_bwd_case("tiny-llama", FP8T_PREC_DELAYED, NULL, 0, 0); /* SwiGLU: nothing to fuse */
 }
 
+/* ---- SwiGLU in down's rounding pass, its gradients in gate's and up's ---- */
+
+/* want_fwd / want_bwd: scaled operands made with SwiGLU's step per micro-batch (down's X, one
+ * per layer) and with its gradients' (gate's and up's dY, two per layer), with the switch
+ * on; none with it off; the same bits either way */
+static void swiglu_case(fp8t_precision prec, const char *overrides, int hooked, int switches,
+                        long want_fwd, long want_bwd) {
+    pair_run pr;
+    if (!run_pair(&pr, "tiny-llama", prec, overrides, hooked, switches, "swiglu fusion")) return;
+    const long micro = (long)PAIR_STEPS * PAIR_ACCUM;
+    T_CHECK(pr.c.swiglu[0] == micro * want_fwd && pr.c.dswiglu[0] == micro * want_bwd,
+            "%s: SwiGLU steps %ld (expected %ld), gradient steps %ld (expected %ld)", pr.what,
+            pr.c.swiglu[0], micro * want_fwd, pr.c.dswiglu[0], micro * want_bwd);
+    const long off_fwd = switches & FP8T_DISABLE_SWIGLU_FUSION ? 0 : micro * want_fwd;
+    const long off_bwd = switches & FP8T_DISABLE_SWIGLU_BWD_FUSION ? 0 : micro * want_bwd;
+    T_CHECK(pr.c.swiglu[1] == off_fwd && pr.c.dswiglu[1] == off_bwd,
+            "%s, switched off: SwiGLU steps %ld, gradient steps %ld", pr.what, pr.c.swiglu[1],
+            pr.c.dswiglu[1]);
+    fp8t_model_destroy(pr.r);
+    fp8t_model_destroy(pr.q);
+}
+
+static void swiglu_fusion(void) {
+    const long L = 4; /* tiny-llama's layers */
+    const int both = FP8T_DISABLE_SWIGLU_FUSION | FP8T_DISABLE_SWIGLU_BWD_FUSION;
+    swiglu_case(FP8T_PREC_ROWWISE, NULL, 0, both, L, 2 * L);
+    swiglu_case(FP8T_PREC_ROWWISE, NULL, 0, FP8T_DISABLE_SWIGLU_FUSION, L, 2 * L);
+    swiglu_case(FP8T_PREC_ROWWISE, NULL, 0, FP8T_DISABLE_SWIGLU_BWD_FUSION, L, 2 * L);
+    /* a layer in BF16: its down and its gate/up Dgrads leave the scaled path */
+    swiglu_case(FP8T_PREC_ROWWISE, "layers=0,precision=bf16", 0, both, L - 1, 2 * (L - 1));
+    /* up's Dgrad in BF16: neither gradient is fused (both or neither) */
+    swiglu_case(FP8T_PREC_ROWWISE, "layers=1,module=up,gemm=dgrad,precision=bf16", 0, both, L,
+                2 * (L - 1));
+    /* the Wgrad of gate in BF16: its dY cannot come from the Dgrad's pass */
+    swiglu_case(FP8T_PREC_ROWWISE, "module=gate,gemm=wgrad,precision=bf16", 0, both, L, 0);
+    /* a hook wants SwiGLU's output and dY in FP32 */
+    swiglu_case(FP8T_PREC_ROWWISE, NULL, 1, both, 0, 0);
+    /* per-tensor FP8 and BF16 have no one-pass SwiGLU operand for training yet */
+    swiglu_case(FP8T_PREC_DELAYED, NULL, 0, both, 0, 0);
+    swiglu_case(FP8T_PREC_BF16, NULL, 0, both, 0, 0);
+}
+
 /* ---- proj's and fc2's bias left to the residual add ---- */
 
 /* want_per_micro: add_bias calls per micro-batch; the FP8 GEMMs given a bias and the bias_add
@@ -863,7 +914,8 @@ static void all_fusion(void) {
                  FP8T_DISABLE_BF16_OPERANDS | FP8T_DISABLE_GELU_FUSION |
                  FP8T_DISABLE_BIAS_GRAD_FUSION | FP8T_DISABLE_GELU_BWD_FUSION |
                  FP8T_DISABLE_RESIDUAL_BIAS | FP8T_DISABLE_LN_FUSION | FP8T_DISABLE_ATTN_SAVE |
-                 FP8T_DISABLE_FP8_SAVE),
+                 FP8T_DISABLE_FP8_SAVE | FP8T_DISABLE_SWIGLU_FUSION |
+                 FP8T_DISABLE_SWIGLU_BWD_FUSION),
             "FP8T_DISABLE_ALL_FUSION is not every bit");
     all_fusion_case("tiny", FP8T_PREC_BF16);
     all_fusion_case("tiny", FP8T_PREC_DELAYED);
@@ -914,6 +966,7 @@ int main(void) {
     T_RUN(bf16_xent);
     T_RUN(bf16_xent_dloss_changes);
     T_RUN(gelu_bwd_fusion);
+    T_RUN(swiglu_fusion);
     T_RUN(residual_bias);
     T_RUN(ln_fusion);
     T_RUN(all_fusion);

@@ -103,6 +103,17 @@ void cuda_bf16_pack(fp8t_backend *, uint16_t *, const float *, const float *, in
     fprintf(stderr, "quantize_ladder: cuda_bf16_pack is not part of the ladder\n");
     exit(1);
 }
+/* nor SwiGLU's unfused ops (the scaled kernels' plain path) */
+void cuda_swiglu_forward(fp8t_backend *, float *, const float *, const float *, uint16_t *,
+                         uint16_t *, size_t) {
+    fprintf(stderr, "quantize_ladder: cuda_swiglu_forward is not part of the ladder\n");
+    exit(1);
+}
+void cuda_swiglu_grad(fp8t_backend *, float *, int, const float *, const float *,
+                      const uint16_t *, const float *, const uint16_t *, size_t) {
+    fprintf(stderr, "quantize_ladder: cuda_swiglu_grad is not part of the ladder\n");
+    exit(1);
+}
 const float *cuda_bf16_widen(fp8t_backend *, int, const float *x, const uint16_t *x16, size_t) {
     if (!x16) return x;
     fprintf(stderr, "quantize_ladder: cuda_bf16_widen is not part of the ladder\n");

@@ -177,15 +177,18 @@ typedef struct {
  * does not fuse it composes, or the model runs the producer's own op first: see
  * make_operand_fuses). x, x2, bias are the step's inputs, all [rows, cols] but bias [cols]. */
 typedef enum {
-    FP8T_STEP_NONE = 0,      /* values = x */
-    FP8T_STEP_BIAS,          /* x + bias (bias_add's arithmetic) */
-    FP8T_STEP_GELU,          /* gelu(x (+ bias)): the linear after GELU takes GELU's input,
+    FP8T_STEP_NONE = 0,     /* values = x */
+    FP8T_STEP_BIAS,         /* x + bias (bias_add's arithmetic) */
+    FP8T_STEP_GELU,         /* gelu(x (+ bias)): the linear after GELU takes GELU's input,
                                 with the bias its producer left out (gelu_forward's values) */
-    FP8T_STEP_DGELU,         /* gelu'(x2 (+ bias)) * x: x the gradient of GELU's output, x2 GELU's
+    FP8T_STEP_DGELU,        /* gelu'(x2 (+ bias)) * x: x the gradient of GELU's output, x2 GELU's
                                 input (gelu_backward / gelu_backward_bias's values) */
-    FP8T_STEP_SWIGLU,        /* silu(x) * x2: x the gate, x2 up (swiglu_forward's) */
-    FP8T_STEP_LAYERNORM,     /* LayerNorm(x; norm_w, norm_b) (layernorm_forward's values) */
-    FP8T_STEP_RMSNORM,       /* RMSNorm(x; norm_w) (rmsnorm_forward's) */
+    FP8T_STEP_SWIGLU,       /* silu(x) * x2: x the gate, x2 up (swiglu_forward's) */
+    FP8T_STEP_DSWIGLU_GATE, /* x * x3 * silu'(x2): the gate's gradient, x the gradient of SwiGLU's
+                                output, x2 the gate, x3 up (swiglu_backward's dgate) */
+    FP8T_STEP_DSWIGLU_UP,   /* x * silu(x2): up's gradient (swiglu_backward's dup) */
+    FP8T_STEP_LAYERNORM,    /* LayerNorm(x; norm_w, norm_b) (layernorm_forward's values) */
+    FP8T_STEP_RMSNORM,      /* RMSNorm(x; norm_w) (rmsnorm_forward's) */
     FP8T_STEP_ADD_LAYERNORM, /* s = x + (x2 (+ bias)) (add / add_bias's), then LayerNorm(s) */
     FP8T_STEP_ADD_RMSNORM,   /* the same with RMSNorm */
     FP8T_STEP_COUNT
@@ -207,11 +210,14 @@ typedef struct {
                              gradient from the pass that rounds dY) */
     uint16_t *sum16;    /* ADD_* (or NULL): the sum's BF16 copy [rows, cols] packed too
                              (bf16_pack's bits: a layer's save of the residual stream) */
-    /* GELU's input kept for the backward in BF16 [rows, cols] packed (bf16_pack's layout), so
-     * that neither direction needs a pass of its own over it: */
-    uint16_t *save16;      /* GELU (or NULL): also write bf16_pack(x, bias) here */
-    const uint16_t *x2_16; /* DGELU (or NULL): GELU's input as that copy, read instead of x2
-                             (bias then NULL: the copy holds it) */
+    /* The activations' inputs kept for the backward in BF16 [rows, cols] packed (bf16_pack's
+     * layout), so that neither direction needs a pass of its own over them: */
+    uint16_t *save16;      /* GELU (or NULL): also write bf16_pack(x, bias) here; SWIGLU: x's */
+    uint16_t *save16_2;    /* SWIGLU (or NULL): also write x2's BF16 copy here */
+    const uint16_t *x2_16; /* DGELU, DSWIGLU_* (or NULL): GELU's input (the gate) as that copy,
+                             read instead of x2 (bias then NULL: the copy holds it) */
+    const float *x3;       /* DSWIGLU_GATE: up (or NULL: x3_16) */
+    const uint16_t *x3_16; /* DSWIGLU_GATE: up as its BF16 copy, read instead of x3 */
 } fp8t_operand_req;
 
 /* The GEMM views of an operand (gemm_fp8's and gemm_bf16_rounded's argument types). */

@@ -133,11 +133,15 @@ enum {
     FP8T_DISABLE_LN_FUSION = 1u << 8,        /* LayerNorm writes FP32; the linear rounds it */
     FP8T_DISABLE_ATTN_SAVE = 1u << 9,        /* the attention backward rebuilds q, k, v */
     FP8T_DISABLE_FP8_SAVE = 1u << 10,        /* every linear keeps its input X in FP32 */
-    FP8T_DISABLE_ALL_FUSION = (1u << 11) - 1, /* every bit above */
     /* Not a fusion and not bit-identical: layers whose GEMMs all run below FP32 keep what the
      * backward reads again (attention output, MLP pre-activations, residuals) in BF16; this bit
      * keeps them in FP32 as an FP32 layer does. */
     FP8T_DISABLE_BF16_SAVES = 1u << 11,
+    FP8T_DISABLE_SWIGLU_FUSION = 1u << 12,     /* SwiGLU writes FP32; down rounds it */
+    FP8T_DISABLE_SWIGLU_BWD_FUSION = 1u << 13, /* swiglu_backward writes gate's / up's dY */
+    /* every fusion bit (all but BF16_SAVES) */
+    FP8T_DISABLE_ALL_FUSION =
+        ((1u << 11) - 1) | FP8T_DISABLE_SWIGLU_FUSION | FP8T_DISABLE_SWIGLU_BWD_FUSION,
     FP8T_DISABLE_KNOWN = FP8T_DISABLE_ALL_FUSION | FP8T_DISABLE_BF16_SAVES,
 };
 

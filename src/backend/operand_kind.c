@@ -21,6 +21,15 @@ fp8t_scaled_quant fp8t_operand_scaled_quant(const fp8t_operand_req *r, const flo
         if (q.gelu) q.gelu_save16 = r->save16;
         if (r->step == FP8T_STEP_DGELU) q.gelu_x = r->x2, q.gelu_x16 = r->x2_16;
         if (q.gelu || q.gelu_x || q.gelu_x16) q.bias = r->bias;
+        if (r->step == FP8T_STEP_SWIGLU) {
+            q.swiglu = 1, q.up = r->x2;
+            q.swiglu_save16[0] = r->save16, q.swiglu_save16[1] = r->save16_2;
+        }
+        if (r->step == FP8T_STEP_DSWIGLU_GATE || r->step == FP8T_STEP_DSWIGLU_UP) {
+            q.dswiglu = (int)r->step;
+            q.gate = r->x2, q.gate16 = r->x2_16;
+            q.up = r->x3, q.up16 = r->x3_16;
+        }
     }
     q.rows = o->rows;
     q.cols = o->cols;

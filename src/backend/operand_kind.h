@@ -13,7 +13,9 @@
  * x's own layout (the operand whose K is x's cols: the Fprop's X and W, the Dgrad's dY),
  * codes_t its transpose (K = x's rows: the Wgrad's dYᵀ and Xᵀ, the Dgrad's Wᵀ). The values
  * quantized are x itself, or gelu(x (+ bias)) (gelu: the Fprop of the linear after GELU, step
- * GELU), or gelu'(gelu_x (+ bias)) * x (gelu_x: the Dgrad's dY of that linear, step DGELU).
+ * GELU), or gelu'(gelu_x (+ bias)) * x (gelu_x: the Dgrad's dY of that linear, step DGELU), or
+ * silu(x) * up (swiglu: the Fprop of Llama's down, step SWIGLU), or one of SwiGLU's gradients
+ * with x the gradient of its output (dswiglu: the Dgrad's dY of gate or up, steps DSWIGLU_*).
  * Each orientation's codes and scale_inv are those of block quantizing the values (transposed
  * for codes_t) with the current-scaling scale of each block's own amax (fp8t_current_scale,
  * epsilon 0), fp8t_block_quantize_pow2's bit for bit; the amax as the amax op's, the column
@@ -31,6 +33,14 @@ typedef struct {
     const float *gelu_x;      /* or (NULL: neither) the values are gelu'(gelu_x (+ bias)) * x */
     const uint16_t *gelu_x16; /* or gelu_x as a BF16 copy [rows, cols] (gelu_x NULL, no bias) */
     const float *bias;        /* [cols], with gelu or gelu_x; may be NULL */
+    int swiglu;               /* the values are silu(x) * up (x the gate) */
+    uint16_t *swiglu_save16[2]; /* with swiglu (or NULL): x's / up's BF16 copy written too */
+    int dswiglu;                /* 0, or the step (DSWIGLU_GATE / _UP) whose gradient the values
+                                 are, x the gradient of SwiGLU's output */
+    const float *gate;          /* dswiglu: the gate (or NULL: gate16) */
+    const uint16_t *gate16;
+    const float *up; /* swiglu, DSWIGLU_GATE: up (or NULL for the gradient: up16) */
+    const uint16_t *up16;
     int rows, cols;
     fp8t_fp8_scaling scaling; /* VEC128, BLK128 or ROW */
     fp8_format fmt;
@@ -52,8 +62,9 @@ typedef enum {
     FP8T_OPK_NORM_OPERAND,       /* (residual add +) LayerNorm / RMSNorm into per-tensor FP8 or
                                   BF16, no amax, no statistics kept (the inference model's) */
     FP8T_OPK_SWIGLU_OPERAND,     /* SwiGLU into per-tensor FP8 or BF16, no amax */
-    FP8T_OPK_SCALED,             /* block / row scaled FP8 of x, gelu(x (+ bias)) or
-                                  gelu'(x2 (+ bias)) * x, both orientations, amax, colsum */
+    FP8T_OPK_SCALED,             /* block / row scaled FP8 of x, gelu(x (+ bias)),
+                                  gelu'(x2 (+ bias)) * x, SwiGLU or one of its gradients, both
+                                  orientations, amax, colsum */
     FP8T_OPK_COUNT
 } fp8t_operand_kernel;
 
@@ -73,13 +84,19 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
     if (((r->sum || r->sum16) && !add) || ((r->mean || r->rstd) && !norm))
         return FP8T_OPK_COMPOSE;
     if (bf16 && o->data_t) return FP8T_OPK_COMPOSE; /* BF16 has one layout for both */
-    /* the BF16 copy of GELU's input: written by a GELU pass, read by a dGELU pass (alone) */
-    if ((r->save16 && st != FP8T_STEP_GELU) ||
-        (r->x2_16 && (st != FP8T_STEP_DGELU || r->x2 || r->bias)))
+    const int dswiglu = st == FP8T_STEP_DSWIGLU_GATE || st == FP8T_STEP_DSWIGLU_UP;
+    /* the BF16 copies of the activations' inputs: written by a GELU / SwiGLU pass, read by a
+     * dGELU / dSwiGLU pass (alone) */
+    if ((r->save16 && st != FP8T_STEP_GELU && st != FP8T_STEP_SWIGLU) ||
+        (r->save16_2 && st != FP8T_STEP_SWIGLU) ||
+        (r->x2_16 && ((st != FP8T_STEP_DGELU && !dswiglu) || r->x2 || r->bias)) ||
+        ((r->x3 || r->x3_16) && st != FP8T_STEP_DSWIGLU_GATE) || (r->x3 && r->x3_16))
         return FP8T_OPK_COMPOSE;
     if (!bf16 && o->scaling != FP8T_SCALING_TENSOR) {
         if (st == FP8T_STEP_NONE && !r->bias) return FP8T_OPK_SCALED;
         if (st == FP8T_STEP_GELU || st == FP8T_STEP_DGELU) return FP8T_OPK_SCALED;
+        /* SwiGLU's steps take no bias and give no column sums (Llama's MLP has neither) */
+        if ((st == FP8T_STEP_SWIGLU || dswiglu) && !r->bias && !r->colsum) return FP8T_OPK_SCALED;
         return FP8T_OPK_COMPOSE;
     }
     /* only the transposed codes: the plain quantize kernel alone takes that */
@@ -93,7 +110,8 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
         !r->sum16)
         return FP8T_OPK_NORM_OPERAND;
     if (st == FP8T_STEP_SWIGLU)
-        return infer_ok && !r->bias ? FP8T_OPK_SWIGLU_OPERAND : FP8T_OPK_COMPOSE;
+        return infer_ok && !r->bias && !r->save16 && !r->save16_2 ? FP8T_OPK_SWIGLU_OPERAND
+                                                                  : FP8T_OPK_COMPOSE;
     switch (st) {
     case FP8T_STEP_NONE:
         if (r->bias) return FP8T_OPK_COMPOSE;
@@ -159,7 +177,7 @@ typedef struct {
 extern "C" {
 #endif
 /* The scaled kernel's request for r's scaled operand of the values x; with step_done the step
- * (GELU / dGELU) is taken as already applied to x */
+ * (GELU / dGELU / SwiGLU / dSwiGLU) is taken as already applied to x */
 fp8t_scaled_quant fp8t_operand_scaled_quant(const fp8t_operand_req *r, const float *x,
                                             int step_done);
 /* r run by the kernel fp8t_operand_kernel_of names; 0 when it names none (FP8T_OPK_COMPOSE:

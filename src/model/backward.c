@@ -86,10 +86,18 @@ static void llama_block_backward(fp8t_model *m, int l, const float *res_in,
 
     /* SwiGLU MLP: dres holds d(res3) = d(down output) */
     linear_backward(m, lin0 + 4, a->dh1, g->down_w, NULL, a->dres, v.fch_act, p->down_w, N, H, C);
-    ops->swiglu_backward(be, a->dh2, a->dh3, a->dh1, gate, up, gate16, up16, v.NH_);
-    /* reverse execution order: up, then gate */
-    linear_backward(m, lin0 + 3, a->dc1, g->up_w, NULL, a->dh3, v.ln2, p->up_w, N, C, H);
-    linear_backward(m, lin0 + 2, a->dc2, g->gate_w, NULL, a->dh2, v.ln2, p->gate_w, N, C, H);
+    /* reverse execution order: up, then gate; their Dgrads' rounding passes compute their dY
+     * from dh1 and the saves where they can (no FP32 dh2 / dh3) */
+    if (linear_dswiglu_fused(m, lin0 + 2)) {
+        linear_backward_dswiglu(m, lin0 + 3, FP8T_STEP_DSWIGLU_UP, a->dc1, g->up_w, a->dh1, gate,
+                                gate16, NULL, NULL, v.ln2, p->up_w, N, C, H);
+        linear_backward_dswiglu(m, lin0 + 2, FP8T_STEP_DSWIGLU_GATE, a->dc2, g->gate_w, a->dh1,
+                                gate, gate16, up, up16, v.ln2, p->gate_w, N, C, H);
+    } else {
+        ops->swiglu_backward(be, a->dh2, a->dh3, a->dh1, gate, up, gate16, up16, v.NH_);
+        linear_backward(m, lin0 + 3, a->dc1, g->up_w, NULL, a->dh3, v.ln2, p->up_w, N, C, H);
+        linear_backward(m, lin0 + 2, a->dc2, g->gate_w, NULL, a->dh2, v.ln2, p->gate_w, N, C, H);
+    }
     ops->add(be, a->dc1, a->dc1, a->dc2, v.NC); /* ln2 feeds both gate and up */
     ops->rmsnorm_backward(be, a->dres, g->ln2_w, a->dc1, res2, res2_16, p->ln2_w, v.ln2_rstd, N,
                           C);

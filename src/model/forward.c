@@ -124,11 +124,12 @@ static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
     ops->rmsnorm_forward(be, v.ln2, v.ln2_rstd, v.res2, p->ln2_w, N, C, c->norm_eps);
     linear_forward(m, lin0 + 2, gate, v.ln2, p->gate_w, NULL, N, C, H);
     linear_forward(m, lin0 + 3, v.up, v.ln2, p->up_w, NULL, N, C, H);
-    /* the BF16 saves of gate and up (where the layer keeps them) from SwiGLU's read of them,
-     * not a bf16_pack pass of their own */
-    ops->swiglu_forward(be, v.fch_act, gate, v.up, model_save_bf16(m, l, SV_FCH),
-                        model_save_bf16(m, l, SV_UP), v.NH_);
-    linear_forward(m, lin0 + 4, out_c, v.fch_act, p->down_w, NULL, N, H, C);
+    /* down of SwiGLU(gate, up): its rounding pass applies SwiGLU where it can (no FP32
+     * fch_act); the BF16 saves of gate and up (where the layer keeps them) come from SwiGLU's
+     * read of them either way, not a bf16_pack pass of their own */
+    linear_forward_swiglu(m, lin0 + 4, out_c, v.fch_act, gate, v.up,
+                          model_save_bf16(m, l, SV_FCH), model_save_bf16(m, l, SV_UP), p->down_w,
+                          N, H, C);
     ops->add_bias(be, v.res3, model_save_bf16(m, l, SV_RES3), v.res2, out_c, NULL, N, C);
 }
 

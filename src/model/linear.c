@@ -86,7 +86,18 @@ typedef struct {
                           DGELU), so dY is never written in FP32 (linear_backward_gelu); NULL
                           otherwise */
     const float *dgelu_bias;
-    const uint16_t *dgelu_x16; /* or GELU's input as that BF16 save (dgelu_x NULL, no bias) */
+    const uint16_t *dgelu_x16;  /* or GELU's input as that BF16 save (dgelu_x NULL, no bias) */
+    const float *swiglu_up;     /* the operand is silu(x) * swiglu_up, x being the gate: the
+                          rounding pass applies SwiGLU itself (step SWIGLU), so its FP32 output
+                          is never written (linear_forward_swiglu); NULL otherwise */
+    uint16_t *swiglu_save16[2]; /* with swiglu_up (each may be NULL): the pass also keeps the
+                          gate's and up's BF16 copies here for the backward (the layer's saves) */
+    fp8t_operand_step dswiglu;  /* NONE, or DSWIGLU_GATE / _UP: the Dgrad's dY of gate or up, x
+                          being the gradient of SwiGLU's output: the rounding pass computes that
+                          gradient itself from the forward's inputs below, so dY is never
+                          written in FP32 (linear_backward_dswiglu) */
+    const float *dswiglu_gate, *dswiglu_up; /* FP32, or NULL: their BF16 saves */
+    const uint16_t *dswiglu_gate16, *dswiglu_up16;
     const ln_input *ln; /* the operand is layernorm(x), x being the norm's input: the rounding
                           pass is the norm itself (step LAYERNORM, or ADD_LAYERNORM with the
                           residual add), which also writes the mean and rstd, so the norm's
@@ -120,6 +131,16 @@ static void operand_step(const operand *op, fp8t_operand_req *r) {
         r->x2 = op->dgelu_x;
         r->x2_16 = op->dgelu_x16;
         r->bias = op->dgelu_bias;
+    } else if (op->swiglu_up) {
+        r->step = FP8T_STEP_SWIGLU;
+        r->x2 = op->swiglu_up;
+        r->save16 = op->swiglu_save16[0];
+        r->save16_2 = op->swiglu_save16[1];
+    } else if (op->dswiglu != FP8T_STEP_NONE) {
+        r->step = op->dswiglu;
+        r->x2 = op->dswiglu_gate, r->x2_16 = op->dswiglu_gate16;
+        if (op->dswiglu == FP8T_STEP_DSWIGLU_GATE)
+            r->x3 = op->dswiglu_up, r->x3_16 = op->dswiglu_up16;
     } else if (op->ln) {
         const ln_input *ln = op->ln;
         r->step = ln->res_a ? FP8T_STEP_ADD_LAYERNORM : FP8T_STEP_LAYERNORM;
@@ -247,6 +268,8 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
                "the fused GELU backward needs a delayed-scaled or BF16-operand Dgrad");
     FP8T_CHECK(!op->ln || model_prec_bf16_operands(m, prec),
                "the fused LayerNorm needs a BF16-operand Fprop");
+    FP8T_CHECK(!op->swiglu_up && op->dswiglu == FP8T_STEP_NONE,
+               "the fused SwiGLU and its backward need the scaled path (linear_plan.c)");
 
     /* the weight's amax is recorded once per step, whatever the precision; BF16 and FP8 take
      * it (as the activations' below) in the pass that rounds or quantizes the weight */
@@ -666,6 +689,18 @@ void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pr
     fprop(m, lin, Y, 0, act, NULL, W, bias, N, IN, OUT, 0);
 }
 
+void linear_forward_swiglu(fp8t_model *m, int lin, float *Y, float *act, const float *gate,
+                           const float *up, uint16_t *gate16, uint16_t *up16, const float *W,
+                           int N, int IN, int OUT) {
+    if (m->plan[lin].step_fused[m->frozen]) {
+        const operand swiglu = {.swiglu_up = up, .swiglu_save16 = {gate16, up16}, .values = act};
+        fprop(m, lin, Y, 0, (float *)gate, &swiglu, W, NULL, N, IN, OUT, 0);
+        return;
+    }
+    m->ops->swiglu_forward(m->be, act, gate, up, gate16, up16, (size_t)N * (size_t)IN);
+    fprop(m, lin, Y, 0, act, NULL, W, NULL, N, IN, OUT, 0);
+}
+
 void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln_input *ln,
                        float *x, const float *W, const float *bias, int N, int IN, int OUT) {
     if (m->plan[lin].step_fused[m->frozen]) {
@@ -710,12 +745,13 @@ static fp8t_precision wgrad_prec(const fp8t_model *m, int lin) {
     return m->xq[lin].saved ? m->xq[lin].prec : m->prec[lin][FP8T_GEMM_WGRAD];
 }
 
-/* linear_backward; with dgelu_x, dY is gelu'(dgelu_x (+ dgelu_bias)) * dY (linear_backward_gelu:
- * only where the plan's dgelu applies, so that nothing reads dY in FP32), dpre [N, OUT] where dY goes
- * in FP32 if the backend composes the step */
+/* linear_backward; step (may be NULL): an operand with only dY's producer step set (dgelu_x /
+ * dgelu_x16 with dgelu_bias, or dswiglu with its inputs, and values): dY is then that step of
+ * the gradient given as dY (linear_backward_gelu, linear_backward_dswiglu: only where the plan
+ * fuses it, so that nothing reads dY in FP32), values [N, OUT] where dY goes in FP32 if the
+ * backend composes the step */
 static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
-                     const float *dgelu_x, const uint16_t *dgelu_x16, const float *dgelu_bias,
-                     float *dpre, float *X, const float *W, int N, int IN, int OUT) {
+                     const operand *step, float *X, const float *W, int N, int IN, int OUT) {
     float *Wm = (float *)W;
     /* X as the forward left it: FP8 codes (then X itself is gone, and the Wgrad runs in the
      * precision that made them) or FP32 */
@@ -736,19 +772,9 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     /* the bias gradient from the Dgrad's rounding pass over dY, unless a hook may change dY
      * before the Wgrad (bias_backward reads it after both) */
     float *colsum = dbias && m->plan[lin].colsum ? dbias : NULL;
-    operand dy_d = {.x = dY,
-                    .rows = N,
-                    .cols = OUT,
-                    .role = FP8T_ROLE_DY,
-                    .record = 1,
-                    .tile_r = 1,
-                    .tile_c = 128,
-                    .pos = 0,
-                    .colsum = colsum,
-                    .dgelu_x = dgelu_x,
-                    .dgelu_bias = dgelu_bias,
-                    .dgelu_x16 = dgelu_x16,
-                    .values = dpre};
+    operand dy_d = step ? *step : (operand){0};
+    dy_d.x = dY, dy_d.rows = N, dy_d.cols = OUT, dy_d.role = FP8T_ROLE_DY, dy_d.record = 1;
+    dy_d.tile_r = 1, dy_d.tile_c = 128, dy_d.pos = 0, dy_d.colsum = colsum;
     operand w_d = {.x = Wm,
                    .rows = OUT,
                    .cols = IN,
@@ -757,8 +783,9 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
                    .tile_c = 128,
                    .pos = 1};
     const int reuse = model_plan_reuse_dy(m, lin, wprec);
-    FP8T_CHECK(!(dgelu_x || dgelu_x16) || (reuse && (colsum || !dbias)),
-               "the fused GELU backward leaves no FP32 dY for the Wgrad or bias_backward");
+    FP8T_CHECK(!step || (reuse && (colsum || !dbias)),
+               "a fused dY step (GELU's or SwiGLU's backward) leaves no FP32 dY for the Wgrad "
+               "or bias_backward");
     prepared dy_q; /* dY as the Dgrad took it (codes / operand), for the Wgrad when reuse */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, 0, &dy_d, &w_d, N, IN,
              OUT, 0, 0, 0, &dy_q, NULL, NULL, NULL);
@@ -794,7 +821,7 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
 
 void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias, float *dY,
                      float *X, const float *W, int N, int IN, int OUT) {
-    backward(m, lin, dX, dW, dbias, dY, NULL, NULL, NULL, NULL, X, W, N, IN, OUT);
+    backward(m, lin, dX, dW, dbias, dY, NULL, X, W, N, IN, OUT);
 }
 
 int linear_dgelu_fused(const fp8t_model *m, int lin, int has_bias) {
@@ -814,15 +841,39 @@ void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *d
                "GELU's input from its BF16 save: only in the fused GELU backward, which the "
                "save's bias is in (linear_dgelu_fused)");
     if (fused) {
-        backward(m, lin, dX, dW, dbias, (float *)dact, pre, pre16, pre_bias, dpre, X, W, N, IN,
-                 OUT);
+        const operand dgelu = {
+            .dgelu_x = pre, .dgelu_x16 = pre16, .dgelu_bias = pre_bias, .values = dpre};
+        backward(m, lin, dX, dW, dbias, (float *)dact, &dgelu, X, W, N, IN, OUT);
         return;
     }
     if (pre_bias)
         m->ops->gelu_backward_bias(m->be, dpre, pre, pre_bias, dact, N, OUT);
     else
         m->ops->gelu_backward(m->be, dpre, pre, dact, (size_t)N * (size_t)OUT);
-    backward(m, lin, dX, dW, dbias, dpre, NULL, NULL, NULL, NULL, X, W, N, IN, OUT);
+    backward(m, lin, dX, dW, dbias, dpre, NULL, X, W, N, IN, OUT);
+}
+
+int linear_dswiglu_fused(const fp8t_model *m, int gate_lin) {
+    /* both Dgrads make their dY in the pass, and each Wgrad takes its Dgrad's dY */
+    for (int lin = gate_lin; lin <= gate_lin + 1; lin++)
+        if (!m->plan[lin].dswiglu || !model_plan_reuse_dy(m, lin, wgrad_prec(m, lin))) return 0;
+    return 1;
+}
+
+void linear_backward_dswiglu(fp8t_model *m, int lin, fp8t_operand_step step, float *dX, float *dW,
+                             const float *dact, const float *gate, const uint16_t *gate16,
+                             const float *up, const uint16_t *up16, float *X, const float *W,
+                             int N, int IN, int OUT) {
+    const int gate_lin = step == FP8T_STEP_DSWIGLU_GATE ? lin : lin - 1;
+    FP8T_CHECK((step == FP8T_STEP_DSWIGLU_GATE || step == FP8T_STEP_DSWIGLU_UP) &&
+                   linear_dswiglu_fused(m, gate_lin),
+               "linear_backward_dswiglu: only where linear_dswiglu_fused (step %d)", (int)step);
+    const operand dsw = {.dswiglu = step,
+                         .dswiglu_gate = gate,
+                         .dswiglu_gate16 = gate16,
+                         .dswiglu_up = up,
+                         .dswiglu_up16 = up16};
+    backward(m, lin, dX, dW, NULL, (float *)dact, &dsw, X, W, N, IN, OUT);
 }
 
 int linear_bf16_dy_fusable(const fp8t_model *m, int lin) { return m->plan[lin].bf16_dy; }

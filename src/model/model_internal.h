@@ -193,6 +193,9 @@ typedef struct {
     unsigned char colsum;        /* the bias gradient from the Dgrad's rounding pass */
     unsigned char dgelu;         /* fc1: the Dgrad's rounding pass applies GELU's backward
                                    (where dY is shared and colsum holds) */
+    unsigned char dswiglu;       /* gate, up: the Dgrad's rounding pass computes dY from
+                                   SwiGLU's output gradient and its saved inputs (where dY is
+                                   shared; linear_dswiglu_fused) */
     unsigned char bf16_dy;       /* all three GEMMs on BF16 operands, dY shared, no hook
                                    (linear_bf16_dy_fusable: the head's fused cross-entropy) */
 } linear_plan;
@@ -286,6 +289,10 @@ struct fp8t_model {
     /* FP8T_DISABLE_GELU_BWD_FUSION at create: gelu_backward writes fc1's dY in FP32 and fc1's
      * Dgrad rounds it (linear_backward_gelu) */
     int no_gelu_bwd_fusion;
+    /* FP8T_DISABLE_SWIGLU_FUSION / _SWIGLU_BWD_FUSION at create: SwiGLU writes its FP32 output
+     * and down rounds it (linear_forward_swiglu); swiglu_backward writes gate's and up's dY in
+     * FP32 and their Dgrads round them (linear_backward_dswiglu) */
+    int no_swiglu_fusion, no_swiglu_bwd_fusion;
     /* FP8T_DISABLE_RESIDUAL_BIAS at create: proj and fc2 add their bias themselves (in the
      * GEMM or a pass of its own) instead of the residual add (forward.c) */
     int no_residual_bias;
@@ -531,6 +538,27 @@ void linear_backward_gelu(fp8t_model *m, int lin, float *dX, float *dW, float *d
 /* Whether linear_backward_gelu of lin (with a bias gradient or not) applies GELU's backward in
  * the Dgrad's rounding pass (the plan's dgelu, dY shared with the Wgrad, the column sums there) */
 int linear_dgelu_fused(const fp8t_model *m, int lin, int has_bias);
+/* linear_forward of down, whose input is SwiGLU(gate, up) [N, IN]: where down's Fprop is on
+ * the scaled path (block, rowwise) and nothing needs SwiGLU's output in FP32, that rounding
+ * pass computes it from gate and up and also writes their BF16 saves gate16 / up16 (each may
+ * be NULL) (make_operand's step SWIGLU), and act is left alone (or composed into); otherwise
+ * act = SwiGLU(gate, up) (swiglu_forward, with the saves) and linear_forward(act). Off with
+ * FP8T_DISABLE_SWIGLU_FUSION. */
+void linear_forward_swiglu(fp8t_model *m, int lin, float *Y, float *act, const float *gate,
+                           const float *up, uint16_t *gate16, uint16_t *up16, const float *W,
+                           int N, int IN, int OUT);
+/* Whether the Dgrads of gate and up (linears gate_lin and gate_lin + 1) compute their dY from
+ * SwiGLU's output gradient in their rounding passes: both on the scaled path, dY shared with
+ * their Wgrads, no hook (the plan's dswiglu). Off with FP8T_DISABLE_SWIGLU_BWD_FUSION. */
+int linear_dswiglu_fused(const fp8t_model *m, int gate_lin);
+/* linear_backward of gate or up (step FP8T_STEP_DSWIGLU_GATE / _UP), whose dY is that gradient
+ * of SwiGLU with dact [N, OUT] the gradient of its output and gate / up its inputs (FP32, or
+ * NULL and their BF16 saves; up is read for the gate's only), made by the Dgrad's rounding
+ * pass (only where linear_dswiglu_fused): no FP32 dY is written. No bias. */
+void linear_backward_dswiglu(fp8t_model *m, int lin, fp8t_operand_step step, float *dX, float *dW,
+                             const float *dact, const float *gate, const uint16_t *gate16,
+                             const float *up, const uint16_t *up16, float *X, const float *W,
+                             int N, int IN, int OUT);
 /* Whether linear lin, whose output is added to the residual stream, leaves its bias to that
  * add (add_bias: the same bits as bias_add then add, without the pass over the output that
  * an FP8 GEMM's bias costs); not where the bias rides in a BF16 GEMM's epilogue for free, not

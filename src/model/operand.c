@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "util/check.h"
+
 fp8t_operand_req model_operand_req(void *data, const float *x, int rows, int cols,
                                    fp8t_operand_format format, const float *scale) {
     fp8t_operand_req r;
@@ -73,7 +75,18 @@ const float *model_step_values(const fp8t_backend_ops *o, fp8t_backend *be,
             o->gelu_backward(be, values, r->x2, r->x, n);
         }
         break;
-    case FP8T_STEP_SWIGLU: o->swiglu_forward(be, values, r->x, r->x2, NULL, NULL, n); break;
+    case FP8T_STEP_SWIGLU:
+        o->swiglu_forward(be, values, r->x, r->x2, r->save16, r->save16_2, n);
+        break;
+    case FP8T_STEP_DSWIGLU_GATE:
+    case FP8T_STEP_DSWIGLU_UP:
+        /* one of swiglu_backward's two outputs has no op of its own: the plan asks for these
+         * steps only where make_operand makes them (linear_dswiglu_fused) */
+        FP8T_FATAL("make_operand: no composition of SwiGLU's %s gradient into format %d "
+                   "(scaling %d); the model asks for it only on the scaled path",
+                   r->step == FP8T_STEP_DSWIGLU_GATE ? "gate" : "up", (int)r->out.format,
+                   (int)r->out.scaling);
+        break;
     default: norm_values(o, be, r, values); break;
     }
     return values;

@@ -1398,6 +1398,25 @@ static void test_gelu_bf16_save(void) {
     }
 }
 
+/* The scaled operands of a fused pass (index 0) and of the op then the plain pass (1), on the
+ * GPU: codes, codes_t, both scale arrays and the amax the same bytes; op names the case */
+static void check_scaled_pair(const char *op, const char *shape, uint8_t *const c[2],
+                              uint8_t *const ct[2], float *const sc[2], float *const sct[2],
+                              float *const am[2], size_t n, size_t ns, size_t nst) {
+    static const char *const why = "from the op, then the plain pass";
+    char name[128];
+    snprintf(name, sizeof name, "%s codes", op);
+    check_gpu_identical(name, shape, c[0], c[1], n, why);
+    snprintf(name, sizeof name, "%s codes_t", op);
+    check_gpu_identical(name, shape, ct[0], ct[1], n, why);
+    snprintf(name, sizeof name, "%s scales", op);
+    check_gpu_identical(name, shape, sc[0], sc[1], ns * 4, why);
+    snprintf(name, sizeof name, "%s scales_t", op);
+    check_gpu_identical(name, shape, sct[0], sct[1], nst * 4, why);
+    snprintf(name, sizeof name, "%s amax", op);
+    check_gpu_identical(name, shape, am[0], am[1], 4, why);
+}
+
 /* quantize_scaled with GELU (fc2's X) or GELU's backward (fc1's dY, with and without the
  * deferred bias) applied to what it loads: on the GPU the same bytes (codes, codes_t, scale_inv
  * arrays, amax, column sums) as gelu_forward / gelu_backward(_bias) into a buffer, then
@@ -1462,21 +1481,10 @@ static void test_quantize_scaled_gelu(void) {
                          pro == 0   ? "gelu"
                          : pro == 1 ? "gelu bwd"
                                     : "gelu bwd +bias");
-                const char *why = "from the op, then the plain pass";
-                char *e = op + strlen(op);
-                const size_t room = sizeof(op) - strlen(op);
-                snprintf(e, room, " codes");
-                check_gpu_identical(op, shape, c[0], c[1], n, why);
-                snprintf(e, room, " codes_t");
-                check_gpu_identical(op, shape, ct[0], ct[1], n, why);
-                snprintf(e, room, " scales");
-                check_gpu_identical(op, shape, sc[0], sc[1], ns * 4, why);
-                snprintf(e, room, " scales_t");
-                check_gpu_identical(op, shape, sct[0], sct[1], nst * 4, why);
-                snprintf(e, room, " amax");
-                check_gpu_identical(op, shape, am[0], am[1], 4, why);
-                snprintf(e, room, " colsum");
-                check_gpu_identical(op, shape, cs[0], cs[1], (size_t)cols * 4, why);
+                check_scaled_pair(op, shape, c, ct, sc, sct, am, n, ns, nst);
+                snprintf(op + strlen(op), sizeof(op) - strlen(op), " colsum");
+                check_gpu_identical(op, shape, cs[0], cs[1], (size_t)cols * 4,
+                                    "from the op, then the plain pass");
                 for (int v = 0; v < 2; v++) {
                     g->ops->free(g, c[v]), g->ops->free(g, ct[v]), g->ops->free(g, sc[v]);
                     g->ops->free(g, sct[v]), g->ops->free(g, am[v]), g->ops->free(g, cs[v]);
@@ -1484,6 +1492,101 @@ static void test_quantize_scaled_gelu(void) {
                 g->ops->free(g, dx), g->ops->free(g, dgx), g->ops->free(g, db);
                 g->ops->free(g, dv);
                 free(x), free(gx), free(bias);
+            }
+}
+
+/* make_operand's SwiGLU steps on the scaled path (Llama's down X: SwiGLU with the BF16 saves of
+ * gate and up; gate's and up's dY: SwiGLU's two gradients from the FP32 inputs or their saves)
+ * against swiglu_forward / swiglu_backward into a buffer, then the plain scaled operand, on the
+ * GPU: the same bytes (codes, codes_t, scale_inv arrays, amax; the saves as bf16_pack's). Shapes
+ * the tile kernel takes, and 37 rows it leaves to the unfused path. */
+static void test_scaled_swiglu(void) {
+    static const int cases[][2] = {{256, 768}, {144, 200}, {64, 1600}, {37, 1001}};
+    static const char *const pros[5] = {"swiglu", "dswiglu gate", "dswiglu gate from saves",
+                                        "dswiglu up", "dswiglu up from save"};
+    fp8t_backend *g = GPU;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+        for (int kind = 1; kind <= 3; kind++)
+            for (int pro = 0; pro < 5; pro++) {
+                const int rows = cases[ci][0], cols = cases[ci][1];
+                const size_t n = (size_t)rows * cols;
+                const fp8t_fp8_scaling kk = (fp8t_fp8_scaling)kind;
+                const size_t ns = fp8t_block_scale_floats(kk, rows, cols);
+                const size_t nst = fp8t_block_scale_floats(kk, cols, rows);
+                float *hg = host_normal(n, 2.0f), *hu = host_normal(n, 1.5f);
+                float *hd = host_normal(n, 0.5f);
+                float zero = 0.0f;
+                float *dgate = g->ops->malloc(g, n * 4), *dup = g->ops->malloc(g, n * 4);
+                float *dd = g->ops->malloc(g, n * 4), *dv = g->ops->malloc(g, n * 4);
+                float *dv2 = g->ops->malloc(g, n * 4);
+                float *gw = g->ops->malloc(g, n * 4), *uw = g->ops->malloc(g, n * 4);
+                uint16_t *g16 = g->ops->malloc(g, n * 2), *u16 = g->ops->malloc(g, n * 2);
+                uint16_t *s16[2] = {g->ops->malloc(g, n * 2), g->ops->malloc(g, n * 2)};
+                g->ops->to_device(g, dgate, hg, n * 4);
+                g->ops->to_device(g, dup, hu, n * 4);
+                g->ops->to_device(g, dd, hd, n * 4);
+                g->ops->bf16_pack(g, g16, dgate, NULL, rows, cols);
+                g->ops->bf16_pack(g, u16, dup, NULL, rows, cols);
+                g->ops->bf16_unpack(g, gw, g16, n);
+                g->ops->bf16_unpack(g, uw, u16, n);
+                uint8_t *c[2], *ct[2];
+                float *sc[2], *sct[2], *am[2];
+                for (int v = 0; v < 2; v++) {
+                    c[v] = g->ops->malloc(g, n), ct[v] = g->ops->malloc(g, n);
+                    sc[v] = g->ops->malloc(g, ns * 4), sct[v] = g->ops->malloc(g, nst * 4);
+                    am[v] = g->ops->malloc(g, 4);
+                    g->ops->to_device(g, am[v], &zero, 4);
+                }
+                const int from16 = pro == 2 || pro == 4, gate_grad = pro == 1 || pro == 2;
+                for (int v = 0; v < 2; v++) { /* v 0: the step in the pass; 1: op, plain pass */
+                    fp8t_operand_req r =
+                        t_fp8_req(c[v], ct[v], am[v], dd, rows, cols, FP8_E4M3, NULL);
+                    r.out.scale = NULL, r.out.scaling = kk;
+                    r.out.scale_inv = sc[v], r.out.scale_inv_t = sct[v];
+                    if (v == 0 && pro == 0) {
+                        r.step = FP8T_STEP_SWIGLU, r.x = dgate, r.x2 = dup;
+                        r.save16 = s16[0], r.save16_2 = s16[1];
+                    } else if (v == 0) {
+                        r.step = gate_grad ? FP8T_STEP_DSWIGLU_GATE : FP8T_STEP_DSWIGLU_UP;
+                        if (from16)
+                            r.x2_16 = g16;
+                        else
+                            r.x2 = dgate;
+                        if (gate_grad && from16) r.x3_16 = u16;
+                        if (gate_grad && !from16) r.x3 = dup;
+                    } else {
+                        if (pro == 0)
+                            g->ops->swiglu_forward(g, dv, dgate, dup, NULL, NULL, n);
+                        else
+                            g->ops->swiglu_backward(g, gate_grad ? dv : dv2, gate_grad ? dv2 : dv,
+                                                    dd, from16 ? gw : dgate, from16 ? uw : dup,
+                                                    NULL, NULL, n);
+                        r.x = dv;
+                    }
+                    if (v == 0 && !g->ops->make_operand_fuses(g, &r))
+                        row("make_operand swiglu step fuses", pros[pro], 1.0, 0.0, 0,
+                            "the scaled step has no kernel");
+                    g->ops->make_operand(g, &r);
+                }
+                char op[96], shape[48];
+                snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+                snprintf(op, sizeof(op), "make_operand %s %s", scaling_name(kk), pros[pro]);
+                check_scaled_pair(op, shape, c, ct, sc, sct, am, n, ns, nst);
+                if (pro == 0) {
+                    char *e = op + strlen(op);
+                    const size_t room = sizeof(op) - strlen(op);
+                    snprintf(e, room, " gate save");
+                    check_gpu_identical(op, shape, s16[0], g16, n * 2, "from bf16_pack");
+                    snprintf(e, room, " up save");
+                    check_gpu_identical(op, shape, s16[1], u16, n * 2, "from bf16_pack");
+                }
+                for (int v = 0; v < 2; v++) {
+                    g->ops->free(g, c[v]), g->ops->free(g, ct[v]), g->ops->free(g, sc[v]);
+                    g->ops->free(g, sct[v]), g->ops->free(g, am[v]);
+                }
+                void *p[] = {dgate, dup, dd, dv, dv2, gw, uw, g16, u16, s16[0], s16[1]};
+                for (size_t k = 0; k < sizeof p / sizeof *p; k++) g->ops->free(g, p[k]);
+                free(hg), free(hu), free(hd);
             }
 }
 
@@ -2890,6 +2993,7 @@ static void run_op_suite(void) {
     test_tensor_stats_tiles();
     test_quantize_scaled();
     test_quantize_scaled_gelu();
+    test_scaled_swiglu();
     test_gelu_bf16_save();
     test_gemm_fp8_block();
     test_mxfp8();

@@ -245,6 +245,11 @@ void cpu_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const fl
 void cpu_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,
                          const float *gate, const float *up, const uint16_t *gate16,
                          const uint16_t *up16, size_t n);
+/* One of SwiGLU's gradients into out [n]: which FP8T_STEP_DSWIGLU_GATE (swiglu_backward's
+ * dgate) or FP8T_STEP_DSWIGLU_UP (its dup; up is not read), bit for bit; gate (up) NULL:
+ * from gate16 (up16) */
+void cpu_swiglu_grad(fp8t_backend *b, float *out, int which, const float *dout, const float *gate,
+                     const uint16_t *gate16, const float *up, const uint16_t *up16, size_t n);
 void cpu_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
                       const int *targets, int N, int V, float dloss);
 void cpu_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,

@@ -196,8 +196,9 @@ void cpu_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t 
     if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);
 }
 
-/* The reference of quantize_scaled: the values in scratch (gelu_forward after the bias, or
- * gelu_backward(_bias): the bits of the ops the fused paths replace), their column sums as
+/* The reference of quantize_scaled: the values in scratch (gelu_forward after the bias,
+ * gelu_backward(_bias), swiglu_forward with its saves, one of swiglu_backward's gradients: the
+ * bits of the ops the fused paths replace), their column sums as
  * bias_backward and amax as the amax op, then block_quantize of each orientation. */
 void cpu_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
     const int rows = q->rows, cols = q->cols;
@@ -212,6 +213,14 @@ void cpu_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
     } else if (q->gelu_x || q->gelu_x16) {
         const float *gx = cpu_bf16_widen(b, CPU_SCRATCH_ACT, q->gelu_x, q->gelu_x16, n);
         v = gelu_backward_scratch(b, q->x, gx, q->bias, rows, cols);
+    } else if (q->swiglu) {
+        float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float));
+        cpu_swiglu_forward(b, y, q->x, q->up, q->swiglu_save16[0], q->swiglu_save16[1], n);
+        v = y;
+    } else if (q->dswiglu) {
+        float *y = cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float));
+        cpu_swiglu_grad(b, y, q->dswiglu, q->x, q->gate, q->gate16, q->up, q->up16, n);
+        v = y;
     }
     if (q->colsum) cpu_bias_backward(b, q->colsum, v, rows, cols);
     if (q->amax_out) cpu_amax(b, q->amax_out, v, n);
@@ -288,6 +297,20 @@ void cpu_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float 
         float g = gate ? gate[i] : bf16_decode(gate16[i]), u = up ? up[i] : bf16_decode(up16[i]);
         float d = dout[i];
         swiglu_grads(&dgate[i], &dup[i], d, g, u);
+    }
+}
+
+void cpu_swiglu_grad(fp8t_backend *b, float *out, int which, const float *dout, const float *gate,
+                     const uint16_t *gate16, const float *up, const uint16_t *up16, size_t n) {
+    (void)b;
+    const int want_gate = which == FP8T_STEP_DSWIGLU_GATE;
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate ? gate[i] : bf16_decode(gate16[i]);
+        float u = !want_gate ? 0.0f : up ? up[i] : bf16_decode(up16[i]);
+        float dg, du;
+        swiglu_grads(&dg, &du, dout[i], g, u);
+        out[i] = want_gate ? dg : du;
     }
 }
 

@@ -38,7 +38,13 @@ static const float *step_values(fp8t_backend *b, const fp8t_operand_req *r) {
             cpu_gelu_backward(b, v, r->x2, r->x, n);
         }
         break;
-    case FP8T_STEP_SWIGLU: cpu_swiglu_forward(b, v, r->x, r->x2, NULL, NULL, n); break;
+    case FP8T_STEP_SWIGLU:
+        cpu_swiglu_forward(b, v, r->x, r->x2, r->save16, r->save16_2, n);
+        break;
+    case FP8T_STEP_DSWIGLU_GATE:
+    case FP8T_STEP_DSWIGLU_UP:
+        cpu_swiglu_grad(b, v, (int)r->step, r->x, r->x2, r->x2_16, r->x3, r->x3_16, n);
+        break;
     default: { /* the norms, after the residual add */
         const int add = r->step == FP8T_STEP_ADD_LAYERNORM || r->step == FP8T_STEP_ADD_RMSNORM;
         const int rms = r->step == FP8T_STEP_RMSNORM || r->step == FP8T_STEP_ADD_RMSNORM;

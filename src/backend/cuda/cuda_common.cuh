@@ -221,6 +221,21 @@ __device__ __forceinline__ float gelu_grad(float v, float d) {
     return (sg + 2.0f * v * sg * (1.0f - sg) * du_dv) * d;
 }
 
+/* silu(g) * u: swiglu_forward's value */
+__device__ __forceinline__ float swiglu_value(float g, float u) {
+    float sig = 1.0f / (1.0f + expf(-g));
+    return g * sig * u;
+}
+
+/* dgate = d * u * silu'(g), dup = d * silu(g): swiglu_backward's gradients */
+__device__ __forceinline__ void swiglu_grads(float &dg, float &du, float d, float g, float u) {
+    float sig = 1.0f / (1.0f + expf(-g));
+    float silu = g * sig;
+    float dsilu = sig * (1.0f + g * (1.0f - sig));
+    dg = d * u * dsilu;
+    du = d * silu;
+}
+
 /* NaN-propagating max of |v| into acc (acc is a running amax: >= 0 or NaN). */
 __device__ __forceinline__ float amax_merge_dev(float acc, float v) {
     if (acc != acc) return acc;
@@ -499,6 +514,11 @@ void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const f
 void cuda_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,
                           const float *gate, const float *up, const uint16_t *gate16,
                           const uint16_t *up16, size_t n);
+/* one of swiglu_backward's gradients into out [n] (which: FP8T_STEP_DSWIGLU_GATE / _UP, up not
+ * read for _UP); gate (up) NULL: from gate16 (up16) */
+void cuda_swiglu_grad(fp8t_backend *b, float *out, int which, const float *dout,
+                      const float *gate, const uint16_t *gate16, const float *up,
+                      const uint16_t *up16, size_t n);
 void cuda_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
                        const int *targets, int N, int V, float dloss);
 void cuda_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,

@@ -382,21 +382,6 @@ void cuda_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const f
     CUDA_LAUNCH_CHECK(s);
 }
 
-/* silu(g) * u */
-__device__ __forceinline__ float swiglu_value(float g, float u) {
-    float sig = 1.0f / (1.0f + expf(-g));
-    return g * sig * u;
-}
-
-/* dgate = d * u * silu'(g), dup = d * silu(g) */
-__device__ __forceinline__ void swiglu_grads(float &dg, float &du, float d, float g, float u) {
-    float sig = 1.0f / (1.0f + expf(-g));
-    float silu = g * sig;
-    float dsilu = sig * (1.0f + g * (1.0f - sig));
-    dg = d * u * dsilu;
-    du = d * silu;
-}
-
 /* [n] each; gate16 / up16 (may be NULL): the inputs' BF16 saves from the same read */
 __global__ void swiglu_forward_kernel(float *out, const float *gate, const float *up,
                                       uint16_t *gate16, uint16_t *up16, size_t n, size_t n4) {
@@ -443,6 +428,32 @@ __global__ void swiglu_backward_kernel(float *dgate, float *dup, const float *do
         dgate[i] = dg;
         dup[i] = du;
     }
+}
+
+/* [n]: one of swiglu_backward's gradients (up is not read for dup) */
+template <bool GATE>
+__global__ void swiglu_grad_kernel(float *out, const float *dout, const float *gate,
+                                   const uint16_t *gate16, const float *up, const uint16_t *up16,
+                                   size_t n) {
+    GRID_STRIDE(i, n) {
+        float dg, du;
+        swiglu_grads(dg, du, dout[i], in_at(gate, gate16, i), GATE ? in_at(up, up16, i) : 0.0f);
+        out[i] = GATE ? dg : du;
+    }
+}
+
+void cuda_swiglu_grad(fp8t_backend *b, float *out, int which, const float *dout,
+                      const float *gate, const uint16_t *gate16, const float *up,
+                      const uint16_t *up16, size_t n) {
+    if (!n) return;
+    cuda_state *s = cuda_of(b);
+    if (which == FP8T_STEP_DSWIGLU_GATE)
+        swiglu_grad_kernel<true><<<ew_blocks(s, n, 1), EW_THREADS, 0, s->stream>>>(
+            out, dout, gate, gate16, up, up16, n);
+    else
+        swiglu_grad_kernel<false><<<ew_blocks(s, n, 1), EW_THREADS, 0, s->stream>>>(
+            out, dout, gate, gate16, up, up16, n);
+    CUDA_LAUNCH_CHECK(s);
 }
 
 void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const float *up,

@@ -1008,7 +1008,9 @@ void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
  * The encoder is fp8_enc_dev's instruction, the scale formula current_scale_dev and
  * scale_inv = 1 / scale: the CPU's block_quantize bits. GELU (PRO 1) and the GELU backward
  * (PRO 2) are applied to what is loaded, with gelu_dev / gelu_grad as gelu_forward and
- * gelu_backward(_bias) evaluate them; COLSUM writes the tile's column sums in a fixed order:
+ * gelu_backward(_bias) evaluate them; SwiGLU (PRO 3, with the BF16 saves of gate and up from
+ * the same read) and its gradients (PRO 4 the gate's, 5 up's) with swiglu_value / swiglu_grads
+ * as swiglu_forward and swiglu_backward do (no bias, no column sums); COLSUM writes the tile's column sums in a fixed order:
  * each 16-row group row by row (the odd warp of a pair continues the even warp's partial
  * through shared memory), then the 8 groups in order, for cuda_column_sums_finish. Needs
  * rows % 16 == 0, cols % 4 == 0, x (gx, bias) 16-byte aligned, codes 4-byte and codes_t
@@ -1019,7 +1021,7 @@ void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
 #define SQ_THREADS (32 * SQ_WARPS)  /* 512 */
 
 enum { SQ_VEC = 1, SQ_BLK = 2, SQ_ROW = 3 };
-enum { SQ_PLAIN = 0, SQ_GELU = 1, SQ_DGELU = 2 };
+enum { SQ_PLAIN = 0, SQ_GELU = 1, SQ_DGELU = 2, SQ_SWIGLU = 3, SQ_DGATE = 4, SQ_DUP = 5 };
 
 typedef struct {
     uint8_t *codes, *codes_t;
@@ -1028,7 +1030,12 @@ typedef struct {
     float *part; /* COLSUM: [tiles_r, cols] */
     const float *x, *gx, *bias;
     const uint16_t *gx16; /* DGELU: GELU's input as its BF16 copy (gx NULL, no bias) */
-    uint16_t *save16;     /* GELU: GELU's input written as BF16 here too (bf16_pack's bits) */
+    uint16_t *save16;     /* GELU: GELU's input written as BF16 here too (bf16_pack's bits);
+                             SWIGLU: the gate's (x) */
+    uint16_t *save16_2;   /* SWIGLU: up's BF16 copy */
+    const float *up;      /* SWIGLU, DGATE: up (DGATE: or NULL, up16) */
+    const uint16_t *up16; /* DGATE: up as its BF16 save */
+    /* DGATE, DUP: the gate is gx (or gx16), x the gradient of SwiGLU's output */
     unsigned *row_bits, *col_bits; /* ROW: |x| bit-pattern amaxes per row / column */
     int rows, cols, tiles_c;
     float fmt_max;
@@ -1065,6 +1072,25 @@ __device__ __forceinline__ void sq_load(float4 v[SQ_RPT], const sq_args &a, int 
                 if (a.bias) u = make_float4(u.x + bb.x, u.y + bb.y, u.z + bb.z, u.w + bb.w);
                 t = make_float4(gelu_grad(u.x, t.x), gelu_grad(u.y, t.y), gelu_grad(u.z, t.z),
                                 gelu_grad(u.w, t.w));
+            } else if (PRO == SQ_SWIGLU) {
+                const float4 u = *(const float4 *)(a.up + e0);
+                if (a.save16) *(uint2 *)(a.save16 + e0) = bf16x4_of(t);
+                if (a.save16_2) *(uint2 *)(a.save16_2 + e0) = bf16x4_of(u);
+                t = make_float4(swiglu_value(t.x, u.x), swiglu_value(t.y, u.y),
+                                swiglu_value(t.z, u.z), swiglu_value(t.w, u.w));
+            } else if (PRO == SQ_DGATE || PRO == SQ_DUP) {
+                const float4 g = a.gx16 ? f32x4_of_bf16(*(const uint2 *)(a.gx16 + e0))
+                                        : *(const float4 *)(a.gx + e0);
+                float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* dup does not read up */
+                if (PRO == SQ_DGATE)
+                    u = a.up16 ? f32x4_of_bf16(*(const uint2 *)(a.up16 + e0))
+                               : *(const float4 *)(a.up + e0);
+                float4 dg, du;
+                swiglu_grads(dg.x, du.x, t.x, g.x, u.x);
+                swiglu_grads(dg.y, du.y, t.y, g.y, u.y);
+                swiglu_grads(dg.z, du.z, t.z, g.z, u.z);
+                swiglu_grads(dg.w, du.w, t.w, g.w, u.w);
+                t = PRO == SQ_DGATE ? dg : du;
             }
         }
         v[k] = t;
@@ -1301,6 +1327,13 @@ static void launch_scaled_tiles(cuda_state *s, const sq_args &a, unsigned tiles,
     CUDA_LAUNCH_CHECK(s);
 }
 
+/* SwiGLU's prologues take no column sums (operand_kind.h never asks) */
+template <fp8_format FMT, int KIND, int PRO>
+static void launch_scaled_swiglu(cuda_state *s, const sq_args &a, unsigned tiles) {
+    scaled_tile_kernel<FMT, KIND, PRO, false><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
+    CUDA_LAUNCH_CHECK(s);
+}
+
 template <fp8_format FMT, int KIND>
 static void launch_scaled_pro(cuda_state *s, const sq_args &a, unsigned tiles, int pro,
                               int colsum) {
@@ -1308,6 +1341,12 @@ static void launch_scaled_pro(cuda_state *s, const sq_args &a, unsigned tiles, i
         launch_scaled_tiles<FMT, KIND, SQ_GELU>(s, a, tiles, colsum);
     else if (pro == SQ_DGELU)
         launch_scaled_tiles<FMT, KIND, SQ_DGELU>(s, a, tiles, colsum);
+    else if (pro == SQ_SWIGLU)
+        launch_scaled_swiglu<FMT, KIND, SQ_SWIGLU>(s, a, tiles);
+    else if (pro == SQ_DGATE)
+        launch_scaled_swiglu<FMT, KIND, SQ_DGATE>(s, a, tiles);
+    else if (pro == SQ_DUP)
+        launch_scaled_swiglu<FMT, KIND, SQ_DUP>(s, a, tiles);
     else
         launch_scaled_tiles<FMT, KIND, SQ_PLAIN>(s, a, tiles, colsum);
 }
@@ -1332,17 +1371,34 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
         FP8T_FATAL("quantize_scaled: scaling %d is not a block kind", (int)q->scaling);
     }
     cuda_state *s = cuda_of(b);
-    const int pro = q->gelu ? SQ_GELU : (q->gelu_x || q->gelu_x16) ? SQ_DGELU : SQ_PLAIN;
-    const int fused = !s->plain && rows % 16 == 0 && cols % 4 == 0 && aligned16(q->x) &&
-                      aligned16(q->gelu_x) && aligned16(q->gelu_x16) &&
-                      aligned16(q->gelu_save16) && (!q->bias || aligned16(q->bias)) &&
-                      (!q->codes || aligned4(q->codes)) && (!q->codes_t || aligned16(q->codes_t));
+    const int pro = q->gelu                                ? SQ_GELU
+                    : (q->gelu_x || q->gelu_x16)           ? SQ_DGELU
+                    : q->swiglu                            ? SQ_SWIGLU
+                    : q->dswiglu == FP8T_STEP_DSWIGLU_GATE ? SQ_DGATE
+                    : q->dswiglu == FP8T_STEP_DSWIGLU_UP   ? SQ_DUP
+                                                           : SQ_PLAIN;
+    const int swiglu_pro = pro == SQ_SWIGLU || pro == SQ_DGATE || pro == SQ_DUP;
+    const int fused =
+        !s->plain && rows % 16 == 0 && cols % 4 == 0 && aligned16(q->x) && aligned16(q->gelu_x) &&
+        aligned16(q->gelu_x16) && aligned16(q->gelu_save16) && (!q->bias || aligned16(q->bias)) &&
+        (!q->codes || aligned4(q->codes)) && (!q->codes_t || aligned16(q->codes_t)) &&
+        aligned16(q->gate) && aligned16(q->gate16) && aligned16(q->up) && aligned16(q->up16) &&
+        aligned16(q->swiglu_save16[0]) && aligned16(q->swiglu_save16[1]) &&
+        !(swiglu_pro && (q->colsum || q->bias));
     if (!fused) {
         /* the values in scratch where a prologue applies (the unfused ops' bits), then the
          * column sums, the amax and each orientation on its own */
         const size_t n = (size_t)rows * cols;
         const float *v = q->x;
-        if (pro != SQ_PLAIN) {
+        if (pro == SQ_SWIGLU || pro == SQ_DGATE || pro == SQ_DUP) {
+            float *y = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
+            if (pro == SQ_SWIGLU)
+                cuda_swiglu_forward(b, y, q->x, q->up, q->swiglu_save16[0], q->swiglu_save16[1],
+                                    n);
+            else
+                cuda_swiglu_grad(b, y, q->dswiglu, q->x, q->gate, q->gate16, q->up, q->up16, n);
+            v = y;
+        } else if (pro != SQ_PLAIN) {
             float *y = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
             const float *gx = cuda_bf16_widen(b, SCR_GELU_X, q->gelu_x, q->gelu_x16, n);
             if (pro == SQ_GELU && q->gelu_save16)
@@ -1377,6 +1433,9 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
     a.amax_out = q->amax_out;
     a.x = q->x, a.gx = q->gelu_x, a.bias = q->bias;
     a.gx16 = q->gelu_x16, a.save16 = q->gelu_save16;
+    if (pro == SQ_SWIGLU) a.save16 = q->swiglu_save16[0], a.save16_2 = q->swiglu_save16[1];
+    if (pro == SQ_DGATE || pro == SQ_DUP) a.gx = q->gate, a.gx16 = q->gate16;
+    a.up = q->up, a.up16 = q->up16;
     a.rows = rows, a.cols = cols, a.tiles_c = tiles_c;
     a.fmt_max = q->fmt == FP8_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX;
     a.pow2 = q->pow2;
@@ -1392,11 +1451,17 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
         a.row_bits = bits, a.col_bits = bits + rows;
         CUDA_CHECK(cudaMemsetAsync(bits, 0, ((size_t)rows + cols) * sizeof(unsigned), s->stream));
         sq_args a1 = a;
-        a1.save16 = NULL; /* written by the second pass */
+        a1.save16 = a1.save16_2 = NULL; /* written by the second pass */
         if (pro == SQ_GELU)
             scaled_amax_kernel<SQ_GELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
         else if (pro == SQ_DGELU)
             scaled_amax_kernel<SQ_DGELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
+        else if (pro == SQ_SWIGLU)
+            scaled_amax_kernel<SQ_SWIGLU><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
+        else if (pro == SQ_DGATE)
+            scaled_amax_kernel<SQ_DGATE><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
+        else if (pro == SQ_DUP)
+            scaled_amax_kernel<SQ_DUP><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
         else
             scaled_amax_kernel<SQ_PLAIN><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
         CUDA_LAUNCH_CHECK(s);
