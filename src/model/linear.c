@@ -45,8 +45,9 @@
  * Every operand is one make_operand request (operand_step and the request builders below):
  * its format, scale and orientations from the precision, and the producer step its rounding
  * pass applies where the plan fuses one (GELU into fc2's X, dGELU into fc1's dY, LayerNorm
- * with the residual add into qkv's / fc1's X, the bias gradient as column sums of dY): the
- * step's FP32 output is then never written. Which steps the plan fuses is decided by precision
+ * with the residual add into qkv's / fc1's X, SwiGLU into down's X and its gradients into
+ * gate's and up's dY on the scaled path, the bias gradient as column sums of dY): the step's
+ * FP32 output is then never written. Which steps the plan fuses is decided by precision
  * (linear_plan.c: step_fused, dgelu; a scale known before the pass, nothing reading the FP32
  * values); a backend that has no one-pass kernel for a request says so
  * (make_operand_fuses) and the model composes it instead (model_make_operand: the producer's

@@ -45,7 +45,7 @@ static int shares(const fp8t_model *m, int lin, fp8t_precision p) {
     return model_prec_shares_operands(m, p) || model_scaled_path(m, lin, p);
 }
 
-/* The Fprop can make its operand from the producer's input itself (the GELU or the norm in
+/* The Fprop can make its operand from the producer's input itself (GELU, SwiGLU or the norm in
  * the rounding pass, in the precisions the cases below name), no hook wants the
  * producer's output in FP32, and, in a training forward, no Wgrad reads it in FP32 later
  * (the forward keeps the operand for the Wgrad); a frozen forward has no backward. */

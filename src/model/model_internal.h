@@ -181,8 +181,8 @@ typedef struct {
     unsigned char save_x;           /* a training Fprop keeps its X operand (codes, BF16, scaled)
                                    for the Wgrad instead of X in FP32 (x_codes) */
     unsigned char step_fused[2];    /* the Fprop's rounding pass applies the producer step itself
-                                   (fc2: GELU; GPT-2's qkv, fc1: the LayerNorm): its FP32
-                                   output is never written */
+                                   (fc2: GELU; down: SwiGLU; GPT-2's qkv, fc1: the LayerNorm):
+                                   its FP32 output is never written */
     unsigned char bias_gemm;        /* the Fprop's bias rides in its GEMM (else bias_add after the
                                    hook's output site) */
     unsigned char bias_gemm_replay; /* ... in a replay, which has no hook */
