@@ -89,10 +89,10 @@ static void llama_block_backward(fp8t_model *m, int l, const float *res_in,
     /* reverse execution order: up, then gate; their Dgrads' rounding passes compute their dY
      * from dh1 and the saves where they can (no FP32 dh2 / dh3) */
     if (linear_dswiglu_fused(m, lin0 + 2)) {
-        linear_backward_dswiglu(m, lin0 + 3, FP8T_STEP_DSWIGLU_UP, a->dc1, g->up_w, a->dh1, gate,
-                                gate16, NULL, NULL, v.ln2, p->up_w, N, C, H);
-        linear_backward_dswiglu(m, lin0 + 2, FP8T_STEP_DSWIGLU_GATE, a->dc2, g->gate_w, a->dh1,
-                                gate, gate16, up, up16, v.ln2, p->gate_w, N, C, H);
+        linear_backward_dswiglu(m, lin0 + 3, a->dc1, g->up_w, a->dh1, gate, gate16, up, up16,
+                                v.ln2, p->up_w, N, C, H);
+        linear_backward_dswiglu(m, lin0 + 2, a->dc2, g->gate_w, a->dh1, gate, gate16, up, up16,
+                                v.ln2, p->gate_w, N, C, H);
     } else {
         ops->swiglu_backward(be, a->dh2, a->dh3, a->dh1, gate, up, gate16, up16, v.NH_);
         linear_backward(m, lin0 + 3, a->dc1, g->up_w, NULL, a->dh3, v.ln2, p->up_w, N, C, H);

@@ -861,15 +861,18 @@ int linear_dswiglu_fused(const fp8t_model *m, int gate_lin) {
     return 1;
 }
 
-void linear_backward_dswiglu(fp8t_model *m, int lin, fp8t_operand_step step, float *dX, float *dW,
-                             const float *dact, const float *gate, const uint16_t *gate16,
-                             const float *up, const uint16_t *up16, float *X, const float *W,
-                             int N, int IN, int OUT) {
-    const int gate_lin = step == FP8T_STEP_DSWIGLU_GATE ? lin : lin - 1;
-    FP8T_CHECK((step == FP8T_STEP_DSWIGLU_GATE || step == FP8T_STEP_DSWIGLU_UP) &&
-                   linear_dswiglu_fused(m, gate_lin),
-               "linear_backward_dswiglu: only where linear_dswiglu_fused (step %d)", (int)step);
-    const operand dsw = {.dswiglu = step,
+void linear_backward_dswiglu(fp8t_model *m, int lin, float *dX, float *dW, const float *dact,
+                             const float *gate, const uint16_t *gate16, const float *up,
+                             const uint16_t *up16, float *X, const float *W, int N, int IN,
+                             int OUT) {
+    /* the gradient is the module's: gate's, or up's (operand_step leaves up out of that one) */
+    const int is_gate = model_lin_module(m, lin) == FP8T_MOD_GATE;
+    FP8T_CHECK((is_gate || model_lin_module(m, lin) == FP8T_MOD_UP) &&
+                   linear_dswiglu_fused(m, is_gate ? lin : lin - 1),
+               "linear_backward_dswiglu: linear %d is not a gate or up where "
+               "linear_dswiglu_fused",
+               lin);
+    const operand dsw = {.dswiglu = is_gate ? FP8T_STEP_DSWIGLU_GATE : FP8T_STEP_DSWIGLU_UP,
                          .dswiglu_gate = gate,
                          .dswiglu_gate16 = gate16,
                          .dswiglu_up = up,

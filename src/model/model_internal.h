@@ -551,14 +551,14 @@ void linear_forward_swiglu(fp8t_model *m, int lin, float *Y, float *act, const f
  * SwiGLU's output gradient in their rounding passes: both on the scaled path, dY shared with
  * their Wgrads, no hook (the plan's dswiglu). Off with FP8T_DISABLE_SWIGLU_BWD_FUSION. */
 int linear_dswiglu_fused(const fp8t_model *m, int gate_lin);
-/* linear_backward of gate or up (step FP8T_STEP_DSWIGLU_GATE / _UP), whose dY is that gradient
- * of SwiGLU with dact [N, OUT] the gradient of its output and gate / up its inputs (FP32, or
- * NULL and their BF16 saves; up is read for the gate's only), made by the Dgrad's rounding
- * pass (only where linear_dswiglu_fused): no FP32 dY is written. No bias. */
-void linear_backward_dswiglu(fp8t_model *m, int lin, fp8t_operand_step step, float *dX, float *dW,
-                             const float *dact, const float *gate, const uint16_t *gate16,
-                             const float *up, const uint16_t *up16, float *X, const float *W,
-                             int N, int IN, int OUT);
+/* linear_backward of gate or up (lin's module says which), whose dY is that gradient of SwiGLU
+ * with dact [N, OUT] the gradient of its output and gate / up its inputs (FP32, or NULL and
+ * their BF16 saves; up is read for the gate's only), made by the Dgrad's rounding pass (only
+ * where linear_dswiglu_fused): no FP32 dY is written. No bias. */
+void linear_backward_dswiglu(fp8t_model *m, int lin, float *dX, float *dW, const float *dact,
+                             const float *gate, const uint16_t *gate16, const float *up,
+                             const uint16_t *up16, float *X, const float *W, int N, int IN,
+                             int OUT);
 /* Whether linear lin, whose output is added to the residual stream, leaves its bias to that
  * add (add_bias: the same bits as bias_add then add, without the pass over the output that
  * an FP8 GEMM's bias costs); not where the bias rides in a BF16 GEMM's epilogue for free, not

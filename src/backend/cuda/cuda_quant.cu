@@ -1010,11 +1010,11 @@ void cuda_mxfp8_fake_quantize(fp8t_backend *b, float *out, const float *x, int r
  * (PRO 2) are applied to what is loaded, with gelu_dev / gelu_grad as gelu_forward and
  * gelu_backward(_bias) evaluate them; SwiGLU (PRO 3, with the BF16 saves of gate and up from
  * the same read) and its gradients (PRO 4 the gate's, 5 up's) with swiglu_value / swiglu_grads
- * as swiglu_forward and swiglu_backward do (no bias, no column sums); COLSUM writes the tile's column sums in a fixed order:
- * each 16-row group row by row (the odd warp of a pair continues the even warp's partial
- * through shared memory), then the 8 groups in order, for cuda_column_sums_finish. Needs
- * rows % 16 == 0, cols % 4 == 0, x (gx, bias) 16-byte aligned, codes 4-byte and codes_t
- * 16-byte aligned. */
+ * as swiglu_forward and swiglu_backward do (no bias, no column sums); COLSUM writes the
+ * tile's column sums in a fixed order: each 16-row group row by row (the odd warp of a pair
+ * continues the even warp's partial through shared memory), then the 8 groups in order, for
+ * cuda_column_sums_finish. Needs rows % 16 == 0, cols % 4 == 0, x (gx, bias) 16-byte aligned,
+ * codes 4-byte and codes_t 16-byte aligned. */
 #define SQ_TILE 128
 #define SQ_RPT 8                    /* tile rows per thread */
 #define SQ_WARPS (SQ_TILE / SQ_RPT) /* 16 */
@@ -1390,7 +1390,7 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
          * column sums, the amax and each orientation on its own */
         const size_t n = (size_t)rows * cols;
         const float *v = q->x;
-        if (pro == SQ_SWIGLU || pro == SQ_DGATE || pro == SQ_DUP) {
+        if (swiglu_pro) {
             float *y = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
             if (pro == SQ_SWIGLU)
                 cuda_swiglu_forward(b, y, q->x, q->up, q->swiglu_save16[0], q->swiglu_save16[1],
