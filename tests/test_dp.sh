@@ -36,7 +36,10 @@ export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechan
 # (its dlopen'ed components, freed by nobody at MPI_Finalize) and turns every mpirun's exit status
 # into 1; fp8train's own leaks are checked by the one-process tests.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+# Each mpirun gets a session directory of its own: two mpiruns started at the same moment race
+# on creating a shared one under /tmp ("orte_session_dir failed", Open MPI issue #8510).
 MPIRUN=(mpirun --oversubscribe -np 2)
+mpirun2() { "${MPIRUN[@]}" --mca orte_tmpdir_base "$(mktemp -d "$TMP/ompi.XXXXXX")" "$@"; }
 COMMON=(--preset tiny --batch 8 --seq-len 32 --grad-accum 2 --lr 1e-3 --quiet --val-every 0)
 
 # metrics NAME A B MODE [TOL]: compare two runs' metrics.jsonl
@@ -74,7 +77,7 @@ PY
 }
 
 run1() { local out=$1; shift; "$BIN" train "${COMMON[@]}" "$@" --out "$TMP/$out" >"$TMP/$out.log" 2>&1; }
-run2() { local out=$1; shift; "${MPIRUN[@]}" "$BIN" train "${COMMON[@]}" "$@" --out "$TMP/$out" >"$TMP/$out.log" 2>&1; }
+run2() { local out=$1; shift; mpirun2 "$BIN" train "${COMMON[@]}" "$@" --out "$TMP/$out" >"$TMP/$out.log" 2>&1; }
 
 # --- one process: the data-parallel path is the plain path
 run1 p1 --steps 12 --grad-accum 2 --ckpt-every 6 && run1 f1 --steps 12 --dp-force &&
@@ -88,7 +91,7 @@ metrics "dp-force --zero 1, a bucket per layer, at N=1 == plain" "$TMP/p1" "$TMP
 # --- N = 2 vs N = 1, 50 steps (two trainings side by side: one core each)
 run1 one --steps 50 & run2 two --steps 50 --ckpt-every 25; wait
 metrics "N=2 vs N=1, 50 steps" "$TMP/one" "$TMP/two" tol 0.01
-"${MPIRUN[@]}" "$BIN" train --preset tiny --batch 4 --seq-len 16 --grad-accum 2 --steps 2 \
+mpirun2 "$BIN" train --preset tiny --batch 4 --seq-len 16 --grad-accum 2 --steps 2 \
   --val-every 0 --out "$TMP/loud" >"$TMP/loud.log" 2>&1
 if [ "$(grep -c '^done:' "$TMP/loud.log")" = 1 ] && grep -q "^data parallel: 2 ranks" "$TMP/loud.log"; then
   pass "rank 0 speaks: one banner and one summary"
@@ -229,7 +232,7 @@ if [ "$(ls "$TMP/zk/checkpoints" 2>&1)" = step_000006 ]; then pass "--keep-ckpts
 else fail "--keep-ckpts prunes ZeRO-1 checkpoints" "$(ls -R "$TMP/zk/checkpoints" 2>&1 | tr '\n' ' ')"; fi
 
 # --- a split that does not divide: refused by every rank, nothing written
-"${MPIRUN[@]}" "$BIN" train "${COMMON[@]}" --steps 2 --grad-accum 3 --out "$TMP/bad" >"$TMP/bad.log" 2>&1
+mpirun2 "$BIN" train "${COMMON[@]}" --steps 2 --grad-accum 3 --out "$TMP/bad" >"$TMP/bad.log" 2>&1
 rc=$?
 if [ $rc -ne 0 ] && grep -q "not a multiple of the 2 ranks" "$TMP/bad.log" && [ ! -e "$TMP/bad" ]; then
   pass "--grad-accum 3 at N=2 refused"
@@ -237,8 +240,8 @@ else fail "--grad-accum 3 at N=2 refused" "rc $rc: $(tail -3 "$TMP/bad.log")"; f
 
 # --- inspect: rank 0's statistics, or every rank's
 SMALLI=(--preset tiny --batch 4 --seq-len 16 --grad-accum 2 --quiet --val-every 0 --steps 2)
-"${MPIRUN[@]}" "$BIN" train "${SMALLI[@]}" --inspect 'every=1,layers=0,ranks=all' --out "$TMP/ia" >"$TMP/ia.log" 2>&1
-"${MPIRUN[@]}" "$BIN" train "${SMALLI[@]}" --inspect 'every=1,layers=0' --out "$TMP/i0" >"$TMP/i0.log" 2>&1
+mpirun2 "$BIN" train "${SMALLI[@]}" --inspect 'every=1,layers=0,ranks=all' --out "$TMP/ia" >"$TMP/ia.log" 2>&1
+mpirun2 "$BIN" train "${SMALLI[@]}" --inspect 'every=1,layers=0' --out "$TMP/i0" >"$TMP/i0.log" 2>&1
 if [ -s "$TMP/ia/stats.jsonl" ] && [ -s "$TMP/ia/rank-1/stats.jsonl" ] && [ -s "$TMP/i0/stats.jsonl" ] &&
    [ ! -e "$TMP/i0/rank-1" ] && grep -q 'ranks=all' "$TMP/ia/config.json"; then
   pass "--inspect ranks=all writes OUT/rank-1/stats.jsonl, ranks=0 (default) does not"
@@ -247,7 +250,7 @@ else fail "--inspect ranks=" "$(tail -3 "$TMP/ia.log" "$TMP/i0.log"; ls -R "$TMP
 if [ $? -eq 2 ] && grep -q "unknown key 'bogus'" "$TMP/ic.log" && [ ! -e "$TMP/ic" ]; then
   pass "a bad --inspect spec is refused before the run directory is made"
 else fail "a bad --inspect spec is refused before the run directory is made" "$(tail -3 "$TMP/ic.log")"; fi
-"${MPIRUN[@]}" "$BIN" train "${SMALLI[@]}" --inspect 'ranks=2' --out "$TMP/ib" >"$TMP/ib.log" 2>&1
+mpirun2 "$BIN" train "${SMALLI[@]}" --inspect 'ranks=2' --out "$TMP/ib" >"$TMP/ib.log" 2>&1
 if [ $? -ne 0 ] && grep -q "ranks=2: expected ranks=0" "$TMP/ib.log"; then pass "--inspect ranks=2 refused"
 else fail "--inspect ranks=2 refused" "$(tail -3 "$TMP/ib.log")"; fi
 
@@ -260,7 +263,9 @@ if [ $rc -ne 0 ] && grep -q '"kind":"nan"' "$TMP/nan/events.jsonl" 2>/dev/null &
 else fail "NaN at N=2 stops all ranks" "rc $rc: $(tail -3 "$TMP/nan.log"; cat "$TMP/nan/events.jsonl" 2>/dev/null)"; fi
 
 # --- a killed rank: the other exits within seconds, the last checkpoint resumes
-"${MPIRUN[@]}" "$BIN" train "${COMMON[@]}" --steps 100000 --ckpt-every 3 --keep-ckpts 2 \
+# (mpirun itself in the background, not mpirun2: $! must be mpirun, the parent of the ranks)
+"${MPIRUN[@]}" --mca orte_tmpdir_base "$(mktemp -d "$TMP/ompi.XXXXXX")" "$BIN" train "${COMMON[@]}" \
+  --steps 100000 --ckpt-every 3 --keep-ckpts 2 \
   --out "$TMP/kill" >"$TMP/kill.log" 2>&1 &
 MP=$!
 victim=""
@@ -300,7 +305,7 @@ BIS=(--layers 2 --dim 32 --heads 2 --mlp-hidden 64 --max-seq-len 16 --seq-len 16
      --grad-accum 2 --warmup 2 --lr 1e-3 --seed 7 --steps 16
      --inject "layer=1,module=fc2,gemm=dgrad,kind=nan,from=3,when=delayed")
 "$BIN" bisect "${BIS[@]}" --out "$TMP/bis1" >"$TMP/bis1.out" 2>&1; rc1=$?
-"${MPIRUN[@]}" "$BIN" bisect "${BIS[@]}" --out "$TMP/bis2" >"$TMP/bis2.out" 2>&1; rc2=$?
+mpirun2 "$BIN" bisect "${BIS[@]}" --out "$TMP/bis2" >"$TMP/bis2.out" 2>&1; rc2=$?
 ov1=$(sed -n "s/^  --override '\(.*\)'$/\1/p" "$TMP/bis1.out")
 ov2=$(sed -n "s/^  --override '\(.*\)'$/\1/p" "$TMP/bis2.out")
 python3 - "$TMP/bis1/bf16" "$TMP/bis2/bf16" "$rc1" "$rc2" "$ov1" "$ov2" \
