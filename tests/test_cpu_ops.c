@@ -1040,6 +1040,17 @@ static void test_swiglu(void) {
                 "swiglu_backward from BF16 saves (gate %d, up %d) differs from the widened "
                 "values'",
                 mix[k].g16, mix[k].u16);
+        /* each gradient alone (swiglu_grad, make_operand's composition of DSWIGLU_*): the
+         * same bits */
+        OPS->swiglu_grad(be, dg2, FP8T_STEP_DSWIGLU_GATE, dout, mix[k].g16 ? NULL : gw,
+                         mix[k].g16 ? g16 : NULL, mix[k].u16 ? NULL : uw, mix[k].u16 ? u16 : NULL,
+                         n);
+        OPS->swiglu_grad(be, du2, FP8T_STEP_DSWIGLU_UP, dout, mix[k].g16 ? NULL : gw,
+                         mix[k].g16 ? g16 : NULL, NULL, NULL, n);
+        T_CHECK(bits_equal(dg2, dg_ref, n * sizeof(float)) &&
+                    bits_equal(du2, du_ref, n * sizeof(float)),
+                "swiglu_grad (gate %d, up %d) differs from swiglu_backward's outputs", mix[k].g16,
+                mix[k].u16);
     }
     float *more[] = {out2, gw, uw, dg_ref, du_ref, dg2, du2};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) OPS->free(be, more[i]);

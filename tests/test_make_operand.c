@@ -278,6 +278,13 @@ static void test_model_composes(void) {
     r.out.scale_inv = nz, r.out.scale_inv_t = nz;
     r.x2 = x2, r.bias = bias, r.colsum = nz;
     check_composes("scaled dGELU with a bias and column sums", &r, values);
+    /* SwiGLU's gradients, one at a time (swiglu_grad) */
+    float *up = fill(n, 17, 3.0f);
+    r.step = FP8T_STEP_DSWIGLU_GATE, r.bias = NULL, r.colsum = NULL, r.x2 = x2, r.x3 = up;
+    check_composes("scaled dSwiGLU (the gate's)", &r, values);
+    r.step = FP8T_STEP_DSWIGLU_UP, r.x3 = NULL;
+    check_composes("scaled dSwiGLU (up's)", &r, values);
+    OPS->free(be, up);
     /* GELU's input kept in BF16 by the GELU pass, read back by the dGELU pass */
     uint16_t *x2_16 = zalloc(n * 2);
     OPS->bf16_pack(be, x2_16, x2, bias, R, C);

@@ -400,6 +400,12 @@ typedef struct fp8t_backend_ops {
     void (*swiglu_backward)(fp8t_backend *b, float *dgate, float *dup, const float *dout,
                             const float *gate, const float *up, const uint16_t *gate16,
                             const uint16_t *up16, size_t n);
+    /* One of swiglu_backward's outputs alone into out: which FP8T_STEP_DSWIGLU_GATE (dgate)
+     * or FP8T_STEP_DSWIGLU_UP (dup; up is not read), the same bits; gate (up) NULL: read from
+     * gate16 (up16). The composition of make_operand's DSWIGLU steps. */
+    void (*swiglu_grad)(fp8t_backend *b, float *out, int which, const float *dout,
+                        const float *gate, const uint16_t *gate16, const float *up,
+                        const uint16_t *up16, size_t n);
     /* Causal multi-head self-attention of shape *s (fp8t_attn_shape: B, T, NH query heads,
      * NKV key/value heads, head size HS, RoPE). qkv[B,T,(NH+2NKV)*HS] holds q|k|v per token;
      * query head h attends with key/value head h / (NH/NKV). If s->rope_theta > 0, RoPE
@@ -558,6 +564,17 @@ typedef struct fp8t_backend_ops {
     void (*graph_destroy)(fp8t_backend *b, void *graph);
 } fp8t_backend_ops;
 
+/* r's producer step composed of the unfused ops of the op table o (bias_add, gelu_forward,
+ * gelu_backward(_bias), swiglu_forward, swiglu_grad, add_bias, layernorm_forward,
+ * rmsnorm_forward, bf16_pack / bf16_unpack) into values [rows, cols] (the elementwise steps
+ * may run in place: values == r->x), with its side outputs (the residual sum into r->sum, or
+ * into sum_scratch where r keeps none; mean, rstd, the BF16 saves); returns the values (r->x
+ * itself for NONE). The reference of make_operand's one-pass kernels: the CPU backend
+ * composes every request this way, and the model a request a backend does not fuse. */
+const float *fp8t_operand_step_values(const fp8t_backend_ops *o, fp8t_backend *be,
+                                      const fp8t_operand_req *r, float *values,
+                                      float *sum_scratch);
+
 /* Every op of fp8t_backend_ops by name, in the struct's order (src/backend/backend.c checks at
  * compile time that the list and the struct agree field for field): what must cover every op
  * (the profile backend's wrapper, the check that a backend left none unset) is generated from
@@ -570,8 +587,8 @@ typedef struct fp8t_backend_ops {
     X(delayed_update) X(embedding_forward) X(embedding_backward) X(layernorm_forward)           \
     X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward) X(bias_add) X(bias_backward)   \
     X(gelu_forward) X(gelu_backward) X(gelu_backward_bias) X(swiglu_forward)                    \
-    X(swiglu_backward) X(attention_forward) X(attention_backward) X(attention_saved_bytes)      \
-    X(softmax_xent) X(softmax_xent_bf16) X(add) X(add_bias) X(accumulate) X(scale) X(sumsq)     \
+    X(swiglu_backward) X(swiglu_grad) X(attention_forward) X(attention_backward)                \
+    X(attention_saved_bytes) X(softmax_xent) X(softmax_xent_bf16) X(add) X(add_bias) X(accumulate) X(scale) X(sumsq)     \
     X(sum) X(adamw) X(comm_init) X(allreduce) X(reduce_scatter) X(all_gather) X(broadcast)      \
     X(tensor_stats) X(host_alloc) X(host_free) X(to_host_async) X(reduce_start) X(reduce_wait)  \
     X(kv_cache_write) X(attention_decode) X(embedding_forward_bf16) X(embedding_forward_fp8)    \

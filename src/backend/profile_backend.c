@@ -50,6 +50,7 @@ enum {
     P_GELU_BWD_BIAS,
     P_SWIGLU_FWD,
     P_SWIGLU_BWD,
+    P_SWIGLU_GRAD,
     P_ATTN_FWD,
     P_ATTN_BWD,
     P_XENT,
@@ -103,6 +104,7 @@ static const char *const op_names[P_COUNT] = {
     "gelu_backward_bias",
     "swiglu_forward",
     "swiglu_backward",
+    "swiglu_grad",
     "attention_forward",
     "attention_backward",
     "softmax_xent",
@@ -331,6 +333,10 @@ static void w_swiglu_backward(fp8t_backend *b, float *dg, float *du, const float
                               const uint16_t *u16, size_t n) {
     TIMED(P_SWIGLU_BWD, ib->ops->swiglu_backward(ib, dg, du, d, g, u, g16, u16, n));
 }
+static void w_swiglu_grad(fp8t_backend *b, float *o, int which, const float *d, const float *g,
+                          const uint16_t *g16, const float *u, const uint16_t *u16, size_t n) {
+    TIMED(P_SWIGLU_GRAD, ib->ops->swiglu_grad(ib, o, which, d, g, g16, u, u16, n));
+}
 static void w_attention_forward(fp8t_backend *b, float *o, float *lse, void *sv, const float *qkv,
                                 const fp8t_attn_shape *s) {
     TIMED(P_ATTN_FWD, ib->ops->attention_forward(ib, o, lse, sv, qkv, s));
@@ -473,6 +479,7 @@ static const fp8t_backend_ops wrapper_ops = {
     .gelu_backward_bias = w_gelu_backward_bias,
     .swiglu_forward = w_swiglu_forward,
     .swiglu_backward = w_swiglu_backward,
+    .swiglu_grad = w_swiglu_grad,
     .attention_forward = w_attention_forward,
     .attention_backward = w_attention_backward,
     .attention_saved_bytes = w_attention_saved_bytes,

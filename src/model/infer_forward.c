@@ -95,7 +95,7 @@ static void make_input_operand(fp8t_infer *m, const inf_input *in, const inf_lin
         model_make_operand(o, be, &r, input_values_dst(in));
         return;
     }
-    const float *x = model_step_values(o, be, &r, input_values_dst(in));
+    const float *x = fp8t_operand_step_values(o, be, &r, input_values_dst(in), NULL);
     if (L->kind == INF_LIN_F32) {
         op->x32 = x;
         op->data = NULL;

@@ -12,14 +12,8 @@
 fp8t_operand_req model_operand_req(void *data, const float *x, int rows, int cols,
                                    fp8t_operand_format format, const float *scale);
 
-/* r's producer step run by the step's own ops (bias_add, gelu_forward, gelu_backward(_bias),
- * swiglu_forward, add / add_bias, layernorm_forward, rmsnorm_forward) into values [rows, cols]
- * (which may be r->x for the elementwise steps: in place), with its side outputs (sum, mean,
- * rstd); returns the values (r->x itself for NONE). */
-const float *model_step_values(const fp8t_backend_ops *o, fp8t_backend *be,
-                               const fp8t_operand_req *r, float *values);
-
-/* The operand r asks for, composed: the step's values into values (model_step_values), then
+/* The operand r asks for, composed: the step's values into values (fp8t_operand_step_values,
+ * the residual sum into r->sum), then
  * make_operand of those with step NONE (r is rewritten to that request), its column sums and
  * amax taken there: the bits of the one-pass kernel of r where there is one. */
 void model_compose_operand(const fp8t_backend_ops *o, fp8t_backend *be, fp8t_operand_req *r,

@@ -2608,6 +2608,20 @@ static void swiglu_saves(const char *shape, size_t n, dpair gate, dpair up, dpai
         snprintf(op, sizeof(op), "swiglu_backward from saves (mix %d): gpu = widened", k);
         row(op, shape, 0, 0, same, "");
         free(x), free(y), free(z), free(w);
+        /* each gradient alone (swiglu_grad): swiglu_backward's bits, on either side */
+        FOR_BOTH be_->ops->swiglu_grad(be_, F(dg), FP8T_STEP_DSWIGLU_GATE, F(dout),
+                                       a16 ? NULL : F(gw), a16 ? U16(g16) : NULL,
+                                       b16 ? NULL : F(uw), b16 ? U16(u16) : NULL, n);
+        FOR_BOTH be_->ops->swiglu_grad(be_, F(du), FP8T_STEP_DSWIGLU_UP, F(dout),
+                                       a16 ? NULL : F(gw), a16 ? U16(g16) : NULL, NULL, NULL, n);
+        for (int side = 0; side < 2; side++) {
+            x = dl(side, dg.p[side], n * 4), y = dl(side, dg_ref.p[side], n * 4);
+            z = dl(side, du.p[side], n * 4), w = dl(side, du_ref.p[side], n * 4);
+            snprintf(op, sizeof(op), "swiglu_grad (mix %d): %s = swiglu_backward", k,
+                     side ? "gpu" : "cpu");
+            row(op, shape, 0, 0, !memcmp(x, y, n * 4) && !memcmp(z, w, n * 4), "");
+            free(x), free(y), free(z), free(w);
+        }
     }
     dp_free(out), dp_free(ref), dp_free(g16), dp_free(u16), dp_free(gp), dp_free(gw);
     dp_free(uw), dp_free(dg), dp_free(du), dp_free(dg_ref), dp_free(du_ref);

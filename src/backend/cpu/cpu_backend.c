@@ -100,7 +100,7 @@ static void cpu_to_host_async(fp8t_backend *b, void *dst_host, const void *src, 
     if (bytes) memcpy(dst_host, src, bytes);
 }
 
-static const fp8t_backend_ops cpu_ops = {
+const fp8t_backend_ops cpu_backend_ops = {
     .malloc = cpu_malloc,
     .free = cpu_free,
     .to_device = cpu_to_device,
@@ -137,6 +137,7 @@ static const fp8t_backend_ops cpu_ops = {
     .gelu_backward_bias = cpu_gelu_backward_bias,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
+    .swiglu_grad = cpu_swiglu_grad,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .attention_saved_bytes = cpu_attention_saved_bytes,
@@ -177,7 +178,7 @@ fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err
     (void)errlen; /* the CPU backend cannot fail short of OOM, which exits with a message */
     fp8t_backend *b = CPU_ZALLOC(sizeof(fp8t_backend));
     cpu_state *s = CPU_ZALLOC(sizeof(cpu_state));
-    b->ops = &cpu_ops;
+    b->ops = &cpu_backend_ops;
     b->name = "cpu";
     b->fp8_wants_transpose = 0;
     b->fp8_block_native = 0; /* the model keeps the exact block emulation here */

@@ -57,6 +57,10 @@ typedef struct {
 
 static inline cpu_state *cpu_of(fp8t_backend *b) { return (cpu_state *)b->impl; }
 
+/* The CPU backend's op table (make_operand composes its requests of these ops themselves, not
+ * of whatever table wraps them) */
+extern const fp8t_backend_ops cpu_backend_ops;
+
 /* 64-byte aligned, zeroed; prints "fp8train: out of memory ..." and exits on failure. */
 void *cpu_alloc_or_die(size_t bytes, const char *file, int line);
 #define CPU_ZALLOC(bytes) cpu_alloc_or_die((bytes), __FILE__, __LINE__)

@@ -2,71 +2,22 @@
  * its reference (the unfused ops composed, bit for bit); every other combination is composed
  * here the same way (the producer step into FP32 scratch, the column sums as bias_backward,
  * then the cast), so the CPU backend makes any operand the request can describe. */
-#include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
 #include "backend/operand_kind.h"
 
-/* The step's values in FP32 (scratch, or x itself for NONE), with its side outputs. */
+/* The step's values in FP32 (scratch, or x itself for NONE), with its side outputs: the CPU's
+ * own ops composed (fp8t_operand_step_values), the residual sum into scratch where the request
+ * keeps none. */
 static const float *step_values(fp8t_backend *b, const fp8t_operand_req *r) {
-    const int rows = r->out.rows, cols = r->out.cols;
-    const size_t n = (size_t)rows * (size_t)cols;
     if (r->step == FP8T_STEP_NONE) return r->x;
+    const size_t n = (size_t)r->out.rows * (size_t)r->out.cols;
     float *v = cpu_scratch(b, CPU_SCRATCH_OPERAND, n * sizeof(float));
-    switch (r->step) {
-    case FP8T_STEP_BIAS:
-        memcpy(v, r->x, n * sizeof(float));
-        if (r->bias) cpu_bias_add(b, v, r->bias, rows, cols);
-        break;
-    case FP8T_STEP_GELU:
-        if (r->save16) cpu_bf16_pack(b, r->save16, r->x, r->bias, rows, cols);
-        if (r->bias) { /* gelu_input's bits: x + bias, then GELU in place */
-            memcpy(v, r->x, n * sizeof(float));
-            cpu_bias_add(b, v, r->bias, rows, cols);
-            cpu_gelu_forward(b, v, v, n);
-        } else {
-            cpu_gelu_forward(b, v, r->x, n);
-        }
-        break;
-    case FP8T_STEP_DGELU:
-        if (r->x2_16) { /* GELU's input widened into v, then the backward in place */
-            cpu_bf16_unpack(b, v, r->x2_16, n);
-            cpu_gelu_backward(b, v, v, r->x, n);
-        } else if (r->bias) {
-            cpu_gelu_backward_bias(b, v, r->x2, r->bias, r->x, rows, cols);
-        } else {
-            cpu_gelu_backward(b, v, r->x2, r->x, n);
-        }
-        break;
-    case FP8T_STEP_SWIGLU:
-        cpu_swiglu_forward(b, v, r->x, r->x2, r->save16, r->save16_2, n);
-        break;
-    case FP8T_STEP_DSWIGLU_GATE:
-    case FP8T_STEP_DSWIGLU_UP:
-        cpu_swiglu_grad(b, v, (int)r->step, r->x, r->x2, r->x2_16, r->x3, r->x3_16, n);
-        break;
-    default: { /* the norms, after the residual add */
-        const int add = r->step == FP8T_STEP_ADD_LAYERNORM || r->step == FP8T_STEP_ADD_RMSNORM;
-        const int rms = r->step == FP8T_STEP_RMSNORM || r->step == FP8T_STEP_ADD_RMSNORM;
-        const float *s = r->x;
-        if (add && r->x2) {
-            float *sum =
-                r->sum ? r->sum : cpu_scratch(b, CPU_SCRATCH_OPERAND_SUM, n * sizeof(float));
-            cpu_add_bias(b, sum, r->sum16, r->x, r->x2, r->bias, rows, cols);
-            s = sum;
-        } else if (add) {
-            if (r->sum) memcpy(r->sum, r->x, n * sizeof(float));
-            if (r->sum16) cpu_bf16_pack(b, r->sum16, r->x, NULL, rows, cols);
-        }
-        if (rms)
-            cpu_rmsnorm_forward(b, v, r->rstd, s, r->norm_w, rows, cols, r->eps);
-        else
-            cpu_layernorm_forward(b, v, r->mean, r->rstd, s, r->norm_w, r->norm_b, rows, cols,
-                                  r->eps);
-        break;
-    }
-    }
-    return v;
+    const int add = r->step == FP8T_STEP_ADD_LAYERNORM || r->step == FP8T_STEP_ADD_RMSNORM;
+    float *sum = add && r->x2 && !r->sum
+                     ? cpu_scratch(b, CPU_SCRATCH_OPERAND_SUM, n * sizeof(float))
+                     : NULL;
+    return fp8t_operand_step_values(&cpu_backend_ops, b, r, v, sum);
 }
 
 static void compose(fp8t_backend *b, const fp8t_operand_req *r) {

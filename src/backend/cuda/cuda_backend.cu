@@ -322,6 +322,7 @@ static const fp8t_backend_ops cuda_ops = {
     .gelu_backward_bias = cuda_gelu_backward_bias,
     .swiglu_forward = cuda_swiglu_forward,
     .swiglu_backward = cuda_swiglu_backward,
+    .swiglu_grad = cuda_swiglu_grad,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
     .attention_saved_bytes = cuda_attention_saved_bytes,
