@@ -66,8 +66,10 @@ static void count_gelu_bwd_bias(fp8t_backend *b, float *dx, const float *x, cons
  * the norm counts as the norm's fusion. */
 static long n_gbwd, n_ln16;
 static long n_swiglu, n_dswiglu; /* scaled operands made with SwiGLU's step / a gradient's */
+static long n_scaled;
 static void count_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
     const fp8t_operand_kernel k = fp8t_operand_kernel_of(r);
+    n_scaled += k == FP8T_OPK_SCALED;
     if (k == FP8T_OPK_SCALED) {
         n_swiglu += r->step == FP8T_STEP_SWIGLU;
         n_dswiglu += r->step == FP8T_STEP_DSWIGLU_GATE || r->step == FP8T_STEP_DSWIGLU_UP;
@@ -177,6 +179,7 @@ typedef struct {
     long add_bias[2];
     long ln16[2]; /* (ADD_)LAYERNORM operands */
     long swiglu[2], dswiglu[2];
+    long scaled[2]; /* scaled operands (block / rowwise make_operand) */
 } calls;
 
 static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int T, int steps,
@@ -196,7 +199,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
                 long x0 = n_xent, q0 = n_quantize, h0 = n_to_bf16, b0 = n_bias_add, g0 = n_gelu16,
                      qg0 = n_qgelu, hc0 = n_h16cs, qc0 = n_qcs, bb0 = n_bias_bwd,
                      fb0 = n_fp8_bias, x16 = n_xent16, gw0 = n_gbwd, ab0 = n_add_bias,
-                     l0 = n_ln16, sw0 = n_swiglu, dsw0 = n_dswiglu;
+                     l0 = n_ln16, sw0 = n_swiglu, dsw0 = n_dswiglu, sc0 = n_scaled;
                 loss[k] = fp8t_model_forward(m[k], tok, tgt);
                 long q1 = n_quantize;
                 fp8t_model_backward(m[k], dloss[j % n_dloss]);
@@ -215,6 +218,7 @@ static void lockstep(const char *what, fp8t_model *a, fp8t_model *b, int B, int 
                 out->ln16[k] += n_ln16 - l0;
                 out->swiglu[k] += n_swiglu - sw0;
                 out->dswiglu[k] += n_dswiglu - dsw0;
+                out->scaled[k] += n_scaled - sc0;
                 out->quant[k] += n_quantize - q0;
                 out->quant_bwd[k] += n_quantize - q1;
             }
@@ -526,7 +530,10 @@ static void bf16_case(const char *preset, fp8t_precision prec, const char *overr
         const long xent16 = hooked ? 0 : (long)steps * accum - 1;
         /* and GPT-2's qkv and fc1 inputs come rounded from their LayerNorm */
         const long ln16 = cfg->arch == FP8T_ARCH_GPT2 && !hooked ? 2L * cfg->n_layer : 0;
-        const long want = (long)steps * (n_lin + accum * (per_micro - gelu16 - ln16)) - xent16;
+        /* and Llama's up takes the operand gate made of the same X */
+        const long xshare = cfg->arch == FP8T_ARCH_LLAMA && !hooked ? (long)cfg->n_layer : 0;
+        const long want =
+            (long)steps * (n_lin + accum * (per_micro - gelu16 - ln16 - xshare)) - xent16;
         T_CHECK(c.ln16[0] == (long)steps * accum * ln16 && c.ln16[1] == 0,
                 "%s: layernorm_forward_bf16 called %ld times (plain %ld), expected %ld", what,
                 c.ln16[0], c.ln16[1], (long)steps * accum * ln16);
@@ -833,6 +840,34 @@ static void swiglu_fusion(void) {
     swiglu_case(FP8T_PREC_BF16, NULL, 0, both, 0, 0);
 }
 
+/* ---- up taking the X operand gate made ---- */
+
+/* want_per_micro: X operands up does not make per micro-batch (one per layer that shares) */
+static void x_share_case(fp8t_precision prec, const char *overrides, int hooked,
+                         long want_per_micro) {
+    pair_run pr;
+    if (!run_pair(&pr, "tiny-llama", prec, overrides, hooked, FP8T_DISABLE_X_SHARE, "x share"))
+        return;
+    const long micro = (long)PAIR_STEPS * PAIR_ACCUM;
+    const long saved = (pr.c.to_bf16[1] - pr.c.to_bf16[0]) + (pr.c.scaled[1] - pr.c.scaled[0]) +
+                       (pr.c.quant[1] - pr.c.quant[0]);
+    T_CHECK(saved == micro * want_per_micro, "%s: %ld operand passes fewer (expected %ld)",
+            pr.what, saved, micro * want_per_micro);
+    fp8t_model_destroy(pr.r);
+    fp8t_model_destroy(pr.q);
+}
+
+static void x_share(void) {
+    const long L = 4; /* tiny-llama's layers */
+    x_share_case(FP8T_PREC_BF16, NULL, 0, L);
+    x_share_case(FP8T_PREC_ROWWISE, NULL, 0, L);
+    /* up in another precision than gate, in layer 1 */
+    x_share_case(FP8T_PREC_BF16, "layers=1,module=up,precision=rowwise", 0, L - 1);
+    /* per-tensor FP8 keeps a scale per linear; a hook sees each input site */
+    x_share_case(FP8T_PREC_DELAYED, NULL, 0, 0);
+    x_share_case(FP8T_PREC_BF16, NULL, 1, 0);
+}
+
 /* ---- proj's and fc2's bias left to the residual add ---- */
 
 /* want_per_micro: add_bias calls per micro-batch; the FP8 GEMMs given a bias and the bias_add
@@ -915,7 +950,7 @@ static void all_fusion(void) {
                  FP8T_DISABLE_BIAS_GRAD_FUSION | FP8T_DISABLE_GELU_BWD_FUSION |
                  FP8T_DISABLE_RESIDUAL_BIAS | FP8T_DISABLE_LN_FUSION | FP8T_DISABLE_ATTN_SAVE |
                  FP8T_DISABLE_FP8_SAVE | FP8T_DISABLE_SWIGLU_FUSION |
-                 FP8T_DISABLE_SWIGLU_BWD_FUSION),
+                 FP8T_DISABLE_SWIGLU_BWD_FUSION | FP8T_DISABLE_X_SHARE),
             "FP8T_DISABLE_ALL_FUSION is not every bit");
     all_fusion_case("tiny", FP8T_PREC_BF16);
     all_fusion_case("tiny", FP8T_PREC_DELAYED);
@@ -967,6 +1002,7 @@ int main(void) {
     T_RUN(bf16_xent_dloss_changes);
     T_RUN(gelu_bwd_fusion);
     T_RUN(swiglu_fusion);
+    T_RUN(x_share);
     T_RUN(residual_bias);
     T_RUN(ln_fusion);
     T_RUN(all_fusion);

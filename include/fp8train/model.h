@@ -139,9 +139,10 @@ enum {
     FP8T_DISABLE_BF16_SAVES = 1u << 11,
     FP8T_DISABLE_SWIGLU_FUSION = 1u << 12,     /* SwiGLU writes FP32; down rounds it */
     FP8T_DISABLE_SWIGLU_BWD_FUSION = 1u << 13, /* swiglu_backward writes gate's / up's dY */
+    FP8T_DISABLE_X_SHARE = 1u << 14,           /* up makes and keeps its own copy of gate's X */
     /* every fusion bit (all but BF16_SAVES) */
-    FP8T_DISABLE_ALL_FUSION =
-        ((1u << 11) - 1) | FP8T_DISABLE_SWIGLU_FUSION | FP8T_DISABLE_SWIGLU_BWD_FUSION,
+    FP8T_DISABLE_ALL_FUSION = ((1u << 11) - 1) | FP8T_DISABLE_SWIGLU_FUSION |
+                              FP8T_DISABLE_SWIGLU_BWD_FUSION | FP8T_DISABLE_X_SHARE,
     FP8T_DISABLE_KNOWN = FP8T_DISABLE_ALL_FUSION | FP8T_DISABLE_BF16_SAVES,
 };
 

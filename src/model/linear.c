@@ -515,7 +515,8 @@ static void scaled_activation(fp8t_model *m, int lin, const operand *op, fp8t_pr
 }
 
 /* run_gemm of a precision on the scaled path (model_scaled_path): A as [M, K] and B as [N, K].
- * keep_a (may be NULL) gets what the Wgrad takes from this GEMM's A: the Dgrad's dYᵀ. */
+ * keep_a (may be NULL) gets what another GEMM takes from this GEMM's A: the Dgrad's dYᵀ (the
+ * Wgrad's), the Fprop's X operand itself (up's Fprop: the plan's x_shared). */
 static void scaled_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision prec, float *C,
                         const operand *a, const operand *b, int M, int N, int K, int transA,
                         int transB, int acc, prepared *keep_a, const prepared *given_a,
@@ -542,7 +543,7 @@ static void scaled_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision
     } else {
         scaled_activation(m, lin, b, prec, !transB, &pb.q, NULL);
     }
-    if (keep_a) *keep_a = ka;
+    if (keep_a) *keep_a = g == FP8T_GEMM_FPROP ? pa : ka;
     FP8T_CHECK(pa.q.rows == M && pa.q.cols == K && pb.q.rows == N && pb.q.cols == K,
                "scaled GEMM operands [%d,%d] x [%d,%d] for M=%d N=%d K=%d", pa.q.rows, pa.q.cols,
                pb.q.rows, pb.q.cols, M, N, K);
@@ -619,11 +620,24 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const ope
     x_codes *xq = &m->xq[lin];
     const int save = record && xq->saved;
     const fp8t_precision prec = m->prec[lin][FP8T_GEMM_FPROP];
-    void *save_buf = NULL;
-    if (save && prec == FP8T_PREC_BF16) {
+    /* up takes the operand gate's Fprop just made of the same X, and keeps none of its own */
+    const linear_plan *pl = &m->plan[lin];
+    shared_x_operand *sx = &m->x_share;
+    const int take = !replay && pl->x_shared && sx->valid && sx->x == X && !step;
+    sx->valid = 0;
+    prepared given;
+    if (take) {
+        memset(&given, 0, sizeof(given));
+        given.q = sx->q, given.h = sx->h;
+        if (record) /* X's amax: gate's pass took it from the same values */
+            m->ops->amax(m->be, m->st.history + fp8_index(lin, FP8T_ROLE_X),
+                         m->st.history + fp8_index(lin - 1, FP8T_ROLE_X), 1);
+    }
+    void *save_buf = NULL; /* none where up takes gate's operand: its Wgrad reads gate's X */
+    if (save && !take && prec == FP8T_PREC_BF16) {
         if (!xq->bf16) xq->bf16 = model_act_malloc(m, fp8t_bf16_bytes(N, IN));
         save_buf = xq->bf16;
-    } else if (save) {
+    } else if (save && !take) {
         if (!xq->codes) xq->codes = model_act_malloc(m, (size_t)N * (size_t)IN);
         save_buf = xq->codes;
     }
@@ -639,14 +653,20 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const ope
                  .tile_c = 128,
                  .pos = 1};
     /* the bias goes into the GEMM unless a hook must see the output without it */
-    const linear_plan *pl = &m->plan[lin];
     const int fuse_bias = bias && (replay ? pl->bias_gemm_replay : pl->bias_gemm);
     prepared pa;
-    run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, ldy, &a, &b, N, OUT, IN, 0, 1, 0, &pa, NULL, NULL,
-             fuse_bias ? bias : NULL);
+    run_gemm(m, lin, FP8T_GEMM_FPROP, prec, Y, ldy, &a, &b, N, OUT, IN, 0, 1, 0, &pa,
+             take ? &given : NULL, NULL, fuse_bias ? bias : NULL);
     if (save) {
         xq->scale_inv = pa.q.scale_inv;
         xq->prec = prec;
+        xq->shared = take;
+    }
+    /* gate: its operand for up's Fprop (the plan's x_shared) */
+    if (!replay && lin + 1 < m->n_lin && m->plan[lin + 1].x_shared &&
+        model_lin_module(m, lin) == FP8T_MOD_GATE) {
+        sx->x = X, sx->q = pa.q, sx->h = pa.h;
+        sx->valid = 1;
     }
     if (record) m->w_amax_done[lin] = 1;
     if (!replay) call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_OUTPUT, Y, N, OUT);
@@ -717,7 +737,8 @@ void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln
 /* The Wgrad's X from what the forward saved: the BF16 operand, or the codes (data or data_t as
  * prepare wrote them). */
 static void saved_x(const fp8t_model *m, int lin, int N, int IN, prepared *out) {
-    const x_codes *xq = &m->xq[lin];
+    /* up's forward kept none of its own where it took gate's operand: gate's (the same X) */
+    const x_codes *xq = m->xq[lin].shared ? &m->xq[lin - 1] : &m->xq[lin];
     memset(out, 0, sizeof(*out));
     if (model_prec_scaled(xq->prec)) { /* Xᵀ [IN, N], the Wgrad's K-major B */
         scaled_q(&out->q, xq->codes, xq->bsinv, model_scaled_format(m, FP8T_ROLE_X), IN, N,

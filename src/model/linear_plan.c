@@ -138,6 +138,21 @@ static void plan_gelu_bias(fp8t_model *m, int fc1) {
             (unsigned char)(m->plan[fc2].step_fused[fr] && pass_takes && fp8_fc1);
 }
 
+/* up may take gate's X operand (both read the same X, Llama's ln2): where that operand depends
+ * on X alone — BF16 operands, or the scaled path, whose scales come from the values — in the
+ * same precision for both Fprops, both keeping it for their Wgrads or neither, and no hook
+ * (which sees each linear's input site on its own). Per-tensor FP8 keeps a scale per linear. */
+static void plan_x_share(fp8t_model *m, int up) {
+    const int gate = up - 1;
+    const fp8t_precision f = m->prec[up][FP8T_GEMM_FPROP];
+    const int same_kind = model_prec_bf16_operands(m, f) ||
+                          (model_scaled_path(m, up, f) && model_scaled_path(m, gate, f));
+    m->plan[up].x_shared =
+        (unsigned char)(!m->no_x_share && !m->hook && f == m->prec[gate][FP8T_GEMM_FPROP] &&
+                        same_kind && m->plan[up].save_x == m->plan[gate].save_x &&
+                        !m->plan[gate].step_fused[0] && !m->plan[gate].step_fused[1]);
+}
+
 /* Whether layer l keeps its saves in BF16: every GEMM of its linears runs below FP32 (BF16 or
  * FP8 of any kind: each already rounds its operands at least as coarsely, so the backward
  * reading BF16 values is within the error the layer has anyway; a layer with an FP32 GEMM, as
@@ -156,8 +171,11 @@ static int layer_bf16_saves(const fp8t_model *m, int l) {
 
 void model_plan(fp8t_model *m) {
     for (int lin = 0; lin < m->n_lin; lin++) m->plan[lin] = linear_plan_of(m, lin);
-    for (int lin = 0; lin < m->n_lin; lin++)
+    for (int lin = 0; lin < m->n_lin; lin++) {
         if (model_lin_module(m, lin) == FP8T_MOD_FC1) plan_gelu_bias(m, lin);
+        if (model_lin_module(m, lin) == FP8T_MOD_UP) plan_x_share(m, lin);
+    }
+    m->x_share.valid = 0;
     for (int l = 0; l < m->cfg.n_layer; l++)
         m->layer_bf16[l] = (unsigned char)layer_bf16_saves(m, l);
 }

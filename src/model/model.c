@@ -464,6 +464,7 @@ fp8t_model *fp8t_model_create(fp8t_backend *be, const fp8t_model_config *cfg,
     m->no_attn_save = (disable & FP8T_DISABLE_ATTN_SAVE) != 0;
     m->no_swiglu_fusion = (disable & FP8T_DISABLE_SWIGLU_FUSION) != 0;
     m->no_swiglu_bwd_fusion = (disable & FP8T_DISABLE_SWIGLU_BWD_FUSION) != 0;
+    m->no_x_share = (disable & FP8T_DISABLE_X_SHARE) != 0;
     m->gelu_bias_deferred = calloc((size_t)(cfg->n_layer > 0 ? cfg->n_layer : 1), sizeof(int));
     FP8T_CHECK(m->gelu_bias_deferred, "out of host memory");
     /* the chunked LM head (head.c), in the backward scratch past dc1 where it fits */

@@ -141,6 +141,8 @@ typedef struct {
                                operand B); allocated at the first such save, kept */
     size_t bsinv_floats;    /* its size */
     fp8t_precision prec;    /* delayed, current, bf16, block or rowwise */
+    int shared;             /* up (the plan's x_shared): the last training forward kept none
+                               of its own; the Wgrad reads gate's (the linear before) */
     int saved;              /* the last training forward saved codes here instead of
                                keeping X in FP32 for the Wgrad */
 } x_codes;
@@ -198,7 +200,19 @@ typedef struct {
                                    shared; linear_dswiglu_fused) */
     unsigned char bf16_dy;       /* all three GEMMs on BF16 operands, dY shared, no hook
                                    (linear_bf16_dy_fusable: the head's fused cross-entropy) */
+    unsigned char x_shared;      /* up: the Fprop takes the X operand gate's Fprop made of the
+                                   same X (BF16 operands or the scaled path in both, whose
+                                   operands depend only on X), and its Wgrad the X gate kept */
 } linear_plan;
+
+/* The X operand gate's Fprop made, for up's (linear_plan.x_shared): valid from gate's Fprop to
+ * up's, which consumes it; x identifies the FP32 X it was made of. */
+typedef struct {
+    const float *x;
+    fp8t_fp8_operand q;  /* the scaled path's row-major operand (scratch, untouched until up) */
+    fp8t_bf16_operand h; /* the BF16 operand */
+    int valid;
+} shared_x_operand;
 
 /* A growable device scratch buffer. */
 typedef struct {
@@ -293,6 +307,8 @@ struct fp8t_model {
      * and down rounds it (linear_forward_swiglu); swiglu_backward writes gate's and up's dY in
      * FP32 and their Dgrads round them (linear_backward_dswiglu) */
     int no_swiglu_fusion, no_swiglu_bwd_fusion;
+    int no_x_share; /* FP8T_DISABLE_X_SHARE: up rounds gate's X itself (linear_plan.x_shared) */
+    shared_x_operand x_share;
     /* FP8T_DISABLE_RESIDUAL_BIAS at create: proj and fc2 add their bias themselves (in the
      * GEMM or a pass of its own) instead of the residual add (forward.c) */
     int no_residual_bias;

@@ -271,6 +271,7 @@ static const struct {
     {"fp8-save", "FP8TRAIN_NO_FP8_SAVE", FP8T_DISABLE_FP8_SAVE},
     {"swiglu-fusion", "FP8TRAIN_NO_SWIGLU_FUSION", FP8T_DISABLE_SWIGLU_FUSION},
     {"swiglu-bwd-fusion", "FP8TRAIN_NO_SWIGLU_BWD_FUSION", FP8T_DISABLE_SWIGLU_BWD_FUSION},
+    {"x-share", "FP8TRAIN_NO_X_SHARE", FP8T_DISABLE_X_SHARE},
     {"bf16-saves", "FP8TRAIN_NO_BF16_SAVES", FP8T_DISABLE_BF16_SAVES},
     {"cuda-fusion", "FP8TRAIN_CUDA_PLAIN", DIS_CUDA_FUSION},
     {"cuda-lt-fp8", "FP8TRAIN_CUDA_NO_LT_FP8", DIS_CUDA_LT_FP8},
@@ -607,7 +608,7 @@ static const opt OPTIONS[] = {
         "fused/cached paths back to their plain versions, comma-separated: fused-xent, "
         "bf16-xent, code-reuse, bf16-operands, gelu-fusion, bias-grad-fusion, "
         "gelu-bwd-fusion, residual-bias, ln-fusion, attn-save, fp8-save, swiglu-fusion, "
-        "swiglu-bwd-fusion (the model's, "
+        "swiglu-bwd-fusion, x-share (the model's, "
         "bit-identical), bf16-saves (activations kept for the backward in FP32: not "
         "bit-identical, not in all-fusion), cuda-fusion (every CUDA one), cuda-lt-fp8 (FP8 GEMMs by exact "
         "decode), all-fusion (all but cuda-lt-fp8), none; FP8TRAIN_NO_GELU_FUSION=1 ..., "
