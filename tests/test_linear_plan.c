@@ -168,6 +168,24 @@ static void switches(void) {
     fp8t_model_destroy(sw_on);
     fp8t_model_destroy(sw_fwd);
     fp8t_model_destroy(sw_bwd);
+    /* up (tiny-llama's linear 3) takes gate's X operand where that depends on X alone */
+    static const struct {
+        fp8t_precision p;
+        unsigned disable;
+        unsigned char want;
+    } xs[] = {{FP8T_PREC_BF16, 0, 1},
+              {FP8T_PREC_ROWWISE, 0, 1},
+              {FP8T_PREC_DELAYED, 0, 0},
+              {FP8T_PREC_BF16, FP8T_DISABLE_X_SHARE, 0},
+              {FP8T_PREC_BF16, FP8T_DISABLE_BF16_OPERANDS, 0}};
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+        fp8t_model *xm = make("tiny-llama", xs[i].p, xs[i].disable);
+        T_ASSERT(xm, "model");
+        T_CHECK(L(xm, 3)->x_shared == xs[i].want && !L(xm, 2)->x_shared && !L(xm, 4)->x_shared,
+                "%s (disable 0x%x): up's x_shared %u (expected %u)", fp8t_precision_name(xs[i].p),
+                xs[i].disable, L(xm, 3)->x_shared, xs[i].want);
+        fp8t_model_destroy(xm);
+    }
     fp8t_model *s_on = make("tiny", FP8T_PREC_DELAYED, 0);
     fp8t_model *s_off = make("tiny", FP8T_PREC_DELAYED, FP8T_DISABLE_BF16_SAVES);
     T_ASSERT(s_on && s_off, "models");
