@@ -335,10 +335,11 @@ static void memory_case(const char *preset) {
             "%s fp8: %zu bytes after training, plain %zu: expected %zu fewer", preset, s.trained,
             q.trained, want);
     /* BF16: every linear (the head too) keeps its X as a BF16 operand, 2 bytes per element,
-     * instead of the FP32 layer copies; the plain path's Wgrad rounds X into a scratch of the
-     * widest input, [N, H] (the other BF16 scratch, dY's, is [N, H] on both paths: tiny's
-     * vocabulary is smaller than H) */
-    const size_t layer_x16 = L * N * ((llama ? 4 : 3) * C + H) * 2, head_x16 = N * C * 2;
+     * instead of the FP32 layer copies, but Llama's up, which reads gate's (the same X:
+     * x-share); the plain path's Wgrad rounds X into a scratch of the widest input, [N, H]
+     * (the other BF16 scratch, dY's, is [N, H] on both paths: tiny's vocabulary is smaller
+     * than H) */
+    const size_t layer_x16 = L * N * (3 * C + H) * 2, head_x16 = N * C * 2;
     const size_t wgrad_x16_scratch = N * H * 2;
     footprint sb = measure(preset, &bf16, NULL, B, T, 0),
               qb = measure(preset, &bf16, NULL, B, T, 1);

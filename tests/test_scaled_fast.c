@@ -9,8 +9,10 @@
  *    X kept in FP32): losses, gradients, parameters and recipe state, GPT-2 and Llama, two
  *    micro-batches per step, block and rowwise, default (E4M3) and hybrid formats;
  *  - quantize_scaled runs twice per linear per micro-batch (plain: four) plus once per weight
- *    per step, the amax op, gelu_forward, gelu_backward and bias_backward not at all, and
- *    fc1's bias goes to fc2's GELU pass (GPT-2);
+ *    per step, but once less per Llama layer (up takes gate's X operand, and the amax of its X
+ *    from gate's: one single-value amax per layer), the amax op over a tensor, gelu_forward,
+ *    gelu_backward and bias_backward not at all, and fc1's bias goes to fc2's GELU pass
+ *    (GPT-2);
  *  - a block model holds fewer activation bytes than the same model in BF16 and than itself
  *    with FP8T_DISABLE_FP8_SAVE (FP32 copies of X). */
 #include <stdint.h>
@@ -26,8 +28,8 @@
 static fp8t_backend *cpu;   /* the real backend */
 static fp8t_backend native; /* a copy announcing fp8_block_native, with counting ops */
 static fp8t_backend_ops counted_ops;
-static long n_qs, n_qs_both, n_amax, n_gelu_fwd, n_gelu_bwd, n_bias_bwd, n_scaled_gemm, n_gemm,
-    n_gemm_bias;
+static long n_qs, n_qs_both, n_amax, n_amax1, n_gelu_fwd, n_gelu_bwd, n_bias_bwd, n_scaled_gemm,
+    n_gemm, n_gemm_bias;
 
 /* make_operand's scaled kernel (the one pass that makes a scaled operand) */
 static void count_qs(fp8t_backend *b, const fp8t_operand_req *r) {
@@ -37,8 +39,13 @@ static void count_qs(fp8t_backend *b, const fp8t_operand_req *r) {
     }
     cpu->ops->make_operand(b, r);
 }
+/* n_amax: amax passes over a tensor; n_amax1: merges of a single value (one amax into
+ * another) */
 static void count_amax(fp8t_backend *b, float *out, const float *x, size_t n) {
-    n_amax++;
+    if (n > 1)
+        n_amax++;
+    else
+        n_amax1++;
     cpu->ops->amax(b, out, x, n);
 }
 static void count_gelu_fwd(fp8t_backend *b, float *out, const float *x, size_t n) {
@@ -95,16 +102,17 @@ static void batch(int *tok, int *tgt, int N, int V, int k) {
 }
 
 typedef struct {
-    long qs, qs_both, amax, gelu_fwd, gelu_bwd, bias_bwd, scaled_gemm, gemm, gemm_bias;
+    long qs, qs_both, amax, amax1, gelu_fwd, gelu_bwd, bias_bwd, scaled_gemm, gemm, gemm_bias;
 } counts;
 
 static void snap(counts *c) {
-    *c = (counts){n_qs,       n_qs_both,     n_amax, n_gelu_fwd, n_gelu_bwd,
-                  n_bias_bwd, n_scaled_gemm, n_gemm, n_gemm_bias};
+    *c = (counts){n_qs,       n_qs_both,  n_amax,        n_amax1, n_gelu_fwd,
+                  n_gelu_bwd, n_bias_bwd, n_scaled_gemm, n_gemm,  n_gemm_bias};
 }
 static void add_since(counts *acc, const counts *t0) {
     acc->qs += n_qs - t0->qs, acc->qs_both += n_qs_both - t0->qs_both;
-    acc->amax += n_amax - t0->amax, acc->gelu_fwd += n_gelu_fwd - t0->gelu_fwd;
+    acc->amax += n_amax - t0->amax, acc->amax1 += n_amax1 - t0->amax1;
+    acc->gelu_fwd += n_gelu_fwd - t0->gelu_fwd;
     acc->gelu_bwd += n_gelu_bwd - t0->gelu_bwd, acc->bias_bwd += n_bias_bwd - t0->bias_bwd;
     acc->scaled_gemm += n_scaled_gemm - t0->scaled_gemm, acc->gemm += n_gemm - t0->gemm;
     acc->gemm_bias += n_gemm_bias - t0->gemm_bias;
@@ -186,15 +194,20 @@ static void fast_case(const char *preset, fp8t_precision prec, int block_hybrid)
             "%s: %ld / %ld scaled GEMMs of %ld", what, c[0].scaled_gemm, c[1].scaled_gemm,
             3 * lins * micro);
     /* X in the Fprop, dY in the Dgrad (both orientations each), W once per step (both); the
-     * plain model quantizes the Wgrad's dYᵀ and Xᵀ again */
-    T_CHECK(c[0].qs == 2 * lins * micro + lins * steps, "%s: %ld quantize_scaled calls, want %ld",
-            what, c[0].qs, 2 * lins * micro + lins * steps);
+     * plain model quantizes the Wgrad's dYᵀ and Xᵀ again; Llama's up takes gate's X operand
+     * and its amax (x-share) */
+    const long shared = gpt2 ? 0 : (long)cfg->n_layer * micro;
+    T_CHECK(c[0].qs == 2 * lins * micro + lins * steps - shared,
+            "%s: %ld quantize_scaled calls, want %ld", what, c[0].qs,
+            2 * lins * micro + lins * steps - shared);
     T_CHECK(c[0].qs_both == c[0].qs, "%s: %ld of %ld passes made one orientation only", what,
             c[0].qs - c[0].qs_both, c[0].qs);
     T_CHECK(c[1].qs == 4 * lins * micro + lins * steps, "%s: plain: %ld quantize_scaled calls",
             what, c[1].qs);
     /* the amaxes of the history, GELU and the bias gradient come from those passes */
     T_CHECK(c[0].amax == 0, "%s: %ld amax passes of their own", what, c[0].amax);
+    T_CHECK(c[0].amax1 == shared, "%s: %ld single-value amax merges, want %ld", what, c[0].amax1,
+            shared);
     T_CHECK(c[0].gelu_fwd == 0 && c[0].gelu_bwd == 0 && c[0].bias_bwd == 0,
             "%s: gelu_forward %ld, gelu_backward %ld, bias_backward %ld with the fusions on",
             what, c[0].gelu_fwd, c[0].gelu_bwd, c[0].bias_bwd);
