@@ -588,11 +588,12 @@ const float *fp8t_operand_step_values(const fp8t_backend_ops *o, fp8t_backend *b
     X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward) X(bias_add) X(bias_backward)   \
     X(gelu_forward) X(gelu_backward) X(gelu_backward_bias) X(swiglu_forward)                    \
     X(swiglu_backward) X(swiglu_grad) X(attention_forward) X(attention_backward)                \
-    X(attention_saved_bytes) X(softmax_xent) X(softmax_xent_bf16) X(add) X(add_bias) X(accumulate) X(scale) X(sumsq)     \
-    X(sum) X(adamw) X(comm_init) X(allreduce) X(reduce_scatter) X(all_gather) X(broadcast)      \
-    X(tensor_stats) X(host_alloc) X(host_free) X(to_host_async) X(reduce_start) X(reduce_wait)  \
-    X(kv_cache_write) X(attention_decode) X(embedding_forward_bf16) X(embedding_forward_fp8)    \
-    X(graph_begin) X(graph_end) X(graph_launch) X(graph_destroy)
+    X(attention_saved_bytes) X(softmax_xent) X(softmax_xent_bf16) X(add) X(add_bias)            \
+    X(accumulate) X(scale) X(sumsq) X(sum) X(adamw) X(comm_init) X(allreduce)                   \
+    X(reduce_scatter) X(all_gather) X(broadcast) X(tensor_stats) X(host_alloc) X(host_free)     \
+    X(to_host_async) X(reduce_start) X(reduce_wait) X(kv_cache_write) X(attention_decode)       \
+    X(embedding_forward_bf16) X(embedding_forward_fp8) X(graph_begin) X(graph_end)              \
+    X(graph_launch) X(graph_destroy)
 /* clang-format on */
 /* The name of op i of fp8t_backend_ops (0-based, the struct's order), NULL past the last;
  * the number of ops. */

@@ -1399,22 +1399,52 @@ static void test_gelu_bf16_save(void) {
 }
 
 /* The scaled operands of a fused pass (index 0) and of the op then the plain pass (1), on the
- * GPU: codes, codes_t, both scale arrays and the amax the same bytes; op names the case */
-static void check_scaled_pair(const char *op, const char *shape, uint8_t *const c[2],
-                              uint8_t *const ct[2], float *const sc[2], float *const sct[2],
-                              float *const am[2], size_t n, size_t ns, size_t nst) {
+ * GPU, of one [rows, cols] case in scaling kind k: codes, codes_t, both scale arrays, the amax
+ * (zeroed) */
+typedef struct {
+    uint8_t *c[2], *ct[2];
+    float *sc[2], *sct[2], *am[2];
+    size_t n, ns, nst; /* codes bytes, scale floats of each orientation */
+} scaled_pair;
+
+static scaled_pair scaled_pair_new(int rows, int cols, fp8t_fp8_scaling k) {
+    fp8t_backend *g = GPU;
+    const float zero = 0.0f;
+    scaled_pair p;
+    p.n = (size_t)rows * cols;
+    p.ns = fp8t_block_scale_floats(k, rows, cols);
+    p.nst = fp8t_block_scale_floats(k, cols, rows);
+    for (int v = 0; v < 2; v++) {
+        p.c[v] = g->ops->malloc(g, p.n), p.ct[v] = g->ops->malloc(g, p.n);
+        p.sc[v] = g->ops->malloc(g, p.ns * 4), p.sct[v] = g->ops->malloc(g, p.nst * 4);
+        p.am[v] = g->ops->malloc(g, 4);
+        g->ops->to_device(g, p.am[v], &zero, 4);
+    }
+    return p;
+}
+
+static void scaled_pair_free(scaled_pair *p) {
+    fp8t_backend *g = GPU;
+    for (int v = 0; v < 2; v++) {
+        g->ops->free(g, p->c[v]), g->ops->free(g, p->ct[v]), g->ops->free(g, p->sc[v]);
+        g->ops->free(g, p->sct[v]), g->ops->free(g, p->am[v]);
+    }
+}
+
+/* the two sides the same bytes in every output; op names the case */
+static void check_scaled_pair(const char *op, const char *shape, const scaled_pair *p) {
     static const char *const why = "from the op, then the plain pass";
     char name[128];
     snprintf(name, sizeof name, "%s codes", op);
-    check_gpu_identical(name, shape, c[0], c[1], n, why);
+    check_gpu_identical(name, shape, p->c[0], p->c[1], p->n, why);
     snprintf(name, sizeof name, "%s codes_t", op);
-    check_gpu_identical(name, shape, ct[0], ct[1], n, why);
+    check_gpu_identical(name, shape, p->ct[0], p->ct[1], p->n, why);
     snprintf(name, sizeof name, "%s scales", op);
-    check_gpu_identical(name, shape, sc[0], sc[1], ns * 4, why);
+    check_gpu_identical(name, shape, p->sc[0], p->sc[1], p->ns * 4, why);
     snprintf(name, sizeof name, "%s scales_t", op);
-    check_gpu_identical(name, shape, sct[0], sct[1], nst * 4, why);
+    check_gpu_identical(name, shape, p->sct[0], p->sct[1], p->nst * 4, why);
     snprintf(name, sizeof name, "%s amax", op);
-    check_gpu_identical(name, shape, am[0], am[1], 4, why);
+    check_gpu_identical(name, shape, p->am[0], p->am[1], 4, why);
 }
 
 /* quantize_scaled with GELU (fc2's X) or GELU's backward (fc1's dY, with and without the
@@ -1430,31 +1460,23 @@ static void test_quantize_scaled_gelu(void) {
                 const int rows = cases[ci][0], cols = cases[ci][1];
                 const size_t n = (size_t)rows * cols;
                 const fp8t_fp8_scaling kk = (fp8t_fp8_scaling)kind;
-                const size_t ns = fp8t_block_scale_floats(kk, rows, cols);
-                const size_t nst = fp8t_block_scale_floats(kk, cols, rows);
                 float *x = host_normal(n, 1.5f), *gx = host_normal(n, 2.0f);
                 float *bias = host_normal((size_t)cols, 0.5f);
-                float zero = 0.0f;
                 fp8t_backend *g = GPU;
                 float *dx = g->ops->malloc(g, n * 4), *dgx = g->ops->malloc(g, n * 4);
                 float *db = g->ops->malloc(g, (size_t)cols * 4), *dv = g->ops->malloc(g, n * 4);
                 g->ops->to_device(g, dx, x, n * 4);
                 g->ops->to_device(g, dgx, gx, n * 4);
                 g->ops->to_device(g, db, bias, (size_t)cols * 4);
-                uint8_t *c[2], *ct[2];
-                float *sc[2], *sct[2], *am[2], *cs[2];
-                for (int v = 0; v < 2; v++) {
-                    c[v] = g->ops->malloc(g, n), ct[v] = g->ops->malloc(g, n);
-                    sc[v] = g->ops->malloc(g, ns * 4), sct[v] = g->ops->malloc(g, nst * 4);
-                    am[v] = g->ops->malloc(g, 4), cs[v] = g->ops->malloc(g, (size_t)cols * 4);
-                    g->ops->to_device(g, am[v], &zero, 4);
-                }
+                scaled_pair sp = scaled_pair_new(rows, cols, kk);
+                float *cs[2] = {g->ops->malloc(g, (size_t)cols * 4),
+                                g->ops->malloc(g, (size_t)cols * 4)};
                 for (int v = 0; v < 2; v++) { /* v 0: fused; 1: the ops, then the plain pass */
                     fp8t_scaled_quant q;
                     memset(&q, 0, sizeof(q));
-                    q.codes = c[v], q.scale_inv = sc[v], q.codes_t = ct[v],
-                    q.scale_inv_t = sct[v];
-                    q.amax_out = am[v], q.colsum = cs[v];
+                    q.codes = sp.c[v], q.scale_inv = sp.sc[v], q.codes_t = sp.ct[v],
+                    q.scale_inv_t = sp.sct[v];
+                    q.amax_out = sp.am[v], q.colsum = cs[v];
                     q.rows = rows, q.cols = cols, q.scaling = kk, q.fmt = FP8_E4M3;
                     if (v == 0) {
                         q.x = dx;
@@ -1481,14 +1503,12 @@ static void test_quantize_scaled_gelu(void) {
                          pro == 0   ? "gelu"
                          : pro == 1 ? "gelu bwd"
                                     : "gelu bwd +bias");
-                check_scaled_pair(op, shape, c, ct, sc, sct, am, n, ns, nst);
+                check_scaled_pair(op, shape, &sp);
                 snprintf(op + strlen(op), sizeof(op) - strlen(op), " colsum");
                 check_gpu_identical(op, shape, cs[0], cs[1], (size_t)cols * 4,
                                     "from the op, then the plain pass");
-                for (int v = 0; v < 2; v++) {
-                    g->ops->free(g, c[v]), g->ops->free(g, ct[v]), g->ops->free(g, sc[v]);
-                    g->ops->free(g, sct[v]), g->ops->free(g, am[v]), g->ops->free(g, cs[v]);
-                }
+                scaled_pair_free(&sp);
+                g->ops->free(g, cs[0]), g->ops->free(g, cs[1]);
                 g->ops->free(g, dx), g->ops->free(g, dgx), g->ops->free(g, db);
                 g->ops->free(g, dv);
                 free(x), free(gx), free(bias);
@@ -1511,11 +1531,8 @@ static void test_scaled_swiglu(void) {
                 const int rows = cases[ci][0], cols = cases[ci][1];
                 const size_t n = (size_t)rows * cols;
                 const fp8t_fp8_scaling kk = (fp8t_fp8_scaling)kind;
-                const size_t ns = fp8t_block_scale_floats(kk, rows, cols);
-                const size_t nst = fp8t_block_scale_floats(kk, cols, rows);
                 float *hg = host_normal(n, 2.0f), *hu = host_normal(n, 1.5f);
                 float *hd = host_normal(n, 0.5f);
-                float zero = 0.0f;
                 float *dgate = g->ops->malloc(g, n * 4), *dup = g->ops->malloc(g, n * 4);
                 float *dd = g->ops->malloc(g, n * 4), *dv = g->ops->malloc(g, n * 4);
                 float *dv2 = g->ops->malloc(g, n * 4);
@@ -1529,20 +1546,13 @@ static void test_scaled_swiglu(void) {
                 g->ops->bf16_pack(g, u16, dup, NULL, rows, cols);
                 g->ops->bf16_unpack(g, gw, g16, n);
                 g->ops->bf16_unpack(g, uw, u16, n);
-                uint8_t *c[2], *ct[2];
-                float *sc[2], *sct[2], *am[2];
-                for (int v = 0; v < 2; v++) {
-                    c[v] = g->ops->malloc(g, n), ct[v] = g->ops->malloc(g, n);
-                    sc[v] = g->ops->malloc(g, ns * 4), sct[v] = g->ops->malloc(g, nst * 4);
-                    am[v] = g->ops->malloc(g, 4);
-                    g->ops->to_device(g, am[v], &zero, 4);
-                }
+                scaled_pair sp = scaled_pair_new(rows, cols, kk);
                 const int from16 = pro == 2 || pro == 4, gate_grad = pro == 1 || pro == 2;
                 for (int v = 0; v < 2; v++) { /* v 0: the step in the pass; 1: op, plain pass */
                     fp8t_operand_req r =
-                        t_fp8_req(c[v], ct[v], am[v], dd, rows, cols, FP8_E4M3, NULL);
+                        t_fp8_req(sp.c[v], sp.ct[v], sp.am[v], dd, rows, cols, FP8_E4M3, NULL);
                     r.out.scale = NULL, r.out.scaling = kk;
-                    r.out.scale_inv = sc[v], r.out.scale_inv_t = sct[v];
+                    r.out.scale_inv = sp.sc[v], r.out.scale_inv_t = sp.sct[v];
                     if (v == 0 && pro == 0) {
                         r.step = FP8T_STEP_SWIGLU, r.x = dgate, r.x2 = dup;
                         r.save16 = s16[0], r.save16_2 = s16[1];
@@ -1571,7 +1581,7 @@ static void test_scaled_swiglu(void) {
                 char op[96], shape[48];
                 snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
                 snprintf(op, sizeof(op), "make_operand %s %s", scaling_name(kk), pros[pro]);
-                check_scaled_pair(op, shape, c, ct, sc, sct, am, n, ns, nst);
+                check_scaled_pair(op, shape, &sp);
                 if (pro == 0) {
                     char *e = op + strlen(op);
                     const size_t room = sizeof(op) - strlen(op);
@@ -1580,10 +1590,7 @@ static void test_scaled_swiglu(void) {
                     snprintf(e, room, " up save");
                     check_gpu_identical(op, shape, s16[1], u16, n * 2, "from bf16_pack");
                 }
-                for (int v = 0; v < 2; v++) {
-                    g->ops->free(g, c[v]), g->ops->free(g, ct[v]), g->ops->free(g, sc[v]);
-                    g->ops->free(g, sct[v]), g->ops->free(g, am[v]);
-                }
+                scaled_pair_free(&sp);
                 void *p[] = {dgate, dup, dd, dv, dv2, gw, uw, g16, u16, s16[0], s16[1]};
                 for (size_t k = 0; k < sizeof p / sizeof *p; k++) g->ops->free(g, p[k]);
                 free(hg), free(hu), free(hd);

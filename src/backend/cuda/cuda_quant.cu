@@ -6,6 +6,8 @@
  * instruction); the product x * scale is one IEEE multiply, as on the CPU. */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <type_traits>
+
 #define EW_THREADS 256
 
 static unsigned ew_blocks(cuda_state *s, size_t n, size_t per_thread) {
@@ -1149,6 +1151,7 @@ __global__ void __launch_bounds__(SQ_THREADS, 2) scaled_tile_kernel(sq_args a) {
     float4 v[SQ_RPT];
     sq_load<PRO>(v, a, r0, c0, tx, ty);
 
+    /* row amaxes (VEC, BLK) */
     unsigned rmax[SQ_RPT];
     unsigned all = 0u;
     if (KIND != SQ_ROW) {
@@ -1158,6 +1161,7 @@ __global__ void __launch_bounds__(SQ_THREADS, 2) scaled_tile_kernel(sq_args a) {
             all = max(all, rmax[k]);
         }
     }
+    /* column scales into sm_cs */
     if (KIND == SQ_VEC) {
         unsigned cm[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
@@ -1175,7 +1179,7 @@ __global__ void __launch_bounds__(SQ_THREADS, 2) scaled_tile_kernel(sq_args a) {
             for (int w = 0; w < SQ_WARPS; w++) m = max(m, sm_cm[w][tid]);
             const float sc = current_scale_dev(bits_amax(m), a.fmt_max, 0.0f, a.pow2);
             sm_cs[tid] = sc;
-            if (a.codes_t && tid < nc)
+            if (a.codes_t && tid < nc) /* operand [cols, rows], row c0 + tid, tile r0 / 128 */
                 a.sinv_t[(size_t)tr * fp8t_pad4(a.cols) + c0 + tid] = 1.0f / sc;
         }
     } else if (KIND == SQ_BLK) {
@@ -1190,7 +1194,7 @@ __global__ void __launch_bounds__(SQ_THREADS, 2) scaled_tile_kernel(sq_args a) {
             if (a.codes) a.sinv[(size_t)tr * fp8t_pad4(kbr) + tcol] = 1.0f / sc;
             if (a.codes_t) a.sinv_t[(size_t)tcol * fp8t_pad4(kbt) + tr] = 1.0f / sc;
         }
-    } else {
+    } else { /* ROW: the first pass's column amaxes */
         if (tid < SQ_TILE) {
             const float sc =
                 c0 + tid < a.cols
@@ -1226,6 +1230,7 @@ __global__ void __launch_bounds__(SQ_THREADS, 2) scaled_tile_kernel(sq_args a) {
 
     const int c = c0 + 4 * tx;
     const bool col_ok = 4 * tx < nc;
+    /* row-major codes with the row scales */
     if (a.codes) {
         const float sblk = KIND == SQ_BLK ? sm_cs[0] : 0.0f;
 #pragma unroll
@@ -1253,6 +1258,7 @@ __global__ void __launch_bounds__(SQ_THREADS, 2) scaled_tile_kernel(sq_args a) {
         if (a.amax_out && KIND != SQ_ROW) block_amax_bits_merge(a.amax_out, all);
         return;
     }
+    /* transposed codes with the column scales: column 4tx + j's 8 rows as one uint2 */
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const float sc = sm_cs[KIND == SQ_BLK ? 0 : 4 * tx + j];
@@ -1327,28 +1333,33 @@ static void launch_scaled_tiles(cuda_state *s, const sq_args &a, unsigned tiles,
     CUDA_LAUNCH_CHECK(s);
 }
 
-/* SwiGLU's prologues take no column sums (operand_kind.h never asks) */
-template <fp8_format FMT, int KIND, int PRO>
-static void launch_scaled_swiglu(cuda_state *s, const sq_args &a, unsigned tiles) {
-    scaled_tile_kernel<FMT, KIND, PRO, false><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
-    CUDA_LAUNCH_CHECK(s);
+/* f(std::integral_constant<int, PRO>()) for the runtime prologue pro: the one mapping of a
+ * prologue to its kernel instantiation, for both passes */
+template <class F> static void with_pro(int pro, F &&f) {
+    switch (pro) {
+    case SQ_GELU: f(std::integral_constant<int, SQ_GELU>()); break;
+    case SQ_DGELU: f(std::integral_constant<int, SQ_DGELU>()); break;
+    case SQ_SWIGLU: f(std::integral_constant<int, SQ_SWIGLU>()); break;
+    case SQ_DGATE: f(std::integral_constant<int, SQ_DGATE>()); break;
+    case SQ_DUP: f(std::integral_constant<int, SQ_DUP>()); break;
+    default: f(std::integral_constant<int, SQ_PLAIN>()); break;
+    }
 }
 
 template <fp8_format FMT, int KIND>
 static void launch_scaled_pro(cuda_state *s, const sq_args &a, unsigned tiles, int pro,
                               int colsum) {
-    if (pro == SQ_GELU)
-        launch_scaled_tiles<FMT, KIND, SQ_GELU>(s, a, tiles, colsum);
-    else if (pro == SQ_DGELU)
-        launch_scaled_tiles<FMT, KIND, SQ_DGELU>(s, a, tiles, colsum);
-    else if (pro == SQ_SWIGLU)
-        launch_scaled_swiglu<FMT, KIND, SQ_SWIGLU>(s, a, tiles);
-    else if (pro == SQ_DGATE)
-        launch_scaled_swiglu<FMT, KIND, SQ_DGATE>(s, a, tiles);
-    else if (pro == SQ_DUP)
-        launch_scaled_swiglu<FMT, KIND, SQ_DUP>(s, a, tiles);
-    else
-        launch_scaled_tiles<FMT, KIND, SQ_PLAIN>(s, a, tiles, colsum);
+    with_pro(pro, [&](auto p) {
+        constexpr int PRO = decltype(p)::value;
+        /* SwiGLU's prologues take no column sums (operand_kind.h never asks): no COLSUM
+         * instantiation of them */
+        if constexpr (PRO == SQ_SWIGLU || PRO == SQ_DGATE || PRO == SQ_DUP) {
+            scaled_tile_kernel<FMT, KIND, PRO, false><<<tiles, SQ_THREADS, 0, s->stream>>>(a);
+            CUDA_LAUNCH_CHECK(s);
+        } else {
+            launch_scaled_tiles<FMT, KIND, PRO>(s, a, tiles, colsum);
+        }
+    });
 }
 
 template <fp8_format FMT>
@@ -1452,18 +1463,9 @@ void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
         CUDA_CHECK(cudaMemsetAsync(bits, 0, ((size_t)rows + cols) * sizeof(unsigned), s->stream));
         sq_args a1 = a;
         a1.save16 = a1.save16_2 = NULL; /* written by the second pass */
-        if (pro == SQ_GELU)
-            scaled_amax_kernel<SQ_GELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
-        else if (pro == SQ_DGELU)
-            scaled_amax_kernel<SQ_DGELU><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
-        else if (pro == SQ_SWIGLU)
-            scaled_amax_kernel<SQ_SWIGLU><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
-        else if (pro == SQ_DGATE)
-            scaled_amax_kernel<SQ_DGATE><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
-        else if (pro == SQ_DUP)
-            scaled_amax_kernel<SQ_DUP><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
-        else
-            scaled_amax_kernel<SQ_PLAIN><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
+        with_pro(pro, [&](auto p) {
+            scaled_amax_kernel<decltype(p)::value><<<tiles, SQ_THREADS, 0, s->stream>>>(a1);
+        });
         CUDA_LAUNCH_CHECK(s);
         a.amax_out = NULL; /* taken by the first pass */
     }
