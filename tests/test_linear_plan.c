@@ -154,20 +154,31 @@ static void switches(void) {
     fp8t_model_destroy(ln_on);
     fp8t_model_destroy(ln_off);
     /* Llama's SwiGLU (tiny-llama's linears per layer: qkv, proj, gate, up, down): down's
-     * rounding pass and gate's / up's Dgrad passes, on the scaled path (rowwise) */
-    fp8t_model *sw_on = make("tiny-llama", FP8T_PREC_ROWWISE, 0);
-    fp8t_model *sw_fwd = make("tiny-llama", FP8T_PREC_ROWWISE, FP8T_DISABLE_SWIGLU_FUSION);
-    fp8t_model *sw_bwd = make("tiny-llama", FP8T_PREC_ROWWISE, FP8T_DISABLE_SWIGLU_BWD_FUSION);
-    T_ASSERT(sw_on && sw_fwd && sw_bwd, "models");
-    T_CHECK(L(sw_on, 4)->step_fused[0] && L(sw_on, 2)->dswiglu && L(sw_on, 3)->dswiglu,
-            "rowwise tiny-llama fuses SwiGLU (%u) and its gradients (%u, %u)",
-            L(sw_on, 4)->step_fused[0], L(sw_on, 2)->dswiglu, L(sw_on, 3)->dswiglu);
-    T_CHECK(!L(sw_fwd, 4)->step_fused[0] && L(sw_fwd, 2)->dswiglu, "--disable swiglu-fusion");
-    T_CHECK(L(sw_bwd, 4)->step_fused[0] && !L(sw_bwd, 2)->dswiglu && !L(sw_bwd, 3)->dswiglu,
-            "--disable swiglu-bwd-fusion");
-    fp8t_model_destroy(sw_on);
-    fp8t_model_destroy(sw_fwd);
-    fp8t_model_destroy(sw_bwd);
+     * rounding pass and gate's / up's Dgrad passes, on the scaled path (rowwise), per-tensor
+     * FP8 with the scale known before the pass (delayed) and BF16 operands; not under current
+     * scaling, whose scale comes from the values themselves */
+    static const fp8t_precision sw_prec[4] = {FP8T_PREC_ROWWISE, FP8T_PREC_DELAYED,
+                                              FP8T_PREC_BF16, FP8T_PREC_CURRENT};
+    for (int i = 0; i < 4; i++) {
+        const char *pn = fp8t_precision_name(sw_prec[i]);
+        const unsigned char want = sw_prec[i] != FP8T_PREC_CURRENT;
+        fp8t_model *sw_on = make("tiny-llama", sw_prec[i], 0);
+        fp8t_model *sw_fwd = make("tiny-llama", sw_prec[i], FP8T_DISABLE_SWIGLU_FUSION);
+        fp8t_model *sw_bwd = make("tiny-llama", sw_prec[i], FP8T_DISABLE_SWIGLU_BWD_FUSION);
+        T_ASSERT(sw_on && sw_fwd && sw_bwd, "models");
+        T_CHECK(L(sw_on, 4)->step_fused[0] == want && L(sw_on, 2)->dswiglu == want &&
+                    L(sw_on, 3)->dswiglu == want,
+                "%s tiny-llama: SwiGLU fused %u, its gradients %u, %u (expected %u)", pn,
+                L(sw_on, 4)->step_fused[0], L(sw_on, 2)->dswiglu, L(sw_on, 3)->dswiglu, want);
+        T_CHECK(!L(sw_fwd, 4)->step_fused[0] && L(sw_fwd, 2)->dswiglu == want,
+                "%s: --disable swiglu-fusion", pn);
+        T_CHECK(L(sw_bwd, 4)->step_fused[0] == want && !L(sw_bwd, 2)->dswiglu &&
+                    !L(sw_bwd, 3)->dswiglu,
+                "%s: --disable swiglu-bwd-fusion", pn);
+        fp8t_model_destroy(sw_on);
+        fp8t_model_destroy(sw_fwd);
+        fp8t_model_destroy(sw_bwd);
+    }
     /* up (tiny-llama's linear 3) takes gate's X operand where that depends on X alone */
     static const struct {
         fp8t_precision p;

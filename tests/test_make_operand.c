@@ -366,24 +366,65 @@ static void test_gelu_bf16_save(void) {
     OPS->free(be, s1), OPS->free(be, s2);
 }
 
-/* SwiGLU into a scaled operand (the Fprop of Llama's down) and its two gradients into scaled
- * dY operands (the Dgrads of gate and up), each in one pass: the bits of swiglu_forward (with
- * the saves of gate and up it writes) or swiglu_backward, then the plain scaled operand; the
- * gradients from the FP32 inputs or from their BF16 saves. Only the scaled kernel takes these
- * steps (no bias, no column sums). */
+/* SwiGLU's inputs: gate, up, the output's gradient d, the BF16 copies of gate and up and
+ * their widenings, and where a SwiGLU step writes its saves */
+typedef struct {
+    float *g, *u, *d, *gw, *uw, *dg, *du;
+    uint16_t *g16, *u16, *s1, *s2;
+} swiglu_bufs;
+
+/* Case st of SwiGLU's steps into r (0 SwiGLU writing the saves, 1 / 2 the gate's gradient from
+ * FP32 / the saves, 3 / 4 up's), and the values of its unfused op (swiglu_forward, or
+ * swiglu_backward on the same values) into v */
+static void swiglu_step_case(fp8t_operand_req *r, int st, const swiglu_bufs *b, float *v) {
+    const size_t n = (size_t)R * C;
+    const int from16 = st == 2 || st == 4;
+    if (st == 0) {
+        r->step = FP8T_STEP_SWIGLU, r->x = b->g, r->x2 = b->u;
+        r->save16 = b->s1, r->save16_2 = b->s2;
+        memset(b->s1, 0, n * 2), memset(b->s2, 0, n * 2);
+        OPS->swiglu_forward(be, v, b->g, b->u, NULL, NULL, n);
+        return;
+    }
+    r->step = st <= 2 ? FP8T_STEP_DSWIGLU_GATE : FP8T_STEP_DSWIGLU_UP;
+    if (from16)
+        r->x2_16 = b->g16;
+    else
+        r->x2 = b->g;
+    if (st <= 2 && from16) r->x3_16 = b->u16;
+    if (st <= 2 && !from16) r->x3 = b->u;
+    OPS->swiglu_backward(be, b->dg, b->du, b->d, from16 ? b->gw : b->g, from16 ? b->uw : b->u,
+                         NULL, NULL, n);
+    memcpy(v, st <= 2 ? b->dg : b->du, n * 4);
+}
+
+/* SwiGLU into an operand (the Fprop of Llama's down) and its two gradients into dY operands
+ * (the Dgrads of gate and up), each in one pass: the bits of swiglu_forward (with the saves of
+ * gate and up it writes) or swiglu_backward, then the plain operand; the gradients from the
+ * FP32 inputs or from their BF16 saves. Scaled, per-tensor FP8 and BF16 operands; no bias, no
+ * column sums. */
 static void test_swiglu_steps(void) {
     const size_t n = (size_t)R * C;
     static const fp8t_fp8_scaling kinds[3] = {FP8T_SCALING_VEC128, FP8T_SCALING_BLK128,
                                               FP8T_SCALING_ROW};
     static const char *const kind_names[3] = {"vec128", "blk128", "row"};
-    float *g = fill(n, 21, 8.0f), *u = fill(n, 22, 5.0f), *d = fill(n, 23, 3.0f);
-    float *v = zalloc(n * 4), *dg = zalloc(n * 4), *du = zalloc(n * 4);
-    float *gw = zalloc(n * 4), *uw = zalloc(n * 4);
-    uint16_t *g16 = zalloc(n * 2), *u16 = zalloc(n * 2), *s1 = zalloc(n * 2), *s2 = zalloc(n * 2);
+    const swiglu_bufs sb = {.g = fill(n, 21, 8.0f),
+                            .u = fill(n, 22, 5.0f),
+                            .d = fill(n, 23, 3.0f),
+                            .gw = zalloc(n * 4),
+                            .uw = zalloc(n * 4),
+                            .dg = zalloc(n * 4),
+                            .du = zalloc(n * 4),
+                            .g16 = zalloc(n * 2),
+                            .u16 = zalloc(n * 2),
+                            .s1 = zalloc(n * 2),
+                            .s2 = zalloc(n * 2)};
+    float *g = sb.g, *u = sb.u, *d = sb.d, *v = zalloc(n * 4);
+    uint16_t *g16 = sb.g16, *u16 = sb.u16, *s1 = sb.s1, *s2 = sb.s2;
     OPS->bf16_pack(be, g16, g, NULL, R, C);
     OPS->bf16_pack(be, u16, u, NULL, R, C);
-    OPS->bf16_unpack(be, gw, g16, n);
-    OPS->bf16_unpack(be, uw, u16, n);
+    OPS->bf16_unpack(be, sb.gw, g16, n);
+    OPS->bf16_unpack(be, sb.uw, u16, n);
     for (int ki = 0; ki < 3; ki++) {
         const size_t sf = fp8t_block_scale_floats(kinds[ki], R, C);
         const size_t sft = fp8t_block_scale_floats(kinds[ki], C, R);
@@ -398,24 +439,7 @@ static void test_swiglu_steps(void) {
             fp8t_operand_req plain = r;
             plain.out.data = c2, plain.out.data_t = t2, plain.out.amax = a2;
             plain.out.scale_inv = si2, plain.out.scale_inv_t = sit2, plain.x = v;
-            const int from16 = st == 2 || st == 4;
-            if (st == 0) {
-                r.step = FP8T_STEP_SWIGLU, r.x = g, r.x2 = u, r.save16 = s1, r.save16_2 = s2;
-                memset(s1, 0, n * 2), memset(s2, 0, n * 2);
-                OPS->swiglu_forward(be, v, g, u, NULL, NULL, n);
-            } else {
-                r.step = st <= 2 ? FP8T_STEP_DSWIGLU_GATE : FP8T_STEP_DSWIGLU_UP;
-                if (from16)
-                    r.x2_16 = g16;
-                else
-                    r.x2 = g;
-                if (st <= 2 && from16) r.x3_16 = u16;
-                if (st <= 2 && !from16) r.x3 = u;
-                /* swiglu_backward on the same values (the saves widened) */
-                OPS->swiglu_backward(be, dg, du, d, from16 ? gw : g, from16 ? uw : u, NULL, NULL,
-                                     n);
-                memcpy(v, st <= 2 ? dg : du, n * 4);
-            }
+            swiglu_step_case(&r, st, &sb, v);
             T_CHECK(OPS->make_operand_fuses(be, &r), "%s: scaled step %d is one of the kernels",
                     kind_names[ki], st);
             OPS->make_operand(be, &r);
@@ -433,12 +457,50 @@ static void test_swiglu_steps(void) {
             OPS->free(be, c1), OPS->free(be, t1), OPS->free(be, c2), OPS->free(be, t2);
         }
     }
+    /* per-tensor FP8 (both orientations, or the row-major codes alone) and BF16 operands */
+    for (int fam = 0; fam < 3; fam++) {
+        static const char *const fam_names[3] = {"FP8", "FP8 codes only", "BF16"};
+        const size_t bytes = fam == 2 ? fp8t_bf16_bytes(R, C) : n;
+        for (int st = 0; st < 5; st++) {
+            uint8_t *c1 = zalloc(bytes), *t1 = zalloc(n), *c2 = zalloc(bytes), *t2 = zalloc(n);
+            float *a1 = zalloc(4), *a2 = zalloc(4);
+            fp8t_operand_req r = fp8_req(FP8T_STEP_NONE, d, c1, fam == 0 ? t1 : NULL, a1);
+            if (fam == 2) r.out.format = FP8T_OPERAND_BF16, r.out.scale = NULL;
+            fp8t_operand_req plain = r;
+            plain.out.data = c2, plain.out.data_t = fam == 0 ? t2 : NULL, plain.out.amax = a2;
+            plain.x = v;
+            swiglu_step_case(&r, st, &sb, v);
+            T_CHECK(OPS->make_operand_fuses(be, &r), "%s: step %d is one of the kernels",
+                    fam_names[fam], st);
+            T_CHECK(fp8t_operand_kernel_of(&r) ==
+                        (fam == 2 ? FP8T_OPK_BF16_SWIGLU : FP8T_OPK_QUANTIZE_SWIGLU),
+                    "%s: step %d goes to the %s kernel", fam_names[fam], st,
+                    fp8t_operand_kernel_name(fp8t_operand_kernel_of(&r)));
+            OPS->make_operand(be, &r);
+            OPS->make_operand(be, &plain);
+            T_CHECK(same(c1, c2, bytes) && (fam != 0 || same(t1, t2, n)) && same(a1, a2, 4),
+                    "%s: step %d differs from its unfused op then the plain operand",
+                    fam_names[fam], st);
+            T_CHECK(*a1 > 0.0f, "%s: step %d took the amax", fam_names[fam], st);
+            if (st == 0)
+                T_CHECK(same(s1, g16, n * 2) && same(s2, u16, n * 2),
+                        "%s: SwiGLU's saves are not bf16_pack's of gate and up", fam_names[fam]);
+            OPS->free(be, a1), OPS->free(be, a2);
+            OPS->free(be, c1), OPS->free(be, t1), OPS->free(be, c2), OPS->free(be, t2);
+        }
+    }
     /* the combinations no kernel makes */
     uint8_t *c = (uint8_t *)s1;
     float *sc = v;
     fp8t_operand_req r = fp8_req(FP8T_STEP_DSWIGLU_UP, d, c, c, NULL);
     r.x2 = g;
-    T_CHECK(!OPS->make_operand_fuses(be, &r), "per-tensor dSwiGLU: composed");
+    T_CHECK(OPS->make_operand_fuses(be, &r), "per-tensor dSwiGLU: a kernel");
+    r.out.data = NULL;
+    T_CHECK(!OPS->make_operand_fuses(be, &r),
+            "per-tensor dSwiGLU, transposed codes only: composed");
+    r.out.data = c, r.colsum = sc;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "per-tensor dSwiGLU with column sums: composed");
+    r.colsum = NULL;
     r.out.scale = NULL, r.out.scaling = FP8T_SCALING_VEC128;
     r.out.scale_inv = sc, r.out.scale_inv_t = sc;
     T_CHECK(OPS->make_operand_fuses(be, &r), "scaled dSwiGLU (up): a kernel");
@@ -450,10 +512,14 @@ static void test_swiglu_steps(void) {
     T_CHECK(!OPS->make_operand_fuses(be, &r), "up both in FP32 and BF16: composed");
     r = fp8_req(FP8T_STEP_SWIGLU, g, c, NULL, NULL);
     r.x2 = u, r.save16 = s1;
-    T_CHECK(!OPS->make_operand_fuses(be, &r), "per-tensor SwiGLU with a save: composed");
-    r.save16 = NULL;
-    T_CHECK(OPS->make_operand_fuses(be, &r), "the inference model's SwiGLU: its kernel");
-    float *ptrs[] = {g, u, d, v, dg, du, gw, uw};
+    T_CHECK(fp8t_operand_kernel_of(&r) == FP8T_OPK_QUANTIZE_SWIGLU,
+            "per-tensor SwiGLU with a save: the training kernel");
+    r.bias = sc;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "per-tensor SwiGLU with a bias: composed");
+    r.bias = NULL, r.save16 = NULL;
+    T_CHECK(fp8t_operand_kernel_of(&r) == FP8T_OPK_SWIGLU_OPERAND,
+            "the inference model's SwiGLU: its kernel");
+    float *ptrs[] = {g, u, d, v, sb.dg, sb.du, sb.gw, sb.uw};
     for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
     OPS->free(be, g16), OPS->free(be, u16), OPS->free(be, s1), OPS->free(be, s2);
 }

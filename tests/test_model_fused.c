@@ -62,23 +62,26 @@ static void count_gelu_bwd_bias(fp8t_backend *b, float *dx, const float *x, cons
 
 /* make_operand, counted by the one-pass kernel that makes the request (operand_kind.h). The
  * fused GELU backward counts as the column-sum rounding it extends, and as a consumer of the
- * deferred fc1 bias when it gets one; n_gbwd counts it alone. The residual add folded into
+ * deferred fc1 bias when it gets one; n_gbwd counts it alone. The per-tensor and BF16 SwiGLU
+ * kernels count as the plain rounding they extend (n_swiglu / n_dswiglu count them alone). The residual add folded into
  * the norm counts as the norm's fusion. */
 static long n_gbwd, n_ln16;
-static long n_swiglu, n_dswiglu; /* scaled operands made with SwiGLU's step / a gradient's */
+static long n_swiglu, n_dswiglu; /* operands made with SwiGLU's step / a gradient's */
 static long n_scaled;
 static void count_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
     const fp8t_operand_kernel k = fp8t_operand_kernel_of(r);
     n_scaled += k == FP8T_OPK_SCALED;
-    if (k == FP8T_OPK_SCALED) {
+    if (k == FP8T_OPK_SCALED || k == FP8T_OPK_QUANTIZE_SWIGLU || k == FP8T_OPK_BF16_SWIGLU) {
         n_swiglu += r->step == FP8T_STEP_SWIGLU;
         n_dswiglu += r->step == FP8T_STEP_DSWIGLU_GATE || r->step == FP8T_STEP_DSWIGLU_UP;
     }
     switch (k) {
+    case FP8T_OPK_QUANTIZE_SWIGLU:
     case FP8T_OPK_QUANTIZE: n_quantize++; break;
     case FP8T_OPK_QUANTIZE_COLSUM: n_qcs++; break;
     case FP8T_OPK_QUANTIZE_GELU: n_qgelu++, n_qgelu_bias += r->bias != NULL; break;
     case FP8T_OPK_QUANTIZE_DGELU: n_gbwd++, n_qcs++, n_gelu_bwd_bias += r->bias != NULL; break;
+    case FP8T_OPK_BF16_SWIGLU:
     case FP8T_OPK_BF16: n_to_bf16++; break;
     case FP8T_OPK_BF16_COLSUM: n_h16cs++; break;
     case FP8T_OPK_BF16_GELU: n_gelu16++; break;
@@ -800,9 +803,9 @@ static void gelu_bwd_fusion(void) {
 
 /* ---- SwiGLU in down's rounding pass, its gradients in gate's and up's ---- */
 
-/* want_fwd / want_bwd: scaled operands made with SwiGLU's step per micro-batch (down's X, one
- * per layer) and with its gradients' (gate's and up's dY, two per layer), with the switch
- * on; none with it off; the same bits either way */
+/* want_fwd / want_bwd: operands made with SwiGLU's step per micro-batch (down's X, one per
+ * layer) and with its gradients' (gate's and up's dY, two per layer), with the switch on; none
+ * with it off; the same bits either way */
 static void swiglu_case(fp8t_precision prec, const char *overrides, int hooked, int switches,
                         long want_fwd, long want_bwd) {
     pair_run pr;
@@ -826,8 +829,8 @@ static void swiglu_fusion(void) {
     swiglu_case(FP8T_PREC_ROWWISE, NULL, 0, both, L, 2 * L);
     swiglu_case(FP8T_PREC_ROWWISE, NULL, 0, FP8T_DISABLE_SWIGLU_FUSION, L, 2 * L);
     swiglu_case(FP8T_PREC_ROWWISE, NULL, 0, FP8T_DISABLE_SWIGLU_BWD_FUSION, L, 2 * L);
-    /* a layer in BF16: its down and its gate/up Dgrads leave the scaled path */
-    swiglu_case(FP8T_PREC_ROWWISE, "layers=0,precision=bf16", 0, both, L - 1, 2 * (L - 1));
+    /* a layer in BF16: its down and its gate/up Dgrads take the BF16 kernels */
+    swiglu_case(FP8T_PREC_ROWWISE, "layers=0,precision=bf16", 0, both, L, 2 * L);
     /* up's Dgrad in BF16: neither gradient is fused (both or neither) */
     swiglu_case(FP8T_PREC_ROWWISE, "layers=1,module=up,gemm=dgrad,precision=bf16", 0, both, L,
                 2 * (L - 1));
@@ -835,9 +838,18 @@ static void swiglu_fusion(void) {
     swiglu_case(FP8T_PREC_ROWWISE, "module=gate,gemm=wgrad,precision=bf16", 0, both, L, 0);
     /* a hook wants SwiGLU's output and dY in FP32 */
     swiglu_case(FP8T_PREC_ROWWISE, NULL, 1, both, 0, 0);
-    /* per-tensor FP8 and BF16 have no one-pass SwiGLU operand for training yet */
-    swiglu_case(FP8T_PREC_DELAYED, NULL, 0, both, 0, 0);
-    swiglu_case(FP8T_PREC_BF16, NULL, 0, both, 0, 0);
+    /* per-tensor FP8 with the scale known before the pass (delayed), and BF16 operands */
+    swiglu_case(FP8T_PREC_DELAYED, NULL, 0, both, L, 2 * L);
+    swiglu_case(FP8T_PREC_DELAYED, NULL, 0, FP8T_DISABLE_SWIGLU_BWD_FUSION, L, 2 * L);
+    swiglu_case(FP8T_PREC_BF16, NULL, 0, both, L, 2 * L);
+    swiglu_case(FP8T_PREC_BF16, NULL, 1, both, 0, 0);
+    /* a BF16 layer among delayed ones takes the BF16 kernels, its neighbours the FP8 ones */
+    swiglu_case(FP8T_PREC_DELAYED, "layers=2,precision=bf16", 0, both, L, 2 * L);
+    /* up's Dgrad in BF16 under a delayed Wgrad: up's Wgrad cannot take the Dgrad's dY */
+    swiglu_case(FP8T_PREC_DELAYED, "layers=1,module=up,gemm=dgrad,precision=bf16", 0, both, L,
+                2 * (L - 1));
+    /* current scaling takes its scale from the values: they must exist first */
+    swiglu_case(FP8T_PREC_CURRENT, NULL, 0, both, 0, 0);
 }
 
 /* ---- up taking the X operand gate made ---- */

@@ -114,6 +114,10 @@ void cuda_swiglu_grad(fp8t_backend *, float *, int, const float *, const float *
     fprintf(stderr, "quantize_ladder: cuda_swiglu_grad is not part of the ladder\n");
     exit(1);
 }
+const float *cuda_swiglu_values(fp8t_backend *, const fp8t_operand_req *) {
+    fprintf(stderr, "quantize_ladder: cuda_swiglu_values is not part of the ladder\n");
+    exit(1);
+}
 const float *cuda_bf16_widen(fp8t_backend *, int, const float *x, const uint16_t *x16, size_t) {
     if (!x16) return x;
     fprintf(stderr, "quantize_ladder: cuda_bf16_widen is not part of the ladder\n");

@@ -87,6 +87,8 @@ int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_oper
     case FP8T_OPK_SWIGLU_OPERAND:
         k->swiglu_operand(b, o->data, r->x, r->x2, rows, cols, bf16 ? NULL : o->scale, fmt);
         return 1;
+    case FP8T_OPK_QUANTIZE_SWIGLU:
+    case FP8T_OPK_BF16_SWIGLU: k->swiglu_step(b, r); return 1;
     case FP8T_OPK_SCALED: {
         const fp8t_scaled_quant q = fp8t_operand_scaled_quant(r, r->x, 0);
         k->scaled(b, &q);
@@ -110,6 +112,8 @@ const char *fp8t_operand_kernel_name(fp8t_operand_kernel k) {
         [FP8T_OPK_BF16_ADD_LAYERNORM] = "bf16_add_layernorm",
         [FP8T_OPK_NORM_OPERAND] = "norm",
         [FP8T_OPK_SWIGLU_OPERAND] = "swiglu",
+        [FP8T_OPK_QUANTIZE_SWIGLU] = "quantize_swiglu",
+        [FP8T_OPK_BF16_SWIGLU] = "bf16_swiglu",
         [FP8T_OPK_SCALED] = "scaled",
     };
     return k >= 0 && k < FP8T_OPK_COUNT ? names[k] : "composed";

@@ -62,6 +62,10 @@ typedef enum {
     FP8T_OPK_NORM_OPERAND,       /* (residual add +) LayerNorm / RMSNorm into per-tensor FP8 or
                                   BF16, no amax, no statistics kept (the inference model's) */
     FP8T_OPK_SWIGLU_OPERAND,     /* SwiGLU into per-tensor FP8 or BF16, no amax */
+    FP8T_OPK_QUANTIZE_SWIGLU,    /* per-tensor FP8 of SwiGLU (with the saves) or one of its
+                                  gradients (from FP32 or the saves): codes, codes_t optional,
+                                  amax */
+    FP8T_OPK_BF16_SWIGLU,        /* BF16 operand of the same, amax */
     FP8T_OPK_SCALED,             /* block / row scaled FP8 of x, gelu(x (+ bias)),
                                   gelu'(x2 (+ bias)) * x, SwiGLU or one of its gradients, both
                                   orientations, amax, colsum */
@@ -109,9 +113,14 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
     if (norm && (rms ? !r->norm_b : 1) && !r->mean && !r->rstd && infer_ok && (add || !r->bias) &&
         !r->sum16)
         return FP8T_OPK_NORM_OPERAND;
-    if (st == FP8T_STEP_SWIGLU)
-        return infer_ok && !r->bias && !r->save16 && !r->save16_2 ? FP8T_OPK_SWIGLU_OPERAND
-                                                                  : FP8T_OPK_COMPOSE;
+    /* SwiGLU's steps take no bias and give no column sums (Llama's MLP has neither); the
+     * inference model's SwiGLU (no amax, no saves, one layout) has a kernel of its own */
+    if (st == FP8T_STEP_SWIGLU || dswiglu) {
+        if (r->bias || r->colsum) return FP8T_OPK_COMPOSE;
+        if (st == FP8T_STEP_SWIGLU && infer_ok && !r->save16 && !r->save16_2)
+            return FP8T_OPK_SWIGLU_OPERAND;
+        return bf16 ? FP8T_OPK_BF16_SWIGLU : FP8T_OPK_QUANTIZE_SWIGLU;
+    }
     switch (st) {
     case FP8T_STEP_NONE:
         if (r->bias) return FP8T_OPK_COMPOSE;
@@ -170,6 +179,9 @@ typedef struct {
                          int cols, float eps, const float *scale, fp8_format fmt);
     void (*swiglu_operand)(fp8t_backend *b, void *out, const float *gate, const float *up,
                            int rows, int cols, const float *scale, fp8_format fmt);
+    /* QUANTIZE_SWIGLU and BF16_SWIGLU: the request itself (its step, out, x, x2 / x2_16,
+     * x3 / x3_16, save16 / save16_2 say everything; backend.h) */
+    void (*swiglu_step)(fp8t_backend *b, const fp8t_operand_req *r);
     void (*scaled)(fp8t_backend *b, const fp8t_scaled_quant *q);
 } fp8t_operand_kernels;
 

@@ -269,8 +269,9 @@ static void prepare(fp8t_model *m, int lin, const operand *op, fp8t_precision pr
                "the fused GELU backward needs a delayed-scaled or BF16-operand Dgrad");
     FP8T_CHECK(!op->ln || model_prec_bf16_operands(m, prec),
                "the fused LayerNorm needs a BF16-operand Fprop");
-    FP8T_CHECK(!op->swiglu_up && op->dswiglu == FP8T_STEP_NONE,
-               "the fused SwiGLU and its backward need the scaled path (linear_plan.c)");
+    FP8T_CHECK((!op->swiglu_up && op->dswiglu == FP8T_STEP_NONE) || model_prec_one_pass(m, prec),
+               "the fused SwiGLU and its backward need a delayed-scaled or BF16-operand GEMM, or "
+               "the scaled path (linear_plan.c)");
 
     /* the weight's amax is recorded once per step, whatever the precision; BF16 and FP8 take
      * it (as the activations' below) in the pass that rounds or quantizes the weight */

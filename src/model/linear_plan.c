@@ -56,8 +56,8 @@ static void plan_step(const fp8t_model *m, int lin, linear_plan *pl) {
     case FP8T_MOD_FC2: /* GELU: one pass with the scale known before it, or the scaled path */
         can = !m->no_gelu_fusion && (model_prec_one_pass(m, f) || model_scaled_path(m, lin, f));
         break;
-    case FP8T_MOD_DOWN: /* SwiGLU: the scaled path (its operand pass computes the scales) */
-        can = !m->no_swiglu_fusion && model_scaled_path(m, lin, f);
+    case FP8T_MOD_DOWN: /* SwiGLU: as GELU */
+        can = !m->no_swiglu_fusion && (model_prec_one_pass(m, f) || model_scaled_path(m, lin, f));
         break;
     case FP8T_MOD_QKV:
     case FP8T_MOD_FC1: /* LayerNorm (GPT-2; Llama's RMSNorm is not fused): BF16 operands */
@@ -110,12 +110,12 @@ static linear_plan linear_plan_of(const fp8t_model *m, int lin) {
         (unsigned char)(model_lin_module(m, lin) == FP8T_MOD_FC1 && !m->no_gelu_bwd_fusion &&
                         !m->hook && (model_prec_one_pass(m, d) || pl.scaled[FP8T_GEMM_DGRAD]));
     /* gate's and up's Dgrads can compute their dY from SwiGLU's output gradient in their
-     * rounding passes on the scaled path, no hook wanting dY in FP32; the Wgrad must take the
-     * Dgrad's dY (linear_dswiglu_fused checks it for both linears) */
+     * rounding passes, as fc1's GELU backward, no hook wanting dY in FP32; the Wgrad must take
+     * the Dgrad's dY (linear_dswiglu_fused checks it for both linears) */
     const fp8t_module mod = model_lin_module(m, lin);
-    pl.dswiglu =
-        (unsigned char)((mod == FP8T_MOD_GATE || mod == FP8T_MOD_UP) &&
-                        !m->no_swiglu_bwd_fusion && !m->hook && pl.scaled[FP8T_GEMM_DGRAD]);
+    pl.dswiglu = (unsigned char)((mod == FP8T_MOD_GATE || mod == FP8T_MOD_UP) &&
+                                 !m->no_swiglu_bwd_fusion && !m->hook &&
+                                 (model_prec_one_pass(m, d) || pl.scaled[FP8T_GEMM_DGRAD]));
     /* all three GEMMs on BF16 operands, dY's operand shared, no hook: the head's dY may come
      * already rounded (softmax_xent_bf16) and its Fprop may write a strided Y */
     pl.bf16_dy = (unsigned char)(!m->hook && f == FP8T_PREC_BF16 && w == FP8T_PREC_BF16 &&

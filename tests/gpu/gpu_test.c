@@ -1515,6 +1515,73 @@ static void test_quantize_scaled_gelu(void) {
             }
 }
 
+/* SwiGLU's inputs on the GPU for an n-element case: gate, up, the output's gradient dd, the
+ * BF16 copies of gate and up and their widenings, the saves a SwiGLU step writes, and two
+ * buffers for the unfused op's outputs */
+typedef struct {
+    float *dgate, *dup, *dd, *dv, *dv2, *gw, *uw;
+    uint16_t *g16, *u16, *s16[2];
+    float *hg, *hu, *hd;
+} swiglu_dev;
+
+static swiglu_dev swiglu_dev_new(int rows, int cols) {
+    fp8t_backend *g = GPU;
+    const size_t n = (size_t)rows * cols;
+    swiglu_dev b;
+    b.hg = host_normal(n, 2.0f), b.hu = host_normal(n, 1.5f), b.hd = host_normal(n, 0.5f);
+    b.dgate = g->ops->malloc(g, n * 4), b.dup = g->ops->malloc(g, n * 4);
+    b.dd = g->ops->malloc(g, n * 4), b.dv = g->ops->malloc(g, n * 4);
+    b.dv2 = g->ops->malloc(g, n * 4);
+    b.gw = g->ops->malloc(g, n * 4), b.uw = g->ops->malloc(g, n * 4);
+    b.g16 = g->ops->malloc(g, n * 2), b.u16 = g->ops->malloc(g, n * 2);
+    b.s16[0] = g->ops->malloc(g, n * 2), b.s16[1] = g->ops->malloc(g, n * 2);
+    g->ops->to_device(g, b.dgate, b.hg, n * 4);
+    g->ops->to_device(g, b.dup, b.hu, n * 4);
+    g->ops->to_device(g, b.dd, b.hd, n * 4);
+    g->ops->bf16_pack(g, b.g16, b.dgate, NULL, rows, cols);
+    g->ops->bf16_pack(g, b.u16, b.dup, NULL, rows, cols);
+    g->ops->bf16_unpack(g, b.gw, b.g16, n);
+    g->ops->bf16_unpack(g, b.uw, b.u16, n);
+    return b;
+}
+
+static void swiglu_dev_free(swiglu_dev *b) {
+    fp8t_backend *g = GPU;
+    void *p[] = {b->dgate, b->dup, b->dd,  b->dv,     b->dv2,   b->gw,
+                 b->uw,    b->g16, b->u16, b->s16[0], b->s16[1]};
+    for (size_t k = 0; k < sizeof p / sizeof *p; k++) g->ops->free(g, p[k]);
+    free(b->hg), free(b->hu), free(b->hd);
+}
+
+/* Case pro of SwiGLU's steps (0 SwiGLU writing the saves, 1 / 2 the gate's gradient from FP32
+ * / the saves, 3 / 4 up's) into r: the step itself (fused 1), or its unfused op's values
+ * (swiglu_forward, or swiglu_backward on the same values) as r's plain input (fused 0) */
+static void swiglu_dev_case(fp8t_operand_req *r, int pro, int fused, const swiglu_dev *b,
+                            size_t n) {
+    fp8t_backend *g = GPU;
+    const int from16 = pro == 2 || pro == 4, gate_grad = pro == 1 || pro == 2;
+    if (fused && pro == 0) {
+        r->step = FP8T_STEP_SWIGLU, r->x = b->dgate, r->x2 = b->dup;
+        r->save16 = b->s16[0], r->save16_2 = b->s16[1];
+    } else if (fused) {
+        r->step = gate_grad ? FP8T_STEP_DSWIGLU_GATE : FP8T_STEP_DSWIGLU_UP;
+        if (from16)
+            r->x2_16 = b->g16;
+        else
+            r->x2 = b->dgate;
+        if (gate_grad && from16) r->x3_16 = b->u16;
+        if (gate_grad && !from16) r->x3 = b->dup;
+    } else {
+        if (pro == 0)
+            g->ops->swiglu_forward(g, b->dv, b->dgate, b->dup, NULL, NULL, n);
+        else
+            g->ops->swiglu_backward(g, gate_grad ? b->dv : b->dv2, gate_grad ? b->dv2 : b->dv,
+                                    b->dd, from16 ? b->gw : b->dgate, from16 ? b->uw : b->dup,
+                                    NULL, NULL, n);
+        r->x = b->dv;
+    }
+}
+
 /* make_operand's SwiGLU steps on the scaled path (Llama's down X: SwiGLU with the BF16 saves of
  * gate and up; gate's and up's dY: SwiGLU's two gradients from the FP32 inputs or their saves)
  * against swiglu_forward / swiglu_backward into a buffer, then the plain scaled operand, on the
@@ -1531,48 +1598,14 @@ static void test_scaled_swiglu(void) {
                 const int rows = cases[ci][0], cols = cases[ci][1];
                 const size_t n = (size_t)rows * cols;
                 const fp8t_fp8_scaling kk = (fp8t_fp8_scaling)kind;
-                float *hg = host_normal(n, 2.0f), *hu = host_normal(n, 1.5f);
-                float *hd = host_normal(n, 0.5f);
-                float *dgate = g->ops->malloc(g, n * 4), *dup = g->ops->malloc(g, n * 4);
-                float *dd = g->ops->malloc(g, n * 4), *dv = g->ops->malloc(g, n * 4);
-                float *dv2 = g->ops->malloc(g, n * 4);
-                float *gw = g->ops->malloc(g, n * 4), *uw = g->ops->malloc(g, n * 4);
-                uint16_t *g16 = g->ops->malloc(g, n * 2), *u16 = g->ops->malloc(g, n * 2);
-                uint16_t *s16[2] = {g->ops->malloc(g, n * 2), g->ops->malloc(g, n * 2)};
-                g->ops->to_device(g, dgate, hg, n * 4);
-                g->ops->to_device(g, dup, hu, n * 4);
-                g->ops->to_device(g, dd, hd, n * 4);
-                g->ops->bf16_pack(g, g16, dgate, NULL, rows, cols);
-                g->ops->bf16_pack(g, u16, dup, NULL, rows, cols);
-                g->ops->bf16_unpack(g, gw, g16, n);
-                g->ops->bf16_unpack(g, uw, u16, n);
+                swiglu_dev sb = swiglu_dev_new(rows, cols);
                 scaled_pair sp = scaled_pair_new(rows, cols, kk);
-                const int from16 = pro == 2 || pro == 4, gate_grad = pro == 1 || pro == 2;
                 for (int v = 0; v < 2; v++) { /* v 0: the step in the pass; 1: op, plain pass */
                     fp8t_operand_req r =
-                        t_fp8_req(sp.c[v], sp.ct[v], sp.am[v], dd, rows, cols, FP8_E4M3, NULL);
+                        t_fp8_req(sp.c[v], sp.ct[v], sp.am[v], sb.dd, rows, cols, FP8_E4M3, NULL);
                     r.out.scale = NULL, r.out.scaling = kk;
                     r.out.scale_inv = sp.sc[v], r.out.scale_inv_t = sp.sct[v];
-                    if (v == 0 && pro == 0) {
-                        r.step = FP8T_STEP_SWIGLU, r.x = dgate, r.x2 = dup;
-                        r.save16 = s16[0], r.save16_2 = s16[1];
-                    } else if (v == 0) {
-                        r.step = gate_grad ? FP8T_STEP_DSWIGLU_GATE : FP8T_STEP_DSWIGLU_UP;
-                        if (from16)
-                            r.x2_16 = g16;
-                        else
-                            r.x2 = dgate;
-                        if (gate_grad && from16) r.x3_16 = u16;
-                        if (gate_grad && !from16) r.x3 = dup;
-                    } else {
-                        if (pro == 0)
-                            g->ops->swiglu_forward(g, dv, dgate, dup, NULL, NULL, n);
-                        else
-                            g->ops->swiglu_backward(g, gate_grad ? dv : dv2, gate_grad ? dv2 : dv,
-                                                    dd, from16 ? gw : dgate, from16 ? uw : dup,
-                                                    NULL, NULL, n);
-                        r.x = dv;
-                    }
+                    swiglu_dev_case(&r, pro, v == 0, &sb, n);
                     if (v == 0 && !g->ops->make_operand_fuses(g, &r))
                         row("make_operand swiglu step fuses", pros[pro], 1.0, 0.0, 0,
                             "the scaled step has no kernel");
@@ -1586,15 +1619,84 @@ static void test_scaled_swiglu(void) {
                     char *e = op + strlen(op);
                     const size_t room = sizeof(op) - strlen(op);
                     snprintf(e, room, " gate save");
-                    check_gpu_identical(op, shape, s16[0], g16, n * 2, "from bf16_pack");
+                    check_gpu_identical(op, shape, sb.s16[0], sb.g16, n * 2, "from bf16_pack");
                     snprintf(e, room, " up save");
-                    check_gpu_identical(op, shape, s16[1], u16, n * 2, "from bf16_pack");
+                    check_gpu_identical(op, shape, sb.s16[1], sb.u16, n * 2, "from bf16_pack");
                 }
                 scaled_pair_free(&sp);
-                void *p[] = {dgate, dup, dd, dv, dv2, gw, uw, g16, u16, s16[0], s16[1]};
-                for (size_t k = 0; k < sizeof p / sizeof *p; k++) g->ops->free(g, p[k]);
-                free(hg), free(hu), free(hd);
+                swiglu_dev_free(&sb);
             }
+}
+
+/* make_operand's SwiGLU steps into per-tensor FP8 (delayed scaling's: the scale known before
+ * the pass; both orientations in E4M3, or the row-major codes alone in E5M2) and BF16
+ * operands, against swiglu_forward / swiglu_backward into a buffer, then the plain operand,
+ * on the GPU: the same bytes (codes, codes_t, BF16 operand with its padding, amax; the saves
+ * as bf16_pack's). Shapes the 64x64 tile kernel takes (256x768, 64x1600), ones only the
+ * elementwise kernels take (128x200, 37x1000) and 37x1001, which every family leaves to the
+ * unfused path. */
+static void test_tensor_swiglu(void) {
+    static const int cases[][2] = {{256, 768}, {128, 200}, {64, 1600}, {37, 1000}, {37, 1001}};
+    static const char *const pros[5] = {"swiglu", "dswiglu gate", "dswiglu gate from saves",
+                                        "dswiglu up", "dswiglu up from save"};
+    static const char *const fams[3] = {"fp8", "fp8 codes only", "bf16"};
+    fp8t_backend *g = GPU;
+    const float hscale = 24.0f;
+    float *dscale = g->ops->malloc(g, 4);
+    g->ops->to_device(g, dscale, &hscale, 4);
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+        for (int fam = 0; fam < 3; fam++)
+            for (int pro = 0; pro < 5; pro++) {
+                const int rows = cases[ci][0], cols = cases[ci][1];
+                const size_t n = (size_t)rows * cols;
+                const size_t bytes = fam == 2 ? fp8t_bf16_bytes(rows, cols) : n;
+                const fp8_format fmt = fam == 1 ? FP8_E5M2 : FP8_E4M3;
+                const float zero = 0.0f;
+                swiglu_dev sb = swiglu_dev_new(rows, cols);
+                uint8_t *c[2], *ct[2];
+                float *am[2];
+                for (int v = 0; v < 2; v++) {
+                    c[v] = g->ops->malloc(g, bytes), ct[v] = g->ops->malloc(g, n);
+                    am[v] = g->ops->malloc(g, 4);
+                    g->ops->to_device(g, am[v], &zero, 4);
+                    g->ops->zero(g, c[v], bytes), g->ops->zero(g, ct[v], n);
+                }
+                for (int v = 0; v < 2; v++) { /* v 0: the step in the pass; 1: op, plain pass */
+                    fp8t_operand_req r =
+                        fam == 2 ? t_bf16_req((uint16_t *)c[v], am[v], sb.dd, rows, cols)
+                                 : t_fp8_req(c[v], fam == 0 ? ct[v] : NULL, am[v], sb.dd, rows,
+                                             cols, fmt, dscale);
+                    swiglu_dev_case(&r, pro, v == 0, &sb, n);
+                    if (v == 0 && !g->ops->make_operand_fuses(g, &r))
+                        row("make_operand swiglu step fuses", pros[pro], 1.0, 0.0, 0,
+                            "the per-tensor / BF16 step has no kernel");
+                    g->ops->make_operand(g, &r);
+                }
+                char op[96], shape[48];
+                snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
+                snprintf(op, sizeof(op), "make_operand %s %s", fams[fam], pros[pro]);
+                char *e = op + strlen(op);
+                const size_t room = sizeof(op) - strlen(op);
+                static const char *const why = "from the op, then the plain pass";
+                snprintf(e, room, fam == 2 ? " operand" : " codes");
+                check_gpu_identical(op, shape, c[0], c[1], bytes, why);
+                if (fam == 0) {
+                    snprintf(e, room, " codes_t");
+                    check_gpu_identical(op, shape, ct[0], ct[1], n, why);
+                }
+                snprintf(e, room, " amax");
+                check_gpu_identical(op, shape, am[0], am[1], 4, why);
+                if (pro == 0) {
+                    snprintf(e, room, " gate save");
+                    check_gpu_identical(op, shape, sb.s16[0], sb.g16, n * 2, "from bf16_pack");
+                    snprintf(e, room, " up save");
+                    check_gpu_identical(op, shape, sb.s16[1], sb.u16, n * 2, "from bf16_pack");
+                }
+                for (int v = 0; v < 2; v++)
+                    g->ops->free(g, c[v]), g->ops->free(g, ct[v]), g->ops->free(g, am[v]);
+                swiglu_dev_free(&sb);
+            }
+    g->ops->free(g, dscale);
 }
 
 /* gemm_fp8 on block-scaled operands (the same codes and scale_inv on both sides, from the
@@ -3015,6 +3117,7 @@ static void run_op_suite(void) {
     test_quantize_scaled();
     test_quantize_scaled_gelu();
     test_scaled_swiglu();
+    test_tensor_swiglu();
     test_gelu_bf16_save();
     test_gemm_fp8_block();
     test_mxfp8();

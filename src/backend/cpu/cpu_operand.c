@@ -48,6 +48,10 @@ static void compose(fp8t_backend *b, const fp8t_operand_req *r) {
     }
 }
 
+/* The reference of a GPU's one-pass SwiGLU kernels (per-tensor FP8, BF16) is the unfused
+ * ops' composition itself. */
+static void cpu_swiglu_step(fp8t_backend *b, const fp8t_operand_req *r) { compose(b, r); }
+
 static const fp8t_operand_kernels cpu_kernels = {
     .quantize = cpu_quantize,
     .quantize_colsum = cpu_quantize_colsum,
@@ -61,6 +65,7 @@ static const fp8t_operand_kernels cpu_kernels = {
     .bf16_add_layernorm = cpu_add_layernorm_forward_bf16,
     .norm_operand = cpu_add_norm_operand,
     .swiglu_operand = cpu_swiglu_operand,
+    .swiglu_step = cpu_swiglu_step,
     .scaled = cpu_quantize_scaled,
 };
 

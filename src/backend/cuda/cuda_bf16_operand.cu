@@ -252,6 +252,71 @@ void cuda_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, uin
     CUDA_LAUNCH_CHECK(s);
 }
 
+/* SwiGLU's step (SW 1, 2, 3: swiglu_step4) -> out, a BF16 operand, rounded to nearest even;
+ * amax of the values into *amax_out; the saves (SW 1) from the same read. 8 elements per thread
+ * (cols % 8 == 0: no padding columns; rows beyond rows, up to pad8(rows), written as zeros),
+ * as gelu_bf16_vec8_kernel. */
+template <int SW>
+__global__ void swiglu_bf16_vec8_kernel(uint4 *out, const float *__restrict__ x, swiglu_in in,
+                                        size_t n8_data, size_t n8, float *amax_out) {
+    float am = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint4 o = make_uint4(0u, 0u, 0u, 0u);
+        if (i < n8_data) {
+            const size_t e = 8 * i;
+            const float4 a = swiglu_step4<SW>(*(const float4 *)(x + e), e, in.gate, in.gate16,
+                                              in.up, in.up16, in.save16, in.save16b);
+            const float4 c = swiglu_step4<SW>(*(const float4 *)(x + e + 4), e + 4, in.gate,
+                                              in.gate16, in.up, in.up16, in.save16, in.save16b);
+            const float y[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+            unsigned w[4];
+            for (int k = 0; k < 4; k++) {
+                am = amax_merge_dev(am, y[2 * k]);
+                am = amax_merge_dev(am, y[2 * k + 1]);
+                __nv_bfloat162 p = __floats2bfloat162_rn(y[2 * k], y[2 * k + 1]);
+                w[k] = *(unsigned *)&p;
+            }
+            o = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+        out[i] = o;
+    }
+    if (amax_out) {
+        am = block_amax(am);
+        if (threadIdx.x == 0) atomic_amax_merge(amax_out, am);
+    }
+}
+
+/* The BF16 operand of SwiGLU's step r->step (make_operand's BF16_SWIGLU): the vec8 kernel where
+ * cols % 8 == 0 and the inputs are aligned; otherwise the step's op into scratch, then
+ * to_bf16, which gives the same bits. */
+void cuda_bf16_swiglu(fp8t_backend *b, const fp8t_operand_req *r) {
+    const fp8t_operand *o = &r->out;
+    const int rows = o->rows, cols = o->cols;
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    const swiglu_in in = swiglu_in_of(r);
+    if (s->plain || cols % 8 != 0 || !aligned16(o->data) || !swiglu_in_aligned(&in, r->x)) {
+        cuda_to_bf16_operand(b, (uint16_t *)o->data, o->amax, cuda_swiglu_values(b, r), rows,
+                             cols);
+        return;
+    }
+    const size_t n8 = (size_t)fp8t_bf16_pad(rows) * cols / 8, n8_data = (size_t)rows * cols / 8;
+    const size_t blocks = (n8 + 255) / 256, cap = (size_t)s->num_sms * 16;
+    const unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
+    uint4 *out = (uint4 *)o->data;
+    if (in.sw == 1)
+        swiglu_bf16_vec8_kernel<1>
+            <<<grid, 256, 0, s->stream>>>(out, r->x, in, n8_data, n8, o->amax);
+    else if (in.sw == 2)
+        swiglu_bf16_vec8_kernel<2>
+            <<<grid, 256, 0, s->stream>>>(out, r->x, in, n8_data, n8, o->amax);
+    else
+        swiglu_bf16_vec8_kernel<3>
+            <<<grid, 256, 0, s->stream>>>(out, r->x, in, n8_data, n8, o->amax);
+    CUDA_LAUNCH_CHECK(s);
+}
+
 /* to_bf16 + column sums (the Dgrad's dY and its bias gradient, from one read). Needs
  * cols % 8 == 0 and x 16-byte aligned (so the operand has no padding columns). Block: 32 x 8
  * threads; thread (tx, ty) owns columns 8g .. 8g + 7 (g = blockIdx.x * 32 + tx) of the chunk's

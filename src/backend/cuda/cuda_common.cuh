@@ -236,6 +236,36 @@ __device__ __forceinline__ void swiglu_grads(float &dg, float &du, float d, floa
     du = d * silu;
 }
 
+/* SwiGLU's step in a per-tensor rounding pass, on the 4 consecutive elements e .. e + 3
+ * (e % 4 == 0, every array 16-byte aligned, the BF16 ones 8-byte) whose input x holds: SW 1
+ * (FP8T_STEP_SWIGLU) swiglu_value(x, up) with x the gate, the BF16 copies of x and up written
+ * to save16 / save16b where non-NULL (bf16_pack's bits); SW 2 / 3 (DSWIGLU_GATE / _UP) the
+ * gate's / up's gradient of swiglu_grads with x the gradient of SwiGLU's output, the gate read
+ * from gate or gate16, up (SW 2 only) from up or up16 */
+template <int SW>
+__device__ __forceinline__ float4 swiglu_step4(float4 x, size_t e, const float *gate,
+                                               const uint16_t *gate16, const float *up,
+                                               const uint16_t *up16, uint16_t *save16,
+                                               uint16_t *save16b) {
+    if (SW == 1) {
+        const float4 u = *(const float4 *)(up + e);
+        if (save16) *(uint2 *)(save16 + e) = bf16x4_of(x);
+        if (save16b) *(uint2 *)(save16b + e) = bf16x4_of(u);
+        return make_float4(swiglu_value(x.x, u.x), swiglu_value(x.y, u.y), swiglu_value(x.z, u.z),
+                           swiglu_value(x.w, u.w));
+    }
+    const float4 g =
+        gate16 ? f32x4_of_bf16(*(const uint2 *)(gate16 + e)) : *(const float4 *)(gate + e);
+    float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* up's gradient does not read up */
+    if (SW == 2) u = up16 ? f32x4_of_bf16(*(const uint2 *)(up16 + e)) : *(const float4 *)(up + e);
+    float4 dg, du;
+    swiglu_grads(dg.x, du.x, x.x, g.x, u.x);
+    swiglu_grads(dg.y, du.y, x.y, g.y, u.y);
+    swiglu_grads(dg.z, du.z, x.z, g.z, u.z);
+    swiglu_grads(dg.w, du.w, x.w, g.w, u.w);
+    return SW == 2 ? dg : du;
+}
+
 /* NaN-propagating max of |v| into acc (acc is a running amax: >= 0 or NaN). */
 __device__ __forceinline__ float amax_merge_dev(float acc, float v) {
     if (acc != acc) return acc;
@@ -376,6 +406,44 @@ void cuda_block_quantize(fp8t_backend *b, uint8_t *codes, float *scale_inv, cons
 /* out [rows, cols] = code * scale_inv of a K-major operand of any scaling kind */
 void cuda_block_decode(fp8t_backend *b, float *out, const fp8t_fp8_operand *o);
 void cuda_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q);
+/* make_operand's QUANTIZE_SWIGLU / BF16_SWIGLU (operand_kind.h): SwiGLU's step into
+ * per-tensor FP8 codes / a BF16 operand */
+void cuda_quantize_swiglu(fp8t_backend *b, const fp8t_operand_req *r);
+void cuda_bf16_swiglu(fp8t_backend *b, const fp8t_operand_req *r);
+
+/* The inputs of a request's SwiGLU step by role (backend.h): SwiGLU reads x (the gate) and x2
+ * (up) and writes the saves; a gradient reads x (SwiGLU's output gradient), x2 / x2_16 (the
+ * gate) and, the gate's, x3 / x3_16 (up). */
+typedef struct {
+    int sw; /* swiglu_step4's SW: 1 SWIGLU, 2 DSWIGLU_GATE, 3 DSWIGLU_UP */
+    const float *gate;
+    const uint16_t *gate16;
+    const float *up;
+    const uint16_t *up16;
+    uint16_t *save16, *save16b; /* SWIGLU's saves of the gate and up (each may be NULL) */
+} swiglu_in;
+
+static inline swiglu_in swiglu_in_of(const fp8t_operand_req *r) {
+    swiglu_in in;
+    in.sw = r->step == FP8T_STEP_SWIGLU ? 1 : r->step == FP8T_STEP_DSWIGLU_GATE ? 2 : 3;
+    in.gate = in.sw == 1 ? NULL : r->x2;
+    in.gate16 = in.sw == 1 ? NULL : r->x2_16;
+    in.up = in.sw == 1 ? r->x2 : in.sw == 2 ? r->x3 : NULL;
+    in.up16 = in.sw == 2 ? r->x3_16 : NULL;
+    in.save16 = in.sw == 1 ? r->save16 : NULL;
+    in.save16b = in.sw == 1 ? r->save16_2 : NULL;
+    return in;
+}
+
+/* the alignment swiglu_step4 needs of x and every input and save */
+static inline int swiglu_in_aligned(const swiglu_in *in, const float *x) {
+    return aligned16(x) && aligned16(in->gate) && aligned16(in->up) && aligned8(in->gate16) &&
+           aligned8(in->up16) && aligned8(in->save16) && aligned8(in->save16b);
+}
+
+/* The SwiGLU kernels' unfused path: the step's values in scratch (SCR_ACT) from swiglu_forward
+ * (with the saves) or swiglu_grad, the bits the kernels compute. */
+const float *cuda_swiglu_values(fp8t_backend *b, const fp8t_operand_req *r);
 /* block_quantize of ROW: one block per operand row (any shape; the fallback's kernel) */
 void cuda_row_quantize_generic(fp8t_backend *b, uint8_t *codes, float *scale_inv, const float *x,
                                int rows, int cols, int transpose, fp8_format fmt, int pow2);

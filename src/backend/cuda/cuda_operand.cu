@@ -9,6 +9,14 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/operand_kind.h"
 
+/* QUANTIZE_SWIGLU and BF16_SWIGLU: the one entry, by the operand's format */
+static void cuda_swiglu_step(fp8t_backend *b, const fp8t_operand_req *r) {
+    if (r->out.format == FP8T_OPERAND_BF16)
+        cuda_bf16_swiglu(b, r);
+    else
+        cuda_quantize_swiglu(b, r);
+}
+
 static fp8t_operand_kernels cuda_kernels(void) {
     fp8t_operand_kernels k;
     k.quantize = cuda_quantize;
@@ -23,6 +31,7 @@ static fp8t_operand_kernels cuda_kernels(void) {
     k.bf16_add_layernorm = cuda_add_layernorm_forward_bf16;
     k.norm_operand = cuda_add_norm_operand;
     k.swiglu_operand = cuda_swiglu_operand;
+    k.swiglu_step = cuda_swiglu_step;
     k.scaled = cuda_quantize_scaled;
     return k;
 }

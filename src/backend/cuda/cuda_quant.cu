@@ -145,12 +145,18 @@ __device__ __forceinline__ uint32_t fp8x4_enc_dev(float a, float b, float c, flo
 #define CAST_UNROLL 4
 /* GELU: the values cast are gelu_dev(x (+ bias[col])) (quantize_gelu's codes-only request, as
  * bias_add then gelu_forward then this cast compute them); save16 (or NULL) keeps GELU's input
- * in BF16 (bf16_pack's bits). Needs cols % 4 == 0 with a bias or save16. */
-template <fp8_format FMT, bool GELU>
+ * in BF16 (bf16_pack's bits). Needs cols % 4 == 0 with a bias or save16.
+ * SW (1 SwiGLU, 2 / 3 its gate's / up's gradient): the values are swiglu_step4's of x with
+ * gate / gate16, up / up16, save16 / save16b (quantize_swiglu's codes-only request). Needs
+ * n % 4 == 0. */
+template <fp8_format FMT, bool GELU, int SW = 0>
 __global__ void __launch_bounds__(CAST_THREADS)
     cast_fp8_vec_kernel(uint8_t *codes, float *amax_out, const float *__restrict__ x, size_t n,
                         const float *scale_p, const float *__restrict__ bias, int cols,
-                        uint16_t *save16) {
+                        uint16_t *save16, const float *__restrict__ gate = NULL,
+                        const uint16_t *__restrict__ gate16 = NULL,
+                        const float *__restrict__ up = NULL,
+                        const uint16_t *__restrict__ up16 = NULL, uint16_t *save16b = NULL) {
     const float scale = *scale_p;
     const size_t n4 = n / 4;
     const float4 *x4 = (const float4 *)x;
@@ -170,6 +176,8 @@ __global__ void __launch_bounds__(CAST_THREADS)
             v[u] = make_float4(gelu_dev(v[u].x), gelu_dev(v[u].y), gelu_dev(v[u].z),
                                gelu_dev(v[u].w));
         }
+        if (SW && i < n4)
+            v[u] = swiglu_step4<SW>(v[u], 4 * i, gate, gate16, up, up16, save16, save16b);
     }
     unsigned m = 0; /* zeros for missing elements leave the max alone */
 #pragma unroll
@@ -217,13 +225,19 @@ __global__ void __launch_bounds__(CAST_THREADS)
  * COLSUM: part[tile row][c] = the sum of the tile's 64 values of column c (quantize_colsum):
  * each thread adds its 4 rows in order, then the 16 threads of a column group add theirs in
  * mr order (a fixed order: the result depends only on the shape). */
-template <fp8_format FMT, bool GELU, bool COLSUM, bool GBWD>
+/* SW (1 SwiGLU, 2 / 3 its gate's / up's gradient; GELU, GBWD and COLSUM false): the values are
+ * swiglu_step4's of x with gx / gx16 the gate, ux / ux16 up, save16 / save16b the saves
+ * (quantize_swiglu). */
+template <fp8_format FMT, bool GELU, bool COLSUM, bool GBWD, int SW = 0>
 __global__ void __launch_bounds__(QT2_THREADS)
     cast_transpose_fp8_tiled_kernel(uint8_t *codes, uint8_t *codes_t, float *amax_out,
                                     const float *__restrict__ x, int rows, int cols, int tiles_c,
                                     const float *scale_p, float *part,
                                     const float *__restrict__ gbias, const float *__restrict__ gx,
-                                    const uint16_t *__restrict__ gx16, uint16_t *save16) {
+                                    const uint16_t *__restrict__ gx16, uint16_t *save16,
+                                    const float *__restrict__ ux = NULL,
+                                    const uint16_t *__restrict__ ux16 = NULL,
+                                    uint16_t *save16b = NULL) {
     __shared__ uint4 sm_t[QT2_C * QT2_R / 16]; /* [64 cols][4 groups of 16 row bytes] */
     uint32_t *sm_w = (uint32_t *)sm_t;         /* word (c, g, q) at c*16 + 4*(g^swz(c)) + q */
     const float scale = *scale_p;
@@ -257,6 +271,7 @@ __global__ void __launch_bounds__(QT2_THREADS)
             v[i] = make_float4(gelu_dev(v[i].x), gelu_dev(v[i].y), gelu_dev(v[i].z),
                                gelu_dev(v[i].w));
         }
+        if (SW) v[i] = swiglu_step4<SW>(v[i], e0, gx, gx16, ux, ux16, save16, save16b);
     }
     unsigned m = 0;
     uint32_t rw[4]; /* rw[i]: codes of row 4mr+i, byte j = column 4mc+j */
@@ -616,6 +631,70 @@ void cuda_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t
                                                    tiles_c, scale, part, bias, x, x16, NULL);
     CUDA_LAUNCH_CHECK(s);
     if (colsum) cuda_column_sums_finish(b, colsum, part, tiles_r, cols);
+}
+
+/* quantize_swiglu: per-tensor FP8 codes (codes_t optional) of SwiGLU's step r->step applied to
+ * what the cast kernels load (swiglu_step4), amax and the saves from the same pass: the tiled
+ * kernel where codes_t is wanted and the matrix is whole 64x64 tiles, the elementwise one for
+ * the row-major codes alone; otherwise (plain, other shapes or alignments) the step's op into
+ * scratch, then cuda_quantize, which gives the same bits. */
+template <int SW>
+static void launch_swiglu_cast(cuda_state *s, const fp8t_operand_req *r, const swiglu_in &in,
+                               int tiled) {
+    const fp8t_operand *o = &r->out;
+    const int rows = o->rows, cols = o->cols;
+    const size_t n = (size_t)rows * cols;
+    uint8_t *codes = (uint8_t *)o->data, *codes_t = (uint8_t *)o->data_t;
+    const int e4 = o->format == FP8T_OPERAND_E4M3;
+    if (tiled) {
+        const int tiles_c = cols / QT2_C;
+        const unsigned tiles = (unsigned)((size_t)(rows / QT2_R) * tiles_c);
+        if (e4)
+            cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, false, false, SW>
+                <<<tiles, QT2_THREADS, 0, s->stream>>>(
+                    codes, codes_t, o->amax, r->x, rows, cols, tiles_c, o->scale, NULL, NULL,
+                    in.gate, in.gate16, in.save16, in.up, in.up16, in.save16b);
+        else
+            cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, false, false, SW>
+                <<<tiles, QT2_THREADS, 0, s->stream>>>(
+                    codes, codes_t, o->amax, r->x, rows, cols, tiles_c, o->scale, NULL, NULL,
+                    in.gate, in.gate16, in.save16, in.up, in.up16, in.save16b);
+    } else {
+        const size_t blocks =
+            (n / 4 + CAST_THREADS * CAST_UNROLL - 1) / (CAST_THREADS * CAST_UNROLL);
+        const unsigned grid = (unsigned)(blocks > 0 ? blocks : 1);
+        if (e4)
+            cast_fp8_vec_kernel<FP8_E4M3, false, SW><<<grid, CAST_THREADS, 0, s->stream>>>(
+                codes, o->amax, r->x, n, o->scale, NULL, cols, in.save16, in.gate, in.gate16,
+                in.up, in.up16, in.save16b);
+        else
+            cast_fp8_vec_kernel<FP8_E5M2, false, SW><<<grid, CAST_THREADS, 0, s->stream>>>(
+                codes, o->amax, r->x, n, o->scale, NULL, cols, in.save16, in.gate, in.gate16,
+                in.up, in.up16, in.save16b);
+    }
+    CUDA_LAUNCH_CHECK(s);
+}
+
+void cuda_quantize_swiglu(fp8t_backend *b, const fp8t_operand_req *r) {
+    const fp8t_operand *o = &r->out;
+    const int rows = o->rows, cols = o->cols;
+    if (rows <= 0 || cols <= 0) return;
+    cuda_state *s = cuda_of(b);
+    uint8_t *codes = (uint8_t *)o->data, *codes_t = (uint8_t *)o->data_t;
+    const swiglu_in in = swiglu_in_of(r);
+    const int tiled = codes_t && rows % QT2_R == 0 && cols % QT2_C == 0 && aligned16(codes_t);
+    if (!s->plain && cols % 4 == 0 && swiglu_in_aligned(&in, r->x) && aligned4(codes) &&
+        (tiled || !codes_t)) {
+        if (in.sw == 1)
+            launch_swiglu_cast<1>(s, r, in, tiled);
+        else if (in.sw == 2)
+            launch_swiglu_cast<2>(s, r, in, tiled);
+        else
+            launch_swiglu_cast<3>(s, r, in, tiled);
+        return;
+    }
+    cuda_quantize(b, codes, codes_t, o->amax, cuda_swiglu_values(b, r), rows, cols,
+                  (fp8_format)o->format, o->scale);
 }
 
 /* ---------------------------------------------------------------------------------------- */
