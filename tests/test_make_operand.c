@@ -263,6 +263,18 @@ static void test_model_composes(void) {
     r.sum16 = (uint16_t *)nz;
     check_composes("BF16 add + LayerNorm with the sum's BF16 copy", &r, values);
     r.sum16 = NULL;
+    /* RMSNorm (Llama's training norms): rstd kept, no mean, no bias */
+    r.step = FP8T_STEP_RMSNORM, r.x2 = NULL, r.sum = NULL, r.mean = NULL, r.norm_b = NULL;
+    r.eps = 1e-6f;
+    T_CHECK(fp8t_operand_kernel_of(&r) == FP8T_OPK_BF16_RMSNORM, "BF16 RMSNorm: its kernel");
+    check_composes("BF16 RMSNorm", &r, values);
+    r.step = FP8T_STEP_ADD_RMSNORM, r.x2 = x2, r.sum = nz, r.sum16 = (uint16_t *)nz;
+    T_CHECK(fp8t_operand_kernel_of(&r) == FP8T_OPK_BF16_ADD_RMSNORM,
+            "BF16 add + RMSNorm: its kernel");
+    check_composes("BF16 add + RMSNorm with the sum's BF16 copy", &r, values);
+    r.norm_b = nb;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "RMSNorm with a norm bias: composed");
+    r.norm_b = NULL, r.sum16 = NULL;
     r = fp8_req(FP8T_STEP_ADD_RMSNORM, x, nz, NULL, NULL);
     r.x2 = x2, r.bias = bias, r.sum = nz, r.norm_w = w, r.eps = 1e-6f;
     check_composes("FP8 add + RMSNorm (the inference kernel)", &r, values);

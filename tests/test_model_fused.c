@@ -87,7 +87,9 @@ static void count_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
     case FP8T_OPK_BF16_GELU: n_gelu16++; break;
     case FP8T_OPK_BF16_DGELU: n_gbwd++, n_h16cs++, n_gelu_bwd_bias += r->bias != NULL; break;
     case FP8T_OPK_BF16_LAYERNORM:
-    case FP8T_OPK_BF16_ADD_LAYERNORM: n_ln16++; break;
+    case FP8T_OPK_BF16_ADD_LAYERNORM:
+    case FP8T_OPK_BF16_RMSNORM:
+    case FP8T_OPK_BF16_ADD_RMSNORM: n_ln16++; break;
     default: break;
     }
     cpu->ops->make_operand(b, r);
@@ -531,8 +533,9 @@ static void bf16_case(const char *preset, fp8t_precision prec, const char *overr
         /* the head's dY comes rounded from softmax_xent_bf16 in every micro-batch but the
          * model's first (unhooked) */
         const long xent16 = hooked ? 0 : (long)steps * accum - 1;
-        /* and GPT-2's qkv and fc1 inputs come rounded from their LayerNorm */
-        const long ln16 = cfg->arch == FP8T_ARCH_GPT2 && !hooked ? 2L * cfg->n_layer : 0;
+        /* and GPT-2's qkv and fc1 inputs come rounded from their LayerNorm, Llama's qkv and
+         * gate inputs from their RMSNorm */
+        const long ln16 = !hooked ? 2L * cfg->n_layer : 0;
         /* and Llama's up takes the operand gate made of the same X */
         const long xshare = cfg->arch == FP8T_ARCH_LLAMA && !hooked ? (long)cfg->n_layer : 0;
         const long want =
@@ -861,8 +864,9 @@ static void x_share_case(fp8t_precision prec, const char *overrides, int hooked,
     if (!run_pair(&pr, "tiny-llama", prec, overrides, hooked, FP8T_DISABLE_X_SHARE, "x share"))
         return;
     const long micro = (long)PAIR_STEPS * PAIR_ACCUM;
-    const long saved = (pr.c.to_bf16[1] - pr.c.to_bf16[0]) + (pr.c.scaled[1] - pr.c.scaled[0]) +
-                       (pr.c.quant[1] - pr.c.quant[0]);
+    /* (gate's BF16 operand comes from ln2's pass only while up takes it: counted as a norm) */
+    const long saved = (pr.c.to_bf16[1] - pr.c.to_bf16[0]) + (pr.c.ln16[1] - pr.c.ln16[0]) +
+                       (pr.c.scaled[1] - pr.c.scaled[0]) + (pr.c.quant[1] - pr.c.quant[0]);
     T_CHECK(saved == micro * want_per_micro, "%s: %ld operand passes fewer (expected %ld)",
             pr.what, saved, micro * want_per_micro);
     fp8t_model_destroy(pr.r);
@@ -911,11 +915,12 @@ static void residual_bias(void) {
     residual_bias_case(FP8T_PREC_DELAYED, NULL, 1, 0); /* hooked: the plain path */
 }
 
-/* ---- LayerNorm writing its output as the next linear's BF16 operand ---- */
+/* ---- the norms writing their output as the next linear's BF16 operand ---- */
 
-static void ln_case(fp8t_precision prec, const char *overrides, int hooked, long want_per_micro) {
+static void ln_case(const char *preset, fp8t_precision prec, const char *overrides, int hooked,
+                    long want_per_micro) {
     pair_run pr;
-    if (!run_pair(&pr, "tiny", prec, overrides, hooked, NO_LN_FUSION, "ln fusion")) return;
+    if (!run_pair(&pr, preset, prec, overrides, hooked, NO_LN_FUSION, "ln fusion")) return;
     const long want = (long)PAIR_STEPS * PAIR_ACCUM * want_per_micro;
     T_CHECK(pr.c.ln16[0] == want && pr.c.ln16[1] == 0,
             "%s: layernorm_forward_bf16 called %ld times (switched off: %ld), expected %ld",
@@ -928,11 +933,20 @@ static void ln_case(fp8t_precision prec, const char *overrides, int hooked, long
 
 static void ln_fusion(void) {
     const long L = 4; /* tiny's layers: ln1 -> qkv, ln2 -> fc1 */
-    ln_case(FP8T_PREC_BF16, NULL, 0, 2 * L);
-    ln_case(FP8T_PREC_DELAYED, "layers=1-2,precision=bf16", 0, 2 * 2);
-    ln_case(FP8T_PREC_BF16, "module=qkv,gemm=wgrad,precision=fp32", 0, L); /* ln1 kept in FP32 */
-    ln_case(FP8T_PREC_DELAYED, NULL, 0, 0); /* FP8: the plain norm */
-    ln_case(FP8T_PREC_BF16, NULL, 1, 0);    /* hooked */
+    ln_case("tiny", FP8T_PREC_BF16, NULL, 0, 2 * L);
+    ln_case("tiny", FP8T_PREC_DELAYED, "layers=1-2,precision=bf16", 0, 2 * 2);
+    ln_case("tiny", FP8T_PREC_BF16, "module=qkv,gemm=wgrad,precision=fp32", 0,
+            L);                                     /* ln1 kept in FP32 */
+    ln_case("tiny", FP8T_PREC_DELAYED, NULL, 0, 0); /* FP8: the plain norm */
+    ln_case("tiny", FP8T_PREC_BF16, NULL, 1, 0);    /* hooked */
+    /* Llama's RMSNorms: ln1 -> qkv, ln2 (with the residual add) -> gate, whose operand up
+     * takes; not where up cannot take it (another precision), which needs ln2 in FP32 */
+    const long LL = 4; /* tiny-llama's layers */
+    ln_case("tiny-llama", FP8T_PREC_BF16, NULL, 0, 2 * LL);
+    ln_case("tiny-llama-gqa", FP8T_PREC_BF16, NULL, 0, 2 * LL);
+    ln_case("tiny-llama", FP8T_PREC_BF16, "layers=2,module=up,precision=rowwise", 0, 2 * LL - 1);
+    ln_case("tiny-llama", FP8T_PREC_DELAYED, NULL, 0, 0);
+    ln_case("tiny-llama", FP8T_PREC_BF16, NULL, 1, 0);
 }
 
 /* ---- every switch at once ---- */

@@ -76,6 +76,13 @@ int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_oper
         k->bf16_add_layernorm(b, r->sum, r->sum16, h, o->amax, r->mean, r->rstd, r->x, r->x2,
                               r->norm_w, r->norm_b, rows, cols, r->eps);
         return 1;
+    case FP8T_OPK_BF16_RMSNORM:
+        k->bf16_rmsnorm(b, h, o->amax, r->rstd, r->x, r->norm_w, rows, cols, r->eps);
+        return 1;
+    case FP8T_OPK_BF16_ADD_RMSNORM:
+        k->bf16_add_rmsnorm(b, r->sum, r->sum16, h, o->amax, r->rstd, r->x, r->x2, r->norm_w,
+                            rows, cols, r->eps);
+        return 1;
     case FP8T_OPK_NORM_OPERAND: {
         const int add = r->step == FP8T_STEP_ADD_LAYERNORM || r->step == FP8T_STEP_ADD_RMSNORM;
         const int rms = r->step == FP8T_STEP_RMSNORM || r->step == FP8T_STEP_ADD_RMSNORM;
@@ -110,6 +117,8 @@ const char *fp8t_operand_kernel_name(fp8t_operand_kernel k) {
         [FP8T_OPK_BF16_DGELU] = "bf16_dgelu",
         [FP8T_OPK_BF16_LAYERNORM] = "bf16_layernorm",
         [FP8T_OPK_BF16_ADD_LAYERNORM] = "bf16_add_layernorm",
+        [FP8T_OPK_BF16_RMSNORM] = "bf16_rmsnorm",
+        [FP8T_OPK_BF16_ADD_RMSNORM] = "bf16_add_rmsnorm",
         [FP8T_OPK_NORM_OPERAND] = "norm",
         [FP8T_OPK_SWIGLU_OPERAND] = "swiglu",
         [FP8T_OPK_QUANTIZE_SWIGLU] = "quantize_swiglu",

@@ -59,6 +59,8 @@ typedef enum {
     FP8T_OPK_BF16_DGELU,         /* BF16 operand of gelu'(x2 (+ bias)) * x, colsum optional */
     FP8T_OPK_BF16_LAYERNORM,     /* BF16 operand of LayerNorm(x), mean and rstd kept */
     FP8T_OPK_BF16_ADD_LAYERNORM, /* sum = x + x2, then the above */
+    FP8T_OPK_BF16_RMSNORM,       /* BF16 operand of RMSNorm(x), rstd kept */
+    FP8T_OPK_BF16_ADD_RMSNORM,   /* sum = x + x2, then the above */
     FP8T_OPK_NORM_OPERAND,       /* (residual add +) LayerNorm / RMSNorm into per-tensor FP8 or
                                   BF16, no amax, no statistics kept (the inference model's) */
     FP8T_OPK_SWIGLU_OPERAND,     /* SwiGLU into per-tensor FP8 or BF16, no amax */
@@ -137,6 +139,15 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
         if (bf16 && r->mean && r->rstd && r->sum && r->x2 && !r->bias && !r->colsum)
             return FP8T_OPK_BF16_ADD_LAYERNORM;
         return FP8T_OPK_COMPOSE;
+    case FP8T_STEP_RMSNORM:
+        if (bf16 && r->rstd && !r->mean && !r->norm_b && !r->colsum && !r->bias)
+            return FP8T_OPK_BF16_RMSNORM;
+        return FP8T_OPK_COMPOSE;
+    case FP8T_STEP_ADD_RMSNORM:
+        if (bf16 && r->rstd && !r->mean && !r->norm_b && r->sum && r->x2 && !r->bias &&
+            !r->colsum)
+            return FP8T_OPK_BF16_ADD_RMSNORM;
+        return FP8T_OPK_COMPOSE;
     default: return FP8T_OPK_COMPOSE;
     }
 }
@@ -170,6 +181,11 @@ typedef struct {
     void (*bf16_layernorm)(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                            float *rstd, const float *x, const float *w, const float *bias, int N,
                            int C, float eps);
+    void (*bf16_rmsnorm)(fp8t_backend *b, uint16_t *out, float *amax_out, float *rstd,
+                         const float *x, const float *w, int N, int C, float eps);
+    void (*bf16_add_rmsnorm)(fp8t_backend *b, float *sum, uint16_t *sum16, uint16_t *out,
+                             float *amax_out, float *rstd, const float *a, const float *c,
+                             const float *w, int N, int C, float eps);
     void (*bf16_add_layernorm)(fp8t_backend *b, float *sum, uint16_t *sum16, uint16_t *out,
                                float *amax_out, float *mean, float *rstd, const float *a,
                                const float *c, const float *w, const float *bias, int N, int C,

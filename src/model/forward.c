@@ -60,7 +60,8 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
                           c->norm_eps,
                           pend_a,
                           pend_a ? out_c : NULL,
-                          pend_a ? model_save_bf16(m, l - 1, SV_RES3) : NULL};
+                          pend_a ? model_save_bf16(m, l - 1, SV_RES3) : NULL,
+                          0};
     linear_forward_ln(m, lin0 + 0, v.qkv, v.ln1, &ln1, res_in, p->qkv_w, p->qkv_b, N, C, 3 * C);
     model_save_store(m, l, SV_QKV, NULL);
     ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, &v.attn);
@@ -78,7 +79,8 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
                           c->norm_eps,
                           proj_defer ? NULL : res_in,
                           proj_defer ? NULL : out_c,
-                          proj_defer ? NULL : res2_16};
+                          proj_defer ? NULL : res2_16,
+                          0};
     /* fc2 of gelu(fch): its rounding pass applies GELU where it can (no FP32 fch_act), and
      * with FP8 fc1 and fc2 fc1's bias too (fch then stays without it; the backward adds it) */
     const int defer = linear_gelu_takes_bias(m, lin0 + 2);
@@ -113,16 +115,26 @@ static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
     const int N = v.N, C = v.C, H = v.H, lin0 = v.lin0;
     float *gate = v.fch; /* [N, H] */
 
-    ops->rmsnorm_forward(be, v.ln1, v.ln1_rstd, res_in, p->ln1_w, N, C, c->norm_eps);
+    /* the norms write their output straight as qkv's / gate's (and so up's) operand where
+     * they can (linear_forward_ln); ln2's pass does the residual add before it and writes
+     * res2 and its BF16 save */
+    const ln_input ln1 = {.rstd = v.ln1_rstd, .w = p->ln1_w, .eps = c->norm_eps, .rms = 1};
     /* q|k|v rows of (NH + 2 NKV) heads; qkv_b is NULL unless qkv_bias (Qwen2) */
-    linear_forward(m, lin0 + 0, v.qkv, v.ln1, p->qkv_w, p->qkv_b, N, C, v.QKV);
+    linear_forward_ln(m, lin0 + 0, v.qkv, v.ln1, &ln1, (float *)res_in, p->qkv_w, p->qkv_b, N, C,
+                      v.QKV);
     model_save_store(m, l, SV_QKV, NULL);
     ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, &v.attn);
     model_save_store(m, l, SV_ATTY, NULL);
     linear_forward(m, lin0 + 1, out_c, v.atty, p->proj_w, NULL, N, C, C);
-    ops->add_bias(be, v.res2, model_save_bf16(m, l, SV_RES2), res_in, out_c, NULL, N, C);
-    ops->rmsnorm_forward(be, v.ln2, v.ln2_rstd, v.res2, p->ln2_w, N, C, c->norm_eps);
-    linear_forward(m, lin0 + 2, gate, v.ln2, p->gate_w, NULL, N, C, H);
+    const ln_input ln2 = {.rstd = v.ln2_rstd,
+                          .w = p->ln2_w,
+                          .eps = c->norm_eps,
+                          .res_a = res_in,
+                          .res_c = out_c,
+                          .sum16 = model_save_bf16(m, l, SV_RES2),
+                          .rms = 1};
+    linear_forward_ln(m, lin0 + 2, gate, v.ln2, &ln2, v.res2, p->gate_w, NULL, N, C, H);
+    /* up's input is gate's: it takes the operand gate's pass made (x_shared) */
     linear_forward(m, lin0 + 3, v.up, v.ln2, p->up_w, NULL, N, C, H);
     /* down of SwiGLU(gate, up): its rounding pass applies SwiGLU where it can (no FP32
      * fch_act); the BF16 saves of gate and up (where the layer keeps them) come from SwiGLU's

@@ -144,7 +144,10 @@ static void operand_step(const operand *op, fp8t_operand_req *r) {
             r->x3 = op->dswiglu_up, r->x3_16 = op->dswiglu_up16;
     } else if (op->ln) {
         const ln_input *ln = op->ln;
-        r->step = ln->res_a ? FP8T_STEP_ADD_LAYERNORM : FP8T_STEP_LAYERNORM;
+        if (ln->rms)
+            r->step = ln->res_a ? FP8T_STEP_ADD_RMSNORM : FP8T_STEP_RMSNORM;
+        else
+            r->step = ln->res_a ? FP8T_STEP_ADD_LAYERNORM : FP8T_STEP_LAYERNORM;
         if (ln->res_a) r->x = ln->res_a, r->x2 = ln->res_c, r->sum = op->x, r->sum16 = ln->sum16;
         r->norm_w = ln->w, r->norm_b = ln->b, r->eps = ln->eps;
         r->mean = ln->mean, r->rstd = ln->rstd;
@@ -666,7 +669,8 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const ope
     /* gate: its operand for up's Fprop (the plan's x_shared) */
     if (!replay && lin + 1 < m->n_lin && m->plan[lin + 1].x_shared &&
         model_lin_module(m, lin) == FP8T_MOD_GATE) {
-        sx->x = X, sx->q = pa.q, sx->h = pa.h;
+        sx->x = step ? step->values : X; /* the norm's output, where gate's pass made it */
+        sx->q = pa.q, sx->h = pa.h;
         sx->valid = 1;
     }
     if (record) m->w_amax_done[lin] = 1;
@@ -731,7 +735,11 @@ void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln
         return;
     }
     if (ln->res_a) m->ops->add_bias(m->be, x, ln->sum16, ln->res_a, ln->res_c, NULL, N, IN);
-    m->ops->layernorm_forward(m->be, ln_out, ln->mean, ln->rstd, x, ln->w, ln->b, N, IN, ln->eps);
+    if (ln->rms)
+        m->ops->rmsnorm_forward(m->be, ln_out, ln->rstd, x, ln->w, N, IN, ln->eps);
+    else
+        m->ops->layernorm_forward(m->be, ln_out, ln->mean, ln->rstd, x, ln->w, ln->b, N, IN,
+                                  ln->eps);
     fprop(m, lin, Y, 0, ln_out, NULL, W, bias, N, IN, OUT, 0);
 }
 

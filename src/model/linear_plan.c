@@ -60,8 +60,9 @@ static void plan_step(const fp8t_model *m, int lin, linear_plan *pl) {
         can = !m->no_swiglu_fusion && (model_prec_one_pass(m, f) || model_scaled_path(m, lin, f));
         break;
     case FP8T_MOD_QKV:
-    case FP8T_MOD_FC1: /* LayerNorm (GPT-2; Llama's RMSNorm is not fused): BF16 operands */
-        can = m->cfg.arch == FP8T_ARCH_GPT2 && !m->no_ln_fusion && model_prec_bf16_operands(m, f);
+    case FP8T_MOD_FC1:  /* GPT-2's LayerNorm, Llama's RMSNorm: BF16 operands */
+    case FP8T_MOD_GATE: /* ... and only where up takes gate's operand (plan_norm_gate) */
+        can = !m->no_ln_fusion && model_prec_bf16_operands(m, f);
         break;
     default: break;
     }
@@ -149,8 +150,10 @@ static void plan_x_share(fp8t_model *m, int up) {
                           (model_scaled_path(m, up, f) && model_scaled_path(m, gate, f));
     m->plan[up].x_shared =
         (unsigned char)(!m->no_x_share && !m->hook && f == m->prec[gate][FP8T_GEMM_FPROP] &&
-                        same_kind && m->plan[up].save_x == m->plan[gate].save_x &&
-                        !m->plan[gate].step_fused[0] && !m->plan[gate].step_fused[1]);
+                        same_kind && m->plan[up].save_x == m->plan[gate].save_x);
+    /* ln2 (gate's and up's input) is made only as gate's operand where gate's pass runs the
+     * norm: up must take that operand then, having no FP32 ln2 to make its own of */
+    if (!m->plan[up].x_shared) m->plan[gate].step_fused[0] = m->plan[gate].step_fused[1] = 0;
 }
 
 /* Whether layer l keeps its saves in BF16: every GEMM of its linears runs below FP32 (BF16 or

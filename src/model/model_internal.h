@@ -521,21 +521,22 @@ void linear_backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
 void linear_forward_gelu(fp8t_model *m, int lin, float *Y, float *act, float *pre,
                          const float *pre_bias, uint16_t *pre16, const float *W,
                          const float *bias, int N, int IN, int OUT);
-/* A LayerNorm whose output is a linear's input: its statistics outputs and parameters */
+/* A norm whose output is a linear's input: its statistics outputs and parameters */
 typedef struct {
-    float *mean, *rstd; /* [N] each, written */
+    float *mean, *rstd; /* [N] each, written (RMSNorm: rstd only) */
     const float *w, *b; /* [C] each */
     float eps;
     const float *res_a, *res_c; /* NULL, or the norm's input x is res_a + res_c [N, C]: the
                                    residual add, written to x by the norm's pass */
     uint16_t *sum16;            /* with res_a (or NULL): x's BF16 copy too (a layer's save) */
+    int rms;                    /* RMSNorm (Llama; mean and b NULL), else LayerNorm */
 } ln_input;
-/* linear_forward of X = layernorm(x) (x [N, IN]): where the Fprop takes BF16 operands and
- * nothing needs the norm's output in FP32, the norm writes the operand itself
- * (make_operand's step LAYERNORM / ADD_LAYERNORM) and ln_out is left alone (unless the
- * backend has no one-pass kernel for it: model_make_operand composes into ln_out); otherwise
- * ln_out = layernorm(x) [N, IN] and linear_forward(ln_out). Either way ln's mean and rstd
- * are written. Off with FP8T_DISABLE_LN_FUSION. */
+/* linear_forward of X = norm(x) (x [N, IN]; LayerNorm, or RMSNorm with ln->rms): where the
+ * Fprop takes BF16 operands and nothing needs the norm's output in FP32, the norm writes the
+ * operand itself (make_operand's step LAYERNORM / ADD_LAYERNORM / RMSNORM / ADD_RMSNORM) and
+ * ln_out is left alone (unless the backend has no one-pass kernel for it: model_make_operand
+ * composes into ln_out); otherwise ln_out = norm(x) [N, IN] and linear_forward(ln_out).
+ * Either way ln's statistics are written. Off with FP8T_DISABLE_LN_FUSION. */
 void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln_input *ln,
                        float *x, const float *W, const float *bias, int N, int IN, int OUT);
 /* linear_backward of the linear whose input is gelu(pre): its dY = gelu'(pre (+ pre_bias)) *

@@ -2400,6 +2400,81 @@ static void test_embedding(void) {
         }
 }
 
+/* make_operand's RMSNORM / ADD_RMSNORM into a BF16 operand (Llama's ln1 -> qkv and, with the
+ * residual add, ln2 -> gate): on the GPU the same bytes (operand with its padding rows, amax,
+ * rstd; the sum and its BF16 copy) as add_bias, rmsnorm_forward, then to_bf16; against the
+ * CPU rstd and amax within 1e-5, the operand within 2^-8 relative L2, the sum bit for bit. A
+ * width the fast kernel leaves to the two-op path (C % 8 != 0). */
+static void test_rmsnorm_bf16(void) {
+    static const int sizes[][2] = {{256, 2048}, {37, 1600}, {5, 12}};
+    const float eps = 1e-6f;
+    for (size_t si = 0; si < 3; si++)
+        for (int add = 0; add < 2; add++) {
+            const int N = sizes[si][0], C = sizes[si][1];
+            const size_t n = (size_t)N * C, hb = fp8t_bf16_bytes(N, C);
+            char shape[32], op[96];
+            snprintf(shape, sizeof(shape), "%dx%d", N, C);
+            const char *nm = add ? "add_rmsnorm_forward_bf16" : "rmsnorm_forward_bf16";
+            float *x = host_normal(n, 2.0f), *x2 = host_normal(n, 1.0f);
+            float *w = host_normal((size_t)C, 1.0f), amax0 = 0.25f;
+            dpair dx = dp_floats(x, n), dx2 = dp_floats(x2, n), dw = dp_floats(w, (size_t)C);
+            dpair dh = dp_alloc(hb), dr = dp_alloc((size_t)N * 4), da = dp_floats(&amax0, 1);
+            dpair dsum = dp_alloc(n * 4), ds16 = dp_alloc(n * 2);
+            dp_poison(dh, 1), dp_poison(dsum, 0);
+            FOR_BOTH {
+                fp8t_operand_req r = t_bf16_req(U16(dh), F(da), F(dx), N, C);
+                r.step = add ? FP8T_STEP_ADD_RMSNORM : FP8T_STEP_RMSNORM;
+                r.norm_w = F(dw), r.eps = eps, r.rstd = F(dr);
+                if (add) r.x2 = F(dx2), r.sum = F(dsum), r.sum16 = U16(ds16);
+                t_run(be_, &r);
+            }
+            snprintf(op, sizeof op, "%s rstd", nm);
+            check_f(op, shape, dr, (size_t)N, 1e-5);
+            snprintf(op, sizeof op, "%s amax", nm);
+            check_f(op, shape, da, 1, 1e-5);
+            if (add) {
+                snprintf(op, sizeof op, "%s sum", nm);
+                check_bits(op, shape, dsum, n * 4, 1);
+            }
+            /* the GPU's two-op path */
+            fp8t_backend *g = GPU;
+            float *y = g->ops->malloc(g, n * 4), *r2 = g->ops->malloc(g, (size_t)N * 4);
+            float *a2 = g->ops->malloc(g, 4), *sum2 = g->ops->malloc(g, n * 4);
+            uint16_t *h2 = g->ops->malloc(g, hb), *p16 = g->ops->malloc(g, n * 2);
+            g->ops->to_device(g, a2, &amax0, 4);
+            if (add) g->ops->add_bias(g, sum2, p16, dx.p[1], dx2.p[1], NULL, N, C);
+            g->ops->rmsnorm_forward(g, y, r2, add ? sum2 : dx.p[1], dw.p[1], N, C, eps);
+            t_to_bf16(g, h2, a2, y, N, C);
+            static const char *const why = "from the two-op path";
+            snprintf(op, sizeof op, "%s == rmsnorm + to_bf16", nm);
+            check_gpu_identical(op, shape, dh.p[1], h2, hb, why);
+            snprintf(op, sizeof op, "%s amax == two-op", nm);
+            check_gpu_identical(op, shape, da.p[1], a2, 4, why);
+            snprintf(op, sizeof op, "%s rstd == two-op", nm);
+            check_gpu_identical(op, shape, dr.p[1], r2, (size_t)N * 4, why);
+            if (add) {
+                snprintf(op, sizeof op, "%s sum == add", nm);
+                check_gpu_identical(op, shape, dsum.p[1], sum2, n * 4, why);
+                snprintf(op, sizeof op, "%s sum16 == add's copy", nm);
+                check_gpu_identical(op, shape, ds16.p[1], p16, n * 2, why);
+            }
+            /* against the CPU, decoded */
+            uint16_t *hc = dl(0, dh.p[0], hb), *hg = dl(1, dh.p[1], hb);
+            size_t m = hb / 2, bad, first;
+            float *fc = malloc(m * 4), *fg = malloc(m * 4);
+            for (size_t i = 0; i < m; i++) fc[i] = bf16_decode(hc[i]), fg[i] = bf16_decode(hg[i]);
+            double err = rel_err(fg, fc, m, &bad, &first);
+            snprintf(op, sizeof op, "%s operand", nm);
+            row(op, shape, err, 1.0 / 256, err <= 1.0 / 256 && !bad, "");
+            free(fc), free(fg), free(hc), free(hg);
+            void *gp[] = {y, r2, a2, sum2, h2, p16};
+            for (size_t k = 0; k < sizeof gp / sizeof *gp; k++) g->ops->free(g, gp[k]);
+            dp_free(dx), dp_free(dx2), dp_free(dw), dp_free(dh), dp_free(dr), dp_free(da);
+            dp_free(dsum), dp_free(ds16);
+            free(x), free(x2), free(w);
+        }
+}
+
 /* layernorm_forward_bf16 (the norm writing qkv's / fc1's BF16 operand): on the GPU the same
  * bytes (operand, amax, mean, rstd) as layernorm_forward then to_bf16; against the CPU the
  * operand within 2^-8 relative L2 and mean / rstd within 1e-5. Rows not a multiple of 8
@@ -3128,6 +3203,7 @@ static void run_op_suite(void) {
     test_embedding();
     test_norms();
     test_layernorm_bf16();
+    test_rmsnorm_bf16();
     test_bias();
     test_activations();
     test_gelu_bf16();

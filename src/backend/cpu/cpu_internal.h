@@ -180,6 +180,13 @@ void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *sum16
                                     float *amax_out, float *mean, float *rstd, const float *a,
                                     const float *c, const float *w, const float *bias, int N,
                                     int C, float eps);
+/* RMSNorm straight into a BF16 operand (rstd written), and with the residual add before it:
+ * rmsnorm_forward then to_bf16, add first */
+void cpu_rmsnorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *rstd,
+                              const float *x, const float *w, int N, int C, float eps);
+void cpu_add_rmsnorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *sum16, uint16_t *out,
+                                  float *amax_out, float *rstd, const float *a, const float *c,
+                                  const float *w, int N, int C, float eps);
 void cpu_layernorm_backward(fp8t_backend *b, float *dx, float *dw, float *dbias,
                             const float *dout, const float *x, const uint16_t *x16,
                             const float *w, const float *mean, const float *rstd, int N, int C);

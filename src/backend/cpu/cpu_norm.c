@@ -54,6 +54,24 @@ void cpu_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *sum16
     cpu_layernorm_forward_bf16(b, out, amax_out, mean, rstd, sum, w, bias, N, C, eps);
 }
 
+/* The reference: rmsnorm_forward into scratch, then to_bf16 */
+void cpu_rmsnorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *rstd,
+                              const float *x, const float *w, int N, int C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    float *y = cpu_scratch(b, CPU_SCRATCH_ACT, (size_t)N * C * sizeof(float)); /* [N, C] */
+    cpu_rmsnorm_forward(b, y, rstd, x, w, N, C, eps);
+    cpu_to_bf16(b, out, amax_out, y, N, C);
+}
+
+/* The reference: add (with the sum's BF16 copy), then rmsnorm_forward_bf16 */
+void cpu_add_rmsnorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *sum16, uint16_t *out,
+                                  float *amax_out, float *rstd, const float *a, const float *c,
+                                  const float *w, int N, int C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    cpu_add_bias(b, sum, sum16, a, c, NULL, N, C);
+    cpu_rmsnorm_forward_bf16(b, out, amax_out, rstd, sum, w, N, C, eps);
+}
+
 /* The reference: add_bias / add into sum (or scratch), the FP32 norm in scratch, then quantize
  * or to_bf16 */
 void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a, const float *y,

@@ -490,6 +490,11 @@ void cuda_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *sum1
                                      float *amax_out, float *mean, float *rstd, const float *a,
                                      const float *c, const float *w, const float *bias, int N,
                                      int C, float eps);
+void cuda_rmsnorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *rstd,
+                               const float *x, const float *w, int N, int C, float eps);
+void cuda_add_rmsnorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *sum16, uint16_t *out,
+                                   float *amax_out, float *rstd, const float *a, const float *c,
+                                   const float *w, int N, int C, float eps);
 void cuda_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x,
                           const float *w, int N, int C, float eps);
 void cuda_rmsnorm_backward(fp8t_backend *b, float *dx, float *dw, const float *dout,

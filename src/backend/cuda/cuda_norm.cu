@@ -304,14 +304,14 @@ void cuda_layernorm_forward(fp8t_backend *b, float *out, float *mean, float *rst
     CUDA_LAUNCH_CHECK(s);
 }
 
-/* [add, then] LayerNorm straight into a BF16 operand where the fast kernel takes the shape
- * (C % 8 == 0, aligned pointers, C <= 4096); otherwise the FP32 result through scratch and
- * to_bf16. x2 (may be NULL): the input is x + x2, written to sum_out (and as BF16 to sum16,
- * may be NULL). */
-static void layernorm_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
-                           float *rstd, float *sum_out, uint16_t *sum16, const float *x,
-                           const float *x2, const float *w, const float *bias, int N, int C,
-                           float eps) {
+/* [add, then] LayerNorm (MODE NORM_LN) or RMSNorm (NORM_RMS: mean and bias NULL) straight into
+ * a BF16 operand where the fast kernel takes the shape (C % 8 == 0, aligned pointers,
+ * C <= 4096); otherwise the FP32 result through scratch and to_bf16. x2 (may be NULL): the
+ * input is x + x2, written to sum_out (and as BF16 to sum16, may be NULL). */
+template <int MODE>
+static void norm_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean, float *rstd,
+                      float *sum_out, uint16_t *sum16, const float *x, const float *x2,
+                      const float *w, const float *bias, int N, int C, float eps) {
     if (N <= 0 || C <= 0) return;
     cuda_state *s = cuda_of(b);
     const int per_lane = (int)cdiv_u((size_t)(C / 4), 32); /* float4 per lane */
@@ -320,7 +320,10 @@ static void layernorm_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, floa
         !aligned8(sum16) || per_lane > FWD_VEC_MAX_V) {
         if (x2) cuda_add_bias(b, sum_out, sum16, x, x2, NULL, N, C);
         float *y = (float *)cuda_scratch(b, SCR_ACT, (size_t)N * C * sizeof(float));
-        cuda_layernorm_forward(b, y, mean, rstd, x2 ? sum_out : x, w, bias, N, C, eps);
+        if (MODE == NORM_LN)
+            cuda_layernorm_forward(b, y, mean, rstd, x2 ? sum_out : x, w, bias, N, C, eps);
+        else
+            cuda_rmsnorm_forward(b, y, rstd, x2 ? sum_out : x, w, N, C, eps);
         cuda_to_bf16_operand(b, out, amax_out, y, N, C);
         return;
     }
@@ -329,7 +332,7 @@ static void layernorm_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, floa
     unsigned grid = (unsigned)(want < cap ? want : cap);
 #define FWD16_CASE(V)                                                                            \
     if (per_lane <= (V)) {                                                                       \
-        norm_forward_bf16_vec_kernel<V, NORM_LN><<<grid, FWD_VEC_THREADS, 0, s->stream>>>(       \
+        norm_forward_bf16_vec_kernel<V, MODE><<<grid, FWD_VEC_THREADS, 0, s->stream>>>(          \
             (uint2 *)out, amax_out, mean, rstd, x, w, bias, N, rows_out, C, eps, x2, sum_out,    \
             x2 ? sum16 : NULL);                                                                  \
         CUDA_LAUNCH_CHECK(s);                                                                    \
@@ -350,14 +353,25 @@ static void layernorm_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, floa
 void cuda_layernorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *mean,
                                  float *rstd, const float *x, const float *w, const float *bias,
                                  int N, int C, float eps) {
-    layernorm_bf16(b, out, amax_out, mean, rstd, NULL, NULL, x, NULL, w, bias, N, C, eps);
+    norm_bf16<NORM_LN>(b, out, amax_out, mean, rstd, NULL, NULL, x, NULL, w, bias, N, C, eps);
 }
 
 void cuda_add_layernorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *sum16, uint16_t *out,
                                      float *amax_out, float *mean, float *rstd, const float *a,
                                      const float *c, const float *w, const float *bias, int N,
                                      int C, float eps) {
-    layernorm_bf16(b, out, amax_out, mean, rstd, sum, sum16, a, c, w, bias, N, C, eps);
+    norm_bf16<NORM_LN>(b, out, amax_out, mean, rstd, sum, sum16, a, c, w, bias, N, C, eps);
+}
+
+void cuda_rmsnorm_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, float *rstd,
+                               const float *x, const float *w, int N, int C, float eps) {
+    norm_bf16<NORM_RMS>(b, out, amax_out, NULL, rstd, NULL, NULL, x, NULL, w, NULL, N, C, eps);
+}
+
+void cuda_add_rmsnorm_forward_bf16(fp8t_backend *b, float *sum, uint16_t *sum16, uint16_t *out,
+                                   float *amax_out, float *rstd, const float *a, const float *c,
+                                   const float *w, int N, int C, float eps) {
+    norm_bf16<NORM_RMS>(b, out, amax_out, NULL, rstd, sum, sum16, a, c, w, NULL, N, C, eps);
 }
 
 void cuda_rmsnorm_forward(fp8t_backend *b, float *out, float *rstd, const float *x,

@@ -29,6 +29,8 @@ static fp8t_operand_kernels cuda_kernels(void) {
     k.bf16_dgelu = cuda_gelu_backward_bf16_colsum;
     k.bf16_layernorm = cuda_layernorm_forward_bf16;
     k.bf16_add_layernorm = cuda_add_layernorm_forward_bf16;
+    k.bf16_rmsnorm = cuda_rmsnorm_forward_bf16;
+    k.bf16_add_rmsnorm = cuda_add_rmsnorm_forward_bf16;
     k.norm_operand = cuda_add_norm_operand;
     k.swiglu_operand = cuda_swiglu_operand;
     k.swiglu_step = cuda_swiglu_step;
