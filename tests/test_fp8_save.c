@@ -39,11 +39,13 @@ static struct {
 static int n_live, live_overflow;
 static size_t live_bytes;
 
-/* make_operand's per-tensor quantize kernel; fc2's of gelu(fch) (GELU fused into the pass)
- * counts as the quantize it replaces */
+/* make_operand's per-tensor quantize kernel; fc2's of gelu(fch) and down's of SwiGLU (the
+ * activation fused into the pass) count as the quantize they replace, and so do gate's and
+ * up's dY of SwiGLU's gradients */
 static void count_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {
     const fp8t_operand_kernel k = fp8t_operand_kernel_of(r);
-    n_quantize += k == FP8T_OPK_QUANTIZE || k == FP8T_OPK_QUANTIZE_GELU;
+    n_quantize +=
+        k == FP8T_OPK_QUANTIZE || k == FP8T_OPK_QUANTIZE_GELU || k == FP8T_OPK_QUANTIZE_SWIGLU;
     cpu->ops->make_operand(b, r);
 }
 
