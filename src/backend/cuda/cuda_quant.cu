@@ -1153,25 +1153,12 @@ __device__ __forceinline__ void sq_load(float4 v[SQ_RPT], const sq_args &a, int 
                 if (a.bias) u = make_float4(u.x + bb.x, u.y + bb.y, u.z + bb.z, u.w + bb.w);
                 t = make_float4(gelu_grad(u.x, t.x), gelu_grad(u.y, t.y), gelu_grad(u.z, t.z),
                                 gelu_grad(u.w, t.w));
-            } else if (PRO == SQ_SWIGLU) {
-                const float4 u = *(const float4 *)(a.up + e0);
-                if (a.save16) *(uint2 *)(a.save16 + e0) = bf16x4_of(t);
-                if (a.save16_2) *(uint2 *)(a.save16_2 + e0) = bf16x4_of(u);
-                t = make_float4(swiglu_value(t.x, u.x), swiglu_value(t.y, u.y),
-                                swiglu_value(t.z, u.z), swiglu_value(t.w, u.w));
-            } else if (PRO == SQ_DGATE || PRO == SQ_DUP) {
-                const float4 g = a.gx16 ? f32x4_of_bf16(*(const uint2 *)(a.gx16 + e0))
-                                        : *(const float4 *)(a.gx + e0);
-                float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f); /* dup does not read up */
-                if (PRO == SQ_DGATE)
-                    u = a.up16 ? f32x4_of_bf16(*(const uint2 *)(a.up16 + e0))
-                               : *(const float4 *)(a.up + e0);
-                float4 dg, du;
-                swiglu_grads(dg.x, du.x, t.x, g.x, u.x);
-                swiglu_grads(dg.y, du.y, t.y, g.y, u.y);
-                swiglu_grads(dg.z, du.z, t.z, g.z, u.z);
-                swiglu_grads(dg.w, du.w, t.w, g.w, u.w);
-                t = PRO == SQ_DGATE ? dg : du;
+            } else if (PRO == SQ_SWIGLU) { /* x the gate */
+                t = swiglu_step4<1>(t, e0, NULL, NULL, a.up, NULL, a.save16, a.save16_2);
+            } else if (PRO == SQ_DGATE || PRO == SQ_DUP) { /* gx / gx16 the gate */
+                t = swiglu_step4 < PRO == SQ_DGATE
+                        ? 2
+                        : 3 > (t, e0, a.gx, a.gx16, a.up, a.up16, NULL, NULL);
             }
         }
         v[k] = t;
