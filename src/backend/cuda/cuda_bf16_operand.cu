@@ -305,15 +305,10 @@ void cuda_bf16_swiglu(fp8t_backend *b, const fp8t_operand_req *r) {
     const size_t blocks = (n8 + 255) / 256, cap = (size_t)s->num_sms * 16;
     const unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
     uint4 *out = (uint4 *)o->data;
-    if (in.sw == 1)
-        swiglu_bf16_vec8_kernel<1>
+    with_sw(in.sw, [&](auto sw) {
+        swiglu_bf16_vec8_kernel<decltype(sw)::value>
             <<<grid, 256, 0, s->stream>>>(out, r->x, in, n8_data, n8, o->amax);
-    else if (in.sw == 2)
-        swiglu_bf16_vec8_kernel<2>
-            <<<grid, 256, 0, s->stream>>>(out, r->x, in, n8_data, n8, o->amax);
-    else
-        swiglu_bf16_vec8_kernel<3>
-            <<<grid, 256, 0, s->stream>>>(out, r->x, in, n8_data, n8, o->amax);
+    });
     CUDA_LAUNCH_CHECK(s);
 }
 

@@ -35,6 +35,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <type_traits>
 
 #include "fp8train/backend.h"
 #include "fp8train/error.h"       /* fp8t_warnf */
@@ -433,6 +434,17 @@ static inline swiglu_in swiglu_in_of(const fp8t_operand_req *r) {
     in.save16 = in.sw == 1 ? r->save16 : NULL;
     in.save16b = in.sw == 1 ? r->save16_2 : NULL;
     return in;
+}
+
+/* f(std::integral_constant<int, SW>()) for the request's SW (swiglu_in.sw), so that one
+ * generic lambda launches the kernel instantiation of each step */
+template <class F> static inline void with_sw(int sw, F &&f) {
+    if (sw == 1)
+        f(std::integral_constant<int, 1>());
+    else if (sw == 2)
+        f(std::integral_constant<int, 2>());
+    else
+        f(std::integral_constant<int, 3>());
 }
 
 /* the alignment swiglu_step4 needs of x and every input and save */

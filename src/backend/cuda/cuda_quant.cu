@@ -685,12 +685,8 @@ void cuda_quantize_swiglu(fp8t_backend *b, const fp8t_operand_req *r) {
     const int tiled = codes_t && rows % QT2_R == 0 && cols % QT2_C == 0 && aligned16(codes_t);
     if (!s->plain && cols % 4 == 0 && swiglu_in_aligned(&in, r->x) && aligned4(codes) &&
         (tiled || !codes_t)) {
-        if (in.sw == 1)
-            launch_swiglu_cast<1>(s, r, in, tiled);
-        else if (in.sw == 2)
-            launch_swiglu_cast<2>(s, r, in, tiled);
-        else
-            launch_swiglu_cast<3>(s, r, in, tiled);
+        with_sw(in.sw,
+                [&](auto sw) { launch_swiglu_cast<decltype(sw)::value>(s, r, in, tiled); });
         return;
     }
     cuda_quantize(b, codes, codes_t, o->amax, cuda_swiglu_values(b, r), rows, cols,
@@ -1156,9 +1152,8 @@ __device__ __forceinline__ void sq_load(float4 v[SQ_RPT], const sq_args &a, int 
             } else if (PRO == SQ_SWIGLU) { /* x the gate */
                 t = swiglu_step4<1>(t, e0, NULL, NULL, a.up, NULL, a.save16, a.save16_2);
             } else if (PRO == SQ_DGATE || PRO == SQ_DUP) { /* gx / gx16 the gate */
-                t = swiglu_step4 < PRO == SQ_DGATE
-                        ? 2
-                        : 3 > (t, e0, a.gx, a.gx16, a.up, a.up16, NULL, NULL);
+                constexpr int SW = PRO == SQ_DGATE ? 2 : 3;
+                t = swiglu_step4<SW>(t, e0, a.gx, a.gx16, a.up, a.up16, NULL, NULL);
             }
         }
         v[k] = t;
