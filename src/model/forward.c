@@ -104,7 +104,8 @@ static int gpt2_block_forward(fp8t_model *m, int l, float *res_in, const float *
     return 0;
 }
 
-static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
+/* Layer l of Llama; pend_a and the return value as gpt2_block_forward's (ADD_RMSNORM). */
+static int llama_block_forward(fp8t_model *m, int l, float *res_in, const float *pend_a) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
     const fp8t_model_config *c = &m->cfg;
@@ -118,10 +119,15 @@ static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
     /* the norms write their output straight as qkv's / gate's (and so up's) operand where
      * they can (linear_forward_ln); ln2's pass does the residual add before it and writes
      * res2 and its BF16 save */
-    const ln_input ln1 = {.rstd = v.ln1_rstd, .w = p->ln1_w, .eps = c->norm_eps, .rms = 1};
+    const ln_input ln1 = {.rstd = v.ln1_rstd,
+                          .w = p->ln1_w,
+                          .eps = c->norm_eps,
+                          .res_a = pend_a,
+                          .res_c = pend_a ? out_c : NULL,
+                          .sum16 = pend_a ? model_save_bf16(m, l - 1, SV_RES3) : NULL,
+                          .rms = 1};
     /* q|k|v rows of (NH + 2 NKV) heads; qkv_b is NULL unless qkv_bias (Qwen2) */
-    linear_forward_ln(m, lin0 + 0, v.qkv, v.ln1, &ln1, (float *)res_in, p->qkv_w, p->qkv_b, N, C,
-                      v.QKV);
+    linear_forward_ln(m, lin0 + 0, v.qkv, v.ln1, &ln1, res_in, p->qkv_w, p->qkv_b, N, C, v.QKV);
     model_save_store(m, l, SV_QKV, NULL);
     ops->attention_forward(be, v.atty, v.lse, model_attn_saved(m, l), v.qkv, &v.attn);
     model_save_store(m, l, SV_ATTY, NULL);
@@ -142,7 +148,10 @@ static void llama_block_forward(fp8t_model *m, int l, const float *res_in) {
     linear_forward_swiglu(m, lin0 + 4, out_c, v.fch_act, gate, v.up,
                           model_save_bf16(m, l, SV_FCH), model_save_bf16(m, l, SV_UP), p->down_w,
                           N, H, C);
+    /* the next layer's ln1 adds (and writes res3's copy) */
+    if (l + 1 < c->n_layer && !m->no_ln_fusion) return 1;
     ops->add_bias(be, v.res3, model_save_bf16(m, l, SV_RES3), v.res2, out_c, NULL, N, C);
+    return 0;
 }
 
 /* Tokens must index the vocabulary; targets too, or be negative (ignored). */
@@ -207,11 +216,9 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     int pending = 0; /* the previous layer left its final residual add to this one */
     for (int l = 0; l < c->n_layer; l++) {
         float *res_in = l == 0 ? a->encoded : model_save_fwd(m, l - 1, SV_RES3);
-        if (c->arch == FP8T_ARCH_GPT2)
-            pending = gpt2_block_forward(m, l, res_in,
-                                         pending ? model_save_fwd(m, l - 1, SV_RES2) : NULL);
-        else
-            llama_block_forward(m, l, res_in);
+        const float *pend_a = pending ? model_save_fwd(m, l - 1, SV_RES2) : NULL;
+        pending = c->arch == FP8T_ARCH_GPT2 ? gpt2_block_forward(m, l, res_in, pend_a)
+                                            : llama_block_forward(m, l, res_in, pend_a);
     }
     const float *res = model_final_residual(m);
     if (c->arch == FP8T_ARCH_GPT2)
