@@ -123,16 +123,23 @@ static void test_scaled_gelu(void) {
     r.bias = bias;
     T_CHECK(OPS->make_operand_fuses(be, &r), "scaled GELU is one of the kernels");
     OPS->make_operand(be, &r);
+    /* the ops it stands for: bias_add, gelu_forward, amax, block_quantize of each orientation */
+    float *v = zalloc(n * 4), *g = zalloc(n * 4);
+    memcpy(v, x, n * 4);
+    OPS->bias_add(be, v, bias, R, C);
+    OPS->gelu_forward(be, g, v, n);
+    OPS->amax(be, a2, g, n);
     fp8t_scaled_quant q;
     memset(&q, 0, sizeof q);
-    q.codes = c2, q.scale_inv = si2, q.codes_t = t2, q.scale_inv_t = sti2, q.amax_out = a2;
-    q.x = x, q.gelu = 1, q.bias = bias, q.rows = R, q.cols = C;
+    q.codes = c2, q.scale_inv = si2, q.codes_t = t2, q.scale_inv_t = sti2;
+    q.x = g, q.rows = R, q.cols = C;
     q.scaling = FP8T_SCALING_VEC128, q.fmt = FP8_E4M3;
     cpu_quantize_scaled(be, &q);
     T_CHECK(same(c1, c2, n) && same(t1, t2, n), "scaled codes");
     T_CHECK(same(si1, si2, sf * 4) && same(sti1, sti2, sft * 4), "scaled scale_inv");
     T_CHECK(same(a1, a2, 4), "scaled amax");
-    float *ptrs[] = {x, bias, si1, sti1, si2, sti2, a1, a2};
+    T_CHECK(*a1 > 0.0f, "the amax was taken");
+    float *ptrs[] = {x, bias, si1, sti1, si2, sti2, a1, a2, v, g};
     for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
     OPS->free(be, c1), OPS->free(be, t1), OPS->free(be, c2), OPS->free(be, t2);
 }

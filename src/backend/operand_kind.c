@@ -96,11 +96,7 @@ int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_oper
         return 1;
     case FP8T_OPK_QUANTIZE_SWIGLU:
     case FP8T_OPK_BF16_SWIGLU: k->swiglu_step(b, r); return 1;
-    case FP8T_OPK_SCALED: {
-        const fp8t_scaled_quant q = fp8t_operand_scaled_quant(r, r->x, 0);
-        k->scaled(b, &q);
-        return 1;
-    }
+    case FP8T_OPK_SCALED: k->scaled(b, r); return 1;
     default: return 0;
     }
 }

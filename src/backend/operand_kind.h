@@ -198,7 +198,9 @@ typedef struct {
     /* QUANTIZE_SWIGLU and BF16_SWIGLU: the request itself (its step, out, x, x2 / x2_16,
      * x3 / x3_16, save16 / save16_2 say everything; backend.h) */
     void (*swiglu_step)(fp8t_backend *b, const fp8t_operand_req *r);
-    void (*scaled)(fp8t_backend *b, const fp8t_scaled_quant *q);
+    /* SCALED: the request itself, its step included (a backend's one-pass kernel takes it as
+     * fp8t_operand_scaled_quant describes it; the CPU's is the composition) */
+    void (*scaled)(fp8t_backend *b, const fp8t_operand_req *r);
 } fp8t_operand_kernels;
 
 #ifdef __cplusplus

@@ -196,32 +196,15 @@ void cpu_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t 
     if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);
 }
 
-/* The reference of quantize_scaled: the values in scratch (gelu_forward after the bias,
- * gelu_backward(_bias), swiglu_forward with its saves, one of swiglu_backward's gradients: the
- * bits of the ops the fused paths replace), their column sums as
- * bias_backward and amax as the amax op, then block_quantize of each orientation. */
+/* The reference of quantize_scaled of plain values (make_operand composes a step first): the
+ * column sums as bias_backward, amax as the amax op, then block_quantize of each orientation. */
 void cpu_quantize_scaled(fp8t_backend *b, const fp8t_scaled_quant *q) {
     const int rows = q->rows, cols = q->cols;
     if (rows <= 0 || cols <= 0) return;
+    FP8T_CHECK(!q->gelu && !q->gelu_x && !q->gelu_x16 && !q->swiglu && !q->dswiglu,
+               "cpu_quantize_scaled: a producer step is make_operand's to compose");
     const size_t n = (size_t)rows * (size_t)cols;
     const float *v = q->x;
-    if (q->gelu && q->gelu_save16) cpu_bf16_pack(b, q->gelu_save16, q->x, q->bias, rows, cols);
-    if (q->gelu) {
-        float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
-        cpu_gelu_forward(b, y, gelu_input(b, y, q->x, q->bias, rows, cols), n);
-        v = y;
-    } else if (q->gelu_x || q->gelu_x16) {
-        const float *gx = cpu_bf16_widen(b, CPU_SCRATCH_ACT, q->gelu_x, q->gelu_x16, n);
-        v = gelu_backward_scratch(b, q->x, gx, q->bias, rows, cols);
-    } else if (q->swiglu) {
-        float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float));
-        cpu_swiglu_forward(b, y, q->x, q->up, q->swiglu_save16[0], q->swiglu_save16[1], n);
-        v = y;
-    } else if (q->dswiglu) {
-        float *y = cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float));
-        cpu_swiglu_grad(b, y, q->dswiglu, q->x, q->gate, q->gate16, q->up, q->up16, n);
-        v = y;
-    }
     if (q->colsum) cpu_bias_backward(b, q->colsum, v, rows, cols);
     if (q->amax_out) cpu_amax(b, q->amax_out, v, n);
     if (q->codes)

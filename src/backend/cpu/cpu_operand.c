@@ -48,9 +48,9 @@ static void compose(fp8t_backend *b, const fp8t_operand_req *r) {
     }
 }
 
-/* The reference of a GPU's one-pass SwiGLU kernels (per-tensor FP8, BF16) is the unfused
- * ops' composition itself. */
-static void cpu_swiglu_step(fp8t_backend *b, const fp8t_operand_req *r) { compose(b, r); }
+/* The reference of a GPU's one-pass SwiGLU kernels (per-tensor FP8, BF16) and scaled kernels
+ * (block, rowwise; any step) is the unfused ops' composition itself. */
+static void cpu_step_composed(fp8t_backend *b, const fp8t_operand_req *r) { compose(b, r); }
 
 static const fp8t_operand_kernels cpu_kernels = {
     .quantize = cpu_quantize,
@@ -67,8 +67,8 @@ static const fp8t_operand_kernels cpu_kernels = {
     .bf16_add_rmsnorm = cpu_add_rmsnorm_forward_bf16,
     .norm_operand = cpu_add_norm_operand,
     .swiglu_operand = cpu_swiglu_operand,
-    .swiglu_step = cpu_swiglu_step,
-    .scaled = cpu_quantize_scaled,
+    .swiglu_step = cpu_step_composed,
+    .scaled = cpu_step_composed,
 };
 
 void cpu_make_operand(fp8t_backend *b, const fp8t_operand_req *r) {

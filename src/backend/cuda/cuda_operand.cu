@@ -17,6 +17,12 @@ static void cuda_swiglu_step(fp8t_backend *b, const fp8t_operand_req *r) {
         cuda_quantize_swiglu(b, r);
 }
 
+/* SCALED: the request as quantize_scaled's, its step applied in the kernel's prologue */
+static void cuda_scaled_step(fp8t_backend *b, const fp8t_operand_req *r) {
+    const fp8t_scaled_quant q = fp8t_operand_scaled_quant(r, r->x, 0);
+    cuda_quantize_scaled(b, &q);
+}
+
 static fp8t_operand_kernels cuda_kernels(void) {
     fp8t_operand_kernels k;
     k.quantize = cuda_quantize;
@@ -34,7 +40,7 @@ static fp8t_operand_kernels cuda_kernels(void) {
     k.norm_operand = cuda_add_norm_operand;
     k.swiglu_operand = cuda_swiglu_operand;
     k.swiglu_step = cuda_swiglu_step;
-    k.scaled = cuda_quantize_scaled;
+    k.scaled = cuda_scaled_step;
     return k;
 }
 
