@@ -734,12 +734,13 @@ void linear_forward_ln(fp8t_model *m, int lin, float *Y, float *ln_out, const ln
         fprop(m, lin, Y, 0, x, &norm, W, bias, N, IN, OUT, 0);
         return;
     }
-    if (ln->res_a) m->ops->add_bias(m->be, x, ln->sum16, ln->res_a, ln->res_c, NULL, N, IN);
-    if (ln->rms)
-        m->ops->rmsnorm_forward(m->be, ln_out, ln->rstd, x, ln->w, N, IN, ln->eps);
-    else
-        m->ops->layernorm_forward(m->be, ln_out, ln->mean, ln->rstd, x, ln->w, ln->b, N, IN,
-                                  ln->eps);
+    /* the norm (after the residual add into x) composed of the unfused ops into ln_out */
+    const operand norm = {.x = x, .ln = ln};
+    fp8t_operand_req r;
+    memset(&r, 0, sizeof(r));
+    operand_step(&norm, &r);
+    r.out.rows = N, r.out.cols = IN;
+    fp8t_operand_step_values(m->ops, m->be, &r, ln_out, NULL);
     fprop(m, lin, Y, 0, ln_out, NULL, W, bias, N, IN, OUT, 0);
 }
 

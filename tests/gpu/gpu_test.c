@@ -1553,6 +1553,18 @@ static void swiglu_dev_free(swiglu_dev *b) {
     free(b->hg), free(b->hu), free(b->hd);
 }
 
+/* SwiGLU's saves (the step's s16) against bf16_pack's of gate and up; each check is named op
+ * with " gate save" / " up save" appended (op is a buffer of op_size bytes) */
+static void check_swiglu_saves(char *op, size_t op_size, const char *shape, const swiglu_dev *sb,
+                               size_t n) {
+    char *e = op + strlen(op);
+    const size_t room = op_size - strlen(op);
+    snprintf(e, room, " gate save");
+    check_gpu_identical(op, shape, sb->s16[0], sb->g16, n * 2, "from bf16_pack");
+    snprintf(e, room, " up save");
+    check_gpu_identical(op, shape, sb->s16[1], sb->u16, n * 2, "from bf16_pack");
+}
+
 /* Case pro of SwiGLU's steps (0 SwiGLU writing the saves, 1 / 2 the gate's gradient from FP32
  * / the saves, 3 / 4 up's) into r: the step itself (fused 1), or its unfused op's values
  * (swiglu_forward, or swiglu_backward on the same values) as r's plain input (fused 0) */
@@ -1615,14 +1627,7 @@ static void test_scaled_swiglu(void) {
                 snprintf(shape, sizeof(shape), "%dx%d", rows, cols);
                 snprintf(op, sizeof(op), "make_operand %s %s", scaling_name(kk), pros[pro]);
                 check_scaled_pair(op, shape, &sp);
-                if (pro == 0) {
-                    char *e = op + strlen(op);
-                    const size_t room = sizeof(op) - strlen(op);
-                    snprintf(e, room, " gate save");
-                    check_gpu_identical(op, shape, sb.s16[0], sb.g16, n * 2, "from bf16_pack");
-                    snprintf(e, room, " up save");
-                    check_gpu_identical(op, shape, sb.s16[1], sb.u16, n * 2, "from bf16_pack");
-                }
+                if (pro == 0) check_swiglu_saves(op, sizeof(op), shape, &sb, n);
                 scaled_pair_free(&sp);
                 swiglu_dev_free(&sb);
             }
@@ -1686,12 +1691,8 @@ static void test_tensor_swiglu(void) {
                 }
                 snprintf(e, room, " amax");
                 check_gpu_identical(op, shape, am[0], am[1], 4, why);
-                if (pro == 0) {
-                    snprintf(e, room, " gate save");
-                    check_gpu_identical(op, shape, sb.s16[0], sb.g16, n * 2, "from bf16_pack");
-                    snprintf(e, room, " up save");
-                    check_gpu_identical(op, shape, sb.s16[1], sb.u16, n * 2, "from bf16_pack");
-                }
+                *e = '\0';
+                if (pro == 0) check_swiglu_saves(op, sizeof(op), shape, &sb, n);
                 for (int v = 0; v < 2; v++)
                     g->ops->free(g, c[v]), g->ops->free(g, ct[v]), g->ops->free(g, am[v]);
                 swiglu_dev_free(&sb);

@@ -285,7 +285,7 @@ static void cuda_destroy(fp8t_backend *b) {
 /* designated initializers in the struct's order (nvcc rejects them out of order): a reordering
  * of fp8t_backend_ops cannot compile silently wrong, and a forgotten op is refused at create
  * (fp8t_backend_first_unset_op) */
-static const fp8t_backend_ops cuda_ops = {
+const fp8t_backend_ops cuda_backend_ops = {
     .malloc = cuda_malloc,
     .free = cuda_free,
     .to_device = cuda_to_device,
@@ -448,7 +448,7 @@ extern "C" fp8t_backend *fp8t_cuda_backend_create(const fp8t_backend_options *op
     }
     CUDA_CHECK(cudaMalloc(&s->fp8_scales, 8 * sizeof(float)));
     s->bytes_in_use = s->bytes_peak = s->workspace_bytes;
-    b->ops = &cuda_ops;
+    b->ops = &cuda_backend_ops;
     b->name = "cuda";
     b->fp8_wants_transpose = 1; /* Hopper FP8 tensor cores read both operands K-major (TN) */
     /* block-scaled FP8 GEMMs (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F / _BLK128x128_32F) exist

@@ -453,8 +453,12 @@ static inline int swiglu_in_aligned(const swiglu_in *in, const float *x) {
            aligned8(in->up16) && aligned8(in->save16) && aligned8(in->save16b);
 }
 
-/* The SwiGLU kernels' unfused path: the step's values in scratch (SCR_ACT) from swiglu_forward
- * (with the saves) or swiglu_grad, the bits the kernels compute. */
+/* The CUDA backend's op table (the unfused paths compose requests of these ops themselves, not
+ * of whatever table wraps them) */
+extern const fp8t_backend_ops cuda_backend_ops;
+/* The SwiGLU kernels' unfused path: the step's values in scratch (SCR_ACT), composed by
+ * fp8t_operand_step_values (swiglu_forward with the saves, or swiglu_grad), the bits the
+ * kernels compute. */
 const float *cuda_swiglu_values(fp8t_backend *b, const fp8t_operand_req *r);
 /* block_quantize of ROW: one block per operand row (any shape; the fallback's kernel) */
 void cuda_row_quantize_generic(fp8t_backend *b, uint8_t *codes, float *scale_inv, const float *x,

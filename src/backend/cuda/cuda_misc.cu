@@ -467,16 +467,6 @@ void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const f
     CUDA_LAUNCH_CHECK(s);
 }
 
-const float *cuda_swiglu_values(fp8t_backend *b, const fp8t_operand_req *r) {
-    const size_t n = (size_t)r->out.rows * (size_t)r->out.cols;
-    float *v = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
-    if (r->step == FP8T_STEP_SWIGLU)
-        cuda_swiglu_forward(b, v, r->x, r->x2, r->save16, r->save16_2, n);
-    else
-        cuda_swiglu_grad(b, v, (int)r->step, r->x, r->x2, r->x2_16, r->x3, r->x3_16, n);
-    return v;
-}
-
 /* swiglu_operand: each element's swiglu_value, then its FP8 code (scale non-NULL: codes
  * [rows, cols]) or BF16 (the operand [pad8(rows), pad8(cols)], padding zero). Groups of 4
  * consecutive columns per thread when cols % 4 == 0 and the inputs are 16-byte aligned (groups

@@ -9,6 +9,12 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/operand_kind.h"
 
+const float *cuda_swiglu_values(fp8t_backend *b, const fp8t_operand_req *r) {
+    const size_t n = (size_t)r->out.rows * (size_t)r->out.cols;
+    float *v = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
+    return fp8t_operand_step_values(&cuda_backend_ops, b, r, v, NULL);
+}
+
 /* QUANTIZE_SWIGLU and BF16_SWIGLU: the one entry, by the operand's format */
 static void cuda_swiglu_step(fp8t_backend *b, const fp8t_operand_req *r) {
     if (r->out.format == FP8T_OPERAND_BF16)

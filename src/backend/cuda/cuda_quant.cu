@@ -6,8 +6,6 @@
  * instruction); the product x * scale is one IEEE multiply, as on the CPU. */
 #include "backend/cuda/cuda_common.cuh"
 
-#include <type_traits>
-
 #define EW_THREADS 256
 
 static unsigned ew_blocks(cuda_state *s, size_t n, size_t per_thread) {
