@@ -544,10 +544,35 @@ static void check_xent_bf16(int N, int V, int ld, float dloss, int nan_row) {
     uint16_t *h1 = dev_filled(hb, 0xFF), *h2 = dev_filled(hb, 0xFF);
     float am0 = 0.25f;
     float *dam1 = dev_upload(&am0, 4), *dam2 = dev_upload(&am0, 4);
-    OPS->softmax_xent_bf16(be, dl1, h1, dam1, dlg, ld, dtg, N, V, dloss);
+    OPS->softmax_xent_bf16(be, dl1, h1, dam1, NULL, dlg, ld, dtg, N, V, dloss);
+    /* the FP32 gradient as well, in place over a copy of the strided logits */
+    float *dlg3 = dev_upload(lg, (size_t)N * ld * 4), *dl3 = dev_filled((size_t)N * 4, 0x7F);
+    uint16_t *h3 = dev_filled(hb, 0xFF);
+    float *dam3 = dev_upload(&am0, 4);
+    OPS->softmax_xent_bf16(be, dl3, h3, dam3, dlg3, dlg3, ld, dtg, N, V, dloss);
     OPS->softmax_xent(be, dl2, dpk, dpk, dtg, N, V, dloss);
     t_to_bf16(be, h2, dam2, dpk, N, V);
     OPS->synchronize(be);
+    {
+        float *l3 = host_download(dl3, (size_t)N * 4),
+              *g3 = host_download(dlg3, (size_t)N * ld * 4);
+        float *g2 = host_download(dpk, (size_t)N * V * 4);
+        uint16_t *o3 = host_download(h3, hb), *o1 = host_download(h1, hb);
+        float *l1 = host_download(dl1, (size_t)N * 4);
+        size_t rows_bad = 0, pad_bad = 0;
+        for (int r = 0; r < N; r++) {
+            rows_bad += memcmp(g3 + (size_t)r * ld, g2 + (size_t)r * V, (size_t)V * 4) != 0;
+            for (int c = V; c < ld; c++)
+                pad_bad += f32_bits(g3[(size_t)r * ld + c]) != f32_bits(lg[(size_t)r * ld + c]);
+        }
+        T_CHECK(rows_bad == 0, "%s: %zu rows of the FP32 gradient differ from softmax_xent's",
+                what, rows_bad);
+        T_CHECK(pad_bad == 0, "%s: %zu columns past V were written", what, pad_bad);
+        T_CHECK(memcmp(o3, o1, hb) == 0 && memcmp(l3, l1, (size_t)N * 4) == 0,
+                "%s: asking for the FP32 gradient changed the BF16 operand or the losses", what);
+        free(l3), free(g3), free(g2), free(o3), free(o1), free(l1);
+    }
+    OPS->free(be, dlg3), OPS->free(be, dl3), OPS->free(be, h3), OPS->free(be, dam3);
     float *l1 = host_download(dl1, (size_t)N * 4), *l2 = host_download(dl2, (size_t)N * 4);
     uint16_t *o1 = host_download(h1, hb), *o2 = host_download(h2, hb);
     float am1, am2;

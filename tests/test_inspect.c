@@ -36,6 +36,7 @@ static void block128_image(float *out, const float *x, int rows, int cols, fp8_f
 }
 static int g_hist_len = 16; /* the amax history length of the next tiny_open */
 static unsigned g_disable;  /* the model options' disable bits of the next tiny_open */
+static int g_vocab;         /* the vocabulary of the next tiny_open (0: the preset's) */
 
 typedef struct {
     fp8t_backend *be;
@@ -54,6 +55,7 @@ static int tiny_open(tiny *t) {
     fp8t_model_config cfg;
     fp8t_model_preset(&cfg, "tiny");
     cfg.n_layer = 3;
+    if (g_vocab > 0) cfg.vocab_size = g_vocab;
     fp8t_policy pol;
     fp8t_policy_default(&pol);
     pol.history_len = g_hist_len;
@@ -876,27 +878,31 @@ static void test_inspect_reuse_writes_the_same_rows(void) {
  * row from the Fprop X's. Against the same model under a writing hook (every X in FP32, each
  * site computed): the same file, byte for byte, for everything and for the Wgrad X alone
  * (its Fprop X is then computed but not written), with rows flushed mid-step (dumps of
- * results only: the Wgrad X's source may be flushed before it). */
+ * results only: the Wgrad X's source may be flushed before it). The observer is shown the
+ * head's logits and their FP32 gradient as rows pad(V) apart (the fused cross-entropy's buffer,
+ * from the second step on: it needs a backward's dloss); the writing hook packed ones. */
 typedef struct {
     fp8t_inspector *in;
     int null_x;
+    int strided; /* sites shown with ld > cols */
 } observe_ctx;
 
 static void observe_hook(void *vctx, fp8t_model *m, const fp8t_tensor_site *s, float *x) {
     observe_ctx *c = vctx;
     c->null_x += x == NULL;
+    c->strided += x && s->ld > s->cols;
     fp8t_inspector_observe(c->in, m, s, x);
 }
 
 static void observer_case(const char *spec, const char *name) {
     char *text[2];
-    int null_x[2] = {0, 0};
+    int null_x[2] = {0, 0}, strided[2] = {0, 0};
     for (int ro = 0; ro < 2; ro++) {
         tiny t;
         T_ASSERT(tiny_open(&t) == 0, "model");
         char err[512], out[400], path[600];
         snprintf(out, sizeof(out), "%s/observer_%s%d", g_root, name, ro);
-        observe_ctx c = {fp8t_inspector_create(spec, out, err, sizeof(err)), 0};
+        observe_ctx c = {fp8t_inspector_create(spec, out, err, sizeof(err)), 0, 0};
         T_ASSERT(c.in, "%s", err);
         fp8t_inspector_set_dump_budget(c.in, g_dump_budget);
         if (ro)
@@ -911,6 +917,7 @@ static void observer_case(const char *spec, const char *name) {
         fp8t_model_set_hook(t.m, NULL, NULL);
         fp8t_inspector_destroy(c.in);
         null_x[ro] = c.null_x;
+        strided[ro] = c.strided;
         snprintf(path, sizeof(path), "%s/stats.jsonl", out);
         text[ro] = read_text(path);
         T_ASSERT(text[ro] && text[ro][0], "%s: no rows", spec);
@@ -919,6 +926,10 @@ static void observer_case(const char *spec, const char *name) {
     /* 3 layers x 4 linears + the head, 2 micro-batches, 3 steps */
     T_CHECK(null_x[0] == 0 && null_x[1] == (3 * 4 + 1) * 2 * 3, "%s: Wgrad X as NULL: %d, %d",
             spec, null_x[0], null_x[1]);
+    /* the head's Y, and its dY at the Dgrad and the Wgrad, in every forward after the first
+     * backward: 5 of the 3 steps' 2 micro-batches */
+    T_CHECK(strided[0] == 0 && strided[1] == 3 * 5, "%s: strided sites %d, %d", spec, strided[0],
+            strided[1]);
     T_CHECK(strcmp(text[0], text[1]) == 0, "%s: rows differ under a read-only hook", spec);
     free(text[0]), free(text[1]);
 }
@@ -932,7 +943,7 @@ static void observer_keeps_numerics(void) {
         T_ASSERT(tiny_open(&t) == 0, "model");
         char out[1024], err[512];
         snprintf(out, sizeof(out), "%s/observer_numerics%d", g_root, ro);
-        observe_ctx c = {fp8t_inspector_create("micro=all", out, err, sizeof(err)), 0};
+        observe_ctx c = {fp8t_inspector_create("micro=all", out, err, sizeof(err)), 0, 0};
         T_ASSERT(c.in, "%s", err);
         if (ro) fp8t_model_set_observer(t.m, observe_hook, &c);
         for (int step = 0; step < 3; step++) {
@@ -953,6 +964,8 @@ static void observer_keeps_numerics(void) {
 
 static void test_inspect_read_only_hook(void) {
     observer_keeps_numerics();
+    g_vocab = 253; /* not a multiple of 8: the fused head's rows are padded (strided sites) */
+    observer_keeps_numerics();
     /* against a writing hook, which keeps the saved activations in FP32: FP32 saves on both
      * sides, so that the rows compare the hooks alone */
     g_disable = FP8T_DISABLE_BF16_SAVES;
@@ -962,6 +975,7 @@ static void test_inspect_read_only_hook(void) {
     observer_case("micro=all,tensors=input+output,dump=1", "flushed");
     g_dump_budget = 0;
     g_disable = 0;
+    g_vocab = 0;
 }
 
 int main(void) {

@@ -40,11 +40,12 @@ static void count_xent(fp8t_backend *b, float *losses, float *dlogits, const flo
 
 static long n_xent16;
 static void count_xent16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,
-                         const float *logits, int ld, const int *targets, int N, int V,
-                         float dloss) {
+                         float *dlogits32, const float *logits, int ld, const int *targets, int N,
+                         int V, float dloss) {
     n_xent++;
     n_xent16++;
-    cpu->ops->softmax_xent_bf16(b, losses, dlogits, amax_out, logits, ld, targets, N, V, dloss);
+    cpu->ops->softmax_xent_bf16(b, losses, dlogits, amax_out, dlogits32, logits, ld, targets, N,
+                                V, dloss);
 }
 
 static long n_qgelu_bias, n_gelu_bwd_bias, n_fp8_bias;

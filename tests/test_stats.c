@@ -359,6 +359,26 @@ static void test_raw_images(void) {
     fp8t_stats_raw raw;
     fp8t_stats_raw_compute(&raw, x, rows, cols, &req);
     T_CHECK(raw.n_images == 6 && raw.n == n, "images %d", raw.n_images);
+    {
+        /* the same rows in a wider buffer (req.ld; the gaps NaN and huge, never read): the
+         * same statistics, byte for byte, the per-block list included */
+        const int ld = cols + 5;
+        float *w = malloc((size_t)rows * ld * sizeof *w);
+        T_ASSERT(w, "out of memory");
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < ld; c++)
+                w[(size_t)r * ld + c] =
+                    c < cols ? x[(size_t)r * cols + c] : (c & 1 ? NAN : 1e30f);
+        fp8t_block_raw list2[112];
+        fp8t_stats_req sreq = req;
+        sreq.ld = ld, sreq.block_list = list2;
+        fp8t_stats_raw sraw;
+        fp8t_stats_raw_compute(&sraw, w, rows, cols, &sreq);
+        T_CHECK(memcmp(&sraw, &raw, sizeof raw) == 0, "strided rows: other statistics");
+        T_CHECK(memcmp(list2, list, (size_t)raw.n_blocks * sizeof list[0]) == 0,
+                "strided rows: another block list");
+        free(w);
+    }
 
     /* moments = fp8t_tensor_stats; image 0 = fp8t_fp8_stats at the delayed scale */
     fp8t_stats a, b;

@@ -437,10 +437,12 @@ typedef struct fp8t_backend_ops {
      * its BF16 operand (the same bits on the CPU; a GPU may sum a row in another order) without
      * the FP32 gradient's round trip through memory. logits rows have stride ld >= V (the model
      * pads them to pad(V)); amax_out (may be NULL) is max-accumulated with the FP32 gradient's
-     * amax, as make_operand's. */
+     * amax, as make_operand's. dlogits32 (may be NULL, may alias logits): the FP32 gradient
+     * too, rows of stride ld (columns V.. untouched), the same bits as softmax_xent's, for a
+     * read-only hook that shows it (fp8t_model_set_observer). */
     void (*softmax_xent_bf16)(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,
-                              const float *logits, int ld, const int *targets, int N, int V,
-                              float dloss);
+                              float *dlogits32, const float *logits, int ld, const int *targets,
+                              int N, int V, float dloss);
     /* out = a + c (out may alias a or c) */
     void (*add)(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
     /* out[N,OC] = a + (y + bias[OC] broadcast): bias_add on y then add, without writing y (the

@@ -107,6 +107,12 @@ typedef struct {
     fp8t_precision precision; /* resolved precision of that GEMM */
     fp8_format fmt;           /* the FP8 format this tensor is cast to */
     int rows, cols;
+    /* the row stride of x in floats: cols, or more where a read-only hook
+     * (fp8t_model_set_observer) is shown rows inside a wider buffer (the head's logits and
+     * their FP32 gradient, rows pad(V) apart, on the unhooked path's fused cross-entropy); the
+     * floats between cols and ld are not part of the tensor. A writing hook always gets ld =
+     * cols. */
+    int ld;
 } fp8t_tensor_site;
 
 struct fp8t_model;

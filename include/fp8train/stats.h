@@ -82,6 +82,10 @@ typedef struct {
      * tiles' error on its own, summarized in the raw struct (the worst tile's SQNR and
      * underflow; a block-scaled tensor's error hides in its worst tiles) */
     int tile_stats;
+    /* the row stride of x in elements: 0 (or cols) for a packed [rows, cols] tensor, more for
+     * rows in a wider buffer (the model's head logits, rows padded to pad(V)); the elements
+     * between cols and ld are not part of the tensor */
+    int ld;
 } fp8t_stats_req;
 
 /* One block of a block=N request. */

@@ -353,10 +353,10 @@ static void w_softmax_xent(fp8t_backend *b, float *l, float *dl, const float *lg
                            int N, int V, float dloss) {
     TIMED(P_XENT, ib->ops->softmax_xent(ib, l, dl, lg, t, N, V, dloss));
 }
-static void w_softmax_xent_bf16(fp8t_backend *b, float *l, uint16_t *dl, float *amax,
+static void w_softmax_xent_bf16(fp8t_backend *b, float *l, uint16_t *dl, float *amax, float *d32,
                                 const float *lg, int ld, const int *t, int N, int V,
                                 float dloss) {
-    TIMED(P_XENT_BF16, ib->ops->softmax_xent_bf16(ib, l, dl, amax, lg, ld, t, N, V, dloss));
+    TIMED(P_XENT_BF16, ib->ops->softmax_xent_bf16(ib, l, dl, amax, d32, lg, ld, t, N, V, dloss));
 }
 static void w_add(fp8t_backend *b, float *o, const float *a, const float *c, size_t n) {
     TIMED(P_ADD, ib->ops->add(ib, o, a, c, n));

@@ -842,6 +842,12 @@ static void flush_rows(fp8t_inspector *in) {
             write_line(in, pr, raw);
         }
         if (pr->dump_buf) {
+            /* strided rows packed in place (each row moves down, never past a later one) */
+            const fp8t_tensor_site *st = &pr->site;
+            if (st->ld > st->cols)
+                for (int r = 1; r < st->rows; r++)
+                    memmove(pr->dump_buf + (size_t)r * st->cols,
+                            pr->dump_buf + (size_t)r * st->ld, (size_t)st->cols * sizeof(float));
             dump_job job;
             dump_job_of(&job, in, pr, scale);
             dump_writer_queue(in->writer, &job, pr->dump_buf);
@@ -860,7 +866,7 @@ static int image_spec_equal(const fp8t_image_spec *a, const fp8t_image_spec *b) 
 
 static int stats_req_equal(const fp8t_stats_req *a, const fp8t_stats_req *b) {
     if (a->n_images != b->n_images || a->block != b->block || a->block_img != b->block_img ||
-        a->block_list || b->block_list || a->tile_stats != b->tile_stats)
+        a->block_list || b->block_list || a->tile_stats != b->tile_stats || a->ld != b->ld)
         return 0;
     for (int k = 0; k < a->n_images && k < FP8T_STATS_MAX_IMAGES; k++)
         if (!image_spec_equal(&a->img[k], &b->img[k])) return 0;
@@ -920,6 +926,9 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     if (micro > 0 && !in->sel.all_micro) return;
     if (site->rows <= 0 || site->cols <= 0) return;
     size_t n = (size_t)site->rows * (size_t)site->cols;
+    /* rows of stride ld (a read-only hook's head logits): the floats the copy of a dump spans */
+    const int ld = site->ld > site->cols ? site->ld : site->cols;
+    const size_t span = (size_t)(site->rows - 1) * (size_t)ld + (size_t)site->cols;
     fp8t_backend *be = fp8t_model_backend(m);
     if (!in->be) in->be = be;
     int dump = in->sel.dump && micro == 0 && !hidden && x;
@@ -930,7 +939,7 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
     /* The dumps of queued rows hold pinned buffers the writer cannot have before the flush:
      * past half the budget, flush now, so that the writer can free buffers and a request for
      * one never waits on buffers only this thread could hand over. */
-    if (dump && in->writer && in->pending_dump_bytes + n * sizeof(float) > in->dump_budget / 2)
+    if (dump && in->writer && in->pending_dump_bytes + span * sizeof(float) > in->dump_budget / 2)
         flush_rows(in);
     /* a slot for this site's result on the device, and its bookkeeping on the host */
     if (in->n_rows == in->d_raws_cap) {
@@ -980,6 +989,7 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
             req.block_list = in->sel.block_list ? in->d_blocks : NULL;
         }
     }
+    req.ld = ld;
     pr->req = req;
     pr->same_as = find_same(in, pr);
     if (pr->same_as < 0 && !x) pr->arch = find_archived(in, pr);
@@ -996,10 +1006,10 @@ void fp8t_inspector_observe(fp8t_inspector *in, fp8t_model *m, const fp8t_tensor
 
     if (dump && in->writer) {
         /* copied now (later kernels may overwrite x), written after the flush */
-        pr->dump_buf = dump_writer_buffer(in->writer, n * sizeof(float));
+        pr->dump_buf = dump_writer_buffer(in->writer, span * sizeof(float));
         if (pr->dump_buf) {
-            be->ops->to_host_async(be, pr->dump_buf, x, n * sizeof(float));
-            in->pending_dump_bytes += n * sizeof(float);
+            be->ops->to_host_async(be, pr->dump_buf, x, span * sizeof(float));
+            in->pending_dump_bytes += span * sizeof(float);
         } else {
             fp8t_warnf("inspect: out of memory: dump of a %dx%d tensor lost", site->rows,
                        site->cols);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fp8train/debug.h"
+#include "fp8train/stats.h"
 
 struct fp8t_nan_tracker {
     int step;
@@ -54,14 +55,27 @@ void fp8t_nan_tracker_observe(fp8t_nan_tracker *t, fp8t_model *m, const fp8t_ten
     if (t->be != be) { /* first use, or a new model on another backend */
         if (t->be && t->amax_dev) t->be->ops->free(t->be, t->amax_dev);
         t->be = be;
-        t->amax_dev = be->ops->malloc(be, sizeof(float));
+        /* room for the amax, or for the raw statistics of a strided tensor */
+        t->amax_dev = be->ops->malloc(be, sizeof(fp8t_stats_raw));
     }
-    /* amax propagates NaN and turns +-Inf into Inf: one scalar says "non-finite". */
-    be->ops->zero(be, t->amax_dev, sizeof(float));
-    be->ops->amax(be, t->amax_dev, x, (size_t)site->rows * (size_t)site->cols);
-    float amax = 0;
-    be->ops->to_host(be, &amax, t->amax_dev, sizeof(float));
-    if (isfinite(amax)) return;
+    if (site->ld > site->cols) {
+        /* rows inside a wider buffer (a read-only hook's head logits): the floats between
+         * them are not the tensor's, so the moments' counts of it instead of the amax */
+        fp8t_stats_req req;
+        memset(&req, 0, sizeof req);
+        req.ld = site->ld;
+        fp8t_stats_raw raw;
+        be->ops->tensor_stats(be, (fp8t_stats_raw *)t->amax_dev, x, site->rows, site->cols, &req);
+        be->ops->to_host(be, &raw, t->amax_dev, sizeof raw);
+        if (raw.n_nan == 0 && raw.n_inf == 0) return;
+    } else {
+        /* amax propagates NaN and turns +-Inf into Inf: one scalar says "non-finite". */
+        be->ops->zero(be, t->amax_dev, sizeof(float));
+        be->ops->amax(be, t->amax_dev, x, (size_t)site->rows * (size_t)site->cols);
+        float amax = 0;
+        be->ops->to_host(be, &amax, t->amax_dev, sizeof(float));
+        if (isfinite(amax)) return;
+    }
     t->found = 1;
     describe(t->where, sizeof(t->where), site);
 }

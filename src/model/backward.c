@@ -140,14 +140,18 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
     const int head = m->n_lin - 1;
     /* after a chunked forward the head's whole gradient, dlnf in a->dc1 (head.c) */
     const int chunked = (m->hc_grad || m->hc_pending) && model_head_backward(m, dloss);
-    const int bf16_dy = !chunked && m->xent_fused && m->xent_bf16 &&
-                        (dloss == m->xent_dloss || model_restore_logits(m) != 0);
+    int bf16_dy = !chunked && m->xent_fused && m->xent_bf16;
+    /* a hook set since that forward has no FP32 gradient to be shown: the plain path where the
+     * logits can be rebuilt (else the head's dY sites are skipped) */
+    if (bf16_dy && m->hook && !m->xent_f32 && model_restore_logits(m) == 0) bf16_dy = 0;
+    if (bf16_dy && dloss != m->xent_dloss && model_restore_logits(m) == 0) bf16_dy = 0;
     if (bf16_dy) {
         /* the BF16 dlogits the forward wrote (softmax_xent_bf16) and their amax */
         const float r = dloss == m->xent_dloss ? 1.0f : dloss / m->xent_dloss;
         const fp8t_bf16_operand dy = {(const uint16_t *)m->h16[0].p, N, V};
-        linear_backward_bf16_dy(m, head, a->dc1, model_head_w(&m->g), &dy, m->scalars + 2, a->lnf,
-                                model_head_w(&m->p), N, C, V, r);
+        linear_backward_bf16_dy(m, head, a->dc1, model_head_w(&m->g), &dy, m->scalars + 2,
+                                m->hook && m->xent_f32 ? a->logits : NULL, fp8t_bf16_pad(V),
+                                a->lnf, model_head_w(&m->p), N, C, V, r);
         m->logits_missing = 1; /* a->logits has its rows pad(V) apart: rebuilt when read */
     } else if (m->xent_fused && dloss != m->xent_dloss && model_restore_logits(m) != 0) {
         ops->scale(be, a->logits, dloss / m->xent_dloss, (size_t)N * V);
@@ -155,7 +159,7 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
         float d = m->n_valid_targets > 0 ? dloss / (float)m->n_valid_targets : 0.0f;
         ops->softmax_xent(be, a->losses, a->logits, a->logits, m->targets, N, V, d);
     }
-    m->xent_fused = m->xent_bf16 = 0;
+    m->xent_fused = m->xent_bf16 = m->xent_f32 = 0;
     /* the dloss to fold into the next training forward (the trainer's is the same each time) */
     if (isfinite(dloss) && dloss != 0.0f) {
         m->xent_dloss = dloss;

@@ -189,7 +189,7 @@ int model_restore_logits(fp8t_model *m) {
     /* the head, as in the forward: logits[N, V] = lnf[N, C] · Wᵀ (W = wte when tied) */
     linear_forward_replay(m, m->n_lin - 1, model_logits_buf(m), m->a.lnf, model_head_w(&m->p),
                           NULL, N, C, V);
-    m->xent_fused = m->xent_bf16 = 0;
+    m->xent_fused = m->xent_bf16 = m->xent_f32 = 0;
     m->logits_missing = 0;
     return 0;
 }
@@ -201,7 +201,7 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     const int B = m->B, T = m->T, N = B * T, C = c->n_embd, V = c->vocab_size;
     activations *a = &m->a;
     m->have_targets = 0;
-    m->xent_fused = m->xent_bf16 = 0; /* a->logits is about to be rewritten */
+    m->xent_fused = m->xent_bf16 = m->xent_f32 = 0; /* a->logits is about to be rewritten */
     m->hc_grad = m->hc_pending = 0;
     m->last_forward_frozen = m->frozen;
     if (check_inputs(m, tokens, targets) != 0) return NAN;
@@ -237,9 +237,9 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
      * backward's, as on the plain path.
      * When the head's GEMMs all take BF16 operands, the gradient is written straight as the
      * BF16 operand its Dgrad and Wgrad read (softmax_xent_bf16), and the logits rows are
-     * padded to pad(V) floats so that the GEMM writes aligned rows (not with any hook: it
-     * would leave no FP32 gradient to show); otherwise it overwrites the FP32 logits in
-     * place.
+     * padded to pad(V) floats so that the GEMM writes aligned rows (not with a writing hook);
+     * a read-only hook is shown those strided rows, and the pass writes the FP32 gradient over
+     * them for the backward's dY sites. Otherwise it overwrites the FP32 logits in place.
      * Where the head's three GEMMs take BF16 operands, no hook is set and the model chunks
      * its head (model_head_plan), a forward with targets, frozen or not, runs the head in
      * chunks of rows instead (head.c) and holds no [N, V] buffer: the losses, and in a
@@ -270,8 +270,10 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     } else if (fuse_bf16) {
         uint16_t *dh = model_scratch(m, &m->h16[0], fp8t_bf16_bytes(N, V));
         ops->zero(be, m->scalars + 2, sizeof(float));
-        ops->softmax_xent_bf16(be, a->losses, dh, m->scalars + 2, a->logits, Vp, m->targets, N, V,
-                               d);
+        /* a read-only hook sees the FP32 gradient at the head's dY sites: written over the
+         * logits (their rows already shown), the same bits as the unfused path's */
+        ops->softmax_xent_bf16(be, a->losses, dh, m->scalars + 2, m->hook ? a->logits : NULL,
+                               a->logits, Vp, m->targets, N, V, d);
     } else if (fuse) {
         ops->softmax_xent(be, a->losses, a->logits, a->logits, m->targets, N, V, d);
     } else {
@@ -279,6 +281,7 @@ float fp8t_model_forward(fp8t_model *m, const int *tokens, const int *targets) {
     }
     m->xent_fused = fuse;
     m->xent_bf16 = fuse_bf16;
+    m->xent_f32 = fuse_bf16 && m->hook;
     m->xent_epoch = m->epoch;
     ops->zero(be, m->scalars, sizeof(float));
     ops->sum(be, m->scalars, a->losses, (size_t)N);

@@ -133,7 +133,7 @@ static void chunk_loop(fp8t_model *m, int record, int grad, float d) {
         /* Fprop: logits[n, V] = x·Wᵀ, rows pad(V) apart (the padding columns written as 0) */
         ops->gemm_bf16_rounded(be, m->hc_logits, &xs, &w, n, V, C, 0, 1, 0, NULL, Vp);
         ops->softmax_xent_bf16(be, a->losses + r0, m->hc_dlogits, grad ? m->scalars + 2 : NULL,
-                               m->hc_logits, Vp, m->targets + r0, n, V, grad ? d : 0.0f);
+                               NULL, m->hc_logits, Vp, m->targets + r0, n, V, grad ? d : 0.0f);
         if (!grad) continue;
         const fp8t_bf16_operand dy = {m->hc_dlogits, n, V};
         /* Dgrad: dlnf[r0.., C] = dy·W; Wgrad: dW (= first chunk, += later ones) dyᵀ·x */

@@ -161,9 +161,11 @@ static void make_operand_of(fp8t_model *m, const operand *op, fp8t_operand_req *
     model_make_operand(m->ops, m->be, r, op->values);
 }
 
-static void call_hook(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_tensor_kind kind, float *x,
-                      int rows, int cols) {
+/* the hook at one site; x has rows of stride ld (cols: packed; more only for an observer) */
+static void call_hook_ld(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_tensor_kind kind,
+                         float *x, int rows, int cols, int ld) {
     if (!m->hook) return;
+    FP8T_CHECK(ld == cols || m->hook_reads, "a writing hook is shown a strided tensor");
     fp8t_tensor_site s;
     memset(&s, 0, sizeof(s));
     s.layer = model_lin_layer(m, lin);
@@ -185,7 +187,13 @@ static void call_hook(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_tensor_kind
         m, lin, g, role >= 0 ? role : (kind == FP8T_T_OUTPUT ? FP8T_ROLE_X : FP8T_ROLE_DY));
     s.rows = rows;
     s.cols = cols;
+    s.ld = ld;
     m->hook(m->hook_ctx, m, &s, x);
+}
+
+static void call_hook(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_tensor_kind kind, float *x,
+                      int rows, int cols) {
+    call_hook_ld(m, lin, g, kind, x, rows, cols, cols);
 }
 
 /* amax -> scale -> scale_inv of tensor t from x, into the current-scaling scratch arrays. */
@@ -674,7 +682,7 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const ope
         sx->valid = 1;
     }
     if (record) m->w_amax_done[lin] = 1;
-    if (!replay) call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_OUTPUT, Y, N, OUT);
+    if (!replay) call_hook_ld(m, lin, FP8T_GEMM_FPROP, FP8T_T_OUTPUT, Y, N, OUT, ldy ? ldy : OUT);
     if (bias && !fuse_bias) m->ops->bias_add(m->be, Y, bias, N, OUT);
 }
 
@@ -921,8 +929,8 @@ void linear_forward_ld(fp8t_model *m, int lin, float *Y, int ldy, float *X, cons
 }
 
 void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
-                             const fp8t_bf16_operand *dy, float *dy_amax, float *X,
-                             const float *W, int N, int IN, int OUT, float r) {
+                             const fp8t_bf16_operand *dy, float *dy_amax, float *dy32, int ld,
+                             float *X, const float *W, int N, int IN, int OUT, float r) {
     const fp8t_precision bf = FP8T_PREC_BF16;
     if ((m->prec[lin][FP8T_GEMM_DGRAD] != bf || m->prec[lin][FP8T_GEMM_WGRAD] != bf) &&
         !m->warned_saved) {
@@ -933,6 +941,8 @@ void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
         m->warned_saved = 1;
     }
     FP8T_CHECK(dy->rows == N && dy->cols == OUT, "linear_backward_bf16_dy: dY is not [N, OUT]");
+    FP8T_CHECK(!m->hook || (m->hook_reads && ld >= OUT),
+               "linear_backward_bf16_dy: a writing hook, or dY's rows narrower than OUT");
     /* dY's amax into its history slot, as the plain path's rounding pass records it */
     if (r != 1.0f) m->ops->scale(m->be, dy_amax, fabsf(r), 1);
     m->ops->amax(m->be, m->st.history + fp8_index(lin, FP8T_ROLE_DY), dy_amax, 1);
@@ -945,21 +955,31 @@ void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
     operand x_w = {.x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .pos = 1};
     prepared x_q;
     if (from_codes) saved_x(m, lin, N, IN, &x_q);
+    /* the hook's sites in backward's order: dY as the product scales it (the floats between
+     * rows scaled too: never read) */
+    if (dy32 && r != 1.0f) m->ops->scale(m->be, dy32, r, (size_t)(N - 1) * ld + OUT);
+    call_hook_ld(m, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, dy32, N, OUT, ld);
+    call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, (float *)W, OUT, IN);
     /* Dgrad dX = dY·W, Wgrad dW += dYᵀ·X on the same operand. With r != 1 (the gradient the
      * forward folded in used another dloss) both products are scaled by r afterwards: the dW
-     * of this micro-batch goes through scratch so that only it is scaled. */
+     * of this micro-batch goes through scratch so that only it is scaled (and, with a hook,
+     * so that the hook sees it alone). */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, bf, dX, 0, NULL, &w_d, N, IN, OUT, 0, 0, 0, NULL, &pdy,
              NULL, NULL);
-    if (r == 1.0f) {
+    if (r != 1.0f) m->ops->scale(m->be, dX, r, (size_t)N * IN);
+    call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_DGRAD, dX, N, IN);
+    call_hook_ld(m, lin, FP8T_GEMM_WGRAD, FP8T_T_GRAD_OUTPUT, dy32, N, OUT, ld);
+    call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, from_codes ? NULL : X, N, IN);
+    if (r == 1.0f && !m->hook) {
         run_gemm(m, lin, FP8T_GEMM_WGRAD, bf, dW, 0, NULL, &x_w, OUT, IN, N, 1, 0, 1, NULL, &pdy,
                  from_codes ? &x_q : NULL, NULL);
         return;
     }
-    m->ops->scale(m->be, dX, r, (size_t)N * IN);
     float *tmp = model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float));
     run_gemm(m, lin, FP8T_GEMM_WGRAD, bf, tmp, 0, NULL, &x_w, OUT, IN, N, 1, 0, 0, NULL, &pdy,
              from_codes ? &x_q : NULL, NULL);
-    m->ops->scale(m->be, tmp, r, (size_t)OUT * IN);
+    if (r != 1.0f) m->ops->scale(m->be, tmp, r, (size_t)OUT * IN);
+    call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, tmp, OUT, IN);
     m->ops->accumulate(m->be, dW, tmp, (size_t)OUT * IN);
 }
 

@@ -117,9 +117,10 @@ static linear_plan linear_plan_of(const fp8t_model *m, int lin) {
     pl.dswiglu = (unsigned char)((mod == FP8T_MOD_GATE || mod == FP8T_MOD_UP) &&
                                  !m->no_swiglu_bwd_fusion && !m->hook &&
                                  (model_prec_one_pass(m, d) || pl.scaled[FP8T_GEMM_DGRAD]));
-    /* all three GEMMs on BF16 operands, dY's operand shared, no hook: the head's dY may come
-     * already rounded (softmax_xent_bf16) and its Fprop may write a strided Y */
-    pl.bf16_dy = (unsigned char)(!m->hook && f == FP8T_PREC_BF16 && w == FP8T_PREC_BF16 &&
+    /* all three GEMMs on BF16 operands, dY's operand shared, no writing hook: the head's dY may
+     * come already rounded (softmax_xent_bf16, which also writes the FP32 gradient a read-only
+     * hook is shown) and its Fprop may write a strided Y (an observer sees the strided rows) */
+    pl.bf16_dy = (unsigned char)(!hook_writes && f == FP8T_PREC_BF16 && w == FP8T_PREC_BF16 &&
                                  pl.dy_shared && d == FP8T_PREC_BF16);
     return pl;
 }

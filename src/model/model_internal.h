@@ -281,6 +281,7 @@ struct fp8t_model {
      * and the dlogits are the BF16 operand in h16[0], their amax in scalars[2] (the head's
      * three GEMMs in BF16: linear_bf16_dy_fusable). Off with FP8T_DISABLE_BF16_XENT. */
     int xent_bf16;
+    int xent_f32; /* ... and the FP32 dlogits over those rows (a read-only hook's forward) */
     int no_bf16_xent;
     int xent_dloss_known; /* a backward has run with a finite, nonzero dloss */
     float xent_dloss;     /* that dloss, folded into the next fused forward */
@@ -586,8 +587,9 @@ int linear_residual_takes_bias(const fp8t_model *m, int lin);
  * on the scaled path (block, rowwise), with the GELU fusion. (The plan's bias_next.) */
 int linear_gelu_takes_bias(const fp8t_model *m, int fc1);
 /* Whether lin's GEMMs all take BF16 operands, the Dgrad's dY operand serving the Wgrad, with no
- * hook (the plan's bf16_dy): then its dY may come already rounded (softmax_xent_bf16) and its Fprop may write a
- * strided Y (linear_forward_ld, linear_backward_bf16_dy: the head's fused cross-entropy). */
+ * writing hook (the plan's bf16_dy): then its dY may come already rounded (softmax_xent_bf16)
+ * and its Fprop may write a strided Y (linear_forward_ld, linear_backward_bf16_dy: the head's
+ * fused cross-entropy; a read-only hook is shown the strided rows). */
 int linear_bf16_dy_fusable(const fp8t_model *m, int lin);
 /* linear_forward without bias into Y [N, ldy], ldy >= pad(OUT) (columns >= OUT are written
  * too, with zeros); only where linear_bf16_dy_fusable. */
@@ -595,10 +597,12 @@ void linear_forward_ld(fp8t_model *m, int lin, float *Y, int ldy, float *X, cons
                        int IN, int OUT);
 /* linear_backward (no bias) from dY's BF16 operand dy [N, OUT], both GEMMs in BF16, dY's amax
  * (device scalar dy_amax, the FP32 values' before rounding) recorded into its history; dX,
- * this micro-batch's dW and the amax scaled by r when r != 1 (dy_amax is overwritten then). */
+ * this micro-batch's dW and the amax scaled by r when r != 1 (dy_amax is overwritten then).
+ * dy32: the FP32 values dy was rounded from, rows of stride ld, for a read-only hook's dY sites
+ * (scaled by r in place when r != 1); NULL without a hook. */
 void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
-                             const fp8t_bf16_operand *dy, float *dy_amax, float *X,
-                             const float *W, int N, int IN, int OUT, float r);
+                             const fp8t_bf16_operand *dy, float *dy_amax, float *dy32, int ld,
+                             float *X, const float *W, int N, int IN, int OUT, float r);
 /* The Fprop of linear_forward again, to rebuild an output that was overwritten: no hooks, no
  * amax recording, the step's weight codes from the cache. */
 void linear_forward_replay(fp8t_model *m, int lin, float *Y, float *X, const float *W,

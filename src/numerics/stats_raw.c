@@ -14,6 +14,7 @@
 #include "fp8train/error.h"
 #include "fp8train/recipe.h"
 #include "fp8train/stats.h"
+#include "util/check.h"
 
 #define SQNR_EXACT 1e300
 #define MX_BLOCK 32
@@ -187,6 +188,25 @@ static void tile_summary(fp8t_stats_raw *out, const float *x, const float *q, in
 
 void fp8t_stats_raw_compute(fp8t_stats_raw *out, const float *x, int rows, int cols,
                             const fp8t_stats_req *req) {
+    if (req && req->ld != 0 && req->ld < cols) {
+        FP8T_FATAL("tensor_stats: row stride %d is less than the %d columns", req->ld, cols);
+    }
+    if (req && req->ld > cols && rows > 0 && cols > 0) {
+        /* rows in a wider buffer: the reference reads them packed (the same elements in the
+         * same order, so the same result as the packed tensor's) */
+        float *p = malloc((size_t)rows * (size_t)cols * sizeof(float));
+        if (!p) {
+            FP8T_FATAL("tensor_stats: out of memory packing a %dx%d tensor of row stride %d",
+                       rows, cols, req->ld);
+        }
+        for (int r = 0; r < rows; r++)
+            memcpy(p + (size_t)r * cols, x + (size_t)r * req->ld, (size_t)cols * sizeof(float));
+        fp8t_stats_req packed = *req;
+        packed.ld = 0;
+        fp8t_stats_raw_compute(out, p, rows, cols, &packed);
+        free(p);
+        return;
+    }
     memset(out, 0, sizeof *out);
     const size_t n = rows > 0 && cols > 0 ? (size_t)rows * (size_t)cols : 0;
     out->n = n;

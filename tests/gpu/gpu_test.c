@@ -102,6 +102,11 @@ static float rnd_normal(void) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 static int rnd_int(int n) { return (int)(rnd_u64() % (uint64_t)n); }
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
 
 static float *host_normal(size_t n, float std) {
     float *x = malloc((n ? n : 1) * sizeof(float));
@@ -2047,12 +2052,19 @@ static void inspect_stats_req(fp8t_stats_req *req, const float *scale, fp8_forma
  * (a result's request), 2: only the per-tensor images (delayed, current E4M3 and E5M2: the
  * kernel walks 128 consecutive elements, not rows) */
 static void stats_case(const char *what, const float *x, int rows, int cols, int misalign,
-                       float sc, fp8_format fmt, int result) {
-    const size_t n = (size_t)rows * cols;
-    float *xb = malloc((n + (size_t)misalign) * sizeof(float));
-    memcpy(xb + misalign, x, n * sizeof(float));
+                       float sc, fp8_format fmt, int result, int pad) {
+    /* rows of stride ld = cols + pad (the model's padded logits), the gaps NaN and 1e30: never
+     * part of the tensor */
+    const int ld = cols + pad;
+    const size_t span = (size_t)rows * ld;
+    float *xb = malloc((span + (size_t)misalign) * sizeof(float));
+    for (int r = 0; r < rows; r++) {
+        memcpy(xb + misalign + (size_t)r * ld, x + (size_t)r * cols,
+               (size_t)cols * sizeof(float));
+        for (int c = cols; c < ld; c++) xb[misalign + (size_t)r * ld + c] = c & 1 ? NAN : 1e30f;
+    }
     for (int i = 0; i < misalign; i++) xb[i] = 0.0f;
-    dpair dx = dp_floats(xb, n + (size_t)misalign), ds = dp_floats(&sc, 1);
+    dpair dx = dp_floats(xb, span + (size_t)misalign), ds = dp_floats(&sc, 1);
     dpair draw = dp_alloc(sizeof(fp8t_stats_raw));
     dp_poison(draw, 1);
     fp8t_stats_req req;
@@ -2062,13 +2074,16 @@ static void stats_case(const char *what, const float *x, int rows, int cols, int
         else
             inspect_stats_req(&req, F(ds), fmt);
         if (result == 2) req.n_images = 3;
+        if (result == 3) req.block = 16;
+        req.ld = pad ? ld : 0;
         be_->ops->tensor_stats(be_, (fp8t_stats_raw *)draw.p[s_], F(dx) + misalign, rows, cols,
                                &req);
     }
     fp8t_stats_raw *c = dl(0, draw.p[0], sizeof(fp8t_stats_raw));
     fp8t_stats_raw *g = dl(1, draw.p[1], sizeof(fp8t_stats_raw));
     char shape[64], why[160];
-    snprintf(shape, sizeof(shape), "%dx%d%s", rows, cols, misalign ? " +1 float" : "");
+    snprintf(shape, sizeof(shape), "%dx%d%s%s", rows, cols, misalign ? " +1 float" : "",
+             pad ? " strided" : "");
     double err;
     const int ok = stats_raw_agree(c, g, why, sizeof why, &err);
     char op[64];
@@ -2077,6 +2092,8 @@ static void stats_case(const char *what, const float *x, int rows, int cols, int
     void *again = GPU->ops->malloc(GPU, sizeof(fp8t_stats_raw));
     if (result != 1) inspect_stats_req(&req, (const float *)ds.p[1], fmt);
     if (result == 2) req.n_images = 3;
+    if (result == 3) req.block = 16;
+    req.ld = pad ? ld : 0;
     GPU->ops->tensor_stats(GPU, again, (const float *)dx.p[1] + misalign, rows, cols, &req);
     check_same_bits(op, shape, again, draw.p[1], sizeof(fp8t_stats_raw));
     GPU->ops->free(GPU, again);
@@ -2099,11 +2116,16 @@ static void test_tensor_stats_cases(void) {
             for (int c = 0; c < cols; c++) x[(size_t)cols + c] = NAN;
             x[(size_t)3 * cols + cols / 2] = NAN;
         }
-        stats_case("inspect", x, rows, cols, 0, 37.5f, FP8_E4M3, 0);
-        stats_case("inspect", x, rows, cols, 1, 37.5f, FP8_E4M3, 0);
-        stats_case("inspect e5m2", x, rows, cols, 0, 3000.0f, FP8_E5M2, 0);
-        stats_case("result", x, rows, cols, si == 2, 1.0f, FP8_E4M3, 1);
-        stats_case("per-tensor images", x, rows, cols, si == 3, 37.5f, FP8_E4M3, 2);
+        stats_case("inspect", x, rows, cols, 0, 37.5f, FP8_E4M3, 0, 0);
+        stats_case("inspect", x, rows, cols, 1, 37.5f, FP8_E4M3, 0, 0);
+        stats_case("inspect e5m2", x, rows, cols, 0, 3000.0f, FP8_E5M2, 0, 0);
+        stats_case("result", x, rows, cols, si == 2, 1.0f, FP8_E4M3, 1, 0);
+        stats_case("per-tensor images", x, rows, cols, si == 3, 37.5f, FP8_E4M3, 2, 0);
+        /* rows in a wider buffer (read in place; packed first for block=N) */
+        stats_case("inspect", x, rows, cols, 0, 37.5f, FP8_E4M3, 0, 7);
+        stats_case("inspect", x, rows, cols, 1, 37.5f, FP8_E4M3, 0, 4);
+        stats_case("result", x, rows, cols, 0, 1.0f, FP8_E4M3, 1, 7);
+        stats_case("inspect block=16", x, rows, cols, 0, 37.5f, FP8_E4M3, 3, 7);
         free(x);
     }
     /* delayed scales: clipping most elements, +Inf, NaN, 0, subnormal, negative (the exact
@@ -2121,8 +2143,10 @@ static void test_tensor_stats_cases(void) {
                       {"scale 1e-40", 1e-40f},     {"scale -20", -20.0f},
                       {"scale 1e30", 1e30f},       {"scale 1e-20 (all flush)", 1e-20f}};
         for (size_t k = 0; k < sizeof(scales) / sizeof(scales[0]); k++) {
-            stats_case(scales[k].what, x, rows, cols, 0, scales[k].sc, FP8_E4M3, 0);
-            stats_case(scales[k].what, x, rows, cols, 0, scales[k].sc, FP8_E5M2, 0);
+            stats_case(scales[k].what, x, rows, cols, 0, scales[k].sc, FP8_E4M3, 0, 0);
+            stats_case(scales[k].what, x, rows, cols, 0, scales[k].sc, FP8_E5M2, 0, 0);
+            if (k < 3) /* strided: the fast path and the slow one (+Inf, NaN) */
+                stats_case(scales[k].what, x, rows, cols, 0, scales[k].sc, FP8_E4M3, 0, 5);
         }
         free(x);
     }
@@ -2133,16 +2157,16 @@ static void test_tensor_stats_cases(void) {
         const size_t n = (size_t)rows * cols;
         float *x = host_quant_data(n, 0);
         for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], -135);
-        stats_case("x 2^-135", x, rows, cols, 0, 1e38f, FP8_E4M3, 0);
-        stats_case("x 2^-135 per-tensor", x, rows, cols, 0, 1e38f, FP8_E4M3, 2);
-        stats_case("x 2^-135 result", x, rows, cols, 0, 1.0f, FP8_E4M3, 1);
+        stats_case("x 2^-135", x, rows, cols, 0, 1e38f, FP8_E4M3, 0, 0);
+        stats_case("x 2^-135 per-tensor", x, rows, cols, 0, 1e38f, FP8_E4M3, 2, 0);
+        stats_case("x 2^-135 result", x, rows, cols, 0, 1.0f, FP8_E4M3, 1, 0);
         for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], 235);
-        stats_case("x 2^100", x, rows, cols, 0, 1e-27f, FP8_E4M3, 0);
+        stats_case("x 2^100", x, rows, cols, 0, 1e-27f, FP8_E4M3, 0, 0);
         for (size_t i = 0; i < n; i++) x[i] = 0.0f;
-        stats_case("zeros", x, rows, cols, 0, 37.5f, FP8_E4M3, 0);
+        stats_case("zeros", x, rows, cols, 0, 37.5f, FP8_E4M3, 0, 0);
         for (size_t i = 0; i < n; i++) x[i] = 0.1f;
-        stats_case("constant", x, rows, cols, 0, 37.5f, FP8_E4M3, 0);
-        stats_case("constant result", x, rows, cols, 0, 1.0f, FP8_E4M3, 1);
+        stats_case("constant", x, rows, cols, 0, 37.5f, FP8_E4M3, 0, 0);
+        stats_case("constant result", x, rows, cols, 0, 1.0f, FP8_E4M3, 1, 0);
         free(x);
     }
     /* large: 64M elements with every special value, the inspect request and a result; the
@@ -2152,11 +2176,13 @@ static void test_tensor_stats_cases(void) {
         const int rows = 8192, cols = 8192;
         float *x = host_quant_data((size_t)rows * cols, 1);
         for (int c = 0; c < cols; c++) x[(size_t)5 * cols + c] = NAN;
-        stats_case("inspect large", x, rows, cols, 0, 37.5f, FP8_E4M3, 0);
-        stats_case("result large", x, rows, cols, 0, 1.0f, FP8_E4M3, 1);
+        stats_case("inspect large", x, rows, cols, 0, 37.5f, FP8_E4M3, 0, 0);
+        stats_case("result large", x, rows, cols, 0, 1.0f, FP8_E4M3, 1, 0);
         free(x);
         float *y = host_quant_data((size_t)2048 * 50257, 1);
-        stats_case("inspect large", y, 2048, 50257, 0, 37.5f, FP8_E5M2, 0);
+        stats_case("inspect large", y, 2048, 50257, 0, 37.5f, FP8_E5M2, 0, 0);
+        stats_case("inspect large", y, 2048, 50257, 0, 37.5f, FP8_E5M2, 0, 7);
+        stats_case("result large", y, 2048, 50257, 0, 1.0f, FP8_E4M3, 1, 7);
         free(y);
     }
 }
@@ -3008,8 +3034,8 @@ static void test_softmax_xent_bf16(void) {
         dpair dloss = dp_alloc(N * 4), dh = dp_alloc(fp8t_bf16_bytes(N, V)),
               da = dp_floats(&amax0, 1);
         dp_poison(dloss, 0), dp_poison(dh, 1);
-        FOR_BOTH be_->ops->softmax_xent_bf16(be_, F(dloss), U16(dh), F(da), F(dlg), ld, I(dtg), N,
-                                             V, 0.37f);
+        FOR_BOTH be_->ops->softmax_xent_bf16(be_, F(dloss), U16(dh), F(da), NULL, F(dlg), ld,
+                                             I(dtg), N, V, 0.37f);
         char shape[48];
         snprintf(shape, sizeof(shape), "N%d V%d ld%d", N, V, ld);
         check_f("softmax_xent_bf16 losses", shape, dloss, N, 1e-5);
@@ -3031,8 +3057,46 @@ static void test_softmax_xent_bf16(void) {
         if (pad_bad) snprintf(note, sizeof(note), "%zu padding elements not zero", pad_bad);
         row("softmax_xent_bf16 dlogits", shape, err, 1.0 / 256,
             err <= 1.0 / 256 && !bad && !pad_bad, note);
+        /* the FP32 gradient too, in place over the strided logits (a read-only hook's): against
+         * the CPU (1e-5), its columns past V untouched, and on the GPU the same bits as
+         * softmax_xent's on the packed rows and the same BF16 operand as without it */
+        dpair dg32 = dp_floats(lg, (size_t)N * ld), dh32 = dp_alloc(fp8t_bf16_bytes(N, V));
+        dpair dl32 = dp_alloc(N * 4);
+        FOR_BOTH be_->ops->softmax_xent_bf16(be_, F(dl32), U16(dh32), NULL, F(dg32), F(dg32), ld,
+                                             I(dtg), N, V, 0.37f);
+        float *pk = malloc((size_t)N * V * 4);
+        for (int r = 0; r < N; r++)
+            memcpy(pk + (size_t)r * V, lg + (size_t)r * ld, (size_t)V * 4);
+        float *gpk = GPU->ops->malloc(GPU, (size_t)N * V * 4);
+        GPU->ops->to_device(GPU, gpk, pk, (size_t)N * V * 4);
+        GPU->ops->softmax_xent(GPU, (float *)dl32.p[1], gpk, gpk, (const int *)dtg.p[1], N, V,
+                               0.37f);
+        float *g32[2], *gp = dl(1, gpk, (size_t)N * V * 4);
+        for (int s = 0; s < 2; s++) g32[s] = dl(s, dg32.p[s], (size_t)N * ld * 4);
+        uint16_t *h32 = dl(1, dh32.p[1], fp8t_bf16_bytes(N, V));
+        size_t pad32 = 0, gpu_bits = 0;
+        for (int r = 0; r < N; r++) {
+            float *rw = g32[1] + (size_t)r * ld;
+            for (int c = V; c < ld; c++)
+                pad32 += f32_bits(rw[c]) != f32_bits(lg[(size_t)r * ld + c]);
+            gpu_bits += memcmp(rw, gp + (size_t)r * V, (size_t)V * 4) != 0;
+            memmove(g32[0] + (size_t)r * V, g32[0] + (size_t)r * ld, (size_t)V * 4);
+            memmove(g32[1] + (size_t)r * V, rw, (size_t)V * 4);
+        }
+        err = rel_err(g32[1], g32[0], (size_t)N * V, &bad, &first);
+        snprintf(note, sizeof(note), "%zu columns past V written", pad32);
+        row("softmax_xent_bf16 dlogits32", shape, err, 1e-5, err <= 1e-5 && !bad && !pad32,
+            pad32 ? note : "");
+        const int same16 = memcmp(h32, h[1], fp8t_bf16_bytes(N, V)) == 0;
+        snprintf(note, sizeof(note), "%zu rows differ from softmax_xent's%s", gpu_bits,
+                 same16 ? "" : "; the BF16 operand changed");
+        row("dlogits32 = softmax_xent (GPU bits)", shape, (double)gpu_bits, 0,
+            !gpu_bits && same16, gpu_bits || !same16 ? note : "");
+        free(pk), free(g32[0]), free(g32[1]), free(gp), free(h32);
+        GPU->ops->free(GPU, gpk);
         for (int s = 0; s < 2; s++) free(h[s]), free(f[s]);
         dp_free(dlg), dp_free(dtg), dp_free(dloss), dp_free(dh), dp_free(da);
+        dp_free(dg32), dp_free(dh32), dp_free(dl32);
         free(lg), free(tg);
     }
 }
@@ -3643,11 +3707,13 @@ static void test_inspect_on_gpu(void) {
 typedef struct {
     fp8t_inspector *in;
     int null_x;
+    int strided; /* sites shown as rows inside a wider buffer (the head's padded logits) */
 } gpu_observe_ctx;
 
 static void gpu_observe_hook(void *ctx, fp8t_model *m, const fp8t_tensor_site *site, float *x) {
     gpu_observe_ctx *c = ctx;
     c->null_x += x == NULL;
+    c->strided += x && site->ld > site->cols;
     fp8t_inspector_observe(c->in, m, site, x);
 }
 
@@ -3698,10 +3764,12 @@ static void test_inspect_observer_on_gpu(void) {
     fp8t_model_config cfg;
     fp8t_model_preset(&cfg, "tiny");
     cfg.n_layer = 2, cfg.n_embd = 256, cfg.n_head = 4, cfg.seq_len = 128;
-    cfg.vocab_size = 512, cfg.mlp_hidden = 1024;
+    /* a vocabulary that is not a multiple of 8: after the first backward the observer is
+     * shown the fused cross-entropy's padded logits rows and their FP32 gradient (strided) */
+    cfg.vocab_size = 509, cfg.mlp_hidden = 1024;
     const int B = 4, T = 128;
     char *text[2] = {NULL, NULL}, why[600] = "", err[512];
-    int null_x[2] = {0, 0};
+    int null_x[2] = {0, 0}, strided[2] = {0, 0};
     int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
     make_batch(tok, tgt, B * T, cfg.vocab_size);
     observer_keeps_numerics(&cfg, tok, tgt, B, T);
@@ -3714,7 +3782,8 @@ static void test_inspect_observer_on_gpu(void) {
             break;
         }
         fp8t_model *m = make_model(GPU, &cfg, FP8T_PREC_DELAYED, B, T);
-        gpu_observe_ctx c = {fp8t_inspector_create("every=1,block=64", dir, err, sizeof(err)), 0};
+        gpu_observe_ctx c = {fp8t_inspector_create("every=1,block=64", dir, err, sizeof(err)), 0,
+                             0};
         if (!m || !c.in) {
             snprintf(why, sizeof(why), "create: %s", c.in ? "model" : err);
         } else {
@@ -3735,6 +3804,7 @@ static void test_inspect_observer_on_gpu(void) {
         fp8t_inspector_destroy(c.in);
         if (m) fp8t_model_destroy(m);
         null_x[ro] = c.null_x;
+        strided[ro] = c.strided;
         size_t len;
         snprintf(path, sizeof(path), "%s/stats.jsonl", dir);
         if (!why[0] && fp8t_read_file(path, &text[ro], &len, err, sizeof(err)))
@@ -3748,6 +3818,10 @@ static void test_inspect_observer_on_gpu(void) {
         snprintf(why, sizeof(why),
                  "Wgrad X shown as NULL: %d under the writing hook, %d read-only", null_x[0],
                  null_x[1]);
+    /* step 2's head: Y, and dY at the Dgrad and the Wgrad */
+    if (!why[0] && (strided[0] != 0 || strided[1] != 3))
+        snprintf(why, sizeof(why), "strided sites: %d under the writing hook, %d read-only (3)",
+                 strided[0], strided[1]);
     if (!why[0] && strcmp(text[0], text[1]) != 0) {
         /* the first row that differs */
         const char *a = text[0], *b = text[1];
@@ -3756,7 +3830,8 @@ static void test_inspect_observer_on_gpu(void) {
         snprintf(why, sizeof(why), "rows differ from: %.300s", a);
     }
     char shape[64];
-    snprintf(shape, sizeof(shape), "%d rows, %d Wgrad X NULL", lines, null_x[1]);
+    snprintf(shape, sizeof(shape), "%d rows, %d Wgrad X NULL, %d strided", lines, null_x[1],
+             strided[1]);
     row("inspect: read-only hook = writing hook", shape, 0, 0, !why[0] && lines > 100, why);
     free(text[0]), free(text[1]);
     free(tok), free(tgt);

@@ -264,8 +264,8 @@ void cpu_swiglu_grad(fp8t_backend *b, float *out, int which, const float *dout, 
 void cpu_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
                       const int *targets, int N, int V, float dloss);
 void cpu_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,
-                           const float *logits, int ld, const int *targets, int N, int V,
-                           float dloss);
+                           float *dlogits32, const float *logits, int ld, const int *targets,
+                           int N, int V, float dloss);
 void cpu_add(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
 void cpu_add_bias(fp8t_backend *b, float *out, uint16_t *out16, const float *a, const float *y,
                   const float *bias, int N, int OC);

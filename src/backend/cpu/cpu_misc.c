@@ -347,10 +347,11 @@ void cpu_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const floa
                  logits + (size_t)r * V, V, targets[r], dloss);
 }
 
-/* The reference: softmax_xent's FP32 gradient in scratch, then to_bf16. */
+/* The reference: softmax_xent's FP32 gradient in scratch (copied to dlogits32 when asked, after
+ * every row is read: it may alias logits), then to_bf16. */
 void cpu_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,
-                           const float *logits, int ld, const int *targets, int N, int V,
-                           float dloss) {
+                           float *dlogits32, const float *logits, int ld, const int *targets,
+                           int N, int V, float dloss) {
     if (N <= 0 || V <= 0) return;
     if (ld < V) {
         FP8T_FATAL("softmax_xent_bf16: ld = %d is less than V = %d", ld, V);
@@ -361,6 +362,9 @@ void cpu_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, fl
     for (int r = 0; r < N; r++)
         xent_row(losses ? losses + r : NULL, d + (size_t)r * V, logits + (size_t)r * ld, V,
                  targets[r], dloss);
+    if (dlogits32)
+        for (int r = 0; r < N; r++)
+            memcpy(dlogits32 + (size_t)r * ld, d + (size_t)r * V, (size_t)V * sizeof(float));
     cpu_to_bf16(b, dlogits, amax_out, d, N, V);
 }
 

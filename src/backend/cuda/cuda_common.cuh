@@ -89,6 +89,7 @@ enum {
     SCR_NORM_X,     /* a norm backward's input widened likewise (the row kernels) */
     SCR_COLSUM,     /* column-sum partials of to_bf16_colsum / quantize_colsum */
     SCR_STATS,      /* tensor_stats: block partials, tile scales, per-block results */
+    SCR_STATS_PACK, /* tensor_stats: a strided tensor packed for the kernels that read it so */
     SCR_COUNT
 };
 
@@ -611,8 +612,8 @@ void cuda_swiglu_grad(fp8t_backend *b, float *out, int which, const float *dout,
 void cuda_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
                        const int *targets, int N, int V, float dloss);
 void cuda_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,
-                            const float *logits, int ld, const int *targets, int N, int V,
-                            float dloss);
+                            float *dlogits32, const float *logits, int ld, const int *targets,
+                            int N, int V, float dloss);
 void cuda_add(fp8t_backend *b, float *out, const float *a, const float *c, size_t n);
 void cuda_accumulate(fp8t_backend *b, float *out, const float *x, size_t n);
 void cuda_scale(fp8t_backend *b, float *out, float s, size_t n);

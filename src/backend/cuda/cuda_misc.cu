@@ -552,67 +552,21 @@ __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2
     }
 }
 
-__global__ void softmax_xent_kernel(float *losses, float *dlogits, const float *logits,
-                                    const int *targets, int V, float dloss) {
-    int row = blockIdx.x;
-    const float *x = logits + (size_t)row * V;
-    int target = targets[row];
-    int ignored = target < 0 || target >= V;
-    float m = -INFINITY, s = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) lse_merge(m, s, x[i], 1.0f);
-    /* block reduction of (m, s) in a fixed tree order */
-    __shared__ float sh_m[32], sh_s[32];
-    __shared__ float sh_max, sh_sum, sh_xt;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        lse_merge(m, s, m2, s2);
-    }
-    if (lane == 0) sh_m[warp] = m, sh_s[warp] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float M = sh_m[0], S = sh_s[0];
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++) lse_merge(M, S, sh_m[w], sh_s[w]);
-        sh_max = M;
-        sh_sum = S;
-        sh_xt = ignored ? 0.0f : x[target]; /* read before dlogits may overwrite it */
-        losses[row] = ignored ? 0.0f : logf(S) + M - sh_xt;
-    }
-    __syncthreads();
-    if (!dlogits) return;
-    float *d = dlogits + (size_t)row * V;
-    if (ignored) {
-        for (int i = threadIdx.x; i < V; i += blockDim.x) d[i] = 0.0f;
-        return;
-    }
-    float M = sh_max, inv_s = 1.0f / sh_sum;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float p = expf(x[i] - M) * inv_s;
-        d[i] = (p - (i == target ? 1.0f : 0.0f)) * dloss;
-    }
-}
-
-void cuda_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
-                       const int *targets, int N, int V, float dloss) {
-    if (N <= 0 || V <= 0) return;
-    cuda_state *s = cuda_of(b);
-    softmax_xent_kernel<<<N, XENT_THREADS, 0, s->stream>>>(losses, dlogits, logits, targets, V,
-                                                           dloss);
-    CUDA_LAUNCH_CHECK(s);
-}
-
-/* softmax_xent_bf16: one block per row of the BF16 operand [pad(N), Vp = pad(V)] (rows >= N
- * zero). The logits row (stride ld) is read twice, the second time mostly from L2: once for
- * (max, sum of exp) merged per group of 4 columns, once for the gradient, written as BF16 four
- * columns (8 bytes) at a time, zeros past V. float4 loads when ld % 4 == 0 and logits is
- * 16-byte aligned (the model's padded logits), else scalar. 512 threads per row, as
- * softmax_xent (1024 measured 10% slower on the H200 at GPT-2 124M: 4.7 vs 4.3 ms per step). */
-__global__ void softmax_xent_bf16_kernel(float *losses, uint2 *dlogits, float *amax_out,
-                                         const float *logits, int ld, const int *targets, int N,
-                                         int V, float dloss, int vec) {
+/* Softmax + cross-entropy, one block per row of stride ld: the row's (max, sum of exp) merged
+ * per group of 4 columns, the loss, then the gradient (softmax - onehot) * dloss written as
+ * FP32 (d32: rows of stride ld, may alias logits; columns V.. untouched) and/or as the BF16
+ * operand (d16: [pad(N), pad(V)], padding zero; the grid then has pad(N) blocks, rows >= N
+ * zero). One kernel for softmax_xent and softmax_xent_bf16, so that the FP32 gradient has the
+ * same bits whichever outputs a call asks for (a read-only hook's dlogits are the unhooked
+ * path's). The row is read twice, the second time mostly from L2. vec: float4 loads (ld % 4 ==
+ * 0, logits 16-byte aligned); vec32: float4 stores of d32 likewise. 512 threads per row (1024
+ * measured 10% slower on the H200 at GPT-2 124M: 4.7 vs 4.3 ms per step). */
+__global__ void softmax_xent_kernel(float *losses, uint2 *d16, float *d32, float *amax_out,
+                                    const float *logits, int ld, const int *targets, int N, int V,
+                                    float dloss, int vec, int vec32) {
     const int row = blockIdx.x, Vp = (V + 7) / 8 * 8, groups = Vp / 4;
-    uint2 *o = dlogits + (size_t)row * groups;
-    if (row >= N) { /* padding row */
+    if (row >= N) { /* padding row of the BF16 operand */
+        uint2 *o = d16 + (size_t)row * groups;
         for (int g = threadIdx.x; g < groups; g += blockDim.x) o[g] = make_uint2(0u, 0u);
         return;
     }
@@ -651,10 +605,14 @@ __global__ void softmax_xent_bf16_kernel(float *losses, uint2 *dlogits, float *a
         for (int w = 1; w < (int)(blockDim.x >> 5); w++) lse_merge(M, S, sh_m[w], sh_s[w]);
         sh_max = M;
         sh_sum = S;
+        /* x[target] read before the gradient may overwrite it (d32 aliasing logits) */
         if (losses) losses[row] = ignored ? 0.0f : logf(S) + M - x[target];
     }
     __syncthreads();
+    if (!d16 && !d32) return;
     const float M = sh_max, inv_s = 1.0f / sh_sum;
+    float *dr = d32 ? d32 + (size_t)row * ld : NULL;
+    uint2 *o = d16 ? d16 + (size_t)row * groups : NULL;
     float am = 0.0f;
     for (int g = threadIdx.x; g < groups; g += blockDim.x) {
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -674,9 +632,17 @@ __global__ void softmax_xent_bf16_kernel(float *losses, uint2 *dlogits, float *a
                 am = amax_merge_dev(am, d[e]);
             }
         }
-        __nv_bfloat162 p0 = __floats2bfloat162_rn(d[0], d[1]),
-                       p1 = __floats2bfloat162_rn(d[2], d[3]);
-        o[g] = make_uint2(*(unsigned *)&p0, *(unsigned *)&p1);
+        if (dr) {
+            if (vec32 && g < full)
+                reinterpret_cast<float4 *>(dr)[g] = make_float4(d[0], d[1], d[2], d[3]);
+            else
+                for (int e = 0; e < 4 && 4 * g + e < V; e++) dr[4 * g + e] = d[e];
+        }
+        if (o) {
+            __nv_bfloat162 p0 = __floats2bfloat162_rn(d[0], d[1]),
+                           p1 = __floats2bfloat162_rn(d[2], d[3]);
+            o[g] = make_uint2(*(unsigned *)&p0, *(unsigned *)&p1);
+        }
     }
     if (amax_out) {
         am = block_amax(am);
@@ -684,17 +650,30 @@ __global__ void softmax_xent_bf16_kernel(float *losses, uint2 *dlogits, float *a
     }
 }
 
+void cuda_softmax_xent(fp8t_backend *b, float *losses, float *dlogits, const float *logits,
+                       const int *targets, int N, int V, float dloss) {
+    if (N <= 0 || V <= 0) return;
+    cuda_state *s = cuda_of(b);
+    const int vec = !s->plain && V % 4 == 0 && aligned16(logits);
+    const int vec32 = dlogits && !s->plain && V % 4 == 0 && aligned16(dlogits);
+    softmax_xent_kernel<<<N, XENT_THREADS, 0, s->stream>>>(losses, NULL, dlogits, NULL, logits, V,
+                                                           targets, N, V, dloss, vec, vec32);
+    CUDA_LAUNCH_CHECK(s);
+}
+
 void cuda_softmax_xent_bf16(fp8t_backend *b, float *losses, uint16_t *dlogits, float *amax_out,
-                            const float *logits, int ld, const int *targets, int N, int V,
-                            float dloss) {
+                            float *dlogits32, const float *logits, int ld, const int *targets,
+                            int N, int V, float dloss) {
     if (N <= 0 || V <= 0) return;
     if (ld < V) {
         FP8T_FATAL("softmax_xent_bf16: ld = %d is less than V = %d", ld, V);
     }
     cuda_state *s = cuda_of(b);
     const int vec = !s->plain && ld % 4 == 0 && aligned16(logits);
-    softmax_xent_bf16_kernel<<<fp8t_bf16_pad(N), XENT_THREADS, 0, s->stream>>>(
-        losses, (uint2 *)dlogits, amax_out, logits, ld, targets, N, V, dloss, vec);
+    const int vec32 = dlogits32 && !s->plain && ld % 4 == 0 && aligned16(dlogits32);
+    softmax_xent_kernel<<<fp8t_bf16_pad(N), XENT_THREADS, 0, s->stream>>>(
+        losses, (uint2 *)dlogits, dlogits32, amax_out, logits, ld, targets, N, V, dloss, vec,
+        vec32);
     CUDA_LAUNCH_CHECK(s);
 }
 

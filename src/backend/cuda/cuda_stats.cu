@@ -28,6 +28,9 @@
  *       a few double roundings times the ratio of (s - mean)^2 to the variance, which the
  *       data bound: far below the 1e-6 the statistics are held to.)
  *   F2  one block merges P2's partials in order and finishes *out.
+ * Rows in a wider buffer (req->ld > cols: the head's logits, rows padded to pad(V)) are read
+ * in place by P1 (a block per row at a time) and P2 (its row tiles start ld apart); the kernels
+ * that walk x packed (T, the block=N blocks, the per-tile errors) get a packed copy first.
  * Only *out (about 1 KiB) ever reaches the host, by the caller's copy.
  *
  * Exactness. Counts, min, max, amax and the scales are exact (the same as the CPU's). Every
@@ -192,6 +195,24 @@ __device__ __forceinline__ void tree_reduce(T *sh) {
     __syncthreads();
 }
 
+/* A thread's moments into the block's partial part[blockIdx.x], in the fixed tree. */
+template <bool DEV>
+__device__ __forceinline__ void p1_block_partial(mom_acc *part, mom_acc *sh, const mom_thr *a) {
+    mom_acc b;
+    b.nf = a->nf, b.nnan = a->nnan, b.nzero = a->nzero;
+    b.mn = a->mn, b.mx = a->mx, b.amax = a->amax, b.minnz = a->minnz;
+    b.sum = a->sum, b.sabs = a->sabs, b.ssq = a->ssq;
+    b.cmean = b.cm2 = 0.0;
+    if (DEV && a->nf > 0) {
+        const double nf = (double)a->nf;
+        b.cmean = a->shift + a->s1 / nf;
+        b.cm2 = fmax(a->s2 - a->s1 * (a->s1 / nf), 0.0);
+    }
+    sh[threadIdx.x] = b;
+    tree_reduce<mom_acc, mom_merge, ST_THREADS>(sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+
 /* vec: x is 16-byte aligned, read as float4 (the last n % 4 elements one by one).
  * DEV (a request without images): also the sum (x - mean)^2, in this same read. */
 template <bool DEV>
@@ -231,19 +252,37 @@ __global__ void __launch_bounds__(ST_THREADS)
         scalar_from = nv * 4;
     }
     for (size_t i = scalar_from + i0; i < n; i += T) mom_elem<DEV>(&a, x[i]);
-    mom_acc b;
-    b.nf = a.nf, b.nnan = a.nnan, b.nzero = a.nzero;
-    b.mn = a.mn, b.mx = a.mx, b.amax = a.amax, b.minnz = a.minnz;
-    b.sum = a.sum, b.sabs = a.sabs, b.ssq = a.ssq;
-    b.cmean = b.cm2 = 0.0;
-    if (DEV && a.nf > 0) {
-        const double nf = (double)a.nf;
-        b.cmean = a.shift + a.s1 / nf;
-        b.cm2 = fmax(a.s2 - a.s1 * (a.s1 / nf), 0.0);
+    p1_block_partial<DEV>(part, sh, &a);
+}
+
+/* P1 over rows in a wider buffer (row stride ld > cols): each block takes whole rows, its
+ * threads a row's columns (coalesced scalar loads; the rows are the head's logits, long) */
+template <bool DEV>
+__global__ void __launch_bounds__(ST_THREADS)
+    stats_p1_rows_kernel(mom_acc *part, const float *__restrict__ x, int rows, int cols,
+                         size_t ld) {
+    __shared__ mom_acc sh[ST_THREADS];
+    mom_thr a;
+    mom_thr_init(&a);
+    if (DEV) { /* the shift: the first element this thread reads, if finite */
+        const float k = (int)blockIdx.x < rows && (int)threadIdx.x < cols
+                            ? x[(size_t)blockIdx.x * ld + threadIdx.x]
+                            : 0.0f;
+        a.shift = fabsf(k) < INFINITY ? (double)k : 0.0;
     }
-    sh[threadIdx.x] = b;
-    tree_reduce<mom_acc, mom_merge, ST_THREADS>(sh);
-    if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + (size_t)r * ld;
+        int c = threadIdx.x;
+        for (; c + 3 * ST_THREADS < cols; c += 4 * ST_THREADS) {
+            float e[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) e[u] = xr[c + u * ST_THREADS];
+#pragma unroll
+            for (int u = 0; u < 4; u++) mom_elem<DEV>(&a, e[u]);
+        }
+        for (; c < cols; c += ST_THREADS) mom_elem<DEV>(&a, xr[c]);
+    }
+    p1_block_partial<DEV>(part, sh, &a);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -358,7 +397,8 @@ typedef struct {
     int flat;
     size_t n;       /* elements */
     int rows, cols; /* rows mode */
-    int nbc;        /* tiles per row (rows mode) */
+    size_t ld; /* rows mode: the row stride of x (cols, or more for rows in a wider buffer) */
+    int nbc;   /* tiles per row (rows mode) */
     size_t ntiles;
 } p2_view;
 
@@ -569,7 +609,7 @@ __global__ void __launch_bounds__(ST_P2_THREADS)
                     /* a tile past the end (len 0) is all padding; its row stays in range
                      * for the G tables' index */
                     row[j] = rr < v.rows ? rr : v.rows - 1, c0[j] = cc * ST_TILE;
-                    off[j] = (size_t)rr * (size_t)v.cols + (size_t)c0[j];
+                    off[j] = (size_t)rr * v.ld + (size_t)c0[j];
                     len[j] = tj < v.ntiles ? min(ST_TILE, v.cols - c0[j]) : 0;
                     if (++cc == v.nbc) cc = 0, rr++;
                 }
@@ -1000,11 +1040,40 @@ static unsigned st_grid(const cuda_state *s, const void *kernel, int threads,
     return (unsigned)(want < cap ? want : cap);
 }
 
+/* Whether a request reads x in a kernel that walks it packed (the tile tables of kernel T,
+ * the consecutive blocks of block=N, the per-tile errors): rows in a wider buffer are packed
+ * for it first. P1 and P2 read strided rows themselves. */
+static int stats_reads_packed(const fp8t_stats_req *req, int nimg) {
+    if (req->block > 0 || req->tile_stats) return 1;
+    for (int k = 0; k < nimg; k++) {
+        const fp8t_image_spec *is = &req->img[k];
+        if (is->kind == FP8T_IMG_TILES &&
+            !(is->tile_r == 1 && is->tile_c == ST_TILE && !is->pow2))
+            return 1;
+    }
+    return 0;
+}
+
 void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
                        const fp8t_stats_req *req) {
     cuda_state *s = cuda_of(b);
     static_assert(sizeof(fp8t_stats_raw) % sizeof(ull) == 0, "F1 zeroes *out in 8-byte words");
     const size_t n = rows > 0 && cols > 0 ? (size_t)rows * (size_t)cols : 0;
+    const int ld = req && req->ld > 0 ? req->ld : cols;
+    if (ld < cols) {
+        FP8T_FATAL("tensor_stats: row stride %d is less than the %d columns", ld, cols);
+    }
+    const int strided = ld != cols && n > 0;
+    if (strided && stats_reads_packed(req, req->n_images < ST_NIMG ? req->n_images : ST_NIMG)) {
+        float *packed_x = (float *)cuda_scratch(b, SCR_STATS_PACK, n * sizeof(float));
+        CUDA_CHECK(cudaMemcpy2DAsync(packed_x, (size_t)cols * sizeof(float), x,
+                                     (size_t)ld * sizeof(float), (size_t)cols * sizeof(float),
+                                     (size_t)rows, cudaMemcpyDeviceToDevice, s->stream));
+        fp8t_stats_req packed = *req;
+        packed.ld = 0;
+        cuda_tensor_stats(b, out, packed_x, rows, cols, &packed);
+        return;
+    }
     img_specs sp;
     memset(&sp, 0, sizeof sp);
     int nimg = req ? req->n_images : 0;
@@ -1049,16 +1118,17 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     p2_view v;
     memset(&v, 0, sizeof v);
     v.n = n;
+    rows_mode = rows_mode || strided; /* the flat walk reads packed elements */
     v.flat = !rows_mode;
     if (rows_mode) {
-        v.rows = rows, v.cols = cols;
+        v.rows = rows, v.cols = cols, v.ld = (size_t)ld;
         v.nbc = (int)cdiv_u((size_t)cols, ST_TILE);
         v.ntiles = (size_t)rows * (size_t)v.nbc;
     } else {
         v.ntiles = (n + ST_TILE - 1) / ST_TILE;
     }
     const int aligned = ((uintptr_t)x & 15u) == 0;
-    const int vec2 = aligned && (v.flat || cols % 4 == 0);
+    const int vec2 = aligned && (v.flat || ld % 4 == 0);
 
     static std::atomic<int> occ1(0), occ2(0);
     const unsigned grid1 = st_grid(s, (const void *)stats_p1_kernel<true>, ST_THREADS, &occ1,
@@ -1105,12 +1175,20 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     for (int k = 0; k < nimg; k++)
         if (sp.gtiles[k]) sp.gtab[k] = (float *)(scr + tab_off[k]);
 
-    if (nimg > 0)
+    /* strided rows: a block per row at a time (at most grid1 blocks, the partials' count) */
+    const unsigned gridr = strided ? (grid1 < (unsigned)rows ? grid1 : (unsigned)rows) : grid1;
+    if (strided && nimg > 0)
+        stats_p1_rows_kernel<false>
+            <<<gridr, ST_THREADS, 0, s->stream>>>(part1, x, rows, cols, (size_t)ld);
+    else if (strided)
+        stats_p1_rows_kernel<true>
+            <<<gridr, ST_THREADS, 0, s->stream>>>(part1, x, rows, cols, (size_t)ld);
+    else if (nimg > 0)
         stats_p1_kernel<false><<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
     else
         stats_p1_kernel<true><<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
     CUDA_LAUNCH_CHECK(s);
-    stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part1, (int)grid1, n, sp);
+    stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part1, (int)gridr, n, sp);
     CUDA_LAUNCH_CHECK(s);
     for (int k = 0; k < nimg; k++) {
         if (!sp.gtiles[k]) continue;
