@@ -194,5 +194,6 @@ void fp8t_model_backward(fp8t_model *m, float dloss) {
     }
     ops->embedding_backward(be, m->g.wte, c->arch == FP8T_ARCH_GPT2 ? m->g.wpe : NULL, a->dres,
                             m->tokens, B, T, C);
+    m->grads_zero = 0;
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, -1);
 }

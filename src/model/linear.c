@@ -847,15 +847,15 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
         .x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .tile_r = 128, .tile_c = 1, .pos = 1};
     prepared x_q; /* X's codes from the forward, when from_codes */
     if (from_codes) saved_x(m, lin, N, IN, &x_q);
-    /* with a hook, this micro-batch's dW goes through scratch: the hook sees it alone, then it
-     * is accumulated (dY's codes from the Dgrad where reuse allows: a read-only hook) */
-    float *out = m->hook ? model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float)) : dW;
-    run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, out, 0, &dy_w, &x_w, OUT, IN, N, 1, 0, !m->hook,
-             NULL, reuse ? &dy_q : NULL, from_codes ? &x_q : NULL, NULL);
-    if (m->hook) {
-        call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, out, OUT, IN);
-        m->ops->accumulate(m->be, dW, out, (size_t)OUT * IN);
-    }
+    /* the hook sees this micro-batch's dW alone: dW itself while the gradients are still zero
+     * (the unhooked path's accumulating GEMM, the same bits), else a scratch accumulated after
+     * the hook (dY's codes from the Dgrad where reuse allows: a read-only hook) */
+    const int direct = !m->hook || m->grads_zero;
+    float *out = direct ? dW : model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float));
+    run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, out, 0, &dy_w, &x_w, OUT, IN, N, 1, 0, direct, NULL,
+             reuse ? &dy_q : NULL, from_codes ? &x_q : NULL, NULL);
+    call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, out, OUT, IN);
+    if (!direct) m->ops->accumulate(m->be, dW, out, (size_t)OUT * IN);
     if (dbias && !dy_q.colsum_done) m->ops->bias_backward(m->be, dbias, dY, N, OUT);
 }
 
@@ -970,9 +970,10 @@ void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_DGRAD, dX, N, IN);
     call_hook_ld(m, lin, FP8T_GEMM_WGRAD, FP8T_T_GRAD_OUTPUT, dy32, N, OUT, ld);
     call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, from_codes ? NULL : X, N, IN);
-    if (r == 1.0f && !m->hook) {
+    if (r == 1.0f && (!m->hook || m->grads_zero)) { /* as backward's Wgrad */
         run_gemm(m, lin, FP8T_GEMM_WGRAD, bf, dW, 0, NULL, &x_w, OUT, IN, N, 1, 0, 1, NULL, &pdy,
                  from_codes ? &x_q : NULL, NULL);
+        call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, dW, OUT, IN);
         return;
     }
     float *tmp = model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float));

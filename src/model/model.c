@@ -642,6 +642,7 @@ const float *fp8t_model_losses(fp8t_model *m) { return m->a.losses; }
 void fp8t_model_zero_grad(fp8t_model *m) {
     if (model_refuse_if_frozen(m, "fp8t_model_zero_grad")) return;
     m->ops->zero(m->be, m->grads, m->num_params * sizeof(float));
+    m->grads_zero = 1;
 }
 
 float fp8t_model_grad_norm(fp8t_model *m) {

@@ -338,7 +338,10 @@ struct fp8t_model {
                               whose layer copy is not allocated (it lives from its norm or
                               activation to its Fprop); allocated when first needed */
     int warned_saved;       /* the backward's note on a hook/policy change was printed */
-    int warned_block;       /* a block or rowwise GEMM's shape left the FP8 tensor cores
+    /* the gradients are all zero (zero_grad, no backward since): a hooked Wgrad then
+     * accumulates straight into dW, which is this micro-batch's alone, as the unhooked path */
+    int grads_zero;
+    int warned_block; /* a block or rowwise GEMM's shape left the FP8 tensor cores
                               (printed once) */
 
     /* Layer saves (layer_save): what the last forward kept per layer (model_forward_saves),
