@@ -15,8 +15,8 @@ struct fp8t_nan_tracker {
     int step;
     int found;
     char where[160];  /* "layer 2 fc2 fprop output (forward)" */
-    fp8t_backend *be; /* owner of amax_dev */
-    float *amax_dev;  /* device scalar [1] */
+    fp8t_backend *be; /* owner of dev */
+    void *dev;        /* on be: the amax (one float), or a strided site's fp8t_stats_raw */
 };
 
 fp8t_nan_tracker *fp8t_nan_tracker_create(void) {
@@ -27,7 +27,7 @@ fp8t_nan_tracker *fp8t_nan_tracker_create(void) {
 
 void fp8t_nan_tracker_destroy(fp8t_nan_tracker *t) {
     if (!t) return;
-    if (t->be && t->amax_dev) t->be->ops->free(t->be, t->amax_dev);
+    if (t->be && t->dev) t->be->ops->free(t->be, t->dev);
     free(t);
 }
 
@@ -53,10 +53,9 @@ void fp8t_nan_tracker_observe(fp8t_nan_tracker *t, fp8t_model *m, const fp8t_ten
     if (!t || t->found || !site || !x || site->rows <= 0 || site->cols <= 0) return;
     fp8t_backend *be = fp8t_model_backend(m);
     if (t->be != be) { /* first use, or a new model on another backend */
-        if (t->be && t->amax_dev) t->be->ops->free(t->be, t->amax_dev);
+        if (t->be && t->dev) t->be->ops->free(t->be, t->dev);
         t->be = be;
-        /* room for the amax, or for the raw statistics of a strided tensor */
-        t->amax_dev = be->ops->malloc(be, sizeof(fp8t_stats_raw));
+        t->dev = be->ops->malloc(be, sizeof(fp8t_stats_raw));
     }
     if (site->ld > site->cols) {
         /* rows inside a wider buffer (a read-only hook's head logits): the floats between
@@ -65,15 +64,15 @@ void fp8t_nan_tracker_observe(fp8t_nan_tracker *t, fp8t_model *m, const fp8t_ten
         memset(&req, 0, sizeof req);
         req.ld = site->ld;
         fp8t_stats_raw raw;
-        be->ops->tensor_stats(be, (fp8t_stats_raw *)t->amax_dev, x, site->rows, site->cols, &req);
-        be->ops->to_host(be, &raw, t->amax_dev, sizeof raw);
+        be->ops->tensor_stats(be, t->dev, x, site->rows, site->cols, &req);
+        be->ops->to_host(be, &raw, t->dev, sizeof raw);
         if (raw.n_nan == 0 && raw.n_inf == 0) return;
     } else {
         /* amax propagates NaN and turns +-Inf into Inf: one scalar says "non-finite". */
-        be->ops->zero(be, t->amax_dev, sizeof(float));
-        be->ops->amax(be, t->amax_dev, x, (size_t)site->rows * (size_t)site->cols);
+        be->ops->zero(be, t->dev, sizeof(float));
+        be->ops->amax(be, t->dev, x, (size_t)site->rows * (size_t)site->cols);
         float amax = 0;
-        be->ops->to_host(be, &amax, t->amax_dev, sizeof(float));
+        be->ops->to_host(be, &amax, t->dev, sizeof(float));
         if (isfinite(amax)) return;
     }
     t->found = 1;

@@ -785,6 +785,11 @@ static fp8t_precision wgrad_prec(const fp8t_model *m, int lin) {
     return m->xq[lin].saved ? m->xq[lin].prec : m->prec[lin][FP8T_GEMM_WGRAD];
 }
 
+/* Whether a Wgrad accumulates straight into dW: always without a hook; with one while the
+ * gradients are still zero (dW is then this micro-batch's alone, which the hook is shown, and the
+ * GEMM the unhooked path's), else it goes through a scratch accumulated after the hook. */
+static int wgrad_into_dw(const fp8t_model *m) { return !m->hook || m->grads_zero; }
+
 /* linear_backward; step (may be NULL): an operand with only dY's producer step set (dgelu_x /
  * dgelu_x16 with dgelu_bias, or dswiglu with its inputs, and values): dY is then that step of
  * the gradient given as dY (linear_backward_gelu, linear_backward_dswiglu: only where the plan
@@ -847,10 +852,8 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
         .x = X, .rows = N, .cols = IN, .role = FP8T_ROLE_X, .tile_r = 128, .tile_c = 1, .pos = 1};
     prepared x_q; /* X's codes from the forward, when from_codes */
     if (from_codes) saved_x(m, lin, N, IN, &x_q);
-    /* the hook sees this micro-batch's dW alone: dW itself while the gradients are still zero
-     * (the unhooked path's accumulating GEMM, the same bits), else a scratch accumulated after
-     * the hook (dY's codes from the Dgrad where reuse allows: a read-only hook) */
-    const int direct = !m->hook || m->grads_zero;
+    /* dY's codes from the Dgrad where reuse allows (a read-only hook too) */
+    const int direct = wgrad_into_dw(m);
     float *out = direct ? dW : model_scratch(m, &m->wgrad_tmp, (size_t)OUT * IN * sizeof(float));
     run_gemm(m, lin, FP8T_GEMM_WGRAD, wprec, out, 0, &dy_w, &x_w, OUT, IN, N, 1, 0, direct, NULL,
              reuse ? &dy_q : NULL, from_codes ? &x_q : NULL, NULL);
@@ -970,7 +973,7 @@ void linear_backward_bf16_dy(fp8t_model *m, int lin, float *dX, float *dW,
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_DGRAD, dX, N, IN);
     call_hook_ld(m, lin, FP8T_GEMM_WGRAD, FP8T_T_GRAD_OUTPUT, dy32, N, OUT, ld);
     call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, from_codes ? NULL : X, N, IN);
-    if (r == 1.0f && (!m->hook || m->grads_zero)) { /* as backward's Wgrad */
+    if (r == 1.0f && wgrad_into_dw(m)) {
         run_gemm(m, lin, FP8T_GEMM_WGRAD, bf, dW, 0, NULL, &x_w, OUT, IN, N, 1, 0, 1, NULL, &pdy,
                  from_codes ? &x_q : NULL, NULL);
         call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_WGRAD, dW, OUT, IN);

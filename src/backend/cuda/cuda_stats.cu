@@ -1063,8 +1063,11 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     if (ld < cols) {
         FP8T_FATAL("tensor_stats: row stride %d is less than the %d columns", ld, cols);
     }
+    int nimg = req ? req->n_images : 0;
+    if (nimg > ST_NIMG) nimg = ST_NIMG;
+    if (nimg < 0 || n == 0) nimg = 0;
     const int strided = ld != cols && n > 0;
-    if (strided && stats_reads_packed(req, req->n_images < ST_NIMG ? req->n_images : ST_NIMG)) {
+    if (strided && stats_reads_packed(req, nimg)) {
         float *packed_x = (float *)cuda_scratch(b, SCR_STATS_PACK, n * sizeof(float));
         CUDA_CHECK(cudaMemcpy2DAsync(packed_x, (size_t)cols * sizeof(float), x,
                                      (size_t)ld * sizeof(float), (size_t)cols * sizeof(float),
@@ -1076,9 +1079,6 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     }
     img_specs sp;
     memset(&sp, 0, sizeof sp);
-    int nimg = req ? req->n_images : 0;
-    if (nimg > ST_NIMG) nimg = ST_NIMG;
-    if (nimg < 0 || n == 0) nimg = 0;
     sp.n = nimg;
     int rows_mode = 0;
     for (int k = 0; k < nimg; k++) {
