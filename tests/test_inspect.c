@@ -324,9 +324,10 @@ static void test_inspect_selection_stats_and_dumps(void) {
             const cJSON *wc = cJSON_GetObjectItem(wi, "current_e5m2");
             const cJSON *wb = cJSON_GetObjectItem(wi, "block128_e4m3");
             T_ASSERT(wc && wb && cJSON_GetObjectItem(wi, "current_e4m3") &&
-                         cJSON_GetObjectItem(wi, "block128_e5m2") &&
-                         cJSON_GetObjectItem(wi, "mxfp8"),
+                         cJSON_GetObjectItem(wi, "block128_e5m2"),
                      "%s: whatif fields missing", name);
+            T_CHECK(!cJSON_GetObjectItem(wi, "mxfp8") && cJSON_GetArraySize(wi) == 4,
+                    "%s: the MXFP8 what-if without whatif=all", name);
             fp8t_stats w;
             fp8t_fp8_stats(&w, x, count, fp8t_current_scale(fp8_amax(x, count), 57344.0f, 0, 0),
                            FP8_E5M2);
@@ -511,10 +512,10 @@ static void test_inspect_off_and_spec_errors(void) {
     char err[512], out[400];
     snprintf(out, sizeof(out), "%s/inspect3", g_root);
     const char *bad[] = {"bogus=1",   "every=0",       "layers=3-1", "modules=fc9", "gemms=fwd",
-                         "tensors=x", "end=2,start=5", "micro=some", "dump"};
-    const char *word[] = {"bogus", "every",  "layers", "fc9",      "fwd",
-                          "'x'",   "before", "micro",  "key=value"};
-    for (int i = 0; i < 9; i++) {
+                         "tensors=x", "end=2,start=5", "micro=some", "dump",        "whatif=mx"};
+    const char *word[] = {"bogus", "every",  "layers", "fc9",       "fwd",
+                          "'x'",   "before", "micro",  "key=value", "whatif=mx: expected"};
+    for (int i = 0; i < 10; i++) {
         err[0] = 0;
         fp8t_inspector *in = fp8t_inspector_create(bad[i], out, err, sizeof(err));
         T_CHECK(!in && strstr(err, word[i]), "spec '%s': %s", bad[i], err);
@@ -624,9 +625,13 @@ static void test_spec_check_matches_create(void) {
                 e_check);
         fp8t_inspector_destroy(in);
     }
-    const char *good[] = {NULL, "", "every=2,start=1,end=3,layers=1+head,modules=fc2+head",
-                          "gemms=fprop+dgrad,tensors=operands,block=128,dump=1,micro=all"};
-    for (int i = 0; i < 4; i++) {
+    const char *good[] = {NULL,
+                          "",
+                          "every=2,start=1,end=3,layers=1+head,modules=fc2+head",
+                          "gemms=fprop+dgrad,tensors=operands,block=128,dump=1,micro=all",
+                          "whatif=all",
+                          "whatif=default"};
+    for (int i = 0; i < 6; i++) {
         e_check[0] = 0;
         T_CHECK(fp8t_inspector_spec_check(good[i], e_check, sizeof(e_check)) == 0,
                 "spec '%s': %s", good[i] ? good[i] : "(null)", e_check);

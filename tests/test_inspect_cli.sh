@@ -73,10 +73,18 @@ else fail selection "$n rows, $n1 in layer 1, $nres results, $nstep at step 3 (e
 strip_hist() { sed -E 's/"amax_history_max":[^,]*,//'; }
 if diff <(grep '"step":3,' "$RUN/stats.jsonl" | strip_hist | sort) <(strip_hist <"$S1" | sort) >/dev/null; then pass matches_training_step
 else fail matches_training_step "inspect rows differ from the training run's step 3 rows"; fi
-# what-if statistics: every operand row carries the five recipes; compare and the report show
-# the best of them next to the recipe in use
-nwi=$(grep -c '"whatif":{"current_e4m3":{"underflow_pct":[0-9.e+-]*,"saturation_pct":[0-9.e+-]*,"sqnr_db":[^}]*},"current_e5m2":{[^}]*},"block128_e4m3":{[^}]*},"block128_e5m2":{[^}]*},"mxfp8":{[^}]*}}' "$S1")
-if [ "$nwi" -eq 24 ]; then pass whatif_fields; else fail whatif_fields "$nwi of 24 rows with the five what-if recipes"; fi
+# what-if statistics: every operand row carries the four default recipes (whatif=all adds
+# MXFP8 after them, the others unchanged); compare and the report show the best of them next to
+# the recipe in use
+nwi=$(grep -c '"whatif":{"current_e4m3":{"underflow_pct":[0-9.e+-]*,"saturation_pct":[0-9.e+-]*,"sqnr_db":[^}]*},"current_e5m2":{[^}]*},"block128_e4m3":{[^}]*},"block128_e5m2":{[^}]*}}' "$S1")
+if [ "$nwi" -eq 24 ]; then pass whatif_fields; else fail whatif_fields "$nwi of 24 rows with the four default what-if recipes"; fi
+"$BIN" inspect "$CK" --spec "$SEL,whatif=all" --out "$TMP/wi_all" >"$TMP/i_all.out" 2>"$TMP/i_all.err"; rc=$?
+S_ALL="$TMP/wi_all/stats.jsonl"
+nmx=$(grep -c '"block128_e5m2":{[^}]*},"mxfp8":{"underflow_pct":[0-9.e+-]*,"saturation_pct":[0-9.e+-]*,"sqnr_db":[^}]*}}' "$S_ALL" 2>/dev/null)
+if [ $rc -eq 0 ] && [ "$nmx" -eq 24 ] &&
+   diff <(sed -E 's/,"mxfp8":\{[^}]*\}//' "$S_ALL") "$S1" >/dev/null; then pass whatif_all_adds_mxfp8
+else fail whatif_all_adds_mxfp8 "rc $rc, $nmx of 24 rows with mxfp8, or the other fields differ: $(head -c 300 "$TMP/i_all.err")"; fi
+expect_usage bad_whatif "whatif=most: expected default" "$CK" --spec "whatif=most"
 "$BIN" compare "$RUN" "$RUN" --json >"$TMP/cmp.json" 2>/dev/null
 "$BIN" compare "$RUN" "$RUN" --report "$TMP/cmp.html" >"$TMP/cmp.txt" 2>&1
 if grep -q '"whatif_best":[[:space:]]*"[a-z0-9_]*"' "$TMP/cmp.json" && grep -q '"precision":[[:space:]]*"delayed"' "$TMP/cmp.json" &&

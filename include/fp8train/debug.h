@@ -17,8 +17,10 @@ extern "C" {
 /* ---- inspect ----
  * spec: comma-separated key=value, e.g.
  *   "every=10,start=0,end=1000,layers=0-3,modules=qkv+fc2,gemms=fprop+dgrad,
- *    tensors=input+weight+grad_output+output+dgrad+wgrad,block=128,dump=1"
- * Missing keys select everything; every defaults to 1. Writes OUT/stats.jsonl (one JSON object
+ *    tensors=input+weight+grad_output+output+dgrad+wgrad,block=128,dump=1,whatif=all"
+ * Missing keys select everything; every defaults to 1; whatif=default computes the per-tensor
+ * current-scaling and 1x128-block what-ifs of each operand in both formats, whatif=all MXFP8's
+ * as well. Writes OUT/stats.jsonl (one JSON object
  * per tensor site per selected step) and, with dump=1, OUT/dumps/step_NNNNNN/<site>.npy (FP32
  * values) and <site>.fp8.npy (uint8 codes) + <site>.scale_inv.npy.
  * Errors (err) name the key at fault, not an option: the caller prefixes the option the spec

@@ -24,7 +24,8 @@ typedef struct {
     int n;
     double cos, sqnr, under;
     char precision[12];
-    int n_whatif; /* rows with what-if data */
+    int n_whatif;               /* rows with what-if data */
+    int n_w[FP8T_WHATIF_COUNT]; /* ... with what-if w (mxfp8 only with whatif=all) */
     double wsqnr[FP8T_WHATIF_COUNT], wunder[FP8T_WHATIF_COUNT];
     int n_tile;           /* rows with tile data (block, rowwise) */
     double tsqnr, tunder; /* sum of the worst tile's SQNR; max worst underflow */
@@ -98,10 +99,12 @@ static site_agg *aggregate_sites(const fp8t_run *run, const int *steps, int n_st
             memcpy(s->precision, rows[i].precision, sizeof(s->precision));
         }
         site_agg *s = &out[k - 1];
-        /* a row has what-if data when its underflow % is there (always a number then) */
+        /* a row has what-if w when its underflow % is there (always a number then) */
         if (!isnan(rows[i].whatif_under[0])) {
             s->n_whatif++;
             for (int w = 0; w < FP8T_WHATIF_COUNT; w++) {
+                if (isnan(rows[i].whatif_under[w])) continue;
+                s->n_w[w]++;
                 /* capped like sqnr; a NaN image (a NaN or Inf in an MX block) stays NaN */
                 double ws = rows[i].whatif_sqnr[w];
                 s->wsqnr[w] += isnan(ws) ? NAN : fmin(ws, SQNR_CAP_DB);
@@ -128,8 +131,8 @@ static site_agg *aggregate_sites(const fp8t_run *run, const int *steps, int n_st
         out[i].tsqnr = out[i].n_tile ? out[i].tsqnr / out[i].n_tile : NAN;
         if (!out[i].n_tile) out[i].tunder = NAN;
         for (int w = 0; w < FP8T_WHATIF_COUNT; w++) {
-            out[i].wsqnr[w] = out[i].n_whatif ? out[i].wsqnr[w] / out[i].n_whatif : NAN;
-            out[i].wunder[w] = out[i].n_whatif ? out[i].wunder[w] / out[i].n_whatif : NAN;
+            out[i].wsqnr[w] = out[i].n_w[w] ? out[i].wsqnr[w] / out[i].n_w[w] : NAN;
+            out[i].wunder[w] = out[i].n_w[w] ? out[i].wunder[w] / out[i].n_w[w] : NAN;
         }
     }
     free(rows);

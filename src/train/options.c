@@ -582,7 +582,8 @@ static const opt OPTIONS[] = {
 
     STR("inspect", "SPEC", inspect, G_DEBUG,
         "tensor statistics to OUT/stats.jsonl, e.g. 'every=10,layers=0-1,gemms=fprop,dump=1' "
-        "(data parallel: ranks=0 (default) or ranks=all, OUT/rank-R/stats.jsonl per rank)"),
+        "(whatif=all adds the MXFP8 what-if; data parallel: ranks=0 (default) or ranks=all, "
+        "OUT/rank-R/stats.jsonl per rank; docs/debugging.md lists every key)"),
     NUM("inspect-dump-mb", "N", OT_INT, inspect_dump_mb, 1, 1 << 20, G_DEBUG,
         "--inspect dump=1: MiB of pinned host memory the dumps may hold while the writer thread "
         "catches up (beyond it a dump waits for the disk)"),

@@ -3522,7 +3522,7 @@ static void model_determinism(const char *cname, const fp8t_model_config *cfg, i
 }
 
 /* The inspector end to end on the CUDA backend: two FP8 training steps of a small GPT-2 with
- * --inspect every=1,dump=1,block=64 (device statistics, what-ifs, async dumps through pinned
+ * --inspect every=1,dump=1,block=64,whatif=all (device statistics, what-ifs, async dumps through pinned
  * buffers), then every stats.jsonl row against the CPU statistics of its own dump (the very
  * tensor the GPU saw): counts (underflow %, saturation %, n_nan, n_inf, n_zero) and min / max
  * / amax exact, moments and SQNR within 1e-6 relative (1e-5 dB); the what-if fields likewise
@@ -3553,7 +3553,8 @@ static void test_inspect_on_gpu(void) {
         return;
     }
     fp8t_model *m = make_model(GPU, &cfg, FP8T_PREC_DELAYED, B, T);
-    fp8t_inspector *in = fp8t_inspector_create("every=1,dump=1,block=64", dir, err, sizeof(err));
+    fp8t_inspector *in =
+        fp8t_inspector_create("every=1,dump=1,block=64,whatif=all", dir, err, sizeof(err));
     if (!m || !in) {
         row("inspect on the GPU", "create", 0, 0, 0, in ? "model" : err);
         fp8t_inspector_destroy(in);
