@@ -14,6 +14,7 @@
 #include "fp8train/fp8.h"
 #include "fp8train/io.h"
 #include "fp8train/model.h"
+#include "fp8train/profile.h"
 #include "fp8train/recipe.h"
 #include "fp8train/stats.h"
 #include "test.h"
@@ -36,6 +37,7 @@ static void block128_image(float *out, const float *x, int rows, int cols, fp8_f
 }
 static int g_hist_len = 16; /* the amax history length of the next tiny_open */
 static unsigned g_disable;  /* the model options' disable bits of the next tiny_open */
+static int g_profiled;      /* the next tiny_open's backend wrapped by the op profiler */
 static int g_vocab;         /* the vocabulary of the next tiny_open (0: the preset's) */
 
 typedef struct {
@@ -48,6 +50,7 @@ static int tiny_open(tiny *t) {
     char err[512];
     memset(t, 0, sizeof(*t));
     t->be = fp8t_backend_create("cpu", NULL, err, sizeof(err));
+    if (t->be && g_profiled) t->be = fp8t_profile_wrap(t->be);
     if (!t->be) {
         printf("  backend: %s\n", err);
         return -1;
@@ -967,7 +970,48 @@ static void observer_keeps_numerics(void) {
                 loss[0][step], norm[0][step], loss[1][step], norm[1][step]);
 }
 
+/* The ops one observed step of tiny ran, as the op profiler names them (its report). */
+static char *observed_step_ops(const char *spec) {
+    tiny t;
+    g_profiled = 1;
+    const int ok = tiny_open(&t) == 0;
+    g_profiled = 0;
+    if (!ok) return NULL;
+    char out[1024], err[512];
+    snprintf(out, sizeof(out), "%s/observer_ops", g_root);
+    observe_ctx c = {fp8t_inspector_create(spec, out, err, sizeof(err)), 0, 0};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = c.in ? open_memstream(&buf, &len) : NULL;
+    if (f) {
+        fp8t_model_set_observer(t.m, observe_hook, &c);
+        fp8t_inspector_begin_step(c.in, 0);
+        tiny_step(&t, 1);
+        fp8t_inspector_end_step(c.in, 0);
+        fp8t_model_set_hook(t.m, NULL, NULL);
+        fp8t_profile_report(t.be, f, 1);
+        fclose(f);
+    }
+    fp8t_inspector_destroy(c.in);
+    tiny_close(&t);
+    return buf;
+}
+
+/* An observer keeps GPT-2's GELU passes in FP8 delayed (fc2's operand made from GELU's input,
+ * fc1's dY from the GELU backward's, each pass also writing the FP32 tensor the hook is shown):
+ * no gelu_forward / gelu_backward op of their own (observer_case checks the rows equal a writing
+ * hook's, which runs those ops). */
+static void observer_keeps_gelu_passes(void) {
+    char *ops = observed_step_ops("every=1");
+    T_ASSERT(ops, "no profile report");
+    T_CHECK(strstr(ops, "quantize_gelu") && strstr(ops, "quantize_dgelu") &&
+                !strstr(ops, "gelu_forward") && !strstr(ops, "gelu_backward"),
+            "the observed step's GELU ops:\n%s", ops);
+    free(ops);
+}
+
 static void test_inspect_read_only_hook(void) {
+    observer_keeps_gelu_passes();
     observer_keeps_numerics();
     g_vocab = 253; /* not a multiple of 8: the fused head's rows are padded (strided sites) */
     observer_keeps_numerics();

@@ -67,10 +67,10 @@ static void test_fp8_fused_kinds(void) {
         const float *sc = scale_one();
         if (kind == 0) cpu_quantize(be, c2, t2, a2, x, R, C, FP8_E4M3, sc);
         if (kind == 1) cpu_quantize_colsum(be, c2, t2, a2, s2, x, R, C, FP8_E4M3, sc);
-        if (kind == 2) cpu_quantize_gelu(be, c2, t2, a2, NULL, x, bias, R, C, FP8_E4M3, sc);
+        if (kind == 2) cpu_quantize_gelu(be, c2, t2, a2, NULL, x, bias, R, C, FP8_E4M3, sc, NULL);
         if (kind == 3)
             cpu_gelu_backward_quantize_colsum(be, c2, t2, a2, s2, x, x2, NULL, bias, R, C,
-                                              FP8_E4M3, sc);
+                                              FP8_E4M3, sc, NULL);
         T_CHECK(same(c1, c2, n) && same(t1, t2, n), "kind %d: codes", kind);
         T_CHECK(same(a1, a2, 4), "kind %d: amax %g vs %g", kind, *a1, *a2);
         T_CHECK(same(s1, s2, C * 4), "kind %d: column sums", kind);

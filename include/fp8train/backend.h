@@ -218,6 +218,9 @@ typedef struct {
                              read instead of x2 (bias then NULL: the copy holds it) */
     const float *x3;       /* DSWIGLU_GATE: up (or NULL: x3_16) */
     const uint16_t *x3_16; /* DSWIGLU_GATE: up as its BF16 copy, read instead of x3 */
+    float *values; /* GELU, DGELU into per-tensor FP8 (or NULL): the step's FP32 values [rows,
+                      cols] packed written here too, what a read-only hook is shown (the
+                      step's own op's bits); other requests with values are composed */
 } fp8t_operand_req;
 
 /* The GEMM views of an operand (gemm_fp8's and gemm_bf16_rounded's argument types). */

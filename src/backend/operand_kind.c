@@ -54,11 +54,12 @@ int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_oper
         k->quantize_colsum(b, c, ct, o->amax, r->colsum, r->x, rows, cols, fmt, o->scale);
         return 1;
     case FP8T_OPK_QUANTIZE_GELU:
-        k->quantize_gelu(b, c, ct, o->amax, r->save16, r->x, r->bias, rows, cols, fmt, o->scale);
+        k->quantize_gelu(b, c, ct, o->amax, r->save16, r->x, r->bias, rows, cols, fmt, o->scale,
+                         r->values);
         return 1;
     case FP8T_OPK_QUANTIZE_DGELU:
         k->quantize_dgelu(b, c, ct, o->amax, r->colsum, r->x, r->x2, r->x2_16, r->bias, rows,
-                          cols, fmt, o->scale);
+                          cols, fmt, o->scale, r->values);
         return 1;
     case FP8T_OPK_BF16: k->bf16(b, h, o->amax, r->x, rows, cols); return 1;
     case FP8T_OPK_BF16_COLSUM:

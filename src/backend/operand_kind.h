@@ -90,6 +90,10 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
     if (((r->sum || r->sum16) && !add) || ((r->mean || r->rstd) && !norm))
         return FP8T_OPK_COMPOSE;
     if (bf16 && o->data_t) return FP8T_OPK_COMPOSE; /* BF16 has one layout for both */
+    /* the FP32 values too: the per-tensor FP8 GELU passes alone write them */
+    if (r->values && (bf16 || o->scaling != FP8T_SCALING_TENSOR ||
+                      (st != FP8T_STEP_GELU && st != FP8T_STEP_DGELU)))
+        return FP8T_OPK_COMPOSE;
     const int dswiglu = st == FP8T_STEP_DSWIGLU_GATE || st == FP8T_STEP_DSWIGLU_UP;
     /* the BF16 copies of the activations' inputs: written by a GELU / SwiGLU pass, read by a
      * dGELU / dSwiGLU pass (alone) */
@@ -161,14 +165,15 @@ typedef struct {
     void (*quantize_colsum)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                             float *colsum, const float *x, int rows, int cols, fp8_format fmt,
                             const float *scale);
-    /* save16 / x16: the request's save16 / x2_16 (x NULL when x16 is given) */
+    /* save16 / x16: the request's save16 / x2_16 (x NULL when x16 is given); values: the
+     * request's (may be NULL) */
     void (*quantize_gelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                           uint16_t *save16, const float *x, const float *bias, int rows, int cols,
-                          fp8_format fmt, const float *scale);
+                          fp8_format fmt, const float *scale, float *values);
     void (*quantize_dgelu)(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                            float *colsum, const float *dout, const float *x, const uint16_t *x16,
                            const float *bias, int rows, int cols, fp8_format fmt,
-                           const float *scale);
+                           const float *scale, float *values);
     void (*bf16)(fp8t_backend *b, uint16_t *out, float *amax_out, const float *x, int rows,
                  int cols);
     void (*bf16_colsum)(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,

@@ -155,9 +155,12 @@ static void operand_step(const operand *op, fp8t_operand_req *r) {
 }
 
 /* The operand r describes, of op's values: its step applied in the rounding pass where the
- * backend can, else composed into op->values first. */
+ * backend can, else composed into op->values first. A read-only hook (the plan fuses a step
+ * under one only where the pass can write the values too: plan_step) is shown op->values, which
+ * the pass then writes as well. */
 static void make_operand_of(fp8t_model *m, const operand *op, fp8t_operand_req *r) {
     operand_step(op, r);
+    if (m->hook && r->step != FP8T_STEP_NONE) r->values = op->values;
     model_make_operand(m->ops, m->be, r, op->values);
 }
 
@@ -621,7 +624,10 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
 static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const operand *step,
                   const float *W, const float *bias, int N, int IN, int OUT, int replay) {
     float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
-    if (!replay) {
+    /* with a fused step the operand's values exist only after the pass: a read-only hook (the
+     * only one the plan fuses under) is shown them, and W, after the GEMM, in the same order */
+    const int hooks_after = step && m->hook;
+    if (!replay && !hooks_after) {
         call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN);
         call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_WEIGHT, Wm, OUT, IN);
     }
@@ -682,6 +688,10 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const ope
         sx->valid = 1;
     }
     if (record) m->w_amax_done[lin] = 1;
+    if (!replay && hooks_after) {
+        call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, step->values, N, IN);
+        call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_WEIGHT, Wm, OUT, IN);
+    }
     if (!replay) call_hook_ld(m, lin, FP8T_GEMM_FPROP, FP8T_T_OUTPUT, Y, N, OUT, ldy ? ldy : OUT);
     if (bias && !fuse_bias) m->ops->bias_add(m->be, Y, bias, N, OUT);
 }
@@ -811,9 +821,15 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
                    "forward; --disable fp8-save keeps every X)");
         m->warned_saved = 1;
     }
-    /* Dgrad: dX[N,IN] = dY[N,OUT]·W[OUT,IN]; dY's amax is recorded here, once */
-    call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
-    call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, Wm, OUT, IN);
+    /* Dgrad: dX[N,IN] = dY[N,OUT]·W[OUT,IN]; dY's amax is recorded here, once. With a fused
+     * step dY exists only after the Dgrad's pass: a read-only hook is shown it (step->values,
+     * which the pass writes) and W after the GEMM, in the same order. */
+    const int hooks_after = step && m->hook;
+    float *dy_shown = hooks_after ? step->values : dY;
+    if (!hooks_after) {
+        call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
+        call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, Wm, OUT, IN);
+    }
     /* the bias gradient from the Dgrad's rounding pass over dY, unless a hook may change dY
      * before the Wgrad (bias_backward reads it after both) */
     float *colsum = dbias && m->plan[lin].colsum ? dbias : NULL;
@@ -834,10 +850,14 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     prepared dy_q; /* dY as the Dgrad took it (codes / operand), for the Wgrad when reuse */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, 0, &dy_d, &w_d, N, IN,
              OUT, 0, 0, 0, &dy_q, NULL, NULL, NULL);
+    if (hooks_after) {
+        call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, dy_shown, N, OUT);
+        call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, Wm, OUT, IN);
+    }
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_DGRAD, dX, N, IN);
 
     /* Wgrad: dW[OUT,IN] += dYᵀ·X, reduction over the N tokens (block tiles 128x1) */
-    call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
+    call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_GRAD_OUTPUT, dy_shown, N, OUT);
     /* from codes, a read-only hook gets NULL: X is the Fprop's, which it saw */
     if (!from_codes || m->hook_reads)
         call_hook(m, lin, FP8T_GEMM_WGRAD, FP8T_T_INPUT, from_codes ? NULL : X, N, IN);

@@ -45,10 +45,19 @@ static int shares(const fp8t_model *m, int lin, fp8t_precision p) {
     return model_prec_shares_operands(m, p) || model_scaled_path(m, lin, p);
 }
 
+/* Whether a read-only hook keeps the GELU pass of a GEMM of precision p (fc2's Fprop, fc1's
+ * Dgrad): where the pass also writes GELU's output (its gradient) in FP32, the tensor the hook
+ * is shown (make_operand's values: the per-tensor FP8 kernels); elsewhere it takes the unfused
+ * ops, whose FP32 output it reads. */
+static int observer_keeps_gelu(const fp8t_model *m, fp8t_precision p) {
+    return m->hook_reads && p == FP8T_PREC_DELAYED;
+}
+
 /* The Fprop can make its operand from the producer's input itself (GELU, SwiGLU or the norm in
  * the rounding pass, in the precisions the cases below name), no hook wants the
- * producer's output in FP32, and, in a training forward, no Wgrad reads it in FP32 later
- * (the forward keeps the operand for the Wgrad); a frozen forward has no backward. */
+ * producer's output in FP32 (but a read-only hook of GELU's where the pass writes it too), and,
+ * in a training forward, no Wgrad reads it in FP32 later (the forward keeps the operand for the
+ * Wgrad); a frozen forward has no backward. */
 static void plan_step(const fp8t_model *m, int lin, linear_plan *pl) {
     const fp8t_precision f = m->prec[lin][FP8T_GEMM_FPROP];
     int can = 0;
@@ -66,7 +75,8 @@ static void plan_step(const fp8t_model *m, int lin, linear_plan *pl) {
         break;
     default: break;
     }
-    can = can && !m->hook;
+    const int observed = model_lin_module(m, lin) == FP8T_MOD_FC2 && observer_keeps_gelu(m, f);
+    can = can && (!m->hook || observed);
     pl->step_fused[1] = (unsigned char)can;
     pl->step_fused[0] = (unsigned char)(can && pl->save_x);
 }
@@ -105,11 +115,13 @@ static linear_plan linear_plan_of(const fp8t_model *m, int lin) {
     pl.colsum = (unsigned char)(!hook_writes && !m->no_colsum_fusion);
     /* fc1's Dgrad can apply GELU's backward in its rounding pass when that is one pass with the
      * scale known before it (BF16 operands, delayed FP8) or the scaled path, and no hook wants
-     * dY in FP32; the Wgrad must then take the Dgrad's dY (model_plan_dy_shared) and the bias
-     * gradient come from the same pass (linear_backward_gelu checks both) */
+     * dY in FP32 (but a read-only hook where the pass writes it too); the Wgrad must then take
+     * the Dgrad's dY (model_plan_dy_shared) and the bias gradient come from the same pass
+     * (linear_backward_gelu checks both) */
     pl.dgelu =
         (unsigned char)(model_lin_module(m, lin) == FP8T_MOD_FC1 && !m->no_gelu_bwd_fusion &&
-                        !m->hook && (model_prec_one_pass(m, d) || pl.scaled[FP8T_GEMM_DGRAD]));
+                        (!m->hook || observer_keeps_gelu(m, d)) &&
+                        (model_prec_one_pass(m, d) || pl.scaled[FP8T_GEMM_DGRAD]));
     /* gate's and up's Dgrads can compute their dY from SwiGLU's output gradient in their
      * rounding passes, as fc1's GELU backward, no hook wanting dY in FP32; the Wgrad must take
      * the Dgrad's dY (linear_dswiglu_fused checks it for both linears) */

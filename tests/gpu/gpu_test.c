@@ -1403,6 +1403,69 @@ static void test_gelu_bf16_save(void) {
     }
 }
 
+/* make_operand's values (a read-only hook's FP32 tensor) from the per-tensor FP8 GELU passes:
+ * on a shape the tiled kernels take and one they leave to the fallbacks, with and without the
+ * deferred bias (and the save), GELU's output and its backward's are the GPU's own ops' bits
+ * (gelu_forward after bias_add, gelu_backward_bias), and the operand (codes, codes_t, amax,
+ * column sums) the same bytes as the same request without the values. */
+static void test_gelu_values(void) {
+    static const int sizes[][2] = {{256, 3072}, {37, 1001}};
+    fp8t_backend *g = GPU;
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const int rows = sizes[si][0], cols = sizes[si][1];
+            const size_t n = (size_t)rows * cols;
+            float *hx = host_normal(n, 2.0f), *hg = host_normal(n, 1.0f);
+            float *hb = host_normal((size_t)cols, 0.5f), scale = 448.0f / 16.0f;
+            float *dx = g->ops->malloc(g, n * 4), *dg = g->ops->malloc(g, n * 4);
+            float *db = g->ops->malloc(g, (size_t)cols * 4), *ds = g->ops->malloc(g, 4);
+            float *vals = g->ops->malloc(g, n * 4), *ref = g->ops->malloc(g, n * 4);
+            uint16_t *s16 = g->ops->malloc(g, n * 2);
+            g->ops->to_device(g, dx, hx, n * 4), g->ops->to_device(g, dg, hg, n * 4);
+            g->ops->to_device(g, db, hb, (size_t)cols * 4), g->ops->to_device(g, ds, &scale, 4);
+            const float *bias = with_bias ? db : NULL;
+            char shape[48], op[96];
+            snprintf(shape, sizeof shape, "%dx%d%s", rows, cols, with_bias ? " +b" : "");
+            for (int bwd = 0; bwd < 2; bwd++) {
+                gelu_save_out o[2] = {gelu_save_out_new(rows, cols, FP8T_SCALING_TENSOR),
+                                      gelu_save_out_new(rows, cols, FP8T_SCALING_TENSOR)};
+                for (int v = 0; v < 2; v++) {
+                    g->ops->zero(g, o[v].amax, 4), g->ops->zero(g, o[v].colsum, o[v].cols * 4);
+                    fp8t_operand_req r =
+                        t_fp8_req((uint8_t *)o[v].data, (uint8_t *)o[v].data_t, o[v].amax,
+                                  bwd ? dg : dx, rows, cols, FP8_E4M3, ds);
+                    r.step = bwd ? FP8T_STEP_DGELU : FP8T_STEP_GELU;
+                    r.bias = bias;
+                    if (bwd) r.x2 = dx, r.colsum = o[v].colsum;
+                    if (!bwd) r.save16 = s16;
+                    if (v == 0) r.values = vals;
+                    t_run(g, &r);
+                }
+                if (bwd) {
+                    if (with_bias)
+                        g->ops->gelu_backward_bias(g, ref, dx, db, dg, rows, cols);
+                    else
+                        g->ops->gelu_backward(g, ref, dx, dg, n);
+                } else {
+                    g->ops->copy(g, ref, dx, n * 4);
+                    if (with_bias) g->ops->bias_add(g, ref, db, rows, cols);
+                    g->ops->gelu_forward(g, ref, ref, n);
+                }
+                snprintf(op, sizeof op, "%s values", bwd ? "quantize_dgelu" : "quantize_gelu");
+                check_gpu_identical(op, shape, vals, ref, n * 4,
+                                    bwd ? "from gelu_backward_bias" : "from gelu_forward");
+                snprintf(op, sizeof op,
+                         "%s with values:", bwd ? "quantize_dgelu" : "quantize_gelu");
+                gelu_save_compare(op, shape, &o[0], &o[1], 0, "from the request without values");
+                gelu_save_out_free(&o[0]), gelu_save_out_free(&o[1]);
+            }
+            float *ptrs[] = {dx, dg, db, ds, vals, ref};
+            for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) g->ops->free(g, ptrs[i]);
+            g->ops->free(g, s16);
+            free(hx), free(hg), free(hb);
+        }
+}
+
 /* The scaled operands of a fused pass (index 0) and of the op then the plain pass (1), on the
  * GPU, of one [rows, cols] case in scaling kind k: codes, codes_t, both scale arrays, the amax
  * (zeroed) */
@@ -3259,6 +3322,7 @@ static void run_op_suite(void) {
     test_scaled_swiglu();
     test_tensor_swiglu();
     test_gelu_bf16_save();
+    test_gelu_values();
     test_gemm_fp8_block();
     test_mxfp8();
     test_tensor_stats();

@@ -231,9 +231,10 @@ void cpu_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC)
 /* save16 / x16 (may be NULL): make_operand's save16 / x2_16 (backend.h) */
 void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, uint16_t *save16,
                            const float *x, int rows, int cols);
+/* values (may be NULL): make_operand's values, GELU's output (the dGELU's: its gradient) */
 void cpu_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                        uint16_t *save16, const float *x, const float *bias, int rows, int cols,
-                       fp8_format fmt, const float *scale);
+                       fp8_format fmt, const float *scale, float *values);
 void cpu_gelu_backward_bias(fp8t_backend *b, float *dx, const float *x, const float *bias,
                             const float *dout, int rows, int cols);
 void cpu_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
@@ -244,7 +245,8 @@ void cpu_to_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *
 void cpu_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
                                        float *amax_out, float *colsum, const float *dout,
                                        const float *x, const uint16_t *x16, const float *bias,
-                                       int rows, int cols, fp8_format fmt, const float *scale);
+                                       int rows, int cols, fp8_format fmt, const float *scale,
+                                       float *values);
 void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_out, float *colsum,
                                    const float *dout, const float *x, const uint16_t *x16,
                                    const float *bias, int rows, int cols);

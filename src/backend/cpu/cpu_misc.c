@@ -127,11 +127,12 @@ static const float *gelu_input(fp8t_backend *b, float *y, const float *x, const 
 
 void cpu_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                        uint16_t *save16, const float *x, const float *bias, int rows, int cols,
-                       fp8_format fmt, const float *scale) {
+                       fp8_format fmt, const float *scale, float *values) {
     if (rows <= 0 || cols <= 0) return;
     size_t n = (size_t)rows * (size_t)cols;
     if (save16) cpu_bf16_pack(b, save16, x, bias, rows, cols);
-    float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
+    /* [rows, cols]: GELU's output, where the request wants it or in scratch */
+    float *y = values ? values : cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float));
     cpu_gelu_forward(b, y, gelu_input(b, y, x, bias, rows, cols), n);
     cpu_quantize(b, codes, codes_t, amax_out, y, rows, cols, fmt, scale);
 }
@@ -172,12 +173,14 @@ void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *
     }
 }
 
-/* The references of the fused GELU backward: dx into scratch (gelu_backward, or
- * gelu_backward_bias with a bias), then the rounding op with its column sums. */
-static const float *gelu_backward_scratch(fp8t_backend *b, const float *dout, const float *x,
-                                          const float *bias, int rows, int cols) {
+/* The references of the fused GELU backward: dx into dst, or scratch where dst is NULL
+ * (gelu_backward, or gelu_backward_bias with a bias), then the rounding op with its column
+ * sums. */
+static const float *gelu_backward_scratch(fp8t_backend *b, float *dst, const float *dout,
+                                          const float *x, const float *bias, int rows, int cols) {
     size_t n = (size_t)rows * (size_t)cols;
-    float *dx = cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float)); /* [rows, cols] */
+    float *dx =
+        dst ? dst : cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float)); /* [rows, cols] */
     if (bias)
         cpu_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
     else
@@ -188,10 +191,11 @@ static const float *gelu_backward_scratch(fp8t_backend *b, const float *dout, co
 void cpu_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
                                        float *amax_out, float *colsum, const float *dout,
                                        const float *x, const uint16_t *x16, const float *bias,
-                                       int rows, int cols, fp8_format fmt, const float *scale) {
+                                       int rows, int cols, fp8_format fmt, const float *scale,
+                                       float *values) {
     if (rows <= 0 || cols <= 0) return;
     x = cpu_bf16_widen(b, CPU_SCRATCH_ACT, x, x16, (size_t)rows * cols);
-    const float *dx = gelu_backward_scratch(b, dout, x, bias, rows, cols);
+    const float *dx = gelu_backward_scratch(b, values, dout, x, bias, rows, cols);
     cpu_quantize(b, codes, codes_t, amax_out, dx, rows, cols, fmt, scale);
     if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);
 }
@@ -220,7 +224,7 @@ void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_o
                                    const float *bias, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
     x = cpu_bf16_widen(b, CPU_SCRATCH_ACT, x, x16, (size_t)rows * cols);
-    const float *dx = gelu_backward_scratch(b, dout, x, bias, rows, cols);
+    const float *dx = gelu_backward_scratch(b, NULL, dout, x, bias, rows, cols);
     cpu_to_bf16(b, out, amax_out, dx, rows, cols);
     if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);
 }

@@ -390,9 +390,10 @@ void cuda_amax(fp8t_backend *b, float *amax_out, const float *x, size_t n);
 void cuda_quantize(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                    const float *x, int rows, int cols, fp8_format fmt, const float *scale);
 /* save16 / x16 (may be NULL): make_operand's save16 / x2_16 (backend.h) */
+/* values (may be NULL): make_operand's values, GELU's output (the dGELU's: its gradient) */
 void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                         uint16_t *save16, const float *x, const float *bias, int rows, int cols,
-                        fp8_format fmt, const float *scale);
+                        fp8_format fmt, const float *scale, float *values);
 void cuda_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                           float *colsum, const float *x, int rows, int cols, fp8_format fmt,
                           const float *scale);
@@ -486,7 +487,8 @@ void cuda_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_
 void cuda_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
                                         float *amax_out, float *colsum, const float *dout,
                                         const float *x, const uint16_t *x16, const float *bias,
-                                        int rows, int cols, fp8_format fmt, const float *scale);
+                                        int rows, int cols, fp8_format fmt, const float *scale,
+                                        float *values);
 void cuda_delayed_update(fp8t_backend *b, float *state, int n, int len, fp8t_amax_algo algo,
                          int margin);
 /* helpers used by the GEMMs: codes [rows, cols] -> codes_t [cols, rows];

@@ -225,7 +225,9 @@ __global__ void __launch_bounds__(CAST_THREADS)
  * mr order (a fixed order: the result depends only on the shape). */
 /* SW (1 SwiGLU, 2 / 3 its gate's / up's gradient; GELU, GBWD and COLSUM false): the values are
  * swiglu_step4's of x with gx / gx16 the gate, ux / ux16 up, save16 / save16b the saves
- * (quantize_swiglu). */
+ * (quantize_swiglu).
+ * vals (or NULL): the values quantized written there in FP32 too, [rows, cols] as x (what a
+ * read-only hook is shown of GELU's output or of its backward's). */
 template <fp8_format FMT, bool GELU, bool COLSUM, bool GBWD, int SW = 0>
 __global__ void __launch_bounds__(QT2_THREADS)
     cast_transpose_fp8_tiled_kernel(uint8_t *codes, uint8_t *codes_t, float *amax_out,
@@ -235,7 +237,7 @@ __global__ void __launch_bounds__(QT2_THREADS)
                                     const uint16_t *__restrict__ gx16, uint16_t *save16,
                                     const float *__restrict__ ux = NULL,
                                     const uint16_t *__restrict__ ux16 = NULL,
-                                    uint16_t *save16b = NULL) {
+                                    uint16_t *save16b = NULL, float *vals = NULL) {
     __shared__ uint4 sm_t[QT2_C * QT2_R / 16]; /* [64 cols][4 groups of 16 row bytes] */
     uint32_t *sm_w = (uint32_t *)sm_t;         /* word (c, g, q) at c*16 + 4*(g^swz(c)) + q */
     const float scale = *scale_p;
@@ -270,6 +272,7 @@ __global__ void __launch_bounds__(QT2_THREADS)
                                gelu_dev(v[i].w));
         }
         if (SW) v[i] = swiglu_step4<SW>(v[i], e0, gx, gx16, ux, ux16, save16, save16b);
+        if (vals) *(float4 *)(vals + e0) = v[i];
     }
     unsigned m = 0;
     uint32_t rw[4]; /* rw[i]: codes of row 4mr+i, byte j = column 4mc+j */
@@ -499,11 +502,11 @@ __global__ void gelu_scratch_kernel(float *y, const float *__restrict__ x,
  * GELU's output goes through scratch and cuda_quantize, which gives the same codes. */
 void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float *amax_out,
                         uint16_t *save16, const float *x, const float *bias, int rows, int cols,
-                        fp8_format fmt, const float *scale) {
+                        fp8_format fmt, const float *scale, float *values) {
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
     size_t n = (size_t)rows * cols;
-    if (!s->plain && !codes_t && aligned16(x) && (!codes || aligned4(codes)) &&
+    if (!s->plain && !codes_t && !values && aligned16(x) && (!codes || aligned4(codes)) &&
         ((!bias && !save16) || (cols % 4 == 0 && aligned16(bias) && aligned8(save16)))) {
         /* row-major codes only (a frozen forward's, the inference model's): one elementwise
          * pass applying the bias and GELU to what it loads */
@@ -520,16 +523,18 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
         return;
     }
     int rows_f = rows / QT2_R * QT2_R, cols_f = cols / QT2_C * QT2_C;
+    /* GELU's FP32 output as well: from the tiled kernel where its tiles cover x */
     const int tiled_ok = !s->plain && codes_t && cols % 4 == 0 && rows % 16 == 0 &&
                          aligned16(x) && aligned16(codes_t) && (!codes || aligned4(codes)) &&
-                         rows_f > 0 && cols_f > 0 && (!bias || aligned16(bias));
+                         rows_f > 0 && cols_f > 0 && (!bias || aligned16(bias)) &&
+                         (!values || (rows_f == rows && cols_f == cols && aligned16(values)));
     /* GELU's BF16 copy from the tiled kernel where its tiles cover x, else by bf16_pack */
     if (save16 && !(tiled_ok && rows_f == rows && cols_f == cols && aligned8(save16))) {
         cuda_bf16_pack(b, save16, x, bias, rows, cols);
         save16 = NULL;
     }
-    if (s->plain || !codes_t) {
-        float *y = (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
+    if (s->plain || !codes_t || (values && !tiled_ok)) {
+        float *y = values ? values : (float *)cuda_scratch(b, SCR_ACT, n * sizeof(float));
         gelu_scratch_kernel<<<ew_blocks(s, n, 4), EW_THREADS, 0, s->stream>>>(y, x, bias, cols,
                                                                               n);
         CUDA_LAUNCH_CHECK(s);
@@ -546,13 +551,13 @@ void cuda_quantize_gelu(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, float
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, true, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                   tiles_c, scale, NULL, bias, NULL, NULL,
-                                                   save16);
+                                                   tiles_c, scale, NULL, bias, NULL, NULL, save16,
+                                                   NULL, NULL, NULL, values);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, true, false, false>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, x, rows, cols,
-                                                   tiles_c, scale, NULL, bias, NULL, NULL,
-                                                   save16);
+                                                   tiles_c, scale, NULL, bias, NULL, NULL, save16,
+                                                   NULL, NULL, NULL, values);
     CUDA_LAUNCH_CHECK(s);
     launch_region(s, codes, codes_t, amax_out, x, rows, cols, 0, rows_f, cols_f, cols, fmt, scale,
                   1, bias);
@@ -597,15 +602,19 @@ void cuda_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t, flo
 void cuda_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t *codes_t,
                                         float *amax_out, float *colsum, const float *dout,
                                         const float *x, const uint16_t *x16, const float *bias,
-                                        int rows, int cols, fp8_format fmt, const float *scale) {
+                                        int rows, int cols, fp8_format fmt, const float *scale,
+                                        float *values) {
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
     int whole = !s->plain && codes_t && rows % QT2_R == 0 && cols % QT2_C == 0 &&
                 aligned16(dout) && aligned16(x) && (!bias || aligned16(bias)) &&
-                aligned16(codes_t) && (!codes || aligned4(codes)) && aligned16(x16);
-    if (!whole) {
+                aligned16(codes_t) && (!codes || aligned4(codes)) && aligned16(x16) &&
+                aligned16(values);
+    if (!whole) { /* dx into the request's values, or scratch */
         x = cuda_bf16_widen(b, SCR_GELU_X, x, x16, (size_t)rows * cols);
-        float *dx = (float *)cuda_scratch(b, SCR_ACT, (size_t)rows * cols * sizeof(float));
+        float *dx = values
+                        ? values
+                        : (float *)cuda_scratch(b, SCR_ACT, (size_t)rows * cols * sizeof(float));
         if (bias)
             cuda_gelu_backward_bias(b, dx, x, bias, dout, rows, cols);
         else
@@ -622,11 +631,13 @@ void cuda_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t
     if (fmt == FP8_E4M3)
         cast_transpose_fp8_tiled_kernel<FP8_E4M3, false, true, true>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, dout, rows, cols,
-                                                   tiles_c, scale, part, bias, x, x16, NULL);
+                                                   tiles_c, scale, part, bias, x, x16, NULL, NULL,
+                                                   NULL, NULL, values);
     else
         cast_transpose_fp8_tiled_kernel<FP8_E5M2, false, true, true>
             <<<tiles, QT2_THREADS, 0, s->stream>>>(codes, codes_t, amax_out, dout, rows, cols,
-                                                   tiles_c, scale, part, bias, x, x16, NULL);
+                                                   tiles_c, scale, part, bias, x, x16, NULL, NULL,
+                                                   NULL, NULL, values);
     CUDA_LAUNCH_CHECK(s);
     if (colsum) cuda_column_sums_finish(b, colsum, part, tiles_r, cols);
 }
