@@ -116,6 +116,16 @@ static int parse_int(int *out, const char *v, int lo, const char *key, char *err
     return 0;
 }
 
+/* *out = 0 for v == no, 1 for v == yes; else an error naming key and what it expects */
+static int parse_choice(int *out, const char *v, const char *no, const char *yes, const char *key,
+                        const char *expect, char *err, size_t errlen) {
+    if (strcmp(v, no) == 0 || strcmp(v, yes) == 0) {
+        *out = strcmp(v, yes) == 0;
+        return 0;
+    }
+    return fp8t_errorf(err, errlen, "%s=%s: expected %s", key, v, expect);
+}
+
 static int parse_layers(inspect_spec *sp, const char *v, char *err, size_t errlen) {
     char buf[512];
     snprintf(buf, sizeof(buf), "%s", v);
@@ -262,30 +272,14 @@ static int parse_spec(inspect_spec *sp, const char *spec, char *err, size_t errl
             rc = parse_int(&sp->block_list, v, 0, k, err, errlen);
         else if (strcmp(k, "dump") == 0)
             rc = parse_int(&sp->dump, v, 0, k, err, errlen);
-        else if (strcmp(k, "whatif") == 0) {
-            rc = 0;
-            if (strcmp(v, "all") == 0)
-                sp->whatif_mx = 1;
-            else if (strcmp(v, "default") == 0)
-                sp->whatif_mx = 0;
-            else {
-                fp8t_errorf(err, errlen,
-                            "whatif=%s: expected default (current scaling and 1x128 blocks, "
-                            "E4M3 and E5M2) or all (and MXFP8)",
-                            v);
-                rc = -1;
-            }
-        } else if (strcmp(k, "micro") == 0) {
-            rc = 0;
-            if (strcmp(v, "all") == 0)
-                sp->all_micro = 1;
-            else if (strcmp(v, "first") == 0)
-                sp->all_micro = 0;
-            else {
-                fp8t_errorf(err, errlen, "micro=%s: expected first or all", v);
-                rc = -1;
-            }
-        } else {
+        else if (strcmp(k, "whatif") == 0)
+            rc = parse_choice(&sp->whatif_mx, v, "default", "all", k,
+                              "default (current scaling and 1x128 blocks, E4M3 and E5M2) or "
+                              "all (and MXFP8)",
+                              err, errlen);
+        else if (strcmp(k, "micro") == 0)
+            rc = parse_choice(&sp->all_micro, v, "first", "all", k, "first or all", err, errlen);
+        else {
             fp8t_errorf(err, errlen,
                         "unknown key '%s' (keys: every, start, end, layers, modules, "
                         "gemms, tensors, block, block_list, dump, micro, whatif)",
