@@ -98,15 +98,19 @@ static void decides_per_hook(void) {
     fp8t_model *m = make("tiny", FP8T_PREC_DELAYED, 0);
     T_ASSERT(m, "model");
     /* an observer reads: the operands are still shared and kept, the residual adds still take
-     * the biases; but no FP32 tensor it must see may be skipped or carry a folded bias */
+     * the biases; no FP32 tensor it must see may be skipped or carry a folded bias, but the
+     * delayed-FP8 GELU passes stay (they write the FP32 tensors it is shown: GELU's output at
+     * fc2's X, its backward's at fc1's dY), and with them fc1's bias deferred into the pass */
     fp8t_model_set_observer(m, observe, NULL);
     for (int k = 0; k < 4; k++) {
         T_CHECK(L(m, k)->save_x && L(m, k)->dy_shared && L(m, k)->colsum,
                 "observer: lin %d keeps and shares", k);
-        T_CHECK(!L(m, k)->step_fused[0] && !L(m, k)->step_fused[1] && !L(m, k)->bias_gemm &&
-                    !L(m, k)->dgelu && !L(m, k)->bf16_dy,
-                "observer: lin %d fuses nothing it must show", k);
+        const int gelu = k == FC2, dgelu = k == FC1;
+        T_CHECK(L(m, k)->step_fused[0] == gelu && L(m, k)->step_fused[1] == gelu &&
+                    !L(m, k)->bias_gemm && L(m, k)->dgelu == dgelu && !L(m, k)->bf16_dy,
+                "observer: lin %d fuses only the GELU passes", k);
     }
+    T_CHECK(L(m, FC1)->bias_next[0], "observer: fc1's bias into GELU's pass");
     T_CHECK(L(m, PROJ)->bias_residual && m->layer_bf16[0], "observer: residual bias, BF16 saves");
     /* a hook that may write: every tensor in FP32 between the sites, nothing shared */
     fp8t_model_set_hook(m, write_hook, NULL);
@@ -119,6 +123,14 @@ static void decides_per_hook(void) {
     fp8t_model_set_hook(m, NULL, NULL);
     T_CHECK(L(m, FC2)->step_fused[0] && L(m, FC1)->bias_next[0] && L(m, PROJ)->bias_gemm,
             "hook cleared: the fusions return");
+    fp8t_model_destroy(m);
+    /* in BF16 the GELU passes write no FP32 output: an observer turns them off */
+    m = make("tiny", FP8T_PREC_BF16, 0);
+    T_ASSERT(m, "model");
+    T_CHECK(L(m, FC2)->step_fused[0] && L(m, FC1)->dgelu, "bf16: the GELU passes");
+    fp8t_model_set_observer(m, observe, NULL);
+    T_CHECK(!L(m, FC2)->step_fused[0] && !L(m, FC2)->step_fused[1] && !L(m, FC1)->dgelu,
+            "bf16 observer: no GELU pass");
     fp8t_model_destroy(m);
 }
 
