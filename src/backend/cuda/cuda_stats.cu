@@ -65,9 +65,7 @@
 #define ST_P2_THREADS 128 /* P2 */
 #endif
 #ifndef ST_P2_MINB
-/* P2's blocks per multiprocessor asked of the register allocator: 3 (12 warps) fit its
- * registers with the next tiles' loads in flight without spilling; 4 spill */
-#define ST_P2_MINB 3
+#define ST_P2_MINB 1 /* P2's blocks per multiprocessor asked of the register allocator */
 #endif
 #define ST_P2_WARPS (ST_P2_THREADS / 32)
 #define ST_U 4 /* 1x128 tiles per warp and iteration in P2 */
@@ -552,52 +550,6 @@ __device__ __forceinline__ void image_run_slow(const float *__restrict__ x,
         }
 }
 
-/* P2's tiles t .. t+U-1 of one warp's iteration: where they lie (rows mode: from tile column bc
- * of row r) and this lane's 4 elements of each, NaN past a tile's end (padding). The kernel
- * fetches the next iteration's while it computes this one's, so that the loads' latency hides
- * behind the arithmetic (with the few warps its registers leave a multiprocessor, waiting for
- * them was a fifth of its time). */
-typedef struct {
-    size_t off[ST_U];
-    int len[ST_U], row[ST_U], c0[ST_U];
-    float e[ST_U][4];
-} p2_tiles;
-
-__device__ __forceinline__ void p2_fetch(p2_tiles *g, const float *__restrict__ x,
-                                         const p2_view &v, size_t t, int r, int bc, int lane,
-                                         int vec) {
-    const float nanf_ = __int_as_float(0x7fffffff);
-    int rr = r, cc = bc;
-#pragma unroll
-    for (int j = 0; j < ST_U; j++) {
-        const size_t tj = t + (size_t)j;
-        if (v.flat) {
-            g->off[j] = tj * ST_TILE;
-            g->len[j] = tj < v.ntiles ? (int)min((size_t)ST_TILE, v.n - g->off[j]) : 0;
-            g->row[j] = 0, g->c0[j] = 0;
-        } else {
-            /* a tile past the end (len 0) is all padding; its row stays in range for the G
-             * tables' index */
-            g->row[j] = rr < v.rows ? rr : v.rows - 1, g->c0[j] = cc * ST_TILE;
-            g->off[j] = (size_t)rr * v.ld + (size_t)g->c0[j];
-            g->len[j] = tj < v.ntiles ? min(ST_TILE, v.cols - g->c0[j]) : 0;
-            if (++cc == v.nbc) cc = 0, rr++;
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < ST_U; j++) {
-        const int c = 4 * lane;
-        if (vec && c + 3 < g->len[j]) {
-            const float4 f = *(const float4 *)(x + g->off[j] + c);
-            g->e[j][0] = f.x, g->e[j][1] = f.y, g->e[j][2] = f.z, g->e[j][3] = f.w;
-        } else {
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                g->e[j][i] = c + i < g->len[j] ? x[g->off[j] + c + i] : nanf_;
-        }
-    }
-}
-
 /* TINY: the kernel for tensors with amax < 2^-100 (prm->tiny); both are launched and the one
  * that does not match returns at once, so the host never waits for the amax */
 template <bool TINY>
@@ -637,25 +589,41 @@ __global__ void __launch_bounds__(ST_P2_THREADS, ST_P2_MINB)
         r = (int)(t / (size_t)v.nbc), bc = (int)(t % (size_t)v.nbc);
         dr = (int)(step / (size_t)v.nbc), dc = (int)(step % (size_t)v.nbc);
     }
-    p2_tiles nx;
-    if (t < v.ntiles) p2_fetch(&nx, x, v, t, r, bc, lane, vec);
     for (; t < v.ntiles; t += step) {
-        const p2_tiles g = nx; /* this iteration's; the next one's loads go out now */
-        if (!v.flat) {
-            bc += dc, r += dr;
-            if (bc >= v.nbc) bc -= v.nbc, r++;
+        size_t off[ST_U];
+        int len[ST_U], row[ST_U], c0[ST_U];
+        {
+            int rr = r, cc = bc;
+#pragma unroll
+            for (int j = 0; j < ST_U; j++) {
+                const size_t tj = t + (size_t)j;
+                if (v.flat) {
+                    off[j] = tj * ST_TILE;
+                    len[j] = tj < v.ntiles ? (int)min((size_t)ST_TILE, v.n - off[j]) : 0;
+                    row[j] = 0, c0[j] = 0;
+                } else {
+                    /* a tile past the end (len 0) is all padding; its row stays in range
+                     * for the G tables' index */
+                    row[j] = rr < v.rows ? rr : v.rows - 1, c0[j] = cc * ST_TILE;
+                    off[j] = (size_t)rr * v.ld + (size_t)c0[j];
+                    len[j] = tj < v.ntiles ? min(ST_TILE, v.cols - c0[j]) : 0;
+                    if (++cc == v.nbc) cc = 0, rr++;
+                }
+            }
         }
-        if (t + step < v.ntiles) p2_fetch(&nx, x, v, t + step, r, bc, lane, vec);
-        const size_t(&off)[ST_U] = g.off;
-        const int(&len)[ST_U] = g.len;
-        const int(&row)[ST_U] = g.row;
-        const int(&c0)[ST_U] = g.c0;
         float xs[ST_U][4], xp[ST_U][4];
         unsigned lane_bad = 0, lane_fin = 0; /* bit j: tile j's 4 elements of this lane */
 #pragma unroll
         for (int j = 0; j < ST_U; j++) {
             const int c = 4 * lane;
-            const float(&e)[4] = g.e[j];
+            float e[4];
+            if (vec && c + 3 < len[j]) {
+                const float4 f = *(const float4 *)(x + off[j] + c);
+                e[0] = f.x, e[1] = f.y, e[2] = f.z, e[3] = f.w;
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; i++) e[i] = c + i < len[j] ? x[off[j] + c + i] : nanf_;
+            }
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const bool fin = fabsf(e[i]) < INFINITY; /* false for padding (NaN) too */
@@ -792,6 +760,10 @@ __global__ void __launch_bounds__(ST_P2_THREADS, ST_P2_MINB)
             s_cnt[b] += o.cz;
             s_cnt[b + ST_P2_THREADS] += o.sat;
             s_cnt[b + 2 * ST_P2_THREADS] += corr;
+        }
+        if (!v.flat) {
+            bc += dc, r += dr;
+            if (bc >= v.nbc) bc -= v.nbc, r++;
         }
     }
 
