@@ -38,9 +38,7 @@
  *      paths (a second P2 instance, the slow class).
  *   4  cuda_stats.cu as it is now (#included below, so this is the shipped code): version 3
  *      with the deviation sum always in the first read (Chan's merge, as results had it), so
- *      the arithmetic-bound second read does no double-precision work per element, and that
- *      read fetching the next iteration's tiles while it computes the current one's (its
- *      warps waited on the loads a fifth of the time), at 3 blocks per multiprocessor.
+ *      the arithmetic-bound second read does no double-precision work per element.
  *
  * Checks (all must pass before anything is timed), on shapes with and without a partial
  * 1x128 tile at the row end, rows that are not a multiple of 4 floats (scalar loads), data with
