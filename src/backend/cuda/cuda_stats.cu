@@ -3,23 +3,16 @@
  * host. The CPU reference is fp8t_stats_raw_compute (src/numerics/stats_raw.c).
  *
  * Two reads of x for a request with images, one without (a result's: P1 alone, below):
- *   P1  the moments, elementwise: counts, min / max / amax / smallest nonzero, the sums of x,
- *       |x|, x^2 in double, and the deviation sum: each thread also sums x - s and its square
- *       in double, s one of its own elements, and the partials' (count, mean, sum (x -
- *       mean)^2) merge by Chan's pairwise formula in the fixed tree (against the two-pass sum
- *       the error is a few double roundings times the ratio of (s - mean)^2 to the variance,
- *       which the data bound: far below the 1e-6 the statistics are held to); float4 loads in
- *       a grid-stride loop, a partial per block. P1 is bound by the memory, so the deviation
- *       costs nothing there, where in P2 (bound by its arithmetic) it cost a conversion and
- *       two double operations per element;
+ *   P1  the moments, elementwise: counts, min / max / amax / smallest nonzero, and the sums
+ *       of x, |x|, x^2 in double; float4 loads in a grid-stride loop, a partial per block;
  *   F1  one block merges the partials in index order, writes the moments into *out and the
- *       parameters of P2: a power-of-two prescale p ~ 1/amax, and for every image
+ *       parameters of P2: the mean, a power-of-two prescale p ~ 1/amax, and for every image
  *       with one multiplier for the whole tensor (the delayed scale read from its pointer,
  *       current scaling from the amax) that multiplier, its class (may it clip? is it inside
  *       the fast path's range?) and the two floats the division below needs;
  *   T   (only for block images other than 1x128, e.g. 128x128 weights) one block per tile:
  *       the tile's scale, into a table;
- *   P2  every image's error sums in one more read: the
+ *   P2  sum (x - mean)^2 in double, and every image's error sums in one more read: the
  *       tensor is walked in 1x128 row tiles, 4 tiles per warp and iteration, each lane
  *       holding 4 consecutive columns of each (one float4). The amax of a tile and of its 4
  *       MX blocks of 32 are a butterfly over the warp's registers, so 1x128 block scaling and
@@ -28,7 +21,13 @@
  *       by float arithmetic (numerics/fp8_round_hd.h: exact, no conversion instruction),
  *       divided back by its multiplier with one Markstein correction (exact), and the error
  *       sums run in float over 4 elements, then 4 tiles, then into a double per thread;
-   F2  one block merges P2's partials in order and finishes *out.
+ *       (A request without images, a result's, has no P2 nor F2: P1 also sums x - s and its
+ *       square in double, s one of the thread's own elements, and the partials' (count,
+ *       mean, sum (x - mean)^2) merge by Chan's pairwise formula in the fixed tree, so F1
+ *       writes the deviation sum from the one read. Against the two-pass sum the error is
+ *       a few double roundings times the ratio of (s - mean)^2 to the variance, which the
+ *       data bound: far below the 1e-6 the statistics are held to.)
+ *   F2  one block merges P2's partials in order and finishes *out.
  * Rows in a wider buffer (req->ld > cols: the head's logits, rows padded to pad(V)) are read
  * in place by P1 (a block per row at a time) and P2 (its row tiles start ld apart); the kernels
  * that walk x packed (T, the block=N blocks, the per-tile errors) get a packed copy first.
@@ -60,10 +59,8 @@
 #include <float.h>
 #include <math.h>
 
-#define ST_THREADS 256 /* P1, the finishing kernels, K */
-#ifndef ST_P2_THREADS
+#define ST_THREADS 256    /* P1, the finishing kernels, K */
 #define ST_P2_THREADS 128 /* P2 */
-#endif
 #ifndef ST_P2_MINB
 #define ST_P2_MINB 1 /* P2's blocks per multiprocessor asked of the register allocator */
 #endif
@@ -103,6 +100,7 @@ typedef struct {
 
 /* what F1 leaves for T, P2, F2 and K */
 typedef struct {
+    double mean;
     float p, invp; /* prescale 2^k ~ 1/amax, and 2^-k (1 when tiny) */
     int tiny;      /* amax < 2^-100: the image sums in double, q by IEEE division (below) */
     float amax;    /* over finite elements */
@@ -121,7 +119,7 @@ typedef struct {
     ull nf, nnan, nzero; /* finite; NaN; zero or not finite (n_zero = nzero - (n - nf)) */
     float mn, mx, amax, minnz;
     double sum, sabs, ssq;
-    double cmean, cm2; /* mean and sum (x - mean)^2 of the finite elements, merged by
+    double cmean, cm2; /* DEV: mean and sum (x - mean)^2 of the finite elements, merged by
                             Chan's pairwise formula (exact to double rounding, in one read) */
 } mom_acc;
 
@@ -129,7 +127,7 @@ typedef struct {
     unsigned nf, nnan, nzero;
     float mn, mx, amax, minnz;
     double sum, sabs, ssq;
-    double shift, s1, s2; /* sums of (x - shift) and its square, shift one of the
+    double shift, s1, s2; /* DEV: sums of (x - shift) and its square, shift one of the
                              thread's own elements (so no cancellation beyond the data's) */
 } mom_thr;
 
@@ -140,7 +138,7 @@ __device__ __forceinline__ void mom_thr_init(mom_thr *a) {
     a->shift = a->s1 = a->s2 = 0.0;
 }
 
-__device__ __forceinline__ void mom_elem(mom_thr *a, float v) {
+template <bool DEV> __device__ __forceinline__ void mom_elem(mom_thr *a, float v) {
     const bool fin = fabsf(v) < INFINITY; /* false for NaN and +-Inf */
     a->nnan += v != v;
     a->nf += fin;
@@ -155,9 +153,11 @@ __device__ __forceinline__ void mom_elem(mom_thr *a, float v) {
     a->sum += d;
     a->sabs += fabs(d);
     a->ssq = fma(d, d, a->ssq);
-    const double dk = fin ? d - a->shift : 0.0;
-    a->s1 += dk;
-    a->s2 = fma(dk, dk, a->s2);
+    if (DEV) {
+        const double dk = fin ? d - a->shift : 0.0;
+        a->s1 += dk;
+        a->s2 = fma(dk, dk, a->s2);
+    }
 }
 
 /* Chan et al.'s pairwise update of (count, mean, M2); a->nf is still a's own count here */
@@ -199,13 +199,14 @@ __device__ __forceinline__ void tree_reduce(T *sh) {
 }
 
 /* A thread's moments into the block's partial part[blockIdx.x], in the fixed tree. */
+template <bool DEV>
 __device__ __forceinline__ void p1_block_partial(mom_acc *part, mom_acc *sh, const mom_thr *a) {
     mom_acc b;
     b.nf = a->nf, b.nnan = a->nnan, b.nzero = a->nzero;
     b.mn = a->mn, b.mx = a->mx, b.amax = a->amax, b.minnz = a->minnz;
     b.sum = a->sum, b.sabs = a->sabs, b.ssq = a->ssq;
     b.cmean = b.cm2 = 0.0;
-    if (a->nf > 0) {
+    if (DEV && a->nf > 0) {
         const double nf = (double)a->nf;
         b.cmean = a->shift + a->s1 / nf;
         b.cm2 = fmax(a->s2 - a->s1 * (a->s1 / nf), 0.0);
@@ -216,7 +217,8 @@ __device__ __forceinline__ void p1_block_partial(mom_acc *part, mom_acc *sh, con
 }
 
 /* vec: x is 16-byte aligned, read as float4 (the last n % 4 elements one by one).
- * Also the sum (x - mean)^2, in this same read. */
+ * DEV (a request without images): also the sum (x - mean)^2, in this same read. */
+template <bool DEV>
 __global__ void __launch_bounds__(ST_THREADS)
     stats_p1_kernel(mom_acc *part, const float *__restrict__ x, size_t n, int vec) {
     __shared__ mom_acc sh[ST_THREADS];
@@ -224,7 +226,7 @@ __global__ void __launch_bounds__(ST_THREADS)
     mom_thr_init(&a);
     const size_t T = (size_t)gridDim.x * ST_THREADS;
     const size_t i0 = (size_t)blockIdx.x * ST_THREADS + threadIdx.x;
-    { /* the shift: the first element this thread reads, if finite */
+    if (DEV) { /* the shift: the first element this thread reads, if finite */
         const size_t j = vec ? i0 * 4 : i0;
         const float k = j < n ? x[j] : 0.0f;
         a.shift = fabsf(k) < INFINITY ? (double)k : 0.0;
@@ -241,29 +243,31 @@ __global__ void __launch_bounds__(ST_THREADS)
             for (int u = 0; u < ST_P1_UNROLL; u++) v[u] = x4[i + u * T];
 #pragma unroll
             for (int u = 0; u < ST_P1_UNROLL; u++) {
-                mom_elem(&a, v[u].x), mom_elem(&a, v[u].y);
-                mom_elem(&a, v[u].z), mom_elem(&a, v[u].w);
+                mom_elem<DEV>(&a, v[u].x), mom_elem<DEV>(&a, v[u].y);
+                mom_elem<DEV>(&a, v[u].z), mom_elem<DEV>(&a, v[u].w);
             }
         }
         for (; i < nv; i += T) {
             const float4 v = x4[i];
-            mom_elem(&a, v.x), mom_elem(&a, v.y), mom_elem(&a, v.z), mom_elem(&a, v.w);
+            mom_elem<DEV>(&a, v.x), mom_elem<DEV>(&a, v.y), mom_elem<DEV>(&a, v.z),
+                mom_elem<DEV>(&a, v.w);
         }
         scalar_from = nv * 4;
     }
-    for (size_t i = scalar_from + i0; i < n; i += T) mom_elem(&a, x[i]);
-    p1_block_partial(part, sh, &a);
+    for (size_t i = scalar_from + i0; i < n; i += T) mom_elem<DEV>(&a, x[i]);
+    p1_block_partial<DEV>(part, sh, &a);
 }
 
 /* P1 over rows in a wider buffer (row stride ld > cols): each block takes whole rows, its
  * threads a row's columns (coalesced scalar loads; the rows are the head's logits, long) */
+template <bool DEV>
 __global__ void __launch_bounds__(ST_THREADS)
     stats_p1_rows_kernel(mom_acc *part, const float *__restrict__ x, int rows, int cols,
                          size_t ld) {
     __shared__ mom_acc sh[ST_THREADS];
     mom_thr a;
     mom_thr_init(&a);
-    { /* the shift: the first element this thread reads, if finite */
+    if (DEV) { /* the shift: the first element this thread reads, if finite */
         const float k = (int)blockIdx.x < rows && (int)threadIdx.x < cols
                             ? x[(size_t)blockIdx.x * ld + threadIdx.x]
                             : 0.0f;
@@ -277,11 +281,11 @@ __global__ void __launch_bounds__(ST_THREADS)
 #pragma unroll
             for (int u = 0; u < 4; u++) e[u] = xr[c + u * ST_THREADS];
 #pragma unroll
-            for (int u = 0; u < 4; u++) mom_elem(&a, e[u]);
+            for (int u = 0; u < 4; u++) mom_elem<DEV>(&a, e[u]);
         }
-        for (; c < cols; c += ST_THREADS) mom_elem(&a, xr[c]);
+        for (; c < cols; c += ST_THREADS) mom_elem<DEV>(&a, xr[c]);
     }
-    p1_block_partial(part, sh, &a);
+    p1_block_partial<DEV>(part, sh, &a);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -309,8 +313,9 @@ __global__ void __launch_bounds__(ST_THREADS)
     out->n_zero = a.nzero - ((ull)n - a.nf);
     out->min = a.mn, out->max = a.mx, out->amax = a.amax, out->min_nonzero = a.minnz;
     out->sum = a.sum, out->sum_abs = a.sabs, out->sum_sq = a.ssq;
-    out->dev_sq = a.cm2;
+    if (sp.n == 0) out->dev_sq = a.cm2; /* P1<DEV> ran: no second read */
     out->n_images = sp.n;
+    prm->mean = a.nf ? a.sum / (double)a.nf : 0.0;
     prm->amax = a.amax;
     const float qamax = a.nnan ? __int_as_float(0x7fc00000) : (ninf ? INFINITY : a.amax);
     prm->qamax = qamax;
@@ -554,8 +559,8 @@ __device__ __forceinline__ void image_run_slow(const float *__restrict__ x,
  * that does not match returns at once, so the host never waits for the amax */
 template <bool TINY>
 __global__ void __launch_bounds__(ST_P2_THREADS, ST_P2_MINB)
-    stats_p2_kernel(img_part *part, const stats_params *prm, const float *__restrict__ x,
-                    p2_view v, img_specs sp, int vec) {
+    stats_p2_kernel(img_part *part, double *dev_part, const stats_params *prm,
+                    const float *__restrict__ x, p2_view v, img_specs sp, int vec) {
     if (prm->tiny != (int)TINY) return;
     /* per thread and image: err, xq, qq (double); FP8 zeros, clipped, MX correction */
     __shared__ double s_acc[ST_NIMG * 3 * ST_P2_THREADS];
@@ -576,8 +581,10 @@ __global__ void __launch_bounds__(ST_P2_THREADS, ST_P2_MINB)
         need_r |= s_cls[k] == CLS_R4 || s_cls[k] == CLS_R5;
         need_mx |= s_cls[k] == CLS_MX;
     }
+    const double mean = prm->mean;
     const float p = prm->p, invp = prm->invp;
     const float nanf_ = __int_as_float(0x7fffffff);
+    double dev = 0.0;
 
     /* tiles t = (it * W + w) * U + j: the warp's U consecutive tiles per iteration */
     const size_t W = (size_t)gridDim.x * ST_P2_WARPS;
@@ -629,6 +636,8 @@ __global__ void __launch_bounds__(ST_P2_THREADS, ST_P2_MINB)
                 const bool fin = fabsf(e[i]) < INFINITY; /* false for padding (NaN) too */
                 xs[j][i] = fin ? e[i] : 0.0f;
                 xp[j][i] = __fmul_rn(xs[j][i], p);
+                const double dd = fin ? (double)xs[j][i] - mean : 0.0;
+                dev = fma(dd, dd, dev);
                 lane_fin |= (unsigned)fin << j;
                 lane_bad |= (unsigned)(!fin && c + i < len[j]) << j;
             }
@@ -768,9 +777,12 @@ __global__ void __launch_bounds__(ST_P2_THREADS, ST_P2_MINB)
     }
 
     /* the block's sums, in a fixed tree */
+    __shared__ double s_dev[ST_P2_THREADS];
+    s_dev[tid] = dev;
     for (int s = ST_P2_THREADS / 2; s > 0; s >>= 1) {
         __syncthreads();
         if (tid < s) {
+            s_dev[tid] += s_dev[tid + s];
             for (int k = 0; k < nimg; k++)
                 for (int f = 0; f < 3; f++) {
                     const int b = (k * 3 + f) * ST_P2_THREADS + tid;
@@ -780,6 +792,7 @@ __global__ void __launch_bounds__(ST_P2_THREADS, ST_P2_MINB)
         }
     }
     __syncthreads();
+    if (tid == 0) dev_part[blockIdx.x] = s_dev[0];
     if (tid < nimg) {
         const int b = tid * 3 * ST_P2_THREADS;
         img_part o;
@@ -798,8 +811,18 @@ __device__ __forceinline__ void img_part_merge(img_part *a, const img_part *b) {
  * padding, each an FP8 zero where x is sanitized to 0) */
 __global__ void __launch_bounds__(ST_THREADS)
     stats_images_finish(fp8t_stats_raw *out, const stats_params *prm, const img_part *part,
-                        int nparts, int nimg, ull slots) {
+                        const double *dev_part, int nparts, int nimg, ull slots) {
     __shared__ img_part sh[ST_THREADS];
+    __shared__ double shd[ST_THREADS];
+    double dev = 0.0;
+    for (int q = threadIdx.x; q < nparts; q += ST_THREADS) dev += dev_part[q];
+    shd[threadIdx.x] = dev;
+    for (int s = ST_THREADS / 2; s > 0; s >>= 1) {
+        __syncthreads();
+        if ((int)threadIdx.x < s) shd[threadIdx.x] += shd[threadIdx.x + s];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) out->dev_sq = shd[0];
     /* every slot whose x is 0 after sanitizing (zeros, NaN, Inf, padding) is an FP8 zero in
      * every image but the slow class and the MX NaN blocks (corr) */
     const ull zeros = out->n_zero + (out->n - out->n_finite) + (slots - out->n);
@@ -1111,15 +1134,16 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     const int vec2 = aligned && (v.flat || ld % 4 == 0);
 
     static std::atomic<int> occ1(0), occ2(0);
-    const unsigned grid1 = st_grid(s, (const void *)stats_p1_kernel, ST_THREADS, &occ1,
+    const unsigned grid1 = st_grid(s, (const void *)stats_p1_kernel<true>, ST_THREADS, &occ1,
                                    cdiv_u(n, (size_t)ST_THREADS * 4 * ST_P1_UNROLL));
     /* the partial buffers are sized by the common kernel's grid; the tiny one runs as many */
     const unsigned grid2 = st_grid(s, (const void *)stats_p2_kernel<false>, ST_P2_THREADS, &occ2,
                                    cdiv_u(v.ntiles, (size_t)ST_P2_WARPS * ST_U));
-    /* scratch: P1 partials | params | P2 partials | G tables... | block list */
+    /* scratch: P1 partials | params | P2 partials | P2's dev partials | G tables... | block list */
     const size_t off_par = align_up(grid1 * sizeof(mom_acc), 256);
     const size_t off_p2 = off_par + align_up(sizeof(stats_params), 256);
-    size_t end = off_p2 + align_up((size_t)grid2 * ST_NIMG * sizeof(img_part), 256);
+    const size_t off_dev = off_p2 + align_up((size_t)grid2 * ST_NIMG * sizeof(img_part), 256);
+    size_t end = off_dev + align_up((size_t)grid2 * sizeof(double), 256);
     size_t tab_off[ST_NIMG] = {0};
     for (int k = 0; k < nimg; k++)
         if (sp.gtiles[k]) {
@@ -1150,16 +1174,22 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     mom_acc *part1 = (mom_acc *)scr;
     stats_params *prm = (stats_params *)(scr + off_par);
     img_part *part2 = (img_part *)(scr + off_p2);
+    double *devp = (double *)(scr + off_dev);
     for (int k = 0; k < nimg; k++)
         if (sp.gtiles[k]) sp.gtab[k] = (float *)(scr + tab_off[k]);
 
     /* strided rows: a block per row at a time (at most grid1 blocks, the partials' count) */
     const unsigned gridr = strided ? (grid1 < (unsigned)rows ? grid1 : (unsigned)rows) : grid1;
-    if (strided)
-        stats_p1_rows_kernel<<<gridr, ST_THREADS, 0, s->stream>>>(part1, x, rows, cols,
-                                                                  (size_t)ld);
+    if (strided && nimg > 0)
+        stats_p1_rows_kernel<false>
+            <<<gridr, ST_THREADS, 0, s->stream>>>(part1, x, rows, cols, (size_t)ld);
+    else if (strided)
+        stats_p1_rows_kernel<true>
+            <<<gridr, ST_THREADS, 0, s->stream>>>(part1, x, rows, cols, (size_t)ld);
+    else if (nimg > 0)
+        stats_p1_kernel<false><<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
     else
-        stats_p1_kernel<<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
+        stats_p1_kernel<true><<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
     CUDA_LAUNCH_CHECK(s);
     stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part1, (int)gridr, n, sp);
     CUDA_LAUNCH_CHECK(s);
@@ -1173,15 +1203,16 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     }
     if (nimg > 0) {
         stats_p2_kernel<false>
-            <<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, prm, x, v, sp, vec2);
+            <<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v, sp, vec2);
         CUDA_LAUNCH_CHECK(s);
-        stats_p2_kernel<true><<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, prm, x, v, sp, vec2);
+        stats_p2_kernel<true>
+            <<<grid2, ST_P2_THREADS, 0, s->stream>>>(part2, devp, prm, x, v, sp, vec2);
         CUDA_LAUNCH_CHECK(s);
         /* the slots P2 walks: the tiles t < ntiles each warp starts at (every multiple of U
          * below ntiles, once), U tiles each, those past the end as padding */
         const ull slots = (ull)((v.ntiles + ST_U - 1) / ST_U) * ST_U * ST_TILE;
-        stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part2, (int)grid2, nimg,
-                                                             slots);
+        stats_images_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part2, devp, (int)grid2,
+                                                             nimg, slots);
         CUDA_LAUNCH_CHECK(s);
     }
     if (bs > 0) {
