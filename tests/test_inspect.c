@@ -38,6 +38,7 @@ static void block128_image(float *out, const float *x, int rows, int cols, fp8_f
 static int g_hist_len = 16; /* the amax history length of the next tiny_open */
 static unsigned g_disable;  /* the model options' disable bits of the next tiny_open */
 static int g_profiled;      /* the next tiny_open's backend wrapped by the op profiler */
+static int g_head_chunk;    /* the next tiny_open's head_chunk option (0: auto) */
 static int g_vocab;         /* the vocabulary of the next tiny_open (0: the preset's) */
 
 typedef struct {
@@ -62,7 +63,7 @@ static int tiny_open(tiny *t) {
     fp8t_policy pol;
     fp8t_policy_default(&pol);
     pol.history_len = g_hist_len;
-    const fp8t_model_options opt = {.disable = g_disable};
+    const fp8t_model_options opt = {.disable = g_disable, .head_chunk = g_head_chunk};
     t->m = fp8t_model_create(t->be, &cfg, &pol, &opt, B, T, err, sizeof(err));
     if (!t->m) {
         printf("  model: %s\n", err);
@@ -1010,11 +1011,32 @@ static void observer_keeps_gelu_passes(void) {
     free(ops);
 }
 
+/* Where the unhooked model chunks its head, an observer runs the head's BF16 GEMMs in the same
+ * chunks (into the whole-batch logits it is shown): with chunks of 16 of the B * T = 32 tokens,
+ * an observed step makes 2 calls of each of the head's three GEMMs (the layers' are FP8). */
+static void observer_chunks_head_gemms(void) {
+    g_head_chunk = 16;
+    char *ops = observed_step_ops("every=1");
+    g_head_chunk = 0;
+    T_ASSERT(ops, "no profile report");
+    const char *l = strstr(ops, "gemm_bf16_rounded ");
+    int calls = -1;
+    T_CHECK(l && sscanf(l, "gemm_bf16_rounded %d", &calls) == 1 && calls == 3 * (B * T / 16),
+            "%d head GEMM calls:\n%s", calls, ops);
+    free(ops);
+}
+
 static void test_inspect_read_only_hook(void) {
+    observer_chunks_head_gemms();
     observer_keeps_gelu_passes();
     observer_keeps_numerics();
     g_vocab = 253; /* not a multiple of 8: the fused head's rows are padded (strided sites) */
     observer_keeps_numerics();
+    /* a head the unhooked model chunks: the observer runs the same GEMM calls, chunk by chunk
+     * (the dW of the head summed over the chunks in order) */
+    g_head_chunk = 16;
+    observer_keeps_numerics();
+    g_head_chunk = 0;
     /* against a writing hook, which keeps the saved activations in FP32: FP32 saves on both
      * sides, so that the rows compare the hooks alone */
     g_disable = FP8T_DISABLE_BF16_SAVES;

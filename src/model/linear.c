@@ -573,6 +573,33 @@ static void scaled_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision
  * that operand (the caller vouches that it is what prepare would make now: same tensor,
  * precision, format and scale, and its codes untouched since). bias [N] (only when
  * the plan puts the bias in the GEMM, acc = 0) is added to every row. */
+/* The LM head's BF16 GEMMs under a read-only hook, where the unhooked model would chunk its
+ * head (head.c): the same calls, one chunk of hc_rows tokens at a time (the token dimension is
+ * M of the Fprop and the Dgrad, K of the Wgrad, which sums its chunks in order), into and from
+ * the whole-batch buffers the hook is shown. So the observed run gets the chunked head's
+ * kernels and bits, and cuBLASLt's faster choices for those shapes (an unchunked 32768-row
+ * head GEMM ran at 350-500 TFLOP/s on the H100, the chunks' at 560-730). */
+static void gemm_bf16_token_chunks(fp8t_model *m, fp8t_gemm_kind g, float *C, int ldc,
+                                   const fp8t_bf16_operand *A, const fp8t_bf16_operand *B, int M,
+                                   int N, int K, int transA, int transB, int acc) {
+    const int wgrad = g == FP8T_GEMM_WGRAD, T = wgrad ? K : M;
+    const size_t pa = (size_t)fp8t_bf16_pad(A->cols), pb = (size_t)fp8t_bf16_pad(B->cols);
+    for (int r0 = 0; r0 < T; r0 += m->hc_rows) {
+        const int n = T - r0 < m->hc_rows ? T - r0 : m->hc_rows;
+        /* rows r0.. of the token-major operands (r0 a multiple of 8: a GEMM that pads K to 8
+         * reads the next chunk's rows only past a last chunk's, the operand's zero padding) */
+        const fp8t_bf16_operand a = {A->data + (size_t)r0 * pa, n, A->cols};
+        if (wgrad) {
+            const fp8t_bf16_operand b = {B->data + (size_t)r0 * pb, n, B->cols};
+            m->ops->gemm_bf16_rounded(m->be, C, &a, &b, M, N, n, transA, transB, acc || r0 > 0,
+                                      NULL, ldc);
+        } else {
+            m->ops->gemm_bf16_rounded(m->be, C + (size_t)r0 * (size_t)(ldc ? ldc : N), &a, B, n,
+                                      N, K, transA, transB, acc, NULL, ldc);
+        }
+    }
+}
+
 static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision prec, float *C,
                      int ldc, const operand *a, const operand *b, int M, int N, int K, int transA,
                      int transB, int acc, prepared *keep_a, const prepared *given_a,
@@ -605,7 +632,10 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     }
     case FP8T_PREC_BF16:
     case FP8T_PREC_FAKE:
-        if (model_prec_bf16_operands(m, prec))
+        if (model_prec_bf16_operands(m, prec) && m->hook_reads && m->hook && !bias &&
+            lin == m->n_lin - 1 && m->hc_rows > 0)
+            gemm_bf16_token_chunks(m, g, C, ldc, &pa.h, &pb.h, M, N, K, transA, transB, acc);
+        else if (model_prec_bf16_operands(m, prec))
             m->ops->gemm_bf16_rounded(be, C, &pa.h, &pb.h, M, N, K, transA, transB, acc, bias,
                                       ldc);
         else /* fake's quantize-dequantized floats; bf16 under FP8T_DISABLE_BF16_OPERANDS */

@@ -3789,8 +3789,8 @@ static void observe_nothing(void *ctx, fp8t_model *m, const fp8t_tensor_site *si
 
 /* BF16 saves on: two steps without a hook and two under an observer, the same losses and
  * gradient norms bit for bit (inspecting does not change what it reports) */
-static void observer_keeps_numerics(const fp8t_model_config *cfg, const int *tok, const int *tgt,
-                                    int B, int T) {
+static void observer_keeps_numerics(const char *name, const fp8t_model_config *cfg,
+                                    const int *tok, const int *tgt, int B, int T) {
     float loss[2][2] = {{0}}, norm[2][2] = {{0}};
     int calls = 0, ok = 1;
     for (int ro = 0; ro < 2 && ok; ro++) {
@@ -3821,8 +3821,7 @@ static void observer_keeps_numerics(const fp8t_model_config *cfg, const int *tok
                  norm[1][0], norm[1][1]);
     else if (calls == 0)
         snprintf(why, sizeof(why), "the observer saw no Wgrad X site as NULL (no FP8 save of X)");
-    row("inspect: observer = no hook (bf16 saves)", "2 steps, loss + grad norm", 0, 0, !why[0],
-        why);
+    row(name, "2 steps, loss + grad norm", 0, 0, !why[0], why);
 }
 
 static void test_inspect_observer_on_gpu(void) {
@@ -3837,7 +3836,13 @@ static void test_inspect_observer_on_gpu(void) {
     int null_x[2] = {0, 0}, strided[2] = {0, 0};
     int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
     make_batch(tok, tgt, B * T, cfg.vocab_size);
-    observer_keeps_numerics(&cfg, tok, tgt, B, T);
+    observer_keeps_numerics("inspect: observer = no hook (bf16 saves)", &cfg, tok, tgt, B, T);
+    /* a head the unhooked model runs in chunks (head.c): the observer makes the same GEMM calls,
+     * chunk by chunk, into the whole-batch logits it is shown */
+    const int head_chunk = gpu_model_opts.head_chunk;
+    gpu_model_opts.head_chunk = 128;
+    observer_keeps_numerics("inspect: observer = no hook (chunked head)", &cfg, tok, tgt, B, T);
+    gpu_model_opts.head_chunk = head_chunk;
     const unsigned disable = gpu_model_opts.disable;
     gpu_model_opts.disable |= FP8T_DISABLE_BF16_SAVES;
     for (int ro = 0; ro < 2 && !why[0]; ro++) {
