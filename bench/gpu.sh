@@ -12,6 +12,12 @@
 #                                (all layers, GEMMs and tensors) vs --shadow-every 100, as
 #                                ratios to the plain step (issue 15's targets: <= 3%, <= 15%,
 #                                <= 2x, <= 2%). --inspect-cost --quick: 124M only.
+#   bench/gpu.sh --detect-cost   the cost of NaN detection and the spike / drift detectors
+#                                (issue 15: <= 0.5%): `fp8train train --device cuda` of GPT-2
+#                                124M 32x1024 FP8 delayed, 40 steps, with them off and on in
+#                                two alternating pairs; the median tokens/s of steps 6-40 of
+#                                each run (metrics.jsonl) and the pairs' ratios. FP8TRAIN_BIN:
+#                                a prebuilt fp8train (else $BUILD/fp8train is built).
 #   bench/gpu.sh --peers         issue 14's four rows (GPT-2 124M b32, 350M b32, 1.5B b16,
 #                                llama-1b b16; T=1024): fp8train BF16 and FP8 delayed
 #                                (gpu_bench) and the PyTorch reference (bench/peers/
@@ -51,6 +57,31 @@ if [ "${1:-}" = "--inspect-cost" ]; then
     "$BIN" --model gpt2-1.5b --batch 16 --seq 1024 "${COST[@]}"
   fi
   rm -rf "${TMPDIR:-/tmp}/gpu_bench_inspect.$$"
+  exit
+fi
+if [ "${1:-}" = "--detect-cost" ]; then
+  F=${FP8TRAIN_BIN:-}
+  if [ -z "$F" ]; then
+    make -s BUILD="$BUILD" -j"$(nproc)" "$BUILD/fp8train"
+    F=$BUILD/fp8train
+  fi
+  DIR=$(mktemp -d "${TMPDIR:-/tmp}/fp8train_detect.XXXXXX")
+  T=(train --device cuda --preset gpt2-124m --batch 32 --seq-len 1024 --steps 40 --precision fp8
+     --val-every 0 --ckpt-every 0 --quiet --overwrite)
+  # median tokens/s of steps 6.. of a run's metrics.jsonl
+  med() {
+    grep -o '"step":[0-9]*,.*"tokens_per_s":[0-9.e+]*' "$1/metrics.jsonl" |
+      awk -F'[:,]' '{ s = $2; t = $NF; if (s > 5) print t }' | sort -g |
+      awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
+  }
+  "$F" "${T[@]}" --detect-nan 0 --spike-window 0 --out "$DIR/base"  # the drift detector's baseline
+  for k in 1 2; do
+    "$F" "${T[@]}" --detect-nan 0 --spike-window 0 --out "$DIR/off$k"
+    "$F" "${T[@]}" --detect-nan 1 --baseline "$DIR/base" --out "$DIR/on$k"
+    off=$(med "$DIR/off$k") on=$(med "$DIR/on$k")
+    awk -v k="$k" -v a="$off" -v b="$on" 'BEGIN { printf "pair %d: off %.0f tok/s, on %.0f tok/s: cost %+.2f%% (target <= 0.5%%)\n", k, a, b, 100 * (a / b - 1) }'
+  done
+  rm -rf "$DIR"
   exit
 fi
 if [ "${1:-}" = "--peers" ]; then
