@@ -136,6 +136,12 @@ typedef struct {
 } fp8t_bf16_operand;
 
 static inline int fp8t_bf16_pad(int n) { return (n + 7) / 8 * 8; }
+/* rows r0 .. r0+n-1 of BF16 operand o (r0 a multiple of 8, so that rows a GEMM pads to 8 read
+ * past the view are the next rows' or, past the last view, o's zero padding) */
+static inline fp8t_bf16_operand fp8t_bf16_rows(const fp8t_bf16_operand *o, int r0, int n) {
+    fp8t_bf16_operand v = {o->data + (size_t)r0 * (size_t)fp8t_bf16_pad(o->cols), n, o->cols};
+    return v;
+}
 /* bytes of a BF16 operand of [rows, cols] (padding included) */
 static inline size_t fp8t_bf16_bytes(int rows, int cols) {
     return (size_t)fp8t_bf16_pad(rows) * (size_t)fp8t_bf16_pad(cols) * 2u;

@@ -119,17 +119,15 @@ static void chunk_loop(fp8t_model *m, int record, int grad, float d) {
     fp8t_backend *be = m->be;
     activations *a = &m->a;
     const int head = m->n_lin - 1, N = m->B * m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
-    const int Vp = fp8t_bf16_pad(V), Cp = fp8t_bf16_pad(C);
+    const int Vp = fp8t_bf16_pad(V);
     chunk_buffers(m);
     fp8t_bf16_operand x, w;
     linear_bf16_fprop_operands(m, head, a->lnf, model_head_w(&m->p), N, C, V, record, &x, &w);
     if (grad) ops->zero(be, m->scalars + 2, sizeof(float));
     for (int r0 = 0; r0 < N; r0 += m->hc_rows) {
         const int n = N - r0 < m->hc_rows ? N - r0 : m->hc_rows;
-        /* rows r0.. of lnf's operand: r0 is a multiple of 8, so its padding rows (read by a
-         * GEMM that pads K to 8) are the next chunk's or the whole operand's zero ones, only
-         * for the last chunk */
-        const fp8t_bf16_operand xs = {x.data + (size_t)r0 * (size_t)Cp, n, C};
+        /* rows r0.. of lnf's operand (r0 a multiple of 8) */
+        const fp8t_bf16_operand xs = fp8t_bf16_rows(&x, r0, n);
         /* Fprop: logits[n, V] = x·Wᵀ, rows pad(V) apart (the padding columns written as 0) */
         ops->gemm_bf16_rounded(be, m->hc_logits, &xs, &w, n, V, C, 0, 1, 0, NULL, Vp);
         ops->softmax_xent_bf16(be, a->losses + r0, m->hc_dlogits, grad ? m->scalars + 2 : NULL,

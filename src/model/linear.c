@@ -199,6 +199,15 @@ static void call_hook(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_tensor_kind
     call_hook_ld(m, lin, g, kind, x, rows, cols, cols);
 }
 
+/* The hook's two operand sites of a GEMM that reads W as its B: x [rows, cols] (the Fprop's X,
+ * the Dgrad's dY), then W [OUT, IN] */
+static void call_hooks_x_w(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_tensor_kind kind,
+                           float *x, int rows, int cols, const float *W, int OUT, int IN) {
+    call_hook(m, lin, g, kind, x, rows, cols);
+    /* hooks get a mutable pointer type but must not write weights */
+    call_hook(m, lin, g, FP8T_T_WEIGHT, (float *)W, OUT, IN);
+}
+
 /* amax -> scale -> scale_inv of tensor t from x, into the current-scaling scratch arrays. */
 static void current_scale(fp8t_model *m, int t, const float *x, size_t n, fp8_format fmt) {
     const fp8t_backend_ops *ops = m->ops;
@@ -567,30 +576,21 @@ static void scaled_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision
     m->ops->gemm_fp8(m->be, C, &pa.q, &pb.q, M, N, K, 0, 1, acc, fast, NULL, bias);
 }
 
-/* C[M,N] (row stride ldc, 0: N; only with BF16 operands) (= or +=) op(A)·op(B) in precision
- * prec. A's prepared form is copied to *keep_a
- * when keep_a is non-NULL; when given_a / given_b is non-NULL it is used instead of preparing
- * that operand (the caller vouches that it is what prepare would make now: same tensor,
- * precision, format and scale, and its codes untouched since). bias [N] (only when
- * the plan puts the bias in the GEMM, acc = 0) is added to every row. */
-/* The LM head's BF16 GEMMs under a read-only hook, where the unhooked model would chunk its
- * head (head.c): the same calls, one chunk of hc_rows tokens at a time (the token dimension is
+/* The LM head's BF16 GEMMs under a read-only hook where the plan says so (token_chunk): the
+ * unhooked chunked head's calls (head.c), one chunk of tokens at a time (the token dimension is
  * M of the Fprop and the Dgrad, K of the Wgrad, which sums its chunks in order), into and from
  * the whole-batch buffers the hook is shown. So the observed run gets the chunked head's
  * kernels and bits, and cuBLASLt's faster choices for those shapes (an unchunked 32768-row
  * head GEMM ran at 350-500 TFLOP/s on the H100, the chunks' at 560-730). */
-static void gemm_bf16_token_chunks(fp8t_model *m, fp8t_gemm_kind g, float *C, int ldc,
+static void gemm_bf16_token_chunks(fp8t_model *m, int rows, fp8t_gemm_kind g, float *C, int ldc,
                                    const fp8t_bf16_operand *A, const fp8t_bf16_operand *B, int M,
                                    int N, int K, int transA, int transB, int acc) {
     const int wgrad = g == FP8T_GEMM_WGRAD, T = wgrad ? K : M;
-    const size_t pa = (size_t)fp8t_bf16_pad(A->cols), pb = (size_t)fp8t_bf16_pad(B->cols);
-    for (int r0 = 0; r0 < T; r0 += m->hc_rows) {
-        const int n = T - r0 < m->hc_rows ? T - r0 : m->hc_rows;
-        /* rows r0.. of the token-major operands (r0 a multiple of 8: a GEMM that pads K to 8
-         * reads the next chunk's rows only past a last chunk's, the operand's zero padding) */
-        const fp8t_bf16_operand a = {A->data + (size_t)r0 * pa, n, A->cols};
+    for (int r0 = 0; r0 < T; r0 += rows) {
+        const int n = T - r0 < rows ? T - r0 : rows;
+        const fp8t_bf16_operand a = fp8t_bf16_rows(A, r0, n);
         if (wgrad) {
-            const fp8t_bf16_operand b = {B->data + (size_t)r0 * pb, n, B->cols};
+            const fp8t_bf16_operand b = fp8t_bf16_rows(B, r0, n);
             m->ops->gemm_bf16_rounded(m->be, C, &a, &b, M, N, n, transA, transB, acc || r0 > 0,
                                       NULL, ldc);
         } else {
@@ -600,6 +600,12 @@ static void gemm_bf16_token_chunks(fp8t_model *m, fp8t_gemm_kind g, float *C, in
     }
 }
 
+/* C[M,N] (row stride ldc, 0: N; only with BF16 operands) (= or +=) op(A)·op(B) in precision
+ * prec. A's prepared form is copied to *keep_a
+ * when keep_a is non-NULL; when given_a / given_b is non-NULL it is used instead of preparing
+ * that operand (the caller vouches that it is what prepare would make now: same tensor,
+ * precision, format and scale, and its codes untouched since). bias [N] (only when
+ * the plan puts the bias in the GEMM, acc = 0) is added to every row. */
 static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision prec, float *C,
                      int ldc, const operand *a, const operand *b, int M, int N, int K, int transA,
                      int transB, int acc, prepared *keep_a, const prepared *given_a,
@@ -632,9 +638,9 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     }
     case FP8T_PREC_BF16:
     case FP8T_PREC_FAKE:
-        if (model_prec_bf16_operands(m, prec) && m->hook_reads && m->hook && !bias &&
-            lin == m->n_lin - 1 && m->hc_rows > 0)
-            gemm_bf16_token_chunks(m, g, C, ldc, &pa.h, &pb.h, M, N, K, transA, transB, acc);
+        if (model_prec_bf16_operands(m, prec) && m->plan[lin].token_chunk && !bias)
+            gemm_bf16_token_chunks(m, m->plan[lin].token_chunk, g, C, ldc, &pa.h, &pb.h, M, N, K,
+                                   transA, transB, acc);
         else if (model_prec_bf16_operands(m, prec))
             m->ops->gemm_bf16_rounded(be, C, &pa.h, &pb.h, M, N, K, transA, transB, acc, bias,
                                       ldc);
@@ -653,14 +659,12 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
  * fuses the step: step_fused). */
 static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const operand *step,
                   const float *W, const float *bias, int N, int IN, int OUT, int replay) {
-    float *Wm = (float *)W; /* hooks get a mutable pointer type but must not write weights */
+    float *Wm = (float *)W; /* the operand takes a mutable pointer type; nothing writes W */
     /* with a fused step the operand's values exist only after the pass: a read-only hook (the
      * only one the plan fuses under) is shown them, and W, after the GEMM, in the same order */
     const int hooks_after = step && m->hook;
-    if (!replay && !hooks_after) {
-        call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN);
-        call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_WEIGHT, Wm, OUT, IN);
-    }
+    if (!replay && !hooks_after)
+        call_hooks_x_w(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, X, N, IN, W, OUT, IN);
     /* frozen (validation, shadow): no amax, and the step's W amax is still to be recorded by
      * its first training forward */
     const int record = !m->frozen && !replay;
@@ -718,10 +722,8 @@ static void fprop(fp8t_model *m, int lin, float *Y, int ldy, float *X, const ope
         sx->valid = 1;
     }
     if (record) m->w_amax_done[lin] = 1;
-    if (!replay && hooks_after) {
-        call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, step->values, N, IN);
-        call_hook(m, lin, FP8T_GEMM_FPROP, FP8T_T_WEIGHT, Wm, OUT, IN);
-    }
+    if (!replay && hooks_after)
+        call_hooks_x_w(m, lin, FP8T_GEMM_FPROP, FP8T_T_INPUT, step->values, N, IN, W, OUT, IN);
     if (!replay) call_hook_ld(m, lin, FP8T_GEMM_FPROP, FP8T_T_OUTPUT, Y, N, OUT, ldy ? ldy : OUT);
     if (bias && !fuse_bias) m->ops->bias_add(m->be, Y, bias, N, OUT);
 }
@@ -856,10 +858,8 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
      * which the pass writes) and W after the GEMM, in the same order. */
     const int hooks_after = step && m->hook;
     float *dy_shown = hooks_after ? step->values : dY;
-    if (!hooks_after) {
-        call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT);
-        call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, Wm, OUT, IN);
-    }
+    if (!hooks_after)
+        call_hooks_x_w(m, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, dY, N, OUT, W, OUT, IN);
     /* the bias gradient from the Dgrad's rounding pass over dY, unless a hook may change dY
      * before the Wgrad (bias_backward reads it after both) */
     float *colsum = dbias && m->plan[lin].colsum ? dbias : NULL;
@@ -880,10 +880,8 @@ static void backward(fp8t_model *m, int lin, float *dX, float *dW, float *dbias,
     prepared dy_q; /* dY as the Dgrad took it (codes / operand), for the Wgrad when reuse */
     run_gemm(m, lin, FP8T_GEMM_DGRAD, m->prec[lin][FP8T_GEMM_DGRAD], dX, 0, &dy_d, &w_d, N, IN,
              OUT, 0, 0, 0, &dy_q, NULL, NULL, NULL);
-    if (hooks_after) {
-        call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, dy_shown, N, OUT);
-        call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_WEIGHT, Wm, OUT, IN);
-    }
+    if (hooks_after)
+        call_hooks_x_w(m, lin, FP8T_GEMM_DGRAD, FP8T_T_GRAD_OUTPUT, dy_shown, N, OUT, W, OUT, IN);
     call_hook(m, lin, FP8T_GEMM_DGRAD, FP8T_T_DGRAD, dX, N, IN);
 
     /* Wgrad: dW[OUT,IN] += dYᵀ·X, reduction over the N tokens (block tiles 128x1) */

@@ -134,6 +134,9 @@ static linear_plan linear_plan_of(const fp8t_model *m, int lin) {
      * hook is shown) and its Fprop may write a strided Y (an observer sees the strided rows) */
     pl.bf16_dy = (unsigned char)(!hook_writes && f == FP8T_PREC_BF16 && w == FP8T_PREC_BF16 &&
                                  pl.dy_shared && d == FP8T_PREC_BF16);
+    /* a read-only hook is shown the head's whole-batch buffers, but its GEMMs keep the chunks
+     * the unhooked model runs (model_head_chunked): the same calls, kernels and bits */
+    pl.token_chunk = lin == m->n_lin - 1 && m->hook && pl.bf16_dy ? m->hc_rows : 0;
     return pl;
 }
 

@@ -203,6 +203,8 @@ typedef struct {
     unsigned char x_shared;      /* up: the Fprop takes the X operand gate's Fprop made of the
                                    same X (BF16 operands or the scaled path in both, whose
                                    operands depend only on X), and its Wgrad the X gate kept */
+    int token_chunk; /* the LM head under a read-only hook, where the unhooked model chunks it
+                        (head.c): its BF16 GEMMs run in chunks of this many tokens; 0: whole */
 } linear_plan;
 
 /* The X operand gate's Fprop made, for up's (linear_plan.x_shared): valid from gate's Fprop to

@@ -176,8 +176,8 @@ void cpu_gelu_backward(fp8t_backend *b, float *dx, const float *x, const float *
 /* The references of the fused GELU backward: dx into dst, or scratch where dst is NULL
  * (gelu_backward, or gelu_backward_bias with a bias), then the rounding op with its column
  * sums. */
-static const float *gelu_backward_scratch(fp8t_backend *b, float *dst, const float *dout,
-                                          const float *x, const float *bias, int rows, int cols) {
+static const float *gelu_backward_into(fp8t_backend *b, float *dst, const float *dout,
+                                       const float *x, const float *bias, int rows, int cols) {
     size_t n = (size_t)rows * (size_t)cols;
     float *dx =
         dst ? dst : cpu_scratch(b, CPU_SCRATCH_GRAD, n * sizeof(float)); /* [rows, cols] */
@@ -195,7 +195,7 @@ void cpu_gelu_backward_quantize_colsum(fp8t_backend *b, uint8_t *codes, uint8_t 
                                        float *values) {
     if (rows <= 0 || cols <= 0) return;
     x = cpu_bf16_widen(b, CPU_SCRATCH_ACT, x, x16, (size_t)rows * cols);
-    const float *dx = gelu_backward_scratch(b, values, dout, x, bias, rows, cols);
+    const float *dx = gelu_backward_into(b, values, dout, x, bias, rows, cols);
     cpu_quantize(b, codes, codes_t, amax_out, dx, rows, cols, fmt, scale);
     if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);
 }
@@ -224,7 +224,7 @@ void cpu_gelu_backward_bf16_colsum(fp8t_backend *b, uint16_t *out, float *amax_o
                                    const float *bias, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
     x = cpu_bf16_widen(b, CPU_SCRATCH_ACT, x, x16, (size_t)rows * cols);
-    const float *dx = gelu_backward_scratch(b, NULL, dout, x, bias, rows, cols);
+    const float *dx = gelu_backward_into(b, NULL, dout, x, bias, rows, cols);
     cpu_to_bf16(b, out, amax_out, dx, rows, cols);
     if (colsum) cpu_bias_backward(b, colsum, dx, rows, cols);
 }
