@@ -35,9 +35,13 @@
  *      not divided; a request without images (a result) reads x once: the first pass also
  *      sums the deviations from a per-thread shift, merged by Chan's formula (until the tenth
  *      session it took a second grid-stride pass for them); tensors below 2^-100 and out-of-range delayed scales take exact double
- *      paths (a second P2 instance, the slow class). (The eighteenth session moved an
- *      operand's deviation sum into the first read too, as a result's: 4% slower per call on
- *      the H200, bench/RESULTS.md, and not kept.)
+ *      paths (a second P2 instance, the slow class); the uniform and 1x128 images share one
+ *      copy of each arithmetic body (127 registers: 4 blocks per multiprocessor, and less hot
+ *      code for the instruction cache), and the deviations are summed in float, prescaled and
+ *      shifted by the float mean (the shift taken out in F2). (Measured and not kept, in
+ *      bench/RESULTS.md: the operand's deviation sum in the first read, as a result's, 4%
+ *      slower per call on the H200; the next iteration's tiles fetched before this one's are
+ *      computed, no faster on the H100 at 3 blocks, slower than 4 blocks without it.)
  *
  * Checks (all must pass before anything is timed), on shapes with and without a partial
  * 1x128 tile at the row end, rows that are not a multiple of 4 floats (scalar loads), data with

@@ -12,7 +12,7 @@
  *       the fast path's range?) and the two floats the division below needs;
  *   T   (only for block images other than 1x128, e.g. 128x128 weights) one block per tile:
  *       the tile's scale, into a table;
- *   P2  sum (x - mean)^2 in double, and every image's error sums in one more read: the
+ *   P2  sum (x - mean)^2, and every image's error sums in one more read: the
  *       tensor is walked in 1x128 row tiles, 4 tiles per warp and iteration, each lane
  *       holding 4 consecutive columns of each (one float4). The amax of a tile and of its 4
  *       MX blocks of 32 are a butterfly over the warp's registers, so 1x128 block scaling and
@@ -20,7 +20,13 @@
  *       to one lane per tile and shuffled back. Per image and element the FP8 value is found
  *       by float arithmetic (numerics/fp8_round_hd.h: exact, no conversion instruction),
  *       divided back by its multiplier with one Markstein correction (exact), and the error
- *       sums run in float over 4 elements, then 4 tiles, then into a double per thread;
+ *       sums run in float over 4 elements, then 4 tiles, then into a double per thread.
+ *       The uniform and the 1x128 images share the four bodies of that arithmetic (E4M3 /
+ *       E5M2, may clip or not): one copy of each in the loop, whose hot code is what the
+ *       instruction cache holds (and 127 registers, 4 blocks per multiprocessor). The
+ *       deviations are summed the same way, in float: (p x - p m)^2 with m the mean rounded
+ *       to float, and F2 takes out the shift exactly, sum (x - mean)^2 = sum (x - m)^2 -
+ *       nf (mean - m)^2 (the cross term is nf (mean - m) times the mean's own rounding);
  *       (A request without images, a result's, has no P2 nor F2: P1 also sums x - s and its
  *       square in double, s one of the thread's own elements, and the partials' (count,
  *       mean, sum (x - mean)^2) merge by Chan's pairwise formula in the fixed tree, so F1
@@ -38,7 +44,11 @@
  * q is exact): P2 sums (p q - p x)^2, (p x)(p q) and (p q)^2, all >= 0 (q has x's sign or is
  * 0), so each float partial is within 6 ulps relative (one rounding per product and at most 5
  * additions of non-negative terms: < 4e-7 relative) and the double total is as close; p keeps
- * the squares of tensors as small as 1e-40 or as large as 1e30 in float range. The elements
+ * the squares of tensors as small as 1e-40 or as large as 1e30 in float range. The deviation
+ * sum is as close before the shift is taken out (p x - p m is one rounding of an exact
+ * difference), and the shift at most doubles its relative error: m is the float nearest the
+ * mean, so nf (mean - m)^2 is at most sum (x - mean)^2 whenever some x differs from the
+ * mean (the x are floats too). The elements
  * so small against amax that p x leaves the normal range (below 2^-126 amax) can round
  * differently, which moves a sum by less than 2^-250 of it. Where that is not small, a tensor
  * whose amax is below 2^-100 (its values q are float subnormals, rounded on the subnormal
@@ -555,6 +565,47 @@ __device__ __forceinline__ void image_run_slow(const float *__restrict__ x,
         }
 }
 
+/* P2's tiles t .. t + ST_U - 1 ((r, bc): t's row and tile column in rows mode): where each
+ * starts in x, its length (0 past the end), and its row and first column for the G tables */
+__device__ __forceinline__ void p2_tiles(const p2_view &v, size_t t, int r, int bc,
+                                         size_t (&off)[ST_U], int (&len)[ST_U], int (&row)[ST_U],
+                                         int (&c0)[ST_U]) {
+#pragma unroll
+    for (int j = 0; j < ST_U; j++) {
+        const size_t tj = t + (size_t)j;
+        if (v.flat) {
+            off[j] = tj * ST_TILE;
+            len[j] = tj < v.ntiles ? (int)min((size_t)ST_TILE, v.n - off[j]) : 0;
+            row[j] = 0, c0[j] = 0;
+        } else {
+            /* a tile past the end (len 0) is all padding; its row stays in range for the G
+             * tables' index */
+            row[j] = r < v.rows ? r : v.rows - 1, c0[j] = bc * ST_TILE;
+            off[j] = (size_t)r * v.ld + (size_t)c0[j];
+            len[j] = tj < v.ntiles ? min(ST_TILE, v.cols - c0[j]) : 0;
+            if (++bc == v.nbc) bc = 0, r++;
+        }
+    }
+}
+
+/* a lane's 4 columns of each tile; padding is NaN (sanitized to 0 by the caller) */
+__device__ __forceinline__ void p2_load(const float *__restrict__ x, int vec, int lane,
+                                        const size_t (&off)[ST_U], const int (&len)[ST_U],
+                                        float (&e)[ST_U][4]) {
+    const float nanf_ = __int_as_float(0x7fffffff);
+    const int c = 4 * lane;
+#pragma unroll
+    for (int j = 0; j < ST_U; j++) {
+        if (vec && c + 3 < len[j]) {
+            const float4 f = *(const float4 *)(x + off[j] + c);
+            e[j][0] = f.x, e[j][1] = f.y, e[j][2] = f.z, e[j][3] = f.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++) e[j][i] = c + i < len[j] ? x[off[j] + c + i] : nanf_;
+        }
+    }
+}
+
 /* TINY: the kernel for tensors with amax < 2^-100 (prm->tiny); both are launched and the one
  * that does not match returns at once, so the host never waits for the amax */
 template <bool TINY>
@@ -585,6 +636,9 @@ __global__ void __launch_bounds__(ST_P2_THREADS, ST_P2_MINB)
     const float p = prm->p, invp = prm->invp;
     const float nanf_ = __int_as_float(0x7fffffff);
     double dev = 0.0;
+    /* the deviations from the mean rounded to float, prescaled (mfp: that mean times p); F2
+     * takes out the shift (see the top). TINY: from the mean itself, in double. */
+    const float mfp = __fmul_rn(__double2float_rn(mean), p);
 
     /* tiles t = (it * W + w) * U + j: the warp's U consecutive tiles per iteration */
     const size_t W = (size_t)gridDim.x * ST_P2_WARPS;
@@ -599,49 +653,34 @@ __global__ void __launch_bounds__(ST_P2_THREADS, ST_P2_MINB)
     for (; t < v.ntiles; t += step) {
         size_t off[ST_U];
         int len[ST_U], row[ST_U], c0[ST_U];
-        {
-            int rr = r, cc = bc;
-#pragma unroll
-            for (int j = 0; j < ST_U; j++) {
-                const size_t tj = t + (size_t)j;
-                if (v.flat) {
-                    off[j] = tj * ST_TILE;
-                    len[j] = tj < v.ntiles ? (int)min((size_t)ST_TILE, v.n - off[j]) : 0;
-                    row[j] = 0, c0[j] = 0;
-                } else {
-                    /* a tile past the end (len 0) is all padding; its row stays in range
-                     * for the G tables' index */
-                    row[j] = rr < v.rows ? rr : v.rows - 1, c0[j] = cc * ST_TILE;
-                    off[j] = (size_t)rr * v.ld + (size_t)c0[j];
-                    len[j] = tj < v.ntiles ? min(ST_TILE, v.cols - c0[j]) : 0;
-                    if (++cc == v.nbc) cc = 0, rr++;
-                }
-            }
-        }
+        p2_tiles(v, t, r, bc, off, len, row, c0);
+        float e[ST_U][4];
+        p2_load(x, vec, lane, off, len, e);
         float xs[ST_U][4], xp[ST_U][4];
         unsigned lane_bad = 0, lane_fin = 0; /* bit j: tile j's 4 elements of this lane */
+        float pdev[ST_U]; /* this lane's squared deviations per tile (prescaled) */
 #pragma unroll
         for (int j = 0; j < ST_U; j++) {
             const int c = 4 * lane;
-            float e[4];
-            if (vec && c + 3 < len[j]) {
-                const float4 f = *(const float4 *)(x + off[j] + c);
-                e[0] = f.x, e[1] = f.y, e[2] = f.z, e[3] = f.w;
-            } else {
-#pragma unroll
-                for (int i = 0; i < 4; i++) e[i] = c + i < len[j] ? x[off[j] + c + i] : nanf_;
-            }
+            pdev[j] = 0.0f;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const bool fin = fabsf(e[i]) < INFINITY; /* false for padding (NaN) too */
-                xs[j][i] = fin ? e[i] : 0.0f;
+                const bool fin = fabsf(e[j][i]) < INFINITY; /* false for padding (NaN) too */
+                xs[j][i] = fin ? e[j][i] : 0.0f;
                 xp[j][i] = __fmul_rn(xs[j][i], p);
-                const double dd = fin ? (double)xs[j][i] - mean : 0.0;
-                dev = fma(dd, dd, dev);
+                if (!TINY) {
+                    const float dd = fin ? __fsub_rn(xp[j][i], mfp) : 0.0f;
+                    pdev[j] = __fmaf_rn(dd, dd, pdev[j]);
+                } else {
+                    const double dd = fin ? (double)xs[j][i] - mean : 0.0;
+                    dev = fma(dd, dd, dev);
+                }
                 lane_fin |= (unsigned)fin << j;
                 lane_bad |= (unsigned)(!fin && c + i < len[j]) << j;
             }
         }
+        if (!TINY)
+            dev += (double)__fadd_rn(__fadd_rn(pdev[0], pdev[1]), __fadd_rn(pdev[2], pdev[3]));
 
         /* the row tiles' amaxes: lane l holds columns 4l..4l+3, so xor 1, 2, 4 give the amax of
          * its MX block of 32 and xor 8, 16 the tile's */
@@ -715,33 +754,34 @@ __global__ void __launch_bounds__(ST_P2_THREADS, ST_P2_MINB)
             o.err = o.xq = o.qq = 0.0;
             o.cz = o.sat = 0;
             unsigned corr = 0;
-            if (cls <= CLS_U5S) {
-                const float mu = s_m[k], mpu = s_mp[k], rpu = s_rp[k];
-                const float m4[ST_U] = {mu, mu, mu, mu}, mp_[ST_U] = {mpu, mpu, mpu, mpu},
-                            rp_[ST_U] = {rpu, rpu, rpu, rpu};
-                switch (cls) {
-                case CLS_U4: image_run<0, false, false, TINY>(xs, xp, m4, mp_, rp_, &o); break;
-                case CLS_U4S: image_run<0, false, true, TINY>(xs, xp, m4, mp_, rp_, &o); break;
-                case CLS_U5: image_run<1, false, false, TINY>(xs, xp, m4, mp_, rp_, &o); break;
-                default: image_run<1, false, true, TINY>(xs, xp, m4, mp_, rp_, &o); break;
-                }
-            } else if (cls == CLS_R4 || cls == CLS_R5) {
-                const int e5 = cls == CLS_R5;
+            /* uniform and 1x128 images share image_run's four bodies (one copy of each in the
+             * loop: the kernel's hot code is what the instruction cache holds) */
+            if (cls <= CLS_R5) {
                 float mt[ST_U], mpt[ST_U], rpt[ST_U];
+                int e5, clip;
+                if (cls <= CLS_U5S) {
+                    const float mu = s_m[k], mpu = s_mp[k], rpu = s_rp[k];
 #pragma unroll
-                for (int j = 0; j < ST_U; j++) {
-                    mt[j] = __shfl_sync(ST_FULL, e5 ? s5 : s4, j);
-                    mpt[j] = __shfl_sync(ST_FULL, e5 ? mp5 : mp4, j);
-                    rpt[j] = __shfl_sync(ST_FULL, e5 ? rp5 : rp4, j);
+                    for (int j = 0; j < ST_U; j++) mt[j] = mu, mpt[j] = mpu, rpt[j] = rpu;
+                    e5 = cls >= CLS_U5, clip = cls == CLS_U4S || cls == CLS_U5S;
+                } else {
+                    e5 = cls == CLS_R5;
+                    clip = tbad != 0; /* a tile with NaN / Inf has scale 1: it may clip */
+#pragma unroll
+                    for (int j = 0; j < ST_U; j++) {
+                        mt[j] = __shfl_sync(ST_FULL, e5 ? s5 : s4, j);
+                        mpt[j] = __shfl_sync(ST_FULL, e5 ? mp5 : mp4, j);
+                        rpt[j] = __shfl_sync(ST_FULL, e5 ? rp5 : rp4, j);
+                    }
                 }
-                if (tbad) { /* a tile with NaN / Inf has scale 1: its elements may clip */
-                    if (e5)
+                if (e5) {
+                    if (clip)
                         image_run<1, false, true, TINY>(xs, xp, mt, mpt, rpt, &o);
                     else
-                        image_run<0, false, true, TINY>(xs, xp, mt, mpt, rpt, &o);
-                } else {
-                    if (e5)
                         image_run<1, false, false, TINY>(xs, xp, mt, mpt, rpt, &o);
+                } else {
+                    if (clip)
+                        image_run<0, false, true, TINY>(xs, xp, mt, mpt, rpt, &o);
                     else
                         image_run<0, false, false, TINY>(xs, xp, mt, mpt, rpt, &o);
                 }
@@ -822,7 +862,16 @@ __global__ void __launch_bounds__(ST_THREADS)
         if ((int)threadIdx.x < s) shd[threadIdx.x] += shd[threadIdx.x + s];
     }
     __syncthreads();
-    if (threadIdx.x == 0) out->dev_sq = shd[0];
+    if (threadIdx.x == 0) {
+        if (prm->tiny) {
+            out->dev_sq = shd[0];
+        } else {
+            const double ip = (double)prm->invp;
+            const double sh =
+                prm->mean - (double)__fmul_rn(__double2float_rn(prm->mean), prm->p) * ip;
+            out->dev_sq = fmax(shd[0] * ip * ip - (double)out->n_finite * sh * sh, 0.0);
+        }
+    }
     /* every slot whose x is 0 after sanitizing (zeros, NaN, Inf, padding) is an FP8 zero in
      * every image but the slow class and the MX NaN blocks (corr) */
     const ull zeros = out->n_zero + (out->n - out->n_finite) + (slots - out->n);
