@@ -35,7 +35,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 BIN=${GPU_BENCH_BIN:-}
-if [ -z "$BIN" ]; then
+# --detect-cost runs fp8train alone: no gpu_bench to build
+if [ -z "$BIN" ] && [ "${1:-}" != "--detect-cost" ]; then
   NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)}
   if [ -z "$NVCC" ]; then
     echo "bench/gpu.sh: nvcc not found; install the CUDA toolkit or set NVCC" >&2
