@@ -3893,11 +3893,16 @@ static void test_inspect_observer_on_gpu(void) {
         snprintf(why, sizeof(why), "strided sites: %d under the writing hook, %d read-only (3)",
                  strided[0], strided[1]);
     if (!why[0] && strcmp(text[0], text[1]) != 0) {
-        /* the first row that differs */
+        /* the first row that differs: its site, and both texts from the field that differs */
         const char *a = text[0], *b = text[1];
         while (*a && *a == *b) a++, b++;
-        while (a > text[0] && a[-1] != '\n') a--;
-        snprintf(why, sizeof(why), "rows differ from: %.300s", a);
+        const char *row = a, *field = a;
+        while (row > text[0] && row[-1] != '\n') row--;
+        while (field > row && field[-1] != ',') field--;
+        const size_t at = (size_t)(field - text[0]);
+        snprintf(why, sizeof(why),
+                 "rows differ from: %.150s ... writing hook: %.120s; read-only: %.120s", row,
+                 field, text[1] + at);
     }
     char shape[64];
     snprintf(shape, sizeof(shape), "%d rows, %d Wgrad X NULL, %d strided", lines, null_x[1],
