@@ -638,14 +638,15 @@ static void run_gemm(fp8t_model *m, int lin, fp8t_gemm_kind g, fp8t_precision pr
     }
     case FP8T_PREC_BF16:
     case FP8T_PREC_FAKE:
-        if (model_prec_bf16_operands(m, prec) && m->plan[lin].token_chunk && !bias)
+        /* fake's quantize-dequantized floats; bf16 under FP8T_DISABLE_BF16_OPERANDS */
+        if (!model_prec_bf16_operands(m, prec))
+            m->ops->gemm_bf16(be, C, pa.f, pb.f, M, N, K, transA, transB, acc, pa.amax, pb.amax);
+        else if (m->plan[lin].token_chunk && !bias)
             gemm_bf16_token_chunks(m, m->plan[lin].token_chunk, g, C, ldc, &pa.h, &pb.h, M, N, K,
                                    transA, transB, acc);
-        else if (model_prec_bf16_operands(m, prec))
+        else
             m->ops->gemm_bf16_rounded(be, C, &pa.h, &pb.h, M, N, K, transA, transB, acc, bias,
                                       ldc);
-        else /* fake's quantize-dequantized floats; bf16 under FP8T_DISABLE_BF16_OPERANDS */
-            m->ops->gemm_bf16(be, C, pa.f, pb.f, M, N, K, transA, transB, acc, pa.amax, pb.amax);
         break;
     default: /* fp32, and block / mxfp8 whose operands are already quantize-dequantized */
         m->ops->gemm_f32(be, C, pa.f, pb.f, M, N, K, transA, transB, acc);

@@ -112,6 +112,8 @@ typedef struct {
 typedef struct {
     double mean;
     float p, invp; /* prescale 2^k ~ 1/amax, and 2^-k (1 when tiny) */
+    float mfp;     /* the mean rounded to float, times p: P2's deviations are from it, F2 takes
+                      the shift out (not tiny) */
     int tiny;      /* amax < 2^-100: the image sums in double, q by IEEE division (below) */
     float amax;    /* over finite elements */
     float qamax;   /* as the quantizers take it: NaN if any, else Inf if any, else amax */
@@ -342,6 +344,7 @@ __global__ void __launch_bounds__(ST_THREADS)
     prm->tiny = tiny;
     const float p = ldexpf(1.0f, k2), invp = ldexpf(1.0f, -k2);
     prm->p = p, prm->invp = invp;
+    prm->mfp = __fmul_rn(__double2float_rn(prm->mean), p);
     for (int k = 0; k < sp.n; k++) {
         float sc = __int_as_float(0x7fc00000);
         int cls = sp.cls[k];
@@ -636,9 +639,9 @@ __global__ void __launch_bounds__(ST_P2_THREADS, ST_P2_MINB)
     const float p = prm->p, invp = prm->invp;
     const float nanf_ = __int_as_float(0x7fffffff);
     double dev = 0.0;
-    /* the deviations from the mean rounded to float, prescaled (mfp: that mean times p); F2
-     * takes out the shift (see the top). TINY: from the mean itself, in double. */
-    const float mfp = __fmul_rn(__double2float_rn(mean), p);
+    /* the deviations from the mean rounded to float, prescaled; F2 takes out the shift (see
+     * the top). TINY: from the mean itself, in double. */
+    const float mfp = prm->mfp;
 
     /* tiles t = (it * W + w) * U + j: the warp's U consecutive tiles per iteration */
     const size_t W = (size_t)gridDim.x * ST_P2_WARPS;
@@ -842,6 +845,8 @@ __global__ void __launch_bounds__(ST_P2_THREADS, ST_P2_MINB)
     }
 }
 
+__device__ __forceinline__ void dbl_add(double *a, const double *b) { *a += *b; }
+
 __device__ __forceinline__ void img_part_merge(img_part *a, const img_part *b) {
     a->err += b->err, a->xq += b->xq, a->qq += b->qq;
     a->cz += b->cz, a->sat += b->sat, a->corr += b->corr;
@@ -854,28 +859,20 @@ __global__ void __launch_bounds__(ST_THREADS)
                         const double *dev_part, int nparts, int nimg, ull slots) {
     __shared__ img_part sh[ST_THREADS];
     __shared__ double shd[ST_THREADS];
+    const double ip2 = (double)prm->invp * (double)prm->invp;
     double dev = 0.0;
     for (int q = threadIdx.x; q < nparts; q += ST_THREADS) dev += dev_part[q];
     shd[threadIdx.x] = dev;
-    for (int s = ST_THREADS / 2; s > 0; s >>= 1) {
-        __syncthreads();
-        if ((int)threadIdx.x < s) shd[threadIdx.x] += shd[threadIdx.x + s];
-    }
-    __syncthreads();
+    tree_reduce<double, dbl_add, ST_THREADS>(shd);
     if (threadIdx.x == 0) {
-        if (prm->tiny) {
-            out->dev_sq = shd[0];
-        } else {
-            const double ip = (double)prm->invp;
-            const double sh =
-                prm->mean - (double)__fmul_rn(__double2float_rn(prm->mean), prm->p) * ip;
-            out->dev_sq = fmax(shd[0] * ip * ip - (double)out->n_finite * sh * sh, 0.0);
-        }
+        /* sum (x - mean)^2 = sum (x - m)^2 - nf (mean - m)^2, m = mfp / p (not tiny) */
+        const double shift = prm->mean - (double)prm->mfp * (double)prm->invp;
+        out->dev_sq =
+            prm->tiny ? shd[0] : fmax(shd[0] * ip2 - (double)out->n_finite * shift * shift, 0.0);
     }
     /* every slot whose x is 0 after sanitizing (zeros, NaN, Inf, padding) is an FP8 zero in
      * every image but the slow class and the MX NaN blocks (corr) */
     const ull zeros = out->n_zero + (out->n - out->n_finite) + (slots - out->n);
-    const double ip2 = (double)prm->invp * (double)prm->invp;
     for (int k = 0; k < nimg; k++) {
         img_part a;
         a.err = a.xq = a.qq = 0.0;
