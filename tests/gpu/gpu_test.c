@@ -2159,6 +2159,17 @@ static void stats_case(const char *what, const float *x, int rows, int cols, int
     req.ld = pad ? ld : 0;
     GPU->ops->tensor_stats(GPU, again, (const float *)dx.p[1] + misalign, rows, cols, &req);
     check_same_bits(op, shape, again, draw.p[1], sizeof(fp8t_stats_raw));
+    if (result == 1 && (pad || misalign)) {
+        /* the moments sum in the packed order whatever the layout: a strided view or a
+         * misaligned one gives the bits of the same tensor packed and aligned (the read-only
+         * inspect hook reads the head's logits in place, the writing hook a packed copy) */
+        dpair dp = dp_floats(x, (size_t)rows * cols);
+        memset(&req, 0, sizeof req);
+        GPU->ops->tensor_stats(GPU, again, (const float *)dp.p[1], rows, cols, &req);
+        check_gpu_identical("tensor_stats result = packed, aligned", shape, again, draw.p[1],
+                            sizeof(fp8t_stats_raw), "in place against a packed copy");
+        dp_free(dp);
+    }
     GPU->ops->free(GPU, again);
     free(c), free(g), free(xb);
     dp_free(dx), dp_free(ds), dp_free(draw);

@@ -35,8 +35,10 @@
  *       data bound: far below the 1e-6 the statistics are held to.)
  *   F2  one block merges P2's partials in order and finishes *out.
  * Rows in a wider buffer (req->ld > cols: the head's logits, rows padded to pad(V)) are read
- * in place by P1 (a block per row at a time) and P2 (its row tiles start ld apart); the kernels
- * that walk x packed (T, the block=N blocks, the per-tile errors) get a packed copy first.
+ * in place by P1, in the packed order (so the moments are the packed copy's, bit for bit), and
+ * by P2 in row tiles ld apart (its float sums grouped by row, where a packed tensor without
+ * tiled images is walked in flat runs of 128: the same to float rounding, not to the bit); the
+ * kernels that walk x packed (T, the block=N blocks, the per-tile errors) get a packed copy.
  * Only *out (about 1 KiB) ever reaches the host, by the caller's copy.
  *
  * Exactness. Counts, min, max, amax and the scales are exact (the same as the CPU's). Every
@@ -228,75 +230,95 @@ __device__ __forceinline__ void p1_block_partial(mom_acc *part, mom_acc *sh, con
     if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
 }
 
-/* vec: x is 16-byte aligned, read as float4 (the last n % 4 elements one by one).
- * DEV (a request without images): also the sum (x - mean)^2, in this same read. */
-template <bool DEV>
+/* P1's element order is the same for a packed tensor and for rows in a wider buffer (row
+ * stride ld > cols, read in place), and whatever x's alignment: thread i of T takes the
+ * elements 4 i .. 4 i + 3 of the packed order, then 4 (i + T) .., then the last n % 4 one by
+ * one (element 4 (n / 4) + i, + T ..). So a strided view and its packed copy sum in the same
+ * order and give the same bits (the read-only inspect hook reads the head's logits in place,
+ * the writing hook a packed copy). The walks below find where those elements are. */
+
+/* packed: element e at x[e]; float4 loads where x is 16-byte aligned */
+struct p1_flat {
+    __device__ p1_flat(size_t, size_t, int, size_t) {}
+    __device__ __forceinline__ float4 load4(const float *__restrict__ x, size_t i,
+                                            int vec) const {
+        if (vec) return ((const float4 *)x)[i];
+        const float *p = x + 4 * i;
+        return make_float4(p[0], p[1], p[2], p[3]);
+    }
+    __device__ __forceinline__ void next() {}
+    __device__ __forceinline__ float at(const float *__restrict__ x, size_t e) const {
+        return x[e];
+    }
+};
+
+/* rows of cols elements ld apart: the thread's next group of 4 is `step` elements on, so its
+ * row and column advance by a fixed (dr, dc) with one carry, no division per group */
+struct p1_rows {
+    size_t r, c, dr, dc, cols, ld;
+    __device__ p1_rows(size_t e, size_t step, int cols_, size_t ld_)
+        : r(e / (size_t)cols_), c(e % (size_t)cols_), dr(step / (size_t)cols_),
+          dc(step % (size_t)cols_), cols((size_t)cols_), ld(ld_) {}
+    /* vec: x aligned and ld, cols multiples of 4 (a group never crosses a row) */
+    __device__ __forceinline__ float4 load4(const float *__restrict__ x, size_t, int vec) const {
+        const float *p = x + r * ld + c;
+        if (vec) return *(const float4 *)p;
+        if (c + 4 <= cols) return make_float4(p[0], p[1], p[2], p[3]);
+        float e[4]; /* the group runs into the next row(s) */
+        size_t rr = r, cc = c;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            e[j] = x[rr * ld + cc];
+            if (++cc == cols) cc = 0, rr++;
+        }
+        return make_float4(e[0], e[1], e[2], e[3]);
+    }
+    __device__ __forceinline__ void next() {
+        c += dc, r += dr;
+        if (c >= cols) c -= cols, r++;
+    }
+    __device__ __forceinline__ float at(const float *__restrict__ x, size_t e) const {
+        return x[(e / cols) * ld + e % cols];
+    }
+};
+
+/* vec: 4 elements per load (see the walks). DEV (a request without images): also the sum
+ * (x - mean)^2, in this same read. */
+template <bool DEV, typename WALK>
 __global__ void __launch_bounds__(ST_THREADS)
-    stats_p1_kernel(mom_acc *part, const float *__restrict__ x, size_t n, int vec) {
+    stats_p1_kernel(mom_acc *part, const float *__restrict__ x, size_t n, int vec, int cols,
+                    size_t ld) {
     __shared__ mom_acc sh[ST_THREADS];
     mom_thr a;
     mom_thr_init(&a);
     const size_t T = (size_t)gridDim.x * ST_THREADS;
     const size_t i0 = (size_t)blockIdx.x * ST_THREADS + threadIdx.x;
+    WALK w(4 * i0, 4 * T, cols, ld);
     if (DEV) { /* the shift: the first element this thread reads, if finite */
-        const size_t j = vec ? i0 * 4 : i0;
-        const float k = j < n ? x[j] : 0.0f;
+        const size_t t = 4 * i0 < 4 * (n / 4) ? 4 * i0 : 4 * (n / 4) + i0; /* group, or tail */
+        const float k = t < n ? w.at(x, t) : 0.0f;
         a.shift = fabsf(k) < INFINITY ? (double)k : 0.0;
     }
-    size_t scalar_from = 0;
-    if (vec) {
-        const float4 *x4 = (const float4 *)x;
-        const size_t nv = n / 4;
-        size_t i = i0;
-        /* ST_P1_UNROLL independent loads in flight per thread */
-        for (; i + (ST_P1_UNROLL - 1) * T < nv; i += ST_P1_UNROLL * T) {
-            float4 v[ST_P1_UNROLL];
+    const size_t nv = n / 4;
+    size_t i = i0;
+    /* ST_P1_UNROLL independent loads in flight per thread */
+    for (; i + (ST_P1_UNROLL - 1) * T < nv; i += ST_P1_UNROLL * T) {
+        float4 v[ST_P1_UNROLL];
 #pragma unroll
-            for (int u = 0; u < ST_P1_UNROLL; u++) v[u] = x4[i + u * T];
+        for (int u = 0; u < ST_P1_UNROLL; u++) v[u] = w.load4(x, i + u * T, vec), w.next();
 #pragma unroll
-            for (int u = 0; u < ST_P1_UNROLL; u++) {
-                mom_elem<DEV>(&a, v[u].x), mom_elem<DEV>(&a, v[u].y);
-                mom_elem<DEV>(&a, v[u].z), mom_elem<DEV>(&a, v[u].w);
-            }
+        for (int u = 0; u < ST_P1_UNROLL; u++) {
+            mom_elem<DEV>(&a, v[u].x), mom_elem<DEV>(&a, v[u].y);
+            mom_elem<DEV>(&a, v[u].z), mom_elem<DEV>(&a, v[u].w);
         }
-        for (; i < nv; i += T) {
-            const float4 v = x4[i];
-            mom_elem<DEV>(&a, v.x), mom_elem<DEV>(&a, v.y), mom_elem<DEV>(&a, v.z),
-                mom_elem<DEV>(&a, v.w);
-        }
-        scalar_from = nv * 4;
     }
-    for (size_t i = scalar_from + i0; i < n; i += T) mom_elem<DEV>(&a, x[i]);
-    p1_block_partial<DEV>(part, sh, &a);
-}
-
-/* P1 over rows in a wider buffer (row stride ld > cols): each block takes whole rows, its
- * threads a row's columns (coalesced scalar loads; the rows are the head's logits, long) */
-template <bool DEV>
-__global__ void __launch_bounds__(ST_THREADS)
-    stats_p1_rows_kernel(mom_acc *part, const float *__restrict__ x, int rows, int cols,
-                         size_t ld) {
-    __shared__ mom_acc sh[ST_THREADS];
-    mom_thr a;
-    mom_thr_init(&a);
-    if (DEV) { /* the shift: the first element this thread reads, if finite */
-        const float k = (int)blockIdx.x < rows && (int)threadIdx.x < cols
-                            ? x[(size_t)blockIdx.x * ld + threadIdx.x]
-                            : 0.0f;
-        a.shift = fabsf(k) < INFINITY ? (double)k : 0.0;
+    for (; i < nv; i += T) {
+        const float4 v = w.load4(x, i, vec);
+        w.next();
+        mom_elem<DEV>(&a, v.x), mom_elem<DEV>(&a, v.y), mom_elem<DEV>(&a, v.z),
+            mom_elem<DEV>(&a, v.w);
     }
-    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *xr = x + (size_t)r * ld;
-        int c = threadIdx.x;
-        for (; c + 3 * ST_THREADS < cols; c += 4 * ST_THREADS) {
-            float e[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) e[u] = xr[c + u * ST_THREADS];
-#pragma unroll
-            for (int u = 0; u < 4; u++) mom_elem<DEV>(&a, e[u]);
-        }
-        for (; c < cols; c += ST_THREADS) mom_elem<DEV>(&a, xr[c]);
-    }
+    for (size_t e = nv * 4 + i0; e < n; e += T) mom_elem<DEV>(&a, w.at(x, e));
     p1_block_partial<DEV>(part, sh, &a);
 }
 
@@ -1180,8 +1202,8 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     const int vec2 = aligned && (v.flat || ld % 4 == 0);
 
     static std::atomic<int> occ1(0), occ2(0);
-    const unsigned grid1 = st_grid(s, (const void *)stats_p1_kernel<true>, ST_THREADS, &occ1,
-                                   cdiv_u(n, (size_t)ST_THREADS * 4 * ST_P1_UNROLL));
+    const unsigned grid1 = st_grid(s, (const void *)stats_p1_kernel<true, p1_flat>, ST_THREADS,
+                                   &occ1, cdiv_u(n, (size_t)ST_THREADS * 4 * ST_P1_UNROLL));
     /* the partial buffers are sized by the common kernel's grid; the tiny one runs as many */
     const unsigned grid2 = st_grid(s, (const void *)stats_p2_kernel<false>, ST_P2_THREADS, &occ2,
                                    cdiv_u(v.ntiles, (size_t)ST_P2_WARPS * ST_U));
@@ -1224,20 +1246,23 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     for (int k = 0; k < nimg; k++)
         if (sp.gtiles[k]) sp.gtab[k] = (float *)(scr + tab_off[k]);
 
-    /* strided rows: a block per row at a time (at most grid1 blocks, the partials' count) */
-    const unsigned gridr = strided ? (grid1 < (unsigned)rows ? grid1 : (unsigned)rows) : grid1;
-    if (strided && nimg > 0)
-        stats_p1_rows_kernel<false>
-            <<<gridr, ST_THREADS, 0, s->stream>>>(part1, x, rows, cols, (size_t)ld);
-    else if (strided)
-        stats_p1_rows_kernel<true>
-            <<<gridr, ST_THREADS, 0, s->stream>>>(part1, x, rows, cols, (size_t)ld);
-    else if (nimg > 0)
-        stats_p1_kernel<false><<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
-    else
-        stats_p1_kernel<true><<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned);
+    if (strided) {
+        const int vr = aligned && ld % 4 == 0 && cols % 4 == 0;
+        if (nimg > 0)
+            stats_p1_kernel<false, p1_rows>
+                <<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, vr, cols, (size_t)ld);
+        else
+            stats_p1_kernel<true, p1_rows>
+                <<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, vr, cols, (size_t)ld);
+    } else if (nimg > 0) {
+        stats_p1_kernel<false, p1_flat>
+            <<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned, cols, (size_t)ld);
+    } else {
+        stats_p1_kernel<true, p1_flat>
+            <<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned, cols, (size_t)ld);
+    }
     CUDA_LAUNCH_CHECK(s);
-    stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part1, (int)gridr, n, sp);
+    stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part1, (int)grid1, n, sp);
     CUDA_LAUNCH_CHECK(s);
     for (int k = 0; k < nimg; k++) {
         if (!sp.gtiles[k]) continue;
