@@ -2,6 +2,8 @@
 # Everything the GPU checks need, in few calls on a lent H200 (device time is scarce):
 #   here (no GPU):  scripts/gpu-session.sh prepare      builds build-gpu/ and .gpulibs/
 #   there:          scripts/gpu-session.sh run          the checks
+#                   scripts/gpu-session.sh inspect [PHASE...]  the statistics: checks, cost124,
+#                                                       cost1.5b, detect (one call each, or two)
 #                   scripts/gpu-session.sh bench        the training-step and inspect-cost tables
 #                   carry: build-gpu/fp8train, build-gpu/gpu_test, build-gpu/bench/gpu_bench_cuda,
 #                   .gpulibs (and build-gpu/dev/cuda/* where they fit the 64 MB a call carries)
@@ -9,7 +11,8 @@
 # runs (gpu_bench_cuda on tiny and tiny-llama, BF16 and delayed FP8, and one with --inspect on
 # every step with dumps), the command end to end (tests/gpu/cli_checks.sh), and the kernel
 # ladders when they were carried, writing logs under $OUT (or ./gpu-out) and a summary last.
-# `bench` runs bench/gpu.sh and bench/gpu.sh --inspect-cost.
+# `bench` runs bench/gpu.sh and bench/gpu.sh --inspect-cost; `inspect [PHASE...]` the
+# statistics' checks and cost tables phase by phase (see below).
 # The runtime libraries the device image lacks (cJSON, protobuf-c) travel in .gpulibs/; CUDA's
 # own libraries, NCCL, OpenMPI, OpenBLAS (its pthread build) and PCRE2 are there.
 set -euo pipefail
@@ -84,8 +87,52 @@ bench)
   cat "$out/bench.log"; echo "bench exit $b"
   cat "$out/inspect_cost.log"; echo "inspect-cost exit $i"
   ;;
+inspect)
+  # the statistics' checks and costs (issue 15) in phases that each fit one call with the
+  # others: checks (gpu_test's --inspect rows, FP8TRAIN_TEST_SEED replays a failure; the stats
+  # ladder when carried), cost124 / cost1.5b (plain vs every=100 / 10 / 1 and shadow-every
+  # 100), detect (the detectors' cost); all four in order without arguments (more than one
+  # call's 600 s: about 90 + 45 + 170 + 250 + 150 s). Each phase under its own timeout, its log
+  # in $out as it ends.
+  libs
+  B=${GPU_BENCH_BIN:-build-gpu/bench/gpu_bench_cuda}
+  COST=(--prec fp8-delayed --warmup 3 --steps 20 --inspect every=100 --inspect every=10
+        --inspect every=1 --shadow-every 100 --inspect-out /tmp/gpu_session_inspect)
+  shift
+  set +e
+  for ph in "${@:-checks cost124 cost1.5b detect}"; do
+    for ph in $ph; do
+      case $ph in
+      checks)
+        timeout 120 build-gpu/gpu_test --quick --default-only --inspect-only \
+          >"$out/gpu_test_inspect.log" 2>&1
+        echo "gpu_test --inspect-only exit $?"
+        grep -E '^FAIL|passed, .* failed|seed' "$out/gpu_test_inspect.log" | head -20
+        if [ -x build-gpu/dev/cuda/stats_ladder ]; then
+          timeout 60 build-gpu/dev/cuda/stats_ladder 3 >"$out/stats_ladder.log" 2>&1
+          echo "stats_ladder exit $?"; grep -E 'passed, .* failed' "$out/stats_ladder.log"
+        fi ;;
+      cost124)
+        timeout 200 "$B" --model gpt2-124m --batch 32 --seq 1024 "${COST[@]}" \
+          >"$out/inspect_cost_124m.log" 2>&1
+        echo "cost124 exit $?"; grep -E '^fp8|cost' "$out/inspect_cost_124m.log" ;;
+      cost1.5b)
+        timeout 400 "$B" --model gpt2-1.5b --batch 16 --seq 1024 "${COST[@]}" \
+          >"$out/inspect_cost_1.5b.log" 2>&1
+        echo "cost1.5b exit $?"; grep -E '^fp8|cost' "$out/inspect_cost_1.5b.log" ;;
+      detect)
+        FP8TRAIN_BIN=${FP8TRAIN_BIN:-build-gpu/fp8train} timeout 200 bench/gpu.sh --detect-cost \
+          >"$out/detect_cost.log" 2>&1
+        echo "detect exit $?"; grep pair "$out/detect_cost.log" ;;
+      *) echo "inspect: unknown phase $ph (checks, cost124, cost1.5b, detect)" >&2 ;;
+      esac
+    done
+  done
+  rm -rf /tmp/gpu_session_inspect
+  set -e
+  ;;
 *)
-  echo "usage: scripts/gpu-session.sh prepare|run|bench" >&2
+  echo "usage: scripts/gpu-session.sh prepare|run|bench|inspect [PHASE...]" >&2
   exit 2
   ;;
 esac
