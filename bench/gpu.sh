@@ -11,7 +11,8 @@
 #                                models: plain vs --inspect every=100 / every=10 / every=1
 #                                (all layers, GEMMs and tensors) vs --shadow-every 100, as
 #                                ratios to the plain step (issue 15's targets: <= 3%, <= 15%,
-#                                <= 2x, <= 2%). --inspect-cost --quick: 124M only.
+#                                <= 2x, <= 2%). --inspect-cost --quick (or gpt2-124m):
+#                                124M only; --inspect-cost gpt2-1.5b: 1.5B only.
 #   bench/gpu.sh --detect-cost   the cost of NaN detection and the spike / drift detectors
 #                                (issue 15: <= 0.5%): `fp8train train --device cuda` of GPT-2
 #                                124M 32x1024 FP8 delayed, 40 steps, with them off and on in
@@ -52,11 +53,17 @@ fi
 if [ "${1:-}" = "--inspect-cost" ]; then
   COST=(--prec fp8-delayed --warmup 3 --steps 20 --inspect every=100 --inspect every=10
         --inspect every=1 --shadow-every 100 --inspect-out "${TMPDIR:-/tmp}/gpu_bench_inspect.$$")
-  "$BIN" --model gpt2-124m --batch 32 --seq 1024 "${COST[@]}"
-  if [ "${2:-}" != "--quick" ]; then
+  case "${2:-}" in
+  --quick | gpt2-124m) MODELS=("gpt2-124m 32") ;;
+  gpt2-1.5b) MODELS=("gpt2-1.5b 16") ;;
+  "") MODELS=("gpt2-124m 32" "gpt2-1.5b 16") ;;
+  *) echo "bench/gpu.sh --inspect-cost: $2: expected --quick, gpt2-124m or gpt2-1.5b" >&2; exit 2 ;;
+  esac
+  for row in "${MODELS[@]}"; do
+    read -r M B <<<"$row"
+    "$BIN" --model "$M" --batch "$B" --seq 1024 "${COST[@]}"
     echo
-    "$BIN" --model gpt2-1.5b --batch 16 --seq 1024 "${COST[@]}"
-  fi
+  done
   rm -rf "${TMPDIR:-/tmp}/gpu_bench_inspect.$$"
   exit
 fi

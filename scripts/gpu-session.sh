@@ -95,40 +95,33 @@ inspect)
   # call's 600 s: about 90 + 45 + 170 + 250 + 150 s). Each phase under its own timeout, its log
   # in $out as it ends.
   libs
-  B=${GPU_BENCH_BIN:-build-gpu/bench/gpu_bench_cuda}
-  COST=(--prec fp8-delayed --warmup 3 --steps 20 --inspect every=100 --inspect every=10
-        --inspect every=1 --shadow-every 100 --inspect-out /tmp/gpu_session_inspect)
+  export GPU_BENCH_BIN=${GPU_BENCH_BIN:-build-gpu/bench/gpu_bench_cuda}
   shift
+  phases=("$@")
+  [ ${#phases[@]} -gt 0 ] || phases=(checks cost124 cost1.5b detect)
   set +e
-  for ph in "${@:-checks cost124 cost1.5b detect}"; do
-    for ph in $ph; do
-      case $ph in
-      checks)
-        timeout 120 build-gpu/gpu_test --quick --default-only --inspect-only \
-          >"$out/gpu_test_inspect.log" 2>&1
-        echo "gpu_test --inspect-only exit $?"
-        grep -E '^FAIL|passed, .* failed|seed' "$out/gpu_test_inspect.log" | head -20
-        if [ -x build-gpu/dev/cuda/stats_ladder ]; then
-          timeout 60 build-gpu/dev/cuda/stats_ladder 3 >"$out/stats_ladder.log" 2>&1
-          echo "stats_ladder exit $?"; grep -E 'passed, .* failed' "$out/stats_ladder.log"
-        fi ;;
-      cost124)
-        timeout 200 "$B" --model gpt2-124m --batch 32 --seq 1024 "${COST[@]}" \
-          >"$out/inspect_cost_124m.log" 2>&1
-        echo "cost124 exit $?"; grep -E '^fp8|cost' "$out/inspect_cost_124m.log" ;;
-      cost1.5b)
-        timeout 400 "$B" --model gpt2-1.5b --batch 16 --seq 1024 "${COST[@]}" \
-          >"$out/inspect_cost_1.5b.log" 2>&1
-        echo "cost1.5b exit $?"; grep -E '^fp8|cost' "$out/inspect_cost_1.5b.log" ;;
-      detect)
-        FP8TRAIN_BIN=${FP8TRAIN_BIN:-build-gpu/fp8train} timeout 200 bench/gpu.sh --detect-cost \
-          >"$out/detect_cost.log" 2>&1
-        echo "detect exit $?"; grep pair "$out/detect_cost.log" ;;
-      *) echo "inspect: unknown phase $ph (checks, cost124, cost1.5b, detect)" >&2 ;;
-      esac
-    done
+  for ph in "${phases[@]}"; do
+    case $ph in
+    checks)
+      timeout 120 build-gpu/gpu_test --quick --default-only --inspect-only \
+        >"$out/gpu_test_inspect.log" 2>&1
+      echo "gpu_test --inspect-only exit $?"
+      grep -E '^FAIL|passed, .* failed|seed' "$out/gpu_test_inspect.log" | head -20
+      if [ -x build-gpu/dev/cuda/stats_ladder ]; then
+        timeout 60 build-gpu/dev/cuda/stats_ladder 3 >"$out/stats_ladder.log" 2>&1
+        echo "stats_ladder exit $?"; grep -E 'passed, .* failed' "$out/stats_ladder.log"
+      fi ;;
+    cost124 | cost1.5b)
+      m=gpt2-1.5b lim=400; [ "$ph" = cost1.5b ] || m=gpt2-124m lim=200
+      timeout $lim bench/gpu.sh --inspect-cost "$m" >"$out/inspect_cost_$m.log" 2>&1
+      echo "$ph exit $?"; grep -E '^fp8|cost' "$out/inspect_cost_$m.log" ;;
+    detect)
+      FP8TRAIN_BIN=${FP8TRAIN_BIN:-build-gpu/fp8train} timeout 200 bench/gpu.sh --detect-cost \
+        >"$out/detect_cost.log" 2>&1
+      echo "detect exit $?"; grep pair "$out/detect_cost.log" ;;
+    *) echo "inspect: unknown phase $ph (checks, cost124, cost1.5b, detect)" >&2 ;;
+    esac
   done
-  rm -rf /tmp/gpu_session_inspect
   set -e
   ;;
 *)

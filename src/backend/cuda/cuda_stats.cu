@@ -237,18 +237,19 @@ __device__ __forceinline__ void p1_block_partial(mom_acc *part, mom_acc *sh, con
  * order and give the same bits (the read-only inspect hook reads the head's logits in place,
  * the writing hook a packed copy). The walks below find where those elements are. */
 
-/* packed: element e at x[e]; float4 loads where x is 16-byte aligned */
+/* packed: element e at x[e]; the thread's next group of 4 is `step` elements on */
 struct p1_flat {
-    __device__ p1_flat(size_t, size_t, int, size_t) {}
-    __device__ __forceinline__ float4 load4(const float *__restrict__ x, size_t i,
-                                            int vec) const {
-        if (vec) return ((const float4 *)x)[i];
-        const float *p = x + 4 * i;
+    size_t e, step;
+    __device__ p1_flat(size_t e_, size_t step_, int, size_t) : e(e_), step(step_) {}
+    /* vec: x 16-byte aligned */
+    __device__ __forceinline__ float4 load4(const float *__restrict__ x, int vec) const {
+        const float *p = x + e;
+        if (vec) return *(const float4 *)p;
         return make_float4(p[0], p[1], p[2], p[3]);
     }
-    __device__ __forceinline__ void next() {}
-    __device__ __forceinline__ float at(const float *__restrict__ x, size_t e) const {
-        return x[e];
+    __device__ __forceinline__ void next() { e += step; }
+    __device__ __forceinline__ float at(const float *__restrict__ x, size_t i) const {
+        return x[i];
     }
 };
 
@@ -260,7 +261,7 @@ struct p1_rows {
         : r(e / (size_t)cols_), c(e % (size_t)cols_), dr(step / (size_t)cols_),
           dc(step % (size_t)cols_), cols((size_t)cols_), ld(ld_) {}
     /* vec: x aligned and ld, cols multiples of 4 (a group never crosses a row) */
-    __device__ __forceinline__ float4 load4(const float *__restrict__ x, size_t, int vec) const {
+    __device__ __forceinline__ float4 load4(const float *__restrict__ x, int vec) const {
         const float *p = x + r * ld + c;
         if (vec) return *(const float4 *)p;
         if (c + 4 <= cols) return make_float4(p[0], p[1], p[2], p[3]);
@@ -305,7 +306,7 @@ __global__ void __launch_bounds__(ST_THREADS)
     for (; i + (ST_P1_UNROLL - 1) * T < nv; i += ST_P1_UNROLL * T) {
         float4 v[ST_P1_UNROLL];
 #pragma unroll
-        for (int u = 0; u < ST_P1_UNROLL; u++) v[u] = w.load4(x, i + u * T, vec), w.next();
+        for (int u = 0; u < ST_P1_UNROLL; u++) v[u] = w.load4(x, vec), w.next();
 #pragma unroll
         for (int u = 0; u < ST_P1_UNROLL; u++) {
             mom_elem<DEV>(&a, v[u].x), mom_elem<DEV>(&a, v[u].y);
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(ST_THREADS)
         }
     }
     for (; i < nv; i += T) {
-        const float4 v = w.load4(x, i, vec);
+        const float4 v = w.load4(x, vec);
         w.next();
         mom_elem<DEV>(&a, v.x), mom_elem<DEV>(&a, v.y), mom_elem<DEV>(&a, v.z),
             mom_elem<DEV>(&a, v.w);
@@ -1111,6 +1112,18 @@ static unsigned st_grid(const cuda_state *s, const void *kernel, int threads,
     return (unsigned)(want < cap ? want : cap);
 }
 
+/* P1 over x in WALK's layout; dev: a request without images (the deviations in this read) */
+template <typename WALK>
+static void p1_launch(const cuda_state *s, unsigned grid, mom_acc *part, const float *x, size_t n,
+                      int vec, int cols, int ld, int dev) {
+    if (dev)
+        stats_p1_kernel<true, WALK>
+            <<<grid, ST_THREADS, 0, s->stream>>>(part, x, n, vec, cols, (size_t)ld);
+    else
+        stats_p1_kernel<false, WALK>
+            <<<grid, ST_THREADS, 0, s->stream>>>(part, x, n, vec, cols, (size_t)ld);
+}
+
 /* Whether a request reads x in a kernel that walks it packed (the tile tables of kernel T,
  * the consecutive blocks of block=N, the per-tile errors): rows in a wider buffer are packed
  * for it first. P1 and P2 read strided rows themselves. */
@@ -1246,21 +1259,11 @@ void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int
     for (int k = 0; k < nimg; k++)
         if (sp.gtiles[k]) sp.gtab[k] = (float *)(scr + tab_off[k]);
 
-    if (strided) {
-        const int vr = aligned && ld % 4 == 0 && cols % 4 == 0;
-        if (nimg > 0)
-            stats_p1_kernel<false, p1_rows>
-                <<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, vr, cols, (size_t)ld);
-        else
-            stats_p1_kernel<true, p1_rows>
-                <<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, vr, cols, (size_t)ld);
-    } else if (nimg > 0) {
-        stats_p1_kernel<false, p1_flat>
-            <<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned, cols, (size_t)ld);
-    } else {
-        stats_p1_kernel<true, p1_flat>
-            <<<grid1, ST_THREADS, 0, s->stream>>>(part1, x, n, aligned, cols, (size_t)ld);
-    }
+    if (strided)
+        p1_launch<p1_rows>(s, grid1, part1, x, n, aligned && ld % 4 == 0 && cols % 4 == 0, cols,
+                           ld, nimg == 0);
+    else
+        p1_launch<p1_flat>(s, grid1, part1, x, n, aligned, cols, ld, nimg == 0);
     CUDA_LAUNCH_CHECK(s);
     stats_moments_finish<<<1, ST_THREADS, 0, s->stream>>>(out, prm, part1, (int)grid1, n, sp);
     CUDA_LAUNCH_CHECK(s);
