@@ -104,9 +104,10 @@ __global__ void kv_write_fp8_kernel(void *kc, void *vc, const float *__restrict_
                                qkv + r * W + (size_t)(NH + NKV + g) * HS};
         char *dst[2] = {(char *)kc + ((size_t)bb * NKV + g) * hb,
                         (char *)vc + ((size_t)bb * NKV + g) * hb};
-        for (int kv = 0; kv < 2; kv++) {
-            float x[DEC_MAX_HS / 32];
-            float am = 0.0f;
+        /* K's and V's values loaded before either is reduced: two rows' loads in flight */
+        float x[2][DEC_MAX_HS / 32];
+#pragma unroll
+        for (int kv = 0; kv < 2; kv++)
 #pragma unroll
             for (int k = 0; k < DEC_MAX_HS / 32; k++) {
                 const int i = lane + 32 * k;
@@ -121,16 +122,20 @@ __global__ void kv_write_fp8_kernel(void *kc, void *vc, const float *__restrict_
                                      : __fadd_rn(__fmul_rn(v, c), __fmul_rn(src[0][i - half], s));
                     }
                 }
-                x[k] = v;
-                am = amax_merge_dev(am, v);
+                x[kv][k] = v;
             }
+#pragma unroll
+        for (int kv = 0; kv < 2; kv++) {
+            float am = 0.0f;
+#pragma unroll
+            for (int k = 0; k < DEC_MAX_HS / 32; k++) am = amax_merge_dev(am, x[kv][k]);
             am = warp_amax(am);
             const float sc = current_scale_dev(am, FP8_E4M3_MAX, 0.0f, 0);
             uint8_t *codes = (uint8_t *)dst[kv] + (size_t)t * HS;
 #pragma unroll
             for (int k = 0; k < DEC_MAX_HS / 32; k++) {
                 const int i = lane + 32 * k;
-                if (i < HS) codes[i] = fp8_enc_dev(x[k] * sc, FP8_E4M3);
+                if (i < HS) codes[i] = fp8_enc_dev(x[kv][k] * sc, FP8_E4M3);
             }
             if (lane == 0) ((float *)(dst[kv] + soff))[t] = 1.0f / sc;
         }
@@ -248,8 +253,12 @@ __device__ __forceinline__ void load_piece(float *x, const char *blk, int t, int
                 x[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
             } else {
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    x[4 * k + e] = fp8_dec_dev((uint8_t)(w[k] >> (8 * e)), FP8_E4M3);
+                for (int e = 0; e < 4; e += 2) { /* two codes per conversion, exact */
+                    const __half2 h2 = __half2(__nv_cvt_fp8x2_to_halfraw2(
+                        (__nv_fp8x2_storage_t)(w[k] >> (8 * e)), __NV_E4M3));
+                    const float2 f = __half22float2(h2);
+                    x[4 * k + e] = f.x, x[4 * k + e + 1] = f.y;
+                }
             }
         }
     }
@@ -262,8 +271,12 @@ template <int KV> struct kv_epl {
 
 /* The split kernel (see the top of the file). grid (nsplit, NKV, B); dynamic shared memory:
  * q [G][HS], scores [G][sl], warp sums [SPLIT_WARPS][SPLIT_GC][HS], (max, sum) [G][2].
- * part [B, NH, nsplit, HS + 2] (nsplit > 1): each split's unnormalized out, max and sum. */
-template <int KV>
+ * part [B, NH, nsplit, HS + 2] (nsplit > 1): each split's unnormalized out, max and sum.
+ * GC (<= SPLIT_GC) heads share one pass over V: 1 or 2 where the group is that small, so no
+ * accumulators or shuffles go to heads the group does not have (GPT-2, G = 1, FP8 cache: 48
+ * registers instead of 126, so 2.5x the resident blocks). Each head's sums are in the same
+ * order whatever GC. */
+template <int KV, int GC>
 __global__ void __launch_bounds__(SPLIT_THREADS)
     attn_decode_split_kernel(float *out, float *part, const void *kc, const void *vc,
                              const float *__restrict__ qkv, const int *__restrict__ pos, int NH,
@@ -325,12 +338,12 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
         if (lane == 0) ml[2 * hh] = mx, ml[2 * hh + 1] = sum;
     }
     __syncthreads();
-    /* P·V, SPLIT_GC heads at a time: thread (row lane rl, piece) over rows rl, rl + RPB, ... */
+    /* P·V, GC heads at a time: thread (row lane rl, piece) over rows rl, rl + RPB, ... */
     const int RPB = SPLIT_THREADS / LPR, rl = tid / LPR;
-    for (int h0 = 0; h0 < G; h0 += SPLIT_GC) {
-        float acc[SPLIT_GC][EPL];
+    for (int h0 = 0; h0 < G; h0 += GC) {
+        float acc[GC][EPL];
 #pragma unroll
-        for (int c = 0; c < SPLIT_GC; c++)
+        for (int c = 0; c < GC; c++)
 #pragma unroll
             for (int e = 0; e < EPL; e++) acc[c][e] = 0.0f;
 #pragma unroll 2
@@ -339,7 +352,7 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
             load_piece<KV>(v, vb, t0 + j, piece, HS);
             const float vs = kv_pos_scale(vb, KV, t0 + j, soff);
 #pragma unroll
-            for (int c = 0; c < SPLIT_GC; c++) {
+            for (int c = 0; c < GC; c++) {
                 if (h0 + c >= G) break;
                 const float w =
                     KV == FP8T_KV_FP8 ? sc[(h0 + c) * sl + j] * vs : sc[(h0 + c) * sl + j];
@@ -348,23 +361,23 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
             }
         }
 #pragma unroll
-        for (int c = 0; c < SPLIT_GC; c++)
+        for (int c = 0; c < GC; c++)
 #pragma unroll
             for (int e = 0; e < EPL; e++)
                 for (int o = LPR; o < 32; o <<= 1)
                     acc[c][e] += __shfl_xor_sync(0xffffffffu, acc[c][e], o);
         if (lane < LPR)
 #pragma unroll
-            for (int c = 0; c < SPLIT_GC; c++)
+            for (int c = 0; c < GC; c++)
 #pragma unroll
                 for (int e = 0; e < EPL; e++)
-                    red[(warp * SPLIT_GC + c) * HS + piece * EPL + e] = acc[c][e];
+                    red[(warp * GC + c) * HS + piece * EPL + e] = acc[c][e];
         __syncthreads();
-        for (int idx = tid; idx < SPLIT_GC * HS; idx += SPLIT_THREADS) {
+        for (int idx = tid; idx < GC * HS; idx += SPLIT_THREADS) {
             const int c = idx / HS, i = idx - c * HS, hh = h0 + c;
             if (hh >= G) continue;
             float o = red[c * HS + i];
-            for (int w = 1; w < SPLIT_WARPS; w++) o += red[(w * SPLIT_GC + c) * HS + i];
+            for (int w = 1; w < SPLIT_WARPS; w++) o += red[(w * GC + c) * HS + i];
             const int h = g * G + hh;
             if (nsplit == 1) {
                 out[((size_t)bb * NH + h) * HS + i] = o * (1.0f / ml[2 * hh + 1]);
@@ -490,9 +503,18 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
         const size_t smem = split_smem_floats(G, HS, sl) * sizeof(float);
         dim3 grid((unsigned)nsplit, (unsigned)NKV, (unsigned)s->B);
         const rope_freqs fr = make_freqs(s);
-#define SPLIT_CASE(K)                                                                            \
-    attn_decode_split_kernel<K><<<grid, SPLIT_THREADS, smem, st->stream>>>(                      \
+#define SPLIT_LAUNCH(K, GC)                                                                      \
+    attn_decode_split_kernel<K, GC><<<grid, SPLIT_THREADS, smem, st->stream>>>(                  \
         out, part, kc, vc, qkv, pos, s->NH, NKV, HS, hb, soff, sl, nsplit, scale, fr)
+#define SPLIT_CASE(K)                                                                            \
+    do {                                                                                         \
+        if (G == 1)                                                                              \
+            SPLIT_LAUNCH(K, 1);                                                                  \
+        else if (G == 2)                                                                         \
+            SPLIT_LAUNCH(K, 2);                                                                  \
+        else                                                                                     \
+            SPLIT_LAUNCH(K, SPLIT_GC);                                                           \
+    } while (0)
         if (kv == FP8T_KV_FP32)
             SPLIT_CASE(FP8T_KV_FP32);
         else if (kv == FP8T_KV_BF16)
@@ -500,6 +522,7 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
         else
             SPLIT_CASE(FP8T_KV_FP8);
 #undef SPLIT_CASE
+#undef SPLIT_LAUNCH
         CUDA_LAUNCH_CHECK(st);
         if (nsplit > 1) {
             attn_decode_combine_kernel<<<dim3((unsigned)s->NH, (unsigned)s->B), 64,
