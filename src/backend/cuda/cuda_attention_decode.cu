@@ -253,10 +253,8 @@ __device__ __forceinline__ void load_piece(float *x, const char *blk, int t, int
                 x[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
             } else {
 #pragma unroll
-                for (int e = 0; e < 4; e += 2) { /* two codes per conversion, exact */
-                    const __half2 h2 = __half2(__nv_cvt_fp8x2_to_halfraw2(
-                        (__nv_fp8x2_storage_t)(w[k] >> (8 * e)), __NV_E4M3));
-                    const float2 f = __half22float2(h2);
+                for (int e = 0; e < 4; e += 2) {
+                    const float2 f = fp8x2_dec_dev((uint16_t)(w[k] >> (8 * e)), FP8_E4M3);
                     x[4 * k + e] = f.x, x[4 * k + e + 1] = f.y;
                 }
             }
@@ -482,6 +480,26 @@ static int split_len(const cuda_state *st, const fp8t_attn_shape *s, int kv, int
     return sl;
 }
 
+/* the split kernel for cache kind KV, its heads per pass over V (GC) from the group size G */
+template <int KV, typename... A>
+static void launch_split_gc(int G, dim3 grid, size_t smem, cudaStream_t stream, A... a) {
+    if (G == 1)
+        attn_decode_split_kernel<KV, 1><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
+    else if (G == 2)
+        attn_decode_split_kernel<KV, 2><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
+    else
+        attn_decode_split_kernel<KV, SPLIT_GC><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
+}
+template <typename... A>
+static void launch_split(int kv, int G, dim3 grid, size_t smem, cudaStream_t stream, A... a) {
+    if (kv == FP8T_KV_FP32)
+        launch_split_gc<FP8T_KV_FP32>(G, grid, smem, stream, a...);
+    else if (kv == FP8T_KV_BF16)
+        launch_split_gc<FP8T_KV_BF16>(G, grid, smem, stream, a...);
+    else
+        launch_split_gc<FP8T_KV_FP8>(G, grid, smem, stream, a...);
+}
+
 void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv,
                            const float *qkv, const int *pos, const fp8t_attn_shape *s, int Tmax) {
     check_decode_shape(s, kv, 1, Tmax);
@@ -503,26 +521,8 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
         const size_t smem = split_smem_floats(G, HS, sl) * sizeof(float);
         dim3 grid((unsigned)nsplit, (unsigned)NKV, (unsigned)s->B);
         const rope_freqs fr = make_freqs(s);
-#define SPLIT_LAUNCH(K, GC)                                                                      \
-    attn_decode_split_kernel<K, GC><<<grid, SPLIT_THREADS, smem, st->stream>>>(                  \
-        out, part, kc, vc, qkv, pos, s->NH, NKV, HS, hb, soff, sl, nsplit, scale, fr)
-#define SPLIT_CASE(K)                                                                            \
-    do {                                                                                         \
-        if (G == 1)                                                                              \
-            SPLIT_LAUNCH(K, 1);                                                                  \
-        else if (G == 2)                                                                         \
-            SPLIT_LAUNCH(K, 2);                                                                  \
-        else                                                                                     \
-            SPLIT_LAUNCH(K, SPLIT_GC);                                                           \
-    } while (0)
-        if (kv == FP8T_KV_FP32)
-            SPLIT_CASE(FP8T_KV_FP32);
-        else if (kv == FP8T_KV_BF16)
-            SPLIT_CASE(FP8T_KV_BF16);
-        else
-            SPLIT_CASE(FP8T_KV_FP8);
-#undef SPLIT_CASE
-#undef SPLIT_LAUNCH
+        launch_split(kv, G, grid, smem, st->stream, out, part, kc, vc, qkv, pos, s->NH, NKV, HS,
+                     hb, soff, sl, nsplit, scale, fr);
         CUDA_LAUNCH_CHECK(st);
         if (nsplit > 1) {
             attn_decode_combine_kernel<<<dim3((unsigned)s->NH, (unsigned)s->B), 64,

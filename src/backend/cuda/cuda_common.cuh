@@ -184,6 +184,12 @@ __device__ __forceinline__ float fp8_dec_dev(uint8_t c, fp8_format fmt) {
         __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, fmt == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
     return __half2float(__half(h));
 }
+/* the codes in the low (.x) and high (.y) byte of c: one conversion instruction for two */
+__device__ __forceinline__ float2 fp8x2_dec_dev(uint16_t c, fp8_format fmt) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)c,
+                                                     fmt == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
+    return __half22float2(__half2(h));
+}
 
 __device__ __forceinline__ float bf16_round_dev(float x) {
     return __bfloat162float(__float2bfloat16_rn(x));
