@@ -327,7 +327,7 @@ static void head_rows(fp8t_infer *m, const float *a, int n, float *dst, float *l
     in.cols = m->C;
     inf_operand op;
     make_input_operand(m, &in, &m->head, &op);
-    linear_gemm(m, &m->head, &op, logits, n, NULL);
+    if (logits) linear_gemm(m, &m->head, &op, logits, n, NULL);
 }
 
 int fp8t_infer_prefill(fp8t_infer *m, const int *tokens, int nb, int T, const int *lens,
@@ -416,6 +416,8 @@ typedef struct {
     const int *targets; /* loss / losses: [nb * T] host */
     float *losses_host; /* losses: [nb * T] */
     int want_sum;       /* loss: the sum of the losses into m->losses[R] */
+    int operand_only;   /* calibration: the head's input operand alone (its amax recorded),
+                         * no logits: nothing of [rows, V] is allocated */
 } full_sink;
 
 static void sink_rows(fp8t_infer *m, const full_sink *k, size_t r0, int n) {
@@ -449,7 +451,7 @@ static int forward_full(fp8t_infer *m, const int *tokens, int nb, int T, const f
         return -1;
     const fp8t_backend_ops *ops = m->ops;
     const int hr = m->R < INF_HEAD_ROWS ? m->R : INF_HEAD_ROWS;
-    if (k && !m->all_logits) {
+    if (k && !k->operand_only && !m->all_logits) {
         m->all_logits = ops->malloc(m->be, (size_t)hr * m->V * sizeof(float));
         m->losses = ops->malloc(m->be, ((size_t)m->R + 1) * sizeof(float));
         m->targets = ops->malloc(m->be, (size_t)m->R * sizeof(int));
@@ -464,8 +466,9 @@ static int forward_full(fp8t_infer *m, const int *tokens, int nb, int T, const f
         blocks(m, s0, ns, T, ATT_FULL);
         for (int r = 0; k && r < rows; r += hr) {
             const int n = rows - r < hr ? rows - r : hr;
-            head_rows(m, m->x + (size_t)r * m->C, n, m->atty + (size_t)r * m->C, m->all_logits);
-            sink_rows(m, k, (size_t)s0 * T + (size_t)r, n);
+            head_rows(m, m->x + (size_t)r * m->C, n, m->atty + (size_t)r * m->C,
+                      k->operand_only ? NULL : m->all_logits);
+            if (!k->operand_only) sink_rows(m, k, (size_t)s0 * T + (size_t)r, n);
         }
     }
     return 0;
@@ -473,7 +476,7 @@ static int forward_full(fp8t_infer *m, const int *tokens, int nb, int T, const f
 
 int fp8t_infer_forward_all(fp8t_infer *m, const int *tokens, int nb, int T, float *logits,
                            char *err, size_t errlen) {
-    const full_sink k = {logits, NULL, NULL, 0};
+    const full_sink k = {logits, NULL, NULL, 0, 0};
     return forward_full(m, tokens, nb, T, &k, err, errlen);
 }
 
@@ -495,7 +498,7 @@ double fp8t_infer_loss(fp8t_infer *m, const int *tokens, const int *targets, int
                        char *err, size_t errlen) {
     int count;
     if (check_targets(m, targets, (size_t)nb * (T > 0 ? T : 0), &count, err, errlen)) return NAN;
-    const full_sink k = {NULL, targets, NULL, 1};
+    const full_sink k = {NULL, targets, NULL, 1, 0};
     if (forward_full(m, tokens, nb, T, &k, err, errlen)) return NAN;
     float sum = 0.0f;
     m->ops->to_host(m->be, &sum, m->losses + m->R, sizeof(float));
@@ -506,7 +509,7 @@ int fp8t_infer_losses(fp8t_infer *m, const int *tokens, const int *targets, int 
                       float *losses, char *err, size_t errlen) {
     int count;
     if (check_targets(m, targets, (size_t)nb * (T > 0 ? T : 0), &count, err, errlen)) return -1;
-    const full_sink k = {NULL, targets, losses, 0};
+    const full_sink k = {NULL, targets, losses, 0, 0};
     return forward_full(m, tokens, nb, T, &k, err, errlen);
 }
 
@@ -534,14 +537,15 @@ int fp8t_infer_calibrate(fp8t_infer *m, const int *tokens, int n_batches, int nb
             lin[n++] = &y->gate, lin[n++] = &y->up, lin[n++] = &y->down;
     }
     lin[n++] = &m->head;
-    /* their recorded amaxes from 0; the forward runs with current scaling (and the head: the
-     * calibrating pass runs it when it is FP8) */
+    /* their recorded amaxes from 0; the forward runs with current scaling (and an FP8 head:
+     * the calibrating pass makes its input operand, which records the amax, and skips the
+     * logits, so calibration holds no [rows, V] buffer) */
     for (int i = 0; i < n; i++)
         if (lin[i]->kind == INF_LIN_FP8) ops->zero(m->be, lin[i]->sc + INF_SC_CALIB, 4);
     m->act_static = 0;
     m->calibrating = 1;
     int rc = 0;
-    const full_sink none = {NULL, NULL, NULL, 0};
+    const full_sink none = {NULL, NULL, NULL, 0, 1};
     const int head8 = m->head.kind == INF_LIN_FP8;
     for (int i = 0; i < n_batches && rc == 0; i++)
         rc = forward_full(m, tokens + (size_t)i * nb * T, nb, T, head8 ? &none : NULL, err,

@@ -142,6 +142,80 @@ __global__ void kv_write_fp8_kernel(void *kc, void *vc, const float *__restrict_
     }
 }
 
+/* Token rows into the cache, vectorized: a group of LPR = HS/4 lanes per (row, K/V head, K or
+ * V), lane j holding elements 4j .. 4j+3 of the row (one 16-byte load). RoPE pairs element i
+ * with i + HS/2, which lives LPR/2 lanes away (one exchange of four floats); the products are
+ * rounded one by one, as the CPU's rotation. FP8: the row's amax over its LPR lanes gives the
+ * position's scale (the CPU's put_row); the codes are one 4-byte store per lane, BF16 8 bytes,
+ * FP32 16. Same values as kv_write_kernel / kv_write_fp8_kernel with a quarter of the threads
+ * and 32-bit index arithmetic where the row count allows (the two kernels' cost was the
+ * per-element 64-bit index divisions and 4-byte accesses, not the bytes). */
+template <int KV, int LPR, typename IDX>
+__global__ void kv_write_vec_kernel(void *kc, void *vc, const float *__restrict__ qkv,
+                                    const int *__restrict__ pos, IDX groups, int T, int NH,
+                                    int NKV, int HS, int Tmax, size_t hb, size_t soff,
+                                    rope_freqs fr) {
+    const int j = threadIdx.x % LPR, half = HS / 2, W = (NH + 2 * NKV) * HS;
+    const IDX gpb = (IDX)(blockDim.x / LPR);
+    /* block-uniform trip count: the exchanges below want every lane of the warp */
+    for (IDX qb = (IDX)blockIdx.x * gpb; qb < groups; qb += (IDX)gridDim.x * gpb) {
+        const IDX q = qb + (IDX)(threadIdx.x / LPR);
+        const bool live = q < groups;
+        const int which = (int)(q & 1); /* 0: K, 1: V */
+        const IDX q2 = q >> 1;
+        const int g = (int)(q2 % (IDX)NKV);
+        const IDX r = q2 / (IDX)NKV; /* token row */
+        const IDX bb = r / (IDX)T;
+        const int t = !live ? 0 : pos ? pos[bb] : (int)(r % (IDX)T);
+        const float4 x4 = live ? *(const float4 *)(qkv + (size_t)r * W +
+                                                   (size_t)(NH + which * NKV + g) * HS + 4 * j)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float x[4] = {x4.x, x4.y, x4.z, x4.w};
+        if (fr.on) {
+            /* every lane takes part in the exchange; V's groups discard it */
+            float p[4];
+#pragma unroll
+            for (int c = 0; c < 4; c++) p[c] = __shfl_xor_sync(0xffffffffu, x[c], LPR / 2, LPR);
+            if (which == 0) {
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int i = 4 * j + c, jj = i < half ? i : i - half;
+                    const double ang = (double)t * fr.f[jj];
+                    const float cs = (float)cos(ang), sn = (float)sin(ang);
+                    x[c] = i < half ? __fsub_rn(__fmul_rn(x[c], cs), __fmul_rn(p[c], sn))
+                                    : __fadd_rn(__fmul_rn(x[c], cs), __fmul_rn(p[c], sn));
+                }
+            }
+        }
+        char *blk = (char *)(which ? vc : kc) + ((size_t)bb * NKV + g) * hb;
+        const size_t e = (size_t)t * HS + 4 * j; /* the lane's first element */
+        if (KV == FP8T_KV_FP8) {
+            float am = 0.0f;
+#pragma unroll
+            for (int c = 0; c < 4; c++) am = amax_merge_dev(am, x[c]);
+#pragma unroll
+            for (int o = LPR / 2; o > 0; o >>= 1)
+                am = amax_merge_dev(am, __shfl_xor_sync(0xffffffffu, am, o, LPR));
+            const float sc = current_scale_dev(am, FP8_E4M3_MAX, 0.0f, 0);
+            uint32_t codes = 0;
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                codes |= (uint32_t)fp8_enc_dev(x[c] * sc, FP8_E4M3) << (8 * c);
+            if (live) *(uint32_t *)(blk + e) = codes;
+            if (live && j == 0) ((float *)(blk + soff))[t] = 1.0f / sc;
+        } else if (KV == FP8T_KV_BF16) {
+            uint32_t h[4];
+#pragma unroll
+            for (int c = 0; c < 4; c++) h[c] = __float_as_uint(bf16_round_dev(x[c])) >> 16;
+            if (live)
+                *(uint2 *)((uint16_t *)blk + e) =
+                    make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
+        } else {
+            if (live) *(float4 *)((float *)blk + e) = make_float4(x[0], x[1], x[2], x[3]);
+        }
+    }
+}
+
 /* a block-wide max / sum every thread gets (red: DEC_THREADS/32 floats of shared memory) */
 __device__ __forceinline__ float dec_block_max(float v, float *red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -431,26 +505,74 @@ static void check_decode_shape(const fp8t_attn_shape *s, int kv, int T, int Tmax
     }
 }
 
+/* the vectorized cache write for cache kind KV at LPR lanes per row; 32-bit indices when the
+ * group count allows */
+template <int KV, int LPR>
+static void launch_kv_write_vec(cudaStream_t stream, void *kc, void *vc, const float *qkv,
+                                const int *pos, size_t groups, int T, const fp8t_attn_shape *s,
+                                int NKV, int Tmax, size_t hb, size_t soff, const rope_freqs &fr) {
+    const size_t threads = groups * LPR;
+    const unsigned grid = cdiv_u(threads, 256) < 65535u ? cdiv_u(threads, 256) : 65535u;
+    if (groups < ((size_t)1 << 31))
+        kv_write_vec_kernel<KV, LPR, unsigned><<<grid, 256, 0, stream>>>(
+            kc, vc, qkv, pos, (unsigned)groups, T, s->NH, NKV, s->HS, Tmax, hb, soff, fr);
+    else
+        kv_write_vec_kernel<KV, LPR, size_t><<<grid, 256, 0, stream>>>(
+            kc, vc, qkv, pos, groups, T, s->NH, NKV, s->HS, Tmax, hb, soff, fr);
+}
+template <int KV>
+static int try_kv_write_vec(cudaStream_t stream, void *kc, void *vc, const float *qkv,
+                            const int *pos, size_t groups, int T, const fp8t_attn_shape *s,
+                            int NKV, int Tmax, size_t hb, size_t soff, const rope_freqs &fr) {
+#define KVW(L)                                                                                   \
+    case L:                                                                                      \
+        launch_kv_write_vec<KV, L>(stream, kc, vc, qkv, pos, groups, T, s, NKV, Tmax, hb, soff,  \
+                                   fr);                                                          \
+        return 1;
+    switch (s->HS / 4) { KVW(2) KVW(4) KVW(8) KVW(16) KVW(32) default : return 0; }
+#undef KVW
+}
+
 static void launch_kv_write(fp8t_backend *b, void *kc, void *vc, int kv, const float *qkv,
                             const int *pos, const fp8t_attn_shape *s, int T, int Tmax) {
     cuda_state *st = cuda_of(b);
     const int NKV = fp8t_attn_nkv(s);
+    const size_t rows = (size_t)s->B * T;
+    if (!rows || !NKV) return;
+    const size_t hb = fp8t_kv_head_bytes(kv, Tmax, s->HS);
+    const size_t soff = kv == FP8T_KV_FP8 ? fp8t_kv_scale_offset(Tmax, s->HS) : 0;
+    const rope_freqs fr = make_freqs(s);
+    /* rows of whole 16-byte pieces (HS a multiple of 8: RoPE's halves too) from an aligned
+     * qkv; else the element-wise kernels */
+    if (!st->plain && s->HS % 8 == 0 && ((uintptr_t)qkv & 15u) == 0) {
+        const size_t groups = rows * NKV * 2;
+        int done;
+        if (kv == FP8T_KV_FP8)
+            done = try_kv_write_vec<FP8T_KV_FP8>(st->stream, kc, vc, qkv, pos, groups, T, s, NKV,
+                                                 Tmax, hb, soff, fr);
+        else if (kv == FP8T_KV_BF16)
+            done = try_kv_write_vec<FP8T_KV_BF16>(st->stream, kc, vc, qkv, pos, groups, T, s, NKV,
+                                                  Tmax, hb, soff, fr);
+        else
+            done = try_kv_write_vec<FP8T_KV_FP32>(st->stream, kc, vc, qkv, pos, groups, T, s, NKV,
+                                                  Tmax, hb, soff, fr);
+        if (done) {
+            CUDA_LAUNCH_CHECK(st);
+            return;
+        }
+    }
     if (kv == FP8T_KV_FP8) {
-        const size_t warps = (size_t)s->B * T * NKV;
-        if (!warps) return;
+        const size_t warps = rows * NKV;
         const unsigned grid = cdiv_u(warps, 8) < 65535u ? cdiv_u(warps, 8) : 65535u;
-        kv_write_fp8_kernel<<<grid, 256, 0, st->stream>>>(
-            kc, vc, qkv, pos, s->B, T, s->NH, NKV, s->HS, Tmax,
-            fp8t_kv_head_bytes(kv, Tmax, s->HS), fp8t_kv_scale_offset(Tmax, s->HS),
-            make_freqs(s));
+        kv_write_fp8_kernel<<<grid, 256, 0, st->stream>>>(kc, vc, qkv, pos, s->B, T, s->NH, NKV,
+                                                          s->HS, Tmax, hb, soff, fr);
         CUDA_LAUNCH_CHECK(st);
         return;
     }
-    const size_t total = (size_t)s->B * T * NKV * ((s->HS + 1) / 2);
-    if (!total) return;
+    const size_t total = rows * NKV * ((s->HS + 1) / 2);
     const unsigned grid = cdiv_u(total, 256) < 65535u ? cdiv_u(total, 256) : 65535u;
     kv_write_kernel<<<grid, 256, 0, st->stream>>>(kc, vc, kv == FP8T_KV_BF16, qkv, pos, s->B, T,
-                                                  s->NH, NKV, s->HS, Tmax, make_freqs(s));
+                                                  s->NH, NKV, s->HS, Tmax, fr);
     CUDA_LAUNCH_CHECK(st);
 }
 

@@ -470,36 +470,46 @@ void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const f
 /* swiglu_operand: each element's swiglu_value, then its FP8 code (scale non-NULL: codes
  * [rows, cols]) or BF16 (the operand [pad8(rows), pad8(cols)], padding zero). Groups of 4
  * consecutive columns per thread when cols % 4 == 0 and the inputs are 16-byte aligned (groups
- * never straddle rows then), single elements otherwise; the values are the same either way. */
+ * never straddle rows then, and a group's 4 codes / 4 BF16 values go out in one 4- / 8-byte
+ * store), single elements otherwise; the values are the same either way. IDX: 32-bit index
+ * arithmetic when the unit count fits (a 64-bit division per unit cost more than the loads). */
+template <typename IDX>
 __global__ void swiglu_operand_kernel(void *out, const float *__restrict__ gate,
                                       const float *__restrict__ up, int rows, int cols, int ld,
                                       int rows_out, const float *__restrict__ scale_p,
                                       fp8_format fmt, int vec) {
     const float scale = scale_p ? *scale_p : 1.0f;
     const int per = vec ? 4 : 1;
-    const size_t units = (size_t)rows_out * (size_t)(ld / per); /* ld % per == 0 */
-    GRID_STRIDE(u, units) {
-        const size_t r = u / (size_t)(ld / per);
-        const int c0 = (int)(u - r * (size_t)(ld / per)) * per;
+    const IDX upr = (IDX)(ld / per); /* units per row; ld % per == 0 */
+    const IDX units = (IDX)rows_out * upr;
+    for (IDX u = (IDX)blockIdx.x * blockDim.x + threadIdx.x; u < units;
+         u += (IDX)gridDim.x * blockDim.x) {
+        const IDX r = u / upr;
+        const int c0 = (int)(u - r * upr) * per;
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (r < (size_t)rows) {
+        if (r < (IDX)rows) {
             if (vec) {
                 if (c0 < cols) {
-                    const size_t q = (r * cols + c0) / 4;
+                    const size_t q = ((size_t)r * cols + c0) / 4;
                     const float4 g = as4(gate)[q], x = as4(up)[q];
                     v[0] = swiglu_value(g.x, x.x), v[1] = swiglu_value(g.y, x.y);
                     v[2] = swiglu_value(g.z, x.z), v[3] = swiglu_value(g.w, x.w);
                 }
             } else if (c0 < cols) {
-                v[0] = swiglu_value(gate[r * cols + c0], up[r * cols + c0]);
+                v[0] = swiglu_value(gate[(size_t)r * cols + c0], up[(size_t)r * cols + c0]);
             }
         }
-        for (int k = 0; k < per; k++) {
-            const size_t o = r * (size_t)ld + c0 + k;
-            if (scale_p)
-                ((uint8_t *)out)[o] = fp8_enc_dev(v[k] * scale, fmt);
-            else
-                ((__nv_bfloat16 *)out)[o] = __float2bfloat16_rn(v[k]);
+        const size_t o = (size_t)r * (size_t)ld + c0;
+        if (vec && scale_p) {
+            uint32_t c = 0;
+            for (int k = 0; k < 4; k++) c |= (uint32_t)fp8_enc_dev(v[k] * scale, fmt) << (8 * k);
+            *(uint32_t *)((uint8_t *)out + o) = c;
+        } else if (vec) {
+            *(uint2 *)((__nv_bfloat16 *)out + o) = bf16x4_of(make_float4(v[0], v[1], v[2], v[3]));
+        } else if (scale_p) {
+            ((uint8_t *)out)[o] = fp8_enc_dev(v[0] * scale, fmt);
+        } else {
+            ((__nv_bfloat16 *)out)[o] = __float2bfloat16_rn(v[0]);
         }
     }
 }
@@ -511,10 +521,17 @@ void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const fl
     /* FP8 codes are [rows, cols]; the BF16 operand pads both dimensions to 8 */
     const int ld = scale ? cols : fp8t_bf16_pad(cols);
     const int rows_out = scale ? rows : fp8t_bf16_pad(rows);
-    const int vec = cols % 4 == 0 && aligned16(gate) && aligned16(up);
+    /* the packed stores want the output aligned to a group (4 codes or 4 BF16 values) */
+    const int vec = cols % 4 == 0 && aligned16(gate) && aligned16(up) &&
+                    (scale ? aligned4(out) : aligned8(out));
     const size_t units = (size_t)rows_out * (size_t)(ld / (vec ? 4 : 1));
-    swiglu_operand_kernel<<<ew_blocks(s, units, 2), EW_THREADS, 0, s->stream>>>(
-        out, gate, up, rows, cols, ld, rows_out, scale, fmt, vec);
+    const unsigned grid = ew_blocks(s, units, 2);
+    if (units < ((size_t)1 << 31)) /* the grid stride cannot wrap */
+        swiglu_operand_kernel<unsigned><<<grid, EW_THREADS, 0, s->stream>>>(
+            out, gate, up, rows, cols, ld, rows_out, scale, fmt, vec);
+    else
+        swiglu_operand_kernel<size_t><<<grid, EW_THREADS, 0, s->stream>>>(
+            out, gate, up, rows, cols, ld, rows_out, scale, fmt, vec);
     CUDA_LAUNCH_CHECK(s);
 }
 
