@@ -405,9 +405,8 @@ __global__ void __launch_bounds__(FWD_VEC_THREADS)
     const float4 *w4 = reinterpret_cast<const float4 *>(w);    /* [C4] */
     const float4 *b4 = reinterpret_cast<const float4 *>(bias); /* [C4] or NULL */
     const float scale = FP8 ? *scale_p : 1.0f;
-    const int rpb = blockDim.x >> 5; /* rows (warps) per block */
-    for (int row = blockIdx.x * rpb + (threadIdx.x >> 5); row < rows_out;
-         row += gridDim.x * rpb) {
+    for (int row = blockIdx.x * (FWD_VEC_THREADS / 32) + (threadIdx.x >> 5); row < rows_out;
+         row += gridDim.x * (FWD_VEC_THREADS / 32)) {
         if (row >= N) { /* a BF16 operand's padding row */
             uint2 *o2 = reinterpret_cast<uint2 *>(out) + (size_t)row * C4;
             for (int q = lane; q < C4; q += 32) o2[q] = make_uint2(0u, 0u);
@@ -446,14 +445,11 @@ static int add_norm_operand_vec(cuda_state *s, void *out, float *sum, const floa
                                 fp8_format fmt) {
     const int per_lane = (int)cdiv_u((size_t)(C / 4), 32); /* float4 per lane */
     const int rows_out = FP8 ? N : fp8t_bf16_pad(N);
-    /* a warp per row either way (the same sums); a decode step's few rows go one per block,
-     * so they spread over as many SMs as there are rows instead of a quarter of them */
-    const int threads = rows_out <= 2 * s->num_sms ? 32 : FWD_VEC_THREADS;
-    size_t want = cdiv_u((size_t)rows_out, threads / 32), cap = (size_t)s->num_sms * 16;
+    size_t want = cdiv_u((size_t)rows_out, FWD_VEC_THREADS / 32), cap = (size_t)s->num_sms * 16;
     unsigned grid = (unsigned)(want < cap ? want : cap);
 #define ANO_CASE(V)                                                                              \
     if (per_lane <= (V)) {                                                                       \
-        add_norm_operand_vec_kernel<V, MODE, FP8><<<grid, threads, 0, s->stream>>>(              \
+        add_norm_operand_vec_kernel<V, MODE, FP8><<<grid, FWD_VEC_THREADS, 0, s->stream>>>(      \
             out, sum, a, y, yb, w, bias, N, rows_out, C, eps, scale, fmt);                       \
         return 1;                                                                                \
     }

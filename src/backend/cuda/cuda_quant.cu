@@ -167,12 +167,7 @@ __global__ void __launch_bounds__(CAST_THREADS)
         v[u] = i < n4 ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (GELU && i < n4) {
             if (bias) {
-                /* the column: a 32-bit remainder where the index allows (the 64-bit one was
-                 * a large part of this pass) */
-                const size_t e = 4 * i;
-                const size_t col =
-                    e <= 0xffffffffu ? (size_t)((uint32_t)e % (uint32_t)cols) : e % (size_t)cols;
-                const float4 bb = *(const float4 *)(bias + col);
+                const float4 bb = *(const float4 *)(bias + (4 * i) % (size_t)cols);
                 v[u] = make_float4(v[u].x + bb.x, v[u].y + bb.y, v[u].z + bb.z, v[u].w + bb.w);
             }
             if (save16) ((uint2 *)save16)[i] = bf16x4_of(v[u]);
