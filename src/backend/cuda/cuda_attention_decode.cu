@@ -143,26 +143,30 @@ __global__ void kv_write_fp8_kernel(void *kc, void *vc, const float *__restrict_
 }
 
 /* Token rows into the cache, vectorized: a group of LPR = HS/4 lanes per (row, K/V head, K or
- * V), lane j holding elements 4j .. 4j+3 of the row (one 16-byte load). RoPE pairs element i
- * with i + HS/2, which lives LPR/2 lanes away (one exchange of four floats); the products are
+ * V), lane j holding elements 4j .. 4j+3 of the row (one 16-byte load). A warp holds K groups
+ * only or V groups only (GPW = 32/LPR groups of the same kind), so RoPE's work stays in K's
+ * warps: element i pairs with i + HS/2, LPR/2 lanes away (one exchange of four floats), and
+ * the pair's angle is shared too, the first half of the lanes taking its cosines and the
+ * second half its sines (one exchange more) instead of each lane both; the products are
  * rounded one by one, as the CPU's rotation. FP8: the row's amax over its LPR lanes gives the
  * position's scale (the CPU's put_row); the codes are one 4-byte store per lane, BF16 8 bytes,
- * FP32 16. Same values as kv_write_kernel / kv_write_fp8_kernel with a quarter of the threads
- * and 32-bit index arithmetic where the row count allows (the two kernels' cost was the
- * per-element 64-bit index divisions and 4-byte accesses, not the bytes). */
+ * FP32 16. Same values as kv_write_kernel / kv_write_fp8_kernel, with 32-bit index arithmetic
+ * where the row count allows (their cost was the per-element 64-bit index divisions and
+ * 1- or 2-byte accesses, not the bytes). groups: 2 * pairs rounded up to GPW-multiples. */
 template <int KV, int LPR, typename IDX>
 __global__ void kv_write_vec_kernel(void *kc, void *vc, const float *__restrict__ qkv,
-                                    const int *__restrict__ pos, IDX groups, int T, int NH,
-                                    int NKV, int HS, int Tmax, size_t hb, size_t soff,
+                                    const int *__restrict__ pos, IDX groups, IDX pairs, int T,
+                                    int NH, int NKV, int HS, int Tmax, size_t hb, size_t soff,
                                     rope_freqs fr) {
+    constexpr int GPW = 32 / LPR;
     const int j = threadIdx.x % LPR, half = HS / 2, W = (NH + 2 * NKV) * HS;
     const IDX gpb = (IDX)(blockDim.x / LPR);
     /* block-uniform trip count: the exchanges below want every lane of the warp */
     for (IDX qb = (IDX)blockIdx.x * gpb; qb < groups; qb += (IDX)gridDim.x * gpb) {
         const IDX q = qb + (IDX)(threadIdx.x / LPR);
-        const bool live = q < groups;
-        const int which = (int)(q & 1); /* 0: K, 1: V */
-        const IDX q2 = q >> 1;
+        const int which = (int)((q / GPW) & 1);       /* 0: K, 1: V; the same across a warp */
+        const IDX q2 = q / (2 * GPW) * GPW + q % GPW; /* the (row, K/V head) pair */
+        const bool live = q2 < pairs;
         const int g = (int)(q2 % (IDX)NKV);
         const IDX r = q2 / (IDX)NKV; /* token row */
         const IDX bb = r / (IDX)T;
@@ -171,20 +175,24 @@ __global__ void kv_write_vec_kernel(void *kc, void *vc, const float *__restrict_
                                                    (size_t)(NH + which * NKV + g) * HS + 4 * j)
                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         float x[4] = {x4.x, x4.y, x4.z, x4.w};
-        if (fr.on) {
-            /* every lane takes part in the exchange; V's groups discard it */
-            float p[4];
+        if (fr.on && which == 0) { /* warp-uniform: the whole warp exchanges */
+            const bool first = 4 * j < half;
+            float p[4], mine[4], other[4];
 #pragma unroll
-            for (int c = 0; c < 4; c++) p[c] = __shfl_xor_sync(0xffffffffu, x[c], LPR / 2, LPR);
-            if (which == 0) {
+            for (int c = 0; c < 4; c++) {
+                p[c] = __shfl_xor_sync(0xffffffffu, x[c], LPR / 2, LPR);
+                const int i = 4 * j + c, jj = first ? i : i - half;
+                const double ang = (double)t * fr.f[jj];
+                mine[c] = first ? (float)cos(ang) : (float)sin(ang);
+            }
 #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    const int i = 4 * j + c, jj = i < half ? i : i - half;
-                    const double ang = (double)t * fr.f[jj];
-                    const float cs = (float)cos(ang), sn = (float)sin(ang);
-                    x[c] = i < half ? __fsub_rn(__fmul_rn(x[c], cs), __fmul_rn(p[c], sn))
-                                    : __fadd_rn(__fmul_rn(x[c], cs), __fmul_rn(p[c], sn));
-                }
+            for (int c = 0; c < 4; c++)
+                other[c] = __shfl_xor_sync(0xffffffffu, mine[c], LPR / 2, LPR);
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const float cs = first ? mine[c] : other[c], sn = first ? other[c] : mine[c];
+                x[c] = first ? __fsub_rn(__fmul_rn(x[c], cs), __fmul_rn(p[c], sn))
+                             : __fadd_rn(__fmul_rn(x[c], cs), __fmul_rn(p[c], sn));
             }
         }
         char *blk = (char *)(which ? vc : kc) + ((size_t)bb * NKV + g) * hb;
@@ -509,28 +517,42 @@ static void check_decode_shape(const fp8t_attn_shape *s, int kv, int T, int Tmax
  * group count allows */
 template <int KV, int LPR>
 static void launch_kv_write_vec(cudaStream_t stream, void *kc, void *vc, const float *qkv,
-                                const int *pos, size_t groups, int T, const fp8t_attn_shape *s,
+                                const int *pos, size_t pairs, int T, const fp8t_attn_shape *s,
                                 int NKV, int Tmax, size_t hb, size_t soff, const rope_freqs &fr) {
+    const size_t gpw = 32 / LPR, groups = 2 * ((pairs + gpw - 1) / gpw * gpw);
     const size_t threads = groups * LPR;
     const unsigned grid = cdiv_u(threads, 256) < 65535u ? cdiv_u(threads, 256) : 65535u;
-    if (groups < ((size_t)1 << 31))
-        kv_write_vec_kernel<KV, LPR, unsigned><<<grid, 256, 0, stream>>>(
-            kc, vc, qkv, pos, (unsigned)groups, T, s->NH, NKV, s->HS, Tmax, hb, soff, fr);
+    if (groups < ((size_t)1 << 31)) /* the grid stride cannot wrap */
+        kv_write_vec_kernel<KV, LPR, unsigned>
+            <<<grid, 256, 0, stream>>>(kc, vc, qkv, pos, (unsigned)groups, (unsigned)pairs, T,
+                                       s->NH, NKV, s->HS, Tmax, hb, soff, fr);
     else
         kv_write_vec_kernel<KV, LPR, size_t><<<grid, 256, 0, stream>>>(
-            kc, vc, qkv, pos, groups, T, s->NH, NKV, s->HS, Tmax, hb, soff, fr);
+            kc, vc, qkv, pos, groups, pairs, T, s->NH, NKV, s->HS, Tmax, hb, soff, fr);
 }
 template <int KV>
 static int try_kv_write_vec(cudaStream_t stream, void *kc, void *vc, const float *qkv,
-                            const int *pos, size_t groups, int T, const fp8t_attn_shape *s,
+                            const int *pos, size_t pairs, int T, const fp8t_attn_shape *s,
                             int NKV, int Tmax, size_t hb, size_t soff, const rope_freqs &fr) {
-#define KVW(L)                                                                                   \
-    case L:                                                                                      \
-        launch_kv_write_vec<KV, L>(stream, kc, vc, qkv, pos, groups, T, s, NKV, Tmax, hb, soff,  \
-                                   fr);                                                          \
-        return 1;
-    switch (s->HS / 4) { KVW(2) KVW(4) KVW(8) KVW(16) KVW(32) default : return 0; }
-#undef KVW
+    const int lpr = s->HS / 4;
+    if (lpr == 2)
+        launch_kv_write_vec<KV, 2>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb, soff,
+                                   fr);
+    else if (lpr == 4)
+        launch_kv_write_vec<KV, 4>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb, soff,
+                                   fr);
+    else if (lpr == 8)
+        launch_kv_write_vec<KV, 8>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb, soff,
+                                   fr);
+    else if (lpr == 16)
+        launch_kv_write_vec<KV, 16>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb, soff,
+                                    fr);
+    else if (lpr == 32)
+        launch_kv_write_vec<KV, 32>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb, soff,
+                                    fr);
+    else
+        return 0; /* a row is not a power-of-two count of 16-byte pieces up to a warp */
+    return 1;
 }
 
 static void launch_kv_write(fp8t_backend *b, void *kc, void *vc, int kv, const float *qkv,
@@ -545,16 +567,16 @@ static void launch_kv_write(fp8t_backend *b, void *kc, void *vc, int kv, const f
     /* rows of whole 16-byte pieces (HS a multiple of 8: RoPE's halves too) from an aligned
      * qkv; else the element-wise kernels */
     if (!st->plain && s->HS % 8 == 0 && ((uintptr_t)qkv & 15u) == 0) {
-        const size_t groups = rows * NKV * 2;
+        const size_t pairs = rows * NKV;
         int done;
         if (kv == FP8T_KV_FP8)
-            done = try_kv_write_vec<FP8T_KV_FP8>(st->stream, kc, vc, qkv, pos, groups, T, s, NKV,
+            done = try_kv_write_vec<FP8T_KV_FP8>(st->stream, kc, vc, qkv, pos, pairs, T, s, NKV,
                                                  Tmax, hb, soff, fr);
         else if (kv == FP8T_KV_BF16)
-            done = try_kv_write_vec<FP8T_KV_BF16>(st->stream, kc, vc, qkv, pos, groups, T, s, NKV,
+            done = try_kv_write_vec<FP8T_KV_BF16>(st->stream, kc, vc, qkv, pos, pairs, T, s, NKV,
                                                   Tmax, hb, soff, fr);
         else
-            done = try_kv_write_vec<FP8T_KV_FP32>(st->stream, kc, vc, qkv, pos, groups, T, s, NKV,
+            done = try_kv_write_vec<FP8T_KV_FP32>(st->stream, kc, vc, qkv, pos, pairs, T, s, NKV,
                                                   Tmax, hb, soff, fr);
         if (done) {
             CUDA_LAUNCH_CHECK(st);

@@ -117,6 +117,9 @@ norm_row_load(float (&v)[4 * V], float &mean, float &rstd, const float *x, int r
         const float4 *y4 = reinterpret_cast<const float4 *>(x2 + (size_t)row * C);
         const float4 *yb4 = reinterpret_cast<const float4 *>(x2b);
         float4 *s4 = sum_out ? reinterpret_cast<float4 *>(sum_out + (size_t)row * C) : nullptr;
+        /* every load of the row before any store: sum_out may be x itself, so a store between
+         * two loads would hold the second until the first's round trip (one DRAM latency per
+         * float4 column: about 10 us for a 1600-wide row, whatever the row count) */
 #pragma unroll
         for (int i = 0; i < V; i++) {
             int q = lane + 32 * i;
@@ -129,6 +132,12 @@ norm_row_load(float (&v)[4 * V], float &mean, float &rstd, const float *x, int r
                     for (int k = 0; k < 4; k++) y[k] = y[k] + yb[k];
                 }
                 for (int k = 0; k < 4; k++) v[4 * i + k] = v[4 * i + k] + y[k];
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            int q = lane + 32 * i;
+            if (q < C4) {
                 if (s4) s4[q] = f4_pack(v + 4 * i);
                 if (sum16)
                     reinterpret_cast<uint2 *>(sum16 + (size_t)row * C)[q] = bf16x4_of(
@@ -171,9 +180,11 @@ norm_row_load(float (&v)[4 * V], float &mean, float &rstd, const float *x, int r
 template <int MODE>
 __device__ __forceinline__ void norm_out4(float (&o)[4], const float *v, float mean, float rstd,
                                           const float4 *w4, const float4 *b4, int q) {
+    /* read-only loads: free to run ahead of the output stores of earlier columns (which the
+     * compiler cannot prove apart from w and bias) */
     float wk[4], bk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    f4_unpack(wk, w4[q]);
-    if (MODE == NORM_LN && b4) f4_unpack(bk, b4[q]);
+    f4_unpack(wk, __ldg(w4 + q));
+    if (MODE == NORM_LN && b4) f4_unpack(bk, __ldg(b4 + q));
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         if (MODE == NORM_LN) {
