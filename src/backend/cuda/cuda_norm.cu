@@ -118,8 +118,8 @@ norm_row_load(float (&v)[4 * V], float &mean, float &rstd, const float *x, int r
         const float4 *yb4 = reinterpret_cast<const float4 *>(x2b);
         float4 *s4 = sum_out ? reinterpret_cast<float4 *>(sum_out + (size_t)row * C) : nullptr;
         /* every load of the row before any store: sum_out may be x itself, so a store between
-         * two loads would hold the second until the first's round trip (one DRAM latency per
-         * float4 column: about 10 us for a 1600-wide row, whatever the row count) */
+         * two loads holds the second until the first's round trip (a chain of memory latencies
+         * per row, what a decode step's few rows pay in full) */
 #pragma unroll
         for (int i = 0; i < V; i++) {
             int q = lane + 32 * i;
