@@ -530,29 +530,22 @@ static void launch_kv_write_vec(cudaStream_t stream, void *kc, void *vc, const f
         kv_write_vec_kernel<KV, LPR, size_t><<<grid, 256, 0, stream>>>(
             kc, vc, qkv, pos, groups, pairs, T, s->NH, NKV, s->HS, Tmax, hb, soff, fr);
 }
-template <int KV>
+/* the vectorized write at LPR = HS/4 lanes per row, L the first count tried (doubling up to a
+ * warp); 0 when HS/4 is none of them */
+template <int KV, int L = 2>
 static int try_kv_write_vec(cudaStream_t stream, void *kc, void *vc, const float *qkv,
                             const int *pos, size_t pairs, int T, const fp8t_attn_shape *s,
                             int NKV, int Tmax, size_t hb, size_t soff, const rope_freqs &fr) {
-    const int lpr = s->HS / 4;
-    if (lpr == 2)
-        launch_kv_write_vec<KV, 2>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb, soff,
+    if (s->HS / 4 == L) {
+        launch_kv_write_vec<KV, L>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb, soff,
                                    fr);
-    else if (lpr == 4)
-        launch_kv_write_vec<KV, 4>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb, soff,
-                                   fr);
-    else if (lpr == 8)
-        launch_kv_write_vec<KV, 8>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb, soff,
-                                   fr);
-    else if (lpr == 16)
-        launch_kv_write_vec<KV, 16>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb, soff,
-                                    fr);
-    else if (lpr == 32)
-        launch_kv_write_vec<KV, 32>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb, soff,
-                                    fr);
+        return 1;
+    }
+    if constexpr (L < 32)
+        return try_kv_write_vec<KV, 2 * L>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb,
+                                           soff, fr);
     else
-        return 0; /* a row is not a power-of-two count of 16-byte pieces up to a warp */
-    return 1;
+        return 0;
 }
 
 static void launch_kv_write(fp8t_backend *b, void *kc, void *vc, int kv, const float *qkv,
