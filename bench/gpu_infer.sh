@@ -37,17 +37,9 @@ GEN=${GEN:-32}
 REPEAT=${REPEAT:-2}
 DEVICE=${DEVICE:-cuda}
 FP8_ARGS=${FP8_ARGS---act-scale calibrated --fp8-head}
-BIN=${FP8TRAIN_BIN:-}
-if [ -z "$BIN" ]; then
-  if [ -x build-gpu/fp8train ]; then
-    BIN=build-gpu/fp8train
-  else
-    [ -x build/fp8train ] || make -s -j"$(nproc)" build/fp8train
-    BIN=build/fp8train
-  fi
-fi
-# the runtime libraries scripts/gpu-session.sh carries (cJSON, protobuf-c) when it did
-[ -d .gpulibs ] && export LD_LIBRARY_PATH=$PWD/.gpulibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# shellcheck source=bench/fp8train_bin.sh
+. bench/fp8train_bin.sh
+if [ -z "${FP8TRAIN_BIN:-}" ] && [ ! -x "$BIN" ]; then make -s -j"$(nproc)" "$BIN"; fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
   >"$DIR/card.txt" 2>&1 || true
 echo "card: $(cat "$DIR/card.txt"); fp8train: $BIN; prompt $PROMPT_LEN + $GEN, best of $REPEAT"

@@ -31,14 +31,11 @@ PROMPT_LEN=${PROMPT_LEN:-128}
 GEN=${GEN:-4}
 TIMEOUT=${TIMEOUT:-240}
 FP8_ARGS=${FP8_ARGS---act-scale calibrated --calib-batches 1 --fp8-head}
-BIN=${FP8TRAIN_BIN:-}
-if [ -z "$BIN" ]; then
-  if [ -x build-gpu/fp8train ]; then BIN=build-gpu/fp8train; else BIN=build/fp8train; fi
-fi
+# shellcheck source=bench/fp8train_bin.sh
+. bench/fp8train_bin.sh
 [ -x "$BIN" ] || { echo "gpu_infer_kernels.sh: no fp8train at $BIN (make, or scripts/gpu-session.sh prepare)" >&2; exit 2; }
 NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
 [ -x "$NCU" ] || { echo "gpu_infer_kernels.sh: no Nsight Compute (ncu) at $NCU: set NCU" >&2; exit 2; }
-[ -d .gpulibs ] && export LD_LIBRARY_PATH=$PWD/.gpulibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
 echo "card: ${CARD:-unknown}; fp8train: $BIN; batch $BATCH, prompt $PROMPT_LEN + $GEN"
 FILES=()

@@ -32,11 +32,8 @@ mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 MODEL=${MODEL:-small}
 DEVICE=${DEVICE:-cpu}
-BIN=${FP8TRAIN_BIN:-}
-if [ -z "$BIN" ]; then
-  if [ -x build-gpu/fp8train ]; then BIN=build-gpu/fp8train; else BIN=build/fp8train; fi
-fi
-[ -d .gpulibs ] && export LD_LIBRARY_PATH=$PWD/.gpulibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# shellcheck source=bench/fp8train_bin.sh
+. bench/fp8train_bin.sh
 # the test tokenizers' vocabularies (1001, 1206 tokens) rounded up to a multiple of 16, so the
 # small models can run --fp8-head (cuBLASLt's FP8 alignment; llama-1b's 128256 is one, GPT-2's
 # 50257 is not: no fp8_head row there)

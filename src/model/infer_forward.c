@@ -416,10 +416,11 @@ typedef struct {
     const int *targets; /* loss / losses: [nb * T] host */
     float *losses_host; /* losses: [nb * T] */
     int want_sum;       /* loss: the sum of the losses into m->losses[R] */
-    int operand_only;   /* calibration: the head's input operand alone (its amax recorded),
-                         * no logits: nothing of [rows, V] is allocated */
 } full_sink;
+/* A sink that wants neither logits nor losses (calibration's) still runs the head's input
+ * operand, which records its amax, but no head GEMM: nothing of [rows, V] is allocated. */
 
+/* the head pass's logits to the sink (one with logits_host or targets) */
 static void sink_rows(fp8t_infer *m, const full_sink *k, size_t r0, int n) {
     const fp8t_backend_ops *ops = m->ops;
     const size_t V = (size_t)m->V;
@@ -428,7 +429,6 @@ static void sink_rows(fp8t_infer *m, const full_sink *k, size_t r0, int n) {
                      (size_t)n * V * sizeof(float));
         return;
     }
-    if (!k->targets) return;
     ops->to_device(m->be, m->targets, k->targets + r0, (size_t)n * sizeof(int));
     ops->softmax_xent(m->be, m->losses, NULL, m->all_logits, m->targets, n, m->V, 0.0f);
     if (k->want_sum) ops->sum(m->be, m->losses + m->R, m->losses, (size_t)n);
@@ -451,7 +451,8 @@ static int forward_full(fp8t_infer *m, const int *tokens, int nb, int T, const f
         return -1;
     const fp8t_backend_ops *ops = m->ops;
     const int hr = m->R < INF_HEAD_ROWS ? m->R : INF_HEAD_ROWS;
-    if (k && !k->operand_only && !m->all_logits) {
+    const int logits = k && (k->logits_host || k->targets);
+    if (logits && !m->all_logits) {
         m->all_logits = ops->malloc(m->be, (size_t)hr * m->V * sizeof(float));
         m->losses = ops->malloc(m->be, ((size_t)m->R + 1) * sizeof(float));
         m->targets = ops->malloc(m->be, (size_t)m->R * sizeof(int));
@@ -467,8 +468,8 @@ static int forward_full(fp8t_infer *m, const int *tokens, int nb, int T, const f
         for (int r = 0; k && r < rows; r += hr) {
             const int n = rows - r < hr ? rows - r : hr;
             head_rows(m, m->x + (size_t)r * m->C, n, m->atty + (size_t)r * m->C,
-                      k->operand_only ? NULL : m->all_logits);
-            if (!k->operand_only) sink_rows(m, k, (size_t)s0 * T + (size_t)r, n);
+                      logits ? m->all_logits : NULL);
+            if (logits) sink_rows(m, k, (size_t)s0 * T + (size_t)r, n);
         }
     }
     return 0;
@@ -476,7 +477,7 @@ static int forward_full(fp8t_infer *m, const int *tokens, int nb, int T, const f
 
 int fp8t_infer_forward_all(fp8t_infer *m, const int *tokens, int nb, int T, float *logits,
                            char *err, size_t errlen) {
-    const full_sink k = {logits, NULL, NULL, 0, 0};
+    const full_sink k = {logits, NULL, NULL, 0};
     return forward_full(m, tokens, nb, T, &k, err, errlen);
 }
 
@@ -498,7 +499,7 @@ double fp8t_infer_loss(fp8t_infer *m, const int *tokens, const int *targets, int
                        char *err, size_t errlen) {
     int count;
     if (check_targets(m, targets, (size_t)nb * (T > 0 ? T : 0), &count, err, errlen)) return NAN;
-    const full_sink k = {NULL, targets, NULL, 1, 0};
+    const full_sink k = {NULL, targets, NULL, 1};
     if (forward_full(m, tokens, nb, T, &k, err, errlen)) return NAN;
     float sum = 0.0f;
     m->ops->to_host(m->be, &sum, m->losses + m->R, sizeof(float));
@@ -509,7 +510,7 @@ int fp8t_infer_losses(fp8t_infer *m, const int *tokens, const int *targets, int 
                       float *losses, char *err, size_t errlen) {
     int count;
     if (check_targets(m, targets, (size_t)nb * (T > 0 ? T : 0), &count, err, errlen)) return -1;
-    const full_sink k = {NULL, targets, losses, 0, 0};
+    const full_sink k = {NULL, targets, losses, 0};
     return forward_full(m, tokens, nb, T, &k, err, errlen);
 }
 
@@ -545,7 +546,7 @@ int fp8t_infer_calibrate(fp8t_infer *m, const int *tokens, int n_batches, int nb
     m->act_static = 0;
     m->calibrating = 1;
     int rc = 0;
-    const full_sink none = {NULL, NULL, NULL, 0, 1};
+    const full_sink none = {NULL, NULL, NULL, 0};
     const int head8 = m->head.kind == INF_LIN_FP8;
     for (int i = 0; i < n_batches && rc == 0; i++)
         rc = forward_full(m, tokens + (size_t)i * nb * T, nb, T, head8 ? &none : NULL, err,

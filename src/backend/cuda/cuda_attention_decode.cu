@@ -150,9 +150,10 @@ __global__ void kv_write_fp8_kernel(void *kc, void *vc, const float *__restrict_
  * second half its sines (one exchange more) instead of each lane both; the products are
  * rounded one by one, as the CPU's rotation. FP8: the row's amax over its LPR lanes gives the
  * position's scale (the CPU's put_row); the codes are one 4-byte store per lane, BF16 8 bytes,
- * FP32 16. Same values as kv_write_kernel / kv_write_fp8_kernel, with 32-bit index arithmetic
- * where the row count allows (their cost was the per-element 64-bit index divisions and
- * 1- or 2-byte accesses, not the bytes). groups: 2 * pairs rounded up to GPW-multiples. */
+ * FP32 16. The CPU's values, as kv_write_fp8_kernel gives them, with 32-bit index arithmetic
+ * where the row count allows (the element-wise kernels' cost was their per-element 64-bit
+ * index divisions and 1- or 2-byte accesses, not the bytes). groups: 2 * pairs rounded up to
+ * GPW-multiples. */
 template <int KV, int LPR, typename IDX>
 __global__ void kv_write_vec_kernel(void *kc, void *vc, const float *__restrict__ qkv,
                                     const int *__restrict__ pos, IDX groups, IDX pairs, int T,
@@ -513,6 +514,14 @@ static void check_decode_shape(const fp8t_attn_shape *s, int kv, int T, int Tmax
     }
 }
 
+/* f(K) with K the cache kind kv as a compile-time constant (std::integral_constant): the
+ * kernels are templates on it */
+template <typename F> static auto with_kv_kind(int kv, F f) {
+    if (kv == FP8T_KV_FP32) return f(std::integral_constant<int, FP8T_KV_FP32>());
+    if (kv == FP8T_KV_BF16) return f(std::integral_constant<int, FP8T_KV_BF16>());
+    return f(std::integral_constant<int, FP8T_KV_FP8>());
+}
+
 /* the vectorized cache write for cache kind KV at LPR lanes per row; 32-bit indices when the
  * group count allows */
 template <int KV, int LPR>
@@ -561,16 +570,10 @@ static void launch_kv_write(fp8t_backend *b, void *kc, void *vc, int kv, const f
      * qkv; else the element-wise kernels */
     if (!st->plain && s->HS % 8 == 0 && ((uintptr_t)qkv & 15u) == 0) {
         const size_t pairs = rows * NKV;
-        int done;
-        if (kv == FP8T_KV_FP8)
-            done = try_kv_write_vec<FP8T_KV_FP8>(st->stream, kc, vc, qkv, pos, pairs, T, s, NKV,
-                                                 Tmax, hb, soff, fr);
-        else if (kv == FP8T_KV_BF16)
-            done = try_kv_write_vec<FP8T_KV_BF16>(st->stream, kc, vc, qkv, pos, pairs, T, s, NKV,
-                                                  Tmax, hb, soff, fr);
-        else
-            done = try_kv_write_vec<FP8T_KV_FP32>(st->stream, kc, vc, qkv, pos, pairs, T, s, NKV,
-                                                  Tmax, hb, soff, fr);
+        const int done = with_kv_kind(kv, [&](auto K) {
+            return try_kv_write_vec<decltype(K)::value>(st->stream, kc, vc, qkv, pos, pairs, T, s,
+                                                        NKV, Tmax, hb, soff, fr);
+        });
         if (done) {
             CUDA_LAUNCH_CHECK(st);
             return;
@@ -629,12 +632,8 @@ static void launch_split_gc(int G, dim3 grid, size_t smem, cudaStream_t stream, 
 }
 template <typename... A>
 static void launch_split(int kv, int G, dim3 grid, size_t smem, cudaStream_t stream, A... a) {
-    if (kv == FP8T_KV_FP32)
-        launch_split_gc<FP8T_KV_FP32>(G, grid, smem, stream, a...);
-    else if (kv == FP8T_KV_BF16)
-        launch_split_gc<FP8T_KV_BF16>(G, grid, smem, stream, a...);
-    else
-        launch_split_gc<FP8T_KV_FP8>(G, grid, smem, stream, a...);
+    with_kv_kind(
+        kv, [&](auto K) { launch_split_gc<decltype(K)::value>(G, grid, smem, stream, a...); });
 }
 
 void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv,
