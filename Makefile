@@ -141,6 +141,8 @@ $(BUILD)/dev/cuda/attn_cudnn_graphs: DEV_CU_LIBS = $(CUDNN_LINK)
 # the statistics ladder checks every version against the CPU reference (stats_raw.c)
 $(BUILD)/dev/cuda/stats_ladder: $(BUILD)/libfp8train.a
 $(BUILD)/dev/cuda/stats_ladder: DEV_CU_LIBS = $(BUILD)/libfp8train.a -lgomp -lm
+# the decode GEMM ladder times cuBLASLt next to a kernel of its own
+$(BUILD)/dev/cuda/skinny_ladder: DEV_CU_LIBS = -lcublasLt
 
 $(BUILD)/libfp8train.a: $(LIB_OBJ)
 	@rm -f $@
