@@ -676,7 +676,7 @@ __global__ void __launch_bounds__(S1_THREADS) s1_tile_kernel(sq_args a) {
             if (rl < nr) {
                 if (col_ok)
                     *(uint32_t *)(a.codes + (size_t)r * a.cols + c) =
-                        fp8x4_enc_dev<FMT>(v[k].x * sc, v[k].y * sc, v[k].z * sc, v[k].w * sc);
+                        fp8x4_enc_dev(v[k].x * sc, v[k].y * sc, v[k].z * sc, v[k].w * sc, FMT);
                 if (tx == 0 && KIND == SQ_VEC)
                     a.sinv[(size_t)tcol * fp8t_pad4(a.rows) + r] = 1.0f / sc;
                 if (tx == 0 && KIND == SQ_ROW && tcol == 0) a.sinv[r] = 1.0f / sc;

@@ -570,55 +570,37 @@ int main(int argc, char **argv) {
         for (int c = 0; c < nc16; c++)
             codes_to_bf16<<<1024, 256>>>(dw16 + wbytes * c, dw8, wbytes);
         CUDA_CHECK(cudaDeviceSynchronize());
-        double ms[5];
         lt_plan p16 = lt_prepare(lt, ws_bytes, CUDA_R_16BF, M, N, K, nullptr, nullptr);
         lt_plan p8 = lt_prepare(lt, ws_bytes, CUDA_R_8F_E4M3, M, N, K, ds + 4, ds);
-        /* 0 BF16, 1 FP8 (the heuristic's first algorithm, as the backend), 2 the kernel, then
-         * 3 BF16 and 4 FP8 at the fastest of the heuristic's up to 16 candidates */
-        for (int v = 0; v < 5; v++) {
-            if (v >= 3) {
-                lt_plan &p = v == 3 ? p16 : p8;
-                double best = 1e30;
-                for (int a = 0; a < p.nalgo; a++) {
-                    p.pick = a;
-                    for (int i = 0; i < 3; i++)
-                        lt_run(lt, p, st.stream, ws, ws_bytes,
-                               v == 3 ? (const void *)(dw16 + wbytes * (i % nc16))
-                                      : (const void *)(dw8 + wbytes * (i % nc)),
-                               v == 3 ? (const void *)dx16 : (const void *)dx, dc);
-                    CUDA_CHECK(cudaEventRecord(e0, st.stream));
-                    for (int i = 0; i < iters; i++)
-                        lt_run(lt, p, st.stream, ws, ws_bytes,
-                               v == 3 ? (const void *)(dw16 + wbytes * (i % nc16))
-                                      : (const void *)(dw8 + wbytes * (i % nc)),
-                               v == 3 ? (const void *)dx16 : (const void *)dx, dc);
-                    CUDA_CHECK(cudaEventRecord(e1, st.stream));
-                    CUDA_CHECK(cudaEventSynchronize(e1));
-                    float t;
-                    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-                    if (t / iters < best) best = t / iters;
-                }
-                ms[v] = best;
-                continue;
-            }
-            auto launch = [&](int i) {
-                if (v == 0)
-                    lt_run(lt, p16, st.stream, ws, ws_bytes, dw16 + wbytes * (i % nc16), dx16,
-                           dc);
-                else if (v == 1)
-                    lt_run(lt, p8, st.stream, ws, ws_bytes, dw8 + wbytes * (i % nc), dx, dc);
-                else
-                    gemm_fp8_skinny(&st, dc, dx, FP8_E4M3, dw8 + wbytes * (i % nc), FP8_E4M3, M,
-                                    N, K, ds, ds + 4, 0, nullptr);
-            };
-            for (int i = 0; i < 3; i++) launch(i);
-            CUDA_CHECK(cudaEventRecord(e0, st.stream));
-            for (int i = 0; i < iters; i++) launch(i);
-            CUDA_CHECK(cudaEventRecord(e1, st.stream));
-            CUDA_CHECK(cudaEventSynchronize(e1));
-            float t;
-            CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-            ms[v] = t / iters;
+        /* launch i of version v: 0 BF16, 1 FP8 (cuBLASLt at its plan's pick), 2 the kernel */
+        auto launch = [&](int v, int i) {
+            if (v == 0)
+                lt_run(lt, p16, st.stream, ws, ws_bytes, dw16 + wbytes * (i % nc16), dx16, dc);
+            else if (v == 1)
+                lt_run(lt, p8, st.stream, ws, ws_bytes, dw8 + wbytes * (i % nc), dx, dc);
+            else
+                gemm_fp8_skinny(&st, dc, dx, FP8_E4M3, dw8 + wbytes * (i % nc), FP8_E4M3, M, N, K,
+                                ds, ds + 4, 0, nullptr);
+        };
+        auto time_ms = [&](int v) { /* per launch, after 3 untimed */
+                                    for (int i = 0; i < 3; i++) launch(v, i);
+                                    CUDA_CHECK(cudaEventRecord(e0, st.stream));
+                                    for (int i = 0; i < iters; i++) launch(v, i);
+                                    CUDA_CHECK(cudaEventRecord(e1, st.stream));
+                                    CUDA_CHECK(cudaEventSynchronize(e1));
+                                    float t;
+                                    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+                                    return (double)t / iters;
+        };
+        /* 0-2 as launch's versions with the heuristic's first algorithm (as the backend), then
+         * 3 BF16 and 4 FP8 at the fastest of its up to 16 candidates */
+        double ms[5];
+        for (int v = 0; v < 3; v++) ms[v] = time_ms(v);
+        for (int v = 0; v < 2; v++) {
+            lt_plan &p = v == 0 ? p16 : p8;
+            ms[3 + v] = 1e30;
+            for (p.pick = 0; p.pick < p.nalgo; p.pick++) ms[3 + v] = fmin(ms[3 + v], time_ms(v));
+            p.pick = 0;
         }
         printf("%-18s %5d %6d %5d | %7.1f us %7.0f | %7.1f us %7.0f | %7.1f us %7.0f | %6.2fx "
                "%6.2fx | %6.1f us %6.1f us %6.2fx (of %d/%d)\n",

@@ -410,15 +410,15 @@ int fp8t_infer_decode(fp8t_infer *m, const int *tok, const int *pos, int nb, flo
 }
 
 /* What a full-window pass does with each head pass's logits [n, V] (device) of rows
- * r0 .. r0 + n - 1 of the batch. */
+ * r0 .. r0 + n - 1 of the batch. A sink that wants neither logits nor losses (calibration's)
+ * still runs the head's input operand, which records its amax, but no head GEMM: nothing of
+ * [rows, V] is allocated. */
 typedef struct {
     float *logits_host; /* forward_all: [nb * T, V] */
     const int *targets; /* loss / losses: [nb * T] host */
     float *losses_host; /* losses: [nb * T] */
     int want_sum;       /* loss: the sum of the losses into m->losses[R] */
 } full_sink;
-/* A sink that wants neither logits nor losses (calibration's) still runs the head's input
- * operand, which records its amax, but no head GEMM: nothing of [rows, V] is allocated. */
 
 /* the head pass's logits to the sink (one with logits_host or targets) */
 static void sink_rows(fp8t_infer *m, const full_sink *k, size_t r0, int n) {

@@ -206,19 +206,13 @@ __global__ void kv_write_vec_kernel(void *kc, void *vc, const float *__restrict_
             for (int o = LPR / 2; o > 0; o >>= 1)
                 am = amax_merge_dev(am, __shfl_xor_sync(0xffffffffu, am, o, LPR));
             const float sc = current_scale_dev(am, FP8_E4M3_MAX, 0.0f, 0);
-            uint32_t codes = 0;
-#pragma unroll
-            for (int c = 0; c < 4; c++)
-                codes |= (uint32_t)fp8_enc_dev(x[c] * sc, FP8_E4M3) << (8 * c);
+            const uint32_t codes =
+                fp8x4_enc_dev(x[0] * sc, x[1] * sc, x[2] * sc, x[3] * sc, FP8_E4M3);
             if (live) *(uint32_t *)(blk + e) = codes;
             if (live && j == 0) ((float *)(blk + soff))[t] = 1.0f / sc;
         } else if (KV == FP8T_KV_BF16) {
-            uint32_t h[4];
-#pragma unroll
-            for (int c = 0; c < 4; c++) h[c] = __float_as_uint(bf16_round_dev(x[c])) >> 16;
             if (live)
-                *(uint2 *)((uint16_t *)blk + e) =
-                    make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
+                *(uint2 *)((uint16_t *)blk + e) = bf16x4_of(make_float4(x[0], x[1], x[2], x[3]));
         } else {
             if (live) *(float4 *)((float *)blk + e) = make_float4(x[0], x[1], x[2], x[3]);
         }
@@ -522,8 +516,7 @@ template <typename F> static auto with_kv_kind(int kv, F f) {
     return f(std::integral_constant<int, FP8T_KV_FP8>());
 }
 
-/* the vectorized cache write for cache kind KV at LPR lanes per row; 32-bit indices when the
- * group count allows */
+/* the vectorized cache write for cache kind KV at LPR lanes per row */
 template <int KV, int LPR>
 static void launch_kv_write_vec(cudaStream_t stream, void *kc, void *vc, const float *qkv,
                                 const int *pos, size_t pairs, int T, const fp8t_attn_shape *s,
@@ -531,13 +524,11 @@ static void launch_kv_write_vec(cudaStream_t stream, void *kc, void *vc, const f
     const size_t gpw = 32 / LPR, groups = 2 * ((pairs + gpw - 1) / gpw * gpw);
     const size_t threads = groups * LPR;
     const unsigned grid = cdiv_u(threads, 256) < 65535u ? cdiv_u(threads, 256) : 65535u;
-    if (groups < ((size_t)1 << 31)) /* the grid stride cannot wrap */
-        kv_write_vec_kernel<KV, LPR, unsigned>
-            <<<grid, 256, 0, stream>>>(kc, vc, qkv, pos, (unsigned)groups, (unsigned)pairs, T,
-                                       s->NH, NKV, s->HS, Tmax, hb, soff, fr);
-    else
-        kv_write_vec_kernel<KV, LPR, size_t><<<grid, 256, 0, stream>>>(
-            kc, vc, qkv, pos, groups, pairs, T, s->NH, NKV, s->HS, Tmax, hb, soff, fr);
+    with_index_type(groups, [&](auto i) {
+        using IDX = decltype(i);
+        kv_write_vec_kernel<KV, LPR, IDX><<<grid, 256, 0, stream>>>(
+            kc, vc, qkv, pos, (IDX)groups, (IDX)pairs, T, s->NH, NKV, s->HS, Tmax, hb, soff, fr);
+    });
 }
 /* the vectorized write at LPR = HS/4 lanes per row, L the first count tried (doubling up to a
  * warp); 0 when HS/4 is none of them */

@@ -169,6 +169,15 @@ void *cuda_scratch(fp8t_backend *b, int slot, size_t bytes);
 /* ---- small device helpers ---- */
 static inline unsigned cdiv_u(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 static inline size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+/* f(i) with i a zero of the narrowest index type whose grid-stride arithmetic over n units
+ * cannot wrap: unsigned below 2^31 units, else size_t (a kernel templated on it does its
+ * per-element divisions in 32 bits where it can) */
+template <typename F> static void with_index_type(size_t n, F f) {
+    if (n < ((size_t)1 << 31))
+        f(0u);
+    else
+        f((size_t)0);
+}
 
 __device__ __forceinline__ uint8_t fp8_enc_dev(float x, fp8_format fmt) {
     /* __NV_SATFINITE: finite overflow clamps to +-max; NaN stays NaN. On sm_89+ this is the
@@ -176,6 +185,15 @@ __device__ __forceinline__ uint8_t fp8_enc_dev(float x, fp8_format fmt) {
      * emulation (what the CPU fp8_encode matches) on every float32 input. */
     return (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE,
                                           fmt == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+/* Four codes packed little-endian (byte 0 = a): two cvt.rn.satfinite.{e4m3,e5m2}x2.f32, the
+ * instruction fp8_enc_dev issues for one value, so the bits are the same. */
+__device__ __forceinline__ uint32_t fp8x4_enc_dev(float a, float b, float c, float d,
+                                                  fp8_format fmt) {
+    const __nv_fp8_interpretation_t it = fmt == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2;
+    uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, it);
+    uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, it);
+    return lo | (hi << 16);
 }
 
 __device__ __forceinline__ float fp8_dec_dev(uint8_t c, fp8_format fmt) {

@@ -501,9 +501,8 @@ __global__ void swiglu_operand_kernel(void *out, const float *__restrict__ gate,
         }
         const size_t o = (size_t)r * (size_t)ld + c0;
         if (vec && scale_p) {
-            uint32_t c = 0;
-            for (int k = 0; k < 4; k++) c |= (uint32_t)fp8_enc_dev(v[k] * scale, fmt) << (8 * k);
-            *(uint32_t *)((uint8_t *)out + o) = c;
+            *(uint32_t *)((uint8_t *)out + o) =
+                fp8x4_enc_dev(v[0] * scale, v[1] * scale, v[2] * scale, v[3] * scale, fmt);
         } else if (vec) {
             *(uint2 *)((__nv_bfloat16 *)out + o) = bf16x4_of(make_float4(v[0], v[1], v[2], v[3]));
         } else if (scale_p) {
@@ -525,13 +524,10 @@ void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const fl
     const int vec = cols % 4 == 0 && aligned16(gate) && aligned16(up) &&
                     (scale ? aligned4(out) : aligned8(out));
     const size_t units = (size_t)rows_out * (size_t)(ld / (vec ? 4 : 1));
-    const unsigned grid = ew_blocks(s, units, 2);
-    if (units < ((size_t)1 << 31)) /* the grid stride cannot wrap */
-        swiglu_operand_kernel<unsigned><<<grid, EW_THREADS, 0, s->stream>>>(
+    with_index_type(units, [&](auto i) {
+        swiglu_operand_kernel<decltype(i)><<<ew_blocks(s, units, 2), EW_THREADS, 0, s->stream>>>(
             out, gate, up, rows, cols, ld, rows_out, scale, fmt, vec);
-    else
-        swiglu_operand_kernel<size_t><<<grid, EW_THREADS, 0, s->stream>>>(
-            out, gate, up, rows, cols, ld, rows_out, scale, fmt, vec);
+    });
     CUDA_LAUNCH_CHECK(s);
 }
 

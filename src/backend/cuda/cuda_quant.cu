@@ -124,16 +124,6 @@ __device__ __forceinline__ void block_amax_bits_merge(float *amax_out, unsigned 
     }
 }
 
-/* Four codes packed little-endian (byte 0 = a): two cvt.rn.satfinite.{e4m3,e5m2}x2.f32, the
- * instruction fp8_enc_dev issues for one value, so the bits are the same. */
-template <fp8_format FMT>
-__device__ __forceinline__ uint32_t fp8x4_enc_dev(float a, float b, float c, float d) {
-    const __nv_fp8_interpretation_t it = FMT == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2;
-    uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, it);
-    uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, it);
-    return lo | (hi << 16);
-}
-
 /* Row-major cast (+ amax), no transpose: each thread loads CAST_UNROLL float4 spaced a block
  * apart (every warp load is 512 contiguous bytes, and 4 of them are in flight per thread
  * before the first use) and stores 4 codes per float4 (a warp store is 128 contiguous bytes).
@@ -183,8 +173,8 @@ __global__ void __launch_bounds__(CAST_THREADS)
         size_t i = base + (size_t)u * CAST_THREADS;
         m = abs_bits4_dev(m, v[u]);
         if (codes && i < n4)
-            c4[i] = fp8x4_enc_dev<FMT>(v[u].x * scale, v[u].y * scale, v[u].z * scale,
-                                       v[u].w * scale);
+            c4[i] = fp8x4_enc_dev(v[u].x * scale, v[u].y * scale, v[u].z * scale, v[u].w * scale,
+                                  FMT);
     }
     if (blockIdx.x == 0 && threadIdx.x < n - n4 * 4) {
         size_t i = n4 * 4 + threadIdx.x;
@@ -280,7 +270,7 @@ __global__ void __launch_bounds__(QT2_THREADS)
     for (int i = 0; i < 4; i++) {
         m = abs_bits4_dev(m, v[i]);
         rw[i] =
-            fp8x4_enc_dev<FMT>(v[i].x * scale, v[i].y * scale, v[i].z * scale, v[i].w * scale);
+            fp8x4_enc_dev(v[i].x * scale, v[i].y * scale, v[i].z * scale, v[i].w * scale, FMT);
     }
     if (COLSUM) {
         __shared__ float4 sm_cs[16][16]; /* [mr][mc] */
@@ -1317,7 +1307,7 @@ __global__ void __launch_bounds__(SQ_THREADS, 2) scaled_tile_kernel(sq_args a) {
             if (rl < nr) {
                 if (col_ok)
                     *(uint32_t *)(a.codes + (size_t)r * a.cols + c) =
-                        fp8x4_enc_dev<FMT>(v[k].x * sc, v[k].y * sc, v[k].z * sc, v[k].w * sc);
+                        fp8x4_enc_dev(v[k].x * sc, v[k].y * sc, v[k].z * sc, v[k].w * sc, FMT);
                 if (tx == 0 && KIND == SQ_VEC)
                     a.sinv[(size_t)tcol * fp8t_pad4(a.rows) + r] = 1.0f / sc;
                 if (tx == 0 && KIND == SQ_ROW && tcol == 0) a.sinv[r] = 1.0f / sc;
