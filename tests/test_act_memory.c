@@ -162,8 +162,8 @@ static void attention_state_case(const char *name, fp8t_precision prec, int no_b
     /* bytes: no per-layer qkv (4 bytes per value, or 2 as BF16); the state per layer and one
      * layer's qkv scratch instead (the BF16 plain model has that scratch too) */
     const size_t L = (size_t)c.n_layer, qkv = (size_t)N * (size_t)fp8t_model_qkv_dim(&c);
-    fp8t_attn_shape sh = {B,    T,  c.n_head, fp8t_model_kv_heads(&c), c.n_embd / c.n_head,
-                          0.0f, {0}};
+    fp8t_attn_shape sh = {B,    T,   c.n_head, fp8t_model_kv_heads(&c), c.n_embd / c.n_head,
+                          0.0f, {0}, NULL};
     const size_t state = keep_saved_bytes(NULL, &sh);
     const size_t bp = fp8t_model_activation_bytes(plain), bk = fp8t_model_activation_bytes(kept);
     const size_t want =

@@ -101,7 +101,7 @@ static double max_abs(const float *a, size_t n) {
  * K and V, an FP8 one within E4M3's. Sequences at different positions in one call. */
 static void check_decode_op(int NH, int NKV, float theta) {
     const int B = 3, T = 19, HS = 16, Tmax = 24;
-    fp8t_attn_shape s = {B, T, NH, NKV, HS, theta, {0}};
+    fp8t_attn_shape s = {B, T, NH, NKV, HS, theta, {0}, NULL};
     const int W = fp8t_attn_qkv_width(&s);
     const fp8t_backend_ops *o = g_be->ops;
     float *qkv = o->malloc(g_be, (size_t)B * T * W * sizeof(float));
@@ -178,6 +178,68 @@ static void test_decode_op_matches_attention_forward(void) {
 /* embedding_forward_bf16 on a BF16 table with padded rows = embedding_forward on the widened
  * table, bit for bit, without and with positions; with per-row positions = each row's
  * embedding plus its position's row (accumulate) */
+/* qkv_bias: each forward attention op given the bias gives the bits of the same op on qkv
+ * with bias_add applied first (its one FP32 add), for every cache kind */
+static void check_qkv_bias_op(int NH, int NKV, float theta) {
+    const int B = 3, T = 19, HS = 16, Tmax = 24;
+    fp8t_attn_shape s = {B, T, NH, NKV, HS, theta, {0}, NULL};
+    const int W = fp8t_attn_qkv_width(&s);
+    const fp8t_backend_ops *o = g_be->ops;
+    const size_t n = (size_t)B * T * W, nout = (size_t)B * T * NH * HS;
+    float *qkv = o->malloc(g_be, n * 4), *added = o->malloc(g_be, n * 4);
+    float *bias = o->malloc(g_be, (size_t)W * 4);
+    float *out[2], *lse[2], *dec[2];
+    void *kc[2], *vc[2];
+    const size_t kvb = (size_t)B * NKV * fp8t_kv_head_bytes(FP8T_KV_FP32, Tmax, HS);
+    for (int k = 0; k < 2; k++) {
+        out[k] = o->malloc(g_be, nout * 4), lse[k] = o->malloc(g_be, (size_t)B * NH * T * 4);
+        dec[k] = o->malloc(g_be, (size_t)B * NH * HS * 4);
+        kc[k] = o->malloc(g_be, kvb), vc[k] = o->malloc(g_be, kvb);
+    }
+    for (size_t i = 0; i < n; i++) qkv[i] = (float)normal();
+    for (int i = 0; i < W; i++) bias[i] = (float)normal();
+    memcpy(added, qkv, n * 4);
+    o->bias_add(g_be, added, bias, B * T, W);
+    int pos[3] = {18, 7, 0};
+    for (int bf = 0; bf < 3; bf++) {
+        for (int k = 0; k < 2; k++) { /* k 0: the bias given; 1: added before */
+            fp8t_attn_shape sk = s;
+            sk.qkv_bias = k ? NULL : bias;
+            const float *in = k ? added : qkv;
+            memset(kc[k], 0, kvb), memset(vc[k], 0, kvb);
+            o->attention_forward(g_be, out[k], lse[k], NULL, in, &sk);
+            o->kv_cache_write(g_be, kc[k], vc[k], bf, in, &sk, Tmax);
+            sk.T = 1; /* decode the first rows again, each at its own position */
+            o->attention_decode(g_be, dec[k], kc[k], vc[k], bf, in, pos, &sk, Tmax);
+        }
+        T_CHECK(!memcmp(out[0], out[1], nout * 4) &&
+                    !memcmp(lse[0], lse[1], (size_t)B * NH * T * 4),
+                "NH %d NKV %d theta %g: attention_forward with qkv_bias differs", NH, NKV,
+                (double)theta);
+        const size_t cb = (size_t)B * NKV * fp8t_kv_head_bytes(bf, Tmax, HS);
+        T_CHECK(!memcmp(kc[0], kc[1], cb) && !memcmp(vc[0], vc[1], cb),
+                "NH %d NKV %d theta %g cache kind %d: the cache written with qkv_bias differs",
+                NH, NKV, (double)theta, bf);
+        T_CHECK(!memcmp(dec[0], dec[1], (size_t)B * NH * HS * 4),
+                "NH %d NKV %d theta %g cache kind %d: attention_decode with qkv_bias differs", NH,
+                NKV, (double)theta, bf);
+    }
+    /* and the bias is read: without it the output moves */
+    fp8t_attn_shape sn = s;
+    o->attention_forward(g_be, out[0], lse[0], NULL, qkv, &sn);
+    T_CHECK(memcmp(out[0], out[1], nout * 4) != 0, "the bias changed nothing");
+    for (int k = 0; k < 2; k++) {
+        o->free(g_be, out[k]), o->free(g_be, lse[k]), o->free(g_be, dec[k]);
+        o->free(g_be, kc[k]), o->free(g_be, vc[k]);
+    }
+    o->free(g_be, qkv), o->free(g_be, added), o->free(g_be, bias);
+}
+
+static void test_qkv_bias_equals_bias_add(void) {
+    check_qkv_bias_op(4, 4, 0.0f);     /* GPT-2 */
+    check_qkv_bias_op(4, 2, 10000.0f); /* GQA + RoPE */
+}
+
 static void test_embedding_bf16_op(void) {
     const int V = 37, C = 21, ld = 24, B = 3, T = 5;
     const fp8t_backend_ops *o = g_be->ops;
@@ -964,6 +1026,7 @@ int main(void) {
         return 1;
     }
     T_RUN(test_decode_op_matches_attention_forward);
+    T_RUN(test_qkv_bias_equals_bias_add);
     T_RUN(test_embedding_bf16_op);
     T_RUN(test_fp32_forward_matches_training_model);
     T_RUN(test_cached_generation_equals_uncached);

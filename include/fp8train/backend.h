@@ -50,6 +50,12 @@ typedef struct {
     int HS;           /* head size */
     float rope_theta; /* > 0: RoPE (rotate-half) with this base on q and k; 0: none */
     fp8t_rope_scaling rope_scaling; /* with rope_theta > 0 */
+    /* The forward ops (attention_forward, kv_cache_write, attention_decode) only: NULL, or a
+     * device [(NH + 2 NKV) HS] bias the qkv rows still lack. Every value the op reads is
+     * qkv + bias as bias_add gives it (one FP32 add), so a GEMM that cannot add the bias in
+     * its epilogue (FP8 into FP32) leaves it to the attention instead of a pass of its own.
+     * attention_backward refuses it. */
+    const float *qkv_bias;
 } fp8t_attn_shape;
 
 /* NKV with 0 read as NH */

@@ -193,14 +193,17 @@ static void layer_forward(fp8t_infer *m, int l, int seq0, int nb, int T, att_mod
     fp8t_backend *be = m->be;
     const inf_layer *y = &m->layer[l];
     const int N = nb * T;
-    const fp8t_attn_shape sh = attn_shape(m, nb, T);
+    fp8t_attn_shape sh = attn_shape(m, nb, T);
     const size_t kv_off = (size_t)l * m->kv_layer_bytes + (size_t)seq0 * m->kv_seq_bytes;
     void *kc = (char *)m->kc + kv_off, *vc = (char *)m->vc + kv_off;
     inf_operand op;
 
     inf_input in = norm_input(m, p, y->ln1_w, y->ln1_b, N, m->atty);
     make_input_operand(m, &in, &y->qkv, &op);
-    linear_gemm(m, &y->qkv, &op, m->qkv, N, y->qkv.bias);
+    /* FP8: the attention ops add the bias as they read qkv (cuBLASLt has no FP8 GEMM with an
+     * FP32 bias epilogue; the same add, without a pass of its own over qkv); else the GEMM */
+    if (y->qkv.kind == INF_LIN_FP8) sh.qkv_bias = y->qkv.bias;
+    linear_gemm(m, &y->qkv, &op, m->qkv, N, sh.qkv_bias ? NULL : y->qkv.bias);
     if (mode == ATT_DECODE) {
         ops->attention_decode(be, m->atty, kc, vc, m->kv, m->qkv, m->pos, &sh, m->Tmax);
     } else {

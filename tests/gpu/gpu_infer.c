@@ -184,6 +184,89 @@ static void decode_ops(fp8t_backend *cpu, fp8t_backend *gpu) {
     }
 }
 
+/* qkv_bias (the FP8 QKV GEMM's bias, left to the attention ops): attention_forward,
+ * kv_cache_write and attention_decode given the bias give the bits of the same op on qkv with
+ * bias_add applied first, on the GPU (the CPU's composition is make test's). The shapes take
+ * cuDNN's path (head size 128), flash's (64) and the copy fallback (80), the vectorized and
+ * element-wise cache writes, the split and generic decode kernels. */
+static void qkv_bias_rows(fp8t_backend *gpu) {
+    static const struct {
+        int B, T, NH, NKV, HS, Tmax;
+        float rope;
+    } cases[] = {{4, 128, 25, 25, 64, 160, 0},
+                 {3, 40, 8, 2, 64, 300, 5e5f},
+                 {2, 64, 4, 2, 128, 80, 5e5f},
+                 {2, 9, 6, 2, 80, 16, 1e4f},
+                 {2, 5, 4, 4, 256, 8, 1e4f}};
+    const fp8t_backend_ops *o = gpu->ops;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const int B = cases[ci].B, T = cases[ci].T, NH = cases[ci].NH, NKV = cases[ci].NKV;
+        const int HS = cases[ci].HS, Tmax = cases[ci].Tmax;
+        fp8t_attn_shape s = {
+            .B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS, .rope_theta = cases[ci].rope};
+        const int W = fp8t_attn_qkv_width(&s);
+        const size_t n = (size_t)B * T * W, nout = (size_t)B * T * NH * HS;
+        const size_t nlse = (size_t)B * NH * T, ndec = (size_t)B * NH * HS;
+        float *h = malloc(n * 4), *hb = malloc((size_t)W * 4);
+        int hpos[64];
+        for (size_t i = 0; i < n; i++) h[i] = gauss();
+        for (int i = 0; i < W; i++) hb[i] = gauss();
+        for (int b = 0; b < B; b++) hpos[b] = (int)(uni() * T) % T;
+        float *qkv = o->malloc(gpu, n * 4), *added = o->malloc(gpu, n * 4);
+        float *bias = o->malloc(gpu, (size_t)W * 4);
+        int *pos = o->malloc(gpu, (size_t)B * sizeof(int));
+        o->to_device(gpu, qkv, h, n * 4);
+        o->to_device(gpu, added, h, n * 4);
+        o->to_device(gpu, bias, hb, (size_t)W * 4);
+        o->to_device(gpu, pos, hpos, (size_t)B * sizeof(int));
+        o->bias_add(gpu, added, bias, B * T, W);
+        char shape[96];
+        snprintf(shape, sizeof(shape), "B%d T%d NH%d/%d HS%d%s", B, T, NH, NKV, HS,
+                 s.rope_theta > 0 ? " rope" : "");
+        for (int bf = 0; bf < 3; bf++) {
+            const size_t cb = (size_t)B * NKV * fp8t_kv_head_bytes(bf, Tmax, HS);
+            char *res[2]; /* out | lse | K cache | V cache | decode out, host copies */
+            const size_t tot = nout * 4 + nlse * 4 + 2 * cb + ndec * 4;
+            for (int k = 0; k < 2; k++) { /* k 0: the bias given; 1: added before */
+                fp8t_attn_shape sk = s;
+                sk.qkv_bias = k ? NULL : bias;
+                const float *in = k ? added : qkv;
+                float *out = o->malloc(gpu, nout * 4), *lse = o->malloc(gpu, nlse * 4);
+                float *dec = o->malloc(gpu, ndec * 4);
+                void *kc = o->malloc(gpu, cb), *vc = o->malloc(gpu, cb);
+                o->zero(gpu, kc, cb), o->zero(gpu, vc, cb);
+                o->attention_forward(gpu, out, lse, NULL, in, &sk);
+                o->kv_cache_write(gpu, kc, vc, bf, in, &sk, Tmax);
+                sk.T = 1; /* the first rows again, each sequence at its own position */
+                o->attention_decode(gpu, dec, kc, vc, bf, in, pos, &sk, Tmax);
+                res[k] = malloc(tot);
+                o->to_host(gpu, res[k], out, nout * 4);
+                o->to_host(gpu, res[k] + nout * 4, lse, nlse * 4);
+                o->to_host(gpu, res[k] + (nout + nlse) * 4, kc, cb);
+                o->to_host(gpu, res[k] + (nout + nlse) * 4 + cb, vc, cb);
+                o->to_host(gpu, res[k] + (nout + nlse) * 4 + 2 * cb, dec, ndec * 4);
+                o->free(gpu, out), o->free(gpu, lse), o->free(gpu, dec);
+                o->free(gpu, kc), o->free(gpu, vc);
+            }
+            static const char *const kn[3] = {"fp32", "bf16", "fp8"};
+            const size_t off[4] = {0, (nout + nlse) * 4, (nout + nlse) * 4 + 2 * cb, tot};
+            static const char *const part[3] = {"attention_forward", "kv_cache_write",
+                                                "attention_decode"};
+            for (int q = 0; q < 3; q++) {
+                if (q == 0 && bf) continue; /* the forward does not depend on the cache kind */
+                const int same = !memcmp(res[0] + off[q], res[1] + off[q], off[q + 1] - off[q]);
+                char op[64];
+                snprintf(op, sizeof(op), "%s qkv_bias%s%s", part[q], q ? " " : "",
+                         q ? kn[bf] : "");
+                irow(op, shape, same ? 0.0 : 1.0, 0, same, "the bits of bias_add first");
+            }
+            free(res[0]), free(res[1]);
+        }
+        o->free(gpu, qkv), o->free(gpu, added), o->free(gpu, bias), o->free(gpu, pos);
+        free(h), free(hb);
+    }
+}
+
 /* embedding_forward_bf16: a widened BF16 element plus a float, the same bits on both */
 static void embedding_bf16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
     static const int cases[][4] = {{50257, 1600, 1608, 64}, {512, 256, 256, 7}, {37, 21, 24, 5}};
@@ -505,6 +588,7 @@ void gpu_test_infer(int *n_pass, int *n_fail) {
     }
     printf("== cuda vs cpu: inference (KV cache ops, inference model)\n");
     decode_ops(cpu, gpu);
+    qkv_bias_rows(gpu);
     embedding_bf16_rows(cpu, gpu);
     operand_rows(cpu, gpu);
     fp8t_backend_destroy(gpu);

@@ -160,6 +160,16 @@ static void split_heads(float *Q, float *K, float *V, const float *qkv, const fp
     }
 }
 
+const float *cpu_qkv_biased(fp8t_backend *b, const float *qkv, const fp8t_attn_shape *s,
+                            size_t rows) {
+    if (!s->qkv_bias || !rows) return qkv;
+    const int W = fp8t_attn_qkv_width(s);
+    float *y = cpu_scratch(b, CPU_SCRATCH_QKV, rows * W * sizeof(float));
+    memcpy(y, qkv, rows * W * sizeof(float));
+    cpu_bias_add(b, y, s->qkv_bias, (int)rows, W);
+    return y;
+}
+
 void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved, const float *qkv,
                            const fp8t_attn_shape *sh) {
     (void)saved; /* the CPU rebuilds everything from qkv: attention_saved_bytes is 0 */
@@ -171,7 +181,7 @@ void cpu_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved,
     /* head-major Q [B][NH][T][HS], K, V [B][NKV][T][HS] */
     float *Qall = cpu_scratch(b, CPU_SCRATCH_ATTN, (nq + 2 * nkv) * sizeof(float));
     float *Kall = Qall + nq, *Vall = Kall + nkv;
-    split_heads(Qall, Kall, Vall, qkv, sh, tab);
+    split_heads(Qall, Kall, Vall, cpu_qkv_biased(b, qkv, sh, (size_t)B * T), sh, tab);
 #pragma omp parallel
     {
         float *S = CPU_ZALLOC((size_t)ATT_QB * T * sizeof(float)); /* [QB][T] scores, probs */
@@ -209,6 +219,7 @@ void cpu_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, con
                             const void *saved, const float *out, const float *lse,
                             const fp8t_attn_shape *sh) {
     (void)saved;
+    if (sh->qkv_bias) FP8T_FATAL("attention_backward: qkv_bias is for the forward ops only");
     const int B = sh->B, T = sh->T, NH = sh->NH, NKV = fp8t_attn_nkv(sh), HS = sh->HS;
     const int C = NH * HS, CKV = NKV * HS, W = fp8t_attn_qkv_width(sh), G = NH / NKV;
     const float scale = 1.0f / sqrtf((float)HS);

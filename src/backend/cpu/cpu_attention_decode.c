@@ -102,9 +102,9 @@ static void check_shape(const fp8t_attn_shape *s, int kv, int Tmax, int T) {
 
 void cpu_kv_cache_write(fp8t_backend *b, void *kc, void *vc, int kv, const float *qkv,
                         const fp8t_attn_shape *s, int Tmax) {
-    (void)b;
     check_shape(s, kv, Tmax, s->T);
     const int B = s->B, T = s->T, W = fp8t_attn_qkv_width(s);
+    qkv = cpu_qkv_biased(b, qkv, s, (size_t)B * T);
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         float tmp[1024];
@@ -117,6 +117,7 @@ void cpu_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int k
     check_shape(s, kv, Tmax, 1);
     const int B = s->B, NH = s->NH, NKV = fp8t_attn_nkv(s), HS = s->HS, G = NH / NKV;
     const int W = fp8t_attn_qkv_width(s);
+    qkv = cpu_qkv_biased(b, qkv, s, (size_t)B);
     for (int bi = 0; bi < B; bi++)
         if (pos[bi] < 0 || pos[bi] >= Tmax) {
             FP8T_FATAL("attention_decode: sequence %d at position %d, outside the "

@@ -32,6 +32,7 @@ enum {
     CPU_SCRATCH_OPERAND,     /* make_operand's composed values (a combination with no kernel) */
     CPU_SCRATCH_OPERAND_SUM, /* ... and its residual sum when the caller keeps none */
     CPU_SCRATCH_NORM_X,      /* a norm backward's input widened from its BF16 copy */
+    CPU_SCRATCH_QKV,         /* the attention forward ops' qkv + qkv_bias (fp8t_attn_shape) */
     /* (the fused GELU backward's GELU input widened likewise goes in CPU_SCRATCH_ACT, which
      * its bias-free path leaves unused) */
     CPU_SCRATCH_COUNT
@@ -228,6 +229,10 @@ void cpu_embedding_forward(fp8t_backend *b, float *out, const int *tokens, const
 void cpu_embedding_backward(fp8t_backend *b, float *dwte, float *dwpe, const float *dout,
                             const int *tokens, int B, int T, int C);
 void cpu_bias_add(fp8t_backend *b, float *out, const float *bias, int N, int OC);
+/* qkv [rows, W] as the forward attention ops read it: itself, or with s->qkv_bias added by
+ * bias_add's arithmetic in CPU_SCRATCH_QKV */
+const float *cpu_qkv_biased(fp8t_backend *b, const float *qkv, const fp8t_attn_shape *s,
+                            size_t rows);
 /* save16 / x16 (may be NULL): make_operand's save16 / x2_16 (backend.h) */
 void cpu_gelu_forward_bf16(fp8t_backend *b, uint16_t *out, float *amax_out, uint16_t *save16,
                            const float *x, int rows, int cols);

@@ -773,10 +773,18 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved
         return;
     }
     if (s->attn_mode == ATTN_FLASH &&
-        cuda_attn_flash_fwd(b, out, lse, (uint16_t *)saved, qkv, cosv, sinv, B, T, NH, NKV, HS,
-                            scale) == 0) {
+        cuda_attn_flash_fwd(b, out, lse, (uint16_t *)saved, qkv, sh->qkv_bias, cosv, sinv, B, T,
+                            NH, NKV, HS, scale) == 0) {
         s->n_attn_tc++;
         return;
+    }
+    if (sh->qkv_bias) { /* the FP32 and GEMM paths read qkv with its bias already added */
+        const size_t n = (size_t)B * T * fp8t_attn_qkv_width(sh);
+        float *y = (float *)cuda_scratch(b, SCR_QKV, n * sizeof(float));
+        CUDA_CHECK(
+            cudaMemcpyAsync(y, qkv, n * sizeof(float), cudaMemcpyDeviceToDevice, s->stream));
+        cuda_bias_add(b, y, sh->qkv_bias, B * T, fp8t_attn_qkv_width(sh));
+        qkv = y;
     }
     size_t per = (size_t)B * NH * T * HS;
     float *q = (float *)cuda_scratch(b, SCR_ATTN, 3 * per * sizeof(float));
@@ -809,6 +817,7 @@ void cuda_attention_forward(fp8t_backend *b, float *out, float *lse, void *saved
 void cuda_attention_backward(fp8t_backend *b, float *dqkv, const float *dout, const float *qkv,
                              const void *saved, const float *out, const float *lse,
                              const fp8t_attn_shape *sh) {
+    if (sh->qkv_bias) FP8T_FATAL("attention_backward: qkv_bias is for the forward ops only");
     const int B = sh->B, T = sh->T, NH = sh->NH, HS = sh->HS;
     if (B <= 0 || T <= 0 || NH <= 0) return;
     check_attention_args(HS, sh->rope_theta);

@@ -79,12 +79,14 @@ __device__ __forceinline__ uint2 sdpa_pack4(float a, float b, float c, float d) 
     return o;
 }
 
-/* dst [B*T, W] BF16 from qkv [B*T, W] FP32; head slots < NHK = NH + NKV (q and k) rotated
- * first when cosv != NULL (pair (i, i + HS/2) at position t by t * inv_freq_i, the flash
- * conversion's arithmetic: q1 c - q2 s, q2 c + q1 s). */
+/* dst [B*T, W] BF16 from qkv [B*T, W] FP32 (+ bias [W] first where given, bias_add's one
+ * FP32 add); head slots < NHK = NH + NKV (q and k) rotated first when cosv != NULL (pair
+ * (i, i + HS/2) at position t by t * inv_freq_i, the flash conversion's arithmetic:
+ * q1 c - q2 s, q2 c + q1 s). */
 __global__ void sdpa_qkv_kernel(uint16_t *dst, const float *__restrict__ qkv,
-                                const float *__restrict__ cosv, const float *__restrict__ sinv,
-                                int ntok, int T, int slots, int NHK, int HS, int lg4, int vec) {
+                                const float *__restrict__ bias, const float *__restrict__ cosv,
+                                const float *__restrict__ sinv, int ntok, int T, int slots,
+                                int NHK, int HS, int lg4, int vec) {
     const int half = HS / 2, groups = slots << lg4, W = slots * HS;
     for (int tok = blockIdx.x; tok < ntok; tok += gridDim.x) {
         const int t = tok % T;
@@ -100,6 +102,16 @@ __global__ void sdpa_qkv_kernel(uint16_t *dst, const float *__restrict__ qkv,
             } else {
                 a = make_float4(row[c1], row[c1 + 1], row[c1 + 2], row[c1 + 3]);
                 b = make_float4(row[c2], row[c2 + 1], row[c2 + 2], row[c2 + 3]);
+            }
+            if (bias) { /* vec: bias is 16-byte aligned too (the callers check) */
+                const float4 ba =
+                    vec ? *reinterpret_cast<const float4 *>(bias + c1)
+                        : make_float4(bias[c1], bias[c1 + 1], bias[c1 + 2], bias[c1 + 3]);
+                const float4 bb =
+                    vec ? *reinterpret_cast<const float4 *>(bias + c2)
+                        : make_float4(bias[c2], bias[c2 + 1], bias[c2 + 2], bias[c2 + 3]);
+                a = make_float4(a.x + ba.x, a.y + ba.y, a.z + ba.z, a.w + ba.w);
+                b = make_float4(b.x + bb.x, b.y + bb.y, b.z + bb.z, b.w + bb.w);
             }
             if (cosv && slot < NHK) {
                 float4 c = *reinterpret_cast<const float4 *>(cosv + (size_t)t * half + i);
@@ -878,7 +890,8 @@ int cuda_attn_cudnn_fwd(fp8t_backend *b, float *out, float *lse, void *saved, co
     if (!lse) lse = (float *)(scr + qb + ob);
     const int ntok = B * T, lg4 = sdpa_lg4(HS);
     sdpa_qkv_kernel<<<sdpa_rows(s, ntok), 256, 0, s->stream>>>(
-        qkv16, qkv, cosv, sinv, ntok, T, slots, NH + NKV, HS, lg4, sdpa_aligned(qkv));
+        qkv16, qkv, sh->qkv_bias, cosv, sinv, ntok, T, slots, NH + NKV, HS, lg4,
+        sdpa_aligned(qkv) && (!sh->qkv_bias || sdpa_aligned(sh->qkv_bias)));
     CUDA_LAUNCH_CHECK(s);
     sdpa_fwd_core(b, e, o16, lse, qkv16, scale);
     sdpa_to_f32_kernel<<<sdpa_blocks(s, nout), 256, 0, s->stream>>>(out, o16, nout);
@@ -907,9 +920,9 @@ int cuda_attn_cudnn_bwd(fp8t_backend *b, float *dqkv, const float *dout, const f
     const uint16_t *qkv16 = (const uint16_t *)saved;
     const int ntok = B * T, lg4 = sdpa_lg4(HS);
     if (!saved) { /* the forward's conversion again: the same bits */
-        sdpa_qkv_kernel<<<sdpa_rows(s, ntok), 256, 0, s->stream>>>((uint16_t *)scr, qkv, cosv,
-                                                                   sinv, ntok, T, slots, NH + NKV,
-                                                                   HS, lg4, sdpa_aligned(qkv));
+        sdpa_qkv_kernel<<<sdpa_rows(s, ntok), 256, 0, s->stream>>>(
+            (uint16_t *)scr, qkv, NULL, cosv, sinv, ntok, T, slots, NH + NKV, HS, lg4,
+            sdpa_aligned(qkv));
         CUDA_LAUNCH_CHECK(s);
         qkv16 = (const uint16_t *)scr;
     }

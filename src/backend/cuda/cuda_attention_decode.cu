@@ -53,12 +53,19 @@ __device__ __forceinline__ void kv_store(void *c, int bf16, size_t i, float x) {
         ((float *)c)[i] = x;
 }
 
+/* qkv element c of a row (+ bias[c], bias_add's add, where the op was given one) */
+__device__ __forceinline__ float qkv_at(const float *__restrict__ row,
+                                        const float *__restrict__ bias, size_t c) {
+    return bias ? row[c] + bias[c] : row[c];
+}
+
 /* Token rows of qkv into an FP32 or BF16 cache. pos == NULL (prefill): row b*T + t goes to
  * position t; else (decode, T = 1) row b goes to position pos[b]. One thread per (row, K/V
- * head, i < half): elements i and i + HS/2 of K (rotated) and V. */
+ * head, i < half): elements i and i + HS/2 of K (rotated) and V. bias: fp8t_attn_shape's
+ * qkv_bias, or NULL. */
 __global__ void kv_write_kernel(void *kc, void *vc, int kv_bf16, const float *__restrict__ qkv,
-                                const int *__restrict__ pos, int B, int T, int NH, int NKV,
-                                int HS, int Tmax, rope_freqs fr) {
+                                const float *__restrict__ bias, const int *__restrict__ pos,
+                                int B, int T, int NH, int NKV, int HS, int Tmax, rope_freqs fr) {
     const int half = (HS + 1) / 2, W = (NH + 2 * NKV) * HS;
     const size_t total = (size_t)B * T * NKV * half;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
@@ -69,10 +76,11 @@ __global__ void kv_write_kernel(void *kc, void *vc, int kv_bf16, const float *__
         r /= NKV; /* token row */
         const int bb = (int)(r / T);
         const int t = pos ? pos[bb] : (int)(r % T);
-        const float *k = qkv + r * W + (size_t)(NH + g) * HS, *v = k + (size_t)NKV * HS;
+        const size_t ck = (size_t)(NH + g) * HS, cv = ck + (size_t)NKV * HS;
+        const float *tok = qkv + r * W;
         const size_t dst = (((size_t)bb * NKV + g) * Tmax + t) * HS;
         const int i2 = i + HS / 2; /* odd HS (never rotated): the middle element twice */
-        float k1 = k[i], k2 = k[i2];
+        float k1 = qkv_at(tok, bias, ck + i), k2 = qkv_at(tok, bias, ck + i2);
         if (fr.on) {
             const double ang = (double)t * fr.f[i];
             const float c = (float)cos(ang), s = (float)sin(ang);
@@ -81,8 +89,8 @@ __global__ void kv_write_kernel(void *kc, void *vc, int kv_bf16, const float *__
         }
         kv_store(kc, kv_bf16, dst + i, k1);
         kv_store(kc, kv_bf16, dst + i2, k2);
-        kv_store(vc, kv_bf16, dst + i, v[i]);
-        kv_store(vc, kv_bf16, dst + i2, v[i2]);
+        kv_store(vc, kv_bf16, dst + i, qkv_at(tok, bias, cv + i));
+        kv_store(vc, kv_bf16, dst + i2, qkv_at(tok, bias, cv + i2));
     }
 }
 
@@ -90,8 +98,9 @@ __global__ void kv_write_kernel(void *kc, void *vc, int kv_bf16, const float *__
  * ... of K (rotated; the products rounded one by one, as the CPU's rotation) and then V, whose
  * amax (a warp max) gives the position's scale: the codes and scale_inv of the CPU's put_row. */
 __global__ void kv_write_fp8_kernel(void *kc, void *vc, const float *__restrict__ qkv,
-                                    const int *__restrict__ pos, int B, int T, int NH, int NKV,
-                                    int HS, int Tmax, size_t hb, size_t soff, rope_freqs fr) {
+                                    const float *__restrict__ bias, const int *__restrict__ pos,
+                                    int B, int T, int NH, int NKV, int HS, int Tmax, size_t hb,
+                                    size_t soff, rope_freqs fr) {
     const int lane = threadIdx.x & 31, half = HS / 2, W = (NH + 2 * NKV) * HS;
     const size_t warps = (size_t)B * T * NKV;
     for (size_t wi = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; wi < warps;
@@ -100,8 +109,8 @@ __global__ void kv_write_fp8_kernel(void *kc, void *vc, const float *__restrict_
         const size_t r = wi / NKV; /* token row */
         const int bb = (int)(r / T);
         const int t = pos ? pos[bb] : (int)(r % T);
-        const float *src[2] = {qkv + r * W + (size_t)(NH + g) * HS,
-                               qkv + r * W + (size_t)(NH + NKV + g) * HS};
+        const size_t col[2] = {(size_t)(NH + g) * HS, (size_t)(NH + NKV + g) * HS};
+        const float *tok = qkv + r * W;
         char *dst[2] = {(char *)kc + ((size_t)bb * NKV + g) * hb,
                         (char *)vc + ((size_t)bb * NKV + g) * hb};
         /* K's and V's values loaded before either is reduced: two rows' loads in flight */
@@ -113,13 +122,15 @@ __global__ void kv_write_fp8_kernel(void *kc, void *vc, const float *__restrict_
                 const int i = lane + 32 * k;
                 float v = 0.0f;
                 if (i < HS) {
-                    v = src[kv][i];
+                    v = qkv_at(tok, bias, col[kv] + i);
                     if (kv == 0 && fr.on) {
                         const int j = i < half ? i : i - half;
                         const double ang = (double)t * fr.f[j];
                         const float c = (float)cos(ang), s = (float)sin(ang);
-                        v = i < half ? __fsub_rn(__fmul_rn(v, c), __fmul_rn(src[0][i + half], s))
-                                     : __fadd_rn(__fmul_rn(v, c), __fmul_rn(src[0][i - half], s));
+                        const float p =
+                            qkv_at(tok, bias, col[0] + (i < half ? i + half : i - half));
+                        v = i < half ? __fsub_rn(__fmul_rn(v, c), __fmul_rn(p, s))
+                                     : __fadd_rn(__fmul_rn(v, c), __fmul_rn(p, s));
                     }
                 }
                 x[kv][k] = v;
@@ -156,9 +167,9 @@ __global__ void kv_write_fp8_kernel(void *kc, void *vc, const float *__restrict_
  * GPW-multiples. */
 template <int KV, int LPR, typename IDX>
 __global__ void kv_write_vec_kernel(void *kc, void *vc, const float *__restrict__ qkv,
-                                    const int *__restrict__ pos, IDX groups, IDX pairs, int T,
-                                    int NH, int NKV, int HS, int Tmax, size_t hb, size_t soff,
-                                    rope_freqs fr) {
+                                    const float *__restrict__ bias, const int *__restrict__ pos,
+                                    IDX groups, IDX pairs, int T, int NH, int NKV, int HS,
+                                    int Tmax, size_t hb, size_t soff, rope_freqs fr) {
     constexpr int GPW = 32 / LPR;
     const int j = threadIdx.x % LPR, half = HS / 2, W = (NH + 2 * NKV) * HS;
     const IDX gpb = (IDX)(blockDim.x / LPR);
@@ -172,9 +183,13 @@ __global__ void kv_write_vec_kernel(void *kc, void *vc, const float *__restrict_
         const IDX r = q2 / (IDX)NKV; /* token row */
         const IDX bb = r / (IDX)T;
         const int t = !live ? 0 : pos ? pos[bb] : (int)(r % (IDX)T);
-        const float4 x4 = live ? *(const float4 *)(qkv + (size_t)r * W +
-                                                   (size_t)(NH + which * NKV + g) * HS + 4 * j)
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const size_t c0 = (size_t)(NH + which * NKV + g) * HS + 4 * j;
+        float4 x4 = live ? *(const float4 *)(qkv + (size_t)r * W + c0)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (live && bias) { /* bias_add's add, one per element */
+            const float4 b4 = *(const float4 *)(bias + c0);
+            x4 = make_float4(x4.x + b4.x, x4.y + b4.y, x4.z + b4.z, x4.w + b4.w);
+        }
         float x[4] = {x4.x, x4.y, x4.z, x4.w};
         if (fr.on && which == 0) { /* warp-uniform: the whole warp exchanges */
             const bool first = 4 * j < half;
@@ -241,15 +256,17 @@ __device__ __forceinline__ float dec_block_sum(float v, float *red) {
     return s;
 }
 
-/* query head h's q (row bb of qkv) rotated at position p, element i */
-__device__ __forceinline__ float q_rot(const float *__restrict__ qs, int i, int HS, int p,
-                                       const rope_freqs &fr) {
-    float x = qs[i];
+/* query head h's q (row bb of qkv, qb the same head's slice of the qkv bias or NULL) rotated
+ * at position p, element i */
+__device__ __forceinline__ float q_rot(const float *__restrict__ qs, const float *__restrict__ qb,
+                                       int i, int HS, int p, const rope_freqs &fr) {
+    float x = qkv_at(qs, qb, i);
     if (fr.on) {
         const int half = HS / 2, j = i < half ? i : i - half;
         const double ang = (double)p * fr.f[j];
         const float c = (float)cos(ang), s = (float)sin(ang);
-        x = i < half ? x * c - qs[i + half] * s : x * c + qs[i - half] * s;
+        x = i < half ? x * c - qkv_at(qs, qb, i + half) * s
+                     : x * c + qkv_at(qs, qb, i - half) * s;
     }
     return x;
 }
@@ -257,16 +274,17 @@ __device__ __forceinline__ float q_rot(const float *__restrict__ qs, int i, int 
 /* The generic kernel: one block per (query head, sequence) */
 __global__ void __launch_bounds__(DEC_THREADS)
     attn_decode_kernel(float *out, const void *kc, const void *vc, int kv,
-                       const float *__restrict__ qkv, const int *__restrict__ pos, int NH,
-                       int NKV, int HS, int Tmax, size_t hb, size_t soff, float scale,
-                       rope_freqs fr) {
+                       const float *__restrict__ qkv, const float *__restrict__ bias,
+                       const int *__restrict__ pos, int NH, int NKV, int HS, int Tmax, size_t hb,
+                       size_t soff, float scale, rope_freqs fr) {
     __shared__ float q[DEC_MAX_HS];
     __shared__ float sc[DEC_CHUNK];
     __shared__ float red[DEC_THREADS / 32];
     const int h = blockIdx.x, bb = blockIdx.y, g = h / (NH / NKV), p = pos[bb];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const float *qs = qkv + (size_t)bb * (NH + 2 * NKV) * HS + (size_t)h * HS;
-    for (int i = tid; i < HS; i += DEC_THREADS) q[i] = q_rot(qs, i, HS, p, fr);
+    const float *qb = bias ? bias + (size_t)h * HS : NULL;
+    for (int i = tid; i < HS; i += DEC_THREADS) q[i] = q_rot(qs, qb, i, HS, p, fr);
     __syncthreads();
     const char *kb = (const char *)kc + ((size_t)bb * NKV + g) * hb;
     const char *vb = (const char *)vc + ((size_t)bb * NKV + g) * hb;
@@ -354,9 +372,9 @@ template <int KV> struct kv_epl {
 template <int KV, int GC>
 __global__ void __launch_bounds__(SPLIT_THREADS)
     attn_decode_split_kernel(float *out, float *part, const void *kc, const void *vc,
-                             const float *__restrict__ qkv, const int *__restrict__ pos, int NH,
-                             int NKV, int HS, size_t hb, size_t soff, int sl, int nsplit,
-                             float scale, rope_freqs fr) {
+                             const float *__restrict__ qkv, const float *__restrict__ bias,
+                             const int *__restrict__ pos, int NH, int NKV, int HS, size_t hb,
+                             size_t soff, int sl, int nsplit, float scale, rope_freqs fr) {
     constexpr int EPL = kv_epl<KV>::v;
     extern __shared__ float smem[];
     const int G = NH / NKV;
@@ -369,7 +387,8 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
     const float *qrow = qkv + (size_t)bb * (NH + 2 * NKV) * HS;
     for (int idx = tid; idx < G * HS; idx += SPLIT_THREADS) {
         const int hh = idx / HS, i = idx - hh * HS;
-        qsh[idx] = q_rot(qrow + (size_t)(g * G + hh) * HS, i, HS, p, fr);
+        const size_t hc = (size_t)(g * G + hh) * HS;
+        qsh[idx] = q_rot(qrow + hc, bias ? bias + hc : NULL, i, HS, p, fr);
     }
     __syncthreads();
     const char *kb = (const char *)kc + ((size_t)bb * NKV + g) * hb;
@@ -519,31 +538,34 @@ template <typename F> static auto with_kv_kind(int kv, F f) {
 /* the vectorized cache write for cache kind KV at LPR lanes per row */
 template <int KV, int LPR>
 static void launch_kv_write_vec(cudaStream_t stream, void *kc, void *vc, const float *qkv,
-                                const int *pos, size_t pairs, int T, const fp8t_attn_shape *s,
-                                int NKV, int Tmax, size_t hb, size_t soff, const rope_freqs &fr) {
+                                const float *bias, const int *pos, size_t pairs, int T,
+                                const fp8t_attn_shape *s, int NKV, int Tmax, size_t hb,
+                                size_t soff, const rope_freqs &fr) {
     const size_t gpw = 32 / LPR, groups = 2 * ((pairs + gpw - 1) / gpw * gpw);
     const size_t threads = groups * LPR;
     const unsigned grid = cdiv_u(threads, 256) < 65535u ? cdiv_u(threads, 256) : 65535u;
     with_index_type(groups, [&](auto i) {
         using IDX = decltype(i);
-        kv_write_vec_kernel<KV, LPR, IDX><<<grid, 256, 0, stream>>>(
-            kc, vc, qkv, pos, (IDX)groups, (IDX)pairs, T, s->NH, NKV, s->HS, Tmax, hb, soff, fr);
+        kv_write_vec_kernel<KV, LPR, IDX>
+            <<<grid, 256, 0, stream>>>(kc, vc, qkv, bias, pos, (IDX)groups, (IDX)pairs, T, s->NH,
+                                       NKV, s->HS, Tmax, hb, soff, fr);
     });
 }
 /* the vectorized write at LPR = HS/4 lanes per row, L the first count tried (doubling up to a
  * warp); 0 when HS/4 is none of them */
 template <int KV, int L = 2>
 static int try_kv_write_vec(cudaStream_t stream, void *kc, void *vc, const float *qkv,
-                            const int *pos, size_t pairs, int T, const fp8t_attn_shape *s,
-                            int NKV, int Tmax, size_t hb, size_t soff, const rope_freqs &fr) {
+                            const float *bias, const int *pos, size_t pairs, int T,
+                            const fp8t_attn_shape *s, int NKV, int Tmax, size_t hb, size_t soff,
+                            const rope_freqs &fr) {
     if (s->HS / 4 == L) {
-        launch_kv_write_vec<KV, L>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb, soff,
-                                   fr);
+        launch_kv_write_vec<KV, L>(stream, kc, vc, qkv, bias, pos, pairs, T, s, NKV, Tmax, hb,
+                                   soff, fr);
         return 1;
     }
     if constexpr (L < 32)
-        return try_kv_write_vec<KV, 2 * L>(stream, kc, vc, qkv, pos, pairs, T, s, NKV, Tmax, hb,
-                                           soff, fr);
+        return try_kv_write_vec<KV, 2 * L>(stream, kc, vc, qkv, bias, pos, pairs, T, s, NKV, Tmax,
+                                           hb, soff, fr);
     else
         return 0;
 }
@@ -557,13 +579,15 @@ static void launch_kv_write(fp8t_backend *b, void *kc, void *vc, int kv, const f
     const size_t hb = fp8t_kv_head_bytes(kv, Tmax, s->HS);
     const size_t soff = kv == FP8T_KV_FP8 ? fp8t_kv_scale_offset(Tmax, s->HS) : 0;
     const rope_freqs fr = make_freqs(s);
+    const float *bias = s->qkv_bias;
     /* rows of whole 16-byte pieces (HS a multiple of 8: RoPE's halves too) from an aligned
-     * qkv; else the element-wise kernels */
-    if (!st->plain && s->HS % 8 == 0 && ((uintptr_t)qkv & 15u) == 0) {
+     * qkv (and bias); else the element-wise kernels */
+    if (!st->plain && s->HS % 8 == 0 && ((uintptr_t)qkv & 15u) == 0 &&
+        ((uintptr_t)bias & 15u) == 0) {
         const size_t pairs = rows * NKV;
         const int done = with_kv_kind(kv, [&](auto K) {
-            return try_kv_write_vec<decltype(K)::value>(st->stream, kc, vc, qkv, pos, pairs, T, s,
-                                                        NKV, Tmax, hb, soff, fr);
+            return try_kv_write_vec<decltype(K)::value>(st->stream, kc, vc, qkv, bias, pos, pairs,
+                                                        T, s, NKV, Tmax, hb, soff, fr);
         });
         if (done) {
             CUDA_LAUNCH_CHECK(st);
@@ -573,15 +597,15 @@ static void launch_kv_write(fp8t_backend *b, void *kc, void *vc, int kv, const f
     if (kv == FP8T_KV_FP8) {
         const size_t warps = rows * NKV;
         const unsigned grid = cdiv_u(warps, 8) < 65535u ? cdiv_u(warps, 8) : 65535u;
-        kv_write_fp8_kernel<<<grid, 256, 0, st->stream>>>(kc, vc, qkv, pos, s->B, T, s->NH, NKV,
-                                                          s->HS, Tmax, hb, soff, fr);
+        kv_write_fp8_kernel<<<grid, 256, 0, st->stream>>>(kc, vc, qkv, bias, pos, s->B, T, s->NH,
+                                                          NKV, s->HS, Tmax, hb, soff, fr);
         CUDA_LAUNCH_CHECK(st);
         return;
     }
     const size_t total = rows * NKV * ((s->HS + 1) / 2);
     const unsigned grid = cdiv_u(total, 256) < 65535u ? cdiv_u(total, 256) : 65535u;
-    kv_write_kernel<<<grid, 256, 0, st->stream>>>(kc, vc, kv == FP8T_KV_BF16, qkv, pos, s->B, T,
-                                                  s->NH, NKV, s->HS, Tmax, fr);
+    kv_write_kernel<<<grid, 256, 0, st->stream>>>(kc, vc, kv == FP8T_KV_BF16, qkv, bias, pos,
+                                                  s->B, T, s->NH, NKV, s->HS, Tmax, fr);
     CUDA_LAUNCH_CHECK(st);
 }
 
@@ -648,8 +672,8 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
         const size_t smem = split_smem_floats(G, HS, sl) * sizeof(float);
         dim3 grid((unsigned)nsplit, (unsigned)NKV, (unsigned)s->B);
         const rope_freqs fr = make_freqs(s);
-        launch_split(kv, G, grid, smem, st->stream, out, part, kc, vc, qkv, pos, s->NH, NKV, HS,
-                     hb, soff, sl, nsplit, scale, fr);
+        launch_split(kv, G, grid, smem, st->stream, out, part, kc, vc, qkv, s->qkv_bias, pos,
+                     s->NH, NKV, HS, hb, soff, sl, nsplit, scale, fr);
         CUDA_LAUNCH_CHECK(st);
         if (nsplit > 1) {
             attn_decode_combine_kernel<<<dim3((unsigned)s->NH, (unsigned)s->B), 64,
@@ -660,8 +684,9 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
         return;
     }
     dim3 grid((unsigned)s->NH, (unsigned)s->B);
-    attn_decode_kernel<<<grid, DEC_THREADS, 0, st->stream>>>(
-        out, kc, vc, kv, qkv, pos, s->NH, NKV, HS, Tmax, hb, soff, scale, make_freqs(s));
+    attn_decode_kernel<<<grid, DEC_THREADS, 0, st->stream>>>(out, kc, vc, kv, qkv, s->qkv_bias,
+                                                             pos, s->NH, NKV, HS, Tmax, hb, soff,
+                                                             scale, make_freqs(s));
     CUDA_LAUNCH_CHECK(st);
 }
 

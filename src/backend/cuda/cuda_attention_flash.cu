@@ -203,11 +203,14 @@ __global__ void flash_dout_kernel(uint16_t *dst, float *Dv, const float *__restr
  * v [NKV, HS] per token, C = NH * HS): query head h's k and v are those of K/V head
  * h / (NH / NKV) (grouped-query attention: each query head gets its own copy); when cosv is
  * non-NULL q and k are first rotated in FP32 (rotate-half pairs
- * (i, i + HS/2), the arithmetic of attn_prep_kernel); rows t >= T are zero. One thread per
- * (head row, 8 dims i..i+7 of the first half): it also does the partners i + HS/2.., so every
- * load and store is 16 bytes (vec: qkv 16-byte aligned) or scalar loads. */
+ * (i, i + HS/2), the arithmetic of attn_prep_kernel); rows t >= T are zero. bias (or NULL):
+ * added to every token's row first (bias_add's one FP32 add: fp8t_attn_shape's qkv_bias).
+ * One thread per (head row, 8 dims i..i+7 of the first half): it also does the partners
+ * i + HS/2.., so every load and store is 16 bytes (vec: qkv and bias 16-byte aligned) or
+ * scalar loads. */
 __global__ void flash_qkv_to_bf16_kernel(uint16_t *qh, uint16_t *kh, uint16_t *vh,
                                          const float *__restrict__ qkv,
+                                         const float *__restrict__ bias,
                                          const float *__restrict__ cosv,
                                          const float *__restrict__ sinv, int BH, int T, int Tp,
                                          int NH, int NKV, int HS, int vec) {
@@ -228,10 +231,10 @@ __global__ void flash_qkv_to_bf16_kernel(uint16_t *qh, uint16_t *kh, uint16_t *v
             const float *tok = qkv + ((size_t)(bh / NH) * T + t) * W;
             const size_t kvh = (size_t)((bh % NH) / (NH / NKV));
             /* where q, k and v of this head start in the token's row */
-            const float *src3[3] = {tok + (size_t)(bh % NH) * HS, tok + C + kvh * HS,
-                                    tok + C + CKV + kvh * HS};
+            const size_t col3[3] = {(size_t)(bh % NH) * HS, C + kvh * HS, C + CKV + kvh * HS};
             for (int a = 0; a < 6; a++) {
-                const float *p = src3[a / 2] + (a & 1 ? d1 : d0);
+                const size_t c0 = col3[a / 2] + (a & 1 ? d1 : d0);
+                const float *p = tok + c0;
                 if (vec) {
                     float4 u = *reinterpret_cast<const float4 *>(p);
                     float4 w = *reinterpret_cast<const float4 *>(p + 4);
@@ -239,6 +242,17 @@ __global__ void flash_qkv_to_bf16_kernel(uint16_t *qh, uint16_t *kh, uint16_t *v
                     x[a][4] = w.x, x[a][5] = w.y, x[a][6] = w.z, x[a][7] = w.w;
                 } else {
                     for (int e = 0; e < 8; e++) x[a][e] = p[e];
+                }
+                if (bias) {
+                    const float *pb = bias + c0;
+                    if (vec) {
+                        const float4 u = *reinterpret_cast<const float4 *>(pb);
+                        const float4 w = *reinterpret_cast<const float4 *>(pb + 4);
+                        x[a][0] += u.x, x[a][1] += u.y, x[a][2] += u.z, x[a][3] += u.w;
+                        x[a][4] += w.x, x[a][5] += w.y, x[a][6] += w.z, x[a][7] += w.w;
+                    } else {
+                        for (int e = 0; e < 8; e++) x[a][e] += pb[e];
+                    }
                 }
             }
             if (cosv) {
@@ -1114,14 +1128,15 @@ static void dout_to_bf16(cuda_state *s, uint16_t *dst, float *Dv, const float *d
 
 /* q, k, v as padded BF16 [BH, Tp, HS] from qkv (RoPE applied when cosv is non-NULL). */
 static void qkv_to_bf16(cuda_state *s, uint16_t *qh, uint16_t *kh, uint16_t *vh, const float *qkv,
-                        const float *cosv, const float *sinv, int B, int T, int Tp, int NH,
-                        int NKV, int HS) {
-    int vec = ((uintptr_t)qkv & 15) == 0; /* every head starts at a multiple of HS >= 32 */
+                        const float *bias, const float *cosv, const float *sinv, int B, int T,
+                        int Tp, int NH, int NKV, int HS) {
+    /* every head starts at a multiple of HS >= 32 */
+    int vec = ((uintptr_t)qkv & 15) == 0 && ((uintptr_t)bias & 15) == 0;
     size_t n = (size_t)B * NH * Tp * (HS / 16);
     size_t want = (n + 255) / 256, cap = (size_t)s->num_sms * 32;
     unsigned blocks = (unsigned)(want < cap ? want : cap);
-    flash_qkv_to_bf16_kernel<<<blocks, 256, 0, s->stream>>>(qh, kh, vh, qkv, cosv, sinv, B * NH,
-                                                            T, Tp, NH, NKV, HS, vec);
+    flash_qkv_to_bf16_kernel<<<blocks, 256, 0, s->stream>>>(qh, kh, vh, qkv, bias, cosv, sinv,
+                                                            B * NH, T, Tp, NH, NKV, HS, vec);
     CUDA_LAUNCH_CHECK(s);
 }
 
@@ -1165,8 +1180,8 @@ size_t cuda_attn_flash_saved_bytes(int B, int T, int NH, int HS) {
 }
 
 int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, uint16_t *saved,
-                        const float *qkv, const float *cosv, const float *sinv, int B, int T,
-                        int NH, int NKV, int HS, float scale) {
+                        const float *qkv, const float *bias, const float *cosv, const float *sinv,
+                        int B, int T, int NH, int NKV, int HS, float scale) {
     if (!cuda_attn_flash_supported(B, T, NH, HS)) return -1;
     cuda_state *s = cuda_of(b);
     int nT = (T + FL_TILE - 1) / FL_TILE, Tp = nT * FL_TILE, BH = B * NH;
@@ -1176,7 +1191,7 @@ int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, uint16_t *saved
     uint16_t *qh =
         saved ? saved : (uint16_t *)cuda_scratch(b, SCR_ATTN2, 3 * per * sizeof(uint16_t));
     uint16_t *kh = qh + per, *vh = kh + per;
-    qkv_to_bf16(s, qh, kh, vh, qkv, cosv, sinv, B, T, Tp, NH, NKV, HS);
+    qkv_to_bf16(s, qh, kh, vh, qkv, bias, cosv, sinv, B, T, Tp, NH, NKV, HS);
     float scale_log2 = scale * FL_LOG2E;
     if (HS == 32)
         fwd_launch<32>(s, out, lse, qh, kh, vh, BH, T, Tp, NH, scale_log2);
@@ -1203,7 +1218,7 @@ int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, floa
     const uint16_t *qh = saved, *kh, *vh;
     if (!saved) {
         uint16_t *q = doh + per;
-        qkv_to_bf16(s, q, q + per, q + 2 * per, qkv, cosv, sinv, B, T, Tp, NH, NKV, HS);
+        qkv_to_bf16(s, q, q + per, q + 2 * per, qkv, NULL, cosv, sinv, B, T, Tp, NH, NKV, HS);
         qh = q;
     }
     kh = qh + per, vh = kh + per;

@@ -90,6 +90,7 @@ enum {
     SCR_COLSUM,     /* column-sum partials of to_bf16_colsum / quantize_colsum */
     SCR_STATS,      /* tensor_stats: block partials, tile scales, per-block results */
     SCR_STATS_PACK, /* tensor_stats: a strided tensor packed for the kernels that read it so */
+    SCR_QKV,        /* attention_forward: qkv + qkv_bias, for the paths that do not add it */
     SCR_COUNT
 };
 
@@ -582,8 +583,8 @@ size_t cuda_attention_saved_bytes(fp8t_backend *b, const fp8t_attn_shape *sh);
 int cuda_attn_flash_supported(int B, int T, int NH, int HS); /* head sizes 32/64/128 */
 size_t cuda_attn_flash_saved_bytes(int B, int T, int NH, int HS);
 int cuda_attn_flash_fwd(fp8t_backend *b, float *out, float *lse, uint16_t *saved,
-                        const float *qkv, const float *cosv, const float *sinv, int B, int T,
-                        int NH, int NKV, int HS, float scale);
+                        const float *qkv, const float *bias, const float *cosv, const float *sinv,
+                        int B, int T, int NH, int NKV, int HS, float scale);
 int cuda_attn_flash_bwd(fp8t_backend *b, float *dqkv, float *dq, float *dk, float *dv,
                         const float *qkv, const uint16_t *saved, const float *cosv,
                         const float *sinv, const float *dout, const float *out, const float *lse,

@@ -157,7 +157,12 @@ __global__ void __launch_bounds__(CAST_THREADS)
         v[u] = i < n4 ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (GELU && i < n4) {
             if (bias) {
-                const float4 bb = *(const float4 *)(bias + (4 * i) % (size_t)cols);
+                /* a 64-bit remainder is a long software sequence per element group: the
+                 * 32-bit one wherever the index fits */
+                const size_t e = 4 * i;
+                const size_t c =
+                    n <= 0xffffffffu ? (size_t)((unsigned)e % (unsigned)cols) : e % (size_t)cols;
+                const float4 bb = *(const float4 *)(bias + c);
                 v[u] = make_float4(v[u].x + bb.x, v[u].y + bb.y, v[u].z + bb.z, v[u].w + bb.w);
             }
             if (save16) ((uint2 *)save16)[i] = bf16x4_of(v[u]);
