@@ -582,15 +582,16 @@ int main(int argc, char **argv) {
                 gemm_fp8_skinny(&st, dc, dx, FP8_E4M3, dw8 + wbytes * (i % nc), FP8_E4M3, M, N, K,
                                 ds, ds + 4, 0, nullptr);
         };
-        auto time_ms = [&](int v) { /* per launch, after 3 untimed */
-                                    for (int i = 0; i < 3; i++) launch(v, i);
-                                    CUDA_CHECK(cudaEventRecord(e0, st.stream));
-                                    for (int i = 0; i < iters; i++) launch(v, i);
-                                    CUDA_CHECK(cudaEventRecord(e1, st.stream));
-                                    CUDA_CHECK(cudaEventSynchronize(e1));
-                                    float t;
-                                    CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-                                    return (double)t / iters;
+        /* ms per launch of version v, after 3 untimed */
+        auto time_ms = [&](int v) {
+            for (int i = 0; i < 3; i++) launch(v, i);
+            CUDA_CHECK(cudaEventRecord(e0, st.stream));
+            for (int i = 0; i < iters; i++) launch(v, i);
+            CUDA_CHECK(cudaEventRecord(e1, st.stream));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            float t;
+            CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+            return (double)t / iters;
         };
         /* 0-2 as launch's versions with the heuristic's first algorithm (as the backend), then
          * 3 BF16 and 4 FP8 at the fastest of its up to 16 candidates */

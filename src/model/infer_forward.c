@@ -143,6 +143,16 @@ static void linear_gemm(fp8t_infer *m, const inf_linear *L, const inf_operand *o
     }
 }
 
+/* Where a linear's bias is added: by its GEMM (gemm_bias), or, in FP8 (cuBLASLt has no FP8
+ * GEMM with an FP32 bias epilogue), by the op that reads the GEMM's output, as it loads it
+ * (late_bias): the same add, without a pass of its own. */
+static const float *gemm_bias(const inf_linear *L) {
+    return L->kind == INF_LIN_FP8 ? NULL : L->bias;
+}
+static const float *late_bias(const inf_linear *L) {
+    return L->kind == INF_LIN_FP8 ? L->bias : NULL;
+}
+
 /* the attention shape of nb sequences of T tokens */
 static fp8t_attn_shape attn_shape(const fp8t_infer *m, int nb, int T) {
     fp8t_attn_shape s;
@@ -200,10 +210,8 @@ static void layer_forward(fp8t_infer *m, int l, int seq0, int nb, int T, att_mod
 
     inf_input in = norm_input(m, p, y->ln1_w, y->ln1_b, N, m->atty);
     make_input_operand(m, &in, &y->qkv, &op);
-    /* FP8: the attention ops add the bias as they read qkv (cuBLASLt has no FP8 GEMM with an
-     * FP32 bias epilogue; the same add, without a pass of its own over qkv); else the GEMM */
-    if (y->qkv.kind == INF_LIN_FP8) sh.qkv_bias = y->qkv.bias;
-    linear_gemm(m, &y->qkv, &op, m->qkv, N, sh.qkv_bias ? NULL : y->qkv.bias);
+    sh.qkv_bias = late_bias(&y->qkv); /* added by the attention ops as they read qkv */
+    linear_gemm(m, &y->qkv, &op, m->qkv, N, gemm_bias(&y->qkv));
     if (mode == ATT_DECODE) {
         ops->attention_decode(be, m->atty, kc, vc, m->kv, m->qkv, m->pos, &sh, m->Tmax);
     } else {
@@ -221,14 +229,11 @@ static void layer_forward(fp8t_infer *m, int l, int seq0, int nb, int T, att_mod
     in = norm_input(m, &attn, y->ln2_w, y->ln2_b, N, m->atty);
     if (m->cfg.arch == FP8T_ARCH_GPT2) {
         make_input_operand(m, &in, &y->fc1, &op);
-        /* FP8: the bias goes into GELU's pass (cuBLASLt has no FP8 GEMM with an FP32 bias
-         * epilogue); else into the GEMM */
-        const int defer = y->fc1.kind == INF_LIN_FP8;
-        linear_gemm(m, &y->fc1, &op, m->h1, N, defer ? NULL : y->fc1.bias);
+        linear_gemm(m, &y->fc1, &op, m->h1, N, gemm_bias(&y->fc1));
         memset(&in, 0, sizeof(in));
         in.kind = IN_GELU;
         in.x = m->h1;
-        in.bias = defer ? y->fc1.bias : NULL;
+        in.bias = late_bias(&y->fc1); /* added in GELU's pass */
         in.rows = N;
         in.cols = m->H;
         make_input_operand(m, &in, &y->fc2, &op);

@@ -95,24 +95,13 @@ __global__ void sdpa_qkv_kernel(uint16_t *dst, const float *__restrict__ qkv,
         for (int j = threadIdx.x; j < groups; j += blockDim.x) {
             const int slot = j >> lg4, i = (j & ((1 << lg4) - 1)) * 4;
             const int c1 = slot * HS + i, c2 = c1 + half;
-            float4 a, b;
-            if (vec) {
-                a = *reinterpret_cast<const float4 *>(row + c1);
-                b = *reinterpret_cast<const float4 *>(row + c2);
-            } else {
-                a = make_float4(row[c1], row[c1 + 1], row[c1 + 2], row[c1 + 3]);
-                b = make_float4(row[c2], row[c2 + 1], row[c2 + 2], row[c2 + 3]);
-            }
-            if (bias) { /* vec: bias is 16-byte aligned too (the callers check) */
-                const float4 ba =
-                    vec ? *reinterpret_cast<const float4 *>(bias + c1)
-                        : make_float4(bias[c1], bias[c1 + 1], bias[c1 + 2], bias[c1 + 3]);
-                const float4 bb =
-                    vec ? *reinterpret_cast<const float4 *>(bias + c2)
-                        : make_float4(bias[c2], bias[c2 + 1], bias[c2 + 2], bias[c2 + 3]);
-                a = make_float4(a.x + ba.x, a.y + ba.y, a.z + ba.z, a.w + ba.w);
-                b = make_float4(b.x + bb.x, b.y + bb.y, b.z + bb.z, b.w + bb.w);
-            }
+            /* vec: qkv and bias 16-byte aligned (the callers check) */
+            auto load4 = [vec](const float *p) {
+                return vec ? *reinterpret_cast<const float4 *>(p)
+                           : make_float4(p[0], p[1], p[2], p[3]);
+            };
+            float4 a = load4(row + c1), b = load4(row + c2);
+            if (bias) add_into(a, load4(bias + c1)), add_into(b, load4(bias + c2));
             if (cosv && slot < NHK) {
                 float4 c = *reinterpret_cast<const float4 *>(cosv + (size_t)t * half + i);
                 float4 sn = *reinterpret_cast<const float4 *>(sinv + (size_t)t * half + i);

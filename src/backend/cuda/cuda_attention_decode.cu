@@ -186,10 +186,7 @@ __global__ void kv_write_vec_kernel(void *kc, void *vc, const float *__restrict_
         const size_t c0 = (size_t)(NH + which * NKV + g) * HS + 4 * j;
         float4 x4 = live ? *(const float4 *)(qkv + (size_t)r * W + c0)
                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (live && bias) { /* bias_add's add, one per element */
-            const float4 b4 = *(const float4 *)(bias + c0);
-            x4 = make_float4(x4.x + b4.x, x4.y + b4.y, x4.z + b4.z, x4.w + b4.w);
-        }
+        if (live && bias) add_into(x4, *(const float4 *)(bias + c0));
         float x[4] = {x4.x, x4.y, x4.z, x4.w};
         if (fr.on && which == 0) { /* warp-uniform: the whole warp exchanges */
             const bool first = 4 * j < half;

@@ -232,27 +232,24 @@ __global__ void flash_qkv_to_bf16_kernel(uint16_t *qh, uint16_t *kh, uint16_t *v
             const size_t kvh = (size_t)((bh % NH) / (NH / NKV));
             /* where q, k and v of this head start in the token's row */
             const size_t col3[3] = {(size_t)(bh % NH) * HS, C + kvh * HS, C + CKV + kvh * HS};
-            for (int a = 0; a < 6; a++) {
-                const size_t c0 = col3[a / 2] + (a & 1 ? d1 : d0);
-                const float *p = tok + c0;
+            /* o[0..7] = p[0..7]: two 16-byte loads (vec) or scalar ones */
+            auto load8 = [vec](float *o, const float *p) {
                 if (vec) {
                     float4 u = *reinterpret_cast<const float4 *>(p);
                     float4 w = *reinterpret_cast<const float4 *>(p + 4);
-                    x[a][0] = u.x, x[a][1] = u.y, x[a][2] = u.z, x[a][3] = u.w;
-                    x[a][4] = w.x, x[a][5] = w.y, x[a][6] = w.z, x[a][7] = w.w;
+                    o[0] = u.x, o[1] = u.y, o[2] = u.z, o[3] = u.w;
+                    o[4] = w.x, o[5] = w.y, o[6] = w.z, o[7] = w.w;
                 } else {
-                    for (int e = 0; e < 8; e++) x[a][e] = p[e];
+                    for (int e = 0; e < 8; e++) o[e] = p[e];
                 }
+            };
+            for (int a = 0; a < 6; a++) {
+                const size_t c0 = col3[a / 2] + (a & 1 ? d1 : d0);
+                load8(x[a], tok + c0);
                 if (bias) {
-                    const float *pb = bias + c0;
-                    if (vec) {
-                        const float4 u = *reinterpret_cast<const float4 *>(pb);
-                        const float4 w = *reinterpret_cast<const float4 *>(pb + 4);
-                        x[a][0] += u.x, x[a][1] += u.y, x[a][2] += u.z, x[a][3] += u.w;
-                        x[a][4] += w.x, x[a][5] += w.y, x[a][6] += w.z, x[a][7] += w.w;
-                    } else {
-                        for (int e = 0; e < 8; e++) x[a][e] += pb[e];
-                    }
+                    float bb[8];
+                    load8(bb, bias + c0);
+                    for (int e = 0; e < 8; e++) add_into(x[a][e], bb[e]);
                 }
             }
             if (cosv) {

@@ -230,6 +230,13 @@ __device__ __forceinline__ float4 f32x4_of_bf16(uint2 w) {
                        __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
 }
 
+/* acc += x per component (float or float4), in the scalar code's operand order: bias_add's
+ * one FP32 add wherever a kernel adds a bias to what it loads */
+__device__ __forceinline__ void add_into(float &acc, float x) { acc += x; }
+__device__ __forceinline__ void add_into(float4 &acc, float4 x) {
+    acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+}
+
 /* GELU, the sigmoid form of the tanh approximation (see cpu_misc.c: no cancellation for
  * v < 0): gelu_forward and gelu_forward_bf16 both evaluate exactly this expression. */
 __device__ __forceinline__ float gelu_dev(float v) {

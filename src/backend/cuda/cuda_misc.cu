@@ -48,12 +48,6 @@ static unsigned ew_vec_blocks(cuda_state *s, size_t n, size_t n4) {
 __host__ __device__ static inline const float4 *as4(const float *p) { return (const float4 *)p; }
 __host__ __device__ static inline float4 *as4(float *p) { return (float4 *)p; }
 
-/* acc += x per component (float or float4), in the scalar code's operand order */
-__device__ __forceinline__ void add_into(float &acc, float x) { acc += x; }
-__device__ __forceinline__ void add_into(float4 &acc, float4 x) {
-    acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
-}
-
 /* ---------------------------------------------------------------------------------------- */
 /* embedding */
 

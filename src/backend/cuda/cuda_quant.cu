@@ -162,8 +162,7 @@ __global__ void __launch_bounds__(CAST_THREADS)
                 const size_t e = 4 * i;
                 const size_t c =
                     n <= 0xffffffffu ? (size_t)((unsigned)e % (unsigned)cols) : e % (size_t)cols;
-                const float4 bb = *(const float4 *)(bias + c);
-                v[u] = make_float4(v[u].x + bb.x, v[u].y + bb.y, v[u].z + bb.z, v[u].w + bb.w);
+                add_into(v[u], *(const float4 *)(bias + c));
             }
             if (save16) ((uint2 *)save16)[i] = bf16x4_of(v[u]);
             v[u] = make_float4(gelu_dev(v[u].x), gelu_dev(v[u].y), gelu_dev(v[u].z),
