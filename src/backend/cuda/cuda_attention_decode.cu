@@ -10,19 +10,19 @@
  *
  * Decode (split kernel, the default): flash-decoding. One block per (split of the positions,
  * K/V head, sequence) handles the G = NH/NKV query heads of its group together, so a group's
- * K and V are read once for all of them. Lanes read 16-byte pieces of a cache row (LPR lanes
- * per row; a row of 64 BF16 is 8 lanes, 4 rows per warp load), score them against every
- * query head of the group (a reduction over the LPR lanes), then the block takes each head's
- * softmax over its split and the P·V sums (each thread a 16-byte piece of V rows, summed over
- * the rows it visits, then over the warp's rows, then over the warps, in that fixed order).
+ * K and V are read once for all of them. A lane scores 64 bytes of a cached row against every
+ * query head of the group (FP8 at HS 64: the whole row, no cross-lane sum), then the block
+ * takes each head's softmax over its split and the P·V sums (a warp reads whole V rows, lane l
+ * elements l * HS/32 ..; summed over the warp's rows, then over the warps, in that fixed
+ * order). At decode's short splits (a prompt of 128) the kernel is bound by its instructions
+ * and its memory latency, not its bytes: hence few shuffles and 64-byte spans per lane.
  * One split: the output directly; several: (max, sum, unnormalized out) per split and a
  * combine kernel (the splits in order). The split length depends on B, NKV, Tmax and the SM
  * count only, the grid on Tmax (not on the positions: blocks past a sequence's position exit
  * at once), so one launch shape serves every decode step of a batch (a graph replays it).
- * Shapes the split kernel does not take (HS not 16-byte rows of a power-of-two lane count,
- * HS > 256, groups too large for its shared memory) go to the generic kernel: one block per
- * (query head, sequence), keys in chunks of DEC_CHUNK with an online softmax. Every sum is in
- * a fixed order: deterministic. */
+ * Shapes the split kernel does not take (HS not 32, 64, 128 or 256, groups too large for its
+ * shared memory) go to the generic kernel: one block per (query head, sequence), keys in
+ * chunks of DEC_CHUNK with an online softmax. Every sum is in a fixed order: deterministic. */
 #include "backend/cuda/cuda_common.cuh"
 
 enum { DEC_THREADS = 128, DEC_CHUNK = 1024, DEC_MAX_HS = 256 };
@@ -328,51 +328,80 @@ __global__ void __launch_bounds__(DEC_THREADS)
     if (tid + DEC_THREADS < HS) o[tid + DEC_THREADS] = acc1 * inv;
 }
 
-/* the EPL values of lane piece `piece` of position t of a cache block (16 bytes) */
-template <int KV>
-__device__ __forceinline__ void load_piece(float *x, const char *blk, int t, int piece, int HS) {
+/* bytes per cached element */
+template <int KV> struct kv_bytes {
+    enum { v = KV == FP8T_KV_FP32 ? 4 : KV == FP8T_KV_BF16 ? 2 : 1 };
+};
+
+/* the 16 / EB values of one 16-byte chunk of a cache row (FP8: codes' values, unscaled) */
+template <int KV> __device__ __forceinline__ void decode_chunk(float *x, uint4 v) {
     if (KV == FP8T_KV_FP32) {
-        const float4 v = reinterpret_cast<const float4 *>(blk)[((size_t)t * HS >> 2) + piece];
-        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-    } else {
-        const uint4 v = reinterpret_cast<const uint4 *>(
-            blk + (size_t)t * HS * (KV == FP8T_KV_BF16 ? 2 : 1))[piece];
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        x[0] = __uint_as_float(v.x), x[1] = __uint_as_float(v.y);
+        x[2] = __uint_as_float(v.z), x[3] = __uint_as_float(v.w);
+        return;
+    }
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (KV == FP8T_KV_BF16) {
-                x[2 * k] = __uint_as_float(w[k] << 16);
-                x[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
-            } else {
+    for (int k = 0; k < 4; k++) {
+        if (KV == FP8T_KV_BF16) {
+            x[2 * k] = __uint_as_float(w[k] << 16);
+            x[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+        } else {
 #pragma unroll
-                for (int e = 0; e < 4; e += 2) {
-                    const float2 f = fp8x2_dec_dev((uint16_t)(w[k] >> (8 * e)), FP8_E4M3);
-                    x[4 * k + e] = f.x, x[4 * k + e + 1] = f.y;
-                }
+            for (int e = 0; e < 4; e += 2) {
+                const float2 f = fp8x2_dec_dev((uint16_t)(w[k] >> (8 * e)), FP8_E4M3);
+                x[4 * k + e] = f.x, x[4 * k + e + 1] = f.y;
             }
         }
     }
 }
 
-/* values per 16-byte lane piece */
-template <int KV> struct kv_epl {
-    enum { v = KV == FP8T_KV_FP32 ? 4 : KV == FP8T_KV_BF16 ? 8 : 16 };
-};
+/* elements lane * DPL .. + DPL - 1 of a cache row (DPL * EB bytes, 1 to 32) */
+template <int KV, int DPL>
+__device__ __forceinline__ void load_lane_dims(float (&x)[DPL], const char *row, int lane) {
+    constexpr int EB = kv_bytes<KV>::v, NB = DPL * EB;
+    const char *p = row + (size_t)lane * NB;
+    if (NB >= 16) {
+#pragma unroll
+        for (int c = 0; c < NB / 16; c++)
+            decode_chunk<KV>(x + c * (16 / EB), reinterpret_cast<const uint4 *>(p)[c]);
+        return;
+    }
+    uint32_t w[2] = {0u, 0u};
+    if (NB == 8) {
+        const uint2 u = *reinterpret_cast<const uint2 *>(p);
+        w[0] = u.x, w[1] = u.y;
+    } else if (NB == 4) {
+        w[0] = *reinterpret_cast<const uint32_t *>(p);
+    } else if (NB == 2) {
+        w[0] = *reinterpret_cast<const uint16_t *>(p);
+    } else {
+        w[0] = *reinterpret_cast<const uint8_t *>(p);
+    }
+    float t[16];
+    decode_chunk<KV>(t, make_uint4(w[0], w[1], 0u, 0u));
+#pragma unroll
+    for (int e = 0; e < DPL; e++) x[e] = t[e];
+}
 
 /* The split kernel (see the top of the file). grid (nsplit, NKV, B); dynamic shared memory:
  * q [G][HS], scores [G][sl], warp sums [SPLIT_WARPS][SPLIT_GC][HS], (max, sum) [G][2].
  * part [B, NH, nsplit, HS + 2] (nsplit > 1): each split's unnormalized out, max and sum.
- * GC (<= SPLIT_GC) heads share one pass over V: 1 or 2 where the group is that small, so no
- * accumulators or shuffles go to heads the group does not have (GPT-2, G = 1, FP8 cache: 48
- * registers instead of 126, so 2.5x the resident blocks). Each head's sums are in the same
- * order whatever GC. */
-template <int KV, int GC>
+ * HS = 32 * DPL. The group's heads go GC (<= SPLIT_GC) at a time.
+ * Scores: a cached row per 1 to 16 lanes (64 bytes each, in 16-byte loads), dotted with the
+ * heads' q (shared memory read by the lanes alike: a broadcast) over each lane's elements in
+ * order, then over the row's lanes (a shuffle tree); each row's K read once per GC heads.
+ * P·V: warp w takes rows w, w + SPLIT_WARPS, ...; lane l elements l * DPL .. of each row (a
+ * warp reads whole rows), summed over the warp's rows in order, then over the warps in order.
+ * Each head's sums are in the same order whatever GC. */
+template <int KV, int DPL, int GC>
 __global__ void __launch_bounds__(SPLIT_THREADS)
     attn_decode_split_kernel(float *out, float *part, const void *kc, const void *vc,
                              const float *__restrict__ qkv, const float *__restrict__ bias,
-                             const int *__restrict__ pos, int NH, int NKV, int HS, size_t hb,
-                             size_t soff, int sl, int nsplit, float scale, rope_freqs fr) {
-    constexpr int EPL = kv_epl<KV>::v;
+                             const int *__restrict__ pos, int NH, int NKV, size_t hb, size_t soff,
+                             int sl, int nsplit, float scale, rope_freqs fr) {
+    constexpr int HS = 32 * DPL, EB = kv_bytes<KV>::v, EPC = 16 / EB, CH = HS * EB / 16;
+    constexpr int LPS = CH > 4 ? CH / 4 : 1, CPL = CH / LPS; /* lanes per row, chunks per lane */
     extern __shared__ float smem[];
     const int G = NH / NKV;
     float *qsh = smem, *sc = qsh + G * HS, *red = sc + G * sl;
@@ -390,26 +419,47 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
     __syncthreads();
     const char *kb = (const char *)kc + ((size_t)bb * NKV + g) * hb;
     const char *vb = (const char *)vc + ((size_t)bb * NKV + g) * hb;
-    const int LPR = HS / EPL, RPW = 32 / LPR, piece = lane % LPR, rsub = lane / LPR;
-    /* scores: warp w takes rows w*RPW.., RPW rows side by side (two row groups' loads in
-     * flight before either is used) */
-#pragma unroll 2
-    for (int j0 = warp * RPW; j0 < n; j0 += SPLIT_WARPS * RPW) {
-        const int j = j0 + rsub;
-        float k[EPL];
-        if (j < n)
-            load_piece<KV>(k, kb, t0 + j, piece, HS);
-        else
+    /* scores: LPS lanes per row, 64 bytes of it each (wider spans per lane measured slower).
+     * With LPS > 1 every lane runs the same trip count (a row's lanes shuffle); with 1 a lane
+     * stops after its last row. */
+    const int rpp = SPLIT_THREADS / LPS, jend = LPS == 1 ? n : (n + rpp - 1) / rpp * rpp;
+    for (int j = tid / LPS; j < jend; j += rpp) {
+        const int sub = tid % LPS;
+        const bool row = LPS == 1 || j < n;
+        const uint4 *kr =
+            reinterpret_cast<const uint4 *>(kb + (size_t)(t0 + (row ? j : 0)) * HS * EB) +
+            sub * CPL;
+        const float ks = row ? kv_pos_scale(kb, KV, t0 + j, soff) : 0.0f;
+        for (int h0 = 0; h0 < G; h0 += GC) {
+            float d[GC];
 #pragma unroll
-            for (int e = 0; e < EPL; e++) k[e] = 0.0f;
-        const float ks = j < n ? kv_pos_scale(kb, KV, t0 + j, soff) : 0.0f;
-        for (int hh = 0; hh < G; hh++) {
-            const float *qq = qsh + hh * HS + piece * EPL;
-            float d = 0.0f;
+            for (int c = 0; c < GC; c++) d[c] = 0.0f;
 #pragma unroll
-            for (int e = 0; e < EPL; e++) d += qq[e] * k[e];
-            for (int o = LPR / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-            if (j < n && piece == 0) sc[hh * sl + j] = (KV == FP8T_KV_FP8 ? d * ks : d) * scale;
+            for (int ch = 0; ch < CPL; ch++) {
+                float k[EPC];
+                decode_chunk<KV>(k, row ? kr[ch] : make_uint4(0u, 0u, 0u, 0u));
+#pragma unroll
+                for (int c = 0; c < GC; c++) {
+                    if (h0 + c >= G) break;
+                    const float4 *q4 = reinterpret_cast<const float4 *>(qsh + (h0 + c) * HS +
+                                                                        (sub * CPL + ch) * EPC);
+#pragma unroll
+                    for (int e4 = 0; e4 < EPC / 4; e4++) {
+                        const float4 q = q4[e4];
+                        d[c] += q.x * k[4 * e4];
+                        d[c] += q.y * k[4 * e4 + 1];
+                        d[c] += q.z * k[4 * e4 + 2];
+                        d[c] += q.w * k[4 * e4 + 3];
+                    }
+                }
+            }
+#pragma unroll
+            for (int c = 0; c < GC; c++) {
+#pragma unroll
+                for (int o = 1; o < LPS; o <<= 1) d[c] += __shfl_xor_sync(0xffffffffu, d[c], o);
+                if (row && sub == 0 && h0 + c < G)
+                    sc[(h0 + c) * sl + j] = (KV == FP8T_KV_FP8 ? d[c] * ks : d[c]) * scale;
+            }
         }
     }
     __syncthreads();
@@ -429,18 +479,16 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
         if (lane == 0) ml[2 * hh] = mx, ml[2 * hh + 1] = sum;
     }
     __syncthreads();
-    /* P·V, GC heads at a time: thread (row lane rl, piece) over rows rl, rl + RPB, ... */
-    const int RPB = SPLIT_THREADS / LPR, rl = tid / LPR;
     for (int h0 = 0; h0 < G; h0 += GC) {
-        float acc[GC][EPL];
+        float acc[GC][DPL];
 #pragma unroll
         for (int c = 0; c < GC; c++)
 #pragma unroll
-            for (int e = 0; e < EPL; e++) acc[c][e] = 0.0f;
-#pragma unroll 2
-        for (int j = rl; j < n; j += RPB) {
-            float v[EPL];
-            load_piece<KV>(v, vb, t0 + j, piece, HS);
+            for (int e = 0; e < DPL; e++) acc[c][e] = 0.0f;
+#pragma unroll 4 /* V rows a warp has in flight */
+        for (int j = warp; j < n; j += SPLIT_WARPS) {
+            float v[DPL];
+            load_lane_dims<KV, DPL>(v, vb + (size_t)(t0 + j) * HS * EB, lane);
             const float vs = kv_pos_scale(vb, KV, t0 + j, soff);
 #pragma unroll
             for (int c = 0; c < GC; c++) {
@@ -448,21 +496,13 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
                 const float w =
                     KV == FP8T_KV_FP8 ? sc[(h0 + c) * sl + j] * vs : sc[(h0 + c) * sl + j];
 #pragma unroll
-                for (int e = 0; e < EPL; e++) acc[c][e] += w * v[e];
+                for (int e = 0; e < DPL; e++) acc[c][e] += w * v[e];
             }
         }
 #pragma unroll
         for (int c = 0; c < GC; c++)
 #pragma unroll
-            for (int e = 0; e < EPL; e++)
-                for (int o = LPR; o < 32; o <<= 1)
-                    acc[c][e] += __shfl_xor_sync(0xffffffffu, acc[c][e], o);
-        if (lane < LPR)
-#pragma unroll
-            for (int c = 0; c < GC; c++)
-#pragma unroll
-                for (int e = 0; e < EPL; e++)
-                    red[(warp * GC + c) * HS + piece * EPL + e] = acc[c][e];
+            for (int e = 0; e < DPL; e++) red[(warp * GC + c) * HS + lane * DPL + e] = acc[c][e];
         __syncthreads();
         for (int idx = tid; idx < GC * HS; idx += SPLIT_THREADS) {
             const int c = idx / HS, i = idx - c * HS, hh = h0 + c;
@@ -617,13 +657,12 @@ static size_t split_smem_floats(int G, int HS, int sl) {
     return (size_t)G * HS + (size_t)G * sl + (size_t)SPLIT_WARPS * SPLIT_GC * HS + 2u * G;
 }
 
-/* The split length for this shape (0: the split kernel does not take it): the longest power
- * of two in [32, 512] that still gives 2 blocks per SM, within the shared-memory budget. */
-static int split_len(const cuda_state *st, const fp8t_attn_shape *s, int kv, int Tmax) {
+/* The split length for this shape (0: the split kernel does not take it: HS not 32, 64, 128
+ * or 256): the longest power of two in [32, 512] that still gives 2 blocks per SM, within the
+ * shared-memory budget. */
+static int split_len(const cuda_state *st, const fp8t_attn_shape *s, int Tmax) {
     const int NKV = fp8t_attn_nkv(s), G = s->NH / NKV, HS = s->HS;
-    const int epl = kv == FP8T_KV_FP32 ? 4 : kv == FP8T_KV_BF16 ? 8 : 16;
-    const int lpr = HS / epl;
-    if (st->plain || HS % epl || lpr < 1 || lpr > 32 || (lpr & (lpr - 1))) return 0;
+    if (st->plain || (HS != 32 && HS != 64 && HS != 128 && HS != 256)) return 0;
     int sl = 512;
     while (sl > 32 && split_smem_floats(G, HS, sl) > SPLIT_SMEM_FLOATS) sl /= 2;
     if (split_smem_floats(G, HS, sl) > SPLIT_SMEM_FLOATS) return 0;
@@ -632,20 +671,29 @@ static int split_len(const cuda_state *st, const fp8t_attn_shape *s, int kv, int
     return sl;
 }
 
-/* the split kernel for cache kind KV, its heads per pass over V (GC) from the group size G */
-template <int KV, typename... A>
+/* the split kernel for cache kind KV at head size HS, its heads per pass (GC) from the group
+ * size G */
+template <int KV, int DPL, typename... A>
 static void launch_split_gc(int G, dim3 grid, size_t smem, cudaStream_t stream, A... a) {
     if (G == 1)
-        attn_decode_split_kernel<KV, 1><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
+        attn_decode_split_kernel<KV, DPL, 1><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
     else if (G == 2)
-        attn_decode_split_kernel<KV, 2><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
+        attn_decode_split_kernel<KV, DPL, 2><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
     else
-        attn_decode_split_kernel<KV, SPLIT_GC><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
+        attn_decode_split_kernel<KV, DPL, SPLIT_GC><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
 }
 template <typename... A>
-static void launch_split(int kv, int G, dim3 grid, size_t smem, cudaStream_t stream, A... a) {
-    with_kv_kind(
-        kv, [&](auto K) { launch_split_gc<decltype(K)::value>(G, grid, smem, stream, a...); });
+static void launch_split(int kv, int HS, int G, dim3 grid, size_t smem, cudaStream_t stream,
+                         A... a) {
+    with_kv_kind(kv, [&](auto K) {
+        constexpr int KV = decltype(K)::value;
+        switch (HS) {
+        case 32: launch_split_gc<KV, 1>(G, grid, smem, stream, a...); break;
+        case 64: launch_split_gc<KV, 2>(G, grid, smem, stream, a...); break;
+        case 128: launch_split_gc<KV, 4>(G, grid, smem, stream, a...); break;
+        default: launch_split_gc<KV, 8>(G, grid, smem, stream, a...); break;
+        }
+    });
 }
 
 void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int kv,
@@ -658,7 +706,7 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
     const int NKV = fp8t_attn_nkv(s), HS = s->HS;
     const size_t hb = fp8t_kv_head_bytes(kv, Tmax, HS), soff = fp8t_kv_scale_offset(Tmax, HS);
     const float scale = 1.0f / sqrtf((float)HS);
-    const int sl = split_len(st, s, kv, Tmax);
+    const int sl = split_len(st, s, Tmax);
     if (sl > 0) {
         const int nsplit = (Tmax + sl - 1) / sl, G = s->NH / NKV;
         float *part =
@@ -669,8 +717,8 @@ void cuda_attention_decode(fp8t_backend *b, float *out, void *kc, void *vc, int 
         const size_t smem = split_smem_floats(G, HS, sl) * sizeof(float);
         dim3 grid((unsigned)nsplit, (unsigned)NKV, (unsigned)s->B);
         const rope_freqs fr = make_freqs(s);
-        launch_split(kv, G, grid, smem, st->stream, out, part, kc, vc, qkv, s->qkv_bias, pos,
-                     s->NH, NKV, HS, hb, soff, sl, nsplit, scale, fr);
+        launch_split(kv, HS, G, grid, smem, st->stream, out, part, kc, vc, qkv, s->qkv_bias, pos,
+                     s->NH, NKV, hb, soff, sl, nsplit, scale, fr);
         CUDA_LAUNCH_CHECK(st);
         if (nsplit > 1) {
             attn_decode_combine_kernel<<<dim3((unsigned)s->NH, (unsigned)s->B), 64,

@@ -432,12 +432,8 @@ __global__ void __launch_bounds__(FWD_VEC_THREADS)
                 float o[4];
                 norm_out4<MODE>(o, v + 4 * i, mean, rstd, w4, b4, q);
                 if (FP8) {
-                    uchar4 c;
-                    c.x = fp8_enc_dev(o[0] * scale, fmt);
-                    c.y = fp8_enc_dev(o[1] * scale, fmt);
-                    c.z = fp8_enc_dev(o[2] * scale, fmt);
-                    c.w = fp8_enc_dev(o[3] * scale, fmt);
-                    reinterpret_cast<uchar4 *>(out)[(size_t)row * C4 + q] = c;
+                    reinterpret_cast<uint32_t *>(out)[(size_t)row * C4 + q] = fp8x4_enc_dev(
+                        o[0] * scale, o[1] * scale, o[2] * scale, o[3] * scale, fmt);
                 } else {
                     __nv_bfloat162 p0 = __floats2bfloat162_rn(o[0], o[1]);
                     __nv_bfloat162 p1 = __floats2bfloat162_rn(o[2], o[3]);
