@@ -175,9 +175,6 @@ static void test_decode_op_matches_attention_forward(void) {
     check_decode_op(4, 1, 500000.0f); /* multi-query */
 }
 
-/* embedding_forward_bf16 on a BF16 table with padded rows = embedding_forward on the widened
- * table, bit for bit, without and with positions; with per-row positions = each row's
- * embedding plus its position's row (accumulate) */
 /* qkv_bias: each forward attention op given the bias gives the bits of the same op on qkv
  * with bias_add applied first (its one FP32 add), for every cache kind */
 static void check_qkv_bias_op(int NH, int NKV, float theta) {
@@ -240,6 +237,9 @@ static void test_qkv_bias_equals_bias_add(void) {
     check_qkv_bias_op(4, 2, 10000.0f); /* GQA + RoPE */
 }
 
+/* embedding_forward_bf16 on a BF16 table with padded rows = embedding_forward on the widened
+ * table, bit for bit, without and with positions; with per-row positions = each row's
+ * embedding plus its position's row (accumulate) */
 static void test_embedding_bf16_op(void) {
     const int V = 37, C = 21, ld = 24, B = 3, T = 5;
     const fp8t_backend_ops *o = g_be->ops;

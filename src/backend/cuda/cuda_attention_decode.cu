@@ -340,20 +340,21 @@ template <int KV> __device__ __forceinline__ void decode_chunk(float *x, uint4 v
         x[2] = __uint_as_float(v.z), x[3] = __uint_as_float(v.w);
         return;
     }
+    if (KV == FP8T_KV_BF16) {
+        const float4 a = f32x4_of_bf16(make_uint2(v.x, v.y)),
+                     b = f32x4_of_bf16(make_uint2(v.z, v.w));
+        x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+        x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+        return;
+    }
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        if (KV == FP8T_KV_BF16) {
-            x[2 * k] = __uint_as_float(w[k] << 16);
-            x[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
-        } else {
+    for (int k = 0; k < 4; k++)
 #pragma unroll
-            for (int e = 0; e < 4; e += 2) {
-                const float2 f = fp8x2_dec_dev((uint16_t)(w[k] >> (8 * e)), FP8_E4M3);
-                x[4 * k + e] = f.x, x[4 * k + e + 1] = f.y;
-            }
+        for (int e = 0; e < 4; e += 2) {
+            const float2 f = fp8x2_dec_dev((uint16_t)(w[k] >> (8 * e)), FP8_E4M3);
+            x[4 * k + e] = f.x, x[4 * k + e + 1] = f.y;
         }
-    }
 }
 
 /* elements lane * DPL .. + DPL - 1 of a cache row (DPL * EB bytes, 1 to 32) */
@@ -657,12 +658,16 @@ static size_t split_smem_floats(int G, int HS, int sl) {
     return (size_t)G * HS + (size_t)G * sl + (size_t)SPLIT_WARPS * SPLIT_GC * HS + 2u * G;
 }
 
-/* The split length for this shape (0: the split kernel does not take it: HS not 32, 64, 128
- * or 256): the longest power of two in [32, 512] that still gives 2 blocks per SM, within the
- * shared-memory budget. */
+/* the split kernel's elements per lane of a V row (HS / 32) for the head sizes it takes, else 0 */
+static int split_dpl(int HS) {
+    return HS == 32 ? 1 : HS == 64 ? 2 : HS == 128 ? 4 : HS == 256 ? 8 : 0;
+}
+
+/* The split length for this shape (0: the split kernel does not take it): the longest power
+ * of two in [32, 512] that still gives 2 blocks per SM, within the shared-memory budget. */
 static int split_len(const cuda_state *st, const fp8t_attn_shape *s, int Tmax) {
     const int NKV = fp8t_attn_nkv(s), G = s->NH / NKV, HS = s->HS;
-    if (st->plain || (HS != 32 && HS != 64 && HS != 128 && HS != 256)) return 0;
+    if (st->plain || !split_dpl(HS)) return 0;
     int sl = 512;
     while (sl > 32 && split_smem_floats(G, HS, sl) > SPLIT_SMEM_FLOATS) sl /= 2;
     if (split_smem_floats(G, HS, sl) > SPLIT_SMEM_FLOATS) return 0;
@@ -687,10 +692,10 @@ static void launch_split(int kv, int HS, int G, dim3 grid, size_t smem, cudaStre
                          A... a) {
     with_kv_kind(kv, [&](auto K) {
         constexpr int KV = decltype(K)::value;
-        switch (HS) {
-        case 32: launch_split_gc<KV, 1>(G, grid, smem, stream, a...); break;
-        case 64: launch_split_gc<KV, 2>(G, grid, smem, stream, a...); break;
-        case 128: launch_split_gc<KV, 4>(G, grid, smem, stream, a...); break;
+        switch (split_dpl(HS)) {
+        case 1: launch_split_gc<KV, 1>(G, grid, smem, stream, a...); break;
+        case 2: launch_split_gc<KV, 2>(G, grid, smem, stream, a...); break;
+        case 4: launch_split_gc<KV, 4>(G, grid, smem, stream, a...); break;
         default: launch_split_gc<KV, 8>(G, grid, smem, stream, a...); break;
         }
     });
