@@ -143,6 +143,8 @@ $(BUILD)/dev/cuda/stats_ladder: $(BUILD)/libfp8train.a
 $(BUILD)/dev/cuda/stats_ladder: DEV_CU_LIBS = $(BUILD)/libfp8train.a -lgomp -lm
 # the decode GEMM ladder times cuBLASLt next to a kernel of its own
 $(BUILD)/dev/cuda/skinny_ladder: DEV_CU_LIBS = -lcublasLt
+# the prefill GEMM-output ladder: cuBLASLt with FP32 against BF16 outputs
+$(BUILD)/dev/cuda/prefill_out_ladder: DEV_CU_LIBS = -lcublasLt
 
 $(BUILD)/libfp8train.a: $(LIB_OBJ)
 	@rm -f $@
