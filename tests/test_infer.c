@@ -532,7 +532,9 @@ static void test_loss_matches_training_model(void) {
 
 /* The prefill and the full window run whole sequences `rows` tokens at a time: one sequence
  * per pass gives the logits of one pass over all of them (rows are independent in every op
- * but attention, which is per sequence); in fp32 and in fp8 with calibrated (fixed) scales. */
+ * but attention, which is per sequence); in fp32 and in fp8 with calibrated (fixed) scales.
+ * Likewise the MLP in chunks of `mlp_rows` within a pass (5 rows: chunks that cut sequences
+ * and a last one shorter). */
 static void check_passes(const fp8t_model_config *cfg, fp8t_eval_precision p) {
     char err[512];
     fp8t_weights w;
@@ -540,12 +542,13 @@ static void check_passes(const fp8t_model_config *cfg, fp8t_eval_precision p) {
     const int B = 3, T = 12, V = cfg->vocab_size, lens[3] = {12, 5, 9};
     int tok[36], tgt[36];
     for (int i = 0; i < B * T; i++) tok[i] = (i * 17 + 5) % V, tgt[i] = (i * 7 + 1) % V;
-    float *lg[2], *pf[2], *dc[2];
-    double loss[2];
-    for (int k = 0; k < 2; k++) {
+    float *lg[3], *pf[3], *dc[3];
+    double loss[3];
+    for (int k = 0; k < 3; k++) {
         fp8t_infer_opts o;
         fp8t_infer_opts_default(&o, p, FP8T_ACT_SCALE_CALIBRATED);
-        o.rows = k ? T + 1 : 0; /* one sequence per pass, or all at once */
+        o.rows = k == 1 ? T + 1 : 0; /* one sequence per pass, or all at once */
+        o.mlp_rows = k == 2 ? 5 : 0; /* the MLP 5 rows at a time */
         fp8t_infer *m = fp8t_infer_create_opts(g_be, &w, &o, B, T + 1, err, sizeof(err));
         T_ASSERT(m, "%s", err);
         /* calibration batches of one sequence: one pass in both (current scaling's amax is
@@ -564,16 +567,19 @@ static void check_passes(const fp8t_model_config *cfg, fp8t_eval_precision p) {
     /* the same arithmetic but for the GEMM library's order of a sum at another M (OpenBLAS
      * splits the work by M across threads: bit-identical with one thread) */
     const double tol = 1e-5 * (1 + max_abs(lg[0], (size_t)B * T * V));
-    const double e[3] = {max_abs_diff(lg[0], lg[1], (size_t)B * T * V),
-                         max_abs_diff(pf[0], pf[1], (size_t)B * V),
-                         max_abs_diff(dc[0], dc[1], (size_t)B * V)};
-    T_CHECK(e[0] <= tol && e[1] <= tol && e[2] <= tol,
-            "%s %s: full-window / prefill / decode "
-            "logits differ by %g / %g / %g",
-            fp8t_arch_name(cfg->arch), name, e[0], e[1], e[2]);
+    for (int k = 1; k < 3; k++) {
+        const double e[3] = {max_abs_diff(lg[0], lg[k], (size_t)B * T * V),
+                             max_abs_diff(pf[0], pf[k], (size_t)B * V),
+                             max_abs_diff(dc[0], dc[k], (size_t)B * V)};
+        T_CHECK(e[0] <= tol && e[1] <= tol && e[2] <= tol,
+                "%s %s, %s: full-window / prefill / decode logits differ by %g / %g / %g",
+                fp8t_arch_name(cfg->arch), name, k == 1 ? "a sequence a pass" : "MLP chunks",
+                e[0], e[1], e[2]);
+    }
     /* the loss sums each pass's losses first: another association of the same terms */
     T_CLOSE(loss[1], loss[0], 0.0, 1e-6);
-    for (int k = 0; k < 2; k++) free(lg[k]), free(pf[k]), free(dc[k]);
+    T_CLOSE(loss[2], loss[0], 0.0, 1e-6);
+    for (int k = 0; k < 3; k++) free(lg[k]), free(pf[k]), free(dc[k]);
     fp8t_weights_free(&w);
 }
 

@@ -71,6 +71,11 @@ typedef struct {
                              fp32, BF16 in bf16, FP8 in fp8. FP8 needs prec bf16 or fp8 */
     int rows;           /* activation rows: tokens per prefill pass (0: default 2048; at
                              least B and Tmax) */
+    int mlp_rows;       /* rows of one MLP pass within a layer (0: default 2048; at least B,
+                             at most rows): the MLP's hidden rows [mlp_rows, H] in FP32 are a
+                             layer's largest buffers, so a long prefill pass runs its MLP in
+                             row chunks; every op of the MLP is per row, so the chunks change
+                             no value (but FP8 current scaling's amax, taken per chunk) */
     int no_graphs;      /* never record decode steps (every op runs as it is called) */
     int fp8_head;       /* fp8: the token embedding and the LM head in E4M3 too (one
                              per-tensor scale, the head's input quantized as the linears'

@@ -199,6 +199,16 @@ static const fp8t_opt OPTS[] = {
      .hi = 1 << 24,
      .dflt = "2048",
      .help = "activation rows, the tokens of one prefill pass"},
+    {.name = "mlp-rows",
+     .arg = "N",
+     .group = G_INFER,
+     .type = FP8T_OPT_INT,
+     F(io.mlp_rows),
+     .lo = 1,
+     .hi = 1 << 24,
+     .dflt = "2048",
+     .help = "rows of one MLP pass within a prefill pass (at least the batch, at most --rows): "
+             "the MLP's hidden activations are a layer's largest buffers"},
 };
 #undef F
 

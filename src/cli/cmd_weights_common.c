@@ -129,6 +129,7 @@ void cli_infer_model_opts(const cli_infer_opts *o, fp8t_eval_precision prec,
     fp8t_infer_opts_default(out, prec, o->act);
     out->kv = o->kv;
     out->rows = o->rows;
+    out->mlp_rows = o->mlp_rows;
     out->no_graphs = o->no_graphs;
     out->fp8_head = o->fp8_head;
 }

@@ -39,13 +39,14 @@ int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data, con
 
 /* The inference model's options shared by generate, eval --infer and bench-infer:
  *   --act-scale current|delayed|calibrated, --kv-cache bf16|fp8|fp32, --calib-data SRC,
- *   --calib-batches N, --rows N (value options) and --no-graphs, --fp8-head (flags). */
+ *   --calib-batches N, --rows N, --mlp-rows N (value options) and --no-graphs, --fp8-head (flags). */
 typedef struct {
     fp8t_act_scale act;
     int kv;                 /* fp8t_kv_kind, -1: the precision's default */
     const char *calib_data; /* NULL: the command's default data */
     int calib_batches;      /* default 4 */
     int rows;               /* 0: the default */
+    int mlp_rows;           /* 0: the default */
     int no_graphs, fp8_head;
 } cli_infer_opts;
 void cli_infer_opts_init(cli_infer_opts *o);
@@ -77,6 +78,13 @@ extern const fp8t_opt_choice CLI_ACT_SCALES[], CLI_KV_CACHES[], CLI_EVAL_PRECISI
     {                                                                                            \
         .name = "rows", .arg = "N", .type = FP8T_OPT_INT, FP8T_OPT_FIELD(T, M.rows), .lo = 1,    \
         .hi = 1 << 24, .dflt = dflt_, .help = help_                                              \
+    }
+#define CLI_ROW_MLP_ROWS(T, M)                                                                   \
+    {                                                                                            \
+        .name = "mlp-rows", .arg = "N", .type = FP8T_OPT_INT, FP8T_OPT_FIELD(T, M.mlp_rows),     \
+        .lo = 1, .hi = 1 << 24, .dflt = "2048",                                                  \
+        .help = "rows of one MLP pass within a prefill pass (at least the batch, at most "       \
+                "--rows): the MLP's hidden activations are a layer's largest buffers"            \
     }
 #define CLI_ROW_NO_GRAPHS(T, M, help_)                                                           \
     { .name = "no-graphs", .type = FP8T_OPT_FLAG, FP8T_OPT_FIELD(T, M.no_graphs), .help = help_ }

@@ -427,8 +427,12 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     if (R < Tmax) R = Tmax;
     if (R < B) R = B;
     m->R = (int)R;
+    long RM = o->mlp_rows > 0 ? o->mlp_rows : 2048;
+    if (RM < B) RM = B;
+    if (RM > R) RM = R;
+    m->RM = (int)RM;
     const size_t N = (size_t)R;
-    const size_t NC = N * C, NH_ = N * H;
+    const size_t NC = N * C, NH_ = (size_t)RM * H;
     size_t floats = 3 * NC + N * m->QKV + (size_t)(gpt2 ? 1 : 2) * NH_ + N * m->NH +
                     2 * (size_t)B * C + (size_t)B * V;
     m->act_mem = dev_alloc(m, floats * sizeof(float), &m->mem.activations);
@@ -443,13 +447,15 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     m->last = p, p += (size_t)B * C;
     m->lnl = p, p += (size_t)B * C;
     m->logits = p;
-    const int maxin = C > H ? C : H;
     if (kind != INF_LIN_F32) {
-        /* a linear's input: FP8 codes [N, in] or a BF16 operand; and a BF16 head's operand
-         * of at most max(B, INF_HEAD_ROWS) rows */
+        /* a linear's input: FP8 codes or a BF16 operand of [N, C] (qkv, proj, the MLP's
+         * first linears) or [RM, H] (its last); and a BF16 head's operand of at most
+         * max(B, INF_HEAD_ROWS) rows */
         const int hr = (int)N < INF_HEAD_ROWS ? (int)N : INF_HEAD_ROWS;
-        size_t ob = kind == INF_LIN_FP8 ? N * (size_t)maxin : fp8t_bf16_bytes((int)N, maxin);
+        size_t ob = kind == INF_LIN_FP8 ? N * (size_t)C : fp8t_bf16_bytes((int)N, C);
+        const size_t obm = kind == INF_LIN_FP8 ? (size_t)RM * H : fp8t_bf16_bytes((int)RM, H);
         const size_t hb = fp8t_bf16_bytes(B > hr ? B : hr, C);
+        if (obm > ob) ob = obm;
         m->opbuf = dev_alloc(m, ob > hb ? ob : hb, &m->mem.activations);
     }
     m->tokens = dev_alloc(m, (N + (size_t)B) * sizeof(int), &m->mem.activations);

@@ -194,6 +194,43 @@ static inf_input norm_input(fp8t_infer *m, const inf_pending *p, const float *w,
     return in;
 }
 
+/* Layer y's MLP over rows r0 .. r0 + n - 1 of x: the attention branch attn added and the
+ * norm taken for those rows, the MLP's output into the same rows of m->out (whose attention
+ * rows those were: read by this chunk's norm first). */
+static void mlp_rows(fp8t_infer *m, const inf_layer *y, const inf_pending *attn, int r0, int n) {
+    const size_t off = (size_t)r0 * m->C;
+    const inf_pending a = {attn->y + off, attn->bias};
+    inf_input in = norm_input(m, &a, y->ln2_w, y->ln2_b, n, m->atty + off);
+    in.x = in.sum = m->x + off;
+    inf_operand op;
+    float *out = m->out + off;
+    if (m->cfg.arch == FP8T_ARCH_GPT2) {
+        make_input_operand(m, &in, &y->fc1, &op);
+        linear_gemm(m, &y->fc1, &op, m->h1, n, gemm_bias(&y->fc1));
+        memset(&in, 0, sizeof(in));
+        in.kind = IN_GELU;
+        in.x = m->h1;
+        in.bias = late_bias(&y->fc1); /* added in GELU's pass */
+        in.rows = n;
+        in.cols = m->H;
+        make_input_operand(m, &in, &y->fc2, &op);
+        linear_gemm(m, &y->fc2, &op, out, n, NULL);
+    } else {
+        /* gate and up read the same operand, made once (FP8: with gate's scale) */
+        make_input_operand(m, &in, &y->gate, &op);
+        linear_gemm(m, &y->gate, &op, m->h1, n, y->gate.bias);
+        linear_gemm(m, &y->up, &op, m->h2, n, y->up.bias);
+        memset(&in, 0, sizeof(in));
+        in.kind = IN_SWIGLU;
+        in.x = m->h1;
+        in.up = m->h2;
+        in.rows = n;
+        in.cols = m->H;
+        make_input_operand(m, &in, &y->down, &op);
+        linear_gemm(m, &y->down, &op, out, n, NULL);
+    }
+}
+
 /* Layer l over the N rows of m->x (nb sequences of T tokens; decode: T = 1); seq0: the first
  * sequence's index in the cache. p: the branch the previous layer left, replaced by this
  * layer's. */
@@ -226,34 +263,10 @@ static void layer_forward(fp8t_infer *m, int l, int seq0, int nb, int T, att_mod
     make_input_operand(m, &in, &y->proj, &op);
     linear_gemm(m, &y->proj, &op, m->out, N, NULL); /* its bias: added by the next norm */
     const inf_pending attn = {m->out, y->proj.bias};
-    in = norm_input(m, &attn, y->ln2_w, y->ln2_b, N, m->atty);
-    if (m->cfg.arch == FP8T_ARCH_GPT2) {
-        make_input_operand(m, &in, &y->fc1, &op);
-        linear_gemm(m, &y->fc1, &op, m->h1, N, gemm_bias(&y->fc1));
-        memset(&in, 0, sizeof(in));
-        in.kind = IN_GELU;
-        in.x = m->h1;
-        in.bias = late_bias(&y->fc1); /* added in GELU's pass */
-        in.rows = N;
-        in.cols = m->H;
-        make_input_operand(m, &in, &y->fc2, &op);
-        linear_gemm(m, &y->fc2, &op, m->out, N, NULL);
-        p->y = m->out, p->bias = y->fc2.bias;
-    } else {
-        /* gate and up read the same operand, made once (FP8: with gate's scale) */
-        make_input_operand(m, &in, &y->gate, &op);
-        linear_gemm(m, &y->gate, &op, m->h1, N, y->gate.bias);
-        linear_gemm(m, &y->up, &op, m->h2, N, y->up.bias);
-        memset(&in, 0, sizeof(in));
-        in.kind = IN_SWIGLU;
-        in.x = m->h1;
-        in.up = m->h2;
-        in.rows = N;
-        in.cols = m->H;
-        make_input_operand(m, &in, &y->down, &op);
-        linear_gemm(m, &y->down, &op, m->out, N, NULL);
-        p->y = m->out, p->bias = y->down.bias;
-    }
+    for (int r0 = 0; r0 < N; r0 += m->RM)
+        mlp_rows(m, y, &attn, r0, N - r0 < m->RM ? N - r0 : m->RM);
+    p->y = m->out;
+    p->bias = m->cfg.arch == FP8T_ARCH_GPT2 ? y->fc2.bias : y->down.bias;
 }
 
 /* x [nb*T, C] = the embedding of m->tokens at positions t = i % T, or (decode: T = 1, pos

@@ -48,6 +48,7 @@ struct fp8t_infer {
     int calibrating;    /* inside fp8t_infer_calibrate: amaxes recorded */
     char act_desc[128]; /* fp8t_infer_act_desc */
     int B, Tmax, R;     /* R: activation rows (tokens per prefill pass) */
+    int RM;             /* rows of one MLP pass (<= R): h1, h2 and opbuf's MLP rows */
     int C, H, V, NH, NKV, HS, QKV;
 
     float *small;           /* device FP32: wpe, norms, biases, and wte in fp32 (one
@@ -72,12 +73,12 @@ struct fp8t_infer {
                                   linear takes FP32 values (it is free at both norms) */
     float *out;        /* [R, C] proj / fc2 / down output (added by the next norm) */
     float *qkv;        /* [R, QKV] */
-    float *h1, *h2;    /* [R, H]: fc1 (GELU in place); gate (SwiGLU in place), up */
+    float *h1, *h2;    /* [RM, H]: fc1 (GELU in place); gate (SwiGLU in place), up */
     float *lse;        /* [R / T sequences, NH, T] of a full-window pass: R * NH */
     float *last;       /* [B, C] the rows whose next token is asked for */
     float *lnl;        /* [B, C] their final norm (FP32 head) */
     float *logits;     /* [B, V] */
-    void *opbuf;       /* an activation's BF16 operand or FP8 codes, [R, max(C, H)] */
+    void *opbuf;       /* an activation's BF16 operand or FP8 codes, [R, C] or [RM, H] */
     int *tokens;       /* device [R] */
     int *pos;          /* device [B] */
     float *all_logits; /* [INF_HEAD_ROWS, V] full-window logits, allocated on first use */
