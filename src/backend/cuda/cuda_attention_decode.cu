@@ -12,9 +12,9 @@
  * K/V head, sequence) handles the G = NH/NKV query heads of its group together, so a group's
  * K and V are read once for all of them. A lane scores 64 bytes of a cached row against every
  * query head of the group (FP8 at HS 64: the whole row, no cross-lane sum), then the block
- * takes each head's softmax over its split and the P·V sums (a warp reads whole V rows, lane l
- * elements l * HS/32 ..; summed over the warp's rows, then over the warps, in that fixed
- * order). At decode's short splits (a prompt of 128) the kernel is bound by its instructions
+ * takes each head's softmax over its split and the P·V sums (a warp load reads whole V rows,
+ * 8 bytes a lane: 4 rows at once for FP8 at HS 64; summed over each lane's rows, the warp's row
+ * groups, then the warps, in that fixed order). At decode's short splits (a prompt of 128) the kernel is bound by its instructions
  * and its memory latency, not its bytes: hence few shuffles and 64-byte spans per lane.
  * One split: the output directly; several: (max, sum, unnormalized out) per split and a
  * combine kernel (the splits in order). The split length depends on B, NKV, Tmax and the SM
@@ -260,8 +260,9 @@ __device__ __forceinline__ float q_rot(const float *__restrict__ qs, const float
     float x = qkv_at(qs, qb, i);
     if (fr.on) {
         const int half = HS / 2, j = i < half ? i : i - half;
-        const double ang = (double)p * fr.f[j];
-        const float c = (float)cos(ang), s = (float)sin(ang);
+        double dc, ds; /* one range reduction for both */
+        sincos((double)p * fr.f[j], &ds, &dc);
+        const float c = (float)dc, s = (float)ds;
         x = i < half ? x * c - qkv_at(qs, qb, i + half) * s
                      : x * c + qkv_at(qs, qb, i - half) * s;
     }
@@ -392,8 +393,11 @@ __device__ __forceinline__ void load_lane_dims(float (&x)[DPL], const char *row,
  * Scores: a cached row per 1 to 16 lanes (64 bytes each, in 16-byte loads), dotted with the
  * heads' q (shared memory read by the lanes alike: a broadcast) over each lane's elements in
  * order, then over the row's lanes (a shuffle tree); each row's K read once per GC heads.
- * P·V: warp w takes rows w, w + SPLIT_WARPS, ...; lane l elements l * DPL .. of each row (a
- * warp reads whole rows), summed over the warp's rows in order, then over the warps in order.
+ * P·V: a row is LPR lanes' 8-byte pieces (at most 32 lanes; wider rows take more bytes a
+ * lane), so a warp load covers RPW = 32 / LPR rows (FP8 at HS 64: 4): warp w takes rows
+ * w * RPW .., RPW * SPLIT_WARPS apart; each lane sums its rows in order, the warp's row groups
+ * are summed by a shuffle tree, then the warps in order. (A warp reading one row a load, 2
+ * bytes a lane for FP8, left the kernel waiting on V: ~10 dependent loads a warp a split.)
  * Each head's sums are in the same order whatever GC. */
 template <int KV, int DPL, int GC>
 __global__ void __launch_bounds__(SPLIT_THREADS)
@@ -411,6 +415,25 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
     const int t0 = split * sl, n = min(sl, p + 1 - t0);
     if (n <= 0) return; /* past this sequence's position: the combine skips the split */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const char *kb = (const char *)kc + ((size_t)bb * NKV + g) * hb;
+    const char *vb = (const char *)vc + ((size_t)bb * NKV + g) * hb;
+    /* scores: LPS lanes per row, 64 bytes of it each (wider spans per lane measured slower).
+     * With LPS > 1 every lane runs the same trip count (a row's lanes shuffle); with 1 a lane
+     * stops after its last row. A lane's first row is loaded before q is made, so its DRAM
+     * latency overlaps RoPE's trigonometry. */
+    const int rpp = SPLIT_THREADS / LPS, jend = LPS == 1 ? n : (n + rpp - 1) / rpp * rpp;
+    const int sub = tid % LPS, jfirst = tid / LPS;
+    uint4 kk[CPL];
+    float ks = 0.0f;
+    auto load_k = [&](int j) {
+        const bool row = j < n;
+        const uint4 *kr =
+            reinterpret_cast<const uint4 *>(kb + (size_t)(t0 + j) * HS * EB) + sub * CPL;
+#pragma unroll
+        for (int ch = 0; ch < CPL; ch++) kk[ch] = row ? kr[ch] : make_uint4(0u, 0u, 0u, 0u);
+        ks = row ? kv_pos_scale(kb, KV, t0 + j, soff) : 0.0f;
+    };
+    load_k(jfirst);
     const float *qrow = qkv + (size_t)bb * (NH + 2 * NKV) * HS;
     for (int idx = tid; idx < G * HS; idx += SPLIT_THREADS) {
         const int hh = idx / HS, i = idx - hh * HS;
@@ -418,19 +441,9 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
         qsh[idx] = q_rot(qrow + hc, bias ? bias + hc : NULL, i, HS, p, fr);
     }
     __syncthreads();
-    const char *kb = (const char *)kc + ((size_t)bb * NKV + g) * hb;
-    const char *vb = (const char *)vc + ((size_t)bb * NKV + g) * hb;
-    /* scores: LPS lanes per row, 64 bytes of it each (wider spans per lane measured slower).
-     * With LPS > 1 every lane runs the same trip count (a row's lanes shuffle); with 1 a lane
-     * stops after its last row. */
-    const int rpp = SPLIT_THREADS / LPS, jend = LPS == 1 ? n : (n + rpp - 1) / rpp * rpp;
-    for (int j = tid / LPS; j < jend; j += rpp) {
-        const int sub = tid % LPS;
+    for (int j = jfirst; j < jend; j += rpp) {
         const bool row = LPS == 1 || j < n;
-        const uint4 *kr =
-            reinterpret_cast<const uint4 *>(kb + (size_t)(t0 + (row ? j : 0)) * HS * EB) +
-            sub * CPL;
-        const float ks = row ? kv_pos_scale(kb, KV, t0 + j, soff) : 0.0f;
+        if (j != jfirst) load_k(j);
         for (int h0 = 0; h0 < G; h0 += GC) {
             float d[GC];
 #pragma unroll
@@ -438,7 +451,7 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
 #pragma unroll
             for (int ch = 0; ch < CPL; ch++) {
                 float k[EPC];
-                decode_chunk<KV>(k, row ? kr[ch] : make_uint4(0u, 0u, 0u, 0u));
+                decode_chunk<KV>(k, kk[ch]);
 #pragma unroll
                 for (int c = 0; c < GC; c++) {
                     if (h0 + c >= G) break;
@@ -480,16 +493,19 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
         if (lane == 0) ml[2 * hh] = mx, ml[2 * hh + 1] = sum;
     }
     __syncthreads();
+    /* P·V: LPR lanes a V row, EPL elements (8 bytes at most) each, RPW rows a warp load */
+    constexpr int LPR = HS * EB / 8 < 32 ? HS * EB / 8 : 32, EPL = HS / LPR, RPW = 32 / LPR;
+    const int vsub = lane % LPR, vrow = lane / LPR;
     for (int h0 = 0; h0 < G; h0 += GC) {
-        float acc[GC][DPL];
+        float acc[GC][EPL];
 #pragma unroll
         for (int c = 0; c < GC; c++)
 #pragma unroll
-            for (int e = 0; e < DPL; e++) acc[c][e] = 0.0f;
-#pragma unroll 4 /* V rows a warp has in flight */
-        for (int j = warp; j < n; j += SPLIT_WARPS) {
-            float v[DPL];
-            load_lane_dims<KV, DPL>(v, vb + (size_t)(t0 + j) * HS * EB, lane);
+            for (int e = 0; e < EPL; e++) acc[c][e] = 0.0f;
+#pragma unroll 4 /* V row loads a lane has in flight */
+        for (int j = warp * RPW + vrow; j < n; j += SPLIT_WARPS * RPW) {
+            float v[EPL];
+            load_lane_dims<KV, EPL>(v, vb + (size_t)(t0 + j) * HS * EB, vsub);
             const float vs = kv_pos_scale(vb, KV, t0 + j, soff);
 #pragma unroll
             for (int c = 0; c < GC; c++) {
@@ -497,13 +513,23 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
                 const float w =
                     KV == FP8T_KV_FP8 ? sc[(h0 + c) * sl + j] * vs : sc[(h0 + c) * sl + j];
 #pragma unroll
-                for (int e = 0; e < DPL; e++) acc[c][e] += w * v[e];
+                for (int e = 0; e < EPL; e++) acc[c][e] += w * v[e];
             }
         }
+        /* the warp's row groups summed (lane vsub gets them in the order of the xor tree) */
 #pragma unroll
         for (int c = 0; c < GC; c++)
 #pragma unroll
-            for (int e = 0; e < DPL; e++) red[(warp * GC + c) * HS + lane * DPL + e] = acc[c][e];
+            for (int e = 0; e < EPL; e++)
+#pragma unroll
+                for (int o = LPR; o < 32; o <<= 1)
+                    acc[c][e] += __shfl_xor_sync(0xffffffffu, acc[c][e], o);
+        if (vrow == 0)
+#pragma unroll
+            for (int c = 0; c < GC; c++)
+#pragma unroll
+                for (int e = 0; e < EPL; e++)
+                    red[(warp * GC + c) * HS + vsub * EPL + e] = acc[c][e];
         __syncthreads();
         for (int idx = tid; idx < GC * HS; idx += SPLIT_THREADS) {
             const int c = idx / HS, i = idx - c * HS, hh = h0 + c;
