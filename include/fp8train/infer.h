@@ -69,7 +69,7 @@ typedef struct {
     fp8t_act_scale act; /* fp8 only */
     int kv;             /* the cache's fp8t_kv_kind (backend.h), or -1 (default): FP32 in
                              fp32, BF16 in bf16, FP8 in fp8. FP8 needs prec bf16 or fp8 */
-    int rows;           /* activation rows: tokens per prefill pass (0: default 2048; at
+    int rows;           /* activation rows: tokens per prefill pass (0: default 8192; at
                              least B and Tmax) */
     int mlp_rows;       /* rows of one MLP pass within a layer (0: default 2048; at least B,
                              at most rows): the MLP's hidden rows [mlp_rows, H] in FP32 are a

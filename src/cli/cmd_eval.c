@@ -197,7 +197,7 @@ static const fp8t_opt OPTS[] = {
      F(io.rows),
      .lo = 1,
      .hi = 1 << 24,
-     .dflt = "2048",
+     .dflt = "8192",
      .help = "activation rows, the tokens of one prefill pass"},
     {.name = "mlp-rows",
      .arg = "N",

@@ -422,7 +422,7 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
 
     /* one layer's activations for R rows: whole sequences per prefill pass, B for a decode
      * step */
-    long R = o->rows > 0 ? o->rows : 2048;
+    long R = o->rows > 0 ? o->rows : 8192;
     if (R > (long)B * Tmax) R = (long)B * Tmax;
     if (R < Tmax) R = Tmax;
     if (R < B) R = B;
