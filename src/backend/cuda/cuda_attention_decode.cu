@@ -13,9 +13,10 @@
  * K and V are read once for all of them. A lane scores 64 bytes of a cached row against every
  * query head of the group (FP8 at HS 64: the whole row, no cross-lane sum), then the block
  * takes each head's softmax over its split and the P·V sums (a warp load reads whole V rows,
- * 8 bytes a lane: 4 rows at once for FP8 at HS 64; summed over each lane's rows, the warp's row
- * groups, then the warps, in that fixed order). At decode's short splits (a prompt of 128) the kernel is bound by its instructions
- * and its memory latency, not its bytes: hence few shuffles and 64-byte spans per lane.
+ * 8 bytes a lane: 4 rows at once for FP8 at HS 64; summed over each lane's rows, the warp's
+ * row groups, then the warps, in that fixed order). At decode's short splits (a prompt of 128)
+ * the kernel is bound by its instructions and its memory latency, not its bytes: hence few
+ * shuffles, 64-byte spans per lane and several V rows a warp load.
  * One split: the output directly; several: (max, sum, unnormalized out) per split and a
  * combine kernel (the splits in order). The split length depends on B, NKV, Tmax and the SM
  * count only, the grid on Tmax (not on the positions: blocks past a sequence's position exit
