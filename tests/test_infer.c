@@ -533,8 +533,9 @@ static void test_loss_matches_training_model(void) {
 /* The prefill and the full window run whole sequences `rows` tokens at a time: one sequence
  * per pass gives the logits of one pass over all of them (rows are independent in every op
  * but attention, which is per sequence); in fp32 and in fp8 with calibrated (fixed) scales.
- * Likewise the MLP in chunks of `mlp_rows` within a pass (5 rows: chunks that cut sequences
- * and a last one shorter). */
+ * Likewise the MLP in chunks of `mlp_rows` within a pass (13 rows: chunks that cut sequences
+ * and a last one shorter; the calibration's batches of 12 rows are one chunk, since its
+ * forward runs current scaling, whose amax would be each chunk's own). */
 static void check_passes(const fp8t_model_config *cfg, fp8t_eval_precision p) {
     char err[512];
     fp8t_weights w;
@@ -547,8 +548,8 @@ static void check_passes(const fp8t_model_config *cfg, fp8t_eval_precision p) {
     for (int k = 0; k < 3; k++) {
         fp8t_infer_opts o;
         fp8t_infer_opts_default(&o, p, FP8T_ACT_SCALE_CALIBRATED);
-        o.rows = k == 1 ? T + 1 : 0; /* one sequence per pass, or all at once */
-        o.mlp_rows = k == 2 ? 5 : 0; /* the MLP 5 rows at a time */
+        o.rows = k == 1 ? T + 1 : 0;  /* one sequence per pass, or all at once */
+        o.mlp_rows = k == 2 ? 13 : 0; /* the MLP 13 rows at a time */
         fp8t_infer *m = fp8t_infer_create_opts(g_be, &w, &o, B, T + 1, err, sizeof(err));
         T_ASSERT(m, "%s", err);
         /* calibration batches of one sequence: one pass in both (current scaling's amax is

@@ -75,7 +75,9 @@ typedef struct {
                              at most rows): the MLP's hidden rows [mlp_rows, H] in FP32 are a
                              layer's largest buffers, so a long prefill pass runs its MLP in
                              row chunks; every op of the MLP is per row, so the chunks change
-                             no value (but FP8 current scaling's amax, taken per chunk) */
+                             no value but FP8 current scaling's amax, taken per chunk (and so
+                             a calibration whose batches span several chunks, as its forward
+                             runs current scaling) */
     int no_graphs;      /* never record decode steps (every op runs as it is called) */
     int fp8_head;       /* fp8: the token embedding and the LM head in E4M3 too (one
                              per-tensor scale, the head's input quantized as the linears'
