@@ -131,7 +131,8 @@ $(BUILD)/src/backend/cuda/%.o: src/backend/cuda/%.cu $(wildcard src/backend/cuda
 
 # the ladders compile backend sources in; those stop and warn through src/util (check.c, error.c)
 DEV_CU_UTIL := $(BUILD)/src/util/check.o $(BUILD)/src/util/error.o
-$(BUILD)/dev/cuda/%: dev/cuda/%.cu $(wildcard src/backend/cuda/*.cu*) $(wildcard src/numerics/*_hd.h) \
+$(BUILD)/dev/cuda/%: dev/cuda/%.cu $(wildcard dev/cuda/*.cuh) $(wildcard src/backend/cuda/*.cu*) \
+                     $(wildcard src/numerics/*_hd.h) \
                      $(DEV_CU_UTIL)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -o $@ $< $(DEV_CU_UTIL) $(DEV_CU_LIBS)

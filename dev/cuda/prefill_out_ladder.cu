@@ -31,15 +31,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_common.cuh" /* CUDA_CHECK, fp8x4_enc_dev, swiglu_value, gelu */
-
-#define LT_CHECK(x)                                                                              \
-    do {                                                                                         \
-        cublasStatus_t st_ = (x);                                                                \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                      \
-            fprintf(stderr, "cuBLASLt error %d at %s:%d\n", (int)st_, __FILE__, __LINE__);       \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
+#include "lt_plan.cuh"                  /* LT_CHECK, lt_plan */
 
 /* random E4M3 codes (device), values in about [-4, 4]; their BF16 copies (exact) */
 __global__ void init_codes(uint8_t *c, __nv_bfloat16 *b, size_t n, uint32_t seed) {
@@ -51,57 +43,6 @@ __global__ void init_codes(uint8_t *c, __nv_bfloat16 *b, size_t n, uint32_t seed
         c[i] = (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
         b[i] = __float2bfloat16(fp8_dec_dev(c[i], FP8_E4M3));
     }
-}
-
-/* C[M,N] row-major = W[N,K] (op T) x X[M,K] (op N) column-major, D of type dt */
-struct plan {
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulAlgo_t algo;
-};
-static plan prepare(cublasLtHandle_t lt, size_t ws, cudaDataType_t in, cudaDataType_t dt, int M,
-                    int N, int K, const float *sw, const float *sx) {
-    plan p;
-    LT_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    if (sw) {
-        LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw,
-                                                sizeof(sw)));
-        LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx,
-                                                sizeof(sx)));
-    }
-    LT_CHECK(cublasLtMatrixLayoutCreate(&p.la, in, K, N, K));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&p.lb, in, K, M, K));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&p.lc, dt, N, M, N));
-    cublasLtMatmulPreference_t pref;
-    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &ws, sizeof(ws)));
-    cublasLtMatmulHeuristicResult_t h;
-    int n = 0;
-    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.la, p.lb, p.lc, p.lc, pref, 1, &h, &n));
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (n == 0 || h.state != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "cuBLASLt: no algorithm for M=%d N=%d K=%d D type %d\n", M, N, K,
-                (int)dt);
-        exit(1);
-    }
-    p.algo = h.algo;
-    return p;
-}
-static void run(cublasLtHandle_t lt, const plan &p, cudaStream_t st, void *ws, size_t wsb,
-                const void *W, const void *X, void *C) {
-    float alpha = 1.0f, beta = 0.0f;
-    LT_CHECK(cublasLtMatmul(lt, p.op, &alpha, W, p.la, X, p.lb, &beta, C, p.lc, C, p.lc, &p.algo,
-                            ws, wsb, st));
-}
-static void release(plan &p) {
-    cublasLtMatrixLayoutDestroy(p.la);
-    cublasLtMatrixLayoutDestroy(p.lb);
-    cublasLtMatrixLayoutDestroy(p.lc);
-    cublasLtMatmulDescDestroy(p.op);
 }
 
 /* four values of a row of T (FP32 or BF16) as floats */
@@ -191,18 +132,18 @@ int main(int argc, char **argv) {
     for (int M : {2048, 8192}) {
         for (const shape &s : shapes) {
             const int N = s.N, K = s.K;
-            plan p[4] = {prepare(lt, wsb, CUDA_R_8F_E4M3, CUDA_R_32F, M, N, K, ds, ds + 4),
-                         prepare(lt, wsb, CUDA_R_8F_E4M3, CUDA_R_16BF, M, N, K, ds, ds + 4),
-                         prepare(lt, wsb, CUDA_R_16BF, CUDA_R_32F, M, N, K, NULL, NULL),
-                         prepare(lt, wsb, CUDA_R_16BF, CUDA_R_16BF, M, N, K, NULL, NULL)};
+            lt_plan p[4] = {lt_prepare(lt, wsb, CUDA_R_8F_E4M3, CUDA_R_32F, M, N, K, ds, ds + 4),
+                            lt_prepare(lt, wsb, CUDA_R_8F_E4M3, CUDA_R_16BF, M, N, K, ds, ds + 4),
+                            lt_prepare(lt, wsb, CUDA_R_16BF, CUDA_R_32F, M, N, K, NULL, NULL),
+                            lt_prepare(lt, wsb, CUDA_R_16BF, CUDA_R_16BF, M, N, K, NULL, NULL)};
             const void *W[4] = {w8, w8, w16, w16}, *X[4] = {x8, x8, x16, x16};
             void *D[4] = {d32, d16, d32, d16};
             /* checks: BF16 D against the rounding of FP32 D */
             long cnt[2][3] = {{0, 0, 0}, {0, 0, 0}};
             const size_t n = (size_t)M * N;
             for (int v = 0; v < 2; v++) {
-                run(lt, p[2 * v], st, ws, wsb, W[2 * v], X[2 * v], d32);
-                run(lt, p[2 * v + 1], st, ws, wsb, W[2 * v + 1], X[2 * v + 1], d16);
+                lt_run(lt, p[2 * v], st, ws, wsb, W[2 * v], X[2 * v], d32);
+                lt_run(lt, p[2 * v + 1], st, ws, wsb, W[2 * v + 1], X[2 * v + 1], d16);
                 round_bf16<<<1024, 256, 0, st>>>(r16, d32, n);
                 CUDA_CHECK(cudaStreamSynchronize(st));
                 h16.resize(2 * n);
@@ -215,15 +156,15 @@ int main(int argc, char **argv) {
             }
             float us[4];
             for (int v = 0; v < 4; v++) {
-                for (int w = 0; w < 3; w++) run(lt, p[v], st, ws, wsb, W[v], X[v], D[v]);
+                for (int w = 0; w < 3; w++) lt_run(lt, p[v], st, ws, wsb, W[v], X[v], D[v]);
                 CUDA_CHECK(cudaEventRecord(e0, st));
-                for (int w = 0; w < iters; w++) run(lt, p[v], st, ws, wsb, W[v], X[v], D[v]);
+                for (int w = 0; w < iters; w++) lt_run(lt, p[v], st, ws, wsb, W[v], X[v], D[v]);
                 CUDA_CHECK(cudaEventRecord(e1, st));
                 CUDA_CHECK(cudaEventSynchronize(e1));
                 float ms;
                 CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
                 us[v] = 1000.0f * ms / iters;
-                release(p[v]);
+                lt_free(p[v]);
             }
             printf("%-10s %-5s %5d | %9.1f %9.1f %5.2fx | %9.1f %9.1f %5.2fx | %5.2fx %5.2fx | "
                    "%ld %ld %ld / %ld %ld %ld\n",

@@ -350,14 +350,7 @@ static int gemm_fp8_skinny(skinny_ctx *s, float *C, const uint8_t *A, fp8_format
 #include <string.h>
 #include <vector>
 
-#define LT_CHECK(x)                                                                              \
-    do {                                                                                         \
-        cublasStatus_t st_ = (x);                                                                \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                      \
-            fprintf(stderr, "cuBLASLt error %d at %s:%d\n", (int)st_, __FILE__, __LINE__);       \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
+#include "lt_plan.cuh" /* LT_CHECK, lt_plan: cuBLASLt's side */
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t next_u32(void) {
@@ -374,61 +367,6 @@ static void random_codes(std::vector<uint8_t> &c) {
 static float dec(uint8_t c) {
     __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, __NV_E4M3);
     return __half2float(__half(h));
-}
-
-/* cuBLASLt TN: C[M,N] row-major = column-major [N,M] = W[N,K] (op T) x X[M,K] (op N); the
- * descriptors and the heuristic's algorithm made once, so a timed launch is the matmul alone */
-struct lt_plan {
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulAlgo_t algo[16]; /* the heuristic's candidates, best guess first */
-    int nalgo, pick;               /* how many; the one lt_run launches */
-};
-static lt_plan lt_prepare(cublasLtHandle_t lt, size_t ws_bytes, cudaDataType_t type, int M, int N,
-                          int K, const float *sw, const float *sx) {
-    lt_plan p;
-    LT_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    if (sw) {
-        LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw,
-                                                sizeof(sw)));
-        LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx,
-                                                sizeof(sx)));
-    }
-    LT_CHECK(cublasLtMatrixLayoutCreate(&p.la, type, K, N, K));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&p.lb, type, K, M, K));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_32F, N, M, N));
-    cublasLtMatmulPreference_t pref;
-    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &ws_bytes, sizeof(ws_bytes)));
-    cublasLtMatmulHeuristicResult_t h[16];
-    int n = 0;
-    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.la, p.lb, p.lc, p.lc, pref, 16, h, &n));
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (n == 0) {
-        fprintf(stderr, "cuBLASLt: no algorithm for M=%d N=%d K=%d\n", M, N, K);
-        exit(1);
-    }
-    p.nalgo = 0;
-    for (int i = 0; i < n; i++)
-        if (h[i].state == CUBLAS_STATUS_SUCCESS) p.algo[p.nalgo++] = h[i].algo;
-    p.pick = 0;
-    return p;
-}
-static void lt_run(cublasLtHandle_t lt, const lt_plan &p, cudaStream_t st, void *ws,
-                   size_t ws_bytes, const void *W, const void *X, float *C) {
-    float alpha = 1.0f, beta = 0.0f;
-    LT_CHECK(cublasLtMatmul(lt, p.op, &alpha, W, p.la, X, p.lb, &beta, C, p.lc, C, p.lc,
-                            &p.algo[p.pick], ws, ws_bytes, st));
-}
-static void lt_free(lt_plan &p) {
-    cublasLtMatrixLayoutDestroy(p.la);
-    cublasLtMatrixLayoutDestroy(p.lb);
-    cublasLtMatrixLayoutDestroy(p.lc);
-    cublasLtMatmulDescDestroy(p.op);
 }
 
 __global__ void codes_to_bf16(__nv_bfloat16 *o, const uint8_t *c, size_t n) {
@@ -487,7 +425,7 @@ int main(int argc, char **argv) {
             fails++;
             continue;
         }
-        lt_plan pl = lt_prepare(lt, ws_bytes, CUDA_R_8F_E4M3, M, N, K, ds + 4, ds);
+        lt_plan pl = lt_prepare(lt, ws_bytes, CUDA_R_8F_E4M3, CUDA_R_32F, M, N, K, ds + 4, ds);
         lt_run(lt, pl, st.stream, ws, ws_bytes, dw, dx, dc1);
         lt_free(pl);
         CUDA_CHECK(cudaStreamSynchronize(st.stream));
@@ -570,8 +508,9 @@ int main(int argc, char **argv) {
         for (int c = 0; c < nc16; c++)
             codes_to_bf16<<<1024, 256>>>(dw16 + wbytes * c, dw8, wbytes);
         CUDA_CHECK(cudaDeviceSynchronize());
-        lt_plan p16 = lt_prepare(lt, ws_bytes, CUDA_R_16BF, M, N, K, nullptr, nullptr);
-        lt_plan p8 = lt_prepare(lt, ws_bytes, CUDA_R_8F_E4M3, M, N, K, ds + 4, ds);
+        lt_plan p16 =
+            lt_prepare(lt, ws_bytes, CUDA_R_16BF, CUDA_R_32F, M, N, K, nullptr, nullptr);
+        lt_plan p8 = lt_prepare(lt, ws_bytes, CUDA_R_8F_E4M3, CUDA_R_32F, M, N, K, ds + 4, ds);
         /* launch i of version v: 0 BF16, 1 FP8 (cuBLASLt at its plan's pick), 2 the kernel */
         auto launch = [&](int v, int i) {
             if (v == 0)

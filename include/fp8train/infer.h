@@ -63,15 +63,19 @@ int fp8t_act_scale_parse(fp8t_act_scale *out, const char *s); /* 0 ok, -1 unknow
 
 typedef struct fp8t_infer fp8t_infer;
 
+/* The defaults of fp8t_infer_opts.rows and .mlp_rows (the commands' --rows, --mlp-rows) */
+#define FP8T_INFER_ROWS_DEFAULT 8192
+#define FP8T_INFER_MLP_ROWS_DEFAULT 2048
+
 /* How to build an inference model; fp8t_infer_opts_default fills the defaults. */
 typedef struct {
     fp8t_eval_precision prec;
     fp8t_act_scale act; /* fp8 only */
     int kv;             /* the cache's fp8t_kv_kind (backend.h), or -1 (default): FP32 in
                              fp32, BF16 in bf16, FP8 in fp8. FP8 needs prec bf16 or fp8 */
-    int rows;           /* activation rows: tokens per prefill pass (0: default 8192; at
+    int rows;           /* activation rows: tokens per prefill pass (0: the default above; at
                              least B and Tmax) */
-    int mlp_rows;       /* rows of one MLP pass within a layer (0: default 2048; at least B,
+    int mlp_rows;       /* rows of one MLP pass within a layer (0: the default; at least B,
                              at most rows): the MLP's hidden rows [mlp_rows, H] in FP32 are a
                              layer's largest buffers, so a long prefill pass runs its MLP in
                              row chunks; every op of the MLP is per row, so the chunks change

@@ -230,7 +230,7 @@ static const fp8t_opt OPTS[] = {
     CLI_ROW_FP8_HEAD(bench_opts, io,
                      "the fp8 rows with the embedding table and the head in E4M3 too where the "
                      "vocabulary is a multiple of 16 (else BF16: the rows say which)"),
-    CLI_ROW_ROWS(bench_opts, io, "8192", "activation rows, the tokens of one prefill pass"),
+    CLI_ROW_ROWS(bench_opts, io),
     CLI_ROW_MLP_ROWS(bench_opts, io),
     CLI_ROW_NO_GRAPHS(bench_opts, io,
                       "decode steps op by op (CUDA records a step once and "

@@ -190,25 +190,8 @@ static const fp8t_opt OPTS[] = {
      F(io.no_graphs),
      .help = "--decode-loss's decode steps op by op (CUDA records a decode step once and "
              "replays it by default)"},
-    {.name = "rows",
-     .arg = "N",
-     .group = G_INFER,
-     .type = FP8T_OPT_INT,
-     F(io.rows),
-     .lo = 1,
-     .hi = 1 << 24,
-     .dflt = "8192",
-     .help = "activation rows, the tokens of one prefill pass"},
-    {.name = "mlp-rows",
-     .arg = "N",
-     .group = G_INFER,
-     .type = FP8T_OPT_INT,
-     F(io.mlp_rows),
-     .lo = 1,
-     .hi = 1 << 24,
-     .dflt = "2048",
-     .help = "rows of one MLP pass within a prefill pass (at least the batch, at most --rows): "
-             "the MLP's hidden activations are a layer's largest buffers"},
+    {CLI_FIELDS_ROWS(eval_opts, io), .group = G_INFER},
+    {CLI_FIELDS_MLP_ROWS(eval_opts, io), .group = G_INFER},
 };
 #undef F
 

@@ -115,7 +115,7 @@ static const fp8t_opt OPTS[] = {
     CLI_ROW_NO_GRAPHS(generate_opts, io,
                       "run every decode op as it is called (CUDA records a "
                       "decode step once and replays it by default)"),
-    CLI_ROW_ROWS(generate_opts, io, "8192", "activation rows, the tokens of one prefill pass"),
+    CLI_ROW_ROWS(generate_opts, io),
     CLI_ROW_MLP_ROWS(generate_opts, io),
     {.name = "no-cache",
      .type = FP8T_OPT_FLAG,

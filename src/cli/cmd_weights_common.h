@@ -74,18 +74,23 @@ extern const fp8t_opt_choice CLI_ACT_SCALES[], CLI_KV_CACHES[], CLI_EVAL_PRECISI
         .name = "calib-batches", .arg = "N", .type = FP8T_OPT_INT,                               \
         FP8T_OPT_FIELD(T, M.calib_batches), .lo = 1, .hi = 100000, .help = help_                 \
     }
-#define CLI_ROW_ROWS(T, M, dflt_, help_)                                                         \
-    {                                                                                            \
-        .name = "rows", .arg = "N", .type = FP8T_OPT_INT, FP8T_OPT_FIELD(T, M.rows), .lo = 1,    \
-        .hi = 1 << 24, .dflt = dflt_, .help = help_                                              \
-    }
+/* --rows and --mlp-rows as a row's fields (a command that groups its options adds .group),
+ * their defaults the library's (infer.h) */
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x)
+#define CLI_FIELDS_ROWS(T, M)                                                                    \
+    .name = "rows", .arg = "N", .type = FP8T_OPT_INT, FP8T_OPT_FIELD(T, M.rows), .lo = 1,        \
+    .hi = 1 << 24, .dflt = CLI_STR(FP8T_INFER_ROWS_DEFAULT),                                     \
+    .help = "activation rows, the tokens of one prefill pass"
+#define CLI_FIELDS_MLP_ROWS(T, M)                                                                \
+    .name = "mlp-rows", .arg = "N", .type = FP8T_OPT_INT, FP8T_OPT_FIELD(T, M.mlp_rows),         \
+    .lo = 1, .hi = 1 << 24, .dflt = CLI_STR(FP8T_INFER_MLP_ROWS_DEFAULT),                        \
+    .help = "rows of one MLP pass within a prefill pass (at least the batch, at most --rows): "  \
+            "the MLP's hidden activations are a layer's largest buffers"
+#define CLI_ROW_ROWS(T, M)                                                                       \
+    { CLI_FIELDS_ROWS(T, M) }
 #define CLI_ROW_MLP_ROWS(T, M)                                                                   \
-    {                                                                                            \
-        .name = "mlp-rows", .arg = "N", .type = FP8T_OPT_INT, FP8T_OPT_FIELD(T, M.mlp_rows),     \
-        .lo = 1, .hi = 1 << 24, .dflt = "2048",                                                  \
-        .help = "rows of one MLP pass within a prefill pass (at least the batch, at most "       \
-                "--rows): the MLP's hidden activations are a layer's largest buffers"            \
-    }
+    { CLI_FIELDS_MLP_ROWS(T, M) }
 #define CLI_ROW_NO_GRAPHS(T, M, help_)                                                           \
     { .name = "no-graphs", .type = FP8T_OPT_FLAG, FP8T_OPT_FIELD(T, M.no_graphs), .help = help_ }
 /* The micro-batch shape of a command that runs a checkpoint on data (eval, inspect): --batch

@@ -198,6 +198,11 @@ fp8t_infer *fp8t_infer_create(fp8t_backend *be, const fp8t_weights *w, fp8t_eval
     return fp8t_infer_create_opts(be, w, &o, B, Tmax, err, errlen);
 }
 
+/* bytes of a linear's input operand [rows, cols] of kind (FP8 codes or a BF16 operand) */
+static size_t operand_bytes(inf_lin_kind kind, int rows, int cols) {
+    return kind == INF_LIN_FP8 ? (size_t)rows * cols : fp8t_bf16_bytes(rows, cols);
+}
+
 fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
                                    const fp8t_infer_opts *o, int B, int Tmax, char *err,
                                    size_t errlen) {
@@ -422,18 +427,18 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
 
     /* one layer's activations for R rows: whole sequences per prefill pass, B for a decode
      * step */
-    long R = o->rows > 0 ? o->rows : 8192;
+    long R = o->rows > 0 ? o->rows : FP8T_INFER_ROWS_DEFAULT;
     if (R > (long)B * Tmax) R = (long)B * Tmax;
     if (R < Tmax) R = Tmax;
     if (R < B) R = B;
     m->R = (int)R;
-    long RM = o->mlp_rows > 0 ? o->mlp_rows : 2048;
+    long RM = o->mlp_rows > 0 ? o->mlp_rows : FP8T_INFER_MLP_ROWS_DEFAULT;
     if (RM < B) RM = B;
     if (RM > R) RM = R;
     m->RM = (int)RM;
     const size_t N = (size_t)R;
-    const size_t NC = N * C, NH_ = (size_t)RM * H;
-    size_t floats = 3 * NC + N * m->QKV + (size_t)(gpt2 ? 1 : 2) * NH_ + N * m->NH +
+    const size_t NC = N * C, RH = (size_t)RM * H;
+    size_t floats = 3 * NC + N * m->QKV + (size_t)(gpt2 ? 1 : 2) * RH + N * m->NH +
                     2 * (size_t)B * C + (size_t)B * V;
     m->act_mem = dev_alloc(m, floats * sizeof(float), &m->mem.activations);
     float *p = m->act_mem;
@@ -441,19 +446,19 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     m->atty = p, p += NC;
     m->out = p, p += NC;
     m->qkv = p, p += N * m->QKV;
-    m->h1 = p, p += NH_;
-    if (!gpt2) m->h2 = p, p += NH_;
+    m->h1 = p, p += RH;
+    if (!gpt2) m->h2 = p, p += RH;
     m->lse = p, p += N * m->NH;
     m->last = p, p += (size_t)B * C;
     m->lnl = p, p += (size_t)B * C;
     m->logits = p;
     if (kind != INF_LIN_F32) {
-        /* a linear's input: FP8 codes or a BF16 operand of [N, C] (qkv, proj, the MLP's
-         * first linears) or [RM, H] (its last); and a BF16 head's operand of at most
-         * max(B, INF_HEAD_ROWS) rows */
+        /* a linear's input, FP8 codes or a BF16 operand: [N, C] (qkv, proj; the MLP's first
+         * linears take at most RM of those rows) or [RM, H] (its last); and a BF16 head's
+         * operand of at most max(B, INF_HEAD_ROWS) rows */
         const int hr = (int)N < INF_HEAD_ROWS ? (int)N : INF_HEAD_ROWS;
-        size_t ob = kind == INF_LIN_FP8 ? N * (size_t)C : fp8t_bf16_bytes((int)N, C);
-        const size_t obm = kind == INF_LIN_FP8 ? (size_t)RM * H : fp8t_bf16_bytes((int)RM, H);
+        size_t ob = operand_bytes(kind, (int)N, C);
+        const size_t obm = operand_bytes(kind, (int)RM, H);
         const size_t hb = fp8t_bf16_bytes(B > hr ? B : hr, C);
         if (obm > ob) ob = obm;
         m->opbuf = dev_alloc(m, ob > hb ? ob : hb, &m->mem.activations);

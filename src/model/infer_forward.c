@@ -176,19 +176,21 @@ typedef struct {
     const float *y, *bias;
 } inf_pending;
 
-/* norm input: x (+ the pending branch), into the operand of L (FP32 values: into dst) */
+/* norm input: rows r0 .. r0 + N - 1 of x (+ the same rows of the pending branch), into the
+ * operand of L (FP32 values: into those rows of dst) */
 static inf_input norm_input(fp8t_infer *m, const inf_pending *p, const float *w, const float *b,
-                            int N, float *dst) {
+                            int r0, int N, float *dst) {
+    const size_t off = (size_t)r0 * m->C;
     inf_input in;
     memset(&in, 0, sizeof(in));
     in.kind = IN_NORM;
-    in.x = m->x;
-    in.y = p->y;
+    in.x = m->x + off;
+    in.y = p->y ? p->y + off : NULL;
     in.ybias = p->bias;
-    in.sum = m->x;
+    in.sum = m->x + off;
     in.w = w;
     in.b = b;
-    in.dst = dst;
+    in.dst = dst + off;
     in.rows = N;
     in.cols = m->C;
     return in;
@@ -198,12 +200,9 @@ static inf_input norm_input(fp8t_infer *m, const inf_pending *p, const float *w,
  * norm taken for those rows, the MLP's output into the same rows of m->out (whose attention
  * rows those were: read by this chunk's norm first). */
 static void mlp_rows(fp8t_infer *m, const inf_layer *y, const inf_pending *attn, int r0, int n) {
-    const size_t off = (size_t)r0 * m->C;
-    const inf_pending a = {attn->y + off, attn->bias};
-    inf_input in = norm_input(m, &a, y->ln2_w, y->ln2_b, n, m->atty + off);
-    in.x = in.sum = m->x + off;
+    inf_input in = norm_input(m, attn, y->ln2_w, y->ln2_b, r0, n, m->atty);
     inf_operand op;
-    float *out = m->out + off;
+    float *out = m->out + (size_t)r0 * m->C;
     if (m->cfg.arch == FP8T_ARCH_GPT2) {
         make_input_operand(m, &in, &y->fc1, &op);
         linear_gemm(m, &y->fc1, &op, m->h1, n, gemm_bias(&y->fc1));
@@ -245,7 +244,7 @@ static void layer_forward(fp8t_infer *m, int l, int seq0, int nb, int T, att_mod
     void *kc = (char *)m->kc + kv_off, *vc = (char *)m->vc + kv_off;
     inf_operand op;
 
-    inf_input in = norm_input(m, p, y->ln1_w, y->ln1_b, N, m->atty);
+    inf_input in = norm_input(m, p, y->ln1_w, y->ln1_b, 0, N, m->atty);
     make_input_operand(m, &in, &y->qkv, &op);
     sh.qkv_bias = late_bias(&y->qkv); /* added by the attention ops as they read qkv */
     linear_gemm(m, &y->qkv, &op, m->qkv, N, gemm_bias(&y->qkv));
@@ -328,7 +327,7 @@ static void decode_step(fp8t_infer *m, int nb, const int *pos_host) {
     embed(m, nb, 1, pos_host);
     inf_pending p = {NULL, NULL};
     for (int l = 0; l < m->cfg.n_layer; l++) layer_forward(m, l, 0, nb, 1, ATT_DECODE, &p);
-    inf_input in = norm_input(m, &p, m->lnf_w, m->lnf_b, nb, m->lnl);
+    inf_input in = norm_input(m, &p, m->lnf_w, m->lnf_b, 0, nb, m->lnl);
     inf_operand op;
     make_input_operand(m, &in, &m->head, &op);
     linear_gemm(m, &m->head, &op, m->logits, nb, NULL);

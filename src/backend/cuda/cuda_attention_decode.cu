@@ -363,10 +363,11 @@ template <int KV> __device__ __forceinline__ void decode_chunk(float *x, uint4 v
         }
 }
 
-/* elements lane * DPL .. + DPL - 1 of a cache row (DPL * EB bytes, 1 to 32) */
-template <int KV, int DPL>
-__device__ __forceinline__ void load_lane_dims(float (&x)[DPL], const char *row, int lane) {
-    constexpr int EB = kv_bytes<KV>::v, NB = DPL * EB;
+/* elements lane * EPL .. + EPL - 1 of a cache row (EPL * EB = 8, 16 or 32 bytes) */
+template <int KV, int EPL>
+__device__ __forceinline__ void load_lane_dims(float (&x)[EPL], const char *row, int lane) {
+    constexpr int EB = kv_bytes<KV>::v, NB = EPL * EB;
+    static_assert(NB == 8 || NB == 16 || NB == 32, "8, 16 or 32 bytes a lane");
     const char *p = row + (size_t)lane * NB;
     if (NB >= 16) {
 #pragma unroll
@@ -374,27 +375,17 @@ __device__ __forceinline__ void load_lane_dims(float (&x)[DPL], const char *row,
             decode_chunk<KV>(x + c * (16 / EB), reinterpret_cast<const uint4 *>(p)[c]);
         return;
     }
-    uint32_t w[2] = {0u, 0u};
-    if (NB == 8) {
-        const uint2 u = *reinterpret_cast<const uint2 *>(p);
-        w[0] = u.x, w[1] = u.y;
-    } else if (NB == 4) {
-        w[0] = *reinterpret_cast<const uint32_t *>(p);
-    } else if (NB == 2) {
-        w[0] = *reinterpret_cast<const uint16_t *>(p);
-    } else {
-        w[0] = *reinterpret_cast<const uint8_t *>(p);
-    }
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
     float t[16];
-    decode_chunk<KV>(t, make_uint4(w[0], w[1], 0u, 0u));
+    decode_chunk<KV>(t, make_uint4(u.x, u.y, 0u, 0u));
 #pragma unroll
-    for (int e = 0; e < DPL; e++) x[e] = t[e];
+    for (int e = 0; e < EPL; e++) x[e] = t[e];
 }
 
 /* The split kernel (see the top of the file). grid (nsplit, NKV, B); dynamic shared memory:
  * q [G][HS], scores [G][sl], warp sums [SPLIT_WARPS][SPLIT_GC][HS], (max, sum) [G][2].
  * part [B, NH, nsplit, HS + 2] (nsplit > 1): each split's unnormalized out, max and sum.
- * HS = 32 * DPL. The group's heads go GC (<= SPLIT_GC) at a time.
+ * HS: 32, 64, 128 or 256. The group's heads go GC (<= SPLIT_GC) at a time.
  * Scores: a cached row per 1 to 16 lanes (64 bytes each, in 16-byte loads), dotted with the
  * heads' q (shared memory read by the lanes alike: a broadcast) over each lane's elements in
  * order, then over the row's lanes (a shuffle tree); each row's K read once per GC heads.
@@ -404,13 +395,13 @@ __device__ __forceinline__ void load_lane_dims(float (&x)[DPL], const char *row,
  * are summed by a shuffle tree, then the warps in order. (A warp reading one row a load, 2
  * bytes a lane for FP8, left the kernel waiting on V: ~10 dependent loads a warp a split.)
  * Each head's sums are in the same order whatever GC. */
-template <int KV, int DPL, int GC>
+template <int KV, int HS, int GC>
 __global__ void __launch_bounds__(SPLIT_THREADS, SPLIT_MIN_BLOCKS)
     attn_decode_split_kernel(float *out, float *part, const void *kc, const void *vc,
                              const float *__restrict__ qkv, const float *__restrict__ bias,
                              const int *__restrict__ pos, int NH, int NKV, size_t hb, size_t soff,
                              int sl, int nsplit, float scale, rope_freqs fr) {
-    constexpr int HS = 32 * DPL, EB = kv_bytes<KV>::v, EPC = 16 / EB, CH = HS * EB / 16;
+    constexpr int EB = kv_bytes<KV>::v, EPC = 16 / EB, CH = HS * EB / 16;
     constexpr int LPS = CH > 4 ? CH / 4 : 1, CPL = CH / LPS; /* lanes per row, chunks per lane */
     extern __shared__ float smem[];
     const int G = NH / NKV;
@@ -693,16 +684,14 @@ static size_t split_smem_floats(int G, int HS, int sl) {
     return (size_t)G * HS + (size_t)G * sl + (size_t)SPLIT_WARPS * SPLIT_GC * HS + 2u * G;
 }
 
-/* the split kernel's elements per lane of a V row (HS / 32) for the head sizes it takes, else 0 */
-static int split_dpl(int HS) {
-    return HS == 32 ? 1 : HS == 64 ? 2 : HS == 128 ? 4 : HS == 256 ? 8 : 0;
-}
+/* the head sizes the split kernel is instantiated for */
+static int split_takes_hs(int HS) { return HS == 32 || HS == 64 || HS == 128 || HS == 256; }
 
 /* The split length for this shape (0: the split kernel does not take it): the longest power
  * of two in [32, 512] that still gives 2 blocks per SM, within the shared-memory budget. */
 static int split_len(const cuda_state *st, const fp8t_attn_shape *s, int Tmax) {
     const int NKV = fp8t_attn_nkv(s), G = s->NH / NKV, HS = s->HS;
-    if (st->plain || !split_dpl(HS)) return 0;
+    if (st->plain || !split_takes_hs(HS)) return 0;
     int sl = 512;
     while (sl > 32 && split_smem_floats(G, HS, sl) > SPLIT_SMEM_FLOATS) sl /= 2;
     if (split_smem_floats(G, HS, sl) > SPLIT_SMEM_FLOATS) return 0;
@@ -713,25 +702,25 @@ static int split_len(const cuda_state *st, const fp8t_attn_shape *s, int Tmax) {
 
 /* the split kernel for cache kind KV at head size HS, its heads per pass (GC) from the group
  * size G */
-template <int KV, int DPL, typename... A>
+template <int KV, int HS, typename... A>
 static void launch_split_gc(int G, dim3 grid, size_t smem, cudaStream_t stream, A... a) {
     if (G == 1)
-        attn_decode_split_kernel<KV, DPL, 1><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
+        attn_decode_split_kernel<KV, HS, 1><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
     else if (G == 2)
-        attn_decode_split_kernel<KV, DPL, 2><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
+        attn_decode_split_kernel<KV, HS, 2><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
     else
-        attn_decode_split_kernel<KV, DPL, SPLIT_GC><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
+        attn_decode_split_kernel<KV, HS, SPLIT_GC><<<grid, SPLIT_THREADS, smem, stream>>>(a...);
 }
 template <typename... A>
 static void launch_split(int kv, int HS, int G, dim3 grid, size_t smem, cudaStream_t stream,
                          A... a) {
     with_kv_kind(kv, [&](auto K) {
         constexpr int KV = decltype(K)::value;
-        switch (split_dpl(HS)) {
-        case 1: launch_split_gc<KV, 1>(G, grid, smem, stream, a...); break;
-        case 2: launch_split_gc<KV, 2>(G, grid, smem, stream, a...); break;
-        case 4: launch_split_gc<KV, 4>(G, grid, smem, stream, a...); break;
-        default: launch_split_gc<KV, 8>(G, grid, smem, stream, a...); break;
+        switch (HS) { /* split_takes_hs's sizes */
+        case 32: launch_split_gc<KV, 32>(G, grid, smem, stream, a...); break;
+        case 64: launch_split_gc<KV, 64>(G, grid, smem, stream, a...); break;
+        case 128: launch_split_gc<KV, 128>(G, grid, smem, stream, a...); break;
+        default: launch_split_gc<KV, 256>(G, grid, smem, stream, a...); break;
         }
     });
 }
