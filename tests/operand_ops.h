@@ -150,6 +150,17 @@ static inline fp8t_operand_req t_swiglu_req(void *out, const float *gate, const 
     r.x2 = up;
     return r;
 }
+/* ... of BF16 gate16 and up16 [rows, cols] packed, its amax too (may be NULL); out NULL: the
+ * amax alone */
+static inline fp8t_operand_req t_swiglu16_req(void *out, const uint16_t *gate16,
+                                              const uint16_t *up16, int rows, int cols,
+                                              const float *scale, float *amax) {
+    fp8t_operand_req r = t_swiglu_req(out, NULL, NULL, rows, cols, scale);
+    if (!out) r.out.format = FP8T_OPERAND_E4M3, r.out.scale = NULL;
+    r.x_16 = gate16, r.x2_16 = up16;
+    r.out.amax = amax;
+    return r;
+}
 
 /* ---- block- and row-scaled FP8 ---- */
 /* both orientations q asks for (operand_kind.h's fp8t_scaled_quant) */

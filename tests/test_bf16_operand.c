@@ -445,6 +445,55 @@ static void test_gemm_bf16_rounded_bias(void) {
                                (combo >> 1) & 1, 0, 1);
 }
 
+/* gemm_tn_bf16_out: Y = X·Wᵀ written as BF16 values, every element bf16_encode of the FP32
+ * result gemm_bf16_rounded (BF16 operands) or gemm_fp8 (per-tensor E4M3 operands) gives for the
+ * same operands, nothing written past C16 [M, N] */
+static void test_gemm_tn_bf16_out(void) {
+    for (size_t s = 0; s < sizeof gemm_shapes / sizeof gemm_shapes[0]; s++) {
+        const int M = gemm_shapes[s][0], N = gemm_shapes[s][1], K = gemm_shapes[s][2];
+        const size_t na = (size_t)M * K, nb = (size_t)N * K, nc = (size_t)M * N, guard = 64;
+        float *A = malloc(na * 4), *B = malloc(nb * 4), *C = malloc(nc * 4);
+        for (size_t i = 0; i < na; i++) A[i] = (float)(rng_uniform() * 4.0 - 2.0);
+        for (size_t i = 0; i < nb; i++) B[i] = (float)(rng_uniform() * 4.0 - 2.0);
+        float *dA = dev_upload(A, na * 4), *dB = dev_upload(B, nb * 4);
+        float *dC = OPS->malloc(be, nc * 4);
+        const float sc[2] = {64.0f, 1.0f / 64.0f}; /* scale, scale_inv of both FP8 operands */
+        float *dsc = dev_upload(sc, sizeof sc);
+        uint8_t *ca = OPS->malloc(be, na), *cb = OPS->malloc(be, nb);
+        t_quantize(be, ca, NULL, NULL, dA, M, K, FP8_E4M3, dsc);
+        t_quantize(be, cb, NULL, NULL, dB, N, K, FP8_E4M3, dsc);
+        const fp8t_fp8_operand a8 = {ca, NULL, dsc + 1, FP8_E4M3, M, K, FP8T_SCALING_TENSOR};
+        const fp8t_fp8_operand b8 = {cb, NULL, dsc + 1, FP8_E4M3, N, K, FP8T_SCALING_TENSOR};
+        bf16_tensor a16 = make_operand(dA, M, K), b16 = make_operand(dB, N, K);
+        for (int fp8 = 0; fp8 < 2; fp8++) {
+            uint16_t *d16 = OPS->malloc(be, (nc + guard) * 2);
+            uint16_t *c16 = malloc((nc + guard) * 2), *fill16 = malloc((nc + guard) * 2);
+            memset(fill16, 0x5A, (nc + guard) * 2);
+            OPS->to_device(be, d16, fill16, (nc + guard) * 2);
+            if (fp8) {
+                OPS->gemm_fp8(be, dC, &a8, &b8, M, N, K, 0, 1, 0, 1, NULL, NULL);
+                OPS->gemm_tn_bf16_out(be, d16, &a8, &b8, NULL, NULL, M, N, K, 1);
+            } else {
+                OPS->gemm_bf16_rounded(be, dC, &a16.op, &b16.op, M, N, K, 0, 1, 0, NULL, 0);
+                OPS->gemm_tn_bf16_out(be, d16, NULL, NULL, &a16.op, &b16.op, M, N, K, 0);
+            }
+            OPS->to_host(be, C, dC, nc * 4);
+            OPS->to_host(be, c16, d16, (nc + guard) * 2);
+            size_t bad = 0;
+            for (size_t i = 0; i < nc; i++) bad += c16[i] != bf16_encode(C[i]);
+            T_CHECK(bad == 0, "%dx%dx%d %s: %zu of %zu values are not the FP32 result's rounding",
+                    M, N, K, fp8 ? "fp8" : "bf16", bad, nc);
+            T_CHECK(!memcmp(c16 + nc, fill16 + nc, guard * 2), "%dx%dx%d %s: wrote past C16", M,
+                    N, K, fp8 ? "fp8" : "bf16");
+            OPS->free(be, d16);
+            free(c16), free(fill16);
+        }
+        OPS->free(be, dA), OPS->free(be, dB), OPS->free(be, dC), OPS->free(be, dsc);
+        OPS->free(be, ca), OPS->free(be, cb), OPS->free(be, a16.buf), OPS->free(be, b16.buf);
+        free(A), free(B), free(C);
+    }
+}
+
 /* K = 0 (empty sum: C zeroed, or left alone with acc; bias alone with a bias), M = 0, N = 0
  * (nothing written), in every layout */
 static void test_gemm_bf16_rounded_degenerate(void) {
@@ -618,6 +667,7 @@ int main(void) {
     T_RUN(test_gemm_bf16_rounded_bias);
     T_RUN(test_gemm_bf16_rounded_degenerate);
     T_RUN(test_gemm_bf16_rounded_ldc);
+    T_RUN(test_gemm_tn_bf16_out);
     T_RUN(test_softmax_xent_bf16);
     fp8t_backend_destroy(be);
     T_MAIN_END();

@@ -997,6 +997,75 @@ static void test_decode_graph_contract(void) {
     fp8t_weights_free(&w);
 }
 
+/* Llama's MLP in bf16 and fp8: gate and up write BF16 values (gemm_tn_bf16_out, twice a layer
+ * a pass, 4 bytes less an element of h1 and h2 than FP32 ones) which SwiGLU's operand pass reads;
+ * against the same model where the backend says it makes no such operand (FP32 gate and up):
+ * close logits, not the same bits (the rounding of gate and up is the difference). GPT-2 and
+ * fp32 keep FP32 values. */
+static int g_tn16_calls, g_no_swiglu16;
+static fp8t_backend_ops tn16_ops;
+static void tn16_gemm(fp8t_backend *b, uint16_t *C16, const fp8t_fp8_operand *A8,
+                      const fp8t_fp8_operand *B8, const fp8t_bf16_operand *A16,
+                      const fp8t_bf16_operand *B16, int M, int N, int K, int fast) {
+    g_tn16_calls++;
+    cpu_ops_of->gemm_tn_bf16_out(b, C16, A8, B8, A16, B16, M, N, K, fast);
+}
+static int tn16_fuses(fp8t_backend *b, const fp8t_operand_req *r) {
+    return g_no_swiglu16 && r->x_16 ? 0 : cpu_ops_of->make_operand_fuses(b, r);
+}
+
+static void test_mlp_bf16_values(void) {
+    char err[512];
+    cpu_ops_of = g_be->ops;
+    tn16_ops = *g_be->ops;
+    tn16_ops.gemm_tn_bf16_out = tn16_gemm, tn16_ops.make_operand_fuses = tn16_fuses;
+    fp8t_backend tb = *g_be;
+    tb.ops = &tn16_ops;
+    for (int arch = 0; arch < 2; arch++) {
+        fp8t_model_config c;
+        if (arch) cfg_llama(&c);
+        else cfg_gpt2(&c);
+        fp8t_weights w;
+        T_ASSERT(make_weights(&c, 53, &w) == 0, "weights");
+        const int B = 2, T = 16, V = c.vocab_size;
+        int tok[32];
+        for (int i = 0; i < B * T; i++) tok[i] = (i * 37 + 2) % V;
+        const size_t n = (size_t)B * T * V;
+        float *lg[2] = {malloc(n * 4), malloc(n * 4)};
+        const fp8t_eval_precision P[3] = {FP8T_EVAL_BF16, FP8T_EVAL_FP8, FP8T_EVAL_FP32};
+        for (int p = 0; p < 3; p++) {
+            const char *name = fp8t_eval_precision_name(P[p]);
+            fp8t_infer_memory mem[2];
+            for (int k = 0; k < 2; k++) {
+                g_no_swiglu16 = k, g_tn16_calls = 0;
+                fp8t_infer *m = fp8t_infer_create(&tb, &w, P[p], FP8T_ACT_SCALE_CURRENT, B, T, err,
+                                                  sizeof(err));
+                T_ASSERT(m, "%s", err);
+                T_ASSERT(fp8t_infer_forward_all(m, tok, B, T, lg[k], err, sizeof(err)) == 0, "%s",
+                         err);
+                fp8t_infer_memory_get(m, &mem[k]);
+                fp8t_infer_destroy(m);
+                const int want = arch && P[p] != FP8T_EVAL_FP32 && k == 0 ? 2 * c.n_layer : 0;
+                T_CHECK(g_tn16_calls == want, "%s %s%s: %d BF16-output GEMMs, want %d",
+                        fp8t_arch_name(c.arch), name, k ? " (no such operand)" : "", g_tn16_calls,
+                        want);
+            }
+            const int bf16_h = arch && P[p] != FP8T_EVAL_FP32;
+            const size_t RH = (size_t)B * T * c.mlp_hidden; /* the MLP's rows: the whole batch */
+            T_CHECK(mem[1].activations - mem[0].activations == (bf16_h ? 2 * RH * 2 : 0),
+                    "%s %s: activations %zu and %zu bytes", fp8t_arch_name(c.arch), name,
+                    mem[0].activations, mem[1].activations);
+            const double cs = cosine(lg[0], lg[1], n);
+            T_CHECK(bf16_h ? cs > 0.9999 && memcmp(lg[0], lg[1], n * 4) != 0
+                           : !memcmp(lg[0], lg[1], n * 4),
+                    "%s %s: logits with and without BF16 gate and up: cosine %.9f", 
+                    fp8t_arch_name(c.arch), name, cs);
+        }
+        free(lg[0]), free(lg[1]);
+        fp8t_weights_free(&w);
+    }
+}
+
 static void test_bad_sizes_refused(void) {
     char err[512];
     fp8t_model_config c;
@@ -1048,6 +1117,7 @@ int main(void) {
     T_RUN(test_fp8_head);
     T_RUN(test_task_eval_through_infer);
     T_RUN(test_decode_graph_contract);
+    T_RUN(test_mlp_bf16_values);
     T_RUN(test_bad_sizes_refused);
     fp8t_backend_destroy(g_be);
     T_MAIN_END();

@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "fp8train/backend.h"
 #include "model/operand.h"
+#include "operand_ops.h"
 #include "test.h"
 
 static fp8t_backend *be;
@@ -543,6 +544,66 @@ static void test_swiglu_steps(void) {
     OPS->free(be, g16), OPS->free(be, u16), OPS->free(be, s1), OPS->free(be, s2);
 }
 
+/* SwiGLU of BF16 gate and up (an inference model's GEMM outputs: x_16, x2_16) into per-tensor
+ * FP8 codes or a BF16 operand, its amax taken or not, or the amax alone (out NULL: current
+ * scaling's first pass): the bits of swiglu_forward of the widened values, then the amax op and
+ * the plain operand; nothing written but what is asked for. Every other combination with BF16
+ * inputs (saves, scaled or transposed codes, column sums, a bias, another step, up in FP32) is
+ * no kernel's, and has no composition either: the model asks first. */
+static void test_swiglu_bf16_inputs(void) {
+    const size_t n = (size_t)R * C, hb = fp8t_bf16_bytes(R, C);
+    float *g = fill(n, 21, 8.0f), *u = fill(n, 22, 4.0f), *gw = zalloc(n * 4), *uw = zalloc(n * 4);
+    float *v = zalloc(n * 4), *a1 = zalloc(4), *a2 = zalloc(4), *sc = (float *)scale_one();
+    uint16_t *g16 = zalloc(n * 2), *u16 = zalloc(n * 2);
+    OPS->bf16_pack(be, g16, g, NULL, R, C), OPS->bf16_pack(be, u16, u, NULL, R, C);
+    OPS->bf16_unpack(be, gw, g16, n), OPS->bf16_unpack(be, uw, u16, n);
+    OPS->swiglu_forward(be, v, gw, uw, NULL, NULL, n);
+    uint8_t *o1 = zalloc(hb), *o2 = zalloc(hb);
+    for (int k = 0; k < 5; k++) { /* fp8, fp8 + amax, bf16, bf16 + amax, amax alone */
+        const int bf16 = k == 2 || k == 3, amax = k == 1 || k == 3 || k == 4;
+        memset(o1, 0xA5, hb), memset(o2, 0xA5, hb);
+        *a1 = *a2 = 0.0f;
+        fp8t_operand_req r =
+            t_swiglu16_req(k == 4 ? NULL : o1, g16, u16, R, C, bf16 ? NULL : sc, amax ? a1 : NULL);
+        T_CHECK(OPS->make_operand_fuses(be, &r) &&
+                    fp8t_operand_kernel_of(&r) == FP8T_OPK_SWIGLU_OPERAND,
+                "case %d: the inference SwiGLU kernel", k);
+        OPS->make_operand(be, &r);
+        if (amax) cpu_amax(be, a2, v, n);
+        if (k < 2) cpu_quantize(be, o2, NULL, NULL, v, R, C, FP8_E4M3, sc);
+        if (bf16) cpu_to_bf16(be, (uint16_t *)o2, NULL, v, R, C);
+        T_CHECK(same(o1, o2, hb), "case %d: the operand (untouched past it, or at all)", k);
+        T_CHECK(same(a1, a2, 4) && (!amax || *a1 > 0.0f), "case %d: amax %g vs %g", k, *a1, *a2);
+    }
+    /* what no kernel makes */
+    uint8_t *c = o1;
+    float *si = v;
+    fp8t_operand_req r = t_swiglu16_req(c, g16, u16, R, C, sc, NULL);
+    r.save16 = g16;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "BF16 inputs with a save: none");
+    r = t_swiglu16_req(c, g16, u16, R, C, sc, NULL);
+    r.out.data_t = c;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "BF16 inputs, transposed codes: none");
+    r = t_swiglu16_req(c, g16, u16, R, C, NULL, NULL);
+    r.out.format = FP8T_OPERAND_E4M3, r.out.scaling = FP8T_SCALING_VEC128;
+    r.out.scale_inv = si;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "BF16 inputs, scaled codes: none");
+    r = t_swiglu16_req(c, g16, u16, R, C, sc, NULL);
+    r.colsum = si;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "BF16 inputs with column sums: none");
+    r = t_swiglu16_req(NULL, g16, u16, R, C, NULL, NULL);
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "BF16 inputs, nothing asked for: none");
+    r = t_swiglu16_req(c, g16, u16, R, C, NULL, NULL);
+    r.x2_16 = NULL, r.x2 = u;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "a BF16 gate with an FP32 up: none");
+    r = t_swiglu16_req(c, g16, u16, R, C, sc, NULL);
+    r.step = FP8T_STEP_GELU;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "x_16 for GELU: none");
+    float *ptrs[] = {g, u, gw, uw, v, a1, a2};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
+    OPS->free(be, g16), OPS->free(be, u16), OPS->free(be, o1), OPS->free(be, o2);
+}
+
 /* step NONE making codes or a BF16 operand is always a kernel (backend.h): the last step of
  * every composition, so that a GPU can finish what the model composes */
 static void test_plain_always_fuses(void) {
@@ -586,6 +647,7 @@ int main(void) {
     T_RUN(test_model_composes);
     T_RUN(test_gelu_bf16_save);
     T_RUN(test_swiglu_steps);
+    T_RUN(test_swiglu_bf16_inputs);
     fp8t_backend_destroy(be);
     T_MAIN_END();
 }

@@ -212,6 +212,8 @@ typedef struct {
     fp8t_operand out;
     fp8t_operand_step step;
     const float *x, *x2; /* the step's inputs (above) */
+    const uint16_t *x_16; /* SWIGLU (or NULL): the gate as BF16 values [rows, cols] packed, read
+                             instead of x (x NULL; up then from x2_16): a BF16 GEMM output */
     const float *bias;   /* [cols] or NULL: BIAS, GELU, DGELU (on GELU's input), ADD_* (on x2) */
     const float *norm_w, *norm_b; /* norms: weight [cols], LayerNorm bias [cols] (may be NULL) */
     float eps;                    /* norms */
@@ -227,7 +229,8 @@ typedef struct {
     uint16_t *save16;      /* GELU (or NULL): also write bf16_pack(x, bias) here; SWIGLU: x's */
     uint16_t *save16_2;    /* SWIGLU (or NULL): also write x2's BF16 copy here */
     const uint16_t *x2_16; /* DGELU, DSWIGLU_* (or NULL): GELU's input (the gate) as that copy,
-                             read instead of x2 (bias then NULL: the copy holds it) */
+                             read instead of x2 (bias then NULL: the copy holds it); SWIGLU
+                             with x_16: up as BF16 values, read instead of x2 */
     const float *x3;       /* DSWIGLU_GATE: up (or NULL: x3_16) */
     const uint16_t *x3_16; /* DSWIGLU_GATE: up as its BF16 copy, read instead of x3 */
     float *values; /* GELU, DGELU into per-tensor FP8 (or NULL): the step's FP32 values [rows,
@@ -318,6 +321,17 @@ typedef struct fp8t_backend_ops {
     void (*gemm_fp8)(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                      const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                      int acc, int fast_accum, float *amax_out, const float *bias);
+    /* Y = X·Wᵀ as BF16 values: the product gemm_fp8 (A8 and B8 given, A16 and B16 NULL, with
+     * fast_accum) or gemm_bf16_rounded (A16 and B16 given) computes for A [M,K] and B [N,K]
+     * (both K-major: transA = 0, transB = 1), without accumulation or bias, written as the
+     * nearest-even BF16 rounding of its FP32 result into C16 [M, N] packed (uint16_t bits). A GPU
+     * rounds in the GEMM's epilogue, from the FP32 sum (the library may pick a kernel that sums
+     * the products in another order than the FP32-output GEMM's). Where a linear's output is
+     * only read by the next operand's producer (the inference model's MLP), it halves the
+     * bytes written and read. */
+    void (*gemm_tn_bf16_out)(fp8t_backend *b, uint16_t *C16, const fp8t_fp8_operand *A8,
+                             const fp8t_fp8_operand *B8, const fp8t_bf16_operand *A16,
+                             const fp8t_bf16_operand *B16, int M, int N, int K, int fast_accum);
 
     /* ---- quantization ---- */
     /* *amax_out = max(*amax_out, amax(x)); NaN propagates (device pointer) */
@@ -597,19 +611,19 @@ const float *fp8t_operand_step_values(const fp8t_backend_ops *o, fp8t_backend *b
  * (the profile backend's wrapper, the check that a backend left none unset) is generated from
  * it. A new op goes into the struct and here. */
 /* clang-format off */
-#define FP8T_BACKEND_OPS(X) X(malloc) X(free) X(to_device) X(to_host) X(copy) X(zero)           \
-    X(synchronize) X(destroy) X(gemm_f32) X(gemm_bf16) X(gemm_bf16_rounded) X(gemm_fp8)         \
-    X(amax) X(make_operand) X(make_operand_fuses) X(compute_scale) X(fake_quantize)             \
-    X(block_fake_quantize) X(mxfp8_fake_quantize) X(bf16_round) X(bf16_pack) X(bf16_unpack)     \
-    X(delayed_update) X(embedding_forward) X(embedding_backward) X(layernorm_forward)           \
-    X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward) X(bias_add) X(bias_backward)   \
-    X(gelu_forward) X(gelu_backward) X(gelu_backward_bias) X(swiglu_forward)                    \
-    X(swiglu_backward) X(swiglu_grad) X(attention_forward) X(attention_backward)                \
-    X(attention_saved_bytes) X(softmax_xent) X(softmax_xent_bf16) X(add) X(add_bias)            \
-    X(accumulate) X(scale) X(sumsq) X(sum) X(adamw) X(comm_init) X(allreduce)                   \
-    X(reduce_scatter) X(all_gather) X(broadcast) X(tensor_stats) X(host_alloc) X(host_free)     \
-    X(to_host_async) X(reduce_start) X(reduce_wait) X(kv_cache_write) X(attention_decode)       \
-    X(embedding_forward_bf16) X(embedding_forward_fp8) X(graph_begin) X(graph_end)              \
+#define FP8T_BACKEND_OPS(X) X(malloc) X(free) X(to_device) X(to_host) X(copy) X(zero)            \
+    X(synchronize) X(destroy) X(gemm_f32) X(gemm_bf16) X(gemm_bf16_rounded) X(gemm_fp8)          \
+    X(gemm_tn_bf16_out) X(amax) X(make_operand) X(make_operand_fuses) X(compute_scale)           \
+    X(fake_quantize) X(block_fake_quantize) X(mxfp8_fake_quantize) X(bf16_round) X(bf16_pack)    \
+    X(bf16_unpack) X(delayed_update) X(embedding_forward) X(embedding_backward)                  \
+    X(layernorm_forward) X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward)            \
+    X(bias_add) X(bias_backward) X(gelu_forward) X(gelu_backward) X(gelu_backward_bias)          \
+    X(swiglu_forward) X(swiglu_backward) X(swiglu_grad) X(attention_forward)                     \
+    X(attention_backward) X(attention_saved_bytes) X(softmax_xent) X(softmax_xent_bf16) X(add)   \
+    X(add_bias) X(accumulate) X(scale) X(sumsq) X(sum) X(adamw) X(comm_init) X(allreduce)        \
+    X(reduce_scatter) X(all_gather) X(broadcast) X(tensor_stats) X(host_alloc) X(host_free)      \
+    X(to_host_async) X(reduce_start) X(reduce_wait) X(kv_cache_write) X(attention_decode)        \
+    X(embedding_forward_bf16) X(embedding_forward_fp8) X(graph_begin) X(graph_end)               \
     X(graph_launch) X(graph_destroy)
 /* clang-format on */
 /* The name of op i of fp8t_backend_ops (0-based, the struct's order), NULL past the last;

@@ -68,6 +68,10 @@ const float *fp8t_operand_step_values(const fp8t_backend_ops *o, fp8t_backend *b
         }
         break;
     case FP8T_STEP_SWIGLU:
+        FP8T_CHECK(!r->x_16,
+                   "make_operand: SwiGLU of BF16 gate and up has no composition (its one kernel "
+                   "makes a per-tensor FP8 or BF16 operand without amax or saves: ask "
+                   "make_operand_fuses first)");
         o->swiglu_forward(be, values, r->x, r->x2, r->save16, r->save16_2, n);
         break;
     case FP8T_STEP_DSWIGLU_GATE:

@@ -93,7 +93,8 @@ int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_oper
         return 1;
     }
     case FP8T_OPK_SWIGLU_OPERAND:
-        k->swiglu_operand(b, o->data, r->x, r->x2, rows, cols, bf16 ? NULL : o->scale, fmt);
+        k->swiglu_operand(b, o->data, r->x, r->x2, r->x_16, r->x2_16, rows, cols,
+                          bf16 || !o->data ? NULL : o->scale, fmt, o->amax);
         return 1;
     case FP8T_OPK_QUANTIZE_SWIGLU:
     case FP8T_OPK_BF16_SWIGLU: k->swiglu_step(b, r); return 1;

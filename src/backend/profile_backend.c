@@ -24,6 +24,7 @@ enum {
     P_GEMM_BF16,
     P_GEMM_BF16_ROUNDED,
     P_GEMM_FP8,
+    P_GEMM_TN_BF16_OUT,
     P_AMAX,
     /* make_operand, charged to the kernel that made the operand (operand_kind.h): index
      * P_OPERAND + 1 + the kernel, P_OPERAND itself for a composed request */
@@ -82,6 +83,7 @@ static const char *const op_names[P_COUNT] = {
     "gemm_bf16",
     "gemm_bf16_rounded",
     "gemm_fp8",
+    "gemm_tn_bf16_out",
     "amax",
     [P_COMPUTE_SCALE] = "compute_scale",
     "fake_quantize",
@@ -237,6 +239,13 @@ static void w_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
     TIMED_THEN(P_GEMM_FP8,
                ib->ops->gemm_fp8(ib, C, A, B, M, N, K, ta, tb, acc, fast, amax_out, bias),
                gemm_account(b, P_GEMM_FP8, M, N, K, ta, tb, dt_));
+}
+static void w_gemm_tn_bf16_out(fp8t_backend *b, uint16_t *C16, const fp8t_fp8_operand *A8,
+                               const fp8t_fp8_operand *B8, const fp8t_bf16_operand *A16,
+                               const fp8t_bf16_operand *B16, int M, int N, int K, int fast) {
+    TIMED_THEN(P_GEMM_TN_BF16_OUT,
+               ib->ops->gemm_tn_bf16_out(ib, C16, A8, B8, A16, B16, M, N, K, fast),
+               gemm_account(b, P_GEMM_TN_BF16_OUT, M, N, K, 0, 1, dt_));
 }
 
 /* ---- quantization ---- */
@@ -455,6 +464,7 @@ static const fp8t_backend_ops wrapper_ops = {
     .gemm_bf16 = w_gemm_bf16,
     .gemm_bf16_rounded = w_gemm_bf16_rounded,
     .gemm_fp8 = w_gemm_fp8,
+    .gemm_tn_bf16_out = w_gemm_tn_bf16_out,
     .amax = w_amax,
     .make_operand = w_make_operand,
     .make_operand_fuses = w_make_operand_fuses,

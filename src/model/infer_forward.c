@@ -39,6 +39,7 @@ typedef struct {
     float *dst;         /* IN_NORM: where FP32 norm values go when they are made */
     const float *bias;  /* IN_GELU: the bias of GELU's input (the linear left it out) */
     const float *up;    /* IN_SWIGLU */
+    const uint16_t *x16, *up16; /* IN_SWIGLU from BF16 gate and up (x, up NULL then) */
     int rows, cols;
 } inf_input;
 
@@ -65,7 +66,10 @@ static fp8t_operand_req input_req(const fp8t_infer *m, const inf_input *in) {
         r.norm_w = in->w, r.norm_b = in->b, r.eps = m->cfg.norm_eps;
         break;
     case IN_GELU: r.step = FP8T_STEP_GELU, r.bias = in->bias; break;
-    case IN_SWIGLU: r.step = FP8T_STEP_SWIGLU, r.x2 = in->up; break;
+    case IN_SWIGLU:
+        r.step = FP8T_STEP_SWIGLU, r.x2 = in->up;
+        r.x_16 = in->x16, r.x2_16 = in->up16;
+        break;
     }
     return r;
 }
@@ -76,9 +80,18 @@ static float *input_values_dst(const inf_input *in) {
     return in->kind == IN_NORM ? in->dst : (float *)in->x;
 }
 
+/* FP8 current scaling: the scale of the input whose amax is in sc (recorded by calibration) */
+static void current_scale(fp8t_infer *m, float *sc) {
+    const fp8t_backend_ops *o = m->ops;
+    if (m->calibrating) o->amax(m->be, sc + INF_SC_CALIB, sc + INF_SC_AMAX, 1);
+    o->compute_scale(m->be, sc + INF_SC_X, sc + INF_SC_X_INV, sc + INF_SC_AMAX,
+                     fp8_format_max(FP8_E4M3), 0.0f, 0);
+}
+
 /* The operand of linear L's input in. With a scale known beforehand (BF16; FP8 with fixed
  * scales) make_operand makes it in the producer's own pass where the backend can; else the
- * FP32 values first (FP32 linears; FP8 current scaling, whose scale needs their amax). */
+ * FP32 values first (FP32 linears; FP8 current scaling, whose scale needs their amax), but for
+ * SwiGLU of BF16 values, whose amax has a pass of its own. */
 static void make_input_operand(fp8t_infer *m, const inf_input *in, const inf_linear *L,
                                inf_operand *op) {
     const fp8t_backend_ops *o = m->ops;
@@ -95,6 +108,19 @@ static void make_input_operand(fp8t_infer *m, const inf_input *in, const inf_lin
         model_make_operand(o, be, &r, input_values_dst(in));
         return;
     }
+    float *sc = L->sc;
+    if (in->x16) { /* FP8 current scaling of SwiGLU's BF16 inputs: the amax pass, the codes */
+        fp8t_operand_req a = r;
+        a.out.data = NULL;
+        a.out.format = FP8T_OPERAND_E4M3;
+        a.out.amax = sc + INF_SC_AMAX;
+        o->zero(be, sc + INF_SC_AMAX, sizeof(float));
+        o->make_operand(be, &a);
+        current_scale(m, sc);
+        r.out.format = FP8T_OPERAND_E4M3, r.out.scale = sc + INF_SC_X;
+        o->make_operand(be, &r);
+        return;
+    }
     const float *x = fp8t_operand_step_values(o, be, &r, input_values_dst(in), NULL);
     if (L->kind == INF_LIN_F32) {
         op->x32 = x;
@@ -102,15 +128,33 @@ static void make_input_operand(fp8t_infer *m, const inf_input *in, const inf_lin
         return;
     }
     /* FP8, current scaling: this input's own amax, every call (calibration records it) */
-    float *sc = L->sc;
     o->zero(be, sc + INF_SC_AMAX, sizeof(float));
     o->amax(be, sc + INF_SC_AMAX, x, (size_t)N * K);
-    if (m->calibrating) o->amax(be, sc + INF_SC_CALIB, sc + INF_SC_AMAX, 1);
-    o->compute_scale(be, sc + INF_SC_X, sc + INF_SC_X_INV, sc + INF_SC_AMAX,
-                     fp8_format_max(FP8_E4M3), 0.0f, 0);
+    current_scale(m, sc);
     const fp8t_operand_req q =
         model_operand_req(m->opbuf, x, N, K, FP8T_OPERAND_E4M3, sc + INF_SC_X);
     o->make_operand(be, &q);
+}
+
+/* The GEMM views of linear L's X [N, in] (operand op) and W [out, in]: both stored K-major,
+ * the layout a TN GEMM reads, so no transposed copies are needed */
+static fp8t_bf16_operand x_bf16(const inf_linear *L, const inf_operand *op, int N) {
+    const fp8t_bf16_operand a = {(const uint16_t *)op->data, N, L->in};
+    return a;
+}
+static fp8t_bf16_operand w_bf16(const inf_linear *L) {
+    const fp8t_bf16_operand w = {L->w16, L->out, L->in};
+    return w;
+}
+static fp8t_fp8_operand x_fp8(const inf_linear *L, const inf_operand *op, int N) {
+    const fp8t_fp8_operand a = {(const uint8_t *)op->data, NULL, op->scale_inv, FP8_E4M3,
+                                N, L->in, FP8T_SCALING_TENSOR};
+    return a;
+}
+static fp8t_fp8_operand w_fp8(const inf_linear *L) {
+    const fp8t_fp8_operand w = {L->w8,  NULL,  L->sc + INF_SC_W_INV, FP8_E4M3,
+                                L->out, L->in, FP8T_SCALING_TENSOR};
+    return w;
 }
 
 /* Y[N, out] = X · Wᵀ (+ bias) of linear L on operand op */
@@ -124,22 +168,27 @@ static void linear_gemm(fp8t_infer *m, const inf_linear *L, const inf_operand *o
         if (bias) ops->bias_add(be, Y, bias, N, L->out);
         return;
     case INF_LIN_BF16: {
-        const fp8t_bf16_operand a = {(const uint16_t *)op->data, N, L->in};
-        const fp8t_bf16_operand w = {L->w16, L->out, L->in};
+        const fp8t_bf16_operand a = x_bf16(L, op, N), w = w_bf16(L);
         ops->gemm_bf16_rounded(be, Y, &a, &w, N, L->out, L->in, 0, 1, 0, bias, 0);
         return;
     }
     case INF_LIN_FP8: {
-        /* Y = X·Wᵀ: X [N, in] and W [out, in] are both stored K-major, the layout a TN FP8
-         * GEMM reads, so no transposed copies are needed */
-        const fp8t_fp8_operand a = {
-            (const uint8_t *)op->data, NULL, op->scale_inv, FP8_E4M3, N, L->in,
-            FP8T_SCALING_TENSOR};
-        const fp8t_fp8_operand w = {L->w8,  NULL,  L->sc + INF_SC_W_INV, FP8_E4M3,
-                                    L->out, L->in, FP8T_SCALING_TENSOR};
+        const fp8t_fp8_operand a = x_fp8(L, op, N), w = w_fp8(L);
         ops->gemm_fp8(be, Y, &a, &w, N, L->out, L->in, 0, 1, 0, 1, NULL, bias);
         return;
     }
+    }
+}
+
+/* Y16[N, out] = X · Wᵀ of BF16 or FP8 linear L (no bias) as BF16 values */
+static void linear_gemm16(fp8t_infer *m, const inf_linear *L, const inf_operand *op,
+                          uint16_t *Y16, int N) {
+    if (L->kind == INF_LIN_FP8) {
+        const fp8t_fp8_operand a = x_fp8(L, op, N), w = w_fp8(L);
+        m->ops->gemm_tn_bf16_out(m->be, Y16, &a, &w, NULL, NULL, N, L->out, L->in, 1);
+    } else {
+        const fp8t_bf16_operand a = x_bf16(L, op, N), w = w_bf16(L);
+        m->ops->gemm_tn_bf16_out(m->be, Y16, NULL, NULL, &a, &w, N, L->out, L->in, 0);
     }
 }
 
@@ -215,16 +264,23 @@ static void mlp_rows(fp8t_infer *m, const inf_layer *y, const inf_pending *attn,
         make_input_operand(m, &in, &y->fc2, &op);
         linear_gemm(m, &y->fc2, &op, out, n, NULL);
     } else {
-        /* gate and up read the same operand, made once (FP8: with gate's scale) */
+        /* gate and up read the same operand, made once (FP8: with gate's scale); Llama's
+         * MLP has no biases */
         make_input_operand(m, &in, &y->gate, &op);
-        linear_gemm(m, &y->gate, &op, m->h1, n, y->gate.bias);
-        linear_gemm(m, &y->up, &op, m->h2, n, y->up.bias);
         memset(&in, 0, sizeof(in));
         in.kind = IN_SWIGLU;
-        in.x = m->h1;
-        in.up = m->h2;
         in.rows = n;
         in.cols = m->H;
+        if (m->mlp16) {
+            uint16_t *g16 = (uint16_t *)m->h1, *u16 = (uint16_t *)m->h2;
+            linear_gemm16(m, &y->gate, &op, g16, n);
+            linear_gemm16(m, &y->up, &op, u16, n);
+            in.x16 = g16, in.up16 = u16;
+        } else {
+            linear_gemm(m, &y->gate, &op, m->h1, n, NULL);
+            linear_gemm(m, &y->up, &op, m->h2, n, NULL);
+            in.x = m->h1, in.up = m->h2;
+        }
         make_input_operand(m, &in, &y->down, &op);
         linear_gemm(m, &y->down, &op, out, n, NULL);
     }

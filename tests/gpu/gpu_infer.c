@@ -469,6 +469,155 @@ static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
     }
 }
 
+/* SwiGLU of BF16 gate and up (the inference model's Llama MLP): on the GPU bit for bit the
+ * same kernel on the widened FP32 values (codes or BF16 operand; the amax as the amax op's of
+ * swiglu_forward's values, the amax-only pass the same amax), and the CPU's within rounding
+ * flips */
+static void swiglu16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
+    static const int sw[][2] = {{64, 8192}, {2048, 8192}, {7, 30}, {5, 12}};
+    fp8t_backend *be[2] = {cpu, gpu};
+    for (size_t ci = 0; ci < sizeof(sw) / sizeof(sw[0]); ci++) {
+        const int R = sw[ci][0], C = sw[ci][1];
+        const size_t n = (size_t)R * C;
+        float *g = malloc(n * 4), *u = malloc(n * 4);
+        uint16_t *g16 = malloc(n * 2), *u16 = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) {
+            g16[i] = bf16_encode(2.0f * gauss()), u16[i] = bf16_encode(gauss());
+            g[i] = bf16_decode(g16[i]), u[i] = bf16_decode(u16[i]);
+        }
+        const float scale = 448.0f / 8.0f;
+        for (int fp8 = 0; fp8 < 2; fp8++) {
+            const size_t ob = operand_bytes(fp8, R, C);
+            void *h[3] = {malloc(ob), malloc(ob), malloc(ob)};
+            float amax[4] = {0, 0, 0, 0}; /* cpu, gpu, gpu unfused, gpu amax alone */
+            for (int k = 0; k < 3; k++) {
+                fp8t_backend *b = be[k ? 1 : 0];
+                const fp8t_backend_ops *o = b->ops;
+                uint16_t *dg16 = o->malloc(b, n * 2), *du16 = o->malloc(b, n * 2);
+                float *dg = o->malloc(b, n * 4), *du = o->malloc(b, n * 4), *tmp = o->malloc(b, n * 4);
+                float *dsc = o->malloc(b, 4), *dam = o->malloc(b, 8);
+                void *dout = o->malloc(b, ob);
+                o->to_device(b, dg16, g16, n * 2), o->to_device(b, du16, u16, n * 2);
+                o->to_device(b, dg, g, n * 4), o->to_device(b, du, u, n * 4);
+                o->to_device(b, dsc, &scale, 4);
+                const float *sc = fp8 ? dsc : NULL;
+                if (k < 2) {
+                    fp8t_operand_req r = t_swiglu16_req(dout, dg16, du16, R, C, sc, dam);
+                    t_run(b, &r);
+                    if (k == 1) {
+                        fp8t_operand_req a = t_swiglu16_req(NULL, dg16, du16, R, C, NULL, dam + 1);
+                        t_run(b, &a);
+                    }
+                } else { /* swiglu_forward of the widened values, its amax, the plain operand */
+                    o->swiglu_forward(b, tmp, dg, du, NULL, NULL, n);
+                    o->amax(b, dam, tmp, n);
+                    fp8t_operand_req r = t_infer_req(dout, tmp, R, C, sc);
+                    t_run(b, &r);
+                }
+                o->to_host(b, h[k], dout, ob);
+                float am[2];
+                o->to_host(b, am, dam, 8);
+                amax[k] = am[0];
+                if (k == 1) amax[3] = am[1];
+                o->free(b, dg16), o->free(b, du16), o->free(b, dg), o->free(b, du);
+                o->free(b, tmp), o->free(b, dsc), o->free(b, dam), o->free(b, dout);
+            }
+            char shape[64];
+            snprintf(shape, sizeof(shape), "%dx%d %s", R, C, fp8 ? "fp8" : "bf16");
+            const int same = !memcmp(h[1], h[2], ob) && amax[1] == amax[2] && amax[3] == amax[2];
+            irow("swiglu16 operand, amax = unfused (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
+            float *f[2] = {malloc(n * 4), malloc(n * 4)};
+            operand_floats(f[0], h[0], fp8, R, C), operand_floats(f[1], h[1], fp8, R, C);
+            const double e = rel_l2(f[1], f[0], n), t = fp8 ? 2e-2 : 4e-3;
+            const double ea = fabs((double)amax[1] - amax[0]) / amax[0];
+            irow("swiglu16 operand, amax vs cpu", shape, e > ea ? e : ea, t, e <= t && ea <= 1e-6,
+                 "");
+            free(f[0]), free(f[1]);
+            for (int k = 0; k < 3; k++) free(h[k]);
+        }
+        free(g), free(u), free(g16), free(u16);
+    }
+}
+
+/* gemm_tn_bf16_out (BF16 and per-tensor FP8 operands, fast accumulation) at the inference
+ * model's MLP shapes and at ones cuBLASLt's BF16 output does not take (N % 8 != 0: the FP32
+ * result rounded by bf16_pack): every value within one BF16 rounding of the rounded FP32-output
+ * GEMM's (the library may sum in another order for another output type; the row says how many
+ * are the same bits), and the CPU's within the FP32 sums' differences */
+static void gemm16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
+    static const int sh[][3] = {{64, 8192, 2048}, {2048, 8192, 2048}, {13, 24, 40}, {5, 12, 16}};
+    fp8t_backend *be[2] = {cpu, gpu};
+    for (size_t ci = 0; ci < sizeof(sh) / sizeof(sh[0]); ci++) {
+        const int M = sh[ci][0], N = sh[ci][1], K = sh[ci][2];
+        const size_t na = (size_t)M * K, nb = (size_t)N * K, nc = (size_t)M * N;
+        float *A = malloc(na * 4), *B = malloc(nb * 4);
+        for (size_t i = 0; i < na; i++) A[i] = gauss();
+        for (size_t i = 0; i < nb; i++) B[i] = 0.05f * gauss();
+        for (int fp8 = 0; fp8 < 2; fp8++) {
+            uint16_t *out[3] = {malloc(nc * 2), malloc(nc * 2), malloc(nc * 2)};
+            for (int k = 0; k < 3; k++) { /* cpu, gpu, gpu FP32 output rounded */
+                fp8t_backend *b = be[k ? 1 : 0];
+                const fp8t_backend_ops *o = b->ops;
+                float *dA = o->malloc(b, na * 4), *dB = o->malloc(b, nb * 4);
+                float *dC = o->malloc(b, nc * 4), *dsc = o->malloc(b, 16);
+                uint16_t *d16 = o->malloc(b, nc * 2);
+                uint8_t *a8 = o->malloc(b, na), *b8 = o->malloc(b, nb);
+                uint16_t *a16 = o->malloc(b, fp8t_bf16_bytes(M, K));
+                uint16_t *b16 = o->malloc(b, fp8t_bf16_bytes(N, K));
+                const float sc[4] = {16.0f, 1.0f / 16.0f, 1024.0f, 1.0f / 1024.0f};
+                o->to_device(b, dA, A, na * 4), o->to_device(b, dB, B, nb * 4);
+                o->to_device(b, dsc, sc, 16);
+                fp8t_operand_req r = t_fp8_req(a8, NULL, NULL, dA, M, K, FP8_E4M3, dsc);
+                t_run(b, &r);
+                r = t_fp8_req(b8, NULL, NULL, dB, N, K, FP8_E4M3, dsc + 2);
+                t_run(b, &r);
+                r = t_bf16_req(a16, NULL, dA, M, K);
+                t_run(b, &r);
+                r = t_bf16_req(b16, NULL, dB, N, K);
+                t_run(b, &r);
+                const fp8t_fp8_operand qa = {a8, NULL, dsc + 1, FP8_E4M3, M, K, FP8T_SCALING_TENSOR};
+                const fp8t_fp8_operand qb = {b8, NULL, dsc + 3, FP8_E4M3, N, K, FP8T_SCALING_TENSOR};
+                const fp8t_bf16_operand ha = {a16, M, K}, hb = {b16, N, K};
+                if (k < 2) {
+                    if (fp8)
+                        o->gemm_tn_bf16_out(b, d16, &qa, &qb, NULL, NULL, M, N, K, 1);
+                    else
+                        o->gemm_tn_bf16_out(b, d16, NULL, NULL, &ha, &hb, M, N, K, 0);
+                } else {
+                    if (fp8)
+                        o->gemm_fp8(b, dC, &qa, &qb, M, N, K, 0, 1, 0, 1, NULL, NULL);
+                    else
+                        o->gemm_bf16_rounded(b, dC, &ha, &hb, M, N, K, 0, 1, 0, NULL, 0);
+                    o->bf16_pack(b, d16, dC, NULL, M, N);
+                }
+                o->to_host(b, out[k], d16, nc * 2);
+                o->free(b, dA), o->free(b, dB), o->free(b, dC), o->free(b, dsc), o->free(b, d16);
+                o->free(b, a8), o->free(b, b8), o->free(b, a16), o->free(b, b16);
+            }
+            float *f[3] = {malloc(nc * 4), malloc(nc * 4), malloc(nc * 4)};
+            size_t same = 0;
+            double worst = 0.0; /* |gpu - gpu rounded| in BF16 ulps of the larger */
+            for (size_t i = 0; i < nc; i++) {
+                for (int k = 0; k < 3; k++) f[k][i] = bf16_decode(out[k][i]);
+                same += out[1][i] == out[2][i];
+                const double a = fabs(f[1][i]), bb = fabs(f[2][i]);
+                const double ulp = ldexp(1.0, ilogb(a > bb ? a : bb) - 7);
+                const double d = fabs((double)f[1][i] - f[2][i]) / (ulp > 0 ? ulp : 1);
+                if (d > worst) worst = d;
+            }
+            char shape[64], note[64];
+            snprintf(shape, sizeof(shape), "%dx%dx%d %s", M, N, K, fp8 ? "fp8" : "bf16");
+            snprintf(note, sizeof(note), "%zu of %zu the same bits", same, nc);
+            irow("gemm_tn_bf16_out vs fp32 out rounded (ulps)", shape, worst, 1.0, worst <= 1.0,
+                 note);
+            const double e = rel_l2(f[1], f[0], nc), t = fp8 ? 1e-2 : 4e-3;
+            irow("gemm_tn_bf16_out vs cpu", shape, e, t, e <= t, "");
+            for (int k = 0; k < 3; k++) free(out[k]), free(f[k]);
+        }
+        free(A), free(B);
+    }
+}
+
 /* random weights of cfg as fp8t_weights (the training model's init on the CPU) */
 static int weights_of(fp8t_backend *cpu, const fp8t_model_config *cfg, fp8t_weights *w) {
     char err[512];
@@ -591,6 +740,8 @@ void gpu_test_infer(int *n_pass, int *n_fail) {
     qkv_bias_rows(gpu);
     embedding_bf16_rows(cpu, gpu);
     operand_rows(cpu, gpu);
+    swiglu16_rows(cpu, gpu);
+    gemm16_rows(cpu, gpu);
     fp8t_backend_destroy(gpu);
     fp8t_model_config c;
     fp8t_model_preset(&c, "tiny");

@@ -113,6 +113,7 @@ const fp8t_backend_ops cpu_backend_ops = {
     .gemm_bf16 = cpu_gemm_bf16,
     .gemm_bf16_rounded = cpu_gemm_bf16_rounded,
     .gemm_fp8 = cpu_gemm_fp8,
+    .gemm_tn_bf16_out = cpu_gemm_tn_bf16_out,
     .amax = cpu_amax,
     .make_operand = cpu_make_operand,
     .make_operand_fuses = cpu_make_operand_fuses,

@@ -33,6 +33,9 @@ enum {
     CPU_SCRATCH_OPERAND_SUM, /* ... and its residual sum when the caller keeps none */
     CPU_SCRATCH_NORM_X,      /* a norm backward's input widened from its BF16 copy */
     CPU_SCRATCH_QKV,         /* the attention forward ops' qkv + qkv_bias (fp8t_attn_shape) */
+    CPU_SCRATCH_GEMM_C,      /* gemm_tn_bf16_out's FP32 product before its rounding */
+    CPU_SCRATCH_WIDE_A,      /* swiglu_operand's gate and up widened from BF16 */
+    CPU_SCRATCH_WIDE_B,
     /* (the fused GELU backward's GELU input widened likewise goes in CPU_SCRATCH_ACT, which
      * its bias-free path leaves unused) */
     CPU_SCRATCH_COUNT
@@ -141,6 +144,9 @@ void cpu_gemm_bf16(fp8t_backend *b, float *C, const float *A, const float *B, in
 void cpu_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
                            const fp8t_bf16_operand *B, int M, int N, int K, int transA,
                            int transB, int acc, const float *bias, int ldc);
+void cpu_gemm_tn_bf16_out(fp8t_backend *b, uint16_t *C16, const fp8t_fp8_operand *A8,
+                          const fp8t_fp8_operand *B8, const fp8t_bf16_operand *A16,
+                          const fp8t_bf16_operand *B16, int M, int N, int K, int fast_accum);
 void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A, const fp8t_fp8_operand *B,
                   int M, int N, int K, int transA, int transB, int acc, int fast_accum,
                   float *amax_out, const float *bias);
@@ -218,8 +224,9 @@ void cpu_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
 void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a, const float *y,
                           const float *ybias, const float *w, const float *bias, int rms,
                           int rows, int cols, float eps, const float *scale, fp8_format fmt);
-void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up, int rows,
-                        int cols, const float *scale, fp8_format fmt);
+void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up,
+                        const uint16_t *gate16, const uint16_t *up16, int rows, int cols,
+                        const float *scale, fp8_format fmt, float *amax_out);
 /* cpu_operand.c: make_operand over the kernels above (fp8t_operand_kernel_of) */
 void cpu_make_operand(fp8t_backend *b, const fp8t_operand_req *r);
 int cpu_make_operand_fuses(fp8t_backend *b, const fp8t_operand_req *r);

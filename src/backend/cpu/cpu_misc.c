@@ -244,13 +244,19 @@ void cpu_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const fl
     if (up16) bf16_encode_n(up16, up, n);
 }
 
-/* The reference: swiglu_forward in scratch, then quantize or to_bf16 */
-void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up, int rows,
-                        int cols, const float *scale, fp8_format fmt) {
+/* The reference: gate and up widened from BF16 where given so, swiglu_forward in scratch, the
+ * amax op where asked, then quantize or to_bf16 (out NULL: neither) */
+void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up,
+                        const uint16_t *gate16, const uint16_t *up16, int rows, int cols,
+                        const float *scale, fp8_format fmt, float *amax_out) {
     if (rows <= 0 || cols <= 0) return;
     const size_t n = (size_t)rows * cols;
+    gate = cpu_bf16_widen(b, CPU_SCRATCH_WIDE_A, gate, gate16, n);
+    up = cpu_bf16_widen(b, CPU_SCRATCH_WIDE_B, up, up16, n);
     float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
     cpu_swiglu_forward(b, y, gate, up, NULL, NULL, n);
+    if (amax_out) cpu_amax(b, amax_out, y, n);
+    if (!out) return;
     if (scale)
         cpu_quantize(b, (uint8_t *)out, NULL, NULL, y, rows, cols, fmt, scale);
     else

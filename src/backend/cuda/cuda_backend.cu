@@ -298,6 +298,7 @@ const fp8t_backend_ops cuda_backend_ops = {
     .gemm_bf16 = cuda_gemm_bf16,
     .gemm_bf16_rounded = cuda_gemm_bf16_rounded,
     .gemm_fp8 = cuda_gemm_fp8,
+    .gemm_tn_bf16_out = cuda_gemm_tn_bf16_out,
     .amax = cuda_amax,
     .make_operand = cuda_make_operand,
     .make_operand_fuses = cuda_make_operand_fuses,

@@ -91,6 +91,7 @@ enum {
     SCR_STATS,      /* tensor_stats: block partials, tile scales, per-block results */
     SCR_STATS_PACK, /* tensor_stats: a strided tensor packed for the kernels that read it so */
     SCR_QKV,        /* attention_forward: qkv + qkv_bias, for the paths that do not add it */
+    SCR_GEMM_F32,   /* gemm_tn_bf16_out: the FP32 product, where no BF16-output kernel runs */
     SCR_COUNT
 };
 
@@ -103,6 +104,7 @@ typedef struct {
     int compute;          /* cublasComputeType_t */
     int bias;             /* with the bias epilogue */
     int mode_a, mode_b;   /* cuBLASLt scale modes of its A and B (0: one scalar each) */
+    int type_d;           /* C's and D's cudaDataType_t */
     int ok;               /* 0: cuBLASLt has no algorithm for this problem (use the fallback) */
     cublasLtMatmulAlgo_t algo;
 } lt_cache_entry;
@@ -414,6 +416,9 @@ void cuda_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *
 void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
                    const fp8t_fp8_operand *B, int M, int N, int K, int transA, int transB,
                    int acc, int fast_accum, float *amax_out, const float *bias);
+void cuda_gemm_tn_bf16_out(fp8t_backend *b, uint16_t *C16, const fp8t_fp8_operand *A8,
+                           const fp8t_fp8_operand *B8, const fp8t_bf16_operand *A16,
+                           const fp8t_bf16_operand *B16, int M, int N, int K, int fast_accum);
 /* cuda_operand.cu: make_operand over the kernels below (fp8t_operand_kernel_of) */
 void cuda_make_operand(fp8t_backend *b, const fp8t_operand_req *r);
 int cuda_make_operand_fuses(fp8t_backend *b, const fp8t_operand_req *r);
@@ -670,8 +675,9 @@ void cuda_embedding_forward_fp8(fp8t_backend *b, float *out, const int *tokens,
 void cuda_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a, const float *y,
                            const float *ybias, const float *w, const float *bias, int rms,
                            int rows, int cols, float eps, const float *scale, fp8_format fmt);
-void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up, int rows,
-                         int cols, const float *scale, fp8_format fmt);
+void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up,
+                         const uint16_t *gate16, const uint16_t *up16, int rows, int cols,
+                         const float *scale, fp8_format fmt, float *amax_out);
 /* cuda_stats.cu */
 void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
                        const fp8t_stats_req *req);

@@ -36,32 +36,44 @@ static int ptr_align(const void *p) {
     return a;
 }
 
-/* Column-major cuBLASLt matmul: C[m,n] (=|+=) op(A)[m,k] · op(B)[k,n], C and D FP32, scale
- * pointers (device, may be NULL) multiply the product; bias (device [m], may be NULL) is added
- * to every column in the epilogue (FP32: product + bias[i], one rounding, as a separate add).
- * 0 ok, -1 if cuBLASLt has no algorithm (nothing was launched). */
+/* the cache entries of one problem: every field but the outcome (valid, ok, algo) */
+static int lt_same_problem(const lt_cache_entry *e, const lt_cache_entry *q) {
+    return e->valid && e->m == q->m && e->n == q->n && e->k == q->k && e->ta == q->ta &&
+           e->tb == q->tb && e->type_a == q->type_a && e->type_b == q->type_b &&
+           e->acc == q->acc && e->fast == q->fast && e->lda == q->lda && e->ldb == q->ldb &&
+           e->ldc == q->ldc && e->al_a == q->al_a && e->al_b == q->al_b && e->al_c == q->al_c &&
+           e->compute == q->compute && e->bias == q->bias && e->mode_a == q->mode_a &&
+           e->mode_b == q->mode_b && e->type_d == q->type_d;
+}
+
+/* Column-major cuBLASLt matmul: C[m,n] (=|+=) op(A)[m,k] · op(B)[k,n], C and D of type_d
+ * (FP32, or BF16: the FP32 result rounded to nearest even in the epilogue), scale pointers
+ * (device, may be NULL) multiply the product; bias (device [m], may be NULL; FP32 C only) is
+ * added to every column in the epilogue (FP32: product + bias[i], one rounding, as a separate
+ * add). 0 ok, -1 if cuBLASLt has no algorithm (nothing was launched). */
 static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
                      cublasOperation_t tb, cudaDataType_t type_a, const void *A, int lda,
-                     cudaDataType_t type_b, const void *B, int ldb, float *C, int ldc, int acc,
+                     cudaDataType_t type_b, const void *B, int ldb, void *C, int ldc, int acc,
                      const float *scale_a, const float *scale_b, int fast_accum,
                      cublasComputeType_t compute, const float *bias, int mode_a = 0,
-                     int mode_b = 0) {
+                     int mode_b = 0, cudaDataType_t type_d = CUDA_R_32F) {
     int al_a = ptr_align(A), al_b = ptr_align(B), al_c = ptr_align(C);
     const int has_bias = bias != NULL;
+    lt_cache_entry key;
+    memset(&key, 0, sizeof(key));
+    key.valid = 1;
+    key.m = m, key.n = n, key.k = k, key.ta = (int)ta, key.tb = (int)tb;
+    key.type_a = (int)type_a, key.type_b = (int)type_b, key.acc = acc, key.fast = fast_accum;
+    key.lda = lda, key.ldb = ldb, key.ldc = ldc;
+    key.al_a = al_a, key.al_b = al_b, key.al_c = al_c;
+    key.compute = (int)compute;
+    key.bias = has_bias;
+    key.mode_a = mode_a, key.mode_b = mode_b;
+    key.type_d = (int)type_d;
     lt_cache_entry *hit = NULL;
     if (!s->plain) {
-        for (int i = 0; i < LT_CACHE_SIZE; i++) {
-            lt_cache_entry *e = &s->lt_cache[i];
-            if (e->valid && e->m == m && e->n == n && e->k == k && e->ta == (int)ta &&
-                e->tb == (int)tb && e->type_a == (int)type_a && e->type_b == (int)type_b &&
-                e->acc == acc && e->fast == fast_accum && e->lda == lda && e->ldb == ldb &&
-                e->ldc == ldc && e->al_a == al_a && e->al_b == al_b && e->al_c == al_c &&
-                e->compute == (int)compute && e->bias == has_bias && e->mode_a == mode_a &&
-                e->mode_b == mode_b) {
-                hit = e;
-                break;
-            }
-        }
+        for (int i = 0; i < LT_CACHE_SIZE && !hit; i++)
+            if (lt_same_problem(&s->lt_cache[i], &key)) hit = &s->lt_cache[i];
         if (hit && !hit->ok) return -1;
     }
 
@@ -106,7 +118,7 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
                                             ta == CUBLAS_OP_N ? k : m, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type_b, tb == CUBLAS_OP_N ? k : n,
                                             tb == CUBLAS_OP_N ? n : k, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, type_d, m, n, ldc));
 
     int ok = 1;
     cublasLtMatmulAlgo_t algo;
@@ -140,14 +152,7 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
         if (!s->plain) {
             lt_cache_entry *e = &s->lt_cache[s->lt_cache_next];
             s->lt_cache_next = (s->lt_cache_next + 1) % LT_CACHE_SIZE;
-            e->valid = 1;
-            e->m = m, e->n = n, e->k = k, e->ta = (int)ta, e->tb = (int)tb;
-            e->type_a = (int)type_a, e->type_b = (int)type_b, e->acc = acc, e->fast = fast_accum;
-            e->lda = lda, e->ldb = ldb, e->ldc = ldc;
-            e->al_a = al_a, e->al_b = al_b, e->al_c = al_c;
-            e->compute = (int)compute;
-            e->bias = has_bias;
-            e->mode_a = mode_a, e->mode_b = mode_b;
+            *e = key;
             e->ok = ok;
             if (ok) e->algo = algo;
         }
@@ -169,18 +174,9 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
                 s->warned_lt_reject = 1;
             }
             ok = 0;
-            if (!s->plain) {
-                for (int i = 0; i < LT_CACHE_SIZE; i++) {
-                    lt_cache_entry *e = &s->lt_cache[i];
-                    if (e->valid && e->m == m && e->n == n && e->k == k && e->ta == (int)ta &&
-                        e->tb == (int)tb && e->type_a == (int)type_a &&
-                        e->type_b == (int)type_b && e->acc == acc && e->fast == fast_accum &&
-                        e->lda == lda && e->ldb == ldb && e->ldc == ldc && e->al_a == al_a &&
-                        e->al_b == al_b && e->al_c == al_c && e->compute == (int)compute &&
-                        e->bias == has_bias && e->mode_a == mode_a && e->mode_b == mode_b)
-                        e->ok = 0;
-                }
-            }
+            if (!s->plain)
+                for (int i = 0; i < LT_CACHE_SIZE; i++)
+                    if (lt_same_problem(&s->lt_cache[i], &key)) s->lt_cache[i].ok = 0;
         } else {
             CUBLAS_CHECK(st);
         }
@@ -196,17 +192,17 @@ static int lt_matmul(cuda_state *s, int m, int n, int k, cublasOperation_t ta,
 /* The row-major product through the column-major library (see the top of the file). lda, ldb,
  * ldc: row strides (elements) of A, B and C as stored; 0 means packed (the stored column
  * count). */
-static int rowmajor_matmul(cuda_state *s, float *C, cudaDataType_t type_a, const void *A,
+static int rowmajor_matmul(cuda_state *s, void *C, cudaDataType_t type_a, const void *A,
                            cudaDataType_t type_b, const void *B, int M, int N, int K, int transA,
                            int transB, int acc, const float *scale_a, const float *scale_b,
                            int fast_accum, cublasComputeType_t compute, int lda, int ldb, int ldc,
-                           const float *bias) {
+                           const float *bias, cudaDataType_t type_d = CUDA_R_32F) {
     cublasOperation_t op_b = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     int ld_b = ldb ? ldb : (transB ? K : N);
     cublasOperation_t op_a = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
     int ld_a = lda ? lda : (transA ? M : K);
     return lt_matmul(s, N, M, K, op_b, op_a, type_b, B, ld_b, type_a, A, ld_a, C, ldc ? ldc : N,
-                     acc, scale_b, scale_a, fast_accum, compute, bias);
+                     acc, scale_b, scale_a, fast_accum, compute, bias, 0, 0, type_d);
 }
 
 /* Degenerate sizes: nothing to multiply. K == 0 gives C = 0 (or C unchanged when acc). */
@@ -402,6 +398,17 @@ __global__ void copy_scales_kernel(float *dst, const float *a, const float *b) {
     dst[4] = *b;
 }
 
+/* cuBLASLt wants 16-byte aligned pointers; scale_inv usually points into the middle of the
+ * recipe state, so misaligned per-tensor scales are copied into an aligned pair first (stream
+ * ordered: the pair is free again once the previous GEMM has run) */
+static void aligned_scales(cuda_state *s, const float **sa, const float **sb) {
+    if (!((uintptr_t)*sa & 15u) && !((uintptr_t)*sb & 15u)) return;
+    copy_scales_kernel<<<1, 1, 0, s->stream>>>(s->fp8_scales, *sa, *sb);
+    CUDA_LAUNCH_CHECK(s);
+    *sa = s->fp8_scales;
+    *sb = s->fp8_scales + 4;
+}
+
 static cudaDataType_t fp8_cuda_type(fp8_format f) {
     return f == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
 }
@@ -538,16 +545,8 @@ void cuda_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
             cuda_transpose_u8(b, t, b_kn, K, N);
             b_nk = t;
         }
-        /* cuBLASLt wants 16-byte aligned pointers; scale_inv usually points into the middle of
-         * the recipe state, so misaligned scales are copied into an aligned pair first (stream
-         * ordered: the pair is free again once the previous GEMM has run) */
         const float *sa = A->scale_inv, *sb = B->scale_inv;
-        if (((uintptr_t)sa & 15u) || ((uintptr_t)sb & 15u)) {
-            copy_scales_kernel<<<1, 1, 0, s->stream>>>(s->fp8_scales, sa, sb);
-            CUDA_LAUNCH_CHECK(s);
-            sa = s->fp8_scales;
-            sb = s->fp8_scales + 4;
-        }
+        aligned_scales(s, &sa, &sb);
         /* the bias in the epilogue unless plain or cuBLASLt has no such kernel (then the
          * product alone, and the bias below) */
         if (bias && !s->plain)
@@ -603,4 +602,46 @@ extern "C" int fp8t_cuda_gemm_block_count(fp8t_backend *b, long *fp8_block_lt) {
     if (!b || !b->name || strcmp(b->name, "cuda") != 0) return -1;
     if (fp8_block_lt) *fp8_block_lt = cuda_of(b)->n_fp8_block_lt;
     return 0;
+}
+
+/* Y = X·Wᵀ into BF16 (backend.h): cuBLASLt with D in BF16 where it takes the problem (N % 8 ==
+ * 0 and C16 16-byte aligned, so that its rows are; per-tensor FP8, or the BF16 operands with K
+ * padded as gemm_bf16_rounded pads it), else the FP32-output op into scratch, then bf16_pack. */
+void cuda_gemm_tn_bf16_out(fp8t_backend *b, uint16_t *C16, const fp8t_fp8_operand *A8,
+                           const fp8t_fp8_operand *B8, const fp8t_bf16_operand *A16,
+                           const fp8t_bf16_operand *B16, int M, int N, int K, int fast_accum) {
+    if (M <= 0 || N <= 0) return;
+    if (!(A8 && B8 && !A16 && !B16) && !(A16 && B16 && !A8 && !B8)) {
+        FP8T_FATAL("gemm_tn_bf16_out: give both operands in FP8 (A8, B8) or both in BF16 "
+                   "(A16, B16)");
+    }
+    cuda_state *s = cuda_of(b);
+    const int lt_ok = !s->plain && K > 0 && N % 8 == 0 && aligned16(C16);
+    int done = 0;
+    if (A8 && lt_ok && !s->no_lt_fp8 && A8->scaling == FP8T_SCALING_TENSOR &&
+        B8->scaling == FP8T_SCALING_TENSOR && A8->data && B8->data &&
+        !(A8->fmt == FP8_E5M2 && B8->fmt == FP8_E5M2)) {
+        check_operand("A", A8, M, K, 0);
+        check_operand("B", B8, N, K, 1);
+        const float *sa = A8->scale_inv, *sb = B8->scale_inv;
+        aligned_scales(s, &sa, &sb);
+        done = rowmajor_matmul(s, C16, fp8_cuda_type(A8->fmt), A8->data, fp8_cuda_type(B8->fmt),
+                               B8->data, M, N, K, 0, 1, 0, sa, sb, fast_accum,
+                               CUBLAS_COMPUTE_32F, 0, 0, 0, NULL, CUDA_R_16BF) == 0;
+        if (done) s->n_fp8_lt++;
+    } else if (A16 && lt_ok) {
+        check_bf16_operand("A", A16, M, K);
+        check_bf16_operand("B", B16, N, K);
+        const int Kp = fp8t_bf16_pad(K);
+        done = rowmajor_matmul(s, C16, CUDA_R_16BF, A16->data, CUDA_R_16BF, B16->data, M, N, Kp,
+                               0, 1, 0, NULL, NULL, 0, CUBLAS_COMPUTE_32F, Kp, Kp, 0, NULL,
+                               CUDA_R_16BF) == 0;
+    }
+    if (done) return;
+    float *C = (float *)cuda_scratch(b, SCR_GEMM_F32, (size_t)M * N * sizeof(float)); /* [M, N] */
+    if (A8)
+        cuda_gemm_fp8(b, C, A8, B8, M, N, K, 0, 1, 0, fast_accum, NULL, NULL);
+    else
+        cuda_gemm_bf16_rounded(b, C, A16, B16, M, N, K, 0, 1, 0, NULL, 0);
+    cuda_bf16_pack(b, C16, C, NULL, M, N);
 }

@@ -462,17 +462,31 @@ void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const f
 }
 
 /* swiglu_operand: each element's swiglu_value, then its FP8 code (scale non-NULL: codes
- * [rows, cols]) or BF16 (the operand [pad8(rows), pad8(cols)], padding zero). Groups of 4
- * consecutive columns per thread when cols % 4 == 0 and the inputs are 16-byte aligned (groups
- * never straddle rows then, and a group's 4 codes / 4 BF16 values go out in one 4- / 8-byte
- * store), single elements otherwise; the values are the same either way. IDX: 32-bit index
- * arithmetic when the unit count fits (a 64-bit division per unit cost more than the loads). */
-template <typename IDX>
-__global__ void swiglu_operand_kernel(void *out, const float *__restrict__ gate,
-                                      const float *__restrict__ up, int rows, int cols, int ld,
+ * [rows, cols]) or BF16 (the operand [pad8(rows), pad8(cols)], padding zero), or nothing (out
+ * NULL); the values' amax into amax_out (may be NULL). Gate and up are FP32 or (IN = uint16_t)
+ * BF16 values. Groups of 4 consecutive columns per thread when cols % 4
+ * == 0 and the inputs are aligned to a group (groups never straddle rows then, and a group's 4
+ * codes / 4 BF16 values go out in one 4- / 8-byte store), single elements otherwise; the
+ * values are the same either way. IDX: 32-bit index arithmetic when the unit count fits (a
+ * 64-bit division per unit cost more than the loads). */
+__device__ __forceinline__ float4 load4_in(const float *p, size_t q) { return as4(p)[q]; }
+__device__ __forceinline__ float4 load4_in(const uint16_t *p, size_t q) {
+    const uint2 v = reinterpret_cast<const uint2 *>(p)[q];
+    return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
+                       __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
+}
+__device__ __forceinline__ float load1_in(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float load1_in(const uint16_t *p, size_t i) {
+    return __uint_as_float((unsigned)p[i] << 16);
+}
+
+template <typename IDX, typename IN>
+__global__ void swiglu_operand_kernel(void *out, const IN *__restrict__ gate,
+                                      const IN *__restrict__ up, int rows, int cols, int ld,
                                       int rows_out, const float *__restrict__ scale_p,
-                                      fp8_format fmt, int vec) {
+                                      fp8_format fmt, int vec, float *amax_out) {
     const float scale = scale_p ? *scale_p : 1.0f;
+    float amax = 0.0f;
     const int per = vec ? 4 : 1;
     const IDX upr = (IDX)(ld / per); /* units per row; ld % per == 0 */
     const IDX units = (IDX)rows_out * upr;
@@ -485,15 +499,19 @@ __global__ void swiglu_operand_kernel(void *out, const float *__restrict__ gate,
             if (vec) {
                 if (c0 < cols) {
                     const size_t q = ((size_t)r * cols + c0) / 4;
-                    const float4 g = as4(gate)[q], x = as4(up)[q];
+                    const float4 g = load4_in(gate, q), x = load4_in(up, q);
                     v[0] = swiglu_value(g.x, x.x), v[1] = swiglu_value(g.y, x.y);
                     v[2] = swiglu_value(g.z, x.z), v[3] = swiglu_value(g.w, x.w);
                 }
             } else if (c0 < cols) {
-                v[0] = swiglu_value(gate[(size_t)r * cols + c0], up[(size_t)r * cols + c0]);
+                const size_t i = (size_t)r * cols + c0;
+                v[0] = swiglu_value(load1_in(gate, i), load1_in(up, i));
             }
+            if (amax_out) /* padding values are zeros: they leave the amax as it is */
+                for (int j = 0; j < 4; j++) amax = amax_merge_dev(amax, v[j]);
         }
         const size_t o = (size_t)r * (size_t)ld + c0;
+        if (!out) continue;
         if (vec && scale_p) {
             *(uint32_t *)((uint8_t *)out + o) =
                 fp8x4_enc_dev(v[0] * scale, v[1] * scale, v[2] * scale, v[3] * scale, fmt);
@@ -505,22 +523,35 @@ __global__ void swiglu_operand_kernel(void *out, const float *__restrict__ gate,
             ((__nv_bfloat16 *)out)[o] = __float2bfloat16_rn(v[0]);
         }
     }
+    if (amax_out) {
+        amax = block_amax(amax);
+        if (threadIdx.x == 0) atomic_amax_merge(amax_out, amax);
+    }
 }
 
-void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up, int rows,
-                         int cols, const float *scale, fp8_format fmt) {
+void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up,
+                         const uint16_t *gate16, const uint16_t *up16, int rows, int cols,
+                         const float *scale, fp8_format fmt, float *amax_out) {
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
-    /* FP8 codes are [rows, cols]; the BF16 operand pads both dimensions to 8 */
-    const int ld = scale ? cols : fp8t_bf16_pad(cols);
-    const int rows_out = scale ? rows : fp8t_bf16_pad(rows);
-    /* the packed stores want the output aligned to a group (4 codes or 4 BF16 values) */
-    const int vec = cols % 4 == 0 && aligned16(gate) && aligned16(up) &&
-                    (scale ? aligned4(out) : aligned8(out));
+    /* FP8 codes are [rows, cols]; the BF16 operand pads both dimensions to 8; the amax alone
+     * walks the values */
+    const int ld = scale || !out ? cols : fp8t_bf16_pad(cols);
+    const int rows_out = scale || !out ? rows : fp8t_bf16_pad(rows);
+    /* the packed loads and stores want the inputs and the output aligned to a group (4 inputs,
+     * 4 codes or 4 BF16 values) */
+    const int in_ok = gate16 ? aligned8(gate16) && aligned8(up16) : aligned16(gate) && aligned16(up);
+    const int vec = cols % 4 == 0 && in_ok && (scale ? aligned4(out) : aligned8(out));
     const size_t units = (size_t)rows_out * (size_t)(ld / (vec ? 4 : 1));
     with_index_type(units, [&](auto i) {
-        swiglu_operand_kernel<decltype(i)><<<ew_blocks(s, units, 2), EW_THREADS, 0, s->stream>>>(
-            out, gate, up, rows, cols, ld, rows_out, scale, fmt, vec);
+        if (gate16)
+            swiglu_operand_kernel<decltype(i), uint16_t>
+                <<<ew_blocks(s, units, 2), EW_THREADS, 0, s->stream>>>(
+                    out, gate16, up16, rows, cols, ld, rows_out, scale, fmt, vec, amax_out);
+        else
+            swiglu_operand_kernel<decltype(i), float>
+                <<<ew_blocks(s, units, 2), EW_THREADS, 0, s->stream>>>(
+                    out, gate, up, rows, cols, ld, rows_out, scale, fmt, vec, amax_out);
     });
     CUDA_LAUNCH_CHECK(s);
 }
