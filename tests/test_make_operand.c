@@ -552,7 +552,8 @@ static void test_swiglu_steps(void) {
  * no kernel's, and has no composition either: the model asks first. */
 static void test_swiglu_bf16_inputs(void) {
     const size_t n = (size_t)R * C, hb = fp8t_bf16_bytes(R, C);
-    float *g = fill(n, 21, 8.0f), *u = fill(n, 22, 4.0f), *gw = zalloc(n * 4), *uw = zalloc(n * 4);
+    float *g = fill(n, 21, 8.0f), *u = fill(n, 22, 4.0f), *gw = zalloc(n * 4),
+          *uw = zalloc(n * 4);
     float *v = zalloc(n * 4), *a1 = zalloc(4), *a2 = zalloc(4), *sc = (float *)scale_one();
     uint16_t *g16 = zalloc(n * 2), *u16 = zalloc(n * 2);
     OPS->bf16_pack(be, g16, g, NULL, R, C), OPS->bf16_pack(be, u16, u, NULL, R, C);
@@ -563,8 +564,8 @@ static void test_swiglu_bf16_inputs(void) {
         const int bf16 = k == 2 || k == 3, amax = k == 1 || k == 3 || k == 4;
         memset(o1, 0xA5, hb), memset(o2, 0xA5, hb);
         *a1 = *a2 = 0.0f;
-        fp8t_operand_req r =
-            t_swiglu16_req(k == 4 ? NULL : o1, g16, u16, R, C, bf16 ? NULL : sc, amax ? a1 : NULL);
+        fp8t_operand_req r = t_swiglu16_req(k == 4 ? NULL : o1, g16, u16, R, C, bf16 ? NULL : sc,
+                                            amax ? a1 : NULL);
         T_CHECK(OPS->make_operand_fuses(be, &r) &&
                     fp8t_operand_kernel_of(&r) == FP8T_OPK_SWIGLU_OPERAND,
                 "case %d: the inference SwiGLU kernel", k);
@@ -597,11 +598,53 @@ static void test_swiglu_bf16_inputs(void) {
     r.x2_16 = NULL, r.x2 = u;
     T_CHECK(!OPS->make_operand_fuses(be, &r), "a BF16 gate with an FP32 up: none");
     r = t_swiglu16_req(c, g16, u16, R, C, sc, NULL);
-    r.step = FP8T_STEP_GELU;
-    T_CHECK(!OPS->make_operand_fuses(be, &r), "x_16 for GELU: none");
+    r.step = FP8T_STEP_LAYERNORM;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "x_16 for a norm: none");
     float *ptrs[] = {g, u, gw, uw, v, a1, a2};
     for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
     OPS->free(be, g16), OPS->free(be, u16), OPS->free(be, o1), OPS->free(be, o2);
+}
+
+/* GELU of BF16 x (fc1's output in the inference model: x_16) plus fc1's bias or none, into
+ * per-tensor FP8 codes or a BF16 operand, its amax taken or not, or the amax alone: the bits of
+ * the widened values through bias_add and gelu_forward, then the amax op and the plain operand */
+static void test_gelu_bf16_input(void) {
+    const size_t n = (size_t)R * C, hb = fp8t_bf16_bytes(R, C);
+    float *x = fill(n, 31, 8.0f), *bias = fill(C, 32, 2.0f), *v = zalloc(n * 4);
+    float *a1 = zalloc(4), *a2 = zalloc(4), *sc = (float *)scale_one();
+    uint16_t *x16 = zalloc(n * 2);
+    uint8_t *o1 = zalloc(hb), *o2 = zalloc(hb);
+    OPS->bf16_pack(be, x16, x, NULL, R, C);
+    for (int k = 0; k < 10; k++) { /* (fp8, fp8 + amax, bf16, bf16 + amax, amax) x (bias, none) */
+        const int kind = k % 5, with_bias = k < 5;
+        const int bf16 = kind == 2 || kind == 3, amax = kind == 1 || kind == 3 || kind == 4;
+        memset(o1, 0xA5, hb), memset(o2, 0xA5, hb);
+        *a1 = *a2 = 0.0f;
+        fp8t_operand_req r = t_infer_req(kind == 4 ? NULL : o1, NULL, R, C, bf16 ? NULL : sc);
+        if (kind == 4) r.out.format = FP8T_OPERAND_E4M3, r.out.scale = NULL;
+        r.step = FP8T_STEP_GELU, r.x_16 = x16, r.bias = with_bias ? bias : NULL;
+        r.out.amax = amax ? a1 : NULL;
+        T_CHECK(OPS->make_operand_fuses(be, &r) &&
+                    fp8t_operand_kernel_of(&r) == FP8T_OPK_GELU16_OPERAND,
+                "case %d: the inference GELU kernel", k);
+        OPS->make_operand(be, &r);
+        OPS->bf16_unpack(be, v, x16, n);
+        if (with_bias) OPS->bias_add(be, v, bias, R, C);
+        OPS->gelu_forward(be, v, v, n);
+        if (amax) cpu_amax(be, a2, v, n);
+        if (kind < 2) cpu_quantize(be, o2, NULL, NULL, v, R, C, FP8_E4M3, sc);
+        if (bf16) cpu_to_bf16(be, (uint16_t *)o2, NULL, v, R, C);
+        T_CHECK(same(o1, o2, hb), "case %d: the operand (untouched past it, or at all)", k);
+        T_CHECK(same(a1, a2, 4) && (!amax || *a1 > 0.0f), "case %d: amax %g vs %g", k, *a1, *a2);
+    }
+    fp8t_operand_req r = t_infer_req(o1, NULL, R, C, sc);
+    r.step = FP8T_STEP_GELU, r.x_16 = x16, r.x2_16 = x16;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "GELU with a second BF16 input: none");
+    r.x2_16 = NULL, r.save16 = x16;
+    T_CHECK(!OPS->make_operand_fuses(be, &r), "GELU of BF16 x with a save: none");
+    float *ptrs[] = {x, bias, v, a1, a2};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) OPS->free(be, ptrs[i]);
+    OPS->free(be, x16), OPS->free(be, o1), OPS->free(be, o2);
 }
 
 /* step NONE making codes or a BF16 operand is always a kernel (backend.h): the last step of
@@ -648,6 +691,7 @@ int main(void) {
     T_RUN(test_gelu_bf16_save);
     T_RUN(test_swiglu_steps);
     T_RUN(test_swiglu_bf16_inputs);
+    T_RUN(test_gelu_bf16_input);
     fp8t_backend_destroy(be);
     T_MAIN_END();
 }

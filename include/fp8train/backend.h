@@ -211,10 +211,11 @@ typedef enum {
 typedef struct {
     fp8t_operand out;
     fp8t_operand_step step;
-    const float *x, *x2; /* the step's inputs (above) */
-    const uint16_t *x_16; /* SWIGLU (or NULL): the gate as BF16 values [rows, cols] packed, read
-                             instead of x (x NULL; up then from x2_16): a BF16 GEMM output */
-    const float *bias;   /* [cols] or NULL: BIAS, GELU, DGELU (on GELU's input), ADD_* (on x2) */
+    const float *x, *x2;  /* the step's inputs (above) */
+    const uint16_t *x_16; /* SWIGLU, GELU (or NULL): x (SwiGLU's gate) as BF16 values [rows,
+                             cols] packed, read instead of x (x NULL; SwiGLU's up then from
+                             x2_16): a BF16 GEMM output */
+    const float *bias;    /* [cols] or NULL: BIAS, GELU, DGELU (on GELU's input), ADD_* (on x2) */
     const float *norm_w, *norm_b; /* norms: weight [cols], LayerNorm bias [cols] (may be NULL) */
     float eps;                    /* norms */
     float *sum;         /* ADD_*: the residual sum s written here (may be NULL: not kept) */

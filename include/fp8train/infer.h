@@ -76,14 +76,13 @@ typedef struct {
     int rows;           /* activation rows: tokens per prefill pass (0: the default above; at
                              least B and Tmax) */
     int mlp_rows;       /* rows of one MLP pass within a layer (0: the default; at least B,
-                             at most rows): the MLP's hidden rows [mlp_rows, H] (FP32; BF16 for
-                             Llama's gate and up in bf16 and fp8, which its GEMMs write as
-                             BF16 values) are a layer's largest buffers, so a long prefill pass
-                             runs its MLP in
-                             row chunks; every op of the MLP is per row, so the chunks change
-                             no value but FP8 current scaling's amax, taken per chunk (and so
-                             a calibration whose batches span several chunks, as its forward
-                             runs current scaling) */
+                             at most rows): the MLP's hidden rows [mlp_rows, H] (BF16 values
+                             in bf16 and fp8, which fc1 / gate and up write so; FP32 in fp32)
+                             are a layer's largest buffers, so a long prefill pass runs its MLP
+                             in row chunks; every op of the MLP is per row, so the chunks
+                             change no value but FP8 current scaling's amax, taken per chunk
+                             (and so a calibration whose batches span several chunks, as its
+                             forward runs current scaling) */
     int no_graphs;      /* never record decode steps (every op runs as it is called) */
     int fp8_head;       /* fp8: the token embedding and the LM head in E4M3 too (one
                              per-tensor scale, the head's input quantized as the linears'

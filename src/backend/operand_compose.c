@@ -45,6 +45,10 @@ const float *fp8t_operand_step_values(const fp8t_backend_ops *o, fp8t_backend *b
                                       float *sum_scratch) {
     const int rows = r->out.rows, cols = r->out.cols;
     const size_t n = (size_t)rows * (size_t)cols;
+    FP8T_CHECK(!r->x_16,
+               "make_operand: SwiGLU or GELU of BF16 inputs has no composition (their kernels "
+               "make a per-tensor FP8 or BF16 operand, or the amax alone, without saves: ask "
+               "make_operand_fuses first)");
     switch (r->step) {
     case FP8T_STEP_NONE: return r->x;
     case FP8T_STEP_BIAS: bias_values(o, be, r, values); break;
@@ -68,10 +72,6 @@ const float *fp8t_operand_step_values(const fp8t_backend_ops *o, fp8t_backend *b
         }
         break;
     case FP8T_STEP_SWIGLU:
-        FP8T_CHECK(!r->x_16,
-                   "make_operand: SwiGLU of BF16 gate and up has no composition (its one kernel "
-                   "makes a per-tensor FP8 or BF16 operand without amax or saves: ask "
-                   "make_operand_fuses first)");
         o->swiglu_forward(be, values, r->x, r->x2, r->save16, r->save16_2, n);
         break;
     case FP8T_STEP_DSWIGLU_GATE:

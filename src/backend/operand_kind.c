@@ -96,6 +96,10 @@ int fp8t_operand_run(fp8t_backend *b, const fp8t_operand_req *r, const fp8t_oper
         k->swiglu_operand(b, o->data, r->x, r->x2, r->x_16, r->x2_16, rows, cols,
                           bf16 || !o->data ? NULL : o->scale, fmt, o->amax);
         return 1;
+    case FP8T_OPK_GELU16_OPERAND:
+        k->gelu16_operand(b, o->data, r->x_16, r->bias, rows, cols,
+                          bf16 || !o->data ? NULL : o->scale, fmt, o->amax);
+        return 1;
     case FP8T_OPK_QUANTIZE_SWIGLU:
     case FP8T_OPK_BF16_SWIGLU: k->swiglu_step(b, r); return 1;
     case FP8T_OPK_SCALED: k->scaled(b, r); return 1;
@@ -119,6 +123,7 @@ const char *fp8t_operand_kernel_name(fp8t_operand_kernel k) {
         [FP8T_OPK_BF16_ADD_RMSNORM] = "bf16_add_rmsnorm",
         [FP8T_OPK_NORM_OPERAND] = "norm",
         [FP8T_OPK_SWIGLU_OPERAND] = "swiglu",
+        [FP8T_OPK_GELU16_OPERAND] = "gelu16",
         [FP8T_OPK_QUANTIZE_SWIGLU] = "quantize_swiglu",
         [FP8T_OPK_BF16_SWIGLU] = "bf16_swiglu",
         [FP8T_OPK_SCALED] = "scaled",

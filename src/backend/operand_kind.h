@@ -65,6 +65,8 @@ typedef enum {
                                   BF16, no amax, no statistics kept (the inference model's) */
     FP8T_OPK_SWIGLU_OPERAND,     /* SwiGLU into per-tensor FP8 or BF16 (FP32 gate and up: no
                                   amax; BF16 ones: amax optional, or the amax alone) */
+    FP8T_OPK_GELU16_OPERAND,     /* GELU of BF16 x (+ bias) into per-tensor FP8 or BF16, amax
+                                  optional, or the amax alone */
     FP8T_OPK_QUANTIZE_SWIGLU,    /* per-tensor FP8 of SwiGLU (with the saves) or one of its
                                   gradients (from FP32 or the saves): codes, codes_t optional,
                                   amax */
@@ -98,21 +100,27 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
     const int dswiglu = st == FP8T_STEP_DSWIGLU_GATE || st == FP8T_STEP_DSWIGLU_UP;
     /* the BF16 copies of the activations' inputs: written by a GELU / SwiGLU pass, read by a
      * dGELU / dSwiGLU pass (alone) */
-    /* SwiGLU of BF16 gate and up (an inference model's GEMM outputs): the inference model's
-     * kernel alone */
+    /* SwiGLU of BF16 gate and up, GELU of BF16 x (an inference model's GEMM outputs): the
+     * inference model's kernels alone */
     const int swiglu16 = st == FP8T_STEP_SWIGLU && r->x_16;
-    if (r->x_16 && (!swiglu16 || !r->x2_16 || r->x || r->x2 || r->save16 || r->save16_2))
+    const int gelu16 = st == FP8T_STEP_GELU && r->x_16;
+    if (r->x_16 && ((!swiglu16 && !gelu16) || (r->x2_16 != NULL) == gelu16 || r->x || r->x2 ||
+                    r->save16 || r->save16_2 || r->values))
         return FP8T_OPK_COMPOSE;
     if ((r->save16 && st != FP8T_STEP_GELU && st != FP8T_STEP_SWIGLU) ||
         (r->save16_2 && st != FP8T_STEP_SWIGLU) ||
         (r->x2_16 && ((st != FP8T_STEP_DGELU && !dswiglu && !swiglu16) || r->x2 || r->bias)) ||
         ((r->x3 || r->x3_16) && st != FP8T_STEP_DSWIGLU_GATE) || (r->x3 && r->x3_16))
         return FP8T_OPK_COMPOSE;
-    if (swiglu16) { /* one layout, per tensor; no data: the amax alone (current scaling's) */
-        if (o->data_t || r->colsum || r->bias || (!bf16 && o->scaling != FP8T_SCALING_TENSOR))
+    if (swiglu16 || gelu16) { /* one layout, per tensor; no data: the amax alone (current
+                                 scaling's first pass) */
+        const fp8t_operand_kernel k =
+            swiglu16 ? FP8T_OPK_SWIGLU_OPERAND : FP8T_OPK_GELU16_OPERAND;
+        if (o->data_t || r->colsum || (swiglu16 && r->bias) ||
+            (!bf16 && o->scaling != FP8T_SCALING_TENSOR))
             return FP8T_OPK_COMPOSE;
-        if (!o->data) return !bf16 && o->amax ? FP8T_OPK_SWIGLU_OPERAND : FP8T_OPK_COMPOSE;
-        return bf16 || o->scale ? FP8T_OPK_SWIGLU_OPERAND : FP8T_OPK_COMPOSE;
+        if (!o->data) return !bf16 && o->amax ? k : FP8T_OPK_COMPOSE;
+        return bf16 || o->scale ? k : FP8T_OPK_COMPOSE;
     }
     if (!bf16 && o->scaling != FP8T_SCALING_TENSOR) {
         if (st == FP8T_STEP_NONE && !r->bias) return FP8T_OPK_SCALED;
@@ -215,6 +223,10 @@ typedef struct {
     void (*swiglu_operand)(fp8t_backend *b, void *out, const float *gate, const float *up,
                            const uint16_t *gate16, const uint16_t *up16, int rows, int cols,
                            const float *scale, fp8_format fmt, float *amax_out);
+    /* x16: the request's x_16, bias its bias (may be NULL); out NULL: the amax alone */
+    void (*gelu16_operand)(fp8t_backend *b, void *out, const uint16_t *x16, const float *bias,
+                           int rows, int cols, const float *scale, fp8_format fmt,
+                           float *amax_out);
     /* QUANTIZE_SWIGLU and BF16_SWIGLU: the request itself (its step, out, x, x2 / x2_16,
      * x3 / x3_16, save16 / save16_2 say everything; backend.h) */
     void (*swiglu_step)(fp8t_backend *b, const fp8t_operand_req *r);

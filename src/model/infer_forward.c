@@ -29,17 +29,18 @@
 typedef enum { IN_X = 0, IN_NORM, IN_GELU, IN_SWIGLU } inf_src;
 typedef struct {
     inf_src kind;
-    const float *x;     /* IN_X: the input; IN_NORM: the residual stream a; IN_GELU: GELU's
+    const float *x;       /* IN_X: the input; IN_NORM: the residual stream a; IN_GELU: GELU's
                             input (overwritten by GELU where FP32 values are made); IN_SWIGLU:
                             the gate (likewise) */
-    const float *y;     /* IN_NORM: the residual branch added to a first, or NULL */
-    const float *ybias; /* ... its bias (may be NULL) */
-    float *sum;         /* IN_NORM with y: where a + (y + ybias) goes (the residual stream) */
-    const float *w, *b; /* IN_NORM: the norm's weight and bias (NULL for RMSNorm) */
-    float *dst;         /* IN_NORM: where FP32 norm values go when they are made */
-    const float *bias;  /* IN_GELU: the bias of GELU's input (the linear left it out) */
-    const float *up;    /* IN_SWIGLU */
-    const uint16_t *x16, *up16; /* IN_SWIGLU from BF16 gate and up (x, up NULL then) */
+    const float *y;       /* IN_NORM: the residual branch added to a first, or NULL */
+    const float *ybias;   /* ... its bias (may be NULL) */
+    float *sum;           /* IN_NORM with y: where a + (y + ybias) goes (the residual stream) */
+    const float *w, *b;   /* IN_NORM: the norm's weight and bias (NULL for RMSNorm) */
+    float *dst;           /* IN_NORM: where FP32 norm values go when they are made */
+    const float *bias;    /* IN_GELU: the bias of GELU's input (the linear left it out) */
+    const float *up;      /* IN_SWIGLU */
+    const uint16_t *x16;  /* IN_GELU, IN_SWIGLU: the input (the gate) as BF16 values, or NULL */
+    const uint16_t *up16; /* IN_SWIGLU with x16: up as BF16 values */
     int rows, cols;
 } inf_input;
 
@@ -65,7 +66,7 @@ static fp8t_operand_req input_req(const fp8t_infer *m, const inf_input *in) {
         r.x2 = in->y, r.bias = in->y ? in->ybias : NULL, r.sum = in->y ? in->sum : NULL;
         r.norm_w = in->w, r.norm_b = in->b, r.eps = m->cfg.norm_eps;
         break;
-    case IN_GELU: r.step = FP8T_STEP_GELU, r.bias = in->bias; break;
+    case IN_GELU: r.step = FP8T_STEP_GELU, r.bias = in->bias, r.x_16 = in->x16; break;
     case IN_SWIGLU:
         r.step = FP8T_STEP_SWIGLU, r.x2 = in->up;
         r.x_16 = in->x16, r.x2_16 = in->up16;
@@ -109,7 +110,7 @@ static void make_input_operand(fp8t_infer *m, const inf_input *in, const inf_lin
         return;
     }
     float *sc = L->sc;
-    if (in->x16) { /* FP8 current scaling of SwiGLU's BF16 inputs: the amax pass, the codes */
+    if (in->x16) { /* FP8 current scaling of BF16 inputs: the amax pass, then the codes */
         fp8t_operand_req a = r;
         a.out.data = NULL;
         a.out.format = FP8T_OPERAND_E4M3;
@@ -147,8 +148,8 @@ static fp8t_bf16_operand w_bf16(const inf_linear *L) {
     return w;
 }
 static fp8t_fp8_operand x_fp8(const inf_linear *L, const inf_operand *op, int N) {
-    const fp8t_fp8_operand a = {(const uint8_t *)op->data, NULL, op->scale_inv, FP8_E4M3,
-                                N, L->in, FP8T_SCALING_TENSOR};
+    const fp8t_fp8_operand a = {
+        (const uint8_t *)op->data, NULL, op->scale_inv, FP8_E4M3, N, L->in, FP8T_SCALING_TENSOR};
     return a;
 }
 static fp8t_fp8_operand w_fp8(const inf_linear *L) {
@@ -254,13 +255,19 @@ static void mlp_rows(fp8t_infer *m, const inf_layer *y, const inf_pending *attn,
     float *out = m->out + (size_t)r0 * m->C;
     if (m->cfg.arch == FP8T_ARCH_GPT2) {
         make_input_operand(m, &in, &y->fc1, &op);
-        linear_gemm(m, &y->fc1, &op, m->h1, n, gemm_bias(&y->fc1));
         memset(&in, 0, sizeof(in));
         in.kind = IN_GELU;
-        in.x = m->h1;
-        in.bias = late_bias(&y->fc1); /* added in GELU's pass */
         in.rows = n;
         in.cols = m->H;
+        if (m->mlp16) { /* the bias added in GELU's pass, to the rounded values */
+            linear_gemm16(m, &y->fc1, &op, (uint16_t *)m->h1, n);
+            in.x16 = (const uint16_t *)m->h1;
+            in.bias = y->fc1.bias;
+        } else {
+            linear_gemm(m, &y->fc1, &op, m->h1, n, gemm_bias(&y->fc1));
+            in.x = m->h1;
+            in.bias = late_bias(&y->fc1); /* added in GELU's pass */
+        }
         make_input_operand(m, &in, &y->fc2, &op);
         linear_gemm(m, &y->fc2, &op, out, n, NULL);
     } else {

@@ -49,8 +49,8 @@ struct fp8t_infer {
     char act_desc[128]; /* fp8t_infer_act_desc */
     int B, Tmax, R;     /* R: activation rows (tokens per prefill pass) */
     int RM;             /* rows of one MLP pass (<= R): h1, h2 and opbuf's MLP rows */
-    int mlp16;          /* Llama in bf16 / fp8: gate and up write BF16 values (h1, h2 as
-                           uint16_t [RM, H]), which SwiGLU's operand pass reads */
+    int mlp16;          /* bf16 / fp8: fc1 / gate and up write BF16 values (h1, h2 as
+                           uint16_t [RM, H]), which GELU's / SwiGLU's operand pass reads */
     int C, H, V, NH, NKV, HS, QKV;
 
     float *small;           /* device FP32: wpe, norms, biases, and wte in fp32 (one
@@ -76,7 +76,7 @@ struct fp8t_infer {
     float *out;        /* [R, C] proj / fc2 / down output (added by the next norm) */
     float *qkv;        /* [R, QKV] */
     float *h1, *h2;    /* [RM, H]: fc1 (GELU in place); gate (SwiGLU in place), up; with
-                          mlp16 gate and up as BF16 [RM, H] in the same memory (half of it) */
+                          mlp16 as BF16 [RM, H] in the same memory (half of it) */
     float *lse;        /* [R / T sequences, NH, T] of a full-window pass: R * NH */
     float *last;       /* [B, C] the rows whose next token is asked for */
     float *lnl;        /* [B, C] their final norm (FP32 head) */

@@ -469,6 +469,27 @@ static void operand_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
     }
 }
 
+/* The rows of an activation operand from BF16 inputs (name: swiglu16, gelu16) of [R, C]: h,
+ * amax the CPU's, the GPU's and the GPU's unfused ops' operands and amaxes (amax[3]: the GPU's
+ * amax-only pass); h freed */
+static void act16_report(const char *name, int R, int C, int fp8, void *h[3],
+                         const float amax[4]) {
+    const size_t n = (size_t)R * C, ob = operand_bytes(fp8, R, C);
+    char shape[64], what[64];
+    snprintf(shape, sizeof(shape), "%dx%d %s", R, C, fp8 ? "fp8" : "bf16");
+    const int same = !memcmp(h[1], h[2], ob) && amax[1] == amax[2] && amax[3] == amax[2];
+    snprintf(what, sizeof(what), "%s operand, amax = unfused (bits)", name);
+    irow(what, shape, same ? 0.0 : 1.0, 0, same, "");
+    float *f[2] = {malloc(n * 4), malloc(n * 4)};
+    operand_floats(f[0], h[0], fp8, R, C), operand_floats(f[1], h[1], fp8, R, C);
+    const double e = rel_l2(f[1], f[0], n), t = fp8 ? 2e-2 : 4e-3;
+    const double ea = fabs((double)amax[1] - amax[0]) / amax[0];
+    snprintf(what, sizeof(what), "%s operand, amax vs cpu", name);
+    irow(what, shape, e > ea ? e : ea, t, e <= t && ea <= 1e-6, "");
+    free(f[0]), free(f[1]);
+    for (int k = 0; k < 3; k++) free(h[k]);
+}
+
 /* SwiGLU of BF16 gate and up (the inference model's Llama MLP): on the GPU bit for bit the
  * same kernel on the widened FP32 values (codes or BF16 operand; the amax as the amax op's of
  * swiglu_forward's values, the amax-only pass the same amax), and the CPU's within rounding
@@ -494,7 +515,8 @@ static void swiglu16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                 fp8t_backend *b = be[k ? 1 : 0];
                 const fp8t_backend_ops *o = b->ops;
                 uint16_t *dg16 = o->malloc(b, n * 2), *du16 = o->malloc(b, n * 2);
-                float *dg = o->malloc(b, n * 4), *du = o->malloc(b, n * 4), *tmp = o->malloc(b, n * 4);
+                float *dg = o->malloc(b, n * 4), *du = o->malloc(b, n * 4),
+                      *tmp = o->malloc(b, n * 4);
                 float *dsc = o->malloc(b, 4), *dam = o->malloc(b, 8);
                 void *dout = o->malloc(b, ob);
                 o->to_device(b, dg16, g16, n * 2), o->to_device(b, du16, u16, n * 2);
@@ -505,7 +527,8 @@ static void swiglu16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                     fp8t_operand_req r = t_swiglu16_req(dout, dg16, du16, R, C, sc, dam);
                     t_run(b, &r);
                     if (k == 1) {
-                        fp8t_operand_req a = t_swiglu16_req(NULL, dg16, du16, R, C, NULL, dam + 1);
+                        fp8t_operand_req a =
+                            t_swiglu16_req(NULL, dg16, du16, R, C, NULL, dam + 1);
                         t_run(b, &a);
                     }
                 } else { /* swiglu_forward of the widened values, its amax, the plain operand */
@@ -522,20 +545,68 @@ static void swiglu16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                 o->free(b, dg16), o->free(b, du16), o->free(b, dg), o->free(b, du);
                 o->free(b, tmp), o->free(b, dsc), o->free(b, dam), o->free(b, dout);
             }
-            char shape[64];
-            snprintf(shape, sizeof(shape), "%dx%d %s", R, C, fp8 ? "fp8" : "bf16");
-            const int same = !memcmp(h[1], h[2], ob) && amax[1] == amax[2] && amax[3] == amax[2];
-            irow("swiglu16 operand, amax = unfused (bits)", shape, same ? 0.0 : 1.0, 0, same, "");
-            float *f[2] = {malloc(n * 4), malloc(n * 4)};
-            operand_floats(f[0], h[0], fp8, R, C), operand_floats(f[1], h[1], fp8, R, C);
-            const double e = rel_l2(f[1], f[0], n), t = fp8 ? 2e-2 : 4e-3;
-            const double ea = fabs((double)amax[1] - amax[0]) / amax[0];
-            irow("swiglu16 operand, amax vs cpu", shape, e > ea ? e : ea, t, e <= t && ea <= 1e-6,
-                 "");
-            free(f[0]), free(f[1]);
-            for (int k = 0; k < 3; k++) free(h[k]);
+            act16_report("swiglu16", R, C, fp8, h, amax);
         }
         free(g), free(u), free(g16), free(u16);
+    }
+}
+
+/* GELU of BF16 x plus a bias (the inference model's GPT-2 MLP): on the GPU bit for bit the
+ * unfused ops (bf16_unpack, bias_add, gelu_forward, amax, the plain operand), the amax-only pass
+ * the same amax; and the CPU's within rounding flips */
+static void gelu16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
+    static const int sh[][2] = {{64, 6400}, {2048, 6400}, {7, 30}};
+    fp8t_backend *be[2] = {cpu, gpu};
+    for (size_t ci = 0; ci < sizeof(sh) / sizeof(sh[0]); ci++) {
+        const int R = sh[ci][0], C = sh[ci][1];
+        const size_t n = (size_t)R * C;
+        uint16_t *x16 = malloc(n * 2);
+        float *bias = malloc((size_t)C * 4);
+        for (size_t i = 0; i < n; i++) x16[i] = bf16_encode(2.0f * gauss());
+        for (int c = 0; c < C; c++) bias[c] = 0.5f * gauss();
+        const float scale = 448.0f / 8.0f;
+        for (int fp8 = 0; fp8 < 2; fp8++) {
+            const size_t ob = operand_bytes(fp8, R, C);
+            void *h[3] = {malloc(ob), malloc(ob), malloc(ob)};
+            float amax[4] = {0, 0, 0, 0}; /* cpu, gpu, gpu unfused, gpu amax alone */
+            for (int k = 0; k < 3; k++) {
+                fp8t_backend *b = be[k ? 1 : 0];
+                const fp8t_backend_ops *o = b->ops;
+                uint16_t *dx16 = o->malloc(b, n * 2);
+                float *db = o->malloc(b, (size_t)C * 4), *tmp = o->malloc(b, n * 4);
+                float *dsc = o->malloc(b, 4), *dam = o->malloc(b, 8);
+                void *dout = o->malloc(b, ob);
+                o->to_device(b, dx16, x16, n * 2), o->to_device(b, db, bias, (size_t)C * 4);
+                o->to_device(b, dsc, &scale, 4);
+                const float *sc = fp8 ? dsc : NULL;
+                if (k < 2) {
+                    fp8t_operand_req r = t_infer_req(dout, NULL, R, C, sc);
+                    r.step = FP8T_STEP_GELU, r.x_16 = dx16, r.bias = db, r.out.amax = dam;
+                    t_run(b, &r);
+                    if (k == 1) {
+                        r.out.data = NULL, r.out.format = FP8T_OPERAND_E4M3, r.out.scale = NULL;
+                        r.out.amax = dam + 1;
+                        t_run(b, &r);
+                    }
+                } else {
+                    o->bf16_unpack(b, tmp, dx16, n);
+                    o->bias_add(b, tmp, db, R, C);
+                    o->gelu_forward(b, tmp, tmp, n);
+                    o->amax(b, dam, tmp, n);
+                    fp8t_operand_req r = t_infer_req(dout, tmp, R, C, sc);
+                    t_run(b, &r);
+                }
+                o->to_host(b, h[k], dout, ob);
+                float am[2];
+                o->to_host(b, am, dam, 8);
+                amax[k] = am[0];
+                if (k == 1) amax[3] = am[1];
+                o->free(b, dx16), o->free(b, db), o->free(b, tmp), o->free(b, dsc);
+                o->free(b, dam), o->free(b, dout);
+            }
+            act16_report("gelu16", R, C, fp8, h, amax);
+        }
+        free(x16), free(bias);
     }
 }
 
@@ -575,8 +646,10 @@ static void gemm16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                 t_run(b, &r);
                 r = t_bf16_req(b16, NULL, dB, N, K);
                 t_run(b, &r);
-                const fp8t_fp8_operand qa = {a8, NULL, dsc + 1, FP8_E4M3, M, K, FP8T_SCALING_TENSOR};
-                const fp8t_fp8_operand qb = {b8, NULL, dsc + 3, FP8_E4M3, N, K, FP8T_SCALING_TENSOR};
+                const fp8t_fp8_operand qa = {
+                    a8, NULL, dsc + 1, FP8_E4M3, M, K, FP8T_SCALING_TENSOR};
+                const fp8t_fp8_operand qb = {
+                    b8, NULL, dsc + 3, FP8_E4M3, N, K, FP8T_SCALING_TENSOR};
                 const fp8t_bf16_operand ha = {a16, M, K}, hb = {b16, N, K};
                 if (k < 2) {
                     if (fp8)
@@ -741,6 +814,7 @@ void gpu_test_infer(int *n_pass, int *n_fail) {
     embedding_bf16_rows(cpu, gpu);
     operand_rows(cpu, gpu);
     swiglu16_rows(cpu, gpu);
+    gelu16_rows(cpu, gpu);
     gemm16_rows(cpu, gpu);
     fp8t_backend_destroy(gpu);
     fp8t_model_config c;

@@ -227,6 +227,8 @@ void cpu_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *a
 void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up,
                         const uint16_t *gate16, const uint16_t *up16, int rows, int cols,
                         const float *scale, fp8_format fmt, float *amax_out);
+void cpu_gelu16_operand(fp8t_backend *b, void *out, const uint16_t *x16, const float *bias,
+                        int rows, int cols, const float *scale, fp8_format fmt, float *amax_out);
 /* cpu_operand.c: make_operand over the kernels above (fp8t_operand_kernel_of) */
 void cpu_make_operand(fp8t_backend *b, const fp8t_operand_req *r);
 int cpu_make_operand_fuses(fp8t_backend *b, const fp8t_operand_req *r);

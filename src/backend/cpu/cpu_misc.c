@@ -244,6 +244,18 @@ void cpu_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const fl
     if (up16) bf16_encode_n(up16, up, n);
 }
 
+/* the inference activation operands' last steps: the amax op of the values y [rows, cols] where
+ * asked, then quantize (scale) or to_bf16 into out (NULL: neither) */
+static void act_operand_of(fp8t_backend *b, void *out, const float *y, int rows, int cols,
+                           const float *scale, fp8_format fmt, float *amax_out) {
+    if (amax_out) cpu_amax(b, amax_out, y, (size_t)rows * cols);
+    if (!out) return;
+    if (scale)
+        cpu_quantize(b, (uint8_t *)out, NULL, NULL, y, rows, cols, fmt, scale);
+    else
+        cpu_to_bf16(b, (uint16_t *)out, NULL, y, rows, cols);
+}
+
 /* The reference: gate and up widened from BF16 where given so, swiglu_forward in scratch, the
  * amax op where asked, then quantize or to_bf16 (out NULL: neither) */
 void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up,
@@ -255,12 +267,20 @@ void cpu_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const flo
     up = cpu_bf16_widen(b, CPU_SCRATCH_WIDE_B, up, up16, n);
     float *y = cpu_scratch(b, CPU_SCRATCH_ACT, n * sizeof(float)); /* [rows, cols] */
     cpu_swiglu_forward(b, y, gate, up, NULL, NULL, n);
-    if (amax_out) cpu_amax(b, amax_out, y, n);
-    if (!out) return;
-    if (scale)
-        cpu_quantize(b, (uint8_t *)out, NULL, NULL, y, rows, cols, fmt, scale);
-    else
-        cpu_to_bf16(b, (uint16_t *)out, NULL, y, rows, cols);
+    act_operand_of(b, out, y, rows, cols, scale, fmt, amax_out);
+}
+
+/* The reference: x widened from BF16, bias_add, gelu_forward in scratch, the amax op where
+ * asked, then quantize or to_bf16 (out NULL: neither) */
+void cpu_gelu16_operand(fp8t_backend *b, void *out, const uint16_t *x16, const float *bias,
+                        int rows, int cols, const float *scale, fp8_format fmt, float *amax_out) {
+    if (rows <= 0 || cols <= 0) return;
+    const size_t n = (size_t)rows * cols;
+    float *y = cpu_scratch(b, CPU_SCRATCH_WIDE_A, n * sizeof(float)); /* [rows, cols] */
+    bf16_decode_n(y, x16, n);
+    if (bias) cpu_bias_add(b, y, bias, rows, cols);
+    cpu_gelu_forward(b, y, y, n);
+    act_operand_of(b, out, y, rows, cols, scale, fmt, amax_out);
 }
 
 /* one element's gradients: dgate = d * up * silu'(g), dup = d * silu(g) */

@@ -67,6 +67,7 @@ static const fp8t_operand_kernels cpu_kernels = {
     .bf16_add_rmsnorm = cpu_add_rmsnorm_forward_bf16,
     .norm_operand = cpu_add_norm_operand,
     .swiglu_operand = cpu_swiglu_operand,
+    .gelu16_operand = cpu_gelu16_operand,
     .swiglu_step = cpu_step_composed,
     .scaled = cpu_step_composed,
 };

@@ -678,6 +678,8 @@ void cuda_add_norm_operand(fp8t_backend *b, void *out, float *sum, const float *
 void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up,
                          const uint16_t *gate16, const uint16_t *up16, int rows, int cols,
                          const float *scale, fp8_format fmt, float *amax_out);
+void cuda_gelu16_operand(fp8t_backend *b, void *out, const uint16_t *x16, const float *bias,
+                         int rows, int cols, const float *scale, fp8_format fmt, float *amax_out);
 /* cuda_stats.cu */
 void cuda_tensor_stats(fp8t_backend *b, fp8t_stats_raw *out, const float *x, int rows, int cols,
                        const fp8t_stats_req *req);

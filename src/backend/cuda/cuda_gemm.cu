@@ -626,8 +626,8 @@ void cuda_gemm_tn_bf16_out(fp8t_backend *b, uint16_t *C16, const fp8t_fp8_operan
         const float *sa = A8->scale_inv, *sb = B8->scale_inv;
         aligned_scales(s, &sa, &sb);
         done = rowmajor_matmul(s, C16, fp8_cuda_type(A8->fmt), A8->data, fp8_cuda_type(B8->fmt),
-                               B8->data, M, N, K, 0, 1, 0, sa, sb, fast_accum,
-                               CUBLAS_COMPUTE_32F, 0, 0, 0, NULL, CUDA_R_16BF) == 0;
+                               B8->data, M, N, K, 0, 1, 0, sa, sb, fast_accum, CUBLAS_COMPUTE_32F,
+                               0, 0, 0, NULL, CUDA_R_16BF) == 0;
         if (done) s->n_fp8_lt++;
     } else if (A16 && lt_ok) {
         check_bf16_operand("A", A16, M, K);

@@ -461,14 +461,15 @@ void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const f
     CUDA_LAUNCH_CHECK(s);
 }
 
-/* swiglu_operand: each element's swiglu_value, then its FP8 code (scale non-NULL: codes
- * [rows, cols]) or BF16 (the operand [pad8(rows), pad8(cols)], padding zero), or nothing (out
- * NULL); the values' amax into amax_out (may be NULL). Gate and up are FP32 or (IN = uint16_t)
- * BF16 values. Groups of 4 consecutive columns per thread when cols % 4
- * == 0 and the inputs are aligned to a group (groups never straddle rows then, and a group's 4
- * codes / 4 BF16 values go out in one 4- / 8-byte store), single elements otherwise; the
- * values are the same either way. IDX: 32-bit index arithmetic when the unit count fits (a
- * 64-bit division per unit cost more than the loads). */
+/* The inference model's activation operands (swiglu_operand, gelu16_operand): each element's
+ * value (GELU = false: swiglu_value(x, up) with x the gate; true: gelu_dev(x (+ bias[col]))),
+ * then its FP8 code (scale non-NULL: codes [rows, cols]) or BF16 (the operand [pad8(rows),
+ * pad8(cols)], padding zero), or nothing (out NULL); the values' amax into amax_out (may be
+ * NULL). The inputs are FP32 or (IN = uint16_t) BF16 values. Groups of 4 consecutive columns per
+ * thread when cols % 4 == 0 and the inputs are aligned to a group (groups never straddle rows
+ * then, and a group's 4 codes / 4 BF16 values go out in one 4- / 8-byte store), single elements
+ * otherwise; the values are the same either way. IDX: 32-bit index arithmetic when the unit
+ * count fits (a 64-bit division per unit cost more than the loads). */
 __device__ __forceinline__ float4 load4_in(const float *p, size_t q) { return as4(p)[q]; }
 __device__ __forceinline__ float4 load4_in(const uint16_t *p, size_t q) {
     const uint2 v = reinterpret_cast<const uint2 *>(p)[q];
@@ -479,12 +480,17 @@ __device__ __forceinline__ float load1_in(const float *p, size_t i) { return p[i
 __device__ __forceinline__ float load1_in(const uint16_t *p, size_t i) {
     return __uint_as_float((unsigned)p[i] << 16);
 }
+template <bool GELU>
+__device__ __forceinline__ float act_value(float x, float u, const float *bias, int c) {
+    if (GELU) return gelu_dev(bias ? x + bias[c] : x);
+    return swiglu_value(x, u);
+}
 
-template <typename IDX, typename IN>
-__global__ void swiglu_operand_kernel(void *out, const IN *__restrict__ gate,
-                                      const IN *__restrict__ up, int rows, int cols, int ld,
-                                      int rows_out, const float *__restrict__ scale_p,
-                                      fp8_format fmt, int vec, float *amax_out) {
+template <typename IDX, typename IN, bool GELU>
+__global__ void act_operand_kernel(void *out, const IN *__restrict__ x, const IN *__restrict__ up,
+                                   const float *__restrict__ bias, int rows, int cols, int ld,
+                                   int rows_out, const float *__restrict__ scale_p,
+                                   fp8_format fmt, int vec, float *amax_out) {
     const float scale = scale_p ? *scale_p : 1.0f;
     float amax = 0.0f;
     const int per = vec ? 4 : 1;
@@ -499,13 +505,16 @@ __global__ void swiglu_operand_kernel(void *out, const IN *__restrict__ gate,
             if (vec) {
                 if (c0 < cols) {
                     const size_t q = ((size_t)r * cols + c0) / 4;
-                    const float4 g = load4_in(gate, q), x = load4_in(up, q);
-                    v[0] = swiglu_value(g.x, x.x), v[1] = swiglu_value(g.y, x.y);
-                    v[2] = swiglu_value(g.z, x.z), v[3] = swiglu_value(g.w, x.w);
+                    const float4 a = load4_in(x, q);
+                    const float4 b = GELU ? a : load4_in(up, q);
+                    v[0] = act_value<GELU>(a.x, b.x, bias, c0);
+                    v[1] = act_value<GELU>(a.y, b.y, bias, c0 + 1);
+                    v[2] = act_value<GELU>(a.z, b.z, bias, c0 + 2);
+                    v[3] = act_value<GELU>(a.w, b.w, bias, c0 + 3);
                 }
             } else if (c0 < cols) {
                 const size_t i = (size_t)r * cols + c0;
-                v[0] = swiglu_value(load1_in(gate, i), load1_in(up, i));
+                v[0] = act_value<GELU>(load1_in(x, i), GELU ? 0.0f : load1_in(up, i), bias, c0);
             }
             if (amax_out) /* padding values are zeros: they leave the amax as it is */
                 for (int j = 0; j < 4; j++) amax = amax_merge_dev(amax, v[j]);
@@ -529,31 +538,43 @@ __global__ void swiglu_operand_kernel(void *out, const IN *__restrict__ gate,
     }
 }
 
+/* act_operand_kernel over rows x cols: FP8 codes are [rows, cols]; the BF16 operand pads both
+ * dimensions to 8; the amax alone walks the values. in_ok: the inputs are aligned to a group. */
+template <typename IN, bool GELU>
+static void act_operand(cuda_state *s, void *out, const IN *x, const IN *up, const float *bias,
+                        int rows, int cols, const float *scale, fp8_format fmt, float *amax_out,
+                        int in_ok) {
+    const int ld = scale || !out ? cols : fp8t_bf16_pad(cols);
+    const int rows_out = scale || !out ? rows : fp8t_bf16_pad(rows);
+    const int vec = cols % 4 == 0 && in_ok && (scale ? aligned4(out) : aligned8(out));
+    const size_t units = (size_t)rows_out * (size_t)(ld / (vec ? 4 : 1));
+    with_index_type(units, [&](auto i) {
+        act_operand_kernel<decltype(i), IN, GELU>
+            <<<ew_blocks(s, units, 2), EW_THREADS, 0, s->stream>>>(
+                out, x, up, bias, rows, cols, ld, rows_out, scale, fmt, vec, amax_out);
+    });
+    CUDA_LAUNCH_CHECK(s);
+}
+
 void cuda_swiglu_operand(fp8t_backend *b, void *out, const float *gate, const float *up,
                          const uint16_t *gate16, const uint16_t *up16, int rows, int cols,
                          const float *scale, fp8_format fmt, float *amax_out) {
     if (rows <= 0 || cols <= 0) return;
     cuda_state *s = cuda_of(b);
-    /* FP8 codes are [rows, cols]; the BF16 operand pads both dimensions to 8; the amax alone
-     * walks the values */
-    const int ld = scale || !out ? cols : fp8t_bf16_pad(cols);
-    const int rows_out = scale || !out ? rows : fp8t_bf16_pad(rows);
-    /* the packed loads and stores want the inputs and the output aligned to a group (4 inputs,
-     * 4 codes or 4 BF16 values) */
-    const int in_ok = gate16 ? aligned8(gate16) && aligned8(up16) : aligned16(gate) && aligned16(up);
-    const int vec = cols % 4 == 0 && in_ok && (scale ? aligned4(out) : aligned8(out));
-    const size_t units = (size_t)rows_out * (size_t)(ld / (vec ? 4 : 1));
-    with_index_type(units, [&](auto i) {
-        if (gate16)
-            swiglu_operand_kernel<decltype(i), uint16_t>
-                <<<ew_blocks(s, units, 2), EW_THREADS, 0, s->stream>>>(
-                    out, gate16, up16, rows, cols, ld, rows_out, scale, fmt, vec, amax_out);
-        else
-            swiglu_operand_kernel<decltype(i), float>
-                <<<ew_blocks(s, units, 2), EW_THREADS, 0, s->stream>>>(
-                    out, gate, up, rows, cols, ld, rows_out, scale, fmt, vec, amax_out);
-    });
-    CUDA_LAUNCH_CHECK(s);
+    if (gate16)
+        act_operand<uint16_t, false>(s, out, gate16, up16, NULL, rows, cols, scale, fmt, amax_out,
+                                     aligned8(gate16) && aligned8(up16));
+    else
+        act_operand<float, false>(s, out, gate, up, NULL, rows, cols, scale, fmt, amax_out,
+                                  aligned16(gate) && aligned16(up));
+}
+
+void cuda_gelu16_operand(fp8t_backend *b, void *out, const uint16_t *x16, const float *bias,
+                         int rows, int cols, const float *scale, fp8_format fmt,
+                         float *amax_out) {
+    if (rows <= 0 || cols <= 0) return;
+    act_operand<uint16_t, true>(cuda_of(b), out, x16, (const uint16_t *)NULL, bias, rows, cols,
+                                scale, fmt, amax_out, aligned8(x16) && aligned16(bias));
 }
 
 void cuda_swiglu_backward(fp8t_backend *b, float *dgate, float *dup, const float *dout,

@@ -45,6 +45,7 @@ static fp8t_operand_kernels cuda_kernels(void) {
     k.bf16_add_rmsnorm = cuda_add_rmsnorm_forward_bf16;
     k.norm_operand = cuda_add_norm_operand;
     k.swiglu_operand = cuda_swiglu_operand;
+    k.gelu16_operand = cuda_gelu16_operand;
     k.swiglu_step = cuda_swiglu_step;
     k.scaled = cuda_scaled_step;
     return k;
