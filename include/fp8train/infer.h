@@ -65,7 +65,7 @@ typedef struct fp8t_infer fp8t_infer;
 
 /* The defaults of fp8t_infer_opts.rows and .mlp_rows (the commands' --rows, --mlp-rows) */
 #define FP8T_INFER_ROWS_DEFAULT 8192
-#define FP8T_INFER_MLP_ROWS_DEFAULT 2048
+#define FP8T_INFER_MLP_ROWS_DEFAULT 4096
 
 /* How to build an inference model; fp8t_infer_opts_default fills the defaults. */
 typedef struct {
