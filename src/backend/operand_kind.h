@@ -98,8 +98,6 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
                       (st != FP8T_STEP_GELU && st != FP8T_STEP_DGELU)))
         return FP8T_OPK_COMPOSE;
     const int dswiglu = st == FP8T_STEP_DSWIGLU_GATE || st == FP8T_STEP_DSWIGLU_UP;
-    /* the BF16 copies of the activations' inputs: written by a GELU / SwiGLU pass, read by a
-     * dGELU / dSwiGLU pass (alone) */
     /* SwiGLU of BF16 gate and up, GELU of BF16 x (an inference model's GEMM outputs): the
      * inference model's kernels alone */
     const int swiglu16 = st == FP8T_STEP_SWIGLU && r->x_16;
@@ -107,6 +105,8 @@ static inline fp8t_operand_kernel fp8t_operand_kernel_of(const fp8t_operand_req 
     if (r->x_16 && ((!swiglu16 && !gelu16) || (r->x2_16 != NULL) == gelu16 || r->x || r->x2 ||
                     r->save16 || r->save16_2 || r->values))
         return FP8T_OPK_COMPOSE;
+    /* the BF16 copies of the activations' inputs: written by a GELU / SwiGLU pass, read by a
+     * dGELU / dSwiGLU pass (alone) */
     if ((r->save16 && st != FP8T_STEP_GELU && st != FP8T_STEP_SWIGLU) ||
         (r->save16_2 && st != FP8T_STEP_SWIGLU) ||
         (r->x2_16 && ((st != FP8T_STEP_DGELU && !dswiglu && !swiglu16) || r->x2 || r->bias)) ||

@@ -15,7 +15,9 @@
  * codes), in the producer's own pass (make_operand with the producer's step) wherever the
  * scale is known beforehand (BF16; FP8 with fixed scales) and the backend fuses the step,
  * else the FP32 values first by the producer's own ops (FP32 linears, FP8 current scaling:
- * the amax pass). */
+ * the amax pass). In bf16 and fp8 the MLP's first linears (fc1; gate and up) write BF16 values
+ * (mlp16), which GELU's / SwiGLU's pass reads; FP8 current scaling then takes their amax in a
+ * pass of its own. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +32,8 @@ typedef enum { IN_X = 0, IN_NORM, IN_GELU, IN_SWIGLU } inf_src;
 typedef struct {
     inf_src kind;
     const float *x;       /* IN_X: the input; IN_NORM: the residual stream a; IN_GELU: GELU's
-                            input (overwritten by GELU where FP32 values are made); IN_SWIGLU:
-                            the gate (likewise) */
+                             input (overwritten by GELU where FP32 values are made); IN_SWIGLU:
+                             the gate (likewise); NULL with x16 */
     const float *y;       /* IN_NORM: the residual branch added to a first, or NULL */
     const float *ybias;   /* ... its bias (may be NULL) */
     float *sum;           /* IN_NORM with y: where a + (y + ybias) goes (the residual stream) */
@@ -92,7 +94,7 @@ static void current_scale(fp8t_infer *m, float *sc) {
 /* The operand of linear L's input in. With a scale known beforehand (BF16; FP8 with fixed
  * scales) make_operand makes it in the producer's own pass where the backend can; else the
  * FP32 values first (FP32 linears; FP8 current scaling, whose scale needs their amax), but for
- * SwiGLU of BF16 values, whose amax has a pass of its own. */
+ * GELU and SwiGLU of BF16 inputs, whose amax has a pass of its own. */
 static void make_input_operand(fp8t_infer *m, const inf_input *in, const inf_linear *L,
                                inf_operand *op) {
     const fp8t_backend_ops *o = m->ops;
