@@ -161,6 +161,14 @@ static inline fp8t_operand_req t_swiglu16_req(void *out, const uint16_t *gate16,
     r.out.amax = amax;
     return r;
 }
+/* ... of GELU of BF16 x16 [rows, cols] packed (+ bias [cols], may be NULL) */
+static inline fp8t_operand_req t_gelu16_req(void *out, const uint16_t *x16, const float *bias,
+                                            int rows, int cols, const float *scale, float *amax) {
+    fp8t_operand_req r = t_swiglu16_req(out, x16, NULL, rows, cols, scale, amax);
+    r.step = FP8T_STEP_GELU;
+    r.bias = bias;
+    return r;
+}
 
 /* ---- block- and row-scaled FP8 ---- */
 /* both orientations q asks for (operand_kind.h's fp8t_scaled_quant) */

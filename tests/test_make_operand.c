@@ -620,10 +620,8 @@ static void test_gelu_bf16_input(void) {
         const int bf16 = kind == 2 || kind == 3, amax = kind == 1 || kind == 3 || kind == 4;
         memset(o1, 0xA5, hb), memset(o2, 0xA5, hb);
         *a1 = *a2 = 0.0f;
-        fp8t_operand_req r = t_infer_req(kind == 4 ? NULL : o1, NULL, R, C, bf16 ? NULL : sc);
-        if (kind == 4) r.out.format = FP8T_OPERAND_E4M3, r.out.scale = NULL;
-        r.step = FP8T_STEP_GELU, r.x_16 = x16, r.bias = with_bias ? bias : NULL;
-        r.out.amax = amax ? a1 : NULL;
+        fp8t_operand_req r = t_gelu16_req(kind == 4 ? NULL : o1, x16, with_bias ? bias : NULL, R,
+                                          C, bf16 ? NULL : sc, amax ? a1 : NULL);
         T_CHECK(OPS->make_operand_fuses(be, &r) &&
                     fp8t_operand_kernel_of(&r) == FP8T_OPK_GELU16_OPERAND,
                 "case %d: the inference GELU kernel", k);
@@ -637,8 +635,8 @@ static void test_gelu_bf16_input(void) {
         T_CHECK(same(o1, o2, hb), "case %d: the operand (untouched past it, or at all)", k);
         T_CHECK(same(a1, a2, 4) && (!amax || *a1 > 0.0f), "case %d: amax %g vs %g", k, *a1, *a2);
     }
-    fp8t_operand_req r = t_infer_req(o1, NULL, R, C, sc);
-    r.step = FP8T_STEP_GELU, r.x_16 = x16, r.x2_16 = x16;
+    fp8t_operand_req r = t_gelu16_req(o1, x16, NULL, R, C, sc, NULL);
+    r.x2_16 = x16;
     T_CHECK(!OPS->make_operand_fuses(be, &r), "GELU with a second BF16 input: none");
     r.x2_16 = NULL, r.save16 = x16;
     T_CHECK(!OPS->make_operand_fuses(be, &r), "GELU of BF16 x with a save: none");

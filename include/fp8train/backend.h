@@ -607,6 +607,19 @@ const float *fp8t_operand_step_values(const fp8t_backend_ops *o, fp8t_backend *b
                                       const fp8t_operand_req *r, float *values,
                                       float *sum_scratch);
 
+/* gemm_tn_bf16_out composed of the op table o: gemm_fp8 (A8, B8) or gemm_bf16_rounded (A16,
+ * B16) into C32 [M, N] (the caller's scratch), then bf16_pack into C16: the CPU backend's op,
+ * and a GPU's where no BF16-output kernel takes the shape. fp8t_gemm_tn_bf16_out_check exits
+ * with a message unless exactly one of the two operand pairs is given (the composition checks
+ * too). */
+void fp8t_gemm_tn_bf16_out_check(const fp8t_fp8_operand *A8, const fp8t_fp8_operand *B8,
+                                 const fp8t_bf16_operand *A16, const fp8t_bf16_operand *B16);
+void fp8t_gemm_tn_bf16_out_composed(const fp8t_backend_ops *o, fp8t_backend *be, float *C32,
+                                    uint16_t *C16, const fp8t_fp8_operand *A8,
+                                    const fp8t_fp8_operand *B8, const fp8t_bf16_operand *A16,
+                                    const fp8t_bf16_operand *B16, int M, int N, int K,
+                                    int fast_accum);
+
 /* Every op of fp8t_backend_ops by name, in the struct's order (src/backend/backend.c checks at
  * compile time that the list and the struct agree field for field): what must cover every op
  * (the profile backend's wrapper, the check that a backend left none unset) is generated from

@@ -1,6 +1,8 @@
 /* make_operand's producer steps composed of a backend's unfused ops (backend.h,
  * fp8t_operand_step_values): the one composition the CPU backend runs for every request and
- * the model for a request a backend does not fuse, so that both are the same by construction. */
+ * the model for a request a backend does not fuse, so that both are the same by construction.
+ * Likewise gemm_tn_bf16_out's (the FP32 GEMM, then the rounding), which the CPU runs and a GPU
+ * falls back to. */
 #include <stddef.h>
 
 #include "fp8train/backend.h"
@@ -81,4 +83,25 @@ const float *fp8t_operand_step_values(const fp8t_backend_ops *o, fp8t_backend *b
     default: norm_values(o, be, r, values, sum_scratch); break;
     }
     return values;
+}
+
+void fp8t_gemm_tn_bf16_out_check(const fp8t_fp8_operand *A8, const fp8t_fp8_operand *B8,
+                                 const fp8t_bf16_operand *A16, const fp8t_bf16_operand *B16) {
+    if (!(A8 && B8 && !A16 && !B16) && !(A16 && B16 && !A8 && !B8)) {
+        FP8T_FATAL("gemm_tn_bf16_out: give both operands in FP8 (A8, B8) or both in BF16 "
+                   "(A16, B16)");
+    }
+}
+
+void fp8t_gemm_tn_bf16_out_composed(const fp8t_backend_ops *o, fp8t_backend *be, float *C32,
+                                    uint16_t *C16, const fp8t_fp8_operand *A8,
+                                    const fp8t_fp8_operand *B8, const fp8t_bf16_operand *A16,
+                                    const fp8t_bf16_operand *B16, int M, int N, int K,
+                                    int fast_accum) {
+    fp8t_gemm_tn_bf16_out_check(A8, B8, A16, B16);
+    if (A8)
+        o->gemm_fp8(be, C32, A8, B8, M, N, K, 0, 1, 0, fast_accum, NULL, NULL);
+    else
+        o->gemm_bf16_rounded(be, C32, A16, B16, M, N, K, 0, 1, 0, NULL, 0);
+    o->bf16_pack(be, C16, C32, NULL, M, N);
 }

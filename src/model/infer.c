@@ -203,27 +203,6 @@ static size_t operand_bytes(inf_lin_kind kind, int rows, int cols) {
     return kind == INF_LIN_FP8 ? (size_t)rows * cols : fp8t_bf16_bytes(rows, cols);
 }
 
-/* whether the backend makes the operand of kind of SwiGLU (gpt2: GELU with fc1's bias) straight
- * from BF16 GEMM outputs in one pass (and, for FP8, their amax alone: current scaling's first
- * pass); the request's pointers stand for buffers of the right alignment, nothing is run */
-static int mlp16_fused(const fp8t_infer *m, inf_lin_kind kind, int gpt2) {
-    static _Alignas(16) uint8_t probe[16]; /* stand-ins */
-    void *p = probe;
-    fp8t_operand_req r = model_operand_req(p, NULL, 8, 8, FP8T_OPERAND_BF16, NULL);
-    r.step = gpt2 ? FP8T_STEP_GELU : FP8T_STEP_SWIGLU;
-    r.x_16 = p;
-    if (gpt2)
-        r.bias = (const float *)p;
-    else
-        r.x2_16 = p;
-    if (kind == INF_LIN_BF16) return m->ops->make_operand_fuses(m->be, &r);
-    r.out.format = FP8T_OPERAND_E4M3;
-    r.out.scale = (const float *)p;
-    fp8t_operand_req a = r;
-    a.out.data = NULL, a.out.scale = NULL, a.out.amax = (float *)p;
-    return m->ops->make_operand_fuses(m->be, &r) && m->ops->make_operand_fuses(m->be, &a);
-}
-
 fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
                                    const fp8t_infer_opts *o, int B, int Tmax, char *err,
                                    size_t errlen) {
@@ -462,7 +441,7 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     /* fc1 / gate and up write BF16 values where GELU's / SwiGLU's operand pass reads them so
      * (what BF16 linears give in PyTorch too): half the bytes of the MLP's largest tensors,
      * written and read */
-    m->mlp16 = kind != INF_LIN_F32 && mlp16_fused(m, kind, gpt2);
+    m->mlp16 = kind != INF_LIN_F32 && infer_mlp16_fused(m, kind);
     const size_t RH = m->mlp16 ? ((size_t)RM * H + 1) / 2 : (size_t)RM * H; /* floats */
     size_t floats = 3 * NC + N * m->QKV + (size_t)(gpt2 ? 1 : 2) * RH + N * m->NH +
                     2 * (size_t)B * C + (size_t)B * V;

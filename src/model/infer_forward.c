@@ -83,6 +83,32 @@ static float *input_values_dst(const inf_input *in) {
     return in->kind == IN_NORM ? in->dst : (float *)in->x;
 }
 
+/* r's amax alone into amax (current scaling's first pass over BF16 inputs) */
+static fp8t_operand_req amax_only(fp8t_operand_req r, float *amax) {
+    r.out.data = NULL;
+    r.out.format = FP8T_OPERAND_E4M3, r.out.scale = NULL;
+    r.out.amax = amax;
+    return r;
+}
+
+int infer_mlp16_fused(const fp8t_infer *m, inf_lin_kind kind) {
+    static _Alignas(16) uint8_t probe[16]; /* stand-ins for aligned buffers */
+    const int gpt2 = m->cfg.arch == FP8T_ARCH_GPT2;
+    inf_input in;
+    memset(&in, 0, sizeof(in));
+    in.kind = gpt2 ? IN_GELU : IN_SWIGLU;
+    in.x16 = (const uint16_t *)probe;
+    in.up16 = gpt2 ? NULL : (const uint16_t *)probe;
+    in.bias = gpt2 ? (const float *)probe : NULL;
+    in.rows = in.cols = 8;
+    fp8t_operand_req r = input_req(m, &in);
+    r.out.data = probe;
+    if (kind == INF_LIN_BF16) return m->ops->make_operand_fuses(m->be, &r);
+    r.out.format = FP8T_OPERAND_E4M3, r.out.scale = (const float *)probe;
+    const fp8t_operand_req a = amax_only(r, (float *)probe);
+    return m->ops->make_operand_fuses(m->be, &r) && m->ops->make_operand_fuses(m->be, &a);
+}
+
 /* FP8 current scaling: the scale of the input whose amax is in sc (recorded by calibration) */
 static void current_scale(fp8t_infer *m, float *sc) {
     const fp8t_backend_ops *o = m->ops;
@@ -113,10 +139,7 @@ static void make_input_operand(fp8t_infer *m, const inf_input *in, const inf_lin
     }
     float *sc = L->sc;
     if (in->x16) { /* FP8 current scaling of BF16 inputs: the amax pass, then the codes */
-        fp8t_operand_req a = r;
-        a.out.data = NULL;
-        a.out.format = FP8T_OPERAND_E4M3;
-        a.out.amax = sc + INF_SC_AMAX;
+        const fp8t_operand_req a = amax_only(r, sc + INF_SC_AMAX);
         o->zero(be, sc + INF_SC_AMAX, sizeof(float));
         o->make_operand(be, &a);
         current_scale(m, sc);

@@ -99,4 +99,9 @@ struct fp8t_infer {
 /* full-window head rows per pass (the logits [rows, V] of a loss or forward_all) */
 #define INF_HEAD_ROWS 512
 
+/* infer_forward.c: whether the backend makes the MLP's last input operand of kind (BF16, or FP8
+ * with its amax-only pass) from BF16 GEMM outputs in one pass: the requests the forward makes,
+ * with stand-in pointers; nothing is run */
+int infer_mlp16_fused(const fp8t_infer *m, inf_lin_kind kind);
+
 #endif

@@ -490,79 +490,23 @@ static void act16_report(const char *name, int R, int C, int fp8, void *h[3],
     for (int k = 0; k < 3; k++) free(h[k]);
 }
 
-/* SwiGLU of BF16 gate and up (the inference model's Llama MLP): on the GPU bit for bit the
- * same kernel on the widened FP32 values (codes or BF16 operand; the amax as the amax op's of
- * swiglu_forward's values, the amax-only pass the same amax), and the CPU's within rounding
- * flips */
-static void swiglu16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
+/* SwiGLU of BF16 gate and up (gelu 0: the inference model's Llama MLP) or GELU of BF16 x plus a
+ * bias (gelu 1: its GPT-2 MLP): on the GPU bit for bit the unfused ops on the widened values
+ * (bf16_unpack, [bias_add,] swiglu_forward / gelu_forward, amax, the plain operand; codes or
+ * BF16 operand), the amax-only pass the same amax; and the CPU's within rounding flips */
+static void act16_rows(fp8t_backend *cpu, fp8t_backend *gpu, int gelu) {
     static const int sw[][2] = {{64, 8192}, {2048, 8192}, {7, 30}, {5, 12}};
+    static const int gl[][2] = {{64, 6400}, {2048, 6400}, {7, 30}};
+    const int ncase =
+        gelu ? (int)(sizeof(gl) / sizeof(gl[0])) : (int)(sizeof(sw) / sizeof(sw[0]));
     fp8t_backend *be[2] = {cpu, gpu};
-    for (size_t ci = 0; ci < sizeof(sw) / sizeof(sw[0]); ci++) {
-        const int R = sw[ci][0], C = sw[ci][1];
+    for (int ci = 0; ci < ncase; ci++) {
+        const int R = gelu ? gl[ci][0] : sw[ci][0], C = gelu ? gl[ci][1] : sw[ci][1];
         const size_t n = (size_t)R * C;
-        float *g = malloc(n * 4), *u = malloc(n * 4);
-        uint16_t *g16 = malloc(n * 2), *u16 = malloc(n * 2);
-        for (size_t i = 0; i < n; i++) {
-            g16[i] = bf16_encode(2.0f * gauss()), u16[i] = bf16_encode(gauss());
-            g[i] = bf16_decode(g16[i]), u[i] = bf16_decode(u16[i]);
-        }
-        const float scale = 448.0f / 8.0f;
-        for (int fp8 = 0; fp8 < 2; fp8++) {
-            const size_t ob = operand_bytes(fp8, R, C);
-            void *h[3] = {malloc(ob), malloc(ob), malloc(ob)};
-            float amax[4] = {0, 0, 0, 0}; /* cpu, gpu, gpu unfused, gpu amax alone */
-            for (int k = 0; k < 3; k++) {
-                fp8t_backend *b = be[k ? 1 : 0];
-                const fp8t_backend_ops *o = b->ops;
-                uint16_t *dg16 = o->malloc(b, n * 2), *du16 = o->malloc(b, n * 2);
-                float *dg = o->malloc(b, n * 4), *du = o->malloc(b, n * 4),
-                      *tmp = o->malloc(b, n * 4);
-                float *dsc = o->malloc(b, 4), *dam = o->malloc(b, 8);
-                void *dout = o->malloc(b, ob);
-                o->to_device(b, dg16, g16, n * 2), o->to_device(b, du16, u16, n * 2);
-                o->to_device(b, dg, g, n * 4), o->to_device(b, du, u, n * 4);
-                o->to_device(b, dsc, &scale, 4);
-                const float *sc = fp8 ? dsc : NULL;
-                if (k < 2) {
-                    fp8t_operand_req r = t_swiglu16_req(dout, dg16, du16, R, C, sc, dam);
-                    t_run(b, &r);
-                    if (k == 1) {
-                        fp8t_operand_req a =
-                            t_swiglu16_req(NULL, dg16, du16, R, C, NULL, dam + 1);
-                        t_run(b, &a);
-                    }
-                } else { /* swiglu_forward of the widened values, its amax, the plain operand */
-                    o->swiglu_forward(b, tmp, dg, du, NULL, NULL, n);
-                    o->amax(b, dam, tmp, n);
-                    fp8t_operand_req r = t_infer_req(dout, tmp, R, C, sc);
-                    t_run(b, &r);
-                }
-                o->to_host(b, h[k], dout, ob);
-                float am[2];
-                o->to_host(b, am, dam, 8);
-                amax[k] = am[0];
-                if (k == 1) amax[3] = am[1];
-                o->free(b, dg16), o->free(b, du16), o->free(b, dg), o->free(b, du);
-                o->free(b, tmp), o->free(b, dsc), o->free(b, dam), o->free(b, dout);
-            }
-            act16_report("swiglu16", R, C, fp8, h, amax);
-        }
-        free(g), free(u), free(g16), free(u16);
-    }
-}
-
-/* GELU of BF16 x plus a bias (the inference model's GPT-2 MLP): on the GPU bit for bit the
- * unfused ops (bf16_unpack, bias_add, gelu_forward, amax, the plain operand), the amax-only pass
- * the same amax; and the CPU's within rounding flips */
-static void gelu16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
-    static const int sh[][2] = {{64, 6400}, {2048, 6400}, {7, 30}};
-    fp8t_backend *be[2] = {cpu, gpu};
-    for (size_t ci = 0; ci < sizeof(sh) / sizeof(sh[0]); ci++) {
-        const int R = sh[ci][0], C = sh[ci][1];
-        const size_t n = (size_t)R * C;
-        uint16_t *x16 = malloc(n * 2);
+        uint16_t *x16 = malloc(n * 2), *u16 = malloc(n * 2); /* the gate (GELU's x), up */
         float *bias = malloc((size_t)C * 4);
-        for (size_t i = 0; i < n; i++) x16[i] = bf16_encode(2.0f * gauss());
+        for (size_t i = 0; i < n; i++)
+            x16[i] = bf16_encode(2.0f * gauss()), u16[i] = bf16_encode(gauss());
         for (int c = 0; c < C; c++) bias[c] = 0.5f * gauss();
         const float scale = 448.0f / 8.0f;
         for (int fp8 = 0; fp8 < 2; fp8++) {
@@ -572,16 +516,17 @@ static void gelu16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
             for (int k = 0; k < 3; k++) {
                 fp8t_backend *b = be[k ? 1 : 0];
                 const fp8t_backend_ops *o = b->ops;
-                uint16_t *dx16 = o->malloc(b, n * 2);
-                float *db = o->malloc(b, (size_t)C * 4), *tmp = o->malloc(b, n * 4);
+                uint16_t *dx16 = o->malloc(b, n * 2), *du16 = o->malloc(b, n * 2);
+                float *db = o->malloc(b, (size_t)C * 4), *wx = o->malloc(b, n * 4),
+                      *wu = o->malloc(b, n * 4), *tmp = o->malloc(b, n * 4);
                 float *dsc = o->malloc(b, 4), *dam = o->malloc(b, 8);
                 void *dout = o->malloc(b, ob);
-                o->to_device(b, dx16, x16, n * 2), o->to_device(b, db, bias, (size_t)C * 4);
-                o->to_device(b, dsc, &scale, 4);
+                o->to_device(b, dx16, x16, n * 2), o->to_device(b, du16, u16, n * 2);
+                o->to_device(b, db, bias, (size_t)C * 4), o->to_device(b, dsc, &scale, 4);
                 const float *sc = fp8 ? dsc : NULL;
                 if (k < 2) {
-                    fp8t_operand_req r = t_infer_req(dout, NULL, R, C, sc);
-                    r.step = FP8T_STEP_GELU, r.x_16 = dx16, r.bias = db, r.out.amax = dam;
+                    fp8t_operand_req r = gelu ? t_gelu16_req(dout, dx16, db, R, C, sc, dam)
+                                              : t_swiglu16_req(dout, dx16, du16, R, C, sc, dam);
                     t_run(b, &r);
                     if (k == 1) {
                         r.out.data = NULL, r.out.format = FP8T_OPERAND_E4M3, r.out.scale = NULL;
@@ -589,9 +534,14 @@ static void gelu16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                         t_run(b, &r);
                     }
                 } else {
-                    o->bf16_unpack(b, tmp, dx16, n);
-                    o->bias_add(b, tmp, db, R, C);
-                    o->gelu_forward(b, tmp, tmp, n);
+                    o->bf16_unpack(b, wx, dx16, n);
+                    if (gelu) {
+                        o->bias_add(b, wx, db, R, C);
+                        o->gelu_forward(b, tmp, wx, n);
+                    } else {
+                        o->bf16_unpack(b, wu, du16, n);
+                        o->swiglu_forward(b, tmp, wx, wu, NULL, NULL, n);
+                    }
                     o->amax(b, dam, tmp, n);
                     fp8t_operand_req r = t_infer_req(dout, tmp, R, C, sc);
                     t_run(b, &r);
@@ -601,12 +551,13 @@ static void gelu16_rows(fp8t_backend *cpu, fp8t_backend *gpu) {
                 o->to_host(b, am, dam, 8);
                 amax[k] = am[0];
                 if (k == 1) amax[3] = am[1];
-                o->free(b, dx16), o->free(b, db), o->free(b, tmp), o->free(b, dsc);
-                o->free(b, dam), o->free(b, dout);
+                o->free(b, dx16), o->free(b, du16), o->free(b, db), o->free(b, wx);
+                o->free(b, wu), o->free(b, tmp), o->free(b, dsc), o->free(b, dam);
+                o->free(b, dout);
             }
-            act16_report("gelu16", R, C, fp8, h, amax);
+            act16_report(gelu ? "gelu16" : "swiglu16", R, C, fp8, h, amax);
         }
-        free(x16), free(bias);
+        free(x16), free(u16), free(bias);
     }
 }
 
@@ -813,8 +764,8 @@ void gpu_test_infer(int *n_pass, int *n_fail) {
     qkv_bias_rows(gpu);
     embedding_bf16_rows(cpu, gpu);
     operand_rows(cpu, gpu);
-    swiglu16_rows(cpu, gpu);
-    gelu16_rows(cpu, gpu);
+    act16_rows(cpu, gpu, 0);
+    act16_rows(cpu, gpu, 1);
     gemm16_rows(cpu, gpu);
     fp8t_backend_destroy(gpu);
     fp8t_model_config c;

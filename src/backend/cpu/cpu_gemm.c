@@ -182,19 +182,12 @@ void cpu_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A, const fp
 }
 
 /* The FP32 product of gemm_fp8 / gemm_bf16_rounded in scratch, then its BF16 rounding
- * (bf16_pack's) */
+ * (bf16_pack's): the composition itself */
 void cpu_gemm_tn_bf16_out(fp8t_backend *b, uint16_t *C16, const fp8t_fp8_operand *A8,
                           const fp8t_fp8_operand *B8, const fp8t_bf16_operand *A16,
                           const fp8t_bf16_operand *B16, int M, int N, int K, int fast_accum) {
     if (M <= 0 || N <= 0) return;
-    if (!(A8 && B8 && !A16 && !B16) && !(A16 && B16 && !A8 && !B8)) {
-        FP8T_FATAL("gemm_tn_bf16_out: give both operands in FP8 (A8, B8) or both in BF16 "
-                   "(A16, B16)");
-    }
     float *C = cpu_scratch(b, CPU_SCRATCH_GEMM_C, (size_t)M * N * sizeof(float)); /* [M, N] */
-    if (A8)
-        cpu_gemm_fp8(b, C, A8, B8, M, N, K, 0, 1, 0, fast_accum, NULL, NULL);
-    else
-        cpu_gemm_bf16_rounded(b, C, A16, B16, M, N, K, 0, 1, 0, NULL, 0);
-    cpu_bf16_pack(b, C16, C, NULL, M, N);
+    fp8t_gemm_tn_bf16_out_composed(&cpu_backend_ops, b, C, C16, A8, B8, A16, B16, M, N, K,
+                                   fast_accum);
 }

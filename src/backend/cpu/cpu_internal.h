@@ -34,7 +34,8 @@ enum {
     CPU_SCRATCH_NORM_X,      /* a norm backward's input widened from its BF16 copy */
     CPU_SCRATCH_QKV,         /* the attention forward ops' qkv + qkv_bias (fp8t_attn_shape) */
     CPU_SCRATCH_GEMM_C,      /* gemm_tn_bf16_out's FP32 product before its rounding */
-    CPU_SCRATCH_WIDE_A,      /* swiglu_operand's gate and up widened from BF16 */
+    CPU_SCRATCH_WIDE_A,      /* swiglu_operand's gate and up widened from BF16 (gelu16_operand:
+                                its values) */
     CPU_SCRATCH_WIDE_B,
     /* (the fused GELU backward's GELU input widened likewise goes in CPU_SCRATCH_ACT, which
      * its bias-free path leaves unused) */

@@ -611,10 +611,7 @@ void cuda_gemm_tn_bf16_out(fp8t_backend *b, uint16_t *C16, const fp8t_fp8_operan
                            const fp8t_fp8_operand *B8, const fp8t_bf16_operand *A16,
                            const fp8t_bf16_operand *B16, int M, int N, int K, int fast_accum) {
     if (M <= 0 || N <= 0) return;
-    if (!(A8 && B8 && !A16 && !B16) && !(A16 && B16 && !A8 && !B8)) {
-        FP8T_FATAL("gemm_tn_bf16_out: give both operands in FP8 (A8, B8) or both in BF16 "
-                   "(A16, B16)");
-    }
+    fp8t_gemm_tn_bf16_out_check(A8, B8, A16, B16);
     cuda_state *s = cuda_of(b);
     const int lt_ok = !s->plain && K > 0 && N % 8 == 0 && aligned16(C16);
     int done = 0;
@@ -639,9 +636,6 @@ void cuda_gemm_tn_bf16_out(fp8t_backend *b, uint16_t *C16, const fp8t_fp8_operan
     }
     if (done) return;
     float *C = (float *)cuda_scratch(b, SCR_GEMM_F32, (size_t)M * N * sizeof(float)); /* [M, N] */
-    if (A8)
-        cuda_gemm_fp8(b, C, A8, B8, M, N, K, 0, 1, 0, fast_accum, NULL, NULL);
-    else
-        cuda_gemm_bf16_rounded(b, C, A16, B16, M, N, K, 0, 1, 0, NULL, 0);
-    cuda_bf16_pack(b, C16, C, NULL, M, N);
+    fp8t_gemm_tn_bf16_out_composed(&cuda_backend_ops, b, C, C16, A8, B8, A16, B16, M, N, K,
+                                   fast_accum);
 }

@@ -472,9 +472,7 @@ void cuda_swiglu_forward(fp8t_backend *b, float *out, const float *gate, const f
  * count fits (a 64-bit division per unit cost more than the loads). */
 __device__ __forceinline__ float4 load4_in(const float *p, size_t q) { return as4(p)[q]; }
 __device__ __forceinline__ float4 load4_in(const uint16_t *p, size_t q) {
-    const uint2 v = reinterpret_cast<const uint2 *>(p)[q];
-    return make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
-                       __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
+    return f32x4_of_bf16(reinterpret_cast<const uint2 *>(p)[q]);
 }
 __device__ __forceinline__ float load1_in(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float load1_in(const uint16_t *p, size_t i) {
