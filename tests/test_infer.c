@@ -618,6 +618,45 @@ static void check_passes(const fp8t_model_config *cfg, fp8t_eval_precision p) {
     fp8t_weights_free(&w);
 }
 
+/* One layer's activations for R rows grow by 2 [R, C] FP32 buffers (x, the attention output),
+ * [R, max(QKV, C)] for qkv and proj / the MLP's output (one buffer: never live at once),
+ * the softmax's [R, NH] and the tokens: fp32 (no operand buffer), the MLP's rows fixed. The
+ * shared buffer is proved right by every comparison of this file (cache, passes, training
+ * model); this says it is shared. */
+static void check_activation_rows(const fp8t_model_config *cfg) {
+    char err[512];
+    fp8t_weights w;
+    T_ASSERT(make_weights(cfg, 33, &w) == 0, "weights");
+    const int B = 3, T = 12;
+    size_t act[2];
+    for (int k = 0; k < 2; k++) {
+        fp8t_infer_opts o;
+        fp8t_infer_opts_default(&o, FP8T_EVAL_FP32, FP8T_ACT_SCALE_CURRENT);
+        o.rows = k ? B * T : T, o.mlp_rows = T;
+        fp8t_infer *m = fp8t_infer_create_opts(g_be, &w, &o, B, T, err, sizeof(err));
+        T_ASSERT(m, "%s", err);
+        fp8t_infer_memory mem;
+        fp8t_infer_memory_get(m, &mem);
+        act[k] = mem.activations;
+        fp8t_infer_destroy(m);
+    }
+    const size_t C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head;
+    const size_t QKV = (size_t)fp8t_model_qkv_dim(cfg), QO = QKV > C ? QKV : C;
+    const size_t want = (size_t)(B * T - T) * ((2 * C + QO + NH) * sizeof(float) + sizeof(int));
+    T_CHECK(act[1] - act[0] == want,
+            "%s: activations %zu bytes at %d rows, %zu at %d: +%zu, want +%zu",
+            fp8t_arch_name(cfg->arch), act[0], T, act[1], B * T, act[1] - act[0], want);
+    fp8t_weights_free(&w);
+}
+
+static void test_activation_rows(void) {
+    fp8t_model_config c;
+    cfg_gpt2(&c);
+    check_activation_rows(&c);
+    cfg_llama(&c);
+    check_activation_rows(&c);
+}
+
 static void test_prefill_passes_equal_one_pass(void) {
     fp8t_model_config c;
     cfg_gpt2(&c);
@@ -1130,6 +1169,7 @@ int main(void) {
     T_RUN(test_delayed_activation_scales);
     T_RUN(test_loss_matches_training_model);
     T_RUN(test_prefill_passes_equal_one_pass);
+    T_RUN(test_activation_rows);
     T_RUN(test_calibrated_activation_scales);
     T_RUN(test_fp8_kv_cache_model);
     T_RUN(test_decode_loss);

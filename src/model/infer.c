@@ -443,14 +443,17 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
      * written and read */
     m->mlp16 = kind != INF_LIN_F32 && infer_mlp16_fused(m, kind);
     const size_t RH = m->mlp16 ? ((size_t)RM * H + 1) / 2 : (size_t)RM * H; /* floats */
-    size_t floats = 3 * NC + N * m->QKV + (size_t)(gpt2 ? 1 : 2) * RH + N * m->NH +
-                    2 * (size_t)B * C + (size_t)B * V;
+    /* qkv and out share memory: qkv is read by the attention ops alone, before proj writes
+     * out; out is read by the next norm (or the final one), before the next qkv GEMM writes
+     * qkv */
+    const size_t QO = N * (size_t)(m->QKV > C ? m->QKV : C);
+    size_t floats =
+        2 * NC + QO + (size_t)(gpt2 ? 1 : 2) * RH + N * m->NH + 2 * (size_t)B * C + (size_t)B * V;
     m->act_mem = dev_alloc(m, floats * sizeof(float), &m->mem.activations);
     float *p = m->act_mem;
     m->x = p, p += NC;
     m->atty = p, p += NC;
-    m->out = p, p += NC;
-    m->qkv = p, p += N * m->QKV;
+    m->qkv = m->out = p, p += QO;
     m->h1 = p, p += RH;
     if (!gpt2) m->h2 = p, p += RH;
     m->lse = p, p += N * m->NH;

@@ -74,7 +74,7 @@ struct fp8t_infer {
     float *atty;       /* [R, C] attention output; also the FP32 norm output where a
                                   linear takes FP32 values (it is free at both norms) */
     float *out;        /* [R, C] proj / fc2 / down output (added by the next norm) */
-    float *qkv;        /* [R, QKV] */
+    float *qkv;        /* [R, QKV]; the same memory as out (never live at once) */
     float *h1, *h2;    /* [RM, H]: fc1 (GELU in place); gate (SwiGLU in place), up; with
                           mlp16 as BF16 [RM, H] in the same memory (half of it) */
     float *lse;        /* [R / T sequences, NH, T] of a full-window pass: R * NH */
