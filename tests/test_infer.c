@@ -1124,6 +1124,151 @@ static void test_mlp_bf16_values(void) {
     }
 }
 
+/* prefetch_l2 in a decode step: the log of the prefetches and of the GEMMs' weights, in the
+ * order they are queued */
+typedef struct {
+    int prefetch; /* 1: a prefetch of p, bytes; 0: a GEMM reading weight p of bytes */
+    const void *p;
+    size_t bytes;
+} pf_event;
+static struct {
+    pf_event ev[512];
+    int n, overflow;
+} g_pf;
+static void pf_log(int prefetch, const void *p, size_t bytes) {
+    if (g_pf.n == 512) {
+        g_pf.overflow = 1;
+        return;
+    }
+    const pf_event e = {prefetch, p, bytes};
+    g_pf.ev[g_pf.n++] = e;
+}
+static void pf_prefetch(fp8t_backend *b, const void *p, size_t bytes) {
+    (void)b;
+    pf_log(1, p, bytes);
+}
+static void pf_gemm_bf16_rounded(fp8t_backend *b, float *C, const fp8t_bf16_operand *A,
+                                 const fp8t_bf16_operand *B, int M, int N, int K, int ta, int tb,
+                                 int acc, const float *bias, int ldc) {
+    pf_log(0, B->data, fp8t_bf16_bytes(B->rows, B->cols));
+    cpu_ops_of->gemm_bf16_rounded(b, C, A, B, M, N, K, ta, tb, acc, bias, ldc);
+}
+static void pf_gemm_fp8(fp8t_backend *b, float *C, const fp8t_fp8_operand *A,
+                        const fp8t_fp8_operand *B, int M, int N, int K, int ta, int tb, int acc,
+                        int fast, float *amax, const float *bias) {
+    pf_log(0, B->data ? (const void *)B->data : (const void *)B->data_t,
+           (size_t)B->rows * (size_t)B->cols);
+    cpu_ops_of->gemm_fp8(b, C, A, B, M, N, K, ta, tb, acc, fast, amax, bias);
+}
+static void pf_gemm_tn_bf16_out(fp8t_backend *b, uint16_t *C16, const fp8t_fp8_operand *A8,
+                                const fp8t_fp8_operand *B8, const fp8t_bf16_operand *A16,
+                                const fp8t_bf16_operand *B16, int M, int N, int K, int fast) {
+    if (B8)
+        pf_log(0, B8->data, (size_t)B8->rows * (size_t)B8->cols);
+    else
+        pf_log(0, B16->data, fp8t_bf16_bytes(B16->rows, B16->cols));
+    cpu_ops_of->gemm_tn_bf16_out(b, C16, A8, B8, A16, B16, M, N, K, fast);
+}
+
+/* A decode step prefetches the first GEMM's weight, then, as each GEMM starts, the next one's
+ * (qkv, proj, the MLP's, each layer's, then the head), the whole weight where it is smaller
+ * than prefetch_mb; a prefill and a full-window pass prefetch nothing (their GEMMs are
+ * compute-bound), nor does prefetch_mb 0; the logits are the same bits either way. */
+static void test_decode_prefetch(void) {
+    char err[512];
+    cpu_ops_of = g_be->ops;
+    static fp8t_backend_ops pf_ops;
+    pf_ops = *g_be->ops;
+    pf_ops.prefetch_l2 = pf_prefetch;
+    pf_ops.gemm_bf16_rounded = pf_gemm_bf16_rounded;
+    pf_ops.gemm_fp8 = pf_gemm_fp8;
+    pf_ops.gemm_tn_bf16_out = pf_gemm_tn_bf16_out;
+    fp8t_backend pb = *g_be;
+    pb.ops = &pf_ops;
+    for (int arch = 0; arch < 2; arch++) {
+        fp8t_model_config c;
+        if (arch)
+            cfg_llama(&c);
+        else
+            cfg_gpt2(&c);
+        fp8t_weights w;
+        T_ASSERT(make_weights(&c, 59, &w) == 0, "weights");
+        const int V = c.vocab_size, lens[2] = {4, 7}, nx[2] = {11, 12}, pos[2] = {4, 7};
+        const int tok[14] = {1, 2, 3, 4, 0, 0, 0, 9, 8, 7, 6, 5, 4, 3};
+        const fp8t_eval_precision P[2] = {FP8T_EVAL_BF16, FP8T_EVAL_FP8};
+        for (int p = 0; p < 2; p++) {
+            const char *what = fp8t_eval_precision_name(P[p]);
+            float *lg[2] = {malloc(2 * (size_t)V * 4), malloc(2 * (size_t)V * 4)};
+            for (int k = 0; k < 2; k++) {
+                fp8t_infer_opts o;
+                fp8t_infer_opts_default(&o, P[p], FP8T_ACT_SCALE_CURRENT);
+                o.prefetch_mb = k ? 0 : 1;
+                fp8t_infer *m = fp8t_infer_create_opts(&pb, &w, &o, 2, 12, err, sizeof(err));
+                T_ASSERT(m, "%s", err);
+                T_CHECK(fp8t_infer_prefetch_bytes(m) == (k ? 0u : 1u << 20),
+                        "%s %s: prefetch bytes %zu", fp8t_arch_name(c.arch), what,
+                        fp8t_infer_prefetch_bytes(m));
+                memset(&g_pf, 0, sizeof(g_pf));
+                T_ASSERT(fp8t_infer_prefill(m, tok, 2, 7, lens, NULL, err, sizeof(err)) == 0,
+                         "%s", err);
+                int pre = 0;
+                for (int i = 0; i < g_pf.n; i++) pre += g_pf.ev[i].prefetch;
+                T_CHECK(pre == 0 && g_pf.n > 0, "%s %s: %d prefetches in a prefill",
+                        fp8t_arch_name(c.arch), what, pre);
+                memset(&g_pf, 0, sizeof(g_pf));
+                T_ASSERT(fp8t_infer_decode(m, nx, pos, 2, lg[k], err, sizeof(err)) == 0, "%s",
+                         err);
+                fp8t_infer_destroy(m);
+                T_ASSERT(!g_pf.overflow, "event log full");
+                /* the GEMMs' weights in order: W0 .. Wn */
+                const void *wt[256];
+                size_t wb[256]; /* their bytes */
+                int ng = 0, np = 0;
+                for (int i = 0; i < g_pf.n; i++) {
+                    if (g_pf.ev[i].prefetch) {
+                        np++;
+                    } else {
+                        wt[ng] = g_pf.ev[i].p;
+                        wb[ng++] = g_pf.ev[i].bytes;
+                    }
+                }
+                const int per = arch ? 5 : 4;
+                T_CHECK(ng == c.n_layer * per + 1, "%s %s: %d GEMMs in a decode step",
+                        fp8t_arch_name(c.arch), what, ng);
+                if (k) {
+                    T_CHECK(np == 0, "%s %s: %d prefetches with prefetch_mb 0",
+                            fp8t_arch_name(c.arch), what, np);
+                    continue;
+                }
+                /* want: P(W0), then P(W[i+1]) right before GEMM i (none before the head's),
+                 * each of the whole weight (smaller than 1 MiB here) */
+                pf_event want[512];
+                int nw = 0;
+                want[nw++] = (pf_event){1, wt[0], wb[0]};
+                for (int i = 0; i < ng; i++) {
+                    if (i + 1 < ng) want[nw++] = (pf_event){1, wt[i + 1], wb[i + 1]};
+                    want[nw++] = (pf_event){0, wt[i], 0};
+                }
+                int bad = nw == g_pf.n ? -1 : nw < g_pf.n ? nw : g_pf.n;
+                for (int i = 0; bad < 0 && i < nw; i++) {
+                    const pf_event *a = &g_pf.ev[i], *b = &want[i];
+                    if (a->prefetch != b->prefetch || a->p != b->p ||
+                        (a->prefetch && a->bytes != b->bytes))
+                        bad = i;
+                }
+                const int ok = bad < 0;
+                T_CHECK(ok, "%s %s: %d prefetches, %d GEMMs; event %d out of order",
+                        fp8t_arch_name(c.arch), what, np, ng, bad);
+            }
+            T_CHECK(!memcmp(lg[0], lg[1], 2 * (size_t)V * 4),
+                    "%s %s: decode logits differ with and without the prefetch",
+                    fp8t_arch_name(c.arch), what);
+            free(lg[0]), free(lg[1]);
+        }
+        fp8t_weights_free(&w);
+    }
+}
+
 static void test_bad_sizes_refused(void) {
     char err[512];
     fp8t_model_config c;
@@ -1177,6 +1322,7 @@ int main(void) {
     T_RUN(test_task_eval_through_infer);
     T_RUN(test_decode_graph_contract);
     T_RUN(test_mlp_bf16_values);
+    T_RUN(test_decode_prefetch);
     T_RUN(test_bad_sizes_refused);
     fp8t_backend_destroy(g_be);
     T_MAIN_END();

@@ -594,6 +594,11 @@ typedef struct fp8t_backend_ops {
     void *(*graph_end)(fp8t_backend *b);
     int (*graph_launch)(fp8t_backend *b, void *graph);
     void (*graph_destroy)(fp8t_backend *b, void *graph);
+    /* A hint, queued like an op: start bringing bytes [p, p + bytes) of device memory into the
+     * device's L2 cache and return without waiting for them; it changes no value. A decode
+     * step calls it for the next GEMM's weights, which a GEMM of a few rows reads at a fraction
+     * of the memory's bandwidth. NULL where the backend has no such cache to fill (the CPU). */
+    void (*prefetch_l2)(fp8t_backend *b, const void *p, size_t bytes);
 } fp8t_backend_ops;
 
 /* r's producer step composed of the unfused ops of the op table o (bias_add, gelu_forward,
@@ -638,14 +643,14 @@ void fp8t_gemm_tn_bf16_out_composed(const fp8t_backend_ops *o, fp8t_backend *be,
     X(reduce_scatter) X(all_gather) X(broadcast) X(tensor_stats) X(host_alloc) X(host_free)      \
     X(to_host_async) X(reduce_start) X(reduce_wait) X(kv_cache_write) X(attention_decode)        \
     X(embedding_forward_bf16) X(embedding_forward_fp8) X(graph_begin) X(graph_end)               \
-    X(graph_launch) X(graph_destroy)
+    X(graph_launch) X(graph_destroy) X(prefetch_l2)
 /* clang-format on */
 /* The name of op i of fp8t_backend_ops (0-based, the struct's order), NULL past the last;
  * the number of ops. */
 const char *fp8t_backend_op_name(int i);
 int fp8t_backend_op_count(void);
 /* Op i of ops as a generic function pointer (NULL when unset); whether op i may be unset (the
- * four graph ops, which a backend that cannot record leaves NULL) */
+ * four graph ops, which a backend that cannot record leaves NULL, and prefetch_l2) */
 typedef void (*fp8t_backend_op_fn)(void);
 fp8t_backend_op_fn fp8t_backend_op(const fp8t_backend_ops *ops, int i);
 int fp8t_backend_op_optional(int i);

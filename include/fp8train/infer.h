@@ -66,6 +66,8 @@ typedef struct fp8t_infer fp8t_infer;
 /* The defaults of fp8t_infer_opts.rows and .mlp_rows (the commands' --rows, --mlp-rows) */
 #define FP8T_INFER_ROWS_DEFAULT 8192
 #define FP8T_INFER_MLP_ROWS_DEFAULT 4096
+/* The default of fp8t_infer_opts.prefetch_mb (--prefetch-mb) */
+#define FP8T_INFER_PREFETCH_MB_DEFAULT 0
 
 /* How to build an inference model; fp8t_infer_opts_default fills the defaults. */
 typedef struct {
@@ -84,6 +86,10 @@ typedef struct {
                              (and so a calibration whose batches span several chunks, as its
                              forward runs current scaling) */
     int no_graphs;      /* never record decode steps (every op runs as it is called) */
+    int prefetch_mb;    /* decode steps: as each GEMM starts, the next linear's weight (its
+                             first prefetch_mb MiB) starts on its way into the GPU's L2 cache
+                             (prefetch_l2), so that a GEMM of a few rows reads it from there;
+                             -1: the default above, 0: off. No value changes */
     int fp8_head;       /* fp8: the token embedding and the LM head in E4M3 too (one
                              per-tensor scale, the head's input quantized as the linears'
                              are); needs a vocabulary that is a multiple of 16 (cuBLASLt's
@@ -120,6 +126,8 @@ int fp8t_infer_needs_calibration(const fp8t_infer *m);
 int fp8t_infer_kv(const fp8t_infer *m);       /* the cache's fp8t_kv_kind */
 int fp8t_infer_graphs(const fp8t_infer *m);   /* 1: decode steps are recorded and replayed */
 int fp8t_infer_fp8_head(const fp8t_infer *m); /* 1: embedding table and head in E4M3 */
+/* bytes of the next weight a decode step's GEMM prefetches into L2 (0: none; prefetch_mb) */
+size_t fp8t_infer_prefetch_bytes(const fp8t_infer *m);
 
 /* Device bytes held, by kind. */
 typedef struct {

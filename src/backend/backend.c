@@ -34,7 +34,7 @@ fp8t_backend_op_fn fp8t_backend_op(const fp8t_backend_ops *ops, int i) {
     return f;
 }
 
-int fp8t_backend_op_optional(int i) { return i >= OPI_graph_begin && i <= OPI_graph_destroy; }
+int fp8t_backend_op_optional(int i) { return i >= OPI_graph_begin && i <= OPI_prefetch_l2; }
 
 int fp8t_backend_first_unset_op(const fp8t_backend_ops *ops) {
     for (int i = 0; i < OP_COUNT; i++)

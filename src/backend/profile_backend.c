@@ -518,8 +518,9 @@ static const fp8t_backend_ops wrapper_ops = {
     .embedding_forward_bf16 = w_embedding_forward_bf16,
     .embedding_forward_fp8 = w_embedding_forward_fp8,
 };
-/* The first op inner has that the wrapper does not wrap, or -1 (the graph ops stay unset:
- * not recorded, run op by op); the names and the count are FP8T_BACKEND_OPS's, which
+/* The first op inner has that the wrapper does not wrap, or -1 (the optional ops stay unset:
+ * the graph ops (not recorded, run op by op) and prefetch_l2 (ops synchronized one by one
+ * overlap nothing a prefetch could hide)); the names and the count are FP8T_BACKEND_OPS's, which
  * backend.c checks against the struct */
 static int first_unwrapped(const fp8t_backend *inner) {
     for (int i = 0; i < fp8t_backend_op_count(); i++)

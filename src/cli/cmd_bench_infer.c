@@ -232,6 +232,7 @@ static const fp8t_opt OPTS[] = {
                      "vocabulary is a multiple of 16 (else BF16: the rows say which)"),
     CLI_ROW_ROWS(bench_opts, io),
     CLI_ROW_MLP_ROWS(bench_opts, io),
+    CLI_ROW_PREFETCH_MB(bench_opts, io),
     CLI_ROW_NO_GRAPHS(bench_opts, io,
                       "decode steps op by op (CUDA records a step once and "
                       "replays it by default)"),
@@ -292,9 +293,10 @@ static int parse_args(bench_opts *o, const char **weights, int argc, char **argv
 typedef struct {
     fp8t_eval_precision prec;
     int batch;
-    int kv, graphs; /* the cache's kind; decode replayed as a graph */
-    int fp8_head;   /* embedding table and head in E4M3 */
-    char act[128];  /* fp8t_infer_act_desc */
+    int kv, graphs;  /* the cache's kind; decode replayed as a graph */
+    int fp8_head;    /* embedding table and head in E4M3 */
+    int prefetch_mb; /* decode's L2 prefetch per GEMM (0: none) */
+    char act[128];   /* fp8t_infer_act_desc */
     double prefill_tps, decode_tps, prefill_s, decode_s;
     fp8t_infer_memory mem;
     double peak_mb; /* < 0: unknown (CPU) */
@@ -368,6 +370,7 @@ static int run_one(const char *device, const fp8t_weights *w, const cli_infer_op
     r->kv = fp8t_infer_kv(m);
     r->graphs = fp8t_infer_graphs(m);
     r->fp8_head = fp8t_infer_fp8_head(m);
+    r->prefetch_mb = (int)(fp8t_infer_prefetch_bytes(m) >> 20);
     r->prefill_s = r->decode_s = INFINITY;
     /* a warm-up round (first-call setup: GEMM algorithm choice, RoPE tables, scratch growth),
      * then `repeat` timed rounds of prefill + gen decode steps; the fastest of each kept. Each
@@ -485,11 +488,13 @@ static int bench_table(const bench_opts *o, const fp8t_weights *w, const char *n
             }
             char peak[32] = "-";
             if (r->peak_mb >= 0) snprintf(peak, sizeof(peak), "%.1f", r->peak_mb);
-            printf("%-9s %6d %14.1f %13.1f %11.1f %9.1f %9.1f %9.1f %9s  kv %s%s%s\n",
+            char pf[32] = "";
+            if (r->prefetch_mb) snprintf(pf, sizeof(pf), ", L2 prefetch %d MiB", r->prefetch_mb);
+            printf("%-9s %6d %14.1f %13.1f %11.1f %9.1f %9.1f %9.1f %9s  kv %s%s%s%s\n",
                    fp8t_eval_precision_name(r->prec), r->batch, r->prefill_tps, r->decode_tps,
                    mb(r->mem.weights), mb(r->mem.other), mb(r->mem.kv_cache),
                    mb(r->mem.activations), peak, cli_kv_name(r->kv), r->graphs ? ", graph" : "",
-                   r->fp8_head ? ", fp8 head" : "");
+                   r->fp8_head ? ", fp8 head" : "", pf);
             fflush(stdout);
         }
         /* fp8 against bf16 at this batch */
@@ -541,6 +546,7 @@ static int bench_write_json(const bench_opts *o, const fp8t_weights *w, const ch
             cJSON_AddStringToObject(j, "kv_cache", cli_kv_name(r->kv));
             cJSON_AddBoolToObject(j, "decode_graph", r->graphs);
             cJSON_AddBoolToObject(j, "fp8_head", r->fp8_head);
+            cJSON_AddNumberToObject(j, "prefetch_mb", r->prefetch_mb);
             if (r->prec == FP8T_EVAL_FP8) cJSON_AddStringToObject(j, "fp8_activations", r->act);
             cJSON_AddNumberToObject(j, "prefill_tokens_per_s", r->prefill_tps);
             cJSON_AddNumberToObject(j, "decode_tokens_per_s", r->decode_tps);

@@ -192,6 +192,7 @@ static const fp8t_opt OPTS[] = {
              "replays it by default)"},
     {CLI_FIELDS_ROWS(eval_opts, io), .group = G_INFER},
     {CLI_FIELDS_MLP_ROWS(eval_opts, io), .group = G_INFER},
+    {CLI_FIELDS_PREFETCH_MB(eval_opts, io), .group = G_INFER},
 };
 #undef F
 

@@ -117,6 +117,7 @@ static const fp8t_opt OPTS[] = {
                       "decode step once and replays it by default)"),
     CLI_ROW_ROWS(generate_opts, io),
     CLI_ROW_MLP_ROWS(generate_opts, io),
+    CLI_ROW_PREFETCH_MB(generate_opts, io),
     {.name = "no-cache",
      .type = FP8T_OPT_FLAG,
      F(no_cache),

@@ -109,6 +109,7 @@ void cli_infer_opts_init(cli_infer_opts *o) {
     o->act = FP8T_ACT_SCALE_CURRENT;
     o->kv = -1;
     o->calib_batches = 4;
+    o->prefetch_mb = -1;
 }
 
 const fp8t_opt_choice CLI_ACT_SCALES[] = {{"current", FP8T_ACT_SCALE_CURRENT},
@@ -130,6 +131,7 @@ void cli_infer_model_opts(const cli_infer_opts *o, fp8t_eval_precision prec,
     out->kv = o->kv;
     out->rows = o->rows;
     out->mlp_rows = o->mlp_rows;
+    out->prefetch_mb = o->prefetch_mb;
     out->no_graphs = o->no_graphs;
     out->fp8_head = o->fp8_head;
 }

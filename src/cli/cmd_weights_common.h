@@ -39,7 +39,8 @@ int cli_calibrate_tok(fp8t_evaluator *ev, fp8t_weights *w, const char *data, con
 
 /* The inference model's options shared by generate, eval --infer and bench-infer:
  *   --act-scale current|delayed|calibrated, --kv-cache bf16|fp8|fp32, --calib-data SRC,
- *   --calib-batches N, --rows N, --mlp-rows N (value options) and --no-graphs, --fp8-head (flags). */
+ *   --calib-batches N, --rows N, --mlp-rows N, --prefetch-mb N (value options) and --no-graphs,
+ *   --fp8-head (flags). */
 typedef struct {
     fp8t_act_scale act;
     int kv;                 /* fp8t_kv_kind, -1: the precision's default */
@@ -47,6 +48,7 @@ typedef struct {
     int calib_batches;      /* default 4 */
     int rows;               /* 0: the default */
     int mlp_rows;           /* 0: the default */
+    int prefetch_mb;        /* -1: the default */
     int no_graphs, fp8_head;
 } cli_infer_opts;
 void cli_infer_opts_init(cli_infer_opts *o);
@@ -87,6 +89,14 @@ extern const fp8t_opt_choice CLI_ACT_SCALES[], CLI_KV_CACHES[], CLI_EVAL_PRECISI
     .lo = 1, .hi = 1 << 24, .dflt = CLI_STR(FP8T_INFER_MLP_ROWS_DEFAULT),                        \
     .help = "rows of one MLP pass within a prefill pass (at least the batch, at most --rows): "  \
             "the MLP's hidden activations are a layer's largest buffers"
+#define CLI_FIELDS_PREFETCH_MB(T, M)                                                             \
+    .name = "prefetch-mb", .arg = "MIB", .type = FP8T_OPT_INT, FP8T_OPT_FIELD(T, M.prefetch_mb), \
+    .lo = 0, .hi = 1024, .dflt = CLI_STR(FP8T_INFER_PREFETCH_MB_DEFAULT),                        \
+    .help =                                                                                      \
+        "decode (GPU): as each GEMM starts, bring the first MIB MiB of the next weight into "    \
+        "L2, which a GEMM of a few rows reads faster than memory (0: off; changes no value)"
+#define CLI_ROW_PREFETCH_MB(T, M)                                                                \
+    { CLI_FIELDS_PREFETCH_MB(T, M) }
 #define CLI_ROW_ROWS(T, M)                                                                       \
     { CLI_FIELDS_ROWS(T, M) }
 #define CLI_ROW_MLP_ROWS(T, M)                                                                   \

@@ -64,6 +64,7 @@ void fp8t_infer_opts_default(fp8t_infer_opts *o, fp8t_eval_precision prec, fp8t_
     o->prec = prec;
     o->act = act;
     o->kv = -1;
+    o->prefetch_mb = -1;
 }
 
 /* the table entry named name, or NULL */
@@ -94,6 +95,31 @@ static float host_amax(const float *x, size_t n) {
         a = v > a ? v : a;
     }
     return a;
+}
+
+int infer_linears(fp8t_infer *m, inf_linear **lin) {
+    int n = 0;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        inf_layer *y = &m->layer[l];
+        lin[n++] = &y->qkv, lin[n++] = &y->proj;
+        if (m->cfg.arch == FP8T_ARCH_GPT2)
+            lin[n++] = &y->fc1, lin[n++] = &y->fc2;
+        else
+            lin[n++] = &y->gate, lin[n++] = &y->up, lin[n++] = &y->down;
+    }
+    lin[n++] = &m->head;
+    return n;
+}
+
+const void *infer_linear_weight(const inf_linear *L, size_t *bytes) {
+    const size_t n = (size_t)L->out * (size_t)L->in;
+    switch (L->kind) {
+    case INF_LIN_F32: *bytes = n * sizeof(float); return L->w32;
+    case INF_LIN_BF16: *bytes = fp8t_bf16_bytes(L->out, L->in); return L->w16;
+    case INF_LIN_FP8: *bytes = n; return L->w8;
+    }
+    *bytes = 0;
+    return NULL;
 }
 
 /* Store the weight w[out, in] (host FP32) as linear L of kind `kind`. stage: device staging
@@ -473,6 +499,17 @@ fp8t_infer *fp8t_infer_create_opts(fp8t_backend *be, const fp8t_weights *w,
     }
     m->tokens = dev_alloc(m, (N + (size_t)B) * sizeof(int), &m->mem.activations);
     m->pos = m->tokens + N;
+    /* each linear's successor in a decode step, whose weight its GEMM's start prefetches */
+    const int pmb = o->prefetch_mb < 0 ? FP8T_INFER_PREFETCH_MB_DEFAULT : o->prefetch_mb;
+    m->prefetch_bytes = ops->prefetch_l2 ? (size_t)pmb << 20 : 0;
+    inf_linear **lin = malloc((size_t)INF_LINEARS(m) * sizeof(*lin));
+    if (!lin) {
+        fp8t_errorf(err, errlen, "out of host memory");
+        goto fail;
+    }
+    const int nl = infer_linears(m, lin);
+    for (int i = 0; i + 1 < nl; i++) lin[i]->next = lin[i + 1];
+    free(lin);
     /* decode steps recorded once and replayed where the backend records graphs; fp32 (the
      * exact reference) embeds positions from the host, so it always runs op by op */
     m->use_graphs = ops->graph_begin && !o->no_graphs && prec != FP8T_EVAL_FP32;
@@ -496,3 +533,4 @@ int fp8t_infer_needs_calibration(const fp8t_infer *m) {
 }
 int fp8t_infer_graphs(const fp8t_infer *m) { return m->use_graphs; }
 int fp8t_infer_fp8_head(const fp8t_infer *m) { return m->head.kind == INF_LIN_FP8; }
+size_t fp8t_infer_prefetch_bytes(const fp8t_infer *m) { return m->prefetch_bytes; }

@@ -183,11 +183,24 @@ static fp8t_fp8_operand w_fp8(const inf_linear *L) {
     return w;
 }
 
+/* Inside a decode step: the weight of the linear after L (its first prefetch_bytes) on its way
+ * into L2 while L's GEMM runs, which reads its own weight far below the memory's bandwidth at
+ * a few rows */
+static void prefetch_weight(fp8t_infer *m, const inf_linear *L) {
+    size_t n;
+    const void *w = infer_linear_weight(L, &n);
+    m->ops->prefetch_l2(m->be, w, n < m->prefetch_bytes ? n : m->prefetch_bytes);
+}
+static void prefetch_next(fp8t_infer *m, const inf_linear *L) {
+    if (m->prefetching && L->next) prefetch_weight(m, L->next);
+}
+
 /* Y[N, out] = X · Wᵀ (+ bias) of linear L on operand op */
 static void linear_gemm(fp8t_infer *m, const inf_linear *L, const inf_operand *op, float *Y,
                         int N, const float *bias) {
     const fp8t_backend_ops *ops = m->ops;
     fp8t_backend *be = m->be;
+    prefetch_next(m, L);
     switch (L->kind) {
     case INF_LIN_F32:
         ops->gemm_f32(be, Y, op->x32, L->w32, N, L->out, L->in, 0, 1, 0);
@@ -209,6 +222,7 @@ static void linear_gemm(fp8t_infer *m, const inf_linear *L, const inf_operand *o
 /* Y16[N, out] = X · Wᵀ of BF16 or FP8 linear L (no bias) as BF16 values */
 static void linear_gemm16(fp8t_infer *m, const inf_linear *L, const inf_operand *op,
                           uint16_t *Y16, int N) {
+    prefetch_next(m, L);
     if (L->kind == INF_LIN_FP8) {
         const fp8t_fp8_operand a = x_fp8(L, op, N), w = w_fp8(L);
         m->ops->gemm_tn_bf16_out(m->be, Y16, &a, &w, NULL, NULL, N, L->out, L->in, 1);
@@ -412,6 +426,9 @@ static void blocks(fp8t_infer *m, int seq0, int nb, int T, att_mode mode) {
  * of the nb rows into m->logits: the whole step on the device, reading m->tokens and m->pos
  * (a graph records it) */
 static void decode_step(fp8t_infer *m, int nb, const int *pos_host) {
+    m->prefetching = m->prefetch_bytes > 0;
+    if (m->prefetching && m->cfg.n_layer > 0) /* the first GEMM's weight: while embedding */
+        prefetch_weight(m, &m->layer[0].qkv);
     embed(m, nb, 1, pos_host);
     inf_pending p = {NULL, NULL};
     for (int l = 0; l < m->cfg.n_layer; l++) layer_forward(m, l, 0, nb, 1, ATT_DECODE, &p);
@@ -419,6 +436,7 @@ static void decode_step(fp8t_infer *m, int nb, const int *pos_host) {
     inf_operand op;
     make_input_operand(m, &in, &m->head, &op);
     linear_gemm(m, &m->head, &op, m->logits, nb, NULL);
+    m->prefetching = 0;
 }
 
 /* logits [n, V] (device) of rows a [n, C] of the residual stream: the final norm and the
@@ -629,23 +647,12 @@ int fp8t_infer_calibrate(fp8t_infer *m, const int *tokens, int n_batches, int nb
         return fp8t_errorf(err, errlen, "calibration: no batches");
     }
     const fp8t_backend_ops *ops = m->ops;
-    const int L = m->cfg.n_layer, gpt2 = m->cfg.arch == FP8T_ARCH_GPT2;
     /* every FP8 linear (the layers', and the head with fp8_head), in a fixed order */
-    const int nl = L * (gpt2 ? 4 : 5) + 1;
-    inf_linear **lin = malloc((size_t)nl * sizeof(*lin));
+    inf_linear **lin = malloc((size_t)INF_LINEARS(m) * sizeof(*lin));
     if (!lin) {
         return fp8t_errorf(err, errlen, "calibration: out of memory");
     }
-    int n = 0;
-    for (int l = 0; l < L; l++) {
-        inf_layer *y = &m->layer[l];
-        lin[n++] = &y->qkv, lin[n++] = &y->proj;
-        if (gpt2)
-            lin[n++] = &y->fc1, lin[n++] = &y->fc2;
-        else
-            lin[n++] = &y->gate, lin[n++] = &y->up, lin[n++] = &y->down;
-    }
-    lin[n++] = &m->head;
+    const int n = infer_linears(m, lin);
     /* their recorded amaxes from 0; the forward runs with current scaling (and an FP8 head:
      * the calibrating pass makes its input operand, which records the amax, and skips the
      * logits, so calibration holds no [rows, V] buffer) */

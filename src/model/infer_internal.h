@@ -20,7 +20,8 @@ enum {
 };
 
 /* One linear layer Y[N, out] = X[N, in] · Wᵀ (+ bias). */
-typedef struct {
+typedef struct inf_linear inf_linear;
+struct inf_linear {
     inf_lin_kind kind;
     int out, in;
     float *w32;        /* F32: [out, in] */
@@ -29,7 +30,9 @@ typedef struct {
     float *sc;         /* FP8: device [INF_SC_COUNT] */
     const float *bias; /* [out] or NULL (points into the model's FP32 small-tensor buffer) */
     int shared;        /* the weight is another tensor's (a tied head: wte's), not freed here */
-} inf_linear;
+    const inf_linear *next; /* the linear whose GEMM a decode step runs after this one's, or
+                               NULL (the head) */
+};
 
 typedef struct {
     const float *ln1_w, *ln1_b, *ln2_w, *ln2_b; /* [C]; the b's NULL for Llama */
@@ -93,8 +96,20 @@ struct fp8t_infer {
     void *graph;
     int graph_nb;
 
+    /* prefetch_l2 of the next linear's weight as each GEMM of a decode step starts (at most
+       prefetch_bytes of it; 0: off); prefetching: inside a decode step */
+    size_t prefetch_bytes;
+    int prefetching;
+
     fp8t_infer_memory mem;
 };
+
+/* infer.c: the linears in the order a forward runs their GEMMs (each layer's qkv, proj, fc1,
+ * fc2 or gate, up, down, then the head) into lin[INF_LINEARS(m)]; their number */
+#define INF_LINEARS(m) ((m)->cfg.n_layer * ((m)->cfg.arch == FP8T_ARCH_GPT2 ? 4 : 5) + 1)
+int infer_linears(fp8t_infer *m, inf_linear **lin);
+/* the weight's device bytes as its GEMM reads them */
+const void *infer_linear_weight(const inf_linear *L, size_t *bytes);
 
 /* full-window head rows per pass (the logits [rows, V] of a loss or forward_all) */
 #define INF_HEAD_ROWS 512

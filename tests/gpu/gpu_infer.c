@@ -662,7 +662,8 @@ static int weights_of(fp8t_backend *cpu, const fp8t_model_config *cfg, fp8t_weig
 
 /* prefill + 8 decode steps of 4 prompts of different lengths on both backends, the same
  * tokens fed to both (the CPU's greedy choices); on the GPU a third model runs the decode
- * steps op by op, against the steps replayed from the recorded graph (the same bits) */
+ * steps op by op, against the steps replayed from the recorded graph (the same bits), which
+ * prefetch each next weight into L2 (prefetch_l2 on its own stream, in the graph) */
 static void model_rows(fp8t_backend *cpu, const char *name, const fp8t_model_config *cfg) {
     fp8t_weights w;
     char err[512];
@@ -702,6 +703,7 @@ static void model_rows(fp8t_backend *cpu, const char *name, const fp8t_model_con
             o.kv = runs[ri].kv;
             o.fp8_head = runs[ri].fp8_head;
             o.no_graphs = k == 2;
+            o.prefetch_mb = k == 1 ? 1 : 0; /* a hint: the replayed steps' bits all the same */
             m[k] = fp8t_infer_create_opts(be[k], &w, &o, B, T + steps, err, sizeof(err));
             ok = m[k] && fp8t_infer_calibrate(m[k], ctok, 2, B, T, err, sizeof(err)) == 0;
         }
@@ -739,7 +741,7 @@ static void model_rows(fp8t_backend *cpu, const char *name, const fp8t_model_con
              "worst step");
         if (P != FP8T_EVAL_FP32) {
             const int rec = fp8t_infer_graphs(m[1]);
-            irow("infer: decode replayed = op by op", shape, graph_same ? 0.0 : 1.0, 0,
+            irow("infer: decode replayed, prefetching = op by op", shape, graph_same ? 0.0 : 1.0, 0,
                  ok && rec && graph_same, rec ? "bits of 8 steps" : "no graph was recorded");
         }
         for (int k = 0; k < 3; k++) free(lg[k]), fp8t_infer_destroy(m[k]);

@@ -171,6 +171,7 @@ const fp8t_backend_ops cpu_backend_ops = {
     .graph_end = NULL,
     .graph_launch = NULL,
     .graph_destroy = NULL,
+    .prefetch_l2 = NULL, /* no device cache to fill */
 };
 
 fp8t_backend *fp8t_cpu_backend_create(const fp8t_backend_options *opt, char *err, size_t errlen) {

@@ -159,7 +159,17 @@ typedef struct {
     int buckets_pending;
     __nv_bfloat16 *bucket_bf16;
     size_t bucket_bf16_cap, bucket_bf16_used;
+    /* prefetch_l2: its kernels on a stream of their own (beside the GEMM they run under, not
+     * ahead of it on the main stream), forked from the main stream by pf_fork; the main stream
+     * waits for pf_done (the last of them) only at the end of a recording and at synchronize
+     * (cuda_prefetch_join) */
+    cudaStream_t pf_stream;
+    cudaEvent_t pf_fork, pf_done;
+    int pf_pending;
 } cuda_state;
+
+/* the main stream ordered after the last prefetch_l2 kernel (a recording must end joined) */
+void cuda_prefetch_join(cuda_state *s);
 
 /* attention implementations (fp8t_backend_options.attn) */
 enum { ATTN_TILED = 0, ATTN_SIMPLE, ATTN_FLASH, ATTN_GEMM };
