@@ -71,6 +71,14 @@ static void cfg_llama(fp8t_model_config *c) {
     c->untied_head = 1;
 }
 
+/* arch 0: cfg_gpt2, 1: cfg_llama */
+static void cfg_arch(fp8t_model_config *c, int arch) {
+    if (arch)
+        cfg_llama(c);
+    else
+        cfg_gpt2(c);
+}
+
 static fp8t_infer *make_infer(const fp8t_weights *w, fp8t_eval_precision p, fp8t_act_scale a,
                               int B, int T) {
     char err[512];
@@ -1079,10 +1087,7 @@ static void test_mlp_bf16_values(void) {
     fp8t_backend tb = tn16_backend();
     for (int arch = 0; arch < 2; arch++) {
         fp8t_model_config c;
-        if (arch)
-            cfg_llama(&c);
-        else
-            cfg_gpt2(&c);
+        cfg_arch(&c, arch);
         fp8t_weights w;
         T_ASSERT(make_weights(&c, 53, &w) == 0, "weights");
         const int B = 2, T = 16, V = c.vocab_size;
@@ -1187,10 +1192,7 @@ static void test_decode_prefetch(void) {
     pb.ops = &pf_ops;
     for (int arch = 0; arch < 2; arch++) {
         fp8t_model_config c;
-        if (arch)
-            cfg_llama(&c);
-        else
-            cfg_gpt2(&c);
+        cfg_arch(&c, arch);
         fp8t_weights w;
         T_ASSERT(make_weights(&c, 59, &w) == 0, "weights");
         const int V = c.vocab_size, lens[2] = {4, 7}, nx[2] = {11, 12}, pos[2] = {4, 7};
