@@ -299,9 +299,10 @@ static void cuda_prefetch_l2(fp8t_backend *b, const void *p, size_t bytes) {
         CUDA_CHECK(cudaEventCreateWithFlags(&s->pf_fork, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&s->pf_done, cudaEventDisableTiming));
     }
-    /* forked from the main stream here; the main stream never waits for it but at the end of a
-     * recording or a synchronize (waiting at the next prefetch held every GEMM of a decode step
-     * until the kernel beside it had run: -20% decode tokens/s on an H100) */
+    /* forked from the main stream here; the main stream waits for it only at the end of a
+     * recording or a synchronize: the kernel may not find an SM free until the GEMM beside it
+     * ends, and a wait at the next GEMM would put that delay into every GEMM of the step
+     * (bench/RESULTS.md, the twenty-eighth session: -20% decode tokens/s) */
     CUDA_CHECK(cudaEventRecord(s->pf_fork, s->stream));
     CUDA_CHECK(cudaStreamWaitEvent(s->pf_stream, s->pf_fork, 0));
     const size_t n = (size_t)(e - a), spans = (n + PF_SPAN - 1) / PF_SPAN;
