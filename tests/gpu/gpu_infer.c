@@ -495,13 +495,13 @@ static void act16_report(const char *name, int R, int C, int fp8, void *h[3],
  * (bf16_unpack, [bias_add,] swiglu_forward / gelu_forward, amax, the plain operand; codes or
  * BF16 operand), the amax-only pass the same amax; and the CPU's within rounding flips */
 static void act16_rows(fp8t_backend *cpu, fp8t_backend *gpu, int gelu) {
-    static const int sw[][2] = {{64, 8192}, {2048, 8192}, {7, 30}, {5, 12}};
-    static const int gl[][2] = {{64, 6400}, {2048, 6400}, {7, 30}};
-    const int ncase =
-        gelu ? (int)(sizeof(gl) / sizeof(gl[0])) : (int)(sizeof(sw) / sizeof(sw[0]));
+    /* [R, C]: Llama's / GPT-2's MLP at a decode step and a prefill chunk, odd shapes; 0-ended */
+    static const int sw[][2] = {{64, 8192}, {2048, 8192}, {7, 30}, {5, 12}, {0, 0}};
+    static const int gl[][2] = {{64, 6400}, {2048, 6400}, {7, 30}, {0, 0}};
+    const int(*cases)[2] = gelu ? gl : sw;
     fp8t_backend *be[2] = {cpu, gpu};
-    for (int ci = 0; ci < ncase; ci++) {
-        const int R = gelu ? gl[ci][0] : sw[ci][0], C = gelu ? gl[ci][1] : sw[ci][1];
+    for (int ci = 0; cases[ci][0]; ci++) {
+        const int R = cases[ci][0], C = cases[ci][1];
         const size_t n = (size_t)R * C;
         uint16_t *x16 = malloc(n * 2), *u16 = malloc(n * 2); /* the gate (GELU's x), up */
         float *bias = malloc((size_t)C * 4);
@@ -741,8 +741,8 @@ static void model_rows(fp8t_backend *cpu, const char *name, const fp8t_model_con
              "worst step");
         if (P != FP8T_EVAL_FP32) {
             const int rec = fp8t_infer_graphs(m[1]);
-            irow("infer: decode replayed, prefetching = op by op", shape, graph_same ? 0.0 : 1.0, 0,
-                 ok && rec && graph_same, rec ? "bits of 8 steps" : "no graph was recorded");
+            irow("infer: decode replayed, prefetching = op by op", shape, graph_same ? 0.0 : 1.0,
+                 0, ok && rec && graph_same, rec ? "bits of 8 steps" : "no graph was recorded");
         }
         for (int k = 0; k < 3; k++) free(lg[k]), fp8t_infer_destroy(m[k]);
         fp8t_backend_destroy(gpu);
